@@ -1,0 +1,29 @@
+# One-command set-up: `make test` and `make demo` create .venv on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: test demo bench lint clean
+
+$(VENV)/.installed: pyproject.toml constraints-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints-dev.txt -e ".[dev]"
+	touch $@
+
+test: $(VENV)/.installed
+	$(PY) -m pytest
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/bucketloader demo
+
+bench: $(VENV)/.installed
+	$(PY) -m pip install -q -c constraints-dev.txt -e ".[dev,bench]"
+	$(PY) benchmarks/strategies.py
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check bucketloader tests benchmarks
+	$(VENV)/bin/mypy
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,122 @@
+"""The one boundary convention, and the padding cost it implies.
+
+NOTE [ Boundary convention ]
+Boundaries are a strictly increasing ``int64`` array of inclusive upper bounds. Bucket ``i`` holds
+the lengths ``b[i-1] < L <= b[i]`` (bucket 0 holds ``L <= b[0]``), every sample of bucket ``i`` is
+padded to exactly ``b[i]``, and the last boundary is at least the longest length. A length equal
+to a boundary belongs to that boundary's bucket (no padding). Every module finds a sample's bucket
+through :func:`assign_buckets`, so this convention lives here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bucketloader._validation import as_lengths, check_choice, check_int
+from bucketloader.histogram import LengthHistogram
+
+COSTS = ("linear", "quadratic")
+
+
+def check_boundaries(
+    boundaries: Any,
+    *,
+    max_length: int | None = None,
+    num_buckets: int | None = None,
+    name: str = "boundaries",
+) -> np.ndarray:
+    """Validate boundaries against the convention and return them as a read-only ``int64`` array.
+
+    Example:
+        >>> check_boundaries([4, 8, 16], max_length=16).tolist()
+        [4, 8, 16]
+    """
+    try:
+        b = as_lengths(boundaries, name=name)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{exc} (boundaries follow the same rules as lengths)") from None
+    if (np.diff(b) <= 0).any():
+        i = int(np.argmax(np.diff(b) <= 0))
+        raise ValueError(
+            f"{name} must be strictly increasing, got {b[i]} then {b[i + 1]} at index {i + 1}; "
+            "sort them and drop duplicates"
+        )
+    if num_buckets is not None and b.size > num_buckets:
+        raise ValueError(
+            f"{name} has {b.size} values but at most num_buckets={num_buckets} are allowed"
+        )
+    if max_length is not None and b[-1] < max_length:
+        raise ValueError(
+            f"{name} must cover the longest length: last boundary {b[-1]} < max length "
+            f"{max_length}; append {max_length} (or a larger value) as the last boundary"
+        )
+    b = b.copy()
+    b.setflags(write=False)
+    return b
+
+
+def assign_buckets(lengths: Any, boundaries: Any) -> np.ndarray:
+    """Bucket index of each length: ``np.searchsorted(boundaries, lengths, "left")``.
+
+    Raises a clear error if a length exceeds the last boundary.
+
+    Example:
+        >>> assign_buckets([1, 4, 5, 16], [4, 8, 16]).tolist()
+        [0, 0, 1, 2]
+    """
+    arr = as_lengths(lengths, ndim=(1, 2)) if not isinstance(lengths, np.ndarray) else lengths
+    b = np.asarray(boundaries, dtype=np.int64)
+    if arr.size and arr.max() > b[-1]:
+        i = int(np.argmax(arr.ravel() > b[-1]))
+        raise ValueError(
+            f"length {int(arr.ravel()[i])} at index {i} exceeds the last boundary {int(b[-1])}; "
+            "recompute the boundaries on these lengths or add a larger last boundary"
+        )
+    return np.searchsorted(b, arr, side="left")
+
+
+def _as_hist(lengths: Any) -> LengthHistogram:
+    return (
+        lengths if isinstance(lengths, LengthHistogram) else LengthHistogram.from_lengths(lengths)
+    )
+
+
+def padding_cost(lengths: Any, boundaries: Any, *, cost: str = "linear") -> int:
+    """Total padding of ``lengths`` under ``boundaries``.
+
+    ``cost="linear"`` counts pad elements, ``sum(b[bucket(L)] - L)``; ``cost="quadratic"`` weighs
+    ``b**2 - L**2`` (attention-like compute). Accepts raw lengths or a :class:`LengthHistogram`.
+
+    Example:
+        >>> padding_cost([1, 3, 4, 7], [4, 8])
+        5
+        >>> padding_cost([1, 3, 4, 7], [4, 8], cost="quadratic")
+        40
+    """
+    check_choice("cost", cost, COSTS)
+    h = _as_hist(lengths)
+    b = np.asarray(boundaries, dtype=np.int64)
+    padded = b[assign_buckets(h.values, b)]
+    if cost == "linear":
+        return int(np.dot(padded - h.values, h.counts))
+    return int(np.dot(padded * padded - h.values * h.values, h.counts))
+
+
+def padding_ratio(lengths: Any, boundaries: Any) -> float:
+    """Pad elements per real element (0.0 when there are no real elements).
+
+    Example:
+        >>> padding_ratio([2, 4], [4])
+        0.3333333333333333
+    """
+    h = _as_hist(lengths)
+    total = h.total
+    return padding_cost(h, boundaries) / total if total else 0.0
+
+
+def round_up(values: np.ndarray, multiple_of: int) -> np.ndarray:
+    """Round ``values`` up to a multiple of ``multiple_of`` (``multiple_of=1`` is the identity)."""
+    multiple_of = check_int("multiple_of", multiple_of, minimum=1)
+    return -(-np.asarray(values, dtype=np.int64) // multiple_of) * multiple_of

@@ -1,0 +1,18 @@
+"""Bucketing strategies, registered by name (see :data:`STRATEGIES`)."""
+
+from bucketloader.strategies import heuristics, optimal  # noqa: F401  (registration)
+from bucketloader.strategies._registry import (
+    STRATEGIES,
+    StrategyResult,
+    register_strategy,
+    resolve_strategy,
+    strategy_defaults,
+)
+
+__all__ = [
+    "STRATEGIES",
+    "StrategyResult",
+    "register_strategy",
+    "resolve_strategy",
+    "strategy_defaults",
+]

@@ -1,0 +1,89 @@
+"""The strategy registry: name → pure function over a length histogram.
+
+A strategy is any callable ``fn(hist, num_buckets, **options) -> boundaries`` where ``hist`` is a
+:class:`~bucketloader.histogram.LengthHistogram`, options are keyword-only, and the result is an
+array of at most ``num_buckets`` strictly increasing ints whose last one covers ``hist.max`` (or a
+:class:`StrategyResult` carrying the same plus a solver status). No class hierarchy.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Strategy = Callable[..., Any]
+
+#: Registered strategies, name → function. Extend with :func:`register_strategy`.
+STRATEGIES: dict[str, Strategy] = {}
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    """What a strategy may return instead of a bare array, to report how it was solved.
+
+    Attributes:
+        boundaries: the boundaries found.
+        status: ``"optimal"`` (proved), ``"heuristic"`` (no claim), ``"time_limit"`` (a solver
+            stopped early; see ``gap``) or ``"coarsened"`` (solved exactly on a binned histogram).
+        gap: relative optimality gap when known (0.0 for a proved optimum).
+        info: free-form solver details (iterations, variables, coarsening width, ...).
+    """
+
+    boundaries: np.ndarray
+    status: str = "heuristic"
+    gap: float | None = None
+    info: dict[str, Any] | None = None
+
+
+def register_strategy(name: str, fn: Strategy | None = None, *, overwrite: bool = False) -> Any:
+    """Register ``fn`` under ``name`` (usable as a decorator).
+
+    Example:
+        >>> import numpy as np
+        >>> @register_strategy("halves", overwrite=True)
+        ... def halves(hist, num_buckets):
+        ...     return np.unique([hist.quantile(0.5), hist.max])
+        >>> "halves" in STRATEGIES
+        True
+        >>> del STRATEGIES["halves"]
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty str, got name={name!r}")
+
+    def deco(f: Strategy) -> Strategy:
+        if not callable(f):
+            raise TypeError(f"a strategy must be callable, got {f!r}")
+        if name in STRATEGIES and STRATEGIES[name] is not f and not overwrite:
+            raise ValueError(
+                f"strategy {name!r} is already registered; pass overwrite=True to replace it"
+            )
+        STRATEGIES[name] = f
+        return f
+
+    return deco if fn is None else deco(fn)
+
+
+def resolve_strategy(strategy: str | Strategy) -> tuple[str | None, Strategy]:
+    """Return ``(registered name or None, function)`` for a name or a callable."""
+    if callable(strategy):
+        names = [n for n, f in STRATEGIES.items() if f is strategy]
+        return (names[0] if names else None), strategy
+    if isinstance(strategy, str) and strategy in STRATEGIES:
+        return strategy, STRATEGIES[strategy]
+    listed = ", ".join(repr(n) for n in sorted(STRATEGIES))
+    raise ValueError(f"strategy must be one of {listed} or a callable, got strategy={strategy!r}")
+
+
+def strategy_defaults(fn: Strategy) -> tuple[dict[str, Any], bool]:
+    """Keyword-only options of ``fn`` with their defaults, and whether it takes ``**kwargs``."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return {}, True
+    defaults = {p.name: p.default for p in params if p.kind is p.KEYWORD_ONLY}
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
+    return defaults, var_kw
