@@ -76,8 +76,9 @@ def as_lengths(
         ) from None
     if arr.ndim not in allowed:
         want = " or ".join(f"{d}-D" for d in allowed)
+        hint = ", or (N, D)" if 2 in allowed else ""
         raise ValueError(
-            f"{name} must be {want} (one length per sample{', or (N, D)' if 2 in allowed else ''}), "
+            f"{name} must be {want} (one length per sample{hint}), "
             f"got an array of shape {arr.shape}"
         )
     if arr.size == 0:

@@ -93,7 +93,7 @@ def padding_cost(lengths: Any, boundaries: Any, *, cost: str = "linear") -> int:
         >>> padding_cost([1, 3, 4, 7], [4, 8])
         5
         >>> padding_cost([1, 3, 4, 7], [4, 8], cost="quadratic")
-        40
+        37
     """
     check_choice("cost", cost, COSTS)
     h = _as_hist(lengths)

@@ -124,7 +124,7 @@ class LengthHistogram:
         return int(np.dot(self.values, self.counts))
 
     def quantile(self, q: float | np.ndarray) -> np.ndarray:
-        """Lower quantile(s) of the lengths, like ``np.percentile(..., method="lower") `` at 100·q."""
+        """Lower quantile(s) of the lengths, as ``np.percentile(..., method="lower")`` at 100·q."""
         cum = np.cumsum(self.counts)
         pos = np.floor(np.asarray(q, dtype=np.float64) * (cum[-1] - 1)).astype(np.int64)
         return self.values[np.searchsorted(cum, pos, side="right")]

@@ -154,7 +154,7 @@ def compute_boundaries(
         >>> compute_boundaries([3, 4, 4, 9, 10, 31], 3).tolist()
         [4, 10, 31]
         >>> compute_boundaries([3, 4, 4, 9, 10, 31], 3, strategy="linear", multiple_of=8).tolist()
-        [16, 24, 32]
+        [16, 32]
     """
     sol = solve_boundaries(lengths, num_buckets, strategy=strategy, cache=cache, **options)
     if sol.status == "time_limit":
