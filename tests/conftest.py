@@ -1,0 +1,53 @@
+"""Shared test fixtures: real per-sample length distributions from ../shared/data."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DATA_DIR = Path(
+    os.environ.get("BUCKETLOADER_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data")
+)
+
+#: file name → (kind, columns)
+REAL_DATASETS = {
+    "librispeech": "librispeech_train_clean_100_samples.txt",
+    "commonvoice": "commonvoice_id_clip_ms.txt",
+    "multi30k": "multi30k_train_en_de_tokens.txt",
+    "europarl": "europarl_v7_en_fr_20k_tokens.txt",
+    "gsm8k": "gsm8k_train_qa_tokens.txt",
+    "coco": "coco_val2017_image_width_height.txt",
+    "ecoli": "ecoli_k12_proteome_residues.txt",
+}
+
+
+@functools.cache
+def load_real(name: str) -> np.ndarray:
+    """Lengths of a real dataset: shape (N,) or (N, 2) for paired files. Skips if absent."""
+    path = DATA_DIR / REAL_DATASETS[name]
+    if not path.exists():
+        pytest.skip(f"shared data not found at {path}")
+    arr = np.loadtxt(path, dtype=np.int64, ndmin=1)
+    arr.setflags(write=False)
+    return arr
+
+
+def real_columns():
+    """(dataset name, column index or None, lengths) for every column of every real file."""
+    out = []
+    for name in REAL_DATASETS:
+        arr = load_real(name)
+        if arr.ndim == 1:
+            out.append((name, None, arr))
+        else:
+            out.extend((name, c, arr[:, c]) for c in range(arr.shape[1]))
+    return out
+
+
+@pytest.fixture
+def librispeech() -> np.ndarray:
+    return load_real("librispeech")
