@@ -1,0 +1,124 @@
+"""Per-sample lengths read straight from Arrow: list offsets, numeric columns, string sizes.
+
+NOTE [ Logical order ]
+A ``datasets.Dataset`` after ``.select`` / ``.shuffle`` / ``.train_test_split`` / ``.filter``
+keeps its Arrow table untouched and adds an *indices mapping* (``dataset._indices``, one ``uint64``
+column): logical row ``i`` is physical row ``indices[i]``. The sampler indexes the dataset
+logically, so the lengths are computed over the physical column (only the list offsets are read,
+chunk by chunk, so a memory-mapped dataset is never decoded) and then gathered through the mapping.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bucketloader._validation import as_lengths
+
+
+def table_and_indices(dataset: Any) -> tuple[Any, np.ndarray | None]:
+    """The physical ``pyarrow.Table`` of a dataset and its indices mapping (``None`` if none)."""
+    import pyarrow as pa
+
+    if isinstance(dataset, pa.Table):
+        return dataset, None
+    data = getattr(dataset, "data", None)
+    table = getattr(data, "table", data)
+    if not isinstance(table, pa.Table):
+        raise TypeError(
+            "dataset must be a datasets.Dataset (or a split of a DatasetDict) or a pyarrow.Table, "
+            f"got {type(dataset).__name__}; for an IterableDataset use "
+            "bucketloader.streaming.bucketize"
+        )
+    mapping = getattr(dataset, "_indices", None)
+    if mapping is None:
+        return table, None
+    mapping = getattr(mapping, "table", mapping)
+    return table, mapping.column(0).to_numpy().astype(np.int64, copy=False)
+
+
+def resolve_column(table: Any, column: str) -> tuple[Any, str]:
+    """The ``ChunkedArray`` for ``column``, following ``"struct.field"`` paths and audio structs.
+
+    A struct column resolves to its ``array`` field (``{"array": [...], "sampling_rate": ...}``),
+    or to its only list field. Returns the array and the path actually used.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = table.column_names
+    if column in names:
+        arr, path = table.column(column), column
+    else:
+        head, _, rest = column.partition(".")
+        if head not in names or not rest:
+            raise KeyError(
+                f"column {column!r} not found; the dataset has columns {names} "
+                "(reach into a struct with 'column.field', e.g. 'audio.array')"
+            )
+        arr, path = table.column(head), head
+        for part in rest.split("."):
+            if not pa.types.is_struct(arr.type) or arr.type.get_field_index(part) < 0:
+                raise KeyError(f"column {path!r} of type {arr.type} has no field {part!r}")
+            arr, path = pc.struct_field(arr, part), f"{path}.{part}"
+    if pa.types.is_struct(arr.type):
+        fields = [arr.type.field(i) for i in range(arr.type.num_fields)]
+        listish = [f.name for f in fields if _is_list(f.type)]
+        pick = "array" if "array" in listish else (listish[0] if len(listish) == 1 else None)
+        if pick is None:
+            raise TypeError(
+                f"column {path!r} is a struct {arr.type} with no single list field to measure; "
+                "name one as 'column.field', or pass fn= (an undecoded datasets.Audio column "
+                "stores only bytes/path: measure it with fn=)"
+            )
+        arr, path = pc.struct_field(arr, pick), f"{path}.{pick}"
+    return arr, path
+
+
+def _is_list(t: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or getattr(pa.types, "is_list_view", lambda _: False)(t)
+        or getattr(pa.types, "is_large_list_view", lambda _: False)(t)
+    )
+
+
+def column_lengths(arr: Any, path: str) -> np.ndarray:
+    """Physical-order lengths of one resolved column, computed chunk by chunk (vectorised)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = arr.type
+    if _is_list(t):
+        measure = pc.list_value_length
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        measure = pc.utf8_length
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        measure = pc.binary_length
+    elif pa.types.is_integer(t) or pa.types.is_floating(t):
+        measure = None
+    else:
+        raise TypeError(
+            f"column {path!r} has type {t}; lengths come from a list column (token ids, audio "
+            "arrays), a numeric length column or a string column; otherwise pass fn="
+        )
+    parts, offset = [], 0
+    for chunk in arr.chunks:
+        values = chunk if measure is None else measure(chunk)
+        if values.null_count:
+            i = offset + int(np.argmax(values.is_null().to_numpy(zero_copy_only=False)))
+            raise ValueError(
+                f"column {path!r} has a null at physical row {i}; fill or filter the missing "
+                "rows first (dataset.filter(...)) or pass fn= to measure them"
+            )
+        parts.append(values.to_numpy(zero_copy_only=False))
+        offset += len(chunk)
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    out = np.concatenate(parts)
+    return as_lengths(out, name=f"lengths of column {path!r}") if out.size else out

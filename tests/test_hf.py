@@ -1,0 +1,159 @@
+"""bucketloader.hf: lengths from Arrow in logical order, stored length columns, one-call helpers."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from conftest import load_real
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+datasets = pytest.importorskip("datasets")
+
+from bucketloader import hf  # noqa: E402
+
+
+def _token_ds(lens, **extra):
+    """A Dataset whose input_ids rows have exactly the given lengths (ids = row number % 97)."""
+    lens = np.asarray(lens)
+    rows = [np.full(n, i % 97, dtype=np.int32) for i, n in enumerate(lens)]
+    return datasets.Dataset.from_dict({"input_ids": rows, "row": np.arange(len(lens)), **extra})
+
+
+@pytest.fixture(scope="module")
+def europarl_ds():
+    pairs = load_real("europarl")[:4000]
+    src = [np.ones(a, np.int32) for a in pairs[:, 0]]
+    tgt = [np.ones(b, np.int32) for b in pairs[:, 1]]
+    return pairs, datasets.Dataset.from_dict({"src_ids": src, "tgt_ids": tgt})
+
+
+def _python_lengths(ds, column):
+    return np.array([len(x) for x in ds.with_format(None)[column]])
+
+
+def test_list_column_matches_python_on_real_lengths(europarl_ds):
+    pairs, ds = europarl_ds
+    np.testing.assert_array_equal(hf.lengths(ds, "src_ids"), pairs[:, 0])
+    np.testing.assert_array_equal(hf.lengths(ds, ["src_ids", "tgt_ids"]), pairs)
+    assert hf.lengths(ds, "src_ids").dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda d: d.shuffle(seed=7),
+        lambda d: d.select([5, 3, 3, 0, 2000]),
+        lambda d: d.shuffle(seed=1).select(range(100, 300)),
+        lambda d: d.filter(lambda r: len(r["src_ids"]) % 3 == 0),
+        lambda d: d.train_test_split(test_size=0.25, seed=3)["test"],
+        lambda d: d.with_format("torch").shuffle(seed=2),
+    ],
+    ids=["shuffle", "select", "shuffle+select", "filter", "train_test_split", "torch"],
+)
+def test_lengths_follow_the_logical_order(europarl_ds, view):
+    _, ds = europarl_ds
+    v = view(ds)
+    assert v._indices is not None or len(v) != len(ds)
+    np.testing.assert_array_equal(hf.lengths(v, "src_ids"), _python_lengths(v, "src_ids"))
+
+
+def test_datasetdict_and_load_from_disk_with_several_shards(tmp_path):
+    lens = load_real("multi30k")[:3000, 0]
+    dd = _token_ds(lens).train_test_split(test_size=0.2, seed=0)
+    dd.save_to_disk(tmp_path / "dd", max_shard_size="20KB")
+    back = datasets.load_from_disk(str(tmp_path / "dd"))
+    assert back["train"].data.table.column("input_ids").num_chunks > 1
+    got = hf.lengths(back, "input_ids")
+    assert set(got) == {"train", "test"}
+    for split in ("train", "test"):
+        np.testing.assert_array_equal(got[split], lens[np.asarray(back[split]["row"])])
+        np.testing.assert_array_equal(got[split], _python_lengths(back[split], "input_ids"))
+
+
+def test_audio_struct_column_and_explicit_field():
+    rng = np.random.default_rng(0)
+    lens = load_real("librispeech")[:40] // 160  # 10 ms frames, to keep the test small
+    audio = [{"array": rng.standard_normal(n), "sampling_rate": 16000} for n in lens]
+    ds = datasets.Dataset.from_dict({"audio": audio, "path": [f"{i}.flac" for i in range(40)]})
+    np.testing.assert_array_equal(hf.lengths(ds, "audio"), lens)
+    shuffled = ds.shuffle(seed=0)
+    np.testing.assert_array_equal(hf.lengths(shuffled, "audio.array"), _audio_python(shuffled))
+    with pytest.raises(KeyError, match="no field 'samples'"):
+        hf.lengths(ds, "audio.samples")
+
+
+def _audio_python(ds):
+    return np.array([len(r["audio"]["array"]) for r in ds])
+
+
+def test_numeric_string_and_arrow_table_columns():
+    import pyarrow as pa
+
+    ds = datasets.Dataset.from_dict(
+        {"n": [3, 0, 7], "f": [3.0, 1.0, 2.0], "text": ["ab", "", "héllo"]}
+    )
+    assert hf.lengths(ds, "n").tolist() == [3, 0, 7]
+    assert hf.lengths(ds, "f").tolist() == [3, 1, 2]
+    assert hf.lengths(ds, "text").tolist() == [2, 0, 5]
+    table = pa.table({"ids": pa.array([[1, 2], [3], []], type=pa.large_list(pa.int64()))})
+    assert hf.lengths(table, "ids").tolist() == [2, 1, 0]
+
+
+def test_errors_name_the_problem():
+    ds = datasets.Dataset.from_dict({"ids": [[1], None, [2, 3]], "f": [1.5, 2.0, 3.0]})
+    with pytest.raises(ValueError, match="null at physical row 1"):
+        hf.lengths(ds, "ids")
+    with pytest.raises(KeyError, match=r"not found; the dataset has columns \['ids', 'f'\]"):
+        hf.lengths(ds, "input_ids")
+    with pytest.raises(ValueError, match="whole numbers"):
+        hf.lengths(ds, "f")
+    with pytest.raises(ValueError, match="column must name what to measure"):
+        hf.lengths(ds)
+    with pytest.raises(ValueError, match="either column= or fn="):
+        hf.lengths(ds, "ids", fn=len)
+    with pytest.raises(TypeError, match=r"IterableDataset use bucketloader\.streaming"):
+        hf.lengths(ds.to_iterable_dataset(), "ids")
+    nested = datasets.Dataset.from_dict({"s": [{"a": 1, "b": 2}]})
+    with pytest.raises(TypeError, match="no single list field"):
+        hf.lengths(nested, "s")
+
+
+def test_fn_path_scalar_and_multi():
+    lens = load_real("gsm8k")[:200]
+    ds = _token_ds(lens[:, 0]).shuffle(seed=4)
+    got = hf.lengths(ds, fn=lambda b: [len(x) for x in b["input_ids"]], batch_size=64)
+    np.testing.assert_array_equal(got, _python_lengths(ds, "input_ids"))
+
+    def two_lengths(b):
+        return [[len(x), r % 5] for x, r in zip(b["input_ids"], b["row"], strict=True)]
+
+    two = hf.lengths(ds, fn=two_lengths)
+    assert two.shape == (200, 2)
+    np.testing.assert_array_equal(two[:, 1], np.asarray(ds["row"]) % 5)
+
+
+@pytest.mark.slow
+def test_fn_path_with_two_processes():
+    lens = load_real("gsm8k")[:500, 1]
+    ds = _token_ds(lens)
+    got = hf.lengths(ds, fn=lambda b: [len(x) for x in b["input_ids"]], num_proc=2)
+    np.testing.assert_array_equal(got, lens)
+
+
+def test_add_lengths_roundtrip_through_disk(tmp_path):
+    pairs = load_real("multi30k")[:500]
+    ds = datasets.Dataset.from_dict(
+        {"src": [[1] * a for a in pairs[:, 0]], "tgt": [[2] * b for b in pairs[:, 1]]}
+    ).shuffle(seed=5)
+    one = hf.add_lengths(ds, "src")
+    one.save_to_disk(tmp_path / "one")
+    back = datasets.load_from_disk(str(tmp_path / "one"))
+    np.testing.assert_array_equal(hf.lengths(back), _python_lengths(ds, "src"))
+    two = hf.add_lengths(ds, ["src", "tgt"])
+    got = hf.lengths(two, ["src_length", "tgt_length"])
+    np.testing.assert_array_equal(got, hf.lengths(ds, ["src", "tgt"]))
+    with pytest.raises(ValueError, match="name must give 2 column names"):
+        hf.add_lengths(ds, ["src", "tgt"], name="length")
