@@ -1,0 +1,465 @@
+"""BucketCache: keys, hits, corrupt entries, read-only directories, eviction, concurrency."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import pickle
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bucketloader import compute_boundaries, register_strategy, solve_boundaries
+from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
+from bucketloader.histogram import LengthHistogram
+from bucketloader.solve import resolve_params
+from bucketloader.strategies import STRATEGIES
+
+LENGTHS = [3, 4, 4, 9, 10, 31, 31, 7, 12, 18]
+PARAMS = {"cost": "linear", "multiple_of": 1, "num_buckets": 3}
+#: sha256 of the canonical key document for (LENGTHS, "optimal", PARAMS), format 1. If this
+#: changes, every user's cache is silently invalidated: bump CACHE_FORMAT deliberately instead.
+GOLDEN_KEY = "9a253a93ddfb0d37c9821b6fd7ba11e0141837795fb82bc6049114c515af5081"
+
+
+def hist(lengths=LENGTHS) -> LengthHistogram:
+    return LengthHistogram.from_lengths(lengths)
+
+
+class Counting:
+    """A solve_fn that counts its calls."""
+
+    def __init__(self, lengths=LENGTHS, k=3):
+        self.calls = 0
+        self.lengths, self.k = lengths, k
+
+    def __call__(self):
+        self.calls += 1
+        return solve_boundaries(self.lengths, self.k)
+
+
+def test_hit_and_miss(tmp_path):
+    cache = BucketCache(tmp_path)
+    solve = Counting()
+    first = cache.get_or_solve(hist(), "optimal", PARAMS, solve)
+    second = cache.get_or_solve(hist(LENGTHS[::-1]), "optimal", PARAMS, solve)
+    assert solve.calls == 1 and (cache.hits, cache.misses) == (1, 1) and len(cache) == 1
+    assert second.boundaries.tolist() == first.boundaries.tolist()
+    assert second.objective == first.objective and second.status == "optimal"
+    assert second.params == PARAMS
+    body = json.loads(cache.path_for(cache.key(hist(), "optimal", PARAMS)).read_text())
+    for field in ("library_version", "created", "strategy", "params"):
+        assert field in body
+    for field in ("boundaries", "objective", "padding_ratio", "status"):
+        assert field in body["solution"]
+
+
+def test_compute_boundaries_uses_the_cache(tmp_path):
+    cache = BucketCache(tmp_path)
+    a = compute_boundaries(LENGTHS, 3, cache=cache)
+    b = compute_boundaries(np.array(LENGTHS[::-1]), 3, cache=cache)
+    assert a.tolist() == b.tolist() == compute_boundaries(LENGTHS, 3).tolist()
+    assert (cache.hits, cache.misses) == (1, 1)
+
+
+def test_cache_true_uses_the_default_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("BUCKETLOADER_CACHE_DIR", str(tmp_path / "env"))
+    assert default_cache_dir() == tmp_path / "env"
+    compute_boundaries(LENGTHS, 2, cache=True)
+    assert len(BucketCache()) == 1 and BucketCache().directory == tmp_path / "env"
+
+
+def test_golden_key():
+    assert BucketCache.key(hist(), "optimal", PARAMS) == GOLDEN_KEY
+
+
+def test_golden_key_follows_the_documented_encoding():
+    """Re-derive the key from the written spec, without the library's hashing code."""
+    values = sorted(set(LENGTHS))
+    counts = [LENGTHS.count(v) for v in values]
+    h = hashlib.sha256(f"bucketloader.LengthHistogram/1/{len(values)}/".encode())
+    h.update(np.array(values, dtype="<i8").tobytes() + np.array(counts, dtype="<i8").tobytes())
+    doc = (
+        '{"format":"bucketloader.cache/1","histogram":"' + h.hexdigest() + '","params":'
+        '{"cost":"linear","multiple_of":1,"num_buckets":3},"strategy":"optimal"}'
+    )
+    assert hashlib.sha256(doc.encode()).hexdigest() == GOLDEN_KEY
+
+
+def test_key_is_stable_across_orderings_and_containers():
+    torch = pytest.importorskip("torch")
+    forms = [
+        LENGTHS,
+        tuple(LENGTHS[::-1]),
+        np.array(LENGTHS, dtype=np.int32),
+        np.array(sorted(LENGTHS), dtype=np.uint16),
+        torch.tensor(LENGTHS),
+        np.array(LENGTHS, dtype=np.float64),
+    ]
+    params = [PARAMS, dict(reversed(list(PARAMS.items()))), {**PARAMS, "num_buckets": np.int64(3)}]
+    keys = {BucketCache.key(hist(f), "optimal", p) for f in forms for p in params}
+    assert keys == {GOLDEN_KEY}
+
+
+def test_key_is_stable_across_processes():
+    code = (
+        "from bucketloader.cache import BucketCache;"
+        "from bucketloader.histogram import LengthHistogram as H;"
+        f"print(BucketCache.key(H.from_lengths({LENGTHS!r}), 'optimal', {PARAMS!r}))"
+    )
+    for seed in ("0", "12345"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert out.stdout.strip() == GOLDEN_KEY, out.stderr
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"num_buckets": 4},
+        {"cost": "quadratic"},
+        {"multiple_of": 8},
+        {"extra_option": None},
+        {"num_buckets": 3.0},  # a float is not the same option as an int
+    ],
+)
+def test_key_changes_with_any_parameter(change):
+    assert BucketCache.key(hist(), "optimal", {**PARAMS, **change}) != GOLDEN_KEY
+
+
+def test_key_changes_with_strategy_and_lengths():
+    assert BucketCache.key(hist(), "percentile", PARAMS) != GOLDEN_KEY
+    assert BucketCache.key(hist([*LENGTHS, 5]), "optimal", PARAMS) != GOLDEN_KEY
+    assert BucketCache.key(hist([*LENGTHS, 4]), "optimal", PARAMS) != GOLDEN_KEY  # a count
+    assert BucketCache.key(hist([x + 1 for x in LENGTHS]), "optimal", PARAMS) != GOLDEN_KEY
+
+
+def test_key_changes_when_a_default_changes(tmp_path):
+    def v1(h, num_buckets, *, width=8):
+        return np.unique(-(-h.values // width) * width)
+
+    def v2(h, num_buckets, *, width=16):
+        return np.unique(-(-h.values // width) * width)
+
+    try:
+        register_strategy("_test_width", v1)
+        key1 = BucketCache.key(hist(), "_test_width", resolve_params("_test_width", 8, {}))
+        register_strategy("_test_width", v2, overwrite=True)
+        key2 = BucketCache.key(hist(), "_test_width", resolve_params("_test_width", 8, {}))
+        cache = BucketCache(tmp_path)
+        register_strategy("_test_width", v1, overwrite=True)
+        a = compute_boundaries(LENGTHS, 8, strategy="_test_width", cache=cache)
+        register_strategy("_test_width", v2, overwrite=True)
+        b = compute_boundaries(LENGTHS, 8, strategy="_test_width", cache=cache)
+    finally:
+        STRATEGIES.pop("_test_width", None)
+    assert key1 != key2
+    assert a.tolist() == [8, 16, 24, 32] and b.tolist() == [16, 32]  # no stale answer served
+    assert cache.misses == 2
+
+
+def test_unregistered_callable_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"register_strategy.*cache=None"):
+        compute_boundaries(LENGTHS, 2, strategy=lambda h, k: [h.max], cache=BucketCache(tmp_path))
+
+
+def test_unkeyable_option_is_refused():
+    with pytest.raises(TypeError, match=r"cannot key the cache on option fn=.*cache=None"):
+        BucketCache.key(hist(), "optimal", {**PARAMS, "fn": object()})
+    with pytest.raises(TypeError, match="nan"):
+        BucketCache.key(hist(), "optimal", {**PARAMS, "x": float("nan")})
+
+
+def _valid_entry(tmp_path) -> tuple[BucketCache, Path, bytes]:
+    cache = BucketCache(tmp_path)
+    cache.get_or_solve(hist(), "optimal", PARAMS, Counting())
+    path = cache.path_for(GOLDEN_KEY)
+    return cache, path, path.read_bytes()
+
+
+def _other_key_entry(tmp_path) -> bytes:
+    other = BucketCache(tmp_path / "other")
+    other.get_or_solve(hist(), "optimal", {**PARAMS, "num_buckets": 2}, Counting(k=2))
+    return next((tmp_path / "other").glob("*.json")).read_bytes()
+
+
+def _wrong_schema(valid: bytes) -> bytes:
+    body = json.loads(valid)
+    del body["solution"]["boundaries"]
+    return json.dumps(body).encode()
+
+
+def _tampered_params(valid: bytes) -> bytes:
+    body = json.loads(valid)
+    body["params"]["num_buckets"] = 2  # the key no longer matches the contents
+    return json.dumps(body).encode()
+
+
+def _not_covering(valid: bytes) -> bytes:
+    body = json.loads(valid)
+    body["solution"]["boundaries"] = [4, 10]  # last boundary below the longest length
+    return json.dumps(body).encode()
+
+
+BAD_ENTRIES = {
+    "truncated": lambda valid, tmp: valid[: len(valid) // 2],
+    "empty": lambda valid, tmp: b"",
+    "garbage": lambda valid, tmp: os.urandom(300),
+    "json list": lambda valid, tmp: b"[1, 2, 3]",
+    "foreign json": lambda valid, tmp: b'{"hello": "world"}',
+    "wrong version": lambda valid, tmp: valid.replace(b'"version": 1', b'"version": 99'),
+    "wrong schema": lambda valid, tmp: _wrong_schema(valid),
+    "tampered params": lambda valid, tmp: _tampered_params(valid),
+    "another key's entry": lambda valid, tmp: _other_key_entry(tmp),
+    "boundaries not covering": lambda valid, tmp: _not_covering(valid),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_ENTRIES))
+def test_bad_entry_is_ignored_recomputed_and_replaced(tmp_path, kind):
+    _, path, valid = _valid_entry(tmp_path)
+    path.write_bytes(BAD_ENTRIES[kind](valid, tmp_path))
+    cache, solve = BucketCache(tmp_path), Counting()
+    with pytest.warns(CacheWarning, match="ignoring unusable cache entry") as record:
+        sol = cache.get_or_solve(hist(), "optimal", PARAMS, solve)
+    assert len(record) == 1 and solve.calls == 1
+    assert sol.boundaries.tolist() == compute_boundaries(LENGTHS, 3).tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = cache.get_or_solve(hist(), "optimal", PARAMS, solve)  # replaced: a clean hit
+    assert solve.calls == 1 and again.boundaries.tolist() == sol.boundaries.tolist()
+
+
+class _Exploit:
+    """Unpickling this creates a marker file: proof that a pickle was loaded."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_planted_pickle_is_never_loaded(tmp_path):
+    marker = tmp_path / "pwned"
+    payload = pickle.dumps(_Exploit(str(marker)))
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    cache = BucketCache(cache_dir)
+    cache.path_for(GOLDEN_KEY).write_bytes(payload)
+    (cache_dir / f"{GOLDEN_KEY}.pkl").write_bytes(payload)
+    (cache_dir / f"{GOLDEN_KEY}.npy").write_bytes(payload)
+    with pytest.warns(CacheWarning, match="not valid JSON"):
+        sol = cache.get_or_solve(hist(), "optimal", PARAMS, Counting())
+    assert not marker.exists()
+    assert sol.boundaries.tolist() == compute_boundaries(LENGTHS, 3).tolist()
+    pickle.loads(payload).close()  # sanity: the payload is live
+    assert marker.exists()
+
+
+def _assert_uncached_with_one_warning(cache: BucketCache) -> None:
+    solve = Counting()
+    with pytest.warns(CacheWarning, match="not usable") as record:
+        for _ in range(3):
+            sol = cache.get_or_solve(hist(), "optimal", PARAMS, solve)
+    assert len(record) == 1 and solve.calls == 3
+    assert sol.boundaries.tolist() == compute_boundaries(LENGTHS, 3).tolist()
+
+
+def test_directory_under_a_file_works_uncached(tmp_path):
+    (tmp_path / "file").write_text("x")
+    _assert_uncached_with_one_warning(BucketCache(tmp_path / "file" / "cache"))
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root ignores chmod")
+def test_read_only_directory_works_uncached(tmp_path):
+    tmp_path.chmod(0o555)
+    try:
+        _assert_uncached_with_one_warning(BucketCache(tmp_path))
+    finally:
+        tmp_path.chmod(0o755)
+
+
+def test_unwritable_directory_simulated(tmp_path, monkeypatch):
+    """Root ignores chmod; simulate EACCES/EROFS where the cache creates its temporary file."""
+    import tempfile
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    _assert_uncached_with_one_warning(BucketCache(tmp_path))
+
+
+def test_eviction_removes_oldest_first_and_stays_under_the_limit(tmp_path):
+    cache = BucketCache(tmp_path, max_size=None)
+    keys = []
+    for i, k in enumerate(range(1, 9)):
+        sol = solve_boundaries(LENGTHS, k)
+        keys.append(cache.put(hist(), sol))
+        os.utime(cache.path_for(keys[-1]), ns=(10**18 + i * 10**9, 10**18 + i * 10**9))
+    sizes = [cache.path_for(k).stat().st_size for k in keys]
+    limit = sum(sizes[4:]) + sizes[0] // 2  # room for the newest four and a half
+    limited = BucketCache(tmp_path, max_size=limit)
+    new_key = limited.put(hist(), solve_boundaries(LENGTHS, 9))
+    left = {p.stem for p in tmp_path.glob("*.json")}
+    assert limited.size() <= 0.99 * limit
+    assert new_key in left
+    oldest_first = [k for k in keys if k not in left]
+    assert oldest_first == keys[: len(oldest_first)] and len(oldest_first) >= 1
+    assert keys[-1] in left
+    assert not (tmp_path / ".lock").read_bytes()  # a lock file, nothing else
+
+
+def test_eviction_never_exceeds_limit_over_many_writes(tmp_path):
+    limit = 6000
+    cache = BucketCache(tmp_path, max_size=limit)
+    for k in range(1, 40):
+        cache.put(hist(), solve_boundaries(LENGTHS, k, strategy="linear"))
+        assert cache.size() <= limit
+    assert 1 <= len(cache) < 39
+
+
+def test_clear_and_validation(tmp_path):
+    cache = BucketCache(tmp_path)
+    compute_boundaries(LENGTHS, 2, cache=cache)
+    assert len(cache) == 1 and cache.clear() == 1 and len(cache) == 0
+    with pytest.raises(ValueError, match="max_size must be an int >= 1, got max_size=0"):
+        BucketCache(tmp_path, max_size=0)
+    with pytest.raises(TypeError, match="directory must be a path"):
+        BucketCache(3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="key must be a 64-character"):
+        cache.path_for("../../etc/passwd")
+
+
+def _hammer(directory: str, worker: int, rounds: int, queue) -> None:
+    warnings.simplefilter("error")  # any CacheWarning (a corrupt read) fails the worker
+    expected = compute_boundaries(LENGTHS, 3).tolist()
+    try:
+        for i in range(rounds):
+            cache = BucketCache(directory, max_size=4000)
+            sol = cache.get_or_solve(hist(), "optimal", PARAMS, Counting())
+            if sol.boundaries.tolist() != expected:
+                raise AssertionError(f"wrong boundaries {sol.boundaries.tolist()}")
+            if (i + worker) % 2 == 0:  # rewrite the same key while others read it
+                cache.put(hist(), sol)
+            if i % 10 == worker % 10:  # other keys too, so eviction runs concurrently
+                cache.put(hist(), solve_boundaries(LENGTHS, 1 + (i + worker) % 6))
+        queue.put((worker, "ok"))
+    except BaseException as exc:
+        queue.put((worker, f"{type(exc).__name__}: {exc}"))
+
+
+def test_eight_processes_hammering_one_key(tmp_path):
+    ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_hammer, args=(str(tmp_path), w, 50, queue)) for w in range(8)]
+    for p in procs:
+        p.start()
+    results = dict(queue.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+    assert results == {w: "ok" for w in range(8)}
+    assert all(p.exitcode == 0 for p in procs)
+    assert not list(tmp_path.glob(".tmp-*"))  # no temporary file left behind
+    assert BucketCache(tmp_path).get(GOLDEN_KEY) is not None
+
+
+_DIST_WORKER = r"""
+import json, sys, warnings
+import torch.distributed as dist
+from bucketloader import compute_boundaries, solve_boundaries
+from bucketloader.cache import BucketCache
+from bucketloader.histogram import LengthHistogram
+
+rank, world, port, shared, local = int(sys.argv[1]), 2, sys.argv[2], sys.argv[3], sys.argv[4]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+warnings.simplefilter("error")
+lengths = [3, 4, 4, 9, 10, 31, 31, 7, 12, 18]
+out = {}
+calls = []
+
+def solve(k):
+    def fn():
+        calls.append(k)
+        return solve_boundaries(lengths, k)
+    return fn
+
+h = LengthHistogram.from_lengths(lengths)
+params = {"cost": "linear", "multiple_of": 1, "num_buckets": 3}
+cache = BucketCache(shared)  # a shared directory
+out["shared"] = cache.get_or_solve(h, "optimal", params, solve(3)).boundaries.tolist()
+out["shared_again"] = cache.get_or_solve(h, "optimal", params, solve(3)).boundaries.tolist()
+node_local = BucketCache(local)  # a different directory per rank: a non-shared filesystem
+p2 = {**params, "num_buckets": 2}
+out["local"] = node_local.get_or_solve(h, "optimal", p2, solve(2)).boundaries.tolist()
+out["local_entries"] = len(node_local)
+out["via_compute_boundaries"] = compute_boundaries(lengths, 4, cache=cache).tolist()
+out["calls"] = calls
+out["hits_misses"] = [cache.hits, cache.misses]
+
+def boom():
+    raise ValueError("solver exploded")
+
+try:
+    cache.get_or_solve(h, "percentile", params, boom)
+except Exception as exc:
+    out["error"] = f"{type(exc).__name__}: {exc}"
+mine = lengths if rank == 0 else lengths + [50]
+try:
+    compute_boundaries(mine, 3, cache=cache)
+    out["mismatch"] = "no error"
+except ValueError as exc:
+    out["mismatch"] = str(exc)
+dist.destroy_process_group()
+print("RESULT " + json.dumps(out))
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_distributed_rank0_solves_and_broadcasts(tmp_path):
+    pytest.importorskip("torch.distributed")
+    script = tmp_path / "worker.py"
+    script.write_text(_DIST_WORKER)
+    port, shared = str(_free_port()), str(tmp_path / "shared")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(r), port, shared, str(tmp_path / f"local{r}")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    results = []
+    for p, (stdout, stderr) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, stderr
+        line = next(x for x in stdout.splitlines() if x.startswith("RESULT "))
+        results.append(json.loads(line[len("RESULT ") :]))
+    r0, r1 = results
+    expected3 = compute_boundaries(LENGTHS, 3).tolist()
+    assert r0["shared"] == r1["shared"] == r0["shared_again"] == r1["shared_again"] == expected3
+    assert r0["local"] == r1["local"] == compute_boundaries(LENGTHS, 2).tolist()
+    assert r0["via_compute_boundaries"] == r1["via_compute_boundaries"]
+    assert r0["calls"] == [3, 2] and r1["calls"] == []  # only rank 0 ever solved
+    assert r0["local_entries"] == r1["local_entries"] == 1  # rank 1 stored its own copy
+    assert r0["error"] == "ValueError: solver exploded"
+    assert r1["error"].startswith("RuntimeError: rank 0 failed")
+    assert "solver exploded" in r1["error"]
+    assert r0["mismatch"] == "no error" and "different lengths or options" in r1["mismatch"]
+    assert len(BucketCache(shared)) == 2  # k=3 and k=4; the mismatch call was a hit on rank 0
