@@ -1,0 +1,188 @@
+"""analyze(): statistics, strategy table, recommendation rule, DataLoader shape scan, plot."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bucketloader import compute_boundaries, padding_ratio
+from bucketloader.report import DEFAULT_STRATEGIES, analyze
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_statistics_and_table_on_real_data(librispeech):
+    r = analyze(librispeech, num_buckets=[4, 16], batch_size=32)
+    h = r.histogram
+    assert h.num_samples == 28539 and h.num_values == 3409
+    assert (h.min, int(h.quantile(0.5)), h.max) == (22560, 223920, 392400)
+    assert len(r.rows) == 2 * len(DEFAULT_STRATEGIES)
+    for k in (4, 16):
+        best = r.row("optimal", k)
+        assert best.boundaries == tuple(compute_boundaries(librispeech, k))
+        assert best.padding_ratio == pytest.approx(padding_ratio(librispeech, best.boundaries))
+        for name in DEFAULT_STRATEGIES:  # the exact DP is the oracle no heuristic beats
+            row = r.row(name, k)
+            assert row.padding_ratio >= best.padding_ratio - 1e-12
+            assert 1 <= row.num_shapes <= k
+    assert r.row("pad_to_max", 16).boundaries == (392400,)
+    text = str(r)
+    for needle in ("28,539", "3,409", "22,560", "223,920", "392,400", "recommended", "rule:"):
+        assert needle in text
+    json.dumps(r.to_dict())
+
+
+def test_recommendation_rule():
+    lengths = [3, 4, 4, 9, 10, 31] * 10
+    r = analyze(lengths, num_buckets=[1, 2, 3, 4], padding_target=0.05)
+    best_at = {k: min(r.row(s, k).padding_ratio for s in DEFAULT_STRATEGIES) for k in (1, 2, 3, 4)}
+    first_ok = next(k for k in (1, 2, 3, 4) if best_at[k] <= 0.05)
+    assert r.recommended.num_buckets == first_ok
+    assert r.recommended.padding_ratio == best_at[first_ok]
+    assert r.recommended.strategy == "optimal"
+    strict = analyze(lengths, num_buckets=[1, 2], padding_target=0.0)
+    assert strict.recommended.num_buckets == 2 and "no k meets the target" in strict.rule
+
+
+def test_dynamic_padding_baseline_matches_a_direct_count():
+    r = analyze([1, 2, 3, 4], num_buckets=[1], batch_size=4)
+    assert r.dynamic == {
+        "batch_size": 4,
+        "padding_ratio": 6 / 10,
+        "num_shapes": 1,
+        "num_batches": 1,
+    }
+    lengths = np.random.default_rng(0).integers(1, 50, size=103)
+    d = analyze(lengths, num_buckets=[2], batch_size=10).dynamic
+    assert d["num_batches"] == 11 and 1 <= d["num_shapes"] <= 11
+    # random batches padded to their own max: at least the sorted (best-case) batching's padding
+    srt = np.sort(lengths)
+    best_case = sum(
+        int(b.max() * b.size - b.sum()) for b in np.array_split(srt, range(10, 103, 10))
+    )
+    assert d["padding_ratio"] >= best_case / lengths.sum()
+
+
+class _Toy:
+    """A map-style dataset of dict items with a variable-length tensor."""
+
+    def __init__(self, lengths):
+        self.lengths = list(lengths)
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def __getitem__(self, i):
+        import torch
+
+        return {"x": torch.zeros(self.lengths[i], 3), "label": i % 2}
+
+
+class _Items:
+    """A dataset over a list of items."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def _pad_collate(items):
+    import torch
+
+    longest = max(it["x"].shape[0] for it in items)
+    x = torch.zeros(len(items), longest, 3)
+    for j, it in enumerate(items):
+        x[j, : it["x"].shape[0]] = it["x"]
+    return {"x": x, "label": torch.tensor([it["label"] for it in items])}
+
+
+def test_dataloader_shapes_are_counted_exactly():
+    torch = pytest.importorskip("torch")
+    lengths = [5, 7, 7, 2, 9, 9, 9, 1, 4, 4, 4, 4, 8]
+    loader = torch.utils.data.DataLoader(_Toy(lengths), batch_size=3, collate_fn=_pad_collate)
+    expected: dict[tuple[int, int, int], int] = {}
+    for s in range(0, len(lengths), 3):
+        chunk = lengths[s : s + 3]
+        shape = (len(chunk), max(chunk), 3)
+        expected[shape] = expected.get(shape, 0) + 1
+    r = analyze(loader, column="x")
+    assert r.num_batches == 5
+    assert dict(r.batch_shapes["x"]) == expected
+    assert dict(r.batch_shapes["label"]) == {(3,): 4, (1,): 1}
+    assert r.histogram.num_samples == len(lengths)  # column= also measured the items
+    limited = analyze(loader, max_batches=2)
+    assert limited.num_batches == 2 and limited.histogram is None
+    assert dict(limited.batch_shapes["x"]) == {(3, 7, 3): 1, (3, 9, 3): 1}
+    assert "DataLoader: 2 batches scanned" in str(limited)
+
+
+def test_default_collate_tuple_batches():
+    torch = pytest.importorskip("torch")
+    data = torch.utils.data.TensorDataset(torch.zeros(10, 4), torch.arange(10))
+    r = analyze(torch.utils.data.DataLoader(data, batch_size=4))
+    assert dict(r.batch_shapes["[0]"]) == {(4, 4): 2, (2, 4): 1}
+    assert dict(r.batch_shapes["[1]"]) == {(4,): 2, (2,): 1}
+
+
+def test_map_style_dataset_lengths():
+    pytest.importorskip("torch")
+    ds = _Toy([3, 1, 4, 1, 5])
+    assert analyze(ds, column="x").histogram.num_samples == 5
+    r = analyze(ds, column=lambda item: item["x"].shape[0] * 2, num_buckets=[1])
+    assert r.histogram.max == 10
+    assert analyze(ds).histogram.max == 5  # the only sized field of a dict item
+    pairs = _Items([{"src": [1, 2], "tgt": [1, 2, 3]}] * 3)
+    with pytest.raises(ValueError, match="pass column="):
+        analyze(pairs)
+    assert analyze(pairs, column="tgt").histogram.max == 3
+    with pytest.raises(ValueError, match="column 'nope' not found"):
+        analyze(ds, column="nope")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"num_buckets": [0]}, "num_buckets must be an int >= 1, got num_buckets=0"),
+        ({"num_buckets": []}, "at least one k"),
+        ({"strategies": ["nope"]}, "strategy must be one of"),
+        ({"batch_size": 0}, "batch_size must be an int >= 1"),
+        ({"padding_target": -0.1}, "padding_target must be a number"),
+        ({"max_batches": 0}, "max_batches must be an int >= 1"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        analyze([1, 2, 3], **kwargs)
+
+
+def _assert_png(path):
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 10_000
+    import matplotlib.image
+
+    img = matplotlib.image.imread(path)
+    assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 600
+    assert img[..., :3].std() > 0.05  # not a blank canvas
+
+
+def test_plot_writes_a_valid_png(tmp_path, librispeech):
+    pytest.importorskip("matplotlib")
+    r = analyze(librispeech, num_buckets=[4, 8], batch_size=16)
+    _assert_png(r.plot(tmp_path / "sub" / "report.png"))
+
+
+def test_plot_with_dataloader_shapes(tmp_path):
+    pytest.importorskip("matplotlib")
+    torch = pytest.importorskip("torch")
+    loader = torch.utils.data.DataLoader(
+        _Toy([5, 7, 2, 9, 1, 4]), batch_size=2, collate_fn=_pad_collate
+    )
+    _assert_png(analyze(loader, column="x", num_buckets=[2]).plot(tmp_path / "a.png"))
+    _assert_png(analyze(loader).plot(tmp_path / "b.png"))  # shapes only
