@@ -112,8 +112,8 @@ class BucketSampler(Sampler[list[int]]):
         rank = check_int("rank", rank)
         if not 0 <= rank < self.num_replicas:
             raise ValueError(
-                f"rank must be in [0, num_replicas - 1] = [0, {self.num_replicas - 1}], got "
-                f"rank={rank}; each process needs its own rank below num_replicas"
+                f"rank must be an int >= 0 and < num_replicas={self.num_replicas}, got "
+                f"rank={rank}; give each process its own rank in 0..{self.num_replicas - 1}"
             )
         self.rank = rank
         self.epoch = 0

@@ -1,0 +1,167 @@
+"""One resume harness: start / middle / end of epoch / next epoch, over shuffle, policies, ranks."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import numpy as np
+import pytest
+import torch
+from conftest import load_real
+from torch.utils.data import DataLoader
+
+from bucketloader.plan import LAST_BATCH, BucketSpec
+from bucketloader.sampler import BucketSampler
+
+EPOCH = 2
+POSITIONS = ("start", "middle", "end", "next_epoch")
+
+
+@functools.cache
+def spec_for(last_batch: str) -> BucketSpec:
+    return BucketSpec.build(
+        load_real("ecoli"), num_buckets=5, max_tokens=6000, last_batch=last_batch
+    )
+
+
+def roundtrip(state):
+    return json.loads(json.dumps(state))
+
+
+def check_resume(make, position):
+    """Resuming from a state saved at ``position`` yields exactly the remaining batches of that
+    epoch and then the same next epoch as an uninterrupted run."""
+    ref = make()
+    ref.set_epoch(EPOCH)
+    this_epoch = list(ref)
+    ref.set_epoch(EPOCH + 1)
+    next_epoch = list(ref)
+    assert len(this_epoch) == len(next_epoch) == len(ref)
+
+    live = make()
+    live.set_epoch(EPOCH)
+    it = iter(live)
+    k = {"start": 0, "middle": len(this_epoch) // 2, "end": len(this_epoch)}.get(position)
+    for _ in range(len(this_epoch) if k is None else k):
+        next(it)
+    if position == "next_epoch":
+        assert next(it, None) is None
+        live.set_epoch(EPOCH + 1)
+        k = 0
+    state = roundtrip(live.state_dict())
+    assert state["batches_yielded"] == k
+
+    resumed = make()
+    resumed.load_state_dict(state)
+    resumed.set_epoch(state["epoch"])  # a training loop re-sets the epoch; the position stays
+    expected = next_epoch if position == "next_epoch" else this_epoch[k:]
+    assert list(resumed) == expected
+    if position != "next_epoch":
+        resumed.set_epoch(EPOCH + 1)
+        assert list(resumed) == next_epoch
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("num_replicas", [1, 3])
+@pytest.mark.parametrize("last_batch", LAST_BATCH)
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_resume(shuffle, last_batch, num_replicas, position):
+    for rank in {0, num_replicas - 1}:
+        check_resume(
+            lambda r=rank: BucketSampler(
+                spec_for(last_batch), shuffle=shuffle, seed=11, num_replicas=num_replicas, rank=r
+            ),
+            position,
+        )
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_resume_multi_input_groups(position):
+    pairs = load_real("gsm8k")[:3000]
+    spec = BucketSpec.build(
+        pairs,
+        num_buckets=3,
+        max_tokens=4096,
+        max_shapes=5,
+        groups=np.arange(3000) % 2,
+        last_batch="keep",
+    )
+    check_resume(lambda: BucketSampler(spec, seed=3, num_replicas=2, rank=1), position)
+
+
+def test_state_saved_on_one_rank_restores_another():
+    state = BucketSampler(spec_for("pad"), num_replicas=2, rank=0)
+    state.set_epoch(1)
+    it = iter(state)
+    next(it)
+    saved = roundtrip(state.state_dict())
+    other = BucketSampler(spec_for("pad"), num_replicas=2, rank=1)
+    other.load_state_dict(saved)
+    ref = BucketSampler(spec_for("pad"), num_replicas=2, rank=1)
+    ref.set_epoch(1)
+    assert list(other) == list(ref)[1:]
+
+
+def test_resume_behind_a_prefetching_dataloader():
+    sampler = BucketSampler(spec_for("pad"), seed=4)
+    loader = DataLoader(
+        list(range(spec_for("pad").lengths.size)),
+        batch_sampler=sampler,
+        num_workers=1,
+        prefetch_factor=3,
+        collate_fn=torch.tensor,
+    )
+    consumed = []
+    for step, batch in enumerate(loader):
+        consumed.append(batch.tolist())
+        if step == 4:
+            break
+    assert sampler.state_dict()["batches_yielded"] > 5, "the DataLoader runs ahead"
+    state = roundtrip(sampler.state_dict(batches_consumed=5))
+    resumed = BucketSampler(spec_for("pad"), seed=4)
+    resumed.load_state_dict(state)
+    ref = BucketSampler(spec_for("pad"), seed=4)
+    assert consumed + list(resumed) == list(ref)
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"seed": 12}, "seed=11 in the state but seed=12 in this sampler"),
+        ({"shuffle": False}, "shuffle=True in the state but shuffle=False"),
+        ({"num_replicas": 2}, "num_replicas=1 in the state but num_replicas=2"),
+        ({"last_batch": "drop"}, "last_batch='pad' in the state but last_batch='drop'"),
+        ({"lengths": True}, "num_samples=4391 in the state but num_samples=4390"),
+        ({"max_tokens": 7000}, "num_batches=333 in the state but num_batches=286"),
+        ({"reverse": True}, r"plan_digest=.* \(the lengths, boundaries, batch sizes"),
+    ],
+)
+def test_state_from_another_configuration_is_refused(change, match):
+    saved = roundtrip(BucketSampler(spec_for("pad"), seed=11).state_dict())
+    lengths = load_real("ecoli")[:-1] if change.pop("lengths", False) else load_real("ecoli")
+    lengths = lengths[::-1] if change.pop("reverse", False) else lengths  # same counts, new order
+    spec = BucketSpec.build(
+        lengths,
+        num_buckets=5,
+        max_tokens=change.pop("max_tokens", 6000),
+        last_batch=change.pop("last_batch", "pad"),
+    )
+    other = BucketSampler(spec, **{"seed": 11, **change})
+    with pytest.raises(ValueError, match=match):
+        other.load_state_dict(saved)
+
+
+def test_malformed_states_are_refused():
+    sampler = BucketSampler(spec_for("pad"))
+    good = sampler.state_dict()
+    with pytest.raises(ValueError, match="state is missing"):
+        sampler.load_state_dict({"epoch": 0})
+    with pytest.raises(ValueError, match="version=2 but this BucketSampler reads version=1"):
+        sampler.load_state_dict({**good, "version": 2})
+    with pytest.raises(ValueError, match="exceeds the epoch's"):
+        sampler.load_state_dict({**good, "batches_yielded": len(sampler) + 1})
+    with pytest.raises(ValueError, match=r"state\['epoch'\] must be an int >= 0"):
+        sampler.load_state_dict({**good, "epoch": -1})
+    with pytest.raises(TypeError, match="state must be a dict"):
+        sampler.load_state_dict([1, 2])

@@ -1,0 +1,221 @@
+"""BucketSampler: the torch Sampler contract, the shape promise through a DataLoader, errors."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from conftest import load_real
+from torch.utils.data import ConcatDataset, DataLoader, Dataset
+
+from bucketloader.plan import BucketSpec, plan_epoch
+from bucketloader.sampler import BucketSampler, GroupedDataset
+from bucketloader.solve import compute_boundaries
+
+
+class LengthDataset(Dataset):
+    """Samples are dicts with a 1-D tensor of the declared length per input."""
+
+    def __init__(self, lengths, names=("x",)):
+        self.lengths = np.asarray(lengths)
+        self.names = names
+
+    def __len__(self):
+        return len(self.lengths)
+
+    def __getitem__(self, i):
+        row = np.atleast_1d(self.lengths[i])
+        out = {n: torch.full((int(v),), float(i)) for n, v in zip(self.names, row, strict=True)}
+        out["index"] = i
+        return out
+
+
+def planned_collate(table, names=("x",), group_key=None):
+    """A minimal pad-to-plan collate built only on the ShapeTable (the collator's contract)."""
+
+    def collate(samples):
+        lengths = np.array([[len(s[n]) for n in names] for s in samples])
+        group = None if group_key is None else samples[0][group_key]
+        shape = table.target(lengths, group=group)
+        rows = shape[0] if table.last_batch != "keep" else len(samples)
+        out = {}
+        for j, n in enumerate(names):
+            t = torch.zeros(rows, shape[1 + j])
+            for r, s in enumerate(samples):
+                t[r, : len(s[n])] = s[n]
+            out[n] = t
+        out["index"] = torch.tensor([s["index"] for s in samples])
+        out["shape"] = (rows, *shape[1:])
+        return out
+
+    return collate
+
+
+@pytest.mark.parametrize("last_batch", ["pad", "fill", "drop", "keep"])
+def test_dataloader_batches_take_only_promised_shapes(last_batch):
+    lengths = load_real("ecoli")
+    sampler = BucketSampler(lengths, num_buckets=6, max_tokens=8192, last_batch=last_batch)
+    loader = DataLoader(
+        LengthDataset(lengths),
+        batch_sampler=sampler,
+        collate_fn=planned_collate(sampler.shape_table),
+    )
+    seen, shapes = [], set()
+    for batch in loader:
+        shapes.add(batch["shape"])
+        assert tuple(batch["x"].shape) == batch["shape"]
+        seen.extend(batch["index"].tolist())
+    assert shapes <= set(sampler.shapes)
+    assert len(sampler.shapes) <= 6 * (2 if last_batch == "keep" else 1)
+    if last_batch != "drop":
+        assert set(seen) == set(range(lengths.size))
+        assert len(shapes) == len(sampler.shapes)
+    assert len(loader) == len(sampler) == sum(1 for _ in sampler)
+
+
+def test_attributes_follow_the_interface():
+    lengths = load_real("librispeech") // 320
+    sampler = BucketSampler(lengths, num_buckets=5, strategy="percentile", batch_size=16)
+    np.testing.assert_array_equal(
+        sampler.boundaries, compute_boundaries(lengths, 5, strategy="percentile")
+    )
+    assert sampler.lengths is sampler.spec.lengths and sampler.groups is None
+    assert sampler.last_batch == "pad" and sampler.shape_table.last_batch == "pad"
+    assert sampler.shapes == [(16, int(b)) for b in sampler.boundaries]
+    assert sampler.shape_table.input_names == ("length",)
+    assert len(sampler) == int(np.ceil(np.bincount(sampler.spec.cell_of_sample) / 16).sum())
+    table = pickle.loads(pickle.dumps(sampler.shape_table))
+    assert len(pickle.dumps(sampler.shape_table)) < 20_000
+    assert table.target(lengths[:3][lengths[:3] == lengths[0]]) == (
+        16,
+        int(sampler.boundaries[np.searchsorted(sampler.boundaries, lengths[0])]),
+    )
+
+
+def test_multi_input_attributes():
+    pairs = load_real("europarl")
+    sampler = BucketSampler({"src": pairs[:, 0], "tgt": pairs[:, 1]}, num_buckets=3, batch_size=8)
+    assert set(sampler.boundaries) == {"src", "tgt"}
+    assert all(len(s) == 3 for s in sampler.shapes)
+    assert sampler.shape_table.input_names == ("src", "tgt")
+    loader = DataLoader(
+        LengthDataset(pairs, names=("src", "tgt")),
+        batch_sampler=sampler,
+        collate_fn=planned_collate(sampler.shape_table, names=("src", "tgt")),
+    )
+    assert {b["shape"] for b in loader} <= set(sampler.shapes)
+
+
+def test_order_is_deterministic_per_seed_and_epoch():
+    lengths = load_real("ecoli")
+    a = BucketSampler(lengths, batch_size=8, seed=5)
+    b = BucketSampler(lengths, batch_size=8, seed=5)
+    assert list(a) == list(b)
+    first = list(a)
+    a.set_epoch(1)
+    assert list(a) != first
+    b.set_epoch(1)
+    assert list(a) == list(b)
+    fixed = BucketSampler(lengths, batch_size=8, shuffle=False)
+    assert list(fixed) == list(fixed)
+    for batch in fixed:
+        assert batch == sorted(batch)
+
+
+def test_sampler_iterates_the_pure_plan():
+    lengths = load_real("commonvoice")
+    sampler = BucketSampler(lengths, max_tokens=60_000, seed=2, num_replicas=4, rank=3)
+    sampler.set_epoch(6)
+    plan = plan_epoch(sampler.spec, seed=2, epoch=6, num_replicas=4, rank=3)
+    assert list(sampler) == [plan.batch(i) for i in range(len(plan))]
+
+
+def test_spec_composes_with_the_sampler():
+    lengths = load_real("ecoli")
+    spec = BucketSpec.build(lengths, boundaries=[200, 400, 800, 2400], batch_size=4)
+    sampler = BucketSampler(spec, seed=1)
+    assert sampler.boundaries.tolist() == [200, 400, 800, 2400]
+    with pytest.raises(ValueError, match="batch_size cannot be combined with a BucketSpec"):
+        BucketSampler(spec, batch_size=3)
+
+
+def test_from_concat_dataset_groups_never_mix():
+    a, b = load_real("ecoli")[:700], load_real("gsm8k")[:500, 1]
+    concat = ConcatDataset([LengthDataset(a), LengthDataset(b)])
+    sampler = BucketSampler.from_concat_dataset(
+        concat, [a, b], num_buckets=3, max_tokens=4096, seed=1, num_replicas=2, rank=1
+    )
+    assert isinstance(sampler.dataset, GroupedDataset) and sampler.group_key == "dataset"
+    assert set(sampler.boundaries) == {0, 1}
+    np.testing.assert_array_equal(sampler.boundaries[1], compute_boundaries(b, 3))
+    loader = DataLoader(
+        sampler.dataset,
+        batch_sampler=sampler,
+        collate_fn=planned_collate(sampler.shape_table, group_key="dataset"),
+    )
+    for batch in loader:
+        assert batch["shape"] in sampler.shapes
+    for idx in sampler:
+        assert len(set(sampler.groups[idx].tolist())) == 1
+    with pytest.raises(ValueError, match=r"lengths_per_dataset\[1\] has 3 lengths but dataset 1"):
+        BucketSampler.from_concat_dataset(concat, [a, b[:3]], batch_size=2)
+    with pytest.raises(TypeError, match="needs dict samples"):
+        GroupedDataset([1, 2], [0, 0])[0]
+
+
+def test_collator_comes_from_the_collate_module():
+    collate = pytest.importorskip("bucketloader.collate")
+    sampler = BucketSampler(load_real("ecoli")[:300], num_buckets=3, batch_size=4)
+    assert isinstance(sampler.collator(), collate.PadCollator)
+
+
+def test_distributed_defaults_without_process_group():
+    sampler = BucketSampler([1, 2, 3], batch_size=2)
+    assert (sampler.num_replicas, sampler.rank) == (1, 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        ({}, ValueError, "pass exactly one of batch_size .* or max_tokens"),
+        ({"batch_size": 2, "max_tokens": 50}, ValueError, "pass exactly one of batch_size"),
+        ({"max_tokens": 9}, ValueError, "max_tokens=9 is below .* index 2 with length 40"),
+        ({"batch_size": True}, TypeError, "batch_size must be an int >= 1, got batch_size=True"),
+        (
+            {"batch_size": 2, "num_replicas": 2, "rank": 2},
+            ValueError,
+            "rank must be an int >= 0 and < num_replicas=2, got rank=2",
+        ),
+        (
+            {"batch_size": 2, "rank": -1},
+            ValueError,
+            "rank must be an int >= 0 and < num_replicas=1, got rank=-1",
+        ),
+        ({"batch_size": 2, "num_replicas": 0}, ValueError, "num_replicas must be an int >= 1"),
+        ({"batch_size": 2, "shuffle": 1}, TypeError, "shuffle must be a bool"),
+        ({"batch_size": 2, "seed": -3}, ValueError, "seed must be an int >= 0"),
+        ({"batch_size": 2, "strategy": "best"}, ValueError, "strategy must be one of"),
+    ],
+)
+def test_bad_arguments(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        BucketSampler([3, 5, 40], **kwargs)
+
+
+def test_bad_lengths():
+    with pytest.raises(ValueError, match="must be non-negative, got -1 at index 1"):
+        BucketSampler([3, -1], batch_size=2)
+    with pytest.raises(ValueError, match="1-D or 2-D"):
+        BucketSampler(np.zeros((2, 2, 2), dtype=int), batch_size=2)
+    with pytest.raises(ValueError, match="epoch must be an int >= 0"):
+        BucketSampler([3, 1], batch_size=2).set_epoch(-1)
+
+
+def test_state_dict_is_small_and_json():
+    sampler = BucketSampler(load_real("commonvoice"), batch_size=32)
+    state = sampler.state_dict()
+    assert json.loads(json.dumps(state)) == state
+    assert len(json.dumps(state)) < 400
