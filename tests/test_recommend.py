@@ -1,0 +1,244 @@
+"""recommend_num_buckets / calibrate: the plan totals are exact, the choice is the argmin."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bucketloader._recommend_plan import epoch_cost
+from bucketloader.boundaries import assign_buckets
+from bucketloader.histogram import LengthHistogram
+from bucketloader.recommend import Calibration, calibrate, recommend_num_buckets
+from bucketloader.solve import compute_boundaries
+from tests.conftest import load_real
+
+
+def simulate_epoch(lengths, boundaries, *, batch_size=None, max_tokens=None, last_batch="pad"):
+    """Reference: cut each bucket's samples into batches one by one, as a sampler would."""
+    lengths = np.asarray(lengths)
+    b = np.asarray(boundaries)
+    bucket = assign_buckets(lengths, b)
+    shapes, steps, padded, real = set(), 0, 0, 0
+    for i, width in enumerate(b.tolist()):
+        members = lengths[bucket == i].tolist()
+        rows = batch_size if batch_size is not None else max_tokens // max(width, 1)
+        for start in range(0, len(members), rows):
+            chunk = members[start : start + rows]
+            if len(chunk) < rows and last_batch == "drop":
+                continue
+            shape_rows = rows if last_batch == "pad" else len(chunk)
+            shapes.add((shape_rows, width))
+            steps += 1
+            padded += shape_rows * width
+            real += sum(chunk)
+    return sorted(shapes), steps, padded, real
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 60), min_size=1, max_size=80),
+    k=st.integers(1, 6),
+    rows=st.integers(1, 9),
+    by_tokens=st.booleans(),
+    last_batch=st.sampled_from(["pad", "keep"]),
+)
+def test_epoch_cost_matches_batch_by_batch_simulation(lengths, k, rows, by_tokens, last_batch):
+    b = compute_boundaries(lengths, k)
+    kw = {"max_tokens": rows * max(int(b[-1]), 1)} if by_tokens else {"batch_size": rows}
+    got = epoch_cost(LengthHistogram.from_lengths(lengths), b, last_batch=last_batch, **kw)
+    shapes, steps, padded, real = simulate_epoch(lengths, b, last_batch=last_batch, **kw)
+    assert list(got.shapes) == shapes
+    assert (got.steps, got.padded_tokens, got.real_tokens) == (steps, padded, real)
+
+
+def test_epoch_cost_drop_counts_full_batches_only():
+    lengths = [5] * 7 + [9] * 2
+    got = epoch_cost(
+        LengthHistogram.from_lengths(lengths), np.array([5, 9]), batch_size=3, last_batch="drop"
+    )
+    shapes, steps, padded, _ = simulate_epoch(lengths, [5, 9], batch_size=3, last_batch="drop")
+    assert (list(got.shapes), got.steps, got.padded_tokens) == (shapes, steps, padded)
+    assert got.real_tokens == 30  # the 6 kept samples of length 5
+
+
+def brute_force_totals(lengths, *, compile_s, per_token, per_step, epochs, ks, strategies, **kw):
+    out = {}
+    for s in strategies:
+        for k in ks:
+            b = compute_boundaries(lengths, k, strategy=s)
+            shapes, steps, padded, _ = simulate_epoch(lengths, b, **kw)
+            out[(s, k)] = len(shapes) * compile_s + epochs * (steps * per_step + padded * per_token)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("compile_s", "epochs", "kw"),
+    [
+        (30.0, 1, {"batch_size": 32}),
+        (30.0, 20, {"batch_size": 32}),
+        (2.0, 50, {"max_tokens": 4096}),
+    ],
+)
+def test_recommendation_is_the_argmin_on_real_lengths(compile_s, epochs, kw):
+    lengths = load_real("multi30k")[:, 0]
+    ks, strategies = (1, 2, 4, 8, 16, 32), ("optimal", "percentile", "linear")
+    rec = recommend_num_buckets(
+        lengths,
+        compile_seconds_per_shape=compile_s,
+        seconds_per_token=2e-6,
+        seconds_per_step=1e-3,
+        num_epochs=epochs,
+        candidates=ks,
+        strategy=strategies,
+        **kw,
+    )
+    ref = brute_force_totals(
+        lengths,
+        compile_s=compile_s,
+        per_token=2e-6,
+        per_step=1e-3,
+        epochs=epochs,
+        ks=ks,
+        strategies=strategies,
+        **kw,
+    )
+    assert len(rec.table) == len(ref)
+    for c in rec.table:
+        assert c.total_seconds == pytest.approx(ref[(c.strategy, c.num_buckets)], rel=1e-9)
+    best = min(ref.values())
+    assert rec.predicted_seconds == pytest.approx(best, rel=1e-9)
+    assert ref[(rec.strategy, rec.num_buckets)] == pytest.approx(best, rel=1e-9)
+
+
+def test_compile_cost_drives_k_down_and_compute_drives_it_up():
+    lengths = load_real("librispeech") // 320
+    common = {"seconds_per_token": 1e-6, "batch_size": 16, "candidates": (1, 2, 4, 8, 16, 32)}
+    cheap_compile = recommend_num_buckets(
+        lengths, compile_seconds_per_shape=0.01, num_epochs=50, **common
+    )
+    dear_compile = recommend_num_buckets(
+        lengths, compile_seconds_per_shape=1e4, num_epochs=1, **common
+    )
+    assert dear_compile.num_buckets == 1
+    assert cheap_compile.num_buckets >= 16
+    shapes = [c.num_shapes for c in cheap_compile.table]
+    assert shapes == sorted(shapes) and shapes[-1] <= 32
+
+
+def test_num_shapes_counts_planned_shapes_not_k():
+    lengths = [3] * 10 + [7] * 10  # two distinct lengths: k = 8 still gives two shapes
+    rec = recommend_num_buckets(
+        lengths, compile_seconds_per_shape=1.0, seconds_per_token=0.0, batch_size=4, candidates=(8,)
+    )
+    assert rec.table[0].num_shapes == 2
+    keep = recommend_num_buckets(
+        lengths,
+        compile_seconds_per_shape=1.0,
+        seconds_per_token=0.0,
+        batch_size=4,
+        candidates=(8,),
+        last_batch="keep",
+    )
+    assert keep.table[0].num_shapes == 4  # (4, 3), (2, 3), (4, 7), (2, 7)
+
+
+def test_num_steps_scales_each_candidate_by_its_own_steps():
+    lengths = [10] * 90 + [100] * 10
+    rec = recommend_num_buckets(
+        lengths,
+        compile_seconds_per_shape=0.0,
+        seconds_per_token=1.0,
+        num_steps=1000,
+        batch_size=10,
+        candidates=(1, 2),
+    )
+    one, two = rec.table
+    assert one.steps == pytest.approx(1000) and two.steps == pytest.approx(1000)
+    assert one.padded_tokens == pytest.approx(1000 * 10 * 100)
+    assert two.padded_tokens == pytest.approx(1000 * 1900 / 10)
+    assert math.isclose(one.padding_ratio, (100 - 19) / 19)
+
+
+def test_markdown_marks_the_recommendation():
+    rec = recommend_num_buckets(
+        [1, 2, 3, 50],
+        compile_seconds_per_shape=1.0,
+        seconds_per_token=1.0,
+        batch_size=1,
+        candidates=(1, 2),
+    )
+    md = rec.to_markdown()
+    assert md.count(" *") == 1 and f"| optimal * | {rec.num_buckets} |" in md
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"batch_size": 0}, ValueError, "batch_size must be an int >= 1, got batch_size=0"),
+        ({"batch_size": True}, TypeError, "batch_size must be an int"),
+        ({}, ValueError, "exactly one of batch_size or max_tokens"),
+        ({"batch_size": 4, "max_tokens": 64}, ValueError, "exactly one of batch_size"),
+        ({"max_tokens": 5}, ValueError, "max_tokens must be >= the longest padded length 9"),
+        ({"batch_size": 4, "candidates": ()}, ValueError, "candidates must not be empty"),
+        ({"batch_size": 4, "candidates": 4}, TypeError, "candidates must be a sequence"),
+        ({"batch_size": 4, "candidates": (2, 0)}, ValueError, r"candidates\[i\] must be an int"),
+        ({"batch_size": 4, "strategy": "nope"}, ValueError, "strategy must be one of"),
+        ({"batch_size": 4, "strategy": ()}, TypeError, "non-empty sequence"),
+        ({"batch_size": 4, "last_batch": "x"}, ValueError, "last_batch must be one of"),
+        ({"batch_size": 4, "num_epochs": 1, "num_steps": 3}, ValueError, "not both"),
+        ({"batch_size": 4, "num_steps": 0}, ValueError, "num_steps must be an int >= 1"),
+        ({"batch_size": 4, "seconds_per_step": -1.0}, ValueError, "seconds_per_step must be"),
+        ({"batch_size": 4, "seconds_per_token": float("nan")}, ValueError, "seconds_per_token"),
+    ],
+)
+def test_invalid_arguments_raise_one_clear_error(kwargs, error, match):
+    base = {"compile_seconds_per_shape": 1.0, "seconds_per_token": 1.0, **kwargs}
+    with pytest.raises(error, match=match):
+        recommend_num_buckets([1, 5, 9], **base)
+
+
+def test_drop_with_no_full_batch_is_an_error_not_a_zero_cost():
+    with pytest.raises(ValueError, match="no candidate yields a single full batch"):
+        recommend_num_buckets(
+            [1, 5, 9],
+            compile_seconds_per_shape=1.0,
+            seconds_per_token=1.0,
+            batch_size=4,
+            last_batch="drop",
+        )
+
+
+def test_calibrate_measures_every_shape_past_the_recompile_limit():
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    shapes = [(2, n) for n in range(4, 4 + 2 * 10, 2)]  # 10 shapes > default recompile_limit 8
+    cal = calibrate(
+        lambda x: torch.nn.functional.gelu(x).sum(),
+        example_shapes=shapes,
+        repeats=1,
+        compile_kwargs={"backend": "eager"},
+    )
+    assert isinstance(cal, Calibration)
+    assert [(r, n) for r, n, _, _ in cal.measurements] == shapes
+    assert counters["stats"]["unique_graphs"] == len(shapes)  # no eager fallback
+    assert all(c >= 0 and s > 0 for _, _, c, s in cal.measurements)
+    assert cal.seconds_per_token >= 0 and cal.seconds_per_step >= 0
+    rec = recommend_num_buckets([4, 8, 30], batch_size=2, **cal.as_kwargs())
+    assert rec.num_buckets >= 1
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("shapes", [[(2, 8)], [(2, 8), (4, 4)], [(0, 8), (2, 4)], "ab", [(2,)]])
+def test_calibrate_rejects_bad_example_shapes(shapes):
+    with pytest.raises(ValueError, match="example_shapes must be"):
+        calibrate(lambda x: x, example_shapes=shapes)
+
+
+def test_calibrate_rejects_a_non_callable():
+    with pytest.raises(TypeError, match="model_fn must be callable"):
+        calibrate(3, example_shapes=[(1, 2), (1, 3)])
