@@ -1,0 +1,258 @@
+"""One worker's pass over the stream: shuffle buffer → per-bucket buffers → batches; resumable.
+
+NOTE [ Exact resume of a buffered stream ]
+Samples wait in the shuffle buffer and the bucket buffers, so the source's position says nothing
+about them on its own. The state records, instead of samples, their *positions* in this worker's
+stream: ``read`` (samples read so far), the positions in each buffer slot, the random generator
+(block start state + draws used) and a source checkpoint at a position ``p <= `` the oldest
+buffered sample. Resuming restores the source at ``p`` (``load_state_dict``; a source without
+state restarts the epoch, ``p = 0``), re-reads samples ``p .. read - 1`` keeping only the buffered
+positions (the rest were already yielded), puts them back in their slots, restores the generator
+and carries on: the remaining batches are exactly those of the uninterrupted run. Checkpoints are
+taken every ``K`` samples (``K`` ~ buffer capacity) and pruned to the newest one at or before the
+oldest buffered sample, so replay costs about one buffer residency and memory stays bounded. The
+state holds ints only (JSON-serialisable), plus the source's own state.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from bucketloader._stream_source import (
+    check_length,
+    forget_resume,
+    is_hf,
+    is_stateful,
+    open_source,
+)
+
+STATE_FORMAT = 1
+_BLOCK = 1024
+
+
+class Draws:
+    """Uniform draws in blocks (fast), with a small exact state: block start + draws used."""
+
+    def __init__(self, seed_seq: np.random.SeedSequence) -> None:
+        self.rng = np.random.default_rng(seed_seq)
+        self._refill()
+
+    def _refill(self) -> None:
+        self.start = self.rng.bit_generator.state
+        self.block = self.rng.random(_BLOCK).tolist()
+        self.used = 0
+
+    def index(self, n: int) -> int:
+        """A uniform index in ``[0, n)``."""
+        if self.used == _BLOCK:
+            self._refill()
+        u = self.block[self.used]
+        self.used += 1
+        return int(u * n)
+
+    def state(self) -> dict[str, Any]:
+        return {"start": self.start, "used": self.used}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["start"]
+        self._refill()
+        self.used = int(state["used"])
+
+
+class Engine:
+    """Buffers and counters of one pass; :meth:`run` is the generator of batches."""
+
+    def __init__(self, owner: Any, epoch: int, worker: tuple[int, int]) -> None:
+        self.o = owner
+        self.epoch = epoch
+        self.worker = worker
+        self.read = 0
+        self.batches = 0
+        self.phase = "stream"
+        self.shuffle: list[tuple[int, Any, int]] = []
+        self.buckets: list[list[tuple[int, Any]]] = [[] for _ in owner.batch_sizes]
+        self.draws = Draws(np.random.SeedSequence([owner.seed, epoch, worker[0], 0x5742]))
+        self.stats = dict.fromkeys(
+            ("read", "batches", "overflow_dropped", "truncated", "tail_dropped", "repeated"), 0
+        )
+        self.snaps: list[tuple[int, Any]] = [(0, None)]
+        self.every = max(64, sum(owner.batch_sizes) + owner.shuffle_buffer)
+        self.stateful = is_stateful(owner.source) and owner._prefix is None
+
+    # -- per sample -----------------------------------------------------------------------
+    def prepare(self, pos: int, sample: Any) -> tuple[Any, int] | None:
+        """(sample, bucket) after the overflow policy, or ``None`` when dropped."""
+        o = self.o
+        length = check_length(o._length(sample), pos)
+        if length > o._limit:
+            policy = o.overflow
+            if policy == "error":
+                raise ValueError(
+                    f"sample {pos} of this worker's stream has length {length} > the last "
+                    f"boundary {o._limit}; pass overflow='drop' or 'truncate', or boundaries "
+                    "whose last value covers it"
+                )
+            if policy == "drop":
+                self.stats["overflow_dropped"] += 1
+                return None
+            sample = o._truncate(sample, length)
+            self.stats["truncated"] += 1
+            length = check_length(o._length(sample), pos)
+            if length > o._limit:
+                raise ValueError(
+                    f"overflow={policy!r} left sample {pos} at length {length} > {o._limit}"
+                )
+        table = o._bucket_table
+        bucket = table[length] if table is not None else bisect.bisect_left(o._blist, length)
+        return sample, bucket
+
+    def _add(self, pos: int, sample: Any, bucket: int) -> list[Any] | None:
+        buf = self.buckets[bucket]
+        buf.append((pos, sample))
+        if len(buf) < self.o.batch_sizes[bucket]:
+            return None
+        self.buckets[bucket] = []
+        self.batches += 1
+        return [s for _, s in buf]
+
+    # -- the pass ---------------------------------------------------------------------------
+    def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
+        size = self.o.shuffle_buffer
+        shuf = self.shuffle
+        if self.phase == "stream":
+            for sample in it:
+                pos = self.read
+                self.read += 1
+                if self.stateful and self.read % self.every == 0:
+                    self._snapshot()
+                got = self.prepare(pos, sample)
+                if got is None:
+                    continue
+                entry = (pos, got[0], got[1])
+                if size:
+                    if len(shuf) < size:
+                        shuf.append(entry)
+                        continue
+                    j = self.draws.index(size)
+                    entry, shuf[j] = shuf[j], entry
+                batch = self._add(*entry)
+                if batch is not None:
+                    yield batch
+            self.phase = "flush"
+        while shuf:
+            j = self.draws.index(len(shuf))
+            entry = shuf[j]
+            shuf[j] = shuf[-1]
+            shuf.pop()
+            batch = self._add(*entry)
+            if batch is not None:
+                yield batch
+        self.phase = "tail"
+        yield from self._tail()
+        self.phase = "done"
+
+    def _tail(self) -> Iterator[list[Any]]:
+        """The partial batches left at the end, by ``last_batch`` (the sampler's meanings)."""
+        policy, sizes = self.o.last_batch, self.o.batch_sizes
+        for i, buf in enumerate(self.buckets):
+            if not buf:
+                continue
+            self.buckets[i] = []
+            if policy == "drop":
+                self.stats["tail_dropped"] += len(buf)
+                continue
+            batch = [s for _, s in buf]
+            if policy == "fill":
+                extra = sizes[i] - len(batch)
+                batch += [batch[k % len(buf)] for k in range(extra)]
+                self.stats["repeated"] += extra
+            self.batches += 1
+            yield batch
+
+    # -- state ------------------------------------------------------------------------------
+    def _positions(self) -> tuple[list[int], list[list[int]]]:
+        return [e[0] for e in self.shuffle], [[p for p, _ in b] for b in self.buckets]
+
+    def _oldest(self) -> int:
+        shuf, bucks = self._positions()
+        return min([*shuf, *(p for b in bucks for p in b)], default=self.read)
+
+    def _snapshot(self) -> None:
+        source = self.o.source
+        st = source.state_dict()
+        self.snaps.append((self.read, st if is_hf(source) else copy.deepcopy(st)))
+        oldest = self._oldest()
+        keep = max(i for i, (p, _) in enumerate(self.snaps) if p <= oldest)
+        del self.snaps[:keep]
+
+    def state_dict(self) -> dict[str, Any]:
+        oldest = self._oldest()
+        pos, src = max((s for s in self.snaps if s[0] <= oldest), key=lambda s: s[0])
+        shuf, bucks = self._positions()
+        self.stats.update(read=self.read, batches=self.batches)
+        return {
+            "format": STATE_FORMAT,
+            "config": self.o._config(),
+            "epoch": self.epoch,
+            "worker": list(self.worker),
+            "phase": self.phase,
+            "read": self.read,
+            "batches": self.batches,
+            "shuffle": shuf,
+            "buckets": bucks,
+            "draws": self.draws.state(),
+            "source": {"position": pos, "state": src},
+            "stats": dict(self.stats),
+        }
+
+    def resume(self, state: dict[str, Any]) -> Iterator[Any]:
+        """Rebuild buffers from ``state`` by replaying the source; return the live iterator."""
+        src = state["source"]
+        start, src_state = int(src["position"]), src["state"]
+        source = self.o.source
+        if src_state is not None:
+            source.load_state_dict(src_state)
+            it = _forget_after_first(iter(source), source)
+        else:
+            it = open_source(source, self.worker)
+        wanted = set(state["shuffle"]).union(*map(set, state["buckets"]))
+        got: dict[int, tuple[Any, int]] = {}
+        for pos in range(start, int(state["read"])):
+            try:
+                sample = next(it)
+            except StopIteration:
+                raise ValueError(
+                    f"cannot resume: the source ended at sample {pos} while replaying to "
+                    f"{state['read']}; resume needs a deterministic, re-iterable source"
+                ) from None
+            if pos in wanted:
+                prepared = self.prepare(pos, sample)
+                if prepared is None:
+                    raise ValueError(f"cannot resume: sample {pos} is now dropped by overflow")
+                got[pos] = prepared
+        self.read = int(state["read"])
+        self.batches = int(state["batches"])
+        self.phase = state["phase"]
+        self.shuffle[:] = [(p, *got[p]) for p in state["shuffle"]]
+        self.buckets = [[(p, got[p][0]) for p in b] for b in state["buckets"]]
+        self.draws.restore(state["draws"])
+        self.stats = {**self.stats, **state["stats"]}
+        self.snaps = [(start, src_state)]
+        return it
+
+
+def _forget_after_first(it: Iterator[Any], source: Any) -> Iterator[Any]:
+    """Yield from ``it``; once it has started (state applied), make the source forget the state."""
+    started = False
+    for x in it:
+        if not started:
+            forget_resume(source)
+            started = True
+        yield x
+    if not started:
+        forget_resume(source)

@@ -1,0 +1,346 @@
+"""bucketloader.streaming: planned shapes from streams, last-batch policies, overflow, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from conftest import load_real
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bucketloader.boundaries import assign_buckets
+from bucketloader.solve import compute_boundaries
+from bucketloader.streaming import BucketIterable, bucketize, estimate
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def _samples(lengths):
+    return [{"id": i, "input_ids": [i % 7] * int(n)} for i, n in enumerate(lengths)]
+
+
+def _ids(batches):
+    return [[s["id"] for s in b] for b in batches]
+
+
+@pytest.fixture(scope="module")
+def europarl():
+    return load_real("europarl")[:3000, 1]
+
+
+def _check_planned(batches, stream, lengths, *, last_batch):
+    b, sizes = stream.boundaries, stream.batch_sizes
+    short = Counter()
+    for batch in batches:
+        lens = [len(s["input_ids"]) for s in batch]
+        buckets = set(assign_buckets(lens, b).tolist())
+        assert len(buckets) == 1, "a batch mixes buckets"
+        (i,) = buckets
+        if len(batch) != sizes[i]:
+            short[i] += 1
+            assert last_batch in ("pad", "keep") and len(batch) < sizes[i]
+    assert all(c == 1 for c in short.values()), "more than one partial batch per bucket"
+    seen = Counter(s["id"] for batch in batches for s in batch)
+    if last_batch in ("pad", "keep"):
+        assert seen == Counter(range(len(lengths)))
+    elif last_batch == "drop":
+        assert all(v == 1 for v in seen.values())
+        assert len(seen) >= len(lengths) - sum(n - 1 for n in sizes)
+    else:  # fill: every sample at least once, repeats only to complete a bucket's last batch
+        assert set(seen) == set(range(len(lengths)))
+        assert sum(seen.values()) - len(lengths) < sum(sizes)
+
+
+@pytest.mark.parametrize("last_batch", ["pad", "fill", "drop", "keep"])
+@pytest.mark.parametrize("shuffle_buffer", [0, 100])
+def test_batches_have_planned_shapes_on_real_lengths(europarl, last_batch, shuffle_buffer):
+    b = compute_boundaries(europarl, 6)
+    stream = bucketize(
+        _samples(europarl),
+        length_fn="input_ids",
+        boundaries=b,
+        max_tokens=1024,
+        last_batch=last_batch,
+        shuffle_buffer=shuffle_buffer,
+        seed=3,
+    )
+    assert stream.batch_sizes == tuple(int(x) for x in 1024 // b)
+    batches = list(stream)
+    _check_planned(batches, stream, europarl, last_batch=last_batch)
+    assert stream.stats["read"] == len(europarl)
+    assert stream.stats["batches"] == len(batches)
+
+
+def test_deterministic_for_seed_and_epoch(europarl):
+    def run(seed, epoch):
+        s = bucketize(
+            _samples(europarl[:600]),
+            length_fn="input_ids",
+            boundaries=[10, 20, 40, 113],
+            batch_size=8,
+            shuffle_buffer=64,
+            seed=seed,
+        )
+        s.set_epoch(epoch)
+        return _ids(s)
+
+    assert run(1, 0) == run(1, 0)
+    assert run(1, 0) != run(2, 0)
+    assert run(1, 0) != run(1, 1)
+    assert run(0, 1) != run(1, 0)  # no seed + epoch aliasing
+
+
+def test_memory_stays_bounded_by_buffers(europarl):
+    lengths = europarl[:2000]
+    state = {"read": 0}
+
+    def source():
+        for s in _samples(lengths):
+            state["read"] += 1
+            yield s
+
+    stream = BucketIterable(
+        source(),
+        length_fn="input_ids",
+        boundaries=[8, 16, 32, 113],
+        batch_size=16,
+        shuffle_buffer=50,
+    )
+    out = 0
+    for batch in stream:
+        out += len(batch)
+        if stream._engine.phase == "stream":
+            assert state["read"] - out <= 4 * 16 + 50
+    assert out == len(lengths)
+
+
+def test_edges_follow_the_boundary_convention():
+    lengths = [4, 5, 8, 9, 16, 1, 0]
+    stream = bucketize(
+        [[0] * n for n in lengths], boundaries=[4, 8, 16], batch_size=1, last_batch="keep"
+    )
+    got = [(len(b[0]), stream._bucket_table[len(b[0])]) for b in stream]
+    want = assign_buckets([g[0] for g in got], [4, 8, 16]).tolist()
+    assert [g[1] for g in got] == want
+    big = BucketIterable([[0] * 3], boundaries=[2, 1 << 21], batch_size=1)
+    assert big._bucket_table is None and [len(b[0]) for b in big] == [3]
+
+
+def test_overflow_policies():
+    samples = _samples([3, 12, 5, 20, 7])
+    for s in samples:
+        s["labels"] = list(s["input_ids"])
+        s["text"] = "x" * len(s["input_ids"])
+    kw = {"length_fn": "input_ids", "boundaries": [4, 10], "batch_size": 1, "last_batch": "keep"}
+    with pytest.raises(ValueError, match=r"sample 1 of this worker's stream has length 12 > the"):
+        list(bucketize(samples, **kw))
+    dropped = bucketize(samples, overflow="drop", **kw)
+    assert sorted(_ids(dropped)) == [[0], [2], [4]]
+    assert dropped.stats["overflow_dropped"] == 2
+    cut = bucketize(samples, overflow="truncate", **kw)
+    out = {b[0]["id"]: b[0] for b in cut}
+    assert len(out[3]["input_ids"]) == len(out[3]["labels"]) == 10
+    assert out[3]["text"] == "x" * 20 and cut.stats["truncated"] == 2
+
+    def halve(sample, limit):
+        return {**sample, "input_ids": sample["input_ids"][: limit // 2]}
+
+    custom = bucketize(samples, overflow=halve, **kw)
+    assert sorted(len(b[0]["input_ids"]) for b in custom) == [3, 5, 5, 5, 7]
+    with pytest.raises(ValueError, match="overflow='truncate' cuts samples"):
+        bucketize(samples, overflow="truncate", **{**kw, "length_fn": len})
+
+
+def test_estimate_from_head_and_one_shot_iterator(europarl):
+    head = europarl[:500]
+    stream = bucketize(
+        iter(_samples(europarl)),
+        length_fn="input_ids",
+        boundaries=estimate(4, samples=500),
+        batch_size=8,
+        overflow="drop",
+    )
+    np.testing.assert_array_equal(stream.boundaries, compute_boundaries(head, 4))
+    n = sum(len(b) for b in stream)
+    assert n + stream.stats["overflow_dropped"] == len(europarl)  # the head was replayed
+    assert list(stream) == []  # a one-shot iterator gives one pass
+    capped = bucketize(
+        _samples(europarl),
+        length_fn="input_ids",
+        batch_size=4,
+        overflow="truncate",
+        boundaries=estimate(4, samples=300, max_length=40),
+    )
+    assert capped.boundaries[-1] == 40
+    assert max(len(s["input_ids"]) for b in capped for s in b) <= 40
+
+
+def test_validation_errors():
+    with pytest.raises(ValueError, match="exactly one of batch_size or max_tokens"):
+        bucketize([[1]], boundaries=[4])
+    with pytest.raises(ValueError, match="last_batch must be one of"):
+        bucketize([[1]], boundaries=[4], batch_size=2, last_batch="partial")
+    with pytest.raises(ValueError, match="max_tokens=10 fits no sample of bucket 1"):
+        bucketize([[1]], boundaries=[4, 16], max_tokens=10)
+    with pytest.raises(TypeError, match="samples are dicts"):
+        list(bucketize([{"a": [1]}], boundaries=[4], batch_size=1))
+    with pytest.raises(ValueError, match="length_fn returned -1 for sample 0"):
+        list(bucketize([[1]], length_fn=lambda s: -1, boundaries=[4], batch_size=1))
+    with pytest.raises(ValueError, match="strictly increasing"):
+        bucketize([[1]], boundaries=[4, 4], batch_size=1)
+
+
+def _hf_source(lengths, shards=3):
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict(
+        {"id": list(range(len(lengths))), "input_ids": [[1] * int(n) for n in lengths]}
+    )
+    return ds.to_iterable_dataset(num_shards=shards)
+
+
+RESUME_CASES = {
+    "list-pad": lambda lens: ({"source": _samples(lens), "last_batch": "pad"}),
+    "list-fill-shuffle": lambda lens: (
+        {"source": _samples(lens), "last_batch": "fill", "shuffle_buffer": 40}
+    ),
+    "hf-keep-shuffle": lambda lens: (
+        {"source": _hf_source(lens), "last_batch": "keep", "shuffle_buffer": 25}
+    ),
+    "hf-drop": lambda lens: ({"source": _hf_source(lens), "last_batch": "drop"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RESUME_CASES))
+def test_resume_yields_exactly_the_remaining_batches(europarl, case):
+    lens = europarl[:700]
+
+    def make():
+        kw = RESUME_CASES[case](lens)
+        return bucketize(
+            kw.pop("source"),
+            length_fn="input_ids",
+            boundaries=[8, 14, 20, 30, 113],
+            batch_size=12,
+            seed=5,
+            **kw,
+        )
+
+    full = _ids(make())
+    for k in sorted({0, 1, 7, len(full) // 2, len(full) - 3, len(full) - 1, len(full)}):
+        first = make()
+        it = iter(first)
+        head = [next(it) for _ in range(k)]
+        state = json.loads(json.dumps(first.state_dict()))
+        second = make()
+        second.load_state_dict(state)
+        rest = _ids(second)
+        assert _ids(head) + rest == full, f"resume after {k} batches"
+        assert _ids(second) == full  # the pass after a resume starts afresh
+
+
+def test_resume_checks_config(europarl):
+    s = bucketize(_samples(europarl[:50]), length_fn="input_ids", boundaries=[113], batch_size=4)
+    state = s.state_dict()
+    other = bucketize(
+        _samples(europarl[:50]), length_fn="input_ids", boundaries=[113], batch_size=8
+    )
+    with pytest.raises(ValueError, match=r"state has batch_sizes=\[4\], but this BucketIterable"):
+        other.load_state_dict(state)
+    with pytest.raises(ValueError, match="cannot resume a one-shot iterator"):
+        bucketize(iter([[1]]), boundaries=[4], batch_size=1).load_state_dict(
+            bucketize([[1]], boundaries=[4], batch_size=1).state_dict()
+        )
+
+
+def _loader_ids(stream, workers):
+    loader = torch.utils.data.DataLoader(
+        stream, batch_size=None, num_workers=workers, collate_fn=lambda b: b
+    )
+    return _ids(loader)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["hf", "list"])
+def test_dataloader_workers_each_bucket_their_shard(europarl, kind):
+    lens = europarl[:800]
+    source = _hf_source(lens, shards=4) if kind == "hf" else _samples(lens)
+    stream = bucketize(
+        source,
+        length_fn="input_ids",
+        boundaries=[10, 20, 113],
+        batch_size=16,
+        shuffle_buffer=30,
+        seed=2,
+    )
+    a = _loader_ids(stream, 2)
+    assert a == _loader_ids(stream, 2)
+    assert sorted(i for b in a for i in b) == list(range(len(lens)))
+    sizes = Counter(len(b) for b in a)
+    assert sum(c for n, c in sizes.items() if n != 16) <= 2 * 3  # one short batch per bucket/worker
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 60), min_size=1, max_size=120),
+    k=st.integers(1, 5),
+    batch=st.integers(1, 9),
+    shuffle=st.integers(0, 20),
+    last_batch=st.sampled_from(["pad", "fill", "drop", "keep"]),
+    cut=st.floats(0, 1),
+)
+def test_invariants_and_resume_hypothesis(lengths, k, batch, shuffle, last_batch, cut):
+    b = compute_boundaries(lengths, k, strategy="linear")
+
+    def make():
+        return bucketize(
+            _samples(lengths),
+            length_fn="input_ids",
+            boundaries=b,
+            batch_size=batch,
+            shuffle_buffer=shuffle,
+            last_batch=last_batch,
+            seed=9,
+        )
+
+    stream = make()
+    batches = list(stream)
+    _check_planned(batches, stream, lengths, last_batch=last_batch)
+    at = int(cut * len(batches))
+    it = iter(first := make())
+    head = [next(it) for _ in range(at)]
+    resumed = make()
+    resumed.load_state_dict(first.state_dict())
+    assert _ids(head) + _ids(resumed) == _ids(batches)
+
+
+@pytest.mark.parametrize("last_batch", ["pad", "fill", "drop", "keep"])
+def test_collated_batches_take_exactly_the_planned_shapes(europarl, last_batch):
+    pytest.importorskip("bucketloader.collate")
+    lens = europarl[:1500]
+    samples = [
+        {"input_ids": [5] * int(n), "labels": [7] * int(n), "id": i} for i, n in enumerate(lens)
+    ]
+    stream = bucketize(
+        samples,
+        length_fn="input_ids",
+        boundaries=compute_boundaries(lens, 4),
+        max_tokens=512,
+        last_batch=last_batch,
+        shuffle_buffer=64,
+        seed=1,
+    )
+    collate = stream.collator(pad_value={"input_ids": 0, "labels": -100})
+    loader = torch.utils.data.DataLoader(stream, batch_size=None, collate_fn=collate)
+    real = 0
+    for batch in loader:
+        assert tuple(batch["input_ids"].shape) in stream.shapes
+        assert batch["labels"].shape == batch["input_ids"].shape
+        assert (batch["labels"][~batch["attention_mask"]] == -100).all()
+        real += int(batch["sample_mask"].sum())
+    assert real >= len(lens) - (sum(stream.batch_sizes) if last_batch == "drop" else 0)
