@@ -25,7 +25,7 @@ import numpy as np
 
 from bucketloader._recommend_calibrate import Calibration, calibrate
 from bucketloader._recommend_plan import LAST_BATCH, epoch_cost
-from bucketloader._validation import check_choice, check_float, check_int
+from bucketloader._validation import as_lengths, check_choice, check_float, check_int
 from bucketloader.histogram import LengthHistogram
 from bucketloader.solve import compute_boundaries
 from bucketloader.strategies import resolve_strategy
@@ -142,7 +142,7 @@ def recommend_num_buckets(
         max_tokens: padded tokens per batch (rows = ``max_tokens // boundary``).
         candidates: the k values to try.
         strategy: a strategy name or callable, or a sequence of them to compare.
-        last_batch: ``"pad"`` (default), ``"keep"`` or ``"drop"``, as in the sampler.
+        last_batch: ``"pad"`` (default), ``"fill"``, ``"keep"`` or ``"drop"``, as in the sampler.
 
     Returns:
         A :class:`Recommendation`; ties go to the smaller k.
@@ -185,16 +185,18 @@ def recommend_num_buckets(
     last_batch = check_choice("last_batch", last_batch, LAST_BATCH)
     ks = _check_candidates(candidates)
     strategies = _check_strategies(strategy)
-    hist = (
-        lengths if isinstance(lengths, LengthHistogram) else LengthHistogram.from_lengths(lengths)
-    )
+    if isinstance(lengths, LengthHistogram):
+        hist, flat = lengths, np.repeat(lengths.values, lengths.counts)
+    else:
+        flat = as_lengths(lengths)
+        hist = LengthHistogram.from_lengths(flat)
 
     table = []
     for label, fn in strategies:
         for k in ks:
             b = compute_boundaries(hist, k, strategy=fn)
             ep = epoch_cost(
-                hist, b, batch_size=batch_size, max_tokens=max_tokens, last_batch=last_batch
+                flat, b, batch_size=batch_size, max_tokens=max_tokens, last_batch=last_batch
             )
             if ep.steps == 0:
                 continue  # "drop" with buckets smaller than a batch: this k trains on nothing

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from bucketloader._recommend_plan import epoch_cost
 from bucketloader.boundaries import assign_buckets
-from bucketloader.histogram import LengthHistogram
 from bucketloader.recommend import Calibration, calibrate, recommend_num_buckets
+from bucketloader.sampler import BucketSampler
 from bucketloader.solve import compute_boundaries
 from tests.conftest import load_real
 
@@ -30,7 +30,7 @@ def simulate_epoch(lengths, boundaries, *, batch_size=None, max_tokens=None, las
             chunk = members[start : start + rows]
             if len(chunk) < rows and last_batch == "drop":
                 continue
-            shape_rows = rows if last_batch == "pad" else len(chunk)
+            shape_rows = rows if last_batch in ("pad", "fill") else len(chunk)
             shapes.add((shape_rows, width))
             steps += 1
             padded += shape_rows * width
@@ -44,12 +44,12 @@ def simulate_epoch(lengths, boundaries, *, batch_size=None, max_tokens=None, las
     k=st.integers(1, 6),
     rows=st.integers(1, 9),
     by_tokens=st.booleans(),
-    last_batch=st.sampled_from(["pad", "keep"]),
+    last_batch=st.sampled_from(["pad", "fill", "keep"]),
 )
 def test_epoch_cost_matches_batch_by_batch_simulation(lengths, k, rows, by_tokens, last_batch):
     b = compute_boundaries(lengths, k)
     kw = {"max_tokens": rows * max(int(b[-1]), 1)} if by_tokens else {"batch_size": rows}
-    got = epoch_cost(LengthHistogram.from_lengths(lengths), b, last_batch=last_batch, **kw)
+    got = epoch_cost(np.array(lengths), b, last_batch=last_batch, **kw)
     shapes, steps, padded, real = simulate_epoch(lengths, b, last_batch=last_batch, **kw)
     assert list(got.shapes) == shapes
     assert (got.steps, got.padded_tokens, got.real_tokens) == (steps, padded, real)
@@ -57,12 +57,30 @@ def test_epoch_cost_matches_batch_by_batch_simulation(lengths, k, rows, by_token
 
 def test_epoch_cost_drop_counts_full_batches_only():
     lengths = [5] * 7 + [9] * 2
-    got = epoch_cost(
-        LengthHistogram.from_lengths(lengths), np.array([5, 9]), batch_size=3, last_batch="drop"
-    )
+    got = epoch_cost(np.array(lengths), np.array([5, 9]), batch_size=3, last_batch="drop")
     shapes, steps, padded, _ = simulate_epoch(lengths, [5, 9], batch_size=3, last_batch="drop")
     assert (list(got.shapes), got.steps, got.padded_tokens) == (shapes, steps, padded)
     assert got.real_tokens == 30  # the 6 kept samples of length 5
+
+
+@pytest.mark.parametrize("last_batch", ["pad", "keep", "drop"])
+@pytest.mark.parametrize("kw", [{"batch_size": 24}, {"max_tokens": 1000}])
+def test_epoch_cost_matches_the_sampler_batches(kw, last_batch):
+    lengths = np.asarray(load_real("europarl")[:3000, 0])
+    lengths = lengths[lengths > 0]
+    sampler = BucketSampler(lengths, num_buckets=6, last_batch=last_batch, seed=3, **kw)
+    got = epoch_cost(lengths, sampler.boundaries, last_batch=last_batch, **kw)
+    assert list(got.shapes) == sampler.shapes
+    batches = list(sampler)
+    assert got.steps == len(sampler) == len(batches)
+    table = sampler.shape_table
+    shapes = [
+        table.target(lengths[b]) if last_batch != "keep" else (len(b), table.target(lengths[b])[1])
+        for b in batches
+    ]
+    assert got.padded_tokens == sum(r * w for r, w in shapes)
+    if last_batch != "drop":
+        assert got.real_tokens == sum(int(lengths[b].sum()) for b in batches)
 
 
 def brute_force_totals(lengths, *, compile_s, per_token, per_step, epochs, ks, strategies, **kw):
@@ -182,7 +200,7 @@ def test_markdown_marks_the_recommendation():
         ({"batch_size": True}, TypeError, "batch_size must be an int"),
         ({}, ValueError, "exactly one of batch_size or max_tokens"),
         ({"batch_size": 4, "max_tokens": 64}, ValueError, "exactly one of batch_size"),
-        ({"max_tokens": 5}, ValueError, "max_tokens must be >= the longest padded length 9"),
+        ({"max_tokens": 5}, ValueError, "max_tokens=5 is below the padded size 9"),
         ({"batch_size": 4, "candidates": ()}, ValueError, "candidates must not be empty"),
         ({"batch_size": 4, "candidates": 4}, TypeError, "candidates must be a sequence"),
         ({"batch_size": 4, "candidates": (2, 0)}, ValueError, r"candidates\[i\] must be an int"),
