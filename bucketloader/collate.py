@@ -1,0 +1,374 @@
+"""PadCollator: pad each batch to exactly the shape its sampler planned.
+
+NOTE [ Which fields are padded ]
+The rules are explicit so that a batch's structure never depends on its values:
+
+* ``fields=None`` (default), samples are
+  - bare (a tensor, numpy array or flat list of numbers): the sample is the one field, padded
+    along its last dim (one bucketed input only; for 2-D buckets say ``fields=Field(dims=...)``);
+  - tuples: position ``k`` follows the sampler's ``k``-th input along its last dim, for the first
+    ``D`` positions; later positions are fixed-size;
+  - dicts: keys named after a sampler input follow that input; if none is, and the sampler has
+    one input, *every* sequence-valued entry (tensor/array with a dim, or flat list) follows it.
+* ``fields={...}`` lists exactly the variable fields; every other field is fixed-size.
+
+Fields that follow the same input must have the same length in each sample (that is the sample's
+length for the input), which is how a fixed-size vector mistaken for a variable field is caught.
+Fixed-size fields go through ``torch.utils.data.default_collate`` (tensor results get zero rows
+appended under ``last_batch="pad"``; non-tensor results such as lists of strings keep one entry
+per real sample).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import default_collate
+
+from bucketloader import _collate_fields as cf
+from bucketloader._collate_check import check_batch
+from bucketloader._collate_pad import pad_field, sequence_mask
+from bucketloader._validation import check_choice
+
+SIDES = ("left", "right")
+
+
+@dataclass(frozen=True)
+class Field:
+    """How one variable-length field is padded.
+
+    Attributes:
+        input: the sampler input(s) the field follows: a name from ``shape_table.input_names``,
+            a tuple of names (one per dim in ``dims``), or ``None`` for all inputs in order.
+        dims: the variable dim(s) of the field, one per input (negative counts from the end).
+        pad_value: value of padding elements; ``None`` uses the collator's ``pad_value``.
+
+    Example:
+        >>> Field(input=("1", "0"), dims=(-2, -1))  # images (C, H, W), lengths (W, H)
+        Field(input=('1', '0'), dims=(-2, -1), pad_value=None)
+    """
+
+    input: str | tuple[str, ...] | None = None
+    dims: int | tuple[int, ...] = -1
+    pad_value: Any = None
+
+    def __post_init__(self) -> None:
+        dims = (self.dims,) if isinstance(self.dims, numbers.Integral) else self.dims
+        if (
+            not isinstance(dims, tuple)
+            or not dims
+            or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) for d in dims)
+        ):
+            raise TypeError(f"dims must be an int or a tuple of ints, got dims={self.dims!r}")
+        if len(set(dims)) != len(dims):
+            raise ValueError(f"dims must be distinct, got dims={self.dims!r}")
+        inp = self.input
+        if isinstance(inp, str):
+            inp = (inp,)
+        if inp is not None and (
+            not isinstance(inp, tuple) or not all(isinstance(x, str) for x in inp)
+        ):
+            raise TypeError(
+                f"input must be an input name, a tuple of names or None, got input={self.input!r}"
+            )
+        if inp is not None and len(inp) != len(dims):
+            raise ValueError(
+                f"input and dims must pair up one to one, got input={self.input!r} and "
+                f"dims={self.dims!r}"
+            )
+        _check_pad("pad_value", self.pad_value, allow_none=True)
+        object.__setattr__(self, "dims", tuple(int(d) for d in dims))
+        object.__setattr__(self, "input", inp)
+
+
+def _check_pad(name: str, value: Any, *, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, (numbers.Number, np.number, np.bool_)) or isinstance(value, complex):
+        raise TypeError(f"{name} must be a number, got {name}={value!r}")
+
+
+class PadCollator:
+    """Collate a batch into tensors of exactly one of the sampler's planned shapes.
+
+    Build it with :meth:`from_sampler` (or ``sampler.collator()``) so the two cannot disagree.
+    Each call measures the samples' actual lengths, asks ``shape_table.target`` for the planned
+    ``(B, L_1, ..., L_D)``, checks the samples fit it, and pads every variable field to it in one
+    pre-allocated tensor (see the module NOTE for which fields are variable).
+
+    Returns a dict: the padded and collated fields (dict samples keep their keys, tuple samples
+    use positions ``0, 1, ...``, bare samples use ``"inputs"``), plus ``lengths`` (``(B,)``, or
+    ``(B, D)`` int64 for several inputs; 0 on padding rows), ``attention_mask`` (``(B, L)``, True
+    on real elements; a dict input name -> mask for several inputs; a sample field of that name
+    is padded with 0 and returned instead) and ``sample_mask`` (``(B,)`` bool, False on the
+    batch-padding rows of ``last_batch="pad"``). Plain tensors and dicts: picklable and
+    ``pin_memory`` friendly.
+
+    Args:
+        shape_table: the sampler's ``ShapeTable`` (``BucketSampler.shape_table``).
+        fields: ``None`` (rules in the module NOTE), a mapping key -> :class:`Field` or input
+            name, or one :class:`Field` for bare samples.
+        pad_value: pad value for every field, or a mapping key -> pad value (others pad with 0);
+            a :class:`Field`'s own ``pad_value`` wins.
+        side: ``"right"`` or ``"left"`` (decoder-only prompts).
+        group_key: dict key holding each sample's group when the sampler buckets per group.
+        mask_dtype: dtype of ``attention_mask`` (``torch.long`` for 1/0 masks).
+
+    Example:
+        >>> from bucketloader.sampler import BucketSampler
+        >>> sampler = BucketSampler([3, 5, 8, 8], num_buckets=2, batch_size=2)
+        >>> collate = PadCollator.from_sampler(sampler, pad_value=-1)
+        >>> out = collate([torch.arange(3), torch.arange(5)])
+        >>> out["inputs"].tolist(), out["lengths"].tolist()
+        ([[0, 1, 2, -1, -1], [0, 1, 2, 3, 4]], [3, 5])
+    """
+
+    def __init__(
+        self,
+        shape_table: Any,
+        *,
+        fields: Mapping[Any, Field | str | tuple[str, ...]] | Field | None = None,
+        pad_value: Any = 0,
+        side: str = "right",
+        group_key: Any = None,
+        mask_dtype: torch.dtype = torch.bool,
+    ) -> None:
+        for attr in ("shapes", "input_names", "last_batch", "target"):
+            if not hasattr(shape_table, attr):
+                raise TypeError(
+                    f"shape_table must be a ShapeTable (BucketSampler.shape_table), got "
+                    f"{type(shape_table).__name__} without .{attr}; use "
+                    "PadCollator.from_sampler(sampler)"
+                )
+        self.shape_table = shape_table
+        self.side = check_choice("side", side, SIDES)
+        if not isinstance(mask_dtype, torch.dtype):
+            raise TypeError(f"mask_dtype must be a torch.dtype, got mask_dtype={mask_dtype!r}")
+        self.mask_dtype = mask_dtype
+        if isinstance(pad_value, Mapping):
+            for k, v in pad_value.items():
+                _check_pad(f"pad_value[{k!r}]", v)
+        else:
+            _check_pad("pad_value", pad_value)
+        self.pad_value = pad_value
+        self.group_key = group_key
+        self.fields = self._bind_fields(fields)
+        self._setup()
+
+    @classmethod
+    def from_sampler(cls, sampler: Any, **kwargs: Any) -> PadCollator:
+        """Collator for ``sampler`` (keeps only its small, picklable ``shape_table``)."""
+        if not hasattr(sampler, "shape_table"):
+            raise TypeError(
+                f"sampler must be a BucketSampler (with .shape_table), got {type(sampler).__name__}"
+            )
+        return cls(sampler.shape_table, **kwargs)
+
+    # --- configuration ---------------------------------------------------------------------
+    def _bind_fields(self, fields: Any) -> dict[Any, Field] | None:
+        if fields is None:
+            return None
+        if isinstance(fields, Field):
+            fields = {cf.BARE_KEY: fields}
+        if not isinstance(fields, Mapping) or not fields:
+            raise TypeError(
+                "fields must be None, a Field, or a non-empty mapping key -> Field or input name, "
+                f"got fields={fields!r}"
+            )
+        names = tuple(self.shape_table.input_names)
+        bound: dict[Any, Field] = {}
+        for key, f in fields.items():
+            if isinstance(f, (str, tuple)):
+                f = Field(input=f, dims=tuple(range(-len(f), 0)) if isinstance(f, tuple) else -1)
+            if not isinstance(f, Field):
+                raise TypeError(f"fields[{key!r}] must be a Field or an input name, got {f!r}")
+            inp = f.input if f.input is not None else names
+            unknown = [x for x in inp if x not in names]
+            if unknown or len(inp) != len(f.dims):
+                raise ValueError(
+                    f"fields[{key!r}] follows inputs {inp} with dims {f.dims}, but the sampler's "
+                    f"inputs are {names}; give one dim per input, using these names"
+                )
+            if key in cf.RESERVED or key == self.group_key:
+                raise ValueError(f"fields[{key!r}] names a reserved key or the group_key")
+            bound[key] = f
+        followed = {x for f in bound.values() for x in (f.input or names)}
+        missing = [n for n in names if n not in followed]
+        if missing:
+            raise ValueError(
+                f"no field follows sampler input(s) {missing}, so their lengths cannot be "
+                f"measured; add a field for each, e.g. fields={{..., key: {missing[0]!r}}}"
+            )
+        return bound
+
+    def _setup(self) -> None:
+        self._names = tuple(self.shape_table.input_names)
+        self._shapes = frozenset(tuple(int(x) for x in s) for s in self.shape_table.shapes)
+        self._specs_cache: dict[Any, list[cf.Spec]] = {}
+        self._memo: dict[Any, tuple[int, ...]] = {}
+
+    def _pad_for(self, key: Any, own: Any = None) -> Any:
+        if own is not None:
+            return own
+        if isinstance(self.pad_value, Mapping):
+            return self.pad_value.get(key, 0)
+        return 0 if key == cf.MASK_KEY else self.pad_value
+
+    def _specs(self, sample: Any, kind: str, keys: list[Any]) -> list[cf.Spec]:
+        cache_key = (kind, tuple(keys))
+        specs = self._specs_cache.get(cache_key)
+        if specs is not None:
+            return specs
+        names = self._names
+        if self.fields is None:
+            found = cf.infer_fields(sample, kind, names, self.group_key)
+            specs = [cf.Spec(k, inp, dims, self._pad_for(k)) for k, (inp, dims) in found.items()]
+        else:
+            unknown = [k for k in self.fields if k not in keys]
+            if unknown:
+                raise KeyError(
+                    f"fields names {unknown} but the samples ({kind}) have fields {keys}; "
+                    "fix the names in fields={...}"
+                )
+            specs = [
+                cf.Spec(
+                    k,
+                    tuple(names.index(x) for x in (f.input or names)),
+                    f.dims,
+                    self._pad_for(k, f.pad_value),
+                )
+                for k, f in self.fields.items()
+            ]
+        if isinstance(self.pad_value, Mapping):
+            stray = [k for k in self.pad_value if k not in keys]
+            if stray:
+                raise KeyError(f"pad_value names {stray} but the samples have fields {keys}")
+        if self.group_key is not None and kind != "dict":
+            raise TypeError(f"group_key={self.group_key!r} needs dict samples, got {kind} samples")
+        self._specs_cache[cache_key] = specs
+        return specs
+
+    # --- collation -------------------------------------------------------------------------
+    def __call__(self, samples: Any) -> dict[Any, Any]:
+        """Collate ``samples`` (a list of samples) into a dict of padded tensors."""
+        if not isinstance(samples, (list, tuple)) or not samples:
+            raise ValueError(
+                f"PadCollator needs a non-empty list of samples, got {type(samples).__name__} "
+                f"of length {len(samples) if hasattr(samples, '__len__') else '?'}"
+            )
+        kind = cf.kind_of(samples[0])
+        keys = cf.keys_of(samples[0], kind)
+        cf.check_structure(samples, kind, keys)
+        specs = self._specs(samples[0], kind, keys)
+        lengths, columns, dims = cf.measure(samples, kind, specs, len(self._names))
+        group = self._group(samples)
+        shape = check_batch(self.shape_table, lengths, group, self._names, self._memo)
+        n = len(samples)
+        rows = shape[0] if self.shape_table.last_batch == "pad" else n
+        out_shape = (rows, *shape[1:])
+        if out_shape not in self._shapes:
+            raise ValueError(
+                f"batch of {n} samples would have shape {out_shape}, which the sampler did not "
+                f"plan (planned: {sorted(self._shapes)[:8]}...); was this collator built from "
+                "the sampler that produced the batch?"
+            )
+        masks = [
+            sequence_mask(lengths[:, d], shape[1 + d], rows, self.side)
+            for d in range(len(self._names))
+        ]
+        out: dict[Any, Any] = {}
+        for spec in specs:
+            one = len(spec.inputs) == 1
+            out[spec.key] = pad_field(
+                columns[spec.key],
+                key=spec.key,
+                lengths=lengths[:, spec.inputs[0] : spec.inputs[0] + 1]
+                if one
+                else lengths[:, list(spec.inputs)],
+                dims=dims[spec.key],
+                targets=tuple(shape[1 + i] for i in spec.inputs),
+                rows=rows,
+                side=self.side,
+                pad_value=spec.pad_value,
+                mask=masks[spec.inputs[0]] if one else None,
+            )
+        for key in keys:
+            if key not in out:
+                out[key] = self._fixed(cf.column(samples, key, kind), key, rows)
+        lens = np.zeros((rows, len(self._names)) if len(self._names) > 1 else rows, np.int64)
+        lens[:n] = lengths if len(self._names) > 1 else lengths[:, 0]
+        out["lengths"] = torch.from_numpy(lens)
+        if cf.MASK_KEY not in out:
+            tmasks = [torch.from_numpy(m).to(self.mask_dtype) for m in masks]
+            out[cf.MASK_KEY] = (
+                tmasks[0] if len(tmasks) == 1 else dict(zip(self._names, tmasks, strict=True))
+            )
+        sample_mask = np.zeros(rows, dtype=np.bool_)
+        sample_mask[:n] = True
+        out["sample_mask"] = torch.from_numpy(sample_mask)
+        return out
+
+    def _group(self, samples: list[Any]) -> Any:
+        if self.group_key is None:
+            return None
+        values = []
+        for pos, s in enumerate(samples):
+            if self.group_key not in s:
+                raise KeyError(
+                    f"sample at batch position {pos} has no group_key {self.group_key!r}; "
+                    f"its keys are {list(s.keys())}"
+                )
+            g = s[self.group_key]
+            values.append(g.item() if hasattr(g, "item") else g)
+        for pos, g in enumerate(values):
+            if g != values[0]:
+                raise ValueError(
+                    f"batch mixes groups: position 0 has {self.group_key}={values[0]!r} but "
+                    f"position {pos} has {g!r}; a planned batch holds one group only"
+                )
+        return values[0]
+
+    def _fixed(self, values: list[Any], key: Any, rows: int) -> Any:
+        try:
+            res = default_collate(values)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(
+                f"field {key!r} is treated as fixed-size but cannot be stacked ({exc}); if it "
+                "varies in length, list it in fields={...}"
+            ) from None
+        if isinstance(res, torch.Tensor) and rows > len(values):
+            fill = res.new_full((rows - len(values), *res.shape[1:]), self._pad_for(key))
+            res = torch.cat([res, fill])
+        return res
+
+    # --- misc ------------------------------------------------------------------------------
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Every batch shape this collator can return (the sampler's promise)."""
+        return sorted(self._shapes)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "shape_table": self.shape_table,
+            "fields": self.fields,
+            "pad_value": self.pad_value,
+            "side": self.side,
+            "group_key": self.group_key,
+            "mask_dtype": self.mask_dtype,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        table = state.pop("shape_table")
+        self.__init__(table, **state)  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return (
+            f"PadCollator(inputs={self._names}, shapes={len(self._shapes)}, "
+            f"last_batch={self.shape_table.last_batch!r}, side={self.side!r}, "
+            f"fields={self.fields!r}, pad_value={self.pad_value!r})"
+        )
