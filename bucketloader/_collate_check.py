@@ -27,10 +27,9 @@ def _target(table: Any, lengths: np.ndarray, group: Any) -> tuple[int, ...]:
     try:
         shape = table.target(arr, group=group)
     except ValueError as exc:
+        hint = "; PadCollator reads the group from group_key=..." if "group" in str(exc) else ""
         raise ValueError(
-            f"{exc} (lengths measured by PadCollator from the batch's samples"
-            + ("" if group is not None else "; for per-group bucketing pass group_key=...")
-            + ")"
+            f"{exc} (lengths measured by PadCollator from the samples{hint})"
         ) from None
     return tuple(int(x) for x in shape)
 
@@ -97,9 +96,9 @@ def _cell(
     if shape is None:
         try:
             shape = _target(table, lengths[pos : pos + 1], group)
-        except ValueError as exc:
-            # say which batch position, not "position 0" of the one-sample probe
-            raise ValueError(f"batch position {pos}: {exc}") from None
+        except ValueError:
+            _target(table, lengths, group)  # the whole batch: the error names its position
+            raise
         if len(memo) > 1 << 20:
             memo.clear()
         memo[key] = shape

@@ -64,18 +64,21 @@ def list_dtype(first: Any) -> torch.dtype:
 
 
 def _alloc(shape: tuple[int, ...], value: Any, dtype: torch.dtype, key: Any, fill: bool):
-    try:
-        out = torch.empty(shape, dtype=dtype)
-        if fill:
-            out.fill_(value)
-        else:
-            torch.full((), value, dtype=dtype)  # same overflow check as fill_, without the pass
-        return out
-    except (RuntimeError, TypeError, OverflowError) as exc:
+    """``torch.empty`` (filled with ``value`` if ``fill``); ``value`` must fit ``dtype``."""
+    if dtype == torch.bool:
+        ok = value in (0, 1)
+    elif dtype.is_floating_point or dtype.is_complex:
+        ok = True
+    else:
+        info = torch.iinfo(dtype)
+        ok = float(value) == int(value) and info.min <= int(value) <= info.max
+    if not ok:
         raise ValueError(
-            f"pad value {value!r} for field {key!r} does not fit its dtype {dtype} ({exc}); "
-            "pass a pad_value that the dtype can hold"
-        ) from None
+            f"pad value {value!r} for field {key!r} does not fit its dtype {dtype}; pass a "
+            "pad_value that the dtype can hold (e.g. pad_value={" + repr(key) + ": 0})"
+        )
+    out = torch.empty(shape, dtype=dtype)
+    return out.fill_(value) if fill else out
 
 
 def _numpy_ok(dtype: torch.dtype) -> bool:

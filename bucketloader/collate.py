@@ -21,9 +21,7 @@ per real sample).
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,65 +30,13 @@ from torch.utils.data import default_collate
 
 from bucketloader import _collate_fields as cf
 from bucketloader._collate_check import check_batch
+from bucketloader._collate_config import Field, bind_fields, check_pad, read_group
 from bucketloader._collate_pad import pad_field, sequence_mask
 from bucketloader._validation import check_choice
 
 SIDES = ("left", "right")
 
-
-@dataclass(frozen=True)
-class Field:
-    """How one variable-length field is padded.
-
-    Attributes:
-        input: the sampler input(s) the field follows: a name from ``shape_table.input_names``,
-            a tuple of names (one per dim in ``dims``), or ``None`` for all inputs in order.
-        dims: the variable dim(s) of the field, one per input (negative counts from the end).
-        pad_value: value of padding elements; ``None`` uses the collator's ``pad_value``.
-
-    Example:
-        >>> Field(input=("1", "0"), dims=(-2, -1))  # images (C, H, W), lengths (W, H)
-        Field(input=('1', '0'), dims=(-2, -1), pad_value=None)
-    """
-
-    input: str | tuple[str, ...] | None = None
-    dims: int | tuple[int, ...] = -1
-    pad_value: Any = None
-
-    def __post_init__(self) -> None:
-        dims = (self.dims,) if isinstance(self.dims, numbers.Integral) else self.dims
-        if (
-            not isinstance(dims, tuple)
-            or not dims
-            or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) for d in dims)
-        ):
-            raise TypeError(f"dims must be an int or a tuple of ints, got dims={self.dims!r}")
-        if len(set(dims)) != len(dims):
-            raise ValueError(f"dims must be distinct, got dims={self.dims!r}")
-        inp = self.input
-        if isinstance(inp, str):
-            inp = (inp,)
-        if inp is not None and (
-            not isinstance(inp, tuple) or not all(isinstance(x, str) for x in inp)
-        ):
-            raise TypeError(
-                f"input must be an input name, a tuple of names or None, got input={self.input!r}"
-            )
-        if inp is not None and len(inp) != len(dims):
-            raise ValueError(
-                f"input and dims must pair up one to one, got input={self.input!r} and "
-                f"dims={self.dims!r}"
-            )
-        _check_pad("pad_value", self.pad_value, allow_none=True)
-        object.__setattr__(self, "dims", tuple(int(d) for d in dims))
-        object.__setattr__(self, "input", inp)
-
-
-def _check_pad(name: str, value: Any, *, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if not isinstance(value, (numbers.Number, np.number, np.bool_)) or isinstance(value, complex):
-        raise TypeError(f"{name} must be a number, got {name}={value!r}")
+__all__ = ["Field", "PadCollator"]
 
 
 class PadCollator:
@@ -152,12 +98,12 @@ class PadCollator:
         self.mask_dtype = mask_dtype
         if isinstance(pad_value, Mapping):
             for k, v in pad_value.items():
-                _check_pad(f"pad_value[{k!r}]", v)
+                check_pad(f"pad_value[{k!r}]", v)
         else:
-            _check_pad("pad_value", pad_value)
+            check_pad("pad_value", pad_value)
         self.pad_value = pad_value
         self.group_key = group_key
-        self.fields = self._bind_fields(fields)
+        self.fields = bind_fields(fields, tuple(shape_table.input_names), group_key)
         self._setup()
 
     @classmethod
@@ -170,42 +116,6 @@ class PadCollator:
         return cls(sampler.shape_table, **kwargs)
 
     # --- configuration ---------------------------------------------------------------------
-    def _bind_fields(self, fields: Any) -> dict[Any, Field] | None:
-        if fields is None:
-            return None
-        if isinstance(fields, Field):
-            fields = {cf.BARE_KEY: fields}
-        if not isinstance(fields, Mapping) or not fields:
-            raise TypeError(
-                "fields must be None, a Field, or a non-empty mapping key -> Field or input name, "
-                f"got fields={fields!r}"
-            )
-        names = tuple(self.shape_table.input_names)
-        bound: dict[Any, Field] = {}
-        for key, f in fields.items():
-            if isinstance(f, (str, tuple)):
-                f = Field(input=f, dims=tuple(range(-len(f), 0)) if isinstance(f, tuple) else -1)
-            if not isinstance(f, Field):
-                raise TypeError(f"fields[{key!r}] must be a Field or an input name, got {f!r}")
-            inp = f.input if f.input is not None else names
-            unknown = [x for x in inp if x not in names]
-            if unknown or len(inp) != len(f.dims):
-                raise ValueError(
-                    f"fields[{key!r}] follows inputs {inp} with dims {f.dims}, but the sampler's "
-                    f"inputs are {names}; give one dim per input, using these names"
-                )
-            if key in cf.RESERVED or key == self.group_key:
-                raise ValueError(f"fields[{key!r}] names a reserved key or the group_key")
-            bound[key] = f
-        followed = {x for f in bound.values() for x in (f.input or names)}
-        missing = [n for n in names if n not in followed]
-        if missing:
-            raise ValueError(
-                f"no field follows sampler input(s) {missing}, so their lengths cannot be "
-                f"measured; add a field for each, e.g. fields={{..., key: {missing[0]!r}}}"
-            )
-        return bound
-
     def _setup(self) -> None:
         self._names = tuple(self.shape_table.input_names)
         self._shapes = frozenset(tuple(int(x) for x in s) for s in self.shape_table.shapes)
@@ -225,6 +135,12 @@ class PadCollator:
         if specs is not None:
             return specs
         names = self._names
+        clash = [k for k in keys if k in cf.RESERVED]
+        if clash:
+            raise ValueError(
+                f"samples have a field named {clash[0]!r}, which the collator writes itself "
+                f"(it adds {list(cf.RESERVED)}); rename that field in the dataset"
+            )
         if self.fields is None:
             found = cf.infer_fields(sample, kind, names, self.group_key)
             specs = [cf.Spec(k, inp, dims, self._pad_for(k)) for k, (inp, dims) in found.items()]
@@ -266,7 +182,7 @@ class PadCollator:
         cf.check_structure(samples, kind, keys)
         specs = self._specs(samples[0], kind, keys)
         lengths, columns, dims = cf.measure(samples, kind, specs, len(self._names))
-        group = self._group(samples)
+        group = read_group(samples, self.group_key)
         shape = check_batch(self.shape_table, lengths, group, self._names, self._memo)
         n = len(samples)
         rows = shape[0] if self.shape_table.last_batch == "pad" else n
@@ -312,26 +228,6 @@ class PadCollator:
         sample_mask[:n] = True
         out["sample_mask"] = torch.from_numpy(sample_mask)
         return out
-
-    def _group(self, samples: list[Any]) -> Any:
-        if self.group_key is None:
-            return None
-        values = []
-        for pos, s in enumerate(samples):
-            if self.group_key not in s:
-                raise KeyError(
-                    f"sample at batch position {pos} has no group_key {self.group_key!r}; "
-                    f"its keys are {list(s.keys())}"
-                )
-            g = s[self.group_key]
-            values.append(g.item() if hasattr(g, "item") else g)
-        for pos, g in enumerate(values):
-            if g != values[0]:
-                raise ValueError(
-                    f"batch mixes groups: position 0 has {self.group_key}={values[0]!r} but "
-                    f"position {pos} has {g!r}; a planned batch holds one group only"
-                )
-        return values[0]
 
     def _fixed(self, values: list[Any], key: Any, rows: int) -> Any:
         try:

@@ -1,0 +1,397 @@
+"""PadCollator against the real BucketSampler: values, shapes, masks, structures, errors."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from conftest import load_real
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bucketloader import _collate_pad
+from bucketloader.collate import Field, PadCollator
+from bucketloader.plan import BucketSpec
+from bucketloader.sampler import BucketSampler
+
+
+def reference_pad(xs, dims, targets, rows, side, pad):
+    """Independent oracle: np.pad each sample, stack, append all-padding rows."""
+    padded = []
+    for x in xs:
+        x = np.asarray(x)
+        widths = [(0, 0)] * x.ndim
+        for d, t in zip(dims, targets, strict=True):
+            gap = t - x.shape[d]
+            widths[d] = (0, gap) if side == "right" else (gap, 0)
+        padded.append(np.pad(x, widths, constant_values=pad))
+    out = np.stack(padded)
+    if rows > len(xs):
+        extra = np.full((rows - len(xs), *out.shape[1:]), pad, dtype=out.dtype)
+        out = np.concatenate([out, extra])
+    return out
+
+
+def batches_of(sampler, lengths, make):
+    """Every batch of one epoch as a list of samples built by make(index, length)."""
+    return [[make(i, lengths[i]) for i in idx] for idx in sampler]
+
+
+# --- the kernel: both copy paths equal the oracle -------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    n=st.integers(1, 5),
+    ndim=st.integers(1, 3),
+    side=st.sampled_from(["right", "left"]),
+    kind=st.sampled_from(["torch", "numpy"]),
+    two=st.booleans(),
+)
+def test_pad_field_paths_match_the_oracle(data, n, ndim, side, kind, two):
+    two = two and ndim >= 2
+    dims = tuple(sorted(data.draw(st.permutations(range(ndim)))[: 2 if two else 1]))
+    fixed = [data.draw(st.integers(1, 3)) for _ in range(ndim)]
+    targets = tuple(data.draw(st.integers(1, 6)) for _ in dims)
+    rows = n + data.draw(st.integers(0, 2))
+    lengths = np.array([[data.draw(st.integers(0, t)) for t in targets] for _ in range(n)])
+    rng = np.random.default_rng(n)
+    xs = []
+    for i in range(n):
+        shape = list(fixed)
+        for j, d in enumerate(dims):
+            shape[d] = lengths[i, j]
+        xs.append(rng.integers(1, 100, size=shape).astype(np.float32))
+    want = reference_pad(xs, dims, targets, rows, side, -7.0)
+    values = [torch.from_numpy(x) for x in xs] if kind == "torch" else xs
+    for limit in (0, 10**9):  # force the per-sample path, then the masked path
+        _collate_pad.MASKED_MAX_ELEMENTS = limit
+        try:
+            got = _collate_pad.pad_field(
+                values,
+                key="x",
+                lengths=lengths,
+                dims=dims,
+                targets=targets,
+                rows=rows,
+                side=side,
+                pad_value=-7.0,
+            )
+        finally:
+            _collate_pad.MASKED_MAX_ELEMENTS = 4096
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+# --- one input: bare samples, lists, arrays ---------------------------------------------------
+@pytest.fixture
+def ecoli_sampler():
+    lengths = load_real("ecoli")[:400]
+    return lengths, BucketSampler(lengths, num_buckets=4, batch_size=8, seed=3)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("kind", ["tensor", "list", "numpy"])
+def test_one_epoch_of_token_batches_is_exactly_planned(ecoli_sampler, side, kind):
+    lengths, sampler = ecoli_sampler
+    collate = sampler.collator(pad_value=-1, side=side)
+
+    def make(i, n):
+        x = np.arange(1, n + 1) + i
+        return {"tensor": torch.from_numpy(x), "list": x.tolist(), "numpy": x}[kind]
+
+    seen = []
+    for batch, idx in zip(batches_of(sampler, lengths, make), sampler, strict=True):
+        out = collate(batch)
+        x, lens, mask, real = (
+            out["inputs"],
+            out["lengths"],
+            out["attention_mask"],
+            out["sample_mask"],
+        )
+        assert tuple(x.shape) in sampler.shapes and x.dtype == torch.int64
+        assert lens[real].tolist() == [int(lengths[i]) for i in idx]
+        assert (lens[~real] == 0).all() and real.sum() == len(idx)
+        assert mask.dtype == torch.bool and (mask.sum(1) == lens).all()
+        assert (x[~mask] == -1).all()
+        want = reference_pad(
+            [make(i, lengths[i]) for i in idx], (0,), (x.shape[1],), x.shape[0], side, -1
+        )
+        np.testing.assert_array_equal(x.numpy(), want)
+        if side == "left":
+            assert mask[real, -1].all()
+        seen.extend(idx)
+    assert sorted(seen) == list(range(len(lengths)))
+
+
+def test_feature_frames_pad_their_time_dim():
+    lengths = load_real("librispeech")[:300] // 1600  # 10 Hz frames of 16 kHz audio
+    sampler = BucketSampler(lengths, num_buckets=3, max_tokens=2000, shuffle=False)
+    collate = sampler.collator(fields=Field(dims=-1, pad_value=0.5))
+    for idx in sampler:
+        feats = [torch.ones(4, int(lengths[i])) for i in idx]  # (C, T)
+        out = collate(feats)
+        b, c, t = out["inputs"].shape
+        assert (b, t) in sampler.shapes and c == 4
+        assert torch.equal(out["inputs"][:, 0] == 1, out["attention_mask"])
+        assert (
+            out["inputs"][:, :, :][~out["attention_mask"][:, None, :].expand(b, c, t)] == 0.5
+        ).all()
+
+
+# --- dicts and tuples ------------------------------------------------------------------------
+def test_dict_samples_per_key_pad_values_and_fixed_fields():
+    lengths = load_real("gsm8k")[:200, 0]
+    sampler = BucketSampler(lengths, num_buckets=3, batch_size=16, last_batch="pad")
+    collate = sampler.collator(pad_value={"input_ids": 3, "labels": -100}, mask_dtype=torch.long)
+
+    def make(i, n):
+        return {
+            "input_ids": list(range(5, 5 + n)),
+            "labels": torch.full((int(n),), 9),
+            "id": f"q{i}",
+            "score": float(i),
+            "speaker": torch.arange(3),  # fixed size: collated, not padded
+        }
+
+    collate_fixed = sampler.collator(
+        fields={"input_ids": "length", "labels": Field(pad_value=-100)}
+    )
+    for batch in batches_of(sampler, lengths, make):
+        with pytest.raises(ValueError, match="'speaker' both follow input 0"):
+            collate(batch)
+        out = collate_fixed(batch)
+        m = out["attention_mask"].bool()
+        assert tuple(out["input_ids"].shape) in sampler.shapes
+        assert (out["input_ids"][~m] == 0).all() and (out["labels"][~m] == -100).all()
+        assert (out["labels"][m] == 9).all()
+        assert out["id"] == [s["id"] for s in batch]
+        assert out["speaker"].shape == (out["input_ids"].shape[0], 3)
+        assert out["score"].shape == (out["input_ids"].shape[0],)
+        assert set(out) == {
+            "input_ids",
+            "labels",
+            "id",
+            "score",
+            "speaker",
+            "lengths",
+            "attention_mask",
+            "sample_mask",
+        }
+    plain = [
+        {k: v for k, v in make(i, lengths[i]).items() if k != "speaker"}
+        for i in next(iter(sampler))
+    ]
+    out = collate(plain)
+    assert out["attention_mask"].dtype == torch.long
+    assert (out["input_ids"][out["attention_mask"] == 0] == 3).all()
+    assert (out["labels"][out["attention_mask"] == 0] == -100).all()
+
+
+def test_tokenizer_attention_mask_is_padded_with_zero_and_kept():
+    lengths = np.array([3, 4, 4, 9, 8])
+    sampler = BucketSampler(lengths, num_buckets=2, batch_size=4, shuffle=False)
+    collate = sampler.collator(pad_value=50256, side="left")
+    batch = [{"input_ids": [7] * int(n), "attention_mask": [1] * int(n)} for n in lengths[:3]]
+    out = collate(batch)
+    assert out["input_ids"].tolist()[0] == [50256, 7, 7, 7]
+    assert out["attention_mask"].tolist()[:3] == [[0, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]
+    assert out["attention_mask"].tolist()[3] == [0, 0, 0, 0]  # batch-padding row
+
+
+def test_tuple_samples_audio_and_label():
+    lengths = load_real("commonvoice")[:300] // 10
+    sampler = BucketSampler(lengths, num_buckets=4, max_tokens=4000, last_batch="keep")
+    collate = sampler.collator()
+    for batch in batches_of(sampler, lengths, lambda i, n: (torch.randn(int(n)), i % 7)):
+        out = collate(batch)
+        assert tuple(out[0].shape) in sampler.shapes
+        assert out[1].tolist() == [s[1] for s in batch]  # "keep": no padding rows
+        assert out["sample_mask"].all()
+
+
+def test_two_inputs_seq2seq_dicts():
+    pairs = load_real("multi30k")[:600]
+    lengths = {"source": pairs[:, 0], "target": pairs[:, 1]}
+    sampler = BucketSampler(lengths, num_buckets=3, max_tokens=600)
+    named = sampler.collator(pad_value={"source": 1, "target": -100})
+    mapped = sampler.collator(fields={"src": "source", "tgt": Field("target", pad_value=-100)})
+    for idx in sampler:
+        batch = [{"source": [4] * int(pairs[i, 0]), "target": [5] * int(pairs[i, 1])} for i in idx]
+        out = named(batch)
+        b, ls, lt = out["source"].shape + out["target"].shape[1:]
+        assert (b, ls, lt) in sampler.shapes
+        masks = out["attention_mask"]
+        assert set(masks) == {"source", "target"} and masks["target"].shape == (b, lt)
+        assert out["lengths"].shape == (b, 2)
+        assert out["lengths"][out["sample_mask"]].tolist() == pairs[idx].tolist()
+        assert (out["target"][~masks["target"]] == -100).all()
+        renamed = [{"src": s["source"], "tgt": s["target"]} for s in batch]
+        out2 = mapped(renamed)
+        assert torch.equal(out2["src"], torch.where(masks["source"], out["source"], 0))
+        assert torch.equal(out2["tgt"], out["target"])
+
+
+def test_images_with_two_variable_dims():
+    wh = load_real("coco")[:200] // 40  # (width, height) scaled down
+    spec = BucketSpec.build(wh, num_buckets=3, max_tokens=2000, size="prod", max_shapes=5)
+    sampler = BucketSampler(spec)
+    assert len(sampler.shapes) <= 5
+    collate = sampler.collator(fields=Field(dims=(-1, -2)), pad_value=-1.0)  # W -> -1, H -> -2
+    for idx in sampler:
+        imgs = [torch.rand(3, int(wh[i, 1]), int(wh[i, 0])) for i in idx]
+        out = collate(imgs)
+        b, c, h, w = out["inputs"].shape
+        assert (b, w, h) in sampler.shapes and c == 3
+        mw, mh = out["attention_mask"]["0"], out["attention_mask"]["1"]
+        full = mh[:, :, None] & mw[:, None, :]
+        assert ((out["inputs"] >= 0).all(1) == full).all()
+        for r, img in enumerate(imgs):
+            assert torch.equal(out["inputs"][r, :, : img.shape[1], : img.shape[2]], img)
+
+
+# --- groups, policies, pickling -------------------------------------------------------------
+def test_groups_come_from_the_sample_field():
+    from torch.utils.data import ConcatDataset
+
+    a_len, b_len = load_real("ecoli")[:120], load_real("gsm8k")[:80, 1]
+    a = [{"x": torch.ones(int(n))} for n in a_len]
+    b = [{"x": torch.ones(int(n))} for n in b_len]
+    sampler = BucketSampler.from_concat_dataset(
+        ConcatDataset([a, b]), [a_len, b_len], num_buckets=3, batch_size=8
+    )
+    collate = sampler.collator()
+    assert collate.group_key == "dataset"
+    for idx in sampler:
+        out = collate([sampler.dataset[i] for i in idx])
+        assert tuple(out["x"].shape) in sampler.shapes
+        assert len(set(out["dataset"][out["sample_mask"]].tolist())) == 1
+    with pytest.raises(ValueError, match="batch mixes groups"):
+        collate([sampler.dataset[0], sampler.dataset[len(a) + 1]])
+    no_group = PadCollator.from_sampler(sampler, group_key=None)
+    with pytest.raises(ValueError, match="group_key"):
+        no_group([sampler.dataset[0]])
+
+
+@pytest.mark.parametrize("last_batch", ["pad", "fill", "drop", "keep"])
+def test_every_policy_yields_planned_shapes(last_batch):
+    lengths = load_real("europarl")[:500, 1]
+    lengths = lengths[lengths > 0]
+    sampler = BucketSampler(lengths, num_buckets=4, max_tokens=256, last_batch=last_batch)
+    collate = pickle.loads(pickle.dumps(sampler.collator()))
+    rows = 0
+    for batch in batches_of(sampler, lengths, lambda i, n: torch.full((int(n),), i)):
+        out = collate(batch)
+        assert tuple(out["inputs"].shape) in sampler.shapes
+        rows += int(out["sample_mask"].sum())
+        if last_batch != "pad":
+            assert out["sample_mask"].all()
+    if last_batch == "drop":
+        assert rows <= len(lengths)
+    else:
+        assert rows >= len(lengths)
+
+
+def test_pickle_keeps_only_the_configuration():
+    sampler = BucketSampler(load_real("ecoli"), num_buckets=4, batch_size=32)
+    collate = sampler.collator(pad_value={"a": 1}, side="left", mask_dtype=torch.int32)
+    blob = pickle.dumps(collate)
+    assert len(blob) < 20_000  # the ShapeTable, not the 4,391 lengths
+    again = pickle.loads(blob)
+    assert (again.side, again.pad_value, again.mask_dtype) == ("left", {"a": 1}, torch.int32)
+    assert again.shapes == sampler.shapes
+
+
+# --- bad input -------------------------------------------------------------------------------
+@pytest.fixture
+def small():
+    return BucketSampler([2, 3, 4, 10, 12, 16], num_buckets=2, batch_size=3, shuffle=False)
+
+
+def test_actual_length_disagreeing_with_the_declared_one(small):
+    collate = small.collator()
+    assert small.boundaries.tolist() == [4, 16]
+    with pytest.raises(
+        ValueError,
+        match=r"position 2 has length 9 \(bucket 16\).*position 0 has "
+        r"length 2 \(bucket 4\).*disagree with the lengths given",
+    ):
+        collate([torch.ones(2), torch.ones(3), torch.ones(9)])
+    with pytest.raises(ValueError, match=r"position 1 .*length 17, beyond the longest planned"):
+        collate([torch.ones(12), torch.ones(17)])
+    tokens = BucketSampler([10] * 8 + [100] * 8, num_buckets=2, max_tokens=400)
+    with pytest.raises(
+        ValueError,
+        match=r"batch of 5 samples does not fit its target shape \(4, 100\): the sample at batch "
+        "position 0 has length 100",
+    ):
+        tokens.collator()([torch.ones(100)] * 5)
+    pairs = BucketSampler(np.array([[2, 2]] * 4 + [[8, 8]] * 4), num_buckets=2, max_tokens=16)
+    assert pairs.shapes == [(1, 8, 8), (4, 2, 2)]
+    with pytest.raises(
+        ValueError,
+        match="batch of 2 samples does not fit .* position 1 has length"
+        r" \(8, 2\)",
+    ):
+        pairs.collator()([(torch.ones(2), torch.ones(2)), (torch.ones(8), torch.ones(2))])
+
+
+def test_unknown_fields_and_pad_values(small):
+    sample = {"ids": [1, 2], "label": 0}
+    with pytest.raises(KeyError, match=r"fields names \['idz'\]"):
+        small.collator(fields={"idz": "length"})([sample])
+    with pytest.raises(KeyError, match=r"pad_value names \['lables'\]"):
+        small.collator(pad_value={"lables": -100})([sample])
+    with pytest.raises(ValueError, match=r"inputs \('target',\) .* inputs are \('length',\)"):
+        small.collator(fields={"ids": "target"})
+    with pytest.raises(TypeError, match="leave it out of fields"):
+        small.collator(fields={"ids": "length", "label": "length"})([sample])
+    with pytest.raises(ValueError, match="collator writes itself"):
+        small.collator()([{"ids": [1, 2], "lengths": 2}])
+
+
+def test_mismatched_structures(small):
+    collate = small.collator()
+    with pytest.raises(ValueError, match=r"position 1 has keys \['b'\] but .* \['a'\]"):
+        collate([{"a": [1, 2]}, {"b": [1, 2]}])
+    with pytest.raises(
+        ValueError, match="position 1 has 3 elements but the sample at position 0 has 2"
+    ):
+        collate([(torch.ones(2), 1), (torch.ones(2), 1, 2)])
+    with pytest.raises(TypeError, match=r"position 1 is a dict sample but .* bare"):
+        collate([torch.ones(2), {"a": [1, 2]}])
+    with pytest.raises(TypeError, match="position 1 is a ndarray"):
+        collate([torch.ones(2), np.ones(2)])
+    with pytest.raises(
+        ValueError, match=r"position 1 has shape \(3, 2\) but position 0 has \(2, 2\)"
+    ):
+        collate([torch.ones(2, 2), torch.ones(3, 2)])
+    with pytest.raises(ValueError, match="treated as fixed-size but cannot be stacked"):
+        small.collator(fields={"a": "length"})(
+            [{"a": [1, 2], "b": torch.ones(2)}, {"a": [1, 2], "b": torch.ones(3)}]
+        )
+
+
+def test_argument_errors(small):
+    table = small.shape_table
+    with pytest.raises(ValueError, match="side must be one of 'left', 'right', got side='up'"):
+        PadCollator(table, side="up")
+    with pytest.raises(TypeError, match="pad_value must be a number, got pad_value='0'"):
+        PadCollator(table, pad_value="0")
+    with pytest.raises(TypeError, match=r"mask_dtype must be a torch\.dtype"):
+        PadCollator(table, mask_dtype="bool")
+    with pytest.raises(TypeError, match="shape_table must be a ShapeTable"):
+        PadCollator([(3, 4)])
+    with pytest.raises(TypeError, match="sampler must be a BucketSampler"):
+        PadCollator.from_sampler(table)
+    with pytest.raises(ValueError, match="input and dims must pair up"):
+        Field(input=("a", "b"), dims=-1)
+    with pytest.raises(TypeError, match="dims must be an int or a tuple of ints"):
+        Field(dims=True)
+    with pytest.raises(ValueError, match="non-empty list of samples"):
+        PadCollator(table)([])
+    with pytest.raises(ValueError, match="pad value -1 for field 'inputs' does not fit"):
+        PadCollator(table, pad_value=-1)([np.ones(2, dtype=np.uint8)])
+    joint = BucketSampler(np.array([[2, 3], [4, 5]]), num_buckets=1, batch_size=2)
+    with pytest.raises(ValueError, match=r"fields=Field\(dims=\(-2, -1\)\)"):
+        joint.collator()([torch.ones(3, 2), torch.ones(5, 4)])
