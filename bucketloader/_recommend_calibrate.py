@@ -51,6 +51,7 @@ def calibrate(
     make_inputs: Callable[[int, int], tuple[Any, ...]] | None = None,
     repeats: int = 5,
     compile_kwargs: dict[str, Any] | None = None,
+    after_call: Callable[[Any], Any] | None = None,
 ) -> Calibration:
     """Measure compile time per shape and the per-token cost of ``model_fn`` under torch.compile.
 
@@ -58,11 +59,13 @@ def calibrate(
     and called on each example shape: the first call's excess over the steady-state call is that
     shape's compile time; ``repeats`` further calls give the steady step time, and a least-squares
     line through (rows x length, median step time) gives ``seconds_per_token`` (slope) and
-    ``seconds_per_step`` (intercept). The model is linear in padded tokens; pick example shapes
-    that span your planned ones (e.g. the smallest and largest bucket). Pass a training step
-    (forward, backward, optimizer) to calibrate training. This calls ``torch._dynamo.reset()``
-    first (clearing other compiled functions' caches) and raises the recompile limit to cover
-    the example shapes for the duration of the call.
+    ``seconds_per_step`` (intercept). The model is linear in padded tokens; pick example shapes that
+    span your planned ones (e.g. the smallest and largest bucket). To calibrate training, pass the
+    model's loss function as ``model_fn`` and the rest of the step as ``after_call`` (e.g. ``lambda
+    loss: (loss.backward(), opt.step(), opt.zero_grad())``): it runs uncompiled after every call,
+    inside the timing (CUDA is synchronised before each clock read). This calls
+    ``torch._dynamo.reset()`` first (clearing other compiled functions' caches) and raises the
+    recompile limit to cover the example shapes for the duration of the call.
 
     Args:
         model_fn: callable run as ``model_fn(*make_inputs(rows, length))``.
@@ -70,6 +73,7 @@ def calibrate(
         make_inputs: builds the inputs of one shape; default ``(torch.randn(rows, length),)``.
         repeats: steady-state calls per shape (the median is used).
         compile_kwargs: extra ``torch.compile`` arguments (``backend``, ``mode``, ...).
+        after_call: called on each output, timed with the call (backward and optimizer step).
 
     Example:
         >>> cal = calibrate(lambda x: (x * 2).sum(), example_shapes=[(2, 8), (4, 16)],
@@ -84,6 +88,10 @@ def calibrate(
 
     if not callable(model_fn):
         raise TypeError(f"model_fn must be callable, got model_fn={model_fn!r}")
+    if after_call is not None and not callable(after_call):
+        raise TypeError(f"after_call must be callable or None, got after_call={after_call!r}")
+    after = after_call or (lambda out: out)
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     shapes = _check_shapes(example_shapes)
     repeats = check_int("repeats", repeats, minimum=1)
     make = make_inputs or _default_inputs
@@ -97,20 +105,22 @@ def calibrate(
         for rows, length in shapes:
             inputs = make(rows, length)
             start = time.perf_counter()
-            compiled(*inputs)
+            after(compiled(*inputs))
+            sync()
             first = time.perf_counter() - start
             times = []
             for _ in range(repeats):
                 start = time.perf_counter()
-                compiled(*inputs)
+                after(compiled(*inputs))
+                sync()
                 times.append(time.perf_counter() - start)
             step = statistics.median(times)
             rows_out.append((rows, length, max(first - step, 0.0), step))
     tokens = np.array([r * n for r, n, _, _ in rows_out], dtype=np.float64)
     steps = np.array([s for *_, s in rows_out])
     slope, intercept = np.polyfit(tokens, steps, 1)
-    if slope < 0:  # noise beat the signal: fall back to a line through the origin
-        slope, intercept = float(np.dot(tokens, steps) / np.dot(tokens, tokens)), 0.0
+    if slope < 0:  # step time does not grow with tokens here: all of it is per-step overhead
+        slope, intercept = 0.0, float(steps.mean())
     return Calibration(
         compile_seconds_per_shape=float(statistics.median(c for _, _, c, _ in rows_out)),
         seconds_per_token=float(max(slope, 0.0)),
