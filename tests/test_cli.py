@@ -1,0 +1,263 @@
+"""The ``bucketloader`` console script, run for real in subprocesses; and the file readers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bucketloader import compute_boundaries
+from bucketloader._io import LengthFileError, default_lengths, read_lengths
+
+SCRIPT = Path(sys.executable).with_name("bucketloader")
+LENGTHS = [5, 17, 3, 3, 40, 12, 9, 9, 9, 28, 33, 6]
+
+
+def _cmd(*args: str) -> list[str]:
+    if SCRIPT.exists():
+        return [str(SCRIPT), *args]
+    return [sys.executable, "-m", "bucketloader.cli", *args]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "BUCKETLOADER_CACHE_DIR": str(tmp_path / "cache"), "MPLBACKEND": "Agg"}
+
+
+def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        _cmd(*args), capture_output=True, text=True, env=_env(tmp_path), timeout=120
+    )
+
+
+@pytest.fixture
+def files(tmp_path):
+    """The same lengths in every supported format."""
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "one.txt").write_text("\n".join(map(str, LENGTHS)) + "\n")
+    (d / "two.txt").write_text("".join(f"{x}\t{2 * x}\n" for x in LENGTHS))
+    np.save(d / "one.npy", np.array(LENGTHS, dtype=np.int32))
+    (d / "t.csv").write_text("id,n\n" + "".join(f"u{i},{x}\n" for i, x in enumerate(LENGTHS)))
+    (d / "t.tsv").write_text("n\tid\n" + "".join(f"{x}\tu{i}\n" for i, x in enumerate(LENGTHS)))
+    (d / "t.jsonl").write_text(
+        "".join(json.dumps({"n": x, "ids": list(range(x))}) + "\n" for x in LENGTHS)
+    )
+    return d
+
+
+def test_readers_agree_on_every_format(files):
+    want = LENGTHS
+    assert read_lengths(files / "one.txt").tolist() == want
+    assert read_lengths(files / "two.txt", "0").tolist() == want
+    assert read_lengths(files / "two.txt", 1).tolist() == [2 * x for x in want]
+    assert read_lengths(files / "one.npy").tolist() == want
+    assert read_lengths(files / "t.csv", "n").tolist() == want
+    assert read_lengths(files / "t.tsv", "n").tolist() == want
+    assert read_lengths(files / "t.jsonl", "n").tolist() == want
+    assert read_lengths(files / "t.jsonl", "ids").tolist() == want  # list column: its lengths
+
+
+def test_arrow_formats(files):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    table = pa.table({"n": LENGTHS, "ids": [list(range(x)) for x in LENGTHS]})
+    pq.write_table(table, files / "t.parquet")
+    assert read_lengths(files / "t.parquet", "ids").tolist() == LENGTHS
+    assert read_lengths(files / "t.parquet", "n").tolist() == LENGTHS
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"ids": [list(range(x)) for x in LENGTHS]}).save_to_disk(
+        str(files / "saved")
+    )
+    assert read_lengths(files / "saved", "ids").tolist() == LENGTHS
+    assert read_lengths(files / "saved").tolist() == LENGTHS  # the only column
+    with pytest.raises(LengthFileError, match="unknown column 'nope'"):
+        read_lengths(files / "saved", "nope")
+    with pytest.raises(LengthFileError, match="unknown column 'nope'"):
+        read_lengths(files / "t.parquet", "nope")
+
+
+def test_default_lengths_match_the_shared_copy(librispeech):
+    assert np.array_equal(default_lengths(), librispeech)
+
+
+def test_report_end_to_end(tmp_path, files):
+    out = run(
+        tmp_path,
+        "report",
+        str(files / "t.csv"),
+        "--column",
+        "n",
+        "-k",
+        "2",
+        "4",
+        "--batch-size",
+        "4",
+        "--plot",
+        str(tmp_path / "r.png"),
+        "--json",
+        str(tmp_path / "r.json"),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "samples 12 | distinct lengths 9 | min 3 | median 9 | max 40" in out.stdout
+    assert "dynamic padding (random batches of 4" in out.stdout
+    assert "recommended (*)" in out.stdout and "rule:" in out.stdout
+    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    body = json.loads((tmp_path / "r.json").read_text())
+    optimal4 = next(r for r in body["rows"] if r["strategy"] == "optimal" and r["num_buckets"] == 4)
+    assert optimal4["boundaries"] == compute_boundaries(LENGTHS, 4).tolist()
+
+
+def test_precompute_miss_then_hit_and_shapes_match_the_sampler(tmp_path, files):
+    torch = pytest.importorskip("torch")  # noqa: F841  (the sampler needs it)
+    from bucketloader.sampler import BucketSampler
+
+    args = ["precompute", str(files / "one.txt"), "--strategy", "optimal", "-k", "3"]
+    first = run(tmp_path, *args, "--max-tokens", "100", "--json", str(tmp_path / "p.json"))
+    assert first.returncode == 0, first.stderr
+    assert "cache: miss" in first.stdout
+    second = run(tmp_path, *args, "--max-tokens", "100", "--cache-dir", str(tmp_path / "cache"))
+    assert second.returncode == 0 and "cache: hit" in second.stdout
+    body = json.loads((tmp_path / "p.json").read_text())
+    want = compute_boundaries(LENGTHS, 3).tolist()
+    assert body["solution"]["boundaries"] == want
+    assert f"boundaries: {want}" in first.stdout
+    sampler = BucketSampler(LENGTHS, num_buckets=3, max_tokens=100)
+    assert [tuple(s) for s in body["shapes"]] == sampler.shapes
+    assert Path(body["cache_entry"]).exists()
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1
+
+
+def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "frac.txt").write_text("4\n5\n3.5\n7\n")
+    (d / "word.txt").write_text("4\nfive\n")
+    (d / "neg.txt").write_text("4\n5\n6\n-2\n")
+    (d / "empty.txt").write_text("")
+    (d / "blank.txt").write_text("\n\n  \n")
+    (d / "ragged.txt").write_text("4\t5\n6\n")
+    (d / "bad.csv").write_text("n\n4\n5\nx\n")
+    (d / "bad.jsonl").write_text('{"n": 4}\n{"n": 5\n')
+    (d / "strs.jsonl").write_text('{"n": "a"}\n')
+    (d / "lengths.xyz").write_text("4\n")
+    np.save(d / "objects.npy", np.array([[1], "x"], dtype=object), allow_pickle=True)
+    (d / "notads").mkdir()
+    (d / "file").write_text("x")
+    one, two = str(files / "one.txt"), str(files / "two.txt")
+    pre = ["precompute", one, "-k", "2"]
+    return {
+        "missing file": (["report", str(d / "nope.txt")], "no such file"),
+        "unknown csv column": (["report", str(files / "t.csv"), "--column", "x"], "unknown column"),
+        "unknown txt column": (["report", two, "--column", "5"], "column 5 does not exist"),
+        "txt column not an index": (["report", two, "--column", "n"], "must be an index"),
+        "two columns, none chosen": (["report", two], "choose one with --column"),
+        "fraction": (["report", str(d / "frac.txt")], "line 3: expected a whole number, got '3.5'"),
+        "word": (["report", str(d / "word.txt")], "line 2: expected a non-negative integer"),
+        "negative": (["report", str(d / "neg.txt")], "line 4: lengths must be non-negative"),
+        "empty file": (["report", str(d / "empty.txt")], "holds no lengths"),
+        "blank file": (["report", str(d / "blank.txt")], "holds no lengths"),
+        "ragged": (["report", str(d / "ragged.txt"), "--column", "0"], "line 2: expected 2"),
+        "csv bad value": (["report", str(d / "bad.csv"), "--column", "n"], "line 4"),
+        "jsonl bad line": (["report", str(d / "bad.jsonl"), "--column", "n"], "line 2: not valid"),
+        "jsonl strings": (["report", str(d / "strs.jsonl"), "--column", "n"], "ints) or lists"),
+        "unknown suffix": (["report", str(d / "lengths.xyz")], "unknown file type '.xyz'"),
+        "pickled npy": (["report", str(d / "objects.npy")], "not a readable .npy"),
+        "not a saved dataset": (["report", str(d / "notads")], "save_to_disk"),
+        "unknown strategy": ([*pre, "--strategy", "magic"], "strategy must be one of"),
+        "unknown report strategy": (["report", one, "--strategies", "magic"], "must be one of"),
+        "k zero": (["report", one, "-k", "0"], "num_buckets must be an int >= 1"),
+        "precompute k zero": (["precompute", one, "-k", "0"], "num_buckets must be an int >= 1"),
+        "bad cost": ([*pre, "--cost", "cubic"], "cost must be one of"),
+        "max tokens too small": ([*pre, "--max-tokens", "10"], "raise --max-tokens to at least 40"),
+        "both batch options": ([*pre, "--max-tokens", "99", "--batch-size", "2"], "not allowed"),
+        "k missing": (["precompute", one], "required: -k"),
+        "not an int": (["report", one, "-k", "four"], "invalid int value"),
+        "plot unwritable": (["report", one, "--plot", str(d / "file" / "x.png")], "file"),
+        "no command": ([], ""),
+    }
+
+
+#: The bad inputs the issue names, run through the real console script (all at once: each is a
+#: short-lived process that mostly waits on imports). The rest run in-process through main().
+SUBPROCESS_CASES = (
+    "missing file",
+    "unknown csv column",
+    "fraction",
+    "negative",
+    "empty file",
+    "unknown strategy",
+    "max tokens too small",
+    "k missing",
+    "no command",
+)
+
+
+def _check_failure(name: str, code: int, stdout: str, stderr: str, want: str) -> None:
+    assert code == 2, (name, stdout, stderr)
+    assert "Traceback" not in stderr, (name, stderr)
+    if name == "no command":
+        assert "usage:" in stdout
+        return
+    lines = [x for x in stderr.strip().splitlines() if not x.startswith("solving (")]
+    assert len(lines) == 1 and lines[0].startswith("bucketloader: error: "), (name, stderr)
+    assert want in lines[0], (name, lines[0])
+
+
+def test_bad_inputs_exit_2_with_one_clear_line_in_a_real_process(tmp_path, files):
+    cases = _bad_cases(tmp_path, files)
+    env = _env(tmp_path)
+    procs = {
+        name: subprocess.Popen(
+            _cmd(*cases[name][0]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for name in SUBPROCESS_CASES
+    }
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=180)
+        _check_failure(name, proc.returncode, stdout, stderr, cases[name][1])
+
+
+def test_every_bad_input_exits_2_with_one_clear_line(tmp_path, files, capsys, monkeypatch):
+    from bucketloader.cli import main
+
+    monkeypatch.setenv("BUCKETLOADER_CACHE_DIR", str(tmp_path / "cache"))
+    for name, (args, want) in _bad_cases(tmp_path, files).items():
+        code = main(args)
+        out = capsys.readouterr()
+        _check_failure(name, code, out.out, out.err, want)
+
+
+def test_module_entry_point_and_help(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "bucketloader.cli", "--help"], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and "report" in out.stdout and "precompute" in out.stdout
+
+
+@pytest.mark.slow
+def test_demo_runs_on_the_shipped_data(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = subprocess.run(
+        _cmd("demo", "--max-batches", "2", "--plot", str(tmp_path / "demo.png")),
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "28,539 utterances" in text and "recommended (*)" in text
+    assert "bucketloader, optimal k=16" in text and "all planned" in text
+    assert "dynamic padding, batch 32" in text
+    assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
