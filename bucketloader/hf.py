@@ -169,3 +169,131 @@ def add_lengths(
     for n, col in zip(names, cols, strict=True):
         dataset = dataset.add_column(n, col.tolist())
     return dataset
+
+
+def for_text(
+    dataset: Any,
+    column: str | Sequence[str] = "input_ids",
+    *,
+    pad_token_id: int | None = None,
+    tokenizer: Any = None,
+    **options: Any,
+) -> Any:
+    """A ready :class:`~bucketloader.sampler.BucketSampler` + collator for tokenised text.
+
+    Args:
+        dataset: a tokenised ``datasets.Dataset``, or a list of them for per-dataset bucketing
+            (boundaries fitted per dataset, batches never mix datasets).
+        column: the bucketed token column, or several for per-input bucketing (e.g.
+            ``["input_ids", "labels"]`` for seq2seq: each gets its own boundaries).
+        pad_token_id: the pad id of the token columns; or
+        tokenizer: any object with ``pad_token_id`` (a ``transformers`` tokenizer).
+        **options: ``BucketSampler`` options (``num_buckets``, ``strategy``, ``batch_size`` or
+            ``max_tokens``, ``last_batch``, ``shuffle``, ``seed``, ``num_replicas``, ``rank``).
+
+    Returns:
+        A :class:`Bucketing` ``(sampler, collator, dataset)``; ``.dataloader(**kwargs)`` builds
+        the ``DataLoader``. Token-id columns pad with the pad id, ``label*`` columns with -100,
+        the rest with 0; ``attention_mask`` is built (or padded if present) as 0/1 ``long``;
+        columns of the same row lengths pad along (see :mod:`bucketloader._hf_bucketing`).
+
+    Example:
+        >>> import datasets
+        >>> ds = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in (3, 9, 4, 8)],
+        ...                                  "label": [0, 1, 0, 1]})
+        >>> sampler, collate, data = for_text(ds, pad_token_id=0, num_buckets=2, batch_size=2)
+        >>> sampler.shapes
+        [(2, 4), (2, 9)]
+        >>> batch = collate([data[0], data[2]])
+        >>> batch["input_ids"].tolist(), batch["attention_mask"].tolist(), batch["labels"].tolist()
+        ([[5, 5, 5, 0], [5, 5, 5, 5]], [[1, 1, 1, 0], [1, 1, 1, 1]], [0, 0])
+    """
+    from bucketloader import _hf_bucketing as hb
+
+    pad = hb.pad_token_id(pad_token_id, tokenizer)
+    many = _as_list(dataset)
+    inputs = [column] if isinstance(column, str) else list(column)
+    follows = hb.follow_fields(many, inputs, lengths)
+    pads = hb.pad_values(many[0].column_names, inputs, pad)
+    return hb.build(many, inputs, follows, pads, lengths, options=options)
+
+
+def for_audio(
+    dataset: Any,
+    column: str = "audio",
+    *,
+    key: str = "input_values",
+    pad_value: float = 0.0,
+    **options: Any,
+) -> Any:
+    """A ready sampler + collator for audio arrays (raw waveforms or feature-extracted values).
+
+    Args:
+        dataset: a ``datasets.Dataset`` (or a list of them, bucketed per dataset) with either a
+            decoded-audio struct column ``{"array": [...], "sampling_rate": ...}`` or a list
+            column of samples (e.g. ``input_values`` from a feature extractor).
+        column: that column.
+        key: the output key of a struct column's array (the rows are read in torch format).
+        pad_value: pad value of the waveform.
+        **options: ``BucketSampler`` options; ``max_tokens`` counts audio samples per batch.
+
+    Example:
+        >>> import datasets
+        >>> ds = datasets.Dataset.from_dict({"audio": [
+        ...     {"array": [0.5] * n, "sampling_rate": 16000} for n in (3, 9, 4, 8)]})
+        >>> sampler, collate, data = for_audio(ds, num_buckets=2, max_tokens=18)
+        >>> sampler.shapes
+        [(2, 9), (4, 4)]
+        >>> collate([data[1], data[3]])["input_values"].shape
+        torch.Size([2, 9])
+    """
+    from bucketloader import _hf_bucketing as hb
+    from bucketloader._hf_arrow import resolve_column, table_and_indices
+
+    many = _as_list(dataset)
+    table, _ = table_and_indices(many[0])
+    _, path = resolve_column(table, column)
+    if path == column:  # a plain list column: samples as they are
+        follows = hb.follow_fields(many, [column], lengths)
+        pads = {**dict.fromkeys(many[0].column_names, 0), column: pad_value}
+        return hb.build(
+            many,
+            [column],
+            follows,
+            pads,
+            lengths,
+            view=lambda d: d.with_format("torch"),
+            options=options,
+        )
+    head = path.split(".")[0]
+    rest = [c for c in many[0].column_names if c != head]
+    pads = {**dict.fromkeys(rest, 0), "sampling_rate": 0, key: pad_value}
+    pads = {k: (hb.LABEL_PAD if k.startswith("label") else v) for k, v in pads.items()}
+    return hb.build(
+        many,
+        [key],
+        {key: key},
+        pads,
+        lambda d, _c: lengths(d, path),
+        view=lambda d: hb.AudioRows(d, head, key),
+        options=options,
+    )
+
+
+def _as_list(dataset: Any) -> list[Any]:
+    many = list(dataset) if isinstance(dataset, (list, tuple)) else [dataset]
+    if not many:
+        raise ValueError("dataset must be a Dataset or a non-empty list of them, got []")
+    return many
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BucketTrainer":  # defined on first use: it subclasses transformers.Trainer
+        from bucketloader._hf_trainer import trainer_class
+
+        return trainer_class()
+    if name in ("Bucketing", "ModelInputs", "EpochDataLoader"):
+        from bucketloader import _hf_bucketing
+
+        return getattr(_hf_bucketing, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 from conftest import load_real
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -157,3 +158,112 @@ def test_add_lengths_roundtrip_through_disk(tmp_path):
     np.testing.assert_array_equal(got, hf.lengths(ds, ["src", "tgt"]))
     with pytest.raises(ValueError, match="name must give 2 column names"):
         hf.add_lengths(ds, ["src", "tgt"], name="length")
+
+
+# -- one-call sampler + collator -----------------------------------------------------------------
+
+
+def _all_batches(bucketing, **kw):
+    return list(bucketing.dataloader(**kw))
+
+
+def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
+    from types import SimpleNamespace
+
+    lens = load_real("multi30k")[:600, 0]
+    rows = [list(range(1, n + 1)) for n in lens]
+    ds = datasets.Dataset.from_dict(
+        {
+            "input_ids": rows,
+            "token_type_ids": [[1] * n for n in lens],
+            "labels": rows,  # token-level labels of the same lengths (causal LM)
+            "text": ["x"] * len(lens),
+        }
+    ).shuffle(seed=0)
+    b = hf.for_text(ds, tokenizer=SimpleNamespace(pad_token_id=99), num_buckets=4, max_tokens=256)
+    shapes = set(b.sampler.shapes)
+    batches = _all_batches(b)
+    assert len(batches) == len(b.sampler)
+    real = 0
+    for batch in batches:
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        assert tuple(ids.shape) in shapes
+        assert mask.dtype == torch.long and set(batch) == {
+            "input_ids",
+            "token_type_ids",
+            "labels",
+            "attention_mask",
+            "text",
+        }
+        assert (ids[mask == 0] == 99).all() and (ids[mask == 1] != 99).all()
+        assert (batch["labels"][mask == 0] == -100).all()
+        assert (batch["token_type_ids"] == mask).all()
+        real += int(mask.sum())
+    assert real == int(lens.sum())
+    with pytest.raises(ValueError, match="pad_token_id=None"):
+        hf.for_text(ds, tokenizer=SimpleNamespace(pad_token_id=None), batch_size=4)
+    with pytest.raises(ValueError, match="pass pad_token_id="):
+        hf.for_text(ds, batch_size=4)
+
+
+def test_for_text_seq2seq_buckets_each_column():
+    pairs = load_real("europarl")[:800]
+    pairs = pairs[(pairs > 0).all(axis=1)]
+    ds = datasets.Dataset.from_dict(
+        {
+            "input_ids": [[5] * a for a in pairs[:, 0]],
+            "attention_mask": [[1] * a for a in pairs[:, 0]],
+            "labels": [[6] * t for t in pairs[:, 1]],
+        }
+    )
+    b = hf.for_text(ds, ["input_ids", "labels"], pad_token_id=0, num_buckets=3, batch_size=16)
+    shapes = set(b.sampler.shapes)
+    assert all(len(s) == 3 for s in shapes)
+    for batch in _all_batches(b):
+        (n, ls), (n2, lt) = batch["input_ids"].shape, batch["labels"].shape
+        assert n == n2 and (n, ls, lt) in shapes
+        assert ((batch["labels"] == 6) | (batch["labels"] == -100)).all()
+        assert batch["attention_mask"].shape == (n, ls)  # padded from the column, not rebuilt
+
+
+def test_for_text_per_dataset_groups_never_mix():
+    a, g = load_real("multi30k")[:300, 0], load_real("gsm8k")[:200, 0]
+    da = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in a]})
+    dg = datasets.Dataset.from_dict({"input_ids": [[2] * n for n in g]})
+    b = hf.for_text([da, dg], pad_token_id=0, num_buckets=3, batch_size=8)
+    assert set(b.sampler.boundaries) == {0, 1}
+    seen = 0
+    for batch in _all_batches(b):
+        ids = batch["input_ids"]
+        assert tuple(ids.shape) in set(b.sampler.shapes) and "dataset" not in batch
+        assert len(set(ids[ids != 0].tolist())) == 1
+        seen += int((batch["attention_mask"].sum(1) > 0).sum())
+    assert seen == len(a) + len(g)
+
+
+def test_for_text_rejects_a_ragged_column_it_cannot_pad():
+    ds = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]], "words": [[1], [2, 3]]})
+    with pytest.raises(ValueError, match="list column 'words' has row lengths that match none"):
+        hf.for_text(ds, pad_token_id=0, batch_size=2)
+
+
+def test_for_audio_struct_and_list_columns():
+    lens = load_real("commonvoice")[:120] // 10  # ms / 10: small arrays, real shape of the mix
+    audio = [{"array": np.full(n, 0.25, np.float32), "sampling_rate": 16000} for n in lens]
+    ds = datasets.Dataset.from_dict({"audio": audio, "label": [i % 3 for i in range(120)]})
+    b = hf.for_audio(ds, num_buckets=4, max_tokens=4000)
+    total = 0
+    for batch in _all_batches(b):
+        x = batch["input_values"]
+        assert tuple(x.shape) in set(b.sampler.shapes) and x.dtype == torch.float32
+        assert (x[batch["attention_mask"] == 0] == 0).all()
+        assert (batch["labels"][batch["attention_mask"].sum(1) == 0] == -100).all()
+        total += int(batch["attention_mask"].sum())
+    assert total == int(lens.sum())
+    flat = datasets.Dataset.from_dict(
+        {"input_values": [a["array"] for a in audio], "attention_mask": [[1] * n for n in lens]}
+    )
+    b2 = hf.for_audio(flat, "input_values", num_buckets=4, batch_size=8, pad_value=-1.0)
+    batch = next(iter(b2.dataloader()))
+    assert tuple(batch["input_values"].shape) in set(b2.sampler.shapes)
+    assert (batch["input_values"][batch["attention_mask"] == 0] == -1).all()
