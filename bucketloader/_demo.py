@@ -16,12 +16,14 @@ import time
 from typing import Any
 
 import numpy as np
+import torch
+from torch.utils.data import Dataset
 
 FRAME = 320  # samples per 20 ms frame at 16 kHz
 FEATURES = 80
 
 
-class SyntheticFeatures:
+class SyntheticFeatures(Dataset[dict[str, Any]]):
     """Map-style dataset: item ``i`` is ``{"features": randn(frames[i], dim)}``, seeded by ``i``."""
 
     def __init__(self, frames: np.ndarray, dim: int = FEATURES) -> None:
@@ -32,8 +34,6 @@ class SyntheticFeatures:
         return int(self.frames.size)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        import torch
-
         g = torch.Generator().manual_seed(int(i))
         return {"features": torch.randn(int(self.frames[i]), self.dim, generator=g)}
 
@@ -60,7 +60,6 @@ def epoch_stats(batches: Any, frames: np.ndarray, shape_of: Any) -> dict[str, An
 
 
 def run_demo(*, num_buckets: int, batch_size: int, max_batches: int, plot: str | None) -> int:
-    import torch
     from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
     from bucketloader._io import default_lengths
@@ -88,7 +87,7 @@ def run_demo(*, num_buckets: int, batch_size: int, max_batches: int, plot: str |
 
     dataset = SyntheticFeatures(frames)
     fields = {"features": Field(dims=-2)}
-    loaders = {}
+    loaders: dict[str, tuple[Any, Any, Any, Any]] = {}
     for name in ("optimal", "percentile"):
         sampler = BucketSampler(frames, num_buckets=k, strategy=name, batch_size=bs, seed=0)
         table = sampler.shape_table

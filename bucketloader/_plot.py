@@ -135,9 +135,10 @@ def _frontier(ax: Any, r: DynamicityReport) -> None:
         ax.annotate(
             f"dynamic padding, batch {d['batch_size']}: {pct(d['padding_ratio'])}, "
             f"{d['num_shapes']:,} shapes",
-            (ks[0], y),
+            (ks[-1], y),
             textcoords="offset points",
-            xytext=(2, 3),
+            xytext=(0, -11),
+            ha="right",
             fontsize=8,
         )
     best = r.recommended
@@ -172,7 +173,7 @@ def _shapes(ax: Any, r: DynamicityReport) -> None:
     names = list(r.batch_shapes)[:12]
     distinct = [len(r.batch_shapes[n]) for n in names]
     y = np.arange(len(names))
-    ax.barh(y, distinct, color="#8fbc8f")
+    ax.barh(y, distinct, height=0.5, color="#8fbc8f")
     for yi, n, c in zip(y, names, distinct, strict=True):
         top_shape, top_count = r.batch_shapes[n].most_common(1)[0]
         ax.annotate(

@@ -45,9 +45,10 @@ def bucket_table(
         for i, edge in enumerate(b):
             if int(edge) in planned:
                 batch[i] = planned[int(edge)]
-                shapes[i] = [int(batch[i]), int(edge)]
-                if tuple(shapes[i]) not in table:  # pragma: no cover - a plan/table mismatch
-                    raise RuntimeError(f"shape {shapes[i]} missing from the sampler's shape table")
+                shape = (int(batch[i]), int(edge))
+                if shape not in table:  # pragma: no cover - a plan/table mismatch
+                    raise RuntimeError(f"shape {shape} missing from the sampler's shape table")
+                shapes[i] = list(shape)
     rows = []
     for i, edge in enumerate(b):
         lo = 0 if i == 0 else int(b[i - 1]) + 1

@@ -70,7 +70,9 @@ class BucketCache:
             over it, the oldest entries are removed first until it is under 0.99 × the limit
             (the Gaudi recipe-cache policy), one process at a time under a lock file.
         distributed: coordinate through ``torch.distributed`` when it is initialised with more
-            than one rank (see :mod:`bucketloader._cache_dist`).
+            than one rank (see :mod:`bucketloader._cache_dist`). The lookup is then a collective:
+            every rank must make the same call. Pass ``False`` where only one rank computes
+            boundaries (a rank-0-only precompute), or that rank waits for the others.
 
     Attributes:
         hits, misses: lookups answered from / not found in the cache by this object.
