@@ -99,9 +99,12 @@ def padding_cost(lengths: Any, boundaries: Any, *, cost: str = "linear") -> int:
     h = _as_hist(lengths)
     b = np.asarray(boundaries, dtype=np.int64)
     padded = b[assign_buckets(h.values, b)]
-    if cost == "linear":
-        return int(np.dot(padded - h.values, h.counts))
-    return int(np.dot(padded * padded - h.values * h.values, h.counts))
+    power = 1 if cost == "linear" else 2
+    top = max(int(padded[-1]), 1) ** power
+    if top * h.num_samples < 2**62:  # int64 is exact
+        return int(np.dot(padded**power - h.values**power, h.counts))
+    big, vals = padded.astype(object), h.values.astype(object)  # Python ints: no overflow
+    return int(np.dot(big**power - vals**power, h.counts.astype(object)))
 
 
 def padding_ratio(lengths: Any, boundaries: Any) -> float:
