@@ -40,9 +40,10 @@ class Draws:
 
     def __init__(self, seed_seq: np.random.SeedSequence) -> None:
         self.rng = np.random.default_rng(seed_seq)
-        self._refill()
+        self.refill()
 
-    def _refill(self) -> None:
+    def refill(self) -> None:
+        """Draw the next block, remembering the generator state it starts from."""
         self.start = self.rng.bit_generator.state
         self.block = self.rng.random(_BLOCK).tolist()
         self.used = 0
@@ -50,7 +51,7 @@ class Draws:
     def index(self, n: int) -> int:
         """A uniform index in ``[0, n)``."""
         if self.used == _BLOCK:
-            self._refill()
+            self.refill()
         u = self.block[self.used]
         self.used += 1
         return int(u * n)
@@ -60,7 +61,7 @@ class Draws:
 
     def restore(self, state: dict[str, Any]) -> None:
         self.rng.bit_generator.state = state["start"]
-        self._refill()
+        self.refill()
         self.used = int(state["used"])
 
 
@@ -75,20 +76,24 @@ class Engine:
         self.batches = 0
         self.phase = "stream"
         self.shuffle: list[tuple[int, Any, int]] = []
-        self.buckets: list[list[tuple[int, Any]]] = [[] for _ in owner.batch_sizes]
+        self.bpos: list[list[int]] = [[] for _ in owner.batch_sizes]  # positions per bucket
+        self.bsam: list[list[Any]] = [[] for _ in owner.batch_sizes]  # samples per bucket
         self.draws = Draws(np.random.SeedSequence([owner.seed, epoch, worker[0], 0x5742]))
         self.stats = dict.fromkeys(
             ("read", "batches", "overflow_dropped", "truncated", "tail_dropped", "repeated"), 0
         )
         self.snaps: list[tuple[int, Any]] = [(0, None)]
         self.every = max(64, sum(owner.batch_sizes) + owner.shuffle_buffer)
+        self.sizes = owner.batch_sizes
         self.stateful = is_stateful(owner.source) and owner._prefix is None
 
     # -- per sample -----------------------------------------------------------------------
     def prepare(self, pos: int, sample: Any) -> tuple[Any, int] | None:
         """(sample, bucket) after the overflow policy, or ``None`` when dropped."""
         o = self.o
-        length = check_length(o._length(sample), pos)
+        length = o._length(sample)
+        if type(length) is not int or length < 0:
+            length = check_length(length, pos)
         if length > o._limit:
             policy = o.overflow
             if policy == "error":
@@ -112,35 +117,43 @@ class Engine:
         return sample, bucket
 
     def _add(self, pos: int, sample: Any, bucket: int) -> list[Any] | None:
-        buf = self.buckets[bucket]
-        buf.append((pos, sample))
-        if len(buf) < self.o.batch_sizes[bucket]:
+        buf = self.bsam[bucket]
+        buf.append(sample)
+        self.bpos[bucket].append(pos)
+        if len(buf) < self.sizes[bucket]:
             return None
-        self.buckets[bucket] = []
+        self.bsam[bucket], self.bpos[bucket] = [], []
         self.batches += 1
-        return [s for _, s in buf]
+        return buf
 
     # -- the pass ---------------------------------------------------------------------------
     def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
         size = self.o.shuffle_buffer
         shuf = self.shuffle
         if self.phase == "stream":
+            prepare, add, stateful, every = self.prepare, self._add, self.stateful, self.every
+            draws = self.draws
             for sample in it:
                 pos = self.read
-                self.read += 1
-                if self.stateful and self.read % self.every == 0:
+                self.read = pos + 1
+                if stateful and self.read % every == 0:
                     self._snapshot()
-                got = self.prepare(pos, sample)
+                got = prepare(pos, sample)
                 if got is None:
                     continue
-                entry = (pos, got[0], got[1])
                 if size:
+                    entry = (pos, got[0], got[1])
                     if len(shuf) < size:
                         shuf.append(entry)
                         continue
-                    j = self.draws.index(size)
+                    if draws.used == _BLOCK:
+                        draws.refill()
+                    j = int(draws.block[draws.used] * size)  # Draws.index, inlined
+                    draws.used += 1
                     entry, shuf[j] = shuf[j], entry
-                batch = self._add(*entry)
+                    batch = add(*entry)
+                else:
+                    batch = add(pos, got[0], got[1])
                 if batch is not None:
                     yield batch
             self.phase = "flush"
@@ -158,25 +171,24 @@ class Engine:
 
     def _tail(self) -> Iterator[list[Any]]:
         """The partial batches left at the end, by ``last_batch`` (the sampler's meanings)."""
-        policy, sizes = self.o.last_batch, self.o.batch_sizes
-        for i, buf in enumerate(self.buckets):
-            if not buf:
+        policy, sizes = self.o.last_batch, self.sizes
+        for i, batch in enumerate(self.bsam):
+            if not batch:
                 continue
-            self.buckets[i] = []
+            self.bsam[i], self.bpos[i] = [], []
             if policy == "drop":
-                self.stats["tail_dropped"] += len(buf)
+                self.stats["tail_dropped"] += len(batch)
                 continue
-            batch = [s for _, s in buf]
             if policy == "fill":
-                extra = sizes[i] - len(batch)
-                batch += [batch[k % len(buf)] for k in range(extra)]
+                n, extra = len(batch), sizes[i] - len(batch)
+                batch += [batch[k % n] for k in range(extra)]
                 self.stats["repeated"] += extra
             self.batches += 1
             yield batch
 
     # -- state ------------------------------------------------------------------------------
     def _positions(self) -> tuple[list[int], list[list[int]]]:
-        return [e[0] for e in self.shuffle], [[p for p, _ in b] for b in self.buckets]
+        return [e[0] for e in self.shuffle], [list(b) for b in self.bpos]
 
     def _oldest(self) -> int:
         shuf, bucks = self._positions()
@@ -239,7 +251,8 @@ class Engine:
         self.batches = int(state["batches"])
         self.phase = state["phase"]
         self.shuffle[:] = [(p, *got[p]) for p in state["shuffle"]]
-        self.buckets = [[(p, got[p][0]) for p in b] for b in state["buckets"]]
+        self.bpos = [[int(p) for p in b] for b in state["buckets"]]
+        self.bsam = [[got[p][0] for p in b] for b in self.bpos]
         self.draws.restore(state["draws"])
         self.stats = {**self.stats, **state["stats"]}
         self.snaps = [(start, src_state)]
