@@ -44,7 +44,16 @@ def build_and_solve(
     nodes = w.shape[0]
     ii, jj = np.nonzero(keep)
     prob = pulp.LpProblem("bucketloader_boundaries", pulp.LpMinimize)
-    xs = [pulp.LpVariable(f"x_{i}_{j}", cat=pulp.LpBinary) for i, j in zip(ii, jj, strict=True)]
+    if hasattr(prob, "add_variable"):  # PuLP >= 3.3 (LpVariable(...) is deprecated there)
+        xs = [
+            prob.add_variable(f"x_{i}_{j}", 0, 1, cat=pulp.LpBinary)
+            for i, j in zip(ii, jj, strict=True)
+        ]
+    else:  # pragma: no cover - older PuLP
+        xs = [
+            pulp.LpVariable(f"x_{i}_{j}", 0, 1, cat=pulp.LpBinary)
+            for i, j in zip(ii, jj, strict=True)
+        ]
     # integral costs (exact in float64 below 2**53) let CBC use an objective increment of 1
     prob += pulp.LpAffineExpression(list(zip(xs, w[ii, jj].tolist(), strict=True)))
     out_arcs: list[list[Any]] = [[] for _ in range(nodes)]
@@ -73,7 +82,7 @@ def build_and_solve(
         "proved": prob.status == pulp.LpStatusOptimal
         and getattr(prob, "sol_status", pulp.LpSolutionOptimal) == pulp.LpSolutionOptimal,
         "variables": len(xs),
-        "constraints": len(prob.constraints),
+        "constraints": prob.numConstraints(),
     }
     picked = [
         (i, j)

@@ -159,7 +159,9 @@ def _make_solver(solver: Any, time_limit: float, warm_start: bool) -> Any:
     import pulp
 
     if solver is None:
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, warmStart=warm_start)
+        with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC for 4.0
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, warmStart=warm_start)
     if isinstance(solver, str):
         available = pulp.listSolvers(onlyAvailable=True)
         if solver not in available:
@@ -168,7 +170,9 @@ def _make_solver(solver: Any, time_limit: float, warm_start: bool) -> Any:
                 f"solver must be None, a PuLP solver object or one of the available solver names "
                 f"{listed}, got solver={solver!r}"
             )
-        return pulp.getSolver(solver, msg=False, timeLimit=time_limit, warmStart=warm_start)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return pulp.getSolver(solver, msg=False, timeLimit=time_limit, warmStart=warm_start)
     if isinstance(solver, pulp.LpSolver):
         return solver
     raise TypeError(

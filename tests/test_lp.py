@@ -1,0 +1,178 @@
+"""The PuLP strategy: same optimum as the DP, extra constraints against brute force, honesty."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pulp
+import pytest
+from conftest import real_columns
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bucketloader.boundaries import padding_cost
+from bucketloader.histogram import LengthHistogram
+from bucketloader.solve import compute_boundaries, solve_boundaries
+from bucketloader.strategies.lp import lp
+from bucketloader.strategies.optimal import optimal
+
+
+def brute_force(lengths, k, cost="linear", min_fraction=0.0, multiple_of=1):
+    """Least padding over all boundary sets of size <= k (multiples of m) with every non-empty
+    bucket holding at least ceil(min_fraction · N) samples."""
+    h = LengthHistogram.from_lengths(lengths)
+    top = -(-h.max // multiple_of) * multiple_of
+    cands = sorted({-(-v // multiple_of) * multiple_of for v in h.values.tolist()} - {top})
+    need = math.ceil(round(min_fraction * h.num_samples, 9))
+    best = None
+    for r in range(min(k, len(cands) + 1)):
+        for combo in itertools.combinations(cands, r):
+            b = np.array([*combo, top])
+            sizes = np.bincount(np.searchsorted(b, h.values), weights=h.counts, minlength=b.size)
+            if (sizes[sizes > 0] < need).any():
+                continue
+            c = padding_cost(h, b, cost=cost)
+            best = c if best is None else min(best, c)
+    return best
+
+
+class _StopsWithIncumbent(pulp.LpSolver):
+    """Pretends to hit a time limit: returns the warm start as 'integer feasible'."""
+
+    def actualSolve(self, lp, **kwargs):
+        lp.assignStatus(pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible)
+        return lp.status
+
+
+class _FindsNothing(pulp.LpSolver):
+    """Pretends to stop before finding any solution."""
+
+    def actualSolve(self, lp, **kwargs):
+        for v in lp.variables():
+            v.varValue = None
+        lp.assignStatus(pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound)
+        return lp.status
+
+
+small = st.lists(st.integers(0, 30), min_size=1, max_size=10)
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=small, k=st.integers(1, 5), cost=st.sampled_from(["linear", "quadratic"]))
+def test_same_optimum_as_dp(lengths, k, cost):
+    h = LengthHistogram.from_lengths(lengths)
+    r = lp(h, k, cost=cost)
+    assert r.status == "optimal" and r.gap == 0.0
+    assert r.boundaries.size <= k and r.boundaries[-1] == h.max
+    assert r.info["objective"] == padding_cost(h, r.boundaries, cost=cost)
+    assert r.info["objective"] == optimal(h, k, cost=cost).info["objective"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=small,
+    k=st.integers(1, 4),
+    frac=st.sampled_from([0.0, 0.1, 0.2, 0.34, 0.5, 1.0]),
+    m=st.sampled_from([1, 4]),
+)
+def test_min_bucket_fraction_and_multiple_of_match_brute_force(lengths, k, frac, m):
+    r = lp(LengthHistogram.from_lengths(lengths), k, min_bucket_fraction=frac, multiple_of=m)
+    b = r.boundaries
+    assert r.status == "optimal" and (b % m == 0).all() and b[-1] >= max(lengths)
+    sizes = np.bincount(np.searchsorted(b, lengths), minlength=b.size)
+    assert (sizes[sizes > 0] >= math.ceil(round(frac * len(lengths), 9))).all()
+    assert r.info["objective"] == brute_force(lengths, k, min_fraction=frac, multiple_of=m)
+
+
+def test_min_bucket_fraction_changes_the_answer():
+    lengths = [1] * 10 + [50] + [100] * 10
+    assert lp(lengths, 3).boundaries.tolist() == [1, 50, 100]
+    r = lp(lengths, 3, min_bucket_fraction=0.2)
+    assert r.boundaries.tolist() == [1, 100] and r.status == "optimal"
+    assert r.info["objective"] == brute_force(lengths, 3, min_fraction=0.2)
+
+
+def test_through_compute_boundaries_with_options():
+    lengths = [3, 4, 4, 9, 10, 31, 33]
+    b = compute_boundaries(lengths, 3, strategy="lp", multiple_of=8, min_bucket_fraction=0.25)
+    assert (b % 8 == 0).all() and b[-1] >= 33
+    sol = solve_boundaries(lengths, 3, strategy="lp", cost="quadratic")
+    assert sol.status == "optimal"
+    assert sol.objective == solve_boundaries(lengths, 3, cost="quadratic").objective
+
+
+def test_large_model_uses_bound_fixing_and_stays_exact():
+    rng = np.random.default_rng(5)
+    values = np.unique(rng.choice(np.arange(1, 20_000), size=400, replace=False))
+    h = LengthHistogram(values, rng.integers(1, 40, size=values.size))
+    for k, cost in [(4, "linear"), (16, "quadratic")]:
+        r = lp(h, k, cost=cost)
+        assert r.status == "optimal" and r.info["arcs_kept"] < r.info["arcs_total"]
+        assert r.info["objective"] == optimal(h, k, cost=cost).info["objective"]
+
+
+def test_coarsens_above_max_values_with_a_warning():
+    lengths = np.arange(1, 301).repeat(2)
+    with pytest.warns(RuntimeWarning, match=r"300 distinct lengths exceed max_values=50"):
+        r = lp(lengths, 4, max_values=50)
+    assert r.status == "coarsened" and r.info["bin_width"] == 7
+    coarse = LengthHistogram.from_lengths(lengths, bin_width=r.info["bin_width"])
+    assert coarse.num_values <= 50
+    assert padding_cost(coarse, r.boundaries) == optimal(coarse, 4).info["objective"]
+    exact = optimal(LengthHistogram.from_lengths(lengths), 4).info["objective"]
+    assert r.info["lower_bound"] == exact
+    assert r.gap == pytest.approx((r.info["objective"] - exact) / r.info["objective"])
+
+
+def test_time_limit_is_reported_never_optimal():
+    h = LengthHistogram.from_lengths([1, 2, 3, 5, 8, 13, 21, 34])
+    r = lp(h, 3, solver=_StopsWithIncumbent())
+    assert r.status == "time_limit" and r.gap == 0.0  # the warm start was optimal already
+    assert r.info["objective"] == optimal(h, 3).info["objective"]
+    r = lp(h, 3, solver=_FindsNothing())
+    assert r.status == "time_limit" and r.info["solution_from"] == "dp-incumbent"
+    with pytest.warns(RuntimeWarning, match="stopped at its time limit"):
+        compute_boundaries(h, 3, strategy="lp", solver=_FindsNothing())
+
+
+def test_solver_by_name_and_real_time_limit():
+    r = lp([1, 2, 9, 10], 2, solver="PULP_CBC_CMD", time_limit=5.0, warm_start=False)
+    assert r.boundaries.tolist() == [2, 10] and r.status == "optimal"
+
+
+@pytest.mark.parametrize(
+    ("options", "kind", "message"),
+    [
+        ({"cost": "cubic"}, ValueError, "cost must be one of 'linear', 'quadratic'"),
+        ({"min_bucket_fraction": 1.5}, ValueError, r"min_bucket_fraction must be a number in"),
+        ({"min_bucket_fraction": True}, TypeError, r"min_bucket_fraction=True"),
+        ({"time_limit": 0}, ValueError, r"time_limit must be a number in \[0.001"),
+        ({"max_values": 1}, ValueError, "max_values must be an int >= 2, got max_values=1"),
+        ({"multiple_of": 0}, ValueError, "multiple_of must be an int >= 1, got multiple_of=0"),
+        ({"solver": "NOPE"}, ValueError, r"available solver names 'PULP_CBC_CMD'.*NOPE"),
+        ({"solver": 3}, TypeError, "solver must be None, a solver name or a PuLP solver"),
+        ({"warm_start": "yes"}, TypeError, "warm_start must be True or False"),
+    ],
+)
+def test_bad_options(options, kind, message):
+    with pytest.raises(kind, match=message):
+        lp([1, 2, 3], 2, **options)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [4, 8, 16])
+def test_real_columns_agree_with_optimal(k):
+    for name, col, lengths in real_columns():
+        h = LengthHistogram.from_lengths(lengths)
+        if h.num_values > 1000:
+            with pytest.warns(RuntimeWarning, match="coarsened|exceed max_values"):
+                r = lp(h, k)
+            assert r.status == "coarsened"
+            h = LengthHistogram.from_lengths(h, bin_width=r.info["bin_width"])
+        else:
+            r = lp(h, k)
+            assert r.status == "optimal"
+        got = padding_cost(h, r.boundaries)
+        assert got == optimal(h, k).info["objective"], (name, col, k)
