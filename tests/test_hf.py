@@ -267,3 +267,18 @@ def test_for_audio_struct_and_list_columns():
     batch = next(iter(b2.dataloader()))
     assert tuple(batch["input_values"].shape) in set(b2.sampler.shapes)
     assert (batch["input_values"][batch["attention_mask"] == 0] == -1).all()
+
+
+def test_trainer_resume_path_keeps_planned_batches():
+    """transformers.Trainer resumes mid-epoch with accelerate.skip_first_batches: the skipped
+    loader must still yield the sampler's remaining planned batches (see _hf_trainer NOTE)."""
+    accelerate = pytest.importorskip("accelerate")
+    lens = load_real("gsm8k")[:300, 1]
+    b = hf.for_text(_token_ds(lens), pad_token_id=0, num_buckets=3, batch_size=8, seed=1)
+    loader = b.dataloader()
+    loader.set_epoch(2)
+    full = [tuple(x["input_ids"].shape) for x in loader]
+    skipped = accelerate.skip_first_batches(loader, 5)
+    skipped.batch_sampler.batch_sampler.set_epoch(2)  # what Trainer._run_epoch does
+    assert [tuple(x["input_ids"].shape) for x in skipped] == full[5:]
+    assert set(full) <= set(b.sampler.shapes)

@@ -344,3 +344,45 @@ def test_collated_batches_take_exactly_the_planned_shapes(europarl, last_batch):
         assert (batch["labels"][~batch["attention_mask"]] == -100).all()
         real += int(batch["sample_mask"].sum())
     assert real >= len(lens) - (sum(stream.batch_sizes) if last_batch == "drop" else 0)
+
+
+def test_estimate_goes_through_the_solution_cache(tmp_path, europarl):
+    from bucketloader.cache import BucketCache
+
+    cache = BucketCache(tmp_path / "cache")
+
+    def make():
+        return bucketize(
+            _samples(europarl),
+            length_fn="input_ids",
+            batch_size=8,
+            overflow="drop",
+            boundaries=estimate(5, samples=400, cache=cache),
+        )
+
+    first, second = make(), make()
+    np.testing.assert_array_equal(first.boundaries, second.boundaries)
+    assert (cache.misses, cache.hits) == (1, 1)
+    assert second.solution.params["num_buckets"] == 5
+
+
+class _Sharded(torch.utils.data.IterableDataset):
+    """A torch IterableDataset that shards itself by worker, as torch's contract asks."""
+
+    def __init__(self, samples):
+        self.samples = samples
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        wid, num = (info.id, info.num_workers) if info else (0, 1)
+        return iter(self.samples[wid::num])
+
+
+@pytest.mark.slow
+def test_torch_iterable_dataset_shards_itself(europarl):
+    lens = europarl[:400]
+    stream = bucketize(
+        _Sharded(_samples(lens)), length_fn="input_ids", boundaries=[12, 113], batch_size=10
+    )
+    got = _loader_ids(stream, 2)
+    assert sorted(i for b in got for i in b) == list(range(len(lens)))  # no duplicates
