@@ -54,7 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
     r.add_argument("-k", "--num-buckets", type=int, nargs="+", default=[4, 8, 16, 32])
     r.add_argument("--strategies", nargs="+", help="strategies to compare (default: all fast)")
-    r.add_argument("--batch-size", type=int, help="also simulate dynamic padding at this size")
+    r.add_argument(
+        "--batch-size",
+        type=int,
+        default=32,
+        help="batch size of the dynamic-padding baseline (default 32)",
+    )
     r.add_argument("--padding-target", type=float, default=0.05, help="default 0.05 (5%%)")
     r.add_argument("--plot", metavar="PNG", help="write the report's plot here")
     r.add_argument("--json", metavar="OUT", help="write the report as JSON here")

@@ -186,3 +186,10 @@ def test_plot_with_dataloader_shapes(tmp_path):
     )
     _assert_png(analyze(loader, column="x", num_buckets=[2]).plot(tmp_path / "a.png"))
     _assert_png(analyze(loader).plot(tmp_path / "b.png"))  # shapes only
+
+
+def test_hugging_face_dataset_is_measured_from_arrow():
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_dict({"ids": [[1] * n for n in (3, 1, 4, 1, 5)], "y": [0] * 5})
+    r = analyze(ds.select([4, 2, 0]), column="ids", num_buckets=[1])
+    assert r.histogram.values.tolist() == [3, 4, 5] and r.row("optimal", 1).boundaries == (5,)
