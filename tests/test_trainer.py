@@ -19,19 +19,28 @@ pytest.importorskip("accelerate")
 
 
 def test_bucket_trainer_trains_with_planned_shapes_only(tmp_path):
+    # Text with gsm8k question lengths (whitespace words), tokenised by a real fast tokenizer
+    # built offline (word-level vocab of 100, [PAD] = 0): text -> input_ids -> buckets.
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
     from bucketloader import hf
 
-    # gsm8k question lengths (whitespace tokens) as token-id rows; ids in [1, 100), pad 0.
+    vocab = {"[PAD]": 0, "[UNK]": 1, **{f"w{i}": i for i in range(2, 100)}}
+    core = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = Whitespace()
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]"
+    )
     lens = load_real("gsm8k")[:240, 0]
     rng = np.random.default_rng(0)
-    ds = datasets.Dataset.from_dict(
-        {
-            "input_ids": [rng.integers(1, 100, n).tolist() for n in lens],
-            "token_type_ids": [[0] * int(n) for n in lens],
-            "label": (lens > np.median(lens)).astype(int).tolist(),
-            "text": [f"question {i}" for i in range(len(lens))],  # removed: not a model input
-        }
-    ).shuffle(seed=1)
+    text = [" ".join(f"w{i}" for i in rng.integers(2, 100, n)) for n in lens]
+    raw = datasets.Dataset.from_dict(
+        {"text": text, "label": (lens > np.median(lens)).astype(int).tolist()}
+    )
+    ds = raw.map(lambda b: tokenizer(b["text"]), batched=True).shuffle(seed=1)
+    assert set(ds.column_names) == {"text", "label", "input_ids", "attention_mask"}
     config = transformers.BertConfig(
         vocab_size=100,
         hidden_size=16,
@@ -66,7 +75,8 @@ def test_bucket_trainer_trains_with_planned_shapes_only(tmp_path):
         model=model,
         args=args,
         train_dataset=ds,
-        bucketing={"num_buckets": 3, "max_tokens": 640, "pad_token_id": 0, "last_batch": "pad"},
+        processing_class=tokenizer,  # the pad id comes from here
+        bucketing={"num_buckets": 3, "max_tokens": 640, "last_batch": "pad"},
     )
     loader = trainer.get_train_dataloader()
     assert type(loader).__name__ == "EpochDataLoader"  # not re-wrapped by accelerate
