@@ -10,11 +10,12 @@ chunk by chunk, so a memory-mapped dataset is never decoded) and then gathered t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from bucketloader._validation import as_lengths
+from bucketloader._validation import as_lengths, check_int
 
 
 def table_and_indices(dataset: Any) -> tuple[Any, np.ndarray | None]:
@@ -122,3 +123,39 @@ def column_lengths(arr: Any, path: str) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     out = np.concatenate(parts)
     return as_lengths(out, name=f"lengths of column {path!r}") if out.size else out
+
+
+def lengths_from_fn(dataset: Any, fn: Callable, *, num_proc: int | None, batch_size: int) -> Any:
+    """Lengths from ``fn(batch)`` run by ``Dataset.map(batched=True)``, read back from Arrow."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable as fn(batch) -> lengths, got fn={fn!r}")
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    if num_proc is not None:
+        num_proc = check_int("num_proc", num_proc, minimum=1)
+    if not hasattr(dataset, "map"):
+        raise TypeError(f"fn= needs a datasets.Dataset, got {type(dataset).__name__}")
+    key = "__bucketloader_length__"
+
+    def measure(batch: dict[str, Any]) -> dict[str, Any]:
+        out = np.asarray(fn(batch))
+        return {key: out.astype(np.int64) if out.dtype.kind in "iub" else out}
+
+    mapped = dataset.map(
+        measure,
+        batched=True,
+        batch_size=batch_size,
+        num_proc=num_proc,
+        remove_columns=dataset.column_names,
+        desc="bucketloader: measuring lengths",
+    )
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    col = mapped.data.table.column(key)
+    if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+        return as_lengths(col.to_numpy(), name="fn(batch) lengths")
+    per_row = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+    if per_row.size and (per_row != per_row[0]).any():
+        raise ValueError("fn(batch) must return one length per row, or D lengths for every row")
+    flat = pc.list_flatten(col).to_numpy(zero_copy_only=False)
+    return as_lengths(flat.reshape(len(col), -1), name="fn(batch) lengths", ndim=2)

@@ -5,6 +5,20 @@ they come from the Arrow columns, vectorised: list lengths from the list offsets
 columns as they are, string lengths from the string offsets, always in the dataset's *logical*
 order (after ``select`` / ``shuffle`` / ``train_test_split``). ``datasets``, ``pyarrow`` and
 ``transformers`` are imported only inside the functions that need them.
+
+Training with ``transformers`` (``BucketTrainer`` is a ``transformers.Trainer`` subclass, defined
+on first access; why its train loader bypasses accelerate: :mod:`bucketloader._hf_trainer`)::
+
+    from bucketloader.hf import BucketTrainer
+
+    trainer = BucketTrainer(
+        model=model, args=args, train_dataset=tokenised, processing_class=tokenizer,
+        bucketing={"num_buckets": 8, "max_tokens": 16384},  # for_text options
+    )
+    trainer.train()  # every batch has a shape in trainer.bucketing.sampler.shapes
+
+Without a Trainer: ``sampler, collate, data = for_text(tokenised, tokenizer=tokenizer,
+max_tokens=16384)`` then ``DataLoader(data, batch_sampler=sampler, collate_fn=collate)``.
 """
 
 from __future__ import annotations
@@ -14,7 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._validation import as_lengths, check_int
+__all__ = [
+    "LENGTH_COLUMN",
+    "BucketTrainer",  # noqa: F822 (lazy: module __getattr__)
+    "Bucketing",  # noqa: F822 (lazy: module __getattr__)
+    "add_lengths",
+    "for_audio",
+    "for_text",
+    "lengths",
+]
 
 #: Column that :func:`add_lengths` writes by default (and :func:`lengths` reads when present).
 LENGTH_COLUMN = "length"
@@ -67,7 +89,9 @@ def lengths(
             raise ValueError(
                 f"pass either column= or fn=, not both (got column={column!r} and fn={fn!r})"
             )
-        return _lengths_from_fn(dataset, fn, num_proc=num_proc, batch_size=batch_size)
+        from bucketloader._hf_arrow import lengths_from_fn
+
+        return lengths_from_fn(dataset, fn, num_proc=num_proc, batch_size=batch_size)
     from bucketloader._hf_arrow import column_lengths, resolve_column, table_and_indices
 
     table, indices = table_and_indices(dataset)
@@ -87,41 +111,6 @@ def lengths(
         cols.append(column_lengths(arr, path))
     out = cols[0] if isinstance(column, str) else np.stack(cols, axis=1)
     return out if indices is None else out[indices]
-
-
-def _lengths_from_fn(dataset: Any, fn: Callable, *, num_proc: int | None, batch_size: int) -> Any:
-    if not callable(fn):
-        raise TypeError(f"fn must be callable as fn(batch) -> lengths, got fn={fn!r}")
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    if num_proc is not None:
-        num_proc = check_int("num_proc", num_proc, minimum=1)
-    if not hasattr(dataset, "map"):
-        raise TypeError(f"fn= needs a datasets.Dataset, got {type(dataset).__name__}")
-    key = "__bucketloader_length__"
-
-    def measure(batch: dict[str, Any]) -> dict[str, Any]:
-        out = np.asarray(fn(batch))
-        return {key: out.astype(np.int64) if out.dtype.kind in "iub" else out}
-
-    mapped = dataset.map(
-        measure,
-        batched=True,
-        batch_size=batch_size,
-        num_proc=num_proc,
-        remove_columns=dataset.column_names,
-        desc="bucketloader: measuring lengths",
-    )
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    col = mapped.data.table.column(key)
-    if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
-        return as_lengths(col.to_numpy(), name="fn(batch) lengths")
-    per_row = pc.list_value_length(col).to_numpy(zero_copy_only=False)
-    if per_row.size and (per_row != per_row[0]).any():
-        raise ValueError("fn(batch) must return one length per row, or D lengths for every row")
-    flat = pc.list_flatten(col).to_numpy(zero_copy_only=False)
-    return as_lengths(flat.reshape(len(col), -1), name="fn(batch) lengths", ndim=2)
 
 
 def add_lengths(
