@@ -135,7 +135,8 @@ def run_variant(name, model_fn, batches, *, device, compile_kwargs) -> dict:
     torch.manual_seed(0)
     model = model_fn().to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    compiled = torch.compile(model, fullgraph=True, backend=BACKEND[0], **compile_kwargs)
+    kwargs = {"fullgraph": True, "backend": BACKEND[0], **compile_kwargs}
+    compiled = torch.compile(model, **kwargs)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     seen, eager_shapes, rows = set(), set(), []
     start_all = time.perf_counter()
@@ -222,6 +223,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", default="inductor", help="'eager' only to smoke-test the script")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "compile_e2e.md"))
+    p.add_argument("--append", action="store_true", help="add a section to --out, not replace it")
     args = p.parse_args(argv)
     BACKEND[0] = args.backend
     torch.set_num_threads(args.threads)
@@ -239,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def log(r: dict) -> None:
         results.append(r)
-        Path(args.out).with_suffix(".partial.md").write_text(markdown(results, args, "", ""))
+        Path("/tmp/compile_e2e.partial.md").write_text(markdown(results, args, "", ""))
         print(f"{r['variant']}: total {r['wall_s']:.1f} s, compile {r['compile_s']:.1f} s, "
               f"graphs {r['graphs']}, step {r['step_ms']:.1f} ms", flush=True)  # fmt: skip
 
@@ -271,7 +273,9 @@ def main(argv: list[str] | None = None) -> None:
                         compile_kwargs={}))  # fmt: skip
     if "2" in args.variants:
         batches = [pad_collate(b, None) for b in dyn]
-        log(run_variant("2. dynamic pad, dynamic=False", model_fn, batches, **common))
+        no_fullgraph = {"dynamic": False, "fullgraph": False}  # past the limit: eager, not an error
+        log(run_variant("2. dynamic pad, dynamic=False", model_fn, batches, device=device,
+                        compile_kwargs=no_fullgraph))  # fmt: skip
     if "3" in args.variants:
         batches = [pad_collate(b, int(lengths.max())) for b in dyn]
         log(run_variant("3. pad to global max", model_fn, batches, **common))
@@ -325,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
         f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`\n\n"
     )
     tail = (
-        f"## Recommender check\n\ncalibrate() on this model ({cal_s:.0f} s): "
+        f"### Recommender check\n\ncalibrate() on this model ({cal_s:.0f} s): "
         f"{cal.compile_seconds_per_shape:.1f} s compile per shape, "
         f"{cal.seconds_per_token * 1e6:.2f} us per padded token, "
         f"{cal.seconds_per_step * 1e3:.1f} ms per step. recommend_num_buckets picks "
@@ -335,9 +339,12 @@ def main(argv: list[str] | None = None) -> None:
         "| strategy | k | shapes | predicted s | measured s |\n|---|---:|---:|---:|---:|\n"
         f"{pred_rows}\n"
     )
-    text = markdown(results, args, f"# compile_e2e ({args.task})\n\n{info}", tail)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    title = f"## {args.task}, backend {args.backend}, k in {args.ks}, {', '.join(args.strategies)}"
+    text = markdown(results, args, f"{title}\n\n{info}", tail)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    before = out.read_text() if args.append and out.exists() else "# compile_e2e results\n"
+    out.write_text(before.rstrip("\n") + "\n\n" + text)
     print(text)
 
 
