@@ -68,6 +68,16 @@ def as_lengths(
             f"{name} must be a list, numpy array or torch tensor of non-negative ints, "
             f"got {type(lengths).__name__}"
         )
+    if isinstance(lengths, (list, tuple)):  # numpy would silently turn True into 1
+        where = _first_bool(lengths)
+        if where is not None:
+            item = lengths
+            for i in where:
+                item = item[i]
+            raise TypeError(
+                f"{name} must hold integer lengths, got {item!r} at index {_fmt(where)}; "
+                "convert booleans with int()"
+            )
     try:
         arr = np.asarray(lengths)
     except (ValueError, TypeError) as exc:
@@ -102,7 +112,7 @@ def as_lengths(
         if bad.any():
             idx = np.unravel_index(int(np.argmax(bad)), arr.shape)
             raise ValueError(
-                f"{name} must be whole numbers, got {arr[idx]!r} at index {_fmt(idx)}; "
+                f"{name} must be whole numbers, got {arr[idx].item()!r} at index {_fmt(idx)}; "
                 "round lengths up with np.ceil before bucketing"
             )
     if arr.dtype.kind == "u" and arr.dtype.itemsize >= 8 and arr.max() > np.iinfo(np.int64).max:
@@ -115,6 +125,20 @@ def as_lengths(
             "lengths count elements, so drop or fix that sample"
         )
     return out
+
+
+def _first_bool(seq: Any) -> tuple[int, ...] | None:
+    """Index path of the first bool in nested lists/tuples, or None."""
+    if not {bool, np.bool_, list, tuple} & set(map(type, seq)):  # fast path, C speed
+        return None
+    for i, item in enumerate(seq):
+        if isinstance(item, (bool, np.bool_)):
+            return (i,)
+        if isinstance(item, (list, tuple)):
+            inner = _first_bool(item)
+            if inner is not None:
+                return (i, *inner)
+    return None
 
 
 def _fmt(idx: tuple[Any, ...]) -> str:
