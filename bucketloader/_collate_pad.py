@@ -20,6 +20,7 @@ trailing fixed dims ride along as the rows of the scatter.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import numbers
@@ -30,18 +31,19 @@ import numpy as np
 import torch
 
 #: Mean elements per padded sample up to which the masked scatter beats per-sample copies.
-MASKED_MAX_ELEMENTS = 4096
+MASKED_MAX_ELEMENTS = 1536
 #: Masks with rows up to this long are built by one broadcast compare, longer ones row by row.
-_COMPARE_MAX = 4096
+_COMPARE_MAX = 1 << 16
 
 
 def sequence_mask(lengths: np.ndarray, size: int, rows: int, side: str) -> np.ndarray:
     """Bool ``(rows, size)`` mask, True on real elements; rows past ``len(lengths)`` all False."""
     n = len(lengths)
     if size <= _COMPARE_MAX:
-        lens = np.zeros(rows, dtype=np.int64)
+        small = np.int16 if size < 1 << 15 else np.int32  # narrow ints compare 2-5x faster
+        lens = np.zeros(rows, dtype=small)
         lens[:n] = lengths
-        pos = np.arange(size, dtype=np.int64)
+        pos = np.arange(size, dtype=small)
         if side == "right":
             return pos[None, :] < lens[:, None]
         return pos[None, :] >= (size - lens)[:, None]
@@ -65,14 +67,7 @@ def list_dtype(first: Any) -> torch.dtype:
 
 def _alloc(shape: tuple[int, ...], value: Any, dtype: torch.dtype, key: Any, fill: bool):
     """``torch.empty`` (filled with ``value`` if ``fill``); ``value`` must fit ``dtype``."""
-    if dtype == torch.bool:
-        ok = value in (0, 1)
-    elif dtype.is_floating_point or dtype.is_complex:
-        ok = True
-    else:
-        info = torch.iinfo(dtype)
-        ok = float(value) == int(value) and info.min <= int(value) <= info.max
-    if not ok:
+    if not _fits(value, dtype):
         raise ValueError(
             f"pad value {value!r} for field {key!r} does not fit its dtype {dtype}; pass a "
             "pad_value that the dtype can hold (e.g. pad_value={" + repr(key) + ": 0})"
@@ -83,18 +78,40 @@ def _alloc(shape: tuple[int, ...], value: Any, dtype: torch.dtype, key: Any, fil
     return out
 
 
+@functools.lru_cache(maxsize=256)
+def _fits(value: Any, dtype: torch.dtype) -> bool:
+    if dtype == torch.bool:
+        return value in (0, 1)
+    if dtype.is_floating_point or dtype.is_complex:
+        return True
+    info = torch.iinfo(dtype)
+    return float(value) == int(value) and info.min <= int(value) <= info.max
+
+
 def _fill(out: torch.Tensor, value: Any) -> None:
     """Fill in numpy where it can: one thread, no OpenMP start-up for small batches."""
-    if _numpy_ok(out.dtype):
+    if out.dtype in _NUMPY_DTYPES:
         out.numpy().fill(value)
     else:
         out.fill_(value)
 
 
-def _numpy_ok(dtype: torch.dtype) -> bool:
-    return dtype not in (torch.bfloat16, torch.complex32) and not str(dtype).startswith(
-        "torch.float8"
-    )
+#: dtypes that torch tensors share with numpy (``Tensor.numpy()`` works).
+_NUMPY_DTYPES = frozenset(
+    {
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.complex64,
+        torch.complex128,
+    }
+)
 
 
 def pad_field(
@@ -147,7 +164,7 @@ def pad_field(
             flat_np = np.concatenate(parts, axis=0)
         else:
             flat = torch.cat(values if d == 0 else [v.movedim(d, 0) for v in values], dim=0)
-            if not (_numpy_ok(dtype) and flat.dtype == dtype):
+            if not (dtype in _NUMPY_DTYPES and flat.dtype == dtype):
                 view = out if d == 0 else out.movedim(1 + d, 1)
                 view[torch.from_numpy(mask)] = flat.to(dtype)
                 return out
@@ -184,12 +201,33 @@ def _copy_per_sample(
     pad_value: Any,
     is_np: bool,
 ) -> None:
-    """Copy each sample into its slot and write the pad value only on the padding."""
-    use_np = is_np and _numpy_ok(out.dtype)
-    dst: Any = out.numpy() if use_np else out
+    """Copy each sample into its slot and write the pad value only on the padding.
+
+    Runs on numpy views when it can (a numpy slice copy costs a third of a torch one).
+    """
+    dst: Any = out
+    if out.dtype in _NUMPY_DTYPES:
+        try:
+            values = values if is_np else [v.numpy() for v in values]
+            dst = out.numpy()
+        except (TypeError, RuntimeError):  # CUDA or grad-requiring samples: copy in torch
+            pass
+    if dst is out and is_np:
+        values = [torch.from_numpy(np.asarray(v)) for v in values]
+    if out.ndim == 2:  # the common case, one dim: two slice writes per sample
+        t = targets[0]
+        for i, (v, s) in enumerate(zip(values, lengths[:, 0].tolist(), strict=True)):
+            if side == "right":
+                dst[i, :s] = v
+                dst[i, s:] = pad_value
+            else:
+                dst[i, t - s :] = v
+                dst[i, : t - s] = pad_value
+        if len(values) < out.shape[0]:
+            _fill(out[len(values) :], pad_value)
+        return
     ndim = out.ndim - 1
-    for i, v in enumerate(values):
-        sizes = lengths[i].tolist()
+    for i, (v, sizes) in enumerate(zip(values, lengths.tolist(), strict=True)):
         real: list[Any] = [slice(None)] * ndim
         pads = []
         for d, t, s in zip(dims, targets, sizes, strict=True):
@@ -198,7 +236,7 @@ def _copy_per_sample(
                 pad = slice(s, t) if side == "right" else slice(0, t - s)
                 pads.append((i, *real[:d], pad, *real[d + 1 :]))
             real[d] = keep
-        dst[(i, *real)] = v if use_np or not is_np else torch.from_numpy(np.asarray(v))
+        dst[(i, *real)] = v
         for index in pads:
             dst[index] = pad_value
     if len(values) < out.shape[0]:
