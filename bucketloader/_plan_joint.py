@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 SIZES = ("prod", "sum")
+_MAX_MERGE = 4096
 
 
 def lattice_points(ks: Sequence[int]) -> np.ndarray:
@@ -59,9 +60,11 @@ def merge_cells(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Greedily merge occupied cells until at most ``limit`` remain.
 
-    Each step merges the pair of cells ``(a, b)`` whose covering cell ``max(a, b)`` adds the least
-    padding, ``n_a·(size(m) − size(a)) + n_b·(size(m) − size(b))``; a third cell equal to ``m``
-    absorbs both. Every sample stays in a cell that covers it.
+    Each step merges the pair of cells ``(a, b)`` whose covering cell ``m = max(a, b)`` adds the
+    least padding, ``n_a·(size(m) − size(a)) + n_b·(size(m) − size(b))``; a third cell equal to
+    ``m`` absorbs both. Every sample stays in a cell that covers it. The pair costs live in one
+    matrix; a merge recomputes one row and column and the row minima it invalidates, so a step
+    costs O(K) rather than O(K²).
 
     Args:
         cells: ``(K, D)`` occupied index tuples.
@@ -74,43 +77,80 @@ def merge_cells(
         ``(final_cells, mapping)``: ``(K1, D)`` index tuples sorted by code, and for each input
         cell the row of ``final_cells`` that covers it.
     """
-    active = [tuple(c) for c in cells.tolist()]
-    members: dict[tuple[int, ...], list[int]] = {c: [i] for i, c in enumerate(active)}
-    weight = {c: int(n) for c, n in zip(active, counts.tolist(), strict=True)}
-    while len(active) > limit:
-        idx = np.asarray(active, dtype=np.int64)
-        n = np.asarray([weight[c] for c in active], dtype=np.int64)
+    k0 = cells.shape[0]
+    if k0 > _MAX_MERGE:
+        raise ValueError(
+            f"{k0} occupied joint cells are too many to merge down to max_shapes={limit}; use "
+            f"fewer num_buckets per input (at most {_MAX_MERGE} occupied cells)"
+        )
+    idx = cells.astype(np.int64).copy()
+    n = counts.astype(np.float64).copy()
+    alive = np.ones(k0, dtype=bool)
+    owner = np.arange(k0)  # input cell -> slot
+    slot_of = {int(c): i for i, c in enumerate(encode(idx, ks))}
+
+    def row(t: int) -> np.ndarray:
+        m = np.maximum(idx[t], idx)
         own = lattice_size[encode(idx, ks)]
-        m = np.maximum(idx[:, None, :], idx[None, :, :])
         sm = lattice_size[encode(m, ks)]
-        cost = n[:, None] * (sm - own[:, None]) + n[None, :] * (sm - own[None, :])
-        cost = cost.astype(np.float64)
-        np.fill_diagonal(cost, np.inf)
-        a, b = np.unravel_index(int(np.argmin(cost)), cost.shape)
-        target = tuple(int(x) for x in m[a, b])
-        for c in {active[a], active[b]}:
-            if c == target:
-                continue
-            members.setdefault(target, []).extend(members.pop(c))
-            weight[target] = weight.get(target, 0) + weight.pop(c)
-        active = list(members)
-    final = np.asarray(sorted(members, key=lambda c: int(encode(np.asarray(c), ks))))
-    final = final.reshape(-1, cells.shape[1]).astype(np.int64)
-    row = {tuple(c): r for r, c in enumerate(final.tolist())}
-    mapping = np.empty(cells.shape[0], dtype=np.int64)
-    for c, ids in members.items():
-        mapping[ids] = row[c]
-    return final, mapping
+        r = n[t] * (sm - own[t]) + n * (sm - own)
+        r[~alive] = np.inf
+        r[t] = np.inf
+        return r
+
+    cost = np.stack([row(t) for t in range(k0)]) if k0 else np.zeros((0, 0))
+    best = cost.argmin(axis=1) if k0 else np.zeros(0, dtype=np.int64)
+    low = cost[np.arange(k0), best] if k0 else np.zeros(0)
+    while int(alive.sum()) > limit:
+        a = int(np.argmin(np.where(alive, low, np.inf)))
+        b = int(best[a])
+        m = np.maximum(idx[a], idx[b])
+        code = int(encode(m, ks))
+        t = slot_of.get(code)
+        if t is None:  # a new covering cell takes a's slot
+            t = a
+            del slot_of[int(encode(idx[a], ks))]
+            idx[a], slot_of[code] = m, a
+        killed = [x for x in (a, b) if x != t]
+        for x in killed:
+            n[t] += n[x]
+            n[x] = 0.0
+            alive[x] = False
+            owner[owner == x] = t
+            del slot_of[int(encode(idx[x], ks))]
+        cost[killed, :] = np.inf
+        cost[:, killed] = np.inf
+        low[killed] = np.inf
+        r = row(t)
+        cost[t, :] = r
+        cost[:, t] = r
+        stale = alive & (np.isin(best, [*killed, t]))
+        stale[t] = True
+        for i in np.flatnonzero(stale).tolist():
+            best[i] = int(np.argmin(cost[i]))
+            low[i] = cost[i, best[i]]
+        better = alive & ~stale & ((r < low) | ((r == low) & (t < best)))
+        best[better], low[better] = t, r[better]
+    slots = np.flatnonzero(alive)
+    codes = encode(idx[slots], ks)
+    order = np.argsort(codes)
+    final = idx[slots[order]]
+    rank_of = np.empty(k0, dtype=np.int64)
+    rank_of[slots[order]] = np.arange(slots.size)
+    return final, rank_of[owner]
 
 
 def cover_table(final_cells: np.ndarray, cell_size: np.ndarray, ks: Sequence[int]) -> np.ndarray:
     """For every lattice point, the smallest final cell covering it (``-1`` if none)."""
     points = lattice_points(ks)
-    covers = (final_cells[None, :, :] >= points[:, None, :]).all(axis=2)
+    out = np.empty(points.shape[0], dtype=np.int64)
     big = np.iinfo(np.int64).max
-    score = np.where(covers, cell_size[None, :], big)
-    best = np.argmin(score, axis=1)
-    return np.where(covers.any(axis=1), best, -1).astype(np.int64)
+    step = max(1, 20_000_000 // max(1, final_cells.size))  # bound the (points, cells) temporary
+    for lo in range(0, points.shape[0], step):
+        covers = np.all(final_cells[None, :, :] >= points[lo : lo + step, None, :], axis=2)
+        best = np.argmin(np.where(covers, cell_size[None, :], big), axis=1)
+        out[lo : lo + step] = np.where(np.any(covers, axis=1), best, -1)
+    return out
 
 
 def batch_from_size(

@@ -156,7 +156,11 @@ class BucketSpec:
         ks_in = [check_int("num_buckets", k, minimum=1) for k in ks_in]
         strategies = _per_input("strategy", strategy or "optimal", names, scalar=(str,))
 
-        all_b, lookups, covers, cells, cgroups = [], [], [], [], []
+        all_b: list[tuple[np.ndarray, ...]] = []
+        lookups: list[np.ndarray] = []
+        covers: list[np.ndarray] = []
+        cells: list[np.ndarray] = []
+        cgroups: list[np.ndarray] = []
         cell_of = np.empty(n, dtype=np.int64)
         for gi, gval in enumerate(gvals):
             sel = slice(None) if gids is None else np.flatnonzero(gids == gi)
@@ -203,7 +207,7 @@ class BucketSpec:
         cell_batch = batch_from_size(
             csize, batch_size=batch_size, max_tokens=max_tokens, multiple_of=batch_multiple_of
         )
-        if (cell_batch < 1).any():
+        if (cell_batch < 1).any() and max_tokens is not None:
             _raise_small_budget(
                 cell_batch, csize, cell_of, table, names, size, max_tokens, batch_multiple_of
             )

@@ -25,10 +25,11 @@ def concat_groups(
     arrays = []
     for i, (ds, lens) in enumerate(zip(concat.datasets, parts, strict=True)):
         arr = as_lengths(lens, name=f"lengths_per_dataset[{i}]", ndim=(1, 2))
-        if arr.shape[0] != len(ds):
+        size = len(ds)  # type: ignore[arg-type]
+        if arr.shape[0] != size:
             raise ValueError(
                 f"lengths_per_dataset[{i}] has {arr.shape[0]} lengths but dataset {i} has "
-                f"{len(ds)} samples; give one length per sample"
+                f"{size} samples; give one length per sample"
             )
         arrays.append(arr)
     if len({a.shape[1:] for a in arrays}) > 1:

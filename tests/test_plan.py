@@ -352,3 +352,54 @@ def test_joint_plan_invariants_hypothesis(pairs, max_shapes, policy, num_replica
         assert (spec.cell_group == g).sum() <= max_shapes
     assert (spec.cell_lengths[spec.cell_of_sample] >= arr).all()
     check_plan_invariants(spec, num_replicas, seed=len(pairs))
+
+
+def reference_merge(cells, counts, lattice_size, ks, limit):
+    """The plain greedy merge, recomputing every pair cost at every step (O(K²) per step): the
+    oracle for the incremental one. Slots as there: a new covering cell takes the slot of the
+    first cell of the pair, ties go to the lowest (row, column)."""
+    from bucketloader._plan_joint import encode
+
+    slots = [tuple(c) for c in cells.tolist()]
+    members = [[i] for i in range(len(slots))]
+    weight = [int(n) for n in counts.tolist()]
+    while sum(s is not None for s in slots) > limit:
+        best = None
+        for a, ca in enumerate(slots):
+            for b, cb in enumerate(slots):
+                if a == b or ca is None or cb is None:
+                    continue
+                m = tuple(max(x, y) for x, y in zip(ca, cb, strict=True))
+                sm, sa, sb = (int(lattice_size[encode(np.array(c), ks)]) for c in (m, ca, cb))
+                cost = weight[a] * (sm - sa) + weight[b] * (sm - sb)
+                if best is None or cost < best[0]:
+                    best = (cost, a, b, m)
+        _, a, b, m = best
+        t = slots.index(m) if m in slots else a
+        slots[t] = m
+        for x in {a, b} - {t}:
+            members[t] += members[x]
+            weight[t] += weight[x]
+            slots[x], members[x], weight[x] = None, [], 0
+    return {c: members[i] for i, c in enumerate(slots) if c is not None}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 5)), min_size=1, max_size=40),
+    limit=st.integers(1, 12),
+    size=st.sampled_from(["sum", "prod"]),
+)
+def test_incremental_merge_matches_the_plain_greedy(pairs, limit, size):
+    from bucketloader._plan_joint import lattice_points, merge_cells, size_values
+
+    ks = [6, 6]
+    cells, counts = np.unique(np.array(pairs), axis=0, return_counts=True)
+    lat = size_values(lattice_points(ks) * 3 + 1, size)
+    final, mapping = merge_cells(cells, counts, lat, ks, limit)
+    expected = reference_merge(cells, counts, lat, ks, limit)
+    got = {
+        tuple(f): sorted(np.flatnonzero(mapping == r).tolist())
+        for r, f in enumerate(final.tolist())
+    }
+    assert got == {c: sorted(v) for c, v in expected.items()}
