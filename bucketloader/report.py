@@ -144,7 +144,8 @@ def analyze(
         data: per-sample lengths (list, array, tensor, ``LengthHistogram``), a map-style dataset
             (each item measured: ``len(item[column])``, or its first dimension) or a
             ``DataLoader`` (its batches are scanned and the distinct shapes of every tensor field
-            counted; pass ``column`` to also measure its dataset's items).
+            counted; the lengths are its ``BucketSampler``'s, or its dataset's items measured
+            when ``column`` is given).
         column: the field to measure in dataset items (a key, or a function item → length).
         num_buckets: the shape budgets k to compare.
         strategies: names to compare (default :data:`DEFAULT_STRATEGIES`).
@@ -178,8 +179,11 @@ def analyze(
     elif is_dataloader(data):
         source = f"DataLoader over {type(data.dataset).__name__}"
         shapes, num_batches = scan_batches(data, max_batches=max_batches, show=progress)
+        declared = getattr(data.batch_sampler, "lengths", None)  # a BucketSampler's own
         if column is not None:
             lengths = dataset_lengths(data.dataset, column, show=progress)
+        elif isinstance(declared, np.ndarray) and declared.ndim == 1:
+            lengths = declared
     elif is_dataset(data):
         source = type(data).__name__
         lengths = dataset_lengths(data, column, show=progress)

@@ -193,3 +193,26 @@ def test_hugging_face_dataset_is_measured_from_arrow():
     ds = datasets.Dataset.from_dict({"ids": [[1] * n for n in (3, 1, 4, 1, 5)], "y": [0] * 5})
     r = analyze(ds.select([4, 2, 0]), column="ids", num_buckets=[1])
     assert r.histogram.values.tolist() == [3, 4, 5] and r.row("optimal", 1).boundaries == (5,)
+
+
+def test_dataloader_over_a_bucket_sampler_has_planned_shapes_only():
+    torch = pytest.importorskip("torch")
+    from bucketloader.sampler import BucketSampler
+
+    lengths = np.random.default_rng(1).integers(1, 60, size=200)
+    sampler = BucketSampler(lengths, num_buckets=4, batch_size=8, seed=0)
+    loader = torch.utils.data.DataLoader(
+        _Toy(lengths), batch_sampler=sampler, collate_fn=_pad_collate_to(sampler)
+    )
+    r = analyze(loader, num_buckets=[4])
+    assert r.num_batches == len(sampler)
+    assert {s[:2] for s in r.batch_shapes["x"]} <= set(sampler.shapes)
+    assert r.histogram.num_samples == 200  # the sampler's own lengths
+    assert r.row("optimal", 4).boundaries == tuple(sampler.boundaries)
+
+
+def _pad_collate_to(sampler):
+    from bucketloader.collate import Field
+
+    collate = sampler.collator(fields={"x": Field(dims=-2)})
+    return lambda items: {"x": collate(items)["x"]}
