@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from bucketloader._plan_inputs import group_boundaries, parse_groups, parse_lengths, per_input
 from bucketloader._plan_joint import (
     batch_from_size,
     cover_table,
@@ -18,7 +18,7 @@ from bucketloader._plan_joint import (
     resolve_size,
     size_values,
 )
-from bucketloader._validation import as_lengths, check_choice, check_int
+from bucketloader._validation import check_choice, check_int
 from bucketloader.boundaries import check_boundaries
 from bucketloader.solve import compute_boundaries
 
@@ -132,7 +132,7 @@ class BucketSpec:
         """
         last_batch = check_choice("last_batch", last_batch, LAST_BATCH)
         size = resolve_size(size)
-        declared, table, names = _parse_lengths(lengths)
+        declared, table, names = parse_lengths(lengths)
         n = table.shape[0]
         if (batch_size is None) == (max_tokens is None):
             raise ValueError(
@@ -147,14 +147,14 @@ class BucketSpec:
         batch_multiple_of = check_int("batch_multiple_of", batch_multiple_of, minimum=1)
         if max_shapes is not None:
             max_shapes = check_int("max_shapes", max_shapes, minimum=1)
-        gids, gvals = _parse_groups(groups, n)
+        gids, gvals = parse_groups(groups, n)
         if boundaries is not None and (num_buckets is not None or strategy is not None):
             raise ValueError(
                 "pass either boundaries (precomputed) or num_buckets/strategy (fitted), not both"
             )
-        ks_in = _per_input("num_buckets", 8 if num_buckets is None else num_buckets, names)
+        ks_in = per_input("num_buckets", 8 if num_buckets is None else num_buckets, names)
         ks_in = [check_int("num_buckets", k, minimum=1) for k in ks_in]
-        strategies = _per_input("strategy", strategy or "optimal", names, scalar=(str,))
+        strategies = per_input("strategy", strategy or "optimal", names, scalar=(str,))
 
         all_b: list[tuple[np.ndarray, ...]] = []
         lookups: list[np.ndarray] = []
@@ -165,7 +165,7 @@ class BucketSpec:
         for gi, gval in enumerate(gvals):
             sel = slice(None) if gids is None else np.flatnonzero(gids == gi)
             sub = table[sel]
-            given = _group_boundaries(boundaries, gval, gvals, names)
+            given = group_boundaries(boundaries, gval, gvals, names)
             bs = []
             for d, name in enumerate(names):
                 label = "boundaries" if len(names) == 1 else f"boundaries[{name!r}]"
@@ -227,69 +227,6 @@ class BucketSpec:
             lookup=tuple(lookups),
             cover=tuple(covers),
         )
-
-
-def _parse_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
-    """(declared lengths, (N, D) table, input names)."""
-    if isinstance(lengths, Mapping):
-        if not lengths:
-            raise ValueError("lengths must not be an empty mapping; give name → lengths")
-        names = tuple(str(k) for k in lengths)
-        cols = [as_lengths(v, name=f"lengths[{k!r}]") for k, v in lengths.items()]
-        sizes = {c.size for c in cols}
-        if len(sizes) > 1:
-            listed = ", ".join(f"{k!r}: {c.size}" for k, c in zip(names, cols, strict=True))
-            raise ValueError(f"every input in lengths needs one length per sample, got {listed}")
-        table = np.stack(cols, axis=1)
-        return table, table, names
-    arr = as_lengths(lengths, ndim=(1, 2))
-    if arr.ndim == 1:
-        return arr, arr[:, None], ("length",)
-    if arr.shape[1] == 0:
-        raise ValueError(f"lengths of shape {arr.shape} has no inputs; give (N, D) with D >= 1")
-    return arr, arr, tuple(str(d) for d in range(arr.shape[1]))
-
-
-def _parse_groups(groups: Any, n: int) -> tuple[np.ndarray | None, tuple[int, ...]]:
-    if groups is None:
-        return None, (0,)
-    arr = as_lengths(groups, name="groups")
-    if arr.size != n:
-        raise ValueError(
-            f"groups must hold one group id per sample ({n} samples), got {arr.size} group ids"
-        )
-    values, inverse = np.unique(arr, return_inverse=True)
-    return inverse.astype(np.int64), tuple(int(v) for v in values)
-
-
-def _per_input(name: str, value: Any, names: tuple[str, ...], scalar: tuple = ()) -> list[Any]:
-    if isinstance(value, Mapping):
-        if set(map(str, value)) != set(names):
-            raise ValueError(
-                f"{name} must give one value per input {list(names)}, got keys {list(value)}"
-            )
-        lookup = {str(k): v for k, v in value.items()}
-        return [lookup[n] for n in names]
-    if isinstance(value, (list, tuple)) and not isinstance(value, scalar):
-        if len(value) != len(names):
-            raise ValueError(
-                f"{name} must give one value per input ({len(names)}: {list(names)}), "
-                f"got {len(value)} values: {value!r}"
-            )
-        return list(value)
-    return [value] * len(names)
-
-
-def _group_boundaries(
-    boundaries: Any, gval: int, gvals: tuple[int, ...], names: tuple[str, ...]
-) -> list[Any] | None:
-    if boundaries is None:
-        return None
-    if isinstance(boundaries, Mapping) and set(boundaries) == set(gvals):
-        boundaries = boundaries[gval]
-    if len(names) == 1 and not isinstance(boundaries, Mapping):
-        return [boundaries]
-    return _per_input("boundaries", boundaries, names, scalar=(np.ndarray,))
 
 
 def _lattice_size(bs: list[np.ndarray], ks: list[int], size: Any) -> np.ndarray:

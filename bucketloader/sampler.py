@@ -58,7 +58,14 @@ class BucketSampler(Sampler[list[int]]):
         rank: this rank (default: the ``torch.distributed`` rank, else 0).
 
     Every rank computes the same global plan and takes its slot of every global step: all ranks
-    get the same number of batches and, at each step, batches of the same shape.
+    get the same number of batches and, at each step, batches of the same shape. To make that
+    hold, each bucket ends with one last step of ``num_replicas`` batches holding what is left
+    (``q`` samples, fewer than ``num_replicas * B_i``): ``"pad"`` drops nothing and repeats a
+    sample only on ranks that would otherwise get none (``num_replicas - q`` repeats when
+    ``q < num_replicas``); ``"fill"`` repeats ``num_replicas * B_i - q`` samples of the bucket;
+    ``"keep"`` repeats at most ``num_replicas - 1``; ``"drop"`` drops the ``q`` samples (a
+    different random set each epoch). With one replica only ``"fill"`` repeats and only
+    ``"drop"`` drops.
 
     Example:
         >>> sampler = BucketSampler([3, 4, 9, 10, 10], num_buckets=2, batch_size=2, seed=1)

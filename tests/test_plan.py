@@ -403,3 +403,23 @@ def test_incremental_merge_matches_the_plain_greedy(pairs, limit, size):
         for r, f in enumerate(final.tolist())
     }
     assert got == {c: sorted(v) for c, v in expected.items()}
+
+
+def test_precomputed_boundaries_per_group_and_per_input():
+    lengths = np.array([[3, 30], [9, 10], [3, 5], [30, 50]])
+    spec = BucketSpec.build(
+        lengths,
+        groups=[0, 0, 1, 1],
+        boundaries={0: [[4, 9], [10, 30]], 1: {"0": [30], "1": [5, 50]}},
+        batch_size=2,
+    )
+    assert [b.tolist() for b in spec.boundaries[0]] == [[4, 9], [10, 30]]
+    assert [b.tolist() for b in spec.boundaries[1]] == [[30], [5, 50]]
+    assert spec.cell_lengths[spec.cell_of_sample].tolist() == [[4, 30], [9, 10], [30, 5], [30, 50]]
+    with pytest.raises(ValueError, match=r"boundaries\['1'\] \(group 1\) must cover the longest"):
+        BucketSpec.build(
+            lengths,
+            groups=[0, 0, 1, 1],
+            boundaries={0: [[9], [30]], 1: [[30], [40]]},
+            batch_size=2,
+        )
