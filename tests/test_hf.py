@@ -282,3 +282,15 @@ def test_trainer_resume_path_keeps_planned_batches():
     skipped.batch_sampler.batch_sampler.set_epoch(2)  # what Trainer._run_epoch does
     assert [tuple(x["input_ids"].shape) for x in skipped] == full[5:]
     assert set(full) <= set(b.sampler.shapes)
+
+
+@pytest.mark.slow
+def test_for_text_under_dataloader_workers():
+    """Sampler, collator and (grouped) HF datasets pickle into workers; shapes stay planned."""
+    a, g = load_real("multi30k")[:200, 0], load_real("gsm8k")[:150, 0]
+    da = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in a], "label": [0] * len(a)})
+    dg = datasets.Dataset.from_dict({"input_ids": [[2] * n for n in g], "label": [1] * len(g)})
+    b = hf.for_text([da, dg], pad_token_id=0, num_buckets=2, max_tokens=512, seed=4)
+    one = [tuple(x["input_ids"].shape) for x in b.dataloader()]
+    two = [tuple(x["input_ids"].shape) for x in b.dataloader(num_workers=2)]
+    assert one == two and set(one) <= set(b.sampler.shapes)
