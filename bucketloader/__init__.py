@@ -1,11 +1,20 @@
 """bucketloader: static-shape length bucketing for PyTorch data loading.
 
 Pads each sample up to one of a few bucket boundaries chosen to minimise padding, and builds
-batches whose shapes are exactly a small planned set.
+batches whose shapes are exactly a small planned set. Submodules not imported here (they pull
+heavier optional packages): :mod:`bucketloader.hf` (Hugging Face ``datasets``),
+:mod:`bucketloader.streaming` (iterable datasets), :mod:`bucketloader.static` (sync-free
+subsampling inside models).
 """
 
 from bucketloader.boundaries import assign_buckets, check_boundaries, padding_cost, padding_ratio
+from bucketloader.cache import BucketCache
+from bucketloader.collate import Field, PadCollator
 from bucketloader.histogram import LengthHistogram
+from bucketloader.plan import BucketSpec, ShapeTable
+from bucketloader.recommend import Recommendation, recommend_num_buckets
+from bucketloader.report import DynamicityReport, analyze
+from bucketloader.sampler import BucketSampler
 from bucketloader.solve import Solution, compute_boundaries, solve_boundaries
 from bucketloader.strategies import STRATEGIES, StrategyResult, register_strategy
 
@@ -13,15 +22,25 @@ __version__ = "0.1.0"
 
 __all__ = [
     "STRATEGIES",
+    "BucketCache",
+    "BucketSampler",
+    "BucketSpec",
+    "DynamicityReport",
+    "Field",
     "LengthHistogram",
+    "PadCollator",
+    "Recommendation",
+    "ShapeTable",
     "Solution",
     "StrategyResult",
     "__version__",
+    "analyze",
     "assign_buckets",
     "check_boundaries",
     "compute_boundaries",
     "padding_cost",
     "padding_ratio",
+    "recommend_num_buckets",
     "register_strategy",
     "solve_boundaries",
 ]
