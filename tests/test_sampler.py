@@ -166,10 +166,30 @@ def test_from_concat_dataset_groups_never_mix():
         GroupedDataset([1, 2], [0, 0])[0]
 
 
-def test_collator_comes_from_the_collate_module():
-    collate = pytest.importorskip("bucketloader.collate")
-    sampler = BucketSampler(load_real("ecoli")[:300], num_buckets=3, batch_size=4)
-    assert isinstance(sampler.collator(), collate.PadCollator)
+@pytest.mark.parametrize("last_batch, num_workers", [("pad", 2), ("keep", 0), ("fill", 0)])
+def test_end_to_end_with_the_pad_collator_and_groups(last_batch, num_workers):
+    from bucketloader.collate import PadCollator
+
+    rng = np.random.default_rng(0)
+    la, lb = rng.integers(1, 50, 150), rng.integers(20, 200, 90)
+    a = [{"tokens": torch.ones(int(n), dtype=torch.long)} for n in la]
+    b = [{"tokens": torch.ones(int(n), dtype=torch.long)} for n in lb]
+    sampler = BucketSampler.from_concat_dataset(
+        ConcatDataset([a, b]), [la, lb], num_buckets=3, max_tokens=512, last_batch=last_batch
+    )
+    collate = sampler.collator()
+    assert isinstance(collate, PadCollator)
+    loader = DataLoader(
+        sampler.dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers
+    )
+    shapes, rows = set(), 0
+    for batch in loader:
+        shapes.add(tuple(batch["tokens"].shape))
+        real = batch["sample_mask"].bool()
+        assert len(set(batch["dataset"][real].tolist())) == 1, "batches never mix datasets"
+        rows += int(batch["sample_mask"].sum())
+    assert shapes <= set(sampler.shapes)
+    assert rows >= la.size + lb.size
 
 
 def test_distributed_defaults_without_process_group():
