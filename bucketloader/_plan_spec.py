@@ -86,7 +86,8 @@ class BucketSpec:
     def digest(self) -> str:
         """Short SHA-256 of everything that shapes an epoch (for strict state loading)."""
         h = hashlib.sha256()
-        for arr in (self.cell_of_sample, self.cell_lengths, self.cell_batch, self.cell_group):
+        h.update(np.ascontiguousarray(self.cell_of_sample, dtype=np.int32).tobytes())
+        for arr in (self.cell_lengths, self.cell_batch, self.cell_group):
             h.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
         h.update(self.last_batch.encode())
         return h.hexdigest()[:16]
@@ -183,10 +184,11 @@ class BucketSpec:
                 )
             idx = np.stack([np.searchsorted(b, sub[:, d]) for d, b in enumerate(bs)], axis=1)
             code = encode(idx, ks)
-            occ = np.flatnonzero(np.bincount(code, minlength=int(np.prod(ks))))
+            lattice_counts = np.bincount(code, minlength=int(np.prod(ks)))
+            occ = np.flatnonzero(lattice_counts)
             occ_cells = np.stack(np.unravel_index(occ, ks), axis=1).astype(np.int64)
             lat_size = _lattice_size(bs, ks, size)
-            occ_counts = np.bincount(code, minlength=int(np.prod(ks)))[occ]
+            occ_counts = lattice_counts[occ]
             if max_shapes is not None and occ.size > max_shapes:
                 final, mapping = merge_cells(occ_cells, occ_counts, lat_size, ks, max_shapes)
             else:
