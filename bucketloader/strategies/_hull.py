@@ -43,8 +43,8 @@ def lower_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return _prune(x, y)
     sample = np.append(np.arange(0, n - 1, _STRIDE), n - 1)
     top = sample[lower_hull(x[sample], y[sample])]
-    fx = x.astype(np.float64)
-    fy = y.astype(np.float64)
+    fx = x.astype(np.float64, copy=False)
+    fy = y.astype(np.float64, copy=False)
     chord = np.interp(fx, fx[top], fy[top])
     tol = _TOL * max(float(np.abs(fy).max()), 1.0)
     cand = np.flatnonzero(fy <= chord + tol)
@@ -65,8 +65,8 @@ def _prune(x: np.ndarray, y: np.ndarray) -> np.ndarray:
             return idx
         dx = np.diff(x)
         dy = np.diff(y)
-        fx = dx.astype(np.float64)
-        fy = dy.astype(np.float64)
+        fx = dx.astype(np.float64, copy=False)
+        fy = dy.astype(np.float64, copy=False)
         a = fy[:-1] * fx[1:]  # slope(left edge) >= slope(right edge)  <=>  a >= b
         b = fy[1:] * fx[:-1]
         remove = a >= b
@@ -123,7 +123,9 @@ def envelope_argmin(x: np.ndarray, y: np.ndarray, s: np.ndarray) -> tuple[np.nda
     dy = np.diff(y[hull])
     # vertex e + 1 beats vertex e at query j  <=>  s[j]·dx[e] > dy[e]; monotone in j
     guess = np.searchsorted(
-        s.astype(np.float64), dy.astype(np.float64) / dx.astype(np.float64), side="right"
+        s.astype(np.float64, copy=False),
+        dy.astype(np.float64, copy=False) / dx.astype(np.float64, copy=False),
+        side="right",
     )
     n = s.size
     while True:  # exact correction, usually zero or one step

@@ -83,21 +83,35 @@ def solve_segmentation(
         real = sum(a**power * b for a, b in zip(values.tolist(), counts.tolist(), strict=True))
         pad = fmax * total - real
         return np.array([u - 1]), pad, {"num_values": u, "layers": 1, "arithmetic": "python-int"}
-    exact64 = 4 * total * max(fmax, 1) < 2**62
-    dtype: Any = np.int64 if exact64 else object
+    # every DP quantity is an integer below 4·N·f(max): exact in float64 below 2**53 (no
+    # conversions at all), in int64 below 2**62, else in Python ints (see NOTE in _hull)
+    bound = 4 * total * max(fmax, 1)
+    dtype: Any = np.float64 if bound < 2**53 else np.int64 if bound < 2**62 else object
+    arithmetic = {np.float64: "float64-exact", np.int64: "int64", object: "python-int"}[dtype]
     v = values.astype(dtype)
     f = v * v if cost == "quadratic" else v
     c = np.concatenate([np.zeros(1, dtype), np.cumsum(counts.astype(dtype))])
-    s_all = int(np.dot(f, counts.astype(dtype))) if exact64 else sum(f * counts.astype(object))
+    if dtype is object:
+        s_all = sum(f * counts.astype(object))
+    else:
+        s_all = int(np.dot(f, counts.astype(dtype)))
     # layer 1: y[j] = D_1[j] + S_j = f(v_{j-1})·C_j
     y = np.concatenate([np.zeros(1, dtype), f * c[1:]])
+    fc = f * c[1:]  # f(v_{j-1})·C_j, reused by every layer
     layers: list[tuple[np.ndarray, np.ndarray]] = []
     done = False
     for _ in range(2, k):
         vertices, switch = envelope_argmin(c, y, f)
         layers.append((vertices, switch))
-        arg = np.repeat(vertices, np.diff(np.concatenate([[0], switch, [u]])))
-        y = np.concatenate([np.zeros(1, dtype), y[arg] + f * (c[1:] - c[arg])])
+        runs = np.diff(np.concatenate([[0], switch, [u]]))
+        # y_t[j] = y[a] + f_j·(C_j - C_a) with a piecewise constant: repeat per run, no gathers
+        nxt = np.empty_like(y)
+        nxt[0] = 0
+        nxt[1:] = np.repeat(c[vertices], runs)
+        nxt[1:] *= f
+        np.subtract(fc, nxt[1:], out=nxt[1:])
+        nxt[1:] += np.repeat(y[vertices], runs)
+        y = nxt
         if y[u] == s_all:  # D_t[U] = 0: no padding left to remove
             done = True
             break
@@ -112,7 +126,7 @@ def solve_segmentation(
     info = {
         "num_values": u,
         "layers": len(layers) + (1 if done else 2),
-        "arithmetic": "int64" if exact64 else "python-int",
+        "arithmetic": arithmetic,
         "max_hull_size": max((len(vt) for vt, _ in layers), default=0),
     }
     return picks, objective, info
