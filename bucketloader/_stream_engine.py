@@ -16,7 +16,6 @@ state holds ints only (JSON-serialisable), plus the source's own state.
 
 from __future__ import annotations
 
-import bisect
 import copy
 from collections.abc import Iterator
 from typing import Any
@@ -76,8 +75,8 @@ class Engine:
         self.batches = 0
         self.phase = "stream"
         self.shuffle: list[tuple[int, Any, int]] = []
-        self.bpos: list[list[int]] = [[] for _ in owner.batch_sizes]  # positions per bucket
-        self.bsam: list[list[Any]] = [[] for _ in owner.batch_sizes]  # samples per bucket
+        self.bpos: list[list[int]] = [[] for _ in owner.batch_sizes]  # positions per cell
+        self.bsam: list[list[Any]] = [[] for _ in owner.batch_sizes]  # samples per cell
         self.draws = Draws(np.random.SeedSequence([owner.seed, epoch, worker[0], 0x5742]))
         self.stats = dict.fromkeys(
             ("read", "batches", "overflow_dropped", "truncated", "tail_dropped", "repeated"), 0
@@ -89,32 +88,56 @@ class Engine:
 
     # -- per sample -----------------------------------------------------------------------
     def prepare(self, pos: int, sample: Any) -> tuple[Any, int] | None:
-        """(sample, bucket) after the overflow policy, or ``None`` when dropped."""
+        """(sample, cell) after the overflow policy, or ``None`` when dropped."""
         o = self.o
+        lay = o._layout
+        if lay.table is None:
+            return self._prepare_general(pos, sample)
         length = o._length(sample)
         if type(length) is not int or length < 0:
             length = check_length(length, pos)
-        if length > o._limit:
+        if length > lay.limits[0]:
+            return self._prepare_general(pos, sample)
+        return sample, lay.table[length]
+
+    def _measure(self, pos: int, sample: Any) -> tuple[int, ...]:
+        lay = self.o._layout
+        got = self.o._length(sample)
+        got = (got,) if len(lay.limits) == 1 else got
+        if not isinstance(got, (tuple, list)) or len(got) != len(lay.limits):
+            raise ValueError(
+                f"length_fn must return {len(lay.limits)} lengths per sample (one per input "
+                f"{list(lay.names)}), got {got!r} for sample {pos}"
+            )
+        return tuple(check_length(x, pos) for x in got)
+
+    def _prepare_general(self, pos: int, sample: Any) -> tuple[Any, int] | None:
+        o = self.o
+        lay = o._layout
+        lengths = self._measure(pos, sample)
+        over = [d for d, (n, lim) in enumerate(zip(lengths, lay.limits, strict=True)) if n > lim]
+        if over:
+            d = over[0]
+            what = "" if len(lay.names) == 1 else f"input {lay.names[d]!r} "
             policy = o.overflow
             if policy == "error":
                 raise ValueError(
-                    f"sample {pos} of this worker's stream has length {length} > the last "
-                    f"boundary {o._limit}; pass overflow='drop' or 'truncate', or boundaries "
-                    "whose last value covers it"
+                    f"sample {pos} of this worker's stream has {what}length {lengths[d]} > the "
+                    f"last boundary {lay.limits[d]}; pass overflow='drop' or 'truncate', or "
+                    "boundaries whose last value covers it"
                 )
             if policy == "drop":
                 self.stats["overflow_dropped"] += 1
                 return None
-            sample = o._truncate(sample, length)
+            sample = o._truncate(sample, lengths)
             self.stats["truncated"] += 1
-            length = check_length(o._length(sample), pos)
-            if length > o._limit:
+            lengths = self._measure(pos, sample)
+            if any(n > lim for n, lim in zip(lengths, lay.limits, strict=True)):
                 raise ValueError(
-                    f"overflow={policy!r} left sample {pos} at length {length} > {o._limit}"
+                    f"overflow={policy!r} left sample {pos} at lengths {list(lengths)}, beyond "
+                    f"the last boundaries {lay.limits}"
                 )
-        table = o._bucket_table
-        bucket = table[length] if table is not None else bisect.bisect_left(o._blist, length)
-        return sample, bucket
+        return sample, lay.cell(lengths)
 
     def _add(self, pos: int, sample: Any, bucket: int) -> list[Any] | None:
         buf = self.bsam[bucket]

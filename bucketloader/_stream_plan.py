@@ -41,7 +41,8 @@ def estimate(
     :func:`~bucketloader.solve.solve_boundaries` (``cache`` and ``**options`` as there; with a
     cache, a rerun on the same head skips the solve). ``max_length`` caps the lengths first and
     makes it the last boundary, so later, longer samples are handled by ``overflow``; without it
-    the last boundary is the longest length seen in the head.
+    the last boundary is the longest length seen in the head. With several bucketed inputs
+    (``length_fn=("input_ids", "labels")``) each input is solved on its own, with these options.
 
     Example:
         >>> estimate(8, samples=1000).num_buckets
@@ -57,13 +58,26 @@ def estimate(
     )
 
 
-def solve_head(est: Estimate, head: list[Any], length: Callable[[Any], int]) -> Solution:
-    """Solve ``est`` on the lengths of the ``head`` samples."""
+def solve_head(
+    est: Estimate, head: list[Any], length: Callable[[Any], Any], dims: int
+) -> list[Solution]:
+    """Solve ``est`` on the lengths of the ``head`` samples, one solution per input."""
     if not head:
         raise ValueError("cannot estimate boundaries: the source yielded no samples")
-    lengths = np.array([check_length(length(s), i) for i, s in enumerate(head)])
-    if est.max_length is not None:
-        lengths = np.append(np.minimum(lengths, est.max_length), est.max_length)
-    return solve_boundaries(
-        lengths, est.num_buckets, strategy=est.strategy, cache=est.cache, **est.options
-    )
+    rows = [length(s) for s in head]
+    if dims == 1:
+        rows = [(r,) for r in rows]
+    lengths = np.array(
+        [[check_length(x, i) for x in r] for i, r in enumerate(rows)], dtype=np.int64
+    ).reshape(len(rows), dims)
+    out = []
+    for d in range(dims):
+        col = lengths[:, d]
+        if est.max_length is not None:
+            col = np.append(np.minimum(col, est.max_length), est.max_length)
+        out.append(
+            solve_boundaries(
+                col, est.num_buckets, strategy=est.strategy, cache=est.cache, **est.options
+            )
+        )
+    return out

@@ -18,8 +18,9 @@ from typing import Any
 OVERFLOW = ("drop", "error", "truncate")
 
 
-def make_length_fn(length_fn: Any) -> Callable[[Any], int]:
-    """``None`` → ``len(sample)``; a key → ``len(sample[key])``; a callable as given."""
+def make_length_fn(length_fn: Any) -> Callable[[Any], Any]:
+    """``None`` → ``len(sample)``; a key → ``len(sample[key])``; a tuple of keys → a tuple of
+    those lengths (several inputs); a callable as given."""
     if length_fn is None:
 
         def measure(sample: Any) -> int:
@@ -47,10 +48,18 @@ def make_length_fn(length_fn: Any) -> Callable[[Any], int]:
             return len(value)
 
         return by_key
+    if (
+        isinstance(length_fn, (tuple, list))
+        and length_fn
+        and all(isinstance(k, str) for k in length_fn)
+    ):
+        parts = [make_length_fn(k) for k in length_fn]
+        return lambda sample: tuple(f(sample) for f in parts)
     if callable(length_fn):
         return length_fn
     raise TypeError(
-        f"length_fn must be None, a key of the samples or a callable sample -> int, "
+        f"length_fn must be None, a key of the samples, a tuple of keys (one per bucketed "
+        f"input) or a callable sample -> int, "
         f"got length_fn={length_fn!r}"
     )
 

@@ -10,16 +10,16 @@ follow ``last_batch`` exactly as in :class:`~bucketloader.sampler.BucketSampler`
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
 from bucketloader._stream_engine import STATE_FORMAT, Engine
+from bucketloader._stream_layout import Layout
 from bucketloader._stream_plan import Estimate, estimate, solve_head
 from bucketloader._stream_source import (
     OVERFLOW,
@@ -29,13 +29,10 @@ from bucketloader._stream_source import (
     truncate,
 )
 from bucketloader._validation import check_choice, check_int
-from bucketloader.boundaries import assign_buckets, check_boundaries
-from bucketloader.solve import Solution
 
 __all__ = ["BucketIterable", "Estimate", "bucketize", "estimate"]
 
 LAST_BATCH = ("drop", "fill", "keep", "pad")
-_TABLE_LIMIT = 1 << 20
 
 
 class BucketIterable(torch.utils.data.IterableDataset):
@@ -45,19 +42,24 @@ class BucketIterable(torch.utils.data.IterableDataset):
         source: the samples: an HF ``IterableDataset``, a torch ``IterableDataset`` or any
             iterable. Re-iterable sources give one pass per epoch; a one-shot iterator gives one.
         length_fn: ``None`` (``len(sample)``), a key (``len(sample[key])``, audio dicts measure
-            their ``"array"``) or a callable ``sample -> int``.
+            their ``"array"``), a callable ``sample -> int``, or a tuple of keys to bucket
+            several inputs jointly (e.g. ``("input_ids", "labels")``: a batch's cell is its
+            bucket per input, ``B = max_tokens // (L_src + L_tgt)``).
         boundaries: the boundaries (array, a ``Solution`` or a ``BucketSampler`` — anything with
-            ``.boundaries``), or :func:`estimate` to estimate them from the head of the stream.
+            ``.boundaries``; several inputs: a mapping key → array or a list in key order), or
+            :func:`estimate` to estimate them from the head of the stream.
         batch_size: the same ``B`` for every bucket; or
         max_tokens: ``B_i = max_tokens // b_i`` padded elements per batch.
         last_batch: the partial batches left at the end of the stream: ``"pad"`` (yielded short;
             the collator pads rows, masked), ``"fill"`` (topped up with repeats from the same
-            bucket), ``"drop"`` or ``"keep"`` (yielded short, an unplanned smaller batch size).
+            bucket), ``"drop"`` or ``"keep"`` (yielded short: smaller batch sizes, listed in
+            :attr:`shapes`).
         shuffle_buffer: samples held in a bounded shuffle buffer before bucketing (0 = off).
         seed: randomness only from ``SeedSequence([seed, epoch, worker])``.
         overflow: samples longer than the last boundary: ``"error"``, ``"drop"`` (counted in
             :attr:`stats`), ``"truncate"`` (cut to the last boundary; dict samples cut every entry
-            of the sample's length) or a callable ``(sample, max_length) -> sample``.
+            of the sample's length) or a callable ``(sample, max_length) -> sample`` (a tuple of
+            last boundaries with several inputs).
 
     Under a ``DataLoader`` with workers each worker buckets its own shard (see
     :mod:`bucketloader._stream_source`). ``state_dict()`` / ``load_state_dict()`` resume mid-epoch
@@ -89,7 +91,10 @@ class BucketIterable(torch.utils.data.IterableDataset):
     ) -> None:
         self.source = source
         self._length = make_length_fn(length_fn)
-        self._key = length_fn if isinstance(length_fn, str) else None
+        multi = isinstance(length_fn, (tuple, list))
+        self._keys: tuple[Any, ...] = (
+            tuple(length_fn) if multi else (length_fn if isinstance(length_fn, str) else None,)
+        )
         self.last_batch = check_choice("last_batch", last_batch, LAST_BATCH)
         self.shuffle_buffer = check_int("shuffle_buffer", shuffle_buffer, minimum=0)
         self.seed = check_int("seed", seed, minimum=0)
@@ -104,75 +109,90 @@ class BucketIterable(torch.utils.data.IterableDataset):
                 )
         self._prefix: list[Any] | None = None
         self._rest: Iterator[Any] | None = None
-        self.solution: Solution | None = None
-        if isinstance(boundaries, Estimate):
-            boundaries = self._estimate(boundaries)
-        elif hasattr(boundaries, "boundaries") and not isinstance(boundaries, np.ndarray):
-            boundaries = boundaries.boundaries
-        self.boundaries = check_boundaries(boundaries)
-        self.batch_sizes = _batch_sizes(self.boundaries, batch_size, max_tokens)
-        self._batch_size, self._max_tokens = batch_size, max_tokens
-        self._limit = int(self.boundaries[-1])
-        self._blist = self.boundaries.tolist()
-        self._bucket_table = (
-            assign_buckets(np.arange(self._limit + 1), self.boundaries).tolist()
-            if self._limit < _TABLE_LIMIT
-            else None
+        self.solution: Any = None
+        names = tuple(self._keys) if multi else ("length",)
+        self._layout = Layout(
+            self._resolve(boundaries, names, multi),
+            names,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
         )
+        self.batch_sizes = self._layout.sizes
+        bounds = self._layout.bounds
+        self.boundaries: Any = dict(zip(names, bounds, strict=True)) if multi else bounds[0]
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._engine: Engine | None = None
 
     # -- planning ---------------------------------------------------------------------------
-    def _estimate(self, est: Estimate) -> np.ndarray:
-        it = iter(self.source)
-        head = list(itertools.islice(it, est.samples))
-        if it is self.source:  # a one-shot iterator: replay the head in the first pass
-            self._prefix, self._rest = head, it
-        solution = solve_head(est, head, self._length)
-        self.solution = solution
-        return solution.boundaries
+    def _resolve(self, boundaries: Any, names: tuple[str, ...], multi: bool) -> list[Any]:
+        """Boundaries per input, from arrays, a mapping, a ``Solution`` / sampler or an estimate."""
+        if isinstance(boundaries, Estimate):
+            it = iter(self.source)
+            head = list(itertools.islice(it, boundaries.samples))
+            if it is self.source:  # a one-shot iterator: replay the head in the first pass
+                self._prefix, self._rest = head, it
+            solutions = solve_head(boundaries, head, self._length, len(names))
+            self.solution = dict(zip(names, solutions, strict=True)) if multi else solutions[0]
+            return [sol.boundaries for sol in solutions]
+        if hasattr(boundaries, "boundaries") and not isinstance(boundaries, np.ndarray):
+            boundaries = boundaries.boundaries
+        if not multi:
+            if isinstance(boundaries, Mapping):
+                raise ValueError(
+                    f"boundaries is a mapping (keys {list(boundaries)}) but length_fn measures "
+                    "one input; pass length_fn=(key, key, ...) to bucket several inputs"
+                )
+            return [boundaries]
+        if isinstance(boundaries, Mapping):
+            missing = [n for n in names if n not in boundaries]
+            if missing:
+                raise KeyError(
+                    f"boundaries has no entry for input {missing[0]!r}; give one per key of "
+                    f"length_fn {list(names)}, got keys {list(boundaries)}"
+                )
+            return [boundaries[n] for n in names]
+        if isinstance(boundaries, (str, bytes)) or len(boundaries) != len(names):
+            raise ValueError(
+                f"boundaries must give one array per input {list(names)} (a list or a mapping), "
+                f"got {boundaries!r}"
+            )
+        return list(boundaries)
 
     @property
-    def shapes(self) -> list[tuple[int, int]]:
+    def shapes(self) -> list[tuple[int, ...]]:
         """Every batch shape a pass produces after collation, sorted (a promise).
 
-        ``(B_i, b_i)`` per bucket; with ``last_batch="keep"`` the stream's end may leave any
-        smaller batch size, so ``(r, b_i)`` for every ``1 <= r < B_i`` is listed too (use
-        ``"pad"`` to keep just one shape per bucket).
+        ``(B_c, L_1, ..., L_D)`` per cell (a bucket, or a combination of per-input buckets);
+        with ``last_batch="keep"`` the stream's end may leave any smaller batch size, so every
+        ``(r, L...)`` with ``1 <= r < B_c`` is listed too (``"pad"`` keeps one shape per cell).
         """
-        full = [(int(n), int(b)) for n, b in zip(self.batch_sizes, self._blist, strict=True)]
-        if self.last_batch == "keep":
-            full += [(r, b) for n, b in full for r in range(1, n)]
-        return sorted(full)
+        return self._layout.shapes(self.last_batch)
 
     @functools.cached_property
     def shape_table(self) -> Any:
         """The planned shapes as a :class:`~bucketloader.plan.ShapeTable` (for the collator)."""
-        from bucketloader.plan import BucketSpec, shape_table
-
-        spec = BucketSpec.build(
-            self.boundaries,  # one representative per bucket: every bucket is a planned cell
-            boundaries=self.boundaries,
-            batch_size=self._batch_size,
-            max_tokens=self._max_tokens,
-            last_batch=self.last_batch,
-        )
-        return dataclasses.replace(shape_table(spec), shapes=tuple(sorted(self.shapes)))
+        return self._layout.shape_table(self.last_batch)
 
     def collator(self, **kwargs: Any) -> Any:
         """A :class:`~bucketloader.collate.PadCollator` for these shapes (``kwargs`` as there).
 
-        Use ``DataLoader(stream, batch_size=None, collate_fn=stream.collator(...))``.
+        Use ``DataLoader(stream, batch_size=None, collate_fn=stream.collator(...))``. With
+        several inputs, name every variable field: ``fields={"input_ids": "input_ids",
+        "attention_mask": "input_ids", "labels": "labels"}``.
         """
         from bucketloader.collate import PadCollator
 
         return PadCollator(self.shape_table, **kwargs)
 
-    def _truncate(self, sample: Any, length: int) -> Any:
+    def _truncate(self, sample: Any, lengths: tuple[int, ...]) -> Any:
+        limits = self._layout.limits
         if callable(self.overflow):
-            return self.overflow(sample, self._limit)
-        return truncate(sample, length, self._limit, self._key)
+            return self.overflow(sample, limits[0] if len(limits) == 1 else tuple(limits))
+        for n, lim, key in zip(lengths, limits, self._keys, strict=True):
+            if n > lim:
+                sample = truncate(sample, n, lim, key)
+        return sample
 
     # -- iteration --------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
@@ -215,7 +235,9 @@ class BucketIterable(torch.utils.data.IterableDataset):
     # -- state ------------------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
         return {
-            "boundaries": self._blist,
+            "boundaries": self._layout.blists[0]
+            if len(self._layout.blists) == 1
+            else self._layout.blists,
             "batch_sizes": list(self.batch_sizes),
             "last_batch": self.last_batch,
             "shuffle_buffer": self.shuffle_buffer,
@@ -264,16 +286,3 @@ def bucketize(source: Any, **options: Any) -> BucketIterable:
         [[1, 2, 3, 4], [5, 6, 7, 8]]
     """
     return BucketIterable(source, **options)
-
-
-def _batch_sizes(boundaries: np.ndarray, batch_size: Any, max_tokens: Any) -> tuple[int, ...]:
-    from bucketloader.plan import batch_sizes
-
-    sizes = batch_sizes(boundaries, batch_size=batch_size, max_tokens=max_tokens)
-    if (sizes < 1).any():
-        i = int(np.argmax(sizes < 1))
-        raise ValueError(
-            f"max_tokens={max_tokens} fits no sample of bucket {i} (padded length "
-            f"{int(boundaries[i])}); raise max_tokens to at least {int(boundaries[-1])}"
-        )
-    return tuple(int(x) for x in sizes)

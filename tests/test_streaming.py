@@ -125,11 +125,11 @@ def test_edges_follow_the_boundary_convention():
     stream = bucketize(
         [[0] * n for n in lengths], boundaries=[4, 8, 16], batch_size=1, last_batch="keep"
     )
-    got = [(len(b[0]), stream._bucket_table[len(b[0])]) for b in stream]
+    got = [(len(b[0]), stream._layout.table[len(b[0])]) for b in stream]
     want = assign_buckets([g[0] for g in got], [4, 8, 16]).tolist()
     assert [g[1] for g in got] == want
     big = BucketIterable([[0] * 3], boundaries=[2, 1 << 21], batch_size=1)
-    assert big._bucket_table is None and [len(b[0]) for b in big] == [3]
+    assert big._layout.table is None and [len(b[0]) for b in big] == [3]
 
 
 def test_overflow_policies():
@@ -186,7 +186,9 @@ def test_validation_errors():
         bucketize([[1]], boundaries=[4])
     with pytest.raises(ValueError, match="last_batch must be one of"):
         bucketize([[1]], boundaries=[4], batch_size=2, last_batch="partial")
-    with pytest.raises(ValueError, match="max_tokens=10 fits no sample of bucket 1"):
+    with pytest.raises(
+        ValueError, match=r"max_tokens=10 fits no sample of padded length\(s\) \[16\]"
+    ):
         bucketize([[1]], boundaries=[4, 16], max_tokens=10)
     with pytest.raises(TypeError, match="samples are dicts"):
         list(bucketize([{"a": [1]}], boundaries=[4], batch_size=1))
@@ -386,3 +388,70 @@ def test_torch_iterable_dataset_shards_itself(europarl):
     )
     got = _loader_ids(stream, 2)
     assert sorted(i for b in got for i in b) == list(range(len(lens)))  # no duplicates
+
+
+def _pairs(pairs):
+    return [
+        {"id": i, "input_ids": [3] * int(a), "attention_mask": [1] * int(a), "labels": [4] * int(t)}
+        for i, (a, t) in enumerate(pairs)
+    ]
+
+
+@pytest.mark.parametrize("last_batch", ["pad", "keep"])
+def test_per_input_buckets_for_seq2seq_streams(last_batch):
+    pytest.importorskip("bucketloader.collate")
+    pairs = load_real("europarl")[:1200]
+    pairs = pairs[(pairs > 0).all(axis=1)]
+    stream = bucketize(
+        _pairs(pairs),
+        length_fn=("input_ids", "labels"),
+        max_tokens=600,
+        boundaries=estimate(3, samples=len(pairs)),
+        last_batch=last_batch,
+        shuffle_buffer=50,
+    )
+    b = stream.boundaries
+    assert set(b) == {"input_ids", "labels"} and len(stream.batch_sizes) == 9
+    batches = list(stream)
+    assert sorted(s["id"] for batch in batches for s in batch) == list(range(len(pairs)))
+    short = Counter()
+    for batch in batches:
+        src = assign_buckets([len(s["input_ids"]) for s in batch], b["input_ids"])
+        tgt = assign_buckets([len(s["labels"]) for s in batch], b["labels"])
+        assert len(set(zip(src.tolist(), tgt.tolist(), strict=True))) == 1, "batch mixes cells"
+        shape = (b["input_ids"][src[0]], b["labels"][tgt[0]])
+        full = [s[0] for s in stream.shapes if s[1:] == shape and s[0] >= len(batch)]
+        short[shape] += len(batch) < max(full)
+    assert max(short.values()) <= 1
+    collate = stream.collator(
+        fields={"input_ids": "input_ids", "attention_mask": "input_ids", "labels": "labels"},
+        pad_value={"labels": -100},
+    )
+    for batch in batches:
+        out = collate(batch)
+        (n, ls), (n2, lt) = out["input_ids"].shape, out["labels"].shape
+        assert n == n2 and (n, ls, lt) in stream.shapes
+
+
+def test_per_input_overflow_resume_and_errors():
+    pairs = load_real("europarl")[:400]
+    kw = {"length_fn": ("input_ids", "labels"), "batch_size": 8, "seed": 2, "shuffle_buffer": 20}
+    bounds = {"input_ids": [8, 16, 24], "labels": [12, 24]}
+    cut = bucketize(_pairs(pairs), boundaries=bounds, overflow="truncate", **kw)
+    got = [s for batch in cut for s in batch]
+    assert len(got) == len(pairs) and cut.stats["truncated"] > 0
+    assert all(len(s["input_ids"]) == len(s["attention_mask"]) <= 24 for s in got)
+    assert max(len(s["labels"]) for s in got) == 24
+    full = _ids(bucketize(_pairs(pairs), boundaries=bounds, overflow="drop", **kw))
+    first = bucketize(_pairs(pairs), boundaries=bounds, overflow="drop", **kw)
+    it = iter(first)
+    head = [next(it) for _ in range(10)]
+    again = bucketize(_pairs(pairs), boundaries=bounds, overflow="drop", **kw)
+    again.load_state_dict(json.loads(json.dumps(first.state_dict())))
+    assert _ids(head) + _ids(again) == full
+    with pytest.raises(KeyError, match="boundaries has no entry for input 'labels'"):
+        bucketize(_pairs(pairs), boundaries={"input_ids": [40]}, **kw)
+    with pytest.raises(ValueError, match="length_fn measures one input"):
+        bucketize(_pairs(pairs), boundaries=bounds, **{**kw, "length_fn": len})
+    with pytest.raises(ValueError, match=r"length_fn returned \(3, 4\) for sample 0"):
+        list(bucketize(_pairs(pairs), boundaries=[50], batch_size=2, length_fn=lambda s: (3, 4)))
