@@ -55,6 +55,20 @@ def import_lhotse():
     return lhotse
 
 
+class Clock:
+    """Wall and process-CPU seconds of a block. On a loaded shared machine the process is
+    descheduled part of the time, so CPU seconds are the better estimate of an idle machine's
+    wall time (single-threaded work); both are reported."""
+
+    def __enter__(self):
+        self.w, self.c = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.w
+        self.cpu = time.process_time() - self.c
+
+
 # --- batch statistics ------------------------------------------------------------------------
 def stats(shapes: list[tuple[int, int]], real: int) -> dict:
     arr = np.asarray(shapes, dtype=np.int64)
@@ -67,10 +81,9 @@ def stats(shapes: list[tuple[int, int]], real: int) -> dict:
 
 
 def run_ours(lengths, **kw):
-    t = time.perf_counter()
-    sampler = BucketSampler(lengths, shuffle=True, seed=0, **kw)
-    batches = list(sampler)
-    sec = time.perf_counter() - t
+    with Clock() as sec:
+        sampler = BucketSampler(lengths, shuffle=True, seed=0, **kw)
+        batches = list(sampler)
     table = sampler.shape_table
     shapes = []
     for idx in batches:
@@ -82,12 +95,11 @@ def run_ours(lengths, **kw):
 def run_hf(lengths, batch_size):
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
-    t = time.perf_counter()
-    sampler = LengthGroupedSampler(
-        batch_size, lengths=lengths.tolist(), generator=torch.Generator().manual_seed(0)
-    )
-    order = np.fromiter(iter(sampler), dtype=np.int64, count=len(lengths))
-    sec = time.perf_counter() - t
+    with Clock() as sec:
+        sampler = LengthGroupedSampler(
+            batch_size, lengths=lengths.tolist(), generator=torch.Generator().manual_seed(0)
+        )
+        order = np.fromiter(iter(sampler), dtype=np.int64, count=len(lengths))
     shapes = [
         (len(c), int(lengths[c].max()))
         for c in np.split(order, np.arange(batch_size, len(order), batch_size))
@@ -112,11 +124,9 @@ def run_lhotse(lengths, rate, **kw):
         for i, d in enumerate(lengths.tolist())
     )
     build = time.perf_counter() - t
-    t = time.perf_counter()
-    with warnings.catch_warnings():
+    with Clock() as sec, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "eagerly read CutSet": fine for a benchmark
         batches = list(DynamicBucketingSampler(cuts, shuffle=True, seed=0, **kw))
-    sec = time.perf_counter() - t
     shapes = [(len(b), max(round(c.duration * rate) for c in b)) for b in batches]
     return sec, stats(shapes, int(lengths.sum())), build
 
@@ -128,14 +138,15 @@ def compare(name, lengths, rate, max_tokens, batch_size, lhotse_n, lines):
         f"{int(np.median(lengths)):,}, max {lengths.max():,})\n",
         f"Token budget: max_tokens = {max_tokens:,} (Lhotse max_duration = "
         f"{max_tokens / rate:g}); fixed size: batch_size = {batch_size}.\n",
-        "| sampler | mode | plan time (s) | batches | distinct shapes | padding ratio |",
-        "|---|---|---:|---:|---:|---:|",
+        "| sampler | mode | plan time, wall (s) | plan time, CPU (s) | batches | distinct shapes "
+        "| padding ratio |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
 
     def row(label, mode, sec, st, note=""):
         lines.append(
-            f"| {label}{note} | {mode} | {sec:.2f} | {st['batches']:,} | {st['shapes']:,} | "
-            f"{st['pad']:.3f} |"
+            f"| {label}{note} | {mode} | {sec.wall:.2f} | {sec.cpu:.2f} | {st['batches']:,} | "
+            f"{st['shapes']:,} | {st['pad']:.3f} |"
         )
 
     sec, st, sampler = run_ours(lengths, max_tokens=max_tokens)
@@ -160,24 +171,25 @@ def compare(name, lengths, rate, max_tokens, batch_size, lhotse_n, lines):
 # --- 10 M plan time --------------------------------------------------------------------------
 def plan_10m(n, lines):
     lengths = lognormal(n, seed=1)
-    t0 = time.perf_counter()
-    sampler = BucketSampler(lengths, max_tokens=65536, num_replicas=8, rank=0, shuffle=True)
-    t1 = time.perf_counter()
-    it = iter(sampler)
-    first = next(it)
-    t2 = time.perf_counter()
-    count = 1 + sum(1 for _ in it)
-    t3 = time.perf_counter()
+    with Clock() as build:
+        sampler = BucketSampler(lengths, max_tokens=65536, num_replicas=8, rank=0, shuffle=True)
+    with Clock() as plan:
+        it = iter(sampler)
+        first = next(it)
+    with Clock() as rest:
+        count = 1 + sum(1 for _ in it)
     lines += [
         f"\n## Plan time, {n:,} lengths (lognormal tokens), shuffled, max_tokens=65,536, "
         "8 ranks (rank 0)\n",
-        "| step | seconds |",
-        "|---|---:|",
+        "| step | wall (s) | CPU (s) |",
+        "|---|---:|---:|",
         f"| `BucketSampler(...)`: boundaries (exact DP, 8 buckets) + cells + batch sizes | "
-        f"{t1 - t0:.2f} |",
-        f"| epoch plan (first batch of `iter(sampler)`) | {t2 - t1:.2f} |",
-        f"| **plan time (construction + epoch plan), target < 2 s** | **{t2 - t0:.2f}** |",
-        f"| rest of rank 0's epoch ({count:,} batches of index lists) | {t3 - t2:.2f} |",
+        f"{build.wall:.2f} | {build.cpu:.2f} |",
+        f"| epoch plan (first batch of `iter(sampler)`) | {plan.wall:.2f} | {plan.cpu:.2f} |",
+        f"| **plan time (construction + epoch plan), target < 2 s** | "
+        f"**{build.wall + plan.wall:.2f}** | **{build.cpu + plan.cpu:.2f}** |",
+        f"| rest of rank 0's epoch ({count:,} batches of index lists) | {rest.wall:.2f} | "
+        f"{rest.cpu:.2f} |",
         f"\nShapes: {len(sampler.shapes)}; first batch {len(first)} samples.",
     ]
 
@@ -192,36 +204,48 @@ def pad_sequence_with_masks(batch, pad_kwargs):
     return padded, lengths, mask
 
 
-def collate_bench(name, batches, collate, pad_kwargs, lines, rounds=3):
+def collate_bench(name, batches, collate, pad_kwargs, lines, reps=5):
+    """Per batch, the best of ``reps`` thread-CPU times of each method, summed over batches."""
+
+    def ref(b):
+        xs = [torch.as_tensor(x) for x in b] if isinstance(b[0], list) else b
+        return torch.nn.utils.rnn.pad_sequence(xs, **pad_kwargs)
+
+    methods = {
+        "ref": ref,
+        "ref+": lambda b: pad_sequence_with_masks(b, pad_kwargs),
+        "ours": collate,
+    }
+    total = dict.fromkeys(methods, 0.0)
+    per_shape: dict = {}
+    for b in batches:
+        best = dict.fromkeys(methods, float("inf"))
+        for _ in range(reps):  # interleaved, so a burst of load hits all three alike
+            for k, fn in methods.items():
+                t = time.thread_time()
+                fn(b)
+                best[k] = min(best[k], time.thread_time() - t)
+        for k in methods:
+            total[k] += best[k]
+        row = per_shape.setdefault(tuple(collate(b)["inputs"].shape[:2]), [0, 0.0, 0.0, 0.0])
+        row[0] += 1
+        row[1:] = [row[1] + best["ref"], row[2] + best["ref+"], row[3] + best["ours"]]
     samples = sum(len(b) for b in batches)
-    best = {"ref": [], "ref+": [], "ours": []}
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for b in batches:
-            torch.nn.utils.rnn.pad_sequence(
-                [torch.as_tensor(x) for x in b] if isinstance(b[0], list) else b, **pad_kwargs
-            )
-        best["ref"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        for b in batches:
-            pad_sequence_with_masks(b, pad_kwargs)
-        best["ref+"].append(time.perf_counter() - t)
-        t = time.perf_counter()
-        for b in batches:
-            collate(b)
-        best["ours"].append(time.perf_counter() - t)
-    r, r2, o = (min(best[k]) for k in ("ref", "ref+", "ours"))
+    r, r2, o = (total[k] for k in ("ref", "ref+", "ours"))
     lines.append(
         f"| {name} | {len(batches)} | {samples / len(batches):.0f} | {samples / r:,.0f} | "
         f"{samples / r2:,.0f} | {samples / o:,.0f} | **{r / o:.2f}x** | {r2 / o:.2f}x |"
     )
+    return per_shape
 
 
 def collation(librispeech, quick, lines):
     torch.set_num_threads(1)
     lines += [
         "\n## Collation throughput: `PadCollator` vs `pad_sequence` on the same batches\n",
-        "One thread (as in DataLoader workers). `pad_sequence` pads to each batch's max and "
+        "One thread (as in DataLoader workers); per batch the best of 5 interleaved runs of "
+        "each method, in thread CPU time (immune to the descheduling on this shared machine), "
+        "summed over the batches. `pad_sequence` pads to each batch's max and "
         "returns the padded tensor only; `PadCollator` pads to the planned shape and also "
         "returns `lengths`, `attention_mask` and `sample_mask`, and checks every length against "
         "the plan. Samples are views of one buffer (no allocation per sample).\n",
@@ -252,7 +276,7 @@ def collation(librispeech, quick, lines):
     base = torch.arange(int(tokens.max()))
     idxs = list(tk)[: 3 * k]
     batches = [[base[: tokens[i]] for i in idx] for idx in idxs]
-    collate_bench(
+    per_shape = collate_bench(
         "lognormal tokens, int64 tensors", batches, tk.collator(), {"batch_first": True}, lines
     )
     lists = [[list(range(tokens[i])) for i in idx] for idx in idxs]
@@ -263,6 +287,17 @@ def collation(librispeech, quick, lines):
         {"batch_first": True},
         lines,
     )
+    lines += [
+        "\nToken tensors by planned shape (microseconds per batch, thread CPU):\n",
+        "| planned shape (B, L) | batches | pad_sequence | pad_sequence + lengths + mask "
+        "| PadCollator | vs pad_sequence |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for shape, (count, r, r2, o) in sorted(per_shape.items()):
+        lines.append(
+            f"| {shape} | {count} | {r / count * 1e6:.0f} | {r2 / count * 1e6:.0f} | "
+            f"{o / count * 1e6:.0f} | {r / o:.2f}x |"
+        )
 
 
 # --- main ------------------------------------------------------------------------------------

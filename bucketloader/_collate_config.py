@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,7 +90,8 @@ def bind_fields(fields: Any, names: tuple[str, ...], group_key: Any) -> dict[Any
             raise TypeError(f"fields[{key!r}] must be a Field or an input name, got {f!r}")
         inp = f.input if f.input is not None else names
         unknown = [x for x in inp if x not in names]
-        if unknown or len(inp) != len(f.dims):
+        dims = f.dims if isinstance(f.dims, tuple) else (f.dims,)
+        if unknown or len(inp) != len(dims):
             raise ValueError(
                 f"fields[{key!r}] follows inputs {inp} with dims {f.dims}, but the sampler's "
                 f"inputs are {names}; give one dim per input, using these names"
@@ -109,7 +110,7 @@ def bind_fields(fields: Any, names: tuple[str, ...], group_key: Any) -> dict[Any
     return bound
 
 
-def read_group(samples: list[Any], group_key: Any) -> Any:
+def read_group(samples: Sequence[Any], group_key: Any) -> Any:
     """The one group id shared by every sample of a batch (``None`` without ``group_key``)."""
     if group_key is None:
         return None

@@ -121,7 +121,9 @@ def infer_fields(
                 f"{input_names}; by default position k follows input k, so pass fields={{...}}"
             )
         return {k: ((k,), (-1,)) for k in range(d)}
-    named = {k: ((input_names.index(k),), (-1,)) for k in sample if k in input_names}
+    named: dict[Any, tuple[tuple[int, ...], tuple[int, ...]]] = {
+        k: ((input_names.index(k),), (-1,)) for k in sample if k in input_names
+    }
     if named:
         missing = [n for n in input_names if n not in named]
         if missing:

@@ -45,8 +45,8 @@ def sequence_mask(lengths: np.ndarray, size: int, rows: int, side: str) -> np.nd
         lens[:n] = lengths
         pos = np.arange(size, dtype=small)
         if side == "right":
-            return pos[None, :] < lens[:, None]
-        return pos[None, :] >= (size - lens)[:, None]
+            return np.less(pos[None, :], lens[:, None])
+        return np.greater_equal(pos[None, :], (size - lens)[:, None])
     mask = np.zeros((rows, size), dtype=np.bool_)
     for i, length in enumerate(lengths.tolist()):
         if side == "right":
@@ -163,7 +163,7 @@ def pad_field(
             parts = values if d == 0 else [np.moveaxis(v, d, 0) for v in values]
             flat_np = np.concatenate(parts, axis=0)
         else:
-            flat = torch.cat(values if d == 0 else [v.movedim(d, 0) for v in values], dim=0)
+            flat = torch.cat([v if d == 0 else v.movedim(d, 0) for v in values], dim=0)
             if not (dtype in _NUMPY_DTYPES and flat.dtype == dtype):
                 view = out if d == 0 else out.movedim(1 + d, 1)
                 view[torch.from_numpy(mask)] = flat.to(dtype)

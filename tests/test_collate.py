@@ -395,3 +395,15 @@ def test_argument_errors(small):
     joint = BucketSampler(np.array([[2, 3], [4, 5]]), num_buckets=1, batch_size=2)
     with pytest.raises(ValueError, match=r"fields=Field\(dims=\(-2, -1\)\)"):
         joint.collator()([torch.ones(3, 2), torch.ones(5, 4)])
+
+
+@pytest.mark.parametrize("length", [5, 3000])  # masked scatter, then per-sample copies
+def test_torch_only_samples_bfloat16_and_grad(length):
+    sampler = BucketSampler([length, length - 1, 2 * length], num_buckets=2, batch_size=2)
+    collate = sampler.collator(pad_value=-1.0, side="left")
+    xs = [torch.rand(length, dtype=torch.bfloat16), torch.rand(length - 1).requires_grad_()]
+    for x in (xs[:1] * 2, xs[1:] * 2):
+        out = collate(x)["inputs"]
+        assert out.dtype == x[0].dtype and out.shape == (2, length)
+        want = torch.nn.functional.pad(x[0].detach(), (length - len(x[0]), 0), value=-1.0)
+        assert torch.equal(out[0].detach(), want)
