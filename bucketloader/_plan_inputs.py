@@ -22,8 +22,12 @@ def parse_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]
             listed = ", ".join(f"{k!r}: {c.size}" for k, c in zip(names, cols, strict=True))
             raise ValueError(f"every input in lengths needs one length per sample, got {listed}")
         table = np.stack(cols, axis=1)
+        table.setflags(write=False)
         return table, table, names
     arr = as_lengths(lengths, ndim=(1, 2))
+    if np.shares_memory(arr, np.asarray(lengths)):  # keep our own, read-only copy
+        arr = arr.copy()
+    arr.setflags(write=False)
     if arr.ndim == 1:
         return arr, arr[:, None], ("length",)
     if arr.shape[1] == 0:

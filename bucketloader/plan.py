@@ -165,6 +165,9 @@ class EpochPlan:
 
     def batch(self, i: int) -> list[int]:
         """Sample indices of batch ``i``."""
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"batch index {i} is out of range for an epoch of {len(self)} batches")
+        i %= len(self)
         return self.indices[self.offsets[i] : self.offsets[i + 1]].tolist()
 
 
