@@ -20,6 +20,11 @@ demo: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -c constraints-dev.txt -e ".[dev,bench]"
 	$(PY) benchmarks/strategies.py
+	$(PY) benchmarks/sampler.py
+	$(PY) benchmarks/cache.py
+	$(PY) benchmarks/hf_lengths.py
+	$(PY) benchmarks/subsampler.py
+	$(PY) benchmarks/compile_e2e.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check bucketloader tests benchmarks

@@ -3,7 +3,7 @@
 Pads each sample up to one of a few bucket boundaries chosen to minimise padding, and builds
 batches whose shapes are exactly a small planned set. Submodules not imported here (they pull
 heavier optional packages): :mod:`bucketloader.hf` (Hugging Face ``datasets``),
-:mod:`bucketloader.streaming` (iterable datasets), :mod:`bucketloader.static` (sync-free
+:mod:`bucketloader.static` (sync-free
 subsampling inside models).
 """
 
@@ -17,12 +17,14 @@ from bucketloader.report import DynamicityReport, analyze
 from bucketloader.sampler import BucketSampler
 from bucketloader.solve import Solution, compute_boundaries, solve_boundaries
 from bucketloader.strategies import STRATEGIES, StrategyResult, register_strategy
+from bucketloader.streaming import BucketIterable, bucketize, estimate
 
 __version__ = "0.1.0"
 
 __all__ = [
     "STRATEGIES",
     "BucketCache",
+    "BucketIterable",
     "BucketSampler",
     "BucketSpec",
     "DynamicityReport",
@@ -36,8 +38,10 @@ __all__ = [
     "__version__",
     "analyze",
     "assign_buckets",
+    "bucketize",
     "check_boundaries",
     "compute_boundaries",
+    "estimate",
     "padding_cost",
     "padding_ratio",
     "recommend_num_buckets",
