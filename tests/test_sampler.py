@@ -239,3 +239,36 @@ def test_state_dict_is_small_and_json():
     state = sampler.state_dict()
     assert json.loads(json.dumps(state)) == state
     assert len(json.dumps(state)) < 400
+
+
+@pytest.mark.slow
+def test_torch_compile_compiles_once_per_promised_shape():
+    """The promise as the compiler sees it: dynamic=False compiles exactly once per shape."""
+    import torch._dynamo
+
+    lengths = load_real("ecoli")
+    sampler = BucketSampler(lengths, num_buckets=5, max_tokens=8192, seed=0)
+    graphs = []
+
+    def counting_backend(gm, example_inputs):
+        graphs.append(tuple(example_inputs[0].shape))
+        return gm.forward
+
+    def run(shapes):
+        torch._dynamo.reset()
+        graphs.clear()
+        layer = torch.nn.Linear(1, 4)
+        step = torch.compile(
+            lambda x: layer(x.unsqueeze(-1)).sum(), backend=counting_backend, dynamic=False
+        )
+        for shape in shapes:
+            step(torch.zeros(shape))
+        return len(graphs)
+
+    table = sampler.shape_table
+    planned = [table.target(lengths[idx]) for idx in sampler]
+    with torch._dynamo.config.patch(cache_size_limit=1000, automatic_dynamic_shapes=False):
+        assert run(planned) == len(set(planned)) == len(sampler.shapes) == 5
+        # The same batches padded to their own longest sample: a compile per new shape.
+        to_batch_max = [(len(idx), int(lengths[idx].max())) for idx in list(sampler)[:12]]
+        assert run(to_batch_max) == len(set(to_batch_max)) > len(sampler.shapes)
