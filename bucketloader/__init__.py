@@ -1,10 +1,9 @@
 """bucketloader: static-shape length bucketing for PyTorch data loading.
 
 Pads each sample up to one of a few bucket boundaries chosen to minimise padding, and builds
-batches whose shapes are exactly a small planned set. Submodules not imported here (they pull
-heavier optional packages): :mod:`bucketloader.hf` (Hugging Face ``datasets``),
-:mod:`bucketloader.static` (sync-free
-subsampling inside models).
+batches whose shapes are exactly a small planned set. Submodules not imported here:
+:mod:`bucketloader.hf` (Hugging Face ``datasets``, imported lazily) and
+:mod:`bucketloader.static` (sync-free subsampling inside models).
 """
 
 from bucketloader.boundaries import assign_buckets, check_boundaries, padding_cost, padding_ratio
