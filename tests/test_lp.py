@@ -68,6 +68,7 @@ def test_same_optimum_as_dp(lengths, k, cost):
     assert r.boundaries.size <= k and r.boundaries[-1] == h.max
     assert r.info["objective"] == padding_cost(h, r.boundaries, cost=cost)
     assert r.info["objective"] == optimal(h, k, cost=cost).info["objective"]
+    assert r.info["solution_from"] == "solver"  # CBC's own answer, not the DP fallback
 
 
 @settings(max_examples=25, deadline=None)
@@ -110,6 +111,7 @@ def test_large_model_uses_bound_fixing_and_stays_exact():
     for k, cost in [(4, "linear"), (16, "quadratic")]:
         r = lp(h, k, cost=cost)
         assert r.status == "optimal" and r.info["arcs_kept"] < r.info["arcs_total"]
+        assert r.info["solution_from"] == "solver"
         assert r.info["objective"] == optimal(h, k, cost=cost).info["objective"]
 
 
@@ -176,3 +178,4 @@ def test_real_columns_agree_with_optimal(k):
             assert r.status == "optimal"
         got = padding_cost(h, r.boundaries)
         assert got == optimal(h, k).info["objective"], (name, col, k)
+        assert r.info["solution_from"] == "solver", (name, col, k)

@@ -1,10 +1,11 @@
 """Boundaries from an integer program solved with PuLP (CBC by default).
 
 The exact DP (``"optimal"``) is faster for the plain problem; the integer program earns its place
-with constraints the Monge DP cannot take: ``min_bucket_fraction`` (every bucket holds at least
-that share of the samples) and ``multiple_of`` here, more later. The model is a path formulation
-over buckets, pruned by DP bounds (see :mod:`._lp_model`); the DP's answer is the warm start and
-the cross-check, and the result never claims more than the solver proved.
+with constraints the Monge DP cannot take, here ``min_bucket_fraction`` (every bucket holds at
+least that share of the samples), alongside ``multiple_of``. The model is a path formulation over
+buckets, pruned by DP bounds (see :mod:`._lp_model`); the DP's answer is the warm start and the
+cross-check (``info["solution_from"]`` says which solution was returned), and the status never
+claims more than the solver proved.
 """
 
 from __future__ import annotations
@@ -103,6 +104,12 @@ def lp(
         obj = padding_cost(work, mine, cost=cost)
         if obj <= best:
             cand, best, source = mine, obj, "solver"
+    if min_count == 0:
+        # cross-check with the exact (integer) DP: the model's float64 costs cannot separate
+        # solutions whose padding differs below 2**-52 of the total (huge quadratic costs)
+        exact = optimal(work, k, cost=cost)
+        if exact.info["objective"] < best:
+            cand, best, source = exact.boundaries, exact.info["objective"], "exact-dp"
     info: dict[str, Any] = {
         **details,
         "objective": padding_cost(hist, cand, cost=cost),
