@@ -107,6 +107,7 @@ class BucketSpec:
         max_shapes: int | None = None,
         groups: Any = None,
         last_batch: str = "pad",
+        cache: Any = None,
     ) -> BucketSpec:
         """Fit boundaries (per input, per group), form cells and size their batches.
 
@@ -130,6 +131,9 @@ class BucketSpec:
                 boundaries are fitted per group and batches never mix groups.
             last_batch: ``"pad"``, ``"fill"``, ``"drop"`` or ``"keep"`` (see
                 :class:`~bucketloader.sampler.BucketSampler`).
+            cache: passed to :func:`~bucketloader.solve.compute_boundaries`: ``None`` (solve
+                every time), ``True`` (the default :class:`~bucketloader.cache.BucketCache`) or a
+                cache; a slow strategy (``"lp"``) is then solved once per job and dataset.
         """
         last_batch = check_choice("last_batch", last_batch, LAST_BATCH)
         size = resolve_size(size)
@@ -173,7 +177,7 @@ class BucketSpec:
                 if len(gvals) > 1:
                     label += f" (group {gval})"
                 if given is None:
-                    b = compute_boundaries(sub[:, d], ks_in[d], strategy=strategies[d])
+                    b = compute_boundaries(sub[:, d], ks_in[d], strategy=strategies[d], cache=cache)
                 else:
                     b = check_boundaries(given[d], max_length=int(sub[:, d].max()), name=label)
                 bs.append(b)

@@ -91,7 +91,7 @@ class LengthHistogram:
             if sample is not None and sample < arr.size:
                 rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5A11]))
                 arr = arr[rng.choice(arr.size, size=sample, replace=False)]
-            values, counts = np.unique(arr, return_counts=True)
+            values, counts = _count(arr)
         if bin_width > 1:
             binned = -(-values // bin_width) * bin_width
             values, start = np.unique(binned, return_index=True)
@@ -154,3 +154,13 @@ class LengthHistogram:
             f"LengthHistogram(num_samples={self.num_samples}, num_values={self.num_values}, "
             f"min={self.min}, max={self.max})"
         )
+
+
+def _count(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values and counts: ``bincount`` (O(N + max)) when the range is small, else a sort."""
+    lo, hi = int(arr.min()), int(arr.max())
+    if hi - lo <= 4 * arr.size + 1024:
+        counts = np.bincount((arr - lo).ravel(), minlength=hi - lo + 1)
+        values = np.flatnonzero(counts)
+        return values + lo, counts[values]
+    return np.unique(arr, return_counts=True)

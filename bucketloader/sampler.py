@@ -26,7 +26,7 @@ from bucketloader.plan import BucketSpec, EpochPlan, ShapeTable, plan_epoch, sha
 
 __all__ = ["BucketSampler", "GroupedDataset"]
 
-_SPEC_OPTIONS = ("num_buckets", "strategy", "batch_size", "max_tokens", "last_batch")
+_SPEC_OPTIONS = ("num_buckets", "strategy", "batch_size", "max_tokens", "last_batch", "cache")
 
 
 class BucketSampler(Sampler[list[int]]):
@@ -42,8 +42,8 @@ class BucketSampler(Sampler[list[int]]):
         lengths: per-sample lengths ``(N,)``, several inputs ``(N, D)`` or a mapping
             name → lengths; or a :class:`~bucketloader.plan.BucketSpec` for everything beyond the
             common options (precomputed boundaries, per-input strategies, ``max_shapes``,
-            ``groups``, ``size``, ``batch_multiple_of``), in which case the next five options
-            must be left unset.
+            ``groups``, ``size``, ``batch_multiple_of``), in which case the shape options and
+            ``cache`` must be left unset.
         num_buckets: buckets per input (default 8).
         strategy: boundary strategy name or callable (default ``"optimal"``).
         batch_size: fixed batch size; or
@@ -56,6 +56,9 @@ class BucketSampler(Sampler[list[int]]):
         seed: randomness comes only from ``SeedSequence([seed, epoch])``; same on every rank.
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
         rank: this rank (default: the ``torch.distributed`` rank, else 0).
+        cache: a :class:`~bucketloader.cache.BucketCache`, ``True`` for the default one, or
+            ``None``: boundaries are then solved once and reused across runs and ranks (with
+            ``torch.distributed`` initialised, rank 0 solves and the others receive its answer).
 
     Every rank computes the same global plan and takes its slot of every global step: all ranks
     get the same number of batches and, at each step, batches of the same shape. To make that
@@ -88,6 +91,7 @@ class BucketSampler(Sampler[list[int]]):
         seed: int = 0,
         num_replicas: int | None = None,
         rank: int | None = None,
+        cache: Any = None,
     ) -> None:
         given = {
             "num_buckets": num_buckets,
@@ -95,6 +99,7 @@ class BucketSampler(Sampler[list[int]]):
             "batch_size": batch_size,
             "max_tokens": max_tokens,
             "last_batch": last_batch,
+            "cache": cache,
         }
         if isinstance(lengths, BucketSpec):
             extra = [k for k in _SPEC_OPTIONS if given[k] is not None]

@@ -272,3 +272,18 @@ def test_torch_compile_compiles_once_per_promised_shape():
         # The same batches padded to their own longest sample: a compile per new shape.
         to_batch_max = [(len(idx), int(lengths[idx].max())) for idx in list(sampler)[:12]]
         assert run(to_batch_max) == len(set(to_batch_max)) > len(sampler.shapes)
+
+
+def test_sampler_solves_once_through_the_cache(tmp_path):
+    from bucketloader.cache import BucketCache
+
+    lengths = load_real("ecoli")
+    first = BucketCache(tmp_path, distributed=False)
+    a = BucketSampler(lengths, num_buckets=8, batch_size=16, cache=first)
+    assert (first.hits, first.misses) == (0, 1) and len(first) == 1
+    second = BucketCache(tmp_path, distributed=False)
+    b = BucketSampler(lengths, num_buckets=8, batch_size=16, cache=second)
+    assert (second.hits, second.misses) == (1, 0)
+    np.testing.assert_array_equal(a.boundaries, b.boundaries)
+    with pytest.raises(ValueError, match="cache cannot be combined with a BucketSpec"):
+        BucketSampler(a.spec, cache=second)
