@@ -157,7 +157,7 @@ class LengthHistogram:
 
 
 def _count(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct values and counts: ``bincount`` (O(N + max)) when the range is small, else a sort."""
+    """Distinct values and counts: ``bincount`` when the range is small, else a sort."""
     lo, hi = int(arr.min()), int(arr.max())
     if hi - lo <= 4 * arr.size + 1024:
         counts = np.bincount((arr - lo).ravel(), minlength=hi - lo + 1)
