@@ -189,3 +189,20 @@ def test_real_columns_match_dense_dp(cost):
                 w = _dense.arc_costs(h.values, h.counts, cost)
                 ref = _dense.forward(w, k)[k, -1]
                 assert exact == pytest.approx(ref, rel=1e-12), (name, col, k)
+
+
+@pytest.mark.parametrize("small", [16, 4096])
+def test_scaling_all_lengths_scales_the_answer_exactly(small, monkeypatch):
+    """Lengths × 10⁷ push the quadratic DP into Python ints; the optimal objective scales by
+    exactly 10⁷ (linear) or 10¹⁴ (quadratic), through the small and the filtered hull paths."""
+    monkeypatch.setattr(_hull, "_SMALL", small)
+    rng = np.random.default_rng(11)
+    h = LengthHistogram.from_lengths(np.ceil(rng.lognormal(5.0, 0.5, size=3000)).astype(int))
+    scaled = LengthHistogram(h.values * 10**7, h.counts)
+    for cost, power in (("linear", 1), ("quadratic", 2)):
+        for k in (3, 8):
+            base, big = optimal(h, k, cost=cost), optimal(scaled, k, cost=cost)
+            if cost == "quadratic":
+                assert big.info["arithmetic"] == "python-int"
+            assert big.info["objective"] == base.info["objective"] * 10 ** (7 * power)
+            assert big.info["objective"] == padding_cost(scaled, big.boundaries, cost=cost)
