@@ -128,8 +128,18 @@ def load_lengths(task: str) -> np.ndarray:
     return -(-samples // (320 * 4))  # 20 ms wav2vec frames, then 4x downsampled (18..307)
 
 
-def run_variant(name, model_fn, batches, *, device, compile_kwargs) -> dict:
-    """Train on ``batches`` from a fresh copy of the model; time every step."""
+def run_variant(name, model_fn, batches, *, device, compile_kwargs, num_shapes=0) -> dict:
+    """Train on ``batches`` from a fresh copy of the model; time every step.
+
+    ``num_shapes``: the planned shape count; the recompile limit (default 8) is raised to it, as
+    a bucketloader user with k > 8 must do (``torch._dynamo.config.recompile_limit``).
+    """
+    limit = max(torch._dynamo.config.recompile_limit, num_shapes)
+    with torch._dynamo.config.patch(recompile_limit=limit):
+        return _run_variant(name, model_fn, batches, device=device, compile_kwargs=compile_kwargs)
+
+
+def _run_variant(name, model_fn, batches, *, device, compile_kwargs) -> dict:
     torch._dynamo.reset()
     counters.clear()
     torch.manual_seed(0)
@@ -192,12 +202,96 @@ def run_variant(name, model_fn, batches, *, device, compile_kwargs) -> dict:
     }
 
 
+def calibrate_model(model_fn, args, lengths, device):
+    """calibrate() on a fresh model: median and longest length at the batch size."""
+    model = model_fn().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    feats = () if args.task == "text" else (FEATS,)
+    make = lambda r, t: (  # noqa: E731
+        torch.randint(0, VOCAB, (r, t), device=device) if args.task == "text"
+        else torch.randn(r, t, *feats, device=device), torch.full((r,), t, device=device)
+    )  # fmt: skip
+    bs = args.batch_size
+    return calibrate(
+        model,
+        example_shapes=[(bs, int(np.median(lengths))), (bs, int(lengths.max()))],
+        make_inputs=make,
+        repeats=5,
+        after_call=lambda loss: (loss.backward(), opt.step(), opt.zero_grad()),
+        compile_kwargs={"fullgraph": True, "backend": args.backend},
+    )
+
+
+def measured_totals(results: list[dict], strategies: list[str]) -> dict:
+    """(strategy, k) -> measured total seconds; pad-to-max (variant 3) is k=1 of every strategy."""
+    out = {}
+    for r in results:
+        if r["variant"].startswith("3."):
+            out.update({(s, 1): r for s in strategies})
+        if r["variant"].startswith("4."):
+            out[(r["variant"].split()[2], int(r["variant"].split("k=")[1]))] = r
+    return out
+
+
+def projections(results: list[dict]) -> str:
+    """Compile time + N x steady step time: where the measured costs lead over longer runs."""
+    ns = (1_000, 10_000, 100_000)
+    lines = [
+        "### Projected totals (not measured: measured compile s + N x median step)\n",
+        "| variant | " + " | ".join(f"N={n:,} steps" for n in ns) + " |",
+        "|---|" + "---:|" * len(ns),
+    ]
+    for r in results:
+        proj = [(r["compile_s"] + n * r["step_ms"] / 1e3) / 60 for n in ns]
+        lines.append(f"| {r['variant']} | " + " | ".join(f"{m:,.1f} min" for m in proj) + " |")
+    return "\n".join(lines) + "\n\n"
+
+
+def recommender_check(results, cal, cal_s, lengths, args) -> str:
+    """recommend_num_buckets fed by calibrate(), against the measured totals (10 % criterion)."""
+    measured = measured_totals(results, args.strategies)
+    if cal is None or not measured:
+        return ""
+    rec = recommend_num_buckets(
+        lengths, batch_size=args.batch_size, num_epochs=1, strategy=args.strategies,
+        candidates=sorted({1, *args.ks}), **cal.as_kwargs(),
+    )  # fmt: skip
+    rec = _restrict(rec, measured)
+    best = min(r["wall_s"] for r in measured.values())
+    got = measured[(rec.strategy, rec.num_buckets)]["wall_s"]
+    verdict = "PASS" if got <= 1.10 * best else "FAIL"
+    rows = "\n".join(
+        f"| {c.strategy} | {c.num_buckets} | {c.num_shapes} | {c.total_seconds:.1f} | "
+        f"{measured[(c.strategy, c.num_buckets)]['wall_s']:.1f} |"
+        for c in rec.table
+    )
+    return (
+        f"### Recommender check\n\ncalibrate() on this model ({cal_s:.0f} s): "
+        f"{cal.compile_seconds_per_shape:.1f} s compile per shape, "
+        f"{cal.seconds_per_token * 1e6:.2f} us per padded token, "
+        f"{cal.seconds_per_step * 1e3:.1f} ms per step. Over the measured candidates "
+        f"recommend_num_buckets picks **{rec.strategy} k={rec.num_buckets}** (predicted "
+        f"{rec.predicted_seconds:.1f} s); its measured total is {got:.1f} s against the best "
+        f"measured {best:.1f} s (k=1 is variant 3): **{verdict}** (criterion: within 10 %; "
+        f"{got / best - 1:+.1%}).\n\n"
+        "| strategy | k | shapes | predicted s | measured s |\n|---|---:|---:|---:|---:|\n"
+        f"{rows}\n"
+    )
+
+
+def _restrict(rec, measured):
+    """The recommendation among the candidates that were actually measured."""
+    table = tuple(c for c in rec.table if (c.strategy, c.num_buckets) in measured)
+    best = min(table, key=lambda c: (c.total_seconds, c.num_buckets))
+    return type(rec)(best.num_buckets, best.strategy, best.total_seconds, best.boundaries, table)
+
+
 def markdown(results: list[dict], args, header: str, tail: str) -> str:
     base = next((r for r in results if r["variant"].startswith("1.")), results[0])
     lines = [
         header,
         "| variant | steps | shapes | graphs | recompiles | eager shapes | compile s | "
-        "step ms (p10-p90) | steady real tok/s | padding | total s | total vs 1. |",
+        "step ms (p10-p90) | steady real tok/s | padding | total s | total vs first row |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
@@ -224,6 +318,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--backend", default="inductor", help="'eager' only to smoke-test the script")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "compile_e2e.md"))
     p.add_argument("--append", action="store_true", help="add a section to --out, not replace it")
+    p.add_argument("--skip-calibration", action="store_true", help="no recommender check")
     args = p.parse_args(argv)
     BACKEND[0] = args.backend
     torch.set_num_threads(args.threads)
@@ -245,26 +340,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{r['variant']}: total {r['wall_s']:.1f} s, compile {r['compile_s']:.1f} s, "
               f"graphs {r['graphs']}, step {r['step_ms']:.1f} ms", flush=True)  # fmt: skip
 
-    # Calibrate the recommender on this model first (its own compiles, two example shapes).
-    model, opt = model_fn().to(device), None
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    feats = () if args.task == "text" else (FEATS,)
-    make = lambda r, t: (  # noqa: E731
-        torch.randint(0, VOCAB, (r, t), device=device) if args.task == "text"
-        else torch.randn(r, t, *feats, device=device), torch.full((r,), t, device=device)
-    )  # fmt: skip
-    step = lambda loss: (loss.backward(), opt.step(), opt.zero_grad())  # noqa: E731
-    t0 = time.perf_counter()
-    cal = calibrate(
-        model,
-        example_shapes=[(bs, int(np.median(lengths))), (bs, int(lengths.max()))],
-        make_inputs=make,
-        repeats=5,
-        after_call=step,
-        compile_kwargs={"fullgraph": True, "backend": args.backend},
-    )
-    cal_s = time.perf_counter() - t0
-    print(f"calibration: {cal} ({cal_s:.0f} s)", flush=True)
+    cal, cal_s = None, 0.0
+    if not args.skip_calibration:  # the recommender's inputs, measured on this model first
+        t0 = time.perf_counter()
+        cal = calibrate_model(model_fn, args, lengths, device)
+        cal_s = time.perf_counter() - t0
+        print(f"calibration: {cal} ({cal_s:.0f} s)", flush=True)
 
     common = {"device": device, "compile_kwargs": {"dynamic": False}}
     if "1" in args.variants:
@@ -288,37 +369,19 @@ def main(argv: list[str] | None = None) -> None:
             loader = torch.utils.data.DataLoader(
                 data, batch_sampler=sampler, collate_fn=sampler.collator(fields=fields)
             )
-            loaders[(strategy, k)] = list(loader)  # collated up front, as for variants 1-3
+            # collated up front, as for variants 1-3
+            loaders[(strategy, k)] = (list(loader), len(sampler.shapes))
     if "4" in args.variants:
-        for (strategy, k), loader in loaders.items():
-            log(run_variant(f"4. bucketloader {strategy} k={k}", model_fn, loader, **common))
+        for (strategy, k), (loader, shapes) in loaders.items():
+            log(run_variant(f"4. bucketloader {strategy} k={k}", model_fn, loader, **common,
+                            num_shapes=shapes))  # fmt: skip
     if "5" in args.variants and device.type == "cuda":
         strategy, k = args.strategies[0], args.ks[len(args.ks) // 2]
-        log(run_variant(f"5. bucketloader {strategy} k={k}, CUDA graphs", model_fn,
-                        loaders[(strategy, k)], device=device,
+        loader, shapes = loaders[(strategy, k)]
+        log(run_variant(f"5. bucketloader {strategy} k={k}, CUDA graphs", model_fn, loader,
+                        device=device, num_shapes=shapes,
                         compile_kwargs={"dynamic": False, "mode": "reduce-overhead"}))  # fmt: skip
 
-    # The recommender, fed by the calibration, against the measured totals.
-    measured = {}
-    for r in results:
-        if r["variant"].startswith("3."):
-            for s in args.strategies:
-                measured[(s, 1)] = r["wall_s"]
-        if r["variant"].startswith("4."):
-            s, k = r["variant"].split()[2], int(r["variant"].split("k=")[1])
-            measured[(s, k)] = r["wall_s"]
-    rec = recommend_num_buckets(
-        lengths, batch_size=bs, num_epochs=1,
-        candidates=sorted({1, *args.ks}), strategy=args.strategies, **cal.as_kwargs(),
-    )  # fmt: skip
-    best = min(measured.values()) if measured else float("nan")
-    got = measured.get((rec.strategy, rec.num_buckets), float("nan"))
-    verdict = "PASS" if got <= 1.10 * best else "FAIL"
-    pred_rows = "\n".join(
-        f"| {c.strategy} | {c.num_buckets} | {c.num_shapes} | {c.total_seconds:.1f} | "
-        f"{measured.get((c.strategy, c.num_buckets), float('nan')):.1f} |"
-        for c in rec.table
-    )
     info = (
         f"Machine: {platform.platform()}, {os.cpu_count()} CPUs (shared), device {device}, "
         f"torch {torch.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}, "
@@ -328,17 +391,7 @@ def main(argv: list[str] | None = None) -> None:
         f"Whole run {time.perf_counter() - started:.0f} s.\n\n"
         f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`\n\n"
     )
-    tail = (
-        f"### Recommender check\n\ncalibrate() on this model ({cal_s:.0f} s): "
-        f"{cal.compile_seconds_per_shape:.1f} s compile per shape, "
-        f"{cal.seconds_per_token * 1e6:.2f} us per padded token, "
-        f"{cal.seconds_per_step * 1e3:.1f} ms per step. recommend_num_buckets picks "
-        f"**{rec.strategy} k={rec.num_buckets}** (predicted {rec.predicted_seconds:.1f} s); its "
-        f"measured total is {got:.1f} s against the best measured {best:.1f} s "
-        f"(k=1 is variant 3): **{verdict}** (within 10 %: {got / best - 1:+.1%}).\n\n"
-        "| strategy | k | shapes | predicted s | measured s |\n|---|---:|---:|---:|---:|\n"
-        f"{pred_rows}\n"
-    )
+    tail = projections(results) + recommender_check(results, cal, cal_s, lengths, args)
     title = f"## {args.task}, backend {args.backend}, k in {args.ks}, {', '.join(args.strategies)}"
     text = markdown(results, args, f"{title}\n\n{info}", tail)
     out = Path(args.out)
