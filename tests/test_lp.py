@@ -218,3 +218,14 @@ def test_min_bucket_fraction_on_real_columns_matches_reference_dp(frac):
         sizes = np.bincount(np.searchsorted(r.boundaries, h.values), weights=h.counts)
         assert (sizes[sizes > 0] >= need).all(), (name, col)
         assert r.info["objective"] == constrained_reference(h, 8, need), (name, col)
+
+
+def test_coarsened_gap_with_multiple_of_is_measured_on_the_same_basis():
+    lengths = np.arange(1, 401)
+    with pytest.warns(RuntimeWarning, match="exceed max_values=20"):
+        r = lp(lengths, 4, multiple_of=8, max_values=20)
+    assert r.status == "coarsened" and r.info["bin_width"] % 8 == 0
+    assert (r.boundaries % r.info["bin_width"] == 0).all()
+    best8 = solve_boundaries(lengths, 4, multiple_of=8)
+    assert r.info["lower_bound"] == best8.objective <= r.info["objective"]
+    assert 0.0 <= r.gap == pytest.approx(1 - best8.objective / r.info["objective"])

@@ -123,8 +123,9 @@ def lp(
     }
     if width > multiple_of:
         info["bin_width"] = width
-        # exact optimum of the unconstrained problem on the uncoarsened histogram: a lower bound
-        exact = optimal(fine, num_buckets, cost=cost).info["objective"]
+        # the exact unconstrained optimum on the uncoarsened histogram (a lower bound), measured
+        # on the histogram as given, like the objective
+        exact = padding_cost(hist, optimal(fine, num_buckets, cost=cost).boundaries, cost=cost)
         gap = (info["objective"] - exact) / info["objective"] if info["objective"] else 0.0
         info["lower_bound"] = exact
         return StrategyResult(cand, status="coarsened", gap=gap, info=info)
