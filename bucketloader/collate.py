@@ -121,6 +121,7 @@ class PadCollator:
         self._shapes = frozenset(tuple(int(x) for x in s) for s in self.shape_table.shapes)
         self._specs_cache: dict[Any, list[cf.Spec]] = {}
         self._memo: dict[Any, tuple[int, ...]] = {}
+        self._pad_cache: dict[Any, Any] = {}
 
     def _pad_for(self, key: Any, own: Any = None) -> Any:
         if own is not None:
@@ -212,6 +213,7 @@ class PadCollator:
                 side=self.side,
                 pad_value=spec.pad_value,
                 mask=masks[spec.inputs[0]] if one else None,
+                cache=self._pad_cache,
             )
         for key in keys:
             if key not in out:

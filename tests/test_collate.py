@@ -65,7 +65,8 @@ def test_pad_field_paths_match_the_oracle(data, n, ndim, side, kind, two):
         xs.append(rng.integers(1, 100, size=shape).astype(np.float32))
     want = reference_pad(xs, dims, targets, rows, side, -7.0)
     values = [torch.from_numpy(x) for x in xs] if kind == "torch" else xs
-    for limit in (0, 10**9):  # force the per-sample path, then the masked path
+    # per-sample copies, interleaved concatenate (dims == (0,) only), masked scatter
+    for limit, cache in ((0, None), (0, {}), (10**9, None)):
         _collate_pad.MASKED_MAX_ELEMENTS = limit
         try:
             got = _collate_pad.pad_field(
@@ -77,6 +78,7 @@ def test_pad_field_paths_match_the_oracle(data, n, ndim, side, kind, two):
                 rows=rows,
                 side=side,
                 pad_value=-7.0,
+                cache=cache,
             )
         finally:
             _collate_pad.MASKED_MAX_ELEMENTS = 4096
