@@ -50,10 +50,12 @@ def lp(
         cost: ``"linear"`` (``b - L``) or ``"quadratic"`` (``b² - L²``).
         multiple_of: every boundary a multiple of this (the last one rounded up past the max).
         min_bucket_fraction: every bucket holds at least this share of the samples (0 to 1).
-        time_limit: seconds the solver may run; if it stops there, the result says so
-            (``status="time_limit"`` with the gap to the DP's bound).
+        time_limit: seconds the solver may run (the DP bounds before it are not counted); if it
+            stops there, the result says so (``status="time_limit"`` with the gap to the DP's
+            bound).
         max_values: above this many distinct lengths the histogram is coarsened (rounded up to a
-            bin width) first, with a warning, and the result has ``status="coarsened"``.
+            bin width) first, with a warning, and the result has ``status="coarsened"``. The
+            dense bounds take O(k·U²) time and 8·U² bytes (8 MB at U = 1,000).
         solver: ``None`` (CBC bundled with PuLP), a solver name from ``pulp.listSolvers()`` or a
             PuLP solver object (used as given: set its own time limit).
         warm_start: start the solver from the DP's solution.
