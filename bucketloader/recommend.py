@@ -147,6 +147,11 @@ def recommend_num_buckets(
     Returns:
         A :class:`Recommendation`; ties go to the smaller k.
 
+    With more planned shapes than ``torch._dynamo.config.recompile_limit`` (default 8), raise that
+    limit to the shape count before training: past it dynamo runs the model eagerly (with
+    ``fullgraph=True`` it raises ``FailOnRecompileLimitHit``), which ``benchmarks/compile_e2e.py``
+    hit at k=16.
+
     Example:
         >>> lengths = [10] * 90 + [100] * 10
         >>> r = recommend_num_buckets(lengths, compile_seconds_per_shape=5.0,
