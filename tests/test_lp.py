@@ -229,3 +229,15 @@ def test_coarsened_gap_with_multiple_of_is_measured_on_the_same_basis():
     best8 = solve_boundaries(lengths, 4, multiple_of=8)
     assert r.info["lower_bound"] == best8.objective <= r.info["objective"]
     assert 0.0 <= r.gap == pytest.approx(1 - best8.objective / r.info["objective"])
+
+
+def test_real_cbc_time_limit_never_claims_an_unproved_optimum():
+    rng = np.random.default_rng(1)
+    values = np.unique(rng.choice(np.arange(1000, 1800), size=100, replace=False))
+    h = LengthHistogram(values, 1 + rng.poisson(20, size=values.size))
+    r = lp(h, 16, min_bucket_fraction=0.05, time_limit=0.05)  # CBC needs ~1 s to prove it here
+    assert r.status in ("optimal", "time_limit")
+    assert (r.status == "optimal") == r.info["proved"]
+    assert r.gap is not None and r.gap >= 0.0
+    sizes = np.bincount(np.searchsorted(r.boundaries, h.values), weights=h.counts)
+    assert (sizes[sizes > 0] >= math.ceil(0.05 * h.num_samples)).all()
