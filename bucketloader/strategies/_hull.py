@@ -137,14 +137,3 @@ def envelope_argmin(x: np.ndarray, y: np.ndarray, s: np.ndarray) -> tuple[np.nda
             break
         guess = guess + up - down
     return hull, guess.astype(np.int64)
-
-
-def expand_argmin(vertices: np.ndarray, switch: np.ndarray, n: int) -> np.ndarray:
-    """The argmin for each of ``n`` queries from :func:`envelope_argmin`'s compact form.
-
-    Example:
-        >>> expand_argmin(np.array([0, 1, 2]), np.array([1, 2]), 3).tolist()
-        [0, 1, 2]
-    """
-    edges = np.concatenate([[0], switch, [n]])
-    return np.repeat(vertices, np.diff(edges))
