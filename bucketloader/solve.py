@@ -195,6 +195,8 @@ def _solve(hist: LengthHistogram, name: str | None, fn: Any, params: dict[str, A
     b = np.unique(round_up(b, m))
     occupied = np.bincount(np.searchsorted(b, hist.values), weights=hist.counts, minlength=b.size)
     b = b[occupied > 0]
+    if result.status == "coarsened":
+        b = _tighten(solved, b, m)
     b.setflags(write=False)
     total = hist.total
     return Solution(
@@ -209,3 +211,14 @@ def _solve(hist: LengthHistogram, name: str | None, fn: Any, params: dict[str, A
         info=dict(result.info or {}),
         solve_seconds=seconds,
     )
+
+
+def _tighten(hist: LengthHistogram, b: np.ndarray, multiple_of: int) -> np.ndarray:
+    """Lower each boundary to its bucket's longest length (rounded up to ``multiple_of``).
+
+    Used for solutions found on a coarsened histogram, whose boundaries sit on the coarse grid:
+    no sample changes bucket (nothing lies between the old and the new boundary) and padding can
+    only fall. Other strategies' boundaries are kept as returned (a user may want round sizes).
+    """
+    last = np.searchsorted(hist.values, b, side="right") - 1
+    return np.unique(round_up(hist.values[last], multiple_of))

@@ -241,3 +241,21 @@ def test_real_cbc_time_limit_never_claims_an_unproved_optimum():
     assert r.gap is not None and r.gap >= 0.0
     sizes = np.bincount(np.searchsorted(r.boundaries, h.values), weights=h.counts)
     assert (sizes[sizes > 0] >= math.ceil(0.05 * h.num_samples)).all()
+
+
+@pytest.mark.parametrize("multiple_of", [1, 64])
+def test_coarsened_boundaries_are_snapped_down_to_the_data(multiple_of):
+    """Coarse-grid boundaries drop to each bucket's longest length: same buckets, less pad."""
+    from conftest import load_real
+
+    from bucketloader.solve import solve_boundaries
+
+    lengths = load_real("librispeech")
+    with pytest.warns(RuntimeWarning, match="coarsen"):
+        sol = solve_boundaries(lengths, 16, strategy="lp", multiple_of=multiple_of)
+    assert sol.status == "coarsened"
+    snapped = -(-np.unique(lengths) // multiple_of) * multiple_of
+    assert np.isin(sol.boundaries, snapped).all()
+    assert sol.boundaries[-1] == -(-lengths.max() // multiple_of) * multiple_of
+    exact = solve_boundaries(lengths, 16, multiple_of=multiple_of)
+    assert exact.objective <= sol.objective <= exact.objective * 1.02
