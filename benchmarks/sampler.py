@@ -248,7 +248,8 @@ def collation(librispeech, quick, lines):
         "summed over the batches. `pad_sequence` pads to each batch's max and "
         "returns the padded tensor only; `PadCollator` pads to the planned shape and also "
         "returns `lengths`, `attention_mask` and `sample_mask`, and checks every length against "
-        "the plan. Samples are views of one buffer (no allocation per sample).\n",
+        "the plan; it writes the planned length (the bucket boundary), at least the batch max that "
+        "`pad_sequence` writes. Samples are views of one buffer (no allocation per sample).\n",
         "| workload | batches | samples/batch | pad_sequence samples/s | pad_sequence + lengths "
         "+ mask samples/s | PadCollator samples/s | vs pad_sequence | vs + lengths + mask |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
