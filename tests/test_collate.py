@@ -409,3 +409,34 @@ def test_torch_only_samples_bfloat16_and_grad(length):
         assert out.dtype == x[0].dtype and out.shape == (2, length)
         want = torch.nn.functional.pad(x[0].detach(), (length - len(x[0]), 0), value=-1.0)
         assert torch.equal(out[0].detach(), want)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 40), min_size=1, max_size=60),
+    last_batch=st.sampled_from(["pad", "fill", "drop", "keep"]),
+    side=st.sampled_from(["right", "left"]),
+    kind=st.sampled_from(["tensor", "list", "frames"]),
+    budget=st.integers(40, 200),
+)
+def test_any_lengths_any_policy_every_batch_is_planned(lengths, last_batch, side, kind, budget):
+    lengths = np.array(lengths)
+    sampler = BucketSampler(lengths, num_buckets=3, max_tokens=budget, last_batch=last_batch)
+    fields = Field(dims=0) if kind == "frames" else None
+    collate = sampler.collator(side=side, pad_value=-1, fields=fields)
+
+    def make(i, n):
+        if kind == "list":
+            return [i] * int(n)
+        x = torch.full((int(n),), i)
+        return x[:, None].expand(int(n), 2).contiguous() if kind == "frames" else x
+
+    for idx in sampler:
+        out = collate([make(i, lengths[i]) for i in idx])
+        x, mask, real = out["inputs"], out["attention_mask"], out["sample_mask"]
+        assert tuple(x.shape[:2]) in sampler.shapes
+        assert out["lengths"][real].tolist() == lengths[idx].tolist()
+        real_rows = torch.tensor(idx)[:, None].expand(len(idx), x.shape[1])
+        got = x if kind != "frames" else x[..., 0]
+        assert torch.equal(got[real][mask[real]], real_rows[mask[real]])
+        assert (got[~mask] == -1).all()
