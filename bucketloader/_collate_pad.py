@@ -7,7 +7,6 @@ give the same result (the property test in tests/test_collate.py checks them aga
   the output is, row after row, ``sample, padding, sample, padding, ...`` in memory, so one
   ``torch.cat(pieces, out=...)`` (or ``np.concatenate``) writes it, the padding pieces being
   cached views of one pad buffer. One C++ call; best for long rows.
-
 * ``per-sample``: one slice copy per sample (``out[i, :L] = x``, as ``pad_sequence`` does), and
   the pad value written only where padding goes (``pad_sequence`` fills the whole output first);
   best for long samples (audio, images), where memory traffic dominates.
@@ -15,6 +14,11 @@ give the same result (the property test in tests/test_collate.py checks them aga
   (``out[mask] = cat(xs)``): one vectorised call instead of one Python call per sample; best for
   many short samples (tokens). Lists of ints skip the per-sample conversion entirely
   (``np.fromiter`` over the chained lists).
+
+Choice: padded samples of at most ``MASKED_MAX_ELEMENTS`` elements with one variable dim take the
+masked scatter (its cost grows with the elements, the others' with the samples); longer ones take
+the interleaved concatenate when the variable dim is the first, else per-sample copies (also the
+fallback for CUDA or grad-requiring tensors).
 
 NOTE [ Why the masked scatter is exact ]
 Row-major order over ``(batch, t)`` visits the real positions of row ``i`` as ``t = 0..L_i-1``

@@ -14,9 +14,13 @@ The rules are explicit so that a batch's structure never depends on its values:
 
 Fields that follow the same input must have the same length in each sample (that is the sample's
 length for the input), which is how a fixed-size vector mistaken for a variable field is caught.
-Fixed-size fields go through ``torch.utils.data.default_collate`` (tensor results get zero rows
-appended under ``last_batch="pad"``; non-tensor results such as lists of strings keep one entry
-per real sample).
+Fixed-size fields go through ``torch.utils.data.default_collate`` (tensor results get rows of 0,
+or of ``pad_value[key]`` when the mapping names the key, appended under ``last_batch="pad"``;
+non-tensor results such as lists of strings keep one entry per real sample).
+
+A sample field named ``attention_mask`` (a tokenizer's) is padded with 0 and returned as is,
+instead of the mask the collator would build. How the collator checks samples against the plan:
+NOTE [ Catching lengths that disagree with the sampler's ] in ``_collate_check.py``.
 """
 
 from __future__ import annotations
@@ -240,7 +244,8 @@ class PadCollator:
                 "varies in length, list it in fields={...}"
             ) from None
         if isinstance(res, torch.Tensor) and rows > len(values):
-            fill = res.new_full((rows - len(values), *res.shape[1:]), self._pad_for(key))
+            pad = self.pad_value.get(key, 0) if isinstance(self.pad_value, Mapping) else 0
+            fill = res.new_full((rows - len(values), *res.shape[1:]), pad)
             res = torch.cat([res, fill])
         return res
 
