@@ -25,7 +25,6 @@ import os
 import platform
 import sys
 import time
-import types
 import warnings
 from pathlib import Path
 
@@ -42,14 +41,7 @@ from bucketloader.sampler import BucketSampler  # noqa: E402
 
 
 def import_lhotse():
-    """Lhotse imports urllib3 for an unrelated loader only; stub it if it is not installed."""
-    try:
-        import urllib3  # noqa: F401
-    except ImportError:
-        stub, exc = types.ModuleType("urllib3"), types.ModuleType("urllib3.exceptions")
-        exc.TimeoutError = TimeoutError
-        stub.exceptions = exc
-        sys.modules.update({"urllib3": stub, "urllib3.exceptions": exc})
+    """Lhotse is a benchmark-only dependency (``pip install -e ".[bench]"``)."""
     import lhotse
 
     return lhotse

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-RESERVED = ("lengths", "sample_mask")
+from bucketloader._collate_fields import RESERVED
+
 LABEL_PAD = -100
 
 
