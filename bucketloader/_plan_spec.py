@@ -186,8 +186,7 @@ class BucketSpec:
                 raise ValueError(
                     f"{' x '.join(map(str, ks))} joint cells are too many; use fewer num_buckets"
                 )
-            idx = np.stack([np.searchsorted(b, sub[:, d]) for d, b in enumerate(bs)], axis=1)
-            code = encode(idx, ks)
+            code = _joint_code(bs, ks, sub)
             lattice_counts = np.bincount(code, minlength=int(np.prod(ks)))
             occ = np.flatnonzero(lattice_counts)
             occ_cells = np.stack(np.unravel_index(occ, ks), axis=1).astype(np.int64)
@@ -233,6 +232,23 @@ class BucketSpec:
             lookup=tuple(lookups),
             cover=tuple(covers),
         )
+
+
+def _joint_code(bs: list[np.ndarray], ks: list[int], table: np.ndarray) -> np.ndarray:
+    """Mixed-radix cell code of every sample, equal to ``encode`` of its per-input buckets."""
+    code: np.ndarray | None = None
+    for d, b in enumerate(bs):
+        i = _bucket_of(b, table[:, d])
+        code = i if code is None else code * ks[d] + i
+    return code  # type: ignore[return-value]
+
+
+def _bucket_of(b: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(b, x)`` (the boundary convention); a table lookup when x spans little."""
+    hi = int(x.max())
+    if hi <= 4 * x.size + 1024:  # x >= 0 is validated upstream
+        return np.searchsorted(b, np.arange(hi + 1))[x]
+    return np.searchsorted(b, x)
 
 
 def _lattice_size(bs: list[np.ndarray], ks: list[int], size: Any) -> np.ndarray:
