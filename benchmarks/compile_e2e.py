@@ -216,7 +216,7 @@ def calibrate_model(model_fn, args, lengths, device):
         model,
         example_shapes=[(bs, int(np.median(lengths))), (bs, int(lengths.max()))],
         make_inputs=make,
-        repeats=5,
+        repeats=10,
         after_call=lambda loss: (loss.backward(), opt.step(), opt.zero_grad()),
         compile_kwargs={"fullgraph": True, "backend": args.backend},
     )

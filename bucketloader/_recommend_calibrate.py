@@ -52,6 +52,7 @@ def calibrate(
     repeats: int = 5,
     compile_kwargs: dict[str, Any] | None = None,
     after_call: Callable[[Any], Any] | None = None,
+    warmup: bool = True,
 ) -> Calibration:
     """Measure compile time per shape and the per-token cost of ``model_fn`` under torch.compile.
 
@@ -74,6 +75,9 @@ def calibrate(
         repeats: steady-state calls per shape (the median is used).
         compile_kwargs: extra ``torch.compile`` arguments (``backend``, ``mode``, ...).
         after_call: called on each output, timed with the call (backward and optimizer step).
+        warmup: first compile and run a throw-away shape (the first example's length + 1), then
+            reset dynamo, so one-time costs of the first compile in a process (imports, lazy
+            initialisation) are not counted as per-shape compile time.
 
     Example:
         >>> cal = calibrate(lambda x: (x * 2).sum(), example_shapes=[(2, 8), (4, 16)],
@@ -97,11 +101,17 @@ def calibrate(
     make = make_inputs or _default_inputs
     kwargs = dict(compile_kwargs or {})
     kwargs.setdefault("dynamic", False)
-    torch._dynamo.reset()
-    compiled = torch.compile(model_fn, **kwargs)
+    if not isinstance(warmup, bool):
+        raise TypeError(f"warmup must be a bool, got warmup={warmup!r}")
     rows_out = []
     limit = max(len(shapes) + 1, torch._dynamo.config.recompile_limit)
     with torch._dynamo.config.patch(recompile_limit=limit):
+        if warmup:  # a shape not measured, so a warm FX graph cache cannot hide a compile
+            torch._dynamo.reset()
+            after(torch.compile(model_fn, **kwargs)(*make(shapes[0][0], shapes[0][1] + 1)))
+            sync()
+        torch._dynamo.reset()
+        compiled = torch.compile(model_fn, **kwargs)
         for rows, length in shapes:
             inputs = make(rows, length)
             start = time.perf_counter()
