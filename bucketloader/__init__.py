@@ -6,19 +6,48 @@ batches whose shapes are exactly a small planned set. Submodules not imported he
 :mod:`bucketloader.static` (sync-free subsampling inside models).
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from bucketloader.boundaries import assign_buckets, check_boundaries, padding_cost, padding_ratio
 from bucketloader.cache import BucketCache
-from bucketloader.collate import Field, PadCollator
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.recommend import Recommendation, recommend_num_buckets
 from bucketloader.report import DynamicityReport, analyze
-from bucketloader.sampler import BucketSampler
 from bucketloader.solve import Solution, compute_boundaries, solve_boundaries
 from bucketloader.strategies import STRATEGIES, StrategyResult, register_strategy
-from bucketloader.streaming import BucketIterable, bucketize, estimate
+
+if TYPE_CHECKING:
+    from bucketloader.collate import Field, PadCollator
+    from bucketloader.sampler import BucketSampler
+    from bucketloader.streaming import BucketIterable, bucketize, estimate
 
 __version__ = "0.1.0"
+
+# NOTE [ Lazy torch ]: the torch-backed names load on first use, so `import bucketloader` (and the
+# `bucketloader report` / `precompute` command line) does not pay for importing torch.
+_LAZY = {
+    "BucketIterable": "bucketloader.streaming",
+    "BucketSampler": "bucketloader.sampler",
+    "Field": "bucketloader.collate",
+    "PadCollator": "bucketloader.collate",
+    "bucketize": "bucketloader.streaming",
+    "estimate": "bucketloader.streaming",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'bucketloader' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "STRATEGIES",
