@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._validation import as_lengths
+from bucketloader._validation import as_lengths, check_int
 
 
 def parse_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
@@ -75,3 +75,16 @@ def group_boundaries(
     if len(names) == 1 and not isinstance(boundaries, Mapping):
         return [boundaries]
     return per_input("boundaries", boundaries, names, scalar=(np.ndarray,))
+
+
+def check_budget(batch_size: Any, max_tokens: Any) -> tuple[int | None, int | None]:
+    """Exactly one of ``batch_size`` / ``max_tokens``, validated: the one batch-size rule."""
+    if (batch_size is None) == (max_tokens is None):
+        raise ValueError(
+            "pass exactly one of batch_size (same batch size for every bucket) or max_tokens "
+            f"(batch size = max_tokens // padded size), got batch_size={batch_size!r} and "
+            f"max_tokens={max_tokens!r}"
+        )
+    if batch_size is not None:
+        return check_int("batch_size", batch_size, minimum=1), None
+    return None, check_int("max_tokens", max_tokens, minimum=1)

@@ -9,7 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._plan_inputs import group_boundaries, parse_groups, parse_lengths, per_input
+from bucketloader._plan_inputs import (
+    check_budget,
+    group_boundaries,
+    parse_groups,
+    parse_lengths,
+    per_input,
+)
 from bucketloader._plan_joint import (
     batch_from_size,
     cover_table,
@@ -139,16 +145,7 @@ class BucketSpec:
         size = resolve_size(size)
         declared, table, names = parse_lengths(lengths)
         n = table.shape[0]
-        if (batch_size is None) == (max_tokens is None):
-            raise ValueError(
-                "pass exactly one of batch_size (same batch size for every bucket) or max_tokens "
-                f"(batch size = max_tokens // padded size), got batch_size={batch_size!r} and "
-                f"max_tokens={max_tokens!r}"
-            )
-        if batch_size is not None:
-            batch_size = check_int("batch_size", batch_size, minimum=1)
-        else:
-            max_tokens = check_int("max_tokens", max_tokens, minimum=1)
+        batch_size, max_tokens = check_budget(batch_size, max_tokens)
         batch_multiple_of = check_int("batch_multiple_of", batch_multiple_of, minimum=1)
         if max_shapes is not None:
             max_shapes = check_int("max_shapes", max_shapes, minimum=1)

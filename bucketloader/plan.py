@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from bucketloader._plan_inputs import check_budget
 from bucketloader._plan_joint import batch_from_size, resolve_size, size_values
 from bucketloader._plan_spec import LAST_BATCH, BucketSpec
 from bucketloader._plan_table import ShapeTable
@@ -79,15 +80,7 @@ def batch_sizes(
         >>> batch_sizes([[32, 48], [64, 64]], max_tokens=8192, size="prod").tolist()
         [5, 2]
     """
-    if (batch_size is None) == (max_tokens is None):
-        raise ValueError(
-            f"pass exactly one of batch_size or max_tokens, got batch_size={batch_size!r} and "
-            f"max_tokens={max_tokens!r}"
-        )
-    if batch_size is not None:
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-    else:
-        max_tokens = check_int("max_tokens", max_tokens, minimum=1)
+    batch_size, max_tokens = check_budget(batch_size, max_tokens)
     multiple_of = check_int("multiple_of", multiple_of, minimum=1)
     cells = np.asarray(boundaries, dtype=np.int64)
     cells = cells[:, None] if cells.ndim == 1 else cells
