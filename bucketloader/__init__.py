@@ -13,7 +13,13 @@ from bucketloader.boundaries import assign_buckets, check_boundaries, padding_co
 from bucketloader.cache import BucketCache
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec, ShapeTable
-from bucketloader.recommend import Recommendation, recommend_num_buckets
+from bucketloader.recommend import (
+    Calibration,
+    Candidate,
+    Recommendation,
+    calibrate,
+    recommend_num_buckets,
+)
 from bucketloader.report import DynamicityReport, analyze
 from bucketloader.solve import Solution, compute_boundaries, solve_boundaries
 from bucketloader.strategies import STRATEGIES, StrategyResult, register_strategy
@@ -55,6 +61,8 @@ __all__ = [
     "BucketIterable",
     "BucketSampler",
     "BucketSpec",
+    "Calibration",
+    "Candidate",
     "DynamicityReport",
     "Field",
     "LengthHistogram",
@@ -67,6 +75,7 @@ __all__ = [
     "analyze",
     "assign_buckets",
     "bucketize",
+    "calibrate",
     "check_boundaries",
     "compute_boundaries",
     "estimate",

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from bucketloader._plan_inputs import check_budget
 from bucketloader._recommend_calibrate import Calibration, calibrate
 from bucketloader._recommend_plan import LAST_BATCH, epoch_cost
 from bucketloader._validation import as_lengths, check_choice, check_float, check_int
@@ -178,15 +179,7 @@ def recommend_num_buckets(
         if num_epochs is None
         else check_float("num_epochs", num_epochs, minimum=1e-9, maximum=_INF)
     )
-    if (batch_size is None) == (max_tokens is None):
-        raise ValueError(
-            "pass exactly one of batch_size or max_tokens, got "
-            f"batch_size={batch_size!r} and max_tokens={max_tokens!r}"
-        )
-    if batch_size is not None:
-        batch_size = check_int("batch_size", batch_size, minimum=1)
-    else:
-        max_tokens = check_int("max_tokens", max_tokens, minimum=1)
+    batch_size, max_tokens = check_budget(batch_size, max_tokens)
     last_batch = check_choice("last_batch", last_batch, LAST_BATCH)
     ks = _check_candidates(candidates)
     strategies = _check_strategies(strategy)
