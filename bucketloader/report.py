@@ -9,6 +9,7 @@ k (padding ratio and shape count), with a recommended k under a stated rule and 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,7 @@ def analyze(
     padding_target: float = 0.05,
     max_batches: int | None = None,
     progress: bool | None = None,
+    costs: Any = None,
 ) -> DynamicityReport:
     """Analyse how dynamic ``data`` is and what bucketing would cost.
 
@@ -155,6 +157,13 @@ def analyze(
             (padding elements per real element); if none does, the largest k.
         max_batches: scan at most this many DataLoader batches.
         progress: show progress bars (default: when stderr is a terminal).
+        costs: measured costs of your model, a :class:`~bucketloader.recommend.Calibration` from
+            ``calibrate(...)`` or a mapping of
+            :func:`~bucketloader.recommend.recommend_num_buckets` cost arguments
+            (``compile_seconds_per_shape``, ``seconds_per_token``, optionally
+            ``seconds_per_step`` and ``num_epochs`` / ``num_steps``). With costs (and
+            ``batch_size``) the recommendation minimises predicted compile + padded-compute time
+            instead of following ``padding_target``.
 
     Example:
         >>> r = analyze([3, 4, 4, 9, 10, 31] * 10, num_buckets=[1, 2, 4], padding_target=0.1)
@@ -195,7 +204,10 @@ def analyze(
     if hist is None:
         return DynamicityReport(source, None, batch_shapes=shapes, num_batches=num_batches)
     rows = tuple(_row(hist, s, k) for s in names for k in ks)
-    best, rule = _recommend(rows, ks, names, padding_target)
+    if costs is None:
+        best, rule = _recommend(rows, ks, names, padding_target)
+    else:
+        best, rule = _recommend_from_costs(hist, rows, ks, names, batch_size, costs)
     dynamic = None if batch_size is None else _dynamic_padding(hist, lengths, batch_size)
     return DynamicityReport(
         source, hist, rows, best, rule, padding_target, dynamic, shapes, num_batches
@@ -241,6 +253,39 @@ def _recommend(
         if best.padding_ratio <= target:
             return best, rule
     return best, rule + f"; no k meets the target, so the largest k={ks[-1]} is recommended"
+
+
+def _recommend_from_costs(
+    hist: LengthHistogram,
+    rows: tuple[Row, ...],
+    ks: tuple[int, ...],
+    names: tuple[str, ...],
+    batch_size: int | None,
+    costs: Any,
+) -> tuple[Row, str]:
+    from bucketloader.recommend import recommend_num_buckets
+
+    if batch_size is None:
+        raise ValueError(
+            "costs needs the batch size the model trains with: pass batch_size=..., "
+            "got batch_size=None"
+        )
+    kwargs = costs.as_kwargs() if hasattr(costs, "as_kwargs") else costs
+    if not isinstance(kwargs, Mapping):
+        raise TypeError(
+            "costs must be a Calibration (from calibrate(...)) or a mapping of "
+            f"recommend_num_buckets cost arguments, got costs={costs!r}"
+        )
+    rec = recommend_num_buckets(
+        hist, batch_size=batch_size, candidates=ks, strategy=names, **dict(kwargs)
+    )
+    best = next(r for r in rows if (r.strategy, r.num_buckets) == (rec.strategy, rec.num_buckets))
+    rule = (
+        f"the strategy and k in {list(ks)} with the least predicted time, compiles (one per "
+        "planned batch shape) + padded compute (a linear model in padded tokens, "
+        f"recommend_num_buckets): {rec.predicted_seconds:.1f} s predicted"
+    )
+    return best, rule
 
 
 def _dynamic_padding(

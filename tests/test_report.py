@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from conftest import load_real
 
 from bucketloader import compute_boundaries, padding_ratio
 from bucketloader.report import DEFAULT_STRATEGIES, analyze
@@ -216,3 +217,32 @@ def _pad_collate_to(sampler):
 
     collate = sampler.collator(fields={"x": Field(dims=-2)})
     return lambda items: {"x": collate(items)["x"]}
+
+
+@pytest.mark.parametrize("compile_s, per_token", [(30.0, 2e-6), (0.5, 2e-4)])
+def test_costs_pick_the_recommenders_choice(compile_s, per_token):
+    from bucketloader.recommend import recommend_num_buckets
+
+    lengths = load_real("multi30k")[:, 0]
+    costs = {"compile_seconds_per_shape": compile_s, "seconds_per_token": per_token}
+    report = analyze(lengths, batch_size=32, costs={**costs, "num_epochs": 10})
+    rec = recommend_num_buckets(
+        lengths,
+        batch_size=32,
+        num_epochs=10,
+        candidates=(4, 8, 16, 32),
+        strategy=[r.strategy for r in report.rows if r.num_buckets == 4],
+        **costs,
+    )
+    assert (report.recommended.strategy, report.recommended.num_buckets) == (
+        rec.strategy,
+        rec.num_buckets,
+    )
+    assert "least predicted time" in report.rule
+
+
+def test_costs_need_a_batch_size_and_a_mapping():
+    with pytest.raises(ValueError, match="costs needs the batch size"):
+        analyze([3, 4, 9], costs={"compile_seconds_per_shape": 1.0, "seconds_per_token": 1e-6})
+    with pytest.raises(TypeError, match="costs must be a Calibration"):
+        analyze([3, 4, 9], batch_size=2, costs=3.0)
