@@ -60,7 +60,8 @@ def plot_report(r: DynamicityReport, path: Path, *, dpi: int) -> Path:
 
 def _histogram(ax: Any, r: DynamicityReport) -> None:
     h = r.histogram
-    assert h is not None  # only drawn when there are lengths
+    if h is None:  # plot() refuses reports without lengths before drawing
+        raise ValueError("this report has no lengths to plot")
     best = r.recommended
     lo, hi = h.min, h.max
     bins = np.linspace(lo, hi + 1, min(120, max(h.num_values, 2)) + 1)
