@@ -1,0 +1,185 @@
+"""Fixed-shape random selection for :mod:`bucketloader.static`: a keyed permutation plus counting.
+
+Everything here is static: shapes depend only on ``(B, N, k)``, there is no ``.item()``, no
+``nonzero``, no boolean indexing and no Python branch on tensor data, so it traces into one graph
+under ``torch.compile(fullgraph=True)`` and never synchronises a CUDA stream.
+
+The permutation is a keyed Feistel network on the grid ``[0, a) x [0, b)`` (``b = 2**s``,
+``a = ceil(N / b)``, so ``a * b - N < b <= 2 * sqrt(N)`` padding slots). All arithmetic is on int64
+values below ``2**32`` whose products stay below ``2**63``: no overflow, so eager, compiled and
+CUDA runs agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+_M32 = 0xFFFFFFFF
+_MUL = 0x045D9F3B  # < 2**27, so (value < 2**32) * _MUL < 2**59: exact in int64
+_GOLDEN = 0x9E3779B9
+_MUL16_A, _MUL16_B = 0x6D2B, 0x5A8B  # odd, < 2**15
+_SALT_ROW, _SALT_HI = 0x5BD1E995, 0x27D4EB2F
+_SALT_ORDER = 0x2545F4914F6CDD1D  # a second, independent stream for the output order
+#: Rows up to this length are shuffled by sorting hashed keys (cheap at that size, and a Feistel
+#: network on a tiny grid needs many rounds to mix); longer rows use the Feistel permutation.
+_SORT_MAX = 64
+#: Feistel rounds: (row length limit, rounds); smaller grids mix slower per round.
+_ROUNDS = ((4096, 8),)
+_ROUNDS_LARGE = 6
+
+
+def _mix(x: Tensor) -> Tensor:
+    """A bijective 32-bit integer hash (Mueller's), on int64 values in ``[0, 2**32)``."""
+    x = ((x >> 16) ^ x) * _MUL & _M32
+    x = ((x >> 16) ^ x) * _MUL & _M32
+    return (x >> 16) ^ x
+
+
+def _mix16(x: Tensor) -> Tensor:
+    """A bijective 16-bit hash on int32 values in ``[0, 2**16)``; products stay below ``2**31``."""
+    x = ((x >> 8) ^ x) * _MUL16_A & 0xFFFF
+    x = ((x >> 7) ^ x) * _MUL16_B & 0xFFFF
+    return (x >> 8) ^ x
+
+
+def draw_seed(generator: torch.Generator | None, device: torch.device) -> Tensor:
+    """One random int64 on ``device``: from ``generator`` if given, else the default stream."""
+    low, high = -(2**63), 2**63 - 1
+    if generator is None:
+        return torch.randint(low, high, (), device=device)
+    return torch.randint(low, high, (), generator=generator, device=device)
+
+
+def _geometry(n: int) -> tuple[int, int, int]:
+    """``(a, b, s)`` with ``b = 2**s`` close to ``sqrt(n)`` and ``a = ceil(n / b)``."""
+    # b ~ sqrt(n) keeps the two halves balanced (better mixing); float log2 keeps dynamic shapes
+    # symbolic under torch.compile(dynamic=True).
+    n = int(n)  # specialise: symbolic log2/pow index maths makes dynamic compiles take minutes
+    s = math.floor(math.log2(n) * 0.5 + 0.5)
+    b = 2**s
+    return (n + b - 1) // b, b, s
+
+
+def _round_keys(seed: Tensor, rows: int, rounds: int) -> Tensor:
+    """``[rows, rounds]`` 32-bit keys (int64), an independent-looking set per (seed, row).
+
+    Each seed half is hashed before a row enters, so no (seed, row) pair aliases another
+    (``seed ^ row`` would make seed 1, row 0 equal to seed 0, row 1).
+    """
+    device = seed.device
+    row = _mix(torch.arange(rows, device=device) ^ _SALT_ROW)
+    first = _mix(row ^ _mix(seed & _M32))
+    second = _mix(row ^ _mix((seed >> 32) & _M32 ^ _SALT_HI))
+    salt = torch.arange(1, rounds + 1, device=device) * _GOLDEN & _M32
+    return _mix(_mix(first[:, None] ^ salt) ^ second[:, None])
+
+
+def _rounds(n: int) -> int:
+    return next((r for limit, r in _ROUNDS if n <= limit), _ROUNDS_LARGE)
+
+
+def feistel(j: Tensor, keys: Tensor, a: int, b: int, s: int) -> Tensor:
+    """The keyed bijection of ``[0, a * b)``: positions of the int32 indices ``j`` (broadcast)."""
+    left, right = j >> s, j & (b - 1)
+    for r in range(keys.shape[1]):
+        key = keys[:, r : r + 1]
+        if r % 2 == 0:  # left += F(right) mod a, F reduced to [0, a) by multiply-shift
+            left = left + (_mix16(right ^ key) * a >> 16)
+            left = torch.where(left >= a, left - a, left)
+        else:  # right += F(left) mod b, b a power of two
+            right = (right + _mix16(left ^ key)) & (b - 1)
+    return (left << s) | right
+
+
+def permuted_positions(seed: Tensor, rows: int, n: int) -> tuple[Tensor, Tensor]:
+    """Positions ``q[rows, D]`` (int32) of ``j = 0..D-1`` in a keyed random order, and ``j[1, D]``.
+
+    Row ``r`` of ``q`` is a permutation of ``[0, D)`` with ``D >= n``; slots ``j >= n`` are
+    padding. Different rows (and seeds) get independent-looking permutations.
+    """
+    device = seed.device
+    if n <= _SORT_MAX:  # rank of a keyed bijective hash of j: distinct keys, so no ties
+        keys = _round_keys(seed, rows, 2)
+        j = torch.arange(n, device=device, dtype=torch.int32).view(1, n)
+        order = _mix(_mix(j.to(torch.int64) ^ keys[:, :1]) ^ keys[:, 1:]).argsort(dim=1)
+        q = torch.empty(rows, n, dtype=torch.int32, device=device)
+        return q.scatter_(1, order, j.expand(rows, n)), j
+    a, b, s = _geometry(n)
+    keys = (_round_keys(seed, rows, _rounds(n)) & 0xFFFF).to(torch.int32)  # 16-bit round keys
+    j = torch.arange(a * b, device=device, dtype=torch.int32).view(1, a * b)
+    return feistel(j, keys, a, b, s), j
+
+
+def quota_select(
+    first: Tensor,
+    second: Tensor | None,
+    quota_first: Tensor,
+    quota_second: Tensor | None,
+    k: int,
+    seed: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """Choose ``quota_first`` elements of ``first`` and ``quota_second`` of ``second`` per row.
+
+    Args:
+        first: ``[B, N]`` bool, the first class.
+        second: ``[B, N]`` bool disjoint from ``first``, or ``None`` for a single class.
+        quota_first: ``[B, 1]`` integer counts, at most the class sizes.
+        quota_second: like ``quota_first`` (``None`` with ``second``); the quotas sum to <= ``k``.
+        k: the output width.
+        seed: 0-d int64 tensor on the data device.
+
+    Returns:
+        ``indices[B, k]`` (int64, padding slots hold 0) and ``valid[B, k]`` (valid slots first):
+        each class's chosen set is uniformly random and their order is uniformly random.
+    """
+    indices, total = _first_in_order(first, second, quota_first, quota_second, k, seed)
+    valid = torch.arange(k, device=first.device) < total
+    if second is None:
+        return indices, valid
+    # "The first q of each class in a random order" is a uniform subset per class, but the classes
+    # interleave unevenly (the denser class's picks come earlier), so shuffle the valid slots with
+    # an independent permutation: a single-class pass over the k slots, O(k).
+    order, _ = _first_in_order(valid, None, total, None, k, seed ^ _SALT_ORDER)
+    return torch.where(valid, indices.gather(1, order), 0), valid
+
+
+def _first_in_order(
+    first: Tensor,
+    second: Tensor | None,
+    quota_first: Tensor,
+    quota_second: Tensor | None,
+    k: int,
+    seed: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """The first ``quota`` elements of each class in the keyed order, and their count ``[B, 1]``."""
+    rows, n = first.shape
+    q, j = permuted_positions(seed, rows, n)
+    d = j.shape[1]
+    code = first.to(torch.int32)
+    if second is not None:
+        code = code + 2 * second.to(torch.int32)
+    code = torch.nn.functional.pad(code, (0, d - n))  # padding slots: class 0, never chosen
+    # Scatter "where each element goes" to get the sequence in permuted order: each slot is written
+    # exactly once (q is a permutation), carrying the element index and its class in one int32.
+    seq = torch.empty(rows, d, dtype=torch.int32, device=first.device)
+    seq = seq.scatter_(1, q.to(torch.int64), (j << 2) | code)
+    cls = seq & 3
+    total = quota_first.to(torch.int32)
+    in_first = (cls == 1).to(torch.int32)
+    before_first = torch.cumsum(in_first, 1, dtype=torch.int32) - in_first
+    take = (in_first == 1) & (before_first < total)
+    slot = torch.minimum(before_first, total)
+    if second is not None and quota_second is not None:
+        quota = quota_second.to(torch.int32)
+        in_second = (cls == 2).to(torch.int32)
+        before_second = torch.cumsum(in_second, 1, dtype=torch.int32) - in_second
+        take = take | ((in_second == 1) & (before_second < quota))
+        slot = slot + torch.minimum(before_second, quota)
+        total = total + quota
+    # Chosen elements land in slots 0..total-1 in keyed order; the rest go to a dump slot k.
+    slot = torch.where(take, slot, k).to(torch.int64)
+    out = torch.zeros(rows, k + 1, dtype=torch.int32, device=first.device)
+    return out.scatter_(1, slot, seq >> 2)[:, :k].to(torch.int64), total

@@ -1,0 +1,393 @@
+"""bucketloader.static: exact counts, uniformity, compile parity, sync-freedom, bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch._dynamo.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from bucketloader import static
+from bucketloader._static_select import _geometry, _round_keys, feistel
+
+# --- an independent oracle for the counts ------------------------------------------------------
+
+
+def expected_counts(n_pos: int, n_neg: int, k: int, fraction: float) -> tuple[int, int]:
+    """(positives, negatives) the issue asks for: round-half-up target, shortfall filled."""
+    target = math.floor(k * fraction + 0.5)
+    take_pos = min(n_pos, max(target, k - n_neg))
+    return take_pos, min(n_neg, k - take_pos)
+
+
+def check_sample(values, labels, mask, out, k, fraction):
+    """Every invariant of one balanced_subsample call, row by row."""
+    rows = labels.reshape(-1, labels.shape[-1])
+    elig = torch.ones_like(rows) if mask is None else mask.reshape(rows.shape)
+    feats = values.reshape(rows.shape[0], rows.shape[1], -1)
+    idx = out.indices.reshape(rows.shape[0], k)
+    valid = out.valid.reshape(rows.shape[0], k)
+    got_labels = out.labels.reshape(rows.shape[0], k)
+    got_values = out.values.reshape(rows.shape[0], k, -1)
+    for r in range(rows.shape[0]):
+        positive = (rows[r] != 0) & elig[r]
+        negative = (rows[r] == 0) & elig[r]
+        want_pos, want_neg = expected_counts(int(positive.sum()), int(negative.sum()), k, fraction)
+        m = want_pos + want_neg
+        assert valid[r].tolist() == [True] * m + [False] * (k - m)  # valid rows first
+        chosen = idx[r, :m]
+        assert len(set(chosen.tolist())) == m  # no duplicates
+        assert bool(elig[r, chosen].all())
+        assert int(positive[chosen].sum()) == want_pos
+        assert int(negative[chosen].sum()) == want_neg
+        assert torch.equal(got_labels[r, :m], rows[r, chosen])
+        assert torch.equal(got_values[r, :m], feats[r, chosen])
+        assert not got_values[r, m:].any() and not got_labels[r, m:].any()
+        assert not idx[r, m:].any()
+
+
+# --- exact counts in every regime ----------------------------------------------------------------
+
+
+def mixed_batch(n: int = 40):
+    """Six rows, one regime each: both plenty, few positives, few negatives, few eligible,
+    all positive, all negative."""
+    labels = torch.zeros(6, n, dtype=torch.bool)
+    labels[0, :15] = True
+    labels[1, :2] = True
+    labels[2, 3:] = True
+    labels[3, ::2] = True
+    labels[4] = True
+    mask = torch.ones(6, n, dtype=torch.bool)
+    mask[3, 6:] = False  # row 3: 6 candidates in total (3 positive)
+    values = torch.randn(6, n, 3, generator=torch.Generator().manual_seed(0))
+    return values, labels, mask
+
+
+@pytest.mark.parametrize("k", [1, 2, 7, 16, 40, 57])
+@pytest.mark.parametrize("fraction", [0.0, 0.25, 0.5, 1.0])
+def test_counts_every_regime_batched(k, fraction):
+    values, labels, mask = mixed_batch()
+    out = static.balanced_subsample(
+        values, labels, k, positive_fraction=fraction, mask=mask, seed=k
+    )
+    assert out.values.shape == (6, k, 3) and out.indices.dtype == torch.int64
+    check_sample(values, labels, mask, out, k, fraction)
+
+
+def test_rounding_is_half_up_and_leading_dims():
+    labels = torch.tensor([[1, 0] * 10] * 4).view(2, 2, 20)  # int labels, 2 leading dims
+    values = torch.arange(80.0).view(2, 2, 20, 1)
+    for k, fraction, want in [(3, 0.5, 2), (5, 0.3, 2), (5, 0.1, 1), (1, 0.5, 1), (4, 0.125, 1)]:
+        out = static.balanced_subsample(values, labels, k, positive_fraction=fraction, seed=0)
+        assert out.labels.shape == (2, 2, k) and out.labels.dtype == labels.dtype
+        assert out.labels.sum(-1).flatten().tolist() == [want] * 4
+
+
+def test_n_equals_k_and_fewer_than_k_and_empty():
+    values = torch.randn(2, 8, 2)
+    labels = torch.tensor([[1, 1, 0, 0, 0, 0, 0, 0], [0] * 8]).bool()
+    out = static.balanced_subsample(values, labels, 8, seed=1)  # N == K: a permutation
+    assert sorted(out.indices[0].tolist()) == list(range(8)) and out.valid.all()
+    short = static.balanced_subsample(values, labels, 11, seed=1)  # N < K: padded
+    assert short.valid.sum(-1).tolist() == [8, 8] and short.indices.shape == (2, 11)
+    empty = static.balanced_subsample(torch.randn(3, 0, 2), torch.zeros(3, 0), 4, seed=1)
+    assert not empty.valid.any() and empty.values.shape == (3, 4, 2)
+    none = static.balanced_subsample(torch.randn(0, 5, 2), torch.zeros(0, 5), 4)
+    assert none.indices.shape == (0, 4)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 70),
+    rows=st.integers(1, 4),
+    k=st.integers(1, 80),
+    fraction=st.sampled_from([0.0, 0.1, 0.3, 0.5, 0.75, 1.0]),
+    seed=st.integers(-(2**63), 2**63 - 1),
+    data=st.data(),
+)
+def test_counts_property(n, rows, k, fraction, seed, data):
+    gen = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16)))
+    p_pos, p_mask = data.draw(st.floats(0, 1)), data.draw(st.floats(0, 1))
+    labels = (torch.rand(rows, n, generator=gen) < p_pos).to(torch.int64)
+    mask = torch.rand(rows, n, generator=gen) >= p_mask * 0.8
+    values = torch.randn(rows, n, 2, generator=gen)
+    out = static.balanced_subsample(
+        values, labels, k, positive_fraction=fraction, mask=mask, seed=seed
+    )
+    check_sample(values, labels, mask, out, k, fraction)
+
+
+def test_masked_select_k_counts():
+    mask = torch.tensor([[True, False, True, True, False], [False] * 5, [True] * 5])
+    idx, valid = static.masked_select_k(mask, 3, seed=4)
+    assert valid.tolist() == [[True] * 3, [False] * 3, [True] * 3]
+    assert sorted(idx[0].tolist()) == [0, 2, 3] and not idx[1].any()
+    assert len(set(idx[2].tolist())) == 3 and bool(mask[2, idx[2]].all())
+    idx, valid = static.masked_select_k(mask.view(3, 1, 5), 7, seed=4)  # k > N, 2 leading dims
+    assert idx.shape == (3, 1, 7) and valid.sum(-1).flatten().tolist() == [3, 0, 5]
+
+
+# --- uniformity and random order -----------------------------------------------------------------
+
+
+def test_each_candidate_equally_likely_and_order_random():
+    rows, n, k = 24000, 20, 6
+    labels = torch.zeros(rows, n, dtype=torch.bool)
+    labels[:, 3:11] = True  # 8 positives (3 chosen), 12 negatives (3 chosen)
+    out = static.balanced_subsample(torch.zeros(rows, n, 1), labels, k, seed=2024)
+    hits = torch.bincount(out.indices.flatten(), minlength=n).double()
+    assert stats.chisquare(hits[3:11]).pvalue > 1e-3  # positives: each 3/8 of the rows
+    assert stats.chisquare(torch.cat([hits[:3], hits[11:]])).pvalue > 1e-3
+    assert hits[3:11].mean() == pytest.approx(rows * 3 / 8)
+    by_slot = out.labels.sum(0).double()  # positives per output slot: uniform, not first
+    assert stats.chisquare(by_slot).pvalue > 1e-3 and by_slot[0] < rows * 0.6
+    first = torch.bincount(out.indices[:, 0], minlength=n).double()  # first slot: any pick
+    assert stats.chisquare(first[3:11]).pvalue > 1e-3  # each positive 3/8 * 1/6 of the rows
+    assert stats.chisquare(torch.cat([first[:3], first[11:]])).pvalue > 1e-3
+    assert stats.binomtest(int(first[3:11].sum()), rows).pvalue > 1e-3  # positive half the time
+
+
+def chisquare_without_replacement(hits, p):
+    """p-value that ``hits`` (per-candidate counts, each Binomial(rows, p), fixed total) are
+    uniform: Pearson's statistic divided by ``1 - p`` is chi-square with ``len(hits) - 1``
+    degrees of freedom (plain ``chisquare`` assumes ``1 - p ~ 1`` and would never fail)."""
+    expected = hits.mean()
+    statistic = float(((hits - expected) ** 2 / expected).sum()) / (1 - p)
+    return stats.chi2.sf(statistic, len(hits) - 1)
+
+
+@pytest.mark.parametrize(("n", "rows"), [(100, 20000), (5000, 600)])
+def test_uniform_on_the_permutation_path(n, rows):
+    """N > 64 runs the keyed Feistel permutation: with structured labels and a mask, every
+    eligible candidate of a class is equally likely, and positives are spread over all slots."""
+    k = n // 10
+    labels = torch.zeros(rows, n, dtype=torch.bool)
+    labels[:, ::3] = True  # interleaved positives ...
+    labels[:, n // 2 : n // 2 + n // 10] = True  # ... and a contiguous block
+    mask = torch.ones(rows, n, dtype=torch.bool)
+    mask[:, 1::7] = False
+    out = static.balanced_subsample(torch.zeros(rows, n, 1), labels, k, mask=mask, seed=n)
+    assert bool(out.valid.all())
+    hits = torch.bincount(out.indices.flatten(), minlength=n).double()
+    for cls in (labels[0] & mask[0], ~labels[0] & mask[0]):
+        share = (k // 2) / int(cls.sum())
+        assert chisquare_without_replacement(hits[cls], share) > 1e-3
+        assert not hits[~mask[0]].any()
+    by_slot = out.labels.sum(0).double()  # each slot holds a positive half the time
+    assert chisquare_without_replacement(by_slot, 0.5) > 1e-3
+
+
+def test_ordered_subsets_uniform_small_n():
+    rows, n, k = 40000, 12, 2  # all 132 ordered pairs equally likely
+    idx, _ = static.masked_select_k(torch.ones(rows, n, dtype=torch.bool), k, seed=7)
+    code = idx[:, 0] * n + idx[:, 1]
+    counts = torch.bincount(code, minlength=n * n).view(n, n)
+    assert not counts.diagonal().any()
+    off = counts[~torch.eye(n, dtype=torch.bool)].double()
+    assert stats.chisquare(off).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("n", [10**4, 10**6])
+def test_large_permutation_pairs_look_independent(n):
+    """Elements in the same grid column (the Feistel's weakest pair) land independently."""
+    rows = 100000
+    a, b, s = _geometry(n)
+    keys = (_round_keys(torch.tensor(99), rows, 6) & 0xFFFF).int()
+    q = feistel(torch.tensor([[0, b, 1]], dtype=torch.int32), keys, a, b, s).long()
+    cells = (q * 8 // (a * b)).T
+    for other in (cells[1], cells[2]):
+        joint = torch.bincount(cells[0] * 8 + other, minlength=64).double()
+        assert stats.chisquare(joint).pvalue > 1e-3
+    assert stats.binomtest(int((q[:, 0] < q[:, 1]).sum()), rows).pvalue > 1e-3
+
+
+def test_determinism_and_independence():
+    values, labels, _ = mixed_batch()
+    a = static.balanced_subsample(values, labels, 9, generator=torch.Generator().manual_seed(5))
+    b = static.balanced_subsample(values, labels, 9, generator=torch.Generator().manual_seed(5))
+    c = static.balanced_subsample(values, labels, 9, generator=torch.Generator().manual_seed(6))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not torch.equal(a.indices, c.indices)
+    d = static.balanced_subsample(values, labels, 9, seed=torch.tensor(5))
+    assert torch.equal(d.indices, static.balanced_subsample(values, labels, 9, seed=5).indices)
+    twins = static.masked_select_k(torch.ones(2, 50, dtype=torch.bool), 10, seed=0).indices
+    assert not torch.equal(twins[0], twins[1])  # identical rows, independent draws
+
+
+# --- torch.compile: parity, zero graph breaks ----------------------------------------------------
+
+
+def test_zero_graph_breaks():
+    values, labels, mask = mixed_batch()
+    for fn, args, kwargs in [
+        (static.balanced_subsample, (values, labels, 9), {"mask": mask, "seed": torch.tensor(1)}),
+        (static.balanced_subsample, (values, labels.long(), 5), {"positive_fraction": 0.3}),
+        (static.masked_select_k, (mask, 4), {}),
+        (static.masked_mean, (values, mask.unsqueeze(-1)), {"dim": 1}),
+    ]:
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(fn)(*args, **kwargs)
+        assert explained.graph_break_count == 0 and explained.graph_count == 1
+
+
+def test_compiled_static_shapes_match_eager():
+    """dynamic=False on the Feistel path (N > 64): same seed, bit-identical samples."""
+    torch._dynamo.reset()
+    compiled = torch.compile(static.balanced_subsample, fullgraph=True, dynamic=False)
+    values, labels, mask = mixed_batch(100)
+    seed = torch.tensor(123)
+    want = static.balanced_subsample(values, labels, 9, positive_fraction=0.3, mask=mask, seed=seed)
+    got = compiled(values, labels, 9, positive_fraction=0.3, mask=mask, seed=seed)
+    assert all(torch.equal(x, y) for x, y in zip(want, got, strict=True))
+    again = compiled(values, labels, 9, positive_fraction=0.3, mask=mask, seed=seed + 1)
+    check_sample(values, labels, mask, again, 9, 0.3)  # a seed tensor: no recompile
+    assert not torch.equal(again.indices, got.indices)
+    with pytest.raises(Exception, match="pass seed="):  # Dynamo re-raises our message
+        compiled(values, labels, 9, generator=torch.Generator())
+    torch._dynamo.reset()
+
+
+def test_compiled_dynamic_batch_unseeded():
+    """dynamic=True: fresh randomness drawn inside the graph, batch size changes reuse it."""
+    torch._dynamo.reset()
+    counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
+    compiled = torch.compile(
+        static.balanced_subsample, fullgraph=True, dynamic=True, backend=counter
+    )
+    values, labels, mask = mixed_batch()
+    first = compiled(values, labels, 9, mask=mask)
+    check_sample(values, labels, mask, first, 9, 0.5)
+    frames = counter.frame_count
+    assert not torch.equal(first.indices, compiled(values, labels, 9, mask=mask).indices)
+    part = compiled(values[1:4], labels[1:4], 9, mask=mask[1:4])
+    check_sample(values[1:4], labels[1:4], mask[1:4], part, 9, 0.5)
+    assert counter.frame_count == frames  # the batch dimension stayed symbolic: no recompile
+    torch._dynamo.reset()
+
+
+# --- CUDA: no synchronisation --------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_no_sync():
+    dev = torch.device("cuda")
+    values = torch.randn(4, 1000, 8, device=dev)
+    labels = torch.rand(4, 1000, device=dev) < 0.1
+    mask = torch.rand(4, 1000, device=dev) < 0.9
+    seed = torch.randint(2**62, (), device=dev)
+    torch._dynamo.reset()
+    compiled = torch.compile(static.balanced_subsample, fullgraph=True)
+    compiled(values, labels, 64, mask=mask, seed=seed)  # compile outside the checked region
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = static.balanced_subsample(values, labels.float(), 64, mask=mask)
+        again = compiled(values, labels, 64, mask=mask, seed=seed)
+        eager = static.balanced_subsample(values, labels, 64, mask=mask, seed=seed)
+        static.masked_select_k(mask, 32)
+        static.masked_mean(values, mask.unsqueeze(-1), dim=1)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert all(torch.equal(x, y) for x, y in zip(again, eager, strict=True))
+    check_sample(values.cpu(), labels.float().cpu(), mask.cpu(), _cpu(out), 64, 0.5)
+    torch._dynamo.reset()
+
+
+def _cpu(out):
+    return type(out)(*(t.cpu() for t in out))
+
+
+# --- masked reductions ---------------------------------------------------------------------------
+
+
+def test_masked_reductions_match_boolean_indexing():
+    x = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(3))
+    mask = x > 0.3
+    assert torch.allclose(static.masked_sum(x, mask), x[mask].sum())
+    assert torch.allclose(static.masked_mean(x, mask), x[mask].mean())
+    for i in range(3):
+        assert torch.allclose(static.masked_sum(x, mask, dim=(1, 2))[i], x[i][mask[i]].sum())
+        assert torch.allclose(static.masked_mean(x, mask, dim=(1, 2))[i], x[i][mask[i]].mean())
+    row_mask = torch.tensor([True, False, True, False, True]).view(5, 1)  # broadcasts over x
+    got = static.masked_sum(x, row_mask, dim=1, keepdim=True)
+    assert torch.allclose(got, x[:, [0, 2, 4]].sum(1, keepdim=True))
+    assert static.masked_mean(x, torch.zeros_like(mask)).isnan()  # like x[empty].mean()
+    assert static.masked_sum(torch.arange(6), torch.arange(6) > 3).item() == 9
+
+
+# --- bad input: one voice, naming argument, value and fix ----------------------------------------
+
+
+BAD_CALLS = [
+    (dict(values=torch.zeros(5)), TypeError, r"values must be a tensor of shape \[\.\.\., N, F\]"),
+    (dict(labels=[1, 0]), TypeError, r"labels must be a tensor of shape \[\.\.\., N\], got list"),
+    (
+        dict(labels=torch.zeros(2, 9)),
+        ValueError,
+        r"labels must have shape values.shape\[:-1\]=\(2, 10\), got labels.shape=\(2, 9\)",
+    ),
+    (dict(labels=torch.full((2, 10), 2)), ValueError, r"labels must be binary .*got a label of 2"),
+    (dict(labels=torch.full((2, 10), 0.5)), ValueError, r"got a label of 0.5; map classes"),
+    (dict(labels=torch.zeros(2, 10, dtype=torch.complex64)), TypeError, r"labels must be bool"),
+    (dict(num_samples=0), ValueError, r"num_samples must be an int >= 1, got num_samples=0"),
+    (dict(num_samples=-3), ValueError, r"got num_samples=-3"),
+    (dict(num_samples=True), TypeError, r"num_samples must be an int >= 1, got num_samples=True"),
+    (dict(num_samples=2.0), TypeError, r"got num_samples=2.0"),
+    (
+        dict(positive_fraction=1.5),
+        ValueError,
+        r"positive_fraction must be a number in \[0.0, 1.0\]",
+    ),
+    (dict(positive_fraction=-0.1), ValueError, r"got positive_fraction=-0.1"),
+    (dict(positive_fraction=float("nan")), ValueError, r"got positive_fraction=nan"),
+    (dict(positive_fraction=True), TypeError, r"got positive_fraction=True"),
+    (dict(positive_fraction="0.5"), TypeError, r"got positive_fraction='0.5'"),
+    (dict(mask=torch.ones(2, 10)), TypeError, r"mask must be None or a bool tensor"),
+    (dict(mask=torch.ones(2, 9, dtype=torch.bool)), ValueError, r"mask must have labels.shape"),
+    (dict(seed=1, generator=torch.Generator()), ValueError, r"either seed or generator"),
+    (dict(seed=1.5), TypeError, r"seed must be an int or a 0-d integer tensor, got seed=1.5"),
+    (dict(seed=True), TypeError, r"got seed=True"),
+    (dict(seed=torch.tensor([1.0])), TypeError, r"seed must be an int or a 0-d integer tensor"),
+    (dict(seed=torch.arange(3)), TypeError, r"seed must be .* shape \(3,\)"),
+    (dict(generator=3), TypeError, r"generator must be a torch.Generator, got int 3"),
+]
+
+
+@pytest.mark.parametrize(("override", "error", "match"), BAD_CALLS)
+def test_bad_input_balanced(override, error, match):
+    kwargs = dict(values=torch.zeros(2, 10, 3), labels=torch.zeros(2, 10), num_samples=4)
+    kwargs.update(override)
+    with pytest.raises(error, match=match):
+        static.balanced_subsample(**kwargs)
+
+
+def test_bad_input_module_and_helpers():
+    with pytest.raises(ValueError, match="num_samples must be an int >= 1, got num_samples=0"):
+        static.BalancedSubsampler(0)
+    with pytest.raises(ValueError, match="got positive_fraction=2"):
+        static.BalancedSubsampler(3, positive_fraction=2)
+    with pytest.raises(TypeError, match=r"mask must be a bool tensor of shape \[\.\.\., N\]"):
+        static.masked_select_k(torch.ones(3), 2)
+    with pytest.raises(ValueError, match="k must be an int >= 1, got k=0"):
+        static.masked_select_k(torch.ones(3, dtype=torch.bool), 0)
+    with pytest.raises(ValueError, match=r"mask must be broadcastable to x.shape=\(2, 3\)"):
+        static.masked_sum(torch.ones(2, 3), torch.ones(3, 2, dtype=torch.bool))
+    with pytest.raises(TypeError, match="mask must be a bool tensor broadcastable to x"):
+        static.masked_sum(torch.ones(2, 3), torch.ones(2, 3))
+    with pytest.raises(TypeError, match=r"x must be a floating-point tensor .* x.float\(\)"):
+        static.masked_mean(torch.ones(2, 3, dtype=torch.int64), torch.ones(2, 3, dtype=torch.bool))
+
+
+def test_module_wraps_function():
+    sampler = static.BalancedSubsampler(6, positive_fraction=0.25)
+    assert repr(sampler) == "BalancedSubsampler(num_samples=6, positive_fraction=0.25)"
+    values, labels, mask = mixed_batch()
+    got = sampler(values, labels, mask=mask, seed=3)
+    want = static.balanced_subsample(values, labels, 6, positive_fraction=0.25, mask=mask, seed=3)
+    assert all(torch.equal(x, y) for x, y in zip(got, want, strict=True))
+    assert list(sampler.parameters()) == [] and list(sampler.buffers()) == []
