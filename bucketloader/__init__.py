@@ -1,8 +1,9 @@
 """bucketloader: static-shape length bucketing for PyTorch data loading.
 
 Pads each sample up to one of a few bucket boundaries chosen to minimise padding, and builds
-batches whose shapes are exactly a small planned set. :mod:`bucketloader.hf` (Hugging Face
-``datasets``, imported lazily) is a submodule not imported here.
+batches whose shapes are exactly a small planned set. Submodules not imported here:
+:mod:`bucketloader.hf` (Hugging Face ``datasets``, imported lazily) and
+:mod:`bucketloader.static` (sync-free subsampling inside models).
 """
 
 import importlib
