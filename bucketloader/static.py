@@ -13,15 +13,16 @@ function here traces into one graph with ``torch.compile(fullgraph=True)`` (``dy
 
 NOTE [ Selection algorithm ]
 Every selection is "the first ``q`` eligible elements of each class in a random order", which is a
-uniformly random subset in a uniformly random order. The random order is a keyed pseudo-random
-permutation computed elementwise (a 6- or 8-round Feistel network on a ``~sqrt(N) x ~sqrt(N)``
-grid, int32 arithmetic that never overflows), so no sort or ``topk`` is needed; the rank of an
-element within its class in that order is a ``cumsum``, and the chosen elements are compacted into
-their output slots with one ``scatter``. Cost: O(N) elementwise work plus two int32 ``cumsum`` and
-two ``scatter`` passes, versus ``topk`` (O(N) but ~3x the constant on CPU, once per class) or a sort
-(O(N log N)). Measured in ``benchmarks/results/subsampler.md``: two full ``topk`` passes are
-slower than the ``nonzero`` + ``randperm`` reference from N = 1e5; one ``topk`` alone costs about as
-much as this whole pipeline, and ``torch.rand`` inside a compiled CPU graph is slower still.
+uniformly random subset. The random order is a keyed pseudo-random permutation computed
+elementwise (a 6- or 8-round Feistel network on a ``~sqrt(N) x ~sqrt(N)`` grid, int32 arithmetic
+that never overflows), so no sort or ``topk`` is needed; an element's rank within its class in
+that order is a ``cumsum``, and one ``scatter`` compacts the chosen elements into their slots. A
+second, independent permutation of the ``K`` slots mixes the two classes (taking "the first" of
+each interleaves them unevenly). Cost: O(N) integer work, two ``cumsum`` and two ``scatter``
+passes, against two ``topk`` over N for the published fixed-shape version. Compiled, inductor
+fuses the rounds into one loop; eager, each round is a per-row table of ~sqrt(N) values applied
+with one ``gather`` (``feistel_tabulated``, the same permutation bit for bit). Figures:
+``benchmarks/results/subsampler.md``.
 
 NOTE [ Randomness and torch.compile ]
 The permutation is a pure function of a 64-bit seed, so eager, compiled and CUDA runs with the same

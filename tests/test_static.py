@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from bucketloader import static
-from bucketloader._static_select import _geometry, _round_keys, feistel
+from bucketloader._static_select import _geometry, _round_keys, feistel, feistel_tabulated
 
 # --- an independent oracle for the counts ------------------------------------------------------
 
@@ -204,6 +204,19 @@ def test_large_permutation_pairs_look_independent(n):
         joint = torch.bincount(cells[0] * 8 + other, minlength=64).double()
         assert stats.chisquare(joint).pvalue > 1e-3
     assert stats.binomtest(int((q[:, 0] < q[:, 1]).sum()), rows).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("n", [65, 100, 4096, 4097, 12345, 10**6])
+def test_eager_tables_equal_the_arithmetic_permutation(n):
+    """Eager mode applies the round functions as per-row tables; compiled mode computes them.
+    Both must be the same permutation, bit for bit (compiled == eager relies on it)."""
+    a, b, s = _geometry(n)
+    for seed in (0, -7, 2**62):
+        keys = (_round_keys(torch.tensor(seed), 3, 8 if n <= 4096 else 6) & 0xFFFF).int()
+        j = torch.arange(a * b, dtype=torch.int32).view(1, -1)
+        got = feistel_tabulated(keys, a, b, s)
+        assert got.dtype == torch.int32 and torch.equal(got, feistel(j, keys, a, b, s))
+    assert torch.equal(got.sort(dim=1).values[0], j[0])  # a permutation of the grid
 
 
 def test_determinism_and_independence():
