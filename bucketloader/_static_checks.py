@@ -120,10 +120,11 @@ def resolve_seed(
                 raise TypeError(
                     f"seed must be an int or a 0-d integer tensor, got {describe(seed)}"
                 )
-            return seed.reshape(()).to(device=device, dtype=torch.int64)
+            # non_blocking: a blocking host-to-device copy synchronises the stream
+            return seed.reshape(()).to(device=device, dtype=torch.int64, non_blocking=True)
         if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
             raise TypeError(f"seed must be an int or a 0-d integer tensor, got seed={seed!r}")
-        return torch.tensor(seed, dtype=torch.int64, device=device)
+        return torch.tensor(seed, dtype=torch.int64).to(device, non_blocking=True)
     if generator is not None:
         if torch.compiler.is_compiling():
             raise ValueError(

@@ -110,8 +110,9 @@ def balanced_subsample(
             "ignore" anchors set to false).
         generator: eager only; the source of the seed (same device as ``values``).
         seed: int or 0-d integer tensor; the samples are a pure function of it. Under
-            ``torch.compile`` pass a tensor (an int recompiles per value). Pass at most one of
-            ``generator`` and ``seed``.
+            ``torch.compile`` pass a tensor (an int recompiles per value); an int or a CPU
+            tensor reaches a GPU by a non-blocking copy. Pass at most one of ``generator`` and
+            ``seed``.
 
     Returns:
         :class:`Subsample` ``(values [..., K, F], labels [..., K], indices [..., K],

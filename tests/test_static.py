@@ -300,6 +300,8 @@ def test_cuda_no_sync():
     torch.cuda.set_sync_debug_mode("error")
     try:
         out = static.balanced_subsample(values, labels.float(), 64, mask=mask)
+        static.balanced_subsample(values, labels, 64, seed=5)  # an int seed: a non-blocking copy
+        static.balanced_subsample(values, labels, 64, seed=torch.tensor(5))  # a CPU tensor seed
         again = compiled(values, labels, 64, mask=mask, seed=seed)
         eager = static.balanced_subsample(values, labels, 64, mask=mask, seed=seed)
         static.masked_select_k(mask, 32)
