@@ -31,7 +31,10 @@ seed return the same samples. Without ``seed`` the seed is drawn on the data's d
 "Failed to convert args/kwargs to proxy"), so inside a compiled region pass ``seed=`` as a 0-d
 integer tensor drawn outside (e.g. ``torch.randint(2**62, ())``) for reproducibility, or nothing
 for fresh randomness. A Python int seed is a constant to the compiler: each new value recompiles.
-The row length ``N`` is specialised (the grid geometry is computed in Python), so with
+Argument errors raised while Dynamo traces with ``fullgraph=True`` reach the caller wrapped in
+``torch._dynamo.exc.Unsupported`` ("Observed exception"), our message in its debug context;
+:class:`BalancedSubsampler` checks ``num_samples`` and ``positive_fraction`` when it is built,
+outside any trace. The row length ``N`` is specialised (the grid geometry is computed in Python), so with
 ``dynamic=True`` the batch dimensions stay symbolic and a new ``N`` compiles a new graph.
 """
 

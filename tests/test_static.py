@@ -260,8 +260,11 @@ def test_compiled_static_shapes_match_eager():
     again = compiled(values, labels, 9, positive_fraction=0.3, mask=mask, seed=seed + 1)
     check_sample(values, labels, mask, again, 9, 0.3)  # a seed tensor: no recompile
     assert not torch.equal(again.indices, got.indices)
-    with pytest.raises(Exception, match="pass seed="):  # Dynamo re-raises our message
+    # fullgraph=True: Dynamo wraps our error ("Observed exception"), keeping its message
+    with pytest.raises(Exception, match="pass seed="):
         compiled(values, labels, 9, generator=torch.Generator())
+    with pytest.raises(Exception, match=r"labels must have shape values.shape\[:-1\]"):
+        compiled(values, labels[:, :-1], 9, seed=seed)
     torch._dynamo.reset()
 
 
