@@ -34,8 +34,10 @@ for fresh randomness. A Python int seed is a constant to the compiler: each new 
 Argument errors raised while Dynamo traces with ``fullgraph=True`` reach the caller wrapped in
 ``torch._dynamo.exc.Unsupported`` ("Observed exception"), our message in its debug context;
 :class:`BalancedSubsampler` checks ``num_samples`` and ``positive_fraction`` when it is built,
-outside any trace. The row length ``N`` is specialised (the grid geometry is computed in Python), so with
-``dynamic=True`` the batch dimensions stay symbolic and a new ``N`` compiles a new graph.
+outside any trace. The row length ``N`` is specialised (the grid geometry is computed in
+Python), so with ``dynamic=True`` the batch dimensions stay symbolic and a new ``N`` compiles a
+new graph. Compiling costs about 15 s per shape on 2 CPU cores (inductor's codegen of the integer
+rounds), against about 2.5 s for two ``topk``.
 """
 
 from __future__ import annotations

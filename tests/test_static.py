@@ -269,13 +269,13 @@ def test_compiled_static_shapes_match_eager():
 
 
 def test_compiled_dynamic_batch_unseeded():
-    """dynamic=True: fresh randomness drawn inside the graph, batch size changes reuse it."""
+    """dynamic=True: fresh randomness drawn inside the graph; a new batch size reuses the graph."""
     torch._dynamo.reset()
     counter = torch._dynamo.testing.CompileCounterWithBackend("inductor")
     compiled = torch.compile(
         static.balanced_subsample, fullgraph=True, dynamic=True, backend=counter
     )
-    values, labels, mask = mixed_batch()
+    values, labels, mask = mixed_batch(100)  # N > 64: the Feistel path
     first = compiled(values, labels, 9, mask=mask)
     check_sample(values, labels, mask, first, 9, 0.5)
     frames = counter.frame_count
