@@ -5,9 +5,22 @@ Everything here is static: shapes depend only on ``(B, N, k)``, there is no ``.i
 under ``torch.compile(fullgraph=True)`` and never synchronises a CUDA stream.
 
 The permutation is a keyed Feistel network on the grid ``[0, a) x [0, b)`` (``b = 2**s``,
-``a = ceil(N / b)``, so ``a * b - N < b <= 2 * sqrt(N)`` padding slots). All arithmetic is on int64
-values below ``2**32`` whose products stay below ``2**63``: no overflow, so eager, compiled and
-CUDA runs agree bit for bit.
+``a = ceil(N / b)``, so ``a * b - N < b <= 2 * sqrt(N)`` padding slots). Key derivation is int64
+on values below ``2**32`` (products below ``2**63``) and the rounds are int32 on 16-bit values
+(products below ``2**31``): nothing overflows, so eager, compiled and CUDA runs agree bit for bit.
+
+NOTE [ Selection algorithm ]
+Every selection is "the first ``q`` eligible elements of each class in a random order", which is a
+uniformly random subset. The random order is a keyed pseudo-random permutation computed
+elementwise (a 6- or 8-round Feistel network on a ``~sqrt(N) x ~sqrt(N)`` grid, int32 arithmetic
+that never overflows), so no sort or ``topk`` is needed; an element's rank within its class in
+that order is a ``cumsum``, and one ``scatter`` compacts the chosen elements into their slots. A
+second, independent permutation of the ``K`` slots mixes the two classes (taking "the first" of
+each interleaves them unevenly). Cost: O(N) integer work, two ``cumsum`` and two ``scatter``
+passes, against two ``topk`` over N for the published fixed-shape version. Compiled, inductor
+fuses the rounds into one loop; eager, each round is a per-row table of ~sqrt(N) values applied
+with one ``gather`` (``feistel_tabulated``, the same permutation bit for bit). Figures:
+``benchmarks/results/subsampler.md``.
 """
 
 from __future__ import annotations

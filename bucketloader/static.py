@@ -11,18 +11,8 @@ function here traces into one graph with ``torch.compile(fullgraph=True)`` (``dy
   replacement for ``x[mask]``.
 * :func:`masked_sum`, :func:`masked_mean`: static replacements for ``x[mask].sum()`` / ``.mean()``.
 
-NOTE [ Selection algorithm ]
-Every selection is "the first ``q`` eligible elements of each class in a random order", which is a
-uniformly random subset. The random order is a keyed pseudo-random permutation computed
-elementwise (a 6- or 8-round Feistel network on a ``~sqrt(N) x ~sqrt(N)`` grid, int32 arithmetic
-that never overflows), so no sort or ``topk`` is needed; an element's rank within its class in
-that order is a ``cumsum``, and one ``scatter`` compacts the chosen elements into their slots. A
-second, independent permutation of the ``K`` slots mixes the two classes (taking "the first" of
-each interleaves them unevenly). Cost: O(N) integer work, two ``cumsum`` and two ``scatter``
-passes, against two ``topk`` over N for the published fixed-shape version. Compiled, inductor
-fuses the rounds into one loop; eager, each round is a per-row table of ~sqrt(N) values applied
-with one ``gather`` (``feistel_tabulated``, the same permutation bit for bit). Figures:
-``benchmarks/results/subsampler.md``.
+The selection algorithm is described in ``bucketloader/_static_select.py`` (NOTE [ Selection
+algorithm ]).
 
 NOTE [ Randomness and torch.compile ]
 The permutation is a pure function of a 64-bit seed, so eager, compiled and CUDA runs with the same
