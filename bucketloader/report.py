@@ -9,13 +9,13 @@ k (padding ratio and shape count), with a recommended k under a stated rule and 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bucketloader._report_recommend import recommend_by_costs, recommend_by_target
 from bucketloader._scan import (
     dataset_lengths,
     is_dataloader,
@@ -205,9 +205,9 @@ def analyze(
         return DynamicityReport(source, None, batch_shapes=shapes, num_batches=num_batches)
     rows = tuple(_row(hist, s, k) for s in names for k in ks)
     if costs is None:
-        best, rule = _recommend(rows, ks, names, padding_target)
+        best, rule = recommend_by_target(rows, ks, names, padding_target)
     else:
-        best, rule = _recommend_from_costs(hist, rows, ks, names, batch_size, costs)
+        best, rule = recommend_by_costs(hist, rows, ks, names, batch_size, costs)
     dynamic = None if batch_size is None else _dynamic_padding(hist, lengths, batch_size)
     return DynamicityReport(
         source, hist, rows, best, rule, padding_target, dynamic, shapes, num_batches
@@ -239,53 +239,6 @@ def _check_strategies(strategies: Any) -> tuple[str, ...]:
 def _row(hist: LengthHistogram, strategy: str, k: int) -> Row:
     sol = solve_boundaries(hist, k, strategy=strategy)
     return Row(strategy, k, tuple(int(b) for b in sol.boundaries), float(sol.padding_ratio))
-
-
-def _recommend(
-    rows: tuple[Row, ...], ks: tuple[int, ...], names: tuple[str, ...], target: float
-) -> tuple[Row, str]:
-    rule = (
-        f"the smallest k in {list(ks)} whose least-padding strategy pads at most "
-        f"{target:.1%} (the shape budget is k <= {ks[-1]}); ties go to the earlier strategy"
-    )
-    for k in ks:
-        best = min((r for r in rows if r.num_buckets == k), key=lambda r: r.padding_ratio)
-        if best.padding_ratio <= target:
-            return best, rule
-    return best, rule + f"; no k meets the target, so the largest k={ks[-1]} is recommended"
-
-
-def _recommend_from_costs(
-    hist: LengthHistogram,
-    rows: tuple[Row, ...],
-    ks: tuple[int, ...],
-    names: tuple[str, ...],
-    batch_size: int | None,
-    costs: Any,
-) -> tuple[Row, str]:
-    from bucketloader.recommend import recommend_num_buckets
-
-    if batch_size is None:
-        raise ValueError(
-            "costs needs the batch size the model trains with: pass batch_size=..., "
-            "got batch_size=None"
-        )
-    kwargs = costs.as_kwargs() if hasattr(costs, "as_kwargs") else costs
-    if not isinstance(kwargs, Mapping):
-        raise TypeError(
-            "costs must be a Calibration (from calibrate(...)) or a mapping of "
-            f"recommend_num_buckets cost arguments, got costs={costs!r}"
-        )
-    rec = recommend_num_buckets(
-        hist, batch_size=batch_size, candidates=ks, strategy=names, **dict(kwargs)
-    )
-    best = next(r for r in rows if (r.strategy, r.num_buckets) == (rec.strategy, rec.num_buckets))
-    rule = (
-        f"the strategy and k in {list(ks)} with the least predicted time, compiles (one per "
-        "planned batch shape) + padded compute (a linear model in padded tokens, "
-        f"recommend_num_buckets): {rec.predicted_seconds:.1f} s predicted"
-    )
-    return best, rule
 
 
 def _dynamic_padding(
