@@ -88,6 +88,20 @@ def test_rounding_is_half_up_and_leading_dims():
         assert out.labels.sum(-1).flatten().tolist() == [want] * 4
 
 
+def test_gradients_reach_the_sampled_values_only():
+    """RoI-style use: the loss on the sample trains the features it picked, padding adds nothing."""
+    values = torch.randn(2, 50, 3, requires_grad=True)
+    labels = torch.arange(100).view(2, 50) % 3 == 0
+    out = static.balanced_subsample(values, labels, 20, seed=1)
+    out.values.sum().backward()
+    picked = torch.zeros(2, 50).scatter_(1, out.indices, 1.0)
+    assert picked.sum().item() == 40
+    assert torch.equal(values.grad, picked.unsqueeze(-1).expand(2, 50, 3))
+    few = torch.randn(1, 5, 2, requires_grad=True)  # 5 < 8: 3 padded rows gather index 0
+    static.balanced_subsample(few, torch.ones(1, 5), 8, seed=2).values.sum().backward()
+    assert torch.equal(few.grad, torch.ones(1, 5, 2))  # index 0 gets 1, not 4
+
+
 def test_n_equals_k_and_fewer_than_k_and_empty():
     values = torch.randn(2, 8, 2)
     labels = torch.tensor([[1, 1, 0, 0, 0, 0, 0, 0], [0] * 8]).bool()
