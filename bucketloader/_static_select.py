@@ -12,7 +12,7 @@ on values below ``2**32`` (products below ``2**63``) and the rounds are int32 on
 NOTE [ Selection algorithm ]
 Every selection is "the first ``q`` eligible elements of each class in a random order", which is a
 uniformly random subset. The random order is a keyed pseudo-random permutation computed
-elementwise (a 6- or 8-round Feistel network on a ``~sqrt(N) x ~sqrt(N)`` grid, int32 arithmetic
+elementwise (a 6- or 10-round Feistel network on a ``~sqrt(N) x ~sqrt(N)`` grid, int32 arithmetic
 that never overflows), so no sort or ``topk`` is needed; an element's rank within its class in
 that order is a ``cumsum``, and one ``scatter`` compacts the chosen elements into their slots. A
 second, independent permutation of the ``K`` slots mixes the two classes (taking "the first" of
@@ -40,7 +40,7 @@ _SALT_ORDER = 0x2545F4914F6CDD1D  # a second, independent stream for the output 
 #: network on a tiny grid needs many rounds to mix); longer rows use the Feistel permutation.
 _SORT_MAX = 64
 #: Feistel rounds: (row length limit, rounds); smaller grids mix slower per round.
-_ROUNDS = ((4096, 8),)
+_ROUNDS = ((4096, 10),)
 _ROUNDS_LARGE = 6
 
 
@@ -51,11 +51,16 @@ def _mix(x: Tensor) -> Tensor:
     return (x >> 16) ^ x
 
 
-def _mix16(x: Tensor) -> Tensor:
-    """A bijective 16-bit hash on int32 values in ``[0, 2**16)``; products stay below ``2**31``."""
-    x = ((x >> 8) ^ x) * _MUL16_A & 0xFFFF
-    x = ((x >> 7) ^ x) * _MUL16_B & 0xFFFF
-    return (x >> 8) ^ x
+def _round16(x: Tensor, key: Tensor) -> Tensor:
+    """The keyed 16-bit round function: xor the key, multiply, twice (int32, products < 2**31).
+
+    Only its high bits are well mixed (a product's low bits depend only on the factors' low bits),
+    so both rounds of `feistel` take high bits (``s <= 16``). ``x`` is used once on purpose:
+    inductor re-traces an unrealised expression at every use and the halves carry every earlier
+    round, so each xorshift (``x ^ (x >> k)``, two uses) would double the traced tree.
+    """
+    x = (x ^ key) * _MUL16_A & 0xFFFF
+    return (x ^ key) * _MUL16_B & 0xFFFF
 
 
 def draw_seed(generator: torch.Generator | None, device: torch.device) -> Tensor:
@@ -99,10 +104,10 @@ def feistel(j: Tensor, keys: Tensor, a: int, b: int, s: int) -> Tensor:
     for r in range(keys.shape[1]):
         key = keys[:, r : r + 1]
         if r % 2 == 0:  # left += F(right) mod a, F reduced to [0, a) by multiply-shift
-            left = left + (_mix16(right ^ key) * a >> 16)
+            left = left + (_round16(right, key) * a >> 16)
             left = torch.where(left >= a, left - a, left)
-        else:  # right += F(left) mod b, b a power of two
-            right = (right + _mix16(left ^ key)) & (b - 1)
+        else:  # right += F(left) mod b, b = 2**s: F's top s bits
+            right = (right + (_round16(left, key) >> (16 - s))) & (b - 1)
     return (left << s) | right
 
 
@@ -141,8 +146,8 @@ def feistel_tabulated(keys: Tensor, a: int, b: int, s: int) -> Tensor:
 
     def table(r: int) -> Tensor:  # F of every half value, reduced as in `feistel`
         if r % 2 == 0:
-            return _mix16(half_b ^ keys[:, r : r + 1]) * a >> 16  # [rows, b], in [0, a)
-        return _mix16(half_a ^ keys[:, r : r + 1]) & (b - 1)  # [rows, a], in [0, b)
+            return _round16(half_b, keys[:, r : r + 1]) * a >> 16  # [rows, b], in [0, a)
+        return _round16(half_a, keys[:, r : r + 1]) >> (16 - s)  # [rows, a], in [0, b)
 
     left = half_a.view(1, a, 1) + table(0).view(rows, 1, b)  # round 0 broadcasts on the grid
     left = torch.where(left >= a, left - a, left).view(rows, a * b)
