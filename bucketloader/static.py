@@ -26,7 +26,7 @@ Argument errors raised while Dynamo traces with ``fullgraph=True`` reach the cal
 :class:`BalancedSubsampler` checks ``num_samples`` and ``positive_fraction`` when it is built,
 outside any trace. The row length ``N`` is specialised (the grid geometry is computed in
 Python), so with ``dynamic=True`` the batch dimensions stay symbolic and a new ``N`` compiles a
-new graph. Compiling costs about 15 s per shape on 2 CPU cores (inductor's codegen of the integer
+new graph. Compiling costs 7-10 s per shape on 2 CPU cores (inductor's codegen of the integer
 rounds), against about 2.5 s for two ``topk``.
 """
 
