@@ -14,12 +14,30 @@ import numpy as np
 
 
 def check_int(
-    name: str, value: Any, *, minimum: int | None = None, maximum: int | None = None
+    name: str,
+    value: Any,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    symbolic: tuple[type, ...] = (),
 ) -> int:
-    """Return ``value`` as an ``int`` or raise one clear error (``True`` is not an int here)."""
-    ok = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+    """Return ``value`` as an ``int`` or raise one clear error (``True`` is not an int here).
+
+    ``symbolic`` lists extra integer-like types accepted and returned as they are (``torch.SymInt``
+    under ``torch.compile(dynamic=True)``, which ``int()`` would specialise).
+
+    Example:
+        >>> check_int("num_buckets", 8, minimum=1)
+        8
+        >>> check_int("num_buckets", 0, minimum=1)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_buckets must be an int >= 1, got num_buckets=0
+    """
+    sym = bool(symbolic) and isinstance(value, symbolic)
+    ok = sym or (isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)))
     if ok and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
-        return int(value)
+        return value if sym else int(value)
     bounds = []
     if minimum is not None:
         bounds.append(f">= {minimum}")
@@ -30,14 +48,38 @@ def check_int(
     raise kind(f"{name} must be {rule}, got {name}={value!r}")
 
 
-def check_float(name: str, value: Any, *, minimum: float, maximum: float) -> float:
-    """Return ``value`` as a finite float in ``[minimum, maximum]`` or raise one clear error."""
-    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
-    if ok and np.isfinite(value) and minimum <= value <= maximum:
-        return float(value)
+def check_float(
+    name: str, value: Any, *, minimum: float, maximum: float, symbolic: tuple[type, ...] = ()
+) -> float:
+    """Return ``value`` as a finite float in ``[minimum, maximum]`` or raise one clear error.
+
+    ``symbolic`` types (``torch.SymFloat``) are accepted and returned as they are.
+    """
+    sym = bool(symbolic) and isinstance(value, symbolic)
+    ok = sym or (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)))
+    # ``value - value == 0`` is False for inf and NaN, and traces under torch.compile (math.isfinite
+    # does not on a symbolic float)
+    if ok and minimum <= value <= maximum and value - value == 0:
+        return value if sym else float(value)
     raise (ValueError if ok else TypeError)(
         f"{name} must be a number in [{minimum}, {maximum}], got {name}={value!r}"
     )
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool (numpy's included); ``1`` or ``"yes"`` are not."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {name}={value!r}")
+
+
+def describe(value: Any) -> str:
+    """A short description of a value for error messages (tensors by dtype and shape)."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        kind = "tensor" if hasattr(value, "device") else "array"
+        return f"a {kind} of dtype {dtype} and shape {tuple(shape)}"
+    return f"{type(value).__name__} {value!r}"
 
 
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:

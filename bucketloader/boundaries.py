@@ -10,14 +10,17 @@ through :func:`assign_buckets`, so this convention lives here and nowhere else.
 
 from __future__ import annotations
 
+import bisect
 from typing import Any
 
 import numpy as np
 
+from bucketloader._types import COSTS
 from bucketloader._validation import as_lengths, check_choice, check_int
 from bucketloader.histogram import LengthHistogram
 
-COSTS = ("linear", "quadratic")
+#: Lengths up to this are looked up in a table (one gather) instead of a binary search.
+_TABLE_LIMIT = 1 << 20
 
 
 def check_boundaries(
@@ -74,7 +77,44 @@ def assign_buckets(lengths: Any, boundaries: Any) -> np.ndarray:
             f"length {int(arr.ravel()[i])} at index {i} exceeds the last boundary {int(b[-1])}; "
             "recompute the boundaries on these lengths or add a larger last boundary"
         )
+    hi = int(arr.max()) if arr.size else 0
+    if arr.size > 4096 and hi <= min(4 * arr.size + 1024, _TABLE_LIMIT) and arr.min() >= 0:
+        return np.searchsorted(b, np.arange(hi + 1), side="left")[arr]  # one gather
     return np.searchsorted(b, arr, side="left")
+
+
+class BucketLookup:
+    """One sample at a time: ``lookup(length)`` is ``assign_buckets([length], boundaries)[0]``.
+
+    For per-sample loops (a stream's buffers), where a numpy call per sample costs more than the
+    work: a table when the last boundary is small, else ``bisect_left`` on a list (the same
+    ``side="left"`` convention). Lengths beyond the last boundary raise ``ValueError``.
+
+    Example:
+        >>> lookup = BucketLookup([4, 8, 16])
+        >>> [lookup(n) for n in (1, 4, 5, 16)]
+        [0, 0, 1, 2]
+    """
+
+    def __init__(self, boundaries: Any) -> None:
+        self.boundaries = check_boundaries(boundaries)
+        self.limit = int(self.boundaries[-1])
+        self._list = self.boundaries.tolist()
+        self._table = (
+            assign_buckets(np.arange(self.limit + 1), self.boundaries).tolist()
+            if self.limit < _TABLE_LIMIT
+            else None
+        )
+
+    def __call__(self, length: int) -> int:
+        if length > self.limit:
+            raise ValueError(
+                f"length {length} exceeds the last boundary {self.limit}; recompute the "
+                "boundaries on these lengths or add a larger last boundary"
+            )
+        if self._table is not None:
+            return self._table[length]
+        return bisect.bisect_left(self._list, length)
 
 
 def _as_hist(lengths: Any) -> LengthHistogram:

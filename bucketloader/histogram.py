@@ -60,7 +60,7 @@ class LengthHistogram:
         lengths: Any,
         *,
         bin_width: int = 1,
-        sample: int | None = None,
+        sample_size: int | None = None,
         seed: int = 0,
     ) -> LengthHistogram:
         """Build the histogram of per-sample lengths.
@@ -71,26 +71,26 @@ class LengthHistogram:
             bin_width: round every length **up** to a multiple of this before counting, so
                 boundaries found on the histogram still cover every sample and there are far fewer
                 distinct values (e.g. 160 for 10 ms frames of 16 kHz audio).
-            sample: if given, use a deterministic random subset of at most this many lengths
-                (drawn with ``seed``) — an estimate for very large datasets.
+            sample_size: if given, use a deterministic random subset of at most this many
+                lengths (drawn with ``seed``): an estimate for very large datasets.
             seed: seed of that subset.
         """
         bin_width = check_int("bin_width", bin_width, minimum=1)
-        if sample is not None:
-            sample = check_int("sample", sample, minimum=1)
+        if sample_size is not None:
+            sample_size = check_int("sample_size", sample_size, minimum=1)
         seed = check_int("seed", seed, minimum=0)
         if isinstance(lengths, LengthHistogram):
             values, counts = lengths.values, lengths.counts
-            if sample is not None and sample < counts.sum():
+            if sample_size is not None and sample_size < counts.sum():
                 flat = np.repeat(values, counts)
                 rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5A11]))
-                flat = rng.choice(flat, size=sample, replace=False)
+                flat = rng.choice(flat, size=sample_size, replace=False)
                 values, counts = np.unique(flat, return_counts=True)
         else:
             arr = as_lengths(lengths)
-            if sample is not None and sample < arr.size:
+            if sample_size is not None and sample_size < arr.size:
                 rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5A11]))
-                arr = arr[rng.choice(arr.size, size=sample, replace=False)]
+                arr = arr[rng.choice(arr.size, size=sample_size, replace=False)]
             values, counts = _count(arr)
         if bin_width > 1:
             binned = -(-values // bin_width) * bin_width

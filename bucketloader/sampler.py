@@ -6,59 +6,53 @@ A ``DataLoader`` pulls batches from its batch sampler ahead of the training loop
 ``num_workers * prefetch_factor`` batches, or one with ``num_workers=0``), so at checkpoint time the
 sampler is ahead of what the model has consumed. Pass the count your loop consumed,
 ``sampler.state_dict(batches_consumed=step_in_epoch)``, to resume exactly after the last trained
-batch. Resuming recomputes the epoch plan from ``(seed, epoch)`` and skips: O(plan), no data
-replay. The state holds no rank, so a checkpoint saved by rank 0 restores every rank.
+batch. Resuming recomputes the epoch plan from ``(seed, epoch)`` and skips to the position: O(plan)
+(about 0.2 s for a million samples), with no data replayed. The state holds no rank, so a
+checkpoint saved by rank 0 restores every rank.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from torch.utils.data import Sampler
+from torch.utils.data import ConcatDataset, Sampler
 
-from bucketloader._sampler_groups import GroupedDataset, concat_groups
-from bucketloader._sampler_state import check_state, make_state
-from bucketloader._validation import check_int
-from bucketloader.plan import BucketSpec, EpochPlan, ShapeTable, plan_epoch, shape_table
+from bucketloader._validation import check_bool, check_int
+from bucketloader.plan import BucketSpec, EpochPlan, ShapeTable, plan_epoch
 
 __all__ = ["BucketSampler", "GroupedDataset"]
-
-_SPEC_OPTIONS = ("num_buckets", "strategy", "batch_size", "max_tokens", "last_batch", "cache")
 
 
 class BucketSampler(Sampler[list[int]]):
     """Batches of sample indices whose padded shapes are exactly :attr:`shapes`.
 
-    Each sample belongs to a bucket (boundaries from
-    :func:`~bucketloader.solve.compute_boundaries`), bucket ``i`` has one batch shape
-    ``(B_i, b_i)`` with ``B_i = batch_size`` or ``max_tokens // b_i``, batches are shuffled within
-    buckets and interleaved so buckets drain evenly. Use it as
+    Each sample belongs to a bucket (boundaries from :func:`~bucketloader.compute_boundaries`),
+    bucket ``i`` has one batch shape ``(B_i, b_i)`` with ``B_i = batch_size`` or
+    ``max_tokens // b_i``, batches are shuffled within buckets and interleaved so buckets drain
+    evenly. Use it as
     ``DataLoader(dataset, batch_sampler=sampler, collate_fn=sampler.collator())``.
+
+    The options split in two. *What shapes the batches* (``num_buckets``, ``strategy``,
+    ``boundaries``, ``batch_size`` or ``max_tokens``, ``last_batch``, ``groups``, ``cache``, ...)
+    are :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options, passed here as
+    keywords or fixed in a ready ``BucketSpec``. *How an epoch is iterated* are this class's own
+    arguments below.
 
     Args:
         lengths: per-sample lengths ``(N,)``, several inputs ``(N, D)`` or a mapping
-            name → lengths; or a :class:`~bucketloader.plan.BucketSpec` for everything beyond the
-            common options (precomputed boundaries, per-input strategies, ``max_shapes``,
-            ``groups``, ``size``, ``batch_multiple_of``), in which case the shape options and
-            ``cache`` must be left unset.
-        num_buckets: buckets per input (default 8).
-        strategy: boundary strategy name or callable (default ``"optimal"``).
-        batch_size: fixed batch size; or
-        max_tokens: padded elements per batch, ``B_i = max_tokens // b_i``.
-        last_batch: the last, partial batch of each bucket: ``"pad"`` (default; the collator pads
-            rows, masked), ``"fill"`` (topped up with random repeats from the bucket), ``"drop"``
-            or ``"keep"`` (smaller batch, an extra shape). Across ranks see the module
-            :mod:`bucketloader.plan`, NOTE [ last_batch and replicas ].
+            name → lengths; or a :class:`~bucketloader.plan.BucketSpec`.
         shuffle: shuffle within buckets and the bucket interleave; ``False`` is deterministic.
         seed: randomness comes only from ``SeedSequence([seed, epoch])``; same on every rank.
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
         rank: this rank (default: the ``torch.distributed`` rank, else 0).
-        cache: a :class:`~bucketloader.cache.BucketCache`, ``True`` for the default one, or
-            ``None``: boundaries are then solved once and reused across runs and ranks (with
-            ``torch.distributed`` initialised, rank 0 solves and the others receive its answer).
+        **spec_options: :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options
+            (not allowed with a ready spec). The common ones: ``num_buckets`` (default 8),
+            ``strategy`` (default ``"optimal"``), ``batch_size`` or ``max_tokens``,
+            ``last_batch`` (``"pad"`` by default: the collator pads the last batch's rows,
+            masked; ``"fill"``, ``"drop"``, ``"keep"``) and ``cache``.
 
     Every rank computes the same global plan and takes its slot of every global step: all ranks
     get the same number of batches and, at each step, batches of the same shape. To make that
@@ -68,7 +62,7 @@ class BucketSampler(Sampler[list[int]]):
     ``q < num_replicas``); ``"fill"`` repeats ``num_replicas * B_i - q`` samples of the bucket;
     ``"keep"`` repeats at most ``num_replicas - 1``; ``"drop"`` drops the ``q`` samples (a
     different random set each epoch). With one replica only ``"fill"`` repeats and only
-    ``"drop"`` drops.
+    ``"drop"`` drops (NOTE [ last_batch and replicas ] in :mod:`bucketloader.plan.epoch`).
 
     Example:
         >>> sampler = BucketSampler([3, 4, 9, 10, 10], num_buckets=2, batch_size=2, seed=1)
@@ -82,46 +76,29 @@ class BucketSampler(Sampler[list[int]]):
         self,
         lengths: Any,
         *,
-        num_buckets: Any = None,
-        strategy: Any = None,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        last_batch: str | None = None,
         shuffle: bool = True,
         seed: int = 0,
         num_replicas: int | None = None,
         rank: int | None = None,
-        cache: Any = None,
+        **spec_options: Any,
     ) -> None:
-        given = {
-            "num_buckets": num_buckets,
-            "strategy": strategy,
-            "batch_size": batch_size,
-            "max_tokens": max_tokens,
-            "last_batch": last_batch,
-            "cache": cache,
-        }
         if isinstance(lengths, BucketSpec):
-            extra = [k for k in _SPEC_OPTIONS if given[k] is not None]
-            if extra:
-                raise ValueError(
-                    f"{extra[0]} cannot be combined with a BucketSpec (it already fixes the "
-                    f"shapes); pass {extra[0]} to BucketSpec.build instead"
+            if spec_options:
+                name = sorted(spec_options)[0]
+                raise TypeError(
+                    f"{name} cannot be combined with a BucketSpec (it already fixes the shapes); "
+                    f"pass {name} to BucketSpec.build instead"
                 )
             self.spec = lengths
         else:
-            given["last_batch"] = last_batch or "pad"
-            self.spec = BucketSpec.build(lengths, **given)
-        if not isinstance(shuffle, (bool, np.bool_)):
-            raise TypeError(f"shuffle must be a bool, got shuffle={shuffle!r}")
-        self.shuffle = bool(shuffle)
+            self.spec = BucketSpec.build(lengths, **spec_options)
+        self.shuffle = check_bool("shuffle", shuffle)
         self.seed = check_int("seed", seed, minimum=0)
         world, me = _dist_defaults()
         self.num_replicas = check_int(
             "num_replicas", world if num_replicas is None else num_replicas, minimum=1
         )
-        rank = me if rank is None else rank
-        rank = check_int("rank", rank)
+        rank = check_int("rank", me if rank is None else rank)
         if not 0 <= rank < self.num_replicas:
             raise ValueError(
                 f"rank must be an int >= 0 and < num_replicas={self.num_replicas}, got "
@@ -132,14 +109,12 @@ class BucketSampler(Sampler[list[int]]):
         self._start = 0
         self._yielded = 0
         self._plan: tuple[int, EpochPlan] | None = None
-        self.dataset: GroupedDataset | None = None
-        self.group_key: str | None = None
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
     def shape_table(self) -> ShapeTable:
         """The promised shapes, small and picklable (what the collator keeps)."""
-        return shape_table(self.spec, self.num_replicas)
+        return self.spec.shape_table(self.num_replicas)
 
     @property
     def shapes(self) -> list[tuple[int, ...]]:
@@ -173,12 +148,10 @@ class BucketSampler(Sampler[list[int]]):
         return self.spec.last_batch
 
     def collator(self, **kwargs: Any) -> Any:
-        """``PadCollator.from_sampler(self, **kwargs)``: pads every batch to its planned shape."""
+        """``PadCollator(self.shape_table, **kwargs)``: pads every batch to its planned shape."""
         from bucketloader.collate import PadCollator
 
-        if self.group_key is not None:
-            kwargs.setdefault("group_key", self.group_key)
-        return PadCollator.from_sampler(self, **kwargs)
+        return PadCollator(self.shape_table, **kwargs)
 
     # -- the torch Sampler contract -----------------------------------------------------------
     def __len__(self) -> int:
@@ -186,9 +159,7 @@ class BucketSampler(Sampler[list[int]]):
 
     @functools.cached_property
     def _len(self) -> int:
-        from bucketloader.plan import _num_steps
-
-        return int(_num_steps(self.spec, self.num_replicas).sum())
+        return int(self.spec.num_steps(self.num_replicas).sum())
 
     def set_epoch(self, epoch: int) -> None:
         """Use epoch ``epoch``'s plan next (a pending resume position in that epoch is kept)."""
@@ -244,56 +215,62 @@ class BucketSampler(Sampler[list[int]]):
         pos = self._yielded
         if batches_consumed is not None:
             pos = check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
-        return make_state(self.epoch, pos, self._config())
+        return _make_state(self.epoch, pos, self._config())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next ``__iter__`` yields exactly the remaining batches of the saved epoch.
 
         Raises ``ValueError`` if ``state`` comes from another configuration, naming both values.
         """
-        epoch, pos = check_state(state, self._config())
+        epoch, pos = _check_state(state, self._config())
         self.epoch, self._start, self._yielded = epoch, pos, pos
 
-    # -- per-dataset groups -------------------------------------------------------------------
-    @classmethod
-    def from_concat_dataset(
-        cls,
-        dataset: Any,
-        lengths_per_dataset: Sequence[Any],
-        *,
-        group_key: str = "dataset",
-        **options: Any,
-    ) -> BucketSampler:
-        """A sampler bucketing each dataset of a ``ConcatDataset`` separately.
 
-        Boundaries are fitted per dataset and batches never mix datasets. The returned sampler's
-        ``.dataset`` wraps ``dataset`` so that every (dict) sample carries its dataset index under
-        ``group_key``, which the collator reads (``sampler.collator()`` passes ``group_key``).
+class GroupedDataset(ConcatDataset):
+    """Several datasets as one, each (dict) sample carrying its dataset's index under ``key``.
 
-        Args:
-            dataset: a ``torch.utils.data.ConcatDataset`` (or a list of datasets).
-            lengths_per_dataset: the lengths of each dataset, in order.
-            group_key: the field added to each sample.
-            **options: :meth:`BucketSpec.build` options (``num_buckets``, ``max_tokens``, ...) and
-                the sampler's ``shuffle``, ``seed``, ``num_replicas``, ``rank``.
+    For per-dataset bucketing: boundaries are fitted per dataset and batches never mix datasets.
+    Pass :attr:`groups` to the sampler and the collator reads each batch's dataset from ``key``
+    (its default ``group_key`` is ``"dataset"`` whenever the plan has groups).
 
-        Example:
-            >>> from torch.utils.data import ConcatDataset
-            >>> a = [{"x": [1] * n} for n in (2, 3, 9)]
-            >>> b = [{"x": [1] * n} for n in (4, 4)]
-            >>> s = BucketSampler.from_concat_dataset(ConcatDataset([a, b]), [[2, 3, 9], [4, 4]],
-            ...                                       num_buckets=2, batch_size=2, shuffle=False)
-            >>> list(s), s.dataset[3]
-            ([[0, 1], [2], [3, 4]], {'x': [1, 1, 1, 1], 'dataset': 1})
-        """
-        concat, lengths, groups = concat_groups(dataset, lengths_per_dataset)
-        sampler_keys = ("shuffle", "seed", "num_replicas", "rank")
-        sampler_opts = {k: options.pop(k) for k in sampler_keys if k in options}
-        spec = BucketSpec.build(lengths, groups=groups, **options)
-        sampler = cls(spec, **sampler_opts)
-        sampler.dataset = GroupedDataset(concat, groups, key=group_key)
-        sampler.group_key = group_key
-        return sampler
+    Args:
+        datasets: the map-style datasets, in order (their samples must be dicts).
+        key: the field added to every sample.
+
+    Attributes:
+        groups: ``(N,)`` dataset index of every sample, in concatenated order.
+
+    Example:
+        >>> a = [{"x": [1] * n} for n in (2, 3, 9)]
+        >>> b = [{"x": [1] * n} for n in (4, 4)]
+        >>> data = GroupedDataset([a, b])
+        >>> sampler = BucketSampler([2, 3, 9, 4, 4], groups=data.groups, num_buckets=2,
+        ...                         batch_size=2, shuffle=False)
+        >>> list(sampler), data[3]
+        ([[0, 1], [2], [3, 4]], {'x': [1, 1, 1, 1], 'dataset': 1})
+    """
+
+    def __init__(self, datasets: Sequence[Any], *, key: str = "dataset") -> None:
+        if isinstance(datasets, (str, bytes, Mapping)) or not isinstance(datasets, Sequence):
+            raise TypeError(
+                f"datasets must be a list of map-style datasets, got {type(datasets).__name__}"
+            )
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"key must be a non-empty str, got key={key!r}")
+        super().__init__(list(datasets))
+        self.key = key
+        sizes = [len(d) for d in self.datasets]  # type: ignore[arg-type]
+        self.groups = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+        self.groups.setflags(write=False)
+
+    def __getitem__(self, index: int) -> Any:
+        sample = super().__getitem__(index)
+        if not isinstance(sample, Mapping):
+            raise TypeError(
+                f"per-dataset bucketing needs dict samples to add {self.key!r} to, got "
+                f"{type(sample).__name__} at index {index}; return a dict from your datasets"
+            )
+        return {**sample, self.key: int(self.groups[index])}
 
 
 def _dist_defaults() -> tuple[int, int]:
@@ -302,3 +279,62 @@ def _dist_defaults() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(), dist.get_rank()
     return 1, 0
+
+
+_STATE_VERSION = 1
+
+
+def _make_state(epoch: int, batches_yielded: int, config: dict[str, Any]) -> dict[str, Any]:
+    """``{"version", "epoch", "batches_yielded", "config"}`` with plain JSON types only."""
+    return {
+        "version": _STATE_VERSION,
+        "epoch": int(epoch),
+        "batches_yielded": int(batches_yielded),
+        "config": dict(config),
+    }
+
+
+def _check_state(state: Any, config: dict[str, Any]) -> tuple[int, int]:
+    """Validate ``state`` against this sampler's ``config``; return ``(epoch, batches_yielded)``.
+
+    Every mismatch names the key, the saved value and the current one.
+    """
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict from BucketSampler.state_dict(), got {state!r}")
+    missing = [k for k in ("version", "epoch", "batches_yielded", "config") if k not in state]
+    if missing:
+        raise ValueError(
+            f"state is missing {missing}; pass a dict from BucketSampler.state_dict(), "
+            f"got keys {sorted(state)}"
+        )
+    if state["version"] != _STATE_VERSION:
+        raise ValueError(
+            f"state has version={state['version']!r} but this BucketSampler reads "
+            f"version={_STATE_VERSION}"
+        )
+    saved = state["config"]
+    if not isinstance(saved, dict):
+        raise ValueError(f"state['config'] must be a dict, got {saved!r}")
+    for key, value in config.items():
+        if key not in saved:
+            raise ValueError(f"state['config'] has no {key!r}; it was saved by another version")
+        if saved[key] != value:
+            hint = (
+                " (the lengths, boundaries, batch sizes or last_batch differ)"
+                if key == "plan_digest"
+                else ""
+            )
+            raise ValueError(
+                f"state is from a different configuration: {key}={saved[key]!r} in the state "
+                f"but {key}={value!r} in this sampler{hint}; build the sampler exactly as when "
+                "the state was saved"
+            )
+    epoch, pos = state["epoch"], state["batches_yielded"]
+    for name, val in (("epoch", epoch), ("batches_yielded", pos)):
+        if not isinstance(val, int) or isinstance(val, bool) or val < 0:
+            raise ValueError(f"state[{name!r}] must be an int >= 0, got {val!r}")
+    if pos > config["num_batches"]:
+        raise ValueError(
+            f"state['batches_yielded']={pos} exceeds the epoch's {config['num_batches']} batches"
+        )
+    return epoch, pos

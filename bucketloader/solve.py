@@ -4,84 +4,25 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from bucketloader._types import COSTS, Cache, Strategy
 from bucketloader._validation import check_choice, check_int
-from bucketloader.boundaries import COSTS, check_boundaries, padding_cost, round_up
+from bucketloader.boundaries import assign_buckets, check_boundaries, padding_cost, round_up
+from bucketloader.cache import BucketCache
 from bucketloader.histogram import LengthHistogram
+from bucketloader.solution import Solution
 from bucketloader.strategies import StrategyResult, resolve_strategy, strategy_defaults
 
 #: Options every strategy gets, handled here rather than by each strategy.
-GENERIC_OPTIONS: dict[str, Any] = {"cost": "linear", "multiple_of": 1}
+GENERIC_OPTIONS: dict[str, Any] = {"cost": "linear", "pad_to_multiple_of": 1}
 
 
-@dataclass(frozen=True, eq=False)
-class Solution:
-    """A bucketing solution with how it was found (what the cache stores, as JSON).
-
-    Attributes:
-        boundaries: the boundaries (convention in :mod:`bucketloader.boundaries`).
-        strategy: registered strategy name (``None`` for an unregistered callable).
-        params: every resolved parameter, defaults included (``num_buckets``, ``cost``, ...).
-        objective: padding cost under ``params["cost"]`` on the histogram solved.
-        padding_ratio: pad elements per real element (linear).
-        num_samples: samples in the histogram solved.
-        status: ``"optimal"``, ``"heuristic"``, ``"time_limit"`` or ``"coarsened"``.
-        gap: relative optimality gap when known.
-        info: solver details.
-        solve_seconds: wall time of the strategy call.
-    """
-
-    boundaries: np.ndarray
-    strategy: str | None
-    params: dict[str, Any]
-    objective: int
-    padding_ratio: float
-    num_samples: int
-    status: str = "heuristic"
-    gap: float | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    solve_seconds: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable form (the cache entry body)."""
-        return {
-            "boundaries": [int(x) for x in self.boundaries],
-            "strategy": self.strategy,
-            "params": dict(self.params),
-            "objective": int(self.objective),
-            "padding_ratio": float(self.padding_ratio),
-            "num_samples": int(self.num_samples),
-            "status": self.status,
-            "gap": self.gap,
-            "info": dict(self.info),
-            "solve_seconds": float(self.solve_seconds),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Solution:
-        """Inverse of :meth:`to_dict`; raises ``ValueError`` on a malformed entry."""
-        try:
-            return cls(
-                boundaries=check_boundaries(data["boundaries"]),
-                strategy=data["strategy"],
-                params=dict(data["params"]),
-                objective=int(data["objective"]),
-                padding_ratio=float(data["padding_ratio"]),
-                num_samples=int(data["num_samples"]),
-                status=str(data["status"]),
-                gap=None if data.get("gap") is None else float(data["gap"]),
-                info=dict(data.get("info") or {}),
-                solve_seconds=float(data.get("solve_seconds", 0.0)),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"malformed solution entry: {exc!r}") from None
-
-
-def resolve_params(strategy: Any, num_buckets: int, options: dict[str, Any]) -> dict[str, Any]:
+def resolve_params(
+    strategy: str | Strategy, num_buckets: int, options: dict[str, Any]
+) -> dict[str, Any]:
     """All parameters that determine a solution, defaults included, in canonical form."""
     name, fn = resolve_strategy(strategy)
     defaults, var_kw = strategy_defaults(fn)
@@ -94,7 +35,9 @@ def resolve_params(strategy: Any, num_buckets: int, options: dict[str, Any]) -> 
         )
     params = {**known, **options, "num_buckets": num_buckets}
     params["cost"] = check_choice("cost", params["cost"], COSTS)
-    params["multiple_of"] = check_int("multiple_of", params["multiple_of"], minimum=1)
+    params["pad_to_multiple_of"] = check_int(
+        "pad_to_multiple_of", params["pad_to_multiple_of"], minimum=1
+    )
     return dict(sorted(params.items()))
 
 
@@ -102,8 +45,8 @@ def solve_boundaries(
     lengths: Any,
     num_buckets: int,
     *,
-    strategy: Any = "optimal",
-    cache: Any = None,
+    strategy: str | Strategy = "optimal",
+    cache: Cache | bool | None = None,
     **options: Any,
 ) -> Solution:
     """Like :func:`compute_boundaries` but returns the full :class:`Solution`.
@@ -122,9 +65,12 @@ def solve_boundaries(
     if cache is None or cache is False:
         return _solve(hist, name, fn, params)
     if cache is True:
-        from bucketloader.cache import BucketCache
-
         cache = BucketCache()
+    if not isinstance(cache, Cache):
+        raise TypeError(
+            "cache must be None, True (the default BucketCache), or a cache such as "
+            f"BucketCache(directory), got cache={cache!r}"
+        )
     return cache.get_or_solve(hist, name, params, lambda: _solve(hist, name, fn, params))
 
 
@@ -132,8 +78,8 @@ def compute_boundaries(
     lengths: Any,
     num_buckets: int,
     *,
-    strategy: Any = "optimal",
-    cache: Any = None,
+    strategy: str | Strategy = "optimal",
+    cache: Cache | bool | None = None,
     **options: Any,
 ) -> np.ndarray:
     """Boundaries for at most ``num_buckets`` buckets over ``lengths``.
@@ -144,16 +90,18 @@ def compute_boundaries(
         strategy: a name in :data:`~bucketloader.strategies.STRATEGIES` or a callable
             ``fn(hist, num_buckets, **options)``.
         cache: ``None``/``False`` (no cache), ``True`` (the default ``BucketCache``) or a cache.
-        **options: ``cost`` (``"linear"`` or ``"quadratic"``), ``multiple_of`` (every boundary a
-            multiple of this; lengths are rounded up to it first, which keeps exact strategies
-            exact) and the strategy's own keyword options.
+        **options: ``cost`` (``"linear"`` or ``"quadratic"``), ``pad_to_multiple_of`` (every
+            boundary a multiple of this, e.g. 8 or 64 for tensor cores; lengths are rounded up to
+            it first, so exact strategies return the exact optimum under that constraint, not a
+            rounding of the unconstrained one) and the strategy's own keyword options.
 
     Buckets that would hold no sample are dropped (they change no sample's padding).
 
     Example:
         >>> compute_boundaries([3, 4, 4, 9, 10, 31], 3).tolist()
         [4, 10, 31]
-        >>> compute_boundaries([3, 4, 4, 9, 10, 31], 3, strategy="linear", multiple_of=8).tolist()
+        >>> lengths = [3, 4, 4, 9, 10, 31]
+        >>> compute_boundaries(lengths, 3, strategy="linear", pad_to_multiple_of=8).tolist()
         [16, 32]
     """
     sol = solve_boundaries(lengths, num_buckets, strategy=strategy, cache=cache, **options)
@@ -167,13 +115,15 @@ def compute_boundaries(
     return sol.boundaries
 
 
-def _solve(hist: LengthHistogram, name: str | None, fn: Any, params: dict[str, Any]) -> Solution:
-    m = params["multiple_of"]
+def _solve(
+    hist: LengthHistogram, name: str | None, fn: Strategy, params: dict[str, Any]
+) -> Solution:
+    m = params["pad_to_multiple_of"]
     solved = LengthHistogram.from_lengths(hist, bin_width=m) if m > 1 else hist
     defaults, var_kw = strategy_defaults(fn)
     kwargs = {k: v for k, v in params.items() if k in defaults or (var_kw and k != "num_buckets")}
-    if "multiple_of" not in defaults and not var_kw:
-        kwargs.pop("multiple_of", None)
+    if "pad_to_multiple_of" not in defaults and not var_kw:
+        kwargs.pop("pad_to_multiple_of", None)
     label = name or getattr(fn, "__name__", repr(fn))
     start = time.perf_counter()
     try:
@@ -193,7 +143,7 @@ def _solve(hist: LengthHistogram, name: str | None, fn: Any, params: dict[str, A
             f"last >= max length {solved.max}): {exc}"
         ) from None
     b = np.unique(round_up(b, m))
-    occupied = np.bincount(np.searchsorted(b, hist.values), weights=hist.counts, minlength=b.size)
+    occupied = np.bincount(assign_buckets(hist.values, b), weights=hist.counts, minlength=b.size)
     b = b[occupied > 0]
     if result.status == "coarsened":
         b = _tighten(solved, b, m)
@@ -214,11 +164,11 @@ def _solve(hist: LengthHistogram, name: str | None, fn: Any, params: dict[str, A
 
 
 def _tighten(hist: LengthHistogram, b: np.ndarray, multiple_of: int) -> np.ndarray:
-    """Lower each boundary to its bucket's longest length (rounded up to ``multiple_of``).
+    """Lower each boundary to its bucket's longest length (rounded up to ``pad_to_multiple_of``).
 
     Used for solutions found on a coarsened histogram, whose boundaries sit on the coarse grid:
     no sample changes bucket (nothing lies between the old and the new boundary) and padding can
     only fall. Other strategies' boundaries are kept as returned (a user may want round sizes).
     """
-    last = np.searchsorted(hist.values, b, side="right") - 1
+    last = np.searchsorted(hist.values, b, side="right") - 1  # the bucket's longest value
     return np.unique(round_up(hist.values[last], multiple_of))

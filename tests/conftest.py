@@ -1,17 +1,18 @@
-"""Shared test fixtures: real per-sample length distributions from ../shared/data."""
+"""Shared test fixtures: real per-sample length distributions, shipped in tests/data/.
+
+The files are copies of the project's shared length data (provenance in tests/data/SOURCES.md),
+so a clone anywhere runs every test: a missing file is an error, never a skip.
+"""
 
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-DATA_DIR = Path(
-    os.environ.get("BUCKETLOADER_SHARED_DATA", Path(__file__).parents[2] / "shared" / "data")
-)
+DATA_DIR = Path(__file__).parent / "data"
 
 #: file name → (kind, columns)
 REAL_DATASETS = {
@@ -27,10 +28,8 @@ REAL_DATASETS = {
 
 @functools.cache
 def load_real(name: str) -> np.ndarray:
-    """Lengths of a real dataset: shape (N,) or (N, 2) for paired files. Skips if absent."""
+    """Lengths of a real dataset: shape (N,) or (N, 2) for paired files."""
     path = DATA_DIR / REAL_DATASETS[name]
-    if not path.exists():
-        pytest.skip(f"shared data not found at {path}")
     arr = np.loadtxt(path, dtype=np.int64, ndmin=1)
     arr.setflags(write=False)
     return arr

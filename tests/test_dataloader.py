@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import load_real
-from torch.utils.data import ConcatDataset, DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from bucketloader.boundaries import assign_buckets
-from bucketloader.sampler import BucketSampler
+from bucketloader.sampler import BucketSampler, GroupedDataset
 
 
 class Frames(Dataset):
@@ -131,12 +131,15 @@ def test_per_dataset_groups_through_a_worker():
     speech = load_real("commonvoice")[:600] // 100
     protein = load_real("ecoli")[:400]
     datasets = [Frames(speech), Frames(protein)]
-    sampler = BucketSampler.from_concat_dataset(
-        ConcatDataset(datasets), [speech, protein], num_buckets=3, max_tokens=8000, seed=1
+    data = GroupedDataset(datasets)
+    sampler = BucketSampler(
+        np.concatenate([speech, protein]),
+        groups=data.groups,
+        num_buckets=3,
+        max_tokens=8000,
+        seed=1,
     )
-    loader = DataLoader(
-        sampler.dataset, batch_sampler=sampler, collate_fn=sampler.collator(), num_workers=1
-    )
+    loader = DataLoader(data, batch_sampler=sampler, collate_fn=sampler.collator(), num_workers=1)
     seen = []
     for out in loader:
         real = out["sample_mask"]

@@ -115,7 +115,7 @@ def test_errors_name_the_problem():
         hf.lengths(ds)
     with pytest.raises(ValueError, match="either column= or fn="):
         hf.lengths(ds, "ids", fn=len)
-    with pytest.raises(TypeError, match=r"IterableDataset use bucketloader\.streaming"):
+    with pytest.raises(TypeError, match=r"IterableDataset use bucketloader\.stream"):
         hf.lengths(ds.to_iterable_dataset(), "ids")
     nested = datasets.Dataset.from_dict({"s": [{"a": 1, "b": 2}]})
     with pytest.raises(TypeError, match="no single list field"):

@@ -43,22 +43,22 @@ def test_containers_agree():
 
 def test_sample_is_deterministic_bounded_and_a_subset():
     lengths = np.random.default_rng(0).integers(0, 500, size=5000)
-    a = LengthHistogram.from_lengths(lengths, sample=300, seed=4)
-    b = LengthHistogram.from_lengths(lengths, sample=300, seed=4)
-    c = LengthHistogram.from_lengths(lengths, sample=300, seed=5)
+    a = LengthHistogram.from_lengths(lengths, sample_size=300, seed=4)
+    b = LengthHistogram.from_lengths(lengths, sample_size=300, seed=4)
+    c = LengthHistogram.from_lengths(lengths, sample_size=300, seed=5)
     assert a == b and a != c and a.num_samples == 300
     assert set(a.values.tolist()) <= set(lengths.tolist())
     full = LengthHistogram.from_lengths(lengths)
     # sampling a histogram draws from the same multiset
-    d = LengthHistogram.from_lengths(full, sample=300, seed=4)
+    d = LengthHistogram.from_lengths(full, sample_size=300, seed=4)
     assert d.num_samples == 300 and set(d.values.tolist()) <= set(lengths.tolist())
     # asking for more than there is keeps everything
-    assert LengthHistogram.from_lengths(lengths, sample=10**6) == full
-    assert LengthHistogram.from_lengths(full, sample=10**6) == full
+    assert LengthHistogram.from_lengths(lengths, sample_size=10**6) == full
+    assert LengthHistogram.from_lengths(full, sample_size=10**6) == full
 
 
 def test_sample_then_bin():
-    h = LengthHistogram.from_lengths(range(1000), sample=100, bin_width=10, seed=1)
+    h = LengthHistogram.from_lengths(range(1000), sample_size=100, bin_width=10, seed=1)
     assert h.num_samples == 100 and (h.values % 10 == 0).all()
 
 
@@ -88,7 +88,7 @@ def test_equality_hash_repr():
     [
         ({"bin_width": 0}, ValueError, r"^bin_width must be an int >= 1, got bin_width=0$"),
         ({"bin_width": 2.0}, TypeError, r"^bin_width must be an int >= 1, got bin_width=2.0$"),
-        ({"sample": 0}, ValueError, r"^sample must be an int >= 1, got sample=0$"),
+        ({"sample_size": 0}, ValueError, r"^sample_size must be an int >= 1, got sample_size=0$"),
         ({"seed": -1}, ValueError, r"^seed must be an int >= 0, got seed=-1$"),
         ({"seed": True}, TypeError, r"^seed must be an int >= 0, got seed=True$"),
     ],

@@ -79,7 +79,7 @@ def test_same_optimum_as_dp(lengths, k, cost):
     m=st.sampled_from([1, 4]),
 )
 def test_min_bucket_fraction_and_multiple_of_match_brute_force(lengths, k, frac, m):
-    r = lp(LengthHistogram.from_lengths(lengths), k, min_bucket_fraction=frac, multiple_of=m)
+    r = lp(LengthHistogram.from_lengths(lengths), k, min_bucket_fraction=frac, pad_to_multiple_of=m)
     b = r.boundaries
     assert r.status == "optimal" and (b % m == 0).all() and b[-1] >= max(lengths)
     sizes = np.bincount(np.searchsorted(b, lengths), minlength=b.size)
@@ -97,7 +97,9 @@ def test_min_bucket_fraction_changes_the_answer():
 
 def test_through_compute_boundaries_with_options():
     lengths = [3, 4, 4, 9, 10, 31, 33]
-    b = compute_boundaries(lengths, 3, strategy="lp", multiple_of=8, min_bucket_fraction=0.25)
+    b = compute_boundaries(
+        lengths, 3, strategy="lp", pad_to_multiple_of=8, min_bucket_fraction=0.25
+    )
     assert (b % 8 == 0).all() and b[-1] >= 33
     sol = solve_boundaries(lengths, 3, strategy="lp", cost="quadratic")
     assert sol.status == "optimal"
@@ -152,7 +154,11 @@ def test_solver_by_name_and_real_time_limit():
         ({"min_bucket_fraction": True}, TypeError, r"min_bucket_fraction=True"),
         ({"time_limit": 0}, ValueError, r"time_limit must be a number in \[0.001"),
         ({"max_values": 1}, ValueError, "max_values must be an int >= 2, got max_values=1"),
-        ({"multiple_of": 0}, ValueError, "multiple_of must be an int >= 1, got multiple_of=0"),
+        (
+            {"pad_to_multiple_of": 0},
+            ValueError,
+            "multiple_of must be an int >= 1, got pad_to_multiple_of=0",
+        ),
         ({"solver": "NOPE"}, ValueError, r"available solver names 'PULP_CBC_CMD'.*NOPE"),
         ({"solver": 3}, TypeError, "solver must be None, a solver name or a PuLP solver"),
         ({"warm_start": "yes"}, TypeError, "warm_start must be True or False"),
@@ -223,10 +229,10 @@ def test_min_bucket_fraction_on_real_columns_matches_reference_dp(frac):
 def test_coarsened_gap_with_multiple_of_is_measured_on_the_same_basis():
     lengths = np.arange(1, 401)
     with pytest.warns(RuntimeWarning, match="exceed max_values=20"):
-        r = lp(lengths, 4, multiple_of=8, max_values=20)
+        r = lp(lengths, 4, pad_to_multiple_of=8, max_values=20)
     assert r.status == "coarsened" and r.info["bin_width"] % 8 == 0
     assert (r.boundaries % r.info["bin_width"] == 0).all()
-    best8 = solve_boundaries(lengths, 4, multiple_of=8)
+    best8 = solve_boundaries(lengths, 4, pad_to_multiple_of=8)
     assert r.info["lower_bound"] == best8.objective <= r.info["objective"]
     assert 0.0 <= r.gap == pytest.approx(1 - best8.objective / r.info["objective"])
 
@@ -252,10 +258,10 @@ def test_coarsened_boundaries_are_snapped_down_to_the_data(multiple_of):
 
     lengths = load_real("librispeech")
     with pytest.warns(RuntimeWarning, match="coarsen"):
-        sol = solve_boundaries(lengths, 16, strategy="lp", multiple_of=multiple_of)
+        sol = solve_boundaries(lengths, 16, strategy="lp", pad_to_multiple_of=multiple_of)
     assert sol.status == "coarsened"
     snapped = -(-np.unique(lengths) // multiple_of) * multiple_of
     assert np.isin(sol.boundaries, snapped).all()
     assert sol.boundaries[-1] == -(-lengths.max() // multiple_of) * multiple_of
-    exact = solve_boundaries(lengths, 16, multiple_of=multiple_of)
+    exact = solve_boundaries(lengths, 16, pad_to_multiple_of=multiple_of)
     assert exact.objective <= sol.objective <= exact.objective * 1.02

@@ -76,7 +76,7 @@ def test_matches_brute_force(lengths, k, cost):
 def test_multiple_of_is_exact(lengths, k, m, cost):
     """Rounding the histogram up first (solve.py) keeps the DP exact: check against every set
     of multiples of m, not just the rounded values."""
-    sol = solve_boundaries(lengths, k, strategy="optimal", multiple_of=m, cost=cost)
+    sol = solve_boundaries(lengths, k, strategy="optimal", pad_to_multiple_of=m, cost=cost)
     assert (sol.boundaries % m == 0).all() and sol.boundaries[-1] >= max(lengths)
     multiples = list(range(0, int(round_up(np.array([max(lengths)]), m)[0]) + 1, m))
     assert sol.objective == brute_force(lengths, k, cost, candidates=multiples)

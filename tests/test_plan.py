@@ -11,15 +11,9 @@ from conftest import load_real
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bucketloader._types import LAST_BATCH
 from bucketloader.boundaries import assign_buckets
-from bucketloader.plan import (
-    LAST_BATCH,
-    BucketSpec,
-    batch_sizes,
-    cell_steps,
-    plan_epoch,
-    shape_table,
-)
+from bucketloader.plan import BucketSpec, batch_sizes, plan_epoch
 from bucketloader.solve import compute_boundaries
 
 
@@ -30,10 +24,10 @@ def all_ranks(spec, num_replicas, **kw):
 def check_plan_invariants(spec, num_replicas, *, seed=0, epoch=0, shuffle=True):
     """Coverage, the shape promise, and equal per-step shapes / counts over ranks."""
     plans = all_ranks(spec, num_replicas, seed=seed, epoch=epoch, shuffle=shuffle)
-    table = shape_table(spec, num_replicas)
+    table = spec.shape_table(num_replicas)
     n_steps = len(plans[0])
     assert all(len(p) == n_steps for p in plans)
-    full, q = cell_steps(spec, num_replicas)
+    full, q = spec.cell_steps(num_replicas)
     policy = spec.last_batch
     expected_steps = full + ((q > 0) & (policy != "drop"))
     assert n_steps == int(expected_steps.sum())
@@ -89,7 +83,7 @@ def test_batch_sizes_variable_and_rounding():
     b = np.array([16, 100, 1000])
     assert batch_sizes(b, batch_size=4).tolist() == [4, 4, 4]
     assert batch_sizes(b, max_tokens=1600).tolist() == [100, 16, 1]
-    assert batch_sizes(b, max_tokens=1600, multiple_of=8).tolist() == [96, 16, 0]
+    assert batch_sizes(b, max_tokens=1600, batch_multiple_of=8).tolist() == [96, 16, 0]
     cells = np.array([[10, 20], [30, 40]])
     assert batch_sizes(cells, max_tokens=1200, size="sum").tolist() == [40, 17]
     assert batch_sizes(cells, max_tokens=1200, size="prod").tolist() == [6, 1]
@@ -102,7 +96,7 @@ def test_batch_sizes_variable_and_rounding():
         ({}, r"exactly one of batch_size \(.*\) or max_tokens"),
         ({"batch_size": 2, "max_tokens": 9}, r"exactly one of batch_size \(.*\) or max_tokens"),
         ({"batch_size": 0}, "batch_size must be an int >= 1, got batch_size=0"),
-        ({"max_tokens": 8, "multiple_of": 0}, "multiple_of must be an int >= 1"),
+        ({"max_tokens": 8, "batch_multiple_of": 0}, "batch_multiple_of must be an int >= 1"),
         ({"max_tokens": 8, "size": "area"}, "size must be one of 'prod', 'sum'"),
     ],
 )
@@ -120,7 +114,7 @@ def test_spec_follows_boundary_convention_on_real_lengths():
     np.testing.assert_array_equal(spec.cell_lengths[:, 0], b)
     np.testing.assert_array_equal(spec.cell_of_sample, assign_buckets(lengths, b))
     np.testing.assert_array_equal(spec.cell_batch, 20_000 // b)
-    assert shape_table(spec).shapes == tuple(sorted((int(20_000 // x), int(x)) for x in b))
+    assert spec.shape_table().shapes == tuple(sorted((int(20_000 // x), int(x)) for x in b))
 
 
 def test_precomputed_boundaries_and_tie_at_edge():
@@ -159,7 +153,7 @@ def test_max_shapes_merges_rare_cells_into_covering_ones():
     )
     assert free.cell_lengths.shape[0] > 5
     assert merged.cell_lengths.shape[0] <= 5
-    assert len(shape_table(merged).shapes) <= 5
+    assert len(merged.shape_table().shapes) <= 5
     own = merged.cell_lengths[merged.cell_of_sample]
     assert (own >= wh).all(), "every sample's cell covers it"
     before = free.cell_lengths[free.cell_of_sample]
@@ -224,7 +218,7 @@ def test_shape_table_target_and_errors():
         max_tokens=3200,
         size="prod",
     )
-    table = shape_table(spec)
+    table = spec.shape_table()
     assert table.input_names == ("h", "w")
     assert table.target([[10, 40]]) == (4, 20, 40)
     assert table.target([[30, 20], [40, 10]]) == (4, 40, 20)
@@ -241,11 +235,11 @@ def test_shape_table_target_and_errors():
 
 def test_shape_table_groups_require_group():
     spec = BucketSpec.build([3, 9, 3, 30], groups=[0, 0, 1, 1], num_buckets=2, batch_size=2)
-    table = shape_table(spec)
+    table = spec.shape_table()
     assert table.target([3], group=0) == (2, 3)
     assert table.target([3], group=1) == (2, 3)
     assert table.target([20], group=1) == (2, 30)
-    with pytest.raises(ValueError, match="needs group=<the batch's group id>"):
+    with pytest.raises(ValueError, match="a batch needs its group id"):
         table.target([3])
     with pytest.raises(ValueError, match=r"group must be one of \[0, 1\]"):
         table.target([3], group=5)
@@ -358,7 +352,7 @@ def reference_merge(cells, counts, lattice_size, ks, limit):
     """The plain greedy merge, recomputing every pair cost at every step (O(K²) per step): the
     oracle for the incremental one. Slots as there: a new covering cell takes the slot of the
     first cell of the pair, ties go to the lowest (row, column)."""
-    from bucketloader._plan_joint import encode
+    from bucketloader.plan.cells import encode
 
     slots = [tuple(c) for c in cells.tolist()]
     members = [[i] for i in range(len(slots))]
@@ -391,7 +385,7 @@ def reference_merge(cells, counts, lattice_size, ks, limit):
     size=st.sampled_from(["sum", "prod"]),
 )
 def test_incremental_merge_matches_the_plain_greedy(pairs, limit, size):
-    from bucketloader._plan_joint import lattice_points, merge_cells, size_values
+    from bucketloader.plan.cells import lattice_points, merge_cells, size_values
 
     ks = [6, 6]
     cells, counts = np.unique(np.array(pairs), axis=0, return_counts=True)

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketloader._recommend_plan import epoch_cost
+from bucketloader.analysis import Calibration, calibrate, recommend_num_buckets
+from bucketloader.analysis.recommend import epoch_cost
 from bucketloader.boundaries import assign_buckets
-from bucketloader.recommend import Calibration, calibrate, recommend_num_buckets
 from bucketloader.sampler import BucketSampler
 from bucketloader.solve import compute_boundaries
 from tests.conftest import load_real
@@ -106,11 +106,13 @@ def test_recommendation_is_the_argmin_on_real_lengths(compile_s, epochs, kw):
     ks, strategies = (1, 2, 4, 8, 16, 32), ("optimal", "percentile", "linear")
     rec = recommend_num_buckets(
         lengths,
-        compile_seconds_per_shape=compile_s,
-        seconds_per_token=2e-6,
-        seconds_per_step=1e-3,
+        costs={
+            "compile_seconds_per_shape": compile_s,
+            "seconds_per_token": 2e-6,
+            "seconds_per_step": 1e-3,
+        },
         num_epochs=epochs,
-        candidates=ks,
+        num_buckets=ks,
         strategy=strategies,
         **kw,
     )
@@ -134,13 +136,11 @@ def test_recommendation_is_the_argmin_on_real_lengths(compile_s, epochs, kw):
 
 def test_compile_cost_drives_k_down_and_compute_drives_it_up():
     lengths = load_real("librispeech") // 320
-    common = {"seconds_per_token": 1e-6, "batch_size": 16, "candidates": (1, 2, 4, 8, 16, 32)}
-    cheap_compile = recommend_num_buckets(
-        lengths, compile_seconds_per_shape=0.01, num_epochs=50, **common
-    )
-    dear_compile = recommend_num_buckets(
-        lengths, compile_seconds_per_shape=1e4, num_epochs=1, **common
-    )
+    common = {"batch_size": 16, "num_buckets": (1, 2, 4, 8, 16, 32)}
+    cheap = {"compile_seconds_per_shape": 0.01, "seconds_per_token": 1e-6}
+    dear = {"compile_seconds_per_shape": 1e4, "seconds_per_token": 1e-6}
+    cheap_compile = recommend_num_buckets(lengths, costs=cheap, num_epochs=50, **common)
+    dear_compile = recommend_num_buckets(lengths, costs=dear, num_epochs=1, **common)
     assert dear_compile.num_buckets == 1
     assert cheap_compile.num_buckets >= 16
     shapes = [c.num_shapes for c in cheap_compile.table]
@@ -149,17 +149,11 @@ def test_compile_cost_drives_k_down_and_compute_drives_it_up():
 
 def test_num_shapes_counts_planned_shapes_not_k():
     lengths = [3] * 10 + [7] * 10  # two distinct lengths: k = 8 still gives two shapes
-    rec = recommend_num_buckets(
-        lengths, compile_seconds_per_shape=1.0, seconds_per_token=0.0, batch_size=4, candidates=(8,)
-    )
+    costs = {"compile_seconds_per_shape": 1.0, "seconds_per_token": 0.0}
+    rec = recommend_num_buckets(lengths, costs=costs, batch_size=4, num_buckets=(8,))
     assert rec.table[0].num_shapes == 2
     keep = recommend_num_buckets(
-        lengths,
-        compile_seconds_per_shape=1.0,
-        seconds_per_token=0.0,
-        batch_size=4,
-        candidates=(8,),
-        last_batch="keep",
+        lengths, costs=costs, batch_size=4, num_buckets=(8,), last_batch="keep"
     )
     assert keep.table[0].num_shapes == 4  # (4, 3), (2, 3), (4, 7), (2, 7)
 
@@ -168,26 +162,25 @@ def test_num_steps_scales_each_candidate_by_its_own_steps():
     lengths = [10] * 90 + [100] * 10
     rec = recommend_num_buckets(
         lengths,
-        compile_seconds_per_shape=0.0,
-        seconds_per_token=1.0,
+        costs={"compile_seconds_per_shape": 0.0, "seconds_per_token": 1.0},
         num_steps=1000,
         batch_size=10,
-        candidates=(1, 2),
+        num_buckets=(1, 2),
     )
     one, two = rec.table
     assert one.steps == pytest.approx(1000) and two.steps == pytest.approx(1000)
     assert one.padded_tokens == pytest.approx(1000 * 10 * 100)
     assert two.padded_tokens == pytest.approx(1000 * 1900 / 10)
-    assert math.isclose(one.padding_ratio, (100 - 19) / 19)
+    assert math.isclose(one.batch_padding_ratio, (100 - 19) / 19)
+    assert math.isclose(one.padding_ratio, (100 - 19) / 19)  # no filler rows here: the same
 
 
 def test_markdown_marks_the_recommendation():
     rec = recommend_num_buckets(
         [1, 2, 3, 50],
-        compile_seconds_per_shape=1.0,
-        seconds_per_token=1.0,
+        costs={"compile_seconds_per_shape": 1.0, "seconds_per_token": 1.0},
         batch_size=1,
-        candidates=(1, 2),
+        num_buckets=(1, 2),
     )
     md = rec.to_markdown()
     assert md.count(" *") == 1 and f"| optimal * | {rec.num_buckets} |" in md
@@ -198,33 +191,39 @@ def test_markdown_marks_the_recommendation():
     [
         ({"batch_size": 0}, ValueError, "batch_size must be an int >= 1, got batch_size=0"),
         ({"batch_size": True}, TypeError, "batch_size must be an int"),
-        ({}, ValueError, r"exactly one of batch_size \(.*\) or max_tokens"),
+        ({}, ValueError, "costs need the batch size the model trains with"),
         ({"batch_size": 4, "max_tokens": 64}, ValueError, "exactly one of batch_size"),
         ({"max_tokens": 5}, ValueError, "max_tokens=5 is below the padded size 9"),
-        ({"batch_size": 4, "candidates": ()}, ValueError, "candidates must not be empty"),
-        ({"batch_size": 4, "candidates": 4}, TypeError, "candidates must be a sequence"),
-        ({"batch_size": 4, "candidates": (2, 0)}, ValueError, r"candidates\[i\] must be an int"),
+        ({"batch_size": 4, "num_buckets": ()}, ValueError, "num_buckets must list at least one"),
+        ({"batch_size": 4, "num_buckets": "4"}, TypeError, "num_buckets must be an int >= 1 or"),
+        ({"batch_size": 4, "num_buckets": (2, 0)}, ValueError, "num_buckets must be an int >= 1"),
         ({"batch_size": 4, "strategy": "nope"}, ValueError, "strategy must be one of"),
         ({"batch_size": 4, "strategy": ()}, TypeError, "non-empty sequence"),
         ({"batch_size": 4, "last_batch": "x"}, ValueError, "last_batch must be one of"),
         ({"batch_size": 4, "num_epochs": 1, "num_steps": 3}, ValueError, "not both"),
         ({"batch_size": 4, "num_steps": 0}, ValueError, "num_steps must be an int >= 1"),
-        ({"batch_size": 4, "seconds_per_step": -1.0}, ValueError, "seconds_per_step must be"),
+        ({"batch_size": 4, "seconds_per_step": -1.0}, ValueError, "seconds_per_step'\\] must be"),
         ({"batch_size": 4, "seconds_per_token": float("nan")}, ValueError, "seconds_per_token"),
+        ({"batch_size": 4, "speed": 1.0}, TypeError, "costs has unknown key 'speed'"),
+        ({"batch_size": 4, "compile_seconds_per_shape": None}, ValueError, "costs needs"),
     ],
 )
 def test_invalid_arguments_raise_one_clear_error(kwargs, error, match):
-    base = {"compile_seconds_per_shape": 1.0, "seconds_per_token": 1.0, **kwargs}
+    kwargs = dict(kwargs)
+    costs = {"compile_seconds_per_shape": 1.0, "seconds_per_token": 1.0}
+    for key in ("seconds_per_step", "seconds_per_token", "speed", "compile_seconds_per_shape"):
+        if key in kwargs:
+            costs[key] = kwargs.pop(key)
+    costs = {k: v for k, v in costs.items() if v is not None}
     with pytest.raises(error, match=match):
-        recommend_num_buckets([1, 5, 9], **base)
+        recommend_num_buckets([1, 5, 9], costs=costs, **kwargs)
 
 
 def test_drop_with_no_full_batch_is_an_error_not_a_zero_cost():
     with pytest.raises(ValueError, match="no candidate yields a single full batch"):
         recommend_num_buckets(
             [1, 5, 9],
-            compile_seconds_per_shape=1.0,
-            seconds_per_token=1.0,
+            costs={"compile_seconds_per_shape": 1.0, "seconds_per_token": 1.0},
             batch_size=4,
             last_batch="drop",
         )
@@ -246,9 +245,16 @@ def test_calibrate_measures_every_shape_past_the_recompile_limit():
     assert isinstance(cal, Calibration)
     assert [(r, n) for r, n, _, _ in cal.measurements] == shapes
     assert counters["stats"]["unique_graphs"] == len(shapes) + 1  # + warm-up; no eager fallback
-    assert all(c >= 0 and s > 0 for _, _, c, s in cal.measurements)
-    assert cal.seconds_per_token >= 0 and cal.seconds_per_step >= 0
-    rec = recommend_num_buckets([4, 8, 30], batch_size=2, **cal.as_kwargs())
+    assert all(s > 0 for *_, s in cal.measurements)  # every shape's steady step was timed
+    tokens = np.array([r * n for r, n, _, _ in cal.measurements], dtype=np.float64)
+    steps = np.array([s for *_, s in cal.measurements])
+    slope, intercept = np.polyfit(tokens, steps, 1)
+    if slope >= 0 and intercept >= 0:  # unclamped: the costs are the least-squares line
+        assert cal.seconds_per_token == pytest.approx(slope, rel=1e-6, abs=1e-15)
+        assert cal.seconds_per_step == pytest.approx(intercept, rel=1e-6, abs=1e-15)
+    compiles = sorted(c for _, _, c, _ in cal.measurements)
+    assert cal.compile_seconds_per_shape == pytest.approx(compiles[len(compiles) // 2])
+    rec = recommend_num_buckets([4, 8, 30], batch_size=2, costs=cal)
     assert rec.num_buckets >= 1
     torch._dynamo.reset()
 

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from conftest import load_real
 
-from bucketloader import compute_boundaries, padding_ratio
-from bucketloader.report import DEFAULT_STRATEGIES, analyze
+from bucketloader import compute_boundaries
+from bucketloader.analysis.report import DEFAULT_STRATEGIES, analyze
+from bucketloader.boundaries import padding_ratio
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -143,7 +144,7 @@ def test_map_style_dataset_lengths():
     with pytest.raises(ValueError, match="pass column="):
         analyze(pairs)
     assert analyze(pairs, column="tgt").histogram.max == 3
-    with pytest.raises(ValueError, match="column 'nope' not found"):
+    with pytest.raises(ValueError, match="column=.nope. is not in the samples"):
         analyze(ds, column="nope")
 
 
@@ -152,7 +153,7 @@ def test_map_style_dataset_lengths():
     [
         ({"num_buckets": [0]}, "num_buckets must be an int >= 1, got num_buckets=0"),
         ({"num_buckets": []}, "at least one k"),
-        ({"strategies": ["nope"]}, "strategy must be one of"),
+        ({"strategy": ["nope"]}, "strategy must be one of"),
         ({"batch_size": 0}, "batch_size must be an int >= 1"),
         ({"padding_target": -0.1}, "padding_target must be a number"),
         ({"max_batches": 0}, "max_batches must be an int >= 1"),
@@ -221,7 +222,7 @@ def _pad_collate_to(sampler):
 
 @pytest.mark.parametrize("compile_s, per_token", [(30.0, 2e-6), (0.5, 2e-4)])
 def test_costs_pick_the_recommenders_choice(compile_s, per_token):
-    from bucketloader.recommend import recommend_num_buckets
+    from bucketloader.analysis import recommend_num_buckets
 
     lengths = load_real("multi30k")[:, 0]
     costs = {"compile_seconds_per_shape": compile_s, "seconds_per_token": per_token}
@@ -230,9 +231,9 @@ def test_costs_pick_the_recommenders_choice(compile_s, per_token):
         lengths,
         batch_size=32,
         num_epochs=10,
-        candidates=(4, 8, 16, 32),
+        num_buckets=(4, 8, 16, 32),
         strategy=[r.strategy for r in report.rows if r.num_buckets == 4],
-        **costs,
+        costs=costs,
     )
     assert (report.recommended.strategy, report.recommended.num_buckets) == (
         rec.strategy,

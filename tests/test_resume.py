@@ -11,7 +11,8 @@ import torch
 from conftest import load_real
 from torch.utils.data import DataLoader
 
-from bucketloader.plan import LAST_BATCH, BucketSpec
+from bucketloader._types import LAST_BATCH
+from bucketloader.plan import BucketSpec
 from bucketloader.sampler import BucketSampler
 
 EPOCH = 2

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import load_real
-from torch.utils.data import ConcatDataset, DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from bucketloader.plan import BucketSpec, plan_epoch
 from bucketloader.sampler import BucketSampler, GroupedDataset
@@ -138,21 +138,27 @@ def test_spec_composes_with_the_sampler():
     spec = BucketSpec.build(lengths, boundaries=[200, 400, 800, 2400], batch_size=4)
     sampler = BucketSampler(spec, seed=1)
     assert sampler.boundaries.tolist() == [200, 400, 800, 2400]
-    with pytest.raises(ValueError, match="batch_size cannot be combined with a BucketSpec"):
+    with pytest.raises(TypeError, match="batch_size cannot be combined with a BucketSpec"):
         BucketSampler(spec, batch_size=3)
 
 
-def test_from_concat_dataset_groups_never_mix():
+def test_grouped_datasets_never_mix():
     a, b = load_real("ecoli")[:700], load_real("gsm8k")[:500, 1]
-    concat = ConcatDataset([LengthDataset(a), LengthDataset(b)])
-    sampler = BucketSampler.from_concat_dataset(
-        concat, [a, b], num_buckets=3, max_tokens=4096, seed=1, num_replicas=2, rank=1
+    data = GroupedDataset([LengthDataset(a), LengthDataset(b)])
+    assert data.groups.tolist() == [0] * 700 + [1] * 500
+    sampler = BucketSampler(
+        np.concatenate([a, b]),
+        groups=data.groups,
+        num_buckets=3,
+        max_tokens=4096,
+        seed=1,
+        num_replicas=2,
+        rank=1,
     )
-    assert isinstance(sampler.dataset, GroupedDataset) and sampler.group_key == "dataset"
     assert set(sampler.boundaries) == {0, 1}
     np.testing.assert_array_equal(sampler.boundaries[1], compute_boundaries(b, 3))
     loader = DataLoader(
-        sampler.dataset,
+        data,
         batch_sampler=sampler,
         collate_fn=planned_collate(sampler.shape_table, group_key="dataset"),
     )
@@ -160,10 +166,14 @@ def test_from_concat_dataset_groups_never_mix():
         assert batch["shape"] in sampler.shapes
     for idx in sampler:
         assert len(set(sampler.groups[idx].tolist())) == 1
-    with pytest.raises(ValueError, match=r"lengths_per_dataset\[1\] has 3 lengths but dataset 1"):
-        BucketSampler.from_concat_dataset(concat, [a, b[:3]], batch_size=2)
+    with pytest.raises(
+        ValueError, match=r"groups must hold one group id per sample \(1200 samples\)"
+    ):
+        BucketSampler(np.concatenate([a, b]), groups=data.groups[:-3], batch_size=2)
     with pytest.raises(TypeError, match="needs dict samples"):
-        GroupedDataset([1, 2], [0, 0])[0]
+        GroupedDataset([[1, 2]])[0]
+    with pytest.raises(TypeError, match="datasets must be a list of map-style datasets"):
+        GroupedDataset("ab")
 
 
 @pytest.mark.parametrize("last_batch, num_workers", [("pad", 2), ("keep", 0), ("fill", 0)])
@@ -174,14 +184,17 @@ def test_end_to_end_with_the_pad_collator_and_groups(last_batch, num_workers):
     la, lb = rng.integers(1, 50, 150), rng.integers(20, 200, 90)
     a = [{"tokens": torch.ones(int(n), dtype=torch.long)} for n in la]
     b = [{"tokens": torch.ones(int(n), dtype=torch.long)} for n in lb]
-    sampler = BucketSampler.from_concat_dataset(
-        ConcatDataset([a, b]), [la, lb], num_buckets=3, max_tokens=512, last_batch=last_batch
+    data = GroupedDataset([a, b])
+    sampler = BucketSampler(
+        np.concatenate([la, lb]),
+        groups=data.groups,
+        num_buckets=3,
+        max_tokens=512,
+        last_batch=last_batch,
     )
     collate = sampler.collator()
     assert isinstance(collate, PadCollator)
-    loader = DataLoader(
-        sampler.dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers
-    )
+    loader = DataLoader(data, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)
     shapes, rows = set(), 0
     for batch in loader:
         shapes.add(tuple(batch["tokens"].shape))
@@ -285,5 +298,5 @@ def test_sampler_solves_once_through_the_cache(tmp_path):
     b = BucketSampler(lengths, num_buckets=8, batch_size=16, cache=second)
     assert (second.hits, second.misses) == (1, 0)
     np.testing.assert_array_equal(a.boundaries, b.boundaries)
-    with pytest.raises(ValueError, match="cache cannot be combined with a BucketSpec"):
+    with pytest.raises(TypeError, match="cache cannot be combined with a BucketSpec"):
         BucketSampler(a.spec, cache=second)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from bucketloader import static
-from bucketloader._static_select import _geometry, _round_keys, feistel, feistel_tabulated
+from bucketloader.static._select import _geometry, _round_keys, feistel, feistel_tabulated
 
 # --- an independent oracle for the counts ------------------------------------------------------
 

@@ -38,10 +38,12 @@ def _check_convention(b, lengths, k):
     cost=st.sampled_from(["linear", "quadratic"]),
 )
 def test_every_strategy_obeys_the_convention(name, lengths, k, m, cost):
-    sol = solve_boundaries(lengths, k, strategy=name, multiple_of=m, cost=cost)
+    sol = solve_boundaries(lengths, k, strategy=name, pad_to_multiple_of=m, cost=cost)
     _check_convention(sol.boundaries, lengths, k)
     assert (sol.boundaries % m == 0).all()
-    again = solve_boundaries(list(reversed(lengths)), k, strategy=name, multiple_of=m, cost=cost)
+    again = solve_boundaries(
+        list(reversed(lengths)), k, strategy=name, pad_to_multiple_of=m, cost=cost
+    )
     assert np.array_equal(sol.boundaries, again.boundaries)  # deterministic, order-free
     assert sol.objective == padding_cost(lengths, sol.boundaries, cost=cost)
 
@@ -49,9 +51,11 @@ def test_every_strategy_obeys_the_convention(name, lengths, k, m, cost):
 @settings(max_examples=10, deadline=None)
 @given(lengths=st.lists(st.integers(0, 100), min_size=1, max_size=15), k=st.integers(1, 5))
 def test_lp_obeys_the_convention(lengths, k):
-    b = compute_boundaries(lengths, k, strategy="lp", multiple_of=4)
+    b = compute_boundaries(lengths, k, strategy="lp", pad_to_multiple_of=4)
     _check_convention(b, lengths, k)
-    assert np.array_equal(b, compute_boundaries(lengths[::-1], k, strategy="lp", multiple_of=4))
+    assert np.array_equal(
+        b, compute_boundaries(lengths[::-1], k, strategy="lp", pad_to_multiple_of=4)
+    )
 
 
 @pytest.mark.parametrize("name", [n for n in FAST if n != "optimal"])
@@ -63,8 +67,11 @@ def test_lp_obeys_the_convention(lengths, k):
     cost=st.sampled_from(["linear", "quadratic"]),
 )
 def test_no_heuristic_beats_optimal(name, lengths, k, m, cost):
-    best = solve_boundaries(lengths, k, multiple_of=m, cost=cost).objective
-    assert solve_boundaries(lengths, k, strategy=name, multiple_of=m, cost=cost).objective >= best
+    best = solve_boundaries(lengths, k, pad_to_multiple_of=m, cost=cost).objective
+    assert (
+        solve_boundaries(lengths, k, strategy=name, pad_to_multiple_of=m, cost=cost).objective
+        >= best
+    )
 
 
 @pytest.mark.parametrize("name", [n for n in FAST if n != "optimal"])
@@ -100,8 +107,10 @@ def test_unknown_option_lists_what_exists():
 def test_bad_generic_options():
     with pytest.raises(ValueError, match="cost must be one of 'linear', 'quadratic'"):
         compute_boundaries([1, 2], 1, cost="cubic")
-    with pytest.raises(ValueError, match="multiple_of must be an int >= 1, got multiple_of=0"):
-        compute_boundaries([1, 2], 1, multiple_of=0)
+    with pytest.raises(
+        ValueError, match="multiple_of must be an int >= 1, got pad_to_multiple_of=0"
+    ):
+        compute_boundaries([1, 2], 1, pad_to_multiple_of=0)
     with pytest.raises(ValueError, match="num_buckets must be an int >= 1, got num_buckets=0"):
         compute_boundaries([1, 2], 0)
     with pytest.raises(TypeError, match="num_buckets must be an int >= 1, got num_buckets=True"):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from bucketloader.boundaries import assign_buckets
 from bucketloader.solve import compute_boundaries
-from bucketloader.streaming import BucketIterable, bucketize, estimate
+from bucketloader.stream import BucketIterable, bucketize, estimate
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -121,15 +121,18 @@ def test_memory_stays_bounded_by_buffers(europarl):
 
 
 def test_edges_follow_the_boundary_convention():
-    lengths = [4, 5, 8, 9, 16, 1, 0]
-    stream = bucketize(
-        [[0] * n for n in lengths], boundaries=[4, 8, 16], batch_size=1, last_batch="keep"
+    lengths = [4, 5, 8, 9, 16, 1, 0, 12]
+    b = [4, 8, 16]
+    stream = bucketize([[0] * n for n in lengths], boundaries=b, batch_size=3, last_batch="keep")
+    batches = sorted(sorted(len(s) for s in batch) for batch in stream)
+    assert batches == [[0, 1, 4], [5, 8], [9, 12, 16]]
+    for batch in batches:  # each batch is one bucket of the convention
+        assert len(set(assign_buckets(batch, b).tolist())) == 1
+    # a last boundary too large for a lookup table takes the binary search: same convention
+    big = BucketIterable(
+        [[0] * n for n in (3, 2, 5)], boundaries=[2, 1 << 21], batch_size=2, last_batch="keep"
     )
-    got = [(len(b[0]), stream._layout.table[len(b[0])]) for b in stream]
-    want = assign_buckets([g[0] for g in got], [4, 8, 16]).tolist()
-    assert [g[1] for g in got] == want
-    big = BucketIterable([[0] * 3], boundaries=[2, 1 << 21], batch_size=1)
-    assert big._layout.table is None and [len(b[0]) for b in big] == [3]
+    assert sorted(sorted(map(len, batch)) for batch in big) == [[2], [3, 5]]
 
 
 def test_overflow_policies():
@@ -162,7 +165,7 @@ def test_estimate_from_head_and_one_shot_iterator(europarl):
     stream = bucketize(
         iter(_samples(europarl)),
         length_fn="input_ids",
-        boundaries=estimate(4, samples=500),
+        boundaries=estimate(4, sample_size=500),
         batch_size=8,
         overflow="drop",
     )
@@ -175,7 +178,7 @@ def test_estimate_from_head_and_one_shot_iterator(europarl):
         length_fn="input_ids",
         batch_size=4,
         overflow="truncate",
-        boundaries=estimate(4, samples=300, max_length=40),
+        boundaries=estimate(4, sample_size=300, max_length=40),
     )
     assert capped.boundaries[-1] == 40
     assert max(len(s["input_ids"]) for b in capped for s in b) <= 40
@@ -190,8 +193,8 @@ def test_validation_errors():
         ValueError, match=r"max_tokens=10 fits no sample of padded length\(s\) \[16\]"
     ):
         bucketize([[1]], boundaries=[4, 16], max_tokens=10)
-    with pytest.raises(TypeError, match="samples are dicts"):
-        list(bucketize([{"a": [1]}], boundaries=[4], batch_size=1))
+    with pytest.raises(ValueError, match=r"\['a', 'b'\] are sequence-valued; pass length_fn="):
+        list(bucketize([{"a": [1], "b": [2]}], boundaries=[4], batch_size=1))
     with pytest.raises(ValueError, match="length_fn returned -1 for sample 0"):
         list(bucketize([[1]], length_fn=lambda s: -1, boundaries=[4], batch_size=1))
     with pytest.raises(ValueError, match="strictly increasing"):
@@ -359,7 +362,7 @@ def test_estimate_goes_through_the_solution_cache(tmp_path, europarl):
             length_fn="input_ids",
             batch_size=8,
             overflow="drop",
-            boundaries=estimate(5, samples=400, cache=cache),
+            boundaries=estimate(5, sample_size=400, cache=cache),
         )
 
     first, second = make(), make()
@@ -406,7 +409,7 @@ def test_per_input_buckets_for_seq2seq_streams(last_batch):
         _pairs(pairs),
         length_fn=("input_ids", "labels"),
         max_tokens=600,
-        boundaries=estimate(3, samples=len(pairs)),
+        boundaries=estimate(3, sample_size=len(pairs)),
         last_batch=last_batch,
         shuffle_buffer=50,
     )

@@ -9,13 +9,12 @@ array of at most ``num_buckets`` strictly increasing ints whose last one covers 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-Strategy = Callable[..., Any]
+from bucketloader._types import Strategy
 
 #: Registered strategies, name → function. Extend with :func:`register_strategy`.
 STRATEGIES: dict[str, Strategy] = {}

@@ -1,8 +1,8 @@
 """Boundaries from an integer program solved with PuLP (CBC by default).
 
 The exact DP (``"optimal"``) is faster for the plain problem; the integer program earns its place
-with constraints the Monge DP cannot take, here ``min_bucket_fraction`` (every bucket holds at
-least that share of the samples), alongside ``multiple_of``. The model is a path formulation over
+with constraints the Monge DP cannot take, here ``min_bucket_fraction`` (every bucket holds at least
+that share of the samples), alongside ``pad_to_multiple_of``. The model is a path formulation over
 buckets, pruned by DP bounds (see :mod:`._lp_model`); the DP's answer is the warm start and the
 cross-check (``info["solution_from"]`` says which solution was returned), and the status never
 claims more than the solver proved.
@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from bucketloader._types import COSTS
 from bucketloader._validation import check_choice, check_float, check_int
-from bucketloader.boundaries import COSTS, padding_cost
+from bucketloader.boundaries import padding_cost
 from bucketloader.histogram import LengthHistogram
 from bucketloader.strategies import _dense
 from bucketloader.strategies._lp_model import build_and_solve
@@ -35,7 +36,7 @@ def lp(
     num_buckets: int,
     *,
     cost: str = "linear",
-    multiple_of: int = 1,
+    pad_to_multiple_of: int = 1,
     min_bucket_fraction: float = 0.0,
     time_limit: float = 10.0,
     max_values: int = 1000,
@@ -48,7 +49,8 @@ def lp(
         hist: the length histogram (raw lengths are accepted too).
         num_buckets: at most this many buckets.
         cost: ``"linear"`` (``b - L``) or ``"quadratic"`` (``b² - L²``).
-        multiple_of: every boundary a multiple of this (the last one rounded up past the max).
+        pad_to_multiple_of: every boundary a multiple of this (the last one rounded up past the
+            max).
         min_bucket_fraction: every bucket holds at least this share of the samples (0 to 1).
         time_limit: seconds the solver may run (the DP bounds before it are not counted); if it
             stops there, the result says so (``status="time_limit"`` with the gap to the DP's
@@ -69,7 +71,7 @@ def lp(
     """
     num_buckets = check_int("num_buckets", num_buckets, minimum=1)
     cost = check_choice("cost", cost, COSTS)
-    multiple_of = check_int("multiple_of", multiple_of, minimum=1)
+    pad_to_multiple_of = check_int("pad_to_multiple_of", pad_to_multiple_of, minimum=1)
     fraction = check_float("min_bucket_fraction", min_bucket_fraction, minimum=0.0, maximum=1.0)
     time_limit = check_float("time_limit", time_limit, minimum=1e-3, maximum=1e6)
     max_values = check_int("max_values", max_values, minimum=2)
@@ -78,8 +80,12 @@ def lp(
     solver_obj = _make_solver(solver, time_limit, bool(warm_start))
     if not isinstance(hist, LengthHistogram):
         hist = LengthHistogram.from_lengths(hist)
-    fine = LengthHistogram.from_lengths(hist, bin_width=multiple_of) if multiple_of > 1 else hist
-    work, width = _coarsen(fine, max_values, multiple_of)
+    fine = (
+        LengthHistogram.from_lengths(hist, bin_width=pad_to_multiple_of)
+        if pad_to_multiple_of > 1
+        else hist
+    )
+    work, width = _coarsen(fine, max_values, pad_to_multiple_of)
     min_count = math.ceil(round(fraction * fine.num_samples, 9))
     k = min(num_buckets, work.num_values)
 
@@ -123,7 +129,7 @@ def lp(
         "solution_from": source,
         "num_values": work.num_values,
     }
-    if width > multiple_of:
+    if width > pad_to_multiple_of:
         info["bin_width"] = width
         # the exact unconstrained optimum on the uncoarsened histogram (a lower bound), measured
         # on the histogram as given, like the objective
@@ -141,15 +147,15 @@ def _boundaries(hist: LengthHistogram, arcs: list[tuple[int, int]]) -> np.ndarra
     return np.array([hist.values[j - 1] for _, j in arcs], dtype=np.int64)
 
 
-def _coarsen(hist: LengthHistogram, max_values: int, multiple_of: int) -> tuple[Any, int]:
-    """``hist`` rounded up to the smallest bin width (a multiple of ``multiple_of``) that leaves
-    at most ``max_values`` distinct values; warns when it has to."""
+def _coarsen(hist: LengthHistogram, max_values: int, pad_to_multiple_of: int) -> tuple[Any, int]:
+    """``hist`` rounded up to the smallest bin width (a multiple of ``pad_to_multiple_of``) that
+    leaves at most ``max_values`` distinct values; warns when it has to."""
     if hist.num_values <= max_values:
-        return hist, multiple_of
+        return hist, pad_to_multiple_of
     span = hist.max - hist.min
-    steps = max(1, -(-span // ((max_values - 1) * multiple_of)))
+    steps = max(1, -(-span // ((max_values - 1) * pad_to_multiple_of)))
     while True:
-        width = steps * multiple_of
+        width = steps * pad_to_multiple_of
         coarse = LengthHistogram.from_lengths(hist, bin_width=width)
         if coarse.num_values <= max_values:
             break

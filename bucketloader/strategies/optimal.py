@@ -15,9 +15,9 @@ The minimiser never has ``i > j``: for such ``i`` the term exceeds the one at ``
 so the unconstrained hull is exact. The last layer needs only ``j = U`` (one O(U) scan), and the
 DP stops early once the padding reaches zero. Arithmetic is exact (see :mod:`._hull`).
 
-``multiple_of`` is handled before any strategy runs (:func:`bucketloader.solve.solve_boundaries`
-rounds the histogram up): ``b - L = (b - ceil_m(L)) + (ceil_m(L) - L)`` with the second term
-fixed, so the DP stays exact (likewise ``b² - L²``).
+``pad_to_multiple_of`` is handled before any strategy runs
+(:func:`bucketloader.solve.solve_boundaries` rounds the histogram up): ``b - L = (b - ceil_m(L)) +
+(ceil_m(L) - L)`` with the second term fixed, so the DP stays exact (likewise ``b² - L²``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from bucketloader._types import COSTS
 from bucketloader._validation import check_choice, check_int
-from bucketloader.boundaries import COSTS
 from bucketloader.histogram import LengthHistogram
 from bucketloader.strategies._hull import envelope_argmin
 from bucketloader.strategies._registry import StrategyResult, register_strategy

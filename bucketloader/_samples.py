@@ -1,0 +1,155 @@
+"""What a sample is and how long it is: the rules every part of bucketloader shares.
+
+A sample is one of three kinds, told apart by its type, never by its values:
+
+* ``"dict"``: any ``Mapping``; its fields are its keys.
+* ``"bare"``: a torch tensor, a numpy array, or a flat list/tuple of numbers (tokenised text); its
+  one field is called ``"inputs"``.
+* ``"tuple"``: any other tuple or list; its fields are its positions ``0, 1, ...``.
+
+NOTE [ The length of a sample ]
+Where bucketloader measures samples itself (a stream's ``length_fn``, :func:`~bucketloader.analyze`
+on a dataset), one rule applies:
+
+1. *What is measured*: ``sample[key]`` when a key is given, ``key(sample)`` for a callable;
+   otherwise the sample itself, except that a dict is measured by its ``"length"`` entry if it has
+   one, else by its only sequence-valued entry (several are ambiguous: name the key), and a tuple
+   by its first element (``(input, target)`` pairs).
+2. *Its length*: an int is the length itself; decoded audio (a mapping with an ``"array"`` entry)
+   has its array's length; a tensor or array has the size of its **first** dim (time-major, as
+   ``len()`` and ``pad_sequence`` read it: ``(T,)`` waveforms, ``(T, F)`` features); a list,
+   tuple or string has its ``len()``. Channel-first data (``(C, T)``) needs a callable key.
+
+The collator does not measure a fixed dim: it pads the dim whose size follows the plan (see
+:mod:`bucketloader.collate.fields`).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+#: The field name of a bare sample.
+BARE_KEY = "inputs"
+#: The entry a dict sample may carry its length in.
+LENGTH_KEY = "length"
+
+
+def is_number(x: Any) -> bool:
+    """A real (or bool) scalar: what a flat list of tokens holds."""
+    return isinstance(x, (numbers.Number, np.number, np.bool_)) and not isinstance(x, complex)
+
+
+def is_flat_list(x: Any) -> bool:
+    """A list or tuple whose first element is a number (or an empty list)."""
+    return isinstance(x, (list, tuple)) and (len(x) == 0 or is_number(x[0]))
+
+
+def is_sequence(x: Any) -> bool:
+    """Can this value be a variable-length field (an array with >= 1 dim, or a flat list)?"""
+    if isinstance(x, (torch.Tensor, np.ndarray)):
+        return x.ndim >= 1
+    return is_flat_list(x)
+
+
+def kind_of(sample: Any) -> str:
+    """``"dict"``, ``"bare"`` or ``"tuple"`` (see the module docstring).
+
+    Example:
+        >>> kind_of([1, 2, 3]), kind_of({"x": [1]}), kind_of(([1, 2], 0))
+        ('bare', 'dict', 'tuple')
+    """
+    if isinstance(sample, Mapping):
+        return "dict"
+    if isinstance(sample, (torch.Tensor, np.ndarray)) or is_flat_list(sample):
+        return "bare"
+    if isinstance(sample, (list, tuple)):
+        return "tuple"
+    raise TypeError(
+        f"samples must be tensors, numpy arrays, lists of numbers, tuples or dicts, "
+        f"got {type(sample).__name__}"
+    )
+
+
+def length_of(value: Any, *, what: str = "the value") -> int:
+    """The length of one measured value (step 2 of NOTE [ The length of a sample ]).
+
+    Example:
+        >>> length_of([5, 6, 7]), length_of(np.zeros((4, 80))), length_of(9)
+        (3, 4, 9)
+        >>> length_of({"array": np.zeros(16000), "sampling_rate": 16000})
+        16000
+    """
+    if isinstance(value, Mapping) and "array" in value:  # decoded audio
+        value = value["array"]
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        if value < 0:
+            raise ValueError(f"{what} is a negative length, {int(value)}")
+        return int(value)
+    shape = getattr(value, "shape", None)
+    if shape is not None and len(shape) > 0:
+        return int(shape[0])
+    if isinstance(value, (list, tuple, str, bytes)):
+        return len(value)
+    if shape is not None:  # a 0-d array or tensor holding the length
+        return length_of(value.item(), what=what)
+    raise TypeError(
+        f"{what} has no length: got {type(value).__name__}; lengths are taken from sequences "
+        "(lists, arrays, tensors, strings), decoded audio dicts or int values"
+    )
+
+
+def sample_length(sample: Any, key: Any = None, *, arg: str = "key") -> int:
+    """The length of one sample under NOTE [ The length of a sample ].
+
+    Args:
+        sample: the sample.
+        key: ``None``, a key or position of the sample, or a callable ``sample -> value``.
+        arg: the caller's name for ``key``, used in error messages (``length_fn``, ``column``).
+
+    Example:
+        >>> sample_length({"input_ids": [1, 2, 3], "label": 0})
+        3
+        >>> sample_length({"input_ids": [1, 2], "labels": [3]}, "labels", arg="length_fn")
+        1
+    """
+    if callable(key):
+        return length_of(key(sample), what=f"{arg}(sample)")
+    if key is not None:
+        try:
+            value = sample[key]
+        except (KeyError, IndexError, TypeError):
+            have = list(sample)[:8] if isinstance(sample, Mapping) else type(sample).__name__
+            raise ValueError(
+                f"{arg}={key!r} is not in the samples (a sample has {have}); pass one of its keys"
+            ) from None
+        return length_of(value, what=f"sample[{key!r}]")
+    if isinstance(sample, Mapping):
+        if LENGTH_KEY in sample:
+            return length_of(sample[LENGTH_KEY], what=f"sample[{LENGTH_KEY!r}]")
+        sized = [k for k, v in sample.items() if _sized(v)]
+        if len(sized) != 1:
+            found = "none is" if not sized else f"{sized} are"
+            raise ValueError(
+                f"samples are dicts with keys {list(sample)[:8]} and {found} sequence-valued; "
+                f"pass {arg}=<key> (e.g. {arg}='input_ids') or a callable sample -> length"
+            )
+        return length_of(sample[sized[0]], what=f"sample[{sized[0]!r}]")
+    if isinstance(sample, tuple) and sample and _sized(sample[0]) and not is_flat_list(sample):
+        return length_of(sample[0], what="the first element of the sample")
+    return length_of(sample, what="the sample")
+
+
+def length_reader(key: Any, *, arg: str = "key") -> Callable[[Any], int]:
+    """``sample -> int`` under the same rule (for per-sample loops)."""
+    return lambda sample: sample_length(sample, key, arg=arg)
+
+
+def _sized(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return "array" in value
+    return is_sequence(value) or isinstance(value, str)

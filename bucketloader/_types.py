@@ -1,0 +1,64 @@
+"""Shared literals and the extension-point protocols, each defined once.
+
+Every option that takes one of a fixed set of words validates against the tuple here (through
+:func:`bucketloader._validation.check_choice`), so the words and their error messages cannot drift
+between the sampler, the stream, the collator and the analysis tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bucketloader.histogram import LengthHistogram
+    from bucketloader.solution import Solution
+
+#: What happens to a bucket's partial last batch (see NOTE [ last_batch and replicas ] in
+#: :mod:`bucketloader.plan.epoch`).
+LAST_BATCH = ("drop", "fill", "keep", "pad")
+LastBatch = Literal["drop", "fill", "keep", "pad"]
+
+#: Which side padding goes on.
+SIDES = ("left", "right")
+Side = Literal["left", "right"]
+
+#: What happens to a sample longer than the last boundary.
+OVERFLOW = ("drop", "error", "truncate")
+Overflow = Literal["drop", "error", "truncate"]
+
+#: How ``max_tokens`` counts a padded shape of several inputs.
+SIZES = ("prod", "sum")
+Size = Literal["prod", "sum"] | Callable[[tuple[int, ...]], int]
+
+#: Padding objectives: pad elements, or ``b**2 - L**2`` (attention-like compute).
+COSTS = ("linear", "quadratic")
+Cost = Literal["linear", "quadratic"]
+
+
+class Strategy(Protocol):
+    """A bucketing strategy: a pure function of a length histogram.
+
+    ``fn(hist, num_buckets, **options)`` returns at most ``num_buckets`` strictly increasing
+    boundaries whose last one covers ``hist.max`` (an array, or a
+    :class:`~bucketloader.strategies.StrategyResult` that also reports how it was solved).
+    """
+
+    def __call__(self, hist: LengthHistogram, num_buckets: int, /, **options: Any) -> Any: ...
+
+
+@runtime_checkable
+class Cache(Protocol):
+    """What :func:`~bucketloader.solve.compute_boundaries` needs of a solution cache.
+
+    :class:`~bucketloader.cache.BucketCache` is the implementation; any object with this method
+    works (an in-memory dict cache in tests, a remote store).
+    """
+
+    def get_or_solve(
+        self,
+        hist: LengthHistogram,
+        strategy: str | None,
+        params: dict[str, Any],
+        solve: Callable[[], Solution],
+    ) -> Solution: ...

@@ -1,0 +1,221 @@
+"""The report's picture (matplotlib, Agg backend, imported only here)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bucketloader.analysis.report import DynamicityReport
+
+_COLORS = {
+    "optimal": "#d62728",
+    "lp": "#8c1c13",
+    "percentile": "#1f77b4",
+    "equal_mass": "#2ca02c",
+    "linear": "#9467bd",
+    "geometric": "#ff7f0e",
+    "pad_to_max": "#7f7f7f",
+}
+
+
+def pct(x: float) -> str:
+    """A padding ratio as a percentage with sensible precision (report text and plot labels)."""
+    if x == 0:
+        return "0%"
+    return f"{100 * x:.2f}%" if x < 0.1 else f"{100 * x:.1f}%"
+
+
+def plot_report(r: DynamicityReport, path: Path, *, dpi: int) -> Path:
+    """Draw the histogram + boundaries, the padding-vs-k frontier and the loader's shapes."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ImportError(
+            "report.plot() needs matplotlib: pip install 'bucketloader[plot]'"
+        ) from None
+    panels = (["hist", "frontier"] if r.histogram is not None else []) + (
+        ["shapes"] if r.batch_shapes else []
+    )
+    if not panels:
+        raise ValueError("nothing to plot: the report has neither lengths nor batch shapes")
+    widths = {"hist": 1.45, "frontier": 1.0, "shapes": 0.9}
+    with plt.rc_context({"font.size": 9.5, "axes.spines.top": False, "axes.spines.right": False}):
+        fig, axes = plt.subplots(
+            1,
+            len(panels),
+            figsize=(sum(5.4 * widths[p] for p in panels), 4.9),
+            gridspec_kw={"width_ratios": [widths[p] for p in panels]},
+            squeeze=False,
+        )
+        for ax, panel in zip(axes[0], panels, strict=True):
+            {"hist": _histogram, "frontier": _frontier, "shapes": _shapes}[panel](ax, r)
+        fig.suptitle(f"bucketloader dynamicity report: {r.source}", fontsize=12, x=0.01, ha="left")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=dpi)
+        plt.close(fig)
+    return path
+
+
+def _histogram(ax: Any, r: DynamicityReport) -> None:
+    h = r.histogram
+    if h is None:  # plot() refuses reports without lengths before drawing
+        raise ValueError("this report has no lengths to plot")
+    best = r.recommended
+    lo, hi = h.min, h.max
+    bins = np.linspace(lo, hi + 1, min(120, max(h.num_values, 2)) + 1)
+    counts, edges = np.histogram(h.values, bins=bins, weights=h.counts)
+    ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="#9bb7d4", lw=0)
+    ax.set_xlim(min(0, lo), hi * 1.02 + 1)
+    top = counts.max() * 1.18
+    ax.set_ylim(0, top)
+    if best is not None:
+        b = np.asarray(best.boundaries)
+        starts = np.concatenate([[min(0, lo)], b[:-1]])
+        for i, (s, e) in enumerate(zip(starts, b, strict=True)):
+            if i % 2 == 0:
+                ax.axvspan(s, e, color="#f3d9d9", alpha=0.45, lw=0, zorder=0)
+        ax.vlines(b, 0, top * 0.93, color=_COLORS["optimal"], lw=1.1, zorder=3)
+        label = f"{best.strategy}, k={best.num_buckets}: {pct(best.padding_ratio)} padding"
+        ax.plot([], [], color=_COLORS["optimal"], lw=1.5, label=label)
+        other = _row_or_none(r, "percentile", best.num_buckets)
+        if other is not None and best.strategy != "percentile":
+            ax.vlines(
+                other.boundaries, top * 0.93, top, color=_COLORS["percentile"], lw=1.6, zorder=3
+            )
+            ax.plot(
+                [],
+                [],
+                color=_COLORS["percentile"],
+                lw=1.6,
+                label=f"percentile, k={other.num_buckets}: {pct(other.padding_ratio)} (top ticks)",
+            )
+        ax.legend(loc="upper left", fontsize=8.5, framealpha=0.92, edgecolor="none")
+    ax.set_title(
+        f"{h.num_samples:,} lengths, {h.num_values:,} distinct "
+        f"(median {int(h.quantile(0.5)):,}); bucket boundaries",
+        fontsize=10,
+        loc="left",
+    )
+    ax.xaxis.set_major_formatter(_count_formatter())
+    ax.set_xlabel("length (each bucket pads up to its right edge)")
+    ax.set_ylabel("samples")
+
+
+def _frontier(ax: Any, r: DynamicityReport) -> None:
+    ks = sorted({row.num_buckets for row in r.rows})
+    names = list(dict.fromkeys(row.strategy for row in r.rows))
+    for name in names:
+        ys = np.array([r.row(name, k).padding_ratio for k in ks]) * 100
+        ys[ys <= 0] = np.nan  # log scale: no padding at all is drawn as a gap
+        strong = name in ("optimal", "lp")
+        ax.plot(
+            ks,
+            ys,
+            marker="o",
+            ms=4.5 if strong else 3.5,
+            lw=2.4 if strong else 1.3,
+            color=_COLORS.get(name),
+            label=name,
+            zorder=4 if strong else 3,
+        )
+    ax.axhline(r.padding_target * 100, color="#444444", ls="--", lw=0.9)
+    ax.annotate(
+        f"target {pct(r.padding_target)}",
+        (ks[0], r.padding_target * 100),
+        textcoords="offset points",
+        xytext=(2, -11),
+        fontsize=8,
+        color="#444444",
+    )
+    if r.dynamic is not None and r.dynamic["padding_ratio"] > 0:
+        d = r.dynamic
+        y = d["padding_ratio"] * 100
+        ax.axhline(y, color="black", ls=":", lw=1.2)
+        ax.annotate(
+            f"dynamic padding, batch {d['batch_size']}: {pct(d['padding_ratio'])}, "
+            f"{d['num_shapes']:,} shapes",
+            (ks[-1], y),
+            textcoords="offset points",
+            xytext=(0, -11),
+            ha="right",
+            fontsize=8,
+        )
+    best = r.recommended
+    if best is not None and best.padding_ratio > 0:
+        ax.scatter(
+            [best.num_buckets],
+            [best.padding_ratio * 100],
+            s=200,
+            marker="*",
+            color="gold",
+            edgecolor="black",
+            zorder=6,
+            label=f"recommended: k={best.num_buckets}",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks)
+    ax.set_xticklabels([str(k) for k in ks])
+    ax.set_yscale("log")
+    from matplotlib.ticker import LogLocator, NullFormatter
+
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(_percent_formatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.grid(True, which="major", alpha=0.3)
+    ax.set_xlabel("shape budget k (number of buckets = distinct padded lengths)")
+    ax.set_ylabel("padding (pad elements / real elements)")
+    ax.set_title("padding vs. shape budget, per strategy", fontsize=10, loc="left")
+    ax.legend(loc="lower left", fontsize=8, ncol=2, framealpha=0.92, edgecolor="none")
+
+
+def _shapes(ax: Any, r: DynamicityReport) -> None:
+    names = list(r.batch_shapes)[:12]
+    distinct = [len(r.batch_shapes[n]) for n in names]
+    y = np.arange(len(names))
+    ax.barh(y, distinct, height=0.5, color="#8fbc8f")
+    for yi, n, c in zip(y, names, distinct, strict=True):
+        top_shape, top_count = r.batch_shapes[n].most_common(1)[0]
+        ax.annotate(
+            f"{c:,}  (most common {top_shape} x{top_count})",
+            (c, yi),
+            textcoords="offset points",
+            xytext=(3, -3),
+            fontsize=8,
+        )
+    ax.set_yticks(y)
+    ax.set_yticklabels(names)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(distinct) * 1.9 + 1)
+    ax.set_xlabel("distinct batch shapes")
+    ax.set_title(f"DataLoader: {r.num_batches:,} batches scanned", fontsize=10, loc="left")
+
+
+def _row_or_none(r: DynamicityReport, strategy: str, k: int) -> Any:
+    try:
+        return r.row(strategy, k)
+    except KeyError:
+        return None
+
+
+def _count_formatter() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    def fmt(v: float, _: Any) -> str:
+        if abs(v) >= 1e6:
+            return f"{v / 1e6:g}M"
+        return f"{v / 1e3:g}k" if abs(v) >= 1e4 else f"{v:g}"
+
+    return FuncFormatter(fmt)
+
+
+def _percent_formatter() -> Any:
+    from matplotlib.ticker import FuncFormatter
+
+    return FuncFormatter(lambda v, _: f"{v:g}%")

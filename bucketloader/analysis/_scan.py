@@ -1,0 +1,93 @@
+"""Where the report's lengths and shapes come from: arrays, datasets and DataLoader batches."""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from bucketloader._samples import sample_length
+from bucketloader._validation import as_lengths
+
+
+def is_dataloader(data: Any) -> bool:
+    if "torch" not in sys.modules:
+        return False
+    from torch.utils.data import DataLoader
+
+    return isinstance(data, DataLoader)
+
+
+def is_dataset(data: Any) -> bool:
+    """A map-style dataset (not a plain container of lengths)."""
+    if isinstance(data, (list, tuple, np.ndarray, str, bytes)) or hasattr(data, "detach"):
+        return False
+    return hasattr(data, "__getitem__") and hasattr(data, "__len__")
+
+
+def progress_bar(items: Iterable[Any], *, total: int | None, desc: str, show: bool | None) -> Any:
+    """``tqdm`` over ``items`` (shown on a terminal by default); the bare iterable without tqdm."""
+    if show is None:
+        show = sys.stderr.isatty()
+    if not show:
+        return items
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm comes with datasets
+        return items
+    return tqdm(items, total=total, desc=desc, unit="it", leave=False, file=sys.stderr)
+
+
+def tensor_fields(batch: Any, prefix: str = "") -> Iterator[tuple[str, tuple[int, ...]]]:
+    """``(field path, shape)`` of every tensor / array in a (nested) batch.
+
+    Example:
+        >>> import numpy as np
+        >>> list(tensor_fields({"x": np.zeros((2, 3)), "y": [np.zeros(2), 5]}))
+        [('x', (2, 3)), ('y[0]', (2,))]
+    """
+    if hasattr(batch, "shape") and hasattr(batch, "dtype"):
+        yield (prefix or "batch"), tuple(int(s) for s in batch.shape)
+    elif isinstance(batch, Mapping):
+        for key, value in batch.items():
+            yield from tensor_fields(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(batch, (list, tuple)):
+        for i, value in enumerate(batch):
+            yield from tensor_fields(value, f"{prefix}[{i}]")
+
+
+def scan_batches(
+    loader: Any, *, max_batches: int | None, show: bool | None
+) -> tuple[dict[str, Counter[tuple[int, ...]]], int]:
+    """Count the distinct shapes of every tensor field over a DataLoader's batches."""
+    try:
+        total = len(loader)
+    except TypeError:
+        total = None
+    if max_batches is not None:
+        total = max_batches if total is None else min(total, max_batches)
+    shapes: dict[str, Counter[tuple[int, ...]]] = {}
+    seen = 0
+    for batch in progress_bar(loader, total=total, desc="scanning batches", show=show):
+        for name, shape in tensor_fields(batch):
+            shapes.setdefault(name, Counter())[shape] += 1
+        seen += 1
+        if max_batches is not None and seen >= max_batches:
+            break
+    return shapes, seen
+
+
+def dataset_lengths(
+    dataset: Any, column: str | Callable[[Any], Any] | None, *, show: bool | None
+) -> np.ndarray:
+    """Per-item lengths of a map-style dataset (Arrow-vectorised for a ``datasets.Dataset``)."""
+    if hasattr(dataset, "column_names") and hasattr(dataset, "data") and not callable(column):
+        from bucketloader.hf import lengths  # a datasets.Dataset: datasets is installed
+
+        return as_lengths(lengths(dataset, column))
+    n = len(dataset)
+    items = progress_bar(range(n), total=n, desc="measuring items", show=show)
+    return as_lengths([sample_length(dataset[i], column, arg="column") for i in items])

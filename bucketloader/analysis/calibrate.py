@@ -1,0 +1,158 @@
+"""calibrate(): measure compile seconds per shape and step seconds per padded token on a model."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bucketloader._validation import check_int
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured inputs of the time model (NOTE [ The time model ] in
+    :mod:`bucketloader.analysis.recommend`).
+
+    Attributes:
+        compile_seconds_per_shape: median over the example shapes of (first call - steady call).
+        seconds_per_token: slope of steady step time against padded tokens (rows x length).
+        seconds_per_step: intercept of that fit (fixed cost per step), at least 0.
+        measurements: ``(rows, length, compile_seconds, median_step_seconds)`` per example shape.
+    """
+
+    compile_seconds_per_shape: float
+    seconds_per_token: float
+    seconds_per_step: float
+    measurements: tuple[tuple[int, int, float, float], ...]
+
+    def as_kwargs(self) -> dict[str, float]:
+        """The three costs, as ``recommend_num_buckets(costs=...)`` takes them."""
+        return {
+            "compile_seconds_per_shape": self.compile_seconds_per_shape,
+            "seconds_per_token": self.seconds_per_token,
+            "seconds_per_step": self.seconds_per_step,
+        }
+
+
+def _default_inputs(rows: int, length: int) -> tuple[Any, ...]:
+    import torch
+
+    return (torch.randn(rows, length),)
+
+
+def calibrate(
+    model_fn: Callable[..., Any],
+    *,
+    example_shapes: Sequence[tuple[int, int]],
+    make_inputs: Callable[[int, int], tuple[Any, ...]] | None = None,
+    repeats: int = 5,
+    compile_kwargs: dict[str, Any] | None = None,
+    after_call: Callable[[Any], Any] | None = None,
+    warmup: bool = True,
+) -> Calibration:
+    """Measure compile time per shape and the per-token cost of ``model_fn`` under torch.compile.
+
+    ``model_fn`` is compiled once with ``torch.compile(model_fn, dynamic=False, **compile_kwargs)``
+    and called on each example shape: the first call's excess over the steady-state call is that
+    shape's compile time; ``repeats`` further calls give the steady step time, and a least-squares
+    line through (rows x length, median step time) gives ``seconds_per_token`` (slope) and
+    ``seconds_per_step`` (intercept). The model is linear in padded tokens; pick example shapes that
+    span your planned ones (e.g. the smallest and largest bucket). To calibrate training, pass the
+    model's loss function as ``model_fn`` and the rest of the step as ``after_call`` (e.g. ``lambda
+    loss: (loss.backward(), opt.step(), opt.zero_grad())``): it runs uncompiled after every call,
+    inside the timing (CUDA is synchronised before each clock read). This calls
+    ``torch._dynamo.reset()`` first (clearing other compiled functions' caches) and raises the
+    recompile limit to cover the example shapes for the duration of the call.
+
+    Args:
+        model_fn: callable run as ``model_fn(*make_inputs(rows, length))``.
+        example_shapes: ``(rows, length)`` pairs with at least two distinct ``rows * length``.
+        make_inputs: builds the inputs of one shape; default ``(torch.randn(rows, length),)``.
+        repeats: steady-state calls per shape (the median is used).
+        compile_kwargs: extra ``torch.compile`` arguments (``backend``, ``mode``, ...).
+        after_call: called on each output, timed with the call (backward and optimizer step).
+        warmup: first compile and run a throw-away shape (the first example's length + 1), then
+            reset dynamo, so one-time costs of the first compile in a process (imports, lazy
+            initialisation) are not counted as per-shape compile time.
+
+    Example:
+        >>> cal = calibrate(lambda x: (x * 2).sum(), example_shapes=[(2, 8), (4, 16)],
+        ...                 repeats=2, compile_kwargs={"backend": "eager"})
+        >>> cal.compile_seconds_per_shape >= 0 and cal.seconds_per_token >= 0
+        True
+        >>> sorted(cal.as_kwargs())
+        ['compile_seconds_per_shape', 'seconds_per_step', 'seconds_per_token']
+    """
+    import torch
+    import torch._dynamo
+
+    if not callable(model_fn):
+        raise TypeError(f"model_fn must be callable, got model_fn={model_fn!r}")
+    if after_call is not None and not callable(after_call):
+        raise TypeError(f"after_call must be callable or None, got after_call={after_call!r}")
+    after = after_call or (lambda out: out)
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    shapes = _check_shapes(example_shapes)
+    repeats = check_int("repeats", repeats, minimum=1)
+    make = make_inputs or _default_inputs
+    kwargs = dict(compile_kwargs or {})
+    kwargs.setdefault("dynamic", False)
+    if not isinstance(warmup, bool):
+        raise TypeError(f"warmup must be a bool, got warmup={warmup!r}")
+    rows_out = []
+    limit = max(len(shapes) + 1, torch._dynamo.config.recompile_limit)
+    with torch._dynamo.config.patch(recompile_limit=limit):
+        if warmup:  # a shape not measured, so a warm FX graph cache cannot hide a compile
+            torch._dynamo.reset()
+            after(torch.compile(model_fn, **kwargs)(*make(shapes[0][0], shapes[0][1] + 1)))
+            sync()
+        torch._dynamo.reset()
+        compiled = torch.compile(model_fn, **kwargs)
+        for rows, length in shapes:
+            inputs = make(rows, length)
+            start = time.perf_counter()
+            after(compiled(*inputs))
+            sync()
+            first = time.perf_counter() - start
+            times = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                after(compiled(*inputs))
+                sync()
+                times.append(time.perf_counter() - start)
+            step = statistics.median(times)
+            rows_out.append((rows, length, max(first - step, 0.0), step))
+    tokens = np.array([r * n for r, n, _, _ in rows_out], dtype=np.float64)
+    steps = np.array([s for *_, s in rows_out])
+    slope, intercept = np.polyfit(tokens, steps, 1)
+    if slope < 0:  # step time does not grow with tokens here: all of it is per-step overhead
+        slope, intercept = 0.0, float(steps.mean())
+    return Calibration(
+        compile_seconds_per_shape=float(statistics.median(c for _, _, c, _ in rows_out)),
+        seconds_per_token=float(max(slope, 0.0)),
+        seconds_per_step=float(max(intercept, 0.0)),
+        measurements=tuple(rows_out),
+    )
+
+
+def _check_shapes(example_shapes: Any) -> list[tuple[int, int]]:
+    try:
+        shapes = [(int(r), int(n)) for r, n in example_shapes]
+        ok = all(
+            r == r0 and n == n0 and r >= 1 and n >= 1
+            for (r, n), (r0, n0) in zip(shapes, example_shapes, strict=True)
+        )
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or len({r * n for r, n in shapes}) < 2:
+        raise ValueError(
+            "example_shapes must be (rows, length) pairs of ints >= 1 with at least two distinct "
+            f"rows * length, e.g. [(32, 64), (8, 256), (16, 512)], got "
+            f"example_shapes={example_shapes!r}"
+        )
+    return shapes

@@ -1,0 +1,430 @@
+"""How many buckets? :func:`recommend_num_buckets` picks k and a strategy by one of two rules.
+
+* **Padding target** (no costs): the smallest k whose least-padding strategy pads at most
+  ``padding_target`` (pad elements per real element); if none does, the largest k.
+* **Predicted time** (``costs=``, measured by :func:`~bucketloader.analysis.calibrate`): the
+  ``(strategy, k)`` with the least predicted compile + padded-compute time over the run.
+
+:func:`~bucketloader.analyze` reports with the same candidates and the same rule.
+
+NOTE [ The time model ]
+Training with static shapes costs, to a first approximation,
+
+    total = shapes(k) * compile_seconds_per_shape
+          + steps * seconds_per_step + padded_tokens * seconds_per_token
+
+where ``shapes(k)`` is the number of distinct batch shapes the plan produces (each is compiled once;
+it is the number of non-empty buckets, plus the partial batches with ``last_batch="keep"``, not
+``k`` itself), and ``steps`` / ``padded_tokens`` are summed over the planned epochs, batch-padding
+rows included. It is a *linear* model of step time in padded tokens: it ignores attention's
+quadratic term, kernel efficiency that varies with shape, warm compile caches and the recompile
+limit. Measure its inputs on your own model with :func:`calibrate`; ``benchmarks/compile_e2e.py``
+checks its choice against measured end-to-end training time.
+
+NOTE [ Epoch cost from the plan ]
+The totals come from the sampler's own :class:`~bucketloader.plan.BucketSpec` and its
+:meth:`~bucketloader.plan.BucketSpec.shape_table` (one rank), so the recommender counts exactly the
+shapes a ``BucketSampler`` with the same options promises. Bucket ``i`` (padded length ``b[i]``)
+holds ``n_i`` samples cut into batches of ``B_i`` rows: with ``last_batch="pad"`` or ``"fill"`` the
+last, partial batch keeps the full ``(B_i, b[i])`` shape, so the bucket costs ``ceil(n_i / B_i) *
+B_i * b[i]`` padded tokens; ``"drop"`` drops it; ``"keep"`` keeps it at ``(n_i mod B_i, b[i])``, an
+extra shape. Shuffling moves samples between the batches of a bucket
+but changes none of these totals, so they hold for every epoch and seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bucketloader._types import Strategy
+from bucketloader._validation import as_lengths, check_float, check_int
+from bucketloader.histogram import LengthHistogram
+from bucketloader.plan import BucketSpec
+from bucketloader.solve import solve_boundaries
+from bucketloader.strategies import resolve_strategy
+
+__all__ = ["Candidate", "Recommendation", "recommend_num_buckets"]
+
+#: k values tried by default.
+DEFAULT_NUM_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+_INF = float("inf")
+_COSTS = ("compile_seconds_per_shape", "seconds_per_token", "seconds_per_step")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ``(strategy, num_buckets)`` choice: its padding and, with a batch budget, its plan.
+
+    Attributes:
+        strategy: strategy name (or the callable's ``__name__``).
+        num_buckets: the k asked for.
+        boundaries: the boundaries that strategy gives for k.
+        padding_ratio: pad elements per real element with every sample padded to its bucket
+            (:func:`~bucketloader.boundaries.padding_ratio`; the same meaning everywhere).
+        num_shapes: distinct batch shapes (= compilations): the plan's shapes with a batch
+            budget, else the number of buckets used.
+        steps: optimizer steps over the run (``None`` without a batch budget).
+        padded_tokens: padded tokens over the run, filler rows of partial batches included.
+        real_tokens: real tokens over the run.
+        compile_seconds: ``num_shapes * compile_seconds_per_shape`` (``None`` without costs).
+        compute_seconds: ``steps * seconds_per_step + padded_tokens * seconds_per_token``.
+    """
+
+    strategy: str
+    num_buckets: int
+    boundaries: tuple[int, ...]
+    padding_ratio: float
+    num_shapes: int
+    steps: float | None = None
+    padded_tokens: float | None = None
+    real_tokens: float | None = None
+    compile_seconds: float | None = None
+    compute_seconds: float | None = None
+
+    @property
+    def total_seconds(self) -> float | None:
+        """Predicted compile plus compute time (``None`` without costs)."""
+        if self.compile_seconds is None or self.compute_seconds is None:
+            return None
+        return self.compile_seconds + self.compute_seconds
+
+    @property
+    def batch_padding_ratio(self) -> float | None:
+        """Like :attr:`padding_ratio`, but over the planned batches: the filler rows of partial
+        batches (and the repeats of ``"fill"``) count as padding too."""
+        if self.padded_tokens is None or not self.real_tokens:
+            return None
+        return (self.padded_tokens - self.real_tokens) / self.real_tokens
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The chosen candidate, the rule that chose it and the whole table it was chosen from.
+
+    Attributes:
+        num_buckets: the recommended k.
+        strategy: the recommended strategy.
+        boundaries: its boundaries.
+        rule: the rule, in words.
+        predicted_seconds: its predicted total time (``None`` under the padding rule).
+        table: every candidate, in the order tried (strategies, then k ascending).
+    """
+
+    num_buckets: int
+    strategy: str
+    boundaries: tuple[int, ...]
+    rule: str
+    predicted_seconds: float | None
+    table: tuple[Candidate, ...]
+
+    @property
+    def best(self) -> Candidate:
+        """The recommended row of :attr:`table`."""
+        return next(
+            c
+            for c in self.table
+            if (c.strategy, c.num_buckets) == (self.strategy, self.num_buckets)
+        )
+
+    def to_markdown(self) -> str:
+        """The table as markdown, the recommended row marked with ``*``."""
+        timed = self.predicted_seconds is not None
+        head = "| strategy | k | shapes | padding |"
+        rule = "|---|---:|---:|---:|"
+        if timed:
+            head += " steps | batch padding | compile s | compute s | total s |"
+            rule += "---:|---:|---:|---:|---:|"
+        lines = [head, rule]
+        for c in self.table:
+            mark = " *" if (c.strategy, c.num_buckets) == (self.strategy, self.num_buckets) else ""
+            line = (
+                f"| {c.strategy}{mark} | {c.num_buckets} | {c.num_shapes} | {c.padding_ratio:.1%} |"
+            )
+            if timed:
+                line += (
+                    f" {c.steps:.0f} | {c.batch_padding_ratio or 0:.1%} | "
+                    f"{c.compile_seconds:.1f} | {c.compute_seconds:.1f} | {c.total_seconds:.1f} |"
+                )
+            lines.append(line)
+        return "\n".join(lines)
+
+
+def recommend_num_buckets(
+    lengths: Any,
+    *,
+    num_buckets: int | Sequence[int] = DEFAULT_NUM_BUCKETS,
+    strategy: str | Strategy | Sequence[str | Strategy] = "optimal",
+    costs: Any = None,
+    padding_target: float = 0.05,
+    num_epochs: float | None = None,
+    num_steps: int | None = None,
+    **spec_options: Any,
+) -> Recommendation:
+    """Recommend the k (and strategy) to bucket ``lengths`` with.
+
+    Without ``costs`` the rule is the padding target: the smallest k whose least-padding
+    strategy pads at most ``padding_target`` (ties go to the earlier strategy). With ``costs``
+    it is predicted time: the least compile plus padded-compute time over the run, under the
+    linear model of NOTE [ The time model ]; the shapes, steps and padded tokens of each
+    candidate are those of the exact plan a ``BucketSampler`` with the same ``spec_options``
+    would make.
+
+    Args:
+        lengths: per-sample lengths or a ``LengthHistogram``.
+        num_buckets: the k values to compare.
+        strategy: a strategy name or callable, or a sequence of them to compare.
+        costs: ``None``, a :class:`~bucketloader.analysis.Calibration` (from ``calibrate``) or a
+            mapping with ``compile_seconds_per_shape`` and ``seconds_per_token`` (and optionally
+            ``seconds_per_step``): seconds to compile one batch shape, per padded token and per
+            step.
+        padding_target: the padding rule's target (pad elements per real element).
+        num_epochs: planned epochs (default 1 unless ``num_steps`` is given); may be fractional.
+        num_steps: planned steps instead of epochs; each candidate runs this many steps of its
+            own average batch.
+        **spec_options: the sampler's :meth:`BucketSpec.build
+            <bucketloader.plan.BucketSpec.build>` options that size the batches: ``batch_size``
+            or ``max_tokens`` (required with ``costs``), ``last_batch``, ``batch_multiple_of``.
+
+    Returns:
+        A :class:`Recommendation`; under the time rule ties go to the smaller k.
+
+    With more planned shapes than ``torch._dynamo.config.recompile_limit`` (default 8), raise that
+    limit to the shape count before training: past it dynamo runs the model eagerly (with
+    ``fullgraph=True`` it raises ``FailOnRecompileLimitHit``), which ``benchmarks/compile_e2e.py``
+    hit at k=16.
+
+    Example:
+        >>> lengths = [10] * 90 + [100] * 10
+        >>> costs = {"compile_seconds_per_shape": 5.0, "seconds_per_token": 1e-3}
+        >>> r = recommend_num_buckets(lengths, costs=costs, num_epochs=100, batch_size=10,
+        ...                           num_buckets=(1, 2, 4))
+        >>> r.num_buckets, r.boundaries, round(r.predicted_seconds, 1)
+        (2, (10, 100), 200.0)
+        >>> [round(c.total_seconds, 1) for c in r.table]
+        [1005.0, 200.0, 200.0]
+        >>> recommend_num_buckets(lengths, num_buckets=(1, 2), padding_target=0.1).num_buckets
+        2
+    """
+    ks = check_num_buckets(num_buckets)
+    strategies = check_strategies(strategy)
+    padding_target = check_float("padding_target", padding_target, minimum=0.0, maximum=1e9)
+    cost = _check_costs(costs)
+    budget = (
+        spec_options.get("batch_size") is not None or spec_options.get("max_tokens") is not None
+    )
+    if cost is not None and not budget:
+        raise ValueError(
+            "costs need the batch size the model trains with: pass batch_size=... or "
+            "max_tokens=..., got neither"
+        )
+    if num_epochs is not None and num_steps is not None:
+        raise ValueError(
+            f"pass num_epochs or num_steps, not both, got num_epochs={num_epochs!r} and "
+            f"num_steps={num_steps!r}"
+        )
+    if num_steps is not None:
+        num_steps = check_int("num_steps", num_steps, minimum=1)
+    epochs = (
+        1.0
+        if num_epochs is None
+        else check_float("num_epochs", num_epochs, minimum=1e-9, maximum=_INF)
+    )
+    if isinstance(lengths, LengthHistogram):
+        hist, flat = lengths, np.repeat(lengths.values, lengths.counts)
+    else:
+        flat = as_lengths(lengths)
+        hist = LengthHistogram.from_lengths(flat)
+
+    table = []
+    for label, fn in strategies:
+        for k in ks:
+            sol = solve_boundaries(hist, k, strategy=fn)
+            b = sol.boundaries
+            row = Candidate(
+                strategy=label,
+                num_buckets=k,
+                boundaries=tuple(int(x) for x in b),
+                padding_ratio=float(sol.padding_ratio),
+                num_shapes=int(b.size),
+            )
+            if budget:
+                ep = epoch_cost(flat, b, **spec_options)
+                if ep.steps == 0:
+                    continue  # "drop" with buckets smaller than a batch: this k trains on nothing
+                scale = epochs if num_steps is None else num_steps / ep.steps
+                steps, padded = ep.steps * scale, ep.padded_tokens * scale
+                row = dataclasses.replace(
+                    row,
+                    num_shapes=len(ep.shapes),
+                    steps=steps,
+                    padded_tokens=padded,
+                    real_tokens=ep.real_tokens * scale,
+                )
+                if cost is not None:
+                    row = dataclasses.replace(
+                        row,
+                        compile_seconds=len(ep.shapes) * cost["compile_seconds_per_shape"],
+                        compute_seconds=steps * cost["seconds_per_step"]
+                        + padded * cost["seconds_per_token"],
+                    )
+            table.append(row)
+    if not table:
+        raise ValueError(
+            "no candidate yields a single full batch with last_batch='drop'; use "
+            "last_batch='pad' or a smaller batch_size / max_tokens"
+        )
+    if cost is not None:
+        best = min(table, key=lambda c: (c.total_seconds, c.num_buckets))
+        rule = (
+            f"the strategy and k in {list(ks)} with the least predicted time, compiles (one per "
+            "planned batch shape) + padded compute (a linear model in padded tokens): "
+            f"{best.total_seconds:.1f} s predicted"
+        )
+    else:
+        best, rule = _by_target(table, ks, padding_target)
+    return Recommendation(
+        num_buckets=best.num_buckets,
+        strategy=best.strategy,
+        boundaries=best.boundaries,
+        rule=rule,
+        predicted_seconds=best.total_seconds,
+        table=tuple(table),
+    )
+
+
+def _by_target(table: list[Candidate], ks: tuple[int, ...], target: float) -> tuple[Candidate, str]:
+    """The smallest k whose least-padding strategy meets ``target``, and the rule, in words."""
+    rule = (
+        f"the smallest k in {list(ks)} whose least-padding strategy pads at most "
+        f"{target:.1%} (the shape budget is k <= {ks[-1]}); ties go to the earlier strategy"
+    )
+    best = table[0]
+    for k in ks:
+        rows = [c for c in table if c.num_buckets == k]
+        if not rows:
+            continue
+        best = min(rows, key=lambda c: c.padding_ratio)
+        if best.padding_ratio <= target:
+            return best, rule
+    return (
+        best,
+        rule + f"; no k meets the target, so the largest k={best.num_buckets} is recommended",
+    )
+
+
+def check_num_buckets(num_buckets: Any) -> tuple[int, ...]:
+    """The k values to compare: an int or a non-empty sequence of ints >= 1, sorted, unique."""
+    if isinstance(num_buckets, (str, bytes)) or not (
+        isinstance(num_buckets, (int, np.integer, Sequence, np.ndarray))
+    ):
+        raise TypeError(
+            "num_buckets must be an int >= 1 or a sequence of them, got "
+            f"num_buckets={num_buckets!r}"
+        )
+    values = [num_buckets] if isinstance(num_buckets, (int, np.integer)) else list(num_buckets)
+    if not values:
+        raise ValueError("num_buckets must list at least one k, got an empty sequence")
+    return tuple(sorted({check_int("num_buckets", k, minimum=1) for k in values}))
+
+
+def check_strategies(strategy: Any) -> list[tuple[str, Any]]:
+    """``(label, function)`` of every strategy to compare: a name, a callable, or a sequence."""
+    items = [strategy] if isinstance(strategy, str) or callable(strategy) else strategy
+    if not isinstance(items, Sequence) or len(items) == 0:
+        raise TypeError(
+            "strategy must be a strategy name or callable, or a non-empty sequence of them, "
+            f"got strategy={strategy!r}"
+        )
+    out: dict[str, Any] = {}
+    for item in items:
+        name, fn = resolve_strategy(item)
+        out.setdefault(str(name or getattr(fn, "__name__", repr(fn))), fn)
+    return list(out.items())
+
+
+def _check_costs(costs: Any) -> dict[str, float] | None:
+    if costs is None:
+        return None
+    kwargs = costs.as_kwargs() if hasattr(costs, "as_kwargs") else costs
+    if not isinstance(kwargs, Mapping):
+        raise TypeError(
+            "costs must be a Calibration (from calibrate(...)) or a mapping with "
+            f"compile_seconds_per_shape and seconds_per_token, got costs={costs!r}"
+        )
+    unknown = sorted(set(kwargs) - set(_COSTS))
+    if unknown:
+        raise TypeError(f"costs has unknown key {unknown[0]!r}; it takes {list(_COSTS)}")
+    missing = [k for k in _COSTS[:2] if k not in kwargs]
+    if missing:
+        raise ValueError(f"costs needs {missing[0]!r} (seconds), got keys {sorted(kwargs)}")
+    return {
+        k: check_float(f"costs[{k!r}]", kwargs.get(k, 0.0), minimum=0.0, maximum=_INF)
+        for k in _COSTS
+    }
+
+
+@dataclass(frozen=True)
+class EpochCost:
+    """Totals of one epoch under one set of boundaries.
+
+    Attributes:
+        shapes: every distinct batch shape ``(rows, padded_length)`` (the sampler's ``.shapes``).
+        steps: batches per epoch (``len(sampler)``).
+        padded_tokens: ``sum(rows * padded_length)`` over the epoch's batches (batch-padding rows
+            included).
+        real_tokens: real tokens the epoch trains on (``"drop"``: the expected value; ``"fill"``:
+            counting only the first copy of a sample, the repeats count as padding).
+    """
+
+    shapes: tuple[tuple[int, ...], ...]
+    steps: int
+    padded_tokens: int
+    real_tokens: int
+
+
+def epoch_cost(lengths: np.ndarray, boundaries: np.ndarray, **spec_options: Any) -> EpochCost:
+    """Exact per-epoch totals of the sampler's plan (see NOTE [ Epoch cost from the plan ]).
+
+    ``spec_options`` are :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options
+    (``batch_size`` or ``max_tokens``, ``last_batch``, ...), as the sampler would get them.
+
+    Example:
+        >>> c = epoch_cost(np.array([3, 4, 4, 9, 10]), np.array([4, 10]), batch_size=2)
+        >>> c.shapes, c.steps, c.padded_tokens, c.real_tokens
+        (((2, 4), (2, 10)), 3, 36, 30)
+    """
+    spec = BucketSpec.build(lengths, boundaries=boundaries, **spec_options)
+    last_batch = spec.last_batch
+    table = spec.shape_table()
+    rows = spec.cell_batch.astype(np.int64)
+    width = np.prod(spec.cell_lengths, axis=1).astype(np.int64)
+    n = spec.counts.astype(np.int64)
+    real = np.bincount(
+        spec.cell_of_sample,
+        weights=np.asarray(spec.lengths).reshape(n.sum(), -1).sum(axis=1),
+        minlength=n.size,
+    )
+    full, rest = spec.cell_steps()
+    if last_batch in ("pad", "fill"):
+        steps = full + (rest > 0)
+        padded = steps * rows * width
+        used_real = real
+    elif last_batch == "keep":
+        steps = full + (rest > 0)
+        padded = n * width
+        used_real = real
+    else:  # "drop": a random subset of each bucket is dropped; count its expected real tokens
+        steps = full
+        padded = full * rows * width
+        used_real = np.divide(real * (full * rows), n, out=np.zeros(n.size), where=n > 0)
+    return EpochCost(
+        shapes=tuple(table.shapes),
+        steps=int(steps.sum()),
+        padded_tokens=int(padded.sum()),
+        real_tokens=round(float(np.sum(used_real))),
+    )

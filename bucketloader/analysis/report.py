@@ -1,0 +1,314 @@
+"""How dynamic is my data? ``analyze()`` lengths, a dataset or a DataLoader before training.
+
+The report answers three questions: how varied the lengths are (N, distinct lengths, quantiles),
+how many distinct batch shapes a loader actually produces (by scanning its batches, like the
+Gaudi ``data_dynamicity`` tool), and what each bucketing strategy would cost at each shape budget
+k (padding ratio and shape count), with a recommended k under a stated rule and a plot.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bucketloader._types import Strategy
+from bucketloader._validation import as_lengths, check_float, check_int
+from bucketloader.analysis._plot import pct, plot_report
+from bucketloader.analysis._scan import dataset_lengths, is_dataloader, is_dataset, scan_batches
+from bucketloader.analysis.recommend import (
+    Candidate,
+    check_num_buckets,
+    check_strategies,
+    recommend_num_buckets,
+)
+from bucketloader.histogram import LengthHistogram
+from bucketloader.strategies import STRATEGIES
+
+#: Strategies compared by default (``"lp"`` reaches the same optimum as ``"optimal"``, slower).
+DEFAULT_STRATEGIES = ("optimal", "percentile", "equal_mass", "linear", "geometric", "pad_to_max")
+#: Shape budgets compared by default.
+DEFAULT_NUM_BUCKETS = (4, 8, 16, 32)
+
+
+@dataclass(frozen=True, eq=False)
+class DynamicityReport:
+    """What :func:`analyze` found. ``str(report)`` is the text summary; :meth:`plot` the picture.
+
+    Attributes:
+        source: what was analysed (for titles).
+        histogram: the length histogram (``None`` for a DataLoader scanned without ``column``).
+        rows: one :class:`~bucketloader.analysis.Candidate` per strategy × k (padding ratio,
+            shapes; plan totals and predicted time with ``batch_size`` and ``costs``).
+        recommended: the row chosen by :attr:`rule` (``None`` without lengths).
+        rule: the recommendation rule, in words.
+        padding_target: the padding ratio the rule aims under.
+        dynamic: dynamic-padding baseline (random batches padded to their longest), if asked.
+        batch_shapes: field → Counter of batch shapes, from scanning a DataLoader.
+        num_batches: batches scanned.
+    """
+
+    source: str
+    histogram: LengthHistogram | None
+    rows: tuple[Candidate, ...] = ()
+    recommended: Candidate | None = None
+    rule: str = ""
+    padding_target: float = 0.05
+    dynamic: dict[str, Any] | None = None
+    batch_shapes: dict[str, Counter[tuple[int, ...]]] = field(default_factory=dict)
+    num_batches: int = 0
+
+    def row(self, strategy: str, num_buckets: int) -> Candidate:
+        """The row of ``strategy`` at ``num_buckets``."""
+        for r in self.rows:
+            if r.strategy == strategy and r.num_buckets == num_buckets:
+                return r
+        raise KeyError(f"no row for strategy={strategy!r}, num_buckets={num_buckets}")
+
+    def summary(self) -> str:
+        """The report as text."""
+        return _summary(self)
+
+    __str__ = summary
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable form."""
+        h = self.histogram
+        return {
+            "source": self.source,
+            "lengths": None if h is None else _stats(h),
+            "rows": [
+                {
+                    "strategy": r.strategy,
+                    "num_buckets": r.num_buckets,
+                    "boundaries": list(r.boundaries),
+                    "padding_ratio": r.padding_ratio,
+                    "num_shapes": r.num_shapes,
+                }
+                for r in self.rows
+            ],
+            "recommended": None
+            if self.recommended is None
+            else {
+                "strategy": self.recommended.strategy,
+                "num_buckets": self.recommended.num_buckets,
+            },
+            "rule": self.rule,
+            "dynamic": self.dynamic,
+            "num_batches": self.num_batches,
+            "batch_shapes": {
+                name: [{"shape": list(s), "count": c} for s, c in counts.most_common()]
+                for name, counts in self.batch_shapes.items()
+            },
+        }
+
+    def plot(self, path: str | Path, *, dpi: int = 130) -> Path:
+        """Write a PNG: the length histogram with the recommended boundaries over it, and the
+        padding-versus-k frontier of every strategy (and the batch shapes of a scanned loader).
+        Needs matplotlib."""
+        return plot_report(self, Path(path), dpi=check_int("dpi", dpi, minimum=10))
+
+
+def analyze(
+    data: Any,
+    *,
+    column: Any = None,
+    num_buckets: int | Any = DEFAULT_NUM_BUCKETS,
+    strategy: str | Strategy | Any = None,
+    batch_size: int | None = None,
+    padding_target: float = 0.05,
+    max_batches: int | None = None,
+    progress: bool | None = None,
+    costs: Any = None,
+) -> DynamicityReport:
+    """Analyse how dynamic ``data`` is and what bucketing would cost.
+
+    Args:
+        data: per-sample lengths (list, array, tensor, ``LengthHistogram``), a map-style dataset
+            (each item measured: ``len(item[column])``, or its first dimension) or a
+            ``DataLoader`` (its batches are scanned and the distinct shapes of every tensor field
+            counted; the lengths are its ``BucketSampler``'s, or its dataset's items measured
+            when ``column`` is given).
+        column: the field to measure in dataset items (a key, or a function item → length).
+        num_buckets: the shape budgets k to compare.
+        strategy: the strategies to compare, names or callables (default
+            :data:`DEFAULT_STRATEGIES`).
+        batch_size: if given, also simulate dynamic padding (random batches of this size padded
+            to their longest sample) as the baseline bucketing is compared against.
+        padding_target: the rule recommends the smallest k whose best strategy pads at most this
+            (padding elements per real element); if none does, the largest k.
+        max_batches: scan at most this many DataLoader batches.
+        progress: show progress bars (default: when stderr is a terminal).
+        costs: measured costs of your model, a :class:`~bucketloader.analysis.Calibration` from
+            ``calibrate(...)`` or a mapping (``compile_seconds_per_shape``,
+            ``seconds_per_token``, optionally ``seconds_per_step``, and the run length the
+            compiles amortise over, ``num_epochs`` or ``num_steps``; default one epoch). With
+            costs (and ``batch_size``) the recommendation minimises predicted compile +
+            padded-compute time instead of following ``padding_target``
+            (:func:`~bucketloader.recommend_num_buckets` has the same rules and more options).
+
+    Example:
+        >>> r = analyze([3, 4, 4, 9, 10, 31] * 10, num_buckets=[1, 2, 4], padding_target=0.1)
+        >>> r.recommended.strategy, r.recommended.num_buckets, round(r.recommended.padding_ratio, 3)
+        ('optimal', 4, 0.016)
+        >>> r.row("pad_to_max", 4).num_shapes
+        1
+    """
+    num_buckets = check_num_buckets(num_buckets)  # before any (slow) scan of the data
+    if strategy is None:
+        strategy = [s for s in DEFAULT_STRATEGIES if s in STRATEGIES]
+    check_strategies(strategy)
+    padding_target = check_float("padding_target", padding_target, minimum=0.0, maximum=1e9)
+    if batch_size is not None:
+        batch_size = check_int("batch_size", batch_size, minimum=1)
+    if max_batches is not None:
+        max_batches = check_int("max_batches", max_batches, minimum=1)
+    if costs is not None and batch_size is None:
+        raise ValueError(
+            "costs needs the batch size the model trains with: pass batch_size=..., "
+            "got batch_size=None"
+        )
+    shapes: dict[str, Counter[tuple[int, ...]]] = {}
+    num_batches = 0
+    lengths: np.ndarray | None = None
+    hist: LengthHistogram | None = None
+    if isinstance(data, LengthHistogram):
+        hist, source = data, "histogram"
+    elif is_dataloader(data):
+        source = f"DataLoader over {type(data.dataset).__name__}"
+        shapes, num_batches = scan_batches(data, max_batches=max_batches, show=progress)
+        declared = getattr(data.batch_sampler, "lengths", None)  # a BucketSampler's own
+        if column is not None:
+            lengths = dataset_lengths(data.dataset, column, show=progress)
+        elif isinstance(declared, np.ndarray) and declared.ndim == 1:
+            lengths = declared
+    elif is_dataset(data):
+        source = type(data).__name__
+        lengths = dataset_lengths(data, column, show=progress)
+    else:
+        source = "lengths"
+        lengths = as_lengths(data)
+    if lengths is not None:
+        hist = LengthHistogram.from_lengths(lengths)
+    if hist is None:
+        return DynamicityReport(source, None, batch_shapes=shapes, num_batches=num_batches)
+    run: dict[str, Any] = {}
+    if costs is not None:  # the run length rides along with the costs: the compiles amortise over it
+        if isinstance(costs, Mapping):
+            costs = dict(costs)
+            run = {k: costs.pop(k) for k in ("num_epochs", "num_steps") if k in costs}
+        run["batch_size"] = batch_size
+    rec = recommend_num_buckets(
+        hist,
+        num_buckets=num_buckets,
+        strategy=strategy,
+        costs=costs,
+        padding_target=padding_target,
+        **run,
+    )
+    dynamic = None if batch_size is None else _dynamic_padding(hist, lengths, batch_size)
+    return DynamicityReport(
+        source,
+        hist,
+        rec.table,
+        rec.best,
+        rec.rule,
+        padding_target,
+        dynamic,
+        shapes,
+        num_batches,
+    )
+
+
+def _dynamic_padding(
+    hist: LengthHistogram, lengths: np.ndarray | None, batch_size: int
+) -> dict[str, Any]:
+    """Random batches (seeded) padded to their own longest sample: padding and shape count."""
+    flat = lengths if lengths is not None else np.repeat(hist.values, hist.counts)
+    rng = np.random.default_rng(np.random.SeedSequence([0, 0]))
+    perm = flat[rng.permutation(flat.size)]
+    n_full = perm.size // batch_size
+    shapes: set[tuple[int, int]] = set()
+    pad = 0
+    if n_full:
+        full = perm[: n_full * batch_size].reshape(n_full, batch_size)
+        longest = full.max(axis=1)
+        pad += int((longest[:, None] - full).sum())
+        shapes.update((batch_size, int(m)) for m in np.unique(longest))
+    rest = perm[n_full * batch_size :]
+    if rest.size:
+        pad += int((rest.max() - rest).sum())
+        shapes.add((int(rest.size), int(rest.max())))
+    total = hist.total
+    return {
+        "batch_size": batch_size,
+        "padding_ratio": pad / total if total else 0.0,
+        "num_shapes": len(shapes),
+        "num_batches": int(n_full + (rest.size > 0)),
+    }
+
+
+def _stats(h: LengthHistogram) -> dict[str, Any]:
+    return {
+        "num_samples": h.num_samples,
+        "num_distinct": h.num_values,
+        "min": h.min,
+        "median": int(h.quantile(0.5)),
+        "max": h.max,
+        "mean": h.total / h.num_samples,
+    }
+
+
+def _summary(r: DynamicityReport) -> str:
+    out = [f"bucketloader dynamicity report: {r.source}"]
+    h = r.histogram
+    if h is not None:
+        out.append(
+            f"  samples {h.num_samples:,} | distinct lengths {h.num_values:,} | min {h.min:,} | "
+            f"median {int(h.quantile(0.5)):,} | max {h.max:,} | mean {h.total / h.num_samples:,.1f}"
+        )
+        out.append(
+            f"  unbucketed: {h.num_values:,} distinct lengths, so up to {h.num_values:,} distinct "
+            "shapes (each recompiles under torch.compile / XLA)"
+        )
+    if r.dynamic is not None:
+        d = r.dynamic
+        out.append(
+            f"  dynamic padding (random batches of {d['batch_size']}, each padded to its longest): "
+            f"{pct(d['padding_ratio'])} padding, {d['num_shapes']:,} distinct batch shapes"
+        )
+    if r.rows:
+        ks = sorted({row.num_buckets for row in r.rows})
+        names = list(dict.fromkeys(row.strategy for row in r.rows))
+        out.append("")
+        out.append("  padding ratio (shapes used) by strategy and shape budget k")
+        width = max(len(n) for n in names) + 2
+        out.append("  " + "strategy".ljust(width) + "".join(f"k={k}".rjust(16) for k in ks))
+        for name in names:
+            cells = []
+            for k in ks:
+                row = r.row(name, k)
+                mark = "*" if row is r.recommended else " "
+                cells.append(f"{pct(row.padding_ratio)} ({row.num_shapes}){mark}".rjust(16))
+            out.append("  " + name.ljust(width) + "".join(cells))
+        best = r.recommended
+        if best is not None:
+            out.append("")
+            out.append(
+                f"  recommended (*): strategy={best.strategy!r}, k={best.num_buckets}: "
+                f"{pct(best.padding_ratio)} padding, {best.num_shapes} shapes"
+            )
+            out.append(f"    boundaries: {list(best.boundaries)}")
+            out.append(f"    rule: {r.rule}")
+    if r.num_batches:
+        out.append("")
+        out.append(f"  DataLoader: {r.num_batches:,} batches scanned")
+        for name, counts in r.batch_shapes.items():
+            common = ", ".join(f"{tuple(s)} x{c}" for s, c in counts.most_common(3))
+            more = f", ... ({len(counts) - 3} more)" if len(counts) > 3 else ""
+            out.append(f"    {name}: {len(counts):,} distinct shapes; {common}{more}")
+    return "\n".join(out)

@@ -1,0 +1,99 @@
+"""Multi-rank coordination of :class:`~bucketloader.cache.BucketCache` over ``torch.distributed``.
+
+NOTE [ Rank 0 solves, the others receive the entry ]
+When a process group with more than one rank is initialised, rank 0 looks the key up in its
+cache, solves on a miss and writes the entry; then it **broadcasts the entry's JSON** (as a
+``uint8`` tensor, length first) to every rank. We chose a broadcast over "barrier, then read the
+file" because:
+
+* it works on node-local filesystems (each node's ``/tmp``), where a barrier-then-read would miss
+  and every rank would solve again — the very cost the cache exists to avoid;
+* every rank ends up with byte-identical boundaries, which static shapes across ranks require;
+* it carries JSON bytes, not pickles (``broadcast_object_list`` would pickle).
+
+Non-zero ranks also store the received entry in their own cache directory when it is missing
+there (on a shared filesystem rank 0 already wrote it, so they skip). Every rank must call with
+the same lengths and options (as a sampler built identically on each rank does): the broadcast
+carries rank 0's key and a rank whose key differs raises a ``ValueError`` saying so. If rank 0
+fails to solve, it sends the error text and every rank raises, instead of hanging.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from bucketloader.histogram import LengthHistogram
+from bucketloader.solution import Solution
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bucketloader.cache.store import BucketCache
+
+
+def world_size() -> int:
+    """World size of the default process group; 1 when none is initialised.
+
+    Does not import torch: if torch was never imported, no group can exist.
+    """
+    if "torch" not in sys.modules:
+        return 1
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1
+    return int(dist.get_world_size())
+
+
+def broadcast_get_or_solve(
+    cache: BucketCache,
+    hist: LengthHistogram,
+    key: str,
+    params: dict[str, Any],
+    solve_fn: Callable[[], Solution],
+) -> Solution:
+    """Rank 0 looks up / solves / writes, then broadcasts the entry JSON to every rank."""
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":  # pragma: no cover - needs GPUs
+        device = torch.device("cuda", torch.cuda.current_device())
+    rank = dist.get_rank()
+    if rank == 0:
+        error: BaseException | None = None
+        try:
+            sol = cache.local_get_or_solve(hist, key, params, solve_fn)
+            payload = json.dumps({"key": key, "solution": sol.to_dict()}).encode()
+        except Exception as exc:  # sent to the other ranks, then re-raised here
+            error = exc
+            payload = f"{type(exc).__name__}: {exc}".encode() or b"error"
+        size = len(payload) if error is None else -len(payload)
+        dist.broadcast(torch.tensor([size], dtype=torch.int64, device=device), src=0)
+        data = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
+        dist.broadcast(data, src=0)
+        if error is not None:
+            raise error
+        return sol
+    header = torch.zeros(1, dtype=torch.int64, device=device)
+    dist.broadcast(header, src=0)
+    size = int(header.item())
+    data = torch.empty(abs(size), dtype=torch.uint8, device=device)
+    dist.broadcast(data, src=0)
+    text = bytes(data.cpu().numpy().tobytes()).decode("utf-8")
+    if size < 0:
+        raise RuntimeError(f"rank 0 failed to compute the bucket boundaries: {text}")
+    body = json.loads(text)
+    if body["key"] != key:
+        raise ValueError(
+            f"rank {rank} asked the cache for key {key[:12]}… but rank 0 solved "
+            f"{body['key'][:12]}…: the ranks passed different lengths or options; build the "
+            "sampler from the same lengths and arguments on every rank"
+        )
+    sol = dataclasses.replace(Solution.from_dict(body["solution"]), params=dict(params))
+    cache.hits += 1
+    if not cache.path_for(key).exists():
+        cache.put(hist, sol)
+    return sol

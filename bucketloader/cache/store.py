@@ -1,0 +1,296 @@
+"""BucketCache: a directory of bucketing solutions keyed by SHA256, stored as JSON.
+
+NOTE [ Cache key ]
+The key is the SHA256 of a canonical JSON document holding everything that determines the
+answer: the entry format version (:data:`CACHE_FORMAT`), the strategy's registered name, **every**
+resolved parameter (defaults included, so changing a default changes the key) and the digest of
+the canonical length histogram (sorted distinct lengths and counts as little-endian ``int64``, see
+:meth:`~bucketloader.histogram.LengthHistogram.digest`). The same multiset of lengths in any
+order, list or array gives the same key, in every process and on every platform. An unregistered
+callable has no stable name, so it is refused. Bump :data:`CACHE_FORMAT` when a strategy's answer
+for the same inputs changes.
+
+NOTE [ Never pickle ]
+Entries are JSON, read with :func:`json.loads` only, and re-validated on every read: the key is
+recomputed from the entry's own fields and must match its file name, so a truncated, corrupt,
+foreign or planted file is ignored with one :class:`CacheWarning`, recomputed and replaced.
+Writes go to a temporary file in the same directory, then ``os.replace`` (atomic on POSIX and
+Windows), so a reader sees a whole entry or none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bucketloader._validation import check_int
+from bucketloader._version import __version__
+from bucketloader.cache._dist import broadcast_get_or_solve, world_size
+from bucketloader.cache._io import (
+    CACHE_FORMAT,
+    ENTRY_TAG,
+    canonical_params,
+    check_body,
+    default_cache_dir,
+    evict,
+    json_default,
+    key_of,
+    read_entry,
+    scan_entries,
+)
+from bucketloader.cache._lock import FileLock
+from bucketloader.histogram import LengthHistogram
+from bucketloader.solution import Solution
+
+#: Default size limit of a cache directory (bytes). An entry is about 1 KB.
+DEFAULT_MAX_SIZE = 64 * 2**20
+
+
+class CacheWarning(UserWarning):
+    """A cache entry or directory could not be used; the solution was computed instead."""
+
+
+class BucketCache:
+    """A directory cache of bucketing solutions, shared by runs, processes and ranks.
+
+    Pass it to :func:`~bucketloader.compute_boundaries` (``cache=BucketCache(...)``, or
+    ``cache=True`` for the default directory). When ``torch.distributed`` is initialised, rank 0
+    solves (or reads) and broadcasts the entry to the other ranks, so a slow solve runs once per
+    job and every rank gets the same boundaries even without a shared filesystem.
+
+    Args:
+        directory: where entries live; ``None`` means :func:`default_cache_dir`. Created on the
+            first write. If it cannot be read or written, solving works uncached with one warning.
+        max_size: size limit in bytes (``None``: unlimited). When a write pushes the directory
+            over it, the oldest entries are removed first until it is under 0.99 × the limit
+            (the Gaudi recipe-cache policy), one process at a time under a lock file.
+        distributed: coordinate through ``torch.distributed`` when it is initialised with more
+            than one rank (see :mod:`bucketloader.cache._dist`). The lookup is then a collective:
+            every rank must make the same call. Pass ``False`` where only one rank computes
+            boundaries (a rank-0-only precompute), or that rank waits for the others.
+
+    Attributes:
+        hits, misses: lookups answered from / not found in the cache by this object.
+
+    Example:
+        >>> import tempfile
+        >>> from bucketloader import compute_boundaries
+        >>> cache = BucketCache(tempfile.mkdtemp())
+        >>> compute_boundaries([3, 4, 4, 9, 10, 31], 3, cache=cache).tolist()
+        [4, 10, 31]
+        >>> compute_boundaries([31, 10, 9, 4, 4, 3], 3, cache=cache).tolist()  # a hit
+        [4, 10, 31]
+        >>> cache.hits, cache.misses, len(cache)
+        (1, 1, 1)
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None = None,
+        *,
+        max_size: int | None = DEFAULT_MAX_SIZE,
+        distributed: bool = True,
+    ) -> None:
+        if directory is not None and not isinstance(directory, (str, os.PathLike)):
+            raise TypeError(
+                f"directory must be a path (str or os.PathLike) or None, got "
+                f"directory={directory!r}"
+            )
+        self.directory = Path(directory) if directory is not None else default_cache_dir()
+        self.max_size = None if max_size is None else check_int("max_size", max_size, minimum=1)
+        if not isinstance(distributed, bool):
+            raise TypeError(f"distributed must be a bool, got distributed={distributed!r}")
+        self.distributed = distributed
+        self.hits = 0
+        self.misses = 0
+        self._warned: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"BucketCache({str(self.directory)!r}, max_size={self.max_size})"
+
+    # -- keys and paths ---------------------------------------------------------------------------
+    @staticmethod
+    def key(hist: LengthHistogram, strategy: str | None, params: dict[str, Any]) -> str:
+        """SHA256 hex key of (format, strategy name, all parameters, histogram digest).
+
+        Example:
+            >>> h = LengthHistogram.from_lengths([1, 2, 2])
+            >>> k = BucketCache.key(h, "optimal", {"num_buckets": 2, "cost": "linear"})
+            >>> len(k), k == BucketCache.key(h, "optimal", {"cost": "linear", "num_buckets": 2})
+            (64, True)
+        """
+        if not isinstance(hist, LengthHistogram):
+            raise TypeError(f"hist must be a LengthHistogram, got {type(hist).__name__}")
+        if strategy is None:
+            raise ValueError(
+                "cannot cache the solution of an unregistered strategy callable (it has no stable "
+                "name to key on); register it with bucketloader.register_strategy('name', fn) "
+                "and pass the name, or disable the cache with cache=None"
+            )
+        if not isinstance(strategy, str) or not strategy:
+            raise TypeError(f"strategy must be a registered name, got strategy={strategy!r}")
+        return key_of(strategy, canonical_params(params), hist.digest())
+
+    def path_for(self, key: str) -> Path:
+        """The entry file of ``key``."""
+        if not (isinstance(key, str) and len(key) == 64 and set(key) <= set("0123456789abcdef")):
+            raise ValueError(f"key must be a 64-character lowercase SHA256 hex digest, got {key!r}")
+        return self.directory / f"{key}.json"
+
+    # -- lookups ----------------------------------------------------------------------------------
+    def get(self, key: str) -> Solution | None:
+        """The cached solution of ``key``, or ``None`` (missing or unusable, with one warning)."""
+        sol, problem = self._read(key)
+        if problem:
+            self._warn(problem)
+        return sol
+
+    def put(self, hist: LengthHistogram, solution: Solution) -> str | None:
+        """Store ``solution`` (solved on ``hist``) atomically; return the key (None if unwritable).
+
+        Evicts the oldest entries if the write takes the directory over ``max_size``.
+        """
+        key = self.key(hist, solution.strategy, solution.params)
+        body = {
+            "format": ENTRY_TAG,
+            "version": CACHE_FORMAT,
+            "key": key,
+            "strategy": solution.strategy,
+            "params": canonical_params(solution.params),
+            "histogram": {
+                "digest": hist.digest(),
+                "num_samples": hist.num_samples,
+                "num_values": hist.num_values,
+                "min": hist.min,
+                "max": hist.max,
+            },
+            "library_version": __version__,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "created_unix": time.time(),
+            "solution": solution.to_dict(),
+        }
+        data = json.dumps(body, indent=1, sort_keys=True, default=json_default).encode() + b"\n"
+        path = self.path_for(key)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".part")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            if self.max_size is not None:
+                self._evict(keep=path)
+        except OSError as exc:
+            self._warn_unusable(exc)
+            return None
+        return key
+
+    def get_or_solve(
+        self,
+        hist: LengthHistogram,
+        strategy: str | None,
+        params: dict[str, Any],
+        solve_fn: Callable[[], Solution],
+    ) -> Solution:
+        """The cached solution for (hist, strategy, params), else ``solve_fn()`` stored.
+
+        Under an initialised multi-rank ``torch.distributed`` group, rank 0 does this and
+        broadcasts the entry; every rank must call it with the same arguments.
+        """
+        key = self.key(hist, strategy, params)
+        if self.distributed and world_size() > 1:
+            return broadcast_get_or_solve(self, hist, key, params, solve_fn)
+        return self.local_get_or_solve(hist, key, params, solve_fn)
+
+    def local_get_or_solve(
+        self,
+        hist: LengthHistogram,
+        key: str,
+        params: dict[str, Any],
+        solve_fn: Callable[[], Solution],
+    ) -> Solution:
+        """:meth:`get_or_solve` in this process only (no collective), by its precomputed key."""
+        sol, problem = self._read(key, hist=hist)
+        if sol is not None:
+            self.hits += 1
+            return dataclasses.replace(sol, params=dict(params))
+        if problem:
+            self._warn(f"{problem}; recomputing and replacing it")
+        self.misses += 1
+        sol = solve_fn()
+        self.put(hist, sol)
+        return sol
+
+    # -- maintenance ------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Number of entries in the directory."""
+        return len(scan_entries(self.directory))
+
+    def size(self) -> int:
+        """Total bytes of the entries in the directory."""
+        return sum(e.size for e in scan_entries(self.directory))
+
+    def clear(self) -> int:
+        """Remove every entry; return how many were removed."""
+        removed = 0
+        for entry in scan_entries(self.directory):
+            try:
+                entry.path.unlink()
+                removed += 1
+            except FileNotFoundError:
+                pass
+        return removed
+
+    # -- internals --------------------------------------------------------------------------------
+    def _read(
+        self, key: str, *, hist: LengthHistogram | None = None
+    ) -> tuple[Solution | None, str | None]:
+        path = self.path_for(key)
+        try:
+            body = read_entry(path)
+        except (FileNotFoundError, NotADirectoryError):  # a miss; a write will say if unusable
+            return None, None
+        except PermissionError as exc:
+            self._warn_unusable(exc)
+            return None, None
+        except (OSError, ValueError) as exc:
+            return None, f"ignoring unusable cache entry {path} ({exc})"
+        problem = check_body(body, key, hist)
+        if problem:
+            return None, f"ignoring unusable cache entry {path} ({problem})"
+        return Solution.from_dict(body["solution"]), None
+
+    def _evict(self, *, keep: Path) -> None:
+        if self.max_size is None:
+            return
+        if sum(e.size for e in scan_entries(self.directory)) <= self.max_size:
+            return
+        with FileLock(self.directory / ".lock"):
+            evict(self.directory, self.max_size, keep=keep)
+
+    def _warn_unusable(self, exc: OSError) -> None:
+        self._warn(
+            f"cache directory {self.directory} is not usable ({exc}); solutions are computed "
+            "without caching. Point BUCKETLOADER_CACHE_DIR or BucketCache(directory) at a "
+            "writable directory",
+            once="directory",
+        )
+
+    def _warn(self, message: str, *, once: str | None = None) -> None:
+        if once is not None:
+            if once in self._warned:
+                return
+            self._warned.add(once)
+        warnings.warn(message, CacheWarning, stacklevel=4)

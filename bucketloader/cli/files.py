@@ -1,0 +1,279 @@
+"""Reading per-sample lengths from files, for the command line and the report.
+
+Formats (by suffix): ``.txt`` (one length per line, or tab-separated columns, no header;
+``column`` is a 0-based index), ``.npy`` (1-D, or 2-D with a column index; never unpickled),
+``.csv`` / ``.tsv`` (a header row; ``column`` is a name), ``.jsonl`` (one object per line),
+``.parquet``, and a directory written by ``datasets.Dataset.save_to_disk``. In the last four a
+column may hold lengths (ints) or lists, whose lengths are taken. Every problem raises
+:class:`LengthFileError` with the file, the line when there is one, and the fix.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bucketloader._validation import as_lengths
+
+#: The demo's default data, shipped in ``bucketloader/data``.
+DEFAULT_DATA = "librispeech_train_clean_100_samples.txt"
+SUFFIXES = (".txt", ".npy", ".csv", ".tsv", ".jsonl", ".parquet")
+
+
+class LengthFileError(ValueError):
+    """A lengths file that cannot be read as non-negative integer lengths."""
+
+
+def default_lengths() -> np.ndarray:
+    """LibriSpeech train-clean-100 utterance lengths in samples at 16 kHz (28,539; package data).
+
+    Example:
+        >>> x = default_lengths()
+        >>> x.shape, int(x.min()), int(x.max())
+        ((28539,), 22560, 392400)
+    """
+    text = resources.files("bucketloader").joinpath("data", DEFAULT_DATA).read_text()
+    return _parse_text(text.splitlines(), DEFAULT_DATA, None, "\t")
+
+
+def read_lengths(path: str | Path, column: str | int | None = None) -> np.ndarray:
+    """Per-sample lengths in ``path`` as a 1-D ``int64`` array.
+
+    Args:
+        path: a file (format by suffix, see the module) or a ``save_to_disk`` directory.
+        column: which column: a 0-based index for ``.txt`` / ``.npy``, a name otherwise. Needed
+            whenever the file has more than one column.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "lengths.txt")
+        >>> _ = open(p, "w").write("5\\t7\\n3\\t4\\n")
+        >>> read_lengths(p, "1").tolist()
+        [7, 4]
+    """
+    p = Path(path)
+    if not p.exists():
+        raise LengthFileError(f"{p}: no such file or directory")
+    if p.is_dir():
+        return _read_saved_dataset(p, column)
+    suffix = p.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise LengthFileError(
+            f"{p}: unknown file type {suffix or '(none)'!r}; use one of {', '.join(SUFFIXES)} "
+            "or a directory saved by datasets.Dataset.save_to_disk"
+        )
+    if suffix == ".npy":
+        return _read_npy(p, column)
+    if suffix == ".parquet":
+        return _read_arrow(p, column)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise LengthFileError(f"{p}: not a UTF-8 text file ({exc.reason})") from None
+    lines = text.splitlines()
+    if suffix == ".txt":
+        return _parse_text(lines, str(p), column, "\t")
+    if suffix == ".jsonl":
+        return _read_jsonl(lines, str(p), column)
+    return _read_csv(lines, str(p), column, "\t" if suffix == ".tsv" else ",")
+
+
+def _int_token(token: str, where: str) -> int:
+    tok = token.strip()
+    try:
+        value = int(tok)
+    except ValueError:
+        try:
+            f = float(tok)
+        except ValueError:
+            raise LengthFileError(
+                f"{where}: expected a non-negative integer, got {tok!r}"
+            ) from None
+        if not f.is_integer():
+            raise LengthFileError(f"{where}: expected a whole number, got {tok!r}") from None
+        value = int(f)
+    if value < 0:
+        raise LengthFileError(f"{where}: lengths must be non-negative, got {value}")
+    return value
+
+
+def _column_index(column: str | int | None, ncols: int, where: str) -> int:
+    if column is None:
+        if ncols == 1:
+            return 0
+        raise LengthFileError(
+            f"{where} has {ncols} tab-separated columns; choose one with --column 0..{ncols - 1}"
+        )
+    try:
+        idx = int(column)
+    except (TypeError, ValueError):
+        raise LengthFileError(
+            f"{where}: column must be an index 0..{ncols - 1} for this file (it has no header), "
+            f"got {column!r}"
+        ) from None
+    if not 0 <= idx < ncols:
+        raise LengthFileError(
+            f"{where}: column {idx} does not exist; the file has {ncols} column(s) (0..{ncols - 1})"
+        )
+    return idx
+
+
+def _parse_text(lines: list[str], name: str, column: str | int | None, sep: str) -> np.ndarray:
+    rows = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
+    if not rows:
+        raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")
+    ncols = len(rows[0][1].split(sep))
+    idx = _column_index(column, ncols, name)
+    try:  # fast path: every field a plain integer
+        table = np.array([line.split(sep) for _, line in rows], dtype=np.int64)
+        if table.ndim == 2 and table.shape[1] == ncols and (table[:, idx] >= 0).all():
+            return np.ascontiguousarray(table[:, idx])
+    except ValueError:
+        pass
+    out = np.empty(len(rows), dtype=np.int64)
+    for i, (n, line) in enumerate(rows):
+        fields = line.split(sep)
+        if len(fields) != ncols:
+            raise LengthFileError(
+                f"{name} line {n}: expected {ncols} tab-separated field(s), got {len(fields)}"
+            )
+        for j, tok in enumerate(fields):
+            value = _int_token(tok, f"{name} line {n}")
+            if j == idx:
+                out[i] = value
+    return out
+
+
+def _measure(value: Any, where: str, column: str) -> int:
+    if isinstance(value, list):
+        return len(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise LengthFileError(
+            f"{where}: column {column!r} must hold lengths (ints) or lists, got {value!r:.60}"
+        )
+    return _int_token(str(value), where)
+
+
+def _read_csv(lines: list[str], name: str, column: str | int | None, sep: str) -> np.ndarray:
+    reader = csv.reader(lines, delimiter=sep)
+    header = next(reader, None)
+    if not header or not any(h.strip() for h in header):
+        raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")
+    header = [h.strip() for h in header]
+    if column is None:
+        if len(header) != 1:
+            raise LengthFileError(f"{name} has columns {header}; choose one with --column NAME")
+        column = header[0]
+    if str(column) not in header:
+        raise LengthFileError(f"{name}: unknown column {column!r}; the file has columns {header}")
+    idx = header.index(str(column))
+    out = []
+    for row in reader:
+        if not row or not any(x.strip() for x in row):
+            continue
+        where = f"{name} line {reader.line_num}"
+        if len(row) <= idx:
+            raise LengthFileError(f"{where}: missing column {column!r}")
+        out.append(_int_token(row[idx], where))
+    if not out:
+        raise LengthFileError(f"{name}: the file has a header but no lengths")
+    return np.asarray(out, dtype=np.int64)
+
+
+def _read_jsonl(lines: list[str], name: str, column: str | int | None) -> np.ndarray:
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{name} line {n}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise LengthFileError(f"{where}: not valid JSON ({exc.msg})") from None
+        if not isinstance(obj, dict):
+            raise LengthFileError(f"{where}: expected a JSON object per line, got {obj!r:.60}")
+        if column is None:
+            raise LengthFileError(
+                f"{name}: choose the length column with --column NAME (line 1 has keys "
+                f"{sorted(obj)})"
+            )
+        if str(column) not in obj:
+            raise LengthFileError(
+                f"{where}: unknown column {column!r}; this line has keys {sorted(obj)}"
+            )
+        out.append(_measure(obj[str(column)], where, str(column)))
+    if not out:
+        raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")
+    return np.asarray(out, dtype=np.int64)
+
+
+def _read_npy(p: Path, column: str | int | None) -> np.ndarray:
+    try:
+        arr = np.load(p, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise LengthFileError(f"{p}: not a readable .npy array of numbers ({exc})") from None
+    if arr.ndim == 2:
+        arr = arr[:, _column_index(column, arr.shape[1], str(p))]
+    elif arr.ndim != 1 or (column is not None and str(column) != "0"):
+        raise LengthFileError(
+            f"{p}: expected a 1-D array (or 2-D with --column), got shape {arr.shape}"
+        )
+    return _checked(arr, str(p))
+
+
+def _checked(arr: np.ndarray, name: str) -> np.ndarray:
+    try:
+        return as_lengths(arr, name=name)
+    except (TypeError, ValueError) as exc:
+        raise LengthFileError(str(exc)) from None
+
+
+def _read_arrow(p: Path, column: str | int | None) -> np.ndarray:
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(p)
+    except Exception as exc:  # pyarrow raises its own ArrowInvalid / OSError types
+        raise LengthFileError(f"{p}: not a readable parquet file ({exc})") from None
+    return _from_table(table, str(p), column)
+
+
+def _read_saved_dataset(p: Path, column: str | int | None) -> np.ndarray:
+    import datasets
+
+    try:
+        ds = datasets.load_from_disk(str(p))
+    except Exception as exc:  # datasets raises FileNotFoundError / its own errors
+        raise LengthFileError(
+            f"{p}: a directory must be saved by datasets.Dataset.save_to_disk ({exc})"
+        ) from None
+    if isinstance(ds, dict):
+        raise LengthFileError(
+            f"{p} holds a DatasetDict with splits {sorted(ds)}; pass one split's directory, "
+            f"e.g. {p / sorted(ds)[0]}"
+        )
+    return _from_table(ds, str(p), column)
+
+
+def _from_table(table: Any, name: str, column: str | int | None) -> np.ndarray:
+    from bucketloader.hf import lengths  # parquet / save_to_disk need the optional datasets
+
+    names = list(getattr(table, "column_names", []))
+    if column is None:
+        if len(names) != 1:
+            raise LengthFileError(f"{name} has columns {names}; choose one with --column NAME")
+        column = names[0]
+    try:
+        out = lengths(table, str(column))
+    except KeyError as exc:
+        raise LengthFileError(f"{name}: unknown column {column!r} ({exc.args[0]})") from None
+    except (TypeError, ValueError) as exc:
+        raise LengthFileError(f"{name}: {exc}") from None
+    if out.size == 0:
+        raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")
+    return _checked(out, f"{name} column {column!r}")

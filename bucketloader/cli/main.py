@@ -1,0 +1,322 @@
+"""The ``bucketloader`` command: ``report``, ``precompute`` and ``demo``.
+
+Every bad input (missing file, unknown column, a non-integer or negative length, an empty file,
+an unknown strategy, a bad option) prints one ``bucketloader: error: ...`` line and exits with
+status 2, without a traceback.
+
+Example:
+    >>> main(["report", "--help"])  # doctest: +ELLIPSIS
+    usage: bucketloader report ...
+    0
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bucketloader._version import __version__
+from bucketloader.analysis import analyze
+from bucketloader.boundaries import assign_buckets
+from bucketloader.cache import BucketCache
+from bucketloader.cli.files import read_lengths
+from bucketloader.histogram import LengthHistogram
+from bucketloader.plan import BucketSpec
+from bucketloader.solve import resolve_params, solve_boundaries
+from bucketloader.strategies import resolve_strategy
+
+EXIT_USAGE = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the one-line error style of the rest of the command."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise _UsageError(f"{message} (see {self.prog} --help)")
+
+
+class _UsageError(Exception):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``bucketloader`` (three subcommands)."""
+    p = _Parser(
+        prog="bucketloader",
+        description="Static-shape length bucketing: see how dynamic your data is, precompute "
+        "boundaries, or run the demo.",
+    )
+    p.add_argument("--version", action="version", version=f"bucketloader {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="{report,precompute,demo}", parser_class=_Parser)
+    inputs = "FILE: .txt, .npy, .csv, .tsv, .jsonl, .parquet or a datasets save_to_disk directory"
+
+    r = sub.add_parser(
+        "report",
+        help="how dynamic are the lengths; padding per strategy and k",
+        usage="bucketloader report FILE [--column C] [-k K ...] [--plot out.png] [options]",
+    )
+    r.add_argument("file", metavar="FILE", help=inputs)
+    r.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
+    r.add_argument("-k", "--num-buckets", type=int, nargs="+", default=[4, 8, 16, 32])
+    r.add_argument(
+        "--strategy", nargs="+", help="strategies to compare (default: all the fast ones)"
+    )
+    r.add_argument(
+        "--batch-size",
+        type=int,
+        default=32,
+        help="batch size of the dynamic-padding baseline (default 32)",
+    )
+    r.add_argument("--padding-target", type=float, default=0.05, help="default 0.05 (5%%)")
+    r.add_argument("--plot", metavar="PNG", help="write the report's plot here")
+    r.add_argument("--json", metavar="OUT", help="write the report as JSON here")
+
+    c = sub.add_parser(
+        "precompute",
+        help="solve boundaries once and store them in the cache",
+        usage="bucketloader precompute FILE --strategy S -k K [--max-tokens T | --batch-size B] "
+        "[--cache-dir D] [--json out.json] [options]",
+    )
+    c.add_argument("file", metavar="FILE", help=inputs)
+    c.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
+    c.add_argument("--strategy", default="optimal", help="strategy name (default: optimal)")
+    c.add_argument("-k", "--num-buckets", type=int, required=True, help="shape budget k")
+    size = c.add_mutually_exclusive_group()
+    size.add_argument("--max-tokens", type=int, help="padded elements per batch: B = T // b")
+    size.add_argument("--batch-size", type=int, help="the same batch size for every bucket")
+    c.add_argument(
+        "--pad-to-multiple-of", type=int, default=1, help="boundaries on multiples of this"
+    )
+    c.add_argument("--cost", default="linear", help="linear (default) or quadratic")
+    c.add_argument(
+        "--cache-dir",
+        help="cache directory (default: $BUCKETLOADER_CACHE_DIR or the user cache directory)",
+    )
+    c.add_argument("--json", metavar="OUT", help="write boundaries, shapes and the entry here")
+
+    d = sub.add_parser("demo", help="the whole idea on LibriSpeech lengths, in under a minute")
+    d.add_argument("-k", "--num-buckets", type=int, default=16)
+    d.add_argument("--batch-size", type=int, default=32)
+    d.add_argument("--max-batches", type=int, default=20, help="batches materialised per loader")
+    d.add_argument("--plot", metavar="PNG", default="bucketloader-demo.png")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return EXIT_USAGE
+        if args.command == "report":
+            return _report(args)
+        if args.command == "precompute":
+            return _precompute(args)
+        from bucketloader.cli.demo import run_demo  # imports the DataLoader machinery
+
+        return run_demo(
+            num_buckets=args.num_buckets,
+            batch_size=args.batch_size,
+            max_batches=args.max_batches,
+            plot=args.plot,
+        )
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    except _UsageError as exc:
+        return _fail(str(exc))
+    except (ValueError, TypeError, KeyError, OSError, ImportError) as exc:
+        return _fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
+
+
+def _fail(message: str) -> int:
+    print(f"bucketloader: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _report(args: argparse.Namespace) -> int:
+    lengths = read_lengths(args.file, args.column)
+    report = analyze(
+        lengths,
+        num_buckets=args.num_buckets,
+        strategy=args.strategy,
+        batch_size=args.batch_size,
+        padding_target=args.padding_target,
+    )
+    report = dataclasses.replace(report, source=Path(args.file).name)
+    print(report)
+    if args.plot:
+        print(f"\nplot written to {report.plot(args.plot)}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+        print(f"report written to {args.json}")
+    return 0
+
+
+def _precompute(args: argparse.Namespace) -> int:
+    name, fn = resolve_strategy(args.strategy)  # unknown names fail before reading the file
+    lengths = read_lengths(args.file, args.column)
+    hist = LengthHistogram.from_lengths(lengths)
+    cache = BucketCache(args.cache_dir)
+    params = resolve_params(
+        fn, args.num_buckets, {"cost": args.cost, "pad_to_multiple_of": args.pad_to_multiple_of}
+    )
+    key = cache.key(hist, name, params)
+    label = f"strategy {name!r}, k={args.num_buckets}, {hist.num_values:,} distinct lengths"
+    with _Ticker(f"solving ({label})"):
+        sol = solve_boundaries(
+            hist,
+            args.num_buckets,
+            strategy=name,
+            cache=cache,
+            cost=args.cost,
+            pad_to_multiple_of=args.pad_to_multiple_of,
+        )
+    where = cache.path_for(key)
+    state = "hit" if cache.hits else f"miss, solved in {sol.solve_seconds:.3f} s"
+    stored = where.exists()
+    print(f"{Path(args.file).name}: {hist.num_samples:,} lengths, {label}")
+    print(f"cache: {state}; key {key[:16]}… {'at ' + str(where) if stored else '(not stored)'}")
+    print(f"status: {sol.status}; padding {sol.padding_ratio:.2%} (pad / real elements)")
+    print(f"boundaries: {[int(b) for b in sol.boundaries]}")
+    rows = bucket_table(lengths, sol.boundaries, args.batch_size, args.max_tokens)
+    print(format_table(rows, args.batch_size, args.max_tokens))
+    if args.json:
+        out = {
+            "file": str(args.file),
+            "key": key,
+            "cache_entry": str(where) if stored else None,
+            "solution": sol.to_dict(),
+            "buckets": rows,
+            "shapes": sorted({tuple(r["shape"]) for r in rows if r["shape"]}),
+        }
+        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+        print(f"written to {args.json}")
+    return 0
+
+
+class _Ticker:
+    """Shows elapsed time on stderr while a solve runs longer than a second."""
+
+    def __init__(self, what: str, *, after: float = 2.0) -> None:
+        self.what, self.after = what, after
+        self._done = threading.Event()
+        self._shown = False
+
+    def _run(self) -> None:
+        start = time.perf_counter()
+        tty = sys.stderr.isatty()
+        wait = self.after
+        while not self._done.wait(wait):
+            elapsed = time.perf_counter() - start
+            end = "\r" if tty else "\n"
+            print(f"{self.what}... {elapsed:.0f} s", end=end, file=sys.stderr, flush=True)
+            self._shown = True
+            wait = 1.0 if tty else 10.0
+
+    def __enter__(self) -> _Ticker:
+        self._start = time.perf_counter()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._done.set()
+        self._thread.join()
+        if self._shown:
+            elapsed = time.perf_counter() - self._start
+            print(f"{self.what}: done in {elapsed:.1f} s", file=sys.stderr)
+
+
+def bucket_table(
+    lengths: np.ndarray, boundaries: Any, batch_size: int | None, max_tokens: int | None
+) -> list[dict[str, Any]]:
+    """One row per bucket; the shapes are the sampler's own (``BucketSpec`` + ``shape_table``).
+
+    Example:
+        >>> rows = bucket_table(np.array([3, 4, 9, 10, 10]), [4, 10], 2, None)
+        >>> [(r["range"], r["samples"], r["shape"], r["batches"]) for r in rows]
+        [('0..4', 2, [2, 4], 1), ('5..10', 3, [2, 10], 2)]
+    """
+    b = np.asarray(boundaries, dtype=np.int64)
+    bucket = assign_buckets(lengths, b)
+    n = np.bincount(bucket, minlength=b.size)
+    real = np.bincount(bucket, weights=lengths, minlength=b.size).astype(np.int64)
+    batch = np.zeros(b.size, dtype=np.int64)
+    shapes: list[list[int] | None] = [None] * b.size
+    if batch_size is not None or max_tokens is not None:
+        too_small = b[b > max_tokens] if max_tokens is not None else b[:0]
+        if too_small.size:
+            raise ValueError(
+                f"max_tokens={max_tokens} is smaller than the bucket length {int(too_small[0])}, "
+                f"so that bucket's batch would be empty; raise --max-tokens to at least "
+                f"{int(b[-1])}"
+            )
+        spec = BucketSpec.build(
+            lengths, boundaries=b, batch_size=batch_size, max_tokens=max_tokens, last_batch="pad"
+        )
+        planned = {
+            int(c[0]): int(bs) for c, bs in zip(spec.cell_lengths, spec.cell_batch, strict=True)
+        }
+        table = {tuple(int(x) for x in s) for s in spec.shape_table().shapes}
+        for i, edge in enumerate(b):
+            if int(edge) in planned:
+                batch[i] = planned[int(edge)]
+                shape = (int(batch[i]), int(edge))
+                if shape not in table:  # pragma: no cover - a plan/table mismatch
+                    raise RuntimeError(f"shape {shape} missing from the sampler's shape table")
+                shapes[i] = list(shape)
+    rows = []
+    for i, edge in enumerate(b):
+        lo = 0 if i == 0 else int(b[i - 1]) + 1
+        pad = int(n[i] * edge - real[i])
+        rows.append(
+            {
+                "bucket": i,
+                "range": f"{lo}..{int(edge)}",
+                "samples": int(n[i]),
+                "padding_ratio": pad / real[i] if real[i] else 0.0,
+                "batch_size": int(batch[i]) or None,
+                "batches": int(-(-n[i] // batch[i])) if batch[i] else None,
+                "shape": shapes[i],
+            }
+        )
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]], batch_size: int | None, max_tokens: int | None) -> str:
+    """The rows as an aligned text table, with how the batch sizes were set."""
+    how = (
+        f"batch_size={batch_size}"
+        if batch_size is not None
+        else (f"max_tokens={max_tokens}" if max_tokens is not None else None)
+    )
+    head = f"{'bucket':>6} {'lengths':>19} {'samples':>9} {'padding':>9}"
+    if how:
+        head += f" {'batches':>8}  shape (B, L)"
+    lines = [head]
+    for r in rows:
+        line = f"{r['bucket']:>6} {r['range']:>19} {r['samples']:>9,} {r['padding_ratio']:>9.2%}"
+        if how:
+            shape = "-" if r["shape"] is None else f"({r['shape'][0]}, {r['shape'][1]})"
+            line += f" {r['batches'] or 0:>8,}  {shape}"
+        lines.append(line)
+    if how:
+        shapes = {tuple(r["shape"]) for r in rows if r["shape"]}
+        lines.append(
+            f"planned shapes ({how}, last_batch='pad'): {len(shapes)}; every epoch of a "
+            "BucketSampler with these boundaries yields only these"
+        )
+    else:
+        lines.append("pass --batch-size or --max-tokens to see the planned batch shapes")
+    return "\n".join(lines)

@@ -1,0 +1,324 @@
+"""Which fields of a sample are padded, along which dims, and how long they are.
+
+:class:`Field` configures one variable-length field; without configuration the collator infers
+the fields from the samples (:func:`infer_fields`, rules in NOTE [ Which fields are padded ] of
+:mod:`bucketloader.collate.collator`). Sample kinds (dict, bare, tuple) are those of
+:mod:`bucketloader._samples`.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from bucketloader._samples import BARE_KEY, is_flat_list, is_sequence, kind_of
+
+#: Output keys the collator adds; a sample field may not use them (``attention_mask`` excepted).
+RESERVED = ("lengths", "sample_mask")
+MASK_KEY = "attention_mask"
+
+
+@dataclass(frozen=True)
+class Field:
+    """How one variable-length field is padded.
+
+    Attributes:
+        input: the sampler input(s) the field follows: a name from ``shape_table.input_names``,
+            a tuple of names (one per dim in ``dims``), or ``None`` for all inputs in order.
+        dims: the variable dim(s) of the field, one per input (negative counts from the end).
+        pad_value: value of padding elements; ``None`` uses the collator's ``pad_value``.
+
+    Example:
+        >>> Field(input=("1", "0"), dims=(-2, -1))  # images (C, H, W), lengths (W, H)
+        Field(input=('1', '0'), dims=(-2, -1), pad_value=None)
+    """
+
+    input: str | tuple[str, ...] | None = None
+    dims: int | tuple[int, ...] = -1
+    pad_value: Any = None
+
+    def __post_init__(self) -> None:
+        dims = (self.dims,) if isinstance(self.dims, numbers.Integral) else self.dims
+        if (
+            not isinstance(dims, tuple)
+            or not dims
+            or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) for d in dims)
+        ):
+            raise TypeError(f"dims must be an int or a tuple of ints, got dims={self.dims!r}")
+        if len(set(dims)) != len(dims):
+            raise ValueError(f"dims must be distinct, got dims={self.dims!r}")
+        inp = self.input
+        if isinstance(inp, str):
+            inp = (inp,)
+        if inp is not None and (
+            not isinstance(inp, tuple) or not all(isinstance(x, str) for x in inp)
+        ):
+            raise TypeError(
+                f"input must be an input name, a tuple of names or None, got input={self.input!r}"
+            )
+        if inp is not None and len(inp) != len(dims):
+            raise ValueError(
+                f"input and dims must pair up one to one, got input={self.input!r} and "
+                f"dims={self.dims!r}"
+            )
+        check_pad("pad_value", self.pad_value, allow_none=True)
+        object.__setattr__(self, "dims", tuple(int(d) for d in dims))
+        object.__setattr__(self, "input", inp)
+
+
+def check_pad(name: str, value: Any, *, allow_none: bool = False) -> None:
+    """A pad value must be a real number (or bool)."""
+    if value is None and allow_none:
+        return
+    if not isinstance(value, (numbers.Number, np.number, np.bool_)) or isinstance(value, complex):
+        raise TypeError(f"{name} must be a number, got {name}={value!r}")
+
+
+def bind_fields(fields: Any, names: tuple[str, ...], group_key: Any) -> dict[Any, Field] | None:
+    """Check a ``fields`` argument against the sampler's input names; key -> Field."""
+    if fields is None:
+        return None
+    if isinstance(fields, Field):
+        fields = {BARE_KEY: fields}
+    if not isinstance(fields, Mapping) or not fields:
+        raise TypeError(
+            "fields must be None, a Field, or a non-empty mapping key -> Field or input name, "
+            f"got fields={fields!r}"
+        )
+    bound: dict[Any, Field] = {}
+    for key, f in fields.items():
+        if isinstance(f, (str, tuple)):
+            f = Field(input=f, dims=tuple(range(-len(f), 0)) if isinstance(f, tuple) else -1)
+        if not isinstance(f, Field):
+            raise TypeError(f"fields[{key!r}] must be a Field or an input name, got {f!r}")
+        inp = f.input if f.input is not None else names
+        unknown = [x for x in inp if x not in names]
+        dims = f.dims if isinstance(f.dims, tuple) else (f.dims,)
+        if unknown or len(inp) != len(dims):
+            raise ValueError(
+                f"fields[{key!r}] follows inputs {inp} with dims {f.dims}, but the sampler's "
+                f"inputs are {names}; give one dim per input, using these names"
+            )
+        if key in RESERVED or key == group_key:
+            what = "the group_key" if key == group_key else "an output the collator adds"
+            raise ValueError(f"fields[{key!r}] cannot be padded: {key!r} is {what}")
+        bound[key] = f
+    followed = {x for f in bound.values() for x in (f.input or names)}
+    missing = [n for n in names if n not in followed]
+    if missing:
+        raise ValueError(
+            f"no field follows sampler input(s) {missing}, so their lengths cannot be "
+            f"measured; add a field for each, e.g. fields={{..., key: {missing[0]!r}}}"
+        )
+    return bound
+
+
+def read_group(samples: Sequence[Any], group_key: Any) -> Any:
+    """The one group id shared by every sample of a batch (``None`` without ``group_key``)."""
+    if group_key is None:
+        return None
+    values = []
+    for pos, s in enumerate(samples):
+        if group_key not in s:
+            raise KeyError(
+                f"sample at batch position {pos} has no group_key {group_key!r}; "
+                f"its keys are {list(s.keys())}"
+            )
+        g = s[group_key]
+        values.append(g.item() if hasattr(g, "item") else g)
+    for pos, g in enumerate(values):
+        if g != values[0]:
+            raise ValueError(
+                f"batch mixes groups: position 0 has {group_key}={values[0]!r} but "
+                f"position {pos} has {g!r}; a planned batch holds one group only"
+            )
+    return values[0]
+
+
+class Spec(NamedTuple):
+    """A resolved variable-length field: which inputs it follows along which dims."""
+
+    key: Any
+    inputs: tuple[int, ...]  # indices into shape_table.input_names
+    dims: tuple[int, ...]  # as configured (may be negative)
+    pad_value: Any
+
+
+def keys_of(sample: Any, kind: str) -> list[Any]:
+    if kind == "dict":
+        return list(sample.keys())
+    if kind == "tuple":
+        return list(range(len(sample)))
+    return [BARE_KEY]
+
+
+def column(samples: Sequence[Any], key: Any, kind: str) -> list[Any]:
+    """The values of one field across the batch."""
+    if kind == "bare":
+        return list(samples)
+    return [s[key] for s in samples]
+
+
+def check_structure(samples: Sequence[Any], kind: str, keys: list[Any]) -> None:
+    """Every sample must have the first sample's kind and fields."""
+    same_type = len(set(map(type, samples))) == 1
+    if same_type and kind == "bare":
+        return
+    for pos, s in enumerate(samples):
+        k = kind if same_type else kind_of(s)
+        if k != kind:
+            raise TypeError(
+                f"sample at batch position {pos} is a {k} sample but the sample at position 0 is a "
+                f"{kind} sample; every sample of a batch must have the same structure"
+            )
+        if kind == "dict" and list(s.keys()) != keys and set(s.keys()) != set(keys):
+            raise ValueError(
+                f"sample at batch position {pos} has keys {sorted(map(str, s.keys()))} but the "
+                f"sample at position 0 has {sorted(map(str, keys))}; every sample of a batch must "
+                "have the same fields"
+            )
+        if kind == "tuple" and len(s) != len(keys):
+            raise ValueError(
+                f"sample at batch position {pos} has {len(s)} elements but the sample at position "
+                f"0 has {len(keys)}; every sample of a batch must have the same structure"
+            )
+
+
+def infer_fields(
+    sample: Any, kind: str, input_names: tuple[str, ...], group_key: Any
+) -> dict[Any, tuple[tuple[int, ...], tuple[int, ...]]]:
+    """Default variable fields (key -> (inputs, dims)) when ``fields=None``; see PadCollator."""
+    d = len(input_names)
+    every = tuple(range(d))
+    if kind == "bare":
+        if d != 1:
+            raise ValueError(
+                f"samples are bare arrays but the sampler buckets {d} inputs {input_names}; say "
+                f"which dim follows which input, e.g. fields=Field(dims={tuple(range(-d, 0))})"
+            )
+        return {BARE_KEY: (every, (-1,))}
+    if kind == "tuple":
+        if len(sample) < d:
+            raise ValueError(
+                f"samples are tuples of {len(sample)} elements but the sampler buckets {d} inputs "
+                f"{input_names}; by default position k follows input k, so pass fields={{...}}"
+            )
+        return {k: ((k,), (-1,)) for k in range(d)}
+    named: dict[Any, tuple[tuple[int, ...], tuple[int, ...]]] = {
+        k: ((input_names.index(k),), (-1,)) for k in sample if k in input_names
+    }
+    if named:
+        missing = [n for n in input_names if n not in named]
+        if missing:
+            raise ValueError(
+                f"sample keys match sampler inputs {sorted(map(str, named))} but not {missing}; "
+                "name a field for every input with fields={key: input_name, ...}"
+            )
+        return named
+    if d != 1:
+        raise ValueError(
+            f"the sampler buckets {d} inputs {input_names} but no sample key is named after one; "
+            "say which key follows which input, e.g. fields={'input_ids': "
+            f"{input_names[0]!r}, 'labels': {input_names[1]!r}}}"
+        )
+    return {k: ((0,), (-1,)) for k, v in sample.items() if k != group_key and is_sequence(v)}
+
+
+def measure(
+    samples: Sequence[Any], kind: str, specs: list[Spec], num_inputs: int
+) -> tuple[np.ndarray, dict[Any, list[Any]], dict[Any, tuple[int, ...]]]:
+    """Per-sample sizes of each input (n, D), each field's values and its non-negative dims.
+
+    Fields that follow the same input must agree on its size in every sample.
+    """
+    if len(specs) == 1 and len(specs[0].inputs) == num_inputs == 1:
+        spec = specs[0]
+        vals = column(samples, spec.key, kind)
+        sizes, dims = _sizes(vals, spec)
+        return sizes, {spec.key: vals}, {spec.key: dims}
+    n = len(samples)
+    lengths = np.full((n, num_inputs), -1, dtype=np.int64)
+    owner: dict[int, Any] = {}
+    columns: dict[Any, list[Any]] = {}
+    ndims: dict[Any, tuple[int, ...]] = {}
+    for spec in specs:
+        vals = column(samples, spec.key, kind)
+        columns[spec.key] = vals
+        sizes, dims = _sizes(vals, spec)
+        ndims[spec.key] = dims
+        for j, inp in enumerate(spec.inputs):
+            if inp not in owner:
+                owner[inp] = spec.key
+                lengths[:, inp] = sizes[:, j]
+                continue
+            bad = np.flatnonzero(lengths[:, inp] != sizes[:, j])
+            if bad.size:
+                p = int(bad[0])
+                raise ValueError(
+                    f"fields {owner[inp]!r} and {spec.key!r} both follow input {inp} but the "
+                    f"sample at batch position {p} has lengths {int(lengths[p, inp])} and "
+                    f"{int(sizes[p, j])}; if one of them has a fixed size, list only the variable "
+                    "fields with fields={...}"
+                )
+    return lengths, columns, ndims
+
+
+def _sizes(vals: list[Any], spec: Spec) -> tuple[np.ndarray, tuple[int, ...]]:
+    first = vals[0]
+    if not is_sequence(first):
+        raise TypeError(
+            f"field {spec.key!r} is padded but holds {type(first).__name__} "
+            "(not a tensor, array or flat list of numbers); leave it out of fields"
+        )
+    if isinstance(first, (list, tuple)):
+        if spec.dims not in ((-1,), (0,)):
+            raise ValueError(
+                f"field {spec.key!r} holds flat lists, which have one dim, but dims={spec.dims}; "
+                "use dims=-1, or store the field as an array"
+            )
+        for p, v in enumerate(vals):
+            if not is_flat_list(v):
+                raise TypeError(
+                    f"field {spec.key!r} of the sample at batch position {p} is a "
+                    f"{type(v).__name__} but at position 0 it is a flat list of numbers"
+                )
+        return np.fromiter(map(len, vals), np.int64, len(vals))[:, None], (0,)
+    ndim = first.ndim
+    dims = tuple(d + ndim if d < 0 else d for d in spec.dims)
+    if any(d < 0 or d >= ndim for d in dims):
+        raise ValueError(
+            f"field {spec.key!r} has {ndim} dims (shape {tuple(first.shape)}) but dims={spec.dims}"
+        )
+    t0 = type(first)
+    shapes = [v.shape for v in vals] if len(set(map(type, vals))) == 1 else None
+    if shapes is None or set(map(len, shapes)) != {ndim}:
+        p = next(p for p, v in enumerate(vals) if type(v) is not t0 or len(v.shape) != ndim)
+        raise TypeError(
+            f"field {spec.key!r} of the sample at batch position {p} is "
+            f"{_describe(vals[p])} but at position 0 it is {_describe(first)}"
+        )
+    fixed = [d for d in range(ndim) if d not in dims]
+    if fixed:
+        ref = [first.shape[d] for d in fixed]
+        for p, s in enumerate(shapes):
+            if [s[d] for d in fixed] != ref:
+                raise ValueError(
+                    f"field {spec.key!r} of the sample at batch position {p} has shape "
+                    f"{tuple(s)} but position 0 has {tuple(first.shape)}; only dims "
+                    f"{spec.dims} may vary between samples"
+                )
+    if len(dims) == 1:
+        d = dims[0]
+        return np.array([s[d] for s in shapes], dtype=np.int64)[:, None], dims
+    return np.array([[s[d] for d in dims] for s in shapes], dtype=np.int64), dims
+
+
+def _describe(v: Any) -> str:
+    shape = getattr(v, "shape", None)
+    if shape is None:
+        return f"a {type(v).__name__}"
+    return f"a {type(v).__name__} of shape {tuple(shape)}"

@@ -1,0 +1,54 @@
+"""Hugging Face integration: lengths from Arrow, one-call sampler + collator, and a Trainer.
+
+Needs ``datasets`` (``pip install 'bucketloader[hf]'``); ``BucketTrainer`` also needs
+``transformers`` and is loaded on first access::
+
+    from bucketloader.hf import BucketTrainer
+
+    trainer = BucketTrainer(
+        model=model, args=args, train_dataset=tokenised, processing_class=tokenizer,
+        bucketing={"num_buckets": 8, "max_tokens": 16384},  # for_text options
+    )
+    trainer.train()  # every batch has a shape in trainer.bucketing.sampler.shapes
+
+Without a Trainer: ``sampler, collate, data = for_text(tokenised, tokenizer=tokenizer,
+max_tokens=16384)`` then ``DataLoader(data, batch_sampler=sampler, collate_fn=collate)``.
+"""
+
+from typing import Any
+
+try:
+    import datasets  # noqa: F401
+    import pyarrow  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    raise ImportError(
+        f"bucketloader.hf needs the Hugging Face 'datasets' package ({exc}); install it with "
+        "pip install 'bucketloader[hf]'"
+    ) from None
+
+from bucketloader.hf.bucketing import Bucketing, ModelInputs, for_audio, for_text
+from bucketloader.hf.lengths import LENGTH_COLUMN, add_lengths, lengths
+
+__all__ = [
+    "LENGTH_COLUMN",
+    "BucketTrainer",
+    "Bucketing",
+    "ModelInputs",
+    "add_lengths",
+    "for_audio",
+    "for_text",
+    "lengths",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BucketTrainer":  # transformers is a slow import, and optional
+        try:
+            from bucketloader.hf.trainer import BucketTrainer
+        except ImportError as exc:
+            raise ImportError(
+                f"BucketTrainer needs 'transformers' ({exc}); install it with "
+                "pip install 'bucketloader[hf]'"
+            ) from None
+        return BucketTrainer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,274 @@
+"""Per-sample lengths of Hugging Face datasets, vectorised from Arrow.
+
+Reading lengths by iterating a dataset in Python decodes every row (hours on large corpora). Here
+they come from the Arrow columns: list lengths from the list offsets, numeric length columns as
+they are, string lengths from the string offsets, always in the dataset's *logical* order (after
+``select`` / ``shuffle`` / ``train_test_split``).
+
+NOTE [ Logical order ]
+A ``datasets.Dataset`` after ``.select`` / ``.shuffle`` / ``.train_test_split`` / ``.filter``
+keeps its Arrow table untouched and adds an *indices mapping* (``dataset._indices``, one ``uint64``
+column): logical row ``i`` is physical row ``indices[i]``. The sampler indexes the dataset
+logically, so the lengths are computed over the physical column (only the list offsets are read,
+chunk by chunk, so a memory-mapped dataset is never decoded) and then gathered through the mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from bucketloader._validation import as_lengths, check_int
+
+__all__ = ["LENGTH_COLUMN", "add_lengths", "lengths"]
+
+#: Column that :func:`add_lengths` writes by default (and :func:`lengths` reads when present).
+LENGTH_COLUMN = "length"
+
+
+def lengths(
+    dataset: Any,
+    column: str | Sequence[str] | None = None,
+    *,
+    fn: Callable[[dict[str, Any]], Any] | None = None,
+    num_proc: int | None = None,
+    batch_size: int = 1000,
+) -> Any:
+    """Per-sample lengths of a Hugging Face dataset, vectorised from Arrow.
+
+    Args:
+        dataset: a ``datasets.Dataset`` (any format, with or without an indices mapping, from
+            memory or ``load_from_disk``), a ``DatasetDict`` (returns a dict split → lengths) or a
+            ``pyarrow.Table``.
+        column: what to measure. A list column (``"input_ids"``, audio samples) gives its list
+            lengths; a struct column gives the length of its ``array`` field (or of its only list
+            field; ``"audio.array"`` names one explicitly); an integer column is read as
+            lengths; a string column gives lengths in characters. A sequence of columns gives an
+            ``(N, D)`` array (e.g. source and target token ids). Default: the ``"length"``
+            column when present, else required.
+        fn: instead of a column, ``fn(batch) -> lengths`` over a batch dict in the dataset's
+            format, run through ``Dataset.map(batched=True, num_proc=num_proc)`` (cached by
+            ``datasets`` like any map).
+        num_proc: processes for ``fn``.
+        batch_size: rows per ``fn`` call.
+
+    Returns:
+        ``int64`` array of shape ``(N,)`` or ``(N, D)`` in the dataset's logical row order.
+
+    Example:
+        >>> import datasets
+        >>> ds = datasets.Dataset.from_dict({"input_ids": [[1, 2, 3], [4], [5, 6]]})
+        >>> lengths(ds, "input_ids").tolist()
+        [3, 1, 2]
+        >>> lengths(ds.select([2, 0]), "input_ids").tolist()
+        [2, 3]
+    """
+    if isinstance(dataset, dict):  # a DatasetDict (a dict subclass) or a plain dict of splits
+        return {
+            split: lengths(d, column, fn=fn, num_proc=num_proc, batch_size=batch_size)
+            for split, d in dataset.items()
+        }
+    if fn is not None:
+        if column is not None:
+            raise ValueError(
+                f"pass either column= or fn=, not both (got column={column!r} and fn={fn!r})"
+            )
+        return lengths_from_fn(dataset, fn, num_proc=num_proc, batch_size=batch_size)
+    table, indices = table_and_indices(dataset)
+    if column is None:
+        if LENGTH_COLUMN not in table.column_names:
+            raise ValueError(
+                f"column must name what to measure (e.g. column='input_ids'); the dataset has "
+                f"columns {table.column_names} and no {LENGTH_COLUMN!r} column"
+            )
+        column = LENGTH_COLUMN
+    names = [column] if isinstance(column, str) else list(column)
+    if not names or not all(isinstance(c, str) for c in names):
+        raise TypeError(f"column must be a column name or a list of names, got {column!r}")
+    cols = []
+    for name in names:
+        arr, path = resolve_column(table, name)
+        cols.append(column_lengths(arr, path))
+    out = cols[0] if isinstance(column, str) else np.stack(cols, axis=1)
+    return out if indices is None else out[indices]
+
+
+def add_lengths(
+    dataset: Any,
+    column: str | Sequence[str] | None = None,
+    *,
+    name: str | Sequence[str] | None = None,
+    fn: Callable[[dict[str, Any]], Any] | None = None,
+    num_proc: int | None = None,
+) -> Any:
+    """Return ``dataset`` with per-sample length column(s), so later runs skip the scan.
+
+    Save the result (``save_to_disk``) and :func:`lengths` reads it back as a plain integer
+    column. Works on a ``Dataset`` or a ``DatasetDict`` (every split). ``name`` defaults to
+    ``"length"`` for one measure and to ``"<column>_length"`` for each of several columns.
+
+    Example:
+        >>> import datasets
+        >>> ds = add_lengths(datasets.Dataset.from_dict({"x": [[1, 2], [3]]}), "x")
+        >>> ds["length"][:], lengths(ds).tolist()
+        ([2, 1], [2, 1])
+    """
+    if isinstance(dataset, dict):
+        import datasets
+
+        return datasets.DatasetDict(
+            {
+                split: add_lengths(d, column, name=name, fn=fn, num_proc=num_proc)
+                for split, d in dataset.items()
+            }
+        )
+    values = lengths(dataset, column, fn=fn, num_proc=num_proc)
+    if name is None:
+        multi = values.ndim == 2
+        if multi and (column is None or isinstance(column, str)):
+            raise ValueError("fn returned several lengths per row: pass name=[...] with one each")
+        name = [f"{c}_length" for c in column] if multi else LENGTH_COLUMN  # type: ignore[union-attr]
+    names = [name] if isinstance(name, str) else list(name)
+    cols = values.reshape(len(values), -1).T
+    if len(names) != len(cols):
+        raise ValueError(f"name must give {len(cols)} column names, got name={name!r}")
+    drop = [n for n in names if n in dataset.column_names]
+    if drop:
+        dataset = dataset.remove_columns(drop)
+    for n, col in zip(names, cols, strict=True):
+        dataset = dataset.add_column(n, col.tolist())
+    return dataset
+
+
+def table_and_indices(dataset: Any) -> tuple[Any, np.ndarray | None]:
+    """The physical ``pyarrow.Table`` of a dataset and its indices mapping (``None`` if none)."""
+    if isinstance(dataset, pa.Table):
+        return dataset, None
+    data = getattr(dataset, "data", None)
+    table = getattr(data, "table", data)
+    if not isinstance(table, pa.Table):
+        raise TypeError(
+            "dataset must be a datasets.Dataset (or a split of a DatasetDict) or a pyarrow.Table, "
+            f"got {type(dataset).__name__}; for an IterableDataset use "
+            "bucketloader.stream.BucketIterable"
+        )
+    mapping = getattr(dataset, "_indices", None)
+    if mapping is None:
+        return table, None
+    mapping = getattr(mapping, "table", mapping)
+    return table, mapping.column(0).to_numpy().astype(np.int64, copy=False)
+
+
+def resolve_column(table: Any, column: str) -> tuple[Any, str]:
+    """The ``ChunkedArray`` for ``column``, following ``"struct.field"`` paths and audio structs.
+
+    A struct column resolves to its ``array`` field (``{"array": [...], "sampling_rate": ...}``),
+    or to its only list field. Returns the array and the path actually used.
+    """
+    names = table.column_names
+    if column in names:
+        arr, path = table.column(column), column
+    else:
+        head, _, rest = column.partition(".")
+        if head not in names or not rest:
+            raise KeyError(
+                f"column {column!r} not found; the dataset has columns {names} "
+                "(reach into a struct with 'column.field', e.g. 'audio.array')"
+            )
+        arr, path = table.column(head), head
+        for part in rest.split("."):
+            if not pa.types.is_struct(arr.type) or arr.type.get_field_index(part) < 0:
+                raise KeyError(f"column {path!r} of type {arr.type} has no field {part!r}")
+            arr, path = pc.struct_field(arr, part), f"{path}.{part}"
+    if pa.types.is_struct(arr.type):
+        fields = [arr.type.field(i) for i in range(arr.type.num_fields)]
+        listish = [f.name for f in fields if _is_list(f.type)]
+        pick = "array" if "array" in listish else (listish[0] if len(listish) == 1 else None)
+        if pick is None:
+            raise TypeError(
+                f"column {path!r} is a struct {arr.type} with no single list field to measure; "
+                "name one as 'column.field', or pass fn= (an undecoded datasets.Audio column "
+                "stores only bytes/path: measure it with fn=)"
+            )
+        arr, path = pc.struct_field(arr, pick), f"{path}.{pick}"
+    return arr, path
+
+
+def _is_list(t: Any) -> bool:
+    return bool(
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or getattr(pa.types, "is_list_view", lambda _: False)(t)
+        or getattr(pa.types, "is_large_list_view", lambda _: False)(t)
+    )
+
+
+def column_lengths(arr: Any, path: str) -> np.ndarray:
+    """Physical-order lengths of one resolved column, computed chunk by chunk (vectorised)."""
+    t = arr.type
+    if _is_list(t):
+        measure = pc.list_value_length
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        measure = pc.utf8_length
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        measure = pc.binary_length
+    elif pa.types.is_integer(t) or pa.types.is_floating(t):
+        measure = None
+    else:
+        raise TypeError(
+            f"column {path!r} has type {t}; lengths come from a list column (token ids, audio "
+            "arrays), a numeric length column or a string column; otherwise pass fn="
+        )
+    parts, offset = [], 0
+    for chunk in arr.chunks:
+        values = chunk if measure is None else measure(chunk)
+        if values.null_count:
+            i = offset + int(np.argmax(values.is_null().to_numpy(zero_copy_only=False)))
+            raise ValueError(
+                f"column {path!r} has a null at physical row {i}; fill or filter the missing "
+                "rows first (dataset.filter(...)) or pass fn= to measure them"
+            )
+        parts.append(values.to_numpy(zero_copy_only=False))
+        offset += len(chunk)
+    if not parts:
+        return np.zeros(0, dtype=np.int64)
+    out = np.concatenate(parts)
+    return as_lengths(out, name=f"lengths of column {path!r}") if out.size else out
+
+
+def lengths_from_fn(dataset: Any, fn: Callable, *, num_proc: int | None, batch_size: int) -> Any:
+    """Lengths from ``fn(batch)`` run by ``Dataset.map(batched=True)``, read back from Arrow."""
+    if not callable(fn):
+        raise TypeError(f"fn must be callable as fn(batch) -> lengths, got fn={fn!r}")
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    if num_proc is not None:
+        num_proc = check_int("num_proc", num_proc, minimum=1)
+    if not hasattr(dataset, "map"):
+        raise TypeError(f"fn= needs a datasets.Dataset, got {type(dataset).__name__}")
+    key = "__bucketloader_length__"
+
+    def measure(batch: dict[str, Any]) -> dict[str, Any]:
+        out = np.asarray(fn(batch))
+        return {key: out.astype(np.int64) if out.dtype.kind in "iub" else out}
+
+    mapped = dataset.map(
+        measure,
+        batched=True,
+        batch_size=batch_size,
+        num_proc=num_proc,
+        remove_columns=dataset.column_names,
+        desc="bucketloader: measuring lengths",
+    )
+    col = mapped.data.table.column(key)
+    if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+        return as_lengths(col.to_numpy(), name="fn(batch) lengths")
+    per_row = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+    if per_row.size and (per_row != per_row[0]).any():
+        raise ValueError("fn(batch) must return one length per row, or D lengths for every row")
+    flat = pc.list_flatten(col).to_numpy(zero_copy_only=False)
+    return as_lengths(flat.reshape(len(col), -1), name="fn(batch) lengths", ndim=2)

@@ -1,0 +1,13 @@
+"""Planning: which batch shapes exist and which samples fill them, as pure functions.
+
+``BucketSpec.build(lengths, ...)`` fits boundaries and forms the :class:`Cells` (planned shapes);
+:func:`plan_epoch` turns a spec into one rank's batches for one epoch (a pure function of seed,
+epoch and ranks); :class:`ShapeTable` is the small, picklable promise the collator keeps.
+"""
+
+from bucketloader.plan.cells import Cells, batch_sizes
+from bucketloader.plan.epoch import EpochPlan, plan_epoch
+from bucketloader.plan.spec import BucketSpec
+from bucketloader.plan.table import ShapeTable
+
+__all__ = ["BucketSpec", "Cells", "EpochPlan", "ShapeTable", "batch_sizes", "plan_epoch"]

@@ -1,0 +1,106 @@
+"""ShapeTable: the promised batch shapes, small and picklable (what the collator keeps)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bucketloader.plan.cells import Cells
+
+
+@dataclass(frozen=True, eq=False)
+class ShapeTable:
+    """Every batch shape an epoch can produce, and which one a batch of samples must take.
+
+    Built by :meth:`BucketSpec.shape_table <bucketloader.plan.BucketSpec.shape_table>` (a
+    sampler's :attr:`~bucketloader.BucketSampler.shape_table`) or by a stream; it holds only the
+    plan's :class:`~bucketloader.plan.Cells`, so it pickles cheaply into DataLoader workers.
+
+    Attributes:
+        cells: the planned cells (boundaries, padded lengths and batch size of every cell).
+        shapes: every batch shape ``(B, L_1, ..., L_D)`` an epoch can produce, sorted. With
+            ``last_batch="keep"`` the smaller partial-batch shapes are listed too.
+        last_batch: ``"pad"``, ``"fill"``, ``"drop"`` or ``"keep"``.
+
+    Example:
+        >>> from bucketloader.plan import BucketSpec
+        >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
+        >>> table = spec.shape_table()
+        >>> table.shapes
+        ((2, 4), (2, 10))
+        >>> table.target([7, 9])
+        (2, 10)
+    """
+
+    cells: Cells
+    shapes: tuple[tuple[int, ...], ...]
+    last_batch: str
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        """Names of the bucketed inputs (``("length",)`` for plain lengths)."""
+        return self.cells.input_names
+
+    @property
+    def group_values(self) -> tuple[int, ...] | None:
+        """The distinct group ids, or ``None`` without per-dataset groups."""
+        return self.cells.group_values
+
+    def target(self, lengths: Any, *, group: Any = None) -> tuple[int, ...]:
+        """The planned full batch shape ``(B, L_1, ..., L_D)`` for a batch with these lengths.
+
+        ``B`` is the planned full batch size of the cell even when the batch holds fewer samples
+        (the collator pads rows under ``last_batch="pad"``). Samples of one planned batch share a
+        cell; a batch mixing cells gets the smallest planned cell covering all its samples.
+
+        Args:
+            lengths: actual lengths of the samples, ``(n,)`` for one input or ``(n, D)``.
+            group: the batch's group id (required with per-dataset groups).
+
+        Raises:
+            ValueError: empty batch, wrong shape, missing/unknown group, or a length no planned
+                cell covers (naming the position in the batch and the value).
+        """
+        cells = self.cells
+        d = len(cells.input_names)
+        arr = np.asarray(lengths)
+        if arr.ndim == 1 and d == 1:
+            arr = arr[:, None]
+        if arr.ndim != 2 or arr.shape[1] != d or arr.shape[0] == 0:
+            raise ValueError(
+                f"lengths must be a non-empty array of shape (n,) or (n, {d}) for inputs "
+                f"{list(cells.input_names)}, got shape {arr.shape}"
+            )
+        gi = cells.group_index(group)
+        bs = cells.boundaries[gi]
+        where = "" if cells.group_values is None else f" in group {cells.group_values[gi]}"
+        for j, b in enumerate(bs):
+            over = arr[:, j] > b[-1]
+            if over.any():
+                pos = int(np.argmax(over))
+                name = "" if d == 1 else f"input {cells.input_names[j]!r} "
+                raise ValueError(
+                    f"sample at position {pos} of the batch has {name}length "
+                    f"{int(arr[pos, j])}, beyond the longest planned length {int(b[-1])}{where}; "
+                    "the sampler was planned on other lengths: rebuild it on the lengths your "
+                    "dataset actually produces"
+                )
+        ids = cells.cell_of(arr, gi)
+        cell = int(ids[0])
+        if cell < 0 or (ids != cell).any():
+            cell = cells.covering(arr, gi)
+        if cell < 0:
+            raise ValueError(
+                f"no planned shape covers the batch's longest lengths "
+                f"{dict(zip(cells.input_names, arr.max(axis=0).tolist(), strict=True))}{where}; "
+                "rebuild the sampler on the lengths your dataset actually produces"
+            )
+        return cells.shapes[cell]
+
+    def __repr__(self) -> str:
+        return (
+            f"ShapeTable({len(self.shapes)} shapes, inputs={list(self.input_names)}, "
+            f"last_batch={self.last_batch!r})"
+        )

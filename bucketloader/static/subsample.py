@@ -1,0 +1,410 @@
+"""Static, sync-free subsampling for use inside models (and under ``torch.compile``).
+
+Output shapes depend only on the arguments, never on the data: no ``.item()``, ``.tolist()``,
+``nonzero``, boolean indexing, ``unique`` or data-dependent Python branch on the hot path, so every
+function here traces into one graph with ``torch.compile(fullgraph=True)`` (``dynamic=False`` or
+``True``) and never synchronises a CUDA stream.
+
+* :func:`balanced_subsample` / :class:`BalancedSubsampler`: ``num_samples`` rows with a target
+  share of positives (detection-style RoI/anchor sampling), padded and flagged when short.
+* :func:`masked_select_k`: up to ``k`` random indices where a mask is true; the fixed-shape
+  replacement for ``x[mask]``.
+* :func:`masked_sum`, :func:`masked_mean`: static replacements for ``x[mask].sum()`` / ``.mean()``.
+
+The selection algorithm is described in ``bucketloader/static/_select.py`` (NOTE [ Selection
+algorithm ]).
+
+NOTE [ Randomness and torch.compile ]
+The permutation is a pure function of a 64-bit seed, so eager, compiled and CUDA runs with the same
+seed return the same samples. Without ``seed`` the seed is drawn on the data's device (from
+``generator`` if given), which never syncs. Dynamo cannot trace a ``torch.Generator`` (torch 2.13:
+"Failed to convert args/kwargs to proxy"), so inside a compiled region pass ``seed=`` as a 0-d
+integer tensor drawn outside (e.g. ``torch.randint(2**62, ())``) for reproducibility, or nothing
+for fresh randomness. A Python int seed is a constant to the compiler: each new value recompiles.
+Argument errors raised while Dynamo traces with ``fullgraph=True`` reach the caller wrapped in
+``torch._dynamo.exc.Unsupported`` ("Observed exception"), our message in its debug context;
+:class:`BalancedSubsampler` checks ``num_samples`` and ``positive_fraction`` when it is built,
+outside any trace. The row length ``N`` is specialised (the grid geometry is computed in
+Python), so with ``dynamic=True`` the batch dimensions stay symbolic and a new ``N`` compiles a
+new graph. Compiling costs 7-10 s per shape on 2 CPU cores (inductor's codegen of the integer
+rounds), against about 2.5 s for two ``topk``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from bucketloader._validation import check_float, check_int, describe
+from bucketloader.static._select import draw_seed, quota_select
+
+__all__ = [
+    "BalancedSubsampler",
+    "Selection",
+    "Subsample",
+    "balanced_subsample",
+    "masked_mean",
+    "masked_select_k",
+    "masked_sum",
+]
+
+
+class Subsample(NamedTuple):
+    """What :func:`balanced_subsample` returns; padded rows (``valid`` false) hold zeros."""
+
+    values: Tensor  #: ``[..., K, F]``
+    labels: Tensor  #: ``[..., K]``, same dtype as the input labels
+    indices: Tensor  #: ``[..., K]`` int64 positions in ``N``
+    valid: Tensor  #: ``[..., K]`` bool, true for real samples (they come first)
+
+
+class Selection(NamedTuple):
+    """What :func:`masked_select_k` returns; padded slots hold index 0 and ``valid`` false."""
+
+    indices: Tensor  #: ``[..., k]`` int64
+    valid: Tensor  #: ``[..., k]`` bool
+
+
+def balanced_subsample(
+    values: Tensor,
+    labels: Tensor,
+    num_samples: int,
+    *,
+    positive_fraction: float = 0.5,
+    mask: Tensor | None = None,
+    generator: torch.Generator | None = None,
+    seed: int | Tensor | None = None,
+) -> Subsample:
+    """Pick ``num_samples`` rows per batch row with a target share of positives, statically.
+
+    With ``K = num_samples``, the target is ``K_pos = floor(K * positive_fraction + 0.5)`` positives
+    (round half up) and ``K - K_pos`` negatives. If one class is short, the other fills in; if
+    fewer than ``K`` candidates exist at all, all are taken and the rest of the ``K`` slots are
+    padding (``valid`` false, zeros). Within each class the chosen set is uniformly random, and
+    the output is in uniformly random order with the valid rows first.
+
+    Args:
+        values: ``[..., N, F]`` features, any leading batch dimensions.
+        labels: ``[..., N]`` binary labels (bool, or 0/1 of any real dtype); nonzero is positive.
+            Values are checked in eager mode on CPU only (a check on CUDA would synchronise).
+        num_samples: ``K >= 1``, the output length.
+        positive_fraction: target share of positives in ``[0, 1]``.
+        mask: optional ``[..., N]`` bool; only true entries are candidates (e.g. padding or
+            "ignore" anchors set to false).
+        generator: eager only; the source of the seed (same device as ``values``).
+        seed: int or 0-d integer tensor; the samples are a pure function of it. Under
+            ``torch.compile`` pass a tensor (an int recompiles per value); an int or a CPU
+            tensor reaches a GPU by a non-blocking copy. Pass at most one of ``generator`` and
+            ``seed``.
+
+    Returns:
+        :class:`Subsample` ``(values [..., K, F], labels [..., K], indices [..., K],
+        valid [..., K])``.
+
+    Example:
+        >>> import torch
+        >>> from bucketloader import static
+        >>> values = torch.randn(2, 100, 4)
+        >>> labels = torch.zeros(2, 100, dtype=torch.bool)
+        >>> labels[0, :30] = True  # row 0: 30 positives; row 1: none
+        >>> out = static.balanced_subsample(values, labels, 16, seed=0)
+        >>> out.values.shape, out.labels.sum(-1).tolist(), out.valid.all().item()
+        (torch.Size([2, 16, 4]), [8, 0], True)
+    """
+    _check_pair(values, labels)
+    k = _check_count("num_samples", num_samples)
+    fraction = _check_fraction(positive_fraction)
+    *batch, n = labels.shape
+    rows = math.prod(batch)
+    eligible = _check_mask(mask, labels)
+    seed_t = _resolve_seed(seed, generator, values.device)
+    flat_labels = labels.reshape(rows, n)
+    positive = flat_labels != 0
+    negative = ~positive
+    if eligible is not None:
+        flat_mask = eligible.reshape(rows, n)
+        positive, negative = positive & flat_mask, negative & flat_mask
+    k_pos = math.floor(k * fraction + 0.5)
+    k_neg = k - k_pos
+    n_pos = positive.sum(-1, keepdim=True)
+    n_neg = negative.sum(-1, keepdim=True)
+    quota_pos = torch.minimum(n_pos, k_pos + torch.clamp(k_neg - n_neg, min=0))
+    quota_neg = torch.minimum(n_neg, k_neg + torch.clamp(k_pos - n_pos, min=0))
+    if n == 0:  # a shape, not data: no candidates at all
+        indices = torch.zeros(rows, k, dtype=torch.int64, device=values.device)
+        valid = torch.zeros(rows, k, dtype=torch.bool, device=values.device)
+    else:
+        indices, valid = quota_select(positive, negative, quota_pos, quota_neg, k, seed_t)
+    feats = values.shape[-1]
+    flat_values = values.reshape(rows, n, feats)
+    if n == 0:
+        out_values = flat_values.new_zeros(rows, k, feats)
+        out_labels = flat_labels.new_zeros(rows, k)
+    else:
+        gather_index = indices.unsqueeze(-1).expand(rows, k, feats)
+        out_values = flat_values.gather(1, gather_index).masked_fill(~valid.unsqueeze(-1), 0)
+        out_labels = flat_labels.gather(1, indices).masked_fill(~valid, 0)
+    return Subsample(
+        out_values.reshape(*batch, k, feats),
+        out_labels.reshape(*batch, k),
+        indices.reshape(*batch, k),
+        valid.reshape(*batch, k),
+    )
+
+
+class BalancedSubsampler(nn.Module):
+    """:func:`balanced_subsample` as a module (no parameters, no buffers).
+
+    Example:
+        >>> import torch
+        >>> from bucketloader.static import BalancedSubsampler
+        >>> sampler = BalancedSubsampler(8, positive_fraction=0.25)
+        >>> labels = torch.arange(40).remainder(2).bool().view(1, 40)
+        >>> out = sampler(torch.randn(1, 40, 3), labels, seed=1)
+        >>> out.labels.sum().item(), out.valid.sum().item()
+        (2, 8)
+    """
+
+    def __init__(self, num_samples: int, *, positive_fraction: float = 0.5) -> None:
+        super().__init__()
+        self.num_samples = _check_count("num_samples", num_samples)
+        self.positive_fraction = _check_fraction(positive_fraction)
+
+    def forward(
+        self,
+        values: Tensor,
+        labels: Tensor,
+        *,
+        mask: Tensor | None = None,
+        generator: torch.Generator | None = None,
+        seed: int | Tensor | None = None,
+    ) -> Subsample:
+        """Subsample ``values`` / ``labels``; see :func:`balanced_subsample`."""
+        return balanced_subsample(
+            values,
+            labels,
+            self.num_samples,
+            positive_fraction=self.positive_fraction,
+            mask=mask,
+            generator=generator,
+            seed=seed,
+        )
+
+    def extra_repr(self) -> str:
+        return f"num_samples={self.num_samples}, positive_fraction={self.positive_fraction}"
+
+
+def masked_select_k(
+    mask: Tensor,
+    k: int,
+    *,
+    generator: torch.Generator | None = None,
+    seed: int | Tensor | None = None,
+) -> Selection:
+    """Up to ``k`` uniformly random positions where ``mask`` is true, in random order.
+
+    The fixed-shape replacement for ``torch.nonzero(mask)`` / ``x[mask]``: gather with the indices
+    and use ``valid`` wherever the count matters.
+
+    Args:
+        mask: ``[..., N]`` bool; leading dimensions are independent rows.
+        k: ``>= 1``, the output length.
+        generator: eager only, the source of the seed. seed: an int or 0-d integer tensor (use
+            this under ``torch.compile``); pass at most one of the two.
+
+    Returns:
+        :class:`Selection` ``(indices [..., k] int64, valid [..., k] bool)``; valid ones first,
+        padding slots hold index 0.
+
+    Example:
+        >>> import torch
+        >>> from bucketloader.static import masked_select_k
+        >>> scores = torch.tensor([[0.9, 0.1, 0.8, 0.7], [0.2, 0.3, 0.1, 0.0]])
+        >>> idx, valid = masked_select_k(scores > 0.5, 2, seed=0)
+        >>> sorted(idx[0].tolist()) in ([0, 2], [0, 3], [2, 3]), valid.tolist()
+        (True, [[True, True], [False, False]])
+    """
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.dim() < 1:
+        raise TypeError(f"mask must be a bool tensor of shape [..., N], got {describe(mask)}")
+    k = _check_count("k", k)
+    *batch, n = mask.shape
+    rows = math.prod(batch)
+    _check_length(n)
+    seed_t = _resolve_seed(seed, generator, mask.device)
+    if n == 0:
+        indices = torch.zeros(rows, k, dtype=torch.int64, device=mask.device)
+        valid = torch.zeros(rows, k, dtype=torch.bool, device=mask.device)
+    else:
+        flat = mask.reshape(rows, n)
+        quota = torch.clamp(flat.sum(-1, keepdim=True), max=k)
+        indices, valid = quota_select(flat, None, quota, None, k, seed_t)
+    return Selection(indices.reshape(*batch, k), valid.reshape(*batch, k))
+
+
+def masked_sum(
+    x: Tensor, mask: Tensor, *, dim: int | tuple[int, ...] | None = None, keepdim: bool = False
+) -> Tensor:
+    """``x[mask].sum()`` without a data-dependent shape: the sum of ``x`` where ``mask`` is true.
+
+    ``mask`` is a bool tensor broadcastable to ``x``; ``dim=None`` reduces everything.
+
+    Example:
+        >>> import torch
+        >>> from bucketloader.static import masked_sum
+        >>> x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        >>> masked_sum(x, x > 2.5, dim=-1).tolist()
+        [3.0, 15.0]
+    """
+    _check_reduction(x, mask)
+    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(
+        dim=dim, keepdim=keepdim
+    )
+
+
+def masked_mean(
+    x: Tensor, mask: Tensor, *, dim: int | tuple[int, ...] | None = None, keepdim: bool = False
+) -> Tensor:
+    """``x[mask].mean()`` without a data-dependent shape; NaN where nothing is selected.
+
+    Like ``torch.mean`` of an empty selection, an all-false slice gives NaN; use
+    ``masked_sum(x, m) / m.sum().clamp(min=1)`` if you want 0 instead.
+
+    Example:
+        >>> import torch
+        >>> from bucketloader.static import masked_mean
+        >>> x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+        >>> masked_mean(x, x > 2.5, dim=-1).tolist()
+        [3.0, 5.0]
+    """
+    _check_reduction(x, mask)
+    if not (x.is_floating_point() or x.is_complex()):
+        raise TypeError(
+            f"x must be a floating-point tensor for masked_mean, got x.dtype={x.dtype}; "
+            "cast it first, e.g. x.float()"
+        )
+    total = masked_sum(x, mask, dim=dim, keepdim=keepdim)
+    count = mask.expand(x.shape).sum(dim=dim, keepdim=keepdim)
+    return total / count
+
+
+# -- argument checks, run at the Python boundary before any tracing ------------------------------
+# Messages are the project's one voice (bucketloader._validation). Data-dependent checks (binary
+# labels) run only in eager mode on CPU: under tracing they would be a graph break, and on CUDA a
+# host synchronisation.
+
+
+def _check_count(name: str, value: object) -> int:
+    return check_int(name, value, minimum=1, symbolic=(torch.SymInt,))
+
+
+def _check_fraction(value: object) -> float:
+    return check_float(
+        "positive_fraction", value, minimum=0.0, maximum=1.0, symbolic=(torch.SymFloat,)
+    )
+
+
+#: Row length limit: positions are int32 and each Feistel half must stay below 2**15.
+MAX_CANDIDATES = 2**30
+
+
+def _check_length(n: int) -> None:
+    if n > MAX_CANDIDATES:
+        raise ValueError(
+            f"the candidate dimension must hold at most 2**30 entries, got N={n}; "
+            "split the rows into a leading batch dimension"
+        )
+
+
+def _check_pair(values: object, labels: object) -> None:
+    if not isinstance(values, Tensor) or values.dim() < 2:
+        raise TypeError(f"values must be a tensor of shape [..., N, F], got {describe(values)}")
+    if not isinstance(labels, Tensor):
+        raise TypeError(f"labels must be a tensor of shape [..., N], got {describe(labels)}")
+    if labels.shape != values.shape[:-1]:
+        raise ValueError(
+            f"labels must have shape values.shape[:-1]={tuple(values.shape[:-1])}, got "
+            f"labels.shape={tuple(labels.shape)}; values is [..., N, F] and labels [..., N]"
+        )
+    if labels.device != values.device:
+        raise ValueError(
+            f"labels must be on values.device={values.device}, got labels.device={labels.device}"
+        )
+    if labels.is_complex():
+        raise TypeError(f"labels must be bool or real 0/1, got labels.dtype={labels.dtype}")
+    _check_length(labels.shape[-1])
+    # Data-dependent check: eager and CPU only (under tracing it would be a graph break, on CUDA a
+    # synchronisation). Labels are read as `labels != 0` either way.
+    if labels.dtype == torch.bool or torch.compiler.is_compiling() or labels.device.type != "cpu":
+        return
+    bad = (labels != 0) & (labels != 1)
+    if bad.any():
+        example = labels[bad][0].item()
+        raise ValueError(
+            f"labels must be binary (bool, or 0 and 1), got a label of {example!r}; "
+            "map classes to 0/1 first, e.g. labels == positive_class"
+        )
+
+
+def _check_mask(mask: object, labels: Tensor) -> Tensor | None:
+    if mask is None:
+        return None
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"mask must be None or a bool tensor like labels, got {describe(mask)}")
+    if mask.shape != labels.shape or mask.device != labels.device:
+        raise ValueError(
+            f"mask must have labels.shape={tuple(labels.shape)} on {labels.device}, got "
+            f"mask.shape={tuple(mask.shape)} on {mask.device}"
+        )
+    return mask
+
+
+def _check_reduction(x: object, mask: object) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x must be a tensor, got {describe(x)}")
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor broadcastable to x, got {describe(mask)}")
+    try:
+        shape = torch.broadcast_shapes(x.shape, mask.shape)
+    except RuntimeError:
+        shape = None
+    if shape != x.shape:
+        raise ValueError(
+            f"mask must be broadcastable to x.shape={tuple(x.shape)}, got "
+            f"mask.shape={tuple(mask.shape)}"
+        )
+
+
+def _resolve_seed(
+    seed: int | Tensor | None, generator: torch.Generator | None, device: torch.device
+) -> Tensor:
+    """The 0-d int64 seed tensor on ``device``: from ``seed``, ``generator`` or fresh."""
+    if seed is not None and generator is not None:
+        raise ValueError("pass either seed or generator, not both, got both")
+    if seed is not None:
+        if isinstance(seed, Tensor):
+            if seed.numel() != 1 or seed.is_floating_point() or seed.dtype == torch.bool:
+                raise TypeError(
+                    f"seed must be an int or a 0-d integer tensor, got {describe(seed)}"
+                )
+            # non_blocking: a blocking host-to-device copy synchronises the stream
+            return seed.reshape(()).to(device=device, dtype=torch.int64, non_blocking=True)
+        if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
+            raise TypeError(f"seed must be an int or a 0-d integer tensor, got seed={seed!r}")
+        return torch.tensor(seed, dtype=torch.int64).to(device, non_blocking=True)
+    if generator is not None:
+        if torch.compiler.is_compiling():
+            raise ValueError(
+                "generator is not supported under torch.compile (Dynamo cannot trace a "
+                "torch.Generator); pass seed=<int or 0-d int tensor drawn outside> instead"
+            )
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {describe(generator)}")
+        if generator.device.type != torch.device(device).type:
+            raise ValueError(
+                f"generator must be on the data's device {device}, got "
+                f"generator.device={generator.device}; create it with torch.Generator({device!r})"
+            )
+    return draw_seed(generator, device)

@@ -1,0 +1,116 @@
+"""Helpers of the stream: measuring and truncating samples, opening and sharding the source.
+
+NOTE [ Who shards the stream across DataLoader workers ]
+A source that knows about workers shards itself: a Hugging Face ``IterableDataset`` splits its
+shards among workers, and by torch's contract a ``torch.utils.data.IterableDataset`` reads
+``get_worker_info()`` itself. Any other iterable (a list, a generator factory, a map-style
+``datasets.Dataset``) is split round-robin by position: worker ``w`` of ``n`` keeps samples
+``w, w + n, w + 2n, ...`` (each worker reads and skips the others' samples).
+"""
+
+from __future__ import annotations
+
+import itertools
+import numbers
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from bucketloader._samples import length_reader
+
+
+def make_length_fn(length_fn: Any) -> Callable[[Any], Any]:
+    """``sample -> length`` under NOTE [ The length of a sample ] (:mod:`bucketloader._samples`):
+    ``None``, a key or a callable; a tuple of keys gives a tuple of lengths (several inputs)."""
+    if length_fn is None or isinstance(length_fn, str) or callable(length_fn):
+        if callable(length_fn):
+            return length_fn  # a callable returns the length itself (checked per sample)
+        return length_reader(length_fn, arg="length_fn")
+    if (
+        isinstance(length_fn, (tuple, list))
+        and length_fn
+        and all(isinstance(k, str) for k in length_fn)
+    ):
+        parts = [length_reader(k, arg="length_fn") for k in length_fn]
+        return lambda sample: tuple(f(sample) for f in parts)
+    raise TypeError(
+        f"length_fn must be None, a key of the samples, a tuple of keys (one per bucketed "
+        f"input) or a callable sample -> int, "
+        f"got length_fn={length_fn!r}"
+    )
+
+
+def check_length(value: Any, position: int) -> int:
+    """A sample's length as an int >= 0, or an error naming the sample's position."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 0:
+        return int(value)
+    raise ValueError(
+        f"length_fn returned {value!r} for sample {position} of this worker's stream; it must "
+        "return an int >= 0"
+    )
+
+
+def truncate(sample: Any, length: int, limit: int, key: str | None) -> Any:
+    """Cut a sample to ``limit`` elements (``overflow="truncate"``).
+
+    A dict sample has every sequence-valued entry of the sample's length cut (so ``input_ids``,
+    ``attention_mask`` and ``labels`` stay aligned); any other sample is sliced ``[:limit]``.
+    """
+    if isinstance(sample, Mapping):
+        out = dict(sample)
+        for k, v in sample.items():
+            if isinstance(v, Mapping) and "array" in v and k == key:
+                out[k] = {**v, "array": v["array"][:limit]}
+            elif (
+                not isinstance(v, (str, bytes)) and hasattr(v, "__getitem__") and _len(v) == length
+            ):
+                out[k] = v[:limit]
+        return out
+    return sample[:limit]
+
+
+def _len(v: Any) -> int | None:
+    try:
+        return len(v)
+    except TypeError:
+        return None
+
+
+def self_sharding(source: Any) -> bool:
+    """Whether ``source`` splits itself among DataLoader workers (see the module NOTE)."""
+    try:
+        from torch.utils.data import IterableDataset
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(source, IterableDataset) or is_hf(source)
+
+
+def is_stateful(source: Any) -> bool:
+    """Whether ``source`` resumes from ``state_dict()`` / ``load_state_dict()`` (HF's contract)."""
+    return callable(getattr(source, "state_dict", None)) and callable(
+        getattr(source, "load_state_dict", None)
+    )
+
+
+def is_hf(source: Any) -> bool:
+    """Whether ``source`` is a Hugging Face ``datasets.IterableDataset``."""
+    t = type(source)
+    return t.__module__.startswith("datasets.") and t.__name__ == "IterableDataset"
+
+
+def open_source(source: Any, worker: tuple[int, int]) -> Iterator[Any]:
+    """A fresh iterator over this worker's share of ``source``."""
+    it = iter(source)
+    wid, num = worker
+    if num > 1 and not self_sharding(source):
+        it = itertools.islice(it, wid, None, num)
+    return it
+
+
+def forget_resume(source: Any) -> None:
+    """After a resumed HF source has started, make its next ``iter()`` start from scratch.
+
+    ``datasets.IterableDataset.load_state_dict`` keeps the state for every later iteration of the
+    same epoch; we only want it for the one we resumed.
+    """
+    if is_hf(source):
+        source.load_state_dict(None)
