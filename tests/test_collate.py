@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -67,8 +68,8 @@ def test_pad_field_paths_match_the_oracle(data, n, ndim, side, kind, two):
     values = [torch.from_numpy(x) for x in xs] if kind == "torch" else xs
     # per-sample copies, interleaved concatenate (dims == (0,) only), masked scatter
     for limit, cache in ((0, None), (0, {}), (10**9, None)):
-        _collate_pad.MASKED_MAX_ELEMENTS = limit
-        try:
+        # patch.object restores the production value (a fixed constant here would not)
+        with mock.patch.object(_collate_pad, "MASKED_MAX_ELEMENTS", limit):
             got = _collate_pad.pad_field(
                 values,
                 key="x",
@@ -80,8 +81,6 @@ def test_pad_field_paths_match_the_oracle(data, n, ndim, side, kind, two):
                 pad_value=-7.0,
                 cache=cache,
             )
-        finally:
-            _collate_pad.MASKED_MAX_ELEMENTS = 4096
         np.testing.assert_array_equal(got.numpy(), want)
 
 

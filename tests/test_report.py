@@ -144,7 +144,7 @@ def test_map_style_dataset_lengths():
     with pytest.raises(ValueError, match="pass column="):
         analyze(pairs)
     assert analyze(pairs, column="tgt").histogram.max == 3
-    with pytest.raises(ValueError, match="column=.nope. is not in the samples"):
+    with pytest.raises(ValueError, match=r"column='nope' is not in the samples"):
         analyze(ds, column="nope")
 
 

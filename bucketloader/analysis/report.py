@@ -197,7 +197,7 @@ def analyze(
     if hist is None:
         return DynamicityReport(source, None, batch_shapes=shapes, num_batches=num_batches)
     run: dict[str, Any] = {}
-    if costs is not None:  # the run length rides along with the costs: the compiles amortise over it
+    if costs is not None:  # the run length rides along with the costs (compiles amortise over it)
         if isinstance(costs, Mapping):
             costs = dict(costs)
             run = {k: costs.pop(k) for k in ("num_epochs", "num_steps") if k in costs}

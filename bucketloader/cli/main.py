@@ -177,7 +177,7 @@ def _precompute(args: argparse.Namespace) -> int:
         sol = solve_boundaries(
             hist,
             args.num_buckets,
-            strategy=name,
+            strategy=fn,
             cache=cache,
             cost=args.cost,
             pad_to_multiple_of=args.pad_to_multiple_of,

@@ -63,7 +63,7 @@ class BucketTrainer(transformers.Trainer):
 
     def model_inputs(self) -> list[str]:
         """Names the model's ``forward`` takes, plus the label names (what batches may keep)."""
-        model = self.model
+        model: Any = self.model
         base = getattr(model, "get_base_model", None)  # a PEFT wrapper
         forward = (base() if callable(base) else model).forward
         names = list(inspect.signature(forward).parameters)

@@ -103,7 +103,10 @@ class Cells:
             size, batch_size, max_tokens, batch_multiple_of: NOTE [ The batch-size rule ].
         """
         size = resolve_size(size)
-        lookups, covers, cells, cgroups = [], [], [], []
+        lookups: list[np.ndarray] = []
+        covers: list[np.ndarray] = []
+        cells: list[np.ndarray] = []
+        cgroups: list[np.ndarray] = []
         for gi, bs in enumerate(boundaries):
             ks = [int(b.size) for b in bs]
             total = int(np.prod(ks))

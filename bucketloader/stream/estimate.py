@@ -37,8 +37,8 @@ def estimate(
 ) -> Estimate:
     """Ask :class:`BucketIterable` to estimate its boundaries from the head of the stream.
 
-    The first ``sample_size`` samples are read once in the constructor (in the main process, so every
-    DataLoader worker gets the same boundaries and shapes), measured and solved with
+    The first ``sample_size`` samples are read once in the constructor (in the main process, so
+    every DataLoader worker gets the same boundaries and shapes), measured and solved with
     :func:`~bucketloader.solve.solve_boundaries` (``cache`` and ``**options`` as there; with a
     cache, a rerun on the same head skips the solve). ``max_length`` caps the lengths first and
     makes it the last boundary, so later, longer samples are handled by ``overflow``; without it
