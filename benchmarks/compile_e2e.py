@@ -22,6 +22,7 @@ every compile is cold. Run:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import statistics
@@ -36,11 +37,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch._dynamo.utils import counters
 
+from bucketloader.analysis import calibrate, recommend_num_buckets
 from bucketloader.collate import Field
-from bucketloader.recommend import calibrate, recommend_num_buckets
 from bucketloader.sampler import BucketSampler
 
-DATA = Path(os.environ.get("BUCKETLOADER_SHARED_DATA", Path(__file__).parents[2] / "shared/data"))
+DATA = Path(__file__).parents[1] / "tests" / "data"  # the real length files (tests/data/SOURCES.md)
 VOCAB, FEATS, D_MODEL = 1000, 40, 64
 BACKEND = ["inductor"]
 
@@ -254,7 +255,7 @@ def recommender_check(results, cal, cal_s, lengths, args) -> str:
         return ""
     rec = recommend_num_buckets(
         lengths, batch_size=args.batch_size, num_epochs=1, strategy=args.strategies,
-        candidates=sorted({1, *args.ks}), **cal.as_kwargs(),
+        num_buckets=sorted({1, *args.ks}), costs=cal,
     )  # fmt: skip
     rec = _restrict(rec, measured)
     best = min(r["wall_s"] for r in measured.values())
@@ -283,7 +284,14 @@ def _restrict(rec, measured):
     """The recommendation among the candidates that were actually measured."""
     table = tuple(c for c in rec.table if (c.strategy, c.num_buckets) in measured)
     best = min(table, key=lambda c: (c.total_seconds, c.num_buckets))
-    return type(rec)(best.num_buckets, best.strategy, best.total_seconds, best.boundaries, table)
+    return dataclasses.replace(
+        rec,
+        num_buckets=best.num_buckets,
+        strategy=best.strategy,
+        boundaries=best.boundaries,
+        predicted_seconds=best.total_seconds,
+        table=table,
+    )
 
 
 def markdown(results: list[dict], args, header: str, tail: str) -> str:

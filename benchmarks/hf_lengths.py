@@ -4,7 +4,7 @@ Run: ``.venv/bin/python benchmarks/hf_lengths.py [--rows 1000000]`` (a few minut
 Writes ``benchmarks/results/hf_lengths.md``.
 
 1. A ``datasets.Dataset`` of ``--rows`` token-id rows (lengths resampled from the real Europarl,
-   GSM8K and Multi30k distributions in ../shared/data), saved and reloaded with
+   GSM8K and Multi30k distributions in tests/data), saved and reloaded with
    ``load_from_disk`` (memory-mapped, as users hold it). Compared, same process, same data:
    ``bucketloader.hf.lengths`` (Arrow list offsets) on the dataset and on a shuffled view; the
    usual Python scan ``Dataset.map(batched=True)`` computing ``len(ids)``; and the per-row scan
@@ -28,7 +28,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = Path(os.environ.get("BUCKETLOADER_SHARED_DATA", ROOT.parent / "shared" / "data"))
+DATA = ROOT / "tests" / "data"  # the real length files (provenance: tests/data/SOURCES.md)
 OUT = ROOT / "benchmarks" / "results" / "hf_lengths.md"
 
 
@@ -120,7 +120,7 @@ def bench_stream(n: int) -> list[str]:
     import torch
 
     from bucketloader.solve import compute_boundaries
-    from bucketloader.streaming import bucketize
+    from bucketloader.stream import bucketize
 
     lens = real_lengths(n, seed=1)
     samples = [{"input_ids": np.ones(k, np.int32), "label": i % 2} for i, k in enumerate(lens)]

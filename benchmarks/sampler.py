@@ -5,7 +5,7 @@ Run: ``.venv/bin/python benchmarks/sampler.py`` (about 3 minutes on 2 shared cor
 ``--quick`` for a smoke run). Writes ``benchmarks/results/sampler.md``.
 
 1. One epoch of each sampler on LibriSpeech train-clean-100 (28,539 lengths in samples, from
-   ../shared/data) and on synthetic lognormal token lengths: plan time (construction + one full
+   tests/data) and on synthetic lognormal token lengths: plan time (construction + one full
    epoch of index lists), batches, distinct batch shapes ``(B, L)`` and padding ratio (pad
    elements / real elements, counting bucketloader's all-padding rows). Same budget for all:
    bucketloader ``max_tokens`` (padded elements per batch) = Lhotse ``max_duration`` (real
@@ -33,7 +33,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = Path(os.environ.get("BUCKETLOADER_SHARED_DATA", ROOT.parent / "shared" / "data"))
+DATA = ROOT / "tests" / "data"  # the real length files (provenance: tests/data/SOURCES.md)
 OUT = ROOT / "benchmarks" / "results" / "sampler.md"
 
 from bucketloader.collate import Field  # noqa: E402

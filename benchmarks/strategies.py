@@ -6,7 +6,7 @@ Run from the repository root (a few minutes on a 2-core machine)::
 
 Writes ``benchmarks/results/strategies.md``:
 
-1. for every column of every real length file in ``../shared/data`` and k in {4, 8, 16, 32}:
+1. for every column of every real length file in ``tests/data`` and k in {4, 8, 16, 32}:
    the padding ratio of every registered strategy, its ratio to the optimum, and its solve time;
 2. scaling of ``optimal`` (k = 16) from 10³ to 2·10⁵ distinct values, plus one million lognormal
    speech-like lengths, next to a plain numpy divide-and-conquer DP (the reference speed);
@@ -37,7 +37,7 @@ from bucketloader.strategies import STRATEGIES  # noqa: E402
 from bucketloader.strategies.lp import lp  # noqa: E402
 from bucketloader.strategies.optimal import optimal  # noqa: E402
 
-DATA = Path(os.environ.get("BUCKETLOADER_SHARED_DATA", ROOT.parent / "shared" / "data"))
+DATA = ROOT / "tests" / "data"  # the real length files (provenance: tests/data/SOURCES.md)
 FILES = {
     "librispeech": "librispeech_train_clean_100_samples.txt",
     "commonvoice": "commonvoice_id_clip_ms.txt",

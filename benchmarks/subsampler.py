@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         "How it works: ours replaces the per-class `topk` with a keyed Feistel permutation "
         "(elementwise integer hashing), a `cumsum` that counts each element's rank within its "
         "class in that order, and one `scatter` that compacts the chosen elements into their "
-        "slots (see NOTE [ Selection algorithm ] in `bucketloader/static.py`).",
+        "slots (see NOTE [ Selection algorithm ] in `bucketloader/static/_select.py`).",
         "",
         "Setup: values `[B, N, 4]` float32, bool labels with ~25% positives, K = N / 10, "
         "positive_fraction 0.5. Each implementation is checked before timing (class counts "

@@ -22,6 +22,12 @@ def test_readme_example_runs_and_keeps_its_shape_promise(capsys):
     assert "(8, " in capsys.readouterr().out
 
 
+def test_every_readme_snippet_runs():
+    blocks = _python_blocks()
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"README.md, python block {i}", "exec"), {"__name__": "__readme__"})
+
+
 def test_readme_names_the_two_setup_commands():
     text = README.read_text()
     assert "make demo" in text and "make test" in text
