@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -14,7 +13,6 @@ from bucketloader._validation import as_lengths, check_int
 HISTOGRAM_FORMAT = 1
 
 
-@dataclass(frozen=True, eq=False)
 class LengthHistogram:
     """Sorted distinct lengths and how many samples have each.
 
@@ -33,12 +31,11 @@ class LengthHistogram:
         [4, 8, 12]
     """
 
-    values: np.ndarray
-    counts: np.ndarray
+    __slots__ = ("_counts", "_values")
 
-    def __post_init__(self) -> None:
-        values = np.ascontiguousarray(self.values, dtype=np.int64)
-        counts = np.ascontiguousarray(self.counts, dtype=np.int64)
+    def __init__(self, values: Any, counts: Any) -> None:
+        values = np.array(values, dtype=np.int64)  # our own copies: read-only below
+        counts = np.array(counts, dtype=np.int64)
         if values.ndim != 1 or values.shape != counts.shape or values.size == 0:
             raise ValueError(
                 "LengthHistogram needs 1-D values and counts of the same non-zero size, got "
@@ -51,8 +48,20 @@ class LengthHistogram:
             )
         values.setflags(write=False)
         counts.setflags(write=False)
-        object.__setattr__(self, "values", values)
-        object.__setattr__(self, "counts", counts)
+        self._values, self._counts = values, counts
+
+    @property
+    def values(self) -> np.ndarray:
+        """Strictly increasing ``int64`` distinct lengths (read-only)."""
+        return self._values
+
+    @property
+    def counts(self) -> np.ndarray:
+        """``int64`` number of samples at each value, all >= 1 (read-only)."""
+        return self._counts
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LengthHistogram, (self._values, self._counts))
 
     @classmethod
     def from_lengths(

@@ -43,6 +43,7 @@ import numpy as np
 
 from bucketloader._types import Strategy
 from bucketloader._validation import as_lengths, check_float, check_int
+from bucketloader.analysis.calibrate import Calibration
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec
 from bucketloader.solve import solve_boundaries
@@ -159,7 +160,7 @@ def recommend_num_buckets(
     *,
     num_buckets: int | Sequence[int] = DEFAULT_NUM_BUCKETS,
     strategy: str | Strategy | Sequence[str | Strategy] = "optimal",
-    costs: Any = None,
+    costs: Calibration | Mapping[str, float] | None = None,
     padding_target: float = 0.05,
     num_epochs: float | None = None,
     num_steps: int | None = None,
@@ -332,7 +333,7 @@ def check_num_buckets(num_buckets: Any) -> tuple[int, ...]:
     return tuple(sorted({check_int("num_buckets", k, minimum=1) for k in values}))
 
 
-def check_strategies(strategy: Any) -> list[tuple[str, Any]]:
+def check_strategies(strategy: Any) -> list[tuple[str, Strategy]]:
     """``(label, function)`` of every strategy to compare: a name, a callable, or a sequence."""
     items = [strategy] if isinstance(strategy, str) or callable(strategy) else strategy
     if not isinstance(items, Sequence) or len(items) == 0:

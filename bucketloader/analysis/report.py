@@ -20,6 +20,7 @@ from bucketloader._types import Strategy
 from bucketloader._validation import as_lengths, check_float, check_int
 from bucketloader.analysis._plot import pct, plot_report
 from bucketloader.analysis._scan import dataset_lengths, is_dataloader, is_dataset, scan_batches
+from bucketloader.analysis.calibrate import Calibration
 from bucketloader.analysis.recommend import (
     Candidate,
     check_num_buckets,
@@ -123,7 +124,7 @@ def analyze(
     padding_target: float = 0.05,
     max_batches: int | None = None,
     progress: bool | None = None,
-    costs: Any = None,
+    costs: Calibration | Mapping[str, float] | None = None,
 ) -> DynamicityReport:
     """Analyse how dynamic ``data`` is and what bucketing would cost.
 

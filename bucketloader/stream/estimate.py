@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from bucketloader._types import Cache, Strategy
 from bucketloader._validation import check_int
 from bucketloader.solution import Solution
 from bucketloader.solve import solve_boundaries
@@ -20,9 +21,9 @@ class Estimate:
 
     num_buckets: int
     sample_size: int = 10_000
-    strategy: Any = "optimal"
+    strategy: str | Strategy = "optimal"
     max_length: int | None = None
-    cache: Any = None
+    cache: Cache | bool | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -30,9 +31,9 @@ def estimate(
     num_buckets: int,
     *,
     sample_size: int = 10_000,
-    strategy: Any = "optimal",
+    strategy: str | Strategy = "optimal",
     max_length: int | None = None,
-    cache: Any = None,
+    cache: Cache | bool | None = None,
     **options: Any,
 ) -> Estimate:
     """Ask :class:`BucketIterable` to estimate its boundaries from the head of the stream.
