@@ -100,7 +100,9 @@ class BucketLookup:
         self.boundaries = check_boundaries(boundaries)
         self.limit = int(self.boundaries[-1])
         self._list = self.boundaries.tolist()
-        self._table = (
+        #: ``table[length]`` is the bucket of every length up to :attr:`limit`, when the last
+        #: boundary is small enough for a table (else ``None``): for loops that inline the lookup.
+        self.table: list[int] | None = (
             assign_buckets(np.arange(self.limit + 1), self.boundaries).tolist()
             if self.limit < _TABLE_LIMIT
             else None
@@ -112,8 +114,8 @@ class BucketLookup:
                 f"length {length} exceeds the last boundary {self.limit}; recompute the "
                 "boundaries on these lengths or add a larger last boundary"
             )
-        if self._table is not None:
-            return self._table[length]
+        if self.table is not None:
+            return self.table[length]
         return bisect.bisect_left(self._list, length)
 
 

@@ -124,20 +124,22 @@ class Engine:
         self.every = max(64, sum(owner.batch_sizes) + owner.shuffle_buffer)
         self.sizes = owner.batch_sizes
         self.stateful = owner.stateful
-        self._one = owner.lookups[0] if len(owner.lookups) == 1 else None
+        one = owner.lookups[0] if len(owner.lookups) == 1 else None
+        self._table = None if one is None else one.table  # the hot path indexes it directly
+        self._limit = -1 if one is None else one.limit
 
     # -- per sample -----------------------------------------------------------------------
     def prepare(self, pos: int, sample: Any) -> tuple[Any, int] | None:
         """(sample, cell) after the overflow policy, or ``None`` when dropped."""
-        one = self._one
-        if one is None:
+        table = self._table
+        if table is None:
             return self._prepare_general(pos, sample)
         length = self.o.measure(sample)
         if type(length) is not int or length < 0:
             length = check_length(length, pos)
-        if length > one.limit:
+        if length > self._limit:
             return self._prepare_general(pos, sample)
-        return sample, one(length)
+        return sample, table[length]
 
     def _measure(self, pos: int, sample: Any) -> tuple[int, ...]:
         o = self.o
