@@ -15,14 +15,18 @@ from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
 from bucketloader.pack.masks import document_block_mask, document_mask, document_mask_mod
 from bucketloader.pack.sampler import PackSampler
 from bucketloader.pack.spec import PackSpec, PackTable
+from bucketloader.pack.split import SplitDataset
+from bucketloader.pack.stream import PackIterable
 
 __all__ = [
     "IGNORE_INDEX",
     "PackCollator",
+    "PackIterable",
     "PackPlan",
     "PackSampler",
     "PackSpec",
     "PackTable",
+    "SplitDataset",
     "document_block_mask",
     "document_mask",
     "document_mask_mod",
