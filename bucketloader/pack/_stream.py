@@ -262,7 +262,9 @@ class Engine:
             for _ in range(int(pat.reps[p])):
                 row = [
                     pools[int(pat.sizes[u])].pop(0)
-                    for u, k in zip(pat.items[lo:hi].tolist(), pat.mult[lo:hi].tolist(), strict=True)
+                    for u, k in zip(
+                        pat.items[lo:hi].tolist(), pat.mult[lo:hi].tolist(), strict=True
+                    )
                     for _ in range(k)
                 ]
                 for a in range(0, len(row), cap):  # the documents-per-row cap, if any

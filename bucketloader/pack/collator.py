@@ -253,4 +253,3 @@ def _flat(values: list[Any], total: int) -> np.ndarray:
         raise TypeError(
             f"token sequences must be flat lists of ints, arrays or tensors ({exc})"
         ) from None
-

@@ -25,6 +25,7 @@ all-padding rows (a rank that would get no row repeats one of the step, so no ba
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,7 +102,7 @@ def plan_pack_epoch(
     if shuffle:  # one in-place shuffle per size pool
         pools, rng = pools.copy(), np.random.default_rng(deal_ss)
         starts = spec.pool_starts.tolist()
-        for lo, hi in zip(starts[:-1], starts[1:], strict=True):
+        for lo, hi in itertools.pairwise(starts):
             if hi - lo > 1:
                 rng.shuffle(pools[lo:hi])
     # rows of every row length, shuffled, concatenated by row length

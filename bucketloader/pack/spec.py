@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,9 +155,7 @@ class PackSpec:
     def rows_per_length(self) -> np.ndarray:
         """Rows of each row length per epoch."""
         p = self.patterns
-        return np.bincount(p.kind, weights=p.reps, minlength=len(self.row_lengths)).astype(
-            np.int64
-        )
+        return np.bincount(p.kind, weights=p.reps, minlength=len(self.row_lengths)).astype(np.int64)
 
     @functools.cached_property
     def lower_bound(self) -> int | None:
@@ -238,12 +237,15 @@ class PackSpec:
     # -- shapes and steps -------------------------------------------------------------------
     @functools.cached_property
     def max_documents(self) -> tuple[int, ...]:
-        """The most documents a batch of each row length can hold: the shortest documents that
-        fit into ``B_i * L_i`` tokens (a bound for ``cu_seqlens``, the same every epoch)."""
-        cum = np.cumsum(np.sort(self.sizes[self.kept]))
+        """The most documents a batch of each row length can hold: ``B_i`` times the most any of
+        its rows holds (rows are fixed per spec, repeated rows included; a bound for
+        ``cu_seqlens``, the same every epoch)."""
+        p = self.patterns
+        per_row = p.per_row
         out = []
-        for b, n in zip(self.batch_sizes, self.row_lengths, strict=True):
-            out.append(max(1, int(np.searchsorted(cum, b * n, side="right"))))
+        for i, b in enumerate(self.batch_sizes):
+            mine = per_row[p.kind == i]
+            out.append(b * max(1, int(mine.max()) if mine.size else 1))
         return tuple(out)
 
     def steps(self, num_replicas: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -373,7 +375,7 @@ class PackSpec:
 def _row_lengths(row_length: Any) -> tuple[int, ...]:
     if isinstance(row_length, (list, tuple, np.ndarray)):
         rows = tuple(check_int("row_length", n, minimum=1) for n in row_length)
-        if not rows or any(b <= a for a, b in zip(rows, rows[1:], strict=False)):
+        if not rows or any(b <= a for a, b in itertools.pairwise(rows)):
             raise ValueError(
                 f"row_length must be an int >= 1 or strictly increasing ints, got "
                 f"row_length={tuple(row_length)!r}"
