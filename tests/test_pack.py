@@ -274,7 +274,7 @@ def _table(rows=2, width=10, docs=8, truncate=False):
 @settings(max_examples=60, deadline=None)
 @given(
     lens=st.lists(st.integers(1, 10), min_size=1, max_size=8),
-    kind=st.sampled_from(["list", "tensor", "numpy", "dict", "dict_labels"]),
+    kind=st.sampled_from(["list", "tuple", "tensor", "int32", "numpy", "dict", "dict_labels"]),
 )
 def test_collator_layout(lens, kind):
     rows_needed = len({r for r in _rows(lens, 10)})
@@ -285,7 +285,9 @@ def test_collator_layout(lens, kind):
     labs = [np.where(rng.random(n) < 0.3, IGNORE_INDEX, t) for n, t in zip(lens, toks, strict=True)]
     samples = {
         "list": [t.tolist() for t in toks],
+        "tuple": [tuple(t.tolist()) for t in toks],
         "tensor": [torch.from_numpy(t) for t in toks],
+        "int32": [torch.from_numpy(t.astype(np.int32)) for t in toks],
         "numpy": toks,
         "dict": [{"input_ids": t.tolist(), "other": "x"} for t in toks],
         "dict_labels": [

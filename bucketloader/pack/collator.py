@@ -43,6 +43,9 @@ For a batch of shape ``(B, L)`` holding documents ``0..n-1`` (in the order given
 
 from __future__ import annotations
 
+import array
+import bisect
+import functools
 import itertools
 from collections.abc import Mapping
 from typing import Any
@@ -141,7 +144,13 @@ class PackCollator:
                 f"of length {len(samples) if hasattr(samples, '__len__') else '?'}"
             )
         ids, labels = self._tokens(samples)
-        lens = [len(x) for x in ids]
+        first = ids[0]
+        if isinstance(first, torch.Tensor) and first.ndim == 1:  # Tensor.__len__ is slow
+            lens = list(map(torch.Tensor.numel, ids))
+        elif isinstance(first, (torch.Tensor, np.ndarray)) and first.ndim != 1:
+            lens = [int(np.prod(x.shape)) for x in ids]
+        else:
+            lens = list(map(len, ids))
         if labels is not None:
             bad = [i for i, lab in enumerate(labels) if len(lab) != lens[i]]
             if bad:
@@ -165,59 +174,61 @@ class PackCollator:
                 f"shape {(rows, width)} can hold for the lengths the sampler was planned on; "
                 "the dataset's samples disagree with the sampler's lengths"
             )
-        row_of, offset = _next_fit(lens, width)
-        if row_of[-1] >= rows:
+        seg_len, fills = _next_fit(lens, width)
+        if len(fills) > rows:
             raise ValueError(
-                f"the batch's {n} documents ({sum(lens)} tokens) need {row_of[-1] + 1} rows of "
+                f"the batch's {n} documents ({sum(lens)} tokens) need {len(fills)} rows of "
                 f"{width} in the order given, more than the planned {rows}; the dataset's "
                 "samples disagree with the lengths the sampler was planned on (or the batch "
                 "did not come from this collator's sampler)"
             )
-        return self._layout(ids, labels, lens, row_of, offset, rows, width, shape)
+        return self._layout(ids, labels, seg_len, fills, rows, width, shape)
 
     def _layout(
         self,
         ids: list[Any],
         labels: list[Any] | None,
-        lens: list[int],
-        row_of: list[int],
-        offset: list[int],
+        seg_len: list[int],
+        fills: list[int],
         rows: int,
         width: int,
         shape: int,
     ) -> dict[str, Any]:
+        """Segments (documents, and a padding run ending each row that is not full) in order:
+        ``seg_len[k] > 0`` for a document, ``-run`` for padding."""
         size = rows * width
-        n = len(lens)
-        lens_a = np.asarray(lens, dtype=np.int64)
-        row_a = np.asarray(row_of, dtype=np.int64)
-        starts = row_a * width + np.asarray(offset, dtype=np.int64)  # flat start of each doc
-        fill = np.bincount(row_a, weights=lens_a, minlength=rows).astype(np.int64)
-        real = np.arange(width)[None, :] < fill[:, None]
-        out_ids = np.full((rows, width), self.pad_token_id, dtype=np.int64)
-        out_ids[real] = _flat(ids, int(lens_a.sum()))
-        out_lab = np.full((rows, width), IGNORE_INDEX, dtype=np.int64)
-        out_lab[real] = out_ids[real] if labels is None else _flat(labels, int(lens_a.sum()))
-        out_lab.reshape(-1)[starts] = IGNORE_INDEX
-        doc = np.full((rows, width), -1, dtype=np.int32)
-        doc[real] = np.repeat(np.arange(n, dtype=np.int32), lens_a)
-        # segments: every document, and the padding run after each row's documents
-        is_start = np.zeros(size, dtype=np.bool_)
-        is_start[starts] = True
-        is_start[::width] = True  # an all-padding row is one padding run
-        pad_rows = np.flatnonzero(fill < width)
-        is_start[pad_rows * width + fill[pad_rows]] = True
-        flat_pos = np.arange(size, dtype=np.int64)
-        seg = np.flatnonzero(is_start)
-        positions = flat_pos - np.repeat(seg, np.diff(np.append(seg, size)))
+        empty = rows - len(fills)  # all-padding rows: one padding run each
+        segs = seg_len + [-width] * empty
+        seg = np.asarray(segs, dtype=np.int64)
+        is_doc = seg > 0
+        seg_tokens = np.abs(seg)
+        starts = np.cumsum(seg_tokens) - seg_tokens
+        out_ids = _tokens(ids, segs, size, self.pad_token_id).reshape(rows, width)
+        doc_starts = starts[is_doc]
+        if labels is None:
+            out_lab = out_ids.copy()
+            flat_lab = out_lab.reshape(-1)
+            for a, n in zip(starts[~is_doc].tolist(), seg_tokens[~is_doc].tolist(), strict=True):
+                flat_lab[a : a + n] = IGNORE_INDEX
+        else:
+            out_lab = _tokens(labels, segs, size, IGNORE_INDEX).reshape(rows, width)
+            flat_lab = out_lab.reshape(-1)
+        flat_lab[doc_starts] = IGNORE_INDEX
+        positions = np.repeat(starts, seg_tokens)
+        np.subtract(_arange(size), positions, out=positions)
+        doc_of_seg = np.full(seg.size, -1, dtype=np.int32)
+        doc_of_seg[is_doc] = np.arange(doc_starts.size, dtype=np.int32)
         cu = np.full(self.table.num_segments(shape) + 1, size, dtype=np.int32)
-        cu[: seg.size] = seg
+        cu[: seg.size] = starts
         return {
             "input_ids": torch.from_numpy(out_ids),
             "labels": torch.from_numpy(out_lab),
             "position_ids": torch.from_numpy(positions.reshape(rows, width)),
-            "document_ids": torch.from_numpy(doc),
+            "document_ids": torch.from_numpy(
+                np.repeat(doc_of_seg, seg_tokens).reshape(rows, width)
+            ),
             "cu_seqlens": torch.from_numpy(cu),
-            "max_seqlen": int(np.diff(np.append(seg, size)).max()),
+            "max_seqlen": int(seg_tokens.max()),
         }
 
     def __repr__(self) -> str:
@@ -228,28 +239,84 @@ class PackCollator:
 
 
 def _next_fit(lens: list[int], width: int) -> tuple[list[int], list[int]]:
-    """Row and offset of each document, a new row whenever the next one does not fit."""
-    row_of, offset = [], []
-    row = fill = 0
-    for n in lens:
-        if fill + n > width:
-            row, fill = row + 1, 0
-        row_of.append(row)
-        offset.append(fill)
-        fill += n
-    return row_of, offset
+    """Next-fit: ``(segments, row fills)``; a segment is a document's length, or ``-run`` for
+    the padding that ends a row which is not full. One binary search per row."""
+    cum = list(itertools.accumulate(lens, initial=0))
+    segs: list[int] = []
+    fills: list[int] = []
+    i, n = 0, len(lens)
+    while i < n:
+        j = max(bisect.bisect_right(cum, cum[i] + width) - 1, i + 1)  # a row takes >= 1 doc
+        fill = cum[j] - cum[i]
+        segs += lens[i:j]
+        if fill < width:
+            segs.append(fill - width)
+        fills.append(fill)
+        i = j
+    return segs, fills
 
 
-def _flat(values: list[Any], total: int) -> np.ndarray:
-    """All token sequences of a batch as one int64 array (lists, arrays or tensors)."""
+@functools.lru_cache(maxsize=16)
+def _arange(size: int) -> np.ndarray:
+    out = np.arange(size, dtype=np.int64)
+    out.setflags(write=False)
+    return out
+
+
+def _tokens(values: list[Any], segs: list[int], size: int, pad: int) -> np.ndarray:
+    """The flat ``(size,)`` int64 layout: documents in order, a run of ``pad`` for every
+    negative segment, written by one concatenate (tensors, arrays) or one ``fromiter`` (lists)."""
     first = values[0]
+    it = iter(values)
     if isinstance(first, torch.Tensor):
-        return torch.cat([v.reshape(-1) for v in values]).to(torch.int64).numpy()
+        buf = _pad_buffer(pad, size)
+        out = torch.empty(size, dtype=torch.int64)
+        pieces = [next(it) if n > 0 else buf[:-n] for n in segs]
+        if first.dtype != torch.int64 or first.ndim != 1:
+            pieces = [p.reshape(-1).to(torch.int64) for p in pieces]
+        torch.cat(pieces, out=out)
+        return out.numpy()
     if isinstance(first, np.ndarray):
-        return np.concatenate(values).astype(np.int64, copy=False)
+        nbuf = _pad_buffer(pad, size).numpy()
+        out_np = np.empty(size, dtype=np.int64)
+        if first.ndim == 1:
+            pieces = [next(it) if n > 0 else nbuf[:-n] for n in segs]
+        else:
+            pieces = [next(it).reshape(-1) if n > 0 else nbuf[:-n] for n in segs]
+        np.concatenate(pieces, out=out_np, casting="same_kind")
+        return out_np
+    if type(first) is list:  # array.fromlist converts a list of ints faster than fromiter
+        buf_bytes = _pad_bytes(pad, size)
+        flat = array.array("q")
+        try:
+            for n in segs:
+                if n > 0:
+                    flat.fromlist(next(it))
+                else:
+                    flat.frombytes(buf_bytes[: -8 * n])
+        except TypeError:
+            pass  # not all lists of ints: the general path below
+        else:
+            return np.frombuffer(flat, dtype=np.int64)
+        it = iter(values)
+    rep = itertools.repeat
     try:
-        return np.fromiter(itertools.chain.from_iterable(values), dtype=np.int64, count=total)
+        return np.fromiter(
+            itertools.chain.from_iterable(next(it) if n > 0 else rep(pad, -n) for n in segs),
+            dtype=np.int64,
+            count=size,
+        )
     except (TypeError, ValueError) as exc:
         raise TypeError(
             f"token sequences must be flat lists of ints, arrays or tensors ({exc})"
         ) from None
+
+
+@functools.lru_cache(maxsize=32)
+def _pad_bytes(pad: int, size: int) -> bytes:
+    return np.full(size, pad, dtype=np.int64).tobytes()
+
+
+@functools.lru_cache(maxsize=32)
+def _pad_buffer(pad: int, size: int) -> torch.Tensor:
+    return torch.full((size,), pad, dtype=torch.int64)
