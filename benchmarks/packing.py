@@ -270,6 +270,47 @@ def streams(lines: list[str]) -> None:
     lines.append("")
 
 
+# --- attention cost ---------------------------------------------------------------------------
+def attention_cost(lines: list[str]) -> None:
+    """Quadratic (attention) and linear (everything else) work per epoch, relative to the
+    documents alone: sum n^2 and sum n."""
+    lines += [
+        "## 3b. What the model computes: attention and linear work per epoch\n",
+        "Relative to the documents alone (attention: sum of n^2 over documents; linear layers: "
+        "sum of n). *Packed, dense mask*: SDPA / eager with the `(B, 1, L, L)` document mask "
+        "computes every row's L x L scores; *packed, varlen*: flash-attention varlen with "
+        "`cu_seqlens` (or flex-attention's BlockMask, which skips most masked blocks) computes "
+        "each document's n x n plus the padding runs; *bucketing*: each sample padded to its "
+        "bucket, B x b^2 per batch. 16,384 tokens per batch, one epoch, filler rows included.\n",
+        "| data | L | packed, dense mask | packed, varlen | bucketing k=8 | linear: packed "
+        "| linear: bucketing k=8 |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    cols = text_columns()
+    for name in ("Multi30k en", "Europarl en+fr pair", "GSM8K prompt+response"):
+        x = cols[name]
+        for width in (1024, 4096):
+            x = x[x <= width]
+            ideal_q = float((x.astype(np.float64) ** 2).sum())
+            ideal_l = float(x.sum())
+            sampler = PackSampler(x, row_length=width, max_tokens=TOKENS_PER_BATCH, seed=0)
+            plan, spec = sampler.plan(), sampler.spec
+            rows = len(plan) * spec.batch_sizes[0]
+            dense = rows * float(width) ** 2
+            fills = np.add.reduceat(spec.sizes[plan.indices], plan.row_offsets[:-1])
+            varlen = ideal_q + float(((width - fills).astype(np.float64) ** 2).sum())
+            varlen += (rows - fills.size) * float(width) ** 2  # all-padding rows
+            bucket = BucketSampler(x, num_buckets=8, max_tokens=TOKENS_PER_BATCH, seed=0)
+            shapes = [bucket.spec.cells.shapes[c] for c in bucket.plan().cells.tolist()]
+            b_q = sum(b * float(n) ** 2 for b, n in shapes)
+            b_l = sum(b * float(n) for b, n in shapes)
+            lines.append(
+                f"| {name} | {width} | {dense / ideal_q:.1f}x | {varlen / ideal_q:.2f}x "
+                f"| {b_q / ideal_q:.2f}x | {rows * width / ideal_l:.3f}x | {b_l / ideal_l:.3f}x |"
+            )
+    lines.append("")
+
+
 # --- 4. plan time at 10 M -------------------------------------------------------------------
 def plan_time(n: int, naive_n: int, lines: list[str]) -> None:
     rng = np.random.default_rng(0)
@@ -383,6 +424,7 @@ def main() -> None:
     padding_table(lines)
     long_documents(lines)
     streams(lines)
+    attention_cost(lines)
     plan_time(n, naive_n, lines)
     collation(lines, reps=3 if args.quick else 15)
     lines.append(f"Load average at the end: {os.getloadavg()[0]:.1f}.")

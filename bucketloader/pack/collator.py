@@ -174,44 +174,49 @@ class PackCollator:
                 f"shape {(rows, width)} can hold for the lengths the sampler was planned on; "
                 "the dataset's samples disagree with the sampler's lengths"
             )
-        seg_len, fills = _next_fit(lens, width)
-        if len(fills) > rows:
+        spans = _next_fit(lens, width)
+        if len(spans) > rows:
             raise ValueError(
-                f"the batch's {n} documents ({sum(lens)} tokens) need {len(fills)} rows of "
+                f"the batch's {n} documents ({sum(lens)} tokens) need {len(spans)} rows of "
                 f"{width} in the order given, more than the planned {rows}; the dataset's "
                 "samples disagree with the lengths the sampler was planned on (or the batch "
                 "did not come from this collator's sampler)"
             )
-        return self._layout(ids, labels, seg_len, fills, rows, width, shape)
+        return self._layout(ids, labels, lens, spans, rows, width, shape)
 
     def _layout(
         self,
         ids: list[Any],
         labels: list[Any] | None,
-        seg_len: list[int],
-        fills: list[int],
+        lens: list[int],
+        spans: list[tuple[int, int, int]],
         rows: int,
         width: int,
         shape: int,
     ) -> dict[str, Any]:
-        """Segments (documents, and a padding run ending each row that is not full) in order:
-        ``seg_len[k] > 0`` for a document, ``-run`` for padding."""
+        """Segments in order: each document, and the padding run that ends a row which is not
+        full (every all-padding row is one run)."""
         size = rows * width
-        empty = rows - len(fills)  # all-padding rows: one padding run each
-        segs = seg_len + [-width] * empty
+        spans = spans + [(0, 0, 0)] * (rows - len(spans))
+        segs: list[int] = []  # a document's length, or -run for padding
+        for i, j, fill in spans:
+            segs += lens[i:j]
+            if fill < width:
+                segs.append(fill - width)
         seg = np.asarray(segs, dtype=np.int64)
         is_doc = seg > 0
         seg_tokens = np.abs(seg)
         starts = np.cumsum(seg_tokens) - seg_tokens
-        out_ids = _tokens(ids, segs, size, self.pad_token_id).reshape(rows, width)
+        out_ids = _tokens(ids, spans, width, self.pad_token_id).reshape(rows, width)
         doc_starts = starts[is_doc]
         if labels is None:
             out_lab = out_ids.copy()
             flat_lab = out_lab.reshape(-1)
-            for a, n in zip(starts[~is_doc].tolist(), seg_tokens[~is_doc].tolist(), strict=True):
-                flat_lab[a : a + n] = IGNORE_INDEX
+            for r, (_, _, fill) in enumerate(spans):
+                if fill < width:
+                    out_lab[r, fill:] = IGNORE_INDEX
         else:
-            out_lab = _tokens(labels, segs, size, IGNORE_INDEX).reshape(rows, width)
+            out_lab = _tokens(labels, spans, width, IGNORE_INDEX).reshape(rows, width)
             flat_lab = out_lab.reshape(-1)
         flat_lab[doc_starts] = IGNORE_INDEX
         positions = np.repeat(starts, seg_tokens)
@@ -238,22 +243,18 @@ class PackCollator:
         )
 
 
-def _next_fit(lens: list[int], width: int) -> tuple[list[int], list[int]]:
-    """Next-fit: ``(segments, row fills)``; a segment is a document's length, or ``-run`` for
-    the padding that ends a row which is not full. One binary search per row."""
+def _next_fit(lens: list[int], width: int) -> list[tuple[int, int, int]]:
+    """Next-fit rows ``(first document, end, tokens)``: one binary search per row."""
     cum = list(itertools.accumulate(lens, initial=0))
-    segs: list[int] = []
-    fills: list[int] = []
+    spans = []
     i, n = 0, len(lens)
     while i < n:
-        j = max(bisect.bisect_right(cum, cum[i] + width) - 1, i + 1)  # a row takes >= 1 doc
-        fill = cum[j] - cum[i]
-        segs += lens[i:j]
-        if fill < width:
-            segs.append(fill - width)
-        fills.append(fill)
+        j = bisect.bisect_right(cum, cum[i] + width) - 1
+        if j == i:  # a document longer than the row (never planned): a row of its own
+            j = i + 1
+        spans.append((i, j, cum[j] - cum[i]))
         i = j
-    return segs, fills
+    return spans
 
 
 @functools.lru_cache(maxsize=16)
@@ -263,48 +264,50 @@ def _arange(size: int) -> np.ndarray:
     return out
 
 
-def _tokens(values: list[Any], segs: list[int], size: int, pad: int) -> np.ndarray:
-    """The flat ``(size,)`` int64 layout: documents in order, a run of ``pad`` for every
-    negative segment, written by one concatenate (tensors, arrays) or one ``fromiter`` (lists)."""
+def _tokens(values: list[Any], spans: list[tuple[int, int, int]], width: int, pad: int) -> Any:
+    """The flat ``(rows * width,)`` int64 layout: each row's documents, then ``pad``; written by
+    one concatenate (tensors, arrays) or one conversion (lists)."""
     first = values[0]
-    it = iter(values)
     if isinstance(first, torch.Tensor):
-        buf = _pad_buffer(pad, size)
-        out = torch.empty(size, dtype=torch.int64)
-        pieces = [next(it) if n > 0 else buf[:-n] for n in segs]
+        buf = _pad_buffer(pad, width)
+        pieces: list[Any] = []
+        for i, j, fill in spans:
+            pieces += values[i:j]
+            if fill < width:
+                pieces.append(buf[: width - fill])
         if first.dtype != torch.int64 or first.ndim != 1:
             pieces = [p.reshape(-1).to(torch.int64) for p in pieces]
-        torch.cat(pieces, out=out)
-        return out.numpy()
+        return torch.cat(pieces).numpy()
     if isinstance(first, np.ndarray):
-        nbuf = _pad_buffer(pad, size).numpy()
-        out_np = np.empty(size, dtype=np.int64)
-        if first.ndim == 1:
-            pieces = [next(it) if n > 0 else nbuf[:-n] for n in segs]
-        else:
-            pieces = [next(it).reshape(-1) if n > 0 else nbuf[:-n] for n in segs]
-        np.concatenate(pieces, out=out_np, casting="same_kind")
-        return out_np
+        nbuf = _pad_buffer(pad, width).numpy()
+        pieces = []
+        for i, j, fill in spans:
+            pieces += values[i:j] if first.ndim == 1 else [v.reshape(-1) for v in values[i:j]]
+            if fill < width:
+                pieces.append(nbuf[: width - fill])
+        return np.concatenate(pieces, casting="same_kind", dtype=np.int64)
     if type(first) is list:  # array.fromlist converts a list of ints faster than fromiter
-        buf_bytes = _pad_bytes(pad, size)
+        pad_bytes = _pad_bytes(pad, width)
         flat = array.array("q")
         try:
-            for n in segs:
-                if n > 0:
-                    flat.fromlist(next(it))
-                else:
-                    flat.frombytes(buf_bytes[: -8 * n])
+            for i, j, fill in spans:
+                for v in values[i:j]:
+                    flat.fromlist(v)
+                if fill < width:
+                    flat.frombytes(pad_bytes[: 8 * (width - fill)])
         except TypeError:
             pass  # not all lists of ints: the general path below
         else:
             return np.frombuffer(flat, dtype=np.int64)
-        it = iter(values)
     rep = itertools.repeat
+    chunks: list[Any] = []
+    for i, j, fill in spans:
+        chunks += values[i:j]
+        if fill < width:
+            chunks.append(rep(pad, width - fill))
     try:
         return np.fromiter(
-            itertools.chain.from_iterable(next(it) if n > 0 else rep(pad, -n) for n in segs),
-            dtype=np.int64,
-            count=size,
+            itertools.chain.from_iterable(chunks), dtype=np.int64, count=len(spans) * width
         )
     except (TypeError, ValueError) as exc:
         raise TypeError(
@@ -313,10 +316,10 @@ def _tokens(values: list[Any], segs: list[int], size: int, pad: int) -> np.ndarr
 
 
 @functools.lru_cache(maxsize=32)
-def _pad_bytes(pad: int, size: int) -> bytes:
-    return np.full(size, pad, dtype=np.int64).tobytes()
+def _pad_bytes(pad: int, width: int) -> bytes:
+    return np.full(width, pad, dtype=np.int64).tobytes()
 
 
 @functools.lru_cache(maxsize=32)
-def _pad_buffer(pad: int, size: int) -> torch.Tensor:
-    return torch.full((size,), pad, dtype=torch.int64)
+def _pad_buffer(pad: int, width: int) -> torch.Tensor:
+    return torch.full((width,), pad, dtype=torch.int64)
