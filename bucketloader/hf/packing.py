@@ -118,9 +118,9 @@ def for_packing(
         [[0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 2, 3, 4, 5, 0, 1]]
     """
     pad = pad_token_id_of(pad_token_id, tokenizer)
-    collate = PackedInputs(
-        None, attention=attention, mask_dtype=mask_dtype
-    )  # validate before the lengths are read
+    check_choice("attention", attention, ATTENTION)  # before the lengths are read
     sampler = PackSampler(lengths(dataset, column), **options)
-    collate.collator = sampler.collator(key=column, pad_token_id=pad)
+    collate = PackedInputs(
+        sampler.collator(key=column, pad_token_id=pad), attention=attention, mask_dtype=mask_dtype
+    )
     return Bucketing(sampler, collate, dataset)
