@@ -23,7 +23,7 @@ The rule is Minimum Bin Slack (Gupta & Ho 1999) with pattern repetition:
 Sizes come out largest first, so large documents get first pick of the small ones that complete
 their rows, and the small ones fill each other's rows at the end. On the real length files in
 tests/data this reaches the lower bound ``ceil(tokens / L)`` rows in 20 of 21 cases
-(benchmarks/results/packing.md); best-fit-decreasing leaves 0.1-1.6% padding in the same cases.
+(benchmarks/results/packing.md); best-fit-decreasing leaves 0.06-1.6% padding in the same cases.
 
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
