@@ -25,6 +25,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/hf_lengths.py
 	$(PY) benchmarks/subsampler.py
 	$(PY) benchmarks/compile_e2e.py
+	$(PY) benchmarks/packing.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check bucketloader tests benchmarks

@@ -138,7 +138,17 @@ def test_public_api_is_small_sorted_and_importable():
     assert 10 <= len([n for n in names if not n.startswith("__")]) <= 16
     for name in names:
         assert getattr(bucketloader, name) is not None
-    for module in ("analysis", "cache", "collate", "hf", "plan", "static", "stream", "strategies"):
+    for module in (
+        "analysis",
+        "cache",
+        "collate",
+        "hf",
+        "pack",
+        "plan",
+        "static",
+        "stream",
+        "strategies",
+    ):
         sub = __import__(f"bucketloader.{module}", fromlist=["__all__"])
         assert sub.__all__ == sorted(sub.__all__, key=_isort_order), module
         for name in sub.__all__:
@@ -146,7 +156,7 @@ def test_public_api_is_small_sorted_and_importable():
 
 
 def test_public_classes_live_in_public_modules():
-    from bucketloader import collate, hf, plan, sampler, stream
+    from bucketloader import collate, hf, pack, plan, sampler, stream
 
     for obj in (
         bucketloader.BucketSampler,
@@ -157,6 +167,11 @@ def test_public_classes_live_in_public_modules():
         sampler.GroupedDataset,
         stream.BucketIterable,
         hf.BucketTrainer,
+        pack.PackSampler,
+        pack.PackCollator,
+        pack.PackIterable,
+        pack.PackSpec,
+        pack.SplitDataset,
     ):
         module = obj.__module__
         assert not any(p.startswith("_") for p in module.split(".")), (obj, module)
@@ -185,6 +200,13 @@ for batch in DataLoader(data, batch_sampler=sampler, collate_fn=sampler.collator
     assert tuple(batch["inputs"].shape) in sampler.shapes
 stream = BucketIterable([[1] * n for n in lengths], boundaries=sampler.boundaries, batch_size=2)
 assert sum(len(b) for b in stream) == len(lengths)
+from bucketloader.pack import PackSampler, PackIterable, document_mask
+packer = PackSampler(lengths, row_length=24, batch_size=2)
+for batch in DataLoader(data, batch_sampler=packer, collate_fn=packer.collator()):
+    assert tuple(batch["input_ids"].shape) in packer.shapes
+    assert document_mask(batch["document_ids"]).shape == (2, 1, 24, 24)
+docs = [[1] * n for n in lengths]
+assert sum(len(b) for b in PackIterable(docs, row_length=24, batch_size=2)) == len(lengths)
 assert analyze(lengths, num_buckets=[1, 2]).recommended is not None
 compute_boundaries(lengths, 2, strategy="lp")
 for module, extra in (("bucketloader.hf", "hf"),):

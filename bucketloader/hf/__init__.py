@@ -13,6 +13,8 @@ Needs ``datasets`` (``pip install 'bucketloader[hf]'``); ``BucketTrainer`` also 
 
 Without a Trainer: ``sampler, collate, data = for_text(tokenised, tokenizer=tokenizer,
 max_tokens=16384)`` then ``DataLoader(data, batch_sampler=sampler, collate_fn=collate)``.
+Packed causal-LM training: ``bucketing=for_packing(tokenised, tokenizer=tokenizer,
+row_length=2048, batch_size=8)`` (:mod:`bucketloader.hf.packing`).
 """
 
 from typing import Any
@@ -28,14 +30,17 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
 from bucketloader.hf.bucketing import Bucketing, ModelInputs, for_audio, for_text
 from bucketloader.hf.lengths import LENGTH_COLUMN, add_lengths, lengths
+from bucketloader.hf.packing import PackedInputs, for_packing
 
 __all__ = [
     "LENGTH_COLUMN",
     "BucketTrainer",
     "Bucketing",
     "ModelInputs",
+    "PackedInputs",
     "add_lengths",
     "for_audio",
+    "for_packing",
     "for_text",
     "lengths",
 ]

@@ -1,0 +1,126 @@
+"""Packed training with Hugging Face: a tokenised dataset to a packing sampler + model collator.
+
+NOTE [ How transformers models take a packed batch ]
+Read from transformers 5.x (``masking_utils.create_causal_mask``, ``_preprocess_mask_arguments``,
+``find_packed_sequence_indices``; Llama, Mistral, Qwen and the other models built on them):
+
+* ``position_ids`` alone (no ``attention_mask``): the model finds the documents where the
+  positions do not go up by one, and builds the block-diagonal causal mask itself, for
+  ``attn_implementation`` ``"sdpa"``, ``"eager"`` and ``"flex_attention"``; the flash-attention
+  implementations derive ``cu_seqlens`` from the same positions. This is ``attention="positions"``
+  (the default), the smallest batch. **It only holds without a cache**: when ``use_cache`` is
+  True (``config.use_cache`` defaults to True) the model creates a ``DynamicCache`` and skips the
+  detection, and every token attends to every earlier token of the row, across documents.
+  ``Trainer`` sets ``model.config.use_cache = args.use_cache`` (False by default), so training
+  through it is safe; call the model yourself with ``use_cache=False``, or use
+  ``attention="mask"``.
+* A 4-D ``attention_mask`` ``(B, 1, L, L)`` is used as given, whatever the cache. Boolean
+  (True = attend) for ``"sdpa"``; an additive float mask (0 / dtype min) for ``"eager"``, which
+  adds it to the scores. This is ``attention="mask"`` with ``mask_dtype=torch.bool`` or a float
+  dtype (:func:`bucketloader.pack.document_mask`); it ships ``B * L * L`` elements per batch.
+* Flash attention also takes ``cu_seq_lens_q`` / ``cu_seq_lens_k`` / ``max_length_q`` /
+  ``max_length_k`` directly: ``attention="flash"`` adds them from the collator's fixed-size
+  ``cu_seqlens`` (padding runs are segments, unused entries repeat the last offset; NOTE
+  [ Packed batch layout ] in :mod:`bucketloader.pack.collator`).
+
+Labels are -100 at every document's first token and on padding, so the shifted causal-LM loss
+never predicts across a boundary (``tests/test_pack.py`` checks logits and per-token losses of each
+document against the document run alone, to 1e-5).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from bucketloader._validation import check_choice
+from bucketloader.hf.bucketing import Bucketing, pad_token_id_of
+from bucketloader.hf.lengths import lengths
+from bucketloader.pack import PackSampler, document_mask
+
+__all__ = ["ATTENTION", "PackedInputs", "for_packing"]
+
+#: How the model is told where documents start (NOTE [ How transformers models take a packed
+#: batch ]).
+ATTENTION = ("flash", "mask", "positions")
+
+
+class PackedInputs:
+    """Collate with a :class:`~bucketloader.pack.PackCollator` and keep what a ``transformers``
+    causal LM takes: ``input_ids``, ``labels``, ``position_ids``, plus the mask or the varlen
+    arguments of ``attention`` (NOTE [ How transformers models take a packed batch ]).
+    Picklable (DataLoader workers)."""
+
+    def __init__(
+        self, collator: Any, *, attention: str = "positions", mask_dtype: torch.dtype = torch.bool
+    ) -> None:
+        self.collator = collator
+        self.attention = check_choice("attention", attention, ATTENTION)
+        if not isinstance(mask_dtype, torch.dtype):
+            raise TypeError(f"mask_dtype must be a torch.dtype, got mask_dtype={mask_dtype!r}")
+        self.mask_dtype = mask_dtype
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """The ``input_ids`` shapes (the sampler's promise)."""
+        return self.collator.shapes  # type: ignore[no-any-return]
+
+    def __call__(self, samples: list[Any]) -> dict[str, Any]:
+        out = self.collator(samples)
+        batch = {k: out[k] for k in ("input_ids", "labels", "position_ids")}
+        if self.attention == "mask":
+            batch["attention_mask"] = document_mask(out["document_ids"], dtype=self.mask_dtype)
+        elif self.attention == "flash":
+            batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = out["cu_seqlens"]
+            batch["max_length_q"] = batch["max_length_k"] = out["max_seqlen"]
+        return batch
+
+
+def for_packing(
+    dataset: Any,
+    column: str = "input_ids",
+    *,
+    pad_token_id: int | None = None,
+    tokenizer: Any = None,
+    attention: str = "positions",
+    mask_dtype: torch.dtype = torch.bool,
+    **options: Any,
+) -> Bucketing:
+    """A packing sampler + model collator for a tokenised causal-LM dataset.
+
+    Args:
+        dataset: a tokenised ``datasets.Dataset`` (a ``labels`` column of the same row lengths,
+            e.g. a prompt masked with -100, is used as the labels; other columns are ignored).
+        column: the token column.
+        pad_token_id: the id written on padding; or
+        tokenizer: any object with ``pad_token_id``.
+        attention: ``"positions"`` (default), ``"mask"`` or ``"flash"`` (NOTE [ How transformers
+            models take a packed batch ]).
+        mask_dtype: the 4-D mask's dtype with ``attention="mask"``: ``torch.bool`` for
+            ``attn_implementation="sdpa"``, the model's float dtype for ``"eager"``.
+        **options: :class:`~bucketloader.pack.PackSampler` options: ``row_length`` (required),
+            ``batch_size`` or ``max_tokens``, ``overflow``, ``last_batch``, ``shuffle``,
+            ``seed``, ``num_replicas``, ``rank``.
+
+    Returns:
+        A :class:`~bucketloader.hf.Bucketing` ``(sampler, collator, dataset)``: pass it to
+        ``BucketTrainer(bucketing=...)``, or build a loader with ``.dataloader()``.
+
+    Example:
+        >>> import datasets
+        >>> ds = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in (3, 5, 2, 6)]})
+        >>> sampler, collate, data = for_packing(ds, pad_token_id=0, row_length=8, batch_size=2)
+        >>> sampler.shapes
+        [(2, 8)]
+        >>> batch = collate([data[1], data[0], data[3], data[2]])
+        >>> batch["position_ids"].tolist()
+        [[0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 2, 3, 4, 5, 0, 1]]
+    """
+    pad = pad_token_id_of(pad_token_id, tokenizer)
+    check_choice("attention", attention, ATTENTION)  # before the lengths are read
+    sampler = PackSampler(lengths(dataset, column), **options)
+    collate = PackedInputs(
+        sampler.collator(key=column, pad_token_id=pad), attention=attention, mask_dtype=mask_dtype
+    )
+    return Bucketing(sampler, collate, dataset)

@@ -1,0 +1,371 @@
+"""One worker's pass of :class:`~bucketloader.pack.PackIterable`: online best-fit, resumable.
+
+NOTE [ Online best-fit over a bounded buffer ]
+At most ``open_rows`` rows are open. A document goes into the open row with the least room that
+still holds it (best fit: the open rows are kept sorted by free room); if none does, it opens a
+row. A row that is full (or holds ``max_documents // B`` documents) closes; when more than
+``open_rows`` rows are open, the fullest one closes. Closed rows queue up and leave ``B`` at a
+time as a batch, in the order they closed. At the end of the stream the documents still in open
+rows are packed again, offline (the solver of :mod:`bucketloader.pack._bins`), so the tail is as
+tight as the sampler's; the last partial batch is yielded short (``"pad"``: the collator adds
+all-padding rows) or dropped (``"drop"``). Memory stays at ``open_rows + B`` rows of documents.
+
+NOTE [ Exact resume of the packing stream ]
+As in :mod:`bucketloader.stream` (NOTE [ Exact resume of a buffered stream ] there), the state
+names documents by their *position* in this worker's stream (``[position, piece]``, the piece
+of a document cut by ``overflow="split"``), never by content: ``read``, the open rows (with
+their ids, which order ties), the queue of closed rows, and a source checkpoint at a position at
+or before the oldest buffered document. Resuming restores the source there (``load_state_dict``;
+a source without state restarts the epoch at 0), re-reads up to ``read`` keeping the buffered
+positions, rebuilds the rows and carries on: the remaining batches are exactly those of the
+uninterrupted run. The source helpers follow the stream's rules (NOTE [ Who shards the stream
+across DataLoader workers ] in :mod:`bucketloader.stream._source`); they are repeated here so
+that the two subpackages stay independent.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import itertools
+import numbers
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bucketloader._samples import length_reader
+from bucketloader.pack._bins import solve
+
+STATE_FORMAT = 1
+
+
+# -- the source (the stream's rules, NOTE [ Who shards the stream across DataLoader workers ]) --
+def is_hf(source: Any) -> bool:
+    """Whether ``source`` is a Hugging Face ``datasets.IterableDataset``."""
+    t = type(source)
+    return t.__module__.startswith("datasets.") and t.__name__ == "IterableDataset"
+
+
+def is_stateful(source: Any) -> bool:
+    """Whether ``source`` resumes from ``state_dict()`` / ``load_state_dict()``."""
+    return callable(getattr(source, "state_dict", None)) and callable(
+        getattr(source, "load_state_dict", None)
+    )
+
+
+def open_source(source: Any, worker: tuple[int, int]) -> Iterator[Any]:
+    """A fresh iterator over this worker's share: self-sharding sources (torch or HF iterable
+    datasets) split themselves, any other iterable is split round-robin by position."""
+    from torch.utils.data import IterableDataset
+
+    it = iter(source)
+    wid, num = worker
+    if num > 1 and not (isinstance(source, IterableDataset) or is_hf(source)):
+        it = itertools.islice(it, wid, None, num)
+    return it
+
+
+def make_length_fn(length_fn: Any) -> Callable[[Any], int]:
+    """``sample -> tokens`` (NOTE [ The length of a sample ] in :mod:`bucketloader._samples`)."""
+    if length_fn is None or isinstance(length_fn, str):
+        return length_reader(length_fn, arg="length_fn")
+    if callable(length_fn):
+        return length_fn  # type: ignore[no-any-return]
+    raise TypeError(
+        f"length_fn must be None, a key of the samples or a callable sample -> int, got "
+        f"length_fn={length_fn!r}"
+    )
+
+
+def cut(sample: Any, length: int, start: int, stop: int) -> Any:
+    """``sample[start:stop]``; a dict has every sequence entry of the sample's length cut (so
+    ``input_ids``, ``attention_mask`` and ``labels`` stay aligned)."""
+    if isinstance(sample, Mapping):
+        out = dict(sample)
+        for k, v in sample.items():
+            if isinstance(v, (str, bytes)) or not hasattr(v, "__getitem__"):
+                continue
+            try:
+                n = len(v)
+            except TypeError:
+                continue
+            if n == length:
+                out[k] = v[start:stop]
+        return out
+    return sample[start:stop]
+
+
+@dataclass(frozen=True)
+class PassConfig:
+    """What a pass needs from its :class:`~bucketloader.pack.PackIterable`."""
+
+    source: Any
+    measure: Callable[[Any], int]
+    row_length: int
+    batch_size: int
+    max_per_row: int
+    open_rows: int
+    stale_tokens: int
+    overflow: str
+    last_batch: str
+    stateful: bool
+    config: dict[str, Any]
+
+
+class Engine:
+    """Rows and counters of one pass; :meth:`run` is the generator of batches."""
+
+    def __init__(self, cfg: PassConfig, epoch: int, worker: tuple[int, int]) -> None:
+        self.o = cfg
+        self.epoch = epoch
+        self.worker = worker
+        self.read = 0
+        self.batches = 0
+        self.phase = "stream"
+        self.next_id = 0
+        self.tokens_read = 0
+        # open rows, oldest first: id -> [free, [(pos, piece), ...], [sample, ...], opened at]
+        # (tokens_read when opened); caps: sorted (free, id)
+        self.rows: dict[int, list[Any]] = {}
+        self.caps: list[tuple[int, int]] = []
+        self.ready: list[tuple[list[tuple[int, int]], list[Any]]] = []
+        self.stats = dict.fromkeys(
+            ("overflow_dropped", "truncated", "split", "tail_dropped", "rows", "tokens"), 0
+        )
+        self.snaps: list[tuple[int, Any]] = [(0, None)]
+        self.every = max(64, cfg.open_rows * 4)
+
+    # -- per document -----------------------------------------------------------------------
+    def pieces(self, pos: int, sample: Any) -> list[tuple[int, Any, int]]:
+        """``[(piece, sample, tokens)]`` after the overflow policy (empty when dropped)."""
+        o = self.o
+        n = o.measure(sample)
+        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
+            raise ValueError(
+                f"length_fn returned {n!r} for sample {pos} of this worker's stream; it must "
+                "return an int >= 0"
+            )
+        n = int(n)
+        if n == 0:
+            raise ValueError(
+                f"sample {pos} of this worker's stream has 0 tokens; an empty document cannot be "
+                "packed: filter empty samples out of the source"
+            )
+        limit = o.row_length
+        if n <= limit:
+            return [(0, sample, n)]
+        if o.overflow == "error":
+            raise ValueError(
+                f"sample {pos} of this worker's stream has {n} tokens > row_length={limit}; pass "
+                "overflow='drop', 'truncate' or 'split', or a longer row_length"
+            )
+        if o.overflow == "drop":
+            self.stats["overflow_dropped"] += 1
+            return []
+        if o.overflow == "truncate":
+            self.stats["truncated"] += 1
+            return [(0, cut(sample, n, 0, limit), limit)]
+        self.stats["split"] += 1
+        return [
+            (j, cut(sample, n, a, min(a + limit, n)), min(a + limit, n) - a)
+            for j, a in enumerate(range(0, n, limit))
+        ]
+
+    def _place(self, item: tuple[int, int], sample: Any, size: int) -> None:
+        o = self.o
+        caps = self.caps
+        i = bisect.bisect_left(caps, (size, -1))
+        if i < len(caps):
+            free, rid = caps.pop(i)
+            row = self.rows[rid]
+        else:
+            rid = self.next_id
+            self.next_id += 1
+            free, row = o.row_length, [o.row_length, [], [], self.tokens_read]
+            self.rows[rid] = row
+        self.tokens_read += size
+        free -= size
+        row[0] = free
+        row[1].append(item)
+        row[2].append(sample)
+        if free == 0 or len(row[1]) >= o.max_per_row:
+            self._close(rid)
+        else:
+            bisect.insort(caps, (free, rid))
+            if len(self.rows) > o.open_rows:
+                self._close(caps.pop(0)[1])
+        oldest = next(iter(self.rows), None)  # a row open for a whole buffer of tokens closes
+        if oldest is not None and self.tokens_read - self.rows[oldest][3] > o.stale_tokens:
+            caps.remove((self.rows[oldest][0], oldest))
+            self._close(oldest)
+
+    def _close(self, rid: int) -> None:
+        row = self.rows.pop(rid)
+        self.ready.append((row[1], row[2]))
+
+    def _batch(self) -> list[Any]:
+        take, self.ready = self.ready[: self.o.batch_size], self.ready[self.o.batch_size :]
+        self.batches += 1
+        self.stats["rows"] += len(take)
+        out = [s for _, samples in take for s in samples]
+        self.stats["tokens"] += sum(self.o.measure(s) for s in out)
+        return out
+
+    # -- the pass ---------------------------------------------------------------------------
+    def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
+        bsz = self.o.batch_size
+        if self.phase == "stream":
+            stateful, every = self.o.stateful, self.every
+            for sample in it:
+                pos = self.read
+                self.read = pos + 1
+                if stateful and self.read % every == 0:
+                    self._snapshot()
+                for piece, part, size in self.pieces(pos, sample):
+                    self._place((pos, piece), part, size)
+                while len(self.ready) >= bsz:
+                    yield self._batch()
+            self._repack()
+            self.phase = "tail"
+        while len(self.ready) >= bsz:
+            yield self._batch()
+        if self.ready:
+            if self.o.last_batch == "drop":
+                self.stats["tail_dropped"] += sum(len(r[0]) for r in self.ready)
+                self.ready = []
+            else:
+                yield self._batch()
+        self.phase = "done"
+
+    def _repack(self) -> None:
+        """Pack the documents of the open rows again, offline (tighter than closing them)."""
+        docs = [
+            (item, sample, self.o.measure(sample))
+            for rid in sorted(self.rows)
+            for item, sample in zip(self.rows[rid][1], self.rows[rid][2], strict=True)
+        ]
+        self.rows, self.caps = {}, []
+        if not docs:
+            return
+        sizes = np.asarray([d[2] for d in docs], dtype=np.int64)
+        counts = np.bincount(sizes)
+        vals = np.flatnonzero(counts)[::-1]
+        pools: dict[int, list[Any]] = {int(v): [] for v in vals}
+        for d in docs:
+            pools[d[2]].append(d)
+        pat = solve(vals, counts[vals], (self.o.row_length,))
+        cap = max(1, self.o.max_per_row)
+        for p in range(pat.reps.size):
+            lo, hi = int(pat.offsets[p]), int(pat.offsets[p + 1])
+            for _ in range(int(pat.reps[p])):
+                row = [
+                    pools[int(pat.sizes[u])].pop(0)
+                    for u, k in zip(
+                        pat.items[lo:hi].tolist(), pat.mult[lo:hi].tolist(), strict=True
+                    )
+                    for _ in range(k)
+                ]
+                for a in range(0, len(row), cap):  # the documents-per-row cap, if any
+                    part = row[a : a + cap]
+                    self.ready.append(([d[0] for d in part], [d[1] for d in part]))
+
+    # -- state ------------------------------------------------------------------------------
+    def _buffered(self) -> list[int]:
+        return [p for rid in self.rows for p, _ in self.rows[rid][1]] + [
+            p for items, _ in self.ready for p, _ in items
+        ]
+
+    def _oldest(self) -> int:
+        return min(self._buffered(), default=self.read)
+
+    def _snapshot(self) -> None:
+        source = self.o.source
+        st = source.state_dict()
+        self.snaps.append((self.read, st if is_hf(source) else copy.deepcopy(st)))
+        oldest = self._oldest()
+        keep = max(i for i, (p, _) in enumerate(self.snaps) if p <= oldest)
+        del self.snaps[:keep]
+
+    def state_dict(self) -> dict[str, Any]:
+        oldest = self._oldest()
+        pos, src = max((s for s in self.snaps if s[0] <= oldest), key=lambda s: s[0])
+        return {
+            "format": STATE_FORMAT,
+            "config": self.o.config,
+            "epoch": self.epoch,
+            "worker": list(self.worker),
+            "phase": self.phase,
+            "read": self.read,
+            "batches": self.batches,
+            "next_id": self.next_id,
+            "tokens_read": self.tokens_read,
+            "open": [[rid, row[3], [list(x) for x in row[1]]] for rid, row in self.rows.items()],
+            "ready": [[list(x) for x in items] for items, _ in self.ready],
+            "source": {"position": pos, "state": src},
+            "stats": dict(self.stats),
+        }
+
+    def resume(self, state: dict[str, Any]) -> Iterator[Any]:
+        """Rebuild the rows from ``state`` by replaying the source; return the live iterator."""
+        start, src_state = int(state["source"]["position"]), state["source"]["state"]
+        source = self.o.source
+        if src_state is not None:
+            source.load_state_dict(src_state)
+            it = _forget_after_first(iter(source), source)
+        else:
+            it = open_source(source, self.worker)
+        wanted = {int(p) for _, _, items in state["open"] for p, _ in items}
+        wanted |= {int(p) for items in state["ready"] for p, _ in items}
+        got: dict[tuple[int, int], tuple[Any, int]] = {}
+        stats = dict(self.stats)
+        for pos in range(start, int(state["read"])):
+            try:
+                sample = next(it)
+            except StopIteration:
+                raise ValueError(
+                    f"cannot resume: the source ended at sample {pos} while replaying to "
+                    f"{state['read']}; resume needs a deterministic, re-iterable source"
+                ) from None
+            if pos in wanted:
+                for piece, part, size in self.pieces(pos, sample):
+                    got[(pos, piece)] = (part, size)
+        self.stats = {**stats, **state["stats"]}
+
+        def sample_of(x: list[int]) -> tuple[Any, int]:
+            key = (int(x[0]), int(x[1]))
+            if key not in got:
+                raise ValueError(f"cannot resume: document {list(key)} is no longer produced")
+            return got[key]
+
+        self.read = int(state["read"])
+        self.batches = int(state["batches"])
+        self.phase = state["phase"]
+        self.next_id = int(state["next_id"])
+        self.tokens_read = int(state["tokens_read"])
+        self.rows, self.caps = {}, []
+        for rid, opened, items in state["open"]:  # oldest first, as saved
+            docs = [sample_of(x) for x in items]
+            free = self.o.row_length - sum(d[1] for d in docs)
+            self.rows[int(rid)] = [free, [tuple(x) for x in items], [d[0] for d in docs], opened]
+            bisect.insort(self.caps, (free, int(rid)))
+        self.ready = [
+            ([(int(x[0]), int(x[1])) for x in items], [sample_of(x)[0] for x in items])
+            for items in state["ready"]
+        ]
+        self.snaps = [(start, src_state)]
+        return it
+
+
+def _forget_after_first(it: Iterator[Any], source: Any) -> Iterator[Any]:
+    """Yield from ``it``; once it started, make an HF source forget the loaded state (it would
+    otherwise keep it for every later iteration of the epoch)."""
+    started = False
+    for x in it:
+        if not started and is_hf(source):
+            source.load_state_dict(None)
+        started = True
+        yield x
+    if not started and is_hf(source):
+        source.load_state_dict(None)

@@ -1,0 +1,154 @@
+"""The packed epoch: a pure, vectorised function from (spec, seed, epoch, ranks) to batches of rows.
+
+NOTE [ Packed epochs ]
+The spec fixes the rows' *sizes* (which sizes share a row, how many such rows); an epoch decides
+which documents fill them and in which order the rows come:
+
+1. Deal: the documents of each size are shuffled (``SeedSequence([seed, epoch])``) and dealt
+   into that size's slots of the rows. Documents of one size are interchangeable for the packing,
+   so every epoch has exactly the spec's padding, while a document's row-mates are drawn afresh:
+   rows do not repeat the same neighbours from epoch to epoch.
+2. Rows of each row length are shuffled, and grouped into *global steps* of ``num_replicas``
+   batches of ``B`` rows, one per rank. Steps are interleaved across row lengths exactly like the
+   bucket sampler's cells (NOTE [ Epoch plan ] in :mod:`bucketloader.plan.epoch`): step ``j`` of
+   a row length with ``S`` steps gets the key ``(j + u) / S`` and steps are sorted by key.
+3. Rank ``r`` takes slot ``r`` of every step: every rank gets ``sum(S)`` batches, and at every
+   step all ranks get a batch of the same shape, with no communication.
+
+The ``q < num_replicas * B`` rows of a row length's last step follow ``last_batch``: ``"pad"``
+splits them as evenly as possible over the ranks and the collator completes each batch with
+all-padding rows (a rank that would get no row repeats one of the step, so no batch is empty:
+``num_replicas - q`` repeats when ``q < num_replicas``); ``"fill"`` tops the step up with
+``num_replicas * B - q`` repeated rows of the epoch (no padding rows; documents repeat);
+``"drop"`` leaves the ``q`` rows out (a different random set each epoch).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from bucketloader._validation import check_int
+from bucketloader.pack.spec import PackSpec
+
+__all__ = ["PackPlan", "plan_pack_epoch"]
+
+
+@dataclass(frozen=True, eq=False)
+class PackPlan:
+    """One rank's packed batches for one epoch, as flat arrays.
+
+    Attributes:
+        indices: document indices of all batches, row after row, concatenated.
+        offsets: batch ``i`` is ``indices[offsets[i]:offsets[i + 1]]``.
+        row_offsets: row ``j`` (over the whole epoch) is ``indices[row_offsets[j]:...[j + 1]]``.
+        batch_rows: batch ``i`` holds rows ``batch_rows[i]:batch_rows[i + 1]``.
+        kinds: row-length index of every batch.
+    """
+
+    indices: np.ndarray
+    offsets: np.ndarray
+    row_offsets: np.ndarray
+    batch_rows: np.ndarray
+    kinds: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.kinds.size)
+
+    def batch(self, i: int) -> list[int]:
+        """Document indices of batch ``i``, row after row."""
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"batch index {i} is out of range for an epoch of {len(self)} batches")
+        i %= len(self)
+        return self.indices[self.offsets[i] : self.offsets[i + 1]].tolist()
+
+    def rows(self, i: int) -> list[list[int]]:
+        """The rows of batch ``i`` (lists of document indices)."""
+        i %= len(self)
+        lo, hi = int(self.batch_rows[i]), int(self.batch_rows[i + 1])
+        ro = self.row_offsets
+        return [self.indices[ro[j] : ro[j + 1]].tolist() for j in range(lo, hi)]
+
+
+def plan_pack_epoch(
+    spec: PackSpec,
+    *,
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = True,
+    num_replicas: int = 1,
+    rank: int = 0,
+) -> PackPlan:
+    """Rank ``rank``'s packed batches for ``epoch`` (NOTE [ Packed epochs ] in this module).
+
+    Pure and deterministic in its arguments; randomness only from
+    ``numpy.random.SeedSequence([seed, epoch])``.
+
+    Example:
+        >>> spec = PackSpec.build([5, 3, 2, 5, 3, 2], row_length=8, batch_size=2)
+        >>> plan = plan_pack_epoch(spec, shuffle=False)
+        >>> [plan.rows(i) for i in range(len(plan))]
+        [[[0, 1], [3, 4]], [[2, 5]]]
+    """
+    seed = check_int("seed", seed, minimum=0)
+    epoch = check_int("epoch", epoch, minimum=0)
+    num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+    rank = check_int("rank", rank, minimum=0, maximum=num_replicas - 1)
+    deal_ss, row_ss, key_ss = np.random.SeedSequence([seed, epoch]).spawn(3)
+    slots, row_offsets, row_kind = spec.layout
+    pools = spec.by_size
+    if shuffle:  # one in-place shuffle per size pool
+        pools, rng = pools.copy(), np.random.default_rng(deal_ss)
+        starts = spec.pool_starts.tolist()
+        for lo, hi in itertools.pairwise(starts):
+            if hi - lo > 1:
+                rng.shuffle(pools[lo:hi])
+    # rows of every row length, shuffled, concatenated by row length
+    n_kinds = len(spec.row_lengths)
+    by_kind = np.argsort(row_kind, kind="stable")
+    counts = spec.rows_per_length
+    kind_start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    if shuffle:
+        rng = np.random.default_rng(row_ss)
+        for s, n in zip(kind_start.tolist(), counts.tolist(), strict=True):
+            rng.shuffle(by_kind[s : s + n])
+    bsz_k = np.asarray(spec.batch_sizes, dtype=np.int64)
+    full, q = spec.steps(num_replicas)
+    steps = spec.num_steps(num_replicas)
+    total = int(steps.sum())
+    step_kind = np.repeat(np.arange(n_kinds), steps)
+    step_j = np.arange(total) - np.repeat(np.cumsum(steps) - steps, steps)
+    u = np.random.default_rng(key_ss).random(total) if shuffle else 0.5
+    key = (step_j + u) / np.maximum(steps[step_kind], 1)
+    pick = np.lexsort((step_kind, key))
+    sk, sj = step_kind[pick], step_j[pick]
+    bsz = bsz_k[sk]
+    base = sj * num_replicas * bsz
+    start, size = base + rank * bsz, bsz.copy()
+    last = sj == full[sk]
+    if spec.last_batch == "pad" and last.any():
+        ql = q[sk[last]]
+        lo, extra = ql // num_replicas, ql % num_replicas
+        s_size = lo + (rank < extra)
+        s_start = base[last] + rank * lo + np.minimum(rank, extra)
+        s_start = np.where(s_size == 0, base[last] + rank, s_start)  # repeat a row: never empty
+        start[last], size[last] = s_start, np.maximum(s_size, 1)
+    batch_rows = np.concatenate([[0], np.cumsum(size)])
+    within = np.arange(batch_rows[-1]) - np.repeat(batch_rows[:-1], size)
+    pos = (np.repeat(start, size) + within) % np.repeat(counts[sk], size)  # repeats wrap around
+    rows = by_kind[pos + np.repeat(kind_start[sk], size)]
+    # documents of those rows, in order
+    lo_doc = row_offsets[rows]
+    ndoc = row_offsets[rows + 1] - lo_doc
+    my_row_offsets = np.concatenate([[0], np.cumsum(ndoc)])
+    flat = np.repeat(lo_doc - my_row_offsets[:-1], ndoc) + np.arange(my_row_offsets[-1])
+    indices = pools[slots[flat]]
+    return PackPlan(
+        indices=indices,
+        offsets=my_row_offsets[batch_rows],
+        row_offsets=my_row_offsets,
+        batch_rows=batch_rows,
+        kinds=sk,
+    )

@@ -1,0 +1,127 @@
+"""Attention masks for packed rows, from the per-token document index.
+
+A packed row holds several documents; attention must stay within each (block-diagonal), and
+within a decoder, be causal. ``document_ids`` (from :class:`~bucketloader.pack.PackCollator`:
+``-1`` on padding) is all a mask needs; every helper builds it on the tensor's device, inside the
+model, so the collator never ships an ``L x L`` mask:
+
+* :func:`document_mask`: a dense ``(B, 1, L, L)`` mask for ``scaled_dot_product_attention``
+  (boolean, True = attend) or, with a float ``dtype``, the additive 0 / min mask of eager
+  attention (what Hugging Face ``attn_implementation="eager"`` expects as a 4-D mask).
+* :func:`document_mask_mod` / :func:`document_block_mask`: the same rule as a
+  ``flex_attention`` ``mask_mod`` and its ``BlockMask``, which skips the blocks no document spans.
+* Varlen flash-attention kernels take the collator's ``cu_seqlens`` instead.
+
+Padding (``-1``) attends to the padding before it in its row, so every query has at least one
+key (no NaN rows); its outputs carry no loss (labels are -100 there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = ["document_block_mask", "document_mask", "document_mask_mod"]
+
+
+def _check(document_ids: Any) -> torch.Tensor:
+    if not isinstance(document_ids, torch.Tensor) or document_ids.ndim != 2:
+        got = (
+            f"a tensor of shape {tuple(document_ids.shape)}"
+            if isinstance(document_ids, torch.Tensor)
+            else type(document_ids).__name__
+        )
+        raise ValueError(
+            f"document_ids must be a (B, L) integer tensor (PackCollator's 'document_ids'), "
+            f"got {got}"
+        )
+    if document_ids.dtype.is_floating_point or document_ids.dtype == torch.bool:
+        raise TypeError(f"document_ids must hold integers, got dtype {document_ids.dtype}")
+    return document_ids
+
+
+def document_mask(
+    document_ids: torch.Tensor, *, causal: bool = True, dtype: torch.dtype = torch.bool
+) -> torch.Tensor:
+    """The ``(B, 1, L, L)`` attention mask of packed rows: same document (and causal).
+
+    Args:
+        document_ids: ``(B, L)`` document index per token (PackCollator's ``document_ids``).
+        causal: also mask future tokens (decoders); ``False`` for encoders.
+        dtype: ``torch.bool`` (True = attend: ``scaled_dot_product_attention``'s
+            ``attn_mask``), or a float dtype for an additive mask (0 where attended, the
+            dtype's minimum elsewhere: Hugging Face eager attention).
+
+    Example:
+        >>> ids = torch.tensor([[0, 0, 1, -1]])
+        >>> document_mask(ids)[0, 0].int().tolist()
+        [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+    """
+    ids = _check(document_ids)
+    mask = ids[:, :, None] == ids[:, None, :]
+    if causal:
+        n = ids.shape[1]
+        mask &= torch.ones(n, n, dtype=torch.bool, device=ids.device).tril()
+    mask = mask[:, None]
+    if dtype == torch.bool:
+        return mask
+    if not dtype.is_floating_point:
+        raise TypeError(f"dtype must be torch.bool or a float dtype, got dtype={dtype}")
+    zero = torch.zeros((), dtype=dtype, device=ids.device)
+    return torch.where(mask, zero, torch.finfo(dtype).min)
+
+
+def document_mask_mod(document_ids: torch.Tensor, *, causal: bool = True) -> Callable[..., Any]:
+    """A ``flex_attention`` ``mask_mod(b, h, q_idx, kv_idx)``: same document (and causal).
+
+    Example:
+        >>> ids = torch.tensor([[0, 0, 1, -1]])
+        >>> mod = document_mask_mod(ids)
+        >>> bool(mod(0, 0, torch.tensor(1), torch.tensor(0))), bool(mod(0, 0, 2, 1))
+        (True, False)
+    """
+    ids = _check(document_ids)
+
+    if causal:
+
+        def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+            return (ids[b, q_idx] == ids[b, kv_idx]) & (q_idx >= kv_idx)
+
+    else:
+
+        def mask_mod(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+            return ids[b, q_idx] == ids[b, kv_idx]
+
+    return mask_mod
+
+
+def document_block_mask(
+    document_ids: torch.Tensor, *, causal: bool = True, block_size: int = 128
+) -> Any:
+    """The ``flex_attention`` ``BlockMask`` of :func:`document_mask_mod` (on the ids' device).
+
+    ``torch.nn.attention.flex_attention.create_block_mask`` over ``(B, heads=None, L, L)``; blocks
+    no document spans are skipped by ``flex_attention``. On CPU the first call traces the
+    ``mask_mod`` (about a second); ``flex_attention`` itself runs unfused outside
+    ``torch.compile``.
+
+    Example:
+        >>> ids = torch.tensor([[0, 0, 1, -1]])
+        >>> document_block_mask(ids, block_size=2).to_dense()[0, 0].tolist()
+        [[1, 0], [0, 1]]
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    ids = _check(document_ids)
+    b, n = ids.shape
+    return create_block_mask(
+        document_mask_mod(ids, causal=causal),
+        b,
+        None,
+        n,
+        n,
+        device=str(ids.device),
+        BLOCK_SIZE=block_size,
+    )

@@ -1,0 +1,385 @@
+"""PackSpec: which rows an epoch packs and the batch shapes they make, fitted once per dataset.
+
+A pack spec is *what shapes the batches*: the row lengths, rows per batch, the overflow and
+last-batch policies, and the packing itself (which sizes share a row; NOTE [ Packing a length
+histogram ] in :mod:`bucketloader.pack._bins`). *How an epoch is iterated* (shuffle, seed, ranks,
+resume) is the sampler's: :class:`~bucketloader.pack.PackSampler` takes either lengths and these
+options, or a ready spec. :class:`PackTable` is the small promise the collator keeps.
+
+NOTE [ Row lengths ]
+``row_length=L`` packs every document into rows of ``L`` tokens: one batch shape ``(B, L)``.
+``row_length=(L_1, ..., L_k)`` is *bucketed packing*: a document's row length is the smallest
+``L_i`` that holds it (the boundary convention of :mod:`bucketloader.boundaries`), each ``L_i``
+row starts from such a document and is completed by shorter ones, and batches never mix row
+lengths: shapes ``(B_i, L_i)``. Use it for a few long documents among many short ones
+(``row_length=(1024, 8192)``) instead of cutting them. Batch sizes are ``batch_size`` rows, or
+``max_tokens // L_i``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bucketloader._validation import as_lengths, check_choice, check_int
+from bucketloader.pack._bins import SOLVER_VERSION, Patterns, lower_bound, solve
+from bucketloader.plan.cells import check_budget
+
+__all__ = ["PACK_LAST_BATCH", "PACK_OVERFLOW", "PackSpec", "PackTable"]
+
+#: What happens to the rows of a row length's last, partial global step (NOTE [ Packed epochs ] in
+#: :mod:`bucketloader.pack.epoch`). ``"keep"`` (a smaller batch) would be a second shape, so
+#: packing does not offer it.
+PACK_LAST_BATCH = ("drop", "fill", "pad")
+#: What happens to a document longer than the longest row length (``"split"`` on streams; for
+#: map-style data split with :class:`~bucketloader.pack.SplitDataset` first).
+PACK_OVERFLOW = ("drop", "error", "truncate")
+
+
+@dataclass(frozen=True)
+class PackTable:
+    """The shapes a packed epoch promises, and what the collator needs to meet them.
+
+    Small and picklable (it goes to every DataLoader worker). Batch ``i``'s shape is
+    ``(batch_sizes[i], row_lengths[i])``; a batch's row length is the smallest one that holds its
+    longest document; its fixed-size ``cu_seqlens`` has ``max_documents[i] + batch_sizes[i] + 1``
+    entries (every document plus one padding run per row; NOTE [ Packed batch layout ] in
+    :mod:`bucketloader.pack.collator`).
+
+    Attributes:
+        row_lengths: the planned row lengths, increasing.
+        batch_sizes: rows per batch, per row length.
+        max_documents: the most documents one batch of each row length can hold (from the
+            shortest lengths of the dataset, or the stream's bound).
+        truncate: cut documents longer than the longest row length (``overflow="truncate"``).
+
+    Example:
+        >>> table = PackTable(row_lengths=(8, 32), batch_sizes=(4, 1), max_documents=(16, 16))
+        >>> table.shapes, table.target(9), table.num_segments(0)
+        (((4, 8), (1, 32)), 1, 20)
+    """
+
+    row_lengths: tuple[int, ...]
+    batch_sizes: tuple[int, ...]
+    max_documents: tuple[int, ...]
+    truncate: bool = False
+
+    @property
+    def shapes(self) -> tuple[tuple[int, int], ...]:
+        """``(B_i, L_i)`` per row length, in row-length order."""
+        return tuple(zip(self.batch_sizes, self.row_lengths, strict=True))
+
+    @property
+    def limit(self) -> int:
+        """The longest row length."""
+        return self.row_lengths[-1]
+
+    def target(self, longest: int) -> int:
+        """Index of the shape of a batch whose longest document has ``longest`` tokens."""
+        if longest > self.limit:
+            if self.truncate:
+                return len(self.row_lengths) - 1
+            raise ValueError(
+                f"a document of {longest} tokens is longer than the longest planned row length "
+                f"{self.limit}; the sampler was planned on other lengths (or pass "
+                "overflow='truncate')"
+            )
+        for i, n in enumerate(self.row_lengths):
+            if longest <= n:
+                return i
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def num_segments(self, index: int) -> int:
+        """Segments (documents + padding runs) ``cu_seqlens`` holds for shape ``index``."""
+        return self.max_documents[index] + self.batch_sizes[index]
+
+
+@dataclass(frozen=True, eq=False)
+class PackSpec:
+    """The shape side of a packing sampler: the rows of an epoch and their batch shapes.
+
+    Build one with :meth:`build`; :func:`~bucketloader.pack.plan_pack_epoch` deals documents into
+    its rows and rows into batches for one epoch and rank.
+
+    Attributes:
+        lengths: the declared lengths ``(N,)``.
+        sizes: tokens each document takes in a row ``(N,)``: its length, cut to the longest row
+            length under ``overflow="truncate"``, 0 when dropped by ``overflow="drop"``.
+        row_lengths: the planned row lengths (NOTE [ Row lengths ]).
+        batch_sizes: rows per batch, per row length.
+        overflow: ``"error"``, ``"drop"`` or ``"truncate"``.
+        last_batch: ``"pad"``, ``"fill"`` or ``"drop"``.
+        patterns: the packing (which sizes share a row, how many such rows).
+
+    Example:
+        >>> spec = PackSpec.build([5, 3, 2, 5, 3, 2], row_length=8, batch_size=2)
+        >>> spec.num_rows, spec.lower_bound, spec.table().shapes
+        (3, 3, ((2, 8),))
+    """
+
+    lengths: np.ndarray
+    sizes: np.ndarray
+    row_lengths: tuple[int, ...]
+    batch_sizes: tuple[int, ...]
+    overflow: str
+    last_batch: str
+    patterns: Patterns
+
+    # -- the packing ----------------------------------------------------------------------
+    @functools.cached_property
+    def kept(self) -> np.ndarray:
+        """Indices of the documents an epoch packs (all but those dropped by overflow)."""
+        return np.flatnonzero(self.sizes > 0)
+
+    @property
+    def dropped(self) -> np.ndarray:
+        """Indices of the documents ``overflow="drop"`` leaves out."""
+        return np.flatnonzero(self.sizes == 0)
+
+    @functools.cached_property
+    def tokens(self) -> int:
+        """Tokens packed per epoch (after the overflow policy)."""
+        return int(self.sizes.sum())
+
+    @property
+    def num_rows(self) -> int:
+        """Rows per epoch (before the last-batch policy)."""
+        return self.patterns.num_rows
+
+    @functools.cached_property
+    def rows_per_length(self) -> np.ndarray:
+        """Rows of each row length per epoch."""
+        p = self.patterns
+        return np.bincount(p.kind, weights=p.reps, minlength=len(self.row_lengths)).astype(np.int64)
+
+    @functools.cached_property
+    def lower_bound(self) -> int | None:
+        """``ceil(tokens / L)`` rows, the bound no packing beats (one row length only)."""
+        if len(self.row_lengths) != 1:
+            return None
+        return -(-self.tokens // self.row_lengths[0])
+
+    @functools.cached_property
+    def lower_bound_l2(self) -> int | None:
+        """Martello & Toth's bound, which also counts documents too long to share a row."""
+        if len(self.row_lengths) != 1:
+            return None
+        vals, counts = self._histogram
+        return lower_bound(vals, counts, self.row_lengths[0])[1]
+
+    @property
+    def row_padding(self) -> float:
+        """Padding of the rows (pad tokens / real tokens), before rows are grouped into batches."""
+        cap = int((self.rows_per_length * np.asarray(self.row_lengths)).sum())
+        return (cap - self.tokens) / max(self.tokens, 1)
+
+    @functools.cached_property
+    def _histogram(self) -> tuple[np.ndarray, np.ndarray]:
+        counts = np.bincount(self.sizes, minlength=self.row_lengths[-1] + 1)[1:]
+        vals = np.flatnonzero(counts)[::-1] + 1
+        return vals, counts[vals - 1]
+
+    # -- the row layout of an epoch, before documents are dealt -----------------------------
+    @functools.cached_property
+    def by_size(self) -> np.ndarray:
+        """Kept documents sorted by size, largest first, index order within a size (the pools
+        that an epoch shuffles and deals into the rows' slots)."""
+        key = self.row_lengths[-1] - self.sizes  # dropped (size 0) sort last
+        if self.row_lengths[-1] < 1 << 16:
+            key = key.astype(np.uint16)  # numpy's stable sort is a radix sort on 16-bit keys
+        return np.argsort(key, kind="stable")[: self.kept.size]
+
+    @functools.cached_property
+    def pool_starts(self) -> np.ndarray:
+        """``by_size[pool_starts[u]:pool_starts[u + 1]]`` are the documents of size index ``u``."""
+        _, counts = self._histogram
+        return np.concatenate([[0], np.cumsum(counts)])
+
+    @functools.cached_property
+    def layout(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(slots, row_offsets, row_kind)``: row ``r``'s documents are
+        ``by_size[shuffled][slots[row_offsets[r]:row_offsets[r + 1]]]``, positions in the
+        shuffled pools; ``row_kind[r]`` is its row-length index. Fixed per spec."""
+        p = self.patterns
+        per_row = p.per_row
+        # Pattern items use their size's pool in pattern order: an item's documents start where
+        # the earlier patterns' use of that size ends (an exclusive cumsum per size).
+        entry_pattern = np.repeat(np.arange(p.reps.size), np.diff(p.offsets))
+        use = p.reps[entry_pattern] * p.mult
+        order = np.lexsort((entry_pattern, p.items))
+        before = np.cumsum(use[order]) - use[order]
+        new_size = np.concatenate([[True], p.items[order][1:] != p.items[order][:-1]])
+        before -= np.maximum.accumulate(np.where(new_size, before, 0))
+        ptr = np.empty_like(use)
+        ptr[order] = before
+        ptr += self.pool_starts[p.items]
+        slots = np.empty(self.kept.size, dtype=np.int64)
+        at = 0
+        bounds = zip(p.offsets[:-1].tolist(), p.offsets[1:].tolist(), p.reps.tolist(), strict=True)
+        for q, (lo, hi, reps) in enumerate(bounds):
+            # row j of the pattern takes documents ptr + j * k + c (c < k) of each size's pool
+            k = p.mult[lo:hi]
+            kk = np.repeat(k, k)
+            first = np.repeat(ptr[lo:hi], k) + np.arange(kk.size) - np.repeat(np.cumsum(k) - k, k)
+            t = int(per_row[q])
+            block = slots[at : at + reps * t].reshape(reps, t)
+            np.add(first[None, :], np.arange(reps)[:, None] * kk[None, :], out=block)
+            at += reps * t
+        row_docs = np.repeat(per_row, p.reps)
+        row_offsets = np.concatenate([[0], np.cumsum(row_docs)])
+        return slots, row_offsets, np.repeat(p.kind, p.reps)
+
+    # -- shapes and steps -------------------------------------------------------------------
+    @functools.cached_property
+    def max_documents(self) -> tuple[int, ...]:
+        """The most documents a batch of each row length can hold: ``B_i`` times the most any of
+        its rows holds (rows are fixed per spec, repeated rows included; a bound for
+        ``cu_seqlens``, the same every epoch)."""
+        p = self.patterns
+        per_row = p.per_row
+        out = []
+        for i, b in enumerate(self.batch_sizes):
+            mine = per_row[p.kind == i]
+            out.append(b * max(1, int(mine.max()) if mine.size else 1))
+        return tuple(out)
+
+    def steps(self, num_replicas: int = 1) -> tuple[np.ndarray, np.ndarray]:
+        """Per row length: ``(full global steps, rows left q)`` for ``num_replicas`` ranks."""
+        per_step = np.asarray(self.batch_sizes, dtype=np.int64) * num_replicas
+        return self.rows_per_length // per_step, self.rows_per_length % per_step
+
+    def num_steps(self, num_replicas: int = 1) -> np.ndarray:
+        """Global steps of each row length per epoch; their sum is every rank's ``len``."""
+        full, q = self.steps(num_replicas)
+        return full + ((q > 0) & (self.last_batch != "drop"))
+
+    def table(self, num_replicas: int = 1) -> PackTable:
+        """The :class:`PackTable` this spec promises over ``num_replicas`` ranks (a row length
+        that makes no batch, ``last_batch="drop"`` with fewer rows than one step, is left out).
+        """
+        num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+        steps = self.num_steps(num_replicas)
+        keep = [i for i in range(len(self.row_lengths)) if steps[i] > 0]
+        return PackTable(
+            row_lengths=tuple(self.row_lengths[i] for i in keep),
+            batch_sizes=tuple(self.batch_sizes[i] for i in keep),
+            max_documents=tuple(self.max_documents[i] for i in keep),
+            truncate=self.overflow == "truncate",
+        )
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """Short SHA-256 of everything that shapes an epoch (for strict state loading)."""
+        h = hashlib.sha256()
+        h.update(np.ascontiguousarray(self.sizes, dtype=np.int64).tobytes())
+        h.update(repr((self.row_lengths, self.batch_sizes, self.last_batch)).encode())
+        h.update(f"solver={SOLVER_VERSION}".encode())
+        return h.hexdigest()[:16]
+
+    # -- construction -----------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        lengths: Any,
+        *,
+        row_length: int | Any,
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        overflow: str = "error",
+        last_batch: str = "pad",
+    ) -> PackSpec:
+        """Pack ``lengths`` into rows and size the batches.
+
+        Args:
+            lengths: tokens per document ``(N,)`` (each >= 1).
+            row_length: tokens per row ``L``, or several increasing row lengths (NOTE [ Row
+                lengths ]).
+            batch_size: rows per batch, the same for every row length; or
+            max_tokens: rows per batch ``max_tokens // L_i``.
+            overflow: documents longer than the longest row length: ``"error"`` (default),
+                ``"drop"`` (left out of every epoch, see :attr:`dropped`) or ``"truncate"``
+                (cut to the longest row length, by the collator).
+            last_batch: the rows of a row length's last global step, fewer than
+                ``num_replicas * B``: ``"pad"`` (default: the collator adds all-padding rows),
+                ``"fill"`` (topped up with repeated rows of the epoch) or ``"drop"``.
+        """
+        overflow = check_choice("overflow", overflow, PACK_OVERFLOW)
+        last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
+        declared = as_lengths(lengths)
+        declared.setflags(write=False)
+        if (declared == 0).any():
+            i = int(np.argmax(declared == 0))
+            raise ValueError(
+                f"lengths must be >= 1 to pack, got 0 at index {i}; an empty document holds no "
+                "tokens: filter empty samples out of the dataset (or count special tokens in "
+                "the lengths)"
+            )
+        rows = _row_lengths(row_length)
+        batch_size, max_tokens = check_budget(batch_size, max_tokens)
+        if batch_size is not None:
+            bsz = tuple(batch_size for _ in rows)
+        else:
+            assert max_tokens is not None
+            bsz = tuple(max_tokens // n for n in rows)
+            if min(bsz) < 1:
+                raise ValueError(
+                    f"max_tokens={max_tokens} holds no row of {rows[-1]} tokens; raise "
+                    f"max_tokens to at least {rows[-1]} or use batch_size="
+                )
+        limit = rows[-1]
+        sizes = declared.copy()
+        over = declared > limit
+        if over.any():
+            i = int(np.argmax(over))
+            if overflow == "error":
+                raise ValueError(
+                    f"{int(over.sum())} documents are longer than the longest row length "
+                    f"{limit} (the first: index {i}, {int(declared[i])} tokens); pass "
+                    "overflow='drop' or 'truncate', add a longer row length "
+                    f"(row_length=({limit}, {int(declared.max())})), or split them first "
+                    "(bucketloader.pack.SplitDataset)"
+                )
+            sizes[over] = 0 if overflow == "drop" else limit
+        if not (sizes > 0).any():
+            raise ValueError(
+                f"overflow='drop' drops all {sizes.size} documents (all are longer than "
+                f"{limit}); raise row_length"
+            )
+        sizes.setflags(write=False)
+        counts = np.bincount(sizes, minlength=limit + 1)[1:]
+        vals = np.flatnonzero(counts)[::-1] + 1
+        patterns = solve(vals, counts[vals - 1], rows)
+        return cls(
+            lengths=declared,
+            sizes=sizes,
+            row_lengths=rows,
+            batch_sizes=bsz,
+            overflow=overflow,
+            last_batch=last_batch,
+            patterns=patterns,
+        )
+
+    def __repr__(self) -> str:
+        bound = "" if self.lower_bound is None else f" (bound {self.lower_bound})"
+        return (
+            f"PackSpec({self.kept.size} documents, {self.tokens} tokens -> {self.num_rows} "
+            f"rows{bound}, shapes={list(self.table().shapes)}, padding={self.row_padding:.2%}, "
+            f"last_batch={self.last_batch!r})"
+        )
+
+
+def _row_lengths(row_length: Any) -> tuple[int, ...]:
+    if isinstance(row_length, (list, tuple, np.ndarray)):
+        rows = tuple(check_int("row_length", n, minimum=1) for n in row_length)
+        if not rows or any(b <= a for a, b in itertools.pairwise(rows)):
+            raise ValueError(
+                f"row_length must be an int >= 1 or strictly increasing ints, got "
+                f"row_length={tuple(row_length)!r}"
+            )
+        return rows
+    return (check_int("row_length", row_length, minimum=1),)

@@ -1,0 +1,70 @@
+"""SplitDataset: documents longer than a row cut into row-sized pieces, for map-style packing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from bucketloader._validation import as_lengths, check_int
+from bucketloader.pack._stream import cut
+
+__all__ = ["SplitDataset"]
+
+
+class SplitDataset(Dataset):
+    """A map-style view in which every document longer than ``max_length`` is several samples.
+
+    The ``"split"`` overflow policy for :class:`~bucketloader.pack.PackSampler`: a batch sampler
+    can only name dataset indices, so the pieces get indices of their own here. Piece ``k`` of a
+    document holds its tokens ``k * max_length`` up to ``(k + 1) * max_length``; each piece is
+    packed as a document of its own (positions restart, attention stays within it, as Megatron's
+    concat-and-chunk would cut it but without sharing a row segment with another document).
+
+    Args:
+        dataset: the map-style dataset (samples: token sequences, or dicts whose fields of the
+            document's length are all cut alike: ``input_ids``, ``labels``, ...).
+        lengths: tokens per document ``(N,)`` (what the sampler would have been given).
+        max_length: the longest piece (the longest row length).
+
+    Attributes:
+        lengths: tokens per piece ``(M,)``: pass these to the sampler.
+        document: the document each piece comes from ``(M,)``.
+        start: the first token of each piece within its document ``(M,)``.
+
+    Example:
+        >>> data = [[1] * 3, [2] * 10]
+        >>> split = SplitDataset(data, [3, 10], max_length=4)
+        >>> split.lengths.tolist(), split.document.tolist(), split[3]
+        ([3, 4, 4, 2], [0, 1, 1, 1], [2, 2])
+    """
+
+    def __init__(self, dataset: Any, lengths: Any, *, max_length: int) -> None:
+        self.dataset = dataset
+        doc_len = as_lengths(lengths)
+        self.max_length = check_int("max_length", max_length, minimum=1)
+        if hasattr(dataset, "__len__") and len(dataset) != doc_len.size:
+            raise ValueError(
+                f"lengths has {doc_len.size} entries but the dataset has {len(dataset)} samples"
+            )
+        pieces = np.maximum(1, -(-doc_len // self.max_length))
+        self.document = np.repeat(np.arange(doc_len.size), pieces)
+        first = np.repeat(np.cumsum(pieces) - pieces, pieces)
+        self.start = (np.arange(self.document.size) - first) * self.max_length
+        self.lengths = np.minimum(doc_len[self.document] - self.start, self.max_length)
+        self._doc_len = doc_len
+        for arr in (self.document, self.start, self.lengths):
+            arr.setflags(write=False)
+
+    def __len__(self) -> int:
+        return int(self.document.size)
+
+    def __getitem__(self, index: int) -> Any:
+        i = int(self.document[index])
+        sample = self.dataset[i]
+        n = int(self._doc_len[i])
+        if n <= self.max_length:
+            return sample
+        a = int(self.start[index])
+        return cut(sample, n, a, a + int(self.lengths[index]))

@@ -1,0 +1,512 @@
+"""bucketloader.pack: packing plans (properties, bounds on real data), the collator's layout, the
+mask helpers, and the model-equality proof (a tiny Llama, eager and compiled)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from conftest import load_real
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.utils.data import DataLoader
+
+from bucketloader.pack import (
+    IGNORE_INDEX,
+    PackCollator,
+    PackSampler,
+    PackSpec,
+    PackTable,
+    SplitDataset,
+    document_block_mask,
+    document_mask,
+    document_mask_mod,
+    plan_pack_epoch,
+)
+from bucketloader.pack._bins import lower_bound, solve
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+
+def _text_columns():
+    """Every text length file, as packed documents: tokens + 2 special tokens (BOS/EOS) per
+    column, and prompt + response + 2 for the paired files (what benchmarks/packing.py uses)."""
+    m, e, g = load_real("multi30k"), load_real("europarl"), load_real("gsm8k")
+    return {
+        "multi30k_en": m[:, 0] + 2,
+        "multi30k_de": m[:, 1] + 2,
+        "multi30k_pair": m.sum(1) + 2,
+        "europarl_en": e[:, 0] + 2,
+        "europarl_fr": e[:, 1] + 2,
+        "europarl_pair": e.sum(1) + 2,
+        "gsm8k_qa": g.sum(1) + 2,
+    }
+
+
+# --- the solver ----------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(_text_columns()))
+@pytest.mark.parametrize("row_length", [256, 1024, 4096])
+def test_packing_reaches_the_bound_on_real_text(name, row_length):
+    lengths = _text_columns()[name]
+    spec = PackSpec.build(lengths, row_length=row_length, batch_size=8, overflow="drop")
+    assert spec.lower_bound == -(-spec.tokens // row_length)
+    bound_pad = (spec.lower_bound * row_length - spec.tokens) / spec.tokens
+    # the issue's goal: within 0.5 percentage points of the bound wherever the bound is < 1%
+    assert bound_pad < 0.01
+    assert spec.row_padding <= bound_pad + 0.005
+    # and in fact at most one row over the L2 bound on every real column
+    assert spec.num_rows <= spec.lower_bound_l2 + 1
+
+
+def test_the_solver_against_brute_force_and_the_bounds():
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        n = int(rng.integers(1, 9))
+        sizes = rng.integers(1, 11, n)
+        vals, counts = np.unique(sizes, return_counts=True)
+        vals, counts = vals[::-1].copy(), counts[::-1].copy()
+        p = solve(vals, counts, (10,))
+        best = _optimal_bins(sorted(sizes.tolist(), reverse=True), 10)
+        l1, l2 = lower_bound(vals, counts, 10)
+        assert l1 <= l2 <= best <= p.num_rows <= best + 1
+
+
+def _optimal_bins(items, cap):
+    best = [len(items)]
+
+    def go(i, bins):
+        if len(bins) >= best[0]:
+            return
+        if i == len(items):
+            best[0] = len(bins)
+            return
+        for j in range(len(bins)):
+            if bins[j] + items[i] <= cap:
+                bins[j] += items[i]
+                go(i + 1, bins)
+                bins[j] -= items[i]
+        go(i + 1, [*bins, items[i]])
+
+    go(0, [])
+    return best[0]
+
+
+# --- planner properties ----------------------------------------------------------------------
+def _check_epoch(spec, replicas, seed, epoch, shuffle=True):
+    plans = [
+        plan_pack_epoch(
+            spec, seed=seed, epoch=epoch, shuffle=shuffle, num_replicas=replicas, rank=r
+        )
+        for r in range(replicas)
+    ]
+    steps = int(spec.num_steps(replicas).sum())
+    table = spec.table(replicas)
+    seen: Counter[int] = Counter()
+    for plan in plans:
+        assert len(plan) == steps  # equal steps on every rank, known without planning
+        for i in range(len(plan)):
+            rows = plan.rows(i)
+            width = spec.row_lengths[plan.kinds[i]]
+            assert 1 <= len(rows) <= spec.batch_sizes[plan.kinds[i]]
+            for row in rows:
+                assert sum(int(spec.sizes[j]) for j in row) <= width  # every row fits
+            assert [j for row in rows for j in row] == plan.batch(i)
+            seen.update(plan.batch(i))
+    for step in range(steps):  # every rank gets the same shape at every step
+        assert len({int(p.kinds[step]) for p in plans}) == 1
+    kept = Counter(spec.kept.tolist())
+    if spec.last_batch == "drop":
+        assert all(c == 1 for c in seen.values()) and set(seen) <= set(kept)
+    else:
+        assert set(seen) == set(kept)  # every document at least once
+        if spec.last_batch == "pad":  # a row repeats only on a rank that would get none:
+            # fewer than `replicas` rows per row length
+            repeats = sum(seen.values()) - len(kept)
+            assert repeats <= len(spec.row_lengths) * (replicas - 1) * spec.patterns.per_row.max()
+            if replicas == 1:
+                assert repeats == 0
+    return plans, table
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    lengths=st.lists(st.integers(1, 40), min_size=1, max_size=80),
+    rows=st.sampled_from([(16,), (24,), (12, 40), (8, 20, 40)]),
+    batch=st.integers(1, 4),
+    replicas=st.integers(1, 3),
+    last_batch=st.sampled_from(["pad", "fill", "drop"]),
+    overflow=st.sampled_from(["drop", "truncate"]),
+    seed=st.integers(0, 3),
+)
+def test_epoch_invariants(lengths, rows, batch, replicas, last_batch, overflow, seed):
+    if overflow == "drop" and all(n > rows[-1] for n in lengths):
+        return
+    spec = PackSpec.build(
+        lengths, row_length=rows, batch_size=batch, overflow=overflow, last_batch=last_batch
+    )
+    over = np.asarray(lengths) > rows[-1]
+    assert (spec.sizes[over] == (0 if overflow == "drop" else rows[-1])).all()
+    assert (spec.sizes[~over] == np.asarray(lengths)[~over]).all()
+    plans, table = _check_epoch(spec, replicas, seed, epoch=1)
+    # determinism: the same arguments give the same plan
+    again = plan_pack_epoch(spec, seed=seed, epoch=1, num_replicas=replicas, rank=0)
+    assert np.array_equal(again.indices, plans[0].indices)
+    # the collator lays every batch out at a promised shape
+    sampler = PackSampler(spec, seed=seed, num_replicas=replicas, rank=replicas - 1)
+    sampler.set_epoch(1)
+    collate = sampler.collator()
+    for batch_idx in sampler:
+        docs = [[1] * int(lengths[i]) for i in batch_idx]
+        out = collate(docs)
+        assert tuple(out["input_ids"].shape) in sampler.shapes
+        assert out["cu_seqlens"].shape == (
+            table.num_segments(table.target(max(map(len, docs)))) + 1,
+        )
+
+
+def test_rows_get_new_neighbours_every_epoch():
+    lengths = load_real("multi30k")[:4000, 0] + 2
+    sampler = PackSampler(lengths, row_length=256, batch_size=4, seed=0)
+
+    def pairs(epoch):
+        plan = sampler.plan(epoch)
+        out = set()
+        for j in range(len(plan.row_offsets) - 1):
+            row = sorted(plan.indices[plan.row_offsets[j] : plan.row_offsets[j + 1]].tolist())
+            out |= {(a, b) for k, a in enumerate(row) for b in row[k + 1 :]}
+        return out
+
+    a, b = pairs(0), pairs(1)
+    assert len(a & b) < 0.05 * len(a)
+    # and the padding is the spec's every epoch
+    for epoch in (0, 1):
+        plan = sampler.plan(epoch)
+        fills = np.add.reduceat(sampler.spec.sizes[plan.indices], plan.row_offsets[:-1])
+        assert int((256 - fills).sum()) == sampler.spec.num_rows * 256 - sampler.spec.tokens
+
+
+def test_bucketed_packing_puts_long_documents_in_long_rows():
+    lengths = np.concatenate([load_real("gsm8k").sum(1)[:600] + 2, [700, 900, 1000, 999]])
+    spec = PackSpec.build(lengths, row_length=(256, 1024), max_tokens=4096)
+    assert spec.table().shapes == ((16, 256), (4, 1024))
+    slots, offsets, kind = spec.layout
+    for r in range(len(offsets) - 1):
+        docs = spec.by_size[slots[offsets[r] : offsets[r + 1]]]
+        # a long row always holds a document only it can hold, so the collator can tell
+        assert (spec.sizes[docs].max() > 256) == (kind[r] == 1)
+    _check_epoch(spec, 2, 0, 0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 30), min_size=5, max_size=60),
+    cut=st.integers(0, 30),
+    replicas=st.integers(1, 2),
+)
+def test_resume_yields_exactly_the_remaining_batches(lengths, cut, replicas):
+    def make():
+        s = PackSampler(lengths, row_length=32, batch_size=2, seed=5, num_replicas=replicas)
+        s.set_epoch(2)
+        return s
+
+    full = list(make())
+    cut = min(cut, len(full))
+    s = make()
+    it = iter(s)
+    head = [next(it) for _ in range(cut)]
+    state = json.loads(json.dumps(s.state_dict()))
+    resumed = make()
+    resumed.set_epoch(0)
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == full
+    assert list(resumed) == full  # the next pass is the whole epoch again
+
+
+def test_state_is_strict_and_small():
+    s = PackSampler(load_real("gsm8k").sum(1) + 2, row_length=1024, batch_size=4)
+    state = s.state_dict()
+    assert len(json.dumps(state)) < 400
+    other = PackSampler(load_real("gsm8k").sum(1) + 2, row_length=1024, batch_size=8)
+    with pytest.raises(ValueError, match="num_batches=181 in the state but num_batches=91"):
+        other.load_state_dict(state)
+    filled = PackSampler(
+        load_real("gsm8k").sum(1) + 2, row_length=1024, batch_size=4, last_batch="fill"
+    )
+    with pytest.raises(ValueError, match="plan_digest"):
+        filled.load_state_dict(state)
+    with pytest.raises(ValueError, match="missing"):
+        s.load_state_dict({"epoch": 0})
+    with pytest.raises(ValueError, match="batches_consumed"):
+        s.state_dict(batches_consumed=len(s) + 1)
+
+
+def test_validation_errors():
+    with pytest.raises(TypeError, match="row_length"):
+        PackSampler([3, 4], batch_size=2)
+    with pytest.raises(ValueError, match="longer than the longest row length 8"):
+        PackSampler([3, 9], row_length=8, batch_size=2)
+    with pytest.raises(ValueError, match=r"lengths must be >= 1 to pack, got 0 at index 1"):
+        PackSpec.build([3, 0], row_length=8, batch_size=2)
+    with pytest.raises(ValueError, match="strictly increasing"):
+        PackSpec.build([3], row_length=(8, 8), batch_size=2)
+    with pytest.raises(ValueError, match="last_batch must be one of 'drop', 'fill', 'pad'"):
+        PackSpec.build([3], row_length=8, batch_size=2, last_batch="keep")
+    with pytest.raises(ValueError, match="exactly one of batch_size"):
+        PackSpec.build([3], row_length=8)
+    with pytest.raises(ValueError, match="max_tokens=4 holds no row of 8"):
+        PackSpec.build([3], row_length=8, max_tokens=4)
+    with pytest.raises(TypeError, match="cannot be combined with a PackSpec"):
+        PackSampler(PackSpec.build([3], row_length=8, batch_size=1), row_length=8)
+
+
+# --- the collator --------------------------------------------------------------------------
+def _table(rows=2, width=10, docs=8, truncate=False):
+    return PackTable(
+        row_lengths=(width,), batch_sizes=(rows,), max_documents=(docs,), truncate=truncate
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lens=st.lists(st.integers(1, 10), min_size=1, max_size=8),
+    kind=st.sampled_from(["list", "tuple", "tensor", "int32", "numpy", "dict", "dict_labels"]),
+)
+def test_collator_layout(lens, kind):
+    rows_needed = len({r for r in _rows(lens, 10)})
+    if rows_needed > 3:
+        return
+    rng = np.random.default_rng(len(lens))
+    toks = [rng.integers(1, 50, n) for n in lens]
+    labs = [np.where(rng.random(n) < 0.3, IGNORE_INDEX, t) for n, t in zip(lens, toks, strict=True)]
+    samples = {
+        "list": [t.tolist() for t in toks],
+        "tuple": [tuple(t.tolist()) for t in toks],
+        "tensor": [torch.from_numpy(t) for t in toks],
+        "int32": [torch.from_numpy(t.astype(np.int32)) for t in toks],
+        "numpy": toks,
+        "dict": [{"input_ids": t.tolist(), "other": "x"} for t in toks],
+        "dict_labels": [
+            {"input_ids": t.tolist(), "labels": lab.tolist()}
+            for t, lab in zip(toks, labs, strict=True)
+        ],
+    }[kind]
+    out = PackCollator(_table(rows=3, docs=8), pad_token_id=99)(samples)
+    ids, lab, pos, doc = (
+        out[k].numpy() for k in ("input_ids", "labels", "position_ids", "document_ids")
+    )
+    assert ids.shape == lab.shape == pos.shape == doc.shape == (3, 10)
+    flat_doc = doc.reshape(-1)
+    for d, n in enumerate(lens):
+        where = np.flatnonzero(flat_doc == d)
+        assert where.size == n and np.all(np.diff(where) == 1)  # contiguous, whole
+        assert len({w // 10 for w in where}) == 1  # within one row
+        assert (ids.reshape(-1)[where] == toks[d]).all()
+        assert (pos.reshape(-1)[where] == np.arange(n)).all()  # positions restart
+        want = (labs[d] if kind == "dict_labels" else toks[d]).copy()
+        want[0] = IGNORE_INDEX  # no token predicts across a boundary
+        assert (lab.reshape(-1)[where] == want).all()
+    pad = doc == -1
+    assert (ids[pad] == 99).all() and (lab[pad] == IGNORE_INDEX).all()
+    # cu_seqlens: the segments (documents and padding runs) in order, then repeats of B * L
+    cu = out["cu_seqlens"].numpy()
+    assert cu.dtype == np.int32 and cu.shape == (8 + 3 + 1,)
+    segs = np.diff(cu)
+    used = int(np.count_nonzero(segs))
+    assert cu[0] == 0 and (cu[used:] == 30).all() and (segs[:used] > 0).all()
+    starts = cu[:used]
+    assert (pos.reshape(-1)[starts] == 0).all()
+    assert set(np.flatnonzero(pos.reshape(-1) == 0)) == set(starts.tolist())
+    assert out["max_seqlen"] == int(segs.max())
+
+
+def _rows(lens, width):
+    row, fill, out = 0, 0, []
+    for n in lens:
+        if fill + n > width:
+            row, fill = row + 1, 0
+        out.append(row)
+        fill += n
+    return out
+
+
+def test_collator_errors_and_truncation():
+    collate = PackCollator(_table(rows=1, width=8, docs=4))
+    with pytest.raises(
+        ValueError, match="need 2 rows of 8 in the order given, more than the planned 1"
+    ):
+        collate([[1] * 5, [1] * 5])
+    with pytest.raises(ValueError, match="longer than the longest planned row length 8"):
+        collate([[1] * 9])
+    with pytest.raises(ValueError, match="exceeds the 4 a batch"):
+        collate([[1]] * 5)
+    with pytest.raises(ValueError, match="labels must align"):
+        collate([{"input_ids": [1, 2], "labels": [1]}])
+    with pytest.raises(KeyError, match="PackCollator"):
+        collate([{"ids": [1, 2]}])
+    out = PackCollator(_table(rows=1, width=4, truncate=True))([{"input_ids": [1, 2, 3, 4, 5, 6]}])
+    assert out["input_ids"].tolist() == [[1, 2, 3, 4]]
+    with pytest.raises(TypeError, match="PackTable"):
+        PackCollator(object())
+
+
+def test_dataloader_with_workers_and_a_hf_dataset():
+    datasets = pytest.importorskip("datasets")
+    lengths = load_real("europarl")[:600, 1] + 2
+    ds = datasets.Dataset.from_dict({"input_ids": [[7] * int(n) for n in lengths]})
+    sampler = PackSampler(lengths, row_length=128, batch_size=4, seed=1)
+    loader = DataLoader(ds, batch_sampler=sampler, collate_fn=sampler.collator(), num_workers=2)
+    real = 0
+    for batch in loader:
+        assert tuple(batch["input_ids"].shape) in sampler.shapes
+        real += int((batch["document_ids"] >= 0).sum())
+    assert real == int(lengths.sum())
+
+
+def test_split_dataset_packs_pieces():
+    lengths = load_real("ecoli")[:300]
+    data = [{"input_ids": list(range(int(n))), "labels": list(range(int(n)))} for n in lengths]
+    split = SplitDataset(data, lengths, max_length=512)
+    assert int(split.lengths.sum()) == int(lengths.sum()) and split.lengths.max() <= 512
+    sampler = PackSampler(split.lengths, row_length=512, batch_size=2)
+    got: dict[int, list[int]] = {}
+    for batch in DataLoader(split, batch_sampler=sampler, collate_fn=lambda b: b):
+        for piece in batch:
+            got.setdefault(len(got), piece["input_ids"])
+    pieces = sorted(got.values(), key=lambda p: (p[0], len(p)))
+    assert sum(len(p) for p in pieces) == int(lengths.sum())
+    assert split[int(np.flatnonzero(split.start == 512)[0])]["input_ids"][0] == 512
+
+
+# --- masks ---------------------------------------------------------------------------------
+def test_masks_agree_with_each_other_and_sdpa():
+    ids = torch.tensor([[0, 0, 0, 1, 1, 2, -1, -1], [3, 3, 3, 3, 3, 4, 4, -1]])
+    dense = document_mask(ids)
+    assert dense.shape == (2, 1, 8, 8) and dense.dtype == torch.bool
+    mod = document_mask_mod(ids)
+    b, q, k = torch.meshgrid(torch.arange(2), torch.arange(8), torch.arange(8), indexing="ij")
+    assert torch.equal(mod(b, 0, q, k), dense[:, 0])
+    assert dense[:, 0].any(-1).all()  # every query attends somewhere (no NaN rows)
+    additive = document_mask(ids, dtype=torch.float32)
+    assert torch.equal(additive == 0, dense)
+    bidir = document_mask(ids, causal=False)[:, 0]
+    assert torch.equal(bidir, ids[:, :, None] == ids[:, None, :])
+    # flex_attention with the BlockMask (unfused on CPU) equals SDPA with the dense mask
+    from torch.nn.attention.flex_attention import flex_attention
+
+    torch.manual_seed(0)
+    qkv = [torch.randn(2, 2, 8, 4) for _ in range(3)]
+    block = document_block_mask(ids, block_size=4)
+    with pytest.warns(UserWarning, match="flex_attention called without torch.compile"):
+        got = flex_attention(*qkv, block_mask=block)
+    want = torch.nn.functional.scaled_dot_product_attention(*qkv, attn_mask=dense)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"\(B, L\)"):
+        document_mask(ids[0])
+
+
+# --- the proof: a tiny Llama sees each document as if it were alone ----------------------------
+def _tiny_llama(attn="sdpa"):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=101,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        attn_implementation=attn,
+    )
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def _docs(n=24, seed=0):
+    lengths = load_real("gsm8k").sum(1)[:n] // 3 + 2
+    rng = np.random.default_rng(seed)
+    return lengths, [rng.integers(1, 101, int(k)).tolist() for k in lengths]
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_each_packed_document_equals_the_document_alone(attn):
+    model = _tiny_llama(attn)
+    lengths, docs = _docs()
+    sampler = PackSampler(lengths, row_length=96, batch_size=2, seed=2)
+    collate = sampler.collator()
+    ce = torch.nn.CrossEntropyLoss(reduction="none")
+    mask_dtype = torch.bool if attn == "sdpa" else torch.float32
+    checked = 0
+    for batch_idx in sampler:
+        out = collate([docs[i] for i in batch_idx])
+        inputs = {"input_ids": out["input_ids"], "position_ids": out["position_ids"]}
+        with torch.no_grad():
+            by_positions = model(**inputs, use_cache=False).logits
+            by_mask = model(
+                **inputs, attention_mask=document_mask(out["document_ids"], dtype=mask_dtype)
+            ).logits
+        # per-token loss of the packed batch, the HF way: logits[t] predicts labels[t + 1]
+        labels = torch.nn.functional.pad(out["labels"], (0, 1), value=IGNORE_INDEX)[:, 1:]
+        packed_loss = ce(by_mask.flatten(0, 1), labels.flatten()).view(labels.shape)
+        for d, i in enumerate(batch_idx):
+            where = out["document_ids"] == d
+            with torch.no_grad():
+                alone = model(input_ids=torch.tensor([docs[i]])).logits[0]
+            torch.testing.assert_close(by_positions[where], alone, atol=1e-5, rtol=0)
+            torch.testing.assert_close(by_mask[where], alone, atol=1e-5, rtol=0)
+            alone_loss = ce(alone[:-1], torch.tensor(docs[i][1:]))
+            # the document's targets inside the row: all but its first token's
+            got = packed_loss[where][:-1]
+            torch.testing.assert_close(got, alone_loss, atol=1e-5, rtol=0)
+            assert packed_loss[where][-1] == 0 and labels[where][-1] == IGNORE_INDEX
+            checked += 1
+    assert checked == len(docs)
+
+
+def test_without_use_cache_false_hf_attends_across_documents():
+    """The pitfall NOTE [ How transformers models take a packed batch ] warns about."""
+    model = _tiny_llama()
+    lengths, docs = _docs(6)
+    collate = PackCollator(_table(rows=1, width=int(sum(lengths)), docs=6))
+    out = collate(docs)
+    with torch.no_grad():
+        cached = model(input_ids=out["input_ids"], position_ids=out["position_ids"]).logits
+        alone = model(input_ids=torch.tensor([docs[1]])).logits[0]
+    assert not torch.allclose(cached[out["document_ids"] == 1], alone, atol=1e-3)
+
+
+def test_compiled_model_has_one_graph_per_planned_shape():
+    model = _tiny_llama()
+    model.config.use_cache = False
+    lengths = np.concatenate([_docs(40)[0], [150, 180]])
+    rng = np.random.default_rng(1)
+    docs = [rng.integers(1, 101, int(k)).tolist() for k in lengths]
+    sampler = PackSampler(lengths, row_length=(96, 192), batch_size=2, seed=0)
+    assert len(sampler.shapes) == 2
+    collate = sampler.collator()
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=counting, fullgraph=True, dynamic=False)
+    shapes = set()
+    for batch_idx in sampler:
+        out = collate([docs[i] for i in batch_idx])
+        shapes.add(tuple(out["input_ids"].shape))
+        with torch.no_grad():
+            got = compiled(input_ids=out["input_ids"], position_ids=out["position_ids"]).logits
+        d = 0
+        alone = model(input_ids=torch.tensor([docs[batch_idx[d]]])).logits[0]
+        torch.testing.assert_close(
+            got[out["document_ids"] == d].detach(), alone.detach(), atol=1e-5, rtol=0
+        )
+    assert shapes == set(sampler.shapes)
+    assert len(graphs) == len(sampler.shapes)
+    torch._dynamo.reset()

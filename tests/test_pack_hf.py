@@ -1,0 +1,120 @@
+"""Packed causal-LM training through transformers: hf.for_packing + BucketTrainer on a tiny
+Llama (no hub), every batch at a planned shape, and the three ways to tell the model where
+documents start."""
+
+from __future__ import annotations
+
+import os
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+
+import numpy as np
+import pytest
+import torch
+from conftest import load_real
+
+transformers = pytest.importorskip("transformers")
+datasets = pytest.importorskip("datasets")
+pytest.importorskip("accelerate")
+
+from bucketloader import hf  # noqa: E402
+from bucketloader.pack import IGNORE_INDEX  # noqa: E402
+
+
+def _dataset(n=160, seed=0):
+    q, a = load_real("gsm8k")[:n].T
+    rng = np.random.default_rng(seed)
+    ids, labels = [], []
+    for nq, na in zip(q.tolist(), a.tolist(), strict=True):
+        # prompt + response + BOS/EOS, the prompt masked out of the loss (SFT)
+        toks = rng.integers(3, 101, nq + na + 2).tolist()
+        ids.append(toks)
+        labels.append([IGNORE_INDEX] * (nq + 1) + toks[nq + 1 :])
+    return datasets.Dataset.from_dict({"input_ids": ids, "labels": labels, "text": ["x"] * n})
+
+
+def _model(attn):
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=101,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        attn_implementation=attn,
+        pad_token_id=0,
+    )
+    return transformers.LlamaForCausalLM(config)
+
+
+@pytest.mark.parametrize(
+    ("attention", "attn", "mask_dtype"),
+    [("positions", "sdpa", torch.bool), ("mask", "eager", torch.float32)],
+)
+def test_bucket_trainer_trains_packed_rows(tmp_path, attention, attn, mask_dtype):
+    ds = _dataset()
+    model = _model(attn)
+    bucketing = hf.for_packing(
+        ds,
+        pad_token_id=0,
+        attention=attention,
+        mask_dtype=mask_dtype,
+        row_length=512,
+        batch_size=2,
+        seed=1,
+    )
+    sampler = bucketing.sampler
+    seen = []
+
+    def record(_module, _args, kwargs):
+        seen.append(tuple(kwargs["input_ids"].shape))
+        assert kwargs["position_ids"].shape == kwargs["input_ids"].shape
+        if attention == "mask":
+            assert kwargs["attention_mask"].shape == (2, 1, 512, 512)
+            assert kwargs["attention_mask"].dtype == torch.float32
+        else:
+            assert "attention_mask" not in kwargs
+        assert (kwargs["labels"] == IGNORE_INDEX).float().mean() > 0.4  # prompts + starts
+
+    model.register_forward_pre_hook(record, with_kwargs=True)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=5,
+        learning_rate=3e-3,
+        report_to=[],
+        use_cpu=True,
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=3,
+    )
+    trainer = hf.BucketTrainer(model=model, args=args, bucketing=bucketing)
+    assert not model.config.use_cache  # Trainer turns the cache off: packing is detected
+    loader = trainer.get_train_dataloader()
+    assert len(loader) == len(sampler)
+    out = trainer.train()
+    assert len(seen) == 5 and set(seen) == set(sampler.shapes) == {(2, 512)}
+    assert np.isfinite(out.training_loss)
+
+
+def test_packed_inputs_modes_and_validation():
+    ds = _dataset(12)
+    sampler, collate, data = hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=1)
+    batch = collate([data[i] for i in sampler.plan().batch(0)])
+    assert set(batch) == {"input_ids", "labels", "position_ids"}
+    # the dataset's labels are used: the prompt stays masked, and every document start too
+    starts = batch["position_ids"] == 0
+    assert (batch["labels"][starts] == IGNORE_INDEX).all()
+    _, flash, _ = hf.for_packing(
+        ds, pad_token_id=0, row_length=512, batch_size=1, attention="flash"
+    )
+    fb = flash([data[i] for i in sampler.plan().batch(0)])
+    assert fb["cu_seq_lens_q"].dtype == torch.int32 and fb["cu_seq_lens_q"] is fb["cu_seq_lens_k"]
+    assert isinstance(fb["max_length_q"], int)
+    with pytest.raises(ValueError, match="attention must be one of 'flash', 'mask', 'positions'"):
+        hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=1, attention="dense")
+    with pytest.raises(ValueError, match="pad_token_id"):
+        hf.for_packing(ds, row_length=512, batch_size=1)
