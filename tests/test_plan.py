@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bucketloader._types import LAST_BATCH
 from bucketloader.boundaries import assign_buckets
-from bucketloader.plan import BucketSpec, batch_sizes, plan_epoch
+from bucketloader.plan import BucketSpec, TokenBudget, batch_sizes, plan_epoch
 from bucketloader.solve import compute_boundaries
 
 
@@ -83,7 +83,8 @@ def test_batch_sizes_variable_and_rounding():
     b = np.array([16, 100, 1000])
     assert batch_sizes(b, batch_size=4).tolist() == [4, 4, 4]
     assert batch_sizes(b, max_tokens=1600).tolist() == [100, 16, 1]
-    assert batch_sizes(b, max_tokens=1600, batch_multiple_of=8).tolist() == [96, 16, 0]
+    # fairseq: "less than N or a multiple of N"
+    assert batch_sizes(b, max_tokens=TokenBudget(1600, multiple_of=8)).tolist() == [96, 16, 1]
     cells = np.array([[10, 20], [30, 40]])
     assert batch_sizes(cells, max_tokens=1200, size="sum").tolist() == [40, 17]
     assert batch_sizes(cells, max_tokens=1200, size="prod").tolist() == [6, 1]
@@ -96,7 +97,7 @@ def test_batch_sizes_variable_and_rounding():
         ({}, r"exactly one of batch_size \(.*\) or max_tokens"),
         ({"batch_size": 2, "max_tokens": 9}, r"exactly one of batch_size \(.*\) or max_tokens"),
         ({"batch_size": 0}, "batch_size must be an int >= 1, got batch_size=0"),
-        ({"max_tokens": 8, "batch_multiple_of": 0}, "batch_multiple_of must be an int >= 1"),
+        ({"max_tokens": 2**63}, r"max_tokens must be an int >= 1 and <= 9223372036854775807"),
         ({"max_tokens": 8, "size": "area"}, "size must be one of 'prod', 'sum'"),
     ],
 )
@@ -385,7 +386,8 @@ def reference_merge(cells, counts, lattice_size, ks, limit):
     size=st.sampled_from(["sum", "prod"]),
 )
 def test_incremental_merge_matches_the_plain_greedy(pairs, limit, size):
-    from bucketloader.plan.cells import lattice_points, merge_cells, size_values
+    from bucketloader.plan.budget import size_values
+    from bucketloader.plan.cells import lattice_points, merge_cells
 
     ks = [6, 6]
     cells, counts = np.unique(np.array(pairs), axis=0, return_counts=True)

@@ -5,9 +5,18 @@
 epoch and ranks); :class:`ShapeTable` is the small, picklable promise the collator keeps.
 """
 
-from bucketloader.plan.cells import Cells, batch_sizes
+from bucketloader.plan.budget import TokenBudget, batch_sizes
+from bucketloader.plan.cells import Cells
 from bucketloader.plan.epoch import EpochPlan, plan_epoch
 from bucketloader.plan.spec import BucketSpec
 from bucketloader.plan.table import ShapeTable
 
-__all__ = ["BucketSpec", "Cells", "EpochPlan", "ShapeTable", "batch_sizes", "plan_epoch"]
+__all__ = [
+    "BucketSpec",
+    "Cells",
+    "EpochPlan",
+    "ShapeTable",
+    "TokenBudget",
+    "batch_sizes",
+    "plan_epoch",
+]

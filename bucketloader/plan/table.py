@@ -23,6 +23,9 @@ class ShapeTable:
         shapes: every batch shape ``(B, L_1, ..., L_D)`` an epoch can produce, sorted. With
             ``last_batch="keep"`` the smaller partial-batch shapes are listed too.
         last_batch: ``"pad"``, ``"fill"``, ``"drop"`` or ``"keep"``.
+        truncate: per input, the length a longer sample is cut to before padding
+            (``overflow="truncate"``, NOTE [ Length filters ] in :mod:`bucketloader.plan.limits`);
+            ``None`` when the plan cuts nothing. The collator applies it.
 
     Example:
         >>> from bucketloader.plan import BucketSpec
@@ -37,6 +40,7 @@ class ShapeTable:
     cells: Cells
     shapes: tuple[tuple[int, ...], ...]
     last_batch: str
+    truncate: tuple[int | None, ...] | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:

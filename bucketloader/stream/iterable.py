@@ -22,7 +22,7 @@ from bucketloader._types import LAST_BATCH, OVERFLOW
 from bucketloader._validation import check_choice, check_int
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import Cells, ShapeTable
-from bucketloader.plan.cells import check_budget
+from bucketloader.plan.budget import BatchRule
 from bucketloader.stream._engine import STATE_FORMAT, Engine, PassConfig
 from bucketloader.stream._source import is_stateful, make_length_fn, open_source, truncate
 from bucketloader.stream.estimate import Estimate, solve_head
@@ -119,9 +119,9 @@ class BucketIterable(torch.utils.data.IterableDataset):
                 f"{' x '.join(map(str, ks))} buckets per input make {int(np.prod(ks))} shapes "
                 f"(more than {MAX_CELLS}); use fewer buckets"
             )
-        batch_size, max_tokens = check_budget(batch_size, max_tokens)
+        rule = BatchRule.parse(batch_size, max_tokens)
         # A stream cannot know which cells its samples will fill: every lattice point is planned.
-        self.cells = Cells.build([bounds], names, batch_size=batch_size, max_tokens=max_tokens)
+        self.cells = Cells.build([bounds], names, rule=rule)
         if (self.cells.batch < 1).any():
             c = int(np.argmax(self.cells.batch < 1))
             raise ValueError(
