@@ -3,9 +3,9 @@
 A spec is *what shapes the batches*: the lengths, the length filters (NOTE [ Length filters ] in
 :mod:`bucketloader.plan.limits`), the boundaries fitted on the lengths kept (per input, per
 group, optionally on multiples of ``pad_to_multiple_of``), the cells and their batch sizes (NOTE
-[ The batch-size rule ] in :mod:`bucketloader.plan.budget`), and the last-batch policy. *How an epoch is iterated*
-(shuffle, seed, ranks, resume) is the sampler's: :class:`~bucketloader.BucketSampler` takes either
-lengths and these options, or a ready spec.
+[ The batch-size rule ] in :mod:`bucketloader.plan.budget`), and the last-batch policy. *How an
+epoch is iterated* (shuffle, seed, ranks, weights, resume) is the sampler's:
+:class:`~bucketloader.BucketSampler` takes either lengths and these options, or a ready spec.
 """
 
 from __future__ import annotations
