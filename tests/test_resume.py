@@ -63,6 +63,7 @@ def check_resume(make, position):
         assert list(resumed) == next_epoch
 
 
+@pytest.mark.filterwarnings("ignore:this BucketSampler leaves out")
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("num_replicas", [1, 3])
 @pytest.mark.parametrize("last_batch", LAST_BATCH)

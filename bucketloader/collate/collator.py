@@ -21,6 +21,14 @@ non-tensor results such as lists of strings keep one entry per real sample).
 A sample field named ``attention_mask`` (a tokenizer's) is padded with 0 and returned as is,
 instead of the mask the collator would build.
 
+NOTE [ Cutting samples the plan truncates ]
+A plan built with ``overflow="truncate"`` (NOTE [ Length filters ] in
+:mod:`bucketloader.plan.limits`) placed every sample longer than ``max_length`` in a bucket *as
+if* it were ``max_length`` long; ``shape_table.truncate`` holds those limits. Before checking the
+batch against its cell, the collator cuts every variable field that follows such an input to its
+first ``max_length`` elements (along that input's dim), in the batch's own copy of the column,
+so the dataset's samples are never modified. Plans without ``truncate`` skip this entirely.
+
 NOTE [ Catching lengths that disagree with the sampler's ]
 The collator sees samples, not dataset indices, so it cannot compare a sample with the length
 the sampler was given for it. What it can check is the batch: the sampler only batches samples
@@ -123,6 +131,12 @@ class PadCollator:
     # --- configuration ---------------------------------------------------------------------
     def _setup(self) -> None:
         self._names = tuple(self.shape_table.input_names)
+        cut = getattr(self.shape_table, "truncate", None)
+        self._cut = (
+            None
+            if cut is None
+            else np.array([np.iinfo(np.int64).max if c is None else c for c in cut], np.int64)
+        )
         self._shapes = frozenset(tuple(int(x) for x in s) for s in self.shape_table.shapes)
         self._specs_cache: dict[Any, list[cf.Spec]] = {}
         self._memo: dict[Any, tuple[int, ...]] = {}
@@ -188,6 +202,8 @@ class PadCollator:
         cf.check_structure(samples, kind, keys)
         specs = self._specs(samples[0], kind, keys)
         lengths, columns, dims = cf.measure(samples, kind, specs, len(self._names))
+        if self._cut is not None:
+            lengths = cut_to_plan(lengths, columns, dims, specs, self._cut)
         group = read_group(samples, self.group_key)
         shape = check_batch(self.shape_table, lengths, group, self._names, self._memo)
         n = len(samples)
@@ -340,6 +356,36 @@ def check_batch(
             f"for {shape[0]} samples; {_HINT}"
         )
     return shape
+
+
+def cut_to_plan(
+    lengths: np.ndarray,
+    columns: dict[Any, list[Any]],
+    dims: dict[Any, tuple[int, ...]],
+    specs: list[cf.Spec],
+    limits: np.ndarray,
+) -> np.ndarray:
+    """Cut fields longer than the plan's ``truncate`` limits (NOTE [ Cutting samples the plan
+    truncates ]); returns the lengths after the cut. ``columns`` is updated in place."""
+    over = lengths > limits[None, :]
+    if not over.any():
+        return lengths
+    for spec in specs:
+        for j, inp in enumerate(spec.inputs):
+            rows = np.flatnonzero(over[:, inp]).tolist()
+            if not rows:
+                continue
+            lim, dim = int(limits[inp]), dims[spec.key][j]
+            vals = list(columns[spec.key])
+            for r in rows:
+                v = vals[r]
+                vals[r] = (
+                    v[:lim]
+                    if isinstance(v, (list, tuple))
+                    else v[(slice(None),) * dim + (slice(0, lim),)]
+                )
+            columns[spec.key] = vals
+    return np.minimum(lengths, limits[None, :])
 
 
 def _raise_over(lengths: np.ndarray, cell: np.ndarray, shape: tuple, names: tuple) -> None:
