@@ -19,8 +19,9 @@ Edge rules, each chosen so a user can predict it:
 
 * *Empty cells* (padded size 0: samples of length 0) cost no tokens, so the budget cannot size
   them. They take ``max_batch_size`` when one is set, else the largest ``B`` of the other cells
-  (they batch like the shortest non-empty bucket). A plan whose every cell is empty needs
-  ``batch_size`` or ``max_batch_size``. ``min_length=1`` (a length filter) removes them instead.
+  (they batch like the shortest non-empty bucket); only in a plan whose every cell is empty does
+  an empty row count as one token (``B = max_tokens``). ``min_length=1`` (a length filter)
+  removes empty samples instead.
 * *Oversize cells* (``size > max_tokens``, so ``max_tokens // size == 0``) follow
   ``TokenBudget.oversize``: ``"error"`` (the default) names the longest sample and the budget it
   needs; ``"single"`` makes batches of one sample (Lhotse's behaviour; such a batch exceeds the
@@ -212,17 +213,13 @@ class BatchRule:
                 n -= n % b.multiple_of
             out.append(n)
         if -1 in out:
-            fill = b.max_batch_size
-            if fill is None:
-                others = [n for n in out if n > 0]
-                if not others:
-                    raise ValueError(
-                        "every planned bucket has padded size 0 (samples of length 0), so "
-                        "max_tokens cannot size their batches; pass batch_size=..., or "
-                        "max_tokens=TokenBudget(..., max_batch_size=...), or drop the empty "
-                        "samples with min_length=1"
-                    )
+            others = [n for n in out if n > 0]
+            if b.max_batch_size is not None:
+                fill = b.max_batch_size
+            elif others:
                 fill = max(others)
+            else:  # every cell is empty: an empty row counts as one token
+                fill = b.max_tokens
             out = [fill if n == -1 else n for n in out]
         return out
 
@@ -330,4 +327,3 @@ def resolve_size(size: Any) -> Size:
         "size must be one of 'prod', 'sum' or a callable on the padded lengths tuple, "
         f"got size={size!r}"
     )
-

@@ -170,8 +170,7 @@ def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
         missing = [g for g in gvals if g not in weights]
         if unknown or missing:
             raise ValueError(
-                f"weights must give one weight per group {list(gvals)}, got keys "
-                f"{list(weights)}"
+                f"weights must give one weight per group {list(gvals)}, got keys {list(weights)}"
             )
         vals = [weights[g] for g in gvals]
     elif isinstance(weights, (list, tuple, np.ndarray)):

@@ -186,4 +186,3 @@ def _per_input(
         label = name if len(names) == 1 else f"{name}[{n!r}]"
         out.append(None if v is None else check_int(label, v, minimum=minimum))
     return tuple(out)
-
