@@ -205,7 +205,11 @@ class PadCollator:
         if self._cut is not None:
             lengths = cut_to_plan(lengths, columns, dims, specs, self._cut)
         group = read_group(samples, self.group_key)
-        shape = check_batch(self.shape_table, lengths, group, self._names, self._memo)
+        planned = getattr(samples, "planned_shape", None)
+        if planned is None:
+            shape = check_batch(self.shape_table, lengths, group, self._names, self._memo)
+        else:
+            shape = check_planned(tuple(planned), lengths, self._names)
         n = len(samples)
         rows = shape[0] if self.shape_table.last_batch == "pad" else n
         out_shape = (rows, *shape[1:])
@@ -355,6 +359,25 @@ def check_batch(
             f"position {p} has length {_fmt(lengths[p])}, which puts the batch in a cell planned "
             f"for {shape[0]} samples; {_HINT}"
         )
+    return shape
+
+
+def check_planned(
+    shape: tuple[int, ...], lengths: np.ndarray, names: tuple[str, ...]
+) -> tuple[int, ...]:
+    """A batch that carries its planned shape (a stream split over ranks may fill a step with
+    samples of shorter cells): they must fit it."""
+    n, d = lengths.shape
+    if len(shape) != d + 1:
+        raise ValueError(
+            f"the batch's planned shape {shape} has {len(shape) - 1} lengths but the collator "
+            f"measured {d} inputs {names}"
+        )
+    cell = np.asarray(shape[1:], dtype=np.int64)
+    if (lengths > cell).any():
+        _raise_over(lengths, cell, shape, names)
+    if n > shape[0]:
+        raise ValueError(f"batch of {n} samples does not fit its planned shape {shape}")
     return shape
 
 

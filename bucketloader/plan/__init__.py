@@ -12,12 +12,13 @@ from bucketloader.plan.cells import Cells
 from bucketloader.plan.epoch import EpochPlan, plan_epoch
 from bucketloader.plan.report import SamplingReport
 from bucketloader.plan.spec import BucketSpec
-from bucketloader.plan.table import ShapeTable
+from bucketloader.plan.table import PlannedBatch, ShapeTable
 
 __all__ = [
     "BucketSpec",
     "Cells",
     "EpochPlan",
+    "PlannedBatch",
     "SamplingReport",
     "ShapeTable",
     "TokenBudget",

@@ -108,3 +108,23 @@ class ShapeTable:
             f"ShapeTable({len(self.shapes)} shapes, inputs={list(self.input_names)}, "
             f"last_batch={self.last_batch!r})"
         )
+
+
+class PlannedBatch(list):  # type: ignore[type-arg]
+    """A list of samples that carries the full planned shape ``(B, L_1, ..., L_D)`` of its step.
+
+    A stream split over ranks may fill a step's batch with shorter samples than its cell's
+    (NOTE [ A stream split over ranks ] in :mod:`bucketloader.stream._schedule`), so the
+    samples alone no longer say which shape every rank planned for the step;
+    :class:`~bucketloader.PadCollator` pads to ``planned_shape`` when a batch carries one. It is
+    a plain ``list`` otherwise (and pickles with its shape into and out of DataLoader workers).
+
+    Example:
+        >>> batch = PlannedBatch([[1, 2], [3]], planned_shape=(4, 8))
+        >>> batch, batch.planned_shape
+        ([[1, 2], [3]], (4, 8))
+    """
+
+    def __init__(self, samples: Any = (), *, planned_shape: tuple[int, ...]) -> None:
+        super().__init__(samples)
+        self.planned_shape = tuple(int(x) for x in planned_shape)

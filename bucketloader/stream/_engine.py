@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from bucketloader.boundaries import BucketLookup
+from bucketloader.plan.table import PlannedBatch
 from bucketloader.stream._schedule import lane_steps, schedule
 from bucketloader.stream._source import check_length, forget_resume, is_hf, open_source
 
@@ -99,6 +100,7 @@ class PassConfig:
         steps: ``steps_per_epoch`` with a schedule.
         rank: this rank (for messages).
         covers: per cell, the cells it covers (shorter in every input), nearest first.
+        shapes: per cell, its full planned batch shape (carried by scheduled batches).
     """
 
     source: Any
@@ -120,6 +122,7 @@ class PassConfig:
     steps: int = 0
     rank: int = 0
     covers: tuple[tuple[int, ...], ...] = ()
+    shapes: tuple[tuple[int, ...], ...] = ()
 
     @property
     def limits(self) -> list[int]:
@@ -350,9 +353,10 @@ class Engine:
         self._src, self._exhausted, self.buffered = it, False, 0
         cap = max(64, 2 * sum(o.batch_sizes))
         for t in lane_steps(o.steps, lane, lanes):
-            batch = self._fill(int(cells[t]), cap, t)
+            c = int(cells[t])
+            batch = self._fill(c, cap, t)
             self.batches += 1
-            yield batch
+            yield PlannedBatch(batch, planned_shape=o.shapes[c])
         self.stats["left_over"] = self.buffered + len(self.shuffle)
 
     def _pull(self) -> None:

@@ -23,6 +23,14 @@ round-robin over the workers still running); on resume each worker replays its p
 start of the epoch and hands out only what comes after its count. That is exact, costs a re-read
 of the data consumed so far (no collation, no training), and needs the same ``num_workers``. A
 stream split over ranks always resumes this way: its per-worker counts follow from ``k`` alone.
+
+A new DataLoader starts its round-robin at worker 0, while the next batch may be worker ``f``'s
+(``f = k mod num_workers`` when every worker is still running). A source this stream splits
+itself (a list, a generator factory) is then *rotated*: DataLoader worker ``w`` plays the part
+of worker ``(w + f) mod num_workers``, its shard, seed and count, so the order is exact again.
+A source that shards itself by worker id (HF or torch ``IterableDataset``) cannot be rotated:
+``state_dict`` then asks for a count that is a multiple of ``num_workers`` (checkpoint every
+``N`` steps with ``N`` a multiple of it), rather than resume in a different order.
 """
 
 from __future__ import annotations
@@ -59,6 +67,7 @@ from bucketloader.stream._source import (
     is_stateful,
     make_length_fn,
     open_source,
+    self_sharding,
     truncate,
 )
 from bucketloader.stream.estimate import Estimate, solve_head
@@ -428,6 +437,7 @@ class BucketIterable(torch.utils.data.IterableDataset):
             steps=self.steps_per_epoch or 0,
             rank=self.rank,
             covers=self._covers,
+            shapes=self.cells.shapes,
         )
 
     # -- iteration --------------------------------------------------------------------------
@@ -460,6 +470,7 @@ class BucketIterable(torch.utils.data.IterableDataset):
                         f"state was saved with {state['workers']} DataLoader workers, this "
                         f"loader has {worker[1]}; resume with the same num_workers"
                     )
+                worker = ((worker[0] + state["first"]) % worker[1], worker[1])  # the rotation
                 skip = int(state["skip"][worker[0]]) if state["skip"] else 0
             elif list(state["worker"]) != list(worker):
                 raise ValueError(
@@ -593,13 +604,23 @@ class BucketIterable(torch.utils.data.IterableDataset):
         total = sum(produced)
         k = total if batches_consumed is None else batches_consumed
         k = check_int("batches_consumed", k, minimum=0, maximum=total)
+        first = 0
         if not lanes:
             skip: list[int] = []
         elif self.steps_per_epoch is not None:
             skip = [len(lane_steps(k, w, workers)) for w in range(workers)]
+            first = k % workers
         else:
-            skip = split_round_robin(
+            skip, first = split_round_robin(
                 k, [lane["batches"] if lane["done"] else None for lane in lanes]
+            )
+        if first and self_sharding(self.source):
+            lo = k - k % workers
+            raise ValueError(
+                f"cannot resume exactly after {k} batches with {workers} DataLoader workers: "
+                f"a new DataLoader starts at worker 0, the next batch is worker {first}'s, and "
+                f"{type(self.source).__name__} shards itself by worker id; save the state after "
+                f"a multiple of num_workers batches (e.g. {lo} or {lo + workers})"
             )
         return {
             "format": REPLAY_FORMAT,
@@ -607,6 +628,7 @@ class BucketIterable(torch.utils.data.IterableDataset):
             "epoch": self.epoch,
             "workers": workers,
             "skip": skip,
+            "first": first,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -662,7 +684,7 @@ _STATE_KEYS = {
         "stats": dict,
         "cell_stats": list,
     },
-    REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list},
+    REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
 }
 
 
@@ -695,26 +717,33 @@ def check_state(state: Any) -> None:
                 f"state['skip'] must hold one int >= 0 per worker ({state['workers']}), got "
                 f"{skip!r}"
             )
+        if state["first"] >= max(state["workers"], 1):
+            raise ValueError(
+                f"state['first'] must be a worker index < {max(state['workers'], 1)}, got "
+                f"{state['first']!r}"
+            )
     else:
         src = state["source"]
         if not {"position", "state"} <= set(src) or not isinstance(src["position"], int):
             raise ValueError(f"state['source'] must hold 'position' and 'state', got {src!r}")
 
 
-def split_round_robin(consumed: int, totals: list[int | None]) -> list[int]:
-    """How many of the first ``consumed`` batches of a DataLoader came from each worker.
+def split_round_robin(consumed: int, totals: list[int | None]) -> tuple[list[int], int]:
+    """How many of the first ``consumed`` batches of a DataLoader came from each worker, and
+    which worker's batch comes next.
 
     The DataLoader hands batches out round-robin over the workers still running; a worker
     stops after ``totals[w]`` batches (``None``: it had not finished).
 
     Example:
         >>> split_round_robin(4, [3, 1])
-        [3, 1]
+        ([3, 1], 0)
         >>> split_round_robin(4, [None, None, None])
-        [2, 1, 1]
+        ([2, 1, 1], 1)
     """
     got = [0] * len(totals)
     n = 0
+    last = len(totals) - 1
     while n < consumed:
         moved = False
         for w, top in enumerate(totals):
@@ -725,11 +754,16 @@ def split_round_robin(consumed: int, totals: list[int | None]) -> list[int]:
             got[w] += 1
             n += 1
             moved = True
+            last = w
         if not moved:
             raise ValueError(
                 f"batches_consumed={consumed} is more than the workers made ({sum(got)})"
             )
-    return got
+    for step in range(1, len(totals) + 1):  # the next worker still running, after the last
+        w = (last + step) % len(totals)
+        if totals[w] is None or got[w] < totals[w]:
+            return got, w
+    return got, 0
 
 
 def _covers(lengths: np.ndarray) -> tuple[tuple[int, ...], ...]:
