@@ -52,6 +52,11 @@ def row(label: str, sampler: BucketSampler) -> str:
     )
 
 
+def shortest(sampler: BucketSampler, n: int) -> str:
+    shapes = sorted(sampler.shapes, key=lambda x: x[1])[:n]
+    return ", ".join("x".join(map(str, sh)) for sh in shapes)
+
+
 def librispeech(lines: list[str]) -> None:
     lengths = load("librispeech_train_clean_100_samples.txt")
     cut = int(np.percentile(lengths, 99.9))
@@ -104,7 +109,7 @@ def europarl(lines: list[str]) -> None:
     }
     for label, kw in cases.items():
         s = BucketSampler(en, **common, **kw)
-        shapes = ", ".join("x".join(map(str, sh)) for sh in sorted(s.shapes, key=lambda x: x[1])[:3])
+        shapes = shortest(s, 3)
         lines.append(f"| {label} | {shapes} | {s.report().totals['too_short']} |")
     lines += [
         "",
@@ -127,7 +132,7 @@ def europarl(lines: list[str]) -> None:
         },
     }.items():
         s = BucketSampler(holed, **common, **kw)
-        shapes = ", ".join("x".join(map(str, sh)) for sh in sorted(s.shapes, key=lambda x: x[1])[:2])
+        shapes = shortest(s, 2)
         lines.append(f"| {label} | {shapes} |")
     lines += [
         "",
