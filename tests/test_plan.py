@@ -31,7 +31,7 @@ def check_plan_invariants(spec, num_replicas, *, seed=0, epoch=0, shuffle=True):
     policy = spec.last_batch
     expected_steps = full + ((q > 0) & (policy != "drop"))
     assert n_steps == int(expected_steps.sum())
-    table2d = spec.lengths if spec.lengths.ndim == 2 else spec.lengths[:, None]
+    table2d = spec.planned_lengths()  # cut to max_length under overflow="truncate"
     seen = Counter()
     for i in range(n_steps):
         cells = {int(p.cells[i]) for p in plans}
@@ -54,16 +54,20 @@ def check_plan_invariants(spec, num_replicas, *, seed=0, epoch=0, shuffle=True):
             assert (table2d[b] <= spec.cell_lengths[c]).all()
             assert table.target(table2d[b], group=_group(spec, b))[1:] == shape[1:]
             seen.update(b)
-    n = spec.cell_of_sample.size
-    covered = np.zeros(n, dtype=bool)
+    planned = spec.cell_of_sample >= 0  # the length filters / oversize="drop" leave some out
+    n = int(planned.sum())
+    assert n == spec.num_planned
+    covered = np.zeros(planned.size, dtype=bool)
     covered[list(seen)] = True
-    counts = np.bincount(spec.cell_of_sample, minlength=spec.cell_lengths.shape[0])
+    assert not covered[~planned].any(), "a sample left out by the filters appears"
+    counts = spec.counts
+    assert counts.sum() == n
     if policy == "drop":
-        dropped = np.bincount(spec.cell_of_sample[~covered], minlength=counts.size)
+        dropped = np.bincount(spec.cell_of_sample[planned & ~covered], minlength=counts.size)
         assert (dropped == q).all()
         assert max(seen.values(), default=1) == 1
     else:
-        assert covered.all(), "every sample appears in the epoch"
+        assert covered[planned].all(), "every sample appears in the epoch"
         repeats = sum(seen.values()) - n
         if policy == "pad":
             assert repeats == int(np.maximum(num_replicas - q[q > 0], 0).sum())
