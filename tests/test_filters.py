@@ -40,7 +40,8 @@ def test_librispeech_outliers_no_longer_cost_a_bucket():
     # the 16 buckets now all go to the kept samples: less padding on exactly those samples
     assert dropped.filtered["too_long"] == int((lengths > cut).sum()) == 29
     assert dropped.boundaries[0][0][-1] <= cut < free.boundaries[0][0][-1]
-    assert padding_ratio(kept, dropped.boundaries[0][0]) < padding_ratio(kept, free.boundaries[0][0])
+    before, after = free.boundaries[0][0], dropped.boundaries[0][0]
+    assert padding_ratio(kept, after) < padding_ratio(kept, before)
     cut_spec = BucketSpec.build(
         lengths, num_buckets=16, batch_size=8, max_length=cut, overflow="truncate"
     )
@@ -171,7 +172,7 @@ def test_warns_once_when_a_plan_drops_a_lot():
 
 @pytest.mark.parametrize("bad", ["", 0, None, "Pad"])
 def test_last_batch_must_be_a_policy(bad):
-    with pytest.raises(ValueError, match=r"last_batch must be one of 'drop', 'fill', 'keep', 'pad'"):
+    with pytest.raises(ValueError, match=r"last_batch must be one of 'drop', 'fill', 'keep',"):
         BucketSampler([3, 4], batch_size=2, last_batch=bad)
     with pytest.raises(ValueError, match=r"last_batch must be one of"):
         BucketIterable([[1]], boundaries=[4], batch_size=2, last_batch=bad)
@@ -193,9 +194,7 @@ def test_report_matches_counting_the_batches(policy):
         rank=1,
         seed=5,
     )
-    plans = [
-        plan_epoch(sampler.spec, seed=5, epoch=0, num_replicas=3, rank=r) for r in range(3)
-    ]
+    plans = [plan_epoch(sampler.spec, seed=5, epoch=0, num_replicas=3, rank=r) for r in range(3)]
     cut = np.minimum(lengths, 1500)
     appear = np.bincount(np.concatenate([p.indices for p in plans]), minlength=lengths.size)
     report = sampler.report()
