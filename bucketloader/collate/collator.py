@@ -252,9 +252,30 @@ class PadCollator:
                 tmasks[0] if len(tmasks) == 1 else dict(zip(self._names, tmasks, strict=True))
             )
         sample_mask = np.zeros(rows, dtype=np.bool_)
-        sample_mask[:n] = True
+        real = getattr(samples, "num_real", n)
+        sample_mask[:real] = True
         out["sample_mask"] = torch.from_numpy(sample_mask)
+        if real < n:
+            self._mask_rows(out, specs, keys, real, n)
         return out
+
+    def _mask_rows(
+        self, out: dict[Any, Any], specs: list[cf.Spec], keys: list[Any], lo: int, hi: int
+    ) -> None:
+        """Rows ``lo:hi`` hold stand-in samples (a stream's all-padding step, NOTE [ A stream
+        split over ranks ]): make them padding rows, like those ``last_batch="pad"`` adds."""
+        padded = {spec.key for spec in specs}
+        for spec in specs:
+            out[spec.key][lo:hi] = spec.pad_value
+        for key in keys:  # fixed-size fields: the fill of last_batch="pad" rows
+            value = out.get(key)
+            if key not in padded and isinstance(value, torch.Tensor):
+                fill = self.pad_value.get(key, 0) if isinstance(self.pad_value, Mapping) else 0
+                value[lo:hi] = fill
+        out["lengths"][lo:hi] = 0
+        masks = out[cf.MASK_KEY]
+        for m in masks.values() if isinstance(masks, dict) else (masks,):
+            m[lo:hi] = 0
 
     def _fixed(self, values: list[Any], key: Any, rows: int) -> Any:
         try:

@@ -119,12 +119,21 @@ class PlannedBatch(list):  # type: ignore[type-arg]
     :class:`~bucketloader.PadCollator` pads to ``planned_shape`` when a batch carries one. It is
     a plain ``list`` otherwise (and pickles with its shape into and out of DataLoader workers).
 
+    Attributes:
+        planned_shape: the step's full batch shape.
+        num_real: the first ``num_real`` samples are real; the rest are stand-ins for a step a
+            rank has no data for, which the collator turns into padding rows (``sample_mask``
+            False).
+
     Example:
         >>> batch = PlannedBatch([[1, 2], [3]], planned_shape=(4, 8))
-        >>> batch, batch.planned_shape
-        ([[1, 2], [3]], (4, 8))
+        >>> batch, batch.planned_shape, batch.num_real
+        ([[1, 2], [3]], (4, 8), 2)
     """
 
-    def __init__(self, samples: Any = (), *, planned_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, samples: Any = (), *, planned_shape: tuple[int, ...], num_real: int | None = None
+    ) -> None:
         super().__init__(samples)
         self.planned_shape = tuple(int(x) for x in planned_shape)
+        self.num_real = len(self) if num_real is None else int(num_real)

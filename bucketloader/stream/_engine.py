@@ -101,6 +101,7 @@ class PassConfig:
         rank: this rank (for messages).
         covers: per cell, the cells it covers (shorter in every input), nearest first.
         shapes: per cell, its full planned batch shape (carried by scheduled batches).
+        cut: ``(sample, lengths, limits) -> sample`` cutting a sample to ``limits`` (stand-ins).
     """
 
     source: Any
@@ -123,6 +124,7 @@ class PassConfig:
     rank: int = 0
     covers: tuple[tuple[int, ...], ...] = ()
     shapes: tuple[tuple[int, ...], ...] = ()
+    cut: Any = None
 
     @property
     def limits(self) -> list[int]:
@@ -168,6 +170,7 @@ class Engine:
         self._hi = owner.limits[0]
         self._oversize = any(b == 0 for b in owner.batch_sizes)
         self._last: dict[int, list[Any]] = {}  # a lane's last batch per cell (repeats)
+        self._template: Any = None  # the first sample of the pass (stand-in rows)
 
     # -- per sample -----------------------------------------------------------------------
     def prepare(self, pos: int, sample: Any) -> tuple[Any, int, int] | None:
@@ -354,9 +357,9 @@ class Engine:
         cap = max(64, 2 * sum(o.batch_sizes))
         for t in lane_steps(o.steps, lane, lanes):
             c = int(cells[t])
-            batch = self._fill(c, cap, t)
+            batch, real = self._fill(c, cap, t)
             self.batches += 1
-            yield PlannedBatch(batch, planned_shape=o.shapes[c])
+            yield PlannedBatch(batch, planned_shape=o.shapes[c], num_real=real)
         self.stats["left_over"] = self.buffered + len(self.shuffle)
 
     def _pull(self) -> None:
@@ -386,6 +389,8 @@ class Engine:
         self._exhausted = True
 
     def _put(self, pos: int, sample: Any, cell: int, size: int) -> None:
+        if self._template is None:
+            self._template = sample
         self.bsam[cell].append(sample)
         self.bpos[cell].append(pos)
         self.blen[cell].append(size)
@@ -410,9 +415,9 @@ class Engine:
                 break
             self.stats["promoted"] += self._take(other, need - len(batch), batch, lens)
 
-    def _fill(self, cell: int, cap: int, step: int) -> list[Any]:
-        """One scheduled batch of ``cell`` (the planned fallback of NOTE [ A stream split over
-        ranks ])."""
+    def _fill(self, cell: int, cap: int, step: int) -> tuple[list[Any], int]:
+        """One scheduled batch of ``cell`` and its number of real samples (the planned
+        fallback of NOTE [ A stream split over ranks ])."""
         need = self.sizes[cell]
         while len(self.bsam[cell]) < need and self.buffered < cap and not self._exhausted:
             self._pull()
@@ -422,38 +427,47 @@ class Engine:
         while not batch and not self._exhausted:  # nothing fits yet: read past the capacity
             self._pull()
             self._gather(cell, need, batch, lens)
-        rows = len(batch)
-        if rows < need and (self.o.last_batch == "fill" or rows == 0):
-            if rows:
-                extra = [(batch[k % rows], lens[k % rows]) for k in range(need - rows)]
-            else:
-                extra = self._repeat(cell, step)
-            batch += [x for x, _ in extra]
-            lens += [n for _, n in extra]
-            self.stats["repeated"] += len(extra)
-        self._last[cell] = list(zip(batch, lens, strict=True))
-        self._count(cell, len(batch), sum(lens), need)
-        return batch
+        fill = self.o.last_batch == "fill"
+        if batch:
+            self._last[cell] = list(zip(batch, lens, strict=True))
+        elif fill:  # the shard is dry: repeat a recent batch that fits
+            for other in (cell, *self.o.covers[cell]):
+                if self._last.get(other):
+                    batch = [x for x, _ in self._last[other]]
+                    lens = [n for _, n in self._last[other]]
+                    self.stats["repeated"] += len(batch)
+                    break
+        real = len(batch)
+        if real and real < need and fill:
+            extra = need - real
+            batch += [batch[k % real] for k in range(extra)]
+            lens += [lens[k % real] for k in range(extra)]
+            self.stats["repeated"] += extra
+            real = need
+        if not batch:  # nothing real fits: stand-ins the collator turns into padding rows
+            batch = [self._stand_in(cell, step)] * (need if fill else 1)
+            lens = [0] * len(batch)
+        self._count(cell, real, sum(lens[:real]), need)
+        return batch, real
 
-    def _repeat(self, cell: int, step: int) -> list[tuple[Any, int]]:
-        """One sample to repeat for an empty step: from the lane's last batch of ``cell`` or of a
-        cell it covers."""
-        for other in (cell, *self.o.covers[cell]):
-            last = self._last.get(other)
-            if last:
-                return [last[0]]
+    def _stand_in(self, cell: int, step: int) -> Any:
+        """A sample cut to ``cell``'s lengths, only to give a padding row its structure."""
         o = self.o
         ks = [lookup.boundaries.size for lookup in o.lookups]
         idx = np.unravel_index(cell, ks)
         shape = [int(lookup.boundaries[i]) for lookup, i in zip(o.lookups, idx, strict=True)]
-        shown = shape[0] if len(shape) == 1 else tuple(shape)
-        raise ValueError(
-            f"rank {o.rank}, DataLoader worker {self.worker[0]}: step {step} of epoch "
-            f"{self.epoch} is a batch of the bucket of padded length {shown}, but this worker's "
-            "shard holds no sample that fits it (none left, and none seen this epoch); every "
-            "shard needs samples of every bucket: shuffle the data before sharding it, or use "
-            "fewer buckets"
-        )
+        if self._template is None:
+            raise ValueError(
+                f"rank {o.rank}, DataLoader worker {self.worker[0]}: step {step} of epoch "
+                f"{self.epoch} has no sample at all, as this worker's shard is empty; give every "
+                "rank (and every DataLoader worker) a non-empty shard, e.g. num_workers <= the "
+                "number of shards"
+            )
+        sample = self._template
+        lengths = self._measure(-1, sample)
+        if all(n <= lim for n, lim in zip(lengths, shape, strict=True)):
+            return sample
+        return o.cut(sample, lengths, shape)
 
     def _tail(self) -> Iterator[list[Any]]:
         """The partial batches left at the end, by ``last_batch`` (the sampler's meanings)."""

@@ -25,12 +25,16 @@ so both come from a rule every rank evaluates alone; nothing is communicated per
   (shorter in every input), nearest first: they fit ``c``'s shape with more padding
   (``promoted``); (3) if that is still short of ``B_c``, keeps the batch short: the collator pads
   its rows, masked (``last_batch="pad"``, counted in ``padded_rows``), or tops it up with repeats
-  of its own samples (``"fill"``). A batch that would hold no sample reads on past the capacity
-  until one fits.
-* **A shard that runs dry** (it ended, and no buffered sample fits the step): the lane repeats
-  one sample of the last batch it made of ``c`` or of a cell ``c`` covers (``repeated``), so the
-  step exists with masked padding rows. Only a lane that never saw any sample short enough for
-  ``c`` raises (its shard holds nothing for that bucket at all).
+  of its own samples (``"fill"``, ``repeated``). A batch that would hold no sample reads on past
+  the capacity until one fits. Every batch is a :class:`~bucketloader.plan.PlannedBatch` that
+  carries the step's shape, so the collator pads to it even when every sample came from a
+  shorter cell.
+* **A shard that runs dry, or has nothing short enough** (no sample left that fits the step):
+  the step still happens, as padding only: one stand-in sample (the lane's first sample, cut to
+  the bucket) that the collator turns into masked rows (``num_real=0``: ``sample_mask`` False,
+  zero attention), so the rank adds nothing to the gradients; under ``"fill"`` the lane repeats
+  its last batch of ``c`` (or of a cell ``c`` covers) instead, when it has one. Only an empty
+  shard raises (there is no sample to stand in).
 * **The end.** After its last step a lane stops; samples still buffered, and the rest of the
   shard, are not used this epoch (``left_over`` counts the buffered ones). Choose ``T`` near
   ``samples per rank / mean batch size``; the report's ``repeated`` / ``left_over`` say which

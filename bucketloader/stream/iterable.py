@@ -51,7 +51,7 @@ from bucketloader.plan import BucketSpec, Cells, SamplingReport, ShapeTable
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.cells import lattice_codes
 from bucketloader.plan.limits import LengthLimits
-from bucketloader.stream._counters import Counters
+from bucketloader.stream._counters import MAX_LANES, Counters
 from bucketloader.stream._engine import STATE_FORMAT, Engine, PassConfig
 from bucketloader.stream._schedule import (
     SCHEDULE_HEAD,
@@ -161,6 +161,7 @@ class BucketIterable(torch.utils.data.IterableDataset):
         check_source(source)
         self.source = source
         self._length = make_length_fn(length_fn)
+        self._measured_by_callable = callable(length_fn)
         multi = isinstance(length_fn, (tuple, list))
         self._keys: tuple[Any, ...] = (
             tuple(length_fn) if multi else (length_fn if isinstance(length_fn, str) else None,)
@@ -415,6 +416,21 @@ class BucketIterable(torch.utils.data.IterableDataset):
                 sample = truncate(sample, n, lim, key)
         return sample
 
+    def _cut_to(self, sample: Any, lengths: tuple[int, ...], limits: list[int]) -> Any:
+        """``sample`` cut to ``limits`` (a stand-in for a padding row; its content is masked)."""
+        if callable(self.overflow):
+            return self.overflow(sample, limits[0] if len(limits) == 1 else tuple(limits))
+        if self._measured_by_callable:
+            raise ValueError(
+                "a stream split over ranks had to make a padding row for a step with no sample "
+                "that fits, which needs a sample cut to the bucket; with a callable length_fn "
+                "pass overflow=callable(sample, max_length) -> sample"
+            )
+        for n, lim, key in zip(lengths, limits, self._keys, strict=True):
+            if n > lim:
+                sample = truncate(sample, n, lim, key)
+        return sample
+
     def _pass_config(self) -> PassConfig:
         policy = self.overflow
         return PassConfig(
@@ -438,6 +454,7 @@ class BucketIterable(torch.utils.data.IterableDataset):
             rank=self.rank,
             covers=self._covers,
             shapes=self.cells.shapes,
+            cut=self._cut_to,
         )
 
     # -- iteration --------------------------------------------------------------------------
@@ -595,12 +612,13 @@ class BucketIterable(torch.utils.data.IterableDataset):
             return engine.state_dict()  # type: ignore[union-attr]
         lanes = self._counters.lanes(self.epoch)
         workers = lanes[0]["lanes"] if lanes else 0
-        if lanes and len(lanes) != workers:
+        if workers > MAX_LANES:
             raise ValueError(
-                f"only {len(lanes)} of {workers} DataLoader workers have counters (at most "
-                f"{len(lanes)} are tracked); resume needs num_workers <= 64"
+                f"only {MAX_LANES} of the {workers} DataLoader workers are counted, so the state "
+                f"cannot say where each stopped; resume needs num_workers <= {MAX_LANES}"
             )
-        produced = [lane["batches"] for lane in lanes]
+        rows = {lane["lane"]: lane for lane in lanes}  # a worker yet to make a batch has no row
+        produced = [rows[w]["batches"] if w in rows else 0 for w in range(workers)]
         total = sum(produced)
         k = total if batches_consumed is None else batches_consumed
         k = check_int("batches_consumed", k, minimum=0, maximum=total)
@@ -612,7 +630,7 @@ class BucketIterable(torch.utils.data.IterableDataset):
             first = k % workers
         else:
             skip, first = split_round_robin(
-                k, [lane["batches"] if lane["done"] else None for lane in lanes]
+                k, [produced[w] if w in rows and rows[w]["done"] else None for w in range(workers)]
             )
         if first and self_sharding(self.source):
             lo = k - k % workers
