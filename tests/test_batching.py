@@ -258,3 +258,22 @@ def test_rules_keep_the_plan_invariants(
     assert (spec.cell_lengths % pad == 0).all()
     plans = check_plan_invariants(spec, num_replicas, seed=2)
     assert all((spec.cell_of_sample[p.indices] >= 0).all() for p in plans)
+
+
+def test_hf_helpers_pass_pad_to_multiple_of_through():
+    datasets = pytest.importorskip("datasets")
+    lengths = load_real("multi30k")[:400, 0]
+    ds = datasets.Dataset.from_dict({"input_ids": [[5] * int(n) for n in lengths]})
+    from bucketloader.hf import for_audio, for_text
+
+    sampler, collate, data = for_text(
+        ds, pad_token_id=0, num_buckets=4, batch_size=8, pad_to_multiple_of=8
+    )
+    np.testing.assert_array_equal(
+        sampler.boundaries, compute_boundaries(lengths, 4, pad_to_multiple_of=8)
+    )
+    assert collate([data[i] for i in next(iter(sampler))])["input_ids"].shape[1] % 8 == 0
+    audio = datasets.Dataset.from_dict({"input_values": [[0.5] * int(n) for n in lengths]})
+    sampler, _, _ = for_audio(audio, "input_values", num_buckets=3, max_tokens=640,
+                              pad_to_multiple_of=64)  # fmt: skip
+    assert all(s[1] % 64 == 0 for s in sampler.shapes)

@@ -152,7 +152,7 @@ class Engine:
         self.read = 0
         self.batches = 0
         self.phase = "stream"
-        self.shuffle: list[tuple[int, Any, int]] = []
+        self.shuffle: list[tuple[int, Any, int, int]] = []  # (position, sample, cell, size)
         self.bpos: list[list[int]] = [[] for _ in owner.batch_sizes]  # positions per cell
         self.bsam: list[list[Any]] = [[] for _ in owner.batch_sizes]  # samples per cell
         self.draws = Draws(np.random.SeedSequence([owner.seed, epoch, worker[0], 0x5742]))

@@ -725,7 +725,8 @@ def check_state(state: Any) -> None:
                 f"keys {sorted(state)}"
             )
         value = state[key]
-        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 0):
+        negative = isinstance(value, int) and value < 0
+        if not isinstance(value, kind) or isinstance(value, bool) or negative:
             raise ValueError(f"state[{key!r}] must be a {kind.__name__}, got {value!r}")
     if fmt == REPLAY_FORMAT:
         skip = state["skip"]
@@ -779,7 +780,8 @@ def split_round_robin(consumed: int, totals: list[int | None]) -> tuple[list[int
             )
     for step in range(1, len(totals) + 1):  # the next worker still running, after the last
         w = (last + step) % len(totals)
-        if totals[w] is None or got[w] < totals[w]:
+        top = totals[w]
+        if top is None or got[w] < top:
             return got, w
     return got, 0
 
