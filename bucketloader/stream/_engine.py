@@ -171,6 +171,7 @@ class Engine:
         self._oversize = any(b == 0 for b in owner.batch_sizes)
         self._last: dict[int, list[Any]] = {}  # a lane's last batch per cell (repeats)
         self._template: Any = None  # the first sample of the pass (stand-in rows)
+        self._fits: dict[int, Any] = {}  # the first sample of each cell (stand-in rows)
 
     # -- per sample -----------------------------------------------------------------------
     def prepare(self, pos: int, sample: Any) -> tuple[Any, int, int] | None:
@@ -389,8 +390,10 @@ class Engine:
         self._exhausted = True
 
     def _put(self, pos: int, sample: Any, cell: int, size: int) -> None:
-        if self._template is None:
-            self._template = sample
+        if cell not in self._fits:  # the first sample of each cell: a stand-in that fits
+            self._fits[cell] = sample
+            if self._template is None:
+                self._template = sample
         self.bsam[cell].append(sample)
         self.bpos[cell].append(pos)
         self.blen[cell].append(size)
@@ -451,8 +454,12 @@ class Engine:
         return batch, real
 
     def _stand_in(self, cell: int, step: int) -> Any:
-        """A sample cut to ``cell``'s lengths, only to give a padding row its structure."""
+        """A sample that fits ``cell`` (one seen in it or in a cell it covers, else the first
+        sample cut to it), only to give a padding row its structure."""
         o = self.o
+        for other in (cell, *o.covers[cell]):
+            if other in self._fits:
+                return self._fits[other]
         ks = [lookup.boundaries.size for lookup in o.lookups]
         idx = np.unravel_index(cell, ks)
         shape = [int(lookup.boundaries[i]) for lookup, i in zip(o.lookups, idx, strict=True)]

@@ -30,8 +30,8 @@ so both come from a rule every rank evaluates alone; nothing is communicated per
   carries the step's shape, so the collator pads to it even when every sample came from a
   shorter cell.
 * **A shard that runs dry, or has nothing short enough** (no sample left that fits the step):
-  the step still happens, as padding only: one stand-in sample (the lane's first sample, cut to
-  the bucket) that the collator turns into masked rows (``num_real=0``: ``sample_mask`` False,
+  the step still happens, as padding only: one stand-in sample (a sample the lane saw that fits
+  the bucket, else its first sample cut to it) that the collator turns into masked rows (``num_real=0``: ``sample_mask`` False,
   zero attention), so the rank adds nothing to the gradients; under ``"fill"`` the lane repeats
   its last batch of ``c`` (or of a cell ``c`` covers) instead, when it has one. Only an empty
   shard raises (there is no sample to stand in).
