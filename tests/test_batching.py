@@ -239,7 +239,8 @@ def test_rules_keep_the_plan_invariants(
         )
     except ValueError as exc:
         assert "every one of the" in str(exc) or "no bucket fits" in str(exc)
-        assert oversize == "drop" and (lengths > budget).any()
+        padded = -(-lengths // pad) * pad  # a pad multiple can push a bucket past the budget
+        assert oversize == "drop" and (padded > budget).any()
         return
     b = spec.cell_batch
     size = spec.cell_lengths[:, 0]
