@@ -8,8 +8,9 @@ worker starts), one small ``int64`` table in shared memory (``torch.Tensor.share
 one row per worker (a *lane*), with the pass's totals and per-cell batches, rows, real and padded
 elements. Forked workers inherit the mapping; spawned ones receive the same shared storage when
 the DataLoader pickles the dataset (torch's multiprocessing reductions). A worker writes its own
-row only, as a whole, after every batch it hands out (one copy of a few hundred bytes, so the
-per-sample loop is untouched), and the main process sums the rows of the current epoch. The
+row only (so the per-sample loop is untouched): its batch count before every batch it hands out, the other
+counters every 32 batches and when the pass ends; the main process sums the rows of the current
+epoch. The
 numbers are what the workers have *produced*, which runs ahead of what the training loop has
 consumed by the DataLoader's prefetch (``num_workers * prefetch_factor`` batches). Beyond
 :data:`MAX_LANES` workers the extra workers are not counted (the report says so).
@@ -87,6 +88,11 @@ class Counters:
             row[_INDEX[name]] = value
         row[len(FIELDS) :] = cells.reshape(-1)
         self.view[lane] = row
+
+    def tick(self, lane: int, batches: int) -> None:
+        """Write only a lane's batch count (cheap, after every batch)."""
+        if 0 <= lane < MAX_LANES:
+            self.view[lane, _INDEX["batches"]] = batches
 
     def reset(self) -> None:
         """Forget every lane (a new pass starts)."""

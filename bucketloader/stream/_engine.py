@@ -30,6 +30,8 @@ from bucketloader.stream._source import check_length, forget_resume, is_hf, open
 
 STATE_FORMAT = 2
 _BLOCK = 1024
+#: A lane writes all its counters to the shared table every this many batches (and at the end).
+FLUSH_EVERY = 32
 #: The counters of a pass (NOTE [ Where the report's numbers come from ]).
 STATS = (
     "too_short",
@@ -158,7 +160,7 @@ class Engine:
         self.draws = Draws(np.random.SeedSequence([owner.seed, epoch, worker[0], 0x5742]))
         self.stats = dict.fromkeys(STATS, 0)
         k = len(owner.batch_sizes)
-        self.cell_stats = np.zeros((4, k), dtype=np.int64)  # batches, rows, real, padded
+        self.cell_stats = [[0] * k for _ in range(4)]  # per cell: batches, rows, real, padded
         self.blen: list[list[int]] = [[] for _ in range(k)]  # sizes of the buffered samples
         self.snaps: list[tuple[int, Any]] = [(0, None)]
         self.every = max(64, sum(owner.batch_sizes) + owner.shuffle_buffer)
@@ -267,11 +269,12 @@ class Engine:
     def _count(self, cell: int, rows: int, real: int, alloc: int) -> None:
         """Count a batch of ``rows`` samples of ``real`` elements, allocated as ``alloc`` rows."""
         cs = self.cell_stats
-        cs[0, cell] += 1
-        cs[1, cell] += rows
-        cs[2, cell] += real
-        cs[3, cell] += alloc * self.o.cell_size[cell]
-        self.stats["padded_rows"] += alloc - rows
+        cs[0][cell] += 1
+        cs[1][cell] += rows
+        cs[2][cell] += real
+        cs[3][cell] += alloc * self.o.cell_size[cell]
+        if alloc != rows:
+            self.stats["padded_rows"] += alloc - rows
 
     def flush(self, done: bool = False) -> None:
         """Write this lane's counters to the shared table (NOTE [ A stream's counters across
@@ -287,16 +290,23 @@ class Engine:
             "lanes": self.worker[1],
             "done": int(done),
         }
-        counters.write(self.worker[0], totals, self.cell_stats)
+        counters.write(self.worker[0], totals, np.asarray(self.cell_stats, dtype=np.int64))
 
     def _hand_out(self, batches: Iterator[list[Any]]) -> Iterator[list[Any]]:
-        """Yield ``batches``, minus the first ``skip`` (a resume by replay); counters flushed."""
+        """Yield ``batches``, minus the first ``skip`` (a resume by replay). The lane's batch
+        count reaches the shared table before each batch is handed out (resume needs it
+        exact); the other counters every :data:`FLUSH_EVERY` batches and at the end."""
+        counters, lane = self.o.counters, self.worker[0]
+        self.flush()
         for batch in batches:
             if self.skip:
                 self.skip -= 1
                 self.stats["skipped"] += 1
                 continue
-            self.flush()
+            if self.batches % FLUSH_EVERY == 0:
+                self.flush()
+            elif counters is not None:
+                counters.tick(lane, self.batches)
             yield batch
         self.flush(done=True)
 
@@ -531,7 +541,7 @@ class Engine:
             "draws": self.draws.state(),
             "source": {"position": pos, "state": src},
             "stats": dict(self.stats),
-            "cell_stats": self.cell_stats.tolist(),
+            "cell_stats": [list(row) for row in self.cell_stats],
         }
 
     def resume(self, state: dict[str, Any]) -> Iterator[Any]:
@@ -568,7 +578,7 @@ class Engine:
         self.blen = [[got[p][2] for p in b] for b in self.bpos]
         self.draws.restore(state["draws"])
         self.stats = {**self.stats, **state["stats"]}
-        self.cell_stats = np.asarray(state["cell_stats"], dtype=np.int64)
+        self.cell_stats = [[int(x) for x in row] for row in state["cell_stats"]]
         self.snaps = [(start, src_state)]
         return it
 
