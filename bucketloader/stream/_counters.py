@@ -8,12 +8,12 @@ worker starts), one small ``int64`` table in shared memory (``torch.Tensor.share
 one row per worker (a *lane*), with the pass's totals and per-cell batches, rows, real and padded
 elements. Forked workers inherit the mapping; spawned ones receive the same shared storage when
 the DataLoader pickles the dataset (torch's multiprocessing reductions). A worker writes its own
-row only (so the per-sample loop is untouched): its batch count before every batch it hands out, the other
-counters every 32 batches and when the pass ends; the main process sums the rows of the current
-epoch. The
-numbers are what the workers have *produced*, which runs ahead of what the training loop has
-consumed by the DataLoader's prefetch (``num_workers * prefetch_factor`` batches). Beyond
-:data:`MAX_LANES` workers the extra workers are not counted (the report says so).
+row only, so the per-sample loop is untouched: its batch count before every batch it hands out,
+the other counters every 32 batches and when its pass ends. The main process sums the rows of the
+current epoch. The numbers are what the workers have *produced*, which runs ahead of what the
+training loop has consumed by the DataLoader's prefetch (``num_workers * prefetch_factor``
+batches). Beyond :data:`MAX_LANES` workers the extra workers are not counted (the report says
+so).
 
 The same rows give the main process each worker's batch count and whether it finished, which
 is all a resume needs (NOTE [ Resuming a stream behind DataLoader workers ] in

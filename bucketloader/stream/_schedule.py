@@ -31,10 +31,11 @@ so both come from a rule every rank evaluates alone; nothing is communicated per
   shorter cell.
 * **A shard that runs dry, or has nothing short enough** (no sample left that fits the step):
   the step still happens, as padding only: one stand-in sample (a sample the lane saw that fits
-  the bucket, else its first sample cut to it) that the collator turns into masked rows (``num_real=0``: ``sample_mask`` False,
-  zero attention), so the rank adds nothing to the gradients; under ``"fill"`` the lane repeats
-  its last batch of ``c`` (or of a cell ``c`` covers) instead, when it has one. Only an empty
-  shard raises (there is no sample to stand in).
+  the bucket, else its first sample cut to it) that the collator turns into masked rows
+  (``num_real=0``: ``sample_mask`` False, zero attention), so the rank adds nothing to the
+  gradients; under ``"fill"`` the lane repeats its last batch of ``c`` (or of a cell ``c``
+  covers) instead, when it has one. Only an empty shard raises (there is no sample to stand
+  in).
 * **The end.** After its last step a lane stops; samples still buffered, and the rest of the
   shard, are not used this epoch (``left_over`` counts the buffered ones). Choose ``T`` near
   ``samples per rank / mean batch size``; the report's ``repeated`` / ``left_over`` say which
