@@ -198,7 +198,7 @@ def test_ddp_stream_equal_steps_same_shapes_and_exact_resume(tmp_path, world):
     # the sampler's new iteration options under real DDP: weights and longest batch first
     for r in runs:
         assert r["sampler_len"] == runs[0]["sampler_len"]
-        assert r["sampler_first"] == runs[0]["sampler_first"]
+        assert r["sampler_first"] == runs[0]["sampler_first"] and r["sampler_longest"]
 
 
 def _stream_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> None:
@@ -296,7 +296,9 @@ def _stream_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> No
         "param_sum": round(float(sum(p.sum() for p in model.parameters())), 6),
         "report_batches": report.totals["batches"],
         "sampler_len": len(sampler),
-        "sampler_first": next(iter(sampler)) and list(sampler.plan().cells[:5].tolist()),
+        "sampler_first": sampler.plan().cells[:5].tolist(),
+        "sampler_longest": int(np.argmax(sampler.spec.cell_lengths[:, 0]))
+        == int(sampler.plan().cells[0]),
     }
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()

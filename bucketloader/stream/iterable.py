@@ -556,7 +556,10 @@ class BucketIterable(torch.utils.data.IterableDataset):
             batches_left=left,
             samples_left=None,
             source="stream",
-            extra={"workers": len(lanes)},
+            extra={
+                "workers": lanes[0]["lanes"] if lanes else 0,
+                "workers_counted": len(lanes),
+            },
         )
 
     @property
