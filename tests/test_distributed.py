@@ -297,8 +297,8 @@ def _stream_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> No
         "report_batches": report.totals["batches"],
         "sampler_len": len(sampler),
         "sampler_first": sampler.plan().cells[:5].tolist(),
-        "sampler_longest": int(np.argmax(sampler.spec.cell_lengths[:, 0]))
-        == int(sampler.plan().cells[0]),
+        "sampler_longest": int(sampler.spec.cell_lengths[sampler.plan().cells[0], 0])
+        == int(sampler.spec.cell_lengths.max()),
     }
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()

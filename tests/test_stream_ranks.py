@@ -282,7 +282,8 @@ def test_report_and_resume_behind_workers_without_ranks(europarl):
     assert t["samples"] == len(lengths) and t["batches"] == len(full)
     assert t["too_short"] == int((lengths == 0).sum())
     assert sum(c["rows"] for c in report.cells) == sum(map(len, full))
-    assert report.batches_left == 0 and report.extra["workers"] == report.extra["workers_counted"] == 2
+    assert report.batches_left == 0
+    assert report.extra["workers"] == report.extra["workers_counted"] == 2
     assert stream.stats["read"] == len(lengths)
     for k in (1, len(full) // 2, len(full) - 2):
         first = make()
