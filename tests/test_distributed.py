@@ -298,7 +298,7 @@ def _stream_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> No
         "sampler_len": len(sampler),
         "sampler_first": sampler.plan().cells[:5].tolist(),
         "sampler_longest": int(sampler.spec.cell_lengths[sampler.plan().cells[0], 0])
-        == int(sampler.spec.cell_lengths.max()),
+        == int(sampler.spec.cell_lengths[sampler.plan().cells, 0].max()),  # the epoch's largest
     }
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()
