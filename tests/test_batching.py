@@ -227,21 +227,37 @@ def test_token_budget_validation():
     pad=st.sampled_from([1, 8]),
     num_replicas=st.integers(1, 3),
     policy=st.sampled_from(["pad", "fill", "drop", "keep"]),
+    lo=st.none() | st.integers(0, 20),
+    hi=st.none() | st.integers(20, 300),
+    overflow=st.sampled_from(["drop", "truncate"]),
 )
 def test_rules_keep_the_plan_invariants(
-    lengths, k, budget, cap, multiple, oversize, pad, num_replicas, policy
+    lengths, k, budget, cap, multiple, oversize, pad, num_replicas, policy, lo, hi, overflow
 ):
     lengths = np.array(lengths)
     rule = TokenBudget(budget, max_batch_size=cap, multiple_of=multiple, oversize=oversize)
     try:
         spec = BucketSpec.build(
-            lengths, num_buckets=k, max_tokens=rule, pad_to_multiple_of=pad, last_batch=policy
+            lengths,
+            num_buckets=k,
+            max_tokens=rule,
+            pad_to_multiple_of=pad,
+            last_batch=policy,
+            min_length=lo,
+            max_length=hi,
+            overflow=overflow,
         )
     except ValueError as exc:
         assert "every one of the" in str(exc) or "no bucket fits" in str(exc)
-        padded = -(-lengths // pad) * pad  # a pad multiple can push a bucket past the budget
-        assert oversize == "drop" and (padded > budget).any()
         return
+    kept = spec.cell_of_sample >= 0
+    planned = spec.planned_lengths()[:, 0]
+    if lo is not None:
+        assert not kept[lengths < lo].any()
+    if hi is not None:
+        assert (planned[kept] <= hi).all()
+        assert overflow == "truncate" or not kept[lengths > hi].any()
+    assert spec.filtered["too_short"] == (0 if lo is None else int((lengths < lo).sum()))
     b = spec.cell_batch
     size = spec.cell_lengths[:, 0]
     over = size > budget
@@ -255,7 +271,7 @@ def test_rules_keep_the_plan_invariants(
         assert (b[over] == 1).all()
     else:
         assert not over.any()
-        assert not (spec.cell_of_sample >= 0)[lengths > budget].any()
+        assert not kept[planned > budget].any()
     assert (spec.cell_lengths % pad == 0).all()
     plans = check_plan_invariants(spec, num_replicas, seed=2)
     assert all((spec.cell_of_sample[p.indices] >= 0).all() for p in plans)

@@ -222,3 +222,16 @@ def test_report_matches_counting_the_batches(policy):
     assert (now.batches_done, now.batches_left) == (5, len(sampler) - 5)
     assert now.samples_left == plans[1].offsets[-1] - plans[1].offsets[5]
     assert "padding" in str(now) and now.as_dict()["totals"] == dict(now.totals)
+    if policy == "pad":  # the recommender's epoch totals agree with the report on one rank
+        from bucketloader.analysis.recommend import epoch_cost
+
+        one = BucketSampler(sampler.spec, num_replicas=1).report()
+        cost = epoch_cost(
+            lengths,
+            sampler.spec.boundaries[0][0],
+            max_tokens=TokenBudget(6000, max_batch_size=40),
+            max_length=1500,
+            overflow="truncate",
+        )
+        assert cost.padded_tokens == sum(c["padded"] for c in one.cells)
+        assert cost.real_tokens == sum(c["real"] for c in one.cells)
