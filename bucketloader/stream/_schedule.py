@@ -38,7 +38,7 @@ so both come from a rule every rank evaluates alone; nothing is communicated per
   in).
 * **The end.** After its last step a lane stops; samples still buffered, and the rest of the
   shard, are not used this epoch (``left_over`` counts the buffered ones). Choose ``T`` near
-  ``samples per rank / mean batch size``; the report's ``repeated`` / ``left_over`` say which
+  ``samples per rank / mean batch size``; the report's ``padded_rows`` / ``left_over`` say which
   way to move it.
 
 Equal step counts and equal shapes per step hold by construction, whatever the shards hold;

@@ -194,7 +194,7 @@ class BucketIterable(torch.utils.data.IterableDataset):
                 f"a stream split over num_replicas={self.num_replicas} ranks needs "
                 "steps_per_epoch: every rank must make the same number of steps, and no rank "
                 "can know how many the other ranks' shards fill; pass about samples per rank / "
-                "mean batch size (report() shows left_over and repeated to tune it)"
+                "mean batch size (report() shows left_over and padded_rows to tune it)"
             )
         if steps_per_epoch is not None and self.last_batch not in ("pad", "fill"):
             raise ValueError(
