@@ -95,9 +95,7 @@ def europarl(lines: list[str]) -> None:
     ]
     common = {"num_buckets": 8, "strategy": "percentile", "seed": 0}
     cases = {
-        "`max_tokens=16384` (the empty bucket batches like the shortest non-empty one)": {
-            "max_tokens": 16384
-        },
+        "`max_tokens=16384`": {"max_tokens": 16384},
         "`max_tokens=TokenBudget(16384, max_batch_size=512)`": {
             "max_tokens": TokenBudget(16384, max_batch_size=512)
         },
