@@ -17,7 +17,7 @@ from bucketloader.boundaries import padding_cost
 from bucketloader.cache import BucketCache
 from bucketloader.collate import PadCollator
 from bucketloader.histogram import LengthHistogram
-from bucketloader.plan import BucketSpec
+from bucketloader.plan import BucketSpec, TokenBudget
 from bucketloader.sampler import BucketSampler
 from bucketloader.solve import compute_boundaries
 from bucketloader.strategies import STRATEGIES, register_strategy
@@ -31,6 +31,7 @@ __all__ = [
     "BucketSpec",
     "LengthHistogram",
     "PadCollator",
+    "TokenBudget",
     "__version__",
     "analyze",
     "calibrate",

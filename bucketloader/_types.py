@@ -27,6 +27,10 @@ Side = Literal["left", "right"]
 OVERFLOW = ("drop", "error", "truncate")
 Overflow = Literal["drop", "error", "truncate"]
 
+#: What happens to a bucket whose padded size exceeds ``max_tokens`` (a ``TokenBudget`` option).
+OVERSIZE = ("drop", "error", "single")
+Oversize = Literal["drop", "error", "single"]
+
 #: How ``max_tokens`` counts a padded shape of several inputs.
 SIZES = ("prod", "sum")
 Size = Literal["prod", "sum"] | Callable[[tuple[int, ...]], int]

@@ -14,6 +14,7 @@ checkpoint saved by rank 0 restores every rank.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -21,9 +22,14 @@ import numpy as np
 from torch.utils.data import ConcatDataset, Sampler
 
 from bucketloader._validation import check_bool, check_int
-from bucketloader.plan import BucketSpec, EpochPlan, ShapeTable, plan_epoch
+from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
+from bucketloader.plan.epoch import resolve_weights
+from bucketloader.plan.report import plan_report
 
 __all__ = ["BucketSampler", "GroupedDataset"]
+
+#: Warn when a plan leaves out more than this fraction of the samples every epoch.
+LOSS_WARNING = 0.01
 
 
 class BucketSampler(Sampler[list[int]]):
@@ -48,11 +54,20 @@ class BucketSampler(Sampler[list[int]]):
         seed: randomness comes only from ``SeedSequence([seed, epoch])``; same on every rank.
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
         rank: this rank (default: the ``torch.distributed`` rank, else 0).
+        weights: sampling weights per dataset, with ``groups`` (a sequence in group-id order or a
+            mapping group id → weight): each epoch keeps its length and gives each dataset a
+            share of the batches proportional to its weight, cycling through a small dataset's
+            data and a large one's in turn (NOTE [ Weighted epochs ] in
+            :mod:`bucketloader.plan.epoch`).
+        longest_first: start every epoch with a batch of the largest planned shape, so an
+            out-of-memory shows at step 0 (NOTE [ Longest batch first ]).
         **spec_options: :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options
             (not allowed with a ready spec). The common ones: ``num_buckets`` (default 8),
-            ``strategy`` (default ``"optimal"``), ``batch_size`` or ``max_tokens``,
-            ``last_batch`` (``"pad"`` by default: the collator pads the last batch's rows,
-            masked; ``"fill"``, ``"drop"``, ``"keep"``) and ``cache``.
+            ``strategy`` (default ``"optimal"``), ``batch_size`` (or per-bucket sizes) or
+            ``max_tokens`` (or a :class:`~bucketloader.plan.TokenBudget` with
+            ``max_batch_size``), ``min_length`` / ``max_length`` / ``overflow``,
+            ``pad_to_multiple_of``, ``last_batch`` (``"pad"`` by default: the collator pads the
+            last batch's rows, masked; ``"fill"``, ``"drop"``, ``"keep"``) and ``cache``.
 
     Every rank computes the same global plan and takes its slot of every global step: all ranks
     get the same number of batches and, at each step, batches of the same shape. To make that
@@ -80,6 +95,8 @@ class BucketSampler(Sampler[list[int]]):
         seed: int = 0,
         num_replicas: int | None = None,
         rank: int | None = None,
+        weights: Any = None,
+        longest_first: bool = False,
         **spec_options: Any,
     ) -> None:
         if isinstance(lengths, BucketSpec):
@@ -105,6 +122,9 @@ class BucketSampler(Sampler[list[int]]):
                 f"rank={rank}; give each process its own rank in 0..{self.num_replicas - 1}"
             )
         self.rank = rank
+        self.weights = resolve_weights(self.spec, weights)
+        self.longest_first = check_bool("longest_first", longest_first)
+        self._warn_losses()
         self.epoch = 0
         self._start = 0
         self._yielded = 0
@@ -179,9 +199,61 @@ class BucketSampler(Sampler[list[int]]):
             shuffle=self.shuffle,
             num_replicas=self.num_replicas,
             rank=self.rank,
+            weights=self.weights,
+            longest_first=self.longest_first,
         )
         self._plan = (epoch, plan)
         return plan
+
+    def report(self, epoch: int | None = None) -> SamplingReport:
+        """What an epoch does with the data, exactly (NOTE [ Where the report's numbers come
+        from ] in :mod:`bucketloader.plan.report`): samples seen, filtered, dropped, repeated,
+        padding per bucket over all ranks, and this rank's remaining batches and samples.
+
+        Args:
+            epoch: the epoch to report (default: the current one, with the current position).
+        """
+        current = epoch is None or epoch == self.epoch
+        return plan_report(
+            self.spec,
+            seed=self.seed,
+            epoch=self.epoch if epoch is None else check_int("epoch", epoch, minimum=0),
+            shuffle=self.shuffle,
+            num_replicas=self.num_replicas,
+            rank=self.rank,
+            weights=self.weights,
+            longest_first=self.longest_first,
+            batches_done=max(self._yielded, self._start) if current else 0,
+        )
+
+    def _warn_losses(self) -> None:
+        """NOTE [ Warning about silent losses ]."""
+        spec = self.spec
+        n = int(spec.cell_of_sample.size)
+        words = {"too_short": "min_length", "too_long": "max_length", "oversize": "oversize"}
+        reasons = {
+            f"{words[k]} ({k.replace('_', ' ')})": v
+            for k, v in (spec.filtered or {}).items()
+            if v and k in words
+        }
+        if spec.last_batch == "drop":
+            _, q = spec.cell_steps(self.num_replicas)
+            if int(q.sum()):
+                reasons["last_batch='drop'"] = int(q.sum())
+        lost = sum(reasons.values())
+        if lost > LOSS_WARNING * n:
+            listed = ", ".join(f"{v:,} by {k}" for k, v in reasons.items())
+            hint = (
+                "; last_batch='pad' keeps every sample at the planned shapes"
+                if "last_batch='drop'" in reasons
+                else ""
+            )
+            warnings.warn(
+                f"this BucketSampler leaves out {lost:,} of {n:,} samples ({lost / n:.1%}) "
+                f"every epoch on {self.num_replicas} rank(s): {listed}{hint}",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def __iter__(self) -> Iterator[list[int]]:
         start, self._start = self._start, 0
@@ -198,6 +270,8 @@ class BucketSampler(Sampler[list[int]]):
             "seed": self.seed,
             "shuffle": self.shuffle,
             "num_replicas": self.num_replicas,
+            "weights": None if self.weights is None else [float(w) for w in self.weights],
+            "longest_first": self.longest_first,
             "last_batch": self.last_batch,
             "num_samples": int(self.spec.cell_of_sample.size),
             "num_batches": len(self),

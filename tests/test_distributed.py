@@ -28,7 +28,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_world(tmp_path: Path, lengths: np.ndarray, world: int, policies: str) -> list[dict]:
+def _run_world(
+    tmp_path: Path, lengths: np.ndarray, world: int, policies: str, script: str = "worker"
+) -> list[dict]:
     np.save(tmp_path / "lengths.npy", lengths)
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
@@ -37,7 +39,7 @@ def _run_world(tmp_path: Path, lengths: np.ndarray, world: int, policies: str) -
             [
                 sys.executable,
                 __file__,
-                "worker",
+                script,
                 str(r),
                 str(world),
                 str(port),
@@ -169,5 +171,141 @@ def _train_epoch(rank: int, world: int, lengths: np.ndarray, last_batch: str) ->
     }
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(2 * TIMEOUT_S)
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddp_stream_equal_steps_same_shapes_and_exact_resume(tmp_path, world):
+    """Per-rank HF shards (split_dataset_by_node), 2 DataLoader workers per rank, boundaries
+    estimated on rank 0 and broadcast, the bucket schedule agreed once; then DDP trains on it:
+    every rank makes steps_per_epoch steps with the same shape at every step, and a state taken
+    mid-epoch resumes to exactly the remaining batches (while DDP keeps syncing: no hang)."""
+    from conftest import load_real
+
+    lengths = np.asarray(load_real("europarl")[: 1200 * world, 1])
+    runs = _run_world(tmp_path, lengths, world, "stream", script="stream_worker")
+    steps = runs[0]["steps"]
+    assert all(r["shapes_seen"] == steps for r in runs)
+    for t in range(steps):
+        assert len({tuple(r["shapes"][t]) for r in runs}) == 1, f"step {t} differs"
+    assert all(r["gathered_equal"] and r["resumed_equal"] for r in runs)
+    assert len({json.dumps(r["boundaries"]) for r in runs}) == 1, "rank 0's estimate everywhere"
+    assert len({r["param_sum"] for r in runs}) == 1
+    promised = {tuple(s) for s in runs[0]["promised"]}
+    assert {tuple(s) for r in runs for s in r["shapes"]} <= promised
+    ids = [i for r in runs for i in r["ids"]]
+    assert len(ids) > 0.9 * lengths.size and len(set(ids)) == len(ids), "disjoint shards, few left"
+    assert all(r["report_batches"] == steps for r in runs), "the report seen from the main process"
+    # the sampler's new iteration options under real DDP: weights and longest batch first
+    for r in runs:
+        assert r["sampler_len"] == runs[0]["sampler_len"]
+        assert r["sampler_first"] == runs[0]["sampler_first"] and r["sampler_longest"]
+
+
+def _stream_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> None:
+    import datasets
+    import torch
+    import torch.distributed as dist
+    from datasets.distributed import split_dataset_by_node
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader
+
+    from bucketloader import BucketSampler
+    from bucketloader.stream import BucketIterable, estimate
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=60),
+    )
+    lengths = np.load(Path(out_dir) / "lengths.npy")
+    table = datasets.Dataset.from_dict(
+        {"id": list(range(lengths.size)), "input_ids": [[3] * int(n) for n in lengths]}
+    )
+    steps = 12
+
+    def make():
+        shard = split_dataset_by_node(
+            table.to_iterable_dataset(num_shards=4 * world), rank=rank, world_size=world
+        )
+        return BucketIterable(
+            shard,
+            length_fn="input_ids",
+            boundaries=estimate(4, sample_size=300),
+            max_tokens=2048,
+            steps_per_epoch=steps,
+            shuffle_buffer=32,
+            seed=11,
+            min_length=1,
+            overflow="drop",
+        )
+
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.EmbeddingBag(8, 4, mode="mean"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def train(stream, limit=None):
+        loader = DataLoader(stream, batch_size=None, num_workers=2, collate_fn=stream.collator())
+        shapes, ids, equal = [], [], True
+        for i, batch in enumerate(loader):
+            x = batch["input_ids"]
+            shape = torch.tensor(x.shape)
+            everyone = [torch.zeros_like(shape) for _ in range(world)]
+            dist.all_gather(everyone, shape)
+            equal &= all(torch.equal(s, shape) for s in everyone)
+            w = batch["attention_mask"].float() * batch["sample_mask"][:, None].float()
+            loss = model(x, per_sample_weights=None).sum() * w.mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            shapes.append(list(x.shape))
+            ids.append(batch["id"][batch["sample_mask"]].tolist())
+            if limit is not None and i + 1 == limit:
+                break
+        return shapes, ids, equal
+
+    stream = make()
+    shapes, ids, equal = train(stream)
+    report = stream.report()
+    first = make()
+    head_shapes, head_ids, eq1 = train(first, limit=6)
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=6)))
+    again = make()
+    again.load_state_dict(state)
+    rest_shapes, rest_ids, eq2 = train(again)
+    sampler = BucketSampler(
+        lengths,
+        groups=np.arange(lengths.size) % 3,
+        num_buckets=3,
+        max_tokens=4096,
+        weights=[1, 2, 3],
+        longest_first=True,
+        seed=5,
+    )
+    out = {
+        "steps": steps,
+        "shapes_seen": len(shapes),
+        "shapes": shapes,
+        "promised": [list(s) for s in stream.shapes],
+        "ids": [i for b in ids for i in b],
+        "gathered_equal": bool(equal and eq1 and eq2),
+        "resumed_equal": head_ids + rest_ids == ids and head_shapes + rest_shapes == shapes,
+        "boundaries": stream.boundaries.tolist(),
+        "param_sum": round(float(sum(p.sum() for p in model.parameters())), 6),
+        "report_batches": report.totals["batches"],
+        "sampler_len": len(sampler),
+        "sampler_first": sampler.plan().cells[:5].tolist(),
+        "sampler_longest": int(sampler.spec.cell_lengths[sampler.plan().cells[0], 0])
+        == int(sampler.spec.cell_lengths[sampler.plan().cells, 0].max()),  # the epoch's largest
+    }
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "worker":
     _worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
+if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "stream_worker":
+    _stream_worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])

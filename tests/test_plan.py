@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from bucketloader._types import LAST_BATCH
 from bucketloader.boundaries import assign_buckets
-from bucketloader.plan import BucketSpec, batch_sizes, plan_epoch
+from bucketloader.plan import BucketSpec, TokenBudget, batch_sizes, plan_epoch
 from bucketloader.solve import compute_boundaries
 
 
@@ -31,7 +31,7 @@ def check_plan_invariants(spec, num_replicas, *, seed=0, epoch=0, shuffle=True):
     policy = spec.last_batch
     expected_steps = full + ((q > 0) & (policy != "drop"))
     assert n_steps == int(expected_steps.sum())
-    table2d = spec.lengths if spec.lengths.ndim == 2 else spec.lengths[:, None]
+    table2d = spec.planned_lengths()  # cut to max_length under overflow="truncate"
     seen = Counter()
     for i in range(n_steps):
         cells = {int(p.cells[i]) for p in plans}
@@ -54,16 +54,20 @@ def check_plan_invariants(spec, num_replicas, *, seed=0, epoch=0, shuffle=True):
             assert (table2d[b] <= spec.cell_lengths[c]).all()
             assert table.target(table2d[b], group=_group(spec, b))[1:] == shape[1:]
             seen.update(b)
-    n = spec.cell_of_sample.size
-    covered = np.zeros(n, dtype=bool)
+    planned = spec.cell_of_sample >= 0  # the length filters / oversize="drop" leave some out
+    n = int(planned.sum())
+    assert n == spec.num_planned
+    covered = np.zeros(planned.size, dtype=bool)
     covered[list(seen)] = True
-    counts = np.bincount(spec.cell_of_sample, minlength=spec.cell_lengths.shape[0])
+    assert not covered[~planned].any(), "a sample left out by the filters appears"
+    counts = spec.counts
+    assert counts.sum() == n
     if policy == "drop":
-        dropped = np.bincount(spec.cell_of_sample[~covered], minlength=counts.size)
+        dropped = np.bincount(spec.cell_of_sample[planned & ~covered], minlength=counts.size)
         assert (dropped == q).all()
         assert max(seen.values(), default=1) == 1
     else:
-        assert covered.all(), "every sample appears in the epoch"
+        assert covered[planned].all(), "every sample appears in the epoch"
         repeats = sum(seen.values()) - n
         if policy == "pad":
             assert repeats == int(np.maximum(num_replicas - q[q > 0], 0).sum())
@@ -83,7 +87,8 @@ def test_batch_sizes_variable_and_rounding():
     b = np.array([16, 100, 1000])
     assert batch_sizes(b, batch_size=4).tolist() == [4, 4, 4]
     assert batch_sizes(b, max_tokens=1600).tolist() == [100, 16, 1]
-    assert batch_sizes(b, max_tokens=1600, batch_multiple_of=8).tolist() == [96, 16, 0]
+    # fairseq: "less than N or a multiple of N"
+    assert batch_sizes(b, max_tokens=TokenBudget(1600, multiple_of=8)).tolist() == [96, 16, 1]
     cells = np.array([[10, 20], [30, 40]])
     assert batch_sizes(cells, max_tokens=1200, size="sum").tolist() == [40, 17]
     assert batch_sizes(cells, max_tokens=1200, size="prod").tolist() == [6, 1]
@@ -96,7 +101,7 @@ def test_batch_sizes_variable_and_rounding():
         ({}, r"exactly one of batch_size \(.*\) or max_tokens"),
         ({"batch_size": 2, "max_tokens": 9}, r"exactly one of batch_size \(.*\) or max_tokens"),
         ({"batch_size": 0}, "batch_size must be an int >= 1, got batch_size=0"),
-        ({"max_tokens": 8, "batch_multiple_of": 0}, "batch_multiple_of must be an int >= 1"),
+        ({"max_tokens": 2**63}, r"max_tokens must be an int >= 1 and <= 9223372036854775807"),
         ({"max_tokens": 8, "size": "area"}, "size must be one of 'prod', 'sum'"),
     ],
 )
@@ -385,7 +390,8 @@ def reference_merge(cells, counts, lattice_size, ks, limit):
     size=st.sampled_from(["sum", "prod"]),
 )
 def test_incremental_merge_matches_the_plain_greedy(pairs, limit, size):
-    from bucketloader.plan.cells import lattice_points, merge_cells, size_values
+    from bucketloader.plan.budget import size_values
+    from bucketloader.plan.cells import lattice_points, merge_cells
 
     ks = [6, 6]
     cells, counts = np.unique(np.array(pairs), axis=0, return_counts=True)

@@ -23,9 +23,14 @@ def simulate_epoch(lengths, boundaries, *, batch_size=None, max_tokens=None, las
     b = np.asarray(boundaries)
     bucket = assign_buckets(lengths, b)
     shapes, steps, padded, real = set(), 0, 0, 0
+    # NOTE [ The batch-size rule ]: an empty bucket batches like the shortest non-empty one
+    sized = [max_tokens // w for w in b.tolist() if w > 0] if max_tokens else []
     for i, width in enumerate(b.tolist()):
         members = lengths[bucket == i].tolist()
-        rows = batch_size if batch_size is not None else max_tokens // max(width, 1)
+        if batch_size is not None:
+            rows = batch_size
+        else:
+            rows = max_tokens // width if width else max(sized, default=max_tokens)
         for start in range(0, len(members), rows):
             chunk = members[start : start + rows]
             if len(chunk) < rows and last_batch == "drop":

@@ -12,7 +12,7 @@ from conftest import load_real
 from torch.utils.data import DataLoader
 
 from bucketloader._types import LAST_BATCH
-from bucketloader.plan import BucketSpec
+from bucketloader.plan import BucketSpec, TokenBudget
 from bucketloader.sampler import BucketSampler
 
 EPOCH = 2
@@ -63,6 +63,7 @@ def check_resume(make, position):
         assert list(resumed) == next_epoch
 
 
+@pytest.mark.filterwarnings("ignore:this BucketSampler leaves out")
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("num_replicas", [1, 3])
 @pytest.mark.parametrize("last_batch", LAST_BATCH)
@@ -89,6 +90,34 @@ def test_resume_multi_input_groups(position):
         last_batch="keep",
     )
     check_resume(lambda: BucketSampler(spec, seed=3, num_replicas=2, rank=1), position)
+
+
+@pytest.fixture(scope="module")
+def mixed_spec():
+    """Every shaping option of issues 12 and 14 at once: filters, truncation, a capped token
+    budget with a batch multiple, pad multiples, groups."""
+    a, b = load_real("ecoli"), load_real("commonvoice")[:2000] // 10
+    return BucketSpec.build(
+        np.concatenate([a, b]),
+        groups=np.repeat([0, 1], [a.size, b.size]),
+        num_buckets=4,
+        max_tokens=TokenBudget(8000, max_batch_size=48, multiple_of=8, oversize="single"),
+        min_length=20,
+        max_length=1500,
+        overflow="truncate",
+        pad_to_multiple_of=16,
+        last_batch="fill",
+    )
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_resume_weights_longest_first_and_filters(mixed_spec, position):
+    check_resume(
+        lambda: BucketSampler(
+            mixed_spec, seed=9, num_replicas=2, rank=1, weights=[1, 3], longest_first=True
+        ),
+        position,
+    )
 
 
 def test_state_saved_on_one_rank_restores_another():
@@ -136,6 +165,7 @@ def test_resume_behind_a_prefetching_dataloader():
         ({"lengths": True}, "num_samples=4391 in the state but num_samples=4390"),
         ({"max_tokens": 7000}, "num_batches=333 in the state but num_batches=286"),
         ({"reverse": True}, r"plan_digest=.* \(the lengths, boundaries, batch sizes"),
+        ({"longest_first": True}, "longest_first=False in the state but longest_first=True"),
     ],
 )
 def test_state_from_another_configuration_is_refused(change, match):

@@ -405,9 +405,10 @@ def epoch_cost(lengths: np.ndarray, boundaries: np.ndarray, **spec_options: Any)
     rows = spec.cell_batch.astype(np.int64)
     width = np.prod(spec.cell_lengths, axis=1).astype(np.int64)
     n = spec.counts.astype(np.int64)
+    planned = spec.cell_of_sample >= 0  # length filters may leave samples out (cell -1)
     real = np.bincount(
-        spec.cell_of_sample,
-        weights=np.asarray(spec.lengths).reshape(n.sum(), -1).sum(axis=1),
+        spec.cell_of_sample[planned],
+        weights=spec.planned_lengths()[planned].sum(axis=1),
         minlength=n.size,
     )
     full, rest = spec.cell_steps()

@@ -21,6 +21,14 @@ non-tensor results such as lists of strings keep one entry per real sample).
 A sample field named ``attention_mask`` (a tokenizer's) is padded with 0 and returned as is,
 instead of the mask the collator would build.
 
+NOTE [ Cutting samples the plan truncates ]
+A plan built with ``overflow="truncate"`` (NOTE [ Length filters ] in
+:mod:`bucketloader.plan.limits`) placed every sample longer than ``max_length`` in a bucket *as
+if* it were ``max_length`` long; ``shape_table.truncate`` holds those limits. Before checking the
+batch against its cell, the collator cuts every variable field that follows such an input to its
+first ``max_length`` elements (along that input's dim), in the batch's own copy of the column,
+so the dataset's samples are never modified. Plans without ``truncate`` skip this entirely.
+
 NOTE [ Catching lengths that disagree with the sampler's ]
 The collator sees samples, not dataset indices, so it cannot compare a sample with the length
 the sampler was given for it. What it can check is the batch: the sampler only batches samples
@@ -123,6 +131,12 @@ class PadCollator:
     # --- configuration ---------------------------------------------------------------------
     def _setup(self) -> None:
         self._names = tuple(self.shape_table.input_names)
+        cut = getattr(self.shape_table, "truncate", None)
+        self._cut = (
+            None
+            if cut is None
+            else np.array([np.iinfo(np.int64).max if c is None else c for c in cut], np.int64)
+        )
         self._shapes = frozenset(tuple(int(x) for x in s) for s in self.shape_table.shapes)
         self._specs_cache: dict[Any, list[cf.Spec]] = {}
         self._memo: dict[Any, tuple[int, ...]] = {}
@@ -188,8 +202,14 @@ class PadCollator:
         cf.check_structure(samples, kind, keys)
         specs = self._specs(samples[0], kind, keys)
         lengths, columns, dims = cf.measure(samples, kind, specs, len(self._names))
+        if self._cut is not None:
+            lengths = cut_to_plan(lengths, columns, dims, specs, self._cut)
         group = read_group(samples, self.group_key)
-        shape = check_batch(self.shape_table, lengths, group, self._names, self._memo)
+        planned = getattr(samples, "planned_shape", None)
+        if planned is None:
+            shape = check_batch(self.shape_table, lengths, group, self._names, self._memo)
+        else:
+            shape = check_planned(tuple(planned), lengths, self._names)
         n = len(samples)
         rows = shape[0] if self.shape_table.last_batch == "pad" else n
         out_shape = (rows, *shape[1:])
@@ -232,9 +252,30 @@ class PadCollator:
                 tmasks[0] if len(tmasks) == 1 else dict(zip(self._names, tmasks, strict=True))
             )
         sample_mask = np.zeros(rows, dtype=np.bool_)
-        sample_mask[:n] = True
+        real = getattr(samples, "num_real", n)
+        sample_mask[:real] = True
         out["sample_mask"] = torch.from_numpy(sample_mask)
+        if real < n:
+            self._mask_rows(out, specs, keys, real, n)
         return out
+
+    def _mask_rows(
+        self, out: dict[Any, Any], specs: list[cf.Spec], keys: list[Any], lo: int, hi: int
+    ) -> None:
+        """Rows ``lo:hi`` hold stand-in samples (a stream's all-padding step, NOTE [ A stream
+        split over ranks ]): make them padding rows, like those ``last_batch="pad"`` adds."""
+        padded = {spec.key for spec in specs}
+        for spec in specs:
+            out[spec.key][lo:hi] = spec.pad_value
+        for key in keys:  # fixed-size fields: the fill of last_batch="pad" rows
+            value = out.get(key)
+            if key not in padded and isinstance(value, torch.Tensor):
+                fill = self.pad_value.get(key, 0) if isinstance(self.pad_value, Mapping) else 0
+                value[lo:hi] = fill
+        out["lengths"][lo:hi] = 0
+        masks = out[cf.MASK_KEY]
+        for m in masks.values() if isinstance(masks, dict) else (masks,):
+            m[lo:hi] = 0
 
     def _fixed(self, values: list[Any], key: Any, rows: int) -> Any:
         try:
@@ -340,6 +381,55 @@ def check_batch(
             f"for {shape[0]} samples; {_HINT}"
         )
     return shape
+
+
+def check_planned(
+    shape: tuple[int, ...], lengths: np.ndarray, names: tuple[str, ...]
+) -> tuple[int, ...]:
+    """A batch that carries its planned shape (a stream split over ranks may fill a step with
+    samples of shorter cells): they must fit it."""
+    n, d = lengths.shape
+    if len(shape) != d + 1:
+        raise ValueError(
+            f"the batch's planned shape {shape} has {len(shape) - 1} lengths but the collator "
+            f"measured {d} inputs {names}"
+        )
+    cell = np.asarray(shape[1:], dtype=np.int64)
+    if (lengths > cell).any():
+        _raise_over(lengths, cell, shape, names)
+    if n > shape[0]:
+        raise ValueError(f"batch of {n} samples does not fit its planned shape {shape}")
+    return shape
+
+
+def cut_to_plan(
+    lengths: np.ndarray,
+    columns: dict[Any, list[Any]],
+    dims: dict[Any, tuple[int, ...]],
+    specs: list[cf.Spec],
+    limits: np.ndarray,
+) -> np.ndarray:
+    """Cut fields longer than the plan's ``truncate`` limits (NOTE [ Cutting samples the plan
+    truncates ]); returns the lengths after the cut. ``columns`` is updated in place."""
+    over = lengths > limits[None, :]
+    if not over.any():
+        return lengths
+    for spec in specs:
+        for j, inp in enumerate(spec.inputs):
+            rows = np.flatnonzero(over[:, inp]).tolist()
+            if not rows:
+                continue
+            lim, dim = int(limits[inp]), dims[spec.key][j]
+            vals = list(columns[spec.key])
+            for r in rows:
+                v = vals[r]
+                vals[r] = (
+                    v[:lim]
+                    if isinstance(v, (list, tuple))
+                    else v[(slice(None),) * dim + (slice(0, lim),)]
+                )
+            columns[spec.key] = vals
+    return np.minimum(lengths, limits[None, :])
 
 
 def _raise_over(lengths: np.ndarray, cell: np.ndarray, shape: tuple, names: tuple) -> None:

@@ -225,7 +225,9 @@ def for_text(
         pad_token_id: the pad id of the token columns; or
         tokenizer: any object with ``pad_token_id`` (a ``transformers`` tokenizer).
         **options: ``BucketSampler`` options (``num_buckets``, ``strategy``, ``batch_size`` or
-            ``max_tokens``, ``last_batch``, ``shuffle``, ``seed``, ``num_replicas``, ``rank``).
+            ``max_tokens``, ``pad_to_multiple_of`` (boundaries on multiples of 8 or 64 for
+            tensor cores: the optimum under that constraint), ``last_batch``, ``shuffle``,
+            ``seed``, ``num_replicas``, ``rank``).
 
     Returns:
         A :class:`Bucketing` ``(sampler, collator, dataset)``; ``.dataloader(**kwargs)`` builds
@@ -269,7 +271,8 @@ def for_audio(
         column: that column.
         key: the output key of a struct column's array (the rows are read in torch format).
         pad_value: pad value of the waveform.
-        **options: ``BucketSampler`` options; ``max_tokens`` counts audio samples per batch.
+        **options: ``BucketSampler`` options (``pad_to_multiple_of`` included); ``max_tokens``
+            counts audio samples per batch.
 
     Example:
         >>> import datasets

@@ -28,7 +28,7 @@ import numpy as np
 
 from bucketloader._validation import as_lengths, check_choice, check_int
 from bucketloader.pack._bins import SOLVER_VERSION, Patterns, lower_bound, solve
-from bucketloader.plan.cells import check_budget
+from bucketloader.plan.budget import BatchRule
 
 __all__ = ["PACK_LAST_BATCH", "PACK_OVERFLOW", "PackSpec", "PackTable"]
 
@@ -320,17 +320,13 @@ class PackSpec:
                 "the lengths)"
             )
         rows = _row_lengths(row_length)
-        batch_size, max_tokens = check_budget(batch_size, max_tokens)
-        if batch_size is not None:
-            bsz = tuple(batch_size for _ in rows)
-        else:
-            assert max_tokens is not None
-            bsz = tuple(max_tokens // n for n in rows)
-            if min(bsz) < 1:
-                raise ValueError(
-                    f"max_tokens={max_tokens} holds no row of {rows[-1]} tokens; raise "
-                    f"max_tokens to at least {rows[-1]} or use batch_size="
-                )
+        rule = BatchRule.parse(batch_size, max_tokens)  # the sampler's batch-size rule
+        bsz = tuple(int(b) for b in rule.sizes(np.asarray(rows, dtype=np.int64)[:, None]))
+        if min(bsz) < 1:
+            raise ValueError(
+                f"{rule.describe()} holds no row of {rows[-1]} tokens; raise max_tokens to at "
+                f"least {rows[-1]} or use batch_size="
+            )
         limit = rows[-1]
         sizes = declared.copy()
         over = declared > limit

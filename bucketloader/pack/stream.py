@@ -15,6 +15,7 @@ import functools
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import torch.utils.data
 
 from bucketloader._validation import check_choice, check_int
@@ -27,7 +28,7 @@ from bucketloader.pack._stream import (
     open_source,
 )
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
-from bucketloader.plan.cells import check_budget
+from bucketloader.plan.budget import BatchRule
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
 
@@ -91,16 +92,13 @@ class PackIterable(torch.utils.data.IterableDataset):
         self.length_fn = length_fn
         self._measure = make_length_fn(length_fn)
         self.row_length = check_int("row_length", row_length, minimum=1)
-        batch_size, max_tokens = check_budget(batch_size, max_tokens)
-        if batch_size is None:
-            assert max_tokens is not None
-            batch_size = max_tokens // self.row_length
-            if batch_size < 1:
-                raise ValueError(
-                    f"max_tokens={max_tokens} holds no row of {self.row_length} tokens; raise "
-                    f"max_tokens to at least {self.row_length} or use batch_size="
-                )
-        self.batch_size = batch_size
+        rule = BatchRule.parse(batch_size, max_tokens)  # the sampler's batch-size rule
+        self.batch_size = int(rule.sizes(np.array([[self.row_length]]))[0])
+        if self.batch_size < 1:
+            raise ValueError(
+                f"{rule.describe()} holds no row of {self.row_length} tokens; raise max_tokens "
+                f"to at least {self.row_length} or use batch_size="
+            )
         self.open_rows = check_int("open_rows", open_rows, minimum=1)
         self.overflow = check_choice("overflow", overflow, STREAM_OVERFLOW)
         self.last_batch = check_choice(

@@ -18,11 +18,8 @@ its occupancy, plans every lattice point. A cell's padded shape is
 index tuples is the smallest cell covering both, which is what the ``max_shapes`` merge and the
 ``cover`` table use.
 
-NOTE [ The batch-size rule ]
-Every cell's batch size ``B`` comes from exactly one of ``batch_size`` (the same for every cell)
-or ``max_tokens`` (``B = max_tokens // size(cell)``, rounded down to ``batch_multiple_of``), where
-``size`` is ``"sum"`` of the padded lengths (source + target), ``"prod"`` (height x width) or a
-callable. :func:`check_budget` validates the pair; :func:`batch_from_size` applies it.
+The batch size of every cell follows NOTE [ The batch-size rule ] in
+:mod:`bucketloader.plan.budget`.
 """
 
 from __future__ import annotations
@@ -34,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._types import SIZES, Size
-from bucketloader._validation import check_int
+from bucketloader._types import Size
 from bucketloader.boundaries import assign_buckets
+from bucketloader.plan.budget import BatchRule, resolve_size, size_values
 
 _MAX_MERGE = 4096
 #: Joint lattices larger than this are refused (a lookup table per group is this long).
@@ -59,7 +56,7 @@ class Cells:
         cover: per group, lattice code → smallest covering cell id (``-1`` if none).
 
     Example:
-        >>> cells = Cells.build([[np.array([4, 10])]], ("length",), batch_size=2)
+        >>> cells = Cells.build([[np.array([4, 10])]], ("length",), rule=BatchRule(batch_size=2))
         >>> cells.lengths.ravel().tolist(), cells.batch.tolist()
         ([4, 10], [2, 2])
         >>> cells.cell_of(np.array([[3], [9], [10]])).tolist()
@@ -85,9 +82,7 @@ class Cells:
         occupancy: Sequence[np.ndarray] | None = None,
         max_shapes: int | None = None,
         size: Size = "sum",
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        batch_multiple_of: int = 1,
+        rule: BatchRule,
     ) -> Cells:
         """Cells from per-group, per-input boundaries (validated by the caller).
 
@@ -100,7 +95,10 @@ class Cells:
                 ``max_shapes``. ``None`` (a stream): every lattice point is a cell.
             max_shapes: with ``occupancy``, merge rare cells until each group has at most this
                 many (see :func:`merge_cells`).
-            size, batch_size, max_tokens, batch_multiple_of: NOTE [ The batch-size rule ].
+            size: how a padded shape is counted (``"sum"``, ``"prod"`` or a callable): the
+                ``max_shapes`` merge cost and the token budget.
+            rule: the :class:`~bucketloader.plan.budget.BatchRule` (NOTE [ The batch-size rule ]);
+                oversize cells get ``B = 0`` unless ``oversize="single"`` (the caller decides).
         """
         size = resolve_size(size)
         lookups: list[np.ndarray] = []
@@ -137,12 +135,7 @@ class Cells:
             cells.append(np.stack([bs[d][final[:, d]] for d in range(len(bs))], axis=1))
             cgroups.append(np.full(final.shape[0], gi, dtype=np.int64))
         lengths = np.concatenate(cells).astype(np.int64)
-        batch = batch_from_size(
-            size_values(lengths, size),
-            batch_size=batch_size,
-            max_tokens=max_tokens,
-            batch_multiple_of=batch_multiple_of,
-        )
+        batch = rule.sizes(lengths, size)
         for arr in (lengths, batch, *lookups, *covers):
             arr.setflags(write=False)
         return cls(
@@ -215,56 +208,6 @@ def lattice_codes(bs: Sequence[np.ndarray], table: np.ndarray) -> np.ndarray:
     return code  # type: ignore[return-value]
 
 
-def check_budget(batch_size: Any, max_tokens: Any) -> tuple[int | None, int | None]:
-    """Exactly one of ``batch_size`` / ``max_tokens``, validated: the one batch-size rule."""
-    if (batch_size is None) == (max_tokens is None):
-        raise ValueError(
-            "pass exactly one of batch_size (same batch size for every bucket) or max_tokens "
-            f"(batch size = max_tokens // padded size), got batch_size={batch_size!r} and "
-            f"max_tokens={max_tokens!r}"
-        )
-    if batch_size is not None:
-        return check_int("batch_size", batch_size, minimum=1), None
-    return None, check_int("max_tokens", max_tokens, minimum=1)
-
-
-def batch_sizes(
-    boundaries: Any,
-    *,
-    batch_size: int | None = None,
-    max_tokens: int | None = None,
-    batch_multiple_of: int = 1,
-    size: Size = "sum",
-) -> np.ndarray:
-    """Full batch size ``B_i`` of each bucket (or joint cell): NOTE [ The batch-size rule ].
-
-    Args:
-        boundaries: padded lengths per bucket, ``(K,)``, or per joint cell, ``(K, D)``.
-        batch_size: the same ``B`` for every bucket; or
-        max_tokens: ``B_i = max_tokens // size(b_i)`` rounded down to ``batch_multiple_of``.
-        batch_multiple_of: round variable batch sizes down to a multiple of this (e.g. 8).
-        size: ``"sum"``, ``"prod"`` or a callable on the padded lengths tuple.
-
-    Example:
-        >>> batch_sizes([100, 250, 1000], max_tokens=4000).tolist()
-        [40, 16, 4]
-        >>> batch_sizes([100, 250, 1000], max_tokens=4000, batch_multiple_of=8).tolist()
-        [40, 16, 0]
-        >>> batch_sizes([[32, 48], [64, 64]], max_tokens=8192, size="prod").tolist()
-        [5, 2]
-    """
-    batch_size, max_tokens = check_budget(batch_size, max_tokens)
-    batch_multiple_of = check_int("batch_multiple_of", batch_multiple_of, minimum=1)
-    cells = np.asarray(boundaries, dtype=np.int64)
-    cells = cells[:, None] if cells.ndim == 1 else cells
-    return batch_from_size(
-        size_values(cells, resolve_size(size)),
-        batch_size=batch_size,
-        max_tokens=max_tokens,
-        batch_multiple_of=batch_multiple_of,
-    )
-
-
 def _lattice_size(bs: Sequence[np.ndarray], ks: list[int], size: Size) -> np.ndarray:
     idx = np.unravel_index(np.arange(int(np.prod(ks))), ks)
     padded = np.stack([b[i] for b, i in zip(bs, idx, strict=True)], axis=1)
@@ -284,26 +227,6 @@ def encode(idx: np.ndarray, ks: Sequence[int]) -> np.ndarray:
     for d, k in enumerate(ks):
         code = code * k + idx[..., d]
     return code
-
-
-def size_values(padded: np.ndarray, size: Any) -> np.ndarray:
-    """Size of each padded shape row of ``padded`` (``(M, D)``): ``"sum"``, ``"prod"`` or a
-    callable taking one padded-lengths tuple of ints and returning an int."""
-    padded = np.asarray(padded, dtype=np.int64)
-    if size == "sum":
-        return padded.sum(axis=1)
-    if size == "prod":
-        return padded.prod(axis=1)
-    out = np.empty(padded.shape[0], dtype=np.int64)
-    for i, row in enumerate(padded.tolist()):
-        value = size(tuple(row))
-        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
-            raise ValueError(
-                f"size callable must return a non-negative int, got {value!r} for padded "
-                f"lengths {tuple(row)}"
-            )
-        out[i] = int(value)
-    return out
 
 
 def merge_cells(
@@ -402,26 +325,3 @@ def cover_table(final_cells: np.ndarray, cell_size: np.ndarray, ks: Sequence[int
         best = np.argmin(np.where(covers, cell_size[None, :], big), axis=1)
         out[lo : lo + step] = np.where(np.any(covers, axis=1), best, -1)
     return out
-
-
-def batch_from_size(
-    csize: np.ndarray, *, batch_size: int | None, max_tokens: int | None, batch_multiple_of: int
-) -> np.ndarray:
-    """``B`` per cell: ``batch_size``, or ``max_tokens // size`` rounded down to
-    ``batch_multiple_of`` (a size of 0 counts as 1). May return values < 1; callers name the
-    failure."""
-    csize = np.asarray(csize, dtype=np.int64)
-    if batch_size is not None:
-        return np.full(csize.shape[0], batch_size, dtype=np.int64)
-    m = batch_multiple_of
-    return max_tokens // np.maximum(csize, 1) // m * m
-
-
-def resolve_size(size: Any) -> Size:
-    """Check the ``size`` rule: ``"sum"``, ``"prod"`` or a callable."""
-    if callable(size) or size in SIZES:
-        return size
-    raise ValueError(
-        "size must be one of 'prod', 'sum' or a callable on the padded lengths tuple, "
-        f"got size={size!r}"
-    )

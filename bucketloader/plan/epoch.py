@@ -28,16 +28,48 @@ NOTE [ last_batch and replicas ]  (``q = n_c mod (R·B_c)`` samples left in a ce
 
 With ``R = 1`` this is the single-process rule: the partial batch is padded, filled, dropped or
 kept. Repeats are taken cyclically from the start of the cell's (shuffled) order.
+
+NOTE [ Weighted epochs ]  (``weights``: one per group, i.e. per dataset of a ``GroupedDataset``)
+Each group ``g`` has its *natural* global steps per pass over its data, ``S_g`` (the sum of its
+cells' steps above). An epoch keeps the unweighted length, ``T = sum_g S_g`` global steps, and
+gives group ``g`` the share ``n_g`` of them proportional to its weight (largest-remainder
+rounding, ties to the lower group index, so ``sum_g n_g == T`` exactly). Group ``g``'s batches
+come from an endless sequence of passes over its data, pass ``p`` being a natural plan of the
+group alone (within-cell shuffle and cell interleave from
+``SeedSequence([seed, p, TAG, g])``); epoch ``e`` takes that sequence's steps
+``e·n_g .. (e+1)·n_g - 1``. So a down-weighted group (``n_g < S_g``) sees a different part of
+its data each epoch and all of it every ``S_g / n_g`` epochs; an up-weighted one repeats whole,
+reshuffled passes (``n_g / S_g`` of them per epoch). Every step is still ``R`` batches of one
+cell, so ranks stay in step. The groups' steps are interleaved like cells
+(``(t + u) / n_g`` keys from ``SeedSequence([seed, epoch, TAG])``). Under ``max_tokens`` every
+batch holds about the same number of tokens, so the weights are token shares (an LLM data
+mixture); under ``batch_size`` they are sample shares (Lhotse's ``mux``). Resuming recomputes the
+epoch from ``(seed, epoch)`` like any other plan: O(steps of the epoch).
+
+NOTE [ Longest batch first ]
+With ``longest_first=True`` the epoch's first step is a full batch of its largest cell (largest
+padded size, then most rows: the step most likely to run out of memory), moved forward from its
+place in the interleave; the order of the other steps is unchanged. As in ``transformers``'
+``LengthGroupedSampler``, an out-of-memory shows at step 0 instead of hours in. Every rank moves
+the same step, so shapes stay in sync.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from bucketloader._validation import check_int
+from bucketloader._validation import check_bool, check_int
+from bucketloader.plan.budget import size_values
 from bucketloader.plan.spec import BucketSpec
+
+#: Mixed into the seeds of weighted epochs ("mix"), so they never alias the unweighted plan's.
+_MIX = 0x6D6978
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,40 +107,234 @@ def plan_epoch(
     shuffle: bool = True,
     num_replicas: int = 1,
     rank: int = 0,
+    weights: Any = None,
+    longest_first: bool = False,
 ) -> EpochPlan:
     """Rank ``rank``'s batches for ``epoch`` (see NOTE [ Epoch plan ] in this module).
 
     Pure and deterministic in its arguments; randomness comes only from
-    ``numpy.random.SeedSequence([seed, epoch])``.
+    ``numpy.random.SeedSequence([seed, epoch])`` (and, with ``weights``, per-group passes: NOTE
+    [ Weighted epochs ]). ``longest_first`` puts a batch of the largest cell first (NOTE
+    [ Longest batch first ]).
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
         >>> plan = plan_epoch(spec, shuffle=False)
         >>> [plan.batch(i) for i in range(len(plan))]
         [[2, 3], [0, 1], [4]]
+        >>> spec = BucketSpec.build([3, 4, 4, 3, 9, 10], num_buckets=2, batch_size=2)
+        >>> [plan_epoch(spec, shuffle=False).batch(i) for i in range(3)]
+        [[0, 1], [4, 5], [2, 3]]
+        >>> [plan_epoch(spec, shuffle=False, longest_first=True).batch(i) for i in range(3)]
+        [[4, 5], [0, 1], [2, 3]]
     """
     seed = check_int("seed", seed, minimum=0)
     epoch = check_int("epoch", epoch, minimum=0)
     num_replicas = check_int("num_replicas", num_replicas, minimum=1)
     rank = check_int("rank", rank, minimum=0, maximum=num_replicas - 1)
-    n_cells = spec.cells.num_cells
-    perm_ss, key_ss = np.random.SeedSequence([seed, epoch]).spawn(2)
+    check_bool("shuffle", shuffle)
+    w = resolve_weights(spec, weights)
+    if w is None:
+        perm_ss, key_ss = np.random.SeedSequence([seed, epoch]).spawn(2)
+        order, cell_start = _cell_order(spec, None, perm_ss if shuffle else None)
+        sc, sj = _interleave(spec, None, num_replicas, key_ss if shuffle else None)
+        seg = cell_start[sc]
+    else:
+        order, sc, sj, seg = _weighted(spec, w, seed, epoch, shuffle, num_replicas)
+    if longest_first and sc.size:
+        sc, sj, seg = _longest_first(spec, num_replicas, sc, sj, seg)
+    return _materialize(spec, num_replicas, rank, order, sc, sj, seg)
+
+
+def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
+    """Validated sampling weights, one per group in ``spec.group_values`` order (or ``None``).
+
+    ``weights`` is a sequence (one per group, in group-id order) or a mapping group id → weight;
+    weights are finite, >= 0, and not all 0.
+
+    Example:
+        >>> spec = BucketSpec.build([3, 4, 9, 10], groups=[0, 0, 1, 1], batch_size=1)
+        >>> resolve_weights(spec, {1: 3, 0: 1}).tolist()
+        [0.25, 0.75]
+    """
+    if weights is None:
+        return None
+    gvals = spec.group_values
+    if spec.groups is None:
+        raise ValueError(
+            "weights are per dataset: pass groups=... (e.g. GroupedDataset(...).groups) with "
+            f"one weight per group, got weights={weights!r} and no groups"
+        )
+    if isinstance(weights, Mapping):
+        unknown = [k for k in weights if k not in gvals]
+        missing = [g for g in gvals if g not in weights]
+        if unknown or missing:
+            raise ValueError(
+                f"weights must give one weight per group {list(gvals)}, got keys {list(weights)}"
+            )
+        vals = [weights[g] for g in gvals]
+    elif isinstance(weights, (list, tuple, np.ndarray)):
+        vals = list(weights)
+        if len(vals) != len(gvals):
+            raise ValueError(
+                f"weights must give one weight per group ({len(gvals)}: {list(gvals)}), got "
+                f"{len(vals)} weights: {weights!r}"
+            )
+    else:
+        raise TypeError(
+            f"weights must be a sequence (one per group) or a mapping group -> weight, got "
+            f"{type(weights).__name__}"
+        )
+    out = []
+    for g, v in zip(gvals, vals, strict=True):
+        ok = isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_))
+        if not ok or not math.isfinite(float(v)) or v < 0:
+            raise ValueError(f"weights must be finite numbers >= 0, got {v!r} for group {g}")
+        out.append(float(v))
+    total = sum(out)
+    if total <= 0:
+        raise ValueError(f"weights must not all be 0, got weights={weights!r}")
+    return np.array([v / total for v in out])
+
+
+def apportion(total: int, weights: np.ndarray) -> np.ndarray:
+    """Integers proportional to ``weights`` summing exactly to ``total`` (largest remainders;
+    ties go to the lower index).
+
+    Example:
+        >>> apportion(10, np.array([0.5, 0.25, 0.25])).tolist()
+        [5, 3, 2]
+    """
+    quota = total * np.asarray(weights, dtype=np.float64)
+    base = np.floor(quota).astype(np.int64)
+    left = int(total - base.sum())
+    if left > 0:
+        order = np.lexsort((np.arange(base.size), -(quota - base)))
+        base[order[:left]] += 1
+    return base
+
+
+def _cell_order(
+    spec: BucketSpec, cells: np.ndarray | None, perm_ss: np.random.SeedSequence | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Samples of ``cells`` (all by default) sorted by cell and shuffled within each cell;
+    ``cell_start[c]`` is where cell ``c``'s samples start (only meaningful for ``cells``)."""
     counts = spec.counts
-    cell_start = np.concatenate([[0], np.cumsum(counts)[:-1]])
     order = spec.by_cell
-    if shuffle:  # one in-place shuffle per cell segment (cache-friendly; a loop over cells only)
+    cell_start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    if cells is not None:
+        parts = [order[cell_start[c] : cell_start[c] + counts[c]] for c in cells.tolist()]
+        order = np.concatenate(parts) if parts else order[:0]
+        sub = np.zeros(counts.size, dtype=np.int64)
+        sub[cells] = np.concatenate([[0], np.cumsum(counts[cells])[:-1]])
+        cell_start = sub
+    if perm_ss is not None:  # one in-place shuffle per cell segment (a loop over cells only)
         order, rng = order.copy(), np.random.default_rng(perm_ss)
-        for s, n in zip(cell_start.tolist(), counts.tolist(), strict=True):
+        which = range(counts.size) if cells is None else cells.tolist()
+        for c in which:
+            s, n = int(cell_start[c]), int(counts[c])
             rng.shuffle(order[s : s + n])
-    full, q = spec.cell_steps(num_replicas)
+    return order, cell_start
+
+
+def _interleave(
+    spec: BucketSpec,
+    cells: np.ndarray | None,
+    num_replicas: int,
+    key_ss: np.random.SeedSequence | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Steps ``(cell, j)`` of ``cells`` (all by default), interleaved so cells drain evenly."""
     steps = spec.num_steps(num_replicas)
+    if cells is not None:
+        only = np.zeros_like(steps)
+        only[cells] = steps[cells]
+        steps = only
     total = int(steps.sum())
-    step_cell = np.repeat(np.arange(n_cells), steps)
+    step_cell = np.repeat(np.arange(steps.size), steps)
     step_j = np.arange(total) - np.repeat(np.cumsum(steps) - steps, steps)
-    u = np.random.default_rng(key_ss).random(total) if shuffle else 0.5
+    u = np.random.default_rng(key_ss).random(total) if key_ss is not None else 0.5
     key = (step_j + u) / steps[step_cell]
     pick = np.lexsort((step_cell, key))
-    sc, sj = step_cell[pick], step_j[pick]
+    return step_cell[pick], step_j[pick]
+
+
+def _weighted(
+    spec: BucketSpec, w: np.ndarray, seed: int, epoch: int, shuffle: bool, num_replicas: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(order, step cells, step j, segment start per step) of a weighted epoch."""
+    steps = spec.num_steps(num_replicas)
+    ngroups = len(spec.group_values)
+    per_group = np.bincount(spec.cell_group, weights=steps, minlength=ngroups).astype(np.int64)
+    live = per_group > 0
+    total = int(per_group.sum())
+    share = np.zeros(ngroups, dtype=np.int64)
+    if live.any() and w[live].sum() > 0:
+        share[live] = apportion(total, w[live] / w[live].sum())
+    orders: list[np.ndarray] = []
+    offset = 0
+    parts_c, parts_j, parts_seg, parts_g, parts_t = [], [], [], [], []
+    for g in range(ngroups):
+        n_g, s_g = int(share[g]), int(per_group[g])
+        if n_g == 0:
+            continue
+        cells = np.flatnonzero(spec.cell_group == g)
+        lo, hi = epoch * n_g, (epoch + 1) * n_g  # this epoch's steps of the group's sequence
+        t0 = 0
+        for p in range(lo // s_g, (hi - 1) // s_g + 1):
+            perm_ss, key_ss = np.random.SeedSequence([seed, p, _MIX, g]).spawn(2)
+            order, start = _cell_order(spec, cells, perm_ss if shuffle else None)
+            sc, sj = _interleave(spec, cells, num_replicas, key_ss if shuffle else None)
+            a, b = max(lo - p * s_g, 0), min(hi - p * s_g, s_g)
+            sc, sj = sc[a:b], sj[a:b]
+            parts_c.append(sc)
+            parts_j.append(sj)
+            parts_seg.append(start[sc] + offset)
+            parts_g.append(np.full(sc.size, g))
+            parts_t.append(np.arange(t0, t0 + sc.size))
+            t0 += sc.size
+            orders.append(order)
+            offset += order.size
+    if not parts_c:
+        empty = np.zeros(0, dtype=np.int64)
+        return spec.by_cell[:0], empty, empty, empty
+    sc, sj, seg = np.concatenate(parts_c), np.concatenate(parts_j), np.concatenate(parts_seg)
+    grp, t = np.concatenate(parts_g), np.concatenate(parts_t)
+    key_ss = np.random.SeedSequence([seed, epoch, _MIX])
+    u = np.random.default_rng(key_ss).random(sc.size) if shuffle else 0.5
+    pick = np.lexsort((grp, (t + u) / share[grp]))
+    return np.concatenate(orders), sc[pick], sj[pick], seg[pick]
+
+
+def _longest_first(
+    spec: BucketSpec, num_replicas: int, sc: np.ndarray, sj: np.ndarray, seg: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Move a full step of the largest cell to the front (NOTE [ Longest batch first ])."""
+    size = size_values(spec.cell_lengths, spec.size)
+    present = np.unique(sc)
+    best = present[np.lexsort((spec.cell_batch[present], size[present]))[-1]]
+    full, _ = spec.cell_steps(num_replicas)
+    hits = np.flatnonzero(sc == best)
+    fulls = hits[sj[hits] < full[best]]
+    i = int(fulls[0] if fulls.size else hits[0])
+    if i == 0:
+        return sc, sj, seg
+    move = np.r_[i, 0:i, i + 1 : sc.size]
+    return sc[move], sj[move], seg[move]
+
+
+def _materialize(
+    spec: BucketSpec,
+    num_replicas: int,
+    rank: int,
+    order: np.ndarray,
+    sc: np.ndarray,
+    sj: np.ndarray,
+    seg: np.ndarray,
+) -> EpochPlan:
+    """Rank ``rank``'s batch indices for the steps ``(sc, sj)``; cell ``c``'s samples of a step
+    sit at ``order[seg : seg + counts[c]]``."""
+    counts = spec.counts
+    full, q = spec.cell_steps(num_replicas)
     bsz = spec.cells.batch[sc]
     base = sj * num_replicas * bsz
     start, size = base + rank * bsz, bsz.copy()
@@ -125,8 +351,8 @@ def plan_epoch(
             s_start = np.where(s_size == 0, base[last] + rank, s_start)
             s_size = np.maximum(s_size, 1)
         start[last], size[last] = s_start, s_size
-    offsets = np.concatenate([[0], np.cumsum(size)])
+    offsets = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
     within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], size)
     pos = (np.repeat(start, size) + within) % np.repeat(counts[sc], size)
-    indices = order[pos + np.repeat(cell_start[sc], size)]
+    indices = order[pos + np.repeat(seg, size)]
     return EpochPlan(indices=indices, offsets=offsets, cells=sc, partial=last)

@@ -1,9 +1,11 @@
 """BucketSpec: which cell (planned batch shape) each sample belongs to, fitted once per dataset.
 
-A spec is *what shapes the batches*: the lengths, the boundaries fitted on them (per input, per
-group), the cells and their batch sizes, and the last-batch policy. *How an epoch is iterated*
-(shuffle, seed, ranks, resume) is the sampler's: :class:`~bucketloader.BucketSampler` takes either
-lengths and these options, or a ready spec.
+A spec is *what shapes the batches*: the lengths, the length filters (NOTE [ Length filters ] in
+:mod:`bucketloader.plan.limits`), the boundaries fitted on the lengths kept (per input, per
+group, optionally on multiples of ``pad_to_multiple_of``), the cells and their batch sizes (NOTE
+[ The batch-size rule ] in :mod:`bucketloader.plan.budget`), and the last-batch policy. *How an
+epoch is iterated* (shuffle, seed, ranks, weights, resume) is the sampler's:
+:class:`~bucketloader.BucketSampler` takes either lengths and these options, or a ready spec.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import numpy as np
 
 from bucketloader._types import LAST_BATCH, Cache, Size, Strategy
 from bucketloader._validation import as_lengths, check_choice, check_int
-from bucketloader.boundaries import check_boundaries
-from bucketloader.plan.cells import Cells, check_budget, lattice_codes, resolve_size, size_values
+from bucketloader.boundaries import check_boundaries, round_up
+from bucketloader.plan.budget import BatchRule, exact_sizes, resolve_size, size_values
+from bucketloader.plan.cells import Cells, lattice_codes
+from bucketloader.plan.limits import LengthLimits
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
 
@@ -38,8 +42,14 @@ class BucketSpec:
         lengths: the declared lengths, ``(N,)`` or ``(N, D)``.
         groups: group id per sample, or ``None``.
         cells: the planned :class:`~bucketloader.plan.Cells`.
-        cell_of_sample: ``(N,)`` cell id of every sample.
+        cell_of_sample: ``(N,)`` cell id of every sample; ``-1`` for a sample the length
+            filters or the oversize policy left out.
         last_batch: ``"pad"``, ``"fill"``, ``"drop"`` or ``"keep"``.
+        limits: the :class:`~bucketloader.plan.limits.LengthLimits` applied.
+        filtered: samples left out or changed before planning: ``too_short``, ``too_long``,
+            ``oversize`` (left out) and ``truncated`` (planned at ``max_length``).
+        rule: the :class:`~bucketloader.plan.budget.BatchRule` that sized the batches.
+        size: how a padded shape was counted (``"sum"``, ``"prod"`` or a callable).
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
@@ -52,6 +62,10 @@ class BucketSpec:
     cells: Cells
     cell_of_sample: np.ndarray
     last_batch: str
+    limits: LengthLimits | None = None
+    filtered: Mapping[str, int] | None = None
+    rule: BatchRule | None = None
+    size: Any = "sum"
 
     # -- views of the cells -------------------------------------------------------------------
     @property
@@ -85,17 +99,49 @@ class BucketSpec:
         return self.cells.group
 
     @functools.cached_property
+    def kept(self) -> np.ndarray | None:
+        """Indices of the planned samples, or ``None`` when every sample is planned."""
+        if self.filtered is None or not any(
+            self.filtered.get(k, 0) for k in ("too_short", "too_long", "oversize")
+        ):
+            return None
+        return np.flatnonzero(self.cell_of_sample >= 0)
+
+    @property
+    def num_planned(self) -> int:
+        """Samples in the plan (all of them unless a filter left some out)."""
+        kept = self.kept
+        return int(self.cell_of_sample.size if kept is None else kept.size)
+
+    @functools.cached_property
     def counts(self) -> np.ndarray:
         """Samples per cell."""
-        return np.bincount(self.cell_of_sample, minlength=self.cells.num_cells)
+        cells = self.cell_of_sample if self.kept is None else self.cell_of_sample[self.kept]
+        return np.bincount(cells, minlength=self.cells.num_cells)
 
     @functools.cached_property
     def by_cell(self) -> np.ndarray:
-        """Sample indices sorted by cell, in index order within a cell (the unshuffled order)."""
-        cells = self.cell_of_sample
+        """Planned sample indices sorted by cell, in index order within a cell (unshuffled)."""
+        kept = self.kept
+        cells = self.cell_of_sample if kept is None else self.cell_of_sample[kept]
         if self.cells.num_cells <= 1 << 16:  # 16-bit keys: numpy's stable sort is a radix sort
             cells = cells.astype(np.uint16)
-        return np.argsort(cells, kind="stable")
+        order = np.argsort(cells, kind="stable")
+        return order if kept is None else kept[order]
+
+    @property
+    def truncate(self) -> tuple[int | None, ...] | None:
+        """Per-input cut lengths under ``overflow="truncate"`` (``None`` otherwise)."""
+        return None if self.limits is None else self.limits.truncate
+
+    def planned_lengths(self) -> np.ndarray:
+        """``(N, D)`` lengths as planned: cut to ``max_length`` under ``overflow="truncate"``."""
+        table = self.lengths if self.lengths.ndim == 2 else self.lengths[:, None]
+        cut = self.truncate
+        if cut is None:
+            return table
+        top = np.iinfo(np.int64).max
+        return np.minimum(table, np.array([top if c is None else c for c in cut])[None, :])
 
     @functools.cached_property
     def digest(self) -> str:
@@ -105,6 +151,8 @@ class BucketSpec:
         for arr in (self.cells.lengths, self.cells.batch, self.cells.group):
             h.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
         h.update(self.last_batch.encode())
+        if self.truncate is not None:
+            h.update(repr(self.truncate).encode())
         return h.hexdigest()[:16]
 
     def cell_steps(self, num_replicas: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -141,7 +189,10 @@ class BucketSpec:
             part = -(-q // num_replicas)
             shapes |= {(int(p), *s[1:]) for p, s in zip(part, full, strict=True) if p > 0}
         return ShapeTable(
-            cells=self.cells, shapes=tuple(sorted(shapes)), last_batch=self.last_batch
+            cells=self.cells,
+            shapes=tuple(sorted(shapes)),
+            last_batch=self.last_batch,
+            truncate=self.truncate,
         )
 
     @classmethod
@@ -152,16 +203,19 @@ class BucketSpec:
         num_buckets: int | Any = None,
         strategy: str | Strategy | Any = None,
         boundaries: Any = None,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        batch_multiple_of: int = 1,
+        pad_to_multiple_of: int | Any = 1,
+        batch_size: Any = None,
+        max_tokens: Any = None,
         size: Size = "sum",
+        min_length: Any = None,
+        max_length: Any = None,
+        overflow: str = "error",
         max_shapes: int | None = None,
         groups: Any = None,
         last_batch: str = "pad",
         cache: Cache | bool | None = None,
     ) -> BucketSpec:
-        """Fit boundaries (per input, per group), form cells and size their batches.
+        """Filter the lengths, fit boundaries (per input, per group), form cells, size batches.
 
         Args:
             lengths: ``(N,)`` lengths, ``(N, D)`` lengths of D inputs, or a mapping
@@ -172,11 +226,23 @@ class BucketSpec:
             boundaries: precomputed boundaries instead of ``num_buckets``/``strategy``: an array
                 (one input), a sequence / mapping name → array (several), or a mapping
                 group → those.
-            batch_size: the same ``B`` for every cell; or
-            max_tokens: ``B = max_tokens // size(cell)``, rounded down to ``batch_multiple_of``.
-            batch_multiple_of: round variable batch sizes down to a multiple of this.
-            size: how ``max_tokens`` counts a padded shape: ``"sum"`` (source + target),
-                ``"prod"`` (height × width) or a callable on the padded lengths tuple.
+            pad_to_multiple_of: every boundary a multiple of this (8 or 64 for tensor cores), or
+                one per input. Fitted boundaries are the exact optimum under that constraint
+                (:func:`~bucketloader.compute_boundaries`); given ones are rounded up to it.
+            batch_size: the same ``B`` for every cell, or per-cell sizes (a sequence in plan
+                order, a mapping padded length or shape → ``B``, or a callable on the padded
+                shape); or
+            max_tokens: a token budget, an int or a
+                :class:`~bucketloader.plan.TokenBudget` (with ``max_batch_size``,
+                ``multiple_of`` and the ``oversize`` policy). NOTE [ The batch-size rule ] in
+                :mod:`bucketloader.plan.budget`.
+            size: how a padded shape counts for ``max_tokens`` and for the ``max_shapes`` merge:
+                ``"sum"`` (source + target), ``"prod"`` (height × width) or a callable on the
+                padded lengths tuple.
+            min_length, max_length: length filters, an int or one per input (NOTE [ Length
+                filters ] in :mod:`bucketloader.plan.limits`).
+            overflow: samples outside the filters: ``"error"`` (default), ``"drop"`` or
+                ``"truncate"`` (planned at ``max_length``; the collator cuts them).
             max_shapes: merge rare joint cells into covering ones until each group has at most
                 this many (see :func:`~bucketloader.plan.cells.merge_cells`).
             groups: ``(N,)`` int group id per sample (e.g. the dataset of a
@@ -187,13 +253,23 @@ class BucketSpec:
             cache: passed to :func:`~bucketloader.compute_boundaries`: ``None`` (solve every
                 time), ``True`` (the default :class:`~bucketloader.BucketCache`) or a cache; a
                 slow strategy (``"lp"``) is then solved once per job and dataset.
+
+        Example:
+            >>> spec = BucketSpec.build([0, 3, 4, 9, 10, 10, 500], num_buckets=2, batch_size=2,
+            ...                         min_length=1, max_length=100, overflow="drop")
+            >>> spec.cell_lengths.ravel().tolist(), dict(spec.filtered)
+            ([4, 10], {'too_short': 1, 'too_long': 1, 'truncated': 0, 'oversize': 0})
         """
         last_batch = check_choice("last_batch", last_batch, LAST_BATCH)
         size = resolve_size(size)
         declared, table, names = parse_lengths(lengths)
         n = table.shape[0]
-        batch_size, max_tokens = check_budget(batch_size, max_tokens)
-        batch_multiple_of = check_int("batch_multiple_of", batch_multiple_of, minimum=1)
+        rule = BatchRule.parse(batch_size, max_tokens)
+        limits = LengthLimits.parse(min_length, max_length, overflow, names)
+        multiples = [
+            check_int("pad_to_multiple_of", m, minimum=1)
+            for m in per_input("pad_to_multiple_of", pad_to_multiple_of, names)
+        ]
         if max_shapes is not None:
             max_shapes = check_int("max_shapes", max_shapes, minimum=1)
         gids, gvals = parse_groups(groups, n)
@@ -207,46 +283,96 @@ class BucketSpec:
         ks_in = [check_int("num_buckets", k, minimum=1) for k in ks_in]
         strategies = per_input("strategy", strategy or "optimal", names, scalar=(str,))
 
-        sels = [
-            slice(None) if gids is None else np.flatnonzero(gids == gi) for gi in range(len(gvals))
-        ]
-        all_b: list[tuple[np.ndarray, ...]] = []
-        codes: list[np.ndarray] = []
-        for gval, sel in zip(gvals, sels, strict=True):
-            sub = table[sel]
-            given = group_boundaries(boundaries, gval, gvals, names)
-            bs = []
-            for d, name in enumerate(names):
-                label = "boundaries" if len(names) == 1 else f"boundaries[{name!r}]"
-                if len(gvals) > 1:
-                    label += f" (group {gval})"
-                if given is None:
-                    b = compute_boundaries(sub[:, d], ks_in[d], strategy=strategies[d], cache=cache)
-                else:
-                    b = check_boundaries(given[d], max_length=int(sub[:, d].max()), name=label)
-                bs.append(b)
-            all_b.append(tuple(bs))
-            codes.append(lattice_codes(bs, sub))
-        occupancy = [
-            np.bincount(c, minlength=int(np.prod([b.size for b in bs])))
-            for c, bs in zip(codes, all_b, strict=True)
-        ]
-        cells = Cells.build(
-            all_b,
-            names,
-            group_values=None if gids is None else gvals,
-            occupancy=occupancy,
-            max_shapes=max_shapes,
-            size=size,
-            batch_size=batch_size,
-            max_tokens=max_tokens,
-            batch_multiple_of=batch_multiple_of,
-        )
-        cell_of = np.empty(n, dtype=np.int64)
-        for gi, (sel, code) in enumerate(zip(sels, codes, strict=True)):
-            cell_of[sel] = cells.lookup[gi][code]
-        if (cells.batch < 1).any() and max_tokens is not None:
-            _raise_small_budget(cells, cell_of, table, size, max_tokens, batch_multiple_of)
+        planned, keep, filtered = limits.apply(table)
+        filtered["oversize"] = 0
+        budget = rule.budget
+        if budget is not None and budget.oversize == "drop":
+            alone = size_values(planned, size) > budget.max_tokens  # cannot fit even unpadded
+            filtered["oversize"] = int((alone & keep).sum())
+            keep = keep & ~alone
+        if not keep.any():
+            raise ValueError(
+                f"every one of the {n} samples is left out ({_left_out(filtered)}); relax "
+                "min_length / max_length or the token budget"
+            )
+
+        def fit() -> tuple[list[tuple[np.ndarray, ...]], list[np.ndarray], list[np.ndarray]]:
+            all_b: list[tuple[np.ndarray, ...]] = []
+            codes: list[np.ndarray] = []
+            sels: list[np.ndarray] = []
+            for gi, gval in enumerate(gvals):
+                member = keep if gids is None else keep & (gids == gi)
+                sel = np.flatnonzero(member)
+                if sel.size == 0:
+                    raise ValueError(
+                        f"every sample of group {gval} is left out ({_left_out(filtered)}); "
+                        "relax the filters or drop that group"
+                    )
+                sub = planned[sel]
+                given = group_boundaries(boundaries, gval, gvals, names)
+                bs = []
+                for d, name in enumerate(names):
+                    label = "boundaries" if len(names) == 1 else f"boundaries[{name!r}]"
+                    if len(gvals) > 1:
+                        label += f" (group {gval})"
+                    if given is None:
+                        b = compute_boundaries(
+                            sub[:, d],
+                            ks_in[d],
+                            strategy=strategies[d],
+                            cache=cache,
+                            pad_to_multiple_of=multiples[d],
+                        )
+                    else:
+                        b = np.asarray(given[d])
+                        if multiples[d] > 1:
+                            b = np.unique(round_up(check_boundaries(b, name=label), multiples[d]))
+                        b = check_boundaries(b, max_length=int(sub[:, d].max()), name=label)
+                    bs.append(b)
+                all_b.append(tuple(bs))
+                codes.append(lattice_codes(bs, sub))
+                sels.append(sel)
+            return all_b, codes, sels
+
+        all_b, codes, sels = fit()
+        while True:
+            occupancy = [
+                np.bincount(c, minlength=int(np.prod([b.size for b in bs])))
+                for c, bs in zip(codes, all_b, strict=True)
+            ]
+            cells = Cells.build(
+                all_b,
+                names,
+                group_values=None if gids is None else gvals,
+                occupancy=occupancy,
+                max_shapes=max_shapes,
+                size=size,
+                rule=rule,
+            )
+            cell_of = np.full(n, -1, dtype=np.int64)
+            for gi, (sel, code) in enumerate(zip(sels, codes, strict=True)):
+                cell_of[sel] = cells.lookup[gi][code]
+            if not (cells.batch < 1).any():
+                break
+            if rule.oversize != "drop":
+                _raise_small_budget(cells, cell_of, planned, size, rule)
+            # padding (a pad multiple, a joint cell) pushed a cell past the budget: leave its
+            # samples out too, and plan the rest again on the same boundaries
+            out = cell_of >= 0
+            out[out] = cells.batch[cell_of[out]] < 1
+            filtered["oversize"] += int(out.sum())
+            keep = keep & ~out
+            if not keep.any():
+                raise ValueError(
+                    f"no bucket fits {rule.describe()}; every sample is left out "
+                    f"({_left_out(filtered)})"
+                )
+            kept_codes, kept_sels = [], []
+            for sel, code in zip(sels, codes, strict=True):
+                mask = keep[sel]
+                kept_codes.append(code[mask])
+                kept_sels.append(sel[mask])
+            codes, sels = kept_codes, kept_sels
         cell_of.setflags(write=False)
         return cls(
             lengths=declared,
@@ -254,7 +380,16 @@ class BucketSpec:
             cells=cells,
             cell_of_sample=cell_of,
             last_batch=last_batch,
+            limits=limits,
+            filtered=filtered,
+            rule=rule,
+            size=size,
         )
+
+
+def _left_out(filtered: Mapping[str, int]) -> str:
+    parts = [f"{v} {k.replace('_', ' ')}" for k, v in filtered.items() if v and k != "truncated"]
+    return ", ".join(parts) or "none"
 
 
 def parse_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
@@ -325,24 +460,22 @@ def group_boundaries(
 
 
 def _raise_small_budget(
-    cells: Cells,
-    cell_of: np.ndarray,
-    table: np.ndarray,
-    size: Size,
-    max_tokens: int,
-    multiple: int,
+    cells: Cells, cell_of: np.ndarray, table: np.ndarray, size: Size, rule: BatchRule
 ) -> None:
+    budget = rule.budget
+    max_tokens = budget.max_tokens if budget is not None else 0
     csize = size_values(cells.lengths, size)
     worst = int(np.argmax(np.where(cells.batch < 1, csize, -1)))
+    need = exact_sizes(cells.lengths[worst : worst + 1], size)[0]
     members = np.flatnonzero(cell_of == worst)
     longest = int(members[np.argmax(size_values(table[members], size))])
     value = table[longest].tolist()
     names = cells.input_names
     shown = value[0] if len(names) == 1 else dict(zip(names, value, strict=True))
-    need = int(csize[worst]) * multiple
     raise ValueError(
-        f"max_tokens={max_tokens} is below the padded size {int(csize[worst])} of the largest "
-        f"bucket (times batch_multiple_of={multiple}); its longest sample is index {longest} "
-        f"with length {shown}. Raise max_tokens to at least {need}, or drop or truncate the "
-        "longest samples"
+        f"max_tokens={max_tokens} is below the padded size {need} of the largest "
+        f"bucket; its longest sample is index {longest} with length {shown}. Raise max_tokens "
+        f"to at least {need}, filter the longest samples (max_length=..., "
+        "overflow='drop' or 'truncate'), or choose a policy for them: "
+        "max_tokens=TokenBudget(..., oversize='single' | 'drop')"
     )

@@ -23,6 +23,9 @@ class ShapeTable:
         shapes: every batch shape ``(B, L_1, ..., L_D)`` an epoch can produce, sorted. With
             ``last_batch="keep"`` the smaller partial-batch shapes are listed too.
         last_batch: ``"pad"``, ``"fill"``, ``"drop"`` or ``"keep"``.
+        truncate: per input, the length a longer sample is cut to before padding
+            (``overflow="truncate"``, NOTE [ Length filters ] in :mod:`bucketloader.plan.limits`);
+            ``None`` when the plan cuts nothing. The collator applies it.
 
     Example:
         >>> from bucketloader.plan import BucketSpec
@@ -37,6 +40,7 @@ class ShapeTable:
     cells: Cells
     shapes: tuple[tuple[int, ...], ...]
     last_batch: str
+    truncate: tuple[int | None, ...] | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -104,3 +108,32 @@ class ShapeTable:
             f"ShapeTable({len(self.shapes)} shapes, inputs={list(self.input_names)}, "
             f"last_batch={self.last_batch!r})"
         )
+
+
+class PlannedBatch(list):  # type: ignore[type-arg]
+    """A list of samples that carries the full planned shape ``(B, L_1, ..., L_D)`` of its step.
+
+    A stream split over ranks may fill a step's batch with shorter samples than its cell's
+    (NOTE [ A stream split over ranks ] in :mod:`bucketloader.stream._schedule`), so the
+    samples alone no longer say which shape every rank planned for the step;
+    :class:`~bucketloader.PadCollator` pads to ``planned_shape`` when a batch carries one. It is
+    a plain ``list`` otherwise (and pickles with its shape into and out of DataLoader workers).
+
+    Attributes:
+        planned_shape: the step's full batch shape.
+        num_real: the first ``num_real`` samples are real; the rest are stand-ins for a step a
+            rank has no data for, which the collator turns into padding rows (``sample_mask``
+            False).
+
+    Example:
+        >>> batch = PlannedBatch([[1, 2], [3]], planned_shape=(4, 8))
+        >>> batch, batch.planned_shape, batch.num_real
+        ([[1, 2], [3]], (4, 8), 2)
+    """
+
+    def __init__(
+        self, samples: Any = (), *, planned_shape: tuple[int, ...], num_real: int | None = None
+    ) -> None:
+        super().__init__(samples)
+        self.planned_shape = tuple(int(x) for x in planned_shape)
+        self.num_real = len(self) if num_real is None else int(num_real)

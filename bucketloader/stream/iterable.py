@@ -6,31 +6,78 @@ bucket's buffer leaves as a batch as soon as it holds its planned batch size ``B
 at about ``sum(B_i) + shuffle_buffer`` samples. At the end of the stream the partial batches
 follow ``last_batch`` exactly as in :class:`~bucketloader.sampler.BucketSampler`. Collate with
 ``DataLoader(stream, batch_size=None, collate_fn=stream.collator(...))``.
+
+Split over ranks (``num_replicas > 1``, or ``steps_per_epoch``), every rank makes the same
+number of steps with the same shape at each step (NOTE [ A stream split over ranks ] in
+:mod:`bucketloader.stream._schedule`).
+
+NOTE [ Resuming a stream behind DataLoader workers ]
+In one process (``num_workers=0``) the stream's state is exact and cheap: positions of the
+buffered samples and a source checkpoint (NOTE [ Exact resume of a buffered stream ] in
+:mod:`bucketloader.stream._engine`). Under DataLoader workers the main process never sees the
+workers' buffers, so the state it can own is *how many batches each worker had handed out*: a
+pure function of the (deterministic) source and the seed, which the shared counters give (NOTE
+[ A stream's counters across DataLoader workers ]). ``state_dict(batches_consumed=k)`` turns the
+``k`` batches the loop consumed into a count per worker (the DataLoader hands batches out
+round-robin over the workers still running); on resume each worker replays its pass from the
+start of the epoch and hands out only what comes after its count. That is exact, costs a re-read
+of the data consumed so far (no collation, no training), and needs the same ``num_workers``. A
+stream split over ranks always resumes this way: its per-worker counts follow from ``k`` alone.
+
+A new DataLoader starts its round-robin at worker 0, while the next batch may be worker ``f``'s
+(``f = k mod num_workers`` when every worker is still running). A source this stream splits
+itself (a list, a generator factory) is then *rotated*: DataLoader worker ``w`` plays the part
+of worker ``(w + f) mod num_workers``, its shard, seed and count, so the order is exact again.
+A source that shards itself by worker id (HF or torch ``IterableDataset``) cannot be rotated:
+``state_dict`` then asks for a count that is a multiple of ``num_workers`` (checkpoint every
+``N`` steps with ``N`` a multiple of it), rather than resume in a different order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch.utils.data
 
-from bucketloader._types import LAST_BATCH, OVERFLOW
+from bucketloader._types import LAST_BATCH
 from bucketloader._validation import check_choice, check_int
-from bucketloader.boundaries import BucketLookup, check_boundaries
-from bucketloader.plan import Cells, ShapeTable
-from bucketloader.plan.cells import check_budget
+from bucketloader.boundaries import BucketLookup, check_boundaries, round_up
+from bucketloader.plan import BucketSpec, Cells, SamplingReport, ShapeTable
+from bucketloader.plan.budget import BatchRule
+from bucketloader.plan.cells import lattice_codes
+from bucketloader.plan.limits import LengthLimits
+from bucketloader.stream._counters import MAX_LANES, Counters
 from bucketloader.stream._engine import STATE_FORMAT, Engine, PassConfig
-from bucketloader.stream._source import is_stateful, make_length_fn, open_source, truncate
+from bucketloader.stream._schedule import (
+    SCHEDULE_HEAD,
+    all_reduce_counts,
+    broadcast_lists,
+    default_replicas,
+    dist_ready,
+    lane_steps,
+    step_shares,
+)
+from bucketloader.stream._source import (
+    check_length,
+    is_stateful,
+    make_length_fn,
+    open_source,
+    self_sharding,
+    truncate,
+)
 from bucketloader.stream.estimate import Estimate, solve_head
 
 __all__ = ["BucketIterable", "bucketize"]
 
 #: A stream plans every cell of its lattice, so the lattice is capped.
 MAX_CELLS = 4096
+#: The state of a resume by replay (NOTE [ Resuming a stream behind DataLoader workers ]).
+REPLAY_FORMAT = 3
 
 
 class BucketIterable(torch.utils.data.IterableDataset):
@@ -39,30 +86,48 @@ class BucketIterable(torch.utils.data.IterableDataset):
     Args:
         source: the samples: an HF ``IterableDataset``, a torch ``IterableDataset`` or any
             iterable. Re-iterable sources give one pass per epoch; a one-shot iterator gives one.
+            Split over ranks, it is *this rank's* shard (``split_dataset_by_node``, or
+            ``samples[rank::world]``).
         length_fn: ``None`` (``len(sample)``), a key (``len(sample[key])``, audio dicts measure
             their ``"array"``), a callable ``sample -> int``, or a tuple of keys to bucket
             several inputs jointly (e.g. ``("input_ids", "labels")``: a batch's cell is its
             bucket per input, ``B = max_tokens // (L_src + L_tgt)``).
-        boundaries: the boundaries (array, a ``Solution`` or a ``BucketSampler`` — anything with
-            ``.boundaries``; several inputs: a mapping key → array or a list in key order), or
-            :func:`estimate` to estimate them from the head of the stream.
-        batch_size: the same ``B`` for every bucket; or
-        max_tokens: ``B_i = max_tokens // b_i`` padded elements per batch.
+        boundaries: the boundaries (array, a ``Solution``, a ``BucketSampler`` or
+            ``BucketSpec`` — anything with ``.boundaries``; several inputs: a mapping key → array
+            or a list in key order), or :func:`estimate` to estimate them from the head of the
+            stream.
+        batch_size: the same ``B`` for every bucket, or per-bucket sizes (a sequence in bucket
+            order, several inputs: lattice order; a mapping padded length → ``B``; a callable);
+            or
+        max_tokens: ``B_i = max_tokens // b_i`` padded elements per batch, an int or a
+            :class:`~bucketloader.plan.TokenBudget` (``max_batch_size``, ``multiple_of``,
+            ``oversize``; NOTE [ The batch-size rule ]).
         last_batch: the partial batches left at the end of the stream: ``"pad"`` (yielded short;
             the collator pads rows, masked), ``"fill"`` (topped up with repeats from the same
             bucket), ``"drop"`` or ``"keep"`` (yielded short: smaller batch sizes, listed in
-            :attr:`shapes`).
+            :attr:`shapes`). With ``steps_per_epoch``: ``"pad"`` or ``"fill"``.
         shuffle_buffer: samples held in a bounded shuffle buffer before bucketing (0 = off).
         seed: randomness only from ``SeedSequence([seed, epoch, worker])``.
-        overflow: samples longer than the last boundary: ``"error"``, ``"drop"`` (counted in
-            :attr:`stats`), ``"truncate"`` (cut to the last boundary; dict samples cut every entry
-            of the sample's length) or a callable ``(sample, max_length) -> sample`` (a tuple of
-            last boundaries with several inputs).
+        overflow: samples outside ``min_length`` / ``max_length`` (and longer than the last
+            boundary): ``"error"``, ``"drop"`` (counted), ``"truncate"`` (cut to the limit; dict
+            samples cut every entry of the sample's length; too-short samples are dropped) or a
+            callable ``(sample, max_length) -> sample`` (a tuple of limits with several inputs).
+            NOTE [ Length filters ].
+        min_length, max_length: length filters, as for :class:`~bucketloader.BucketSampler`
+            (an int or one per input); ``max_length`` defaults to the last boundary.
+        pad_to_multiple_of: boundaries on multiples of this (or one per input): estimated
+            boundaries are the optimum under the constraint, given ones are rounded up.
+        num_replicas, rank: ranks (default: from ``torch.distributed``). With more than one,
+            ``steps_per_epoch`` is required and every rank makes exactly that many steps, with
+            the same shape at each step (NOTE [ A stream split over ranks ]).
+        steps_per_epoch: fixed steps per epoch on every rank (``len(stream)``); ``None`` (one
+            rank only): one pass over the source.
 
     Under a ``DataLoader`` with workers each worker buckets its own shard (see NOTE [ Who shards
     the stream across DataLoader workers ] in :mod:`bucketloader.stream._source`).
-    ``state_dict()`` / ``load_state_dict()`` resume mid-epoch exactly (see NOTE [ Exact resume of
-    a buffered stream ] in :mod:`bucketloader.stream._engine`).
+    ``state_dict()`` / ``load_state_dict()`` resume mid-epoch exactly, in one process or behind
+    workers (NOTE [ Resuming a stream behind DataLoader workers ]); :meth:`report` counts what
+    the pass did, also from the main process.
 
     Example:
         >>> stream = BucketIterable(
@@ -80,96 +145,233 @@ class BucketIterable(torch.utils.data.IterableDataset):
         *,
         length_fn: Any = None,
         boundaries: Any,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
+        batch_size: Any = None,
+        max_tokens: Any = None,
         last_batch: str = "pad",
         shuffle_buffer: int = 0,
         seed: int = 0,
         overflow: Any = "error",
+        min_length: Any = None,
+        max_length: Any = None,
+        pad_to_multiple_of: Any = 1,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        steps_per_epoch: int | None = None,
     ) -> None:
+        check_source(source)
         self.source = source
         self._length = make_length_fn(length_fn)
+        self._measured_by_callable = callable(length_fn)
         multi = isinstance(length_fn, (tuple, list))
         self._keys: tuple[Any, ...] = (
             tuple(length_fn) if multi else (length_fn if isinstance(length_fn, str) else None,)
         )
+        names = tuple(self._keys) if multi else ("length",)
         self.last_batch = check_choice("last_batch", last_batch, LAST_BATCH)
         self.shuffle_buffer = check_int("shuffle_buffer", shuffle_buffer, minimum=0)
         self.seed = check_int("seed", seed, minimum=0)
-        if callable(overflow):
-            self.overflow = overflow
-        else:
-            self.overflow = check_choice("overflow", overflow, OVERFLOW)
-            if overflow == "truncate" and callable(length_fn):
-                raise ValueError(
-                    "overflow='truncate' cuts samples by their length_fn key or len(); with a "
-                    "custom length_fn pass overflow=callable(sample, max_length) -> sample"
-                )
+        self.limits = LengthLimits.parse(
+            min_length, max_length, overflow, names, allow_callable=True
+        )
+        self.overflow = self.limits.overflow
+        if self.overflow == "truncate" and callable(length_fn):
+            raise ValueError(
+                "overflow='truncate' cuts samples by their length_fn key or len(); with a "
+                "custom length_fn pass overflow=callable(sample, max_length) -> sample"
+            )
+        multiples = _per_input_ints("pad_to_multiple_of", pad_to_multiple_of, names)
+        world, me = default_replicas()
+        self.num_replicas = check_int(
+            "num_replicas", world if num_replicas is None else num_replicas, minimum=1
+        )
+        self.rank = check_int(
+            "rank", me if rank is None else rank, minimum=0, maximum=self.num_replicas - 1
+        )
+        if steps_per_epoch is not None:
+            steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch, minimum=1)
+        elif self.num_replicas > 1:
+            raise ValueError(
+                f"a stream split over num_replicas={self.num_replicas} ranks needs "
+                "steps_per_epoch: every rank must make the same number of steps, and no rank "
+                "can know how many the other ranks' shards fill; pass about samples per rank / "
+                "mean batch size (report() shows left_over and padded_rows to tune it)"
+            )
+        if steps_per_epoch is not None and self.last_batch not in ("pad", "fill"):
+            raise ValueError(
+                f"with steps_per_epoch every step keeps its planned shape, so last_batch must be "
+                f"'pad' (short batches get masked rows) or 'fill' (repeats), got "
+                f"last_batch={self.last_batch!r}"
+            )
+        self.steps_per_epoch = steps_per_epoch
         self._prefix: list[Any] | None = None
         self._rest: Iterator[Any] | None = None
         self.solution: Any = None
-        names = tuple(self._keys) if multi else ("length",)
-        bounds = [
-            check_boundaries(b, name="boundaries" if not multi else f"boundaries[{n!r}]")
-            for b, n in zip(self._resolve(boundaries, names, multi), names, strict=True)
-        ]
+        bounds = self._resolve(boundaries, names, multi, multiples)
         ks = [b.size for b in bounds]
         if int(np.prod(ks)) > MAX_CELLS:
             raise ValueError(
                 f"{' x '.join(map(str, ks))} buckets per input make {int(np.prod(ks))} shapes "
                 f"(more than {MAX_CELLS}); use fewer buckets"
             )
-        batch_size, max_tokens = check_budget(batch_size, max_tokens)
+        self._maximum = self._limits_within(bounds, names)
+        rule = BatchRule.parse(batch_size, max_tokens)
         # A stream cannot know which cells its samples will fill: every lattice point is planned.
-        self.cells = Cells.build([bounds], names, batch_size=batch_size, max_tokens=max_tokens)
-        if (self.cells.batch < 1).any():
-            c = int(np.argmax(self.cells.batch < 1))
+        self.cells = Cells.build([bounds], names, rule=rule)
+        usable = self.cells.batch > 0
+        if not usable.all() and (rule.oversize == "error" or not usable.any()):
+            c = int(np.argmin(usable))
+            need = int(self.cells.lengths[c].sum())
             raise ValueError(
-                f"max_tokens={max_tokens} fits no sample of padded length(s) "
-                f"{self.cells.lengths[c].tolist()}; raise max_tokens to at least "
-                f"{int(self.cells.lengths.sum(axis=1).max())}"
+                f"max_tokens={rule.budget.max_tokens if rule.budget else None} fits no sample of "
+                f"padded length(s) {self.cells.lengths[c].tolist()}; raise max_tokens to at "
+                f"least {int(self.cells.lengths.sum(axis=1).max())}, lower max_length, or pass "
+                f"max_tokens=TokenBudget(..., oversize='single' | 'drop') (at least {need} for "
+                "this bucket)"
             )
+        self._rule = rule
         self._lookups = tuple(BucketLookup(b) for b in bounds)
         self.batch_sizes = tuple(int(x) for x in self.cells.batch)
         self.boundaries: Any = dict(zip(names, bounds, strict=True)) if multi else bounds[0]
+        self._covers = _covers(self.cells.lengths)
+        self._shares = (
+            None if steps_per_epoch is None else self._schedule_shares(boundaries, bounds)
+        )
+        self._counters = Counters(self.cells.num_cells)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._engine: Engine | None = None
 
     # -- planning ---------------------------------------------------------------------------
-    def _resolve(self, boundaries: Any, names: tuple[str, ...], multi: bool) -> list[Any]:
+    def _resolve(
+        self, boundaries: Any, names: tuple[str, ...], multi: bool, multiples: list[int]
+    ) -> list[np.ndarray]:
         """Boundaries per input, from arrays, a mapping, a ``Solution`` / sampler or an estimate."""
         if isinstance(boundaries, Estimate):
-            it = iter(self.source)
-            head = list(itertools.islice(it, boundaries.sample_size))
-            if it is self.source:  # a one-shot iterator: replay the head in the first pass
-                self._prefix, self._rest = head, it
-            solutions = solve_head(boundaries, head, self._length, len(names))
-            self.solution = dict(zip(names, solutions, strict=True)) if multi else solutions[0]
-            return [sol.boundaries for sol in solutions]
+            return self._estimate(boundaries, names, multi, multiples)
         if hasattr(boundaries, "boundaries") and not isinstance(boundaries, np.ndarray):
             boundaries = boundaries.boundaries
+        if isinstance(boundaries, tuple) and boundaries and isinstance(boundaries[0], tuple):
+            if len(boundaries) != 1:  # a BucketSpec's per-group boundaries
+                raise ValueError(
+                    "boundaries come from a plan with several groups; a stream has one set of "
+                    "boundaries: pick one group's"
+                )
+            boundaries = list(boundaries[0]) if multi else boundaries[0][0]
         if not multi:
             if isinstance(boundaries, Mapping):
                 raise ValueError(
                     f"boundaries is a mapping (keys {list(boundaries)}) but length_fn measures "
                     "one input; pass length_fn=(key, key, ...) to bucket several inputs"
                 )
-            return [boundaries]
-        if isinstance(boundaries, Mapping):
+            given = [boundaries]
+        elif isinstance(boundaries, Mapping):
             missing = [n for n in names if n not in boundaries]
             if missing:
                 raise KeyError(
                     f"boundaries has no entry for input {missing[0]!r}; give one per key of "
                     f"length_fn {list(names)}, got keys {list(boundaries)}"
                 )
-            return [boundaries[n] for n in names]
-        if isinstance(boundaries, (str, bytes)) or len(boundaries) != len(names):
+            given = [boundaries[n] for n in names]
+        elif isinstance(boundaries, (str, bytes)) or len(boundaries) != len(names):
             raise ValueError(
                 f"boundaries must give one array per input {list(names)} (a list or a mapping), "
                 f"got {boundaries!r}"
             )
-        return list(boundaries)
+        else:
+            given = list(boundaries)
+        out = []
+        for b, n, m in zip(given, names, multiples, strict=True):
+            label = "boundaries" if not multi else f"boundaries[{n!r}]"
+            b = check_boundaries(b, name=label)
+            if m > 1:
+                b = check_boundaries(np.unique(round_up(b, m)), name=label)
+            out.append(b)
+        return out
+
+    def _estimate(
+        self, est: Estimate, names: tuple[str, ...], multi: bool, multiples: list[int]
+    ) -> list[np.ndarray]:
+        """Estimate the boundaries from the head (on rank 0, sent to every rank, when split)."""
+        options = dict(est.options)
+        for m in set(multiples) - {1}:
+            if options.setdefault("pad_to_multiple_of", m) != m or len(set(multiples)) > 1:
+                raise ValueError(
+                    f"pad_to_multiple_of={multiples} disagrees with the estimate's "
+                    f"pad_to_multiple_of={options['pad_to_multiple_of']}; give it once"
+                )
+        tops = {m for m in self.limits.max_length if m is not None}
+        if est.max_length is None and len(tops) == 1 and None not in self.limits.max_length:
+            est = dataclasses.replace(est, max_length=tops.pop())
+        est = dataclasses.replace(est, options=options)
+        it = iter(self.source)
+        head = list(itertools.islice(it, est.sample_size))
+        if it is self.source:  # a one-shot iterator: replay the head in the first pass
+            self._prefix, self._rest = head, it
+        if self.num_replicas > 1 and not dist_ready(self.num_replicas):
+            raise ValueError(
+                f"boundaries=estimate(...) on {self.num_replicas} ranks needs an initialised "
+                "torch.distributed process group (rank 0 estimates, every rank receives its "
+                "boundaries); without one, pass the same boundaries to every rank"
+            )
+        solutions = solve_head(est, head, self._length, len(names))
+        self.solution = dict(zip(names, solutions, strict=True)) if multi else solutions[0]
+        bounds = [sol.boundaries.tolist() for sol in solutions]
+        if self.num_replicas > 1:
+            bounds = broadcast_lists(bounds)
+        return [check_boundaries(b) for b in bounds]
+
+    def _limits_within(self, bounds: list[np.ndarray], names: tuple[str, ...]) -> tuple[int, ...]:
+        """The longest admitted length per input: ``max_length`` or the last boundary."""
+        out = []
+        for b, n, top in zip(bounds, names, self.limits.max_length, strict=True):
+            last = int(b[-1])
+            if top is not None and top > last:
+                label = "max_length" if len(names) == 1 else f"max_length[{n!r}]"
+                raise ValueError(
+                    f"{label}={top} is beyond the last boundary {last}, so samples up to "
+                    f"{label} would have no bucket; append {top} to the boundaries or lower "
+                    f"{label}"
+                )
+            out.append(last if top is None else top)
+        return tuple(out)
+
+    def _schedule_shares(self, given: Any, bounds: list[np.ndarray]) -> np.ndarray:
+        """Expected share of steps per cell (NOTE [ A stream split over ranks ])."""
+        spec = getattr(given, "spec", given)
+        if isinstance(spec, BucketSpec) and spec.groups is None:
+            codes = lattice_codes(bounds, spec.cell_lengths)
+            counts = np.bincount(codes, weights=spec.counts, minlength=self.cells.num_cells)
+            return step_shares(counts, self.cells.batch)
+        if self.num_replicas > 1 and not dist_ready(self.num_replicas):
+            raise ValueError(
+                f"a stream split over {self.num_replicas} ranks measures its bucket schedule on "
+                "the head of every rank's shard and sums the counts over ranks, which needs an "
+                "initialised torch.distributed process group; without one, pass boundaries= a "
+                "BucketSampler or BucketSpec built on a sample of the lengths (its counts set "
+                "the schedule)"
+            )
+        if self._prefix is not None:
+            head = self._prefix[:SCHEDULE_HEAD]
+        else:
+            it = iter(self.source)
+            head = list(itertools.islice(it, SCHEDULE_HEAD))
+            if it is self.source:
+                self._prefix, self._rest = head, it
+        counts = np.zeros(self.cells.num_cells, dtype=np.int64)
+        lo = [0 if m is None else m for m in self.limits.min_length]
+        for i, sample in enumerate(head):
+            got = self._length(sample)
+            row = [check_length(x, i) for x in (got if len(bounds) > 1 else (got,))]
+            if any(n < m for n, m in zip(row, lo, strict=True)):
+                continue
+            over = any(n > m for n, m in zip(row, self._maximum, strict=True))
+            if over and self.overflow != "truncate":
+                continue
+            row = [min(n, m) for n, m in zip(row, self._maximum, strict=True)]
+            counts[int(lattice_codes(bounds, np.array([row]))[0])] += 1
+        if self.num_replicas > 1:
+            counts = all_reduce_counts(counts)
+        return step_shares(counts, self.cells.batch)
 
     @property
     def shapes(self) -> list[tuple[int, ...]]:
@@ -178,16 +380,21 @@ class BucketIterable(torch.utils.data.IterableDataset):
         ``(B_c, L_1, ..., L_D)`` per cell (a bucket, or a combination of per-input buckets);
         with ``last_batch="keep"`` the stream's end may leave any smaller batch size, so every
         ``(r, L...)`` with ``1 <= r < B_c`` is listed too (``"pad"`` keeps one shape per cell).
+        Cells that ``TokenBudget(oversize="drop")`` leaves out have no shape.
         """
         return list(self.shape_table.shapes)
 
     @functools.cached_property
     def shape_table(self) -> ShapeTable:
         """The planned shapes as a :class:`~bucketloader.plan.ShapeTable` (for the collator)."""
-        full = list(self.cells.shapes)
+        full = [s for s in self.cells.shapes if s[0] > 0]
         if self.last_batch == "keep":
             full += [(r, *s[1:]) for s in full for r in range(1, s[0])]
-        return ShapeTable(cells=self.cells, shapes=tuple(sorted(full)), last_batch=self.last_batch)
+        return ShapeTable(
+            cells=self.cells,
+            shapes=tuple(sorted(full)),
+            last_batch=self.last_batch,
+        )
 
     def collator(self, **kwargs: Any) -> Any:
         """A :class:`~bucketloader.collate.PadCollator` for these shapes (``kwargs`` as there).
@@ -201,9 +408,24 @@ class BucketIterable(torch.utils.data.IterableDataset):
         return PadCollator(self.shape_table, **kwargs)
 
     def _truncate(self, sample: Any, lengths: tuple[int, ...]) -> Any:
-        limits = [lookup.limit for lookup in self._lookups]
+        limits = list(self._maximum)
         if callable(self.overflow):
             return self.overflow(sample, limits[0] if len(limits) == 1 else tuple(limits))
+        for n, lim, key in zip(lengths, limits, self._keys, strict=True):
+            if n > lim:
+                sample = truncate(sample, n, lim, key)
+        return sample
+
+    def _cut_to(self, sample: Any, lengths: tuple[int, ...], limits: list[int]) -> Any:
+        """``sample`` cut to ``limits`` (a stand-in for a padding row; its content is masked)."""
+        if callable(self.overflow):
+            return self.overflow(sample, limits[0] if len(limits) == 1 else tuple(limits))
+        if self._measured_by_callable:
+            raise ValueError(
+                "a stream split over ranks had to make a padding row for a step with no sample "
+                "that fits, which needs a sample cut to the bucket; with a callable length_fn "
+                "pass overflow=callable(sample, max_length) -> sample"
+            )
         for n, lim, key in zip(lengths, limits, self._keys, strict=True):
             if n > lim:
                 sample = truncate(sample, n, lim, key)
@@ -221,30 +443,61 @@ class BucketIterable(torch.utils.data.IterableDataset):
             shuffle_buffer=self.shuffle_buffer,
             seed=self.seed,
             overflow=policy if policy in ("error", "drop") else self._truncate,
-            stateful=is_stateful(self.source) and self._prefix is None,
+            stateful=is_stateful(self.source) and self._prefix is None and self._shares is None,
             config=self._config(),
+            minimum=tuple(0 if m is None else m for m in self.limits.min_length),
+            maximum=self._maximum,
+            cell_size=tuple(int(x) for x in self.cells.lengths.sum(axis=1)),
+            counters=self._counters,
+            schedule=self._shares,
+            steps=self.steps_per_epoch or 0,
+            rank=self.rank,
+            covers=self._covers,
+            shapes=self.cells.shapes,
+            cut=self._cut_to,
         )
 
     # -- iteration --------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch`` for the next pass (and pass it on to a source with ``set_epoch``)."""
+        """Use ``epoch`` for the next pass (and pass it on to a source with ``set_epoch``).
+
+        A pending resume (``load_state_dict``) of another epoch is forgotten."""
         self.epoch = check_int("epoch", epoch, minimum=0)
+        if self._resume is not None and self._resume["epoch"] != self.epoch:
+            self._resume = None
+
+    def __len__(self) -> int:
+        if self.steps_per_epoch is None:
+            raise TypeError(
+                "a BucketIterable without steps_per_epoch makes as many batches as its source "
+                "fills, which is unknown before the pass; pass steps_per_epoch for a length"
+            )
+        return self.steps_per_epoch
 
     def __iter__(self) -> Iterator[list[Any]]:
         info = torch.utils.data.get_worker_info()
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
         state, self._resume = self._resume, None
+        skip = 0
         if state is not None:
             self.epoch = int(state["epoch"])
-            if list(state["worker"]) != list(worker):
+            if state["format"] == REPLAY_FORMAT:
+                if state["workers"] and state["workers"] != worker[1]:
+                    raise ValueError(
+                        f"state was saved with {state['workers']} DataLoader workers, this "
+                        f"loader has {worker[1]}; resume with the same num_workers"
+                    )
+                worker = ((worker[0] + state["first"]) % worker[1], worker[1])  # the rotation
+                skip = int(state["skip"][worker[0]]) if state["skip"] else 0
+            elif list(state["worker"]) != list(worker):
                 raise ValueError(
                     f"state was saved by worker {state['worker']}, this is worker {list(worker)}"
                 )
         if callable(getattr(self.source, "set_epoch", None)):
             self.source.set_epoch(self.epoch)
-        engine = Engine(self._pass_config(), self.epoch, worker)
+        engine = Engine(self._pass_config(), self.epoch, worker, skip=skip)
         self._engine = engine
-        if state is not None:
+        if state is not None and state["format"] == STATE_FORMAT:
             it = engine.resume(state)
         elif self._prefix is not None:
             it = itertools.chain(self._prefix, self._rest or ())
@@ -253,44 +506,161 @@ class BucketIterable(torch.utils.data.IterableDataset):
             it = open_source(self.source, worker)
         return engine.run(it)
 
+    def report(self) -> SamplingReport:
+        """What the current (or last) pass did, summed over this rank's DataLoader workers and
+        visible from the main process (NOTE [ A stream's counters across DataLoader workers ]):
+        samples read, filtered, dropped, repeated, promoted, padding per bucket, batches made
+        and, with ``steps_per_epoch``, batches left."""
+        lanes = self._counters.lanes(self.epoch)
+        names = (
+            "too_short",
+            "too_long",
+            "oversize",
+            "truncated",
+            "repeated",
+            "promoted",
+            "left_over",
+            "padded_rows",
+        )
+        total = {k: sum(lane[k] for lane in lanes) for k in (*names, "read", "tail_dropped")}
+        done = sum(lane["batches"] for lane in lanes)
+        totals = {
+            "samples": total["read"],
+            **{k: total[k] for k in names[:4]},
+            "dropped": total["tail_dropped"],
+            **{k: total[k] for k in names[4:]},
+            "batches": done,
+        }
+        per_cell = self._counters.cells(self.epoch)
+        cells = tuple(
+            {
+                "shape": tuple(int(x) for x in shape),
+                "batches": int(per_cell[0, c]),
+                "rows": int(per_cell[1, c]),
+                "real": int(per_cell[2, c]),
+                "padded": int(per_cell[3, c]),
+            }
+            for c, shape in enumerate(self.cells.shapes)
+            if shape[0] > 0
+        )
+        if self.steps_per_epoch is not None:
+            left: int | None = self.steps_per_epoch - done
+        else:
+            finished = bool(lanes) and all(lane["done"] for lane in lanes)
+            left = 0 if finished and len(lanes) == lanes[0]["lanes"] else None
+        return SamplingReport(
+            epoch=self.epoch,
+            totals=totals,
+            cells=cells,
+            batches_done=done,
+            batches_left=left,
+            samples_left=None,
+            source="stream",
+            extra={
+                "workers": lanes[0]["lanes"] if lanes else 0,
+                "workers_counted": len(lanes),
+            },
+        )
+
     @property
     def stats(self) -> dict[str, int]:
-        """Counters of the current (or last) pass in this process: samples read, batches,
-        ``overflow_dropped``, ``truncated``, ``tail_dropped`` (``"drop"``), ``repeated``
-        (``"fill"``)."""
-        if self._engine is None:
+        """Counters of the current (or last) pass, over this rank's workers: the report's
+        totals, plus ``read``, and ``overflow_dropped`` / ``tail_dropped`` (the names of
+        earlier versions)."""
+        if self._engine is None and not self._counters.lanes(self.epoch):
             return {}
-        e = self._engine
-        return {**e.stats, "read": e.read, "batches": e.batches}
+        t = dict(self.report().totals)
+        return {
+            **t,
+            "read": t["samples"],
+            "overflow_dropped": t["too_long"],
+            "tail_dropped": t["dropped"],
+        }
 
     # -- state ------------------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
         blists = [lookup.boundaries.tolist() for lookup in self._lookups]
-        return {
+        config = {
             "boundaries": blists[0] if len(blists) == 1 else blists,
             "batch_sizes": list(self.batch_sizes),
             "last_batch": self.last_batch,
             "shuffle_buffer": self.shuffle_buffer,
             "seed": self.seed,
         }
+        if self.limits.active:
+            config["limits"] = self.limits.config()
+        if self.steps_per_epoch is not None:
+            config.update(
+                num_replicas=self.num_replicas,
+                steps_per_epoch=self.steps_per_epoch,
+                schedule=[round(float(x), 12) for x in self._shares],  # type: ignore[union-attr]
+            )
+        return config
 
-    def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable position of the current pass (after the last batch handed out)."""
-        if self._resume is not None:
+    def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
+        """JSON-serialisable position of the current pass.
+
+        Args:
+            batches_consumed: batches of this epoch the training loop consumed, when it lags
+                the stream (DataLoader prefetch); default: every batch handed out so far
+                (NOTE [ Resuming a stream behind DataLoader workers ]).
+        """
+        if self._resume is not None and batches_consumed is None:
             return self._resume
-        if self._engine is None:
-            return Engine(self._pass_config(), self.epoch, (0, 1)).state_dict()
-        return self._engine.state_dict()
+        engine = self._engine
+        in_process = engine is not None and engine.worker == (0, 1) and engine.skip == 0
+        if (
+            in_process and self._shares is None and batches_consumed in (None, engine.batches)  # type: ignore[union-attr]
+        ):
+            return engine.state_dict()  # type: ignore[union-attr]
+        lanes = self._counters.lanes(self.epoch)
+        workers = lanes[0]["lanes"] if lanes else 0
+        if workers > MAX_LANES:
+            raise ValueError(
+                f"only {MAX_LANES} of the {workers} DataLoader workers are counted, so the state "
+                f"cannot say where each stopped; resume needs num_workers <= {MAX_LANES}"
+            )
+        rows = {lane["lane"]: lane for lane in lanes}  # a worker yet to make a batch has no row
+        produced = [rows[w]["batches"] if w in rows else 0 for w in range(workers)]
+        total = sum(produced)
+        k = total if batches_consumed is None else batches_consumed
+        k = check_int("batches_consumed", k, minimum=0, maximum=total)
+        first = 0
+        if not lanes:
+            skip: list[int] = []
+        elif self.steps_per_epoch is not None:
+            skip = [len(lane_steps(k, w, workers)) for w in range(workers)]
+            first = k % workers
+        else:
+            skip, first = split_round_robin(
+                k, [produced[w] if w in rows and rows[w]["done"] else None for w in range(workers)]
+            )
+        if first and self_sharding(self.source):
+            lo = k - k % workers
+            raise ValueError(
+                f"cannot resume exactly after {k} batches with {workers} DataLoader workers: "
+                f"a new DataLoader starts at worker 0, the next batch is worker {first}'s, and "
+                f"{type(self.source).__name__} shards itself by worker id; save the state after "
+                f"a multiple of num_workers batches (e.g. {lo} or {lo + workers})"
+            )
+        return {
+            "format": REPLAY_FORMAT,
+            "config": self._config(),
+            "epoch": self.epoch,
+            "workers": workers,
+            "skip": skip,
+            "first": first,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            got = state.get("format") if isinstance(state, dict) else type(state).__name__
-            raise ValueError(
-                f"state must be a dict from BucketIterable.state_dict() with format "
-                f"{STATE_FORMAT}, got format {got!r}"
-            )
+        check_state(state)
         mine = self._config()
+        if set(state["config"]) != set(mine):
+            raise ValueError(
+                f"state has configuration keys {sorted(state['config'])} but this "
+                f"BucketIterable has {sorted(mine)}; build the stream as when it was saved"
+            )
         for key, value in state["config"].items():
             if mine.get(key) != value:
                 raise ValueError(
@@ -299,12 +669,151 @@ class BucketIterable(torch.utils.data.IterableDataset):
                 )
         if self._prefix is not None or (iter(self.source) is self.source):
             raise ValueError("cannot resume a one-shot iterator; pass a re-iterable source")
-        if state["source"]["state"] is not None and not is_stateful(self.source):
-            raise ValueError("state holds a source state_dict but the source cannot load one")
+        if state["format"] == STATE_FORMAT:
+            if state["source"]["state"] is not None and not is_stateful(self.source):
+                raise ValueError("state holds a source state_dict but the source cannot load one")
+        self.epoch = int(state["epoch"])
         self._resume = state
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_engine": None}
+
+
+def check_source(source: Any) -> None:
+    """A stream's source must be iterable (checked when the stream is built, not at ``next``)."""
+    if isinstance(source, (str, bytes)) or not (
+        isinstance(source, Iterable) or hasattr(source, "__getitem__")
+    ):
+        raise TypeError(
+            f"source must be an iterable of samples (a list, a generator, an HF or torch "
+            f"IterableDataset), got {type(source).__name__} {source!r:.60}"
+        )
+
+
+_STATE_KEYS = {
+    STATE_FORMAT: {
+        "config": dict,
+        "epoch": int,
+        "worker": list,
+        "phase": str,
+        "read": int,
+        "batches": int,
+        "shuffle": list,
+        "buckets": list,
+        "draws": dict,
+        "source": dict,
+        "stats": dict,
+        "cell_stats": list,
+    },
+    REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
+}
+
+
+def check_state(state: Any) -> None:
+    """The shape of a state, checked when it is loaded (not when the pass starts)."""
+    if not isinstance(state, dict):
+        raise TypeError(
+            f"state must be a dict from BucketIterable.state_dict(), got {type(state).__name__}"
+        )
+    fmt = state.get("format")
+    if fmt not in _STATE_KEYS:
+        raise ValueError(
+            f"state must be a dict from BucketIterable.state_dict() with format "
+            f"{STATE_FORMAT} or {REPLAY_FORMAT}, got format {fmt!r}"
+        )
+    for key, kind in _STATE_KEYS[fmt].items():
+        if key not in state:
+            raise ValueError(
+                f"state is missing {key!r}; pass a dict from BucketIterable.state_dict(), got "
+                f"keys {sorted(state)}"
+            )
+        value = state[key]
+        negative = isinstance(value, int) and value < 0
+        if not isinstance(value, kind) or isinstance(value, bool) or negative:
+            raise ValueError(f"state[{key!r}] must be a {kind.__name__}, got {value!r}")
+    if fmt == REPLAY_FORMAT:
+        skip = state["skip"]
+        bad = [x for x in skip if not isinstance(x, int) or isinstance(x, bool) or x < 0]
+        if bad or (skip and len(skip) != state["workers"]):
+            raise ValueError(
+                f"state['skip'] must hold one int >= 0 per worker ({state['workers']}), got "
+                f"{skip!r}"
+            )
+        if state["first"] >= max(state["workers"], 1):
+            raise ValueError(
+                f"state['first'] must be a worker index < {max(state['workers'], 1)}, got "
+                f"{state['first']!r}"
+            )
+    else:
+        src = state["source"]
+        if not {"position", "state"} <= set(src) or not isinstance(src["position"], int):
+            raise ValueError(f"state['source'] must hold 'position' and 'state', got {src!r}")
+
+
+def split_round_robin(consumed: int, totals: list[int | None]) -> tuple[list[int], int]:
+    """How many of the first ``consumed`` batches of a DataLoader came from each worker, and
+    which worker's batch comes next.
+
+    The DataLoader hands batches out round-robin over the workers still running; a worker
+    stops after ``totals[w]`` batches (``None``: it had not finished).
+
+    Example:
+        >>> split_round_robin(4, [3, 1])
+        ([3, 1], 0)
+        >>> split_round_robin(4, [None, None, None])
+        ([2, 1, 1], 1)
+    """
+    got = [0] * len(totals)
+    n = 0
+    last = len(totals) - 1
+    while n < consumed:
+        moved = False
+        for w, top in enumerate(totals):
+            if n == consumed:
+                break
+            if top is not None and got[w] >= top:
+                continue
+            got[w] += 1
+            n += 1
+            moved = True
+            last = w
+        if not moved:
+            raise ValueError(
+                f"batches_consumed={consumed} is more than the workers made ({sum(got)})"
+            )
+    for step in range(1, len(totals) + 1):  # the next worker still running, after the last
+        w = (last + step) % len(totals)
+        top = totals[w]
+        if top is None or got[w] < top:
+            return got, w
+    return got, 0
+
+
+def _covers(lengths: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """Per cell, the other cells it covers (shorter or equal in every input), nearest first."""
+    size = lengths.sum(axis=1)
+    out = []
+    for c in range(lengths.shape[0]):
+        inside = np.flatnonzero((lengths <= lengths[c]).all(axis=1))
+        inside = inside[inside != c]
+        out.append(tuple(int(x) for x in inside[np.argsort(-size[inside], kind="stable")]))
+    return tuple(out)
+
+
+def _per_input_ints(name: str, value: Any, names: tuple[str, ...]) -> list[int]:
+    if isinstance(value, Mapping):
+        if set(map(str, value)) != set(names):
+            raise ValueError(f"{name} must give one value per input {list(names)}, got {value!r}")
+        vals = [value[n] for n in names]
+    elif isinstance(value, (list, tuple)):
+        if len(value) != len(names):
+            raise ValueError(
+                f"{name} must give one value per input ({len(names)}: {list(names)}), got {value!r}"
+            )
+        vals = list(value)
+    else:
+        vals = [value] * len(names)
+    return [check_int(name, v, minimum=1) for v in vals]
 
 
 def bucketize(source: Any, **options: Any) -> BucketIterable:

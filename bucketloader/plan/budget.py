@@ -1,0 +1,329 @@
+"""The batch-size rule: how many rows each planned cell's batches hold.
+
+NOTE [ The batch-size rule ]
+Every cell (a planned padded shape ``(L_1, ..., L_D)``) gets one full batch size ``B``, from
+exactly one of:
+
+* ``batch_size=<int>``: the same ``B`` for every cell;
+* ``batch_size=<per-cell sizes>``: sizes someone measured to fit (Lhotse's
+  ``FixedBucketBatchSizeConstraint``, tf.data's ``bucket_batch_sizes``, NeMo's 2-D lists): a
+  sequence with one ``B`` per cell in plan order (one per boundary for one input), a mapping
+  padded length (or padded shape tuple) -> ``B``, or a callable ``padded shape tuple -> B``;
+* ``max_tokens=<int>`` or ``max_tokens=TokenBudget(...)``: a token budget,
+  ``B = min(max_batch_size, max_tokens // size)``, where ``size`` is the cell's padded size
+  (``"sum"`` of the padded lengths, ``"prod"`` for height x width, or a callable). Then, as
+  fairseq's ``required_batch_size_multiple``, ``B`` is rounded down to a multiple of
+  ``multiple_of`` unless it is already below it (a batch "less than N or a multiple of N").
+
+Edge rules, each chosen so a user can predict it:
+
+* *Empty cells* (padded size 0: samples of length 0) cost no tokens, so the budget cannot size
+  them. They take ``max_batch_size`` when one is set, else the largest ``B`` of the other cells
+  (they batch like the shortest non-empty bucket); only in a plan whose every cell is empty does
+  an empty row count as one token (``B = max_tokens``). ``min_length=1`` (a length filter)
+  removes empty samples instead.
+* *Oversize cells* (``size > max_tokens``, so ``max_tokens // size == 0``) follow
+  ``TokenBudget.oversize``: ``"error"`` (the default) names the longest sample and the budget it
+  needs; ``"single"`` makes batches of one sample (Lhotse's behaviour; such a batch exceeds the
+  budget); ``"drop"`` leaves out the samples that do not fit the budget on their own (counted in
+  the plan's report).
+* *Impossible budgets*: a batch of more than :data:`MAX_BATCH_ELEMENTS` padded elements
+  (``B`` times the larger of the cell's total padded length and its size) is refused when the
+  plan is built, naming the cell and the fix, rather than failing in the collator with a
+  terabyte allocation. Sizes are computed exactly (Python ints where int64 could wrap).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bucketloader._types import OVERSIZE, SIZES, Size
+from bucketloader._validation import check_choice, check_int
+
+#: A planned batch may hold at most this many padded elements: 2**40, a tebi-element, which
+#: is more than any single accelerator holds even at one byte per element.
+MAX_BATCH_ELEMENTS = 1 << 40
+_INT64_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """A token budget with its modifiers (pass it as ``max_tokens=``; NOTE [ The batch-size rule ]).
+
+    ``max_tokens=16384`` is short for ``max_tokens=TokenBudget(16384)``.
+
+    Attributes:
+        max_tokens: padded elements per batch (``size`` of the cell times ``B``).
+        max_batch_size: at most this many rows per batch (Lhotse ``max_cuts``, fairseq
+            ``max_sentences``): ``B = min(max_batch_size, max_tokens // size)``.
+        multiple_of: round ``B`` down to a multiple of this unless it is smaller (fairseq's
+            "less than N or a multiple of N"), e.g. 8 for tensor cores.
+        oversize: cells whose padded size exceeds ``max_tokens``: ``"error"``, ``"single"``
+            (batches of one sample) or ``"drop"`` (leave those samples out).
+
+    Example:
+        >>> batch_sizes([100, 250, 1000], max_tokens=TokenBudget(4000, max_batch_size=32)).tolist()
+        [32, 16, 4]
+        >>> batch_sizes([10, 90, 900], max_tokens=TokenBudget(1000, multiple_of=8)).tolist()
+        [96, 8, 1]
+        >>> batch_sizes([10, 5000], max_tokens=TokenBudget(1000, oversize="single")).tolist()
+        [100, 1]
+    """
+
+    max_tokens: int
+    max_batch_size: int | None = None
+    multiple_of: int = 1
+    oversize: str = "error"
+
+    def __post_init__(self) -> None:
+        check_int("max_tokens", self.max_tokens, minimum=1, maximum=_INT64_MAX)
+        if self.max_batch_size is not None:
+            check_int("max_batch_size", self.max_batch_size, minimum=1)
+        check_int("multiple_of", self.multiple_of, minimum=1)
+        check_choice("oversize", self.oversize, OVERSIZE)
+        for name in ("max_tokens", "max_batch_size", "multiple_of"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, int(value))
+
+
+@dataclass(frozen=True)
+class BatchRule:
+    """A validated batch-size rule (build it with :meth:`parse`).
+
+    Attributes:
+        batch_size: the same ``B`` for every cell, or ``None``.
+        per_cell: per-cell sizes (a tuple, a mapping or a callable), or ``None``.
+        budget: the :class:`TokenBudget`, or ``None``.
+    """
+
+    batch_size: int | None = None
+    per_cell: Any = None
+    budget: TokenBudget | None = None
+
+    @classmethod
+    def parse(cls, batch_size: Any, max_tokens: Any) -> BatchRule:
+        """Exactly one of ``batch_size`` (an int or per-cell sizes) and ``max_tokens`` (an int or
+        a :class:`TokenBudget`), validated."""
+        if (batch_size is None) == (max_tokens is None):
+            raise ValueError(
+                "pass exactly one of batch_size (same batch size for every bucket) or max_tokens "
+                f"(batch size = max_tokens // padded size), got batch_size={batch_size!r} and "
+                f"max_tokens={max_tokens!r}"
+            )
+        if max_tokens is not None:
+            if isinstance(max_tokens, TokenBudget):
+                return cls(budget=max_tokens)
+            return cls(budget=TokenBudget(check_int("max_tokens", max_tokens, minimum=1)))
+        if isinstance(batch_size, Mapping) or callable(batch_size):
+            if isinstance(batch_size, Mapping) and not batch_size:
+                raise ValueError("batch_size must not be an empty mapping; give padded length -> B")
+            return cls(per_cell=batch_size if callable(batch_size) else dict(batch_size))
+        if isinstance(batch_size, (list, tuple, np.ndarray)):
+            sizes = tuple(
+                check_int(f"batch_size[{i}]", b, minimum=1) for i, b in enumerate(batch_size)
+            )
+            if not sizes:
+                raise ValueError("batch_size must not be an empty sequence; give one B per bucket")
+            return cls(per_cell=sizes)
+        return cls(batch_size=check_int("batch_size", batch_size, minimum=1))
+
+    @property
+    def oversize(self) -> str:
+        """The oversize policy (``"error"`` without a token budget: nothing can be oversize)."""
+        return self.budget.oversize if self.budget is not None else "error"
+
+    def describe(self) -> str:
+        """The rule as the user wrote it (for messages)."""
+        if self.budget is not None:
+            b = self.budget
+            if (b.max_batch_size, b.multiple_of, b.oversize) == (None, 1, "error"):
+                return f"max_tokens={b.max_tokens}"
+            return f"max_tokens={b!r}"
+        if self.batch_size is not None:
+            return f"batch_size={self.batch_size}"
+        return f"batch_size={self.per_cell!r}"
+
+    def sizes(self, lengths: np.ndarray, size: Size = "sum") -> np.ndarray:
+        """Full batch size ``B`` of every cell (``lengths``: ``(K, D)`` padded lengths).
+
+        Oversize cells get 0 under ``oversize="error"`` / ``"drop"`` (the caller names or drops
+        them) and 1 under ``"single"``. Raises for an impossible budget (NOTE [ The batch-size
+        rule ]).
+        """
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(len(lengths), -1)
+        k = lengths.shape[0]
+        exact = exact_sizes(lengths, size)
+        if self.batch_size is not None:
+            out = [self.batch_size] * k
+        elif self.per_cell is not None:
+            out = self._per_cell(lengths)
+        else:
+            out = self._from_budget(exact)
+        check_elements(out, lengths, exact, self)
+        return np.asarray(out, dtype=np.int64)
+
+    def _per_cell(self, lengths: np.ndarray) -> list[int]:
+        rows = [tuple(int(x) for x in r) for r in lengths]
+        given = self.per_cell
+        if callable(given):
+            return [check_int(f"batch_size{r}", given(r), minimum=1) for r in rows]
+        if isinstance(given, tuple):
+            if len(given) != len(rows):
+                shown = [r[0] if len(r) == 1 else r for r in rows]
+                raise ValueError(
+                    f"batch_size gives {len(given)} batch sizes but the plan has {len(rows)} "
+                    f"buckets (padded lengths {shown}); give one batch size per bucket, a mapping "
+                    "padded length -> batch size, or a callable"
+                )
+            return list(given)
+        out = []
+        for r in rows:
+            key = r[0] if len(r) == 1 and r[0] in given else r
+            if key not in given:
+                raise ValueError(
+                    f"batch_size has no entry for the bucket of padded length "
+                    f"{r[0] if len(r) == 1 else r}; its keys are {sorted(given)[:8]}; give one "
+                    "batch size per planned bucket"
+                )
+            out.append(check_int(f"batch_size[{key!r}]", given[key], minimum=1))
+        return out
+
+    def _from_budget(self, exact: list[int]) -> list[int]:
+        b = self.budget
+        if b is None:  # pragma: no cover - parse() guarantees one of the three
+            raise TypeError("a BatchRule needs batch_size, per-cell sizes or a budget")
+        out: list[int] = []
+        for s in exact:
+            if s == 0:
+                out.append(-1)  # empty cell: sized below
+                continue
+            n = b.max_tokens // s
+            if n == 0:
+                out.append(1 if b.oversize == "single" else 0)
+                continue
+            if b.max_batch_size is not None:
+                n = min(n, b.max_batch_size)
+            if n >= b.multiple_of:
+                n -= n % b.multiple_of
+            out.append(n)
+        if -1 in out:
+            others = [n for n in out if n > 0]
+            if b.max_batch_size is not None:
+                fill = b.max_batch_size
+            elif others:
+                fill = max(others)
+            else:  # every cell is empty: an empty row counts as one token
+                fill = b.max_tokens
+            out = [fill if n == -1 else n for n in out]
+        return out
+
+
+def batch_sizes(
+    boundaries: Any,
+    *,
+    batch_size: Any = None,
+    max_tokens: Any = None,
+    size: Size = "sum",
+) -> np.ndarray:
+    """Full batch size ``B_i`` of each bucket (or joint cell): NOTE [ The batch-size rule ].
+
+    Args:
+        boundaries: padded lengths per bucket, ``(K,)``, or per joint cell, ``(K, D)``.
+        batch_size: the same ``B`` for every bucket, or per-bucket sizes; or
+        max_tokens: ``B_i = max_tokens // size(b_i)`` (an int or a :class:`TokenBudget`).
+        size: ``"sum"``, ``"prod"`` or a callable on the padded lengths tuple.
+
+    Oversize buckets get 0 unless ``TokenBudget(oversize="single")``.
+
+    Example:
+        >>> batch_sizes([100, 250, 1000], max_tokens=4000).tolist()
+        [40, 16, 4]
+        >>> batch_sizes([100, 250, 1000], batch_size=[64, 16, 2]).tolist()
+        [64, 16, 2]
+        >>> batch_sizes([[32, 48], [64, 64]], max_tokens=8192, size="prod").tolist()
+        [5, 2]
+    """
+    rule = BatchRule.parse(batch_size, max_tokens)
+    cells = np.asarray(boundaries, dtype=np.int64)
+    cells = cells[:, None] if cells.ndim == 1 else cells
+    return rule.sizes(cells, resolve_size(size))
+
+
+def exact_sizes(padded: np.ndarray, size: Any) -> list[int]:
+    """Size of each padded shape row as exact Python ints (no int64 wrap-around)."""
+    padded = np.asarray(padded, dtype=np.int64)
+    if size in ("sum", "prod"):
+        if _fits_int64(padded, size):
+            return size_values(padded, size).tolist()
+        fn = sum if size == "sum" else math.prod
+        return [fn(int(x) for x in row) for row in padded]
+    return size_values(padded, size).tolist()
+
+
+def _fits_int64(padded: np.ndarray, size: str) -> bool:
+    if padded.size == 0:
+        return True
+    top = int(padded.max())
+    d = padded.shape[1]
+    if size == "sum":
+        return top <= (_INT64_MAX // max(d, 1))
+    return top <= 1 or d * math.log2(top) < 62
+
+
+def size_values(padded: np.ndarray, size: Any) -> np.ndarray:
+    """Size of each padded shape row of ``padded`` (``(M, D)``): ``"sum"``, ``"prod"`` or a
+    callable taking one padded-lengths tuple of ints and returning an int.
+
+    Sizes that int64 cannot hold saturate at ``2**63 - 1`` (they exceed any ``max_tokens``);
+    :func:`exact_sizes` gives the exact values.
+    """
+    padded = np.asarray(padded, dtype=np.int64)
+    if size in ("sum", "prod"):
+        if _fits_int64(padded, size):
+            return padded.sum(axis=1) if size == "sum" else padded.prod(axis=1)
+        return np.array([min(s, _INT64_MAX) for s in exact_sizes(padded, size)], dtype=np.int64)
+    out = np.empty(padded.shape[0], dtype=np.int64)
+    for i, row in enumerate(padded.tolist()):
+        value = size(tuple(row))
+        if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+            raise ValueError(
+                f"size callable must return a non-negative int, got {value!r} for padded "
+                f"lengths {tuple(row)}"
+            )
+        out[i] = min(int(value), _INT64_MAX)
+    return out
+
+
+def check_elements(batch: Sequence[int], lengths: np.ndarray, exact: list[int], rule: Any) -> None:
+    """Refuse a plan whose batches cannot exist (NOTE [ The batch-size rule ])."""
+    for i, (b, s) in enumerate(zip(batch, exact, strict=True)):
+        row = [int(x) for x in lengths[i]]
+        elements = int(b) * max(1, sum(row), s)
+        if elements > MAX_BATCH_ELEMENTS:
+            shape = (int(b), *row)
+            fix = (
+                "lower batch_size"
+                if getattr(rule, "budget", None) is None
+                else "lower max_tokens, or cap the rows with "
+                "max_tokens=TokenBudget(..., max_batch_size=...)"
+            )
+            raise ValueError(
+                f"{rule.describe()} plans batches of shape {shape}, {elements} padded elements, "
+                f"more than the {MAX_BATCH_ELEMENTS} (2**40) any device can hold; {fix}"
+            )
+
+
+def resolve_size(size: Any) -> Size:
+    """Check the ``size`` rule: ``"sum"``, ``"prod"`` or a callable."""
+    if callable(size) or size in SIZES:
+        return size  # type: ignore[no-any-return]
+    raise ValueError(
+        "size must be one of 'prod', 'sum' or a callable on the padded lengths tuple, "
+        f"got size={size!r}"
+    )

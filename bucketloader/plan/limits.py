@@ -1,0 +1,188 @@
+"""Length filters: ``min_length`` / ``max_length`` per input and what happens to the outliers.
+
+NOTE [ Length filters ]
+``min_length`` and ``max_length`` (an int for every input, or one per input; ``None`` = no
+limit) bound the lengths a plan admits; ``overflow`` says what happens to a sample outside them,
+the same words for a dataset (:meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>`) and a
+stream (:class:`~bucketloader.stream.BucketIterable`):
+
+* ``"error"`` (default): one ``ValueError`` naming how many samples are outside, the first one's
+  index (or stream position) and length, and the options that fix it.
+* ``"drop"``: the sample is left out of the plan (a dataset) or skipped (a stream); counted.
+* ``"truncate"``: a sample longer than ``max_length`` is *planned at* ``max_length`` and cut to
+  its first ``max_length`` elements: a stream cuts it as it reads it, a dataset's collator cuts it
+  when it pads the batch (``PadCollator`` reads the limits from the plan's ``ShapeTable``), so
+  the cut happens once, on the sample that is actually loaded. A sample *shorter* than
+  ``min_length`` cannot be cut longer, so under ``"truncate"`` it is dropped (counted).
+
+Boundaries are fitted on the planned lengths of the samples kept, so a handful of outliers no
+longer costs a bucket (LibriSpeech at k = 16: see ``benchmarks/results/filters.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bucketloader._types import OVERFLOW
+from bucketloader._validation import check_choice, check_int
+
+
+@dataclass(frozen=True)
+class LengthLimits:
+    """Validated per-input length limits and the outlier policy (NOTE [ Length filters ]).
+
+    Attributes:
+        names: the bucketed inputs.
+        min_length: per input, the shortest admitted length (``None``: no limit).
+        max_length: per input, the longest admitted length (``None``: no limit).
+        overflow: ``"error"``, ``"drop"``, ``"truncate"`` (or, for a stream only, a callable
+            ``(sample, max_length) -> sample``).
+
+    Example:
+        >>> lim = LengthLimits.parse(1, 10, "truncate", ("length",))
+        >>> planned, keep, counts = lim.apply(np.array([[0], [4], [12]]))
+        >>> planned.ravel().tolist(), keep.tolist(), counts
+        ([0, 4, 10], [False, True, True], {'too_short': 1, 'too_long': 0, 'truncated': 1})
+    """
+
+    names: tuple[str, ...]
+    min_length: tuple[int | None, ...]
+    max_length: tuple[int | None, ...]
+    overflow: Any = "error"
+
+    @classmethod
+    def parse(
+        cls,
+        min_length: Any,
+        max_length: Any,
+        overflow: Any,
+        names: tuple[str, ...],
+        *,
+        allow_callable: bool = False,
+    ) -> LengthLimits:
+        """Validate the three options against the input names."""
+        if not (allow_callable and callable(overflow)):
+            overflow = check_choice("overflow", overflow, OVERFLOW)
+        lo = _per_input("min_length", min_length, names, minimum=0)
+        hi = _per_input("max_length", max_length, names, minimum=1)
+        for name, a, b in zip(names, lo, hi, strict=True):
+            if a is not None and b is not None and a > b:
+                label = "" if len(names) == 1 else f" for input {name!r}"
+                raise ValueError(
+                    f"min_length must be <= max_length{label}, got min_length={a} and "
+                    f"max_length={b}"
+                )
+        return cls(names=names, min_length=lo, max_length=hi, overflow=overflow)
+
+    @property
+    def active(self) -> bool:
+        """Whether any limit is set."""
+        return any(x is not None for x in (*self.min_length, *self.max_length))
+
+    @property
+    def truncate(self) -> tuple[int | None, ...] | None:
+        """Per-input cut lengths when the policy truncates (``None`` otherwise)."""
+        if self.overflow == "truncate" and any(x is not None for x in self.max_length):
+            return self.max_length
+        return None
+
+    def apply(self, table: np.ndarray) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:
+        """Filter a dataset's ``(N, D)`` lengths.
+
+        Returns ``(planned lengths, kept mask, counts)``; counts are ``too_short``,
+        ``too_long`` (samples left out) and ``truncated`` (samples planned at ``max_length``).
+        Raises the ``"error"`` policy's message.
+        """
+        n = table.shape[0]
+        short = np.zeros(n, dtype=bool)
+        long_ = np.zeros(n, dtype=bool)
+        for d in range(len(self.names)):
+            if self.min_length[d] is not None:
+                bad = table[:, d] < self.min_length[d]
+                if self.overflow == "error" and bad.any():
+                    self._raise(table, d, bad, "min_length")
+                short |= bad
+            if self.max_length[d] is not None:
+                bad = table[:, d] > self.max_length[d]
+                if self.overflow == "error" and bad.any():
+                    self._raise(table, d, bad, "max_length")
+                long_ |= bad
+        planned = table
+        truncated = 0
+        if self.overflow == "truncate":
+            cut = long_ & ~short
+            truncated = int(cut.sum())
+            if truncated:
+                limits = np.array(
+                    [np.iinfo(np.int64).max if m is None else m for m in self.max_length],
+                    dtype=np.int64,
+                )
+                planned = np.minimum(table, limits[None, :])
+            keep = ~short
+            too_long = 0
+        else:
+            keep = ~(short | long_)
+            too_long = int((long_ & ~short).sum())
+        counts = {"too_short": int(short.sum()), "too_long": too_long, "truncated": truncated}
+        return planned, keep, counts
+
+    def _raise(self, table: np.ndarray, d: int, bad: np.ndarray, which: str) -> None:
+        first = int(np.argmax(bad))
+        limit = (self.min_length if which == "min_length" else self.max_length)[d]
+        one = len(self.names) == 1
+        what = "" if one else f"input {self.names[d]!r} "
+        label = which if one else f"{which}[{self.names[d]!r}]"
+        side = "shorter" if which == "min_length" else "longer"
+        fix = (
+            "pass overflow='drop' to leave them out, or lower min_length"
+            if which == "min_length"
+            else "pass overflow='drop' to leave them out or overflow='truncate' to cut them to "
+            "max_length, or raise max_length"
+        )
+        raise ValueError(
+            f"{int(bad.sum())} samples have {what}length {side} than {label}={limit} (the "
+            f"first: index {first}, length {int(table[first, d])}); {fix}"
+        )
+
+    def config(self) -> dict[str, Any]:
+        """JSON-serialisable form (for state checks)."""
+        pol = self.overflow if isinstance(self.overflow, str) else "callable"
+        return {
+            "min_length": list(self.min_length),
+            "max_length": list(self.max_length),
+            "overflow": pol,
+        }
+
+
+def _per_input(
+    name: str, value: Any, names: tuple[str, ...], *, minimum: int
+) -> tuple[int | None, ...]:
+    if value is None:
+        return (None,) * len(names)
+    if isinstance(value, Mapping):
+        unknown = [k for k in value if str(k) not in names]
+        if unknown:
+            raise ValueError(
+                f"{name} names input {unknown[0]!r}, but the inputs are {list(names)}; give "
+                f"{name} per input name (inputs left out have no limit)"
+            )
+        got = {str(k): v for k, v in value.items()}
+        vals = [got.get(n) for n in names]
+    elif isinstance(value, (list, tuple)):
+        if len(value) != len(names):
+            raise ValueError(
+                f"{name} must give one value per input ({len(names)}: {list(names)}), got "
+                f"{len(value)} values: {value!r}"
+            )
+        vals = list(value)
+    else:
+        vals = [value] * len(names)
+    out: list[int | None] = []
+    for n, v in zip(names, vals, strict=True):
+        label = name if len(names) == 1 else f"{name}[{n!r}]"
+        out.append(None if v is None else check_int(label, v, minimum=minimum))
+    return tuple(out)

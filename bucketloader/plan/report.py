@@ -1,0 +1,198 @@
+"""SamplingReport: what a sampler or a stream did with the data (Lhotse's ``get_report``).
+
+NOTE [ Where the report's numbers come from ]
+A map-style sampler's report is *reconstructed from the plan*: the plan is a pure function of
+``(seed, epoch, ranks)``, so every count (samples seen, repeated, dropped, padding per bucket,
+remaining batches) is exact and needs no bookkeeping during iteration; the only state is the
+sampler's position. A stream cannot know its data before reading it, so its workers count as they
+go and write their counters into a small shared-memory table the main process reads (NOTE [ A
+stream's counters across DataLoader workers ] in :mod:`bucketloader.stream._counters`). Both give
+the same :class:`SamplingReport`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from bucketloader.plan.budget import size_values
+from bucketloader.plan.epoch import plan_epoch
+from bucketloader.plan.spec import BucketSpec
+
+#: The totals a report may carry, in display order, with what each counts.
+TOTALS = {
+    "samples": "samples declared (a sampler) or read (a stream)",
+    "planned": "samples the plan admits after the filters",
+    "too_short": "left out: shorter than min_length",
+    "too_long": "left out: longer than max_length (overflow='drop')",
+    "oversize": "left out: do not fit max_tokens (oversize='drop')",
+    "truncated": "planned at max_length and cut (overflow='truncate')",
+    "single": "in batches of one because they exceed max_tokens (oversize='single')",
+    "seen": "distinct samples in the epoch's batches",
+    "repeated": "extra appearances of samples (last_batch 'fill'/'pad' across ranks, weights)",
+    "dropped": "admitted but not in this epoch (last_batch='drop', weights, a stream's tail)",
+    "promoted": "stream: samples batched in a longer bucket to keep ranks in step",
+    "left_over": "stream: samples still buffered when the epoch's steps ran out",
+    "batches": "batches of the epoch on this rank",
+    "padded_rows": "rows of padding (masked) added to keep planned batch shapes",
+}
+
+
+@dataclass(frozen=True)
+class SamplingReport:
+    """Counts and padding of one epoch (see NOTE [ Where the report's numbers come from ]).
+
+    Attributes:
+        epoch: the epoch reported.
+        totals: counts by name (the keys of :data:`TOTALS` that apply).
+        cells: one dict per planned shape: ``shape`` (the full batch shape), ``samples``
+            (admitted samples of the cell, a sampler only), ``batches``, ``rows`` (real rows),
+            ``real`` (real elements, counted by the plan's ``size``) and ``padded`` (elements of
+            the padded batches), over all ranks for a sampler, this rank for a stream.
+        batches_done: batches handed out so far in this epoch (this rank).
+        batches_left: batches still to come in this epoch (this rank), ``None`` if unknown.
+        samples_left: samples in those batches, ``None`` if unknown.
+        source: ``"plan"`` (reconstructed) or ``"stream"`` (counted by the stream's workers).
+
+    Example:
+        >>> from bucketloader import BucketSampler
+        >>> report = BucketSampler([3, 4, 9, 10, 10], num_buckets=2, batch_size=2).report()
+        >>> report.totals["seen"], report.batches_left, round(report.padding, 3)
+        (5, 3, 0.333)
+    """
+
+    epoch: int
+    totals: Mapping[str, int]
+    cells: tuple[Mapping[str, Any], ...]
+    batches_done: int = 0
+    batches_left: int | None = None
+    samples_left: int | None = None
+    source: str = "plan"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def padding(self) -> float:
+        """Padded elements per real element over the epoch's batches (0.0 with none)."""
+        real = sum(int(c["real"]) for c in self.cells)
+        padded = sum(int(c["padded"]) for c in self.cells)
+        return (padded - real) / real if real else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return {
+            "epoch": self.epoch,
+            "source": self.source,
+            "totals": dict(self.totals),
+            "cells": [
+                {k: list(v) if isinstance(v, tuple) else v for k, v in c.items()}
+                for c in self.cells
+            ],
+            "batches_done": self.batches_done,
+            "batches_left": self.batches_left,
+            "samples_left": self.samples_left,
+            "padding": self.padding,
+            **dict(self.extra),
+        }
+
+    def __str__(self) -> str:
+        lines = [f"epoch {self.epoch} ({self.source}): padding {self.padding:.2%}"]
+        for key in TOTALS:
+            if key in self.totals:
+                lines.append(f"  {key:<12} {int(self.totals[key]):>12,}  {TOTALS[key]}")
+        left = "?" if self.batches_left is None else f"{self.batches_left:,}"
+        lines.append(f"  batches done {self.batches_done:,}, left {left}")
+        lines.append(f"  {'shape':<24} {'batches':>9} {'rows':>10} {'padding':>9}")
+        for c in self.cells:
+            real, padded = int(c["real"]), int(c["padded"])
+            pad = f"{(padded - real) / real:.2%}" if real else "-"
+            shape = "x".join(map(str, c["shape"]))
+            lines.append(f"  {shape:<24} {int(c['batches']):>9,} {int(c['rows']):>10,} {pad:>9}")
+        return "\n".join(lines)
+
+
+def plan_report(
+    spec: BucketSpec,
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    num_replicas: int,
+    rank: int,
+    weights: Any = None,
+    longest_first: bool = False,
+    batches_done: int = 0,
+) -> SamplingReport:
+    """The exact report of one epoch of ``spec``, from the plans of all ranks."""
+    plans = [
+        plan_epoch(
+            spec,
+            seed=seed,
+            epoch=epoch,
+            shuffle=shuffle,
+            num_replicas=num_replicas,
+            rank=r,
+            weights=weights,
+            longest_first=longest_first,
+        )
+        for r in range(num_replicas)
+    ]
+    n = spec.cell_of_sample.size
+    k = spec.cells.num_cells
+    everything = np.concatenate([p.indices for p in plans])
+    appear = np.bincount(everything, minlength=n)
+    planned = spec.num_planned
+    seen = int((appear > 0).sum())
+    sizes = np.concatenate([np.diff(p.offsets) for p in plans])
+    cells = np.concatenate([p.cells for p in plans])
+    full = spec.cell_batch[cells]
+    alloc = full if spec.last_batch in ("pad", "fill") else sizes
+    sample_size = size_values(spec.planned_lengths(), spec.size)
+    cell_size = size_values(spec.cell_lengths, spec.size)
+    batch_of = np.repeat(cells, sizes)
+    real = np.bincount(batch_of, weights=sample_size[everything], minlength=k)
+    rows = np.bincount(batch_of, minlength=k)
+    batches = np.bincount(cells, minlength=k)
+    padded = np.bincount(cells, weights=alloc * cell_size[cells], minlength=k)
+    filtered = dict(spec.filtered or {})
+    totals = {
+        "samples": n,
+        "planned": planned,
+        **{key: int(filtered.get(key, 0)) for key in ("too_short", "too_long", "oversize")},
+        "truncated": int(filtered.get("truncated", 0)),
+    }
+    budget = spec.rule.budget if spec.rule is not None else None
+    if budget is not None and budget.oversize == "single":
+        over = cell_size > budget.max_tokens
+        totals["single"] = int(spec.counts[over].sum())
+    totals.update(
+        seen=seen,
+        repeated=int(appear.sum()) - seen,
+        dropped=planned - seen,
+        batches=len(plans[rank]),
+        padded_rows=int(alloc.sum() - sizes.sum()),
+    )
+    mine = plans[rank]
+    done = min(batches_done, len(mine))
+    cell_rows = tuple(
+        {
+            "shape": tuple(int(x) for x in (spec.cell_batch[c], *spec.cell_lengths[c])),
+            "samples": int(spec.counts[c]),
+            "batches": int(batches[c]),
+            "rows": int(rows[c]),
+            "real": int(real[c]),
+            "padded": int(padded[c]),
+        }
+        for c in range(k)
+    )
+    return SamplingReport(
+        epoch=epoch,
+        totals=totals,
+        cells=cell_rows,
+        batches_done=done,
+        batches_left=len(mine) - done,
+        samples_left=int(mine.offsets[-1] - mine.offsets[done]),
+        source="plan",
+    )

@@ -1,0 +1,364 @@
+"""A stream split over ranks (NOTE [ A stream split over ranks ]): equal steps and equal shapes
+per step on every rank whatever the shards hold, the planned fallback counted, DataLoader
+workers, exact resume, the report from the main process, and validation at the call.
+
+Ranks are simulated in one process here (the schedule comes from a ``BucketSpec``, so no process
+group is needed); ``tests/test_distributed.py`` runs real gloo processes."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+from conftest import load_real
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bucketloader import BucketSampler
+from bucketloader.plan import BucketSpec, PlannedBatch, TokenBudget
+from bucketloader.stream import BucketIterable, bucketize, estimate
+
+
+@pytest.fixture(scope="module")
+def europarl():
+    return load_real("europarl")[:6000, 1]
+
+
+def _samples(lengths, offset=0):
+    return [{"id": offset + i, "input_ids": [1] * int(n)} for i, n in enumerate(lengths)]
+
+
+def _streams(shards, spec, steps, **kw):
+    options = {"max_tokens": 2048, "seed": 1, **kw}
+    return [
+        BucketIterable(
+            shard,
+            length_fn="input_ids",
+            boundaries=spec,
+            num_replicas=len(shards),
+            rank=r,
+            steps_per_epoch=steps,
+            **options,
+        )
+        for r, shard in enumerate(shards)
+    ]
+
+
+def _run(streams, workers=0):
+    out = []
+    for s in streams:
+        loader = torch.utils.data.DataLoader(
+            s, batch_size=None, num_workers=workers, collate_fn=lambda b: b
+        )
+        out.append(list(loader))
+    return out
+
+
+def check_in_step(streams, runs, steps):
+    """Every rank: exactly ``steps`` batches; at each step the same planned shape; every batch
+    fits its shape; the counters add up."""
+    assert [len(r) for r in runs] == [steps] * len(runs)
+    promised = set(streams[0].shapes)
+    for t in range(steps):
+        shapes = {b[t].planned_shape for b in runs}
+        assert len(shapes) == 1, f"step {t}: ranks disagree {shapes}"
+        (shape,) = shapes
+        assert shape in promised
+        for r in runs:
+            batch = r[t]
+            assert 1 <= len(batch) <= shape[0] and 0 <= batch.num_real <= len(batch)
+            assert max(len(s["input_ids"]) for s in batch) <= shape[1]
+    for s, r in zip(streams, runs, strict=True):
+        t = s.report().totals
+        rows = Counter(x["id"] for b in r for x in b[: b.num_real])
+        assert sum(rows.values()) - len(rows) == t["repeated"]
+        assert t["batches"] == steps
+        assert t["padded_rows"] == sum(b.planned_shape[0] - b.num_real for b in r)
+
+
+@pytest.mark.parametrize("layout", ["round_robin", "sorted", "uneven"])
+@pytest.mark.parametrize("num_replicas", [2, 4])
+def test_ranks_make_equal_steps_with_equal_shapes(europarl, layout, num_replicas):
+    spec = BucketSpec.build(europarl, num_buckets=5, max_tokens=2048)
+    samples = _samples(europarl)
+    if layout == "round_robin":
+        shards = [samples[r::num_replicas] for r in range(num_replicas)]
+    elif layout == "sorted":  # the worst case: each rank holds one band of lengths
+        order = sorted(samples, key=lambda s: len(s["input_ids"]))
+        shards = [list(c) for c in np.array_split(np.array(order, dtype=object), num_replicas)]
+    else:  # one rank has a tenth of the others' data
+        cut = len(samples) // (10 * num_replicas)
+        shards = [samples[:cut]] + [
+            samples[cut + r :: num_replicas] for r in range(num_replicas - 1)
+        ]
+    steps = int(spec.num_steps(num_replicas).sum())  # what a map-style sampler would make
+    streams = _streams(shards, spec, steps, shuffle_buffer=32)
+    runs = _run(streams)
+    check_in_step(streams, runs, steps)
+    totals = [s.report().totals for s in streams]
+    if layout == "round_robin":  # balanced shards: about the sampler's padding
+        sampler = BucketSampler(spec, num_replicas=num_replicas, rank=0)
+        assert all(s.report().padding < sampler.report().padding + 0.05 for s in streams)
+        assert all(t["left_over"] < 0.03 * len(europarl) / num_replicas for t in totals)
+    if layout == "sorted":  # no rank has the lengths the schedule asks for: fallback
+        assert sum(t["promoted"] + t["padded_rows"] for t in totals) > steps
+    if layout == "uneven":  # the small shard runs dry: padding-only steps, still in step
+        assert sum(b.num_real == 0 for b in runs[0]) > steps // 2
+        assert totals[0]["repeated"] == 0 and totals[1]["padded_rows"] < totals[0]["padded_rows"]
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    shard_sizes=st.lists(st.integers(1, 80), min_size=2, max_size=3),
+    steps=st.integers(1, 30),
+    seed=st.integers(0, 3),
+    last_batch=st.sampled_from(["pad", "fill"]),
+    shuffle=st.sampled_from([0, 7]),
+)
+def test_any_shards_any_steps_stay_in_step(shard_sizes, steps, seed, last_batch, shuffle):
+    rng = np.random.default_rng(seed)
+    spec = BucketSpec.build(rng.integers(1, 60, 300), boundaries=[15, 30, 59], batch_size=4)
+    shards, start = [], 0
+    for n in shard_sizes:
+        lengths = rng.integers(1, 60, n)
+        shards.append(_samples(lengths, start))
+        start += n
+    streams = [
+        BucketIterable(
+            shard,
+            length_fn="input_ids",
+            boundaries=spec,
+            batch_size=4,
+            num_replicas=len(shards),
+            rank=r,
+            steps_per_epoch=steps,
+            seed=seed,
+            shuffle_buffer=shuffle,
+            last_batch=last_batch,
+        )
+        for r, shard in enumerate(shards)
+    ]
+    runs = [list(s) for s in streams]
+    check_in_step(streams, runs, steps)
+    if last_batch == "fill":
+        assert all(len(b) == b.planned_shape[0] for r in runs for b in r)
+
+
+def test_collated_batches_take_the_planned_shape_even_when_promoted(europarl):
+    spec = BucketSpec.build(europarl, num_buckets=5, max_tokens=2048)
+    order = sorted(_samples(europarl), key=lambda s: len(s["input_ids"]))
+    shards = [order[: len(order) // 2], order[len(order) // 2 :]]
+    streams = _streams(shards, spec, 40)
+    collate = streams[0].collator()
+    runs = _run(streams)
+    promoted = 0
+    for t in range(40):
+        shapes = {tuple(collate(r[t])["input_ids"].shape) for r in runs}
+        assert shapes == {runs[0][t].planned_shape}
+        promoted += sum(
+            max(len(s["input_ids"]) for s in r[t]) < r[t].planned_shape[1] for r in runs
+        )
+    assert promoted > 0
+
+
+def test_a_step_with_nothing_that_fits_is_padding_only():
+    spec = BucketSpec.build([2, 3, 30, 40], boundaries=[5, 40], batch_size=2)
+    only_long = BucketIterable(
+        _samples([30, 35, 40]),
+        length_fn="input_ids",
+        boundaries=spec,
+        batch_size=2,
+        num_replicas=2,
+        rank=1,
+        steps_per_epoch=6,
+    )
+    batches = list(only_long)
+    assert len(batches) == 6
+    short = [b for b in batches if b.planned_shape == (2, 5)]
+    assert short and all(b.num_real == 0 for b in short)  # nothing of length <= 5 here
+    assert sum(b.num_real for b in batches) == 3  # the long samples, once each
+    empty = [b for b in short if len(b[0]["input_ids"]) == 5]  # a stand-in cut to the bucket
+    out = only_long.collator()(empty[0])
+    assert out["input_ids"].shape == (2, 5) and not out["sample_mask"].any()
+    assert not out["attention_mask"].any() and out["lengths"].tolist() == [0, 0]
+    with pytest.raises(ValueError, match=r"rank 1, DataLoader worker 0: step 0 .* shard is empty"):
+        list(
+            BucketIterable(
+                [],
+                length_fn="input_ids",
+                boundaries=spec,
+                batch_size=2,
+                num_replicas=2,
+                rank=1,
+                steps_per_epoch=2,
+            )
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["list", "hf"])
+def test_workers_resume_exactly(europarl, kind):
+    lengths = europarl[:3000]
+    spec = BucketSpec.build(lengths, num_buckets=4, max_tokens=2048)
+
+    def make():
+        if kind == "hf":
+            datasets = pytest.importorskip("datasets")
+            source = datasets.Dataset.from_dict(
+                {"id": list(range(len(lengths))), "input_ids": [[1] * int(n) for n in lengths]}
+            ).to_iterable_dataset(num_shards=4)
+        else:
+            source = _samples(lengths)
+        return BucketIterable(
+            source,
+            length_fn="input_ids",
+            boundaries=spec,
+            max_tokens=2048,
+            num_replicas=2,
+            rank=0,
+            steps_per_epoch=41,
+            shuffle_buffer=16,
+            seed=5,
+        )
+
+    def ids(loader_or_list):
+        return [[s["id"] for s in b] for b in loader_or_list]
+
+    def loader(stream):
+        return torch.utils.data.DataLoader(
+            stream, batch_size=None, num_workers=2, collate_fn=lambda b: b
+        )
+
+    full = ids(loader(make()))
+    assert len(full) == 41
+    k = 20 if kind == "hf" else 13  # HF shards itself by worker id: resume at a multiple of 2
+    first = make()
+    head = []
+    for i, batch in enumerate(loader(first)):
+        head.append([s["id"] for s in batch])
+        if i + 1 == k:
+            break
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=k)))
+    assert state["skip"] == [len(range(0, k, 2)), len(range(1, k, 2))]
+    again = make()
+    again.load_state_dict(state)
+    assert head + ids(loader(again)) == full
+    if kind == "hf":
+        with pytest.raises(ValueError, match="save the state after a multiple of num_workers"):
+            first.state_dict(batches_consumed=13)
+
+
+@pytest.mark.slow
+def test_report_and_resume_behind_workers_without_ranks(europarl):
+    """A one-pass stream under 2 workers: the main process sees the counters, and a state taken
+    mid-epoch (workers ending at different times) resumes exactly."""
+    lengths = europarl[:2500]
+    samples = _samples(lengths)
+
+    def make():
+        return bucketize(
+            samples,
+            length_fn="input_ids",
+            boundaries=[10, 20, 40, 113],
+            max_tokens=TokenBudget(1024, max_batch_size=64),
+            min_length=1,
+            overflow="drop",
+            shuffle_buffer=20,
+            seed=2,
+        )
+
+    def loader(stream):
+        return torch.utils.data.DataLoader(
+            stream, batch_size=None, num_workers=2, collate_fn=lambda b: b
+        )
+
+    stream = make()
+    full = [[s["id"] for s in b] for b in loader(stream)]
+    report = stream.report()  # the main process never iterated
+    t = report.totals
+    assert t["samples"] == len(lengths) and t["batches"] == len(full)
+    assert t["too_short"] == int((lengths == 0).sum())
+    assert sum(c["rows"] for c in report.cells) == sum(map(len, full))
+    assert report.batches_left == 0
+    assert report.extra["workers"] == report.extra["workers_counted"] == 2
+    assert stream.stats["read"] == len(lengths)
+    for k in (1, len(full) // 2, len(full) - 2):
+        first = make()
+        head = []
+        for i, b in enumerate(loader(first)):
+            head.append([s["id"] for s in b])
+            if i + 1 == k:
+                break
+        state = json.loads(json.dumps(first.state_dict(batches_consumed=k)))
+        again = make()
+        again.load_state_dict(state)
+        assert head + [[s["id"] for s in b] for b in loader(again)] == full, f"after {k}"
+
+
+def test_in_process_resume_of_a_split_stream(europarl):
+    spec = BucketSpec.build(europarl, num_buckets=5, max_tokens=2048)
+    shard = _samples(europarl)[1::2]
+
+    def make():
+        return BucketIterable(
+            shard,
+            length_fn="input_ids",
+            boundaries=spec,
+            max_tokens=2048,
+            num_replicas=2,
+            rank=1,
+            steps_per_epoch=50,
+            shuffle_buffer=40,
+        )
+
+    full = [[s["id"] for s in b] for b in make()]
+    for k in (0, 17, 50):
+        first = make()
+        it = iter(first)
+        head = [[s["id"] for s in next(it)] for _ in range(k)]
+        second = make()
+        second.load_state_dict(json.loads(json.dumps(first.state_dict())))
+        assert head + [[s["id"] for s in b] for b in second] == full
+        assert len(second) == 50
+
+
+def test_validation_at_the_call(europarl):
+    with pytest.raises(TypeError, match=r"source must be an iterable of samples .* got int 5"):
+        bucketize(5, boundaries=[4], batch_size=1)
+    kw = {"length_fn": "input_ids", "boundaries": [20, 113], "batch_size": 4}
+    stream = BucketIterable(_samples(europarl[:50]), **kw)
+    good = stream.state_dict()
+    for bad, exc, match in [
+        ({}, ValueError, "with format 2 or 3, got format None"),
+        ([1], TypeError, "state must be a dict"),
+        ({"format": 3}, ValueError, "state is missing 'config'"),
+        ({**good, "epoch": -1}, ValueError, r"state\['epoch'\] must be a int"),
+        ({**good, "format": 3, "workers": 2, "skip": [1]}, ValueError, r"state\['skip'\]"),
+        ({**good, "config": {}}, ValueError, "configuration keys"),
+    ]:
+        with pytest.raises(exc, match=match):
+            stream.load_state_dict(bad)
+    with pytest.raises(ValueError, match="needs steps_per_epoch"):
+        BucketIterable(_samples(europarl[:50]), num_replicas=2, rank=0, **kw)
+    with pytest.raises(ValueError, match="last_batch must be 'pad'"):
+        BucketIterable(_samples([3]), steps_per_epoch=3, last_batch="keep", **kw)
+    with pytest.raises(ValueError, match="sums the counts over ranks, which needs an initialised"):
+        BucketIterable(_samples([3]), steps_per_epoch=3, num_replicas=2, rank=0, **kw)
+    with pytest.raises(ValueError, match=r"estimate\(...\) on 2 ranks needs an initialised"):
+        BucketIterable(
+            _samples(europarl[:50]),
+            length_fn="input_ids",
+            boundaries=estimate(3),
+            batch_size=4,
+            steps_per_epoch=3,
+            num_replicas=2,
+            rank=0,
+        )
+    with pytest.raises(TypeError, match="pass steps_per_epoch for a length"):
+        len(stream)
+    assert isinstance(
+        next(iter(BucketIterable(_samples([3]), steps_per_epoch=1, **kw))), PlannedBatch
+    )
