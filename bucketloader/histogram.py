@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._validation import as_lengths, check_int
+from bucketloader._validation import MAX_LENGTH, as_lengths, check_int
 
 #: Bump when the canonical encoding of a histogram changes (it keys the solution cache).
 HISTOGRAM_FORMAT = 1
@@ -37,18 +37,28 @@ class LengthHistogram:
     counts: np.ndarray
 
     def __post_init__(self) -> None:
-        values = np.ascontiguousarray(self.values, dtype=np.int64)
-        counts = np.ascontiguousarray(self.counts, dtype=np.int64)
-        if values.ndim != 1 or values.shape != counts.shape or values.size == 0:
+        values = np.ascontiguousarray(as_lengths(self.values, name="values"))
+        counts = np.ascontiguousarray(as_lengths(self.counts, name="counts"))
+        if values.shape != counts.shape:
             raise ValueError(
                 "LengthHistogram needs 1-D values and counts of the same non-zero size, got "
                 f"values of shape {values.shape} and counts of shape {counts.shape}"
             )
-        if (np.diff(values) <= 0).any() or values[0] < 0 or (counts <= 0).any():
+        if (np.diff(values) <= 0).any() or (counts <= 0).any():
             raise ValueError(
                 "LengthHistogram values must be strictly increasing non-negative ints with "
                 "positive counts; build one with LengthHistogram.from_lengths(lengths)"
             )
+        if int(counts.max()) * counts.size > MAX_LENGTH and _exact_sum(counts) > MAX_LENGTH:
+            raise ValueError(
+                f"LengthHistogram counts must sum to less than 2**62 samples, got "
+                f"{_exact_sum(counts)}"
+            )
+        # read-only copies: never freeze (or later see changes to) the caller's arrays
+        if values.flags.writeable and np.may_share_memory(values, self.values):
+            values = values.copy()
+        if counts.flags.writeable and np.may_share_memory(counts, self.counts):
+            counts = counts.copy()
         values.setflags(write=False)
         counts.setflags(write=False)
         object.__setattr__(self, "values", values)
@@ -93,6 +103,11 @@ class LengthHistogram:
                 arr = arr[rng.choice(arr.size, size=sample_size, replace=False)]
             values, counts = _count(arr)
         if bin_width > 1:
+            if bin_width > MAX_LENGTH or -(-int(values[-1]) // bin_width) * bin_width > MAX_LENGTH:
+                raise ValueError(
+                    f"bin_width={bin_width} rounds the longest length {int(values[-1])} up past "
+                    "2**62 - 1, the longest length bucketloader supports; use a smaller bin_width"
+                )
             binned = -(-values // bin_width) * bin_width
             values, start = np.unique(binned, return_index=True)
             counts = np.add.reduceat(counts, start)
@@ -100,7 +115,7 @@ class LengthHistogram:
 
     @property
     def num_samples(self) -> int:
-        """Total number of samples."""
+        """Total number of samples (below 2**62, checked at construction)."""
         return int(self.counts.sum())
 
     @property
@@ -120,8 +135,10 @@ class LengthHistogram:
 
     @property
     def total(self) -> int:
-        """Sum of all lengths (the real, non-pad elements)."""
-        return int(np.dot(self.values, self.counts))
+        """Sum of all lengths (the real, non-pad elements), exact whatever its size."""
+        if self.max * self.num_samples <= MAX_LENGTH:  # int64 is exact
+            return int(np.dot(self.values, self.counts))
+        return sum(v * c for v, c in zip(self.values.tolist(), self.counts.tolist(), strict=True))
 
     def quantile(self, q: float | np.ndarray) -> np.ndarray:
         """Lower quantile(s) of the lengths, as ``np.percentile(..., method="lower")`` at 100·q."""
@@ -154,6 +171,10 @@ class LengthHistogram:
             f"LengthHistogram(num_samples={self.num_samples}, num_values={self.num_values}, "
             f"min={self.min}, max={self.max})"
         )
+
+
+def _exact_sum(counts: np.ndarray) -> int:
+    return sum(counts.tolist())
 
 
 def _count(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
