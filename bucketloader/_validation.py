@@ -14,6 +14,21 @@ from typing import Any
 import numpy as np
 
 
+class MissingKeyError(KeyError, ValueError):
+    """An argument names a key, column or field that does not exist.
+
+    A ``ValueError`` like every argument error (one voice), and a ``KeyError`` for code that
+    catches failed lookups; its message prints as written (not quoted like a ``KeyError``'s).
+
+    Example:
+        >>> str(MissingKeyError("column 'x' not found; the dataset has columns ['y']"))
+        "column 'x' not found; the dataset has columns ['y']"
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 def check_int(
     name: str,
     value: Any,
