@@ -158,7 +158,7 @@ class BucketCache:
         """The cached solution of ``key``, or ``None`` (missing or unusable, with one warning)."""
         sol, problem = self._read(key)
         if problem:
-            self._warn(problem)
+            self._warn(problem, once=("entry", problem))
         return sol
 
     def put(self, hist: LengthHistogram, solution: Solution) -> str | None:

@@ -78,8 +78,8 @@ def equal_mass(hist: LengthHistogram, num_buckets: int) -> np.ndarray:
     mass_list = np.cumsum(np.asarray(hist.values, dtype=object) * hist.counts).tolist()
     if k <= _DENSE_MAX:
         scaled = [m * k for m in mass_list]
-        idx = [bisect.bisect_left(scaled, j * total) for j in range(1, k)]
-        return np.unique(np.append(hist.values[idx], hist.max))
+        picks = [bisect.bisect_left(scaled, j * total) for j in range(1, k)]
+        return np.unique(np.append(hist.values[picks], hist.max))
     keep = []  # value t is a boundary iff some j in 1..k-1 has mass_{t-1}·k < j·total <= mass_t·k
     prev = 0
     for t, m in enumerate(mass_list):
@@ -106,8 +106,8 @@ def linear(hist: LengthHistogram, num_buckets: int) -> np.ndarray:
         return hist.values[-1:].copy()
     if k <= _DENSE_MAX:
         q, r = divmod(span, k)  # span·i/k = q·i + r·i/k, with r·i < k² <= 2**32
-        i = np.arange(1, k + 1, dtype=np.int64)
-        return np.unique(lo + q * i + (-(-(r * i) // k)))
+        steps = np.arange(1, k + 1, dtype=np.int64)
+        return np.unique(lo + q * steps + (-(-(r * steps) // k)))
     edges = set()
     for v in hist.values.tolist():  # only the edge of each length's bucket: the first i
         i = max(1, (v - lo - 1) * k // span + 1)  # with ceil(span·i/k) >= v - lo
