@@ -20,6 +20,18 @@ masked scatter (its cost grows with the elements, the others' with the samples);
 the interleaved concatenate when the variable dim is the first, else per-sample copies (also the
 fallback for CUDA or grad-requiring tensors).
 
+NOTE [ One dtype per field, no value lost ]
+A field's output dtype is the promotion of its samples' dtypes, as ``torch.result_type`` /
+``default_collate`` (``torch.cat``) would give it: ``[int64, float32] -> float32``,
+``[int8, int64] -> int64``, ``[uint8, int8] -> int16``; a batch of one dtype keeps it. Promotion
+must not change a value: an integer sample going to a float dtype that cannot hold it exactly
+(``2**24 + 1`` to ``float32``) raises a ``ValueError`` naming the field, the dtypes and the value,
+instead of rounding it; dtypes torch cannot promote (``uint64`` with ``int64``) and arrays of
+non-numbers (numpy ``object`` or ``str``) raise a ``TypeError`` naming the field. Flat lists of
+Python numbers follow ``torch.tensor``: all bools give ``bool``, ints (bools mixed in) ``int64``,
+any float the default float dtype (``float32``), an int it cannot hold exactly raising as above.
+The pad value must fit the promoted dtype (``-1`` does not fit ``bool``, ``1e5`` not ``float16``).
+
 NOTE [ Why the masked scatter is exact ]
 Row-major order over ``(batch, t)`` visits the real positions of row ``i`` as ``t = 0..L_i-1``
 (right padding) or ``t = T-L_i..T-1`` (left padding), in sample order, which is exactly the order
@@ -29,10 +41,12 @@ trailing fixed dims ride along as the rows of the scatter.
 
 from __future__ import annotations
 
+import array
 import functools
 import itertools
 import math
 import numbers
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -65,13 +79,78 @@ def sequence_mask(lengths: np.ndarray, size: int, rows: int, side: str) -> np.nd
     return mask
 
 
-def list_dtype(first: Any) -> torch.dtype:
-    """Torch dtype for a flat list of Python numbers, from its first element."""
-    if isinstance(first, (bool, np.bool_)):
-        return torch.bool
-    if isinstance(first, numbers.Integral):
-        return torch.int64
-    return torch.float32
+def list_values(values: Sequence[Any], key: Any, total: int) -> tuple[np.ndarray, torch.dtype]:
+    """The ``total`` numbers of a field's flat lists, concatenated, and the field's dtype.
+
+    Ints take one exact C pass (``array.fromlist`` rejects floats, strings and ints past int64
+    instead of truncating or parsing them, as ``np.fromiter`` would); anything else goes through
+    :func:`_typed_list_values`, which types every element (NOTE [ One dtype per field, no value
+    lost ]).
+    """
+    first = next((v[0] for v in values if len(v)), None)
+    if first is None:
+        return np.zeros(0, dtype=np.int64), torch.int64
+    if isinstance(first, numbers.Integral) and not isinstance(first, (bool, np.bool_)):
+        buf = array.array("q")
+        try:
+            for v in values:
+                if type(v) is list:
+                    buf.fromlist(v)
+                else:
+                    buf.extend(v)
+        except (TypeError, OverflowError):
+            pass  # a float, a string or an int past int64 somewhere: type every element
+        else:
+            return np.frombuffer(buf, dtype=np.int64), torch.int64
+    return _typed_list_values(values, key, total)
+
+
+def _typed_list_values(
+    values: Sequence[Any], key: Any, total: int
+) -> tuple[np.ndarray, torch.dtype]:
+    chain = itertools.chain.from_iterable
+    kinds = set(map(type, chain(values)))
+    bad = [k for k in kinds if not issubclass(k, (numbers.Real, np.bool_))]
+    if bad:
+        pos = next(p for p, v in enumerate(values) if any(type(x) in bad for x in v))
+        raise TypeError(
+            f"field {key!r} holds lists with {bad[0].__name__} values (the sample at batch "
+            f"position {pos}), but only flat lists of numbers can be padded; use tensors or "
+            "numpy arrays for nested data, or leave the field out of fields={...}"
+        )
+    if all(issubclass(k, (bool, np.bool_)) for k in kinds):
+        return np.fromiter(chain(values), dtype=np.bool_, count=total), torch.bool
+    if all(issubclass(k, (numbers.Integral, np.bool_)) for k in kinds):
+        ints = [int(x) for x in chain(values)]
+        big = next((x for x in ints if not _INT64_MIN <= x <= _INT64_MAX), None)
+        if big is not None:
+            raise ValueError(
+                f"field {key!r} holds the int {big}, which int64 cannot hold; store the field "
+                "as numpy arrays of a dtype that holds it (e.g. float64 or object lengths)"
+            )
+        return np.array(ints, dtype=np.int64), torch.int64
+    dtype = torch.get_default_dtype()  # Python floats, as torch.tensor([0.5]) gives them
+    np_dtype = _NP_FLOAT[dtype]
+    items = list(chain(values))
+    for x in items:
+        if isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)):
+            with np.errstate(over="ignore"):
+                exact = int(x) == int(np_dtype(x)) if np.isfinite(np_dtype(x)) else False
+            if not exact:
+                raise ValueError(
+                    f"field {key!r} mixes ints and floats in its lists; the float dtype they "
+                    f"are promoted to ({dtype}, as torch.tensor would give) cannot hold the int "
+                    f"{int(x)} exactly; store the field as float64 or int64 arrays instead"
+                )
+    try:
+        flat = np.array(items, dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"field {key!r} holds a number too large for a float") from None
+    return flat, dtype
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_NP_FLOAT = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}
 
 
 def _alloc(shape: tuple[int, ...], value: Any, dtype: torch.dtype, key: Any, fill: bool):
@@ -89,12 +168,97 @@ def _alloc(shape: tuple[int, ...], value: Any, dtype: torch.dtype, key: Any, fil
 
 @functools.lru_cache(maxsize=256)
 def _fits(value: Any, dtype: torch.dtype) -> bool:
+    """Whether ``dtype`` holds ``value`` exactly (floats: finite values within range; an
+    infinite or NaN pad value is taken as meant)."""
     if dtype == torch.bool:
         return value in (0, 1)
-    if dtype.is_floating_point or dtype.is_complex:
+    if dtype.is_complex:
         return True
+    f = float(value)
+    if dtype.is_floating_point:
+        return not math.isfinite(f) or abs(f) <= torch.finfo(dtype).max
+    if not math.isfinite(f):
+        return False
     info = torch.iinfo(dtype)
-    return float(value) == int(value) and info.min <= int(value) <= info.max
+    return f == int(value) and info.min <= int(value) <= info.max
+
+
+def field_dtype(values: Sequence[Any], key: Any) -> tuple[Sequence[Any], torch.dtype, bool]:
+    """``(values, dtype, is_numpy)`` of a field's tensors / arrays: the one dtype of the batch,
+    or every sample converted to the promoted dtype (NOTE [ One dtype per field, no value lost ]).
+    """
+    first = values[0]
+    is_np = isinstance(first, np.ndarray)
+    dtypes = set(map(_DTYPE, values)) if len(values) > 1 else {first.dtype}
+    if len(dtypes) == 1:
+        if not is_np:
+            return values, first.dtype, False
+        dtype = _torch_dtype(first.dtype)
+        if dtype is not None:
+            return values, dtype, True
+    return _promote(values, dtypes, key, is_np)
+
+
+_DTYPE = operator.attrgetter("dtype")
+
+
+@functools.lru_cache(maxsize=64)
+def _torch_dtype(dtype: np.dtype) -> torch.dtype | None:
+    """The torch dtype of a numpy dtype (``None``: none, or not in native byte order)."""
+    if dtype.kind not in "biufc" or not dtype.isnative:
+        return None
+    try:
+        return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    except TypeError:
+        return None
+
+
+def _promote(
+    values: Sequence[Any], dtypes: set[Any], key: Any, is_np: bool
+) -> tuple[list[torch.Tensor], torch.dtype, bool]:
+    names = sorted({str(d) for d in dtypes})
+    tensors = []
+    for pos, v in enumerate(values):
+        if isinstance(v, np.ndarray):
+            if v.dtype.kind not in "biufc":
+                raise TypeError(
+                    f"field {key!r} holds a numpy array of dtype {v.dtype} (the sample at batch "
+                    f"position {pos}), but only numbers can be padded into a tensor; convert it "
+                    "(e.g. with .astype(np.int64)) or leave the field out of fields={...}"
+                )
+            native = v.dtype.newbyteorder("=")
+            if _torch_dtype(native) is None:
+                raise TypeError(
+                    f"field {key!r} holds a numpy array of dtype {v.dtype} (the sample at batch "
+                    f"position {pos}), which torch has no dtype for; convert it with .astype(...)"
+                )
+            v = torch.from_numpy(np.ascontiguousarray(v, dtype=native))
+        tensors.append(v)
+    try:
+        target = functools.reduce(torch.promote_types, {t.dtype for t in tensors})
+    except (RuntimeError, TypeError) as exc:
+        raise TypeError(
+            f"field {key!r} mixes samples of dtypes {names}, which torch cannot promote to one "
+            f"dtype ({exc}); cast the samples to one dtype in the dataset"
+        ) from None
+    out = []
+    for pos, t in enumerate(tensors):
+        if t.dtype != target:
+            converted = t.to(target)
+            if not (t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool):
+                back = (converted.real if converted.is_complex() else converted).to(t.dtype)
+                lost = back != t.detach()
+                if lost.any():
+                    value = t.detach()[lost].reshape(-1)[0].item()
+                    raise ValueError(
+                        f"field {key!r} mixes samples of dtypes {names}; promoting them to "
+                        f"{target} (as torch.result_type does) would change the value {value} "
+                        f"of the sample at batch position {pos}; cast the field to one dtype "
+                        "that holds every value (e.g. float64 or int64) in the dataset"
+                    )
+            t = converted
+        out.append(t)
+    return out, target, False
 
 
 def _fill(out: torch.Tensor, value: Any) -> None:
@@ -153,17 +317,18 @@ def pad_field(
     first = values[0]
     n = len(values)
     if isinstance(first, (list, tuple)):
-        dtype = list_dtype(next((v[0] for v in values if len(v)), 0))
+        flat_values, dtype = list_values(values, key, int(lengths.sum()))
         out = _alloc((rows, targets[0]), pad_value, dtype, key, fill=True)
-        if mask is None:
-            mask = sequence_mask(lengths[:, 0], targets[0], rows, side)
-        _scatter_lists(out, values, int(lengths.sum()), mask, key)
+        if flat_values.size:
+            if mask is None:
+                mask = sequence_mask(lengths[:, 0], targets[0], rows, side)
+            out.numpy()[mask] = flat_values
         return out
+    values, dtype, is_np = field_dtype(values, key)
+    first = values[0]
     shape = list(first.shape)
     for d, t in zip(dims, targets, strict=True):
         shape[d] = t
-    is_np = isinstance(first, np.ndarray)
-    dtype = torch.from_numpy(np.empty(0, dtype=first.dtype)).dtype if is_np else first.dtype
     per_sample = math.prod(shape)
     if dims == (0,) and per_sample > MASKED_MAX_ELEMENTS and cache is not None:
         out = _alloc((rows, *shape), pad_value, dtype, key, fill=False)
@@ -190,20 +355,6 @@ def pad_field(
     out = _alloc((rows, *shape), pad_value, dtype, key, fill=False)
     _copy_per_sample(out, values, lengths, dims, targets, side, pad_value, is_np)
     return out
-
-
-def _scatter_lists(out: torch.Tensor, values: Sequence[Any], total: int, mask, key) -> None:
-    if total == 0:
-        return
-    target = out.numpy()
-    try:
-        flat = np.fromiter(itertools.chain.from_iterable(values), dtype=target.dtype, count=total)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(
-            f"field {key!r} holds lists that are not flat lists of numbers of one kind "
-            f"({exc}); use tensors or numpy arrays for nested or mixed data"
-        ) from None
-    target[mask] = flat
 
 
 def _copy_per_sample(
