@@ -125,22 +125,24 @@ def _typed_list_values(
         big = next((x for x in ints if not _INT64_MIN <= x <= _INT64_MAX), None)
         if big is not None:
             raise ValueError(
-                f"field {key!r} holds the int {big}, which int64 cannot hold; store the field "
-                "as numpy arrays of a dtype that holds it (e.g. float64 or object lengths)"
+                f"field {key!r} holds the int {_short(big)}, which int64 cannot hold; store the "
+                "field as float64 arrays, or fix that value"
             )
         return np.array(ints, dtype=np.int64), torch.int64
     dtype = torch.get_default_dtype()  # Python floats, as torch.tensor([0.5]) gives them
-    np_dtype = _NP_FLOAT[dtype]
+    exact_up_to = 2 / torch.finfo(dtype).eps  # every int of at most this size is exact
     items = list(chain(values))
     for x in items:
-        if isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_)):
-            with np.errstate(over="ignore"):
-                exact = int(x) == int(np_dtype(x)) if np.isfinite(np_dtype(x)) else False
-            if not exact:
+        if (
+            isinstance(x, numbers.Integral)
+            and not isinstance(x, (bool, np.bool_))
+            and abs(int(x)) > exact_up_to
+        ):
+            if not _int_fits(int(x), dtype):
                 raise ValueError(
                     f"field {key!r} mixes ints and floats in its lists; the float dtype they "
                     f"are promoted to ({dtype}, as torch.tensor would give) cannot hold the int "
-                    f"{int(x)} exactly; store the field as float64 or int64 arrays instead"
+                    f"{_short(int(x))} exactly; store the field as float64 or int64 arrays instead"
                 )
     try:
         flat = np.array(items, dtype=np.float64)
@@ -150,7 +152,20 @@ def _typed_list_values(
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_NP_FLOAT = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16}
+
+
+def _short(x: int) -> str:
+    text = str(x)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
+
+
+def _int_fits(x: int, dtype: torch.dtype) -> bool:
+    """Whether the float ``dtype`` holds the int ``x`` exactly."""
+    try:
+        y = torch.tensor(float(x), dtype=torch.float64).to(dtype).item()
+    except OverflowError:
+        return False
+    return math.isfinite(y) and int(y) == x
 
 
 def _alloc(shape: tuple[int, ...], value: Any, dtype: torch.dtype, key: Any, fill: bool):
