@@ -425,7 +425,7 @@ def pad_1d(
         if is_np:
             out.numpy()[mask] = np.concatenate(values)
             return out
-        flat = torch.cat(values)
+        flat = torch.cat(list(values))
         if dtype in _NUMPY_DTYPES:
             out.numpy()[mask] = flat.detach().numpy()
         else:
@@ -473,7 +473,8 @@ def _pad_buffer(cache: dict[Any, Any], key: tuple, shape: tuple[int, ...]) -> tu
     is_np, _, dtype, pad_value = key
     pad = torch.empty(shape, dtype=dtype)
     _fill(pad, pad_value)
-    entry = cache[key] = (pad.numpy() if is_np else pad, {})
+    entry: tuple[Any, dict] = (pad.numpy() if is_np else pad, {})
+    cache[key] = entry
     return entry
 
 
