@@ -134,6 +134,7 @@ class PadCollator:
         )
         self._bare_default = bare and len(self._names) == 1 and self.group_key is None
         self._pad_rows = self.shape_table.last_batch == "pad"
+        self._bare_pad: tuple[Any] | None = None
         self._shapes = frozenset(tuple(int(x) for x in s) for s in self.shape_table.shapes)
         self._specs_cache: dict[Any, list[cf.Spec]] = {}
         self._memo: dict[Any, tuple[int, ...]] = {}
@@ -255,7 +256,10 @@ class PadCollator:
         """:meth:`__call__` for 1-D tensors or arrays under the default rules (one input):
         the general path's result with less bookkeeping, for the batches where collation
         overhead shows (a few long rows). tests/test_collate.py checks the two agree."""
-        (spec,) = self._specs(samples[0], "bare", [BARE_KEY])
+        pad_value = self._bare_pad
+        if pad_value is None:
+            (spec,) = self._specs(samples[0], "bare", [BARE_KEY])  # checks pad_value's keys
+            pad_value = self._bare_pad = (spec.pad_value,)
         n = len(sizes)
         lo, hi = min(sizes), max(sizes)
         shape = self._memo.get((None, hi))
@@ -267,20 +271,24 @@ class PadCollator:
         size = shape[1]
         if (rows, size) not in self._shapes:
             self._raise_unplanned(n, (rows, size))
-        lens = np.zeros(rows, dtype=np.int64)
-        lens[:n] = sizes
+        if rows == n:
+            lens = np.array(sizes, dtype=np.int64)
+            sample_mask = torch.ones(n, dtype=torch.bool)
+        else:
+            lens = np.zeros(rows, dtype=np.int64)
+            lens[:n] = sizes
+            sample_mask = torch.zeros(rows, dtype=torch.bool)
+            sample_mask[:n] = True
         mask = sequence_mask(lens, size, rows, self.side)  # padding rows have length 0
         inputs = pad_1d(
-            samples, sizes, size, rows, self.side, spec.pad_value, BARE_KEY, mask, self._pad_cache
+            samples, sizes, size, rows, self.side, pad_value[0], BARE_KEY, mask, self._pad_cache
         )
-        sample_mask = np.ones(rows, dtype=np.bool_)
-        sample_mask[n:] = False
         tmask = torch.from_numpy(mask)
         return {
             BARE_KEY: inputs,
             "lengths": torch.from_numpy(lens),
-            cf.MASK_KEY: tmask if self.mask_dtype == torch.bool else tmask.to(self.mask_dtype),
-            "sample_mask": torch.from_numpy(sample_mask),
+            cf.MASK_KEY: tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype),
+            "sample_mask": sample_mask,
         }
 
     def _raise_unplanned(self, n: int, out_shape: tuple[int, ...]) -> None:
@@ -344,9 +352,11 @@ def _bare_1d_sizes(samples: Any) -> list[int] | None:
     if len(samples) > 1 and len(set(map(type, samples))) != 1:
         return None
     shapes = list(map(_SHAPE, samples))
-    if len(set(map(len, shapes))) != 1 or len(shapes[0]) != 1:
+    sizes = list(itertools.chain.from_iterable(shapes))
+    # as many sizes as samples and no 0-d sample: every sample is 1-D
+    if len(sizes) != len(shapes) or () in shapes:
         return None
-    return list(itertools.chain.from_iterable(shapes))
+    return sizes
 
 
 _HINT = (
