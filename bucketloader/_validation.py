@@ -158,9 +158,10 @@ def as_lengths(
             # numpy stores big Python ints mixed with floats as float64, rounding them: keep
             # the exact values and check them one by one below
             arr = np.asarray(lengths, dtype=object)
-    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+    except (ValueError, TypeError, OverflowError, RecursionError):
         raise ValueError(
-            f"{name} must be a rectangular array of non-negative ints ({exc})"
+            f"{name} must be a rectangular array of non-negative ints (one per sample), got "
+            f"a ragged or deeply nested {type(lengths).__name__}; give every sample one length"
         ) from None
     if arr.ndim not in allowed:
         want = " or ".join(f"{d}-D" for d in allowed)
@@ -193,8 +194,9 @@ def as_lengths(
             f"{name} must be non-negative, got {_num(arr[idx])} at index {_fmt(idx)}; "
             "lengths count elements, so drop or fix that sample"
         )
-    if arr.dtype.itemsize >= 8 or arr.dtype.kind == "f":
-        too_big = arr > MAX_LENGTH
+    if (arr.dtype.itemsize >= 4 and arr.dtype.kind == "f") or arr.dtype.itemsize >= 8:
+        # 2.0**62 is exact in every float dtype of 4 bytes or more (float16 cannot reach it)
+        too_big = arr >= 2.0**62 if arr.dtype.kind == "f" else arr > MAX_LENGTH
         if too_big.any():
             idx = np.unravel_index(int(np.argmax(too_big)), arr.shape)
             _raise_too_big(name, _num(arr[idx]), idx)

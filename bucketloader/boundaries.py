@@ -89,7 +89,9 @@ def _as_checked_lengths(lengths: Any) -> np.ndarray:
         isinstance(lengths, np.ndarray)
         and lengths.dtype == np.int64
         and lengths.ndim in (1, 2)
-        and (lengths.size == 0 or (lengths.min() >= 0 and lengths.max() <= MAX_LENGTH))
+        and lengths.size
+        and lengths.min() >= 0
+        and lengths.max() <= MAX_LENGTH
     ):
         return lengths
     return as_lengths(lengths, ndim=(1, 2))

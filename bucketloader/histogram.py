@@ -102,8 +102,8 @@ class LengthHistogram:
                 rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5A11]))
                 arr = arr[rng.choice(arr.size, size=sample_size, replace=False)]
             values, counts = _count(arr)
-        if bin_width > 1:
-            if bin_width > MAX_LENGTH or -(-int(values[-1]) // bin_width) * bin_width > MAX_LENGTH:
+        if bin_width > 1 and int(values[-1]) > 0:  # (zero lengths stay zero at any width)
+            if -(-int(values[-1]) // bin_width) * bin_width > MAX_LENGTH:
                 raise ValueError(
                     f"bin_width={bin_width} rounds the longest length {int(values[-1])} up past "
                     "2**62 - 1, the longest length bucketloader supports; use a smaller bin_width"

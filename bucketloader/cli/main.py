@@ -125,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args)
         if args.command == "precompute":
             return _precompute(args)
+        _check_plot(args.plot)
         from bucketloader.cli.demo import run_demo  # imports the DataLoader machinery
 
         return run_demo(
@@ -148,12 +149,7 @@ def _fail(message: str) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     _check_output("--json", args.json)
-    _check_output("--plot", args.plot)
-    if args.plot and Path(args.plot).suffix.lower() not in _PLOT_SUFFIXES:
-        raise ValueError(
-            f"--plot must name an image file ending in one of {', '.join(_PLOT_SUFFIXES)}, got "
-            f"--plot {args.plot}"
-        )
+    _check_plot(args.plot)
     lengths = read_lengths(args.file, args.column)
     report = analyze(
         lengths,
@@ -235,6 +231,16 @@ def _check_output(option: str, path: str | None) -> None:
     """An output path must not be an existing directory (checked before any work)."""
     if path is not None and Path(path).is_dir():
         raise ValueError(f"{option} must name a file, got the directory {path}")
+
+
+def _check_plot(path: str | None) -> None:
+    """``--plot`` must name an image file matplotlib can write (checked before any work)."""
+    _check_output("--plot", path)
+    if path and Path(path).suffix.lower() not in _PLOT_SUFFIXES:
+        raise ValueError(
+            f"--plot must name an image file ending in one of {', '.join(_PLOT_SUFFIXES)}, got "
+            f"--plot {path}"
+        )
 
 
 class _Ticker:
