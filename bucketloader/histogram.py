@@ -76,8 +76,9 @@ class LengthHistogram:
         """Build the histogram of per-sample lengths.
 
         Args:
-            lengths: list, numpy array or torch tensor of non-negative integer lengths, or an
-                existing ``LengthHistogram`` (returned re-binned / re-sampled as asked).
+            lengths: list, numpy array or torch tensor of integer lengths in ``[0, 2**62)``
+                (:func:`~bucketloader._validation.as_lengths`), or an existing
+                ``LengthHistogram`` (returned re-binned / re-sampled as asked).
             bin_width: round every length **up** to a multiple of this before counting, so
                 boundaries found on the histogram still cover every sample and there are far fewer
                 distinct values (e.g. 160 for 10 ms frames of 16 kHz audio).

@@ -91,7 +91,9 @@ def compute_boundaries(
     """Boundaries for at most ``num_buckets`` buckets over ``lengths``.
 
     Args:
-        lengths: per-sample lengths (list, numpy array, torch tensor) or a ``LengthHistogram``.
+        lengths: per-sample lengths (list, numpy array, torch tensor) or a ``LengthHistogram``:
+            whole numbers in ``[0, 2**62)`` (the supported range: every padded size stays exact
+            in ``int64``, and every strategy is exact over it).
         num_buckets: the shape budget k; more than the number of distinct lengths is fine.
         strategy: a name in :data:`~bucketloader.strategies.STRATEGIES` or a callable
             ``fn(hist, num_buckets, **options)``.
