@@ -107,6 +107,8 @@ def reference_lengths(value: Any, *, ndim: tuple[int, ...] = (1,)) -> list[Any] 
             if value.dtype.kind != "O":
                 return None
         value = value.tolist()
+    elif isinstance(value, range):
+        value = list(value)
     if not isinstance(value, (list, tuple)):
         return None
     depth = _depth(value)
@@ -221,11 +223,12 @@ CONTAINERS = ["list", "tuple", "int64", "uint16", "float64", "tensor", "bf16", "
 def lengths_inputs(draw: Any, *, max_size: int = 40, max_length: int = 300) -> Any:
     """Mostly valid lengths in any container; sometimes one poisoned element, sometimes a wholly
     adversarial value (empty, a scalar, a string, 2-D, ...)."""
-    choice = draw(st.integers(0, 9))
+    # (sampled_from draws uniformly; st.integers would favour its bounds)
+    choice = draw(st.sampled_from(["valid"] * 6 + ["poisoned"] * 2 + ["odd"] * 2))
     values = draw(st.lists(st.integers(0, max_length), min_size=1, max_size=max_size))
-    if choice <= 5:
+    if choice == "valid":
         return as_container(values, draw(st.sampled_from(CONTAINERS)))
-    if choice <= 7:  # one bad element in a list
+    if choice == "poisoned":  # one bad element in a list
         bad = draw(st.one_of(ODD_SCALARS, st.sampled_from(HUGE_INTS)))
         values = list(values)
         values[draw(st.integers(0, len(values) - 1))] = bad

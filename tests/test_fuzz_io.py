@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from fuzzing import FUZZ, HUGE_INTS, ODD_SCALARS, call, lengths_inputs, mostly, reference_lengths
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
@@ -118,6 +119,32 @@ ANALYSIS_NAMES = ["lengths", "data", "num_buckets", "strategy", "batch_size", "p
                   "num_steps", "max_tokens", "column"]  # fmt: skip
 
 
+@st.composite
+def datasets_of_samples(draw):
+    """A list of samples (a map-style dataset) and a column to measure."""
+    n = draw(st.integers(1, 8))
+    kind = draw(st.sampled_from(["tensors", "dicts", "lists", "mixed"]))
+    rows = [draw(st.integers(0, 20)) for _ in range(n)]
+    if kind == "tensors":
+        return [torch.zeros(r) for r in rows], draw(st.sampled_from([None, None, "x", 0]))
+    if kind == "dicts":
+        items = [{"ids": list(range(r)), "label": 0} for r in rows]
+        return items, draw(st.sampled_from(["ids", "ids", None, "label", "nope", len]))
+    if kind == "lists":
+        return [list(range(r)) for r in rows], None
+    return [torch.zeros(rows[0]), "abc", None, {"a": 1}][: max(n, 2)], None
+
+
+@settings(FUZZ, max_examples=60)
+@given(made=datasets_of_samples())
+def test_analyze_a_dataset_of_samples(made):
+    items, column = made
+    got = call(lambda: analyze(items, column=column, num_buckets=[2], progress=False),
+               [*ANALYSIS_NAMES, "sample"])  # fmt: skip
+    if got.ok:
+        assert got.value.histogram.num_samples == len(items)
+
+
 @settings(FUZZ, max_examples=150)
 @given(
     lengths=lengths_inputs(max_size=40),
@@ -139,7 +166,8 @@ def test_analyze_any_input(lengths, k, strategy, batch_size, target, costs):
     )  # fmt: skip
     if got.ok:
         report = got.value
-        assert reference_lengths(lengths) is not None
+        samples = isinstance(lengths, (list, tuple)) and isinstance(lengths[0], (list, tuple))
+        assert reference_lengths(lengths) is not None or samples  # lengths, or a dataset
         assert report.rows and report.recommended in report.rows
         for row in report.rows:
             assert row.padding_ratio >= 0 and row.num_shapes >= 1
@@ -172,7 +200,7 @@ def test_analyze_any_input(lengths, k, strategy, batch_size, target, costs):
                 {"num_steps": 0},
                 {"batch_size": 0},
                 {"num_epochs": 1, "num_steps": 5},
-                {"max_tokens": 2**70},
+                {"max_tokens": -5},
             ]
         ),
         8,

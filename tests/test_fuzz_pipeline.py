@@ -311,6 +311,47 @@ def test_collator_any_samples_pads_exactly_or_says_why(data, lengths, side, pad)
     assert mask.shape == x.shape and mask.sum(1)[: len(samples)].tolist() == lengths
 
 
+@st.composite
+def dict_sample(draw, length):
+    ids = draw(one_sample(length))
+    sample = {"ids": ids, "label": draw(st.sampled_from([0, 1, 2.5, "a", None, [1, 2],
+                                                          torch.tensor(1)]))}  # fmt: skip
+    change = draw(st.sampled_from(["none"] * 6 + ["drop ids", "extra", "nest", "rename"]))
+    if change == "drop ids":
+        del sample["ids"]
+    elif change == "extra":
+        sample["more"] = draw(st.sampled_from([torch.zeros(length), [1] * length, "x"]))
+    elif change == "nest":
+        sample["ids"] = {"inner": ids}
+    elif change == "rename":
+        sample = {"lengths": ids}
+    return sample
+
+
+@settings(FUZZ, max_examples=150)
+@given(
+    data=st.data(),
+    lengths=st.lists(st.integers(0, 12), min_size=1, max_size=5),
+    kind=st.sampled_from(["dict", "tuple"]),
+)
+def test_collator_dict_and_tuple_samples(data, lengths, kind):
+    sampler = BucketSampler(lengths, num_buckets=2, batch_size=len(lengths))
+    collate = sampler.collator(pad_value=-1)
+    samples = [data.draw(dict_sample(n)) for n in lengths]
+    if kind == "tuple":
+        samples = [tuple(s.values()) for s in samples]
+    got = call(lambda: collate(samples), ["field", "sample", "samples", "key", "pad value"])
+    if not got.ok:
+        return
+    out = got.value
+    key = "ids" if kind == "dict" else 0
+    x = out[key]
+    assert tuple(x.shape) in sampler.shapes
+    assert out["lengths"][out["sample_mask"]].tolist() == lengths
+    want = _reference([s[key] for s in samples], *x.shape, "right", -1)
+    assert x.dtype == want.dtype and torch.equal(x.detach(), want)
+
+
 # --- BucketIterable: streams -----------------------------------------------------------------
 @settings(FUZZ, max_examples=250)
 @given(
@@ -392,7 +433,9 @@ def test_plan_padded_sizes_never_overflow(lengths, size):
 
 
 @pytest.mark.xfail(strict=True, reason=f"{PLAN_BRANCH}: impossible budgets accepted")
-@pytest.mark.parametrize("budget", [{"batch_size": 2**62}, {"max_tokens": 2**63 - 1}])
+@pytest.mark.parametrize(
+    "budget", [{"batch_size": 2**62}, {"max_tokens": 2**63 - 1}, {"max_tokens": 2**70}]
+)  # (2**70: an OverflowError from plan/cells.py; recommend_num_buckets(max_tokens=) too)
 def test_plan_impossible_budgets_are_rejected_at_construction(budget):
     with pytest.raises(ValueError, match=r"batch_size|max_tokens"):
         BucketSampler([3, 4], num_buckets=1, **budget)

@@ -162,6 +162,12 @@ class PadCollator:
         if self.fields is None:
             found = cf.infer_fields(sample, kind, names, self.group_key)
             specs = [cf.Spec(k, inp, dims, self._pad_for(k)) for k, (inp, dims) in found.items()]
+            if not specs:
+                raise ValueError(
+                    f"samples have no field to pad: none of the {kind} sample's fields "
+                    f"{[str(k) for k in keys][:8]} is a tensor or array with a dim or a flat list "
+                    "of numbers; name the variable-length field with fields={key: input_name}"
+                )
         else:
             unknown = [k for k in self.fields if k not in keys]
             if unknown:
