@@ -148,6 +148,7 @@ def test_compute_boundaries_any_input(lengths, k, strategy, cost, m):
         },
     ),
 )
+@pytest.mark.filterwarnings("ignore:lp. .* distinct lengths exceed max_values:RuntimeWarning")
 def test_lp_on_small_inputs_matches_the_dp_or_says_why(lengths, k, options):
     got = call(
         lambda: compute_boundaries(lengths, k, strategy="lp", **options),
