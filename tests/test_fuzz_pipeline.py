@@ -20,7 +20,6 @@ import pytest
 import torch
 from fuzzing import (
     FUZZ,
-    ODD_SCALARS,
     call,
     lengths_inputs,
     mostly,
@@ -475,7 +474,3 @@ def test_plan_stream_load_state_dict_rejects_garbage(state):
 )
 def test_plan_sampler_takes_any_tensor_compute_boundaries_takes(lengths):
     assert BucketSampler(lengths, num_buckets=1, batch_size=1).shapes == [(1, 4)]
-
-
-def test_odd_scalars_are_drawn():
-    assert ODD_SCALARS is not None  # (the strategies above draw from it)
