@@ -6,11 +6,27 @@ Every user-facing check in bucketloader goes through these helpers so that messa
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+
+
+class MissingKeyError(KeyError, ValueError):
+    """An argument names a key, column or field that does not exist.
+
+    A ``ValueError`` like every argument error (one voice), and a ``KeyError`` for code that
+    catches failed lookups; its message prints as written (not quoted like a ``KeyError``'s).
+
+    Example:
+        >>> str(MissingKeyError("column 'x' not found; the dataset has columns ['y']"))
+        "column 'x' not found; the dataset has columns ['y']"
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def check_int(
@@ -91,26 +107,42 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
     raise ValueError(f"{name} must be one of {listed}, got {name}={value!r}")
 
 
+#: Largest length bucketloader accepts (``2**62 - 1``): sums and differences of two lengths, and
+#: a boundary minus a length, stay exact in ``int64``. Enforced once, in :func:`as_lengths`.
+MAX_LENGTH = 2**62 - 1
+_LIMIT_TEXT = "2**62"
+
+
 def as_lengths(
     lengths: Any, *, name: str = "lengths", ndim: int | tuple[int, ...] = 1
 ) -> np.ndarray:
     """Convert per-sample lengths to a non-empty ``int64`` array, or raise one clear error.
 
-    Accepts lists, tuples, numpy arrays and torch tensors of non-negative integers (integral floats
-    such as ``3.0`` are accepted). Rejects booleans, NaN, fractional values, negatives, empty input
-    and the wrong number of dimensions, naming the index of the first bad element.
+    Accepts lists, tuples, numpy arrays and torch tensors (any dtype that holds whole numbers:
+    ``bfloat16`` and tensors that require grad or live on a GPU included) of non-negative
+    integers below ``2**62`` (:data:`MAX_LENGTH`; integral floats such as ``3.0`` are accepted).
+    Rejects booleans, NaN, fractional values, negatives, values of ``2**62`` or more (never
+    wrapped or rounded), empty input and the wrong number of dimensions, naming the index of the
+    first bad element.
+
+    Example:
+        >>> as_lengths([3, 0, 5.0]).tolist()
+        [3, 0, 5]
+        >>> as_lengths([7, 2**63])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: lengths must be < 2**62, got 9223372036854775808 at index 1; ...
     """
     allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
-    if hasattr(lengths, "detach") and hasattr(
-        lengths, "cpu"
-    ):  # a torch tensor, without importing torch
-        lengths = lengths.detach().cpu().numpy()
+    if _is_tensor(lengths):
+        lengths = _tensor_to_numpy(lengths, name)
     if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__len__"):
         raise TypeError(
             f"{name} must be a list, numpy array or torch tensor of non-negative ints, "
             f"got {type(lengths).__name__}"
         )
-    if isinstance(lengths, (list, tuple)):  # numpy would silently turn True into 1
+    is_seq = isinstance(lengths, (list, tuple))
+    if is_seq:  # numpy would silently turn True into 1
         where = _first_bool(lengths)
         if where is not None:
             item = lengths
@@ -122,9 +154,14 @@ def as_lengths(
             )
     try:
         arr = np.asarray(lengths)
-    except (ValueError, TypeError) as exc:
+        if is_seq and arr.dtype.kind == "f" and arr.size and np.abs(arr).max() >= 2**53:
+            # numpy stores big Python ints mixed with floats as float64, rounding them: keep
+            # the exact values and check them one by one below
+            arr = np.asarray(lengths, dtype=object)
+    except (ValueError, TypeError, OverflowError, RecursionError):
         raise ValueError(
-            f"{name} must be a rectangular array of non-negative ints ({exc})"
+            f"{name} must be a rectangular array of non-negative ints (one per sample), got "
+            f"a ragged or deeply nested {type(lengths).__name__}; give every sample one length"
         ) from None
     if arr.ndim not in allowed:
         want = " or ".join(f"{d}-D" for d in allowed)
@@ -140,13 +177,7 @@ def as_lengths(
             f"{name} must hold integer lengths, got booleans; convert with .astype(int)"
         )
     if arr.dtype.kind == "O":
-        for flat_index, item in enumerate(arr.ravel()):
-            if isinstance(item, (bool, np.bool_)) or not isinstance(item, numbers.Real):
-                idx = np.unravel_index(flat_index, arr.shape)
-                raise TypeError(
-                    f"{name} must hold integer lengths, got {item!r} at index {_fmt(idx)}"
-                )
-        arr = arr.astype(np.float64)
+        return _from_objects(arr, name)
     if arr.dtype.kind not in "iuf":
         raise TypeError(f"{name} must hold integer lengths, got dtype {arr.dtype}")
     if arr.dtype.kind == "f":
@@ -157,16 +188,96 @@ def as_lengths(
                 f"{name} must be whole numbers, got {arr[idx].item()!r} at index {_fmt(idx)}; "
                 "round lengths up with np.ceil before bucketing"
             )
-    if arr.dtype.kind == "u" and arr.dtype.itemsize >= 8 and arr.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"{name} has a value too large for int64: {arr.max()}")
-    out = arr.astype(np.int64, copy=False)
-    if (out < 0).any():
-        idx = np.unravel_index(int(np.argmax(out < 0)), out.shape)
+    if arr.dtype.kind != "u" and (arr < 0).any():
+        idx = np.unravel_index(int(np.argmax(arr < 0)), arr.shape)
         raise ValueError(
-            f"{name} must be non-negative, got {int(out[idx])} at index {_fmt(idx)}; "
+            f"{name} must be non-negative, got {_num(arr[idx])} at index {_fmt(idx)}; "
             "lengths count elements, so drop or fix that sample"
         )
+    if (arr.dtype.itemsize >= 4 and arr.dtype.kind == "f") or arr.dtype.itemsize >= 8:
+        # 2.0**62 is exact in every float dtype of 4 bytes or more (float16 cannot reach it)
+        too_big = arr >= 2.0**62 if arr.dtype.kind == "f" else arr > MAX_LENGTH
+        if too_big.any():
+            idx = np.unravel_index(int(np.argmax(too_big)), arr.shape)
+            _raise_too_big(name, _num(arr[idx]), idx)
+    return arr.astype(np.int64, copy=False)
+
+
+def _is_tensor(value: Any) -> bool:
+    """A torch tensor, without importing torch (no torch imported: no tensor can exist)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _tensor_to_numpy(t: Any, name: str) -> np.ndarray:
+    """A CPU numpy copy of any tensor: detached, dense, in a dtype numpy has (bf16 -> float64)."""
+    import torch
+
+    try:
+        t = t.detach()
+        if t.layout != torch.strided:
+            t = t.to_dense()
+        if t.is_complex():
+            raise TypeError(f"{name} must hold integer lengths, got {describe(t)}")
+        if t.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integer lengths, got booleans; convert with .long()")
+        if t.dtype.is_floating_point and t.dtype not in (torch.float16, torch.float32):
+            t = t.to(torch.float64)  # bfloat16, float8: exact in float64
+        elif t.is_quantized:
+            t = t.dequantize().to(torch.float64)
+        return t.cpu().numpy()
+    except (RuntimeError, NotImplementedError) as exc:
+        raise TypeError(
+            f"{name} must be a tensor whose values can be read on the CPU, got {describe(t)} "
+            f"({exc}); pass lengths.cpu() or a list of ints"
+        ) from None
+
+
+def _from_objects(arr: np.ndarray, name: str) -> np.ndarray:
+    """Exact int64 lengths from an object array (big Python ints, mixed ints and floats)."""
+    out = np.empty(arr.shape, dtype=np.int64)
+    flat = out.reshape(-1)
+    for i, item in enumerate(arr.reshape(-1).tolist()):
+        idx = np.unravel_index(i, arr.shape)
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, numbers.Real):
+            raise TypeError(f"{name} must hold integer lengths, got {item!r} at index {_fmt(idx)}")
+        if not isinstance(item, numbers.Integral):
+            try:
+                f = float(item)
+            except OverflowError:
+                _raise_too_big(name, item, idx)
+            if not (math.isfinite(f) and f == math.floor(f)):
+                raise ValueError(
+                    f"{name} must be whole numbers, got {item!r} at index {_fmt(idx)}; "
+                    "round lengths up with np.ceil before bucketing"
+                )
+            item = int(f)
+        value = int(item)
+        if value < 0:
+            raise ValueError(
+                f"{name} must be non-negative, got {value} at index {_fmt(idx)}; "
+                "lengths count elements, so drop or fix that sample"
+            )
+        if value > MAX_LENGTH:
+            _raise_too_big(name, value, idx)
+        flat[i] = value
     return out
+
+
+def _num(x: Any) -> Any:
+    """A numpy scalar as a Python number (ints for integral values, for messages)."""
+    v = x.item() if hasattr(x, "item") else x
+    return int(v) if isinstance(v, float) and math.isfinite(v) and v == int(v) else v
+
+
+def _raise_too_big(name: str, value: Any, idx: Any) -> None:
+    raise ValueError(
+        f"{name} must be < {_LIMIT_TEXT}, got {value} at index {_fmt(idx)}; bucketloader "
+        "supports lengths up to 2**62 - 1 (so padded sizes stay exact in int64): fix or drop "
+        "that sample"
+    )
 
 
 def _first_bool(seq: Any) -> tuple[int, ...] | None:

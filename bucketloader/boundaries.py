@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import COSTS
-from bucketloader._validation import as_lengths, check_choice, check_int
+from bucketloader._validation import MAX_LENGTH, as_lengths, check_choice, check_int
 from bucketloader.histogram import LengthHistogram
 
 #: Lengths up to this are looked up in a table (one gather) instead of a binary search.
@@ -69,8 +69,8 @@ def assign_buckets(lengths: Any, boundaries: Any) -> np.ndarray:
         >>> assign_buckets([1, 4, 5, 16], [4, 8, 16]).tolist()
         [0, 0, 1, 2]
     """
-    arr = as_lengths(lengths, ndim=(1, 2)) if not isinstance(lengths, np.ndarray) else lengths
-    b = np.asarray(boundaries, dtype=np.int64)
+    arr = _as_checked_lengths(lengths)
+    b = _as_checked_boundaries(boundaries)
     if arr.size and arr.max() > b[-1]:
         i = int(np.argmax(arr.ravel() > b[-1]))
         raise ValueError(
@@ -81,6 +81,35 @@ def assign_buckets(lengths: Any, boundaries: Any) -> np.ndarray:
     if arr.size > 4096 and hi <= min(4 * arr.size + 1024, _TABLE_LIMIT) and arr.min() >= 0:
         return np.searchsorted(b, np.arange(hi + 1), side="left")[arr]  # one gather
     return np.searchsorted(b, arr, side="left")
+
+
+def _as_checked_lengths(lengths: Any) -> np.ndarray:
+    """Lengths for :func:`assign_buckets`: ``int64`` arrays of valid lengths pass as they are."""
+    if (
+        isinstance(lengths, np.ndarray)
+        and lengths.dtype == np.int64
+        and lengths.ndim in (1, 2)
+        and lengths.size
+        and lengths.min() >= 0
+        and lengths.max() <= MAX_LENGTH
+    ):
+        return lengths
+    return as_lengths(lengths, ndim=(1, 2))
+
+
+def _as_checked_boundaries(boundaries: Any) -> np.ndarray:
+    """Boundaries that follow the convention (cheap for an already valid ``int64`` array)."""
+    if (
+        isinstance(boundaries, np.ndarray)
+        and boundaries.dtype == np.int64
+        and boundaries.ndim == 1
+        and boundaries.size
+        and boundaries[0] >= 0
+        and boundaries[-1] <= MAX_LENGTH
+        and (boundaries.size == 1 or (np.diff(boundaries) > 0).all())
+    ):
+        return boundaries
+    return check_boundaries(boundaries)
 
 
 class BucketLookup:
@@ -139,7 +168,7 @@ def padding_cost(lengths: Any, boundaries: Any, *, cost: str = "linear") -> int:
     """
     check_choice("cost", cost, COSTS)
     h = _as_hist(lengths)
-    b = np.asarray(boundaries, dtype=np.int64)
+    b = _as_checked_boundaries(boundaries)
     padded = b[assign_buckets(h.values, b)]
     power = 1 if cost == "linear" else 2
     top = max(int(padded[-1]), 1) ** power

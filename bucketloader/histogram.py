@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._validation import as_lengths, check_int
+from bucketloader._validation import MAX_LENGTH, as_lengths, check_int
 
 #: Bump when the canonical encoding of a histogram changes (it keys the solution cache).
 HISTOGRAM_FORMAT = 1
@@ -34,17 +34,22 @@ class LengthHistogram:
     __slots__ = ("_counts", "_values")
 
     def __init__(self, values: Any, counts: Any) -> None:
-        values = np.array(values, dtype=np.int64)  # our own copies: read-only below
-        counts = np.array(counts, dtype=np.int64)
-        if values.ndim != 1 or values.shape != counts.shape or values.size == 0:
+        values = np.array(as_lengths(values, name="values"))  # our own copies: read-only below
+        counts = np.array(as_lengths(counts, name="counts"))
+        if values.shape != counts.shape:
             raise ValueError(
                 "LengthHistogram needs 1-D values and counts of the same non-zero size, got "
                 f"values of shape {values.shape} and counts of shape {counts.shape}"
             )
-        if (np.diff(values) <= 0).any() or values[0] < 0 or (counts <= 0).any():
+        if (np.diff(values) <= 0).any() or (counts <= 0).any():
             raise ValueError(
                 "LengthHistogram values must be strictly increasing non-negative ints with "
                 "positive counts; build one with LengthHistogram.from_lengths(lengths)"
+            )
+        if int(counts.max()) * counts.size > MAX_LENGTH and _exact_sum(counts) > MAX_LENGTH:
+            raise ValueError(
+                f"LengthHistogram counts must sum to less than 2**62 samples, got "
+                f"{_exact_sum(counts)}"
             )
         values.setflags(write=False)
         counts.setflags(write=False)
@@ -75,8 +80,9 @@ class LengthHistogram:
         """Build the histogram of per-sample lengths.
 
         Args:
-            lengths: list, numpy array or torch tensor of non-negative integer lengths, or an
-                existing ``LengthHistogram`` (returned re-binned / re-sampled as asked).
+            lengths: list, numpy array or torch tensor of integer lengths in ``[0, 2**62)``
+                (:func:`~bucketloader._validation.as_lengths`), or an existing
+                ``LengthHistogram`` (returned re-binned / re-sampled as asked).
             bin_width: round every length **up** to a multiple of this before counting, so
                 boundaries found on the histogram still cover every sample and there are far fewer
                 distinct values (e.g. 160 for 10 ms frames of 16 kHz audio).
@@ -101,7 +107,12 @@ class LengthHistogram:
                 rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5A11]))
                 arr = arr[rng.choice(arr.size, size=sample_size, replace=False)]
             values, counts = _count(arr)
-        if bin_width > 1:
+        if bin_width > 1 and int(values[-1]) > 0:  # (zero lengths stay zero at any width)
+            if -(-int(values[-1]) // bin_width) * bin_width > MAX_LENGTH:
+                raise ValueError(
+                    f"bin_width={bin_width} rounds the longest length {int(values[-1])} up past "
+                    "2**62 - 1, the longest length bucketloader supports; use a smaller bin_width"
+                )
             binned = -(-values // bin_width) * bin_width
             values, start = np.unique(binned, return_index=True)
             counts = np.add.reduceat(counts, start)
@@ -109,7 +120,7 @@ class LengthHistogram:
 
     @property
     def num_samples(self) -> int:
-        """Total number of samples."""
+        """Total number of samples (below 2**62, checked at construction)."""
         return int(self.counts.sum())
 
     @property
@@ -129,8 +140,10 @@ class LengthHistogram:
 
     @property
     def total(self) -> int:
-        """Sum of all lengths (the real, non-pad elements)."""
-        return int(np.dot(self.values, self.counts))
+        """Sum of all lengths (the real, non-pad elements), exact whatever its size."""
+        if self.max * self.num_samples <= MAX_LENGTH:  # int64 is exact
+            return int(np.dot(self.values, self.counts))
+        return sum(v * c for v, c in zip(self.values.tolist(), self.counts.tolist(), strict=True))
 
     def quantile(self, q: float | np.ndarray) -> np.ndarray:
         """Lower quantile(s) of the lengths, as ``np.percentile(..., method="lower")`` at 100·q."""
@@ -163,6 +176,10 @@ class LengthHistogram:
             f"LengthHistogram(num_samples={self.num_samples}, num_values={self.num_values}, "
             f"min={self.min}, max={self.max})"
         )
+
+
+def _exact_sum(counts: np.ndarray) -> int:
+    return sum(counts.tolist())
 
 
 def _count(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import COSTS, Cache, Strategy
-from bucketloader._validation import check_choice, check_int
+from bucketloader._validation import MAX_LENGTH, check_choice, check_int
 from bucketloader.boundaries import assign_buckets, check_boundaries, padding_cost, round_up
 from bucketloader.cache import BucketCache
 from bucketloader.histogram import LengthHistogram
@@ -62,6 +62,12 @@ def solve_boundaries(
     )
     name, fn = resolve_strategy(strategy)
     params = resolve_params(fn, num_buckets, options)
+    m = params["pad_to_multiple_of"]
+    if -(-hist.max // m) * m > MAX_LENGTH:
+        raise ValueError(
+            f"pad_to_multiple_of={m} rounds the longest length {hist.max} up past 2**62 - 1, "
+            "the longest length bucketloader supports; use a smaller pad_to_multiple_of"
+        )
     if cache is None or cache is False:
         return _solve(hist, name, fn, params)
     if cache is True:
@@ -85,7 +91,9 @@ def compute_boundaries(
     """Boundaries for at most ``num_buckets`` buckets over ``lengths``.
 
     Args:
-        lengths: per-sample lengths (list, numpy array, torch tensor) or a ``LengthHistogram``.
+        lengths: per-sample lengths (list, numpy array, torch tensor) or a ``LengthHistogram``:
+            whole numbers in ``[0, 2**62)`` (the supported range: every padded size stays exact
+            in ``int64``, and every strategy is exact over it).
         num_buckets: the shape budget k; more than the number of distinct lengths is fine.
         strategy: a name in :data:`~bucketloader.strategies.STRATEGIES` or a callable
             ``fn(hist, num_buckets, **options)``.

@@ -172,10 +172,14 @@ def test_empty_samples_batch_like_the_shortest_bucket():
 
 
 def test_sizes_are_exact_never_wrapped():
-    # issue 12: the size 2**62 + 2**62 overflowed int64 and the shape came out (10, 2**62, 2**62)
-    big = {"a": [2**62] * 4, "b": [2**62] * 4}
-    with pytest.raises(ValueError, match=r"below the padded size 9223372036854775808 "):
+    # issue 12: the size 2**62 + 2**62 overflowed int64 and the shape came out (10, 2**62, 2**62).
+    # Lengths are < 2**62 now (as_lengths), but three of the longest still sum past int64.
+    top = 2**62 - 1
+    big = {"a": [top] * 4, "b": [top] * 4, "c": [top] * 4}
+    with pytest.raises(ValueError, match=rf"below the padded size {3 * top} "):
         BucketSampler(big, num_buckets=1, max_tokens=10)
+    with pytest.raises(ValueError, match=r"lengths\['a'\] must be < 2\*\*62"):
+        BucketSampler({"a": [2**62] * 4}, num_buckets=1, max_tokens=10)
     with pytest.raises(ValueError, match=r"below the padded size 18446744073709551616 "):
         BucketSampler({"h": [2**32] * 2, "w": [2**32] * 2}, max_tokens=10, size="prod")
     with pytest.raises(ValueError, match=r"more than the 1099511627776 \(2\*\*40\)"):

@@ -207,6 +207,25 @@ def _not_covering(valid: bytes) -> bytes:
     return json.dumps(body).encode()
 
 
+def _nested(valid: bytes) -> bytes:
+    return b"[" * 100_000 + b"]" * 100_000  # 200 KB: used to raise RecursionError
+
+
+def _solution_in_a_list(valid: bytes) -> bytes:
+    body = json.loads(valid)
+    body["solution"] = [body["solution"]]
+    return json.dumps(body).encode()
+
+
+def _edited(**changes):
+    def edit(valid: bytes, tmp) -> bytes:
+        body = json.loads(valid)
+        body["solution"].update(changes)
+        return json.dumps(body).encode()
+
+    return edit
+
+
 BAD_ENTRIES = {
     "truncated": lambda valid, tmp: valid[: len(valid) // 2],
     "empty": lambda valid, tmp: b"",
@@ -218,6 +237,19 @@ BAD_ENTRIES = {
     "tampered params": lambda valid, tmp: _tampered_params(valid),
     "another key's entry": lambda valid, tmp: _other_key_entry(tmp),
     "boundaries not covering": lambda valid, tmp: _not_covering(valid),
+    "200 KB of nesting": lambda valid, tmp: _nested(valid),
+    "31 boundaries for num_buckets=3": _edited(boundaries=list(range(1, 32))),
+    "an empty bucket": _edited(boundaries=[4, 5, 31]),
+    "objective edited": _edited(objective=0),
+    "padding ratio edited": _edited(padding_ratio=0.0),
+    "objective 1e999": lambda valid, tmp: valid.replace(
+        b'"objective": ', b'"objective": 1e999, "o": '
+    ),
+    "gap NaN": _edited(gap=float("nan")),
+    "unknown status": _edited(status="proved by hand"),
+    "boundaries as strings": _edited(boundaries=["4", "10", "31"]),
+    "boundaries 2**70": _edited(boundaries=[4, 10, 2**70]),
+    "solution is a list": lambda valid, tmp: _solution_in_a_list(valid),
 }
 
 
@@ -286,15 +318,139 @@ def test_read_only_directory_works_uncached(tmp_path):
         tmp_path.chmod(0o755)
 
 
+def _refuse_creating_files_in(directory: Path, monkeypatch) -> None:
+    """Root ignores chmod: simulate EACCES where the cache creates its temporary file, with the
+    file's random name in the error, as a read-only directory gives."""
+    real_open = os.open
+
+    def guarded(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT and Path(path).parent == directory and ".tmp-" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", guarded)
+
+
 def test_unwritable_directory_simulated(tmp_path, monkeypatch):
-    """Root ignores chmod; simulate EACCES/EROFS where the cache creates its temporary file."""
-    import tempfile
-
-    def refuse(*args, **kwargs):
-        raise PermissionError(13, "Permission denied", str(tmp_path))
-
-    monkeypatch.setattr(tempfile, "mkstemp", refuse)
+    _refuse_creating_files_in(tmp_path, monkeypatch)
     _assert_uncached_with_one_warning(BucketCache(tmp_path))
+
+
+def test_read_only_directory_warns_once_per_directory_per_process(tmp_path, monkeypatch):
+    """50 calls, each with a new BucketCache and new lengths: one warning (it was 70, the random
+    temporary-file name in the message defeating the warnings module's de-duplication)."""
+    _refuse_creating_files_in(tmp_path, monkeypatch)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("default")
+        for i in range(50):
+            compute_boundaries([*LENGTHS, 40 + i], 3, cache=BucketCache(tmp_path))
+    messages = [str(w.message) for w in record if issubclass(w.category, CacheWarning)]
+    assert len(messages) == 1, messages
+    assert "Permission denied" in messages[0] and ".tmp-" not in messages[0]
+    other = tmp_path / "other"
+    other.mkdir()
+    _refuse_creating_files_in(other, monkeypatch)
+    with pytest.warns(CacheWarning, match="not usable"):  # another directory: its own warning
+        compute_boundaries(LENGTHS, 3, cache=BucketCache(other))
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_entries_honour_the_umask(tmp_path, umask):
+    """mkstemp made every entry 0600, unreadable on a shared cache directory."""
+    old = os.umask(umask)
+    try:
+        cache = BucketCache(tmp_path / "shared")
+        compute_boundaries(LENGTHS, 3, cache=cache)
+    finally:
+        os.umask(old)
+    (entry,) = (tmp_path / "shared").glob("*.json")
+    assert entry.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert (tmp_path / "shared").stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+def test_relative_xdg_cache_home_is_ignored(tmp_path, monkeypatch):
+    monkeypatch.delenv("BUCKETLOADER_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    assert default_cache_dir() == Path.home() / ".cache" / "bucketloader"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert default_cache_dir() == tmp_path / "bucketloader"
+
+
+def _foreign(kind: str, path: Path, outside: Path) -> None:
+    """Put something at an entry path that bucketloader did not write."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "directory":
+        path.mkdir()
+        (path / "user-file").write_text("mine")
+    elif kind == "symlink to a user file":
+        outside.write_text("user data")
+        path.symlink_to(outside)
+    elif kind == "symlink to a valid entry":
+        outside.write_bytes(_valid_entry(outside.parent / "elsewhere")[2])
+        path.symlink_to(outside)
+    elif kind == "dangling symlink":
+        path.symlink_to(outside)
+    elif kind == "socket":
+        import socket
+
+        cwd = os.getcwd()
+        os.chdir(path.parent)  # AF_UNIX paths are limited to about 100 bytes
+        try:
+            sock = socket.socket(socket.AF_UNIX)
+            sock.bind(path.name)
+            sock.close()
+        finally:
+            os.chdir(cwd)
+
+
+def _fingerprint(path: Path) -> tuple:
+    st = os.lstat(path)
+    target = os.readlink(path) if os.path.islink(path) else None
+    inside = sorted(os.listdir(path)) if path.is_dir() and not path.is_symlink() else None
+    return st.st_mode, st.st_ino, target, inside
+
+
+FOREIGN = [
+    "fifo",
+    "directory",
+    "symlink to a user file",
+    "symlink to a valid entry",
+    "dangling symlink",
+    "socket",
+]
+
+
+@pytest.mark.timeout(30)  # a FIFO used to hang open() forever
+@pytest.mark.parametrize("kind", FOREIGN)
+def test_foreign_file_at_an_entry_path_is_never_read_replaced_or_deleted(tmp_path, kind):
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    path = cache_dir / f"{GOLDEN_KEY}.json"
+    outside = tmp_path / "outside.json"
+    _foreign(kind, path, outside)
+    before = _fingerprint(path)
+    outside_before = outside.read_bytes() if outside.exists() else None
+    solve = Counting()
+    with pytest.warns(CacheWarning, match="bucketloader did not write") as record:
+        for _ in range(3):  # every call solves, one warning in all
+            sol = BucketCache(cache_dir).get_or_solve(hist(), "optimal", PARAMS, solve)
+    assert len(record) == 1 and solve.calls == 3
+    assert sol.boundaries.tolist() == compute_boundaries(LENGTHS, 3).tolist()
+    assert _fingerprint(path) == before
+    assert (outside.read_bytes() if outside.exists() else None) == outside_before
+    cache = BucketCache(cache_dir, max_size=1)
+    cache.put(hist([1, 2]), solve_boundaries([1, 2], 1))  # an eviction pass runs
+    assert cache.clear() == 1  # only the entry it wrote
+    assert _fingerprint(path) == before
+
+
+def test_oversized_entry_is_not_read_whole(tmp_path):
+    _, path, valid = _valid_entry(tmp_path)
+    path.write_bytes(valid[:-2] + b" " * (5 * 2**20) + b"}\n")  # valid JSON, 5 MiB
+    with pytest.warns(CacheWarning, match="larger than 4194304 bytes"):
+        sol = BucketCache(tmp_path).get_or_solve(hist(), "optimal", PARAMS, Counting())
+    assert sol.boundaries.tolist() == compute_boundaries(LENGTHS, 3).tolist()
 
 
 def test_eviction_removes_oldest_first_and_stays_under_the_limit(tmp_path):

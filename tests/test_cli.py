@@ -149,6 +149,10 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
     np.save(d / "objects.npy", np.array([[1], "x"], dtype=object), allow_pickle=True)
     (d / "notads").mkdir()
     (d / "file").write_text("x")
+    (d / "huge.txt").write_text(f"5\n{2**70}\n")
+    (d / "huge.csv").write_text(f"n\n5\n{2**63}\n")
+    (d / "huge.jsonl").write_text('{"n": 5}\n{"n": 1e400}\n')
+    (d / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
     one, two = str(files / "one.txt"), str(files / "two.txt")
     pre = ["precompute", one, "-k", "2"]
     return {
@@ -179,6 +183,13 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "k missing": (["precompute", one], "required: -k"),
         "not an int": (["report", one, "-k", "four"], "invalid int value"),
         "plot unwritable": (["report", one, "--plot", str(d / "file" / "x.png")], "file"),
+        "plot not an image": (["report", one, "--plot", str(d / "x.txt")], "must name an image"),
+        "json is a directory": (["report", one, "--json", str(d)], "must name a file"),
+        "length 2**70": (["report", str(d / "huge.txt")], "line 2: lengths must be < 2**62"),
+        "csv length 2**63": (["report", str(d / "huge.csv")], "line 3: lengths must be < 2**62"),
+        "jsonl 1e400": (["report", str(d / "huge.jsonl"), "--column", "n"], "must be < 2**62"),
+        "jsonl nested": (["report", str(d / "deep.jsonl"), "--column", "n"], "nested too deep"),
+        "batch size zero": ([*pre, "--batch-size", "0"], "batch_size must be an int >= 1"),
         "no command": ([], ""),
     }
 
@@ -187,6 +198,7 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
 #: short-lived process that mostly waits on imports). The rest run in-process through main().
 SUBPROCESS_CASES = (
     "missing file",
+    "length 2**70",
     "unknown csv column",
     "fraction",
     "negative",
@@ -235,6 +247,36 @@ def test_every_bad_input_exits_2_with_one_clear_line(tmp_path, files, capsys, mo
         code = main(args)
         out = capsys.readouterr()
         _check_failure(name, code, out.out, out.err, want)
+
+
+def test_bad_options_fail_before_any_work(tmp_path, files, capsys):
+    """precompute validates every option before it reads, solves or writes the cache."""
+    from bucketloader.cli import main
+
+    cache = tmp_path / "cache"
+    one = str(files / "one.txt")
+    bads = [
+        ["--batch-size", "0"],
+        ["--max-tokens", "-1"],
+        ["--pad-to-multiple-of", "0"],
+        ["--cost", "cubic"],
+        ["--max-tokens", "39"],
+        ["--json", str(tmp_path)],
+    ]
+    for bad in bads:
+        assert main(["precompute", one, "-k", "2", "--cache-dir", str(cache), *bad]) == 2, bad
+        assert "solving" not in capsys.readouterr().err
+        assert not cache.exists(), bad  # no solve, no entry written
+
+
+def test_report_plot_of_a_single_distinct_length(tmp_path):
+    """Pre-packed 512-token blocks: no padding at any k; the plot is drawn on a linear scale."""
+    path = tmp_path / "blocks.txt"
+    path.write_text("512\n" * 200)
+    from bucketloader.cli import main
+
+    assert main(["report", str(path), "--plot", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_module_entry_point_and_help(tmp_path):

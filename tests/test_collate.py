@@ -440,3 +440,109 @@ def test_any_lengths_any_policy_every_batch_is_planned(lengths, last_batch, side
         got = x if kind != "frames" else x[..., 0]
         assert torch.equal(got[real][mask[real]], real_rows[mask[real]])
         assert (got[~mask] == -1).all()
+
+
+# --- the lean path for 1-D samples equals the general one -------------------------------------
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.data(),
+    side=st.sampled_from(["right", "left"]),
+    kind=st.sampled_from(["torch", "numpy"]),
+    dtype=st.sampled_from(["int64", "float32", "int8", "bool", "bfloat16"]),
+    last_batch=st.sampled_from(["pad", "keep"]),
+)
+def test_lean_1d_path_equals_the_general_path(data, side, kind, dtype, last_batch):
+    """Batches of 1-D samples skip field inference (PadCollator._collate_bare); forcing the
+    general path must give the same tensors, for lengths around the 384-element crossover of
+    the masked scatter and the interleaved concatenate, with empty samples and full rows."""
+    if kind == "numpy" and dtype == "bfloat16":
+        dtype = "float32"
+    lengths = np.array(data.draw(st.lists(st.sampled_from([0, 1, 5, 383, 384, 385, 900]),
+                                          min_size=1, max_size=12)))  # fmt: skip
+    sampler = BucketSampler(lengths, num_buckets=3, batch_size=4, last_batch=last_batch)
+    lean = sampler.collator(pad_value=1, side=side)
+    general = sampler.collator(pad_value=1, side=side)
+    general._bare_default = False
+    rng = np.random.default_rng(len(lengths))
+    for idx in sampler:
+        xs = [torch.from_numpy(rng.integers(0, 2, size=int(lengths[i]))).to(getattr(torch, dtype))
+              for i in idx]  # fmt: skip
+        if kind == "numpy":
+            xs = [x.numpy() for x in xs]
+        got, want = lean(xs), general(xs)
+        assert list(got) == list(want)
+        for key in want:
+            assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
+
+
+# --- one dtype per field, no value lost (issue 12) ---------------------------------------------
+@pytest.fixture
+def three():
+    return BucketSampler([3, 3, 3], num_buckets=1, batch_size=3).collator()
+
+
+@pytest.mark.parametrize(
+    ("batch", "dtype", "values"),
+    [
+        ([[0, 0.5, 0.7], [0.2, 0.3, 0.9]], torch.float32, [[0, 0.5, 0.7], [0.2, 0.3, 0.9]]),
+        ([[1, 2, 3], [1.5, 2, 3]], torch.float32, [[1, 2, 3], [1.5, 2, 3]]),
+        ([[True, False, True], [1, 2, 3]], torch.int64, [[1, 0, 1], [1, 2, 3]]),
+        ([[True, False, True], [False, True, True]], torch.bool, [[1, 0, 1], [0, 1, 1]]),
+        ([torch.arange(3), torch.tensor([1.7, 2.9, 3.5])], torch.float32,
+         [[0, 1, 2], [1.7, 2.9, 3.5]]),
+        ([torch.zeros(3, dtype=torch.int8), torch.tensor([300, 400, 500])], torch.int64,
+         [[0, 0, 0], [300, 400, 500]]),
+        ([np.zeros(3, np.uint8), np.array([-1, -2, -3], np.int8)], torch.int16,
+         [[0, 0, 0], [-1, -2, -3]]),
+        ([torch.ones(3, dtype=torch.bfloat16), torch.ones(3, dtype=torch.float16)],
+         torch.float32, [[1, 1, 1], [1, 1, 1]]),
+        ([np.array([2**53, 1, 2], np.int64), np.array([0.5, 1, 2])], torch.float64,
+         [[2**53, 1, 2], [0.5, 1, 2]]),
+        ([np.array([1, 2, 3], ">i4"), np.array([1, 2, 3], "<i4")], torch.int32,
+         [[1, 2, 3], [1, 2, 3]]),
+    ],
+)  # fmt: skip
+def test_mixed_dtypes_promote_without_losing_a_value(three, batch, dtype, values):
+    for samples in (batch, batch[::-1]):
+        out = three(samples)["inputs"]
+        assert out.dtype == dtype
+        want = np.array(values if samples is batch else values[::-1], dtype=np.float64)
+        exact = dtype not in (torch.float32, torch.float16, torch.bfloat16)
+        got = out[:2].to(torch.float64).numpy()
+        np.testing.assert_allclose(got, want, rtol=0 if exact else 1e-6)
+
+
+@pytest.mark.parametrize(
+    ("batch", "kind", "message"),
+    [
+        ([torch.tensor([2**24 + 1, 0, 0]), torch.tensor([0.5, 0, 0])], ValueError,
+         r"field 'inputs' mixes samples of dtypes \['torch.float32', 'torch.int64'\]; promoting "
+         r"them to torch.float32 .* would change the value 16777217 of the sample at batch "
+         r"position 0; cast the field"),
+        ([[2**24 + 1, 0, 0], [0.5, 0, 0]], ValueError, r"cannot hold the int 16777217 exactly"),
+        ([[2**70, 0, 0], [1, 2, 3]], ValueError, r"holds the int 1180591620717411303424, which"),
+        ([np.array([1, "a", None], dtype=object)] * 2, TypeError,
+         r"field 'inputs' holds a numpy array of dtype object .*only numbers can be padded"),
+        ([np.array(["a", "b", "c"])] * 2, TypeError, r"numpy array of dtype <U1"),
+        ([np.array([1, 2, 3], np.uint64), np.array([1, 2, 3], np.int64)], TypeError,
+         r"mixes samples of dtypes \['int64', 'uint64'\], which torch cannot promote"),
+        ([[1, "2", 3], [1, 2, 3]], TypeError, r"holds lists with str values .*position 0"),
+        ([[1, None, 3], [1, 2, 3]], TypeError, r"lists with NoneType values"),
+        ([[1, 2, 3], [1, [2], 3]], TypeError, r"lists with list values .*position 1"),
+    ],
+)  # fmt: skip
+def test_values_that_cannot_be_kept_raise_naming_the_field(three, batch, kind, message):
+    with pytest.raises(kind, match=message):
+        three(batch)
+
+
+def test_pad_value_must_fit_the_promoted_dtype():
+    sampler = BucketSampler([3, 2], num_buckets=1, batch_size=2)
+    mixed = [torch.zeros(3, dtype=torch.uint8), torch.zeros(2, dtype=torch.int8)]  # -> int16
+    assert sampler.collator(pad_value=-300)(mixed)["inputs"].dtype == torch.int16
+    with pytest.raises(ValueError, match=r"pad value 100000\.0 for field 'inputs' does not fit"):
+        sampler.collator(pad_value=1e5)([torch.zeros(3, dtype=torch.float16)] * 2)
+    with pytest.raises(ValueError, match=r"pad value nan .* does not fit its dtype torch.int64"):
+        sampler.collator(pad_value=float("nan"))([torch.zeros(3, dtype=torch.int64)] * 2)
+    out = sampler.collator(pad_value=float("-inf"))([torch.zeros(3), torch.zeros(2)])
+    assert out["inputs"][1, 2] == float("-inf")

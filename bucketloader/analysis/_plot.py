@@ -111,9 +111,13 @@ def _histogram(ax: Any, r: DynamicityReport) -> None:
 def _frontier(ax: Any, r: DynamicityReport) -> None:
     ks = sorted({row.num_buckets for row in r.rows})
     names = list(dict.fromkeys(row.strategy for row in r.rows))
+    # log scale needs a positive padding somewhere; data with no padding at any k (a single
+    # distinct length, pre-packed blocks) is drawn on a linear scale at 0%
+    log = any(row.padding_ratio > 0 for row in r.rows)
     for name in names:
         ys = np.array([r.row(name, k).padding_ratio for k in ks]) * 100
-        ys[ys <= 0] = np.nan  # log scale: no padding at all is drawn as a gap
+        if log:
+            ys[ys <= 0] = np.nan  # log scale: no padding at all is drawn as a gap
         strong = name in ("optimal", "lp")
         ax.plot(
             ks,
@@ -125,15 +129,16 @@ def _frontier(ax: Any, r: DynamicityReport) -> None:
             label=name,
             zorder=4 if strong else 3,
         )
-    ax.axhline(r.padding_target * 100, color="#444444", ls="--", lw=0.9)
-    ax.annotate(
-        f"target {pct(r.padding_target)}",
-        (ks[0], r.padding_target * 100),
-        textcoords="offset points",
-        xytext=(2, -11),
-        fontsize=8,
-        color="#444444",
-    )
+    if r.padding_target > 0 or not log:
+        ax.axhline(r.padding_target * 100, color="#444444", ls="--", lw=0.9)
+        ax.annotate(
+            f"target {pct(r.padding_target)}",
+            (ks[0], r.padding_target * 100),
+            textcoords="offset points",
+            xytext=(2, -11),
+            fontsize=8,
+            color="#444444",
+        )
     if r.dynamic is not None and r.dynamic["padding_ratio"] > 0:
         d = r.dynamic
         y = d["padding_ratio"] * 100
@@ -162,16 +167,21 @@ def _frontier(ax: Any, r: DynamicityReport) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks)
     ax.set_xticklabels([str(k) for k in ks])
-    ax.set_yscale("log")
-    from matplotlib.ticker import LogLocator, NullFormatter
+    if log:
+        from matplotlib.ticker import LogLocator, NullFormatter
 
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    else:
+        top = max(r.padding_target * 100, 1.0)
+        ax.set_ylim(-0.05 * top, 1.3 * top)
     ax.yaxis.set_major_formatter(_percent_formatter())
-    ax.yaxis.set_minor_formatter(NullFormatter())
     ax.grid(True, which="major", alpha=0.3)
     ax.set_xlabel("shape budget k (number of buckets = distinct padded lengths)")
     ax.set_ylabel("padding (pad elements / real elements)")
-    ax.set_title("padding vs. shape budget, per strategy", fontsize=10, loc="left")
+    title = "padding vs. shape budget, per strategy" + ("" if log else ": none at any k")
+    ax.set_title(title, fontsize=10, loc="left")
     ax.legend(loc="lower left", fontsize=8, ncol=2, framealpha=0.92, edgecolor="none")
 
 

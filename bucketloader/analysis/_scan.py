@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._samples import sample_length
+from bucketloader._samples import is_number, sample_length
 from bucketloader._validation import as_lengths
 
 
@@ -21,11 +21,22 @@ def is_dataloader(data: Any) -> bool:
     return isinstance(data, DataLoader)
 
 
-def is_dataset(data: Any) -> bool:
-    """A map-style dataset (not a plain container of lengths)."""
-    if isinstance(data, (list, tuple, np.ndarray, str, bytes)) or hasattr(data, "detach"):
+def is_dataset(data: Any, column: Any = None) -> bool:
+    """A map-style dataset (not a plain container of lengths).
+
+    A list or tuple is lengths when its items are numbers, else (or with a ``column`` to
+    measure) a dataset of samples, such as ``[torch.randn(n) for n in lengths]``.
+    """
+    if isinstance(data, (list, tuple)):
+        return bool(data) and (column is not None or not _is_length(data[0]))
+    if isinstance(data, (np.ndarray, str, bytes)) or hasattr(data, "detach"):
         return False
     return hasattr(data, "__getitem__") and hasattr(data, "__len__")
+
+
+def _is_length(item: Any) -> bool:
+    """A number, or a 0-d array / tensor holding one."""
+    return is_number(item) or getattr(item, "shape", None) == ()
 
 
 def progress_bar(items: Iterable[Any], *, total: int | None, desc: str, show: bool | None) -> Any:

@@ -177,6 +177,12 @@ def analyze(
     num_batches = 0
     lengths: np.ndarray | None = None
     hist: LengthHistogram | None = None
+    if isinstance(data, Mapping):
+        raise TypeError(
+            f"data must be lengths, a LengthHistogram, a map-style dataset or a DataLoader, got "
+            f"a {type(data).__name__} with keys {list(data)[:5]}; pass one of its values (e.g. "
+            "one split of a DatasetDict)"
+        )
     if isinstance(data, LengthHistogram):
         hist, source = data, "histogram"
     elif is_dataloader(data):
@@ -187,7 +193,7 @@ def analyze(
             lengths = dataset_lengths(data.dataset, column, show=progress)
         elif isinstance(declared, np.ndarray) and declared.ndim == 1:
             lengths = declared
-    elif is_dataset(data):
+    elif is_dataset(data, column):
         source = type(data).__name__
         lengths = dataset_lengths(data, column, show=progress)
     else:

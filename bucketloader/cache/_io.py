@@ -7,6 +7,7 @@ import json
 import math
 import numbers
 import os
+import stat
 import sys
 import time
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from bucketloader.boundaries import assign_buckets, padding_cost
 from bucketloader.histogram import LengthHistogram
 from bucketloader.solution import Solution
 
@@ -30,7 +32,8 @@ STALE_TMP_SECONDS = 3600.0
 def default_cache_dir() -> Path:
     """``$BUCKETLOADER_CACHE_DIR``, else the user cache directory + ``bucketloader``.
 
-    Linux: ``$XDG_CACHE_HOME/bucketloader`` (``~/.cache/bucketloader``); macOS:
+    Linux: ``$XDG_CACHE_HOME/bucketloader`` (``~/.cache/bucketloader``; a relative
+    ``XDG_CACHE_HOME`` is ignored, as the XDG Base Directory spec requires); macOS:
     ``~/Library/Caches/bucketloader``; Windows: ``%LOCALAPPDATA%\\bucketloader\\Cache``.
     """
     env = os.environ.get("BUCKETLOADER_CACHE_DIR")
@@ -41,7 +44,10 @@ def default_cache_dir() -> Path:
         return Path(base) / "bucketloader" / "Cache"
     if sys.platform == "darwin":  # pragma: no cover
         return Path.home() / "Library" / "Caches" / "bucketloader"
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "bucketloader"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(xdg):  # the XDG spec: a relative path is invalid and must be ignored
+        xdg = str(Path.home() / ".cache")
+    return Path(xdg) / "bucketloader"
 
 
 def key_of(strategy: str, params: dict[str, Any], digest: str) -> str:
@@ -68,8 +74,52 @@ def check_body(body: Any, key: str, hist: LengthHistogram | None) -> str | None:
         return "its contents do not match its key"
     if not same:
         return "its solution does not match its key"
-    if hist is not None and (sol.boundaries[-1] < hist.max or sol.num_samples != hist.num_samples):
+    return check_solution(sol, body["params"], hist)
+
+
+#: Statuses a solution may have (see :class:`~bucketloader.solution.Solution`).
+STATUSES = ("coarsened", "heuristic", "optimal", "time_limit")
+
+
+def check_solution(
+    sol: Solution, params: dict[str, Any], hist: LengthHistogram | None
+) -> str | None:
+    """Why a loaded solution cannot be the answer for ``params`` (and ``hist``), or ``None``.
+
+    The key proves which question an entry answers, not that its answer is right: an entry
+    edited by hand (or by a buggy writer) is checked against the parameters in its key (at most
+    ``num_buckets`` strictly increasing boundaries on multiples of ``pad_to_multiple_of``, the
+    convention itself checked by :meth:`Solution.from_dict`), and against the histogram when
+    given: the last boundary covers the longest length, no bucket is empty (solutions never
+    keep one), and the stored objective and padding ratio are those of the boundaries, which is
+    one O(U log k) pass.
+    """
+    b = sol.boundaries
+    k = params.get("num_buckets")
+    m = params.get("pad_to_multiple_of", 1)
+    if not isinstance(k, int) or b.size > k:
+        return f"its solution has {b.size} boundaries for num_buckets={k}"
+    if isinstance(m, int) and m > 1 and (b % m).any():
+        return f"its boundaries are not multiples of pad_to_multiple_of={m}"
+    if sol.status not in STATUSES:
+        return f"its solution has an unknown status {sol.status!r}"
+    for name in ("gap", "padding_ratio", "solve_seconds"):
+        value = getattr(sol, name)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            return f"its solution has {name}={value!r}"
+    if hist is None:
+        return None
+    if b[-1] < hist.max or sol.num_samples != hist.num_samples:
         return "its solution does not fit the histogram"
+    occupied = np.bincount(assign_buckets(hist.values, b), minlength=b.size)
+    if not occupied.all():
+        return "its solution has an empty bucket"
+    if sol.objective != padding_cost(hist, b, cost=params.get("cost", "linear")):
+        return "its objective is not the padding of its boundaries"
+    total = hist.total
+    ratio = padding_cost(hist, b) / total if total else 0.0
+    if not math.isclose(sol.padding_ratio, ratio, rel_tol=1e-9, abs_tol=1e-12):
+        return "its padding ratio is not that of its boundaries"
     return None
 
 
@@ -119,10 +169,76 @@ def _canonical(name: str, value: Any) -> Any:
     )
 
 
+class NotAnEntry(Exception):
+    """The entry path holds something bucketloader did not write (a FIFO, a directory, a
+    symbolic link, a device): it is never read, replaced or deleted."""
+
+
+#: Flags for reading an entry: never block (a FIFO would hang ``open``), never follow a symbolic
+#: link at the entry path (it points at something that is not ours).
+_READ_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages."""
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def read_entry(path: Path) -> Any:
-    """Parse one entry file as JSON (never pickle); ``ValueError`` if it is not one."""
-    with open(path, "rb") as f:
-        data = f.read(MAX_ENTRY_BYTES + 1)
+    """Parse one entry file as JSON (never pickle).
+
+    Reads only a regular file, at most :data:`MAX_ENTRY_BYTES`, without blocking (a FIFO at the
+    path would hang a plain ``open``) and without following a symbolic link. Raises
+    ``FileNotFoundError`` for a miss, :class:`NotAnEntry` for something that is not a file we
+    could have written, ``ValueError`` for a file whose contents are not a JSON document, and
+    ``OSError`` when the file cannot be read.
+    """
+    if not hasattr(os, "O_NOFOLLOW") and os.path.islink(path):  # pragma: no cover - Windows
+        raise NotAnEntry("a symbolic link")
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        raise
+    except OSError as exc:  # ELOOP: a symbolic link (O_NOFOLLOW); ENXIO: a socket; ...
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            raise exc from None
+        if not stat.S_ISREG(mode):
+            raise NotAnEntry(file_kind(mode)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAnEntry(file_kind(st.st_mode))
+        if st.st_size > MAX_ENTRY_BYTES:
+            raise ValueError(f"larger than {MAX_ENTRY_BYTES} bytes")
+        chunks, size = [], 0
+        while size <= MAX_ENTRY_BYTES:  # bounded even if the file grows while we read
+            chunk = os.read(fd, MAX_ENTRY_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
     if len(data) > MAX_ENTRY_BYTES:
         raise ValueError(f"larger than {MAX_ENTRY_BYTES} bytes")
     if not data:
@@ -131,6 +247,20 @@ def read_entry(path: Path) -> Any:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer past Python's digit limit
+        raise ValueError(f"not valid JSON: {exc}") from None
+
+
+def is_regular_or_missing(path: Path) -> tuple[bool, str]:
+    """``(True, "")`` if ``path`` is a regular file or does not exist (we may replace it), else
+    ``(False, what it is)``; symbolic links are not followed."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return True, ""
+    return (True, "") if stat.S_ISREG(mode) else (False, file_kind(mode))
 
 
 @dataclass(frozen=True)
@@ -140,19 +270,29 @@ class Entry:
     mtime_ns: int
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def is_entry_name(name: str) -> bool:
+    """``<64 lowercase hex>.json``: the only names the cache writes (and ever deletes)."""
+    return len(name) == 69 and name.endswith(".json") and set(name[:64]) <= _HEX
+
+
 def scan_entries(directory: Path) -> list[Entry]:
-    """The ``*.json`` entries of ``directory`` (empty if it is missing or unreadable)."""
+    """The entry files of ``directory``: regular files named ``<sha256>.json`` (symbolic links,
+    directories and other names are not ours). Empty if the directory is missing or unreadable."""
     out = []
     try:
         with os.scandir(directory) as it:
             for e in it:
-                if not (e.name.endswith(".json") and len(e.name) == 69):
+                if not is_entry_name(e.name):
                     continue
                 try:
                     st = e.stat(follow_symlinks=False)
                 except FileNotFoundError:  # removed by another process meanwhile
                     continue
-                out.append(Entry(Path(e.path), st.st_size, st.st_mtime_ns))
+                if stat.S_ISREG(st.st_mode):  # never count (or evict) what is not ours
+                    out.append(Entry(Path(e.path), st.st_size, st.st_mtime_ns))
     except (FileNotFoundError, NotADirectoryError, PermissionError):
         return []
     return out
@@ -191,7 +331,8 @@ def _remove_stale_tmp(directory: Path) -> None:
             for e in it:
                 if e.name.startswith(".tmp-") and e.name.endswith(".part"):
                     try:
-                        if now - e.stat().st_mtime > STALE_TMP_SECONDS:
+                        st = e.stat(follow_symlinks=False)
+                        if stat.S_ISREG(st.st_mode) and now - st.st_mtime > STALE_TMP_SECONDS:
                             os.unlink(e.path)
                     except FileNotFoundError:
                         pass

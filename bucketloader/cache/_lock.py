@@ -42,7 +42,10 @@ class FileLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except PermissionError:  # another user's lock file in a shared directory: flock needs
+            fd = os.open(self.path, os.O_RDONLY)  # no write access
         deadline = time.monotonic() + self.timeout
         while True:
             try:

@@ -12,10 +12,17 @@ for the same inputs changes.
 
 NOTE [ Never pickle ]
 Entries are JSON, read with :func:`json.loads` only, and re-validated on every read: the key is
-recomputed from the entry's own fields and must match its file name, so a truncated, corrupt,
-foreign or planted file is ignored with one :class:`CacheWarning`, recomputed and replaced.
-Writes go to a temporary file in the same directory, then ``os.replace`` (atomic on POSIX and
-Windows), so a reader sees a whole entry or none.
+recomputed from the entry's own fields and must match its file name, and the solution must be a
+valid answer to the parameters in the key (:func:`~bucketloader.cache._io.check_solution`), so a
+truncated, corrupt, edited, foreign or planted file is ignored with one :class:`CacheWarning`,
+recomputed and replaced. Only regular files of at most 4 MiB are read, without blocking and
+without following symbolic links; anything else at an entry path (a FIFO, a directory, a link,
+a device) is the user's, never read, replaced or deleted: that solution is computed uncached.
+Writes go to a temporary file in the same directory (mode ``0o666`` less the umask, so a shared
+cache stays readable), then ``os.replace`` (atomic on POSIX and Windows), so a reader sees a
+whole entry or none. Between the check that an entry path holds a regular file (or nothing)
+and the replace, another process could put something else there; the replace then swaps that
+directory entry only (a link's target is never touched), the same window pip's cache has.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import tempfile
+import secrets
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -36,10 +44,12 @@ from bucketloader.cache._dist import broadcast_get_or_solve, world_size
 from bucketloader.cache._io import (
     CACHE_FORMAT,
     ENTRY_TAG,
+    NotAnEntry,
     canonical_params,
     check_body,
     default_cache_dir,
     evict,
+    is_regular_or_missing,
     json_default,
     key_of,
     read_entry,
@@ -110,7 +120,6 @@ class BucketCache:
         self.distributed = distributed
         self.hits = 0
         self.misses = 0
-        self._warned: set[str] = set()
 
     def __repr__(self) -> str:
         return f"BucketCache({str(self.directory)!r}, max_size={self.max_size})"
@@ -149,7 +158,7 @@ class BucketCache:
         """The cached solution of ``key``, or ``None`` (missing or unusable, with one warning)."""
         sol, problem = self._read(key)
         if problem:
-            self._warn(problem)
+            self._warn(problem, once=("entry", problem))
         return sol
 
     def put(self, hist: LengthHistogram, solution: Solution) -> str | None:
@@ -180,7 +189,15 @@ class BucketCache:
         path = self.path_for(key)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".part")
+            ok, what = is_regular_or_missing(path)
+            if not ok:
+                self._warn_foreign(path, what)
+                return None
+            fd, tmp = _create_temp(self.directory)
+        except OSError as exc:
+            self._warn_unusable(exc)
+            return None
+        try:
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
@@ -188,13 +205,24 @@ class BucketCache:
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
             except BaseException:
-                Path(tmp).unlink(missing_ok=True)
+                tmp.unlink(missing_ok=True)
                 raise
+        except OSError as exc:  # the directory took the temporary file but not the entry
+            self._warn(
+                f"could not store cache entry {path} ({_reason(exc)}); solutions are computed "
+                "without caching",
+                once=("store", str(path)),
+            )
+            return None
+        try:
             if self.max_size is not None:
                 self._evict(keep=path)
-        except OSError as exc:
-            self._warn_unusable(exc)
-            return None
+        except OSError as exc:  # eviction is best effort: the entry is stored
+            self._warn(
+                f"could not evict old entries from cache directory {self.directory} "
+                f"({_reason(exc)}); it may grow past max_size={self.max_size}",
+                once=("evict", _dir_id(self.directory)),
+            )
         return key
 
     def get_or_solve(
@@ -227,7 +255,7 @@ class BucketCache:
             self.hits += 1
             return dataclasses.replace(sol, params=dict(params))
         if problem:
-            self._warn(f"{problem}; recomputing and replacing it")
+            self._warn(f"{problem}; recomputing and replacing it", once=("entry", problem))
         self.misses += 1
         sol = solve_fn()
         self.put(hist, sol)
@@ -262,15 +290,23 @@ class BucketCache:
             body = read_entry(path)
         except (FileNotFoundError, NotADirectoryError):  # a miss; a write will say if unusable
             return None, None
+        except NotAnEntry as exc:  # a miss; put leaves it alone too
+            self._warn_foreign(path, str(exc))
+            return None, None
         except PermissionError as exc:
             self._warn_unusable(exc)
             return None, None
         except (OSError, ValueError) as exc:
             return None, f"ignoring unusable cache entry {path} ({exc})"
-        problem = check_body(body, key, hist)
+        # an entry is untrusted input: whatever it holds, it is a miss, never an exception
+        try:
+            problem = check_body(body, key, hist)
+            sol = None if problem else Solution.from_dict(body["solution"])
+        except Exception as exc:  # e.g. OverflowError on an objective of 1e999
+            problem = f"invalid contents: {type(exc).__name__}: {exc}"
         if problem:
             return None, f"ignoring unusable cache entry {path} ({problem})"
-        return Solution.from_dict(body["solution"]), None
+        return sol, None
 
     def _evict(self, *, keep: Path) -> None:
         if self.max_size is None:
@@ -282,15 +318,72 @@ class BucketCache:
 
     def _warn_unusable(self, exc: OSError) -> None:
         self._warn(
-            f"cache directory {self.directory} is not usable ({exc}); solutions are computed "
-            "without caching. Point BUCKETLOADER_CACHE_DIR or BucketCache(directory) at a "
-            "writable directory",
-            once="directory",
+            f"cache directory {self.directory} is not usable ({_reason(exc)}); solutions are "
+            "computed without caching. Point BUCKETLOADER_CACHE_DIR or BucketCache(directory) "
+            "at a writable directory",
+            once=("directory", _dir_id(self.directory)),
         )
 
-    def _warn(self, message: str, *, once: str | None = None) -> None:
-        if once is not None:
-            if once in self._warned:
+    def _warn_foreign(self, path: Path, what: str) -> None:
+        self._warn(
+            f"cache entry path {path} is {what}, which bucketloader did not write; it is left "
+            "alone (never read, replaced or deleted) and this solution is computed without "
+            "caching. Remove it to let the cache store the entry",
+            once=("foreign", str(path)),
+        )
+
+    def _warn(self, message: str, *, once: tuple[str, str]) -> None:
+        """Warn once per process per (what, where): NOTE [ One warning per problem ]."""
+        with _WARNED_LOCK:
+            if once in _WARNED:
                 return
-            self._warned.add(once)
+            _WARNED.add(once)
         warnings.warn(message, CacheWarning, stacklevel=4)
+
+
+# NOTE [ One warning per problem ]
+# A cache problem is reported once per process, whichever BucketCache object meets it: a
+# sampler built per epoch, or per rank thread, creates many objects over the same directory, and
+# a per-object memory (or the warnings module's, defeated by varying text such as a temporary
+# file's random name) would repeat it. Problems are keyed by what they are and where: the
+# directory (unusable, eviction), the entry path (foreign file, store failure) or the message
+# naming the entry (unusable contents).
+_WARNED: set[tuple[str, str]] = set()
+_WARNED_LOCK = threading.Lock()
+
+#: Attempts at a fresh temporary-file name before giving up (collisions are astronomically rare).
+_TEMP_ATTEMPTS = 16
+
+
+def _create_temp(directory: Path) -> tuple[int, Path]:
+    """A new temporary file in ``directory``, opened for writing.
+
+    Created with mode ``0o666`` so the process umask decides the final permissions (``0o644``
+    under the usual ``022``), as pip's and Hugging Face's caches do: ``tempfile.mkstemp`` would
+    make every entry ``0o600``, unreadable to the other users of a shared cache directory.
+    ``O_EXCL`` refuses to open anything that already exists (a planted link or FIFO included).
+    """
+    flags = (
+        os.O_WRONLY
+        | os.O_CREAT
+        | os.O_EXCL
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+        | getattr(os, "O_BINARY", 0)
+    )
+    for _ in range(_TEMP_ATTEMPTS):
+        tmp = directory / f".tmp-{secrets.token_hex(8)}.part"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary file name in {directory}")
+
+
+def _reason(exc: OSError) -> str:
+    """An OS error without the file name (which may be a random temporary name)."""
+    return exc.strerror or str(exc) or type(exc).__name__
+
+
+def _dir_id(directory: Path) -> str:
+    return os.path.abspath(directory)

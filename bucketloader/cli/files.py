@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from bucketloader._validation import as_lengths
+from bucketloader._validation import MAX_LENGTH, as_lengths
 
 #: The demo's default data, shipped in ``bucketloader/data``.
 DEFAULT_DATA = "librispeech_train_clean_100_samples.txt"
@@ -92,14 +93,24 @@ def _int_token(token: str, where: str) -> int:
             f = float(tok)
         except ValueError:
             raise LengthFileError(
-                f"{where}: expected a non-negative integer, got {tok!r}"
+                f"{where}: expected a non-negative integer, got {_short(tok)}"
             ) from None
+        if math.isinf(f):
+            raise LengthFileError(f"{where}: lengths must be < 2**62, got {_short(tok)}") from None
         if not f.is_integer():
-            raise LengthFileError(f"{where}: expected a whole number, got {tok!r}") from None
+            raise LengthFileError(f"{where}: expected a whole number, got {_short(tok)}") from None
         value = int(f)
     if value < 0:
         raise LengthFileError(f"{where}: lengths must be non-negative, got {value}")
+    if value > MAX_LENGTH:
+        raise LengthFileError(
+            f"{where}: lengths must be < 2**62 (the longest bucketloader supports), got {value}"
+        )
     return value
+
+
+def _short(token: str) -> str:
+    return repr(token) if len(token) <= 40 else repr(token[:40]) + "..."
 
 
 def _column_index(column: str | int | None, ncols: int, where: str) -> int:
@@ -131,9 +142,10 @@ def _parse_text(lines: list[str], name: str, column: str | int | None, sep: str)
     idx = _column_index(column, ncols, name)
     try:  # fast path: every field a plain integer
         table = np.array([line.split(sep) for _, line in rows], dtype=np.int64)
-        if table.ndim == 2 and table.shape[1] == ncols and (table[:, idx] >= 0).all():
-            return np.ascontiguousarray(table[:, idx])
-    except ValueError:
+        col = table[:, idx] if table.ndim == 2 and table.shape[1] == ncols else None
+        if col is not None and (col >= 0).all() and (col <= MAX_LENGTH).all():
+            return np.ascontiguousarray(col)
+    except (ValueError, OverflowError):
         pass
     out = np.empty(len(rows), dtype=np.int64)
     for i, (n, line) in enumerate(rows):
@@ -195,6 +207,9 @@ def _read_jsonl(lines: list[str], name: str, column: str | int | None) -> np.nda
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise LengthFileError(f"{where}: not valid JSON ({exc.msg})") from None
+        except (ValueError, RecursionError) as exc:  # digits past Python's limit, deep nesting
+            reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise LengthFileError(f"{where}: not a usable JSON object ({reason})") from None
         if not isinstance(obj, dict):
             raise LengthFileError(f"{where}: expected a JSON object per line, got {obj!r:.60}")
         if column is None:

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from bucketloader._validation import check_int
 from bucketloader._version import __version__
 from bucketloader.analysis import analyze
 from bucketloader.boundaries import assign_buckets
@@ -31,6 +32,7 @@ from bucketloader.cache import BucketCache
 from bucketloader.cli.files import read_lengths
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec
+from bucketloader.plan.budget import BatchRule
 from bucketloader.solve import resolve_params, solve_boundaries
 from bucketloader.strategies import resolve_strategy
 
@@ -123,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(args)
         if args.command == "precompute":
             return _precompute(args)
+        _check_plot(args.plot)
         from bucketloader.cli.demo import run_demo  # imports the DataLoader machinery
 
         return run_demo(
@@ -145,6 +148,8 @@ def _fail(message: str) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    _check_output("--json", args.json)
+    _check_plot(args.plot)
     lengths = read_lengths(args.file, args.column)
     report = analyze(
         lengths,
@@ -164,13 +169,26 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _precompute(args: argparse.Namespace) -> int:
-    name, fn = resolve_strategy(args.strategy)  # unknown names fail before reading the file
-    lengths = read_lengths(args.file, args.column)
-    hist = LengthHistogram.from_lengths(lengths)
-    cache = BucketCache(args.cache_dir)
+    # every option is checked before any work: a bad one never costs a solve or a cache write
+    name, fn = resolve_strategy(args.strategy)
+    check_int("num_buckets", args.num_buckets, minimum=1)
+    if args.batch_size is not None or args.max_tokens is not None:
+        BatchRule.parse(args.batch_size, args.max_tokens)
     params = resolve_params(
         fn, args.num_buckets, {"cost": args.cost, "pad_to_multiple_of": args.pad_to_multiple_of}
     )
+    _check_output("--json", args.json)
+    lengths = read_lengths(args.file, args.column)
+    hist = LengthHistogram.from_lengths(lengths)
+    m = params["pad_to_multiple_of"]
+    longest = -(-hist.max // m) * m  # the last boundary of every built-in strategy
+    if args.max_tokens is not None and args.max_tokens < longest:
+        raise ValueError(
+            f"max_tokens={args.max_tokens} is smaller than the bucket length {longest} of the "
+            f"longest sample, so that bucket's batch would be empty; raise --max-tokens to at "
+            f"least {longest}"
+        )
+    cache = BucketCache(args.cache_dir)
     key = cache.key(hist, name, params)
     label = f"strategy {name!r}, k={args.num_buckets}, {hist.num_values:,} distinct lengths"
     with _Ticker(f"solving ({label})"):
@@ -203,6 +221,26 @@ def _precompute(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
         print(f"written to {args.json}")
     return 0
+
+
+#: Image formats matplotlib's Agg backend writes (checked before any work).
+_PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp", ".eps", ".ps", ".tif", ".tiff")
+
+
+def _check_output(option: str, path: str | None) -> None:
+    """An output path must not be an existing directory (checked before any work)."""
+    if path is not None and Path(path).is_dir():
+        raise ValueError(f"{option} must name a file, got the directory {path}")
+
+
+def _check_plot(path: str | None) -> None:
+    """``--plot`` must name an image file matplotlib can write (checked before any work)."""
+    _check_output("--plot", path)
+    if path and Path(path).suffix.lower() not in _PLOT_SUFFIXES:
+        raise ValueError(
+            f"--plot must name an image file ending in one of {', '.join(_PLOT_SUFFIXES)}, got "
+            f"--plot {path}"
+        )
 
 
 class _Ticker:

@@ -6,7 +6,9 @@ give the same result (the property test in tests/test_collate.py checks them aga
 * ``interleaved``: when the variable dim is the first one (tokens ``(T,)``, frames ``(T, F)``),
   the output is, row after row, ``sample, padding, sample, padding, ...`` in memory, so one
   ``torch.cat(pieces, out=...)`` (or ``np.concatenate``) writes it, the padding pieces being
-  cached views of one pad buffer. One C++ call; best for long rows.
+  cached views of one pad buffer. One C++ call writing each byte once, about 0.1 us per piece;
+  best for long rows. Empty pieces are left out: ``torch.cat`` is about 6x slower when empty
+  tensors are mixed in (a sample exactly as long as its bucket has no padding piece).
 * ``per-sample``: one slice copy per sample (``out[i, :L] = x``, as ``pad_sequence`` does), and
   the pad value written only where padding goes (``pad_sequence`` fills the whole output first);
   best for long samples (audio, images), where memory traffic dominates.
@@ -18,7 +20,20 @@ give the same result (the property test in tests/test_collate.py checks them aga
 Choice: padded samples of at most ``MASKED_MAX_ELEMENTS`` elements with one variable dim take the
 masked scatter (its cost grows with the elements, the others' with the samples); longer ones take
 the interleaved concatenate when the variable dim is the first, else per-sample copies (also the
-fallback for CUDA or grad-requiring tensors).
+fallback for CUDA or grad-requiring tensors). The crossover, measured on token batches of
+``benchmarks/sampler.py`` (int64, int32, float32), lies between 262 and 517 elements per row.
+
+NOTE [ One dtype per field, no value lost ]
+A field's output dtype is the promotion of its samples' dtypes, as ``torch.result_type`` /
+``default_collate`` (``torch.cat``) would give it: ``[int64, float32] -> float32``,
+``[int8, int64] -> int64``, ``[uint8, int8] -> int16``; a batch of one dtype keeps it. Promotion
+must not change a value: an integer sample going to a float dtype that cannot hold it exactly
+(``2**24 + 1`` to ``float32``) raises a ``ValueError`` naming the field, the dtypes and the value,
+instead of rounding it; dtypes torch cannot promote (``uint64`` with ``int64``) and arrays of
+non-numbers (numpy ``object`` or ``str``) raise a ``TypeError`` naming the field. Flat lists of
+Python numbers follow ``torch.tensor``: all bools give ``bool``, ints (bools mixed in) ``int64``,
+any float the default float dtype (``float32``), an int it cannot hold exactly raising as above.
+The pad value must fit the promoted dtype (``-1`` does not fit ``bool``, ``1e5`` not ``float16``).
 
 NOTE [ Why the masked scatter is exact ]
 Row-major order over ``(batch, t)`` visits the real positions of row ``i`` as ``t = 0..L_i-1``
@@ -29,49 +44,139 @@ trailing fixed dims ride along as the rows of the scatter.
 
 from __future__ import annotations
 
+import array
 import functools
 import itertools
 import math
 import numbers
+import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-#: Mean elements per padded sample up to which the masked scatter beats per-sample copies.
-MASKED_MAX_ELEMENTS = 1536
-#: Masks with rows up to this long are built by one broadcast compare, longer ones row by row.
-_COMPARE_MAX = 1 << 16
+#: Elements per padded sample up to which the masked scatter beats the other paths.
+MASKED_MAX_ELEMENTS = 384
 
 
 def sequence_mask(lengths: np.ndarray, size: int, rows: int, side: str) -> np.ndarray:
-    """Bool ``(rows, size)`` mask, True on real elements; rows past ``len(lengths)`` all False."""
+    """Bool ``(rows, size)`` mask, True on real elements; rows past ``len(lengths)`` all False.
+
+    One ``np.repeat`` of the run pattern ``True, False, True, False, ...`` (``False, True`` for
+    left padding) by the run lengths ``L_0, size - L_0, L_1, ...``: a single pass writing each
+    byte once, about twice as fast as a broadcast compare on long rows.
+
+    Example:
+        >>> sequence_mask(np.array([2, 0]), 3, 3, "right").astype(int).tolist()
+        [[1, 1, 0], [0, 0, 0], [0, 0, 0]]
+    """
     n = len(lengths)
-    if size <= _COMPARE_MAX:
-        small = np.int16 if size < 1 << 15 else np.int32  # narrow ints compare 2-5x faster
-        lens = np.zeros(rows, dtype=small)
-        lens[:n] = lengths
-        pos = np.arange(size, dtype=small)
-        if side == "right":
-            return np.less(pos[None, :], lens[:, None])
-        return np.greater_equal(pos[None, :], (size - lens)[:, None])
-    mask = np.zeros((rows, size), dtype=np.bool_)
-    for i, length in enumerate(lengths.tolist()):
-        if side == "right":
-            mask[i, :length] = True
+    runs = np.empty((n + 1, 2), dtype=np.int64)  # (real, pad) per row, flattened
+    runs[:n, 0 if side == "right" else 1] = lengths
+    np.subtract(size, lengths, out=runs[:n, 1 if side == "right" else 0])
+    runs[n] = (rows - n) * size, 0
+    pattern = _PATTERNS.get((n, side))
+    if pattern is None:
+        if len(_PATTERNS) > 1024:
+            _PATTERNS.clear()
+        pattern = np.zeros((n + 1, 2), dtype=np.bool_)
+        pattern[:n, 0 if side == "right" else 1] = True
+        pattern = _PATTERNS[(n, side)] = pattern.reshape(-1)
+    return pattern.repeat(runs.reshape(-1)).reshape(rows, size)
+
+
+#: Run patterns of :func:`sequence_mask`, per (samples, side).
+_PATTERNS: dict[tuple[int, str], np.ndarray] = {}
+
+
+def list_values(values: Sequence[Any], key: Any, total: int) -> tuple[np.ndarray, torch.dtype]:
+    """The ``total`` numbers of a field's flat lists, concatenated, and the field's dtype.
+
+    Ints take one exact C pass (``array.fromlist`` rejects floats, strings and ints past int64
+    instead of truncating or parsing them, as ``np.fromiter`` would); anything else goes through
+    :func:`_typed_list_values`, which types every element (NOTE [ One dtype per field, no value
+    lost ]).
+    """
+    first = next((v[0] for v in values if len(v)), None)
+    if first is None:
+        return np.zeros(0, dtype=np.int64), torch.int64
+    if isinstance(first, numbers.Integral) and not isinstance(first, (bool, np.bool_)):
+        buf = array.array("q")
+        try:
+            for v in values:
+                if type(v) is list:
+                    buf.fromlist(v)
+                else:
+                    buf.extend(v)
+        except (TypeError, OverflowError):
+            pass  # a float, a string or an int past int64 somewhere: type every element
         else:
-            mask[i, size - length :] = True
-    return mask
+            return np.frombuffer(buf, dtype=np.int64), torch.int64
+    return _typed_list_values(values, key, total)
 
 
-def list_dtype(first: Any) -> torch.dtype:
-    """Torch dtype for a flat list of Python numbers, from its first element."""
-    if isinstance(first, (bool, np.bool_)):
-        return torch.bool
-    if isinstance(first, numbers.Integral):
-        return torch.int64
-    return torch.float32
+def _typed_list_values(
+    values: Sequence[Any], key: Any, total: int
+) -> tuple[np.ndarray, torch.dtype]:
+    chain = itertools.chain.from_iterable
+    kinds = set(map(type, chain(values)))
+    bad = [k for k in kinds if not issubclass(k, (numbers.Real, np.bool_))]
+    if bad:
+        pos = next(p for p, v in enumerate(values) if any(type(x) in bad for x in v))
+        raise TypeError(
+            f"field {key!r} holds lists with {bad[0].__name__} values (the sample at batch "
+            f"position {pos}), but only flat lists of numbers can be padded; use tensors or "
+            "numpy arrays for nested data, or leave the field out of fields={...}"
+        )
+    if all(issubclass(k, (bool, np.bool_)) for k in kinds):
+        return np.fromiter(chain(values), dtype=np.bool_, count=total), torch.bool
+    if all(issubclass(k, (numbers.Integral, np.bool_)) for k in kinds):
+        ints = [int(x) for x in chain(values)]
+        big = next((x for x in ints if not _INT64_MIN <= x <= _INT64_MAX), None)
+        if big is not None:
+            raise ValueError(
+                f"field {key!r} holds the int {_short(big)}, which int64 cannot hold; store the "
+                "field as float64 arrays, or fix that value"
+            )
+        return np.array(ints, dtype=np.int64), torch.int64
+    dtype = torch.get_default_dtype()  # Python floats, as torch.tensor([0.5]) gives them
+    exact_up_to = 2 / torch.finfo(dtype).eps  # every int of at most this size is exact
+    items = list(chain(values))
+    for x in items:
+        if (
+            isinstance(x, numbers.Integral)
+            and not isinstance(x, (bool, np.bool_))
+            and abs(int(x)) > exact_up_to
+        ):
+            if not _int_fits(int(x), dtype):
+                raise ValueError(
+                    f"field {key!r} mixes ints and floats in its lists; the float dtype they "
+                    f"are promoted to ({dtype}, as torch.tensor would give) cannot hold the int "
+                    f"{_short(int(x))} exactly; store the field as float64 or int64 arrays instead"
+                )
+    try:
+        flat = np.array(items, dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"field {key!r} holds a number too large for a float") from None
+    return flat, dtype
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _short(x: int) -> str:
+    text = str(x)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
+
+
+def _int_fits(x: int, dtype: torch.dtype) -> bool:
+    """Whether the float ``dtype`` holds the int ``x`` exactly."""
+    try:
+        y = torch.tensor(float(x), dtype=torch.float64).to(dtype).item()
+    except OverflowError:
+        return False
+    return math.isfinite(y) and int(y) == x
 
 
 def _alloc(shape: tuple[int, ...], value: Any, dtype: torch.dtype, key: Any, fill: bool):
@@ -89,12 +194,97 @@ def _alloc(shape: tuple[int, ...], value: Any, dtype: torch.dtype, key: Any, fil
 
 @functools.lru_cache(maxsize=256)
 def _fits(value: Any, dtype: torch.dtype) -> bool:
+    """Whether ``dtype`` holds ``value`` exactly (floats: finite values within range; an
+    infinite or NaN pad value is taken as meant)."""
     if dtype == torch.bool:
         return value in (0, 1)
-    if dtype.is_floating_point or dtype.is_complex:
+    if dtype.is_complex:
         return True
+    f = float(value)
+    if dtype.is_floating_point:
+        return not math.isfinite(f) or abs(f) <= torch.finfo(dtype).max
+    if not math.isfinite(f):
+        return False
     info = torch.iinfo(dtype)
-    return float(value) == int(value) and info.min <= int(value) <= info.max
+    return f == int(value) and info.min <= int(value) <= info.max
+
+
+def field_dtype(values: Sequence[Any], key: Any) -> tuple[Sequence[Any], torch.dtype, bool]:
+    """``(values, dtype, is_numpy)`` of a field's tensors / arrays: the one dtype of the batch,
+    or every sample converted to the promoted dtype (NOTE [ One dtype per field, no value lost ]).
+    """
+    first = values[0]
+    is_np = isinstance(first, np.ndarray)
+    dtypes = set(map(_DTYPE, values)) if len(values) > 1 else {first.dtype}
+    if len(dtypes) == 1:
+        if not is_np:
+            return values, first.dtype, False
+        dtype = _torch_dtype(first.dtype)
+        if dtype is not None:
+            return values, dtype, True
+    return _promote(values, dtypes, key, is_np)
+
+
+_DTYPE = operator.attrgetter("dtype")
+
+
+@functools.lru_cache(maxsize=64)
+def _torch_dtype(dtype: np.dtype) -> torch.dtype | None:
+    """The torch dtype of a numpy dtype (``None``: none, or not in native byte order)."""
+    if dtype.kind not in "biufc" or not dtype.isnative:
+        return None
+    try:
+        return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    except TypeError:
+        return None
+
+
+def _promote(
+    values: Sequence[Any], dtypes: set[Any], key: Any, is_np: bool
+) -> tuple[list[torch.Tensor], torch.dtype, bool]:
+    names = sorted({str(d) for d in dtypes})
+    tensors = []
+    for pos, v in enumerate(values):
+        if isinstance(v, np.ndarray):
+            if v.dtype.kind not in "biufc":
+                raise TypeError(
+                    f"field {key!r} holds a numpy array of dtype {v.dtype} (the sample at batch "
+                    f"position {pos}), but only numbers can be padded into a tensor; convert it "
+                    "(e.g. with .astype(np.int64)) or leave the field out of fields={...}"
+                )
+            native = v.dtype.newbyteorder("=")
+            if _torch_dtype(native) is None:
+                raise TypeError(
+                    f"field {key!r} holds a numpy array of dtype {v.dtype} (the sample at batch "
+                    f"position {pos}), which torch has no dtype for; convert it with .astype(...)"
+                )
+            v = torch.from_numpy(np.ascontiguousarray(v, dtype=native))
+        tensors.append(v)
+    try:
+        target = functools.reduce(torch.promote_types, {t.dtype for t in tensors})
+    except (RuntimeError, TypeError) as exc:
+        raise TypeError(
+            f"field {key!r} mixes samples of dtypes {names}, which torch cannot promote to one "
+            f"dtype ({exc}); cast the samples to one dtype in the dataset"
+        ) from None
+    out = []
+    for pos, t in enumerate(tensors):
+        if t.dtype != target:
+            converted = t.to(target)
+            if not (t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool):
+                back = (converted.real if converted.is_complex() else converted).to(t.dtype)
+                lost = back != t.detach()
+                if lost.any():
+                    value = t.detach()[lost].reshape(-1)[0].item()
+                    raise ValueError(
+                        f"field {key!r} mixes samples of dtypes {names}; promoting them to "
+                        f"{target} (as torch.result_type does) would change the value {value} "
+                        f"of the sample at batch position {pos}; cast the field to one dtype "
+                        "that holds every value (e.g. float64 or int64) in the dataset"
+                    )
+            t = converted
+        out.append(t)
+    return out, target, False
 
 
 def _fill(out: torch.Tensor, value: Any) -> None:
@@ -153,21 +343,22 @@ def pad_field(
     first = values[0]
     n = len(values)
     if isinstance(first, (list, tuple)):
-        dtype = list_dtype(next((v[0] for v in values if len(v)), 0))
+        flat_values, dtype = list_values(values, key, int(lengths.sum()))
         out = _alloc((rows, targets[0]), pad_value, dtype, key, fill=True)
-        if mask is None:
-            mask = sequence_mask(lengths[:, 0], targets[0], rows, side)
-        _scatter_lists(out, values, int(lengths.sum()), mask, key)
+        if flat_values.size:
+            if mask is None:
+                mask = sequence_mask(lengths[:, 0], targets[0], rows, side)
+            out.numpy()[mask] = flat_values
         return out
+    values, dtype, is_np = field_dtype(values, key)
+    first = values[0]
     shape = list(first.shape)
     for d, t in zip(dims, targets, strict=True):
         shape[d] = t
-    is_np = isinstance(first, np.ndarray)
-    dtype = torch.from_numpy(np.empty(0, dtype=first.dtype)).dtype if is_np else first.dtype
     per_sample = math.prod(shape)
     if dims == (0,) and per_sample > MASKED_MAX_ELEMENTS and cache is not None:
         out = _alloc((rows, *shape), pad_value, dtype, key, fill=False)
-        if _interleave(out, values, lengths[:, 0], side, pad_value, cache):
+        if _interleave(out, values, lengths[:, 0].tolist(), side, pad_value, cache):
             return out
     if len(dims) == 1 and n > 1 and per_sample <= MASKED_MAX_ELEMENTS:
         out = _alloc((rows, *shape), pad_value, dtype, key, fill=True)
@@ -192,18 +383,93 @@ def pad_field(
     return out
 
 
-def _scatter_lists(out: torch.Tensor, values: Sequence[Any], total: int, mask, key) -> None:
-    if total == 0:
-        return
-    target = out.numpy()
+def pad_1d(
+    values: Sequence[Any],
+    sizes: list[int],
+    size: int,
+    rows: int,
+    side: str,
+    pad_value: Any,
+    key: Any,
+    mask: np.ndarray,
+    cache: dict[Any, Any],
+) -> torch.Tensor:
+    """:func:`pad_field` for 1-D tensors or arrays (``sizes`` their lengths, ``mask`` the
+    ``(rows, size)`` mask): the same result and kernels, less bookkeeping per call."""
+    values, dtype, is_np = field_dtype(values, key)
+    if not _fits(pad_value, dtype):
+        _alloc((0,), pad_value, dtype, key, fill=False)  # raises the message
+    n = len(values)
+    if size > MASKED_MAX_ELEMENTS:  # the interleaved concatenate, inline
+        entry = cache.get((is_np, size, dtype, pad_value))
+        if entry is None:
+            entry = _pad_buffer(cache, (is_np, size, dtype, pad_value), (size,))
+        pieces = _interleaved_pieces(values, sizes, size, side, entry)
+        if n < rows:  # all-padding rows: whole pad buffers
+            pieces += [entry[0]] * (rows - n)
+        try:  # without out=: about 10% less per piece, and differentiable like pad_sequence
+            flat = torch.from_numpy(np.concatenate(pieces)) if is_np else torch.cat(pieces)
+        except (RuntimeError, TypeError, ValueError):
+            pass  # e.g. CUDA samples (the pad buffer is on the CPU): per-sample copies below
+        else:
+            return flat.view(rows, size)
+    elif n > 1:
+        out = torch.empty((rows, size), dtype=dtype)
+        _fill(out, pad_value)
+        if is_np:
+            out.numpy()[mask] = np.concatenate(values)
+            return out
+        flat = torch.cat(list(values))
+        if dtype in _NUMPY_DTYPES:
+            out.numpy()[mask] = flat.detach().numpy()
+        else:
+            out[torch.from_numpy(mask)] = flat
+        return out
+    out = torch.empty((rows, size), dtype=dtype)
+    lengths = np.array(sizes, dtype=np.int64)[:, None]
+    _copy_per_sample(out, values, lengths, (0,), (size,), side, pad_value, is_np)
+    return out
+
+
+def _interleaved_pieces(
+    values: Sequence[Any], sizes: list[int], size: int, side: str, entry: tuple[Any, dict]
+) -> list[Any]:
+    """``[x_0, pad_0, x_1, pad_1, ...]`` (pads first for left padding), without empty pieces:
+    ``torch.cat`` takes a path about 6x slower when empty tensors are mixed in."""
+    buf, views = entry
     try:
-        flat = np.fromiter(itertools.chain.from_iterable(values), dtype=target.dtype, count=total)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(
-            f"field {key!r} holds lists that are not flat lists of numbers of one kind "
-            f"({exc}); use tensors or numpy arrays for nested or mixed data"
-        ) from None
-    target[mask] = flat
+        pads = list(map(views.__getitem__, sizes))
+    except KeyError:
+        for length in sizes:
+            if length not in views:
+                views[length] = buf[: size - length] if length < size else None
+        pads = list(map(views.__getitem__, sizes))
+    pieces: list[Any] = [None] * (2 * len(sizes))
+    if side == "right":
+        pieces[0::2], pieces[1::2] = values, pads
+    else:
+        pieces[0::2], pieces[1::2] = pads, values
+    if size in sizes or 0 in sizes:  # a full row (no pad piece) or an empty sample
+        lengths = [0] * len(pieces)
+        lengths[0::2], lengths[1::2] = (
+            (sizes, [size - x for x in sizes])
+            if side == "right"
+            else ([size - x for x in sizes], sizes)
+        )
+        pieces = [p for p, length in zip(pieces, lengths, strict=True) if length]
+    return pieces
+
+
+def _pad_buffer(cache: dict[Any, Any], key: tuple, shape: tuple[int, ...]) -> tuple[Any, dict]:
+    """A cached buffer of ``shape`` filled with the pad value, and its cached prefix views."""
+    if len(cache) > 64:
+        cache.clear()
+    is_np, _, dtype, pad_value = key
+    pad = torch.empty(shape, dtype=dtype)
+    _fill(pad, pad_value)
+    entry: tuple[Any, dict] = (pad.numpy() if is_np else pad, {})
+    cache[key] = entry
+    return entry
 
 
 def _copy_per_sample(
@@ -261,7 +527,7 @@ def _copy_per_sample(
 def _interleave(
     out: torch.Tensor,
     values: Sequence[Any],
-    lengths: np.ndarray,
+    sizes: list[int],
     side: str,
     pad_value: Any,
     cache: dict[Any, Any],
@@ -272,30 +538,21 @@ def _interleave(
     is_np = isinstance(values[0], np.ndarray)
     if not is_np and out.dtype not in _NUMPY_DTYPES and out.dtype != torch.bfloat16:
         return False
-    key = (is_np, t, rest, out.dtype, pad_value)
+    key = (is_np, (t, *rest), out.dtype, pad_value)
     entry = cache.get(key)
     if entry is None:
-        if len(cache) > 64:
-            cache.clear()
-        pad = torch.empty((t, *rest), dtype=out.dtype)
-        _fill(pad, pad_value)
-        entry = cache[key] = (pad.numpy() if is_np else pad, {})
-    buf: Any = entry[0]
-    views: dict[int, Any] = entry[1]
-    pieces: list[Any] = []
-    for x, size in zip(values, lengths.tolist(), strict=True):
-        view = views.get(t - size)
-        if view is None:
-            view = views[t - size] = buf[: t - size]
-        pieces += (x, view) if side == "right" else (view, x)
+        entry = _pad_buffer(cache, key, (t, *rest))
+    pieces = _interleaved_pieces(values, sizes, t, side, entry)
     n = len(values)
+    rows = out.shape[0]
     try:
         if is_np:
-            np.concatenate(pieces, axis=0, out=out.numpy()[:n].reshape(n * t, *rest))
+            dst = out.numpy()
+            np.concatenate(pieces, axis=0, out=(dst if n == rows else dst[:n]).reshape(-1, *rest))
         else:
-            torch.cat(pieces, dim=0, out=out[:n].view(n * t, *rest))
+            torch.cat(pieces, dim=0, out=(out if n == rows else out[:n]).view(-1, *rest))
     except (RuntimeError, TypeError, ValueError):
         return False
-    if n < out.shape[0]:
+    if n < rows:
         _fill(out[n:], pad_value)
     return True

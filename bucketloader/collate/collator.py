@@ -41,6 +41,8 @@ lengths (the sample's, and the cell's).
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,11 +50,11 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from bucketloader._samples import kind_of
+from bucketloader._samples import BARE_KEY, kind_of
 from bucketloader._types import SIDES
 from bucketloader._validation import check_choice
 from bucketloader.collate import fields as cf
-from bucketloader.collate._pad import pad_field, sequence_mask
+from bucketloader.collate._pad import pad_1d, pad_field, sequence_mask
 from bucketloader.collate.fields import Field, bind_fields, check_pad, read_group
 from bucketloader.plan import ShapeTable
 
@@ -137,6 +139,18 @@ class PadCollator:
             if cut is None
             else np.array([np.iinfo(np.int64).max if c is None else c for c in cut], np.int64)
         )
+        # bare 1-D samples under the default rules need no field inference: their one dim is
+        # the one that varies
+        bare = self.fields is None or (
+            set(self.fields) == {BARE_KEY}
+            and self.fields[BARE_KEY].dims in ((-1,), (0,))
+            and self.fields[BARE_KEY].input in (None, self._names)
+        )
+        self._bare_default = (
+            bare and len(self._names) == 1 and self.group_key is None and self._cut is None
+        )
+        self._pad_rows = self.shape_table.last_batch == "pad"
+        self._bare_pad: tuple[Any] | None = None
         self._shapes = frozenset(tuple(int(x) for x in s) for s in self.shape_table.shapes)
         self._specs_cache: dict[Any, list[cf.Spec]] = {}
         self._memo: dict[Any, tuple[int, ...]] = {}
@@ -164,6 +178,12 @@ class PadCollator:
         if self.fields is None:
             found = cf.infer_fields(sample, kind, names, self.group_key)
             specs = [cf.Spec(k, inp, dims, self._pad_for(k)) for k, (inp, dims) in found.items()]
+            if not specs:
+                raise ValueError(
+                    f"samples have no field to pad: none of the {kind} sample's fields "
+                    f"{[str(k) for k in keys][:8]} is a tensor or array with a dim or a flat list "
+                    "of numbers; name the variable-length field with fields={key: input_name}"
+                )
         else:
             unknown = [k for k in self.fields if k not in keys]
             if unknown:
@@ -197,10 +217,15 @@ class PadCollator:
                 f"PadCollator needs a non-empty list of samples, got {type(samples).__name__} "
                 f"of length {len(samples) if hasattr(samples, '__len__') else '?'}"
             )
-        kind = kind_of(samples[0])
-        keys = cf.keys_of(samples[0], kind)
+        if self._bare_default and getattr(samples, "planned_shape", None) is None:
+            sizes = _bare_1d_sizes(samples)
+            if sizes is not None:
+                return self._collate_bare(samples, sizes)
+        first = samples[0]
+        kind = kind_of(first)
+        keys = cf.keys_of(first, kind)
         cf.check_structure(samples, kind, keys)
-        specs = self._specs(samples[0], kind, keys)
+        specs = self._specs(first, kind, keys)
         lengths, columns, dims = cf.measure(samples, kind, specs, len(self._names))
         if self._cut is not None:
             lengths = cut_to_plan(lengths, columns, dims, specs, self._cut)
@@ -214,11 +239,7 @@ class PadCollator:
         rows = shape[0] if self.shape_table.last_batch == "pad" else n
         out_shape = (rows, *shape[1:])
         if out_shape not in self._shapes:
-            raise ValueError(
-                f"batch of {n} samples would have shape {out_shape}, which the sampler did not "
-                f"plan (planned: {sorted(self._shapes)[:8]}...); was this collator built from "
-                "the sampler that produced the batch?"
-            )
+            self._raise_unplanned(n, out_shape)
         masks = [
             sequence_mask(lengths[:, d], shape[1 + d], rows, self.side)
             for d in range(len(self._names))
@@ -243,8 +264,11 @@ class PadCollator:
         for key in keys:
             if key not in out:
                 out[key] = self._fixed(cf.column(samples, key, kind), key, rows)
-        lens = np.zeros((rows, len(self._names)) if len(self._names) > 1 else rows, np.int64)
-        lens[:n] = lengths if len(self._names) > 1 else lengths[:, 0]
+        if rows == n:  # lengths is a fresh (n, D) array: hand it over
+            lens = lengths if len(self._names) > 1 else lengths[:, 0]
+        else:
+            lens = np.zeros((rows, len(self._names)) if len(self._names) > 1 else rows, np.int64)
+            lens[:n] = lengths if len(self._names) > 1 else lengths[:, 0]
         out["lengths"] = torch.from_numpy(lens)
         if cf.MASK_KEY not in out:
             tmasks = [torch.from_numpy(m).to(self.mask_dtype) for m in masks]
@@ -276,6 +300,52 @@ class PadCollator:
         masks = out[cf.MASK_KEY]
         for m in masks.values() if isinstance(masks, dict) else (masks,):
             m[lo:hi] = 0
+
+    def _collate_bare(self, samples: Any, sizes: list[int]) -> dict[Any, Any]:
+        """:meth:`__call__` for 1-D tensors or arrays under the default rules (one input):
+        the general path's result with less bookkeeping, for the batches where collation
+        overhead shows (a few long rows). tests/test_collate.py checks the two agree."""
+        pad_value = self._bare_pad
+        if pad_value is None:
+            (spec,) = self._specs(samples[0], "bare", [BARE_KEY])  # checks pad_value's keys
+            pad_value = self._bare_pad = (spec.pad_value,)
+        n = len(sizes)
+        lo, hi = min(sizes), max(sizes)
+        shape = self._memo.get((None, hi))
+        low = shape if lo == hi else self._memo.get((None, lo))
+        if shape is None or low is None or low[1:] != shape[1:] or n > shape[0]:
+            lengths = np.array(sizes, dtype=np.int64)[:, None]  # the checked path: it words
+            shape = check_batch(self.shape_table, lengths, None, self._names, self._memo)
+        rows = shape[0] if self._pad_rows else n
+        size = shape[1]
+        if (rows, size) not in self._shapes:
+            self._raise_unplanned(n, (rows, size))
+        if rows == n:
+            lens = np.array(sizes, dtype=np.int64)
+            sample_mask = torch.ones(n, dtype=torch.bool)
+        else:
+            lens = np.zeros(rows, dtype=np.int64)
+            lens[:n] = sizes
+            sample_mask = torch.zeros(rows, dtype=torch.bool)
+            sample_mask[:n] = True
+        mask = sequence_mask(lens, size, rows, self.side)  # padding rows have length 0
+        inputs = pad_1d(
+            samples, sizes, size, rows, self.side, pad_value[0], BARE_KEY, mask, self._pad_cache
+        )
+        tmask = torch.from_numpy(mask)
+        return {
+            BARE_KEY: inputs,
+            "lengths": torch.from_numpy(lens),
+            cf.MASK_KEY: tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype),
+            "sample_mask": sample_mask,
+        }
+
+    def _raise_unplanned(self, n: int, out_shape: tuple[int, ...]) -> None:
+        raise ValueError(
+            f"batch of {n} samples would have shape {out_shape}, which the sampler did not "
+            f"plan (planned: {sorted(self._shapes)[:8]}...); was this collator built from "
+            "the sampler that produced the batch?"
+        )
 
     def _fixed(self, values: list[Any], key: Any, rows: int) -> Any:
         try:
@@ -317,6 +387,25 @@ class PadCollator:
             f"last_batch={self.shape_table.last_batch!r}, side={self.side!r}, "
             f"fields={self.fields!r}, pad_value={self.pad_value!r})"
         )
+
+
+_ARRAY_TYPES = (torch.Tensor, np.ndarray)
+_SHAPE = operator.attrgetter("shape")
+
+
+def _bare_1d_sizes(samples: Any) -> list[int] | None:
+    """Lengths of a batch of 1-D tensors (or 1-D arrays) of one type, else ``None`` (the
+    general path then measures the batch and words any error)."""
+    if not isinstance(samples[0], _ARRAY_TYPES):
+        return None
+    if len(samples) > 1 and len(set(map(type, samples))) != 1:
+        return None
+    shapes = list(map(_SHAPE, samples))
+    sizes = list(itertools.chain.from_iterable(shapes))
+    # as many sizes as samples and no 0-d sample: every sample is 1-D
+    if len(sizes) != len(shapes) or () in shapes:
+        return None
+    return sizes
 
 
 _HINT = (

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bucketloader._validation import as_lengths, check_int
+from bucketloader._validation import MissingKeyError, as_lengths, check_int
 
 __all__ = ["LENGTH_COLUMN", "add_lengths", "lengths"]
 
@@ -86,9 +86,17 @@ def lengths(
                 f"columns {table.column_names} and no {LENGTH_COLUMN!r} column"
             )
         column = LENGTH_COLUMN
+    if not isinstance(column, (str, list, tuple)):
+        raise TypeError(
+            f"column must be a column name or a list of names, got column={column!r}; pass e.g. "
+            f"column='input_ids' (the dataset has columns {table.column_names})"
+        )
     names = [column] if isinstance(column, str) else list(column)
     if not names or not all(isinstance(c, str) for c in names):
-        raise TypeError(f"column must be a column name or a list of names, got {column!r}")
+        raise TypeError(
+            f"column must be a column name or a list of names, got column={column!r}; pass e.g. "
+            f"column='input_ids' (the dataset has columns {table.column_names})"
+        )
     cols = []
     for name in names:
         arr, path = resolve_column(table, name)
@@ -175,14 +183,14 @@ def resolve_column(table: Any, column: str) -> tuple[Any, str]:
     else:
         head, _, rest = column.partition(".")
         if head not in names or not rest:
-            raise KeyError(
+            raise MissingKeyError(
                 f"column {column!r} not found; the dataset has columns {names} "
                 "(reach into a struct with 'column.field', e.g. 'audio.array')"
             )
         arr, path = table.column(head), head
         for part in rest.split("."):
             if not pa.types.is_struct(arr.type) or arr.type.get_field_index(part) < 0:
-                raise KeyError(f"column {path!r} of type {arr.type} has no field {part!r}")
+                raise MissingKeyError(f"column {path!r} of type {arr.type} has no field {part!r}")
             arr, path = pc.struct_field(arr, part), f"{path}.{part}"
     if pa.types.is_struct(arr.type):
         fields = [arr.type.field(i) for i in range(arr.type.num_fields)]

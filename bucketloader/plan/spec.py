@@ -407,7 +407,7 @@ def parse_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]
         table.setflags(write=False)
         return table, table, names
     arr = as_lengths(lengths, ndim=(1, 2))
-    if np.shares_memory(arr, np.asarray(lengths)):  # keep our own, read-only copy
+    if isinstance(lengths, np.ndarray) and np.shares_memory(arr, lengths):  # our own copy
         arr = arr.copy()
     arr.setflags(write=False)
     if arr.ndim == 1:
