@@ -18,7 +18,7 @@ import numpy as np
 
 from bucketloader._types import LAST_BATCH, Cache, Size, Strategy
 from bucketloader._validation import as_lengths, check_choice, check_int
-from bucketloader.boundaries import check_boundaries
+from bucketloader.boundaries import check_boundaries, round_up
 from bucketloader.plan.cells import Cells, check_budget, lattice_codes, resolve_size, size_values
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
@@ -155,6 +155,7 @@ class BucketSpec:
         batch_size: int | None = None,
         max_tokens: int | None = None,
         batch_multiple_of: int = 1,
+        pad_to_multiple_of: int = 1,
         size: Size = "sum",
         max_shapes: int | None = None,
         groups: Any = None,
@@ -175,6 +176,9 @@ class BucketSpec:
             batch_size: the same ``B`` for every cell; or
             max_tokens: ``B = max_tokens // size(cell)``, rounded down to ``batch_multiple_of``.
             batch_multiple_of: round variable batch sizes down to a multiple of this.
+            pad_to_multiple_of: every boundary a multiple of this (8 or 64 for tensor cores):
+                passed to :func:`~bucketloader.compute_boundaries` (the optimum under that
+                constraint), given ``boundaries`` are rounded up to it.
             size: how ``max_tokens`` counts a padded shape: ``"sum"`` (source + target),
                 ``"prod"`` (height × width) or a callable on the padded lengths tuple.
             max_shapes: merge rare joint cells into covering ones until each group has at most
@@ -194,6 +198,7 @@ class BucketSpec:
         n = table.shape[0]
         batch_size, max_tokens = check_budget(batch_size, max_tokens)
         batch_multiple_of = check_int("batch_multiple_of", batch_multiple_of, minimum=1)
+        multiple = check_int("pad_to_multiple_of", pad_to_multiple_of, minimum=1)
         if max_shapes is not None:
             max_shapes = check_int("max_shapes", max_shapes, minimum=1)
         gids, gvals = parse_groups(groups, n)
@@ -221,9 +226,17 @@ class BucketSpec:
                 if len(gvals) > 1:
                     label += f" (group {gval})"
                 if given is None:
-                    b = compute_boundaries(sub[:, d], ks_in[d], strategy=strategies[d], cache=cache)
+                    b = compute_boundaries(
+                        sub[:, d],
+                        ks_in[d],
+                        strategy=strategies[d],
+                        cache=cache,
+                        pad_to_multiple_of=multiple,
+                    )
                 else:
                     b = check_boundaries(given[d], max_length=int(sub[:, d].max()), name=label)
+                    if multiple > 1:
+                        b = np.unique(round_up(b, multiple))
                 bs.append(b)
             all_b.append(tuple(bs))
             codes.append(lattice_codes(bs, sub))
