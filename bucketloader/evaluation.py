@@ -310,17 +310,18 @@ class EvalSampler(Sampler[list[int]]):
         """Per-rank outputs (``outputs[r]``: rank ``r``'s rows over all its steps, e.g. from
         ``torch.distributed.all_gather_object``) in dataset order, filler rows dropped."""
         if not isinstance(outputs, (list, tuple)) or len(outputs) != self.num_replicas:
+            size = len(outputs) if hasattr(outputs, "__len__") else "?"
             raise ValueError(
                 f"outputs must be a list of one output per rank ({self.num_replicas}), got "
-                f"{type(outputs).__name__} of length {len(outputs) if hasattr(outputs, '__len__') else '?'}"
+                f"{type(outputs).__name__} of length {size}"
             )
         index = np.concatenate([self.row_index(r) for r in range(self.num_replicas)])
         return restore_order(_concat(list(outputs)), index, num_samples=self.num_samples)
 
     def __repr__(self) -> str:
         return (
-            f"EvalSampler({self.num_samples} samples, {len(self.shapes)} shapes, {len(self)} steps, "
-            f"rank {self.rank} of {self.num_replicas})"
+            f"EvalSampler({self.num_samples} samples, {len(self.shapes)} shapes, "
+            f"{len(self)} steps, rank {self.rank} of {self.num_replicas})"
         )
 
 

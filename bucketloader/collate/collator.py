@@ -199,9 +199,7 @@ class PadCollator:
         keys = cf.keys_of(samples[0], kind)
         cf.check_structure(samples, kind, keys)
         specs = self._specs(samples[0], kind, keys)
-        lengths, columns, dims = cf.measure(
-            samples, kind, specs, len(self._names), self._learned
-        )
+        lengths, columns, dims = cf.measure(samples, kind, specs, len(self._names), self._learned)
         group = read_group(samples, self.group_key)
         shape = check_batch(self.shape_table, lengths, group, self._names, self._memo)
         n = len(samples)
