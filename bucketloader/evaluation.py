@@ -17,7 +17,9 @@ Rows a batch lacks to reach ``B`` are *filler rows*: the collator pads them and 
 (``sample_mask`` False, ``index`` -1); they are never a repeat of a real sample. When ``q < R``,
 ranks ``q..R-1`` have no sample at that step (at most ``R - 1`` such batches per cell); their
 batch is an empty :class:`EvalBatch` whose :attr:`EvalBatch.fill` names a sample of the cell to
-load as filler data, so that the collator can still build the planned shape. Only
+load as filler data, so that the collator can still build the planned shape (that row keeps the
+fill sample's data, ``attention_mask`` and ``lengths``: only ``sample_mask`` and ``index`` mark
+it, so that models run on it as on any sample). Only
 :meth:`EvalSampler.wrap` (or :meth:`EvalSampler.dataloader`) loads it; a plain dataset gets an
 empty list, which a collator rejects loudly instead of counting a repeat.
 

@@ -180,13 +180,19 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
             "text": ["x"] * len(lens),
         }
     ).shuffle(seed=0)
-    b = hf.for_text(ds, tokenizer=SimpleNamespace(pad_token_id=99), num_buckets=4, max_tokens=256)
+    b = hf.for_text(
+        ds,
+        tokenizer=SimpleNamespace(pad_token_id=99),
+        num_buckets=4,
+        max_tokens=256,
+        sample_mask=True,
+    )
     shapes = set(b.sampler.shapes)
     batches = _all_batches(b)
     assert len(batches) == len(b.sampler)
-    real = 0
+    real = fillers = 0
     for batch in batches:
-        ids, mask = batch["input_ids"], batch["attention_mask"]
+        ids, mask, sm = batch["input_ids"], batch["attention_mask"], batch["sample_mask"]
         assert tuple(ids.shape) in shapes
         assert mask.dtype == torch.long and set(batch) == {
             "input_ids",
@@ -194,12 +200,19 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
             "labels",
             "attention_mask",
             "text",
+            "sample_mask",
         }
         assert (ids[mask == 0] == 99).all() and (ids[mask == 1] != 99).all()
         assert (batch["labels"][mask == 0] == -100).all()
         assert (batch["token_type_ids"] == mask).all()
-        real += int(mask.sum())
-    assert real == int(lens.sum())
+        real += int(mask[sm].sum())
+        # filler rows (NOTE [ Filler rows ]): copies of real rows, every label -100
+        n = int(sm.sum())
+        assert sm[:n].all() and not sm[n:].any()
+        for r in range(n, len(sm)):
+            assert torch.equal(ids[r], ids[(r - n) % n]) and (batch["labels"][r] == -100).all()
+        fillers += len(sm) - n
+    assert real == int(lens.sum()) and fillers > 0
     with pytest.raises(ValueError, match="pad_token_id=None"):
         hf.for_text(ds, tokenizer=SimpleNamespace(pad_token_id=None), batch_size=4)
     with pytest.raises(ValueError, match="pass pad_token_id="):
@@ -230,20 +243,20 @@ def test_for_text_per_dataset_groups_never_mix():
     a, g = load_real("multi30k")[:300, 0], load_real("gsm8k")[:200, 0]
     da = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in a]})
     dg = datasets.Dataset.from_dict({"input_ids": [[2] * n for n in g]})
-    b = hf.for_text([da, dg], pad_token_id=0, num_buckets=3, batch_size=8)
+    b = hf.for_text([da, dg], pad_token_id=0, num_buckets=3, batch_size=8, sample_mask=True)
     assert set(b.sampler.boundaries) == {0, 1}
     seen = 0
     for batch in _all_batches(b):
         ids = batch["input_ids"]
         assert tuple(ids.shape) in set(b.sampler.shapes) and "dataset" not in batch
         assert len(set(ids[ids != 0].tolist())) == 1
-        seen += int((batch["attention_mask"].sum(1) > 0).sum())
+        seen += int(batch["sample_mask"].sum())
     assert seen == len(a) + len(g)
 
 
 def test_for_text_rejects_a_ragged_column_it_cannot_pad():
-    ds = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]], "words": [[1], [2, 3]]})
-    with pytest.raises(ValueError, match="list column 'words' has row lengths that match none"):
+    ds = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]], "words": [["a"], ["b", "c"]]})
+    with pytest.raises(ValueError, match="list column 'words' holds string values and its row"):
         hf.for_text(ds, pad_token_id=0, batch_size=2)
 
 
@@ -251,14 +264,15 @@ def test_for_audio_struct_and_list_columns():
     lens = load_real("commonvoice")[:120] // 10  # ms / 10: small arrays, real shape of the mix
     audio = [{"array": np.full(n, 0.25, np.float32), "sampling_rate": 16000} for n in lens]
     ds = datasets.Dataset.from_dict({"audio": audio, "label": [i % 3 for i in range(120)]})
-    b = hf.for_audio(ds, num_buckets=4, max_tokens=4000)
+    b = hf.for_audio(ds, num_buckets=4, max_tokens=4000, sample_mask=True)
     total = 0
     for batch in _all_batches(b):
-        x = batch["input_values"]
+        x, sm = batch["input_values"], batch["sample_mask"]
         assert tuple(x.shape) in set(b.sampler.shapes) and x.dtype == torch.float32
         assert (x[batch["attention_mask"] == 0] == 0).all()
-        assert (batch["labels"][batch["attention_mask"].sum(1) == 0] == -100).all()
-        total += int(batch["attention_mask"].sum())
+        assert (batch["attention_mask"].sum(1) > 0).all()  # filler rows are real-row copies
+        assert (batch["labels"][~sm] == -100).all() and (batch["labels"][sm] >= 0).all()
+        total += int(batch["attention_mask"][sm].sum())
     assert total == int(lens.sum())
     flat = datasets.Dataset.from_dict(
         {"input_values": [a["array"] for a in audio], "attention_mask": [[1] * n for n in lens]}
