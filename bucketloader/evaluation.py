@@ -427,7 +427,7 @@ def _take(tree: Any, perm: np.ndarray, rows: int) -> Any:
     if tree is None:
         return None
     if isinstance(tree, Mapping):
-        return type(tree)({k: _take(v, perm, rows) for k, v in tree.items()})
+        return type(tree)({k: _take(v, perm, rows) for k, v in tree.items()})  # type: ignore[call-arg]
     if isinstance(tree, (list, tuple)):
         return type(tree)(_take(v, perm, rows) for v in tree)
     shape = getattr(tree, "shape", None)
@@ -444,7 +444,7 @@ def _take(tree: Any, perm: np.ndarray, rows: int) -> Any:
 def _concat(parts: list[Any]) -> Any:
     first = parts[0]
     if isinstance(first, Mapping):
-        return type(first)({k: _concat([p[k] for p in parts]) for k in first})
+        return type(first)({k: _concat([p[k] for p in parts]) for k in first})  # type: ignore[call-arg]
     if isinstance(first, (list, tuple)):
         return type(first)(_concat(list(x)) for x in zip(*parts, strict=True))
     if isinstance(first, torch.Tensor):

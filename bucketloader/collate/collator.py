@@ -168,7 +168,7 @@ class PadCollator:
                 cf.Spec(
                     k,
                     tuple(names.index(x) for x in (f.input or names)),
-                    f.dims,
+                    (f.dims,) if isinstance(f.dims, int) else f.dims,
                     self._pad_for(k, f.pad_value),
                 )
                 for k, f in self.fields.items()

@@ -67,21 +67,21 @@ class Field:
 
     def __post_init__(self) -> None:
         if self.dims is None:
-            inp = (self.input,) if isinstance(self.input, str) else self.input
-            if inp is not None and (
-                not isinstance(inp, tuple) or not all(isinstance(x, str) for x in inp)
+            named = (self.input,) if isinstance(self.input, str) else self.input
+            if named is not None and (
+                not isinstance(named, tuple) or not all(isinstance(x, str) for x in named)
             ):
                 raise TypeError(
                     "input must be an input name, a tuple of names or None, got "
                     f"input={self.input!r}"
                 )
-            if inp is not None and len(inp) != 1:
+            if named is not None and len(named) != 1:
                 raise ValueError(
-                    f"a field that follows several inputs {inp} must say which dim follows "
-                    f"which: Field(input={inp!r}, dims={tuple(range(-len(inp), 0))!r})"
+                    f"a field that follows several inputs {named} must say which dim follows "
+                    f"which: Field(input={named!r}, dims={tuple(range(-len(named), 0))!r})"
                 )
             check_pad("pad_value", self.pad_value, allow_none=True)
-            object.__setattr__(self, "input", inp)
+            object.__setattr__(self, "input", named)
             return
         dims = (self.dims,) if isinstance(self.dims, numbers.Integral) else self.dims
         if (

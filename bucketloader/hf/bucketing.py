@@ -222,7 +222,7 @@ class ModelInputs:
         measured = out.pop("lengths")[:n]
         rows = int(real.shape[0])
         if self.targets is not None:
-            if hasattr(group, "item"):
+            if isinstance(group, (torch.Tensor, np.generic)):
                 group = group.item()
             cell = self.targets.cell(measured.numpy(), group)
             out.update(self.targets.pad(tvals, cell, rows))
@@ -434,8 +434,8 @@ def build(datasets_: list[Any], plan: Plan, *, view: Any = None, options: dict[s
         dataset = GroupedDataset(views)
         group_key = dataset.key
         opts["groups"] = dataset.groups
-    make = EvalSampler if plan.evaluation else BucketSampler
-    sampler = make(spec_lengths, **opts)
+    sampler: EvalSampler | BucketSampler
+    sampler = (EvalSampler if plan.evaluation else BucketSampler)(spec_lengths, **opts)
     table = sampler.shape_table
     fields = {k: Field(input=v, dims=0) for k, v in plan.columns.follows.items()}
     pads = {k: v for k, v in plan.pads.items() if k not in plan.columns.targets}
@@ -447,7 +447,7 @@ def build(datasets_: list[Any], plan: Plan, *, view: Any = None, options: dict[s
         group_key=group_key,
         mask_dtype=torch.long,
     )
-    if plan.evaluation:
+    if isinstance(sampler, EvalSampler):
         collator = EvalCollator(collator)
         dataset = sampler.wrap(dataset)
     targets = None

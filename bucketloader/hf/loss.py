@@ -138,12 +138,11 @@ def row_losses(
     logits = outputs["logits"] if isinstance(outputs, Mapping) else outputs[0]
     if policy == "ctc":
         mask = inputs.get("attention_mask")
-        main = inputs.get(getattr(core, "main_input_name", "input_values"))
-        raw = (
-            mask.sum(-1)
-            if mask is not None
-            else torch.full((logits.shape[0],), main.shape[-1], device=logits.device)
-        )
+        if mask is None:
+            main = inputs[getattr(core, "main_input_name", "input_values")]
+            raw = torch.full((logits.shape[0],), main.shape[-1], device=logits.device)
+        else:
+            raw = mask.sum(-1)
         # No public API gives the frame count of the feature encoder's output: this is the
         # function Wav2Vec2ForCTC.forward (and HuBERT, WavLM, ...) itself calls for its loss.
         frames = core._get_feat_extract_output_lengths(raw).to(torch.long)

@@ -183,17 +183,13 @@ class _BucketMixin:
             dataset = self.eval_dataset[eval_dataset]
         else:
             dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
-        return self._eval_loader(
-            dataset, key, lambda: super(_BucketMixin, self).get_eval_dataloader(eval_dataset)
-        )
+        parent = super().get_eval_dataloader  # type: ignore[misc]
+        return self._eval_loader(dataset, key, lambda: parent(eval_dataset))
 
     def get_test_dataloader(self, test_dataset: Any) -> Any:
         """A plain ``DataLoader`` over an ``EvalSampler`` for ``predict``."""
-        return self._eval_loader(
-            test_dataset,
-            "test",
-            lambda: super(_BucketMixin, self).get_test_dataloader(test_dataset),
-        )
+        parent = super().get_test_dataloader  # type: ignore[misc]
+        return self._eval_loader(test_dataset, "test", lambda: parent(test_dataset))
 
     def _eval_loader(self, dataset: Any, key: str, fallback: Callable[[], Any]) -> Any:
         if not isinstance(dataset, datasets.Dataset):
@@ -399,7 +395,7 @@ def _rows(tree: Any, keep: np.ndarray) -> Any:
     if tree is None:
         return None
     if isinstance(tree, Mapping):
-        return type(tree)({k: _rows(v, keep) for k, v in tree.items()})
+        return type(tree)({k: _rows(v, keep) for k, v in tree.items()})  # type: ignore[call-arg]
     if isinstance(tree, (list, tuple)):
         return type(tree)(_rows(v, keep) for v in tree)
     if isinstance(tree, torch.Tensor):
@@ -409,7 +405,7 @@ def _rows(tree: Any, keep: np.ndarray) -> Any:
 
 def _row(tree: Any, row: int) -> Any:
     if isinstance(tree, Mapping):
-        return type(tree)({k: _row(v, row) for k, v in tree.items()})
+        return type(tree)({k: _row(v, row) for k, v in tree.items()})  # type: ignore[call-arg]
     if isinstance(tree, (list, tuple)):
         return type(tree)(_row(v, row) for v in tree)
     return tree[row]
