@@ -253,6 +253,10 @@ class _BucketMixin:
             or self.label_smoother is not None
         ):
             self.loss_is_scaled_for_ga = self._scaled_default
+            if not model.training:
+                # This rank's batch mean: evaluation_loop weighs batches by their real rows. (A
+                # count gathered over ranks would make each rank's loss a share of a global sum.)
+                num_items_in_batch = None
             return super().compute_loss(  # type: ignore[misc]
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
