@@ -13,7 +13,10 @@ built once, then reused). With ``R`` ranks, a *global step* is ``R`` batches of 
 rank, so every rank runs the same number of steps and the same planned shape at each step. A cell
 with ``n`` samples and batch size ``B`` has ``n // (R·B)`` full steps; the ``q`` samples left make
 one last step, spread as evenly as possible over the ranks (``q // R`` or ``q // R + 1`` each).
-Rows a batch lacks to reach ``B`` are *filler rows*: the collator pads them and marks them
+By default (``balance=True``) each cell's batch size is first lowered to
+``ceil(n / (R·steps))``, which keeps the number of steps and leaves fewer than ``R·steps`` filler
+rows in the cell (a small evaluation set with ``max_tokens`` would otherwise fill most of a short
+bucket's large batch with filler). Rows a batch lacks to reach ``B`` are *filler rows*: the collator pads them and marks them
 (``sample_mask`` False, ``index`` -1); they are never a repeat of a real sample. When ``q < R``,
 ranks ``q..R-1`` have no sample at that step (at most ``R - 1`` such batches per cell); their
 batch is an empty :class:`EvalBatch` whose :attr:`EvalBatch.fill` names a sample of the cell to
@@ -37,6 +40,7 @@ gathered any other way can be restored with ``restore_order(outputs, gathered_in
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -45,7 +49,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from bucketloader._validation import check_int
+from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
 
 __all__ = ["EvalBatch", "EvalCollator", "EvalDataset", "EvalSampler", "restore_order"]
@@ -102,25 +106,30 @@ class EvalSampler(Sampler[list[int]]):
             are always padded).
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
         rank: this rank (default: the ``torch.distributed`` rank, else 0).
+        balance: lower each cell's batch size to split its samples evenly over the same number
+            of steps (``B' = ceil(n / (R * steps))``): the fewest filler rows for that step count,
+            never more rows than ``B``. ``False`` keeps the spec's batch sizes (e.g. to evaluate
+            on exactly the training shapes).
         **spec_options: :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options
             (``num_buckets``, ``strategy``, ``boundaries``, ``batch_size`` or ``max_tokens``,
             ``groups``, ...), not ``last_batch``. Passing the training sampler's ``boundaries``
             keeps evaluation on the training shapes' lengths.
 
     Example:
-        >>> sampler = EvalSampler([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
-        >>> sampler.shapes, len(sampler)
-        ([(2, 4), (2, 10)], 3)
-        >>> [(list(b), b.rows.tolist()) for b in sampler]
-        [([0, 1], [0, 1]), ([2, 3], [2, 3]), ([4], [4, -1])]
-        >>> two = [EvalSampler([3, 4, 9, 10, 10], num_buckets=2, batch_size=2, num_replicas=2,
-        ...                    rank=r) for r in (0, 1)]
-        >>> [[list(b) for b in s] for s in two]
-        [[[0], [2, 3]], [[1], [4]]]
-        >>> two[0].gathered_index().tolist()  # rows of both ranks, step by step; -1: filler
-        [0, -1, 1, -1, 2, 3, 4, -1]
+        >>> lengths = [3, 4, 9, 10, 10, 8, 2]
+        >>> sampler = EvalSampler(lengths, num_buckets=2, batch_size=4, balance=False)
+        >>> sampler.shapes, [(list(b), b.rows.tolist()) for b in sampler]  # -1: a filler row
+        ([(4, 4), (4, 10)], [([0, 1, 6], [0, 1, 6, -1]), ([2, 3, 4, 5], [2, 3, 4, 5])])
+        >>> EvalSampler(lengths, num_buckets=2, batch_size=4).shapes  # balanced: fewer fillers
+        [(3, 4), (4, 10)]
+        >>> two = [EvalSampler(lengths, num_buckets=2, batch_size=4, num_replicas=2, rank=r)
+        ...        for r in (0, 1)]
+        >>> [[list(b) for b in s] for s in two]  # the same steps and shapes on both ranks
+        [[[0, 1], [2, 3]], [[6], [4, 5]]]
+        >>> two[0].gathered_index().tolist()  # rows of both ranks, step by step
+        [0, 1, 6, -1, 2, 3, 4, 5]
         >>> two[0].restore(np.arange(8) * 10).tolist()  # gathered outputs -> dataset order
-        [0, 20, 40, 50, 60]
+        [0, 10, 40, 50, 60, 70, 20]
     """
 
     def __init__(
@@ -129,6 +138,7 @@ class EvalSampler(Sampler[list[int]]):
         *,
         num_replicas: int | None = None,
         rank: int | None = None,
+        balance: bool = True,
         **spec_options: Any,
     ) -> None:
         if isinstance(lengths, BucketSpec):
@@ -158,6 +168,9 @@ class EvalSampler(Sampler[list[int]]):
                 f"rank={rank}; give each process its own rank in 0..{self.num_replicas - 1}"
             )
         self.rank = rank
+        self.balance = check_bool("balance", balance)
+        if self.balance:
+            self.spec = _balanced(self.spec, self.num_replicas)
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
@@ -460,6 +473,20 @@ def _rows_of(out: Mapping[Any, Any]) -> int | None:
         if isinstance(v, torch.Tensor) and v.ndim >= 1:
             return int(v.shape[0])
     return None
+
+
+def _balanced(spec: BucketSpec, reps: int) -> BucketSpec:
+    """The spec with each cell's batch size lowered to split its samples evenly over the same
+    number of steps (NOTE [ Evaluation plan ]); its cells and shapes stay a plan made before the
+    first batch."""
+    counts, batch = spec.counts, spec.cells.batch
+    steps = np.maximum(-(-counts // (reps * batch)), 1)
+    even = np.where(counts > 0, -(-counts // (reps * steps)), batch).astype(np.int64)
+    if (even == batch).all():
+        return spec
+    even.setflags(write=False)
+    cells = dataclasses.replace(spec.cells, batch=even)
+    return dataclasses.replace(spec, cells=cells)
 
 
 def _dist_defaults() -> tuple[int, int]:

@@ -51,14 +51,25 @@ def check_plan(samplers, n):
     reps=st.integers(1, 5),
     budget=st.one_of(st.integers(1, 6).map(lambda b: {"batch_size": b}), st.just({})),
     grouped=st.booleans(),
+    balance=st.booleans(),
 )
-def test_every_sample_once_even_ranks_planned_shapes_any_lengths(lengths, reps, budget, grouped):
+def test_every_sample_once_even_ranks_planned_shapes_any_lengths(
+    lengths, reps, budget, grouped, balance
+):
     lengths = np.array(lengths)
     options = budget or {"max_tokens": int(lengths.max()) * 3}
     if grouped:
         options["groups"] = np.arange(lengths.size) % 2
-    samplers = all_ranks(lengths, reps, num_buckets=3, **options)
+    samplers = all_ranks(lengths, reps, num_buckets=3, balance=balance, **options)
     check_plan(samplers, lengths.size)
+    spec = BucketSpec.build(lengths, num_buckets=3, **options)
+    batch = samplers[0].spec.cells.batch
+    assert (batch <= spec.cells.batch).all()  # balancing never asks for more memory
+    steps = -(-spec.counts // (reps * spec.cells.batch))
+    assert len(samplers[0]) == int(steps.sum())  # nor more steps
+    if balance:  # fewer filler rows than ranks x steps in every cell
+        fillers = reps * steps * batch - spec.counts
+        assert (fillers < reps * steps).all()
     # outputs gathered step by step, or per rank, come back in dataset order
     values = np.arange(lengths.size) * 10 + 7
     gathered = samplers[0].gathered_index()
@@ -135,7 +146,7 @@ def test_same_shapes_as_training_when_given_its_boundaries():
     lengths = load_real("multi30k")[:800, 0]
     train = BucketSampler(lengths[:600], num_buckets=4, batch_size=16)
     bounds = np.append(train.boundaries[:-1], max(train.boundaries[-1], lengths.max()))
-    evaluation = EvalSampler(lengths[600:], boundaries=bounds, batch_size=16)
+    evaluation = EvalSampler(lengths[600:], boundaries=bounds, batch_size=16, balance=False)
     assert set(evaluation.shapes) <= {(16, int(b)) for b in bounds}
     spec = BucketSpec.build(lengths, num_buckets=3, batch_size=8, last_batch="drop")
     from_spec = EvalSampler(spec)  # a spec's last_batch is ignored: nothing is dropped

@@ -47,7 +47,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["loss_policy", "masked_loss", "row_losses"]
+__all__ = ["loss_policy", "masked_loss", "row_losses", "settle_problem_type"]
 
 #: Heads whose own loss ignores labels of -100 (class-name suffixes).
 IGNORE_INDEX_HEADS = (
@@ -126,6 +126,33 @@ def loss_policy(model: Any, labels: Any = None) -> str:
             stacklevel=2,
         )
     return "ignore_index"
+
+
+def settle_problem_type(model: Any, labels: Any) -> None:
+    """Set ``config.problem_type`` of a classification head before its first forward.
+
+    ``transformers`` classification heads set it on their first call with labels, from
+    ``num_labels`` and the labels' dtype. Under ``torch.compile`` that mutation invalidates the
+    first compiled graph (a guard reads ``config.problem_type``), so one planned shape would be
+    compiled twice. Setting it first, by the same rule, keeps one graph per shape.
+    """
+    core = _core(model)
+    config = getattr(core, "config", None)
+    name = type(core).__name__
+    if (
+        config is None
+        or getattr(config, "problem_type", "") is not None
+        or not isinstance(labels, torch.Tensor)
+        or not name.endswith(("ForSequenceClassification", "ForImageClassification"))
+    ):
+        return
+    num_labels = getattr(config, "num_labels", 2)
+    if num_labels == 1:
+        config.problem_type = "regression"
+    elif labels.dtype in (torch.long, torch.int):
+        config.problem_type = "single_label_classification"
+    else:
+        config.problem_type = "multi_label_classification"
 
 
 def row_losses(

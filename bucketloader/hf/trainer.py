@@ -49,7 +49,7 @@ from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 from bucketloader.evaluation import EvalSampler, restore_order
 from bucketloader.hf.bucketing import Bucketing, ModelInputs, for_audio, for_text
 from bucketloader.hf.lengths import resolve_column, table_and_indices
-from bucketloader.hf.loss import ROW_POLICIES, loss_policy, row_losses
+from bucketloader.hf.loss import ROW_POLICIES, loss_policy, row_losses, settle_problem_type
 
 __all__ = ["BucketSeq2SeqTrainer", "BucketTrainer"]
 
@@ -245,6 +245,7 @@ class _BucketMixin:
         if mask is None:
             mask = self._eval_mask
         labels = inputs.get("labels")
+        settle_problem_type(model, labels)
         policy = loss_policy(model, labels) if labels is not None else "ignore_index"
         if (
             policy not in ROW_POLICIES
