@@ -14,9 +14,9 @@ distributions of tests/data: GSM8K, Europarl, LibriSpeech):
 2. The same data through ``transformers.Trainer`` with dynamic padding (each batch padded to its
    longest sample, as ``DataCollatorWithPadding`` / ``DataCollatorForSeq2Seq`` do; labels -100),
    not compiled: the distinct shapes each phase would compile, and the padding.
-3. Loss equality: for every evaluation batch with filler rows, the loss
-   ``BucketTrainer.compute_loss`` gives against the model's own loss on the batch's real rows
-   alone (max abs difference), and the model's own loss on the whole padded batch (what a plain
+3. Loss equality: for every evaluation batch with filler rows (``balance=False``: the most),
+   the loss ``BucketTrainer.compute_loss`` gives against the model's own loss on the batch's real
+   rows alone (max abs difference), and the model's own loss on the whole padded batch (what a plain
    loop would get: filler rows included).
 """
 
@@ -365,15 +365,22 @@ def run(name: str, spec: Any, args_dir: str) -> dict[str, Any]:
     }
     # 3. loss equality on padded eval batches (eager: the compiled wrapper is left aside)
     worst, naive, batches = 0.0, 0.0, 0
+    checker = base(  # unbalanced evaluation batches: the most filler rows
+        model=model,
+        args=args_cls(output_dir=args_dir, **common),
+        eval_dataset=evaluation,
+        bucketing=bucketing,
+        eval_bucketing={"balance": False},
+    )
     with torch.compiler.set_stance("force_eager"), torch.no_grad():
         model.eval()
-        for batch in trainer.get_eval_dataloader():
+        for batch in checker.get_eval_dataloader():
             sm = batch["sample_mask"]
             n = int(sm.sum())
             if n in (0, len(sm)):
                 continue
             batches += 1
-            loss = trainer.compute_loss(model, dict(batch))
+            loss = checker.compute_loss(model, dict(batch))
             inputs = {k: v for k, v in batch.items() if k not in BOOKKEEPING}
             alone = model(**{k: v[:n] for k, v in inputs.items()}).loss
             whole = model(**inputs).loss

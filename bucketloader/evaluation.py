@@ -13,18 +13,20 @@ built once, then reused). With ``R`` ranks, a *global step* is ``R`` batches of 
 rank, so every rank runs the same number of steps and the same planned shape at each step. A cell
 with ``n`` samples and batch size ``B`` has ``n // (R·B)`` full steps; the ``q`` samples left make
 one last step, spread as evenly as possible over the ranks (``q // R`` or ``q // R + 1`` each).
-By default (``balance=True``) each cell's batch size is first lowered to
-``ceil(n / (R·steps))``, which keeps the number of steps and leaves fewer than ``R·steps`` filler
-rows in the cell (a small evaluation set with ``max_tokens`` would otherwise fill most of a short
-bucket's large batch with filler). Rows a batch lacks to reach ``B`` are *filler rows*: the collator pads them and marks them
+By default (``balance=True``) each cell's batch size is first lowered to ``ceil(n / (R·steps))``
+for its ``steps = ceil(n / (R·B))``: the same number of steps, fewer than ``R·steps`` filler rows
+in the cell, and never more rows than ``B`` (a small evaluation set with ``max_tokens`` would
+otherwise fill most of a short bucket's large batch with filler).
+
+Rows a batch lacks to reach its ``B`` are *filler rows*: the collator pads them and marks them
 (``sample_mask`` False, ``index`` -1); they are never a repeat of a real sample. When ``q < R``,
 ranks ``q..R-1`` have no sample at that step (at most ``R - 1`` such batches per cell); their
 batch is an empty :class:`EvalBatch` whose :attr:`EvalBatch.fill` names a sample of the cell to
-load as filler data, so that the collator can still build the planned shape (that row keeps the
-fill sample's data, ``attention_mask`` and ``lengths``: only ``sample_mask`` and ``index`` mark
-it, so that models run on it as on any sample). Only
-:meth:`EvalSampler.wrap` (or :meth:`EvalSampler.dataloader`) loads it; a plain dataset gets an
-empty list, which a collator rejects loudly instead of counting a repeat.
+load as filler data, so that the collator can still build the planned shape. That row keeps the
+fill sample's data, ``attention_mask`` and ``lengths`` (so that a model runs on it as on any
+sample); only ``sample_mask`` and ``index`` mark it. Only :meth:`EvalSampler.wrap` (or
+:meth:`EvalSampler.dataloader`) loads it; a plain dataset gets an empty list, which a collator
+rejects loudly instead of counting a repeat.
 
 NOTE [ Putting outputs back in dataset order ]
 Each planned row has a dataset index, -1 for filler rows: :meth:`EvalSampler.row_index` for one
