@@ -248,6 +248,10 @@ def recording(base: Any, main: str) -> Any:
             x = inputs[main]
             self.seen.append((self.phase, signature(inputs), tuple(x.shape[:2])))
             self.padded[self.phase] = self.padded.get(self.phase, 0) + x.shape[0] * x.shape[1]
+            y = inputs.get("labels")
+            if isinstance(y, torch.Tensor) and y.ndim == 2:
+                key = f"{self.phase}-labels"
+                self.padded[key] = self.padded.get(key, 0) + y.numel()
 
         def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
             self._note(inputs)
@@ -284,6 +288,40 @@ def dynamic_collator(main: str, pad_id: Any, float_input: bool) -> Any:
         return out
 
     return collate
+
+
+def targets(trainer: Any, train: Any, main: str, bucketing: dict[str, Any]) -> Any:
+    """Target (label) lengths: the per-bucket rule against bucketing them jointly."""
+    from bucketloader import BucketSampler
+
+    plan = trainer.bucketing.collator.targets
+    if plan is None:  # no labels of their own lengths (classification, token tagging)
+        return None
+    lab = np.array([len(y) for y in train["labels"]])
+    inp = np.array([len(x) for x in train[main]])
+    spec = trainer.bucketing.sampler.spec
+    per_cell = plan.lengths["labels"][spec.cell_of_sample]
+    rule_in = spec.cells.lengths[spec.cell_of_sample][:, 0]
+    opts = {k: v for k, v in bucketing.items() if k in ("num_buckets", "max_tokens")}
+    if "max_tokens" not in opts:
+        opts["batch_size"] = 8
+    out = {
+        "rule": (
+            len(trainer.bucketing.sampler.shapes),
+            float(rule_in.sum() / inp.sum() - 1),
+            float(per_cell.sum() / lab.sum() - 1),
+        ),
+        "train_padded": trainer.padded.get("train-labels", 0) / lab.sum() - 1,
+    }
+    for key, extra in (("joint", {}), ("merged", {"max_shapes": out["rule"][0]})):
+        joint = BucketSampler({main: inp, "labels": lab}, **opts, **extra)
+        cells = joint.spec.cells.lengths[joint.spec.cell_of_sample]
+        out[key] = (
+            len(joint.shapes),
+            float(cells[:, 0].sum() / inp.sum() - 1),
+            float(cells[:, 1].sum() / lab.sum() - 1),
+        )
+    return out
 
 
 def run(name: str, spec: Any, args_dir: str) -> dict[str, Any]:
@@ -340,7 +378,9 @@ def run(name: str, spec: Any, args_dir: str) -> dict[str, Any]:
     ours = {
         "planned_train": len(trainer.bucketing.sampler.shapes),
         "planned_eval": len(trainer.eval_bucketing.sampler.shapes),
-        "seen": {p: len({s for q, _, s in trainer.seen if q == p}) for p in trainer.padded},
+        "seen": {
+            p: len({s for q, _, s in trainer.seen if q == p}) for p in ("train", "eval", "predict")
+        },
         "in_plan": all(
             s
             in (
@@ -387,6 +427,7 @@ def run(name: str, spec: Any, args_dir: str) -> dict[str, Any]:
             worst = max(worst, abs(float(loss - alone)))
             naive = max(naive, abs(float(whole - alone)))
     ours["loss"] = {"batches": batches, "max_abs_diff": worst, "naive_max_abs_diff": naive}
+    ours["targets"] = targets(trainer, train, main, bucketing)
     # 2. transformers.Trainer with dynamic padding, eager
     torch.manual_seed(0)
     model2 = factory()[0]
@@ -404,8 +445,15 @@ def run(name: str, spec: Any, args_dir: str) -> dict[str, Any]:
     baseline.phase = "predict"
     baseline.predict(evaluation)
     used2 = {(p == "train", sig) for p, sig, _ in baseline.seen}
+    lists = "labels" in train.column_names and isinstance(train[0]["labels"], list)
+    lab_total = sum(len(y) for y in train["labels"]) if lists else 0
     dyn = {
-        "seen": {p: len({s for q, _, s in baseline.seen if q == p}) for p in baseline.padded},
+        "label_padding": baseline.padded.get("train-labels", 0) / lab_total - 1
+        if lab_total
+        else None,
+        "seen": {
+            p: len({s for q, _, s in baseline.seen if q == p}) for p in ("train", "eval", "predict")
+        },
         "signatures": len(used2),
         "padding": {
             "train": baseline.padded["train"] / real_train - 1,
@@ -500,6 +548,41 @@ def main() -> None:
         "",
         "bucketloader's padding includes the filler rows that keep each planned shape (copies "
         "of real rows, masked) and, for evaluation, the batches of ranks without a sample.",
+    ]
+    lines += [
+        "",
+        "## Targets: padded per bucket, not bucketed jointly",
+        "",
+        "Decoder and CTC labels have lengths of their own. By default bucketloader pads them to "
+        "the longest target of each input bucket (NOTE [ Target columns ] in "
+        "bucketloader/hf/bucketing.py): one shape per bucket, the input's token budget unchanged. "
+        "Bucketing them as a second input (`column=[main, 'labels']`, the same `num_buckets` per "
+        "input) gives joint cells, and `max_shapes=` merges those back to a shape budget. "
+        "Columns: planned shapes, then the input's and the target's padding at the boundaries "
+        "over the training set (filler rows aside):",
+        "",
+        "| model | default: per-bucket targets | joint cells | joint, `max_shapes` = the same "
+        "count | training batches' target padding: bucketloader / dynamic padding |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        t = r["ours"]["targets"]
+        if t is None:
+            continue
+        cols = [
+            f"{n} shapes, {a:.1%} / {b:.1%}" for n, a, b in (t["rule"], t["joint"], t["merged"])
+        ]
+        lines.append(
+            f"| {r['name']} | {' | '.join(cols)} | {t['train_padded']:.1%} / "
+            f"{r['dynamic']['label_padding']:.1%} |"
+        )
+    lines += [
+        "",
+        "Where targets vary widely for one input length (translation), the per-bucket maximum "
+        "pads targets most; joint cells merged to the same shape count trade input padding for "
+        "target padding (`bucketing={'column': [main, 'labels'], 'max_shapes': k}`).",
+    ]
+    lines += [
         "",
         "## Loss of padded batches against their real rows",
         "",
@@ -519,8 +602,8 @@ def main() -> None:
         "them by themselves (the model's own loss is already exact); CTC does not (an empty "
         "target still costs -log P(all blanks)), so `BucketTrainer` computes the CTC loss per row "
         "and averages it over real rows (NOTE [ Filler rows and the loss, per head ] in "
-        "bucketloader/hf/loss.py). Differences are float32 rounding of sums over batches of "
-        "another size.",
+        "bucketloader/hf/loss.py). The real rows alone are the padded batch's first rows (the "
+        "same per-row computation), so any difference would be float32 rounding.",
         "",
         "## Evaluation in dataset order",
         "",
