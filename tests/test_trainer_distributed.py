@@ -91,6 +91,8 @@ def _worker(rank, world, port, out):
     }
     with open(f"{out}-{rank}.json", "w") as f:
         json.dump(result, f)
+    torch.distributed.barrier()
+    trainer.end()  # destroys the process group: no gloo thread left running at exit
 
 
 def _free_port():
