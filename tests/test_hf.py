@@ -308,6 +308,16 @@ def test_for_text_under_dataloader_workers():
     one = [tuple(x["input_ids"].shape) for x in b.dataloader()]
     two = [tuple(x["input_ids"].shape) for x in b.dataloader(num_workers=2)]
     assert one == two and set(one) <= set(b.sampler.shapes)
+    # evaluation batches (EvalBatch rows, per-bucket targets) pickle into workers too
+    dt = datasets.Dataset.from_dict(
+        {"input_ids": [[1] * n for n in a], "labels": [[2] * (n // 2 + 1) for n in a]}
+    )
+    e = hf.for_text(dt, pad_token_id=0, num_buckets=2, max_tokens=512, evaluation=True)
+    one = [(x["index"], x["labels"]) for x in e.dataloader()]
+    two = [(x["index"], x["labels"]) for x in e.dataloader(num_workers=2)]
+    assert all(
+        torch.equal(a, b) and torch.equal(c, d) for (a, c), (b, d) in zip(one, two, strict=True)
+    )
 
 
 # -- sides, pad multiples, targets, evaluation (issue 13; issue 14 items 8 and 11) -----------------
@@ -418,3 +428,13 @@ def test_for_text_evaluation_every_sample_once_in_dataset_order():
     assert restored.tolist() == [i % 97 for i in range(len(ds))]
     with pytest.raises(TypeError, match="evaluation batches are deterministic"):
         hf.for_text(ds, pad_token_id=0, evaluation=True, batch_size=4, shuffle=False)
+
+
+def test_a_collator_built_before_columns_were_removed_names_the_fix():
+    """Regression (issue 13, 1): the library's collator under a plain Trainer's eval failed with
+    a bare KeyError once the Trainer had removed the unused 'text' column."""
+    ds = _token_ds([3, 5, 9, 12], text=["a", "b", "c", "d"])
+    b = hf.for_text(ds, pad_token_id=0, num_buckets=2, batch_size=2)
+    pruned = ds.remove_columns(["text", "row"])
+    with pytest.raises(KeyError, match=r"pad_value names \['row', 'text'\].*remove_unused_columns"):
+        b.collator([pruned[0], pruned[1]])
