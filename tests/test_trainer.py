@@ -482,3 +482,22 @@ def test_seq2seq_joint_bucketing_gives_flat_masks(tmp_path):
     trainer.train()
     shapes = trainer.bucketing.sampler.shapes
     assert all(len(s) == 3 for s in shapes)  # (B, source, target): jointly bucketed, as asked
+
+
+def test_eval_bucketing_options_and_batch_size_defaults(tmp_path):
+    model, ds, _, _ = _build("bert-sequence")
+    args = _args(tmp_path, per_device_eval_batch_size=5)
+    trainer = hf.BucketTrainer(
+        model=model, args=args, eval_dataset=ds, bucketing={"num_buckets": 2, "batch_size": 8}
+    )
+    trainer.get_eval_dataloader()
+    assert {s[0] for s in trainer.eval_bucketing.sampler.shapes} <= set(range(1, 6))  # eval's B
+    budget = hf.BucketTrainer(
+        model=model,
+        args=args,
+        eval_dataset=ds,
+        bucketing={"num_buckets": 2, "batch_size": 8},
+        eval_bucketing={"max_tokens": 300, "balance": False},
+    )
+    budget.get_eval_dataloader()
+    assert all(b * n <= 300 and b == 300 // n for b, n in budget.eval_bucketing.sampler.shapes)

@@ -115,8 +115,10 @@ class _BucketMixin:
 
     def _build_bucketing(self, dataset: Any, *, evaluation: bool) -> Bucketing:
         opts = dict(self._bucketing_options)
-        if evaluation:
-            opts = {k: v for k, v in opts.items() if k not in _TRAIN_ONLY}
+        if evaluation:  # the training options, less its epochs' and batch size, then eval's
+            own_budget = bool(self._eval_options.keys() & {"batch_size", "max_tokens"})
+            drop = (*_TRAIN_ONLY, "batch_size", *(("max_tokens",) if own_budget else ()))
+            opts = {k: v for k, v in opts.items() if k not in drop}
             opts.update(self._eval_options)
         column = opts.pop("column", None) or getattr(self.model, "main_input_name", "input_ids")
         columns = [column] if isinstance(column, str) else list(column)
@@ -457,7 +459,9 @@ class BucketTrainer(_BucketMixin, transformers.Trainer):
             ``max_tokens``), ``seed`` = ``args.seed``, rank and world size from ``args``, pad id
             and side from ``processing_class`` (else the model config's ``pad_token_id``).
         eval_bucketing: options that differ for evaluation and prediction (e.g. a larger
-            ``max_tokens``); ``batch_size`` defaults to ``per_device_eval_batch_size``.
+            ``max_tokens``, or ``balance=False``); the training options apply otherwise, except
+            ``shuffle``, ``seed``, ``last_batch`` and ``batch_size`` (which defaults to
+            ``per_device_eval_batch_size``).
         **kwargs: as ``transformers.Trainer``.
 
     After the first ``get_train_dataloader()``, ``trainer.bucketing`` holds the training sampler
