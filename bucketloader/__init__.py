@@ -5,7 +5,8 @@ batches whose shapes are exactly a small planned set. The data flow, one subpack
 step: lengths -> :class:`LengthHistogram` -> a strategy (:mod:`bucketloader.strategies`) ->
 boundaries (:func:`compute_boundaries`, cached by :class:`BucketCache`) -> a plan
 (:class:`BucketSpec`, :mod:`bucketloader.plan`) -> batches (:class:`BucketSampler`,
-:class:`BucketIterable`) -> tensors of exactly the planned shapes (:class:`PadCollator`).
+:class:`BucketIterable`; :class:`EvalSampler` for evaluation: every sample once, outputs back in
+dataset order) -> tensors of exactly the planned shapes (:class:`PadCollator`).
 Beside them: :mod:`bucketloader.analysis` (:func:`analyze`, :func:`recommend_num_buckets`,
 :func:`calibrate`), :mod:`bucketloader.hf` (Hugging Face ``datasets`` and ``Trainer``),
 :mod:`bucketloader.static` (sync-free subsampling inside models) and the ``bucketloader`` command.
@@ -16,6 +17,7 @@ from bucketloader.analysis import analyze, calibrate, recommend_num_buckets
 from bucketloader.boundaries import padding_cost
 from bucketloader.cache import BucketCache
 from bucketloader.collate import PadCollator
+from bucketloader.evaluation import EvalSampler
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec, TokenBudget
 from bucketloader.sampler import BucketSampler
@@ -29,6 +31,7 @@ __all__ = [
     "BucketIterable",
     "BucketSampler",
     "BucketSpec",
+    "EvalSampler",
     "LengthHistogram",
     "PadCollator",
     "TokenBudget",

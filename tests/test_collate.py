@@ -366,10 +366,14 @@ def test_mismatched_structures(small):
         collate([torch.ones(2), {"a": [1, 2]}])
     with pytest.raises(TypeError, match="position 1 is a ndarray"):
         collate([torch.ones(2), np.ones(2)])
+    with pytest.raises(ValueError, match=r"varies along dims \(0, 1\) .* Field\(dims=-2\)"):
+        collate([torch.ones(2, 2), torch.ones(3, 3)])
     with pytest.raises(
-        ValueError, match=r"position 1 has shape \(3, 2\) but position 0 has \(2, 2\)"
+        ValueError,
+        match=r"position 1 has shape \(3, 2\) but position 0 has \(2, 2\); only dims \(-1,\) "
+        r"may vary between samples; the size that differs is dim 0 .* Field\(dims=-2\)",
     ):
-        collate([torch.ones(2, 2), torch.ones(3, 2)])
+        small.collator(fields=Field(dims=-1))([torch.ones(2, 2), torch.ones(3, 2)])
     with pytest.raises(ValueError, match="treated as fixed-size but cannot be stacked"):
         small.collator(fields={"a": "length"})(
             [{"a": [1, 2], "b": torch.ones(2)}, {"a": [1, 2], "b": torch.ones(3)}]
@@ -546,3 +550,71 @@ def test_pad_value_must_fit_the_promoted_dtype():
         sampler.collator(pad_value=float("nan"))([torch.zeros(3, dtype=torch.int64)] * 2)
     out = sampler.collator(pad_value=float("-inf"))([torch.zeros(3), torch.zeros(2)])
     assert out["inputs"][1, 2] == float("-inf")
+
+
+# --- which dim varies: inferred from the samples (NOTE [ Which dim varies ]) ------------------
+@pytest.mark.parametrize(
+    "kind", ["waveform", "features", "multichannel", "tokens", "dict+labels", "tuple"]
+)
+def test_the_varying_dim_is_inferred_without_field_configuration(kind):
+    """Regression (issue 13, 5): (T, 80) filterbanks failed with "only dims (-1,) may vary"."""
+    frames = load_real("librispeech")[:240] // 1600  # 10 Hz frames: real durations, small arrays
+    sampler = BucketSampler(frames, num_buckets=3, max_tokens=600, seed=2)
+    collate = sampler.collator(pad_value=-1.0 if kind != "tokens" else -1)
+
+    def make(i, n):
+        n = int(n)
+        return {
+            "waveform": lambda: torch.full((n,), float(i)),
+            "features": lambda: torch.full((n, 80), float(i)),
+            "multichannel": lambda: torch.full((2, n), float(i)),
+            "tokens": lambda: [i] * n,
+            "dict+labels": lambda: {"input_features": torch.full((n, 80), float(i)), "label": i},
+            "tuple": lambda: (np.full((n, 80), float(i), dtype=np.float32), i % 3),
+        }[kind]()
+
+    for idx in sampler:
+        out = collate([make(i, frames[i]) for i in idx])
+        x = {"dict+labels": "input_features", "tuple": 0}.get(kind, "inputs")
+        x = out[x]
+        time = x if x.ndim == 2 else (x[:, 0] if kind == "multichannel" else x[..., 0])
+        assert tuple(time.shape) in sampler.shapes
+        mask = out["attention_mask"]
+        assert (time[~mask] == -1).all()
+        real = out["sample_mask"]
+        assert mask[real].sum(1).tolist() == frames[idx].tolist()
+        if kind in ("features", "dict+labels", "tuple"):
+            assert x.shape[2] == 80
+        if kind == "multichannel":
+            assert x.shape[1] == 2 and torch.equal(x[:, 0], x[:, 1])
+        if kind == "dict+labels":
+            assert out["label"][real].tolist() == idx
+
+
+def test_a_batch_where_no_dim_varies_and_a_contradiction_later():
+    sampler = BucketSampler([4, 4, 9, 8], num_buckets=2, batch_size=2, shuffle=False)
+    # no dim varies in the first batch: time-major default (dim 0); the next batch agrees
+    frames = sampler.collator()
+    assert frames([torch.ones(4, 3), torch.ones(4, 3)])["inputs"].shape == (2, 4, 3)
+    assert frames([torch.ones(9, 3), torch.ones(8, 3)])["inputs"].shape == (2, 9, 3)
+    # channel-first samples whose first batch had no varying dim: the later batch names the fix
+    chans = sampler.collator()
+    chans([torch.ones(2, 4), torch.ones(2, 4)])
+    with pytest.raises(ValueError, match=r"along dim 1 .* fields=\{'inputs': Field\(dims=-1\)"):
+        chans([torch.ones(2, 9), torch.ones(2, 8)])
+    # learned first, then an ambiguous batch reuses what was learned
+    learned = sampler.collator()
+    assert learned([torch.ones(2, 9), torch.ones(2, 8)])["inputs"].shape == (2, 2, 9)
+    assert learned([torch.ones(2, 4), torch.ones(2, 4)])["inputs"].shape == (2, 2, 4)
+    with pytest.raises(ValueError, match="follows several inputs"):
+        Field(input=("a", "b"))
+
+
+def test_a_target_of_its_own_length_names_the_fix():
+    sampler = BucketSampler([5, 6, 12, 11], num_buckets=2, batch_size=2, shuffle=False)
+    batch = [{"input_values": torch.ones(n), "labels": [1] * (n // 3)} for n in (5, 6)]
+    with pytest.raises(ValueError, match=r"'labels' .* cannot follow the input: bucket it"):
+        sampler.collator()(batch)
+    # a batch that did not come from the sampler: the message no longer only blames the dataset
+    with pytest.raises(ValueError, match="did not come from the sampler this collator was built"):
+        sampler.collator()([torch.ones(5), torch.ones(12)])

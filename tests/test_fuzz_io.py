@@ -412,8 +412,6 @@ def test_hf_for_text_any_input(made, column, pad, options):
             break
 
 
-@pytest.mark.xfail(strict=True, reason="issue 12: hf/bucketing.py for_text's column check is "
-                   "the hf owner's (it says \"'int' object is not iterable\")")  # fmt: skip
 def test_hf_for_text_names_a_bad_column():
     import datasets
 

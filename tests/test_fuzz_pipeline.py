@@ -56,7 +56,6 @@ SPEC_NAMES = [
     "rank",
     "seed",
     "shuffle",
-    "batch_multiple_of",
     "size",
     "max_shapes",
     "groups",

@@ -180,13 +180,19 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
             "text": ["x"] * len(lens),
         }
     ).shuffle(seed=0)
-    b = hf.for_text(ds, tokenizer=SimpleNamespace(pad_token_id=99), num_buckets=4, max_tokens=256)
+    b = hf.for_text(
+        ds,
+        tokenizer=SimpleNamespace(pad_token_id=99),
+        num_buckets=4,
+        max_tokens=256,
+        sample_mask=True,
+    )
     shapes = set(b.sampler.shapes)
     batches = _all_batches(b)
     assert len(batches) == len(b.sampler)
-    real = 0
+    real = fillers = 0
     for batch in batches:
-        ids, mask = batch["input_ids"], batch["attention_mask"]
+        ids, mask, sm = batch["input_ids"], batch["attention_mask"], batch["sample_mask"]
         assert tuple(ids.shape) in shapes
         assert mask.dtype == torch.long and set(batch) == {
             "input_ids",
@@ -194,12 +200,19 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
             "labels",
             "attention_mask",
             "text",
+            "sample_mask",
         }
         assert (ids[mask == 0] == 99).all() and (ids[mask == 1] != 99).all()
         assert (batch["labels"][mask == 0] == -100).all()
         assert (batch["token_type_ids"] == mask).all()
-        real += int(mask.sum())
-    assert real == int(lens.sum())
+        real += int(mask[sm].sum())
+        # filler rows (NOTE [ Filler rows ]): copies of real rows, every label -100
+        n = int(sm.sum())
+        assert sm[:n].all() and not sm[n:].any()
+        for r in range(n, len(sm)):
+            assert torch.equal(ids[r], ids[(r - n) % n]) and (batch["labels"][r] == -100).all()
+        fillers += len(sm) - n
+    assert real == int(lens.sum()) and fillers > 0
     with pytest.raises(ValueError, match="pad_token_id=None"):
         hf.for_text(ds, tokenizer=SimpleNamespace(pad_token_id=None), batch_size=4)
     with pytest.raises(ValueError, match="pass pad_token_id="):
@@ -230,20 +243,20 @@ def test_for_text_per_dataset_groups_never_mix():
     a, g = load_real("multi30k")[:300, 0], load_real("gsm8k")[:200, 0]
     da = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in a]})
     dg = datasets.Dataset.from_dict({"input_ids": [[2] * n for n in g]})
-    b = hf.for_text([da, dg], pad_token_id=0, num_buckets=3, batch_size=8)
+    b = hf.for_text([da, dg], pad_token_id=0, num_buckets=3, batch_size=8, sample_mask=True)
     assert set(b.sampler.boundaries) == {0, 1}
     seen = 0
     for batch in _all_batches(b):
         ids = batch["input_ids"]
         assert tuple(ids.shape) in set(b.sampler.shapes) and "dataset" not in batch
         assert len(set(ids[ids != 0].tolist())) == 1
-        seen += int((batch["attention_mask"].sum(1) > 0).sum())
+        seen += int(batch["sample_mask"].sum())
     assert seen == len(a) + len(g)
 
 
 def test_for_text_rejects_a_ragged_column_it_cannot_pad():
-    ds = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]], "words": [[1], [2, 3]]})
-    with pytest.raises(ValueError, match="list column 'words' has row lengths that match none"):
+    ds = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]], "words": [["a"], ["b", "c"]]})
+    with pytest.raises(ValueError, match="list column 'words' holds string values and its row"):
         hf.for_text(ds, pad_token_id=0, batch_size=2)
 
 
@@ -251,14 +264,15 @@ def test_for_audio_struct_and_list_columns():
     lens = load_real("commonvoice")[:120] // 10  # ms / 10: small arrays, real shape of the mix
     audio = [{"array": np.full(n, 0.25, np.float32), "sampling_rate": 16000} for n in lens]
     ds = datasets.Dataset.from_dict({"audio": audio, "label": [i % 3 for i in range(120)]})
-    b = hf.for_audio(ds, num_buckets=4, max_tokens=4000)
+    b = hf.for_audio(ds, num_buckets=4, max_tokens=4000, sample_mask=True)
     total = 0
     for batch in _all_batches(b):
-        x = batch["input_values"]
+        x, sm = batch["input_values"], batch["sample_mask"]
         assert tuple(x.shape) in set(b.sampler.shapes) and x.dtype == torch.float32
         assert (x[batch["attention_mask"] == 0] == 0).all()
-        assert (batch["labels"][batch["attention_mask"].sum(1) == 0] == -100).all()
-        total += int(batch["attention_mask"].sum())
+        assert (batch["attention_mask"].sum(1) > 0).all()  # filler rows are real-row copies
+        assert (batch["labels"][~sm] == -100).all() and (batch["labels"][sm] >= 0).all()
+        total += int(batch["attention_mask"][sm].sum())
     assert total == int(lens.sum())
     flat = datasets.Dataset.from_dict(
         {"input_values": [a["array"] for a in audio], "attention_mask": [[1] * n for n in lens]}
@@ -294,3 +308,133 @@ def test_for_text_under_dataloader_workers():
     one = [tuple(x["input_ids"].shape) for x in b.dataloader()]
     two = [tuple(x["input_ids"].shape) for x in b.dataloader(num_workers=2)]
     assert one == two and set(one) <= set(b.sampler.shapes)
+    # evaluation batches (EvalBatch rows, per-bucket targets) pickle into workers too
+    dt = datasets.Dataset.from_dict(
+        {"input_ids": [[1] * n for n in a], "labels": [[2] * (n // 2 + 1) for n in a]}
+    )
+    e = hf.for_text(dt, pad_token_id=0, num_buckets=2, max_tokens=512, evaluation=True)
+    one = [(x["index"], x["labels"]) for x in e.dataloader()]
+    two = [(x["index"], x["labels"]) for x in e.dataloader(num_workers=2)]
+    assert all(
+        torch.equal(a, b) and torch.equal(c, d) for (a, c), (b, d) in zip(one, two, strict=True)
+    )
+
+
+# -- sides, pad multiples, targets, evaluation (issue 13; issue 14 items 8 and 11) -----------------
+def test_for_text_left_side_from_the_tokenizer_and_pad_multiples():
+    """Regression (issue 13, 6): the tokenizer's padding_side and pad_to_multiple_of."""
+    from types import SimpleNamespace
+
+    lens = load_real("gsm8k")[:300, 0]
+    ds = _token_ds(lens)
+    tok = SimpleNamespace(pad_token_id=96, padding_side="left")  # ids are row % 97 < 96
+    b = hf.for_text(ds, tokenizer=tok, num_buckets=4, batch_size=8, pad_to_multiple_of=8)
+    assert all(s[1] % 8 == 0 for s in b.sampler.shapes)
+    assert (np.asarray(b.sampler.boundaries) % 8 == 0).all()
+    for batch in _all_batches(b)[:10]:
+        ids, mask = batch["input_ids"], batch["attention_mask"]
+        assert tuple(ids.shape) in b.sampler.shapes
+        assert (mask[:, -1] == 1).all()  # left padding: every row ends with real tokens
+        assert (ids[mask == 0] == 96).all() and (ids[mask == 1] != 96).all()
+    right = hf.for_text(ds, tokenizer=tok, side="right", num_buckets=4, batch_size=8)
+    assert (next(iter(right.dataloader()))["attention_mask"][:, 0] == 1).all()
+    with pytest.raises(ValueError, match="side must be one of 'left', 'right'"):
+        hf.for_text(ds, tokenizer=tok, side="middle", batch_size=8)
+
+
+def test_for_audio_transcripts_are_targets_padded_per_bucket():
+    """Regression (issue 13, 4): a transcript column could not be stacked; bucketing it jointly
+    multiplied the shapes. It is now padded to the longest transcript of each bucket."""
+    lens = load_real("librispeech")[:200] // 160
+    rng = np.random.default_rng(0)
+    audio = [{"array": np.zeros(n, np.float32), "sampling_rate": 16000} for n in lens]
+    text = [rng.integers(1, 30, max(1, n // 40)).tolist() for n in lens]
+    ds = datasets.Dataset.from_dict({"audio": audio, "labels": text})
+    b = hf.for_audio(
+        ds,
+        num_buckets=3,
+        max_tokens=20000,
+        pad_to_multiple_of=4,
+        decoder_attention_mask=True,
+        sample_mask=True,
+    )
+    planned = b.collator.targets.lengths["labels"]
+    assert len(b.sampler.shapes) == 3 and (planned % 4 == 0).all()  # one shape per bucket
+    cells = b.sampler.spec.cell_of_sample
+    for c in range(3):
+        longest = max(len(text[i]) for i in np.flatnonzero(cells == c))
+        assert planned[c] == -(-longest // 4) * 4
+    seen = 0
+    for batch in _all_batches(b):
+        x, y, sm = batch["input_values"], batch["labels"], batch["sample_mask"]
+        assert tuple(x.shape) in b.sampler.shapes
+        cell = b.sampler.spec.cells.shapes.index(tuple(x.shape))
+        assert y.shape == (x.shape[0], planned[cell])
+        assert torch.equal(batch["decoder_attention_mask"][sm], (y[sm] != -100).long())
+        assert (y[~sm] == -100).all()
+        seen += int(sm.sum())
+    assert seen == len(ds)
+    fixed = hf.for_audio(ds, num_buckets=3, max_tokens=20000, target_length=200)
+    assert set(fixed.collator.targets.lengths["labels"].tolist()) == {200}
+    with pytest.raises(ValueError, match=r"target_length=5 but row \d+ of target column 'labels'"):
+        hf.for_audio(ds, num_buckets=3, max_tokens=20000, target_length=5)
+
+
+def test_for_audio_feature_frames_bucket_their_time_dim():
+    """(T, 80) filterbank rows: the first dim T is bucketed and padded, 80 stays."""
+    frames = load_real("librispeech")[:60] // 1600
+    rng = np.random.default_rng(1)
+    ds = datasets.Dataset.from_dict(
+        {
+            "input_features": [rng.standard_normal((n, 80)).astype(np.float32) for n in frames],
+            "attention_mask": [[1] * n for n in frames],
+        }
+    )
+    b = hf.for_audio(ds, "input_features", num_buckets=3, max_tokens=1500, pad_value=-1.0)
+    for batch in _all_batches(b):
+        x, mask = batch["input_features"], batch["attention_mask"]
+        assert tuple(x.shape[:2]) in b.sampler.shapes and x.shape[2] == 80
+        assert (x[mask == 0] == -1).all()
+
+
+def test_for_text_evaluation_every_sample_once_in_dataset_order():
+    from bucketloader.evaluation import EvalSampler, restore_order
+
+    lens = load_real("multi30k")[:500, 0]
+    ds = _token_ds(lens, label=(lens % 3).tolist())
+    parts = [
+        hf.for_text(
+            ds,
+            pad_token_id=0,
+            evaluation=True,
+            num_buckets=3,
+            batch_size=16,
+            num_replicas=2,
+            rank=r,
+        )
+        for r in (0, 1)
+    ]
+    assert all(isinstance(p.sampler, EvalSampler) for p in parts)
+    assert len(parts[0].sampler) == len(parts[1].sampler)
+    rows, index = [], []
+    for p in parts:
+        for batch in _all_batches(p):
+            assert tuple(batch["input_ids"].shape) in p.sampler.shapes
+            assert torch.equal(batch["sample_mask"], batch["index"] >= 0)
+            assert (batch["labels"][~batch["sample_mask"]] == -100).all()
+            rows.append(batch["input_ids"][:, 0])  # row i's ids are i % 97
+            index.append(batch["index"])
+    restored = restore_order(torch.cat(rows), torch.cat(index), num_samples=len(ds))
+    assert restored.tolist() == [i % 97 for i in range(len(ds))]
+    with pytest.raises(TypeError, match="evaluation batches are deterministic"):
+        hf.for_text(ds, pad_token_id=0, evaluation=True, batch_size=4, shuffle=False)
+
+
+def test_a_collator_built_before_columns_were_removed_names_the_fix():
+    """Regression (issue 13, 1): the library's collator under a plain Trainer's eval failed with
+    a bare KeyError once the Trainer had removed the unused 'text' column."""
+    ds = _token_ds([3, 5, 9, 12], text=["a", "b", "c", "d"])
+    b = hf.for_text(ds, pad_token_id=0, num_buckets=2, batch_size=2)
+    pruned = ds.remove_columns(["text", "row"])
+    with pytest.raises(KeyError, match=r"pad_value names \['row', 'text'\].*remove_unused_columns"):
+        b.collator([pruned[0], pruned[1]])

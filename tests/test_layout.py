@@ -165,6 +165,7 @@ def test_public_classes_live_in_public_modules():
         plan.ShapeTable,
         plan.Cells,
         sampler.GroupedDataset,
+        bucketloader.EvalSampler,
         stream.BucketIterable,
         hf.BucketTrainer,
         pack.PackSampler,

@@ -1,4 +1,10 @@
-"""A real transformers.Trainer run on BucketSampler + PadCollator: every batch shape planned."""
+"""Real (tiny) transformers models through BucketTrainer: train, evaluate and predict at planned
+shapes, in dataset order, under torch.compile(dynamic=False) with one graph per planned shape used,
+and filler rows that change no head's loss.
+
+Models are built from configs (no downloads), hidden size 16, one layer; their data carries the
+real length distributions of tests/data (GSM8K, Europarl, LibriSpeech), subsampled and scaled.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,10 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,6 +27,10 @@ transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 pytest.importorskip("accelerate")
 
+from bucketloader import hf  # noqa: E402
+
+BOOKKEEPING = ("sample_mask", "index")
+
 
 def test_bucket_trainer_trains_with_planned_shapes_only(tmp_path):
     # Text with gsm8k question lengths (whitespace words), tokenised by a real fast tokenizer
@@ -24,8 +38,6 @@ def test_bucket_trainer_trains_with_planned_shapes_only(tmp_path):
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
     from tokenizers.pre_tokenizers import Whitespace
-
-    from bucketloader import hf
 
     vocab = {"[PAD]": 0, "[UNK]": 1, **{f"w{i}": i for i in range(2, 100)}}
     core = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
@@ -41,17 +53,7 @@ def test_bucket_trainer_trains_with_planned_shapes_only(tmp_path):
     )
     ds = raw.map(lambda b: tokenizer(b["text"]), batched=True).shuffle(seed=1)
     assert set(ds.column_names) == {"text", "label", "input_ids", "attention_mask"}
-    config = transformers.BertConfig(
-        vocab_size=100,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        intermediate_size=32,
-        max_position_embeddings=256,
-        pad_token_id=0,
-    )
-    torch.manual_seed(0)
-    model = transformers.BertForSequenceClassification(config)
+    model = transformers.BertForSequenceClassification(_bert_config())
     seen: list[tuple[int, ...]] = []
 
     def record(_module, _args, kwargs):
@@ -60,17 +62,7 @@ def test_bucket_trainer_trains_with_planned_shapes_only(tmp_path):
         assert "lengths" not in kwargs and "sample_mask" not in kwargs
 
     model.register_forward_pre_hook(record, with_kwargs=True)
-    args = transformers.TrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=4,
-        learning_rate=1e-3,
-        report_to=[],
-        use_cpu=True,
-        logging_steps=1,
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=3,
-    )
+    args = _args(tmp_path, max_steps=4, learning_rate=1e-3, seed=3)
     trainer = hf.BucketTrainer(
         model=model,
         args=args,
@@ -88,3 +80,424 @@ def test_bucket_trainer_trains_with_planned_shapes_only(tmp_path):
     assert np.isfinite(out.training_loss)
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert all(b[1] <= 183 for b in sampler.shapes)
+
+
+# -- tiny models and their data ------------------------------------------------------------------
+def _args(tmp_path, cls=None, **kw):
+    base = {
+        "output_dir": str(tmp_path),
+        "report_to": [],
+        "use_cpu": True,
+        "save_strategy": "no",
+        "disable_tqdm": True,
+        "logging_steps": 1,
+        "per_device_train_batch_size": 8,
+        "per_device_eval_batch_size": 8,
+        "dataloader_pin_memory": False,
+    }
+    return (cls or transformers.TrainingArguments)(**{**base, **kw})
+
+
+def _bert_config(**kw):
+    return transformers.BertConfig(
+        vocab_size=100,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        **kw,
+    )
+
+
+def _w2v_config():
+    return transformers.Wav2Vec2Config(
+        vocab_size=12,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        conv_dim=(16, 16),
+        conv_stride=(5, 4),
+        conv_kernel=(10, 8),
+        num_feat_extract_layers=2,
+        num_conv_pos_embeddings=16,
+        num_conv_pos_embedding_groups=2,
+        pad_token_id=0,  # the CTC blank
+        ctc_loss_reduction="mean",
+        feat_extract_norm="layer",
+        do_stable_layer_norm=True,
+        mask_time_prob=0.0,
+        layerdrop=0.0,  # a random skip is a data-dependent branch: a graph break
+    )
+
+
+def _seq2seq_config(cls, **kw):
+    return cls(
+        vocab_size=60,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        **kw,
+    )
+
+
+def _ids(rng, n, low=3, high=60):
+    return rng.integers(low, high, int(n)).tolist()
+
+
+def bert_sequence(rng):
+    lens = load_real("gsm8k")[::100][:48, 0]  # question lengths in tokens
+    ds = datasets.Dataset.from_dict(
+        {
+            "input_ids": [_ids(rng, n, 2, 100) for n in lens],
+            "label": (lens > np.median(lens)).astype(int).tolist(),
+        }
+    )
+    model = transformers.BertForSequenceClassification(_bert_config())
+    return model, ds, {"num_buckets": 3}, {"eval_strategy": "steps", "eval_steps": 2}
+
+
+def bert_tokens(rng):
+    lens = load_real("gsm8k")[::100][:48, 1]  # answer lengths in tokens, tagged per token
+    ids = [_ids(rng, n, 2, 100) for n in lens]
+    ds = datasets.Dataset.from_dict(
+        {"input_ids": ids, "labels": [[t % 5 for t in row] for row in ids]}
+    )
+    model = transformers.BertForTokenClassification(_bert_config(num_labels=5))
+    return model, ds, {"num_buckets": 2, "max_tokens": 600}, {}
+
+
+def bart(rng):
+    pairs = load_real("europarl")[::300][:48]  # (English, French) tokens per sentence pair
+    ds = datasets.Dataset.from_dict(
+        {
+            "input_ids": [_ids(rng, a) for a in pairs[:, 0]],
+            "labels": [_ids(rng, b) for b in pairs[:, 1]],
+        }
+    )
+    config = _seq2seq_config(transformers.BartConfig, max_position_embeddings=128)
+    model = transformers.BartForConditionalGeneration(config)
+    return model, ds, {"num_buckets": 2}, {}
+
+
+def wav2vec2_ctc(rng):
+    lens = load_real("librispeech")[::400][:40] // 320  # 16 kHz samples, scaled down 320x
+    frames = lens // 20  # the feature encoder's stride
+    ds = datasets.Dataset.from_dict(
+        {
+            "input_values": [rng.standard_normal(n).astype(np.float32) for n in lens],
+            "labels": [rng.integers(1, 12, max(1, f // 3)).tolist() for f in frames],
+        }
+    )
+    model = transformers.Wav2Vec2ForCTC(_w2v_config())
+    model.freeze_feature_encoder()  # as fine-tuning does (it also avoids a requires_grad break)
+    return model, ds, {"num_buckets": 2, "max_tokens": 6000}, {}
+
+
+def speech2text(rng):
+    lens = load_real("librispeech")[::400][:40] // 1600  # 10 ms frames, scaled down 10x
+    ds = datasets.Dataset.from_dict(
+        {
+            "input_features": [rng.standard_normal((n, 80)).astype(np.float32) for n in lens],
+            "labels": [_ids(rng, max(1, n // 8), 3, 50) for n in lens],
+        }
+    )
+    config = _seq2seq_config(
+        transformers.Speech2TextConfig,
+        conv_channels=16,
+        input_feat_per_channel=80,
+        input_channels=1,
+        max_source_positions=128,
+        max_target_positions=64,
+    )
+    model = transformers.Speech2TextForConditionalGeneration(config)
+    return model, ds, {"num_buckets": 2, "max_tokens": 1500}, {}
+
+
+MODELS: dict[str, Callable[[Any], Any]] = {
+    "bert-sequence": bert_sequence,
+    "bert-tokens": bert_tokens,
+    "bart": bart,
+    "wav2vec2-ctc": wav2vec2_ctc,
+    "speech2text": speech2text,
+}
+
+
+def _build(name):
+    torch.manual_seed(0)
+    model, ds, bucketing, args = MODELS[name](np.random.default_rng(0))
+    return model, ds, bucketing, args
+
+
+class Counting:
+    """A ``torch.compile`` backend that records the input shapes of each graph and runs it as is."""
+
+    def __init__(self) -> None:
+        self.graphs: list[list[tuple[int, ...]]] = []
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append([tuple(x.shape) for x in example_inputs if isinstance(x, torch.Tensor)])
+        return gm.forward
+
+
+def _signature(inputs) -> tuple:
+    return tuple(
+        sorted(
+            (k, tuple(v.shape))
+            for k, v in inputs.items()
+            if isinstance(v, torch.Tensor) and k not in BOOKKEEPING
+        )
+    )
+
+
+def recording(base):
+    class Recording(base):
+        """Records every batch signature the Trainer hands to the model, per phase."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.seen: list[tuple[str, tuple]] = []
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            self.seen.append(("train", _signature(inputs)))
+            return super().training_step(model, inputs, num_items_in_batch)
+
+        def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **kw):
+            self.seen.append(("eval", _signature(inputs)))
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys, **kw)
+
+    return Recording
+
+
+def _padded(rows, width, pad=-100):
+    out = np.full((len(rows), width), pad, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def _check_labels_in_dataset_order(label_ids, ds):
+    labels = ds["label"] if "label" in ds.column_names else ds["labels"]
+    if not isinstance(labels[0], list):
+        assert np.asarray(label_ids).tolist() == list(labels)
+        return
+    label_ids = np.asarray(label_ids)
+    assert label_ids.shape[0] == len(ds)
+    np.testing.assert_array_equal(label_ids, _padded(labels, label_ids.shape[1]))
+
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_train_evaluate_predict_planned_shapes_dataset_order_one_graph_per_shape(name, tmp_path):
+    model, ds, bucketing, extra = _build(name)
+    main = model.main_input_name
+    counter = Counting()
+    torch._dynamo.reset()
+    model.compile(backend=counter, dynamic=False)  # every new shape would be a new graph
+    got: dict[str, Any] = {}
+
+    def metrics(pred):
+        got["pred"] = pred
+        return {"rows": float(np.asarray(pred.label_ids).shape[0])}
+
+    cls = recording(hf.BucketTrainer)
+    with torch._dynamo.config.patch(recompile_limit=64):
+        trainer = cls(
+            model=model,
+            args=_args(tmp_path, max_steps=2, **extra),
+            train_dataset=ds,
+            eval_dataset=ds,
+            bucketing=bucketing,
+            compute_metrics=metrics,
+        )
+        trainer.train()
+        result = trainer.evaluate()
+        out = trainer.predict(ds)
+    # every batch shape is one the plan promised, in each phase
+    train_shapes = set(trainer.bucketing.sampler.shapes)
+    eval_shapes = {s for _, b in trainer._eval_cache.values() for s in b.sampler.shapes}
+    for phase, sig in trainer.seen:
+        shape = dict(sig)[main][:2]
+        assert shape in (train_shapes if phase == "train" else eval_shapes), (phase, sig)
+    # one compiled graph per planned shape used (per mode: training and inference differ),
+    # no graph break, no eager fallback
+    used = {(phase, sig) for phase, sig in trainer.seen}
+    assert len(counter.graphs) == len(used), (counter.graphs, used)
+    assert not torch._dynamo.utils.counters["graph_break"]
+    assert {s for p, s in used if p == "eval"}  # evaluate + predict reuse the same graphs
+    # every sample exactly once, in dataset order, no filler row in the metrics
+    assert result["eval_rows"] == len(ds) and out.metrics["test_rows"] == len(ds)
+    _check_labels_in_dataset_order(got["pred"].label_ids, ds)
+    _check_labels_in_dataset_order(out.label_ids, ds)
+    logits = out.predictions[0] if isinstance(out.predictions, tuple) else out.predictions
+    assert logits.shape[0] == len(ds) and np.isfinite(result["eval_loss"])
+    if name in ("bert-sequence", "bert-tokens", "bart"):  # direct forward of samples alone
+        model.eval()
+        with torch.no_grad():
+            for i in (0, 7, len(ds) - 1):
+                row = {k: torch.tensor([v]) for k, v in ds[i].items() if k != "label"}
+                want = model.forward(**row).logits[0].numpy()  # .forward: not the compiled call
+                np.testing.assert_allclose(logits[i][: len(want)], want, atol=1e-5)
+
+
+def test_seq2seq_generate_in_dataset_order(tmp_path):
+    model, ds, bucketing, _ = _build("bart")
+    args = _args(
+        tmp_path,
+        cls=transformers.Seq2SeqTrainingArguments,
+        max_steps=1,
+        predict_with_generate=True,
+        generation_max_length=6,
+    )
+    trainer = hf.BucketSeq2SeqTrainer(model=model, args=args, train_dataset=ds, bucketing=bucketing)
+    trainer.train()
+    out = trainer.predict(ds)
+    assert out.predictions.shape[0] == len(ds)
+    _check_labels_in_dataset_order(
+        out.label_ids[:, :6], ds.map(lambda r: {"labels": r["labels"][:6]})
+    )
+    model.eval()
+    for i in (3, 20):
+        alone = model.generate(input_ids=torch.tensor([ds[i]["input_ids"]]), max_length=6)[0]
+        assert out.predictions[i][: len(alone)].tolist() == alone.tolist()
+
+
+# -- filler rows add nothing to any head's loss ---------------------------------------------------
+def _loss_heads():
+    def regression(rng):
+        ds, bucketing = bert_sequence(rng)[1:3]
+        ds = ds.map(lambda r, i: {"label": float(i % 7) / 7}, with_indices=True)
+        return transformers.BertForSequenceClassification(_bert_config(num_labels=1)), ds, bucketing
+
+    def multi_label(rng):
+        ds, bucketing = bert_sequence(rng)[1:3]
+        ds = ds.map(lambda r, i: {"label": [float(i % 2), float(i % 3 == 0)]}, with_indices=True)
+        config = _bert_config(num_labels=2, problem_type="multi_label_classification")
+        return transformers.BertForSequenceClassification(config), ds, bucketing
+
+    heads = {name: (lambda rng, f=f: f(rng)[:3]) for name, f in MODELS.items()}
+    return {**heads, "bert-regression": regression, "bert-multi-label": multi_label}
+
+
+LOSS_HEADS = _loss_heads()
+
+
+@dataclasses.dataclass
+class LossCheck:
+    max_abs_diff: float
+    padded_batches: int
+    naive_max_abs_diff: float
+
+
+def padded_vs_real_rows(trainer, model) -> LossCheck:
+    """Loss of every padded eval batch (trainer.compute_loss) against the model's own loss on
+    the batch's real rows alone."""
+    model.eval()
+    worst, naive, count = 0.0, 0.0, 0
+    with torch.no_grad():
+        for batch in trainer.get_eval_dataloader():
+            sm = batch["sample_mask"]
+            n = int(sm.sum())
+            if n == len(sm) or n == 0:
+                continue
+            count += 1
+            ours = trainer.compute_loss(model, dict(batch))
+            inputs = {k: v for k, v in batch.items() if k not in BOOKKEEPING}
+            alone = model(**{k: v[:n] for k, v in inputs.items()}).loss
+            whole = model(**inputs).loss  # the model's own loss, filler rows included
+            worst = max(worst, abs(float(ours - alone)))
+            naive = max(naive, abs(float(whole - alone)))
+    return LossCheck(worst, count, naive)
+
+
+@pytest.mark.parametrize("name", list(LOSS_HEADS))
+def test_the_loss_of_a_padded_batch_equals_the_loss_of_its_real_rows(name, tmp_path):
+    torch.manual_seed(0)
+    model, ds, bucketing = LOSS_HEADS[name](np.random.default_rng(0))
+    trainer = hf.BucketTrainer(
+        model=model,
+        args=_args(tmp_path),
+        eval_dataset=ds,
+        bucketing=bucketing,
+        eval_bucketing={"balance": False},  # keep the batch sizes: more filler rows to check
+    )
+    check = padded_vs_real_rows(trainer, model)
+    assert check.padded_batches >= 1
+    assert check.max_abs_diff <= 1e-5, check
+    if name in ("wav2vec2-ctc", "bert-regression", "bert-multi-label"):
+        assert check.naive_max_abs_diff > 1e-3  # the model's own loss counts the filler rows
+
+
+def test_ctc_gradient_accumulation_is_the_mean_over_real_rows(tmp_path):
+    """Regression (issue 13, 3): filler rows with all-zero masks crashed Wav2Vec2ForCTC; now
+    they copy real rows, and an optimizer step's loss is the mean over its real rows."""
+    torch.manual_seed(0)
+    model, ds, bucketing, _ = _build("wav2vec2-ctc")
+    b = hf.for_audio(ds, "input_values", num_buckets=2, max_tokens=6000, seed=1)
+    batch = next(x for x in b.dataloader() if x["input_values"].shape[0] > 1)
+    model(**batch)  # the crash: "Expected input_lengths to have value at least 0"
+    args = _args(tmp_path, gradient_accumulation_steps=2)
+    trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds, bucketing=bucketing)
+    model.train()
+    for m in model.modules():  # training mode (the step's normalisation), deterministic
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    every = list(trainer.get_train_dataloader())
+    pair = [next(x for x in every if not x["sample_mask"].all()), every[0]]  # filler rows + other
+    batches, _ = trainer.get_batch_samples(iter(pair), 2, trainer.args.device)
+    total = sum(trainer.compute_loss(model, dict(x)) for x in batches)
+    assert trainer.loss_is_scaled_for_ga is True
+    rows, want = 0, 0.0
+    for x in batches:
+        n = int(x["sample_mask"].sum())
+        inputs = {k: v[:n] for k, v in x.items() if k not in BOOKKEEPING}
+        want += float(model(**inputs).loss.detach()) * n  # HF's "mean": per-row mean over the batch
+        rows += n
+    assert float(total.detach()) == pytest.approx(want / rows, rel=1e-5)  # float32, other order
+
+
+def test_seq2seq_joint_bucketing_gives_flat_masks(tmp_path):
+    """Regression (issue 13, 2): for_text(ds, ["input_ids", "labels"]) returned attention_mask
+    as a dict, which BartForConditionalGeneration(**batch) rejected."""
+    model, ds, _, _ = _build("bart")
+    b = hf.for_text(ds, ["input_ids", "labels"], pad_token_id=1, num_buckets=2, batch_size=8)
+    batch = next(iter(b.dataloader()))
+    assert batch["attention_mask"].shape == batch["input_ids"].shape
+    assert model(**batch).loss.isfinite()
+    trainer = hf.BucketTrainer(
+        model=model,
+        args=_args(tmp_path, max_steps=1),
+        train_dataset=ds,
+        bucketing={"column": ["input_ids", "labels"], "num_buckets": 2},
+    )
+    trainer.train()
+    shapes = trainer.bucketing.sampler.shapes
+    assert all(len(s) == 3 for s in shapes)  # (B, source, target): jointly bucketed, as asked
+
+
+def test_eval_bucketing_options_and_batch_size_defaults(tmp_path):
+    model, ds, _, _ = _build("bert-sequence")
+    args = _args(tmp_path, per_device_eval_batch_size=5)
+    trainer = hf.BucketTrainer(
+        model=model, args=args, eval_dataset=ds, bucketing={"num_buckets": 2, "batch_size": 8}
+    )
+    trainer.get_eval_dataloader()
+    assert {s[0] for s in trainer.eval_bucketing.sampler.shapes} <= set(range(1, 6))  # eval's B
+    budget = hf.BucketTrainer(
+        model=model,
+        args=args,
+        eval_dataset=ds,
+        bucketing={"num_buckets": 2, "batch_size": 8},
+        eval_bucketing={"max_tokens": 300, "balance": False},
+    )
+    budget.get_eval_dataloader()
+    assert all(b * n <= 300 and b == 300 // n for b, n in budget.eval_bucketing.sampler.shapes)

@@ -189,7 +189,8 @@ def recommend_num_buckets(
             own average batch.
         **spec_options: the sampler's :meth:`BucketSpec.build
             <bucketloader.plan.BucketSpec.build>` options that size the batches: ``batch_size``
-            or ``max_tokens`` (required with ``costs``), ``last_batch``, ``batch_multiple_of``.
+            or ``max_tokens`` (an int or a ``TokenBudget``; required with ``costs``) and
+            ``last_batch``.
 
     Returns:
         A :class:`Recommendation`; under the time rule ties go to the smaller k.

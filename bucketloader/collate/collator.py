@@ -5,12 +5,18 @@ The rules are explicit so that a batch's structure never depends on its values:
 
 * ``fields=None`` (default), samples are
   - bare (a tensor, numpy array or flat list of numbers): the sample is the one field, padded
-    along its last dim (one bucketed input only; for 2-D buckets say ``fields=Field(dims=...)``);
-  - tuples: position ``k`` follows the sampler's ``k``-th input along its last dim, for the first
-    ``D`` positions; later positions are fixed-size;
+    along the dim that varies (one bucketed input only; for 2-D buckets say
+    ``fields=Field(dims=...)``);
+  - tuples: position ``k`` follows the sampler's ``k``-th input along the dim that varies, for
+    the first ``D`` positions; later positions are fixed-size;
   - dicts: keys named after a sampler input follow that input; if none is, and the sampler has
     one input, *every* sequence-valued entry (tensor/array with a dim, or flat list) follows it.
 * ``fields={...}`` lists exactly the variable fields; every other field is fixed-size.
+
+"The dim that varies" of a field following one input is inferred from the samples: the only dim
+of a 1-D field, else the one dim whose size differs between samples (time ``T`` of ``(T, F)``
+features and of ``(C, T)`` audio alike); see NOTE [ Which dim varies ] in
+:mod:`bucketloader.collate.fields` for batches in which no dim differs.
 
 Fields that follow the same input must have the same length in each sample (that is the sample's
 length for the input), which is how a fixed-size vector mistaken for a variable field is caught.
@@ -155,6 +161,7 @@ class PadCollator:
         self._specs_cache: dict[Any, list[cf.Spec]] = {}
         self._memo: dict[Any, tuple[int, ...]] = {}
         self._pad_cache: dict[Any, Any] = {}
+        self._learned: dict[Any, tuple[tuple[int, ...], bool]] = {}  # NOTE [ Which dim varies ]
 
     def _pad_for(self, key: Any, own: Any = None) -> Any:
         if own is not None:
@@ -195,7 +202,7 @@ class PadCollator:
                 cf.Spec(
                     k,
                     tuple(names.index(x) for x in (f.input or names)),
-                    f.dims if isinstance(f.dims, tuple) else (f.dims,),
+                    (f.dims,) if isinstance(f.dims, int) else f.dims,
                     self._pad_for(k, f.pad_value),
                 )
                 for k, f in self.fields.items()
@@ -203,7 +210,12 @@ class PadCollator:
         if isinstance(self.pad_value, Mapping):
             stray = [k for k in self.pad_value if k not in keys]
             if stray:
-                raise KeyError(f"pad_value names {stray} but the samples have fields {keys}")
+                raise KeyError(
+                    f"pad_value names {stray} but the samples have fields {keys}; fix the names, "
+                    "or, if those fields were removed after the collator was built (as "
+                    "Trainer(remove_unused_columns=True) does), build it on the data as loaded "
+                    "(bucketloader.hf.BucketTrainer does)"
+                )
         if self.group_key is not None and kind != "dict":
             raise TypeError(f"group_key={self.group_key!r} needs dict samples, got {kind} samples")
         self._specs_cache[cache_key] = specs
@@ -226,7 +238,7 @@ class PadCollator:
         keys = cf.keys_of(first, kind)
         cf.check_structure(samples, kind, keys)
         specs = self._specs(first, kind, keys)
-        lengths, columns, dims = cf.measure(samples, kind, specs, len(self._names))
+        lengths, columns, dims = cf.measure(samples, kind, specs, len(self._names), self._learned)
         if self._cut is not None:
             lengths = cut_to_plan(lengths, columns, dims, specs, self._cut)
         group = read_group(samples, self.group_key)
@@ -409,8 +421,11 @@ def _bare_1d_sizes(samples: Any) -> list[int] | None:
 
 
 _HINT = (
-    "the sampler batches samples of one bucket, so the dataset's samples disagree with the "
-    "lengths given to the sampler (check that __getitem__ returns what the lengths describe)"
+    "a sampler batches samples of one bucket, so either this batch did not come from the sampler "
+    "this collator was built from (e.g. a Trainer's own eval or test loader: use "
+    "bucketloader.hf.BucketTrainer, or a DataLoader with batch_sampler=the sampler), or the "
+    "dataset's samples disagree with the lengths given to the sampler (check that __getitem__ "
+    "returns what the lengths describe)"
 )
 
 

@@ -4,6 +4,26 @@
 the fields from the samples (:func:`infer_fields`, rules in NOTE [ Which fields are padded ] of
 :mod:`bucketloader.collate.collator`). Sample kinds (dict, bare, tuple) are those of
 :mod:`bucketloader._samples`.
+
+NOTE [ Which dim varies ]
+A field that follows one bucketed input and leaves ``dims`` unset (``Field()``, a field given by
+an input name, or any field the collator infers) has its variable dim inferred from the samples,
+so that waveforms ``(T,)``, token lists, features ``(T, F)`` and channel-first audio ``(C, T)``
+need no configuration:
+
+1. a flat list or a 1-D array varies along its only dim;
+2. otherwise, the one dim whose size differs between the samples of the batch is the variable
+   one, and the collator remembers it for the field;
+3. a batch in which no dim differs (one sample, or equal lengths) uses the dim remembered from an
+   earlier batch, else the first dim (time-major, as NOTE [ The length of a sample ] measures);
+   a later batch that shows another dim varying is then an error naming the fix, because that
+   earlier batch was padded along the wrong dim. Channel-first samples whose first batches may
+   hold one sample each should say ``Field(dims=-1)``;
+4. several dims differing is an error that names the fix (``Field(dims=...)``, or a second
+   bucketed input for 2-D buckets such as images).
+
+Fields that follow several inputs always give their ``dims`` (which dim follows which input is
+not something sizes can tell).
 """
 
 from __future__ import annotations
@@ -29,19 +49,40 @@ class Field:
     Attributes:
         input: the sampler input(s) the field follows: a name from ``shape_table.input_names``,
             a tuple of names (one per dim in ``dims``), or ``None`` for all inputs in order.
-        dims: the variable dim(s) of the field, one per input (negative counts from the end).
+        dims: the variable dim(s) of the field, one per input (negative counts from the end);
+            ``None`` (default) infers the one variable dim of a field that follows one input
+            (NOTE [ Which dim varies ]).
         pad_value: value of padding elements; ``None`` uses the collator's ``pad_value``.
 
     Example:
         >>> Field(input=("1", "0"), dims=(-2, -1))  # images (C, H, W), lengths (W, H)
         Field(input=('1', '0'), dims=(-2, -1), pad_value=None)
+        >>> Field(dims=-2)  # features (T, F) whose time dim T follows the lengths
+        Field(input=None, dims=(-2,), pad_value=None)
     """
 
     input: str | tuple[str, ...] | None = None
-    dims: int | tuple[int, ...] = -1
+    dims: int | tuple[int, ...] | None = None
     pad_value: Any = None
 
     def __post_init__(self) -> None:
+        if self.dims is None:
+            named = (self.input,) if isinstance(self.input, str) else self.input
+            if named is not None and (
+                not isinstance(named, tuple) or not all(isinstance(x, str) for x in named)
+            ):
+                raise TypeError(
+                    "input must be an input name, a tuple of names or None, got "
+                    f"input={self.input!r}"
+                )
+            if named is not None and len(named) != 1:
+                raise ValueError(
+                    f"a field that follows several inputs {named} must say which dim follows "
+                    f"which: Field(input={named!r}, dims={tuple(range(-len(named), 0))!r})"
+                )
+            check_pad("pad_value", self.pad_value, allow_none=True)
+            object.__setattr__(self, "input", named)
+            return
         dims = (self.dims,) if isinstance(self.dims, numbers.Integral) else self.dims
         if (
             not isinstance(dims, tuple)
@@ -92,13 +133,18 @@ def bind_fields(fields: Any, names: tuple[str, ...], group_key: Any) -> dict[Any
     bound: dict[Any, Field] = {}
     for key, f in fields.items():
         if isinstance(f, (str, tuple)):
-            f = Field(input=f, dims=tuple(range(-len(f), 0)) if isinstance(f, tuple) else -1)
+            f = Field(input=f, dims=tuple(range(-len(f), 0)) if isinstance(f, tuple) else None)
         if not isinstance(f, Field):
             raise TypeError(f"fields[{key!r}] must be a Field or an input name, got {f!r}")
         inp = f.input if f.input is not None else names
         unknown = [x for x in inp if x not in names]
+        if f.dims is None and not unknown and len(inp) != 1:
+            raise ValueError(
+                f"fields[{key!r}] follows the sampler's {len(inp)} inputs {inp} but gives no "
+                f"dims; say which dim follows which, e.g. Field(dims={tuple(range(-len(inp), 0))})"
+            )
         dims = f.dims if isinstance(f.dims, tuple) else (f.dims,)
-        if unknown or len(inp) != len(dims):
+        if unknown or (f.dims is not None and len(inp) != len(dims)):
             raise ValueError(
                 f"fields[{key!r}] follows inputs {inp} with dims {f.dims}, but the sampler's "
                 f"inputs are {names}; give one dim per input, using these names"
@@ -144,7 +190,7 @@ class Spec(NamedTuple):
 
     key: Any
     inputs: tuple[int, ...]  # indices into shape_table.input_names
-    dims: tuple[int, ...]  # as configured (may be negative)
+    dims: tuple[int, ...] | None  # as configured (may be negative); None: inferred
     pad_value: Any
 
 
@@ -190,8 +236,12 @@ def check_structure(samples: Sequence[Any], kind: str, keys: list[Any]) -> None:
 
 def infer_fields(
     sample: Any, kind: str, input_names: tuple[str, ...], group_key: Any
-) -> dict[Any, tuple[tuple[int, ...], tuple[int, ...]]]:
-    """Default variable fields (key -> (inputs, dims)) when ``fields=None``; see PadCollator."""
+) -> dict[Any, tuple[tuple[int, ...], tuple[int, ...] | None]]:
+    """Default variable fields (key -> (inputs, dims)) when ``fields=None``; see PadCollator.
+
+    ``dims`` is ``None`` for fields that follow one input: their variable dim is inferred from
+    the samples (NOTE [ Which dim varies ]).
+    """
     d = len(input_names)
     every = tuple(range(d))
     if kind == "bare":
@@ -200,16 +250,16 @@ def infer_fields(
                 f"samples are bare arrays but the sampler buckets {d} inputs {input_names}; say "
                 f"which dim follows which input, e.g. fields=Field(dims={tuple(range(-d, 0))})"
             )
-        return {BARE_KEY: (every, (-1,))}
+        return {BARE_KEY: (every, None)}
     if kind == "tuple":
         if len(sample) < d:
             raise ValueError(
                 f"samples are tuples of {len(sample)} elements but the sampler buckets {d} inputs "
                 f"{input_names}; by default position k follows input k, so pass fields={{...}}"
             )
-        return {k: ((k,), (-1,)) for k in range(d)}
-    named: dict[Any, tuple[tuple[int, ...], tuple[int, ...]]] = {
-        k: ((input_names.index(k),), (-1,)) for k in sample if k in input_names
+        return {k: ((k,), None) for k in range(d)}
+    named: dict[Any, tuple[tuple[int, ...], tuple[int, ...] | None]] = {
+        k: ((input_names.index(k),), None) for k in sample if k in input_names
     }
     if named:
         missing = [n for n in input_names if n not in named]
@@ -225,20 +275,25 @@ def infer_fields(
             "say which key follows which input, e.g. fields={'input_ids': "
             f"{input_names[0]!r}, 'labels': {input_names[1]!r}}}"
         )
-    return {k: ((0,), (-1,)) for k, v in sample.items() if k != group_key and is_sequence(v)}
+    return {k: ((0,), None) for k, v in sample.items() if k != group_key and is_sequence(v)}
 
 
 def measure(
-    samples: Sequence[Any], kind: str, specs: list[Spec], num_inputs: int
+    samples: Sequence[Any],
+    kind: str,
+    specs: list[Spec],
+    num_inputs: int,
+    learned: dict[Any, tuple[tuple[int, ...], bool]] | None = None,
 ) -> tuple[np.ndarray, dict[Any, list[Any]], dict[Any, tuple[int, ...]]]:
     """Per-sample sizes of each input (n, D), each field's values and its non-negative dims.
 
-    Fields that follow the same input must agree on its size in every sample.
+    Fields that follow the same input must agree on its size in every sample. ``learned`` is the
+    collator's memory of inferred dims (key -> (dims, seen varying)), NOTE [ Which dim varies ].
     """
     if len(specs) == 1 and len(specs[0].inputs) == num_inputs == 1:
         spec = specs[0]
         vals = column(samples, spec.key, kind)
-        sizes, dims = _sizes(vals, spec)
+        sizes, dims = _sizes(vals, spec, learned)
         return sizes, {spec.key: vals}, {spec.key: dims}
     n = len(samples)
     lengths = np.full((n, num_inputs), -1, dtype=np.int64)
@@ -248,7 +303,7 @@ def measure(
     for spec in specs:
         vals = column(samples, spec.key, kind)
         columns[spec.key] = vals
-        sizes, dims = _sizes(vals, spec)
+        sizes, dims = _sizes(vals, spec, learned)
         ndims[spec.key] = dims
         for j, inp in enumerate(spec.inputs):
             if inp not in owner:
@@ -258,16 +313,29 @@ def measure(
             bad = np.flatnonzero(lengths[:, inp] != sizes[:, j])
             if bad.size:
                 p = int(bad[0])
+                target = next(
+                    (k for k in (spec.key, owner[inp]) if str(k).startswith("label")), None
+                )
+                hint = (
+                    f"; a target of its own length such as {target!r} (a transcript, a "
+                    "translation) cannot follow the input: bucket it as an input of its own "
+                    "(lengths={'...': ..., " + repr(target) + ": ...}), or let "
+                    "bucketloader.hf.for_text / for_audio pad it to a planned length per bucket"
+                    if target is not None
+                    else ""
+                )
                 raise ValueError(
                     f"fields {owner[inp]!r} and {spec.key!r} both follow input {inp} but the "
                     f"sample at batch position {p} has lengths {int(lengths[p, inp])} and "
                     f"{int(sizes[p, j])}; if one of them has a fixed size, list only the variable "
-                    "fields with fields={...}"
+                    "fields with fields={...}" + hint
                 )
     return lengths, columns, ndims
 
 
-def _sizes(vals: list[Any], spec: Spec) -> tuple[np.ndarray, tuple[int, ...]]:
+def _sizes(
+    vals: list[Any], spec: Spec, learned: dict[Any, tuple[tuple[int, ...], bool]] | None = None
+) -> tuple[np.ndarray, tuple[int, ...]]:
     first = vals[0]
     if not is_sequence(first):
         raise TypeError(
@@ -275,7 +343,7 @@ def _sizes(vals: list[Any], spec: Spec) -> tuple[np.ndarray, tuple[int, ...]]:
             "(not a tensor, array or flat list of numbers); leave it out of fields"
         )
     if isinstance(first, (list, tuple)):
-        if spec.dims not in ((-1,), (0,)):
+        if spec.dims not in (None, (-1,), (0,)):
             raise ValueError(
                 f"field {spec.key!r} holds flat lists, which have one dim, but dims={spec.dims}; "
                 "use dims=-1, or store the field as an array"
@@ -288,11 +356,6 @@ def _sizes(vals: list[Any], spec: Spec) -> tuple[np.ndarray, tuple[int, ...]]:
                 )
         return np.fromiter(map(len, vals), np.int64, len(vals))[:, None], (0,)
     ndim = first.ndim
-    dims = tuple(d + ndim if d < 0 else d for d in spec.dims)
-    if any(d < 0 or d >= ndim for d in dims):
-        raise ValueError(
-            f"field {spec.key!r} has {ndim} dims (shape {tuple(first.shape)}) but dims={spec.dims}"
-        )
     t0 = type(first)
     shapes = [v.shape for v in vals] if len(set(map(type, vals))) == 1 else None
     if shapes is None or set(map(len, shapes)) != {ndim}:
@@ -301,20 +364,79 @@ def _sizes(vals: list[Any], spec: Spec) -> tuple[np.ndarray, tuple[int, ...]]:
             f"field {spec.key!r} of the sample at batch position {p} is "
             f"{_describe(vals[p])} but at position 0 it is {_describe(first)}"
         )
+    if spec.dims is None:
+        dims = _infer_dim(spec.key, shapes, learned)
+    else:
+        dims = tuple(d + ndim if d < 0 else d for d in spec.dims)
+        if any(d < 0 or d >= ndim for d in dims):
+            raise ValueError(
+                f"field {spec.key!r} has {ndim} dims (shape {tuple(first.shape)}) but "
+                f"dims={spec.dims}"
+            )
     fixed = [d for d in range(ndim) if d not in dims]
     if fixed:
         ref = [first.shape[d] for d in fixed]
         for p, s in enumerate(shapes):
             if [s[d] for d in fixed] != ref:
+                varying = _varying(shapes)
+                fix = (
+                    f"; the size that differs is dim {varying[0]} ({varying[0] - ndim} from the "
+                    f"end): pass fields={{{spec.key!r}: Field(dims={varying[0] - ndim})}}, or "
+                    "leave dims unset to infer it"
+                    if len(varying) == 1 and len(dims) == 1
+                    else ""
+                )
                 raise ValueError(
                     f"field {spec.key!r} of the sample at batch position {p} has shape "
                     f"{tuple(s)} but position 0 has {tuple(first.shape)}; only dims "
-                    f"{spec.dims} may vary between samples"
+                    f"{spec.dims} may vary between samples{fix}"
                 )
     if len(dims) == 1:
         d = dims[0]
         return np.array([s[d] for s in shapes], dtype=np.int64)[:, None], dims
     return np.array([[s[d] for d in dims] for s in shapes], dtype=np.int64), dims
+
+
+def _varying(shapes: list[Any]) -> list[int]:
+    """The dims whose size differs between the shapes."""
+    first = shapes[0]
+    return [d for d in range(len(first)) if any(s[d] != first[d] for s in shapes)]
+
+
+def _infer_dim(
+    key: Any, shapes: list[Any], learned: dict[Any, tuple[tuple[int, ...], bool]] | None
+) -> tuple[int, ...]:
+    """The variable dim of a field following one input (NOTE [ Which dim varies ])."""
+    ndim = len(shapes[0])
+    if ndim == 1:
+        return (0,)
+    varying = _varying(shapes)
+    memory = {} if learned is None else learned
+    before = memory.get(key)
+    if len(varying) == 1:
+        dims = (varying[0],)
+        if before is not None and before[0] != dims:
+            was = "in an earlier batch" if before[1] else "by default (no dim varied in it)"
+            raise ValueError(
+                f"field {key!r} varies along dim {dims[0]} in this batch (shapes "
+                f"{tuple(shapes[0])}, ...) but was padded along dim {before[0][0]} {was}; say "
+                f"which dim follows the lengths: fields={{{key!r}: Field(dims={dims[0] - ndim})}}"
+            )
+        memory[key] = (dims, True)
+        return dims
+    if not varying:
+        if before is not None:
+            return before[0]
+        memory[key] = ((0,), False)
+        return (0,)
+    p = next(p for p, s in enumerate(shapes) if s[varying[0]] != shapes[0][varying[0]])
+    raise ValueError(
+        f"field {key!r} varies along dims {tuple(varying)} (shape {tuple(shapes[p])} at batch "
+        f"position {p}, {tuple(shapes[0])} at position 0) but follows one bucketed input; say "
+        f"which dim follows the lengths, e.g. fields={{{key!r}: Field(dims={varying[0] - ndim})}}, "
+        "or bucket one input per varying dim (lengths of shape (N, 2)) with "
+        f"Field(dims={tuple(d - ndim for d in varying)})"
+    )
 
 
 def _describe(v: Any) -> str:

@@ -10,6 +10,11 @@ Needs ``datasets`` (``pip install 'bucketloader[hf]'``); ``BucketTrainer`` also 
         bucketing={"num_buckets": 8, "max_tokens": 16384},  # for_text options
     )
     trainer.train()  # every batch has a shape in trainer.bucketing.sampler.shapes
+    trainer.predict(test)  # every sample once, predictions in dataset order
+
+Seq2seq with ``predict_with_generate``: ``BucketSeq2SeqTrainer``. Custom loops:
+``for_text(..., sample_mask=True)`` and :func:`masked_loss` (the loss of the real rows), or
+``for_text(..., evaluation=True)`` and :func:`bucketloader.evaluation.restore_order`.
 
 Without a Trainer: ``sampler, collate, data = for_text(tokenised, tokenizer=tokenizer,
 max_tokens=16384)`` then ``DataLoader(data, batch_sampler=sampler, collate_fn=collate)``.
@@ -30,10 +35,12 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 
 from bucketloader.hf.bucketing import Bucketing, ModelInputs, for_audio, for_text
 from bucketloader.hf.lengths import LENGTH_COLUMN, add_lengths, lengths
+from bucketloader.hf.loss import loss_policy, masked_loss
 from bucketloader.hf.packing import PackedInputs, for_packing
 
 __all__ = [
     "LENGTH_COLUMN",
+    "BucketSeq2SeqTrainer",
     "BucketTrainer",
     "Bucketing",
     "ModelInputs",
@@ -43,17 +50,19 @@ __all__ = [
     "for_packing",
     "for_text",
     "lengths",
+    "loss_policy",
+    "masked_loss",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "BucketTrainer":  # transformers is a slow import, and optional
+    if name in ("BucketTrainer", "BucketSeq2SeqTrainer"):  # transformers: slow, optional
         try:
-            from bucketloader.hf.trainer import BucketTrainer
+            from bucketloader.hf import trainer
         except ImportError as exc:
             raise ImportError(
-                f"BucketTrainer needs 'transformers' ({exc}); install it with "
+                f"{name} needs 'transformers' ({exc}); install it with "
                 "pip install 'bucketloader[hf]'"
             ) from None
-        return BucketTrainer
+        return getattr(trainer, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

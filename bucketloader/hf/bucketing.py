@@ -3,13 +3,43 @@
 NOTE [ Which columns are padded, and with what ]
 The bucketed columns (``column=``) are the sampler's inputs. Every other list column whose per-row
 length equals a bucketed column's on every row (``attention_mask``, ``token_type_ids``, token-level
-``labels``...) is padded along with it; the test is done on the Arrow list lengths, so it costs
-nothing. A list column that matches no bucketed column is an error (it could not be stacked).
-Pad values: token-id inputs take the pad token id, any ``label*`` column ``-100`` (ignored by the
-losses of ``transformers`` models, also on the masked rows ``last_batch="pad"`` adds), everything
-else ``0``. The model-facing collator drops the collator's bookkeeping (``lengths``,
-``sample_mask``, the group key) and renames ``label``/``label_ids`` to ``labels``, as
-``transformers.DataCollatorWithPadding`` does.
+``labels``...) is padded along with it, along its first dim (the one Arrow's list lengths
+measure, so ``(T, 80)`` feature rows pad ``T``); the test is done on the Arrow list lengths, so it
+costs nothing. A numeric list column that matches no bucketed column is a *target*
+(NOTE [ Target columns ]). Pad values: token-id inputs take the pad token id, any ``label*``
+column ``-100`` (ignored by the losses of ``transformers`` models), everything else ``0``; the
+side (``"right"``, or ``"left"`` for decoder-only prompts) comes from the tokenizer's
+``padding_side`` unless ``side=`` says otherwise. The model-facing collator
+(:class:`ModelInputs`) drops the collator's bookkeeping (``lengths``, ``sample_mask``, the group
+key) unless asked to keep it, returns one flat ``attention_mask`` (the first bucketed column's),
+and renames ``label``/``label_ids`` to ``labels``, as ``transformers.DataCollatorWithPadding``
+does.
+
+NOTE [ Target columns ]
+Decoder or CTC labels (a translation, a transcript) have lengths of their own. Bucketing them
+jointly with the input (``column=["input_ids", "labels"]``) multiplies the shapes; instead, by
+default, a target column is padded to a length planned per cell: the longest target among the
+cell's samples (rounded up to ``pad_to_multiple_of``), read from the Arrow lengths when the
+sampler is built. The batch shape is then still one per cell, ``(B, L)`` for the input and
+``(B, T_cell)`` for the target, and a target's padded length follows its input's length (they
+correlate strongly in translation and speech). ``target_length=<int>`` pads every target to one
+fixed length instead. Targets are padded on the right (decoders read them from position 0) with
+-100 (``label*``), the pad id (``*input_ids``) or 0; ``decoder_attention_mask=True`` adds the
+target's 1/0 mask as ``decoder_attention_mask``. The maximum of a bucket follows its outliers:
+where targets vary widely for one input length (translation), joint cells merged back to a shape
+budget (``column=["input_ids", "labels"], max_shapes=k``) pad less in total for the same number
+of shapes (``benchmarks/results/hf_models.md``).
+
+NOTE [ Filler rows ]
+``last_batch="pad"`` (the default) and evaluation add *filler rows* so that a batch keeps its
+planned shape. :class:`ModelInputs` makes them copies of real rows of the same batch (real
+inputs: no all-zero attention mask, which gives ``Wav2Vec2ForCTC`` an input length of -1 and an
+SDPA row with no key to attend to) and sets every ``label*`` column to -100 on them, so the
+cross-entropy losses of ``transformers`` heads ignore them; ``sample_mask`` (kept with
+``sample_mask=True``) is False on them. Heads whose loss still counts such a row (CTC, regression,
+multi-label) need the loss masked by rows: :func:`bucketloader.hf.masked_loss` and
+:class:`~bucketloader.hf.BucketTrainer` do it (NOTE [ Filler rows and the loss, per head ] in
+:mod:`bucketloader.hf.loss`).
 """
 
 from __future__ import annotations
@@ -22,14 +52,20 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from bucketloader._types import SIDES
+from bucketloader._validation import check_choice, check_int
+from bucketloader.boundaries import round_up
 from bucketloader.collate import Field, PadCollator
 from bucketloader.collate.fields import RESERVED
+from bucketloader.evaluation import EvalCollator, EvalSampler, EvalSamples
 from bucketloader.hf.lengths import lengths, resolve_column, table_and_indices
 from bucketloader.sampler import BucketSampler, GroupedDataset
 
-__all__ = ["Bucketing", "ModelInputs", "for_audio", "for_text"]
+__all__ = ["Bucketing", "ModelInputs", "Targets", "for_audio", "for_text"]
 
 LABEL_PAD = -100
+#: Batch keys the trainer needs besides the model inputs (see ModelInputs ``bookkeeping``).
+BOOKKEEPING = ("sample_mask", "index")
 
 
 class EpochDataLoader(DataLoader):
@@ -37,40 +73,211 @@ class EpochDataLoader(DataLoader):
     calls ``train_dataloader.set_epoch(epoch)`` every epoch)."""
 
     def set_epoch(self, epoch: int) -> None:
-        """Forward ``epoch`` to the batch sampler."""
-        self.batch_sampler.set_epoch(epoch)  # type: ignore[union-attr]
+        """Forward ``epoch`` to the batch sampler (an evaluation sampler has no epochs)."""
+        set_epoch = getattr(self.batch_sampler, "set_epoch", None)
+        if set_epoch is not None:
+            set_epoch(epoch)
+
+
+class Targets:
+    """Target columns padded to a planned length per cell (NOTE [ Target columns ]).
+
+    Attributes:
+        table: the sampler's shape table (finds a batch's cell from its measured lengths).
+        lengths: column → ``(K,)`` padded length of the column in every cell.
+        pad_value: column → pad value.
+        mask_of: the column whose 1/0 mask is the ``decoder_attention_mask``, or ``None``.
+    """
+
+    def __init__(
+        self,
+        table: Any,
+        lengths: Mapping[str, np.ndarray],
+        pad_value: Mapping[str, Any],
+        mask_of: str | None = None,
+    ) -> None:
+        self.table = table
+        self.lengths = {k: np.asarray(v, dtype=np.int64) for k, v in lengths.items()}
+        self.pad_value = dict(pad_value)
+        self.mask_of = mask_of
+        cells = table.cells
+        self._cell = {
+            (int(g), *map(int, ls)): c
+            for c, (g, ls) in enumerate(
+                zip(cells.group.tolist(), cells.lengths.tolist(), strict=True)
+            )
+        }
+
+    @property
+    def columns(self) -> list[str]:
+        """The target columns."""
+        return list(self.lengths)
+
+    def cell(self, measured: np.ndarray, group: Any = None) -> int:
+        """The planned cell of a batch whose bucketed inputs have these (real) lengths."""
+        shape = self.table.target(measured, group=group)
+        gi = self.table.cells.group_index(group)
+        return self._cell[(gi, *shape[1:])]
+
+    def pad(self, values: Mapping[str, list[Any]], cell: int, rows: int) -> dict[str, torch.Tensor]:
+        """Pad each target column (one value per sample) into ``(rows, T_cell, ...)``."""
+        out: dict[str, torch.Tensor] = {}
+        for key, vals in values.items():
+            t = int(self.lengths[key][cell])
+            xs = [torch.as_tensor(v) for v in vals]
+            rest = tuple(xs[0].shape[1:])
+            dtype = xs[0].dtype if xs[0].numel() or xs[0].dtype != torch.float32 else torch.long
+            padded = torch.full((rows, t, *rest), self.pad_value[key], dtype=dtype)
+            mask = torch.zeros((rows, t), dtype=torch.long)
+            for i, x in enumerate(xs):
+                n = int(x.shape[0])
+                if n > t:
+                    raise ValueError(
+                        f"target {key!r} of the sample at batch position {i} has length {n}, "
+                        f"longer than the {t} planned for its bucket; the sampler was planned on "
+                        "other lengths: rebuild it on the dataset you load from (or raise "
+                        "target_length)"
+                    )
+                padded[i, :n] = x
+                mask[i, :n] = 1
+            out[key] = padded
+            if key == self.mask_of:
+                out["decoder_attention_mask"] = mask
+        return out
+
+    def __repr__(self) -> str:
+        shown = {k: sorted(set(v.tolist())) for k, v in self.lengths.items()}
+        return f"Targets({shown})"
 
 
 class ModelInputs:
-    """Collate with a ``PadCollator`` and keep what a ``transformers`` model's ``forward`` takes.
+    """Collate with a ``PadCollator`` and return what a ``transformers`` model's ``forward`` takes.
 
-    Drops ``lengths``, ``sample_mask`` and the group key, renames ``label``/``label_ids`` to
-    ``labels``; with ``keep``, drops every other key not in it. Picklable (DataLoader workers).
+    Pads target columns to their planned length (:class:`Targets`), makes filler rows copies of
+    real rows with ``label*`` set to -100 (NOTE [ Filler rows ]), returns one flat
+    ``attention_mask``, drops ``lengths``, ``sample_mask``, ``index`` and the group key (unless
+    ``bookkeeping``), renames ``label``/``label_ids`` to ``labels``; with ``keep``, drops every
+    other key not in it. Picklable (DataLoader workers).
+
+    Args:
+        collator: the ``PadCollator`` (an ``EvalCollator`` around one for evaluation).
+        keep: the keys to return (a model's ``forward`` parameters), or ``None`` for all.
+        targets: the :class:`Targets` of target columns, or ``None``.
+        main_input: the bucketed input whose mask is ``attention_mask`` (several inputs).
+        decoder_input: the bucketed input whose mask is ``decoder_attention_mask``, if any.
+        decoder_attention_mask: return ``decoder_attention_mask`` (targets or ``decoder_input``).
+        bookkeeping: keep ``sample_mask`` (and ``index`` for evaluation) in the batch.
     """
 
-    def __init__(self, collator: Any, *, keep: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        collator: Any,
+        *,
+        keep: Sequence[str] | None = None,
+        targets: Targets | None = None,
+        main_input: str | None = None,
+        decoder_input: str | None = None,
+        decoder_attention_mask: bool = False,
+        bookkeeping: bool = False,
+    ) -> None:
         self.collator = collator
         self.keep = None if keep is None else frozenset(keep)
+        self.targets = targets
+        self.main_input = main_input
+        self.decoder_input = decoder_input
+        self.decoder_attention_mask = bool(decoder_attention_mask)
+        self.bookkeeping = bool(bookkeeping)
+
+    def replace(self, **changes: Any) -> ModelInputs:
+        """A copy with some options changed."""
+        opts = {
+            "keep": None if self.keep is None else sorted(self.keep),
+            "targets": self.targets,
+            "main_input": self.main_input,
+            "decoder_input": self.decoder_input,
+            "decoder_attention_mask": self.decoder_attention_mask,
+            "bookkeeping": self.bookkeeping,
+        }
+        return ModelInputs(self.collator, **{**opts, **changes})
+
+    @property
+    def pad_collator(self) -> PadCollator:
+        """The innermost ``PadCollator``."""
+        inner = self.collator
+        while not isinstance(inner, PadCollator) and hasattr(inner, "collator"):
+            inner = inner.collator
+        return inner
 
     def __call__(self, samples: list[Any]) -> dict[str, Any]:
-        out = self.collator(samples)
-        for key in (*RESERVED, getattr(self.collator, "group_key", None)):
+        n = len(samples)
+        group_key = getattr(self.pad_collator, "group_key", None)
+        group = samples[0].get(group_key) if group_key is not None else None
+        tvals: dict[str, list[Any]] = {}
+        if self.targets is not None:
+            cols = self.targets.columns
+            tvals = {k: [s[k] for s in samples] for k in cols}
+            stripped = [{k: v for k, v in s.items() if k not in cols} for s in samples]
+            rows_attr = getattr(samples, "rows", None)
+            samples = EvalSamples(stripped, rows_attr) if rows_attr is not None else stripped
+        out = dict(self.collator(samples))
+        real = out.pop("sample_mask")
+        index = out.pop("index", None)
+        measured = out.pop("lengths")[:n]
+        rows = int(real.shape[0])
+        if self.targets is not None:
+            if isinstance(group, (torch.Tensor, np.generic)):
+                group = group.item()
+            cell = self.targets.cell(measured.numpy(), group)
+            out.update(self.targets.pad(tvals, cell, rows))
+            if not self.decoder_attention_mask:
+                out.pop("decoder_attention_mask", None)
+        mask = out.get("attention_mask")
+        if isinstance(mask, Mapping):
+            out["attention_mask"] = mask[self.main_input or next(iter(mask))]
+            if self.decoder_attention_mask and self.decoder_input in mask:
+                out["decoder_attention_mask"] = mask[self.decoder_input]
+        for key in (*RESERVED, group_key):
             out.pop(key, None)
         for old in ("label", "label_ids"):
             if old in out and "labels" not in out:
                 out["labels"] = out.pop(old)
+        if not bool(real.all()):
+            _fill_rows(out, real, n, rows)
         if self.keep is not None:
             out = {k: v for k, v in out.items() if k in self.keep}
+        if self.bookkeeping:
+            out["sample_mask"] = real
+            if index is not None:
+                out["index"] = index
         return out
+
+    def __repr__(self) -> str:
+        return f"ModelInputs({self.collator!r}, targets={self.targets!r})"
+
+
+def _fill_rows(out: dict[str, Any], real: torch.Tensor, n: int, rows: int) -> None:
+    """Filler rows: padded rows (``>= n``) copy real data rows; ``label*`` -100 on every filler
+    row (NOTE [ Filler rows ])."""
+    src = torch.arange(rows - n) % n if rows > n else None
+    filler = ~real
+    for key, v in out.items():
+        if not isinstance(v, torch.Tensor) or v.ndim == 0 or v.shape[0] != rows:
+            continue
+        if str(key).startswith("label"):
+            v[filler] = LABEL_PAD
+        elif src is not None:
+            v[n:] = v[src]
 
 
 class Bucketing(NamedTuple):
     """A sampler, its collator and the dataset they index; unpacks as a tuple.
 
     Attributes:
-        sampler: the :class:`~bucketloader.sampler.BucketSampler`.
+        sampler: the :class:`~bucketloader.sampler.BucketSampler` (an
+            :class:`~bucketloader.evaluation.EvalSampler` for evaluation).
         collator: a :class:`ModelInputs` around the sampler's ``PadCollator``.
-        dataset: the dataset to load from (several datasets: a ``GroupedDataset`` over them).
+        dataset: the dataset to load from (several datasets: a ``GroupedDataset`` over them;
+            evaluation: wrapped by ``EvalSampler.wrap``).
     """
 
     sampler: Any
@@ -123,33 +330,62 @@ def pad_token_id_of(pad_token_id: Any, tokenizer: Any) -> int:
     return int(pad_token_id)
 
 
-def follow_fields(datasets_: Sequence[Any], inputs: Sequence[str], measure: Any) -> dict[str, str]:
-    """Map every list column to the bucketed input it follows (see the module NOTE)."""
+def side_of(side: Any, tokenizer: Any) -> str:
+    """``side``, else the tokenizer's ``padding_side``, else ``"right"``."""
+    if side is None:
+        side = getattr(tokenizer, "padding_side", None) or "right"
+    return check_choice("side", side, SIDES)
+
+
+class Columns(NamedTuple):
+    """Which list columns follow which bucketed input, and which are targets."""
+
+    follows: dict[str, str]  # column -> bucketed input
+    targets: list[str]
+
+
+def split_columns(
+    datasets_: Sequence[Any], inputs: Mapping[str, list[np.ndarray]], skip: Sequence[str] = ()
+) -> Columns:
+    """Every list column follows the bucketed input of equal row lengths, or is a target
+    (NOTE [ Which columns are padded, and with what ], NOTE [ Target columns ])."""
     table, _ = table_and_indices(datasets_[0])
-    follows = {name: name for name in inputs}
-    candidates = [
-        c
-        for c in table.column_names
-        if c not in follows
-        and (
-            pa.types.is_list(table.schema.field(c).type)
-            or pa.types.is_large_list(table.schema.field(c).type)
+    follows = {name: name for name in inputs if name in table.column_names}
+    targets: list[str] = []
+    for c in table.column_names:
+        if c in follows or c in skip:
+            continue
+        t = table.schema.field(c).type
+        if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+            continue
+        own = [lengths(d, c) for d in datasets_]
+        match = next(
+            (
+                name
+                for name, per in inputs.items()
+                if all(np.array_equal(a, b) for a, b in zip(own, per, strict=True))
+            ),
+            None,
         )
-    ]
-    for c in candidates:
-        match = None
-        for name in inputs:
-            if all(np.array_equal(measure(d, c), measure(d, name)) for d in datasets_):
-                match = name
-                break
-        if match is None:
+        if match is not None:
+            follows[c] = match
+            continue
+        leaf = t.value_type
+        if pa.types.is_list(leaf) or pa.types.is_large_list(leaf):
             raise ValueError(
-                f"list column {c!r} has row lengths that match none of the bucketed columns "
-                f"{list(inputs)}, so it cannot be padded with them; drop it "
+                f"list column {c!r} holds nested lists and its row lengths match none of the "
+                f"bucketed columns {list(inputs)}; a target column must be a flat list of "
+                f"numbers: drop it (dataset.remove_columns({c!r})), flatten it, or bucket it "
+                f"too (column=[..., {c!r}])"
+            )
+        if not (pa.types.is_integer(leaf) or pa.types.is_floating(leaf)):
+            raise ValueError(
+                f"list column {c!r} holds {leaf} values and its row lengths match none of the "
+                f"bucketed columns {list(inputs)}, so it cannot be padded; drop it "
                 f"(dataset.remove_columns({c!r})) or bucket it too (column=[..., {c!r}])"
             )
-        follows[c] = match
-    return follows
+        targets.append(c)
+    return Columns(follows, targets)
 
 
 def pad_values(keys: Sequence[str], inputs: Sequence[str], pad_id: Any) -> dict[str, Any]:
@@ -165,46 +401,101 @@ def pad_values(keys: Sequence[str], inputs: Sequence[str], pad_id: Any) -> dict[
     return out
 
 
-def build(
-    datasets_: list[Any],
-    inputs: list[str],
-    follows: Mapping[str, str],
-    pads: Mapping[str, Any],
-    lengths_of: Any,
-    *,
-    view: Any = None,
-    options: dict[str, Any],
-) -> Bucketing:
+class Plan(NamedTuple):
+    """What :func:`build` needs besides the datasets."""
+
+    inputs: list[str]  # bucketed inputs (sampler input names)
+    per: list[np.ndarray]  # per dataset: (N_d, D) lengths of the inputs
+    columns: Columns
+    pads: dict[str, Any]
+    side: str
+    multiple: int | None
+    target_length: int | None
+    decoder_attention_mask: bool
+    evaluation: bool
+    bookkeeping: bool
+
+
+def build(datasets_: list[Any], plan: Plan, *, view: Any = None, options: dict[str, Any]) -> Any:
     """Sampler (one input per bucketed column; groups for several datasets) + collator."""
     views = [view(d) if view is not None else d for d in datasets_]
-    per = [np.stack([lengths_of(d, c) for c in inputs], axis=1) for d in datasets_]
+    opts = dict(options)
+    if plan.multiple is not None:
+        opts["pad_to_multiple_of"] = check_int("pad_to_multiple_of", plan.multiple, minimum=1)
+    if plan.evaluation:
+        for name in ("shuffle", "seed"):
+            if name in opts:
+                raise TypeError(
+                    f"evaluation batches are deterministic (every sample once, in an order that "
+                    f"can be restored); drop {name}={opts[name]!r}"
+                )
+    lens = np.concatenate(plan.per)
+    spec_lengths = (
+        {plan.inputs[0]: lens[:, 0]}
+        if len(plan.inputs) == 1
+        else dict(zip(plan.inputs, lens.T, strict=True))
+    )
+    group_key = None
     if len(datasets_) == 1:
-        lens = per[0][:, 0] if len(inputs) == 1 else per[0]
-        sampler = BucketSampler(
-            {inputs[0]: lens} if len(inputs) == 1 else dict(zip(inputs, lens.T, strict=True)),
-            **options,
-        )
-        dataset, group_key = views[0], None
+        dataset = views[0]
     else:
         dataset = GroupedDataset(views)
         group_key = dataset.key
-        lens = np.concatenate(per)
-        sampler = BucketSampler(
-            {inputs[0]: lens[:, 0]} if len(inputs) == 1 else dict(zip(inputs, lens.T, strict=True)),
-            groups=dataset.groups,
-            **options,
-        )
-    names = tuple(sampler.shape_table.input_names)
-    by_name = dict(zip(inputs, names, strict=True))
-    fields = {k: Field(input=by_name[v]) for k, v in follows.items()}
-    collator = PadCollator(
-        sampler.shape_table,
+        opts["groups"] = dataset.groups
+    sampler: EvalSampler | BucketSampler
+    sampler = (EvalSampler if plan.evaluation else BucketSampler)(spec_lengths, **opts)
+    table = sampler.shape_table
+    fields = {k: Field(input=v, dims=0) for k, v in plan.columns.follows.items()}
+    pads = {k: v for k, v in plan.pads.items() if k not in plan.columns.targets}
+    collator: Any = PadCollator(
+        table,
         fields=fields,
-        pad_value=dict(pads),
+        pad_value=pads,
+        side=plan.side,
         group_key=group_key,
         mask_dtype=torch.long,
     )
-    return Bucketing(sampler, ModelInputs(collator), dataset)
+    if isinstance(sampler, EvalSampler):
+        collator = EvalCollator(collator)
+        dataset = sampler.wrap(dataset)
+    targets = None
+    if plan.columns.targets:
+        targets = plan_targets(datasets_, plan, sampler.spec, table)
+    decoder_input = next((c for c in plan.inputs[1:] if c in ("labels", "decoder_input_ids")), None)
+    model_inputs = ModelInputs(
+        collator,
+        targets=targets,
+        main_input=plan.inputs[0],
+        decoder_input=decoder_input,
+        decoder_attention_mask=plan.decoder_attention_mask,
+        bookkeeping=plan.bookkeeping or plan.evaluation,
+    )
+    return Bucketing(sampler, model_inputs, dataset)
+
+
+def plan_targets(datasets_: list[Any], plan: Plan, spec: Any, table: Any) -> Targets:
+    """Per-cell padded length of every target column (NOTE [ Target columns ])."""
+    multiple = plan.multiple or 1
+    out: dict[str, np.ndarray] = {}
+    for col in plan.columns.targets:
+        own = np.concatenate([lengths(d, col) for d in datasets_])
+        if plan.target_length is not None:
+            fixed = check_int("target_length", plan.target_length, minimum=1)
+            if own.max() > fixed:
+                i = int(own.argmax())
+                raise ValueError(
+                    f"target_length={fixed} but row {i} of target column {col!r} has length "
+                    f"{int(own[i])}; raise target_length, truncate the targets, or leave "
+                    "target_length=None to pad each bucket to its longest target"
+                )
+            per_cell = np.full(spec.cells.num_cells, fixed, dtype=np.int64)
+        else:
+            per_cell = np.zeros(spec.cells.num_cells, dtype=np.int64)
+            np.maximum.at(per_cell, spec.cell_of_sample, own)
+        out[col] = np.maximum(round_up(per_cell, multiple), 1)
+    mask_of = next((c for c in ("decoder_input_ids", "labels") if c in out), None)
+    pads = {c: plan.pads.get(c, 0) for c in out}
+    return Targets(table, out, pads, mask_of=mask_of)
 
 
 def for_text(
@@ -213,6 +504,12 @@ def for_text(
     *,
     pad_token_id: int | None = None,
     tokenizer: Any = None,
+    side: str | None = None,
+    pad_to_multiple_of: int | None = None,
+    target_length: int | None = None,
+    decoder_attention_mask: bool = False,
+    evaluation: bool = False,
+    sample_mask: bool = False,
     **options: Any,
 ) -> Any:
     """A ready :class:`~bucketloader.sampler.BucketSampler` + collator for tokenised text.
@@ -221,19 +518,33 @@ def for_text(
         dataset: a tokenised ``datasets.Dataset``, or a list of them for per-dataset bucketing
             (boundaries fitted per dataset, batches never mix datasets).
         column: the bucketed token column, or several for per-input bucketing (e.g.
-            ``["input_ids", "labels"]`` for seq2seq: each gets its own boundaries).
+            ``["input_ids", "labels"]`` to bucket seq2seq targets jointly: each gets its own
+            boundaries, and the shapes multiply; by default targets are padded per bucket, see
+            NOTE [ Target columns ]).
         pad_token_id: the pad id of the token columns; or
-        tokenizer: any object with ``pad_token_id`` (a ``transformers`` tokenizer).
-        **options: ``BucketSampler`` options (``num_buckets``, ``strategy``, ``batch_size`` or
-            ``max_tokens``, ``pad_to_multiple_of`` (boundaries on multiples of 8 or 64 for
-            tensor cores: the optimum under that constraint), ``last_batch``, ``shuffle``,
-            ``seed``, ``num_replicas``, ``rank``).
+        tokenizer: any object with ``pad_token_id`` (a ``transformers`` tokenizer); its
+            ``padding_side`` is the default ``side``.
+        side: ``"right"`` or ``"left"`` (decoder-only prompts); default the tokenizer's.
+        pad_to_multiple_of: every planned length a multiple of this (8 or 64 for tensor cores):
+            the bucket boundaries (the optimum under that constraint) and the target lengths.
+        target_length: the padded length of target columns, ``None`` for the longest target of
+            each bucket (NOTE [ Target columns ]).
+        decoder_attention_mask: also return the targets' mask as ``decoder_attention_mask``.
+        evaluation: an :class:`~bucketloader.evaluation.EvalSampler` instead: every sample
+            exactly once, deterministic, even across ranks; batches keep ``sample_mask`` and
+            ``index`` (pop them before ``model(**batch)``; ``restore_order`` puts outputs back in
+            dataset order).
+        sample_mask: keep ``sample_mask`` (False on filler rows) in training batches too, for
+            :func:`~bucketloader.hf.masked_loss`.
+        **options: the sampler's options (``num_buckets``, ``strategy``, ``batch_size`` or
+            ``max_tokens``, ``last_batch``, ``shuffle``, ``seed``, ``num_replicas``, ``rank``;
+            no ``last_batch``, ``shuffle`` or ``seed`` for evaluation).
 
     Returns:
         A :class:`Bucketing` ``(sampler, collator, dataset)``; ``.dataloader(**kwargs)`` builds
         the ``DataLoader``. Token-id columns pad with the pad id, ``label*`` columns with -100,
         the rest with 0; ``attention_mask`` is built (or padded if present) as 0/1 ``long``;
-        columns of the same row lengths pad along (see the module NOTE).
+        columns of the same row lengths pad along (see the module NOTEs).
 
     Example:
         >>> import datasets
@@ -245,13 +556,28 @@ def for_text(
         >>> batch = collate([data[0], data[2]])
         >>> batch["input_ids"].tolist(), batch["attention_mask"].tolist(), batch["labels"].tolist()
         ([[5, 5, 5, 0], [5, 5, 5, 5]], [[1, 1, 1, 0], [1, 1, 1, 1]], [0, 0])
+        >>> left = for_text(ds, pad_token_id=0, side="left", num_buckets=2, batch_size=2)
+        >>> left.collator([data[0], data[2]])["input_ids"].tolist()
+        [[0, 5, 5, 5], [5, 5, 5, 5]]
     """
     pad = pad_token_id_of(pad_token_id, tokenizer)
     many = _as_list(dataset)
-    inputs = [column] if isinstance(column, str) else list(column)
-    follows = follow_fields(many, inputs, lengths)
-    pads = pad_values(many[0].column_names, inputs, pad)
-    return build(many, inputs, follows, pads, lengths, options=options)
+    inputs = _check_columns(column)
+    per_input = {name: [lengths(d, name) for d in many] for name in inputs}
+    columns = split_columns(many, per_input)
+    plan = Plan(
+        inputs=inputs,
+        per=[np.stack([per_input[c][i] for c in inputs], axis=1) for i in range(len(many))],
+        columns=columns,
+        pads=pad_values(many[0].column_names, inputs, pad),
+        side=side_of(side, tokenizer),
+        multiple=pad_to_multiple_of,
+        target_length=target_length,
+        decoder_attention_mask=decoder_attention_mask,
+        evaluation=evaluation,
+        bookkeeping=sample_mask,
+    )
+    return build(many, plan, options=options)
 
 
 def for_audio(
@@ -260,58 +586,91 @@ def for_audio(
     *,
     key: str = "input_values",
     pad_value: float = 0.0,
+    pad_token_id: int | None = None,
+    side: str = "right",
+    pad_to_multiple_of: int | None = None,
+    target_length: int | None = None,
+    decoder_attention_mask: bool = False,
+    evaluation: bool = False,
+    sample_mask: bool = False,
     **options: Any,
 ) -> Any:
-    """A ready sampler + collator for audio arrays (raw waveforms or feature-extracted values).
+    """A ready sampler + collator for audio: raw waveforms or feature frames, with transcripts.
 
     Args:
         dataset: a ``datasets.Dataset`` (or a list of them, bucketed per dataset) with either a
             decoded-audio struct column ``{"array": [...], "sampling_rate": ...}`` or a list
-            column of samples (e.g. ``input_values`` from a feature extractor).
+            column of samples (``input_values`` of a feature extractor, or ``(T, F)``
+            ``input_features`` frames: their first dim ``T`` is bucketed).
         column: that column.
         key: the output key of a struct column's array (the rows are read in torch format).
-        pad_value: pad value of the waveform.
-        **options: ``BucketSampler`` options (``pad_to_multiple_of`` included); ``max_tokens``
-            counts audio samples per batch.
+        pad_value: pad value of the audio (a feature extractor's ``padding_value``).
+        pad_token_id: pad id of ``*input_ids`` columns, if any (``labels`` pad with -100).
+        side: ``"right"`` or ``"left"``.
+        pad_to_multiple_of, target_length, decoder_attention_mask, evaluation, sample_mask: as
+            :func:`for_text`; a transcript column (``labels``) is a target (NOTE [ Target
+            columns ]): padded per bucket, never bucketed jointly unless ``column`` lists it.
+        **options: ``BucketSampler`` options; ``max_tokens`` counts audio samples (or frames)
+            per batch.
 
     Example:
         >>> import datasets
         >>> ds = datasets.Dataset.from_dict({"audio": [
-        ...     {"array": [0.5] * n, "sampling_rate": 16000} for n in (3, 9, 4, 8)]})
+        ...     {"array": [0.5] * n, "sampling_rate": 16000} for n in (3, 9, 4, 8)],
+        ...     "labels": [[1] * t for t in (1, 4, 2, 3)]})
         >>> sampler, collate, data = for_audio(ds, num_buckets=2, max_tokens=18)
         >>> sampler.shapes
         [(2, 9), (4, 4)]
-        >>> collate([data[1], data[3]])["input_values"].shape
-        torch.Size([2, 9])
+        >>> batch = collate([data[1], data[3]])
+        >>> batch["input_values"].shape, batch["labels"].tolist()
+        (torch.Size([2, 9]), [[1, 1, 1, 1], [1, 1, 1, -100]])
     """
     many = _as_list(dataset)
     table, _ = table_and_indices(many[0])
     _, path = resolve_column(table, column)
+    pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None)
     if path == column:  # a plain list column: samples as they are
-        follows = follow_fields(many, [column], lengths)
-        pads = {**dict.fromkeys(many[0].column_names, 0), column: pad_value}
-        return build(
-            many,
-            [column],
-            follows,
-            pads,
-            lengths,
-            view=lambda d: d.with_format("torch"),
-            options=options,
-        )
-    head = path.split(".")[0]
-    rest = [c for c in many[0].column_names if c != head]
-    pads = {**dict.fromkeys(rest, 0), "sampling_rate": 0, key: pad_value}
-    pads = {k: (LABEL_PAD if k.startswith("label") else v) for k, v in pads.items()}
-    return build(
-        many,
-        [key],
-        {key: key},
-        pads,
-        lambda d, _c: lengths(d, path),
-        view=lambda d: AudioRows(d, head, key),
-        options=options,
+        per_input = {column: [lengths(d, column) for d in many]}
+        pads = {**pad_values(many[0].column_names, [], pad), column: pad_value}
+        head, view = None, (lambda d: d.with_format("torch"))
+        name = column
+    else:
+        head = path.split(".")[0]
+        per_input = {key: [lengths(d, path) for d in many]}
+        rest = [c for c in many[0].column_names if c != head]
+        pads = {**pad_values(rest, [], pad), "sampling_rate": 0, key: pad_value}
+        view = lambda d: AudioRows(d, head, key)  # noqa: E731
+        name = key
+    plan = Plan(
+        inputs=[name],
+        per=[per_input[name][i][:, None] for i in range(len(many))],
+        columns=split_columns(many, per_input, skip=[head] if head else []),
+        pads=pads,
+        side=check_choice("side", side, SIDES),
+        multiple=pad_to_multiple_of,
+        target_length=target_length,
+        decoder_attention_mask=decoder_attention_mask,
+        evaluation=evaluation,
+        bookkeeping=sample_mask,
     )
+    if head is not None:
+        plan.columns.follows[key] = key
+    return build(many, plan, view=view, options=options)
+
+
+def _check_columns(column: Any) -> list[str]:
+    """The bucketed column name(s) as a non-empty list of str, or one clear error."""
+    names = [column] if isinstance(column, str) else column
+    if (
+        not isinstance(names, (list, tuple))
+        or not names
+        or not all(isinstance(c, str) and c for c in names)
+    ):
+        raise TypeError(
+            "column must be a column name or a non-empty list of names, got "
+            f"column={column!r}; pass e.g. column='input_ids'"
+        )
+    return list(names)
 
 
 def _as_list(dataset: Any) -> list[Any]:

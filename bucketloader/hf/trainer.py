@@ -1,66 +1,110 @@
-"""BucketTrainer: ``transformers.Trainer`` training on a BucketSampler + PadCollator.
+"""BucketTrainer: ``transformers.Trainer`` with train, eval and predict at planned shapes.
 
 This module imports ``transformers`` (``pip install 'bucketloader[hf]'``); ``bucketloader.hf``
-loads it on first access to ``BucketTrainer``.
+loads it on first access to ``BucketTrainer`` / ``BucketSeq2SeqTrainer``.
 
-NOTE [ Why the train DataLoader is not passed through accelerate ]
-``Trainer.get_train_dataloader`` builds a ``DataLoader`` and hands it to ``accelerator.prepare``.
-On several processes accelerate wraps a batch sampler in ``BatchSamplerShard`` and re-shards it
-(and ``split_batches`` / ``dispatch_batches`` re-batch), which would break a sampler that is
-already rank-aware and drop or reshape planned batches (``Trainer`` neutralises this only for its
-own ``BatchRebalanceSampler``). So the override returns a plain ``DataLoader`` with
-``batch_sampler=`` a :class:`~bucketloader.BucketSampler` that takes its rank from the
-arguments; ``Trainer`` still moves each batch to the device (``_prepare_inputs``), counts steps
-with the sampler's exact ``len`` and calls ``set_epoch`` on the loader every epoch (forwarded to
-the sampler), and on resume skips batches with ``accelerate.skip_first_batches``, which keeps the
-batch sampler's batches as they are.
+NOTE [ Why the DataLoaders are not passed through accelerate ]
+``Trainer.get_train_dataloader`` (and the eval and test ones) build a ``DataLoader`` and hand it
+to ``accelerator.prepare``. On several processes accelerate wraps a batch sampler in
+``BatchSamplerShard`` and re-shards it (and ``split_batches`` / ``dispatch_batches`` re-batch),
+which would break a sampler that is already rank-aware and drop or reshape planned batches
+(``Trainer`` neutralises this only for its own ``BatchRebalanceSampler``). So the overrides
+return a plain ``DataLoader`` with ``batch_sampler=`` a rank-aware sampler that takes its rank from
+the arguments: a :class:`~bucketloader.BucketSampler` for training, an
+:class:`~bucketloader.evaluation.EvalSampler` for evaluation and prediction. ``Trainer`` still
+moves each batch to the device (``_prepare_inputs``), counts steps with the sampler's exact
+``len`` and calls ``set_epoch`` on the train loader every epoch (forwarded to the sampler), and
+on resume skips batches with ``accelerate.skip_first_batches``, which keeps the batch sampler's
+batches as they are.
+
+NOTE [ Evaluation and prediction in dataset order ]
+The eval and test loaders run an ``EvalSampler``: every sample exactly once, every rank the same
+number of steps at the same planned shape, filler rows marked (``sample_mask`` False, ``index``
+-1; their labels are -100 and their inputs copies of real rows). ``prediction_step`` pops
+``index`` and ``sample_mask`` before the model sees the batch and gathers ``index`` across ranks
+at every step, in the order ``evaluation_loop`` gathers the logits and labels; since the loader
+is not accelerate's, ``gather_for_metrics`` would have nothing to truncate, so the plain
+``gather`` is used (as ``Seq2SeqTrainer`` does) and the filler rows are dropped by index instead.
+``compute_metrics`` receives predictions and ``label_ids`` already in dataset order without filler
+rows (per batch, filler rows dropped, with ``batch_eval_metrics``), and ``evaluate`` /
+``predict`` return them in dataset order (with ``eval_do_concat_batches=False``: a list with one
+entry per sample). ``eval_loss`` is the mean of the batches' losses over their real rows, weighted
+by real rows (``Trainer`` weighs every batch by ``eval_batch_size``, filler rows included).
 """
 
 from __future__ import annotations
 
 import inspect
+import warnings
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import datasets
+import numpy as np
+import pyarrow as pa
+import torch
 import transformers
+from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 
-from bucketloader.hf.bucketing import Bucketing, ModelInputs, for_text
+from bucketloader.evaluation import EvalSampler, restore_order
+from bucketloader.hf.bucketing import Bucketing, ModelInputs, for_audio, for_text
+from bucketloader.hf.lengths import resolve_column, table_and_indices
+from bucketloader.hf.loss import ROW_POLICIES, loss_policy, row_losses, settle_problem_type
 
-__all__ = ["BucketTrainer"]
+__all__ = ["BucketSeq2SeqTrainer", "BucketTrainer"]
+
+#: Options that only shape training epochs (not used for evaluation batches).
+_TRAIN_ONLY = ("shuffle", "seed", "last_batch")
 
 
-class BucketTrainer(transformers.Trainer):
-    """A ``transformers.Trainer`` whose training batches have exactly the planned shapes.
+class _BucketMixin:
+    """What BucketTrainer and BucketSeq2SeqTrainer share (see the module NOTEs)."""
 
-    Args:
-        *args: as ``transformers.Trainer``.
-        bucketing: a prebuilt :class:`~bucketloader.hf.Bucketing` (from
-            :func:`bucketloader.hf.for_text` / ``for_audio``), or a dict of
-            :func:`~bucketloader.hf.for_text` options (``column``, ``num_buckets``,
-            ``max_tokens``, ``last_batch``, ``pad_token_id``, ...) applied to ``train_dataset``
-            after the unused columns are removed. Defaults: ``batch_size`` =
-            ``per_device_train_batch_size`` (unless ``max_tokens``), ``seed`` = ``args.seed``,
-            rank and world size from ``args``, pad id from ``processing_class``.
-        **kwargs: as ``transformers.Trainer``.
-
-    After the first ``get_train_dataloader()``, ``trainer.bucketing`` holds the sampler (its
-    ``shapes`` are every batch shape training sees) and the collator.
-    """
+    args: Any
+    model: Any
+    accelerator: Any
+    processing_class: Any
+    label_names: list[str]
+    compute_metrics: Any
+    compute_loss_func: Any
+    label_smoother: Any
+    loss_is_scaled_for_ga: bool | None
+    train_dataset: Any
+    eval_dataset: Any
+    _train_batch_size: int
 
     def __init__(
-        self, *args: Any, bucketing: Bucketing | dict[str, Any] | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        bucketing: Bucketing | dict[str, Any] | None = None,
+        eval_bucketing: dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> None:
         if bucketing is not None and not isinstance(bucketing, (Bucketing, dict)):
             raise TypeError(
                 "bucketing must be a Bucketing (bucketloader.hf.for_text(...)) or a dict of "
-                f"for_text options, got {type(bucketing).__name__}"
+                f"for_text / for_audio options, got {type(bucketing).__name__}"
+            )
+        if eval_bucketing is not None and not isinstance(eval_bucketing, dict):
+            raise TypeError(
+                "eval_bucketing must be a dict of for_text / for_audio options for evaluation "
+                f"and prediction batches, got {type(eval_bucketing).__name__}"
             )
         if isinstance(bucketing, Bucketing) and kwargs.get("train_dataset") is None:
             kwargs["train_dataset"] = bucketing.dataset
         super().__init__(*args, **kwargs)
         self._bucketing_options = dict(bucketing) if isinstance(bucketing, dict) else {}
+        self._eval_options = dict(eval_bucketing or {})
         self.bucketing: Bucketing | None = bucketing if isinstance(bucketing, Bucketing) else None
+        #: The bucketing of the latest evaluation or prediction (its ``sampler.shapes``).
+        self.eval_bucketing: Bucketing | None = None
+        self._eval_cache: dict[str, tuple[Any, Bucketing]] = {}
+        self._eval_record: _EvalRecord | None = None
+        self._eval_mask: torch.Tensor | None = None
+        self._step_rows: torch.Tensor | None = None
+        self._scaled_default = self.loss_is_scaled_for_ga
 
+    # -- building the batches -----------------------------------------------------------------
     def model_inputs(self) -> list[str]:
         """Names the model's ``forward`` takes, plus the label names (what batches may keep)."""
         model: Any = self.model
@@ -69,36 +113,387 @@ class BucketTrainer(transformers.Trainer):
         names = list(inspect.signature(forward).parameters)
         return names + [n for n in ("label", "label_ids", *self.label_names) if n not in names]
 
-    def _build_bucketing(self) -> Bucketing:
-        dataset = self.train_dataset
-        if dataset is None:
-            raise ValueError("Trainer: training requires a train_dataset.")
+    def _build_bucketing(self, dataset: Any, *, evaluation: bool) -> Bucketing:
+        opts = dict(self._bucketing_options)
+        if evaluation:  # the training options, less its epochs' and batch size, then eval's
+            own_budget = bool(self._eval_options.keys() & {"batch_size", "max_tokens"})
+            drop = (*_TRAIN_ONLY, "batch_size", *(("max_tokens",) if own_budget else ()))
+            opts = {k: v for k, v in opts.items() if k not in drop}
+            opts.update(self._eval_options)
+        column = opts.pop("column", None) or getattr(self.model, "main_input_name", "input_ids")
+        columns = [column] if isinstance(column, str) else list(column)
         if isinstance(dataset, datasets.Dataset) and self.args.remove_unused_columns:
-            keep = set(self.model_inputs())
+            keep = {*self.model_inputs(), *columns}
             unused = [c for c in dataset.column_names if c not in keep]
             dataset = dataset.remove_columns(unused) if unused else dataset
-        opts = dict(self._bucketing_options)
         if "max_tokens" not in opts:
-            opts.setdefault("batch_size", self._train_batch_size)
-        opts.setdefault("seed", self.args.seed)
+            opts.setdefault(
+                "batch_size", self.args.eval_batch_size if evaluation else self._train_batch_size
+            )
+        if not evaluation:
+            opts.setdefault("seed", self.args.seed)
         opts.setdefault("num_replicas", self.args.world_size)
         opts.setdefault("rank", self.args.process_index)
+        opts.setdefault("decoder_attention_mask", "decoder_attention_mask" in self.model_inputs())
+        opts["evaluation"] = evaluation
+        opts["sample_mask"] = True  # compute_loss masks the loss of the per-row heads by it
+        tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+        config_pad = getattr(getattr(self.model, "config", None), "pad_token_id", None)
+        if _is_audio(dataset, columns[0]):
+            extractor = getattr(self.processing_class, "feature_extractor", self.processing_class)
+            padding = getattr(extractor, "padding_value", None)
+            if padding is not None:
+                opts.setdefault("pad_value", padding)
+            pad_id = getattr(tokenizer, "pad_token_id", None)
+            if opts.get("pad_token_id") is None and (pad_id if pad_id is not None else config_pad):
+                opts["pad_token_id"] = pad_id if pad_id is not None else config_pad
+            return for_audio(dataset, columns[0], **opts)
         if opts.get("pad_token_id") is None and opts.get("tokenizer") is None:
-            opts["tokenizer"] = getattr(self.processing_class, "tokenizer", self.processing_class)
-        return for_text(dataset, **opts)
+            if getattr(tokenizer, "pad_token_id", None) is not None:
+                opts["tokenizer"] = tokenizer
+            else:
+                opts["pad_token_id"] = config_pad
+        return for_text(dataset, column, **opts)
 
-    def get_train_dataloader(self) -> Any:
-        """A plain ``DataLoader`` over the bucket sampler (see the module NOTE)."""
-        if self.bucketing is None:
-            self.bucketing = self._build_bucketing()
-        b = self.bucketing
+    def _loader(self, b: Bucketing) -> Any:
         collate = b.collator
-        if self.args.remove_unused_columns and isinstance(collate, ModelInputs):
-            collate = ModelInputs(collate.collator, keep=self.model_inputs())
+        if isinstance(collate, ModelInputs):
+            keep = self.model_inputs() if self.args.remove_unused_columns else None
+            collate = collate.replace(keep=keep, bookkeeping=True)
         workers = self.args.dataloader_num_workers
         return Bucketing(b.sampler, collate, b.dataset).dataloader(
             num_workers=workers,
             pin_memory=self.args.dataloader_pin_memory,
             persistent_workers=self.args.dataloader_persistent_workers if workers else False,
             prefetch_factor=self.args.dataloader_prefetch_factor if workers else None,
+        )
+
+    def get_train_dataloader(self) -> Any:
+        """A plain ``DataLoader`` over the bucket sampler (NOTE [ Why the DataLoaders ... ])."""
+        if self.bucketing is None:
+            if self.train_dataset is None:
+                raise ValueError("Trainer: training requires a train_dataset.")
+            self.bucketing = self._build_bucketing(self.train_dataset, evaluation=False)
+        return self._loader(self.bucketing)
+
+    def get_eval_dataloader(self, eval_dataset: str | Any = None) -> Any:
+        """A plain ``DataLoader`` over an ``EvalSampler`` (every sample once, dataset order)."""
+        if eval_dataset is None and self.eval_dataset is None:
+            raise ValueError("Trainer: evaluation requires an eval_dataset.")
+        key = eval_dataset if isinstance(eval_dataset, str) else "eval"
+        if isinstance(eval_dataset, str):
+            dataset = self.eval_dataset[eval_dataset]
+        else:
+            dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        parent = super().get_eval_dataloader  # type: ignore[misc]
+        return self._eval_loader(dataset, key, lambda: parent(eval_dataset))
+
+    def get_test_dataloader(self, test_dataset: Any) -> Any:
+        """A plain ``DataLoader`` over an ``EvalSampler`` for ``predict``."""
+        parent = super().get_test_dataloader  # type: ignore[misc]
+        return self._eval_loader(test_dataset, "test", lambda: parent(test_dataset))
+
+    def _eval_loader(self, dataset: Any, key: str, fallback: Callable[[], Any]) -> Any:
+        if not isinstance(dataset, datasets.Dataset):
+            warnings.warn(
+                f"{type(self).__name__} buckets evaluation of a datasets.Dataset only; "
+                f"{type(dataset).__name__} goes through the Trainer's own loader, with its "
+                "shapes (convert it with datasets.Dataset.from_list to bucket it)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return fallback()
+        cached = self._eval_cache.get(key)
+        if cached is not None and cached[0] is dataset:
+            b = cached[1]
+        else:
+            b = self._build_bucketing(dataset, evaluation=True)
+            self._eval_cache[key] = (dataset, b)
+        self.eval_bucketing = b
+        return self._loader(b)
+
+    # -- the loss ------------------------------------------------------------------------------
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
+        """As ``Trainer``'s, and counts the real rows of the optimizer step for the per-row
+        losses (NOTE [ Filler rows and the loss, per head ] in :mod:`bucketloader.hf.loss`)."""
+        batches, num_items = super().get_batch_samples(  # type: ignore[misc]
+            epoch_iterator, num_batches, device
+        )
+        self._step_rows = None
+        if batches and isinstance(batches[0], Mapping) and "sample_mask" in batches[0]:
+            if loss_policy(self.model, batches[0].get("labels")) in ROW_POLICIES:
+                rows = sum(b["sample_mask"].sum() for b in batches).reshape(1).to(device)
+                if self.args.average_tokens_across_devices and self.args.world_size > 1:
+                    rows = self.accelerator.gather(rows).sum()
+                self._step_rows = rows.reshape(())
+        return batches, num_items
+
+    def compute_loss(
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Any = None,
+    ) -> Any:
+        """The loss of the batch's real rows (NOTE [ Filler rows and the loss, per head ]).
+
+        Heads whose own loss ignores the filler rows' -100 labels use ``Trainer``'s
+        ``compute_loss``; CTC, regression and multi-label heads are run without ``labels`` and
+        their loss is computed per row and reduced over real rows.
+        """
+        inputs = dict(inputs)
+        mask = inputs.pop("sample_mask", None)
+        inputs.pop("index", None)
+        if mask is None:
+            mask = self._eval_mask
+        labels = inputs.get("labels")
+        settle_problem_type(model, labels)
+        policy = loss_policy(model, labels) if labels is not None else "ignore_index"
+        if (
+            policy not in ROW_POLICIES
+            or mask is None
+            or self.compute_loss_func is not None
+            or self.label_smoother is not None
+        ):
+            self.loss_is_scaled_for_ga = self._scaled_default
+            if not model.training:
+                # This rank's batch mean: evaluation_loop weighs batches by their real rows. (A
+                # count gathered over ranks would make each rank's loss a share of a global sum.)
+                num_items_in_batch = None
+            return super().compute_loss(  # type: ignore[misc]
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+        labels = inputs.pop("labels")
+        outputs = model(**inputs)
+        per_row, reduction = row_losses(model, outputs, labels, inputs, policy)
+        mask = mask.to(per_row.device)
+        total = torch.where(mask, per_row, torch.zeros_like(per_row)).sum()
+        if reduction == "sum":
+            loss = total
+        elif model.training and self._step_rows is not None:
+            loss = total / self._step_rows.to(total.device).clamp(min=1)
+            if self.args.average_tokens_across_devices and self.args.world_size > 1:
+                loss = loss * self.args.world_size  # DDP averages the ranks' gradients
+        else:
+            loss = total / mask.sum().clamp(min=1)
+        # "sum", and "mean" over the step's rows, are already normalised for accumulation; a
+        # mean over this batch alone is divided by the accumulation steps, as Trainer does.
+        self.loss_is_scaled_for_ga = reduction == "sum" or self._step_rows is not None
+        return (loss, outputs) if return_outputs else loss
+
+    # -- evaluation and prediction in dataset order ------------------------------------------
+    def prediction_step(
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+        **gen_kwargs: Any,
+    ) -> Any:
+        """As ``Trainer``'s, with ``index`` and ``sample_mask`` taken out of the batch first
+        (NOTE [ Evaluation and prediction in dataset order ])."""
+        index = inputs.pop("index", None)
+        mask = inputs.pop("sample_mask", None)
+        self._eval_mask = mask
+        try:
+            loss, logits, labels = super().prediction_step(  # type: ignore[misc]
+                model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs
+            )
+        finally:
+            self._eval_mask = None
+        if self._eval_record is not None and index is not None:
+            self._eval_record.add(self, index, mask, loss)
+        return loss, logits, labels
+
+    def evaluation_loop(
+        self,
+        dataloader: Any,
+        description: str,
+        prediction_loss_only: bool | None = None,
+        ignore_keys: list[str] | None = None,
+        metric_key_prefix: str = "eval",
+    ) -> EvalLoopOutput:
+        """``Trainer.evaluation_loop`` with outputs in dataset order and filler rows dropped."""
+        sampler = getattr(dataloader, "batch_sampler", None)
+        if not isinstance(sampler, EvalSampler):
+            return super().evaluation_loop(  # type: ignore[misc]
+                dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix
+            )
+        record = _EvalRecord(sampler.num_samples, concat=self.args.eval_do_concat_batches)
+        user_metrics = self.compute_metrics
+        if user_metrics is not None:
+            self.compute_metrics = record.metrics_hook(user_metrics, self.args.batch_eval_metrics)
+        self._eval_record = record
+        self.gather_function = self.accelerator.gather  # see the module NOTE
+        try:
+            out = super().evaluation_loop(  # type: ignore[misc]
+                dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix
+            )
+        finally:
+            self.compute_metrics = user_metrics
+            self._eval_record = None
+        metrics = dict(out.metrics)
+        if record.losses:
+            metrics[f"{metric_key_prefix}_loss"] = record.loss()
+        return EvalLoopOutput(
+            predictions=record.restore(out.predictions),
+            label_ids=record.restore(out.label_ids),
+            metrics=metrics,
+            num_samples=sampler.num_samples,
+        )
+
+
+class _EvalRecord:
+    """Per step: the gathered ``index`` of the rows, and (loss x real rows, real rows)."""
+
+    def __init__(self, num_samples: int, *, concat: bool) -> None:
+        self.num_samples = num_samples
+        self.concat = concat
+        self.index: list[np.ndarray] = []
+        self.losses: list[torch.Tensor] = []
+
+    def add(self, trainer: Any, index: torch.Tensor, mask: Any, loss: Any) -> None:
+        device = trainer.args.device
+        self.index.append(trainer.accelerator.gather(index.to(device)).cpu().numpy())
+        if loss is not None and mask is not None:
+            n = mask.to(device).sum().to(torch.float32)
+            value = loss.detach().to(device, torch.float32).reshape(())
+            weighted = torch.where(n > 0, value * n, torch.zeros_like(value))
+            pair = torch.stack([weighted, n]).reshape(1, 2)
+            self.losses.append(trainer.accelerator.gather(pair).cpu())
+
+    def loss(self) -> float:
+        both = torch.cat(self.losses).double().sum(0)
+        return float(both[0] / both[1].clamp(min=1))
+
+    def restore(self, outputs: Any) -> Any:
+        """Gathered outputs in dataset order, filler rows dropped."""
+        if outputs is None or not self.index:
+            return outputs
+        if self.concat:
+            return restore_order(outputs, np.concatenate(self.index), num_samples=self.num_samples)
+        per_sample: list[Any] = [None] * self.num_samples
+        for batch, index in zip(outputs, self.index, strict=True):
+            for row in np.flatnonzero(index >= 0).tolist():
+                per_sample[int(index[row])] = _row(batch, row)
+        return per_sample
+
+    def metrics_hook(self, user: Callable[..., Any], batch_mode: bool) -> Callable[..., Any]:
+        def compute_metrics(pred: EvalPrediction, **kwargs: Any) -> Any:
+            if batch_mode:
+                keep = np.flatnonzero(self.index[-1] >= 0)
+                fix: Callable[[Any], Any] = lambda x: _rows(x, keep)  # noqa: E731
+            else:
+                fix = self.restore
+            return user(
+                EvalPrediction(
+                    predictions=fix(pred.predictions),
+                    label_ids=fix(pred.label_ids),
+                    inputs=fix(pred.inputs),
+                    losses=pred.losses,
+                ),
+                **kwargs,
+            )
+
+        return compute_metrics
+
+
+def _rows(tree: Any, keep: np.ndarray) -> Any:
+    if tree is None:
+        return None
+    if isinstance(tree, Mapping):
+        return type(tree)({k: _rows(v, keep) for k, v in tree.items()})  # type: ignore[call-arg]
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_rows(v, keep) for v in tree)
+    if isinstance(tree, torch.Tensor):
+        return tree.index_select(0, torch.as_tensor(keep, device=tree.device))
+    return np.asarray(tree)[keep]
+
+
+def _row(tree: Any, row: int) -> Any:
+    if isinstance(tree, Mapping):
+        return type(tree)({k: _row(v, row) for k, v in tree.items()})  # type: ignore[call-arg]
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_row(v, row) for v in tree)
+    return tree[row]
+
+
+def _is_audio(dataset: Any, column: str) -> bool:
+    """Audio: a struct (decoded audio) column or a list column of floats (values, frames)."""
+    try:
+        table, _ = table_and_indices(dataset)
+        arr, path = resolve_column(table, column)
+    except (TypeError, KeyError):
+        return False
+    if path != column:
+        return True
+    leaf = arr.type
+    while pa.types.is_list(leaf) or pa.types.is_large_list(leaf):
+        leaf = leaf.value_type
+    return bool(pa.types.is_floating(leaf))
+
+
+class BucketTrainer(_BucketMixin, transformers.Trainer):
+    """A ``transformers.Trainer`` whose train, eval and predict batches have planned shapes.
+
+    Training runs a :class:`~bucketloader.BucketSampler`; ``evaluate`` and ``predict`` run an
+    :class:`~bucketloader.evaluation.EvalSampler`: every sample exactly once, predictions and
+    ``label_ids`` in dataset order, filler rows never in the metrics (NOTE [ Evaluation and
+    prediction in dataset order ]). Filler rows copy real rows with labels -100, and the loss of a
+    padded batch equals the loss of its real rows for every supported head (NOTE [ Filler rows
+    and the loss, per head ] in :mod:`bucketloader.hf.loss`). Text columns go through
+    :func:`~bucketloader.hf.for_text`, audio (a decoded-audio struct, or float lists such as
+    ``input_values`` or ``(T, 80)`` ``input_features``) through
+    :func:`~bucketloader.hf.for_audio`; targets (``labels`` of other lengths) are padded per
+    bucket; ``decoder_attention_mask`` is added when the model takes one; the tokenizer's
+    ``padding_side`` decides the side. The ``data_collator`` argument is not used.
+
+    Args:
+        *args: as ``transformers.Trainer``.
+        bucketing: a prebuilt :class:`~bucketloader.hf.Bucketing` for training (from
+            :func:`~bucketloader.hf.for_text` / ``for_audio``), or a dict of their options
+            (``column``, ``num_buckets``, ``max_tokens``, ``last_batch``, ``pad_token_id``,
+            ``pad_to_multiple_of``, ``target_length``, ...) applied to each dataset after the
+            unused columns are removed. Defaults: ``column`` = the model's
+            ``main_input_name``, ``batch_size`` = ``per_device_train_batch_size`` (unless
+            ``max_tokens``), ``seed`` = ``args.seed``, rank and world size from ``args``, pad id
+            and side from ``processing_class`` (else the model config's ``pad_token_id``).
+        eval_bucketing: options that differ for evaluation and prediction (e.g. a larger
+            ``max_tokens``, or ``balance=False``); the training options apply otherwise, except
+            ``shuffle``, ``seed``, ``last_batch`` and ``batch_size`` (which defaults to
+            ``per_device_eval_batch_size``).
+        **kwargs: as ``transformers.Trainer``.
+
+    After the first ``get_train_dataloader()``, ``trainer.bucketing`` holds the training sampler
+    (its ``shapes`` are every batch shape training sees) and collator; after ``evaluate`` or
+    ``predict``, ``trainer.eval_bucketing`` holds theirs.
+    """
+
+
+class BucketSeq2SeqTrainer(_BucketMixin, transformers.Seq2SeqTrainer):
+    """:class:`BucketTrainer` for ``Seq2SeqTrainer`` (``predict_with_generate``).
+
+    Generation itself grows the output token by token (its shapes are ``generate``'s); the
+    encoder inputs are at planned shapes and the generated tokens come back in dataset order,
+    padded to the generation ``max_length`` as ``Seq2SeqTrainer`` pads them.
+    """
+
+    def prediction_step(
+        self,
+        model: Any,
+        inputs: dict[str, Any],
+        prediction_loss_only: bool,
+        ignore_keys: list[str] | None = None,
+        **gen_kwargs: Any,
+    ) -> Any:
+        """With ``predict_with_generate``, adds ``decoder_input_ids`` from the labels (as
+        ``DataCollatorForSeq2Seq`` does), so that ``Seq2SeqTrainer`` leaves them and
+        ``decoder_attention_mask`` out of ``generate``."""
+        generating = self.args.predict_with_generate and not prediction_loss_only
+        core = getattr(model, "module", model)
+        prepare = getattr(core, "prepare_decoder_input_ids_from_labels", None)
+        if generating and "labels" in inputs and "decoder_input_ids" not in inputs and prepare:
+            inputs["decoder_input_ids"] = prepare(labels=inputs["labels"])
+        return super().prediction_step(
+            model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs
         )

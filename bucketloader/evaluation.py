@@ -1,0 +1,499 @@
+"""EvalSampler: every sample exactly once, in planned shapes, split evenly over ranks, order kept.
+
+Evaluation and prediction must see each sample once: no sample dropped (``last_batch="drop"``),
+none repeated (``"fill"``, or the repeats a distributed sampler adds so that ranks stay even),
+since a repeat is counted twice by a metric. And the outputs must come back in dataset order.
+:class:`EvalSampler` plans that with the same shapes machinery as
+:class:`~bucketloader.BucketSampler` (a :class:`~bucketloader.plan.BucketSpec`, read only).
+
+NOTE [ Evaluation plan ]
+Samples are sorted by cell (planned shape), then by index, and walked cell by cell, smallest cell
+first: deterministic, no shuffle, and every shape's batches come together (a compiled graph is
+built once, then reused). With ``R`` ranks, a *global step* is ``R`` batches of one cell, one per
+rank, so every rank runs the same number of steps and the same planned shape at each step. A cell
+with ``n`` samples and batch size ``B`` has ``n // (R·B)`` full steps; the ``q`` samples left make
+one last step, spread as evenly as possible over the ranks (``q // R`` or ``q // R + 1`` each).
+By default (``balance=True``) each cell's batch size is first lowered to ``ceil(n / (R·steps))``
+for its ``steps = ceil(n / (R·B))``: the same number of steps, fewer than ``R·steps`` filler rows
+in the cell, and never more rows than ``B`` (a small evaluation set with ``max_tokens`` would
+otherwise fill most of a short bucket's large batch with filler).
+
+Rows a batch lacks to reach its ``B`` are *filler rows*: the collator pads them and marks them
+(``sample_mask`` False, ``index`` -1); they are never a repeat of a real sample. When ``q < R``,
+ranks ``q..R-1`` have no sample at that step (at most ``R - 1`` such batches per cell); their
+batch is an empty :class:`EvalBatch` whose :attr:`EvalBatch.fill` names a sample of the cell to
+load as filler data, so that the collator can still build the planned shape. That row keeps the
+fill sample's data, ``attention_mask`` and ``lengths`` (so that a model runs on it as on any
+sample); only ``sample_mask`` and ``index`` mark it. Only :meth:`EvalSampler.wrap` (or
+:meth:`EvalSampler.dataloader`) loads it; a plain dataset gets an empty list, which a collator
+rejects loudly instead of counting a repeat.
+
+NOTE [ Putting outputs back in dataset order ]
+Each planned row has a dataset index, -1 for filler rows: :meth:`EvalSampler.row_index` for one
+rank's batches in order, :meth:`EvalSampler.gathered_index` for outputs gathered across ranks at
+every step (``torch.distributed.all_gather`` of each step's batch, concatenated: the layout of
+``accelerate.gather``). :func:`restore_order` takes outputs (arrays, tensors, or nested
+tuples/lists/dicts of them) whose first dim follows such an index, drops the filler rows and
+returns the rows in dataset order, checking that every sample appears exactly once.
+:meth:`EvalSampler.restore` and :meth:`EvalSampler.restore_ranks` apply it to the two layouts.
+Batches loaded through :meth:`EvalSampler.wrap` also carry their own ``index`` column, so outputs
+gathered any other way can be restored with ``restore_order(outputs, gathered_index_column)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from bucketloader._validation import check_bool, check_int
+from bucketloader.plan import BucketSpec, ShapeTable
+
+__all__ = ["EvalBatch", "EvalCollator", "EvalDataset", "EvalSampler", "restore_order"]
+
+
+class EvalBatch(list):  # type: ignore[type-arg]
+    """The sample indices of one evaluation batch (a ``list[int]``) and its planned rows.
+
+    Attributes:
+        rows: ``(B,)`` int64, the dataset index of every planned row of the batch, -1 on filler
+            rows (the first ``len(self)`` entries are this list).
+        fill: for an empty batch (a rank with no sample at this step), the index of a sample of
+            the same cell whose data the collator pads as filler; ``None`` otherwise.
+        cell: the planned cell (shape) of the batch.
+    """
+
+    rows: np.ndarray
+    fill: int | None
+    cell: int
+
+    def __init__(self, indices: Any, rows: np.ndarray, fill: int | None, cell: int) -> None:
+        super().__init__(indices)
+        self.rows, self.fill, self.cell = rows, fill, cell
+
+    def __repr__(self) -> str:
+        extra = f", fill={self.fill}" if self.fill is not None else ""
+        return f"EvalBatch({list(self)!r}, rows={self.rows.tolist()!r}{extra})"
+
+
+class EvalSamples(list):  # type: ignore[type-arg]
+    """The samples of an :class:`EvalBatch` (a plain list) with the batch's planned ``rows``."""
+
+    rows: np.ndarray
+
+    def __init__(self, samples: Any, rows: np.ndarray) -> None:
+        super().__init__(samples)
+        self.rows = rows
+
+
+class EvalSampler(Sampler[list[int]]):
+    """Evaluation batches: every sample exactly once, in planned shapes, even across ranks.
+
+    Built like :class:`~bucketloader.BucketSampler` (lengths and
+    :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options, or a ready spec), but
+    deterministic and without repeats: see NOTE [ Evaluation plan ] in this module. Load through
+    :meth:`dataloader` (or ``DataLoader(sampler.wrap(dataset), batch_sampler=sampler,
+    collate_fn=sampler.collator())``): each batch then has exactly a shape in :attr:`shapes`,
+    ``sample_mask`` False and ``index`` -1 on its filler rows, and ``index`` the dataset index of
+    every other row; :meth:`restore` puts gathered outputs back in dataset order.
+
+    Args:
+        lengths: per-sample lengths ``(N,)``, ``(N, D)`` or a mapping name → lengths; or a
+            :class:`~bucketloader.plan.BucketSpec` (its ``last_batch`` is ignored: filler rows
+            are always padded).
+        num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
+        rank: this rank (default: the ``torch.distributed`` rank, else 0).
+        balance: lower each cell's batch size to split its samples evenly over the same number
+            of steps (``B' = ceil(n / (R * steps))``): the fewest filler rows for that step count,
+            never more rows than ``B``. ``False`` keeps the spec's batch sizes (e.g. to evaluate
+            on exactly the training shapes).
+        **spec_options: :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options
+            (``num_buckets``, ``strategy``, ``boundaries``, ``batch_size`` or ``max_tokens``,
+            ``groups``, ...), not ``last_batch``. Passing the training sampler's ``boundaries``
+            keeps evaluation on the training shapes' lengths.
+
+    Example:
+        >>> lengths = [3, 4, 9, 10, 10, 8, 2]
+        >>> sampler = EvalSampler(lengths, num_buckets=2, batch_size=4, balance=False)
+        >>> sampler.shapes, [(list(b), b.rows.tolist()) for b in sampler]  # -1: a filler row
+        ([(4, 4), (4, 10)], [([0, 1, 6], [0, 1, 6, -1]), ([2, 3, 4, 5], [2, 3, 4, 5])])
+        >>> EvalSampler(lengths, num_buckets=2, batch_size=4).shapes  # balanced: fewer fillers
+        [(3, 4), (4, 10)]
+        >>> two = [EvalSampler(lengths, num_buckets=2, batch_size=4, num_replicas=2, rank=r)
+        ...        for r in (0, 1)]
+        >>> [[list(b) for b in s] for s in two]  # the same steps and shapes on both ranks
+        [[[0, 1], [2, 3]], [[6], [4, 5]]]
+        >>> two[0].gathered_index().tolist()  # rows of both ranks, step by step
+        [0, 1, 6, -1, 2, 3, 4, 5]
+        >>> two[0].restore(np.arange(8) * 10).tolist()  # gathered outputs -> dataset order
+        [0, 10, 40, 50, 60, 70, 20]
+    """
+
+    def __init__(
+        self,
+        lengths: Any,
+        *,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        balance: bool = True,
+        **spec_options: Any,
+    ) -> None:
+        if isinstance(lengths, BucketSpec):
+            if spec_options:
+                name = sorted(spec_options)[0]
+                raise TypeError(
+                    f"{name} cannot be combined with a BucketSpec (it already fixes the shapes); "
+                    f"pass {name} to BucketSpec.build instead"
+                )
+            self.spec = lengths
+        else:
+            if "last_batch" in spec_options:
+                raise TypeError(
+                    "EvalSampler takes no last_batch: it keeps every sample exactly once and "
+                    "pads the rows a batch lacks (masked filler rows); drop last_batch="
+                    f"{spec_options['last_batch']!r}"
+                )
+            self.spec = BucketSpec.build(lengths, **spec_options)
+        world, me = _dist_defaults()
+        self.num_replicas = check_int(
+            "num_replicas", world if num_replicas is None else num_replicas, minimum=1
+        )
+        rank = check_int("rank", me if rank is None else rank)
+        if not 0 <= rank < self.num_replicas:
+            raise ValueError(
+                f"rank must be an int >= 0 and < num_replicas={self.num_replicas}, got "
+                f"rank={rank}; give each process its own rank in 0..{self.num_replicas - 1}"
+            )
+        self.rank = rank
+        self.balance = check_bool("balance", balance)
+        if self.balance:
+            self.spec = _balanced(self.spec, self.num_replicas)
+
+    # -- what the sampler promises ------------------------------------------------------------
+    @functools.cached_property
+    def shape_table(self) -> ShapeTable:
+        """The promised shapes: every occupied cell's full shape (filler rows are padded)."""
+        cells = self.spec.cells
+        used = np.flatnonzero(self.spec.counts > 0)
+        shapes = tuple(sorted({cells.shapes[int(c)] for c in used}))
+        return ShapeTable(cells=cells, shapes=shapes, last_batch="pad")
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Every batch shape ``(B, L_1, ..., L_D)`` evaluation produces, sorted (a promise)."""
+        return list(self.shape_table.shapes)
+
+    @property
+    def boundaries(self) -> Any:
+        """An array for one input; ``{name: array}`` for several; with groups ``{group: that}``."""
+        per_group = [
+            b[0] if len(b) == 1 else dict(zip(self.spec.input_names, b, strict=True))
+            for b in self.spec.boundaries
+        ]
+        if self.spec.groups is None:
+            return per_group[0]
+        return dict(zip(self.spec.group_values, per_group, strict=True))
+
+    @property
+    def num_samples(self) -> int:
+        """Samples evaluated (each exactly once, over all ranks together)."""
+        return int(self.spec.cell_of_sample.size)
+
+    def __len__(self) -> int:
+        """Steps per rank (the same on every rank)."""
+        return int(self._plan["cell"].size)
+
+    # -- the plan ------------------------------------------------------------------------------
+    @functools.cached_property
+    def _plan(self) -> dict[str, np.ndarray]:
+        """Global plan: per step its cell; per (step, rank) the start in the cell and the size."""
+        spec, reps = self.spec, self.num_replicas
+        counts, batch = spec.counts, spec.cells.batch
+        per_step = batch * reps
+        full, q = counts // per_step, counts % per_step
+        steps = full + (q > 0)
+        cell = np.repeat(np.arange(counts.size), steps)
+        j = np.arange(cell.size) - np.repeat(np.cumsum(steps) - steps, steps)
+        base = j * per_step[cell]
+        r = np.arange(reps)[None, :]
+        bsz = batch[cell][:, None]
+        start = base[:, None] + r * bsz
+        size = np.broadcast_to(bsz, start.shape).copy()
+        last = j == full[cell]
+        if last.any():
+            ql = q[cell[last]][:, None]
+            lo, extra = ql // reps, ql % reps
+            size[last] = lo + (r < extra)
+            start[last] = base[last][:, None] + r * lo + np.minimum(r, extra)
+        first = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        return {
+            "cell": cell,
+            "start": start + first[cell][:, None],  # position in spec.by_cell
+            "size": size,
+            "base": base + first[cell],  # first position of the step (filler source)
+        }
+
+    def _rows(self, pairs_step: np.ndarray, pairs_rank: np.ndarray) -> np.ndarray:
+        """Dataset index of every planned row of the batches (step, rank), in that order."""
+        plan, order = self._plan, self.spec.by_cell
+        width = self.spec.cells.batch[plan["cell"][pairs_step]]
+        size = plan["size"][pairs_step, pairs_rank]
+        start = plan["start"][pairs_step, pairs_rank]
+        offsets = np.concatenate([[0], np.cumsum(width)])
+        within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], width)
+        real = within < np.repeat(size, width)
+        pos = np.repeat(start, width) + within
+        out = np.full(offsets[-1], -1, dtype=np.int64)
+        out[real] = order[pos[real]]
+        return out
+
+    def row_index(self, rank: int | None = None) -> np.ndarray:
+        """Dataset index of every row ``rank``'s batches produce, in order (-1 on filler rows).
+
+        The rows of rank ``rank``'s outputs concatenated over its steps (default: this rank).
+        """
+        rank = self.rank if rank is None else check_int("rank", rank, minimum=0)
+        if rank >= self.num_replicas:
+            raise ValueError(f"rank must be < num_replicas={self.num_replicas}, got rank={rank}")
+        steps = np.arange(len(self))
+        return self._rows(steps, np.full(steps.size, rank))
+
+    def gathered_index(self) -> np.ndarray:
+        """Dataset index of every row of outputs gathered across ranks at each step (-1: filler).
+
+        The layout of ``accelerate``'s ``gather`` (or ``torch.distributed.all_gather`` + ``cat``)
+        called on each step's batch: step 0 of ranks 0..R-1, then step 1, ...
+        """
+        steps = np.repeat(np.arange(len(self)), self.num_replicas)
+        ranks = np.tile(np.arange(self.num_replicas), len(self))
+        return self._rows(steps, ranks)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        plan, order = self._plan, self.spec.by_cell
+        r = self.rank
+        cells, batch = plan["cell"], self.spec.cells.batch
+        rows = self.row_index()
+        offsets = np.concatenate([[0], np.cumsum(batch[cells])])
+        for s in range(cells.size):
+            n, start = int(plan["size"][s, r]), int(plan["start"][s, r])
+            fill = None if n else int(order[plan["base"][s]])
+            yield EvalBatch(
+                order[start : start + n].tolist(),
+                rows[offsets[s] : offsets[s + 1]],
+                fill,
+                int(cells[s]),
+            )
+
+    # -- loading -------------------------------------------------------------------------------
+    def wrap(self, dataset: Any) -> EvalDataset:
+        """The dataset as :class:`EvalDataset`: batches keep their planned rows (and fillers)."""
+        return dataset if isinstance(dataset, EvalDataset) else EvalDataset(dataset)
+
+    def collator(self, **kwargs: Any) -> EvalCollator:
+        """``EvalCollator(PadCollator(self.shape_table, **kwargs))``."""
+        from bucketloader.collate import PadCollator
+
+        return EvalCollator(PadCollator(self.shape_table, **kwargs))
+
+    def dataloader(
+        self, dataset: Any, *, collate_fn: Callable[[Any], Any] | None = None, **kwargs: Any
+    ) -> DataLoader:
+        """``DataLoader(self.wrap(dataset), batch_sampler=self, collate_fn=...)``.
+
+        Args:
+            dataset: the map-style dataset the lengths describe.
+            collate_fn: default :meth:`collator`; your own must accept :class:`EvalSamples`
+                (wrap it in :class:`EvalCollator` to get ``sample_mask`` and ``index``).
+            **kwargs: other ``DataLoader`` arguments (``num_workers``, ``pin_memory``, ...).
+        """
+        return DataLoader(
+            self.wrap(dataset),
+            batch_sampler=self,
+            collate_fn=self.collator() if collate_fn is None else collate_fn,
+            **kwargs,
+        )
+
+    # -- dataset order -------------------------------------------------------------------------
+    def restore(self, outputs: Any) -> Any:
+        """Outputs gathered at every step (layout of :meth:`gathered_index`) in dataset order."""
+        return restore_order(outputs, self.gathered_index(), num_samples=self.num_samples)
+
+    def restore_ranks(self, outputs: Sequence[Any]) -> Any:
+        """Per-rank outputs (``outputs[r]``: rank ``r``'s rows over all its steps, e.g. from
+        ``torch.distributed.all_gather_object``) in dataset order, filler rows dropped."""
+        if not isinstance(outputs, (list, tuple)) or len(outputs) != self.num_replicas:
+            size = len(outputs) if hasattr(outputs, "__len__") else "?"
+            raise ValueError(
+                f"outputs must be a list of one output per rank ({self.num_replicas}), got "
+                f"{type(outputs).__name__} of length {size}"
+            )
+        index = np.concatenate([self.row_index(r) for r in range(self.num_replicas)])
+        return restore_order(_concat(list(outputs)), index, num_samples=self.num_samples)
+
+    def __repr__(self) -> str:
+        return (
+            f"EvalSampler({self.num_samples} samples, {len(self.shapes)} shapes, "
+            f"{len(self)} steps, rank {self.rank} of {self.num_replicas})"
+        )
+
+
+class EvalDataset(Dataset):
+    """A dataset whose batches, loaded with an :class:`EvalSampler`, keep their planned rows.
+
+    ``__getitems__`` (what ``DataLoader`` calls for a batch) returns :class:`EvalSamples` that
+    carry the batch's ``rows``; for an empty batch it loads the :attr:`EvalBatch.fill` sample
+    as filler data. Single items and ``len`` pass through.
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, batch: Sequence[int]) -> list[Any]:
+        rows = getattr(batch, "rows", None)
+        keys = list(batch)
+        if not keys and getattr(batch, "fill", None) is not None:
+            keys = [batch.fill]  # type: ignore[attr-defined]
+        getitems = getattr(self.dataset, "__getitems__", None)
+        samples = getitems(keys) if getitems is not None else [self.dataset[i] for i in keys]
+        return list(samples) if rows is None else EvalSamples(samples, rows)
+
+
+class EvalCollator:
+    """Collate :class:`EvalSamples` and mark their rows: ``sample_mask`` and ``index``.
+
+    Wraps a collator that pads a batch to its planned shape (a
+    :class:`~bucketloader.PadCollator` on :attr:`EvalSampler.shape_table`) and returns a dict;
+    sets ``sample_mask`` (``(B,)`` bool) True exactly on real rows and adds ``index`` (``(B,)``
+    int64, the dataset index of each row, -1 on filler rows). Picklable.
+    """
+
+    def __init__(self, collator: Callable[[Any], Any]) -> None:
+        self.collator = collator
+
+    def __call__(self, samples: Any) -> dict[Any, Any]:
+        rows = getattr(samples, "rows", None)
+        if rows is None:
+            raise TypeError(
+                "EvalCollator needs the samples of an EvalSampler batch loaded through "
+                "EvalSampler.wrap(dataset) (or sampler.dataloader(dataset)): only they carry "
+                f"which rows are real; got a plain {type(samples).__name__}"
+            )
+        out = self.collator(list(samples))
+        if not isinstance(out, Mapping):
+            raise TypeError(f"the wrapped collator must return a dict, got {type(out).__name__}")
+        out = dict(out)
+        got = _rows_of(out)
+        if got is not None and got != rows.size:
+            raise ValueError(
+                f"the collator returned {got} rows but the EvalSampler planned {rows.size}; build "
+                "it on sampler.shape_table (sampler.collator()) so that filler rows are padded"
+            )
+        out["sample_mask"] = torch.from_numpy(rows >= 0)
+        out["index"] = torch.from_numpy(np.array(rows, dtype=np.int64))
+        return out
+
+    def __repr__(self) -> str:
+        return f"EvalCollator({self.collator!r})"
+
+
+def restore_order(outputs: Any, index: Any, *, num_samples: int | None = None) -> Any:
+    """Rows of ``outputs`` in dataset order, filler rows (``index == -1``) dropped.
+
+    Args:
+        outputs: a numpy array or torch tensor whose first dim follows ``index``, or a nested
+            tuple/list/dict of them (``None`` passes through).
+        index: ``(M,)`` dataset index of every row, -1 on filler rows.
+        num_samples: if given, every index ``0..num_samples-1`` must appear exactly once.
+
+    Example:
+        >>> restore_order(np.array([[7], [5], [0], [6]]), [2, 0, -1, 1]).ravel().tolist()
+        [5, 6, 7]
+    """
+    idx = np.asarray(index.cpu() if isinstance(index, torch.Tensor) else index, dtype=np.int64)
+    if idx.ndim != 1:
+        raise ValueError(f"index must be 1-D (one entry per row), got shape {idx.shape}")
+    real = np.flatnonzero(idx >= 0)
+    perm = real[np.argsort(idx[real], kind="stable")]
+    got = idx[perm]
+    n = got.size if num_samples is None else check_int("num_samples", num_samples, minimum=0)
+    if got.size != n or (got != np.arange(n)).any():
+        dup = got[1:][got[1:] == got[:-1]]
+        missing = np.setdiff1d(np.arange(n), got)
+        raise ValueError(
+            f"index must hold every sample 0..{n - 1} exactly once besides -1 fillers; "
+            f"repeated: {dup[:5].tolist()}, missing: {missing[:5].tolist()} (were the outputs "
+            "gathered in the order the index describes?)"
+        )
+    return _take(outputs, perm, idx.size)
+
+
+def _take(tree: Any, perm: np.ndarray, rows: int) -> Any:
+    if tree is None:
+        return None
+    if isinstance(tree, Mapping):
+        return type(tree)({k: _take(v, perm, rows) for k, v in tree.items()})  # type: ignore[call-arg]
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_take(v, perm, rows) for v in tree)
+    shape = getattr(tree, "shape", None)
+    if shape is None or len(shape) == 0 or shape[0] != rows:
+        raise ValueError(
+            f"every output must have one row per index entry ({rows}), got "
+            f"{type(tree).__name__} of shape {tuple(shape) if shape is not None else None}"
+        )
+    if isinstance(tree, torch.Tensor):
+        return tree.index_select(0, torch.as_tensor(perm, device=tree.device))
+    return np.asarray(tree)[perm]
+
+
+def _concat(parts: list[Any]) -> Any:
+    first = parts[0]
+    if isinstance(first, Mapping):
+        return type(first)({k: _concat([p[k] for p in parts]) for k in first})  # type: ignore[call-arg]
+    if isinstance(first, (list, tuple)):
+        return type(first)(_concat(list(x)) for x in zip(*parts, strict=True))
+    if isinstance(first, torch.Tensor):
+        return torch.cat(parts)
+    return np.concatenate([np.asarray(p) for p in parts])
+
+
+def _rows_of(out: Mapping[Any, Any]) -> int | None:
+    mask = out.get("sample_mask")
+    if isinstance(mask, torch.Tensor):
+        return int(mask.shape[0])
+    for v in out.values():
+        if isinstance(v, torch.Tensor) and v.ndim >= 1:
+            return int(v.shape[0])
+    return None
+
+
+def _balanced(spec: BucketSpec, reps: int) -> BucketSpec:
+    """The spec with each cell's batch size lowered to split its samples evenly over the same
+    number of steps (NOTE [ Evaluation plan ]); its cells and shapes stay a plan made before the
+    first batch."""
+    counts, batch = spec.counts, spec.cells.batch
+    steps = np.maximum(-(-counts // (reps * batch)), 1)
+    even = np.where(counts > 0, -(-counts // (reps * steps)), batch).astype(np.int64)
+    if (even == batch).all():
+        return spec
+    even.setflags(write=False)
+    cells = dataclasses.replace(spec.cells, batch=even)
+    return dataclasses.replace(spec, cells=cells)
+
+
+def _dist_defaults() -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
