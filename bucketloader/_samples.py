@@ -153,35 +153,45 @@ def length_reader(key: Any, *, arg: str = "key") -> Callable[[Any], int]:
     """``sample -> int`` under the same rule, for per-sample loops (a stream reads millions).
 
     The common cases (a list or array sample; a key whose value is a list or array) take a
-    shortcut with the same result; everything else goes through :func:`sample_length`.
+    shortcut with the same result; everything else goes through :func:`sample_length`. The
+    reader pickles (DataLoader workers started with ``spawn`` receive it).
     """
-    if key is None:
+    return _LengthReader(key, arg)
 
-        def read(sample: Any) -> int:
+
+class _LengthReader:
+    """The reader :func:`length_reader` returns (a class, so that it pickles)."""
+
+    __slots__ = ("arg", "key")
+
+    def __init__(self, key: Any, arg: str) -> None:
+        self.key, self.arg = key, arg
+
+    def __call__(self, sample: Any) -> int:
+        key = self.key
+        if key is None:
             if type(sample) is list:  # a list is measured by its len() under the rule
                 return len(sample)
             if type(sample) in _ARRAYS and sample.ndim:
                 return int(sample.shape[0])
-            return sample_length(sample, None, arg=arg)
+            return sample_length(sample, None, arg=self.arg)
+        if type(sample) is not dict or not isinstance(key, (str, int)):
+            return sample_length(sample, key, arg=self.arg)  # the rare and the wrong cases
+        try:
+            value = sample[key]
+        except KeyError:
+            return sample_length(sample, key, arg=self.arg)  # raises the clear error
+        if type(value) is list:
+            return len(value)
+        if type(value) in _ARRAYS and value.ndim:
+            return int(value.shape[0])
+        return length_of(value, what=f"sample[{key!r}]")
 
-        return read
-    if isinstance(key, (str, int)):
+    def __getstate__(self) -> tuple[Any, str]:
+        return self.key, self.arg
 
-        def read_key(sample: Any) -> int:
-            if type(sample) is not dict:  # the rare and the wrong cases take the full rule
-                return sample_length(sample, key, arg=arg)
-            try:
-                value = sample[key]
-            except KeyError:
-                return sample_length(sample, key, arg=arg)  # raises the clear error
-            if type(value) is list:
-                return len(value)
-            if type(value) in _ARRAYS and value.ndim:
-                return int(value.shape[0])
-            return length_of(value, what=f"sample[{key!r}]")
-
-        return read_key
-    return lambda sample: sample_length(sample, key, arg=arg)
+    def __setstate__(self, state: tuple[Any, str]) -> None:
+        self.key, self.arg = state
 
 
 _ARRAYS = (np.ndarray, torch.Tensor)

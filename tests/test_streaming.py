@@ -458,3 +458,26 @@ def test_per_input_overflow_resume_and_errors():
         bucketize(_pairs(pairs), boundaries=bounds, **{**kw, "length_fn": len})
     with pytest.raises(ValueError, match=r"length_fn returned \(3, 4\) for sample 0"):
         list(bucketize(_pairs(pairs), boundaries=[50], batch_size=2, length_fn=lambda s: (3, 4)))
+
+
+def test_streams_pickle_into_spawned_workers():
+    """Length readers are objects, not closures: a ``spawn`` DataLoader worker (macOS, Windows,
+    CUDA users) receives the stream by pickle."""
+    import pickle
+
+    data = [[1] * n for n in [3, 7, 2, 8, 4, 1, 5, 6]]
+    for length_fn in (None, "x", ("x", "y")):
+        rows = data if length_fn is None else [{"x": d, "y": d} for d in data]
+        bounds = [4, 8] if not isinstance(length_fn, tuple) else {"x": [4, 8], "y": [4, 8]}
+        stream = BucketIterable(rows, length_fn=length_fn, boundaries=bounds, batch_size=2)
+        again = pickle.loads(pickle.dumps(stream))
+        assert [len(b) for b in again] == [len(b) for b in stream]
+    stream = BucketIterable(data, boundaries=[4, 8], batch_size=2)
+    loader = torch.utils.data.DataLoader(
+        stream,
+        batch_size=None,
+        num_workers=1,
+        multiprocessing_context="spawn",
+        collate_fn=stream.collator(),
+    )
+    assert sum(int(b["sample_mask"].sum()) for b in loader) == len(data)

@@ -30,13 +30,22 @@ def make_length_fn(length_fn: Any) -> Callable[[Any], Any]:
         and length_fn
         and all(isinstance(k, str) for k in length_fn)
     ):
-        parts = [length_reader(k, arg="length_fn") for k in length_fn]
-        return lambda sample: tuple(f(sample) for f in parts)
+        return _JointLengths(tuple(length_reader(k, arg="length_fn") for k in length_fn))
     raise TypeError(
         f"length_fn must be None, a key of the samples, a tuple of keys (one per bucketed "
         f"input) or a callable sample -> int, "
         f"got length_fn={length_fn!r}"
     )
+
+
+class _JointLengths:
+    """``sample -> tuple of lengths``, one per bucketed input (a class, so that it pickles)."""
+
+    def __init__(self, parts: tuple[Callable[[Any], int], ...]) -> None:
+        self.parts = parts
+
+    def __call__(self, sample: Any) -> tuple[int, ...]:
+        return tuple(f(sample) for f in self.parts)
 
 
 def check_length(value: Any, position: int) -> int:
