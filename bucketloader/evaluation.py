@@ -51,8 +51,10 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from bucketloader._ranks import resolve_ranks
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
+from bucketloader.sampler import spec_or_build
 
 __all__ = ["EvalBatch", "EvalCollator", "EvalDataset", "EvalSampler", "restore_order"]
 
@@ -143,33 +145,14 @@ class EvalSampler(Sampler[list[int]]):
         balance: bool = True,
         **spec_options: Any,
     ) -> None:
-        if isinstance(lengths, BucketSpec):
-            if spec_options:
-                name = sorted(spec_options)[0]
-                raise TypeError(
-                    f"{name} cannot be combined with a BucketSpec (it already fixes the shapes); "
-                    f"pass {name} to BucketSpec.build instead"
-                )
-            self.spec = lengths
-        else:
-            if "last_batch" in spec_options:
-                raise TypeError(
-                    "EvalSampler takes no last_batch: it keeps every sample exactly once and "
-                    "pads the rows a batch lacks (masked filler rows); drop last_batch="
-                    f"{spec_options['last_batch']!r}"
-                )
-            self.spec = BucketSpec.build(lengths, **spec_options)
-        world, me = _dist_defaults()
-        self.num_replicas = check_int(
-            "num_replicas", world if num_replicas is None else num_replicas, minimum=1
-        )
-        rank = check_int("rank", me if rank is None else rank)
-        if not 0 <= rank < self.num_replicas:
-            raise ValueError(
-                f"rank must be an int >= 0 and < num_replicas={self.num_replicas}, got "
-                f"rank={rank}; give each process its own rank in 0..{self.num_replicas - 1}"
+        if not isinstance(lengths, BucketSpec) and "last_batch" in spec_options:
+            raise TypeError(
+                "EvalSampler takes no last_batch: it keeps every sample exactly once and "
+                "pads the rows a batch lacks (masked filler rows); drop last_batch="
+                f"{spec_options['last_batch']!r}"
             )
-        self.rank = rank
+        self.spec = spec_or_build(lengths, spec_options, BucketSpec)
+        self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
         self.balance = check_bool("balance", balance)
         if self.balance:
             self.spec = _balanced(self.spec, self.num_replicas)
@@ -489,11 +472,3 @@ def _balanced(spec: BucketSpec, reps: int) -> BucketSpec:
     even.setflags(write=False)
     cells = dataclasses.replace(spec.cells, batch=even)
     return dataclasses.replace(spec, cells=cells)
-
-
-def _dist_defaults() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0

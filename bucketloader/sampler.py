@@ -21,18 +21,121 @@ from typing import Any
 import numpy as np
 from torch.utils.data import ConcatDataset, Sampler
 
+from bucketloader._ranks import resolve_ranks
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
-from bucketloader.plan.epoch import resolve_weights
+from bucketloader.plan.epoch import check_weights, resolve_weights
 from bucketloader.plan.report import plan_report
 
-__all__ = ["BucketSampler", "GroupedDataset"]
+__all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "spec_or_build"]
 
 #: Warn when a plan leaves out more than this fraction of the samples every epoch.
 LOSS_WARNING = 0.01
 
 
-class BucketSampler(Sampler[list[int]]):
+def spec_or_build(lengths: Any, spec_options: dict[str, Any], spec_type: Any) -> Any:
+    """``lengths`` itself when it is a ready ``spec_type`` (then no shape option may be given),
+    else ``spec_type.build(lengths, **spec_options)``: the split between what shapes the
+    batches (the spec) and how an epoch is iterated (the sampler)."""
+    if isinstance(lengths, spec_type):
+        if spec_options:
+            name = sorted(spec_options)[0]
+            kind = spec_type.__name__
+            raise TypeError(
+                f"{name} cannot be combined with a {kind} (it already fixes the shapes); "
+                f"pass {name} to {kind}.build instead"
+            )
+        return lengths
+    return spec_type.build(lengths, **spec_options)
+
+
+class EpochSampler(Sampler[list[int]]):
+    """The stateful half every planned batch sampler shares.
+
+    A subclass plans an epoch with a pure function of ``(spec, seed, epoch, ranks)``
+    (:meth:`_make_plan`, returning an object with ``indices``, ``offsets`` and ``len()``) and
+    says what its state must match (:meth:`_config`, including ``num_batches``); this class keeps
+    the ranks, the epoch and the position, hands out the batches and saves / restores a small,
+    strict JSON state (NOTE [ Resuming and DataLoader prefetch ]). :class:`BucketSampler` and
+    :class:`~bucketloader.pack.PackSampler` are the two.
+    """
+
+    def __init__(
+        self, *, shuffle: bool, seed: int, num_replicas: int | None, rank: int | None
+    ) -> None:
+        self.shuffle = check_bool("shuffle", shuffle)
+        self.seed = check_int("seed", seed, minimum=0)
+        self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
+        self.epoch = 0
+        self._start = 0
+        self._yielded = 0
+        self._plan: tuple[int, Any] | None = None
+
+    def _make_plan(self, epoch: int) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _config(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self._len
+
+    @functools.cached_property
+    def _len(self) -> int:
+        return int(self.spec.num_steps(self.num_replicas).sum())  # type: ignore[attr-defined]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use epoch ``epoch``'s plan next (a pending resume position in that epoch is kept)."""
+        epoch = check_int("epoch", epoch, minimum=0)
+        if epoch != self.epoch:
+            self.epoch, self._start, self._yielded = epoch, 0, 0
+
+    def plan(self, epoch: int | None = None) -> Any:
+        """This rank's plan of ``epoch`` (default: the current one; cached)."""
+        epoch = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
+        if self._plan is not None and self._plan[0] == epoch:
+            return self._plan[1]
+        plan = self._make_plan(epoch)
+        self._plan = (epoch, plan)
+        return plan
+
+    def __iter__(self) -> Iterator[list[int]]:
+        start, self._start = self._start, 0
+        plan = self.plan()
+        indices, offsets = plan.indices, plan.offsets
+        self._yielded = start
+        for i in range(start, len(plan)):
+            self._yielded = i + 1
+            yield indices[offsets[i] : offsets[i + 1]].tolist()
+
+    def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
+        """Small JSON-serialisable state: epoch, position and the configuration it belongs to.
+
+        Args:
+            batches_consumed: batches of the current epoch your loop has consumed, when it lags
+                the sampler (DataLoader prefetch, see NOTE [ Resuming and DataLoader prefetch ]);
+                default: the batches ``__iter__`` handed out.
+        """
+        pos = self._yielded
+        if batches_consumed is not None:
+            pos = check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
+        return {
+            "version": _STATE_VERSION,
+            "epoch": int(self.epoch),
+            "batches_yielded": int(pos),
+            "config": dict(self._config()),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next ``__iter__`` yields exactly the remaining batches of the saved epoch.
+
+        Raises ``ValueError`` if ``state`` comes from another configuration, naming both values.
+        """
+        epoch, pos = _check_state(state, self._config(), type(self).__name__)
+        self.epoch, self._start, self._yielded = epoch, pos, pos
+
+
+class BucketSampler(EpochSampler):
     """Batches of sample indices whose padded shapes are exactly :attr:`shapes`.
 
     Each sample belongs to a bucket (boundaries from :func:`~bucketloader.compute_boundaries`),
@@ -99,36 +202,13 @@ class BucketSampler(Sampler[list[int]]):
         longest_first: bool = False,
         **spec_options: Any,
     ) -> None:
-        if isinstance(lengths, BucketSpec):
-            if spec_options:
-                name = sorted(spec_options)[0]
-                raise TypeError(
-                    f"{name} cannot be combined with a BucketSpec (it already fixes the shapes); "
-                    f"pass {name} to BucketSpec.build instead"
-                )
-            self.spec = lengths
-        else:
-            self.spec = BucketSpec.build(lengths, **spec_options)
-        self.shuffle = check_bool("shuffle", shuffle)
-        self.seed = check_int("seed", seed, minimum=0)
-        world, me = _dist_defaults()
-        self.num_replicas = check_int(
-            "num_replicas", world if num_replicas is None else num_replicas, minimum=1
-        )
-        rank = check_int("rank", me if rank is None else rank)
-        if not 0 <= rank < self.num_replicas:
-            raise ValueError(
-                f"rank must be an int >= 0 and < num_replicas={self.num_replicas}, got "
-                f"rank={rank}; give each process its own rank in 0..{self.num_replicas - 1}"
-            )
-        self.rank = rank
+        self.spec: BucketSpec = spec_or_build(lengths, spec_options, BucketSpec)
+        super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
         self.weights = resolve_weights(self.spec, weights)
+        if self.weights is not None:
+            check_weights(self.spec, self.weights, self.num_replicas)  # at construction
         self.longest_first = check_bool("longest_first", longest_first)
         self._warn_losses()
-        self.epoch = 0
-        self._start = 0
-        self._yielded = 0
-        self._plan: tuple[int, EpochPlan] | None = None
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
@@ -173,26 +253,10 @@ class BucketSampler(Sampler[list[int]]):
 
         return PadCollator(self.shape_table, **kwargs)
 
-    # -- the torch Sampler contract -----------------------------------------------------------
-    def __len__(self) -> int:
-        return self._len
-
-    @functools.cached_property
-    def _len(self) -> int:
-        return int(self.spec.num_steps(self.num_replicas).sum())
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use epoch ``epoch``'s plan next (a pending resume position in that epoch is kept)."""
-        epoch = check_int("epoch", epoch, minimum=0)
-        if epoch != self.epoch:
-            self.epoch, self._start, self._yielded = epoch, 0, 0
-
-    def plan(self, epoch: int | None = None) -> EpochPlan:
-        """This rank's :class:`~bucketloader.plan.EpochPlan` (cached for the current epoch)."""
-        epoch = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
-        if self._plan is not None and self._plan[0] == epoch:
-            return self._plan[1]
-        plan = plan_epoch(
+    # -- the epoch plan (EpochSampler does the rest) ------------------------------------------
+    def _make_plan(self, epoch: int) -> EpochPlan:
+        """This rank's :class:`~bucketloader.plan.EpochPlan` of ``epoch`` (see :meth:`plan`)."""
+        return plan_epoch(
             self.spec,
             seed=self.seed,
             epoch=epoch,
@@ -202,8 +266,6 @@ class BucketSampler(Sampler[list[int]]):
             weights=self.weights,
             longest_first=self.longest_first,
         )
-        self._plan = (epoch, plan)
-        return plan
 
     def report(self, epoch: int | None = None) -> SamplingReport:
         """What an epoch does with the data, exactly (NOTE [ Where the report's numbers come
@@ -255,15 +317,6 @@ class BucketSampler(Sampler[list[int]]):
                 stacklevel=3,
             )
 
-    def __iter__(self) -> Iterator[list[int]]:
-        start, self._start = self._start, 0
-        plan = self.plan()
-        indices, offsets = plan.indices, plan.offsets
-        self._yielded = start
-        for i in range(start, len(plan)):
-            self._yielded = i + 1
-            yield indices[offsets[i] : offsets[i + 1]].tolist()
-
     # -- resumption ---------------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
         return {
@@ -277,27 +330,6 @@ class BucketSampler(Sampler[list[int]]):
             "num_batches": len(self),
             "plan_digest": self.spec.digest,
         }
-
-    def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
-        """Small JSON-serialisable state: epoch, position and the configuration it belongs to.
-
-        Args:
-            batches_consumed: batches of the current epoch your loop has consumed, when it lags
-                the sampler (DataLoader prefetch, see NOTE [ Resuming and DataLoader prefetch ]);
-                default: the batches ``__iter__`` handed out.
-        """
-        pos = self._yielded
-        if batches_consumed is not None:
-            pos = check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
-        return _make_state(self.epoch, pos, self._config())
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume: the next ``__iter__`` yields exactly the remaining batches of the saved epoch.
-
-        Raises ``ValueError`` if ``state`` comes from another configuration, naming both values.
-        """
-        epoch, pos = _check_state(state, self._config())
-        self.epoch, self._start, self._yielded = epoch, pos, pos
 
 
 class GroupedDataset(ConcatDataset):
@@ -347,43 +379,25 @@ class GroupedDataset(ConcatDataset):
         return {**sample, self.key: int(self.groups[index])}
 
 
-def _dist_defaults() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
-
-
 _STATE_VERSION = 1
 
 
-def _make_state(epoch: int, batches_yielded: int, config: dict[str, Any]) -> dict[str, Any]:
-    """``{"version", "epoch", "batches_yielded", "config"}`` with plain JSON types only."""
-    return {
-        "version": _STATE_VERSION,
-        "epoch": int(epoch),
-        "batches_yielded": int(batches_yielded),
-        "config": dict(config),
-    }
-
-
-def _check_state(state: Any, config: dict[str, Any]) -> tuple[int, int]:
+def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, int]:
     """Validate ``state`` against this sampler's ``config``; return ``(epoch, batches_yielded)``.
 
     Every mismatch names the key, the saved value and the current one.
     """
     if not isinstance(state, dict):
-        raise TypeError(f"state must be a dict from BucketSampler.state_dict(), got {state!r}")
+        raise TypeError(f"state must be a dict from {owner}.state_dict(), got {state!r}")
     missing = [k for k in ("version", "epoch", "batches_yielded", "config") if k not in state]
     if missing:
         raise ValueError(
-            f"state is missing {missing}; pass a dict from BucketSampler.state_dict(), "
+            f"state is missing {missing}; pass a dict from {owner}.state_dict(), "
             f"got keys {sorted(state)}"
         )
     if state["version"] != _STATE_VERSION:
         raise ValueError(
-            f"state has version={state['version']!r} but this BucketSampler reads "
+            f"state has version={state['version']!r} but this {owner} reads "
             f"version={_STATE_VERSION}"
         )
     saved = state["config"]
@@ -394,7 +408,7 @@ def _check_state(state: Any, config: dict[str, Any]) -> tuple[int, int]:
             raise ValueError(f"state['config'] has no {key!r}; it was saved by another version")
         if saved[key] != value:
             hint = (
-                " (the lengths, boundaries, batch sizes or last_batch differ)"
+                " (the lengths, boundaries, row lengths, batch sizes or policies differ)"
                 if key == "plan_digest"
                 else ""
             )

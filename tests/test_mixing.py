@@ -130,6 +130,14 @@ def test_weighted_plans_keep_ranks_in_step(sizes, weights, num_replicas, policy,
     if sum(w) == 0:
         w[0] = 1.0
     spec = BucketSpec.build(lengths, groups=groups, num_buckets=2, batch_size=3, last_batch=policy)
+    per_group = np.bincount(spec.cell_group, weights=spec.num_steps(num_replicas))
+    if per_group.sum() and not any(w[g] > 0 for g in np.flatnonzero(per_group)):
+        # every weight on datasets that make no batch ("drop" of a tiny dataset): refused
+        with pytest.raises(ValueError, match="make no batch"):
+            _all_ranks(spec, num_replicas, seed=1, epoch=epoch, weights=w, longest_first=longest)
+        with pytest.raises(ValueError, match="make no batch"):
+            BucketSampler(spec, weights=w, num_replicas=num_replicas, rank=0)
+        return
     plans = _all_ranks(spec, num_replicas, seed=1, epoch=epoch, weights=w, longest_first=longest)
     assert len({len(p) for p in plans}) == 1
     assert len(plans[0]) == int(spec.num_steps(num_replicas).sum())

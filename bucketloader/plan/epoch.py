@@ -197,6 +197,26 @@ def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
     return np.array([v / total for v in out])
 
 
+def check_weights(
+    spec: BucketSpec, weights: np.ndarray, num_replicas: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(natural steps per group, groups that make steps)``, or a clear error when the weight
+    falls only on groups that make no step (e.g. a dataset smaller than one batch under
+    ``last_batch="drop"``): the epoch would be empty while ``len()`` promises steps."""
+    steps = spec.num_steps(num_replicas)
+    ngroups = len(spec.group_values)
+    per_group = np.bincount(spec.cell_group, weights=steps, minlength=ngroups).astype(np.int64)
+    live = per_group > 0
+    if per_group.sum() and not (weights[live] > 0).any():
+        heavy = [spec.group_values[g] for g in np.flatnonzero(weights > 0).tolist()]
+        raise ValueError(
+            f"weights put every batch on group(s) {heavy}, which make no batch on "
+            f"{num_replicas} rank(s) under last_batch={spec.last_batch!r} (fewer samples than a "
+            "full batch); give weight to a group that makes batches, or use last_batch='pad'"
+        )
+    return per_group, live
+
+
 def apportion(total: int, weights: np.ndarray) -> np.ndarray:
     """Integers proportional to ``weights`` summing exactly to ``total`` (largest remainders;
     ties go to the lower index).
@@ -262,13 +282,11 @@ def _weighted(
     spec: BucketSpec, w: np.ndarray, seed: int, epoch: int, shuffle: bool, num_replicas: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(order, step cells, step j, segment start per step) of a weighted epoch."""
-    steps = spec.num_steps(num_replicas)
+    per_group, live = check_weights(spec, w, num_replicas)
     ngroups = len(spec.group_values)
-    per_group = np.bincount(spec.cell_group, weights=steps, minlength=ngroups).astype(np.int64)
-    live = per_group > 0
     total = int(per_group.sum())
     share = np.zeros(ngroups, dtype=np.int64)
-    if live.any() and w[live].sum() > 0:
+    if live.any():
         share[live] = apportion(total, w[live] / w[live].sum())
     orders: list[np.ndarray] = []
     offset = 0

@@ -139,15 +139,6 @@ def dist_ready(num_replicas: int) -> bool:
     )
 
 
-def default_replicas() -> tuple[int, int]:
-    """``(world size, rank)`` of the default process group, or ``(1, 0)``."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
-
-
 def describe_cell(lengths: Any) -> str:
     """A cell's padded lengths for messages."""
     vals = [int(x) for x in np.atleast_1d(lengths)]

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from bucketloader._ranks import resolve_ranks
 from bucketloader._types import LAST_BATCH
 from bucketloader._validation import check_choice, check_int
 from bucketloader.boundaries import BucketLookup, check_boundaries, round_up
@@ -57,7 +58,6 @@ from bucketloader.stream._schedule import (
     SCHEDULE_HEAD,
     all_reduce_counts,
     broadcast_lists,
-    default_replicas,
     dist_ready,
     lane_steps,
     step_shares,
@@ -180,13 +180,7 @@ class BucketIterable(torch.utils.data.IterableDataset):
                 "custom length_fn pass overflow=callable(sample, max_length) -> sample"
             )
         multiples = _per_input_ints("pad_to_multiple_of", pad_to_multiple_of, names)
-        world, me = default_replicas()
-        self.num_replicas = check_int(
-            "num_replicas", world if num_replicas is None else num_replicas, minimum=1
-        )
-        self.rank = check_int(
-            "rank", me if rank is None else rank, minimum=0, maximum=self.num_replicas - 1
-        )
+        self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
         if steps_per_epoch is not None:
             steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch, minimum=1)
         elif self.num_replicas > 1:
