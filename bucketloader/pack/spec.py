@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._validation import as_lengths, check_choice, check_int
+from bucketloader._validation import MAX_LENGTH, as_lengths, check_choice, check_int
 from bucketloader.pack._bins import SOLVER_VERSION, Patterns, lower_bound, solve
 from bucketloader.plan.budget import BatchRule
 
@@ -371,11 +371,11 @@ class PackSpec:
 
 def _row_lengths(row_length: Any) -> tuple[int, ...]:
     if isinstance(row_length, (list, tuple, np.ndarray)):
-        rows = tuple(check_int("row_length", n, minimum=1) for n in row_length)
+        rows = tuple(check_int("row_length", n, minimum=1, maximum=MAX_LENGTH) for n in row_length)
         if not rows or any(b <= a for a, b in itertools.pairwise(rows)):
             raise ValueError(
                 f"row_length must be an int >= 1 or strictly increasing ints, got "
                 f"row_length={tuple(row_length)!r}"
             )
         return rows
-    return (check_int("row_length", row_length, minimum=1),)
+    return (check_int("row_length", row_length, minimum=1, maximum=MAX_LENGTH),)
