@@ -190,6 +190,10 @@ def test_any_shards_any_steps_stay_in_step(
             assert all(b == alone[-1] for b in tail)
         for b in run:
             assert tuple(collate(b)["input_ids"].shape) == (batch, 32)
+    for s in streams:
+        t = s.stats
+        assert t["batches"] == steps
+        assert t["padded_rows"] + t["rows"] + t["repeated_rows"] == batch * steps
     if last_batch == "pad":  # every document (every piece of one) at most once
         tokens, lengths = Counter(), {d["id"]: len(d["input_ids"]) for s in shards for d in s}
         for run in runs:
@@ -250,13 +254,15 @@ def test_resume_behind_two_workers(gsm8k, kind, steps, k):
         )
 
     stream = make()
-    full = _ids(_loader(stream))
+    raw = list(_loader(stream))
+    full = _ids(raw)
     st_ = stream.stats  # the main process never iterated
     assert st_["batches"] == len(full) and st_["read"] == len(docs)
     assert st_["rows"] * ROW >= st_["tokens"] == int(gsm8k[:400].sum())
     assert sorted(i for b in full for i, _ in b) == list(range(len(docs)))
     if steps:
         assert len(full) == steps == len(make()) and full[-1] == []
+        assert all(b.planned_shape == (BATCH, ROW) for b in raw)  # pickled out of the workers
         assert st_["padded_rows"] >= BATCH
     first = make()
     head = []
