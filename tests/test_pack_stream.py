@@ -98,8 +98,8 @@ def test_overflow_policies():
         list(PackIterable([[1], []], row_length=4, batch_size=1))
     with pytest.raises(ValueError, match="overflow must be one of"):
         PackIterable(docs, length_fn="input_ids", row_length=10, batch_size=2, overflow="wrap")
-    with pytest.raises(ValueError, match="last_batch must be one of 'drop', 'pad'"):
-        PackIterable(docs, length_fn="input_ids", row_length=10, batch_size=2, last_batch="fill")
+    with pytest.raises(ValueError, match="last_batch must be one of 'drop', 'fill', 'pad'"):
+        PackIterable(docs, length_fn="input_ids", row_length=10, batch_size=2, last_batch="keep")
 
 
 def test_max_documents_bounds_every_batch():

@@ -6,7 +6,8 @@ over the length histogram, fitted once by :class:`PackSpec`, dealt afresh each e
 as ``input_ids``, ``labels`` (-100 at every document start), ``position_ids`` restarting per
 document, ``document_ids`` and fixed-size ``cu_seqlens``; :mod:`bucketloader.pack.masks` turns
 ``document_ids`` into SDPA / eager masks and flex-attention block masks.
-:class:`PackIterable` does the same for streams (online best-fit over a bounded buffer),
+:class:`PackIterable` does the same for streams (online best-fit over a bounded buffer; split over
+DDP ranks, ``steps_per_epoch`` equal steps of the one shape on every rank),
 :class:`SplitDataset` cuts documents longer than a row into pieces first.
 """
 

@@ -21,6 +21,51 @@ positions, rebuilds the rows and carries on: the remaining batches are exactly t
 uninterrupted run. The source helpers follow the stream's rules (NOTE [ Who shards the stream
 across DataLoader workers ] in :mod:`bucketloader.stream._source`); they are repeated here so
 that the two subpackages stay independent.
+
+NOTE [ A packing stream split over ranks ]
+Under DDP every rank must make the same number of steps (or the last collective hangs), with a
+batch of the same shape at each step, and no rank can see the others' shards. The bucketing
+stream's rule (NOTE [ A stream split over ranks ] in :mod:`bucketloader.stream._schedule`)
+needs a schedule of shapes; a packing stream has one shape, so its rule is a count alone, which
+every rank evaluates without any communication, at construction or per step:
+
+* **Steps.** With ``steps_per_epoch=T`` every rank makes exactly ``T`` steps per epoch, each a
+  :class:`~bucketloader.plan.PlannedBatch` of the one planned shape ``(B, L)``. ``T`` is required
+  with more than one rank (``num_replicas``, by default the process group's size): no rank can
+  know how many batches the other shards fill.
+* **DataLoader workers are lanes.** Worker ``w`` of ``W`` makes the steps ``w, w + W, ...``,
+  which the DataLoader hands out round-robin, so a rank makes ``T`` steps whatever its
+  ``num_workers``; each worker packs its share of the rank's shard (NOTE [ Who shards the
+  stream across DataLoader workers ] in :mod:`bucketloader.stream._source`).
+* **Filling a step.** A lane packs exactly as the one-pass stream does (NOTE [ Online best-fit
+  over a bounded buffer ]) until ``B`` rows have closed, and hands them out: its steps are the
+  one-pass batches of its shard, in order. When the shard ends, the documents of the open rows
+  are packed again offline and the last, short batch is completed with all-padding rows
+  (``last_batch="pad"``; counted in ``padded_rows``) or with repeats of its own rows
+  (``"fill"``; ``repeated_rows``).
+* **A shard that runs dry** still takes its remaining steps. Under ``"pad"`` each is a
+  padding-only batch: an empty ``PlannedBatch`` (``num_real=0``), which
+  :class:`~bucketloader.pack.PackCollator` lays out as ``B`` all-padding rows (``input_ids``
+  ``pad_token_id``, ``labels`` -100, ``document_ids`` -1, ``position_ids`` ``0..L-1``, one
+  padding run per row in ``cu_seqlens``; ``padded_rows`` counts them). No token has a target,
+  so the rank adds nothing to the gradients *if the loss is normalised by the target tokens of
+  the whole step across ranks* (``Trainer``'s ``num_items_in_batch`` with
+  ``average_tokens_across_devices``), not by the batch's own count, which is 0 (a per-batch
+  mean is 0/0 = NaN). Under ``"fill"`` the lane repeats its last batch instead (documents
+  repeat; every target is real). Packing needs no stand-in sample for a padding row, so even a
+  lane whose shard is empty takes its steps, as padding only.
+* **The end.** After its last step a lane stops. The documents still in its open rows and in
+  closed rows not yet handed out are not used this epoch (``left_over`` counts them, a piece of
+  a split document as one), nor is the unread rest of its shard: an open row is not full, and
+  closing it early would only add padding. Choose ``T`` near ``tokens per rank / (B * L)`` (the
+  bound on rows over ``B``; online best fit stays within a few percent of it): ``padded_rows``
+  says ``T`` is too large, ``left_over`` (and ``read`` short of the shard) too small.
+
+Under ``"pad"`` every document of a rank's shard is in at most one batch of the epoch, so
+disjoint shards give every document at most once over the ranks. A split stream resumes by
+replay (NOTE [ Resuming a packing stream behind DataLoader workers ] in
+:mod:`bucketloader.pack.stream`): each lane's count of batches follows from the batches
+consumed alone.
 """
 
 from __future__ import annotations
@@ -37,6 +82,8 @@ import numpy as np
 
 from bucketloader._samples import length_reader
 from bucketloader.pack._bins import solve
+from bucketloader.pack._counters import FLUSH_EVERY, STATS
+from bucketloader.plan import PlannedBatch
 
 STATE_FORMAT = 1
 
@@ -55,14 +102,20 @@ def is_stateful(source: Any) -> bool:
     )
 
 
+def self_sharding(source: Any) -> bool:
+    """Whether ``source`` splits itself among DataLoader workers (torch or HF iterable
+    datasets)."""
+    from torch.utils.data import IterableDataset
+
+    return isinstance(source, IterableDataset) or is_hf(source)
+
+
 def open_source(source: Any, worker: tuple[int, int]) -> Iterator[Any]:
     """A fresh iterator over this worker's share: self-sharding sources (torch or HF iterable
     datasets) split themselves, any other iterable is split round-robin by position."""
-    from torch.utils.data import IterableDataset
-
     it = iter(source)
     wid, num = worker
-    if num > 1 and not (isinstance(source, IterableDataset) or is_hf(source)):
+    if num > 1 and not self_sharding(source):
         it = itertools.islice(it, wid, None, num)
     return it
 
@@ -99,7 +152,12 @@ def cut(sample: Any, length: int, start: int, stop: int) -> Any:
 
 @dataclass(frozen=True)
 class PassConfig:
-    """What a pass needs from its :class:`~bucketloader.pack.PackIterable`."""
+    """What a pass needs from its :class:`~bucketloader.pack.PackIterable`.
+
+    ``steps`` is ``steps_per_epoch`` (0: one pass over the source; NOTE [ A packing stream split
+    over ranks ]), ``rank`` names the rank in messages, ``counters`` is the shared
+    :class:`~bucketloader.pack._counters.Counters` table (or ``None``).
+    """
 
     source: Any
     measure: Callable[[Any], int]
@@ -112,15 +170,21 @@ class PassConfig:
     last_batch: str
     stateful: bool
     config: dict[str, Any]
+    steps: int = 0
+    rank: int = 0
+    counters: Any = None
 
 
 class Engine:
     """Rows and counters of one pass; :meth:`run` is the generator of batches."""
 
-    def __init__(self, cfg: PassConfig, epoch: int, worker: tuple[int, int]) -> None:
+    def __init__(
+        self, cfg: PassConfig, epoch: int, worker: tuple[int, int], *, skip: int = 0
+    ) -> None:
         self.o = cfg
         self.epoch = epoch
         self.worker = worker
+        self.skip = skip  # batches to make but not hand out (a resume by replay)
         self.read = 0
         self.batches = 0
         self.phase = "stream"
@@ -131,11 +195,11 @@ class Engine:
         self.rows: dict[int, list[Any]] = {}
         self.caps: list[tuple[int, int]] = []
         self.ready: list[tuple[list[tuple[int, int]], list[Any]]] = []
-        self.stats = dict.fromkeys(
-            ("overflow_dropped", "truncated", "split", "tail_dropped", "rows", "tokens"), 0
-        )
+        self.stats = dict.fromkeys(STATS, 0)
         self.snaps: list[tuple[int, Any]] = [(0, None)]
         self.every = max(64, cfg.open_rows * 4)
+        self._src: Iterator[Any] = iter(())
+        self._last: list[tuple[list[tuple[int, int]], list[Any]]] = []  # "fill" repeats it
 
     # -- per document -----------------------------------------------------------------------
     def pieces(self, pos: int, sample: Any) -> list[tuple[int, Any, int]]:
@@ -206,30 +270,59 @@ class Engine:
         self.ready.append((row[1], row[2]))
 
     def _batch(self) -> list[Any]:
-        take, self.ready = self.ready[: self.o.batch_size], self.ready[self.o.batch_size :]
+        """The next batch: up to ``B`` closed rows; a short one (the end of the shard) is
+        completed by ``last_batch``: all-padding rows (``"pad"``, by the collator) or repeats
+        of its own rows (``"fill"``)."""
+        bsz = self.o.batch_size
+        take, self.ready = self.ready[:bsz], self.ready[bsz:]
         self.batches += 1
         self.stats["rows"] += len(take)
         out = [s for _, samples in take for s in samples]
         self.stats["tokens"] += sum(self.o.measure(s) for s in out)
+        short = bsz - len(take)
+        if short and self.o.last_batch == "fill":
+            take = take + [take[k % len(take)] for k in range(short)]
+            out = [s for _, samples in take for s in samples]
+            self.stats["repeated_rows"] += short
+        elif short:
+            self.stats["padded_rows"] += short
+        self._last = take
         return out
 
     # -- the pass ---------------------------------------------------------------------------
     def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
+        """The batches of this lane's pass (one pass, or its scheduled steps)."""
+        self._src = it
+        return self._hand_out(self._steps() if self.o.steps else self._pass())
+
+    def _fill(self) -> None:
+        """Read the source until ``B`` rows are closed; at its end, pack the documents of the
+        open rows again offline (phase ``"tail"``)."""
+        if self.phase != "stream":
+            return
         bsz = self.o.batch_size
-        if self.phase == "stream":
-            stateful, every = self.o.stateful, self.every
-            for sample in it:
-                pos = self.read
-                self.read = pos + 1
-                if stateful and self.read % every == 0:
-                    self._snapshot()
-                for piece, part, size in self.pieces(pos, sample):
-                    self._place((pos, piece), part, size)
-                while len(self.ready) >= bsz:
-                    yield self._batch()
-            self._repack()
-            self.phase = "tail"
-        while len(self.ready) >= bsz:
+        if len(self.ready) >= bsz:
+            return
+        stateful, every, place, pieces = self.o.stateful, self.every, self._place, self.pieces
+        for sample in self._src:
+            pos = self.read
+            self.read = pos + 1
+            if stateful and self.read % every == 0:
+                self._snapshot()
+            for piece, part, size in pieces(pos, sample):
+                place((pos, piece), part, size)
+            if len(self.ready) >= bsz:
+                return
+        self._repack()
+        self.phase = "tail"
+
+    def _pass(self) -> Iterator[list[Any]]:
+        """One pass over the source (NOTE [ Online best-fit over a bounded buffer ])."""
+        bsz = self.o.batch_size
+        while True:
+            self._fill()
+            if len(self.ready) < bsz:
+                break
             yield self._batch()
         if self.ready:
             if self.o.last_batch == "drop":
@@ -238,6 +331,62 @@ class Engine:
             else:
                 yield self._batch()
         self.phase = "done"
+
+    def _steps(self) -> Iterator[list[Any]]:
+        """This lane's share of ``steps_per_epoch`` (NOTE [ A packing stream split over
+        ranks ]): every step a batch of the planned shape, padding-only once the shard is dry."""
+        o = self.o
+        lane, lanes = self.worker
+        shape = (o.batch_size, o.row_length)
+        for _ in range(lane, o.steps, lanes):
+            self._fill()
+            if self.ready:
+                batch = self._batch()
+            elif o.last_batch == "fill" and self._last:  # dry: repeat the lane's last batch
+                batch = [s for _, samples in self._last for s in samples]
+                self.stats["repeated_rows"] += len(self._last)
+                self.batches += 1
+            else:  # dry: a padding-only step (the collator writes B all-padding rows)
+                batch = []
+                self.stats["padded_rows"] += o.batch_size
+                self.batches += 1
+            yield PlannedBatch(batch, planned_shape=shape, num_real=len(batch))
+        self.stats["left_over"] = len(self._buffered())
+
+    def _hand_out(self, batches: Iterator[list[Any]]) -> Iterator[list[Any]]:
+        """Yield ``batches``, minus the first ``skip`` (a resume by replay). The lane's batch
+        count reaches the shared table before each batch is handed out (a resume needs it
+        exact); the other counters every :data:`FLUSH_EVERY` batches and at the end."""
+        counters, lane = self.o.counters, self.worker[0]
+        self.flush()
+        for batch in batches:
+            if self.skip:
+                self.skip -= 1
+                self.stats["skipped"] += 1
+                continue
+            if self.batches % FLUSH_EVERY == 0:
+                self.flush()
+            elif counters is not None:
+                counters.tick(lane, self.batches)
+            yield batch
+        self.flush(done=True)
+
+    def flush(self, done: bool = False) -> None:
+        """Write this lane's counters to the shared table (NOTE [ A packing stream's counters
+        across DataLoader workers ] in :mod:`bucketloader.pack._counters`)."""
+        if self.o.counters is None:
+            return
+        self.o.counters.write(
+            self.worker[0],
+            {
+                **self.stats,
+                "epoch": self.epoch,
+                "lanes": self.worker[1],
+                "done": int(done),
+                "read": self.read,
+                "batches": self.batches,
+            },
+        )
 
     def _repack(self) -> None:
         """Pack the documents of the open rows again, offline (tighter than closing them)."""

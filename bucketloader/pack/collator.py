@@ -137,12 +137,31 @@ class PackCollator:
 
     # --- collation -------------------------------------------------------------------------
     def __call__(self, samples: Any) -> dict[str, Any]:
-        """Lay ``samples`` (one batch, row after row) out at its planned shape."""
-        if not isinstance(samples, (list, tuple)) or not samples:
+        """Lay ``samples`` (one batch, row after row) out at its planned shape.
+
+        A batch that carries its ``planned_shape`` (a :class:`~bucketloader.plan.PlannedBatch`
+        from a stream split over ranks) is laid out at that shape; an empty one is a
+        padding-only step: ``B`` all-padding rows (NOTE [ A packing stream split over ranks ] in
+        :mod:`bucketloader.pack._stream`).
+        """
+        planned = getattr(samples, "planned_shape", None)
+        if not isinstance(samples, (list, tuple)) or not (samples or planned is not None):
             raise ValueError(
                 f"PackCollator needs a non-empty list of samples, got {type(samples).__name__} "
                 f"of length {len(samples) if hasattr(samples, '__len__') else '?'}"
             )
+        table = self.table
+        if planned is not None:
+            planned = tuple(planned)
+            if planned not in table.shapes:
+                raise ValueError(
+                    f"the batch's planned_shape {planned} is not one of this collator's shapes "
+                    f"{sorted(table.shapes)}; build the collator with stream.collator()"
+                )
+            shape = table.shapes.index(planned)
+            if not samples:
+                rows, width = planned
+                return self._layout([], None, [], [], rows, width, shape)
         ids, labels = self._tokens(samples)
         first = ids[0]
         if isinstance(first, torch.Tensor) and first.ndim == 1:  # Tensor.__len__ is slow
@@ -159,9 +178,14 @@ class PackCollator:
                     f"sample {i} of the batch has {lens[i]} tokens but {len(labels[i])} labels "
                     f"({self.labels_key!r}); labels must align with the tokens"
                 )
-        table = self.table
         longest = max(lens)
-        shape = table.target(longest)
+        if planned is None:
+            shape = table.target(longest)
+        elif longest > table.row_lengths[shape] and not table.truncate:
+            raise ValueError(
+                f"a document of {longest} tokens is longer than the batch's planned row length "
+                f"{table.row_lengths[shape]}; the stream's samples disagree with their length_fn"
+            )
         rows, width = table.batch_sizes[shape], table.row_lengths[shape]
         if longest > width:  # overflow="truncate": cut to the longest row length
             ids = [x[:width] for x in ids]
@@ -267,7 +291,7 @@ def _arange(size: int) -> np.ndarray:
 def _tokens(values: list[Any], spans: list[tuple[int, int, int]], width: int, pad: int) -> Any:
     """The flat ``(rows * width,)`` int64 layout: each row's documents, then ``pad``; written by
     one concatenate (tensors, arrays) or one conversion (lists)."""
-    first = values[0]
+    first = values[0] if values else None  # none: a padding-only batch
     if isinstance(first, torch.Tensor):
         buf = _pad_buffer(pad, width)
         pieces: list[Any] = []

@@ -7,6 +7,29 @@ time as a batch, a list of documents row after row, which
 :class:`~bucketloader.pack.PackCollator` lays out exactly as for the map-style
 :class:`~bucketloader.pack.PackSampler`. Collate with
 ``DataLoader(stream, batch_size=None, collate_fn=stream.collator())``.
+
+Split over ranks (``num_replicas > 1``, or ``steps_per_epoch``), every rank makes exactly
+``steps_per_epoch`` steps of the one shape, with no communication (NOTE [ A packing stream split
+over ranks ] in :mod:`bucketloader.pack._stream`).
+
+NOTE [ Resuming a packing stream behind DataLoader workers ]
+The bucketing stream's rule (NOTE [ Resuming a stream behind DataLoader workers ] in
+:mod:`bucketloader.stream.iterable`), for packing. In one process (``num_workers=0``) a one-pass
+stream's state is exact and cheap: positions of the buffered documents and a source checkpoint
+(NOTE [ Exact resume of the packing stream ]). Behind workers the main process never sees the
+workers' rows; what it can own is *how many batches each worker had handed out*, which the
+shared counters give (NOTE [ A packing stream's counters across DataLoader workers ] in
+:mod:`bucketloader.pack._counters`). ``state_dict(batches_consumed=k)`` turns the ``k`` batches
+the loop consumed into a count per worker (the DataLoader hands batches out round-robin over the
+workers still running; with ``steps_per_epoch`` worker ``w`` made ``len(range(w, k, W))`` of
+them); on resume each worker replays its pass from the start of the epoch and hands out only
+what comes after its count: exact, at the cost of re-reading and re-packing the documents
+consumed so far (no collation, no training), and it needs the same ``num_workers``. A stream
+with ``steps_per_epoch`` always resumes this way. A new DataLoader starts its round-robin at
+worker 0 while the next batch may be worker ``f``'s: a source this stream splits itself (a list,
+a generator factory) is then *rotated* (DataLoader worker ``w`` plays worker ``(w + f) mod W``);
+a source that shards itself by worker id (HF or torch ``IterableDataset``) cannot be, so
+``state_dict`` asks for a ``k`` that is a multiple of ``num_workers``.
 """
 
 from __future__ import annotations
@@ -19,6 +42,7 @@ import numpy as np
 import torch.utils.data
 
 from bucketloader._validation import check_choice, check_int
+from bucketloader.pack._counters import MAX_LANES, STATS, Counters
 from bucketloader.pack._stream import (
     STATE_FORMAT,
     Engine,
@@ -26,9 +50,12 @@ from bucketloader.pack._stream import (
     is_stateful,
     make_length_fn,
     open_source,
+    self_sharding,
 )
+from bucketloader.pack.sampler import _dist_defaults
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
 from bucketloader.plan.budget import BatchRule
+from bucketloader.stream.iterable import check_source, split_round_robin
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
 
@@ -37,6 +64,8 @@ __all__ = ["STREAM_OVERFLOW", "PackIterable"]
 STREAM_OVERFLOW = ("drop", "error", "split", "truncate")
 #: A row stays open while at most this many buffers' worth of tokens (``open_rows * L``) arrive.
 STALE_BUFFERS = 2
+#: The state of a resume by replay (NOTE [ Resuming a packing stream behind DataLoader workers ]).
+REPLAY_FORMAT = 2
 
 
 class PackIterable(torch.utils.data.IterableDataset):
@@ -45,7 +74,8 @@ class PackIterable(torch.utils.data.IterableDataset):
     Args:
         source: the documents: an HF ``IterableDataset``, a torch ``IterableDataset`` or any
             iterable. Re-iterable sources give one pass per epoch (``set_epoch`` is passed on to
-            a source that has it, e.g. ``IterableDataset.shuffle``).
+            a source that has it, e.g. ``IterableDataset.shuffle``). Split over ranks, it is
+            *this rank's* shard (``split_dataset_by_node``, or ``documents[rank::world]``).
         length_fn: ``None`` (``len(sample)``; a dict's only sequence field), a key
             (``len(sample[key])``) or a callable ``sample -> tokens``.
         row_length: tokens per row ``L``.
@@ -56,15 +86,24 @@ class PackIterable(torch.utils.data.IterableDataset):
         overflow: documents longer than ``L``: ``"error"``, ``"drop"``, ``"truncate"`` or
             ``"split"`` (pieces of ``L`` tokens; dict samples have every field of the
             document's length cut alike), counted in :attr:`stats`.
-        last_batch: the last, partial batch: ``"pad"`` (the collator adds all-padding rows) or
-            ``"drop"``.
+        last_batch: the last, short batch: ``"pad"`` (the collator adds all-padding rows),
+            ``"fill"`` (topped up with repeats of its own rows) or ``"drop"``. With
+            ``steps_per_epoch``: ``"pad"`` or ``"fill"``.
         max_documents: at most this many documents per batch (``cu_seqlens`` has
             ``max_documents + B + 1`` entries); default ``B * L`` (any document >= 1 token).
+        num_replicas, rank: ranks (default: from ``torch.distributed``). With more than one,
+            ``steps_per_epoch`` is required and every rank makes exactly that many steps of the
+            one shape (NOTE [ A packing stream split over ranks ] in
+            :mod:`bucketloader.pack._stream`).
+        steps_per_epoch: fixed steps per epoch on every rank (``len(stream)``), each a
+            :class:`~bucketloader.plan.PlannedBatch`, padding-only once the shard runs dry;
+            ``None`` (one rank only): one pass over the source.
 
     Under a ``DataLoader`` with workers each worker packs its own shard (the stream's rule:
     torch and HF iterable datasets shard themselves, other iterables are split round-robin).
-    ``state_dict()`` / ``load_state_dict()`` resume mid-epoch exactly (NOTE [ Exact resume of the
-    packing stream ] in :mod:`bucketloader.pack._stream`).
+    ``state_dict()`` / ``load_state_dict()`` resume mid-epoch exactly, in one process or behind
+    workers (NOTE [ Resuming a packing stream behind DataLoader workers ]); :attr:`stats` counts
+    what the pass did, also from the main process.
 
     Example:
         >>> stream = PackIterable([[1] * n for n in [5, 3, 2, 6, 2, 4]], row_length=8,
@@ -73,6 +112,10 @@ class PackIterable(torch.utils.data.IterableDataset):
         [(2, 8)]
         >>> [[len(doc) for doc in batch] for batch in stream]
         [[5, 3, 2, 6], [4, 2]]
+        >>> ranked = PackIterable([[1] * n for n in [5, 3, 2, 6]], row_length=8, batch_size=1,
+        ...                       num_replicas=2, rank=0, steps_per_epoch=3)
+        >>> [[len(doc) for doc in batch] for batch in ranked], len(ranked)
+        ([[5, 3], [2, 6], []], 3)
     """
 
     def __init__(
@@ -87,7 +130,11 @@ class PackIterable(torch.utils.data.IterableDataset):
         overflow: str = "error",
         last_batch: str = "pad",
         max_documents: int | None = None,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        steps_per_epoch: int | None = None,
     ) -> None:
+        check_source(source)
         self.source = source
         self.length_fn = length_fn
         self._measure = make_length_fn(length_fn)
@@ -101,15 +148,38 @@ class PackIterable(torch.utils.data.IterableDataset):
             )
         self.open_rows = check_int("open_rows", open_rows, minimum=1)
         self.overflow = check_choice("overflow", overflow, STREAM_OVERFLOW)
-        self.last_batch = check_choice(
-            "last_batch", last_batch, [x for x in PACK_LAST_BATCH if x != "fill"]
-        )
+        self.last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
         default = self.batch_size * self.row_length
         self.max_documents = check_int(
             "max_documents",
             default if max_documents is None else max_documents,
             minimum=self.batch_size,
         )
+        world, me = _dist_defaults()
+        self.num_replicas = check_int(
+            "num_replicas", world if num_replicas is None else num_replicas, minimum=1
+        )
+        self.rank = check_int(
+            "rank", me if rank is None else rank, minimum=0, maximum=self.num_replicas - 1
+        )
+        if steps_per_epoch is not None:
+            steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch, minimum=1)
+        elif self.num_replicas > 1:
+            raise ValueError(
+                f"a stream split over num_replicas={self.num_replicas} ranks needs "
+                "steps_per_epoch: every rank must make the same number of steps, and no rank "
+                "can know how many the other ranks' shards fill; pass about tokens per rank / "
+                f"(batch_size * row_length) = tokens per rank / {default} (stats shows "
+                "left_over and padded_rows to tune it)"
+            )
+        if steps_per_epoch is not None and self.last_batch not in ("pad", "fill"):
+            raise ValueError(
+                f"with steps_per_epoch every step keeps its planned shape, so last_batch must be "
+                f"'pad' (short batches get all-padding rows) or 'fill' (repeats), got "
+                f"last_batch={self.last_batch!r}"
+            )
+        self.steps_per_epoch = steps_per_epoch
+        self._counters = Counters()
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._engine: Engine | None = None
@@ -147,45 +217,78 @@ class PackIterable(torch.utils.data.IterableDataset):
             stale_tokens=STALE_BUFFERS * self.open_rows * self.row_length,
             overflow=self.overflow,
             last_batch=self.last_batch,
-            stateful=is_stateful(self.source),
+            stateful=is_stateful(self.source) and self.steps_per_epoch is None,
             config=self._config(),
+            steps=self.steps_per_epoch or 0,
+            rank=self.rank,
+            counters=self._counters,
         )
 
     # -- iteration --------------------------------------------------------------------------
     def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch`` for the next pass (and pass it on to a source with ``set_epoch``)."""
+        """Use ``epoch`` for the next pass (and pass it on to a source with ``set_epoch``).
+
+        A pending resume (``load_state_dict``) of another epoch is forgotten."""
         self.epoch = check_int("epoch", epoch, minimum=0)
+        if self._resume is not None and self._resume["epoch"] != self.epoch:
+            self._resume = None
+
+    def __len__(self) -> int:
+        if self.steps_per_epoch is None:
+            raise TypeError(
+                "a PackIterable without steps_per_epoch makes as many batches as its source "
+                "fills, which is unknown before the pass; pass steps_per_epoch for a length"
+            )
+        return self.steps_per_epoch
 
     def __iter__(self) -> Iterator[list[Any]]:
         info = torch.utils.data.get_worker_info()
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
         state, self._resume = self._resume, None
+        skip = 0
         if state is not None:
             self.epoch = int(state["epoch"])
-            if list(state["worker"]) != list(worker):
+            if state["format"] == REPLAY_FORMAT:
+                if state["workers"] and state["workers"] != worker[1]:
+                    raise ValueError(
+                        f"state was saved with {state['workers']} DataLoader workers, this "
+                        f"loader has {worker[1]}; resume with the same num_workers"
+                    )
+                worker = ((worker[0] + state["first"]) % worker[1], worker[1])  # the rotation
+                skip = int(state["skip"][worker[0]]) if state["skip"] else 0
+            elif list(state["worker"]) != list(worker):
                 raise ValueError(
                     f"state was saved by worker {state['worker']}, this is worker {list(worker)}"
                 )
         if callable(getattr(self.source, "set_epoch", None)):
             self.source.set_epoch(self.epoch)
-        engine = Engine(self._pass_config(), self.epoch, worker)
+        engine = Engine(self._pass_config(), self.epoch, worker, skip=skip)
         self._engine = engine
-        it = engine.resume(state) if state is not None else open_source(self.source, worker)
+        if state is not None and state["format"] == STATE_FORMAT:
+            it = engine.resume(state)
+        else:
+            it = open_source(self.source, worker)
         return engine.run(it)
 
     @property
     def stats(self) -> dict[str, int]:
-        """Counters of the current (or last) pass in this process: ``read``, ``batches``,
-        ``rows``, ``tokens`` (real tokens yielded), ``overflow_dropped``, ``truncated``,
-        ``split``, ``tail_dropped``."""
-        if self._engine is None:
+        """Counters of the current (or last) pass, over this rank's DataLoader workers and
+        visible from the main process: ``read``, ``batches``, ``rows`` and ``tokens`` (real
+        rows and tokens handed out), ``overflow_dropped``, ``truncated``, ``split``,
+        ``tail_dropped``, ``padded_rows`` (all-padding rows of short and padding-only batches),
+        ``repeated_rows`` (``"fill"``), ``left_over`` (documents still buffered when the steps
+        ran out) and ``skipped`` (batches replayed by a resume)."""
+        engine = self._engine
+        if engine is not None and engine.worker == (0, 1) and engine.epoch == self.epoch:
+            return {**engine.stats, "read": engine.read, "batches": engine.batches}
+        lanes = self._counters.lanes(self.epoch)
+        if not lanes:
             return {}
-        e = self._engine
-        return {**e.stats, "read": e.read, "batches": e.batches}
+        return {name: sum(lane[name] for lane in lanes) for name in ("read", "batches", *STATS)}
 
     # -- state ------------------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
-        return {
+        config: dict[str, Any] = {
             "row_length": self.row_length,
             "batch_size": self.batch_size,
             "open_rows": self.open_rows,
@@ -193,24 +296,77 @@ class PackIterable(torch.utils.data.IterableDataset):
             "last_batch": self.last_batch,
             "max_documents": self.max_documents,
         }
+        if self.steps_per_epoch is not None:
+            config.update(num_replicas=self.num_replicas, steps_per_epoch=self.steps_per_epoch)
+        return config
 
-    def state_dict(self) -> dict[str, Any]:
-        """JSON-serialisable position of the current pass (after the last batch handed out)."""
-        if self._resume is not None:
+    def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
+        """JSON-serialisable position of the current pass.
+
+        Args:
+            batches_consumed: batches of this epoch the training loop consumed, when it lags
+                the stream (DataLoader prefetch); default: every batch handed out so far
+                (NOTE [ Resuming a packing stream behind DataLoader workers ]).
+        """
+        if self._resume is not None and batches_consumed is None:
             return self._resume
-        if self._engine is None:
-            return Engine(self._pass_config(), self.epoch, (0, 1)).state_dict()
-        return self._engine.state_dict()
+        engine = self._engine
+        if engine is not None and engine.epoch != self.epoch:
+            engine = None  # a pass of another epoch
+        lanes = self._counters.lanes(self.epoch)
+        if self.steps_per_epoch is None:
+            if engine is None and not lanes and batches_consumed in (None, 0):
+                return Engine(self._pass_config(), self.epoch, (0, 1)).state_dict()
+            exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
+            if exact and batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
+                return engine.state_dict()  # type: ignore[union-attr]
+        workers = lanes[0]["lanes"] if lanes else 0
+        if workers > MAX_LANES:
+            raise ValueError(
+                f"only {MAX_LANES} of the {workers} DataLoader workers are counted, so the state "
+                f"cannot say where each stopped; resume needs num_workers <= {MAX_LANES}"
+            )
+        rows = {lane["lane"]: lane for lane in lanes}  # a worker yet to make a batch has no row
+        produced = [rows[w]["batches"] if w in rows else 0 for w in range(workers)]
+        total = sum(produced)
+        k = total if batches_consumed is None else batches_consumed
+        k = check_int("batches_consumed", k, minimum=0, maximum=total)
+        first = 0
+        if not lanes:
+            skip: list[int] = []
+        elif self.steps_per_epoch is not None:
+            skip = [len(range(w, k, workers)) for w in range(workers)]
+            first = k % workers
+        else:
+            skip, first = split_round_robin(
+                k, [produced[w] if w in rows and rows[w]["done"] else None for w in range(workers)]
+            )
+        if first and self_sharding(self.source):
+            lo = k - k % workers
+            raise ValueError(
+                f"cannot resume exactly after {k} batches with {workers} DataLoader workers: "
+                f"a new DataLoader starts at worker 0, the next batch is worker {first}'s, and "
+                f"{type(self.source).__name__} shards itself by worker id; save the state after "
+                f"a multiple of num_workers batches (e.g. {lo} or {lo + workers})"
+            )
+        return {
+            "format": REPLAY_FORMAT,
+            "config": self._config(),
+            "epoch": self.epoch,
+            "workers": workers,
+            "skip": skip,
+            "first": first,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            got = state.get("format") if isinstance(state, dict) else type(state).__name__
-            raise ValueError(
-                f"state must be a dict from PackIterable.state_dict() with format "
-                f"{STATE_FORMAT}, got format {got!r}"
-            )
+        check_state(state)
         mine = self._config()
+        if set(state["config"]) != set(mine):
+            raise ValueError(
+                f"state has configuration keys {sorted(state['config'])} but this "
+                f"PackIterable has {sorted(mine)}; build the stream as when it was saved"
+            )
         for key, value in state["config"].items():
             if mine.get(key) != value:
                 raise ValueError(
@@ -218,9 +374,69 @@ class PackIterable(torch.utils.data.IterableDataset):
                 )
         if iter(self.source) is self.source:
             raise ValueError("cannot resume a one-shot iterator; pass a re-iterable source")
-        if state["source"]["state"] is not None and not is_stateful(self.source):
-            raise ValueError("state holds a source state_dict but the source cannot load one")
+        if state["format"] == STATE_FORMAT:
+            if state["source"]["state"] is not None and not is_stateful(self.source):
+                raise ValueError("state holds a source state_dict but the source cannot load one")
+        self.epoch = int(state["epoch"])
         self._resume = state
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_engine": None}
+
+
+_STATE_KEYS: dict[int, dict[str, type]] = {
+    STATE_FORMAT: {
+        "config": dict,
+        "epoch": int,
+        "worker": list,
+        "phase": str,
+        "read": int,
+        "batches": int,
+        "open": list,
+        "ready": list,
+        "source": dict,
+        "stats": dict,
+    },
+    REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
+}
+
+
+def check_state(state: Any) -> None:
+    """The shape of a state, checked when it is loaded (not when the pass starts)."""
+    if not isinstance(state, dict):
+        raise TypeError(
+            f"state must be a dict from PackIterable.state_dict(), got {type(state).__name__}"
+        )
+    fmt = state.get("format")
+    if fmt not in _STATE_KEYS:
+        raise ValueError(
+            f"state must be a dict from PackIterable.state_dict() with format "
+            f"{STATE_FORMAT} or {REPLAY_FORMAT}, got format {fmt!r}"
+        )
+    for key, kind in _STATE_KEYS[fmt].items():
+        if key not in state:
+            raise ValueError(
+                f"state is missing {key!r}; pass a dict from PackIterable.state_dict(), got "
+                f"keys {sorted(state)}"
+            )
+        value = state[key]
+        negative = isinstance(value, int) and value < 0
+        if not isinstance(value, kind) or isinstance(value, bool) or negative:
+            raise ValueError(f"state[{key!r}] must be a {kind.__name__}, got {value!r}")
+    if fmt == REPLAY_FORMAT:
+        skip = state["skip"]
+        bad = [x for x in skip if not isinstance(x, int) or isinstance(x, bool) or x < 0]
+        if bad or (skip and len(skip) != state["workers"]):
+            raise ValueError(
+                f"state['skip'] must hold one int >= 0 per worker ({state['workers']}), got "
+                f"{skip!r}"
+            )
+        if state["first"] >= max(state["workers"], 1):
+            raise ValueError(
+                f"state['first'] must be a worker index < {max(state['workers'], 1)}, got "
+                f"{state['first']!r}"
+            )
+    else:
+        src = state["source"]
+        if not {"position", "state"} <= set(src) or not isinstance(src["position"], int):
+            raise ValueError(f"state['source'] must hold 'position' and 'state', got {src!r}")
