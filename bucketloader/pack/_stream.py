@@ -82,10 +82,26 @@ import numpy as np
 
 from bucketloader._samples import length_reader
 from bucketloader.pack._bins import solve
-from bucketloader.pack._counters import FLUSH_EVERY, STATS
 from bucketloader.plan import PlannedBatch
 
 STATE_FORMAT = 1
+
+#: A lane writes all its counters every this many batches (and at the end of its pass).
+FLUSH_EVERY = 32
+#: The counters of a pass, as :attr:`PackIterable.stats <bucketloader.pack.PackIterable.stats>`
+#: names them.
+STATS = (
+    "rows",
+    "tokens",
+    "overflow_dropped",
+    "truncated",
+    "split",
+    "tail_dropped",
+    "padded_rows",
+    "repeated_rows",
+    "left_over",
+    "skipped",
+)
 
 
 # -- the source (the stream's rules, NOTE [ Who shards the stream across DataLoader workers ]) --
@@ -156,7 +172,7 @@ class PassConfig:
 
     ``steps`` is ``steps_per_epoch`` (0: one pass over the source; NOTE [ A packing stream split
     over ranks ]), ``rank`` names the rank in messages, ``counters`` is the shared
-    :class:`~bucketloader.pack._counters.Counters` table (or ``None``).
+    :class:`~bucketloader.stream.counters.LaneCounters` table (or ``None``).
     """
 
     source: Any
@@ -373,7 +389,7 @@ class Engine:
 
     def flush(self, done: bool = False) -> None:
         """Write this lane's counters to the shared table (NOTE [ A packing stream's counters
-        across DataLoader workers ] in :mod:`bucketloader.pack._counters`)."""
+        across DataLoader workers ] in :mod:`bucketloader.stream.counters`)."""
         if self.o.counters is None:
             return
         self.o.counters.write(

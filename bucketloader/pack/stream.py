@@ -19,7 +19,7 @@ stream's state is exact and cheap: positions of the buffered documents and a sou
 (NOTE [ Exact resume of the packing stream ]). Behind workers the main process never sees the
 workers' rows; what it can own is *how many batches each worker had handed out*, which the
 shared counters give (NOTE [ A packing stream's counters across DataLoader workers ] in
-:mod:`bucketloader.pack._counters`). ``state_dict(batches_consumed=k)`` turns the ``k`` batches
+:mod:`bucketloader.stream.counters`). ``state_dict(batches_consumed=k)`` turns the ``k`` batches
 the loop consumed into a count per worker (the DataLoader hands batches out round-robin over the
 workers still running; with ``steps_per_epoch`` worker ``w`` made ``len(range(w, k, W))`` of
 them); on resume each worker replays its pass from the start of the epoch and hands out only
@@ -41,10 +41,11 @@ from typing import Any
 import numpy as np
 import torch.utils.data
 
+from bucketloader._ranks import resolve_ranks
 from bucketloader._validation import check_choice, check_int
-from bucketloader.pack._counters import MAX_LANES, STATS, Counters
 from bucketloader.pack._stream import (
     STATE_FORMAT,
+    STATS,
     Engine,
     PassConfig,
     is_stateful,
@@ -52,9 +53,9 @@ from bucketloader.pack._stream import (
     open_source,
     self_sharding,
 )
-from bucketloader.pack.sampler import _dist_defaults
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
 from bucketloader.plan.budget import BatchRule
+from bucketloader.stream.counters import MAX_LANES, LaneCounters
 from bucketloader.stream.iterable import check_source, split_round_robin
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
@@ -155,13 +156,7 @@ class PackIterable(torch.utils.data.IterableDataset):
             default if max_documents is None else max_documents,
             minimum=self.batch_size,
         )
-        world, me = _dist_defaults()
-        self.num_replicas = check_int(
-            "num_replicas", world if num_replicas is None else num_replicas, minimum=1
-        )
-        self.rank = check_int(
-            "rank", me if rank is None else rank, minimum=0, maximum=self.num_replicas - 1
-        )
+        self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
         if steps_per_epoch is not None:
             steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch, minimum=1)
         elif self.num_replicas > 1:
@@ -179,7 +174,7 @@ class PackIterable(torch.utils.data.IterableDataset):
                 f"last_batch={self.last_batch!r}"
             )
         self.steps_per_epoch = steps_per_epoch
-        self._counters = Counters()
+        self._counters = LaneCounters(STATS)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._engine: Engine | None = None

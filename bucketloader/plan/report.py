@@ -6,7 +6,7 @@ A map-style sampler's report is *reconstructed from the plan*: the plan is a pur
 remaining batches) is exact and needs no bookkeeping during iteration; the only state is the
 sampler's position. A stream cannot know its data before reading it, so its workers count as they
 go and write their counters into a small shared-memory table the main process reads (NOTE [ A
-stream's counters across DataLoader workers ] in :mod:`bucketloader.stream._counters`). Both give
+stream's counters across DataLoader workers ] in :mod:`bucketloader.stream.counters`). Both give
 the same :class:`SamplingReport`.
 """
 

@@ -96,7 +96,7 @@ class PassConfig:
         minimum: per input, the shortest admitted length (0: no limit).
         maximum: per input, the longest admitted length (``max_length`` or the last boundary).
         cell_size: per cell, its padded size (the sum of its padded lengths).
-        counters: the shared :class:`~bucketloader.stream._counters.Counters`, or ``None``.
+        counters: the shared :class:`~bucketloader.stream.counters.LaneCounters`, or ``None``.
         schedule: per-cell step shares of a stream split over ranks (NOTE [ A stream split
             over ranks ]), or ``None`` for one pass over the source.
         steps: ``steps_per_epoch`` with a schedule.

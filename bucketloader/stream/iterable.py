@@ -52,8 +52,7 @@ from bucketloader.plan import BucketSpec, Cells, SamplingReport, ShapeTable
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.cells import lattice_codes
 from bucketloader.plan.limits import LengthLimits
-from bucketloader.stream._counters import MAX_LANES, Counters
-from bucketloader.stream._engine import STATE_FORMAT, Engine, PassConfig
+from bucketloader.stream._engine import STATE_FORMAT, STATS, Engine, PassConfig
 from bucketloader.stream._schedule import (
     SCHEDULE_HEAD,
     all_reduce_counts,
@@ -70,6 +69,7 @@ from bucketloader.stream._source import (
     self_sharding,
     truncate,
 )
+from bucketloader.stream.counters import MAX_LANES, LaneCounters
 from bucketloader.stream.estimate import Estimate, solve_head
 
 __all__ = ["BucketIterable", "bucketize"]
@@ -230,7 +230,7 @@ class BucketIterable(torch.utils.data.IterableDataset):
         self._shares = (
             None if steps_per_epoch is None else self._schedule_shares(boundaries, bounds)
         )
-        self._counters = Counters(self.cells.num_cells)
+        self._counters = LaneCounters(STATS, self.cells.num_cells)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._engine: Engine | None = None

@@ -1,0 +1,128 @@
+"""Lane counters: a stream's per-worker counters, shared with the main process.
+
+NOTE [ A stream's counters across DataLoader workers ]
+Under a ``DataLoader`` with ``num_workers > 0`` each worker iterates its own copy of the
+``BucketIterable``; the main process's copy never iterates, so counters kept on the object stay
+empty there. The stream therefore allocates, when it is built (in the main process, before any
+worker starts), one small ``int64`` table in shared memory (``torch.Tensor.share_memory_()``):
+one row per worker (a *lane*), with the pass's totals and per-cell batches, rows, real and padded
+elements. Forked workers inherit the mapping; spawned ones receive the same shared storage when
+the DataLoader pickles the dataset (torch's multiprocessing reductions). A worker writes its own
+row only, so the per-sample loop is untouched: its batch count before every batch it hands out,
+the other counters every 32 batches and when its pass ends. The main process sums the rows of the
+current epoch. The numbers are what the workers have *produced*, which runs ahead of what the
+training loop has consumed by the DataLoader's prefetch (``num_workers * prefetch_factor``
+batches). Beyond :data:`MAX_LANES` workers the extra workers are not counted (the report says
+so).
+
+The same rows give the main process each worker's batch count and whether it finished, which
+is all a resume needs (NOTE [ Resuming a stream behind DataLoader workers ] in
+:mod:`bucketloader.stream.iterable`).
+
+Both streams (:class:`~bucketloader.BucketIterable`, :class:`~bucketloader.pack.PackIterable`)
+keep their counters in a :class:`LaneCounters` table with their own field names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["MAX_LANES", "LaneCounters"]
+
+#: Workers (lanes) per stream with a row in the table.
+MAX_LANES = 64
+#: Fields every lane row starts with (where the lane stands).
+LANE_FIELDS = ("epoch", "lanes", "done", "read", "batches")
+#: Per-cell columns, after the named fields: ``PER_CELL[j]`` of cell ``c`` is at
+#: ``len(fields) + j * num_cells + c``.
+PER_CELL = ("batches", "rows", "real", "padded")
+
+
+class LaneCounters:
+    """The shared table of the module NOTE: one ``int64`` row per DataLoader worker (lane).
+
+    Args:
+        stats: the stream's counter names (after :data:`LANE_FIELDS`).
+        num_cells: per-cell columns to keep (:data:`PER_CELL` for every cell; 0 for none).
+
+    Picklable into workers with its shared storage.
+
+    Example:
+        >>> c = LaneCounters(("rows",))
+        >>> c.write(0, {"epoch": 0, "lanes": 1, "done": 1, "read": 5, "batches": 2, "rows": 4})
+        >>> c.lanes(0)[0]["rows"]
+        4
+    """
+
+    def __init__(self, stats: Sequence[str], num_cells: int = 0) -> None:
+        self.fields = (*LANE_FIELDS, *stats)
+        self.num_cells = int(num_cells)
+        width = len(self.fields) + len(PER_CELL) * self.num_cells
+        self.table = torch.zeros((MAX_LANES, width), dtype=torch.int64).share_memory_()
+        self._setup()
+        self.reset()
+
+    def _setup(self) -> None:
+        self._index = {name: i for i, name in enumerate(self.fields)}
+        self._view: np.ndarray | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"fields": self.fields, "num_cells": self.num_cells, "table": self.table}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.fields, self.num_cells, self.table = (
+            state["fields"],
+            state["num_cells"],
+            state["table"],
+        )
+        self._setup()
+
+    @property
+    def view(self) -> np.ndarray:
+        """A numpy view of the shared table (no copy)."""
+        if self._view is None:
+            self._view = self.table.numpy()
+        return self._view
+
+    def write(self, lane: int, totals: dict[str, int], cells: np.ndarray | None = None) -> None:
+        """Write one lane's row: ``totals`` by name (missing ones 0) and ``cells``
+        (``(4, num_cells)``)."""
+        if not 0 <= lane < MAX_LANES:
+            return
+        row = np.zeros(self.view.shape[1], dtype=np.int64)
+        for name, value in totals.items():
+            row[self._index[name]] = value
+        if cells is not None:
+            row[len(self.fields) :] = np.asarray(cells).reshape(-1)
+        self.view[lane] = row
+
+    def tick(self, lane: int, batches: int) -> None:
+        """Write only a lane's batch count (cheap, before every batch)."""
+        if 0 <= lane < MAX_LANES:
+            self.view[lane, self._index["batches"]] = batches
+
+    def reset(self) -> None:
+        """Forget every lane (a new pass starts)."""
+        self.view[:] = 0
+        self.view[:, self._index["epoch"]] = -1
+
+    def lanes(self, epoch: int) -> list[dict[str, int]]:
+        """The rows written for ``epoch``, in lane order, each with its ``lane`` (rows of an
+        earlier pass with more workers are left out)."""
+        out = []
+        for lane, r in enumerate(self.view.copy()):
+            row = {name: int(r[i]) for name, i in self._index.items()}
+            if row["epoch"] == epoch and lane < row["lanes"]:
+                out.append(row | {"lane": lane})
+        return out
+
+    def cells(self, epoch: int) -> np.ndarray:
+        """Per-cell columns summed over the lanes of ``epoch``, ``(4, num_cells)``."""
+        rows = self.view.copy()
+        keep = [lane["lane"] for lane in self.lanes(epoch)]
+        mine = rows[keep, len(self.fields) :]
+        return mine.sum(axis=0).reshape(len(PER_CELL), self.num_cells)
