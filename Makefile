@@ -26,6 +26,9 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/subsampler.py
 	$(PY) benchmarks/compile_e2e.py
 	$(PY) benchmarks/packing.py
+	$(PY) benchmarks/filters.py
+	$(PY) benchmarks/stream_ranks.py
+	$(PY) benchmarks/hf_models.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check bucketloader tests benchmarks
