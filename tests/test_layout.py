@@ -138,7 +138,8 @@ def test_public_api_is_small_sorted_and_importable():
     assert 10 <= len([n for n in names if not n.startswith("__")]) <= 16
     for name in names:
         assert getattr(bucketloader, name) is not None
-    for module in ("analysis", "cache", "collate", "hf", "plan", "static", "stream", "strategies"):
+    modules = ("analysis", "cache", "collate", "compile", "hf", "plan", "static", "stream")
+    for module in (*modules, "strategies"):
         sub = __import__(f"bucketloader.{module}", fromlist=["__all__"])
         assert sub.__all__ == sorted(sub.__all__, key=_isort_order), module
         for name in sub.__all__:
@@ -146,7 +147,7 @@ def test_public_api_is_small_sorted_and_importable():
 
 
 def test_public_classes_live_in_public_modules():
-    from bucketloader import collate, hf, plan, sampler, stream
+    from bucketloader import collate, compile, hf, plan, sampler, stream
 
     for obj in (
         bucketloader.BucketSampler,
@@ -157,6 +158,9 @@ def test_public_classes_live_in_public_modules():
         sampler.GroupedDataset,
         stream.BucketIterable,
         hf.BucketTrainer,
+        compile.CompileCache,
+        compile.ExampleBatches,
+        compile.PrecompileReport,
     ):
         module = obj.__module__
         assert not any(p.startswith("_") for p in module.split(".")), (obj, module)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
 import platform
 import sys
 import types
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,9 +30,17 @@ _DYNAMO_IGNORED = {
 
 
 def digest(doc: Any) -> str:
-    """SHA256 hex of the canonical JSON of ``doc``."""
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+    """SHA256 hex of the canonical JSON of ``doc`` (sets sorted, other objects by ``str``)."""
+    text = json.dumps(
+        doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=_canonical
+    )
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _canonical(obj: Any) -> Any:
+    if isinstance(obj, (set, frozenset)):
+        return sorted(json.dumps(x, sort_keys=True, default=_canonical) for x in obj)
+    return str(obj)
 
 
 def environment(devices: set[str]) -> dict[str, Any]:
@@ -51,6 +62,10 @@ def environment(devices: set[str]) -> dict[str, Any]:
         "torch_git": torch.version.git_version,
         "cuda": torch.version.cuda,
         "python": ".".join(map(str, sys.version_info[:2])),
+        # kernels' g++ command lines hold the python and torch include paths (a moved venv
+        # recompiles every kernel), and -march=native: the compiler and the exact CPU matter
+        "paths": [sys.prefix, os.path.dirname(torch.__file__)],
+        "compiler": _compiler() if any(torch.device(d).type == "cpu" for d in devices) else None,
         "platform": f"{sys.platform}-{platform.machine()}",
         "devices": sorted(_device(d) for d in devices),
         "threads": torch.get_num_threads(),
@@ -60,10 +75,34 @@ def environment(devices: set[str]) -> dict[str, Any]:
     }
 
 
+@functools.cache
+def _compiler() -> str:
+    """A digest of the C++ compiler's version text (what inductor builds CPU kernels with)."""
+    try:
+        from torch._inductor import cpp_builder
+
+        return digest(cpp_builder.get_compiler_version_info(cpp_builder.get_cpp_compiler()))
+    except Exception:  # no compiler found: inductor will say so when it needs one
+        return "unknown"
+
+
+@functools.cache
+def _cpu() -> str:
+    """The CPU model and a digest of its feature flags (Linux), else the processor name."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown"
+    fields = dict(line.split(":", 1) for line in text.splitlines()[:64] if ":" in line)
+    model = " ".join(fields.get("model name\t", fields.get("model name", "")).split())
+    flags = fields.get("flags\t", fields.get("flags", ""))
+    return f"{model}|{digest(sorted(flags.split()))[:16]}"
+
+
 def _device(name: str) -> str:
     dev = torch.device(name)
     if dev.type == "cpu":
-        return f"cpu:{torch.backends.cpu.get_cpu_capability()}"
+        return f"cpu:{torch.backends.cpu.get_cpu_capability()}:{_cpu()}"
     if dev.type == "cuda" and torch.cuda.is_available():
         idx = dev.index if dev.index is not None else torch.cuda.current_device()
         cap = ".".join(map(str, torch.cuda.get_device_capability(idx)))

@@ -48,7 +48,8 @@ _MAX_DEPTH = 4
 
 def discover(step: Callable[..., Any]) -> list[Any]:
     """Modules, optimizers and stateful objects the step reaches: its bound ``self``, its closure,
-    the globals its code names (and those of functions it references), compiled wrappers' originals,
+    its default arguments, the globals its code names (and those of functions it references),
+    compiled wrappers' originals,
     ``functools.partial`` arguments, and the attributes of a callable object."""
     found: dict[int, Any] = {}
     seen: set[int] = set()
@@ -96,6 +97,8 @@ def discover(step: Callable[..., Any]) -> list[Any]:
                     visit(cell.cell_contents, depth + 1)
                 except ValueError:  # an empty cell
                     pass
+            for item in (*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()):
+                visit(item, depth + 1)
             for name in _names(obj.__code__):
                 if name in obj.__globals__:
                     visit(obj.__globals__[name], depth + 1)

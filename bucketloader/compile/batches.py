@@ -321,18 +321,18 @@ def _resize_sample(
     if kind == "bare":
         ((inputs, dims),) = specs.values()
         return _resize(sample, dims, [lengths[i] for i in inputs])
+    keys = set(keys_of(sample, kind))  # a field the sample lacks is the collator's to report
     new = {
         k: _resize(sample[k], dims, [lengths[i] for i in inputs])
         for k, (inputs, dims) in specs.items()
+        if k in keys
     }
     if kind == "dict":
         return {k: new.get(k, v) for k, v in sample.items()}
     seq = [new.get(i, v) for i, v in enumerate(sample)]
-    return (
-        type(sample)(seq)
-        if isinstance(sample, tuple) and not hasattr(sample, "_fields")
-        else (type(sample)(*seq) if isinstance(sample, tuple) else seq)
-    )
+    if not isinstance(sample, tuple):
+        return seq
+    return type(sample)(*seq) if hasattr(sample, "_fields") else type(sample)(seq)  # namedtuple
 
 
 def _resize(value: Any, dims: tuple[int, ...], sizes: list[int]) -> Any:

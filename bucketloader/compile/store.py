@@ -75,6 +75,8 @@ ENTRY_TAG = "bucketloader.compile"
 SHARE = ("auto", "collective", "filesystem")
 #: Records larger than this are not records; never read them whole.
 _MAX_RECORD_BYTES = 1 << 20
+#: Inductor directories a CompileCache pointed TORCHINDUCTOR_CACHE_DIR at in this process.
+_ACTIVATED: set[str] = set()
 
 
 class CompileCacheWarning(UserWarning):
@@ -170,7 +172,8 @@ class CompileCache:
 
         target = str(self.inductor_dir.resolve())
         current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-        if current and os.path.abspath(current) not in (target, os.path.abspath(torch_default())):
+        ours = (target, os.path.abspath(torch_default()), *_ACTIVATED)
+        if current and os.path.abspath(current) not in ours:
             self._warn(
                 f"TORCHINDUCTOR_CACHE_DIR={current} is replaced by {target} for this process, "
                 "so that precompiled graphs are found again; pass cache=CompileCache(directory) "
@@ -178,6 +181,7 @@ class CompileCache:
             )
         self.inductor_dir.mkdir(parents=True, exist_ok=True)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = target
+        _ACTIVATED.add(target)
 
     # -- records --------------------------------------------------------------------------------
     @staticmethod
