@@ -450,11 +450,14 @@ def _raise_recompile_limit(n: int) -> int:
 
 def _assign(targets: list[tuple[tuple[int, ...], Any]], records: list[Any], size: int) -> list[int]:
     """The rank that compiles each target (-1: recorded before, every rank loads it); largest
-    shapes first, round robin; decided by rank 0 so every rank agrees."""
+    shapes first, round robin. A target counts as recorded only if every rank has its record
+    (ranks on other nodes may have other directories); rank 0 decides, so every rank agrees."""
     if size == 1:
         return [0 if r is None else -1 for r in records]
+    gathered = _dist.all_gather([r is not None for r in records])
+    have = [all(col) for col in zip(*gathered, strict=True)]
     order = sorted(
-        (i for i, r in enumerate(records) if r is None),
+        (i for i, recorded in enumerate(have) if not recorded),
         key=lambda i: (-math.prod(targets[i][0]), targets[i][0], i),
     )
     owners = [-1] * len(targets)
