@@ -379,70 +379,92 @@ def spawn(
 
 
 def summarise(r: dict) -> dict:
-    """Compile time, steady step, totals at NS and the per-step cumulative curve."""
+    """Compile time, steady step and the measured cumulative totals of one variant's run."""
     steps = np.asarray(r["step_s"])
     compiled = np.asarray(r["compiled_step"], dtype=bool)
     steady = steps[~compiled] if (~compiled).any() else steps
     med = float(np.median(steady))
-    compile_s = r["precompile_s"] + float((steps[compiled] - med).sum())
     cum = r["precompile_s"] + np.cumsum(steps)
-    totals = [
-        float(cum[n - 1]) if n <= steps.size else float(cum[-1] + (n - steps.size) * med)
-        for n in NS
-    ]
-    q = np.percentile(steady, [10, 90])
+    seq = [float(cum[n - 1]) if n <= steps.size else float("nan") for n in NS]
     return {
         **r,
-        "compile_s": compile_s,
-        "step_ms": 1e3 * med,
-        "p10_p90": (1e3 * q[0], 1e3 * q[1]),
-        "tok_s": sum(real for real, c in zip(_reals(r), compiled, strict=True) if not c)
-        / float(steady.sum()),
+        "compile_s": r["precompile_s"] + float((steps[compiled] - med).sum()),
+        "run_step_ms": 1e3 * med,
+        "seq_totals": seq,
         "padding": (r["padded"] - r["real"]) / r["real"],
-        "totals": totals,
-        "cum": cum,
-        "med_s": med,
+        "real_per_step_mean": float(np.mean(r["real_per_step"])),
     }
 
 
-def _reals(r: dict) -> list[int]:
-    return r["real_per_step"]
+def steady_steps(r: dict) -> np.ndarray:
+    steps = np.asarray(r["step_s"])
+    compiled = np.asarray(r["compiled_step"], dtype=bool)
+    return steps[~compiled][5:]  # the first steps after a (warm) compile run cold caches
+
+
+def finish(r: dict, ref: dict) -> dict:
+    """Totals at NS from the compile phase and the interleaved (referee) median step."""
+    step = ref["median_s"]
+    return {
+        **r,
+        "step_ms": 1e3 * step,
+        "step_range_ms": (1e3 * min(ref["rounds"]), 1e3 * max(ref["rounds"])),
+        "tok_s": r["real_per_step_mean"] / step,
+        "totals": [r["compile_s"] + n * step for n in NS],
+        "med_s": step,
+    }
 
 
 def break_even(v: dict, base: dict) -> str:
-    """The first step from which ``v``'s total is at most ``base``'s (measured, then linear)."""
-    n = min(v["cum"].size, base["cum"].size)
-    le = np.flatnonzero(v["cum"][:n] <= base["cum"][:n])
-    if le.size and (v["cum"][le[0] : n] <= base["cum"][le[0] : n]).all():
-        return f"{le[0] + 1:,} (measured)"
-    gap = v["cum"][n - 1] - base["cum"][n - 1]
+    """The first step from which ``v``'s total is at most ``base``'s: compile + n x step."""
+    gap = v["compile_s"] - base["compile_s"]
     gain = base["med_s"] - v["med_s"]
     if gap <= 0 and gain >= 0:
-        return f"{n:,} (measured)"
+        return "1"
     if gain <= 0:
         return "never (slower steps)"
-    return f"{n + int(np.ceil(gap / gain)):,} (extrapolated)"
+    return f"{int(np.ceil(gap / gain)):,}"
 
 
 def table(results: list[dict]) -> str:
     base = next((r for r in results if r["variant"] == "3"), None)
     head = (
-        "| variant | shapes | graphs (precompile + training) | eager shapes | compile s | "
-        "step ms (p10-p90) | steady real tok/s | padding | "
+        "| variant | shapes | graphs (precompile + training) | compile s | step ms "
+        "(round medians) | steady real tok/s | padding | "
         + " | ".join(f"total s at {n:,}" for n in NS)
         + " | break-even vs 3 |"
     )
-    lines = [head, "|---|---:|---:|---:|---:|---:|---:|---:|" + "---:|" * len(NS) + "---|"]
+    lines = [head, "|---|---:|---:|---:|---:|---:|---:|" + "---:|" * len(NS) + "---:|"]
     for r in results:
-        lo, hi = r["p10_p90"]
+        lo, hi = r["step_range_ms"]
         be = "-" if base is None or r is base else break_even(r, base)
+        runs = r.get("compile_runs") or [r["compile_s"]]
+        comp = f"{r['compile_s']:.1f}" + (
+            f" ({', '.join(f'{c:.0f}' for c in runs)})" if len(runs) > 1 else ""
+        )
         lines.append(
             f"| {r['name']} | {r['shapes']} | {r['graphs_precompile']} + {r['graphs_training']} | "
-            f"{r['eager_shapes']} | {r['compile_s']:.1f} | {r['step_ms']:.1f} ({lo:.1f}-{hi:.1f}) "
-            f"| {r['tok_s']:,.0f} | {r['padding']:.1%} | "
-            + " | ".join(f"{t:,.0f}" for t in r["totals"])
-            + f" | {be} |"
+            f"{comp} | {r['step_ms']:.1f} ({lo:.1f}-{hi:.1f}) | {r['tok_s']:,.0f} | "
+            f"{r['padding']:.1%} | " + " | ".join(f"{t:,.0f}" for t in r["totals"]) + f" | {be} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def sequence_table(results: list[dict]) -> str:
+    """What each variant's own run measured, in the order run (load drifts between rows)."""
+    ns = [n for n in NS if n <= results[0]["steps"]]
+    lines = [
+        "| variant | load at start | eager shapes | step ms in its run |"
+        + "".join(f" measured total s at {n:,} |" for n in ns),
+        "|---|---:|---:|---:|" + "---:|" * len(ns),
+    ]
+    for r in results:
+        for run in r.get("runs") or [r]:
+            lines.append(
+                f"| {r['name']} | {run['load'][0]:.1f} | {run['eager_shapes']} | "
+                f"{run['run_step_ms']:.1f} |"
+                + "".join(f" {t:,.0f} |" for t in run["seq_totals"][: len(ns)])
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -483,7 +505,7 @@ def recommender_check(results: list[dict], cal: dict | None, lengths: np.ndarray
         f"{cal['seconds_per_step'] * 1e3:.1f} ms per step. recommend_num_buckets over k in "
         f"{ks} for {n:,} steps (k=1 is padding to the max), against the measured totals "
         "(criterion: its pick within 10 % of the best measured):\n",
-        "| cache | k | shapes (warm) | predicted s | measured s | variant |",
+        "| cache | k | shapes (warm) | predicted s | measured s (compile + steps) | variant |",
         "|---|---:|---:|---:|---:|---|",
     ]
     verdicts = []
@@ -517,18 +539,24 @@ def driver(args: argparse.Namespace) -> None:
     lengths, _ = setup(args)
     results: list[dict] = []
 
-    def run(variant: str, k: int = 0, cache: str = "", ranks: int = 1) -> None:
+    def run(variant: str, k: int = 0, cache: str = "", ranks: int = 1) -> dict:
         cache_dir = root / (cache or f"{variant}-{k}")
         t0 = time.perf_counter()
         r = spawn(args, "worker", variant=variant, k=k, cache_dir=cache_dir, ranks=ranks)
         r = summarise(r)
         r["k"] = k
         r["name"] = NAMES[variant].format(s=args.strategies[0], k=k)
-        results.append(r)
-        print(f"{r['name']}: compile {r['compile_s']:.1f} s, step {r['step_ms']:.1f} ms, totals "
-              f"{[round(t) for t in r['totals']]} ({time.perf_counter() - t0:.0f} s)",
+        print(f"{r['name']}: compile {r['compile_s']:.1f} s, step {r['run_step_ms']:.1f} ms in "
+              f"its run, load {r['load']} ({time.perf_counter() - t0:.0f} s)",
               flush=True)  # fmt: skip
-        Path("/tmp/compile_e2e.partial.md").write_text(table(results))
+        return r
+
+    def merge(runs: list[dict]) -> dict:
+        out = dict(runs[0])
+        out["compile_runs"] = [r["compile_s"] for r in runs]
+        out["compile_s"] = float(np.mean(out["compile_runs"]))
+        out["runs"] = runs
+        return out
 
     # the precompiled C++ header lives in $TMPDIR, outside every cache dir: build it once first
     spawn(args, "worker", variant="3", k=0, cache_dir=root / "pch-warmup", steps=2)
@@ -537,23 +565,57 @@ def driver(args: argparse.Namespace) -> None:
     if not args.skip_calibration:
         cal = spawn(args, "calibrate", cache_dir=root / "calibrate")
         print(f"calibration: {cal}", flush=True)
-    for v in args.variants:
-        if v in ("1", "2", "3"):
-            run(v)
-        elif v == "3w":
-            run("3w", cache="3-0")
-        elif v == "5" and not torch.cuda.is_available():
-            continue
-        else:
-            for k in args.ks:
-                if v == "4w":
-                    run("4w", k, cache=f"4-{k}")
-                elif v == "4s":
-                    run("4s", k, ranks=2)
-                else:
-                    run(v, k)
+    sets: dict[str, tuple[str, int, str]] = {}  # shape set -> (warm variant, k, its cache)
+    for v in ("1", "2", "3"):
+        if v in args.variants:
+            results.append(run(v))
+            sets[v] = ("3w" if v == "3" else v, 0, f"{v}-0")
+    if "3w" in args.variants and "3" in args.variants:
+        results.append(run("3w", cache="3-0"))
+    for k in args.ks:
+        cold = "4" in args.variants
+        sharded = "4s" in args.variants
+        if cold and sharded:  # A B B A: the load's drift cancels out of the comparison
+            a1 = run("4", k, cache=f"4-{k}")
+            b1 = run("4s", k, cache=f"4s-{k}", ranks=2)
+            b2 = run("4s", k, cache=f"4s-{k}-b", ranks=2)
+            a2 = run("4", k, cache=f"4-{k}-b")
+            results += [merge([a1, a2]), merge([b1, b2])]
+        elif cold or sharded:
+            results.append(run("4" if cold else "4s", k, cache=f"4-{k}", ranks=2 if sharded else 1))
+        if cold or sharded:
+            sets[f"k{k}"] = ("4w", k, f"4-{k}")
+        if "4w" in args.variants and (cold or sharded):
+            results.append(run("4w", k, cache=f"4-{k}"))
+        if "5" in args.variants and torch.cuda.is_available():
+            results.append(run("5", k))
+    refs = referee(args, root, sets)
+    for r in results:
+        key = f"k{r['k']}" if r["variant"].startswith(("4", "5")) else r["variant"][0]
+        r.update(finish(r, refs[key]))
     shutil.rmtree(root, ignore_errors=True)
-    write(results, cal, lengths, args, started, load_start)
+    write(results, cal, lengths, args, started, load_start, refs)
+
+
+def referee(args, root: Path, sets: dict) -> dict:
+    """Steady step time of every shape set, measured in rounds that interleave the sets (each a
+    new process from its warm cache), so the machine's load drift hits every set alike."""
+    times: dict[str, list[np.ndarray]] = {name: [] for name in sets}
+    for rnd in range(args.rounds):
+        for name, (variant, k, cache) in sets.items():
+            r = spawn(args, "worker", variant=variant, k=k, cache_dir=root / cache,
+                      steps=args.round_steps)  # fmt: skip
+            times[name].append(steady_steps(r))
+        print(f"referee round {rnd + 1}/{args.rounds}: "
+              + ", ".join(f"{n} {1e3 * np.median(t[-1]):.1f} ms" for n, t in times.items()),
+              flush=True)  # fmt: skip
+    return {
+        name: {
+            "median_s": float(np.median(np.concatenate(t))),
+            "rounds": [float(np.median(x)) for x in t],
+        }
+        for name, t in times.items()
+    }
 
 
 def per_shape_tables(results: list[dict]) -> str:
@@ -577,7 +639,7 @@ def _kinds(r: dict) -> str:
     return ", ".join(f"{n} {k}" for k, n in r["report"]["kinds"].items() if n)
 
 
-def write(results, cal, lengths, args, started, load_start) -> None:
+def write(results, cal, lengths, args, started, load_start, refs) -> None:
     sharded = []
     for r in results:
         if r["variant"] != "4s":
@@ -588,12 +650,15 @@ def write(results, cal, lengths, args, started, load_start) -> None:
             f"rank {i}: compile {x['compile_s']:.1f} s + wait {x['wait_s']:.1f} s + load "
             f"{x['load_s']:.1f} s" for i, x in enumerate(ranks)
         )  # fmt: skip
-        line = f"- k={r['k']}: 2 ranks {r['precompile_s']:.1f} s (slowest rank; {per})"
+        runs = r.get("runs") or [r]
+        walls = ", ".join(f"{x['precompile_s']:.1f}" for x in runs)
+        line = f"- k={r['k']}: 2 ranks {r['compile_s']:.1f} s (mean of {walls}; first run: {per})"
         if cold is not None:
+            cwalls = ", ".join(f"{x['precompile_s']:.1f}" for x in cold.get("runs") or [cold])
             line += (
                 f" against one process compiling all {len(cold['report']['shapes'])} shapes "
-                f"{cold['precompile_s']:.1f} s: "
-                f"**{cold['precompile_s'] / r['precompile_s']:.2f}x** as fast"
+                f"{cold['compile_s']:.1f} s (mean of {cwalls}): "
+                f"**{cold['compile_s'] / r['compile_s']:.2f}x** as fast"
             )
         sharded.append(line)
     warm_lines = []
@@ -601,13 +666,13 @@ def write(results, cal, lengths, args, started, load_start) -> None:
         if r["variant"] == "4w":
             cold = next((c for c in results if c["variant"] == "4" and c["k"] == r["k"]), None)
             if cold is not None:
-                ratio = cold["precompile_s"] / r["precompile_s"]
+                ratio = cold["compile_s"] / r["precompile_s"]
                 warm_lines.append(
                     f"- k={r['k']}: warm precompile {r['precompile_s']:.1f} s "
-                    f"({_kinds(r)}) against cold {cold['precompile_s']:.1f} s ({_kinds(cold)}): "
+                    f"({_kinds(r)}) against cold {cold['compile_s']:.1f} s ({_kinds(cold)}): "
                     f"**{ratio:.0f}x** less"
                 )
-    loads = [x for r in results for x in r["load"]]
+    loads = [x for r in results for run in r.get("runs") or [r] for x in run["load"]]
     info = (
         f"Machine: {platform.platform()}, {os.cpu_count()} CPUs (shared), device "
         f"{'cuda' if torch.cuda.is_available() else 'cpu'}, torch {torch.__version__}, numpy "
@@ -623,10 +688,21 @@ def write(results, cal, lengths, args, started, load_start) -> None:
     text = (
         f"## {args.task}, backend {args.backend}, {args.steps} steps, k in {args.ks}, "
         f"{args.strategies[0]}\n\n{info}\n{table(results)}\n"
-        "Totals: compile phase + the steps' wall time, measured step by step to "
-        f"{args.steps:,} steps; beyond, the median steady step extrapolates. Compile s: "
-        "`precompile`'s wall time (variants 4*), or the excess of the steps that compiled "
-        "(variants 1-3). Graphs: dynamo graphs compiled in `precompile` + during training.\n\n"
+        "Total s at N = compile s + N x step ms. Compile s: `precompile`'s wall time (variants "
+        "4*; the mean of two runs, in parentheses, where run twice in the order cold, sharded, "
+        "sharded, cold), or the excess over the steady step of the steps that compiled "
+        "(variants 1-3: compiled lazily). Step ms: the median steady step of the variant's "
+        f"shape set over {args.rounds} rounds that interleave the shape sets ({args.round_steps} "
+        "steps each, every set in a new process from its warm cache); in parentheses the lowest "
+        "and highest round median. Variants with the same shapes (cold, warm, sharded) share "
+        "their step time: the same kernels run. Break-even: the first step from which the total "
+        "is at most variant 3's. Graphs: dynamo graphs compiled in `precompile` + during "
+        f"the {args.steps:,} training steps.\n\n"
+        "### Each variant's own run, in the order run\n\n"
+        "Measured step by step in each variant's process; the load moved the step time by up to "
+        "2x between these runs, hence the interleaved rounds above.\n\n"
+        + sequence_table(results)
+        + "\n"
         + ("### Two ranks sharing the compile (gloo, one node, shared cache directory)\n\n"
            + "\n".join(sharded) + "\n\n" if sharded else "")
         + ("### Warm starts (a new process, the cold run's cache directory)\n\n"
@@ -656,6 +732,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "compile_e2e.md"))
     p.add_argument("--append", action="store_true", help="add a section to --out, not replace it")
     p.add_argument("--skip-calibration", action="store_true", help="no recommender check")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved step-time rounds")
+    p.add_argument("--round-steps", type=int, default=200, help="steps per set and round")
     p.add_argument("--role", default="driver", choices=("driver", "worker", "calibrate"))
     p.add_argument("--variant", default="", help=argparse.SUPPRESS)
     p.add_argument("--k", type=int, default=0, help=argparse.SUPPRESS)

@@ -288,11 +288,21 @@ def test_example_batches_for_two_inputs_groups_and_streams():
     tgt = np.maximum(src + rng.integers(-3, 4, src.size), 1)
     pairs = [{"src": [1] * int(s), "tgt": [2] * int(t)} for s, t in zip(src, tgt, strict=True)]
     sampler = BucketSampler({"src": src, "tgt": tgt}, num_buckets=3, max_tokens=256, seed=0)
-    source = ExampleBatches(sampler, pairs[5])
-    for shape in source.shapes:
-        batch = source.make_batch(shape)
-        assert tuple(batch["src"].shape) == (shape[0], shape[1])
-        assert tuple(batch["tgt"].shape) == (shape[0], shape[2])
+
+    class ModelInputs:  # a wrapper around the PadCollator, as bucketloader.hf's
+        def __init__(self, collator):
+            self.collator = collator
+
+        def __call__(self, samples):
+            return {k: v for k, v in self.collator(samples).items() if k != "lengths"}
+
+    for collate in (None, ModelInputs(sampler.collator())):
+        source = ExampleBatches(sampler, pairs[5], collate_fn=collate)
+        for shape in source.shapes:
+            batch = source.make_batch(shape)
+            assert tuple(batch["src"].shape) == (shape[0], shape[1])
+            assert tuple(batch["tgt"].shape) == (shape[0], shape[2])
+            assert ("lengths" in batch) == (collate is None)
 
     # per-dataset groups whose samples differ in structure: one batch per structure
     a = [{"x": torch.ones(int(n))} for n in src[:150]]

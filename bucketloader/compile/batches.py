@@ -21,8 +21,9 @@ A plan whose batches cannot be made that way implements the protocol itself (a `
 method, or pass any object with ``shapes`` and ``make_batch`` to ``precompile``).
 
 NOTE [ Resizing a sample to a planned length ]
-With a :class:`~bucketloader.PadCollator`, the fields that follow a bucketed input and their dims
-are the collator's own (``fields=...``, or the rules of NOTE [ Which fields are padded ] in
+With a :class:`~bucketloader.PadCollator` (or a wrapper that holds one as ``.collator``, such as
+:mod:`bucketloader.hf`'s), the fields that follow a bucketed input and their dims are the
+collator's own (``fields=...``, or the rules of NOTE [ Which fields are padded ] in
 :mod:`bucketloader.collate.collator`). Other collators (a packing collator) get the library's
 length rule (NOTE [ The length of a sample ] in :mod:`bucketloader._samples`): every
 sequence-valued field follows the one input along its first dim. A field is resized by repeating
@@ -115,9 +116,14 @@ class ExampleBatches:
         self.plan = plan
         self.collate_fn = collate_fn
         self.device = None if device is None else torch.device(device)
-        table = getattr(collate_fn, "shape_table", None) or getattr(plan, "shape_table", None)
+        # a wrapper around a PadCollator (hf's ModelInputs) pads as the PadCollator does
+        inner = getattr(collate_fn, "collator", None)
+        self._pad = collate_fn if isinstance(collate_fn, PadCollator) else inner
+        if not isinstance(self._pad, PadCollator):
+            self._pad = None
+        table = getattr(self._pad, "shape_table", None) or getattr(plan, "shape_table", None)
         self._table = table
-        self._group_key = getattr(collate_fn, "group_key", None)
+        self._group_key = getattr(self._pad or collate_fn, "group_key", None)
         self._examples = _examples(plan, example, table)
 
     # -- the protocol ---------------------------------------------------------------------------
@@ -193,8 +199,8 @@ class ExampleBatches:
         """Variable fields of ``sample``: key -> (input indices, dims)."""
         kind = kind_of(sample)
         names = self._names
-        col = self.collate_fn
-        if isinstance(col, PadCollator):
+        col = self._pad
+        if col is not None:
             if col.fields is None:
                 return infer_fields(sample, kind, names, col.group_key)
             return {
@@ -207,7 +213,8 @@ class ExampleBatches:
         if len(names) != 1:
             raise ValueError(
                 f"cannot tell which fields of the example follow the plan's inputs {names} for a "
-                f"{type(col).__name__}; give precompile a batch source with make_batch(shape) "
+                f"{type(self.collate_fn).__name__}; give precompile a batch source with "
+                "make_batch(shape) "
                 "(NOTE [ The batch-source protocol ] in bucketloader.compile.batches)"
             )
         keys = keys_of(sample, kind)
