@@ -117,7 +117,8 @@ def calibrate(
         warm: also measure the warm-start cost of each example shape (above).
 
     Example:
-        >>> cal = calibrate(lambda x: (x * 2).sum(), example_shapes=[(2, 8), (4, 16)],
+        >>> import torch
+        >>> cal = calibrate(torch.nn.Tanh(), example_shapes=[(2, 8), (4, 16)],
         ...                 repeats=2, compile_kwargs={"backend": "eager"})
         >>> cal.compile_seconds_per_shape >= 0 and cal.seconds_per_token >= 0
         True
