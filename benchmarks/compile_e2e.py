@@ -327,6 +327,91 @@ def calibrate_worker(args: argparse.Namespace) -> None:
     Path(args.result).write_text(json.dumps(out))
 
 
+def portable_worker(args: argparse.Namespace) -> None:
+    """One fwd+bwd compile of one shape with inductor in ``args.cache_dir``; counts g++ builds.
+
+    ``--variant``: ``cold`` (then ``torch.compiler.save_cache_artifacts()`` to ``--result``.bin),
+    ``artifacts`` (``load_cache_artifacts`` first), ``dir`` (whatever the directory holds)."""
+    import torch._inductor.cpp_builder as cpp_builder
+    from torch._dynamo.utils import counters
+
+    setup(args)
+    builds = [0]
+    original = cpp_builder.CppBuilder.build
+
+    def counted(self, *a, **k):
+        builds[0] += 1
+        return original(self, *a, **k)
+
+    cpp_builder.CppBuilder.build = counted  # type: ignore[method-assign]
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = args.cache_dir
+    blob = Path(args.result).with_suffix(".bin")
+    if args.variant == "artifacts":
+        torch.compiler.load_cache_artifacts(blob.read_bytes())
+    torch.manual_seed(0)
+    compiled = torch.compile(Model(args.task), dynamic=False)
+    x = torch.randint(0, VOCAB, (args.batch_size, 21))
+    t0 = time.perf_counter()
+    compiled(x, torch.full((args.batch_size,), 21)).backward()
+    out = {
+        "seconds": time.perf_counter() - t0,
+        "gpp": builds[0],
+        "fx_hit": counters["inductor"]["fxgraph_cache_hit"],
+        "fx_miss": counters["inductor"]["fxgraph_cache_miss"],
+        "so": len(list(Path(args.cache_dir).rglob("*.so"))),
+    }
+    if args.variant == "cold":
+        data, info = torch.compiler.save_cache_artifacts()
+        blob.write_bytes(data)
+        out["artifacts"] = {k: len(v) for k, v in info.artifacts.items()}
+        out["bytes"] = len(data)
+    Path(args.result).write_text(json.dumps(out))
+
+
+def portable_check(args: argparse.Namespace) -> str:
+    """Why portable artifacts alone warm little on a CPU: four processes, one shape each."""
+    root = Path(tempfile.mkdtemp(prefix="bl-portable-"))
+    result = root / "r.json"
+
+    def one(variant: str, cache: Path) -> dict:
+        cmd = [sys.executable, __file__, "--role", "portable", "--variant", variant,
+               "--cache-dir", str(cache), "--result", str(result), "--task", "text",
+               "--batch-size", str(args.batch_size), "--threads", str(args.threads)]  # fmt: skip
+        env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(out.stdout[-3000:] + out.stderr[-3000:])
+        return {**json.loads(result.read_text()), "load": os.getloadavg()[0]}
+
+    rows = [("cold, empty directory", one("cold", root / "a"))]
+    rows.append(("`load_cache_artifacts` into an empty directory", one("artifacts", root / "b")))
+    (root / "c").mkdir()
+    for so in (root / "a").rglob("*.so"):  # the compiled kernels the artifacts leave out
+        dst = root / "c" / so.relative_to(root / "a")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(so, dst)
+    rows.append(("the same + the cold run's `*.so` files", one("artifacts", root / "c")))
+    rows.append(("the cold run's whole directory", one("dir", root / "a")))
+    shutil.rmtree(root, ignore_errors=True)
+    cold = rows[0][1]
+    lines = [
+        f"### Portable artifacts against the cache directory (one shape, ({args.batch_size}, "
+        "21), forward + backward, inductor; each row a new process)\n",
+        f"`save_cache_artifacts()` after the cold compile: {cold['bytes']:,} bytes, "
+        f"{cold['artifacts']}; the directory then held {cold['so']} compiled `*.so` files. The "
+        "precompiled C++ header (in `$TMPDIR`, outside every cache directory) was already built.\n",
+        "| process | first call s | FX-graph cache hits / misses | g++ builds | load |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, r in rows:
+        lines.append(
+            f"| {name} | {r['seconds']:.2f} | {r['fx_hit']} / {r['fx_miss']} | {r['gpp']} | "
+            f"{r['load']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 # -- the driver ---------------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -734,7 +819,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--skip-calibration", action="store_true", help="no recommender check")
     p.add_argument("--rounds", type=int, default=5, help="interleaved step-time rounds")
     p.add_argument("--round-steps", type=int, default=200, help="steps per set and round")
-    p.add_argument("--role", default="driver", choices=("driver", "worker", "calibrate"))
+    p.add_argument("--portable", action="store_true",
+                   help="only the portable-artifacts check: four processes, one shape")  # fmt: skip
+    p.add_argument(
+        "--role", default="driver", choices=("driver", "worker", "calibrate", "portable")
+    )
     p.add_argument("--variant", default="", help=argparse.SUPPRESS)
     p.add_argument("--k", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--strategy", default="optimal", help=argparse.SUPPRESS)
@@ -745,6 +834,15 @@ def main(argv: list[str] | None = None) -> None:
         worker(args)
     elif args.role == "calibrate":
         calibrate_worker(args)
+    elif args.role == "portable":
+        portable_worker(args)
+    elif args.portable:
+        text = portable_check(args)
+        out = Path(args.out)
+        before = out.read_text() if args.append and out.exists() else "# compile_e2e results\n"
+        command = f"Command: `{' '.join([Path(sys.executable).name, *sys.argv])}`\n"
+        out.write_text(before.rstrip("\n") + "\n\n" + text + "\n" + command)
+        print(text)
     else:
         driver(args)
 
