@@ -400,6 +400,8 @@ def test_key_follows_code_dtype_and_threads(tmp_path):
 
     batch = {"x": torch.zeros(2, 3)}
     doc = key_document(f, [], batch)
+    eager, aot = (torch.compile(f, backend=b, dynamic=False) for b in ("eager", "aot_eager"))
+    assert key_document(f, [], batch, [eager]) != key_document(f, [], batch, [aot]) != doc
     assert doc == key_document(f, [], {"x": torch.ones(4, 5)})  # sizes are per shape, not key
     assert doc != key_document(f, [], {"x": torch.zeros(2, 3, dtype=torch.float64)})
     assert code_digest(f) != code_digest(g)
@@ -616,6 +618,20 @@ def test_a_batch_source_with_bad_shapes_is_refused():
 
     with pytest.raises(ValueError, match=r"plan.shapes must be a non-empty list"):
         precompile(print, Bad(), cache=False)
+
+
+def test_a_user_set_inductor_directory_is_replaced_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
+    step = torch.compile(lambda b: b["inputs"].sum(), backend=Counting(), dynamic=False)
+    cache = CompileCache(tmp_path / "bl")
+    with pytest.warns(CompileCacheWarning, match="TORCHINDUCTOR_CACHE_DIR=.*mine is replaced"):
+        report = precompile(step, sampler, example=[1, 2], cache=cache, progress=False)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache.inductor_dir.resolve())
+    assert report.cache_dir == cache.inductor_dir
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # pointing it at the same cache again is silent
+        precompile(step, sampler, example=[1, 2], cache=cache, progress=False)
 
 
 def test_an_uncompiled_step_is_reported():

@@ -9,7 +9,7 @@ import os
 import platform
 import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -211,10 +211,10 @@ def _plain(v: Any) -> Any:
     return type(v).__name__
 
 
-def compile_options(objects: list[Any], step: Callable[..., Any]) -> list[Any]:
-    """torch.compile options (backend, mode, dynamic, fullgraph) found on the step and objects."""
+def compile_options(compiled: list[Any]) -> list[Any]:
+    """torch.compile options (backend, mode, dynamic, fullgraph) of compiled wrappers."""
     out = []
-    for obj in [step, *objects]:
+    for obj in compiled:
         ctx = getattr(obj, "dynamo_ctx", None)
         if ctx is None:
             for cell in getattr(obj, "__closure__", None) or ():
@@ -288,12 +288,14 @@ def devices_of(batch: Any, objects: list[Any]) -> set[str]:
     return out or {"cpu"}
 
 
-def key_document(step: Callable[..., Any], objects: list[Any], batch: Any) -> dict[str, Any]:
+def key_document(
+    step: Callable[..., Any], objects: list[Any], batch: Any, compiled: Sequence[Any] = ()
+) -> dict[str, Any]:
     """Everything the model key hashes (NOTE [ The compile key ] in store.py)."""
     return {
         "format": f"bucketloader.compile/{KEY_FORMAT}",
         "environment": environment(devices_of(batch, objects)),
-        "compile": compile_options(objects, step),
+        "compile": compile_options(list(compiled)),
         "step": code_digest(step) or type(step).__qualname__,
         "modules": [module_doc(o) for o in objects if isinstance(o, torch.nn.Module)],
         "optimizers": [optimizer_doc(o) for o in objects if isinstance(o, torch.optim.Optimizer)],

@@ -46,12 +46,17 @@ import torch
 _MAX_DEPTH = 4
 
 
-def discover(step: Callable[..., Any]) -> list[Any]:
-    """Modules, optimizers and stateful objects the step reaches: its bound ``self``, its closure,
-    its default arguments, the globals its code names (and those of functions it references),
-    compiled wrappers' originals,
-    ``functools.partial`` arguments, and the attributes of a callable object."""
+def discover(step: Callable[..., Any]) -> tuple[list[Any], list[Any]]:
+    """What the step reaches: ``(objects, compiled)``.
+
+    ``objects``: the modules, optimizers and stateful objects (schedulers, scalers) that the step
+    reaches through its bound ``self``, its closure, its default arguments, the globals its code
+    names (and those of the functions it references), compiled wrappers' originals,
+    ``functools.partial`` arguments and the attributes of a callable object. ``compiled``: the
+    ``torch.compile`` wrappers met on the way (compiled modules and functions).
+    """
     found: dict[int, Any] = {}
+    compiled: dict[int, Any] = {}
     seen: set[int] = set()
 
     def visit(obj: Any, depth: int) -> None:
@@ -61,6 +66,8 @@ def discover(step: Callable[..., Any]) -> list[Any]:
         if isinstance(obj, torch.nn.Module):
             orig = getattr(obj, "_orig_mod", None)  # torch.compile(module)
             module = orig if isinstance(orig, torch.nn.Module) else obj
+            if module is not obj:
+                compiled.setdefault(id(obj), obj)
             found.setdefault(id(module), module)
             return
         if isinstance(obj, torch.optim.Optimizer) or _is_stateful(obj):
@@ -77,7 +84,8 @@ def discover(step: Callable[..., Any]) -> list[Any]:
                 visit(item, depth + 1)
             return
         orig = getattr(obj, "_torchdynamo_orig_callable", None)
-        if orig is not None and orig is not obj:
+        if orig is not None and orig is not obj:  # torch.compile(function)
+            compiled.setdefault(id(obj), obj)
             visit(orig, depth)
         if isinstance(obj, types.MethodType):
             visit(obj.__self__, depth + 1)
@@ -108,7 +116,7 @@ def discover(step: Callable[..., Any]) -> list[Any]:
                 visit(item, depth + 1)
 
     visit(step, 0)
-    return list(found.values())
+    return list(found.values()), list(compiled.values())
 
 
 def _library(obj: Any) -> bool:

@@ -220,15 +220,17 @@ def precompile(
     progress = check_bool("progress", progress)
     dev = _check_device(device)
     store = _check_cache(cache)
-    source = _source(plan, example, collate_fn, dev)
-    targets = _batches(source, dev)
-    objects = discover(step) if restore is None else check_restorable(restore)
+    source = _source(plan, example, collate_fn)
+    targets = _batches(source)  # as collated; moved to the device one at a time
+    found, compiled = discover(step)
+    objects = found if restore is None else check_restorable(restore)
+    keyed = list({id(o): o for o in [*objects, *found]}.values())
 
     if store is not None:
         store.activate()
-    document = key_document(step, objects, targets[0][1])
+    document = key_document(step, keyed, to_device(targets[0][1], dev), compiled)
     key = digest(document)
-    signatures = [batch_signature(b) for _, b in targets]
+    signatures = [batch_signature(to_device(b, dev)) for _, b in targets]
     records = [
         store.get(key, shape, sig) if store is not None else None
         for (shape, _), sig in zip(targets, signatures, strict=True)
@@ -267,7 +269,7 @@ def precompile(
             rows.append(run(i, targets[i], "load"))
     finally:
         snapshot.restore()
-    if _frames() == frames0:
+    if _frames() == frames0 and not compiled:
         warnings.warn(
             "precompile ran step on every planned shape but torch.compile saw no frame: step is "
             "not compiled (pass the torch.compile'd function or module training calls)",
@@ -407,7 +409,7 @@ def _check_cache(cache: Any) -> CompileCache | None:
     )
 
 
-def _source(plan: Any, example: Any, collate_fn: Any, device: torch.device | None) -> Any:
+def _source(plan: Any, example: Any, collate_fn: Any) -> Any:
     own = callable(getattr(plan, "make_batch", None)) or callable(
         getattr(plan, "make_batches", None)
     )
@@ -419,10 +421,10 @@ def _source(plan: Any, example: Any, collate_fn: Any, device: torch.device | Non
             f"plan must be a BucketSampler, BucketIterable, packing plan or batch source (with "
             f".shapes), got {type(plan).__name__}"
         )
-    return ExampleBatches(plan, example, collate_fn=collate_fn, device=device)
+    return ExampleBatches(plan, example, collate_fn=collate_fn)
 
 
-def _batches(source: Any, device: torch.device | None) -> list[tuple[tuple[int, ...], Any]]:
+def _batches(source: Any) -> list[tuple[tuple[int, ...], Any]]:
     """(shape, batch) for every planned shape and batch structure."""
     out: list[tuple[tuple[int, ...], Any]] = []
     for shape in check_shapes(source.shapes, what="plan.shapes"):
@@ -430,7 +432,7 @@ def _batches(source: Any, device: torch.device | None) -> list[tuple[tuple[int, 
         batches = many(shape) if callable(many) else [source.make_batch(shape)]
         if not batches:
             raise ValueError(f"the batch source made no batch for shape {shape}")
-        out.extend((shape, to_device(b, device)) for b in batches)
+        out.extend((shape, b) for b in batches)
     return out
 
 
