@@ -215,7 +215,8 @@ def recommend_num_buckets(
     With more planned shapes than ``torch._dynamo.config.recompile_limit`` (default 8), raise that
     limit to the shape count before training: past it dynamo runs the model eagerly (with
     ``fullgraph=True`` it raises ``FailOnRecompileLimitHit``), which ``benchmarks/compile_e2e.py``
-    hit at k=16.
+    hit at k=16. :func:`~bucketloader.compile.precompile` raises it for you, and compiles every
+    planned shape before step 1.
 
     Example:
         >>> lengths = [10] * 90 + [100] * 10
