@@ -20,7 +20,9 @@ filesystem: ``share="auto"`` checks with a marker file per rank), else each rank
 the inductor directory (fxgraph, aotautograd, kernels) are sent to all ranks with
 ``all_gather_object`` and written where missing (``share="collective"`` forces this). After
 ``precompile`` returns, every rank holds every shape's graph in memory: no compile stall at any
-step. Shapes already recorded in the cache are loaded by every rank, compiled by none.
+step. Shapes that every rank's cache has a record of are loaded by every rank, compiled by none.
+A rank whose step raises leaves the others waiting at the next collective until the process
+group's timeout, as with any collective.
 """
 
 from __future__ import annotations
