@@ -139,17 +139,8 @@ def test_public_api_is_small_sorted_and_importable():
     assert 10 <= len([n for n in names if not n.startswith("__")]) <= 16
     for name in names:
         assert getattr(bucketloader, name) is not None
-    for module in (
-        "analysis",
-        "cache",
-        "collate",
-        "hf",
-        "pack",
-        "plan",
-        "static",
-        "stream",
-        "strategies",
-    ):
+    modules = ("analysis", "cache", "collate", "compile", "hf", "pack", "plan", "static", "stream")
+    for module in (*modules, "strategies"):
         sub = __import__(f"bucketloader.{module}", fromlist=["__all__"])
         assert sub.__all__ == sorted(sub.__all__, key=_isort_order), module
         for name in sub.__all__:
@@ -157,7 +148,7 @@ def test_public_api_is_small_sorted_and_importable():
 
 
 def test_public_classes_live_in_public_modules():
-    from bucketloader import collate, hf, pack, plan, sampler, stream
+    from bucketloader import collate, compile, hf, pack, plan, sampler, stream
 
     for obj in (
         bucketloader.BucketSampler,
@@ -174,6 +165,9 @@ def test_public_classes_live_in_public_modules():
         pack.PackIterable,
         pack.PackSpec,
         pack.SplitDataset,
+        compile.CompileCache,
+        compile.ExampleBatches,
+        compile.PrecompileReport,
     ):
         module = obj.__module__
         assert not any(p.startswith("_") for p in module.split(".")), (obj, module)

@@ -249,7 +249,12 @@ def test_calibrate_measures_every_shape_past_the_recompile_limit():
     )
     assert isinstance(cal, Calibration)
     assert [(r, n) for r, n, _, _ in cal.measurements] == shapes
-    assert counters["stats"]["unique_graphs"] == len(shapes) + 1  # + warm-up; no eager fallback
+    # warm-up + the cold pass + the warm pass (dynamo reset, caches kept); no eager fallback
+    assert counters["stats"]["unique_graphs"] == 2 * len(shapes) + 1
+    assert (
+        cal.warm_compile_seconds_per_shape is not None and cal.warm_compile_seconds_per_shape >= 0
+    )
+    assert cal.warm().compile_seconds_per_shape == cal.warm_compile_seconds_per_shape
     assert all(s > 0 for *_, s in cal.measurements)  # every shape's steady step was timed
     tokens = np.array([r * n for r, n, _, _ in cal.measurements], dtype=np.float64)
     steps = np.array([s for *_, s in cal.measurements])

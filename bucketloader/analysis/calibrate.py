@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,24 +22,50 @@ class Calibration:
     :mod:`bucketloader.analysis.recommend`).
 
     Attributes:
-        compile_seconds_per_shape: median over the example shapes of (first call - steady call).
+        compile_seconds_per_shape: median over the example shapes of (first call - steady call),
+            compiled cold (an empty compile cache).
         seconds_per_token: slope of steady step time against padded tokens (rows x length).
         seconds_per_step: intercept of that fit (fixed cost per step), at least 0.
         measurements: ``(rows, length, compile_seconds, median_step_seconds)`` per example shape.
+        warm_compile_seconds_per_shape: the same excess when the shape is loaded from a warm
+            compile cache (dynamo traces again; AOTAutograd, code generation and the C++ compiler
+            are skipped), ``None`` if not measured. What a rerun pays for each shape
+            :func:`~bucketloader.compile.precompile` compiled before.
     """
 
     compile_seconds_per_shape: float
     seconds_per_token: float
     seconds_per_step: float
     measurements: tuple[tuple[int, int, float, float], ...]
+    warm_compile_seconds_per_shape: float | None = None
 
     def as_kwargs(self) -> dict[str, float]:
-        """The three costs, as ``recommend_num_buckets(costs=...)`` takes them."""
-        return {
+        """The costs, as ``recommend_num_buckets(costs=...)`` takes them."""
+        out = {
             "compile_seconds_per_shape": self.compile_seconds_per_shape,
             "seconds_per_token": self.seconds_per_token,
             "seconds_per_step": self.seconds_per_step,
         }
+        if self.warm_compile_seconds_per_shape is not None:
+            out["warm_compile_seconds_per_shape"] = self.warm_compile_seconds_per_shape
+        return out
+
+    def warm(self) -> Calibration:
+        """These costs for a run whose every shape comes from a warm compile cache (a resume, a
+        rerun of a sweep): ``compile_seconds_per_shape`` is the warm cost.
+
+        Example:
+            >>> cal = Calibration(30.0, 1e-6, 0.0, (), warm_compile_seconds_per_shape=0.8)
+            >>> cal.warm().compile_seconds_per_shape
+            0.8
+        """
+        if self.warm_compile_seconds_per_shape is None:
+            raise ValueError(
+                "this Calibration has no warm cost; measure it with calibrate(..., warm=True)"
+            )
+        return dataclasses.replace(
+            self, compile_seconds_per_shape=self.warm_compile_seconds_per_shape
+        )
 
 
 def _default_inputs(rows: int, length: int) -> tuple[Any, ...]:
@@ -54,6 +83,7 @@ def calibrate(
     compile_kwargs: dict[str, Any] | None = None,
     after_call: Callable[[Any], Any] | None = None,
     warmup: bool = True,
+    warm: bool = True,
 ) -> Calibration:
     """Measure compile time per shape and the per-token cost of ``model_fn`` under torch.compile.
 
@@ -67,7 +97,12 @@ def calibrate(
     loss: (loss.backward(), opt.step(), opt.zero_grad())``): it runs uncompiled after every call,
     inside the timing (CUDA is synchronised before each clock read). This calls
     ``torch._dynamo.reset()`` first (clearing other compiled functions' caches) and raises the
-    recompile limit to cover the example shapes for the duration of the call.
+    recompile limit to cover the example shapes for the duration of the call. The compiles run
+    against a fresh, temporary inductor cache directory, so ``compile_seconds_per_shape`` is the
+    cold cost whatever your cache holds; with ``warm=True`` dynamo then forgets the graphs and every
+    example shape is called again, loading its graphs from that cache: the excess of that first
+    call is ``warm_compile_seconds_per_shape`` (measured in-process; a new process also pays about a
+    second once, for imports and inductor's CPU probe).
 
     Args:
         model_fn: callable run as ``model_fn(*make_inputs(rows, length))``.
@@ -79,14 +114,16 @@ def calibrate(
         warmup: first compile and run a throw-away shape (the first example's length + 1), then
             reset dynamo, so one-time costs of the first compile in a process (imports, lazy
             initialisation) are not counted as per-shape compile time.
+        warm: also measure the warm-start cost of each example shape (above).
 
     Example:
-        >>> cal = calibrate(lambda x: (x * 2).sum(), example_shapes=[(2, 8), (4, 16)],
+        >>> import torch
+        >>> cal = calibrate(torch.nn.Tanh(), example_shapes=[(2, 8), (4, 16)],
         ...                 repeats=2, compile_kwargs={"backend": "eager"})
         >>> cal.compile_seconds_per_shape >= 0 and cal.seconds_per_token >= 0
         True
-        >>> sorted(cal.as_kwargs())
-        ['compile_seconds_per_shape', 'seconds_per_step', 'seconds_per_token']
+        >>> sorted(cal.as_kwargs())[-1], cal.warm_compile_seconds_per_shape >= 0
+        ('warm_compile_seconds_per_shape', True)
     """
     import torch
     import torch._dynamo
@@ -104,29 +141,41 @@ def calibrate(
     kwargs.setdefault("dynamic", False)
     if not isinstance(warmup, bool):
         raise TypeError(f"warmup must be a bool, got warmup={warmup!r}")
+    if not isinstance(warm, bool):
+        raise TypeError(f"warm must be a bool, got warm={warm!r}")
     rows_out = []
+    warm_out = []
     limit = max(len(shapes) + 1, torch._dynamo.config.recompile_limit)
-    with torch._dynamo.config.patch(recompile_limit=limit):
-        if warmup:  # a shape not measured, so a warm FX graph cache cannot hide a compile
+    with (
+        torch._dynamo.config.patch(recompile_limit=limit),
+        tempfile.TemporaryDirectory(prefix="bucketloader-calibrate-") as tmp,
+        _inductor_cache(tmp),
+    ):
+        if warmup:  # a shape not measured: one-time costs of the process are paid here
             torch._dynamo.reset()
             after(torch.compile(model_fn, **kwargs)(*make(shapes[0][0], shapes[0][1] + 1)))
             sync()
-        torch._dynamo.reset()
-        compiled = torch.compile(model_fn, **kwargs)
-        for rows, length in shapes:
-            inputs = make(rows, length)
-            start = time.perf_counter()
-            after(compiled(*inputs))
-            sync()
-            first = time.perf_counter() - start
-            times = []
-            for _ in range(repeats):
+        for phase in ("cold", "warm") if warm else ("cold",):
+            torch._dynamo.reset()
+            _clear_inductor_memory()  # the warm pass reads the cache directory, as a rerun does
+            compiled = torch.compile(model_fn, **kwargs)
+            for rows, length in shapes:
+                inputs = make(rows, length)
                 start = time.perf_counter()
                 after(compiled(*inputs))
                 sync()
-                times.append(time.perf_counter() - start)
-            step = statistics.median(times)
-            rows_out.append((rows, length, max(first - step, 0.0), step))
+                first = time.perf_counter() - start
+                times = []
+                for _ in range(repeats if phase == "cold" else 1):
+                    start = time.perf_counter()
+                    after(compiled(*inputs))
+                    sync()
+                    times.append(time.perf_counter() - start)
+                step = statistics.median(times)
+                if phase == "cold":
+                    rows_out.append((rows, length, max(first - step, 0.0), step))
+                else:
+                    warm_out.append(max(first - step, 0.0))
     tokens = np.array([r * n for r, n, _, _ in rows_out], dtype=np.float64)
     steps = np.array([s for *_, s in rows_out])
     slope, intercept = np.polyfit(tokens, steps, 1)
@@ -137,7 +186,26 @@ def calibrate(
         seconds_per_token=float(max(slope, 0.0)),
         seconds_per_step=float(max(intercept, 0.0)),
         measurements=tuple(rows_out),
+        warm_compile_seconds_per_shape=float(statistics.median(warm_out)) if warm_out else None,
     )
+
+
+def _inductor_cache(directory: str) -> Any:
+    """Inductor's cache pointed at ``directory`` for the block (torch >= 2.3), else nothing."""
+    try:
+        from torch._inductor.runtime.cache_dir_utils import temporary_cache_dir
+    except ImportError:  # pragma: no cover (older torch)
+        return contextlib.nullcontext()
+    return temporary_cache_dir(directory)
+
+
+def _clear_inductor_memory() -> None:
+    """Forget the compiled modules inductor keeps in memory (best effort)."""
+    try:
+        from torch._inductor.utils import clear_caches
+    except ImportError:  # pragma: no cover (older torch)
+        return
+    clear_caches()
 
 
 def _check_shapes(example_shapes: Any) -> list[tuple[int, int]]:

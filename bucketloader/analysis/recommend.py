@@ -10,15 +10,20 @@
 NOTE [ The time model ]
 Training with static shapes costs, to a first approximation,
 
-    total = shapes(k) * compile_seconds_per_shape
+    total = cold_shapes(k) * compile_seconds_per_shape
+          + warm_shapes(k) * warm_compile_seconds_per_shape
           + steps * seconds_per_step + padded_tokens * seconds_per_token
 
 where ``shapes(k)`` is the number of distinct batch shapes the plan produces (each is compiled once;
 it is the number of non-empty buckets, plus the partial batches with ``last_batch="keep"``, not
-``k`` itself), and ``steps`` / ``padded_tokens`` are summed over the planned epochs, batch-padding
-rows included. It is a *linear* model of step time in padded tokens: it ignores attention's
-quadratic term, kernel efficiency that varies with shape, warm compile caches and the recompile
-limit. Measure its inputs on your own model with :func:`calibrate`; ``benchmarks/compile_e2e.py``
+``k`` itself); the shapes already compiled for this model (``compiled_shapes``, from a
+:class:`~bucketloader.compile.CompileCache` after a ``precompile``) are *warm*: loading one from the
+cache costs ``warm_compile_seconds_per_shape`` (about 1 s against 20-150 s cold with inductor on a
+2-core CPU), the others are *cold*. ``steps`` / ``padded_tokens`` are summed over the planned
+epochs, batch-padding rows included. It is a *linear* model of step time in padded tokens: it
+ignores attention's quadratic term, kernel efficiency that varies with shape, the one-off costs of
+a process (the precompiled C++ header, the CPU probe) and the recompile limit. Measure its
+inputs on your own model with :func:`calibrate`; ``benchmarks/compile_e2e.py``
 checks its choice against measured end-to-end training time.
 
 NOTE [ Epoch cost from the plan ]
@@ -54,7 +59,12 @@ __all__ = ["Candidate", "Recommendation", "recommend_num_buckets"]
 #: k values tried by default.
 DEFAULT_NUM_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 _INF = float("inf")
-_COSTS = ("compile_seconds_per_shape", "seconds_per_token", "seconds_per_step")
+_COSTS = (
+    "compile_seconds_per_shape",
+    "seconds_per_token",
+    "seconds_per_step",
+    "warm_compile_seconds_per_shape",
+)
 
 
 @dataclass(frozen=True)
@@ -72,8 +82,10 @@ class Candidate:
         steps: optimizer steps over the run (``None`` without a batch budget).
         padded_tokens: padded tokens over the run, filler rows of partial batches included.
         real_tokens: real tokens over the run.
-        compile_seconds: ``num_shapes * compile_seconds_per_shape`` (``None`` without costs).
+        compile_seconds: ``compile_seconds_per_shape`` per shape to compile and
+            ``warm_compile_seconds_per_shape`` per shape already compiled (``None`` without costs).
         compute_seconds: ``steps * seconds_per_step + padded_tokens * seconds_per_token``.
+        warm_shapes: how many of the shapes are already compiled (``compiled_shapes``).
     """
 
     strategy: str
@@ -86,6 +98,7 @@ class Candidate:
     real_tokens: float | None = None
     compile_seconds: float | None = None
     compute_seconds: float | None = None
+    warm_shapes: int = 0
 
     @property
     def total_seconds(self) -> float | None:
@@ -143,9 +156,8 @@ class Recommendation:
         lines = [head, rule]
         for c in self.table:
             mark = " *" if (c.strategy, c.num_buckets) == (self.strategy, self.num_buckets) else ""
-            line = (
-                f"| {c.strategy}{mark} | {c.num_buckets} | {c.num_shapes} | {c.padding_ratio:.1%} |"
-            )
+            shapes = f"{c.num_shapes}" + (f" ({c.warm_shapes} warm)" if c.warm_shapes else "")
+            line = f"| {c.strategy}{mark} | {c.num_buckets} | {shapes} | {c.padding_ratio:.1%} |"
             if timed:
                 line += (
                     f" {c.steps:.0f} | {c.batch_padding_ratio or 0:.1%} | "
@@ -164,6 +176,7 @@ def recommend_num_buckets(
     padding_target: float = 0.05,
     num_epochs: float | None = None,
     num_steps: int | None = None,
+    compiled_shapes: Any = None,
     **spec_options: Any,
 ) -> Recommendation:
     """Recommend the k (and strategy) to bucket ``lengths`` with.
@@ -181,12 +194,18 @@ def recommend_num_buckets(
         strategy: a strategy name or callable, or a sequence of them to compare.
         costs: ``None``, a :class:`~bucketloader.analysis.Calibration` (from ``calibrate``) or a
             mapping with ``compile_seconds_per_shape`` and ``seconds_per_token`` (and optionally
-            ``seconds_per_step``): seconds to compile one batch shape, per padded token and per
-            step.
+            ``seconds_per_step`` and ``warm_compile_seconds_per_shape``): seconds to compile one
+            batch shape cold, per padded token, per step, and to load one compiled shape from a
+            warm cache (default 0).
         padding_target: the padding rule's target (pad elements per real element).
         num_epochs: planned epochs (default 1 unless ``num_steps`` is given); may be fractional.
         num_steps: planned steps instead of epochs; each candidate runs this many steps of its
             own average batch.
+        compiled_shapes: batch shapes already compiled for this model, which cost
+            ``warm_compile_seconds_per_shape`` instead of a cold compile: e.g.
+            ``CompileCache().compiled_shapes(report.key)`` after a
+            :func:`~bucketloader.compile.precompile` (a resumed run, the next run of a sweep), or
+            ``report.shapes``.
         **spec_options: the sampler's :meth:`BucketSpec.build
             <bucketloader.plan.BucketSpec.build>` options that size the batches: ``batch_size``
             or ``max_tokens`` (an int or a ``TokenBudget``; required with ``costs``) and
@@ -198,7 +217,8 @@ def recommend_num_buckets(
     With more planned shapes than ``torch._dynamo.config.recompile_limit`` (default 8), raise that
     limit to the shape count before training: past it dynamo runs the model eagerly (with
     ``fullgraph=True`` it raises ``FailOnRecompileLimitHit``), which ``benchmarks/compile_e2e.py``
-    hit at k=16.
+    hit at k=16. :func:`~bucketloader.compile.precompile` raises it for you, and compiles every
+    planned shape before step 1.
 
     Example:
         >>> lengths = [10] * 90 + [100] * 10
@@ -216,6 +236,7 @@ def recommend_num_buckets(
     strategies = check_strategies(strategy)
     padding_target = check_float("padding_target", padding_target, minimum=0.0, maximum=1e9)
     cost = _check_costs(costs)
+    warm = _check_compiled(compiled_shapes)
     budget = (
         spec_options.get("batch_size") is not None or spec_options.get("max_tokens") is not None
     )
@@ -268,11 +289,15 @@ def recommend_num_buckets(
                     real_tokens=ep.real_tokens * scale,
                 )
                 if cost is not None:
+                    n_warm = sum(tuple(s) in warm for s in ep.shapes)
                     row = dataclasses.replace(
                         row,
-                        compile_seconds=len(ep.shapes) * cost["compile_seconds_per_shape"],
+                        compile_seconds=(len(ep.shapes) - n_warm)
+                        * cost["compile_seconds_per_shape"]
+                        + n_warm * cost["warm_compile_seconds_per_shape"],
                         compute_seconds=steps * cost["seconds_per_step"]
                         + padded * cost["seconds_per_token"],
+                        warm_shapes=n_warm,
                     )
             table.append(row)
     if not table:
@@ -284,7 +309,9 @@ def recommend_num_buckets(
         best = min(table, key=lambda c: (c.total_seconds, c.num_buckets))
         rule = (
             f"the strategy and k in {list(ks)} with the least predicted time, compiles (one per "
-            "planned batch shape) + padded compute (a linear model in padded tokens): "
+            "planned batch shape"
+            + ("; shapes already compiled at the warm cost" if warm else "")
+            + ") + padded compute (a linear model in padded tokens): "
             f"{best.total_seconds:.1f} s predicted"
         )
     else:
@@ -347,6 +374,22 @@ def check_strategies(strategy: Any) -> list[tuple[str, Strategy]]:
         name, fn = resolve_strategy(item)
         out.setdefault(str(name or getattr(fn, "__name__", repr(fn))), fn)
     return list(out.items())
+
+
+def _check_compiled(shapes: Any) -> set[tuple[int, ...]]:
+    """``compiled_shapes`` as a set of int tuples (a mapping's keys are its shapes)."""
+    if shapes is None:
+        return set()
+    try:
+        if isinstance(shapes, (str, bytes)):
+            raise TypeError
+        out = {tuple(int(x) for x in s) for s in shapes}
+    except (TypeError, ValueError):
+        raise TypeError(
+            "compiled_shapes must be None or an iterable of batch shapes (B, L, ...), e.g. "
+            f"CompileCache().compiled_shapes(key) or report.shapes, got compiled_shapes={shapes!r}"
+        ) from None
+    return out
 
 
 def _check_costs(costs: Any) -> dict[str, float] | None:

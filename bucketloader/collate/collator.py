@@ -170,6 +170,35 @@ class PadCollator:
             return self.pad_value.get(key, 0)
         return 0 if key == cf.MASK_KEY else self.pad_value
 
+    def variable_fields(self, sample: Any) -> dict[Any, tuple[tuple[int, ...], tuple[int, ...]]]:
+        """The fields of ``sample`` this collator pads: key -> (input indices, dims).
+
+        Dims are non-negative; an inferred dim is the one NOTE [ Which dim varies ] gives a
+        single sample (the dim learned from earlier batches, else the only or the first dim).
+        What :mod:`bucketloader.compile` resizes to build a batch of a planned shape.
+
+        Example:
+            >>> from bucketloader import BucketSampler
+            >>> collate = BucketSampler([3, 5], num_buckets=1, batch_size=2).collator()
+            >>> collate.variable_fields({"x": torch.zeros(3, 80), "label": 1})
+            {'x': ((0,), (0,))}
+        """
+        kind = kind_of(sample)
+        specs = self._specs(sample, kind, cf.keys_of(sample, kind))
+        out = {}
+        for spec in specs:
+            value = cf.column([sample], spec.key, kind)[0]
+            ndim = 1 if isinstance(value, (list, tuple)) else int(getattr(value, "ndim", 1))
+            if spec.dims is not None:
+                dims = tuple(d % ndim for d in spec.dims)
+            elif ndim == 1:
+                dims = (0,)
+            else:
+                learned = self._learned.get(spec.key)
+                dims = learned[0] if learned is not None else (0,)
+            out[spec.key] = (spec.inputs, dims)
+        return out
+
     def _specs(self, sample: Any, kind: str, keys: list[Any]) -> list[cf.Spec]:
         cache_key = (kind, tuple(keys))
         specs = self._specs_cache.get(cache_key)

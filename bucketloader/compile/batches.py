@@ -1,0 +1,384 @@
+"""Batches of every planned shape, built through the collator that training uses.
+
+NOTE [ The batch-source protocol ]
+:func:`~bucketloader.compile.precompile` compiles a step function once per planned batch shape.
+For each shape it needs one batch of exactly that shape whose *structure* is that of a real batch:
+the same fields, dtypes, masks, trailing dims and devices, because ``torch.compile`` guards on all
+of them, and a batch that differs in any one compiles a graph training never uses. It gets those
+batches from a *batch source*, any object with
+
+* ``shapes``: every batch shape ``(B, L_1, ..., L_D)`` training will see (a plan's promise), and
+* ``make_batch(shape)``: one batch of that shape, exactly as the training loop receives it from
+  its ``DataLoader`` (before the loop moves it to a device), and optionally
+* ``make_batches(shape)``: a list of such batches, when one shape comes in several structures
+  (per-dataset plans whose datasets have different fields); ``make_batch`` is then unused.
+
+:class:`ExampleBatches` is the batch source for every bucketloader plan with ``.shapes`` and
+``.collator()`` (:class:`~bucketloader.BucketSampler`, :class:`~bucketloader.BucketIterable`, a
+packing plan): it resizes one real sample per field structure to the shape's padded lengths and
+runs ``B`` copies through the very collator training uses, so the guards match the real batches.
+A plan whose batches cannot be made that way implements the protocol itself (a ``make_batch``
+method, or pass any object with ``shapes`` and ``make_batch`` to ``precompile``).
+
+NOTE [ Resizing a sample to a planned length ]
+With a :class:`~bucketloader.PadCollator` (or a wrapper that holds one as ``.collator``, such as
+:mod:`bucketloader.hf`'s), the fields that follow a bucketed input and their dims are the
+collator's own (``fields=...``, or the rules of NOTE [ Which fields are padded ] in
+:mod:`bucketloader.collate.collator`). Other collators (a packing collator) get the library's
+length rule (NOTE [ The length of a sample ] in :mod:`bucketloader._samples`): every
+sequence-valued field follows the one input along its first dim. A field is resized by repeating
+its own values cyclically (``index i -> i mod n``), so token ids stay valid ids and feature values
+stay in range; an empty field is filled with zeros. Fixed-size fields are kept as they are.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from bucketloader._samples import is_sequence, kind_of
+from bucketloader.collate import PadCollator
+from bucketloader.collate.fields import keys_of
+
+__all__ = ["BatchSource", "ExampleBatches", "check_shapes", "to_device"]
+
+
+@runtime_checkable
+class BatchSource(Protocol):
+    """What :func:`~bucketloader.compile.precompile` needs: the shapes and a batch of each.
+
+    See NOTE [ The batch-source protocol ] in :mod:`bucketloader.compile.batches`.
+    """
+
+    shapes: Sequence[tuple[int, ...]]
+
+    def make_batch(self, shape: tuple[int, ...]) -> Any: ...
+
+
+class ExampleBatches:
+    """One batch of every planned shape, from one real sample, through the training collator.
+
+    For a shape ``(B, L_1, ..., L_D)`` it resizes the example sample's variable fields to
+    ``(L_1, ..., L_D)`` (NOTE [ Resizing a sample to a planned length ] in
+    :mod:`bucketloader.compile.batches`) and collates ``B`` copies with ``collate_fn``: every
+    field, dtype and mask is the collator's, as in training. With per-dataset groups, the sample of
+    each group is taken from the dataset and the shape's batch is made for every group that plans
+    it whose samples have another structure.
+
+    Args:
+        plan: a :class:`~bucketloader.BucketSampler`, :class:`~bucketloader.BucketIterable`, a
+            packing plan: anything with ``.shapes`` (and ``.collator()`` when ``collate_fn`` is not
+            given).
+        example: one real sample (a dict, tuple or bare tensor / array / token list, as the
+            dataset returns it); or the dataset itself (a ``torch.utils.data.Dataset``, a Hugging
+            Face dataset, an iterable, or a list with one sample per planned length), from which
+            the first sample of each group is taken.
+        collate_fn: the collator the training ``DataLoader`` uses (default ``plan.collator()``);
+            pass yours when it was built with options (``fields``, ``pad_value``, ``mask_dtype``).
+        device: move every tensor of the batch there (as the training loop does before the step);
+            ``None`` keeps the collator's CPU tensors.
+
+    Example:
+        >>> from bucketloader import BucketSampler
+        >>> sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
+        >>> source = ExampleBatches(sampler, {"input_ids": [7, 8, 9], "label": 1})
+        >>> source.shapes
+        [(2, 8), (2, 12)]
+        >>> batch = source.make_batch((2, 12))
+        >>> batch["input_ids"].shape, batch["input_ids"][0, :5].tolist(), batch["label"].tolist()
+        (torch.Size([2, 12]), [7, 8, 9, 7, 8], [1, 1])
+    """
+
+    def __init__(
+        self,
+        plan: Any,
+        example: Any,
+        *,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        device: Any = None,
+    ) -> None:
+        self.shapes = check_shapes(getattr(plan, "shapes", None), what="plan.shapes")
+        if collate_fn is None:
+            make = getattr(plan, "collator", None)
+            if not callable(make):
+                raise TypeError(
+                    f"plan must have .shapes and .collator() (a BucketSampler, BucketIterable or "
+                    f"packing plan), got {type(plan).__name__} without .collator(); pass "
+                    "collate_fn=the collator your DataLoader uses"
+                )
+            collate_fn = make()
+        if not callable(collate_fn):
+            raise TypeError(f"collate_fn must be callable, got collate_fn={collate_fn!r}")
+        self.plan = plan
+        self.collate_fn = collate_fn
+        self.device = None if device is None else torch.device(device)
+        # a wrapper around a PadCollator (hf's ModelInputs) pads as the PadCollator does
+        inner = getattr(collate_fn, "collator", None)
+        self._pad = collate_fn if isinstance(collate_fn, PadCollator) else inner
+        if not isinstance(self._pad, PadCollator):
+            self._pad = None
+        table = getattr(self._pad, "shape_table", None) or getattr(plan, "shape_table", None)
+        self._table = table
+        self._group_key = getattr(self._pad or collate_fn, "group_key", None)
+        self._examples = _examples(plan, example, table)
+
+    # -- the protocol ---------------------------------------------------------------------------
+    def make_batch(self, shape: tuple[int, ...]) -> Any:
+        """One batch of ``shape``, collated by ``collate_fn`` (and moved to ``device``)."""
+        return self.make_batches(shape)[0]
+
+    def make_batches(self, shape: tuple[int, ...]) -> list[Any]:
+        """One batch of ``shape`` per distinct sample structure among the groups that plan it."""
+        shape = self._check_planned(shape)
+        out, seen = [], set()
+        for group in self._groups_of(shape):
+            sample = self._examples[group if group in self._examples else None]
+            signature = _structure(sample, self._group_key)
+            if signature in seen:
+                continue
+            seen.add(signature)
+            try:
+                samples = self.samples(shape, group=group)  # asks the collator for its fields
+                batch = self.collate_fn(samples)
+            except (ValueError, TypeError, KeyError) as exc:
+                raise ValueError(
+                    f"the collator could not collate {shape[0]} copies of the example sample "
+                    f"resized to {shape[1:]} ({exc}); is example a sample of the dataset this "
+                    "plan was built on?"
+                ) from exc
+            _check_batch_shape(batch, shape, self._names)
+            out.append(to_device(batch, self.device))
+        return out
+
+    def samples(self, shape: tuple[int, ...], *, group: Any = None) -> list[Any]:
+        """The ``B`` samples collated into the batch of ``shape`` (resized example copies)."""
+        shape = self._check_planned(shape)
+        sample = self._examples.get(group, self._examples.get(None))
+        if sample is None:
+            sample = next(iter(self._examples.values()))
+        resized = _resize_sample(sample, self._specs(sample), shape[1:])
+        if self._group_key is not None and group is not None and isinstance(resized, Mapping):
+            resized = {**resized, self._group_key: group}
+        return [resized] * shape[0]
+
+    # -- helpers --------------------------------------------------------------------------------
+    @property
+    def _names(self) -> tuple[str, ...]:
+        names = getattr(self._table, "input_names", None)
+        return tuple(names) if names is not None else ("length",)
+
+    def _check_planned(self, shape: Any) -> tuple[int, ...]:
+        try:
+            shape = tuple(int(x) for x in shape)
+        except TypeError:
+            shape = ()
+        if shape not in self.shapes:
+            raise ValueError(
+                f"shape must be one of the plan's shapes {self.shapes[:8]}, got shape={shape!r}"
+            )
+        return shape
+
+    def _groups_of(self, shape: tuple[int, ...]) -> list[Any]:
+        """The group ids that plan ``shape`` (``[None]`` without groups)."""
+        cells = getattr(self._table, "cells", None)
+        values = getattr(cells, "group_values", None)
+        if cells is None or values is None:
+            return [None]
+        match = np.flatnonzero(
+            (np.asarray(cells.lengths) == np.asarray(shape[1:])[None, :]).all(axis=1)
+            & (np.asarray(cells.batch) >= shape[0])
+        )
+        groups = sorted({values[int(cells.group[c])] for c in match})
+        return groups or [values[0]]
+
+    def _specs(self, sample: Any) -> dict[Any, tuple[tuple[int, ...], tuple[int, ...]]]:
+        """Variable fields of ``sample``: key -> (input indices, dims)."""
+        kind = kind_of(sample)
+        names = self._names
+        col = self._pad
+        if col is not None:  # the collator says which fields it pads, along which dims
+            return col.variable_fields(sample)
+        if len(names) != 1:
+            raise ValueError(
+                f"cannot tell which fields of the example follow the plan's inputs {names} for a "
+                f"{type(self.collate_fn).__name__}; give precompile a batch source with "
+                "make_batch(shape) "
+                "(NOTE [ The batch-source protocol ] in bucketloader.compile.batches)"
+            )
+        keys = keys_of(sample, kind)
+        if kind == "bare":
+            return {keys[0]: ((0,), (0,))}
+        return {k: ((0,), (0,)) for k in keys if k != self._group_key and is_sequence(sample[k])}
+
+    def __repr__(self) -> str:
+        return (
+            f"ExampleBatches({len(self.shapes)} shapes, collate_fn={type(self.collate_fn).__name__}"
+            f", device={self.device})"
+        )
+
+
+def check_shapes(shapes: Any, *, what: str = "shapes") -> list[tuple[int, ...]]:
+    """A plan's shapes as a sorted list of distinct int tuples ``(B, L_1, ...)``, each >= 1."""
+    try:
+        out = sorted({tuple(int(x) for x in s) for s in shapes})
+        ok = bool(out) and all(len(s) >= 2 and min(s) >= 1 for s in out)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"{what} must be a non-empty list of batch shapes (B, L_1, ...) of ints >= 1, got "
+            f"{shapes!r}"
+        )
+    return out
+
+
+def to_device(batch: Any, device: Any) -> Any:
+    """``batch`` with every tensor (in dicts, lists and tuples) moved to ``device``."""
+    if device is None:
+        return batch
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return type(batch)({k: to_device(v, device) for k, v in batch.items()})  # type: ignore[call-arg]
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
+        return type(batch)(*(to_device(v, device) for v in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(to_device(v, device) for v in batch)
+    return batch
+
+
+# -- examples -----------------------------------------------------------------------------------
+def _is_dataset(example: Any, plan: Any) -> bool:
+    if isinstance(example, (Mapping, str, bytes, torch.Tensor, np.ndarray)):
+        return False
+    if isinstance(example, (list, tuple)):
+        lengths = getattr(plan, "lengths", None)
+        return (
+            isinstance(example, list)
+            and lengths is not None
+            and len(example) == len(lengths)
+            and len(example) > 1
+        )
+    return (hasattr(example, "__getitem__") and hasattr(example, "__len__")) or hasattr(
+        example, "__iter__"
+    )
+
+
+def _examples(plan: Any, example: Any, table: Any) -> dict[Any, Any]:
+    """group id (or None) -> a real sample of that group."""
+    if example is None:
+        raise ValueError(
+            "example must be a real sample (e.g. example=dataset[0]) or the dataset, got "
+            "example=None; precompile builds batches of every planned shape from it"
+        )
+    if not _is_dataset(example, plan):
+        kind_of(example)  # one clear TypeError for what cannot be a sample
+        return {None: example}
+    groups = getattr(plan, "groups", None)
+    values = getattr(getattr(table, "cells", None), "group_values", None)
+    if groups is not None and values is not None and hasattr(example, "__getitem__"):
+        firsts, idx = np.unique(np.asarray(groups), return_index=True)
+        out: dict[Any, Any] = {int(g): example[int(i)] for g, i in zip(firsts, idx, strict=True)}
+        out[None] = out[int(firsts[0])]
+        return out
+    if hasattr(example, "__getitem__") and hasattr(example, "__len__"):
+        if len(example) == 0:
+            raise ValueError("example is an empty dataset; pass a real sample instead")
+        return {None: example[0]}
+    first = next(iter(itertools.islice(example, 1)), None)
+    if first is None:
+        raise ValueError("example is an empty iterable; pass a real sample instead")
+    return {None: first}
+
+
+def _structure(sample: Any, group_key: Any) -> Any:
+    """What makes two samples collate into differently structured batches."""
+    kind = kind_of(sample)
+    if kind == "bare":
+        return (kind, _leaf(sample))
+    keys = [k for k in keys_of(sample, kind) if k != group_key]
+    return (kind, tuple((repr(k), _leaf(sample[k])) for k in keys))
+
+
+def _leaf(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return ("tensor", str(value.dtype), value.ndim)
+    if isinstance(value, np.ndarray):
+        return ("ndarray", str(value.dtype), value.ndim)
+    return type(value).__name__
+
+
+# -- resizing -----------------------------------------------------------------------------------
+def _resize_sample(
+    sample: Any, specs: Mapping[Any, tuple[tuple[int, ...], tuple[int, ...]]], lengths: tuple
+) -> Any:
+    kind = kind_of(sample)
+    if kind == "bare":
+        ((inputs, dims),) = specs.values()
+        return _resize(sample, dims, [lengths[i] for i in inputs])
+    keys = set(keys_of(sample, kind))  # a field the sample lacks is the collator's to report
+    new = {
+        k: _resize(sample[k], dims, [lengths[i] for i in inputs])
+        for k, (inputs, dims) in specs.items()
+        if k in keys
+    }
+    if kind == "dict":
+        return {k: new.get(k, v) for k, v in sample.items()}
+    seq = [new.get(i, v) for i, v in enumerate(sample)]
+    if not isinstance(sample, tuple):
+        return seq
+    return type(sample)(*seq) if hasattr(sample, "_fields") else type(sample)(seq)  # namedtuple
+
+
+def _resize(value: Any, dims: tuple[int, ...], sizes: list[int]) -> Any:
+    """``value`` with dim ``dims[j]`` resized to ``sizes[j]`` by repeating its own values."""
+    if isinstance(value, (list, tuple)):  # a flat list of numbers: one dim
+        n = len(value)
+        out = [value[i % n] for i in range(sizes[0])] if n else [0] * sizes[0]
+        return type(value)(out) if isinstance(value, tuple) else out
+    is_torch = isinstance(value, torch.Tensor)
+    if not is_torch and not isinstance(value, np.ndarray):
+        raise TypeError(
+            f"a variable-length field must be a tensor, an array or a flat list of numbers, got "
+            f"{type(value).__name__}"
+        )
+    for d, size in zip(dims, sizes, strict=True):
+        d = d + value.ndim if d < 0 else d
+        n = value.shape[d]
+        if n == size:
+            continue
+        if n == 0:
+            shape = list(value.shape)
+            shape[d] = size
+            value = value.new_zeros(shape) if is_torch else np.zeros(shape, value.dtype)
+            continue
+        if is_torch:
+            idx = torch.arange(size, device=value.device) % n
+            value = value.index_select(d, idx)
+        else:
+            value = np.take(value, np.arange(size) % n, axis=d)
+    return value
+
+
+def _check_batch_shape(batch: Any, shape: tuple[int, ...], names: tuple[str, ...]) -> None:
+    """The collated batch must have the planned shape (read from its masks, where it has them)."""
+    if not isinstance(batch, Mapping):
+        return
+    mask = batch.get("attention_mask")
+    got: Any = None
+    if isinstance(mask, torch.Tensor) and len(names) == 1:
+        got = tuple(mask.shape)
+        want: Any = shape
+    elif isinstance(mask, Mapping):
+        got = {k: tuple(v.shape) for k, v in mask.items() if isinstance(v, torch.Tensor)}
+        want = {n: (shape[0], shape[1 + j]) for j, n in enumerate(names)}
+    if got is not None and got != want:
+        raise ValueError(
+            f"the collator made a batch of shape {got} from samples resized to the planned shape "
+            f"{shape}; the collator and the plan disagree (build the collator with "
+            "plan.collator(...)), or give precompile a batch source with make_batch(shape)"
+        )

@@ -1,0 +1,479 @@
+"""precompile(): compile a training step for every planned batch shape before training.
+
+NOTE [ Why precompile ]
+Under ``torch.compile(dynamic=False)`` every batch shape is a graph. Compiled lazily, each one
+stalls the step that first meets it (20-150 s per shape with inductor on a 2-core CPU), and with
+``N`` ranks and ``S`` shapes the ranks stall one after another: up to ``N * (S - 1) + 1`` stalls,
+each rank idling at the next collective while another compiles a shape it has not seen yet. A
+bucketloader plan lists its shapes before step 1 (``sampler.shapes``), so they can be compiled
+up front, once: split among the ranks, shared through the cache directory (or sent over
+``torch.distributed``), loaded by every rank, and kept for the next run.
+
+NOTE [ Sharing across ranks ]
+With ``torch.distributed`` initialised and ``CompileCache(distributed=True)`` (the default),
+``precompile`` is a collective. Rank 0 assigns every shape the cache has no record of to one rank
+(largest shapes first, round robin) and broadcasts the assignment; each rank compiles its share
+("compile" phase), the ranks share the new artifacts, then every rank runs every other shape
+("load" phase), which finds the artifacts and skips code generation and the C++ compiler. The
+artifacts are shared through the cache directory when every rank sees it (one node, or a shared
+filesystem: ``share="auto"`` checks with a marker file per rank), else each rank's new files in
+the inductor directory (fxgraph, aotautograd, kernels) are sent to all ranks with
+``all_gather_object`` and written where missing (``share="collective"`` forces this). After
+``precompile`` returns, every rank holds every shape's graph in memory: no compile stall at any
+step. Shapes that every rank's cache has a record of are loaded by every rank, compiled by none.
+A rank whose step raises leaves the others waiting at the next collective until the process
+group's timeout, as with any collective.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bucketloader._validation import check_bool
+from bucketloader.compile import _dist
+from bucketloader.compile._key import batch_signature, digest, key_document
+from bucketloader.compile._state import Snapshot, check_restorable, describe, discover
+from bucketloader.compile.batches import ExampleBatches, check_shapes, to_device
+from bucketloader.compile.store import CompileCache
+
+__all__ = ["PrecompileReport", "ShapeTiming", "precompile"]
+
+#: ``ShapeTiming.cache`` values.
+CACHE_KINDS = ("cold", "warm", "traced", "memory")
+
+
+@dataclass(frozen=True)
+class ShapeTiming:
+    """One planned shape's first call during :func:`precompile`.
+
+    Attributes:
+        shape: the batch shape.
+        seconds: wall time of the step's first call on it (compile or load, plus one step).
+        graphs: graphs dynamo compiled during the call.
+        cache: ``"cold"`` (inductor generated and compiled code: a cache miss), ``"warm"`` (every
+            graph came from the cache directory), ``"traced"`` (graphs compiled by a backend
+            without on-disk artifacts, such as ``"eager"`` or ``"aot_eager"``), ``"memory"`` (no
+            new graph: this process had compiled the shape already).
+        cached: the cache held a record of this shape before the call (a predicted warm start).
+        phase: ``"compile"`` (this rank's share) or ``"load"`` (shapes other ranks compiled, or
+            recorded ones).
+        compiled_by: the rank assigned to compile the shape (``-1``: recorded before this run).
+    """
+
+    shape: tuple[int, ...]
+    seconds: float
+    graphs: int
+    cache: str
+    cached: bool
+    phase: str
+    compiled_by: int
+
+
+@dataclass(frozen=True)
+class PrecompileReport:
+    """What :func:`precompile` did on this rank: a row per shape, and the totals.
+
+    Attributes:
+        rows: one :class:`ShapeTiming` per planned shape (and batch structure), in call order.
+        key: the compile key (NOTE [ The compile key ] in :mod:`bucketloader.compile.store`);
+            ``None`` with ``cache=False``.
+        cache_dir: the inductor cache directory used (``None`` with ``cache=False``).
+        restored: the objects whose state was snapshotted and restored.
+        world_size, rank: the process group (``1, 0`` without one).
+        shared_by: how artifacts reached the other ranks (``"filesystem"``, ``"collective"``,
+            ``None`` on one rank).
+        wall_seconds: the whole call, batches and snapshot included.
+        wait_seconds: time spent waiting for the other ranks and exchanging artifacts.
+        files_received: artifact files written from other ranks (``"collective"`` only).
+        recompile_limit: ``torch._dynamo.config.recompile_limit`` after the call (raised to the
+            number of planned shapes, if it was lower).
+    """
+
+    rows: tuple[ShapeTiming, ...]
+    key: str | None
+    cache_dir: Path | None
+    restored: tuple[str, ...]
+    world_size: int = 1
+    rank: int = 0
+    shared_by: str | None = None
+    wall_seconds: float = 0.0
+    wait_seconds: float = 0.0
+    files_received: int = 0
+    recompile_limit: int = 0
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """The precompiled shapes, sorted."""
+        return sorted({r.shape for r in self.rows})
+
+    def seconds(self, phase: str | None = None) -> float:
+        """Total seconds of the rows (of one phase: ``"compile"`` or ``"load"``)."""
+        return sum(r.seconds for r in self.rows if phase is None or r.phase == phase)
+
+    def count(self, cache: str) -> int:
+        """How many rows have this ``cache`` kind (one of :data:`CACHE_KINDS`)."""
+        return sum(r.cache == cache for r in self.rows)
+
+    def table(self) -> str:
+        """The per-shape time table, as markdown."""
+        lines = [
+            "| shape | phase | compiled by | cache | recorded before | graphs | seconds |",
+            "|---|---|---:|---|---|---:|---:|",
+        ]
+        for r in self.rows:
+            by = "earlier run" if r.compiled_by < 0 else f"rank {r.compiled_by}"
+            lines.append(
+                f"| {r.shape} | {r.phase} | {by} | {r.cache} | {'yes' if r.cached else 'no'} | "
+                f"{r.graphs} | {r.seconds:.2f} |"
+            )
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        """One line: shapes, cold/warm counts, times."""
+        ranks = f" on rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
+        kinds = ", ".join(f"{self.count(k)} {k}" for k in CACHE_KINDS if self.count(k))
+        return (
+            f"precompiled {len(self.shapes)} shapes{ranks} in {self.wall_seconds:.1f} s ({kinds}; "
+            f"compile {self.seconds('compile'):.1f} s, load {self.seconds('load'):.1f} s, "
+            f"waiting {self.wait_seconds:.1f} s)"
+        )
+
+    def __str__(self) -> str:
+        return f"{self.summary()}\n{self.table()}"
+
+
+def precompile(
+    step: Callable[[Any], Any],
+    plan: Any,
+    *,
+    example: Any = None,
+    collate_fn: Callable[[list[Any]], Any] | None = None,
+    device: Any = None,
+    restore: Any = None,
+    cache: CompileCache | str | os.PathLike[str] | bool | None = None,
+    progress: bool = True,
+) -> PrecompileReport:
+    """Compile ``step`` for every planned batch shape, before training, without changing state.
+
+    Calls ``step(batch)`` once per shape on a batch of exactly that shape, built through the
+    collator training uses (:class:`~bucketloader.compile.ExampleBatches`: one real sample resized
+    and collated ``B`` times, so fields, dtypes, masks and devices match real batches and so do
+    dynamo's guards). ``step`` is your compiled training step (forward, backward and optimizer
+    step; or a compiled model's forward and backward): whatever it compiles on the first call of a
+    shape is compiled now, and training then meets no new shape. Everything the step changes
+    (parameters, buffers such as BatchNorm statistics, gradients, optimizer state, schedulers,
+    random generators) is restored exactly afterwards (NOTE [ Compiling without touching the
+    model ] in :mod:`bucketloader.compile._state`). The compiled artifacts go to a
+    :class:`CompileCache` (next to the bucket cache by default), so a rerun loads them instead of
+    compiling; on several ranks each compiles its share and all load all (NOTE [ Sharing across
+    ranks ] in :mod:`bucketloader.compile.precompile`). The recompile limit is raised to the
+    number of planned shapes if it is lower (past it, dynamo falls back to eager).
+
+    Args:
+        step: the compiled callable training calls on each batch, ``step(batch)``; e.g. a
+            ``torch.compile``'d train step, or ``lambda b: compiled_model(**b).loss.backward()``.
+            Compile it with ``dynamic=False``: one static graph per planned shape.
+        plan: what training iterates: a :class:`~bucketloader.BucketSampler`, a
+            :class:`~bucketloader.BucketIterable`, a packing plan (``.shapes`` and
+            ``.collator()``), or any batch source with ``.shapes`` and ``.make_batch(shape)``
+            (NOTE [ The batch-source protocol ] in :mod:`bucketloader.compile.batches`).
+        example: one real sample, or the dataset (its first sample of each group is used);
+            required unless ``plan`` is a batch source.
+        collate_fn: the collator your ``DataLoader`` uses (default ``plan.collator()``).
+        device: where the training loop moves each batch before calling ``step`` (``None``: the
+            batch stays as collated).
+        restore: modules, optimizers and objects with ``state_dict``/``load_state_dict`` whose
+            state ``step`` changes; ``None`` finds them from ``step`` (its closure, the globals it
+            names, a compiled module, a bound method's object). The report lists them.
+        cache: a :class:`CompileCache`, a directory for one, ``None`` (the default cache), or
+            ``False`` (leave inductor's cache configuration alone, record nothing, share nothing).
+        progress: show a progress bar (``tqdm``, if installed; rank 0 only).
+
+    Returns:
+        A :class:`PrecompileReport`: a row per shape (seconds, graphs, cold / warm / traced /
+        memory), the key and directory, the restored objects; ``print(report)`` shows the table.
+
+    Example:
+        >>> import torch
+        >>> from bucketloader import BucketSampler
+        >>> sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
+        >>> model = torch.nn.Embedding(16, 4)
+        >>> compiled = torch.compile(model, backend="eager", dynamic=False)
+        >>> def step(batch):  # forward and backward, as in training
+        ...     compiled(batch["inputs"]).sum().backward()
+        >>> report = precompile(step, sampler, example=[1, 2, 3], cache=False, progress=False)
+        >>> report.shapes, [r.graphs for r in report.rows], model.weight.grad is None
+        ([(2, 8), (2, 12)], [1, 1], True)
+    """
+    start = time.perf_counter()
+    if not callable(step):
+        raise TypeError(
+            f"step must be callable (your torch.compile'd train step or model), got step={step!r}"
+        )
+    progress = check_bool("progress", progress)
+    dev = _check_device(device)
+    store = _check_cache(cache)
+    source = _source(plan, example, collate_fn)
+    targets = _batches(source)  # as collated; moved to the device one at a time
+    found, compiled = discover(step)
+    objects = found if restore is None else check_restorable(restore)
+    keyed = list({id(o): o for o in [*objects, *found]}.values())
+
+    if store is not None:
+        store.activate()
+    document = key_document(step, keyed, to_device(targets[0][1], dev), compiled)
+    key = digest(document)
+    signatures = [batch_signature(to_device(b, dev)) for _, b in targets]
+    records = [
+        store.get(key, shape, sig) if store is not None else None
+        for (shape, _), sig in zip(targets, signatures, strict=True)
+    ]
+    limit = _raise_recompile_limit(len(targets))
+
+    size, rank = _dist.world() if store is not None and store.distributed else (1, 0)
+    owners = _assign(targets, records, size)
+    mine = [i for i, owner in enumerate(owners) if owner == rank]
+    rest = [i for i, owner in enumerate(owners) if owner != rank]
+    show = progress and rank == 0
+
+    rows: list[ShapeTiming] = []
+    frames0 = _frames()
+    snapshot = Snapshot(objects)
+    shared_by, wait, received = None, 0.0, 0
+    try:
+        before = (
+            _dist.artifact_files(store.inductor_dir) if store is not None and size > 1 else set()
+        )
+        run = _Runner(step, dev, store, key, document, signatures, records, owners)
+        for i in _bar(mine, show, "precompile" if size == 1 else f"compile (rank {rank})"):
+            rows.append(run(i, targets[i], "compile"))
+        if size > 1 and store is not None:
+            t0 = time.perf_counter()
+            shared = store.share == "filesystem" or (
+                store.share == "auto" and _dist.sees_shared_directory(store.directory)
+            )
+            if not shared:
+                new = _dist.artifact_files(store.inductor_dir) - before
+                received = _dist.exchange(store.inductor_dir, new)
+            _dist.barrier()
+            shared_by = "filesystem" if shared else "collective"
+            wait = time.perf_counter() - t0
+        for i in _bar(rest, show, "load"):
+            rows.append(run(i, targets[i], "load"))
+    finally:
+        snapshot.restore()
+    if _frames() == frames0 and not compiled:
+        warnings.warn(
+            "precompile ran step on every planned shape but torch.compile saw no frame: step is "
+            "not compiled (pass the torch.compile'd function or module training calls)",
+            UserWarning,
+            stacklevel=2,
+        )
+    return PrecompileReport(
+        rows=tuple(rows),
+        key=key if store is not None else None,
+        cache_dir=store.inductor_dir if store is not None else None,
+        restored=tuple(describe(o) for o in objects),
+        world_size=size,
+        rank=rank,
+        shared_by=shared_by,
+        wall_seconds=time.perf_counter() - start,
+        wait_seconds=wait,
+        files_received=received,
+        recompile_limit=limit,
+    )
+
+
+# -- the runner ---------------------------------------------------------------------------------
+class _Runner:
+    """Times one shape's first call and classifies it from dynamo's and inductor's counters."""
+
+    def __init__(
+        self,
+        step: Callable[[Any], Any],
+        device: torch.device | None,
+        store: CompileCache | None,
+        key: str,
+        document: dict[str, Any],
+        signatures: list[Any],
+        records: list[Any],
+        owners: list[int],
+    ) -> None:
+        self.step, self.device, self.store = step, device, store
+        self.key, self.document, self.signatures = key, document, signatures
+        self.records, self.owners = records, owners
+        cuda = (device is not None and device.type == "cuda") or (
+            torch.cuda.is_available() and torch.cuda.is_initialized()
+        )
+        self.sync: Callable[[], None] = torch.cuda.synchronize if cuda else (lambda: None)
+
+    def __call__(self, i: int, target: tuple[tuple[int, ...], Any], phase: str) -> ShapeTiming:
+        from torch._dynamo.utils import counters
+
+        shape, batch = target
+        batch = to_device(batch, self.device)
+        graphs0, cache0 = counters["stats"]["unique_graphs"], _cache_counters()
+        t0 = time.perf_counter()
+        try:
+            self.step(batch)
+            self.sync()
+        except Exception as exc:
+            if hasattr(exc, "add_note"):
+                exc.add_note(
+                    f"(precompile: step failed on its synthetic batch of shape {shape}, built "
+                    "through the plan's collator)"
+                )
+            raise
+        seconds = time.perf_counter() - t0
+        graphs = counters["stats"]["unique_graphs"] - graphs0
+        hits, misses = (a - b for a, b in zip(_cache_counters(), cache0, strict=True))
+        if graphs == 0:
+            kind = "memory"
+        elif misses:
+            kind = "cold"
+        elif hits:
+            kind = "warm"
+        else:
+            kind = "traced"
+        if self.store is not None and kind != "memory":
+            cold = seconds if kind in ("cold", "traced") else None
+            warm = seconds if kind == "warm" else None
+            self.store.put(
+                self.key, self.document, shape, self.signatures[i], cold_seconds=cold,
+                warm_seconds=warm,
+            )  # fmt: skip
+        return ShapeTiming(
+            shape=shape,
+            seconds=seconds,
+            graphs=graphs,
+            cache=kind,
+            cached=self.records[i] is not None,
+            phase=phase,
+            compiled_by=self.owners[i],
+        )
+
+
+def _cache_counters() -> tuple[int, int]:
+    """(hits, misses + bypasses) of inductor's FX-graph cache and AOTAutograd's cache so far."""
+    from torch._dynamo.utils import counters
+
+    ind, aot = counters["inductor"], counters["aot_autograd"]
+    hits = ind["fxgraph_cache_hit"] + aot["autograd_cache_hit"]
+    misses = (
+        ind["fxgraph_cache_miss"]
+        + ind["fxgraph_cache_bypass"]
+        + aot["autograd_cache_miss"]
+        + aot["autograd_cache_bypass"]
+    )
+    return hits, misses
+
+
+def _frames() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["frames"]["total"])
+
+
+# -- arguments ----------------------------------------------------------------------------------
+def _check_device(device: Any) -> torch.device | None:
+    if device is None:
+        return None
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(
+            f"device must be a torch.device or a device name such as 'cuda:0', got "
+            f"device={device!r}"
+        ) from None
+
+
+def _check_cache(cache: Any) -> CompileCache | None:
+    if cache is None or cache is True:
+        return CompileCache()
+    if cache is False:
+        return None
+    if isinstance(cache, CompileCache):
+        return cache
+    if isinstance(cache, (str, os.PathLike)):
+        return CompileCache(cache)
+    raise TypeError(
+        f"cache must be a CompileCache, a directory, None (the default cache) or False, got "
+        f"cache={cache!r}"
+    )
+
+
+def _source(plan: Any, example: Any, collate_fn: Any) -> Any:
+    own = callable(getattr(plan, "make_batch", None)) or callable(
+        getattr(plan, "make_batches", None)
+    )
+    if own and example is None and collate_fn is None:
+        check_shapes(getattr(plan, "shapes", None), what="plan.shapes")
+        return plan
+    if getattr(plan, "shapes", None) is None:
+        raise TypeError(
+            f"plan must be a BucketSampler, BucketIterable, packing plan or batch source (with "
+            f".shapes), got {type(plan).__name__}"
+        )
+    return ExampleBatches(plan, example, collate_fn=collate_fn)
+
+
+def _batches(source: Any) -> list[tuple[tuple[int, ...], Any]]:
+    """(shape, batch) for every planned shape and batch structure."""
+    out: list[tuple[tuple[int, ...], Any]] = []
+    for shape in check_shapes(source.shapes, what="plan.shapes"):
+        many = getattr(source, "make_batches", None)
+        batches = many(shape) if callable(many) else [source.make_batch(shape)]
+        if not batches:
+            raise ValueError(f"the batch source made no batch for shape {shape}")
+        out.extend((shape, b) for b in batches)
+    return out
+
+
+def _raise_recompile_limit(n: int) -> int:
+    """Let dynamo keep one graph per planned shape (and a few one-time graphs) per frame."""
+    import torch._dynamo.config as config
+
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    limit = max(int(getattr(config, name)), n + 2)
+    setattr(config, name, limit)
+    acc = "accumulated_" + name
+    if hasattr(config, acc):
+        setattr(config, acc, max(int(getattr(config, acc)), 4 * limit))
+    return limit
+
+
+def _assign(targets: list[tuple[tuple[int, ...], Any]], records: list[Any], size: int) -> list[int]:
+    """The rank that compiles each target (-1: recorded before, every rank loads it); largest
+    shapes first, round robin. A target counts as recorded only if every rank has its record
+    (ranks on other nodes may have other directories); rank 0 decides, so every rank agrees."""
+    if size == 1:
+        return [0 if r is None else -1 for r in records]
+    gathered = _dist.all_gather([r is not None for r in records])
+    have = [all(col) for col in zip(*gathered, strict=True)]
+    order = sorted(
+        (i for i, recorded in enumerate(have) if not recorded),
+        key=lambda i: (-math.prod(targets[i][0]), targets[i][0], i),
+    )
+    owners = [-1] * len(targets)
+    for n, i in enumerate(order):
+        owners[i] = n % size
+    return list(_dist.broadcast(owners))
+
+
+def _bar(items: list[int], show: bool, desc: str) -> Iterable[int]:
+    if not show or not items:
+        return items
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, desc=desc, unit="shape", leave=False)

@@ -1,0 +1,646 @@
+"""precompile: every planned shape compiled once before training, training then compiles nothing,
+the user's state untouched, artifacts keyed and shared across runs and ranks.
+
+Compiles use a counting backend (dynamo traces, the graph runs eagerly) or ``aot_eager``; one small
+test uses inductor for the warm start. The two-rank test runs this file as a worker script
+(``python test_compile.py worker ...``) under ``subprocess`` with a hard timeout.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+import pytest
+import torch
+import torch._dynamo
+from torch import nn
+from torch.utils.data import DataLoader
+
+from bucketloader import BucketIterable, BucketSampler
+from bucketloader.analysis import recommend_num_buckets
+from bucketloader.collate import Field
+from bucketloader.compile import (
+    CompileCache,
+    CompileCacheWarning,
+    ExampleBatches,
+    precompile,
+)
+from bucketloader.compile._key import batch_signature
+from bucketloader.sampler import GroupedDataset
+
+TIMEOUT_S = 150
+VOCAB = 50
+
+
+def _lengths(n: int = 400) -> np.ndarray:
+    from conftest import load_real
+
+    return np.asarray(load_real("multi30k")[:n, 0])
+
+
+class Counting:
+    """A torch.compile backend that counts graphs and runs them as traced."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        self.graphs += 1
+        return gm.forward
+
+
+class Net(nn.Module):
+    """Embedding, BatchNorm (running stats), dropout (RNG), masked mean, classifier."""
+
+    def __init__(self, width: int = 8) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, width)
+        self.bn = nn.BatchNorm1d(width)
+        self.drop = nn.Dropout(0.2)
+        self.out = nn.Linear(width, 3)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.bn(self.emb(ids).transpose(1, 2)).transpose(1, 2)
+        h = self.drop(h) * mask[..., None]
+        return self.out(h.sum(1) / mask.sum(1, keepdim=True).clamp(min=1))
+
+
+def _dataset(lengths: np.ndarray) -> list[dict]:
+    return [
+        {"input_ids": torch.arange(int(n)) % VOCAB, "label": i % 3} for i, n in enumerate(lengths)
+    ]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo(monkeypatch):
+    # precompile points TORCHINDUCTOR_CACHE_DIR at its cache for the process: undo it after
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""))
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _graphs() -> int:
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+# -- the promise: every shape once, then nothing ------------------------------------------------
+def test_every_planned_shape_compiles_once_and_training_compiles_nothing(tmp_path):
+    lengths = _lengths()
+    data = _dataset(lengths)
+    sampler = BucketSampler(lengths, num_buckets=6, batch_size=16, seed=0)
+    model, backend = Net(), Counting()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    compiled = torch.compile(model, backend=backend, dynamic=False)
+
+    def step(batch):  # forward + backward compiled per shape; the optimizer runs eagerly
+        loss = nn.functional.cross_entropy(
+            compiled(batch["input_ids"], batch["attention_mask"]), batch["label"]
+        )
+        loss.backward()
+
+    report = precompile(
+        step, sampler, example=data, restore=[model, opt], cache=tmp_path, progress=False
+    )
+    assert report.shapes == sampler.shapes and len(sampler.shapes) == 6
+    assert [r.graphs for r in report.rows] == [1] * 6, report
+    assert backend.graphs == 6 and {r.cache for r in report.rows} == {"traced"}
+    assert report.restored == ("Net (module)", "AdamW (optimizer)")
+    assert "| (16, " in str(report) and report.recompile_limit >= 8
+
+    loader = DataLoader(data, batch_sampler=sampler, collate_fn=sampler.collator())
+    before, seen = _graphs(), set()
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            seen.add(tuple(batch["input_ids"].shape))
+            step(batch)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    assert seen == set(sampler.shapes)  # training met every planned shape ...
+    assert _graphs() == before and backend.graphs == 6  # ... and compiled none of them
+
+
+def test_more_shapes_than_the_default_recompile_limit(tmp_path):
+    lengths = _lengths()
+    sampler = BucketSampler(lengths, num_buckets=12, batch_size=8, seed=0)
+    assert len(sampler.shapes) > 8  # past dynamo's default limit, which would fall back to eager
+    backend = Counting()
+    step = torch.compile(lambda b: (b["inputs"] * 2).sum(), backend=backend, dynamic=False)
+    with torch._dynamo.config.patch(recompile_limit=8):
+        report = precompile(step, sampler, example=[1, 2, 3], cache=False, progress=False)
+        assert backend.graphs == len(sampler.shapes)
+        assert torch._dynamo.config.recompile_limit >= len(sampler.shapes)
+    assert report.key is None and report.cache_dir is None
+
+
+# -- the user's state ---------------------------------------------------------------------------
+def _full_state(model, opt, sched):
+    return (
+        {k: v.clone() for k, v in model.state_dict().items()},
+        copy.deepcopy(opt.state_dict()),
+        copy.deepcopy(sched.state_dict()),
+        [None if p.grad is None else p.grad.clone() for p in model.parameters()],
+        [m.training for m in model.modules()],
+    )
+
+
+def _assert_same_state(a, b):
+    assert a[0].keys() == b[0].keys()
+    for k in a[0]:
+        assert torch.equal(a[0][k], b[0][k]), k  # parameters and buffers (BatchNorm stats)
+    sa, sb = a[1]["state"], b[1]["state"]
+    assert sa.keys() == sb.keys()
+    for p in sa:
+        assert sa[p].keys() == sb[p].keys()
+        for k in sa[p]:
+            assert torch.equal(torch.as_tensor(sa[p][k]), torch.as_tensor(sb[p][k])), (p, k)
+    assert a[1]["param_groups"] == b[1]["param_groups"]
+    assert a[2] == b[2]
+    for ga, gb in zip(a[3], b[3], strict=True):
+        assert (ga is None and gb is None) or torch.equal(ga, gb)
+    assert a[4] == b[4]
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_precompile_leaves_model_optimizer_and_rngs_bit_identical(tmp_path, resumed):
+    lengths = _lengths(300)
+    data = _dataset(lengths)
+    sampler = BucketSampler(lengths, num_buckets=4, batch_size=16, seed=0)
+    torch.manual_seed(0)
+    model, backend = Net(), Counting()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1000)
+
+    @torch.compile(backend=backend, dynamic=False)
+    def train_step(batch):  # the whole step compiled: forward, backward, optimizer
+        loss = nn.functional.cross_entropy(
+            model(batch["input_ids"], batch["attention_mask"]), batch["label"]
+        )
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    def step(batch):  # the loop's step: the compiled part, then the scheduler, eagerly
+        train_step(batch)
+        sched.step()
+
+    loader = DataLoader(data, batch_sampler=sampler, collate_fn=sampler.collator())
+    if resumed:  # a resumed run: optimizer state and gradients exist before precompile
+        step(next(iter(loader)))
+        for p in model.parameters():
+            p.grad = torch.randn_like(p)
+    before = _full_state(model, opt, sched)
+    grads = [p.grad for p in model.parameters()]
+    torch.manual_seed(123)
+    random.seed(5)
+    np.random.seed(7)  # noqa: NPY002 (the global generators precompile must put back)
+    expected = (torch.rand(3), random.random(), np.random.rand())  # noqa: NPY002
+    torch.manual_seed(123)
+    random.seed(5)
+    np.random.seed(7)  # noqa: NPY002
+
+    report = precompile(step, sampler, example=data[0], cache=tmp_path, progress=False)
+    assert torch.equal(torch.rand(3), expected[0])  # dropout drew numbers; they are put back
+    assert (random.random(), np.random.rand()) == expected[1:]  # noqa: NPY002
+    assert set(report.restored) == {"Net (module)", "AdamW (optimizer)", "StepLR (state_dict)"}
+    _assert_same_state(before, _full_state(model, opt, sched))
+    assert all(p.grad is g for p, g in zip(model.parameters(), grads, strict=True))
+    assert model.training
+
+    for p in model.parameters():
+        p.grad = None
+    graphs = backend.graphs
+    for batch in loader:
+        step(batch)
+    # NOTE [ A compiled optimizer step and a fresh optimizer ]: a fresh optimizer's graph is
+    # traced again once (its state did not exist); per-shape graphs never are
+    assert backend.graphs - graphs == (0 if resumed else 1)
+
+
+def test_precompile_on_eval_mode_and_a_failing_step_restores_too():
+    lengths = _lengths(200)
+    sampler = BucketSampler(lengths, num_buckets=3, batch_size=8, seed=0)
+    model = Net().eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def step(batch):
+        model.train()  # the step changes modes and values, then fails on the last shape
+        model(batch["input_ids"], batch["attention_mask"])
+        if batch["input_ids"].shape == tuple(sampler.shapes[-1]):
+            raise RuntimeError("boom")
+
+    compiled = torch.compile(step, backend=Counting(), dynamic=False)
+    with pytest.raises(RuntimeError, match="boom") as info:
+        precompile(compiled, sampler, example=_dataset(lengths)[0], cache=False, progress=False)
+    assert any("synthetic batch of shape" in n for n in getattr(info.value, "__notes__", []))
+    assert not model.training
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+# -- batches built like real ones ---------------------------------------------------------------
+def _signatures(loader) -> dict:
+    out = {}
+    for batch in loader:
+        out.setdefault(tuple(batch["attention_mask"].shape), batch_signature(batch))
+    return out
+
+
+def test_example_batches_have_the_structure_of_real_batches():
+    lengths = _lengths(300)
+    data = [
+        {
+            "input_ids": np.arange(int(n), dtype=np.int32),
+            "feats": torch.randn(int(n), 5),
+            "speaker": torch.tensor([i % 7, 1]),
+            "text": f"utterance {i}",
+        }
+        for i, n in enumerate(lengths)
+    ]
+    sampler = BucketSampler(lengths, num_buckets=4, batch_size=8, last_batch="keep", seed=0)
+    collate = sampler.collator(
+        fields={"input_ids": Field(), "feats": Field(dims=0)}, mask_dtype=torch.long
+    )
+    real = _signatures(DataLoader(data, batch_sampler=sampler, collate_fn=collate))
+    source = ExampleBatches(sampler, data, collate_fn=collate)
+    assert sorted(real) == source.shapes  # "keep" lists partial shapes too: all are made
+    for shape in source.shapes:
+        assert batch_signature(source.make_batch(shape)) == real[shape], shape
+
+
+def test_example_batches_for_two_inputs_groups_and_streams():
+    rng = np.random.default_rng(0)
+    src = _lengths(300)
+    tgt = np.maximum(src + rng.integers(-3, 4, src.size), 1)
+    pairs = [{"src": [1] * int(s), "tgt": [2] * int(t)} for s, t in zip(src, tgt, strict=True)]
+    sampler = BucketSampler({"src": src, "tgt": tgt}, num_buckets=3, max_tokens=256, seed=0)
+
+    class ModelInputs:  # a wrapper around the PadCollator, as bucketloader.hf's
+        def __init__(self, collator):
+            self.collator = collator
+
+        def __call__(self, samples):
+            return {k: v for k, v in self.collator(samples).items() if k != "lengths"}
+
+    for collate in (None, ModelInputs(sampler.collator())):
+        source = ExampleBatches(sampler, pairs[5], collate_fn=collate)
+        for shape in source.shapes:
+            batch = source.make_batch(shape)
+            assert tuple(batch["src"].shape) == (shape[0], shape[1])
+            assert tuple(batch["tgt"].shape) == (shape[0], shape[2])
+            assert ("lengths" in batch) == (collate is None)
+
+    # per-dataset groups whose samples differ in structure: one batch per structure
+    a = [{"x": torch.ones(int(n))} for n in src[:150]]
+    b = [{"x": torch.ones(int(n)), "extra": 1.5} for n in src[150:]]
+    data = GroupedDataset([a, b])
+    grouped = BucketSampler(src, groups=data.groups, num_buckets=2, batch_size=4, seed=0)
+    gsource = ExampleBatches(grouped, data)
+    shared = [s for s in gsource.shapes if len(gsource.make_batches(s)) == 2]
+    made = {tuple(sorted(m)) for s in gsource.shapes for m in gsource.make_batches(s)}
+    assert {
+        ("attention_mask", "dataset", "lengths", "sample_mask", "x"),
+        ("attention_mask", "dataset", "extra", "lengths", "sample_mask", "x"),
+    } == made
+    assert all(len(gsource.make_batches(s)) in (1, 2) for s in gsource.shapes)
+    assert shared or len(made) == 2
+
+    stream = BucketIterable(
+        iter([[1] * int(n) for n in src]), boundaries=sampler.boundaries["src"], batch_size=4
+    )
+    stream_source = ExampleBatches(stream, [3, 4, 5], device="cpu")
+    assert [tuple(stream_source.make_batch(s)["inputs"].shape) for s in stream.shapes] == [
+        tuple(s) for s in stream.shapes
+    ]
+
+
+class PackedRows:
+    """A packing plan's own batch source (the protocol): rows of documents, position ids."""
+
+    shapes: ClassVar = [(2, 16), (4, 32)]
+
+    def make_batch(self, shape):
+        rows, width = shape
+        return {
+            "input_ids": torch.zeros(rows, width, dtype=torch.long),
+            "position_ids": torch.arange(width).repeat(rows, 1),
+        }
+
+
+def test_a_batch_source_plugs_in_without_a_collator():
+    backend = Counting()
+    step = torch.compile(lambda b: (b["input_ids"] + b["position_ids"]).sum(), backend=backend)
+    report = precompile(step, PackedRows(), cache=False, progress=False)
+    assert report.shapes == PackedRows.shapes and backend.graphs == 2
+
+
+# -- keys: hits and misses across runs ----------------------------------------------------------
+def _keyed_run(cache, sampler, width, data):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Net(width)
+    compiled = torch.compile(model, backend="aot_eager", dynamic=False)
+
+    def step(batch):
+        compiled(batch["input_ids"], batch["attention_mask"]).sum().backward()
+
+    return precompile(step, sampler, example=data[0], restore=[model], cache=cache, progress=False)
+
+
+def test_the_compile_key_hits_unchanged_runs_and_misses_changes(tmp_path):
+    lengths = _lengths(300)
+    data = _dataset(lengths)
+    cache = CompileCache(tmp_path)
+    sampler = BucketSampler(lengths, num_buckets=3, batch_size=16, seed=0)
+    first = _keyed_run(cache, sampler, 8, data)
+    assert not any(r.cached for r in first.rows)
+    assert set(cache.compiled_shapes(first.key)) == set(sampler.shapes)
+    again = _keyed_run(cache, sampler, 8, data)  # a rerun: same key, every shape recorded
+    assert again.key == first.key and all(r.cached for r in again.rows)
+    assert {r.phase for r in again.rows} == {"load"} and {r.compiled_by for r in again.rows} == {-1}
+    wider = _keyed_run(cache, sampler, 16, data)  # another model: another key, all miss
+    assert wider.key != first.key and not any(r.cached for r in wider.rows)
+    other = BucketSampler(lengths, num_buckets=4, batch_size=16, seed=0)  # new shapes miss alone
+    mixed = _keyed_run(cache, other, 8, data)
+    assert mixed.key == first.key
+    for r in mixed.rows:
+        assert r.cached == (r.shape in sampler.shapes), r
+    rec = cache.compiled_shapes(first.key)[sampler.shapes[0]]
+    assert rec.cold_seconds is not None and rec.cold_seconds > 0
+
+    # a corrupted record is ignored with one warning and recompiled
+    path = next((tmp_path / "entries" / first.key).glob("*.json"))
+    path.write_text(path.read_text().replace('"shape": [', '"shape": [1, '))
+    with pytest.warns(CompileCacheWarning, match="unreadable compile record"):
+        assert len(cache.records(first.key)) == len(set(sampler.shapes) | set(other.shapes)) - 1
+
+
+def test_key_follows_code_dtype_and_threads(tmp_path):
+    from bucketloader.compile._key import code_digest, key_document
+
+    def f(b):
+        return b * 2
+
+    def g(b):
+        return b * 3
+
+    batch = {"x": torch.zeros(2, 3)}
+    doc = key_document(f, [], batch)
+    eager, aot = (torch.compile(f, backend=b, dynamic=False) for b in ("eager", "aot_eager"))
+    assert key_document(f, [], batch, [eager]) != key_document(f, [], batch, [aot]) != doc
+    assert doc == key_document(f, [], {"x": torch.ones(4, 5)})  # sizes are per shape, not key
+    assert doc != key_document(f, [], {"x": torch.zeros(2, 3, dtype=torch.float64)})
+    assert code_digest(f) != code_digest(g)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads + 1)
+        assert key_document(f, [], batch) != doc
+    finally:
+        torch.set_num_threads(threads)
+
+
+# -- inductor: a warm start loads instead of compiling ------------------------------------------
+@pytest.mark.timeout(120)
+def test_inductor_warm_start_from_the_cache_directory(tmp_path):
+    script = r"""
+import json, sys, torch
+from bucketloader import BucketSampler
+from bucketloader.compile import precompile
+torch.set_num_threads(1)
+sampler = BucketSampler([3, 9, 9, 14], num_buckets=2, batch_size=2)
+step = torch.compile(lambda b: (b["inputs"] * b["attention_mask"]).sum(), dynamic=False)
+r = precompile(step, sampler, example=[1, 2, 3], cache=sys.argv[1], progress=False)
+print(json.dumps([[r.cache, r.cached, r.seconds] for r in r.rows]))
+"""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    env["TORCHINDUCTOR_VEC_ISA_OK"] = "1"  # skip inductor's CPU probe (six g++ builds): test time
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    runs = []
+    for _ in range(2):  # two processes, one cache directory: a rerun after a preemption
+        out = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path)],
+            capture_output=True, text=True, env=env, timeout=100,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert [(c, cached) for c, cached, _ in runs[0]] == [("cold", False)] * 2
+    assert [(c, cached) for c, cached, _ in runs[1]] == [("warm", True)] * 2
+    assert any(p.suffix == ".so" for p in (tmp_path / "inductor").rglob("*.so"))
+
+
+# -- two ranks ----------------------------------------------------------------------------------
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2 * TIMEOUT_S)
+def test_two_ranks_split_the_shapes_share_and_load_all(tmp_path):
+    from conftest import load_real
+
+    np.save(tmp_path / "lengths.npy", np.asarray(load_real("multi30k")[:400, 0]))
+    port = _free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    cmd = [sys.executable, __file__, "worker"]
+    procs = [
+        subprocess.Popen(
+            [*cmd, str(r), "2", str(port), str(tmp_path)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=TIMEOUT_S)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for r, (p, log) in enumerate(zip(procs, logs, strict=True)):
+        assert p.returncode == 0, f"rank {r} failed:\n{log[-3000:]}"
+    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    shapes = {tuple(s) for s in runs[0]["shapes"]}
+    for mode in ("filesystem", "collective"):
+        rows = [run[mode]["rows"] for run in runs]
+        mine = [{tuple(s) for s, phase, _, _ in rr if phase == "compile"} for rr in rows]
+        assert mine[0] and mine[1] and not mine[0] & mine[1] and mine[0] | mine[1] == shapes
+        for r, rr in enumerate(rows):  # every rank ran every shape: its share, then the rest
+            assert {tuple(s) for s, *_ in rr} == shapes
+            assert all(by == r for _, phase, by, _ in rr if phase == "compile")
+            assert all(by == 1 - r for _, phase, by, _ in rr if phase == "load")
+        assert [run[mode]["shared_by"] for run in runs] == [mode] * 2
+        assert [run[mode]["new_graphs_in_training"] for run in runs] == [0, 0]
+    # collective: every rank holds every shape's artifact, written by the rank that compiled it
+    for run in runs:
+        rows = run["collective"]["rows"]
+        owner = {"x".join(map(str, s)): by for s, phase, by, _ in rows}
+        assert run["collective"]["written_by"] == {k: str(v) for k, v in owner.items()}
+        assert run["collective"]["received"] == sum(phase == "load" for _, phase, _, _ in rows)
+
+
+def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=60),
+    )
+    lengths = np.load(tmp / "lengths.npy")
+    data = _dataset(lengths)
+    sampler = BucketSampler(lengths, num_buckets=5, batch_size=8, seed=0)
+    out: dict = {"shapes": [list(s) for s in sampler.shapes]}
+    for mode in ("filesystem", "collective"):
+        torch._dynamo.reset()
+        model, backend = Net(), Counting()
+        compiled = torch.compile(model, backend=backend, dynamic=False)
+        # in the collective mode the ranks play two nodes: each has its own directory
+        directory = tmp / (mode if mode == "filesystem" else f"{mode}{rank}")
+        cache = CompileCache(directory, share="auto" if mode == "filesystem" else "collective")
+        fake = cache.inductor_dir / "fxgraph"
+
+        def step(batch, compiled=compiled, fake=fake, mode=mode):
+            compiled(batch["input_ids"], batch["attention_mask"]).sum().backward()
+            if mode == "collective":  # a stand-in for what inductor writes on a cold compile
+                entry = fake / "x".join(map(str, batch["input_ids"].shape))
+                if not entry.exists():
+                    entry.parent.mkdir(parents=True, exist_ok=True)
+                    entry.write_text(str(dist.get_rank()))
+
+        report = precompile(
+            step, sampler, example=data, restore=[model], cache=cache, progress=False
+        )
+        written = {p.name: p.read_text() for p in fake.glob("*")} if fake.is_dir() else {}
+        graphs = backend.graphs
+        for batch in DataLoader(data, batch_sampler=sampler, collate_fn=sampler.collator()):
+            step(batch)
+        out[mode] = {
+            "rows": [[list(r.shape), r.phase, r.compiled_by, r.graphs] for r in report.rows],
+            "shared_by": report.shared_by,
+            "received": report.files_received,
+            "new_graphs_in_training": backend.graphs - graphs,
+            "written_by": written,
+        }
+    (tmp / f"rank{rank}.json").write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+# -- warm costs in the recommender --------------------------------------------------------------
+def test_recommender_charges_warm_costs_for_compiled_shapes():
+    lengths = _lengths(2000)
+    costs = {
+        "compile_seconds_per_shape": 60.0,
+        "warm_compile_seconds_per_shape": 1.0,
+        "seconds_per_token": 2e-5,
+        "seconds_per_step": 0.01,
+    }
+    kw = {"batch_size": 32, "num_steps": 3000, "num_buckets": (1, 4, 8)}
+    cold = recommend_num_buckets(lengths, costs=costs, **kw)
+    assert cold.num_buckets == 1  # 60 s per shape: padding to the max wins a short run
+    k8 = next(c for c in cold.table if c.num_buckets == 8)
+    from bucketloader.analysis.recommend import epoch_cost
+
+    k8_shapes = epoch_cost(lengths, np.asarray(k8.boundaries), batch_size=32).shapes
+    warm = recommend_num_buckets(lengths, costs=costs, compiled_shapes=k8_shapes, **kw)
+    row = next(c for c in warm.table if c.num_buckets == 8)
+    assert row.compile_seconds == pytest.approx(len(k8_shapes) * 1.0)
+    assert row.warm_shapes == len(k8_shapes)
+    assert warm.num_buckets == 8  # the shapes a previous run compiled cost their warm load
+    with pytest.raises(TypeError, match="compiled_shapes must be"):
+        recommend_num_buckets(lengths, costs=costs, compiled_shapes=5, **kw)
+
+
+# -- bad input ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda s: precompile(3, s, example=[1]), TypeError, "step must be callable"),
+        (lambda s: precompile(print, object(), example=[1]), TypeError, "plan must be"),
+        (lambda s: precompile(print, s), ValueError, "example must be a real sample"),
+        (lambda s: precompile(print, s, example=[1], restore=[3]), TypeError, "restore must"),
+        (lambda s: precompile(print, s, example=[1], cache=3), TypeError, "cache must be"),
+        (lambda s: precompile(print, s, example=[1], progress=1), TypeError, "progress must"),
+        (lambda s: precompile(print, s, example=[1], device="nope"), ValueError, "device must"),
+        (lambda s: precompile(print, s, example=[1], collate_fn=3), TypeError, "collate_fn must"),
+        (lambda s: precompile(print, s, example=object()), TypeError, "samples must be"),
+        (lambda s: ExampleBatches(s, [1]).make_batch((3, 3)), ValueError, "one of the plan's"),
+        (
+            lambda s: ExampleBatches(
+                s, {"x": [1]}, collate_fn=s.collator(fields={"y": Field()})
+            ).make_batch((2, 8)),
+            ValueError,
+            "the collator could not collate 2 copies of the example",
+        ),
+        (lambda s: CompileCache(3), TypeError, "directory must be a path"),
+        (lambda s: CompileCache(share="nfs"), ValueError, "share must be one of"),
+        (lambda s: CompileCache(distributed="yes"), TypeError, "distributed must be a bool"),
+    ],
+)
+def test_bad_input_is_answered_in_one_voice(call, error, match):
+    sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
+    with pytest.raises(error, match=match), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        call(sampler)
+
+
+def test_a_batch_source_with_bad_shapes_is_refused():
+    class Bad:
+        shapes: ClassVar = [(0, 4)]
+
+        def make_batch(self, shape):
+            return {}
+
+    with pytest.raises(ValueError, match=r"plan.shapes must be a non-empty list"):
+        precompile(print, Bad(), cache=False)
+
+
+def test_a_user_set_inductor_directory_is_replaced_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
+    step = torch.compile(lambda b: b["inputs"].sum(), backend=Counting(), dynamic=False)
+    cache = CompileCache(tmp_path / "bl")
+    with pytest.warns(CompileCacheWarning, match="TORCHINDUCTOR_CACHE_DIR=.*mine is replaced"):
+        report = precompile(step, sampler, example=[1, 2], cache=cache, progress=False)
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(cache.inductor_dir.resolve())
+    assert report.cache_dir == cache.inductor_dir
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # pointing it at the same cache again is silent
+        precompile(step, sampler, example=[1, 2], cache=cache, progress=False)
+
+
+def test_an_uncompiled_step_is_reported():
+    sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
+    with pytest.warns(UserWarning, match="step is not compiled"):
+        report = precompile(lambda b: b, sampler, example=[1, 2], cache=False, progress=False)
+    assert {r.cache for r in report.rows} == {"memory"}
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
+    sys.path.insert(0, str(Path(__file__).parent))
+    _worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5]))
