@@ -262,6 +262,11 @@ class Engine:
         self.blen[bucket].append(size)
         if len(buf) < self.sizes[bucket]:
             return None
+        return self._emit(bucket)
+
+    def _emit(self, bucket: int) -> list[Any]:
+        """Hand out the full buffer of ``bucket`` as a batch (the caller checked it is full)."""
+        buf = self.bsam[bucket]
         self._count(bucket, len(buf), sum(self.blen[bucket]), self.sizes[bucket])
         self.bsam[bucket], self.bpos[bucket], self.blen[bucket] = [], [], []
         self.batches += 1
@@ -324,15 +329,38 @@ class Engine:
         if self.phase == "stream":
             prepare, add, stateful, every = self.prepare, self._add, self.stateful, self.every
             draws = self.draws
-            for sample in it:
-                pos = self.read
-                self.read = pos + 1
-                if stateful and self.read % every == 0:
-                    self._snapshot()
-                got = prepare(pos, sample)
-                if got is None:
-                    continue
-                if size:
+            if not size:  # the common case, with _add inlined (a stream reads millions)
+                bsam, bpos, blen, sizes, emit = (
+                    self.bsam,
+                    self.bpos,
+                    self.blen,
+                    self.sizes,
+                    self._emit,
+                )
+                for sample in it:
+                    pos = self.read
+                    self.read = pos + 1
+                    if stateful and self.read % every == 0:
+                        self._snapshot()
+                    got = prepare(pos, sample)
+                    if got is None:
+                        continue
+                    sample, cell, n = got
+                    buf = bsam[cell]
+                    buf.append(sample)
+                    bpos[cell].append(pos)
+                    blen[cell].append(n)
+                    if len(buf) >= sizes[cell]:
+                        yield emit(cell)
+            else:
+                for sample in it:
+                    pos = self.read
+                    self.read = pos + 1
+                    if stateful and self.read % every == 0:
+                        self._snapshot()
+                    got = prepare(pos, sample)
+                    if got is None:
+                        continue
                     entry = (pos, *got)
                     if len(shuf) < size:
                         shuf.append(entry)
@@ -343,10 +371,8 @@ class Engine:
                     draws.used += 1
                     entry, shuf[j] = shuf[j], entry
                     batch = add(*entry)
-                else:
-                    batch = add(pos, *got)
-                if batch is not None:
-                    yield batch
+                    if batch is not None:
+                        yield batch
             self.phase = "flush"
         while shuf:
             j = self.draws.index(len(shuf))
