@@ -18,9 +18,8 @@ their ids, which order ties), the queue of closed rows, and a source checkpoint 
 or before the oldest buffered document. Resuming restores the source there (``load_state_dict``;
 a source without state restarts the epoch at 0), re-reads up to ``read`` keeping the buffered
 positions, rebuilds the rows and carries on: the remaining batches are exactly those of the
-uninterrupted run. The source helpers follow the stream's rules (NOTE [ Who shards the stream
-across DataLoader workers ] in :mod:`bucketloader.stream._source`); they are repeated here so
-that the two subpackages stay independent.
+uninterrupted run. The source follows the stream's rules, from the same code (NOTE [ Who shards
+the stream across DataLoader workers ] in :mod:`bucketloader.stream.source`).
 
 NOTE [ A packing stream split over ranks ]
 Under DDP every rank must make the same number of steps (or the last collective hangs), with a
@@ -36,7 +35,7 @@ every rank evaluates without any communication, at construction or per step:
 * **DataLoader workers are lanes.** Worker ``w`` of ``W`` makes the steps ``w, w + W, ...``,
   which the DataLoader hands out round-robin, so a rank makes ``T`` steps whatever its
   ``num_workers``; each worker packs its share of the rank's shard (NOTE [ Who shards the
-  stream across DataLoader workers ] in :mod:`bucketloader.stream._source`).
+  stream across DataLoader workers ] in :mod:`bucketloader.stream.source`).
 * **Filling a step.** A lane packs exactly as the one-pass stream does (NOTE [ Online best-fit
   over a bounded buffer ]) until ``B`` rows have closed, and hands them out: its steps are the
   one-pass batches of its shard, in order. When the shard ends, the documents of the open rows
@@ -72,7 +71,6 @@ from __future__ import annotations
 
 import bisect
 import copy
-import itertools
 import numbers
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -83,11 +81,12 @@ import numpy as np
 from bucketloader._samples import length_reader
 from bucketloader.pack._bins import solve
 from bucketloader.plan import PlannedBatch
+from bucketloader.stream.counters import hand_out
+from bucketloader.stream.source import forget_after_first, is_hf, open_source
 
 STATE_FORMAT = 1
 
 #: A lane writes all its counters every this many batches (and at the end of its pass).
-FLUSH_EVERY = 32
 #: The counters of a pass, as :attr:`PackIterable.stats <bucketloader.pack.PackIterable.stats>`
 #: names them.
 STATS = (
@@ -102,38 +101,6 @@ STATS = (
     "left_over",
     "skipped",
 )
-
-
-# -- the source (the stream's rules, NOTE [ Who shards the stream across DataLoader workers ]) --
-def is_hf(source: Any) -> bool:
-    """Whether ``source`` is a Hugging Face ``datasets.IterableDataset``."""
-    t = type(source)
-    return t.__module__.startswith("datasets.") and t.__name__ == "IterableDataset"
-
-
-def is_stateful(source: Any) -> bool:
-    """Whether ``source`` resumes from ``state_dict()`` / ``load_state_dict()``."""
-    return callable(getattr(source, "state_dict", None)) and callable(
-        getattr(source, "load_state_dict", None)
-    )
-
-
-def self_sharding(source: Any) -> bool:
-    """Whether ``source`` splits itself among DataLoader workers (torch or HF iterable
-    datasets)."""
-    from torch.utils.data import IterableDataset
-
-    return isinstance(source, IterableDataset) or is_hf(source)
-
-
-def open_source(source: Any, worker: tuple[int, int]) -> Iterator[Any]:
-    """A fresh iterator over this worker's share: self-sharding sources (torch or HF iterable
-    datasets) split themselves, any other iterable is split round-robin by position."""
-    it = iter(source)
-    wid, num = worker
-    if num > 1 and not self_sharding(source):
-        it = itertools.islice(it, wid, None, num)
-    return it
 
 
 def make_length_fn(length_fn: Any) -> Callable[[Any], int]:
@@ -309,7 +276,7 @@ class Engine:
     def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
         """The batches of this lane's pass (one pass, or its scheduled steps)."""
         self._src = it
-        return self._hand_out(self._steps() if self.o.steps else self._pass())
+        return hand_out(self, self.o.counters, self._steps() if self.o.steps else self._pass())
 
     def _fill(self) -> None:
         """Read the source until ``B`` rows are closed; at its end, pack the documents of the
@@ -368,24 +335,6 @@ class Engine:
                 self.batches += 1
             yield PlannedBatch(batch, planned_shape=shape, num_real=len(batch))
         self.stats["left_over"] = len(self._buffered())
-
-    def _hand_out(self, batches: Iterator[list[Any]]) -> Iterator[list[Any]]:
-        """Yield ``batches``, minus the first ``skip`` (a resume by replay). The lane's batch
-        count reaches the shared table before each batch is handed out (a resume needs it
-        exact); the other counters every :data:`FLUSH_EVERY` batches and at the end."""
-        counters, lane = self.o.counters, self.worker[0]
-        self.flush()
-        for batch in batches:
-            if self.skip:
-                self.skip -= 1
-                self.stats["skipped"] += 1
-                continue
-            if self.batches % FLUSH_EVERY == 0:
-                self.flush()
-            elif counters is not None:
-                counters.tick(lane, self.batches)
-            yield batch
-        self.flush(done=True)
 
     def flush(self, done: bool = False) -> None:
         """Write this lane's counters to the shared table (NOTE [ A packing stream's counters
@@ -478,7 +427,7 @@ class Engine:
         source = self.o.source
         if src_state is not None:
             source.load_state_dict(src_state)
-            it = _forget_after_first(iter(source), source)
+            it = forget_after_first(iter(source), source)
         else:
             it = open_source(source, self.worker)
         wanted = {int(p) for _, _, items in state["open"] for p, _ in items}
@@ -521,16 +470,3 @@ class Engine:
         ]
         self.snaps = [(start, src_state)]
         return it
-
-
-def _forget_after_first(it: Iterator[Any], source: Any) -> Iterator[Any]:
-    """Yield from ``it``; once it started, make an HF source forget the loaded state (it would
-    otherwise keep it for every later iteration of the epoch)."""
-    started = False
-    for x in it:
-        if not started and is_hf(source):
-            source.load_state_dict(None)
-        started = True
-        yield x
-    if not started and is_hf(source):
-        source.load_state_dict(None)

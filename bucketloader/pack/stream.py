@@ -48,15 +48,14 @@ from bucketloader.pack._stream import (
     STATS,
     Engine,
     PassConfig,
-    is_stateful,
     make_length_fn,
-    open_source,
-    self_sharding,
 )
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
 from bucketloader.plan.budget import BatchRule
-from bucketloader.stream.counters import MAX_LANES, LaneCounters
-from bucketloader.stream.iterable import check_source, split_round_robin
+from bucketloader.stream.counters import LaneCounters
+from bucketloader.stream.iterable import check_source
+from bucketloader.stream.resume import check_config, check_state, replay_state
+from bucketloader.stream.source import is_stateful, open_source
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
 
@@ -315,58 +314,20 @@ class PackIterable(torch.utils.data.IterableDataset):
             exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
             if exact and batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
                 return engine.state_dict()  # type: ignore[union-attr]
-        workers = lanes[0]["lanes"] if lanes else 0
-        if workers > MAX_LANES:
-            raise ValueError(
-                f"only {MAX_LANES} of the {workers} DataLoader workers are counted, so the state "
-                f"cannot say where each stopped; resume needs num_workers <= {MAX_LANES}"
-            )
-        rows = {lane["lane"]: lane for lane in lanes}  # a worker yet to make a batch has no row
-        produced = [rows[w]["batches"] if w in rows else 0 for w in range(workers)]
-        total = sum(produced)
-        k = total if batches_consumed is None else batches_consumed
-        k = check_int("batches_consumed", k, minimum=0, maximum=total)
-        first = 0
-        if not lanes:
-            skip: list[int] = []
-        elif self.steps_per_epoch is not None:
-            skip = [len(range(w, k, workers)) for w in range(workers)]
-            first = k % workers
-        else:
-            skip, first = split_round_robin(
-                k, [produced[w] if w in rows and rows[w]["done"] else None for w in range(workers)]
-            )
-        if first and self_sharding(self.source):
-            lo = k - k % workers
-            raise ValueError(
-                f"cannot resume exactly after {k} batches with {workers} DataLoader workers: "
-                f"a new DataLoader starts at worker 0, the next batch is worker {first}'s, and "
-                f"{type(self.source).__name__} shards itself by worker id; save the state after "
-                f"a multiple of num_workers batches (e.g. {lo} or {lo + workers})"
-            )
-        return {
-            "format": REPLAY_FORMAT,
-            "config": self._config(),
-            "epoch": self.epoch,
-            "workers": workers,
-            "skip": skip,
-            "first": first,
-        }
+        return replay_state(
+            self._counters,
+            epoch=self.epoch,
+            batches_consumed=batches_consumed,
+            scheduled=self.steps_per_epoch is not None,
+            source=self.source,
+            config=self._config(),
+            fmt=REPLAY_FORMAT,
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
-        check_state(state)
-        mine = self._config()
-        if set(state["config"]) != set(mine):
-            raise ValueError(
-                f"state has configuration keys {sorted(state['config'])} but this "
-                f"PackIterable has {sorted(mine)}; build the stream as when it was saved"
-            )
-        for key, value in state["config"].items():
-            if mine.get(key) != value:
-                raise ValueError(
-                    f"state has {key}={value!r}, but this PackIterable has {key}={mine.get(key)!r}"
-                )
+        check_state(state, owner="PackIterable", keys=_STATE_KEYS, replay_format=REPLAY_FORMAT)
+        check_config(state, self._config(), owner="PackIterable")
         if iter(self.source) is self.source:
             raise ValueError("cannot resume a one-shot iterator; pass a re-iterable source")
         if state["format"] == STATE_FORMAT:
@@ -394,44 +355,3 @@ _STATE_KEYS: dict[int, dict[str, type]] = {
     },
     REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
 }
-
-
-def check_state(state: Any) -> None:
-    """The shape of a state, checked when it is loaded (not when the pass starts)."""
-    if not isinstance(state, dict):
-        raise TypeError(
-            f"state must be a dict from PackIterable.state_dict(), got {type(state).__name__}"
-        )
-    fmt = state.get("format")
-    if fmt not in _STATE_KEYS:
-        raise ValueError(
-            f"state must be a dict from PackIterable.state_dict() with format "
-            f"{STATE_FORMAT} or {REPLAY_FORMAT}, got format {fmt!r}"
-        )
-    for key, kind in _STATE_KEYS[fmt].items():
-        if key not in state:
-            raise ValueError(
-                f"state is missing {key!r}; pass a dict from PackIterable.state_dict(), got "
-                f"keys {sorted(state)}"
-            )
-        value = state[key]
-        negative = isinstance(value, int) and value < 0
-        if not isinstance(value, kind) or isinstance(value, bool) or negative:
-            raise ValueError(f"state[{key!r}] must be a {kind.__name__}, got {value!r}")
-    if fmt == REPLAY_FORMAT:
-        skip = state["skip"]
-        bad = [x for x in skip if not isinstance(x, int) or isinstance(x, bool) or x < 0]
-        if bad or (skip and len(skip) != state["workers"]):
-            raise ValueError(
-                f"state['skip'] must hold one int >= 0 per worker ({state['workers']}), got "
-                f"{skip!r}"
-            )
-        if state["first"] >= max(state["workers"], 1):
-            raise ValueError(
-                f"state['first'] must be a worker index < {max(state['workers'], 1)}, got "
-                f"{state['first']!r}"
-            )
-    else:
-        src = state["source"]
-        if not {"position", "state"} <= set(src) or not isinstance(src["position"], int):
-            raise ValueError(f"state['source'] must hold 'position' and 'state', got {src!r}")

@@ -26,12 +26,11 @@ import numpy as np
 from bucketloader.boundaries import BucketLookup
 from bucketloader.plan.table import PlannedBatch
 from bucketloader.stream._schedule import lane_steps, schedule
-from bucketloader.stream._source import check_length, forget_resume, is_hf, open_source
+from bucketloader.stream.counters import hand_out
+from bucketloader.stream.source import check_length, forget_after_first, is_hf, open_source
 
 STATE_FORMAT = 2
 _BLOCK = 1024
-#: A lane writes all its counters to the shared table every this many batches (and at the end).
-FLUSH_EVERY = 32
 #: The counters of a pass (NOTE [ Where the report's numbers come from ]).
 STATS = (
     "too_short",
@@ -298,30 +297,12 @@ class Engine:
         }
         counters.write(self.worker[0], totals, np.asarray(self.cell_stats, dtype=np.int64))
 
-    def _hand_out(self, batches: Iterator[list[Any]]) -> Iterator[list[Any]]:
-        """Yield ``batches``, minus the first ``skip`` (a resume by replay). The lane's batch
-        count reaches the shared table before each batch is handed out (resume needs it
-        exact); the other counters every :data:`FLUSH_EVERY` batches and at the end."""
-        counters, lane = self.o.counters, self.worker[0]
-        self.flush()
-        for batch in batches:
-            if self.skip:
-                self.skip -= 1
-                self.stats["skipped"] += 1
-                continue
-            if self.batches % FLUSH_EVERY == 0:
-                self.flush()
-            elif counters is not None:
-                counters.tick(lane, self.batches)
-            yield batch
-        self.flush(done=True)
-
     # -- the pass ---------------------------------------------------------------------------
     def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
         """The batches of this lane's pass (one pass, or the scheduled steps)."""
         if self.o.schedule is not None:
-            return self._hand_out(self._run_scheduled(it))
-        return self._hand_out(self._run(it))
+            return hand_out(self, self.o.counters, self._run_scheduled(it))
+        return hand_out(self, self.o.counters, self._run(it))
 
     def _run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
         size = self.o.shuffle_buffer
@@ -578,7 +559,7 @@ class Engine:
         source = self.o.source
         if src_state is not None:
             source.load_state_dict(src_state)
-            it = _forget_after_first(iter(source), source)
+            it = forget_after_first(iter(source), source)
         else:
             it = open_source(source, self.worker)
         wanted = set(state["shuffle"]).union(*map(set, state["buckets"]))
@@ -608,15 +589,3 @@ class Engine:
         self.cell_stats = [[int(x) for x in row] for row in state["cell_stats"]]
         self.snaps = [(start, src_state)]
         return it
-
-
-def _forget_after_first(it: Iterator[Any], source: Any) -> Iterator[Any]:
-    """Yield from ``it``; once it has started (state applied), make the source forget the state."""
-    started = False
-    for x in it:
-        if not started:
-            forget_resume(source)
-            started = True
-        yield x
-    if not started:
-        forget_resume(source)

@@ -25,16 +25,18 @@ keep their counters in a :class:`LaneCounters` table with their own field names.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import torch
 
-__all__ = ["MAX_LANES", "LaneCounters"]
+__all__ = ["FLUSH_EVERY", "MAX_LANES", "LaneCounters", "hand_out"]
 
 #: Workers (lanes) per stream with a row in the table.
 MAX_LANES = 64
+#: A lane writes all its counters to the shared table every this many batches (and at the end).
+FLUSH_EVERY = 32
 #: Fields every lane row starts with (where the lane stands).
 LANE_FIELDS = ("epoch", "lanes", "done", "read", "batches")
 #: Per-cell columns, after the named fields: ``PER_CELL[j]`` of cell ``c`` is at
@@ -126,3 +128,36 @@ class LaneCounters:
         keep = [lane["lane"] for lane in self.lanes(epoch)]
         mine = rows[keep, len(self.fields) :]
         return mine.sum(axis=0).reshape(len(PER_CELL), self.num_cells)
+
+
+class Lane(Protocol):
+    """What :func:`hand_out` needs of a stream's per-worker engine."""
+
+    skip: int
+    batches: int
+    stats: dict[str, int]
+    worker: tuple[int, int]
+
+    def flush(self, done: bool = False) -> None: ...
+
+
+T = TypeVar("T")
+
+
+def hand_out(lane: Lane, counters: LaneCounters | None, batches: Iterator[T]) -> Iterator[T]:
+    """Yield ``batches``, minus the lane's first ``skip`` (a resume by replay). The lane's batch
+    count reaches the shared table before each batch is handed out (a resume needs it exact);
+    the other counters every :data:`FLUSH_EVERY` batches and at the end."""
+    index = lane.worker[0]
+    lane.flush()
+    for batch in batches:
+        if lane.skip:
+            lane.skip -= 1
+            lane.stats["skipped"] += 1
+            continue
+        if lane.batches % FLUSH_EVERY == 0:
+            lane.flush()
+        elif counters is not None:
+            counters.tick(index, lane.batches)
+        yield batch
+    lane.flush(done=True)

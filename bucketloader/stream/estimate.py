@@ -12,7 +12,7 @@ from bucketloader._types import Cache, Strategy
 from bucketloader._validation import check_int
 from bucketloader.solution import Solution
 from bucketloader.solve import solve_boundaries
-from bucketloader.stream._source import check_length
+from bucketloader.stream.source import check_length
 
 
 @dataclass(frozen=True)

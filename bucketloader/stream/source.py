@@ -1,4 +1,7 @@
-"""Helpers of the stream: measuring and truncating samples, opening and sharding the source.
+"""A stream's source: measuring and truncating samples, opening, sharding and resuming it.
+
+The rules of both streams (:class:`~bucketloader.BucketIterable` and
+:class:`~bucketloader.pack.PackIterable`), written once.
 
 NOTE [ Who shards the stream across DataLoader workers ]
 A source that knows about workers shards itself: a Hugging Face ``IterableDataset`` splits its
@@ -115,11 +118,20 @@ def open_source(source: Any, worker: tuple[int, int]) -> Iterator[Any]:
     return it
 
 
-def forget_resume(source: Any) -> None:
-    """After a resumed HF source has started, make its next ``iter()`` start from scratch.
+def forget_after_first(it: Iterator[Any], source: Any) -> Iterator[Any]:
+    """Yield from ``it`` (a resumed ``source``); once it has started, make an HF source forget
+    the loaded state: ``datasets.IterableDataset.load_state_dict`` keeps it for every later
+    iteration of the same epoch, and we only want it for the one we resumed."""
+    started = False
+    for x in it:
+        if not started:
+            _forget_resume(source)
+            started = True
+        yield x
+    if not started:
+        _forget_resume(source)
 
-    ``datasets.IterableDataset.load_state_dict`` keeps the state for every later iteration of the
-    same epoch; we only want it for the one we resumed.
-    """
+
+def _forget_resume(source: Any) -> None:
     if is_hf(source):
         source.load_state_dict(None)

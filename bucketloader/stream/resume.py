@@ -1,0 +1,190 @@
+"""Resuming a stream: the shape of its state, and the state behind DataLoader workers.
+
+NOTE [ Resuming a stream behind DataLoader workers ]
+Both streams (:class:`~bucketloader.BucketIterable`, :class:`~bucketloader.pack.PackIterable`)
+resume by the same rule. In one process (``num_workers=0``) the stream's state is exact and cheap:
+positions of the buffered samples and a source checkpoint (NOTE [ Exact resume of a buffered stream
+] in :mod:`bucketloader.stream._engine`; NOTE [ Exact resume of the packing stream ] in
+:mod:`bucketloader.pack._stream`). Under DataLoader workers the main process never sees the
+workers' buffers, so the state it can own is *how many batches each worker had handed out*: a pure
+function of the (deterministic) source and the seed, which the shared counters give (NOTE [ A
+stream's counters across DataLoader workers ] in :mod:`bucketloader.stream.counters`).
+``state_dict(batches_consumed=k)`` turns the ``k`` batches the loop consumed into a count per
+worker (the DataLoader hands batches out round-robin over the workers still running); on resume
+each worker replays its pass from the start of the epoch and hands out only what comes after its
+count. That is exact, costs a re-read of the data consumed so far (no collation, no training), and
+needs the same ``num_workers``. A stream split over ranks always resumes this way: its per-worker
+counts follow from ``k`` alone.
+
+A new DataLoader starts its round-robin at worker 0, while the next batch may be worker ``f``'s
+(``f = k mod num_workers`` when every worker is still running). A source this stream splits itself
+(a list, a generator factory) is then *rotated*: DataLoader worker ``w`` plays the part of worker
+``(w + f) mod num_workers``, its shard, seed and count, so the order is exact again. A source that
+shards itself by worker id (HF or torch ``IterableDataset``) cannot be rotated: ``state_dict`` then
+asks for a count that is a multiple of ``num_workers`` (checkpoint every ``N`` steps with ``N`` a
+multiple of it), rather than resume in a different order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bucketloader._validation import check_int
+from bucketloader.stream.counters import MAX_LANES, LaneCounters
+from bucketloader.stream.source import self_sharding
+
+__all__ = ["check_config", "check_state", "replay_state", "split_round_robin"]
+
+
+def check_state(
+    state: Any, *, owner: str, keys: Mapping[int, Mapping[str, type]], replay_format: int
+) -> None:
+    """The shape of ``owner``'s ``state``, checked when it is loaded (not when the pass starts):
+    ``keys`` maps each state format to its keys and their types; ``replay_format`` is the format
+    of a resume by replay."""
+    if not isinstance(state, dict):
+        raise TypeError(
+            f"state must be a dict from {owner}.state_dict(), got {type(state).__name__}"
+        )
+    fmt = state.get("format")
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt not in keys:
+        formats = " or ".join(str(f) for f in sorted(keys))
+        raise ValueError(
+            f"state must be a dict from {owner}.state_dict() with format {formats}, got "
+            f"format {fmt!r}"
+        )
+    for key, kind in keys[fmt].items():
+        if key not in state:
+            raise ValueError(
+                f"state is missing {key!r}; pass a dict from {owner}.state_dict(), got "
+                f"keys {sorted(state)}"
+            )
+        value = state[key]
+        negative = isinstance(value, int) and value < 0
+        if not isinstance(value, kind) or isinstance(value, bool) or negative:
+            raise ValueError(f"state[{key!r}] must be a {kind.__name__}, got {value!r}")
+    if fmt == replay_format:
+        skip = state["skip"]
+        bad = [x for x in skip if not isinstance(x, int) or isinstance(x, bool) or x < 0]
+        if bad or (skip and len(skip) != state["workers"]):
+            raise ValueError(
+                f"state['skip'] must hold one int >= 0 per worker ({state['workers']}), got "
+                f"{skip!r}"
+            )
+        if state["first"] >= max(state["workers"], 1):
+            raise ValueError(
+                f"state['first'] must be a worker index < {max(state['workers'], 1)}, got "
+                f"{state['first']!r}"
+            )
+    else:
+        src = state["source"]
+        if not {"position", "state"} <= set(src) or not isinstance(src["position"], int):
+            raise ValueError(f"state['source'] must hold 'position' and 'state', got {src!r}")
+
+
+def check_config(state: dict[str, Any], mine: dict[str, Any], *, owner: str) -> None:
+    """A state is loaded only into a stream built as the one that saved it."""
+    if set(state["config"]) != set(mine):
+        raise ValueError(
+            f"state has configuration keys {sorted(state['config'])} but this {owner} has "
+            f"{sorted(mine)}; build the stream as when it was saved"
+        )
+    for key, value in state["config"].items():
+        if mine.get(key) != value:
+            raise ValueError(
+                f"state has {key}={value!r}, but this {owner} has {key}={mine.get(key)!r}"
+            )
+
+
+def replay_state(
+    counters: LaneCounters,
+    *,
+    epoch: int,
+    batches_consumed: int | None,
+    scheduled: bool,
+    source: Any,
+    config: dict[str, Any],
+    fmt: int,
+) -> dict[str, Any]:
+    """The state of a resume by replay after ``batches_consumed`` batches of ``epoch`` (default:
+    every batch the workers made), from the workers' rows in ``counters`` (module NOTE).
+    ``scheduled``: worker ``w`` of ``W`` makes the steps ``w, w + W, ...`` (a stream with
+    ``steps_per_epoch``); otherwise each worker makes its pass and stops."""
+    lanes = counters.lanes(epoch)
+    workers = lanes[0]["lanes"] if lanes else 0
+    if workers > MAX_LANES:
+        raise ValueError(
+            f"only {MAX_LANES} of the {workers} DataLoader workers are counted, so the state "
+            f"cannot say where each stopped; resume needs num_workers <= {MAX_LANES}"
+        )
+    rows = {lane["lane"]: lane for lane in lanes}  # a worker yet to make a batch has no row
+    produced = [rows[w]["batches"] if w in rows else 0 for w in range(workers)]
+    total = sum(produced)
+    k = total if batches_consumed is None else batches_consumed
+    k = check_int("batches_consumed", k, minimum=0, maximum=total)
+    first = 0
+    if not lanes:
+        skip: list[int] = []
+    elif scheduled:
+        skip = [len(range(w, k, workers)) for w in range(workers)]
+        first = k % workers
+    else:
+        skip, first = split_round_robin(
+            k, [produced[w] if w in rows and rows[w]["done"] else None for w in range(workers)]
+        )
+    if first and self_sharding(source):
+        lo = k - k % workers
+        raise ValueError(
+            f"cannot resume exactly after {k} batches with {workers} DataLoader workers: "
+            f"a new DataLoader starts at worker 0, the next batch is worker {first}'s, and "
+            f"{type(source).__name__} shards itself by worker id; save the state after "
+            f"a multiple of num_workers batches (e.g. {lo} or {lo + workers})"
+        )
+    return {
+        "format": fmt,
+        "config": config,
+        "epoch": epoch,
+        "workers": workers,
+        "skip": skip,
+        "first": first,
+    }
+
+
+def split_round_robin(consumed: int, totals: list[int | None]) -> tuple[list[int], int]:
+    """How many of the first ``consumed`` batches of a DataLoader came from each worker, and
+    which worker's batch comes next.
+
+    The DataLoader hands batches out round-robin over the workers still running; a worker
+    stops after ``totals[w]`` batches (``None``: it had not finished).
+
+    Example:
+        >>> split_round_robin(4, [3, 1])
+        ([3, 1], 0)
+        >>> split_round_robin(4, [None, None, None])
+        ([2, 1, 1], 1)
+    """
+    got = [0] * len(totals)
+    n = 0
+    last = len(totals) - 1
+    while n < consumed:
+        moved = False
+        for w, top in enumerate(totals):
+            if n == consumed:
+                break
+            if top is not None and got[w] >= top:
+                continue
+            got[w] += 1
+            n += 1
+            moved = True
+            last = w
+        if not moved:
+            raise ValueError(
+                f"batches_consumed={consumed} is more than the workers made ({sum(got)})"
+            )
+    for step in range(1, len(totals) + 1):  # the next worker still running, after the last
+        w = (last + step) % len(totals)
+        top = totals[w]
+        if top is None or got[w] < top:
+            return got, w
+    return got, 0
