@@ -70,7 +70,6 @@ consumed alone.
 from __future__ import annotations
 
 import bisect
-import copy
 import numbers
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -82,7 +81,12 @@ from bucketloader._samples import length_reader
 from bucketloader.pack._bins import solve
 from bucketloader.plan import PlannedBatch
 from bucketloader.stream.counters import hand_out
-from bucketloader.stream.source import forget_after_first, is_hf, open_source
+from bucketloader.stream.source import (
+    checkpoint,
+    reopen,
+    replay,
+    trim_snapshots,
+)
 
 STATE_FORMAT = 1
 
@@ -395,12 +399,8 @@ class Engine:
         return min(self._buffered(), default=self.read)
 
     def _snapshot(self) -> None:
-        source = self.o.source
-        st = source.state_dict()
-        self.snaps.append((self.read, st if is_hf(source) else copy.deepcopy(st)))
-        oldest = self._oldest()
-        keep = max(i for i, (p, _) in enumerate(self.snaps) if p <= oldest)
-        del self.snaps[:keep]
+        self.snaps.append((self.read, checkpoint(self.o.source)))
+        trim_snapshots(self.snaps, self._oldest())
 
     def state_dict(self) -> dict[str, Any]:
         oldest = self._oldest()
@@ -424,24 +424,12 @@ class Engine:
     def resume(self, state: dict[str, Any]) -> Iterator[Any]:
         """Rebuild the rows from ``state`` by replaying the source; return the live iterator."""
         start, src_state = int(state["source"]["position"]), state["source"]["state"]
-        source = self.o.source
-        if src_state is not None:
-            source.load_state_dict(src_state)
-            it = forget_after_first(iter(source), source)
-        else:
-            it = open_source(source, self.worker)
+        it = reopen(self.o.source, self.worker, src_state)
         wanted = {int(p) for _, _, items in state["open"] for p, _ in items}
         wanted |= {int(p) for items in state["ready"] for p, _ in items}
         got: dict[tuple[int, int], tuple[Any, int]] = {}
         stats = dict(self.stats)
-        for pos in range(start, int(state["read"])):
-            try:
-                sample = next(it)
-            except StopIteration:
-                raise ValueError(
-                    f"cannot resume: the source ended at sample {pos} while replaying to "
-                    f"{state['read']}; resume needs a deterministic, re-iterable source"
-                ) from None
+        for pos, sample in replay(it, start, int(state["read"])):
             if pos in wanted:
                 for piece, part, size in self.pieces(pos, sample):
                     got[(pos, piece)] = (part, size)

@@ -35,11 +35,9 @@ a source that shards itself by worker id (HF or torch ``IterableDataset``) canno
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import torch.utils.data
 
 from bucketloader._ranks import resolve_ranks
 from bucketloader._validation import check_choice, check_int
@@ -54,8 +52,8 @@ from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
 from bucketloader.plan.budget import BatchRule
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.iterable import check_source
-from bucketloader.stream.resume import check_config, check_state, replay_state
-from bucketloader.stream.source import is_stateful, open_source
+from bucketloader.stream.resume import ResumableStream, replay_state
+from bucketloader.stream.source import is_stateful
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
 
@@ -68,7 +66,25 @@ STALE_BUFFERS = 2
 REPLAY_FORMAT = 2
 
 
-class PackIterable(torch.utils.data.IterableDataset):
+#: The keys of each state format and their types.
+_STATE_KEYS: dict[int, dict[str, type]] = {
+    STATE_FORMAT: {
+        "config": dict,
+        "epoch": int,
+        "worker": list,
+        "phase": str,
+        "read": int,
+        "batches": int,
+        "open": list,
+        "ready": list,
+        "source": dict,
+        "stats": dict,
+    },
+    REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
+}
+
+
+class PackIterable(ResumableStream):
     """An iterable of packed batches (lists of documents, row after row) of one planned shape.
 
     Args:
@@ -117,6 +133,10 @@ class PackIterable(torch.utils.data.IterableDataset):
         >>> [[len(doc) for doc in batch] for batch in ranked], len(ranked)
         ([[5, 3], [2, 6], []], 3)
     """
+
+    STATE_FORMAT = STATE_FORMAT
+    REPLAY_FORMAT = REPLAY_FORMAT
+    STATE_KEYS = _STATE_KEYS
 
     def __init__(
         self,
@@ -219,50 +239,8 @@ class PackIterable(torch.utils.data.IterableDataset):
         )
 
     # -- iteration --------------------------------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch`` for the next pass (and pass it on to a source with ``set_epoch``).
-
-        A pending resume (``load_state_dict``) of another epoch is forgotten."""
-        self.epoch = check_int("epoch", epoch, minimum=0)
-        if self._resume is not None and self._resume["epoch"] != self.epoch:
-            self._resume = None
-
-    def __len__(self) -> int:
-        if self.steps_per_epoch is None:
-            raise TypeError(
-                "a PackIterable without steps_per_epoch makes as many batches as its source "
-                "fills, which is unknown before the pass; pass steps_per_epoch for a length"
-            )
-        return self.steps_per_epoch
-
-    def __iter__(self) -> Iterator[list[Any]]:
-        info = torch.utils.data.get_worker_info()
-        worker = (info.id, info.num_workers) if info is not None else (0, 1)
-        state, self._resume = self._resume, None
-        skip = 0
-        if state is not None:
-            self.epoch = int(state["epoch"])
-            if state["format"] == REPLAY_FORMAT:
-                if state["workers"] and state["workers"] != worker[1]:
-                    raise ValueError(
-                        f"state was saved with {state['workers']} DataLoader workers, this "
-                        f"loader has {worker[1]}; resume with the same num_workers"
-                    )
-                worker = ((worker[0] + state["first"]) % worker[1], worker[1])  # the rotation
-                skip = int(state["skip"][worker[0]]) if state["skip"] else 0
-            elif list(state["worker"]) != list(worker):
-                raise ValueError(
-                    f"state was saved by worker {state['worker']}, this is worker {list(worker)}"
-                )
-        if callable(getattr(self.source, "set_epoch", None)):
-            self.source.set_epoch(self.epoch)
-        engine = Engine(self._pass_config(), self.epoch, worker, skip=skip)
-        self._engine = engine
-        if state is not None and state["format"] == STATE_FORMAT:
-            it = engine.resume(state)
-        else:
-            it = open_source(self.source, worker)
-        return engine.run(it)
+    def _new_engine(self, worker: tuple[int, int], skip: int) -> Engine:
+        return Engine(self._pass_config(), self.epoch, worker, skip=skip)
 
     @property
     def stats(self) -> dict[str, int]:
@@ -323,35 +301,3 @@ class PackIterable(torch.utils.data.IterableDataset):
             config=self._config(),
             fmt=REPLAY_FORMAT,
         )
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
-        check_state(state, owner="PackIterable", keys=_STATE_KEYS, replay_format=REPLAY_FORMAT)
-        check_config(state, self._config(), owner="PackIterable")
-        if iter(self.source) is self.source:
-            raise ValueError("cannot resume a one-shot iterator; pass a re-iterable source")
-        if state["format"] == STATE_FORMAT:
-            if state["source"]["state"] is not None and not is_stateful(self.source):
-                raise ValueError("state holds a source state_dict but the source cannot load one")
-        self.epoch = int(state["epoch"])
-        self._resume = state
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_engine": None}
-
-
-_STATE_KEYS: dict[int, dict[str, type]] = {
-    STATE_FORMAT: {
-        "config": dict,
-        "epoch": int,
-        "worker": list,
-        "phase": str,
-        "read": int,
-        "batches": int,
-        "open": list,
-        "ready": list,
-        "source": dict,
-        "stats": dict,
-    },
-    REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
-}

@@ -16,7 +16,6 @@ state holds ints only (JSON-serialisable), plus the source's own state.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +26,13 @@ from bucketloader.boundaries import BucketLookup
 from bucketloader.plan.table import PlannedBatch
 from bucketloader.stream._schedule import lane_steps, schedule
 from bucketloader.stream.counters import hand_out
-from bucketloader.stream.source import check_length, forget_after_first, is_hf, open_source
+from bucketloader.stream.source import (
+    check_length,
+    checkpoint,
+    reopen,
+    replay,
+    trim_snapshots,
+)
 
 STATE_FORMAT = 2
 _BLOCK = 1024
@@ -525,12 +530,8 @@ class Engine:
         return min([*shuf, *(p for b in bucks for p in b)], default=self.read)
 
     def _snapshot(self) -> None:
-        source = self.o.source
-        st = source.state_dict()
-        self.snaps.append((self.read, st if is_hf(source) else copy.deepcopy(st)))
-        oldest = self._oldest()
-        keep = max(i for i, (p, _) in enumerate(self.snaps) if p <= oldest)
-        del self.snaps[:keep]
+        self.snaps.append((self.read, checkpoint(self.o.source)))
+        trim_snapshots(self.snaps, self._oldest())
 
     def state_dict(self) -> dict[str, Any]:
         oldest = self._oldest()
@@ -556,22 +557,10 @@ class Engine:
         """Rebuild buffers from ``state`` by replaying the source; return the live iterator."""
         src = state["source"]
         start, src_state = int(src["position"]), src["state"]
-        source = self.o.source
-        if src_state is not None:
-            source.load_state_dict(src_state)
-            it = forget_after_first(iter(source), source)
-        else:
-            it = open_source(source, self.worker)
+        it = reopen(self.o.source, self.worker, src_state)
         wanted = set(state["shuffle"]).union(*map(set, state["buckets"]))
         got: dict[int, tuple[Any, int, int]] = {}
-        for pos in range(start, int(state["read"])):
-            try:
-                sample = next(it)
-            except StopIteration:
-                raise ValueError(
-                    f"cannot resume: the source ended at sample {pos} while replaying to "
-                    f"{state['read']}; resume needs a deterministic, re-iterable source"
-                ) from None
+        for pos, sample in replay(it, start, int(state["read"])):
             if pos in wanted:
                 prepared = self.prepare(pos, sample)
                 if prepared is None:

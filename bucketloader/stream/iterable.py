@@ -24,7 +24,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
-import torch.utils.data
 
 from bucketloader._ranks import resolve_ranks
 from bucketloader._types import LAST_BATCH
@@ -44,7 +43,7 @@ from bucketloader.stream._schedule import (
 )
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.estimate import Estimate, solve_head
-from bucketloader.stream.resume import check_config, check_state, replay_state
+from bucketloader.stream.resume import ResumableStream, replay_state
 from bucketloader.stream.source import (
     check_length,
     is_stateful,
@@ -61,7 +60,27 @@ MAX_CELLS = 4096
 REPLAY_FORMAT = 3
 
 
-class BucketIterable(torch.utils.data.IterableDataset):
+#: The keys of each state format and their types.
+_STATE_KEYS = {
+    STATE_FORMAT: {
+        "config": dict,
+        "epoch": int,
+        "worker": list,
+        "phase": str,
+        "read": int,
+        "batches": int,
+        "shuffle": list,
+        "buckets": list,
+        "draws": dict,
+        "source": dict,
+        "stats": dict,
+        "cell_stats": list,
+    },
+    REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
+}
+
+
+class BucketIterable(ResumableStream):
     """An iterable of batches (lists of samples) whose padded shapes are exactly :attr:`shapes`.
 
     Args:
@@ -119,6 +138,10 @@ class BucketIterable(torch.utils.data.IterableDataset):
         >>> [[len(s) for s in batch] for batch in stream]
         [[3, 2], [7, 8], [4, 1]]
     """
+
+    STATE_FORMAT = STATE_FORMAT
+    REPLAY_FORMAT = REPLAY_FORMAT
+    STATE_KEYS = _STATE_KEYS
 
     def __init__(
         self,
@@ -433,53 +456,18 @@ class BucketIterable(torch.utils.data.IterableDataset):
         )
 
     # -- iteration --------------------------------------------------------------------------
-    def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch`` for the next pass (and pass it on to a source with ``set_epoch``).
+    def _new_engine(self, worker: tuple[int, int], skip: int) -> Engine:
+        return Engine(self._pass_config(), self.epoch, worker, skip=skip)
 
-        A pending resume (``load_state_dict``) of another epoch is forgotten."""
-        self.epoch = check_int("epoch", epoch, minimum=0)
-        if self._resume is not None and self._resume["epoch"] != self.epoch:
-            self._resume = None
-
-    def __len__(self) -> int:
-        if self.steps_per_epoch is None:
-            raise TypeError(
-                "a BucketIterable without steps_per_epoch makes as many batches as its source "
-                "fills, which is unknown before the pass; pass steps_per_epoch for a length"
-            )
-        return self.steps_per_epoch
-
-    def __iter__(self) -> Iterator[list[Any]]:
-        info = torch.utils.data.get_worker_info()
-        worker = (info.id, info.num_workers) if info is not None else (0, 1)
-        state, self._resume = self._resume, None
-        skip = 0
-        if state is not None:
-            self.epoch = int(state["epoch"])
-            if state["format"] == REPLAY_FORMAT:
-                if state["workers"] and state["workers"] != worker[1]:
-                    raise ValueError(
-                        f"state was saved with {state['workers']} DataLoader workers, this "
-                        f"loader has {worker[1]}; resume with the same num_workers"
-                    )
-                worker = ((worker[0] + state["first"]) % worker[1], worker[1])  # the rotation
-                skip = int(state["skip"][worker[0]]) if state["skip"] else 0
-            elif list(state["worker"]) != list(worker):
-                raise ValueError(
-                    f"state was saved by worker {state['worker']}, this is worker {list(worker)}"
-                )
-        if callable(getattr(self.source, "set_epoch", None)):
-            self.source.set_epoch(self.epoch)
-        engine = Engine(self._pass_config(), self.epoch, worker, skip=skip)
-        self._engine = engine
-        if state is not None and state["format"] == STATE_FORMAT:
-            it = engine.resume(state)
-        elif self._prefix is not None:
+    def _open(self, worker: tuple[int, int]) -> Iterator[Any]:
+        if self._prefix is not None:  # the samples read to estimate boundaries come first
             it = itertools.chain(self._prefix, self._rest or ())
             self._prefix, self._rest = [], None
-        else:
-            it = open_source(self.source, worker)
-        return engine.run(it)
+            return it
+        return open_source(self.source, worker)
+
+    def _one_shot(self) -> bool:
+        return self._prefix is not None or iter(self.source) is self.source
 
     def report(self) -> SamplingReport:
         """What the current (or last) pass did, summed over this rank's DataLoader workers and
@@ -598,21 +586,6 @@ class BucketIterable(torch.utils.data.IterableDataset):
             fmt=REPLAY_FORMAT,
         )
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
-        check_state(state, owner="BucketIterable", keys=_STATE_KEYS, replay_format=REPLAY_FORMAT)
-        check_config(state, self._config(), owner="BucketIterable")
-        if self._prefix is not None or (iter(self.source) is self.source):
-            raise ValueError("cannot resume a one-shot iterator; pass a re-iterable source")
-        if state["format"] == STATE_FORMAT:
-            if state["source"]["state"] is not None and not is_stateful(self.source):
-                raise ValueError("state holds a source state_dict but the source cannot load one")
-        self.epoch = int(state["epoch"])
-        self._resume = state
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_engine": None}
-
 
 def check_source(source: Any) -> None:
     """A stream's source must be iterable (checked when the stream is built, not at ``next``)."""
@@ -623,25 +596,6 @@ def check_source(source: Any) -> None:
             f"source must be an iterable of samples (a list, a generator, an HF or torch "
             f"IterableDataset), got {type(source).__name__} {source!r:.60}"
         )
-
-
-_STATE_KEYS = {
-    STATE_FORMAT: {
-        "config": dict,
-        "epoch": int,
-        "worker": list,
-        "phase": str,
-        "read": int,
-        "batches": int,
-        "shuffle": list,
-        "buckets": list,
-        "draws": dict,
-        "source": dict,
-        "stats": dict,
-        "cell_stats": list,
-    },
-    REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
-}
 
 
 def _covers(lengths: np.ndarray) -> tuple[tuple[int, ...], ...]:

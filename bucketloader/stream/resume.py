@@ -27,14 +27,23 @@ multiple of it), rather than resume in a different order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+
+import torch.utils.data
 
 from bucketloader._validation import check_int
 from bucketloader.stream.counters import MAX_LANES, LaneCounters
-from bucketloader.stream.source import self_sharding
+from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
-__all__ = ["check_config", "check_state", "replay_state", "split_round_robin"]
+__all__ = [
+    "ResumableStream",
+    "check_config",
+    "check_state",
+    "replay_state",
+    "resume_lane",
+    "split_round_robin",
+]
 
 
 def check_state(
@@ -151,6 +160,27 @@ def replay_state(
     }
 
 
+def resume_lane(
+    state: dict[str, Any], worker: tuple[int, int], *, replay_format: int
+) -> tuple[tuple[int, int], int]:
+    """The lane a DataLoader ``worker`` (id, count) plays when its pass resumes from ``state``,
+    and how many of its batches it skips: a replay rotates the lanes (module NOTE); an exact
+    in-process state belongs to the worker that saved it."""
+    if state["format"] == replay_format:
+        if state["workers"] and state["workers"] != worker[1]:
+            raise ValueError(
+                f"state was saved with {state['workers']} DataLoader workers, this loader has "
+                f"{worker[1]}; resume with the same num_workers"
+            )
+        lane = ((worker[0] + state["first"]) % worker[1], worker[1])
+        return lane, int(state["skip"][lane[0]]) if state["skip"] else 0
+    if list(state["worker"]) != list(worker):
+        raise ValueError(
+            f"state was saved by worker {state['worker']}, this is worker {list(worker)}"
+        )
+    return worker, 0
+
+
 def split_round_robin(consumed: int, totals: list[int | None]) -> tuple[list[int], int]:
     """How many of the first ``consumed`` batches of a DataLoader came from each worker, and
     which worker's batch comes next.
@@ -188,3 +218,90 @@ def split_round_robin(consumed: int, totals: list[int | None]) -> tuple[list[int
         if top is None or got[w] < top:
             return got, w
     return got, 0
+
+
+class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """What both streams (:class:`~bucketloader.BucketIterable`,
+    :class:`~bucketloader.pack.PackIterable`) share: the epoch, the length with
+    ``steps_per_epoch``, a pass per ``iter()`` run by a per-worker engine, and the resume of
+    that pass from a state (module NOTE). A subclass sets ``source``, ``epoch``,
+    ``steps_per_epoch``, ``_resume = None`` and ``_engine = None`` in ``__init__``, the class
+    attributes below, ``_config()`` and ``_new_engine()``."""
+
+    #: Formats of an exact (in-process) state and of a resume by replay; each format's keys.
+    STATE_FORMAT: ClassVar[int]
+    REPLAY_FORMAT: ClassVar[int]
+    STATE_KEYS: ClassVar[Mapping[int, Mapping[str, type]]]
+
+    source: Any
+    epoch: int
+    steps_per_epoch: int | None
+    _resume: dict[str, Any] | None
+    _engine: Any
+
+    def _config(self) -> dict[str, Any]:
+        """The options a state is only valid for."""
+        raise NotImplementedError
+
+    def _new_engine(self, worker: tuple[int, int], skip: int) -> Any:
+        """The engine of one worker's pass (``run(iterator)``, ``resume(state)``)."""
+        raise NotImplementedError
+
+    def _open(self, worker: tuple[int, int]) -> Iterator[Any]:
+        """The worker's iterator over the source, for a pass from the start."""
+        return open_source(self.source, worker)
+
+    def _one_shot(self) -> bool:
+        """Whether the source can be read only once (and so cannot be resumed)."""
+        return iter(self.source) is self.source
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch`` for the next pass (and pass it on to a source with ``set_epoch``).
+
+        A pending resume (``load_state_dict``) of another epoch is forgotten."""
+        self.epoch = check_int("epoch", epoch, minimum=0)
+        if self._resume is not None and self._resume["epoch"] != self.epoch:
+            self._resume = None
+
+    def __len__(self) -> int:
+        if self.steps_per_epoch is None:
+            raise TypeError(
+                f"a {type(self).__name__} without steps_per_epoch makes as many batches as its "
+                "source fills, which is unknown before the pass; pass steps_per_epoch for a "
+                "length"
+            )
+        return self.steps_per_epoch
+
+    def __iter__(self) -> Iterator[Any]:
+        info = torch.utils.data.get_worker_info()
+        worker = (info.id, info.num_workers) if info is not None else (0, 1)
+        state, self._resume = self._resume, None
+        skip = 0
+        if state is not None:
+            self.epoch = int(state["epoch"])
+            worker, skip = resume_lane(state, worker, replay_format=self.REPLAY_FORMAT)
+        if callable(getattr(self.source, "set_epoch", None)):
+            self.source.set_epoch(self.epoch)
+        engine = self._new_engine(worker, skip)
+        self._engine = engine
+        if state is not None and state["format"] == self.STATE_FORMAT:
+            it = engine.resume(state)
+        else:
+            it = self._open(worker)
+        return engine.run(it)  # type: ignore[no-any-return]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
+        owner = type(self).__name__
+        check_state(state, owner=owner, keys=self.STATE_KEYS, replay_format=self.REPLAY_FORMAT)
+        check_config(state, self._config(), owner=owner)
+        if self._one_shot():
+            raise ValueError("cannot resume a one-shot iterator; pass a re-iterable source")
+        if state["format"] == self.STATE_FORMAT:
+            if state["source"]["state"] is not None and not is_stateful(self.source):
+                raise ValueError("state holds a source state_dict but the source cannot load one")
+        self.epoch = int(state["epoch"])
+        self._resume = state
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_engine": None}

@@ -13,6 +13,7 @@ shards among workers, and by torch's contract a ``torch.utils.data.IterableDatas
 
 from __future__ import annotations
 
+import copy
 import itertools
 import numbers
 from collections.abc import Callable, Iterator, Mapping
@@ -116,6 +117,42 @@ def open_source(source: Any, worker: tuple[int, int]) -> Iterator[Any]:
     if num > 1 and not self_sharding(source):
         it = itertools.islice(it, wid, None, num)
     return it
+
+
+def checkpoint(source: Any) -> Any:
+    """A copy of a stateful ``source``'s ``state_dict()`` that later reads cannot change (an HF
+    source returns a fresh copy of its own)."""
+    state = source.state_dict()
+    return state if is_hf(source) else copy.deepcopy(state)
+
+
+def trim_snapshots(snaps: list[tuple[int, Any]], oldest: int) -> None:
+    """Keep the newest snapshot at or before ``oldest`` (the oldest buffered position) and the
+    later ones: a resume restarts the source there."""
+    keep = max(i for i, (p, _) in enumerate(snaps) if p <= oldest)
+    del snaps[:keep]
+
+
+def reopen(source: Any, worker: tuple[int, int], state: Any) -> Iterator[Any]:
+    """The worker's iterator over ``source`` restarted at a checkpoint ``state`` (``None``: from
+    the start of the epoch)."""
+    if state is None:
+        return open_source(source, worker)
+    source.load_state_dict(state)
+    return forget_after_first(iter(source), source)
+
+
+def replay(it: Iterator[Any], start: int, stop: int) -> Iterator[tuple[int, Any]]:
+    """``(position, sample)`` for the positions ``start .. stop - 1`` of a resumed pass; a source
+    that ends early cannot be resumed."""
+    for pos in range(start, stop):
+        try:
+            yield pos, next(it)
+        except StopIteration:
+            raise ValueError(
+                f"cannot resume: the source ended at sample {pos} while replaying to {stop}; "
+                "resume needs a deterministic, re-iterable source"
+            ) from None
 
 
 def forget_after_first(it: Iterator[Any], source: Any) -> Iterator[Any]:
