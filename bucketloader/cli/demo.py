@@ -108,7 +108,9 @@ def run_demo(*, num_buckets: int, batch_size: int, max_batches: int, plot: str |
     print(
         f"\nOne epoch through three loaders (batch_size={bs}; padding = padded frames / real "
         "frames - 1, including the masked padding rows of partial batches; shapes = distinct "
-        "(batch, frames) tensor shapes = torch.compile(dynamic=False) / XLA compilations):"
+        "(batch, frames) tensor shapes = torch.compile(dynamic=False) / XLA compilations; the "
+        "dynamic-padding loader draws its own random batches, so its figures differ a little "
+        "from the report's estimate above):"
     )
     print(f"  {'loader':<34}{'shapes':>8}{'padding':>10}{'batches':>9}   tensors checked")
     results = {}

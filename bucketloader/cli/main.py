@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser(
         "precompute",
         help="solve boundaries once and store them in the cache",
-        usage="bucketloader precompute FILE --strategy S -k K [--max-tokens T | --batch-size B] "
+        usage="bucketloader precompute FILE -k K [--strategy S] [--max-tokens T | --batch-size B] "
         "[--cache-dir D] [--json out.json] [options]",
     )
     c.add_argument("file", metavar="FILE", help=inputs)
