@@ -174,13 +174,7 @@ class EvalSampler(Sampler[list[int]]):
     @property
     def boundaries(self) -> Any:
         """An array for one input; ``{name: array}`` for several; with groups ``{group: that}``."""
-        per_group = [
-            b[0] if len(b) == 1 else dict(zip(self.spec.input_names, b, strict=True))
-            for b in self.spec.boundaries
-        ]
-        if self.spec.groups is None:
-            return per_group[0]
-        return dict(zip(self.spec.group_values, per_group, strict=True))
+        return self.spec.user_boundaries
 
     @property
     def num_samples(self) -> int:

@@ -84,6 +84,18 @@ class BucketSpec:
         return self.cells.boundaries
 
     @property
+    def user_boundaries(self) -> Any:
+        """The boundaries as samplers show them: an array for one input; ``{name: array}`` for
+        several; with groups ``{group: that}``."""
+        per_group = [
+            b[0] if len(b) == 1 else dict(zip(self.input_names, b, strict=True))
+            for b in self.boundaries
+        ]
+        if self.groups is None:
+            return per_group[0]
+        return dict(zip(self.group_values, per_group, strict=True))
+
+    @property
     def cell_lengths(self) -> np.ndarray:
         """``(K, D)`` padded lengths of every cell."""
         return self.cells.lengths
