@@ -501,3 +501,98 @@ def test_eval_bucketing_options_and_batch_size_defaults(tmp_path):
     )
     budget.get_eval_dataloader()
     assert all(b * n <= 300 and b == 300 // n for b, n in budget.eval_bucketing.sampler.shapes)
+
+
+# -- the user's data_collator (NOTE [ The user's data_collator ]) ------------------------------
+def _lm_tokenizer():
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from tokenizers.pre_tokenizers import Whitespace
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    vocab = {**{t: i for i, t in enumerate(specials)}, **{f"w{i}": i for i in range(5, 100)}}
+    core = Tokenizer(WordLevel(vocab, unk_token="[UNK]"))
+    core.pre_tokenizer = Whitespace()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+
+
+def _lm_dataset(tokenizer, n=90):
+    lens = load_real("gsm8k")[:n, 0] // 2 + 1
+    rng = np.random.default_rng(0)
+    text = ["[CLS] " + " ".join(f"w{i}" for i in rng.integers(5, 100, k)) for k in lens]
+    return datasets.Dataset.from_dict({"text": text}).map(
+        lambda b: tokenizer(b["text"]), batched=True, remove_columns=["text"]
+    )
+
+
+@pytest.mark.parametrize("mlm", [True, False])
+def test_language_modeling_collator_labels_planned_batches(mlm, tmp_path):
+    tokenizer = _lm_tokenizer()
+    ds = _lm_dataset(tokenizer)
+    if mlm:
+        model = transformers.BertForMaskedLM(_bert_config())
+    else:
+        model = transformers.BertLMHeadModel(_bert_config(is_decoder=True))
+    lm = transformers.DataCollatorForLanguageModeling(
+        tokenizer, mlm=mlm, mlm_probability=0.5, seed=0
+    )
+    trainer = hf.BucketTrainer(
+        model=model,
+        args=_args(tmp_path, max_steps=3, learning_rate=1e-3, seed=0),
+        train_dataset=ds,
+        data_collator=lm,
+        processing_class=tokenizer,
+        bucketing={"num_buckets": 3, "batch_size": 8, "last_batch": "pad"},
+    )
+    loader = trainer.get_train_dataloader()
+    shapes, collate = set(loader.batch_sampler.shapes), loader.collate_fn
+    masked = filler = 0
+    for indices in loader.batch_sampler:
+        samples = [ds[int(i)] for i in indices]
+        batch, plain = collate(samples), collate.collate(samples)  # with and without the LM step
+        ids, labels = batch["input_ids"], batch["labels"]
+        assert tuple(ids.shape) in shapes and labels.shape == ids.shape
+        real_token = batch["attention_mask"].bool()
+        rows = batch["sample_mask"]
+        assert (labels[~real_token] == -100).all()  # never a padding position
+        assert (labels[~rows] == -100).all()  # never a filler row
+        filler += int((~rows).sum())
+        if mlm:
+            target = labels != -100
+            masked += int(target.sum())
+            # a target is the original token, never a special one ([CLS], [PAD], ...)
+            assert torch.equal(labels[target], plain["input_ids"][target])
+            assert not torch.isin(labels[target], torch.tensor(tokenizer.all_special_ids)).any()
+            assert torch.equal(ids[~target], plain["input_ids"][~target])  # the rest untouched
+            assert (ids[target] == tokenizer.mask_token_id).float().mean() > 0.5  # mostly [MASK]
+        else:
+            want = torch.where(real_token & rows[:, None], ids, torch.full_like(ids, -100))
+            assert torch.equal(labels, want) and torch.equal(ids, plain["input_ids"])
+    assert filler > 0  # the plan has partial batches, so filler rows were checked
+    if mlm:
+        assert masked > 0
+    out = trainer.train()
+    assert np.isfinite(out.training_loss)
+
+
+def test_bucket_trainer_refuses_collators_it_would_drop(tmp_path):
+    tokenizer = _lm_tokenizer()
+    ds = _lm_dataset(tokenizer, n=16)
+    model = transformers.BertForMaskedLM(_bert_config())
+    common = {"model": model, "args": _args(tmp_path), "train_dataset": ds}
+    with pytest.raises(ValueError, match="data_collator=<lambda>"):
+        hf.BucketTrainer(**common, data_collator=lambda samples: samples)
+    wwm = transformers.DataCollatorForLanguageModeling(tokenizer, whole_word_mask=True)
+    with pytest.raises(ValueError, match="whole-word masking"):
+        hf.BucketTrainer(**common, data_collator=wwm)
+    # a padding collator is replaced by the planned collation, silently (also positionally)
+    padding = transformers.DataCollatorWithPadding(tokenizer)
+    hf.BucketTrainer(**common, data_collator=padding)
+    hf.BucketTrainer(model, _args(tmp_path), transformers.default_data_collator, ds)

@@ -47,7 +47,7 @@ import transformers
 from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 
 from bucketloader.evaluation import EvalSampler, restore_order
-from bucketloader.hf.bucketing import Bucketing, ModelInputs, for_audio, for_text
+from bucketloader.hf.bucketing import LABEL_PAD, Bucketing, ModelInputs, for_audio, for_text
 from bucketloader.hf.lengths import resolve_column, table_and_indices
 from bucketloader.hf.loss import ROW_POLICIES, loss_policy, row_losses, settle_problem_type
 
@@ -92,6 +92,8 @@ class _BucketMixin:
             )
         if isinstance(bucketing, Bucketing) and kwargs.get("train_dataset") is None:
             kwargs["train_dataset"] = bucketing.dataset
+        user_collator = args[2] if len(args) > 2 else kwargs.get("data_collator")
+        self._lm = _language_modeling(user_collator, type(self).__name__)
         super().__init__(*args, **kwargs)
         self._bucketing_options = dict(bucketing) if isinstance(bucketing, dict) else {}
         self._eval_options = dict(eval_bucketing or {})
@@ -160,6 +162,8 @@ class _BucketMixin:
         if isinstance(collate, ModelInputs):
             keep = self.model_inputs() if self.args.remove_unused_columns else None
             collate = collate.replace(keep=keep, bookkeeping=True)
+        if self._lm is not None:
+            collate = LanguageModelingLabels(collate, self._lm)
         workers = self.args.dataloader_num_workers
         return Bucketing(b.sampler, collate, b.dataset).dataloader(
             num_workers=workers,
@@ -418,6 +422,90 @@ def _row(tree: Any, row: int) -> Any:
     return tree[row]
 
 
+# NOTE [ The user's data_collator ]
+# ``Trainer`` collates with ``data_collator``; BucketTrainer collates every batch at a planned
+# shape instead, so a collator whose job is padding (``DataCollatorWithPadding``,
+# ``DataCollatorForSeq2Seq``, ``DataCollatorForTokenClassification``, ``DefaultDataCollator``,
+# ``default_data_collator``) is replaced by it, silently. A ``DataCollatorForLanguageModeling``
+# does more than pad: it makes the labels. Its work is kept: after the batch is laid out at its
+# planned shape, ``mlm=True`` masks tokens with the collator's own ``torch_mask_tokens`` (never
+# padding, special tokens or filler rows) and ``mlm=False`` copies ``input_ids`` to ``labels``
+# with -100 on padding, as the collator does. Filler rows get labels -100 either way, so the
+# loss of a padded batch is the loss of its real rows. Whole-word masking needs the tokens'
+# offsets and is refused, as is any other collator (it would be dropped without a word).
+_PADDING_COLLATORS = (
+    "DataCollatorWithPadding",
+    "DataCollatorForSeq2Seq",
+    "DataCollatorForTokenClassification",
+    "DefaultDataCollator",
+    "default_data_collator",
+)
+
+
+def _language_modeling(collator: Any, owner: str) -> Any:
+    """The user's ``DataCollatorForLanguageModeling`` to apply after collation, or ``None``
+    (NOTE [ The user's data_collator ])."""
+    if collator is None:
+        return None
+    name = getattr(collator, "__name__", None) or type(collator).__name__
+    if isinstance(collator, transformers.DataCollatorForLanguageModeling):
+        if getattr(collator, "whole_word_mask", False) or name == "DataCollatorForWholeWordMask":
+            raise ValueError(
+                f"{owner} cannot apply whole-word masking ({name}): it needs each token's word "
+                "offsets, which the planned batches do not carry; use "
+                "DataCollatorForLanguageModeling(tokenizer, mlm=True) (token-level masking) or "
+                "mask the words in the dataset (set_transform)"
+            )
+        return collator
+    if name in _PADDING_COLLATORS or type(collator).__name__ in _PADDING_COLLATORS:
+        return None
+    raise ValueError(
+        f"{owner} collates every batch at a planned shape, so data_collator={name} would not "
+        "be used; pass no data_collator (or a padding collator, which it replaces), move "
+        "per-sample work into the dataset (datasets.Dataset.set_transform), or pass "
+        "bucketing=Bucketing(sampler, your_collator, dataset) with a collator that pads to the "
+        "sampler's shapes"
+    )
+
+
+class LanguageModelingLabels:
+    """A batch collator followed by a ``DataCollatorForLanguageModeling``'s labels: masked tokens
+    (``mlm=True``) or ``input_ids`` (``mlm=False``), -100 on padding and on filler rows (NOTE
+    [ The user's data_collator ]). Picklable (DataLoader workers)."""
+
+    def __init__(self, collate: Callable[[list[Any]], dict[str, Any]], lm: Any) -> None:
+        self.collate = collate
+        self.lm = lm
+
+    def __call__(self, samples: list[Any]) -> dict[str, Any]:
+        out = self.collate(samples)
+        ids = out.get("input_ids")
+        if not isinstance(ids, torch.Tensor):
+            raise ValueError(
+                "DataCollatorForLanguageModeling needs an 'input_ids' batch, got keys "
+                f"{sorted(out)}; bucket the token column (bucketing={{'column': 'input_ids'}})"
+            )
+        mask = out.get("attention_mask")
+        tokenizer = self.lm.tokenizer
+        if isinstance(mask, torch.Tensor) and mask.shape == ids.shape:
+            padding = ~mask.bool()
+        else:
+            padding = ids == tokenizer.pad_token_id
+        rows = out.get("sample_mask")
+        if isinstance(rows, torch.Tensor):  # filler rows: no target, no masking
+            padding = padding | ~rows.bool()[:, None]
+        if self.lm.mlm:
+            special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=ids.dtype)
+            keep_out = padding | torch.isin(ids, special)
+            ids, labels = self.lm.torch_mask_tokens(ids.clone(), special_tokens_mask=keep_out)
+            out["input_ids"] = ids
+        else:
+            labels = ids.clone()
+            labels[padding] = LABEL_PAD
+        out["labels"] = labels
+        return out
+
+
 def _is_audio(dataset: Any, column: str) -> bool:
     """Audio: a struct (decoded audio) column or a list column of floats (values, frames)."""
     try:
@@ -446,7 +534,9 @@ class BucketTrainer(_BucketMixin, transformers.Trainer):
     ``input_values`` or ``(T, 80)`` ``input_features``) through
     :func:`~bucketloader.hf.for_audio`; targets (``labels`` of other lengths) are padded per
     bucket; ``decoder_attention_mask`` is added when the model takes one; the tokenizer's
-    ``padding_side`` decides the side. The ``data_collator`` argument is not used.
+    ``padding_side`` decides the side. A padding ``data_collator`` is replaced by the planned
+    collation; a ``DataCollatorForLanguageModeling``'s masking (or causal labels) is applied to
+    each planned batch; any other collator is refused (NOTE [ The user's data_collator ]).
 
     Args:
         *args: as ``transformers.Trainer``.
