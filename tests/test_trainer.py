@@ -224,6 +224,19 @@ def speech2text(rng):
     return model, ds, {"num_buckets": 2, "max_tokens": 1500}, {}
 
 
+def bert_qa(rng):
+    lens = load_real("gsm8k")[::100][:48, 0]  # question lengths in tokens; a span in each
+    start = [int(rng.integers(0, n)) for n in lens]
+    ds = datasets.Dataset.from_dict(
+        {
+            "input_ids": [_ids(rng, n, 2, 100) for n in lens],
+            "start_positions": start,
+            "end_positions": [int(rng.integers(s, n)) for s, n in zip(start, lens, strict=True)],
+        }
+    )
+    return transformers.BertForQuestionAnswering(_bert_config()), ds, {"num_buckets": 3}
+
+
 MODELS: dict[str, Callable[[Any], Any]] = {
     "bert-sequence": bert_sequence,
     "bert-tokens": bert_tokens,
@@ -385,7 +398,12 @@ def _loss_heads():
         return transformers.BertForSequenceClassification(config), ds, bucketing
 
     heads = {name: (lambda rng, f=f: f(rng)[:3]) for name, f in MODELS.items()}
-    return {**heads, "bert-regression": regression, "bert-multi-label": multi_label}
+    return {
+        **heads,
+        "bert-regression": regression,
+        "bert-multi-label": multi_label,
+        "bert-qa": bert_qa,
+    }
 
 
 LOSS_HEADS = _loss_heads()
@@ -435,6 +453,8 @@ def test_the_loss_of_a_padded_batch_equals_the_loss_of_its_real_rows(name, tmp_p
     assert check.max_abs_diff <= 1e-5, check
     if name in ("wav2vec2-ctc", "bert-regression", "bert-multi-label"):
         assert check.naive_max_abs_diff > 1e-3  # the model's own loss counts the filler rows
+    if name == "bert-qa":  # filler rows' positions at the sequence length: the model ignores them
+        assert check.naive_max_abs_diff <= 1e-5, check
 
 
 def test_ctc_gradient_accumulation_is_the_mean_over_real_rows(tmp_path):
@@ -596,3 +616,32 @@ def test_bucket_trainer_refuses_collators_it_would_drop(tmp_path):
     padding = transformers.DataCollatorWithPadding(tokenizer)
     hf.BucketTrainer(**common, data_collator=padding)
     hf.BucketTrainer(model, _args(tmp_path), transformers.default_data_collator, ds)
+
+
+def test_question_answering_train_evaluate_predict_in_dataset_order(tmp_path):
+    torch.manual_seed(0)
+    model, ds, bucketing = bert_qa(np.random.default_rng(0))
+    trainer = hf.BucketTrainer(
+        model=model,
+        args=_args(tmp_path, max_steps=2),
+        train_dataset=ds,
+        eval_dataset=ds,
+        bucketing=bucketing,
+    )
+    assert trainer.label_names == ["start_positions", "end_positions"]
+    for batch in trainer.get_train_dataloader():
+        filler = ~batch["sample_mask"]
+        width = batch["input_ids"].shape[1]
+        for key in ("start_positions", "end_positions"):
+            assert (batch[key][filler] == width).all()  # ignored by the QA loss
+    trainer.train()
+    out = trainer.predict(ds)
+    starts, ends = out.label_ids
+    assert starts.tolist() == ds["start_positions"] and ends.tolist() == ds["end_positions"]
+    start_logits = out.predictions[0]
+    model.eval()
+    with torch.no_grad():
+        for i in (0, 9, len(ds) - 1):
+            ids = torch.tensor([ds[i]["input_ids"]])
+            want = model(input_ids=ids).start_logits[0].numpy()
+            np.testing.assert_allclose(start_logits[i][: len(want)], want, atol=1e-5)

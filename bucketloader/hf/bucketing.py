@@ -35,7 +35,10 @@ NOTE [ Filler rows ]
 planned shape. :class:`ModelInputs` makes them copies of real rows of the same batch (real
 inputs: no all-zero attention mask, which gives ``Wav2Vec2ForCTC`` an input length of -1 and an
 SDPA row with no key to attend to) and sets every ``label*`` column to -100 on them, so the
-cross-entropy losses of ``transformers`` heads ignore them; ``sample_mask`` (kept with
+cross-entropy losses of ``transformers`` heads ignore them. Question-answering heads take
+``start_positions`` / ``end_positions`` instead, clamp them to ``[0, L]`` and ignore ``L`` (the
+sequence length), where -100 would become a real target 0: on filler rows they are set to ``L``.
+``sample_mask`` (kept with
 ``sample_mask=True``) is False on them. Heads whose loss still counts such a row (CTC, regression,
 multi-label) need the loss masked by rows: :func:`bucketloader.hf.masked_loss` and
 :class:`~bucketloader.hf.BucketTrainer` do it (NOTE [ Filler rows and the loss, per head ] in
@@ -64,6 +67,8 @@ from bucketloader.sampler import BucketSampler, GroupedDataset
 __all__ = ["Bucketing", "ModelInputs", "Targets", "for_audio", "for_text"]
 
 LABEL_PAD = -100
+#: The targets of question-answering heads, ignored at the sequence length (NOTE [ Filler rows ]).
+QA_POSITIONS = ("start_positions", "end_positions")
 #: Batch keys the trainer needs besides the model inputs (see ModelInputs ``bookkeeping``).
 BOOKKEEPING = ("sample_mask", "index")
 
@@ -260,11 +265,15 @@ def _fill_rows(out: dict[str, Any], real: torch.Tensor, n: int, rows: int) -> No
     row (NOTE [ Filler rows ])."""
     src = torch.arange(rows - n) % n if rows > n else None
     filler = ~real
+    mask = out.get("attention_mask")
+    width = int(mask.shape[-1]) if isinstance(mask, torch.Tensor) and mask.ndim == 2 else None
     for key, v in out.items():
         if not isinstance(v, torch.Tensor) or v.ndim == 0 or v.shape[0] != rows:
             continue
         if str(key).startswith("label"):
             v[filler] = LABEL_PAD
+        elif key in QA_POSITIONS and width is not None:
+            v[filler] = width  # the QA heads' ignore_index (NOTE [ Filler rows ])
         elif src is not None:
             v[n:] = v[src]
 

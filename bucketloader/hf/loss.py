@@ -20,6 +20,9 @@ speech-to-text), ``ForSpeechSeq2Seq``,      which counts the same labels)  with 
                                             so a filler row adds to it     or averaged (``config.
                                                                            ctc_loss_reduction``)
                                                                            over real rows only
+``ForQuestionAnswering``                    cross-entropy over start and   ``"ignore_index"``:
+                                            end positions, ignoring the    filler rows' positions
+                                            sequence length ``L``          are ``L``; exact
 ``ForSequenceClassification`` with          MSE / BCE over every row       ``"regression"`` /
 ``num_labels=1`` or float multi-hot                                        ``"multi_label"``: per
 labels (``problem_type``)                                                  row, mean over real
@@ -62,6 +65,7 @@ IGNORE_INDEX_HEADS = (
     "ForAudioClassification",
     "ForImageClassification",
     "ForPreTraining",
+    "ForQuestionAnswering",
 )
 #: Policies whose loss is computed per row here (not by the model).
 ROW_POLICIES = ("ctc", "regression", "multi_label")
