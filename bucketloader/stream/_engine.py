@@ -313,16 +313,11 @@ class Engine:
         size = self.o.shuffle_buffer
         shuf = self.shuffle
         if self.phase == "stream":
-            prepare, add, stateful, every = self.prepare, self._add, self.stateful, self.every
+            prepare, stateful, every = self.prepare, self.stateful, self.every
             draws = self.draws
-            if not size:  # the common case, with _add inlined (a stream reads millions)
-                bsam, bpos, blen, sizes, emit = (
-                    self.bsam,
-                    self.bpos,
-                    self.blen,
-                    self.sizes,
-                    self._emit,
-                )
+            # _add inlined in both loops (a stream reads millions of samples)
+            bsam, bpos, blen, sizes, emit = self.bsam, self.bpos, self.blen, self.sizes, self._emit
+            if not size:
                 for sample in it:
                     pos = self.read
                     self.read = pos + 1
@@ -356,9 +351,13 @@ class Engine:
                     j = int(draws.block[draws.used] * size)  # Draws.index, inlined
                     draws.used += 1
                     entry, shuf[j] = shuf[j], entry
-                    batch = add(*entry)
-                    if batch is not None:
-                        yield batch
+                    p, sample, cell, n = entry
+                    buf = bsam[cell]
+                    buf.append(sample)
+                    bpos[cell].append(p)
+                    blen[cell].append(n)
+                    if len(buf) >= sizes[cell]:
+                        yield emit(cell)
             self.phase = "flush"
         while shuf:
             j = self.draws.index(len(shuf))
