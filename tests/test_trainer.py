@@ -598,6 +598,17 @@ def test_language_modeling_collator_labels_planned_batches(mlm, tmp_path):
     assert filler > 0  # the plan has partial batches, so filler rows were checked
     if mlm:
         assert masked > 0
+        # the collator's seed= decides the masking, not the global RNG (as in its torch_call)
+        samples = [ds[int(i)] for i in next(iter(loader.batch_sampler))]
+
+        def masking(global_seed):
+            torch.manual_seed(global_seed)
+            fresh = transformers.DataCollatorForLanguageModeling(
+                tokenizer, mlm_probability=0.5, seed=7
+            )
+            return type(collate)(collate.collate, fresh)(samples)["labels"]
+
+        assert torch.equal(masking(0), masking(1))
     out = trainer.train()
     assert np.isfinite(out.training_loss)
 

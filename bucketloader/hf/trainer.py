@@ -463,8 +463,8 @@ def _language_modeling(collator: Any, owner: str) -> Any:
         f"{owner} collates every batch at a planned shape, so data_collator={name} would not "
         "be used; pass no data_collator (or a padding collator, which it replaces), move "
         "per-sample work into the dataset (datasets.Dataset.set_transform), or pass "
-        "bucketing=Bucketing(sampler, your_collator, dataset) with a collator that pads to the "
-        "sampler's shapes"
+        "bucketing=Bucketing(sampler, your_collator, dataset), with no data_collator, and a "
+        "collator that pads to the sampler's shapes"
     )
 
 
@@ -495,6 +495,8 @@ class LanguageModelingLabels:
         if isinstance(rows, torch.Tensor):  # filler rows: no target, no masking
             padding = padding | ~rows.bool()[:, None]
         if self.lm.mlm:
+            if getattr(self.lm, "seed", None) is not None and self.lm.generator is None:
+                self.lm.create_rng()  # as its own torch_call: seed (+ worker id), per process
             special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=ids.dtype)
             keep_out = padding | torch.isin(ids, special)
             ids, labels = self.lm.torch_mask_tokens(ids.clone(), special_tokens_mask=keep_out)
