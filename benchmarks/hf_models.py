@@ -180,7 +180,56 @@ def models(n_train: int, n_eval: int) -> dict[str, Any]:
         )
         return (transformers.Speech2TextForConditionalGeneration(config), *split(cols))
 
+    def lm_tokenizer() -> Any:
+        from tokenizers import Tokenizer
+        from tokenizers.models import WordLevel
+
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        vocab = {**{t: i for i, t in enumerate(specials)}, **{f"w{i}": i for i in range(5, 100)}}
+        return transformers.PreTrainedTokenizerFast(
+            tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="[UNK]")),
+            pad_token="[PAD]",
+            unk_token="[UNK]",
+            cls_token="[CLS]",
+            sep_token="[SEP]",
+            mask_token="[MASK]",
+        )
+
+    def bert_mlm() -> Any:
+        rng = np.random.default_rng(0)
+        lens = pick(real("gsm8k")[:, 1], total, 6)
+        cols = {"input_ids": [[2, *ids(rng, n - 1, 5, 100)] for n in np.maximum(lens, 2)]}
+        return (transformers.BertForMaskedLM(bert_config()), *split(cols))
+
+    def mlm_collator() -> Any:
+        return transformers.DataCollatorForLanguageModeling(lm_tokenizer(), seed=0)
+
+    def bert_qa() -> Any:
+        rng = np.random.default_rng(0)
+        lens = pick(real("gsm8k")[:, 0], total, 7)
+        start = [int(rng.integers(0, n)) for n in lens]
+        cols = {
+            "input_ids": [ids(rng, n, 2, 100) for n in lens],
+            "start_positions": start,
+            "end_positions": [int(rng.integers(a, n)) for a, n in zip(start, lens, strict=True)],
+        }
+        return (transformers.BertForQuestionAnswering(bert_config()), *split(cols))
+
     return {
+        "BertForMaskedLM": (
+            bert_mlm,
+            {"num_buckets": 4},
+            False,
+            "GSM8K answer tokens, DataCollatorForLanguageModeling masking",
+            {"collator": mlm_collator},
+        ),
+        "BertForQuestionAnswering": (
+            bert_qa,
+            {"num_buckets": 4},
+            False,
+            "GSM8K question tokens, start/end positions",
+            {},
+        ),
         "BertForSequenceClassification": (
             bert_sequence,
             {"num_buckets": 4},
@@ -276,6 +325,10 @@ def dynamic_collator(main: str, pad_id: Any, float_input: bool) -> Any:
         for i, v in enumerate(xs):
             x[i, : len(v)], mask[i, : len(v)] = v, 1
         out[main], out["attention_mask"] = x, mask
+        if "start_positions" in samples[0]:  # question answering: two scalar targets
+            for key in ("start_positions", "end_positions"):
+                out[key] = torch.as_tensor([s[key] for s in samples])
+            return out
         labels = [s["labels" if "labels" in s else "label"] for s in samples]
         if isinstance(labels[0], list):
             width = max(len(v) for v in labels)
@@ -324,12 +377,40 @@ def targets(trainer: Any, train: Any, main: str, bucketing: dict[str, Any]) -> A
     return out
 
 
+def in_dataset_order(label_ids: Any, evaluation: Any, main: str) -> bool:
+    """Whether ``predict``'s ``label_ids`` come back in dataset order: class labels and label
+    sequences compared directly, QA positions per column, MLM targets (random masks) against
+    the dataset's tokens at the masked positions."""
+    cols = evaluation.column_names
+    if "start_positions" in cols:
+        starts, ends = label_ids
+        return bool(
+            np.array_equal(starts, evaluation["start_positions"])
+            and np.array_equal(ends, evaluation["end_positions"])
+        )
+    if "labels" not in cols and "label" not in cols:  # MLM: the targets are the masked tokens
+        tokens = evaluation[main]
+        masked = 0
+        for row, want in zip(np.asarray(label_ids), tokens, strict=True):
+            where = np.flatnonzero(row != -100)
+            masked += len(where)
+            if not np.array_equal(row[where], np.asarray(want)[where]):
+                return False
+        return masked > 0
+    labels = evaluation["labels" if "labels" in cols else "label"]
+    if isinstance(labels[0], list):
+        return bool(np.array_equal(np.asarray(label_ids)[:, 0], [r[0] for r in labels]))
+    return bool(np.array_equal(label_ids, labels))
+
+
 def run(name: str, spec: Any, args_dir: str) -> dict[str, Any]:
     import transformers
 
     from bucketloader import hf
 
-    factory, bucketing, seq2seq, note = spec
+    factory, bucketing, seq2seq, note = spec[:4]
+    extra = spec[4] if len(spec) > 4 else {}
+    make_collator = extra.get("collator")
     torch.manual_seed(0)
     model, train, evaluation = factory()
     main = model.main_input_name
@@ -360,6 +441,7 @@ def run(name: str, spec: Any, args_dir: str) -> dict[str, Any]:
             train_dataset=train,
             eval_dataset=evaluation,
             bucketing=bucketing,
+            data_collator=make_collator() if make_collator else None,
         )
         trainer.train()
         trainer.phase = "eval"
@@ -367,13 +449,8 @@ def run(name: str, spec: Any, args_dir: str) -> dict[str, Any]:
         trainer.phase = "predict"
         pred = trainer.predict(evaluation)
     seconds = time.perf_counter() - start
-    labels = evaluation["labels" if "labels" in evaluation.column_names else "label"]
-    ordered = bool(
-        np.array_equal(
-            np.asarray(pred.label_ids)[:, 0] if isinstance(labels[0], list) else pred.label_ids,
-            [r[0] for r in labels] if isinstance(labels[0], list) else labels,
-        )
-    )
+    ordered = in_dataset_order(pred.label_ids, evaluation, main)
+    logits = pred.predictions[0] if isinstance(pred.predictions, tuple) else pred.predictions
     used = {(p == "train", sig) for p, sig, _ in trainer.seen}
     ours = {
         "planned_train": len(trainer.bucketing.sampler.shapes),
@@ -398,7 +475,7 @@ def run(name: str, spec: Any, args_dir: str) -> dict[str, Any]:
             "eval": trainer.padded["eval"] / real_eval - 1,
             "predict": trainer.padded["predict"] / real_eval - 1,
         },
-        "rows": int(np.asarray(pred.label_ids).shape[0]),
+        "rows": len(logits),
         "ordered": ordered,
         "eval_loss": metrics["eval_loss"],
         "seconds": seconds,
@@ -411,6 +488,7 @@ def run(name: str, spec: Any, args_dir: str) -> dict[str, Any]:
         eval_dataset=evaluation,
         bucketing=bucketing,
         eval_bucketing={"balance": False},
+        data_collator=make_collator() if make_collator else None,
     )
     with torch.compiler.set_stance("force_eager"), torch.no_grad():
         model.eval()
@@ -437,7 +515,9 @@ def run(name: str, spec: Any, args_dir: str) -> dict[str, Any]:
         args=args_cls(output_dir=args_dir, remove_unused_columns=False, **common),
         train_dataset=train,
         eval_dataset=evaluation,
-        data_collator=dynamic_collator(main, pad, main != "input_ids"),
+        data_collator=make_collator()  # HF's own: pads each batch to its longest, then masks
+        if make_collator
+        else dynamic_collator(main, pad, main != "input_ids"),
     )
     baseline.train()
     baseline.phase = "eval"
@@ -508,8 +588,10 @@ def main() -> None:
         "(`BucketSeq2SeqTrainer` for the seq2seq models), the model compiled with "
         "`torch.compile(dynamic=False)` on a counting backend. Reference: "
         "`transformers.Trainer` with dynamic padding (each batch padded to its longest sample, as "
-        "`DataCollatorWithPadding` / `DataCollatorForSeq2Seq` do), eager: its shapes are what it "
-        "would compile. Padding = padded elements of the main input per real element.",
+        "`DataCollatorWithPadding` / `DataCollatorForSeq2Seq` do; for the masked LM, "
+        "`DataCollatorForLanguageModeling` itself, which BucketTrainer also takes and applies to "
+        "each planned batch), eager: its shapes are what it would compile. Padding = padded "
+        "elements of the main input per real element.",
         "",
         "## Shapes and graphs",
         "",
@@ -602,7 +684,9 @@ def main() -> None:
         "them by themselves (the model's own loss is already exact); CTC does not (an empty "
         "target still costs -log P(all blanks)), so `BucketTrainer` computes the CTC loss per row "
         "and averages it over real rows (NOTE [ Filler rows and the loss, per head ] in "
-        "bucketloader/hf/loss.py). The real rows alone are the padded batch's first rows (the "
+        "bucketloader/hf/loss.py). Question answering ignores start/end positions at the "
+        "sequence length, which filler rows get (-100 would be clamped to position 0). The real "
+        "rows alone are the padded batch's first rows (the "
         "same per-row computation), so any difference would be float32 rounding.",
         "",
         "## Evaluation in dataset order",
