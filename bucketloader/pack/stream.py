@@ -52,7 +52,7 @@ from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
 from bucketloader.plan.budget import BatchRule
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.iterable import check_source
-from bucketloader.stream.resume import ResumableStream, replay_state
+from bucketloader.stream.resume import ResumableStream
 from bucketloader.stream.source import is_stateful
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
@@ -292,12 +292,4 @@ class PackIterable(ResumableStream):
             exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
             if exact and batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
                 return engine.state_dict()  # type: ignore[union-attr]
-        return replay_state(
-            self._counters,
-            epoch=self.epoch,
-            batches_consumed=batches_consumed,
-            scheduled=self.steps_per_epoch is not None,
-            source=self.source,
-            config=self._config(),
-            fmt=REPLAY_FORMAT,
-        )
+        return self._replay_state(batches_consumed)

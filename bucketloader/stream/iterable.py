@@ -43,7 +43,7 @@ from bucketloader.stream._schedule import (
 )
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.estimate import Estimate, solve_head
-from bucketloader.stream.resume import ResumableStream, replay_state
+from bucketloader.stream.resume import ResumableStream
 from bucketloader.stream.source import (
     check_length,
     is_stateful,
@@ -576,15 +576,7 @@ class BucketIterable(ResumableStream):
             in_process and self._shares is None and batches_consumed in (None, engine.batches)  # type: ignore[union-attr]
         ):
             return engine.state_dict()  # type: ignore[union-attr]
-        return replay_state(
-            self._counters,
-            epoch=self.epoch,
-            batches_consumed=batches_consumed,
-            scheduled=self.steps_per_epoch is not None,
-            source=self.source,
-            config=self._config(),
-            fmt=REPLAY_FORMAT,
-        )
+        return self._replay_state(batches_consumed)
 
 
 def check_source(source: Any) -> None:

@@ -226,7 +226,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
     ``steps_per_epoch``, a pass per ``iter()`` run by a per-worker engine, and the resume of
     that pass from a state (module NOTE). A subclass sets ``source``, ``epoch``,
     ``steps_per_epoch``, ``_resume = None`` and ``_engine = None`` in ``__init__``, the class
-    attributes below, ``_config()`` and ``_new_engine()``."""
+    attributes below, ``_counters``, ``_config()`` and ``_new_engine()``."""
 
     #: Formats of an exact (in-process) state and of a resume by replay; each format's keys.
     STATE_FORMAT: ClassVar[int]
@@ -238,6 +238,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
     steps_per_epoch: int | None
     _resume: dict[str, Any] | None
     _engine: Any
+    _counters: LaneCounters
 
     def _config(self) -> dict[str, Any]:
         """The options a state is only valid for."""
@@ -289,6 +290,18 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         else:
             it = self._open(worker)
         return engine.run(it)  # type: ignore[no-any-return]
+
+    def _replay_state(self, batches_consumed: int | None) -> dict[str, Any]:
+        """The state of a resume by replay after ``batches_consumed`` batches (module NOTE)."""
+        return replay_state(
+            self._counters,
+            epoch=self.epoch,
+            batches_consumed=batches_consumed,
+            scheduled=self.steps_per_epoch is not None,
+            source=self.source,
+            config=self._config(),
+            fmt=self.REPLAY_FORMAT,
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
