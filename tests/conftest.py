@@ -7,6 +7,11 @@ so a clone anywhere runs every test: a missing file is an error, never a skip.
 from __future__ import annotations
 
 import functools
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,3 +55,39 @@ def real_columns():
 @pytest.fixture
 def librispeech() -> np.ndarray:
     return load_real("librispeech")
+
+
+# -- several processes (gloo ranks) ----------------------------------------------------------------
+def free_port() -> int:
+    """A free TCP port on the loopback interface (for a process group's rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_ranks(argv: Callable[[int], list[str]], world: int, *, timeout: float) -> None:
+    """Run ``python *argv(rank)`` for every rank at once (one thread each, gloo on loopback),
+    wait for all, kill any left after ``timeout`` seconds, and fail with the end of the log of
+    the first rank that failed."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *argv(r)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(world)
+    ]
+    logs = []
+    try:
+        for p in procs:
+            logs.append(p.communicate(timeout=timeout)[0])
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for r, (p, log) in enumerate(zip(procs, logs, strict=False)):
+        assert p.returncode == 0, f"rank {r} failed:\n{log[-3000:]}"

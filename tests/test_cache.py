@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import free_port
 
 from bucketloader import compute_boundaries, register_strategy
 from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
@@ -579,20 +580,12 @@ print("RESULT " + json.dumps(out))
 """
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_distributed_rank0_solves_and_broadcasts(tmp_path):
     pytest.importorskip("torch.distributed")
     script = tmp_path / "worker.py"
     script.write_text(_DIST_WORKER)
-    port, shared = str(_free_port()), str(tmp_path / "shared")
+    port, shared = str(free_port()), str(tmp_path / "shared")
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), str(r), port, shared, str(tmp_path / f"local{r}")],

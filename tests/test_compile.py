@@ -12,7 +12,6 @@ import copy
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import warnings
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 import torch
 import torch._dynamo
+from conftest import free_port, run_ranks
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -443,42 +443,16 @@ print(json.dumps([[r.cache, r.cached, r.seconds] for r in r.rows]))
 
 
 # -- two ranks ----------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(2 * TIMEOUT_S)
 def test_two_ranks_split_the_shapes_share_and_load_all(tmp_path):
     from conftest import load_real
 
     np.save(tmp_path / "lengths.npy", np.asarray(load_real("multi30k")[:400, 0]))
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    cmd = [sys.executable, __file__, "worker"]
-    procs = [
-        subprocess.Popen(
-            [*cmd, str(r), "2", str(port), str(tmp_path)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    logs = []
-    try:
-        for p in procs:
-            logs.append(p.communicate(timeout=TIMEOUT_S)[0])
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for r, (p, log) in enumerate(zip(procs, logs, strict=True)):
-        assert p.returncode == 0, f"rank {r} failed:\n{log[-3000:]}"
+    port = free_port()
+    run_ranks(
+        lambda r: [__file__, "worker", str(r), "2", str(port), str(tmp_path)], 2, timeout=TIMEOUT_S
+    )
     runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     shapes = {tuple(s) for s in runs[0]["shapes"]}
     for mode in ("filesystem", "collective"):

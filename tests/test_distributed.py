@@ -9,62 +9,27 @@ The worker is this file run as a script (``python test_distributed.py worker ...
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import free_port, run_ranks
 
 TIMEOUT_S = 300  # generous: a loaded 2-core machine starts 2-3 Python+torch processes slowly
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run_world(
     tmp_path: Path, lengths: np.ndarray, world: int, policies: str, script: str = "worker"
 ) -> list[dict]:
     np.save(tmp_path / "lengths.npy", lengths)
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                __file__,
-                script,
-                str(r),
-                str(world),
-                str(port),
-                str(tmp_path),
-                policies,
-            ],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(world)
-    ]
-    logs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=TIMEOUT_S)
-            logs.append(out)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for r, (p, log) in enumerate(zip(procs, logs, strict=False)):
-        assert p.returncode == 0, f"rank {r} failed:\n{log[-3000:]}"
+    port = free_port()
+    run_ranks(
+        lambda r: [__file__, script, str(r), str(world), str(port), str(tmp_path), policies],
+        world,
+        timeout=TIMEOUT_S,
+    )
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
 
 

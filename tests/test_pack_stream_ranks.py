@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
 import sys
 from collections import Counter
 from datetime import timedelta
@@ -23,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import load_real
+from conftest import free_port, load_real, run_ranks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -345,12 +343,6 @@ def test_an_empty_shard_takes_its_steps_as_padding():
 
 
 # -- a real process group ---------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(2 * TIMEOUT_S)
 def test_ddp_packed_stream_keeps_step_on_uneven_shards(tmp_path, gsm8k):
@@ -361,30 +353,12 @@ def test_ddp_packed_stream_keeps_step_on_uneven_shards(tmp_path, gsm8k):
     and without steps_per_epoch the stream refuses to start."""
     world = 2
     np.save(tmp_path / "lengths.npy", np.asarray(gsm8k[:900]))
-    port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, "worker", str(r), str(world), str(port), str(tmp_path)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(world)
-    ]
-    logs = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=TIMEOUT_S)
-            logs.append(out)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    for r, (p, log) in enumerate(zip(procs, logs, strict=False)):
-        assert p.returncode == 0, f"rank {r} failed:\n{log[-3000:]}"
+    port = free_port()
+    run_ranks(
+        lambda r: [__file__, "worker", str(r), str(world), str(port), str(tmp_path)],
+        world,
+        timeout=TIMEOUT_S,
+    )
     runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
     steps = runs[0]["steps"]
     assert [len(r["shapes"]) for r in runs] == [steps, steps]

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 
 import numpy as np
 import pytest
 import torch
-from conftest import load_real
+from conftest import free_port, load_real
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -95,19 +94,13 @@ def _worker(rank, world, port, out):
     trainer.end()  # destroys the process group: no gloo thread left running at exit
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_gloo_processes_evaluate_and_predict_like_one(tmp_path):
     import torch.multiprocessing as mp
 
     out = str(tmp_path / "rank")
-    mp.start_processes(_worker, args=(2, _free_port(), out), nprocs=2, start_method="spawn")
+    mp.start_processes(_worker, args=(2, free_port(), out), nprocs=2, start_method="spawn")
     ranks = [json.loads(open(f"{out}-{r}.json").read()) for r in range(2)]
     ds, make, seen = _setup()
     one = make(str(tmp_path / "single"))
