@@ -85,6 +85,7 @@ from bucketloader.stream.source import (
     checkpoint,
     reopen,
     replay,
+    resume_point,
     trim_snapshots,
 )
 
@@ -403,8 +404,7 @@ class Engine:
         trim_snapshots(self.snaps, self._oldest())
 
     def state_dict(self) -> dict[str, Any]:
-        oldest = self._oldest()
-        pos, src = max((s for s in self.snaps if s[0] <= oldest), key=lambda s: s[0])
+        pos, src = resume_point(self.snaps, self._oldest())
         return {
             "format": STATE_FORMAT,
             "config": self.o.config,

@@ -31,6 +31,7 @@ from bucketloader.stream.source import (
     checkpoint,
     reopen,
     replay,
+    resume_point,
     trim_snapshots,
 )
 
@@ -533,8 +534,7 @@ class Engine:
         trim_snapshots(self.snaps, self._oldest())
 
     def state_dict(self) -> dict[str, Any]:
-        oldest = self._oldest()
-        pos, src = max((s for s in self.snaps if s[0] <= oldest), key=lambda s: s[0])
+        pos, src = resume_point(self.snaps, self._oldest())
         shuf, bucks = self._positions()
         return {
             "format": STATE_FORMAT,

@@ -133,6 +133,12 @@ def trim_snapshots(snaps: list[tuple[int, Any]], oldest: int) -> None:
     del snaps[:keep]
 
 
+def resume_point(snaps: list[tuple[int, Any]], oldest: int) -> tuple[int, Any]:
+    """The newest snapshot ``(position, source state)`` at or before ``oldest``: where a resume
+    restarts the source."""
+    return max((s for s in snaps if s[0] <= oldest), key=lambda s: s[0])
+
+
 def reopen(source: Any, worker: tuple[int, int], state: Any) -> Iterator[Any]:
     """The worker's iterator over ``source`` restarted at a checkpoint ``state`` (``None``: from
     the start of the epoch)."""
