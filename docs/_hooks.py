@@ -1,0 +1,81 @@
+"""MkDocs hooks for the bucketloader site (listed under ``hooks:`` in mkdocs.yml; not a page).
+
+1. Every ``docs/**/*.md`` page that ``nav:`` does not list is appended to the nav under "More",
+   titled by its first ``# `` heading, so a new page builds and shows up without a nav edit (and
+   ``mkdocs build --strict`` never fails on it). Placing it in a section is a one-line nav edit.
+2. Every ``benchmarks/results/*.md`` file becomes a page ``benchmarks/results/<name>.md`` of the
+   site, generated at build time from the file itself (never copied by hand, so the figures on the
+   site are the ones the benchmark scripts wrote), listed under "Benchmarks" in the nav.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+RESULTS_URI = "benchmarks/results"
+SKIP = {"_hooks.py"}
+
+
+def _listed(nav: Any) -> set[str]:
+    """Every page path a nav (a list of strings or {title: path-or-list} dicts) lists."""
+    out: set[str] = set()
+    items = nav if isinstance(nav, list) else [nav]
+    for item in items:
+        if isinstance(item, str):
+            out.add(item)
+        elif isinstance(item, dict):
+            for value in item.values():
+                out |= _listed(value)
+    return out
+
+
+def _title(path: Path) -> str:
+    match = re.search(r"^# +(.+?)\s*$", path.read_text(encoding="utf-8"), flags=re.M)
+    return match.group(1).strip() if match else path.stem.replace("-", " ").replace("_", " ")
+
+
+def _section(nav: list[Any], title: str) -> list[Any] | None:
+    for item in nav:
+        if isinstance(item, dict) and title in item and isinstance(item[title], list):
+            return item[title]
+    return None
+
+
+def on_config(config: Any) -> Any:
+    nav = config.nav
+    if nav is None:  # no nav: mkdocs lists every page itself
+        return config
+    docs = Path(config.docs_dir)
+    listed = _listed(nav)
+    benchmarks = _section(nav, "Benchmarks")
+    if benchmarks is not None:
+        for path in sorted(RESULTS.glob("*.md")):
+            uri = f"{RESULTS_URI}/{path.name}"
+            if uri not in listed:
+                benchmarks.append({_title(path): uri})
+    extra = [
+        {_title(path): path.relative_to(docs).as_posix()}
+        for path in sorted(docs.rglob("*.md"))
+        if path.relative_to(docs).as_posix() not in listed
+    ]
+    if extra:
+        more = _section(nav, "More")
+        if more is None:
+            more = []
+            nav.append({"More": more})
+        more.extend(extra)
+    return config
+
+
+def on_files(files: Any, config: Any) -> Any:
+    for path in sorted(RESULTS.glob("*.md")):
+        uri = f"{RESULTS_URI}/{path.name}"
+        if files.get_file_from_path(uri) is None:
+            files.append(File.generated(config, uri, abs_src_path=str(path)))
+    return files
