@@ -47,10 +47,10 @@ def test_every_old_readme_block_has_a_home_in_the_docs():
     blocks = "\n".join(b for p in PAGES for b in python_blocks(p))
     for line in (
         "sampler = BucketSampler(lengths, num_buckets=8, max_tokens=128_000)",
-        "spec = BucketSpec.build({\"src\": src, \"tgt\": tgt}, num_buckets=6, max_tokens=8192,",
+        'spec = BucketSpec.build({"src": src, "tgt": tgt}, num_buckets=6, max_tokens=8192,',
         "restored = restore_order(torch.cat(outputs), torch.cat(index), num_samples=len(lengths))",
         "sampler = PackSampler(lengths, row_length=1024, batch_size=8)",
-        "report = precompile(step, sampler, example=dataset, cache=CompileCache(tempfile.mkdtemp()))",
-        "assert (report.totals[\"too_short\"], report.totals[\"too_long\"]) == (2, 1)",
+        "report = precompile(step, sampler, example=dataset, cache=CompileCache(",
+        'assert (report.totals["too_short"], report.totals["too_long"]) == (2, 1)',
     ):
         assert line in blocks, line
