@@ -5,7 +5,8 @@
    ``mkdocs build --strict`` never fails on it). Placing it in a section is a one-line nav edit.
 2. Every ``benchmarks/results/*.md`` file becomes a page ``benchmarks/results/<name>.md`` of the
    site, generated at build time from the file itself (never copied by hand, so the figures on the
-   site are the ones the benchmark scripts wrote), listed under "Benchmarks" in the nav.
+   site are the ones the benchmark scripts wrote), listed under "Benchmarks > Results files" in
+   the nav by file name.
 """
 
 from __future__ import annotations
@@ -55,10 +56,14 @@ def on_config(config: Any) -> Any:
     listed = _listed(nav)
     benchmarks = _section(nav, "Benchmarks")
     if benchmarks is not None:
+        results = _section(benchmarks, "Results files")
+        if results is None:
+            results = []
+            benchmarks.append({"Results files": results})
         for path in sorted(RESULTS.glob("*.md")):
             uri = f"{RESULTS_URI}/{path.name}"
             if uri not in listed:
-                benchmarks.append({_title(path): uri})
+                results.append({path.name: uri})
     extra = [
         {_title(path): path.relative_to(docs).as_posix()}
         for path in sorted(docs.rglob("*.md"))
