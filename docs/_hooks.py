@@ -15,8 +15,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mkdocs.structure.files import File
-
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 RESULTS_URI = "benchmarks/results"
@@ -79,6 +77,8 @@ def on_config(config: Any) -> Any:
 
 
 def on_files(files: Any, config: Any) -> Any:
+    from mkdocs.structure.files import File  # here: on_config is testable without mkdocs
+
     for path in sorted(RESULTS.glob("*.md")):
         uri = f"{RESULTS_URI}/{path.name}"
         if files.get_file_from_path(uri) is None:

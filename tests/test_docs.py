@@ -7,8 +7,10 @@ imports one from the dev extra.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import matplotlib
 import pytest
@@ -54,3 +56,36 @@ def test_every_old_readme_block_has_a_home_in_the_docs():
         'assert (report.totals["too_short"], report.totals["too_long"]) == (2, 1)',
     ):
         assert line in blocks, line
+
+
+def _load_hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "_hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_page_missing_from_the_nav_is_listed_under_more(tmp_path):
+    hooks = _load_hooks()
+    (tmp_path / "index.md").write_text("# Home\n")
+    (tmp_path / "listed.md").write_text("# Listed\n")
+    (tmp_path / "new-topic.md").write_text("Intro.\n\n# Padding and the Pareto front\n")
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "page.md").write_text("no heading\n")
+    nav = [{"Home": "index.md"}, {"Guides": [{"Listed": "listed.md"}]}, {"Benchmarks": []}]
+    config = SimpleNamespace(nav=nav, docs_dir=str(tmp_path))
+    hooks.on_config(config)
+    more = next(item["More"] for item in nav if "More" in item)
+    assert more == [{"page": "deep/page.md"}, {"Padding and the Pareto front": "new-topic.md"}]
+    results = nav[2]["Benchmarks"][0]["Results files"]
+    expected = sorted(p.name for p in (ROOT / "benchmarks" / "results").glob("*.md"))
+    assert [next(iter(r)) for r in results] == expected
+    hooks.on_config(config)  # idempotent: nothing listed twice
+    assert next(item["More"] for item in nav if "More" in item) == more
+
+
+def test_the_site_nav_lists_every_page_it_names():
+    """Every page mkdocs.yml's nav names exists (the strict build checks the rest)."""
+    text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    named = re.findall(r":\s+([\w/.-]+\.md)\s*$", text, flags=re.M)
+    assert named and all((DOCS / page).is_file() for page in named), named
