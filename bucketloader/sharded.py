@@ -170,8 +170,9 @@ class ShardedSampler(EpochSampler):
         self.schedule = shard_schedule(self.table, self.cells.batch, self.cells.lengths[:, 0])
         self.num_samples = int(cell_of.size)
         filler = int(self.schedule.filler.sum())
-        if filler > LOSS_WARNING * self.histogram.num_samples:
-            sizes = self.table.sum(axis=1)
+        sizes = self.table.sum(axis=1)
+        unequal = int(sizes.max() - sizes.min()) > 0.1 * float(sizes.mean())
+        if unequal and filler > LOSS_WARNING * self.histogram.num_samples:
             share = filler / self.histogram.num_samples
             warnings.warn(
                 f"the shards are unequal (from {int(sizes.min()):,} to {int(sizes.max()):,} "
