@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader
 
-from bucketloader._validation import as_lengths, check_int
+from bucketloader._validation import MAX_LENGTH, as_lengths, check_int
 from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan.budget import BatchRule
@@ -134,11 +134,8 @@ class ShardedSampler(EpochSampler):
     ) -> None:
         super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
         self.options = _check_options(options)
-        empty = hasattr(shard_lengths, "__len__") and len(shard_lengths) == 0
-        lengths = (
-            np.zeros(0, np.int64) if empty else as_lengths(shard_lengths, name="shard_lengths")
-        )
-        own = None if empty else LengthHistogram.from_lengths(lengths)
+        lengths = _shard_array(shard_lengths)
+        own = _histogram(lengths) if lengths.size else None
         if shard_histograms is None:
             hists = _gather_histograms(own, self._config_digest(), self.num_replicas, self.rank)
         else:
@@ -159,13 +156,8 @@ class ShardedSampler(EpochSampler):
             )
         lookup = self.cells.lookup[0]
         self.table = np.stack([_cell_counts(h, b, lookup, self.cells.num_cells) for h in hists])
-        cell_of = lookup[assign_buckets(lengths, b)]
-        del lengths
-        small = self.cells.num_cells <= 1 << 16
-        index_type = np.int32 if cell_of.size < 1 << 31 else np.int64
-        self._by_cell = np.argsort(
-            cell_of.astype(np.uint16) if small else cell_of, kind="stable"
-        ).astype(index_type)
+        cell_of = _cells_of(lengths, b, lookup)
+        self._by_cell = _by_cell(cell_of, self.cells.num_cells)
         self._counts = self.table[self.rank]
         self.schedule = shard_schedule(self.table, self.cells.batch, self.cells.lengths[:, 0])
         self.num_samples = int(cell_of.size)
@@ -241,7 +233,7 @@ class ShardedSampler(EpochSampler):
         for i in range(start, len(plan)):
             self._yielded = i + 1
             yield PlannedBatch(
-                plan.indices[plan.offsets[i] : plan.offsets[i + 1]].tolist(),
+                plan.batch(i).tolist(),
                 planned_shape=shapes[int(plan.cells[i])],
                 num_real=int(plan.num_real[i]),
             )
@@ -338,6 +330,62 @@ _OPTIONS = (
     "pad_to_multiple_of",
     "cache",
 )
+
+
+_CHUNK = 1 << 20
+
+
+def _shard_array(shard_lengths: Any) -> np.ndarray:
+    """The shard's lengths as a 1-D integer array, validated without a copy when they already
+    are one (a rank's shard may be most of its memory); empty is allowed here (the ranks then
+    agree on an error)."""
+    if hasattr(shard_lengths, "__len__") and len(shard_lengths) == 0:
+        return np.zeros(0, np.int64)
+    if (
+        isinstance(shard_lengths, np.ndarray)
+        and shard_lengths.ndim == 1
+        and shard_lengths.dtype.kind in "iu"
+        and shard_lengths.dtype.itemsize <= 8
+    ):
+        lo, hi = int(shard_lengths.min()), int(shard_lengths.max())
+        if lo >= 0 and hi < MAX_LENGTH:
+            return shard_lengths
+    return as_lengths(shard_lengths, name="shard_lengths")
+
+
+def _histogram(lengths: np.ndarray) -> LengthHistogram:
+    """The shard's histogram, counted in chunks (no full-size temporary)."""
+    lo, hi = int(lengths.min()), int(lengths.max())
+    if hi - lo > 4 * lengths.size + 1024:
+        return LengthHistogram.from_lengths(lengths)
+    counts = np.zeros(hi - lo + 1, dtype=np.int64)
+    for i in range(0, lengths.size, _CHUNK):
+        counts += np.bincount(lengths[i : i + _CHUNK] - lo, minlength=counts.size)
+    values = np.flatnonzero(counts)
+    return LengthHistogram(values + lo, counts[values])
+
+
+def _cells_of(lengths: np.ndarray, boundaries: np.ndarray, lookup: np.ndarray) -> np.ndarray:
+    """Cell of every sample, in the narrowest unsigned type, computed in chunks."""
+    dtype = np.uint8 if lookup.max() < 1 << 8 else np.uint16 if lookup.max() < 1 << 16 else np.int64
+    out = np.empty(lengths.size, dtype=dtype)
+    for i in range(0, lengths.size, _CHUNK):
+        out[i : i + _CHUNK] = lookup[assign_buckets(lengths[i : i + _CHUNK], boundaries)]
+    return out
+
+
+def _by_cell(cell_of: np.ndarray, k: int) -> np.ndarray:
+    """Sample indices sorted by cell (index order within a cell): a counting sort into the
+    narrowest index type, one pass per cell."""
+    index_type = np.int32 if cell_of.size < 1 << 31 else np.int64
+    counts = np.bincount(cell_of, minlength=k)
+    out = np.empty(cell_of.size, dtype=index_type)
+    at = 0
+    for c in range(k):
+        if counts[c]:
+            out[at : at + counts[c]] = np.flatnonzero(cell_of == c)
+            at += int(counts[c])
+    return out
 
 
 def _check_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -46,13 +46,13 @@ def _check_epoch(samplers, shards, lengths, epoch=0):
     promised = set(samplers[0].shapes)
     for r, (s, p) in enumerate(zip(samplers, plans, strict=True)):
         own = lengths[shards[r]]
-        real = [p.indices[p.offsets[i] : p.offsets[i] + p.num_real[i]] for i in range(len(p))]
+        real = [p.batch(i)[: p.num_real[i]] for i in range(len(p))]
         flat = np.concatenate(real) if real else np.zeros(0, np.int64)
         assert np.array_equal(np.sort(flat), np.arange(own.size)), f"rank {r} loses samples"
         for i in range(len(p)):
             shape = s.cells.shapes[int(p.cells[i])]
             assert shape in promised
-            idx = p.indices[p.offsets[i] : p.offsets[i + 1]]
+            idx = p.batch(i)
             assert 1 <= idx.size <= shape[0]
             assert (own[idx] <= shape[1]).all()
     return plans

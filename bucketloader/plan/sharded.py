@@ -114,22 +114,33 @@ def shard_schedule(table: np.ndarray, batch: np.ndarray, padded: np.ndarray) -> 
 
 @dataclass(frozen=True, eq=False)
 class ShardEpochPlan:
-    """One rank's batches of one epoch (shard-local sample indices), as flat arrays.
+    """One rank's batches of one epoch (shard-local sample indices), in O(shard) memory.
 
     Attributes:
-        indices: sample indices of all batches, concatenated.
-        offsets: batch ``i`` is ``indices[offsets[i]:offsets[i + 1]]``.
-        cells: cell of every batch (its planned shape).
-        num_real: real samples of every batch (0: the batch holds one stand-in, a padding row).
+        placed: the rank's samples in batch order of each cell (cells in order), every sample
+            once.
+        starts: where each step's batch starts in ``placed``.
+        num_real: samples of each step's batch (0: the batch holds one stand-in, a padding row).
+        cells: cell of every step's batch (its planned shape).
+        stand_in: the sample an empty batch holds (a sample of the rank's shortest cell).
     """
 
-    indices: np.ndarray
-    offsets: np.ndarray
-    cells: np.ndarray
+    placed: np.ndarray
+    starts: np.ndarray
     num_real: np.ndarray
+    cells: np.ndarray
+    stand_in: int
 
     def __len__(self) -> int:
         return int(self.cells.size)
+
+    def batch(self, i: int) -> np.ndarray:
+        """Sample indices of step ``i``'s batch (one stand-in when it has no sample)."""
+        n = int(self.num_real[i])
+        if n == 0:
+            return np.array([self.stand_in], dtype=self.placed.dtype)
+        s = int(self.starts[i])
+        return self.placed[s : s + n]
 
 
 def plan_shard_epoch(
@@ -154,35 +165,32 @@ def plan_shard_epoch(
         >>> s = shard_schedule(np.array([[3, 1], [1, 2]]), np.array([2, 2]), np.array([4, 9]))
         >>> p = plan_shard_epoch(np.array([0, 1, 2, 3]), np.array([3, 1]), s, rank=0, seed=0,
         ...                      epoch=0, shuffle=False)
-        >>> p.offsets.tolist(), p.indices.tolist(), p.cells.tolist(), p.num_real.tolist()
-        ([0, 2, 4], [0, 1, 2, 3], [0, 1], [2, 2])
+        >>> [p.batch(i).tolist() for i in range(len(p))], p.cells.tolist()
+        ([[0, 1], [2, 3]], [0, 1])
     """
     k = counts.size
     start = np.concatenate([[0], np.cumsum(counts)])
-    order = by_cell
-    if shuffle:
-        rng = np.random.default_rng(np.random.SeedSequence([seed, epoch, _SHARD, rank]))
-        order = by_cell.copy()
-        for c in range(k):
-            rng.shuffle(order[start[c] : start[c + 1]])
-    stand_in = order[:1]
-    # per cell: the placed samples (promoted first) dealt over its steps
-    cell_parts: list[np.ndarray] = []
-    cell_sizes: list[np.ndarray] = []
-    carried = order[:0]
+    rng = np.random.default_rng(np.random.SeedSequence([seed, epoch, _SHARD, rank]))
+    placed = np.empty_like(by_cell)
+    sizes = []
+    carried = by_cell[:0]
+    at = 0
+    stand_in = -1
     for c in range(k):
-        pool = np.concatenate([carried, order[start[c] : start[c + 1]]])
-        take = int(schedule.placed[rank, c])
-        s = int(schedule.steps[c])
+        own = by_cell[start[c] : start[c + 1]]
+        if shuffle:
+            own = own.copy()
+            rng.shuffle(own)
+        if stand_in < 0 and own.size:
+            stand_in = int(own[0])
+        pool = np.concatenate([carried, own]) if carried.size else own
+        take, s = int(schedule.placed[rank, c]), int(schedule.steps[c])
+        placed[at : at + take] = pool[:take]
+        at += take
         carried = pool[take:]
-        if s == 0:
-            cell_parts.append(pool[:0])
-            cell_sizes.append(np.zeros(0, dtype=np.int64))
-            continue
-        sizes = np.full(s, take // s, dtype=np.int64)
-        sizes[: take % s] += 1
-        cell_parts.append(pool[:take])
-        cell_sizes.append(sizes)
+        per = np.full(s, take // s if s else 0, dtype=np.int64)
+        per[: take % s if s else 0] += 1
+        sizes.append(per)
     steps = schedule.steps
     total = int(steps.sum())
     step_cell = np.repeat(np.arange(k), steps)
@@ -190,23 +198,12 @@ def plan_shard_epoch(
     key_ss = np.random.SeedSequence([seed, epoch]).spawn(2)[1]
     u = np.random.default_rng(key_ss).random(total) if shuffle else 0.5
     pick = np.lexsort((step_cell, (step_j + u) / np.maximum(steps[step_cell], 1)))
-    sc, sj = step_cell[pick], step_j[pick]
-    # batch (c, j) starts at cell_first[c] + within[c][j] in the concatenated placed samples
-    placed = np.concatenate(cell_parts) if cell_parts else order[:0]
-    sizes_all = np.concatenate(cell_sizes) if cell_sizes else np.zeros(0, np.int64)
-    batch_start = np.concatenate([[0], np.cumsum(sizes_all)[:-1]]).astype(np.int64)
-    first_batch = np.concatenate([[0], np.cumsum(steps)[:-1]])
-    flat = first_batch[sc] + sj
-    real = sizes_all[flat]
-    size = np.maximum(real, 1)  # an empty batch holds one stand-in
-    offsets = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
-    within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], size)
-    src = np.repeat(batch_start[flat], size) + within
-    if placed.size:
-        indices = placed[np.minimum(src, placed.size - 1)]
-    else:
-        indices = np.repeat(stand_in, offsets[-1])
-    empty = np.repeat(real == 0, size)
-    if empty.any():
-        indices = np.where(empty, stand_in[0], indices)
-    return ShardEpochPlan(indices=indices, offsets=offsets, cells=sc, num_real=real)
+    per_batch = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+    first = np.concatenate([[0], np.cumsum(per_batch)[:-1]]).astype(np.int64)
+    return ShardEpochPlan(
+        placed=placed,
+        starts=first[pick],
+        num_real=per_batch[pick],
+        cells=step_cell[pick],
+        stand_in=stand_in,
+    )
