@@ -4,9 +4,9 @@
    titled by its first ``# `` heading, so a new page builds and shows up without a nav edit (and
    ``mkdocs build --strict`` never fails on it). Placing it in a section is a one-line nav edit.
 2. Every ``benchmarks/results/*.md`` file becomes a page ``benchmarks/results/<name>.md`` of the
-   site, generated at build time from the file itself (never copied by hand, so the figures on the
-   site are the ones the benchmark scripts wrote), listed under "Benchmarks > Results files" in
-   the nav by file name.
+   site (its plots, ``benchmarks/results/*.png``, come along), generated at build time from the
+   file itself (never copied by hand, so the figures on the site are the ones the benchmark
+   scripts wrote), listed under "Benchmarks > Results files" in the nav by file name.
 """
 
 from __future__ import annotations
@@ -79,8 +79,8 @@ def on_config(config: Any) -> Any:
 def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File  # here: on_config is testable without mkdocs
 
-    for path in sorted(RESULTS.glob("*.md")):
+    for path in sorted(RESULTS.iterdir()):  # the pages and what they show (plots)
         uri = f"{RESULTS_URI}/{path.name}"
-        if files.get_file_from_path(uri) is None:
+        if path.is_file() and not path.name.startswith(".") and not files.get_file_from_path(uri):
             files.append(File.generated(config, uri, abs_src_path=str(path)))
     return files
