@@ -5,6 +5,8 @@ this rewrites them while the API reference is built (the source is unchanged):
 
 * ``Example:`` (singular) becomes ``Examples:``, the section griffe parses into ``>>>`` code
   blocks (as an admonition, each ``>>>`` line would render as a nested block quote);
+* a paragraph ending in ``::`` (Sphinx's literal block) ends in ``:``; the indented block after
+  it is a Markdown code block already;
 * Sphinx roles such as ``:class:`~bucketloader.plan.BucketSpec``` or
   ``:meth:`text <target>``` become inline code (``BucketSpec``, ``text``).
 """
@@ -18,6 +20,7 @@ from griffe import Extension
 
 _ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj|py:\w+):`([^`]+)`")
 _EXAMPLE = re.compile(r"^(\s*)Example:\s*$", flags=re.M)
+_LITERAL = re.compile(r"(\S)::[ \t]*$", flags=re.M)  # "text::" before an indented code block
 
 
 def _role(match: re.Match[str]) -> str:
@@ -32,7 +35,8 @@ def _role(match: re.Match[str]) -> str:
 
 def rewrite(text: str) -> str:
     """The docstring ``text`` with the rewrites above applied."""
-    return _EXAMPLE.sub(r"\1Examples:", _ROLE.sub(_role, text))
+    text = _LITERAL.sub(r"\1:", _ROLE.sub(_role, text))
+    return _EXAMPLE.sub(r"\1Examples:", text)
 
 
 class DocstringCompat(Extension):

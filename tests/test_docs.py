@@ -89,3 +89,16 @@ def test_the_site_nav_lists_every_page_it_names():
     text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     named = re.findall(r":\s+([\w/.-]+\.md)\s*$", text, flags=re.M)
     assert named and all((DOCS / page).is_file() for page in named), named
+
+
+def test_the_api_reference_reads_sphinx_habits_as_markdown():
+    spec = importlib.util.spec_from_file_location("docs_griffe", DOCS / "_griffe.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = (
+        "Loaded on access::\n\n    code\n"
+        "See :class:`~a.b.C`, :meth:`x <a.y>`.\nExample:\n    >>> 1\n"
+    )
+    assert module.rewrite(text) == (
+        "Loaded on access:\n\n    code\nSee `C`, `x`.\nExamples:\n    >>> 1\n"
+    )
