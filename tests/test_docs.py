@@ -102,3 +102,22 @@ def test_the_api_reference_reads_sphinx_habits_as_markdown():
     assert module.rewrite(text) == (
         "Loaded on access:\n\n    code\nSee `C`, `x`.\nExamples:\n    >>> 1\n"
     )
+
+
+def test_the_benchmarks_page_copies_its_figures_from_the_results_files():
+    """Each decimal figure of a section of docs/benchmarks.md is in a results file that section
+    links (a percentage may appear there as a fraction: 7.2% as 0.072): rerun a benchmark and
+    this names the figures to update."""
+    text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    results = ROOT / "benchmarks" / "results"
+    stale = []
+    for section in re.split(r"^## ", text, flags=re.M)[1:]:
+        names = set(re.findall(r"\(benchmarks/results/(\w+\.md)\)", section))
+        assert names, f"section {section.splitlines()[0]!r} links no results file"
+        source = "\n".join((results / n).read_text(encoding="utf-8") for n in sorted(names))
+        source = source.replace("×", "x")
+        for number, percent in re.findall(r"(?<![\w.])(\d[\d,]*\.\d+)(?!\d)(%?)", section):
+            fraction = f"{float(number.replace(',', '')) / 100:.3f}" if percent else None
+            if number not in source and (fraction is None or fraction not in source):
+                stale.append(f"{section.splitlines()[0]}: {number}{percent} not in {sorted(names)}")
+    assert not stale, "\n".join(stale)
