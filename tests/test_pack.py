@@ -295,7 +295,7 @@ def test_collator_layout(lens, kind):
             for t, lab in zip(toks, labs, strict=True)
         ],
     }[kind]
-    out = PackCollator(_table(rows=3, docs=8), pad_token_id=99)(samples)
+    out = PackCollator(_table(rows=3, docs=8), pad_token_id=99, seq_idx=True)(samples)
     ids, lab, pos, doc = (
         out[k].numpy() for k in ("input_ids", "labels", "position_ids", "document_ids")
     )
@@ -321,7 +321,12 @@ def test_collator_layout(lens, kind):
     starts = cu[:used]
     assert (pos.reshape(-1)[starts] == 0).all()
     assert set(np.flatnonzero(pos.reshape(-1) == 0)) == set(starts.tolist())
-    assert out["max_seqlen"] == int(segs.max())
+    assert out["max_seqlen"] == 10 >= int(segs.max())  # the row length: static per shape
+    # seq_idx: the segment of every token, non-decreasing, changing exactly at segment starts
+    seq = out["seq_idx"].numpy()
+    assert seq.dtype == np.int32 and seq.shape == (3, 10)
+    assert (seq.reshape(-1) == np.searchsorted(cu[:used], np.arange(30), "right") - 1).all()
+    assert (np.diff(seq, axis=1) >= 0).all()
 
 
 def _rows(lens, width):
