@@ -224,10 +224,16 @@ class PackCollator:
                 return self._layout([], None, [], [], rows, width, shape)
         ids, labels = self._tokens(samples)
         first = ids[0]
-        if isinstance(first, torch.Tensor) and first.ndim == 1:  # Tensor.__len__ is slow
-            lens = list(map(torch.Tensor.numel, ids))
-        elif isinstance(first, (torch.Tensor, np.ndarray)) and first.ndim != 1:
-            lens = [int(np.prod(x.shape)) for x in ids]
+        kind = type(first)
+        if kind is torch.Tensor and first.ndim == 1 and all(type(x) is kind for x in ids):
+            lens = list(map(torch.Tensor.numel, ids))  # Tensor.__len__ is slow
+        elif isinstance(first, (torch.Tensor, np.ndarray)) or any(
+            type(x) is not kind for x in ids
+        ):  # n-d or mixed samples: every element counts
+            lens = [
+                int(np.prod(x.shape)) if isinstance(x, (torch.Tensor, np.ndarray)) else len(x)
+                for x in ids
+            ]
         else:
             lens = list(map(len, ids))
         if labels is not None:
