@@ -25,6 +25,16 @@ from bucketloader.pack import (
 VOCAB, DIM, HEADS = 64, 16, 2
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one intra-op thread (two threads on a busy 2-core machine made each SDPA
+    call ~200x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 # --- a stand-in varlen kernel: flash-attention's varlen signature, a reference implementation --
 @torch.library.custom_op("bucketloader_test::varlen_attn", mutates_args=())
 def varlen_attn(
