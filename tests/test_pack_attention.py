@@ -209,13 +209,16 @@ def test_varlen_step_compiles_once_per_shape_fed_by_every_producer():
             batch = collate([data[i] for i in idx])
             assert batch["max_length_q"] == batch["max_length_k"] == 32
             inner = collate.collator(chosen)  # document_ids, to compare with each doc alone
-            yield chosen, {
-                "input_ids": batch["input_ids"],
-                "position_ids": batch["position_ids"],
-                "document_ids": inner["document_ids"],
-                "cu_seqlens": batch["cu_seq_lens_q"],
-                "max_seqlen": batch["max_length_q"],
-            }
+            yield (
+                chosen,
+                {
+                    "input_ids": batch["input_ids"],
+                    "position_ids": batch["position_ids"],
+                    "document_ids": inner["document_ids"],
+                    "cu_seqlens": batch["cu_seq_lens_q"],
+                    "max_seqlen": batch["max_length_q"],
+                },
+            )
 
     graphs, shapes, count = _run(model, hf_batches())
     assert count >= 150 and graphs == len(shapes) == 1
@@ -324,11 +327,11 @@ def _collate(**kw):
 def test_token_ids_are_never_rounded_and_always_int64():
     collate = _collate()
     for bad in ([[1.5, 2.0]], [torch.tensor([1.0, 2.0])], [np.array([1.0, 2.0])]):
-        with pytest.raises(TypeError, match="token ids must be integers.*batch position 0"):
+        with pytest.raises(TypeError, match=r"token ids must be integers.*batch position 0"):
             collate(bad)
     with pytest.raises(TypeError, match=r"batch position 1 is a tensor of dtype torch.float32"):
         collate([torch.tensor([1, 2]), torch.tensor([3.0])])  # a mixed batch is not float32
-    with pytest.raises(TypeError, match="batch position 1 holds 2.5"):
+    with pytest.raises(TypeError, match=r"batch position 1 holds 2\.5"):
         collate([[1, 2], [3, 2.5]])
     mixed = [torch.tensor([1, 2], dtype=torch.int32), [3, 4], np.array([5], dtype=np.uint8)]
     out = collate(mixed)
@@ -374,7 +377,7 @@ def test_hf_seq_idx_and_static_flash_arguments():
     batch = collate([data[1], data[0], data[3], data[2]])
     assert batch["max_length_q"] == 8 and batch["seq_idx"].dtype == torch.int32
     assert batch["seq_idx"].tolist() == [[0, 0, 0, 0, 0, 1, 1, 1], [2] * 6 + [3] * 2]
-    with pytest.raises(ValueError, match="return_seq_idx=True .* attention='mask'"):
+    with pytest.raises(ValueError, match=r"return_seq_idx=True .* attention='mask'"):
         for_packing(ds, pad_token_id=0, attention="mask", return_seq_idx=True, row_length=8)
     with pytest.raises(ValueError, match="seq_idx=True"):
         PackedInputs(sampler.collator(), return_seq_idx=True)

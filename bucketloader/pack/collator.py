@@ -372,7 +372,7 @@ def _check_max_seqlen(value: Any, table: PackTable) -> int | str | None:
         )
         return value
     m = check_int("max_seqlen", value, minimum=1)
-    for (rows, width), longest in zip(table.shapes, table.longest or (), strict=False):
+    for (_, width), longest in zip(table.shapes, table.longest or (), strict=False):
         if longest > m:
             raise ValueError(
                 f"max_seqlen={m} is smaller than the longest document the plan puts in rows of "

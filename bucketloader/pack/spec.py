@@ -238,6 +238,14 @@ class PackSpec:
         row_offsets = np.concatenate([[0], np.cumsum(row_docs)])
         return slots, row_offsets, np.repeat(p.kind, p.reps)
 
+    @functools.cached_property
+    def row_work(self) -> np.ndarray:
+        """Attention work of every row of :attr:`layout`: the sum of its documents' squared
+        sizes (fixed per spec: documents dealt into a slot all have the slot's size)."""
+        slots, row_offsets, _ = self.layout
+        sq = self.sizes[self.by_size[slots]].astype(np.int64) ** 2
+        return np.add.reduceat(sq, row_offsets[:-1]) if sq.size else sq
+
     # -- shapes and steps -------------------------------------------------------------------
     @functools.cached_property
     def max_documents(self) -> tuple[int, ...]:
