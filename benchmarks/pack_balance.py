@@ -72,7 +72,7 @@ def per_step(spec: PackSpec, ranks: int, balance: bool, seed: int) -> tuple[np.n
         bounds = plan.offsets
         work.append(np.add.reduceat(sq[idx], bounds[:-1]))
         tokens.append(np.add.reduceat(spec.sizes[idx], bounds[:-1]))
-    full, q = spec.steps(ranks)
+    _, q = spec.steps(ranks)
     steps = len(samplers[0])
     kinds = samplers[0].plan(0).kinds
     # a row length's last step (the partial one) is the last step of that kind in the plan

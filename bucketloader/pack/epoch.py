@@ -144,7 +144,8 @@ def plan_pack_epoch(
     full, q = spec.steps(num_replicas)
     if balance and num_replicas > 1:
         rows_full = full * bsz_k * num_replicas
-        _balance(by_kind, kind_start, rows_full, spec, num_replicas, balance_ss if shuffle else None)
+        order_ss = balance_ss if shuffle else None
+        _balance(by_kind, kind_start, rows_full, spec, num_replicas, order_ss)
         if spec.last_batch == "pad":
             _balance_last(by_kind, kind_start + rows_full, q, spec.row_work, num_replicas)
     steps = spec.num_steps(num_replicas)
