@@ -35,6 +35,8 @@ max over steady steps, peak CUDA memory, and padding.
 from __future__ import annotations
 
 import argparse
+import itertools
+import os
 import platform
 import sys
 import time
@@ -62,7 +64,7 @@ def _segments_attention(q, k, v, cu, scale):
     rep = q.shape[1] // k.shape[1]
     out = torch.zeros_like(q)
     bounds = cu.tolist()
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+    for lo, hi in itertools.pairwise(bounds):
         if hi > lo:
             out[lo:hi] = F.scaled_dot_product_attention(
                 q[lo:hi].transpose(0, 1),
@@ -109,7 +111,7 @@ def varlen_ref_backward(
     rep = q.shape[1] // k.shape[1]
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     bounds = cu.tolist()
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+    for lo, hi in itertools.pairwise(bounds):
         if hi <= lo:
             continue
         qs = q[lo:hi].transpose(0, 1)  # (H, n, D)
@@ -393,6 +395,19 @@ def main() -> None:
         "falls back to dynamic shapes (no CUDA graph can be captured once per shape); bucketing "
         "compiles one graph per bucket shape and pays for its padding.",
         "",
+        *(
+            []
+            if cuda
+            else [
+                "CPU mode caveats: the varlen attention here is a Python reference op (one "
+                "SDPA call per segment, forward and backward), while bucketing calls PyTorch's "
+                "native SDPA once per layer, so CPU tokens/s measure that reference's overhead, "
+                "not the kernels; the machine was shared (load average "
+                f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end of the run). "
+                "The compile counts are the meaningful CPU figures.",
+                "",
+            ]
+        ),
         f"Total run time: {time.perf_counter() - t_start:.0f} s.",
         "",
     ]
