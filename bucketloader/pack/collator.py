@@ -77,6 +77,7 @@ import bisect
 import functools
 import itertools
 import numbers
+import operator
 import warnings
 from collections.abc import Mapping
 from typing import Any
@@ -93,6 +94,7 @@ __all__ = ["IGNORE_INDEX", "PackCollator"]
 IGNORE_INDEX = -100
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_DTYPE = operator.attrgetter("dtype")
 
 
 class PackCollator:
@@ -224,12 +226,11 @@ class PackCollator:
                 return self._layout([], None, [], [], rows, width, shape)
         ids, labels = self._tokens(samples)
         first = ids[0]
-        kind = type(first)
-        if kind is torch.Tensor and first.ndim == 1 and all(type(x) is kind for x in ids):
+        kinds = set(map(type, ids))
+        if kinds == {torch.Tensor} and first.ndim == 1:
             lens = list(map(torch.Tensor.numel, ids))  # Tensor.__len__ is slow
-        elif isinstance(first, (torch.Tensor, np.ndarray)) or any(
-            type(x) is not kind for x in ids
-        ):  # n-d or mixed samples: every element counts
+        elif isinstance(first, (torch.Tensor, np.ndarray)) or len(kinds) > 1:
+            # n-d or mixed samples: every element counts
             lens = [
                 int(np.prod(x.shape)) if isinstance(x, (torch.Tensor, np.ndarray)) else len(x)
                 for x in ids
@@ -411,9 +412,9 @@ def _tokens(
     exact integer (:func:`_as_int64`); a batch mixing tensors, arrays and lists is converted
     sample by sample."""
     first = values[0] if values else None  # none: a padding-only batch
-    kind = type(first)
-    if isinstance(first, torch.Tensor) and all(isinstance(v, torch.Tensor) for v in values):
-        dtypes = {v.dtype for v in values}
+    kinds = set(map(type, values))
+    if kinds == {torch.Tensor}:
+        dtypes = set(map(_DTYPE, values))
         if dtypes != {torch.int64} or first.ndim != 1:
             values = [_as_int64(v, p, key) for p, v in enumerate(values)]
         else:
@@ -424,11 +425,10 @@ def _tokens(
                 if fill < width:
                     pieces.append(buf[: width - fill])
             return torch.cat(pieces).numpy()
-    elif isinstance(first, np.ndarray) and all(isinstance(v, np.ndarray) for v in values):
-        dtypes = {v.dtype for v in values}
-        if dtypes != {np.dtype(np.int64)}:
+    elif kinds == {np.ndarray}:
+        if set(map(_DTYPE, values)) != {np.dtype(np.int64)}:
             values = [_as_int64(v, p, key) for p, v in enumerate(values)]
-    elif kind is list and all(type(v) is list for v in values):
+    elif kinds == {list}:
         # array.fromlist converts a list of ints faster than fromiter, and refuses floats and
         # ints past int64
         pad_bytes = _pad_bytes(pad, width)
