@@ -383,3 +383,37 @@ def test_hf_seq_idx_and_static_flash_arguments():
         PackedInputs(sampler.collator(), return_seq_idx=True)
     with pytest.raises(TypeError, match="return_seq_idx must be a bool"):
         PackedInputs(sampler.collator(), return_seq_idx=1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="PyTorch's varlen_attn needs CUDA")
+def test_pytorch_varlen_attn_matches_the_stand_in_and_compiles_once():  # pragma: no cover
+    """On a GPU: torch.nn.attention.varlen.varlen_attn fed by PackCollator equals the stand-in
+    op, and a compiled step over 20 batches builds one graph."""
+    from torch.nn.attention.varlen import varlen_attn as torch_varlen
+
+    lengths, docs = _docs(load_real("multi30k")[:, 0] + 2, 200)
+    sampler = PackSampler(lengths, row_length=32, batch_size=2, seed=0)
+    collate = sampler.collator()
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def attend(q, k, v, cu, max_seqlen):
+        return torch_varlen(q, k, v, cu, cu, max_seqlen, max_seqlen, window_size=(-1, 0))
+
+    torch._dynamo.reset()
+    step = torch.compile(attend, backend=counting, fullgraph=True, dynamic=False)
+    torch.manual_seed(0)
+    for n, idx in enumerate(sampler):
+        if n == 20:
+            break
+        out = collate([docs[i] for i in idx])
+        cu = out["cu_seqlens"].cuda()
+        q, k, v = (torch.randn(64, 2, 16, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        got = step(q, k, v, cu, out["max_seqlen"])
+        want = varlen_attn(q.float(), k.float(), v.float(), cu, cu, 32, 32, True)
+        torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+    assert len(graphs) == 1
+    torch._dynamo.reset()
