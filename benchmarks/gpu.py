@@ -163,6 +163,8 @@ def varlen_attention(module, query, key, value, attention_mask, scaling=None, dr
     if query.is_cuda:
         from torch.nn.attention.varlen import varlen_attn
 
+        if q.dtype not in (torch.float16, torch.bfloat16):  # flash kernels: half types only
+            q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
         out = varlen_attn(
             q,
             k,
@@ -177,7 +179,7 @@ def varlen_attention(module, query, key, value, attention_mask, scaling=None, dr
         )
     else:
         out = varlen_ref(q, k, v, cu, cu, max_len, max_len, float(scaling))
-    return out.view(b, n, h, d), None
+    return out.view(b, n, h, d).to(query.dtype), None
 
 
 def register_attention() -> None:

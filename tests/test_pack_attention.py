@@ -262,6 +262,11 @@ def test_max_seqlen_options():
         PackCollator(table, max_seqlen=0)
     with pytest.raises(TypeError, match="max_seqlen must be an int"):
         PackCollator(table, max_seqlen=True)
+    # streams pass the options through stream.collator(...)
+    stream = PackIterable(docs, row_length=8, batch_size=2)
+    out = stream.collator(max_seqlen=5, seq_idx=True)(next(iter(stream)))
+    assert out["max_seqlen"] == 5 and int(out["cu_seqlens"].diff().max()) <= 5
+    assert out["seq_idx"].shape == (2, 8) and (out["seq_idx"].diff(dim=1) >= 0).all()
     with pytest.warns(UserWarning, match="recompiles"):
         tight = PackCollator(table, max_seqlen="tight")
     assert tight(docs)["max_seqlen"] == 8  # the all-padding row is the longest segment
