@@ -167,7 +167,7 @@ def _sampler_batches(lengths, docs, **options):
 @pytest.mark.parametrize("path", ["sdpa", "flex", "varlen"])
 def test_attention_paths_compile_once_per_planned_shape(path):
     """>= 100 packed batches of two planned shapes: graphs == shapes, logits == alone."""
-    lengths, docs = _docs(load_real("multi30k")[:, 0] + 2, 340, cap=20, long_every=29)
+    lengths, docs = _docs(load_real("multi30k")[:, 0] + 2, 270, cap=20, long_every=29)
     sampler = PackSampler(lengths, row_length=(24, 32), batch_size=2, seed=3)
     assert len(sampler.shapes) == 2 and len(sampler) >= 100
     graphs, shapes, count = _run(
@@ -222,6 +222,70 @@ def test_varlen_step_compiles_once_per_shape_fed_by_every_producer():
 
     graphs, shapes, count = _run(model, hf_batches())
     assert count >= 150 and graphs == len(shapes) == 1
+
+
+def test_hf_llama_takes_the_flash_arguments_and_compiles_once():
+    """hf.for_packing(attention="flash") into a tiny transformers Llama whose attention is the
+    varlen stand-in (registered as an attention implementation, the way flash-attention is):
+    one graph under fullgraph=True, dynamic=False, and each document's logits equal those of
+    the same model with SDPA on the document alone."""
+    transformers = pytest.importorskip("transformers")
+    datasets = pytest.importorskip("datasets")
+    from bucketloader.hf import for_packing
+
+    def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
+        b, h, n, d = query.shape
+        rep = h // key.shape[1]
+        q = query.transpose(1, 2).reshape(b * n, h, d)
+        k, v = (
+            t.repeat_interleave(rep, 1).transpose(1, 2).reshape(b * n, h, d) for t in (key, value)
+        )
+        cu, m = kw["cu_seq_lens_q"], kw["max_length_q"]
+        return varlen_attn(q, k, v, cu, cu, m, m, True).view(b, n, h, d), None
+
+    transformers.AttentionInterface.register("bucketloader_test_varlen", attention)
+
+    def llama(attn):
+        torch.manual_seed(0)
+        config = transformers.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            attn_implementation=attn,
+            use_cache=False,
+        )
+        return transformers.LlamaForCausalLM(config).eval()
+
+    model, ref = llama("bucketloader_test_varlen"), llama("sdpa")
+    _, docs = _docs(load_real("multi30k")[:, 0] + 2, 150)
+    ds = datasets.Dataset.from_dict({"input_ids": docs})
+    sampler, collate, data = for_packing(
+        ds, pad_token_id=0, attention="flash", row_length=32, batch_size=2
+    )
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=counting, fullgraph=True, dynamic=False)
+    for n, idx in enumerate(sampler):
+        batch = collate([data[i] for i in idx])
+        del batch["labels"]
+        with torch.no_grad():
+            logits = compiled(**batch).logits
+        if n < 2:
+            ids = collate.collator([docs[i] for i in idx])["document_ids"]
+            for d, i in enumerate(idx):
+                with torch.no_grad():
+                    alone = ref(input_ids=torch.tensor([docs[i]])).logits[0]
+                torch.testing.assert_close(logits[ids == d], alone, atol=1e-5, rtol=0)
+    assert n + 1 >= 30 and len(graphs) == 1
+    torch._dynamo.reset()
 
 
 def test_tight_max_seqlen_warns_and_recompiles():
