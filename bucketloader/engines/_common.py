@@ -152,6 +152,8 @@ def check_arrow_type(t: Any, name: str) -> None:
     """Refuse, before any scan, an Arrow type that has no length (floats, nested lists, ...)."""
     import pyarrow as pa
 
+    if pa.types.is_null(t):
+        return  # only nulls (a block whose rows are all null): counted as nulls
     if isinstance(t, pa.ExtensionType):
         ext = t.extension_name
         if "tensor" in ext and getattr(t, "ndim", len(getattr(t, "shape", ()) or ())) >= 1:
@@ -201,6 +203,8 @@ def arrow_lengths(arr: Any, name: str) -> tuple[np.ndarray, np.ndarray | None]:
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
     t = arr.type
     check_arrow_type(t, name)
+    if pa.types.is_null(t):
+        return np.zeros(len(arr), dtype=np.int64), np.zeros(len(arr), dtype=bool)
     if isinstance(t, pa.ExtensionType):
         storage = arr.storage
         if pa.types.is_struct(storage.type):  # variable-shaped tensor: struct<data, shape>

@@ -9,6 +9,7 @@ most one row per distinct length. Needs ``pip install 'bucketloader[ray]'``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -188,23 +189,23 @@ def _schema_names(ds: Any) -> list[str] | None:
 
 
 def _run(ray: Any, job: Callable[[], Any]) -> Any:
-    """Run a Ray job; a failure of our block code comes back as its own clear error."""
+    """Run a Ray job; a bad-input error raised in a block comes back as that one error.
+
+    Ray wraps a task's exception (``RayTaskError(UserCodeException)``) with the worker's
+    traceback; the message of our own ``ValueError`` / ``TypeError`` (one line) is its last
+    ``ValueError: ...`` line, re-raised here without the noise.
+    """
     try:
         return job()
-    except Exception as exc:
-        cause = _root(exc)
-        if isinstance(cause, (ValueError, TypeError)) and cause is not exc:
-            raise type(cause)(str(cause).strip().splitlines()[-1]) from exc
+    except (ray.exceptions.RayError, ray.data.exceptions.UserCodeException) as exc:
+        found = _ERROR_LINE.findall(str(exc))
+        if found:
+            kind, message = found[-1]
+            raise (ValueError if kind == "ValueError" else TypeError)(message) from exc
         raise
 
 
-def _root(exc: BaseException) -> BaseException:
-    seen = exc
-    while True:
-        nxt = getattr(seen, "cause", None) or seen.__cause__
-        if nxt is None or nxt is seen:
-            return seen
-        seen = nxt
+_ERROR_LINE = re.compile(r"^(ValueError|TypeError|MissingKeyError): (.+)$", re.MULTILINE)
 
 
 def _lengths_from_fn(fn: Callable[[dict[str, np.ndarray]], Any], batch: dict[str, Any]) -> Any:
