@@ -157,3 +157,31 @@ def test_engine_not_installed_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ImportError, match=r"pip install 'bucketloader\[arrow\]'"):
         parquet_histogram("x", "n")
+
+
+def test_cli_reads_parquet_shards_on_the_local_engine(tmp_path, capsys):
+    import json
+
+    from bucketloader.cli.main import main
+
+    arr = load_real("ecoli")
+    _write_shards(tmp_path / "shards", pa.table({"ids": pa.array([[0] * int(n) for n in arr])}), 9)
+    np.savetxt(tmp_path / "lengths.txt", arr, fmt="%d")
+    out = {}
+    for name, source, extra in [
+        ("txt", str(tmp_path / "lengths.txt"), []),
+        ("dir", str(tmp_path / "shards"), ["--column", "ids"]),
+        ("glob", str(tmp_path / "shards" / "part-*.parquet"), ["--engine", "local"]),
+    ]:
+        js = tmp_path / f"{name}.json"
+        argv = ["precompute", source, "-k", "6", "--batch-size", "8", "--json", str(js), *extra]
+        assert main([*argv, "--cache-dir", str(tmp_path / "cache")]) == 0, capsys.readouterr()
+        out[name] = json.loads(js.read_text())
+    assert out["dir"]["solution"]["boundaries"] == out["txt"]["solution"]["boundaries"]
+    assert out["glob"]["buckets"] == out["txt"]["buckets"]
+    assert main(["report", str(tmp_path / "shards"), "--column", "ids", "-k", "4"]) == 0
+    assert "4,391" in capsys.readouterr().out
+    assert main(["report", str(tmp_path / "lengths.txt"), "--engine", "local"]) == 2
+    assert "--engine local reads Parquet shards" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "shards"), "--column", "nope"]) == 2
+    assert "column 'nope' not found" in capsys.readouterr().err

@@ -103,3 +103,21 @@ def test_engine_not_installed_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(ImportError, match=r"pip install 'bucketloader\[ray\]'"):
         ray_histogram(object(), "n")
+
+
+def test_cli_engine_ray_reads_parquet_shards(cluster, tmp_path, capsys):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    arr = load_real("commonvoice")[:5000]
+    for i, part in enumerate(np.array_split(arr, 8)):
+        pq.write_table(pa.table({"ms": part}), tmp_path / f"p{i}.parquet")
+    js = tmp_path / "out.json"
+    argv = ["precompute", str(tmp_path / "*.parquet"), "--engine", "ray", "-k", "4"]
+    assert main([*argv, "--json", str(js), "--cache-dir", str(tmp_path / "c")]) == 0
+    got = json.loads(js.read_text())["solution"]["boundaries"]
+    assert got == compute_boundaries(arr, 4).tolist()
+    assert "5,000 lengths" in capsys.readouterr().out

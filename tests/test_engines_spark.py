@@ -92,3 +92,22 @@ def test_engine_not_installed_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pyspark.sql", None)
     with pytest.raises(ImportError, match=r"pip install 'bucketloader\[spark\]'"):
         spark_histogram(object(), "n")
+
+
+def test_cli_engine_spark_reads_parquet_shards(spark, tmp_path, capsys):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+    from bucketloader.solve import compute_boundaries
+
+    arr = load_real("librispeech")[:5000]
+    for i, part in enumerate(np.array_split(arr, 8)):
+        pq.write_table(pa.table({"n": part}), tmp_path / f"p{i}.parquet")
+    js = tmp_path / "out.json"
+    argv = ["precompute", str(tmp_path), "--engine", "spark", "-k", "4", "--json", str(js)]
+    assert main([*argv, "--cache-dir", str(tmp_path / "c")]) == 0, capsys.readouterr().err
+    got = json.loads(js.read_text())["solution"]["boundaries"]
+    assert got == compute_boundaries(arr, 4).tolist()
