@@ -11,7 +11,10 @@ histogram comes back, never the per-sample lengths.
 from __future__ import annotations
 
 import glob
+import importlib
+import sys
 from pathlib import Path
+from typing import Any
 
 from bucketloader.histogram import LengthHistogram
 
@@ -51,10 +54,8 @@ def engine_histogram(path: str, column: str | None, engine: str) -> tuple[Length
         result = parquet_histogram(files, column)
     elif engine == "ray":
         from bucketloader.engines import ray_histogram
-        from bucketloader.engines._common import require
 
-        ray = require("ray", "ray")
-        require("ray.data", "ray")
+        ray = _import("ray.data", "ray")
         if not ray.is_initialized():
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
@@ -68,9 +69,8 @@ def engine_histogram(path: str, column: str | None, engine: str) -> tuple[Length
         result = ray_histogram(ds, column)
     elif engine == "spark":
         from bucketloader.engines import spark_histogram
-        from bucketloader.engines._common import require
 
-        sql = require("pyspark.sql", "spark")
+        sql = _import("pyspark.sql", "spark")
         spark = sql.SparkSession.builder.appName("bucketloader").getOrCreate()
         result = spark_histogram(spark.read.parquet(*files), column)
     else:
@@ -79,6 +79,18 @@ def engine_histogram(path: str, column: str | None, engine: str) -> tuple[Length
     if not isinstance(hist, LengthHistogram):  # pragma: no cover - one column gives 1-D
         raise TypeError("the command line measures one column")
     return hist, result.num_nulls
+
+
+def _import(module: str, extra: str) -> Any:
+    """``import module``, returning its top-level package, or the error naming the extra."""
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"--engine {extra} needs {module!r} ({exc}); install it with "
+            f"pip install 'bucketloader[{extra}]'"
+        ) from None
+    return sys.modules[module.split(".")[0]] if extra == "ray" else sys.modules[module]
 
 
 def _only_column(file: str) -> str:
