@@ -185,3 +185,23 @@ def test_cli_reads_parquet_shards_on_the_local_engine(tmp_path, capsys):
     assert "--engine local reads Parquet shards" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "shards"), "--column", "nope"]) == 2
     assert "column 'nope' not found" in capsys.readouterr().err
+
+
+def _shard_json(path: str) -> str:
+    """A worker of the docs' "any other engine" recipe: measure one shard, return JSON."""
+    return parquet_histogram(path, "n").histogram.to_json()
+
+
+def test_any_engine_plugs_in_through_json_and_merge_in_processes(tmp_path):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    arr = load_real("europarl")[:, 1]
+    _write_shards(tmp_path, pa.table({"n": arr}), 12)
+    files = sorted(str(p) for p in tmp_path.glob("*.parquet"))
+    ctx = multiprocessing.get_context("fork")  # separate processes: only JSON comes back
+    with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
+        parts = list(pool.map(_shard_json, files))
+    merged = LengthHistogram.merge(LengthHistogram.from_json(p) for p in parts)
+    assert merged == LengthHistogram.from_lengths(arr)
+    assert compute_boundaries(merged, 8).tobytes() == compute_boundaries(arr, 8).tobytes()
