@@ -181,6 +181,28 @@ class LengthHistogram:
         return h.hexdigest()
 
     @classmethod
+    def from_counts(cls, values: Any, counts: Any) -> LengthHistogram:
+        """Histogram from ``(value, count)`` pairs in any order, repeats added (exact ints).
+
+        What an engine's reduce returns (Spark's ``groupBy().count()`` rows, several Ray
+        blocks' partial histograms in one table).
+
+        Example:
+            >>> h = LengthHistogram.from_counts([9, 3, 9], [1, 2, 4])
+            >>> h.values.tolist(), h.counts.tolist()
+            ([3, 9], [2, 5])
+        """
+        values = as_lengths(values, name="values")
+        counts = as_lengths(counts, name="counts")
+        if values.shape != counts.shape:
+            raise ValueError(
+                f"values and counts must have the same shape, got {values.shape} and {counts.shape}"
+            )
+        _check_total(cls, [_exact_sum(counts)])
+        values, counts = _merge([values], [counts], None)
+        return cls(values=values, counts=counts)
+
+    @classmethod
     def merge(cls, *histograms: LengthHistogram | Iterable[LengthHistogram]) -> LengthHistogram:
         """The exact histogram of all the samples of ``histograms`` (NOTE [ Exact merge ]).
 
@@ -371,6 +393,24 @@ class JointHistogram:
         return LengthHistogram(values=values, counts=counts)
 
     @classmethod
+    def from_counts(cls, rows: Any, counts: Any) -> JointHistogram:
+        """Joint histogram from ``(row, count)`` pairs in any order, repeats added.
+
+        Example:
+            >>> JointHistogram.from_counts([[2, 1], [1, 5], [2, 1]], [1, 1, 3]).counts.tolist()
+            [1, 4]
+        """
+        rows = as_lengths(rows, name="rows", ndim=2)
+        counts = as_lengths(counts, name="counts")
+        if rows.shape[0] != counts.shape[0]:
+            raise ValueError(
+                f"rows and counts must have as many entries, got {rows.shape} and {counts.shape}"
+            )
+        _check_total(cls, [_exact_sum(counts)])
+        rows, counts = _merge([rows], [counts], None)
+        return cls(rows=rows, counts=counts)
+
+    @classmethod
     def merge(cls, *histograms: JointHistogram | Iterable[JointHistogram]) -> JointHistogram:
         """The exact joint histogram of all the samples of ``histograms`` (same D each).
 
@@ -486,13 +526,17 @@ def _parts(cls: type, histograms: tuple[Any, ...]) -> list[Any]:
                 f"{cls.__name__}.merge takes {cls.__name__} objects, got "
                 f"{type(h).__name__} at position {i}; load JSON with {cls.__name__}.from_json"
             )
-    total = sum(h.num_samples for h in items)  # Python ints: exact
+    _check_total(cls, [h.num_samples for h in items])
+    return items
+
+
+def _check_total(cls: type, totals: list[int]) -> None:
+    total = sum(totals)  # Python ints: exact
     if total > MAX_LENGTH:
         raise ValueError(
             f"{cls.__name__}.merge: the merged histogram would hold {total} samples, more than "
             "the 2**62 - 1 bucketloader supports"
         )
-    return items
 
 
 def _merge(

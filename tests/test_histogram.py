@@ -270,3 +270,16 @@ def test_joint_from_json_is_strict():
         JointHistogram.from_json(good.replace('"num_inputs":2', '"num_inputs":0'))
     with pytest.raises(TypeError, match="must be str or bytes"):
         JointHistogram.from_json({"format": "x"})
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(1, 5)), min_size=1, max_size=30))
+def test_from_counts_adds_repeated_pairs_in_any_order(pairs):
+    values, counts = zip(*pairs, strict=True)
+    flat = [v for v, c in pairs for _ in range(c)]
+    assert LengthHistogram.from_counts(values, counts) == LengthHistogram.from_lengths(flat)
+    rows = [[v, v % 3] for v in values]
+    joint = JointHistogram.from_counts(rows, counts)
+    assert joint == JointHistogram.from_lengths([[v, v % 3] for v in flat])
+    with pytest.raises(ValueError, match="same shape"):
+        LengthHistogram.from_counts(values, [*counts, 1])

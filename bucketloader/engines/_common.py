@@ -103,10 +103,16 @@ class Accumulator:
             cls = JointHistogram if self.joint else LengthHistogram
             self.add_histogram(cls.from_lengths(lengths), 0)
 
+    def add_nulls(self, num_nulls: int) -> None:
+        """Count ``num_nulls`` null rows (NOTE [ Nulls ])."""
+        self.num_rows += int(num_nulls)
+        self.num_nulls += int(num_nulls)
+
     def add_histogram(self, hist: Any, num_nulls: int, *, count_rows: bool = False) -> None:
+        """Add one shard's histogram (its rows counted too if ``count_rows``) and null count."""
         if count_rows:
-            self.num_rows += hist.num_samples + int(num_nulls)
-            self.num_nulls += int(num_nulls)
+            self.num_rows += hist.num_samples
+            self.add_nulls(num_nulls)
         self._parts.append(hist)
         if len(self._parts) >= _MERGE_EVERY:
             self._parts = [type(hist).merge(self._parts)]

@@ -88,16 +88,15 @@ def ray_histogram(
         null = keys[:, 0] == _NULL_ROW
         num_nulls = int(counts[null].sum())
         keys, counts = keys[~null], counts[~null]
-        if counts.size:
+        if counts.size:  # Ray may bundle several blocks' outputs into one table: from_counts
             hist: Any = (
-                LengthHistogram(keys[:, 0], counts)
+                LengthHistogram.from_counts(keys[:, 0], counts)
                 if keys.shape[1] == 1 and (columns is None or len(columns) == 1)
-                else JointHistogram(keys, counts)
+                else JointHistogram.from_counts(keys, counts)
             )
             acc.add_histogram(hist, num_nulls, count_rows=True)
         else:
-            acc.num_rows += num_nulls
-            acc.num_nulls += num_nulls
+            acc.add_nulls(num_nulls)
     return acc.result(what)
 
 

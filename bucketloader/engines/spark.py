@@ -85,15 +85,14 @@ def spark_histogram(df: Any, column: Any, *, nulls: str = "raise") -> ScanResult
             )
         arr = np.array(keys, dtype=np.int64)
         c = np.array(counts, dtype=np.int64)
-        order = np.lexsort(arr.T[::-1])
         hist: Any = (
-            JointHistogram(arr[order], c[order])
+            JointHistogram.from_counts(arr, c)
             if joint
-            else LengthHistogram(arr[order, 0], c[order])
+            else LengthHistogram.from_counts(arr[:, 0], c)
         )
         acc.add_histogram(hist, num_nulls, count_rows=True)
     else:
-        acc.num_rows = acc.num_nulls = num_nulls
+        acc.add_nulls(num_nulls)
     return acc.result(what)
 
 
