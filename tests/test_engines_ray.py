@@ -45,7 +45,7 @@ def test_exact_per_block_histograms_merged(cluster):
             "a": pairs[:, 1],
         }
     )
-    ds = _blocks(table, 24)
+    ds = _blocks(table, 8)
     r = ray_histogram(ds, "ids")
     values, counts = np.unique(ecoli, return_counts=True)
     assert r.histogram.values.tolist() == values.tolist()
@@ -113,7 +113,7 @@ def test_cli_engine_ray_reads_parquet_shards(cluster, tmp_path, capsys):
     from bucketloader.cli.main import main
 
     arr = load_real("commonvoice")[:5000]
-    for i, part in enumerate(np.array_split(arr, 8)):
+    for i, part in enumerate(np.array_split(arr, 3)):
         pq.write_table(pa.table({"ms": part}), tmp_path / f"p{i}.parquet")
     js = tmp_path / "out.json"
     argv = ["precompute", str(tmp_path / "*.parquet"), "--engine", "ray", "-k", "4"]
