@@ -64,11 +64,7 @@ class LengthHistogram:
                 "LengthHistogram values must be strictly increasing non-negative ints with "
                 "positive counts; build one with LengthHistogram.from_lengths(lengths)"
             )
-        if int(counts.max()) * counts.size > MAX_LENGTH and _exact_sum(counts) > MAX_LENGTH:
-            raise ValueError(
-                f"LengthHistogram counts must sum to less than 2**62 samples, got "
-                f"{_exact_sum(counts)}"
-            )
+        _check_sum("LengthHistogram", counts)
         values.setflags(write=False)
         counts.setflags(write=False)
         self._values, self._counts = values, counts
@@ -328,11 +324,7 @@ class JointHistogram:
                 "JointHistogram rows must be distinct and in lexicographic order, with positive "
                 "counts; build one with JointHistogram.from_lengths(lengths)"
             )
-        if int(counts.max()) * counts.size > MAX_LENGTH and _exact_sum(counts) > MAX_LENGTH:
-            raise ValueError(
-                f"JointHistogram counts must sum to less than 2**62 samples, got "
-                f"{_exact_sum(counts)}"
-            )
+        _check_sum("JointHistogram", counts)
         rows.setflags(write=False)
         counts.setflags(write=False)
         self._rows, self._counts = rows, counts
@@ -650,6 +642,14 @@ def _checked(cls: type, obj: dict[str, Any], keys: np.ndarray, counts: np.ndarra
             "truncated or edited file)"
         )
     return out
+
+
+def _check_sum(name: str, counts: np.ndarray) -> None:
+    """Counts must sum below 2**62 (checked exactly, and only when int64 could overflow)."""
+    if int(counts.max()) * counts.size > MAX_LENGTH and _exact_sum(counts) > MAX_LENGTH:
+        raise ValueError(
+            f"{name} counts must sum to less than 2**62 samples, got {_exact_sum(counts)}"
+        )
 
 
 def _exact_sum(counts: np.ndarray) -> int:
