@@ -159,7 +159,7 @@ def test_engine_not_installed_names_the_extra(monkeypatch):
         parquet_histogram("x", "n")
 
 
-def test_cli_reads_parquet_shards_on_the_local_engine(tmp_path, capsys):
+def test_cli_reads_parquet_shards_on_the_local_engine(tmp_path, capsys, monkeypatch):
     import json
 
     from bucketloader.cli.main import main
@@ -181,6 +181,9 @@ def test_cli_reads_parquet_shards_on_the_local_engine(tmp_path, capsys):
     assert out["glob"]["buckets"] == out["txt"]["buckets"]
     assert main(["report", str(tmp_path / "shards"), "--column", "ids", "-k", "4"]) == 0
     assert "4,391" in capsys.readouterr().out
+    monkeypatch.setattr(sys.modules["bucketloader.cli.main"], "MAX_BASELINE_SAMPLES", 1000)
+    assert main(["report", str(tmp_path / "shards"), "--column", "ids", "-k", "4"]) == 0
+    assert "dynamic-padding baseline is skipped" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "lengths.txt"), "--engine", "local"]) == 2
     assert "--engine local reads Parquet shards" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "shards"), "--column", "nope"]) == 2

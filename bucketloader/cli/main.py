@@ -38,6 +38,9 @@ from bucketloader.solve import resolve_params, solve_boundaries
 from bucketloader.strategies import resolve_strategy
 
 EXIT_USAGE = 2
+#: Above this many samples (a histogram from ``--engine``), ``report`` skips the dynamic-padding
+#: baseline, which simulates batches over every sample.
+MAX_BASELINE_SAMPLES = 100_000_000
 
 
 class _Parser(argparse.ArgumentParser):
@@ -174,11 +177,20 @@ def _report(args: argparse.Namespace) -> int:
     _check_output("--json", args.json)
     _check_plot(args.plot)
     lengths = _read(args)
+    batch_size = args.batch_size
+    if isinstance(lengths, LengthHistogram) and lengths.num_samples > MAX_BASELINE_SAMPLES:
+        # the dynamic-padding baseline simulates random batches over every sample (N int64s)
+        print(
+            f"note: {lengths.num_samples:,} samples: the dynamic-padding baseline is skipped "
+            f"above {MAX_BASELINE_SAMPLES:,} (it would hold every length in memory)",
+            file=sys.stderr,
+        )
+        batch_size = None
     report = analyze(
         lengths,
         num_buckets=args.num_buckets,
         strategy=args.strategy,
-        batch_size=args.batch_size,
+        batch_size=batch_size,
         padding_target=args.padding_target,
     )
     report = dataclasses.replace(report, source=Path(args.file).name)
