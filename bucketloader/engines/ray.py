@@ -139,9 +139,7 @@ def ray_bucket_ids(
             f"the dataset already has a column {name!r}; choose another name= for the bucket ids"
         )
     return ds.map_batches(
-        _AddBuckets(columns, fn, b, name, nulls),
-        batch_format="pyarrow" if columns is not None else "numpy",
-        zero_copy_batch=True,
+        _AddBuckets(columns, fn, b, name, nulls), batch_format="pyarrow", zero_copy_batch=True
     )
 
 
@@ -267,8 +265,11 @@ class _AddBuckets:
 
         if self.columns is not None:
             lengths, valid = arrow_lengths(batch.column(self.columns[0]), self.columns[0])
-        else:
-            lengths, valid = _lengths_from_fn(self.fn, batch), None
+        else:  # fn sees numpy; the batch itself stays Arrow, so no other column changes type
+            from ray.data.block import BlockAccessor
+
+            numpy_batch = BlockAccessor.for_block(batch).to_batch_format("numpy")
+            lengths, valid = _lengths_from_fn(self.fn, numpy_batch), None
             if lengths.ndim != 1:
                 raise ValueError("length_fn(batch) must return one length per row here")
         if valid is not None and self.nulls == "raise":
@@ -283,7 +284,5 @@ class _AddBuckets:
                 "the boundaries on this dataset's histogram or add a larger last boundary"
             )
         ids = np.searchsorted(self.b, lengths, side="left").astype(np.int64)
-        if self.columns is None:
-            return {**batch, self.name: ids}
         mask = None if valid is None else ~valid
         return batch.append_column(self.name, pa.array(ids, pa.int64(), mask=mask))
