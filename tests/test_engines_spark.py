@@ -86,6 +86,9 @@ def test_bad_input_one_clear_error(spark):
         spark_histogram([1, 2], "n")
     with pytest.raises(ValueError, match="already has a column 'f'"):
         spark_bucket_ids(df, [4], "neg", name="f")
+    stream = spark.readStream.format("rate").load()  # never started: no job runs
+    with pytest.raises(ValueError, match="streaming DataFrame, which never ends"):
+        spark_histogram(stream, "value")
 
 
 def test_engine_not_installed_names_the_extra(monkeypatch):
