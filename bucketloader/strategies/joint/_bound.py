@@ -1,0 +1,108 @@
+"""A certified lower bound on the joint plan's padding: Lagrangian relaxation, subgradient ascent.
+
+NOTE [ The Lagrangian bound ]
+The plan is a facility-location problem: open at most K candidate cells ``y_c``, send every
+point ``i`` (weight ``w_i``) to one open cell covering it, pay ``w_i · size(c)``. Relaxing
+"every point is sent exactly once" with a multiplier ``λ_i = w_i (r_i − size_i)`` (``r_i``, the
+point's *reach*) leaves
+
+    L(r) = Σ_i λ_i − Σ_{the K largest} g_c(r),   g_c(r) = Σ_{i covered by c} w_i · max(0, r_i − size(c))
+
+(plus the constant ``Σ w_i size_i``), a lower bound on the optimal padding for **every** ``r``;
+its maximum over ``r`` equals the LP relaxation's value. The reaches start at the sizes of the
+heuristic plan's cells and follow subgradient steps (Polyak's step towards the heuristic's
+padding). Each evaluation rounds the reaches down to at most :data:`LEVELS` values, so all
+``g_c`` come from prefix sums (NOTE [ Gains by prefix sums ] in :mod:`._grid`); rounding down is
+just another ``r``, so every bound reported is valid. ``lower_bound`` is the best one seen.
+The candidates are the tight grid points (NOTE [ Candidate cells ]), which keep every optimum,
+so the bound holds for all plans, not only those on candidates.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from bucketloader.strategies.joint._grid import Grid
+
+#: Distinct reach values per bound evaluation.
+LEVELS = 96
+
+
+@dataclass
+class Bound:
+    """The best bound found, on ``Σ w_i · size(cell_i)`` (the padding plus a constant)."""
+
+    value: float
+    reach: np.ndarray
+    gains: np.ndarray
+    iterations: int
+
+
+def _snap(reach: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Reaches rounded down to at most :data:`LEVELS` values: ``(level per point, values)``."""
+    distinct = np.unique(reach)
+    if distinct.size <= LEVELS:
+        value = distinct
+    else:
+        order = np.argsort(reach)
+        cum = np.cumsum(weight[order])
+        qs = np.searchsorted(cum, np.linspace(0, cum[-1], LEVELS + 1)[:-1], side="right")
+        value = np.unique(reach[order[np.minimum(qs, order.size - 1)]])
+        value[0] = min(value[0], distinct[0])
+    level = np.searchsorted(value, reach, side="right") - 1
+    return level, value
+
+
+def evaluate(grid: Grid, reach: np.ndarray, k: int) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(L(r'), g(r'), r')`` for ``r'`` = ``reach`` rounded down to the levels."""
+    level, value = _snap(reach, grid.weight)
+    snapped = value[level]
+    g = grid.gains(level, value)
+    top = np.sort(g)[-k:] if g.size > k else g
+    lb = float((grid.weight * snapped).sum() - top.sum())
+    return lb, g, snapped
+
+
+def lagrangian(
+    grid: Grid, k: int, start: np.ndarray, upper: float, deadline: float, target: float
+) -> Bound:
+    """Subgradient ascent from reaches ``start`` (the heuristic's cell size per point) until the
+    bound is within ``target`` (relative, on the padding) of ``upper``, stalls, or ``deadline``.
+
+    ``upper`` and the returned value are on ``Σ w_i · size(cell_i)``.
+    """
+    const = float((grid.weight * grid.point_size).sum())
+    reach = np.maximum(start.astype(np.float64), grid.point_size)
+    best: Bound | None = None
+    theta, stall, it = 1.0, 0, 0
+    while True:
+        it += 1
+        lb, g, snapped = evaluate(grid, reach, k)
+        if best is None or lb > best.value:
+            if best is not None and lb > best.value + 1e-6 * max(1.0, abs(upper - const)):
+                stall = 0
+            best = Bound(lb, snapped.copy(), g, it)
+        else:
+            stall += 1
+        pad_gap = upper - best.value
+        if pad_gap <= max(target * max(upper - const, 0.0), 0.5) or time.perf_counter() > deadline:
+            break
+        if stall >= 4:
+            theta, stall = theta / 2, 0
+            if theta < 1e-3:
+                break
+            reach = best.reach.copy()
+            continue
+        top = np.argsort(g)[-k:]
+        hit = (grid.covers(top) & (grid.cand_size[top][:, None] < snapped[None, :])).sum(axis=0)
+        sub = 1.0 - hit
+        norm = float((grid.weight * sub * sub).sum())
+        if norm == 0:
+            break  # a zero subgradient: r is optimal
+        step = theta * (upper - lb) / norm
+        reach = np.maximum(snapped + step * sub, grid.point_size)
+    best.iterations = it
+    return best
