@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bucketloader.histogram import LengthHistogram
-from bucketloader.solution import Solution
+from bucketloader.solution import Solution, solution_from_dict
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.cache.store import BucketCache
@@ -92,7 +92,7 @@ def broadcast_get_or_solve(
             f"{body['key'][:12]}…: the ranks passed different lengths or options; build the "
             "sampler from the same lengths and arguments on every rank"
         )
-    sol = dataclasses.replace(Solution.from_dict(body["solution"]), params=dict(params))
+    sol = dataclasses.replace(solution_from_dict(body["solution"]), params=dict(params))
     cache.hits += 1
     if not cache.path_for(key).exists():
         cache.put(hist, sol)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,7 +46,7 @@ from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values
 from bucketloader.strategies.joint._ilp import MAX_PAIRS, num_pairs, solve_ilp
 from bucketloader.strategies.joint._search import greedy, improve, total
 
-__all__ = ["JointHistogram", "JointSolution", "solve_joint"]
+__all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
 
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key).
 JOINT_FORMAT = 1
@@ -307,3 +308,79 @@ def _real(rows: np.ndarray, counts: np.ndarray, size: str) -> int:
 def _sizes(rows: np.ndarray, size: str) -> np.ndarray:
     r = rows.astype(np.float64)
     return r.sum(axis=1) if size == "sum" else r.prod(axis=1)
+
+
+@dataclass(frozen=True)
+class Joint:
+    """``strategy=Joint(...)`` for :class:`~bucketloader.BucketSampler` / ``BucketSpec.build``:
+    the joint plan of several inputs with its options (``strategy="joint"`` is ``Joint()``).
+
+    It needs ``max_shapes=K`` and takes the place of ``num_buckets`` / ``boundaries``: the cells
+    (and so each input's boundaries) come from :func:`solve_joint`, per group.
+
+    Attributes:
+        time_limit: seconds per solve (NOTE [ Joint time limit and fallbacks ]).
+        tolerance: stop once the relative gap is at most this.
+        exact: try the integer program when the model is small.
+
+    Example:
+        >>> from bucketloader import BucketSampler
+        >>> pairs = [[3, 4], [4, 3], [10, 12], [12, 10], [11, 11]]
+        >>> s = BucketSampler(pairs, strategy=Joint(time_limit=1.0), max_shapes=2, batch_size=2)
+        >>> s.shapes
+        [(2, 4, 4), (2, 12, 12)]
+    """
+
+    time_limit: float = 5.0
+    tolerance: float = 0.001
+    exact: bool = True
+
+    def __post_init__(self) -> None:
+        joint_params(1, time_limit=self.time_limit, tolerance=self.tolerance, exact=self.exact)
+
+
+def resolve_joint(
+    strategy: Any,
+    *,
+    max_shapes: int | None,
+    num_buckets: Any,
+    boundaries: Any,
+    num_inputs: int,
+    size: Any,
+) -> Joint | None:
+    """The joint options a spec uses, or ``None`` for the per-input lattice.
+
+    The joint plan is used for ``strategy="joint"`` / ``Joint(...)``, and by default for two or
+    more inputs when ``max_shapes`` is given without ``num_buckets``, ``strategy`` or
+    ``boundaries`` and ``size`` is ``"sum"`` or ``"prod"`` (a callable ``size`` keeps the lattice
+    with the default ``num_buckets``).
+    """
+    explicit = isinstance(strategy, Joint) or (isinstance(strategy, str) and strategy == "joint")
+    if not explicit:
+        implicit = (
+            strategy is None
+            and num_buckets is None
+            and boundaries is None
+            and max_shapes is not None
+            and num_inputs >= 2
+            and isinstance(size, str)
+            and size in ("prod", "sum")
+        )
+        return Joint() if implicit else None
+    if max_shapes is None:
+        raise ValueError(
+            "strategy='joint' needs max_shapes=K, the number of shapes to plan; pass "
+            "max_shapes=8 (for example)"
+        )
+    if num_buckets is not None or boundaries is not None:
+        given = "num_buckets" if num_buckets is not None else "boundaries"
+        raise ValueError(
+            f"strategy='joint' chooses every input's boundaries itself; drop {given}=..., or "
+            "use another strategy to fit per-input buckets"
+        )
+    if not (isinstance(size, str) and size in ("prod", "sum")):
+        raise ValueError(
+            f"strategy='joint' counts padding by size='sum' or size='prod', got size={size!r}; "
+            "pass one of those, or use num_buckets=... with max_shapes for a callable size"
+        )
+    return strategy if isinstance(strategy, Joint) else Joint()

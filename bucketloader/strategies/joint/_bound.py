@@ -6,7 +6,8 @@ point ``i`` (weight ``w_i``) to one open cell covering it, pay ``w_i · size(c)`
 "every point is sent exactly once" with a multiplier ``λ_i = w_i (r_i − size_i)`` (``r_i``, the
 point's *reach*) leaves
 
-    L(r) = Σ_i λ_i − Σ_{the K largest} g_c(r),   g_c(r) = Σ_{i covered by c} w_i · max(0, r_i − size(c))
+    L(r) = Σ_i λ_i − Σ_{the K largest} g_c(r),
+    g_c(r) = Σ_{i covered by c} w_i · max(0, r_i − size(c))
 
 (plus the constant ``Σ w_i size_i``), a lower bound on the optimal padding for **every** ``r``;
 its maximum over ``r`` equals the LP relaxation's value. The reaches start at the sizes of the

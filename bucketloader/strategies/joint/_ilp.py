@@ -75,9 +75,10 @@ def solve_ilp(
         warnings.simplefilter("ignore", DeprecationWarning)
         solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(time_limit, 0.01), warmStart=True)
     prob.solve(solver)
-    proved = prob.status == pulp.LpStatusOptimal and getattr(
-        prob, "sol_status", pulp.LpSolutionOptimal
-    ) == pulp.LpSolutionOptimal
+    proved = (
+        prob.status == pulp.LpStatusOptimal
+        and getattr(prob, "sol_status", pulp.LpSolutionOptimal) == pulp.LpSolutionOptimal
+    )
     picked = [c for c, v in y.items() if v.varValue is not None and v.varValue > 0.5]
     details = {
         "solver_status": pulp.LpStatus.get(prob.status, str(prob.status)),
