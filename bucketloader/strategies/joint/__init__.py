@@ -41,10 +41,10 @@ from bucketloader._validation import as_lengths, check_bool, check_choice, check
 from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.histogram import LengthHistogram
 from bucketloader.solution import JointSolution
-from bucketloader.strategies.joint._bound import lagrangian
+from bucketloader.strategies.joint._bound import lagrangian, lp_bound
 from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values
 from bucketloader.strategies.joint._ilp import MAX_PAIRS, num_pairs, solve_ilp
-from bucketloader.strategies.joint._search import greedy, improve, total
+from bucketloader.strategies.joint._search import greedy, improve, lattice_drop, total
 
 __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
 
@@ -246,8 +246,11 @@ def _search_and_bound(
     info.update(grid=int(np.prod(grid.shape)), candidates=int(grid.cand.shape[0]))
     const = float((grid.weight * grid.point_size).sum())
     t0 = time.perf_counter()
-    cells = greedy(grid, k)
-    cells, converged = improve(grid, cells, k, deadline)
+    budget = deadline - t0
+    cells, converged = _best_search(grid, k, [greedy(grid, k)], t0 + 0.3 * budget)
+    if time.perf_counter() < t0 + 0.3 * budget:
+        cells, more = _best_search(grid, k, [cells, lattice_drop(grid, k)], t0 + 0.4 * budget)
+        converged = converged and more
     _, reach = grid.assign(cells)
     upper = total(grid, reach)
     info["search_seconds"] = time.perf_counter() - t0
@@ -263,7 +266,16 @@ def _search_and_bound(
         exact_const = float(np.dot(_sizes(rows, size), counts))
         lower = bound.value - exact_const
     else:
-        bound = lagrangian(grid, k, reach, upper, deadline, tol)
+        soon = min(deadline, t0 + 0.25 * (deadline - t0))
+        bound = lagrangian(grid, k, reach, upper, soon, tol)
+        if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
+            bound, seed = lp_bound(grid, k, cells, bound, upper, deadline, tol)
+            info["lp_bound"] = True
+            if seed is not None and time.perf_counter() < deadline:
+                found, _ = _best_search(grid, k, [cells, seed], deadline)
+                _, got = grid.assign(found)
+                if total(grid, got) < upper:
+                    cells, upper = found, total(grid, got)
         lower = bound.value - const
     info.update(bound_iterations=bound.iterations, bound_seconds=time.perf_counter() - t0)
     status = "heuristic" if converged else "time_limit"
@@ -296,6 +308,21 @@ def _search_and_bound(
     out = out[np.lexsort(out.T[::-1])]
     out.setflags(write=False)
     return out, lower_int, status
+
+
+def _best_search(
+    grid: Grid, k: int, starts: list[np.ndarray], deadline: float
+) -> tuple[np.ndarray, bool]:
+    """The best plan of swaps + Lloyd steps from each start (NOTE [ Greedy, swap, Lloyd ])."""
+    best, best_value, converged = starts[0], np.inf, True
+    for start in starts:
+        cells, done = improve(grid, np.asarray(start, dtype=np.int64), k, deadline)
+        converged = converged and done
+        _, size = grid.assign(cells)
+        value = total(grid, size)
+        if value < best_value:
+            best, best_value = cells, value
+    return best, converged
 
 
 def _real(rows: np.ndarray, counts: np.ndarray, size: str) -> int:

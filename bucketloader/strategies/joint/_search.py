@@ -45,6 +45,44 @@ def greedy(grid: Grid, k: int) -> np.ndarray:
     return np.array(sorted(cells), dtype=np.int64)
 
 
+def lattice_drop(grid: Grid, k: int, per_input: int = 8) -> np.ndarray:
+    """K cells by greedy removal from the occupied cells of a per-input lattice (the optimal 1-D
+    boundaries of each input, ``per_input`` buckets), each lowered to its samples' maximum."""
+    from bucketloader.histogram import LengthHistogram
+    from bucketloader.strategies.optimal import optimal
+
+    idx = []
+    for d in range(grid.point.shape[1]):
+        hist = LengthHistogram(
+            np.arange(grid.shape[d]),
+            np.bincount(grid.point[:, d], weights=grid.weight, minlength=grid.shape[d])
+            .round()
+            .astype(np.int64)
+            .clip(min=1),
+        )
+        b = np.asarray(optimal(hist, per_input).boundaries)
+        idx.append(np.searchsorted(b, grid.point[:, d]))
+    _, group = np.unique(np.stack(idx, axis=1), axis=0, return_inverse=True)
+    group = group.ravel()
+    cells = np.unique(
+        [
+            int(
+                grid.cand_of_flat[
+                    np.ravel_multi_index(tuple(grid.point[group == j].max(0)), grid.shape)
+                ]
+            )
+            for j in range(int(group.max()) + 1)
+        ]
+    )
+    while cells.size > k:
+        cost = np.where(grid.covers(cells), grid.cand_size[cells][:, None], np.inf)
+        order = np.sort(cost, axis=0)
+        slot = cost.argmin(axis=0)
+        extra = np.bincount(slot, weights=grid.weight * (order[1] - order[0]), minlength=cells.size)
+        cells = np.delete(cells, int(np.argmin(extra)))
+    return cells
+
+
 def improve(grid: Grid, cells: np.ndarray, k: int, deadline: float) -> tuple[np.ndarray, bool]:
     """Swaps and Lloyd steps from ``cells`` until no swap helps or ``deadline`` (perf_counter).
 
