@@ -174,8 +174,8 @@ def lp_bound(
         prob.solve(solver)
         if prob.status != pulp.LpStatusOptimal:
             break
-        lam = np.array([prob.constraints[f"send_{kk}"].pi for kk in range(first.size)])
-        mu = -float(prob.constraints["max_shapes"].pi or 0.0)
+        lam = np.array([_constraint(prob, f"send_{kk}").pi for kk in range(first.size)])
+        mu = -float(_constraint(prob, "max_shapes").pi or 0.0)
         yv = np.array([v.varValue or 0.0 for v in y])
         if (yv >= 0.5).any():
             seed = rset[yv >= 0.5]
@@ -202,3 +202,10 @@ def _var(prob: Any, name: str) -> Any:
     if hasattr(prob, "add_variable"):
         return prob.add_variable(name, 0, 1)
     return pulp.LpVariable(name, 0, 1)  # pragma: no cover - older PuLP
+
+
+def _constraint(prob: Any, name: str) -> Any:
+    """A named constraint (``get_constraint_by_name`` on PuLP >= 3.3)."""
+    if hasattr(prob, "get_constraint_by_name"):
+        return prob.get_constraint_by_name(name)
+    return prob.constraints[name]  # pragma: no cover - older PuLP

@@ -74,11 +74,24 @@ def lattice_drop(grid: Grid, k: int, per_input: int = 8) -> np.ndarray:
             for j in range(int(group.max()) + 1)
         ]
     )
-    while cells.size > k:
+    return drop_to(grid, cells, k)
+
+
+def drop_to(grid: Grid, cells: np.ndarray, k: int) -> np.ndarray:
+    """Remove cells, each time the one whose samples lose least, until at most ``k`` remain (the
+    cell covering everything is added first and kept, so every sample stays covered)."""
+    top = grid.point.max(axis=0)
+    cells = np.asarray(cells, dtype=np.int64)
+    if cells.size <= k:
+        return cells
+    cover_all = int(grid.cand_of_flat[np.ravel_multi_index(tuple(top), grid.shape)])
+    cells = np.union1d(cells, [cover_all])
+    while cells.size > k:  # the covering cell stays: every other removal is then feasible
         cost = np.where(grid.covers(cells), grid.cand_size[cells][:, None], np.inf)
         order = np.sort(cost, axis=0)
         slot = cost.argmin(axis=0)
         extra = np.bincount(slot, weights=grid.weight * (order[1] - order[0]), minlength=cells.size)
+        extra[cells == cover_all] = np.inf
         cells = np.delete(cells, int(np.argmin(extra)))
     return cells
 
@@ -88,6 +101,7 @@ def improve(grid: Grid, cells: np.ndarray, k: int, deadline: float) -> tuple[np.
 
     Returns ``(cells, converged)``; ``converged`` is False when the deadline stopped it.
     """
+    cells = drop_to(grid, cells, k)
     slot, size = grid.assign(cells)
     cells = grid.tighten(cells, slot)
     slot, size = grid.assign(cells)
