@@ -270,7 +270,7 @@ def _search_and_bound(
         bound = lagrangian(grid, k, reach, upper, soon, tol)
         if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
             bound, seed = lp_bound(grid, k, cells, bound, upper, deadline, tol)
-            info["lp_bound"] = True
+            info["lp_rounds"] = bound.log
             if seed is not None and time.perf_counter() < deadline:
                 found, _ = _best_search(grid, k, [cells, seed], deadline)
                 _, got = grid.assign(found)

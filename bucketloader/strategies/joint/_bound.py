@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from bucketloader.strategies.joint._cbc import solve_lp
 from bucketloader.strategies.joint._grid import Grid
 
 #: Distinct reach values per bound evaluation.
@@ -51,6 +51,7 @@ class Bound:
     reach: np.ndarray
     gains: np.ndarray
     iterations: int
+    log: list | None = None
 
 
 def _snap(reach: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -135,14 +136,11 @@ def lp_bound(
     Returns the best :class:`Bound` (``best`` if nothing beat it) and the candidates of the last
     restricted LP whose ``y`` is at least 0.5 (a seed for the search), or ``None``.
     """
-    import warnings
-
-    import pulp
-
     const = float((grid.weight * grid.point_size).sum())
     top = np.argsort(best.gains)[-4 * k :]
     chosen = set(np.asarray(cells).tolist()) | set(top.tolist())
     seed: np.ndarray | None = None
+    log = best.log = []
     while time.perf_counter() < deadline:
         rset = np.array(sorted(chosen), dtype=np.int64)
         cover = grid.covers(rset)
@@ -152,31 +150,26 @@ def lp_bound(
         inv = inv.ravel()
         weight = np.bincount(inv, weights=grid.weight)
         ci, ki = np.nonzero(cover[:, first])
-        prob = pulp.LpProblem("bucketloader_joint_lp", pulp.LpMinimize)
-        y = [_var(prob, f"y_{j}") for j in range(rset.size)]
-        x = [_var(prob, f"x_{a}") for a in range(ci.size)]
-        cost = (weight[ki] * grid.cand_size[rset][ci]).tolist()
-        prob += pulp.LpAffineExpression(list(zip(x, cost, strict=True)))
-        rows: list[list[Any]] = [[] for _ in range(first.size)]
-        for v, kk in zip(x, ki.tolist(), strict=True):
-            rows[kk].append(v)
-        for kk, vs in enumerate(rows):
-            prob += pulp.LpAffineExpression([(v, 1.0) for v in vs]) == 1, f"send_{kk}"
-        for a, (v, j) in enumerate(zip(x, ci.tolist(), strict=True)):
-            prob += pulp.LpAffineExpression([(v, 1.0), (y[j], -1.0)]) <= 0, f"open_{a}"
-        prob += pulp.lpSum(y) <= k, "max_shapes"
+        nr, npair, ncls = rset.size, ci.size, first.size
         left = deadline - time.perf_counter()
         if left <= 0.05:
             break
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=left)
-        prob.solve(solver)
-        if prob.status != pulp.LpStatusOptimal:
+        pair = np.arange(npair)
+        # columns: y (nr), then x (npair); rows: send (ncls), open (npair), max_shapes (1)
+        rows = np.concatenate([ki, ncls + pair, ncls + pair, np.full(nr, ncls + npair)])
+        cols = np.concatenate([nr + pair, nr + pair, ci, np.arange(nr)])
+        vals = np.concatenate([np.ones(npair), np.ones(npair), -np.ones(npair), np.ones(nr)])
+        sense = np.array(["E"] * ncls + ["L"] * (npair + 1))
+        rhs = np.concatenate([np.ones(ncls), np.zeros(npair), [float(k)]])
+        cost = np.concatenate([np.zeros(nr), weight[ki] * grid.cand_size[rset][ci]])
+        t0 = time.perf_counter()
+        solved = solve_lp(cost, rows, cols, vals, sense, rhs, left)
+        log.append([int(nr), int(ncls), int(npair), round(time.perf_counter() - t0, 3)])
+        if solved is None:
             break
-        lam = np.array([_constraint(prob, f"send_{kk}").pi for kk in range(first.size)])
-        mu = -float(_constraint(prob, "max_shapes").pi or 0.0)
-        yv = np.array([v.varValue or 0.0 for v in y])
+        xs, duals = solved
+        lam, mu = duals[:ncls], -float(duals[-1])
+        yv = xs[:nr]
         if (yv >= 0.5).any():
             seed = rset[yv >= 0.5]
         reach = np.maximum((lam / weight)[inv], grid.point_size)
@@ -184,7 +177,7 @@ def lp_bound(
             trial = mix * reach + (1 - mix) * best.reach
             lb, g, snapped = evaluate(grid, trial, k)
             if lb > best.value:
-                best = Bound(lb, snapped.copy(), g, best.iterations + 1)
+                best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
         if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
             break
         _, g, _ = evaluate(grid, reach, k)
@@ -193,19 +186,3 @@ def lp_bound(
             break  # the restricted LP's duals price out every candidate: the LP bound
         chosen |= set(out[np.argsort(g[out])[-batch:]].tolist())
     return best, seed
-
-
-def _var(prob: Any, name: str) -> Any:
-    """A continuous variable in [0, 1] (``add_variable`` on PuLP >= 3.3)."""
-    import pulp
-
-    if hasattr(prob, "add_variable"):
-        return prob.add_variable(name, 0, 1)
-    return pulp.LpVariable(name, 0, 1)  # pragma: no cover - older PuLP
-
-
-def _constraint(prob: Any, name: str) -> Any:
-    """A named constraint (``get_constraint_by_name`` on PuLP >= 3.3)."""
-    if hasattr(prob, "get_constraint_by_name"):
-        return prob.get_constraint_by_name(name)
-    return prob.constraints[name]  # pragma: no cover - older PuLP
