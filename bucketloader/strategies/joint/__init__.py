@@ -303,7 +303,7 @@ def _search_and_bound(
     if coarsened:
         status = "coarsened"
     scale = max(1.0, abs(upper))
-    lower_int = math.ceil(lower - 1e-9 * scale - 1e-6)
+    lower_int = math.ceil(lower - 1e-10 * scale - 1e-6)  # float sums: never round up past it
     out = grid.lengths(cells)
     out = out[np.lexsort(out.T[::-1])]
     out.setflags(write=False)
