@@ -232,7 +232,7 @@ def joint_padding(rows: Any, counts: Any, cells: Any, size: str = "sum") -> int:
         >>> joint_padding([[3, 9], [8, 2]], [1, 2], [[4, 10], [8, 4]])
         6
         >>> joint_padding([[3, 9], [8, 2]], [1, 2], [[4, 10], [8, 4]], size="prod")
-        37
+        45
     """
     rows = np.asarray(rows, dtype=np.int64).reshape(-1, np.shape(cells)[-1])
     cells = np.asarray(cells, dtype=np.int64)
