@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from bucketloader.histogram import LengthHistogram
-from bucketloader.solution import Solution, solution_from_dict
+from bucketloader.solution import JointSolution, Solution, solution_from_dict
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.cache.store import BucketCache
@@ -52,8 +52,8 @@ def broadcast_get_or_solve(
     hist: LengthHistogram,
     key: str,
     params: dict[str, Any],
-    solve_fn: Callable[[], Solution],
-) -> Solution:
+    solve_fn: Callable[[], Solution | JointSolution],
+) -> Solution | JointSolution:
     """Rank 0 looks up / solves / writes, then broadcasts the entry JSON to every rank."""
     import torch
     import torch.distributed as dist

@@ -156,14 +156,14 @@ class BucketCache:
         return self.directory / f"{key}.json"
 
     # -- lookups ----------------------------------------------------------------------------------
-    def get(self, key: str) -> Solution | None:
+    def get(self, key: str) -> Solution | JointSolution | None:
         """The cached solution of ``key``, or ``None`` (missing or unusable, with one warning)."""
         sol, problem = self._read(key)
         if problem:
             self._warn(problem, once=("entry", problem))
         return sol
 
-    def put(self, hist: LengthHistogram, solution: Solution) -> str | None:
+    def put(self, hist: Any, solution: Solution | JointSolution) -> str | None:
         """Store ``solution`` (solved on ``hist``) atomically; return the key (None if unwritable).
 
         Evicts the oldest entries if the write takes the directory over ``max_size``.
@@ -249,8 +249,8 @@ class BucketCache:
         hist: LengthHistogram,
         key: str,
         params: dict[str, Any],
-        solve_fn: Callable[[], Solution],
-    ) -> Solution:
+        solve_fn: Callable[[], Solution | JointSolution],
+    ) -> Solution | JointSolution:
         """:meth:`get_or_solve` in this process only (no collective), by its precomputed key."""
         sol, problem = self._read(key, hist=hist)
         if sol is not None:
@@ -286,7 +286,7 @@ class BucketCache:
     # -- internals --------------------------------------------------------------------------------
     def _read(
         self, key: str, *, hist: LengthHistogram | None = None
-    ) -> tuple[Solution | None, str | None]:
+    ) -> tuple[Solution | JointSolution | None, str | None]:
         path = self.path_for(key)
         try:
             body = read_entry(path)

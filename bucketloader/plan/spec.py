@@ -345,11 +345,11 @@ class BucketSpec:
                 sub = planned[sel]
                 given = group_boundaries(boundaries, gval, gvals, names)
                 if joint is not None:
-                    bs, idx, summary = _fit_joint(sub, joint, max_shapes, size, multiples, cache)
-                    all_b.append(bs)
+                    jb, idx, summary = _fit_joint(sub, joint, max_shapes, size, multiples, cache)
+                    all_b.append(jb)
                     joint_cells.append(idx)
                     joint_info.append({"group": gval, **summary})
-                    codes.append(lattice_codes(bs, sub))
+                    codes.append(lattice_codes(jb, sub))
                     sels.append(sel)
                     continue
                 bs = []
