@@ -189,3 +189,51 @@ def test_joint_options_are_checked_once():
     # a callable size with max_shapes alone keeps the lattice (documented fallback)
     spec = BucketSpec.build([[1, 2], [3, 4]], max_shapes=1, size=lambda s: s[0] * 2, batch_size=1)
     assert spec.joint is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ranks_get_rank_zeros_joint_plan(tmp_path):
+    """NOTE [ One joint plan for every rank ]: rank 1 cannot solve (its solver raises), so the
+    plan it builds must be the one rank 0 broadcast."""
+    from conftest import free_port, run_ranks
+
+    port = free_port()
+    argv = lambda r: [__file__, "joint_worker", str(r), str(port), str(tmp_path)]  # noqa: E731
+    run_ranks(argv, 2, timeout=300)
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert got[0] == got[1] and len(got[0]["shapes"]) <= 4
+
+
+def _joint_worker(rank: int, port: int, out_dir: str) -> None:
+    from datetime import timedelta
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    import bucketloader.strategies.joint as joint
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+        timeout=timedelta(seconds=240),
+    )  # fmt: skip
+    if rank == 1:
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("rank 1 must not solve")
+
+        joint._solve = refuse
+    pairs = load_real("multi30k")[:2000]
+    sampler = BucketSampler(pairs, max_shapes=4, batch_size=8)
+    out = {"shapes": sampler.shapes, "joint": [dict(j) for j in sampler.spec.joint]}
+    for j in out["joint"]:
+        j.pop("seconds")
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__" and len(__import__("sys").argv) == 5:
+    import sys
+
+    _joint_worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])

@@ -25,18 +25,28 @@ DP (``"optimal"``), whatever the options. A grid of more than :data:`._grid.MAX_
 quantiles (``status="coarsened"``) and the bound comes from the same quantiles with every sample
 rounded *down* (a relaxation), so it stays certified. ``max_shapes`` at least the number of
 distinct rows gives every row its own cell (no padding).
+
+NOTE [ One joint plan for every rank ]
+A time limit makes the plan depend on the machine's speed, and ranks must agree on their
+shapes. Under an initialised ``torch.distributed`` group of several ranks, the solve therefore
+always goes through a :class:`~bucketloader.BucketCache` (a temporary one when none is given):
+rank 0 solves and broadcasts the entry's JSON, every rank plans the same cells. Like the cache,
+that is a collective: every rank builds the plan (as every rank builds its sampler).
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from bucketloader._ranks import default_ranks
 from bucketloader._validation import as_lengths, check_bool, check_choice, check_float, check_int
 from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.histogram import LengthHistogram
@@ -180,9 +190,16 @@ def solve_joint(
         max_shapes, size=size, time_limit=time_limit, tolerance=tolerance, exact=exact
     )
     hist = lengths if isinstance(lengths, JointHistogram) else JointHistogram.from_lengths(lengths)
-    if cache is None or cache is False:
-        return _solve(hist, params)
     from bucketloader.cache import BucketCache
+
+    if cache is None or cache is False:
+        if "torch" not in sys.modules or default_ranks()[0] == 1:
+            return _solve(hist, params)
+        # NOTE [ One joint plan for every rank ]
+        with tempfile.TemporaryDirectory(prefix="bucketloader-joint-") as tmp:
+            return BucketCache(tmp).get_or_solve(
+                hist, "joint", params, lambda: _solve(hist, params)
+            )
 
     if cache is True:
         cache = BucketCache()
@@ -290,7 +307,12 @@ def _search_and_bound(
         and num_pairs(grid) <= MAX_PAIRS
     ):
         t0 = time.perf_counter()
-        picked, details = solve_ilp(grid, k, cells, remaining)
+        import pulp
+
+        try:
+            picked, details = solve_ilp(grid, k, cells, remaining)
+        except (OSError, pulp.PulpSolverError) as exc:  # no usable solver: keep the plan
+            picked, details = None, {"proved": False, "error": f"{type(exc).__name__}: {exc}"}
         info.update(ilp_seconds=time.perf_counter() - t0, ilp=details, method="ilp")
         if picked is not None:
             _, got = grid.assign(picked)
