@@ -26,7 +26,6 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bucketloader.histogram import LengthHistogram
 from bucketloader.solution import JointSolution, Solution, solution_from_dict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,7 +48,7 @@ def world_size() -> int:
 
 def broadcast_get_or_solve(
     cache: BucketCache,
-    hist: LengthHistogram,
+    hist: Any,
     key: str,
     params: dict[str, Any],
     solve_fn: Callable[[], Solution | JointSolution],

@@ -126,7 +126,7 @@ class BucketCache:
 
     # -- keys and paths ---------------------------------------------------------------------------
     @staticmethod
-    def key(hist: LengthHistogram, strategy: str | None, params: dict[str, Any]) -> str:
+    def key(hist: Any, strategy: str | None, params: dict[str, Any]) -> str:
         """SHA256 hex key of (format, strategy name, all parameters, histogram digest).
 
         Example:
@@ -229,7 +229,7 @@ class BucketCache:
 
     def get_or_solve(
         self,
-        hist: LengthHistogram,
+        hist: Any,
         strategy: str | None,
         params: dict[str, Any],
         solve_fn: Callable[[], Solution | JointSolution],
@@ -246,7 +246,7 @@ class BucketCache:
 
     def local_get_or_solve(
         self,
-        hist: LengthHistogram,
+        hist: Any,
         key: str,
         params: dict[str, Any],
         solve_fn: Callable[[], Solution | JointSolution],
@@ -285,7 +285,7 @@ class BucketCache:
 
     # -- internals --------------------------------------------------------------------------------
     def _read(
-        self, key: str, *, hist: LengthHistogram | None = None
+        self, key: str, *, hist: Any = None
     ) -> tuple[Solution | JointSolution | None, str | None]:
         path = self.path_for(key)
         try:

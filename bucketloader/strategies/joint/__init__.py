@@ -197,13 +197,18 @@ def solve_joint(
             return _solve(hist, params)
         # NOTE [ One joint plan for every rank ]
         with tempfile.TemporaryDirectory(prefix="bucketloader-joint-") as tmp:
-            return BucketCache(tmp).get_or_solve(
-                hist, "joint", params, lambda: _solve(hist, params)
-            )
+            fresh = BucketCache(tmp)
+            return _joint(fresh.get_or_solve(hist, "joint", params, lambda: _solve(hist, params)))
 
     if cache is True:
         cache = BucketCache()
-    return cache.get_or_solve(hist, "joint", params, lambda: _solve(hist, params))
+    return _joint(cache.get_or_solve(hist, "joint", params, lambda: _solve(hist, params)))
+
+
+def _joint(sol: Any) -> JointSolution:
+    if not isinstance(sol, JointSolution):
+        raise TypeError(f"the cache returned {type(sol).__name__}, expected a JointSolution")
+    return sol
 
 
 def _solve(hist: JointHistogram, params: dict[str, Any]) -> JointSolution:

@@ -116,10 +116,7 @@ def improve(grid: Grid, cells: np.ndarray, k: int, deadline: float) -> tuple[np.
             if j >= len(cells):
                 break
             rest = np.delete(cells, j)
-            if rest.size and len(cells) <= k:
-                _, after = grid.assign(rest)
-            else:
-                after = np.full(size.shape, np.inf)
+            _, after = grid.assign(rest) if rest.size else (None, np.full(size.shape, np.inf))
             gain = grid.gains(*_levels(after, big))
             gain[rest] = -1.0
             add = int(np.argmax(gain))
