@@ -80,6 +80,12 @@ def greedy_lloyd(hist: JointHistogram, k: int, size: str) -> np.ndarray:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-limit", type=float, default=5.0)
+    parser.add_argument(
+        "--retry-limit",
+        type=float,
+        default=30.0,
+        help="time limit for a second try of the cases whose gap is above 1 %% (0: no second try)",
+    )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "joint.md"))
     args = parser.parse_args()
     lines = [
@@ -89,14 +95,18 @@ def main() -> None:
         f"{os.cpu_count()} CPUs (shared), Python {platform.python_version()}, "
         f"{time.strftime('%Y-%m-%d')}. Padding in elements (exact counts); lower is better. "
         "*gap* = (ours - bound) / bound, where *bound* is the certified lower bound on the padding "
-        "of **any** plan with at most K shapes (Lagrangian relaxation, or the ILP optimum when "
-        "CBC proves it). The other columns show each plan's padding relative to ours.",
+        "of **any** plan with at most K shapes (Lagrangian relaxation: subgradient steps, then "
+        "the LP relaxation by column generation in CBC; or the ILP optimum when CBC proves it); "
+        "*optimal* means the plan's padding equals it. The other columns show each plan's "
+        "padding relative to ours. The time limit is wall-clock on a shared machine, so a loaded "
+        "machine gets less done in it.",
         "",
         "| data | size | K | ours | lattice+merge | src-only 1-D | greedy+Lloyd | bound | gap "
         "| status | time (s) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     worst = 0.0
+    retry = []
     for name, fname in FILES.items():
         table = np.loadtxt(DATA / fname, dtype=np.int64)
         hist = JointHistogram.from_lengths(table)
@@ -116,17 +126,34 @@ def main() -> None:
                 ]
                 gap = (ours - sol.lower_bound) / sol.lower_bound if sol.lower_bound else 0.0
                 worst = max(worst, gap)
+                if gap > 0.01:
+                    retry.append((name, hist, size, k))
                 cells = " | ".join(f"{o:,} ({o / ours:.3f}x)" for o in others)
                 lines.append(
                     f"| {name} | {size} | {k} | {ours:,} | {cells} | {sol.lower_bound:,} "
                     f"| {gap:.2%} | {sol.status} | {seconds:.2f} |"
                 )
                 print(lines[-1], flush=True)
-    lines += [
-        "",
-        f"Largest gap: {worst:.2%}.",
-        "",
-    ]
+    within = 24 - len(retry)
+    lines += ["", f"Within 1 % of the bound: {within} of 24 cases. Largest gap: {worst:.2%}.", ""]
+    if retry and args.retry_limit > 0:
+        lines += [
+            f"The cases above 1 %, solved again with `time_limit={args.retry_limit:g}` (same run):",
+            "",
+            "| data | size | K | ours | bound | gap | status | time (s) |",
+            "|---|---|---:|---:|---:|---:|---|---:|",
+        ]
+        for name, hist, size, k in retry:
+            start = time.perf_counter()
+            sol = solve_joint(hist, k, size=size, time_limit=args.retry_limit)
+            seconds = time.perf_counter() - start
+            gap = (sol.objective - sol.lower_bound) / sol.lower_bound if sol.lower_bound else 0.0
+            lines.append(
+                f"| {name} | {size} | {k} | {sol.objective:,} | {sol.lower_bound:,} | {gap:.2%} "
+                f"| {sol.status} | {seconds:.2f} |"
+            )
+            print(lines[-1], flush=True)
+        lines.append("")
     Path(args.out).write_text("\n".join(lines))
     print(f"wrote {args.out}")
 

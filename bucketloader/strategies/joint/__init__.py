@@ -51,7 +51,7 @@ from bucketloader._validation import as_lengths, check_bool, check_choice, check
 from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.histogram import LengthHistogram
 from bucketloader.solution import JointSolution
-from bucketloader.strategies.joint._bound import lagrangian, lp_bound
+from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors
 from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values
 from bucketloader.strategies.joint._ilp import MAX_PAIRS, num_pairs, solve_ilp
 from bucketloader.strategies.joint._search import greedy, improve, lattice_drop, total
@@ -291,10 +291,12 @@ def _search_and_bound(
         soon = min(deadline, t0 + 0.25 * (deadline - t0))
         bound = lagrangian(grid, k, reach, upper, soon, tol)
         if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
-            bound, seed = lp_bound(grid, k, cells, bound, upper, deadline, tol)
+            lp_deadline = time.perf_counter() + 0.7 * (deadline - time.perf_counter())
+            bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)
             info["lp_rounds"] = bound.log
             if seed is not None and time.perf_counter() < deadline:
-                found, _ = _best_search(grid, k, [cells, seed], deadline)
+                soon = time.perf_counter() + 0.3 * (deadline - time.perf_counter())
+                found, _ = _best_search(grid, k, [cells, seed], soon)
                 _, got = grid.assign(found)
                 if total(grid, got) < upper:
                     cells, upper = found, total(grid, got)
@@ -309,13 +311,14 @@ def _search_and_bound(
         and not coarsened
         and pad - lower > max(tol * pad, 0.5)
         and remaining > 0.05
-        and num_pairs(grid) <= MAX_PAIRS
+        and num_pairs(grid, subset := survivors(bound, k, upper, cells)) <= MAX_PAIRS
     ):
+        info["ilp_candidates"] = int(subset.size)
         t0 = time.perf_counter()
         import pulp
 
         try:
-            picked, details = solve_ilp(grid, k, cells, remaining)
+            picked, details = solve_ilp(grid, k, cells, remaining, subset)
         except (OSError, pulp.PulpSolverError) as exc:  # no usable solver: keep the plan
             picked, details = None, {"proved": False, "error": f"{type(exc).__name__}: {exc}"}
         info.update(ilp_seconds=time.perf_counter() - t0, ilp=details, method="ilp")

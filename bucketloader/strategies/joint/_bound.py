@@ -39,8 +39,11 @@ import numpy as np
 from bucketloader.strategies.joint._cbc import solve_lp
 from bucketloader.strategies.joint._grid import Grid
 
-#: Distinct reach values per bound evaluation.
+#: Distinct reach values per bound evaluation (subgradient steps).
 LEVELS = 96
+#: ... and when pricing the LP's duals, whose reaches take one value per merged row: rounding
+#: them down would hide the candidates the LP needs next.
+LP_LEVELS = 2048
 
 
 @dataclass
@@ -54,24 +57,28 @@ class Bound:
     log: list | None = None
 
 
-def _snap(reach: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Reaches rounded down to at most :data:`LEVELS` values: ``(level per point, values)``."""
+def _snap(
+    reach: np.ndarray, weight: np.ndarray, levels: int = LEVELS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Reaches rounded down to at most ``levels`` values: ``(level per point, values)``."""
     distinct = np.unique(reach)
-    if distinct.size <= LEVELS:
+    if distinct.size <= levels:
         value = distinct
     else:
         order = np.argsort(reach)
         cum = np.cumsum(weight[order])
-        qs = np.searchsorted(cum, np.linspace(0, cum[-1], LEVELS + 1)[:-1], side="right")
+        qs = np.searchsorted(cum, np.linspace(0, cum[-1], levels + 1)[:-1], side="right")
         value = np.unique(reach[order[np.minimum(qs, order.size - 1)]])
         value[0] = min(value[0], distinct[0])
     level = np.searchsorted(value, reach, side="right") - 1
     return level, value
 
 
-def evaluate(grid: Grid, reach: np.ndarray, k: int) -> tuple[float, np.ndarray, np.ndarray]:
-    """``(L(r'), g(r'), r')`` for ``r'`` = ``reach`` rounded down to the levels."""
-    level, value = _snap(reach, grid.weight)
+def evaluate(
+    grid: Grid, reach: np.ndarray, k: int, levels: int = LEVELS
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(L(r'), g(r'), r')`` for ``r'`` = ``reach`` rounded down to at most ``levels`` values."""
+    level, value = _snap(reach, grid.weight, levels)
     snapped = value[level]
     g = grid.gains(level, value)
     top = np.sort(g)[-k:] if g.size > k else g
@@ -175,14 +182,32 @@ def lp_bound(
         reach = np.maximum((lam / weight)[inv], grid.point_size)
         for mix in (1.0, 0.5):
             trial = mix * reach + (1 - mix) * best.reach
-            lb, g, snapped = evaluate(grid, trial, k)
+            lb, g, snapped = evaluate(grid, trial, k, LP_LEVELS)
             if lb > best.value:
                 best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
         if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
             break
-        _, g, _ = evaluate(grid, reach, k)
+        _, g, _ = evaluate(grid, reach, k, LP_LEVELS)
         out = np.setdiff1d(np.flatnonzero(g > mu * (1 + 1e-9) + 1e-6), rset)
         if out.size == 0:
             break  # the restricted LP's duals price out every candidate: the LP bound
         chosen |= set(out[np.argsort(g[out])[-batch:]].tolist())
     return best, seed
+
+
+def survivors(bound: Bound, k: int, upper: float, cells: np.ndarray) -> np.ndarray:
+    """NOTE [ Fixing candidates by the bound ]: the candidates that can be in a plan padding
+    less than ``upper`` (on ``Σ w_i · size``), plus ``cells``.
+
+    Forcing candidate ``c`` open in the Lagrangian at the bound's reaches gives
+    ``L − g_c + g_(K)`` (``g_(K)``: the K-th largest gain) when ``c`` is not among the K largest,
+    a lower bound for every plan using ``c``. Paddings are integers, so a plan better than
+    ``upper`` has ``Σ w_i · size <= upper − 1``: candidates whose forced bound exceeds that are
+    in no better plan and leave the integer program.
+    """
+    g = bound.gains
+    kth = float(np.sort(g)[-k]) if g.size >= k else 0.0
+    forced = np.where(g >= kth, bound.value, bound.value - g + kth)
+    slack = 1e-9 * max(1.0, abs(upper)) + 1e-6
+    keep = np.flatnonzero(forced <= upper - 1 + slack)
+    return np.union1d(keep, np.asarray(cells, dtype=np.int64))

@@ -6,8 +6,9 @@ covering it (one variable per covering pair); minimise ``Σ w_i · size(c) · x_
 ``Σ_c x_ic = 1``, ``x_ic ≤ y_c`` and ``Σ y_c ≤ K``. The strong form (one ``x ≤ y`` row per
 pair) has an LP relaxation that was measured to close the gap on these histograms, so CBC
 mostly proves the warm start. The model is built only when it has at most
-:data:`MAX_PAIRS` covering pairs (PuLP builds about 30,000 variables a second); larger
-histograms keep the heuristic and the Lagrangian bound.
+:data:`MAX_PAIRS` covering pairs (PuLP builds about 30,000 variables a second). Larger
+histograms first fix candidates out with the Lagrangian bound (NOTE [ Fixing candidates by the
+bound ] in :mod:`._bound`); the program over the survivors is then exact for the whole grid.
 """
 
 from __future__ import annotations
@@ -23,27 +24,38 @@ from bucketloader.strategies.joint._grid import Grid
 MAX_PAIRS = 20_000
 
 
-def num_pairs(grid: Grid) -> int:
-    """Covering (point, candidate) pairs: the model's ``x`` variables."""
-    total = 0
-    for lo in range(0, grid.cand.shape[0], 512):
-        total += int(grid.covers(np.arange(lo, min(lo + 512, grid.cand.shape[0]))).sum())
-    return total
+def num_pairs(grid: Grid, subset: np.ndarray | None = None) -> int:
+    """Covering (row, candidate) pairs, the model's ``x`` variables: points with the same
+    covering candidates make one row."""
+    ids = np.arange(grid.cand.shape[0]) if subset is None else np.asarray(subset, np.int64)
+    if ids.size > 4096:
+        return sum(int(grid.covers(ids[lo : lo + 512]).sum()) for lo in range(0, ids.size, 512))
+    cover = grid.covers(ids)
+    _, first = np.unique(np.packbits(cover, axis=0).T, axis=0, return_index=True)
+    return int(cover[:, first].sum())
 
 
 def solve_ilp(
-    grid: Grid, k: int, start: np.ndarray, time_limit: float
+    grid: Grid, k: int, start: np.ndarray, time_limit: float, subset: np.ndarray | None = None
 ) -> tuple[np.ndarray | None, dict[str, Any]]:
-    """Solve NOTE [ The joint integer program ] from the warm start ``start`` (candidate ids).
+    """Solve NOTE [ The joint integer program ] from the warm start ``start`` (candidate ids),
+    over every candidate or only ``subset`` (which must hold ``start``).
 
     Returns ``(cells or None, details)``; ``details["proved"]`` says whether CBC proved
-    optimality within ``time_limit`` seconds.
+    optimality (over the candidates given) within ``time_limit`` seconds.
     """
     import pulp
 
-    ncand = grid.cand.shape[0]
-    cover = grid.covers(np.arange(ncand))
+    ids = np.arange(grid.cand.shape[0]) if subset is None else np.asarray(subset, np.int64)
+    full = grid.covers(ids)
+    # points covered by the same candidates are one row (cost depends on the cell only)
+    _, first, inv = np.unique(
+        np.packbits(full, axis=0).T, axis=0, return_index=True, return_inverse=True
+    )
+    weight = np.bincount(inv.ravel(), weights=grid.weight)
+    cover = full[:, first]
     ci, pi = np.nonzero(cover)
+    ci = ids[ci]
     prob = pulp.LpProblem("bucketloader_joint", pulp.LpMinimize)
     add = prob.add_variable if hasattr(prob, "add_variable") else None
 
@@ -55,9 +67,9 @@ def solve_ilp(
     used = np.unique(ci)
     y = {int(c): var(f"y_{c}") for c in used}
     x = [var(f"x_{c}_{i}") for c, i in zip(ci.tolist(), pi.tolist(), strict=True)]
-    cost = (grid.weight[pi] * grid.cand_size[ci]).tolist()
+    cost = (weight[pi] * grid.cand_size[ci]).tolist()
     prob += pulp.LpAffineExpression(list(zip(x, cost, strict=True)))
-    rows: list[list[Any]] = [[] for _ in range(grid.weight.size)]
+    rows: list[list[Any]] = [[] for _ in range(first.size)]
     for v, i in zip(x, pi.tolist(), strict=True):
         rows[i].append(v)
     for i, vs in enumerate(rows):
@@ -66,6 +78,7 @@ def solve_ilp(
         prob += pulp.LpAffineExpression([(v, 1.0), (y[c], -1.0)]) <= 0, f"open_{n}"
     prob += pulp.lpSum(y.values()) <= k, "max_shapes"
     slot, _ = grid.assign(start)
+    slot = slot[first]
     chosen = set(start.tolist())
     for c, v in y.items():
         v.setInitialValue(1 if c in chosen else 0)
