@@ -53,7 +53,7 @@ from bucketloader.histogram import LengthHistogram
 from bucketloader.solution import JointSolution
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors
 from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values
-from bucketloader.strategies.joint._ilp import MAX_PAIRS, num_pairs, solve_ilp
+from bucketloader.strategies.joint._ilp import MAX_PAIRS, PAIRS_PER_SECOND, num_pairs, solve_ilp
 from bucketloader.strategies.joint._search import greedy, improve, lattice_drop, total
 
 __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
@@ -311,14 +311,15 @@ def _search_and_bound(
         and not coarsened
         and pad - lower > max(tol * pad, 0.5)
         and remaining > 0.05
-        and num_pairs(grid, subset := survivors(bound, k, upper, cells)) <= MAX_PAIRS
+        and num_pairs(grid, subset := survivors(bound, k, upper, cells))
+        <= max(MAX_PAIRS, PAIRS_PER_SECOND * remaining)
     ):
         info["ilp_candidates"] = int(subset.size)
         t0 = time.perf_counter()
         import pulp
 
         try:
-            picked, details = solve_ilp(grid, k, cells, remaining, subset)
+            picked, details = solve_ilp(grid, k, cells, deadline, subset)
         except (OSError, pulp.PulpSolverError) as exc:  # no usable solver: keep the plan
             picked, details = None, {"proved": False, "error": f"{type(exc).__name__}: {exc}"}
         info.update(ilp_seconds=time.perf_counter() - t0, ilp=details, method="ilp")

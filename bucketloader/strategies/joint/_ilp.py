@@ -5,14 +5,17 @@ Binary ``y_c`` opens candidate cell ``c``; ``x_ic`` sends grid point ``i`` to an
 covering it (one variable per covering pair); minimise ``Σ w_i · size(c) · x_ic`` subject to
 ``Σ_c x_ic = 1``, ``x_ic ≤ y_c`` and ``Σ y_c ≤ K``. The strong form (one ``x ≤ y`` row per
 pair) has an LP relaxation that was measured to close the gap on these histograms, so CBC
-mostly proves the warm start. The model is built only when it has at most
-:data:`MAX_PAIRS` covering pairs (PuLP builds about 30,000 variables a second). Larger
-histograms first fix candidates out with the Lagrangian bound (NOTE [ Fixing candidates by the
-bound ] in :mod:`._bound`); the program over the survivors is then exact for the whole grid.
+mostly proves the warm start. Points covered by the same candidates are merged into one row
+(their cost depends on the cell only). The model is built only when it has at most
+:data:`MAX_PAIRS` covering pairs, or :data:`PAIRS_PER_SECOND` per second left of the time
+limit (PuLP builds about 30,000 variables a second). Larger histograms first fix candidates
+out with the Lagrangian bound (NOTE [ Fixing candidates by the bound ] in :mod:`._bound`); the
+program over the survivors is then exact for the whole grid.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
 from typing import Any
 
@@ -20,8 +23,10 @@ import numpy as np
 
 from bucketloader.strategies.joint._grid import Grid
 
-#: Largest model (point, covering candidate) pairs handed to the solver.
+#: Largest model (point, covering candidate) pairs handed to the solver ...
 MAX_PAIRS = 20_000
+#: ... or this many per second left of the time limit, when more.
+PAIRS_PER_SECOND = 5_000
 
 
 def num_pairs(grid: Grid, subset: np.ndarray | None = None) -> int:
@@ -36,13 +41,14 @@ def num_pairs(grid: Grid, subset: np.ndarray | None = None) -> int:
 
 
 def solve_ilp(
-    grid: Grid, k: int, start: np.ndarray, time_limit: float, subset: np.ndarray | None = None
+    grid: Grid, k: int, start: np.ndarray, deadline: float, subset: np.ndarray | None = None
 ) -> tuple[np.ndarray | None, dict[str, Any]]:
     """Solve NOTE [ The joint integer program ] from the warm start ``start`` (candidate ids),
     over every candidate or only ``subset`` (which must hold ``start``).
 
     Returns ``(cells or None, details)``; ``details["proved"]`` says whether CBC proved
-    optimality (over the candidates given) within ``time_limit`` seconds.
+    optimality (over the candidates given) by ``deadline`` (``time.perf_counter()``; building
+    the model counts).
     """
     import pulp
 
@@ -86,7 +92,8 @@ def solve_ilp(
         v.setInitialValue(1 if start[slot[i]] == c else 0)
     with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC for 4.0
         warnings.simplefilter("ignore", DeprecationWarning)
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(time_limit, 0.01), warmStart=True)
+        left = max(deadline - time.perf_counter(), 0.01)
+        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=left, warmStart=True)
     prob.solve(solver)
     proved = (
         prob.status == pulp.LpStatusOptimal
