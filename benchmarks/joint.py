@@ -91,7 +91,8 @@ def main() -> None:
     lines = [
         "# Joint (2-D) shapes: ours against the lattice, one input, greedy, and a certified bound",
         "",
-        f"`python benchmarks/joint.py --time-limit {args.time_limit:g}` on {platform.machine()}, "
+        f"`python benchmarks/joint.py --time-limit {args.time_limit:g} --retry-limit "
+        f"{args.retry_limit:g}` on {platform.machine()}, "
         f"{os.cpu_count()} CPUs (shared), Python {platform.python_version()}, "
         f"{time.strftime('%Y-%m-%d')}. Padding in elements (exact counts); lower is better. "
         "*gap* = (ours - bound) / bound, where *bound* is the certified lower bound on the padding "
