@@ -9,11 +9,34 @@ sampler is ahead of what the model has consumed. Pass the count your loop consum
 batch. Resuming recomputes the epoch plan from ``(seed, epoch)`` and skips to the position: O(plan)
 (about 0.2 s for a million samples), with no data replayed. The state holds no rank, so a
 checkpoint saved by rank 0 restores every rank.
+
+NOTE [ Exact resume behind DataLoader workers ]
+The default path is exact: ``sampler.dataloader(dataset, num_workers=..., collate_fn=...)``
+returns a :class:`~bucketloader.loader.ResumableDataLoader` that counts the batches it hands to
+the loop and tells the sampler (:meth:`EpochSampler._loader_pass` / :meth:`_loader_handed`), so
+``sampler.state_dict()`` (and ``loader.state_dict()``) records what the loop received, however far
+the workers prefetched. torchdata's ``StatefulDataLoader`` is exact too: it snapshots
+``state_dict()`` as it hands each batch index to a worker. A plain ``DataLoader`` with workers is
+the one that runs ahead: the sampler notices that its batches are pulled by torch's
+multi-process iterator, and ``state_dict()`` taken mid-epoch without ``batches_consumed`` then
+warns once, naming the fixes.
+
+NOTE [ A new pass without set_epoch ]
+Iterating a sampler again after a *finished* pass, with no ``set_epoch`` (or
+``load_state_dict``) in between, advances the epoch by one, as torchdata's samplers and Lhotse's
+``DynamicBucketingSampler`` do: a second ``for batch in loader`` gets a new shuffle instead of
+repeating the first one silently. The first advance logs one info line. ``set_epoch(e)`` always
+wins (calling it every epoch, as ``DistributedSampler`` users do, behaves as before, and
+``set_epoch(e)`` before a pass repeats epoch ``e`` on purpose). Every rank makes the same passes,
+so ranks stay on the same epoch. A pass left early (``break``) is not finished: the next pass
+restarts the same epoch.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import logging
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -28,6 +51,8 @@ from bucketloader.plan.epoch import check_weights, resolve_weights
 from bucketloader.plan.report import plan_report
 
 __all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "spec_or_build"]
+
+_log = logging.getLogger(__name__)
 
 #: Warn when a plan leaves out more than this fraction of the samples every epoch.
 LOSS_WARNING = 0.01
@@ -70,6 +95,7 @@ class EpochSampler(Sampler[list[int]]):
         self._start = 0
         self._yielded = 0
         self._plan: tuple[int, Any] | None = None
+        self._passes = _Passes()
 
     def _make_plan(self, epoch: int) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -89,6 +115,8 @@ class EpochSampler(Sampler[list[int]]):
         epoch = check_int("epoch", epoch, minimum=0)
         if epoch != self.epoch:
             self.epoch, self._start, self._yielded = epoch, 0, 0
+            self._passes.handed = None
+        self._passes.finished = False  # an explicit epoch: no auto-advance before its pass
 
     def plan(self, epoch: int | None = None) -> Any:
         """This rank's plan of ``epoch`` (default: the current one; cached)."""
@@ -100,13 +128,95 @@ class EpochSampler(Sampler[list[int]]):
         return plan
 
     def __iter__(self) -> Iterator[list[int]]:
+        self._advance_if_finished()
         start, self._start = self._start, 0
+        self._passes.prefetched = _pulled_by_workers()
         plan = self.plan()
         indices, offsets = plan.indices, plan.offsets
         self._yielded = start
         for i in range(start, len(plan)):
             self._yielded = i + 1
             yield indices[offsets[i] : offsets[i + 1]].tolist()
+        self._passes.finished = True
+
+    # -- passes and the batches a loader handed out (NOTEs at the top of this module) ----------
+    def _advance_if_finished(self) -> None:
+        """NOTE [ A new pass without set_epoch ]: a finished pass moves to the next epoch."""
+        passes = self._passes
+        if not passes.finished:
+            return
+        passes.finished = False
+        self.epoch, self._start, self._yielded = self.epoch + 1, 0, 0
+        passes.handed = None
+        if not passes.advanced:
+            passes.advanced = True
+            _log.info(
+                "%s: a new pass without set_epoch() runs epoch %d (a new shuffle); call "
+                "set_epoch(epoch) before each pass to choose the epoch yourself",
+                type(self).__name__,
+                self.epoch,
+            )
+
+    def _loader_pass(self) -> None:
+        """A :class:`~bucketloader.loader.ResumableDataLoader` starts a pass over this sampler:
+        from now on the position is what it hands to the loop."""
+        self._advance_if_finished()
+        self._passes.begin = self._start
+        self._passes.handed = 0
+
+    def _loader_handed(self, count: int) -> None:
+        """The loader has handed ``count`` batches of this pass to the loop."""
+        self._passes.handed = count
+
+    def _position(self, batches_consumed: int | None) -> int:
+        """The resume position ``state_dict`` records (and the warning when it may run ahead)."""
+        if batches_consumed is not None:
+            return check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
+        passes = self._passes
+        if passes.handed is not None:
+            return min(passes.begin + passes.handed, len(self))
+        ahead = passes.prefetched and 0 < self._yielded < len(self) and not passes.finished
+        if ahead and not passes.warned:
+            passes.warned = True
+            warnings.warn(
+                f"{type(self).__name__}.state_dict() is taken while a DataLoader with workers "
+                f"has fetched {self._yielded} batches of epoch {self.epoch}, ahead of your loop: "
+                "resuming from it skips the batches still in flight. Build the loader with "
+                "sampler.dataloader(dataset, num_workers=..., collate_fn=...) (exact "
+                "state_dict), use torchdata's StatefulDataLoader, or pass "
+                "state_dict(batches_consumed=<batches your loop consumed this epoch>)",
+                UserWarning,
+                stacklevel=3,
+            )
+        return self._yielded
+
+    def dataloader(self, dataset: Any, **kwargs: Any) -> Any:
+        """``DataLoader(dataset, batch_sampler=self, **kwargs)`` that resumes exactly.
+
+        A :class:`~bucketloader.loader.ResumableDataLoader`: it counts the batches it hands to
+        your loop, so :meth:`state_dict` records exactly what the loop received, even with
+        ``num_workers > 0`` (NOTE [ Exact resume behind DataLoader workers ]); its
+        ``set_epoch`` reaches this sampler. ``collate_fn`` defaults to :meth:`collator` when the
+        sampler has one.
+
+        Args:
+            dataset: the map-style dataset the sampler's indices point into.
+            **kwargs: ``DataLoader`` options (``num_workers``, ``collate_fn``, ``pin_memory``,
+                ...; not ``batch_size``, ``shuffle``, ``sampler`` or ``drop_last``, which the
+                sampler decides).
+
+        Example:
+            >>> sampler = BucketSampler([3, 4, 9, 10, 10], num_buckets=2, batch_size=2, seed=1)
+            >>> loader = sampler.dataloader(list(range(5)), collate_fn=list)
+            >>> first = next(iter(loader))
+            >>> sampler.state_dict()["batches_yielded"]
+            1
+        """
+        from bucketloader.loader import ResumableDataLoader
+
+        if "collate_fn" not in kwargs and callable(getattr(self, "collator", None)):
+            kwargs["collate_fn"] = self.collator()  # type: ignore[attr-defined]
+        return ResumableDataLoader(dataset, batch_sampler=self, **kwargs)
 
     def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
         """Small JSON-serialisable state: epoch, position and the configuration it belongs to.
@@ -114,11 +224,10 @@ class EpochSampler(Sampler[list[int]]):
         Args:
             batches_consumed: batches of the current epoch your loop has consumed, when it lags
                 the sampler (DataLoader prefetch, see NOTE [ Resuming and DataLoader prefetch ]);
-                default: the batches ``__iter__`` handed out.
+                default: the batches a :meth:`dataloader` handed to the loop, else the batches
+                ``__iter__`` handed out (NOTE [ Exact resume behind DataLoader workers ]).
         """
-        pos = self._yielded
-        if batches_consumed is not None:
-            pos = check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
+        pos = self._position(batches_consumed)
         return {
             "version": _STATE_VERSION,
             "epoch": int(self.epoch),
@@ -133,6 +242,39 @@ class EpochSampler(Sampler[list[int]]):
         """
         epoch, pos = _check_state(state, self._config(), type(self).__name__)
         self.epoch, self._start, self._yielded = epoch, pos, pos
+        self._passes = _Passes(advanced=self._passes.advanced)
+
+
+class _Passes:
+    """Where this sampler's passes stand (NOTEs [ Exact resume behind DataLoader workers ] and
+    [ A new pass without set_epoch ])."""
+
+    def __init__(self, *, advanced: bool = False) -> None:
+        self.finished = False  # the current epoch's pass ran to its end
+        self.advanced = advanced  # an epoch was advanced automatically once (logged)
+        self.prefetched = False  # torch's multi-process DataLoader iterator pulls the batches
+        self.warned = False  # the in-flight warning was shown
+        self.begin = 0  # the position the loader's pass started from
+        self.handed: int | None = None  # batches a ResumableDataLoader handed out in this pass
+
+
+def _pulled_by_workers() -> bool:
+    """Whether ``__iter__``'s body runs for torch's multi-process DataLoader iterator, which
+    fetches batches ahead of the loop (``_try_put_index`` -> ``_next_index`` -> here)."""
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    code = getattr(_MultiProcessingDataLoaderIter._try_put_index, "__code__", None)
+    frame = inspect.currentframe()
+    try:  # code objects only: reading a live frame's locals would keep the iterator alive
+        for _ in range(5):
+            if frame is None:
+                return False
+            if frame.f_code is code:
+                return True
+            frame = frame.f_back
+        return False
+    finally:
+        del frame
 
 
 class BucketSampler(EpochSampler):
