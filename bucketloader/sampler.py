@@ -45,7 +45,7 @@ import numpy as np
 from torch.utils.data import ConcatDataset, Sampler
 
 from bucketloader._ranks import resolve_ranks
-from bucketloader._validation import check_bool, check_int
+from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.epoch import check_weights, resolve_weights
 from bucketloader.plan.report import plan_report
@@ -61,7 +61,9 @@ LOSS_WARNING = 0.01
 def spec_or_build(lengths: Any, spec_options: dict[str, Any], spec_type: Any) -> Any:
     """``lengths`` itself when it is a ready ``spec_type`` (then no shape option may be given),
     else ``spec_type.build(lengths, **spec_options)``: the split between what shapes the
-    batches (the spec) and how an epoch is iterated (the sampler)."""
+    batches (the spec) and how an epoch is iterated (the sampler). An unknown option names the
+    sampler being built and the closest valid option (:func:`_check_spec_options`)."""
+    _check_spec_options(spec_options, spec_type, inspect.currentframe())
     if isinstance(lengths, spec_type):
         if spec_options:
             name = sorted(spec_options)[0]
@@ -128,6 +130,7 @@ class EpochSampler(Sampler[list[int]]):
         return plan
 
     def __iter__(self) -> Iterator[list[int]]:
+        _check_not_in_batch_sampler(type(self).__name__)
         self._advance_if_finished()
         start, self._start = self._start, 0
         self._passes.prefetched = _pulled_by_workers()
@@ -245,6 +248,23 @@ class EpochSampler(Sampler[list[int]]):
         self._passes = _Passes(advanced=self._passes.advanced)
 
 
+def _check_spec_options(options: dict[str, Any], spec_type: Any, frame: Any) -> None:
+    """A typo (``num_bucket=``) raises naming the public entry point (the sampler whose
+    ``__init__`` called :func:`spec_or_build`) and the closest option, instead of
+    ``BucketSpec.build() got an unexpected keyword argument``."""
+    build = inspect.signature(spec_type.build).parameters
+    allowed = [n for n, p in build.items() if p.kind is p.KEYWORD_ONLY]
+    caller = frame.f_back if frame is not None else None
+    owner_obj = caller.f_locals.get("self") if caller is not None else None
+    del frame, caller
+    owner = f"{spec_type.__name__}.build"
+    if owner_obj is not None and not isinstance(owner_obj, spec_type):
+        owner = type(owner_obj).__name__
+        init = inspect.signature(type(owner_obj).__init__).parameters
+        allowed += [n for n, p in init.items() if p.kind is p.KEYWORD_ONLY]
+    check_options(owner, options, allowed)
+
+
 class _Passes:
     """Where this sampler's passes stand (NOTEs [ Exact resume behind DataLoader workers ] and
     [ A new pass without set_epoch ])."""
@@ -258,15 +278,14 @@ class _Passes:
         self.handed: int | None = None  # batches a ResumableDataLoader handed out in this pass
 
 
-def _pulled_by_workers() -> bool:
-    """Whether ``__iter__``'s body runs for torch's multi-process DataLoader iterator, which
-    fetches batches ahead of the loop (``_try_put_index`` -> ``_next_index`` -> here)."""
-    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
-
-    code = getattr(_MultiProcessingDataLoaderIter._try_put_index, "__code__", None)
+def _called_from(fn: Any, depth: int = 5) -> bool:
+    """Whether ``fn``'s code is among the ``depth`` frames above the caller. Code objects only:
+    reading a live frame's locals would keep a DataLoader iterator alive (its workers then stall
+    for their join timeout when it is finally collected)."""
+    code = getattr(fn, "__code__", None)
     frame = inspect.currentframe()
-    try:  # code objects only: reading a live frame's locals would keep the iterator alive
-        for _ in range(5):
+    try:
+        for _ in range(depth):
             if frame is None:
                 return False
             if frame.f_code is code:
@@ -275,6 +294,29 @@ def _pulled_by_workers() -> bool:
         return False
     finally:
         del frame
+
+
+def _pulled_by_workers() -> bool:
+    """Whether ``__iter__``'s body runs for torch's multi-process DataLoader iterator, which
+    fetches batches ahead of the loop (``_try_put_index`` -> ``_next_index`` -> here)."""
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    return _called_from(_MultiProcessingDataLoaderIter._try_put_index)
+
+
+def _check_not_in_batch_sampler(owner: str) -> None:
+    """``DataLoader(dataset, sampler=sampler)`` wraps a batch sampler in torch's
+    ``BatchSampler``, which then hands the dataset lists of indices ("list indices must be
+    integers"): say which argument to use instead."""
+    from torch.utils.data import BatchSampler
+
+    if _called_from(BatchSampler.__iter__, depth=4):
+        raise TypeError(
+            f"{owner} yields whole batches of indices, but it is iterated by a BatchSampler "
+            "(DataLoader(dataset, sampler=...)); pass it as "
+            "DataLoader(dataset, batch_sampler=sampler, collate_fn=sampler.collator()), or use "
+            "sampler.dataloader(dataset)"
+        )
 
 
 class BucketSampler(EpochSampler):

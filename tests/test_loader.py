@@ -130,7 +130,7 @@ def test_single_process_loader_is_exact_and_silent():
         assert sampler.state_dict()["batches_yielded"] == 4
 
 
-# -- trap 2: a second pass without set_epoch -------------------------------------------------------
+# -- trap 2: a second pass without set_epoch ------------------------------------------------------
 def test_second_pass_without_set_epoch_advances_the_epoch(caplog):
     sampler = BucketSampler(LENGTHS, **OPTIONS)
     ref = BucketSampler(LENGTHS, **OPTIONS)
@@ -176,3 +176,27 @@ def test_pack_sampler_gets_the_same_behaviour():
     sampler = PackSampler(LENGTHS, row_length=512, batch_size=4, seed=1)
     a, b = list(sampler), list(sampler)
     assert a != b and sampler.epoch == 1
+
+
+# -- trap 6: typos and the wrong DataLoader argument -----------------------------------------------
+def test_a_typo_names_the_sampler_and_the_closest_option():
+    with pytest.raises(
+        TypeError,
+        match=r"^BucketSampler got an unexpected option num_bucket=8; "
+        r"did you mean num_buckets=\?",
+    ):
+        BucketSampler(LENGTHS, num_bucket=8)
+    with pytest.raises(TypeError, match=r"PackSampler .*batch_sise=2; did you mean batch_size="):
+        PackSampler(LENGTHS, row_length=512, batch_sise=2)
+    with pytest.raises(TypeError, match=r"did you mean shuffle="):
+        BucketSampler(LENGTHS, shufle=False)
+
+
+def test_dataloader_sampler_instead_of_batch_sampler_says_which_argument():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    loader = DataLoader(list(range(N)), sampler=sampler, collate_fn=collate)
+    with pytest.raises(TypeError, match=r"batch_sampler=sampler"):
+        next(iter(loader))
+    data = np.arange(N)  # a dataset that takes a list of indices (as a datasets.Dataset does)
+    loader = DataLoader(data, sampler=sampler, batch_size=None, collate_fn=collate)
+    assert len(next(iter(loader))) == 32  # no batching by torch: left alone
