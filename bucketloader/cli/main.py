@@ -18,6 +18,7 @@ import json
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
 
 
+def _read_lengths(args: argparse.Namespace) -> Any:
+    """``read_lengths`` with its notes (a text column measured in characters) printed as
+    ``bucketloader: note: ...`` lines on stderr."""
+    with warnings.catch_warnings(record=True) as notes:
+        warnings.simplefilter("always")
+        lengths = read_lengths(args.file, args.column)
+    for note in notes:
+        print(f"bucketloader: note: {note.message}", file=sys.stderr)
+    return lengths
+
+
 def _fail(message: str) -> int:
     print(f"bucketloader: error: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -150,7 +162,7 @@ def _fail(message: str) -> int:
 def _report(args: argparse.Namespace) -> int:
     _check_output("--json", args.json)
     _check_plot(args.plot)
-    lengths = read_lengths(args.file, args.column)
+    lengths = _read_lengths(args)
     report = analyze(
         lengths,
         num_buckets=args.num_buckets,
@@ -178,7 +190,7 @@ def _precompute(args: argparse.Namespace) -> int:
         fn, args.num_buckets, {"cost": args.cost, "pad_to_multiple_of": args.pad_to_multiple_of}
     )
     _check_output("--json", args.json)
-    lengths = read_lengths(args.file, args.column)
+    lengths = _read_lengths(args)
     hist = LengthHistogram.from_lengths(lengths)
     m = params["pad_to_multiple_of"]
     longest = -(-hist.max // m) * m  # the last boundary of every built-in strategy
