@@ -1,7 +1,7 @@
 """BucketTrainer under TrainingArguments(torch_compile=True): one static graph per planned shape, a
 recompile limit that covers train + eval, precompile() and the info lines (issue 22, traps 3-6).
 
-Tiny BERT built from a config (no download), backend="eager" (graphs are counted, not code-generated).
+Tiny BERT built from a config (no download), backend="eager": graphs are counted, not generated.
 """
 
 from __future__ import annotations
