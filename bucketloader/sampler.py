@@ -470,7 +470,13 @@ class BucketSampler(EpochSampler):
         """NOTE [ Warning about silent losses ]."""
         spec = self.spec
         n = int(spec.cell_of_sample.size)
-        words = {"too_short": "min_length", "too_long": "max_length", "oversize": "oversize"}
+        words = {
+            "too_short": "min_length",
+            "too_long": "max_length",
+            "oversize": "oversize",
+            "filter": "filter=",
+            "no_shape": "shapes=",
+        }
         reasons = {
             f"{words[k]} ({k.replace('_', ' ')})": v
             for k, v in (spec.filtered or {}).items()
