@@ -47,7 +47,8 @@ from torch.utils.data import ConcatDataset, Sampler
 from bucketloader._ranks import resolve_ranks
 from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
-from bucketloader.plan.epoch import check_weights, resolve_weights
+from bucketloader.plan.accumulate import grouped_steps
+from bucketloader.plan.epoch import check_accumulate, check_weights, resolve_weights
 from bucketloader.plan.report import plan_report
 
 __all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "spec_or_build"]
@@ -260,8 +261,10 @@ def _check_spec_options(options: dict[str, Any], spec_type: Any, frame: Any) -> 
     owner = f"{spec_type.__name__}.build"
     if owner_obj is not None and not isinstance(owner_obj, spec_type):
         owner = type(owner_obj).__name__
-        init = inspect.signature(type(owner_obj).__init__).parameters
-        allowed += [n for n, p in init.items() if p.kind is p.KEYWORD_ONLY]
+        for cls in type(owner_obj).__mro__:  # a subclass's options and its bases'
+            if "__init__" in vars(cls):
+                init = inspect.signature(vars(cls)["__init__"]).parameters
+                allowed += [n for n, p in init.items() if p.kind is p.KEYWORD_ONLY]
     check_options(owner, options, allowed)
 
 
@@ -348,6 +351,10 @@ class BucketSampler(EpochSampler):
             :mod:`bucketloader.plan.epoch`).
         longest_first: start every epoch with a batch of the largest planned shape, so an
             out-of-memory shows at step 0 (NOTE [ Longest batch first ]).
+        accumulate: gradient-accumulation groups (fairseq's ``update_freq``): ``k``
+            consecutive batches of one shape on every rank, so an accumulation step never mixes
+            shapes; each bucket's batches are rounded up to whole groups with repeats of its own
+            samples (NOTE [ Accumulation groups ] in :mod:`bucketloader.plan.accumulate`).
         **spec_options: :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options
             (not allowed with a ready spec). The common ones: ``num_buckets`` (default 8),
             ``strategy`` (default ``"optimal"``), ``batch_size`` (or per-bucket sizes) or
@@ -384,6 +391,7 @@ class BucketSampler(EpochSampler):
         rank: int | None = None,
         weights: Any = None,
         longest_first: bool = False,
+        accumulate: int = 1,
         **spec_options: Any,
     ) -> None:
         self.spec: BucketSpec = spec_or_build(lengths, spec_options, BucketSpec)
@@ -392,6 +400,7 @@ class BucketSampler(EpochSampler):
         if self.weights is not None:
             check_weights(self.spec, self.weights, self.num_replicas)  # at construction
         self.longest_first = check_bool("longest_first", longest_first)
+        self.accumulate = check_accumulate(accumulate, self.spec, self.weights)
         self._warn_losses()
 
     # -- what the sampler promises ------------------------------------------------------------
@@ -443,7 +452,13 @@ class BucketSampler(EpochSampler):
             rank=self.rank,
             weights=self.weights,
             longest_first=self.longest_first,
+            accumulate=self.accumulate,
         )
+
+    @functools.cached_property
+    def _len(self) -> int:
+        steps = self.spec.num_steps(self.num_replicas)
+        return int(grouped_steps(steps, self.accumulate).sum())
 
     def report(self, epoch: int | None = None) -> SamplingReport:
         """What an epoch does with the data, exactly (NOTE [ Where the report's numbers come
@@ -464,6 +479,7 @@ class BucketSampler(EpochSampler):
             weights=self.weights,
             longest_first=self.longest_first,
             batches_done=max(self._yielded, self._start) if current else 0,
+            accumulate=self.accumulate,
         )
 
     def _warn_losses(self) -> None:
@@ -512,7 +528,8 @@ class BucketSampler(EpochSampler):
             "last_batch": self.last_batch,
             "num_samples": int(self.spec.cell_of_sample.size),
             "num_batches": len(self),
-            "plan_digest": self.spec.digest,
+            "plan_digest": self.spec.digest
+            + ("" if self.accumulate == 1 else f"/accumulate={self.accumulate}"),
         }
 
 

@@ -87,3 +87,132 @@ def test_explicit_shapes_one_input_rounding_and_conflicts():
     other = BucketSampler(ONE, shapes=[100, 250, 800], batch_size=4, pad_to_multiple_of=64)
     with pytest.raises(ValueError, match="different configuration"):
         other.load_state_dict(state)
+
+
+# -- per-sample weights and replacement (torch's WeightedRandomSampler) ----------------------------
+def _weighted(**kw):
+    from bucketloader.weighted import WeightedBucketSampler
+
+    weights = np.where(np.arange(ONE.size) % 4 == 0, 3.0, 1.0)
+    weights[::7] = 0.0  # never drawn
+    opts = dict(num_buckets=4, batch_size=16, seed=2)
+    return WeightedBucketSampler(ONE, weights, **{**opts, **kw}), weights
+
+
+def test_weighted_draws_follow_the_weights_and_keep_the_shapes():
+    sampler, weights = _weighted(num_samples=2000)
+    counts = np.zeros(ONE.size)
+    cells = sampler.shape_table.cells
+    lengths = []
+    for epoch in range(12):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert len(batches) == len(sampler)  # exact, every epoch
+        drawn = [i for b in batches for i in b]
+        assert len(drawn) == 2000  # num_samples draws (one rank, last_batch='pad': no repeats)
+        counts += np.bincount(drawn, minlength=ONE.size)
+        for b, cell in zip(batches, sampler.plan().cells, strict=True):  # the shape promise
+            assert (ONE[b] <= cells.lengths[cell, 0]).all() and len(b) <= cells.batch[cell]
+        lengths.append(len(batches))
+    assert counts[weights == 0].sum() == 0  # weight 0: never drawn
+    heavy, light = counts[weights == 3].mean(), counts[weights == 1].mean()
+    assert 2.6 < heavy / light < 3.4  # P(i) proportional to w_i
+    assert counts.sum() == 2000 * 12
+
+
+def test_weighted_without_replacement_has_no_repeats_and_checks_num_samples():
+    sampler, weights = _weighted(num_samples=1500, replacement=False)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        drawn = [i for b in sampler for i in b]
+        assert len(drawn) == len(set(drawn)) == 1500
+        assert not set(drawn) & set(np.flatnonzero(weights == 0).tolist())
+    report = sampler.report()
+    assert report.totals["seen"] == 1500 and report.totals["repeated"] == 0
+    positive = int((weights > 0).sum())
+    with pytest.raises(ValueError, match=f"need as many samples of positive weight.*{positive}"):
+        _weighted(num_samples=positive + 1, replacement=False)
+    with pytest.raises(ValueError, match="one weight per sample"):
+        from bucketloader.weighted import WeightedBucketSampler
+
+        WeightedBucketSampler(ONE, [1.0, 2.0], batch_size=4)
+
+
+def test_weighted_resume_is_exact_and_ranks_agree():
+    sampler, _ = _weighted(num_samples=900, num_replicas=2, rank=1)
+    sampler.set_epoch(3)
+    full = list(sampler)
+    sampler.set_epoch(3)
+    it = iter(sampler)
+    head = [next(it) for _ in range(5)]
+    state = json.loads(json.dumps(sampler.state_dict()))
+    again, _ = _weighted(num_samples=900, num_replicas=2, rank=1)
+    again.load_state_dict(state)
+    assert head + list(again) == full
+    other, _ = _weighted(num_samples=900, num_replicas=2, rank=0)
+    other.set_epoch(3)
+    theirs = list(other)
+    assert len(theirs) == len(full) == len(sampler)  # equal on every rank
+    cells = sampler.shape_table.cells
+    assert (other.plan().cells == sampler.plan().cells).all()  # same shape at every step
+    both = [i for b in theirs + full for i in b]
+    assert len(both) >= 900 and cells.num_cells >= 2  # the epoch's 900 draws, split over ranks
+
+
+# -- gradient-accumulation groups (fairseq update_freq) --------------------------------------------
+@pytest.mark.parametrize("last_batch, replicas", [("pad", 1), ("fill", 2), ("drop", 3)])
+def test_accumulation_groups_are_k_batches_of_one_shape_on_every_rank(last_batch, replicas):
+    k = 4
+    make = lambda r: BucketSampler(  # noqa: E731
+        ONE,
+        num_buckets=5,
+        max_tokens=6000,
+        last_batch=last_batch,
+        accumulate=k,
+        seed=1,
+        num_replicas=replicas,
+        rank=r,
+        longest_first=(replicas == 2),
+    )
+    samplers = [make(r) for r in range(replicas)]
+    plans = [s.plan() for s in samplers]
+    assert len({len(s) for s in samplers}) == 1 and len(plans[0]) == len(samplers[0])
+    assert len(samplers[0]) % k == 0
+    for p in plans:
+        groups = p.cells.reshape(-1, k)
+        assert (groups == groups[:, :1]).all()  # k consecutive batches of one cell
+        assert (p.cells == plans[0].cells).all()  # the same shape at every step on every rank
+    shapes = set(samplers[0].shapes)
+    cells = samplers[0].shape_table.cells
+    for p in plans:
+        for b in range(len(p)):
+            assert cells.shapes[p.cells[b]] in shapes
+    if last_batch != "drop":  # every sample still seen: the extra steps only repeat
+        seen = {i for p in plans for i in p.indices.tolist()}
+        assert seen == set(range(ONE.size))
+    plain = BucketSampler(
+        ONE, num_buckets=5, max_tokens=6000, last_batch=last_batch, num_replicas=replicas
+    )
+    steps = plain.spec.num_steps(replicas)
+    assert len(samplers[0]) == int((-(-steps // k) * k).sum())
+
+
+def test_accumulation_resume_mid_group_and_strict_state():
+    make = lambda **kw: BucketSampler(ONE, num_buckets=5, batch_size=16, seed=4, **kw)  # noqa: E731
+    s = make(accumulate=3)
+    s.set_epoch(1)
+    full = list(s)
+    s.set_epoch(1)
+    it = iter(s)
+    head = [next(it) for _ in range(7)]  # mid-group
+    state = json.loads(json.dumps(s.state_dict()))
+    again = make(accumulate=3)
+    again.load_state_dict(state)
+    assert head + list(again) == full
+    with pytest.raises(ValueError, match="different configuration"):
+        make(accumulate=2).load_state_dict(state)
+    assert make(accumulate=3).report().totals["repeated"] > 0  # the groups' extra batches
+    with pytest.raises(ValueError, match="last_batch='keep'"):
+        make(accumulate=2, last_batch="keep")
+    with pytest.raises(ValueError, match="accumulate must be an int >= 1"):
+        make(accumulate=0)

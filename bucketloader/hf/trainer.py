@@ -74,7 +74,7 @@ __all__ = ["BucketSeq2SeqTrainer", "BucketTrainer"]
 _log = logging.getLogger(__name__)
 
 #: Options that only shape training epochs (not used for evaluation batches).
-_TRAIN_ONLY = ("shuffle", "seed", "last_batch")
+_TRAIN_ONLY = ("shuffle", "seed", "last_batch", "accumulate")
 
 
 class _BucketMixin:

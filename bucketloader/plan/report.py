@@ -126,6 +126,7 @@ def plan_report(
     weights: Any = None,
     longest_first: bool = False,
     batches_done: int = 0,
+    accumulate: int = 1,
 ) -> SamplingReport:
     """The exact report of one epoch of ``spec``, from the plans of all ranks."""
     plans = [
@@ -138,6 +139,7 @@ def plan_report(
             rank=r,
             weights=weights,
             longest_first=longest_first,
+            accumulate=accumulate,
         )
         for r in range(num_replicas)
     ]
