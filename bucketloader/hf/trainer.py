@@ -293,11 +293,11 @@ class _BucketMixin:
         evals = sum(len(b.sampler.shapes) for _, b in self._eval_cache.values())
         import torch._dynamo.config as config
 
-        from bucketloader.compile.precompile import _raise_recompile_limit
+        from bucketloader.compile.precompile import raise_recompile_limit
 
         name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
         before = int(getattr(config, name))
-        limit = _raise_recompile_limit(train + evals)
+        limit = raise_recompile_limit(train + evals)
         if limit > before and not self._compile_noted:
             self._compile_noted = True
             _log.info(
