@@ -194,3 +194,24 @@ def test_silent_overrides_get_one_info_line_each(tmp_path, caplog):
     assert sum("group_by_length" in m for m in messages) == 1
     assert sum("per_device_eval_batch_size=16" in m for m in messages) == 1
     assert max(s[0] for s in trainer.eval_bucketing.sampler.shapes) < 16
+
+
+def test_accumulation_groups_through_the_trainer(tmp_path):
+    model = _model()
+    shapes = Shapes(model)
+    trainer = hf.BucketTrainer(
+        model=model,
+        args=_args(
+            tmp_path,
+            torch_compile=False,
+            torch_compile_backend=None,
+            gradient_accumulation_steps=2,
+            max_steps=3,
+        ),
+        train_dataset=_data(),
+        bucketing={"num_buckets": 3, "pad_token_id": 0, "accumulate": 2},
+    )
+    trainer.train()
+    seen = [s for training, s in shapes.seen if training]
+    assert len(seen) == 6 and len(trainer.get_train_dataloader()) % 2 == 0
+    assert all(seen[i] == seen[i + 1] for i in range(0, 6, 2))  # no step mixes shapes
