@@ -14,7 +14,6 @@ other ``Sampler[list[int]]``) is loaded as by a plain ``DataLoader``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -47,7 +46,7 @@ class ResumableDataLoader(DataLoader):
         7
     """
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Any:  # an iterator (torch's, or counting around it)
         sampler = self.batch_sampler
         begin = getattr(sampler, "_loader_pass", None)
         handed = getattr(sampler, "_loader_handed", None)

@@ -213,7 +213,11 @@ class ShardedSampler(EpochSampler):
         from bucketloader.loader import ResumableDataLoader  # exact state behind workers
 
         kwargs.setdefault("collate_fn", self.collator())
-        return ResumableDataLoader(self.wrap(dataset), batch_sampler=self, **kwargs)
+        return ResumableDataLoader(
+            self.wrap(dataset),  # type: ignore[arg-type]
+            batch_sampler=self,
+            **kwargs,
+        )
 
     # -- the epoch ----------------------------------------------------------------------------
     def _make_plan(self, epoch: int) -> ShardEpochPlan:

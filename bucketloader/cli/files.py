@@ -141,7 +141,9 @@ def _column_index(
     return idx
 
 
-def _parse_text(lines: list[str], name: str, column: str | int | None, sep: str) -> np.ndarray:
+def _parse_text(
+    lines: list[str], name: str, column: str | int | None, sep: str | None
+) -> np.ndarray:
     rows = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
     if not rows:
         raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")

@@ -349,7 +349,7 @@ class _BucketMixin:
 
         def train_step(batch: Any) -> None:
             _, num_items = self.get_batch_samples(iter([batch]), 1, device)
-            self.training_step(model, batch, num_items)
+            self.training_step(model, batch, num_items)  # type: ignore[attr-defined]
 
         was_training = model.training
         try:
@@ -584,7 +584,7 @@ def _plan_batches(sampler: Any) -> Any:
     """``(cell, rows of a smaller last batch or None, indices as loaded)`` of the current epoch."""
     if isinstance(sampler, EvalSampler):
         for batch in sampler:
-            yield int(batch.cell), None, batch
+            yield int(batch.cell), None, batch  # type: ignore[attr-defined]
         return
     plan = sampler.plan()
     full = sampler.shape_table.cells.batch

@@ -166,7 +166,7 @@ def plan_report(
         "planned": planned,
         **{key: int(filtered.get(key, 0)) for key in ("too_short", "too_long", "oversize")},
         "truncated": int(filtered.get("truncated", 0)),
-        **{key: int(filtered[key]) for key in ("filter", "no_shape") if key in filtered},
+        **{str(key): int(filtered[key]) for key in ("filter", "no_shape") if key in filtered},
     }
     budget = spec.rule.budget if spec.rule is not None else None
     if budget is not None and budget.oversize == "single":

@@ -101,8 +101,8 @@ def covered(table: np.ndarray, shapes: np.ndarray) -> np.ndarray:
     out = np.zeros(table.shape[0], dtype=bool)
     step = max(1, 4_000_000 // max(1, shapes.size))
     for lo in range(0, table.shape[0], step):
-        part = table[lo : lo + step, None, :] <= shapes[None, :, :]
-        out[lo : lo + step] = part.all(axis=2).any(axis=1)
+        part = np.asarray(table[lo : lo + step, None, :] <= shapes[None, :, :])
+        out[lo : lo + step] = np.any(np.all(part, axis=2), axis=1)
     return out
 
 
