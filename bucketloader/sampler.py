@@ -133,6 +133,10 @@ class EpochSampler(Sampler[list[int]]):
     def __iter__(self) -> Iterator[list[int]]:
         _check_not_in_batch_sampler(type(self).__name__)
         self._advance_if_finished()
+        if self._passes.by_loader:  # a ResumableDataLoader counts this pass
+            self._passes.by_loader = False
+        else:  # iterated directly: the position is what __iter__ hands out
+            self._passes.handed = None
         start, self._start = self._start, 0
         self._passes.prefetched = _pulled_by_workers()
         plan = self.plan()
@@ -167,6 +171,7 @@ class EpochSampler(Sampler[list[int]]):
         self._advance_if_finished()
         self._passes.begin = self._start
         self._passes.handed = 0
+        self._passes.by_loader = True
 
     def _loader_handed(self, count: int) -> None:
         """The loader has handed ``count`` batches of this pass to the loop."""
@@ -279,6 +284,7 @@ class _Passes:
         self.warned = False  # the in-flight warning was shown
         self.begin = 0  # the position the loader's pass started from
         self.handed: int | None = None  # batches a ResumableDataLoader handed out in this pass
+        self.by_loader = False  # the next __iter__ is a ResumableDataLoader's pass
 
 
 def _called_from(fn: Any, depth: int = 5) -> bool:

@@ -200,3 +200,16 @@ def test_dataloader_sampler_instead_of_batch_sampler_says_which_argument():
     data = np.arange(N)  # a dataset that takes a list of indices (as a datasets.Dataset does)
     loader = DataLoader(data, sampler=sampler, batch_size=None, collate_fn=collate)
     assert len(next(iter(loader))) == 32  # no batching by torch: left alone
+
+
+def test_iterating_directly_after_a_loader_pass_counts_again():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    loader = sampler.dataloader(list(range(N)), collate_fn=collate)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    assert sampler.state_dict()["batches_yielded"] == 3
+    del it
+    direct = iter(sampler)  # the same epoch again, by hand
+    next(direct)
+    assert sampler.state_dict()["batches_yielded"] == 1
