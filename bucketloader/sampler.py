@@ -177,6 +177,14 @@ class EpochSampler(Sampler[list[int]]):
         """The loader has handed ``count`` batches of this pass to the loop."""
         self._passes.handed = count
 
+    def _batches_done(self) -> int:
+        """Batches of the current epoch the loop has had: a loader's count when one counts,
+        else what ``__iter__`` handed out (or the pending resume position)."""
+        passes = self._passes
+        if passes.handed is not None:
+            return min(passes.begin + passes.handed, len(self))
+        return max(self._yielded, self._start)
+
     def _position(self, batches_consumed: int | None) -> int:
         """The resume position ``state_dict`` records (and the warning when it may run ahead)."""
         if batches_consumed is not None:
@@ -484,7 +492,7 @@ class BucketSampler(EpochSampler):
             rank=self.rank,
             weights=self.weights,
             longest_first=self.longest_first,
-            batches_done=max(self._yielded, self._start) if current else 0,
+            batches_done=self._batches_done() if current else 0,
             accumulate=self.accumulate,
         )
 

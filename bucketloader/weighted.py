@@ -187,7 +187,7 @@ class WeightedBucketSampler(BucketSampler):
             num_replicas=self.num_replicas,
             rank=self.rank,
             longest_first=self.longest_first,
-            batches_done=max(self._yielded, self._start) if current else 0,
+            batches_done=self._batches_done() if current else 0,
             accumulate=self.accumulate,
         )
         everything = np.concatenate(

@@ -213,3 +213,14 @@ def test_iterating_directly_after_a_loader_pass_counts_again():
     direct = iter(sampler)  # the same epoch again, by hand
     next(direct)
     assert sampler.state_dict()["batches_yielded"] == 1
+
+
+def test_report_counts_what_the_loop_received():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    loader = sampler.dataloader(list(range(N)), num_workers=2, collate_fn=collate)
+    it = iter(loader)
+    for _ in range(6):
+        next(it)
+    report = sampler.report()
+    assert report.batches_done == 6 and report.batches_left == len(sampler) - 6
+    del it
