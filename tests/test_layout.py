@@ -199,7 +199,8 @@ stream = BucketIterable([[1] * n for n in lengths], boundaries=sampler.boundarie
 assert sum(len(b) for b in stream) == len(lengths)
 from bucketloader.pack import PackSampler, PackIterable, document_mask
 packer = PackSampler(lengths, row_length=24, batch_size=2)
-for batch in DataLoader(data, batch_sampler=packer, collate_fn=packer.collator()):
+ids = [torch.ones(n, dtype=torch.long) for n in lengths]  # token ids are integers
+for batch in DataLoader(ids, batch_sampler=packer, collate_fn=packer.collator()):
     assert tuple(batch["input_ids"].shape) in packer.shapes
     assert document_mask(batch["document_ids"]).shape == (2, 1, 24, 24)
 docs = [[1] * n for n in lengths]
