@@ -309,17 +309,29 @@ def _from_table(table: Any, name: str, column: str | int | None) -> np.ndarray:
 def _note_characters(table: Any, column: str, name: str) -> None:
     """A string column's lengths are characters: say so (a UserWarning the CLI prints as a note),
     since bucketing usually wants tokens."""
+    note = characters_note(getattr(table, "schema", None), column, name)
+    if note is not None:
+        warnings.warn(note, UserWarning, stacklevel=3)
+
+
+def characters_note(schema: Any, column: str, name: str) -> str | None:
+    """The note for a text column of an Arrow ``schema`` (its lengths are characters), or
+    ``None`` for any other column.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> characters_note(pa.schema([("ids", pa.list_(pa.int64()))]), "ids", "t.parquet") is None
+        True
+    """
     import pyarrow as pa
 
-    schema = getattr(table, "schema", None)
     if schema is None or schema.get_field_index(column) < 0:
-        return
+        return None
     kind = schema.field(column).type
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        warnings.warn(
-            f"{name} column {column!r} holds text: its lengths are measured in characters, not "
-            "tokens; to bucket tokens, tokenize first and pass the token column (e.g. "
-            "--column input_ids) or a column of token counts",
-            UserWarning,
-            stacklevel=3,
-        )
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return None
+    return (
+        f"{name} column {column!r} holds text: its lengths are measured in characters, not "
+        "tokens; to bucket tokens, tokenize first and pass the token column (e.g. "
+        "--column input_ids) or a column of token counts"
+    )
