@@ -175,8 +175,9 @@ class Grid:
 
 
 def coarse_values(rows: np.ndarray, counts: np.ndarray, limit: int) -> list[np.ndarray]:
-    """Per-input grid coordinates whose product is at most ``limit``: every distinct length where
-    that fits, else the same number of weighted quantiles per input (the longest always kept)."""
+    """Per-input grid coordinates whose product is about ``limit`` at most: every distinct length
+    where that fits, else weighted quantiles per input, the shortest and the longest always kept
+    (samples round up onto them for the plan, down for the bound)."""
     d = rows.shape[1]
     exact = [np.unique(rows[:, k]) for k in range(d)]
     if int(np.prod([float(v.size) for v in exact])) <= limit:
@@ -191,5 +192,5 @@ def coarse_values(rows: np.ndarray, counts: np.ndarray, limit: int) -> list[np.n
         cum = np.cumsum(counts[order])
         qs = np.searchsorted(cum, np.linspace(0, cum[-1], per + 1)[1:], side="left")
         picked = rows[order[np.minimum(qs, order.size - 1)], k]
-        out.append(np.unique(np.append(picked, exact[k][-1])))
+        out.append(np.unique(np.concatenate([picked, exact[k][[0, -1]]])))
     return out
