@@ -36,7 +36,6 @@ that is a collective: every rank builds the plan (as every rank builds its sampl
 
 from __future__ import annotations
 
-import hashlib
 import math
 import sys
 import tempfile
@@ -47,9 +46,9 @@ from typing import Any
 import numpy as np
 
 from bucketloader._ranks import default_ranks
-from bucketloader._validation import as_lengths, check_bool, check_choice, check_float, check_int
+from bucketloader._validation import check_bool, check_choice, check_float, check_int
 from bucketloader.boundaries import joint_assign, joint_padding
-from bucketloader.histogram import LengthHistogram
+from bucketloader.histogram import JointHistogram, LengthHistogram
 from bucketloader.solution import JointSolution
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors
 from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values
@@ -60,72 +59,6 @@ __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_j
 
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key).
 JOINT_FORMAT = 1
-
-
-class JointHistogram:
-    """Distinct rows of several inputs' lengths and how many samples have each.
-
-    Attributes:
-        rows: ``(n, D)`` distinct rows, sorted lexicographically (read-only ``int64``).
-        counts: ``(n,)`` samples per row (all >= 1).
-
-    Example:
-        >>> h = JointHistogram.from_lengths([[3, 4], [1, 2], [3, 4]])
-        >>> h.rows.tolist(), h.counts.tolist(), h.num_samples
-        ([[1, 2], [3, 4]], [1, 2], 3)
-    """
-
-    __slots__ = ("counts", "rows")
-
-    def __init__(self, rows: np.ndarray, counts: np.ndarray) -> None:
-        rows.setflags(write=False)
-        counts.setflags(write=False)
-        self.rows, self.counts = rows, counts
-
-    @classmethod
-    def from_lengths(cls, lengths: Any) -> JointHistogram:
-        """From an ``(N, D)`` table of lengths (or an ``(N,)`` one: one input)."""
-        table = as_lengths(lengths, ndim=(1, 2))
-        if table.ndim == 1:
-            table = table[:, None]
-        if table.shape[1] == 0:
-            raise ValueError(f"lengths of shape {table.shape} has no inputs; give (N, D), D >= 1")
-        rows, counts = np.unique(table, axis=0, return_counts=True)
-        return cls(rows.astype(np.int64), counts.astype(np.int64))
-
-    @property
-    def num_samples(self) -> int:
-        """Total number of samples."""
-        return int(self.counts.sum())
-
-    @property
-    def num_values(self) -> int:
-        """Number of distinct rows."""
-        return int(self.rows.shape[0])
-
-    @property
-    def min(self) -> list[int]:
-        """Shortest length of every input."""
-        return [int(x) for x in self.rows.min(axis=0)]
-
-    @property
-    def max(self) -> list[int]:
-        """Longest length of every input."""
-        return [int(x) for x in self.rows.max(axis=0)]
-
-    def digest(self) -> str:
-        """SHA256 of the canonical encoding (format, shape, little-endian rows and counts)."""
-        h = hashlib.sha256()
-        h.update(f"bucketloader.JointHistogram/1/{self.rows.shape}/".encode())
-        h.update(np.ascontiguousarray(self.rows, dtype="<i8").tobytes())
-        h.update(np.ascontiguousarray(self.counts, dtype="<i8").tobytes())
-        return h.hexdigest()
-
-    def __repr__(self) -> str:
-        return (
-            f"JointHistogram(num_samples={self.num_samples}, num_values={self.num_values}, "
-            f"inputs={self.rows.shape[1]})"
-        )
 
 
 def joint_params(
