@@ -29,6 +29,8 @@ TOTALS = {
     "too_short": "left out: shorter than min_length",
     "too_long": "left out: longer than max_length (overflow='drop')",
     "oversize": "left out: do not fit max_tokens (oversize='drop')",
+    "filter": "left out: rejected by filter=",
+    "no_shape": "left out: no shape in shapes= covers them",
     "truncated": "planned at max_length and cut (overflow='truncate')",
     "single": "in batches of one because they exceed max_tokens (oversize='single')",
     "seen": "distinct samples in the epoch's batches",
@@ -56,6 +58,8 @@ class SamplingReport:
         batches_left: batches still to come in this epoch (this rank), ``None`` if unknown.
         samples_left: samples in those batches, ``None`` if unknown.
         source: ``"plan"`` (reconstructed) or ``"stream"`` (counted by the stream's workers).
+        extra: more keys for :meth:`as_dict`; a joint plan's ``"joint"``: per group its
+            padding, certified lower bound, gap and status (``BucketSpec.joint``).
 
     Example:
         >>> from bucketloader import BucketSampler
@@ -104,6 +108,12 @@ class SamplingReport:
                 lines.append(f"  {key:<12} {int(self.totals[key]):>12,}  {TOTALS[key]}")
         left = "?" if self.batches_left is None else f"{self.batches_left:,}"
         lines.append(f"  batches done {self.batches_done:,}, left {left}")
+        for j in self.extra.get("joint") or ():
+            lines.append(
+                f"  joint plan (group {j['group']}): {j['cells']} cells, padding "
+                f"{j['objective']:,} >= bound {j['lower_bound']:,} (gap {j['gap']:.2%}, "
+                f"{j['status']}, {j['seconds']:.2f} s)"
+            )
         lines.append(f"  {'shape':<24} {'batches':>9} {'rows':>10} {'padding':>9}")
         for c in self.cells:
             real, padded = int(c["real"]), int(c["padded"])
@@ -124,6 +134,7 @@ def plan_report(
     weights: Any = None,
     longest_first: bool = False,
     batches_done: int = 0,
+    accumulate: int = 1,
 ) -> SamplingReport:
     """The exact report of one epoch of ``spec``, from the plans of all ranks."""
     plans = [
@@ -136,6 +147,7 @@ def plan_report(
             rank=r,
             weights=weights,
             longest_first=longest_first,
+            accumulate=accumulate,
         )
         for r in range(num_replicas)
     ]
@@ -162,6 +174,7 @@ def plan_report(
         "planned": planned,
         **{key: int(filtered.get(key, 0)) for key in ("too_short", "too_long", "oversize")},
         "truncated": int(filtered.get("truncated", 0)),
+        **{str(key): int(filtered[key]) for key in ("filter", "no_shape") if key in filtered},
     }
     budget = spec.rule.budget if spec.rule is not None else None
     if budget is not None and budget.oversize == "single":
@@ -195,4 +208,5 @@ def plan_report(
         batches_left=len(mine) - done,
         samples_left=int(mine.offsets[-1] - mine.offsets[done]),
         source="plan",
+        extra={"joint": [dict(j) for j in spec.joint]} if spec.joint else {},
     )
