@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from bucketloader.compile.store import write_atomic
+from bucketloader._files import NotAFile, write_atomic
 
 #: Subtrees of the inductor cache directory that a warm start reads (NOTE [ What a warm start
 #: needs ] in store.py); compiled kernels (``*.so``) are taken from anywhere.
@@ -108,12 +108,13 @@ def unpack(root: Path, files: list[tuple[str, bytes]]) -> int:
         dst = (root / name).resolve()
         if base not in dst.parents:  # never outside the cache directory
             continue
-        if dst.exists():
+        if os.path.lexists(dst):
             continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(dst, data)
-        if name.endswith(".so"):
-            dst.chmod(0o755)
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(dst, data, mode=0o755 if name.endswith(".so") else None)
+        except (NotAFile, OSError):  # the rank compiles that piece itself instead
+            continue
         written += 1
     return written
 

@@ -228,8 +228,8 @@ def precompile(
     objects = found if restore is None else check_restorable(restore)
     keyed = list({id(o): o for o in [*objects, *found]}.values())
 
-    if store is not None:
-        store.activate()
+    if store is not None and not store.activate():
+        store = None  # unusable directory: one warning, then as cache=False
     document = key_document(step, keyed, to_device(targets[0][1], dev), compiled)
     key = digest(document)
     signatures = [batch_signature(to_device(b, dev)) for _, b in targets]
