@@ -344,6 +344,7 @@ class BucketCache:
 _WARNED: set[tuple[str, str]] = set()
 _WARNED_LOCK = threading.Lock()
 
+
 def _reason(exc: OSError) -> str:
     """An OS error without the file name (which may be a random temporary name)."""
     return exc.strerror or str(exc) or type(exc).__name__

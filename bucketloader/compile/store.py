@@ -125,8 +125,7 @@ class CompileCache:
             ``"filesystem"`` (trust that the directory is shared) or ``"collective"`` (always send).
 
     Example:
-        >>> import errno
-import math
+        >>> import tempfile
         >>> cache = CompileCache(tempfile.mkdtemp())
         >>> cache.inductor_dir.name, cache.records("0" * 64)
         ('inductor', {})
