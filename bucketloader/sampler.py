@@ -357,7 +357,13 @@ class GroupedDataset(ConcatDataset):
             )
         if not isinstance(key, str) or not key:
             raise TypeError(f"key must be a non-empty str, got key={key!r}")
-        super().__init__(list(datasets))
+        datasets = list(datasets)
+        if not datasets:
+            raise ValueError(
+                "datasets must hold at least one dataset, got an empty list; pass "
+                "GroupedDataset([dataset_a, dataset_b, ...])"
+            )
+        super().__init__(datasets)
         self.key = key
         sizes = [len(d) for d in self.datasets]  # type: ignore[arg-type]
         self.groups = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
@@ -370,7 +376,15 @@ class GroupedDataset(ConcatDataset):
                 f"per-dataset bucketing needs dict samples to add {self.key!r} to, got "
                 f"{type(sample).__name__} at index {index}; return a dict from your datasets"
             )
-        return {**sample, self.key: int(self.groups[index])}
+        group = int(self.groups[index])
+        if self.key in sample and sample[self.key] != group:
+            raise ValueError(
+                f"the sample at index {index} already has a field {self.key!r} "
+                f"(={sample[self.key]!r}), which GroupedDataset would overwrite with its dataset "
+                f"index {group}; pass GroupedDataset(datasets, key=...) with a field name your "
+                "samples do not use (and the collator's group_key= the same)"
+            )
+        return {**sample, self.key: group}
 
 
 _STATE_VERSION = 1
