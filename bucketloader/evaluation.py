@@ -57,6 +57,7 @@ from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import size_values
 from bucketloader.plan.report import SamplingReport
+from bucketloader.sampler import _check_state as check_state
 from bucketloader.sampler import spec_or_build
 
 __all__ = ["EvalBatch", "EvalCollator", "EvalDataset", "EvalSampler", "restore_order"]
@@ -157,6 +158,7 @@ class EvalSampler(Sampler[list[int]]):
         self.spec = spec_or_build(lengths, spec_options, BucketSpec)
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
         self.balance = check_bool("balance", balance)
+        self._start = self._yielded = 0
         if self.balance:
             self.spec = _balanced(self.spec, self.num_replicas)
         self._warn_filtered()
@@ -347,7 +349,10 @@ class EvalSampler(Sampler[list[int]]):
         cells, batch = plan["cell"], self.spec.cells.batch
         rows = self.row_index()
         offsets = np.concatenate([[0], np.cumsum(batch[cells])])
-        for s in range(cells.size):
+        start, self._start = self._start, 0
+        self._yielded = start
+        for s in range(start, cells.size):
+            self._yielded = s + 1
             n, start = int(plan["size"][s, r]), int(plan["start"][s, r])
             fill = None if n else int(order[plan["base"][s]])
             yield EvalBatch(
@@ -356,6 +361,37 @@ class EvalSampler(Sampler[list[int]]):
                 fill,
                 int(cells[s]),
             )
+
+    # -- resumption ----------------------------------------------------------------------------
+    def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
+        """Small JSON-serialisable state: the position in the evaluation and its configuration
+        (as :meth:`BucketSampler.state_dict <bucketloader.BucketSampler.state_dict>`; pass
+        ``batches_consumed`` when a prefetching DataLoader runs ahead of your loop)."""
+        pos = self._yielded
+        if batches_consumed is not None:
+            pos = check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
+        return {
+            "version": 1,
+            "epoch": 0,
+            "batches_yielded": int(pos),
+            "config": self._config(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next ``__iter__`` yields exactly the remaining batches.
+
+        Raises ``ValueError`` if ``state`` comes from another configuration, naming both values.
+        """
+        _, pos = check_state(state, self._config(), type(self).__name__)
+        self._start = self._yielded = pos
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "num_replicas": self.num_replicas,
+            "num_samples": self.num_samples,
+            "num_batches": len(self),
+            "plan_digest": self.spec.digest,
+        }
 
     # -- loading -------------------------------------------------------------------------------
     def wrap(self, dataset: Any) -> EvalDataset:
