@@ -288,3 +288,22 @@ def test_an_unusable_cache_directory_degrades_with_one_warning(tmp_path, kind):
     ours = [w for w in caught if issubclass(w.category, CompileCacheWarning)]
     assert len(ours) == 1 and "not usable" in str(ours[0].message), [str(w.message) for w in ours]
     assert report.key is None and report.shapes == _sampler().shapes
+
+
+def test_a_class_defined_by_exec_is_entered_too():
+    """A notebook cell or a docs runner execs code: its classes' module reads 'builtins'."""
+    namespace = {"make": _model_and_opt, "train": _train}
+    exec(
+        "class Holder:\n"
+        "    def __init__(self):\n"
+        "        self.model, self.opt = make()\n"
+        "        self.fn = train(self.model, self.opt)\n"
+        "    def step(self, batch):\n"
+        "        self.fn(batch)\n",
+        namespace,
+    )
+    holder = namespace["Holder"]()
+    _train(holder.model, holder.opt)({"inputs": torch.tensor([[1, 2, 3]])})
+    before = _state(holder.model, holder.opt)
+    _run(holder.step)
+    _same(before, _state(holder.model, holder.opt))

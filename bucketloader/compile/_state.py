@@ -256,6 +256,12 @@ def _methods(cls: type) -> list[Any]:
 
 def _library(obj: Any) -> bool:
     module = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", "")
+    if (
+        module == "builtins"
+        and isinstance(obj, type)
+        and getattr(builtins, obj.__name__, None) is not obj
+    ):
+        return False  # a class defined by exec'd code (a notebook cell, a docs runner)
     return (module or "").split(".")[0] in _LIBRARIES
 
 
