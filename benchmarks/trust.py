@@ -2,9 +2,10 @@
 that is right (a valid result, or one clear ValueError / TypeError; never a hang, a raw
 exception, a silent loss or a trained model).
 
-Every case runs in its own process (a hang is a 20 s timeout; memory is capped at 3 GiB, so an
-unbounded read fails instead of filling the machine) and prints one JSON line: ``ok`` and the
-outcome. Run it from a checkout's root so that checkout's ``bucketloader`` is imported::
+Every case runs in its own process (a hang is a 90 s timeout, ``--timeout``; memory is capped
+at 3 GiB, so an unbounded read fails instead of filling the machine) and prints one JSON line:
+``ok`` and the outcome. Run it from a checkout's root so that checkout's ``bucketloader`` is
+imported::
 
     mkdir /tmp/before && git archive 7a0e618 | tar -x -C /tmp/before
     (cd /tmp/before && python /path/to/benchmarks/trust.py --out /tmp/before.json)
@@ -690,6 +691,7 @@ def main() -> None:
     p.add_argument("--out", help="write this checkout's outcomes here (JSON)")
     p.add_argument("--before", help="outcomes of an older checkout: write the before/after table")
     p.add_argument("--table", default=str(HERE / "results" / "trust.md"))
+    p.add_argument("--timeout", type=float, default=90.0, help="seconds before a case hangs")
     a = p.parse_args()
     if a.probe:
         warnings.simplefilter("ignore")
@@ -702,7 +704,7 @@ def main() -> None:
                 [sys.executable, __file__, "--probe", name],
                 capture_output=True,
                 text=True,
-                timeout=20,
+                timeout=a.timeout,
                 cwd=os.getcwd(),
                 env={**os.environ, "PYTHONPATH": os.getcwd()},  # this checkout's bucketloader
                 start_new_session=True,
@@ -714,7 +716,7 @@ def main() -> None:
                 else {"ok": False, "outcome": "crashed: " + _short(proc.stderr.strip()[-300:])}
             )
         except subprocess.TimeoutExpired:
-            outcomes[name] = {"ok": False, "outcome": "hangs (killed after 20 s)"}
+            outcomes[name] = {"ok": False, "outcome": f"hangs (killed after {a.timeout:.0f} s)"}
         print(f"{name}: {outcomes[name]}", flush=True)
     if a.out:
         Path(a.out).write_text(json.dumps(outcomes, indent=1))
@@ -728,7 +730,7 @@ def _table(before: dict, after: dict, path: Path) -> None:
     rows = [
         "# Issue 21's classes of failure: before (7a0e618) and after",
         "",
-        "Command: see the docstring of `benchmarks/trust.py` (each case in its own process, 20 s "
+        "Command: see the docstring of `benchmarks/trust.py` (each case in its own process, 90 s "
         "timeout, 3 GiB address-space cap). A case misbehaves when it hangs, crashes with a raw "
         "exception, loses samples without a count and a warning, or changes the model; a valid "
         "result or one clear `ValueError` / `TypeError` naming the argument is right. Class 4 "
