@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from torch.utils.data import ConcatDataset, Sampler
+from torch.utils.data import ConcatDataset, IterableDataset, Sampler
 
 from bucketloader._ranks import resolve_ranks
 from bucketloader._validation import check_bool, check_int
@@ -363,6 +363,15 @@ class GroupedDataset(ConcatDataset):
                 "datasets must hold at least one dataset, got an empty list; pass "
                 "GroupedDataset([dataset_a, dataset_b, ...])"
             )
+        for i, d in enumerate(datasets):
+            if isinstance(d, IterableDataset) or not (
+                hasattr(d, "__len__") and hasattr(d, "__getitem__")
+            ):
+                raise TypeError(
+                    f"datasets must be map-style datasets (with __len__ and __getitem__), got "
+                    f"{type(d).__name__} at position {i}; per-dataset bucketing needs every "
+                    "sample's length up front (for a stream, see BucketIterable)"
+                )
         super().__init__(datasets)
         self.key = key
         sizes = [len(d) for d in self.datasets]  # type: ignore[arg-type]

@@ -119,6 +119,14 @@ def test_grouped_dataset_contract():
         data[0]
     assert GroupedDataset([[{"x": 1, "dataset": "wiki"}]], key="source")[0]["source"] == 0
 
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            yield {"x": 1}
+
+    for bad in ([Stream()], [[{"x": 1}], 5]):
+        with pytest.raises(TypeError, match="map-style datasets"):
+            GroupedDataset(bad)
+
 
 def test_pack_sampler_leaves_the_callers_array_writable():
     lengths = np.array([5, 3, 2, 5, 3, 2, 8])
