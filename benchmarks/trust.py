@@ -194,6 +194,21 @@ def pc_loose_tensor():
     return ok, f"w after precompile: {w.detach().tolist()}"
 
 
+def pc_notebook_class():
+    ns = {"make": _model, "inner": _inner}
+    exec(
+        "class Trainer:\n"
+        "    def __init__(self):\n"
+        "        self.model, self.opt = make()\n"
+        "        self.fn = inner(self.model, self.opt)\n"
+        "    def step(self, batch):\n"
+        "        self.fn(batch)\n",
+        ns,
+    )
+    t = ns["Trainer"]()
+    return _precompile_keeps(t.step, t.model, t.opt)
+
+
 def pc_counter():
     class Trainer:
         def __init__(self):
@@ -507,6 +522,22 @@ def grouped_key():
     return got["dataset"] == "wiki", f"sample's own 'dataset' -> {got['dataset']!r}"
 
 
+def grouped_iterable():
+    import torch
+
+    from bucketloader.sampler import GroupedDataset
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            yield {"x": 1}
+
+    try:
+        GroupedDataset([Stream()])
+    except Exception as exc:
+        return _clear(exc, "datasets"), _err(exc)
+    return False, "accepted"
+
+
 def subsample_huge():
     import torch
 
@@ -632,6 +663,7 @@ CASES = {
         "step reaching the model through `eval`": pc_eval,
         "a loose `requires_grad` tensor updated in place": pc_loose_tensor,
         "`self.global_step += 1` on the trainer": pc_counter,
+        "trainer class defined in a notebook cell (exec'd code)": pc_notebook_class,
     },
     "2 CompileCache hardened": {
         "record path is a FIFO": cc_fifo,
@@ -658,6 +690,7 @@ CASES = {
         "`PackSampler(a)` leaves `a` writable": pack_read_only,
         "`GroupedDataset([])`": grouped_empty,
         "`GroupedDataset` and a sample's own `dataset` key": grouped_key,
+        "`GroupedDataset([IterableDataset])`": grouped_iterable,
         "`balanced_subsample(x, labels, 10**9)`": subsample_huge,
         "`precompile(example=[tensor])`": pc_example_list,
         "`precompile(device='cuda:7')` on a CPU build": pc_cuda7,
@@ -691,11 +724,16 @@ def main() -> None:
     p.add_argument("--out", help="write this checkout's outcomes here (JSON)")
     p.add_argument("--before", help="outcomes of an older checkout: write the before/after table")
     p.add_argument("--table", default=str(HERE / "results" / "trust.md"))
+    p.add_argument("--after", help="this checkout's outcomes from an earlier --out: table only")
     p.add_argument("--timeout", type=float, default=90.0, help="seconds before a case hangs")
     a = p.parse_args()
     if a.probe:
         warnings.simplefilter("ignore")
         print(json.dumps(_one(a.probe)))
+        return
+    if a.after and a.before:
+        _table(json.loads(Path(a.before).read_text()), json.loads(Path(a.after).read_text()),
+               Path(a.table))  # fmt: skip
         return
     outcomes = {}
     for name in PROBES:
