@@ -57,8 +57,7 @@ from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import size_values
 from bucketloader.plan.report import SamplingReport
-from bucketloader.sampler import _check_state as check_state
-from bucketloader.sampler import spec_or_build
+from bucketloader.sampler import check_state, spec_or_build
 
 __all__ = ["EvalBatch", "EvalCollator", "EvalDataset", "EvalSampler", "restore_order"]
 

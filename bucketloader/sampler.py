@@ -443,3 +443,7 @@ def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, i
             f"state['batches_yielded']={pos} exceeds the epoch's {config['num_batches']} batches"
         )
     return epoch, pos
+
+
+#: State validation every planned producer shares (EvalSampler's too).
+check_state = _check_state
