@@ -2,7 +2,7 @@
 resume at random points behind DataLoader workers (issue 21).
 
 * ``kill -9`` during cache writes: a forked child loops writes of both caches' entries; the parent
-  kills it at a random short delay after its first write, 60 times per cache. Afterwards no entry
+  kills it at a random short delay after its first write, 50 times per cache. Afterwards no entry
   is torn (every one reads back valid, without a warning) and the next write removes every
   temporary file the killed writers left (NOTE [ Writing a cache file ] in ``bucketloader._files``).
 * 8 processes hit the same entry and their own entries of both caches at once: none raises or
@@ -40,7 +40,7 @@ pytestmark = [
     pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "darwin", reason="needs fork"),
 ]
 
-KILLS = 60
+KILLS = 50
 LENGTHS = np.random.default_rng(0).integers(1, 500, size=2000)
 MODEL = {"model": "fault", "width": [64] * 200}  # a record of a few KB: a wider write window
 KEY = digest(MODEL)
@@ -147,7 +147,7 @@ def test_eight_processes_on_the_same_and_different_entries(tmp_path):
         if pid == 0:
             code = 0
             try:
-                _hammer(tmp_path, me, rounds=15)
+                _hammer(tmp_path, me, rounds=10)
             except BaseException as exc:  # the parent sees the exit code; say why
                 print(f"process {me}: {type(exc).__name__}: {exc}", file=sys.stderr)
                 code = 1
