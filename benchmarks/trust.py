@@ -331,12 +331,23 @@ def cc_read_only():
 
 
 def cc_pickles():
+    import ast
     import inspect
 
     from bucketloader.compile import _dist
 
-    src = inspect.getsource(_dist)
-    n = src.count("broadcast_object_list") + src.count("all_gather_object(")
+    pickling = {
+        "broadcast_object_list",
+        "all_gather_object",
+        "gather_object",
+        "scatter_object_list",
+    }
+    calls = [
+        node.func.attr
+        for node in ast.walk(ast.parse(inspect.getsource(_dist)))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    ]
+    n = sum(c in pickling for c in calls)
     return n == 0, f"{n} pickling collective call(s) in bucketloader.compile._dist"
 
 
@@ -773,7 +784,10 @@ def _table(before: dict, after: dict, path: Path) -> None:
         "timeout, 3 GiB address-space cap). A case misbehaves when it hangs, crashes with a raw "
         "exception, loses samples without a count and a warning, or changes the model; a valid "
         "result or one clear `ValueError` / `TypeError` naming the argument is right. Class 4 "
-        "(streams over ranks) is issue 20's.",
+        "(streams over ranks) is issue 20's. The runs are kept in `results/trust_before.json` and "
+        "`results/trust_after.json` (four cases written after the first run were replayed one "
+        "by one with `--probe NAME` against both checkouts and merged); `--before B --after A` "
+        "rebuilds this table from them.",
         "",
         "| class | cases tried | misbehave before | misbehave after |",
         "|---|---:|---:|---:|",
