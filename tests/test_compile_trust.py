@@ -307,3 +307,29 @@ def test_a_class_defined_by_exec_is_entered_too():
     before = _state(holder.model, holder.opt)
     _run(holder.step)
     _same(before, _state(holder.model, holder.opt))
+
+
+def test_installed_libraries_code_is_not_walked_but_their_objects_are():
+    """A Hugging Face model's classes call eval() in from_pretrained: library code the step never
+    reaches must not make precompile refuse; the Trainer-like object holding it is still entered."""
+    transformers = pytest.importorskip("transformers")
+    from bucketloader.compile._state import discover
+
+    config = transformers.BertConfig(
+        vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=16,
+    )  # fmt: skip
+    model = transformers.BertForSequenceClassification(config)
+    opt = torch.optim.AdamW(model.parameters())
+
+    class Loop:
+        def __init__(self):
+            self.model, self.opt = model, opt
+
+        def step(self, batch):
+            self.model(**batch).loss.backward()
+            self.opt.step()
+
+    objects, _, unproven = discover(Loop().step)
+    assert unproven == []
+    assert any(o is model for o in objects) and any(o is opt for o in objects)

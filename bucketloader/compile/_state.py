@@ -39,7 +39,9 @@ classes of the objects it meets, and containers. What it collects is restored: m
 optimizers, objects with ``state_dict``/``load_state_dict``, loose tensors (a hand-rolled
 parameter or an EMA buffer), the attribute bindings of user objects (``self.global_step``) and
 the contents of the lists, dicts and sets met on the way. Library objects (``torch``, ``numpy``,
-Python's own) are not entered. Where the walk cannot see (a callable implemented in C outside
+Python's own) are not entered; installed packages' objects (a Hugging Face ``Trainer``) are, but
+their code is not walked (it changes what it is passed, and ``from_pretrained`` calling ``eval``
+must not make a model unprovable). Where the walk cannot see (a callable implemented in C outside
 those libraries, code that calls ``eval`` / ``exec`` / ``globals()``, more than
 :data:`_MAX_NODES` objects), it cannot prove that it found everything, and precompile refuses
 with the fix (``restore=[model, optimizer, ...]``) instead of risking a silent training step.
@@ -49,6 +51,7 @@ from __future__ import annotations
 
 import builtins
 import copy
+import functools
 import inspect
 import random
 import sys
@@ -171,8 +174,8 @@ def _children(obj: Any, found: Discovery, unproven: Callable[[str], None]) -> li
     if callable(func) and hasattr(obj, "args") and hasattr(obj, "keywords"):
         return [*out, func, *obj.args, *obj.keywords.values()]
     if isinstance(obj, types.FunctionType):
-        if _library(obj):
-            return out
+        if _library(obj) or _installed(obj):
+            return out  # library code: it changes what it is passed, which the walk sees
         out.extend(_function(obj, unproven))
         return out
     if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
@@ -243,15 +246,29 @@ def _slots(cls: type) -> list[str]:
 
 
 def _methods(cls: type) -> list[Any]:
-    """The functions of the user classes in ``cls``'s MRO (their code names globals too)."""
+    """The functions of the user classes in ``cls``'s MRO (their code names globals too);
+    installed packages' classes (a Hugging Face model's ``from_pretrained``) are library code."""
     out: list[Any] = []
     for klass in cls.__mro__:
-        if _library(klass):
+        if _library(klass) or _installed(klass):
             continue
         for value in vars(klass).values():
             if isinstance(value, (types.FunctionType, classmethod, staticmethod, property)):
                 out.append(value)
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _installed_module(name: str) -> bool:
+    path = getattr(sys.modules.get(name), "__file__", None) or ""
+    return any(part in path for part in ("site-packages", "dist-packages"))
+
+
+def _installed(obj: Any) -> bool:
+    """Code of an installed third-party package (not the user's own, nor bucketloader's):
+    its functions and methods are not walked, its objects' attributes are."""
+    module = getattr(obj, "__module__", None)
+    return isinstance(module, str) and _installed_module(module)
 
 
 def _library(obj: Any) -> bool:
