@@ -17,9 +17,10 @@ NOTE [ Writing a cache file ]
 readable; ``tempfile.mkstemp`` would make every entry ``0o600``), flushes and fsyncs it, then
 ``os.replace``-s it over the entry: a reader sees a whole entry or none, and concurrent writers of
 the same entry each replace it whole. The temporary file's name carries its writer
-(``.tmp-<host>-<pid>-<random>.part``), so the next write in the directory removes the leftovers of
-writers that died (``kill -9``) on this host at once, and anyone's after
-:data:`STALE_TMP_SECONDS`; a live writer's file is never touched. An entry path that holds
+(``.tmp-<host>-<pid>-<random>.part``, the host naming the hostname and the PID namespace), so the
+next write in the directory removes the leftovers of writers that died (``kill -9``) on this
+host at once, and anyone's after :data:`STALE_TMP_SECONDS`; a live writer's file is never
+touched. An entry path that holds
 something other than a regular file raises :class:`NotAFile` before anything is written.
 
 Example:
@@ -33,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -175,8 +177,14 @@ def is_regular_or_missing(path: str | os.PathLike[str]) -> tuple[bool, str]:
     return (True, "") if stat.S_ISREG(mode) else (False, file_kind(mode))
 
 
+@functools.lru_cache(maxsize=1)
 def _host() -> str:
-    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+    """This host and PID namespace (containers sharing a hostname have their own PIDs)."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return hashlib.sha256(f"{socket.gethostname()}/{namespace}".encode()).hexdigest()[:8]
 
 
 def _alive(pid: int) -> bool:
