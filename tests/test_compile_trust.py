@@ -333,3 +333,20 @@ def test_installed_libraries_code_is_not_walked_but_their_objects_are():
     objects, _, unproven = discover(Loop().step)
     assert unproven == []
     assert any(o is model for o in objects) and any(o is opt for o in objects)
+
+
+def test_a_namespace_holding_model_and_optimizer_is_entered():
+    import argparse
+    import types
+
+    for holder in (types.SimpleNamespace(), argparse.Namespace()):
+        holder.model, holder.opt = _model_and_opt()
+        holder.train = _train(holder.model, holder.opt)
+        holder.train({"inputs": torch.tensor([[1, 2, 3]])})
+        before = _state(holder.model, holder.opt)
+
+        def step(batch, holder=holder):
+            holder.train(batch)
+
+        _run(step)
+        _same(before, _state(holder.model, holder.opt))

@@ -39,9 +39,10 @@ classes of the objects it meets, and containers. What it collects is restored: m
 optimizers, objects with ``state_dict``/``load_state_dict``, loose tensors (a hand-rolled
 parameter or an EMA buffer), the attribute bindings of user objects (``self.global_step``) and
 the contents of the lists, dicts and sets met on the way. Library objects (``torch``, ``numpy``,
-Python's own) are not entered; installed packages' objects (a Hugging Face ``Trainer``) are, but
-their code is not walked (it changes what it is passed, and ``from_pretrained`` calling ``eval``
-must not make a model unprovable). Where the walk cannot see (a callable implemented in C outside
+Python's builtin types) are not entered; other objects are, a ``SimpleNamespace`` or a Hugging
+Face ``Trainer`` included, but the code of the standard library and of installed packages is not
+walked (it changes what it is passed, and ``from_pretrained`` calling ``eval`` must not make a
+model unprovable). Where the walk cannot see (a callable implemented in C outside
 those libraries, code that calls ``eval`` / ``exec`` / ``globals()``, more than
 :data:`_MAX_NODES` objects), it cannot prove that it found everything, and precompile refuses
 with the fix (``restore=[model, optimizer, ...]``) instead of risking a silent training step.
@@ -185,10 +186,10 @@ def _children(obj: Any, found: Discovery, unproven: Callable[[str], None]) -> li
         return out  # a C function reaches only what it is passed
     if isinstance(obj, (types.GeneratorType, types.CoroutineType, types.CodeType, types.FrameType)):
         return out
-    if _library(type(obj)) or type(obj).__module__.startswith("bucketloader."):
-        return out  # library objects (ours included) hold no training state
+    if _core(type(obj)):
+        return out  # torch's, numpy's, Python's builtin and our own objects hold no user state
     if not hasattr(obj, "__dict__") and not _slots(type(obj)):  # implemented in C
-        if callable(obj):
+        if callable(obj) and not _stdlib(type(obj)):
             unproven(f"the step reaches {type(obj).__qualname__} objects, which it cannot enter")
         return out
     # a user object: its attributes, and the methods of its class
@@ -260,15 +261,36 @@ def _methods(cls: type) -> list[Any]:
 
 @functools.lru_cache(maxsize=4096)
 def _installed_module(name: str) -> bool:
+    if name.split(".")[0] in getattr(sys, "stdlib_module_names", ()):
+        return True  # Python's own (argparse, threading, ...)
     path = getattr(sys.modules.get(name), "__file__", None) or ""
     return any(part in path for part in ("site-packages", "dist-packages"))
 
 
 def _installed(obj: Any) -> bool:
-    """Code of an installed third-party package (not the user's own, nor bucketloader's):
+    """Code of the standard library or an installed package (not the user's own):
     its functions and methods are not walked, its objects' attributes are."""
     module = getattr(obj, "__module__", None)
     return isinstance(module, str) and _installed_module(module)
+
+
+#: Objects of these packages are not entered (a SimpleNamespace or a Namespace holding the model
+#: is: only the libraries that never hold user state are left out).
+_CORE = frozenset({"torch", "numpy", "pybind11_builtins", "bucketloader"})
+
+
+def _core(cls: type) -> bool:
+    module = getattr(cls, "__module__", None) or ""
+    if module == "builtins":
+        return getattr(builtins, cls.__name__, None) is cls
+    return module.split(".")[0] in _CORE
+
+
+def _stdlib(cls: type) -> bool:
+    module = (getattr(cls, "__module__", None) or "").split(".")[0]
+    return module.lstrip("_") in getattr(sys, "stdlib_module_names", ()) or module in (
+        getattr(sys, "stdlib_module_names", ())
+    )
 
 
 def _library(obj: Any) -> bool:
