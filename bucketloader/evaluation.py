@@ -426,15 +426,17 @@ class EvalSampler(Sampler[list[int]]):
         """Outputs gathered at every step (layout of :meth:`gathered_index`) in dataset order
         (the order of :attr:`kept` when a filter left samples out)."""
         return restore_order(
-            outputs, self._dense(self.gathered_index()), num_samples=self.num_samples
+            outputs, self.positions(self.gathered_index()), num_samples=self.num_samples
         )
 
-    def _dense(self, index: np.ndarray) -> np.ndarray:
-        """Dataset indices as positions in :attr:`kept` (fillers stay -1)."""
+    def positions(self, index: Any) -> np.ndarray:
+        """Dataset indices (a batch's ``index`` column, gathered) as positions in :attr:`kept`,
+        fillers -1: what :func:`restore_order` takes with ``num_samples=self.num_samples``
+        (the same array without a filter)."""
+        index = _check_index(index)
         if self.spec.kept is None:
             return index
-        out = np.searchsorted(self.kept, index)
-        return np.where(index < 0, -1, out)
+        return np.where(index < 0, -1, np.searchsorted(self.kept, index))
 
     def restore_ranks(self, outputs: Sequence[Any]) -> Any:
         """Per-rank outputs (``outputs[r]``: rank ``r``'s rows over all its steps, e.g. from
@@ -446,7 +448,7 @@ class EvalSampler(Sampler[list[int]]):
                 f"{type(outputs).__name__} of length {size}"
             )
         index = np.concatenate([self.row_index(r) for r in range(self.num_replicas)])
-        index = self._dense(index)
+        index = self.positions(index)
         return restore_order(_concat(list(outputs)), index, num_samples=self.num_samples)
 
     def __repr__(self) -> str:

@@ -170,3 +170,40 @@ def test_cli_reads_lengths_exactly_or_refuses(tmp_path):
     txt.write_text("3\nnan\n")
     with pytest.raises(LengthFileError, match="whole number"):
         read_lengths(txt)
+
+
+def test_bucket_trainer_evaluates_a_filtered_set_in_order(tmp_path):
+    """BucketTrainer over an EvalSampler with max_length + overflow='drop': the predictions are
+    the kept samples', in dataset order, with the filter's warning (not a restore error)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    import datasets
+    import transformers
+
+    from bucketloader import hf
+
+    rng = np.random.default_rng(0)
+    lens = rng.integers(2, 30, size=24)
+    ds = datasets.Dataset.from_dict(
+        {
+            "input_ids": [list(rng.integers(1, 50, n)) for n in lens],
+            "label": [i % 2 for i in range(24)],
+        }
+    )
+    config = transformers.BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=16)  # fmt: skip
+    args = transformers.TrainingArguments(
+        str(tmp_path), report_to=[], use_cpu=True, per_device_eval_batch_size=4,
+        disable_tqdm=True, dataloader_pin_memory=False,
+    )  # fmt: skip
+    trainer = hf.BucketTrainer(
+        model=transformers.BertForSequenceClassification(config),
+        args=args,
+        eval_dataset=ds,
+        bucketing={"num_buckets": 2, "batch_size": 4},
+        eval_bucketing={"max_length": 20, "overflow": "drop"},
+    )
+    with pytest.warns(UserWarning, match="EvalSampler evaluates"):
+        out = trainer.predict(ds)
+    kept = np.flatnonzero(lens <= 20)
+    assert out.label_ids.tolist() == (kept % 2).tolist() and out.predictions.shape[0] == kept.size
