@@ -50,12 +50,7 @@ def merge_histograms(histograms: Sequence[LengthHistogram]) -> LengthHistogram:
         >>> h.values.tolist(), h.counts.tolist()
         ([3, 5, 9], [1, 2, 1])
     """
-    values = np.concatenate([h.values for h in histograms])
-    counts = np.concatenate([h.counts for h in histograms])
-    uniq, inverse = np.unique(values, return_inverse=True)
-    total = np.zeros(uniq.size, dtype=np.int64)
-    np.add.at(total, inverse, counts)
-    return LengthHistogram(uniq, total)
+    return LengthHistogram.merge(histograms)  # the one exact merge (NOTE [ Exact merge ])
 
 
 @dataclass(frozen=True)
