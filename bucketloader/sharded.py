@@ -205,8 +205,14 @@ class ShardedSampler(EpochSampler):
             dataset: this rank's shard (indexed by position in ``shard_lengths``).
             **kwargs: other ``DataLoader`` arguments (``num_workers``, ``collate_fn``, ...).
         """
+        from bucketloader.loader import ResumableDataLoader  # exact state behind workers
+
         kwargs.setdefault("collate_fn", self.collator())
-        return DataLoader(self.wrap(dataset), batch_sampler=self, **kwargs)
+        return ResumableDataLoader(
+            self.wrap(dataset),  # type: ignore[arg-type]
+            batch_sampler=self,
+            **kwargs,
+        )
 
     # -- the epoch ----------------------------------------------------------------------------
     def _make_plan(self, epoch: int) -> ShardEpochPlan:

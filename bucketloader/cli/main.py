@@ -18,6 +18,7 @@ import json
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from bucketloader.analysis import analyze
 from bucketloader.boundaries import assign_buckets
 from bucketloader.cache import BucketCache
 from bucketloader.cli.engines import ENGINES, engine_histogram, is_parquet_set
-from bucketloader.cli.files import read_lengths
+from bucketloader.cli.files import characters_note, read_lengths
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec
 from bucketloader.plan.budget import BatchRule
@@ -155,17 +156,47 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
 
 
+def _read_lengths(args: argparse.Namespace) -> Any:
+    """``read_lengths`` with its notes (a text column measured in characters) printed as
+    ``bucketloader: note: ...`` lines on stderr."""
+    with warnings.catch_warnings(record=True) as notes:
+        warnings.simplefilter("always")
+        lengths = read_lengths(args.file, args.column)
+    for note in notes:
+        print(f"bucketloader: note: {note.message}", file=sys.stderr)
+    return lengths
+
+
 def _read(args: argparse.Namespace) -> np.ndarray | LengthHistogram:
     """Lengths from a file, or the exact histogram of Parquet shards on ``--engine``."""
     if args.engine is None and not is_parquet_set(args.file):
-        return read_lengths(args.file, args.column)
+        return _read_lengths(args)
     if args.engine is not None and not is_parquet_set(args.file):
         raise ValueError(
             f"--engine {args.engine} reads Parquet shards (a directory of .parquet files, a "
             f"quoted glob or a .parquet file), got {args.file}"
         )
+    _note_parquet_text(args.file, args.column)
     hist, _ = engine_histogram(args.file, args.column, args.engine or "local")
     return hist
+
+
+def _note_parquet_text(path: str, column: str | None) -> None:
+    """The characters note for a text column of Parquet shards (read from the first file's
+    schema; the engines measure a string column in characters)."""
+    if column is None:
+        return
+    import pyarrow.parquet as pq
+
+    from bucketloader.engines.arrow import parquet_files
+
+    try:
+        schema = pq.read_schema(parquet_files(path)[0])
+    except (OSError, ValueError):
+        return  # the engine names the problem with the files
+    note = characters_note(schema, str(column), Path(path).name)
+    if note is not None:
+        print(f"bucketloader: note: {note}", file=sys.stderr)
 
 
 def _fail(message: str) -> int:
