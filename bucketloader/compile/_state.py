@@ -142,7 +142,7 @@ def _children(obj: Any, found: Discovery, unproven: Callable[[str], None]) -> li
         return out
     if isinstance(obj, torch.optim.Optimizer) or _is_stateful(obj):
         found.objects.setdefault(id(obj), obj)
-        if not _library(type(obj)):
+        if not _core(type(obj)):
             out.extend(_attributes(obj))
             out.extend(_methods(type(obj)))
         return out
@@ -175,7 +175,7 @@ def _children(obj: Any, found: Discovery, unproven: Callable[[str], None]) -> li
     if callable(func) and hasattr(obj, "args") and hasattr(obj, "keywords"):
         return [*out, func, *obj.args, *obj.keywords.values()]
     if isinstance(obj, types.FunctionType):
-        if _library(obj) or _installed(obj):
+        if _library(obj) or _installed(obj) or _ours(obj):
             return out  # library code: it changes what it is passed, which the walk sees
         out.extend(_function(obj, unproven))
         return out
@@ -277,6 +277,12 @@ def _installed(obj: Any) -> bool:
 #: Objects of these packages are not entered (a SimpleNamespace or a Namespace holding the model
 #: is: only the libraries that never hold user state are left out).
 _CORE = frozenset({"torch", "numpy", "pybind11_builtins", "bucketloader"})
+
+
+def _ours(fn: types.FunctionType) -> bool:
+    """bucketloader's own code (a doctest's functions carry our module name but not our file)."""
+    module = getattr(fn, "__module__", None) or ""
+    return module.split(".")[0] == "bucketloader" and not fn.__code__.co_filename.startswith("<")
 
 
 def _core(cls: type) -> bool:
