@@ -42,7 +42,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from torch.utils.data import ConcatDataset, Sampler
+from torch.utils.data import ConcatDataset, IterableDataset, Sampler
 
 from bucketloader._ranks import resolve_ranks
 from bucketloader._validation import check_bool, check_int, check_options
@@ -578,7 +578,22 @@ class GroupedDataset(ConcatDataset):
             )
         if not isinstance(key, str) or not key:
             raise TypeError(f"key must be a non-empty str, got key={key!r}")
-        super().__init__(list(datasets))
+        datasets = list(datasets)
+        if not datasets:
+            raise ValueError(
+                "datasets must hold at least one dataset, got an empty list; pass "
+                "GroupedDataset([dataset_a, dataset_b, ...])"
+            )
+        for i, d in enumerate(datasets):
+            if isinstance(d, IterableDataset) or not (
+                hasattr(d, "__len__") and hasattr(d, "__getitem__")
+            ):
+                raise TypeError(
+                    f"datasets must be map-style datasets (with __len__ and __getitem__), got "
+                    f"{type(d).__name__} at position {i}; per-dataset bucketing needs every "
+                    "sample's length up front (for a stream, see BucketIterable)"
+                )
+        super().__init__(datasets)
         self.key = key
         sizes = [len(d) for d in self.datasets]  # type: ignore[arg-type]
         self.groups = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
@@ -591,7 +606,15 @@ class GroupedDataset(ConcatDataset):
                 f"per-dataset bucketing needs dict samples to add {self.key!r} to, got "
                 f"{type(sample).__name__} at index {index}; return a dict from your datasets"
             )
-        return {**sample, self.key: int(self.groups[index])}
+        group = int(self.groups[index])
+        if self.key in sample and sample[self.key] != group:
+            raise ValueError(
+                f"the sample at index {index} already has a field {self.key!r} "
+                f"(={sample[self.key]!r}), which GroupedDataset would overwrite with its dataset "
+                f"index {group}; pass GroupedDataset(datasets, key=...) with a field name your "
+                "samples do not use (and the collator's group_key= the same)"
+            )
+        return {**sample, self.key: group}
 
 
 _STATE_VERSION = 1
@@ -641,3 +664,7 @@ def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, i
             f"state['batches_yielded']={pos} exceeds the epoch's {config['num_batches']} batches"
         )
     return epoch, pos
+
+
+#: State validation every planned producer shares (EvalSampler's too).
+check_state = _check_state

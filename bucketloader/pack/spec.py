@@ -336,6 +336,8 @@ class PackSpec:
         overflow = check_choice("overflow", overflow, PACK_OVERFLOW)
         last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
         declared = as_lengths(lengths)
+        if isinstance(lengths, np.ndarray) and np.shares_memory(declared, lengths):
+            declared = declared.copy()  # the caller's array stays writable
         declared.setflags(write=False)
         if (declared == 0).any():
             i = int(np.argmax(declared == 0))

@@ -220,6 +220,8 @@ class BatchRule:
                 fill = max(others)
             else:  # every cell is empty: an empty row counts as one token
                 fill = b.max_tokens
+            if fill >= b.multiple_of:  # the same rounding as every other cell (fairseq's)
+                fill -= fill % b.multiple_of
             out = [fill if n == -1 else n for n in out]
         return out
 
