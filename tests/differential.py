@@ -131,12 +131,12 @@ def _observe(stream: Any) -> dict[str, Any]:
     if hasattr(stream, "report"):
         try:
             out["report"] = _canon(stream.report())
-        except Exception as exc:  # noqa: BLE001 - recorded
+        except Exception as exc:
             out["report"] = _error(exc)
     if hasattr(stream, "stats") and not hasattr(stream, "report"):  # PackIterable's counters
         try:
             out["stats"] = _canon(stream.stats)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             out["stats"] = _error(exc)
     return out
 
@@ -190,7 +190,7 @@ def stream_case(case: int) -> dict[str, Any]:
             opts["max_documents"] = int(opts.get("batch_size", 1) * rng.integers(1, 6))
         opts["length_fn"] = key
     else:
-        flat = lengths if lengths.ndim == 1 else lengths
+        flat = lengths
         k = int(rng.integers(1, 6))
         choice = rng.random()
         if world > 1 or choice < 0.3:
@@ -204,10 +204,7 @@ def stream_case(case: int) -> dict[str, Any]:
             opts["boundaries"] = estimate(k, sample_size=int(rng.integers(10, 80)))
         else:
             cols = [flat] if flat.ndim == 1 else [flat[:, 0], flat[:, 1]]
-            bs = [
-                sorted({int(x) for x in np.quantile(c, np.linspace(0.3, 1.0, k))})
-                for c in cols
-            ]
+            bs = [sorted({int(x) for x in np.quantile(c, np.linspace(0.3, 1.0, k))}) for c in cols]
             if rng.random() < 0.25:
                 bs = [b[:-1] or b for b in bs]  # the longest may not fit
             opts["boundaries"] = bs[0] if flat.ndim == 1 else {"input_ids": bs[0], "labels": bs[1]}
@@ -239,7 +236,8 @@ def stream_case(case: int) -> dict[str, Any]:
     if world > 1 or (rng.random() < 0.15):
         opts["num_replicas"] = world
         opts["rank"] = int(rng.integers(world))
-        steps = max(1, int(len(samples) / world / max(1, opts.get("batch_size", 4)) * rng.uniform(0.4, 1.5)))
+        per_rank = len(samples) / world / max(1, opts.get("batch_size", 4))
+        steps = max(1, int(per_rank * rng.uniform(0.4, 1.5)))
         opts["steps_per_epoch"] = steps
         shard = samples[opts["rank"] :: world]
         if rng.random() < 0.08:
@@ -261,7 +259,7 @@ def stream_case(case: int) -> dict[str, Any]:
 
     try:
         stream = make()
-    except Exception as exc:  # noqa: BLE001 - recorded
+    except Exception as exc:
         rec["construct"] = _error(exc)
         return rec
     rec["shapes"] = _canon(stream.shapes)
@@ -276,7 +274,7 @@ def stream_case(case: int) -> dict[str, Any]:
         full = _lanes(make, stream, workers, key)
         rec["batches"] = full
         rec["after"] = _observe(stream)
-    except Exception as exc:  # noqa: BLE001 - recorded
+    except Exception as exc:
         rec["run"] = _error(exc)
         return rec
     # a resume point: the state after k batches, then the rest from a fresh stream
@@ -297,7 +295,7 @@ def stream_case(case: int) -> dict[str, Any]:
         resumed.load_state_dict(state)
         rec["resumed"] = _lanes(make, resumed, workers, key)
         rec["resumed_obs"] = _observe(resumed)
-    except Exception as exc:  # noqa: BLE001 - recorded
+    except Exception as exc:
         rec["resume"] = _error(exc)
     return rec
 
@@ -332,9 +330,7 @@ def sampler_case(case: int) -> dict[str, Any]:
                 rng.choice(["optimal", "percentile", "equal_mass", "linear", "geometric"])
             )
         else:
-            opts["boundaries"] = sorted(
-                {int(x) for x in np.quantile(lengths, [0.5, 0.8, 1.0])}
-            )
+            opts["boundaries"] = sorted({int(x) for x in np.quantile(lengths, [0.5, 0.8, 1.0])})
         r = rng.random()
         if r < 0.4:
             opts["batch_size"] = int(rng.integers(1, 9))
@@ -365,7 +361,7 @@ def sampler_case(case: int) -> dict[str, Any]:
             warnings.simplefilter("always")
             sampler = cls(lengths, **opts)
         rec["warnings"] = [str(w.message) for w in caught]
-    except Exception as exc:  # noqa: BLE001 - recorded
+    except Exception as exc:
         rec["construct"] = _error(exc)
         return rec
     rec["shapes"] = _canon(sampler.shapes)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import differential
+import pytest
 
 #: Cases whose behaviour changed on purpose: case -> why.
 CHANGED: dict[str, str] = {}
