@@ -30,7 +30,7 @@ from bucketloader._validation import MAX_LENGTH, as_lengths, check_choice, check
 from bucketloader.pack._bins import SOLVER_VERSION, Patterns, lower_bound, solve
 from bucketloader.plan.budget import BatchRule
 
-__all__ = ["PACK_LAST_BATCH", "PACK_OVERFLOW", "PackSpec", "PackTable"]
+__all__ = ["PACK_LAST_BATCH", "PACK_OVERFLOW", "PackSpec", "PackTable", "pack_rows"]
 
 #: What happens to the rows of a row length's last, partial global step (NOTE [ Packed epochs ] in
 #: :mod:`bucketloader.pack.epoch`). ``"keep"`` (a smaller batch) would be a second shape, so
@@ -367,6 +367,38 @@ class PackSpec:
             f"rows{bound}, shapes={list(self.table().shapes)}, padding={self.row_padding:.2%}, "
             f"last_batch={self.last_batch!r})"
         )
+
+
+def pack_rows(sizes: list[int], row_length: int, max_per_row: int) -> list[list[int]]:
+    """Documents of ``sizes`` tokens packed offline into rows of ``row_length`` (the planner's
+    solver, as :class:`PackSpec` packs an epoch): the document indices of each row, at most
+    ``max_per_row`` per row, a size's documents taken in index order.
+
+    Example:
+        >>> pack_rows([5, 3, 2, 6], 8, max_per_row=8)
+        [[3, 2], [0, 1]]
+    """
+    if not sizes:
+        return []
+    arr = np.asarray(sizes, dtype=np.int64)
+    counts = np.bincount(arr)
+    vals = np.flatnonzero(counts)[::-1]
+    pools: dict[int, list[int]] = {int(v): [] for v in vals}
+    for i, n in enumerate(sizes):
+        pools[n].append(i)
+    pat = solve(vals, counts[vals], (row_length,))
+    cap = max(1, max_per_row)
+    out = []
+    for p in range(pat.reps.size):
+        lo, hi = int(pat.offsets[p]), int(pat.offsets[p + 1])
+        for _ in range(int(pat.reps[p])):
+            row = [
+                pools[int(pat.sizes[u])].pop(0)
+                for u, k in zip(pat.items[lo:hi].tolist(), pat.mult[lo:hi].tolist(), strict=True)
+                for _ in range(k)
+            ]
+            out.extend(row[a : a + cap] for a in range(0, len(row), cap))
+    return out
 
 
 def _row_lengths(row_length: Any) -> tuple[int, ...]:

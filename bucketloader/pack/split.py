@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
 
 from bucketloader._validation import as_lengths, check_int
-from bucketloader.pack._stream import cut
 
-__all__ = ["SplitDataset"]
+__all__ = ["SplitDataset", "cut"]
 
 
 class SplitDataset(Dataset):
@@ -68,3 +68,21 @@ class SplitDataset(Dataset):
             return sample
         a = int(self.start[index])
         return cut(sample, n, a, a + int(self.lengths[index]))
+
+
+def cut(sample: Any, length: int, start: int, stop: int) -> Any:
+    """``sample[start:stop]``; a dict has every sequence entry of the sample's length cut (so
+    ``input_ids``, ``attention_mask`` and ``labels`` stay aligned)."""
+    if isinstance(sample, Mapping):
+        out = dict(sample)
+        for k, v in sample.items():
+            if isinstance(v, (str, bytes)) or not hasattr(v, "__getitem__"):
+                continue
+            try:
+                n = len(v)
+            except TypeError:
+                continue
+            if n == length:
+                out[k] = v[start:stop]
+        return out
+    return sample[start:stop]

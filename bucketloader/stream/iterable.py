@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ from bucketloader.plan import BucketSpec, Cells, SamplingReport, ShapeTable
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.cells import lattice_codes
 from bucketloader.plan.limits import LengthLimits
-from bucketloader.stream._engine import STATE_FORMAT, STATS, Engine, PassConfig
+from bucketloader.stream._buckets import STATE_FORMAT, STATS, BucketConfig, BucketPass
 from bucketloader.stream._schedule import (
     SCHEDULE_HEAD,
     all_reduce_counts,
@@ -43,7 +43,7 @@ from bucketloader.stream._schedule import (
 )
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.estimate import Estimate, solve_head
-from bucketloader.stream.resume import ResumableStream
+from bucketloader.stream.resume import ResumableStream, check_source, check_steps, state_keys
 from bucketloader.stream.source import (
     check_length,
     is_stateful,
@@ -61,23 +61,12 @@ REPLAY_FORMAT = 3
 
 
 #: The keys of each state format and their types.
-_STATE_KEYS = {
-    STATE_FORMAT: {
-        "config": dict,
-        "epoch": int,
-        "worker": list,
-        "phase": str,
-        "read": int,
-        "batches": int,
-        "shuffle": list,
-        "buckets": list,
-        "draws": dict,
-        "source": dict,
-        "stats": dict,
-        "cell_stats": list,
-    },
-    REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
-}
+_STATE_KEYS = state_keys(
+    STATE_FORMAT,
+    REPLAY_FORMAT,
+    {"shuffle": list, "buckets": list, "draws": dict},
+    {"cell_stats": list},
+)
 
 
 class BucketIterable(ResumableStream):
@@ -185,22 +174,14 @@ class BucketIterable(ResumableStream):
             )
         multiples = _per_input_ints("pad_to_multiple_of", pad_to_multiple_of, names)
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
-        if steps_per_epoch is not None:
-            steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch, minimum=1)
-        elif self.num_replicas > 1:
-            raise ValueError(
-                f"a stream split over num_replicas={self.num_replicas} ranks needs "
-                "steps_per_epoch: every rank must make the same number of steps, and no rank "
-                "can know how many the other ranks' shards fill; pass about samples per rank / "
-                "mean batch size (report() shows left_over and padded_rows to tune it)"
-            )
-        if steps_per_epoch is not None and self.last_batch not in ("pad", "fill"):
-            raise ValueError(
-                f"with steps_per_epoch every step keeps its planned shape, so last_batch must be "
-                f"'pad' (short batches get masked rows) or 'fill' (repeats), got "
-                f"last_batch={self.last_batch!r}"
-            )
-        self.steps_per_epoch = steps_per_epoch
+        self.steps_per_epoch = check_steps(
+            steps_per_epoch,
+            self.num_replicas,
+            self.last_batch,
+            per_step="samples per rank / mean batch size (report() shows left_over and "
+            "padded_rows to tune it)",
+            pad="short batches get masked rows",
+        )
         self._prefix: list[Any] | None = None
         self._rest: Iterator[Any] | None = None
         self.solution: Any = None
@@ -237,7 +218,7 @@ class BucketIterable(ResumableStream):
         self._counters = LaneCounters(STATS, self.cells.num_cells)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
-        self._engine: Engine | None = None
+        self._engine: BucketPass | None = None
 
     # -- planning ---------------------------------------------------------------------------
     def _resolve(
@@ -429,9 +410,9 @@ class BucketIterable(ResumableStream):
                 sample = truncate(sample, n, lim, key)
         return sample
 
-    def _pass_config(self) -> PassConfig:
+    def _pass_config(self) -> BucketConfig:
         policy = self.overflow
-        return PassConfig(
+        return BucketConfig(
             source=self.source,
             measure=self._length,
             lookups=self._lookups,
@@ -456,8 +437,8 @@ class BucketIterable(ResumableStream):
         )
 
     # -- iteration --------------------------------------------------------------------------
-    def _new_engine(self, worker: tuple[int, int], skip: int) -> Engine:
-        return Engine(self._pass_config(), self.epoch, worker, skip=skip)
+    def _new_engine(self, worker: tuple[int, int], skip: int) -> BucketPass:
+        return BucketPass(self._pass_config(), self.epoch, worker, skip=skip)
 
     def _open(self, worker: tuple[int, int]) -> Iterator[Any]:
         if self._prefix is not None:  # the samples read to estimate boundaries come first
@@ -577,17 +558,6 @@ class BucketIterable(ResumableStream):
         ):
             return engine.state_dict()  # type: ignore[union-attr]
         return self._replay_state(batches_consumed)
-
-
-def check_source(source: Any) -> None:
-    """A stream's source must be iterable (checked when the stream is built, not at ``next``)."""
-    if isinstance(source, (str, bytes)) or not (
-        isinstance(source, Iterable) or hasattr(source, "__getitem__")
-    ):
-        raise TypeError(
-            f"source must be an iterable of samples (a list, a generator, an HF or torch "
-            f"IterableDataset), got {type(source).__name__} {source!r:.60}"
-        )
 
 
 def _covers(lengths: np.ndarray) -> tuple[tuple[int, ...], ...]:

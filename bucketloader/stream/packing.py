@@ -2,7 +2,7 @@
 
 Documents flow from the source (a Hugging Face ``IterableDataset``, a torch ``IterableDataset``, a
 list, any iterable) into at most ``open_rows`` open rows by online best fit (NOTE [ Online
-best-fit over a bounded buffer ] in :mod:`bucketloader.pack._stream`); closed rows leave ``B`` at a
+best-fit over a bounded buffer ] in :mod:`bucketloader.stream._rows`); closed rows leave ``B`` at a
 time as a batch, a list of documents row after row, which
 :class:`~bucketloader.pack.PackCollator` lays out exactly as for the map-style
 :class:`~bucketloader.pack.PackSampler`. Collate with
@@ -10,7 +10,7 @@ time as a batch, a list of documents row after row, which
 
 Split over ranks (``num_replicas > 1``, or ``steps_per_epoch``), every rank makes exactly
 ``steps_per_epoch`` steps of the one shape, with no communication (NOTE [ A packing stream split
-over ranks ] in :mod:`bucketloader.pack._stream`).
+over ranks ] in :mod:`bucketloader.stream._rows`).
 
 NOTE [ Resuming a packing stream behind DataLoader workers ]
 The bucketing stream's rule (NOTE [ Resuming a stream behind DataLoader workers ] in
@@ -41,18 +41,11 @@ import numpy as np
 
 from bucketloader._ranks import resolve_ranks
 from bucketloader._validation import check_choice, check_int
-from bucketloader.pack._stream import (
-    STATE_FORMAT,
-    STATS,
-    Engine,
-    PassConfig,
-    make_length_fn,
-)
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
 from bucketloader.plan.budget import BatchRule
+from bucketloader.stream._rows import STATE_FORMAT, STATS, PackConfig, RowPass, make_length_fn
 from bucketloader.stream.counters import LaneCounters
-from bucketloader.stream.iterable import check_source
-from bucketloader.stream.resume import ResumableStream
+from bucketloader.stream.resume import ResumableStream, check_source, check_steps, state_keys
 from bucketloader.stream.source import is_stateful
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
@@ -67,21 +60,11 @@ REPLAY_FORMAT = 2
 
 
 #: The keys of each state format and their types.
-_STATE_KEYS: dict[int, dict[str, type]] = {
-    STATE_FORMAT: {
-        "config": dict,
-        "epoch": int,
-        "worker": list,
-        "phase": str,
-        "read": int,
-        "batches": int,
-        "open": list,
-        "ready": list,
-        "source": dict,
-        "stats": dict,
-    },
-    REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
-}
+_STATE_KEYS = state_keys(
+    STATE_FORMAT,
+    REPLAY_FORMAT,
+    {"next_id": int, "tokens_read": int, "open": list, "ready": list},
+)
 
 
 class PackIterable(ResumableStream):
@@ -110,7 +93,7 @@ class PackIterable(ResumableStream):
         num_replicas, rank: ranks (default: from ``torch.distributed``). With more than one,
             ``steps_per_epoch`` is required and every rank makes exactly that many steps of the
             one shape (NOTE [ A packing stream split over ranks ] in
-            :mod:`bucketloader.pack._stream`).
+            :mod:`bucketloader.stream._rows`).
         steps_per_epoch: fixed steps per epoch on every rank (``len(stream)``), each a
             :class:`~bucketloader.plan.PlannedBatch`, padding-only once the shard runs dry;
             ``None`` (one rank only): one pass over the source.
@@ -176,27 +159,18 @@ class PackIterable(ResumableStream):
             minimum=self.batch_size,
         )
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
-        if steps_per_epoch is not None:
-            steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch, minimum=1)
-        elif self.num_replicas > 1:
-            raise ValueError(
-                f"a stream split over num_replicas={self.num_replicas} ranks needs "
-                "steps_per_epoch: every rank must make the same number of steps, and no rank "
-                "can know how many the other ranks' shards fill; pass about tokens per rank / "
-                f"(batch_size * row_length) = tokens per rank / {default} (stats shows "
-                "left_over and padded_rows to tune it)"
-            )
-        if steps_per_epoch is not None and self.last_batch not in ("pad", "fill"):
-            raise ValueError(
-                f"with steps_per_epoch every step keeps its planned shape, so last_batch must be "
-                f"'pad' (short batches get all-padding rows) or 'fill' (repeats), got "
-                f"last_batch={self.last_batch!r}"
-            )
-        self.steps_per_epoch = steps_per_epoch
+        self.steps_per_epoch = check_steps(
+            steps_per_epoch,
+            self.num_replicas,
+            self.last_batch,
+            per_step=f"tokens per rank / (batch_size * row_length) = tokens per rank / {default} "
+            "(stats shows left_over and padded_rows to tune it)",
+            pad="short batches get all-padding rows",
+        )
         self._counters = LaneCounters(STATS)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
-        self._engine: Engine | None = None
+        self._engine: RowPass | None = None
 
     @functools.cached_property
     def table(self) -> PackTable:
@@ -220,8 +194,8 @@ class PackIterable(ResumableStream):
 
         return PackCollator(self.table, **kwargs)
 
-    def _pass_config(self) -> PassConfig:
-        return PassConfig(
+    def _pass_config(self) -> PackConfig:
+        return PackConfig(
             source=self.source,
             measure=self._measure,
             row_length=self.row_length,
@@ -239,8 +213,8 @@ class PackIterable(ResumableStream):
         )
 
     # -- iteration --------------------------------------------------------------------------
-    def _new_engine(self, worker: tuple[int, int], skip: int) -> Engine:
-        return Engine(self._pass_config(), self.epoch, worker, skip=skip)
+    def _new_engine(self, worker: tuple[int, int], skip: int) -> RowPass:
+        return RowPass(self._pass_config(), self.epoch, worker, skip=skip)
 
     @property
     def stats(self) -> dict[str, int]:
@@ -288,7 +262,7 @@ class PackIterable(ResumableStream):
         lanes = self._counters.lanes(self.epoch)
         if self.steps_per_epoch is None:
             if engine is None and not lanes and batches_consumed in (None, 0):
-                return Engine(self._pass_config(), self.epoch, (0, 1)).state_dict()
+                return RowPass(self._pass_config(), self.epoch, (0, 1)).state_dict()
             exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
             if exact and batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
                 return engine.state_dict()  # type: ignore[union-attr]
