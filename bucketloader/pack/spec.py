@@ -29,6 +29,7 @@ import numpy as np
 from bucketloader._validation import MAX_LENGTH, as_lengths, check_choice, check_int
 from bucketloader.pack._bins import SOLVER_VERSION, Patterns, lower_bound, solve
 from bucketloader.plan.budget import BatchRule
+from bucketloader.plan.shapes import row_batch_sizes
 
 __all__ = ["PACK_LAST_BATCH", "PACK_OVERFLOW", "PackSpec", "PackTable", "pack_rows"]
 
@@ -320,13 +321,7 @@ class PackSpec:
                 "the lengths)"
             )
         rows = _row_lengths(row_length)
-        rule = BatchRule.parse(batch_size, max_tokens)  # the sampler's batch-size rule
-        bsz = tuple(int(b) for b in rule.sizes(np.asarray(rows, dtype=np.int64)[:, None]))
-        if min(bsz) < 1:
-            raise ValueError(
-                f"{rule.describe()} holds no row of {rows[-1]} tokens; raise max_tokens to at "
-                f"least {rows[-1]} or use batch_size="
-            )
+        bsz = row_batch_sizes(BatchRule.parse(batch_size, max_tokens), rows)
         limit = rows[-1]
         sizes = declared.copy()
         over = declared > limit

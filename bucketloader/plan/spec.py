@@ -18,12 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._types import LAST_BATCH, Cache, Size, Strategy
-from bucketloader._validation import as_lengths, check_choice, check_int
-from bucketloader.boundaries import check_boundaries, round_up
+from bucketloader._types import Cache, Size, Strategy
+from bucketloader._validation import as_lengths, check_int
 from bucketloader.plan.budget import BatchRule, exact_sizes, resolve_size, size_values
 from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
+from bucketloader.plan.shapes import Shaping, per_input, plan_shapes
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
 
@@ -272,16 +272,20 @@ class BucketSpec:
             >>> spec.cell_lengths.ravel().tolist(), dict(spec.filtered)
             ([4, 10], {'too_short': 1, 'too_long': 1, 'truncated': 0, 'oversize': 0})
         """
-        last_batch = check_choice("last_batch", last_batch, LAST_BATCH)
         size = resolve_size(size)
         declared, table, names = parse_lengths(lengths)
         n = table.shape[0]
-        rule = BatchRule.parse(batch_size, max_tokens)
-        limits = LengthLimits.parse(min_length, max_length, overflow, names)
-        multiples = [
-            check_int("pad_to_multiple_of", m, minimum=1)
-            for m in per_input("pad_to_multiple_of", pad_to_multiple_of, names)
-        ]
+        shaping = Shaping.parse(
+            names,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            last_batch=last_batch,
+            overflow=overflow,
+            min_length=min_length,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+        )
+        rule, limits, multiples = shaping.rule, shaping.limits, shaping.multiples
         if max_shapes is not None:
             max_shapes = check_int("max_shapes", max_shapes, minimum=1)
         gids, gvals = parse_groups(groups, n)
@@ -323,10 +327,7 @@ class BucketSpec:
                 sub = planned[sel]
                 given = group_boundaries(boundaries, gval, gvals, names)
                 bs = []
-                for d, name in enumerate(names):
-                    label = "boundaries" if len(names) == 1 else f"boundaries[{name!r}]"
-                    if len(gvals) > 1:
-                        label += f" (group {gval})"
+                for d in range(len(names)):
                     if given is None:
                         b = compute_boundaries(
                             sub[:, d],
@@ -336,10 +337,9 @@ class BucketSpec:
                             pad_to_multiple_of=multiples[d],
                         )
                     else:
-                        b = np.asarray(given[d])
-                        if multiples[d] > 1:
-                            b = np.unique(round_up(check_boundaries(b, name=label), multiples[d]))
-                        b = check_boundaries(b, max_length=int(sub[:, d].max()), name=label)
+                        group = f" (group {gval})" if len(gvals) > 1 else ""
+                        longest = int(sub[:, d].max())
+                        b = shaping.given(given[d], d, longest=longest, group=group)
                     bs.append(b)
                 all_b.append(tuple(bs))
                 codes.append(lattice_codes(bs, sub))
@@ -352,14 +352,13 @@ class BucketSpec:
                 np.bincount(c, minlength=int(np.prod([b.size for b in bs])))
                 for c, bs in zip(codes, all_b, strict=True)
             ]
-            cells = Cells.build(
+            cells = plan_shapes(
+                shaping,
                 all_b,
-                names,
                 group_values=None if gids is None else gvals,
                 occupancy=occupancy,
                 max_shapes=max_shapes,
                 size=size,
-                rule=rule,
             )
             cell_of = np.full(n, -1, dtype=np.int64)
             for gi, (sel, code) in enumerate(zip(sels, codes, strict=True)):
@@ -391,7 +390,7 @@ class BucketSpec:
             groups=None if gids is None else np.asarray(groups),
             cells=cells,
             cell_of_sample=cell_of,
-            last_batch=last_batch,
+            last_batch=shaping.last_batch,
             limits=limits,
             filtered=filtered,
             rule=rule,
@@ -439,24 +438,6 @@ def parse_groups(groups: Any, n: int) -> tuple[np.ndarray | None, tuple[int, ...
         )
     values, inverse = np.unique(arr, return_inverse=True)
     return inverse.astype(np.int64), tuple(int(v) for v in values)
-
-
-def per_input(name: str, value: Any, names: tuple[str, ...], scalar: tuple = ()) -> list[Any]:
-    if isinstance(value, Mapping):
-        if set(map(str, value)) != set(names):
-            raise ValueError(
-                f"{name} must give one value per input {list(names)}, got keys {list(value)}"
-            )
-        lookup = {str(k): v for k, v in value.items()}
-        return [lookup[n] for n in names]
-    if isinstance(value, (list, tuple)) and not isinstance(value, scalar):
-        if len(value) != len(names):
-            raise ValueError(
-                f"{name} must give one value per input ({len(names)}: {list(names)}), "
-                f"got {len(value)} values: {value!r}"
-            )
-        return list(value)
-    return [value] * len(names)
 
 
 def group_boundaries(

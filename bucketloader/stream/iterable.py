@@ -21,18 +21,16 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bucketloader._ranks import resolve_ranks
-from bucketloader._types import LAST_BATCH
-from bucketloader._validation import check_choice, check_int
-from bucketloader.boundaries import BucketLookup, check_boundaries, round_up
-from bucketloader.plan import BucketSpec, Cells, SamplingReport, ShapeTable
-from bucketloader.plan.budget import BatchRule
+from bucketloader._validation import check_int
+from bucketloader.boundaries import BucketLookup, check_boundaries
+from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
 from bucketloader.plan.cells import lattice_codes
-from bucketloader.plan.limits import LengthLimits
+from bucketloader.plan.shapes import ShapeOptions, Shaping, plan_shapes
 from bucketloader.stream._buckets import STATE_FORMAT, STATS, BucketConfig, BucketPass
 from bucketloader.stream._schedule import (
     SCHEDULE_HEAD,
@@ -51,6 +49,9 @@ from bucketloader.stream.source import (
     open_source,
     truncate,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
 
 __all__ = ["BucketIterable", "bucketize"]
 
@@ -138,18 +139,12 @@ class BucketIterable(ResumableStream):
         *,
         length_fn: Any = None,
         boundaries: Any,
-        batch_size: Any = None,
-        max_tokens: Any = None,
-        last_batch: str = "pad",
         shuffle_buffer: int = 0,
         seed: int = 0,
-        overflow: Any = "error",
-        min_length: Any = None,
-        max_length: Any = None,
-        pad_to_multiple_of: Any = 1,
         num_replicas: int | None = None,
         rank: int | None = None,
         steps_per_epoch: int | None = None,
+        **options: Unpack[ShapeOptions],
     ) -> None:
         check_source(source)
         self.source = source
@@ -160,19 +155,17 @@ class BucketIterable(ResumableStream):
             tuple(length_fn) if multi else (length_fn if isinstance(length_fn, str) else None,)
         )
         names = tuple(self._keys) if multi else ("length",)
-        self.last_batch = check_choice("last_batch", last_batch, LAST_BATCH)
+        shaping = Shaping.parse(names, allow_callable=True, **options)
+        self.last_batch = shaping.last_batch
         self.shuffle_buffer = check_int("shuffle_buffer", shuffle_buffer, minimum=0)
         self.seed = check_int("seed", seed, minimum=0)
-        self.limits = LengthLimits.parse(
-            min_length, max_length, overflow, names, allow_callable=True
-        )
+        self.limits = shaping.limits
         self.overflow = self.limits.overflow
         if self.overflow == "truncate" and callable(length_fn):
             raise ValueError(
                 "overflow='truncate' cuts samples by their length_fn key or len(); with a "
                 "custom length_fn pass overflow=callable(sample, max_length) -> sample"
             )
-        multiples = _per_input_ints("pad_to_multiple_of", pad_to_multiple_of, names)
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
         self.steps_per_epoch = check_steps(
             steps_per_epoch,
@@ -185,7 +178,7 @@ class BucketIterable(ResumableStream):
         self._prefix: list[Any] | None = None
         self._rest: Iterator[Any] | None = None
         self.solution: Any = None
-        bounds = self._resolve(boundaries, names, multi, multiples)
+        bounds = self._resolve(boundaries, shaping, multi)
         ks = [b.size for b in bounds]
         if int(np.prod(ks)) > MAX_CELLS:
             raise ValueError(
@@ -193,9 +186,9 @@ class BucketIterable(ResumableStream):
                 f"(more than {MAX_CELLS}); use fewer buckets"
             )
         self._maximum = self._limits_within(bounds, names)
-        rule = BatchRule.parse(batch_size, max_tokens)
+        rule = shaping.rule
         # A stream cannot know which cells its samples will fill: every lattice point is planned.
-        self.cells = Cells.build([bounds], names, rule=rule)
+        self.cells = plan_shapes(shaping, [bounds])
         usable = self.cells.batch > 0
         if not usable.all() and (rule.oversize == "error" or not usable.any()):
             c = int(np.argmin(usable))
@@ -221,10 +214,9 @@ class BucketIterable(ResumableStream):
         self._engine: BucketPass | None = None
 
     # -- planning ---------------------------------------------------------------------------
-    def _resolve(
-        self, boundaries: Any, names: tuple[str, ...], multi: bool, multiples: list[int]
-    ) -> list[np.ndarray]:
+    def _resolve(self, boundaries: Any, shaping: Shaping, multi: bool) -> list[np.ndarray]:
         """Boundaries per input, from arrays, a mapping, a ``Solution`` / sampler or an estimate."""
+        names, multiples = shaping.names, list(shaping.multiples)
         if isinstance(boundaries, Estimate):
             return self._estimate(boundaries, names, multi, multiples)
         if hasattr(boundaries, "boundaries") and not isinstance(boundaries, np.ndarray):
@@ -258,14 +250,7 @@ class BucketIterable(ResumableStream):
             )
         else:
             given = list(boundaries)
-        out = []
-        for b, n, m in zip(given, names, multiples, strict=True):
-            label = "boundaries" if not multi else f"boundaries[{n!r}]"
-            b = check_boundaries(b, name=label)
-            if m > 1:
-                b = check_boundaries(np.unique(round_up(b, m)), name=label)
-            out.append(b)
-        return out
+        return [shaping.given(b, d) for d, b in enumerate(given)]
 
     def _estimate(
         self, est: Estimate, names: tuple[str, ...], multi: bool, multiples: list[int]
@@ -569,22 +554,6 @@ def _covers(lengths: np.ndarray) -> tuple[tuple[int, ...], ...]:
         inside = inside[inside != c]
         out.append(tuple(int(x) for x in inside[np.argsort(-size[inside], kind="stable")]))
     return tuple(out)
-
-
-def _per_input_ints(name: str, value: Any, names: tuple[str, ...]) -> list[int]:
-    if isinstance(value, Mapping):
-        if set(map(str, value)) != set(names):
-            raise ValueError(f"{name} must give one value per input {list(names)}, got {value!r}")
-        vals = [value[n] for n in names]
-    elif isinstance(value, (list, tuple)):
-        if len(value) != len(names):
-            raise ValueError(
-                f"{name} must give one value per input ({len(names)}: {list(names)}), got {value!r}"
-            )
-        vals = list(value)
-    else:
-        vals = [value] * len(names)
-    return [check_int(name, v, minimum=1) for v in vals]
 
 
 def bucketize(source: Any, **options: Any) -> BucketIterable:

@@ -37,12 +37,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import numpy as np
-
 from bucketloader._ranks import resolve_ranks
 from bucketloader._validation import check_choice, check_int
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
 from bucketloader.plan.budget import BatchRule
+from bucketloader.plan.shapes import row_batch_sizes
 from bucketloader.stream._rows import STATE_FORMAT, STATS, PackConfig, RowPass, make_length_fn
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.resume import ResumableStream, check_source, check_steps, state_keys
@@ -143,12 +142,7 @@ class PackIterable(ResumableStream):
         self._measure = make_length_fn(length_fn)
         self.row_length = check_int("row_length", row_length, minimum=1)
         rule = BatchRule.parse(batch_size, max_tokens)  # the sampler's batch-size rule
-        self.batch_size = int(rule.sizes(np.array([[self.row_length]]))[0])
-        if self.batch_size < 1:
-            raise ValueError(
-                f"{rule.describe()} holds no row of {self.row_length} tokens; raise max_tokens "
-                f"to at least {self.row_length} or use batch_size="
-            )
+        (self.batch_size,) = row_batch_sizes(rule, (self.row_length,))
         self.open_rows = check_int("open_rows", open_rows, minimum=1)
         self.overflow = check_choice("overflow", overflow, STREAM_OVERFLOW)
         self.last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
