@@ -17,19 +17,15 @@ if TYPE_CHECKING:  # pragma: no cover
 #: What happens to a bucket's partial last batch (see NOTE [ last_batch and replicas ] in
 #: :mod:`bucketloader.plan.epoch`).
 LAST_BATCH = ("drop", "fill", "keep", "pad")
-LastBatch = Literal["drop", "fill", "keep", "pad"]
 
 #: Which side padding goes on.
 SIDES = ("left", "right")
-Side = Literal["left", "right"]
 
 #: What happens to a sample longer than the last boundary.
 OVERFLOW = ("drop", "error", "truncate")
-Overflow = Literal["drop", "error", "truncate"]
 
 #: What happens to a bucket whose padded size exceeds ``max_tokens`` (a ``TokenBudget`` option).
 OVERSIZE = ("drop", "error", "single")
-Oversize = Literal["drop", "error", "single"]
 
 #: How ``max_tokens`` counts a padded shape of several inputs.
 SIZES = ("prod", "sum")
@@ -37,7 +33,6 @@ Size = Literal["prod", "sum"] | Callable[[tuple[int, ...]], int]
 
 #: Padding objectives: pad elements, or ``b**2 - L**2`` (attention-like compute).
 COSTS = ("linear", "quadratic")
-Cost = Literal["linear", "quadratic"]
 
 
 class Strategy(Protocol):

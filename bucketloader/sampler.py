@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import ConcatDataset, Sampler
 
-from bucketloader._ranks import resolve_ranks
+from bucketloader._dist import resolve_ranks
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.epoch import check_weights, resolve_weights
@@ -283,7 +283,8 @@ class BucketSampler(EpochSampler):
         )
 
     def _warn_losses(self) -> None:
-        """NOTE [ Warning about silent losses ]."""
+        """Warn once, with the count per reason, when the filters, the oversize policy or
+        ``last_batch="drop"`` leave out more than ``LOSS_WARNING`` of the samples."""
         spec = self.spec
         n = int(spec.cell_of_sample.size)
         words = {"too_short": "min_length", "too_long": "max_length", "oversize": "oversize"}

@@ -18,7 +18,7 @@ SHARED = {
     "bucketloader._validation",
     "bucketloader._types",
     "bucketloader._samples",
-    "bucketloader._ranks",
+    "bucketloader._dist",
     "bucketloader._version",
 }
 

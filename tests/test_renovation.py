@@ -87,3 +87,20 @@ def test_one_shape_planner_serves_the_spec_and_both_streams(monkeypatch):
     bucketloader.PackSampler([3, 5], row_length=8, batch_size=1)
     assert calls == ["plan", "plan", "rows", "rows"]
     np.testing.assert_array_equal(stream.boundaries, spec.boundaries[0][0])
+
+
+def test_rank_discovery_and_the_device_choice_live_in_one_module():
+    hits = {
+        needle: sorted(
+            str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py") if needle in p.read_text()
+        )
+        for needle in ("get_world_size(", '"nccl"')
+    }
+    assert hits == {"get_world_size(": ["_dist.py"], '"nccl"': ["_dist.py"]}
+
+
+def test_the_pre_1_0_aliases_are_gone():
+    import bucketloader.stream as stream
+
+    assert not hasattr(stream, "bucketize")
+    assert not hasattr(BucketIterable, "stats")

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from bucketloader import BucketSampler
 from bucketloader.plan import BucketSpec, PlannedBatch, TokenBudget
-from bucketloader.stream import BucketIterable, bucketize, estimate
+from bucketloader.stream import BucketIterable, estimate
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +259,7 @@ def test_report_and_resume_behind_workers_without_ranks(europarl):
     samples = _samples(lengths)
 
     def make():
-        return bucketize(
+        return BucketIterable(
             samples,
             length_fn="input_ids",
             boundaries=[10, 20, 40, 113],
@@ -284,7 +284,7 @@ def test_report_and_resume_behind_workers_without_ranks(europarl):
     assert sum(c["rows"] for c in report.cells) == sum(map(len, full))
     assert report.batches_left == 0
     assert report.extra["workers"] == report.extra["workers_counted"] == 2
-    assert stream.stats["read"] == len(lengths)
+    assert stream.report().totals["samples"] == len(lengths)
     for k in (1, len(full) // 2, len(full) - 2):
         first = make()
         head = []
@@ -327,7 +327,7 @@ def test_in_process_resume_of_a_split_stream(europarl):
 
 def test_validation_at_the_call(europarl):
     with pytest.raises(TypeError, match=r"source must be an iterable of samples .* got int 5"):
-        bucketize(5, boundaries=[4], batch_size=1)
+        BucketIterable(5, boundaries=[4], batch_size=1)
     kw = {"length_fn": "input_ids", "boundaries": [20, 113], "batch_size": 4}
     stream = BucketIterable(_samples(europarl[:50]), **kw)
     good = stream.state_dict()

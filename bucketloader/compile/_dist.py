@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from bucketloader._dist import default_ranks
 from bucketloader.compile.store import write_atomic
 
 #: Subtrees of the inductor cache directory that a warm start reads (NOTE [ What a warm start
@@ -17,11 +18,7 @@ ARTIFACT_DIRS = ("fxgraph", "aotautograd", "dynamo", "triton")
 
 def world() -> tuple[int, int]:
     """``(world_size, rank)`` of the default process group, ``(1, 0)`` without one."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
+    return default_ranks()
 
 
 def broadcast(obj: Any) -> Any:
@@ -36,7 +33,7 @@ def broadcast(obj: Any) -> Any:
 def all_gather(obj: Any) -> list[Any]:
     import torch.distributed as dist
 
-    out: list[Any] = [None] * dist.get_world_size()
+    out: list[Any] = [None] * default_ranks()[0]
     dist.all_gather_object(out, obj)
     return out
 

@@ -33,7 +33,6 @@ state (a resumed run) retraces nothing.
 from __future__ import annotations
 
 import copy
-import inspect
 import random
 import types
 from collections.abc import Callable
@@ -297,11 +296,3 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])  # noqa: NPY002
     if "cuda" in state:
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def signature_of(fn: Callable[..., Any]) -> str:
-    """``name(args)`` of a callable for messages."""
-    try:
-        return f"{getattr(fn, '__name__', type(fn).__name__)}{inspect.signature(fn)}"
-    except (TypeError, ValueError):
-        return repr(fn)

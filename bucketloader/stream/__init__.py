@@ -12,7 +12,7 @@ head), ``source`` (who shards the source, how samples are measured, cut and resu
 resume behind DataLoader workers) and ``_schedule`` (the step schedule over ranks)."""
 
 from bucketloader.stream.estimate import Estimate, estimate
-from bucketloader.stream.iterable import BucketIterable, bucketize
+from bucketloader.stream.iterable import BucketIterable
 from bucketloader.stream.packing import PackIterable
 
-__all__ = ["BucketIterable", "Estimate", "PackIterable", "bucketize", "estimate"]
+__all__ = ["BucketIterable", "Estimate", "PackIterable", "estimate"]

@@ -482,13 +482,13 @@ class BucketPass(Pass):
         for i, batch in enumerate(self.bsam):
             if not batch:
                 continue
-            self.blen_tail = self.blen[i]
-            real = sum(self.blen_tail)
+            lens = self.blen[i]
+            real = sum(lens)
             self.bsam[i], self.bpos[i], self.blen[i] = [], [], []
             if policy == "drop":
                 self.stats["tail_dropped"] += len(batch)
                 continue
-            rows, lens = len(batch), self.blen_tail
+            rows = len(batch)
             if policy == "fill":
                 n, extra = len(batch), sizes[i] - len(batch)
                 batch += [batch[k % n] for k in range(extra)]

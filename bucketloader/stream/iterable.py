@@ -25,20 +25,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bucketloader._ranks import resolve_ranks
+from bucketloader._dist import all_reduce_counts, broadcast_lists, dist_ready, resolve_ranks
 from bucketloader._validation import check_int
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
 from bucketloader.plan.cells import lattice_codes
 from bucketloader.plan.shapes import ShapeOptions, Shaping, plan_shapes
 from bucketloader.stream._buckets import STATE_FORMAT, STATS, BucketConfig, BucketPass
-from bucketloader.stream._schedule import (
-    SCHEDULE_HEAD,
-    all_reduce_counts,
-    broadcast_lists,
-    dist_ready,
-    step_shares,
-)
+from bucketloader.stream._schedule import SCHEDULE_HEAD, step_shares
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.estimate import Estimate, solve_head
 from bucketloader.stream.resume import ResumableStream, check_source, check_steps, state_keys
@@ -53,7 +47,7 @@ from bucketloader.stream.source import (
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
 
-__all__ = ["BucketIterable", "bucketize"]
+__all__ = ["BucketIterable"]
 
 #: A stream plans every cell of its lattice, so the lattice is capped.
 MAX_CELLS = 4096
@@ -200,7 +194,6 @@ class BucketIterable(ResumableStream):
                 f"max_tokens=TokenBudget(..., oversize='single' | 'drop') (at least {need} for "
                 "this bucket)"
             )
-        self._rule = rule
         self._lookups = tuple(BucketLookup(b) for b in bounds)
         self.batch_sizes = tuple(int(x) for x in self.cells.batch)
         self.boundaries: Any = dict(zip(names, bounds, strict=True)) if multi else bounds[0]
@@ -491,21 +484,6 @@ class BucketIterable(ResumableStream):
             },
         )
 
-    @property
-    def stats(self) -> dict[str, int]:
-        """Counters of the current (or last) pass, over this rank's workers: the report's
-        totals, plus ``read``, and ``overflow_dropped`` / ``tail_dropped`` (the names of
-        earlier versions)."""
-        if self._engine is None and not self._counters.lanes(self.epoch):
-            return {}
-        t = dict(self.report().totals)
-        return {
-            **t,
-            "read": t["samples"],
-            "overflow_dropped": t["too_long"],
-            "tail_dropped": t["dropped"],
-        }
-
     # -- state ------------------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
         blists = [lookup.boundaries.tolist() for lookup in self._lookups]
@@ -554,14 +532,3 @@ def _covers(lengths: np.ndarray) -> tuple[tuple[int, ...], ...]:
         inside = inside[inside != c]
         out.append(tuple(int(x) for x in inside[np.argsort(-size[inside], kind="stable")]))
     return tuple(out)
-
-
-def bucketize(source: Any, **options: Any) -> BucketIterable:
-    """Bucket a stream: ``BucketIterable(source, **options)``.
-
-    Example:
-        >>> stream = bucketize(range(1, 9), length_fn=lambda n: n, boundaries=[4, 8], batch_size=4)
-        >>> list(stream)
-        [[1, 2, 3, 4], [5, 6, 7, 8]]
-    """
-    return BucketIterable(source, **options)

@@ -18,7 +18,7 @@ The bucketing stream's rule (NOTE [ Resuming a stream behind DataLoader workers 
 stream's state is exact and cheap: positions of the buffered documents and a source checkpoint
 (NOTE [ Exact resume of the packing stream ]). Behind workers the main process never sees the
 workers' rows; what it can own is *how many batches each worker had handed out*, which the
-shared counters give (NOTE [ A packing stream's counters across DataLoader workers ] in
+shared counters give (NOTE [ A stream's counters across DataLoader workers ] in
 :mod:`bucketloader.stream.counters`). ``state_dict(batches_consumed=k)`` turns the ``k`` batches
 the loop consumed into a count per worker (the DataLoader hands batches out round-robin over the
 workers still running; with ``steps_per_epoch`` worker ``w`` made ``len(range(w, k, W))`` of
@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from bucketloader._ranks import resolve_ranks
+from bucketloader._dist import resolve_ranks
 from bucketloader._validation import check_choice, check_int
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
 from bucketloader.plan.budget import BatchRule
