@@ -69,6 +69,28 @@ def resolve_ranks(num_replicas: Any, rank: Any) -> tuple[int, int]:
     return replicas, rank
 
 
+def borrow_sample(own: Any) -> Any:
+    """A sample every rank can stand in with: ``own``, or, on a rank without one, the first
+    sample of the lowest rank that has one (``None`` when no rank has any). Every rank of the
+    default process group must call it (NOTE [ A stream split over ranks ] in
+    :mod:`bucketloader.stream._schedule`); samples travel as pickles (``broadcast_object_list``)
+    only when some rank has none."""
+    import torch
+    import torch.distributed as dist
+
+    world, rank = default_ranks()
+    flag = torch.tensor([0 if own is None else 1], dtype=torch.int64, device=comm_device())
+    flags = [torch.zeros_like(flag) for _ in range(world)]
+    dist.all_gather(flags, flag)
+    has = [int(f.item()) for f in flags]
+    if all(has) or not any(has):
+        return own
+    donor = has.index(1)
+    box = [own if rank == donor else None]
+    dist.broadcast_object_list(box, src=donor)
+    return own if own is not None else box[0]
+
+
 def comm_device() -> torch.device:
     """Where the default process group's tensors must live: the current CUDA device under NCCL,
     else the CPU."""

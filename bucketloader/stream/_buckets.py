@@ -103,6 +103,9 @@ class BucketConfig:
         covers: per cell, the cells it covers (shorter in every input), nearest first.
         shapes: per cell, its full planned batch shape (carried by scheduled batches).
         cut: ``(sample, lengths, limits) -> sample`` cutting a sample to ``limits`` (stand-ins).
+        template: a sample of this rank's shard, or borrowed from another rank when this one
+            is empty (NOTE [ A stream split over ranks ]): the structure of a padding row for a
+            lane that reads no sample at all; ``None``: none anywhere.
     """
 
     source: Any
@@ -126,6 +129,7 @@ class BucketConfig:
     covers: tuple[tuple[int, ...], ...] = ()
     shapes: tuple[tuple[int, ...], ...] = ()
     cut: Any = None
+    template: Any = None
 
     @property
     def limits(self) -> list[int]:
@@ -358,7 +362,7 @@ class BucketPass(Pass):
         cap = max(64, 2 * sum(o.batch_sizes))
         for t in lane_steps(o.steps, lane, lanes):
             c = int(cells[t])
-            batch, real = self._fill(c, cap, t)
+            batch, real = self._fill(c, cap)
             self.batches += 1
             yield PlannedBatch(batch, planned_shape=o.shapes[c], num_real=real)
         self.stats["left_over"] = self.buffered + len(self.shuffle)
@@ -418,7 +422,7 @@ class BucketPass(Pass):
                 break
             self.stats["promoted"] += self._take(other, need - len(batch), batch, lens)
 
-    def _fill(self, cell: int, cap: int, step: int) -> tuple[list[Any], int]:
+    def _fill(self, cell: int, cap: int) -> tuple[list[Any], int]:
         """One scheduled batch of ``cell`` and its number of real samples (the planned
         fallback of NOTE [ A stream split over ranks ])."""
         need = self.sizes[cell]
@@ -448,14 +452,16 @@ class BucketPass(Pass):
             self.stats["repeated"] += extra
             real = need
         if not batch:  # nothing real fits: stand-ins the collator turns into padding rows
-            batch = [self._stand_in(cell, step)] * (need if fill else 1)
+            stand_in = self._stand_in(cell)
+            batch = [] if stand_in is None else [stand_in] * (need if fill else 1)
             lens = [0] * len(batch)
         self._count(cell, real, sum(lens[:real]), need)
         return batch, real
 
-    def _stand_in(self, cell: int, step: int) -> Any:
+    def _stand_in(self, cell: int) -> Any:
         """A sample that fits ``cell`` (one seen in it or in a cell it covers, else the first
-        sample cut to it), only to give a padding row its structure."""
+        sample, or the stream's template, cut to it), only to give a padding row its structure;
+        ``None`` when no sample exists at all (the step is then an empty, padding-only batch)."""
         o = self.o
         for other in (cell, *o.covers[cell]):
             if other in self._fits:
@@ -463,14 +469,9 @@ class BucketPass(Pass):
         ks = [lookup.boundaries.size for lookup in o.lookups]
         idx = np.unravel_index(cell, ks)
         shape = [int(lookup.boundaries[i]) for lookup, i in zip(o.lookups, idx, strict=True)]
-        if self._template is None:
-            raise ValueError(
-                f"rank {o.rank}, DataLoader worker {self.worker[0]}: step {step} of epoch "
-                f"{self.epoch} has no sample at all, as this worker's shard is empty; give every "
-                "rank (and every DataLoader worker) a non-empty shard, e.g. num_workers <= the "
-                "number of shards"
-            )
-        sample = self._template
+        sample = o.template if self._template is None else self._template
+        if sample is None:
+            return None
         lengths = self._measure(-1, sample)
         if all(n <= lim for n, lim in zip(lengths, shape, strict=True)):
             return sample

@@ -34,8 +34,16 @@ so both come from a rule every rank evaluates alone; nothing is communicated per
   the bucket, else its first sample cut to it) that the collator turns into masked rows
   (``num_real=0``: ``sample_mask`` False, zero attention), so the rank adds nothing to the
   gradients; under ``"fill"`` the lane repeats its last batch of ``c`` (or of a cell ``c``
-  covers) instead, when it has one. Only an empty shard raises (there is no sample to stand
-  in).
+  covers) instead, when it has one.
+* **A lane with no sample at all** (a rank whose shard is empty, or a DataLoader worker whose
+  share of a tiny shard is empty) still takes its steps as padding only, like the packing
+  stream: its stand-in is the stream's *template*, a sample taken when the stream is built (in
+  the main process, so every worker has it): the first sample of the rank's shard or, when that
+  shard is empty and a process group is initialised, the first sample of the lowest rank that
+  has one (one ``all_gather`` of a flag, and a ``broadcast_object_list`` only when some rank is
+  empty; the ranks of one job trust each other's pickles, as DDP does). Without any sample
+  anywhere the step is an empty :class:`~bucketloader.plan.PlannedBatch`, which the collator
+  refuses with a message saying how to give it a structure.
 * **The end.** After its last step a lane stops; samples still buffered, and the rest of the
   shard, are not used this epoch (``left_over`` counts the buffered ones). Choose ``T`` near
   ``samples per rank / mean batch size``; the report's ``padded_rows`` / ``left_over`` say which

@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bucketloader._dist import all_reduce_counts, broadcast_lists, dist_ready, resolve_ranks
+from bucketloader._dist import (
+    all_reduce_counts,
+    borrow_sample,
+    broadcast_lists,
+    dist_ready,
+    resolve_ranks,
+)
 from bucketloader._validation import check_int
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
@@ -201,6 +207,7 @@ class BucketIterable(ResumableStream):
         self._shares = (
             None if steps_per_epoch is None else self._schedule_shares(boundaries, bounds)
         )
+        self._template = None if steps_per_epoch is None else self._borrow_template()
         self._counters = LaneCounters(STATS, self.cells.num_cells)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
@@ -330,6 +337,22 @@ class BucketIterable(ResumableStream):
             counts = all_reduce_counts(counts)
         return step_shares(counts, self.cells.batch)
 
+    def _borrow_template(self) -> Any:
+        """The first sample of this rank's shard, else (with a process group) another rank's:
+        the structure of a padding row for a lane that reads nothing (NOTE [ A stream split
+        over ranks ])."""
+        if self._prefix is not None:
+            own = self._prefix[0] if self._prefix else None
+        else:
+            it = iter(self.source)
+            head = list(itertools.islice(it, 1))
+            if it is self.source:  # a one-shot iterator: replay the sample in the first pass
+                self._prefix, self._rest = head, it
+            own = head[0] if head else None
+        if dist_ready(self.num_replicas):
+            return borrow_sample(own)
+        return own
+
     @property
     def shapes(self) -> list[tuple[int, ...]]:
         """Every batch shape a pass produces after collation, sorted (a promise).
@@ -412,6 +435,7 @@ class BucketIterable(ResumableStream):
             covers=self._covers,
             shapes=self.cells.shapes,
             cut=self._cut_to,
+            template=self._template,
         )
 
     # -- iteration --------------------------------------------------------------------------
@@ -514,12 +538,13 @@ class BucketIterable(ResumableStream):
         """
         if self._resume is not None and batches_consumed is None:
             return self._resume
+        # an exact state once a batch was handed out in this process; before the first batch,
+        # the replay state, which also resumes behind DataLoader workers
         engine = self._engine
-        in_process = engine is not None and engine.worker == (0, 1) and engine.skip == 0
-        if (
-            in_process and self._shares is None and batches_consumed in (None, engine.batches)  # type: ignore[union-attr]
-        ):
-            return engine.state_dict()  # type: ignore[union-attr]
+        exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
+        if exact and self._shares is None and engine.batches:  # type: ignore[union-attr]
+            if batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
+                return engine.state_dict()  # type: ignore[union-attr]
         return self._replay_state(batches_consumed)
 
 

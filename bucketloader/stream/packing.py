@@ -253,11 +253,10 @@ class PackIterable(ResumableStream):
         engine = self._engine
         if engine is not None and engine.epoch != self.epoch:
             engine = None  # a pass of another epoch
-        lanes = self._counters.lanes(self.epoch)
-        if self.steps_per_epoch is None:
-            if engine is None and not lanes and batches_consumed in (None, 0):
-                return RowPass(self._pass_config(), self.epoch, (0, 1)).state_dict()
-            exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
-            if exact and batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
+        # an exact state once a batch was handed out in this process; before the first batch,
+        # the replay state, which also resumes behind DataLoader workers
+        exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
+        if exact and self.steps_per_epoch is None and engine.batches:  # type: ignore[union-attr]
+            if batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
                 return engine.state_dict()  # type: ignore[union-attr]
         return self._replay_state(batches_consumed)
