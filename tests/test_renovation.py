@@ -104,3 +104,44 @@ def test_the_pre_1_0_aliases_are_gone():
 
     assert not hasattr(stream, "bucketize")
     assert not hasattr(BucketIterable, "stats")
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ["analyze", "analyze_costs", "recommend", "sampler", "spec", "compute_boundaries"],
+)
+def test_each_entry_checks_the_lengths_once_and_counts_them_once(monkeypatch, entry):
+    import bucketloader._validation as validation
+    from bucketloader.histogram import LengthHistogram
+
+    lengths = np.arange(1, 3001) % 97 + 1
+    checks, hists = [], []
+    real_check, real_init = validation._check_lengths, LengthHistogram.__init__
+
+    def check(value, name, allowed):
+        if np.size(value) == lengths.size:  # the data, not the boundaries
+            checks.append(name)
+        return real_check(value, name, allowed)
+
+    def init(self, *args, **kwargs):
+        hists.append(1)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(validation, "_check_lengths", check)
+    monkeypatch.setattr(LengthHistogram, "__init__", init)
+    costs = {"compile_seconds_per_shape": 1.0, "seconds_per_step": 0.1, "seconds_per_token": 0.0}
+    calls = {
+        "analyze": lambda: bucketloader.analyze(lengths, num_buckets=[2, 4], batch_size=8),
+        "analyze_costs": lambda: bucketloader.analyze(
+            lengths, num_buckets=[2, 4], batch_size=8, costs=costs
+        ),
+        "recommend": lambda: bucketloader.recommend_num_buckets(
+            lengths, num_buckets=[2, 4], max_tokens=512
+        ),
+        "sampler": lambda: bucketloader.BucketSampler(lengths, num_buckets=4, batch_size=8),
+        "spec": lambda: BucketSpec.build(lengths, num_buckets=3, max_tokens=512),
+        "compute_boundaries": lambda: bucketloader.compute_boundaries(lengths, 4),
+    }
+    calls[entry]()
+    assert len(checks) == 1, checks
+    assert len(hists) == 1

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import Cache, Size, Strategy
-from bucketloader._validation import as_lengths, check_int
+from bucketloader._validation import Lengths, as_lengths, check_int
 from bucketloader.plan.budget import BatchRule, exact_sizes, resolve_size, size_values
 from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
@@ -330,7 +330,7 @@ class BucketSpec:
                 for d in range(len(names)):
                     if given is None:
                         b = compute_boundaries(
-                            sub[:, d],
+                            Lengths(sub[:, d]),  # checked once, by parse_lengths
                             ks_in[d],
                             strategy=strategies[d],
                             cache=cache,
