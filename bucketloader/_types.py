@@ -7,12 +7,25 @@ between the sampler, the stream, the collator and the analysis tools.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+from numpy.typing import ArrayLike
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.histogram import LengthHistogram
     from bucketloader.solution import Solution
+
+#: Per-sample lengths as the public entry points take them: a list, a numpy array or a torch
+#: tensor (anything :func:`numpy.asarray` reads), checked by
+#: :func:`bucketloader._validation.as_lengths`.
+LengthsLike: TypeAlias = ArrayLike
+#: One value for every bucketed input, or one per input (a sequence in input order, or a
+#: mapping input name -> value).
+PerInput: TypeAlias = int | Sequence[int] | Mapping[str, int]
+#: How a stream measures a sample: ``None`` (``len(sample)``), a key, several keys (one per
+#: bucketed input) or a callable ``sample -> length`` (or a tuple of lengths).
+LengthFn: TypeAlias = str | Sequence[str] | Callable[[Any], Any] | None
 
 #: What happens to a bucket's partial last batch (see NOTE [ last_batch and replicas ] in
 #: :mod:`bucketloader.plan.epoch`).

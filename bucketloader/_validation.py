@@ -161,6 +161,9 @@ class Lengths:
     def __len__(self) -> int:
         return len(self.array)
 
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.array if dtype is None else self.array.astype(dtype)
+
 
 def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndarray:
     """:func:`as_lengths` of anything but already checked :class:`Lengths`."""

@@ -6,7 +6,9 @@ import hashlib
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from bucketloader._types import LengthsLike
 from bucketloader._validation import MAX_LENGTH, as_lengths, check_int
 
 #: Bump when the canonical encoding of a histogram changes (it keys the solution cache).
@@ -33,7 +35,7 @@ class LengthHistogram:
 
     __slots__ = ("_counts", "_values")
 
-    def __init__(self, values: Any, counts: Any) -> None:
+    def __init__(self, values: ArrayLike, counts: ArrayLike) -> None:
         values = np.array(as_lengths(values, name="values"))  # our own copies: read-only below
         counts = np.array(as_lengths(counts, name="counts"))
         if values.shape != counts.shape:
@@ -71,7 +73,7 @@ class LengthHistogram:
     @classmethod
     def from_lengths(
         cls,
-        lengths: Any,
+        lengths: LengthsLike | LengthHistogram,
         *,
         bin_width: int = 1,
         sample_size: int | None = None,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch.utils.data import ConcatDataset, Sampler
@@ -27,13 +27,19 @@ from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable,
 from bucketloader.plan.epoch import check_weights, resolve_weights
 from bucketloader.plan.report import plan_report
 
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
+    from bucketloader.collate import PadCollator
+    from bucketloader.plan.shapes import SpecOptions
+
 __all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "spec_or_build"]
 
 #: Warn when a plan leaves out more than this fraction of the samples every epoch.
 LOSS_WARNING = 0.01
 
 
-def spec_or_build(lengths: Any, spec_options: dict[str, Any], spec_type: Any) -> Any:
+def spec_or_build(lengths: Any, spec_options: Mapping[str, Any], spec_type: Any) -> Any:
     """``lengths`` itself when it is a ready ``spec_type`` (then no shape option may be given),
     else ``spec_type.build(lengths, **spec_options)``: the split between what shapes the
     batches (the spec) and how an epoch is iterated (the sampler)."""
@@ -200,7 +206,7 @@ class BucketSampler(EpochSampler):
         rank: int | None = None,
         weights: Any = None,
         longest_first: bool = False,
-        **spec_options: Any,
+        **spec_options: Unpack[SpecOptions],
     ) -> None:
         self.spec: BucketSpec = spec_or_build(lengths, spec_options, BucketSpec)
         super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
@@ -241,7 +247,7 @@ class BucketSampler(EpochSampler):
         """The last-batch policy."""
         return self.spec.last_batch
 
-    def collator(self, **kwargs: Any) -> Any:
+    def collator(self, **kwargs: Any) -> PadCollator:
         """``PadCollator(self.shape_table, **kwargs)``: pads every batch to its planned shape."""
         from bucketloader.collate import PadCollator
 

@@ -40,13 +40,13 @@ but changes none of these totals, so they hold for every epoch and seed.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from bucketloader._types import Strategy
+from bucketloader._types import LengthsLike, Strategy
 from bucketloader._validation import Lengths, as_lengths, check_float, check_int
 from bucketloader.analysis.calibrate import Calibration
 from bucketloader.histogram import LengthHistogram
@@ -168,7 +168,7 @@ class Recommendation:
 
 
 def recommend_num_buckets(
-    lengths: Any,
+    lengths: LengthsLike | LengthHistogram,
     *,
     num_buckets: int | Sequence[int] = DEFAULT_NUM_BUCKETS,
     strategy: str | Strategy | Sequence[str | Strategy] = "optimal",
@@ -176,7 +176,7 @@ def recommend_num_buckets(
     padding_target: float = 0.05,
     num_epochs: float | None = None,
     num_steps: int | None = None,
-    compiled_shapes: Any = None,
+    compiled_shapes: Iterable[Sequence[int]] | None = None,
     **spec_options: Any,
 ) -> Recommendation:
     """Recommend the k (and strategy) to bucket ``lengths`` with.

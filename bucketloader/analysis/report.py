@@ -9,7 +9,7 @@ k (padding ratio and shape count), with a recommended k under a stated rule and 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,8 +118,8 @@ def analyze(
     data: Any,
     *,
     column: Any = None,
-    num_buckets: int | Any = DEFAULT_NUM_BUCKETS,
-    strategy: str | Strategy | Any = None,
+    num_buckets: int | Iterable[int] = DEFAULT_NUM_BUCKETS,
+    strategy: str | Strategy | Sequence[str | Strategy] | None = None,
     batch_size: int | None = None,
     padding_target: float = 0.05,
     max_batches: int | None = None,

@@ -9,13 +9,16 @@ so nothing is replayed; pass ``state_dict(batches_consumed=...)`` when a DataLoa
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
 from bucketloader.pack.spec import PackSpec, PackTable
 from bucketloader.sampler import EpochSampler, spec_or_build
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bucketloader.pack.collator import PackCollator
 
 __all__ = ["PackSampler"]
 
@@ -96,7 +99,7 @@ class PackSampler(EpochSampler):
         """The declared lengths ``(N,)``."""
         return self.spec.lengths
 
-    def collator(self, **kwargs: Any) -> Any:
+    def collator(self, **kwargs: Any) -> PackCollator:
         """``PackCollator(self.table, **kwargs)``: lays out every batch at its planned shape."""
         from bucketloader.pack.collator import PackCollator
 

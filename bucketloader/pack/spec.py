@@ -21,11 +21,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from bucketloader._types import LengthsLike
 from bucketloader._validation import MAX_LENGTH, as_lengths, check_choice, check_int
 from bucketloader.pack._bins import SOLVER_VERSION, Patterns, lower_bound, solve
 from bucketloader.plan.budget import BatchRule
@@ -286,9 +288,9 @@ class PackSpec:
     @classmethod
     def build(
         cls,
-        lengths: Any,
+        lengths: LengthsLike,
         *,
-        row_length: int | Any,
+        row_length: int | Sequence[int],
         batch_size: int | None = None,
         max_tokens: int | None = None,
         overflow: str = "error",
@@ -383,7 +385,7 @@ def pack_rows(sizes: list[int], row_length: int, max_per_row: int) -> list[list[
         pools[n].append(i)
     pat = solve(vals, counts[vals], (row_length,))
     cap = max(1, max_per_row)
-    out = []
+    out: list[list[int]] = []
     for p in range(pat.reps.size):
         lo, hi = int(pat.offsets[p]), int(pat.offsets[p + 1])
         for _ in range(int(pat.reps[p])):

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
+from bucketloader._types import LengthsLike
 from bucketloader._validation import as_lengths, check_int
 
 __all__ = ["SplitDataset", "cut"]
@@ -40,7 +41,7 @@ class SplitDataset(Dataset):
         ([3, 4, 4, 2], [0, 1, 1, 1], [2, 2])
     """
 
-    def __init__(self, dataset: Any, lengths: Any, *, max_length: int) -> None:
+    def __init__(self, dataset: Any, lengths: LengthsLike, *, max_length: int) -> None:
         self.dataset = dataset
         doc_len = as_lengths(lengths)
         self.max_length = check_int("max_length", max_length, minimum=1)

@@ -15,21 +15,33 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any, TypeAlias, TypedDict
 
 import numpy as np
 
-from bucketloader._types import LAST_BATCH, Size
+from bucketloader._types import LAST_BATCH, PerInput, Size
 from bucketloader._validation import check_choice, check_int
 from bucketloader.boundaries import check_boundaries, round_up
 from bucketloader.plan.budget import BatchRule, TokenBudget
 from bucketloader.plan.cells import Cells
 from bucketloader.plan.limits import LengthLimits
 
-__all__ = ["ShapeOptions", "Shaping", "per_input", "plan_shapes", "row_batch_sizes"]
+__all__ = [
+    "BatchSize",
+    "MaxTokens",
+    "ShapeOptions",
+    "Shaping",
+    "SpecOptions",
+    "per_input",
+    "plan_shapes",
+    "row_batch_sizes",
+]
 
-#: One value for every input, or one per input (a sequence in input order, a mapping name -> value).
-PerInput = int | Sequence[int] | Mapping[str, int]
+#: The batch-size rule's ``batch_size``: one ``B``, per-cell sizes (a sequence in plan order, a
+#: mapping padded length or shape -> ``B``) or a callable on the padded shape.
+BatchSize: TypeAlias = int | Sequence[int] | Mapping[Any, int] | Callable[..., int] | None
+#: The batch-size rule's ``max_tokens``: an int or a :class:`~bucketloader.plan.TokenBudget`.
+MaxTokens: TypeAlias = int | TokenBudget | None
 
 
 class ShapeOptions(TypedDict, total=False):
@@ -38,13 +50,27 @@ class ShapeOptions(TypedDict, total=False):
     :mod:`bucketloader.plan.budget`, NOTE [ Length filters ] in :mod:`bucketloader.plan.limits`).
     """
 
-    batch_size: int | Sequence[int] | Mapping[Any, int] | Callable[..., int] | None
-    max_tokens: int | TokenBudget | None
+    batch_size: BatchSize
+    max_tokens: MaxTokens
     last_batch: str
     overflow: str | Callable[..., Any]
     min_length: PerInput | None
     max_length: PerInput | None
     pad_to_multiple_of: PerInput
+
+
+class SpecOptions(ShapeOptions, total=False):
+    """Everything :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` takes besides
+    the lengths: the shape options and how the boundaries are fitted (``BucketSampler`` and
+    ``recommend_num_buckets`` pass them on as they are)."""
+
+    num_buckets: PerInput | None
+    strategy: Any
+    boundaries: Any
+    size: Size
+    max_shapes: int | None
+    groups: Any
+    cache: Any
 
 
 #: The names of :class:`ShapeOptions` (for messages about an unknown option).

@@ -12,23 +12,26 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from bucketloader._types import Cache, Size, Strategy
+from bucketloader._types import Cache, LengthsLike, PerInput, Size, Strategy
 from bucketloader._validation import Lengths, as_lengths, check_int
 from bucketloader.plan.budget import BatchRule, exact_sizes, resolve_size, size_values
 from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
-from bucketloader.plan.shapes import Shaping, per_input, plan_shapes
+from bucketloader.plan.shapes import BatchSize, MaxTokens, Shaping, per_input, plan_shapes
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
 
 #: Buckets per input when neither ``num_buckets`` nor ``boundaries`` is given.
 DEFAULT_NUM_BUCKETS = 8
+#: A strategy: a registered name or a callable.
+StrategyLike = str | Strategy | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -210,20 +213,20 @@ class BucketSpec:
     @classmethod
     def build(
         cls,
-        lengths: Any,
+        lengths: LengthsLike | Mapping[str, LengthsLike],
         *,
-        num_buckets: int | Any = None,
-        strategy: str | Strategy | Any = None,
+        num_buckets: PerInput | None = None,
+        strategy: StrategyLike | Sequence[StrategyLike] | Mapping[str, StrategyLike] = None,
         boundaries: Any = None,
-        pad_to_multiple_of: int | Any = 1,
-        batch_size: Any = None,
-        max_tokens: Any = None,
+        pad_to_multiple_of: PerInput = 1,
+        batch_size: BatchSize = None,
+        max_tokens: MaxTokens = None,
         size: Size = "sum",
-        min_length: Any = None,
-        max_length: Any = None,
+        min_length: PerInput | None = None,
+        max_length: PerInput | None = None,
         overflow: str = "error",
         max_shapes: int | None = None,
-        groups: Any = None,
+        groups: ArrayLike | None = None,
         last_batch: str = "pad",
         cache: Cache | bool | None = None,
     ) -> BucketSpec:
@@ -403,7 +406,9 @@ def _left_out(filtered: Mapping[str, int]) -> str:
     return ", ".join(parts) or "none"
 
 
-def parse_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+def parse_lengths(
+    lengths: LengthsLike | Mapping[str, LengthsLike],
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     """(declared lengths, (N, D) table, input names)."""
     if isinstance(lengths, Mapping):
         if not lengths:

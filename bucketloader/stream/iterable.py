@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,6 +32,7 @@ from bucketloader._dist import (
     dist_ready,
     resolve_ranks,
 )
+from bucketloader._types import LengthFn
 from bucketloader._validation import check_int
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
@@ -52,6 +53,8 @@ from bucketloader.stream.source import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
+
+    from bucketloader.collate import PadCollator
 
 __all__ = ["BucketIterable"]
 
@@ -135,9 +138,9 @@ class BucketIterable(ResumableStream):
 
     def __init__(
         self,
-        source: Any,
+        source: Iterable[Any],
         *,
-        length_fn: Any = None,
+        length_fn: LengthFn = None,
         boundaries: Any,
         shuffle_buffer: int = 0,
         seed: int = 0,
@@ -152,7 +155,9 @@ class BucketIterable(ResumableStream):
         self._measured_by_callable = callable(length_fn)
         multi = isinstance(length_fn, (tuple, list))
         self._keys: tuple[Any, ...] = (
-            tuple(length_fn) if multi else (length_fn if isinstance(length_fn, str) else None,)
+            tuple(length_fn)
+            if isinstance(length_fn, (tuple, list))
+            else (length_fn if isinstance(length_fn, str) else None,)
         )
         names = tuple(self._keys) if multi else ("length",)
         shaping = Shaping.parse(names, allow_callable=True, **options)
@@ -376,7 +381,7 @@ class BucketIterable(ResumableStream):
             last_batch=self.last_batch,
         )
 
-    def collator(self, **kwargs: Any) -> Any:
+    def collator(self, **kwargs: Any) -> PadCollator:
         """A :class:`~bucketloader.collate.PadCollator` for these shapes (``kwargs`` as there).
 
         Use ``DataLoader(stream, batch_size=None, collate_fn=stream.collator(...))``. With

@@ -35,7 +35,8 @@ a source that shards itself by worker id (HF or torch ``IterableDataset``) canno
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from bucketloader._dist import resolve_ranks
 from bucketloader._validation import check_choice, check_int
@@ -64,6 +65,9 @@ _STATE_KEYS = state_keys(
     REPLAY_FORMAT,
     {"next_id": int, "tokens_read": int, "open": list, "ready": list},
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bucketloader.pack.collator import PackCollator
 
 
 class PackIterable(ResumableStream):
@@ -122,9 +126,9 @@ class PackIterable(ResumableStream):
 
     def __init__(
         self,
-        source: Any,
+        source: Iterable[Any],
         *,
-        length_fn: Any = None,
+        length_fn: str | Callable[[Any], int] | None = None,
         row_length: int,
         batch_size: int | None = None,
         max_tokens: int | None = None,
@@ -181,7 +185,7 @@ class PackIterable(ResumableStream):
         """The one ``input_ids`` shape ``(B, L)`` every collated batch has (a promise)."""
         return list(self.table.shapes)
 
-    def collator(self, **kwargs: Any) -> Any:
+    def collator(self, **kwargs: Any) -> PackCollator:
         """``PackCollator(self.table, **kwargs)``; use
         ``DataLoader(stream, batch_size=None, collate_fn=stream.collator())``."""
         from bucketloader.pack.collator import PackCollator
