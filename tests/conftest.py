@@ -93,6 +93,16 @@ def run_ranks(argv: Callable[[int], list[str]], world: int, *, timeout: float) -
         assert p.returncode == 0, f"rank {r} failed:\n{log[-3000:]}"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_dynamo_counters():
+    """Each test starts with torch._dynamo's global counters empty: a graph break counted by an
+    earlier test (test_compile's steps) must not fail a later test that asserts none
+    (test_trainer), which it did whenever both ran in one process, as ``make test`` runs them."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is not None:
+        utils.counters.clear()
+
+
 # -- how thorough a run is -------------------------------------------------------------------------
 #: ``BUCKETLOADER_TESTS=full`` (``make test-full``): every property test runs the example count
 #: written next to it. Otherwise (``make test``, CI) each runs :data:`QUICK_SHARE` of it (at least
