@@ -71,6 +71,8 @@ class SpecOptions(ShapeOptions, total=False):
     max_shapes: int | None
     groups: Any
     cache: Any
+    shapes: Any
+    filter: Any
 
 
 #: The names of :class:`ShapeOptions` (for messages about an unknown option).
