@@ -73,7 +73,7 @@ _STATE_KEYS = state_keys(
 )
 
 
-class BucketIterable(ResumableStream):
+class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
     """An iterable of batches (lists of samples) whose padded shapes are exactly :attr:`shapes`.
 
     Args:
@@ -131,10 +131,6 @@ class BucketIterable(ResumableStream):
         >>> [[len(s) for s in batch] for batch in stream]
         [[3, 2], [7, 8], [4, 1]]
     """
-
-    STATE_FORMAT = STATE_FORMAT
-    REPLAY_FORMAT = REPLAY_FORMAT
-    STATE_KEYS = _STATE_KEYS
 
     def __init__(
         self,

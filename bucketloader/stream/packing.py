@@ -70,7 +70,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.pack.collator import PackCollator
 
 
-class PackIterable(ResumableStream):
+class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
     """An iterable of packed batches (lists of documents, row after row) of one planned shape.
 
     Args:
@@ -119,10 +119,6 @@ class PackIterable(ResumableStream):
         >>> [[len(doc) for doc in batch] for batch in ranked], len(ranked)
         ([[5, 3], [2, 6], []], 3)
     """
-
-    STATE_FORMAT = STATE_FORMAT
-    REPLAY_FORMAT = REPLAY_FORMAT
-    STATE_KEYS = _STATE_KEYS
 
     def __init__(
         self,

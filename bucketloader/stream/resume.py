@@ -291,6 +291,16 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
     REPLAY_FORMAT: ClassVar[int]
     STATE_KEYS: ClassVar[Mapping[int, Mapping[str, type]]]
 
+    def __init_subclass__(
+        cls, *, state_keys: Mapping[int, Mapping[str, type]] | None = None, **kwargs: Any
+    ) -> None:
+        """``class Stream(ResumableStream, state_keys=state_keys(...))``: the formats (exact
+        state first, replay second) and their keys, from :func:`state_keys`."""
+        super().__init_subclass__(**kwargs)
+        if state_keys is not None:
+            cls.STATE_KEYS = state_keys
+            cls.STATE_FORMAT, cls.REPLAY_FORMAT = list(state_keys)
+
     source: Any
     epoch: int
     steps_per_epoch: int | None
