@@ -127,17 +127,19 @@ def _lanes(make: Callable[[], Any], stream: Any, workers: int, key: str) -> list
 
 
 def _observe(stream: Any) -> dict[str, Any]:
+    """A PackIterable's counters (``stats``; its ``report()`` is derived from them), else the
+    stream's ``report()``."""
     out: dict[str, Any] = {}
-    if hasattr(stream, "report"):
-        try:
-            out["report"] = _canon(stream.report())
-        except Exception as exc:
-            out["report"] = _error(exc)
-    if hasattr(stream, "stats") and not hasattr(stream, "report"):  # PackIterable's counters
+    if hasattr(stream, "stats"):
         try:
             out["stats"] = _canon(stream.stats)
         except Exception as exc:
             out["stats"] = _error(exc)
+    elif hasattr(stream, "report"):
+        try:
+            out["report"] = _canon(stream.report())
+        except Exception as exc:
+            out["report"] = _error(exc)
     return out
 
 

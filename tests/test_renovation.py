@@ -145,3 +145,20 @@ def test_each_entry_checks_the_lengths_once_and_counts_them_once(monkeypatch, en
     calls[entry]()
     assert len(checks) == 1, checks
     assert len(hists) == 1
+
+
+def test_both_streams_give_the_same_report():
+    docs = [{"input_ids": [1] * n} for n in [5, 3, 2, 6, 2, 4, 7]]
+    streams = [
+        BucketIterable(docs, length_fn="input_ids", boundaries=[4, 8], batch_size=2),
+        PackIterable(docs, length_fn="input_ids", row_length=8, batch_size=2),
+    ]
+    for stream in streams:
+        batches = list(stream)
+        report = stream.report()
+        assert report.source == "stream" and report.batches_done == len(batches)
+        assert report.totals["samples"] == len(docs)
+        assert sum(c["real"] for c in report.cells) == sum(len(d["input_ids"]) for d in docs)
+        assert report.padding >= 0 and {tuple(c["shape"]) for c in report.cells} <= set(
+            stream.shapes
+        )

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from bucketloader._dist import resolve_ranks
 from bucketloader._validation import check_choice, check_int
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
+from bucketloader.plan import SamplingReport
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.shapes import row_batch_sizes
 from bucketloader.stream._rows import STATE_FORMAT, STATS, PackConfig, RowPass, make_length_fn
@@ -225,6 +226,52 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         if not lanes:
             return {}
         return {name: sum(lane[name] for lane in lanes) for name in ("read", "batches", *STATS)}
+
+    def report(self) -> SamplingReport:
+        """What the current (or last) pass did, in the report every producer gives (as
+        :meth:`BucketIterable.report <bucketloader.BucketIterable.report>`): documents read
+        (``samples``), left out (``too_long``, ``overflow="drop"``), cut (``truncated``), not
+        yielded (``dropped``: the tail under ``last_batch="drop"``; ``left_over``), padding rows,
+        batches done and, with ``steps_per_epoch``, left; the one shape's rows, real tokens and
+        padded tokens. :attr:`stats` keeps the packing counters (``split``, ``repeated_rows``).
+
+        Example:
+            >>> stream = PackIterable([[1] * n for n in [5, 3, 2, 6, 2, 4]], row_length=8,
+            ...                       batch_size=2)
+            >>> _ = list(stream)
+            >>> r = stream.report()
+            >>> r.totals["samples"], r.batches_done, r.cells[0]["real"], r.cells[0]["padded"]
+            (6, 2, 22, 32)
+        """
+        st = self.stats
+        done = int(st.get("batches", 0))
+        totals = {
+            "samples": int(st.get("read", 0)),
+            "too_long": int(st.get("overflow_dropped", 0)),
+            "truncated": int(st.get("truncated", 0)),
+            "dropped": int(st.get("tail_dropped", 0)),
+            "left_over": int(st.get("left_over", 0)),
+            "batches": done,
+            "padded_rows": int(st.get("padded_rows", 0)),
+        }
+        cell = {
+            "shape": (self.batch_size, self.row_length),
+            "batches": done,
+            "rows": int(st.get("rows", 0)),
+            "real": int(st.get("tokens", 0)),
+            "padded": done * self.batch_size * self.row_length,
+        }
+        left = None if self.steps_per_epoch is None else self.steps_per_epoch - done
+        return SamplingReport(
+            epoch=self.epoch,
+            totals=totals,
+            cells=(cell,),
+            batches_done=done,
+            batches_left=left,
+            samples_left=None,
+            source="stream",
+            extra={k: int(st.get(k, 0)) for k in ("split", "repeated_rows", "skipped")},
+        )
 
     # -- state ------------------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
