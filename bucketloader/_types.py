@@ -14,7 +14,7 @@ from numpy.typing import ArrayLike
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.histogram import LengthHistogram
-    from bucketloader.solution import Solution
+    from bucketloader.solution import JointSolution, Solution
 
 #: Per-sample lengths as the public entry points take them: a list, a numpy array or a torch
 #: tensor (anything :func:`numpy.asarray` reads), checked by
@@ -72,5 +72,5 @@ class Cache(Protocol):
         hist: LengthHistogram,
         strategy: str | None,
         params: dict[str, Any],
-        solve: Callable[[], Solution],
-    ) -> Solution: ...
+        solve: Callable[[], Solution | JointSolution],
+    ) -> Solution | JointSolution: ...

@@ -160,13 +160,15 @@ def plan_shapes(
     group_values: tuple[int, ...] | None = None,
     occupancy: Sequence[np.ndarray] | None = None,
     max_shapes: int | None = None,
+    joint: Sequence[np.ndarray] | None = None,
 ) -> Cells:
     """The planned shapes: cells of ``boundaries[g][d]`` (per group, per input) with their
     batch sizes by ``shaping``'s rule.
 
     A spec passes the occupancy of each lattice code (only occupied cells are planned, rare
-    ones merged down to ``max_shapes``); a stream cannot know which cells its samples will fill
-    and passes none (every lattice point is planned).
+    ones merged down to ``max_shapes``, or the cells of a joint solve, ``joint``); a stream
+    cannot know which cells its samples will fill and passes none (every lattice point is
+    planned).
 
     Example:
         >>> s = Shaping.parse(("length",), max_tokens=64)
@@ -182,6 +184,7 @@ def plan_shapes(
         max_shapes=max_shapes,
         size=size,
         rule=shaping.rule,
+        joint=joint,
     )
 
 
