@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,8 +238,8 @@ class BucketSpec:
         groups: ArrayLike | None = None,
         last_batch: str = "pad",
         cache: Cache | bool | None = None,
-        shapes: Any = None,
-        filter: Any = None,
+        shapes: ArrayLike | None = None,
+        filter: ArrayLike | Callable[[np.ndarray], ArrayLike] | None = None,
     ) -> BucketSpec:
         """Filter the lengths, fit boundaries (per input, per group), form cells, size batches.
 
