@@ -39,17 +39,23 @@ import inspect
 import logging
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from torch.utils.data import ConcatDataset, IterableDataset, Sampler
 
-from bucketloader._ranks import resolve_ranks
+from bucketloader._dist import resolve_ranks
 from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
 from bucketloader.plan.epoch import check_accumulate, check_weights, resolve_weights
 from bucketloader.plan.report import plan_report
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
+    from bucketloader.collate import PadCollator
+    from bucketloader.plan.shapes import SpecOptions
 
 __all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "spec_or_build"]
 
@@ -59,7 +65,7 @@ _log = logging.getLogger(__name__)
 LOSS_WARNING = 0.01
 
 
-def spec_or_build(lengths: Any, spec_options: dict[str, Any], spec_type: Any) -> Any:
+def spec_or_build(lengths: Any, spec_options: Mapping[str, Any], spec_type: Any) -> Any:
     """``lengths`` itself when it is a ready ``spec_type`` (then no shape option may be given),
     else ``spec_type.build(lengths, **spec_options)``: the split between what shapes the
     batches (the spec) and how an epoch is iterated (the sampler). An unknown option names the
@@ -262,7 +268,7 @@ class EpochSampler(Sampler[list[int]]):
         self._passes = _Passes(advanced=self._passes.advanced)
 
 
-def _check_spec_options(options: dict[str, Any], spec_type: Any, frame: Any) -> None:
+def _check_spec_options(options: Mapping[str, Any], spec_type: Any, frame: Any) -> None:
     """A typo (``num_bucket=``) raises naming the public entry point (the sampler whose
     ``__init__`` called :func:`spec_or_build`) and the closest option, instead of
     ``BucketSpec.build() got an unexpected keyword argument``."""
@@ -406,7 +412,7 @@ class BucketSampler(EpochSampler):
         weights: Any = None,
         longest_first: bool = False,
         accumulate: int = 1,
-        **spec_options: Any,
+        **spec_options: Unpack[SpecOptions],
     ) -> None:
         self.spec: BucketSpec = spec_or_build(lengths, spec_options, BucketSpec)
         super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
@@ -448,7 +454,7 @@ class BucketSampler(EpochSampler):
         """The last-batch policy."""
         return self.spec.last_batch
 
-    def collator(self, **kwargs: Any) -> Any:
+    def collator(self, **kwargs: Any) -> PadCollator:
         """``PadCollator(self.shape_table, **kwargs)``: pads every batch to its planned shape."""
         from bucketloader.collate import PadCollator
 
@@ -497,7 +503,8 @@ class BucketSampler(EpochSampler):
         )
 
     def _warn_losses(self) -> None:
-        """NOTE [ Warning about silent losses ]."""
+        """Warn once, with the count per reason, when the filters, the oversize policy or
+        ``last_batch="drop"`` leave out more than ``LOSS_WARNING`` of the samples."""
         spec = self.spec
         n = int(spec.cell_of_sample.size)
         words = {

@@ -39,10 +39,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bucketloader._dist import world_size
 from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import check_int
 from bucketloader._version import __version__
-from bucketloader.cache._dist import broadcast_get_or_solve, world_size
+from bucketloader.cache._dist import broadcast_get_or_solve
 from bucketloader.cache._io import (
     CACHE_FORMAT,
     ENTRY_TAG,

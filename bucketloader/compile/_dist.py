@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from bucketloader._dist import comm_device, default_ranks
 from bucketloader._files import NotAFile, read_bytes, write_atomic
 
 #: The largest artifact file sent to other ranks (a compiled kernel library is tens of MB).
@@ -27,20 +28,7 @@ ARTIFACT_DIRS = ("fxgraph", "aotautograd", "dynamo", "triton")
 
 def world() -> tuple[int, int]:
     """``(world_size, rank)`` of the default process group, ``(1, 0)`` without one."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
-
-
-def _device() -> Any:
-    import torch
-    import torch.distributed as dist
-
-    if dist.get_backend() == "nccl":  # pragma: no cover - needs GPUs
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    return default_ranks()
 
 
 def _encode(obj: Any) -> Any:
@@ -66,7 +54,7 @@ def broadcast(obj: Any) -> Any:
     import torch
     import torch.distributed as dist
 
-    device = _device()
+    device = comm_device()
     payload = json.dumps(_encode(obj)).encode() if dist.get_rank() == 0 else b""
     size = torch.tensor([len(payload)], dtype=torch.int64, device=device)
     dist.broadcast(size, src=0)
@@ -83,7 +71,7 @@ def all_gather(obj: Any) -> list[Any]:
     import torch
     import torch.distributed as dist
 
-    device, world = _device(), dist.get_world_size()
+    device, world = comm_device(), default_ranks()[0]
     payload = json.dumps(_encode(obj)).encode()
     sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
     dist.all_gather(sizes, torch.tensor([len(payload)], dtype=torch.int64, device=device))

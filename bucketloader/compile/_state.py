@@ -53,7 +53,6 @@ from __future__ import annotations
 import builtins
 import copy
 import functools
-import inspect
 import random
 import sys
 import types
@@ -537,11 +536,3 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])  # noqa: NPY002
     if "cuda" in state:
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def signature_of(fn: Callable[..., Any]) -> str:
-    """``name(args)`` of a callable for messages."""
-    try:
-        return f"{getattr(fn, '__name__', type(fn).__name__)}{inspect.signature(fn)}"
-    except (TypeError, ValueError):
-        return repr(fn)

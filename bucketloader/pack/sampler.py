@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
 from bucketloader.pack.spec import PackSpec, PackTable
 from bucketloader.plan.report import SamplingReport
 from bucketloader.sampler import LOSS_WARNING, EpochSampler, spec_or_build
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bucketloader.pack.collator import PackCollator
 
 __all__ = ["PackSampler"]
 
@@ -113,7 +116,7 @@ class PackSampler(EpochSampler):
         """The declared lengths ``(N,)``."""
         return self.spec.lengths
 
-    def collator(self, **kwargs: Any) -> Any:
+    def collator(self, **kwargs: Any) -> PackCollator:
         """``PackCollator(self.table, **kwargs)``: lays out every batch at its planned shape."""
         from bucketloader.pack.collator import PackCollator
 
