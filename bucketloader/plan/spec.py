@@ -10,6 +10,7 @@ epoch is iterated* (shuffle, seed, ranks, weights, resume) is the sampler's:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 from collections.abc import Mapping
@@ -21,7 +22,13 @@ import numpy as np
 from bucketloader._types import LAST_BATCH, Cache, Size, Strategy
 from bucketloader._validation import as_lengths, check_choice, check_int
 from bucketloader.boundaries import check_boundaries, round_up
-from bucketloader.plan.budget import BatchRule, exact_sizes, resolve_size, size_values
+from bucketloader.plan.budget import (
+    BatchRule,
+    even_batch,
+    exact_sizes,
+    resolve_size,
+    size_values,
+)
 from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
 from bucketloader.plan.table import ShapeTable
@@ -180,6 +187,38 @@ class BucketSpec:
         """Global steps of every cell per epoch; their sum is every rank's ``len(sampler)``."""
         full, q = self.cell_steps(num_replicas)
         return full + ((q > 0) & (self.last_batch != "drop"))
+
+    def for_replicas(self, num_replicas: int = 1) -> BucketSpec:
+        """The spec a sampler over ``num_replicas`` ranks plans with: under a token budget
+        (``TokenBudget(balance=True)``, the default) and ``last_batch`` ``"pad"`` or ``"fill"``,
+        each cell at the fewest rows that keep its step count (NOTE [ Even batches ] in
+        :mod:`bucketloader.plan.budget`); otherwise this spec itself. Same steps, same padded
+        lengths, fewer filler rows.
+
+        Example:
+            >>> spec = BucketSpec.build([8] * 100, num_buckets=1, max_tokens=256)
+            >>> spec.cell_batch.tolist(), spec.for_replicas(1).cell_batch.tolist()
+            ([32], [25])
+            >>> spec.num_steps().tolist(), spec.for_replicas(1).num_steps().tolist()
+            ([4], [4])
+        """
+        num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+        rule = self.rule
+        budget = None if rule is None else rule.budget
+        if rule is None or budget is None or not budget.balance:
+            return self
+        if self.last_batch not in ("pad", "fill"):
+            return self
+        full = rule.sizes(self.cells.lengths, self.size)  # B of every cell, from the budget
+        even = even_batch(self.counts, full, num_replicas, budget.multiple_of)
+        if np.array_equal(even, self.cells.batch):
+            return self
+        even.setflags(write=False)
+        out = dataclasses.replace(self, cells=dataclasses.replace(self.cells, batch=even))
+        for name in ("kept", "counts", "by_cell"):  # cached views that do not depend on B
+            if name in self.__dict__:
+                out.__dict__[name] = self.__dict__[name]
+        return out
 
     def shape_table(self, num_replicas: int = 1) -> ShapeTable:
         """The :class:`ShapeTable` this spec promises when split over ``num_replicas`` ranks.
