@@ -302,7 +302,7 @@ def bucket_table(
             )
         spec = BucketSpec.build(
             lengths, boundaries=b, batch_size=batch_size, max_tokens=max_tokens, last_batch="pad"
-        )
+        ).for_replicas(1)  # a one-rank sampler's plan (even rows under max_tokens)
         planned = {
             int(c[0]): int(bs) for c, bs in zip(spec.cell_lengths, spec.cell_batch, strict=True)
         }
