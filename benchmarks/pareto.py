@@ -169,8 +169,8 @@ def main() -> None:
         "height pixels). Lhotse is the installed `lhotse` package; fairseq `batch_by_size` is",
         "reimplemented from `data_utils_fast.pyx` (`batch_by_size_fast`, required batch size",
         "multiple 8); HF is `transformers`' `LengthGroupedSampler` at `T // longest` rows.",
-        "`dominated` means some bucketloader plan (k = 1..64, or k = the peer's shape count) has at",
-        "most the peer's shapes and pads at most as much.",
+        "`dominated` means some bucketloader plan (k = 1..64, or k = the peer's shape count)",
+        "has at most the peer's shapes and pads at most as much.",
         "",
     ]
     summary = [
