@@ -165,3 +165,92 @@ def test_a_state_saved_before_even_batches_is_refused_with_the_fix_and_resumes_w
 def test_balance_must_be_a_bool():
     with pytest.raises(TypeError, match="balance"):
         TokenBudget(100, balance=1)
+
+
+# -- strategy="batched": boundaries and even rows chosen together (NOTE [ Batched boundaries ]) --
+def _planned_padding(lengths, boundaries, max_tokens, reps=1, max_batch_size=None, mult=1):
+    """Reference: padded minus real elements of even batches, bucket by bucket."""
+    lengths = np.asarray(lengths)
+    total = 0
+    lo = -1
+    for b in boundaries:
+        members = lengths[(lengths > lo) & (lengths <= b)]
+        lo = b
+        if members.size == 0:
+            continue
+        rows = max(max_tokens // max(int(b), 1), 1)
+        if max_batch_size is not None:
+            rows = min(rows, max_batch_size)
+        if rows >= mult:
+            rows -= rows % mult
+        rows = int(even_batch([members.size], [rows], reps, mult)[0])
+        steps = -(-members.size // (reps * rows))
+        total += reps * steps * rows * int(b) - int(members.sum())
+    return total
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 30), min_size=1, max_size=40),
+    k=st.integers(1, 4),
+    rows=st.integers(1, 6),
+    reps=st.sampled_from([1, 3]),
+    mult=st.sampled_from([1, 4]),
+    cap=st.sampled_from([None, 5]),
+)
+def test_batched_is_the_exact_minimum_of_planned_padding(lengths, k, rows, reps, mult, cap):
+    import itertools
+
+    from bucketloader.strategies.batched import batched
+
+    budget = rows * max(lengths)
+    got = batched(
+        lengths, k, max_tokens=budget, num_replicas=reps, multiple_of=mult, max_batch_size=cap
+    )
+    assert got.status == "optimal"
+    args = (budget, reps, cap, mult)
+    mine = _planned_padding(lengths, got.boundaries.tolist(), *args)
+    assert got.info["padded"] == mine
+    values = sorted(set(lengths))
+    best = min(
+        _planned_padding(lengths, [*inner, values[-1]], *args)
+        for r in range(min(k, len(values)))
+        for inner in itertools.combinations(values[:-1], r)
+    )
+    assert mine == best
+
+
+def test_batched_heuristic_is_never_worse_than_optimal_boundaries(monkeypatch):
+    from bucketloader.strategies import batched as module
+
+    lengths = load_real("librispeech") // 160
+    budget = 32 * int(lengths.max())
+    exact = module.batched(lengths, 16, max_tokens=budget)
+    monkeypatch.setattr(module, "_MAX_EXACT_WORK", 0)
+    rough = module.batched(lengths, 16, max_tokens=budget)
+    assert exact.status == "optimal" and rough.status == "heuristic"
+    start = BucketSpec.build(lengths, num_buckets=16, max_tokens=budget).cell_lengths.ravel()
+    plain = _planned_padding(lengths, start.tolist(), budget)
+    assert exact.info["padded"] <= rough.info["padded"] <= plain
+    assert exact.info["padded"] < plain  # the joint choice pays off on real data
+
+
+def test_a_sampler_passes_its_budget_to_batched_and_pads_less():
+    lengths = load_real("commonvoice")
+    budget = 32 * int(lengths.max())
+    report = {}
+    for strategy in ("optimal", "batched"):
+        s = BucketSampler(lengths, num_buckets=64, max_tokens=budget, strategy=strategy)
+        cells = s.report().cells
+        report[strategy] = sum(c["padded"] - c["real"] for c in cells)
+        assert len(s.shapes) <= 64
+    from bucketloader.strategies.batched import batched
+
+    assert report["batched"] == batched(lengths, 64, max_tokens=budget).info["padded"]
+    assert report["batched"] < report["optimal"]
+    # without a token budget there are no batches to plan: "batched" is "optimal"
+    plain = BucketSampler(lengths, num_buckets=8, batch_size=32, strategy="batched")
+    assert (
+        plain.boundaries.tolist()
+        == BucketSampler(lengths, num_buckets=8, batch_size=32).boundaries.tolist()
+    )

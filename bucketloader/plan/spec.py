@@ -33,6 +33,7 @@ from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
+from bucketloader.strategies import resolve_strategy, strategy_defaults
 
 #: Buckets per input when neither ``num_buckets`` nor ``boundaries`` is given.
 DEFAULT_NUM_BUCKETS = 8
@@ -373,6 +374,7 @@ class BucketSpec:
                             strategy=strategies[d],
                             cache=cache,
                             pad_to_multiple_of=multiples[d],
+                            **budget_options(strategies[d], rule, size, len(names)),
                         )
                     else:
                         b = np.asarray(given[d])
@@ -436,6 +438,22 @@ class BucketSpec:
             rule=rule,
             size=size,
         )
+
+
+def budget_options(strategy: Any, rule: BatchRule, size: Any, inputs: int) -> dict[str, Any]:
+    """The plan's token budget for a strategy that plans batches itself (one that takes a
+    ``max_tokens`` option, e.g. ``"batched"``: NOTE [ Batched boundaries ]); one input only."""
+    budget = rule.budget
+    if budget is None or inputs != 1 or callable(size):
+        return {}
+    defaults, _ = strategy_defaults(resolve_strategy(strategy)[1])
+    if "max_tokens" not in defaults:
+        return {}
+    opts: dict[str, Any] = {"max_tokens": budget.max_tokens}
+    for name in ("max_batch_size", "multiple_of"):
+        if name in defaults:
+            opts[name] = getattr(budget, name)
+    return opts
 
 
 def _left_out(filtered: Mapping[str, int]) -> str:
