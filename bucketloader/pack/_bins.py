@@ -35,8 +35,11 @@ group, the rooms with a group are bits of one Python integer, so "the tightest r
 ``s``" is the lowest set bit of ``bits >> s``; a row chosen for size ``s`` stays the tightest
 until its room drops below ``s``, so it takes ``room // s`` documents at once, and all the rows
 of a group take them together (exactly per-document BFD, in one step per group and size). When
-its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better and MBS is
-skipped; otherwise MBS runs too and the plan with fewer row tokens is kept (BFD on a tie).
+its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
+0.1% of it an MBS search (up to a second at 1M long-tailed documents) could save at most that
+0.1%: MBS is skipped. Otherwise MBS runs too and the plan with fewer row tokens is kept (BFD on
+a tie), so the plan is never looser than best-fit decreasing. With several row lengths there is
+no bound and both always run.
 
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
@@ -55,6 +58,9 @@ import numpy as np
 #: Bumped whenever the solver could return other patterns for the same input (it is part of a
 #: spec's digest, so a resume across such a change fails loudly).
 SOLVER_VERSION = 2
+#: MBS runs only when best-fit decreasing leaves more than 1/_CLOSE_ENOUGH of its rows above
+#: the L2 bound (NOTE [ Two solvers, the tighter plan ]).
+_CLOSE_ENOUGH = 1000
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,8 +105,10 @@ def solve(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -
         (3, [4, 8])
     """
     fit = best_fit(sizes, counts, row_lengths)
-    if len(row_lengths) == 1 and fit.num_rows <= lower_bound(sizes, counts, row_lengths[0])[1]:
-        return fit  # provably the fewest rows: MBS cannot do better
+    if len(row_lengths) == 1:
+        bound = lower_bound(sizes, counts, row_lengths[0])[1]
+        if fit.num_rows - bound <= fit.num_rows // _CLOSE_ENOUGH:
+            return fit  # at the bound (or within 0.1% of it): not worth an MBS search
     slack = min_bin_slack(sizes, counts, row_lengths)
     return slack if _padded(slack, row_lengths) < _padded(fit, row_lengths) else fit
 
@@ -124,20 +132,27 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
     vals = np.asarray(sizes, dtype=np.int64).tolist()
     left = np.asarray(counts, dtype=np.int64).tolist()
     lens = [int(x) for x in row_lengths]
-    # a group: rows with the same contents and room; by_room[room] = ids of live groups
-    contents: list[tuple[tuple[int, int], ...]] = []
+    # a group: rows with the same contents and room; its contents are its parent group's plus
+    # (size index, count) (a tree, so adding a group is O(1)); by_room[room] = live group ids
+    parent: list[int] = []
+    item: list[tuple[int, int]] = []
     rows: list[int] = []
     kinds: list[int] = []
     by_room: dict[int, list[int]] = {}
     bits = 0  # bit r set: some group has room r
 
-    def add(items: tuple[tuple[int, int], ...], n: int, kind: int, room: int) -> None:
+    def add(up: int, it: tuple[int, int], n: int, kind: int, room: int) -> None:
         nonlocal bits
-        contents.append(items)
+        parent.append(up)
+        item.append(it)
         rows.append(n)
         kinds.append(kind)
-        by_room.setdefault(room, []).append(len(rows) - 1)
-        bits |= 1 << room
+        stack = by_room.get(room)
+        if stack is None:
+            by_room[room] = [len(rows) - 1]
+            bits |= 1 << room
+        else:
+            stack.append(len(rows) - 1)
 
     for i, (s, c) in enumerate(zip(vals, left, strict=True)):
         while c > 0:
@@ -146,9 +161,9 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
                 kind = next(k for k, length in enumerate(lens) if length >= s)
                 q = lens[kind] // s
                 if c >= q:
-                    add(((i, q),), c // q, kind, lens[kind] - q * s)
+                    add(-1, (i, q), c // q, kind, lens[kind] - q * s)
                 if c % q:
-                    add(((i, c % q),), 1, kind, lens[kind] - (c % q) * s)
+                    add(-1, (i, c % q), 1, kind, lens[kind] - (c % q) * s)
                 break
             room = s + (free & -free).bit_length() - 1
             stack = by_room[room]
@@ -156,11 +171,11 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
             q = room // s  # the row stays the tightest until its room drops below s
             k = min(rows[g], c // q)
             if k:
-                add((*contents[g], (i, q)), k, kinds[g], room - q * s)
+                add(g, (i, q), k, kinds[g], room - q * s)
                 rows[g] -= k
                 c -= k * q
             if 0 < c < q and rows[g]:
-                add((*contents[g], (i, c)), 1, kinds[g], room - c * s)
+                add(g, (i, c), 1, kinds[g], room - c * s)
                 rows[g] -= 1
                 c = 0
             if rows[g] == 0:
@@ -169,14 +184,23 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
                     del by_room[room]
                     bits &= ~(1 << room)
     live = [g for g in range(len(rows)) if rows[g] > 0]
-    items = [x for g in live for x in contents[g]]
-    offsets = np.cumsum([0, *[len(contents[g]) for g in live]])
-    fill = [sum(vals[j] * m for j, m in contents[g]) for g in live]
+    items: list[tuple[int, int]] = []
+    offsets = [0]
+    fill = []
+    for g in live:
+        chain = []
+        while g >= 0:
+            chain.append(item[g])
+            g = parent[g]
+        chain.reverse()  # largest size first
+        items += chain
+        offsets.append(len(items))
+        fill.append(sum(vals[j] * m for j, m in chain))
     return Patterns(
         sizes=np.asarray(sizes, dtype=np.int64),
         kind=np.asarray([kinds[g] for g in live], dtype=np.int64),
         reps=np.asarray([rows[g] for g in live], dtype=np.int64),
-        offsets=offsets.astype(np.int64),
+        offsets=np.asarray(offsets, dtype=np.int64),
         items=np.asarray([j for j, _ in items], dtype=np.int64),
         mult=np.asarray([m for _, m in items], dtype=np.int64),
         fill=np.asarray(fill, dtype=np.int64),
