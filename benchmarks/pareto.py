@@ -155,9 +155,10 @@ def plot(name: str, front: list, recommended: tuple, peers: dict, path: Path) ->
     for label, (s, p) in peers.items():
         ax.plot(s, p * 100, next(marks, "x"), ms=8, label=label)
     ax.set_xscale("log")
+    ax.set_yscale("symlog", linthresh=0.1)  # 0.1% .. 600%: log above 0.1%, linear below
     ax.set_xlabel("distinct batch shapes per epoch (log)")
-    ax.set_ylabel("padding, % of real elements")
-    ax.set_title(f"{name}: padding vs shapes at an equal token budget")
+    ax.set_ylabel("padding, % of real elements (symlog)")
+    ax.set_title(f"{name}, equal token budget")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()

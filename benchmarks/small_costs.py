@@ -16,6 +16,8 @@
    (lognormal, sigma 1.3, up to 2048 = L), GSM8K question + answer + 2 resampled (L = 1024), and
    the 2k-document files (the first 2,000 GSM8K pairs at L = 512, the first 2,000 E. coli
    proteins + 2 at L = 2,400). Rows against the L2 lower bound; best of 3 runs.
+3. Streams: ``bucketize`` (8 buckets, ``batch_size=B``) against a plain
+   ``DataLoader(batch_size=B)`` over the same in-memory list, B in 8, 32, 128.
 
 Run: ``PYTHONPATH=$PWD python benchmarks/small_costs.py [--quick]`` (a few minutes on 2 cores;
 ``--quick`` stops at 1M documents). Writes ``benchmarks/results/small_costs.md``.
@@ -54,17 +56,25 @@ def best_of(fn, rounds: int = 7, calls: int = 1) -> float:
     return best
 
 
-def side_by_side(a, b, budget_s: float = 0.05) -> tuple[float, float]:
-    """Best per-call time of ``a`` and ``b``, measured in alternating rounds."""
-    a(), b()
+def side_by_side(*fns, budget_s: float = 0.03) -> list[float]:
+    """Best per-call time of each of ``fns``, measured in alternating rounds."""
+    for f in fns:
+        f()
     t = time.perf_counter()
-    a()
+    fns[0]()
     calls = max(1, min(2000, int(budget_s / max(time.perf_counter() - t, 1e-7))))
-    ta = tb = float("inf")
+    best = [float("inf")] * len(fns)
     for _ in range(7):
-        ta = min(ta, best_of(a, 1, calls))
-        tb = min(tb, best_of(b, 1, calls))
-    return ta, tb
+        for i, f in enumerate(fns):
+            best[i] = min(best[i], best_of(f, 1, calls))
+    return best
+
+
+def with_masks(padded: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, ...]:
+    """What a collate_fn adds to ``pad_sequence`` for the same outputs: lengths and the mask."""
+    lengths = torch.tensor(sizes)
+    mask = torch.arange(padded.shape[1]) < lengths[:, None]
+    return padded, lengths, mask
 
 
 def planned_batches(lengths: np.ndarray, rows: int) -> tuple[BucketSampler, list[list[int]]]:
@@ -96,11 +106,13 @@ def collation(quick: bool) -> list[str]:
         "",
         "Per planned shape, time per batch of each, and the ratio PadCollator / pad_sequence "
         "(below 1: PadCollator is faster although it writes the planned shape, the mask, the "
-        "lengths and the sample mask). `worst` is the largest ratio over the plan's shapes.",
+        "lengths and the sample mask). `worst` is the largest ratio over the plan's shapes; the "
+        "last column compares with `pad_sequence` plus what a collate_fn adds for the same "
+        "outputs (`torch.tensor(lengths)` and an `arange < lengths` mask).",
         "",
         "| samples | rows B | shapes | PadCollator us (median shape) | pad_sequence us "
-        "(median shape) | ratio median | ratio worst |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "(median shape) | ratio median | ratio worst | worst vs pad_sequence + lengths + mask |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     worst_all = 0.0
     for kind, (lengths, make) in kinds.items():
@@ -112,6 +124,7 @@ def collation(quick: bool) -> list[str]:
             results = []
             for batch in batches:
                 samples = [make(int(lengths[i])) for i in batch]
+                sizes = [int(lengths[i]) for i in batch]
                 if isinstance(samples[0], dict):
 
                     def base(samples=samples):
@@ -123,15 +136,20 @@ def collation(quick: bool) -> list[str]:
                     def base(samples=samples):
                         return pad_sequence(samples, batch_first=True)
 
-                ours, theirs = side_by_side(lambda s=samples, c=collate: c(s), base)
-                results.append((ours / theirs, ours, theirs))
+                ours, theirs, full = side_by_side(
+                    lambda s=samples, c=collate: c(s),
+                    base,
+                    lambda b=base, z=sizes: with_masks(b(), z),
+                )
+                results.append((ours / theirs, ours, theirs, ours / full))
             results.sort()
             med = results[len(results) // 2]
             worst = results[-1]
             worst_all = max(worst_all, worst[0])
+            worst_full = max(r[3] for r in results)
             lines.append(
                 f"| {kind} | {rows} | {len(results)} | {med[1] * 1e6:.1f} | {med[2] * 1e6:.1f} | "
-                f"{med[0]:.2f}x | {worst[0]:.2f}x |"
+                f"{med[0]:.2f}x | {worst[0]:.2f}x | {worst_full:.2f}x |"
             )
             print(kind, rows, f"median {med[0]:.2f}x worst {worst[0]:.2f}x", flush=True)
     lines += ["", f"Largest ratio over every kind, size and shape: **{worst_all:.2f}x**.", ""]
@@ -218,12 +236,58 @@ def packing(quick: bool) -> list[str]:
     return lines
 
 
+def streaming(quick: bool) -> list[str]:
+    """``bucketize`` against a plain ``DataLoader(batch_size=B)`` over the same in-memory list."""
+    from bucketloader.solve import compute_boundaries
+    from bucketloader.stream import bucketize
+
+    gsm = np.loadtxt(DATA / "gsm8k_train_qa_tokens.txt", dtype=np.int64).sum(axis=1) + 2
+    n = 50_000 if quick else 200_000
+    lens = np.random.default_rng(1).choice(gsm, n)
+    samples = [{"input_ids": np.ones(k, np.int32), "label": i % 2} for i, k in enumerate(lens)]
+    b = compute_boundaries(lens, 8)
+
+    class _Iter(torch.utils.data.IterableDataset):
+        def __init__(self, items):
+            self.items = items
+
+        def __iter__(self):
+            return iter(self.items)
+
+    lines = [
+        "## 3. A stream's batching vs a plain DataLoader",
+        "",
+        f"{n:,} dict samples in a Python list (GSM8K lengths), single process, no collation "
+        "(`collate_fn=list`): `bucketize(..., boundaries=8 buckets, batch_size=B)` vs "
+        "`DataLoader(IterableDataset, batch_size=B)`; best of 3 alternating rounds.",
+        "",
+        "| B | DataLoader samples/s | bucketize samples/s | bucketize time / DataLoader time |",
+        "|---:|---:|---:|---:|",
+    ]
+    for rows in (8, 32, 128):
+
+        def plain(rows=rows):
+            dl = torch.utils.data.DataLoader(_Iter(samples), batch_size=rows, collate_fn=list)
+            return sum(1 for _ in dl)
+
+        def ours(rows=rows):
+            return sum(
+                1 for _ in bucketize(samples, length_fn="input_ids", boundaries=b, batch_size=rows)
+            )
+
+        tp, to = side_by_side(plain, ours, budget_s=0.0)
+        lines.append(f"| {rows} | {n / tp:,.0f} | {n / to:,.0f} | {to / tp:.2f}x |")
+        print("stream", rows, f"{to / tp:.2f}x", flush=True)
+    lines.append("")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     args = parser.parse_args()
     started = time.perf_counter()
-    body = collation(args.quick) + packing(args.quick)
+    body = collation(args.quick) + packing(args.quick) + streaming(args.quick)
     head = [
         "# Small costs against the strongest baselines (benchmarks/small_costs.py)",
         "",
