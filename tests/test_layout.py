@@ -148,7 +148,7 @@ def test_public_api_is_small_sorted_and_importable():
 
 
 def test_public_classes_live_in_public_modules():
-    from bucketloader import collate, compile, hf, pack, plan, sampler, stream
+    from bucketloader import collate, compile, hf, pack, plan, sampler, sharded, stream
 
     for obj in (
         bucketloader.BucketSampler,
@@ -168,6 +168,7 @@ def test_public_classes_live_in_public_modules():
         compile.CompileCache,
         compile.ExampleBatches,
         compile.PrecompileReport,
+        sharded.ShardedSampler,
     ):
         module = obj.__module__
         assert not any(p.startswith("_") for p in module.split(".")), (obj, module)

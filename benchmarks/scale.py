@@ -1,0 +1,357 @@
+"""Plans that scale with the data: the sharded sampler's memory and time per rank, vs N.
+
+Run: ``.venv/bin/python benchmarks/scale.py`` (about 5 minutes on 2 shared cores; ``--quick``
+for a smoke run without the 100 M and 1 B points). Writes ``benchmarks/results/scale.md`` and
+``benchmarks/results/scale.png``.
+
+1. Padding of the sharded plan (:class:`~bucketloader.sharded.ShardedSampler`, every rank
+   planning only its own random shard) against the global plan (``BucketSampler``, every rank
+   holding every length) on every length file in ``tests/data`` (every column of the paired
+   files), at 8 and 64 simulated ranks, k = 16, ``max_tokens`` = 32 x the 99th percentile
+   length; checks that every rank takes the same steps with the same shape at each step, and
+   that the boundaries are those of the global exact solve.
+2. Time and peak RSS vs N, each point in its own process (``ru_maxrss``): ``numpy.argsort`` of
+   N int32 lengths (the reference), ``BucketSampler`` rank 0 of 8 on all N lengths, and
+   ``ShardedSampler`` rank 0 of 8 on its N / 8 shard plus the other 7 ranks' histograms; each
+   sampler builds and plans one epoch, and walks every batch of it.
+3. One billion samples over 64 ranks, simulated: rank 0's 15.6 M-sample shard (int32) plus 63
+   per-shard histograms drawn from the same distribution; the 64 histograms merged, solved (k = 16)
+   and rank 0's epoch planned and walked. Peak RSS against the bound 3 x the shard + 400 MB;
+   boundaries against ``compute_boundaries`` of the independently summed global histogram.
+
+Lengths: LibriSpeech train-clean-100 (tests/data), resampled with replacement to N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = ROOT / "tests" / "data"
+OUT = ROOT / "benchmarks" / "results" / "scale.md"
+PNG = ROOT / "benchmarks" / "results" / "scale.png"
+FILES = {
+    "librispeech": "librispeech_train_clean_100_samples.txt",
+    "commonvoice": "commonvoice_id_clip_ms.txt",
+    "multi30k": "multi30k_train_en_de_tokens.txt",
+    "europarl": "europarl_v7_en_fr_20k_tokens.txt",
+    "gsm8k": "gsm8k_train_qa_tokens.txt",
+    "coco": "coco_val2017_image_width_height.txt",
+    "ecoli": "ecoli_k12_proteome_residues.txt",
+}
+K = 16
+
+
+def columns():
+    for name, f in FILES.items():
+        arr = np.loadtxt(DATA / f, dtype=np.int64, ndmin=1)
+        if arr.ndim == 1:
+            yield name, arr
+        else:
+            for c in range(arr.shape[1]):
+                yield f"{name}[{c}]", arr[:, c]
+
+
+def padding_vs_global(ranks_list=(8, 64)):
+    from bucketloader import BucketSampler, LengthHistogram
+    from bucketloader.sharded import ShardedSampler
+
+    rows = []
+    for name, lengths in columns():
+        lengths = np.maximum(lengths, 1)
+        budget = int(32 * np.percentile(lengths, 99))
+        for ranks in ranks_list:
+            shards = np.array_split(np.random.default_rng(0).permutation(lengths.size), ranks)
+            hists = [LengthHistogram.from_lengths(lengths[s]) for s in shards]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                sams = [
+                    ShardedSampler(
+                        lengths[s],
+                        shard_histograms=hists,
+                        num_replicas=ranks,
+                        rank=r,
+                        num_buckets=K,
+                        max_tokens=budget,
+                    )
+                    for r, s in enumerate(shards)
+                ]
+                glob = BucketSampler(lengths, num_buckets=K, max_tokens=budget, num_replicas=ranks)
+            cells = np.stack([s.plan().cells for s in sams])
+            same = bool((cells == cells[0]).all()) and len({len(s) for s in sams}) == 1
+            rep = sams[0].report()
+            g = glob.report().padding
+            rows.append(
+                {
+                    "set": name,
+                    "n": int(lengths.size),
+                    "ranks": ranks,
+                    "max_tokens": budget,
+                    "same_boundaries": bool(np.array_equal(sams[0].boundaries, glob.boundaries)),
+                    "same_steps_and_shapes": same,
+                    "steps_sharded": len(sams[0]),
+                    "steps_global": len(glob),
+                    "padding_sharded": rep.padding_ratio,
+                    "padding_global": g,
+                    "promoted": rep.promoted_all,
+                    "filler_rows": rep.filler_rows_all,
+                }
+            )
+    return rows
+
+
+# -- one measured point per process ------------------------------------------------------------
+def _draw(n: int, seed: int) -> np.ndarray:
+    """n lengths resampled from LibriSpeech, int32, drawn in chunks (no full-size temporary)."""
+    base = np.loadtxt(DATA / FILES["librispeech"], dtype=np.int32)
+    rng = np.random.default_rng(seed)
+    out = np.empty(n, dtype=np.int32)
+    step = 1 << 22
+    for i in range(0, n, step):
+        out[i : i + step] = base[rng.integers(0, base.size, min(step, n - i))]
+    return out
+
+
+def _other_histograms(n_each: int, count: int, seed: int):
+    from bucketloader import LengthHistogram
+
+    base = np.loadtxt(DATA / FILES["librispeech"], dtype=np.int64)
+    values, counts = np.unique(base, return_counts=True)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        c = rng.multinomial(n_each, counts / counts.sum())
+        keep = c > 0
+        out.append(LengthHistogram(values[keep], c[keep]))
+    return out
+
+
+def point(kind: str, n: int, ranks: int) -> dict:
+    import resource
+
+    import torch  # noqa: F401  (the import every training process pays: in the baseline)
+
+    from bucketloader import BucketSampler, LengthHistogram, compute_boundaries
+
+    shard_n = n // ranks if kind == "sharded" else n
+    lengths = _draw(shard_n, seed=1)
+    others = _other_histograms(n // ranks, ranks - 1, seed=2) if kind == "sharded" else []
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    t0 = time.perf_counter()
+    info: dict = {}
+    if kind == "argsort":
+        np.argsort(lengths, kind="stable")
+    elif kind == "bucket":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            s = BucketSampler(
+                lengths, num_buckets=K, max_tokens=3_200_000, num_replicas=ranks, rank=0
+            )
+            plan = s.plan()
+            for i in range(len(plan)):
+                plan.indices[plan.offsets[i] : plan.offsets[i + 1]]
+        info["steps"] = len(s)
+    else:
+        from bucketloader.sharded import ShardedSampler
+
+        hists = [LengthHistogram.from_lengths(lengths), *others]
+        t0 = time.perf_counter()  # the rank's own histogram is part of the build
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            s = ShardedSampler(
+                lengths,
+                shard_histograms=hists,
+                num_replicas=ranks,
+                rank=0,
+                num_buckets=K,
+                max_tokens=3_200_000,
+            )
+        build = time.perf_counter() - t0
+        plan = s.plan()
+        for i in range(len(plan)):
+            plan.batch(i)
+        info["steps"] = len(s)
+        info["build_s"] = build
+        # boundaries against the exact solve of the independently summed global histogram
+        values = np.unique(np.concatenate([h.values for h in hists]))
+        total = np.zeros(values.size, dtype=np.int64)
+        for h in hists:
+            total[np.searchsorted(values, h.values)] += h.counts
+        exact = compute_boundaries(LengthHistogram(values, total), K)
+        info["boundaries_exact"] = bool(np.array_equal(exact, s.boundaries))
+        info["padding"] = s.report().padding_ratio
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        "kind": kind,
+        "n": n,
+        "ranks": ranks,
+        "held": shard_n,
+        "seconds": seconds,
+        "peak_rss": peak,
+        "rss_before": base_rss,
+        "input_bytes": shard_n * 4,
+        **info,
+    }
+
+
+def run_point(kind: str, n: int, ranks: int) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(
+        [sys.executable, __file__, "--point", kind, str(n), str(ranks)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--point", nargs=3)
+    args = ap.parse_args()
+    if args.point:
+        kind, n, ranks = args.point
+        print(json.dumps(point(kind, int(n), int(ranks))))
+        return
+    start = time.perf_counter()
+    pad = padding_vs_global()
+    sizes = [1_000_000, 10_000_000] if args.quick else [1_000_000, 10_000_000, 100_000_000]
+    points = []
+    for n in sizes:
+        for kind in ("argsort", "bucket", "sharded"):
+            points.append(run_point(kind, n, 8))
+            print(points[-1], flush=True)
+    billion = None if args.quick else run_point("sharded", 1_000_000_000, 64)
+    write(pad, points, billion, time.perf_counter() - start, args.quick)
+
+
+def write(pad, points, billion, seconds, quick) -> None:
+    mb = 1 / 2**20
+    load = os.getloadavg()[0]
+    lines = [
+        "# Plans that scale with the data: the sharded sampler",
+        "",
+        f"Command: `.venv/bin/python benchmarks/scale.py{' --quick' if quick else ''}` "
+        f"({seconds:.0f} s).",
+        "",
+        f"Machine: {platform.platform()}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs (load average {load:.1f} at the end: a shared machine), "
+        f"numpy {np.__version__}.",
+        "",
+        "## Padding: sharded plan vs global plan",
+        "",
+        f"k = {K}, `max_tokens` = 32 x the 99th percentile length; random shards. Padding = "
+        "padded elements / real elements over all ranks (filler rows included). The sharded plan "
+        "promotes the samples a rank cannot place into the next longer cell (NOTE [ Sharded plan "
+        "]); the global plan tops the last step of each cell up with filler rows.",
+        "",
+        "| set | N | ranks | same boundaries | same steps and shapes on every rank | steps "
+        "(sharded / global) | padding sharded | padding global | difference (pp) | promoted | "
+        "filler rows |",
+        "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    worst = -1.0
+    for r in pad:
+        diff = 100 * (r["padding_sharded"] - r["padding_global"])
+        worst = max(worst, diff)
+        lines.append(
+            f"| {r['set']} | {r['n']:,} | {r['ranks']} | {r['same_boundaries']} | "
+            f"{r['same_steps_and_shapes']} | {r['steps_sharded']:,} / {r['steps_global']:,} | "
+            f"{r['padding_sharded']:.2%} | {r['padding_global']:.2%} | {diff:+.2f} | "
+            f"{r['promoted']:,} | {r['filler_rows']:,} |"
+        )
+    lines += [
+        "",
+        f"Largest excess of the sharded plan over the global plan: {worst:+.2f} percentage "
+        "points (goal: at most +0.5).",
+        "",
+        "## Time and peak memory vs N (rank 0 of 8, each point its own process)",
+        "",
+        "LibriSpeech lengths resampled to N (int32). Peak RSS includes the interpreter, numpy "
+        "and torch (imported first, as in a training process) and the input lengths.",
+        "",
+        "| N | what | held by the rank | seconds | x argsort | peak RSS (MB) | input int32 (MB) |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    by_n: dict = {}
+    for p in points:
+        by_n.setdefault(p["n"], {})[p["kind"]] = p
+    names = {
+        "argsort": "`np.argsort` of all N (reference)",
+        "bucket": "`BucketSampler`: all N lengths",
+        "sharded": "`ShardedSampler`: its N/8 shard + 7 histograms",
+    }
+    for n, row in by_n.items():
+        ref = row["argsort"]["seconds"]
+        for kind in ("argsort", "bucket", "sharded"):
+            p = row[kind]
+            lines.append(
+                f"| {n:,} | {names[kind]} | {p['held']:,} | {p['seconds']:.2f} | "
+                f"{p['seconds'] / ref:.2f} | {p['peak_rss'] * mb:.0f} | "
+                f"{p['input_bytes'] * mb:.0f} |"
+            )
+    if billion is not None:
+        shard_mb = billion["input_bytes"] * mb
+        bound = 3 * shard_mb + 400
+        lines += [
+            "",
+            "## One billion samples over 64 ranks (simulated rank 0)",
+            "",
+            f"Rank 0 holds {billion['held']:,} lengths ({shard_mb:.0f} MB as int32) and 64 "
+            "per-shard histograms (its own and 63 drawn from the same distribution).",
+            "",
+            f"- build (merge 64 histograms, exact solve, table, cells of the shard): "
+            f"{billion['build_s']:.2f} s; with one epoch planned and walked: "
+            f"{billion['seconds']:.2f} s; {billion['steps']:,} steps.",
+            f"- peak RSS {billion['peak_rss'] * mb:.0f} MB (before the build, with the shard and "
+            f"torch loaded: {billion['rss_before'] * mb:.0f} MB); bound 3 x shard + 400 MB = "
+            f"{bound:.0f} MB: {'met' if billion['peak_rss'] * mb <= bound else 'NOT met'}.",
+            f"- boundaries identical to the exact solve over the summed global histogram: "
+            f"{billion['boundaries_exact']}; padding {billion['padding']:.2%}.",
+        ]
+    OUT.write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+        for kind in ("argsort", "bucket", "sharded"):
+            xs = [p["n"] for p in points if p["kind"] == kind]
+            a1.loglog(xs, [p["seconds"] for p in points if p["kind"] == kind], "o-", label=kind)
+            a2.loglog(xs, [p["peak_rss"] * mb for p in points if p["kind"] == kind], "o-",
+                      label=kind)
+        if billion is not None:
+            a1.loglog([billion["n"]], [billion["seconds"]], "k*", label="sharded, 1 B / 64")
+            a2.loglog([billion["n"]], [billion["peak_rss"] * mb], "k*", label="sharded, 1 B / 64")
+        a1.set(xlabel="N (samples in the data set)", ylabel="seconds (rank 0)",
+               title="build + one epoch")
+        a2.set(xlabel="N (samples in the data set)", ylabel="peak RSS (MB)", title="memory")
+        a1.legend()
+        a2.legend()
+        fig.tight_layout()
+        fig.savefig(PNG, dpi=100)
+        lines += ["", "![time and memory vs N](scale.png)"]
+        OUT.write_text("\n".join(lines) + "\n")
+    except ImportError:
+        pass
+    print(OUT.read_text())
+
+
+if __name__ == "__main__":
+    main()

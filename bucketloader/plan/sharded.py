@@ -1,0 +1,209 @@
+"""Sharded epoch plans: every rank plans only its own shard, in step with every other rank.
+
+NOTE [ Sharded plan ]
+A rank holds its shard's lengths (the rows it reads) and every rank's shard histogram (merged:
+the global histogram). Nothing else crosses ranks.
+
+1. *Boundaries* come from the global histogram (the exact solve of the whole data set), so they
+   are the same on every rank and equal to the boundaries of one process holding every length.
+2. *The table*: ``n[r, c]``, the samples of rank ``r`` in cell ``c`` (a ``ranks x K`` table of
+   ints, each rank's shard histogram bucketed). Every rank derives the same *schedule* from it
+   (:func:`shard_schedule`): ``S_c`` global steps of cell ``c``, each one batch of ``B_c`` rows
+   per rank. So every rank takes ``sum_c S_c`` steps and, at each step, a batch of the same
+   shape, with no per-step communication.
+3. *Ranks differ*, so a cell's ``S_c·B_c`` rows cannot match every rank's ``n[r, c]``. Cells are
+   settled from the shortest to the longest. Rank ``r`` has ``a = n[r, c] + carried`` samples
+   for cell ``c``; with ``S_c`` steps it places ``min(a, S_c·B_c)`` of them, its other rows are
+   *filler rows* (padding, ``sample_mask`` False), and the samples it cannot place are
+   *promoted*: carried into the next longer cell, which covers them (a longer padded length, never
+   a lost sample). ``S_c`` is the number of steps that minimises the padding this adds over all
+   ranks, ``b_c·(filler rows) + (b_{c+1} - b_c)·(promoted samples)`` (a convex function of
+   ``S_c``, minimised over its breakpoints ``floor(a_r / B_c)``, ``ceil(a_r / B_c)``; ties go to
+   more steps). The longest cell takes ``ceil(max_r a_r / B_c)`` steps: nothing can be promoted
+   past it. A cell a rank has no sample short enough for (no sample at or below it at all) gets
+   0 steps, so no rank ever needs a batch it cannot fill with at least a stand-in.
+4. *Within a rank*, a cell's samples are shuffled (``SeedSequence([seed, epoch, TAG, rank])``),
+   promoted samples go first (a sample is promoted at most as far as it must), and the placed
+   samples are dealt over the cell's ``S_c`` batches as evenly as possible. A batch with no
+   sample (a rank with fewer samples than steps) holds one *stand-in*: a sample of the rank's
+   shortest cell (short enough for any cell with steps, by 3), loaded only so the collator has
+   data to pad; it is a padding row (``sample_mask`` False), never trained on.
+5. *Steps* are interleaved like the unsharded plan's (NOTE [ Epoch plan ] in
+   :mod:`bucketloader.plan.epoch`): keys ``(j + u) / S_c`` from ``SeedSequence([seed, epoch])``,
+   the same on every rank.
+
+Every sample of every shard is in every epoch exactly once (placed in its cell or promoted);
+filler rows and promotions are counted in the report. A rank's memory is O(its shard): its
+lengths, the cell of each, one permutation per epoch and the ``ranks x K`` table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Mixed into the seeds of a rank's within-cell shuffles ("shrd").
+_SHARD = 0x73687264
+
+
+@dataclass(frozen=True, eq=False)
+class ShardSchedule:
+    """Steps per cell and what every rank places in each cell (NOTE [ Sharded plan ]).
+
+    Attributes:
+        steps: ``(K,)`` global steps of every cell.
+        placed: ``(R, K)`` samples rank ``r`` places in cell ``c`` (its own and promoted ones).
+        promoted: ``(R, K)`` samples rank ``r`` carries from cell ``c`` into the next cell.
+        filler: ``(R, K)`` filler rows of rank ``r`` in cell ``c`` (``steps·B - placed``).
+    """
+
+    steps: np.ndarray
+    placed: np.ndarray
+    promoted: np.ndarray
+    filler: np.ndarray
+
+    @property
+    def num_steps(self) -> int:
+        """Steps of an epoch, on every rank."""
+        return int(self.steps.sum())
+
+
+def shard_schedule(table: np.ndarray, batch: np.ndarray, padded: np.ndarray) -> ShardSchedule:
+    """The schedule every rank derives alone from the ``(ranks, K)`` table of per-cell counts.
+
+    Args:
+        table: ``(R, K)`` samples of rank ``r`` in cell ``c``; cells ordered by padded length.
+        batch: ``(K,)`` full batch size of every cell.
+        padded: ``(K,)`` padded length of every cell, increasing.
+
+    Example:
+        >>> s = shard_schedule(np.array([[5, 2], [3, 4]]), np.array([2, 2]), np.array([4, 9]))
+        >>> s.steps.tolist(), s.placed.tolist(), s.promoted.tolist(), s.filler.tolist()
+        ([2, 2], [[4, 3], [3, 4]], [[1, 0], [0, 0]], [[0, 1], [1, 0]])
+    """
+    table = np.asarray(table, dtype=np.int64)
+    batch = np.asarray(batch, dtype=np.int64)
+    padded = np.asarray(padded, dtype=np.int64)
+    ranks, k = table.shape
+    reach = np.cumsum(table, axis=1) > 0  # rank r has a sample at or below cell c
+    steps = np.zeros(k, dtype=np.int64)
+    placed = np.zeros((ranks, k), dtype=np.int64)
+    promoted = np.zeros((ranks, k), dtype=np.int64)
+    carry = np.zeros(ranks, dtype=np.int64)
+    for c in range(k):
+        a, b = table[:, c] + carry, int(batch[c])
+        if not reach[:, c].all():
+            s = 0
+        elif c == k - 1:
+            s = int(-(-a.max() // b))
+        else:
+            cand = np.unique(np.concatenate([a // b, -(-a // b)]))
+            rows = cand[:, None] * b
+            fill = np.maximum(rows - a[None, :], 0).sum(axis=1)
+            up = np.maximum(a[None, :] - rows, 0).sum(axis=1)
+            cost = int(padded[c]) * fill + int(padded[c + 1] - padded[c]) * up
+            s = int(cand[np.flatnonzero(cost == cost.min())[-1]])
+        steps[c] = s
+        placed[:, c] = np.minimum(a, s * b)
+        carry = a - placed[:, c]
+        promoted[:, c] = carry
+    filler = steps[None, :] * batch[None, :] - placed
+    return ShardSchedule(steps=steps, placed=placed, promoted=promoted, filler=filler)
+
+
+@dataclass(frozen=True, eq=False)
+class ShardEpochPlan:
+    """One rank's batches of one epoch (shard-local sample indices), in O(shard) memory.
+
+    Attributes:
+        placed: the rank's samples in batch order of each cell (cells in order), every sample
+            once.
+        starts: where each step's batch starts in ``placed``.
+        num_real: samples of each step's batch (0: the batch holds one stand-in, a padding row).
+        cells: cell of every step's batch (its planned shape).
+        stand_in: the sample an empty batch holds (a sample of the rank's shortest cell).
+    """
+
+    placed: np.ndarray
+    starts: np.ndarray
+    num_real: np.ndarray
+    cells: np.ndarray
+    stand_in: int
+
+    def __len__(self) -> int:
+        return int(self.cells.size)
+
+    def batch(self, i: int) -> np.ndarray:
+        """Sample indices of step ``i``'s batch (one stand-in when it has no sample)."""
+        n = int(self.num_real[i])
+        if n == 0:
+            return np.array([self.stand_in], dtype=self.placed.dtype)
+        s = int(self.starts[i])
+        return self.placed[s : s + n]
+
+
+def plan_shard_epoch(
+    by_cell: np.ndarray,
+    counts: np.ndarray,
+    schedule: ShardSchedule,
+    *,
+    rank: int,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+) -> ShardEpochPlan:
+    """Rank ``rank``'s batches of ``epoch`` (NOTE [ Sharded plan ]).
+
+    Args:
+        by_cell: the rank's sample indices sorted by cell (unshuffled).
+        counts: ``(K,)`` the rank's samples per cell (``schedule``'s table row).
+        schedule: from :func:`shard_schedule`, the same on every rank.
+        rank, seed, epoch, shuffle: as the sampler's.
+
+    Example:
+        >>> s = shard_schedule(np.array([[3, 1], [1, 2]]), np.array([2, 2]), np.array([4, 9]))
+        >>> p = plan_shard_epoch(np.array([0, 1, 2, 3]), np.array([3, 1]), s, rank=0, seed=0,
+        ...                      epoch=0, shuffle=False)
+        >>> [p.batch(i).tolist() for i in range(len(p))], p.cells.tolist()
+        ([[0, 1], [2, 3]], [0, 1])
+    """
+    k = counts.size
+    start = np.concatenate([[0], np.cumsum(counts)])
+    rng = np.random.default_rng(np.random.SeedSequence([seed, epoch, _SHARD, rank]))
+    placed = np.empty_like(by_cell)
+    sizes = []
+    carried = by_cell[:0]
+    at = 0
+    stand_in = -1
+    for c in range(k):
+        own = by_cell[start[c] : start[c + 1]]
+        if shuffle:
+            own = own.copy()
+            rng.shuffle(own)
+        if stand_in < 0 and own.size:
+            stand_in = int(own[0])
+        pool = np.concatenate([carried, own]) if carried.size else own
+        take, s = int(schedule.placed[rank, c]), int(schedule.steps[c])
+        placed[at : at + take] = pool[:take]
+        at += take
+        carried = pool[take:]
+        per = np.full(s, take // s if s else 0, dtype=np.int64)
+        per[: take % s if s else 0] += 1
+        sizes.append(per)
+    steps = schedule.steps
+    total = int(steps.sum())
+    step_cell = np.repeat(np.arange(k), steps)
+    step_j = np.arange(total) - np.repeat(np.cumsum(steps) - steps, steps)
+    key_ss = np.random.SeedSequence([seed, epoch]).spawn(2)[1]
+    u = np.random.default_rng(key_ss).random(total) if shuffle else 0.5
+    pick = np.lexsort((step_cell, (step_j + u) / np.maximum(steps[step_cell], 1)))
+    per_batch = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+    first = np.concatenate([[0], np.cumsum(per_batch)[:-1]]).astype(np.int64)
+    return ShardEpochPlan(
+        placed=placed,
+        starts=first[pick],
+        num_real=per_batch[pick],
+        cells=step_cell[pick],
+        stand_in=stand_in,
+    )

@@ -1,0 +1,509 @@
+"""ShardedSampler: static-shape batches when every rank holds only its own shard of the data.
+
+``BucketSampler`` gives every rank every length and plans every rank's epoch: memory and time
+grow with the whole data set on every rank. A :class:`ShardedSampler` takes only its rank's
+lengths (the rows that rank reads: its Parquet files, WebDataset tars or streaming shards) and
+the per-shard length histograms (small: one count per distinct length), merged into the global
+histogram. Boundaries come from the global histogram (the exact solve over every sample); the
+schedule (which shape at each step) from a ``ranks x K`` table of per-cell counts, so every rank
+takes the same steps with the same shapes and no per-step communication (NOTE [ Sharded plan ]
+in :mod:`bucketloader.plan.sharded`).
+
+The histograms come from ``shard_histograms=`` (e.g. from the engines that measured the shards,
+or a simulation), or, when left out under ``torch.distributed``, from one ``all_gather`` of each
+rank's histogram (and of its configuration digest, so a rank with another seed, options or
+data is named on every rank instead of hanging a collective later).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from torch.utils.data import DataLoader
+
+from bucketloader._validation import MAX_LENGTH, as_lengths, check_int
+from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
+from bucketloader.histogram import LengthHistogram
+from bucketloader.plan.budget import BatchRule
+from bucketloader.plan.cells import Cells
+from bucketloader.plan.sharded import ShardEpochPlan, plan_shard_epoch, shard_schedule
+from bucketloader.plan.table import PlannedBatch, ShapeTable
+from bucketloader.sampler import LOSS_WARNING, EpochSampler
+from bucketloader.solve import compute_boundaries
+
+__all__ = ["ShardReport", "ShardedSampler", "merge_histograms"]
+
+
+def merge_histograms(histograms: Sequence[LengthHistogram]) -> LengthHistogram:
+    """The histogram of all the shards' lengths together (exact integer sums).
+
+    Example:
+        >>> a, b = LengthHistogram.from_lengths([3, 5]), LengthHistogram.from_lengths([5, 9])
+        >>> h = merge_histograms([a, b])
+        >>> h.values.tolist(), h.counts.tolist()
+        ([3, 5, 9], [1, 2, 1])
+    """
+    values = np.concatenate([h.values for h in histograms])
+    counts = np.concatenate([h.counts for h in histograms])
+    uniq, inverse = np.unique(values, return_inverse=True)
+    total = np.zeros(uniq.size, dtype=np.int64)
+    np.add.at(total, inverse, counts)
+    return LengthHistogram(uniq, total)
+
+
+@dataclass(frozen=True)
+class ShardReport:
+    """What one epoch of a :class:`ShardedSampler` does, on this rank and over all ranks.
+
+    Attributes:
+        rank: this rank.
+        num_samples: samples in this rank's shard (every one is in every epoch).
+        steps: steps per epoch (the same on every rank).
+        promoted: samples of this rank carried into a longer cell than their own.
+        filler_rows: this rank's padding rows (rows of a batch with no sample).
+        stand_in_batches: this rank's batches with no sample at all (one padding stand-in).
+        padding_ratio: padded elements / real elements over all ranks (rows times padded length
+            of every batch, filler rows included).
+        promoted_all: promoted samples over all ranks.
+        filler_rows_all: filler rows over all ranks.
+    """
+
+    rank: int
+    num_samples: int
+    steps: int
+    promoted: int
+    filler_rows: int
+    stand_in_batches: int
+    padding_ratio: float
+    promoted_all: int
+    filler_rows_all: int
+
+
+class ShardedSampler(EpochSampler):
+    """Batches of a rank's own shard, in planned shapes and in step with every other rank.
+
+    Use it as ``sampler.dataloader(shard_dataset, ...)`` (or
+    ``DataLoader(sampler.wrap(shard), batch_sampler=sampler, collate_fn=sampler.collator())``):
+    indices are positions in this rank's shard, and each batch carries its step's planned shape
+    to the collator, so a batch of promoted samples or filler rows keeps the step's shape.
+
+    Args:
+        shard_lengths: this rank's per-sample lengths ``(n,)`` (its shard only).
+        shard_histograms: every rank's :class:`~bucketloader.LengthHistogram`, in rank order
+            (``shard_histograms[rank]`` must describe ``shard_lengths``). Default: gathered once
+            from every rank over the initialised ``torch.distributed`` process group (or this
+            shard's alone in a single process).
+        shuffle: shuffle within cells and the step interleave.
+        seed: randomness only from ``SeedSequence([seed, epoch, ...])``; the same on every rank.
+        num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
+        rank: this rank (default: the ``torch.distributed`` rank, else 0).
+        **options: ``num_buckets`` (default 8) and ``strategy`` (default ``"optimal"``), or
+            ``boundaries``; ``batch_size`` or ``max_tokens`` (an int or a
+            :class:`~bucketloader.plan.TokenBudget`, its ``oversize`` ``"error"`` or
+            ``"single"``); ``pad_to_multiple_of``; ``cache`` (as
+            :func:`~bucketloader.compute_boundaries`).
+
+    Example:
+        >>> shards = [[3, 4, 9, 10], [3, 3, 10, 9], [4, 10, 4, 9]]
+        >>> hists = [LengthHistogram.from_lengths(s) for s in shards]
+        >>> samplers = [ShardedSampler(shards[r], shard_histograms=hists, num_replicas=3,
+        ...                            rank=r, num_buckets=2, batch_size=2) for r in range(3)]
+        >>> [len(s) for s in samplers], samplers[0].shapes
+        ([2, 2, 2], [(2, 4), (2, 10)])
+        >>> [s.plan().cells.tolist() for s in samplers]  # the same shape at each step
+        [[1, 0], [1, 0], [1, 0]]
+    """
+
+    def __init__(
+        self,
+        shard_lengths: Any,
+        *,
+        shard_histograms: Sequence[LengthHistogram] | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        self.options = _check_options(options)
+        lengths = _shard_array(shard_lengths)
+        own = _histogram(lengths) if lengths.size else None
+        if shard_histograms is None:
+            hists = _gather_histograms(own, self._config_digest(), self.num_replicas, self.rank)
+        else:
+            hists = _check_histograms(shard_histograms, own, self.num_replicas, self.rank)
+        self.histogram = merge_histograms(hists)
+        self.boundaries = self._fit_boundaries()
+        rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
+        b = self.boundaries
+        occupancy = np.zeros(b.size, dtype=np.int64)
+        np.add.at(occupancy, assign_buckets(self.histogram.values, b), self.histogram.counts)
+        self.cells = Cells.build([(b,)], ("length",), occupancy=[occupancy], rule=rule)
+        if (self.cells.batch < 1).any():
+            worst = int(self.cells.lengths[np.argmax(self.cells.batch < 1), 0])
+            raise ValueError(
+                f"max_tokens={rule.budget.max_tokens if rule.budget else None} is below the "  # type: ignore[union-attr]
+                f"padded length {worst} of a bucket; raise max_tokens to at least {worst}, or "
+                "pass max_tokens=TokenBudget(..., oversize='single')"
+            )
+        lookup = self.cells.lookup[0]
+        self.table = np.stack([_cell_counts(h, b, lookup, self.cells.num_cells) for h in hists])
+        cell_of = _cells_of(lengths, b, lookup)
+        self._by_cell = _by_cell(cell_of, self.cells.num_cells)
+        self._counts = self.table[self.rank]
+        self.schedule = shard_schedule(self.table, self.cells.batch, self.cells.lengths[:, 0])
+        self.num_samples = int(cell_of.size)
+        filler = int(self.schedule.filler.sum())
+        sizes = self.table.sum(axis=1)
+        unequal = int(sizes.max() - sizes.min()) > 0.1 * float(sizes.mean())
+        if unequal and filler > LOSS_WARNING * self.histogram.num_samples:
+            share = filler / self.histogram.num_samples
+            warnings.warn(
+                f"the shards are unequal (from {int(sizes.min()):,} to {int(sizes.max()):,} "
+                f"samples per rank): every rank takes {len(self):,} steps, so the ranks with "
+                f"fewer samples pad {filler:,} filler rows in all ({share:.1%} of the samples)"
+                "; no sample is lost (ShardedSampler.report() has the counts). "
+                "Balance the shards to pad less",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    # -- what the sampler promises ------------------------------------------------------------
+    @functools.cached_property
+    def shape_table(self) -> ShapeTable:
+        """The promised shapes (what the collator keeps)."""
+        used = np.flatnonzero(self.schedule.steps > 0)
+        shapes = tuple(sorted(self.cells.shapes[c] for c in used.tolist()))
+        return ShapeTable(cells=self.cells, shapes=shapes, last_batch="pad")
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Every batch shape ``(B, L)`` an epoch produces, sorted (the same on every rank)."""
+        return list(self.shape_table.shapes)
+
+    @functools.cached_property
+    def _len(self) -> int:
+        return self.schedule.num_steps
+
+    def collator(self, **kwargs: Any) -> Any:
+        """``PadCollator(self.shape_table, **kwargs)``."""
+        from bucketloader.collate import PadCollator
+
+        return PadCollator(self.shape_table, **kwargs)
+
+    def wrap(self, dataset: Any) -> ShardDataset:
+        """The shard's dataset as :class:`ShardDataset`: batches keep their planned shape."""
+        return dataset if isinstance(dataset, ShardDataset) else ShardDataset(dataset)
+
+    def dataloader(self, dataset: Any, **kwargs: Any) -> DataLoader:
+        """``DataLoader(self.wrap(dataset), batch_sampler=self, collate_fn=self.collator())``.
+
+        Args:
+            dataset: this rank's shard (indexed by position in ``shard_lengths``).
+            **kwargs: other ``DataLoader`` arguments (``num_workers``, ``collate_fn``, ...).
+        """
+        kwargs.setdefault("collate_fn", self.collator())
+        return DataLoader(self.wrap(dataset), batch_sampler=self, **kwargs)
+
+    # -- the epoch ----------------------------------------------------------------------------
+    def _make_plan(self, epoch: int) -> ShardEpochPlan:
+        return plan_shard_epoch(
+            self._by_cell,
+            self._counts,
+            self.schedule,
+            rank=self.rank,
+            seed=self.seed,
+            epoch=epoch,
+            shuffle=self.shuffle,
+        )
+
+    def __iter__(self) -> Iterator[list[int]]:
+        start, self._start = self._start, 0
+        plan = self.plan()
+        shapes = self.cells.shapes
+        self._yielded = start
+        for i in range(start, len(plan)):
+            self._yielded = i + 1
+            yield PlannedBatch(
+                plan.batch(i).tolist(),
+                planned_shape=shapes[int(plan.cells[i])],
+                num_real=int(plan.num_real[i]),
+            )
+
+    def report(self) -> ShardReport:
+        """Promotions, filler rows and padding of an epoch (the same every epoch: they depend
+        on the counts only)."""
+        s = self.schedule
+        rows = s.steps * self.cells.batch
+        padded = int((rows * self.cells.lengths[:, 0]).sum()) * self.num_replicas
+        real = self.histogram.total
+        return ShardReport(
+            rank=self.rank,
+            num_samples=self.num_samples,
+            steps=s.num_steps,
+            promoted=int(s.promoted[self.rank].sum()),
+            filler_rows=int(s.filler[self.rank].sum()),
+            stand_in_batches=int(np.maximum(s.steps - s.placed[self.rank], 0).sum()),
+            padding_ratio=(padded - real) / real if real else 0.0,
+            promoted_all=int(s.promoted.sum()),
+            filler_rows_all=int(s.filler.sum()),
+        )
+
+    # -- configuration ------------------------------------------------------------------------
+    def _fit_boundaries(self) -> np.ndarray:
+        opts = self.options
+        m = opts.get("pad_to_multiple_of", 1)
+        if opts.get("boundaries") is not None:
+            b = check_boundaries(opts["boundaries"])
+            if m > 1:
+                b = np.unique(round_up(b, m))
+            return check_boundaries(b, max_length=self.histogram.max)
+        return compute_boundaries(
+            self.histogram,
+            opts.get("num_buckets", 8),
+            strategy=opts.get("strategy", "optimal"),
+            cache=opts.get("cache"),
+            pad_to_multiple_of=m,
+        )
+
+    def _config_digest(self) -> str:
+        """What every rank must agree on (seed, shuffle, options)."""
+        opts = {k: repr(v) for k, v in sorted(self.options.items())}
+        blob = json.dumps([self.seed, self.shuffle, self.num_replicas, opts], sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def _config(self) -> dict[str, Any]:
+        h = hashlib.sha256(self.table.astype("<i8").tobytes())
+        h.update(np.asarray(self.boundaries, dtype="<i8").tobytes())
+        h.update(np.asarray(self.cells.batch, dtype="<i8").tobytes())
+        return {
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "num_replicas": self.num_replicas,
+            "num_samples": self.num_samples,
+            "num_batches": len(self),
+            "plan_digest": h.hexdigest()[:16],
+        }
+
+
+class ShardDataset:
+    """A shard's map-style dataset whose batches carry their planned shape to the collator.
+
+    ``DataLoader`` calls ``__getitems__`` with the sampler's batch; this returns a
+    :class:`~bucketloader.plan.PlannedBatch` of the samples, with the step's shape and how many
+    are real (the rest are stand-ins the collator turns into padding rows).
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, batch: Sequence[int]) -> list[Any]:
+        keys = list(batch)
+        getitems = getattr(self.dataset, "__getitems__", None)
+        samples = getitems(keys) if getitems is not None else [self.dataset[i] for i in keys]
+        shape = getattr(batch, "planned_shape", None)
+        if shape is None:
+            return list(samples)
+        return PlannedBatch(samples, planned_shape=shape, num_real=batch.num_real)  # type: ignore[attr-defined]
+
+
+_OPTIONS = (
+    "num_buckets",
+    "strategy",
+    "boundaries",
+    "batch_size",
+    "max_tokens",
+    "pad_to_multiple_of",
+    "cache",
+)
+
+
+_CHUNK = 1 << 20
+
+
+def _shard_array(shard_lengths: Any) -> np.ndarray:
+    """The shard's lengths as a 1-D integer array, validated without a copy when they already
+    are one (a rank's shard may be most of its memory); empty is allowed here (the ranks then
+    agree on an error)."""
+    if hasattr(shard_lengths, "__len__") and len(shard_lengths) == 0:
+        return np.zeros(0, np.int64)
+    if (
+        isinstance(shard_lengths, np.ndarray)
+        and shard_lengths.ndim == 1
+        and shard_lengths.dtype.kind in "iu"
+        and shard_lengths.dtype.itemsize <= 8
+    ):
+        lo, hi = int(shard_lengths.min()), int(shard_lengths.max())
+        if lo >= 0 and hi < MAX_LENGTH:
+            return shard_lengths
+    return as_lengths(shard_lengths, name="shard_lengths")
+
+
+def _histogram(lengths: np.ndarray) -> LengthHistogram:
+    """The shard's histogram, counted in chunks (no full-size temporary)."""
+    lo, hi = int(lengths.min()), int(lengths.max())
+    if hi - lo > 4 * lengths.size + 1024:
+        return LengthHistogram.from_lengths(lengths)
+    counts = np.zeros(hi - lo + 1, dtype=np.int64)
+    for i in range(0, lengths.size, _CHUNK):
+        counts += np.bincount(lengths[i : i + _CHUNK] - lo, minlength=counts.size)
+    values = np.flatnonzero(counts)
+    return LengthHistogram(values + lo, counts[values])
+
+
+def _cells_of(lengths: np.ndarray, boundaries: np.ndarray, lookup: np.ndarray) -> np.ndarray:
+    """Cell of every sample, in the narrowest unsigned type, computed in chunks."""
+    dtype = np.uint8 if lookup.max() < 1 << 8 else np.uint16 if lookup.max() < 1 << 16 else np.int64
+    out = np.empty(lengths.size, dtype=dtype)
+    for i in range(0, lengths.size, _CHUNK):
+        out[i : i + _CHUNK] = lookup[assign_buckets(lengths[i : i + _CHUNK], boundaries)]
+    return out
+
+
+def _by_cell(cell_of: np.ndarray, k: int) -> np.ndarray:
+    """Sample indices sorted by cell (index order within a cell): a counting sort into the
+    narrowest index type, one pass per cell."""
+    index_type = np.int32 if cell_of.size < 1 << 31 else np.int64
+    counts = np.bincount(cell_of, minlength=k)
+    out = np.empty(cell_of.size, dtype=index_type)
+    at = 0
+    for c in range(k):
+        if counts[c]:
+            out[at : at + counts[c]] = np.flatnonzero(cell_of == c)
+            at += int(counts[c])
+    return out
+
+
+def _check_options(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        import difflib
+
+        near = difflib.get_close_matches(unknown[0], _OPTIONS, n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else ""
+        raise TypeError(
+            f"ShardedSampler got an unknown option {unknown[0]!r}{hint} It accepts: "
+            f"{', '.join(_OPTIONS)}"
+        )
+    if options.get("boundaries") is not None and (
+        "num_buckets" in options or "strategy" in options
+    ):
+        raise ValueError(
+            "pass either boundaries (precomputed) or num_buckets/strategy (fitted), not both"
+        )
+    if "num_buckets" in options:
+        check_int("num_buckets", options["num_buckets"], minimum=1)
+    if "pad_to_multiple_of" in options:
+        check_int("pad_to_multiple_of", options["pad_to_multiple_of"], minimum=1)
+    BatchRule.parse(options.get("batch_size"), options.get("max_tokens"))
+    return dict(options)
+
+
+def _cell_counts(
+    hist: LengthHistogram, boundaries: np.ndarray, lookup: np.ndarray, k: int
+) -> np.ndarray:
+    cells = lookup[assign_buckets(hist.values, boundaries)]
+    out = np.zeros(k, dtype=np.int64)
+    np.add.at(out, cells, hist.counts)
+    return out
+
+
+def _check_histograms(
+    hists: Any, own: LengthHistogram | None, num_replicas: int, rank: int
+) -> list[LengthHistogram]:
+    if isinstance(hists, LengthHistogram) or not isinstance(hists, Sequence):
+        raise TypeError(
+            "shard_histograms must be a list of LengthHistogram, one per rank in rank order, "
+            f"got {type(hists).__name__}"
+        )
+    hists = list(hists)
+    if len(hists) != num_replicas:
+        raise ValueError(
+            f"shard_histograms must hold one histogram per rank (num_replicas={num_replicas}), "
+            f"got {len(hists)}"
+        )
+    for r, h in enumerate(hists):
+        if not isinstance(h, LengthHistogram):
+            raise TypeError(
+                f"shard_histograms[{r}] must be a LengthHistogram, got {type(h).__name__}"
+            )
+    if own is None:
+        raise ValueError(_empty_message([rank]))
+    if hists[rank] != own:
+        raise ValueError(
+            f"shard_histograms[{rank}] ({hists[rank]!r}) does not describe rank {rank}'s "
+            f"shard_lengths ({own!r}); pass every rank's histogram of its own shard, in rank "
+            "order"
+        )
+    return hists
+
+
+def _empty_message(ranks: list[int]) -> str:
+    return (
+        f"the shard of rank(s) {ranks} is empty: every rank needs at least one sample to take "
+        "its planned steps; give every rank a non-empty shard (e.g. re-split the files so each "
+        "rank has rows)"
+    )
+
+
+def _gather_histograms(
+    own: LengthHistogram | None, digest: str, num_replicas: int, rank: int
+) -> list[LengthHistogram]:
+    """Every rank's shard histogram, by one ``all_gather`` (JSON), with the configuration
+    digests checked on every rank (so a mismatch is an error everywhere, never a hang)."""
+    import torch.distributed as dist
+
+    if num_replicas == 1:
+        if own is None:
+            raise ValueError(_empty_message([rank]))
+        return [own]
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError(
+            f"shard_histograms is required with num_replicas={num_replicas} and no initialised "
+            "torch.distributed process group; pass every rank's LengthHistogram"
+        )
+    if dist.get_world_size() != num_replicas:
+        raise ValueError(
+            f"num_replicas={num_replicas} differs from the process group's world size "
+            f"{dist.get_world_size()}; leave num_replicas out or pass shard_histograms"
+        )
+    payload = json.dumps(
+        {
+            "rank": rank,
+            "digest": digest,
+            "values": [] if own is None else own.values.tolist(),
+            "counts": [] if own is None else own.counts.tolist(),
+        }
+    )
+    gathered: list[Any] = [None] * num_replicas
+    dist.all_gather_object(gathered, payload)
+    items = [json.loads(p) for p in gathered]
+    ranks = [it["rank"] for it in items]
+    if sorted(ranks) != list(range(num_replicas)):
+        raise ValueError(f"ranks {ranks} do not number 0..{num_replicas - 1}; pass rank= once each")
+    items.sort(key=lambda it: it["rank"])
+    first = items[0]["digest"]
+    odd = [it["rank"] for it in items if it["digest"] != first]
+    if odd:
+        raise ValueError(
+            f"rank(s) {odd} built their ShardedSampler with another seed, shuffle or options "
+            "than rank 0; build it with the same arguments on every rank"
+        )
+    empty = [it["rank"] for it in items if not it["values"]]
+    if empty:
+        raise ValueError(_empty_message(empty))
+    return [LengthHistogram(it["values"], it["counts"]) for it in items]

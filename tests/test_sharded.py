@@ -1,0 +1,278 @@
+"""ShardedSampler: each rank plans its own shard, in step with every other rank (NOTE [ Sharded
+plan ] in bucketloader.plan.sharded). Simulated ranks (every rank's sampler in one process) and
+real gloo process groups where every process holds only its shard."""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import free_port, load_real, run_ranks
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bucketloader import BucketSampler, LengthHistogram, compute_boundaries
+from bucketloader.plan.sharded import shard_schedule
+from bucketloader.sharded import ShardedSampler, merge_histograms
+
+
+def _samplers(lengths, shards, **options):
+    hists = [LengthHistogram.from_lengths(lengths[s]) for s in shards]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return [
+            ShardedSampler(
+                lengths[s], shard_histograms=hists, num_replicas=len(shards), rank=r, **options
+            )
+            for r, s in enumerate(shards)
+        ]
+
+
+def _check_epoch(samplers, shards, lengths, epoch=0):
+    """Same steps and shapes on every rank; every shard sample exactly once; rows fit."""
+    plans = []
+    for s in samplers:
+        s.set_epoch(epoch)
+        plans.append(s.plan())
+    assert len({len(p) for p in plans}) == 1
+    assert len({len(s) for s in samplers}) == 1 and len(samplers[0]) == len(plans[0])
+    cells = np.stack([p.cells for p in plans])
+    assert (cells == cells[0]).all()
+    promised = set(samplers[0].shapes)
+    for r, (s, p) in enumerate(zip(samplers, plans, strict=True)):
+        own = lengths[shards[r]]
+        real = [p.batch(i)[: p.num_real[i]] for i in range(len(p))]
+        flat = np.concatenate(real) if real else np.zeros(0, np.int64)
+        assert np.array_equal(np.sort(flat), np.arange(own.size)), f"rank {r} loses samples"
+        for i in range(len(p)):
+            shape = s.cells.shapes[int(p.cells[i])]
+            assert shape in promised
+            idx = p.batch(i)
+            assert 1 <= idx.size <= shape[0]
+            assert (own[idx] <= shape[1]).all()
+    return plans
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(1, 60), min_size=1, max_size=120),
+    st.integers(1, 5),
+    st.integers(1, 4),
+    st.integers(1, 6),
+    st.booleans(),
+    st.integers(0, 3),
+)
+def test_every_rank_same_steps_and_shapes_and_every_sample_once(
+    raw, ranks, k, batch, shuffle, seed
+):
+    lengths = np.array(raw)
+    if lengths.size < ranks:
+        lengths = np.resize(lengths, ranks)
+    shards = np.array_split(np.random.default_rng(seed).permutation(lengths.size), ranks)
+    samplers = _samplers(
+        lengths, shards, num_buckets=k, batch_size=batch, shuffle=shuffle, seed=seed
+    )
+    for epoch in (0, 1):
+        _check_epoch(samplers, shards, lengths, epoch)
+    np.testing.assert_array_equal(samplers[0].boundaries, compute_boundaries(lengths, k))
+
+
+@pytest.mark.parametrize("ranks", [8, 64])
+def test_boundaries_and_padding_match_the_global_plan_on_real_data(ranks):
+    lengths = np.asarray(load_real("librispeech"))
+    shards = np.array_split(np.random.default_rng(0).permutation(lengths.size), ranks)
+    samplers = _samplers(lengths, shards, num_buckets=16, max_tokens=3_200_000)
+    glob = BucketSampler(lengths, num_buckets=16, max_tokens=3_200_000, num_replicas=ranks)
+    np.testing.assert_array_equal(samplers[0].boundaries, glob.boundaries)
+    _check_epoch(samplers, shards, lengths)
+    # padding over all ranks, exact: the rows of every batch times its padded length
+    rows = samplers[0].schedule.steps * samplers[0].cells.batch
+    padded = int((rows * samplers[0].cells.lengths[:, 0]).sum()) * ranks
+    ratio = (padded - int(lengths.sum())) / int(lengths.sum())
+    assert ratio == pytest.approx(samplers[3].report().padding_ratio)
+    assert ratio <= glob.report().padding + 0.005
+
+
+def test_schedule_example_promotes_and_pads_by_the_documented_rule():
+    table = np.array([[5, 2], [3, 4]])
+    s = shard_schedule(table, np.array([2, 2]), np.array([4, 9]))
+    # cell 0: 2 steps (4 rows per rank): rank 0 promotes 1 sample, rank 1 pads one row
+    assert s.steps.tolist() == [2, 2]
+    assert s.promoted.tolist() == [[1, 0], [0, 0]]
+    assert (s.placed.sum(axis=1) == table.sum(axis=1)).all()  # nothing lost
+    assert (s.filler == s.steps * 2 - s.placed).all()
+
+
+def test_a_rank_without_short_samples_gives_that_cell_no_steps():
+    # rank 1 has only long samples: cell 0 cannot get a batch on rank 1, so it gets 0 steps
+    lengths = np.array([2, 2, 2, 2, 9, 9, 9, 9])
+    shards = [np.array([0, 1, 2, 3, 4]), np.array([5, 6, 7])]
+    samplers = _samplers(lengths, shards, boundaries=[2, 9], batch_size=2)
+    assert samplers[0].schedule.steps[0] == 0
+    assert samplers[0].shapes == [(2, 9)]
+    _check_epoch(samplers, shards, lengths)
+    assert samplers[0].report().promoted == 4
+
+
+def test_resume_mid_epoch_yields_exactly_the_rest():
+    lengths = np.asarray(load_real("multi30k"))[:3000, 0]
+    shards = np.array_split(np.arange(lengths.size), 3)
+    samplers = _samplers(lengths, shards, num_buckets=6, max_tokens=512, seed=5)
+    s = samplers[1]
+    s.set_epoch(2)
+    full = [list(b) for b in s]
+    s.set_epoch(2)
+    it = iter(s)
+    head = [list(next(it)) for _ in range(17)]
+    state = json.loads(json.dumps(s.state_dict()))
+    fresh = _samplers(lengths, shards, num_buckets=6, max_tokens=512, seed=5)[1]
+    fresh.load_state_dict(state)
+    assert head + [list(b) for b in fresh] == full
+    other = _samplers(lengths, shards, num_buckets=6, max_tokens=512, seed=6)[1]
+    with pytest.raises(ValueError, match="seed"):
+        other.load_state_dict(state)
+
+
+def test_dataloader_batches_keep_the_step_shape_and_mask_filler_rows():
+    lengths = np.array([1, 2, 2, 3, 7, 8, 8, 3, 2, 1, 8])
+    shards = [np.arange(0, 7), np.arange(7, 11)]
+    samplers = _samplers(lengths, shards, boundaries=[3, 8], batch_size=3, shuffle=False)
+    shapes = []
+    for r, s in enumerate(samplers):
+        data = [{"input_ids": list(range(1, int(n) + 1))} for n in lengths[shards[r]]]
+        got = [
+            (tuple(b["input_ids"].shape), int(b["sample_mask"].sum()))
+            for b in s.dataloader(data, num_workers=0)
+        ]
+        shapes.append([g[0] for g in got])
+        assert sum(g[1] for g in got) == len(shards[r])  # real rows: the shard, once
+    assert shapes[0] == shapes[1]
+
+
+def test_merge_histograms_is_exact_and_order_free():
+    rng = np.random.default_rng(1)
+    parts = [rng.integers(0, 50, rng.integers(1, 30)) for _ in range(7)]
+    hists = [LengthHistogram.from_lengths(p) for p in parts]
+    whole = LengthHistogram.from_lengths(np.concatenate(parts))
+    assert merge_histograms(hists) == whole
+    assert merge_histograms(hists[::-1]) == whole
+
+
+def test_bad_input_names_the_rank_and_the_fix():
+    lengths = np.array([3, 4, 9, 10])
+    h = [LengthHistogram.from_lengths(lengths[:2]), LengthHistogram.from_lengths(lengths[2:])]
+    with pytest.raises(ValueError, match=r"rank\(s\) \[1\] is empty"):
+        ShardedSampler([], shard_histograms=h, num_replicas=2, rank=1, batch_size=2)
+    with pytest.raises(ValueError, match=r"shard_histograms\[0\].*rank 0"):
+        ShardedSampler([3, 5], shard_histograms=h, num_replicas=2, rank=0, batch_size=2)
+    with pytest.raises(ValueError, match="one histogram per rank"):
+        ShardedSampler([3, 4], shard_histograms=h[:1], num_replicas=2, rank=0, batch_size=2)
+    with pytest.raises(TypeError, match="did you mean 'num_buckets'"):
+        ShardedSampler([3, 4], shard_histograms=h, num_replicas=2, rank=0, num_bucket=2)
+    with pytest.raises(ValueError, match="not both"):
+        ShardedSampler(
+            [3, 4], shard_histograms=h, num_replicas=2, rank=0, boundaries=[10], num_buckets=2
+        )
+    with pytest.raises(ValueError, match="shard_histograms is required"):
+        ShardedSampler([3, 4], num_replicas=2, rank=0, batch_size=2)
+
+
+def test_unequal_shards_warn_with_the_counts():
+    lengths = np.array([5] * 40 + [5] * 4)
+    shards = [np.arange(40), np.arange(40, 44)]
+    hists = [LengthHistogram.from_lengths(lengths[s]) for s in shards]
+    with pytest.warns(UserWarning, match="shards are unequal"):
+        s = ShardedSampler(
+            lengths[shards[1]], shard_histograms=hists, num_replicas=2, rank=1, batch_size=4
+        )
+    assert len(s) == 10 and s.report().filler_rows == 36 and s.report().stand_in_batches == 6
+
+
+# -- real process groups: every process holds only its shard ---------------------------------
+TIMEOUT_S = 240
+
+
+def _run(tmp_path: Path, world: int, mode: str) -> list[dict]:
+    port = free_port()
+    run_ranks(
+        lambda r: [__file__, "sharded_worker", str(r), str(world), str(port), str(tmp_path), mode],
+        world,
+        timeout=TIMEOUT_S,
+    )
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2 * TIMEOUT_S)
+def test_gloo_ranks_with_own_shards_agree_and_resume(tmp_path):
+    runs = _run(tmp_path, 3, "ok")
+    assert len({len(r["shapes"]) for r in runs}) == 1 and len(runs[0]["shapes"]) > 0
+    for step in range(len(runs[0]["shapes"])):
+        assert len({tuple(r["shapes"][step]) for r in runs}) == 1
+    for r in runs:
+        assert r["real"] == r["shard"]  # every sample of the shard once
+        assert r["resumed_equal"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2 * TIMEOUT_S)
+def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
+    for mode, match in (("empty", "rank(s) [2] is empty"), ("seed", "rank(s) [1]")):
+        runs = _run(tmp_path, 3, mode)
+        assert all(match in r["error"] for r in runs), runs
+
+
+def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=120),
+    )
+    lengths = np.asarray(load_real("gsm8k"))[:, 0]
+    shards = np.array_split(np.arange(2000), world)
+    own = lengths[shards[rank]]
+    if mode == "empty" and rank == 2:
+        own = own[:0]
+    seed = 7 if (mode == "seed" and rank == 1) else 3
+    result: dict = {}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            s = ShardedSampler(own, seed=seed, num_buckets=6, max_tokens=2048)
+        data = [{"input_ids": [1] * int(n)} for n in own]
+        loader = s.dataloader(data)
+        shapes, real = [], 0
+        for batch in loader:
+            shapes.append(list(batch["input_ids"].shape))
+            real += int(batch["sample_mask"].sum())
+        s.set_epoch(1)
+        full = [list(b) for b in s]
+        s.set_epoch(1)
+        it = iter(s)
+        head = [list(next(it)) for _ in range(5)]
+        fresh = ShardedSampler(own, seed=seed, num_buckets=6, max_tokens=2048)
+        fresh.load_state_dict(s.state_dict())
+        result = {
+            "shapes": shapes,
+            "real": real,
+            "shard": int(own.size),
+            "resumed_equal": head + [list(b) for b in fresh] == full,
+        }
+    except ValueError as exc:
+        result = {"error": str(exc)}
+    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "sharded_worker":
+    sys.path.insert(0, str(Path(__file__).parent))
+    _sharded_worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
