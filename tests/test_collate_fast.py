@@ -67,3 +67,20 @@ def test_an_8_row_token_batch_equals_pad_sequence_plus_masks():
         assert torch.equal(out["inputs"][:, : ref.shape[1]], ref)
         assert torch.equal(out["attention_mask"], out["inputs"] != 0)
         assert out["lengths"].tolist() == [int(lengths[i]) for i in batch]
+
+
+def test_short_batches_keep_gradients_and_fill_their_padding_rows():
+    xs = [torch.ones(n, requires_grad=True) for n in (3, 5)]
+    lens = np.array([3, 5, 0, 0, 0])
+    mask = _pad.sequence_mask(lens, 6, 5, "right")
+    out = _pad.pad_1d(xs, [3, 5], 6, 5, "right", 0.0, "x", mask, {})
+    assert out.requires_grad and tuple(out.shape) == (5, 6)
+    out.sum().backward()
+    assert xs[0].grad.tolist() == [1.0] * 3
+    ints = [torch.arange(1, n + 1) for n in (3, 5)]
+    out = _pad.pad_1d(
+        ints, [3, 5], 600, 5, "right", -1, "x", _pad.sequence_mask(lens, 600, 5, "right"), {}
+    )
+    assert (
+        out[2:].eq(-1).all() and out[1, :5].tolist() == [1, 2, 3, 4, 5] and out[1, 5:].eq(-1).all()
+    )
