@@ -88,11 +88,9 @@ def batched(
     counts = hist.counts.astype(np.int64)
     cost = _BucketCost(values, counts, max_tokens, max_batch_size, multiple_of, num_replicas)
     u = values.size
-    if num_buckets >= u:
-        ends = np.arange(u)
-        status = "optimal"
-    elif u <= _MAX_EXACT_VALUES and num_buckets * u * u <= _MAX_EXACT_WORK:
-        ends = _exact(cost, num_buckets)
+    k = min(num_buckets, u)  # one bucket per value need not be best: filler rows count too
+    if u <= _MAX_EXACT_VALUES and k * u * u <= _MAX_EXACT_WORK:
+        ends = _exact(cost, k)
         status = "optimal"
     else:
         start, _, _ = solve_segmentation(values, counts, num_buckets, "linear")
