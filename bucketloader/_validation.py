@@ -6,6 +6,7 @@ Every user-facing check in bucketloader goes through these helpers so that messa
 
 from __future__ import annotations
 
+import difflib
 import math
 import numbers
 from collections.abc import Iterable
@@ -96,6 +97,29 @@ def describe(value: Any) -> str:
         kind = "tensor" if hasattr(value, "device") else "array"
         return f"a {kind} of dtype {dtype} and shape {tuple(shape)}"
     return f"{type(value).__name__} {value!r}"
+
+
+def check_options(owner: str, options: Any, allowed: Iterable[str]) -> None:
+    """Raise one clear ``TypeError`` for an option ``owner`` does not take, with the closest
+    valid name (``difflib``) and the list of valid ones.
+
+    Example:
+        >>> try:
+        ...     check_options("BucketSampler", {"num_bucket": 8}, ["num_buckets", "batch_size"])
+        ... except TypeError as exc:
+        ...     print(str(exc).split(" (")[0])
+        BucketSampler got an unexpected option num_bucket=8; did you mean num_buckets=?
+    """
+    names = sorted(set(allowed))
+    for name in options:
+        if name in names:
+            continue
+        close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]}=?" if close else ""
+        raise TypeError(
+            f"{owner} got an unexpected option {name}={options[name]!r}{hint} "
+            f"(its options: {', '.join(names)})"
+        )
 
 
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:

@@ -9,12 +9,35 @@ sampler is ahead of what the model has consumed. Pass the count your loop consum
 batch. Resuming recomputes the epoch plan from ``(seed, epoch)`` and skips to the position: O(plan)
 (about 0.2 s for a million samples), with no data replayed. The state holds no rank, so a
 checkpoint saved by rank 0 restores every rank.
+
+NOTE [ Exact resume behind DataLoader workers ]
+The default path is exact: ``sampler.dataloader(dataset, num_workers=..., collate_fn=...)``
+returns a :class:`~bucketloader.loader.ResumableDataLoader` that counts the batches it hands to
+the loop and tells the sampler (:meth:`EpochSampler._loader_pass` / :meth:`_loader_handed`), so
+``sampler.state_dict()`` (and ``loader.state_dict()``) records what the loop received, however far
+the workers prefetched. torchdata's ``StatefulDataLoader`` is exact too: it snapshots
+``state_dict()`` as it hands each batch index to a worker. A plain ``DataLoader`` with workers is
+the one that runs ahead: the sampler notices that its batches are pulled by torch's
+multi-process iterator, and ``state_dict()`` taken mid-epoch without ``batches_consumed`` then
+warns once, naming the fixes.
+
+NOTE [ A new pass without set_epoch ]
+Iterating a sampler again after a *finished* pass, with no ``set_epoch`` (or
+``load_state_dict``) in between, advances the epoch by one, as torchdata's samplers and Lhotse's
+``DynamicBucketingSampler`` do: a second ``for batch in loader`` gets a new shuffle instead of
+repeating the first one silently. The first advance logs one info line. ``set_epoch(e)`` always
+wins (calling it every epoch, as ``DistributedSampler`` users do, behaves as before, and
+``set_epoch(e)`` before a pass repeats epoch ``e`` on purpose). Every rank makes the same passes,
+so ranks stay on the same epoch. A pass left early (``break``) is not finished: the next pass
+restarts the same epoch.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import inspect
+import logging
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -23,12 +46,15 @@ import numpy as np
 from torch.utils.data import ConcatDataset, Sampler
 
 from bucketloader._ranks import resolve_ranks
-from bucketloader._validation import check_bool, check_int
+from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
-from bucketloader.plan.epoch import check_weights, resolve_weights
+from bucketloader.plan.accumulate import grouped_steps
+from bucketloader.plan.epoch import check_accumulate, check_weights, resolve_weights
 from bucketloader.plan.report import plan_report
 
 __all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "spec_or_build"]
+
+_log = logging.getLogger(__name__)
 
 #: Warn when a plan leaves out more than this fraction of the samples every epoch.
 LOSS_WARNING = 0.01
@@ -37,7 +63,9 @@ LOSS_WARNING = 0.01
 def spec_or_build(lengths: Any, spec_options: dict[str, Any], spec_type: Any) -> Any:
     """``lengths`` itself when it is a ready ``spec_type`` (then no shape option may be given),
     else ``spec_type.build(lengths, **spec_options)``: the split between what shapes the
-    batches (the spec) and how an epoch is iterated (the sampler)."""
+    batches (the spec) and how an epoch is iterated (the sampler). An unknown option names the
+    sampler being built and the closest valid option (:func:`_check_spec_options`)."""
+    _check_spec_options(spec_options, spec_type, inspect.currentframe())
     if isinstance(lengths, spec_type):
         if spec_options:
             name = sorted(spec_options)[0]
@@ -71,6 +99,7 @@ class EpochSampler(Sampler[list[int]]):
         self._start = 0
         self._yielded = 0
         self._plan: tuple[int, Any] | None = None
+        self._passes = _Passes()
 
     def _make_plan(self, epoch: int) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -90,6 +119,8 @@ class EpochSampler(Sampler[list[int]]):
         epoch = check_int("epoch", epoch, minimum=0)
         if epoch != self.epoch:
             self.epoch, self._start, self._yielded = epoch, 0, 0
+            self._passes.handed = None
+        self._passes.finished = False  # an explicit epoch: no auto-advance before its pass
 
     def plan(self, epoch: int | None = None) -> Any:
         """This rank's plan of ``epoch`` (default: the current one; cached)."""
@@ -101,13 +132,109 @@ class EpochSampler(Sampler[list[int]]):
         return plan
 
     def __iter__(self) -> Iterator[list[int]]:
+        _check_not_in_batch_sampler(type(self).__name__)
+        self._advance_if_finished()
+        if self._passes.by_loader:  # a ResumableDataLoader counts this pass
+            self._passes.by_loader = False
+        else:  # iterated directly: the position is what __iter__ hands out
+            self._passes.handed = None
         start, self._start = self._start, 0
+        self._passes.prefetched = _pulled_by_workers()
         plan = self.plan()
         indices, offsets = plan.indices, plan.offsets
         self._yielded = start
         for i in range(start, len(plan)):
             self._yielded = i + 1
             yield indices[offsets[i] : offsets[i + 1]].tolist()
+        self._passes.finished = True
+
+    # -- passes and the batches a loader handed out (NOTEs at the top of this module) ----------
+    def _advance_if_finished(self) -> None:
+        """NOTE [ A new pass without set_epoch ]: a finished pass moves to the next epoch."""
+        passes = self._passes
+        if not passes.finished:
+            return
+        passes.finished = False
+        self.epoch, self._start, self._yielded = self.epoch + 1, 0, 0
+        passes.handed = None
+        if not passes.advanced:
+            passes.advanced = True
+            _log.info(
+                "%s: a new pass without set_epoch() runs epoch %d (a new shuffle); call "
+                "set_epoch(epoch) before each pass to choose the epoch yourself",
+                type(self).__name__,
+                self.epoch,
+            )
+
+    def _loader_pass(self) -> None:
+        """A :class:`~bucketloader.loader.ResumableDataLoader` starts a pass over this sampler:
+        from now on the position is what it hands to the loop."""
+        self._advance_if_finished()
+        self._passes.begin = self._start
+        self._passes.handed = 0
+        self._passes.by_loader = True
+
+    def _loader_handed(self, count: int) -> None:
+        """The loader has handed ``count`` batches of this pass to the loop."""
+        self._passes.handed = count
+
+    def _batches_done(self) -> int:
+        """Batches of the current epoch the loop has had: a loader's count when one counts,
+        else what ``__iter__`` handed out (or the pending resume position)."""
+        passes = self._passes
+        if passes.handed is not None:
+            return min(passes.begin + passes.handed, len(self))
+        return max(self._yielded, self._start)
+
+    def _position(self, batches_consumed: int | None) -> int:
+        """The resume position ``state_dict`` records (and the warning when it may run ahead)."""
+        if batches_consumed is not None:
+            return check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
+        passes = self._passes
+        if passes.handed is not None:
+            return min(passes.begin + passes.handed, len(self))
+        ahead = passes.prefetched and 0 < self._yielded < len(self) and not passes.finished
+        if ahead and not passes.warned:
+            passes.warned = True
+            warnings.warn(
+                f"{type(self).__name__}.state_dict() is taken while a DataLoader with workers "
+                f"has fetched {self._yielded} batches of epoch {self.epoch}, ahead of your loop: "
+                "resuming from it skips the batches still in flight. Build the loader with "
+                "sampler.dataloader(dataset, num_workers=..., collate_fn=...) (exact "
+                "state_dict), use torchdata's StatefulDataLoader, or pass "
+                "state_dict(batches_consumed=<batches your loop consumed this epoch>)",
+                UserWarning,
+                stacklevel=3,
+            )
+        return self._yielded
+
+    def dataloader(self, dataset: Any, **kwargs: Any) -> Any:
+        """``DataLoader(dataset, batch_sampler=self, **kwargs)`` that resumes exactly.
+
+        A :class:`~bucketloader.loader.ResumableDataLoader`: it counts the batches it hands to
+        your loop, so :meth:`state_dict` records exactly what the loop received, even with
+        ``num_workers > 0`` (NOTE [ Exact resume behind DataLoader workers ]); its
+        ``set_epoch`` reaches this sampler. ``collate_fn`` defaults to :meth:`collator` when the
+        sampler has one.
+
+        Args:
+            dataset: the map-style dataset the sampler's indices point into.
+            **kwargs: ``DataLoader`` options (``num_workers``, ``collate_fn``, ``pin_memory``,
+                ...; not ``batch_size``, ``shuffle``, ``sampler`` or ``drop_last``, which the
+                sampler decides).
+
+        Example:
+            >>> sampler = BucketSampler([3, 4, 9, 10, 10], num_buckets=2, batch_size=2, seed=1)
+            >>> loader = sampler.dataloader(list(range(5)), collate_fn=list)
+            >>> first = next(iter(loader))
+            >>> sampler.state_dict()["batches_yielded"]
+            1
+        """
+        from bucketloader.loader import ResumableDataLoader
+
+        if "collate_fn" not in kwargs and callable(getattr(self, "collator", None)):
+            kwargs["collate_fn"] = self.collator()  # type: ignore[attr-defined]
+        return ResumableDataLoader(dataset, batch_sampler=self, **kwargs)
 
     def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
         """Small JSON-serialisable state: epoch, position and the configuration it belongs to.
@@ -115,11 +242,10 @@ class EpochSampler(Sampler[list[int]]):
         Args:
             batches_consumed: batches of the current epoch your loop has consumed, when it lags
                 the sampler (DataLoader prefetch, see NOTE [ Resuming and DataLoader prefetch ]);
-                default: the batches ``__iter__`` handed out.
+                default: the batches a :meth:`dataloader` handed to the loop, else the batches
+                ``__iter__`` handed out (NOTE [ Exact resume behind DataLoader workers ]).
         """
-        pos = self._yielded
-        if batches_consumed is not None:
-            pos = check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
+        pos = self._position(batches_consumed)
         return {
             "version": _STATE_VERSION,
             "epoch": int(self.epoch),
@@ -134,6 +260,81 @@ class EpochSampler(Sampler[list[int]]):
         """
         epoch, pos = _check_state(state, self._config(), type(self).__name__)
         self.epoch, self._start, self._yielded = epoch, pos, pos
+        self._passes = _Passes(advanced=self._passes.advanced)
+
+
+def _check_spec_options(options: dict[str, Any], spec_type: Any, frame: Any) -> None:
+    """A typo (``num_bucket=``) raises naming the public entry point (the sampler whose
+    ``__init__`` called :func:`spec_or_build`) and the closest option, instead of
+    ``BucketSpec.build() got an unexpected keyword argument``."""
+    build = inspect.signature(spec_type.build).parameters
+    allowed = [n for n, p in build.items() if p.kind is p.KEYWORD_ONLY]
+    caller = frame.f_back if frame is not None else None
+    owner_obj = caller.f_locals.get("self") if caller is not None else None
+    del frame, caller
+    owner = f"{spec_type.__name__}.build"
+    if owner_obj is not None and not isinstance(owner_obj, spec_type):
+        owner = type(owner_obj).__name__
+        for cls in type(owner_obj).__mro__:  # a subclass's options and its bases'
+            if "__init__" in vars(cls):
+                init = inspect.signature(vars(cls)["__init__"]).parameters
+                allowed += [n for n, p in init.items() if p.kind is p.KEYWORD_ONLY]
+    check_options(owner, options, allowed)
+
+
+class _Passes:
+    """Where this sampler's passes stand (NOTEs [ Exact resume behind DataLoader workers ] and
+    [ A new pass without set_epoch ])."""
+
+    def __init__(self, *, advanced: bool = False) -> None:
+        self.finished = False  # the current epoch's pass ran to its end
+        self.advanced = advanced  # an epoch was advanced automatically once (logged)
+        self.prefetched = False  # torch's multi-process DataLoader iterator pulls the batches
+        self.warned = False  # the in-flight warning was shown
+        self.begin = 0  # the position the loader's pass started from
+        self.handed: int | None = None  # batches a ResumableDataLoader handed out in this pass
+        self.by_loader = False  # the next __iter__ is a ResumableDataLoader's pass
+
+
+def _called_from(fn: Any, depth: int = 5) -> bool:
+    """Whether ``fn``'s code is among the ``depth`` frames above the caller. Code objects only:
+    reading a live frame's locals would keep a DataLoader iterator alive (its workers then stall
+    for their join timeout when it is finally collected)."""
+    code = getattr(fn, "__code__", None)
+    frame = inspect.currentframe()
+    try:
+        for _ in range(depth):
+            if frame is None:
+                return False
+            if frame.f_code is code:
+                return True
+            frame = frame.f_back
+        return False
+    finally:
+        del frame
+
+
+def _pulled_by_workers() -> bool:
+    """Whether ``__iter__``'s body runs for torch's multi-process DataLoader iterator, which
+    fetches batches ahead of the loop (``_try_put_index`` -> ``_next_index`` -> here)."""
+    from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+    return _called_from(_MultiProcessingDataLoaderIter._try_put_index)
+
+
+def _check_not_in_batch_sampler(owner: str) -> None:
+    """``DataLoader(dataset, sampler=sampler)`` wraps a batch sampler in torch's
+    ``BatchSampler``, which then hands the dataset lists of indices ("list indices must be
+    integers"): say which argument to use instead."""
+    from torch.utils.data import BatchSampler
+
+    if _called_from(BatchSampler.__iter__, depth=4):
+        raise TypeError(
+            f"{owner} yields whole batches of indices, but it is iterated by a BatchSampler "
+            "(DataLoader(dataset, sampler=...)); pass it as "
+            "DataLoader(dataset, batch_sampler=sampler, collate_fn=sampler.collator()), or use "
+            "sampler.dataloader(dataset)"
+        )
 
 
 class BucketSampler(EpochSampler):
@@ -165,6 +366,10 @@ class BucketSampler(EpochSampler):
             :mod:`bucketloader.plan.epoch`).
         longest_first: start every epoch with a batch of the largest planned shape, so an
             out-of-memory shows at step 0 (NOTE [ Longest batch first ]).
+        accumulate: gradient-accumulation groups (fairseq's ``update_freq``): ``k``
+            consecutive batches of one shape on every rank, so an accumulation step never mixes
+            shapes; each bucket's batches are rounded up to whole groups with repeats of its own
+            samples (NOTE [ Accumulation groups ] in :mod:`bucketloader.plan.accumulate`).
         **spec_options: :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options
             (not allowed with a ready spec). The common ones: ``num_buckets`` (default 8),
             ``strategy`` (default ``"optimal"``), ``batch_size`` (or per-bucket sizes) or
@@ -201,6 +406,7 @@ class BucketSampler(EpochSampler):
         rank: int | None = None,
         weights: Any = None,
         longest_first: bool = False,
+        accumulate: int = 1,
         **spec_options: Any,
     ) -> None:
         given: BucketSpec = spec_or_build(lengths, spec_options, BucketSpec)
@@ -212,6 +418,7 @@ class BucketSampler(EpochSampler):
         if self.weights is not None:
             check_weights(self.spec, self.weights, self.num_replicas)  # at construction
         self.longest_first = check_bool("longest_first", longest_first)
+        self.accumulate = check_accumulate(accumulate, self.spec, self.weights)
         self._warn_losses()
 
     # -- what the sampler promises ------------------------------------------------------------
@@ -263,7 +470,13 @@ class BucketSampler(EpochSampler):
             rank=self.rank,
             weights=self.weights,
             longest_first=self.longest_first,
+            accumulate=self.accumulate,
         )
+
+    @functools.cached_property
+    def _len(self) -> int:
+        steps = self.spec.num_steps(self.num_replicas)
+        return int(grouped_steps(steps, self.accumulate).sum())
 
     def report(self, epoch: int | None = None) -> SamplingReport:
         """What an epoch does with the data, exactly (NOTE [ Where the report's numbers come
@@ -283,14 +496,21 @@ class BucketSampler(EpochSampler):
             rank=self.rank,
             weights=self.weights,
             longest_first=self.longest_first,
-            batches_done=max(self._yielded, self._start) if current else 0,
+            batches_done=self._batches_done() if current else 0,
+            accumulate=self.accumulate,
         )
 
     def _warn_losses(self) -> None:
         """NOTE [ Warning about silent losses ]."""
         spec = self.spec
         n = int(spec.cell_of_sample.size)
-        words = {"too_short": "min_length", "too_long": "max_length", "oversize": "oversize"}
+        words = {
+            "too_short": "min_length",
+            "too_long": "max_length",
+            "oversize": "oversize",
+            "filter": "filter=",
+            "no_shape": "shapes=",
+        }
         reasons = {
             f"{words[k]} ({k.replace('_', ' ')})": v
             for k, v in (spec.filtered or {}).items()
@@ -349,7 +569,8 @@ class BucketSampler(EpochSampler):
             "last_batch": self.last_batch,
             "num_samples": int(self.spec.cell_of_sample.size),
             "num_batches": len(self),
-            "plan_digest": self.spec.digest,
+            "plan_digest": self.spec.digest
+            + ("" if self.accumulate == 1 else f"/accumulate={self.accumulate}"),
         }
 
 

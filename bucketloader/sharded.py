@@ -56,12 +56,7 @@ def merge_histograms(histograms: Sequence[LengthHistogram]) -> LengthHistogram:
         >>> h.values.tolist(), h.counts.tolist()
         ([3, 5, 9], [1, 2, 1])
     """
-    values = np.concatenate([h.values for h in histograms])
-    counts = np.concatenate([h.counts for h in histograms])
-    uniq, inverse = np.unique(values, return_inverse=True)
-    total = np.zeros(uniq.size, dtype=np.int64)
-    np.add.at(total, inverse, counts)
-    return LengthHistogram(uniq, total)
+    return LengthHistogram.merge(histograms)  # the one exact merge (NOTE [ Exact merge ])
 
 
 @dataclass(frozen=True)
@@ -222,8 +217,14 @@ class ShardedSampler(EpochSampler):
             dataset: this rank's shard (indexed by position in ``shard_lengths``).
             **kwargs: other ``DataLoader`` arguments (``num_workers``, ``collate_fn``, ...).
         """
+        from bucketloader.loader import ResumableDataLoader  # exact state behind workers
+
         kwargs.setdefault("collate_fn", self.collator())
-        return DataLoader(self.wrap(dataset), batch_sampler=self, **kwargs)
+        return ResumableDataLoader(
+            self.wrap(dataset),  # type: ignore[arg-type]
+            batch_sampler=self,
+            **kwargs,
+        )
 
     # -- the epoch ----------------------------------------------------------------------------
     def _make_plan(self, epoch: int) -> ShardEpochPlan:

@@ -303,3 +303,36 @@ def test_demo_runs_on_the_shipped_data(tmp_path):
     assert "bucketloader, optimal k=16" in text and "all planned" in text
     assert "dynamic padding, batch 32" in text
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# -- issue 22, trap 7: what a newcomer's files look like ----------------------------------------
+def test_txt_columns_written_by_np_savetxt_are_read(tmp_path):
+    table = np.array([[x, 2 * x] for x in LENGTHS])
+    np.savetxt(tmp_path / "sp.txt", table, fmt="%d")  # space-separated, the default delimiter
+    assert read_lengths(tmp_path / "sp.txt", 1).tolist() == [2 * x for x in LENGTHS]
+    with pytest.raises(LengthFileError, match="2 whitespace-separated columns; choose one"):
+        read_lengths(tmp_path / "sp.txt")
+    np.savetxt(tmp_path / "tab.txt", table, fmt="%d", delimiter="\t")
+    assert read_lengths(tmp_path / "tab.txt", "0").tolist() == LENGTHS
+
+
+def test_a_2d_npy_is_not_called_tab_separated(tmp_path):
+    np.save(tmp_path / "two.npy", np.array([[x, 2 * x] for x in LENGTHS]))
+    with pytest.raises(LengthFileError, match=r"columns \(a 2-D array of shape \(12, 2\)\)") as e:
+        read_lengths(tmp_path / "two.npy")
+    assert "tab" not in str(e.value)
+
+
+def test_a_text_column_says_it_measures_characters(tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    words = ["a" * x for x in LENGTHS]
+    pq.write_table(pa.table({"text": words}), tmp_path / "t.parquet")
+    with pytest.warns(UserWarning, match="measured in characters, not tokens"):
+        assert read_lengths(tmp_path / "t.parquet", "text").tolist() == LENGTHS
+    assert main(["report", str(tmp_path / "t.parquet"), "--column", "text", "-k", "2"]) == 0
+    assert "bucketloader: note: " in capsys.readouterr().err

@@ -102,7 +102,9 @@ def test_one_epoch_of_token_batches_is_exactly_planned(ecoli_sampler, side, kind
         return {"tensor": torch.from_numpy(x), "list": x.tolist(), "numpy": x}[kind]
 
     seen = []
-    for batch, idx in zip(batches_of(sampler, lengths, make), sampler, strict=True):
+    order = list(sampler)  # one pass (a second pass without set_epoch is the next epoch)
+    batches = [[make(i, lengths[i]) for i in idx] for idx in order]
+    for batch, idx in zip(batches, order, strict=True):
         out = collate(batch)
         x, lens, mask, real = (
             out["inputs"],

@@ -1,4 +1,4 @@
-"""LengthHistogram: counting, bin_width, deterministic sampling, quantiles, digest, errors."""
+"""LengthHistogram: counting, bin_width, sampling, quantiles, digest, merge, JSON, joint, errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketloader.histogram import LengthHistogram
+from bucketloader.histogram import JointHistogram, LengthHistogram
+from bucketloader.solve import compute_boundaries
 
 
 @settings(max_examples=100, deadline=None)
@@ -121,3 +122,164 @@ def test_direct_construction_is_checked():
         LengthHistogram(np.array([1, 2]), np.array([1, 0]))
     with pytest.raises(ValueError, match="same non-zero size"):
         LengthHistogram(np.array([1, 2]), np.array([1]))
+
+
+# --- merge, JSON, joint (NOTE [ Exact merge ]) ---------------------------------------------
+
+_FAST = ("optimal", "percentile", "equal_mass", "linear", "geometric", "pad_to_max")
+_shards = st.lists(
+    st.lists(st.integers(0, 300) | st.integers(0, 2**62 - 1), min_size=1, max_size=30),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_shards, st.randoms(use_true_random=False), st.integers(1, 6))
+def test_merge_equals_histogram_of_the_concatenation(shards, rnd, k):
+    parts = [LengthHistogram.from_lengths(s) for s in shards]
+    flat = [x for s in shards for x in s]
+    whole = LengthHistogram.from_lengths(flat)
+    rnd.shuffle(parts)
+    merged = LengthHistogram.merge(parts)
+    assert merged == whole and merged.digest() == whole.digest()
+    # associative and order-free: any grouping gives the same histogram
+    cut = rnd.randint(1, len(parts))
+    left = LengthHistogram.merge(parts[:cut])
+    assert (left + LengthHistogram.merge(parts[cut:]) if cut < len(parts) else left) == whole
+    values, counts = np.unique(np.array(flat, dtype=np.int64), return_counts=True)
+    assert merged.values.tolist() == values.tolist() and merged.counts.tolist() == counts.tolist()
+    assert merged.counts.dtype == np.int64
+    # JSON round trip is exact, and the boundaries are identical bit for bit
+    shipped = LengthHistogram.merge(LengthHistogram.from_json(p.to_json()) for p in parts)
+    assert shipped == whole
+    for name in _FAST:
+        a = compute_boundaries(shipped, k, strategy=name)
+        b = compute_boundaries(flat, k, strategy=name)
+        assert a.dtype == b.dtype == np.int64 and a.tobytes() == b.tobytes(), name
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), min_size=1, max_size=20),
+        min_size=1,
+        max_size=6,
+    ),
+    st.integers(1, 4),
+)
+def test_joint_merge_marginals_and_json(shards, k):
+    parts = [JointHistogram.from_lengths(s) for s in shards]
+    flat = np.array([r for s in shards for r in s], dtype=np.int64)
+    whole = JointHistogram.from_lengths(flat)
+    merged = JointHistogram.merge(reversed(parts))
+    rows, counts = np.unique(flat, axis=0, return_counts=True)
+    assert merged == whole
+    assert merged.rows.tolist() == rows.tolist() and merged.counts.tolist() == counts.tolist()
+    assert JointHistogram.from_json(merged.to_json()) == merged
+    for d in range(2):
+        assert merged.marginal(d) == LengthHistogram.from_lengths(flat[:, d])
+        assert (
+            compute_boundaries(merged.marginal(d), k).tobytes()
+            == compute_boundaries(flat[:, d], k).tobytes()
+        )
+
+
+def test_merge_counts_stay_exact_beyond_float():
+    big = 2**61 - 1  # not representable in float64
+    a = LengthHistogram(np.array([7]), np.array([big]))
+    b = LengthHistogram(np.array([7, 9]), np.array([1, 2]))
+    m = a + b
+    assert m.counts.tolist() == [2**61, 2] and m.num_samples == 2**61 + 2
+    assert LengthHistogram.from_json(m.to_json()) == m
+    with pytest.raises(ValueError, match="would hold 6917529027641081853 samples"):
+        LengthHistogram.merge(a, a, a)
+
+
+@pytest.mark.parametrize(
+    ("call", "kind", "message"),
+    [
+        (lambda: LengthHistogram.merge(), ValueError, r"needs at least one histogram"),
+        (lambda: LengthHistogram.merge([]), ValueError, r"needs at least one histogram"),
+        (
+            lambda: LengthHistogram.merge([LengthHistogram.from_lengths([1]), "{}"]),
+            TypeError,
+            r"got str at position 1; load JSON with LengthHistogram.from_json",
+        ),
+        (
+            lambda: JointHistogram.merge(
+                JointHistogram.from_lengths([[1, 2]]), JointHistogram.from_lengths([[1, 2, 3]])
+            ),
+            ValueError,
+            r"same number of inputs, got \[2, 3\]",
+        ),
+        (
+            lambda: LengthHistogram.from_lengths([1]) + JointHistogram.from_lengths([[1]]),
+            TypeError,
+            r"unsupported operand",
+        ),
+        (
+            lambda: JointHistogram(np.array([[2, 1], [1, 5]]), np.array([1, 1])),
+            ValueError,
+            r"lexicographic order",
+        ),
+        (lambda: JointHistogram.from_lengths([1, 2]), ValueError, r"lengths must be 2-D"),
+    ],
+)
+def test_merge_errors(call, kind, message):
+    with pytest.raises(kind, match=message):
+        call()
+
+
+_GOOD = '{"format":"bucketloader.LengthHistogram","version":1,"num_samples":3,'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json", r"is not valid JSON \(Expecting value"),
+        ("[1, 2]", r"must be an object, got \[1, 2\]"),
+        ('{"format":"pickle","version":1}', r"has format 'pickle', expected"),
+        (_GOOD.replace('"version":1', '"version":2') + '"values":[1],"counts":[3]}', "version 2"),
+        (_GOOD + '"values":[1],"counts":[3],"extra":1}', r"unknown \['extra'\]"),
+        (_GOOD + '"values":[1]}', r"missing \['counts'\]"),
+        (_GOOD + '"values":[1, 2],"counts":[4, -1]}', r"counts must be in \[0, 2\*\*62\), got -1"),
+        (_GOOD + '"values":[1, 2],"counts":[3, 0]}', r"counts must be >= 1, got 0 at index 1"),
+        (_GOOD + '"values":[1.0],"counts":[3]}', r"values must hold ints, got 1.0 at index 0"),
+        (_GOOD + '"values":[true],"counts":[3]}', r"values must hold ints, got True"),
+        (_GOOD + '"values":["1"],"counts":[3]}', r"values must hold ints, got '1'"),
+        (_GOOD + '"values":[4611686018427387904],"counts":[3]}', r"in \[0, 2\*\*62\)"),
+        (_GOOD + '"values":[2, 1],"counts":[1, 2]}', r"strictly increasing"),
+        (_GOOD + '"values":[1],"counts":[2]}', r"num_samples=3 but the counts sum to 2"),
+        (_GOOD + '"values":[],"counts":[]}', r"holds no samples"),
+        (_GOOD + '"values":{"a":1},"counts":[3]}', r"values must be a list of ints"),
+    ],
+)
+def test_from_json_is_strict(text, message):
+    with pytest.raises(ValueError, match=message):
+        LengthHistogram.from_json(text)
+
+
+def test_joint_from_json_is_strict():
+    good = JointHistogram.from_lengths([[1, 2], [3, 4]]).to_json()
+    with pytest.raises(ValueError, match=r"expected 'bucketloader\.LengthHistogram'"):
+        LengthHistogram.from_json(good)
+    with pytest.raises(ValueError, match="one entry per count"):
+        JointHistogram.from_json(good.replace("[[1,3],[2,4]]", "[[1,3],[2]]"))
+    with pytest.raises(ValueError, match="num_inputs must be an int >= 1"):
+        JointHistogram.from_json(good.replace('"num_inputs":2', '"num_inputs":0'))
+    with pytest.raises(TypeError, match="must be str or bytes"):
+        JointHistogram.from_json({"format": "x"})
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(1, 5)), min_size=1, max_size=30))
+def test_from_counts_adds_repeated_pairs_in_any_order(pairs):
+    values, counts = zip(*pairs, strict=True)
+    flat = [v for v, c in pairs for _ in range(c)]
+    assert LengthHistogram.from_counts(values, counts) == LengthHistogram.from_lengths(flat)
+    rows = [[v, v % 3] for v in values]
+    joint = JointHistogram.from_counts(rows, counts)
+    assert joint == JointHistogram.from_lengths([[v, v % 3] for v in flat])
+    with pytest.raises(ValueError, match="same shape"):
+        LengthHistogram.from_counts(values, [*counts, 1])

@@ -97,10 +97,16 @@ def _optimal_bins(items, cap):
 
 
 # --- planner properties ----------------------------------------------------------------------
-def _check_epoch(spec, replicas, seed, epoch, shuffle=True):
+def _check_epoch(spec, replicas, seed, epoch, shuffle=True, balance=False):
     plans = [
         plan_pack_epoch(
-            spec, seed=seed, epoch=epoch, shuffle=shuffle, num_replicas=replicas, rank=r
+            spec,
+            seed=seed,
+            epoch=epoch,
+            shuffle=shuffle,
+            num_replicas=replicas,
+            rank=r,
+            balance=balance,
         )
         for r in range(replicas)
     ]
@@ -142,8 +148,9 @@ def _check_epoch(spec, replicas, seed, epoch, shuffle=True):
     last_batch=st.sampled_from(["pad", "fill", "drop"]),
     overflow=st.sampled_from(["drop", "truncate"]),
     seed=st.integers(0, 3),
+    balance=st.booleans(),
 )
-def test_epoch_invariants(lengths, rows, batch, replicas, last_batch, overflow, seed):
+def test_epoch_invariants(lengths, rows, batch, replicas, last_batch, overflow, seed, balance):
     if overflow == "drop" and all(n > rows[-1] for n in lengths):
         return
     spec = PackSpec.build(
@@ -152,9 +159,11 @@ def test_epoch_invariants(lengths, rows, batch, replicas, last_batch, overflow, 
     over = np.asarray(lengths) > rows[-1]
     assert (spec.sizes[over] == (0 if overflow == "drop" else rows[-1])).all()
     assert (spec.sizes[~over] == np.asarray(lengths)[~over]).all()
-    plans, table = _check_epoch(spec, replicas, seed, epoch=1)
+    plans, table = _check_epoch(spec, replicas, seed, epoch=1, balance=balance)
     # determinism: the same arguments give the same plan
-    again = plan_pack_epoch(spec, seed=seed, epoch=1, num_replicas=replicas, rank=0)
+    again = plan_pack_epoch(
+        spec, seed=seed, epoch=1, num_replicas=replicas, rank=0, balance=balance
+    )
     assert np.array_equal(again.indices, plans[0].indices)
     # the collator lays every batch out at a promised shape
     sampler = PackSampler(spec, seed=seed, num_replicas=replicas, rank=replicas - 1)
@@ -224,7 +233,63 @@ def test_resume_yields_exactly_the_remaining_batches(lengths, cut, replicas):
     resumed.set_epoch(0)
     resumed.load_state_dict(state)
     assert head + list(resumed) == full
-    assert list(resumed) == full  # the next pass is the whole epoch again
+    following = make()
+    following.set_epoch(3)
+    assert list(resumed) == list(following)  # a new pass without set_epoch: the next epoch
+
+
+def _step_work(spec, replicas, balance, seed=0):
+    """(steps, ranks) attention work (sum of squared sizes) of every rank's batches."""
+    sq = spec.sizes.astype(np.int64) ** 2
+    plans = [
+        plan_pack_epoch(spec, seed=seed, num_replicas=replicas, rank=r, balance=balance)
+        for r in range(replicas)
+    ]
+    return np.array([np.add.reduceat(sq[p.indices], p.offsets[:-1]) for p in plans]).T, plans
+
+
+def test_balance_evens_attention_work_across_ranks():
+    spec = PackSpec.build(load_real("europarl").sum(1) + 2, row_length=512, batch_size=2)
+    before, plain = _step_work(spec, 8, False)
+    after, balanced = _step_work(spec, 8, True)
+    full = spec.steps(8)[0].sum()  # full global steps per epoch
+    pairs = zip(plain, balanced, strict=True)
+    kinds_equal = all(np.array_equal(a.kinds, b.kinds) for a, b in pairs)
+    assert kinds_equal and before.shape == after.shape  # same shapes, same len
+    # same documents over the epoch, only dealt differently
+    assert sorted(np.concatenate([p.indices for p in plain]).tolist()) == sorted(
+        np.concatenate([p.indices for p in balanced]).tolist()
+    )
+
+    def slowdown(w):
+        return w.max(1).sum() / w.mean(1).sum()
+
+    assert full >= 90 and slowdown(before) > 1.3 and slowdown(after) < 1.02
+    _check_epoch(spec, 8, 0, 0, balance=True)
+
+
+def test_balance_resumes_exactly_and_is_a_noop_on_one_rank():
+    lengths = load_real("gsm8k").sum(1)[:800] + 2
+
+    def make(**kw):
+        return PackSampler(lengths, row_length=512, batch_size=2, seed=4, **kw)
+
+    full = list(make(num_replicas=4, rank=1, balance=True))
+    s = make(num_replicas=4, rank=1, balance=True)
+    it = iter(s)
+    head = [next(it) for _ in range(7)]
+    state = json.loads(json.dumps(s.state_dict()))
+    resumed = make(num_replicas=4, rank=1, balance=True)
+    resumed.load_state_dict(state)
+    assert head + list(resumed) == full
+    assert len(s) == len(make(num_replicas=4, rank=1))
+    with pytest.raises(ValueError, match="balance=True in the state but balance=False"):
+        make(num_replicas=4, rank=1).load_state_dict(state)
+    with pytest.warns(UserWarning, match="no effect on a single rank"):
+        single = make(num_replicas=1, rank=0, balance=True)
+    assert list(single) == list(make(num_replicas=1, rank=0))
+    with pytest.raises(TypeError, match="balance must be a bool"):
+        make(num_replicas=2, rank=0, balance="yes")
 
 
 def test_state_is_strict_and_small():
@@ -295,7 +360,7 @@ def test_collator_layout(lens, kind):
             for t, lab in zip(toks, labs, strict=True)
         ],
     }[kind]
-    out = PackCollator(_table(rows=3, docs=8), pad_token_id=99)(samples)
+    out = PackCollator(_table(rows=3, docs=8), pad_token_id=99, seq_idx=True)(samples)
     ids, lab, pos, doc = (
         out[k].numpy() for k in ("input_ids", "labels", "position_ids", "document_ids")
     )
@@ -321,7 +386,12 @@ def test_collator_layout(lens, kind):
     starts = cu[:used]
     assert (pos.reshape(-1)[starts] == 0).all()
     assert set(np.flatnonzero(pos.reshape(-1) == 0)) == set(starts.tolist())
-    assert out["max_seqlen"] == int(segs.max())
+    assert out["max_seqlen"] == 10 >= int(segs.max())  # the row length: static per shape
+    # seq_idx: the segment of every token, non-decreasing, changing exactly at segment starts
+    seq = out["seq_idx"].numpy()
+    assert seq.dtype == np.int32 and seq.shape == (3, 10)
+    assert (seq.reshape(-1) == np.searchsorted(cu[:used], np.arange(30), "right") - 1).all()
+    assert (np.diff(seq, axis=1) >= 0).all()
 
 
 def _rows(lens, width):

@@ -1,7 +1,8 @@
 """Reading per-sample lengths from files, for the command line and the report.
 
-Formats (by suffix): ``.txt`` (one length per line, or tab-separated columns, no header;
-``column`` is a 0-based index), ``.npy`` (1-D, or 2-D with a column index; never unpickled),
+Formats (by suffix): ``.txt`` (one length per line, or columns separated by tabs or spaces, as
+``np.savetxt`` writes them, no header; ``column`` is a 0-based index), ``.npy`` (1-D, or 2-D
+with a column index; never unpickled),
 ``.csv`` / ``.tsv`` (a header row; ``column`` is a name), ``.jsonl`` (one object per line),
 ``.parquet``, and a directory written by ``datasets.Dataset.save_to_disk``. In the last four a
 column may hold lengths (ints) or lists, whose lengths are taken. Every problem raises
@@ -13,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import warnings
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,7 @@ def default_lengths() -> np.ndarray:
         ((28539,), 22560, 392400)
     """
     text = resources.files("bucketloader").joinpath("data", DEFAULT_DATA).read_text()
-    return _parse_text(text.splitlines(), DEFAULT_DATA, None, "\t")
+    return _parse_text(text.splitlines(), DEFAULT_DATA, None, None)
 
 
 def read_lengths(path: str | Path, column: str | int | None = None) -> np.ndarray:
@@ -55,6 +57,9 @@ def read_lengths(path: str | Path, column: str | int | None = None) -> np.ndarra
         >>> p = os.path.join(tempfile.mkdtemp(), "lengths.txt")
         >>> _ = open(p, "w").write("5\\t7\\n3\\t4\\n")
         >>> read_lengths(p, "1").tolist()
+        [7, 4]
+        >>> np.savetxt(p, [[5, 7], [3, 4]], fmt="%d")  # space-separated
+        >>> read_lengths(p, 1).tolist()
         [7, 4]
     """
     p = Path(path)
@@ -78,7 +83,7 @@ def read_lengths(path: str | Path, column: str | int | None = None) -> np.ndarra
         raise LengthFileError(f"{p}: not a UTF-8 text file ({exc.reason})") from None
     lines = text.splitlines()
     if suffix == ".txt":
-        return _parse_text(lines, str(p), column, "\t")
+        return _parse_text(lines, str(p), column, None)  # tabs or spaces (np.savetxt)
     if suffix == ".jsonl":
         return _read_jsonl(lines, str(p), column)
     return _read_csv(lines, str(p), column, "\t" if suffix == ".tsv" else ",")
@@ -113,12 +118,14 @@ def _short(token: str) -> str:
     return repr(token) if len(token) <= 40 else repr(token[:40]) + "..."
 
 
-def _column_index(column: str | int | None, ncols: int, where: str) -> int:
+def _column_index(
+    column: str | int | None, ncols: int, where: str, kind: str = "whitespace-separated columns"
+) -> int:
     if column is None:
         if ncols == 1:
             return 0
         raise LengthFileError(
-            f"{where} has {ncols} tab-separated columns; choose one with --column 0..{ncols - 1}"
+            f"{where} has {ncols} {kind}; choose one with --column 0..{ncols - 1}"
         )
     try:
         idx = int(column)
@@ -134,7 +141,9 @@ def _column_index(column: str | int | None, ncols: int, where: str) -> int:
     return idx
 
 
-def _parse_text(lines: list[str], name: str, column: str | int | None, sep: str) -> np.ndarray:
+def _parse_text(
+    lines: list[str], name: str, column: str | int | None, sep: str | None
+) -> np.ndarray:
     rows = [(n, line) for n, line in enumerate(lines, 1) if line.strip()]
     if not rows:
         raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")
@@ -152,7 +161,8 @@ def _parse_text(lines: list[str], name: str, column: str | int | None, sep: str)
         fields = line.split(sep)
         if len(fields) != ncols:
             raise LengthFileError(
-                f"{name} line {n}: expected {ncols} tab-separated field(s), got {len(fields)}"
+                f"{name} line {n}: expected {ncols} whitespace-separated field(s), got "
+                f"{len(fields)}"
             )
         for j, tok in enumerate(fields):
             value = _int_token(tok, f"{name} line {n}")
@@ -233,7 +243,8 @@ def _read_npy(p: Path, column: str | int | None) -> np.ndarray:
     except (ValueError, OSError, EOFError) as exc:
         raise LengthFileError(f"{p}: not a readable .npy array of numbers ({exc})") from None
     if arr.ndim == 2:
-        arr = arr[:, _column_index(column, arr.shape[1], str(p))]
+        kind = f"columns (a 2-D array of shape {arr.shape})"
+        arr = arr[:, _column_index(column, arr.shape[1], str(p), kind)]
     elif arr.ndim != 1 or (column is not None and str(column) != "0"):
         raise LengthFileError(
             f"{p}: expected a 1-D array (or 2-D with --column), got shape {arr.shape}"
@@ -283,6 +294,7 @@ def _from_table(table: Any, name: str, column: str | int | None) -> np.ndarray:
         if len(names) != 1:
             raise LengthFileError(f"{name} has columns {names}; choose one with --column NAME")
         column = names[0]
+    _note_characters(table, str(column), name)
     try:
         out = lengths(table, str(column))
     except KeyError as exc:
@@ -292,3 +304,34 @@ def _from_table(table: Any, name: str, column: str | int | None) -> np.ndarray:
     if out.size == 0:
         raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")
     return _checked(out, f"{name} column {column!r}")
+
+
+def _note_characters(table: Any, column: str, name: str) -> None:
+    """A string column's lengths are characters: say so (a UserWarning the CLI prints as a note),
+    since bucketing usually wants tokens."""
+    note = characters_note(getattr(table, "schema", None), column, name)
+    if note is not None:
+        warnings.warn(note, UserWarning, stacklevel=3)
+
+
+def characters_note(schema: Any, column: str, name: str) -> str | None:
+    """The note for a text column of an Arrow ``schema`` (its lengths are characters), or
+    ``None`` for any other column.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> characters_note(pa.schema([("ids", pa.list_(pa.int64()))]), "ids", "t.parquet") is None
+        True
+    """
+    import pyarrow as pa
+
+    if schema is None or schema.get_field_index(column) < 0:
+        return None
+    kind = schema.field(column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return None
+    return (
+        f"{name} column {column!r} holds text: its lengths are measured in characters, not "
+        "tokens; to bucket tokens, tokenize first and pass the token column (e.g. "
+        "--column input_ids) or a column of token counts"
+    )

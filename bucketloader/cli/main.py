@@ -18,6 +18,7 @@ import json
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from bucketloader._version import __version__
 from bucketloader.analysis import analyze
 from bucketloader.boundaries import assign_buckets
 from bucketloader.cache import BucketCache
-from bucketloader.cli.files import read_lengths
+from bucketloader.cli.engines import ENGINES, engine_histogram, is_parquet_set
+from bucketloader.cli.files import characters_note, read_lengths
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec
 from bucketloader.plan.budget import BatchRule
@@ -37,6 +39,9 @@ from bucketloader.solve import resolve_params, solve_boundaries
 from bucketloader.strategies import resolve_strategy
 
 EXIT_USAGE = 2
+#: Above this many samples (a histogram from ``--engine``), ``report`` skips the dynamic-padding
+#: baseline, which simulates batches over every sample.
+MAX_BASELINE_SAMPLES = 100_000_000
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,7 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"bucketloader {__version__}")
     sub = p.add_subparsers(dest="command", metavar="{report,precompute,demo}", parser_class=_Parser)
-    inputs = "FILE: .txt, .npy, .csv, .tsv, .jsonl, .parquet or a datasets save_to_disk directory"
+    inputs = (
+        "FILE: .txt, .npy, .csv, .tsv, .jsonl, .parquet, a datasets save_to_disk directory, or "
+        "Parquet shards (a directory or a quoted glob such as 'data/*.parquet')"
+    )
+    engine_help = (
+        "how Parquet shards are measured: local (bounded memory, the default), ray or spark "
+        "(needs bucketloader[ray] / bucketloader[spark]); only the histogram is collected"
+    )
 
     r = sub.add_parser(
         "report",
@@ -68,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("file", metavar="FILE", help=inputs)
     r.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
+    r.add_argument("--engine", choices=ENGINES, help=engine_help)
     r.add_argument("-k", "--num-buckets", type=int, nargs="+", default=[4, 8, 16, 32])
     r.add_argument(
         "--strategy", nargs="+", help="strategies to compare (default: all the fast ones)"
@@ -90,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("file", metavar="FILE", help=inputs)
     c.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
+    c.add_argument("--engine", choices=ENGINES, help=engine_help)
     c.add_argument("--strategy", default="optimal", help="strategy name (default: optimal)")
     c.add_argument("-k", "--num-buckets", type=int, required=True, help="shape budget k")
     size = c.add_mutually_exclusive_group()
@@ -142,6 +156,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
 
 
+def _read_lengths(args: argparse.Namespace) -> Any:
+    """``read_lengths`` with its notes (a text column measured in characters) printed as
+    ``bucketloader: note: ...`` lines on stderr."""
+    with warnings.catch_warnings(record=True) as notes:
+        warnings.simplefilter("always")
+        lengths = read_lengths(args.file, args.column)
+    for note in notes:
+        print(f"bucketloader: note: {note.message}", file=sys.stderr)
+    return lengths
+
+
+def _read(args: argparse.Namespace) -> np.ndarray | LengthHistogram:
+    """Lengths from a file, or the exact histogram of Parquet shards on ``--engine``."""
+    if args.engine is None and not is_parquet_set(args.file):
+        return _read_lengths(args)
+    if args.engine is not None and not is_parquet_set(args.file):
+        raise ValueError(
+            f"--engine {args.engine} reads Parquet shards (a directory of .parquet files, a "
+            f"quoted glob or a .parquet file), got {args.file}"
+        )
+    _note_parquet_text(args.file, args.column)
+    hist, _ = engine_histogram(args.file, args.column, args.engine or "local")
+    return hist
+
+
+def _note_parquet_text(path: str, column: str | None) -> None:
+    """The characters note for a text column of Parquet shards (read from the first file's
+    schema; the engines measure a string column in characters)."""
+    if column is None:
+        return
+    import pyarrow.parquet as pq
+
+    from bucketloader.engines.arrow import parquet_files
+
+    try:
+        schema = pq.read_schema(parquet_files(path)[0])
+    except (OSError, ValueError):
+        return  # the engine names the problem with the files
+    note = characters_note(schema, str(column), Path(path).name)
+    if note is not None:
+        print(f"bucketloader: note: {note}", file=sys.stderr)
+
+
 def _fail(message: str) -> int:
     print(f"bucketloader: error: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -150,12 +207,21 @@ def _fail(message: str) -> int:
 def _report(args: argparse.Namespace) -> int:
     _check_output("--json", args.json)
     _check_plot(args.plot)
-    lengths = read_lengths(args.file, args.column)
+    lengths = _read(args)
+    batch_size = args.batch_size
+    if isinstance(lengths, LengthHistogram) and lengths.num_samples > MAX_BASELINE_SAMPLES:
+        # the dynamic-padding baseline simulates random batches over every sample (N int64s)
+        print(
+            f"note: {lengths.num_samples:,} samples: the dynamic-padding baseline is skipped "
+            f"above {MAX_BASELINE_SAMPLES:,} (it would hold every length in memory)",
+            file=sys.stderr,
+        )
+        batch_size = None
     report = analyze(
         lengths,
         num_buckets=args.num_buckets,
         strategy=args.strategy,
-        batch_size=args.batch_size,
+        batch_size=batch_size,
         padding_target=args.padding_target,
     )
     report = dataclasses.replace(report, source=Path(args.file).name)
@@ -178,7 +244,7 @@ def _precompute(args: argparse.Namespace) -> int:
         fn, args.num_buckets, {"cost": args.cost, "pad_to_multiple_of": args.pad_to_multiple_of}
     )
     _check_output("--json", args.json)
-    lengths = read_lengths(args.file, args.column)
+    lengths = _read(args)
     hist = LengthHistogram.from_lengths(lengths)
     m = params["pad_to_multiple_of"]
     longest = -(-hist.max // m) * m  # the last boundary of every built-in strategy
@@ -277,9 +343,16 @@ class _Ticker:
 
 
 def bucket_table(
-    lengths: np.ndarray, boundaries: Any, batch_size: int | None, max_tokens: int | None
+    lengths: np.ndarray | LengthHistogram,
+    boundaries: Any,
+    batch_size: int | None,
+    max_tokens: int | None,
 ) -> list[dict[str, Any]]:
     """One row per bucket; the shapes are the sampler's own (``BucketSpec`` + ``shape_table``).
+
+    ``lengths`` may be a ``LengthHistogram`` (what ``--engine`` collects): counts and real
+    elements per bucket are exact integer sums over it, and the shapes depend only on which
+    buckets are occupied, which its distinct values tell.
 
     Example:
         >>> rows = bucket_table(np.array([3, 4, 9, 10, 10]), [4, 10], 2, None)
@@ -287,9 +360,17 @@ def bucket_table(
         [('0..4', 2, [2, 4], 1), ('5..10', 3, [2, 10], 2)]
     """
     b = np.asarray(boundaries, dtype=np.int64)
+    hist = (
+        lengths if isinstance(lengths, LengthHistogram) else LengthHistogram.from_lengths(lengths)
+    )
+    lengths = hist.values  # one sample per distinct length occupies the same buckets
     bucket = assign_buckets(lengths, b)
-    n = np.bincount(bucket, minlength=b.size)
-    real = np.bincount(bucket, weights=lengths, minlength=b.size).astype(np.int64)
+    n = np.zeros(b.size, dtype=np.int64)
+    np.add.at(n, bucket, hist.counts)
+    real_sums = [0] * b.size  # exact Python ints: sum of length x count per bucket
+    for i, v, c in zip(bucket.tolist(), lengths.tolist(), hist.counts.tolist(), strict=True):
+        real_sums[i] += v * c
+    real = real_sums
     batch = np.zeros(b.size, dtype=np.int64)
     shapes: list[list[int] | None] = [None] * b.size
     if batch_size is not None or max_tokens is not None:
@@ -317,7 +398,7 @@ def bucket_table(
     rows = []
     for i, edge in enumerate(b):
         lo = 0 if i == 0 else int(b[i - 1]) + 1
-        pad = int(n[i] * edge - real[i])
+        pad = int(n[i]) * int(edge) - real[i]
         rows.append(
             {
                 "bucket": i,

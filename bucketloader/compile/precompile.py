@@ -237,7 +237,7 @@ def precompile(
         store.get(key, shape, sig) if store is not None else None
         for (shape, _), sig in zip(targets, signatures, strict=True)
     ]
-    limit = _raise_recompile_limit(len(targets))
+    limit = raise_recompile_limit(len(targets))
 
     size, rank = _dist.world() if store is not None and store.distributed else (1, 0)
     owners = _assign(targets, records, size)
@@ -438,8 +438,10 @@ def _batches(source: Any) -> list[tuple[tuple[int, ...], Any]]:
     return out
 
 
-def _raise_recompile_limit(n: int) -> int:
-    """Let dynamo keep one graph per planned shape (and a few one-time graphs) per frame."""
+def raise_recompile_limit(n: int) -> int:
+    """Let dynamo keep one graph per planned shape (and a few one-time graphs) per frame:
+    ``torch._dynamo.config.recompile_limit`` becomes at least ``n + 2``; returns it (also used
+    by :class:`~bucketloader.hf.BucketTrainer`)."""
     import torch._dynamo.config as config
 
     name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"

@@ -62,6 +62,7 @@ from bucketloader.collate import Field, PadCollator
 from bucketloader.collate.fields import RESERVED
 from bucketloader.evaluation import EvalCollator, EvalSampler, EvalSamples
 from bucketloader.hf.lengths import lengths, resolve_column, table_and_indices
+from bucketloader.loader import ResumableDataLoader
 from bucketloader.sampler import BucketSampler, GroupedDataset
 
 __all__ = ["Bucketing", "ModelInputs", "Targets", "for_audio", "for_text"]
@@ -73,15 +74,10 @@ QA_POSITIONS = ("start_positions", "end_positions")
 BOOKKEEPING = ("sample_mask", "index")
 
 
-class EpochDataLoader(DataLoader):
-    """A ``DataLoader`` whose ``set_epoch`` reaches its batch sampler (``transformers.Trainer``
-    calls ``train_dataloader.set_epoch(epoch)`` every epoch)."""
-
-    def set_epoch(self, epoch: int) -> None:
-        """Forward ``epoch`` to the batch sampler (an evaluation sampler has no epochs)."""
-        set_epoch = getattr(self.batch_sampler, "set_epoch", None)
-        if set_epoch is not None:
-            set_epoch(epoch)
+class EpochDataLoader(ResumableDataLoader):
+    """A :class:`~bucketloader.loader.ResumableDataLoader`: ``set_epoch`` reaches its batch
+    sampler (``transformers.Trainer`` calls ``train_dataloader.set_epoch(epoch)`` every epoch) and
+    ``sampler.state_dict()`` counts the batches the loop received."""
 
 
 class Targets:

@@ -21,7 +21,15 @@ Read from transformers 5.x (``masking_utils.create_causal_mask``, ``_preprocess_
 * Flash attention also takes ``cu_seq_lens_q`` / ``cu_seq_lens_k`` / ``max_length_q`` /
   ``max_length_k`` directly: ``attention="flash"`` adds them from the collator's fixed-size
   ``cu_seqlens`` (padding runs are segments, unused entries repeat the last offset; NOTE
-  [ Packed batch layout ] in :mod:`bucketloader.pack.collator`).
+  [ Packed batch layout ] in :mod:`bucketloader.pack.collator`) and its ``max_seqlen``, the
+  planned row length by default, so a compiled model sees one value per shape and compiles once
+  per shape (NOTE [ Static varlen metadata ] in :mod:`bucketloader.pack.collator`;
+  ``max_seqlen="tight"`` opts into the changing value, and recompiles).
+* Mamba-2 / causal-conv layers (Bamba, Zamba, GraniteMoeHybrid, ...) take ``seq_idx`` (the
+  ``DataCollatorWithFlattening(return_seq_idx=True)`` convention): ``return_seq_idx=True`` adds
+  the collator's ``(B, L)`` int32 ``seq_idx``. Those layers read ``attention_mask`` as a 2-D
+  ``(B, L)`` padding mask, so ``return_seq_idx`` with ``attention="mask"`` (a 4-D mask) is
+  refused: use ``"positions"`` or ``"flash"``.
 
 Labels are -100 at every document's first token and on padding, so the shifted causal-LM loss
 never predicts across a boundary (``tests/test_pack.py`` checks logits and per-token losses of each
@@ -34,7 +42,7 @@ from typing import Any
 
 import torch
 
-from bucketloader._validation import check_choice
+from bucketloader._validation import check_bool, check_choice
 from bucketloader.hf.bucketing import Bucketing, pad_token_id_of
 from bucketloader.hf.lengths import lengths
 from bucketloader.pack import PackSampler, document_mask
@@ -50,16 +58,28 @@ class PackedInputs:
     """Collate with a :class:`~bucketloader.pack.PackCollator` and keep what a ``transformers``
     causal LM takes: ``input_ids``, ``labels``, ``position_ids``, plus the mask or the varlen
     arguments of ``attention`` (NOTE [ How transformers models take a packed batch ]).
-    Picklable (DataLoader workers)."""
+    Picklable (DataLoader workers). ``return_seq_idx=True`` also keeps ``seq_idx`` (the
+    collator must be built with ``seq_idx=True``)."""
 
     def __init__(
-        self, collator: Any, *, attention: str = "positions", mask_dtype: torch.dtype = torch.bool
+        self,
+        collator: Any,
+        *,
+        attention: str = "positions",
+        mask_dtype: torch.dtype = torch.bool,
+        return_seq_idx: bool = False,
     ) -> None:
         self.collator = collator
         self.attention = check_choice("attention", attention, ATTENTION)
         if not isinstance(mask_dtype, torch.dtype):
             raise TypeError(f"mask_dtype must be a torch.dtype, got mask_dtype={mask_dtype!r}")
         self.mask_dtype = mask_dtype
+        self.return_seq_idx = _check_seq_idx(return_seq_idx, attention)
+        if self.return_seq_idx and not getattr(collator, "seq_idx", False):
+            raise ValueError(
+                "return_seq_idx=True needs a collator built with seq_idx=True "
+                "(sampler.collator(seq_idx=True))"
+            )
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
@@ -74,7 +94,20 @@ class PackedInputs:
         elif self.attention == "flash":
             batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = out["cu_seqlens"]
             batch["max_length_q"] = batch["max_length_k"] = out["max_seqlen"]
+        if self.return_seq_idx:
+            batch["seq_idx"] = out["seq_idx"]
         return batch
+
+
+def _check_seq_idx(return_seq_idx: Any, attention: str) -> bool:
+    return_seq_idx = check_bool("return_seq_idx", return_seq_idx)
+    if return_seq_idx and attention == "mask":
+        raise ValueError(
+            "return_seq_idx=True is for Mamba-2 / causal-conv layers, which read attention_mask "
+            "as a 2-D (B, L) padding mask, but attention='mask' ships a 4-D (B, 1, L, L) mask; "
+            "use attention='positions' or attention='flash' with return_seq_idx=True"
+        )
+    return return_seq_idx
 
 
 def for_packing(
@@ -85,6 +118,8 @@ def for_packing(
     tokenizer: Any = None,
     attention: str = "positions",
     mask_dtype: torch.dtype = torch.bool,
+    max_seqlen: int | str | None = None,
+    return_seq_idx: bool = False,
     **options: Any,
 ) -> Bucketing:
     """A packing sampler + model collator for a tokenised causal-LM dataset.
@@ -119,8 +154,12 @@ def for_packing(
     """
     pad = pad_token_id_of(pad_token_id, tokenizer)
     check_choice("attention", attention, ATTENTION)  # before the lengths are read
+    _check_seq_idx(return_seq_idx, attention)
     sampler = PackSampler(lengths(dataset, column), **options)
+    collator = sampler.collator(
+        key=column, pad_token_id=pad, max_seqlen=max_seqlen, seq_idx=return_seq_idx
+    )
     collate = PackedInputs(
-        sampler.collator(key=column, pad_token_id=pad), attention=attention, mask_dtype=mask_dtype
+        collator, attention=attention, mask_dtype=mask_dtype, return_seq_idx=return_seq_idx
     )
     return Bucketing(sampler, collate, dataset)

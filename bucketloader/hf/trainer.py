@@ -30,11 +30,29 @@ rows (per batch, filler rows dropped, with ``batch_eval_metrics``), and ``evalua
 ``predict`` return them in dataset order (with ``eval_do_concat_batches=False``: a list with one
 entry per sample). ``eval_loss`` is the mean of the batches' losses over their real rows, weighted
 by real rows (``Trainer`` weighs every batch by ``eval_batch_size``, filler rows included).
+
+NOTE [ torch.compile and the planned shapes ]
+``TrainingArguments(torch_compile=True)`` normally has accelerate wrap the model in
+``torch.compile(dynamic=None)``: dynamo sees a second batch size, marks the dims dynamic and
+compiles one symbolic graph, so the static shapes the plan promised are lost. BucketTrainer
+compiles the model in place instead (``model.compile(backend=..., mode=..., dynamic=False)``,
+accelerate's compile turned off): one static graph per planned shape, and the graphs live on the
+model object that training, evaluation and :meth:`BucketTrainer.precompile` all call. Dynamo keeps
+at most ``recompile_limit`` graphs per frame (8 by default) and then runs the frame eagerly, so
+with a compiled model (``torch_compile=True`` or the user's own ``model.compile``) BucketTrainer
+raises the limit to the shapes it planned, training's plus evaluation's (planned as soon as the
+training plan is, when ``eval_dataset`` is a ``datasets.Dataset``), and says so once in an info
+line. :meth:`BucketTrainer.precompile` (or ``bucketing={"precompile": True}``, run at the start of
+``train()``) compiles every one of those shapes before step 1 on real batches of each, built from
+the plans' own batches through the loaders' collators, with a training step and a prediction step
+exactly as ``Trainer`` runs them (``get_batch_samples``'s ``num_items_in_batch``, the
+``sample_mask`` and ``index`` bookkeeping), so training and evaluation then compile nothing.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -53,8 +71,10 @@ from bucketloader.hf.loss import ROW_POLICIES, loss_policy, row_losses, settle_p
 
 __all__ = ["BucketSeq2SeqTrainer", "BucketTrainer"]
 
+_log = logging.getLogger(__name__)
+
 #: Options that only shape training epochs (not used for evaluation batches).
-_TRAIN_ONLY = ("shuffle", "seed", "last_batch")
+_TRAIN_ONLY = ("shuffle", "seed", "last_batch", "accumulate")
 
 
 class _BucketMixin:
@@ -96,6 +116,11 @@ class _BucketMixin:
         self._lm = _language_modeling(user_collator, type(self).__name__)
         super().__init__(*args, **kwargs)
         self._bucketing_options = dict(bucketing) if isinstance(bucketing, dict) else {}
+        self._precompile_on_train = bool(self._bucketing_options.pop("precompile", False))
+        self._compile_noted = False
+        self._precompiled = False
+        self._compile_in_place()
+        self._note_overrides()
         self._eval_options = dict(eval_bucketing or {})
         self.bucketing: Bucketing | None = bucketing if isinstance(bucketing, Bucketing) else None
         #: The bucketing of the latest evaluation or prediction (its ``sampler.shapes``).
@@ -178,6 +203,7 @@ class _BucketMixin:
             if self.train_dataset is None:
                 raise ValueError("Trainer: training requires a train_dataset.")
             self.bucketing = self._build_bucketing(self.train_dataset, evaluation=False)
+        self._plan_compiled_shapes()
         return self._loader(self.bucketing)
 
     def get_eval_dataloader(self, eval_dataset: str | Any = None) -> Any:
@@ -207,14 +233,188 @@ class _BucketMixin:
                 stacklevel=3,
             )
             return fallback()
+        b = self._eval_bucketing_of(dataset, key)
+        self.eval_bucketing = b
+        self._plan_compiled_shapes()
+        return self._loader(b)
+
+    def _eval_bucketing_of(self, dataset: Any, key: str) -> Bucketing:
         cached = self._eval_cache.get(key)
         if cached is not None and cached[0] is dataset:
-            b = cached[1]
-        else:
-            b = self._build_bucketing(dataset, evaluation=True)
-            self._eval_cache[key] = (dataset, b)
-        self.eval_bucketing = b
-        return self._loader(b)
+            return cached[1]
+        b = self._build_bucketing(dataset, evaluation=True)
+        self._eval_cache[key] = (dataset, b)
+        self._note_eval_batch(b)
+        return b
+
+    # -- compiling the planned shapes (NOTE [ torch.compile and the planned shapes ]) -----------
+    def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
+        """``Trainer``'s, with accelerate's ``torch.compile`` turned off: BucketTrainer compiles
+        the model in place with ``dynamic=False`` (:meth:`_compile_in_place`)."""
+        args = super()._build_accelerator_args(**kwargs)  # type: ignore[misc]
+        if self.args.torch_compile and "dynamo_plugin" in args:
+            from accelerate.utils import TorchDynamoPlugin
+
+            args["dynamo_plugin"] = TorchDynamoPlugin(backend="no")
+        return args
+
+    def _compile_in_place(self) -> None:
+        if not self.args.torch_compile or _is_compiled(self.model):
+            return
+        self.model.compile(
+            backend=self.args.torch_compile_backend or "inductor",
+            mode=self.args.torch_compile_mode,
+            dynamic=False,
+        )
+        _log.info(
+            "%s: torch_compile=True compiles one static graph per planned batch shape "
+            "(model.compile(backend=%r, dynamic=False)), not accelerate's dynamic-shape compile",
+            type(self).__name__,
+            self.args.torch_compile_backend,
+        )
+
+    def _eval_datasets(self) -> dict[str, Any]:
+        """The eval datasets BucketTrainer buckets, by the key ``get_eval_dataloader`` uses."""
+        ev = self.eval_dataset
+        if isinstance(ev, datasets.Dataset):
+            return {"eval": ev}
+        if isinstance(ev, Mapping):
+            return {k: v for k, v in ev.items() if isinstance(v, datasets.Dataset)}
+        return {}
+
+    def _plan_compiled_shapes(self) -> None:
+        """With a compiled model: plan the eval shapes now, and raise dynamo's recompile limit to
+        every planned shape (train + eval), saying so once."""
+        if not _is_compiled(self.model):
+            return
+        for key, dataset in self._eval_datasets().items():
+            self._eval_bucketing_of(dataset, key)
+        train = len(self.bucketing.sampler.shapes) if self.bucketing is not None else 0
+        evals = sum(len(b.sampler.shapes) for _, b in self._eval_cache.values())
+        import torch._dynamo.config as config
+
+        from bucketloader.compile.precompile import raise_recompile_limit
+
+        name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+        before = int(getattr(config, name))
+        limit = raise_recompile_limit(train + evals)
+        if limit > before and not self._compile_noted:
+            self._compile_noted = True
+            _log.info(
+                "%s: raised torch._dynamo.config.%s from %d to %d for the %d train + %d eval "
+                "planned shapes (past it, dynamo would run them eagerly)",
+                type(self).__name__,
+                name,
+                before,
+                limit,
+                train,
+                evals,
+            )
+
+    def precompile(self, *, cache: Any = False, progress: bool = False) -> list[Any]:
+        """Compile the compiled model for every planned train and eval shape, before step 1.
+
+        Needs a compiled model: ``TrainingArguments(torch_compile=True)`` (compiled with
+        ``dynamic=False``, NOTE [ torch.compile and the planned shapes ]) or your own
+        ``model.compile(dynamic=False)``. Runs one training step (forward and backward, as
+        ``Trainer.training_step`` does, with ``get_batch_samples``' ``num_items_in_batch``) on a
+        real batch of every training shape and one ``prediction_step`` on a real batch of every
+        eval shape, through the loaders' own collators; the model (parameters, gradients,
+        buffers) and the random generators are restored afterwards
+        (:func:`~bucketloader.compile.precompile`). Training and ``evaluate()`` then compile no
+        new graph. ``bucketing={"precompile": True}`` runs it at the start of ``train()``.
+
+        Args:
+            cache: passed to :func:`~bucketloader.compile.precompile` (``False``: leave
+                inductor's cache alone; ``None``: the default :class:`CompileCache`).
+            progress: show a progress bar.
+
+        Returns:
+            The :class:`~bucketloader.compile.PrecompileReport` of training, then one per eval
+            dataset.
+        """
+        from bucketloader.compile import precompile
+
+        if not _is_compiled(self.model):
+            raise ValueError(
+                f"{type(self).__name__}.precompile() needs a compiled model: pass "
+                "TrainingArguments(torch_compile=True) (compiled with dynamic=False, one graph "
+                "per planned shape), or call model.compile(dynamic=False) before building the "
+                "trainer"
+            )
+        train_loader = self.get_train_dataloader()
+        model = self.model
+        device = self.args.device
+        reports = []
+
+        def train_step(batch: Any) -> None:
+            _, num_items = self.get_batch_samples(iter([batch]), 1, device)
+            self.training_step(model, batch, num_items)  # type: ignore[attr-defined]
+
+        was_training = model.training
+        try:
+            model.train()
+            reports.append(
+                precompile(
+                    train_step,
+                    _PlannedBatches(train_loader),
+                    restore=[model],
+                    cache=cache,
+                    progress=progress,
+                )
+            )
+            model.eval()
+            for key, dataset in self._eval_datasets().items():
+                loader = self._loader(self._eval_bucketing_of(dataset, key))
+
+                def eval_step(batch: Any) -> None:
+                    self.prediction_step(model, dict(batch), prediction_loss_only=False)
+
+                reports.append(
+                    precompile(
+                        eval_step,
+                        _PlannedBatches(loader),
+                        restore=[model],
+                        cache=cache,
+                        progress=progress,
+                    )
+                )
+        finally:
+            model.train(was_training)
+        self._precompiled = True
+        return reports
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.train``; with ``bucketing={"precompile": True}``, :meth:`precompile` first."""
+        if self._precompile_on_train and not self._precompiled:
+            self.precompile()
+        return super().train(*args, **kwargs)  # type: ignore[misc]
+
+    # -- saying what is overridden (issue 22, trap 6) ---------------------------------------------
+    def _note_overrides(self) -> None:
+        strategy = getattr(self.args, "train_sampling_strategy", None)
+        if strategy == "group_by_length" or getattr(self.args, "group_by_length", False):
+            _log.info(
+                "%s: train_sampling_strategy='group_by_length' is not used: the bucket sampler "
+                "already groups samples by length, at planned shapes",
+                type(self).__name__,
+            )
+
+    def _note_eval_batch(self, b: Bucketing) -> None:
+        wanted = self.args.eval_batch_size
+        rows = max((int(s[0]) for s in b.sampler.shapes), default=wanted)
+        if "max_tokens" in self._eval_options or "max_tokens" in self._bucketing_options:
+            return
+        if rows < wanted:
+            _log.info(
+                "%s: evaluation batches hold at most %d rows, fewer than "
+                "per_device_eval_batch_size=%d: balance=True splits each bucket evenly over "
+                "its steps (fewer filler rows); eval_bucketing={'balance': False} keeps %d",
+                type(self).__name__,
+                rows,
+                wanted,
+                wanted,
+            )
 
     # -- the loss ------------------------------------------------------------------------------
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
@@ -345,6 +545,54 @@ class _BucketMixin:
             metrics=metrics,
             num_samples=sampler.num_samples,
         )
+
+
+def _is_compiled(model: Any) -> bool:
+    """Whether calling ``model`` runs ``torch.compile`` (``model.compile()`` in place, or an
+    ``OptimizedModule`` wrapper)."""
+    if getattr(model, "_compiled_call_impl", None) is not None:
+        return True
+    return type(model).__name__ == "OptimizedModule"
+
+
+class _PlannedBatches:
+    """A batch source for :func:`~bucketloader.compile.precompile` (NOTE [ The batch-source
+    protocol ]): for every shape of a loader's plan, the first real batch of that shape, loaded
+    and collated exactly as the loader does."""
+
+    def __init__(self, loader: Any) -> None:
+        sampler = loader.batch_sampler
+        self.shapes = list(sampler.shapes)
+        self._loader = loader
+        self._first: dict[tuple[int, ...], Any] = {}
+        table = sampler.shape_table.cells.shapes
+        for cell, rows, indices in _plan_batches(sampler):
+            shape = table[cell] if rows is None else (rows, *table[cell][1:])
+            self._first.setdefault(tuple(int(x) for x in shape), indices)
+            if len(self._first) == len(self.shapes):
+                break
+
+    def make_batch(self, shape: tuple[int, ...]) -> Any:
+        indices = self._first[tuple(shape)]
+        dataset = self._loader.dataset
+        getitems = getattr(dataset, "__getitems__", None)
+        samples = getitems(indices) if getitems is not None else [dataset[i] for i in indices]
+        return self._loader.collate_fn(samples)
+
+
+def _plan_batches(sampler: Any) -> Any:
+    """``(cell, rows of a smaller last batch or None, indices as loaded)`` of the current epoch."""
+    if isinstance(sampler, EvalSampler):
+        for batch in sampler:
+            yield int(batch.cell), None, batch  # type: ignore[attr-defined]
+        return
+    plan = sampler.plan()
+    full = sampler.shape_table.cells.batch
+    for i in range(len(plan)):
+        cell = int(plan.cells[i])
+        rows = int(plan.offsets[i + 1] - plan.offsets[i])
+        keep = sampler.last_batch == "keep" and bool(plan.partial[i]) and rows < full[cell]
+        yield cell, rows if keep else None, plan.batch(i)
 
 
 class _EvalRecord:
@@ -559,6 +807,11 @@ class BucketTrainer(_BucketMixin, transformers.Trainer):
     After the first ``get_train_dataloader()``, ``trainer.bucketing`` holds the training sampler
     (its ``shapes`` are every batch shape training sees) and collator; after ``evaluate`` or
     ``predict``, ``trainer.eval_bucketing`` holds theirs.
+
+    ``TrainingArguments(torch_compile=True)`` compiles one static graph per planned shape, the
+    recompile limit is raised to the planned train + eval shapes, and :meth:`precompile` (or
+    ``bucketing={"precompile": True}``) compiles them all before step 1 (NOTE [ torch.compile
+    and the planned shapes ]).
     """
 
 

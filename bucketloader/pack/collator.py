@@ -37,8 +37,37 @@ For a batch of shape ``(B, L)`` holding documents ``0..n-1`` (in the order given
   offsets, over the flattened ``B * L`` tokens, of every segment (each document and each padding
   run), so the whole ``(B * L, heads, dim)`` tensor is the varlen kernels' input with no
   gather. Entries after the last segment repeat ``B * L``: empty sequences, which varlen
-  flash-attention kernels accept (they compute nothing for them). ``max_seqlen`` (int) is the
-  longest segment; ``L`` is a valid static bound if a changing int would recompile.
+  flash-attention kernels accept (they compute nothing for them). An empty document is an empty
+  segment of its own (it keeps its number in ``document_ids`` and ``seq_idx``).
+* ``max_seqlen`` (int): a bound on every segment's length, **fixed per planned shape** (NOTE
+  [ Static varlen metadata ]).
+* ``seq_idx`` ``(B, L)`` int32, with ``seq_idx=True``: the segment (of ``cu_seqlens``) each
+  token belongs to, the convention of Hugging Face's ``DataCollatorWithFlattening(
+  return_seq_idx=True)`` and of the Mamba-2 / ``causal_conv1d`` kernels. Documents and padding
+  runs are numbered in order over the flattened batch, so ``seq_idx`` is non-decreasing along
+  every row (and over ``B * L``) and a padding run never shares a number with a document: a
+  causal conv or state-space scan that restarts where ``seq_idx`` changes never joins a document
+  with the padding after it or with the next document. (``document_ids`` numbers documents only,
+  ``-1`` on padding: same documents, other numbers.)
+
+NOTE [ Static varlen metadata ]
+A varlen attention kernel (flash-attention's ``flash_attn_varlen_func``, PyTorch's
+``torch.nn.attention.varlen.varlen_attn``) takes ``cu_seqlens`` as a tensor and ``max_seqlen``
+as a Python int. Under ``torch.compile(dynamic=False)`` an int argument is a constant of the
+graph: an int that changes every batch compiles a new graph every batch (and hits the recompile
+limit after 8). So every field has a shape *and* a value fixed per planned shape:
+``cu_seqlens`` has ``S + 1`` entries and ``max_seqlen`` is, by default, the row length ``L`` (no
+segment is longer than its row). Any bound is correct for these kernels (it only sizes their
+launch grid; segments shorter than it cost nothing), so the compiled step sees one graph per
+planned shape. Options (``max_seqlen=``):
+
+* ``None`` (default): ``L``, the planned bound.
+* an int ``m``: ``m`` for every shape; documents longer than ``m`` are refused (at construction
+  when the plan knows its longest documents, else when a batch holds one), and padding runs
+  are cut into pieces of at most ``m`` tokens, so ``cu_seqlens`` holds
+  ``max_documents + B * ceil(L / m)`` segments (still fixed per shape).
+* ``"tight"``: each batch's longest segment, the value a kernel would compute itself; it changes
+  from batch to batch, so a compiled step recompiles (the collator warns once).
 """
 
 from __future__ import annotations
@@ -47,13 +76,16 @@ import array
 import bisect
 import functools
 import itertools
+import numbers
+import operator
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
-from bucketloader._validation import check_int
+from bucketloader._validation import check_bool, check_int
 from bucketloader.pack.spec import PackTable
 
 __all__ = ["IGNORE_INDEX", "PackCollator"]
@@ -61,14 +93,24 @@ __all__ = ["IGNORE_INDEX", "PackCollator"]
 #: The label of tokens that take no loss (``torch.nn.CrossEntropyLoss``'s default ignore_index).
 IGNORE_INDEX = -100
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_DTYPE = operator.attrgetter("dtype")
+
 
 class PackCollator:
     """Collate a packed batch (documents, row after row) into fixed-shape tensors.
 
     Build it with ``sampler.collator()`` (``PackCollator(sampler.table)``) so the two cannot
     disagree. Returns ``input_ids``, ``labels``, ``position_ids``, ``document_ids``,
-    ``cu_seqlens`` and ``max_seqlen`` (NOTE [ Packed batch layout ]); the rows are found again
-    from the documents' lengths (NOTE [ How the collator finds the rows ]).
+    ``cu_seqlens``, ``max_seqlen`` (and ``seq_idx`` when asked; NOTE [ Packed batch layout ]);
+    the rows are found again from the documents' lengths (NOTE [ How the collator finds the
+    rows ]). Every field has a shape and a value fixed per planned shape, so a compiled step
+    compiles once per shape (NOTE [ Static varlen metadata ]).
+
+    Token ids and labels follow :class:`~bucketloader.PadCollator`'s rule that no value is lost,
+    with one output dtype, ``int64``: integer (and bool) tensors, arrays and lists are converted
+    exactly; float or complex ids, and ints ``int64`` cannot hold, are refused with the sample's
+    batch position rather than truncated or rounded.
 
     Args:
         table: the sampler's :class:`~bucketloader.pack.PackTable` (``sampler.table``).
@@ -76,11 +118,15 @@ class PackCollator:
             the tokens themselves).
         labels_key: the field of dict samples holding their own labels (same length as the
             tokens), used when present; otherwise the labels are the token ids.
-        pad_token_id: the id written on padding.
+        pad_token_id: the id written on padding (an int64).
+        max_seqlen: ``None`` (the row length of each shape), an int bound for every shape, or
+            ``"tight"`` (each batch's longest segment: recompiles; NOTE [ Static varlen
+            metadata ]).
+        seq_idx: also return ``seq_idx`` ``(B, L)`` int32 (Mamba-2 / causal-conv kernels).
 
     Example:
         >>> table = PackTable(row_lengths=(6,), batch_sizes=(2,), max_documents=(4,))
-        >>> out = PackCollator(table)([[5, 6, 7], [8, 9], [4, 4, 4, 4]])
+        >>> out = PackCollator(table, seq_idx=True)([[5, 6, 7], [8, 9], [4, 4, 4, 4]])
         >>> out["input_ids"].tolist()
         [[5, 6, 7, 8, 9, 0], [4, 4, 4, 4, 0, 0]]
         >>> out["labels"].tolist()
@@ -88,7 +134,9 @@ class PackCollator:
         >>> out["position_ids"].tolist(), out["document_ids"].tolist()
         ([[0, 1, 2, 0, 1, 0], [0, 1, 2, 3, 0, 1]], [[0, 0, 0, 1, 1, -1], [2, 2, 2, 2, -1, -1]])
         >>> out["cu_seqlens"].tolist(), out["max_seqlen"]
-        ([0, 3, 5, 6, 10, 12, 12], 4)
+        ([0, 3, 5, 6, 10, 12, 12], 6)
+        >>> out["seq_idx"].tolist()
+        [[0, 0, 0, 1, 1, 2], [3, 3, 3, 3, 4, 4]]
     """
 
     def __init__(
@@ -98,6 +146,8 @@ class PackCollator:
         key: Any = "input_ids",
         labels_key: Any = "labels",
         pad_token_id: int = 0,
+        max_seqlen: int | str | None = None,
+        seq_idx: bool = False,
     ) -> None:
         if not isinstance(table, PackTable):
             raise TypeError(
@@ -107,12 +157,24 @@ class PackCollator:
         self.table = table
         self.key = key
         self.labels_key = labels_key
-        self.pad_token_id = check_int("pad_token_id", pad_token_id)
+        self.pad_token_id = check_int(
+            "pad_token_id", pad_token_id, minimum=_INT64_MIN, maximum=_INT64_MAX
+        )
+        self.max_seqlen = _check_max_seqlen(max_seqlen, table)
+        self.seq_idx = check_bool("seq_idx", seq_idx)
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
         """Every ``input_ids`` shape this collator can return (the sampler's promise)."""
         return sorted(self.table.shapes)
+
+    def num_segments(self, shape: int) -> int:
+        """Entries of ``cu_seqlens`` minus one for shape index ``shape`` (fixed per shape):
+        every document, plus each row's padding cut into pieces of at most ``max_seqlen``."""
+        rows, width = self.table.batch_sizes[shape], self.table.row_lengths[shape]
+        m = self.max_seqlen
+        pieces = 1 if not isinstance(m, int) or m >= width else -(-width // m)
+        return self.table.max_documents[shape] + rows * pieces
 
     # --- reading the samples ---------------------------------------------------------------
     def _tokens(self, samples: Any) -> tuple[list[Any], list[Any] | None]:
@@ -164,10 +226,15 @@ class PackCollator:
                 return self._layout([], None, [], [], rows, width, shape)
         ids, labels = self._tokens(samples)
         first = ids[0]
-        if isinstance(first, torch.Tensor) and first.ndim == 1:  # Tensor.__len__ is slow
-            lens = list(map(torch.Tensor.numel, ids))
-        elif isinstance(first, (torch.Tensor, np.ndarray)) and first.ndim != 1:
-            lens = [int(np.prod(x.shape)) for x in ids]
+        kinds = set(map(type, ids))
+        if kinds == {torch.Tensor} and first.ndim == 1:
+            lens = list(map(torch.Tensor.numel, ids))  # Tensor.__len__ is slow
+        elif isinstance(first, (torch.Tensor, np.ndarray)) or len(kinds) > 1:
+            # n-d or mixed samples: every element counts
+            lens = [
+                int(np.prod(x.shape)) if isinstance(x, (torch.Tensor, np.ndarray)) else len(x)
+                for x in ids
+            ]
         else:
             lens = list(map(len, ids))
         if labels is not None:
@@ -191,6 +258,14 @@ class PackCollator:
             ids = [x[:width] for x in ids]
             labels = None if labels is None else [x[:width] for x in labels]
             lens = [min(n, width) for n in lens]
+            longest = width
+        m = self.max_seqlen
+        if isinstance(m, int) and longest > m:
+            raise ValueError(
+                f"a document of {longest} tokens (batch position {lens.index(longest)}) is longer "
+                f"than max_seqlen={m}; pass max_seqlen >= {longest}, or max_seqlen=None (the row "
+                "length)"
+            )
         n = len(lens)
         if n > table.max_documents[shape]:
             raise ValueError(
@@ -218,21 +293,26 @@ class PackCollator:
         width: int,
         shape: int,
     ) -> dict[str, Any]:
-        """Segments in order: each document, and the padding run that ends a row which is not
-        full (every all-padding row is one run)."""
+        """Segments in order: each document (empty ones included), and the padding run that
+        ends a row which is not full (every all-padding row is one run), cut into pieces of at
+        most an int ``max_seqlen``."""
         size = rows * width
         spans = spans + [(0, 0, 0)] * (rows - len(spans))
-        segs: list[int] = []  # a document's length, or -run for padding
+        m = self.max_seqlen
+        piece = m if isinstance(m, int) and m < width else width
+        segs: list[int] = []  # a document's length (>= 0), or ~run (< 0) for padding
         for i, j, fill in spans:
             segs += lens[i:j]
-            if fill < width:
-                segs.append(fill - width)
+            run = width - fill
+            while run > 0:
+                segs.append(~min(run, piece))
+                run -= piece
         seg = np.asarray(segs, dtype=np.int64)
-        is_doc = seg > 0
-        seg_tokens = np.abs(seg)
+        is_doc = seg >= 0
+        seg_tokens = np.where(is_doc, seg, ~seg)
         starts = np.cumsum(seg_tokens) - seg_tokens
-        out_ids = _tokens(ids, spans, width, self.pad_token_id).reshape(rows, width)
-        doc_starts = starts[is_doc]
+        out_ids = _tokens(ids, spans, width, self.pad_token_id, self.key).reshape(rows, width)
+        doc_starts = starts[is_doc & (seg > 0)]  # an empty document has no first token
         if labels is None:
             out_lab = out_ids.copy()
             flat_lab = out_lab.reshape(-1)
@@ -240,16 +320,17 @@ class PackCollator:
                 if fill < width:
                     out_lab[r, fill:] = IGNORE_INDEX
         else:
-            out_lab = _tokens(labels, spans, width, IGNORE_INDEX).reshape(rows, width)
+            out_lab = _tokens(labels, spans, width, IGNORE_INDEX, self.labels_key)
+            out_lab = out_lab.reshape(rows, width)
             flat_lab = out_lab.reshape(-1)
         flat_lab[doc_starts] = IGNORE_INDEX
         positions = np.repeat(starts, seg_tokens)
         np.subtract(_arange(size), positions, out=positions)
         doc_of_seg = np.full(seg.size, -1, dtype=np.int32)
-        doc_of_seg[is_doc] = np.arange(doc_starts.size, dtype=np.int32)
-        cu = np.full(self.table.num_segments(shape) + 1, size, dtype=np.int32)
+        doc_of_seg[is_doc] = np.arange(int(is_doc.sum()), dtype=np.int32)
+        cu = np.full(self.num_segments(shape) + 1, size, dtype=np.int32)
         cu[: seg.size] = starts
-        return {
+        out = {
             "input_ids": torch.from_numpy(out_ids),
             "labels": torch.from_numpy(out_lab),
             "position_ids": torch.from_numpy(positions.reshape(rows, width)),
@@ -257,14 +338,49 @@ class PackCollator:
                 np.repeat(doc_of_seg, seg_tokens).reshape(rows, width)
             ),
             "cu_seqlens": torch.from_numpy(cu),
-            "max_seqlen": int(seg_tokens.max()),
+            "max_seqlen": int(seg_tokens.max()) if m == "tight" else (m or width),
         }
+        if self.seq_idx:
+            seq = np.repeat(np.arange(seg.size, dtype=np.int32), seg_tokens)
+            out["seq_idx"] = torch.from_numpy(seq.reshape(rows, width))
+        return out
 
     def __repr__(self) -> str:
         return (
             f"PackCollator(shapes={self.shapes}, key={self.key!r}, labels_key="
-            f"{self.labels_key!r}, pad_token_id={self.pad_token_id})"
+            f"{self.labels_key!r}, pad_token_id={self.pad_token_id}, max_seqlen="
+            f"{self.max_seqlen!r}, seq_idx={self.seq_idx})"
         )
+
+
+def _check_max_seqlen(value: Any, table: PackTable) -> int | str | None:
+    """``None``, ``"tight"`` (with its warning) or an int >= 1 that holds the plan's documents."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if value != "tight":
+            raise ValueError(
+                f"max_seqlen must be None (the row length), an int >= 1 or 'tight', got "
+                f"max_seqlen={value!r}"
+            )
+        warnings.warn(
+            "max_seqlen='tight' gives each batch's longest segment, an int that changes from "
+            "batch to batch: a compiled step that passes it to a varlen kernel recompiles for "
+            "every new value (torch.compile(dynamic=False)); the default max_seqlen=None (the "
+            "row length) is a valid bound that compiles once per shape",
+            UserWarning,
+            stacklevel=3,
+        )
+        return value
+    m = check_int("max_seqlen", value, minimum=1)
+    for (_, width), longest in zip(table.shapes, table.longest or (), strict=False):
+        if longest > m:
+            raise ValueError(
+                f"max_seqlen={m} is smaller than the longest document the plan puts in rows of "
+                f"{width} tokens ({longest} tokens); pass max_seqlen >= {longest}, or "
+                "max_seqlen=None (the row length)"
+            )
+    return m
 
 
 def _next_fit(lens: list[int], width: int) -> list[tuple[int, int, int]]:
@@ -288,29 +404,33 @@ def _arange(size: int) -> np.ndarray:
     return out
 
 
-def _tokens(values: list[Any], spans: list[tuple[int, int, int]], width: int, pad: int) -> Any:
+def _tokens(
+    values: list[Any], spans: list[tuple[int, int, int]], width: int, pad: int, key: Any
+) -> Any:
     """The flat ``(rows * width,)`` int64 layout: each row's documents, then ``pad``; written by
-    one concatenate (tensors, arrays) or one conversion (lists)."""
+    one concatenate (tensors, arrays) or one conversion (lists). Every value is checked to be an
+    exact integer (:func:`_as_int64`); a batch mixing tensors, arrays and lists is converted
+    sample by sample."""
     first = values[0] if values else None  # none: a padding-only batch
-    if isinstance(first, torch.Tensor):
-        buf = _pad_buffer(pad, width)
-        pieces: list[Any] = []
-        for i, j, fill in spans:
-            pieces += values[i:j]
-            if fill < width:
-                pieces.append(buf[: width - fill])
-        if first.dtype != torch.int64 or first.ndim != 1:
-            pieces = [p.reshape(-1).to(torch.int64) for p in pieces]
-        return torch.cat(pieces).numpy()
-    if isinstance(first, np.ndarray):
-        nbuf = _pad_buffer(pad, width).numpy()
-        pieces = []
-        for i, j, fill in spans:
-            pieces += values[i:j] if first.ndim == 1 else [v.reshape(-1) for v in values[i:j]]
-            if fill < width:
-                pieces.append(nbuf[: width - fill])
-        return np.concatenate(pieces, casting="same_kind", dtype=np.int64)
-    if type(first) is list:  # array.fromlist converts a list of ints faster than fromiter
+    kinds = set(map(type, values))
+    if kinds == {torch.Tensor}:
+        dtypes = set(map(_DTYPE, values))
+        if dtypes != {torch.int64} or first.ndim != 1:
+            values = [_as_int64(v, p, key) for p, v in enumerate(values)]
+        else:
+            buf = _pad_buffer(pad, width)
+            pieces: list[Any] = []
+            for i, j, fill in spans:
+                pieces += values[i:j]
+                if fill < width:
+                    pieces.append(buf[: width - fill])
+            return torch.cat(pieces).numpy()
+    elif kinds == {np.ndarray}:
+        if set(map(_DTYPE, values)) != {np.dtype(np.int64)}:
+            values = [_as_int64(v, p, key) for p, v in enumerate(values)]
+    elif kinds == {list}:
+        # array.fromlist converts a list of ints faster than fromiter, and refuses floats and
+        # ints past int64
         pad_bytes = _pad_bytes(pad, width)
         flat = array.array("q")
         try:
@@ -319,24 +439,60 @@ def _tokens(values: list[Any], spans: list[tuple[int, int, int]], width: int, pa
                     flat.fromlist(v)
                 if fill < width:
                     flat.frombytes(pad_bytes[: 8 * (width - fill)])
-        except TypeError:
-            pass  # not all lists of ints: the general path below
+        except (TypeError, OverflowError):
+            values = [_as_int64(v, p, key) for p, v in enumerate(values)]
         else:
             return np.frombuffer(flat, dtype=np.int64)
-    rep = itertools.repeat
-    chunks: list[Any] = []
+    elif values:
+        values = [_as_int64(v, p, key) for p, v in enumerate(values)]
+    nbuf = _pad_buffer(pad, width).numpy()
+    arrays: list[Any] = []
     for i, j, fill in spans:
-        chunks += values[i:j]
+        arrays += [v.reshape(-1) for v in values[i:j]]
         if fill < width:
-            chunks.append(rep(pad, width - fill))
-    try:
-        return np.fromiter(
-            itertools.chain.from_iterable(chunks), dtype=np.int64, count=len(spans) * width
-        )
-    except (TypeError, ValueError) as exc:
+            arrays.append(nbuf[: width - fill])
+    return np.concatenate(arrays, dtype=np.int64)
+
+
+def _as_int64(value: Any, pos: int, key: Any) -> np.ndarray:
+    """``value`` (a tensor, array or sequence of ids) as an int64 array, every value exact, or
+    one clear error naming the field and the sample's batch position."""
+    where = f"field {key!r} of the sample at batch position {pos}"
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu()
+        if value.dtype.is_floating_point or value.dtype.is_complex:
+            raise TypeError(
+                f"token ids must be integers, but {where} is a tensor of dtype {value.dtype}; "
+                "cast it in the dataset (.long()): ids are never rounded"
+            )
+        if value.dtype == torch.uint64 and value.numel() and bool(value.max() > _INT64_MAX):
+            raise ValueError(f"{where} holds an id int64 cannot hold ({int(value.max())})")
+        return value.reshape(-1).to(torch.int64).numpy()
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "biu":
+            raise TypeError(
+                f"token ids must be integers, but {where} is an array of dtype {value.dtype}; "
+                "cast it in the dataset (.astype(np.int64)): ids are never rounded"
+            )
+        if value.dtype.kind == "u" and value.size and int(value.max()) > _INT64_MAX:
+            raise ValueError(f"{where} holds an id int64 cannot hold ({int(value.max())})")
+        return value.reshape(-1).astype(np.int64)
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
         raise TypeError(
-            f"token sequences must be flat lists of ints, arrays or tensors ({exc})"
-        ) from None
+            f"token sequences must be flat lists of ints, arrays or tensors, but {where} is "
+            f"{type(value).__name__}"
+        )
+    bad = next((x for x in value if not isinstance(x, (numbers.Integral, np.bool_))), None)
+    if bad is not None:
+        raise TypeError(
+            f"token ids must be integers, but {where} holds {bad!r} ({type(bad).__name__}); ids "
+            "are never rounded: convert them to ints in the dataset"
+        )
+    ints = [int(x) for x in value]
+    big = next((x for x in ints if not _INT64_MIN <= x <= _INT64_MAX), None)
+    if big is not None:
+        raise ValueError(f"{where} holds the id {big}, which int64 cannot hold")
+    return np.asarray(ints, dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=32)

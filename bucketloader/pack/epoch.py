@@ -21,6 +21,28 @@ all-padding rows (a rank that would get no row repeats one of the step, so no ba
 ``num_replicas - q`` repeats when ``q < num_replicas``); ``"fill"`` tops the step up with
 ``num_replicas * B - q`` repeated rows of the epoch (no padding rows; documents repeat);
 ``"drop"`` leaves the ``q`` rows out (a different random set each epoch).
+
+NOTE [ Balancing ranks ]
+Attention costs each row about the sum of its documents' squared lengths (its *work*), and a
+synchronous step waits for its slowest rank, so ranks whose rows hold long documents make the
+others wait at every step. With ``balance=True`` (more than one rank) step 2 changes, within each
+row length and without touching the shapes, the steps or the padding:
+
+* the rows that fill the full global steps are sorted by work (after the shuffle, so ties stay
+  random) and cut into consecutive groups of ``num_replicas * B`` rows: each global step holds
+  rows of similar work (and, rows being nearly full, similar tokens);
+* within a step the rows are dealt to ranks in snake order of work (rank ``0, 1, ..., R-1,
+  R-1, ..., 0, ...``), ``B`` rows each, which evens out what is left of the differences;
+* the groups are put in a random order (``SeedSequence([seed, epoch])``), so light and heavy
+  steps are spread over the epoch. The rows of the last, partial step are those of the
+  unbalanced plan (a random set) and follow ``last_batch`` as before; under ``"pad"`` they
+  are dealt heaviest first to the rank with the least work that still takes a row (ranks
+  take ``q // R`` or ``q // R + 1`` of them, as without balancing).
+
+Every rank still computes the same global plan alone. Measured on the text length files
+(``benchmarks/pack_balance.py``), max / mean work per step over 8 and 64 ranks drops to about
+1.0 (``benchmarks/results/pack_balance.md``). On one rank there is nothing to balance: the plan
+is unchanged (:class:`~bucketloader.pack.PackSampler` says so with a warning).
 """
 
 from __future__ import annotations
@@ -30,7 +52,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bucketloader._validation import check_int
+from bucketloader._validation import check_bool, check_int
 from bucketloader.pack.spec import PackSpec
 
 __all__ = ["PackPlan", "plan_pack_epoch"]
@@ -80,11 +102,14 @@ def plan_pack_epoch(
     shuffle: bool = True,
     num_replicas: int = 1,
     rank: int = 0,
+    balance: bool = False,
 ) -> PackPlan:
     """Rank ``rank``'s packed batches for ``epoch`` (NOTE [ Packed epochs ] in this module).
 
     Pure and deterministic in its arguments; randomness only from
-    ``numpy.random.SeedSequence([seed, epoch])``.
+    ``numpy.random.SeedSequence([seed, epoch])``. ``balance=True`` deals rows to ranks so that
+    every step's attention work is even across ranks (NOTE [ Balancing ranks ]; no effect on one
+    rank).
 
     Example:
         >>> spec = PackSpec.build([5, 3, 2, 5, 3, 2], row_length=8, batch_size=2)
@@ -96,7 +121,8 @@ def plan_pack_epoch(
     epoch = check_int("epoch", epoch, minimum=0)
     num_replicas = check_int("num_replicas", num_replicas, minimum=1)
     rank = check_int("rank", rank, minimum=0, maximum=num_replicas - 1)
-    deal_ss, row_ss, key_ss = np.random.SeedSequence([seed, epoch]).spawn(3)
+    balance = check_bool("balance", balance)
+    deal_ss, row_ss, key_ss, balance_ss = np.random.SeedSequence([seed, epoch]).spawn(4)
     slots, row_offsets, row_kind = spec.layout
     pools = spec.by_size
     if shuffle:  # one in-place shuffle per size pool
@@ -116,6 +142,12 @@ def plan_pack_epoch(
             rng.shuffle(by_kind[s : s + n])
     bsz_k = np.asarray(spec.batch_sizes, dtype=np.int64)
     full, q = spec.steps(num_replicas)
+    if balance and num_replicas > 1:
+        rows_full = full * bsz_k * num_replicas
+        order_ss = balance_ss if shuffle else None
+        _balance(by_kind, kind_start, rows_full, spec, num_replicas, order_ss)
+        if spec.last_batch == "pad":
+            _balance_last(by_kind, kind_start + rows_full, q, spec.row_work, num_replicas)
     steps = spec.num_steps(num_replicas)
     total = int(steps.sum())
     step_kind = np.repeat(np.arange(n_kinds), steps)
@@ -152,3 +184,60 @@ def plan_pack_epoch(
         batch_rows=batch_rows,
         kinds=sk,
     )
+
+
+def _balance(
+    by_kind: np.ndarray,
+    kind_start: np.ndarray,
+    full_rows: np.ndarray,
+    spec: PackSpec,
+    num_replicas: int,
+    ss: np.random.SeedSequence | None,
+) -> None:
+    """Reorder, in place, the rows of each row length's full global steps (NOTE [ Balancing
+    ranks ]); ``ss=None`` (no shuffle) keeps the steps in order of work."""
+    work = spec.row_work
+    rng = None if ss is None else np.random.default_rng(ss)
+    for k, (start, n) in enumerate(zip(kind_start.tolist(), full_rows.tolist(), strict=True)):
+        if n == 0:
+            continue
+        per_step = num_replicas * spec.batch_sizes[k]
+        rows = by_kind[start : start + n]
+        ranked = rows[np.argsort(work[rows], kind="stable")].reshape(-1, per_step)
+        # snake: the p-th lightest row of a step goes to rank p % R (even rounds) or
+        # R - 1 - p % R (odd rounds); rank r's rows are then slots r * B ... (r + 1) * B - 1
+        p = np.arange(per_step)
+        rnd, i = p // num_replicas, p % num_replicas
+        owner = np.where(rnd % 2 == 0, i, num_replicas - 1 - i)
+        slot = owner * spec.batch_sizes[k] + rnd
+        dealt = np.empty_like(ranked)
+        dealt[:, slot] = ranked
+        if rng is not None:
+            dealt = dealt[rng.permutation(dealt.shape[0])]
+        by_kind[start : start + n] = dealt.reshape(-1)
+
+
+def _balance_last(
+    by_kind: np.ndarray,
+    last_start: np.ndarray,
+    q: np.ndarray,
+    work: np.ndarray,
+    num_replicas: int,
+) -> None:
+    """Reorder, in place, the ``q`` rows of each row length's last step under ``"pad"``: rank
+    ``r`` takes the next ``q // R + (r < q % R)`` rows; deal them heaviest first to the rank
+    with the least work among those with room (NOTE [ Balancing ranks ])."""
+    for start, n in zip(last_start.tolist(), q.tolist(), strict=True):
+        if n <= num_replicas:  # at most one row per rank: nothing to even out
+            continue
+        rows = by_kind[start : start + n]
+        lo, extra = divmod(n, num_replicas)
+        room = [lo + (r < extra) for r in range(num_replicas)]
+        load = [0] * num_replicas
+        mine: list[list[int]] = [[] for _ in range(num_replicas)]
+        for row in rows[np.argsort(-work[rows], kind="stable")].tolist():
+            r = min((r for r in range(num_replicas) if room[r]), key=load.__getitem__)
+            mine[r].append(row)
+            room[r] -= 1
+            load[r] += int(work[row])
+        by_kind[start : start + n] = [row for rank_rows in mine for row in rank_rows]

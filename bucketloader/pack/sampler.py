@@ -9,10 +9,12 @@ so nothing is replayed; pass ``state_dict(batches_consumed=...)`` when a DataLoa
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any
 
 import numpy as np
 
+from bucketloader._validation import check_bool
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
 from bucketloader.pack.spec import PackSpec, PackTable
 from bucketloader.sampler import EpochSampler, spec_or_build
@@ -43,6 +45,10 @@ class PackSampler(EpochSampler):
         seed: randomness comes only from ``SeedSequence([seed, epoch])``; same on every rank.
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
         rank: this rank (default: the ``torch.distributed`` rank, else 0).
+        balance: deal rows to ranks so that every step's attention work (sum of squared
+            document lengths) and tokens are even across ranks (NOTE [ Balancing ranks ] in
+            :mod:`bucketloader.pack.epoch`); same shapes, same ``len``, exact resume. On one
+            rank it changes nothing, and warns so.
         **spec_options: :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` options:
             ``row_length`` (required), ``batch_size`` or ``max_tokens``, ``overflow``
             (``"error"``, ``"drop"``, ``"truncate"``) and ``last_batch`` (``"pad"``,
@@ -68,6 +74,7 @@ class PackSampler(EpochSampler):
         seed: int = 0,
         num_replicas: int | None = None,
         rank: int | None = None,
+        balance: bool = False,
         **spec_options: Any,
     ) -> None:
         if not isinstance(lengths, PackSpec) and "row_length" not in spec_options:
@@ -77,6 +84,14 @@ class PackSampler(EpochSampler):
             )
         self.spec: PackSpec = spec_or_build(lengths, spec_options, PackSpec)
         super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        self.balance = check_bool("balance", balance) and self.num_replicas > 1
+        if balance and not self.balance:
+            warnings.warn(
+                "balance=True has no effect on a single rank (num_replicas=1): there are no "
+                "other ranks to wait for, so the plan is unchanged",
+                UserWarning,
+                stacklevel=2,
+            )
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
@@ -112,6 +127,7 @@ class PackSampler(EpochSampler):
             shuffle=self.shuffle,
             num_replicas=self.num_replicas,
             rank=self.rank,
+            balance=self.balance,
         )
 
     # -- resumption ---------------------------------------------------------------------------
@@ -120,6 +136,7 @@ class PackSampler(EpochSampler):
             "seed": self.seed,
             "shuffle": self.shuffle,
             "num_replicas": self.num_replicas,
+            "balance": self.balance,
             "num_samples": int(self.spec.lengths.size),
             "num_batches": len(self),
             "plan_digest": self.spec.digest,

@@ -57,6 +57,9 @@ class PackTable:
         max_documents: the most documents one batch of each row length can hold (from the
             shortest lengths of the dataset, or the stream's bound).
         truncate: cut documents longer than the longest row length (``overflow="truncate"``).
+        longest: the longest document (tokens in its row) of each row length, when the plan
+            knows it (a sampler's table); ``None`` for streams. Checks an int ``max_seqlen``
+            of the collator up front.
 
     Example:
         >>> table = PackTable(row_lengths=(8, 32), batch_sizes=(4, 1), max_documents=(16, 16))
@@ -68,6 +71,7 @@ class PackTable:
     batch_sizes: tuple[int, ...]
     max_documents: tuple[int, ...]
     truncate: bool = False
+    longest: tuple[int, ...] | None = None
 
     @property
     def shapes(self) -> tuple[tuple[int, int], ...]:
@@ -234,6 +238,14 @@ class PackSpec:
         row_offsets = np.concatenate([[0], np.cumsum(row_docs)])
         return slots, row_offsets, np.repeat(p.kind, p.reps)
 
+    @functools.cached_property
+    def row_work(self) -> np.ndarray:
+        """Attention work of every row of :attr:`layout`: the sum of its documents' squared
+        sizes (fixed per spec: documents dealt into a slot all have the slot's size)."""
+        slots, row_offsets, _ = self.layout
+        sq = self.sizes[self.by_size[slots]].astype(np.int64) ** 2
+        return np.add.reduceat(sq, row_offsets[:-1]) if sq.size else sq
+
     # -- shapes and steps -------------------------------------------------------------------
     @functools.cached_property
     def max_documents(self) -> tuple[int, ...]:
@@ -270,7 +282,20 @@ class PackSpec:
             batch_sizes=tuple(self.batch_sizes[i] for i in keep),
             max_documents=tuple(self.max_documents[i] for i in keep),
             truncate=self.overflow == "truncate",
+            longest=tuple(self.longest[i] for i in keep),
         )
+
+    @functools.cached_property
+    def longest(self) -> tuple[int, ...]:
+        """The longest document of each row length (its largest kept size in
+        ``(L_{i-1}, L_i]``, NOTE [ Row lengths ]; 0 for a row length no document needs)."""
+        vals, _ = self._histogram
+        out, lo = [], 0
+        for n in self.row_lengths:
+            mine = vals[(vals > lo) & (vals <= n)]
+            out.append(int(mine.max()) if mine.size else 0)
+            lo = n
+        return tuple(out)
 
     @functools.cached_property
     def digest(self) -> str:

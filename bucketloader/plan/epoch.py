@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from bucketloader._validation import check_bool, check_int
+from bucketloader.plan.accumulate import grouped_steps, interleave_groups, longest_group_first
 from bucketloader.plan.budget import size_values
 from bucketloader.plan.spec import BucketSpec
 
@@ -109,13 +110,15 @@ def plan_epoch(
     rank: int = 0,
     weights: Any = None,
     longest_first: bool = False,
+    accumulate: int = 1,
 ) -> EpochPlan:
     """Rank ``rank``'s batches for ``epoch`` (see NOTE [ Epoch plan ] in this module).
 
     Pure and deterministic in its arguments; randomness comes only from
     ``numpy.random.SeedSequence([seed, epoch])`` (and, with ``weights``, per-group passes: NOTE
     [ Weighted epochs ]). ``longest_first`` puts a batch of the largest cell first (NOTE
-    [ Longest batch first ]).
+    [ Longest batch first ]). ``accumulate=k`` plans groups of ``k`` consecutive steps of one
+    cell (NOTE [ Accumulation groups ] in :mod:`bucketloader.plan.accumulate`).
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
@@ -134,6 +137,9 @@ def plan_epoch(
     rank = check_int("rank", rank, minimum=0, maximum=num_replicas - 1)
     check_bool("shuffle", shuffle)
     w = resolve_weights(spec, weights)
+    accumulate = check_accumulate(accumulate, spec, w)
+    if accumulate > 1:
+        return _grouped(spec, seed, epoch, shuffle, num_replicas, rank, longest_first, accumulate)
     if w is None:
         perm_ss, key_ss = np.random.SeedSequence([seed, epoch]).spawn(2)
         order, cell_start = _cell_order(spec, None, perm_ss if shuffle else None)
@@ -143,6 +149,47 @@ def plan_epoch(
         order, sc, sj, seg = _weighted(spec, w, seed, epoch, shuffle, num_replicas)
     if longest_first and sc.size:
         sc, sj, seg = _longest_first(spec, num_replicas, sc, sj, seg)
+    return _materialize(spec, num_replicas, rank, order, sc, sj, seg)
+
+
+def check_accumulate(accumulate: Any, spec: BucketSpec, weights: Any) -> int:
+    """The validated ``accumulate`` (NOTE [ Accumulation groups ] in
+    :mod:`bucketloader.plan.accumulate`)."""
+    k = check_int("accumulate", accumulate, minimum=1)
+    if k > 1 and weights is not None:
+        raise ValueError(
+            f"accumulate={k} cannot be combined with per-dataset weights yet; drop weights or "
+            "use accumulate=1"
+        )
+    if k > 1 and spec.last_batch == "keep":
+        raise ValueError(
+            f"accumulate={k} needs full groups of one shape; last_batch='keep' makes a smaller "
+            "shape per bucket: use last_batch='pad' (the default), 'fill' or 'drop'"
+        )
+    return k
+
+
+def _grouped(
+    spec: BucketSpec,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    num_replicas: int,
+    rank: int,
+    longest_first: bool,
+    k: int,
+) -> EpochPlan:
+    """An epoch in accumulation groups of ``k`` steps (NOTE [ Accumulation groups ])."""
+    perm_ss, key_ss = np.random.SeedSequence([seed, epoch]).spawn(2)
+    order, cell_start = _cell_order(spec, None, perm_ss if shuffle else None)
+    steps = grouped_steps(spec.num_steps(num_replicas), k)
+    sc, sj = interleave_groups(steps, k, np.random.default_rng(key_ss) if shuffle else None)
+    seg = cell_start[sc]
+    if longest_first and sc.size:
+        size = size_values(spec.cell_lengths, spec.size)
+        present = np.unique(sc)
+        best = int(present[np.lexsort((spec.cell_batch[present], size[present]))[-1]])
+        sc, sj, seg = longest_group_first(best, k, sc, sj, seg)
     return _materialize(spec, num_replicas, rank, order, sc, sj, seg)
 
 
@@ -356,7 +403,7 @@ def _materialize(
     bsz = spec.cells.batch[sc]
     base = sj * num_replicas * bsz
     start, size = base + rank * bsz, bsz.copy()
-    last = sj == full[sc]
+    last = (sj == full[sc]) & (q[sc] > 0)  # (an accumulation group's extra steps are full)
     if spec.last_batch in ("keep", "pad") and last.any():
         ql = q[sc[last]]
         if spec.last_batch == "keep":

@@ -29,6 +29,8 @@ TOTALS = {
     "too_short": "left out: shorter than min_length",
     "too_long": "left out: longer than max_length (overflow='drop')",
     "oversize": "left out: do not fit max_tokens (oversize='drop')",
+    "filter": "left out: rejected by filter=",
+    "no_shape": "left out: no shape in shapes= covers them",
     "truncated": "planned at max_length and cut (overflow='truncate')",
     "single": "in batches of one because they exceed max_tokens (oversize='single')",
     "seen": "distinct samples in the epoch's batches",
@@ -124,6 +126,7 @@ def plan_report(
     weights: Any = None,
     longest_first: bool = False,
     batches_done: int = 0,
+    accumulate: int = 1,
 ) -> SamplingReport:
     """The exact report of one epoch of ``spec``, from the plans of all ranks."""
     plans = [
@@ -136,6 +139,7 @@ def plan_report(
             rank=r,
             weights=weights,
             longest_first=longest_first,
+            accumulate=accumulate,
         )
         for r in range(num_replicas)
     ]
@@ -162,6 +166,7 @@ def plan_report(
         "planned": planned,
         **{key: int(filtered.get(key, 0)) for key in ("too_short", "too_long", "oversize")},
         "truncated": int(filtered.get("truncated", 0)),
+        **{str(key): int(filtered[key]) for key in ("filter", "no_shape") if key in filtered},
     }
     budget = spec.rule.budget if spec.rule is not None else None
     if budget is not None and budget.oversize == "single":

@@ -31,9 +31,13 @@ from bucketloader.plan.budget import (
 )
 from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
+from bucketloader.plan.select import apply_filter, covered, lattice_of, parse_shapes
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
 from bucketloader.strategies import resolve_strategy, strategy_defaults
+
+#: Samples left out by ``filter=`` and by ``shapes=`` (NOTEs in :mod:`bucketloader.plan.select`).
+LEFT_OUT = ("filter", "no_shape")
 
 #: Buckets per input when neither ``num_buckets`` nor ``boundaries`` is given.
 DEFAULT_NUM_BUCKETS = 8
@@ -122,7 +126,7 @@ class BucketSpec:
     def kept(self) -> np.ndarray | None:
         """Indices of the planned samples, or ``None`` when every sample is planned."""
         if self.filtered is None or not any(
-            self.filtered.get(k, 0) for k in ("too_short", "too_long", "oversize")
+            self.filtered.get(k, 0) for k in ("too_short", "too_long", "oversize", *LEFT_OUT)
         ):
             return None
         return np.flatnonzero(self.cell_of_sample >= 0)
@@ -266,6 +270,8 @@ class BucketSpec:
         groups: Any = None,
         last_batch: str = "pad",
         cache: Cache | bool | None = None,
+        shapes: Any = None,
+        filter: Any = None,
     ) -> BucketSpec:
         """Filter the lengths, fit boundaries (per input, per group), form cells, size batches.
 
@@ -305,6 +311,13 @@ class BucketSpec:
             cache: passed to :func:`~bucketloader.compute_boundaries`: ``None`` (solve every
                 time), ``True`` (the default :class:`~bucketloader.BucketCache`) or a cache; a
                 slow strategy (``"lp"``) is then solved once per job and dataset.
+            shapes: the planned padded lengths themselves instead of fitted boundaries (NeMo's
+                2-D bucket list): ``[(L_1, ..., L_D), ...]`` (ints for one input); a sample
+                goes to the smallest shape covering it, one no shape covers is left out and
+                counted as ``no_shape`` (NOTE [ Explicit shapes ] in
+                :mod:`bucketloader.plan.select`).
+            filter: a boolean mask ``(N,)`` or a vectorised ``fn(lengths) -> mask``; rejected
+                samples are left out and counted as ``filter`` (NOTE [ A predicate filter ]).
 
         Example:
             >>> spec = BucketSpec.build([0, 3, 4, 9, 10, 10, 500], num_buckets=2, batch_size=2,
@@ -336,6 +349,25 @@ class BucketSpec:
         strategies = per_input("strategy", strategy or "optimal", names, scalar=(str,))
 
         planned, keep, filtered = limits.apply(table)
+        given_shapes = None
+        if filter is not None:
+            mask = apply_filter(filter, declared, n)
+            filtered["filter"] = int((keep & ~mask).sum())
+            keep = keep & mask
+        if shapes is not None:
+            if boundaries is not None or num_buckets is not None or strategy is not None:
+                raise ValueError(
+                    "pass either shapes (the planned padded lengths) or boundaries / "
+                    "num_buckets / strategy, not both"
+                )
+            if max_shapes is not None:
+                raise ValueError("max_shapes merges fitted cells; drop it with explicit shapes")
+            given_shapes = parse_shapes(shapes, names, multiples)
+            fits = covered(planned, given_shapes)
+            filtered["no_shape"] = int((keep & ~fits).sum())
+            keep = keep & fits
+            lattice = lattice_of(given_shapes)
+            boundaries = lattice[0] if len(names) == 1 else lattice
         filtered["oversize"] = 0
         budget = rule.budget
         if budget is not None and budget.oversize == "drop":
@@ -390,7 +422,10 @@ class BucketSpec:
         all_b, codes, sels = fit()
         while True:
             occupancy = [
-                np.bincount(c, minlength=int(np.prod([b.size for b in bs])))
+                np.bincount(
+                    c if given_shapes is None else lattice_codes(bs, given_shapes),
+                    minlength=int(np.prod([b.size for b in bs])),
+                )
                 for c, bs in zip(codes, all_b, strict=True)
             ]
             cells = Cells.build(

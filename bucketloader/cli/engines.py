@@ -1,0 +1,102 @@
+"""Length histograms for the command line from Parquet shards, on a chosen engine.
+
+``bucketloader report`` and ``precompute`` take a directory or glob of Parquet files (or one
+file) with ``--engine local`` (:func:`~bucketloader.engines.parquet_histogram`, bounded memory on
+this machine), ``--engine ray`` (``ray.data.read_parquet``; joins a running cluster when
+``RAY_ADDRESS`` is set, else starts a local one) or ``--engine spark``
+(``spark.read.parquet``; the session ``spark-submit`` configured, else a local one). Only the
+histogram comes back, never the per-sample lengths.
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import sys
+from pathlib import Path
+from typing import Any
+
+from bucketloader.histogram import LengthHistogram
+
+ENGINES = ("local", "ray", "spark")
+
+
+def is_parquet_set(path: str) -> bool:
+    """Whether ``path`` names Parquet shards: a glob, a ``.parquet`` file, or a directory of them.
+
+    A directory written by ``datasets.Dataset.save_to_disk`` (Arrow files) is not.
+
+    Example:
+        >>> is_parquet_set("shards/*.parquet"), is_parquet_set("lengths.txt")
+        (True, False)
+    """
+    if glob.has_magic(path):
+        return True
+    p = Path(path)
+    if p.is_dir():
+        return any(p.rglob("*.parquet"))
+    return p.suffix.lower() == ".parquet"
+
+
+def engine_histogram(path: str, column: str | None, engine: str) -> tuple[LengthHistogram, int]:
+    """The exact histogram of ``column`` over the Parquet shards ``path``, and the null count.
+
+    Nulls are refused (the error names ``nulls='skip'``, which the Python API offers).
+    """
+    from bucketloader.engines.arrow import parquet_files
+
+    files = parquet_files(path)
+    if column is None:
+        column = _only_column(files[0])
+    if engine == "local":
+        from bucketloader.engines import parquet_histogram
+
+        result = parquet_histogram(files, column)
+    elif engine == "ray":
+        from bucketloader.engines import ray_histogram
+
+        ray = _import("ray.data", "ray")
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        import pyarrow.fs
+
+        ds = ray.data.read_parquet(
+            [str(Path(f).resolve()) for f in files],
+            columns=[column],
+            filesystem=pyarrow.fs.LocalFileSystem(),  # local paths (and no fsspec/http probing)
+        )
+        result = ray_histogram(ds, column)
+    elif engine == "spark":
+        from bucketloader.engines import spark_histogram
+
+        sql = _import("pyspark.sql", "spark")
+        spark = sql.SparkSession.builder.appName("bucketloader").getOrCreate()
+        result = spark_histogram(spark.read.parquet(*files), column)
+    else:
+        raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got --engine {engine}")
+    hist = result.histogram
+    if not isinstance(hist, LengthHistogram):  # pragma: no cover - one column gives 1-D
+        raise TypeError("the command line measures one column")
+    return hist, result.num_nulls
+
+
+def _import(module: str, extra: str) -> Any:
+    """``import module``, returning its top-level package, or the error naming the extra."""
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"--engine {extra} needs {module!r} ({exc}); install it with "
+            f"pip install 'bucketloader[{extra}]'"
+        ) from None
+    return sys.modules[module.split(".")[0]] if extra == "ray" else sys.modules[module]
+
+
+def _only_column(file: str) -> str:
+    import pyarrow.parquet as pq
+
+    names = pq.read_schema(file).names
+    if len(names) != 1:
+        raise ValueError(f"{file} has columns {names}; choose one with --column NAME")
+    return names[0]

@@ -1,0 +1,274 @@
+"""Machinery every engine shares: the scan result, the nulls policy, Arrow length measures.
+
+NOTE [ Nulls ]
+A null row has no length, and dropping it silently would make the histogram describe fewer
+samples than the dataset holds (a sampler built on it would index past the end). Every engine
+counts null rows (a null list, string or integer; with several columns, a row with any of them
+null) while it scans. ``nulls="raise"`` (the default) refuses them with the count, after the
+scan; ``nulls="skip"`` keeps them out of the histogram and reports them in
+:attr:`ScanResult.num_nulls`, so ``num_rows == histogram.num_samples + num_nulls`` always.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bucketloader._validation import MAX_LENGTH, check_choice
+from bucketloader.histogram import JointHistogram, LengthHistogram
+
+NULLS = ("raise", "skip")
+
+#: Merge buffered partial histograms once this many are waiting (bounded memory on long scans).
+_MERGE_EVERY = 64
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """What an engine's histogram scan found.
+
+    Attributes:
+        histogram: the exact histogram of the non-null rows (a ``LengthHistogram`` for one
+            column, a ``JointHistogram`` for several).
+        num_rows: rows scanned, nulls included.
+        num_nulls: rows without a length (NOTE [ Nulls ]); 0 unless ``nulls="skip"``.
+        engine: ``"arrow"``, ``"ray"`` or ``"spark"``.
+
+    Example:
+        >>> r = ScanResult(LengthHistogram.from_lengths([3, 5]), num_rows=3, num_nulls=1,
+        ...                engine="arrow")
+        >>> r.histogram.num_samples + r.num_nulls == r.num_rows
+        True
+    """
+
+    histogram: LengthHistogram | JointHistogram
+    num_rows: int
+    num_nulls: int
+    engine: str
+
+
+def require(module: str, extra: str) -> Any:
+    """Import an engine's package or raise an ``ImportError`` naming the extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"this needs {module!r}, which is not installed ({exc}); install it with "
+            f"pip install 'bucketloader[{extra}]'"
+        ) from None
+
+
+def check_columns(column: Any, *, allow_none: bool = False) -> list[str] | None:
+    """One column name or a non-empty sequence of names, as a list (``None`` if allowed)."""
+    if column is None and allow_none:
+        return None
+    if isinstance(column, str):
+        return [column]
+    if (
+        isinstance(column, Sequence)
+        and column
+        and all(isinstance(c, str) for c in column)
+        and len(set(column)) == len(column)
+    ):
+        return list(column)
+    raise TypeError(
+        "column must be a column name or a list of distinct names, got "
+        f"column={column!r}; pass e.g. column='input_ids' or column=['input_ids', 'labels']"
+    )
+
+
+def check_nulls(nulls: Any) -> str:
+    return check_choice("nulls", nulls, NULLS)
+
+
+class Accumulator:
+    """Per-shard partial histograms, merged exactly (buffered, merged every few dozen)."""
+
+    def __init__(self, columns: list[str] | None, nulls: str, engine: str) -> None:
+        self.columns, self.nulls, self.engine = columns, nulls, engine
+        self.joint = columns is not None and len(columns) > 1
+        self._parts: list[Any] = []
+        self.num_rows = 0
+        self.num_nulls = 0
+
+    def add(self, lengths: np.ndarray, num_nulls: int = 0) -> None:
+        """Add one shard's non-null lengths (``(n,)`` or ``(n, D)``) and its null count."""
+        self.num_rows += int(lengths.shape[0]) + int(num_nulls)
+        self.num_nulls += int(num_nulls)
+        if lengths.shape[0]:
+            cls = JointHistogram if self.joint else LengthHistogram
+            self.add_histogram(cls.from_lengths(lengths), 0)
+
+    def add_nulls(self, num_nulls: int) -> None:
+        """Count ``num_nulls`` null rows (NOTE [ Nulls ])."""
+        self.num_rows += int(num_nulls)
+        self.num_nulls += int(num_nulls)
+
+    def add_histogram(self, hist: Any, num_nulls: int, *, count_rows: bool = False) -> None:
+        """Add one shard's histogram (its rows counted too if ``count_rows``) and null count."""
+        if count_rows:
+            self.num_rows += hist.num_samples
+            self.add_nulls(num_nulls)
+        self._parts.append(hist)
+        if len(self._parts) >= _MERGE_EVERY:
+            self._parts = [type(hist).merge(self._parts)]
+
+    def result(self, what: str) -> ScanResult:
+        if self.num_nulls and self.nulls == "raise":
+            raise ValueError(
+                f"{what} has {self.num_nulls:,} null row(s) out of {self.num_rows:,}, which have "
+                "no length; fill or filter them first, or pass nulls='skip' to leave them out "
+                "(they are then counted in ScanResult.num_nulls)"
+            )
+        if not self._parts:
+            if self.num_rows:
+                raise ValueError(
+                    f"{what}: every one of its {self.num_rows:,} rows is null; there is no length "
+                    "to bucket"
+                )
+            raise ValueError(f"{what} has no rows; an empty dataset has no length histogram")
+        hist = self._parts[0] if len(self._parts) == 1 else type(self._parts[0]).merge(self._parts)
+        return ScanResult(hist, self.num_rows, self.num_nulls, self.engine)
+
+
+def describe_columns(columns: list[str] | None) -> str:
+    if columns is None:
+        return "length_fn"
+    return f"column {columns[0]!r}" if len(columns) == 1 else f"columns {columns}"
+
+
+# --- Arrow ------------------------------------------------------------------------------------
+
+
+def _is_list(pa: Any, t: Any) -> bool:
+    return bool(
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or getattr(pa.types, "is_list_view", lambda _: False)(t)
+        or getattr(pa.types, "is_large_list_view", lambda _: False)(t)
+    )
+
+
+def check_arrow_type(t: Any, name: str) -> None:
+    """Refuse, before any scan, an Arrow type that has no length (floats, nested lists, ...)."""
+    import pyarrow as pa
+
+    if pa.types.is_null(t):
+        return  # only nulls (a block whose rows are all null): counted as nulls
+    if isinstance(t, pa.ExtensionType):
+        ext = t.extension_name
+        if "tensor" in ext and getattr(t, "ndim", len(getattr(t, "shape", ()) or ())) >= 1:
+            return  # a Ray tensor column (fixed or variable shape): its first dimension
+        raise TypeError(
+            f"column {name!r} has the extension type {t} ({ext}); measure it with length_fn="
+        )
+    if _is_list(pa, t):
+        if _is_list(pa, t.value_type) or isinstance(t.value_type, pa.ExtensionType):
+            raise TypeError(
+                f"column {name!r} is a nested list ({t}): which level is the length is "
+                "ambiguous; flatten it, store its length in an int column, or pass length_fn="
+            )
+        return
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        raise TypeError(
+            f"column {name!r} holds {t} numbers; lengths are whole numbers: cast the column to "
+            "int64 (after rounding up) or pass length_fn="
+        )
+    if (
+        pa.types.is_integer(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or getattr(pa.types, "is_string_view", lambda _: False)(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    ):
+        return
+    raise TypeError(
+        f"column {name!r} has type {t}; lengths come from a list column (token ids, audio "
+        "arrays; the list length), an integer length column or a string column (characters); "
+        "otherwise pass length_fn="
+    )
+
+
+def arrow_lengths(arr: Any, name: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Lengths of one Arrow array (or chunked array), computed from offsets, and its validity.
+
+    Returns ``(lengths, valid)``: ``int64`` lengths of every row (0 where null) and a boolean
+    validity mask, or ``None`` when no row is null. Integer columns are checked to lie in
+    ``[0, 2**62)``.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    t = arr.type
+    check_arrow_type(t, name)
+    if pa.types.is_null(t):
+        return np.zeros(len(arr), dtype=np.int64), np.zeros(len(arr), dtype=bool)
+    if isinstance(t, pa.ExtensionType):
+        storage = arr.storage
+        if pa.types.is_struct(storage.type):  # variable-shaped tensor: struct<data, shape>
+            measured = pc.list_element(storage.field("shape"), 0)
+            if storage.null_count:
+                measured = pc.if_else(storage.is_valid(), measured, pa.scalar(None, pa.int64()))
+        else:  # fixed-shape tensor: every row has the same first dimension
+            first = int(t.shape[0])
+            measured = pc.if_else(storage.is_valid(), pa.scalar(first), pa.scalar(None, pa.int64()))
+    elif _is_list(pa, t):
+        measured = pc.list_value_length(arr)
+    elif pa.types.is_integer(t):
+        measured = arr
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        measured = pc.binary_length(arr)
+    else:
+        measured = pc.utf8_length(arr)
+    valid = None
+    if measured.null_count:
+        valid = measured.is_valid().to_numpy(zero_copy_only=False)
+        measured = measured.fill_null(0)
+    out = measured.to_numpy(zero_copy_only=False)
+    if out.dtype.kind == "u":
+        if out.size and int(out.max()) > MAX_LENGTH:
+            _too_big(name, int(out.max()))
+        return out.astype(np.int64), valid
+    out = out.astype(np.int64, copy=False)
+    if out.size:
+        lo, hi = int(out.min()), int(out.max())
+        if lo < 0:
+            raise ValueError(
+                f"column {name!r} holds the negative length {lo}; lengths count elements, so "
+                "fix or filter those rows"
+            )
+        if hi > MAX_LENGTH:
+            _too_big(name, hi)
+    return out, valid
+
+
+def _too_big(name: str, value: int) -> None:
+    raise ValueError(
+        f"column {name!r} holds the length {value}, not below 2**62 (the longest bucketloader "
+        "supports, so padded sizes stay exact in int64); fix or filter those rows"
+    )
+
+
+def table_lengths(table: Any, columns: list[str]) -> tuple[np.ndarray, int]:
+    """Non-null lengths of ``columns`` in an Arrow table or record batch, and the null count.
+
+    One column gives ``(n,)`` lengths; several give ``(n, D)`` (a row is null if any is).
+    """
+    cols, valid = [], None
+    for c in columns:
+        lengths, v = arrow_lengths(table.column(c), c)
+        cols.append(lengths)
+        if v is not None:
+            valid = v if valid is None else valid & v
+    out = cols[0] if len(cols) == 1 else np.stack(cols, axis=1)
+    if valid is None:
+        return out, 0
+    return out[valid], int(valid.size - np.count_nonzero(valid))

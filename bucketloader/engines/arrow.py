@@ -1,0 +1,244 @@
+"""Exact length histograms of Parquet / Arrow data on one machine, out of core.
+
+A directory or glob of Parquet files (thousands of shards are fine), a ``pyarrow.dataset``
+(Parquet, Arrow IPC / Feather, ...), a ``pyarrow.Table`` or a ``RecordBatchReader`` is read one
+record batch at a time, only the measured column(s) (a projection: no other column is read), and
+each batch's lengths come from the Arrow list / string offsets (``list_value_length``): no row is
+turned into Python objects. Memory is bounded by one batch (``batch_size`` rows) plus the Parquet
+reader's buffer of the current row group's column chunk, whatever the dataset's size; each batch's
+histogram is merged exactly into the total (NOTE [ Exact merge ] in
+:mod:`bucketloader.histogram`). ``benchmarks/engines.py`` measures both the rate and the bound.
+"""
+
+from __future__ import annotations
+
+import glob
+import inspect
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from bucketloader._validation import MissingKeyError, check_bool, check_int
+from bucketloader.engines._common import (
+    Accumulator,
+    ScanResult,
+    check_arrow_type,
+    check_columns,
+    check_nulls,
+    describe_columns,
+    require,
+    table_lengths,
+)
+
+__all__ = ["parquet_histogram"]
+
+#: Rows per record batch of the scan (the memory bound is about this many rows of the column).
+DEFAULT_BATCH_SIZE = 65536
+
+
+def parquet_histogram(
+    source: Any,
+    column: str | list[str],
+    *,
+    nulls: str = "raise",
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: bool | None = None,
+) -> ScanResult:
+    """Exact histogram of a column over Parquet files or Arrow data, in bounded memory.
+
+    Args:
+        source: a Parquet file, a directory of them (searched recursively, hive partitions
+            included), a glob (``"shards/*.parquet"``), a list of files, a
+            ``pyarrow.dataset.Dataset``, a ``pyarrow.Table`` or a ``pyarrow.RecordBatchReader``
+            (or an iterator of record batches; those can be read only once).
+        column: what to measure: a list column (its list lengths), a string / binary column
+            (characters / bytes), an integer column (read as lengths), or a list of such
+            columns for a :class:`~bucketloader.histogram.JointHistogram`.
+        nulls: ``"raise"`` (default) or ``"skip"`` (NOTE [ Nulls ] in
+            :mod:`bucketloader.engines._common`).
+        batch_size: rows per record batch read.
+        progress: show a progress bar over rows (needs ``tqdm``; default: when stderr is a
+            terminal and tqdm is installed).
+
+    Returns:
+        a :class:`~bucketloader.engines.ScanResult` (``.histogram``, ``.num_rows``,
+        ``.num_nulls``).
+
+    Example:
+        >>> import pyarrow as pa, pyarrow.parquet as pq, tempfile, os
+        >>> d = tempfile.mkdtemp()
+        >>> for i in range(3):
+        ...     pq.write_table(pa.table({"ids": [[1] * (i + 1), [2, 3]]}), f"{d}/{i}.parquet")
+        >>> r = parquet_histogram(d, "ids")
+        >>> r.histogram.values.tolist(), r.histogram.counts.tolist(), r.num_rows
+        ([1, 2, 3], [1, 4, 1], 6)
+    """
+    pa = require("pyarrow", "arrow")
+    columns: list[str] = check_columns(column)  # type: ignore[assignment]
+    nulls = check_nulls(nulls)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
+    if progress is not None:
+        progress = check_bool("progress", progress)
+    schema, batches, total, what = _open(pa, source, columns, batch_size)
+    missing = [c for c in columns if c not in schema.names]
+    if missing:
+        raise MissingKeyError(
+            f"column {missing[0]!r} not found in {what}; it has columns {schema.names}"
+        )
+    for c in columns:
+        check_arrow_type(schema.field(c).type, c)
+    acc = Accumulator(columns, nulls, "arrow")
+    bar = _progress_bar(progress, total, what)
+    try:
+        for batch in batches:
+            lengths, num_nulls = table_lengths(batch, columns)
+            acc.add(lengths, num_nulls)
+            if bar is not None:
+                bar.update(batch.num_rows)
+    finally:
+        if bar is not None:
+            bar.close()
+    return acc.result(f"{what} ({describe_columns(columns)})")
+
+
+def parquet_files(source: str | os.PathLike[str]) -> list[str]:
+    """The Parquet files a path names: itself, a directory's (recursively), or a glob's matches.
+
+    Example:
+        >>> parquet_files("/no/such/dir/*.parquet")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: no file matches the glob /no/such/dir/*.parquet
+    """
+    text = os.fspath(source)
+    if glob.has_magic(text):
+        files = sorted(f for f in glob.glob(text, recursive=True) if Path(f).is_file())
+        if not files:
+            raise FileNotFoundError(f"no file matches the glob {text}")
+        return files
+    p = Path(text)
+    if p.is_dir():
+        files = sorted(
+            str(f)
+            for f in p.rglob("*")
+            if f.is_file() and not f.name.startswith(("_", ".")) and f.suffix != ".crc"
+        )
+        if not files:
+            raise FileNotFoundError(f"{text}: the directory holds no data files")
+        return files
+    if p.is_file():
+        return [text]
+    raise FileNotFoundError(f"{text}: no such file, directory or glob")
+
+
+def _open(
+    pa: Any, source: Any, columns: list[str], batch_size: int
+) -> tuple[Any, Iterator[Any], int | None, str]:
+    """Schema, an iterator of record batches (only ``columns``), row total (if known), name."""
+    import pyarrow.dataset as pads
+
+    what = f"the {type(source).__name__}"
+    if isinstance(source, (str, os.PathLike)) or (
+        isinstance(source, (list, tuple))
+        and source
+        and all(isinstance(s, (str, os.PathLike)) for s in source)
+    ):
+        names = [source] if isinstance(source, (str, os.PathLike)) else list(source)
+        files = [f for name in names for f in parquet_files(name)]
+        what = os.fspath(names[0]) if len(names) == 1 else f"{len(files)} files"
+        try:
+            source = pads.dataset(files, format="parquet")
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise ValueError(f"{what}: not readable as Parquet ({exc})") from None
+    if isinstance(source, pads.Dataset):
+        present = [c for c in columns if c in source.schema.names]
+        batches = source.to_batches(
+            columns=present,
+            batch_size=batch_size,
+            batch_readahead=1,
+            fragment_readahead=1,
+        )
+        total = source.count_rows() if isinstance(source, pads.FileSystemDataset) else None
+        return source.schema, _checked_batches(pa, batches, what), total, what
+    if isinstance(source, pa.Table):
+        return (
+            source.schema,
+            iter(source.to_batches(max_chunksize=batch_size)),
+            source.num_rows,
+            ("the pyarrow.Table"),
+        )
+    if isinstance(source, pa.RecordBatchReader):
+        return (
+            source.schema,
+            _once(iter(source), "the RecordBatchReader"),
+            None,
+            ("the RecordBatchReader"),
+        )
+    if isinstance(source, Iterator):
+        if inspect.isgenerator(source) and inspect.getgeneratorstate(source) == "GEN_CLOSED":
+            raise ValueError(
+                "source is a generator that was already consumed (or closed); an iterator of "
+                "record batches can be read once: create a new one, or pass the files"
+            )
+        try:
+            first = next(source)
+        except StopIteration:
+            raise ValueError(
+                "source is an iterator with no record batch left: empty, or already consumed "
+                "(an iterator can be read once); pass the files or a pyarrow.dataset instead"
+            ) from None
+        if not isinstance(first, pa.RecordBatch):
+            raise TypeError(
+                f"source iterator must yield pyarrow.RecordBatch objects, got "
+                f"{type(first).__name__}"
+            )
+        return first.schema, _chain(first, source), None, "the record batch iterator"
+    raise TypeError(
+        "source must be a Parquet path (file, directory or glob), a list of paths, a "
+        "pyarrow.dataset.Dataset, a pyarrow.Table or a pyarrow.RecordBatchReader, got "
+        f"{type(source).__name__}"
+    )
+
+
+def _chain(first: Any, rest: Iterator[Any]) -> Iterator[Any]:
+    yield first
+    yield from rest
+
+
+def _once(batches: Iterator[Any], what: str) -> Iterator[Any]:
+    """Batches of a reader; none at all reads as empty or already consumed (one message)."""
+    seen = False
+    for b in batches:
+        seen = True
+        yield b
+    if not seen:
+        raise ValueError(
+            f"{what} yielded no record batch: it is empty, or was already consumed (a reader "
+            "can be read once); pass the files or a pyarrow.dataset instead"
+        )
+
+
+def _checked_batches(pa: Any, batches: Iterator[Any], what: str) -> Iterator[Any]:
+    """Re-raise a corrupt file's Arrow error as one ValueError naming the source."""
+    try:
+        yield from batches
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ValueError(f"{what}: a file could not be read as Parquet ({exc})") from None
+
+
+def _progress_bar(progress: bool | None, total: int | None, what: str) -> Any:
+    if progress is False:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        if progress:
+            raise ImportError(
+                "progress=True needs tqdm; install it with pip install tqdm"
+            ) from None
+        return None
+    if progress is None and not sys.stderr.isatty():
+        return None
+    return tqdm(total=total, unit=" rows", unit_scale=True, desc=f"lengths of {what}")

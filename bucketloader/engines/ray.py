@@ -1,0 +1,288 @@
+"""Exact length histograms of a Ray Data ``Dataset``, and bucket ids added to its rows.
+
+The histogram is computed where the blocks live: ``map_batches`` turns every block into its own
+small histogram (distinct lengths and counts, plus its null count), and the driver merges those
+exactly (NOTE [ Exact merge ] in :mod:`bucketloader.histogram`). No row is shuffled: a group-by
+would move every row's length through an all-to-all exchange, while here each block ships at
+most one row per distinct length. Needs ``pip install 'bucketloader[ray]'``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from bucketloader._validation import MissingKeyError, as_lengths, check_choice
+from bucketloader.boundaries import check_boundaries
+from bucketloader.engines._common import (
+    Accumulator,
+    ScanResult,
+    arrow_lengths,
+    check_arrow_type,
+    check_columns,
+    check_nulls,
+    describe_columns,
+    require,
+    table_lengths,
+)
+from bucketloader.histogram import JointHistogram, LengthHistogram
+
+__all__ = ["ray_bucket_ids", "ray_histogram"]
+
+#: Value of the first length column on the one row of a block's output that carries its nulls.
+_NULL_ROW = -1
+
+
+def ray_histogram(
+    ds: Any,
+    column: str | list[str] | None = None,
+    *,
+    length_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
+    nulls: str = "raise",
+) -> ScanResult:
+    """Exact histogram of a column of a ``ray.data.Dataset``, one partial per block, merged.
+
+    Args:
+        ds: the dataset (lazy; it is executed once, reading only the measured columns).
+        column: a list / tensor column (its length; a Ray tensor column's first dimension), a
+            string column (characters), an integer length column, or several of these for a
+            :class:`~bucketloader.histogram.JointHistogram`.
+        length_fn: instead of ``column``, ``length_fn(batch) -> lengths`` over a numpy batch
+            (a dict of arrays, one block at a time): ``(n,)`` lengths, or ``(n, D)``.
+        nulls: ``"raise"`` (default) or ``"skip"`` (NOTE [ Nulls ] in
+            :mod:`bucketloader.engines._common`).
+
+    Returns:
+        a :class:`~bucketloader.engines.ScanResult`.
+
+    Example (needs a Ray runtime, started on first use)::
+
+        >>> import ray  # doctest: +SKIP
+        >>> ds = ray.data.from_items([{"ids": [1, 2, 3]}, {"ids": [4]}])  # doctest: +SKIP
+        >>> ray_histogram(ds, "ids").histogram.values.tolist()  # doctest: +SKIP
+        [1, 3]
+    """
+    ray = require("ray", "ray")
+    require("ray.data", "ray")
+    columns, fn, nulls = _check_args(ray, ds, column, length_fn, nulls)
+    what = f"the Ray dataset ({describe_columns(columns)})"
+    if columns is not None:
+        ds = ds.select_columns(columns)
+        mapped = ds.map_batches(
+            _BlockHistogram(columns, None), batch_format="pyarrow", batch_size=None
+        )
+    else:
+        mapped = ds.map_batches(_BlockHistogram(None, fn), batch_format="numpy", batch_size=None)
+    tables = _run(ray, lambda: ray.get(mapped.to_arrow_refs()))
+    acc = Accumulator(columns, nulls, "ray")
+    for t in tables:
+        if t.num_rows == 0:
+            continue
+        keys = np.stack(
+            [t.column(n).to_numpy() for n in t.column_names if n != "count"], axis=1
+        ).astype(np.int64)
+        counts = t.column("count").to_numpy().astype(np.int64)
+        null = keys[:, 0] == _NULL_ROW
+        num_nulls = int(counts[null].sum())
+        keys, counts = keys[~null], counts[~null]
+        if counts.size:  # Ray may bundle several blocks' outputs into one table: from_counts
+            hist: Any = (
+                LengthHistogram.from_counts(keys[:, 0], counts)
+                if keys.shape[1] == 1 and (columns is None or len(columns) == 1)
+                else JointHistogram.from_counts(keys, counts)
+            )
+            acc.add_histogram(hist, num_nulls, count_rows=True)
+        else:
+            acc.add_nulls(num_nulls)
+    return acc.result(what)
+
+
+def ray_bucket_ids(
+    ds: Any,
+    boundaries: Any,
+    column: str | None = None,
+    *,
+    length_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
+    name: str = "bucket",
+    nulls: str = "raise",
+) -> Any:
+    """``ds`` with an ``int64`` column ``name``: each row's bucket under ``boundaries``.
+
+    Bucket ``i`` holds lengths ``b[i-1] < L <= b[i]``
+    (:func:`~bucketloader.boundaries.assign_buckets`), so a Ray Train ingest can route or
+    group rows by shape. Lazy like any ``map_batches``; a length above the last boundary fails
+    the job with the length named. With ``nulls="skip"`` a null row gets a null bucket.
+
+    Example (needs a Ray runtime)::
+
+        >>> ds = ray.data.from_items([{"ids": [1, 2]}])  # doctest: +SKIP
+        >>> ray_bucket_ids(ds, [1, 4], "ids").take_all()  # doctest: +SKIP
+        [{'ids': [1, 2], 'bucket': 1}]
+    """
+    ray = require("ray", "ray")
+    require("ray.data", "ray")
+    if column is not None and not isinstance(column, str):
+        raise TypeError(
+            f"column must be one column name, got column={column!r}; for several inputs add "
+            "one bucket column per input (call once per column with its own name=)"
+        )
+    columns, fn, nulls = _check_args(ray, ds, column, length_fn, nulls)
+    b = check_boundaries(boundaries)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty column name, got name={name!r}")
+    existing = _schema_names(ds)
+    if existing is not None and name in existing:
+        raise ValueError(
+            f"the dataset already has a column {name!r}; choose another name= for the bucket ids"
+        )
+    return ds.map_batches(
+        _AddBuckets(columns, fn, b, name, nulls), batch_format="pyarrow", zero_copy_batch=True
+    )
+
+
+def _check_args(
+    ray: Any, ds: Any, column: Any, length_fn: Any, nulls: Any
+) -> tuple[list[str] | None, Any, str]:
+    nulls = check_nulls(nulls)
+    if not isinstance(ds, ray.data.Dataset):
+        if isinstance(ds, ray.data.DataIterator):
+            raise TypeError(
+                "ds is a ray.data.DataIterator, which can be consumed only once (and may "
+                "already be); pass the ray.data.Dataset it came from"
+            )
+        raise TypeError(f"ds must be a ray.data.Dataset, got {type(ds).__name__}")
+    if (column is None) == (length_fn is None):
+        raise ValueError(
+            "pass exactly one of column= (what to measure) or length_fn= (batch -> lengths), "
+            f"got column={column!r} and length_fn={length_fn!r}"
+        )
+    if length_fn is not None:
+        if not callable(length_fn):
+            raise TypeError(f"length_fn must be callable as length_fn(batch), got {length_fn!r}")
+        return None, length_fn, nulls
+    columns = check_columns(column)
+    schema = ds.schema()
+    if schema is None:
+        raise ValueError("the Ray dataset has no rows (no schema); an empty dataset has no lengths")
+    names = list(schema.names)
+    for c in columns:  # type: ignore[union-attr]
+        if c not in names:
+            raise MissingKeyError(f"column {c!r} not found; the Ray dataset has columns {names}")
+    base = getattr(schema, "base_schema", None)
+    import pyarrow as pa
+
+    if isinstance(base, pa.Schema):
+        for c in columns:  # type: ignore[union-attr]
+            check_arrow_type(base.field(c).type, c)
+    return columns, None, nulls
+
+
+def _schema_names(ds: Any) -> list[str] | None:
+    schema = ds.schema()
+    return None if schema is None else list(schema.names)
+
+
+def _run(ray: Any, job: Callable[[], Any]) -> Any:
+    """Run a Ray job; a bad-input error raised in a block comes back as that one error.
+
+    Ray wraps a task's exception (``RayTaskError(UserCodeException)``) with the worker's
+    traceback; the message of our own ``ValueError`` / ``TypeError`` (one line) is its last
+    ``ValueError: ...`` line, re-raised here without the noise.
+    """
+    try:
+        return job()
+    except (ray.exceptions.RayError, ray.data.exceptions.UserCodeException) as exc:
+        found = _ERROR_LINE.findall(str(exc))
+        if found:
+            kind, message = found[-1]
+            raise (ValueError if kind == "ValueError" else TypeError)(message) from exc
+        raise
+
+
+_ERROR_LINE = re.compile(r"^(ValueError|TypeError|MissingKeyError): (.+)$", re.MULTILINE)
+
+
+def _lengths_from_fn(fn: Callable[[dict[str, np.ndarray]], Any], batch: dict[str, Any]) -> Any:
+    n = len(next(iter(batch.values()))) if batch else 0
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    out = as_lengths(fn(batch), name="length_fn(batch)", ndim=(1, 2))
+    if out.shape[0] != n:
+        raise ValueError(
+            f"length_fn(batch) must return one length (or one row of lengths) per row: the "
+            f"batch has {n} rows, got shape {out.shape}"
+        )
+    return out
+
+
+class _BlockHistogram:
+    """One block → its histogram as a small table (``l0..l{D-1}``, ``count``), nulls as -1."""
+
+    def __init__(self, columns: list[str] | None, fn: Any) -> None:
+        self.columns, self.fn = columns, fn
+
+    def __call__(self, batch: Any) -> Any:
+        import pyarrow as pa
+
+        if self.columns is not None:
+            lengths, num_nulls = table_lengths(batch, self.columns)
+        else:
+            lengths, num_nulls = _lengths_from_fn(self.fn, batch), 0
+        width = 1 if lengths.ndim == 1 else lengths.shape[1]
+        if lengths.shape[0]:
+            hist = (
+                LengthHistogram.from_lengths(lengths)
+                if lengths.ndim == 1
+                else JointHistogram.from_lengths(lengths)
+            )
+            keys = hist.values[:, None] if lengths.ndim == 1 else hist.rows  # type: ignore[union-attr]
+            counts = hist.counts
+        else:
+            keys, counts = np.zeros((0, width), dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if num_nulls:
+            null_row = np.full((1, width), _NULL_ROW, dtype=np.int64)
+            keys = np.concatenate([keys, null_row])
+            counts = np.concatenate([counts, [num_nulls]])
+        cols = {f"l{i}": pa.array(keys[:, i], pa.int64()) for i in range(width)}
+        cols["count"] = pa.array(counts, pa.int64())
+        return pa.table(cols)
+
+
+class _AddBuckets:
+    """One batch → the same batch plus its bucket-id column."""
+
+    def __init__(
+        self, columns: list[str] | None, fn: Any, boundaries: np.ndarray, name: str, nulls: str
+    ) -> None:
+        self.columns, self.fn, self.b, self.name = columns, fn, boundaries, name
+        self.nulls = check_choice("nulls", nulls, ("raise", "skip"))
+
+    def __call__(self, batch: Any) -> Any:
+        import pyarrow as pa
+
+        if self.columns is not None:
+            lengths, valid = arrow_lengths(batch.column(self.columns[0]), self.columns[0])
+        else:  # fn sees numpy; the batch itself stays Arrow, so no other column changes type
+            from ray.data.block import BlockAccessor
+
+            numpy_batch = BlockAccessor.for_block(batch).to_batch_format("numpy")
+            lengths, valid = _lengths_from_fn(self.fn, numpy_batch), None
+            if lengths.ndim != 1:
+                raise ValueError("length_fn(batch) must return one length per row here")
+        if valid is not None and self.nulls == "raise":
+            raise ValueError(
+                f"the measured column has {int((~valid).sum())} null row(s) in a block; "
+                "fill or filter them first, or pass nulls='skip' (their bucket is then null)"
+            )
+        ok = lengths if valid is None else lengths[valid]
+        if ok.size and int(ok.max()) > int(self.b[-1]):
+            raise ValueError(
+                f"length {int(ok.max())} exceeds the last boundary {int(self.b[-1])}; recompute "
+                "the boundaries on this dataset's histogram or add a larger last boundary"
+            )
+        ids = np.searchsorted(self.b, lengths, side="left").astype(np.int64)
+        mask = None if valid is None else ~valid
+        return batch.append_column(self.name, pa.array(ids, pa.int64(), mask=mask))

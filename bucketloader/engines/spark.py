@@ -1,0 +1,209 @@
+"""Exact length histograms of a Spark ``DataFrame``, and bucket ids as a column expression.
+
+Spark does the reduce: every row becomes its length (``size()`` of an array, ``length()`` of a
+string, an integer column as it is), ``groupBy(length).count()`` runs on the executors (a partial
+count per partition, then one small shuffle of at most one row per distinct length and
+partition) and only the distinct lengths and their counts come back to the driver, where they
+form the exact histogram. Needs ``pip install 'bucketloader[spark]'`` (and Java).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bucketloader._validation import MAX_LENGTH, MissingKeyError
+from bucketloader.boundaries import check_boundaries
+from bucketloader.engines._common import (
+    Accumulator,
+    ScanResult,
+    check_columns,
+    check_nulls,
+    require,
+)
+from bucketloader.histogram import JointHistogram, LengthHistogram
+
+__all__ = ["spark_bucket_ids", "spark_histogram"]
+
+
+def spark_histogram(df: Any, column: Any, *, nulls: str = "raise") -> ScanResult:
+    """Exact histogram of a column of a ``pyspark.sql.DataFrame``, reduced by Spark.
+
+    Args:
+        df: the DataFrame (a batch one; a streaming DataFrame has no end).
+        column: an array column (``size()``), a string / binary column (``length()``:
+            characters / bytes), an integer column (read as lengths), a ``Column`` expression
+            giving integer lengths (e.g. ``F.size("ids") + 2``), or a list of these for a
+            :class:`~bucketloader.histogram.JointHistogram`.
+        nulls: ``"raise"`` (default) or ``"skip"`` (NOTE [ Nulls ] in
+            :mod:`bucketloader.engines._common`).
+
+    Returns:
+        a :class:`~bucketloader.engines.ScanResult`.
+
+    Example (needs a SparkSession; ``tests/test_engines.py`` starts one)::
+
+        >>> df = spark.createDataFrame([([1, 2, 3],), ([4],)], "ids array<int>")  # doctest: +SKIP
+        >>> spark_histogram(df, "ids").histogram.values.tolist()  # doctest: +SKIP
+        [1, 3]
+    """
+    require("pyspark.sql", "spark")
+
+    nulls = check_nulls(nulls)
+    _check_frame(df)
+    items = list(column) if isinstance(column, (list, tuple)) else [column]
+    if not items:
+        raise TypeError("column must name at least one column, got column=[]")
+    exprs = [_length_expr(df, c) for c in items]
+    names = [f"__bucketloader_len{i}" for i in range(len(exprs))]
+    measured = df.select(*[e.alias(n) for e, n in zip(exprs, names, strict=True)])
+    rows = measured.groupBy(*names).count().collect()
+    joint = len(names) > 1
+    acc = Accumulator(names if joint else None, nulls, "spark")
+    what = f"the Spark DataFrame ({_describe(items)})"
+    keys, counts, num_nulls = [], [], 0
+    for r in rows:
+        key = [r[n] for n in names]
+        if any(k is None for k in key):
+            num_nulls += int(r["count"])
+            continue
+        keys.append(key)
+        counts.append(int(r["count"]))
+    if keys:
+        flat = [k for key in keys for k in key]
+        lo, hi = min(flat), max(flat)
+        if lo < 0:
+            raise ValueError(
+                f"{what} holds the negative length {lo}; lengths count elements, so fix or "
+                "filter those rows"
+            )
+        if hi > MAX_LENGTH:
+            raise ValueError(
+                f"{what} holds the length {hi}, not below 2**62 (the longest bucketloader "
+                "supports); fix or filter those rows"
+            )
+        arr = np.array(keys, dtype=np.int64)
+        c = np.array(counts, dtype=np.int64)
+        hist: Any = (
+            JointHistogram.from_counts(arr, c)
+            if joint
+            else LengthHistogram.from_counts(arr[:, 0], c)
+        )
+        acc.add_histogram(hist, num_nulls, count_rows=True)
+    else:
+        acc.add_nulls(num_nulls)
+    return acc.result(what)
+
+
+def spark_bucket_ids(
+    df: Any, boundaries: Any, column: Any, *, name: str = "bucket", nulls: str = "raise"
+) -> Any:
+    """``df`` with an integer column ``name``: each row's bucket under ``boundaries``.
+
+    Bucket ``i`` holds lengths ``b[i-1] < L <= b[i]``
+    (:func:`~bucketloader.boundaries.assign_buckets`). A pure column expression (no Python
+    UDF); a length above the last boundary (or a null row with ``nulls="raise"``) fails the
+    job with Spark's ``raise_error``; with ``nulls="skip"`` a null row gets a null bucket.
+
+    Example (needs a SparkSession)::
+
+        >>> spark_bucket_ids(df, [1, 4], "ids").collect()  # doctest: +SKIP
+        [Row(ids=[1, 2, 3], bucket=1), Row(ids=[4], bucket=0)]
+    """
+    require("pyspark.sql", "spark")
+    from pyspark.sql import functions as F
+
+    nulls = check_nulls(nulls)
+    _check_frame(df)
+    if isinstance(column, (list, tuple)):
+        raise TypeError(
+            f"column must be one column, got column={column!r}; for several inputs add one "
+            "bucket column per input (call once per column with its own name=)"
+        )
+    b = check_boundaries(boundaries)
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty column name, got name={name!r}")
+    if name in df.columns:
+        raise ValueError(
+            f"the DataFrame already has a column {name!r}; choose another name= for the bucket ids"
+        )
+    length = _length_expr(df, column)
+    on_null = (
+        F.lit(None).cast("long")
+        if nulls == "skip"
+        else F.raise_error(F.lit("bucketloader: a null row has no length (pass nulls='skip')"))
+    )
+    expr = F.when(length.isNull(), on_null)
+    for i, edge in enumerate(b.tolist()):
+        expr = expr.when(length <= F.lit(edge), F.lit(i))
+    too_long = F.concat(
+        F.lit("bucketloader: length "),
+        length.cast("string"),
+        F.lit(f" exceeds the last boundary {int(b[-1])}; recompute the boundaries"),
+    )
+    return df.withColumn(name, expr.otherwise(F.raise_error(too_long)).cast("long"))
+
+
+def _check_frame(df: Any) -> None:
+    from pyspark.sql import DataFrame
+
+    ok = isinstance(df, DataFrame)
+    if not ok:  # Spark Connect's DataFrame is another class with the same API
+        try:
+            from pyspark.sql.connect.dataframe import DataFrame as ConnectFrame
+
+            ok = isinstance(df, ConnectFrame)
+        except ImportError:
+            ok = False
+    if not ok:
+        raise TypeError(f"df must be a pyspark.sql.DataFrame, got {type(df).__name__}")
+    if df.isStreaming:
+        raise ValueError(
+            "df is a streaming DataFrame, which never ends; compute the histogram of a batch "
+            "DataFrame (spark.read instead of spark.readStream)"
+        )
+
+
+def _describe(items: list[Any]) -> str:
+    text = [c if isinstance(c, str) else str(c) for c in items]
+    return f"column {text[0]!r}" if len(text) == 1 else f"columns {text}"
+
+
+def _length_expr(df: Any, column: Any) -> Any:
+    """The length of each row as a ``long`` column expression (type checked, nulls kept)."""
+    from pyspark.sql import Column
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if isinstance(column, Column):
+        col, label = column, str(column)
+        dtype = df.select(column).schema.fields[0].dataType
+    else:
+        check_columns(column)
+        if column not in df.columns:
+            raise MissingKeyError(
+                f"column {column!r} not found; the DataFrame has columns {df.columns}"
+            )
+        col, label = F.col(f"`{column}`"), column
+        dtype = df.schema[column].dataType
+    if isinstance(dtype, T.ArrayType):
+        if isinstance(dtype.elementType, (T.ArrayType, T.MapType)):
+            raise TypeError(
+                f"column {label!r} is a nested array ({dtype.simpleString()}): which level is "
+                "the length is ambiguous; flatten it or pass a Column expression of lengths"
+            )
+        return F.when(col.isNull(), F.lit(None)).otherwise(F.size(col)).cast("long")
+    if isinstance(dtype, (T.StringType, T.BinaryType)):
+        return F.length(col).cast("long")
+    if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
+        return col.cast("long")
+    if isinstance(dtype, (T.FloatType, T.DoubleType, T.DecimalType)):
+        raise TypeError(
+            f"column {label!r} holds {dtype.simpleString()} numbers; lengths are whole numbers: "
+            "cast it to long (after rounding up), or pass a Column expression of lengths"
+        )
+    raise TypeError(
+        f"column {label!r} has type {dtype.simpleString()}; lengths come from an array column "
+        "(size), a string column (length) or an integer column; or pass a Column expression"
+    )

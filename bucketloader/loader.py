@@ -1,0 +1,98 @@
+"""ResumableDataLoader: a ``DataLoader`` over a planned batch sampler whose state is exact.
+
+NOTE [ Counting what the loop received ]
+A ``DataLoader`` with workers pulls batch indices from its batch sampler ahead of the loop (up to
+``num_workers * prefetch_factor`` batches), so the sampler's own count runs ahead of training and
+a state saved from it skips the batches in flight on resume. This loader wraps each pass's
+iterator and, every time it hands a batch to the loop, tells the sampler how many it has handed
+out in this pass; the sampler's ``state_dict()`` then records that count (NOTE [ Exact resume
+behind DataLoader workers ] in :mod:`bucketloader.sampler`). Counting happens in the main process,
+after the batch came back from its worker, so it is exact for any ``num_workers``,
+``prefetch_factor`` or ``persistent_workers``. A batch sampler without the counting hooks (any
+other ``Sampler[list[int]]``) is loaded as by a plain ``DataLoader``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+__all__ = ["ResumableDataLoader"]
+
+
+class ResumableDataLoader(DataLoader):
+    """A ``DataLoader`` whose batch sampler's ``state_dict()`` counts the batches the loop got.
+
+    Build it with ``sampler.dataloader(dataset, **kwargs)`` (a
+    :class:`~bucketloader.BucketSampler` or :class:`~bucketloader.PackSampler`), or directly
+    with ``batch_sampler=``. ``set_epoch`` reaches the batch sampler (``transformers.Trainer``
+    calls it every epoch), and ``state_dict()`` / ``load_state_dict()`` are the sampler's, so
+    the loader can be checkpointed like torchdata's ``StatefulDataLoader``.
+
+    Example:
+        >>> from bucketloader import BucketSampler
+        >>> sampler = BucketSampler(list(range(1, 41)), num_buckets=2, batch_size=4, seed=0)
+        >>> loader = sampler.dataloader(list(range(40)), collate_fn=list)
+        >>> for step, batch in enumerate(loader):
+        ...     if step == 2:
+        ...         break
+        >>> state = loader.state_dict()
+        >>> state["batches_yielded"]
+        3
+        >>> again = BucketSampler(list(range(1, 41)), num_buckets=2, batch_size=4, seed=0)
+        >>> again.load_state_dict(state)
+        >>> len(list(again))
+        7
+    """
+
+    def __iter__(self) -> Any:  # an iterator (torch's, or counting around it)
+        sampler = self.batch_sampler
+        begin = getattr(sampler, "_loader_pass", None)
+        handed = getattr(sampler, "_loader_handed", None)
+        if begin is None or handed is None:
+            return super().__iter__()
+        begin()
+        return _Counted(super().__iter__(), handed)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Forward ``epoch`` to the batch sampler (an evaluation sampler has no epochs)."""
+        set_epoch = getattr(self.batch_sampler, "set_epoch", None)
+        if set_epoch is not None:
+            set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The batch sampler's exact state (NOTE [ Counting what the loop received ])."""
+        return self._stateful("state_dict")()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next pass yields exactly the batches the saved loop had not received."""
+        self._stateful("load_state_dict")(state)
+
+    def _stateful(self, name: str) -> Any:
+        method = getattr(self.batch_sampler, name, None)
+        if method is None:
+            raise TypeError(
+                f"{type(self.batch_sampler).__name__} has no {name}(); ResumableDataLoader "
+                "checkpoints a BucketSampler or PackSampler"
+            )
+        return method
+
+
+class _Counted:
+    """One pass's iterator, counting the batches handed to the loop."""
+
+    def __init__(self, inner: Any, handed: Any) -> None:
+        self._inner, self._handed, self._count = inner, handed, 0
+
+    def __iter__(self) -> _Counted:
+        return self
+
+    def __next__(self) -> Any:
+        batch = next(self._inner)
+        self._count += 1
+        self._handed(self._count)
+        return batch
+
+    def __len__(self) -> int:
+        return len(self._inner)

@@ -1,0 +1,244 @@
+"""WeightedBucketSampler: per-sample weights and sampling with replacement, at planned shapes.
+
+NOTE [ Weighted draws inside buckets ]
+torch's ``WeightedRandomSampler(weights, num_samples, replacement)`` draws ``num_samples`` indices
+with probability proportional to ``weights``. Here every epoch draws ``num_samples`` samples and
+batches them in their buckets, so every batch keeps a planned shape. To keep ``len()`` exact and
+equal on every rank, the draws are stratified by cell: cell ``c`` gets a fixed number of draws
+``n_c`` proportional to its total weight ``W_c`` (largest remainders, so ``sum_c n_c ==
+num_samples``; without replacement capped at the cell's samples of positive weight, the excess
+going to the other cells by weight), and each epoch draws its ``n_c`` samples inside the cell with
+probability proportional to their weights (``numpy.random.Generator.choice`` from
+``SeedSequence([seed, epoch, TAG])``), with or without replacement. A sample is then drawn with
+probability ``n_c / num_samples * w_i / W_c``, which is ``w_i / W`` up to the rounding of ``n_c``
+(exactly, whenever ``num_samples * W_c / W`` is whole). Samples of weight 0 are never drawn.
+The draws form the epoch's samples: within-cell shuffle, cell interleave, ranks, ``last_batch``,
+``longest_first`` and ``accumulate`` then apply as for :class:`~bucketloader.BucketSampler`
+(NOTE [ Epoch plan ] in :mod:`bucketloader.plan.epoch`). Resuming recomputes the epoch's draws
+from ``(seed, epoch)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import math
+from typing import Any
+
+import numpy as np
+
+from bucketloader._validation import check_bool, check_int
+from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
+from bucketloader.plan.accumulate import grouped_steps
+from bucketloader.plan.epoch import apportion
+from bucketloader.plan.report import plan_report
+from bucketloader.sampler import BucketSampler
+
+__all__ = ["WeightedBucketSampler"]
+
+#: Mixed into the seeds of the draws ("draw"), so they never alias a plan's shuffle.
+_DRAW = 0x64726177
+
+
+class WeightedBucketSampler(BucketSampler):
+    """``WeightedRandomSampler`` semantics inside buckets: ``num_samples`` weighted draws per
+    epoch, batched at planned shapes (NOTE [ Weighted draws inside buckets ]).
+
+    Args:
+        lengths: per-sample lengths, as for :class:`~bucketloader.BucketSampler` (or a spec).
+        weights: one weight per sample (finite, >= 0, not all 0 among the planned samples): a
+            sequence, array or tensor.
+        num_samples: draws per epoch (default: the planned samples).
+        replacement: draw with replacement (``True``, torch's default); without, a sample is
+            drawn at most once per epoch.
+        **options: :class:`~bucketloader.BucketSampler`'s options (``shuffle``, ``seed``, ranks,
+            ``longest_first``, ``accumulate``) and the spec options (``num_buckets``,
+            ``batch_size`` / ``max_tokens``, ``last_batch``, ...); not per-dataset ``weights``.
+
+    Example:
+        >>> sampler = WeightedBucketSampler([3, 4, 9, 10, 10, 12], [1, 0, 1, 1, 0, 1],
+        ...                                 num_samples=8, num_buckets=2, batch_size=2)
+        >>> drawn = [i for batch in sampler for i in batch]
+        >>> len(drawn), sorted(set(drawn)) <= [0, 2, 3, 5], sampler.shapes
+        (8, True, [(2, 4), (2, 12)])
+    """
+
+    def __init__(
+        self,
+        lengths: Any,
+        weights: Any,
+        *,
+        num_samples: int | None = None,
+        replacement: bool = True,
+        **options: Any,
+    ) -> None:
+        if "weights" in options:  # pragma: no cover - the positional argument takes it
+            raise TypeError("weights is the per-sample weights here")
+        super().__init__(lengths, **options)
+        self.replacement = check_bool("replacement", replacement)
+        self.sample_weights = _check_sample_weights(weights, self.spec)
+        planned = self.spec.num_planned
+        self.num_samples = (
+            planned if num_samples is None else check_int("num_samples", num_samples, minimum=1)
+        )
+        self.draws = self._draws_per_cell()
+
+    # -- the fixed draws per cell -------------------------------------------------------------
+    def _draws_per_cell(self) -> np.ndarray:
+        spec = self.spec
+        cells = spec.cell_of_sample
+        kept = cells >= 0
+        k = spec.cells.num_cells
+        w = np.where(kept, self.sample_weights, 0.0)
+        total = np.bincount(cells[kept], weights=w[kept], minlength=k)
+        cap = np.bincount(cells[kept & (w > 0)], minlength=k)
+        if not self.replacement and self.num_samples > int(cap.sum()):
+            raise ValueError(
+                f"num_samples={self.num_samples} draws without replacement need as many samples "
+                f"of positive weight, but the plan has {int(cap.sum())}; lower num_samples or "
+                "pass replacement=True"
+            )
+        n = apportion(self.num_samples, total / total.sum())
+        if not self.replacement:  # move the excess over a cell's samples to the others
+            while (n > cap).any():
+                excess = int((n - cap).clip(min=0).sum())
+                n = np.minimum(n, cap)
+                room = (cap > n) & (total > 0)
+                extra = np.zeros(k, dtype=np.int64)
+                extra[room] = apportion(excess, total[room] / total[room].sum())
+                n = n + extra
+        return n
+
+    def _drawn_spec(self, drawn: np.ndarray) -> BucketSpec:
+        """The epoch's draws as the samples of a spec (same cells, ``n_c`` samples each)."""
+        spec = self.spec
+        return dataclasses.replace(
+            spec,
+            lengths=spec.lengths[drawn],
+            groups=None if spec.groups is None else spec.groups[drawn],
+            cell_of_sample=spec.cell_of_sample[drawn],
+            filtered=None,
+        )
+
+    def draw(self, epoch: int | None = None) -> np.ndarray:
+        """The sample indices drawn for ``epoch`` (default: the current one), grouped by cell."""
+        epoch = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, epoch, _DRAW]))
+        spec = self.spec
+        order, counts = spec.by_cell, spec.counts
+        start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        parts = []
+        for c in np.flatnonzero(self.draws).tolist():
+            members = order[start[c] : start[c] + counts[c]]
+            w = self.sample_weights[members]
+            parts.append(
+                rng.choice(members, int(self.draws[c]), replace=self.replacement, p=w / w.sum())
+            )
+        return np.concatenate(parts).astype(np.int64) if parts else order[:0]
+
+    @functools.cached_property
+    def _template(self) -> BucketSpec:
+        counts = self.spec.counts
+        by_cell = self.spec.by_cell
+        start = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        first = [by_cell[np.full(int(n), start[c])] for c, n in enumerate(self.draws.tolist())]
+        return self._drawn_spec(np.concatenate(first))
+
+    # -- what the sampler promises (the draws' counts, the same every epoch) ------------------
+    @functools.cached_property
+    def shape_table(self) -> ShapeTable:
+        """The promised shapes of the draws (same cells as the spec)."""
+        return self._template.shape_table(self.num_replicas)
+
+    @functools.cached_property
+    def _len(self) -> int:
+        steps = self._template.num_steps(self.num_replicas)
+        return int(grouped_steps(steps, self.accumulate).sum())
+
+    def _make_plan(self, epoch: int) -> EpochPlan:
+        drawn = self.draw(epoch)
+        plan = self._virtual_plan(drawn, epoch, self.rank)
+        return dataclasses.replace(plan, indices=drawn[plan.indices])
+
+    def _virtual_plan(self, drawn: np.ndarray, epoch: int, rank: int) -> EpochPlan:
+        return plan_epoch(
+            self._drawn_spec(drawn),
+            seed=self.seed,
+            epoch=epoch,
+            shuffle=self.shuffle,
+            num_replicas=self.num_replicas,
+            rank=rank,
+            longest_first=self.longest_first,
+            accumulate=self.accumulate,
+        )
+
+    def report(self, epoch: int | None = None) -> SamplingReport:
+        """:meth:`BucketSampler.report` of the epoch's draws: padding per shape over the draws;
+        ``seen`` / ``repeated`` / ``dropped`` count the dataset's samples."""
+        current = epoch is None or epoch == self.epoch
+        e = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
+        drawn = self.draw(e)
+        report = plan_report(
+            self._drawn_spec(drawn),
+            seed=self.seed,
+            epoch=e,
+            shuffle=self.shuffle,
+            num_replicas=self.num_replicas,
+            rank=self.rank,
+            longest_first=self.longest_first,
+            batches_done=self._batches_done() if current else 0,
+            accumulate=self.accumulate,
+        )
+        everything = np.concatenate(
+            [drawn[self._virtual_plan(drawn, e, r).indices] for r in range(self.num_replicas)]
+        )
+        seen = int(np.unique(everything).size)
+        planned = self.spec.num_planned
+        totals = dict(report.totals)
+        totals.update(
+            {k: int(v) for k, v in (self.spec.filtered or {}).items()},
+            samples=int(self.spec.cell_of_sample.size),
+            planned=planned,
+            seen=seen,
+            repeated=int(everything.size) - seen,
+            dropped=planned - seen,
+        )
+        return dataclasses.replace(report, totals=totals)
+
+    def _config(self) -> dict[str, Any]:
+        digest = hashlib.sha256(self.sample_weights.tobytes()).hexdigest()[:16]
+        return {
+            **super()._config(),
+            "sample_weights": digest,
+            "draws": int(self.num_samples),
+            "replacement": self.replacement,
+        }
+
+
+def _check_sample_weights(weights: Any, spec: BucketSpec) -> np.ndarray:
+    n = int(spec.cell_of_sample.size)
+    if hasattr(weights, "detach"):
+        weights = weights.detach().cpu().numpy()
+    try:
+        arr = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"weights must be one number per sample (a sequence, array or tensor), got "
+            f"{type(weights).__name__}"
+        ) from None
+    if arr.shape != (n,):
+        raise ValueError(
+            f"weights must give one weight per sample ({n} samples), got shape {arr.shape}"
+        )
+    bad = ~np.isfinite(arr) | (arr < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"weights must be finite numbers >= 0, got {arr[i]!r} at index {i}")
+    kept = spec.cell_of_sample >= 0
+    if not math.isfinite(arr[kept].sum()) or arr[kept].sum() <= 0:
+        raise ValueError(
+            "weights must not all be 0 among the planned samples (those the filters keep)"
+        )
+    arr.setflags(write=False)
+    return arr

@@ -1,0 +1,210 @@
+"""engines.parquet_histogram: exact over shards of every real length file, bounded scan, errors."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+import pytest
+
+from bucketloader.engines import ScanResult, parquet_histogram
+from bucketloader.histogram import JointHistogram, LengthHistogram
+from bucketloader.solve import compute_boundaries
+from tests.conftest import REAL_DATASETS, load_real
+
+
+def _write_shards(path, table, shards, *, row_group_size=None):
+    path.mkdir(parents=True, exist_ok=True)
+    bounds = np.linspace(0, table.num_rows, shards + 1).astype(int)
+    for i in range(shards):
+        part = table.slice(bounds[i], bounds[i + 1] - bounds[i])
+        pq.write_table(part, path / f"part-{i:03d}.parquet", row_group_size=row_group_size)
+
+
+@pytest.mark.parametrize("name", sorted(REAL_DATASETS))
+def test_exact_on_every_real_file_over_shards(tmp_path, name):
+    arr = load_real(name)
+    table = pa.table({"length": arr} if arr.ndim == 1 else {"src": arr[:, 0], "tgt": arr[:, 1]})
+    shards = 8 + len(name) * 3  # 8..64 shards, a different count per file
+    _write_shards(tmp_path / "ds", table, shards, row_group_size=997)
+    if arr.ndim == 1:
+        r = parquet_histogram(tmp_path / "ds", "length", batch_size=4096)
+        values, counts = np.unique(arr, return_counts=True)
+        assert r.histogram.values.tolist() == values.tolist()
+        assert r.histogram.counts.tolist() == counts.tolist()
+        assert compute_boundaries(r.histogram, 8).tobytes() == compute_boundaries(arr, 8).tobytes()
+    else:
+        r = parquet_histogram(str(tmp_path / "ds" / "*.parquet"), ["src", "tgt"])
+        rows, counts = np.unique(arr, axis=0, return_counts=True)
+        assert isinstance(r.histogram, JointHistogram)
+        assert r.histogram.rows.tolist() == rows.tolist()
+        assert r.histogram.counts.tolist() == counts.tolist()
+    assert (r.num_rows, r.num_nulls, r.engine) == (arr.shape[0], 0, "arrow")
+
+
+def test_list_string_and_tensor_like_columns_from_offsets(tmp_path):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(0, 40, size=500)
+    ids = pa.array([list(range(n)) for n in lengths], pa.list_(pa.int32()))
+    text = pa.array(["é" * n for n in lengths])  # characters, not bytes
+    big = pa.array([list(range(n)) for n in lengths], pa.large_list(pa.int16()))
+    table = pa.table({"ids": ids, "text": text, "big": big, "n": lengths.astype(np.uint16)})
+    _write_shards(tmp_path / "d", table, 5)
+    ref = LengthHistogram.from_lengths(lengths)
+    for col in ("ids", "text", "big", "n"):
+        assert parquet_histogram(tmp_path / "d", col).histogram == ref, col
+    # the other accepted sources give the same answer
+    dataset = pads.dataset(str(tmp_path / "d"), format="parquet")
+    assert parquet_histogram(dataset, "ids").histogram == ref
+    assert parquet_histogram(table, "ids", batch_size=7).histogram == ref
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches(max_chunksize=64))
+    assert parquet_histogram(reader, "ids").histogram == ref
+    files = sorted(str(p) for p in (tmp_path / "d").iterdir())
+    assert parquet_histogram(files, "ids").histogram == ref
+    assert parquet_histogram(iter(table.to_batches(100)), "n").histogram == ref
+    # an Arrow IPC (Feather) dataset is read the same way
+    pads.write_dataset(table, tmp_path / "ipc", format="ipc")
+    assert parquet_histogram(pads.dataset(tmp_path / "ipc", format="ipc"), "ids").histogram == ref
+
+
+def test_nulls_are_counted_never_dropped(tmp_path):
+    table = pa.table({"ids": pa.array([[1, 2], None, [], [3], None]), "n": [1, 2, None, 4, 5]})
+    pq.write_table(table, tmp_path / "x.parquet")
+    with pytest.raises(ValueError, match=r"has 2 null row\(s\) out of 5.*nulls='skip'"):
+        parquet_histogram(tmp_path / "x.parquet", "ids")
+    r = parquet_histogram(tmp_path / "x.parquet", "ids", nulls="skip")
+    assert isinstance(r, ScanResult)
+    assert r.histogram.values.tolist() == [0, 1, 2] and r.histogram.counts.tolist() == [1, 1, 1]
+    assert (r.num_rows, r.num_nulls) == (5, 2)
+    assert r.histogram.num_samples + r.num_nulls == r.num_rows
+    # several columns: a row is null when any of them is
+    joint = parquet_histogram(tmp_path / "x.parquet", ["ids", "n"], nulls="skip")
+    assert joint.histogram.rows.tolist() == [[1, 4], [2, 1]] and joint.num_nulls == 3
+    only_nulls = pa.table({"ids": pa.array([None, None], pa.list_(pa.int64()))})
+    with pytest.raises(ValueError, match="every one of its 2 rows is null"):
+        parquet_histogram(only_nulls, "ids", nulls="skip")
+
+
+def test_progress_bar_counts_rows(tmp_path, capsys):
+    pytest.importorskip("tqdm")
+    pq.write_table(pa.table({"n": list(range(300))}), tmp_path / "x.parquet")
+    r = parquet_histogram(tmp_path, "n", progress=True, batch_size=100)
+    assert r.num_rows == 300
+    assert "300/300" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("make", "column", "kind", "message"),
+    [
+        (lambda p: pa.table({"n": pa.array([], pa.int64())}), "n", ValueError, r"has no rows"),
+        (lambda p: pa.table({"n": [1, 2]}), "m", ValueError, r"column 'm' not found.*\['n'\]"),
+        (lambda p: pa.table({"f": [1.0, 2.5]}), "f", TypeError, r"holds double numbers.*int64"),
+        (
+            lambda p: pa.table({"nested": [[[1], [2, 3]]]}),
+            "nested",
+            TypeError,
+            r"nested list .*ambiguous",
+        ),
+        (lambda p: pa.table({"s": [{"a": 1}]}), "s", TypeError, r"has type struct"),
+        (lambda p: pa.table({"n": [3, -1]}), "n", ValueError, r"negative length -1"),
+        (
+            lambda p: pa.table({"n": [2**62]}),
+            "n",
+            ValueError,
+            r"length 4611686018427387904.*2\*\*62",
+        ),
+        (
+            lambda p: pa.table({"n": pa.array([2**63], pa.uint64())}),
+            "n",
+            ValueError,
+            r"not below 2\*\*62",
+        ),
+        (lambda p: str(p / "none" / "*.parquet"), "n", FileNotFoundError, r"no file matches"),
+        (lambda p: str(p / "missing"), "n", FileNotFoundError, r"no such file, directory or glob"),
+        (lambda p: 42, "n", TypeError, r"source must be a Parquet path .* got int"),
+        (lambda p: pa.table({"n": [1]}), 3, TypeError, r"column must be a column name"),
+        (lambda p: pa.table({"n": [1]}), ["n", "n"], TypeError, r"list of distinct names"),
+    ],
+)
+def test_bad_input_one_clear_error(tmp_path, make, column, kind, message):
+    with pytest.raises(kind, match=message):
+        parquet_histogram(make(tmp_path), column)
+
+
+def test_consumed_reader_or_generator_and_bad_options(tmp_path):
+    table = pa.table({"n": [1, 2, 3]})
+    reader = pa.RecordBatchReader.from_batches(table.schema, table.to_batches())
+    assert parquet_histogram(reader, "n").num_rows == 3
+    with pytest.raises(ValueError, match="already consumed"):
+        parquet_histogram(reader, "n")
+    gen = (b for b in table.to_batches())
+    parquet_histogram(gen, "n")
+    with pytest.raises(ValueError, match="already consumed"):
+        parquet_histogram(gen, "n")
+    with pytest.raises(ValueError, match=r"nulls must be one of 'raise', 'skip', got nulls='drop'"):
+        parquet_histogram(table, "n", nulls="drop")
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
+        parquet_histogram(table, "n", batch_size=0)
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
+    with pytest.raises(ValueError, match="not readable as Parquet"):
+        parquet_histogram(tmp_path / "bad.parquet", "n")
+
+
+def test_engine_not_installed_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with pytest.raises(ImportError, match=r"pip install 'bucketloader\[arrow\]'"):
+        parquet_histogram("x", "n")
+
+
+def test_cli_reads_parquet_shards_on_the_local_engine(tmp_path, capsys, monkeypatch):
+    import json
+
+    from bucketloader.cli.main import main
+
+    arr = load_real("ecoli")
+    _write_shards(tmp_path / "shards", pa.table({"ids": pa.array([[0] * int(n) for n in arr])}), 9)
+    np.savetxt(tmp_path / "lengths.txt", arr, fmt="%d")
+    out = {}
+    for name, source, extra in [
+        ("txt", str(tmp_path / "lengths.txt"), []),
+        ("dir", str(tmp_path / "shards"), ["--column", "ids"]),
+        ("glob", str(tmp_path / "shards" / "part-*.parquet"), ["--engine", "local"]),
+    ]:
+        js = tmp_path / f"{name}.json"
+        argv = ["precompute", source, "-k", "6", "--batch-size", "8", "--json", str(js), *extra]
+        assert main([*argv, "--cache-dir", str(tmp_path / "cache")]) == 0, capsys.readouterr()
+        out[name] = json.loads(js.read_text())
+    assert out["dir"]["solution"]["boundaries"] == out["txt"]["solution"]["boundaries"]
+    assert out["glob"]["buckets"] == out["txt"]["buckets"]
+    assert main(["report", str(tmp_path / "shards"), "--column", "ids", "-k", "4"]) == 0
+    assert "4,391" in capsys.readouterr().out
+    monkeypatch.setattr(sys.modules["bucketloader.cli.main"], "MAX_BASELINE_SAMPLES", 1000)
+    assert main(["report", str(tmp_path / "shards"), "--column", "ids", "-k", "4"]) == 0
+    assert "dynamic-padding baseline is skipped" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "lengths.txt"), "--engine", "local"]) == 2
+    assert "--engine local reads Parquet shards" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "shards"), "--column", "nope"]) == 2
+    assert "column 'nope' not found" in capsys.readouterr().err
+
+
+def _shard_json(path: str) -> str:
+    """A worker of the docs' "any other engine" recipe: measure one shard, return JSON."""
+    return parquet_histogram(path, "n").histogram.to_json()
+
+
+def test_any_engine_plugs_in_through_json_and_merge_in_processes(tmp_path):
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    arr = load_real("europarl")[:, 1]
+    _write_shards(tmp_path, pa.table({"n": arr}), 12)
+    files = sorted(str(p) for p in tmp_path.glob("*.parquet"))
+    ctx = multiprocessing.get_context("fork")  # separate processes: only JSON comes back
+    with ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
+        parts = list(pool.map(_shard_json, files))
+    merged = LengthHistogram.merge(LengthHistogram.from_json(p) for p in parts)
+    assert merged == LengthHistogram.from_lengths(arr)
+    assert compute_boundaries(merged, 8).tobytes() == compute_boundaries(arr, 8).tobytes()

@@ -1,0 +1,125 @@
+"""engines.ray_histogram / ray_bucket_ids on a real local Ray cluster (2 CPUs, started once)."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from bucketloader.boundaries import assign_buckets
+from bucketloader.engines import ray_bucket_ids, ray_histogram
+from bucketloader.histogram import JointHistogram, LengthHistogram
+from bucketloader.solve import compute_boundaries
+from tests.conftest import load_real
+
+ray = pytest.importorskip("ray")
+pytest.importorskip("ray.data")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    yield ray
+    ray.shutdown()
+
+
+def _blocks(table, n):
+    """A dataset of exactly ``n`` blocks (one per slice)."""
+    bounds = np.linspace(0, table.num_rows, n + 1).astype(int)
+    return ray.data.from_arrow([table.slice(a, b - a) for a, b in itertools.pairwise(bounds)])
+
+
+def test_exact_per_block_histograms_merged(cluster):
+    ecoli = load_real("ecoli")  # 4,391 proteins
+    pairs = load_real("gsm8k")[: len(ecoli)]  # (question, answer) pairs
+    table = pa.table(
+        {
+            "ids": pa.array([[0] * int(n) for n in ecoli], pa.list_(pa.int8())),
+            "q": pairs[:, 0],
+            "a": pairs[:, 1],
+        }
+    )
+    ds = _blocks(table, 8)
+    r = ray_histogram(ds, "ids")
+    values, counts = np.unique(ecoli, return_counts=True)
+    assert r.histogram.values.tolist() == values.tolist()
+    assert r.histogram.counts.tolist() == counts.tolist()
+    assert (r.num_rows, r.num_nulls, r.engine) == (len(ecoli), 0, "ray")
+    assert compute_boundaries(r.histogram, 8).tobytes() == compute_boundaries(ecoli, 8).tobytes()
+    joint = ray_histogram(ds, ["q", "a"]).histogram
+    assert isinstance(joint, JointHistogram)
+    assert joint == JointHistogram.from_lengths(pairs)
+    # length_fn over numpy batches, 2-D output gives a joint histogram too
+    fn = ray_histogram(ds, length_fn=lambda b: b["q"] + b["a"]).histogram
+    assert fn == LengthHistogram.from_lengths(pairs.sum(axis=1))
+
+
+def test_nulls_tensor_column_and_bucket_ids(cluster):
+    rows = [{"x": np.zeros(n), "ids": None if n == 3 else list(range(n))} for n in [1, 5, 3, 2, 5]]
+    ds = ray.data.from_items(rows, override_num_blocks=2)
+    # a Ray tensor column (variable shape) is measured by its first dimension
+    assert ray_histogram(ds, "x").histogram == LengthHistogram.from_lengths([1, 5, 3, 2, 5])
+    r = ray_histogram(ds, "ids", nulls="skip")
+    assert r.histogram == LengthHistogram.from_lengths([1, 5, 2, 5])
+    assert (r.num_rows, r.num_nulls) == (5, 1)
+    out = ray_bucket_ids(ray_bucket_ids(ds, [2, 5], "x"), [2, 5], "ids", nulls="skip", name="b")
+    out = ray_bucket_ids(out, [3, 5], length_fn=lambda b: [len(x) for x in b["x"]], name="c")
+    got = out.take_all()
+    assert [row["bucket"] for row in got] == assign_buckets([1, 5, 3, 2, 5], [2, 5]).tolist()
+    assert [row["b"] for row in got] == [0, 1, None, 0, 1]
+    assert [row["c"] for row in got] == [0, 1, 0, 0, 1]
+    # lazy like any map_batches: the bad length fails the job when it runs, named in Ray's error
+    with pytest.raises(ray.exceptions.RayTaskError, match="length 5 exceeds the last boundary 4"):
+        ray_bucket_ids(ds, [2, 4], "x").take_all()
+
+
+def test_bad_input_one_clear_error(cluster):
+    ds = ray.data.from_items([{"n": 1, "f": 1.5, "nested": [[1], [2]]}])
+    with pytest.raises(ValueError, match=r"column 'm' not found; the Ray dataset has columns"):
+        ray_histogram(ds, "m")
+    with pytest.raises(TypeError, match=r"holds double numbers"):
+        ray_histogram(ds, "f")
+    with pytest.raises(TypeError, match=r"nested list"):
+        ray_histogram(ds, "nested")
+    with pytest.raises(TypeError, match=r"DataIterator, which can be consumed only once"):
+        ray_histogram(ds.iterator(), "n")
+    with pytest.raises(ValueError, match=r"exactly one of column= .* or length_fn="):
+        ray_histogram(ds)
+    with pytest.raises(ValueError, match="already has a column 'n'"):
+        ray_bucket_ids(ds, [4], "n", name="n")
+    with pytest.raises(ValueError, match=r"not below 2\*\*62"):
+        ray_histogram(ray.data.from_items([{"n": 2**62}, {"n": None}]), "n", nulls="skip")
+    with pytest.raises(ValueError, match="has no rows"):
+        ray_histogram(ray.data.from_items([{"n": 1}]).limit(0), "n")
+    with pytest.raises(ValueError, match=r"1 null row\(s\) out of 1"):
+        ray_histogram(ray.data.from_items([{"n": None}]), "n")
+
+
+def test_engine_not_installed_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ImportError, match=r"pip install 'bucketloader\[ray\]'"):
+        ray_histogram(object(), "n")
+
+
+def test_cli_engine_ray_reads_parquet_shards(cluster, tmp_path, capsys):
+    import json
+
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    arr = load_real("commonvoice")[:5000]
+    for i, part in enumerate(np.array_split(arr, 3)):
+        pq.write_table(pa.table({"ms": part}), tmp_path / f"p{i}.parquet")
+    js = tmp_path / "out.json"
+    argv = ["precompute", str(tmp_path / "*.parquet"), "--engine", "ray", "-k", "4"]
+    assert main([*argv, "--json", str(js), "--cache-dir", str(tmp_path / "c")]) == 0
+    got = json.loads(js.read_text())["solution"]["boundaries"]
+    assert got == compute_boundaries(arr, 4).tolist()
+    assert "5,000 lengths" in capsys.readouterr().out

@@ -1,0 +1,116 @@
+"""engines.spark_histogram / spark_bucket_ids on a real local[2] SparkSession (started once)."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from bucketloader.boundaries import assign_buckets
+from bucketloader.engines import spark_bucket_ids, spark_histogram
+from bucketloader.histogram import JointHistogram
+from tests.conftest import load_real
+
+pyspark = pytest.importorskip("pyspark")
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("bucketloader-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.adaptive.enabled", "false")
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("OFF")
+    yield session
+    session.stop()
+
+
+def test_exact_reduce_by_spark(spark):
+    pairs = load_real("multi30k")[:1500]  # (en, de) token counts
+    rows = [([0] * int(a), "x" * int(b), int(a) + int(b)) for a, b in pairs]
+    df = spark.createDataFrame(rows, "ids array<tinyint>, text string, n long").repartition(4)
+    r = spark_histogram(df, "ids")
+    values, counts = np.unique(pairs[:, 0], return_counts=True)
+    assert r.histogram.values.tolist() == values.tolist()
+    assert r.histogram.counts.tolist() == counts.tolist()
+    assert (r.num_rows, r.num_nulls, r.engine) == (len(pairs), 0, "spark")
+    joint = spark_histogram(df, ["ids", "text", "n"]).histogram
+    both = np.column_stack([pairs, pairs.sum(axis=1)])
+    assert isinstance(joint, JointHistogram) and joint == JointHistogram.from_lengths(both)
+
+
+def test_nulls_expressions_and_bucket_ids(spark):
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame(
+        [([1, 2, 3], "ab"), (None, None), ([4], "é"), ([], "xyz")], "ids array<int>, s string"
+    )
+    with pytest.raises(ValueError, match=r"1 null row\(s\) out of 4"):
+        spark_histogram(df, "ids")
+    r = spark_histogram(df, ["ids", F.length("s") * 2], nulls="skip")
+    assert r.histogram.rows.tolist() == [[0, 6], [1, 2], [3, 4]] and r.num_nulls == 1
+    got = spark_bucket_ids(df, [1, 3], "ids", nulls="skip").collect()
+    assert [row["bucket"] for row in got] == [1, None, 0, 0]
+    s = spark_bucket_ids(df.na.drop(), [1, 3], "s", name="b").select("b").collect()
+    assert [row["b"] for row in s] == assign_buckets([2, 1, 3], [1, 3]).tolist()
+    with pytest.raises(Exception, match="length 3 exceeds the last boundary 2"):
+        spark_bucket_ids(df, [1, 2], "ids", nulls="skip").collect()
+
+
+def test_bad_input_one_clear_error(spark):
+    df = spark.createDataFrame(
+        [(1.5, [[1]], -2, 2**62)], "f double, nested array<array<int>>, neg long, big long"
+    )
+    with pytest.raises(ValueError, match=r"column 'm' not found; the DataFrame has columns"):
+        spark_histogram(df, "m")
+    with pytest.raises(TypeError, match=r"holds double numbers"):
+        spark_histogram(df, "f")
+    with pytest.raises(TypeError, match=r"nested array"):
+        spark_histogram(df, "nested")
+    with pytest.raises(ValueError, match=r"negative length -2"):
+        spark_histogram(df, "neg")
+    with pytest.raises(ValueError, match=r"length 4611686018427387904, not below 2\*\*62"):
+        spark_histogram(df, "big")
+    with pytest.raises(ValueError, match="has no rows"):
+        spark_histogram(df.limit(0), "neg")
+    with pytest.raises(TypeError, match=r"df must be a pyspark\.sql\.DataFrame, got list"):
+        spark_histogram([1, 2], "n")
+    with pytest.raises(ValueError, match="already has a column 'f'"):
+        spark_bucket_ids(df, [4], "neg", name="f")
+    stream = spark.readStream.format("rate").load()  # never started: no job runs
+    with pytest.raises(ValueError, match="streaming DataFrame, which never ends"):
+        spark_histogram(stream, "value")
+
+
+def test_engine_not_installed_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pyspark.sql", None)
+    with pytest.raises(ImportError, match=r"pip install 'bucketloader\[spark\]'"):
+        spark_histogram(object(), "n")
+
+
+def test_cli_engine_spark_reads_parquet_shards(spark, tmp_path, capsys):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+    from bucketloader.solve import compute_boundaries
+
+    arr = load_real("librispeech")[:5000]
+    for i, part in enumerate(np.array_split(arr, 3)):
+        pq.write_table(pa.table({"n": part}), tmp_path / f"p{i}.parquet")
+    js = tmp_path / "out.json"
+    argv = ["precompute", str(tmp_path), "--engine", "spark", "-k", "4", "--json", str(js)]
+    assert main([*argv, "--cache-dir", str(tmp_path / "c")]) == 0, capsys.readouterr().err
+    got = json.loads(js.read_text())["solution"]["boundaries"]
+    assert got == compute_boundaries(arr, 4).tolist()

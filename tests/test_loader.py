@@ -1,0 +1,226 @@
+"""Exact resume behind DataLoader workers; a new pass without set_epoch (issue 22, traps 1-2)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import warnings
+
+import numpy as np
+import pytest
+from torch.utils.data import DataLoader
+
+from bucketloader import BucketSampler, PackSampler
+from bucketloader.loader import ResumableDataLoader
+
+N = 3000
+LENGTHS = np.random.default_rng(0).integers(5, 400, N)
+OPTIONS = dict(num_buckets=4, batch_size=32, seed=3)
+
+
+def _indices(batch):
+    return batch.tolist() if hasattr(batch, "tolist") else list(batch)
+
+
+def collate(samples):  # module level: picklable for the workers
+    return samples
+
+
+def _resume_run(make_loader, load, *, epoch=1, stop=17):
+    """The issue's replay: train 17 batches, checkpoint, restart, finish the epoch."""
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    sampler.set_epoch(epoch)
+    loader, state_of = make_loader(sampler)
+    seen = []
+    for step, batch in enumerate(loader):
+        seen += _indices(batch)
+        if step + 1 == stop:
+            state = json.loads(json.dumps(state_of(loader, sampler)))
+            break
+    _stop(loader)  # the workers stop; a real job would crash here
+    fresh = BucketSampler(LENGTHS, **OPTIONS)
+    loader2, _ = make_loader(fresh)
+    load(loader2, fresh, state)
+    for batch in loader2:
+        seen += _indices(batch)
+    return seen, state
+
+
+def _stop(loader):
+    it = getattr(loader, "_iterator", None)
+    shutdown = getattr(getattr(it, "_inner", it), "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+    gc.collect()
+
+
+def test_sampler_dataloader_resumes_exactly_behind_workers():
+    def make(sampler):
+        return sampler.dataloader(list(range(N)), num_workers=2, collate_fn=collate), None
+
+    def state_of(loader, sampler):
+        return sampler.state_dict()  # the README's call, no batches_consumed
+
+    def load(loader, sampler, state):
+        sampler.load_state_dict(state)
+
+    def make_loader(sampler):
+        loader, _ = make(sampler)
+        return loader, state_of
+
+    seen, state = _resume_run(make_loader, load)
+    assert state["batches_yielded"] == 17 and state["epoch"] == 1
+    assert len(seen) == N and len(set(seen)) == N  # 3,000 of 3,000 seen, no duplicates
+
+
+def test_loader_state_dict_is_the_samplers_and_counts_the_loop():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    loader = sampler.dataloader(list(range(N)), num_workers=2, collate_fn=collate)
+    assert isinstance(loader, ResumableDataLoader)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    assert sampler._yielded > 5  # the workers ran ahead ...
+    assert loader.state_dict()["batches_yielded"] == 5  # ... the state did not
+    del it
+
+
+def test_stateful_dataloader_resumes_exactly():
+    stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+    def make_loader(sampler):
+        loader = stateful.StatefulDataLoader(
+            list(range(N)), batch_sampler=sampler, num_workers=2, collate_fn=collate
+        )
+        return loader, lambda loader, sampler: loader.state_dict()
+
+    def load(loader, sampler, state):
+        loader.load_state_dict(state)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*ahead of your loop")  # must not fire here
+        seen, _ = _resume_run(make_loader, load, epoch=0)
+    assert len(seen) == N and len(set(seen)) == N
+
+
+def test_plain_dataloader_with_workers_warns_once_when_state_runs_ahead():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    loader = DataLoader(list(range(N)), batch_sampler=sampler, num_workers=2, collate_fn=collate)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    with pytest.warns(UserWarning, match=r"sampler.dataloader\(dataset.*batches_consumed"):
+        assert sampler.state_dict()["batches_yielded"] > 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sampler.state_dict()  # once
+        assert sampler.state_dict(batches_consumed=3)["batches_yielded"] == 3
+    del it
+
+
+def test_single_process_loader_is_exact_and_silent():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    loader = DataLoader(list(range(N)), batch_sampler=sampler, collate_fn=collate)
+    it = iter(loader)
+    for _ in range(4):
+        next(it)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sampler.state_dict()["batches_yielded"] == 4
+
+
+# -- trap 2: a second pass without set_epoch ------------------------------------------------------
+def test_second_pass_without_set_epoch_advances_the_epoch(caplog):
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    ref = BucketSampler(LENGTHS, **OPTIONS)
+    with caplog.at_level(logging.INFO, logger="bucketloader.sampler"):
+        first, second, third = list(sampler), list(sampler), list(sampler)
+    assert first != second != third
+    ref.set_epoch(1)
+    assert second == list(ref)
+    assert sampler.epoch == 2
+    assert sum("without set_epoch" in r.getMessage() for r in caplog.records) == 1  # once
+
+
+def test_set_epoch_every_pass_behaves_as_before():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    runs = []
+    for epoch in (0, 1, 1):
+        sampler.set_epoch(epoch)
+        runs.append(list(sampler))
+    assert runs[0] != runs[1] and runs[1] == runs[2]  # set_epoch(1) twice repeats on purpose
+    assert sampler.epoch == 1
+
+
+def test_a_pass_left_early_restarts_the_same_epoch():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    full = list(BucketSampler(LENGTHS, **OPTIONS))
+    for i, _ in enumerate(sampler):
+        if i == 3:
+            break
+    assert list(sampler) == full and sampler.epoch == 0
+
+
+def test_loader_passes_advance_and_resume_after_a_finished_epoch():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    loader = sampler.dataloader(list(range(N)), collate_fn=collate)
+    one = [b for b in loader]
+    two = [b for b in loader]
+    assert one != two and sampler.epoch == 1
+    state = loader.state_dict()
+    assert (state["epoch"], state["batches_yielded"]) == (1, len(sampler))
+
+
+def test_pack_sampler_gets_the_same_behaviour():
+    sampler = PackSampler(LENGTHS, row_length=512, batch_size=4, seed=1)
+    a, b = list(sampler), list(sampler)
+    assert a != b and sampler.epoch == 1
+
+
+# -- trap 6: typos and the wrong DataLoader argument -----------------------------------------------
+def test_a_typo_names_the_sampler_and_the_closest_option():
+    with pytest.raises(
+        TypeError,
+        match=r"^BucketSampler got an unexpected option num_bucket=8; "
+        r"did you mean num_buckets=\?",
+    ):
+        BucketSampler(LENGTHS, num_bucket=8)
+    with pytest.raises(TypeError, match=r"PackSampler .*batch_sise=2; did you mean batch_size="):
+        PackSampler(LENGTHS, row_length=512, batch_sise=2)
+    with pytest.raises(TypeError, match=r"did you mean shuffle="):
+        BucketSampler(LENGTHS, shufle=False)
+
+
+def test_dataloader_sampler_instead_of_batch_sampler_says_which_argument():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    loader = DataLoader(list(range(N)), sampler=sampler, collate_fn=collate)
+    with pytest.raises(TypeError, match=r"batch_sampler=sampler"):
+        next(iter(loader))
+    data = np.arange(N)  # a dataset that takes a list of indices (as a datasets.Dataset does)
+    loader = DataLoader(data, sampler=sampler, batch_size=None, collate_fn=collate)
+    assert len(next(iter(loader))) == 32  # no batching by torch: left alone
+
+
+def test_iterating_directly_after_a_loader_pass_counts_again():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    loader = sampler.dataloader(list(range(N)), collate_fn=collate)
+    it = iter(loader)
+    for _ in range(3):
+        next(it)
+    assert sampler.state_dict()["batches_yielded"] == 3
+    del it
+    direct = iter(sampler)  # the same epoch again, by hand
+    next(direct)
+    assert sampler.state_dict()["batches_yielded"] == 1
+
+
+def test_report_counts_what_the_loop_received():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    loader = sampler.dataloader(list(range(N)), num_workers=2, collate_fn=collate)
+    it = iter(loader)
+    for _ in range(6):
+        next(it)
+    report = sampler.report()
+    assert report.batches_done == 6 and report.batches_left == len(sampler) - 6
+    del it

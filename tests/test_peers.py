@@ -1,0 +1,218 @@
+"""The peers' features, with the peers' invariants (issue 22): a predicate filter (Lhotse), an
+explicit list of shapes with a strict token limit (NeMo), per-sample weights with or without
+replacement (torch's WeightedRandomSampler) and gradient-accumulation groups (fairseq update_freq).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import load_real
+
+from bucketloader import BucketSampler
+from bucketloader.plan import BucketSpec
+
+PAIRS = load_real("multi30k")[:3000]  # (source, target) token lengths, max (41, 45)
+ONE = load_real("ecoli")[:3000]
+
+
+# -- filter (Lhotse's sampler.filter): rejected samples never appear, and are counted -------------
+def test_filter_leaves_out_what_it_rejects_and_counts_it():
+    keep = lambda lengths: lengths % 3 != 0  # noqa: E731 - a vectorised predicate
+    sampler = BucketSampler(ONE, filter=keep, num_buckets=4, batch_size=16, seed=1)
+    seen = [i for batch in sampler for i in batch]
+    assert sorted(seen) == np.flatnonzero(keep(ONE)).tolist()  # each admitted sample once
+    report = sampler.report()
+    assert report.totals["filter"] == int((~keep(ONE)).sum())
+    assert report.totals["planned"] == len(seen)
+    as_mask = BucketSampler(ONE, filter=keep(ONE), num_buckets=4, batch_size=16, seed=1)
+    assert list(as_mask) == list(
+        BucketSampler(ONE, filter=keep, num_buckets=4, batch_size=16, seed=1)
+    )
+    # boundaries are fitted on the admitted samples only
+    assert (
+        as_mask.boundaries.tolist()
+        == BucketSampler(ONE[keep(ONE)], num_buckets=4, batch_size=16).boundaries.tolist()
+    )
+
+
+def test_filter_after_length_filters_and_bad_masks():
+    spec = BucketSpec.build(
+        ONE, filter=ONE > 100, max_length=400, overflow="drop", num_buckets=3, batch_size=8
+    )
+    too_long = int((ONE > 400).sum())
+    assert spec.filtered["too_long"] == too_long
+    assert spec.filtered["filter"] == int((ONE <= 100).sum())  # not counted twice
+    with pytest.raises(ValueError, match=r"boolean mask of shape \(3000,\)"):
+        BucketSpec.build(ONE, filter=np.ones(5, dtype=bool), batch_size=8)
+    with pytest.raises(TypeError, match="vectorised callable"):
+        BucketSpec.build(ONE, filter=lambda x: True, batch_size=8)
+
+
+# -- explicit shapes (NeMo's 2-D bucket list, strict token limit) ---------------------------------
+SHAPES = [(16, 16), (24, 24), (32, 24), (32, 40)]
+
+
+def test_explicit_shapes_are_kept_and_samples_take_the_smallest_covering_one():
+    sampler = BucketSampler(PAIRS, shapes=SHAPES, max_tokens=1600, seed=0)
+    cells = sampler.shape_table.cells
+    assert sorted(map(tuple, cells.lengths.tolist())) == sorted(SHAPES)  # kept as given
+    given = np.array(SHAPES)
+    size = given.sum(axis=1)
+    for shape in sampler.shapes:  # strict per-bucket token limit: no padded batch exceeds it
+        assert shape[0] * (shape[1] + shape[2]) <= 1600
+    for b, batch in enumerate(sampler.plan().cells):
+        lengths = cells.lengths[batch]
+        members = sampler.plan().batch(b)
+        assert (PAIRS[members] <= lengths).all()  # every sample fits its batch's shape
+        for i in members:  # ... and that shape is the smallest covering it
+            covers = (PAIRS[i] <= given).all(axis=1)
+            assert size[covers].min() == lengths.sum()
+    fits = (PAIRS[:, None, :] <= given[None]).all(axis=2).any(axis=1)
+    seen = sorted(i for batch in sampler for i in batch)
+    assert seen == np.flatnonzero(fits).tolist()
+    assert sampler.report().totals["no_shape"] == int((~fits).sum()) > 0  # reported, not lost
+
+
+def test_explicit_shapes_one_input_rounding_and_conflicts():
+    sampler = BucketSampler(ONE, shapes=[100, 250, 700], batch_size=4, pad_to_multiple_of=64)
+    assert sampler.boundaries.tolist() == [128, 256, 704]
+    with pytest.raises(ValueError, match="either shapes"):
+        BucketSpec.build(ONE, shapes=[100, 700], num_buckets=3, batch_size=4)
+    with pytest.raises(ValueError, match=r"2 padded length\(s\)"):
+        BucketSpec.build(PAIRS, shapes=[(10, 10, 10)], batch_size=4)
+    state = json.loads(json.dumps(sampler.state_dict()))
+    other = BucketSampler(ONE, shapes=[100, 250, 800], batch_size=4, pad_to_multiple_of=64)
+    with pytest.raises(ValueError, match="different configuration"):
+        other.load_state_dict(state)
+
+
+# -- per-sample weights and replacement (torch's WeightedRandomSampler) ----------------------------
+def _weighted(**kw):
+    from bucketloader.weighted import WeightedBucketSampler
+
+    weights = np.where(np.arange(ONE.size) % 4 == 0, 3.0, 1.0)
+    weights[::7] = 0.0  # never drawn
+    opts = dict(num_buckets=4, batch_size=16, seed=2)
+    return WeightedBucketSampler(ONE, weights, **{**opts, **kw}), weights
+
+
+def test_weighted_draws_follow_the_weights_and_keep_the_shapes():
+    sampler, weights = _weighted(num_samples=2000)
+    counts = np.zeros(ONE.size)
+    cells = sampler.shape_table.cells
+    lengths = []
+    for epoch in range(12):
+        sampler.set_epoch(epoch)
+        batches = list(sampler)
+        assert len(batches) == len(sampler)  # exact, every epoch
+        drawn = [i for b in batches for i in b]
+        assert len(drawn) == 2000  # num_samples draws (one rank, last_batch='pad': no repeats)
+        counts += np.bincount(drawn, minlength=ONE.size)
+        for b, cell in zip(batches, sampler.plan().cells, strict=True):  # the shape promise
+            assert (ONE[b] <= cells.lengths[cell, 0]).all() and len(b) <= cells.batch[cell]
+        lengths.append(len(batches))
+    assert counts[weights == 0].sum() == 0  # weight 0: never drawn
+    heavy, light = counts[weights == 3].mean(), counts[weights == 1].mean()
+    assert 2.6 < heavy / light < 3.4  # P(i) proportional to w_i
+    assert counts.sum() == 2000 * 12
+
+
+def test_weighted_without_replacement_has_no_repeats_and_checks_num_samples():
+    sampler, weights = _weighted(num_samples=1500, replacement=False)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        drawn = [i for b in sampler for i in b]
+        assert len(drawn) == len(set(drawn)) == 1500
+        assert not set(drawn) & set(np.flatnonzero(weights == 0).tolist())
+    report = sampler.report()
+    assert report.totals["seen"] == 1500 and report.totals["repeated"] == 0
+    positive = int((weights > 0).sum())
+    with pytest.raises(ValueError, match=f"need as many samples of positive weight.*{positive}"):
+        _weighted(num_samples=positive + 1, replacement=False)
+    with pytest.raises(ValueError, match="one weight per sample"):
+        from bucketloader.weighted import WeightedBucketSampler
+
+        WeightedBucketSampler(ONE, [1.0, 2.0], batch_size=4)
+
+
+def test_weighted_resume_is_exact_and_ranks_agree():
+    sampler, _ = _weighted(num_samples=900, num_replicas=2, rank=1)
+    sampler.set_epoch(3)
+    full = list(sampler)
+    sampler.set_epoch(3)
+    it = iter(sampler)
+    head = [next(it) for _ in range(5)]
+    state = json.loads(json.dumps(sampler.state_dict()))
+    again, _ = _weighted(num_samples=900, num_replicas=2, rank=1)
+    again.load_state_dict(state)
+    assert head + list(again) == full
+    other, _ = _weighted(num_samples=900, num_replicas=2, rank=0)
+    other.set_epoch(3)
+    theirs = list(other)
+    assert len(theirs) == len(full) == len(sampler)  # equal on every rank
+    cells = sampler.shape_table.cells
+    assert (other.plan().cells == sampler.plan().cells).all()  # same shape at every step
+    both = [i for b in theirs + full for i in b]
+    assert len(both) >= 900 and cells.num_cells >= 2  # the epoch's 900 draws, split over ranks
+
+
+# -- gradient-accumulation groups (fairseq update_freq) --------------------------------------------
+@pytest.mark.parametrize("last_batch, replicas", [("pad", 1), ("fill", 2), ("drop", 3)])
+def test_accumulation_groups_are_k_batches_of_one_shape_on_every_rank(last_batch, replicas):
+    k = 4
+    make = lambda r: BucketSampler(  # noqa: E731
+        ONE,
+        num_buckets=5,
+        max_tokens=6000,
+        last_batch=last_batch,
+        accumulate=k,
+        seed=1,
+        num_replicas=replicas,
+        rank=r,
+        longest_first=(replicas == 2),
+    )
+    samplers = [make(r) for r in range(replicas)]
+    plans = [s.plan() for s in samplers]
+    assert len({len(s) for s in samplers}) == 1 and len(plans[0]) == len(samplers[0])
+    assert len(samplers[0]) % k == 0
+    for p in plans:
+        groups = p.cells.reshape(-1, k)
+        assert (groups == groups[:, :1]).all()  # k consecutive batches of one cell
+        assert (p.cells == plans[0].cells).all()  # the same shape at every step on every rank
+    shapes = set(samplers[0].shapes)
+    cells = samplers[0].shape_table.cells
+    for p in plans:
+        for b in range(len(p)):
+            assert cells.shapes[p.cells[b]] in shapes
+    if last_batch != "drop":  # every sample still seen: the extra steps only repeat
+        seen = {i for p in plans for i in p.indices.tolist()}
+        assert seen == set(range(ONE.size))
+    plain = BucketSampler(
+        ONE, num_buckets=5, max_tokens=6000, last_batch=last_batch, num_replicas=replicas
+    )
+    steps = plain.spec.num_steps(replicas)
+    assert len(samplers[0]) == int((-(-steps // k) * k).sum())
+
+
+def test_accumulation_resume_mid_group_and_strict_state():
+    make = lambda **kw: BucketSampler(ONE, num_buckets=5, batch_size=16, seed=4, **kw)  # noqa: E731
+    s = make(accumulate=3)
+    s.set_epoch(1)
+    full = list(s)
+    s.set_epoch(1)
+    it = iter(s)
+    head = [next(it) for _ in range(7)]  # mid-group
+    state = json.loads(json.dumps(s.state_dict()))
+    again = make(accumulate=3)
+    again.load_state_dict(state)
+    assert head + list(again) == full
+    with pytest.raises(ValueError, match="different configuration"):
+        make(accumulate=2).load_state_dict(state)
+    assert make(accumulate=3).report().totals["repeated"] > 0  # the groups' extra batches
+    with pytest.raises(ValueError, match="last_batch='keep'"):
+        make(accumulate=2, last_batch="keep")
+    with pytest.raises(ValueError, match="accumulate must be an int >= 1"):
+        make(accumulate=0)
