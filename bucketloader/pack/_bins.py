@@ -122,7 +122,8 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
     """Best-fit decreasing over the histogram, in bulk (NOTE [ Two solvers, the tighter plan ]).
 
     Exactly the rows of per-document BFD (each document, largest first, into the open row with
-    the least room that holds it, else a new row of the smallest row length that holds it).
+    the least room that holds it, else a new row of the smallest row length that holds it), up
+    to ties between rows of equal room.
 
     Example:
         >>> p = best_fit(np.array([5, 3, 2]), np.array([2, 2, 2]), (8,))
