@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.histogram import LengthHistogram
-    from bucketloader.solution import Solution
+    from bucketloader.solution import JointSolution, Solution
 
 #: What happens to a bucket's partial last batch (see NOTE [ last_batch and replicas ] in
 #: :mod:`bucketloader.plan.epoch`).
@@ -64,5 +64,5 @@ class Cache(Protocol):
         hist: LengthHistogram,
         strategy: str | None,
         params: dict[str, Any],
-        solve: Callable[[], Solution],
-    ) -> Solution: ...
+        solve: Callable[[], Solution | JointSolution],
+    ) -> Solution | JointSolution: ...

@@ -194,3 +194,57 @@ def round_up(values: np.ndarray, multiple_of: int) -> np.ndarray:
     """Round ``values`` up to a multiple of ``multiple_of`` (``multiple_of=1`` is the identity)."""
     multiple_of = check_int("multiple_of", multiple_of, minimum=1)
     return -(-np.asarray(values, dtype=np.int64) // multiple_of) * multiple_of
+
+
+def joint_assign(rows: Any, cells: Any, size: str = "sum") -> np.ndarray:
+    """The cell of every row of several inputs: the cheapest cell covering it (``-1``: none).
+
+    A row ``(L_1, ..., L_D)`` fits a cell ``(c_1, ..., c_D)`` when ``L_d <= c_d`` for every input;
+    of the cells it fits, it goes to the one of least size (``"sum"`` or ``"prod"`` of the cell's
+    lengths), the first such cell on ties. This is the joint form of the boundary convention.
+
+    Example:
+        >>> joint_assign([[3, 9], [8, 2], [9, 9]], [[4, 10], [8, 4], [10, 10]]).tolist()
+        [0, 1, 2]
+    """
+    check_choice("size", size, ("prod", "sum"))
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1, np.shape(cells)[-1])
+    cells = np.asarray(cells, dtype=np.int64)
+    out = np.full(rows.shape[0], -1, dtype=np.int64)
+    if rows.shape[0] == 0 or cells.shape[0] == 0:
+        return out
+    weight = cells.astype(np.float64).sum(1) if size == "sum" else cells.astype(np.float64).prod(1)
+    order = np.argsort(weight, kind="stable")
+    step = max(1, (1 << 22) // max(1, cells.size))
+    for lo in range(0, rows.shape[0], step):
+        part = rows[lo : lo + step]
+        fits = (cells[order][None, :, :] >= part[:, None, :]).all(axis=2)
+        first = fits.argmax(axis=1)
+        out[lo : lo + step] = np.where(fits.any(axis=1), order[first], -1)
+    return out
+
+
+def joint_padding(rows: Any, counts: Any, cells: Any, size: str = "sum") -> int:
+    """Exact padding of the rows (with ``counts``) in their cells (:func:`joint_assign`),
+    counting elements by ``size``; ``ValueError`` if a row fits no cell.
+
+    Example:
+        >>> joint_padding([[3, 9], [8, 2]], [1, 2], [[4, 10], [8, 4]])
+        6
+        >>> joint_padding([[3, 9], [8, 2]], [1, 2], [[4, 10], [8, 4]], size="prod")
+        45
+    """
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1, np.shape(cells)[-1])
+    cells = np.asarray(cells, dtype=np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    which = joint_assign(rows, cells, size)
+    if (which < 0).any():
+        bad = rows[int(np.flatnonzero(which < 0)[0])].tolist()
+        raise ValueError(f"the row {bad} fits no cell; add a cell covering it")
+    padded = cells[which].astype(object)
+    real = rows.astype(object)
+    if size == "sum":
+        diff = padded.sum(axis=1) - real.sum(axis=1)
+    else:
+        diff = padded.prod(axis=1) - real.prod(axis=1)
+    return int(np.dot(diff, counts.astype(object)))

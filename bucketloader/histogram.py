@@ -354,6 +354,16 @@ class JointHistogram:
         """Number of distinct rows (U)."""
         return int(self.rows.shape[0])
 
+    @property
+    def min(self) -> list[int]:
+        """Shortest length of every input."""
+        return [int(x) for x in self.rows.min(axis=0)]
+
+    @property
+    def max(self) -> list[int]:
+        """Longest length of every input."""
+        return [int(x) for x in self.rows.max(axis=0)]
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (JointHistogram, (self._rows, self._counts))
 

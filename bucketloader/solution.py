@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader.boundaries import check_boundaries
+from bucketloader.boundaries import check_boundaries, joint_padding
 
 
 @dataclass(frozen=True, eq=False)
@@ -75,3 +75,110 @@ class Solution:
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed solution entry: {exc!r}") from None
+
+
+@dataclass(frozen=True, eq=False)
+class JointSolution:
+    """A joint plan of several inputs: the cells, the padding, a certified bound (cache entry).
+
+    Made by :func:`~bucketloader.strategies.joint.solve_joint`; stored by the cache like a
+    :class:`Solution` (``to_dict`` carries ``"kind": "joint"``).
+
+    Attributes:
+        cells: ``(K, D)`` padded lengths of the planned cells, sorted by rows.
+        strategy: ``"joint"``.
+        params: every resolved parameter (``max_shapes``, ``size``, ``time_limit``, ...).
+        objective: padding of the plan (elements counted by ``size``), an exact int.
+        lower_bound: no plan with at most ``max_shapes`` cells pads less (certified).
+        padding_ratio: padding per real element (counted by ``size``).
+        num_samples: samples in the histogram solved.
+        status: ``"optimal"`` (objective equals the bound), ``"heuristic"`` (the search
+            converged, the bound did not meet it), ``"time_limit"`` or ``"coarsened"``.
+        gap: ``(objective - lower_bound) / objective`` (0.0 when both are 0).
+        info: solver details.
+        solve_seconds: wall time of the solve.
+    """
+
+    cells: np.ndarray
+    strategy: str | None
+    params: dict[str, Any]
+    objective: int
+    lower_bound: int
+    padding_ratio: float
+    num_samples: int
+    status: str = "heuristic"
+    gap: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    solve_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable form (the cache entry body)."""
+        return {
+            "kind": "joint",
+            "cells": [[int(x) for x in row] for row in self.cells],
+            "strategy": self.strategy,
+            "params": dict(self.params),
+            "objective": int(self.objective),
+            "lower_bound": int(self.lower_bound),
+            "padding_ratio": float(self.padding_ratio),
+            "num_samples": int(self.num_samples),
+            "status": self.status,
+            "gap": self.gap,
+            "info": dict(self.info),
+            "solve_seconds": float(self.solve_seconds),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> JointSolution:
+        """Inverse of :meth:`to_dict`; raises ``ValueError`` on a malformed entry."""
+        try:
+            if data.get("kind") != "joint":
+                raise ValueError("not a joint solution")
+            cells = np.array(data["cells"], dtype=np.int64)
+            if cells.ndim != 2 or cells.shape[0] < 1 or cells.shape[1] < 1 or (cells < 0).any():
+                raise ValueError(f"cells must be a non-empty (K, D) table, got {cells.shape}")
+            cells.setflags(write=False)
+            return cls(
+                cells=cells,
+                strategy=data["strategy"],
+                params=dict(data["params"]),
+                objective=int(data["objective"]),
+                lower_bound=int(data["lower_bound"]),
+                padding_ratio=float(data["padding_ratio"]),
+                num_samples=int(data["num_samples"]),
+                status=str(data["status"]),
+                gap=None if data.get("gap") is None else float(data["gap"]),
+                info=dict(data.get("info") or {}),
+                solve_seconds=float(data.get("solve_seconds", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            raise ValueError(f"malformed solution entry: {exc!r}") from None
+
+    def problem(self, params: dict[str, Any], hist: Any) -> str | None:
+        """Why this can not be the answer for ``params`` on ``hist`` (a joint histogram with
+        ``rows`` and ``counts``), or ``None``: at most ``max_shapes`` cells, every row covered,
+        the objective that of the cells, the bound not above it."""
+        k = params.get("max_shapes")
+        if not isinstance(k, int) or self.cells.shape[0] > k:
+            return f"its solution has {self.cells.shape[0]} cells for max_shapes={k}"
+        if self.lower_bound > self.objective or self.lower_bound < 0:
+            return "its lower bound is above its objective"
+        if hist is None:
+            return None
+        rows = np.asarray(hist.rows)
+        if rows.shape[1] != self.cells.shape[1] or self.num_samples != hist.num_samples:
+            return "its solution does not fit the histogram"
+        try:
+            objective = joint_padding(rows, hist.counts, self.cells, params.get("size", "sum"))
+        except ValueError:
+            return "its cells do not cover every sample"
+        if objective != self.objective:
+            return "its objective is not the padding of its cells"
+        return None
+
+
+def solution_from_dict(data: Any) -> Solution | JointSolution:
+    """A :class:`Solution` or, for ``"kind": "joint"``, a :class:`JointSolution`."""
+    if isinstance(data, dict) and data.get("kind") == "joint":
+        return JointSolution.from_dict(data)
+    return Solution.from_dict(data)

@@ -77,7 +77,10 @@ def solve_boundaries(
             "cache must be None, True (the default BucketCache), or a cache such as "
             f"BucketCache(directory), got cache={cache!r}"
         )
-    return cache.get_or_solve(hist, name, params, lambda: _solve(hist, name, fn, params))
+    sol = cache.get_or_solve(hist, name, params, lambda: _solve(hist, name, fn, params))
+    if not isinstance(sol, Solution):  # a cache answering boundaries with a joint plan
+        raise TypeError(f"cache {cache!r} returned {type(sol).__name__}, expected a Solution")
+    return sol
 
 
 def compute_boundaries(

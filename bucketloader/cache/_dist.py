@@ -26,8 +26,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bucketloader.histogram import LengthHistogram
-from bucketloader.solution import Solution
+from bucketloader.solution import JointSolution, Solution, solution_from_dict
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.cache.store import BucketCache
@@ -49,11 +48,11 @@ def world_size() -> int:
 
 def broadcast_get_or_solve(
     cache: BucketCache,
-    hist: LengthHistogram,
+    hist: Any,
     key: str,
     params: dict[str, Any],
-    solve_fn: Callable[[], Solution],
-) -> Solution:
+    solve_fn: Callable[[], Solution | JointSolution],
+) -> Solution | JointSolution:
     """Rank 0 looks up / solves / writes, then broadcasts the entry JSON to every rank."""
     import torch
     import torch.distributed as dist
@@ -92,7 +91,7 @@ def broadcast_get_or_solve(
             f"{body['key'][:12]}…: the ranks passed different lengths or options; build the "
             "sampler from the same lengths and arguments on every rank"
         )
-    sol = dataclasses.replace(Solution.from_dict(body["solution"]), params=dict(params))
+    sol = dataclasses.replace(solution_from_dict(body["solution"]), params=dict(params))
     cache.hits += 1
     if not cache.path_for(key).exists():
         cache.put(hist, sol)

@@ -18,7 +18,7 @@ import numpy as np
 
 from bucketloader.boundaries import assign_buckets, padding_cost
 from bucketloader.histogram import LengthHistogram
-from bucketloader.solution import Solution
+from bucketloader.solution import JointSolution, Solution, solution_from_dict
 
 #: Version of the key and entry format; part of every key.
 CACHE_FORMAT = 1
@@ -58,7 +58,7 @@ def key_of(strategy: str, params: dict[str, Any], digest: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def check_body(body: Any, key: str, hist: LengthHistogram | None) -> str | None:
+def check_body(body: Any, key: str, hist: Any) -> str | None:
     """Why an entry cannot be trusted, or ``None``. The key is recomputed from the entry."""
     if not isinstance(body, dict) or body.get("format") != ENTRY_TAG:
         return "not a bucketloader cache entry"
@@ -66,7 +66,7 @@ def check_body(body: Any, key: str, hist: LengthHistogram | None) -> str | None:
         return f"entry format {body.get('version')!r}, expected {CACHE_FORMAT}"
     try:
         recomputed = key_of(body["strategy"], body["params"], body["histogram"]["digest"])
-        sol = Solution.from_dict(body["solution"])
+        sol = solution_from_dict(body["solution"])
         same = sol.strategy == body["strategy"] and canonical_params(sol.params) == body["params"]
     except (KeyError, TypeError, ValueError) as exc:
         return f"wrong schema: {exc}"
@@ -74,6 +74,10 @@ def check_body(body: Any, key: str, hist: LengthHistogram | None) -> str | None:
         return "its contents do not match its key"
     if not same:
         return "its solution does not match its key"
+    if isinstance(sol, JointSolution):
+        return sol.problem(body["params"], hist)
+    if hist is not None and not isinstance(hist, LengthHistogram):
+        return "its solution does not fit the histogram"
     return check_solution(sol, body["params"], hist)
 
 

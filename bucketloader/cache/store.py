@@ -57,7 +57,7 @@ from bucketloader.cache._io import (
 )
 from bucketloader.cache._lock import FileLock
 from bucketloader.histogram import LengthHistogram
-from bucketloader.solution import Solution
+from bucketloader.solution import JointSolution, Solution, solution_from_dict
 
 #: Default size limit of a cache directory (bytes). An entry is about 1 KB.
 DEFAULT_MAX_SIZE = 64 * 2**20
@@ -126,7 +126,7 @@ class BucketCache:
 
     # -- keys and paths ---------------------------------------------------------------------------
     @staticmethod
-    def key(hist: LengthHistogram, strategy: str | None, params: dict[str, Any]) -> str:
+    def key(hist: Any, strategy: str | None, params: dict[str, Any]) -> str:
         """SHA256 hex key of (format, strategy name, all parameters, histogram digest).
 
         Example:
@@ -135,8 +135,10 @@ class BucketCache:
             >>> len(k), k == BucketCache.key(h, "optimal", {"cost": "linear", "num_buckets": 2})
             (64, True)
         """
-        if not isinstance(hist, LengthHistogram):
-            raise TypeError(f"hist must be a LengthHistogram, got {type(hist).__name__}")
+        if not isinstance(hist, LengthHistogram) and not _is_joint(hist):
+            raise TypeError(
+                f"hist must be a LengthHistogram or a JointHistogram, got {type(hist).__name__}"
+            )
         if strategy is None:
             raise ValueError(
                 "cannot cache the solution of an unregistered strategy callable (it has no stable "
@@ -154,14 +156,14 @@ class BucketCache:
         return self.directory / f"{key}.json"
 
     # -- lookups ----------------------------------------------------------------------------------
-    def get(self, key: str) -> Solution | None:
+    def get(self, key: str) -> Solution | JointSolution | None:
         """The cached solution of ``key``, or ``None`` (missing or unusable, with one warning)."""
         sol, problem = self._read(key)
         if problem:
             self._warn(problem, once=("entry", problem))
         return sol
 
-    def put(self, hist: LengthHistogram, solution: Solution) -> str | None:
+    def put(self, hist: Any, solution: Solution | JointSolution) -> str | None:
         """Store ``solution`` (solved on ``hist``) atomically; return the key (None if unwritable).
 
         Evicts the oldest entries if the write takes the directory over ``max_size``.
@@ -227,11 +229,11 @@ class BucketCache:
 
     def get_or_solve(
         self,
-        hist: LengthHistogram,
+        hist: Any,
         strategy: str | None,
         params: dict[str, Any],
-        solve_fn: Callable[[], Solution],
-    ) -> Solution:
+        solve_fn: Callable[[], Solution | JointSolution],
+    ) -> Solution | JointSolution:
         """The cached solution for (hist, strategy, params), else ``solve_fn()`` stored.
 
         Under an initialised multi-rank ``torch.distributed`` group, rank 0 does this and
@@ -244,11 +246,11 @@ class BucketCache:
 
     def local_get_or_solve(
         self,
-        hist: LengthHistogram,
+        hist: Any,
         key: str,
         params: dict[str, Any],
-        solve_fn: Callable[[], Solution],
-    ) -> Solution:
+        solve_fn: Callable[[], Solution | JointSolution],
+    ) -> Solution | JointSolution:
         """:meth:`get_or_solve` in this process only (no collective), by its precomputed key."""
         sol, problem = self._read(key, hist=hist)
         if sol is not None:
@@ -283,8 +285,8 @@ class BucketCache:
 
     # -- internals --------------------------------------------------------------------------------
     def _read(
-        self, key: str, *, hist: LengthHistogram | None = None
-    ) -> tuple[Solution | None, str | None]:
+        self, key: str, *, hist: Any = None
+    ) -> tuple[Solution | JointSolution | None, str | None]:
         path = self.path_for(key)
         try:
             body = read_entry(path)
@@ -301,7 +303,7 @@ class BucketCache:
         # an entry is untrusted input: whatever it holds, it is a miss, never an exception
         try:
             problem = check_body(body, key, hist)
-            sol = None if problem else Solution.from_dict(body["solution"])
+            sol = None if problem else solution_from_dict(body["solution"])
         except Exception as exc:  # e.g. OverflowError on an objective of 1e999
             problem = f"invalid contents: {type(exc).__name__}: {exc}"
         if problem:
@@ -378,6 +380,16 @@ def _create_temp(directory: Path) -> tuple[int, Path]:
         except FileExistsError:
             continue
     raise FileExistsError(f"no free temporary file name in {directory}")
+
+
+def _is_joint(hist: Any) -> bool:
+    """A joint histogram (:class:`~bucketloader.strategies.joint.JointHistogram`), by shape:
+    the cache does not import the strategies."""
+    return (
+        hasattr(hist, "rows")
+        and hasattr(hist, "counts")
+        and callable(getattr(hist, "digest", None))
+    )
 
 
 def _reason(exc: OSError) -> str:

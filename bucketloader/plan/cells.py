@@ -83,6 +83,7 @@ class Cells:
         max_shapes: int | None = None,
         size: Size = "sum",
         rule: BatchRule,
+        joint: Sequence[np.ndarray] | None = None,
     ) -> Cells:
         """Cells from per-group, per-input boundaries (validated by the caller).
 
@@ -99,6 +100,10 @@ class Cells:
                 ``max_shapes`` merge cost and the token budget.
             rule: the :class:`~bucketloader.plan.budget.BatchRule` (NOTE [ The batch-size rule ]);
                 oversize cells get ``B = 0`` unless ``oversize="single"`` (the caller decides).
+            joint: per group, ``(K, D)`` index tuples of planned cells (a joint plan from
+                :func:`~bucketloader.strategies.joint.solve_joint`, sorted by code) instead of
+                the occupied lattice points: every sample goes to the cheapest cell covering it
+                and, with ``occupancy``, cells no sample uses are dropped.
         """
         size = resolve_size(size)
         lookups: list[np.ndarray] = []
@@ -114,7 +119,16 @@ class Cells:
                 )
             lat_size = _lattice_size(bs, ks, size)
             offset = sum(c.shape[0] for c in cells)
-            if occupancy is None:
+            if joint is not None:
+                final = np.asarray(joint[gi], dtype=np.int64)
+                cover = cover_table(final, lat_size[encode(final, ks)], ks)
+                if occupancy is not None:
+                    used = np.unique(cover[np.flatnonzero(np.asarray(occupancy[gi]))])
+                    final = final[used[used >= 0]]
+                    cover = cover_table(final, lat_size[encode(final, ks)], ks)
+                cover = np.where(cover >= 0, cover + offset, -1)
+                lookup = cover.copy()
+            elif occupancy is None:
                 final = lattice_points(ks)
                 lookup = np.arange(total, dtype=np.int64) + offset
                 cover = lookup.copy()

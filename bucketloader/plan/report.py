@@ -58,6 +58,8 @@ class SamplingReport:
         batches_left: batches still to come in this epoch (this rank), ``None`` if unknown.
         samples_left: samples in those batches, ``None`` if unknown.
         source: ``"plan"`` (reconstructed) or ``"stream"`` (counted by the stream's workers).
+        extra: more keys for :meth:`as_dict`; a joint plan's ``"joint"``: per group its
+            padding, certified lower bound, gap and status (``BucketSpec.joint``).
 
     Example:
         >>> from bucketloader import BucketSampler
@@ -106,6 +108,12 @@ class SamplingReport:
                 lines.append(f"  {key:<12} {int(self.totals[key]):>12,}  {TOTALS[key]}")
         left = "?" if self.batches_left is None else f"{self.batches_left:,}"
         lines.append(f"  batches done {self.batches_done:,}, left {left}")
+        for j in self.extra.get("joint") or ():
+            lines.append(
+                f"  joint plan (group {j['group']}): {j['cells']} cells, padding "
+                f"{j['objective']:,} >= bound {j['lower_bound']:,} (gap {j['gap']:.2%}, "
+                f"{j['status']}, {j['seconds']:.2f} s)"
+            )
         lines.append(f"  {'shape':<24} {'batches':>9} {'rows':>10} {'padding':>9}")
         for c in self.cells:
             real, padded = int(c["real"]), int(c["padded"])
@@ -200,4 +208,5 @@ def plan_report(
         batches_left=len(mine) - done,
         samples_left=int(mine.offsets[-1] - mine.offsets[done]),
         source="plan",
+        extra={"joint": [dict(j) for j in spec.joint]} if spec.joint else {},
     )

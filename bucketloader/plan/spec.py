@@ -35,6 +35,7 @@ from bucketloader.plan.select import apply_filter, covered, lattice_of, parse_sh
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
 from bucketloader.strategies import resolve_strategy, strategy_defaults
+from bucketloader.strategies.joint import Joint, resolve_joint, solve_joint
 
 #: Samples left out by ``filter=`` and by ``shapes=`` (NOTEs in :mod:`bucketloader.plan.select`).
 LEFT_OUT = ("filter", "no_shape")
@@ -62,6 +63,8 @@ class BucketSpec:
             ``oversize`` (left out) and ``truncated`` (planned at ``max_length``).
         rule: the :class:`~bucketloader.plan.budget.BatchRule` that sized the batches.
         size: how a padded shape was counted (``"sum"``, ``"prod"`` or a callable).
+        joint: with a joint plan (``strategy="joint"``), per group the solve's ``status``,
+            ``objective`` (padding), certified ``lower_bound``, ``gap`` and ``seconds``.
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
@@ -78,6 +81,7 @@ class BucketSpec:
     filtered: Mapping[str, int] | None = None
     rule: BatchRule | None = None
     size: Any = "sum"
+    joint: tuple[Mapping[str, Any], ...] | None = None
 
     # -- views of the cells -------------------------------------------------------------------
     @property
@@ -280,7 +284,10 @@ class BucketSpec:
                 name → ``(N,)`` lengths.
             num_buckets: buckets per input (default 8): an int, or one per input (a sequence or
                 a mapping name → int).
-            strategy: name or callable (default ``"optimal"``), or one per input.
+            strategy: name or callable (default ``"optimal"``), or one per input; or
+                ``"joint"`` / :class:`~bucketloader.strategies.joint.Joint` (with
+                ``max_shapes``): the cells of all inputs at once, least padding with a
+                certified bound (:func:`~bucketloader.strategies.joint.solve_joint`).
             boundaries: precomputed boundaries instead of ``num_buckets``/``strategy``: an array
                 (one input), a sequence / mapping name → array (several), or a mapping
                 group → those.
@@ -301,8 +308,11 @@ class BucketSpec:
                 filters ] in :mod:`bucketloader.plan.limits`).
             overflow: samples outside the filters: ``"error"`` (default), ``"drop"`` or
                 ``"truncate"`` (planned at ``max_length``; the collator cuts them).
-            max_shapes: merge rare joint cells into covering ones until each group has at most
-                this many (see :func:`~bucketloader.plan.cells.merge_cells`).
+            max_shapes: at most this many cells per group. With ``num_buckets`` (or a per-input
+                ``strategy`` / ``boundaries``): merge rare lattice cells into covering ones (see
+                :func:`~bucketloader.plan.cells.merge_cells`). Alone, with several inputs and
+                ``size`` ``"sum"`` / ``"prod"``: the joint plan, which picks every input's
+                boundaries itself (``strategy="joint"``; docs/joint-shapes.md).
             groups: ``(N,)`` int group id per sample (e.g. the dataset of a
                 :class:`~bucketloader.sampler.GroupedDataset`): boundaries are fitted per group
                 and batches never mix groups.
@@ -338,6 +348,16 @@ class BucketSpec:
         if max_shapes is not None:
             max_shapes = check_int("max_shapes", max_shapes, minimum=1)
         gids, gvals = parse_groups(groups, n)
+        joint = resolve_joint(
+            strategy,
+            max_shapes=max_shapes,
+            num_buckets=num_buckets,
+            boundaries=boundaries,
+            num_inputs=len(names),
+            size=size,
+        )
+        if joint is not None:
+            strategy = None
         if boundaries is not None and (num_buckets is not None or strategy is not None):
             raise ValueError(
                 "pass either boundaries (precomputed) or num_buckets/strategy (fitted), not both"
@@ -383,6 +403,8 @@ class BucketSpec:
         def fit() -> tuple[list[tuple[np.ndarray, ...]], list[np.ndarray], list[np.ndarray]]:
             all_b: list[tuple[np.ndarray, ...]] = []
             codes: list[np.ndarray] = []
+            joint_cells.clear()
+            joint_info.clear()
             sels: list[np.ndarray] = []
             for gi, gval in enumerate(gvals):
                 member = keep if gids is None else keep & (gids == gi)
@@ -394,6 +416,14 @@ class BucketSpec:
                     )
                 sub = planned[sel]
                 given = group_boundaries(boundaries, gval, gvals, names)
+                if joint is not None:
+                    jb, idx, summary = _fit_joint(sub, joint, max_shapes, size, multiples, cache)
+                    all_b.append(jb)
+                    joint_cells.append(idx)
+                    joint_info.append({"group": gval, **summary})
+                    codes.append(lattice_codes(jb, sub))
+                    sels.append(sel)
+                    continue
                 bs = []
                 for d, name in enumerate(names):
                     label = "boundaries" if len(names) == 1 else f"boundaries[{name!r}]"
@@ -419,6 +449,8 @@ class BucketSpec:
                 sels.append(sel)
             return all_b, codes, sels
 
+        joint_cells: list[np.ndarray] = []
+        joint_info: list[dict[str, Any]] = []
         all_b, codes, sels = fit()
         while True:
             occupancy = [
@@ -436,6 +468,7 @@ class BucketSpec:
                 max_shapes=max_shapes,
                 size=size,
                 rule=rule,
+                joint=joint_cells if joint is not None else None,
             )
             cell_of = np.full(n, -1, dtype=np.int64)
             for gi, (sel, code) in enumerate(zip(sels, codes, strict=True)):
@@ -472,6 +505,7 @@ class BucketSpec:
             filtered=filtered,
             rule=rule,
             size=size,
+            joint=tuple(joint_info) if joint is not None else None,
         )
 
 
@@ -489,6 +523,38 @@ def budget_options(strategy: Any, rule: BatchRule, size: Any, inputs: int) -> di
         if name in defaults:
             opts[name] = getattr(budget, name)
     return opts
+
+
+def _fit_joint(
+    sub: np.ndarray,
+    joint: Joint,
+    max_shapes: int | None,
+    size: Any,
+    multiples: list[int],
+    cache: Any,
+) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
+    """One group's joint plan: per-input boundaries, the cells as index tuples, a summary."""
+    table = np.stack([round_up(sub[:, d], m) for d, m in enumerate(multiples)], axis=1)
+    sol = solve_joint(
+        table,
+        int(max_shapes or 1),
+        size=size,
+        time_limit=joint.time_limit,
+        tolerance=joint.tolerance,
+        exact=joint.exact,
+        cache=cache,
+    )
+    bs = tuple(np.unique(sol.cells[:, d]) for d in range(sol.cells.shape[1]))
+    idx = np.stack([np.searchsorted(b, sol.cells[:, d]) for d, b in enumerate(bs)], axis=1)
+    summary = {
+        "status": sol.status,
+        "objective": sol.objective,
+        "lower_bound": sol.lower_bound,
+        "gap": sol.gap,
+        "seconds": sol.solve_seconds,
+        "cells": len(sol.cells),
+    }
+    return bs, idx, summary
 
 
 def _left_out(filtered: Mapping[str, int]) -> str:

@@ -1,0 +1,377 @@
+"""Joint shapes: the K cells of several inputs with the least padding, with a certified bound.
+
+For paired lengths (source and target, prompt and response, width and height) a *cell* is one
+padded shape ``(c_1, ..., c_D)``; a sample fits a cell covering it in every input and goes to the
+cheapest such cell (:func:`~bucketloader.boundaries.joint_assign`). :func:`solve_joint` picks at
+most ``max_shapes`` cells minimising the padding over a joint histogram, counted per input
+(``size="sum"``) or as elements of the product shape (``"prod"``). No per-input ``num_buckets``
+is needed: the per-input boundaries are whatever the cells use.
+
+How (one module per part):
+
+* :mod:`._grid`: candidate cells (tight grid points; NOTE [ Candidate cells ]) and every
+  candidate's gain at once by prefix sums (NOTE [ Gains by prefix sums ]);
+* :mod:`._search`: greedy, then best swaps with Lloyd steps (NOTE [ Greedy, swap, Lloyd ]);
+* :mod:`._bound`: a Lagrangian lower bound (NOTE [ The Lagrangian bound ]);
+* :mod:`._ilp`: the exact facility-location program in PuLP / CBC for small histograms
+  (NOTE [ The joint integer program ]).
+
+NOTE [ Joint time limit and fallbacks ]
+``time_limit`` covers the swaps, the bound and the integer program; the greedy plan and one
+bound evaluation always run (milliseconds), so even a tiny limit returns a valid plan with a
+valid bound (``status="time_limit"``). A histogram with one input is solved exactly by the 1-D
+DP (``"optimal"``), whatever the options. A grid of more than :data:`._grid.MAX_GRID` points
+(three inputs, or very many distinct lengths) is pre-binned: the cells sit on per-input
+quantiles (``status="coarsened"``) and the bound comes from the same quantiles with every sample
+rounded *down* (a relaxation), so it stays certified. ``max_shapes`` at least the number of
+distinct rows gives every row its own cell (no padding).
+
+NOTE [ One joint plan for every rank ]
+A time limit makes the plan depend on the machine's speed, and ranks must agree on their
+shapes. Under an initialised ``torch.distributed`` group of several ranks, the solve therefore
+always goes through a :class:`~bucketloader.BucketCache` (a temporary one when none is given):
+rank 0 solves and broadcasts the entry's JSON, every rank plans the same cells. Like the cache,
+that is a collective: every rank builds the plan (as every rank builds its sampler).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bucketloader._ranks import default_ranks
+from bucketloader._validation import check_bool, check_choice, check_float, check_int
+from bucketloader.boundaries import joint_assign, joint_padding
+from bucketloader.histogram import JointHistogram, LengthHistogram
+from bucketloader.solution import JointSolution
+from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors
+from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values
+from bucketloader.strategies.joint._ilp import MAX_PAIRS, PAIRS_PER_SECOND, num_pairs, solve_ilp
+from bucketloader.strategies.joint._search import greedy, improve, lattice_drop, total
+
+__all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
+
+#: Bump when the joint solver's answer for the same inputs changes (part of the cache key).
+JOINT_FORMAT = 1
+
+
+def joint_params(
+    max_shapes: int,
+    *,
+    size: str = "sum",
+    time_limit: float = 5.0,
+    tolerance: float = 0.001,
+    exact: bool = True,
+) -> dict[str, Any]:
+    """Every parameter that determines a joint solution, checked, in canonical form (the cache
+    key includes all of them and :data:`JOINT_FORMAT`)."""
+    return {
+        "exact": check_bool("exact", exact),
+        "format": JOINT_FORMAT,
+        "max_shapes": check_int("max_shapes", max_shapes, minimum=1),
+        "size": check_choice("size", size, ("prod", "sum")),
+        "time_limit": check_float("time_limit", time_limit, minimum=1e-3, maximum=1e6),
+        "tolerance": check_float("tolerance", tolerance, minimum=0.0, maximum=1.0),
+    }
+
+
+def solve_joint(
+    lengths: Any,
+    max_shapes: int,
+    *,
+    size: str = "sum",
+    time_limit: float = 5.0,
+    tolerance: float = 0.001,
+    exact: bool = True,
+    cache: Any = None,
+) -> JointSolution:
+    """At most ``max_shapes`` cells with the least padding, and a certified lower bound.
+
+    Args:
+        lengths: ``(N, D)`` lengths (D inputs) or a :class:`JointHistogram`.
+        max_shapes: the shape budget K (>= 1).
+        size: ``"sum"`` (padding per input, summed) or ``"prod"`` (padded elements of the
+            product shape, e.g. height x width).
+        time_limit: seconds for the search, the bound and the integer program together
+            (NOTE [ Joint time limit and fallbacks ]); the best plan so far is returned with its
+            gap when it runs out.
+        tolerance: stop once the relative gap ``(objective - bound) / objective`` is at most
+            this.
+        exact: solve the integer program (PuLP / CBC) when the model is small enough and the
+            gap is still above ``tolerance``.
+        cache: ``None`` (solve every time), ``True`` (the default
+            :class:`~bucketloader.BucketCache`) or a cache: keyed by SHA256 of the histogram and
+            every parameter.
+
+    Returns:
+        A :class:`~bucketloader.solution.JointSolution` (``cells``, ``objective``,
+        ``lower_bound``, ``gap``, ``status``).
+
+    Example:
+        >>> pairs = [[3, 4], [4, 3], [10, 12], [12, 10], [11, 11]]
+        >>> sol = solve_joint(pairs, 2)
+        >>> sol.cells.tolist(), sol.objective, sol.lower_bound, sol.status
+        ([[4, 4], [12, 12]], 8, 8, 'optimal')
+    """
+    params = joint_params(
+        max_shapes, size=size, time_limit=time_limit, tolerance=tolerance, exact=exact
+    )
+    hist = lengths if isinstance(lengths, JointHistogram) else JointHistogram.from_lengths(lengths)
+    from bucketloader.cache import BucketCache
+
+    if cache is None or cache is False:
+        if "torch" not in sys.modules or default_ranks()[0] == 1:
+            return _solve(hist, params)
+        # NOTE [ One joint plan for every rank ]
+        with tempfile.TemporaryDirectory(prefix="bucketloader-joint-") as tmp:
+            fresh = BucketCache(tmp)
+            return _joint(fresh.get_or_solve(hist, "joint", params, lambda: _solve(hist, params)))
+
+    if cache is True:
+        cache = BucketCache()
+    return _joint(cache.get_or_solve(hist, "joint", params, lambda: _solve(hist, params)))
+
+
+def _joint(sol: Any) -> JointSolution:
+    if not isinstance(sol, JointSolution):
+        raise TypeError(f"the cache returned {type(sol).__name__}, expected a JointSolution")
+    return sol
+
+
+def _solve(hist: JointHistogram, params: dict[str, Any]) -> JointSolution:
+    start = time.perf_counter()
+    k, size = params["max_shapes"], params["size"]
+    rows, counts = hist.rows, hist.counts
+    info: dict[str, Any] = {"inputs": int(rows.shape[1]), "rows": int(rows.shape[0])}
+    if rows.shape[1] == 1:
+        cells, status = _one_input(rows, counts, k), "optimal"
+        info["method"] = "dp"
+        lower = None
+    else:
+        cells, lower, status = _search_and_bound(rows, counts, params, start, info)
+    cells = cells[np.unique(joint_assign(rows, cells, size))]  # drop cells nobody uses
+    cells.setflags(write=False)
+    objective = joint_padding(rows, counts, cells, size)
+    lower_bound = objective if lower is None else min(objective, max(0, lower))
+    if lower_bound == objective and status != "coarsened":
+        status = "optimal"
+    real = _real(rows, counts, size)
+    gap = (objective - lower_bound) / objective if objective else 0.0
+    return JointSolution(
+        cells=cells,
+        strategy="joint",
+        params=dict(params),
+        objective=objective,
+        lower_bound=lower_bound,
+        padding_ratio=objective / real if real else 0.0,
+        num_samples=hist.num_samples,
+        status=status,
+        gap=gap,
+        info=info,
+        solve_seconds=time.perf_counter() - start,
+    )
+
+
+def _one_input(rows: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:
+    from bucketloader.strategies.optimal import optimal
+
+    hist = LengthHistogram(rows[:, 0], counts)
+    b = np.asarray(optimal(hist, k).boundaries, dtype=np.int64)
+    used = np.unique(b[np.searchsorted(b, rows[:, 0])])
+    out = used[:, None].copy()
+    out.setflags(write=False)
+    return out
+
+
+def _search_and_bound(
+    rows: np.ndarray, counts: np.ndarray, params: dict[str, Any], start: float, info: dict
+) -> tuple[np.ndarray, int, str]:
+    k, size = params["max_shapes"], params["size"]
+    deadline = start + params["time_limit"]
+    tol = params["tolerance"]
+    values = coarse_values(rows, counts, MAX_GRID)
+    coarsened = any(v.size < np.unique(rows[:, d]).size for d, v in enumerate(values))
+    grid = Grid.build(rows, counts, values, size)
+    info.update(grid=int(np.prod(grid.shape)), candidates=int(grid.cand.shape[0]))
+    const = float((grid.weight * grid.point_size).sum())
+    t0 = time.perf_counter()
+    budget = deadline - t0
+    cells, converged = _best_search(grid, k, [greedy(grid, k)], t0 + 0.3 * budget)
+    if time.perf_counter() < t0 + 0.3 * budget:
+        cells, more = _best_search(grid, k, [cells, lattice_drop(grid, k)], t0 + 0.4 * budget)
+        converged = converged and more
+    _, reach = grid.assign(cells)
+    upper = total(grid, reach)
+    info["search_seconds"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if coarsened:  # the bound from a relaxation: every sample rounded down onto the values
+        low = np.stack(
+            [values[d][np.searchsorted(values[d], rows[:, d], side="right") - 1]
+             for d in range(rows.shape[1])], axis=1)  # fmt: skip
+        lgrid = Grid.build(low, counts, values, size)
+        lcells = greedy(lgrid, k)
+        _, lreach = lgrid.assign(lcells)
+        bound = lagrangian(lgrid, k, lreach, total(lgrid, lreach), deadline, tol)
+        exact_const = float(np.dot(_sizes(rows, size), counts))
+        lower = bound.value - exact_const
+    else:
+        soon = min(deadline, t0 + 0.25 * (deadline - t0))
+        bound = lagrangian(grid, k, reach, upper, soon, tol)
+        if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
+            lp_deadline = time.perf_counter() + 0.7 * (deadline - time.perf_counter())
+            bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)
+            info["lp_rounds"] = bound.log
+            if seed is not None and time.perf_counter() < deadline:
+                soon = time.perf_counter() + 0.3 * (deadline - time.perf_counter())
+                found, _ = _best_search(grid, k, [cells, seed], soon)
+                _, got = grid.assign(found)
+                if total(grid, got) < upper:
+                    cells, upper = found, total(grid, got)
+        lower = bound.value - const
+    info.update(bound_iterations=bound.iterations, bound_seconds=time.perf_counter() - t0)
+    status = "heuristic" if converged else "time_limit"
+    pad = upper - const
+    info["method"] = "search+lagrangian"
+    remaining = deadline - time.perf_counter()
+    if (
+        params["exact"]
+        and not coarsened
+        and pad - lower > max(tol * pad, 0.5)
+        and remaining > 0.05
+        and num_pairs(grid, subset := survivors(bound, k, upper, cells))
+        <= max(MAX_PAIRS, PAIRS_PER_SECOND * remaining)
+    ):
+        info["ilp_candidates"] = int(subset.size)
+        t0 = time.perf_counter()
+        import pulp
+
+        try:
+            picked, details = solve_ilp(grid, k, cells, deadline, subset)
+        except (OSError, pulp.PulpSolverError) as exc:  # no usable solver: keep the plan
+            picked, details = None, {"proved": False, "error": f"{type(exc).__name__}: {exc}"}
+        info.update(ilp_seconds=time.perf_counter() - t0, ilp=details, method="ilp")
+        if picked is not None:
+            _, got = grid.assign(picked)
+            if np.isfinite(got).all() and total(grid, got) <= upper:
+                cells, upper = picked, total(grid, got)
+        if details["proved"]:
+            lower = upper - const
+        elif time.perf_counter() >= deadline:
+            status = "time_limit"
+    if coarsened:
+        status = "coarsened"
+    scale = max(1.0, abs(upper))
+    lower_int = math.ceil(lower - 1e-10 * scale - 1e-6)  # float sums: never round up past it
+    out = grid.lengths(cells)
+    out = out[np.lexsort(out.T[::-1])]
+    out.setflags(write=False)
+    return out, lower_int, status
+
+
+def _best_search(
+    grid: Grid, k: int, starts: list[np.ndarray], deadline: float
+) -> tuple[np.ndarray, bool]:
+    """The best plan of swaps + Lloyd steps from each start (NOTE [ Greedy, swap, Lloyd ])."""
+    best, best_value, converged = starts[0], np.inf, True
+    for start in starts:
+        cells, done = improve(grid, np.asarray(start, dtype=np.int64), k, deadline)
+        converged = converged and done
+        _, size = grid.assign(cells)
+        value = total(grid, size)
+        if value < best_value:
+            best, best_value = cells, value
+    return best, converged
+
+
+def _real(rows: np.ndarray, counts: np.ndarray, size: str) -> int:
+    """Real elements of the rows (counted by ``size``), exact."""
+    r = rows.astype(object)
+    per = r.sum(axis=1) if size == "sum" else r.prod(axis=1)
+    return int(np.dot(per, counts.astype(object)))
+
+
+def _sizes(rows: np.ndarray, size: str) -> np.ndarray:
+    r = rows.astype(np.float64)
+    return r.sum(axis=1) if size == "sum" else r.prod(axis=1)
+
+
+@dataclass(frozen=True)
+class Joint:
+    """``strategy=Joint(...)`` for :class:`~bucketloader.BucketSampler` / ``BucketSpec.build``:
+    the joint plan of several inputs with its options (``strategy="joint"`` is ``Joint()``).
+
+    It needs ``max_shapes=K`` and takes the place of ``num_buckets`` / ``boundaries``: the cells
+    (and so each input's boundaries) come from :func:`solve_joint`, per group.
+
+    Attributes:
+        time_limit: seconds per solve (NOTE [ Joint time limit and fallbacks ]).
+        tolerance: stop once the relative gap is at most this.
+        exact: try the integer program when the model is small.
+
+    Example:
+        >>> from bucketloader import BucketSampler
+        >>> pairs = [[3, 4], [4, 3], [10, 12], [12, 10], [11, 11]]
+        >>> s = BucketSampler(pairs, strategy=Joint(time_limit=1.0), max_shapes=2, batch_size=2)
+        >>> s.shapes
+        [(2, 4, 4), (2, 12, 12)]
+    """
+
+    time_limit: float = 5.0
+    tolerance: float = 0.001
+    exact: bool = True
+
+    def __post_init__(self) -> None:
+        joint_params(1, time_limit=self.time_limit, tolerance=self.tolerance, exact=self.exact)
+
+
+def resolve_joint(
+    strategy: Any,
+    *,
+    max_shapes: int | None,
+    num_buckets: Any,
+    boundaries: Any,
+    num_inputs: int,
+    size: Any,
+) -> Joint | None:
+    """The joint options a spec uses, or ``None`` for the per-input lattice.
+
+    The joint plan is used for ``strategy="joint"`` / ``Joint(...)``, and by default for two or
+    more inputs when ``max_shapes`` is given without ``num_buckets``, ``strategy`` or
+    ``boundaries`` and ``size`` is ``"sum"`` or ``"prod"`` (a callable ``size`` keeps the lattice
+    with the default ``num_buckets``).
+    """
+    explicit = isinstance(strategy, Joint) or (isinstance(strategy, str) and strategy == "joint")
+    if not explicit:
+        implicit = (
+            strategy is None
+            and num_buckets is None
+            and boundaries is None
+            and max_shapes is not None
+            and num_inputs >= 2
+            and isinstance(size, str)
+            and size in ("prod", "sum")
+        )
+        return Joint() if implicit else None
+    if max_shapes is None:
+        raise ValueError(
+            "strategy='joint' needs max_shapes=K, the number of shapes to plan; pass "
+            "max_shapes=8 (for example)"
+        )
+    if num_buckets is not None or boundaries is not None:
+        given = "num_buckets" if num_buckets is not None else "boundaries"
+        raise ValueError(
+            f"strategy='joint' chooses every input's boundaries itself; drop {given}=..., or "
+            "use another strategy to fit per-input buckets"
+        )
+    if not (isinstance(size, str) and size in ("prod", "sum")):
+        raise ValueError(
+            f"strategy='joint' counts padding by size='sum' or size='prod', got size={size!r}; "
+            "pass one of those, or use num_buckets=... with max_shapes for a callable size"
+        )
+    return strategy if isinstance(strategy, Joint) else Joint()

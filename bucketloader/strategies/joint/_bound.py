@@ -1,0 +1,213 @@
+"""A certified lower bound on the joint plan's padding: Lagrangian relaxation, subgradient ascent.
+
+NOTE [ The Lagrangian bound ]
+The plan is a facility-location problem: open at most K candidate cells ``y_c``, send every
+point ``i`` (weight ``w_i``) to one open cell covering it, pay ``w_i · size(c)``. Relaxing
+"every point is sent exactly once" with a multiplier ``λ_i = w_i (r_i − size_i)`` (``r_i``, the
+point's *reach*) leaves
+
+    L(r) = Σ_i λ_i − Σ_{the K largest} g_c(r),
+    g_c(r) = Σ_{i covered by c} w_i · max(0, r_i − size(c))
+
+(plus the constant ``Σ w_i size_i``), a lower bound on the optimal padding for **every** ``r``;
+its maximum over ``r`` equals the LP relaxation's value. The reaches start at the sizes of the
+heuristic plan's cells and follow subgradient steps (Polyak's step towards the heuristic's
+padding). Each evaluation rounds the reaches down to at most :data:`LEVELS` values, so all
+``g_c`` come from prefix sums (NOTE [ Gains by prefix sums ] in :mod:`._grid`); rounding down is
+just another ``r``, so every bound reported is valid. ``lower_bound`` is the best one seen.
+The candidates are the tight grid points (NOTE [ Candidate cells ]), which keep every optimum,
+so the bound holds for all plans, not only those on candidates.
+
+NOTE [ The LP bound by columns ]
+Subgradient steps approach the LP's value slowly. Where time allows, the LP relaxation itself is
+solved (CBC through PuLP) on a growing set of candidates: the heuristic's cells and the largest
+gains first, points with the same covering candidates merged into one row. The duals of its
+"send every point once" rows are reaches (per unit of weight) for **all** points, so
+``L(r)`` over **all** candidates is again a valid bound; candidates whose gain exceeds the dual
+of the shape budget enter the next round. When none does, the duals are optimal for the full LP
+and the bound is the LP's value (measured to equal the integer optimum on these histograms, or
+to be within 1 % of it).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from bucketloader.strategies.joint._cbc import solve_lp
+from bucketloader.strategies.joint._grid import Grid
+
+#: Distinct reach values per bound evaluation (subgradient steps).
+LEVELS = 96
+#: ... and when pricing the LP's duals, whose reaches take one value per merged row: rounding
+#: them down would hide the candidates the LP needs next.
+LP_LEVELS = 2048
+
+
+@dataclass
+class Bound:
+    """The best bound found, on ``Σ w_i · size(cell_i)`` (the padding plus a constant)."""
+
+    value: float
+    reach: np.ndarray
+    gains: np.ndarray
+    iterations: int
+    log: list | None = None
+
+
+def _snap(
+    reach: np.ndarray, weight: np.ndarray, levels: int = LEVELS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Reaches rounded down to at most ``levels`` values: ``(level per point, values)``."""
+    distinct = np.unique(reach)
+    if distinct.size <= levels:
+        value = distinct
+    else:
+        order = np.argsort(reach)
+        cum = np.cumsum(weight[order])
+        qs = np.searchsorted(cum, np.linspace(0, cum[-1], levels + 1)[:-1], side="right")
+        value = np.unique(reach[order[np.minimum(qs, order.size - 1)]])
+        value[0] = min(value[0], distinct[0])
+    level = np.searchsorted(value, reach, side="right") - 1
+    return level, value
+
+
+def evaluate(
+    grid: Grid, reach: np.ndarray, k: int, levels: int = LEVELS
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(L(r'), g(r'), r')`` for ``r'`` = ``reach`` rounded down to at most ``levels`` values."""
+    level, value = _snap(reach, grid.weight, levels)
+    snapped = value[level]
+    g = grid.gains(level, value)
+    top = np.sort(g)[-k:] if g.size > k else g
+    lb = float((grid.weight * snapped).sum() - top.sum())
+    return lb, g, snapped
+
+
+def lagrangian(
+    grid: Grid, k: int, start: np.ndarray, upper: float, deadline: float, target: float
+) -> Bound:
+    """Subgradient ascent from reaches ``start`` (the heuristic's cell size per point) until the
+    bound is within ``target`` (relative, on the padding) of ``upper``, stalls, or ``deadline``.
+
+    ``upper`` and the returned value are on ``Σ w_i · size(cell_i)``.
+    """
+    const = float((grid.weight * grid.point_size).sum())
+    reach = np.maximum(start.astype(np.float64), grid.point_size)
+    best: Bound | None = None
+    theta, stall, it = 1.0, 0, 0
+    while True:
+        it += 1
+        lb, g, snapped = evaluate(grid, reach, k)
+        if best is None or lb > best.value:
+            if best is not None and lb > best.value + 1e-6 * max(1.0, abs(upper - const)):
+                stall = 0
+            best = Bound(lb, snapped.copy(), g, it)
+        else:
+            stall += 1
+        pad_gap = upper - best.value
+        if pad_gap <= max(target * max(upper - const, 0.0), 0.5) or time.perf_counter() > deadline:
+            break
+        if stall >= 4:
+            theta, stall = theta / 2, 0
+            if theta < 1e-3:
+                break
+            reach = best.reach.copy()
+            continue
+        top = np.argsort(g)[-k:]
+        hit = (grid.covers(top) & (grid.cand_size[top][:, None] < snapped[None, :])).sum(axis=0)
+        sub = 1.0 - hit
+        norm = float((grid.weight * sub * sub).sum())
+        if norm == 0:
+            break  # a zero subgradient: r is optimal
+        step = theta * (upper - lb) / norm
+        reach = np.maximum(snapped + step * sub, grid.point_size)
+    best.iterations = it
+    return best
+
+
+def lp_bound(
+    grid: Grid,
+    k: int,
+    cells: np.ndarray,
+    best: Bound,
+    upper: float,
+    deadline: float,
+    target: float,
+    batch: int = 64,
+) -> tuple[Bound, np.ndarray | None]:
+    """The LP relaxation's bound by column generation (NOTE [ The LP bound by columns ]).
+
+    Returns the best :class:`Bound` (``best`` if nothing beat it) and the candidates of the last
+    restricted LP whose ``y`` is at least 0.5 (a seed for the search), or ``None``.
+    """
+    const = float((grid.weight * grid.point_size).sum())
+    top = np.argsort(best.gains)[-4 * k :]
+    chosen = set(np.asarray(cells).tolist()) | set(top.tolist())
+    seed: np.ndarray | None = None
+    log = best.log = []
+    while time.perf_counter() < deadline:
+        rset = np.array(sorted(chosen), dtype=np.int64)
+        cover = grid.covers(rset)
+        _, first, inv = np.unique(
+            np.packbits(cover, axis=0).T, axis=0, return_index=True, return_inverse=True
+        )
+        inv = inv.ravel()
+        weight = np.bincount(inv, weights=grid.weight)
+        ci, ki = np.nonzero(cover[:, first])
+        nr, npair, ncls = rset.size, ci.size, first.size
+        left = deadline - time.perf_counter()
+        if left <= 0.05:
+            break
+        pair = np.arange(npair)
+        # columns: y (nr), then x (npair); rows: send (ncls), open (npair), max_shapes (1)
+        rows = np.concatenate([ki, ncls + pair, ncls + pair, np.full(nr, ncls + npair)])
+        cols = np.concatenate([nr + pair, nr + pair, ci, np.arange(nr)])
+        vals = np.concatenate([np.ones(npair), np.ones(npair), -np.ones(npair), np.ones(nr)])
+        sense = np.array(["E"] * ncls + ["L"] * (npair + 1))
+        rhs = np.concatenate([np.ones(ncls), np.zeros(npair), [float(k)]])
+        cost = np.concatenate([np.zeros(nr), weight[ki] * grid.cand_size[rset][ci]])
+        t0 = time.perf_counter()
+        solved = solve_lp(cost, rows, cols, vals, sense, rhs, left)
+        log.append([int(nr), int(ncls), int(npair), round(time.perf_counter() - t0, 3)])
+        if solved is None:
+            break
+        xs, duals = solved
+        lam, mu = duals[:ncls], -float(duals[-1])
+        yv = xs[:nr]
+        if (yv >= 0.5).any():
+            seed = rset[yv >= 0.5]
+        reach = np.maximum((lam / weight)[inv], grid.point_size)
+        for mix in (1.0, 0.5):
+            trial = mix * reach + (1 - mix) * best.reach
+            lb, g, snapped = evaluate(grid, trial, k, LP_LEVELS)
+            if lb > best.value:
+                best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
+        if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
+            break
+        _, g, _ = evaluate(grid, reach, k, LP_LEVELS)
+        out = np.setdiff1d(np.flatnonzero(g > mu * (1 + 1e-9) + 1e-6), rset)
+        if out.size == 0:
+            break  # the restricted LP's duals price out every candidate: the LP bound
+        chosen |= set(out[np.argsort(g[out])[-batch:]].tolist())
+    return best, seed
+
+
+def survivors(bound: Bound, k: int, upper: float, cells: np.ndarray) -> np.ndarray:
+    """NOTE [ Fixing candidates by the bound ]: the candidates that can be in a plan padding
+    less than ``upper`` (on ``Σ w_i · size``), plus ``cells``.
+
+    Forcing candidate ``c`` open in the Lagrangian at the bound's reaches gives
+    ``L − g_c + g_(K)`` (``g_(K)``: the K-th largest gain) when ``c`` is not among the K largest,
+    a lower bound for every plan using ``c``. Paddings are integers, so a plan better than
+    ``upper`` has ``Σ w_i · size <= upper − 1``: candidates whose forced bound exceeds that are
+    in no better plan and leave the integer program.
+    """
+    g = bound.gains
+    kth = float(np.sort(g)[-k]) if g.size >= k else 0.0
+    forced = np.where(g >= kth, bound.value, bound.value - g + kth)
+    slack = 1e-9 * max(1.0, abs(upper)) + 1e-6
+    keep = np.flatnonzero(forced <= upper - 1 + slack)
+    return np.union1d(keep, np.asarray(cells, dtype=np.int64))

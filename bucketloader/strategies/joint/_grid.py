@@ -1,0 +1,196 @@
+"""The joint histogram on its grid: candidate cells and the gains of every candidate at once.
+
+NOTE [ Candidate cells ]
+Per input ``d`` the distinct lengths ``U_d`` span a grid; a sample sits at the grid point of its
+lengths. In an optimal plan every cell can be lowered, input by input, to the longest of its own
+samples (no sample leaves it, its size cannot grow), so every cell's coordinate ``d`` is the
+length ``d`` of one of the samples it covers: a *tight* grid point. Only tight grid points are
+candidates; that keeps every optimum and drops most of the grid. A grid point is tight in input
+``d`` when some sample has exactly its length ``d`` and at most its other lengths (a cumulative
+OR of the occupancy along every other axis).
+
+NOTE [ Gains by prefix sums ]
+The heuristic and the bound both need, for every candidate ``c``, a sum over the samples it
+covers of ``w_i · max(0, r_i − size(c))`` where ``r_i`` is one of a few *levels* (the size of a
+sample's current cell, or its Lagrangian reach rounded down to a level). Per level the covered
+weight is a D-dimensional prefix sum of that level's weight grid, so every candidate's gain costs
+O(levels · grid) in numpy, never O(candidates · samples).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Grids with more points than this are pre-binned (coordinates kept per input, see
+#: :func:`coarse_values`).
+MAX_GRID = 1 << 18
+#: Bound the (levels, grid) temporary of :func:`gains` to this many float64 values.
+_GAIN_CHUNK = 1 << 22
+
+
+def sizes_of(coords: np.ndarray, size: str) -> np.ndarray:
+    """Size of each row of ``coords`` (``(M, D)`` lengths) as float64: ``"sum"`` or ``"prod"``."""
+    coords = np.asarray(coords, dtype=np.float64)
+    return coords.sum(axis=1) if size == "sum" else coords.prod(axis=1)
+
+
+def exact_size(row: np.ndarray, size: str) -> int:
+    """Size of one padded shape as an exact Python int."""
+    values = [int(x) for x in row]
+    if size == "sum":
+        return sum(values)
+    out = 1
+    for x in values:
+        out *= x
+    return out
+
+
+@dataclass(frozen=True, eq=False)
+class Grid:
+    """The joint histogram on the per-input value grid, with its candidate cells.
+
+    Attributes:
+        values: per input, the grid coordinates (sorted distinct lengths, or a coarser set).
+        shape: grid shape (``len(values[d])`` per input).
+        weight: ``(n,)`` samples per grid point that holds any (float64).
+        point: ``(n, D)`` grid index of those points.
+        point_flat: ``(n,)`` flat grid index of the points.
+        point_size: ``(n,)`` size of the points (at grid coordinates).
+        cand: ``(C, D)`` grid index of the candidate cells.
+        cand_flat: ``(C,)`` flat grid index of the candidates.
+        cand_size: ``(C,)`` size of the candidates.
+        cand_of_flat: ``(G,)`` candidate id of every grid point (``-1`` if not a candidate).
+        size: ``"sum"`` or ``"prod"``.
+    """
+
+    values: tuple[np.ndarray, ...]
+    shape: tuple[int, ...]
+    weight: np.ndarray
+    point: np.ndarray
+    point_flat: np.ndarray
+    point_size: np.ndarray
+    cand: np.ndarray
+    cand_flat: np.ndarray
+    cand_size: np.ndarray
+    cand_of_flat: np.ndarray
+    size: str
+
+    @classmethod
+    def build(
+        cls, rows: np.ndarray, counts: np.ndarray, values: list[np.ndarray], size: str
+    ) -> Grid:
+        """The grid of ``values`` with the rows (``(n, D)``, each at most the last value of its
+        input) rounded up onto it, and the tight candidates (NOTE [ Candidate cells ])."""
+        d = rows.shape[1]
+        idx = np.stack([np.searchsorted(values[k], rows[:, k]) for k in range(d)], axis=1)
+        shape = tuple(int(v.size) for v in values)
+        flat = np.ravel_multi_index(tuple(idx.T), shape)
+        uflat, inv = np.unique(flat, return_inverse=True)
+        weight = np.bincount(inv.ravel(), weights=counts.astype(np.float64))
+        point = np.stack(np.unravel_index(uflat, shape), axis=1).astype(np.int64)
+        occ = np.zeros(shape, dtype=bool)
+        occ.ravel()[uflat] = True
+        tight = np.ones(shape, dtype=bool)
+        for k in range(d):
+            t = occ
+            for ax in range(d):
+                if ax != k:
+                    t = np.logical_or.accumulate(t, axis=ax)
+            tight &= t
+        cand_flat = np.flatnonzero(tight)
+        cand = np.stack(np.unravel_index(cand_flat, shape), axis=1).astype(np.int64)
+        cand_of_flat = np.full(int(np.prod(shape)), -1, dtype=np.int64)
+        cand_of_flat[cand_flat] = np.arange(cand_flat.size)
+        return cls(
+            values=tuple(values),
+            shape=shape,
+            weight=weight,
+            point=point,
+            point_flat=uflat,
+            point_size=sizes_of(cls._coords(values, point), size),
+            cand=cand,
+            cand_flat=cand_flat,
+            cand_size=sizes_of(cls._coords(values, cand), size),
+            cand_of_flat=cand_of_flat,
+            size=size,
+        )
+
+    @staticmethod
+    def _coords(values: tuple[np.ndarray, ...] | list[np.ndarray], idx: np.ndarray) -> np.ndarray:
+        return np.stack([values[k][idx[:, k]] for k in range(idx.shape[1])], axis=1)
+
+    def lengths(self, cand_ids: np.ndarray) -> np.ndarray:
+        """``(k, D)`` padded lengths of candidates ``cand_ids``."""
+        return self._coords(self.values, self.cand[np.asarray(cand_ids, dtype=np.int64)])
+
+    def assign(self, cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each point's cheapest covering cell among candidate ids ``cells``: ``(slot, size)``,
+        size ``inf`` (slot ``-1``) where none covers."""
+        cells = np.asarray(cells, dtype=np.int64)
+        cover = (self.cand[cells][:, None, :] >= self.point[None, :, :]).all(axis=2)
+        cost = np.where(cover, self.cand_size[cells][:, None], np.inf)
+        slot = cost.argmin(axis=0)
+        best = cost[slot, np.arange(slot.size)]
+        return np.where(np.isfinite(best), slot, -1), best
+
+    def tighten(self, cells: np.ndarray, slot: np.ndarray) -> np.ndarray:
+        """Lloyd step: every used cell lowered to the longest of its points (a tight candidate);
+        unused cells dropped. Padding never grows."""
+        out = []
+        for k in range(len(cells)):
+            mine = slot == k
+            if mine.any():
+                top = self.point[mine].max(axis=0)
+                out.append(int(self.cand_of_flat[np.ravel_multi_index(tuple(top), self.shape)]))
+        return np.unique(np.array(out, dtype=np.int64))
+
+    def gains(self, level: np.ndarray, level_value: np.ndarray) -> np.ndarray:
+        """For every candidate ``c``: ``sum_i w_i · max(0, level_value[level[i]] − size(c))`` over
+        the points ``i`` it covers (NOTE [ Gains by prefix sums ])."""
+        nl = int(level_value.size)
+        g = int(np.prod(self.shape))
+        out = np.zeros(self.cand_flat.size)
+        step = max(1, _GAIN_CHUNK // max(g, 1))
+        for lo in range(0, nl, step):
+            hi = min(nl, lo + step)
+            mine = (level >= lo) & (level < hi)
+            if not mine.any():
+                continue
+            key = (level[mine] - lo) * g + self.point_flat[mine]
+            grid = np.bincount(key, weights=self.weight[mine], minlength=(hi - lo) * g)
+            grid = grid.reshape((hi - lo, *self.shape))
+            for ax in range(1, grid.ndim):
+                np.cumsum(grid, axis=ax, out=grid)
+            covered = grid.reshape(hi - lo, g)[:, self.cand_flat]
+            slope = np.maximum(level_value[lo:hi, None] - self.cand_size[None, :], 0.0)
+            out += (slope * covered).sum(axis=0)
+        return out
+
+    def covers(self, cells: np.ndarray) -> np.ndarray:
+        """``(k, n)``: whether candidate ``cells[j]`` covers point ``i``."""
+        cells = np.asarray(cells, dtype=np.int64)
+        return (self.cand[cells][:, None, :] >= self.point[None, :, :]).all(axis=2)
+
+
+def coarse_values(rows: np.ndarray, counts: np.ndarray, limit: int) -> list[np.ndarray]:
+    """Per-input grid coordinates whose product is about ``limit`` at most: every distinct length
+    where that fits, else weighted quantiles per input, the shortest and the longest always kept
+    (samples round up onto them for the plan, down for the bound)."""
+    d = rows.shape[1]
+    exact = [np.unique(rows[:, k]) for k in range(d)]
+    if int(np.prod([float(v.size) for v in exact])) <= limit:
+        return exact
+    per = max(2, int(limit ** (1.0 / d)))
+    out = []
+    for k in range(d):
+        if exact[k].size <= per:
+            out.append(exact[k])
+            continue
+        order = np.argsort(rows[:, k], kind="stable")
+        cum = np.cumsum(counts[order])
+        qs = np.searchsorted(cum, np.linspace(0, cum[-1], per + 1)[1:], side="left")
+        picked = rows[order[np.minimum(qs, order.size - 1)], k]
+        out.append(np.unique(np.concatenate([picked, exact[k][[0, -1]]])))
+    return out

@@ -1,0 +1,256 @@
+"""Joint shapes (strategies/joint): a brute-force oracle, the sampler, the cache, bad input."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tempfile
+
+import numpy as np
+import pytest
+from conftest import load_real
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_plan import check_plan_invariants
+
+from bucketloader import BucketCache, BucketSampler
+from bucketloader.boundaries import joint_assign, joint_padding
+from bucketloader.plan import BucketSpec, TokenBudget
+from bucketloader.solve import compute_boundaries
+from bucketloader.strategies.joint import Joint, JointHistogram, solve_joint
+
+
+def oracle(rows, counts, k, size):
+    """The least padding over every set of at most k cells of the value grid (all K-subsets)."""
+    grid = list(itertools.product(*[np.unique(rows[:, d]) for d in range(rows.shape[1])]))
+    best = None
+    for m in range(1, k + 1):
+        for subset in itertools.combinations(grid, m):
+            cells = np.array(subset, dtype=np.int64)
+            if (joint_assign(rows, cells, size) < 0).any():
+                continue
+            pad = joint_padding(rows, counts, cells, size)
+            best = pad if best is None else min(best, pad)
+    return best
+
+
+tiny = st.lists(
+    st.tuples(st.integers(1, 4), st.sampled_from([1, 3, 6, 7]), st.integers(1, 3)),
+    min_size=1,
+    max_size=8,
+    unique_by=lambda t: t[:2],
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(points=tiny, k=st.integers(1, 3), size=st.sampled_from(["sum", "prod"]))
+def test_bound_and_plan_bracket_the_oracle(points, k, size):
+    rows = np.array([p[:2] for p in points], dtype=np.int64)
+    counts = np.array([p[2] for p in points], dtype=np.int64)
+    table = np.repeat(rows, counts, axis=0)
+    best = oracle(rows, counts, k, size)
+    quick = solve_joint(table, k, size=size, exact=False)
+    assert quick.lower_bound <= best <= quick.objective
+    assert len(quick.cells) <= k
+    assert (joint_assign(table, quick.cells, size) >= 0).all()
+    exact = solve_joint(table, k, size=size, exact=True)
+    assert exact.objective == best == exact.lower_bound
+    assert exact.status == "optimal" and exact.gap == 0.0
+
+
+def test_one_input_is_the_exact_dp():
+    lengths = load_real("ecoli")
+    sol = solve_joint(lengths[:, None], 8)
+    dp = compute_boundaries(lengths, 8)
+    assert sol.cells.ravel().tolist() == dp.tolist()
+    assert sol.status == "optimal" and sol.objective == sol.lower_bound
+    spec = BucketSpec.build(lengths, strategy="joint", max_shapes=8, batch_size=4)
+    assert spec.cell_lengths.ravel().tolist() == dp.tolist()
+
+
+def test_real_pairs_plan_and_bound():
+    pairs = load_real("multi30k")[:4000]
+    sol = solve_joint(pairs, 6, size="sum", time_limit=3.0)
+    assert sol.lower_bound <= sol.objective
+    assert sol.objective == joint_padding(*np.unique(pairs, axis=0, return_counts=True), sol.cells)
+    merged = BucketSpec.build(pairs, num_buckets=8, max_shapes=6, batch_size=1)
+    lattice = joint_padding(pairs, np.ones(len(pairs)), merged.cell_lengths)
+    assert sol.objective <= lattice
+    assert sol.solve_seconds < 10
+
+
+def test_sampler_picks_boundaries_from_max_shapes_alone():
+    pairs = load_real("coco")[:400]
+    sampler = BucketSampler(pairs, max_shapes=4, max_tokens=640 * 640 * 4, size="prod", seed=2)
+    spec = sampler.spec
+    assert spec.joint is not None and len(spec.cell_lengths) <= 4
+    assert (spec.cell_lengths[spec.cell_of_sample] >= pairs).all()
+    info = spec.joint[0]
+    pad = joint_padding(pairs, np.ones(len(pairs)), spec.cell_lengths, "prod")
+    assert info["objective"] == pad >= info["lower_bound"]
+    report = sampler.report()
+    assert report.as_dict()["joint"][0]["lower_bound"] == info["lower_bound"]
+    assert "joint plan (group 0)" in str(report)
+    json.dumps(report.as_dict())
+    check_plan_invariants(spec, 2, seed=1)
+    # the existing lattice path is kept when num_buckets is given
+    lattice = BucketSpec.build(pairs, num_buckets=3, max_shapes=4, batch_size=2)
+    assert lattice.joint is None
+
+
+def test_joint_with_groups_pad_multiple_and_budget_drop():
+    pairs = load_real("gsm8k")[:300]
+    groups = np.arange(300) % 2
+    spec = BucketSpec.build(
+        {"q": pairs[:, 0], "a": pairs[:, 1]},
+        strategy=Joint(time_limit=2.0),
+        max_shapes=3,
+        groups=groups,
+        pad_to_multiple_of=8,
+        max_tokens=TokenBudget(200, oversize="drop"),
+        last_batch="keep",
+    )
+    assert spec.filtered["oversize"] > 0
+    for g in (0, 1):
+        assert (spec.cell_group == g).sum() <= 3
+    assert (spec.cell_lengths % 8 == 0).all()
+    assert len(spec.joint) == 2
+    check_plan_invariants(spec, 3, seed=4)
+
+
+def test_joint_solution_is_cached_under_all_parameters():
+    pairs = load_real("europarl")[:800]
+    cache = BucketCache(tempfile.mkdtemp())
+    first = solve_joint(pairs, 4, cache=cache)
+    again = solve_joint(pairs[::-1], 4, cache=cache)
+    assert (cache.hits, cache.misses) == (1, 1)
+    assert again.cells.tolist() == first.cells.tolist()
+    assert again.lower_bound == first.lower_bound
+    solve_joint(pairs, 4, size="prod", cache=cache)
+    solve_joint(pairs, 4, time_limit=1.0, cache=cache)
+    assert (cache.hits, cache.misses, len(cache)) == (1, 3, 3)
+    # an edited entry is refused and recomputed
+    path = next(cache.directory.glob("*.json"))
+    body = json.loads(path.read_text())
+    body["solution"]["objective"] -= 1
+    path.write_text(json.dumps(body))
+    with pytest.warns(UserWarning, match="unusable cache entry"):
+        BucketCache(cache.directory).get_or_solve(
+            JointHistogram.from_lengths(pairs),
+            body["strategy"],
+            body["params"],
+            lambda: solve_joint(pairs, **_args(body["params"])),
+        )
+
+
+def _args(params):
+    return {k: params[k] for k in ("max_shapes", "size", "time_limit", "tolerance", "exact")}
+
+
+def test_time_limit_returns_the_best_plan_with_its_gap():
+    pairs = load_real("gsm8k")[:3000]
+    sol = solve_joint(pairs, 16, time_limit=0.001)
+    assert sol.status in ("time_limit", "optimal")
+    assert 0 <= sol.lower_bound <= sol.objective and 0 <= sol.gap <= 1
+    assert len(sol.cells) <= 16
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_shapes": 0}, "max_shapes must be an int >= 1"),
+        ({"max_shapes": 2, "time_limit": 0}, "time_limit must be"),
+        ({"max_shapes": 2, "size": "max"}, "size must be one of"),
+        ({"max_shapes": 2, "tolerance": -1}, "tolerance must be"),
+    ],
+)
+def test_solve_joint_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        solve_joint([[1, 2], [3, 4]], **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"strategy": "joint"}, "needs max_shapes"),
+        ({"strategy": "joint", "max_shapes": 2, "num_buckets": 3}, "drop num_buckets"),
+        ({"strategy": "joint", "max_shapes": 2, "size": lambda s: s[0]}, "size='sum' or"),
+        ({"strategy": Joint(), "max_shapes": 2, "boundaries": [[2, 4], [2, 4]]}, "drop bound"),
+    ],
+)
+def test_spec_joint_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        BucketSpec.build([[1, 2], [3, 4]], batch_size=1, **kwargs)
+
+
+def test_joint_options_are_checked_once():
+    with pytest.raises(ValueError, match="time_limit must be"):
+        Joint(time_limit=-1)
+    # a callable size with max_shapes alone keeps the lattice (documented fallback)
+    spec = BucketSpec.build([[1, 2], [3, 4]], max_shapes=1, size=lambda s: s[0] * 2, batch_size=1)
+    assert spec.joint is None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_ranks_get_rank_zeros_joint_plan(tmp_path):
+    """NOTE [ One joint plan for every rank ]: rank 1 cannot solve (its solver raises), so the
+    plan it builds must be the one rank 0 broadcast."""
+    from conftest import free_port, run_ranks
+
+    port = free_port()
+    argv = lambda r: [__file__, "joint_worker", str(r), str(port), str(tmp_path)]  # noqa: E731
+    run_ranks(argv, 2, timeout=300)
+    got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert got[0] == got[1] and len(got[0]["shapes"]) <= 4
+
+
+def _joint_worker(rank: int, port: int, out_dir: str) -> None:
+    from datetime import timedelta
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    import bucketloader.strategies.joint as joint
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+        timeout=timedelta(seconds=240),
+    )  # fmt: skip
+    if rank == 1:
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("rank 1 must not solve")
+
+        joint._solve = refuse
+    pairs = load_real("multi30k")[:2000]
+    sampler = BucketSampler(pairs, max_shapes=4, batch_size=8)
+    out = {"shapes": sampler.shapes, "joint": [dict(j) for j in sampler.spec.joint]}
+    for j in out["joint"]:
+        j.pop("seconds")
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__" and len(__import__("sys").argv) == 5:
+    import sys
+
+    _joint_worker(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(points=tiny, k=st.integers(1, 3), size=st.sampled_from(["sum", "prod"]))
+def test_coarsened_grid_keeps_a_certified_bound(points, k, size):
+    """NOTE [ Joint time limit and fallbacks ]: a pre-binned grid rounds samples down for the
+    bound, so it stays below the true optimum."""
+    import bucketloader.strategies.joint as joint
+
+    rows = np.array([p[:2] for p in points], dtype=np.int64)
+    counts = np.array([p[2] for p in points], dtype=np.int64)
+    best = oracle(rows, counts, k, size)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(joint, "MAX_GRID", 4)
+        sol = solve_joint(np.repeat(rows, counts, axis=0), k, size=size)
+    assert sol.lower_bound <= best <= sol.objective
+    assert (joint_assign(rows, sol.cells, size) >= 0).all() and len(sol.cells) <= k
