@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test demo bench lint clean
+.PHONY: test test-full demo bench lint clean
 
 $(VENV)/.installed: pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,10 @@ $(VENV)/.installed: pyproject.toml constraints-dev.txt
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
+
+# every property test at the example count written next to it (tests/conftest.py)
+test-full: $(VENV)/.installed
+	BUCKETLOADER_TESTS=full $(PY) -m pytest
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/bucketloader demo

@@ -39,11 +39,13 @@ def _err(exc: BaseException) -> str:
 
 
 def _bucketize():
+    """The stream's entry point across versions (``bucketize`` was removed in favour of
+    ``BucketIterable``, which takes the same arguments)."""
     try:
-        from bucketloader.stream import bucketize
+        from bucketloader.stream import BucketIterable
     except ImportError:
-        from bucketloader.streaming import bucketize
-    return bucketize
+        from bucketloader.streaming import bucketize as BucketIterable
+    return BucketIterable
 
 
 def _solve_into(directory: str, lengths, k: int = 3) -> Path:

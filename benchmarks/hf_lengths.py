@@ -120,7 +120,7 @@ def bench_stream(n: int) -> list[str]:
     import torch
 
     from bucketloader.solve import compute_boundaries
-    from bucketloader.stream import bucketize
+    from bucketloader.stream import BucketIterable
 
     lens = real_lengths(n, seed=1)
     samples = [{"input_ids": np.ones(k, np.int32), "label": i % 2} for i, k in enumerate(lens)]
@@ -148,7 +148,7 @@ def bench_stream(n: int) -> list[str]:
         return sum(1 for _ in dl)
 
     def bucketed(src, shuffle=0):
-        s = bucketize(
+        s = BucketIterable(
             src, length_fn="input_ids", boundaries=b, batch_size=32, shuffle_buffer=shuffle
         )
         return sum(1 for _ in s)

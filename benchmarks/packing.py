@@ -47,9 +47,10 @@ sys.path.insert(0, str(ROOT))
 DATA = ROOT / "tests" / "data"  # the real length files (provenance: tests/data/SOURCES.md)
 OUT = ROOT / "benchmarks" / "results" / "packing.md"
 
-from bucketloader.pack import PackIterable, PackSampler, PackSpec, SplitDataset  # noqa: E402
+from bucketloader.pack import PackSampler, PackSpec, SplitDataset  # noqa: E402
 from bucketloader.pack._bins import lower_bound  # noqa: E402
 from bucketloader.sampler import BucketSampler  # noqa: E402
+from bucketloader.stream import PackIterable  # noqa: E402
 
 TOKENS_PER_BATCH = 16384
 ROWS = (256, 1024, 4096)

@@ -7,29 +7,38 @@ between the sampler, the stream, the collator and the analysis tools.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+from numpy.typing import ArrayLike
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.histogram import LengthHistogram
     from bucketloader.solution import JointSolution, Solution
 
+#: Per-sample lengths as the public entry points take them: a list, a numpy array or a torch
+#: tensor (anything :func:`numpy.asarray` reads), checked by
+#: :func:`bucketloader._validation.as_lengths`.
+LengthsLike: TypeAlias = ArrayLike
+#: One value for every bucketed input, or one per input (a sequence in input order, or a
+#: mapping input name -> value).
+PerInput: TypeAlias = int | Sequence[int] | Mapping[str, int]
+#: How a stream measures a sample: ``None`` (``len(sample)``), a key, several keys (one per
+#: bucketed input) or a callable ``sample -> length`` (or a tuple of lengths).
+LengthFn: TypeAlias = str | Sequence[str] | Callable[[Any], Any] | None
+
 #: What happens to a bucket's partial last batch (see NOTE [ last_batch and replicas ] in
 #: :mod:`bucketloader.plan.epoch`).
 LAST_BATCH = ("drop", "fill", "keep", "pad")
-LastBatch = Literal["drop", "fill", "keep", "pad"]
 
 #: Which side padding goes on.
 SIDES = ("left", "right")
-Side = Literal["left", "right"]
 
 #: What happens to a sample longer than the last boundary.
 OVERFLOW = ("drop", "error", "truncate")
-Overflow = Literal["drop", "error", "truncate"]
 
 #: What happens to a bucket whose padded size exceeds ``max_tokens`` (a ``TokenBudget`` option).
 OVERSIZE = ("drop", "error", "single")
-Oversize = Literal["drop", "error", "single"]
 
 #: How ``max_tokens`` counts a padded shape of several inputs.
 SIZES = ("prod", "sum")
@@ -37,7 +46,6 @@ Size = Literal["prod", "sum"] | Callable[[tuple[int, ...]], int]
 
 #: Padding objectives: pad elements, or ``b**2 - L**2`` (attention-like compute).
 COSTS = ("linear", "quadratic")
-Cost = Literal["linear", "quadratic"]
 
 
 class Strategy(Protocol):

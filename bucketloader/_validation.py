@@ -158,6 +158,39 @@ def as_lengths(
         ValueError: lengths must be < 2**62, got 9223372036854775808 at index 1; ...
     """
     allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+    if isinstance(lengths, Lengths) and lengths.array.ndim in allowed:
+        return lengths.array  # checked once, at the public entry point
+    return _check_lengths(lengths, name, allowed)
+
+
+class Lengths:
+    """Lengths :func:`as_lengths` already checked at a public entry point, passed down so that
+    inner calls (the histogram, a spec, a solve) take them as they are: convert once.
+
+    Holds a read-only view (the caller's array keeps its flags).
+
+    Example:
+        >>> checked = Lengths(as_lengths([3, 5]))
+        >>> as_lengths(checked) is checked.array
+        True
+    """
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: np.ndarray) -> None:
+        view = array.view()
+        view.setflags(write=False)
+        self.array = view
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self.array if dtype is None else self.array.astype(dtype)
+
+
+def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndarray:
+    """:func:`as_lengths` of anything but already checked :class:`Lengths`."""
     if _is_tensor(lengths):
         lengths = _tensor_to_numpy(lengths, name)
     if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__len__"):

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -51,11 +52,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from bucketloader._ranks import resolve_ranks
+from bucketloader._dist import resolve_ranks
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
-from bucketloader.plan.budget import even_batch
-from bucketloader.sampler import spec_or_build
+from bucketloader.plan.budget import even_batch, size_values
+from bucketloader.plan.report import SamplingReport
+from bucketloader.sampler import check_state, spec_or_build
 
 __all__ = ["EvalBatch", "EvalCollator", "EvalDataset", "EvalSampler", "restore_order"]
 
@@ -155,8 +157,33 @@ class EvalSampler(Sampler[list[int]]):
         self.spec = spec_or_build(lengths, spec_options, BucketSpec)
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
         self.balance = check_bool("balance", balance)
+        self._start = self._yielded = 0
         if self.balance:
             self.spec = _balanced(self.spec, self.num_replicas)
+        self._warn_filtered()
+
+    def _warn_filtered(self) -> None:
+        """A filter makes evaluation partial: say so once, with the counts (NOTE [ Warning about
+        silent losses ] in :mod:`bucketloader.sampler`); evaluation stays whole over the kept
+        samples (:attr:`kept`, :meth:`restore`)."""
+        n, kept = int(self.spec.cell_of_sample.size), self.num_samples
+        if kept == n:
+            return
+        filtered = dict(self.spec.filtered or {})
+        words = {"too_short": "min_length", "too_long": "max_length", "oversize": "oversize"}
+        listed = ", ".join(
+            f"{filtered[k]:,} by {w} ({k.replace('_', ' ')})"
+            for k, w in words.items()
+            if filtered.get(k)
+        )
+        warnings.warn(
+            f"this EvalSampler evaluates {kept:,} of {n:,} samples: {n - kept:,} left out "
+            f"({listed}); metrics cover only the kept samples. restore() returns their outputs "
+            "in dataset order (sampler.kept lists their indices); drop max_length / "
+            "min_length (or use overflow='truncate') to evaluate every sample",
+            UserWarning,
+            stacklevel=3,
+        )
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
@@ -179,8 +206,72 @@ class EvalSampler(Sampler[list[int]]):
 
     @property
     def num_samples(self) -> int:
-        """Samples evaluated (each exactly once, over all ranks together)."""
-        return int(self.spec.cell_of_sample.size)
+        """Samples evaluated (each exactly once, over all ranks together): all of them, or the
+        :attr:`kept` ones when a filter (``max_length`` / ``min_length`` with
+        ``overflow="drop"``, ``oversize="drop"``) leaves some out."""
+        return self.spec.num_planned
+
+    @property
+    def kept(self) -> np.ndarray:
+        """Dataset indices of the evaluated samples, in order (``arange(N)`` without a filter):
+        :meth:`restore` returns their outputs in this order."""
+        kept = self.spec.kept
+        return np.arange(self.spec.cell_of_sample.size) if kept is None else kept
+
+    def report(self) -> SamplingReport:
+        """What evaluation does with the data, exactly: samples, filtered (left out), seen
+        (each once), filler rows, and padding per shape, over all ranks.
+
+        Example:
+            >>> import warnings
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore")  # it warns: 1 of 5 samples left out
+            ...     s = EvalSampler([3, 4, 9, 10, 30], num_buckets=2, batch_size=2,
+            ...                     max_length=12, overflow="drop")
+            >>> r = s.report()
+            >>> r.totals["samples"], r.totals["too_long"], r.totals["seen"], s.kept.tolist()
+            (5, 1, 4, [0, 1, 2, 3])
+        """
+        spec, plan = self.spec, self._plan
+        n, k = int(spec.cell_of_sample.size), spec.cells.num_cells
+        cells, width = plan["cell"], spec.cells.batch[plan["cell"]]
+        real_rows = plan["size"].sum(axis=1)
+        sizes = size_values(spec.planned_lengths(), spec.size)
+        cell_size = size_values(spec.cell_lengths, spec.size)
+        kept = self.kept
+        real = np.bincount(spec.cell_of_sample[kept], weights=sizes[kept], minlength=k)
+        batches = np.bincount(cells, minlength=k) * self.num_replicas
+        filtered = dict(spec.filtered or {})
+        totals = {
+            "samples": n,
+            "planned": int(kept.size),
+            **{key: int(filtered.get(key, 0)) for key in ("too_short", "too_long", "oversize")},
+            "truncated": int(filtered.get("truncated", 0)),
+            "seen": int(kept.size),
+            "repeated": 0,
+            "dropped": 0,
+            "batches": len(self),
+            "padded_rows": int((width * self.num_replicas - real_rows).sum()),
+        }
+        rows = tuple(
+            {
+                "shape": tuple(int(x) for x in (spec.cells.batch[c], *spec.cell_lengths[c])),
+                "samples": int(spec.counts[c]),
+                "batches": int(batches[c]),
+                "rows": int(spec.counts[c]),
+                "real": int(real[c]),
+                "padded": int(batches[c] * spec.cells.batch[c] * cell_size[c]),
+            }
+            for c in range(k)
+            if spec.counts[c]
+        )
+        return SamplingReport(
+            epoch=0,
+            totals=totals,
+            cells=rows,
+            batches_left=len(self),
+            samples_left=int(plan["size"][:, self.rank].sum()),
+        )
 
     def __len__(self) -> int:
         """Steps per rank (the same on every rank)."""
@@ -257,7 +348,10 @@ class EvalSampler(Sampler[list[int]]):
         cells, batch = plan["cell"], self.spec.cells.batch
         rows = self.row_index()
         offsets = np.concatenate([[0], np.cumsum(batch[cells])])
-        for s in range(cells.size):
+        start, self._start = self._start, 0
+        self._yielded = start
+        for s in range(start, cells.size):
+            self._yielded = s + 1
             n, start = int(plan["size"][s, r]), int(plan["start"][s, r])
             fill = None if n else int(order[plan["base"][s]])
             yield EvalBatch(
@@ -266,6 +360,37 @@ class EvalSampler(Sampler[list[int]]):
                 fill,
                 int(cells[s]),
             )
+
+    # -- resumption ----------------------------------------------------------------------------
+    def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
+        """Small JSON-serialisable state: the position in the evaluation and its configuration
+        (as :meth:`BucketSampler.state_dict <bucketloader.BucketSampler.state_dict>`; pass
+        ``batches_consumed`` when a prefetching DataLoader runs ahead of your loop)."""
+        pos = self._yielded
+        if batches_consumed is not None:
+            pos = check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
+        return {
+            "version": 1,
+            "epoch": 0,
+            "batches_yielded": int(pos),
+            "config": self._config(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next ``__iter__`` yields exactly the remaining batches.
+
+        Raises ``ValueError`` if ``state`` comes from another configuration, naming both values.
+        """
+        _, pos = check_state(state, self._config(), type(self).__name__)
+        self._start = self._yielded = pos
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "num_replicas": self.num_replicas,
+            "num_samples": self.num_samples,
+            "num_batches": len(self),
+            "plan_digest": self.spec.digest,
+        }
 
     # -- loading -------------------------------------------------------------------------------
     def wrap(self, dataset: Any) -> EvalDataset:
@@ -298,8 +423,20 @@ class EvalSampler(Sampler[list[int]]):
 
     # -- dataset order -------------------------------------------------------------------------
     def restore(self, outputs: Any) -> Any:
-        """Outputs gathered at every step (layout of :meth:`gathered_index`) in dataset order."""
-        return restore_order(outputs, self.gathered_index(), num_samples=self.num_samples)
+        """Outputs gathered at every step (layout of :meth:`gathered_index`) in dataset order
+        (the order of :attr:`kept` when a filter left samples out)."""
+        return restore_order(
+            outputs, self.positions(self.gathered_index()), num_samples=self.num_samples
+        )
+
+    def positions(self, index: Any) -> np.ndarray:
+        """Dataset indices (a batch's ``index`` column, gathered) as positions in :attr:`kept`,
+        fillers -1: what :func:`restore_order` takes with ``num_samples=self.num_samples``
+        (the same array without a filter)."""
+        index = _check_index(index)
+        if self.spec.kept is None:
+            return index
+        return np.where(index < 0, -1, np.searchsorted(self.kept, index))
 
     def restore_ranks(self, outputs: Sequence[Any]) -> Any:
         """Per-rank outputs (``outputs[r]``: rank ``r``'s rows over all its steps, e.g. from
@@ -311,6 +448,7 @@ class EvalSampler(Sampler[list[int]]):
                 f"{type(outputs).__name__} of length {size}"
             )
         index = np.concatenate([self.row_index(r) for r in range(self.num_replicas)])
+        index = self.positions(index)
         return restore_order(_concat(list(outputs)), index, num_samples=self.num_samples)
 
     def __repr__(self) -> str:
@@ -398,9 +536,7 @@ def restore_order(outputs: Any, index: Any, *, num_samples: int | None = None) -
         >>> restore_order(np.array([[7], [5], [0], [6]]), [2, 0, -1, 1]).ravel().tolist()
         [5, 6, 7]
     """
-    idx = np.asarray(index.cpu() if isinstance(index, torch.Tensor) else index, dtype=np.int64)
-    if idx.ndim != 1:
-        raise ValueError(f"index must be 1-D (one entry per row), got shape {idx.shape}")
+    idx = _check_index(index)
     real = np.flatnonzero(idx >= 0)
     perm = real[np.argsort(idx[real], kind="stable")]
     got = idx[perm]
@@ -414,6 +550,32 @@ def restore_order(outputs: Any, index: Any, *, num_samples: int | None = None) -
             "gathered in the order the index describes?)"
         )
     return _take(outputs, perm, idx.size)
+
+
+def _check_index(index: Any) -> np.ndarray:
+    """``index`` as a 1-D int64 array of dataset indices >= 0 and -1 fillers, else one error."""
+    raw = index.detach().cpu().numpy() if isinstance(index, torch.Tensor) else index
+    try:
+        arr = np.asarray(raw)
+    except (ValueError, TypeError) as exc:
+        raise TypeError(f"index must be a 1-D array of ints, got {type(index).__name__}") from exc
+    if arr.ndim != 1:
+        raise ValueError(f"index must be 1-D (one entry per row), got shape {arr.shape}")
+    if arr.size and (arr.dtype.kind not in "iu"):
+        raise TypeError(
+            f"index must hold integer dataset indices (-1 on filler rows), got dtype "
+            f"{arr.dtype}; pass the batches' 'index' column (int64) as gathered"
+        )
+    idx = arr.astype(np.int64)
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"index values must fit int64, got {int(arr.max())}")
+    bad = np.flatnonzero(idx < -1)
+    if bad.size:
+        raise ValueError(
+            f"index entries must be dataset indices >= 0 or -1 (a filler row), got "
+            f"{int(idx[bad[0]])} at position {int(bad[0])}"
+        )
+    return idx
 
 
 def _take(tree: Any, perm: np.ndarray, rows: int) -> Any:

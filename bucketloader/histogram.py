@@ -19,7 +19,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from bucketloader._types import LengthsLike
 from bucketloader._validation import MAX_LENGTH, as_lengths, check_int
 
 __all__ = ["HISTOGRAM_FORMAT", "JointHistogram", "LengthHistogram"]
@@ -51,7 +53,7 @@ class LengthHistogram:
     #: ``format`` tag of the JSON form (:meth:`to_json`).
     JSON_FORMAT = "bucketloader.LengthHistogram"
 
-    def __init__(self, values: Any, counts: Any) -> None:
+    def __init__(self, values: ArrayLike, counts: ArrayLike) -> None:
         values = np.array(as_lengths(values, name="values"))  # our own copies: read-only below
         counts = np.array(as_lengths(counts, name="counts"))
         if values.shape != counts.shape:
@@ -85,7 +87,7 @@ class LengthHistogram:
     @classmethod
     def from_lengths(
         cls,
-        lengths: Any,
+        lengths: LengthsLike | LengthHistogram,
         *,
         bin_width: int = 1,
         sample_size: int | None = None,

@@ -40,17 +40,23 @@ import inspect
 import logging
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from torch.utils.data import ConcatDataset, Sampler
+from torch.utils.data import ConcatDataset, IterableDataset, Sampler
 
-from bucketloader._ranks import resolve_ranks
+from bucketloader._dist import resolve_ranks
 from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
 from bucketloader.plan.epoch import check_accumulate, check_weights, resolve_weights
 from bucketloader.plan.report import plan_report
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
+    from bucketloader.collate import PadCollator
+    from bucketloader.plan.shapes import SpecOptions
 
 __all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "spec_or_build"]
 
@@ -60,7 +66,7 @@ _log = logging.getLogger(__name__)
 LOSS_WARNING = 0.01
 
 
-def spec_or_build(lengths: Any, spec_options: dict[str, Any], spec_type: Any) -> Any:
+def spec_or_build(lengths: Any, spec_options: Mapping[str, Any], spec_type: Any) -> Any:
     """``lengths`` itself when it is a ready ``spec_type`` (then no shape option may be given),
     else ``spec_type.build(lengths, **spec_options)``: the split between what shapes the
     batches (the spec) and how an epoch is iterated (the sampler). An unknown option names the
@@ -263,7 +269,7 @@ class EpochSampler(Sampler[list[int]]):
         self._passes = _Passes(advanced=self._passes.advanced)
 
 
-def _check_spec_options(options: dict[str, Any], spec_type: Any, frame: Any) -> None:
+def _check_spec_options(options: Mapping[str, Any], spec_type: Any, frame: Any) -> None:
     """A typo (``num_bucket=``) raises naming the public entry point (the sampler whose
     ``__init__`` called :func:`spec_or_build`) and the closest option, instead of
     ``BucketSpec.build() got an unexpected keyword argument``."""
@@ -407,7 +413,7 @@ class BucketSampler(EpochSampler):
         weights: Any = None,
         longest_first: bool = False,
         accumulate: int = 1,
-        **spec_options: Any,
+        **spec_options: Unpack[SpecOptions],
     ) -> None:
         given: BucketSpec = spec_or_build(lengths, spec_options, BucketSpec)
         super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
@@ -452,7 +458,7 @@ class BucketSampler(EpochSampler):
         """The last-batch policy."""
         return self.spec.last_batch
 
-    def collator(self, **kwargs: Any) -> Any:
+    def collator(self, **kwargs: Any) -> PadCollator:
         """``PadCollator(self.shape_table, **kwargs)``: pads every batch to its planned shape."""
         from bucketloader.collate import PadCollator
 
@@ -501,7 +507,8 @@ class BucketSampler(EpochSampler):
         )
 
     def _warn_losses(self) -> None:
-        """NOTE [ Warning about silent losses ]."""
+        """Warn once, with the count per reason, when the filters, the oversize policy or
+        ``last_batch="drop"`` leave out more than ``LOSS_WARNING`` of the samples."""
         spec = self.spec
         n = int(spec.cell_of_sample.size)
         words = {
@@ -605,7 +612,22 @@ class GroupedDataset(ConcatDataset):
             )
         if not isinstance(key, str) or not key:
             raise TypeError(f"key must be a non-empty str, got key={key!r}")
-        super().__init__(list(datasets))
+        datasets = list(datasets)
+        if not datasets:
+            raise ValueError(
+                "datasets must hold at least one dataset, got an empty list; pass "
+                "GroupedDataset([dataset_a, dataset_b, ...])"
+            )
+        for i, d in enumerate(datasets):
+            if isinstance(d, IterableDataset) or not (
+                hasattr(d, "__len__") and hasattr(d, "__getitem__")
+            ):
+                raise TypeError(
+                    f"datasets must be map-style datasets (with __len__ and __getitem__), got "
+                    f"{type(d).__name__} at position {i}; per-dataset bucketing needs every "
+                    "sample's length up front (for a stream, see BucketIterable)"
+                )
+        super().__init__(datasets)
         self.key = key
         sizes = [len(d) for d in self.datasets]  # type: ignore[arg-type]
         self.groups = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
@@ -618,7 +640,15 @@ class GroupedDataset(ConcatDataset):
                 f"per-dataset bucketing needs dict samples to add {self.key!r} to, got "
                 f"{type(sample).__name__} at index {index}; return a dict from your datasets"
             )
-        return {**sample, self.key: int(self.groups[index])}
+        group = int(self.groups[index])
+        if self.key in sample and sample[self.key] != group:
+            raise ValueError(
+                f"the sample at index {index} already has a field {self.key!r} "
+                f"(={sample[self.key]!r}), which GroupedDataset would overwrite with its dataset "
+                f"index {group}; pass GroupedDataset(datasets, key=...) with a field name your "
+                "samples do not use (and the collator's group_key= the same)"
+            )
+        return {**sample, self.key: group}
 
 
 _STATE_VERSION = 1
@@ -668,3 +698,7 @@ def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, i
             f"state['batches_yielded']={pos} exceeds the epoch's {config['num_batches']} batches"
         )
     return epoch, pos
+
+
+#: State validation every planned producer shares (EvalSampler's too).
+check_state = _check_state

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader
 
+from bucketloader._dist import initialised, world_size
 from bucketloader._validation import MAX_LENGTH, as_lengths, check_int
 from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
 from bucketloader.histogram import LengthHistogram
@@ -484,15 +485,16 @@ def _gather_histograms(
         if own is None:
             raise ValueError(_empty_message([rank]))
         return [own]
-    if not (dist.is_available() and dist.is_initialized()):
+    if not initialised():
         raise ValueError(
             f"shard_histograms is required with num_replicas={num_replicas} and no initialised "
             "torch.distributed process group; pass every rank's LengthHistogram"
         )
-    if dist.get_world_size() != num_replicas:
+    world = world_size()
+    if world != num_replicas:
         raise ValueError(
             f"num_replicas={num_replicas} differs from the process group's world size "
-            f"{dist.get_world_size()}; leave num_replicas out or pass shard_histograms"
+            f"{world}; leave num_replicas out or pass shard_histograms"
         )
     payload = json.dumps(
         {

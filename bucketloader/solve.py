@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._types import COSTS, Cache, Strategy
+from bucketloader._types import COSTS, Cache, LengthsLike, Strategy
 from bucketloader._validation import MAX_LENGTH, check_choice, check_int
 from bucketloader.boundaries import assign_buckets, check_boundaries, padding_cost, round_up
 from bucketloader.cache import BucketCache
@@ -42,7 +42,7 @@ def resolve_params(
 
 
 def solve_boundaries(
-    lengths: Any,
+    lengths: LengthsLike | LengthHistogram,
     num_buckets: int,
     *,
     strategy: str | Strategy = "optimal",
@@ -84,7 +84,7 @@ def solve_boundaries(
 
 
 def compute_boundaries(
-    lengths: Any,
+    lengths: LengthsLike | LengthHistogram,
     num_buckets: int,
     *,
     strategy: str | Strategy = "optimal",

@@ -91,3 +91,50 @@ def run_ranks(argv: Callable[[int], list[str]], world: int, *, timeout: float) -
                 p.wait()
     for r, (p, log) in enumerate(zip(procs, logs, strict=False)):
         assert p.returncode == 0, f"rank {r} failed:\n{log[-3000:]}"
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo_counters():
+    """Each test starts with torch._dynamo's global counters empty: a graph break counted by an
+    earlier test (test_compile's steps) must not fail a later test that asserts none
+    (test_trainer), which it did whenever both ran in one process, as ``make test`` runs them."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is not None:
+        utils.counters.clear()
+
+
+# -- how thorough a run is -------------------------------------------------------------------------
+#: ``BUCKETLOADER_TESTS=full`` (``make test-full``): every property test runs the example count
+#: written next to it. Otherwise (``make test``, CI) each runs :data:`QUICK_SHARE` of it (at least
+#: :data:`QUICK_MIN`), which keeps every test and every property while the suite stays fast;
+#: hypothesis's database still replays any failure found before.
+FULL = os.environ.get("BUCKETLOADER_TESTS", "").lower() == "full"
+QUICK_SHARE = 0.25
+QUICK_MIN = 10
+
+
+def quick_examples(count: int) -> int:
+    """The example count a property test runs in a quick run, for ``count`` in a full run.
+
+    Example:
+        >>> quick_examples(400), quick_examples(25), quick_examples(5)
+        (100, 10, 5)
+    """
+    return count if FULL else min(count, max(QUICK_MIN, round(count * QUICK_SHARE)))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Scale each property test's ``max_examples`` by :func:`quick_examples` (its settings are
+    read when the test runs, from the wrapper hypothesis puts on the function)."""
+    from hypothesis import settings
+
+    seen = set()
+    for item in items:
+        fn = getattr(item, "obj", None)
+        current = getattr(fn, "_hypothesis_internal_use_settings", None)
+        if current is None or id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        fn._hypothesis_internal_use_settings = settings(
+            current, max_examples=quick_examples(current.max_examples)
+        )

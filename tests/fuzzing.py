@@ -278,3 +278,55 @@ def mostly(valid: st.SearchStrategy[Any], odd: st.SearchStrategy[Any], one_in: i
     # (sampled_from draws uniformly; st.integers favours its bounds)
     flags = st.sampled_from([True] + [False] * (one_in - 1))
     return flags.flatmap(lambda is_odd: odd if is_odd else valid)
+
+
+# --- what can sit at a cache file's path (both caches read through bucketloader._files) -------
+#: Every kind of thing a shared cache directory can hold at an entry or record path.
+FILE_KINDS = ["regular", "fifo", "dev_zero", "dangling", "to_valid", "directory", "socket",
+              "unreadable", "empty", "bomb", "huge"]  # fmt: skip
+
+
+def plant(path: Any, kind: str, valid: bytes = b"{}") -> None:
+    """Put a ``kind`` (one of :data:`FILE_KINDS`) at ``path`` (replacing a regular file there);
+    ``to_valid`` is a symbolic link to a copy of ``valid`` elsewhere (never followed either)."""
+    import os
+    import socket
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_file() and not path.is_symlink():
+        path.unlink()
+    if kind == "regular":
+        path.write_bytes(valid)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev_zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "dangling":
+        path.symlink_to(path.parent / "missing-target")
+    elif kind == "to_valid":
+        target = path.parent / ".elsewhere"
+        target.write_bytes(valid)
+        path.symlink_to(target)
+    elif kind == "directory":
+        path.mkdir()
+    elif kind == "socket":
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.bind(str(path))
+        except OSError:  # a path too long for a socket: a FIFO is as foreign
+            os.mkfifo(path)
+        finally:
+            s.close()
+    elif kind == "unreadable":
+        path.write_bytes(valid)
+        path.chmod(0)
+    elif kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "bomb":
+        path.write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    elif kind == "huge":
+        with open(path, "wb") as f:
+            f.truncate(64 * 2**20)  # sparse: 64 MiB of zeros
+    else:
+        raise AssertionError(kind)

@@ -31,7 +31,6 @@ from hypothesis import strategies as st
 
 from bucketloader import BucketIterable, BucketSampler, BucketSpec
 from bucketloader.plan import TokenBudget
-from bucketloader.stream import bucketize
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -501,7 +500,7 @@ def test_plan_warns_when_drop_loses_data():
 
 def test_plan_bucketize_rejects_a_non_iterable_source_at_the_call():
     with pytest.raises(TypeError, match="source"):
-        bucketize(5, boundaries=[4], batch_size=2)
+        BucketIterable(5, boundaries=[4], batch_size=2)
 
 
 @pytest.mark.parametrize("state", [{"format": 1}, {"format": 1, "config": {}, "epoch": "x"}])

@@ -15,10 +15,11 @@ import bucketloader
 ROOT = Path(bucketloader.__file__).parent
 #: Top-level private modules that are shared infrastructure by design (DESIGN.md).
 SHARED = {
+    "bucketloader._files",
     "bucketloader._validation",
     "bucketloader._types",
     "bucketloader._samples",
-    "bucketloader._ranks",
+    "bucketloader._dist",
     "bucketloader._version",
 }
 
@@ -178,7 +179,7 @@ def test_public_classes_live_in_public_modules():
         hf.BucketTrainer,
         pack.PackSampler,
         pack.PackCollator,
-        pack.PackIterable,
+        stream.PackIterable,
         pack.PackSpec,
         pack.SplitDataset,
         compile.CompileCache,
@@ -213,7 +214,8 @@ for batch in DataLoader(data, batch_sampler=sampler, collate_fn=sampler.collator
     assert tuple(batch["inputs"].shape) in sampler.shapes
 stream = BucketIterable([[1] * n for n in lengths], boundaries=sampler.boundaries, batch_size=2)
 assert sum(len(b) for b in stream) == len(lengths)
-from bucketloader.pack import PackSampler, PackIterable, document_mask
+from bucketloader.pack import PackSampler, document_mask
+from bucketloader.stream import PackIterable
 packer = PackSampler(lengths, row_length=24, batch_size=2)
 ids = [torch.ones(n, dtype=torch.long) for n in lengths]  # token ids are integers
 for batch in DataLoader(ids, batch_sampler=packer, collate_fn=packer.collator()):

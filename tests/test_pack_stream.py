@@ -14,7 +14,7 @@ from conftest import load_real
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketloader.pack import PackIterable
+from bucketloader.stream import PackIterable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

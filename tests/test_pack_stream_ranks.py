@@ -1,5 +1,5 @@
 """A packing stream split over ranks (NOTE [ A packing stream split over ranks ] in
-bucketloader/pack/_stream.py): exactly ``steps_per_epoch`` batches of the one planned shape on
+bucketloader/stream/_rows.py): exactly ``steps_per_epoch`` batches of the one planned shape on
 every rank whatever the shards hold, padding-only steps once a shard runs dry, every document
 at most once, the counters from the main process, exact resume behind DataLoader workers,
 validation at the call, and one real 2-process gloo run under DDP.
@@ -25,8 +25,9 @@ from conftest import free_port, load_real, run_ranks
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bucketloader.pack import PackCollator, PackIterable, PackTable
+from bucketloader.pack import PackCollator, PackTable
 from bucketloader.plan import PlannedBatch
+from bucketloader.stream import PackIterable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from bucketloader import BucketSampler
 from bucketloader.plan import BucketSpec, PlannedBatch, TokenBudget
-from bucketloader.stream import BucketIterable, bucketize, estimate
+from bucketloader.stream import BucketIterable, estimate
 
 
 @pytest.fixture(scope="module")
@@ -184,18 +184,53 @@ def test_a_step_with_nothing_that_fits_is_padding_only():
     out = only_long.collator()(empty[0])
     assert out["input_ids"].shape == (2, 5) and not out["sample_mask"].any()
     assert not out["attention_mask"].any() and out["lengths"].tolist() == [0, 0]
-    with pytest.raises(ValueError, match=r"rank 1, DataLoader worker 0: step 0 .* shard is empty"):
-        list(
-            BucketIterable(
-                [],
-                length_fn="input_ids",
-                boundaries=spec,
-                batch_size=2,
-                num_replicas=2,
-                rank=1,
-                steps_per_epoch=2,
-            )
-        )
+    # an empty shard still takes its steps, as padding only (issue 21 item 4); with no sample
+    # anywhere (no process group to borrow one from) the collator says how to give it fields
+    empty = BucketIterable(
+        [],
+        length_fn="input_ids",
+        boundaries=spec,
+        batch_size=2,
+        num_replicas=2,
+        rank=1,
+        steps_per_epoch=2,
+    )
+    dry = list(empty)
+    assert len(dry) == 2 and all(list(b) == [] and b.num_real == 0 for b in dry)
+    assert {b.planned_shape for b in dry} <= set(empty.shapes)
+    assert empty.report().totals["padded_rows"] == 4 and empty.report().totals["samples"] == 0
+    with pytest.raises(ValueError, match="no rank of the stream had a sample"):
+        empty.collator()(dry[0])
+
+
+def test_a_worker_without_samples_stands_in_with_the_ranks_first_sample(monkeypatch):
+    """A 1-sample shard behind 2 DataLoader workers: worker 1 reads nothing, yet makes its
+    steps with a stand-in of the rank's first sample (taken when the stream was built)."""
+    import types
+
+    spec = BucketSpec.build([2, 3, 30, 40], boundaries=[5, 40], batch_size=2)
+    stream = BucketIterable(
+        _samples([30]),
+        length_fn="input_ids",
+        boundaries=spec,
+        batch_size=2,
+        num_replicas=2,
+        rank=0,
+        steps_per_epoch=4,
+    )
+    per_worker = []
+    for w in range(2):
+        info = types.SimpleNamespace(id=w, num_workers=2, seed=0, dataset=stream)
+        monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda info=info: info)
+        per_worker.append(list(stream))
+    assert [len(b) for b in per_worker] == [2, 2]
+    assert sum(b.num_real for b in per_worker[0]) == 1
+    assert all(b.num_real == 0 and len(b) >= 1 for b in per_worker[1])
+    collate = stream.collator()
+    for batch in per_worker[1]:
+        out = collate(batch)
+        assert tuple(out["input_ids"].shape) == batch.planned_shape
+        assert not out["sample_mask"].any()
 
 
 @pytest.mark.slow
@@ -259,7 +294,7 @@ def test_report_and_resume_behind_workers_without_ranks(europarl):
     samples = _samples(lengths)
 
     def make():
-        return bucketize(
+        return BucketIterable(
             samples,
             length_fn="input_ids",
             boundaries=[10, 20, 40, 113],
@@ -284,7 +319,7 @@ def test_report_and_resume_behind_workers_without_ranks(europarl):
     assert sum(c["rows"] for c in report.cells) == sum(map(len, full))
     assert report.batches_left == 0
     assert report.extra["workers"] == report.extra["workers_counted"] == 2
-    assert stream.stats["read"] == len(lengths)
+    assert stream.report().totals["samples"] == len(lengths)
     for k in (1, len(full) // 2, len(full) - 2):
         first = make()
         head = []
@@ -327,7 +362,7 @@ def test_in_process_resume_of_a_split_stream(europarl):
 
 def test_validation_at_the_call(europarl):
     with pytest.raises(TypeError, match=r"source must be an iterable of samples .* got int 5"):
-        bucketize(5, boundaries=[4], batch_size=1)
+        BucketIterable(5, boundaries=[4], batch_size=1)
     kw = {"length_fn": "input_ids", "boundaries": [20, 113], "batch_size": 4}
     stream = BucketIterable(_samples(europarl[:50]), **kw)
     good = stream.state_dict()

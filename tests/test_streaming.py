@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from bucketloader.boundaries import assign_buckets
 from bucketloader.solve import compute_boundaries
-from bucketloader.stream import BucketIterable, bucketize, estimate
+from bucketloader.stream import BucketIterable, estimate
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -61,7 +61,7 @@ def _check_planned(batches, stream, lengths, *, last_batch):
 @pytest.mark.parametrize("shuffle_buffer", [0, 100])
 def test_batches_have_planned_shapes_on_real_lengths(europarl, last_batch, shuffle_buffer):
     b = compute_boundaries(europarl, 6)
-    stream = bucketize(
+    stream = BucketIterable(
         _samples(europarl),
         length_fn="input_ids",
         boundaries=b,
@@ -73,13 +73,13 @@ def test_batches_have_planned_shapes_on_real_lengths(europarl, last_batch, shuff
     assert stream.batch_sizes == tuple(int(x) for x in 1024 // b)
     batches = list(stream)
     _check_planned(batches, stream, europarl, last_batch=last_batch)
-    assert stream.stats["read"] == len(europarl)
-    assert stream.stats["batches"] == len(batches)
+    assert stream.report().totals["samples"] == len(europarl)
+    assert stream.report().totals["batches"] == len(batches)
 
 
 def test_deterministic_for_seed_and_epoch(europarl):
     def run(seed, epoch):
-        s = bucketize(
+        s = BucketIterable(
             _samples(europarl[:600]),
             length_fn="input_ids",
             boundaries=[10, 20, 40, 113],
@@ -123,7 +123,9 @@ def test_memory_stays_bounded_by_buffers(europarl):
 def test_edges_follow_the_boundary_convention():
     lengths = [4, 5, 8, 9, 16, 1, 0, 12]
     b = [4, 8, 16]
-    stream = bucketize([[0] * n for n in lengths], boundaries=b, batch_size=3, last_batch="keep")
+    stream = BucketIterable(
+        [[0] * n for n in lengths], boundaries=b, batch_size=3, last_batch="keep"
+    )
     batches = sorted(sorted(len(s) for s in batch) for batch in stream)
     assert batches == [[0, 1, 4], [5, 8], [9, 12, 16]]
     for batch in batches:  # each batch is one bucket of the convention
@@ -142,27 +144,27 @@ def test_overflow_policies():
         s["text"] = "x" * len(s["input_ids"])
     kw = {"length_fn": "input_ids", "boundaries": [4, 10], "batch_size": 1, "last_batch": "keep"}
     with pytest.raises(ValueError, match=r"sample 1 of this worker's stream has length 12 > the"):
-        list(bucketize(samples, **kw))
-    dropped = bucketize(samples, overflow="drop", **kw)
+        list(BucketIterable(samples, **kw))
+    dropped = BucketIterable(samples, overflow="drop", **kw)
     assert sorted(_ids(dropped)) == [[0], [2], [4]]
-    assert dropped.stats["overflow_dropped"] == 2
-    cut = bucketize(samples, overflow="truncate", **kw)
+    assert dropped.report().totals["too_long"] == 2
+    cut = BucketIterable(samples, overflow="truncate", **kw)
     out = {b[0]["id"]: b[0] for b in cut}
     assert len(out[3]["input_ids"]) == len(out[3]["labels"]) == 10
-    assert out[3]["text"] == "x" * 20 and cut.stats["truncated"] == 2
+    assert out[3]["text"] == "x" * 20 and cut.report().totals["truncated"] == 2
 
     def halve(sample, limit):
         return {**sample, "input_ids": sample["input_ids"][: limit // 2]}
 
-    custom = bucketize(samples, overflow=halve, **kw)
+    custom = BucketIterable(samples, overflow=halve, **kw)
     assert sorted(len(b[0]["input_ids"]) for b in custom) == [3, 5, 5, 5, 7]
     with pytest.raises(ValueError, match="overflow='truncate' cuts samples"):
-        bucketize(samples, overflow="truncate", **{**kw, "length_fn": len})
+        BucketIterable(samples, overflow="truncate", **{**kw, "length_fn": len})
 
 
 def test_estimate_from_head_and_one_shot_iterator(europarl):
     head = europarl[:500]
-    stream = bucketize(
+    stream = BucketIterable(
         iter(_samples(europarl)),
         length_fn="input_ids",
         boundaries=estimate(4, sample_size=500),
@@ -171,9 +173,9 @@ def test_estimate_from_head_and_one_shot_iterator(europarl):
     )
     np.testing.assert_array_equal(stream.boundaries, compute_boundaries(head, 4))
     n = sum(len(b) for b in stream)
-    assert n + stream.stats["overflow_dropped"] == len(europarl)  # the head was replayed
+    assert n + stream.report().totals["too_long"] == len(europarl)  # the head was replayed
     assert list(stream) == []  # a one-shot iterator gives one pass
-    capped = bucketize(
+    capped = BucketIterable(
         _samples(europarl),
         length_fn="input_ids",
         batch_size=4,
@@ -186,19 +188,19 @@ def test_estimate_from_head_and_one_shot_iterator(europarl):
 
 def test_validation_errors():
     with pytest.raises(ValueError, match=r"exactly one of batch_size \(.*\) or max_tokens"):
-        bucketize([[1]], boundaries=[4])
+        BucketIterable([[1]], boundaries=[4])
     with pytest.raises(ValueError, match="last_batch must be one of"):
-        bucketize([[1]], boundaries=[4], batch_size=2, last_batch="partial")
+        BucketIterable([[1]], boundaries=[4], batch_size=2, last_batch="partial")
     with pytest.raises(
         ValueError, match=r"max_tokens=10 fits no sample of padded length\(s\) \[16\]"
     ):
-        bucketize([[1]], boundaries=[4, 16], max_tokens=10)
+        BucketIterable([[1]], boundaries=[4, 16], max_tokens=10)
     with pytest.raises(ValueError, match=r"\['a', 'b'\] are sequence-valued; pass length_fn="):
-        list(bucketize([{"a": [1], "b": [2]}], boundaries=[4], batch_size=1))
+        list(BucketIterable([{"a": [1], "b": [2]}], boundaries=[4], batch_size=1))
     with pytest.raises(ValueError, match="length_fn returned -1 for sample 0"):
-        list(bucketize([[1]], length_fn=lambda s: -1, boundaries=[4], batch_size=1))
+        list(BucketIterable([[1]], length_fn=lambda s: -1, boundaries=[4], batch_size=1))
     with pytest.raises(ValueError, match="strictly increasing"):
-        bucketize([[1]], boundaries=[4, 4], batch_size=1)
+        BucketIterable([[1]], boundaries=[4, 4], batch_size=1)
 
 
 def _hf_source(lengths, shards=3):
@@ -227,7 +229,7 @@ def test_resume_yields_exactly_the_remaining_batches(europarl, case):
 
     def make():
         kw = RESUME_CASES[case](lens)
-        return bucketize(
+        return BucketIterable(
             kw.pop("source"),
             length_fn="input_ids",
             boundaries=[8, 14, 20, 30, 113],
@@ -250,16 +252,18 @@ def test_resume_yields_exactly_the_remaining_batches(europarl, case):
 
 
 def test_resume_checks_config(europarl):
-    s = bucketize(_samples(europarl[:50]), length_fn="input_ids", boundaries=[113], batch_size=4)
+    s = BucketIterable(
+        _samples(europarl[:50]), length_fn="input_ids", boundaries=[113], batch_size=4
+    )
     state = s.state_dict()
-    other = bucketize(
+    other = BucketIterable(
         _samples(europarl[:50]), length_fn="input_ids", boundaries=[113], batch_size=8
     )
     with pytest.raises(ValueError, match=r"state has batch_sizes=\[4\], but this BucketIterable"):
         other.load_state_dict(state)
     with pytest.raises(ValueError, match="cannot resume a one-shot iterator"):
-        bucketize(iter([[1]]), boundaries=[4], batch_size=1).load_state_dict(
-            bucketize([[1]], boundaries=[4], batch_size=1).state_dict()
+        BucketIterable(iter([[1]]), boundaries=[4], batch_size=1).load_state_dict(
+            BucketIterable([[1]], boundaries=[4], batch_size=1).state_dict()
         )
 
 
@@ -275,7 +279,7 @@ def _loader_ids(stream, workers):
 def test_dataloader_workers_each_bucket_their_shard(europarl, kind):
     lens = europarl[:800]
     source = _hf_source(lens, shards=4) if kind == "hf" else _samples(lens)
-    stream = bucketize(
+    stream = BucketIterable(
         source,
         length_fn="input_ids",
         boundaries=[10, 20, 113],
@@ -303,7 +307,7 @@ def test_invariants_and_resume_hypothesis(lengths, k, batch, shuffle, last_batch
     b = compute_boundaries(lengths, k, strategy="linear")
 
     def make():
-        return bucketize(
+        return BucketIterable(
             _samples(lengths),
             length_fn="input_ids",
             boundaries=b,
@@ -331,7 +335,7 @@ def test_collated_batches_take_exactly_the_planned_shapes(europarl, last_batch):
     samples = [
         {"input_ids": [5] * int(n), "labels": [7] * int(n), "id": i} for i, n in enumerate(lens)
     ]
-    stream = bucketize(
+    stream = BucketIterable(
         samples,
         length_fn="input_ids",
         boundaries=compute_boundaries(lens, 4),
@@ -357,7 +361,7 @@ def test_estimate_goes_through_the_solution_cache(tmp_path, europarl):
     cache = BucketCache(tmp_path / "cache")
 
     def make():
-        return bucketize(
+        return BucketIterable(
             _samples(europarl),
             length_fn="input_ids",
             batch_size=8,
@@ -386,7 +390,7 @@ class _Sharded(torch.utils.data.IterableDataset):
 @pytest.mark.slow
 def test_torch_iterable_dataset_shards_itself(europarl):
     lens = europarl[:400]
-    stream = bucketize(
+    stream = BucketIterable(
         _Sharded(_samples(lens)), length_fn="input_ids", boundaries=[12, 113], batch_size=10
     )
     got = _loader_ids(stream, 2)
@@ -405,7 +409,7 @@ def test_per_input_buckets_for_seq2seq_streams(last_batch):
     pytest.importorskip("bucketloader.collate")
     pairs = load_real("europarl")[:1200]
     pairs = pairs[(pairs > 0).all(axis=1)]
-    stream = bucketize(
+    stream = BucketIterable(
         _pairs(pairs),
         length_fn=("input_ids", "labels"),
         max_tokens=600,
@@ -440,24 +444,26 @@ def test_per_input_overflow_resume_and_errors():
     pairs = load_real("europarl")[:400]
     kw = {"length_fn": ("input_ids", "labels"), "batch_size": 8, "seed": 2, "shuffle_buffer": 20}
     bounds = {"input_ids": [8, 16, 24], "labels": [12, 24]}
-    cut = bucketize(_pairs(pairs), boundaries=bounds, overflow="truncate", **kw)
+    cut = BucketIterable(_pairs(pairs), boundaries=bounds, overflow="truncate", **kw)
     got = [s for batch in cut for s in batch]
-    assert len(got) == len(pairs) and cut.stats["truncated"] > 0
+    assert len(got) == len(pairs) and cut.report().totals["truncated"] > 0
     assert all(len(s["input_ids"]) == len(s["attention_mask"]) <= 24 for s in got)
     assert max(len(s["labels"]) for s in got) == 24
-    full = _ids(bucketize(_pairs(pairs), boundaries=bounds, overflow="drop", **kw))
-    first = bucketize(_pairs(pairs), boundaries=bounds, overflow="drop", **kw)
+    full = _ids(BucketIterable(_pairs(pairs), boundaries=bounds, overflow="drop", **kw))
+    first = BucketIterable(_pairs(pairs), boundaries=bounds, overflow="drop", **kw)
     it = iter(first)
     head = [next(it) for _ in range(10)]
-    again = bucketize(_pairs(pairs), boundaries=bounds, overflow="drop", **kw)
+    again = BucketIterable(_pairs(pairs), boundaries=bounds, overflow="drop", **kw)
     again.load_state_dict(json.loads(json.dumps(first.state_dict())))
     assert _ids(head) + _ids(again) == full
     with pytest.raises(KeyError, match="boundaries has no entry for input 'labels'"):
-        bucketize(_pairs(pairs), boundaries={"input_ids": [40]}, **kw)
+        BucketIterable(_pairs(pairs), boundaries={"input_ids": [40]}, **kw)
     with pytest.raises(ValueError, match="length_fn measures one input"):
-        bucketize(_pairs(pairs), boundaries=bounds, **{**kw, "length_fn": len})
+        BucketIterable(_pairs(pairs), boundaries=bounds, **{**kw, "length_fn": len})
     with pytest.raises(ValueError, match=r"length_fn returned \(3, 4\) for sample 0"):
-        list(bucketize(_pairs(pairs), boundaries=[50], batch_size=2, length_fn=lambda s: (3, 4)))
+        list(
+            BucketIterable(_pairs(pairs), boundaries=[50], batch_size=2, length_fn=lambda s: (3, 4))
+        )
 
 
 def test_streams_pickle_into_spawned_workers():

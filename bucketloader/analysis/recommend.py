@@ -41,14 +41,14 @@ the batches of a bucket but changes none of these totals, so they hold for every
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from bucketloader._types import Strategy
-from bucketloader._validation import as_lengths, check_float, check_int
+from bucketloader._types import LengthsLike, Strategy
+from bucketloader._validation import Lengths, as_lengths, check_float, check_int
 from bucketloader.analysis.calibrate import Calibration
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec
@@ -169,7 +169,7 @@ class Recommendation:
 
 
 def recommend_num_buckets(
-    lengths: Any,
+    lengths: LengthsLike | LengthHistogram,
     *,
     num_buckets: int | Sequence[int] = DEFAULT_NUM_BUCKETS,
     strategy: str | Strategy | Sequence[str | Strategy] = "optimal",
@@ -177,7 +177,7 @@ def recommend_num_buckets(
     padding_target: float = 0.05,
     num_epochs: float | None = None,
     num_steps: int | None = None,
-    compiled_shapes: Any = None,
+    compiled_shapes: Iterable[Sequence[int]] | None = None,
     **spec_options: Any,
 ) -> Recommendation:
     """Recommend the k (and strategy) to bucket ``lengths`` with.
@@ -258,10 +258,10 @@ def recommend_num_buckets(
         if num_epochs is None
         else check_float("num_epochs", num_epochs, minimum=1e-9, maximum=_INF)
     )
-    if isinstance(lengths, LengthHistogram):
-        hist, flat = lengths, np.repeat(lengths.values, lengths.counts)
+    if isinstance(lengths, LengthHistogram):  # checked once: the histogram's values
+        hist, flat = lengths, Lengths(np.repeat(lengths.values, lengths.counts))
     else:
-        flat = as_lengths(lengths)
+        flat = Lengths(as_lengths(lengths))
         hist = LengthHistogram.from_lengths(flat)
 
     table = []
@@ -433,7 +433,9 @@ class EpochCost:
     real_tokens: int
 
 
-def epoch_cost(lengths: np.ndarray, boundaries: np.ndarray, **spec_options: Any) -> EpochCost:
+def epoch_cost(
+    lengths: np.ndarray | Lengths, boundaries: np.ndarray, **spec_options: Any
+) -> EpochCost:
     """Exact per-epoch totals of the sampler's plan (see NOTE [ Epoch cost from the plan ]).
 
     ``spec_options`` are :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options

@@ -9,7 +9,7 @@ k (padding ratio and shape count), with a recommended k under a stated rule and 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import Strategy
-from bucketloader._validation import as_lengths, check_float, check_int
+from bucketloader._validation import Lengths, as_lengths, check_float, check_int
 from bucketloader.analysis._plot import pct, plot_report
 from bucketloader.analysis._scan import dataset_lengths, is_dataloader, is_dataset, scan_batches
 from bucketloader.analysis.calibrate import Calibration
@@ -118,8 +118,8 @@ def analyze(
     data: Any,
     *,
     column: Any = None,
-    num_buckets: int | Any = DEFAULT_NUM_BUCKETS,
-    strategy: str | Strategy | Any = None,
+    num_buckets: int | Iterable[int] = DEFAULT_NUM_BUCKETS,
+    strategy: str | Strategy | Sequence[str | Strategy] | None = None,
     batch_size: int | None = None,
     padding_target: float = 0.05,
     max_batches: int | None = None,
@@ -200,7 +200,7 @@ def analyze(
         source = "lengths"
         lengths = as_lengths(data)
     if lengths is not None:
-        hist = LengthHistogram.from_lengths(lengths)
+        hist = LengthHistogram.from_lengths(Lengths(lengths))  # checked once, counted once
     if hist is None:
         return DynamicityReport(source, None, batch_shapes=shapes, num_batches=num_batches)
     run: dict[str, Any] = {}

@@ -22,28 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from bucketloader._dist import comm_device, default_ranks
 from bucketloader.solution import JointSolution, Solution, solution_from_dict
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.cache.store import BucketCache
-
-
-def world_size() -> int:
-    """World size of the default process group; 1 when none is initialised.
-
-    Does not import torch: if torch was never imported, no group can exist.
-    """
-    if "torch" not in sys.modules:
-        return 1
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return 1
-    return int(dist.get_world_size())
 
 
 def broadcast_get_or_solve(
@@ -57,10 +43,8 @@ def broadcast_get_or_solve(
     import torch
     import torch.distributed as dist
 
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":  # pragma: no cover - needs GPUs
-        device = torch.device("cuda", torch.cuda.current_device())
-    rank = dist.get_rank()
+    device = comm_device()
+    rank = default_ranks()[1]
     if rank == 0:
         error: BaseException | None = None
         try:

@@ -1,4 +1,6 @@
-"""File-level helpers of the cache: canonical parameters, keys, reading, eviction."""
+"""Entry-level helpers of the cache: canonical parameters, keys, validation, eviction.
+
+Reading and writing files is :mod:`bucketloader._files` (shared with the compile cache)."""
 
 from __future__ import annotations
 
@@ -9,13 +11,18 @@ import numbers
 import os
 import stat
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from bucketloader._files import (
+    STALE_TMP_SECONDS,
+    NotAFile,
+    clean_temps,
+    read_json,
+)
 from bucketloader.boundaries import assign_buckets, padding_cost
 from bucketloader.histogram import LengthHistogram
 from bucketloader.solution import JointSolution, Solution, solution_from_dict
@@ -25,8 +32,6 @@ CACHE_FORMAT = 1
 ENTRY_TAG = "bucketloader.cache"
 #: Larger files are not cache entries (an entry is about 1 KB); never read them whole.
 MAX_ENTRY_BYTES = 4 * 2**20
-#: Temporary files older than this are leftovers of a crashed writer and are removed on eviction.
-STALE_TMP_SECONDS = 3600.0
 
 
 def default_cache_dir() -> Path:
@@ -173,98 +178,20 @@ def _canonical(name: str, value: Any) -> Any:
     )
 
 
-class NotAnEntry(Exception):
-    """The entry path holds something bucketloader did not write (a FIFO, a directory, a
-    symbolic link, a device): it is never read, replaced or deleted."""
-
-
-#: Flags for reading an entry: never block (a FIFO would hang ``open``), never follow a symbolic
-#: link at the entry path (it points at something that is not ours).
-_READ_FLAGS = (
-    os.O_RDONLY
-    | getattr(os, "O_NONBLOCK", 0)
-    | getattr(os, "O_NOFOLLOW", 0)
-    | getattr(os, "O_CLOEXEC", 0)
-    | getattr(os, "O_BINARY", 0)
-)
-
-
-def file_kind(mode: int) -> str:
-    """What a non-regular file is, for messages."""
-    for test, name in (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    ):
-        if test(mode):
-            return name
-    return "not a regular file"
+#: Something at an entry path that bucketloader did not write (a FIFO, a directory, a symbolic
+#: link, a device): never read, replaced or deleted (the one reader: :mod:`bucketloader._files`).
+NotAnEntry = NotAFile
 
 
 def read_entry(path: Path) -> Any:
-    """Parse one entry file as JSON (never pickle).
+    """Parse one entry file as JSON (never pickle), through :func:`bucketloader._files.read_json`.
 
-    Reads only a regular file, at most :data:`MAX_ENTRY_BYTES`, without blocking (a FIFO at the
-    path would hang a plain ``open``) and without following a symbolic link. Raises
-    ``FileNotFoundError`` for a miss, :class:`NotAnEntry` for something that is not a file we
-    could have written, ``ValueError`` for a file whose contents are not a JSON document, and
-    ``OSError`` when the file cannot be read.
+    Reads only a regular file, at most :data:`MAX_ENTRY_BYTES`, without blocking and without
+    following a symbolic link. Raises ``FileNotFoundError`` for a miss, :class:`NotAnEntry` for
+    something that is not a file we could have written, ``ValueError`` for a file whose contents
+    are not a JSON document, and ``OSError`` when the file cannot be read.
     """
-    if not hasattr(os, "O_NOFOLLOW") and os.path.islink(path):  # pragma: no cover - Windows
-        raise NotAnEntry("a symbolic link")
-    try:
-        fd = os.open(path, _READ_FLAGS)
-    except (FileNotFoundError, NotADirectoryError, PermissionError):
-        raise
-    except OSError as exc:  # ELOOP: a symbolic link (O_NOFOLLOW); ENXIO: a socket; ...
-        try:
-            mode = os.lstat(path).st_mode
-        except OSError:
-            raise exc from None
-        if not stat.S_ISREG(mode):
-            raise NotAnEntry(file_kind(mode)) from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotAnEntry(file_kind(st.st_mode))
-        if st.st_size > MAX_ENTRY_BYTES:
-            raise ValueError(f"larger than {MAX_ENTRY_BYTES} bytes")
-        chunks, size = [], 0
-        while size <= MAX_ENTRY_BYTES:  # bounded even if the file grows while we read
-            chunk = os.read(fd, MAX_ENTRY_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > MAX_ENTRY_BYTES:
-        raise ValueError(f"larger than {MAX_ENTRY_BYTES} bytes")
-    if not data:
-        raise ValueError("empty file")
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ValueError("not valid JSON: nested too deeply") from None
-    except ValueError as exc:  # e.g. an integer past Python's digit limit
-        raise ValueError(f"not valid JSON: {exc}") from None
-
-
-def is_regular_or_missing(path: Path) -> tuple[bool, str]:
-    """``(True, "")`` if ``path`` is a regular file or does not exist (we may replace it), else
-    ``(False, what it is)``; symbolic links are not followed."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return True, ""
-    return (True, "") if stat.S_ISREG(mode) else (False, file_kind(mode))
+    return read_json(path, max_bytes=MAX_ENTRY_BYTES)
 
 
 @dataclass(frozen=True)
@@ -307,7 +234,7 @@ def evict(directory: Path, max_size: int, *, keep: Path) -> list[Path]:
 
     ``keep`` (the entry just written) is never removed. Call under the directory's lock.
     """
-    _remove_stale_tmp(directory)
+    clean_temps(directory, max_age=STALE_TMP_SECONDS)
     entries = sorted(scan_entries(directory), key=lambda e: (e.mtime_ns, e.path.name))
     total = sum(e.size for e in entries)
     if total <= max_size:
@@ -326,19 +253,3 @@ def evict(directory: Path, max_size: int, *, keep: Path) -> list[Path]:
         total -= e.size
         removed.append(e.path)
     return removed
-
-
-def _remove_stale_tmp(directory: Path) -> None:
-    now = time.time()
-    try:
-        with os.scandir(directory) as it:
-            for e in it:
-                if e.name.startswith(".tmp-") and e.name.endswith(".part"):
-                    try:
-                        st = e.stat(follow_symlinks=False)
-                        if stat.S_ISREG(st.st_mode) and now - st.st_mtime > STALE_TMP_SECONDS:
-                            os.unlink(e.path)
-                    except FileNotFoundError:
-                        pass
-    except OSError:
-        pass

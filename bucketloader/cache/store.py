@@ -20,7 +20,9 @@ without following symbolic links; anything else at an entry path (a FIFO, a dire
 a device) is the user's, never read, replaced or deleted: that solution is computed uncached.
 Writes go to a temporary file in the same directory (mode ``0o666`` less the umask, so a shared
 cache stays readable), then ``os.replace`` (atomic on POSIX and Windows), so a reader sees a
-whole entry or none. Between the check that an entry path holds a regular file (or nothing)
+whole entry or none; a writer killed mid-write leaves a temporary file that the next write
+removes (NOTE [ Writing a cache file ] in :mod:`bucketloader._files`, the one reader and writer
+both caches use). Between the check that an entry path holds a regular file (or nothing)
 and the replace, another process could put something else there; the replace then swaps that
 directory entry only (a link's target is never touched), the same window pip's cache has.
 """
@@ -30,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import secrets
 import threading
 import time
 import warnings
@@ -38,18 +39,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bucketloader._dist import world_size
+from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import check_int
 from bucketloader._version import __version__
-from bucketloader.cache._dist import broadcast_get_or_solve, world_size
+from bucketloader.cache._dist import broadcast_get_or_solve
 from bucketloader.cache._io import (
     CACHE_FORMAT,
     ENTRY_TAG,
-    NotAnEntry,
     canonical_params,
     check_body,
     default_cache_dir,
     evict,
-    is_regular_or_missing,
     json_default,
     key_of,
     read_entry,
@@ -191,30 +192,23 @@ class BucketCache:
         path = self.path_for(key)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            ok, what = is_regular_or_missing(path)
-            if not ok:
-                self._warn_foreign(path, what)
-                return None
-            fd, tmp = _create_temp(self.directory)
         except OSError as exc:
             self._warn_unusable(exc)
             return None
         try:
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-        except OSError as exc:  # the directory took the temporary file but not the entry
-            self._warn(
-                f"could not store cache entry {path} ({_reason(exc)}); solutions are computed "
-                "without caching",
-                once=("store", str(path)),
-            )
+            write_atomic(path, data)
+        except NotAFile as exc:
+            self._warn_foreign(path, str(exc))
+            return None
+        except OSError as exc:
+            if isinstance(exc, PermissionError) or not os.access(self.directory, os.W_OK):
+                self._warn_unusable(exc)
+            else:  # the directory took the temporary file but not the entry
+                self._warn(
+                    f"could not store cache entry {path} ({_reason(exc)}); solutions are "
+                    "computed without caching",
+                    once=("store", str(path)),
+                )
             return None
         try:
             if self.max_size is not None:
@@ -292,7 +286,7 @@ class BucketCache:
             body = read_entry(path)
         except (FileNotFoundError, NotADirectoryError):  # a miss; a write will say if unusable
             return None, None
-        except NotAnEntry as exc:  # a miss; put leaves it alone too
+        except NotAFile as exc:  # a miss; put leaves it alone too
             self._warn_foreign(path, str(exc))
             return None, None
         except PermissionError as exc:
@@ -352,34 +346,6 @@ class BucketCache:
 # naming the entry (unusable contents).
 _WARNED: set[tuple[str, str]] = set()
 _WARNED_LOCK = threading.Lock()
-
-#: Attempts at a fresh temporary-file name before giving up (collisions are astronomically rare).
-_TEMP_ATTEMPTS = 16
-
-
-def _create_temp(directory: Path) -> tuple[int, Path]:
-    """A new temporary file in ``directory``, opened for writing.
-
-    Created with mode ``0o666`` so the process umask decides the final permissions (``0o644``
-    under the usual ``022``), as pip's and Hugging Face's caches do: ``tempfile.mkstemp`` would
-    make every entry ``0o600``, unreadable to the other users of a shared cache directory.
-    ``O_EXCL`` refuses to open anything that already exists (a planted link or FIFO included).
-    """
-    flags = (
-        os.O_WRONLY
-        | os.O_CREAT
-        | os.O_EXCL
-        | getattr(os, "O_NOFOLLOW", 0)
-        | getattr(os, "O_CLOEXEC", 0)
-        | getattr(os, "O_BINARY", 0)
-    )
-    for _ in range(_TEMP_ATTEMPTS):
-        tmp = directory / f".tmp-{secrets.token_hex(8)}.part"
-        try:
-            return os.open(tmp, flags, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free temporary file name in {directory}")
 
 
 def _is_joint(hist: Any) -> bool:

@@ -12,8 +12,8 @@ column may hold lengths (ints) or lists, whose lengths are taken. Every problem 
 from __future__ import annotations
 
 import csv
+import decimal
 import json
-import math
 import warnings
 from importlib import resources
 from pathlib import Path
@@ -94,17 +94,19 @@ def _int_token(token: str, where: str) -> int:
     try:
         value = int(tok)
     except ValueError:
-        try:
-            f = float(tok)
-        except ValueError:
+        try:  # exactly, as written: float() would round 9007199254740993.0 to ...992
+            d = decimal.Decimal(tok)
+        except decimal.InvalidOperation:
             raise LengthFileError(
                 f"{where}: expected a non-negative integer, got {_short(tok)}"
             ) from None
-        if math.isinf(f):
-            raise LengthFileError(f"{where}: lengths must be < 2**62, got {_short(tok)}") from None
-        if not f.is_integer():
+        if d.is_nan():
             raise LengthFileError(f"{where}: expected a whole number, got {_short(tok)}") from None
-        value = int(f)
+        if d.is_infinite() or d.adjusted() > 19:
+            raise LengthFileError(f"{where}: lengths must be < 2**62, got {_short(tok)}") from None
+        if d != d.to_integral_value():
+            raise LengthFileError(f"{where}: expected a whole number, got {_short(tok)}") from None
+        value = int(d)
     if value < 0:
         raise LengthFileError(f"{where}: lengths must be non-negative, got {value}")
     if value > MAX_LENGTH:
@@ -174,7 +176,7 @@ def _parse_text(
 def _measure(value: Any, where: str, column: str) -> int:
     if isinstance(value, list):
         return len(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float, decimal.Decimal)):
         raise LengthFileError(
             f"{where}: column {column!r} must hold lengths (ints) or lists, got {value!r:.60}"
         )
@@ -214,7 +216,7 @@ def _read_jsonl(lines: list[str], name: str, column: str | int | None) -> np.nda
             continue
         where = f"{name} line {n}"
         try:
-            obj = json.loads(line)
+            obj = json.loads(line, parse_float=decimal.Decimal)  # exact, as written
         except json.JSONDecodeError as exc:
             raise LengthFileError(f"{where}: not valid JSON ({exc.msg})") from None
         except (ValueError, RecursionError) as exc:  # digits past Python's limit, deep nesting
@@ -253,6 +255,16 @@ def _read_npy(p: Path, column: str | int | None) -> np.ndarray:
 
 
 def _checked(arr: np.ndarray, name: str) -> np.ndarray:
+    if arr.dtype.kind == "f" and arr.size:
+        exact = 2 ** (np.finfo(arr.dtype).nmant + 1)  # past it, neighbouring ints share a float
+        finite = arr[np.isfinite(arr)]
+        if finite.size and np.abs(finite).max() > exact:
+            big = finite[np.argmax(np.abs(finite))].item()
+            raise LengthFileError(
+                f"{name}: holds {arr.dtype} lengths up to {big!r}, past 2**"
+                f"{np.finfo(arr.dtype).nmant + 1}, where {arr.dtype} cannot represent every "
+                "integer (the value may have been rounded); store the lengths as integers"
+            )
     try:
         return as_lengths(arr, name=name)
     except (TypeError, ValueError) as exc:

@@ -253,6 +253,13 @@ class PadCollator:
     # --- collation -------------------------------------------------------------------------
     def __call__(self, samples: Any) -> dict[Any, Any]:
         """Collate ``samples`` (a list of samples) into a dict of padded tensors."""
+        if not samples and getattr(samples, "planned_shape", None) is not None:
+            raise ValueError(
+                f"a padding-only step of shape {samples.planned_shape} reached the collator "
+                "with no sample to take its fields from: no rank of the stream had a sample; "
+                "initialise torch.distributed before building the stream (a rank borrows "
+                "another's), or give every rank a non-empty shard"
+            )
         if not isinstance(samples, (list, tuple)) or not samples:
             raise ValueError(
                 f"PadCollator needs a non-empty list of samples, got {type(samples).__name__} "

@@ -1,14 +1,25 @@
-"""Ranks sharing compile work: who compiles what, and how the artifacts reach every rank."""
+"""Ranks sharing compile work: who compiles what, and how the artifacts reach every rank.
+
+Everything crosses ranks as JSON bytes in ``uint8`` tensors (bytes base64-encoded), never as
+pickles: ``broadcast_object_list`` / ``all_gather_object`` would unpickle what another process
+sent.
+"""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import secrets
 import shutil
 from pathlib import Path
 from typing import Any
 
-from bucketloader.compile.store import write_atomic
+from bucketloader._dist import comm_device, default_ranks
+from bucketloader._files import NotAFile, read_bytes, write_atomic
+
+#: The largest artifact file sent to other ranks (a compiled kernel library is tens of MB).
+MAX_ARTIFACT_BYTES = 1 << 30
 
 #: Subtrees of the inductor cache directory that a warm start reads (NOTE [ What a warm start
 #: needs ] in store.py); compiled kernels (``*.so``) are taken from anywhere.
@@ -17,28 +28,63 @@ ARTIFACT_DIRS = ("fxgraph", "aotautograd", "dynamo", "triton")
 
 def world() -> tuple[int, int]:
     """``(world_size, rank)`` of the default process group, ``(1, 0)`` without one."""
-    import torch.distributed as dist
+    return default_ranks()
 
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_world_size(), dist.get_rank()
-    return 1, 0
+
+def _encode(obj: Any) -> Any:
+    """JSON-ready: ``bytes`` as ``{"b64": ...}``, tuples as lists."""
+    if isinstance(obj, bytes):
+        return {"b64": base64.b64encode(obj).decode("ascii")}
+    if isinstance(obj, (list, tuple)):
+        return [_encode(x) for x in obj]
+    return obj
+
+
+def _decode(obj: Any) -> Any:
+    if isinstance(obj, dict) and set(obj) == {"b64"}:
+        return base64.b64decode(obj["b64"])
+    if isinstance(obj, list):
+        return [_decode(x) for x in obj]
+    return obj
 
 
 def broadcast(obj: Any) -> Any:
-    """Rank 0's ``obj`` on every rank."""
+    """Rank 0's ``obj`` (JSON values and bytes) on every rank, sent as JSON bytes, never pickled
+    (as :mod:`bucketloader.cache._dist` sends cache entries)."""
+    import torch
     import torch.distributed as dist
 
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
+    device = comm_device()
+    payload = json.dumps(_encode(obj)).encode() if dist.get_rank() == 0 else b""
+    size = torch.tensor([len(payload)], dtype=torch.int64, device=device)
+    dist.broadcast(size, src=0)
+    if dist.get_rank() == 0:
+        data = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
+    else:
+        data = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+    dist.broadcast(data, src=0)
+    return _decode(json.loads(bytes(data.cpu().numpy().tobytes())))
 
 
 def all_gather(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` (JSON values and bytes), in rank order, sent as JSON bytes."""
+    import torch
     import torch.distributed as dist
 
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
-    return out
+    device, world = comm_device(), default_ranks()[0]
+    payload = json.dumps(_encode(obj)).encode()
+    sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([len(payload)], dtype=torch.int64, device=device))
+    longest = max(int(t.item()) for t in sizes)
+    mine = torch.zeros(longest, dtype=torch.uint8, device=device)
+    if payload:
+        mine[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    out = [torch.empty(longest, dtype=torch.uint8, device=device) for _ in range(world)]
+    dist.all_gather(out, mine)
+    return [
+        _decode(json.loads(bytes(t[: int(n.item())].cpu().numpy().tobytes())))
+        for t, n in zip(out, sizes, strict=True)
+    ]
 
 
 def barrier() -> None:
@@ -92,9 +138,9 @@ def pack(root: Path, names: set[str]) -> list[tuple[str, bytes]]:
     """The bytes of ``names`` (relative to ``root``), files that vanished left out."""
     out = []
     for name in sorted(names):
-        try:
-            out.append((name, (root / name).read_bytes()))
-        except OSError:
+        try:  # bounded, regular files only: a FIFO or link planted in the cache is skipped
+            out.append((name, read_bytes(root / name, max_bytes=MAX_ARTIFACT_BYTES)))
+        except (OSError, ValueError, NotAFile):
             continue
     return out
 
@@ -105,15 +151,18 @@ def unpack(root: Path, files: list[tuple[str, bytes]]) -> int:
     written = 0
     base = root.resolve()
     for name, data in files:
+        if not isinstance(name, str) or not isinstance(data, bytes):
+            continue
         dst = (root / name).resolve()
         if base not in dst.parents:  # never outside the cache directory
             continue
-        if dst.exists():
+        if os.path.lexists(dst):
             continue
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(dst, data)
-        if name.endswith(".so"):
-            dst.chmod(0o755)
+        try:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(dst, data, mode=0o755 if name.endswith(".so") else None)
+        except (NotAFile, OSError):  # the rank compiles that piece itself instead
+            continue
         written += 1
     return written
 

@@ -28,13 +28,33 @@ static addresses). A fresh optimizer has no state until its first step, so resto
 at step 0 (shape-independent, one per optimizer, served by the inductor cache when warm). The
 per-shape graphs (forward and backward) are unaffected. Precompiling after the optimizer has
 state (a resumed run) retraces nothing.
+
+NOTE [ Finding what a step can change ]
+With ``restore=None``, :func:`discover` walks everything the step can reach, at any depth: a bound
+method's object, the attributes (``__dict__`` and ``__slots__``) of every user object and module
+(a plain ``Trainer`` holding a model and an optimizer), closures and default arguments of every
+function (a model six closures deep), the globals its code names (and attributes of user
+modules it names), ``functools.partial`` arguments, ``__wrapped__`` functions, the methods of the
+classes of the objects it meets, and containers. What it collects is restored: modules,
+optimizers, objects with ``state_dict``/``load_state_dict``, loose tensors (a hand-rolled
+parameter or an EMA buffer), the attribute bindings of user objects (``self.global_step``) and
+the contents of the lists, dicts and sets met on the way. Library objects (``torch``, ``numpy``,
+Python's builtin types) are not entered; other objects are, a ``SimpleNamespace`` or a Hugging
+Face ``Trainer`` included, but the code of the standard library and of installed packages is not
+walked (it changes what it is passed, and ``from_pretrained`` calling ``eval`` must not make a
+model unprovable). Where the walk cannot see (a callable implemented in C outside
+those libraries, code that calls ``eval`` / ``exec`` / ``globals()``, more than
+:data:`_MAX_NODES` objects), it cannot prove that it found everything, and precompile refuses
+with the fix (``restore=[model, optimizer, ...]``) instead of risking a silent training step.
 """
 
 from __future__ import annotations
 
+import builtins
 import copy
-import inspect
+import functools
 import random
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -42,86 +62,251 @@ from typing import Any
 import numpy as np
 import torch
 
-#: How deep discovery follows functions and objects from the step.
-_MAX_DEPTH = 4
+#: Objects the walk may visit before it gives up proving that it found everything.
+_MAX_NODES = 500_000
+#: Values that hold no state a step could change in place.
+_ATOMIC = (type(None), bool, int, float, complex, str, bytes, range, slice, type(Ellipsis))
+#: Libraries whose objects hold no user training state (they are not entered).
+_LIBRARIES = frozenset({"torch", "numpy", "builtins", "functools", "typing", "collections",
+                        "abc", "enum", "re", "math", "random", "os", "posixpath", "ntpath",
+                        "pathlib", "logging", "warnings", "itertools", "operator", "inspect",
+                        "_operator", "_functools", "_collections", "_abc", "weakref", "copy",
+                        "json", "time", "sys", "types", "dataclasses", "contextlib", "tqdm",
+                        "pybind11_builtins"})  # fmt: skip
+#: Names whose use makes a function's reach dynamic (what it touches is not in its code).
+_DYNAMIC = frozenset({"eval", "exec", "globals", "locals", "vars", "__import__", "import_module"})
+#: nn.Module internals the snapshot covers itself (parameters, buffers, submodules).
+_MODULE_OWN = frozenset({"_parameters", "_buffers", "_modules"})
 
 
-def discover(step: Callable[..., Any]) -> tuple[list[Any], list[Any]]:
-    """What the step reaches: ``(objects, compiled)``.
+class Discovery:
+    """What :func:`discover` found: ``objects`` to restore, ``compiled`` wrappers, ``unproven``
+    (why the walk cannot prove it saw everything; empty when it can)."""
 
-    ``objects``: the modules, optimizers and stateful objects (schedulers, scalers) that the step
-    reaches through its bound ``self``, its closure, its default arguments, the globals its code
-    names (and those of the functions it references), compiled wrappers' originals,
-    ``functools.partial`` arguments and the attributes of a callable object. ``compiled``: the
-    ``torch.compile`` wrappers met on the way (compiled modules and functions).
+    def __init__(self) -> None:
+        self.objects: dict[int, Any] = {}
+        self.compiled: dict[int, Any] = {}
+        self.unproven: list[str] = []
+
+
+def discover(step: Callable[..., Any]) -> tuple[list[Any], list[Any], list[str]]:
+    """What the step reaches: ``(objects, compiled, unproven)`` (NOTE [ Finding what a step can
+    change ]).
+
+    ``objects``: modules, optimizers, stateful objects, loose tensors, user objects (their
+    attribute bindings) and containers (their contents), to snapshot and restore. ``compiled``:
+    the ``torch.compile`` wrappers met on the way. ``unproven``: reasons the walk cannot prove it
+    found everything the step can change (empty when it can).
     """
-    found: dict[int, Any] = {}
-    compiled: dict[int, Any] = {}
+    found = Discovery()
     seen: set[int] = set()
+    stack: list[Any] = [step]
+    nodes = 0
 
-    def visit(obj: Any, depth: int) -> None:
-        if id(obj) in seen or depth > _MAX_DEPTH:
-            return
+    def unproven(reason: str) -> None:
+        if reason not in found.unproven and len(found.unproven) < 8:
+            found.unproven.append(reason)
+
+    while stack:
+        obj = stack.pop()
+        if isinstance(obj, _ATOMIC) or id(obj) in seen:
+            continue
         seen.add(id(obj))
-        if isinstance(obj, torch.nn.Module):
-            orig = getattr(obj, "_orig_mod", None)  # torch.compile(module)
-            module = orig if isinstance(orig, torch.nn.Module) else obj
-            if module is not obj:
-                compiled.setdefault(id(obj), obj)
-            found.setdefault(id(module), module)
-            return
-        if isinstance(obj, torch.optim.Optimizer) or _is_stateful(obj):
-            found.setdefault(id(obj), obj)
-            return
-        if isinstance(obj, types.ModuleType) or isinstance(obj, type):
-            return
-        if isinstance(obj, (list, tuple)) and len(obj) <= 64:
-            for item in obj:
-                visit(item, depth + 1)
-            return
-        if isinstance(obj, dict) and len(obj) <= 64:
-            for item in obj.values():
-                visit(item, depth + 1)
-            return
-        orig = getattr(obj, "_torchdynamo_orig_callable", None)
-        if orig is not None and orig is not obj:  # torch.compile(function)
-            compiled.setdefault(id(obj), obj)
-            visit(orig, depth)
-        if isinstance(obj, types.MethodType):
-            visit(obj.__self__, depth + 1)
-            visit(obj.__func__, depth)
-            return
-        func = getattr(obj, "func", None)  # functools.partial
-        if callable(func) and hasattr(obj, "args") and hasattr(obj, "keywords"):
-            visit(func, depth)
-            for item in (*obj.args, *obj.keywords.values()):
-                visit(item, depth + 1)
-            return
-        if isinstance(obj, types.FunctionType):
-            if _library(obj):
-                return
-            for cell in obj.__closure__ or ():
-                try:
-                    visit(cell.cell_contents, depth + 1)
-                except ValueError:  # an empty cell
-                    pass
-            for item in (*(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()):
-                visit(item, depth + 1)
-            for name in _names(obj.__code__):
-                if name in obj.__globals__:
-                    visit(obj.__globals__[name], depth + 1)
-            return
-        if callable(obj) and hasattr(obj, "__dict__") and not _library(type(obj)):
-            for item in vars(obj).values():
-                visit(item, depth + 1)
+        nodes += 1
+        if nodes > _MAX_NODES:
+            unproven(f"the step reaches more than {_MAX_NODES:,} objects")
+            break
+        stack.extend(_children(obj, found, unproven))
+    return list(found.objects.values()), list(found.compiled.values()), found.unproven
 
-    visit(step, 0)
-    return list(found.values()), list(compiled.values())
+
+def _children(obj: Any, found: Discovery, unproven: Callable[[str], None]) -> list[Any]:
+    """Record ``obj`` if it holds state; return what the walk visits next."""
+    out: list[Any] = []
+    if isinstance(obj, torch.nn.Module):
+        orig = getattr(obj, "_orig_mod", None)  # torch.compile(module)
+        if isinstance(orig, torch.nn.Module) and orig is not obj:
+            found.compiled.setdefault(id(obj), obj)
+            return [orig]
+        found.objects.setdefault(id(obj), obj)
+        for sub in obj.modules():
+            if not _library(type(sub)):
+                out.extend(v for k, v in vars(sub).items() if k not in _MODULE_OWN)
+                out.extend(_methods(type(sub)))
+            else:  # hooks are user code even on torch's modules
+                out.extend(v for k, v in vars(sub).items() if k.endswith("hooks"))
+        return out
+    if isinstance(obj, torch.Tensor):
+        found.objects.setdefault(id(obj), obj)
+        return out
+    if isinstance(obj, torch.optim.Optimizer) or _is_stateful(obj):
+        found.objects.setdefault(id(obj), obj)
+        if not _core(type(obj)):
+            out.extend(_attributes(obj))
+            out.extend(_methods(type(obj)))
+        return out
+    if isinstance(obj, type):
+        return out
+    if isinstance(obj, types.ModuleType):
+        return out  # entered only through the names a function's code reads (below)
+    if isinstance(obj, (list, set, dict)) and type(obj) in (list, set, dict):
+        found.objects.setdefault(id(obj), obj)
+    if isinstance(obj, dict) or (hasattr(obj, "items") and type(obj).__module__ == "collections"):
+        return [*obj.values()]
+    if isinstance(obj, (list, tuple, set, frozenset)) or type(obj).__module__ == "collections":
+        try:
+            return list(obj)
+        except TypeError:
+            return out
+    orig = getattr(obj, "_torchdynamo_orig_callable", None)
+    if orig is not None and orig is not obj:  # torch.compile(function)
+        found.compiled.setdefault(id(obj), obj)
+        out.append(orig)
+    if isinstance(obj, types.MethodType):
+        return [*out, obj.__self__, obj.__func__]
+    if isinstance(obj, types.MethodWrapperType):  # fn.__call__, obj.__getitem__, ...
+        return [*out, obj.__self__]
+    if isinstance(obj, (classmethod, staticmethod)):
+        return [*out, obj.__func__]
+    if isinstance(obj, property):
+        return [*out, obj.fget, obj.fset, obj.fdel]
+    func = getattr(obj, "func", None)  # functools.partial
+    if callable(func) and hasattr(obj, "args") and hasattr(obj, "keywords"):
+        return [*out, func, *obj.args, *obj.keywords.values()]
+    if isinstance(obj, types.FunctionType):
+        if _library(obj) or _installed(obj) or _ours(obj):
+            return out  # library code: it changes what it is passed, which the walk sees
+        out.extend(_function(obj, unproven))
+        return out
+    if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        owner = getattr(obj, "__self__", None)  # e.g. a list's append: the list
+        if type(owner) in (list, dict, set) or not (owner is None or _library(obj)):
+            out.append(owner)
+        return out  # a C function reaches only what it is passed
+    if isinstance(obj, (types.GeneratorType, types.CoroutineType, types.CodeType, types.FrameType)):
+        return out
+    if _core(type(obj)):
+        return out  # torch's, numpy's, Python's builtin and our own objects hold no user state
+    if not hasattr(obj, "__dict__") and not _slots(type(obj)):  # implemented in C
+        if callable(obj) and not _stdlib(type(obj)):
+            unproven(f"the step reaches {type(obj).__qualname__} objects, which it cannot enter")
+        return out
+    # a user object: its attributes, and the methods of its class
+    found.objects.setdefault(id(obj), obj)
+    return [*out, *_attributes(obj), *_methods(type(obj))]
+
+
+def _function(fn: types.FunctionType, unproven: Callable[[str], None]) -> list[Any]:
+    out: list[Any] = []
+    for cell in fn.__closure__ or ():
+        try:
+            out.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            pass
+    out.extend((*(fn.__defaults__ or ()), *(fn.__kwdefaults__ or {}).values()))
+    wrapped = getattr(fn, "__wrapped__", None)
+    if wrapped is not None:
+        out.append(wrapped)
+    names = _names(fn.__code__)
+    if names & _DYNAMIC:
+        unproven(
+            f"{fn.__qualname__} calls {sorted(names & _DYNAMIC)[0]}(), so what it touches is "
+            "not in its code"
+        )
+    g = fn.__globals__
+    for name in names:
+        if name in g:
+            value = g[name]
+        elif name in sys.modules and not hasattr(builtins, name):
+            value = sys.modules[name]  # imported inside the function
+        else:
+            continue
+        if isinstance(value, types.ModuleType):
+            if not _library(value):  # mod.model: the attributes of a user module it names
+                out.extend(getattr(value, n) for n in names if hasattr(value, n))
+        else:
+            out.append(value)
+    return out
+
+
+def _attributes(obj: Any) -> list[Any]:
+    out = list(vars(obj).values()) if hasattr(obj, "__dict__") else []
+    for name in _slots(type(obj)):
+        if hasattr(obj, name):
+            out.append(getattr(obj, name))
+    return out
+
+
+def _slots(cls: type) -> list[str]:
+    out: list[str] = []
+    for klass in cls.__mro__:
+        slots = klass.__dict__.get("__slots__", ())
+        out.extend([slots] if isinstance(slots, str) else slots)
+    return [s for s in out if s not in ("__dict__", "__weakref__")]
+
+
+def _methods(cls: type) -> list[Any]:
+    """The functions of the user classes in ``cls``'s MRO (their code names globals too);
+    installed packages' classes (a Hugging Face model's ``from_pretrained``) are library code."""
+    out: list[Any] = []
+    for klass in cls.__mro__:
+        if _library(klass) or _installed(klass):
+            continue
+        for value in vars(klass).values():
+            if isinstance(value, (types.FunctionType, classmethod, staticmethod, property)):
+                out.append(value)
+    return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _installed_module(name: str) -> bool:
+    if name.split(".")[0] in getattr(sys, "stdlib_module_names", ()):
+        return True  # Python's own (argparse, threading, ...)
+    path = getattr(sys.modules.get(name), "__file__", None) or ""
+    return any(part in path for part in ("site-packages", "dist-packages"))
+
+
+def _installed(obj: Any) -> bool:
+    """Code of the standard library or an installed package (not the user's own):
+    its functions and methods are not walked, its objects' attributes are."""
+    module = getattr(obj, "__module__", None)
+    return isinstance(module, str) and _installed_module(module)
+
+
+#: Objects of these packages are not entered (a SimpleNamespace or a Namespace holding the model
+#: is: only the libraries that never hold user state are left out).
+_CORE = frozenset({"torch", "numpy", "pybind11_builtins", "bucketloader"})
+
+
+def _ours(fn: types.FunctionType) -> bool:
+    """bucketloader's own code (a doctest's functions carry our module name but not our file)."""
+    module = getattr(fn, "__module__", None) or ""
+    return module.split(".")[0] == "bucketloader" and not fn.__code__.co_filename.startswith("<")
+
+
+def _core(cls: type) -> bool:
+    module = getattr(cls, "__module__", None) or ""
+    if module == "builtins":
+        return getattr(builtins, cls.__name__, None) is cls
+    return module.split(".")[0] in _CORE
+
+
+def _stdlib(cls: type) -> bool:
+    module = (getattr(cls, "__module__", None) or "").split(".")[0]
+    return module.lstrip("_") in getattr(sys, "stdlib_module_names", ()) or module in (
+        getattr(sys, "stdlib_module_names", ())
+    )
 
 
 def _library(obj: Any) -> bool:
-    module = getattr(obj, "__module__", None) or ""
-    return module.split(".")[0] in {"torch", "numpy", "builtins", "functools"}
+    module = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", "")
+    if (
+        module == "builtins"
+        and isinstance(obj, type)
+        and getattr(builtins, obj.__name__, None) is not obj
+    ):
+        return False  # a class defined by exec'd code (a notebook cell, a docs runner)
+    return (module or "").split(".")[0] in _LIBRARIES
 
 
 def _is_stateful(obj: Any) -> bool:
@@ -142,14 +327,24 @@ def _names(code: types.CodeType) -> set[str]:
 
 def describe(obj: Any) -> str:
     """A short name for the report: ``Model (module)``, ``AdamW (optimizer)``."""
-    kind = (
-        "module"
-        if isinstance(obj, torch.nn.Module)
-        else "optimizer"
-        if isinstance(obj, torch.optim.Optimizer)
-        else "state_dict"
-    )
+    if isinstance(obj, torch.nn.Module):
+        kind = "module"
+    elif isinstance(obj, torch.optim.Optimizer):
+        kind = "optimizer"
+    elif isinstance(obj, torch.Tensor):
+        return f"tensor {tuple(obj.shape)} (values)"
+    elif _is_stateful(obj):
+        kind = "state_dict"
+    elif type(obj) in (list, dict, set):
+        kind = "contents"
+    else:
+        kind = "attributes"
     return f"{type(obj).__name__} ({kind})"
+
+
+def reported(objects: list[Any]) -> list[Any]:
+    """The objects a report lists: containers (restored too) are left out as noise."""
+    return [o for o in objects if type(o) not in (list, dict, set)]
 
 
 def check_restorable(objects: Any) -> list[Any]:
@@ -195,14 +390,39 @@ class Snapshot:
         self._training: list[tuple[torch.nn.Module, bool]] = []
         self._optim: list[tuple[Any, Any, Any]] = []
         self._stateful: list[tuple[Any, Any]] = []
+        self._loose: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._attrs: list[tuple[Any, dict[str, Any], dict[str, Any]]] = []
+        self._contents: list[tuple[Any, Any]] = []
         seen: set[int] = set()
         for obj in objects:
             if isinstance(obj, torch.nn.Module):
                 self._module(obj, seen)
+        for obj in objects:
+            if isinstance(obj, torch.nn.Module):
+                continue
+            if isinstance(obj, torch.Tensor):
+                if id(obj) not in seen:  # a loose tensor (not a module's parameter or buffer)
+                    seen.add(id(obj))
+                    self._loose.append((obj, _keep(obj)))
+                    if obj.requires_grad:
+                        g = obj.grad
+                        self._grads.append((obj, g, None if g is None else _keep(g)))
             elif isinstance(obj, torch.optim.Optimizer):
                 self._optim.append((obj, *self._optimizer(obj)))
-            else:
+            elif _is_stateful(obj):
                 self._stateful.append((obj, copy.deepcopy(obj.state_dict())))
+                if not isinstance(obj, type) and hasattr(obj, "__dict__"):
+                    self._attrs.append((obj, vars(obj), dict(vars(obj))))
+            elif type(obj) is list:
+                self._contents.append((obj, list(obj)))
+            elif type(obj) is dict:
+                self._contents.append((obj, dict(obj)))
+            elif type(obj) is set:
+                self._contents.append((obj, set(obj)))
+            elif hasattr(obj, "__dict__") or _slots(type(obj)):
+                d = vars(obj) if hasattr(obj, "__dict__") else {}
+                slots = {n: getattr(obj, n) for n in _slots(type(obj)) if hasattr(obj, n)}
+                self._attrs.append((obj, d, {**dict(d), **{f"\0{n}": v for n, v in slots.items()}}))
         self._rng = _rng_state()
 
     def _module(self, module: torch.nn.Module, seen: set[int]) -> None:
@@ -241,6 +461,22 @@ class Snapshot:
 
     def restore(self) -> None:
         """Put every snapshotted value back, in the same objects."""
+        for obj, d, saved in self._attrs:  # bindings first: a replaced model is put back
+            for k in [k for k in d if k not in saved]:
+                del d[k]
+            for k, v in saved.items():
+                if k.startswith("\0"):
+                    object.__setattr__(obj, k[1:], v)
+                elif d.get(k, _MISSING) is not v:
+                    d[k] = v
+        for box, saved in self._contents:
+            if type(box) is list:
+                box[:] = saved
+            else:
+                box.clear()
+                box.update(saved)
+        for t, saved in self._loose:
+            _put(t, saved)
         for owner, name, t, saved in self._tensors:
             if owner._parameters.get(name) is not t and owner._buffers.get(name) is not t:
                 setattr(owner, name, t)
@@ -273,6 +509,9 @@ class Snapshot:
         _set_rng_state(self._rng)
 
 
+_MISSING = object()
+
+
 def _restored(ref: torch.Tensor | None, saved: Any) -> Any:
     if ref is None:
         return copy.deepcopy(saved)
@@ -297,11 +536,3 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])  # noqa: NPY002
     if "cuda" in state:
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def signature_of(fn: Callable[..., Any]) -> str:
-    """``name(args)`` of a callable for messages."""
-    try:
-        return f"{getattr(fn, '__name__', type(fn).__name__)}{inspect.signature(fn)}"
-    except (TypeError, ValueError):
-        return repr(fn)

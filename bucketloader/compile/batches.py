@@ -75,8 +75,10 @@ class ExampleBatches:
             given).
         example: one real sample (a dict, tuple or bare tensor / array / token list, as the
             dataset returns it); or the dataset itself (a ``torch.utils.data.Dataset``, a Hugging
-            Face dataset, an iterable, or a list with one sample per planned length), from which
-            the first sample of each group is taken.
+            Face dataset, an iterable, a list with one sample per planned length, or a list of
+            samples of one kind such as ``[tensor]`` or ``[dict, ...]``), from which the first
+            sample of each group is taken. A tuple, or a list of fields of different kinds
+            (``[ids, label]``), is one sample.
         collate_fn: the collator the training ``DataLoader`` uses (default ``plan.collator()``);
             pass yours when it was built with options (``fields``, ``pad_value``, ``mask_dtype``).
         device: move every tensor of the batch there (as the training loop does before the step);
@@ -257,15 +259,27 @@ def _is_dataset(example: Any, plan: Any) -> bool:
         return False
     if isinstance(example, (list, tuple)):
         lengths = getattr(plan, "lengths", None)
-        return (
-            isinstance(example, list)
-            and lengths is not None
-            and len(example) == len(lengths)
-            and len(example) > 1
+        return isinstance(example, list) and (
+            (lengths is not None and len(example) == len(lengths) and len(example) > 1)
+            or _list_of_samples(example)
         )
     return (hasattr(example, "__getitem__") and hasattr(example, "__len__")) or hasattr(
         example, "__iter__"
     )
+
+
+def _list_of_samples(example: list[Any]) -> bool:
+    """``[tensor, ...]`` of one kind (same type, dims and dtype), or ``[dict, ...]``: a list of
+    samples (a dataset), not one sample made of fields (``[ids, label]`` differ in dims)."""
+    if not example:
+        return False
+    if all(isinstance(x, Mapping) for x in example):
+        return True
+    arrays = (torch.Tensor, np.ndarray)
+    if not all(isinstance(x, arrays) for x in example):
+        return False
+    kinds = {(type(x), x.ndim, str(x.dtype)) for x in example}
+    return len(kinds) == 1 and example[0].ndim >= 1
 
 
 def _examples(plan: Any, example: Any, table: Any) -> dict[Any, Any]:

@@ -41,7 +41,13 @@ import torch
 from bucketloader._validation import check_bool
 from bucketloader.compile import _dist
 from bucketloader.compile._key import batch_signature, digest, key_document
-from bucketloader.compile._state import Snapshot, check_restorable, describe, discover
+from bucketloader.compile._state import (
+    Snapshot,
+    check_restorable,
+    describe,
+    discover,
+    reported,
+)
 from bucketloader.compile.batches import ExampleBatches, check_shapes, to_device
 from bucketloader.compile.store import CompileCache
 
@@ -192,8 +198,11 @@ def precompile(
         device: where the training loop moves each batch before calling ``step`` (``None``: the
             batch stays as collated).
         restore: modules, optimizers and objects with ``state_dict``/``load_state_dict`` whose
-            state ``step`` changes; ``None`` finds them from ``step`` (its closure, the globals it
-            names, a compiled module, a bound method's object). The report lists them.
+            state ``step`` changes; ``None`` finds everything ``step`` can reach (bound methods'
+            objects, attributes, closures at any depth, ``functools.partial``, the globals its
+            code names) and refuses with a ``ValueError`` when it cannot prove it found it all
+            (NOTE [ Finding what a step can change ] in :mod:`bucketloader.compile._state`).
+            The report lists what was restored.
         cache: a :class:`CompileCache`, a directory for one, ``None`` (the default cache), or
             ``False`` (leave inductor's cache configuration alone, record nothing, share nothing).
         progress: show a progress bar (``tqdm``, if installed; rank 0 only).
@@ -224,12 +233,21 @@ def precompile(
     store = _check_cache(cache)
     source = _source(plan, example, collate_fn)
     targets = _batches(source)  # as collated; moved to the device one at a time
-    found, compiled = discover(step)
+    found, compiled, unproven = discover(step)
+    if restore is None and unproven:
+        raise ValueError(
+            "precompile cannot prove it found everything step changes ("
+            + "; ".join(unproven)
+            + "), so running it on synthetic batches could train your model; pass "
+            "restore=[model, optimizer, ...] listing every module, optimizer and object with "
+            "state_dict() that step changes (NOTE [ Finding what a step can change ] in "
+            "bucketloader.compile._state)"
+        )
     objects = found if restore is None else check_restorable(restore)
     keyed = list({id(o): o for o in [*objects, *found]}.values())
 
-    if store is not None:
-        store.activate()
+    if store is not None and not store.activate():
+        store = None  # unusable directory: one warning, then as cache=False
     document = key_document(step, keyed, to_device(targets[0][1], dev), compiled)
     key = digest(document)
     signatures = [batch_signature(to_device(b, dev)) for _, b in targets]
@@ -282,7 +300,7 @@ def precompile(
         rows=tuple(rows),
         key=key if store is not None else None,
         cache_dir=store.inductor_dir if store is not None else None,
-        restored=tuple(describe(o) for o in objects),
+        restored=tuple(describe(o) for o in reported(objects)),
         world_size=size,
         rank=rank,
         shared_by=shared_by,
@@ -388,12 +406,29 @@ def _check_device(device: Any) -> torch.device | None:
     if device is None:
         return None
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except (RuntimeError, TypeError):
         raise ValueError(
             f"device must be a torch.device or a device name such as 'cuda:0', got "
             f"device={device!r}"
         ) from None
+    if dev.type in ("cpu", "meta"):
+        return dev
+    backend = getattr(torch, dev.type, None)
+    available = getattr(backend, "is_available", None)
+    if callable(available) and not available():
+        raise ValueError(
+            f"device={device!r} is not available in this process (torch {torch.__version__} "
+            f"sees no {dev.type} device); pass the device the training loop moves batches to, "
+            "e.g. device='cpu', or None to keep batches as collated"
+        )
+    count = getattr(backend, "device_count", None)
+    if dev.index is not None and callable(count) and dev.index >= count():
+        raise ValueError(
+            f"device={device!r} does not exist: this process sees {count()} {dev.type} "
+            f"device(s), indices 0..{count() - 1}; pass one of them"
+        )
+    return dev
 
 
 def _check_cache(cache: Any) -> CompileCache | None:

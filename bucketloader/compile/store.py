@@ -54,15 +54,17 @@ compiles ``cold``, and the report shows both.
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bucketloader._files import NotAFile, read_json, write_atomic
 from bucketloader._validation import check_bool, check_choice
 from bucketloader._version import __version__
 from bucketloader.cache import default_cache_dir
@@ -148,7 +150,6 @@ class CompileCache:
         )
         self.distributed = check_bool("distributed", distributed)
         self.share = check_choice("share", share, SHARE)
-        self._warned: set[str] = set()
 
     def __repr__(self) -> str:
         return (
@@ -161,15 +162,18 @@ class CompileCache:
         """``TORCHINDUCTOR_CACHE_DIR`` while this cache is active."""
         return self.directory / "inductor"
 
-    def activate(self) -> None:
+    def activate(self) -> bool:
         """Point inductor's cache at :attr:`inductor_dir` for this process.
 
         A ``TORCHINDUCTOR_CACHE_DIR`` you set to another directory is replaced, with one
         :class:`CompileCacheWarning` (pass ``cache=CompileCache(...)`` on that filesystem instead,
-        or ``cache=False`` to leave inductor's configuration alone).
+        or ``cache=False`` to leave inductor's configuration alone). Returns ``False`` (with one
+        warning, leaving inductor alone) when the directory is not :meth:`usable`.
         """
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir as torch_default
 
+        if not self.usable():
+            return False
         target = str(self.inductor_dir.resolve())
         current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         ours = (target, os.path.abspath(torch_default()), *_ACTIVATED)
@@ -177,11 +181,12 @@ class CompileCache:
             self._warn(
                 f"TORCHINDUCTOR_CACHE_DIR={current} is replaced by {target} for this process, "
                 "so that precompiled graphs are found again; pass cache=CompileCache(directory) "
-                "to keep them elsewhere, or cache=False to leave inductor's cache alone"
+                "to keep them elsewhere, or cache=False to leave inductor's cache alone",
+                once=("redirect", f"{current}->{target}"),
             )
-        self.inductor_dir.mkdir(parents=True, exist_ok=True)
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = target
         _ACTIVATED.add(target)
+        return True
 
     # -- records --------------------------------------------------------------------------------
     @staticmethod
@@ -218,28 +223,23 @@ class CompileCache:
     def _read(self, key: str, shape_key: str) -> ShapeRecord | None:
         path = self._path(key, shape_key)
         try:
-            if path.stat().st_size > _MAX_RECORD_BYTES:
-                raise ValueError("too large")
-            body = json.loads(path.read_bytes())
-            ok = (
-                body["format"] == ENTRY_TAG
-                and body["version"] == KEY_FORMAT
-                and body["key"] == key == digest(body["model"])
-                and self.shape_key(key, tuple(body["shape"]), body["batch"]) == shape_key
-            )
-            if not ok:
-                raise ValueError("its fields do not hash to its name")
-            return ShapeRecord(
-                shape=tuple(int(x) for x in body["shape"]),
-                shape_key=shape_key,
-                cold_seconds=_seconds(body.get("cold_seconds")),
-                warm_seconds=_seconds(body.get("warm_seconds")),
-                updated=float(body["updated"]),
-            )
-        except FileNotFoundError:
+            body = read_json(path, max_bytes=_MAX_RECORD_BYTES)
+        except (FileNotFoundError, NotADirectoryError):
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            self._warn(f"ignored the unreadable compile record {path} ({exc})")
+        except NotAFile as exc:
+            self._warn(
+                f"compile record path {path} is {exc}, which bucketloader did not write; it is "
+                "left alone (never read, replaced or deleted) and that shape is not recorded",
+                once=("foreign", str(path)),
+            )
+            return None
+        except (OSError, ValueError) as exc:
+            self._warn(f"ignored the unreadable compile record {path} ({exc})", once=None)
+            return None
+        try:  # a record is untrusted input: whatever it holds, it is a miss, never an exception
+            return _record(body, key, shape_key)
+        except Exception as exc:
+            self._warn(f"ignored the unreadable compile record {path} (invalid: {exc})", once=None)
             return None
 
     def put(
@@ -274,8 +274,15 @@ class CompileCache:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(path, json.dumps(body, indent=1, sort_keys=True).encode() + b"\n")
+        except NotAFile as exc:
+            self._warn(
+                f"compile record path {path} is {exc}, which bucketloader did not write; it is "
+                "left alone and that shape is not recorded",
+                once=("foreign", str(path)),
+            )
+            return None
         except OSError as exc:
-            self._warn(f"could not write the compile record {path} ({exc})")
+            self._unusable(exc)
             return None
         return ShapeRecord(
             shape=tuple(shape),
@@ -285,28 +292,80 @@ class CompileCache:
             updated=now,
         )
 
-    def _warn(self, message: str) -> None:
-        if message not in self._warned:
-            self._warned.add(message)
-            warnings.warn(message, CompileCacheWarning, stacklevel=3)
+    def usable(self) -> bool:
+        """Can this cache hold records and inductor's artifacts? Creates the directories; if
+        they cannot be created or written, warns once (NOTE [ One warning per problem ] in
+        :mod:`bucketloader.cache.store`) and returns ``False``: precompile then runs uncached,
+        as with ``cache=False``."""
+        try:
+            for folder in (self.directory, self.inductor_dir, self.directory / "entries"):
+                folder.mkdir(parents=True, exist_ok=True)
+                if not os.access(folder, os.W_OK | os.X_OK):
+                    raise PermissionError(errno.EACCES, "not writable", str(folder))
+        except OSError as exc:
+            self._unusable(exc)
+            return False
+        return True
+
+    def _unusable(self, exc: OSError) -> None:
+        self._warn(
+            f"compile cache directory {self.directory} is not usable "
+            f"({exc.strerror or type(exc).__name__}); precompile compiles without recording or "
+            "sharing, as with cache=False. Point CompileCache(directory) or "
+            "BUCKETLOADER_CACHE_DIR at a writable directory",
+            once=("directory", os.path.abspath(self.directory)),
+        )
+
+    def _warn(self, message: str, *, once: tuple[str, str] | None) -> None:
+        """Warn once per process per (what, where), or per message with ``once=None``."""
+        mark = once if once is not None else ("message", message)
+        if mark in _WARNED:
+            return
+        _WARNED.add(mark)
+        warnings.warn(message, CompileCacheWarning, stacklevel=3)
+
+
+#: Problems already reported in this process (one warning per problem, whichever object meets it).
+_WARNED: set[tuple[str, str]] = set()
+#: The most dimensions a batch shape has (batch, lengths and fixed trailing dims).
+_MAX_DIMS = 32
+
+
+def _record(body: Any, key: str, shape_key: str) -> ShapeRecord:
+    """The validated :class:`ShapeRecord` of a record's JSON body (``ValueError`` otherwise)."""
+    if not isinstance(body, dict):
+        raise ValueError(f"a record is a JSON object, got {type(body).__name__}")
+    if body.get("format") != ENTRY_TAG or body.get("version") != KEY_FORMAT:
+        raise ValueError("not a record of this format version")
+    shape = body.get("shape")
+    if (
+        not isinstance(shape, list)
+        or not 1 <= len(shape) <= _MAX_DIMS
+        or not all(type(x) is int and 0 <= x < 2**62 for x in shape)
+        or shape[0] < 1
+    ):
+        raise ValueError(f"shape must be a list of ints >= 0 (batch >= 1), got {shape!r}")
+    ok = (
+        body.get("key") == key == digest(body.get("model"))
+        and CompileCache.shape_key(key, tuple(shape), body.get("batch")) == shape_key
+    )
+    if not ok:
+        raise ValueError("its fields do not hash to its name")
+    updated = body.get("updated")
+    if type(updated) not in (int, float) or not math.isfinite(updated):
+        raise ValueError(f"updated must be a finite number, got {updated!r}")
+    return ShapeRecord(
+        shape=tuple(shape),
+        shape_key=shape_key,
+        cold_seconds=_seconds(body.get("cold_seconds")),
+        warm_seconds=_seconds(body.get("warm_seconds")),
+        updated=float(updated),
+    )
 
 
 def _seconds(value: Any) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"seconds must be a number >= 0, got {value!r}")
+    if type(value) not in (int, float) or not 0 <= value < math.inf:
+        raise ValueError(f"seconds must be a finite number >= 0, got {value!r}")
     return float(value)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace`` (readers see all or
-    nothing, concurrent writers of the same content are harmless)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -523,7 +523,11 @@ class _BucketMixin:
             return super().evaluation_loop(  # type: ignore[misc]
                 dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix
             )
-        record = _EvalRecord(sampler.num_samples, concat=self.args.eval_do_concat_batches)
+        record = _EvalRecord(
+            sampler.num_samples,
+            concat=self.args.eval_do_concat_batches,
+            positions=sampler.positions,
+        )
         user_metrics = self.compute_metrics
         if user_metrics is not None:
             self.compute_metrics = record.metrics_hook(user_metrics, self.args.batch_eval_metrics)
@@ -598,15 +602,19 @@ def _plan_batches(sampler: Any) -> Any:
 class _EvalRecord:
     """Per step: the gathered ``index`` of the rows, and (loss x real rows, real rows)."""
 
-    def __init__(self, num_samples: int, *, concat: bool) -> None:
+    def __init__(
+        self, num_samples: int, *, concat: bool, positions: Callable[[Any], np.ndarray]
+    ) -> None:
         self.num_samples = num_samples
         self.concat = concat
+        self.positions = positions  # dataset index -> position among the evaluated samples
         self.index: list[np.ndarray] = []
         self.losses: list[torch.Tensor] = []
 
     def add(self, trainer: Any, index: torch.Tensor, mask: Any, loss: Any) -> None:
         device = trainer.args.device
-        self.index.append(trainer.accelerator.gather(index.to(device)).cpu().numpy())
+        gathered = trainer.accelerator.gather(index.to(device)).cpu().numpy()
+        self.index.append(self.positions(gathered))
         if loss is not None and mask is not None:
             n = mask.to(device).sum().to(torch.float32)
             value = loss.detach().to(device, torch.float32).reshape(())

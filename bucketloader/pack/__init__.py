@@ -5,10 +5,10 @@ over the length histogram, fitted once by :class:`PackSpec`, dealt afresh each e
 :func:`plan_pack_epoch`) and yields batches of ``B`` rows; :class:`PackCollator` lays a batch out
 as ``input_ids``, ``labels`` (-100 at every document start), ``position_ids`` restarting per
 document, ``document_ids`` and fixed-size ``cu_seqlens``; :mod:`bucketloader.pack.masks` turns
-``document_ids`` into SDPA / eager masks and flex-attention block masks.
-:class:`PackIterable` does the same for streams (online best-fit over a bounded buffer; split over
-DDP ranks, ``steps_per_epoch`` equal steps of the one shape on every rank),
-:class:`SplitDataset` cuts documents longer than a row into pieces first.
+``document_ids`` into SDPA / eager masks and flex-attention block masks;
+:class:`SplitDataset` cuts documents longer than a row into pieces first. The packing stream,
+:class:`~bucketloader.stream.PackIterable`, lives with the other stream in
+:mod:`bucketloader.stream` (``bucketloader.pack.PackIterable`` still resolves to it).
 """
 
 from bucketloader.pack.collator import IGNORE_INDEX, PackCollator
@@ -17,12 +17,10 @@ from bucketloader.pack.masks import document_block_mask, document_mask, document
 from bucketloader.pack.sampler import PackSampler
 from bucketloader.pack.spec import PackSpec, PackTable
 from bucketloader.pack.split import SplitDataset
-from bucketloader.pack.stream import PackIterable
 
 __all__ = [
     "IGNORE_INDEX",
     "PackCollator",
-    "PackIterable",
     "PackPlan",
     "PackSampler",
     "PackSpec",
@@ -33,3 +31,14 @@ __all__ = [
     "document_mask_mod",
     "plan_pack_epoch",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``bucketloader.pack.PackIterable``: the packing stream, which moved to
+    :mod:`bucketloader.stream` (no module of ``pack`` imports ``stream``; this name is looked up
+    in the already imported package, which imports both)."""
+    if name == "PackIterable":
+        import sys
+
+        return sys.modules["bucketloader.stream"].PackIterable  # type: ignore[no-any-return]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ The row length is the smallest planned one that holds the longest document (ever
 longer row length starts from a document only it can hold, NOTE [ Row lengths ] in
 :mod:`bucketloader.pack.spec`). A batch that does not fit its shape is an error naming the
 numbers: the dataset's samples disagree with the lengths the sampler was given. Streams
-(:class:`~bucketloader.pack.PackIterable`) yield their rows in the same way.
+(:class:`~bucketloader.stream.PackIterable`) yield their rows in the same way.
 
 NOTE [ Packed batch layout ]
 For a batch of shape ``(B, L)`` holding documents ``0..n-1`` (in the order given):
@@ -204,7 +204,7 @@ class PackCollator:
         A batch that carries its ``planned_shape`` (a :class:`~bucketloader.plan.PlannedBatch`
         from a stream split over ranks) is laid out at that shape; an empty one is a
         padding-only step: ``B`` all-padding rows (NOTE [ A packing stream split over ranks ] in
-        :mod:`bucketloader.pack._stream`).
+        :mod:`bucketloader.stream._rows`).
         """
         planned = getattr(samples, "planned_shape", None)
         if not isinstance(samples, (list, tuple)) or not (samples or planned is not None):

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bucketloader._validation import check_bool
+from bucketloader._validation import check_bool, check_int
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
 from bucketloader.pack.spec import PackSpec, PackTable
-from bucketloader.sampler import EpochSampler, spec_or_build
+from bucketloader.plan.report import SamplingReport
+from bucketloader.sampler import LOSS_WARNING, EpochSampler, spec_or_build
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bucketloader.pack.collator import PackCollator
 
 __all__ = ["PackSampler"]
 
@@ -92,6 +96,7 @@ class PackSampler(EpochSampler):
                 UserWarning,
                 stacklevel=2,
             )
+        self._warn_losses()
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
@@ -111,7 +116,7 @@ class PackSampler(EpochSampler):
         """The declared lengths ``(N,)``."""
         return self.spec.lengths
 
-    def collator(self, **kwargs: Any) -> Any:
+    def collator(self, **kwargs: Any) -> PackCollator:
         """``PackCollator(self.table, **kwargs)``: lays out every batch at its planned shape."""
         from bucketloader.pack.collator import PackCollator
 
@@ -129,6 +134,124 @@ class PackSampler(EpochSampler):
             rank=self.rank,
             balance=self.balance,
         )
+
+    # -- what an epoch does with the data ----------------------------------------------------
+    def report(self, epoch: int | None = None) -> SamplingReport:
+        """What an epoch does with the documents, exactly, over all ranks (NOTE [ Where the
+        report's numbers come from ] in :mod:`bucketloader.plan.report`): documents declared,
+        left out by ``overflow="drop"``, truncated, seen, repeated (``last_batch="fill"`` or a
+        rank's repeated row), dropped (``last_batch="drop"``), padding rows, and per shape the
+        tokens and padded elements.
+
+        Args:
+            epoch: the epoch to report (default: the current one, with the current position).
+
+        Example:
+            >>> import warnings
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore")  # it warns: 2 of 6 documents left out
+            ...     s = PackSampler([3, 20, 4, 30, 5, 2], row_length=8, batch_size=2,
+            ...                     overflow="drop")
+            >>> t = s.report().totals
+            >>> t["samples"], t["too_long"], t["seen"], t["dropped"]
+            (6, 2, 4, 0)
+        """
+        current = epoch is None or epoch == self.epoch
+        ep = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
+        spec, reps = self.spec, self.num_replicas
+        plans = [
+            plan_pack_epoch(
+                spec,
+                seed=self.seed,
+                epoch=ep,
+                shuffle=self.shuffle,
+                num_replicas=reps,
+                rank=r,
+                balance=self.balance,
+            )
+            for r in range(reps)
+        ]
+        n = int(spec.lengths.size)
+        everything = np.concatenate([p.indices for p in plans])
+        appear = np.bincount(everything, minlength=n)
+        seen, planned = int((appear > 0).sum()), int(spec.kept.size)
+        kinds = len(spec.row_lengths)
+        batch_kind = np.concatenate([p.kinds for p in plans])
+        rows_in = np.concatenate([np.diff(p.batch_rows) for p in plans])
+        bsz = np.asarray(spec.batch_sizes, dtype=np.int64)
+        tokens = np.concatenate(
+            [
+                np.add.reduceat(spec.sizes[p.indices], p.offsets[:-1]) if len(p) else []
+                for p in plans
+            ]
+        ).astype(np.int64)
+        docs = np.concatenate([np.diff(p.offsets) for p in plans])
+        batches = np.bincount(batch_kind, minlength=kinds)
+        row_len = np.asarray(spec.row_lengths, dtype=np.int64)
+        totals = {
+            "samples": n,
+            "planned": planned,
+            "too_long": int(spec.dropped.size) if spec.overflow == "drop" else 0,
+            "truncated": int(((spec.sizes > 0) & (spec.sizes < spec.lengths)).sum()),
+            "seen": seen,
+            "repeated": int(appear.sum()) - seen,
+            "dropped": planned - seen,
+            "batches": len(plans[self.rank]),
+            "padded_rows": int((bsz[batch_kind] - rows_in).sum()),
+        }
+        cells = tuple(
+            {
+                "shape": (int(bsz[k]), int(row_len[k])),
+                "samples": int(docs[batch_kind == k].sum()),
+                "batches": int(batches[k]),
+                "rows": int(rows_in[batch_kind == k].sum()),
+                "real": int(tokens[batch_kind == k].sum()),
+                "padded": int(batches[k] * bsz[k] * row_len[k]),
+            }
+            for k in range(kinds)
+            if batches[k]
+        )
+        mine = plans[self.rank]
+        done = min(max(self._yielded, self._start) if current else 0, len(mine))
+        return SamplingReport(
+            epoch=ep,
+            totals=totals,
+            cells=cells,
+            batches_done=done,
+            batches_left=len(mine) - done,
+            samples_left=int(mine.offsets[-1] - mine.offsets[done]),
+        )
+
+    def _warn_losses(self) -> None:
+        """NOTE [ Warning about silent losses ] in :mod:`bucketloader.sampler`: documents that
+        ``overflow="drop"`` leaves out, and the rows ``last_batch="drop"`` leaves out of every
+        epoch (their documents change per epoch; :meth:`report` counts them exactly)."""
+        spec = self.spec
+        n = int(spec.lengths.size)
+        reasons = {}
+        if spec.overflow == "drop" and spec.dropped.size:
+            reasons["overflow='drop' (longer than the longest row)"] = int(spec.dropped.size)
+        rows_lost = 0
+        if spec.last_batch == "drop":
+            _, q = spec.steps(self.num_replicas)
+            rows_lost = int(q.sum())
+            if rows_lost:
+                per_row = spec.kept.size / max(spec.num_rows, 1)
+                reasons[f"last_batch='drop' ({rows_lost:,} of {spec.num_rows:,} rows)"] = max(
+                    1, round(rows_lost * per_row)
+                )
+        lost = sum(reasons.values())
+        if lost > LOSS_WARNING * n:
+            listed = ", ".join(
+                f"{'about ' if 'rows' in k else ''}{v:,} by {k}" for k, v in reasons.items()
+            )
+            hint = "; last_batch='pad' keeps every document" if rows_lost else ""
+            warnings.warn(
+                f"this PackSampler leaves out documents every epoch on {self.num_replicas} "
+                f"rank(s), of {n:,}: {listed} (report() counts each epoch exactly){hint}",
+                UserWarning,
+                stacklevel=3,
+            )
 
     # -- resumption ---------------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:

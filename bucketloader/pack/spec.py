@@ -21,16 +21,19 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from bucketloader._types import LengthsLike
 from bucketloader._validation import MAX_LENGTH, as_lengths, check_choice, check_int
 from bucketloader.pack._bins import SOLVER_VERSION, Patterns, lower_bound, solve
 from bucketloader.plan.budget import BatchRule
+from bucketloader.plan.shapes import row_batch_sizes
 
-__all__ = ["PACK_LAST_BATCH", "PACK_OVERFLOW", "PackSpec", "PackTable"]
+__all__ = ["PACK_LAST_BATCH", "PACK_OVERFLOW", "PackSpec", "PackTable", "pack_rows"]
 
 #: What happens to the rows of a row length's last, partial global step (NOTE [ Packed epochs ] in
 #: :mod:`bucketloader.pack.epoch`). ``"keep"`` (a smaller batch) would be a second shape, so
@@ -310,9 +313,9 @@ class PackSpec:
     @classmethod
     def build(
         cls,
-        lengths: Any,
+        lengths: LengthsLike,
         *,
-        row_length: int | Any,
+        row_length: int | Sequence[int],
         batch_size: int | None = None,
         max_tokens: int | None = None,
         overflow: str = "error",
@@ -336,6 +339,8 @@ class PackSpec:
         overflow = check_choice("overflow", overflow, PACK_OVERFLOW)
         last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
         declared = as_lengths(lengths)
+        if isinstance(lengths, np.ndarray) and np.shares_memory(declared, lengths):
+            declared = declared.copy()  # the caller's array stays writable
         declared.setflags(write=False)
         if (declared == 0).any():
             i = int(np.argmax(declared == 0))
@@ -345,13 +350,7 @@ class PackSpec:
                 "the lengths)"
             )
         rows = _row_lengths(row_length)
-        rule = BatchRule.parse(batch_size, max_tokens)  # the sampler's batch-size rule
-        bsz = tuple(int(b) for b in rule.sizes(np.asarray(rows, dtype=np.int64)[:, None]))
-        if min(bsz) < 1:
-            raise ValueError(
-                f"{rule.describe()} holds no row of {rows[-1]} tokens; raise max_tokens to at "
-                f"least {rows[-1]} or use batch_size="
-            )
+        bsz = row_batch_sizes(BatchRule.parse(batch_size, max_tokens), rows)
         limit = rows[-1]
         sizes = declared.copy()
         over = declared > limit
@@ -392,6 +391,38 @@ class PackSpec:
             f"rows{bound}, shapes={list(self.table().shapes)}, padding={self.row_padding:.2%}, "
             f"last_batch={self.last_batch!r})"
         )
+
+
+def pack_rows(sizes: list[int], row_length: int, max_per_row: int) -> list[list[int]]:
+    """Documents of ``sizes`` tokens packed offline into rows of ``row_length`` (the planner's
+    solver, as :class:`PackSpec` packs an epoch): the document indices of each row, at most
+    ``max_per_row`` per row, a size's documents taken in index order.
+
+    Example:
+        >>> pack_rows([5, 3, 2, 6], 8, max_per_row=8)
+        [[3, 2], [0, 1]]
+    """
+    if not sizes:
+        return []
+    arr = np.asarray(sizes, dtype=np.int64)
+    counts = np.bincount(arr)
+    vals = np.flatnonzero(counts)[::-1]
+    pools: dict[int, list[int]] = {int(v): [] for v in vals}
+    for i, n in enumerate(sizes):
+        pools[n].append(i)
+    pat = solve(vals, counts[vals], (row_length,))
+    cap = max(1, max_per_row)
+    out: list[list[int]] = []
+    for p in range(pat.reps.size):
+        lo, hi = int(pat.offsets[p]), int(pat.offsets[p + 1])
+        for _ in range(int(pat.reps[p])):
+            row = [
+                pools[int(pat.sizes[u])].pop(0)
+                for u, k in zip(pat.items[lo:hi].tolist(), pat.mult[lo:hi].tolist(), strict=True)
+                for _ in range(k)
+            ]
+            out.extend(row[a : a + cap] for a in range(0, len(row), cap))
+    return out
 
 
 def _row_lengths(row_length: Any) -> tuple[int, ...]:

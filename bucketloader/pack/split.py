@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from bucketloader._types import LengthsLike
 from bucketloader._validation import as_lengths, check_int
-from bucketloader.pack._stream import cut
 
-__all__ = ["SplitDataset"]
+__all__ = ["SplitDataset", "cut"]
 
 
 class SplitDataset(Dataset):
@@ -40,7 +41,7 @@ class SplitDataset(Dataset):
         ([3, 4, 4, 2], [0, 1, 1, 1], [2, 2])
     """
 
-    def __init__(self, dataset: Any, lengths: Any, *, max_length: int) -> None:
+    def __init__(self, dataset: Any, lengths: LengthsLike, *, max_length: int) -> None:
         self.dataset = dataset
         doc_len = as_lengths(lengths)
         self.max_length = check_int("max_length", max_length, minimum=1)
@@ -68,3 +69,21 @@ class SplitDataset(Dataset):
             return sample
         a = int(self.start[index])
         return cut(sample, n, a, a + int(self.lengths[index]))
+
+
+def cut(sample: Any, length: int, start: int, stop: int) -> Any:
+    """``sample[start:stop]``; a dict has every sequence entry of the sample's length cut (so
+    ``input_ids``, ``attention_mask`` and ``labels`` stay aligned)."""
+    if isinstance(sample, Mapping):
+        out = dict(sample)
+        for k, v in sample.items():
+            if isinstance(v, (str, bytes)) or not hasattr(v, "__getitem__"):
+                continue
+            try:
+                n = len(v)
+            except TypeError:
+                continue
+            if n == length:
+                out[k] = v[start:stop]
+        return out
+    return sample[start:stop]

@@ -52,7 +52,7 @@ user asked for, and a stream (which cannot know ``n``) keeps ``B``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,6 +241,8 @@ class BatchRule:
                 fill = max(others)
             else:  # every cell is empty: an empty row counts as one token
                 fill = b.max_tokens
+            if fill >= b.multiple_of:  # the same rounding as every other cell (fairseq's)
+                fill -= fill % b.multiple_of
             out = [fill if n == -1 else n for n in out]
         return out
 
@@ -248,8 +250,8 @@ class BatchRule:
 def batch_sizes(
     boundaries: Any,
     *,
-    batch_size: Any = None,
-    max_tokens: Any = None,
+    batch_size: int | Sequence[int] | Mapping[Any, int] | Callable[..., int] | None = None,
+    max_tokens: int | TokenBudget | None = None,
     size: Size = "sum",
 ) -> np.ndarray:
     """Full batch size ``B_i`` of each bucket (or joint cell): NOTE [ The batch-size rule ].

@@ -13,25 +13,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from bucketloader._types import LAST_BATCH, Cache, Size, Strategy
-from bucketloader._validation import as_lengths, check_choice, check_int
-from bucketloader.boundaries import check_boundaries, round_up
-from bucketloader.plan.budget import (
-    BatchRule,
-    even_batch,
-    exact_sizes,
-    resolve_size,
-    size_values,
-)
+from bucketloader._types import Cache, LengthsLike, PerInput, Size, Strategy
+from bucketloader._validation import Lengths, as_lengths, check_int
+from bucketloader.boundaries import round_up
+from bucketloader.plan.budget import BatchRule, even_batch, exact_sizes, resolve_size, size_values
 from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
 from bucketloader.plan.select import apply_filter, covered, lattice_of, parse_shapes
+from bucketloader.plan.shapes import BatchSize, MaxTokens, Shaping, per_input, plan_shapes
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
 from bucketloader.strategies import resolve_strategy, strategy_defaults
@@ -42,6 +38,8 @@ LEFT_OUT = ("filter", "no_shape")
 
 #: Buckets per input when neither ``num_buckets`` nor ``boundaries`` is given.
 DEFAULT_NUM_BUCKETS = 8
+#: A strategy: a registered name or a callable.
+StrategyLike = str | Strategy | None
 
 
 @dataclass(frozen=True, eq=False)
@@ -258,24 +256,24 @@ class BucketSpec:
     @classmethod
     def build(
         cls,
-        lengths: Any,
+        lengths: LengthsLike | Mapping[str, LengthsLike],
         *,
-        num_buckets: int | Any = None,
-        strategy: str | Strategy | Any = None,
+        num_buckets: PerInput | None = None,
+        strategy: StrategyLike | Sequence[StrategyLike] | Mapping[str, StrategyLike] = None,
         boundaries: Any = None,
-        pad_to_multiple_of: int | Any = 1,
-        batch_size: Any = None,
-        max_tokens: Any = None,
+        pad_to_multiple_of: PerInput = 1,
+        batch_size: BatchSize = None,
+        max_tokens: MaxTokens = None,
         size: Size = "sum",
-        min_length: Any = None,
-        max_length: Any = None,
+        min_length: PerInput | None = None,
+        max_length: PerInput | None = None,
         overflow: str = "error",
         max_shapes: int | None = None,
-        groups: Any = None,
+        groups: ArrayLike | None = None,
         last_batch: str = "pad",
         cache: Cache | bool | None = None,
-        shapes: Any = None,
-        filter: Any = None,
+        shapes: ArrayLike | None = None,
+        filter: ArrayLike | Callable[[np.ndarray], ArrayLike] | None = None,
     ) -> BucketSpec:
         """Filter the lengths, fit boundaries (per input, per group), form cells, size batches.
 
@@ -335,16 +333,20 @@ class BucketSpec:
             >>> spec.cell_lengths.ravel().tolist(), dict(spec.filtered)
             ([4, 10], {'too_short': 1, 'too_long': 1, 'truncated': 0, 'oversize': 0})
         """
-        last_batch = check_choice("last_batch", last_batch, LAST_BATCH)
         size = resolve_size(size)
         declared, table, names = parse_lengths(lengths)
         n = table.shape[0]
-        rule = BatchRule.parse(batch_size, max_tokens)
-        limits = LengthLimits.parse(min_length, max_length, overflow, names)
-        multiples = [
-            check_int("pad_to_multiple_of", m, minimum=1)
-            for m in per_input("pad_to_multiple_of", pad_to_multiple_of, names)
-        ]
+        shaping = Shaping.parse(
+            names,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            last_batch=last_batch,
+            overflow=overflow,
+            min_length=min_length,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+        )
+        rule, limits, multiples = shaping.rule, shaping.limits, shaping.multiples
         if max_shapes is not None:
             max_shapes = check_int("max_shapes", max_shapes, minimum=1)
         gids, gvals = parse_groups(groups, n)
@@ -425,13 +427,10 @@ class BucketSpec:
                     sels.append(sel)
                     continue
                 bs = []
-                for d, name in enumerate(names):
-                    label = "boundaries" if len(names) == 1 else f"boundaries[{name!r}]"
-                    if len(gvals) > 1:
-                        label += f" (group {gval})"
+                for d in range(len(names)):
                     if given is None:
                         b = compute_boundaries(
-                            sub[:, d],
+                            Lengths(sub[:, d]),  # checked once, by parse_lengths
                             ks_in[d],
                             strategy=strategies[d],
                             cache=cache,
@@ -439,10 +438,9 @@ class BucketSpec:
                             **budget_options(strategies[d], rule, size, len(names)),
                         )
                     else:
-                        b = np.asarray(given[d])
-                        if multiples[d] > 1:
-                            b = np.unique(round_up(check_boundaries(b, name=label), multiples[d]))
-                        b = check_boundaries(b, max_length=int(sub[:, d].max()), name=label)
+                        group = f" (group {gval})" if len(gvals) > 1 else ""
+                        longest = int(sub[:, d].max())
+                        b = shaping.given(given[d], d, longest=longest, group=group)
                     bs.append(b)
                 all_b.append(tuple(bs))
                 codes.append(lattice_codes(bs, sub))
@@ -460,14 +458,13 @@ class BucketSpec:
                 )
                 for c, bs in zip(codes, all_b, strict=True)
             ]
-            cells = Cells.build(
+            cells = plan_shapes(
+                shaping,
                 all_b,
-                names,
                 group_values=None if gids is None else gvals,
                 occupancy=occupancy,
                 max_shapes=max_shapes,
                 size=size,
-                rule=rule,
                 joint=joint_cells if joint is not None else None,
             )
             cell_of = np.full(n, -1, dtype=np.int64)
@@ -500,7 +497,7 @@ class BucketSpec:
             groups=None if gids is None else np.asarray(groups),
             cells=cells,
             cell_of_sample=cell_of,
-            last_batch=last_batch,
+            last_batch=shaping.last_batch,
             limits=limits,
             filtered=filtered,
             rule=rule,
@@ -530,7 +527,7 @@ def _fit_joint(
     joint: Joint,
     max_shapes: int | None,
     size: Any,
-    multiples: list[int],
+    multiples: Sequence[int],
     cache: Any,
 ) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
     """One group's joint plan: per-input boundaries, the cells as index tuples, a summary."""
@@ -562,7 +559,9 @@ def _left_out(filtered: Mapping[str, int]) -> str:
     return ", ".join(parts) or "none"
 
 
-def parse_lengths(lengths: Any) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+def parse_lengths(
+    lengths: LengthsLike | Mapping[str, LengthsLike],
+) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     """(declared lengths, (N, D) table, input names)."""
     if isinstance(lengths, Mapping):
         if not lengths:
@@ -597,24 +596,6 @@ def parse_groups(groups: Any, n: int) -> tuple[np.ndarray | None, tuple[int, ...
         )
     values, inverse = np.unique(arr, return_inverse=True)
     return inverse.astype(np.int64), tuple(int(v) for v in values)
-
-
-def per_input(name: str, value: Any, names: tuple[str, ...], scalar: tuple = ()) -> list[Any]:
-    if isinstance(value, Mapping):
-        if set(map(str, value)) != set(names):
-            raise ValueError(
-                f"{name} must give one value per input {list(names)}, got keys {list(value)}"
-            )
-        lookup = {str(k): v for k, v in value.items()}
-        return [lookup[n] for n in names]
-    if isinstance(value, (list, tuple)) and not isinstance(value, scalar):
-        if len(value) != len(names):
-            raise ValueError(
-                f"{name} must give one value per input ({len(names)}: {list(names)}), "
-                f"got {len(value)} values: {value!r}"
-            )
-        return list(value)
-    return [value] * len(names)
 
 
 def group_boundaries(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from bucketloader.plan.cells import Cells
 
@@ -52,7 +54,7 @@ class ShapeTable:
         """The distinct group ids, or ``None`` without per-dataset groups."""
         return self.cells.group_values
 
-    def target(self, lengths: Any, *, group: Any = None) -> tuple[int, ...]:
+    def target(self, lengths: ArrayLike, *, group: Any = None) -> tuple[int, ...]:
         """The planned full batch shape ``(B, L_1, ..., L_D)`` for a batch with these lengths.
 
         ``B`` is the planned full batch size of the cell even when the batch holds fewer samples
@@ -132,7 +134,11 @@ class PlannedBatch(list):  # type: ignore[type-arg]
     """
 
     def __init__(
-        self, samples: Any = (), *, planned_shape: tuple[int, ...], num_real: int | None = None
+        self,
+        samples: Iterable[Any] = (),
+        *,
+        planned_shape: tuple[int, ...],
+        num_real: int | None = None,
     ) -> None:
         super().__init__(samples)
         self.planned_shape = tuple(int(x) for x in planned_shape)

@@ -32,7 +32,6 @@ from torch import Tensor
 
 _M32 = 0xFFFFFFFF
 _MUL = 0x045D9F3B  # < 2**27, so (value < 2**32) * _MUL < 2**59: exact in int64
-_GOLDEN = 0x9E3779B9
 _MUL16_A, _MUL16_B = 0x6D2B, 0x5A8B  # odd, < 2**15
 _SALT_ROW, _SALT_HI = 0x5BD1E995, 0x27D4EB2F
 _SALT_ORDER = 0x2545F4914F6CDD1D  # a second, independent stream for the output order

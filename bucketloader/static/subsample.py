@@ -119,6 +119,7 @@ def balanced_subsample(
     fraction = _check_fraction(positive_fraction)
     *batch, n = labels.shape
     rows = math.prod(batch)
+    _check_padding("num_samples", k, n, rows, values.shape[-1] + 3)
     eligible = _check_mask(mask, labels)
     seed_t = _resolve_seed(seed, generator, values.device)
     flat_labels = labels.reshape(rows, n)
@@ -233,6 +234,7 @@ def masked_select_k(
     *batch, n = mask.shape
     rows = math.prod(batch)
     _check_length(n)
+    _check_padding("k", k, n, rows, 2)
     seed_t = _resolve_seed(seed, generator, mask.device)
     if n == 0:
         indices = torch.zeros(rows, k, dtype=torch.int64, device=mask.device)
@@ -315,6 +317,23 @@ def _check_length(n: int) -> None:
         raise ValueError(
             f"the candidate dimension must hold at most 2**30 entries, got N={n}; "
             "split the rows into a leading batch dimension"
+        )
+
+
+#: Output elements past which a request that is mostly padding (K > N) is refused.
+MAX_PADDED_OUTPUT = 2**28
+
+
+def _check_padding(name: str, k: object, n: object, rows: object, width: object) -> None:
+    """K > N only adds padding slots; refuse one so large that the output could not be meant."""
+    if not all(isinstance(v, int) for v in (k, n, rows, width)):
+        return  # symbolic under torch.compile: the eager call checked it
+    elements = rows * k * width  # type: ignore[operator]
+    if k > n and elements > MAX_PADDED_OUTPUT:  # type: ignore[operator]
+        raise ValueError(
+            f"{name}={k} exceeds the N={n} candidates, so all but {n} of the {k} slots per row "
+            f"would be padding, and the output would hold {elements:,} elements; pass "
+            f"{name} <= N (at most {n}), or the number of slots your model really uses"
         )
 
 

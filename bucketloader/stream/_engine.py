@@ -1,295 +1,94 @@
-"""One worker's pass over the stream: shuffle buffer → per-bucket buffers → batches; resumable.
+"""The engine both streams run: one worker's pass over its source, with a filler that differs.
 
-NOTE [ Exact resume of a buffered stream ]
-Samples wait in the shuffle buffer and the bucket buffers, so the source's position says nothing
-about them on its own. The state records, instead of samples, their *positions* in this worker's
-stream: ``read`` (samples read so far), the positions in each buffer slot, the random generator
-(block start state + draws used) and a source checkpoint at a position ``p <= `` the oldest
-buffered sample. Resuming restores the source at ``p`` (``load_state_dict``; a source without
-state restarts the epoch, ``p = 0``), re-reads samples ``p .. read - 1`` keeping only the buffered
-positions (the rest were already yielded), puts them back in their slots, restores the generator
-and carries on: the remaining batches are exactly those of the uninterrupted run. Checkpoints are
-taken every ``K`` samples (``K`` ~ buffer capacity) and pruned to the newest one at or before the
-oldest buffered sample, so replay costs about one buffer residency and memory stays bounded. The
-state holds ints only (JSON-serialisable), plus the source's own state.
+A pass reads its source sample by sample, keeps some of them buffered (the filler decides where:
+per-bucket buffers for :class:`~bucketloader.BucketIterable`, open best-fit rows for
+:class:`~bucketloader.stream.PackIterable`), hands batches out through the shared counters, and
+can say where it stands and resume from there exactly (NOTE [ Exact resume of a buffered stream ]
+in :mod:`bucketloader.stream._buckets`). That skeleton is written once here, the way Grain's
+packing takes the packing algorithm as a parameter: a filler subclasses :class:`Pass` and gives
+the batches (:meth:`Pass._batches`), the positions it holds (:meth:`Pass._positions`), its part
+of the state (:meth:`Pass._filler_state`) and how it takes a replayed sample back
+(:meth:`Pass._restore`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, ClassVar
 
 import numpy as np
 
-from bucketloader.boundaries import BucketLookup
-from bucketloader.plan.table import PlannedBatch
-from bucketloader.stream._schedule import lane_steps, schedule
 from bucketloader.stream.counters import hand_out
-from bucketloader.stream.source import (
-    check_length,
-    checkpoint,
-    reopen,
-    replay,
-    resume_point,
-    trim_snapshots,
-)
-
-STATE_FORMAT = 2
-_BLOCK = 1024
-#: The counters of a pass (NOTE [ Where the report's numbers come from ]).
-STATS = (
-    "too_short",
-    "too_long",
-    "oversize",
-    "truncated",
-    "tail_dropped",
-    "repeated",
-    "promoted",
-    "padded_rows",
-    "left_over",
-    "skipped",
-)
+from bucketloader.stream.source import checkpoint, reopen, replay, resume_point, trim_snapshots
 
 
-class Draws:
-    """Uniform draws in blocks (fast), with a small exact state: block start + draws used."""
+class Pass:
+    """Counters, source snapshots, state and resume of one worker's pass; :meth:`run` is the
+    generator of batches. ``cfg`` is the filler's frozen configuration (with ``source``,
+    ``config``, ``counters``); ``worker`` is ``(lane, lanes)``; ``skip`` batches are made but
+    not handed out (a resume by replay)."""
 
-    def __init__(self, seed_seq: np.random.SeedSequence) -> None:
-        self.rng = np.random.default_rng(seed_seq)
-        self.refill()
-
-    def refill(self) -> None:
-        """Draw the next block, remembering the generator state it starts from."""
-        self.start = self.rng.bit_generator.state
-        self.block = self.rng.random(_BLOCK).tolist()
-        self.used = 0
-
-    def index(self, n: int) -> int:
-        """A uniform index in ``[0, n)``."""
-        if self.used == _BLOCK:
-            self.refill()
-        u = self.block[self.used]
-        self.used += 1
-        return int(u * n)
-
-    def state(self) -> dict[str, Any]:
-        return {"start": self.start, "used": self.used}
-
-    def restore(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state["start"]
-        self.refill()
-        self.used = int(state["used"])
-
-
-@dataclass(frozen=True)
-class PassConfig:
-    """Everything a pass needs from its :class:`~bucketloader.stream.BucketIterable`.
-
-    Attributes:
-        source: the samples.
-        measure: ``sample -> length`` (one input) or ``sample -> tuple of lengths``.
-        lookups: per input, the bucket of a length (the stream's cell is the lattice code).
-        names: the bucketed inputs' names (for messages).
-        batch_sizes: ``B`` per cell.
-        last_batch: the end-of-stream policy.
-        shuffle_buffer: samples in the shuffle buffer (0: off).
-        seed: the stream's seed.
-        overflow: ``"error"``, ``"drop"`` or a ``(sample, lengths) -> sample`` cut.
-        stateful: whether to checkpoint the source (``state_dict``/``load_state_dict``).
-        config: the stream's configuration, stored in every state (checked on load).
-        minimum: per input, the shortest admitted length (0: no limit).
-        maximum: per input, the longest admitted length (``max_length`` or the last boundary).
-        cell_size: per cell, its padded size (the sum of its padded lengths).
-        counters: the shared :class:`~bucketloader.stream.counters.LaneCounters`, or ``None``.
-        schedule: per-cell step shares of a stream split over ranks (NOTE [ A stream split
-            over ranks ]), or ``None`` for one pass over the source.
-        steps: ``steps_per_epoch`` with a schedule.
-        rank: this rank (for messages).
-        covers: per cell, the cells it covers (shorter in every input), nearest first.
-        shapes: per cell, its full planned batch shape (carried by scheduled batches).
-        cut: ``(sample, lengths, limits) -> sample`` cutting a sample to ``limits`` (stand-ins).
-    """
-
-    source: Any
-    measure: Callable[[Any], Any]
-    lookups: tuple[BucketLookup, ...]
-    names: tuple[str, ...]
-    batch_sizes: tuple[int, ...]
-    last_batch: str
-    shuffle_buffer: int
-    seed: int
-    overflow: Any
-    stateful: bool
-    config: dict[str, Any]
-    minimum: tuple[int, ...] = ()
-    maximum: tuple[int, ...] = ()
-    cell_size: tuple[int, ...] = ()
-    counters: Any = None
-    schedule: Any = None
-    steps: int = 0
-    rank: int = 0
-    covers: tuple[tuple[int, ...], ...] = ()
-    shapes: tuple[tuple[int, ...], ...] = ()
-    cut: Any = None
-
-    @property
-    def limits(self) -> list[int]:
-        """The longest admitted length of each input."""
-        return list(self.maximum) or [lookup.limit for lookup in self.lookups]
-
-    def cell(self, lengths: tuple[int, ...]) -> int:
-        """Cell id (lattice code, first input most significant) of lengths within the limits."""
-        code = 0
-        for length, lookup in zip(lengths, self.lookups, strict=True):
-            code = code * lookup.boundaries.size + lookup(length)
-        return code
-
-
-class Engine:
-    """Buffers and counters of one pass; :meth:`run` is the generator of batches."""
+    #: The format of this filler's exact state.
+    STATE_FORMAT: ClassVar[int]
 
     def __init__(
-        self, cfg: PassConfig, epoch: int, worker: tuple[int, int], *, skip: int = 0
+        self,
+        cfg: Any,
+        epoch: int,
+        worker: tuple[int, int],
+        *,
+        skip: int,
+        stats: Sequence[str],
+        every: int,
     ) -> None:
-        self.o = owner = cfg
+        self.o = cfg
         self.epoch = epoch
         self.worker = worker
-        self.skip = skip  # batches to make but not hand out (a resume by replay)
+        self.skip = skip
         self.read = 0
         self.batches = 0
         self.phase = "stream"
-        self.shuffle: list[tuple[int, Any, int, int]] = []  # (position, sample, cell, size)
-        self.bpos: list[list[int]] = [[] for _ in owner.batch_sizes]  # positions per cell
-        self.bsam: list[list[Any]] = [[] for _ in owner.batch_sizes]  # samples per cell
-        self.draws = Draws(np.random.SeedSequence([owner.seed, epoch, worker[0], 0x5742]))
-        self.stats = dict.fromkeys(STATS, 0)
-        k = len(owner.batch_sizes)
-        self.cell_stats = [[0] * k for _ in range(4)]  # per cell: batches, rows, real, padded
-        self.blen: list[list[int]] = [[] for _ in range(k)]  # sizes of the buffered samples
+        self.stats = dict.fromkeys(stats, 0)
         self.snaps: list[tuple[int, Any]] = [(0, None)]
-        self.every = max(64, sum(owner.batch_sizes) + owner.shuffle_buffer)
-        self.sizes = owner.batch_sizes
-        self.stateful = owner.stateful
-        one = len(owner.lookups) == 1 and owner.schedule is None
-        lookup = owner.lookups[0] if one else None
-        self._table = None if lookup is None else lookup.table  # the hot path indexes it directly
-        self._lo = owner.minimum[0] if owner.minimum else 0
-        self._hi = owner.limits[0]
-        self._oversize = any(b == 0 for b in owner.batch_sizes)
-        self._last: dict[int, list[Any]] = {}  # a lane's last batch per cell (repeats)
-        self._template: Any = None  # the first sample of the pass (stand-in rows)
-        self._fits: dict[int, Any] = {}  # the first sample of each cell (stand-in rows)
+        self.every = every  # a source checkpoint every this many samples
 
-    # -- per sample -----------------------------------------------------------------------
-    def prepare(self, pos: int, sample: Any) -> tuple[Any, int, int] | None:
-        """``(sample, cell, size)`` after the length filters and the overflow policy, or
-        ``None`` when the sample is left out (counted)."""
-        table = self._table
-        if table is None:
-            return self._prepare_general(pos, sample)
-        length = self.o.measure(sample)
-        if type(length) is not int or length < 0:
-            length = check_length(length, pos)
-        if length > self._hi or length < self._lo:
-            return self._prepare_general(pos, sample)
-        cell = table[length]
-        if self._oversize and self.sizes[cell] == 0:
-            self.stats["oversize"] += 1
-            return None
-        return sample, cell, length
+    # -- what a filler gives ----------------------------------------------------------------
+    def _batches(self, it: Iterator[Any]) -> Iterator[list[Any]]:
+        """The batches of this lane's pass over ``it``."""
+        raise NotImplementedError
 
-    def _measure(self, pos: int, sample: Any) -> tuple[int, ...]:
-        o = self.o
-        got = o.measure(sample)
-        got = (got,) if len(o.lookups) == 1 else got
-        if not isinstance(got, (tuple, list)) or len(got) != len(o.lookups):
-            raise ValueError(
-                f"length_fn must return {len(o.lookups)} lengths per sample (one per input "
-                f"{list(o.names)}), got {got!r} for sample {pos}"
-            )
-        return tuple(check_length(x, pos) for x in got)
+    def _positions(self) -> list[int]:
+        """The stream positions of every sample this pass holds."""
+        raise NotImplementedError
 
-    def _prepare_general(self, pos: int, sample: Any) -> tuple[Any, int, int] | None:
-        o = self.o
-        limits = o.limits
-        lengths = self._measure(pos, sample)
-        policy = o.overflow
-        short = [
-            d for d, (n, lo) in enumerate(zip(lengths, o.minimum or (), strict=False)) if n < lo
-        ]
-        if short:
-            d = short[0]
-            if policy == "error":
-                what = "" if len(o.names) == 1 else f"input {o.names[d]!r} "
-                raise ValueError(
-                    f"sample {pos} of this worker's stream has {what}length {lengths[d]} < "
-                    f"min_length={o.minimum[d]}; pass overflow='drop' to skip such samples, or "
-                    "lower min_length"
-                )
-            self.stats["too_short"] += 1
-            return None
-        over = [d for d, (n, lim) in enumerate(zip(lengths, limits, strict=True)) if n > lim]
-        if over:
-            d = over[0]
-            what = "" if len(o.names) == 1 else f"input {o.names[d]!r} "
-            if policy == "error":
-                last = o.lookups[d].limit
-                bound = (
-                    f"the last boundary {last}" if limits[d] == last else f"max_length={limits[d]}"
-                )
-                raise ValueError(
-                    f"sample {pos} of this worker's stream has {what}length {lengths[d]} > "
-                    f"{bound}; pass overflow='drop' or 'truncate', or boundaries whose last "
-                    "value covers it"
-                )
-            if policy == "drop":
-                self.stats["too_long"] += 1
-                return None
-            sample = policy(sample, lengths)
-            self.stats["truncated"] += 1
-            lengths = self._measure(pos, sample)
-            if any(n > lim for n, lim in zip(lengths, limits, strict=True)):
-                raise ValueError(
-                    f"the overflow policy left sample {pos} at lengths {list(lengths)}, beyond "
-                    f"the limits {limits}"
-                )
-        cell = o.cell(lengths)
-        if self._oversize and self.sizes[cell] == 0:
-            self.stats["oversize"] += 1
-            return None
-        return sample, cell, sum(lengths)
+    def _filler_state(self) -> dict[str, Any]:
+        """The filler's part of the state (JSON-serialisable)."""
+        raise NotImplementedError
 
-    def _add(self, pos: int, sample: Any, bucket: int, size: int) -> list[Any] | None:
-        buf = self.bsam[bucket]
-        buf.append(sample)
-        self.bpos[bucket].append(pos)
-        self.blen[bucket].append(size)
-        if len(buf) < self.sizes[bucket]:
-            return None
-        return self._emit(bucket)
+    def _wanted(self, state: dict[str, Any]) -> set[int]:
+        """The positions ``state`` holds (read back on resume)."""
+        raise NotImplementedError
 
-    def _emit(self, bucket: int) -> list[Any]:
-        """Hand out the full buffer of ``bucket`` as a batch (the caller checked it is full)."""
-        buf = self.bsam[bucket]
-        self._count(bucket, len(buf), sum(self.blen[bucket]), self.sizes[bucket])
-        self.bsam[bucket], self.bpos[bucket], self.blen[bucket] = [], [], []
-        self.batches += 1
-        return buf
+    def _take_back(self, pos: int, sample: Any) -> None:
+        """Keep replayed sample ``pos`` (one of :meth:`_wanted`) for :meth:`_restore`."""
+        raise NotImplementedError
 
-    def _count(self, cell: int, rows: int, real: int, alloc: int) -> None:
-        """Count a batch of ``rows`` samples of ``real`` elements, allocated as ``alloc`` rows."""
-        cs = self.cell_stats
-        cs[0][cell] += 1
-        cs[1][cell] += rows
-        cs[2][cell] += real
-        cs[3][cell] += alloc * self.o.cell_size[cell]
-        if alloc != rows:
-            self.stats["padded_rows"] += alloc - rows
+    def _restore(self, state: dict[str, Any]) -> None:
+        """Rebuild the filler's buffers from ``state`` and the samples taken back."""
+        raise NotImplementedError
+
+    def _cells(self) -> np.ndarray | None:
+        """Per-cell counters written with the totals (``None``: none)."""
+        return None
+
+    # -- the pass ---------------------------------------------------------------------------
+    def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
+        """The batches of this lane's pass, handed out through the shared counters."""
+        return hand_out(self, self.o.counters, self._batches(it))
 
     def flush(self, done: bool = False) -> None:
         """Write this lane's counters to the shared table (NOTE [ A stream's counters across
-        DataLoader workers ])."""
+        DataLoader workers ] in :mod:`bucketloader.stream.counters`)."""
         counters = self.o.counters
         if counters is None:
             return
@@ -301,279 +100,44 @@ class Engine:
             "lanes": self.worker[1],
             "done": int(done),
         }
-        counters.write(self.worker[0], totals, np.asarray(self.cell_stats, dtype=np.int64))
-
-    # -- the pass ---------------------------------------------------------------------------
-    def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
-        """The batches of this lane's pass (one pass, or the scheduled steps)."""
-        if self.o.schedule is not None:
-            return hand_out(self, self.o.counters, self._run_scheduled(it))
-        return hand_out(self, self.o.counters, self._run(it))
-
-    def _run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
-        size = self.o.shuffle_buffer
-        shuf = self.shuffle
-        if self.phase == "stream":
-            prepare, stateful, every = self.prepare, self.stateful, self.every
-            draws = self.draws
-            # _add inlined in both loops (a stream reads millions of samples)
-            bsam, bpos, blen, sizes, emit = self.bsam, self.bpos, self.blen, self.sizes, self._emit
-            if not size:
-                for sample in it:
-                    pos = self.read
-                    self.read = pos + 1
-                    if stateful and self.read % every == 0:
-                        self._snapshot()
-                    got = prepare(pos, sample)
-                    if got is None:
-                        continue
-                    sample, cell, n = got
-                    buf = bsam[cell]
-                    buf.append(sample)
-                    bpos[cell].append(pos)
-                    blen[cell].append(n)
-                    if len(buf) >= sizes[cell]:
-                        yield emit(cell)
-            else:
-                for sample in it:
-                    pos = self.read
-                    self.read = pos + 1
-                    if stateful and self.read % every == 0:
-                        self._snapshot()
-                    got = prepare(pos, sample)
-                    if got is None:
-                        continue
-                    entry = (pos, *got)
-                    if len(shuf) < size:
-                        shuf.append(entry)
-                        continue
-                    if draws.used == _BLOCK:
-                        draws.refill()
-                    j = int(draws.block[draws.used] * size)  # Draws.index, inlined
-                    draws.used += 1
-                    entry, shuf[j] = shuf[j], entry
-                    p, sample, cell, n = entry
-                    buf = bsam[cell]
-                    buf.append(sample)
-                    bpos[cell].append(p)
-                    blen[cell].append(n)
-                    if len(buf) >= sizes[cell]:
-                        yield emit(cell)
-            self.phase = "flush"
-        while shuf:
-            j = self.draws.index(len(shuf))
-            entry = shuf[j]
-            shuf[j] = shuf[-1]
-            shuf.pop()
-            batch = self._add(*entry)
-            if batch is not None:
-                yield batch
-        self.phase = "tail"
-        yield from self._tail()
-        self.phase = "done"
-
-    # -- a stream split over ranks (NOTE [ A stream split over ranks ]) -----------------------
-    def _run_scheduled(self, it: Iterator[Any]) -> Iterator[list[Any]]:
-        o = self.o
-        cells = schedule(o.schedule, o.steps, o.seed, self.epoch)
-        lane, lanes = self.worker
-        self._src, self._exhausted, self.buffered = it, False, 0
-        cap = max(64, 2 * sum(o.batch_sizes))
-        for t in lane_steps(o.steps, lane, lanes):
-            c = int(cells[t])
-            batch, real = self._fill(c, cap, t)
-            self.batches += 1
-            yield PlannedBatch(batch, planned_shape=o.shapes[c], num_real=real)
-        self.stats["left_over"] = self.buffered + len(self.shuffle)
-
-    def _pull(self) -> None:
-        """Read the shard until one sample lands in a cell buffer, or mark it exhausted."""
-        size, shuf = self.o.shuffle_buffer, self.shuffle
-        for sample in self._src:
-            pos = self.read
-            self.read = pos + 1
-            got = self.prepare(pos, sample)
-            if got is None:
-                continue
-            entry = (pos, *got)
-            if size:
-                if len(shuf) < size:
-                    shuf.append(entry)
-                    continue
-                j = self.draws.index(size)
-                entry, shuf[j] = shuf[j], entry
-            self._put(*entry)
-            return
-        while shuf:  # the shard ended: its shuffle buffer goes to the cell buffers
-            j = self.draws.index(len(shuf))
-            entry = shuf[j]
-            shuf[j] = shuf[-1]
-            shuf.pop()
-            self._put(*entry)
-        self._exhausted = True
-
-    def _put(self, pos: int, sample: Any, cell: int, size: int) -> None:
-        if cell not in self._fits:  # the first sample of each cell: a stand-in that fits
-            self._fits[cell] = sample
-            if self._template is None:
-                self._template = sample
-        self.bsam[cell].append(sample)
-        self.bpos[cell].append(pos)
-        self.blen[cell].append(size)
-        self.buffered += 1
-
-    def _take(self, cell: int, m: int, batch: list[Any], lens: list[int]) -> int:
-        """Move up to ``m`` of ``cell``'s oldest buffered samples into ``batch``."""
-        got = self.bsam[cell][:m]
-        if got:
-            batch += got
-            lens += self.blen[cell][: len(got)]
-            del self.bsam[cell][: len(got)], self.bpos[cell][: len(got)]
-            del self.blen[cell][: len(got)]
-            self.buffered -= len(got)
-        return len(got)
-
-    def _gather(self, cell: int, need: int, batch: list[Any], lens: list[int]) -> None:
-        """Fill ``batch`` from ``cell``, then from the cells it covers, nearest first."""
-        self._take(cell, need, batch, lens)
-        for other in self.o.covers[cell]:
-            if len(batch) >= need:
-                break
-            self.stats["promoted"] += self._take(other, need - len(batch), batch, lens)
-
-    def _fill(self, cell: int, cap: int, step: int) -> tuple[list[Any], int]:
-        """One scheduled batch of ``cell`` and its number of real samples (the planned
-        fallback of NOTE [ A stream split over ranks ])."""
-        need = self.sizes[cell]
-        while len(self.bsam[cell]) < need and self.buffered < cap and not self._exhausted:
-            self._pull()
-        batch: list[Any] = []
-        lens: list[int] = []
-        self._gather(cell, need, batch, lens)
-        while not batch and not self._exhausted:  # nothing fits yet: read past the capacity
-            self._pull()
-            self._gather(cell, need, batch, lens)
-        fill = self.o.last_batch == "fill"
-        if batch:
-            self._last[cell] = list(zip(batch, lens, strict=True))
-        elif fill:  # the shard is dry: repeat a recent batch that fits
-            for other in (cell, *self.o.covers[cell]):
-                if self._last.get(other):
-                    batch = [x for x, _ in self._last[other]]
-                    lens = [n for _, n in self._last[other]]
-                    self.stats["repeated"] += len(batch)
-                    break
-        real = len(batch)
-        if real and real < need and fill:
-            extra = need - real
-            batch += [batch[k % real] for k in range(extra)]
-            lens += [lens[k % real] for k in range(extra)]
-            self.stats["repeated"] += extra
-            real = need
-        if not batch:  # nothing real fits: stand-ins the collator turns into padding rows
-            batch = [self._stand_in(cell, step)] * (need if fill else 1)
-            lens = [0] * len(batch)
-        self._count(cell, real, sum(lens[:real]), need)
-        return batch, real
-
-    def _stand_in(self, cell: int, step: int) -> Any:
-        """A sample that fits ``cell`` (one seen in it or in a cell it covers, else the first
-        sample cut to it), only to give a padding row its structure."""
-        o = self.o
-        for other in (cell, *o.covers[cell]):
-            if other in self._fits:
-                return self._fits[other]
-        ks = [lookup.boundaries.size for lookup in o.lookups]
-        idx = np.unravel_index(cell, ks)
-        shape = [int(lookup.boundaries[i]) for lookup, i in zip(o.lookups, idx, strict=True)]
-        if self._template is None:
-            raise ValueError(
-                f"rank {o.rank}, DataLoader worker {self.worker[0]}: step {step} of epoch "
-                f"{self.epoch} has no sample at all, as this worker's shard is empty; give every "
-                "rank (and every DataLoader worker) a non-empty shard, e.g. num_workers <= the "
-                "number of shards"
-            )
-        sample = self._template
-        lengths = self._measure(-1, sample)
-        if all(n <= lim for n, lim in zip(lengths, shape, strict=True)):
-            return sample
-        return o.cut(sample, lengths, shape)
-
-    def _tail(self) -> Iterator[list[Any]]:
-        """The partial batches left at the end, by ``last_batch`` (the sampler's meanings)."""
-        policy, sizes = self.o.last_batch, self.sizes
-        for i, batch in enumerate(self.bsam):
-            if not batch:
-                continue
-            self.blen_tail = self.blen[i]
-            real = sum(self.blen_tail)
-            self.bsam[i], self.bpos[i], self.blen[i] = [], [], []
-            if policy == "drop":
-                self.stats["tail_dropped"] += len(batch)
-                continue
-            rows, lens = len(batch), self.blen_tail
-            if policy == "fill":
-                n, extra = len(batch), sizes[i] - len(batch)
-                batch += [batch[k % n] for k in range(extra)]
-                real += sum(lens[k % n] for k in range(extra))
-                self.stats["repeated"] += extra
-            self._count(i, len(batch), real, sizes[i] if policy != "keep" else rows)
-            self.batches += 1
-            yield batch
+        counters.write(self.worker[0], totals, self._cells())
 
     # -- state ------------------------------------------------------------------------------
-    def _positions(self) -> tuple[list[int], list[list[int]]]:
-        return [e[0] for e in self.shuffle], [list(b) for b in self.bpos]
-
     def _oldest(self) -> int:
-        shuf, bucks = self._positions()
-        return min([*shuf, *(p for b in bucks for p in b)], default=self.read)
+        return min(self._positions(), default=self.read)
 
     def _snapshot(self) -> None:
         self.snaps.append((self.read, checkpoint(self.o.source)))
         trim_snapshots(self.snaps, self._oldest())
 
     def state_dict(self) -> dict[str, Any]:
+        """The exact state of this pass (NOTE [ Exact resume of a buffered stream ])."""
         pos, src = resume_point(self.snaps, self._oldest())
-        shuf, bucks = self._positions()
         return {
-            "format": STATE_FORMAT,
+            "format": self.STATE_FORMAT,
             "config": self.o.config,
             "epoch": self.epoch,
             "worker": list(self.worker),
             "phase": self.phase,
             "read": self.read,
             "batches": self.batches,
-            "shuffle": shuf,
-            "buckets": bucks,
-            "draws": self.draws.state(),
+            **self._filler_state(),
             "source": {"position": pos, "state": src},
             "stats": dict(self.stats),
-            "cell_stats": [list(row) for row in self.cell_stats],
         }
 
     def resume(self, state: dict[str, Any]) -> Iterator[Any]:
-        """Rebuild buffers from ``state`` by replaying the source; return the live iterator."""
-        src = state["source"]
-        start, src_state = int(src["position"]), src["state"]
+        """Rebuild the buffers from ``state`` by replaying the source; return the live iterator."""
+        start, src_state = int(state["source"]["position"]), state["source"]["state"]
         it = reopen(self.o.source, self.worker, src_state)
-        wanted = set(state["shuffle"]).union(*map(set, state["buckets"]))
-        got: dict[int, tuple[Any, int, int]] = {}
+        wanted = self._wanted(state)
         for pos, sample in replay(it, start, int(state["read"])):
             if pos in wanted:
-                prepared = self.prepare(pos, sample)
-                if prepared is None:
-                    raise ValueError(f"cannot resume: sample {pos} is now dropped by overflow")
-                got[pos] = prepared
+                self._take_back(pos, sample)
+        self.stats = {**self.stats, **state["stats"]}
         self.read = int(state["read"])
         self.batches = int(state["batches"])
         self.phase = state["phase"]
-        self.shuffle[:] = [(p, *got[p]) for p in state["shuffle"]]
-        self.bpos = [[int(p) for p in b] for b in state["buckets"]]
-        self.bsam = [[got[p][0] for p in b] for b in self.bpos]
-        self.blen = [[got[p][2] for p in b] for b in self.bpos]
-        self.draws.restore(state["draws"])
-        self.stats = {**self.stats, **state["stats"]}
-        self.cell_stats = [[int(x) for x in row] for row in state["cell_stats"]]
+        self._restore(state)
         self.snaps = [(start, src_state)]
         return it

@@ -34,8 +34,16 @@ so both come from a rule every rank evaluates alone; nothing is communicated per
   the bucket, else its first sample cut to it) that the collator turns into masked rows
   (``num_real=0``: ``sample_mask`` False, zero attention), so the rank adds nothing to the
   gradients; under ``"fill"`` the lane repeats its last batch of ``c`` (or of a cell ``c``
-  covers) instead, when it has one. Only an empty shard raises (there is no sample to stand
-  in).
+  covers) instead, when it has one.
+* **A lane with no sample at all** (a rank whose shard is empty, or a DataLoader worker whose
+  share of a tiny shard is empty) still takes its steps as padding only, like the packing
+  stream: its stand-in is the stream's *template*, a sample taken when the stream is built (in
+  the main process, so every worker has it): the first sample of the rank's shard or, when that
+  shard is empty and a process group is initialised, the first sample of the lowest rank that
+  has one (one ``all_gather`` of a flag, and a ``broadcast_object_list`` only when some rank is
+  empty; the ranks of one job trust each other's pickles, as DDP does). Without any sample
+  anywhere the step is an empty :class:`~bucketloader.plan.PlannedBatch`, which the collator
+  refuses with a message saying how to give it a structure.
 * **The end.** After its last step a lane stops; samples still buffered, and the rest of the
   shard, are not used this epoch (``left_over`` counts the buffered ones). Choose ``T`` near
   ``samples per rank / mean batch size``; the report's ``padded_rows`` / ``left_over`` say which
@@ -46,8 +54,6 @@ what the data decides is only how much padding and repetition a lane needs.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 
@@ -94,52 +100,3 @@ def schedule(shares: np.ndarray, steps: int, seed: int, epoch: int) -> np.ndarra
 def lane_steps(total: int, lane: int, lanes: int) -> range:
     """The global steps a lane (DataLoader worker) makes."""
     return range(lane, total, lanes)
-
-
-def all_reduce_counts(counts: np.ndarray) -> np.ndarray:
-    """Sum ``counts`` over the ranks of the default process group (NCCL-safe)."""
-    import torch
-    import torch.distributed as dist
-
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":  # pragma: no cover - needs GPUs
-        device = torch.device("cuda", torch.cuda.current_device())
-    t = torch.as_tensor(np.asarray(counts, dtype=np.int64), device=device)
-    dist.all_reduce(t)
-    return t.cpu().numpy()
-
-
-def broadcast_lists(values: list[list[int]]) -> list[list[int]]:
-    """Rank 0's lists of ints, on every rank (boundaries estimated on rank 0's head)."""
-    import torch
-    import torch.distributed as dist
-
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":  # pragma: no cover - needs GPUs
-        device = torch.device("cuda", torch.cuda.current_device())
-    sizes = torch.tensor([len(v) for v in values], dtype=torch.int64, device=device)
-    dist.broadcast(sizes, src=0)
-    flat = torch.tensor([x for v in values for x in v], dtype=torch.int64, device=device)
-    if dist.get_rank() != 0:
-        flat = torch.zeros(int(sizes.sum()), dtype=torch.int64, device=device)
-    dist.broadcast(flat, src=0)
-    out, at = [], 0
-    for n in sizes.cpu().tolist():
-        out.append(flat[at : at + n].cpu().tolist())
-        at += n
-    return out
-
-
-def dist_ready(num_replicas: int) -> bool:
-    """Whether a process group of ``num_replicas`` ranks is initialised."""
-    import torch.distributed as dist
-
-    return bool(
-        dist.is_available() and dist.is_initialized() and dist.get_world_size() == num_replicas
-    )
-
-
-def describe_cell(lengths: Any) -> str:
-    """A cell's padded lengths for messages."""
-    vals = [int(x) for x in np.atleast_1d(lengths)]
-    return str(vals[0]) if len(vals) == 1 else str(tuple(vals))

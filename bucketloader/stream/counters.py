@@ -19,7 +19,7 @@ The same rows give the main process each worker's batch count and whether it fin
 is all a resume needs (NOTE [ Resuming a stream behind DataLoader workers ] in
 :mod:`bucketloader.stream.iterable`).
 
-Both streams (:class:`~bucketloader.BucketIterable`, :class:`~bucketloader.pack.PackIterable`)
+Both streams (:class:`~bucketloader.BucketIterable`, :class:`~bucketloader.stream.PackIterable`)
 keep their counters in a :class:`LaneCounters` table with their own field names.
 """
 

@@ -21,29 +21,28 @@ import dataclasses
 import functools
 import itertools
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bucketloader._ranks import resolve_ranks
-from bucketloader._types import LAST_BATCH
-from bucketloader._validation import check_choice, check_int
-from bucketloader.boundaries import BucketLookup, check_boundaries, round_up
-from bucketloader.plan import BucketSpec, Cells, SamplingReport, ShapeTable
-from bucketloader.plan.budget import BatchRule
-from bucketloader.plan.cells import lattice_codes
-from bucketloader.plan.limits import LengthLimits
-from bucketloader.stream._engine import STATE_FORMAT, STATS, Engine, PassConfig
-from bucketloader.stream._schedule import (
-    SCHEDULE_HEAD,
+from bucketloader._dist import (
     all_reduce_counts,
+    borrow_sample,
     broadcast_lists,
     dist_ready,
-    step_shares,
+    resolve_ranks,
 )
+from bucketloader._types import LengthFn
+from bucketloader._validation import check_int
+from bucketloader.boundaries import BucketLookup, check_boundaries
+from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
+from bucketloader.plan.cells import lattice_codes
+from bucketloader.plan.shapes import ShapeOptions, Shaping, plan_shapes
+from bucketloader.stream._buckets import STATE_FORMAT, STATS, BucketConfig, BucketPass
+from bucketloader.stream._schedule import SCHEDULE_HEAD, step_shares
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.estimate import Estimate, solve_head
-from bucketloader.stream.resume import ResumableStream
+from bucketloader.stream.resume import ResumableStream, check_source, check_steps, state_keys
 from bucketloader.stream.source import (
     check_length,
     is_stateful,
@@ -52,7 +51,12 @@ from bucketloader.stream.source import (
     truncate,
 )
 
-__all__ = ["BucketIterable", "bucketize"]
+if TYPE_CHECKING:  # pragma: no cover
+    from typing_extensions import Unpack
+
+    from bucketloader.collate import PadCollator
+
+__all__ = ["BucketIterable"]
 
 #: A stream plans every cell of its lattice, so the lattice is capped.
 MAX_CELLS = 4096
@@ -61,26 +65,15 @@ REPLAY_FORMAT = 3
 
 
 #: The keys of each state format and their types.
-_STATE_KEYS = {
-    STATE_FORMAT: {
-        "config": dict,
-        "epoch": int,
-        "worker": list,
-        "phase": str,
-        "read": int,
-        "batches": int,
-        "shuffle": list,
-        "buckets": list,
-        "draws": dict,
-        "source": dict,
-        "stats": dict,
-        "cell_stats": list,
-    },
-    REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
-}
+_STATE_KEYS = state_keys(
+    STATE_FORMAT,
+    REPLAY_FORMAT,
+    {"shuffle": list, "buckets": list, "draws": dict},
+    {"cell_stats": list},
+)
 
 
-class BucketIterable(ResumableStream):
+class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
     """An iterable of batches (lists of samples) whose padded shapes are exactly :attr:`shapes`.
 
     Args:
@@ -139,28 +132,18 @@ class BucketIterable(ResumableStream):
         [[3, 2], [7, 8], [4, 1]]
     """
 
-    STATE_FORMAT = STATE_FORMAT
-    REPLAY_FORMAT = REPLAY_FORMAT
-    STATE_KEYS = _STATE_KEYS
-
     def __init__(
         self,
-        source: Any,
+        source: Iterable[Any],
         *,
-        length_fn: Any = None,
+        length_fn: LengthFn = None,
         boundaries: Any,
-        batch_size: Any = None,
-        max_tokens: Any = None,
-        last_batch: str = "pad",
         shuffle_buffer: int = 0,
         seed: int = 0,
-        overflow: Any = "error",
-        min_length: Any = None,
-        max_length: Any = None,
-        pad_to_multiple_of: Any = 1,
         num_replicas: int | None = None,
         rank: int | None = None,
         steps_per_epoch: int | None = None,
+        **options: Unpack[ShapeOptions],
     ) -> None:
         check_source(source)
         self.source = source
@@ -168,43 +151,35 @@ class BucketIterable(ResumableStream):
         self._measured_by_callable = callable(length_fn)
         multi = isinstance(length_fn, (tuple, list))
         self._keys: tuple[Any, ...] = (
-            tuple(length_fn) if multi else (length_fn if isinstance(length_fn, str) else None,)
+            tuple(length_fn)
+            if isinstance(length_fn, (tuple, list))
+            else (length_fn if isinstance(length_fn, str) else None,)
         )
         names = tuple(self._keys) if multi else ("length",)
-        self.last_batch = check_choice("last_batch", last_batch, LAST_BATCH)
+        shaping = Shaping.parse(names, allow_callable=True, **options)
+        self.last_batch = shaping.last_batch
         self.shuffle_buffer = check_int("shuffle_buffer", shuffle_buffer, minimum=0)
         self.seed = check_int("seed", seed, minimum=0)
-        self.limits = LengthLimits.parse(
-            min_length, max_length, overflow, names, allow_callable=True
-        )
+        self.limits = shaping.limits
         self.overflow = self.limits.overflow
         if self.overflow == "truncate" and callable(length_fn):
             raise ValueError(
                 "overflow='truncate' cuts samples by their length_fn key or len(); with a "
                 "custom length_fn pass overflow=callable(sample, max_length) -> sample"
             )
-        multiples = _per_input_ints("pad_to_multiple_of", pad_to_multiple_of, names)
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
-        if steps_per_epoch is not None:
-            steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch, minimum=1)
-        elif self.num_replicas > 1:
-            raise ValueError(
-                f"a stream split over num_replicas={self.num_replicas} ranks needs "
-                "steps_per_epoch: every rank must make the same number of steps, and no rank "
-                "can know how many the other ranks' shards fill; pass about samples per rank / "
-                "mean batch size (report() shows left_over and padded_rows to tune it)"
-            )
-        if steps_per_epoch is not None and self.last_batch not in ("pad", "fill"):
-            raise ValueError(
-                f"with steps_per_epoch every step keeps its planned shape, so last_batch must be "
-                f"'pad' (short batches get masked rows) or 'fill' (repeats), got "
-                f"last_batch={self.last_batch!r}"
-            )
-        self.steps_per_epoch = steps_per_epoch
+        self.steps_per_epoch = check_steps(
+            steps_per_epoch,
+            self.num_replicas,
+            self.last_batch,
+            per_step="samples per rank / mean batch size (report() shows left_over and "
+            "padded_rows to tune it)",
+            pad="short batches get masked rows",
+        )
         self._prefix: list[Any] | None = None
         self._rest: Iterator[Any] | None = None
         self.solution: Any = None
-        bounds = self._resolve(boundaries, names, multi, multiples)
+        bounds = self._resolve(boundaries, shaping, multi)
         ks = [b.size for b in bounds]
         if int(np.prod(ks)) > MAX_CELLS:
             raise ValueError(
@@ -212,9 +187,9 @@ class BucketIterable(ResumableStream):
                 f"(more than {MAX_CELLS}); use fewer buckets"
             )
         self._maximum = self._limits_within(bounds, names)
-        rule = BatchRule.parse(batch_size, max_tokens)
+        rule = shaping.rule
         # A stream cannot know which cells its samples will fill: every lattice point is planned.
-        self.cells = Cells.build([bounds], names, rule=rule)
+        self.cells = plan_shapes(shaping, [bounds])
         usable = self.cells.batch > 0
         if not usable.all() and (rule.oversize == "error" or not usable.any()):
             c = int(np.argmin(usable))
@@ -226,7 +201,6 @@ class BucketIterable(ResumableStream):
                 f"max_tokens=TokenBudget(..., oversize='single' | 'drop') (at least {need} for "
                 "this bucket)"
             )
-        self._rule = rule
         self._lookups = tuple(BucketLookup(b) for b in bounds)
         self.batch_sizes = tuple(int(x) for x in self.cells.batch)
         self.boundaries: Any = dict(zip(names, bounds, strict=True)) if multi else bounds[0]
@@ -234,16 +208,16 @@ class BucketIterable(ResumableStream):
         self._shares = (
             None if steps_per_epoch is None else self._schedule_shares(boundaries, bounds)
         )
+        self._template = None if steps_per_epoch is None else self._borrow_template()
         self._counters = LaneCounters(STATS, self.cells.num_cells)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
-        self._engine: Engine | None = None
+        self._engine: BucketPass | None = None
 
     # -- planning ---------------------------------------------------------------------------
-    def _resolve(
-        self, boundaries: Any, names: tuple[str, ...], multi: bool, multiples: list[int]
-    ) -> list[np.ndarray]:
+    def _resolve(self, boundaries: Any, shaping: Shaping, multi: bool) -> list[np.ndarray]:
         """Boundaries per input, from arrays, a mapping, a ``Solution`` / sampler or an estimate."""
+        names, multiples = shaping.names, list(shaping.multiples)
         if isinstance(boundaries, Estimate):
             return self._estimate(boundaries, names, multi, multiples)
         if hasattr(boundaries, "boundaries") and not isinstance(boundaries, np.ndarray):
@@ -277,14 +251,7 @@ class BucketIterable(ResumableStream):
             )
         else:
             given = list(boundaries)
-        out = []
-        for b, n, m in zip(given, names, multiples, strict=True):
-            label = "boundaries" if not multi else f"boundaries[{n!r}]"
-            b = check_boundaries(b, name=label)
-            if m > 1:
-                b = check_boundaries(np.unique(round_up(b, m)), name=label)
-            out.append(b)
-        return out
+        return [shaping.given(b, d) for d, b in enumerate(given)]
 
     def _estimate(
         self, est: Estimate, names: tuple[str, ...], multi: bool, multiples: list[int]
@@ -371,6 +338,22 @@ class BucketIterable(ResumableStream):
             counts = all_reduce_counts(counts)
         return step_shares(counts, self.cells.batch)
 
+    def _borrow_template(self) -> Any:
+        """The first sample of this rank's shard, else (with a process group) another rank's:
+        the structure of a padding row for a lane that reads nothing (NOTE [ A stream split
+        over ranks ])."""
+        if self._prefix is not None:
+            own = self._prefix[0] if self._prefix else None
+        else:
+            it = iter(self.source)
+            head = list(itertools.islice(it, 1))
+            if it is self.source:  # a one-shot iterator: replay the sample in the first pass
+                self._prefix, self._rest = head, it
+            own = head[0] if head else None
+        if dist_ready(self.num_replicas):
+            return borrow_sample(own)
+        return own
+
     @property
     def shapes(self) -> list[tuple[int, ...]]:
         """Every batch shape a pass produces after collation, sorted (a promise).
@@ -394,7 +377,7 @@ class BucketIterable(ResumableStream):
             last_batch=self.last_batch,
         )
 
-    def collator(self, **kwargs: Any) -> Any:
+    def collator(self, **kwargs: Any) -> PadCollator:
         """A :class:`~bucketloader.collate.PadCollator` for these shapes (``kwargs`` as there).
 
         Use ``DataLoader(stream, batch_size=None, collate_fn=stream.collator(...))``. With
@@ -429,9 +412,9 @@ class BucketIterable(ResumableStream):
                 sample = truncate(sample, n, lim, key)
         return sample
 
-    def _pass_config(self) -> PassConfig:
+    def _pass_config(self) -> BucketConfig:
         policy = self.overflow
-        return PassConfig(
+        return BucketConfig(
             source=self.source,
             measure=self._length,
             lookups=self._lookups,
@@ -453,11 +436,12 @@ class BucketIterable(ResumableStream):
             covers=self._covers,
             shapes=self.cells.shapes,
             cut=self._cut_to,
+            template=self._template,
         )
 
     # -- iteration --------------------------------------------------------------------------
-    def _new_engine(self, worker: tuple[int, int], skip: int) -> Engine:
-        return Engine(self._pass_config(), self.epoch, worker, skip=skip)
+    def _new_engine(self, worker: tuple[int, int], skip: int) -> BucketPass:
+        return BucketPass(self._pass_config(), self.epoch, worker, skip=skip)
 
     def _open(self, worker: tuple[int, int]) -> Iterator[Any]:
         if self._prefix is not None:  # the samples read to estimate boundaries come first
@@ -525,21 +509,6 @@ class BucketIterable(ResumableStream):
             },
         )
 
-    @property
-    def stats(self) -> dict[str, int]:
-        """Counters of the current (or last) pass, over this rank's workers: the report's
-        totals, plus ``read``, and ``overflow_dropped`` / ``tail_dropped`` (the names of
-        earlier versions)."""
-        if self._engine is None and not self._counters.lanes(self.epoch):
-            return {}
-        t = dict(self.report().totals)
-        return {
-            **t,
-            "read": t["samples"],
-            "overflow_dropped": t["too_long"],
-            "tail_dropped": t["dropped"],
-        }
-
     # -- state ------------------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
         blists = [lookup.boundaries.tolist() for lookup in self._lookups]
@@ -570,24 +539,14 @@ class BucketIterable(ResumableStream):
         """
         if self._resume is not None and batches_consumed is None:
             return self._resume
+        # an exact state once a batch was handed out in this process; before the first batch,
+        # the replay state, which also resumes behind DataLoader workers
         engine = self._engine
-        in_process = engine is not None and engine.worker == (0, 1) and engine.skip == 0
-        if (
-            in_process and self._shares is None and batches_consumed in (None, engine.batches)  # type: ignore[union-attr]
-        ):
-            return engine.state_dict()  # type: ignore[union-attr]
+        exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
+        if exact and self._shares is None and engine.batches:  # type: ignore[union-attr]
+            if batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
+                return engine.state_dict()  # type: ignore[union-attr]
         return self._replay_state(batches_consumed)
-
-
-def check_source(source: Any) -> None:
-    """A stream's source must be iterable (checked when the stream is built, not at ``next``)."""
-    if isinstance(source, (str, bytes)) or not (
-        isinstance(source, Iterable) or hasattr(source, "__getitem__")
-    ):
-        raise TypeError(
-            f"source must be an iterable of samples (a list, a generator, an HF or torch "
-            f"IterableDataset), got {type(source).__name__} {source!r:.60}"
-        )
 
 
 def _covers(lengths: np.ndarray) -> tuple[tuple[int, ...], ...]:
@@ -599,30 +558,3 @@ def _covers(lengths: np.ndarray) -> tuple[tuple[int, ...], ...]:
         inside = inside[inside != c]
         out.append(tuple(int(x) for x in inside[np.argsort(-size[inside], kind="stable")]))
     return tuple(out)
-
-
-def _per_input_ints(name: str, value: Any, names: tuple[str, ...]) -> list[int]:
-    if isinstance(value, Mapping):
-        if set(map(str, value)) != set(names):
-            raise ValueError(f"{name} must give one value per input {list(names)}, got {value!r}")
-        vals = [value[n] for n in names]
-    elif isinstance(value, (list, tuple)):
-        if len(value) != len(names):
-            raise ValueError(
-                f"{name} must give one value per input ({len(names)}: {list(names)}), got {value!r}"
-            )
-        vals = list(value)
-    else:
-        vals = [value] * len(names)
-    return [check_int(name, v, minimum=1) for v in vals]
-
-
-def bucketize(source: Any, **options: Any) -> BucketIterable:
-    """Bucket a stream: ``BucketIterable(source, **options)``.
-
-    Example:
-        >>> stream = bucketize(range(1, 9), length_fn=lambda n: n, boundaries=[4, 8], batch_size=4)
-        >>> list(stream)
-        [[1, 2, 3, 4], [5, 6, 7, 8]]
-    """
-    return BucketIterable(source, **options)

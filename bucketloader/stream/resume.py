@@ -1,11 +1,11 @@
 """Resuming a stream: the shape of its state, and the state behind DataLoader workers.
 
 NOTE [ Resuming a stream behind DataLoader workers ]
-Both streams (:class:`~bucketloader.BucketIterable`, :class:`~bucketloader.pack.PackIterable`)
+Both streams (:class:`~bucketloader.BucketIterable`, :class:`~bucketloader.stream.PackIterable`)
 resume by the same rule. In one process (``num_workers=0``) the stream's state is exact and cheap:
 positions of the buffered samples and a source checkpoint (NOTE [ Exact resume of a buffered stream
-] in :mod:`bucketloader.stream._engine`; NOTE [ Exact resume of the packing stream ] in
-:mod:`bucketloader.pack._stream`). Under DataLoader workers the main process never sees the
+] in :mod:`bucketloader.stream._buckets`; NOTE [ Exact resume of the packing stream ] in
+:mod:`bucketloader.stream._rows`). Under DataLoader workers the main process never sees the
 workers' buffers, so the state it can own is *how many batches each worker had handed out*: a pure
 function of the (deterministic) source and the seed, which the shared counters give (NOTE [ A
 stream's counters across DataLoader workers ] in :mod:`bucketloader.stream.counters`).
@@ -27,7 +27,7 @@ multiple of it), rather than resume in a different order.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import torch.utils.data
@@ -39,11 +39,69 @@ from bucketloader.stream.source import is_stateful, open_source, self_sharding
 __all__ = [
     "ResumableStream",
     "check_config",
+    "check_source",
     "check_state",
+    "check_steps",
     "replay_state",
     "resume_lane",
     "split_round_robin",
+    "state_keys",
 ]
+
+
+def check_source(source: Any) -> None:
+    """A stream's source must be iterable (checked when the stream is built, not at ``next``)."""
+    if isinstance(source, (str, bytes)) or not (
+        isinstance(source, Iterable) or hasattr(source, "__getitem__")
+    ):
+        raise TypeError(
+            f"source must be an iterable of samples (a list, a generator, an HF or torch "
+            f"IterableDataset), got {type(source).__name__} {source!r:.60}"
+        )
+
+
+def state_keys(
+    state_format: int,
+    replay_format: int,
+    filler: Mapping[str, type],
+    after: Mapping[str, type] | None = None,
+) -> dict[int, dict[str, type]]:
+    """The keys of a stream's two state formats and their types: the engine's, with the
+    ``filler``'s keys before ``source`` and ``stats`` (and ``after`` them)."""
+    engine = {"config": dict, "epoch": int, "worker": list, "phase": str, "read": int}
+    return {
+        state_format: {
+            **engine,
+            "batches": int,
+            **filler,
+            "source": dict,
+            "stats": dict,
+            **(after or {}),
+        },
+        replay_format: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
+    }
+
+
+def check_steps(
+    steps_per_epoch: int | None, num_replicas: int, last_batch: str, *, per_step: str, pad: str
+) -> int | None:
+    """``steps_per_epoch``, checked: required with several ranks (the message says it is about
+    ``per_step``), and only with a ``last_batch`` that keeps the shape (``pad`` says what
+    ``"pad"`` does)."""
+    if steps_per_epoch is not None:
+        steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch, minimum=1)
+    elif num_replicas > 1:
+        raise ValueError(
+            f"a stream split over num_replicas={num_replicas} ranks needs "
+            "steps_per_epoch: every rank must make the same number of steps, and no rank "
+            f"can know how many the other ranks' shards fill; pass about {per_step}"
+        )
+    if steps_per_epoch is not None and last_batch not in ("pad", "fill"):
+        raise ValueError(
+            f"with steps_per_epoch every step keeps its planned shape, so last_batch must be "
+            f"'pad' ({pad}) or 'fill' (repeats), got last_batch={last_batch!r}"
+        )
+    return steps_per_epoch
 
 
 def check_state(
@@ -222,7 +280,7 @@ def split_round_robin(consumed: int, totals: list[int | None]) -> tuple[list[int
 
 class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     """What both streams (:class:`~bucketloader.BucketIterable`,
-    :class:`~bucketloader.pack.PackIterable`) share: the epoch, the length with
+    :class:`~bucketloader.stream.PackIterable`) share: the epoch, the length with
     ``steps_per_epoch``, a pass per ``iter()`` run by a per-worker engine, and the resume of
     that pass from a state (module NOTE). A subclass sets ``source``, ``epoch``,
     ``steps_per_epoch``, ``_resume = None`` and ``_engine = None`` in ``__init__``, the class
@@ -232,6 +290,16 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
     STATE_FORMAT: ClassVar[int]
     REPLAY_FORMAT: ClassVar[int]
     STATE_KEYS: ClassVar[Mapping[int, Mapping[str, type]]]
+
+    def __init_subclass__(
+        cls, *, state_keys: Mapping[int, Mapping[str, type]] | None = None, **kwargs: Any
+    ) -> None:
+        """``class Stream(ResumableStream, state_keys=state_keys(...))``: the formats (exact
+        state first, replay second) and their keys, from :func:`state_keys`."""
+        super().__init_subclass__(**kwargs)
+        if state_keys is not None:
+            cls.STATE_KEYS = state_keys
+            cls.STATE_FORMAT, cls.REPLAY_FORMAT = list(state_keys)
 
     source: Any
     epoch: int

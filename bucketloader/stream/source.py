@@ -1,7 +1,7 @@
 """A stream's source: measuring and truncating samples, opening, sharding and resuming it.
 
 The rules of both streams (:class:`~bucketloader.BucketIterable` and
-:class:`~bucketloader.pack.PackIterable`), written once.
+:class:`~bucketloader.stream.PackIterable`), written once.
 
 NOTE [ Who shards the stream across DataLoader workers ]
 A source that knows about workers shards itself: a Hugging Face ``IterableDataset`` splits its

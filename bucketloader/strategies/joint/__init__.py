@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._ranks import default_ranks
+from bucketloader._dist import default_ranks
 from bucketloader._validation import check_bool, check_choice, check_float, check_int
 from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.histogram import JointHistogram, LengthHistogram

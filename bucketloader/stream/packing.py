@@ -2,7 +2,7 @@
 
 Documents flow from the source (a Hugging Face ``IterableDataset``, a torch ``IterableDataset``, a
 list, any iterable) into at most ``open_rows`` open rows by online best fit (NOTE [ Online
-best-fit over a bounded buffer ] in :mod:`bucketloader.pack._stream`); closed rows leave ``B`` at a
+best-fit over a bounded buffer ] in :mod:`bucketloader.stream._rows`); closed rows leave ``B`` at a
 time as a batch, a list of documents row after row, which
 :class:`~bucketloader.pack.PackCollator` lays out exactly as for the map-style
 :class:`~bucketloader.pack.PackSampler`. Collate with
@@ -10,7 +10,7 @@ time as a batch, a list of documents row after row, which
 
 Split over ranks (``num_replicas > 1``, or ``steps_per_epoch``), every rank makes exactly
 ``steps_per_epoch`` steps of the one shape, with no communication (NOTE [ A packing stream split
-over ranks ] in :mod:`bucketloader.pack._stream`).
+over ranks ] in :mod:`bucketloader.stream._rows`).
 
 NOTE [ Resuming a packing stream behind DataLoader workers ]
 The bucketing stream's rule (NOTE [ Resuming a stream behind DataLoader workers ] in
@@ -18,7 +18,7 @@ The bucketing stream's rule (NOTE [ Resuming a stream behind DataLoader workers 
 stream's state is exact and cheap: positions of the buffered documents and a source checkpoint
 (NOTE [ Exact resume of the packing stream ]). Behind workers the main process never sees the
 workers' rows; what it can own is *how many batches each worker had handed out*, which the
-shared counters give (NOTE [ A packing stream's counters across DataLoader workers ] in
+shared counters give (NOTE [ A stream's counters across DataLoader workers ] in
 :mod:`bucketloader.stream.counters`). ``state_dict(batches_consumed=k)`` turns the ``k`` batches
 the loop consumed into a count per worker (the DataLoader hands batches out round-robin over the
 workers still running; with ``steps_per_epoch`` worker ``w`` made ``len(range(w, k, W))`` of
@@ -35,24 +35,18 @@ a source that shards itself by worker id (HF or torch ``IterableDataset``) canno
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from bucketloader._ranks import resolve_ranks
+from bucketloader._dist import resolve_ranks
 from bucketloader._validation import check_choice, check_int
-from bucketloader.pack._stream import (
-    STATE_FORMAT,
-    STATS,
-    Engine,
-    PassConfig,
-    make_length_fn,
-)
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
+from bucketloader.plan import SamplingReport
 from bucketloader.plan.budget import BatchRule
+from bucketloader.plan.shapes import row_batch_sizes
+from bucketloader.stream._rows import STATE_FORMAT, STATS, PackConfig, RowPass, make_length_fn
 from bucketloader.stream.counters import LaneCounters
-from bucketloader.stream.iterable import check_source
-from bucketloader.stream.resume import ResumableStream
+from bucketloader.stream.resume import ResumableStream, check_source, check_steps, state_keys
 from bucketloader.stream.source import is_stateful
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
@@ -67,24 +61,17 @@ REPLAY_FORMAT = 2
 
 
 #: The keys of each state format and their types.
-_STATE_KEYS: dict[int, dict[str, type]] = {
-    STATE_FORMAT: {
-        "config": dict,
-        "epoch": int,
-        "worker": list,
-        "phase": str,
-        "read": int,
-        "batches": int,
-        "open": list,
-        "ready": list,
-        "source": dict,
-        "stats": dict,
-    },
-    REPLAY_FORMAT: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
-}
+_STATE_KEYS = state_keys(
+    STATE_FORMAT,
+    REPLAY_FORMAT,
+    {"next_id": int, "tokens_read": int, "open": list, "ready": list},
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from bucketloader.pack.collator import PackCollator
 
 
-class PackIterable(ResumableStream):
+class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
     """An iterable of packed batches (lists of documents, row after row) of one planned shape.
 
     Args:
@@ -110,7 +97,7 @@ class PackIterable(ResumableStream):
         num_replicas, rank: ranks (default: from ``torch.distributed``). With more than one,
             ``steps_per_epoch`` is required and every rank makes exactly that many steps of the
             one shape (NOTE [ A packing stream split over ranks ] in
-            :mod:`bucketloader.pack._stream`).
+            :mod:`bucketloader.stream._rows`).
         steps_per_epoch: fixed steps per epoch on every rank (``len(stream)``), each a
             :class:`~bucketloader.plan.PlannedBatch`, padding-only once the shard runs dry;
             ``None`` (one rank only): one pass over the source.
@@ -134,15 +121,11 @@ class PackIterable(ResumableStream):
         ([[5, 3], [2, 6], []], 3)
     """
 
-    STATE_FORMAT = STATE_FORMAT
-    REPLAY_FORMAT = REPLAY_FORMAT
-    STATE_KEYS = _STATE_KEYS
-
     def __init__(
         self,
-        source: Any,
+        source: Iterable[Any],
         *,
-        length_fn: Any = None,
+        length_fn: str | Callable[[Any], int] | None = None,
         row_length: int,
         batch_size: int | None = None,
         max_tokens: int | None = None,
@@ -160,12 +143,7 @@ class PackIterable(ResumableStream):
         self._measure = make_length_fn(length_fn)
         self.row_length = check_int("row_length", row_length, minimum=1)
         rule = BatchRule.parse(batch_size, max_tokens)  # the sampler's batch-size rule
-        self.batch_size = int(rule.sizes(np.array([[self.row_length]]))[0])
-        if self.batch_size < 1:
-            raise ValueError(
-                f"{rule.describe()} holds no row of {self.row_length} tokens; raise max_tokens "
-                f"to at least {self.row_length} or use batch_size="
-            )
+        (self.batch_size,) = row_batch_sizes(rule, (self.row_length,))
         self.open_rows = check_int("open_rows", open_rows, minimum=1)
         self.overflow = check_choice("overflow", overflow, STREAM_OVERFLOW)
         self.last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
@@ -176,27 +154,18 @@ class PackIterable(ResumableStream):
             minimum=self.batch_size,
         )
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
-        if steps_per_epoch is not None:
-            steps_per_epoch = check_int("steps_per_epoch", steps_per_epoch, minimum=1)
-        elif self.num_replicas > 1:
-            raise ValueError(
-                f"a stream split over num_replicas={self.num_replicas} ranks needs "
-                "steps_per_epoch: every rank must make the same number of steps, and no rank "
-                "can know how many the other ranks' shards fill; pass about tokens per rank / "
-                f"(batch_size * row_length) = tokens per rank / {default} (stats shows "
-                "left_over and padded_rows to tune it)"
-            )
-        if steps_per_epoch is not None and self.last_batch not in ("pad", "fill"):
-            raise ValueError(
-                f"with steps_per_epoch every step keeps its planned shape, so last_batch must be "
-                f"'pad' (short batches get all-padding rows) or 'fill' (repeats), got "
-                f"last_batch={self.last_batch!r}"
-            )
-        self.steps_per_epoch = steps_per_epoch
+        self.steps_per_epoch = check_steps(
+            steps_per_epoch,
+            self.num_replicas,
+            self.last_batch,
+            per_step=f"tokens per rank / (batch_size * row_length) = tokens per rank / {default} "
+            "(stats shows left_over and padded_rows to tune it)",
+            pad="short batches get all-padding rows",
+        )
         self._counters = LaneCounters(STATS)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
-        self._engine: Engine | None = None
+        self._engine: RowPass | None = None
 
     @functools.cached_property
     def table(self) -> PackTable:
@@ -213,15 +182,15 @@ class PackIterable(ResumableStream):
         """The one ``input_ids`` shape ``(B, L)`` every collated batch has (a promise)."""
         return list(self.table.shapes)
 
-    def collator(self, **kwargs: Any) -> Any:
+    def collator(self, **kwargs: Any) -> PackCollator:
         """``PackCollator(self.table, **kwargs)``; use
         ``DataLoader(stream, batch_size=None, collate_fn=stream.collator())``."""
         from bucketloader.pack.collator import PackCollator
 
         return PackCollator(self.table, **kwargs)
 
-    def _pass_config(self) -> PassConfig:
-        return PassConfig(
+    def _pass_config(self) -> PackConfig:
+        return PackConfig(
             source=self.source,
             measure=self._measure,
             row_length=self.row_length,
@@ -239,8 +208,8 @@ class PackIterable(ResumableStream):
         )
 
     # -- iteration --------------------------------------------------------------------------
-    def _new_engine(self, worker: tuple[int, int], skip: int) -> Engine:
-        return Engine(self._pass_config(), self.epoch, worker, skip=skip)
+    def _new_engine(self, worker: tuple[int, int], skip: int) -> RowPass:
+        return RowPass(self._pass_config(), self.epoch, worker, skip=skip)
 
     @property
     def stats(self) -> dict[str, int]:
@@ -257,6 +226,52 @@ class PackIterable(ResumableStream):
         if not lanes:
             return {}
         return {name: sum(lane[name] for lane in lanes) for name in ("read", "batches", *STATS)}
+
+    def report(self) -> SamplingReport:
+        """What the current (or last) pass did, in the report every producer gives (as
+        :meth:`BucketIterable.report <bucketloader.BucketIterable.report>`): documents read
+        (``samples``), left out (``too_long``, ``overflow="drop"``), cut (``truncated``), not
+        yielded (``dropped``: the tail under ``last_batch="drop"``; ``left_over``), padding rows,
+        batches done and, with ``steps_per_epoch``, left; the one shape's rows, real tokens and
+        padded tokens. :attr:`stats` keeps the packing counters (``split``, ``repeated_rows``).
+
+        Example:
+            >>> stream = PackIterable([[1] * n for n in [5, 3, 2, 6, 2, 4]], row_length=8,
+            ...                       batch_size=2)
+            >>> _ = list(stream)
+            >>> r = stream.report()
+            >>> r.totals["samples"], r.batches_done, r.cells[0]["real"], r.cells[0]["padded"]
+            (6, 2, 22, 32)
+        """
+        st = self.stats
+        done = int(st.get("batches", 0))
+        totals = {
+            "samples": int(st.get("read", 0)),
+            "too_long": int(st.get("overflow_dropped", 0)),
+            "truncated": int(st.get("truncated", 0)),
+            "dropped": int(st.get("tail_dropped", 0)),
+            "left_over": int(st.get("left_over", 0)),
+            "batches": done,
+            "padded_rows": int(st.get("padded_rows", 0)),
+        }
+        cell = {
+            "shape": (self.batch_size, self.row_length),
+            "batches": done,
+            "rows": int(st.get("rows", 0)),
+            "real": int(st.get("tokens", 0)),
+            "padded": done * self.batch_size * self.row_length,
+        }
+        left = None if self.steps_per_epoch is None else self.steps_per_epoch - done
+        return SamplingReport(
+            epoch=self.epoch,
+            totals=totals,
+            cells=(cell,),
+            batches_done=done,
+            batches_left=left,
+            samples_left=None,
+            source="stream",
+            extra={k: int(st.get(k, 0)) for k in ("split", "repeated_rows", "skipped")},
+        )
 
     # -- state ------------------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
@@ -285,11 +300,10 @@ class PackIterable(ResumableStream):
         engine = self._engine
         if engine is not None and engine.epoch != self.epoch:
             engine = None  # a pass of another epoch
-        lanes = self._counters.lanes(self.epoch)
-        if self.steps_per_epoch is None:
-            if engine is None and not lanes and batches_consumed in (None, 0):
-                return Engine(self._pass_config(), self.epoch, (0, 1)).state_dict()
-            exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
-            if exact and batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
+        # an exact state once a batch was handed out in this process; before the first batch,
+        # the replay state, which also resumes behind DataLoader workers
+        exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
+        if exact and self.steps_per_epoch is None and engine.batches:  # type: ignore[union-attr]
+            if batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
                 return engine.state_dict()  # type: ignore[union-attr]
         return self._replay_state(batches_consumed)

@@ -1,4 +1,5 @@
-"""One worker's pass of :class:`~bucketloader.pack.PackIterable`: online best-fit, resumable.
+"""The row filler: one worker's pass of :class:`~bucketloader.stream.PackIterable`, online best
+fit into open rows, over the engine of :mod:`bucketloader.stream._engine`.
 
 NOTE [ Online best-fit over a bounded buffer ]
 At most ``open_rows`` rows are open. A document goes into the open row with the least room that
@@ -6,12 +7,14 @@ still holds it (best fit: the open rows are kept sorted by free room); if none d
 row. A row that is full (or holds ``max_documents // B`` documents) closes; when more than
 ``open_rows`` rows are open, the fullest one closes. Closed rows queue up and leave ``B`` at a
 time as a batch, in the order they closed. At the end of the stream the documents still in open
-rows are packed again, offline (the solver of :mod:`bucketloader.pack._bins`), so the tail is as
-tight as the sampler's; the last partial batch is yielded short (``"pad"``: the collator adds
-all-padding rows) or dropped (``"drop"``). Memory stays at ``open_rows + B`` rows of documents.
+rows are packed again, offline (the planner's solver,
+:func:`~bucketloader.pack.spec.pack_rows`), so the tail is as tight as the sampler's; the last
+partial batch is yielded short (``"pad"``: the collator adds all-padding rows) or dropped
+(``"drop"``). Memory stays at ``open_rows + B`` rows of documents.
 
 NOTE [ Exact resume of the packing stream ]
-As in :mod:`bucketloader.stream` (NOTE [ Exact resume of a buffered stream ] there), the state
+As for the bucket filler (NOTE [ Exact resume of a buffered stream ] in
+:mod:`bucketloader.stream._buckets`), the state
 names documents by their *position* in this worker's stream (``[position, piece]``, the piece
 of a document cut by ``overflow="split"``), never by content: ``read``, the open rows (with
 their ids, which order ties), the queue of closed rows, and a source checkpoint at a position at
@@ -63,7 +66,7 @@ every rank evaluates without any communication, at construction or per step:
 Under ``"pad"`` every document of a rank's shard is in at most one batch of the epoch, so
 disjoint shards give every document at most once over the ranks. A split stream resumes by
 replay (NOTE [ Resuming a packing stream behind DataLoader workers ] in
-:mod:`bucketloader.pack.stream`): each lane's count of batches follows from the batches
+:mod:`bucketloader.stream.packing`): each lane's count of batches follows from the batches
 consumed alone.
 """
 
@@ -71,28 +74,20 @@ from __future__ import annotations
 
 import bisect
 import numbers
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from bucketloader._samples import length_reader
-from bucketloader.pack._bins import solve
+from bucketloader.pack.spec import pack_rows
+from bucketloader.pack.split import cut
 from bucketloader.plan import PlannedBatch
-from bucketloader.stream.counters import hand_out
-from bucketloader.stream.source import (
-    checkpoint,
-    reopen,
-    replay,
-    resume_point,
-    trim_snapshots,
-)
+from bucketloader.stream._engine import Pass
 
 STATE_FORMAT = 1
 
 #: A lane writes all its counters every this many batches (and at the end of its pass).
-#: The counters of a pass, as :attr:`PackIterable.stats <bucketloader.pack.PackIterable.stats>`
+#: The counters of a pass, as :attr:`PackIterable.stats <bucketloader.stream.PackIterable.stats>`
 #: names them.
 STATS = (
     "rows",
@@ -120,27 +115,9 @@ def make_length_fn(length_fn: Any) -> Callable[[Any], int]:
     )
 
 
-def cut(sample: Any, length: int, start: int, stop: int) -> Any:
-    """``sample[start:stop]``; a dict has every sequence entry of the sample's length cut (so
-    ``input_ids``, ``attention_mask`` and ``labels`` stay aligned)."""
-    if isinstance(sample, Mapping):
-        out = dict(sample)
-        for k, v in sample.items():
-            if isinstance(v, (str, bytes)) or not hasattr(v, "__getitem__"):
-                continue
-            try:
-                n = len(v)
-            except TypeError:
-                continue
-            if n == length:
-                out[k] = v[start:stop]
-        return out
-    return sample[start:stop]
-
-
 @dataclass(frozen=True)
-class PassConfig:
-    """What a pass needs from its :class:`~bucketloader.pack.PackIterable`.
+class PackConfig:
+    """What a pass needs from its :class:`~bucketloader.stream.PackIterable`.
 
     ``steps`` is ``steps_per_epoch`` (0: one pass over the source; NOTE [ A packing stream split
     over ranks ]), ``rank`` names the rank in messages, ``counters`` is the shared
@@ -163,19 +140,16 @@ class PassConfig:
     counters: Any = None
 
 
-class Engine:
-    """Rows and counters of one pass; :meth:`run` is the generator of batches."""
+class RowPass(Pass):
+    """Open rows and closed rows of one pass; :meth:`run` is the generator of batches."""
+
+    STATE_FORMAT = STATE_FORMAT
 
     def __init__(
-        self, cfg: PassConfig, epoch: int, worker: tuple[int, int], *, skip: int = 0
+        self, cfg: PackConfig, epoch: int, worker: tuple[int, int], *, skip: int = 0
     ) -> None:
-        self.o = cfg
-        self.epoch = epoch
-        self.worker = worker
-        self.skip = skip  # batches to make but not hand out (a resume by replay)
-        self.read = 0
-        self.batches = 0
-        self.phase = "stream"
+        every = max(64, cfg.open_rows * 4)
+        super().__init__(cfg, epoch, worker, skip=skip, stats=STATS, every=every)
         self.next_id = 0
         self.tokens_read = 0
         # open rows, oldest first: id -> [free, [(pos, piece), ...], [sample, ...], opened at]
@@ -183,9 +157,7 @@ class Engine:
         self.rows: dict[int, list[Any]] = {}
         self.caps: list[tuple[int, int]] = []
         self.ready: list[tuple[list[tuple[int, int]], list[Any]]] = []
-        self.stats = dict.fromkeys(STATS, 0)
-        self.snaps: list[tuple[int, Any]] = [(0, None)]
-        self.every = max(64, cfg.open_rows * 4)
+        self._got: dict[tuple[int, int], tuple[Any, int]] = {}  # taken back by a resume
         self._src: Iterator[Any] = iter(())
         self._last: list[tuple[list[tuple[int, int]], list[Any]]] = []  # "fill" repeats it
 
@@ -278,10 +250,10 @@ class Engine:
         return out
 
     # -- the pass ---------------------------------------------------------------------------
-    def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
+    def _batches(self, it: Iterator[Any]) -> Iterator[list[Any]]:
         """The batches of this lane's pass (one pass, or its scheduled steps)."""
         self._src = it
-        return hand_out(self, self.o.counters, self._steps() if self.o.steps else self._pass())
+        return self._steps() if self.o.steps else self._pass()
 
     def _fill(self) -> None:
         """Read the source until ``B`` rows are closed; at its end, pack the documents of the
@@ -339,24 +311,7 @@ class Engine:
                 self.stats["padded_rows"] += o.batch_size
                 self.batches += 1
             yield PlannedBatch(batch, planned_shape=shape, num_real=len(batch))
-        self.stats["left_over"] = len(self._buffered())
-
-    def flush(self, done: bool = False) -> None:
-        """Write this lane's counters to the shared table (NOTE [ A packing stream's counters
-        across DataLoader workers ] in :mod:`bucketloader.stream.counters`)."""
-        if self.o.counters is None:
-            return
-        self.o.counters.write(
-            self.worker[0],
-            {
-                **self.stats,
-                "epoch": self.epoch,
-                "lanes": self.worker[1],
-                "done": int(done),
-                "read": self.read,
-                "batches": self.batches,
-            },
-        )
+        self.stats["left_over"] = len(self._positions())
 
     def _repack(self) -> None:
         """Pack the documents of the open rows again, offline (tighter than closing them)."""
@@ -368,72 +323,33 @@ class Engine:
         self.rows, self.caps = {}, []
         if not docs:
             return
-        sizes = np.asarray([d[2] for d in docs], dtype=np.int64)
-        counts = np.bincount(sizes)
-        vals = np.flatnonzero(counts)[::-1]
-        pools: dict[int, list[Any]] = {int(v): [] for v in vals}
-        for d in docs:
-            pools[d[2]].append(d)
-        pat = solve(vals, counts[vals], (self.o.row_length,))
-        cap = max(1, self.o.max_per_row)
-        for p in range(pat.reps.size):
-            lo, hi = int(pat.offsets[p]), int(pat.offsets[p + 1])
-            for _ in range(int(pat.reps[p])):
-                row = [
-                    pools[int(pat.sizes[u])].pop(0)
-                    for u, k in zip(
-                        pat.items[lo:hi].tolist(), pat.mult[lo:hi].tolist(), strict=True
-                    )
-                    for _ in range(k)
-                ]
-                for a in range(0, len(row), cap):  # the documents-per-row cap, if any
-                    part = row[a : a + cap]
-                    self.ready.append(([d[0] for d in part], [d[1] for d in part]))
+        for row in pack_rows([d[2] for d in docs], self.o.row_length, self.o.max_per_row):
+            self.ready.append(([docs[i][0] for i in row], [docs[i][1] for i in row]))
 
-    # -- state ------------------------------------------------------------------------------
-    def _buffered(self) -> list[int]:
+    # -- state (the engine's skeleton asks) ---------------------------------------------------
+    def _positions(self) -> list[int]:
         return [p for rid in self.rows for p, _ in self.rows[rid][1]] + [
             p for items, _ in self.ready for p, _ in items
         ]
 
-    def _oldest(self) -> int:
-        return min(self._buffered(), default=self.read)
-
-    def _snapshot(self) -> None:
-        self.snaps.append((self.read, checkpoint(self.o.source)))
-        trim_snapshots(self.snaps, self._oldest())
-
-    def state_dict(self) -> dict[str, Any]:
-        pos, src = resume_point(self.snaps, self._oldest())
+    def _filler_state(self) -> dict[str, Any]:
         return {
-            "format": STATE_FORMAT,
-            "config": self.o.config,
-            "epoch": self.epoch,
-            "worker": list(self.worker),
-            "phase": self.phase,
-            "read": self.read,
-            "batches": self.batches,
             "next_id": self.next_id,
             "tokens_read": self.tokens_read,
             "open": [[rid, row[3], [list(x) for x in row[1]]] for rid, row in self.rows.items()],
             "ready": [[list(x) for x in items] for items, _ in self.ready],
-            "source": {"position": pos, "state": src},
-            "stats": dict(self.stats),
         }
 
-    def resume(self, state: dict[str, Any]) -> Iterator[Any]:
-        """Rebuild the rows from ``state`` by replaying the source; return the live iterator."""
-        start, src_state = int(state["source"]["position"]), state["source"]["state"]
-        it = reopen(self.o.source, self.worker, src_state)
+    def _wanted(self, state: dict[str, Any]) -> set[int]:
         wanted = {int(p) for _, _, items in state["open"] for p, _ in items}
-        wanted |= {int(p) for items in state["ready"] for p, _ in items}
-        got: dict[tuple[int, int], tuple[Any, int]] = {}
-        stats = dict(self.stats)
-        for pos, sample in replay(it, start, int(state["read"])):
-            if pos in wanted:
-                for piece, part, size in self.pieces(pos, sample):
-                    got[(pos, piece)] = (part, size)
-        self.stats = {**stats, **state["stats"]}
+        return wanted | {int(p) for items in state["ready"] for p, _ in items}
+
+    def _take_back(self, pos: int, sample: Any) -> None:
+        for piece, part, size in self.pieces(pos, sample):
+            self._got[(pos, piece)] = (part, size)
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        got, self._got = self._got, {}
 
         def sample_of(x: list[int]) -> tuple[Any, int]:
             key = (int(x[0]), int(x[1]))
@@ -441,9 +357,6 @@ class Engine:
                 raise ValueError(f"cannot resume: document {list(key)} is no longer produced")
             return got[key]
 
-        self.read = int(state["read"])
-        self.batches = int(state["batches"])
-        self.phase = state["phase"]
         self.next_id = int(state["next_id"])
         self.tokens_read = int(state["tokens_read"])
         self.rows, self.caps = {}, []
@@ -456,5 +369,3 @@ class Engine:
             ([(int(x[0]), int(x[1])) for x in items], [sample_of(x)[0] for x in items])
             for items in state["ready"]
         ]
-        self.snaps = [(start, src_state)]
-        return it

@@ -1,0 +1,131 @@
+"""The job's ranks and the few collectives the library makes, in one place.
+
+Rank discovery: every sampler and stream takes ``num_replicas`` / ``rank``; when they are left
+out, an initialised default process group supplies them (as
+``torch.utils.data.DistributedSampler`` does), else the job is one process. The collectives
+(summing per-cell counts, sending rank 0's lists of ints) run on the device the backend needs,
+chosen here once (:func:`comm_device`: the current CUDA device under NCCL, else the CPU).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bucketloader._validation import check_int
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+
+def initialised() -> bool:
+    """Whether a default process group exists (without importing torch: if torch was never
+    imported, no group can exist)."""
+    if "torch" not in sys.modules:
+        return False
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized())
+
+
+def default_ranks() -> tuple[int, int]:
+    """``(world size, rank)`` of the default process group, or ``(1, 0)``."""
+    if not initialised():
+        return 1, 0
+    import torch.distributed as dist
+
+    return int(dist.get_world_size()), int(dist.get_rank())
+
+
+def world_size() -> int:
+    """World size of the default process group; 1 when none is initialised."""
+    return default_ranks()[0]
+
+
+def dist_ready(num_replicas: int) -> bool:
+    """Whether a process group of ``num_replicas`` ranks is initialised."""
+    return initialised() and default_ranks()[0] == num_replicas
+
+
+def resolve_ranks(num_replicas: Any, rank: Any) -> tuple[int, int]:
+    """``(num_replicas, rank)`` from the arguments, else from ``torch.distributed``, checked.
+
+    Example:
+        >>> resolve_ranks(4, 3)
+        (4, 3)
+        >>> resolve_ranks(None, None)  # no process group: one process
+        (1, 0)
+    """
+    world, me = default_ranks()
+    replicas = check_int("num_replicas", world if num_replicas is None else num_replicas, minimum=1)
+    rank = check_int("rank", me if rank is None else rank)
+    if not 0 <= rank < replicas:
+        raise ValueError(
+            f"rank must be an int >= 0 and < num_replicas={replicas}, got rank={rank}; give "
+            f"each process its own rank in 0..{replicas - 1}"
+        )
+    return replicas, rank
+
+
+def borrow_sample(own: Any) -> Any:
+    """A sample every rank can stand in with: ``own``, or, on a rank without one, the first
+    sample of the lowest rank that has one (``None`` when no rank has any). Every rank of the
+    default process group must call it (NOTE [ A stream split over ranks ] in
+    :mod:`bucketloader.stream._schedule`); samples travel as pickles (``broadcast_object_list``)
+    only when some rank has none."""
+    import torch
+    import torch.distributed as dist
+
+    world, rank = default_ranks()
+    flag = torch.tensor([0 if own is None else 1], dtype=torch.int64, device=comm_device())
+    flags = [torch.zeros_like(flag) for _ in range(world)]
+    dist.all_gather(flags, flag)
+    has = [int(f.item()) for f in flags]
+    if all(has) or not any(has):
+        return own
+    donor = has.index(1)
+    box = [own if rank == donor else None]
+    dist.broadcast_object_list(box, src=donor)
+    return own if own is not None else box[0]
+
+
+def comm_device() -> torch.device:
+    """Where the default process group's tensors must live: the current CUDA device under NCCL,
+    else the CPU."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":  # pragma: no cover - needs GPUs
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_reduce_counts(counts: np.ndarray) -> np.ndarray:
+    """Sum ``counts`` over the ranks of the default process group."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.as_tensor(np.asarray(counts, dtype=np.int64), device=comm_device())
+    dist.all_reduce(t)
+    return t.cpu().numpy()  # type: ignore[no-any-return]
+
+
+def broadcast_lists(values: list[list[int]]) -> list[list[int]]:
+    """Rank 0's lists of ints, on every rank (boundaries estimated on rank 0's head)."""
+    import torch
+    import torch.distributed as dist
+
+    device = comm_device()
+    sizes = torch.tensor([len(v) for v in values], dtype=torch.int64, device=device)
+    dist.broadcast(sizes, src=0)
+    flat = torch.tensor([x for v in values for x in v], dtype=torch.int64, device=device)
+    if default_ranks()[1] != 0:
+        flat = torch.zeros(int(sizes.sum()), dtype=torch.int64, device=device)
+    dist.broadcast(flat, src=0)
+    out, at = [], 0
+    for n in sizes.cpu().tolist():
+        out.append(flat[at : at + n].cpu().tolist())
+        at += n
+    return out

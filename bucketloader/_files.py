@@ -1,0 +1,279 @@
+"""The one bounded reader and atomic writer of cache files (BucketCache and CompileCache).
+
+NOTE [ Reading a cache file ]
+A cache directory is shared (runs, users, ranks on one filesystem), so whatever sits at an entry
+path is untrusted input. :func:`read_bytes` opens it without blocking (``O_NONBLOCK``: a FIFO
+would hang a plain ``open``) and without following a symbolic link (``O_NOFOLLOW``: a link to
+``/dev/zero`` would read without end), accepts only a regular file, and reads at most
+``max_bytes`` (bounded even if the file grows while it is read). :func:`read_json` parses it
+with :func:`json.loads` only (never pickle), and turns a nesting bomb (``[[[[...``), invalid
+UTF-8 or an integer past Python's digit limit into one ``ValueError``. Something that is not a
+regular file raises :class:`NotAFile`: the caller leaves it alone (never read, replaced or
+deleted) and works uncached.
+
+NOTE [ Writing a cache file ]
+:func:`write_atomic` writes a temporary file in the entry's own directory, opened with
+``O_CREAT | O_EXCL | O_NOFOLLOW`` and mode ``0o666`` (the umask decides, so a shared cache stays
+readable; ``tempfile.mkstemp`` would make every entry ``0o600``), flushes and fsyncs it, then
+``os.replace``-s it over the entry: a reader sees a whole entry or none, and concurrent writers of
+the same entry each replace it whole. The temporary file's name carries its writer
+(``.tmp-<host>-<pid>-<random>.part``, the host naming the hostname and the PID namespace), so the
+next write in the directory removes the leftovers of writers that died (``kill -9``) on this
+host at once, and anyone's after :data:`STALE_TMP_SECONDS`; a live writer's file is never
+touched. An entry path that holds
+something other than a regular file raises :class:`NotAFile` before anything is written.
+
+Example:
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> path = Path(tempfile.mkdtemp()) / "entry.json"
+    >>> write_atomic(path, b'{"a": [1, 2]}')
+    >>> read_json(path, max_bytes=1024)
+    {'a': [1, 2]}
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import secrets
+import socket
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "STALE_TMP_SECONDS",
+    "NotAFile",
+    "clean_temps",
+    "file_kind",
+    "is_regular_or_missing",
+    "read_bytes",
+    "read_json",
+    "write_atomic",
+]
+
+#: Temporary files older than this are leftovers whoever wrote them (another host's included).
+STALE_TMP_SECONDS = 3600.0
+TEMP_PREFIX, TEMP_SUFFIX = ".tmp-", ".part"
+#: Attempts at a fresh temporary-file name before giving up (collisions are astronomically rare).
+_TEMP_ATTEMPTS = 16
+
+#: Reading: never block, never follow a symbolic link at the path.
+_READ_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+#: Writing a temporary file: a new file only (a planted link or FIFO is refused).
+_WRITE_FLAGS = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+
+
+class NotAFile(Exception):
+    """The path holds something we did not write (a FIFO, a directory, a symbolic link, a
+    device): it is never read, replaced or deleted."""
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for messages."""
+    for test, name in (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_bytes(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``max_bytes`` (NOTE [ Reading a cache
+    file ]).
+
+    Raises:
+        FileNotFoundError / NotADirectoryError: nothing there (a miss).
+        NotAFile: something other than a regular file (symbolic links are not followed).
+        ValueError: empty, or larger than ``max_bytes``.
+        OSError: it cannot be read (``PermissionError`` included).
+    """
+    if not hasattr(os, "O_NOFOLLOW") and os.path.islink(path):  # pragma: no cover - Windows
+        raise NotAFile("a symbolic link")
+    try:
+        fd = os.open(path, _READ_FLAGS)
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        raise
+    except OSError as exc:  # ELOOP: a symbolic link (O_NOFOLLOW); ENXIO: a socket; ...
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            raise exc from None
+        if not stat.S_ISREG(mode):
+            raise NotAFile(file_kind(mode)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAFile(file_kind(st.st_mode))
+        if st.st_size > max_bytes:
+            raise ValueError(f"larger than {max_bytes} bytes")
+        chunks, size = [], 0
+        while size <= max_bytes:  # bounded even if the file grows while we read
+            chunk = os.read(fd, max_bytes + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes} bytes")
+    if not data:
+        raise ValueError("empty file")
+    return data
+
+
+def parse_json(data: bytes) -> Any:
+    """``json.loads`` of untrusted bytes; every way it can fail is one ``ValueError``."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("not valid JSON: nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer past Python's digit limit
+        raise ValueError(f"not valid JSON: {exc}") from None
+
+
+def read_json(path: str | os.PathLike[str], *, max_bytes: int) -> Any:
+    """:func:`read_bytes` parsed as JSON (never pickle); raises as it does, and ``ValueError``
+    for contents that are not one JSON document."""
+    return parse_json(read_bytes(path, max_bytes=max_bytes))
+
+
+def is_regular_or_missing(path: str | os.PathLike[str]) -> tuple[bool, str]:
+    """``(True, "")`` if ``path`` is a regular file or does not exist (we may replace it), else
+    ``(False, what it is)``; symbolic links are not followed."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return True, ""
+    return (True, "") if stat.S_ISREG(mode) else (False, file_kind(mode))
+
+
+@functools.lru_cache(maxsize=1)
+def _host() -> str:
+    """This host and PID namespace (containers sharing a hostname have their own PIDs)."""
+    try:
+        namespace = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        namespace = 0
+    return hashlib.sha256(f"{socket.gethostname()}/{namespace}".encode()).hexdigest()[:8]
+
+
+def _alive(pid: int) -> bool:
+    if sys.platform == "win32":  # pragma: no cover - os.kill(pid, 0) terminates there
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def clean_temps(directory: str | os.PathLike[str], *, max_age: float = STALE_TMP_SECONDS) -> int:
+    """Remove the temporary files of dead writers in ``directory`` (NOTE [ Writing a cache
+    file ]): those of a process of this host that no longer runs, and anyone's older than
+    ``max_age`` seconds. Best effort; returns how many were removed."""
+    now, host, removed = time.time(), _host(), 0
+    try:
+        with os.scandir(directory) as it:
+            entries = [
+                e for e in it if e.name.startswith(TEMP_PREFIX) and e.name.endswith(TEMP_SUFFIX)
+            ]
+    except OSError:
+        return 0
+    for e in entries:
+        try:
+            st = e.stat(follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                continue  # never ours
+            parts = e.name[len(TEMP_PREFIX) : -len(TEMP_SUFFIX)].split("-")
+            dead = (
+                len(parts) == 3
+                and parts[0] == host
+                and parts[1].isdigit()
+                and int(parts[1]) != os.getpid()
+                and not _alive(int(parts[1]))
+            )
+            if dead or now - st.st_mtime > max_age:
+                os.unlink(e.path)
+                removed += 1
+        except OSError:
+            continue
+    return removed
+
+
+def create_temp(directory: Path) -> tuple[int, Path]:
+    """A new temporary file in ``directory`` named after this writer, opened for writing."""
+    stem = f"{TEMP_PREFIX}{_host()}-{os.getpid()}-"
+    for _ in range(_TEMP_ATTEMPTS):
+        tmp = directory / f"{stem}{secrets.token_hex(8)}{TEMP_SUFFIX}"
+        try:
+            return os.open(tmp, _WRITE_FLAGS, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary file name in {directory}")
+
+
+def write_atomic(
+    path: str | os.PathLike[str], data: bytes, *, mode: int | None = None, clean: bool = True
+) -> None:
+    """Write ``data`` to ``path`` all or nothing (NOTE [ Writing a cache file ]).
+
+    Args:
+        path: the entry; its directory must exist.
+        data: the whole contents.
+        mode: permissions to set on the file (``None``: ``0o666`` less the umask).
+        clean: first remove dead writers' temporary files from the directory.
+
+    Raises:
+        NotAFile: ``path`` holds something other than a regular file (left alone).
+        OSError: the directory cannot take the file (nothing is left behind).
+    """
+    path = Path(path)
+    ok, what = is_regular_or_missing(path)
+    if not ok:
+        raise NotAFile(what)
+    if clean:
+        clean_temps(path.parent)
+    fd, tmp = create_temp(path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

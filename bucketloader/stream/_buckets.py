@@ -1,0 +1,530 @@
+"""The bucket filler: one worker's pass of :class:`~bucketloader.BucketIterable`, shuffle buffer
+→ per-bucket buffers → batches, over the engine of :mod:`bucketloader.stream._engine`.
+
+NOTE [ Exact resume of a buffered stream ]
+Samples wait in the shuffle buffer and the bucket buffers, so the source's position says nothing
+about them on its own. The state records, instead of samples, their *positions* in this worker's
+stream: ``read`` (samples read so far), the positions in each buffer slot, the random generator
+(block start state + draws used) and a source checkpoint at a position ``p <= `` the oldest
+buffered sample. Resuming restores the source at ``p`` (``load_state_dict``; a source without
+state restarts the epoch, ``p = 0``), re-reads samples ``p .. read - 1`` keeping only the buffered
+positions (the rest were already yielded), puts them back in their slots, restores the generator
+and carries on: the remaining batches are exactly those of the uninterrupted run. Checkpoints are
+taken every ``K`` samples (``K`` ~ buffer capacity) and pruned to the newest one at or before the
+oldest buffered sample, so replay costs about one buffer residency and memory stays bounded. The
+state holds ints only (JSON-serialisable), plus the source's own state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bucketloader.boundaries import BucketLookup
+from bucketloader.plan.table import PlannedBatch
+from bucketloader.stream._engine import Pass
+from bucketloader.stream._schedule import lane_steps, schedule
+from bucketloader.stream.source import check_length
+
+STATE_FORMAT = 2
+_BLOCK = 1024
+#: The counters of a pass (NOTE [ Where the report's numbers come from ]).
+STATS = (
+    "too_short",
+    "too_long",
+    "oversize",
+    "truncated",
+    "tail_dropped",
+    "repeated",
+    "promoted",
+    "padded_rows",
+    "left_over",
+    "skipped",
+)
+
+
+class Draws:
+    """Uniform draws in blocks (fast), with a small exact state: block start + draws used."""
+
+    def __init__(self, seed_seq: np.random.SeedSequence) -> None:
+        self.rng = np.random.default_rng(seed_seq)
+        self.refill()
+
+    def refill(self) -> None:
+        """Draw the next block, remembering the generator state it starts from."""
+        self.start = self.rng.bit_generator.state
+        self.block = self.rng.random(_BLOCK).tolist()
+        self.used = 0
+
+    def index(self, n: int) -> int:
+        """A uniform index in ``[0, n)``."""
+        if self.used == _BLOCK:
+            self.refill()
+        u = self.block[self.used]
+        self.used += 1
+        return int(u * n)
+
+    def state(self) -> dict[str, Any]:
+        return {"start": self.start, "used": self.used}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["start"]
+        self.refill()
+        self.used = int(state["used"])
+
+
+@dataclass(frozen=True)
+class BucketConfig:
+    """Everything a pass needs from its :class:`~bucketloader.stream.BucketIterable`.
+
+    Attributes:
+        source: the samples.
+        measure: ``sample -> length`` (one input) or ``sample -> tuple of lengths``.
+        lookups: per input, the bucket of a length (the stream's cell is the lattice code).
+        names: the bucketed inputs' names (for messages).
+        batch_sizes: ``B`` per cell.
+        last_batch: the end-of-stream policy.
+        shuffle_buffer: samples in the shuffle buffer (0: off).
+        seed: the stream's seed.
+        overflow: ``"error"``, ``"drop"`` or a ``(sample, lengths) -> sample`` cut.
+        stateful: whether to checkpoint the source (``state_dict``/``load_state_dict``).
+        config: the stream's configuration, stored in every state (checked on load).
+        minimum: per input, the shortest admitted length (0: no limit).
+        maximum: per input, the longest admitted length (``max_length`` or the last boundary).
+        cell_size: per cell, its padded size (the sum of its padded lengths).
+        counters: the shared :class:`~bucketloader.stream.counters.LaneCounters`, or ``None``.
+        schedule: per-cell step shares of a stream split over ranks (NOTE [ A stream split
+            over ranks ]), or ``None`` for one pass over the source.
+        steps: ``steps_per_epoch`` with a schedule.
+        rank: this rank (for messages).
+        covers: per cell, the cells it covers (shorter in every input), nearest first.
+        shapes: per cell, its full planned batch shape (carried by scheduled batches).
+        cut: ``(sample, lengths, limits) -> sample`` cutting a sample to ``limits`` (stand-ins).
+        template: a sample of this rank's shard, or borrowed from another rank when this one
+            is empty (NOTE [ A stream split over ranks ]): the structure of a padding row for a
+            lane that reads no sample at all; ``None``: none anywhere.
+    """
+
+    source: Any
+    measure: Callable[[Any], Any]
+    lookups: tuple[BucketLookup, ...]
+    names: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    last_batch: str
+    shuffle_buffer: int
+    seed: int
+    overflow: Any
+    stateful: bool
+    config: dict[str, Any]
+    minimum: tuple[int, ...] = ()
+    maximum: tuple[int, ...] = ()
+    cell_size: tuple[int, ...] = ()
+    counters: Any = None
+    schedule: Any = None
+    steps: int = 0
+    rank: int = 0
+    covers: tuple[tuple[int, ...], ...] = ()
+    shapes: tuple[tuple[int, ...], ...] = ()
+    cut: Any = None
+    template: Any = None
+
+    @property
+    def limits(self) -> list[int]:
+        """The longest admitted length of each input."""
+        return list(self.maximum) or [lookup.limit for lookup in self.lookups]
+
+    def cell(self, lengths: tuple[int, ...]) -> int:
+        """Cell id (lattice code, first input most significant) of lengths within the limits."""
+        code = 0
+        for length, lookup in zip(lengths, self.lookups, strict=True):
+            code = code * lookup.boundaries.size + lookup(length)
+        return code
+
+
+class BucketPass(Pass):
+    """Shuffle and bucket buffers of one pass; :meth:`run` is the generator of batches."""
+
+    STATE_FORMAT = STATE_FORMAT
+
+    def __init__(
+        self, cfg: BucketConfig, epoch: int, worker: tuple[int, int], *, skip: int = 0
+    ) -> None:
+        every = max(64, sum(cfg.batch_sizes) + cfg.shuffle_buffer)
+        super().__init__(cfg, epoch, worker, skip=skip, stats=STATS, every=every)
+        owner = cfg
+        self.shuffle: list[tuple[int, Any, int, int]] = []  # (position, sample, cell, size)
+        self.bpos: list[list[int]] = [[] for _ in owner.batch_sizes]  # positions per cell
+        self.bsam: list[list[Any]] = [[] for _ in owner.batch_sizes]  # samples per cell
+        self.draws = Draws(np.random.SeedSequence([owner.seed, epoch, worker[0], 0x5742]))
+        k = len(owner.batch_sizes)
+        self.cell_stats = [[0] * k for _ in range(4)]  # per cell: batches, rows, real, padded
+        self.blen: list[list[int]] = [[] for _ in range(k)]  # sizes of the buffered samples
+        self.sizes = owner.batch_sizes
+        self.stateful = owner.stateful
+        one = len(owner.lookups) == 1 and owner.schedule is None
+        lookup = owner.lookups[0] if one else None
+        self._table = None if lookup is None else lookup.table  # the hot path indexes it directly
+        self._lo = owner.minimum[0] if owner.minimum else 0
+        self._hi = owner.limits[0]
+        self._oversize = any(b == 0 for b in owner.batch_sizes)
+        self._last: dict[int, list[Any]] = {}  # a lane's last batch per cell (repeats)
+        self._template: Any = None  # the first sample of the pass (stand-in rows)
+        self._fits: dict[int, Any] = {}  # the first sample of each cell (stand-in rows)
+        self._got: dict[int, tuple[Any, int, int]] = {}  # samples taken back by a resume
+
+    # -- per sample -----------------------------------------------------------------------
+    def prepare(self, pos: int, sample: Any) -> tuple[Any, int, int] | None:
+        """``(sample, cell, size)`` after the length filters and the overflow policy, or
+        ``None`` when the sample is left out (counted)."""
+        table = self._table
+        if table is None:
+            return self._prepare_general(pos, sample)
+        length = self.o.measure(sample)
+        if type(length) is not int or length < 0:
+            length = check_length(length, pos)
+        if length > self._hi or length < self._lo:
+            return self._prepare_general(pos, sample)
+        cell = table[length]
+        if self._oversize and self.sizes[cell] == 0:
+            self.stats["oversize"] += 1
+            return None
+        return sample, cell, length
+
+    def _measure(self, pos: int, sample: Any) -> tuple[int, ...]:
+        o = self.o
+        got = o.measure(sample)
+        got = (got,) if len(o.lookups) == 1 else got
+        if not isinstance(got, (tuple, list)) or len(got) != len(o.lookups):
+            raise ValueError(
+                f"length_fn must return {len(o.lookups)} lengths per sample (one per input "
+                f"{list(o.names)}), got {got!r} for sample {pos}"
+            )
+        return tuple(check_length(x, pos) for x in got)
+
+    def _prepare_general(self, pos: int, sample: Any) -> tuple[Any, int, int] | None:
+        o = self.o
+        limits = o.limits
+        lengths = self._measure(pos, sample)
+        policy = o.overflow
+        short = [
+            d for d, (n, lo) in enumerate(zip(lengths, o.minimum or (), strict=False)) if n < lo
+        ]
+        if short:
+            d = short[0]
+            if policy == "error":
+                what = "" if len(o.names) == 1 else f"input {o.names[d]!r} "
+                raise ValueError(
+                    f"sample {pos} of this worker's stream has {what}length {lengths[d]} < "
+                    f"min_length={o.minimum[d]}; pass overflow='drop' to skip such samples, or "
+                    "lower min_length"
+                )
+            self.stats["too_short"] += 1
+            return None
+        over = [d for d, (n, lim) in enumerate(zip(lengths, limits, strict=True)) if n > lim]
+        if over:
+            d = over[0]
+            what = "" if len(o.names) == 1 else f"input {o.names[d]!r} "
+            if policy == "error":
+                last = o.lookups[d].limit
+                bound = (
+                    f"the last boundary {last}" if limits[d] == last else f"max_length={limits[d]}"
+                )
+                raise ValueError(
+                    f"sample {pos} of this worker's stream has {what}length {lengths[d]} > "
+                    f"{bound}; pass overflow='drop' or 'truncate', or boundaries whose last "
+                    "value covers it"
+                )
+            if policy == "drop":
+                self.stats["too_long"] += 1
+                return None
+            sample = policy(sample, lengths)
+            self.stats["truncated"] += 1
+            lengths = self._measure(pos, sample)
+            if any(n > lim for n, lim in zip(lengths, limits, strict=True)):
+                raise ValueError(
+                    f"the overflow policy left sample {pos} at lengths {list(lengths)}, beyond "
+                    f"the limits {limits}"
+                )
+        cell = o.cell(lengths)
+        if self._oversize and self.sizes[cell] == 0:
+            self.stats["oversize"] += 1
+            return None
+        return sample, cell, sum(lengths)
+
+    def _add(self, pos: int, sample: Any, bucket: int, size: int) -> list[Any] | None:
+        buf = self.bsam[bucket]
+        buf.append(sample)
+        self.bpos[bucket].append(pos)
+        self.blen[bucket].append(size)
+        if len(buf) < self.sizes[bucket]:
+            return None
+        return self._emit(bucket)
+
+    def _emit(self, bucket: int) -> list[Any]:
+        """Hand out the full buffer of ``bucket`` as a batch (the caller checked it is full)."""
+        buf = self.bsam[bucket]
+        self._count(bucket, len(buf), sum(self.blen[bucket]), self.sizes[bucket])
+        self.bsam[bucket], self.bpos[bucket], self.blen[bucket] = [], [], []
+        self.batches += 1
+        return buf
+
+    def _count(self, cell: int, rows: int, real: int, alloc: int) -> None:
+        """Count a batch of ``rows`` samples of ``real`` elements, allocated as ``alloc`` rows."""
+        cs = self.cell_stats
+        cs[0][cell] += 1
+        cs[1][cell] += rows
+        cs[2][cell] += real
+        cs[3][cell] += alloc * self.o.cell_size[cell]
+        if alloc != rows:
+            self.stats["padded_rows"] += alloc - rows
+
+    def _cells(self) -> np.ndarray:
+        return np.asarray(self.cell_stats, dtype=np.int64)
+
+    # -- the pass ---------------------------------------------------------------------------
+    def _batches(self, it: Iterator[Any]) -> Iterator[list[Any]]:
+        """The batches of this lane's pass (one pass, or the scheduled steps)."""
+        if self.o.schedule is not None:
+            return self._run_scheduled(it)
+        return self._run(it)
+
+    def _run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
+        size = self.o.shuffle_buffer
+        shuf = self.shuffle
+        if self.phase == "stream":
+            prepare, stateful, every = self.prepare, self.stateful, self.every
+            draws = self.draws
+            # _add inlined in both loops (a stream reads millions of samples)
+            bsam, bpos, blen, sizes, emit = self.bsam, self.bpos, self.blen, self.sizes, self._emit
+            if not size:
+                for sample in it:
+                    pos = self.read
+                    self.read = pos + 1
+                    if stateful and self.read % every == 0:
+                        self._snapshot()
+                    got = prepare(pos, sample)
+                    if got is None:
+                        continue
+                    sample, cell, n = got
+                    buf = bsam[cell]
+                    buf.append(sample)
+                    bpos[cell].append(pos)
+                    blen[cell].append(n)
+                    if len(buf) >= sizes[cell]:
+                        yield emit(cell)
+            else:
+                for sample in it:
+                    pos = self.read
+                    self.read = pos + 1
+                    if stateful and self.read % every == 0:
+                        self._snapshot()
+                    got = prepare(pos, sample)
+                    if got is None:
+                        continue
+                    entry = (pos, *got)
+                    if len(shuf) < size:
+                        shuf.append(entry)
+                        continue
+                    if draws.used == _BLOCK:
+                        draws.refill()
+                    j = int(draws.block[draws.used] * size)  # Draws.index, inlined
+                    draws.used += 1
+                    entry, shuf[j] = shuf[j], entry
+                    p, sample, cell, n = entry
+                    buf = bsam[cell]
+                    buf.append(sample)
+                    bpos[cell].append(p)
+                    blen[cell].append(n)
+                    if len(buf) >= sizes[cell]:
+                        yield emit(cell)
+            self.phase = "flush"
+        while shuf:
+            j = self.draws.index(len(shuf))
+            entry = shuf[j]
+            shuf[j] = shuf[-1]
+            shuf.pop()
+            batch = self._add(*entry)
+            if batch is not None:
+                yield batch
+        self.phase = "tail"
+        yield from self._tail()
+        self.phase = "done"
+
+    # -- a stream split over ranks (NOTE [ A stream split over ranks ]) -----------------------
+    def _run_scheduled(self, it: Iterator[Any]) -> Iterator[list[Any]]:
+        o = self.o
+        cells = schedule(o.schedule, o.steps, o.seed, self.epoch)
+        lane, lanes = self.worker
+        self._src, self._exhausted, self.buffered = it, False, 0
+        cap = max(64, 2 * sum(o.batch_sizes))
+        for t in lane_steps(o.steps, lane, lanes):
+            c = int(cells[t])
+            batch, real = self._fill(c, cap)
+            self.batches += 1
+            yield PlannedBatch(batch, planned_shape=o.shapes[c], num_real=real)
+        self.stats["left_over"] = self.buffered + len(self.shuffle)
+
+    def _pull(self) -> None:
+        """Read the shard until one sample lands in a cell buffer, or mark it exhausted."""
+        size, shuf = self.o.shuffle_buffer, self.shuffle
+        for sample in self._src:
+            pos = self.read
+            self.read = pos + 1
+            got = self.prepare(pos, sample)
+            if got is None:
+                continue
+            entry = (pos, *got)
+            if size:
+                if len(shuf) < size:
+                    shuf.append(entry)
+                    continue
+                j = self.draws.index(size)
+                entry, shuf[j] = shuf[j], entry
+            self._put(*entry)
+            return
+        while shuf:  # the shard ended: its shuffle buffer goes to the cell buffers
+            j = self.draws.index(len(shuf))
+            entry = shuf[j]
+            shuf[j] = shuf[-1]
+            shuf.pop()
+            self._put(*entry)
+        self._exhausted = True
+
+    def _put(self, pos: int, sample: Any, cell: int, size: int) -> None:
+        if cell not in self._fits:  # the first sample of each cell: a stand-in that fits
+            self._fits[cell] = sample
+            if self._template is None:
+                self._template = sample
+        self.bsam[cell].append(sample)
+        self.bpos[cell].append(pos)
+        self.blen[cell].append(size)
+        self.buffered += 1
+
+    def _take(self, cell: int, m: int, batch: list[Any], lens: list[int]) -> int:
+        """Move up to ``m`` of ``cell``'s oldest buffered samples into ``batch``."""
+        got = self.bsam[cell][:m]
+        if got:
+            batch += got
+            lens += self.blen[cell][: len(got)]
+            del self.bsam[cell][: len(got)], self.bpos[cell][: len(got)]
+            del self.blen[cell][: len(got)]
+            self.buffered -= len(got)
+        return len(got)
+
+    def _gather(self, cell: int, need: int, batch: list[Any], lens: list[int]) -> None:
+        """Fill ``batch`` from ``cell``, then from the cells it covers, nearest first."""
+        self._take(cell, need, batch, lens)
+        for other in self.o.covers[cell]:
+            if len(batch) >= need:
+                break
+            self.stats["promoted"] += self._take(other, need - len(batch), batch, lens)
+
+    def _fill(self, cell: int, cap: int) -> tuple[list[Any], int]:
+        """One scheduled batch of ``cell`` and its number of real samples (the planned
+        fallback of NOTE [ A stream split over ranks ])."""
+        need = self.sizes[cell]
+        while len(self.bsam[cell]) < need and self.buffered < cap and not self._exhausted:
+            self._pull()
+        batch: list[Any] = []
+        lens: list[int] = []
+        self._gather(cell, need, batch, lens)
+        while not batch and not self._exhausted:  # nothing fits yet: read past the capacity
+            self._pull()
+            self._gather(cell, need, batch, lens)
+        fill = self.o.last_batch == "fill"
+        if batch:
+            self._last[cell] = list(zip(batch, lens, strict=True))
+        elif fill:  # the shard is dry: repeat a recent batch that fits
+            for other in (cell, *self.o.covers[cell]):
+                if self._last.get(other):
+                    batch = [x for x, _ in self._last[other]]
+                    lens = [n for _, n in self._last[other]]
+                    self.stats["repeated"] += len(batch)
+                    break
+        real = len(batch)
+        if real and real < need and fill:
+            extra = need - real
+            batch += [batch[k % real] for k in range(extra)]
+            lens += [lens[k % real] for k in range(extra)]
+            self.stats["repeated"] += extra
+            real = need
+        if not batch:  # nothing real fits: stand-ins the collator turns into padding rows
+            stand_in = self._stand_in(cell)
+            batch = [] if stand_in is None else [stand_in] * (need if fill else 1)
+            lens = [0] * len(batch)
+        self._count(cell, real, sum(lens[:real]), need)
+        return batch, real
+
+    def _stand_in(self, cell: int) -> Any:
+        """A sample that fits ``cell`` (one seen in it or in a cell it covers, else the first
+        sample, or the stream's template, cut to it), only to give a padding row its structure;
+        ``None`` when no sample exists at all (the step is then an empty, padding-only batch)."""
+        o = self.o
+        for other in (cell, *o.covers[cell]):
+            if other in self._fits:
+                return self._fits[other]
+        ks = [lookup.boundaries.size for lookup in o.lookups]
+        idx = np.unravel_index(cell, ks)
+        shape = [int(lookup.boundaries[i]) for lookup, i in zip(o.lookups, idx, strict=True)]
+        sample = o.template if self._template is None else self._template
+        if sample is None:
+            return None
+        lengths = self._measure(-1, sample)
+        if all(n <= lim for n, lim in zip(lengths, shape, strict=True)):
+            return sample
+        return o.cut(sample, lengths, shape)
+
+    def _tail(self) -> Iterator[list[Any]]:
+        """The partial batches left at the end, by ``last_batch`` (the sampler's meanings)."""
+        policy, sizes = self.o.last_batch, self.sizes
+        for i, batch in enumerate(self.bsam):
+            if not batch:
+                continue
+            lens = self.blen[i]
+            real = sum(lens)
+            self.bsam[i], self.bpos[i], self.blen[i] = [], [], []
+            if policy == "drop":
+                self.stats["tail_dropped"] += len(batch)
+                continue
+            rows = len(batch)
+            if policy == "fill":
+                n, extra = len(batch), sizes[i] - len(batch)
+                batch += [batch[k % n] for k in range(extra)]
+                real += sum(lens[k % n] for k in range(extra))
+                self.stats["repeated"] += extra
+            self._count(i, len(batch), real, sizes[i] if policy != "keep" else rows)
+            self.batches += 1
+            yield batch
+
+    # -- state (the engine's skeleton asks) ---------------------------------------------------
+    def _positions(self) -> list[int]:
+        return [e[0] for e in self.shuffle] + [p for b in self.bpos for p in b]
+
+    def _filler_state(self) -> dict[str, Any]:
+        return {
+            "shuffle": [e[0] for e in self.shuffle],
+            "buckets": [list(b) for b in self.bpos],
+            "draws": self.draws.state(),
+            "cell_stats": [list(row) for row in self.cell_stats],
+        }
+
+    def _wanted(self, state: dict[str, Any]) -> set[int]:
+        return set(state["shuffle"]).union(*map(set, state["buckets"]))
+
+    def _take_back(self, pos: int, sample: Any) -> None:
+        prepared = self.prepare(pos, sample)
+        if prepared is None:
+            raise ValueError(f"cannot resume: sample {pos} is now dropped by overflow")
+        self._got[pos] = prepared
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        got, self._got = self._got, {}
+        self.shuffle[:] = [(p, *got[p]) for p in state["shuffle"]]
+        self.bpos = [[int(p) for p in b] for b in state["buckets"]]
+        self.bsam = [[got[p][0] for p in b] for b in self.bpos]
+        self.blen = [[got[p][2] for p in b] for b in self.bpos]
+        self.draws.restore(state["draws"])
+        self.cell_stats = [[int(x) for x in row] for row in state["cell_stats"]]

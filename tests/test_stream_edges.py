@@ -1,0 +1,142 @@
+"""Streams over ranks at the edges (issue 21 item 4), in real gloo process groups: a rank whose
+shard is empty and a rank with a 1-sample shard behind 2 DataLoader workers take the same steps,
+with the same shapes, as the others (padding-only steps), without a hang, and count them; a
+packing stream's state taken before its first batch resumes behind 2 workers.
+
+The multi-process test runs this file as a script (``python test_stream_edges.py worker RANK
+WORLD PORT DIR``), one process per rank."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import free_port, load_real, run_ranks
+
+from bucketloader import BucketIterable
+from bucketloader.stream import PackIterable
+
+TIMEOUT_S = 150
+WORLD = 3
+STEPS = 6
+
+
+def _docs(lengths, offset=0):
+    return [{"id": offset + i, "input_ids": [1 + i % 7] * int(n)} for i, n in enumerate(lengths)]
+
+
+def _shards(lengths):
+    """Rank 0: many documents; rank 1: none; rank 2: one."""
+    docs = _docs(lengths)
+    return [docs[:-1], [], docs[-1:]]
+
+
+def test_a_packing_state_before_the_first_batch_resumes_behind_two_workers():
+    docs = _docs(load_real("gsm8k")[:120, 0] % 200 + 1)
+
+    def make():
+        return PackIterable(docs, length_fn="input_ids", row_length=256, batch_size=2)
+
+    def ids(stream, workers):
+        loader = torch.utils.data.DataLoader(
+            stream, batch_size=None, num_workers=workers, collate_fn=lambda b: [d["id"] for d in b]
+        )
+        return [sorted(b) for b in loader]
+
+    whole = ids(make(), 2)
+    for touched in (False, True):
+        fresh = make()
+        if touched:
+            iter(fresh)  # a pass begun in this process, no batch handed out yet
+        state = json.loads(json.dumps(fresh.state_dict()))
+        again = make()
+        again.load_state_dict(state)
+        assert ids(again, 2) == whole
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2 * TIMEOUT_S)
+def test_an_empty_and_a_one_sample_shard_keep_step_under_gloo(tmp_path):
+    lengths = load_real("gsm8k")[:400, 0] % 250 + 1
+    np.save(tmp_path / "lengths.npy", np.asarray(lengths))
+    port = free_port()
+    run_ranks(
+        lambda r: [__file__, "worker", str(r), str(WORLD), str(port), str(tmp_path)],
+        WORLD,
+        timeout=TIMEOUT_S,
+    )
+    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    for kind in ("bucket", "pack"):
+        shapes = [r[kind]["shapes"] for r in runs]
+        assert all(len(s) == STEPS for s in shapes), kind
+        assert shapes[0] == shapes[1] == shapes[2], kind  # the same shape at every step
+        assert all(r[kind]["gathered_equal"] for r in runs), kind
+        real = [r[kind]["real_rows"] for r in runs]
+        left = [r[kind]["left_over"] for r in runs]
+        assert real[1] == 0 and real[0] > 0, (kind, real)
+        assert real[2] + left[2] == 1, (kind, real, left)  # used, or counted as left over
+        assert runs[1][kind]["padded_rows"] > 0 and runs[1][kind]["read"] == 0, kind
+        assert runs[2][kind]["read"] == 1, kind
+
+
+def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(seconds=120),
+    )
+    lengths = np.load(Path(out_dir) / "lengths.npy")
+    shard = _shards(lengths)[rank]
+    streams = {
+        "bucket": BucketIterable(
+            shard,
+            length_fn="input_ids",
+            boundaries=[32, 96, 250],
+            max_tokens=1024,
+            steps_per_epoch=STEPS,
+        ),
+        "pack": PackIterable(
+            shard, length_fn="input_ids", row_length=256, batch_size=2, steps_per_epoch=STEPS
+        ),
+    }
+    out = {}
+    for kind, stream in streams.items():
+        loader = torch.utils.data.DataLoader(
+            stream, batch_size=None, num_workers=2, collate_fn=stream.collator()
+        )
+        shapes, equal, real = [], True, 0
+        for batch in loader:
+            shape = torch.tensor(batch["input_ids"].shape)
+            everyone = [torch.zeros_like(shape) for _ in range(world)]
+            dist.all_gather(everyone, shape)  # a collective per step: a missing step would hang
+            equal &= all(torch.equal(s, shape) for s in everyone)
+            shapes.append(shape.tolist())
+            if kind == "bucket":
+                real += int(batch["sample_mask"].sum())
+            else:
+                real += int((batch["document_ids"] >= 0).any(dim=1).sum())
+        if kind == "bucket":
+            totals = stream.report().totals
+            counts = {k: totals[k] for k in ("padded_rows", "left_over")}
+            counts["read"] = totals["samples"]
+        else:
+            counts = {k: stream.stats[k] for k in ("read", "padded_rows", "left_over")}
+        out[kind] = {"shapes": shapes, "gathered_equal": bool(equal), "real_rows": real, **counts}
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "worker":
+    sys.path.insert(0, str(Path(__file__).parent))
+    _worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])

@@ -1,0 +1,209 @@
+"""No silent loss, and siblings that honour the same contract (issue 21, classes 3, 5 and 6).
+
+Every producer that leaves a sample out counts it in ``report()`` and warns once with the count;
+evaluation over a filtered set stays whole over the kept samples; bad inputs give one clear
+error naming the argument and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from bucketloader import BucketSampler, EvalSampler, PackSampler, static
+from bucketloader.cli.files import LengthFileError, read_lengths
+from bucketloader.evaluation import restore_order
+from bucketloader.plan import TokenBudget
+from bucketloader.sampler import GroupedDataset
+
+
+def _warned(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn()
+    return out, [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
+
+
+# -- class 3: silent loss -----------------------------------------------------------------------
+def test_pack_overflow_drop_counts_and_warns_once():
+    lengths = [3, 20, 4, 30, 5, 25]
+    sampler, msgs = _warned(
+        lambda: PackSampler(lengths, row_length=8, batch_size=2, overflow="drop", seed=0)
+    )
+    assert len(msgs) == 1 and "3 by overflow='drop'" in msgs[0]
+    totals = sampler.report().totals
+    assert (totals["samples"], totals["too_long"], totals["seen"]) == (6, 3, 3)
+    assert sorted(i for b in sampler for i in b) == [0, 2, 4]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_pack_last_batch_drop_over_ranks_is_counted_exactly(ranks):
+    lengths = [4] * 101  # 51 rows: 3 left over at 2 x 2 and at 3 x 2 rows per step
+    samplers, msgs = _warned(
+        lambda: [
+            PackSampler(
+                lengths, row_length=8, batch_size=2, last_batch="drop", num_replicas=ranks, rank=r
+            )
+            for r in range(ranks)
+        ]
+    )
+    seen = {i for s in samplers for b in s for i in b}
+    totals = samplers[0].report().totals
+    assert totals["dropped"] == 101 - len(seen) > 0 and totals["seen"] == len(seen)
+    assert msgs and all("last_batch='drop'" in m for m in msgs)
+    for s in samplers:  # each rank's report agrees (it is over all ranks)
+        assert s.report().totals == totals
+
+
+def test_eval_sampler_with_a_filter_is_whole_over_the_kept_samples():
+    lengths = [3, 4, 9, 10, 12, 8, 2]
+    samplers, msgs = _warned(
+        lambda: [
+            EvalSampler(
+                lengths, num_buckets=2, batch_size=2, max_length=9, overflow="drop",
+                num_replicas=2, rank=r,
+            )
+            for r in (0, 1)
+        ]
+    )  # fmt: skip
+    assert len(msgs) == 2 and "evaluates 5 of 7 samples" in msgs[0]
+    s = samplers[0]
+    assert s.kept.tolist() == [0, 1, 2, 5, 6] and s.num_samples == 5
+    totals = s.report().totals
+    assert (totals["too_long"], totals["seen"], totals["repeated"]) == (2, 5, 0)
+    gathered = s.gathered_index()
+    outputs = np.where(gathered >= 0, gathered * 10, -7)  # a model's output per gathered row
+    assert s.restore(outputs).tolist() == [0, 10, 20, 50, 60]
+    per_rank = [np.where(x.row_index(x.rank) >= 0, x.row_index(x.rank) * 10, -7) for x in samplers]
+    assert s.restore_ranks(per_rank).tolist() == [0, 10, 20, 50, 60]
+    whole, msgs = _warned(lambda: EvalSampler(lengths, num_buckets=2, batch_size=2))
+    assert not msgs and whole.kept.tolist() == list(range(7))
+
+
+def test_bucket_sampler_drop_over_ranks_still_warns():
+    _, msgs = _warned(
+        lambda: BucketSampler(
+            [5] * 5, num_buckets=1, batch_size=2, last_batch="drop", num_replicas=2, rank=0
+        )
+    )
+    assert msgs and "last_batch='drop'" in msgs[0]
+
+
+# -- class 5: contracts ---------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("index", "error", "match"),
+    [
+        ([0, -2, 1], ValueError, "-2 at position 1"),
+        ([0.0, 1.0], TypeError, "integer dataset indices"),
+        (np.array([True, False]), TypeError, "integer dataset indices"),
+        (torch.tensor([0.5, 1.0]), TypeError, "integer dataset indices"),
+        ([[0, 1]], ValueError, "1-D"),
+    ],
+)
+def test_restore_order_refuses_what_is_not_an_index(index, error, match):
+    with pytest.raises(error, match=match):
+        restore_order(np.zeros((len(index), 1)), index)
+    assert restore_order(np.array([7, 5, 0]), torch.tensor([1, 0, -1])).tolist() == [5, 7]
+
+
+def test_grouped_dataset_contract():
+    with pytest.raises(ValueError, match="at least one dataset"):
+        GroupedDataset([])
+    data = GroupedDataset([[{"x": 1, "dataset": "wiki"}], [{"x": 2}]])
+    assert data[1] == {"x": 2, "dataset": 1}
+    with pytest.raises(ValueError, match="already has a field 'dataset'"):
+        data[0]
+    assert GroupedDataset([[{"x": 1, "dataset": "wiki"}]], key="source")[0]["source"] == 0
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            yield {"x": 1}
+
+    for bad in ([Stream()], [[{"x": 1}], 5]):
+        with pytest.raises(TypeError, match="map-style datasets"):
+            GroupedDataset(bad)
+
+
+def test_pack_sampler_leaves_the_callers_array_writable():
+    lengths = np.array([5, 3, 2, 5, 3, 2, 8])
+    sampler = PackSampler(lengths, row_length=8, batch_size=2)
+    assert lengths.flags.writeable and not sampler.lengths.flags.writeable
+    lengths[0] = 1  # the caller's array; the sampler keeps its own copy
+    assert sampler.lengths[0] == 5
+
+
+def test_subsample_refuses_an_output_that_is_all_padding():
+    values, labels = torch.randn(2, 100, 4), torch.zeros(2, 100, dtype=torch.bool)
+    with pytest.raises(ValueError, match="num_samples=1000000000 exceeds the N=100"):
+        static.balanced_subsample(values, labels, 10**9)
+    with pytest.raises(ValueError, match="k=1000000000 exceeds"):
+        static.masked_select_k(labels, 10**9)
+    assert static.balanced_subsample(values, labels, 200).values.shape == (2, 200, 4)
+
+
+# -- class 6: peer invariants ---------------------------------------------------------------------
+def test_token_budget_rounds_the_batch_of_empty_samples_like_fairseq():
+    budget = TokenBudget(9, max_batch_size=5, multiple_of=2)
+    sampler = BucketSampler([0] * 5 + [3] * 2, num_buckets=2, max_tokens=budget)
+    assert (4, 0) in sampler.shapes and all(b % 2 == 0 for b, _ in sampler.shapes)
+
+
+def test_cli_reads_lengths_exactly_or_refuses(tmp_path):
+    txt = tmp_path / "l.txt"
+    txt.write_text("9007199254740993.0\n5\n1e3\n")
+    assert read_lengths(txt).tolist() == [9007199254740993, 5, 1000]
+    jsonl = tmp_path / "l.jsonl"
+    jsonl.write_text(
+        "\n".join(json.dumps({"n": v}) for v in (3, 4)) + '\n{"n": 9007199254740993.0}\n'
+    )
+    assert read_lengths(jsonl, "n").tolist() == [3, 4, 9007199254740993]
+    npy = tmp_path / "l.npy"
+    np.save(npy, np.array([3.0, 2.0**53 + 2]))
+    with pytest.raises(LengthFileError, match="store the lengths as integers"):
+        read_lengths(npy)
+    np.save(npy, np.array([3.0, 5.0]))
+    assert read_lengths(npy).tolist() == [3, 5]
+    txt.write_text("3\nnan\n")
+    with pytest.raises(LengthFileError, match="whole number"):
+        read_lengths(txt)
+
+
+def test_bucket_trainer_evaluates_a_filtered_set_in_order(tmp_path):
+    """BucketTrainer over an EvalSampler with max_length + overflow='drop': the predictions are
+    the kept samples', in dataset order, with the filter's warning (not a restore error)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    import datasets
+    import transformers
+
+    from bucketloader import hf
+
+    rng = np.random.default_rng(0)
+    lens = rng.integers(2, 30, size=24)
+    ds = datasets.Dataset.from_dict(
+        {
+            "input_ids": [list(rng.integers(1, 50, n)) for n in lens],
+            "label": [i % 2 for i in range(24)],
+        }
+    )
+    config = transformers.BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1,
+                                     num_attention_heads=2, intermediate_size=16)  # fmt: skip
+    args = transformers.TrainingArguments(
+        str(tmp_path), report_to=[], use_cpu=True, per_device_eval_batch_size=4,
+        disable_tqdm=True, dataloader_pin_memory=False,
+    )  # fmt: skip
+    trainer = hf.BucketTrainer(
+        model=transformers.BertForSequenceClassification(config),
+        args=args,
+        eval_dataset=ds,
+        bucketing={"num_buckets": 2, "batch_size": 4},
+        eval_bucketing={"max_length": 20, "overflow": "drop"},
+    )
+    with pytest.warns(UserWarning, match="EvalSampler evaluates"):
+        out = trainer.predict(ds)
+    kept = np.flatnonzero(lens <= 20)
+    assert out.label_ids.tolist() == (kept % 2).tolist() and out.predictions.shape[0] == kept.size
