@@ -100,6 +100,13 @@ class TokenBudget:
     oversize: str = "error"
     balance: bool = True
 
+    def __repr__(self) -> str:  # ``balance`` only when not the default: reprs stay as in 0.2
+        extra = "" if self.balance else ", balance=False"
+        return (
+            f"TokenBudget(max_tokens={self.max_tokens!r}, max_batch_size={self.max_batch_size!r}, "
+            f"multiple_of={self.multiple_of!r}, oversize={self.oversize!r}{extra})"
+        )
+
     def __post_init__(self) -> None:
         check_int("max_tokens", self.max_tokens, minimum=1, maximum=_INT64_MAX)
         check_bool("balance", self.balance)
