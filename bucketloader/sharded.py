@@ -17,6 +17,7 @@ data is named on every rank instead of hanging a collective later).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -34,7 +35,12 @@ from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.cells import Cells
-from bucketloader.plan.sharded import ShardEpochPlan, plan_shard_epoch, shard_schedule
+from bucketloader.plan.sharded import (
+    ShardEpochPlan,
+    even_rows,
+    plan_shard_epoch,
+    shard_schedule,
+)
 from bucketloader.plan.table import PlannedBatch, ShapeTable
 from bucketloader.sampler import LOSS_WARNING, EpochSampler
 from bucketloader.solve import compute_boundaries
@@ -156,6 +162,12 @@ class ShardedSampler(EpochSampler):
         self._by_cell = _by_cell(cell_of, self.cells.num_cells)
         self._counts = self.table[self.rank]
         self.schedule = shard_schedule(self.table, self.cells.batch, self.cells.lengths[:, 0])
+        if rule.budget is not None and rule.budget.balance:  # NOTE [ Even batches ]
+            rows, self.schedule = even_rows(
+                self.schedule, self.cells.batch, rule.budget.multiple_of
+            )
+            rows.setflags(write=False)
+            self.cells = dataclasses.replace(self.cells, batch=rows)
         self.num_samples = int(cell_of.size)
         filler = int(self.schedule.filler.sum())
         sizes = self.table.sum(axis=1)

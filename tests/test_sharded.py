@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketloader import BucketSampler, LengthHistogram, compute_boundaries
+from bucketloader.plan import TokenBudget
 from bucketloader.plan.sharded import shard_schedule
 from bucketloader.sharded import ShardedSampler, merge_histograms
 
@@ -86,16 +87,26 @@ def test_every_rank_same_steps_and_shapes_and_every_sample_once(
 def test_boundaries_and_padding_match_the_global_plan_on_real_data(ranks):
     lengths = np.asarray(load_real("librispeech"))
     shards = np.array_split(np.random.default_rng(0).permutation(lengths.size), ranks)
-    samplers = _samplers(lengths, shards, num_buckets=16, max_tokens=3_200_000)
-    glob = BucketSampler(lengths, num_buckets=16, max_tokens=3_200_000, num_replicas=ranks)
-    np.testing.assert_array_equal(samplers[0].boundaries, glob.boundaries)
-    _check_epoch(samplers, shards, lengths)
-    # padding over all ranks, exact: the rows of every batch times its padded length
-    rows = samplers[0].schedule.steps * samplers[0].cells.batch
-    padded = int((rows * samplers[0].cells.lengths[:, 0]).sum()) * ranks
-    ratio = (padded - int(lengths.sum())) / int(lengths.sum())
-    assert ratio == pytest.approx(samplers[3].report().padding_ratio)
-    assert ratio <= glob.report().padding + 0.005
+    ratios = {}
+    # full rows (TokenBudget(balance=False)) on both sides, as the plans were first compared,
+    # and the default even rows (NOTE [ Even batches ]) on both sides
+    for balance in (False, True):
+        budget = TokenBudget(3_200_000, balance=balance)
+        samplers = _samplers(lengths, shards, num_buckets=16, max_tokens=budget)
+        glob = BucketSampler(lengths, num_buckets=16, max_tokens=budget, num_replicas=ranks)
+        np.testing.assert_array_equal(samplers[0].boundaries, glob.boundaries)
+        _check_epoch(samplers, shards, lengths)
+        # padding over all ranks, exact: the rows of every batch times its padded length
+        rows = samplers[0].schedule.steps * samplers[0].cells.batch
+        padded = int((rows * samplers[0].cells.lengths[:, 0]).sum()) * ranks
+        ratio = (padded - int(lengths.sum())) / int(lengths.sum())
+        assert ratio == pytest.approx(samplers[3].report().padding_ratio)
+        ratios[balance] = ratio, glob.report().padding
+    assert ratios[False][0] <= ratios[False][1] + 0.005  # sharded vs global, full rows
+    assert ratios[True][0] < ratios[False][0]  # even rows pad less on the sharded plan too
+    # even rows help the global plan more at 64 ranks of ~450 samples: its last steps are
+    # shared by all ranks, while a shard's promotions already spend some of the filler
+    assert ratios[True][0] <= ratios[True][1] + (0.005 if ranks == 8 else 0.06)
 
 
 def test_schedule_example_promotes_and_pads_by_the_documented_rule():

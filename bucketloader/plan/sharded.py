@@ -112,6 +112,35 @@ def shard_schedule(table: np.ndarray, batch: np.ndarray, padded: np.ndarray) -> 
     return ShardSchedule(steps=steps, placed=placed, promoted=promoted, filler=filler)
 
 
+def even_rows(
+    schedule: ShardSchedule, batch: np.ndarray, multiple_of: int = 1
+) -> tuple[np.ndarray, ShardSchedule]:
+    """Each cell at the fewest rows that hold every rank's placed samples in its ``S_c`` steps
+    (NOTE [ Even batches ] in :mod:`bucketloader.plan.budget`, for a sharded plan): ``B'_c =
+    ceil(max_r placed[r, c] / S_c)``, rounded up to ``multiple_of`` when ``B_c`` is a multiple
+    of it, never above ``B_c``. Same steps, same placements, fewer filler rows.
+
+    Example:
+        >>> s = shard_schedule(np.array([[5, 2], [3, 4]]), np.array([4, 6]), np.array([4, 9]))
+        >>> s.filler.tolist()
+        [[0, 3], [1, 2]]
+        >>> rows, even = even_rows(s, np.array([4, 6]))
+        >>> rows.tolist(), even.filler.tolist()
+        ([4, 4], [[0, 1], [1, 0]])
+    """
+    steps = schedule.steps
+    top = schedule.placed.max(axis=0) if schedule.placed.size else steps * 0
+    rows = -(-top // np.maximum(steps, 1))
+    if multiple_of > 1:
+        up = -(-rows // multiple_of) * multiple_of
+        rows = np.where(batch % multiple_of == 0, np.minimum(up, batch), rows)
+    rows = np.where(steps > 0, np.clip(rows, 1, batch), batch).astype(np.int64)
+    filler = steps[None, :] * rows[None, :] - schedule.placed
+    return rows, ShardSchedule(
+        steps=steps, placed=schedule.placed, promoted=schedule.promoted, filler=filler
+    )
+
+
 @dataclass(frozen=True, eq=False)
 class ShardEpochPlan:
     """One rank's batches of one epoch (shard-local sample indices), in O(shard) memory.
