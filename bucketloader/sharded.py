@@ -35,12 +35,7 @@ from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.cells import Cells
-from bucketloader.plan.sharded import (
-    ShardEpochPlan,
-    even_rows,
-    plan_shard_epoch,
-    shard_schedule,
-)
+from bucketloader.plan.sharded import ShardEpochPlan, plan_shard_epoch, shard_schedule
 from bucketloader.plan.table import PlannedBatch, ShapeTable
 from bucketloader.sampler import LOSS_WARNING, EpochSampler
 from bucketloader.solve import compute_boundaries
@@ -161,11 +156,15 @@ class ShardedSampler(EpochSampler):
         cell_of = _cells_of(lengths, b, lookup)
         self._by_cell = _by_cell(cell_of, self.cells.num_cells)
         self._counts = self.table[self.rank]
-        self.schedule = shard_schedule(self.table, self.cells.batch, self.cells.lengths[:, 0])
-        if rule.budget is not None and rule.budget.balance:  # NOTE [ Even batches ]
-            rows, self.schedule = even_rows(
-                self.schedule, self.cells.batch, rule.budget.multiple_of
-            )
+        even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]
+        self.schedule = shard_schedule(
+            self.table,
+            self.cells.batch,
+            even=even,
+            multiple_of=rule.budget.multiple_of if rule.budget is not None else 1,
+        )
+        if even:
+            rows = self.schedule.rows.copy()
             rows.setflags(write=False)
             self.cells = dataclasses.replace(self.cells, batch=rows)
         self.num_samples = int(cell_of.size)

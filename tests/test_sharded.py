@@ -104,19 +104,52 @@ def test_boundaries_and_padding_match_the_global_plan_on_real_data(ranks):
         ratios[balance] = ratio, glob.report().padding
     assert ratios[False][0] <= ratios[False][1] + 0.005  # sharded vs global, full rows
     assert ratios[True][0] < ratios[False][0]  # even rows pad less on the sharded plan too
-    # even rows help the global plan more at 64 ranks of ~450 samples: its last steps are
-    # shared by all ranks, while a shard's promotions already spend some of the filler
-    assert ratios[True][0] <= ratios[True][1] + (0.005 if ranks == 8 else 0.06)
+    assert ratios[True][0] <= ratios[True][1] + 0.005  # sharded vs global, even rows
 
 
 def test_schedule_example_promotes_and_pads_by_the_documented_rule():
     table = np.array([[5, 2], [3, 4]])
-    s = shard_schedule(table, np.array([2, 2]), np.array([4, 9]))
+    s = shard_schedule(table, np.array([2, 2]))
     # cell 0: 2 steps (4 rows per rank): rank 0 promotes 1 sample, rank 1 pads one row
     assert s.steps.tolist() == [2, 2]
     assert s.promoted.tolist() == [[1, 0], [0, 0]]
     assert (s.placed.sum(axis=1) == table.sum(axis=1)).all()  # nothing lost
     assert (s.filler == s.steps * 2 - s.placed).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.integers(0, 6), min_size=3, max_size=3), min_size=1, max_size=3
+    ),
+    st.lists(st.integers(1, 3), min_size=3, max_size=3),
+)
+def test_schedule_pads_least_among_all_feasible_step_counts(table, batch):
+    """The capacities from the longest cell down are within one largest batch (rows x padded
+    length) of the least padding any choice of steps per cell gives that places every rank's
+    samples (shortest first, promoting the rest), and never below the bound where every cell has
+    exactly the slots it needs (NOTE [ Sharded plan ])."""
+    import itertools
+
+    table, batch = np.array(table), np.array(batch)
+    table[:, 0] += 1  # every rank reaches every cell
+    padded = np.array([2, 5, 9])
+    ours = shard_schedule(table, batch)
+    assert (ours.placed.sum(axis=1) == table.sum(axis=1)).all()
+
+    def cost(steps):
+        return int((steps * batch * padded).sum())
+
+    best = None
+    for steps in itertools.product(range(0, 8), repeat=3):
+        steps = np.array(steps)
+        carry = np.zeros(len(table), dtype=np.int64)
+        for c in range(3):
+            a = table[:, c] + carry
+            carry = a - np.minimum(a, steps[c] * batch[c])
+        if not carry.any():
+            best = cost(steps) if best is None else min(best, cost(steps))
+    assert best is not None and best <= cost(ours.steps) < best + int((batch * padded).max())
 
 
 def test_a_rank_without_short_samples_gives_that_cell_no_steps():
