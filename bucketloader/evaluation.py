@@ -55,7 +55,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from bucketloader._dist import resolve_ranks
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
-from bucketloader.plan.budget import size_values
+from bucketloader.plan.budget import even_batch, size_values
 from bucketloader.plan.report import SamplingReport
 from bucketloader.sampler import check_state, spec_or_build
 
@@ -621,9 +621,8 @@ def _balanced(spec: BucketSpec, reps: int) -> BucketSpec:
     """The spec with each cell's batch size lowered to split its samples evenly over the same
     number of steps (NOTE [ Evaluation plan ]); its cells and shapes stay a plan made before the
     first batch."""
-    counts, batch = spec.counts, spec.cells.batch
-    steps = np.maximum(-(-counts // (reps * batch)), 1)
-    even = np.where(counts > 0, -(-counts // (reps * steps)), batch).astype(np.int64)
+    batch = spec.cells.batch
+    even = even_batch(spec.counts, batch, reps)  # NOTE [ Even batches ]
     if (even == batch).all():
         return spec
     even.setflags(write=False)

@@ -34,6 +34,7 @@ restarts the same epoch.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import logging
@@ -414,8 +415,11 @@ class BucketSampler(EpochSampler):
         accumulate: int = 1,
         **spec_options: Unpack[SpecOptions],
     ) -> None:
-        self.spec: BucketSpec = spec_or_build(lengths, spec_options, BucketSpec)
+        given: BucketSpec = spec_or_build(lengths, spec_options, BucketSpec)
         super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        # max_tokens: each bucket's batches hold its samples evenly (NOTE [ Even batches ])
+        self.spec: BucketSpec = given.for_replicas(self.num_replicas)
+        self._given = given
         self.weights = resolve_weights(self.spec, weights)
         if self.weights is not None:
             check_weights(self.spec, self.weights, self.num_replicas)  # at construction
@@ -539,6 +543,29 @@ class BucketSampler(EpochSampler):
             )
 
     # -- resumption ---------------------------------------------------------------------------
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next ``__iter__`` yields exactly the remaining batches of the saved epoch.
+
+        Raises ``ValueError`` if ``state`` comes from another configuration, naming both values;
+        a state saved before even batches (NOTE [ Even batches ]) is refused with the option that
+        resumes it exactly.
+        """
+        saved = state.get("config") if isinstance(state, dict) else None
+        if (
+            isinstance(saved, dict)
+            and self.spec is not self._given
+            and saved.get("plan_digest") == self._given.digest
+        ):
+            budget = self.spec.rule.budget if self.spec.rule is not None else None
+            fix = dataclasses.replace(budget, balance=False) if budget is not None else None
+            raise ValueError(
+                "state was saved by a sampler that filled every batch to max_tokens // size rows "
+                "(bucketloader 0.2, or TokenBudget(balance=False)); this sampler spreads each "
+                "bucket's samples evenly over the same steps (fewer filler rows, other batch "
+                f"shapes). Build it with max_tokens={fix!r} to resume this state exactly"
+            )
+        super().load_state_dict(state)
+
     def _config(self) -> dict[str, Any]:
         return {
             "seed": self.seed,

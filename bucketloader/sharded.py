@@ -17,6 +17,7 @@ data is named on every rank instead of hanging a collective later).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -155,7 +156,17 @@ class ShardedSampler(EpochSampler):
         cell_of = _cells_of(lengths, b, lookup)
         self._by_cell = _by_cell(cell_of, self.cells.num_cells)
         self._counts = self.table[self.rank]
-        self.schedule = shard_schedule(self.table, self.cells.batch, self.cells.lengths[:, 0])
+        even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]
+        self.schedule = shard_schedule(
+            self.table,
+            self.cells.batch,
+            even=even,
+            multiple_of=rule.budget.multiple_of if rule.budget is not None else 1,
+        )
+        if even:
+            rows = self.schedule.rows.copy()
+            rows.setflags(write=False)
+            self.cells = dataclasses.replace(self.cells, batch=rows)
         self.num_samples = int(cell_of.size)
         filler = int(self.schedule.filler.sum())
         sizes = self.table.sum(axis=1)

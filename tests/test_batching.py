@@ -151,13 +151,20 @@ def test_oversize_error_single_or_drop():
 def test_empty_samples_batch_like_the_shortest_bucket():
     lengths = load_real("europarl")[:, 0].copy()
     lengths[::7] = 0  # issue 12: 14% empty sentences
-    sampler = BucketSampler(lengths, num_buckets=8, max_tokens=16384, strategy="percentile")
+    # the batch-size rule itself (full rows; even batches are tested in test_plan.py)
+    full = TokenBudget(16384, balance=False)
+    sampler = BucketSampler(lengths, num_buckets=8, max_tokens=full, strategy="percentile")
     shapes = sorted(sampler.shapes, key=lambda s: s[1])
     assert shapes[0][1] == 0 and shapes[0][0] == shapes[1][0] == 16384 // shapes[1][1]
+    even = BucketSampler(lengths, num_buckets=8, max_tokens=16384, strategy="percentile")
+    assert len(even) == len(sampler)
+    evens = sorted(even.shapes, key=lambda s: s[1])
+    assert [s[1] for s in evens] == [s[1] for s in shapes]  # the same padded lengths
+    assert all(e[0] <= f[0] for e, f in zip(evens, shapes, strict=True))  # never more rows
     capped = BucketSampler(
         lengths,
         num_buckets=8,
-        max_tokens=TokenBudget(16384, max_batch_size=100),
+        max_tokens=TokenBudget(16384, max_batch_size=100, balance=False),
         strategy="percentile",
     )
     assert min(capped.shapes, key=lambda s: s[1]) == (100, 0)

@@ -26,6 +26,16 @@ PRE_FIRST_BATCH = (
     "issue 21 item 4: a state taken before the first batch is the replay state (format 3 / 2, "
     "workers 0), which also resumes behind DataLoader workers, not the in-process exact state"
 )
+EVEN_BATCHES = (
+    "issue 26 item 1: under max_tokens with last_batch 'pad'/'fill' a bucket is planned at the "
+    "even ceil(n / (R*m)) rows (NOTE [ Even batches ]): same steps and padded lengths, other "
+    "batch sizes (TokenBudget(balance=False) gives the old plan)"
+)
+BFD_FIRST = (
+    "issue 26 item 3: the packing solver runs best-fit decreasing first and keeps the tighter of "
+    "BFD and MBS (NOTE [ Two solvers, the tighter plan ], SOLVER_VERSION 2): other rows, never "
+    "more row tokens; the packing stream packs its tail with the same solver"
+)
 #: Cases whose behaviour changed on purpose: case -> why.
 CHANGED: dict[str, str] = {
     "stream-13": EMPTY_SHARD,
@@ -47,6 +57,81 @@ CHANGED: dict[str, str] = {
     "stream-231": EMPTY_SHARD,
     "stream-260": PRE_FIRST_BATCH,
     "stream-299": EMPTY_SHARD,
+    "sampler-0": EVEN_BATCHES,
+    "sampler-4": EVEN_BATCHES,
+    "sampler-7": EVEN_BATCHES,
+    "sampler-14": BFD_FIRST,
+    "sampler-17": EVEN_BATCHES,
+    "sampler-32": EVEN_BATCHES,
+    "sampler-39": EVEN_BATCHES,
+    "sampler-43": EVEN_BATCHES,
+    "sampler-44": EVEN_BATCHES,
+    "sampler-47": EVEN_BATCHES,
+    "sampler-50": BFD_FIRST,
+    "sampler-52": EVEN_BATCHES,
+    "sampler-54": BFD_FIRST,
+    "sampler-55": EVEN_BATCHES,
+    "sampler-56": EVEN_BATCHES,
+    "sampler-63": BFD_FIRST,
+    "sampler-67": BFD_FIRST,
+    "sampler-74": BFD_FIRST,
+    "sampler-75": EVEN_BATCHES,
+    "sampler-76": BFD_FIRST,
+    "sampler-77": BFD_FIRST,
+    "sampler-80": BFD_FIRST,
+    "sampler-81": EVEN_BATCHES,
+    "sampler-83": EVEN_BATCHES,
+    "sampler-88": BFD_FIRST,
+    "sampler-91": BFD_FIRST,
+    "sampler-96": EVEN_BATCHES,
+    "sampler-99": EVEN_BATCHES,
+    "sampler-105": EVEN_BATCHES,
+    "sampler-110": BFD_FIRST,
+    "sampler-113": EVEN_BATCHES,
+    "sampler-114": BFD_FIRST,
+    "sampler-117": EVEN_BATCHES,
+    "sampler-118": EVEN_BATCHES,
+    "sampler-127": BFD_FIRST,
+    "sampler-128": EVEN_BATCHES,
+    "sampler-129": BFD_FIRST,
+    "sampler-130": BFD_FIRST,
+    "sampler-135": EVEN_BATCHES,
+    "sampler-137": EVEN_BATCHES,
+    "sampler-139": BFD_FIRST,
+    "sampler-140": BFD_FIRST,
+    "sampler-142": EVEN_BATCHES,
+    "sampler-146": BFD_FIRST,
+    "sampler-147": BFD_FIRST,
+    "stream-5": BFD_FIRST,
+    "stream-9": BFD_FIRST,
+    "stream-18": BFD_FIRST,
+    "stream-23": BFD_FIRST,
+    "stream-27": BFD_FIRST,
+    "stream-36": BFD_FIRST,
+    "stream-52": BFD_FIRST,
+    "stream-87": BFD_FIRST,
+    "stream-110": BFD_FIRST,
+    "stream-114": BFD_FIRST,
+    "stream-127": BFD_FIRST,
+    "stream-138": BFD_FIRST,
+    "stream-152": BFD_FIRST,
+    "stream-157": BFD_FIRST,
+    "stream-166": BFD_FIRST,
+    "stream-169": BFD_FIRST,
+    "stream-171": BFD_FIRST,
+    "stream-172": BFD_FIRST,
+    "stream-173": BFD_FIRST,
+    "stream-194": BFD_FIRST,
+    "stream-218": BFD_FIRST,
+    "stream-219": BFD_FIRST,
+    "stream-245": BFD_FIRST,
+    "stream-247": BFD_FIRST,
+    "stream-248": BFD_FIRST,
+    "stream-250": BFD_FIRST,
+    "stream-266": BFD_FIRST,
+    "stream-281": BFD_FIRST,
+    "stream-294": BFD_FIRST,
+    "stream-296": BFD_FIRST,
 }
 
 

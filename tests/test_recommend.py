@@ -31,6 +31,9 @@ def simulate_epoch(lengths, boundaries, *, batch_size=None, max_tokens=None, las
             rows = batch_size
         else:
             rows = max_tokens // width if width else max(sized, default=max_tokens)
+            if last_batch in ("pad", "fill") and members:
+                # NOTE [ Even batches ]: the fewest rows that keep ceil(n / rows) batches
+                rows = -(-len(members) // -(-len(members) // rows))
         for start in range(0, len(members), rows):
             chunk = members[start : start + rows]
             if len(chunk) < rows and last_batch == "drop":

@@ -30,11 +30,12 @@ NOTE [ Epoch cost from the plan ]
 The totals come from the sampler's own :class:`~bucketloader.plan.BucketSpec` and its
 :meth:`~bucketloader.plan.BucketSpec.shape_table` (one rank), so the recommender counts exactly the
 shapes a ``BucketSampler`` with the same options promises. Bucket ``i`` (padded length ``b[i]``)
-holds ``n_i`` samples cut into batches of ``B_i`` rows: with ``last_batch="pad"`` or ``"fill"`` the
-last, partial batch keeps the full ``(B_i, b[i])`` shape, so the bucket costs ``ceil(n_i / B_i) *
-B_i * b[i]`` padded tokens; ``"drop"`` drops it; ``"keep"`` keeps it at ``(n_i mod B_i, b[i])``, an
-extra shape. Shuffling moves samples between the batches of a bucket
-but changes none of these totals, so they hold for every epoch and seed.
+holds ``n_i`` samples cut into batches of ``B_i`` rows (under ``max_tokens``, the even rows of
+NOTE [ Even batches ] in :mod:`bucketloader.plan.budget`, as the sampler plans them): with
+``last_batch="pad"`` or ``"fill"`` the last, partial batch keeps the full ``(B_i, b[i])`` shape,
+so the bucket costs ``ceil(n_i / B_i) * B_i * b[i]`` padded tokens; ``"drop"`` drops it;
+``"keep"`` keeps it at ``(n_i mod B_i, b[i])``, an extra shape. Shuffling moves samples between
+the batches of a bucket but changes none of these totals, so they hold for every epoch and seed.
 """
 
 from __future__ import annotations
@@ -445,7 +446,7 @@ def epoch_cost(
         >>> c.shapes, c.steps, c.padded_tokens, c.real_tokens
         (((2, 4), (2, 10)), 3, 36, 30)
     """
-    spec = BucketSpec.build(lengths, boundaries=boundaries, **spec_options)
+    spec = BucketSpec.build(lengths, boundaries=boundaries, **spec_options).for_replicas(1)
     last_batch = spec.last_batch
     table = spec.shape_table()
     rows = spec.cell_batch.astype(np.int64)

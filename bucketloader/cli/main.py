@@ -34,7 +34,7 @@ from bucketloader.cli.engines import ENGINES, engine_histogram, is_parquet_set
 from bucketloader.cli.files import characters_note, read_lengths
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec
-from bucketloader.plan.budget import BatchRule
+from bucketloader.plan.budget import BatchRule, even_batch
 from bucketloader.solve import resolve_params, solve_boundaries
 from bucketloader.strategies import resolve_strategy
 
@@ -388,6 +388,13 @@ def bucket_table(
             int(c[0]): int(bs) for c, bs in zip(spec.cell_lengths, spec.cell_batch, strict=True)
         }
         table = {tuple(int(x) for x in s) for s in spec.shape_table().shapes}
+        if max_tokens is not None:  # a one-rank sampler's even rows, from the true counts
+            for i, edge in enumerate(b.tolist()):  # (NOTE [ Even batches ])
+                if edge in planned:
+                    even = int(even_batch([int(n[i])], [planned[edge]])[0])
+                    table.discard((planned[edge], edge))
+                    table.add((even, edge))
+                    planned[edge] = even
         for i, edge in enumerate(b):
             if int(edge) in planned:
                 batch[i] = planned[int(edge)]

@@ -475,12 +475,12 @@ class Snapshot:
             else:
                 box.clear()
                 box.update(saved)
-        for t, saved in self._loose:
-            _put(t, saved)
-        for owner, name, t, saved in self._tensors:
+        for t, saved_t in self._loose:
+            _put(t, saved_t)
+        for owner, name, t, saved_t in self._tensors:
             if owner._parameters.get(name) is not t and owner._buffers.get(name) is not t:
                 setattr(owner, name, t)
-            _put(t, saved)
+            _put(t, saved_t)
         for t, g, saved_grad in self._grads:
             if g is None or saved_grad is None:
                 t.grad = None

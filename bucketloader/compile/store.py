@@ -352,7 +352,9 @@ def _record(body: Any, key: str, shape_key: str) -> ShapeRecord:
     if not ok:
         raise ValueError("its fields do not hash to its name")
     updated = body.get("updated")
-    if type(updated) not in (int, float) or not math.isfinite(updated):
+    if not isinstance(updated, (int, float)) or isinstance(updated, bool):
+        raise ValueError(f"updated must be a finite number, got {updated!r}")
+    if not math.isfinite(updated):
         raise ValueError(f"updated must be a finite number, got {updated!r}")
     return ShapeRecord(
         shape=tuple(shape),

@@ -624,8 +624,8 @@ def for_audio(
         ...     {"array": [0.5] * n, "sampling_rate": 16000} for n in (3, 9, 4, 8)],
         ...     "labels": [[1] * t for t in (1, 4, 2, 3)]})
         >>> sampler, collate, data = for_audio(ds, num_buckets=2, max_tokens=18)
-        >>> sampler.shapes
-        [(2, 9), (4, 4)]
+        >>> sampler.shapes  # two samples per bucket: even batches of 2 rows (18 // 4 = 4 at most)
+        [(2, 4), (2, 9)]
         >>> batch = collate([data[1], data[3]])
         >>> batch["input_values"].shape, batch["labels"].tolist()
         (torch.Size([2, 9]), [[1, 1, 1, 1], [1, 1, 1, -100]])

@@ -25,6 +25,22 @@ their rows, and the small ones fill each other's rows at the end. On the real le
 tests/data this reaches the lower bound ``ceil(tokens / L)`` rows in 20 of 21 cases
 (benchmarks/results/packing.md); best-fit-decreasing leaves 0.06-1.6% padding in the same cases.
 
+NOTE [ Two solvers, the tighter plan ]
+MBS searches a subset sum per *pattern*, so its cost grows with the distinct patterns: on a
+small file (2k documents, nearly every row its own pattern) or a long-tailed one it is slower
+than best-fit decreasing, and on long-tailed lengths it can leave more rows (the largest
+documents, placed first with the closest fill, strand mid-sized ones). Best-fit decreasing runs
+first, in bulk over the histogram: the rows with the same contents and the same room form one
+group, the rooms with a group are bits of one Python integer, so "the tightest row that holds
+``s``" is the lowest set bit of ``bits >> s``; a row chosen for size ``s`` stays the tightest
+until its room drops below ``s``, so it takes ``room // s`` documents at once, and all the rows
+of a group take them together (exactly per-document BFD, in one step per group and size). When
+its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
+0.1% of it an MBS search (up to a second at 1M long-tailed documents) could save at most that
+0.1%: MBS is skipped. Otherwise MBS runs too and the plan with fewer row tokens is kept (BFD on
+a tie), so the plan is never looser than best-fit decreasing. With several row lengths there is
+no bound and both always run.
+
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
 which the Martello & Toth (1990) bound L2 adds: for ``0 <= a <= L / 2``, with
@@ -41,7 +57,10 @@ import numpy as np
 
 #: Bumped whenever the solver could return other patterns for the same input (it is part of a
 #: spec's digest, so a resume across such a change fails loudly).
-SOLVER_VERSION = 1
+SOLVER_VERSION = 2
+#: MBS runs only when best-fit decreasing leaves more than 1/_CLOSE_ENOUGH of its rows above
+#: the L2 bound (NOTE [ Two solvers, the tighter plan ]).
+_CLOSE_ENOUGH = 1000
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,7 +96,120 @@ class Patterns:
 
 
 def solve(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:
-    """Pack a histogram into rows (NOTE [ Packing a length histogram ]).
+    """Pack a histogram into rows: the tighter of best-fit decreasing and Minimum Bin Slack
+    (NOTE [ Two solvers, the tighter plan ]).
+
+    Example:
+        >>> p = solve(np.array([5, 3, 2]), np.array([2, 2, 2]), (8,))
+        >>> p.num_rows, sorted(p.fill.tolist())
+        (3, [4, 8])
+    """
+    fit = best_fit(sizes, counts, row_lengths)
+    if len(row_lengths) == 1:
+        bound = lower_bound(sizes, counts, row_lengths[0])[1]
+        if fit.num_rows - bound <= fit.num_rows // _CLOSE_ENOUGH:
+            return fit  # at the bound (or within 0.1% of it): not worth an MBS search
+    slack = min_bin_slack(sizes, counts, row_lengths)
+    return slack if _padded(slack, row_lengths) < _padded(fit, row_lengths) else fit
+
+
+def _padded(p: Patterns, row_lengths: tuple[int, ...]) -> int:
+    """Row tokens of a solution (rows x their row length)."""
+    return int((p.reps * np.asarray(row_lengths, dtype=np.int64)[p.kind]).sum())
+
+
+def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:
+    """Best-fit decreasing over the histogram, in bulk (NOTE [ Two solvers, the tighter plan ]).
+
+    Exactly the rows of per-document BFD (each document, largest first, into the open row with
+    the least room that holds it, else a new row of the smallest row length that holds it), up
+    to ties between rows of equal room.
+
+    Example:
+        >>> p = best_fit(np.array([5, 3, 2]), np.array([2, 2, 2]), (8,))
+        >>> p.num_rows, sorted(p.fill.tolist())
+        (3, [4, 8])
+    """
+    vals = np.asarray(sizes, dtype=np.int64).tolist()
+    left = np.asarray(counts, dtype=np.int64).tolist()
+    lens = [int(x) for x in row_lengths]
+    # a group: rows with the same contents and room; its contents are its parent group's plus
+    # (size index, count) (a tree, so adding a group is O(1)); by_room[room] = live group ids
+    parent: list[int] = []
+    item: list[tuple[int, int]] = []
+    rows: list[int] = []
+    kinds: list[int] = []
+    by_room: dict[int, list[int]] = {}
+    bits = 0  # bit r set: some group has room r
+
+    def add(up: int, it: tuple[int, int], n: int, kind: int, room: int) -> None:
+        nonlocal bits
+        parent.append(up)
+        item.append(it)
+        rows.append(n)
+        kinds.append(kind)
+        stack = by_room.get(room)
+        if stack is None:
+            by_room[room] = [len(rows) - 1]
+            bits |= 1 << room
+        else:
+            stack.append(len(rows) - 1)
+
+    for i, (s, c) in enumerate(zip(vals, left, strict=True)):
+        while c > 0:
+            free = bits >> s
+            if not free:  # no open row holds s: new rows, q documents each
+                kind = next(k for k, length in enumerate(lens) if length >= s)
+                q = lens[kind] // s
+                if c >= q:
+                    add(-1, (i, q), c // q, kind, lens[kind] - q * s)
+                if c % q:
+                    add(-1, (i, c % q), 1, kind, lens[kind] - (c % q) * s)
+                break
+            room = s + (free & -free).bit_length() - 1
+            stack = by_room[room]
+            g = stack[-1]
+            q = room // s  # the row stays the tightest until its room drops below s
+            k = min(rows[g], c // q)
+            if k:
+                add(g, (i, q), k, kinds[g], room - q * s)
+                rows[g] -= k
+                c -= k * q
+            if 0 < c < q and rows[g]:
+                add(g, (i, c), 1, kinds[g], room - c * s)
+                rows[g] -= 1
+                c = 0
+            if rows[g] == 0:
+                stack.pop()
+                if not stack:
+                    del by_room[room]
+                    bits &= ~(1 << room)
+    live = [g for g in range(len(rows)) if rows[g] > 0]
+    items: list[tuple[int, int]] = []
+    offsets = [0]
+    fill = []
+    for g in live:
+        chain = []
+        while g >= 0:
+            chain.append(item[g])
+            g = parent[g]
+        chain.reverse()  # largest size first
+        items += chain
+        offsets.append(len(items))
+        fill.append(sum(vals[j] * m for j, m in chain))
+    return Patterns(
+        sizes=np.asarray(sizes, dtype=np.int64),
+        kind=np.asarray([kinds[g] for g in live], dtype=np.int64),
+        reps=np.asarray([rows[g] for g in live], dtype=np.int64),
+        offsets=np.asarray(offsets, dtype=np.int64),
+        items=np.asarray([j for j, _ in items], dtype=np.int64),
+        mult=np.asarray([m for _, m in items], dtype=np.int64),
+        fill=np.asarray(fill, dtype=np.int64),
+    )
+
+
+def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:
+    """Minimum Bin Slack with pattern repetition (NOTE [ Packing a length histogram ]).
 
     Args:
         sizes: distinct sizes, strictly decreasing, each ``1 <= s <= max(row_lengths)``.
@@ -85,7 +217,7 @@ def solve(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -
         row_lengths: the planned row lengths, strictly increasing.
 
     Example:
-        >>> p = solve(np.array([5, 3, 2]), np.array([2, 2, 2]), (8,))
+        >>> p = min_bin_slack(np.array([5, 3, 2]), np.array([2, 2, 2]), (8,))
         >>> p.num_rows, p.fill.tolist(), p.reps.tolist()
         (3, [8, 4], [2, 1])
     """

@@ -415,7 +415,7 @@ def _tokens(
     kinds = set(map(type, values))
     if kinds == {torch.Tensor}:
         dtypes = set(map(_DTYPE, values))
-        if dtypes != {torch.int64} or first.ndim != 1:
+        if dtypes != {torch.int64} or first is None or first.ndim != 1:
             values = [_as_int64(v, p, key) for p, v in enumerate(values)]
         else:
             buf = _pad_buffer(pad, width)

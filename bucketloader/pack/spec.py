@@ -399,8 +399,8 @@ def pack_rows(sizes: list[int], row_length: int, max_per_row: int) -> list[list[
     ``max_per_row`` per row, a size's documents taken in index order.
 
     Example:
-        >>> pack_rows([5, 3, 2, 6], 8, max_per_row=8)
-        [[3, 2], [0, 1]]
+        >>> pack_rows([5, 3, 2, 6], 8, max_per_row=8)  # 5 + 3 and 6 + 2: two full rows
+        [[0, 1], [3, 2]]
     """
     if not sizes:
         return []

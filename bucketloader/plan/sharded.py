@@ -11,17 +11,22 @@ the global histogram). Nothing else crosses ranks.
    (:func:`shard_schedule`): ``S_c`` global steps of cell ``c``, each one batch of ``B_c`` rows
    per rank. So every rank takes ``sum_c S_c`` steps and, at each step, a batch of the same
    shape, with no per-step communication.
-3. *Ranks differ*, so a cell's ``S_c·B_c`` rows cannot match every rank's ``n[r, c]``. Cells are
-   settled from the shortest to the longest. Rank ``r`` has ``a = n[r, c] + carried`` samples
-   for cell ``c``; with ``S_c`` steps it places ``min(a, S_c·B_c)`` of them, its other rows are
-   *filler rows* (padding, ``sample_mask`` False), and the samples it cannot place are
-   *promoted*: carried into the next longer cell, which covers them (a longer padded length, never
-   a lost sample). ``S_c`` is the number of steps that minimises the padding this adds over all
-   ranks, ``b_c·(filler rows) + (b_{c+1} - b_c)·(promoted samples)`` (a convex function of
-   ``S_c``, minimised over its breakpoints ``floor(a_r / B_c)``, ``ceil(a_r / B_c)``; ties go to
-   more steps). The longest cell takes ``ceil(max_r a_r / B_c)`` steps: nothing can be promoted
-   past it. A cell a rank has no sample short enough for (no sample at or below it at all) gets
-   0 steps, so no rank ever needs a batch it cannot fill with at least a stand-in.
+3. *Ranks differ*, so a cell's rows cannot match every rank's ``n[r, c]``. A rank may place a
+   sample in its own cell or any longer one (which covers it: a longer padded length, never a lost
+   sample), so the plan gives every cell ``c`` a capacity ``T_c`` (slots per rank: steps times
+   rows) and each rank places its samples shortest cell first, *promoting* what does not fit into
+   the next longer cell; slots left empty are *filler rows* (padding, ``sample_mask`` False).
+   Every rank's samples fit exactly when, for every ``c``, the slots in cells ``>= c`` hold the
+   most samples any rank has in cells ``>= c`` (``need_c``). The padding of the epoch is
+   ``ranks x sum_c T_c·b_c`` minus the real lengths, and the ``b_c`` increase, so the least
+   padding takes the capacities from the longest cell down: ``T_c = need_c - sum_{c' > c} T_c'``
+   (the fewest slots at each length, settled where they are dearest first). ``T_c`` is then
+   ``S_c`` steps of ``B_c`` rows (rounded up to whole batches), or, with even batches (NOTE
+   [ Even batches ] in :mod:`bucketloader.plan.budget`), ``S_c = ceil(T_c / B_c)`` steps of
+   ``ceil(T_c / S_c)`` rows. The rounding to whole batches keeps the padding within one batch
+   of the largest shape per rank of the least any choice of steps can give (tested against
+   every choice on small tables). A cell some rank has no sample short enough for (no sample at or
+   below it) gets no steps, so no rank ever needs a batch it cannot fill with a stand-in.
 4. *Within a rank*, a cell's samples are shuffled (``SeedSequence([seed, epoch, TAG, rank])``),
    promoted samples go first (a sample is promoted at most as far as it must), and the placed
    samples are dealt over the cell's ``S_c`` batches as evenly as possible. A batch with no
@@ -53,12 +58,14 @@ class ShardSchedule:
 
     Attributes:
         steps: ``(K,)`` global steps of every cell.
+        rows: ``(K,)`` rows of every cell's batches (its planned batch size).
         placed: ``(R, K)`` samples rank ``r`` places in cell ``c`` (its own and promoted ones).
         promoted: ``(R, K)`` samples rank ``r`` carries from cell ``c`` into the next cell.
-        filler: ``(R, K)`` filler rows of rank ``r`` in cell ``c`` (``steps·B - placed``).
+        filler: ``(R, K)`` filler rows of rank ``r`` in cell ``c`` (``steps·rows - placed``).
     """
 
     steps: np.ndarray
+    rows: np.ndarray
     placed: np.ndarray
     promoted: np.ndarray
     filler: np.ndarray
@@ -69,47 +76,62 @@ class ShardSchedule:
         return int(self.steps.sum())
 
 
-def shard_schedule(table: np.ndarray, batch: np.ndarray, padded: np.ndarray) -> ShardSchedule:
+def shard_schedule(
+    table: np.ndarray,
+    batch: np.ndarray,
+    *,
+    even: bool = False,
+    multiple_of: int = 1,
+) -> ShardSchedule:
     """The schedule every rank derives alone from the ``(ranks, K)`` table of per-cell counts.
 
     Args:
         table: ``(R, K)`` samples of rank ``r`` in cell ``c``; cells ordered by padded length.
-        batch: ``(K,)`` full batch size of every cell.
-        padded: ``(K,)`` padded length of every cell, increasing.
+        batch: ``(K,)`` full batch size of every cell (the most rows a batch may have).
+        even: choose each cell's rows too (NOTE [ Even batches ] in
+            :mod:`bucketloader.plan.budget`): the fewest rows that hold the samples placed in
+            the cell's steps, rounded up to ``multiple_of`` when ``B_c`` is a multiple of it.
+            ``False``: every batch has ``B_c`` rows.
+        multiple_of: the token budget's ``multiple_of``.
 
     Example:
-        >>> s = shard_schedule(np.array([[5, 2], [3, 4]]), np.array([2, 2]), np.array([4, 9]))
+        >>> s = shard_schedule(np.array([[5, 2], [3, 4]]), np.array([2, 2]))
         >>> s.steps.tolist(), s.placed.tolist(), s.promoted.tolist(), s.filler.tolist()
         ([2, 2], [[4, 3], [3, 4]], [[1, 0], [0, 0]], [[0, 1], [1, 0]])
+        >>> e = shard_schedule(np.array([[5, 2], [3, 4]]), np.array([4, 6]), even=True)
+        >>> e.steps.tolist(), e.rows.tolist(), e.promoted.tolist(), e.filler.tolist()
+        ([1, 1], [3, 4], [[2, 0], [0, 0]], [[0, 0], [0, 0]])
     """
     table = np.asarray(table, dtype=np.int64)
     batch = np.asarray(batch, dtype=np.int64)
-    padded = np.asarray(padded, dtype=np.int64)
     ranks, k = table.shape
+    # need[c]: slots every rank needs in cells >= c (the most samples any rank has there)
+    need = np.cumsum(table[:, ::-1], axis=1)[:, ::-1].max(axis=0)
     reach = np.cumsum(table, axis=1) > 0  # rank r has a sample at or below cell c
+    first = int(np.argmax(reach.all(axis=0)))  # the first cell every rank can fill
+    need[first] = need[: first + 1].max()
     steps = np.zeros(k, dtype=np.int64)
+    rows = batch.copy()
+    above = 0  # slots per rank in the cells above c
+    for c in range(k - 1, first - 1, -1):
+        want = max(int(need[c]) - above, 0)
+        b = int(batch[c])
+        s = -(-want // b)
+        r = b if (s == 0 or not even) else -(-want // s)
+        if even and multiple_of > 1 and b % multiple_of == 0:
+            r = min(-(-r // multiple_of) * multiple_of, b)
+        steps[c], rows[c] = s, r
+        above += s * r
     placed = np.zeros((ranks, k), dtype=np.int64)
     promoted = np.zeros((ranks, k), dtype=np.int64)
     carry = np.zeros(ranks, dtype=np.int64)
-    for c in range(k):
-        a, b = table[:, c] + carry, int(batch[c])
-        if not reach[:, c].all():
-            s = 0
-        elif c == k - 1:
-            s = int(-(-a.max() // b))
-        else:
-            cand = np.unique(np.concatenate([a // b, -(-a // b)]))
-            rows = cand[:, None] * b
-            fill = np.maximum(rows - a[None, :], 0).sum(axis=1)
-            up = np.maximum(a[None, :] - rows, 0).sum(axis=1)
-            cost = int(padded[c]) * fill + int(padded[c + 1] - padded[c]) * up
-            s = int(cand[np.flatnonzero(cost == cost.min())[-1]])
-        steps[c] = s
-        placed[:, c] = np.minimum(a, s * b)
+    for c in range(k):  # each rank places what fits, shortest cells first, and promotes the rest
+        a = table[:, c] + carry
+        placed[:, c] = np.minimum(a, steps[c] * rows[c])
         carry = a - placed[:, c]
         promoted[:, c] = carry
-    filler = steps[None, :] * batch[None, :] - placed
-    return ShardSchedule(steps=steps, placed=placed, promoted=promoted, filler=filler)
+    filler = steps[None, :] * rows[None, :] - placed
+    return ShardSchedule(steps=steps, rows=rows, placed=placed, promoted=promoted, filler=filler)
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,7 +184,7 @@ def plan_shard_epoch(
         rank, seed, epoch, shuffle: as the sampler's.
 
     Example:
-        >>> s = shard_schedule(np.array([[3, 1], [1, 2]]), np.array([2, 2]), np.array([4, 9]))
+        >>> s = shard_schedule(np.array([[3, 1], [1, 2]]), np.array([2, 2]))
         >>> p = plan_shard_epoch(np.array([0, 1, 2, 3]), np.array([3, 1]), s, rank=0, seed=0,
         ...                      epoch=0, shuffle=False)
         >>> [p.batch(i).tolist() for i in range(len(p))], p.cells.tolist()

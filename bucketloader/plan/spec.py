@@ -10,6 +10,7 @@ epoch is iterated* (shuffle, seed, ranks, weights, resume) is the sampler's:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
@@ -22,13 +23,14 @@ from numpy.typing import ArrayLike
 from bucketloader._types import Cache, LengthsLike, PerInput, Size, Strategy
 from bucketloader._validation import Lengths, as_lengths, check_int
 from bucketloader.boundaries import round_up
-from bucketloader.plan.budget import BatchRule, exact_sizes, resolve_size, size_values
+from bucketloader.plan.budget import BatchRule, even_batch, exact_sizes, resolve_size, size_values
 from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
 from bucketloader.plan.select import apply_filter, covered, lattice_of, parse_shapes
 from bucketloader.plan.shapes import BatchSize, MaxTokens, Shaping, per_input, plan_shapes
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
+from bucketloader.strategies import resolve_strategy, strategy_defaults
 from bucketloader.strategies.joint import Joint, resolve_joint, solve_joint
 
 #: Samples left out by ``filter=`` and by ``shapes=`` (NOTEs in :mod:`bucketloader.plan.select`).
@@ -192,6 +194,38 @@ class BucketSpec:
         """Global steps of every cell per epoch; their sum is every rank's ``len(sampler)``."""
         full, q = self.cell_steps(num_replicas)
         return full + ((q > 0) & (self.last_batch != "drop"))
+
+    def for_replicas(self, num_replicas: int = 1) -> BucketSpec:
+        """The spec a sampler over ``num_replicas`` ranks plans with: under a token budget
+        (``TokenBudget(balance=True)``, the default) and ``last_batch`` ``"pad"`` or ``"fill"``,
+        each cell at the fewest rows that keep its step count (NOTE [ Even batches ] in
+        :mod:`bucketloader.plan.budget`); otherwise this spec itself. Same steps, same padded
+        lengths, fewer filler rows.
+
+        Example:
+            >>> spec = BucketSpec.build([8] * 100, num_buckets=1, max_tokens=256)
+            >>> spec.cell_batch.tolist(), spec.for_replicas(1).cell_batch.tolist()
+            ([32], [25])
+            >>> spec.num_steps().tolist(), spec.for_replicas(1).num_steps().tolist()
+            ([4], [4])
+        """
+        num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+        rule = self.rule
+        budget = None if rule is None else rule.budget
+        if rule is None or budget is None or not budget.balance:
+            return self
+        if self.last_batch not in ("pad", "fill"):
+            return self
+        full = rule.sizes(self.cells.lengths, self.size)  # B of every cell, from the budget
+        even = even_batch(self.counts, full, num_replicas, budget.multiple_of)
+        if np.array_equal(even, self.cells.batch):
+            return self
+        even.setflags(write=False)
+        out = dataclasses.replace(self, cells=dataclasses.replace(self.cells, batch=even))
+        for name in ("kept", "counts", "by_cell"):  # cached views that do not depend on B
+            if name in self.__dict__:
+                out.__dict__[name] = self.__dict__[name]
+        return out
 
     def shape_table(self, num_replicas: int = 1) -> ShapeTable:
         """The :class:`ShapeTable` this spec promises when split over ``num_replicas`` ranks.
@@ -401,6 +435,7 @@ class BucketSpec:
                             strategy=strategies[d],
                             cache=cache,
                             pad_to_multiple_of=multiples[d],
+                            **budget_options(strategies[d], rule, size, len(names)),
                         )
                     else:
                         group = f" (group {gval})" if len(gvals) > 1 else ""
@@ -469,6 +504,22 @@ class BucketSpec:
             size=size,
             joint=tuple(joint_info) if joint is not None else None,
         )
+
+
+def budget_options(strategy: Any, rule: BatchRule, size: Any, inputs: int) -> dict[str, Any]:
+    """The plan's token budget for a strategy that plans batches itself (one that takes a
+    ``max_tokens`` option, e.g. ``"batched"``: NOTE [ Batched boundaries ]); one input only."""
+    budget = rule.budget
+    if budget is None or inputs != 1 or callable(size):
+        return {}
+    defaults, _ = strategy_defaults(resolve_strategy(strategy)[1])
+    if "max_tokens" not in defaults:
+        return {}
+    opts: dict[str, Any] = {"max_tokens": budget.max_tokens}
+    for name in ("max_batch_size", "multiple_of"):
+        if name in defaults:
+            opts[name] = getattr(budget, name)
+    return opts
 
 
 def _fit_joint(

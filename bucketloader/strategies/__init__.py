@@ -1,6 +1,6 @@
 """Bucketing strategies, registered by name (see :data:`STRATEGIES`)."""
 
-from bucketloader.strategies import heuristics, lp, optimal  # noqa: F401  (registration)
+from bucketloader.strategies import batched, heuristics, lp, optimal  # noqa: F401  (registration)
 from bucketloader.strategies._registry import (
     STRATEGIES,
     StrategyResult,

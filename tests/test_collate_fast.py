@@ -1,0 +1,86 @@
+"""The small-batch paths of the padding kernels agree with the general ones (issue 26)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bucketloader import BucketSampler
+from bucketloader.collate import _pad
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 40), min_size=1, max_size=20),
+    extra=st.integers(0, 5),
+    side=st.sampled_from(["right", "left"]),
+)
+def test_small_mask_is_the_run_pattern_mask(lengths, extra, side):
+    size = max(lengths) + extra
+    lens = np.array(lengths)
+    got = _pad.sequence_mask(lens, size, len(lengths), side)  # small: one compare
+    ar = np.arange(size)
+    want = ar < lens[:, None] if side == "right" else ar >= size - lens[:, None]
+    assert got.dtype == np.bool_ and got.shape == want.shape and (got == want).all()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 30), min_size=1, max_size=8),
+    pad_rows=st.integers(0, 3),
+    side=st.sampled_from(["right", "left"]),
+    kind=st.sampled_from(["torch", "numpy", "float"]),
+)
+def test_few_rows_take_the_interleaved_path_and_match_np_pad(lengths, pad_rows, side, kind):
+    size = max(lengths) + 1
+    rows = len(lengths) + pad_rows
+    if kind == "numpy":
+        values = [np.arange(1, n + 1, dtype=np.int32) for n in lengths]
+    else:
+        dtype = torch.float32 if kind == "float" else torch.int64
+        values = [torch.arange(1, n + 1, dtype=dtype) for n in lengths]
+    lens = np.zeros(rows, dtype=np.int64)
+    lens[: len(lengths)] = lengths
+    mask = _pad.sequence_mask(lens, size, rows, side)
+    out = _pad.pad_1d(values, list(lengths), size, rows, side, -7, "x", mask, {})
+    want = np.full((rows, size), -7, dtype=np.float64)
+    for i, n in enumerate(lengths):
+        row = np.arange(1, n + 1)
+        if side == "right":
+            want[i, :n] = row
+        else:
+            want[i, size - n :] = row
+    assert tuple(out.shape) == (rows, size)
+    assert (out.numpy().astype(np.float64) == want).all()
+
+
+def test_an_8_row_token_batch_equals_pad_sequence_plus_masks():
+    lengths = np.array([5, 9, 7, 8, 9, 6, 9, 8] * 4)
+    sampler = BucketSampler(lengths, num_buckets=1, batch_size=8, shuffle=False)
+    collate = sampler.collator()
+    for batch in sampler:
+        xs = [torch.arange(1, int(lengths[i]) + 1) for i in batch]
+        out = collate(xs)
+        ref = torch.nn.utils.rnn.pad_sequence(xs, batch_first=True)
+        assert torch.equal(out["inputs"][:, : ref.shape[1]], ref)
+        assert torch.equal(out["attention_mask"], out["inputs"] != 0)
+        assert out["lengths"].tolist() == [int(lengths[i]) for i in batch]
+
+
+def test_short_batches_keep_gradients_and_fill_their_padding_rows():
+    xs = [torch.ones(n, requires_grad=True) for n in (3, 5)]
+    lens = np.array([3, 5, 0, 0, 0])
+    mask = _pad.sequence_mask(lens, 6, 5, "right")
+    out = _pad.pad_1d(xs, [3, 5], 6, 5, "right", 0.0, "x", mask, {})
+    assert out.requires_grad and tuple(out.shape) == (5, 6)
+    out.sum().backward()
+    assert xs[0].grad.tolist() == [1.0] * 3
+    ints = [torch.arange(1, n + 1) for n in (3, 5)]
+    out = _pad.pad_1d(
+        ints, [3, 5], 600, 5, "right", -1, "x", _pad.sequence_mask(lens, 600, 5, "right"), {}
+    )
+    assert (
+        out[2:].eq(-1).all() and out[1, :5].tolist() == [1, 2, 3, 4, 5] and out[1, 5:].eq(-1).all()
+    )

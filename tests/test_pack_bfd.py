@@ -1,0 +1,79 @@
+"""The histogram best-fit decreasing of pack/_bins.py (NOTE [ Two solvers, the tighter plan ])."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bucketloader.pack._bins import best_fit, lower_bound, min_bin_slack, solve
+
+
+def per_document_bfd(docs: list[int], row_lengths: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Reference: every document, largest first, into the open row with the least room that
+    holds it, else a new row of the smallest row length that holds it; (row length, fill)."""
+    rows: list[list[int]] = []  # [row length, room]
+    for s in sorted(docs, reverse=True):
+        fits = [r for r in rows if r[1] >= s]
+        if fits:
+            min(fits, key=lambda r: r[1])[1] -= s
+        else:
+            length = next(x for x in row_lengths if x >= s)
+            rows.append([length, length - s])
+    return sorted((length, length - room) for length, room in rows)
+
+
+def _rows(p, row_lengths):
+    out = []
+    for k, r, f in zip(p.kind.tolist(), p.reps.tolist(), p.fill.tolist(), strict=True):
+        out += [(row_lengths[k], f)] * r
+    return sorted(out)
+
+
+def _check_patterns(p, sizes, counts, row_lengths):
+    used = np.zeros(len(sizes), dtype=np.int64)
+    for i in range(p.reps.size):
+        sl = slice(p.offsets[i], p.offsets[i + 1])
+        items, mult = p.items[sl], p.mult[sl]
+        assert (np.diff(items) > 0).all()  # largest size first, each size once
+        assert int((sizes[items] * mult).sum()) == p.fill[i] <= row_lengths[p.kind[i]]
+        np.add.at(used, items, mult * p.reps[i])
+    assert used.tolist() == list(counts)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    docs=st.lists(st.integers(1, 40), min_size=1, max_size=120),
+    rows=st.sampled_from([(40,), (48,), (20, 40), (16, 32, 64)]),
+)
+def test_bulk_best_fit_is_per_document_bfd(docs, rows):
+    rows = tuple(x for x in rows if x >= 1)
+    if max(docs) > rows[-1]:
+        docs = [min(d, rows[-1]) for d in docs]
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    fit = best_fit(sizes, counts, rows)
+    _check_patterns(fit, sizes, counts, rows)
+    got, want = _rows(fit, rows), per_document_bfd(docs, rows)
+    if len(rows) == 1:
+        assert got == want
+    else:  # rows of equal room but other lengths may tie: the same lengths and rooms
+        assert sorted(x for x, _ in got) == sorted(x for x, _ in want)
+        assert sorted(x - f for x, f in got) == sorted(x - f for x, f in want)
+    both = solve(sizes, counts, rows)
+    _check_patterns(both, sizes, counts, rows)
+    tokens = [sum(length for length, _ in _rows(p, rows)) for p in (both, fit)]
+    slack = min_bin_slack(sizes, counts, rows)
+    assert tokens[0] <= min(tokens[1], sum(length for length, _ in _rows(slack, rows)))
+    if len(rows) == 1:
+        assert both.num_rows >= lower_bound(sizes, counts, rows[0])[1]
+
+
+def test_long_tailed_lengths_pack_no_looser_than_bfd():
+    rng = np.random.default_rng(0)
+    docs = np.minimum(rng.lognormal(5.5, 1.3, 20_000).astype(np.int64) + 1, 2048)
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    p = solve(sizes, counts, (2048,))
+    assert p.num_rows <= best_fit(sizes, counts, (2048,)).num_rows
+    assert p.num_rows <= min_bin_slack(sizes, counts, (2048,)).num_rows
