@@ -3,12 +3,12 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test test-full demo bench lint clean
+.PHONY: test test-full demo docs bench lint clean
 
 $(VENV)/.installed: pyproject.toml constraints-dev.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints-dev.txt -e ".[dev]"
+	$(PY) -m pip install -q -c constraints-dev.txt -e ".[dev,docs]"
 	touch $@
 
 test: $(VENV)/.installed
@@ -20,6 +20,11 @@ test-full: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(VENV)/bin/bucketloader demo
+
+# The documentation site, into site/; strict: any warning (a broken link, a docstring that does
+# not render) fails the build.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -c constraints-dev.txt -e ".[dev,bench]"
@@ -39,4 +44,4 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info
