@@ -3,11 +3,22 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: test test-full demo docs bench lint clean
+.PHONY: test test-full demo docs bench lint ci clean
 
-$(VENV)/.installed: pyproject.toml constraints-dev.txt
+# The virtual environment itself (pip upgraded once).
+$(VENV)/.venv:
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	touch $@
+
+# The library alone: what the demo needs (no test, docs or engine packages).
+$(VENV)/.core: pyproject.toml constraints-dev.txt $(VENV)/.venv
+	$(PY) -m pip install -q -c constraints-dev.txt -e .
+	touch $@
+
+# Everything the tests and the docs need: the dev extra (Ray, Spark, torchdata, transformers, ...)
+# and the docs extra (MkDocs).
+$(VENV)/.installed: pyproject.toml constraints-dev.txt $(VENV)/.venv
 	$(PY) -m pip install -q -c constraints-dev.txt -e ".[dev,docs]"
 	touch $@
 
@@ -18,7 +29,7 @@ test: $(VENV)/.installed
 test-full: $(VENV)/.installed
 	BUCKETLOADER_TESTS=full $(PY) -m pytest
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.core
 	$(VENV)/bin/bucketloader demo
 
 # The documentation site, into site/; strict: any warning (a broken link, a docstring that does
@@ -38,10 +49,22 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/filters.py
 	$(PY) benchmarks/stream_ranks.py
 	$(PY) benchmarks/hf_models.py
+	$(PY) benchmarks/scale.py
+	$(PY) benchmarks/engines.py
+	$(PY) benchmarks/joint.py
+	$(PY) benchmarks/pareto.py
+	$(PY) benchmarks/filler.py
+	$(PY) benchmarks/small_costs.py
+	$(PY) benchmarks/pack_balance.py
+	$(PY) benchmarks/gpu.py
+	$(PY) benchmarks/first_day.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check bucketloader tests benchmarks
 	$(VENV)/bin/mypy
+
+# What CI runs: lint (ruff, mypy), the strict docs build, then the README's test command.
+ci: lint docs test
 
 clean:
 	rm -rf $(VENV) build site *.egg-info
