@@ -47,6 +47,7 @@ def pack_options(draw):
 
 
 @settings(FUZZ, max_examples=300)
+@pytest.mark.filterwarnings("ignore:this PackSampler leaves out:UserWarning")  # on purpose
 @given(
     lengths=lengths_inputs(max_size=30, max_length=80),
     options=pack_options(),

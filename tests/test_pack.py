@@ -139,6 +139,7 @@ def _check_epoch(spec, replicas, seed, epoch, shuffle=True, balance=False):
     return plans, table
 
 
+@pytest.mark.filterwarnings("ignore:this PackSampler leaves out:UserWarning")  # drop on purpose
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     lengths=st.lists(st.integers(1, 40), min_size=1, max_size=80),

@@ -19,6 +19,7 @@ ONE = load_real("ecoli")[:3000]
 
 
 # -- filter (Lhotse's sampler.filter): rejected samples never appear, and are counted -------------
+@pytest.mark.filterwarnings("ignore:this BucketSampler leaves out:UserWarning")  # on purpose
 def test_filter_leaves_out_what_it_rejects_and_counts_it():
     keep = lambda lengths: lengths % 3 != 0  # noqa: E731 - a vectorised predicate
     sampler = BucketSampler(ONE, filter=keep, num_buckets=4, batch_size=16, seed=1)
@@ -76,6 +77,7 @@ def test_explicit_shapes_are_kept_and_samples_take_the_smallest_covering_one():
     assert sampler.report().totals["no_shape"] == int((~fits).sum()) > 0  # reported, not lost
 
 
+@pytest.mark.filterwarnings("ignore:this BucketSampler leaves out:UserWarning")  # on purpose
 def test_explicit_shapes_one_input_rounding_and_conflicts():
     sampler = BucketSampler(ONE, shapes=[100, 250, 700], batch_size=4, pad_to_multiple_of=64)
     assert sampler.boundaries.tolist() == [128, 256, 704]

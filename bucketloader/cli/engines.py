@@ -63,9 +63,8 @@ def engine_histogram(path: str, column: str | None, engine: str) -> tuple[Length
 
         ds = ray.data.read_parquet(
             [str(Path(f).resolve()) for f in files],
-            columns=[column],
             filesystem=pyarrow.fs.LocalFileSystem(),  # local paths (and no fsspec/http probing)
-        )
+        ).select_columns([column])
         result = ray_histogram(ds, column)
     elif engine == "spark":
         from bucketloader.engines import spark_histogram
