@@ -11,9 +11,9 @@ $(VENV)/.venv:
 	$(PY) -m pip install -q --upgrade pip
 	touch $@
 
-# The library alone: what the demo needs (no test, docs or engine packages).
+# The library and its plots: what the demo needs (no test, docs or engine packages).
 $(VENV)/.core: pyproject.toml constraints-dev.txt $(VENV)/.venv
-	$(PY) -m pip install -q -c constraints-dev.txt -e .
+	$(PY) -m pip install -q -c constraints-dev.txt -e ".[plot]"
 	touch $@
 
 # Everything the tests and the docs need: the dev extra (Ray, Spark, torchdata, transformers, ...)
