@@ -238,6 +238,14 @@ class EpochSampler(Sampler[list[int]]):
         """
         from bucketloader.loader import ResumableDataLoader
 
+        planned = self._config().get("num_samples")
+        size = len(dataset) if hasattr(dataset, "__len__") else None
+        if planned is not None and size is not None and size < planned:
+            raise ValueError(
+                f"dataset has {size:,} samples but this {type(self).__name__} was planned on "
+                f"{planned:,} lengths; pass the dataset the lengths describe (one length per "
+                "sample, in the same order)"
+            )
         if "collate_fn" not in kwargs and callable(getattr(self, "collator", None)):
             kwargs["collate_fn"] = self.collator()  # type: ignore[attr-defined]
         return ResumableDataLoader(dataset, batch_sampler=self, **kwargs)
