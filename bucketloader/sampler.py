@@ -147,12 +147,15 @@ class EpochSampler(Sampler[list[int]]):
         start, self._start = self._start, 0
         self._passes.prefetched = _pulled_by_workers()
         plan = self.plan()
-        indices, offsets = plan.indices, plan.offsets
         self._yielded = start
         for i in range(start, len(plan)):
             self._yielded = i + 1
-            yield indices[offsets[i] : offsets[i + 1]].tolist()
+            yield self._batch(plan, i)
         self._passes.finished = True
+
+    def _batch(self, plan: Any, i: int) -> list[int]:
+        """Batch ``i`` of ``plan`` as handed out (a subclass may add what the collator needs)."""
+        return plan.indices[plan.offsets[i] : plan.offsets[i + 1]].tolist()  # type: ignore[no-any-return]
 
     # -- passes and the batches a loader handed out (NOTEs at the top of this module) ----------
     def _advance_if_finished(self) -> None:

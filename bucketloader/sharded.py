@@ -22,7 +22,7 @@ import functools
 import hashlib
 import json
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,6 +168,7 @@ class ShardedSampler(EpochSampler):
             rows.setflags(write=False)
             self.cells = dataclasses.replace(self.cells, batch=rows)
         self.num_samples = int(cell_of.size)
+        self._warn_blocked_cells()
         filler = int(self.schedule.filler.sum())
         sizes = self.table.sum(axis=1)
         unequal = int(sizes.max() - sizes.min()) > 0.1 * float(sizes.mean())
@@ -238,18 +239,14 @@ class ShardedSampler(EpochSampler):
             shuffle=self.shuffle,
         )
 
-    def __iter__(self) -> Iterator[list[int]]:
-        start, self._start = self._start, 0
-        plan = self.plan()
-        shapes = self.cells.shapes
-        self._yielded = start
-        for i in range(start, len(plan)):
-            self._yielded = i + 1
-            yield PlannedBatch(
-                plan.batch(i).tolist(),
-                planned_shape=shapes[int(plan.cells[i])],
-                num_real=int(plan.num_real[i]),
-            )
+    def _batch(self, plan: Any, i: int) -> list[int]:
+        """Batch ``i`` with its step's planned shape and its real-sample count (a
+        :class:`~bucketloader.plan.PlannedBatch`)."""
+        return PlannedBatch(
+            plan.batch(i).tolist(),
+            planned_shape=self.cells.shapes[int(plan.cells[i])],
+            num_real=int(plan.num_real[i]),
+        )
 
     def report(self) -> ShardReport:
         """Promotions, filler rows and padding of an epoch (the same every epoch: they depend
@@ -262,12 +259,32 @@ class ShardedSampler(EpochSampler):
             rank=self.rank,
             num_samples=self.num_samples,
             steps=s.num_steps,
-            promoted=int(s.promoted[self.rank].sum()),
+            promoted=int(_moved(s, self.table)[self.rank]),
             filler_rows=int(s.filler[self.rank].sum()),
             stand_in_batches=int(np.maximum(s.steps - s.placed[self.rank], 0).sum()),
             padding_ratio=(padded - real) / real if real else 0.0,
-            promoted_all=int(s.promoted.sum()),
+            promoted_all=int(_moved(s, self.table).sum()),
             filler_rows_all=int(s.filler.sum()),
+        )
+
+    def _warn_blocked_cells(self) -> None:
+        """NOTE [ Sharded plan ] 3: a cell some rank has no sample short enough for gets no
+        steps on any rank, and every sample of it is promoted: say so, with the ranks."""
+        reach = np.cumsum(self.table, axis=1) > 0
+        blocked = np.flatnonzero(~reach.all(axis=0))
+        if blocked.size == 0:
+            return
+        top = int(blocked[-1])
+        ranks = np.flatnonzero(~reach[:, top]).tolist()
+        moved = int(self.table[:, : top + 1].sum())
+        warnings.warn(
+            f"rank(s) {ranks[:8]}{'...' if len(ranks) > 8 else ''} have no sample of length <= "
+            f"{int(self.cells.lengths[top, 0])}: a step has one shape on every rank, so the "
+            f"{top + 1} shortest shape(s) get no steps and their {moved:,} samples are padded "
+            "to longer shapes (ShardedSampler.report() has the padding); split the data into "
+            "shards at random, not by length",
+            UserWarning,
+            stacklevel=3,
         )
 
     # -- configuration ------------------------------------------------------------------------
@@ -289,7 +306,7 @@ class ShardedSampler(EpochSampler):
 
     def _config_digest(self) -> str:
         """What every rank must agree on (seed, shuffle, options)."""
-        opts = {k: repr(v) for k, v in sorted(self.options.items())}
+        opts = {k: _portable(v) for k, v in sorted(self.options.items()) if k != "cache"}
         blob = json.dumps([self.seed, self.shuffle, self.num_replicas, opts], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -301,7 +318,6 @@ class ShardedSampler(EpochSampler):
             "seed": self.seed,
             "shuffle": self.shuffle,
             "num_replicas": self.num_replicas,
-            "num_samples": self.num_samples,
             "num_batches": len(self),
             "plan_digest": h.hexdigest()[:16],
         }
@@ -346,6 +362,24 @@ _OPTIONS = (
 
 
 _CHUNK = 1 << 20
+
+
+def _portable(value: Any) -> str:
+    """An option as every process spells it: callables by module and name (their repr holds a
+    memory address that differs per process)."""
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
+    return repr(value)
+
+
+def _moved(schedule: Any, table: np.ndarray) -> np.ndarray:
+    """Per rank: samples placed in a longer cell than their own (each counted once)."""
+    carried_in = np.concatenate(
+        [np.zeros((table.shape[0], 1), dtype=np.int64), schedule.promoted[:, :-1]], axis=1
+    )
+    cap = (schedule.steps * schedule.rows)[None, :]
+    own_placed = np.clip(cap - carried_in, 0, table)
+    return (table - own_placed).sum(axis=1)
 
 
 def _shard_array(shard_lengths: Any) -> np.ndarray:
