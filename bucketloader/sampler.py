@@ -66,6 +66,16 @@ _log = logging.getLogger(__name__)
 LOSS_WARNING = 0.01
 
 
+def check_collator_options(owner: str, collator: Any, options: dict[str, Any]) -> None:
+    """One clear ``TypeError`` (with the closest option) for a keyword ``collator`` does not
+    take, instead of Python's message about ``__init__``."""
+    import inspect
+
+    params = inspect.signature(collator.__init__).parameters
+    allowed = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY]
+    check_options(owner, options, allowed)
+
+
 def spec_or_build(lengths: Any, spec_options: Mapping[str, Any], spec_type: Any) -> Any:
     """``lengths`` itself when it is a ready ``spec_type`` (then no shape option may be given),
     else ``spec_type.build(lengths, **spec_options)``: the split between what shapes the
@@ -473,6 +483,7 @@ class BucketSampler(EpochSampler):
         """``PadCollator(self.shape_table, **kwargs)``: pads every batch to its planned shape."""
         from bucketloader.collate import PadCollator
 
+        check_collator_options(f"{type(self).__name__}.collator()", PadCollator, kwargs)
         return PadCollator(self.shape_table, **kwargs)
 
     # -- the epoch plan (EpochSampler does the rest) ------------------------------------------

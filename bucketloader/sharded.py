@@ -37,7 +37,7 @@ from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.cells import Cells
 from bucketloader.plan.sharded import ShardEpochPlan, plan_shard_epoch, shard_schedule
 from bucketloader.plan.table import PlannedBatch, ShapeTable
-from bucketloader.sampler import LOSS_WARNING, EpochSampler
+from bucketloader.sampler import LOSS_WARNING, EpochSampler, check_collator_options
 from bucketloader.solve import compute_boundaries
 
 __all__ = ["ShardReport", "ShardedSampler", "merge_histograms"]
@@ -205,6 +205,7 @@ class ShardedSampler(EpochSampler):
         """``PadCollator(self.shape_table, **kwargs)``."""
         from bucketloader.collate import PadCollator
 
+        check_collator_options("ShardedSampler.collator()", PadCollator, kwargs)
         return PadCollator(self.shape_table, **kwargs)
 
     def wrap(self, dataset: Any) -> ShardDataset:

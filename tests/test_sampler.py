@@ -303,3 +303,14 @@ def test_sampler_solves_once_through_the_cache(tmp_path):
     np.testing.assert_array_equal(a.boundaries, b.boundaries)
     with pytest.raises(TypeError, match="cache cannot be combined with a BucketSpec"):
         BucketSampler(a.spec, cache=second)
+
+
+def test_a_collator_option_typo_names_the_closest_option():
+    sampler = BucketSampler([3, 4, 9, 10], num_buckets=2, batch_size=2)
+    with pytest.raises(
+        TypeError,
+        match=r"BucketSampler.collator\(\) got an unexpected option "
+        r"pad_valu=-1; did you mean pad_value=\?",
+    ):
+        sampler.collator(pad_valu=-1)
+    assert sampler.collator(pad_value=-1).pad_value == -1
