@@ -44,35 +44,13 @@ class Solution:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (the cache entry body)."""
-        return {
-            "boundaries": [int(x) for x in self.boundaries],
-            "strategy": self.strategy,
-            "params": dict(self.params),
-            "objective": int(self.objective),
-            "padding_ratio": float(self.padding_ratio),
-            "num_samples": int(self.num_samples),
-            "status": self.status,
-            "gap": self.gap,
-            "info": dict(self.info),
-            "solve_seconds": float(self.solve_seconds),
-        }
+        return {"boundaries": [int(x) for x in self.boundaries], **_common_dict(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Solution:
         """Inverse of :meth:`to_dict`; raises ``ValueError`` on a malformed entry."""
         try:
-            return cls(
-                boundaries=check_boundaries(data["boundaries"]),
-                strategy=data["strategy"],
-                params=dict(data["params"]),
-                objective=int(data["objective"]),
-                padding_ratio=float(data["padding_ratio"]),
-                num_samples=int(data["num_samples"]),
-                status=str(data["status"]),
-                gap=None if data.get("gap") is None else float(data["gap"]),
-                info=dict(data.get("info") or {}),
-                solve_seconds=float(data.get("solve_seconds", 0.0)),
-            )
+            return cls(boundaries=check_boundaries(data["boundaries"]), **_common_fields(data))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed solution entry: {exc!r}") from None
 
@@ -116,16 +94,8 @@ class JointSolution:
         return {
             "kind": "joint",
             "cells": [[int(x) for x in row] for row in self.cells],
-            "strategy": self.strategy,
-            "params": dict(self.params),
-            "objective": int(self.objective),
             "lower_bound": int(self.lower_bound),
-            "padding_ratio": float(self.padding_ratio),
-            "num_samples": int(self.num_samples),
-            "status": self.status,
-            "gap": self.gap,
-            "info": dict(self.info),
-            "solve_seconds": float(self.solve_seconds),
+            **_common_dict(self),
         }
 
     @classmethod
@@ -138,19 +108,7 @@ class JointSolution:
             if cells.ndim != 2 or cells.shape[0] < 1 or cells.shape[1] < 1 or (cells < 0).any():
                 raise ValueError(f"cells must be a non-empty (K, D) table, got {cells.shape}")
             cells.setflags(write=False)
-            return cls(
-                cells=cells,
-                strategy=data["strategy"],
-                params=dict(data["params"]),
-                objective=int(data["objective"]),
-                lower_bound=int(data["lower_bound"]),
-                padding_ratio=float(data["padding_ratio"]),
-                num_samples=int(data["num_samples"]),
-                status=str(data["status"]),
-                gap=None if data.get("gap") is None else float(data["gap"]),
-                info=dict(data.get("info") or {}),
-                solve_seconds=float(data.get("solve_seconds", 0.0)),
-            )
+            return cls(cells=cells, lower_bound=int(data["lower_bound"]), **_common_fields(data))
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ValueError(f"malformed solution entry: {exc!r}") from None
 
@@ -182,3 +140,33 @@ def solution_from_dict(data: Any) -> Solution | JointSolution:
     if isinstance(data, dict) and data.get("kind") == "joint":
         return JointSolution.from_dict(data)
     return Solution.from_dict(data)
+
+
+def _common_dict(sol: Any) -> dict[str, Any]:
+    """The fields every solution kind stores (its cache entry body, less the plan itself)."""
+    return {
+        "strategy": sol.strategy,
+        "params": dict(sol.params),
+        "objective": int(sol.objective),
+        "padding_ratio": float(sol.padding_ratio),
+        "num_samples": int(sol.num_samples),
+        "status": sol.status,
+        "gap": sol.gap,
+        "info": dict(sol.info),
+        "solve_seconds": float(sol.solve_seconds),
+    }
+
+
+def _common_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of :func:`_common_dict` (raises KeyError / TypeError / ValueError)."""
+    return {
+        "strategy": data["strategy"],
+        "params": dict(data["params"]),
+        "objective": int(data["objective"]),
+        "padding_ratio": float(data["padding_ratio"]),
+        "num_samples": int(data["num_samples"]),
+        "status": str(data["status"]),
+        "gap": None if data.get("gap") is None else float(data["gap"]),
+        "info": dict(data.get("info") or {}),
+        "solve_seconds": float(data.get("solve_seconds", 0.0)),
+    }
