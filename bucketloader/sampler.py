@@ -50,6 +50,7 @@ from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
 from bucketloader.plan.epoch import check_accumulate, check_weights, resolve_weights
+from bucketloader.plan.promote import Promotion, promoted_spec, promotes
 from bucketloader.plan.report import plan_report
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -446,13 +447,23 @@ class BucketSampler(EpochSampler):
             check_weights(self.spec, self.weights, self.num_replicas)  # at construction
         self.longest_first = check_bool("longest_first", longest_first)
         self.accumulate = check_accumulate(accumulate, self.spec, self.weights)
+        # leftovers fill longer cells' spare rows (NOTE [ Promotion of leftovers ])
+        self.promotion: Promotion | None = None
+        if promotes(given) and self.weights is None and self.accumulate == 1:
+            self._even = self.spec
+            self.spec, self.promotion = promoted_spec(given, self.num_replicas)
         self._warn_losses()
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
     def shape_table(self) -> ShapeTable:
         """The promised shapes, small and picklable (what the collator keeps)."""
-        return self.spec.shape_table(self.num_replicas)
+        table = self.spec.shape_table(self.num_replicas)
+        if self.promotion is None:
+            return table
+        steps = self.promotion.steps  # a cell promoted away has no steps and no shape
+        shapes = {s for s, m in zip(self.spec.cells.shapes, steps.tolist(), strict=True) if m}
+        return dataclasses.replace(table, shapes=tuple(sorted(shapes)))
 
     @property
     def shapes(self) -> list[tuple[int, ...]]:
@@ -499,10 +510,13 @@ class BucketSampler(EpochSampler):
             weights=self.weights,
             longest_first=self.longest_first,
             accumulate=self.accumulate,
+            promotion=self.promotion,
         )
 
     @functools.cached_property
     def _len(self) -> int:
+        if self.promotion is not None:
+            return self.promotion.num_steps
         steps = self.spec.num_steps(self.num_replicas)
         return int(grouped_steps(steps, self.accumulate).sum())
 
@@ -526,6 +540,7 @@ class BucketSampler(EpochSampler):
             longest_first=self.longest_first,
             batches_done=self._batches_done() if current else 0,
             accumulate=self.accumulate,
+            promotion=self.promotion,
         )
 
     def _warn_losses(self) -> None:
@@ -575,6 +590,19 @@ class BucketSampler(EpochSampler):
         saved = state.get("config") if isinstance(state, dict) else None
         if (
             isinstance(saved, dict)
+            and self.promotion is not None
+            and saved.get("plan_digest") == self._even.digest
+        ):
+            budget = self.spec.rule.budget if self.spec.rule is not None else None
+            fix = dataclasses.replace(budget, promote=False) if budget is not None else None
+            raise ValueError(
+                "state was saved by a sampler that kept every sample in its own bucket (even "
+                "batches without promotion, or TokenBudget(promote=False)); this sampler batches "
+                "leftovers in longer buckets' spare rows (other steps and batch shapes). Build it "
+                f"with max_tokens={fix!r} to resume this state exactly"
+            )
+        if (
+            isinstance(saved, dict)
             and self.spec is not self._given
             and saved.get("plan_digest") == self._given.digest
         ):
@@ -599,7 +627,8 @@ class BucketSampler(EpochSampler):
             "num_samples": int(self.spec.cell_of_sample.size),
             "num_batches": len(self),
             "plan_digest": self.spec.digest
-            + ("" if self.accumulate == 1 else f"/accumulate={self.accumulate}"),
+            + ("" if self.accumulate == 1 else f"/accumulate={self.accumulate}")
+            + ("" if self.promotion is None else "/promote"),
         }
 
 
