@@ -450,8 +450,9 @@ class BucketSampler(EpochSampler):
         # leftovers fill longer cells' spare rows (NOTE [ Promotion of leftovers ])
         self.promotion: Promotion | None = None
         if promotes(given) and self.weights is None and self.accumulate == 1:
-            self._even = self.spec
-            self.spec, self.promotion = promoted_spec(given, self.num_replicas)
+            spec, promotion = promoted_spec(given, self.num_replicas)
+            if promotion.num_promoted:  # else the even plan is the same plan
+                self._even, self.spec, self.promotion = self.spec, spec, promotion
         self._warn_losses()
 
     # -- what the sampler promises ------------------------------------------------------------
