@@ -100,15 +100,54 @@ def promote(spec: BucketSpec, num_replicas: int = 1) -> Promotion:
     budget = None if rule is None else rule.budget
     if rule is None or budget is None:
         raise ValueError("promotion needs a token budget (max_tokens=...)")
-    full = rule.sizes(spec.cell_lengths, spec.size)
-    counts = spec.counts.astype(np.int64)
-    lengths = spec.cell_lengths
+    return promote_counts(
+        spec.counts,
+        rule.sizes(spec.cell_lengths, spec.size),
+        spec.cell_lengths,
+        size_values(spec.cell_lengths, spec.size),
+        groups=spec.cell_group,
+        num_replicas=num_replicas,
+        multiple_of=budget.multiple_of,
+    )
+
+
+def promote_counts(
+    counts: np.ndarray,
+    full: np.ndarray,
+    lengths: np.ndarray,
+    size: np.ndarray,
+    *,
+    groups: np.ndarray | None = None,
+    num_replicas: int = 1,
+    multiple_of: int = 1,
+) -> Promotion:
+    """:func:`promote` from the per-cell arrays alone (a histogram's counts suffice).
+
+    Args:
+        counts: ``(K,)`` samples per cell.
+        full: ``(K,)`` full batch size ``B`` of every cell.
+        lengths: ``(K, D)`` padded lengths of every cell.
+        size: ``(K,)`` padded size of every cell (the budget's ``size`` rule).
+        groups: ``(K,)`` group of every cell (cells of different groups never mix).
+        num_replicas: ranks ``R``.
+        multiple_of: the budget's ``multiple_of``.
+
+    Example:
+        >>> p = promote_counts(np.array([9, 7]), np.array([8, 4]), np.array([[2], [4]]),
+        ...                    np.array([2, 4]), num_replicas=2)
+        >>> p.steps.tolist(), p.rows.tolist(), p.moves.tolist()
+        ([1, 1], [4, 4], [[0, 1, 1]])
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    full = np.asarray(full, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64).reshape(counts.size, -1)
+    size = np.asarray(size, dtype=np.int64)
+    group = np.zeros(counts.size, dtype=np.int64) if groups is None else np.asarray(groups)
     k = counts.size
-    size = size_values(lengths, spec.size)
     order = np.lexsort((*lengths.T[::-1], size))[::-1]  # largest first: covers come first
     r = num_replicas
     steps = np.zeros(k, dtype=np.int64)
-    rows = np.asarray(full, dtype=np.int64).copy()
+    rows = full.copy()
     stay = counts.copy()
     free = np.zeros(k, dtype=np.int64)
     moves: list[tuple[int, int, int]] = []
@@ -118,9 +157,7 @@ def promote(spec: BucketSpec, num_replicas: int = 1) -> Promotion:
         covers = [
             d
             for d in settled
-            if free[d] > 0
-            and spec.cell_group[d] == spec.cell_group[c]
-            and bool((lengths[d] >= lengths[c]).all())
+            if free[d] > 0 and group[d] == group[c] and bool((lengths[d] >= lengths[c]).all())
         ]
         room = int(free[covers].sum()) if covers else 0
         w = n - min(room, n)
@@ -136,7 +173,7 @@ def promote(spec: BucketSpec, num_replicas: int = 1) -> Promotion:
         stay[c] = w
         if w:
             m = -(-w // (r * b))
-            rows[c] = int(even_batch([w], [b], r, budget.multiple_of)[0])
+            rows[c] = int(even_batch([w], [b], r, multiple_of)[0])
             steps[c] = m
             if w >= r * m:  # each batch has one of its own first: it may take promoted ones
                 free[c] = r * m * rows[c] - w
