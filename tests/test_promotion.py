@@ -9,6 +9,8 @@ import contextlib
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bucketloader import BucketSampler
 from bucketloader.plan import BucketSpec, TokenBudget
@@ -129,3 +131,46 @@ def test_a_cell_settles_before_the_cells_it_covers():
     slots = p.steps * p.rows
     held = p.stay + np.bincount(p.moves[:, 1], weights=p.moves[:, 2], minlength=3).astype(int)
     assert (held <= slots).all() and held.sum() == len(lengths)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 60), min_size=1, max_size=120),
+    pairs=st.booleans(),
+    k=st.integers(1, 6),
+    reps=st.integers(1, 4),
+    rows=st.integers(1, 9),
+    mult=st.sampled_from([1, 2, 4]),
+    longest_first=st.booleans(),
+)
+def test_every_sample_once_one_shape_per_step_and_own_sample_first(
+    lengths, pairs, k, reps, rows, mult, longest_first
+):
+    x = np.array(lengths)
+    if pairs:
+        x = np.stack([x, x[::-1]], axis=1)
+    top = int(x.reshape(len(x), -1).sum(axis=1).max())
+    opts = {"num_buckets": k, "max_tokens": TokenBudget(rows * top, multiple_of=mult)}
+    samplers = [
+        BucketSampler(x, num_replicas=reps, rank=r, longest_first=longest_first, **opts)
+        for r in range(reps)
+    ]
+    plans = [s.plan() for s in samplers]
+    spec, table = samplers[0].spec, samplers[0].shape_table
+    no = TokenBudget(rows * top, multiple_of=mult, promote=False)
+    even = BucketSampler(x, num_replicas=reps, num_buckets=k, max_tokens=no)
+    assert len(samplers[0]) == len(plans[0]) <= len(even)  # never more steps
+    seen = np.concatenate([p.indices for p in plans])
+    assert set(seen.tolist()) == set(range(len(x)))  # nothing lost
+    cells = spec.cells
+    for i in range(len(plans[0])):
+        c = int(plans[0].cells[i])
+        for p in plans:
+            batch = p.batch(i)
+            assert int(p.cells[i]) == c and 1 <= len(batch) <= cells.batch[c]
+            assert int(spec.cell_of_sample[batch[0]]) == c  # its own sample first
+            assert table.target(x[batch]) == cells.shapes[c]
+    if samplers[0].promotion is not None:  # repeats only where a cell has too few samples
+        held = np.bincount(seen, minlength=len(x))
+        assert samplers[0].report().totals["promoted"] == samplers[0].promotion.num_promoted
+        assert held.sum() - len(x) <= reps * len(plans[0])
