@@ -46,7 +46,9 @@ It applies to ``last_batch="pad"`` and ``"fill"`` (fewer filler rows, or fewer r
 ``"drop"`` and ``"keep"`` keep full batches of ``B`` rows, as their names promise. ``B'`` depends
 only on the per-cell counts and ``R``, which shuffling does not change, so the shapes are fixed
 before the first epoch and equal in every epoch. A ``batch_size`` plan keeps the batch size the
-user asked for, and a stream (which cannot know ``n``) keeps ``B``.
+user asked for, and a stream (which cannot know ``n``) keeps ``B``. Under ``last_batch="pad"``
+a sampler then fills those few spare rows with samples of shorter cells (NOTE [ Promotion of
+leftovers ] in :mod:`bucketloader.plan.promote`; ``TokenBudget(promote=False)`` does not).
 """
 
 from __future__ import annotations
