@@ -424,6 +424,10 @@ class BucketSampler(EpochSampler):
         [0, 1, 2, 3, 4]
     """
 
+    #: Whether this sampler's epochs promote leftovers (a subclass that plans other samples than
+    #: the spec's, such as weighted draws, keeps even batches).
+    _promotes = True
+
     def __init__(
         self,
         lengths: Any,
@@ -449,7 +453,7 @@ class BucketSampler(EpochSampler):
         self.accumulate = check_accumulate(accumulate, self.spec, self.weights)
         # leftovers fill longer cells' spare rows (NOTE [ Promotion of leftovers ])
         self.promotion: Promotion | None = None
-        if promotes(given) and self.weights is None and self.accumulate == 1:
+        if self._promotes and promotes(given) and self.weights is None and self.accumulate == 1:
             spec, promotion = promoted_spec(given, self.num_replicas)
             if promotion.num_promoted:  # else the even plan is the same plan
                 self._even, self.spec, self.promotion = self.spec, spec, promotion
