@@ -149,7 +149,7 @@ def test_every_sample_once_one_shape_per_step_and_own_sample_first(
     x = np.array(lengths)
     if pairs:
         x = np.stack([x, x[::-1]], axis=1)
-    top = int(x.reshape(len(x), -1).sum(axis=1).max())
+    top = int(x.reshape(len(x), -1).max(axis=0).sum())  # the largest padded size
     opts = {"num_buckets": k, "max_tokens": TokenBudget(rows * top, multiple_of=mult)}
     samplers = [
         BucketSampler(x, num_replicas=reps, rank=r, longest_first=longest_first, **opts)
