@@ -53,6 +53,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from bucketloader._dist import resolve_ranks
+from bucketloader._samples import DatasetView, load_samples
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import even_batch, size_values
@@ -458,7 +459,7 @@ class EvalSampler(Sampler[list[int]]):
         )
 
 
-class EvalDataset(Dataset):
+class EvalDataset(DatasetView, Dataset):
     """A dataset whose batches, loaded with an :class:`EvalSampler`, keep their planned rows.
 
     ``__getitems__`` (what ``DataLoader`` calls for a batch) returns :class:`EvalSamples` that
@@ -466,22 +467,12 @@ class EvalDataset(Dataset):
     as filler data. Single items and ``len`` pass through.
     """
 
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> Any:
-        return self.dataset[index]
-
     def __getitems__(self, batch: Sequence[int]) -> list[Any]:
         rows = getattr(batch, "rows", None)
         keys = list(batch)
         if not keys and getattr(batch, "fill", None) is not None:
             keys = [batch.fill]  # type: ignore[attr-defined]
-        getitems = getattr(self.dataset, "__getitems__", None)
-        samples = getitems(keys) if getitems is not None else [self.dataset[i] for i in keys]
+        samples = load_samples(self.dataset, keys)
         return list(samples) if rows is None else EvalSamples(samples, rows)
 
 

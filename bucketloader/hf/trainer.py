@@ -64,6 +64,7 @@ import torch
 import transformers
 from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 
+from bucketloader._samples import load_samples
 from bucketloader.evaluation import EvalSampler, restore_order
 from bucketloader.hf.bucketing import LABEL_PAD, Bucketing, ModelInputs, for_audio, for_text
 from bucketloader.hf.lengths import resolve_column, table_and_indices
@@ -578,10 +579,7 @@ class _PlannedBatches:
 
     def make_batch(self, shape: tuple[int, ...]) -> Any:
         indices = self._first[tuple(shape)]
-        dataset = self._loader.dataset
-        getitems = getattr(dataset, "__getitems__", None)
-        samples = getitems(indices) if getitems is not None else [dataset[i] for i in indices]
-        return self._loader.collate_fn(samples)
+        return self._loader.collate_fn(load_samples(self._loader.dataset, indices))
 
 
 def _plan_batches(sampler: Any) -> Any:
