@@ -58,6 +58,7 @@ from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import even_batch, size_values
 from bucketloader.plan.report import SamplingReport
+from bucketloader.plan.spec import SpecShapes
 from bucketloader.sampler import check_state, spec_or_build
 
 __all__ = ["EvalBatch", "EvalCollator", "EvalDataset", "EvalSampler", "restore_order"]
@@ -97,7 +98,7 @@ class EvalSamples(list):  # type: ignore[type-arg]
         self.rows = rows
 
 
-class EvalSampler(Sampler[list[int]]):
+class EvalSampler(SpecShapes, Sampler[list[int]]):
     """Evaluation batches: every sample exactly once, in planned shapes, even across ranks.
 
     Built like :class:`~bucketloader.BucketSampler` (lengths and
@@ -194,16 +195,6 @@ class EvalSampler(Sampler[list[int]]):
         used = np.flatnonzero(self.spec.counts > 0)
         shapes = tuple(sorted({cells.shapes[int(c)] for c in used}))
         return ShapeTable(cells=cells, shapes=shapes, last_batch="pad")
-
-    @property
-    def shapes(self) -> list[tuple[int, ...]]:
-        """Every batch shape ``(B, L_1, ..., L_D)`` evaluation produces, sorted (a promise)."""
-        return list(self.shape_table.shapes)
-
-    @property
-    def boundaries(self) -> Any:
-        """An array for one input; ``{name: array}`` for several; with groups ``{group: that}``."""
-        return self.spec.user_boundaries
 
     @property
     def num_samples(self) -> int:

@@ -51,6 +51,7 @@ from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable,
 from bucketloader.plan.accumulate import grouped_steps
 from bucketloader.plan.epoch import check_accumulate, check_weights, resolve_weights
 from bucketloader.plan.report import plan_report
+from bucketloader.plan.spec import SpecShapes
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -364,7 +365,7 @@ def _check_not_in_batch_sampler(owner: str) -> None:
         )
 
 
-class BucketSampler(EpochSampler):
+class BucketSampler(SpecShapes, EpochSampler):
     """Batches of sample indices whose padded shapes are exactly :attr:`shapes`.
 
     Each sample belongs to a bucket (boundaries from :func:`~bucketloader.compute_boundaries`),
@@ -453,16 +454,6 @@ class BucketSampler(EpochSampler):
     def shape_table(self) -> ShapeTable:
         """The promised shapes, small and picklable (what the collator keeps)."""
         return self.spec.shape_table(self.num_replicas)
-
-    @property
-    def shapes(self) -> list[tuple[int, ...]]:
-        """Every batch shape ``(B, L_1, ..., L_D)`` an epoch can produce, sorted (a promise)."""
-        return list(self.shape_table.shapes)
-
-    @property
-    def boundaries(self) -> Any:
-        """An array for one input; ``{name: array}`` for several; with groups ``{group: that}``."""
-        return self.spec.user_boundaries
 
     @property
     def lengths(self) -> np.ndarray:
