@@ -121,6 +121,17 @@ class EpochSampler(Sampler[list[int]]):
     def _make_plan(self, epoch: int) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def _coordinates(self, epoch: int, rank: int | None = None) -> dict[str, Any]:
+        """Where a plan sits: the ``seed``, ``epoch``, ``shuffle`` and ranks keywords every
+        planning function takes after the spec (this rank's plan unless ``rank`` is given)."""
+        return {
+            "seed": self.seed,
+            "epoch": epoch,
+            "shuffle": self.shuffle,
+            "num_replicas": self.num_replicas,
+            "rank": self.rank if rank is None else rank,
+        }
+
     def _config(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -482,11 +493,7 @@ class BucketSampler(SpecShapes, EpochSampler):
         """This rank's :class:`~bucketloader.plan.EpochPlan` of ``epoch`` (see :meth:`plan`)."""
         return plan_epoch(
             self.spec,
-            seed=self.seed,
-            epoch=epoch,
-            shuffle=self.shuffle,
-            num_replicas=self.num_replicas,
-            rank=self.rank,
+            **self._coordinates(epoch),
             weights=self.weights,
             longest_first=self.longest_first,
             accumulate=self.accumulate,
@@ -506,13 +513,10 @@ class BucketSampler(SpecShapes, EpochSampler):
             epoch: the epoch to report (default: the current one, with the current position).
         """
         current = epoch is None or epoch == self.epoch
+        ep = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
         return plan_report(
             self.spec,
-            seed=self.seed,
-            epoch=self.epoch if epoch is None else check_int("epoch", epoch, minimum=0),
-            shuffle=self.shuffle,
-            num_replicas=self.num_replicas,
-            rank=self.rank,
+            **self._coordinates(ep),
             weights=self.weights,
             longest_first=self.longest_first,
             batches_done=self._batches_done() if current else 0,
