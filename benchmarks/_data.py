@@ -5,13 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
-#: Data set name -> its length file in :data:`DATA` (one column, or one per input).
-FILES = {
-    "librispeech": "librispeech_train_clean_100_samples.txt",
-    "commonvoice": "commonvoice_id_clip_ms.txt",
-    "multi30k": "multi30k_train_en_de_tokens.txt",
-    "europarl": "europarl_v7_en_fr_20k_tokens.txt",
-    "gsm8k": "gsm8k_train_qa_tokens.txt",
-    "coco": "coco_val2017_image_width_height.txt",
-    "ecoli": "ecoli_k12_proteome_residues.txt",
-}
+#: The data sets, in the order the results tables list them.
+NAMES = ("librispeech", "commonvoice", "multi30k", "europarl", "gsm8k", "coco", "ecoli")
+#: Data set name -> its length file in :data:`DATA` (``<name>_<what>.txt``: one column, or one
+#: per input).
+FILES = {name: min(p.name for p in DATA.glob(f"{name}_*.txt")) for name in NAMES}
