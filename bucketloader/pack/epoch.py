@@ -123,7 +123,8 @@ def plan_pack_epoch(
     rank = check_int("rank", rank, minimum=0, maximum=num_replicas - 1)
     balance = check_bool("balance", balance)
     deal_ss, row_ss, key_ss, balance_ss = np.random.SeedSequence([seed, epoch]).spawn(4)
-    slots, row_offsets, row_kind = spec.layout
+    balance = balance and num_replicas > 1
+    slots, row_offsets, row_kind = spec.balanced_layout if balance else spec.layout
     pools = spec.by_size
     if shuffle:  # one in-place shuffle per size pool
         pools, rng = pools.copy(), np.random.default_rng(deal_ss)
@@ -142,12 +143,13 @@ def plan_pack_epoch(
             rng.shuffle(by_kind[s : s + n])
     bsz_k = np.asarray(spec.batch_sizes, dtype=np.int64)
     full, q = spec.steps(num_replicas)
-    if balance and num_replicas > 1:
+    if balance:
         rows_full = full * bsz_k * num_replicas
         order_ss = balance_ss if shuffle else None
-        _balance(by_kind, kind_start, rows_full, spec, num_replicas, order_ss)
+        work = spec.balanced_row_work
+        _balance(by_kind, kind_start, rows_full, work, spec.batch_sizes, num_replicas, order_ss)
         if spec.last_batch == "pad":
-            _balance_last(by_kind, kind_start + rows_full, q, spec.row_work, num_replicas)
+            _balance_last(by_kind, kind_start + rows_full, q, work, num_replicas)
     steps = spec.num_steps(num_replicas)
     total = int(steps.sum())
     step_kind = np.repeat(np.arange(n_kinds), steps)
@@ -190,18 +192,18 @@ def _balance(
     by_kind: np.ndarray,
     kind_start: np.ndarray,
     full_rows: np.ndarray,
-    spec: PackSpec,
+    work: np.ndarray,
+    batch_sizes: tuple[int, ...],
     num_replicas: int,
     ss: np.random.SeedSequence | None,
 ) -> None:
     """Reorder, in place, the rows of each row length's full global steps (NOTE [ Balancing
     ranks ]); ``ss=None`` (no shuffle) keeps the steps in order of work."""
-    work = spec.row_work
     rng = None if ss is None else np.random.default_rng(ss)
     for k, (start, n) in enumerate(zip(kind_start.tolist(), full_rows.tolist(), strict=True)):
         if n == 0:
             continue
-        per_step = num_replicas * spec.batch_sizes[k]
+        per_step = num_replicas * batch_sizes[k]
         rows = by_kind[start : start + n]
         ranked = rows[np.argsort(work[rows], kind="stable")].reshape(-1, per_step)
         # snake: the p-th lightest row of a step goes to rank p % R (even rounds) or
@@ -209,7 +211,7 @@ def _balance(
         p = np.arange(per_step)
         rnd, i = p // num_replicas, p % num_replicas
         owner = np.where(rnd % 2 == 0, i, num_replicas - 1 - i)
-        slot = owner * spec.batch_sizes[k] + rnd
+        slot = owner * batch_sizes[k] + rnd
         dealt = np.empty_like(ranked)
         dealt[:, slot] = ranked
         if rng is not None:

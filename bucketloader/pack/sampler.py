@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bucketloader._validation import check_bool, check_int
+from bucketloader.pack._work import WORK_VERSION
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
 from bucketloader.pack.spec import PackSpec, PackTable
 from bucketloader.plan.report import SamplingReport
@@ -262,8 +263,14 @@ class PackSampler(EpochSampler):
             "balance": self.balance,
             "num_samples": int(self.spec.lengths.size),
             "num_batches": len(self),
-            "plan_digest": self.spec.digest,
+            "plan_digest": self._digest,
         }
+
+    @property
+    def _digest(self) -> str:
+        """The spec's digest; with ``balance=True`` also the version of the work-aware rows
+        (NOTE [ Work-aware rows ] in :mod:`bucketloader.pack._work`), part of the plan."""
+        return f"{self.spec.digest}/w{WORK_VERSION}" if self.balance else self.spec.digest
 
     def __repr__(self) -> str:
         return (

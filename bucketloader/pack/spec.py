@@ -30,6 +30,7 @@ import numpy as np
 from bucketloader._types import LengthsLike
 from bucketloader._validation import MAX_LENGTH, as_lengths, check_choice, check_int
 from bucketloader.pack._bins import SOLVER_VERSION, Patterns, lower_bound, solve
+from bucketloader.pack._work import even_rows
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.shapes import row_batch_sizes
 
@@ -245,9 +246,55 @@ class PackSpec:
     def row_work(self) -> np.ndarray:
         """Attention work of every row of :attr:`layout`: the sum of its documents' squared
         sizes (fixed per spec: documents dealt into a slot all have the slot's size)."""
-        slots, row_offsets, _ = self.layout
+        return self._work(self.layout)
+
+    def _work(self, layout: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        slots, row_offsets, _ = layout
         sq = self.sizes[self.by_size[slots]].astype(np.int64) ** 2
         return np.add.reduceat(sq, row_offsets[:-1]) if sq.size else sq
+
+    @functools.cached_property
+    def balanced_layout(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:attr:`layout` with documents exchanged between rows of the same row length so that
+        every row's work is near the mean (NOTE [ Work-aware rows ] in
+        :mod:`bucketloader.pack._work`): the rows ``balance=True`` deals. The same rows (so the
+        same padding and steps), each within its length, at most as many documents per row as
+        :attr:`max_documents` promises; computed once per spec, on first use.
+
+        Example:
+            >>> spec = PackSpec.build([4, 4, 1, 1, 1, 1, 1, 1, 1, 1], row_length=8, batch_size=1)
+            >>> def works(layout):
+            ...     slots, offsets, _ = layout
+            ...     sq = spec.sizes[spec.by_size[slots]] ** 2
+            ...     return np.add.reduceat(sq, offsets[:-1]).tolist()
+            >>> works(spec.layout), works(spec.balanced_layout)
+            ([32, 8], [20, 20])
+        """
+        slots, row_offsets, row_kind = self.layout
+        sizes = self.sizes[self.by_size[slots]].tolist()
+        rows = [sizes[a:b] for a, b in itertools.pairwise(row_offsets.tolist())]
+        for k, length in enumerate(self.row_lengths):
+            mine = np.flatnonzero(row_kind == k).tolist()
+            evened = even_rows(
+                [rows[i] for i in mine],
+                length,
+                max_documents=self.max_documents[k] // self.batch_sizes[k],
+                keep_above=self.row_lengths[k - 1] if k else length,  # a long row's own document
+            )
+            for i, row in zip(mine, evened, strict=True):
+                rows[i] = row
+        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=len(sizes))
+        vals, _ = self._histogram  # distinct sizes, largest first: pool u holds size vals[u]
+        pool = np.searchsorted(-vals, -flat)
+        new_slots = np.empty_like(slots)
+        new_slots[np.argsort(pool, kind="stable")] = np.arange(flat.size)  # pools in order
+        offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+        return new_slots, offsets, row_kind
+
+    @functools.cached_property
+    def balanced_row_work(self) -> np.ndarray:
+        """:attr:`row_work` of :attr:`balanced_layout`."""
+        return self._work(self.balanced_layout)
 
     # -- shapes and steps -------------------------------------------------------------------
     @functools.cached_property

@@ -1,0 +1,227 @@
+"""Work-aware rows (private): documents exchanged between rows so every row's attention work
+is near the mean, for :class:`~bucketloader.pack.PackSpec`'s ``balanced_layout``.
+
+NOTE [ Work-aware rows ]
+A row's attention work is the sum of its documents' squared lengths. The packing (NOTE
+[ Packing a length histogram ] in :mod:`bucketloader.pack._bins`) only counts tokens, so a full
+row of long documents does several times the work of a full row of short ones (0.15x to 4x the
+mean on europarl at ``L = 512``). Dealing rows to ranks (NOTE [ Balancing ranks ] in
+:mod:`bucketloader.pack.epoch`) evens out steps of many rows per rank, but with one row per rank
+a step lasts as long as its heaviest row: the rows themselves must be even.
+
+:func:`even_rows` starts from the packing and moves documents between two rows at a time,
+the row furthest from the mean work (the *driver*) and one of the rows furthest on the other
+side (its *partner*, the lightest or the heaviest few): a set ``x`` of the heavier row's
+documents changes places with a set ``y`` of the lighter one's, both rows staying within the
+row length. Two exact-sum knapsacks per row over token counts (the least and the most squared
+length a subset of exactly ``t`` tokens can have; a size's ``c`` documents as binary chunks
+``1, 2, 4, ...``, as in ``_bins._fill``) give, for every pair ``(t, t')`` of removed and added
+tokens that keeps both rows within the row length, four exchanges; the one whose moved work
+``d = work(x) - work(y)`` is closest to half the gap wins, provided ``0 < d < gap`` (the
+pair's heavier work drops and its lighter work rises). Every accepted move lowers the sum of
+the squared row works, so the loop ends; it stops when every row is within 1% of the mean, when
+no driver finds a partner, or after ``8 x rows`` moves.
+
+What stays: the number of rows (so the padding, the steps and ``len``), every row within its
+length, every document exactly once (documents only change rows), at most ``max_documents``
+documents per row (the collator's ``cu_seqlens`` bound), and documents longer than
+``keep_above`` never move (in a bucketed row of length ``L_i`` the document longer than
+``L_{i-1}`` that decides the row's shape stays). A document longer than about the square root
+of the mean work cannot be evened out (its row is heavier than the mean whatever it holds);
+such rows shed their other heavy documents and the epoch's sorting of rows by work puts them in
+the same steps. Pure: the same rows give the same result (ties go to the lower row index).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+
+import numpy as np
+
+#: Bumped whenever :func:`even_rows` could return other rows for the same input (a sampler
+#: with ``balance=True`` puts it in its state, so a resume across such a change fails loudly).
+WORK_VERSION = 1
+#: Stop once every row's work is within this fraction of the mean.
+_TOLERANCE = 0.01
+#: Partners a driver tries before it is set aside.
+_PARTNERS = 4
+#: At most this many moves per row.
+_MOVES_PER_ROW = 8
+_INF = 1 << 62
+
+
+def even_rows(
+    rows: list[list[int]], row_length: int, max_documents: int, keep_above: int
+) -> list[list[int]]:
+    """Rows of the same documents whose works (sums of squared sizes) are near the mean
+    (NOTE [ Work-aware rows ]).
+
+    Args:
+        rows: each row's document sizes, every row within ``row_length``.
+        row_length: tokens per row.
+        max_documents: the most documents a row may hold (no row above it stays so).
+        keep_above: documents longer than this stay in their row.
+
+    Example:
+        >>> rows = [[4, 4], [1, 1, 1, 1, 1, 1, 1, 1]]  # works 32 and 8
+        >>> even_rows(rows, 8, max_documents=8, keep_above=8)
+        [[4, 1, 1, 1, 1], [4, 1, 1, 1, 1]]
+    """
+    rows = [list(r) for r in rows]
+    n = len(rows)
+    if n < 2:
+        return rows
+    work = [sum(s * s for s in r) for r in rows]
+    mean = sum(work) / n
+    tol = _TOLERANCE * mean
+    heavy = [(-w, i) for i, w in enumerate(work)]
+    light = [(w, i) for i, w in enumerate(work)]
+    heapq.heapify(heavy)
+    heapq.heapify(light)
+    set_aside: set[int] = set()
+
+    def top(heap: list[tuple[int, int]], sign: int) -> int | None:
+        """The live row at the top of ``heap`` (stale and set-aside entries dropped)."""
+        while heap:
+            w, i = heap[0]
+            if sign * w == work[i] and i not in set_aside:
+                return i
+            heapq.heappop(heap)
+        return None
+
+    def partners(heap: list[tuple[int, int]], sign: int, driver: int) -> list[int]:
+        """The first ``_PARTNERS`` live rows of ``heap`` other than ``driver`` (left in it)."""
+        out: list[int] = []
+        popped = []
+        while heap and len(out) < _PARTNERS:
+            entry = heapq.heappop(heap)
+            w, i = entry
+            if sign * w != work[i]:
+                continue
+            popped.append(entry)
+            if i != driver and i not in out:
+                out.append(i)
+        for entry in popped:
+            heapq.heappush(heap, entry)
+        return out
+
+    for _ in range(_MOVES_PER_ROW * n):
+        h, lo = top(heavy, -1), top(light, 1)
+        if h is None or lo is None:
+            break
+        up, down = work[h] - mean, mean - work[lo]
+        if max(up, down) <= tol:
+            break
+        driver = h if up >= down else lo
+        moved = False
+        for other in partners(light, 1, h) if driver == h else partners(heavy, -1, lo):
+            a, b = (driver, other) if driver == h else (other, driver)
+            if work[a] <= work[b]:
+                continue
+            pair = _exchange(rows[a], rows[b], row_length, max_documents, keep_above)
+            if pair is None:
+                continue
+            rows[a], rows[b] = pair
+            for i in (a, b):
+                work[i] = sum(s * s for s in rows[i])
+                set_aside.discard(i)
+                heapq.heappush(heavy, (-work[i], i))
+                heapq.heappush(light, (work[i], i))
+            moved = True
+            break
+        if not moved:
+            set_aside.add(driver)
+    return rows
+
+
+def _exchange(
+    heavy: list[int], light: list[int], row_length: int, max_documents: int, keep_above: int
+) -> tuple[list[int], list[int]] | None:
+    """The best exchange between a heavier and a lighter row (NOTE [ Work-aware rows ]), or
+    ``None`` when none moves work from the first to the second without overshooting."""
+    gap = sum(s * s for s in heavy) - sum(s * s for s in light)
+    free_h, free_l = row_length - sum(heavy), row_length - sum(light)
+    mh = [s for s in heavy if s <= keep_above]
+    ml = [s for s in light if s <= keep_above]
+    top_x = min(sum(mh), sum(ml) + free_l)  # tokens x can take out of the heavier row
+    top_y = min(top_x + free_h, sum(ml))
+    if gap <= 0 or top_x <= 0:
+        return None
+    ch, cl = _chunks(mh), _chunks(ml)
+    h_min, h_min_take = _knapsack(ch, top_x, 1)
+    h_max, h_max_take = _knapsack(ch, top_x, -1)
+    l_min, l_min_take = _knapsack(cl, top_y, 1)
+    l_max, l_max_take = _knapsack(cl, top_y, -1)
+    # candidate (t, t') = (tokens out of the heavier row, tokens into it): t' - t in
+    # [-free_l, free_h] keeps both rows within the row length
+    t = np.arange(1, top_x + 1)[:, None]
+    shift = np.arange(-free_l, free_h + 1)[None, :]
+    t2 = t + shift
+    ok = (t2 >= 0) & (t2 <= top_y)
+    t2c = np.clip(t2, 0, top_y)
+    ok &= (h_min[t] < _INF) & (l_min[t2c] < _INF)
+    x_work = np.stack([h_min[t], -h_max[t]])  # (2, top_x, shifts): least and most work out
+    y_work = np.stack([l_min[t2c], -l_max[t2c]])
+    d = x_work[:, None] - y_work[None, :]  # (2, 2, top_x, shifts)
+    good = ok & (d > 0) & (d < gap)
+    if not good.any():
+        return None
+    score = np.where(good, np.abs(2 * d - gap), _INF)
+    xi, yi, ti, si = np.unravel_index(int(np.argmin(score)), score.shape)
+    tx, ty = int(t[ti, 0]), int(t2[ti, si])
+    x = _pick(ch, (h_min_take, h_max_take)[xi], tx)
+    y = _pick(cl, (l_min_take, l_max_take)[yi], ty)
+    if len(heavy) - len(x) + len(y) > max_documents or len(light) - len(y) + len(x) > max_documents:
+        return None
+    new_h, new_l = Counter(heavy), Counter(light)
+    new_h.subtract(x)
+    new_h.update(y)
+    new_l.subtract(y)
+    new_l.update(x)
+    return sorted(new_h.elements(), reverse=True), sorted(new_l.elements(), reverse=True)
+
+
+def _chunks(sizes: list[int]) -> list[tuple[int, int]]:
+    """``(size, k)`` binary chunks: any count ``0..c`` of a size is a sum of its chunks."""
+    out = []
+    for s, c in sorted(Counter(sizes).items(), reverse=True):
+        p = 1
+        while c > 0:
+            k = min(p, c)
+            out.append((s, k))
+            c -= k
+            p *= 2
+    return out
+
+
+def _knapsack(chunks: list[tuple[int, int]], top: int, sign: int) -> tuple[np.ndarray, np.ndarray]:
+    """``best[t]``: the least (``sign=1``) or minus the most (``sign=-1``) squared length of a
+    subset of exactly ``t <= top`` tokens (``_INF`` if none); ``take[i, t]``: chunk ``i`` is in
+    the best subset of ``t`` tokens over chunks ``0..i``."""
+    best = np.full(top + 1, _INF, dtype=np.int64)
+    best[0] = 0
+    take = np.zeros((len(chunks), top + 1), dtype=bool)
+    for i, (s, k) in enumerate(chunks):
+        width = s * k
+        if width > top:
+            continue
+        prev = best[: top + 1 - width]
+        cand = prev + sign * s * s * k
+        better = (prev < _INF) & (cand < best[width:])
+        take[i, width:] = better
+        best[width:] = np.where(better, cand, best[width:])
+    return best, take
+
+
+def _pick(chunks: list[tuple[int, int]], take: np.ndarray, tokens: int) -> list[int]:
+    """The sizes of the subset of ``tokens`` tokens that ``take`` recorded."""
+    out: list[int] = []
+    for i in range(len(chunks) - 1, -1, -1):
+        if tokens == 0:
+            break
+        if take[i, tokens]:
+            s, k = chunks[i]
+            out += [s] * k
+            tokens -= s * k
+    return out
