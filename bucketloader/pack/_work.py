@@ -52,31 +52,99 @@ _INF = 1 << 62
 
 
 def even_rows(
-    rows: list[list[int]], row_length: int, max_documents: int, keep_above: int
-) -> list[list[int]]:
-    """Rows of the same documents whose works (sums of squared sizes) are near the mean
-    (NOTE [ Work-aware rows ]).
+    rows: list[list[int]],
+    row_length: int,
+    max_documents: int,
+    keep_above: int,
+    step_rows: int = 0,
+    full_rows: int = 0,
+) -> tuple[list[list[int]], list[int]]:
+    """Rows of the same documents whose works (sums of squared sizes) are near the mean, and
+    the rows lifted to their step's heaviest (NOTE [ Work-aware rows ]).
 
     Args:
         rows: each row's document sizes, every row within ``row_length``.
         row_length: tokens per row.
         max_documents: the most documents a row may hold (no row above it stays so).
         keep_above: documents longer than this stay in their row.
+        step_rows: rows per global step (``num_replicas * B``); 0: no lift.
+        full_rows: rows of the full global steps (the lifted rows are among them).
+
+    Returns:
+        ``(rows, lifted)``: the new rows (same order) and the indices of the lifted rows.
 
     Example:
         >>> rows = [[4, 4], [1, 1, 1, 1, 1, 1, 1, 1]]  # works 32 and 8
         >>> even_rows(rows, 8, max_documents=8, keep_above=8)
-        [[4, 1, 1, 1, 1], [4, 1, 1, 1, 1]]
+        ([[4, 1, 1, 1, 1], [4, 1, 1, 1, 1]], [])
     """
     rows = [list(r) for r in rows]
-    n = len(rows)
-    if n < 2:
-        return rows
     work = [sum(s * s for s in r) for r in rows]
-    mean = sum(work) / n
+    _flatten(rows, work, list(range(len(rows))), row_length, max_documents, keep_above)
+    if step_rows < 1 or not rows:
+        return rows, []
+    mean = sum(work) / len(rows)
+    order = sorted(range(len(rows)), key=lambda i: (-work[i], i))
+    heavy = sum(w > (1 + _TOLERANCE) * mean for w in work)
+    steps = min(-(-heavy // step_rows), full_rows // step_rows)
+    if steps == 0:
+        return rows, []
+    top, rest = order[: steps * step_rows], order[steps * step_rows :]
+    givers = [(-work[i], i) for i in rest]
+    heapq.heapify(givers)
+    for k in range(steps):
+        group = top[k * step_rows : (k + 1) * step_rows]
+        target = work[group[0]]
+        for r in group[1:]:
+            tried = []
+            for _ in range(2 * _PARTNERS):
+                need = target - work[r]
+                if need <= _TOLERANCE * mean:
+                    break
+                g = _pop(givers, work)
+                if g is None:
+                    break
+                pair = _exchange(
+                    rows[g], rows[r], row_length, max_documents, keep_above, need, need + 1
+                )
+                if pair is None:
+                    tried.append(g)
+                    continue
+                rows[g], rows[r] = pair
+                work[g], work[r] = (sum(s * s for s in rows[i]) for i in (g, r))
+                heapq.heappush(givers, (-work[g], g))
+            for g in tried:
+                heapq.heappush(givers, (-work[g], g))
+    _flatten(rows, work, rest, row_length, max_documents, keep_above)
+    return rows, sorted(top)
+
+
+def _pop(heap: list[tuple[int, int]], work: list[int]) -> int | None:
+    """Pop the heaviest live row of a max-heap of ``(-work, row)`` (stale entries dropped)."""
+    while heap:
+        w, i = heapq.heappop(heap)
+        if -w == work[i]:
+            return i
+    return None
+
+
+def _flatten(
+    rows: list[list[int]],
+    work: list[int],
+    among: list[int],
+    row_length: int,
+    max_documents: int,
+    keep_above: int,
+) -> None:
+    """Exchange documents between the rows ``among`` (in place, ``work`` kept up to date)
+    until their works are near their mean (NOTE [ Work-aware rows ])."""
+    n = len(among)
+    if n < 2:
+        return
+    mean = sum(work[i] for i in among) / n
     tol = _TOLERANCE * mean
-    heavy = [(-w, i) for i, w in enumerate(work)]
-    light = [(w, i) for i, w in enumerate(work)]
+    heavy = [(-work[i], i) for i in among]
+    light = [(work[i], i) for i in among]
     heapq.heapify(heavy)
     heapq.heapify(light)
     set_aside: set[int] = set()
@@ -117,9 +185,10 @@ def even_rows(
         moved = False
         for other in partners(light, 1, h) if driver == h else partners(heavy, -1, lo):
             a, b = (driver, other) if driver == h else (other, driver)
-            if work[a] <= work[b]:
+            gap = work[a] - work[b]
+            if gap <= 0:
                 continue
-            pair = _exchange(rows[a], rows[b], row_length, max_documents, keep_above)
+            pair = _exchange(rows[a], rows[b], row_length, max_documents, keep_above, gap / 2, gap)
             if pair is None:
                 continue
             rows[a], rows[b] = pair
@@ -132,21 +201,27 @@ def even_rows(
             break
         if not moved:
             set_aside.add(driver)
-    return rows
 
 
 def _exchange(
-    heavy: list[int], light: list[int], row_length: int, max_documents: int, keep_above: int
+    giver: list[int],
+    taker: list[int],
+    row_length: int,
+    max_documents: int,
+    keep_above: int,
+    aim: float,
+    limit: int,
 ) -> tuple[list[int], list[int]] | None:
-    """The best exchange between a heavier and a lighter row (NOTE [ Work-aware rows ]), or
-    ``None`` when none moves work from the first to the second without overshooting."""
-    gap = sum(s * s for s in heavy) - sum(s * s for s in light)
+    """The exchange that moves work ``0 < d < limit`` from ``giver`` to ``taker``, ``d`` as
+    close to ``aim`` as the rows allow (NOTE [ Work-aware rows ]); ``None`` if there is none.
+    Returns the two new rows."""
+    heavy, light = giver, taker
     free_h, free_l = row_length - sum(heavy), row_length - sum(light)
     mh = [s for s in heavy if s <= keep_above]
     ml = [s for s in light if s <= keep_above]
-    top_x = min(sum(mh), sum(ml) + free_l)  # tokens x can take out of the heavier row
+    top_x = min(sum(mh), sum(ml) + free_l)  # tokens x can take out of the giving row
     top_y = min(top_x + free_h, sum(ml))
-    if gap <= 0 or top_x <= 0:
+    if limit <= 1 or top_x <= 0:
         return None
     ch, cl = _chunks(mh), _chunks(ml)
     h_min, h_min_take = _knapsack(ch, top_x, 1)
@@ -164,10 +239,10 @@ def _exchange(
     x_work = np.stack([h_min[t], -h_max[t]])  # (2, top_x, shifts): least and most work out
     y_work = np.stack([l_min[t2c], -l_max[t2c]])
     d = x_work[:, None] - y_work[None, :]  # (2, 2, top_x, shifts)
-    good = ok & (d > 0) & (d < gap)
+    good = ok & (d > 0) & (d < limit)
     if not good.any():
         return None
-    score = np.where(good, np.abs(2 * d - gap), _INF)
+    score = np.where(good, np.abs(d - aim), np.inf)
     xi, yi, ti, si = np.unravel_index(int(np.argmin(score)), score.shape)
     tx, ty = int(t[ti, 0]), int(t2[ti, si])
     x = _pick(ch, (h_min_take, h_max_take)[xi], tx)

@@ -124,7 +124,10 @@ def plan_pack_epoch(
     balance = check_bool("balance", balance)
     deal_ss, row_ss, key_ss, balance_ss = np.random.SeedSequence([seed, epoch]).spawn(4)
     balance = balance and num_replicas > 1
-    slots, row_offsets, row_kind = spec.balanced_layout if balance else spec.layout
+    if balance:
+        slots, row_offsets, row_kind, work, lifted = spec.balanced_layout(num_replicas)
+    else:
+        slots, row_offsets, row_kind = spec.layout
     pools = spec.by_size
     if shuffle:  # one in-place shuffle per size pool
         pools, rng = pools.copy(), np.random.default_rng(deal_ss)
@@ -146,7 +149,9 @@ def plan_pack_epoch(
     if balance:
         rows_full = full * bsz_k * num_replicas
         order_ss = balance_ss if shuffle else None
-        work = spec.balanced_row_work
+        for s, n in zip(kind_start.tolist(), counts.tolist(), strict=True):
+            mine = by_kind[s : s + n]  # lifted rows first: the last q rows are never lifted
+            by_kind[s : s + n] = np.concatenate([mine[lifted[mine]], mine[~lifted[mine]]])
         _balance(by_kind, kind_start, rows_full, work, spec.batch_sizes, num_replicas, order_ss)
         if spec.last_batch == "pad":
             _balance_last(by_kind, kind_start + rows_full, q, work, num_replicas)

@@ -253,50 +253,63 @@ class PackSpec:
         sq = self.sizes[self.by_size[slots]].astype(np.int64) ** 2
         return np.add.reduceat(sq, row_offsets[:-1]) if sq.size else sq
 
-    @functools.cached_property
-    def balanced_layout(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """:attr:`layout` with documents exchanged between rows of the same row length so that
-        every row's work is near the mean (NOTE [ Work-aware rows ] in
-        :mod:`bucketloader.pack._work`): the rows ``balance=True`` deals. The same rows (so the
-        same padding and steps), each within its length, at most as many documents per row as
-        :attr:`max_documents` promises; computed once per spec, on first use.
+    def balanced_layout(
+        self, num_replicas: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The rows ``balance=True`` deals over ``num_replicas`` ranks: :attr:`layout` with
+        documents exchanged between rows of the same row length so that every row's work is
+        near the mean, and the heaviest steps' rows lifted to their step's heaviest (NOTE
+        [ Work-aware rows ] in :mod:`bucketloader.pack._work`). The same rows (so the same
+        padding and steps), each within its length, at most as many documents per row as
+        :attr:`max_documents` promises; computed once per spec and rank count.
+
+        Returns:
+            ``(slots, row_offsets, row_kind, work, lifted)``: :attr:`layout`'s three arrays,
+            every row's work and whether it was lifted (those rows fill full steps).
 
         Example:
             >>> spec = PackSpec.build([4, 4, 1, 1, 1, 1, 1, 1, 1, 1], row_length=8, batch_size=1)
-            >>> def works(layout):
-            ...     slots, offsets, _ = layout
-            ...     sq = spec.sizes[spec.by_size[slots]] ** 2
-            ...     return np.add.reduceat(sq, offsets[:-1]).tolist()
-            >>> works(spec.layout), works(spec.balanced_layout)
+            >>> spec.row_work.tolist(), spec.balanced_layout(2)[3].tolist()
             ([32, 8], [20, 20])
         """
+        cache = self._balanced
+        if num_replicas not in cache:
+            cache[num_replicas] = self._balance_rows(num_replicas)
+        return cache[num_replicas]
+
+    @functools.cached_property
+    def _balanced(self) -> dict[int, tuple[np.ndarray, ...]]:
+        return {}
+
+    def _balance_rows(self, num_replicas: int) -> tuple[np.ndarray, ...]:
         slots, row_offsets, row_kind = self.layout
         sizes = self.sizes[self.by_size[slots]].tolist()
         rows = [sizes[a:b] for a, b in itertools.pairwise(row_offsets.tolist())]
+        lifted = np.zeros(len(rows), dtype=bool)
+        full, _ = self.steps(num_replicas)
         for k, length in enumerate(self.row_lengths):
-            mine = np.flatnonzero(row_kind == k).tolist()
-            evened = even_rows(
-                [rows[i] for i in mine],
+            mine = np.flatnonzero(row_kind == k)
+            step = num_replicas * self.batch_sizes[k]
+            evened, up = even_rows(
+                [rows[i] for i in mine.tolist()],
                 length,
                 max_documents=self.max_documents[k] // self.batch_sizes[k],
                 keep_above=self.row_lengths[k - 1] if k else length,  # a long row's own document
+                step_rows=step,
+                full_rows=int(full[k]) * step,
             )
-            for i, row in zip(mine, evened, strict=True):
+            for i, row in zip(mine.tolist(), evened, strict=True):
                 rows[i] = row
+            lifted[mine[up]] = True
         flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=len(sizes))
         vals, _ = self._histogram  # distinct sizes, largest first: pool u holds size vals[u]
         pool = np.searchsorted(-vals, -flat)
         new_slots = np.empty_like(slots)
         new_slots[np.argsort(pool, kind="stable")] = np.arange(flat.size)  # pools in order
         offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
-        return new_slots, offsets, row_kind
+        layout = (new_slots, offsets, row_kind)
+        return (*layout, self._work(layout), lifted)
 
-    @functools.cached_property
-    def balanced_row_work(self) -> np.ndarray:
-        """:attr:`row_work` of :attr:`balanced_layout`."""
-        return self._work(self.balanced_layout)
-
-    # -- shapes and steps -------------------------------------------------------------------
     @functools.cached_property
     def max_documents(self) -> tuple[int, ...]:
         """The most documents a batch of each row length can hold: ``B_i`` times the most any of
