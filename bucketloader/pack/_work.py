@@ -34,6 +34,7 @@ the same steps. Pure: the same rows give the same result (ties go to the lower r
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections import Counter
 
@@ -46,41 +47,63 @@ WORK_VERSION = 1
 _TOLERANCE = 0.01
 #: Partners a driver tries before it is set aside.
 _PARTNERS = 4
+#: ... times as many for a row a quarter or more above the mean, at most this many times.
+_OUTLIER_PARTNERS = 16
+_OUTLIER_SEARCHES = 64
 #: At most this many moves per row.
 _MOVES_PER_ROW = 8
 _INF = 1 << 62
 
 
 def even_rows(
-    rows: list[list[int]],
-    row_length: int,
-    max_documents: int,
-    keep_above: int,
-    step_rows: int = 0,
-    full_rows: int = 0,
-) -> tuple[list[list[int]], list[int]]:
-    """Rows of the same documents whose works (sums of squared sizes) are near the mean, and
-    the rows lifted to their step's heaviest (NOTE [ Work-aware rows ]).
+    rows: list[list[int]], row_length: int, max_documents: int, keep_above: int
+) -> list[list[int]]:
+    """Rows of the same documents whose works (sums of squared sizes) are near the mean
+    (NOTE [ Work-aware rows ]).
 
     Args:
         rows: each row's document sizes, every row within ``row_length``.
         row_length: tokens per row.
         max_documents: the most documents a row may hold (no row above it stays so).
         keep_above: documents longer than this stay in their row.
-        step_rows: rows per global step (``num_replicas * B``); 0: no lift.
+
+    Example:
+        >>> rows = [[4, 4], [1, 1, 1, 1, 1, 1, 1, 1]]  # works 32 and 8
+        >>> even_rows(rows, 8, max_documents=8, keep_above=8)
+        [[4, 1, 1, 1, 1], [4, 1, 1, 1, 1]]
+    """
+    rows = [list(r) for r in rows]
+    work = [sum(s * s for s in r) for r in rows]
+    _flatten(rows, work, list(range(len(rows))), row_length, max_documents, keep_above)
+    return rows
+
+
+def lift_rows(
+    rows: list[list[int]],
+    row_length: int,
+    max_documents: int,
+    keep_above: int,
+    step_rows: int,
+    full_rows: int,
+) -> tuple[list[list[int]], list[int]]:
+    """Evened rows (:func:`even_rows`) with the heaviest steps' rows lifted towards their
+    step's heaviest row (NOTE [ Work-aware rows ]), if that lowers the slowdown.
+
+    Args:
+        rows, row_length, max_documents, keep_above: as for :func:`even_rows`.
+        step_rows: rows per global step (``num_replicas * B``).
         full_rows: rows of the full global steps (the lifted rows are among them).
 
     Returns:
         ``(rows, lifted)``: the new rows (same order) and the indices of the lifted rows.
 
     Example:
-        >>> rows = [[4, 4], [1, 1, 1, 1, 1, 1, 1, 1]]  # works 32 and 8
-        >>> even_rows(rows, 8, max_documents=8, keep_above=8)
-        ([[4, 1, 1, 1, 1], [4, 1, 1, 1, 1]], [])
+        >>> rows = [[7, 1], [2, 2, 2, 2], [4, 2, 2], [4, 2, 2]]  # works 50, 16, 24, 24
+        >>> lift_rows(rows, 8, max_documents=8, keep_above=8, step_rows=2, full_rows=4)
+        ([[7, 1], [2, 2, 2, 2], [4, 4], [2, 2, 2, 2]], [0, 2])
     """
     rows = [list(r) for r in rows]
     work = [sum(s * s for s in r) for r in rows]
-    _flatten(rows, work, list(range(len(rows))), row_length, max_documents, keep_above)
     if step_rows < 1 or not rows:
         return rows, []
     mean = sum(work) / len(rows)
@@ -90,6 +113,7 @@ def even_rows(
     if steps == 0:
         return rows, []
     top, rest = order[: steps * step_rows], order[steps * step_rows :]
+    before = [list(r) for r in rows], list(work)
     givers = [(-work[i], i) for i in rest]
     heapq.heapify(givers)
     for k in range(steps):
@@ -116,7 +140,20 @@ def even_rows(
             for g in tried:
                 heapq.heappush(givers, (-work[g], g))
     _flatten(rows, work, rest, row_length, max_documents, keep_above)
+    lifted_order = top + sorted(rest, key=lambda i: (-work[i], i))
+    if _slowdown(work, lifted_order, step_rows, full_rows) >= _slowdown(
+        before[1], order, step_rows, full_rows
+    ):
+        return before[0], []  # the lift did not pay (rows that resist exchanges)
     return rows, sorted(top)
+
+
+def _slowdown(work: list[int], order: list[int], step_rows: int, full_rows: int) -> float:
+    """Sum over steps of the heaviest row's work over sum of the mean's, for the full steps
+    cut from ``order`` (the epoch's sorting of rows by work, before its random leftovers)."""
+    w = np.asarray([work[i] for i in order[:full_rows]], dtype=np.float64)
+    w = w.reshape(-1, step_rows)
+    return float(w.max(1).sum() / max(w.mean(1).sum(), 1e-300))
 
 
 def _pop(heap: list[tuple[int, int]], work: list[int]) -> int | None:
@@ -158,11 +195,11 @@ def _flatten(
             heapq.heappop(heap)
         return None
 
-    def partners(heap: list[tuple[int, int]], sign: int, driver: int) -> list[int]:
-        """The first ``_PARTNERS`` live rows of ``heap`` other than ``driver`` (left in it)."""
+    def partners(heap: list[tuple[int, int]], sign: int, driver: int, count: int) -> list[int]:
+        """The first ``count`` live rows of ``heap`` other than ``driver`` (left in it)."""
         out: list[int] = []
         popped = []
-        while heap and len(out) < _PARTNERS:
+        while heap and len(out) < count:
             entry = heapq.heappop(heap)
             w, i = entry
             if sign * w != work[i]:
@@ -174,6 +211,7 @@ def _flatten(
             heapq.heappush(heap, entry)
         return out
 
+    searches = _OUTLIER_SEARCHES
     for _ in range(_MOVES_PER_ROW * n):
         h, lo = top(heavy, -1), top(light, 1)
         if h is None or lo is None:
@@ -182,8 +220,14 @@ def _flatten(
         if max(up, down) <= tol:
             break
         driver = h if up >= down else lo
+        # a heavy outlier (a quarter above the mean) tries many partners: it alone can slow a
+        # step; a budget of such searches bounds the time on rows that resist exchanges
+        count = _PARTNERS
+        if driver == h and up > mean / 4 and searches > 0:
+            count, searches = _PARTNERS * _OUTLIER_PARTNERS, searches - 1
         moved = False
-        for other in partners(light, 1, h) if driver == h else partners(heavy, -1, lo):
+        others = partners(light, 1, h, count) if driver == h else partners(heavy, -1, lo, count)
+        for other in others:
             a, b = (driver, other) if driver == h else (other, driver)
             gap = work[a] - work[b]
             if gap <= 0:
@@ -223,11 +267,8 @@ def _exchange(
     top_y = min(top_x + free_h, sum(ml))
     if limit <= 1 or top_x <= 0:
         return None
-    ch, cl = _chunks(mh), _chunks(ml)
-    h_min, h_min_take = _knapsack(ch, top_x, 1)
-    h_max, h_max_take = _knapsack(ch, top_x, -1)
-    l_min, l_min_take = _knapsack(cl, top_y, 1)
-    l_max, l_max_take = _knapsack(cl, top_y, -1)
+    ch, h_min, h_min_take, h_max, h_max_take = _subsets(tuple(mh))
+    cl, l_min, l_min_take, l_max, l_max_take = _subsets(tuple(ml))
     # candidate (t, t') = (tokens out of the heavier row, tokens into it): t' - t in
     # [-free_l, free_h] keeps both rows within the row length
     t = np.arange(1, top_x + 1)[:, None]
@@ -255,6 +296,18 @@ def _exchange(
     new_l.subtract(y)
     new_l.update(x)
     return sorted(new_h.elements(), reverse=True), sorted(new_l.elements(), reverse=True)
+
+
+@functools.lru_cache(maxsize=1024)
+def _subsets(
+    sizes: tuple[int, ...],
+) -> tuple[list[tuple[int, int]], np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(chunks, least, least_take, most, most_take)`` over a row's movable sizes: the
+    knapsacks of :func:`_knapsack` up to all its tokens (cached: the lightest rows meet many
+    drivers)."""
+    chunks = _chunks(list(sizes))
+    top = sum(sizes)
+    return (chunks, *_knapsack(chunks, top, 1), *_knapsack(chunks, top, -1))
 
 
 def _chunks(sizes: list[int]) -> list[tuple[int, int]]:
