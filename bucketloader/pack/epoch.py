@@ -25,24 +25,33 @@ all-padding rows (a rank that would get no row repeats one of the step, so no ba
 NOTE [ Balancing ranks ]
 Attention costs each row about the sum of its documents' squared lengths (its *work*), and a
 synchronous step waits for its slowest rank, so ranks whose rows hold long documents make the
-others wait at every step. With ``balance=True`` (more than one rank) step 2 changes, within each
-row length and without touching the shapes, the steps or the padding:
+others wait at every step. With ``balance=True`` (more than one rank), without touching the
+shapes, the steps or the padding:
 
+* the rows are :meth:`PackSpec.balanced_layout <bucketloader.pack.PackSpec.balanced_layout>`:
+  the spec's rows with documents exchanged between rows of the same row length so every row's
+  work is near the mean, and the rows of the heaviest steps lifted towards their step's
+  heaviest row (NOTE [ Work-aware rows ] in :mod:`bucketloader.pack._work`; once per spec and
+  rank count). With one row per rank and step, dealing alone cannot do better than the rows'
+  own spread; with these rows it need not;
+* the lifted rows always fill full steps (the ``q`` rows of the last, partial step are drawn
+  from the others), so the heaviest steps stay together whatever the shuffle;
 * the rows that fill the full global steps are sorted by work (after the shuffle, so ties stay
   random) and cut into consecutive groups of ``num_replicas * B`` rows: each global step holds
   rows of similar work (and, rows being nearly full, similar tokens);
 * within a step the rows are dealt to ranks in snake order of work (rank ``0, 1, ..., R-1,
   R-1, ..., 0, ...``), ``B`` rows each, which evens out what is left of the differences;
 * the groups are put in a random order (``SeedSequence([seed, epoch])``), so light and heavy
-  steps are spread over the epoch. The rows of the last, partial step are those of the
-  unbalanced plan (a random set) and follow ``last_batch`` as before; under ``"pad"`` they
-  are dealt heaviest first to the rank with the least work that still takes a row (ranks
-  take ``q // R`` or ``q // R + 1`` of them, as without balancing).
+  steps are spread over the epoch. The rows of the last, partial step are a random set and
+  follow ``last_batch`` as before; under ``"pad"`` they are dealt heaviest first to the rank
+  with the least work that still takes a row (ranks take ``q // R`` or ``q // R + 1`` of them,
+  as without balancing).
 
 Every rank still computes the same global plan alone. Measured on the text length files
-(``benchmarks/pack_balance.py``), max / mean work per step over 8 and 64 ranks drops to about
-1.0 (``benchmarks/results/pack_balance.md``). On one rank there is nothing to balance: the plan
-is unchanged (:class:`~bucketloader.pack.PackSampler` says so with a warning).
+(``benchmarks/pack_balance.py``), max / mean work per step over 8 and 64 ranks, one or four rows
+per rank, drops from 1.2-2.6 to at most about 1.04 (``benchmarks/results/pack_balance.md``). On
+one rank there is nothing to balance: the plan is unchanged
+(:class:`~bucketloader.pack.PackSampler` says so with a warning).
 """
 
 from __future__ import annotations
