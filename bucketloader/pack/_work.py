@@ -85,6 +85,7 @@ def lift_rows(
     keep_above: int,
     step_rows: int,
     full_rows: int,
+    per_rank: int = 1,
 ) -> tuple[list[list[int]], list[int]]:
     """Evened rows (:func:`even_rows`) with the heaviest steps' rows lifted towards their
     step's heaviest row (NOTE [ Work-aware rows ]), if that lowers the slowdown.
@@ -93,6 +94,7 @@ def lift_rows(
         rows, row_length, max_documents, keep_above: as for :func:`even_rows`.
         step_rows: rows per global step (``num_replicas * B``).
         full_rows: rows of the full global steps (the lifted rows are among them).
+        per_rank: rows per rank and step (``B``; ``step_rows`` is a multiple of it).
 
     Returns:
         ``(rows, lifted)``: the new rows (same order) and the indices of the lifted rows.
@@ -141,19 +143,29 @@ def lift_rows(
                 heapq.heappush(givers, (-work[g], g))
     _flatten(rows, work, rest, row_length, max_documents, keep_above)
     lifted_order = top + sorted(rest, key=lambda i: (-work[i], i))
-    if _slowdown(work, lifted_order, step_rows, full_rows) >= _slowdown(
-        before[1], order, step_rows, full_rows
+    if _slowdown(work, lifted_order, step_rows, full_rows, per_rank) >= _slowdown(
+        before[1], order, step_rows, full_rows, per_rank
     ):
         return before[0], []  # the lift did not pay (rows that resist exchanges)
     return rows, sorted(top)
 
 
-def _slowdown(work: list[int], order: list[int], step_rows: int, full_rows: int) -> float:
-    """Sum over steps of the heaviest row's work over sum of the mean's, for the full steps
-    cut from ``order`` (the epoch's sorting of rows by work, before its random leftovers)."""
+def _slowdown(
+    work: list[int], order: list[int], step_rows: int, full_rows: int, per_rank: int
+) -> float:
+    """Sum over steps of the slowest rank's work over sum of the mean rank's, for the full
+    steps cut from ``order`` (the epoch's sorting of rows by work, before its random leftovers)
+    and ``per_rank`` rows dealt to each rank in snake order (NOTE [ Balancing ranks ] in
+    :mod:`bucketloader.pack.epoch`)."""
     w = np.asarray([work[i] for i in order[:full_rows]], dtype=np.float64)
-    w = w.reshape(-1, step_rows)
-    return float(w.max(1).sum() / max(w.mean(1).sum(), 1e-300))
+    w = np.sort(w.reshape(-1, step_rows), axis=1)
+    ranks = step_rows // per_rank
+    p = np.arange(step_rows)
+    rnd, i = p // ranks, p % ranks
+    owner = np.where(rnd % 2 == 0, i, ranks - 1 - i)
+    load = np.zeros((w.shape[0], ranks))
+    np.add.at(load, (slice(None), owner), w)
+    return float(load.max(1).sum() / max(load.mean(1).sum(), 1e-300))
 
 
 def _pop(heap: list[tuple[int, int]], work: list[int]) -> int | None:

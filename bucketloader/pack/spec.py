@@ -316,6 +316,7 @@ class PackSpec:
                 length,
                 *self._work_limits(k),
                 step_rows=step,
+                per_rank=self.batch_sizes[k],
                 full_rows=int(full[k]) * step,
             )
             for i, row in zip(mine.tolist(), new, strict=True):
