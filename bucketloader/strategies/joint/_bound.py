@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bucketloader.strategies.joint._cbc import solve_lp
 from bucketloader.strategies.joint._grid import Grid
+from bucketloader.strategies.joint._lp import solve_lp
 
 #: Distinct reach values per bound evaluation (subgradient steps).
 LEVELS = 96
@@ -180,14 +180,15 @@ def lp_bound(
         if (yv >= 0.5).any():
             seed = rset[yv >= 0.5]
         reach = np.maximum((lam / weight)[inv], grid.point_size)
-        for mix in (1.0, 0.5):
-            trial = mix * reach + (1 - mix) * best.reach
-            lb, g, snapped = evaluate(grid, trial, k, LP_LEVELS)
-            if lb > best.value:
-                best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
+        lb, g, snapped = evaluate(grid, reach, k, LP_LEVELS)  # its gains also price
+        if lb > best.value:
+            best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
+        if time.perf_counter() < deadline:  # halfway between the best reaches and the LP's
+            lb2, g2, snapped2 = evaluate(grid, 0.5 * (reach + best.reach), k, LP_LEVELS)
+            if lb2 > best.value:
+                best = Bound(lb2, snapped2.copy(), g2, best.iterations + 1, log)
         if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
             break
-        _, g, _ = evaluate(grid, reach, k, LP_LEVELS)
         out = np.setdiff1d(np.flatnonzero(g > mu * (1 + 1e-9) + 1e-6), rset)
         if out.size == 0:
             break  # the restricted LP's duals price out every candidate: the LP bound

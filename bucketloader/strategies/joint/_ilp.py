@@ -16,7 +16,6 @@ program over the survivors is then exact for the whole grid.
 from __future__ import annotations
 
 import time
-import warnings
 from typing import Any
 
 import numpy as np
@@ -43,14 +42,16 @@ def num_pairs(grid: Grid, subset: np.ndarray | None = None) -> int:
 def solve_ilp(
     grid: Grid, k: int, start: np.ndarray, deadline: float, subset: np.ndarray | None = None
 ) -> tuple[np.ndarray | None, dict[str, Any]]:
-    """Solve NOTE [ The joint integer program ] from the warm start ``start`` (candidate ids),
-    over every candidate or only ``subset`` (which must hold ``start``).
+    """Solve NOTE [ The joint integer program ] over every candidate or only ``subset`` (which
+    must hold ``start``, the plan the caller keeps if the solver finds nothing better).
 
-    Returns ``(cells or None, details)``; ``details["proved"]`` says whether CBC proved
+    Returns ``(cells or None, details)``: ``details["proved"]`` says whether HiGHS proved
     optimality (over the candidates given) by ``deadline`` (``time.perf_counter()``; building
-    the model counts).
+    the model counts), ``details["bound"]`` is its lower bound on ``Σ w_i · size`` over those
+    candidates (``-inf`` when it has none).
     """
-    import pulp
+    import scipy.sparse as sp
+    from scipy.optimize import Bounds, LinearConstraint, milp
 
     ids = np.arange(grid.cand.shape[0]) if subset is None else np.asarray(subset, np.int64)
     full = grid.covers(ids)
@@ -61,50 +62,42 @@ def solve_ilp(
     weight = np.bincount(inv.ravel(), weights=grid.weight)
     cover = full[:, first]
     ci, pi = np.nonzero(cover)
-    ci = ids[ci]
-    prob = pulp.LpProblem("bucketloader_joint", pulp.LpMinimize)
-    add = prob.add_variable if hasattr(prob, "add_variable") else None
-
-    def var(name: str) -> Any:
-        if add is not None:
-            return add(name, 0, 1, cat=pulp.LpBinary)
-        return pulp.LpVariable(name, 0, 1, cat=pulp.LpBinary)  # pragma: no cover - older PuLP
-
-    used = np.unique(ci)
-    y = {int(c): var(f"y_{c}") for c in used}
-    x = [var(f"x_{c}_{i}") for c, i in zip(ci.tolist(), pi.tolist(), strict=True)]
-    cost = (weight[pi] * grid.cand_size[ci]).tolist()
-    prob += pulp.LpAffineExpression(list(zip(x, cost, strict=True)))
-    rows: list[list[Any]] = [[] for _ in range(first.size)]
-    for v, i in zip(x, pi.tolist(), strict=True):
-        rows[i].append(v)
-    for i, vs in enumerate(rows):
-        prob += pulp.LpAffineExpression([(v, 1.0) for v in vs]) == 1, f"send_{i}"
-    for n, (v, c) in enumerate(zip(x, ci.tolist(), strict=True)):
-        prob += pulp.LpAffineExpression([(v, 1.0), (y[c], -1.0)]) <= 0, f"open_{n}"
-    prob += pulp.lpSum(y.values()) <= k, "max_shapes"
-    slot, _ = grid.assign(start)
-    slot = slot[first]
-    chosen = set(start.tolist())
-    for c, v in y.items():
-        v.setInitialValue(1 if c in chosen else 0)
-    for v, c, i in zip(x, ci.tolist(), pi.tolist(), strict=True):
-        v.setInitialValue(1 if start[slot[i]] == c else 0)
-    with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC for 4.0
-        warnings.simplefilter("ignore", DeprecationWarning)
-        left = max(deadline - time.perf_counter(), 0.01)
-        solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=left, warmStart=True)
-    prob.solve(solver)
-    proved = (
-        prob.status == pulp.LpStatusOptimal
-        and getattr(prob, "sol_status", pulp.LpSolutionOptimal) == pulp.LpSolutionOptimal
-    )
-    picked = [c for c, v in y.items() if v.varValue is not None and v.varValue > 0.5]
-    details = {
-        "solver_status": pulp.LpStatus.get(prob.status, str(prob.status)),
-        "proved": bool(proved),
-        "variables": len(x) + len(y),
-    }
-    if not picked:
+    ny, npair, nrow = ids.size, ci.size, first.size
+    pair = np.arange(npair)
+    # columns: y (ny), then x (npair); rows: send (nrow), open (npair), max_shapes (1)
+    cost = np.concatenate([np.zeros(ny), weight[pi] * grid.cand_size[ids][ci]])
+    send = sp.csr_matrix((np.ones(npair), (pi, ny + pair)), shape=(nrow, ny + npair))
+    opened = sp.csr_matrix(
+        (
+            np.concatenate([np.ones(npair), -np.ones(npair), np.ones(ny)]),
+            (np.concatenate([pair, pair, np.full(ny, npair)]),
+             np.concatenate([ny + pair, ci, np.arange(ny)])),
+        ),
+        shape=(npair + 1, ny + npair),
+    )  # fmt: skip
+    upper = np.concatenate([np.zeros(npair), [float(k)]])
+    left = deadline - time.perf_counter()
+    details: dict[str, Any] = {"proved": False, "bound": -np.inf, "variables": int(ny + npair)}
+    if left <= 0.01:
+        details["solver_status"] = "no time left"
         return None, details
-    return np.array(sorted(picked), dtype=np.int64), details
+    res = milp(
+        cost,
+        integrality=np.concatenate([np.ones(ny), np.zeros(npair)]),
+        bounds=Bounds(0.0, 1.0),
+        constraints=[LinearConstraint(send, 1.0, 1.0), LinearConstraint(opened, -np.inf, upper)],
+        options={"time_limit": left},
+    )
+    details["solver_status"] = str(res.message)
+    details["proved"] = bool(res.status == 0)
+    dual = getattr(res, "mip_dual_bound", None)
+    if res.status == 0 and res.fun is not None:
+        dual = res.fun
+    if dual is not None and np.isfinite(dual):
+        details["bound"] = float(dual)
+    if res.x is None:
+        return None, details
+    picked = ids[res.x[:ny] > 0.5]
+    if picked.size == 0:
+        return None, details
+    return np.sort(picked).astype(np.int64), details
