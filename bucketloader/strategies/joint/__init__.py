@@ -200,6 +200,8 @@ def _search_and_bound(
     grid = Grid.build(rows, counts, values, size)
     info.update(grid=int(np.prod(grid.shape)), candidates=int(grid.cand.shape[0]))
     const = float((grid.weight * grid.point_size).sum())
+    if params["exact"]:  # HiGHS (LP rounds, integer program): imported once, inside the limit
+        import scipy.optimize  # noqa: F401
     t0 = time.perf_counter()
     budget = deadline - t0
     cells, converged = _best_search(grid, k, [greedy(grid, k)], t0 + 0.3 * budget)
@@ -223,30 +225,31 @@ def _search_and_bound(
     else:
         soon = min(deadline, t0 + 0.25 * (deadline - t0))
         bound = lagrangian(grid, k, reach, upper, soon, tol)
-        if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
-            lp_deadline = time.perf_counter() + 0.7 * (deadline - time.perf_counter())
-            bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)
-            info["lp_rounds"] = bound.log
-            if seed is not None and time.perf_counter() < deadline:
-                soon = time.perf_counter() + 0.3 * (deadline - time.perf_counter())
-                found, _ = _best_search(grid, k, [cells, seed], soon)
-                _, got = grid.assign(found)
-                if total(grid, got) < upper:
-                    cells, upper = found, total(grid, got)
         lower = bound.value - const
+        ilp_ready = params["exact"] and _ilp_fits(grid, bound, k, upper, cells, deadline, 0.6)
+        if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
+            if not ilp_ready:
+                lp_deadline = time.perf_counter() + 0.7 * (deadline - time.perf_counter())
+                bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)
+                info["lp_rounds"] = bound.log
+                if seed is not None and time.perf_counter() < deadline:
+                    soon = time.perf_counter() + 0.3 * (deadline - time.perf_counter())
+                    found, _ = _best_search(grid, k, [cells, seed], soon)
+                    _, got = grid.assign(found)
+                    if total(grid, got) < upper:
+                        cells, upper = found, total(grid, got)
+                lower = bound.value - const
     info.update(bound_iterations=bound.iterations, bound_seconds=time.perf_counter() - t0)
     status = "heuristic" if converged else "time_limit"
     pad = upper - const
     info["method"] = "search+lagrangian"
-    remaining = deadline - time.perf_counter()
     if (
         params["exact"]
         and not coarsened
         and pad - lower > max(tol * pad, 0.5)
-        and remaining > 0.05
-        and num_pairs(grid, subset := survivors(bound, k, upper, cells))
-        <= max(MAX_PAIRS, PAIRS_PER_SECOND * remaining)
+        and _ilp_fits(grid, bound, k, upper, cells, deadline, 1.0)
     ):
+        subset = survivors(bound, k, upper, cells)
         info["ilp_candidates"] = int(subset.size)
         t0 = time.perf_counter()
         picked, details = solve_ilp(grid, k, cells, deadline, subset)
@@ -262,6 +265,8 @@ def _search_and_bound(
             lower = max(lower, min(upper, details["bound"]) - const)
             if time.perf_counter() >= deadline:
                 status = "time_limit"
+    elif time.perf_counter() >= deadline:
+        status = "time_limit"
     if coarsened:
         status = "coarsened"
     scale = max(1.0, abs(upper))
@@ -270,6 +275,18 @@ def _search_and_bound(
     out = out[np.lexsort(out.T[::-1])]
     out.setflags(write=False)
     return out, lower_int, status
+
+
+def _ilp_fits(
+    grid: Grid, bound: Any, k: int, upper: float, cells: np.ndarray, deadline: float, share: float
+) -> bool:
+    """Whether the integer program over the bound's survivors fits ``share`` of the time left
+    (NOTE [ The joint integer program ])."""
+    remaining = share * (deadline - time.perf_counter())
+    if remaining <= 0.05:
+        return False
+    pairs = num_pairs(grid, survivors(bound, k, upper, cells))
+    return pairs <= max(MAX_PAIRS, PAIRS_PER_SECOND * remaining)
 
 
 def _best_search(

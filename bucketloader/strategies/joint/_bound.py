@@ -97,10 +97,12 @@ def lagrangian(
     const = float((grid.weight * grid.point_size).sum())
     reach = np.maximum(start.astype(np.float64), grid.point_size)
     best: Bound | None = None
-    theta, stall, it = 1.0, 0, 0
+    theta, stall, it, cost = 1.0, 0, 0, 0.0
     while True:
         it += 1
+        t0 = time.perf_counter()
         lb, g, snapped = evaluate(grid, reach, k)
+        cost = time.perf_counter() - t0
         if best is None or lb > best.value:
             if best is not None and lb > best.value + 1e-6 * max(1.0, abs(upper - const)):
                 stall = 0
@@ -108,7 +110,9 @@ def lagrangian(
         else:
             stall += 1
         pad_gap = upper - best.value
-        if pad_gap <= max(target * max(upper - const, 0.0), 0.5) or time.perf_counter() > deadline:
+        if pad_gap <= max(target * max(upper - const, 0.0), 0.5):
+            break
+        if time.perf_counter() + cost > deadline:  # NOTE [ Joint time limit and fallbacks ]
             break
         if stall >= 4:
             theta, stall = theta / 2, 0
@@ -180,10 +184,12 @@ def lp_bound(
         if (yv >= 0.5).any():
             seed = rset[yv >= 0.5]
         reach = np.maximum((lam / weight)[inv], grid.point_size)
+        t0 = time.perf_counter()
         lb, g, snapped = evaluate(grid, reach, k, LP_LEVELS)  # its gains also price
+        cost = time.perf_counter() - t0
         if lb > best.value:
             best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
-        if time.perf_counter() < deadline:  # halfway between the best reaches and the LP's
+        if time.perf_counter() + cost < deadline:  # halfway between the best reaches and the LP's
             lb2, g2, snapped2 = evaluate(grid, 0.5 * (reach + best.reach), k, LP_LEVELS)
             if lb2 > best.value:
                 best = Bound(lb2, snapped2.copy(), g2, best.iterations + 1, log)

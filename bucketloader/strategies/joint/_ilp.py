@@ -1,16 +1,17 @@
-"""The exact joint plan: a facility-location integer program over the candidate cells, in PuLP.
+"""The exact joint plan: a facility-location integer program over the candidate cells, in HiGHS.
 
 NOTE [ The joint integer program ]
 Binary ``y_c`` opens candidate cell ``c``; ``x_ic`` sends grid point ``i`` to an open cell ``c``
 covering it (one variable per covering pair); minimise ``Σ w_i · size(c) · x_ic`` subject to
 ``Σ_c x_ic = 1``, ``x_ic ≤ y_c`` and ``Σ y_c ≤ K``. The strong form (one ``x ≤ y`` row per
-pair) has an LP relaxation that was measured to close the gap on these histograms, so CBC
-mostly proves the warm start. Points covered by the same candidates are merged into one row
-(their cost depends on the cell only). The model is built only when it has at most
-:data:`MAX_PAIRS` covering pairs, or :data:`PAIRS_PER_SECOND` per second left of the time
-limit (PuLP builds about 30,000 variables a second). Larger histograms first fix candidates
-out with the Lagrangian bound (NOTE [ Fixing candidates by the bound ] in :mod:`._bound`); the
-program over the survivors is then exact for the whole grid.
+pair) has an LP relaxation that was measured to close the gap on most of these histograms.
+Points covered by the same candidates are merged into one row (their cost depends on the cell
+only). The model goes to HiGHS (SciPy's ``milp``, from sparse arrays: building it takes
+milliseconds, where PuLP's objects took seconds) only when it has at most :data:`MAX_PAIRS`
+covering pairs, or :data:`PAIRS_PER_SECOND` per second left of the time limit; HiGHS stops at
+the limit with its own lower bound, which is kept when it beats ours. Larger histograms first
+fix candidates out with the Lagrangian bound (NOTE [ Fixing candidates by the bound ] in
+:mod:`._bound`); the program over the survivors is then exact for the whole grid.
 """
 
 from __future__ import annotations
@@ -23,20 +24,21 @@ import numpy as np
 from bucketloader.strategies.joint._grid import Grid
 
 #: Largest model (point, covering candidate) pairs handed to the solver ...
-MAX_PAIRS = 20_000
+MAX_PAIRS = 30_000
 #: ... or this many per second left of the time limit, when more.
-PAIRS_PER_SECOND = 5_000
+PAIRS_PER_SECOND = 15_000
 
 
 def num_pairs(grid: Grid, subset: np.ndarray | None = None) -> int:
-    """Covering (row, candidate) pairs, the model's ``x`` variables: points with the same
-    covering candidates make one row."""
+    """Covering (point, candidate) pairs of ``subset`` (every candidate by default): the model's
+    ``x`` variables before points with the same covering candidates merge (an upper bound on
+    them), by one prefix sum of the grid's occupancy."""
     ids = np.arange(grid.cand.shape[0]) if subset is None else np.asarray(subset, np.int64)
-    if ids.size > 4096:
-        return sum(int(grid.covers(ids[lo : lo + 512]).sum()) for lo in range(0, ids.size, 512))
-    cover = grid.covers(ids)
-    _, first = np.unique(np.packbits(cover, axis=0).T, axis=0, return_index=True)
-    return int(cover[:, first].sum())
+    occ = np.zeros(grid.shape)
+    occ.ravel()[grid.point_flat] = 1.0
+    for ax in range(occ.ndim):
+        np.cumsum(occ, axis=ax, out=occ)
+    return int(occ.ravel()[grid.cand_flat[ids]].sum())
 
 
 def solve_ilp(
