@@ -13,18 +13,22 @@ How (one module per part):
   candidate's gain at once by prefix sums (NOTE [ Gains by prefix sums ]);
 * :mod:`._search`: greedy, then best swaps with Lloyd steps (NOTE [ Greedy, swap, Lloyd ]);
 * :mod:`._bound`: a Lagrangian lower bound (NOTE [ The Lagrangian bound ]);
-* :mod:`._ilp`: the exact facility-location program in PuLP / CBC for small histograms
+* :mod:`._lp`: the LP rounds of the bound, in HiGHS (NOTE [ Why HiGHS for the LP ]);
+* :mod:`._ilp`: the exact facility-location program in HiGHS for small histograms
   (NOTE [ The joint integer program ]).
 
 NOTE [ Joint time limit and fallbacks ]
-``time_limit`` covers the swaps, the bound and the integer program; the greedy plan and one
-bound evaluation always run (milliseconds), so even a tiny limit returns a valid plan with a
-valid bound (``status="time_limit"``). A histogram with one input is solved exactly by the 1-D
-DP (``"optimal"``), whatever the options. A grid of more than :data:`._grid.MAX_GRID` points
-(three inputs, or very many distinct lengths) is pre-binned: the cells sit on per-input
-quantiles (``status="coarsened"``) and the bound comes from the same quantiles with every sample
-rounded *down* (a relaxation), so it stays certified. ``max_shapes`` at least the number of
-distinct rows gives every row its own cell (no padding).
+``time_limit`` covers the swaps, the bound, the LP and the integer program: every loop reads
+the clock before each step and starts one only when its last measured cost still fits, and the
+solvers (HiGHS) get the time left. What always runs on top is the grid, the greedy plan, one
+bound evaluation and the final assignment (milliseconds on these sets; measured: solves return
+within 0.1 s of the limit, see ``benchmarks/results/joint.md``), so even a tiny limit returns a
+valid plan with a valid bound (``status="time_limit"``). A histogram with one input is solved
+exactly by the 1-D DP (``"optimal"``), whatever the options. A grid of more than
+:data:`._grid.MAX_GRID` points (three inputs, or very many distinct lengths) is pre-binned: the
+cells sit on per-input quantiles (``status="coarsened"``) and the bound comes from the same
+quantiles with every sample rounded *down* (a relaxation), so it stays certified.
+``max_shapes`` at least the number of distinct rows gives every row its own cell (no padding).
 
 NOTE [ One joint plan for every rank ]
 A time limit makes the plan depend on the machine's speed, and ranks must agree on their
@@ -103,8 +107,8 @@ def solve_joint(
             gap when it runs out.
         tolerance: stop once the relative gap ``(objective - bound) / objective`` is at most
             this.
-        exact: solve the integer program (PuLP / CBC) when the model is small enough and the
-            gap is still above ``tolerance``.
+        exact: solve the LP relaxation and the integer program (HiGHS) when the model is
+            small enough and the gap is still above ``tolerance``.
         cache: ``None`` (solve every time), ``True`` (the default
             :class:`~bucketloader.BucketCache`) or a cache: keyed by SHA256 of the histogram and
             every parameter.
@@ -225,20 +229,17 @@ def _search_and_bound(
     else:
         soon = min(deadline, t0 + 0.25 * (deadline - t0))
         bound = lagrangian(grid, k, reach, upper, soon, tol)
-        lower = bound.value - const
-        ilp_ready = params["exact"] and _ilp_fits(grid, bound, k, upper, cells, deadline, 0.6)
         if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
-            if not ilp_ready:
-                lp_deadline = time.perf_counter() + 0.7 * (deadline - time.perf_counter())
-                bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)
-                info["lp_rounds"] = bound.log
-                if seed is not None and time.perf_counter() < deadline:
-                    soon = time.perf_counter() + 0.3 * (deadline - time.perf_counter())
-                    found, _ = _best_search(grid, k, [cells, seed], soon)
-                    _, got = grid.assign(found)
-                    if total(grid, got) < upper:
-                        cells, upper = found, total(grid, got)
-                lower = bound.value - const
+            lp_deadline = time.perf_counter() + 0.7 * (deadline - time.perf_counter())
+            bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)
+            info["lp_rounds"] = bound.log
+            if seed is not None and time.perf_counter() < deadline:
+                soon = time.perf_counter() + 0.3 * (deadline - time.perf_counter())
+                found, _ = _best_search(grid, k, [cells, seed], soon)
+                _, got = grid.assign(found)
+                if total(grid, got) < upper:
+                    cells, upper = found, total(grid, got)
+        lower = bound.value - const
     info.update(bound_iterations=bound.iterations, bound_seconds=time.perf_counter() - t0)
     status = "heuristic" if converged else "time_limit"
     pad = upper - const
@@ -247,7 +248,7 @@ def _search_and_bound(
         params["exact"]
         and not coarsened
         and pad - lower > max(tol * pad, 0.5)
-        and _ilp_fits(grid, bound, k, upper, cells, deadline, 1.0)
+        and _ilp_fits(grid, bound, k, upper, cells, deadline)
     ):
         subset = survivors(bound, k, upper, cells)
         info["ilp_candidates"] = int(subset.size)
@@ -278,11 +279,11 @@ def _search_and_bound(
 
 
 def _ilp_fits(
-    grid: Grid, bound: Any, k: int, upper: float, cells: np.ndarray, deadline: float, share: float
+    grid: Grid, bound: Any, k: int, upper: float, cells: np.ndarray, deadline: float
 ) -> bool:
-    """Whether the integer program over the bound's survivors fits ``share`` of the time left
+    """Whether the integer program over the bound's survivors fits the time left
     (NOTE [ The joint integer program ])."""
-    remaining = share * (deadline - time.perf_counter())
+    remaining = deadline - time.perf_counter()
     if remaining <= 0.05:
         return False
     pairs = num_pairs(grid, survivors(bound, k, upper, cells))

@@ -20,7 +20,7 @@ so the bound holds for all plans, not only those on candidates.
 
 NOTE [ The LP bound by columns ]
 Subgradient steps approach the LP's value slowly. Where time allows, the LP relaxation itself is
-solved (CBC through PuLP) on a growing set of candidates: the heuristic's cells and the largest
+solved (HiGHS, :mod:`._lp`) on a growing set of candidates: the heuristic's cells and the largest
 gains first, points with the same covering candidates merged into one row. The duals of its
 "send every point once" rows are reaches (per unit of weight) for **all** points, so
 ``L(r)`` over **all** candidates is again a valid bound; candidates whose gain exceeds the dual

@@ -24,9 +24,9 @@ import numpy as np
 from bucketloader.strategies.joint._grid import Grid
 
 #: Largest model (point, covering candidate) pairs handed to the solver ...
-MAX_PAIRS = 30_000
+MAX_PAIRS = 20_000
 #: ... or this many per second left of the time limit, when more.
-PAIRS_PER_SECOND = 15_000
+PAIRS_PER_SECOND = 5_000
 
 
 def num_pairs(grid: Grid, subset: np.ndarray | None = None) -> int:

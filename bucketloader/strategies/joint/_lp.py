@@ -2,10 +2,11 @@
 
 NOTE [ Why HiGHS for the LP ]
 The column-generation LP (NOTE [ The LP bound by columns ] in :mod:`._bound`) has tens of
-thousands of rows and columns. CBC (through PuLP, or its binary fed an MPS file) took 1-8 s a
-round on GSM8K, plus writing the file; HiGHS, which SciPy bundles (a core dependency), solves the
-same rounds from sparse arrays in memory several times faster and stops at a wall-clock limit.
-Integer programs still go through PuLP (:mod:`._ilp`).
+thousands of rows and columns. Before, it went to CBC (PuLP's binary) as an MPS file written
+in Python; HiGHS, which SciPy bundles (a core dependency), takes the sparse arrays in memory,
+stops at a wall-clock limit, and solved the same rounds in about the same time (measured on
+Europarl: 1.8-2.8 s against CBC's 2.3-3.4 s per round of 18-25 thousand pairs, loaded machine).
+The integer program goes to HiGHS as well (:mod:`._ilp`).
 """
 
 from __future__ import annotations
