@@ -184,12 +184,12 @@ def lp_bound(
         if (yv >= 0.5).any():
             seed = rset[yv >= 0.5]
         reach = np.maximum((lam / weight)[inv], grid.point_size)
-        t0 = time.perf_counter()
+        began = time.perf_counter()
         lb, g, snapped = evaluate(grid, reach, k, LP_LEVELS)  # its gains also price
-        cost = time.perf_counter() - t0
+        spent = time.perf_counter() - began
         if lb > best.value:
             best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
-        if time.perf_counter() + cost < deadline:  # halfway between the best reaches and the LP's
+        if time.perf_counter() + spent < deadline:  # halfway between the best reaches and the LP's
             lb2, g2, snapped2 = evaluate(grid, 0.5 * (reach + best.reach), k, LP_LEVELS)
             if lb2 > best.value:
                 best = Bound(lb2, snapped2.copy(), g2, best.iterations + 1, log)
