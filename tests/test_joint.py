@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -19,6 +22,9 @@ from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.plan import BucketSpec, TokenBudget
 from bucketloader.solve import compute_boundaries
 from bucketloader.strategies.joint import Joint, JointHistogram, solve_joint
+from bucketloader.strategies.joint._grid import Grid
+from bucketloader.strategies.joint._ilp import _watchdog, solve_ilp
+from bucketloader.strategies.joint._search import greedy
 
 
 def oracle(rows, counts, k, size):
@@ -57,6 +63,73 @@ def test_bound_and_plan_bracket_the_oracle(points, k, size):
     exact = solve_joint(table, k, size=size, exact=True)
     assert exact.objective == best == exact.lower_bound
     assert exact.status == "optimal" and exact.gap == 0.0
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    points=tiny,
+    k=st.integers(1, 3),
+    size=st.sampled_from(["sum", "prod"]),
+    solver=st.sampled_from(["highs", "pulp"]),
+)
+def test_both_solvers_prove_the_oracle_through_solve_joint(points, k, size, solver):
+    """The integer program's path in ``solve_joint`` for both solvers. On tiny histograms the
+    bound closes the gap before it, so the bounds are weakened here (a valid bound minus 1000
+    is still valid, and its survivors are a superset) to make the solver run."""
+    import bucketloader.strategies.joint as joint
+
+    def weaker(fn):
+        def run(*args, **kwargs):
+            out = fn(*args, **kwargs)
+            bound = out[0] if isinstance(out, tuple) else out
+            bound.value -= 1000.0
+            return out
+
+        return run
+
+    rows = np.array([p[:2] for p in points], dtype=np.int64)
+    counts = np.array([p[2] for p in points], dtype=np.int64)
+    best = oracle(rows, counts, k, size)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(joint, "lagrangian", weaker(joint.lagrangian))
+        mp.setattr(joint, "lp_bound", weaker(joint.lp_bound))
+        sol = solve_joint(np.repeat(rows, counts, axis=0), k, size=size, solver=solver)
+    assert sol.info["method"] == "ilp" and sol.info["ilp"]["solver"] == solver
+    assert sol.info["ilp"]["proved"] and sol.params["solver"] == solver
+    assert sol.objective == best == sol.lower_bound and sol.status == "optimal"
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    points=tiny,
+    k=st.integers(1, 3),
+    size=st.sampled_from(["sum", "prod"]),
+    solver=st.sampled_from(["highs", "highs", "pulp"]),
+)
+def test_integer_program_is_the_oracle(points, k, size, solver):
+    """NOTE [ The joint integer program ] itself, for both solvers (``solve_joint`` skips it
+    when the bound already closes the gap): optimal, proved, its bound below the optimum."""
+    rows = np.array([p[:2] for p in points], dtype=np.int64)
+    counts = np.array([p[2] for p in points], dtype=np.int64)
+    best = oracle(rows, counts, k, size)
+    grid = Grid.build(rows, counts, [np.unique(rows[:, d]) for d in range(2)], size)
+    const = float((grid.weight * grid.point_size).sum())
+    picked, details = solve_ilp(grid, k, greedy(grid, k), time.perf_counter() + 30, None, solver)
+    assert picked is not None and details["proved"] and picked.size <= k
+    assert joint_padding(rows, counts, grid.lengths(picked), size) == best
+    assert details["bound"] - const <= best + 1e-6
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the watchdog runs on POSIX only")
+def test_cbc_watchdog_kills_at_the_deadline(tmp_path):
+    """NOTE [ Two solvers for the integer program ]: CBC overruns its own limit, so it runs
+    under a watchdog that kills it at the deadline."""
+    script = _watchdog(str(tmp_path), sys.executable, time.time() + 0.5)
+    start = time.perf_counter()
+    run = subprocess.run([script, "-c", "import time; time.sleep(30)"], check=False)
+    assert run.returncode == 124 and time.perf_counter() - start < 10
+    fast = _watchdog(str(tmp_path), sys.executable, time.time() + 30)
+    assert subprocess.run([fast, "-c", "raise SystemExit(3)"], check=False).returncode == 3
 
 
 def test_one_input_is_the_exact_dp():
@@ -145,7 +218,21 @@ def test_joint_solution_is_cached_under_all_parameters():
 
 
 def _args(params):
-    return {k: params[k] for k in ("max_shapes", "size", "time_limit", "tolerance", "exact")}
+    names = ("max_shapes", "size", "time_limit", "tolerance", "exact", "solver")
+    return {k: params[k] for k in names}
+
+
+def test_solver_is_part_of_the_cache_key():
+    pairs = [[3, 4], [4, 3], [10, 12], [12, 10], [11, 11], [5, 9]]
+    cache = BucketCache(tempfile.mkdtemp())
+    highs = solve_joint(pairs, 2, cache=cache)
+    pulp = solve_joint(pairs, 2, solver="pulp", cache=cache)
+    assert (cache.hits, cache.misses, len(cache)) == (0, 2, 2)
+    assert pulp.objective == highs.objective == pulp.lower_bound
+    assert solve_joint(pairs, 2, solver="pulp", cache=cache).params["solver"] == "pulp"
+    assert cache.hits == 1
+    spec = BucketSpec.build(pairs, strategy=Joint(solver="pulp"), max_shapes=2, batch_size=1)
+    assert spec.joint[0]["objective"] == highs.objective
 
 
 def test_time_limit_returns_the_best_plan_with_its_gap():
@@ -174,6 +261,7 @@ def test_time_limit_is_honoured():
         ({"max_shapes": 2, "time_limit": 0}, "time_limit must be"),
         ({"max_shapes": 2, "size": "max"}, "size must be one of"),
         ({"max_shapes": 2, "tolerance": -1}, "tolerance must be"),
+        ({"max_shapes": 2, "solver": "cplex"}, "solver must be one of"),
     ],
 )
 def test_solve_joint_bad_input(kwargs, match):
@@ -198,6 +286,8 @@ def test_spec_joint_bad_input(kwargs, match):
 def test_joint_options_are_checked_once():
     with pytest.raises(ValueError, match="time_limit must be"):
         Joint(time_limit=-1)
+    with pytest.raises(ValueError, match=r"solver must be one of .*'highs'.*got solver='CBC'"):
+        Joint(solver="CBC")
     # a callable size with max_shapes alone keeps the lattice (documented fallback)
     spec = BucketSpec.build([[1, 2], [3, 4]], max_shapes=1, size=lambda s: s[0] * 2, batch_size=1)
     assert spec.joint is None

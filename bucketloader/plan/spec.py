@@ -568,6 +568,7 @@ def _fit_joint(
         time_limit=joint.time_limit,
         tolerance=joint.tolerance,
         exact=joint.exact,
+        solver=joint.solver,
         cache=cache,
     )
     bs = tuple(np.unique(sol.cells[:, d]) for d in range(sol.cells.shape[1]))

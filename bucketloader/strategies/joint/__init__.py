@@ -14,21 +14,22 @@ How (one module per part):
 * :mod:`._search`: greedy, then best swaps with Lloyd steps (NOTE [ Greedy, swap, Lloyd ]);
 * :mod:`._bound`: a Lagrangian lower bound (NOTE [ The Lagrangian bound ]);
 * :mod:`._lp`: the LP rounds of the bound, in HiGHS (NOTE [ Why HiGHS for the LP ]);
-* :mod:`._ilp`: the exact facility-location program in HiGHS for small histograms
-  (NOTE [ The joint integer program ]).
+* :mod:`._ilp`: the exact facility-location program for small histograms, in HiGHS or PuLP/CBC
+  (NOTE [ The joint integer program ], NOTE [ Two solvers for the integer program ]).
 
 NOTE [ Joint time limit and fallbacks ]
 ``time_limit`` covers the swaps, the bound, the LP and the integer program: every loop reads
 the clock before each step and starts one only when its last measured cost still fits, and the
-solvers (HiGHS) get the time left. What always runs on top is the grid, the greedy plan, one
-bound evaluation and the final assignment (milliseconds on these sets; measured: solves return
-within 0.1 s of the limit, see ``benchmarks/results/joint.md``), so even a tiny limit returns a
-valid plan with a valid bound (``status="time_limit"``). A histogram with one input is solved
-exactly by the 1-D DP (``"optimal"``), whatever the options. A grid of more than
-:data:`._grid.MAX_GRID` points (three inputs, or very many distinct lengths) is pre-binned: the
-cells sit on per-input quantiles (``status="coarsened"``) and the bound comes from the same
-quantiles with every sample rounded *down* (a relaxation), so it stays certified.
-``max_shapes`` at least the number of distinct rows gives every row its own cell (no padding).
+solvers (HiGHS, or CBC for ``solver="pulp"``) get the time left. What always runs on top is the
+grid, the greedy plan, one bound evaluation and the final assignment (milliseconds on these
+sets; measured: solves return within 0.1 s of the limit, see ``benchmarks/results/joint.md``),
+so even a tiny limit returns a valid plan with a valid bound (``status="time_limit"``). A
+histogram with one input is solved exactly by the 1-D DP (``"optimal"``), whatever the options.
+A grid of more than :data:`._grid.MAX_GRID` points (three inputs, or very many distinct
+lengths) is pre-binned: the cells sit on per-input quantiles (``status="coarsened"``) and the
+bound comes from the same quantiles with every sample rounded *down* (a relaxation), so it
+stays certified. ``max_shapes`` at least the number of distinct rows gives every row its own
+cell (no padding).
 
 NOTE [ One joint plan for every rank ]
 A time limit makes the plan depend on the machine's speed, and ranks must agree on their
@@ -56,7 +57,13 @@ from bucketloader.histogram import JointHistogram, LengthHistogram
 from bucketloader.solution import JointSolution
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors
 from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values
-from bucketloader.strategies.joint._ilp import MAX_PAIRS, PAIRS_PER_SECOND, num_pairs, solve_ilp
+from bucketloader.strategies.joint._ilp import (
+    MAX_PAIRS,
+    SOLVERS,
+    num_pairs,
+    pairs_per_second,
+    solve_ilp,
+)
 from bucketloader.strategies.joint._search import greedy, improve, lattice_drop, total
 
 __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
@@ -72,14 +79,20 @@ def joint_params(
     time_limit: float = 5.0,
     tolerance: float = 0.001,
     exact: bool = True,
+    solver: str = "highs",
 ) -> dict[str, Any]:
     """Every parameter that determines a joint solution, checked, in canonical form (the cache
-    key includes all of them and :data:`JOINT_FORMAT`)."""
+    key includes all of them and :data:`JOINT_FORMAT`).
+
+    ``solver`` is part of the key: two solvers that both prove optimality reach the same
+    padding, but not always the same cells (ties), and before a proof their plans, bounds and
+    statuses differ."""
     return {
         "exact": check_bool("exact", exact),
         "format": JOINT_FORMAT,
         "max_shapes": check_int("max_shapes", max_shapes, minimum=1),
         "size": check_choice("size", size, ("prod", "sum")),
+        "solver": check_choice("solver", solver, SOLVERS),
         "time_limit": check_float("time_limit", time_limit, minimum=1e-3, maximum=1e6),
         "tolerance": check_float("tolerance", tolerance, minimum=0.0, maximum=1.0),
     }
@@ -93,6 +106,7 @@ def solve_joint(
     time_limit: float = 5.0,
     tolerance: float = 0.001,
     exact: bool = True,
+    solver: str = "highs",
     cache: Any = None,
 ) -> JointSolution:
     """At most ``max_shapes`` cells with the least padding, and a certified lower bound.
@@ -107,8 +121,11 @@ def solve_joint(
             gap when it runs out.
         tolerance: stop once the relative gap ``(objective - bound) / objective`` is at most
             this.
-        exact: solve the LP relaxation and the integer program (HiGHS) when the model is
-            small enough and the gap is still above ``tolerance``.
+        exact: solve the LP relaxation and the integer program when the model is small
+            enough and the gap is still above ``tolerance``.
+        solver: the integer program's solver: ``"highs"`` (SciPy's HiGHS) or ``"pulp"``
+            (PuLP's bundled CBC, warm-started from the heuristic's plan); the LP rounds of the
+            bound use HiGHS either way (NOTE [ Two solvers for the integer program ]).
         cache: ``None`` (solve every time), ``True`` (the default
             :class:`~bucketloader.BucketCache`) or a cache: keyed by SHA256 of the histogram and
             every parameter.
@@ -124,7 +141,12 @@ def solve_joint(
         ([[4, 4], [12, 12]], 8, 8, 'optimal')
     """
     params = joint_params(
-        max_shapes, size=size, time_limit=time_limit, tolerance=tolerance, exact=exact
+        max_shapes,
+        size=size,
+        time_limit=time_limit,
+        tolerance=tolerance,
+        exact=exact,
+        solver=solver,
     )
     hist = lengths if isinstance(lengths, JointHistogram) else JointHistogram.from_lengths(lengths)
     from bucketloader.cache import BucketCache
@@ -204,8 +226,11 @@ def _search_and_bound(
     grid = Grid.build(rows, counts, values, size)
     info.update(grid=int(np.prod(grid.shape)), candidates=int(grid.cand.shape[0]))
     const = float((grid.weight * grid.point_size).sum())
-    if params["exact"]:  # HiGHS (LP rounds, integer program): imported once, inside the limit
+    if params["exact"]:  # the solvers: imported once, inside the limit
         import scipy.optimize  # noqa: F401
+
+        if params["solver"] == "pulp":
+            import pulp  # noqa: F401
     t0 = time.perf_counter()
     budget = deadline - t0
     cells, converged = _best_search(grid, k, [greedy(grid, k)], t0 + 0.3 * budget)
@@ -248,12 +273,12 @@ def _search_and_bound(
         params["exact"]
         and not coarsened
         and pad - lower > max(tol * pad, 0.5)
-        and _ilp_fits(grid, bound, k, upper, cells, deadline)
+        and _ilp_fits(grid, bound, k, upper, cells, deadline, params["solver"])
     ):
         subset = survivors(bound, k, upper, cells)
         info["ilp_candidates"] = int(subset.size)
         t0 = time.perf_counter()
-        picked, details = solve_ilp(grid, k, cells, deadline, subset)
+        picked, details = solve_ilp(grid, k, cells, deadline, subset, params["solver"])
         info.update(ilp_seconds=time.perf_counter() - t0, ilp=details, method="ilp")
         if picked is not None:
             _, got = grid.assign(picked)
@@ -279,7 +304,13 @@ def _search_and_bound(
 
 
 def _ilp_fits(
-    grid: Grid, bound: Any, k: int, upper: float, cells: np.ndarray, deadline: float
+    grid: Grid,
+    bound: Any,
+    k: int,
+    upper: float,
+    cells: np.ndarray,
+    deadline: float,
+    solver: str,
 ) -> bool:
     """Whether the integer program over the bound's survivors fits the time left
     (NOTE [ The joint integer program ])."""
@@ -287,7 +318,7 @@ def _ilp_fits(
     if remaining <= 0.05:
         return False
     pairs = num_pairs(grid, survivors(bound, k, upper, cells))
-    return pairs <= max(MAX_PAIRS, PAIRS_PER_SECOND * remaining)
+    return pairs <= max(MAX_PAIRS, pairs_per_second(solver) * remaining)
 
 
 def _best_search(
@@ -329,6 +360,8 @@ class Joint:
         time_limit: seconds per solve (NOTE [ Joint time limit and fallbacks ]).
         tolerance: stop once the relative gap is at most this.
         exact: try the integer program when the model is small.
+        solver: the integer program's solver, ``"highs"`` or ``"pulp"``
+            (NOTE [ Two solvers for the integer program ]).
 
     Example:
         >>> from bucketloader import BucketSampler
@@ -341,9 +374,16 @@ class Joint:
     time_limit: float = 5.0
     tolerance: float = 0.001
     exact: bool = True
+    solver: str = "highs"
 
     def __post_init__(self) -> None:
-        joint_params(1, time_limit=self.time_limit, tolerance=self.tolerance, exact=self.exact)
+        joint_params(
+            1,
+            time_limit=self.time_limit,
+            tolerance=self.tolerance,
+            exact=self.exact,
+            solver=self.solver,
+        )
 
 
 def resolve_joint(
