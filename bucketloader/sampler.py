@@ -49,7 +49,12 @@ from bucketloader._dist import resolve_ranks
 from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
-from bucketloader.plan.epoch import check_accumulate, check_weights, resolve_weights
+from bucketloader.plan.epoch import (
+    PLAN_VERSION,
+    check_accumulate,
+    check_weights,
+    resolve_weights,
+)
 from bucketloader.plan.report import plan_report
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -576,7 +581,7 @@ class BucketSampler(EpochSampler):
         if (
             isinstance(saved, dict)
             and self.spec is not self._given
-            and saved.get("plan_digest") == self._given.digest
+            and saved.get("plan_digest") == self._plan_digest(spec=self._given)
         ):
             budget = self.spec.rule.budget if self.spec.rule is not None else None
             fix = dataclasses.replace(budget, balance=False) if budget is not None else None
@@ -585,6 +590,20 @@ class BucketSampler(EpochSampler):
                 "(bucketloader 0.2, or TokenBudget(balance=False)); this sampler spreads each "
                 "bucket's samples evenly over the same steps (fewer filler rows, other batch "
                 f"shapes). Build it with max_tokens={fix!r} to resume this state exactly"
+            )
+        if (
+            isinstance(saved, dict)
+            and self.shuffle
+            and saved.get("shuffle") is True
+            and saved.get("plan_digest") == self._plan_digest(plan_version=1)
+        ):
+            raise ValueError(
+                "state was saved by a sampler that shuffled each bucket with numpy's Fisher-Yates "
+                "(plan version 1, bucketloader <= 0.2); this one draws a keyed permutation per "
+                f"bucket (plan version {PLAN_VERSION}, NOTE [ Counter-based shuffle ] in "
+                "bucketloader.plan.permute): the same steps and shapes, other samples in each "
+                "batch, so the state cannot resume its epoch exactly. Start that epoch over with "
+                f"sampler.set_epoch({state.get('epoch')!r}), or go on with the next one"
             )
         super().load_state_dict(state)
 
@@ -598,9 +617,18 @@ class BucketSampler(EpochSampler):
             "last_batch": self.last_batch,
             "num_samples": int(self.spec.cell_of_sample.size),
             "num_batches": len(self),
-            "plan_digest": self.spec.digest
-            + ("" if self.accumulate == 1 else f"/accumulate={self.accumulate}"),
+            "plan_digest": self._plan_digest(),
         }
+
+    def _plan_digest(self, plan_version: int = PLAN_VERSION, spec: Any = None) -> str:
+        """The spec's digest, the accumulation and, with ``shuffle``, the version of the
+        within-bucket shuffle (NOTE [ Counter-based shuffle ]); version 1 had no suffix."""
+        digest = (self.spec if spec is None else spec).digest
+        if self.accumulate != 1:
+            digest += f"/accumulate={self.accumulate}"
+        if self.shuffle and plan_version > 1:
+            digest += f"/shuffle={plan_version}"
+        return digest
 
 
 class GroupedDataset(ConcatDataset):
