@@ -668,11 +668,18 @@ def _exact_sum(counts: np.ndarray) -> int:
     return sum(counts.tolist())
 
 
+#: Lengths counted per ``bincount`` call (bounded temporaries on large arrays).
+_COUNT_CHUNK = 1 << 20
+
+
 def _count(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Distinct values and counts: ``bincount`` when the range is small, else a sort."""
     lo, hi = int(arr.min()), int(arr.max())
     if hi - lo <= 4 * arr.size + 1024:
-        counts = np.bincount((arr - lo).ravel(), minlength=hi - lo + 1)
+        flat = arr.reshape(-1)
+        counts = np.zeros(hi - lo + 1, dtype=np.int64)
+        for i in range(0, flat.size, _COUNT_CHUNK):  # (bincount copies its input to int64)
+            counts += np.bincount(flat[i : i + _COUNT_CHUNK] - lo, minlength=hi - lo + 1)
         values = np.flatnonzero(counts)
         return values + lo, counts[values]
     return np.unique(arr, return_counts=True)

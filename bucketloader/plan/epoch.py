@@ -433,19 +433,26 @@ def _gather(
     seg: np.ndarray,
 ) -> np.ndarray:
     """The samples of batches ``i`` (``offsets[i + 1] - offsets[i]`` of them): positions
-    ``start[i], start[i] + 1, ...`` (cyclically, mod ``count[i]``) of the cell segment at
-    ``seg[i]`` of ``order``; in chunks of about ``_GATHER`` samples, so no temporary grows
-    with the epoch (only the result: one index per sample, in ``order``'s index type)."""
+    ``start[i], start[i] + 1, ...`` (cyclically, mod ``count[i]``) of the cell segment that
+    starts at ``seg[i]`` in ``order``. Batches are taken in chunks of about ``_GATHER``
+    samples and, within a chunk, segment by segment (each segment's permutation evaluated once
+    per chunk), so no temporary grows with the epoch: only the result, one index per sample
+    in ``order``'s index type."""
     size = np.diff(offsets)
     out = np.empty(int(offsets[-1]), dtype=order.base.dtype)
+    sid = order.segment_at(seg)
     first = 0
     while first < size.size:
         last = int(np.searchsorted(offsets, offsets[first] + _GATHER, side="right")) - 1
         last = min(max(last, first + 1), size.size)
-        sz = size[first:last]
-        a, b = int(offsets[first]), int(offsets[last])
-        within = np.arange(b - a) - np.repeat(offsets[first:last] - a, sz)
-        pos = (np.repeat(start[first:last], sz) + within) % np.repeat(count[first:last], sz)
-        out[a:b] = order[pos + np.repeat(seg[first:last], sz)]
+        by_seg = first + np.argsort(sid[first:last], kind="stable")
+        cut = np.flatnonzero(np.diff(sid[by_seg])) + 1
+        for group in np.split(by_seg, cut):
+            sz = size[group]
+            slot = np.repeat(offsets[group], sz)
+            within = np.arange(slot.size) - np.repeat(np.cumsum(sz) - sz, sz)
+            slot += within
+            pos = (np.repeat(start[group], sz) + within) % np.repeat(count[group], sz)
+            out[slot] = order.take(int(sid[group[0]]), pos)
         first = last
     return out

@@ -209,6 +209,15 @@ class ShuffledOrder:
             [s for p in parts for s in p.shuffles],
         )
 
+    def segment_at(self, first: np.ndarray) -> np.ndarray:
+        """Index of the segment that starts at each position of ``first``."""
+        return np.searchsorted(self.ends, first, side="right")
+
+    def take(self, s: int, p: np.ndarray) -> np.ndarray:
+        """Positions ``p`` (in ``[0, sizes[s])``) of segment ``s``: ``base[start + pi(p)]``."""
+        pi = self.shuffles[s]
+        return self.base[self.starts[s] + (p if pi is None else pi(p))]
+
     def __getitem__(self, pos: np.ndarray) -> np.ndarray:
         pos = np.asarray(pos, dtype=np.int64)
         out = np.empty(pos.size, dtype=self.base.dtype)
@@ -221,9 +230,5 @@ class ShuffledOrder:
         bounds = np.searchsorted(seg[by_seg], np.arange(self.ends.size + 1))
         for s in np.flatnonzero(np.diff(bounds)).tolist():
             which = by_seg[bounds[s] : bounds[s + 1]]
-            p = pos[which] - (self.ends[s] - self.sizes[s])
-            pi = self.shuffles[s]
-            if pi is not None:
-                p = pi(p)
-            out[which] = self.base[self.starts[s] + p]
+            out[which] = self.take(s, pos[which] - (self.ends[s] - self.sizes[s]))
         return out

@@ -21,8 +21,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bucketloader._types import Cache, LengthsLike, PerInput, Size, Strategy
-from bucketloader._validation import Lengths, as_lengths, check_int
+from bucketloader._validation import MAX_LENGTH, Lengths, as_lengths, check_int
 from bucketloader.boundaries import round_up
+from bucketloader.histogram import LengthHistogram
 from bucketloader.plan.budget import BatchRule, even_batch, exact_sizes, resolve_size, size_values
 from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
@@ -36,6 +37,8 @@ from bucketloader.strategies.joint import Joint, resolve_joint, solve_joint
 #: Samples left out by ``filter=`` and by ``shapes=`` (NOTEs in :mod:`bucketloader.plan.select`).
 LEFT_OUT = ("filter", "no_shape")
 
+#: Samples per chunk of the counting passes (bounded temporaries: NOTE [ A lean build ]).
+CHUNK = 1 << 20
 #: Buckets per input when neither ``num_buckets`` nor ``boundaries`` is given.
 DEFAULT_NUM_BUCKETS = 8
 #: A strategy: a registered name or a callable.
@@ -142,18 +145,13 @@ class BucketSpec:
     @functools.cached_property
     def counts(self) -> np.ndarray:
         """Samples per cell."""
-        cells = self.cell_of_sample if self.kept is None else self.cell_of_sample[self.kept]
-        return np.bincount(cells, minlength=self.cells.num_cells)
+        return count_cells(self.cell_of_sample, self.cells.num_cells)
 
     @functools.cached_property
     def by_cell(self) -> np.ndarray:
-        """Planned sample indices sorted by cell, in index order within a cell (unshuffled)."""
-        kept = self.kept
-        cells = self.cell_of_sample if kept is None else self.cell_of_sample[kept]
-        if self.cells.num_cells <= 1 << 16:  # 16-bit keys: numpy's stable sort is a radix sort
-            cells = cells.astype(np.uint16)
-        order = np.argsort(cells, kind="stable")
-        return order if kept is None else kept[order]
+        """Planned sample indices sorted by cell, in index order within a cell (unshuffled):
+        a counting sort into ``int32`` (``int64`` from ``2**31`` samples)."""
+        return sort_by_cell(self.cell_of_sample, self.counts)
 
     @property
     def truncate(self) -> tuple[int | None, ...] | None:
@@ -161,8 +159,10 @@ class BucketSpec:
         return None if self.limits is None else self.limits.truncate
 
     def planned_lengths(self) -> np.ndarray:
-        """``(N, D)`` lengths as planned: cut to ``max_length`` under ``overflow="truncate"``."""
+        """``(N, D)`` int64 lengths as planned: cut to ``max_length`` under
+        ``overflow="truncate"``."""
         table = self.lengths if self.lengths.ndim == 2 else self.lengths[:, None]
+        table = table.astype(np.int64, copy=False)
         cut = self.truncate
         if cut is None:
             return table
@@ -173,7 +173,8 @@ class BucketSpec:
     def digest(self) -> str:
         """Short SHA-256 of everything that shapes an epoch (for strict state loading)."""
         h = hashlib.sha256()
-        h.update(np.ascontiguousarray(self.cell_of_sample, dtype=np.int32).tobytes())
+        for i in range(0, self.cell_of_sample.size, CHUNK):  # = hashing it whole as int32
+            h.update(self.cell_of_sample[i : i + CHUNK].astype(np.int32).tobytes())
         for arr in (self.cells.lengths, self.cells.batch, self.cells.group):
             h.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
         h.update(self.last_batch.encode())
@@ -370,6 +371,44 @@ class BucketSpec:
         ks_in = [check_int("num_buckets", k, minimum=1) for k in ks_in]
         strategies = per_input("strategy", strategy or "optimal", names, scalar=(str,))
 
+        budget = rule.budget
+        if (
+            len(names) == 1
+            and gids is None
+            and joint is None
+            and shapes is None
+            and filter is None
+            and not limits.active
+            and (budget is None or budget.oversize != "drop")
+        ):  # NOTE [ A lean build ]
+            given_b = group_boundaries(boundaries, 0, (0,), names)
+            lean = _lean_cells(
+                table[:, 0],
+                shaping,
+                given=None if given_b is None else given_b[0],
+                num_buckets=ks_in[0],
+                strategy=strategies[0],
+                max_shapes=max_shapes,
+                size=size,
+                cache=cache,
+            )
+            if lean is not None:
+                cells, cell_of, counts = lean
+                spec = cls(
+                    lengths=declared,
+                    groups=None,
+                    cells=cells,
+                    cell_of_sample=cell_of,
+                    last_batch=shaping.last_batch,
+                    limits=limits,
+                    filtered={"too_short": 0, "too_long": 0, "truncated": 0, "oversize": 0},
+                    rule=rule,
+                    size=size,
+                    joint=None,
+                )
+                spec.__dict__["counts"] = counts  # (a cached_property, known from the histogram)
+                return spec
+
         planned, keep, filtered = limits.apply(table)
         given_shapes = None
         if filter is not None:
@@ -391,7 +430,6 @@ class BucketSpec:
             lattice = lattice_of(given_shapes)
             boundaries = lattice[0] if len(names) == 1 else lattice
         filtered["oversize"] = 0
-        budget = rule.budget
         if budget is not None and budget.oversize == "drop":
             alone = size_values(planned, size) > budget.max_tokens  # cannot fit even unpadded
             filtered["oversize"] = int((alone & keep).sum())
@@ -491,6 +529,7 @@ class BucketSpec:
                 kept_codes.append(code[mask])
                 kept_sels.append(sel[mask])
             codes, sels = kept_codes, kept_sels
+        cell_of = cell_of.astype(cell_dtype(cells.num_cells))
         cell_of.setflags(write=False)
         return cls(
             lengths=declared,
@@ -504,6 +543,120 @@ class BucketSpec:
             size=size,
             joint=tuple(joint_info) if joint is not None else None,
         )
+
+
+def _lean_cells(
+    col: np.ndarray,
+    shaping: Shaping,
+    *,
+    given: Any,
+    num_buckets: int,
+    strategy: Any,
+    max_shapes: int | None,
+    size: Any,
+    cache: Any,
+) -> tuple[Cells, np.ndarray, np.ndarray] | None:
+    """NOTE [ A lean build ]: one input, every sample planned. The cells from the histogram,
+    then the cell of every sample through a table ``length -> cell``, in chunks.
+
+    Returns ``(cells, cell of every sample, samples per cell)``, or ``None`` when a cell's
+    batch size is below 1 (the full build then raises or drops, as it always has).
+    """
+    hist = LengthHistogram.from_lengths(Lengths(col))
+    values, freq = hist.values, hist.counts
+    if given is None:
+        b = compute_boundaries(
+            hist,
+            num_buckets,
+            strategy=strategy,
+            cache=cache,
+            pad_to_multiple_of=shaping.multiples[0],
+            **budget_options(strategy, shaping.rule, size, 1),
+        )
+    else:
+        b = shaping.given(given, 0, longest=int(values[-1]))
+    code = lattice_codes([b], values[:, None])
+    occupancy = np.zeros(b.size, dtype=np.int64)
+    np.add.at(occupancy, code, freq)
+    cells = plan_shapes(shaping, [(b,)], occupancy=[occupancy], max_shapes=max_shapes, size=size)
+    if (cells.batch < 1).any():
+        return None
+    cell_v = cells.lookup[0][code]
+    counts = np.zeros(cells.num_cells, dtype=np.int64)
+    np.add.at(counts, cell_v, freq)
+    dtype = cell_dtype(cells.num_cells)
+    out = np.empty(col.size, dtype=dtype)
+    lo, hi = int(values[0]), int(values[-1])
+    table = None
+    if hi - lo <= 4 * col.size + 1024:
+        table = np.zeros(hi - lo + 1, dtype=dtype)
+        table[values - lo] = cell_v
+    for i in range(0, col.size, CHUNK):
+        part = col[i : i + CHUNK]
+        if table is not None:
+            out[i : i + CHUNK] = table[part - lo]
+        else:
+            out[i : i + CHUNK] = cell_v[np.searchsorted(values, part)]
+    out.setflags(write=False)
+    counts.setflags(write=False)
+    return cells, out, counts
+
+
+def cell_dtype(num_cells: int) -> np.dtype:
+    """The narrowest signed integer type for cell ids ``-1 .. num_cells - 1``.
+
+    Example:
+        >>> cell_dtype(16), cell_dtype(200)
+        (dtype('int8'), dtype('int16'))
+    """
+    for t in (np.int8, np.int16, np.int32):
+        if num_cells <= np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.int64)
+
+
+def count_cells(cell_of: np.ndarray, num_cells: int) -> np.ndarray:
+    """Samples per cell (cell ``-1``, left out, not counted), in chunks (``np.bincount``
+    alone would copy every id to ``int64``).
+
+    Example:
+        >>> count_cells(np.array([1, -1, 1, 0], dtype=np.int8), 3).tolist()
+        [1, 2, 0]
+    """
+    counts = np.zeros(num_cells + 1, dtype=np.int64)
+    for i in range(0, cell_of.size, CHUNK):
+        counts += np.bincount(cell_of[i : i + CHUNK].astype(np.int64) + 1, minlength=num_cells + 1)
+    return counts[1:]
+
+
+def sort_by_cell(cell_of: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Indices of the samples of cells ``0 .. K-1`` (``K = counts.size``) sorted by cell, in
+    index order within a cell (``-1`` left out): a stable counting sort, chunk by chunk, into
+    ``int32`` (``int64`` from ``2**31`` samples). Equal to a stable ``argsort`` of the cells.
+
+    Example:
+        >>> sort_by_cell(np.array([1, -1, 0, 1, 0], dtype=np.int8), np.array([2, 2])).tolist()
+        [2, 4, 0, 3]
+    """
+    k = int(counts.size)
+    out = np.empty(int(counts.sum()), dtype=np.int32 if cell_of.size < 1 << 31 else np.int64)
+    at = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    narrow = cell_of.dtype.itemsize <= 2  # numpy's stable sort of 8/16-bit keys is a radix sort
+    for i in range(0, cell_of.size, CHUNK):
+        part = cell_of[i : i + CHUNK]
+        if not narrow:
+            part = part.astype(np.int16 if k < 1 << 15 else np.int64)
+        order = np.argsort(part, kind="stable").astype(out.dtype)
+        order += i
+        per = np.bincount(part.astype(np.int64) + 1, minlength=k + 1)
+        s = int(per[0])  # (the samples of cell -1 sort first)
+        for c in np.flatnonzero(per[1:]).tolist():
+            m = int(per[c + 1])
+            out[at[c] : at[c] + m] = order[s : s + m]
+            at[c] += m
+            s += m
+    out.setflags(write=False)
+    return out
 
 
 def budget_options(strategy: Any, rule: BatchRule, size: Any, inputs: int) -> dict[str, Any]:
@@ -575,15 +728,31 @@ def parse_lengths(
         table = np.stack(cols, axis=1)
         table.setflags(write=False)
         return table, table, names
-    arr = as_lengths(lengths, ndim=(1, 2))
-    if isinstance(lengths, np.ndarray) and np.shares_memory(arr, lengths):  # our own copy
-        arr = arr.copy()
+    arr = _held_as_is(lengths)
+    if arr is None:
+        arr = as_lengths(lengths, ndim=(1, 2))
+        if isinstance(lengths, np.ndarray) and np.shares_memory(arr, lengths):  # our own copy
+            arr = arr.copy()
     arr.setflags(write=False)
     if arr.ndim == 1:
         return arr, arr[:, None], ("length",)
     if arr.shape[1] == 0:
         raise ValueError(f"lengths of shape {arr.shape} has no inputs; give (N, D) with D >= 1")
     return arr, arr, tuple(str(d) for d in range(arr.shape[1]))
+
+
+def _held_as_is(lengths: Any) -> np.ndarray | None:
+    """A read-only view of a valid 1-D integer numpy array (signed, or unsigned up to 32 bits:
+    types that widen to int64 exactly), kept in its own type without a copy (NOTE [ A lean
+    build ]); ``None`` for anything else (converted and checked by ``as_lengths``)."""
+    if not isinstance(lengths, np.ndarray) or lengths.ndim != 1 or lengths.size == 0:
+        return None
+    kind, width = lengths.dtype.kind, lengths.dtype.itemsize
+    if not (kind == "i" or (kind == "u" and width <= 4)):
+        return None
+    if int(lengths.min()) < 0 or int(lengths.max()) > MAX_LENGTH:
+        return None  # (as_lengths names the first bad one)
+    return lengths.view()
 
 
 def parse_groups(groups: Any, n: int) -> tuple[np.ndarray | None, tuple[int, ...]]:
