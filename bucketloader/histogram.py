@@ -677,6 +677,8 @@ def _count(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     lo, hi = int(arr.min()), int(arr.max())
     if hi - lo <= 4 * arr.size + 1024:
         flat = arr.reshape(-1)
+        if hi <= 4 * arr.size + 1024:
+            lo = 0  # (no shifted copy)
         counts = np.zeros(hi - lo + 1, dtype=np.int64)
         for i in range(0, flat.size, _COUNT_CHUNK):  # (bincount copies its input to int64)
             counts += np.bincount(flat[i : i + _COUNT_CHUNK] - lo, minlength=hi - lo + 1)
