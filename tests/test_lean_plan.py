@@ -14,9 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketloader import BucketSampler, histogram
-from bucketloader.plan import BucketSpec, plan_epoch
+from bucketloader.plan import BucketSpec, permute, plan_epoch
 from bucketloader.plan import epoch as epoch_mod
-from bucketloader.plan import permute
 from bucketloader.plan import spec as spec_mod
 from bucketloader.plan.permute import CellShuffle, ShuffledOrder, cell_shuffles
 from bucketloader.plan.spec import count_cells, sort_by_cell
@@ -178,9 +177,12 @@ def test_a_rank_plan_allocates_nothing_of_n_in_int64(monkeypatch):
 
 def test_resume_is_exact_and_a_version_1_state_is_refused():
     lengths = LIBRI[:3000]
-    make = lambda: BucketSampler(
-        lengths, num_buckets=8, max_tokens=2_000_000, seed=4, num_replicas=2, rank=1
-    )  # noqa: E731
+
+    def make():
+        return BucketSampler(
+            lengths, num_buckets=8, max_tokens=2_000_000, seed=4, num_replicas=2, rank=1
+        )
+
     sampler = make()
     sampler.set_epoch(3)
     it = iter(sampler)
