@@ -32,13 +32,13 @@ LIBRI = np.loadtxt("tests/data/librispeech_train_clean_100_samples.txt", dtype=n
 def test_counting_sort_equals_a_stable_argsort(cells, dtype, chunk):
     cell_of = np.array(cells, dtype=dtype)
     k = 41
-    old = spec_mod.CHUNK
-    spec_mod.CHUNK = chunk  # several chunks even on small inputs
+    old = spec_mod.CHUNK, spec_mod.SORT_CHUNK
+    spec_mod.CHUNK = spec_mod.SORT_CHUNK = chunk  # several chunks even on small inputs
     try:
         counts = count_cells(cell_of, k)
         got = sort_by_cell(cell_of, counts)
     finally:
-        spec_mod.CHUNK = old
+        spec_mod.CHUNK, spec_mod.SORT_CHUNK = old
     kept = np.flatnonzero(cell_of >= 0)
     assert counts.tolist() == np.bincount(cell_of[kept], minlength=k).tolist()
     assert got.tolist() == kept[np.argsort(cell_of[kept], kind="stable")].tolist()
@@ -160,6 +160,7 @@ def test_a_rank_plan_allocates_nothing_of_n_in_int64(monkeypatch):
     and planning allocate per extra sample (the traced peak's growth from N to 4N, so the
     histogram's fixed cost cancels) stays far below one int64 array of N (8 bytes each)."""
     monkeypatch.setattr(spec_mod, "CHUNK", 1 << 14)  # chunked temporaries: bounded
+    monkeypatch.setattr(spec_mod, "SORT_CHUNK", 1 << 14)
     monkeypatch.setattr(epoch_mod, "_GATHER", 1 << 14)
     monkeypatch.setattr(histogram, "_COUNT_CHUNK", 1 << 14)
     rng = np.random.default_rng(0)

@@ -447,12 +447,15 @@ def _gather(
         last = min(max(last, first + 1), size.size)
         by_seg = first + np.argsort(sid[first:last], kind="stable")
         cut = np.flatnonzero(np.diff(sid[by_seg])) + 1
-        for group in np.split(by_seg, cut):
+        for group in np.split(by_seg, cut):  # (one segment: one cell, one count)
             sz = size[group]
-            slot = np.repeat(offsets[group], sz)
-            within = np.arange(slot.size) - np.repeat(np.cumsum(sz) - sz, sz)
-            slot += within
-            pos = (np.repeat(start[group], sz) + within) % np.repeat(count[group], sz)
+            before = np.cumsum(sz) - sz
+            step = np.arange(int(sz.sum()))
+            slot = np.repeat(offsets[group] - before, sz) + step
+            pos = np.repeat(start[group] - before, sz) + step
+            n = int(count[group[0]])
+            if int(pos.max()) >= n:  # repeats wrap around the cell
+                pos %= n
             out[slot] = order.take(int(sid[group[0]]), pos)
         first = last
     return out
