@@ -36,9 +36,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bucketloader._types import Cache, LengthsLike, PerInput, Size, Strategy
-from bucketloader._validation import MAX_LENGTH, Lengths, as_lengths, check_int
+from bucketloader._validation import Lengths, as_lengths, check_int
 from bucketloader.boundaries import round_up
-from bucketloader.histogram import LengthHistogram
+from bucketloader.histogram import LengthHistogram, length_counts
 from bucketloader.plan.budget import BatchRule, even_batch, exact_sizes, resolve_size, size_values
 from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
@@ -579,11 +579,10 @@ def _lean_cells(
     Returns ``(cells, cell of every sample, samples per cell)``, or ``None`` when a cell's
     batch size is below 1 (the full build then raises or drops, as it always has).
     """
-    hist = LengthHistogram.from_lengths(Lengths(col))
-    values, freq = hist.values, hist.counts
+    values, freq = length_counts(col)
     if given is None:
         b = compute_boundaries(
-            hist,
+            LengthHistogram(values, freq),
             num_buckets,
             strategy=strategy,
             cache=cache,
@@ -742,31 +741,16 @@ def parse_lengths(
         table = np.stack(cols, axis=1)
         table.setflags(write=False)
         return table, table, names
-    arr = _held_as_is(lengths)
-    if arr is None:
-        arr = as_lengths(lengths, ndim=(1, 2))
-        if isinstance(lengths, np.ndarray) and np.shares_memory(arr, lengths):  # our own copy
-            arr = arr.copy()
+    held = isinstance(lengths, np.ndarray) and lengths.ndim == 1  # NOTE [ A lean build ]
+    arr = as_lengths(lengths, ndim=(1, 2), narrow=held)
+    if isinstance(lengths, np.ndarray) and np.shares_memory(arr, lengths):
+        arr = arr.view() if held else arr.copy()  # held as it is, or our own copy
     arr.setflags(write=False)
     if arr.ndim == 1:
         return arr, arr[:, None], ("length",)
     if arr.shape[1] == 0:
         raise ValueError(f"lengths of shape {arr.shape} has no inputs; give (N, D) with D >= 1")
     return arr, arr, tuple(str(d) for d in range(arr.shape[1]))
-
-
-def _held_as_is(lengths: Any) -> np.ndarray | None:
-    """A read-only view of a valid 1-D integer numpy array (signed, or unsigned up to 32 bits:
-    types that widen to int64 exactly), kept in its own type without a copy (NOTE [ A lean
-    build ]); ``None`` for anything else (converted and checked by ``as_lengths``)."""
-    if not isinstance(lengths, np.ndarray) or lengths.ndim != 1 or lengths.size == 0:
-        return None
-    kind, width = lengths.dtype.kind, lengths.dtype.itemsize
-    if not (kind == "i" or (kind == "u" and width <= 4)):
-        return None
-    if int(lengths.min()) < 0 or int(lengths.max()) > MAX_LENGTH:
-        return None  # (as_lengths names the first bad one)
-    return lengths.view()
 
 
 def parse_groups(groups: Any, n: int) -> tuple[np.ndarray | None, tuple[int, ...]]:
