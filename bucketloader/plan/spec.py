@@ -55,7 +55,7 @@ LEFT_OUT = ("filter", "no_shape")
 #: Samples per chunk of the counting passes (bounded temporaries: NOTE [ A lean build ]).
 CHUNK = 1 << 20
 #: Cell ids per chunk of the counting sort (``by_cell``).
-SORT_CHUNK = 1 << 17
+SORT_CHUNK = 1 << 16
 #: Buckets per input when neither ``num_buckets`` nor ``boundaries`` is given.
 DEFAULT_NUM_BUCKETS = 8
 #: A strategy: a registered name or a callable.
