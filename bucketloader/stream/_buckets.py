@@ -91,6 +91,8 @@ class BucketConfig:
         seed: the stream's seed.
         overflow: ``"error"``, ``"drop"`` or a ``(sample, lengths) -> sample`` cut.
         stateful: whether to checkpoint the source (``state_dict``/``load_state_dict``).
+        seekable: whether a resume reads the source by index (NOTE [ Seeking a source ] in
+            :mod:`bucketloader.stream.source`).
         config: the stream's configuration, stored in every state (checked on load).
         minimum: per input, the shortest admitted length (0: no limit).
         maximum: per input, the longest admitted length (``max_length`` or the last boundary).
@@ -118,6 +120,7 @@ class BucketConfig:
     seed: int
     overflow: Any
     stateful: bool
+    seekable: bool
     config: dict[str, Any]
     minimum: tuple[int, ...] = ()
     maximum: tuple[int, ...] = ()

@@ -19,7 +19,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from bucketloader.stream.counters import hand_out
-from bucketloader.stream.source import checkpoint, reopen, replay, resume_point, trim_snapshots
+from bucketloader.stream.source import (
+    checkpoint,
+    fetch,
+    open_at,
+    reopen,
+    replay,
+    resume_point,
+    trim_snapshots,
+)
 
 
 class Pass:
@@ -112,7 +120,11 @@ class Pass:
 
     def state_dict(self) -> dict[str, Any]:
         """The exact state of this pass (NOTE [ Exact resume of a buffered stream ])."""
-        pos, src = resume_point(self.snaps, self._oldest())
+        if self.o.seekable:  # NOTE [ Seeking a source ]: positions only, the source seeks
+            source: dict[str, Any] = {"position": self.read, "state": None, "seek": True}
+        else:
+            pos, src = resume_point(self.snaps, self._oldest())
+            source = {"position": pos, "state": src}
         return {
             "format": self.STATE_FORMAT,
             "config": self.o.config,
@@ -122,18 +134,30 @@ class Pass:
             "read": self.read,
             "batches": self.batches,
             **self._filler_state(),
-            "source": {"position": pos, "state": src},
+            "source": source,
             "stats": dict(self.stats),
         }
 
     def resume(self, state: dict[str, Any]) -> Iterator[Any]:
-        """Rebuild the buffers from ``state`` by replaying the source; return the live iterator."""
+        """Rebuild the buffers from ``state`` (NOTE [ Seeking a source ]: a seekable source
+        fetches the buffered samples and reopens where the pass stopped, any other replays
+        from its checkpoint); return the live iterator."""
         start, src_state = int(state["source"]["position"]), state["source"]["state"]
-        it = reopen(self.o.source, self.worker, src_state)
+        read = int(state["read"])
         wanted = self._wanted(state)
-        for pos, sample in replay(it, start, int(state["read"])):
-            if pos in wanted:
+        if self.o.seekable:
+            order = sorted(wanted)
+            for pos, sample in zip(order, fetch(self.o.source, self.worker, order), strict=True):
                 self._take_back(pos, sample)
+            it = open_at(self.o.source, self.worker, read)
+            start = read
+        else:
+            if state["source"].get("seek"):  # positions only, from a seekable source: replay
+                start, src_state = 0, None
+            it = reopen(self.o.source, self.worker, src_state)
+            for pos, sample in replay(it, start, read):
+                if pos in wanted:
+                    self._take_back(pos, sample)
         self.stats = {**self.stats, **state["stats"]}
         self.read = int(state["read"])
         self.batches = int(state["batches"])

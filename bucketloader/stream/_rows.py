@@ -135,6 +135,7 @@ class PackConfig:
     last_batch: str
     stateful: bool
     config: dict[str, Any]
+    seekable: bool = False
     steps: int = 0
     rank: int = 0
     counters: Any = None

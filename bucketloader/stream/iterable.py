@@ -45,6 +45,7 @@ from bucketloader.stream.estimate import Estimate, solve_head
 from bucketloader.stream.resume import ResumableStream, check_source, check_steps, state_keys
 from bucketloader.stream.source import (
     check_length,
+    is_seekable,
     is_stateful,
     make_length_fn,
     open_source,
@@ -425,6 +426,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             seed=self.seed,
             overflow=policy if policy in ("error", "drop") else self._truncate,
             stateful=is_stateful(self.source) and self._prefix is None and self._shares is None,
+            seekable=is_seekable(self.source) and self._prefix is None and self._shares is None,
             config=self._config(),
             minimum=tuple(0 if m is None else m for m in self.limits.min_length),
             maximum=self._maximum,

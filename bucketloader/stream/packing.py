@@ -47,7 +47,7 @@ from bucketloader.plan.shapes import row_batch_sizes
 from bucketloader.stream._rows import STATE_FORMAT, STATS, PackConfig, RowPass, make_length_fn
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.resume import ResumableStream, check_source, check_steps, state_keys
-from bucketloader.stream.source import is_stateful
+from bucketloader.stream.source import is_seekable, is_stateful
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
 
@@ -201,6 +201,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             overflow=self.overflow,
             last_batch=self.last_batch,
             stateful=is_stateful(self.source) and self.steps_per_epoch is None,
+            seekable=is_seekable(self.source) and self.steps_per_epoch is None,
             config=self._config(),
             steps=self.steps_per_epoch or 0,
             rank=self.rank,
