@@ -63,7 +63,6 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
                     self.starts.append(at)
                     at += meta.row_group(g).num_rows
             self.size = at
-        self._cached: tuple[int, list[dict[str, Any]]] | None = None
 
     def __len__(self) -> int:
         return self.size
@@ -81,7 +80,7 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self.iter_from(0)
 
-    def __reduce__(self) -> Any:  # pickles its arguments (DataLoader workers), not its cache
+    def __reduce__(self) -> Any:  # pickles its arguments (DataLoader workers)
         data = self.table if self.table is not None else self.files
         return _rebuild, (data, self.columns, self.batch_rows)
 
@@ -95,16 +94,17 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
                 at += step
 
     def take_rows(self, rows: Sequence[int]) -> list[dict[str, Any]]:
-        """The rows at ``rows`` (each row group read once while consecutive rows share it)."""
-        out = []
-        for i in rows:
-            if self.table is not None:
-                out.append(self.table.slice(i, 1).to_pylist()[0])
-                continue
-            g = bisect.bisect_right(self.starts, i) - 1
-            if self._cached is None or self._cached[0] != g:
-                self._cached = (g, self._read_group(g).to_pylist())
-            out.append(self._cached[1][i - self.starts[g]])
+        """The rows at ``rows``, in that order: each row group read once for all its rows."""
+        if self.table is not None:
+            return self.table.take(list(rows)).to_pylist()  # type: ignore[no-any-return]
+        by_group: dict[int, list[int]] = {}
+        for at, i in enumerate(rows):
+            by_group.setdefault(bisect.bisect_right(self.starts, i) - 1, []).append(at)
+        out: list[Any] = [None] * len(rows)
+        for g, ats in by_group.items():
+            local = [rows[a] - self.starts[g] for a in ats]
+            for a, row in zip(ats, self._read_group(g).take(local).to_pylist(), strict=True):
+                out[a] = row
         return out
 
     def _read_group(self, g: int) -> Any:
