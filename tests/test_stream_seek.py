@@ -152,3 +152,35 @@ def test_hf_iterable_resume_rereads_about_one_buffer_not_the_epoch(lengths, tmp_
     assert head + _ids(again) == whole
     # from the checkpoint at or before the oldest buffered sample: under two buffers' worth
     assert N - state["source"]["position"] == len(reads) < N / 2
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"), [(_bucket, "list"), (_pack, "list"), (_bucket, "hf-iterable")]
+)
+def test_resume_behind_workers_starts_at_each_workers_checkpoint(lengths, tmp_path, make, kind):
+    # NOTE [ Worker checkpoints ]: each worker restores its own exact state and replays only
+    # the batches after it, instead of its pass from the start of the epoch
+    from torch.utils.data import DataLoader
+
+    from bucketloader.stream.resume import CHECKPOINT_EVERY
+
+    source = _source(kind, lengths, tmp_path)
+
+    def loader(stream):
+        return DataLoader(stream, batch_size=None, collate_fn=lambda b: b, num_workers=2)
+
+    whole = _ids(loader(make(source)))
+    # late; a list is split by the stream (its lanes rotate when k is odd), an HF source
+    # shards itself by worker id (k even)
+    k = len(whole) - (7 if kind == "list" else 8)
+    first = make(source)
+    it = iter(loader(first))
+    head = _ids(next(it) for _ in range(k))
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=k)))
+    lanes = state["lanes"]
+    assert all(x is not None for x in lanes)
+    assert all(0 <= s - x["batches"] < CHECKPOINT_EVERY for s, x in zip(state["skip"], lanes))
+    again = make(source)
+    again.load_state_dict(state)
+    assert head + _ids(loader(again)) == whole

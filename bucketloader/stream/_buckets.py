@@ -105,6 +105,8 @@ class BucketConfig:
         covers: per cell, the cells it covers (shorter in every input), nearest first.
         shapes: per cell, its full planned batch shape (carried by scheduled batches).
         cut: ``(sample, lengths, limits) -> sample`` cutting a sample to ``limits`` (stand-ins).
+        lane_states: the workers' checkpoints (:class:`~bucketloader.stream.resume.LaneStates`),
+            or ``None``.
         template: a sample of this rank's shard, or borrowed from another rank when this one
             is empty (NOTE [ A stream split over ranks ]): the structure of a padding row for a
             lane that reads no sample at all; ``None``: none anywhere.
@@ -133,6 +135,7 @@ class BucketConfig:
     shapes: tuple[tuple[int, ...], ...] = ()
     cut: Any = None
     template: Any = None
+    lane_states: Any = None
 
     @property
     def limits(self) -> list[int]:

@@ -92,7 +92,19 @@ class Pass:
     # -- the pass ---------------------------------------------------------------------------
     def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
         """The batches of this lane's pass, handed out through the shared counters."""
-        return hand_out(self, self.o.counters, self._batches(it))
+        batches = self._batches(it)
+        store = getattr(self.o, "lane_states", None)
+        if store is not None and self.worker[1] > 1 and (self.o.seekable or self.o.stateful):
+            batches = self._checkpointed(batches, store)
+        return hand_out(self, self.o.counters, batches)
+
+    def _checkpointed(self, batches: Iterator[list[Any]], store: Any) -> Iterator[list[Any]]:
+        """``batches``, writing this worker's exact state every ``store.every`` batches (NOTE
+        [ Worker checkpoints ] in :mod:`bucketloader.stream.resume`)."""
+        for batch in batches:
+            if self.batches % store.every == 0:
+                store.write(self.state_dict())
+            yield batch
 
     def flush(self, done: bool = False) -> None:
         """Write this lane's counters to the shared table (NOTE [ A stream's counters across

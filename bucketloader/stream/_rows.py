@@ -139,6 +139,7 @@ class PackConfig:
     steps: int = 0
     rank: int = 0
     counters: Any = None
+    lane_states: Any = None
 
 
 class RowPass(Pass):

@@ -42,7 +42,13 @@ from bucketloader.stream._buckets import STATE_FORMAT, STATS, BucketConfig, Buck
 from bucketloader.stream._schedule import SCHEDULE_HEAD, step_shares
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.estimate import Estimate, solve_head
-from bucketloader.stream.resume import ResumableStream, check_source, check_steps, state_keys
+from bucketloader.stream.resume import (
+    LaneStates,
+    ResumableStream,
+    check_source,
+    check_steps,
+    state_keys,
+)
 from bucketloader.stream.source import (
     check_length,
     is_seekable,
@@ -211,6 +217,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         )
         self._template = None if steps_per_epoch is None else self._borrow_template()
         self._counters = LaneCounters(STATS, self.cells.num_cells)
+        self._lane_states = LaneStates()
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._engine: BucketPass | None = None
@@ -439,6 +446,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             shapes=self.cells.shapes,
             cut=self._cut_to,
             template=self._template,
+            lane_states=self._lane_states,
         )
 
     # -- iteration --------------------------------------------------------------------------
