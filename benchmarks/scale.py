@@ -415,13 +415,17 @@ def write(pad, pad_big, points, billion, seconds, quick) -> None:
         for kind in ("argsort", "bucket", "sharded"):
             xs = [p["n"] for p in points if p["kind"] == kind]
             a1.loglog(xs, [p["seconds"] for p in points if p["kind"] == kind], "o-", label=kind)
-            a2.loglog(xs, [p["peak_rss"] * mb for p in points if p["kind"] == kind], "o-",
-                      label=kind)
+            a2.loglog(
+                xs, [p["peak_rss"] * mb for p in points if p["kind"] == kind], "o-", label=kind
+            )
         if billion is not None:
             a1.loglog([billion["n"]], [billion["seconds"]], "k*", label="sharded, 1 B / 64")
             a2.loglog([billion["n"]], [billion["peak_rss"] * mb], "k*", label="sharded, 1 B / 64")
-        a1.set(xlabel="N (samples in the data set)", ylabel="seconds (rank 0)",
-               title="build + one epoch")
+        a1.set(
+            xlabel="N (samples in the data set)",
+            ylabel="seconds (rank 0)",
+            title="build + one epoch",
+        )
         a2.set(xlabel="N (samples in the data set)", ylabel="peak RSS (MB)", title="memory")
         a1.legend()
         a2.legend()

@@ -180,7 +180,8 @@ def test_resume_behind_workers_starts_at_each_workers_checkpoint(lengths, tmp_pa
     state = json.loads(json.dumps(first.state_dict(batches_consumed=k)))
     lanes = state["lanes"]
     assert all(x is not None for x in lanes)
-    assert all(0 <= s - x["batches"] < CHECKPOINT_EVERY for s, x in zip(state["skip"], lanes))
+    behind = [s - x["batches"] for s, x in zip(state["skip"], lanes, strict=True)]
+    assert all(0 <= b < CHECKPOINT_EVERY for b in behind)  # at most 3 batches replayed
     again = make(source)
     again.load_state_dict(state)
     assert head + _ids(loader(again)) == whole

@@ -9,8 +9,10 @@ stream: ``read`` (samples read so far), the positions in each buffer slot, the r
 buffered sample. Resuming restores the source at ``p`` (``load_state_dict``; a source without
 state restarts the epoch, ``p = 0``), re-reads samples ``p .. read - 1`` keeping only the buffered
 positions (the rest were already yielded), puts them back in their slots, restores the generator
-and carries on: the remaining batches are exactly those of the uninterrupted run. Checkpoints are
-taken every ``K`` samples (``K`` ~ buffer capacity) and pruned to the newest one at or before the
+and carries on (a source read by index skips the re-read: it fetches the buffered positions and
+reopens at ``read``, NOTE [ Seeking a source ] in :mod:`bucketloader.stream.source`): the
+remaining batches are exactly those of the uninterrupted run. Checkpoints are taken every ``K``
+samples (``K`` ~ buffer capacity) and pruned to the newest one at or before the
 oldest buffered sample, so replay costs about one buffer residency and memory stays bounded. The
 state holds ints only (JSON-serialisable), plus the source's own state.
 """

@@ -112,12 +112,15 @@ class LaneStates:
         newest :data:`CHECKPOINTS_KEPT`."""
         lane, lanes = state["worker"]
         epoch, batches = int(state["epoch"]), int(state["batches"])
-        os.makedirs(self.path, exist_ok=True)
         name = self._name(epoch, lane, lanes, batches)
         tmp = os.path.join(self.path, f".{name}.{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump(state, f)
-        os.replace(tmp, os.path.join(self.path, name))
+        try:
+            os.makedirs(self.path, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(state, f)
+            os.replace(tmp, os.path.join(self.path, name))
+        except (OSError, TypeError, ValueError):  # no room, or samples that are not JSON:
+            return  # this worker then resumes by replay, as without checkpoints
         old = batches - CHECKPOINTS_KEPT * CHECKPOINT_EVERY
         if old > 0:
             try:
