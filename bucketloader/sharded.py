@@ -4,8 +4,10 @@
 grow with the whole data set on every rank. A :class:`ShardedSampler` takes only its rank's
 lengths (the rows that rank reads: its Parquet files, WebDataset tars or streaming shards) and
 the per-shard length histograms (small: one count per distinct length), merged into the global
-histogram. Boundaries come from the global histogram (the exact solve over every sample); the
-schedule (which shape at each step) from a ``ranks x K`` table of per-cell counts, so every rank
+histogram. Boundaries come from the global histogram (the exact solve over every sample), or,
+when the shards are small and it pads measurably less, from the shards' envelope (NOTE [ Sharded
+plan ] 6 in :mod:`bucketloader.plan.sharded`); the schedule (which shape at each step) from a
+``ranks x K`` table of per-cell counts, so every rank
 takes the same steps with the same shapes and no per-step communication (NOTE [ Sharded plan ]
 in :mod:`bucketloader.plan.sharded`).
 

@@ -5,7 +5,8 @@ A rank holds its shard's lengths (the rows it reads) and every rank's shard hist
 the global histogram). Nothing else crosses ranks.
 
 1. *Boundaries* come from the global histogram (the exact solve of the whole data set), so they
-   are the same on every rank and equal to the boundaries of one process holding every length.
+   are the same on every rank and equal to the boundaries of one process holding every length
+   (unless the shards' envelope pads measurably less, 6).
 2. *The table*: ``n[r, c]``, the samples of rank ``r`` in cell ``c`` (a ``ranks x K`` table of
    ints, each rank's shard histogram bucketed). Every rank derives the same *schedule* from it
    (:func:`shard_schedule`): ``S_c`` global steps of cell ``c``, each one batch of ``B_c`` rows
