@@ -15,7 +15,8 @@ A resume needs the samples a stream still holds (at most its buffers: the shuffl
 the bucket buffers, or the open and closed rows) and the source from where the pass stopped
 reading. A source read *by index* (a list, a tuple, a numpy array, a map-style
 ``datasets.Dataset``, :class:`~bucketloader.stream.arrow.ArrowRows` over Parquet files or an
-Arrow table, any object with ``__len__`` and ``__getitem__`` that iterates by index) gives both
+Arrow table, any object with ``__len__`` and ``__getitem__`` and no ``__iter__`` of its own, such
+as a torch map-style ``Dataset``: it iterates by index) gives both
 directly: sample ``p`` of worker ``w`` of ``n`` is row ``w + n p``, so the state holds only
 positions, the buffered samples are fetched by row and the source reopens at row
 ``w + n read`` (:func:`fetch`, :func:`open_at`). Resume costs O(buffer), whatever the position
@@ -23,7 +24,10 @@ in the epoch. A source with ``state_dict()`` / ``load_state_dict()`` (an HF
 ``IterableDataset``) is checkpointed every ``K`` samples (``K`` about the buffers' capacity) and
 restarted at the newest checkpoint at or before the oldest buffered sample: it re-reads about
 one buffer residency. Any other iterable (a generator factory, a torch ``IterableDataset``)
-cannot seek: it replays the pass from the start of the epoch.
+cannot seek: it replays the pass from the start of the epoch; so does a subclass of ``list``
+(its ``__iter__`` might not follow its indices). Behind DataLoader workers the same holds per
+worker, from the workers' checkpoints (NOTE [ Worker checkpoints ] in
+:mod:`bucketloader.stream.resume`).
 """
 
 from __future__ import annotations
@@ -142,11 +146,20 @@ def is_seekable(source: Any) -> bool:
     """
     if isinstance(source, (str, bytes, Mapping, Iterator)) or self_sharding(source):
         return False
-    if isinstance(source, (Sequence, np.ndarray)) or is_hf_table(source):
-        return True
     kind = type(source)
+    if kind in (list, tuple, range) or isinstance(source, np.ndarray) or is_hf_table(source):
+        return True
+    if callable(getattr(source, "iter_from", None)) and callable(
+        getattr(source, "take_rows", None)
+    ):
+        return True  # ArrowRows: iterates and fetches the same rows
+    # iterated by index (no __iter__ of its own), so reading row w + n p is what iter() gives;
+    # a class with its own __iter__ might iterate in another order
+    own_iter = getattr(kind, "__iter__", None)
     return (
-        hasattr(kind, "__len__") and hasattr(kind, "__getitem__") and not hasattr(kind, "__iter__")
+        hasattr(kind, "__len__")
+        and hasattr(kind, "__getitem__")
+        and (own_iter is None or own_iter is Sequence.__iter__)
     )
 
 
