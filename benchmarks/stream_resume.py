@@ -13,7 +13,8 @@ Writes ``benchmarks/results/stream_resume.md``.
    before it. Each source is measured twice, side by side: as itself (a source read by index
    seeks, NOTE [ Seeking a source ]; an HF ``IterableDataset`` restarts at its newest
    checkpoint before the oldest buffered sample) and wrapped in a plain re-iterable (only
-   ``__iter__``: the stream cannot seek and replays the epoch from its start). Every resume is
+   ``__iter__``: the stream cannot seek and replays the epoch from its start). An HF source
+   restarts at each of its checkpoints that precedes a buffered sample. Every resume is
    checked to give exactly the batches of the uninterrupted pass.
 2. **Memory bound.** The samples a pass holds (shuffle buffer, bucket buffers; open and closed
    rows for :class:`~bucketloader.stream.PackIterable`) and their elements, at their peak over a
@@ -36,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bucketloader import compute_boundaries  # noqa: E402
-from bucketloader.stream import BucketIterable, PackIterable  # noqa: E402
+from bucketloader.stream import BucketIterable, PackIterable, _engine  # noqa: E402
 from bucketloader.stream.arrow import ArrowRows  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "stream_resume.md"
@@ -82,7 +83,21 @@ def resume_point(source, bounds):
     return state, whole[k:], len(whole)
 
 
+PULLED: list[int] = []
+_replay = _engine.replay
+
+
+def _counted(it, start, stop):
+    for x in _replay(it, start, stop):
+        PULLED.append(x[0])
+        yield x
+
+
+_engine.replay = _counted
+
+
 def time_resume(source, bounds, state, rest):
+    PULLED.clear()
     t = time.perf_counter()
     again = make(source, bounds)
     again.load_state_dict(state)
@@ -91,11 +106,10 @@ def time_resume(source, bounds, state, rest):
     seconds = time.perf_counter() - t
     tail = [head] + [ids(b) for b in it]
     assert tail == rest, "the resumed stream differs from the uninterrupted one"
-    src = state["source"]
-    if src.get("seek"):
+    if state["source"].get("seek"):  # fetched by index: the buffered samples
         reread = len(set(state["shuffle"]).union(*map(set, state["buckets"])))
-    else:
-        reread = state["read"] - src["position"]
+    else:  # pulled from the restarted source (counted by the replay)
+        reread = len(PULLED)
     return seconds, reread
 
 
@@ -212,8 +226,9 @@ def write(table, mem, bounds, seconds):
         "`batch_size=32`, `shuffle_buffer=256`, stopped 90% into the epoch and resumed from its "
         "JSON state in a fresh stream. Time: `load_state_dict` to the first batch after the "
         "resume. Rows re-read: samples the resume reads before carrying on (a seek fetches only "
-        "the buffered samples by index; a checkpoint re-reads from the newest checkpoint at or "
-        "before the oldest buffered sample; a replay re-reads the epoch up to the stop). Every "
+        "the buffered samples by index; a checkpoint restarts the source at each checkpoint "
+        "that precedes a buffered sample and reads to its last buffered sample, and at the "
+        "newest checkpoint to the stop; a replay re-reads the epoch up to the stop). Every "
         "resume gives exactly the batches of the uninterrupted pass (checked).",
         "",
         "| source | resume | batches in the epoch | stopped after reading | resume (s) "

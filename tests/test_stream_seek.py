@@ -137,51 +137,34 @@ def test_parquet_resume_starts_at_the_row_group_of_the_read_position(lengths, tm
     assert groups == [state["read"]]  # one read, from the recorded row on
 
 
-def test_hf_iterable_resume_rereads_about_one_buffer_not_the_epoch(lengths, tmp_path):
+def test_hf_iterable_resume_rereads_only_the_segments_holding_buffered_samples(
+    lengths, tmp_path, monkeypatch
+):
+    from bucketloader.stream import _engine
+
     reads = []
-    source = _source("hf-iterable", lengths, tmp_path).map(lambda s: reads.append(1) or s)
+    replay = _engine.replay
+
+    def counted(it, start, stop):  # the samples the resume pulls from the restarted source
+        for x in replay(it, start, stop):
+            reads.append(x[0])
+            yield x
+
+    monkeypatch.setattr(_engine, "replay", counted)
+    source = _source("hf-iterable", lengths, tmp_path)
     whole = _ids(_bucket(source))
-    first = _bucket(source)
-    it = iter(first)
-    head = _ids(next(it) for _ in range(len(whole) - 3))
-    state = json.loads(json.dumps(first.state_dict()))
-    assert state["source"]["state"] is not None  # the HF state_dict() of a checkpoint
-    reads.clear()
-    again = _bucket(source)
-    again.load_state_dict(state)
-    assert head + _ids(again) == whole
-    # from the checkpoint at or before the oldest buffered sample: under two buffers' worth
-    assert N - state["source"]["position"] == len(reads) < N / 2
-
-
-@pytest.mark.parametrize(
-    ("make", "kind"), [(_bucket, "list"), (_pack, "list"), (_bucket, "hf-iterable")]
-)
-def test_resume_behind_workers_starts_at_each_workers_checkpoint(lengths, tmp_path, make, kind):
-    # NOTE [ Worker checkpoints ]: each worker restores its own exact state and replays only
-    # the batches after it, instead of its pass from the start of the epoch
-    from torch.utils.data import DataLoader
-
-    from bucketloader.stream.resume import CHECKPOINT_EVERY
-
-    source = _source(kind, lengths, tmp_path)
-
-    def loader(stream):
-        return DataLoader(stream, batch_size=None, collate_fn=lambda b: b, num_workers=2)
-
-    whole = _ids(loader(make(source)))
-    # late; a list is split by the stream (its lanes rotate when k is odd), an HF source
-    # shards itself by worker id (k even)
-    k = len(whole) - (7 if kind == "list" else 8)
-    first = make(source)
-    it = iter(loader(first))
-    head = _ids(next(it) for _ in range(k))
-    del it
-    state = json.loads(json.dumps(first.state_dict(batches_consumed=k)))
-    lanes = state["lanes"]
-    assert all(x is not None for x in lanes)
-    behind = [s - x["batches"] for s, x in zip(state["skip"], lanes, strict=True)]
-    assert all(0 <= b < CHECKPOINT_EVERY for b in behind)  # at most 3 batches replayed
-    again = make(source)
-    again.load_state_dict(state)
-    assert head + _ids(loader(again)) == whole
+    for k in (len(whole) // 2, len(whole) - 3):
+        first = _bucket(source)
+        it = iter(first)
+        head = _ids(next(it) for _ in range(k))
+        state = json.loads(json.dumps(first.state_dict()))
+        segments = state["source"]["segments"]  # [position, HF state_dict()] checkpoints
+        reads.clear()
+        again = _bucket(source)
+        again.load_state_dict(state)
+        assert head + _ids(again) == whole
+        # each checkpoint is read only up to its last buffered sample (at most K = 64 rows,
+        # the checkpoint interval here), the last one up to where the pass stopped
+        assert state["read"] - segments[-1][0] <= 64
+        assert len(reads) <= 64 * len(segments) < state["read"]
+        assert len(reads) < state["read"] - state["source"]["position"]  # less than one replay

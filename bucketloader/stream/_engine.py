@@ -13,6 +13,8 @@ of the state (:meth:`Pass._filler_state`) and how it takes a replayed sample bac
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -137,6 +139,8 @@ class Pass:
         else:
             pos, src = resume_point(self.snaps, self._oldest())
             source = {"position": pos, "state": src}
+            if self.o.stateful and len(self.snaps) > 1:
+                source["segments"] = self._segments()
         return {
             "format": self.STATE_FORMAT,
             "config": self.o.config,
@@ -149,6 +153,34 @@ class Pass:
             "source": source,
             "stats": dict(self.stats),
         }
+
+    def _segments(self) -> list[list[Any]]:
+        """The checkpoints a resume restarts the source at (NOTE [ Seeking a source ]): the
+        newest one at or before each buffered sample, and the newest one of all (the live
+        iterator), as ``[position, source state]``."""
+        starts = [p for p, _ in self.snaps]
+        need = {bisect.bisect_right(starts, p) - 1 for p in self._positions()}
+        need.add(len(self.snaps) - 1)
+        return [list(self.snaps[i]) for i in sorted(need)]
+
+    def _replay_segments(self, segments: list[Any], wanted: set[int], read: int) -> Iterator[Any]:
+        """Take the ``wanted`` samples back segment by segment (each from its checkpoint to its
+        last wanted sample); return the iterator restarted at the last one, read to ``read``."""
+        order = sorted(wanted)
+        for (start, src_state), (end, _) in itertools.pairwise(segments):
+            lo, hi = bisect.bisect_left(order, start), bisect.bisect_left(order, end)
+            if lo == hi:
+                continue
+            it = reopen(self.o.source, self.worker, src_state)
+            for pos, sample in replay(it, int(start), order[hi - 1] + 1):
+                if pos in wanted:
+                    self._take_back(pos, sample)
+        start, src_state = segments[-1]
+        it = reopen(self.o.source, self.worker, src_state)
+        for pos, sample in replay(it, int(start), read):
+            if pos in wanted:
+                self._take_back(pos, sample)
+        return it
 
     def resume(self, state: dict[str, Any]) -> Iterator[Any]:
         """Rebuild the buffers from ``state`` (NOTE [ Seeking a source ]: a seekable source
@@ -163,6 +195,12 @@ class Pass:
                 self._take_back(pos, sample)
             it = open_at(self.o.source, self.worker, read)
             start = read
+        elif state["source"].get("segments") and self.o.stateful:
+            segments = state["source"]["segments"]
+            it = self._replay_segments(segments, wanted, read)
+            self._finish_resume(state)
+            self.snaps = [(int(p), s) for p, s in segments]  # each covers buffered samples
+            return it
         else:
             if state["source"].get("seek"):  # positions only, from a seekable source: replay
                 start, src_state = 0, None
@@ -170,10 +208,13 @@ class Pass:
             for pos, sample in replay(it, start, read):
                 if pos in wanted:
                     self._take_back(pos, sample)
+        self._finish_resume(state)
+        self.snaps = [(start, src_state)]
+        return it
+
+    def _finish_resume(self, state: dict[str, Any]) -> None:
         self.stats = {**self.stats, **state["stats"]}
         self.read = int(state["read"])
         self.batches = int(state["batches"])
         self.phase = state["phase"]
         self._restore(state)
-        self.snaps = [(start, src_state)]
-        return it
