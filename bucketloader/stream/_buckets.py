@@ -13,8 +13,9 @@ and carries on (a source read by index skips the re-read: it fetches the buffere
 reopens at ``read``, NOTE [ Seeking a source ] in :mod:`bucketloader.stream.source`): the
 remaining batches are exactly those of the uninterrupted run. Checkpoints are taken every ``K``
 samples (``K`` ~ buffer capacity) and pruned to the newest one at or before the
-oldest buffered sample, so replay costs about one buffer residency and memory stays bounded. The
-state holds ints only (JSON-serialisable), plus the source's own state.
+oldest buffered sample; the state lists those that precede a buffered sample, and a resume reads
+from each only to its last buffered sample (at most ``K`` samples per checkpoint). The state
+holds ints only (JSON-serialisable), plus the source's own states.
 """
 
 from __future__ import annotations

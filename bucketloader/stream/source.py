@@ -21,13 +21,15 @@ directly: sample ``p`` of worker ``w`` of ``n`` is row ``w + n p``, so the state
 positions, the buffered samples are fetched by row and the source reopens at row
 ``w + n read`` (:func:`fetch`, :func:`open_at`). Resume costs O(buffer), whatever the position
 in the epoch. A source with ``state_dict()`` / ``load_state_dict()`` (an HF
-``IterableDataset``) is checkpointed every ``K`` samples (``K`` about the buffers' capacity) and
-restarted at the newest checkpoint at or before the oldest buffered sample: it re-reads about
-one buffer residency. Any other iterable (a generator factory, a torch ``IterableDataset``)
-cannot seek: it replays the pass from the start of the epoch; so does a subclass of ``list``
-(its ``__iter__`` might not follow its indices). Behind DataLoader workers the same holds per
-worker, from the workers' checkpoints (NOTE [ Worker checkpoints ] in
-:mod:`bucketloader.stream.resume`).
+``IterableDataset``) is checkpointed every ``K`` samples (``K`` about the buffers' capacity);
+the state lists the checkpoints a resume needs (``segments``: the newest one at or before each
+buffered sample, and the newest of all), and the resume restarts the source at each of them,
+reading only up to the last buffered sample it holds, then at the newest one up to where the
+pass stopped: at most ``K`` samples per checkpoint listed, whatever the position in the epoch.
+Any other iterable (a generator factory, a torch ``IterableDataset``) cannot seek: it replays
+the pass from the start of the epoch; so does a subclass of ``list`` (its ``__iter__`` might
+not follow its indices). Behind DataLoader workers the same holds per worker, from the
+workers' checkpoints (NOTE [ Worker checkpoints ] in :mod:`bucketloader.stream.resume`).
 """
 
 from __future__ import annotations
