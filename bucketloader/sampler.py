@@ -51,6 +51,7 @@ from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable,
 from bucketloader.plan.accumulate import grouped_steps
 from bucketloader.plan.epoch import check_accumulate, check_weights, resolve_weights
 from bucketloader.plan.report import plan_report
+from bucketloader.plan.spec import SpecShapes
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -119,6 +120,17 @@ class EpochSampler(Sampler[list[int]]):
 
     def _make_plan(self, epoch: int) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _coordinates(self, epoch: int, rank: int | None = None) -> dict[str, Any]:
+        """Where a plan sits: the ``seed``, ``epoch``, ``shuffle`` and ranks keywords every
+        planning function takes after the spec (this rank's plan unless ``rank`` is given)."""
+        return {
+            "seed": self.seed,
+            "epoch": epoch,
+            "shuffle": self.shuffle,
+            "num_replicas": self.num_replicas,
+            "rank": self.rank if rank is None else rank,
+        }
 
     def _config(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -364,7 +376,7 @@ def _check_not_in_batch_sampler(owner: str) -> None:
         )
 
 
-class BucketSampler(EpochSampler):
+class BucketSampler(SpecShapes, EpochSampler):
     """Batches of sample indices whose padded shapes are exactly :attr:`shapes`.
 
     Each sample belongs to a bucket (boundaries from :func:`~bucketloader.compute_boundaries`),
@@ -455,16 +467,6 @@ class BucketSampler(EpochSampler):
         return self.spec.shape_table(self.num_replicas)
 
     @property
-    def shapes(self) -> list[tuple[int, ...]]:
-        """Every batch shape ``(B, L_1, ..., L_D)`` an epoch can produce, sorted (a promise)."""
-        return list(self.shape_table.shapes)
-
-    @property
-    def boundaries(self) -> Any:
-        """An array for one input; ``{name: array}`` for several; with groups ``{group: that}``."""
-        return self.spec.user_boundaries
-
-    @property
     def lengths(self) -> np.ndarray:
         """The declared lengths, ``(N,)`` or ``(N, D)``."""
         return self.spec.lengths
@@ -491,11 +493,7 @@ class BucketSampler(EpochSampler):
         """This rank's :class:`~bucketloader.plan.EpochPlan` of ``epoch`` (see :meth:`plan`)."""
         return plan_epoch(
             self.spec,
-            seed=self.seed,
-            epoch=epoch,
-            shuffle=self.shuffle,
-            num_replicas=self.num_replicas,
-            rank=self.rank,
+            **self._coordinates(epoch),
             weights=self.weights,
             longest_first=self.longest_first,
             accumulate=self.accumulate,
@@ -515,13 +513,10 @@ class BucketSampler(EpochSampler):
             epoch: the epoch to report (default: the current one, with the current position).
         """
         current = epoch is None or epoch == self.epoch
+        ep = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
         return plan_report(
             self.spec,
-            seed=self.seed,
-            epoch=self.epoch if epoch is None else check_int("epoch", epoch, minimum=0),
-            shuffle=self.shuffle,
-            num_replicas=self.num_replicas,
-            rank=self.rank,
+            **self._coordinates(ep),
             weights=self.weights,
             longest_first=self.longest_first,
             batches_done=self._batches_done() if current else 0,

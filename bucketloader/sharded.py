@@ -32,6 +32,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from bucketloader._dist import initialised, world_size
+from bucketloader._samples import DatasetView, load_samples
 from bucketloader._validation import MAX_LENGTH, as_lengths, check_int
 from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
 from bucketloader.histogram import LengthHistogram
@@ -361,7 +362,7 @@ class ShardedSampler(EpochSampler):
         }
 
 
-class ShardDataset:
+class ShardDataset(DatasetView):
     """A shard's map-style dataset whose batches carry their planned shape to the collator.
 
     ``DataLoader`` calls ``__getitems__`` with the sampler's batch; this returns a
@@ -369,19 +370,8 @@ class ShardDataset:
     are real (the rest are stand-ins the collator turns into padding rows).
     """
 
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> Any:
-        return self.dataset[index]
-
     def __getitems__(self, batch: Sequence[int]) -> list[Any]:
-        keys = list(batch)
-        getitems = getattr(self.dataset, "__getitems__", None)
-        samples = getitems(keys) if getitems is not None else [self.dataset[i] for i in keys]
+        samples = load_samples(self.dataset, list(batch))
         shape = getattr(batch, "planned_shape", None)
         if shape is None:
             return list(samples)

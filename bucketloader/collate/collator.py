@@ -505,14 +505,7 @@ def check_batch(
             _raise_over(lengths, np.asarray(shape[1:]), shape, names)
     else:
         shape = _target(table, lengths, group)
-        if len(shape) != d + 1:
-            raise ValueError(
-                f"the sampler's target shape {shape} has {len(shape) - 1} lengths but the "
-                f"collator measured {d} inputs {names}"
-            )
-        cell = np.asarray(shape[1:], dtype=np.int64)
-        if (lengths > cell).any():
-            _raise_over(lengths, cell, shape, names)
+        _check_cells(shape, lengths, names, "the sampler's target")
     if n > shape[0]:
         p = int(np.argmax(lengths.sum(axis=1)))
         raise ValueError(
@@ -528,18 +521,27 @@ def check_planned(
 ) -> tuple[int, ...]:
     """A batch that carries its planned shape (a stream split over ranks may fill a step with
     samples of shorter cells): they must fit it."""
-    n, d = lengths.shape
+    _check_cells(shape, lengths, names, "the batch's planned")
+    n = lengths.shape[0]
+    if n > shape[0]:
+        raise ValueError(f"batch of {n} samples does not fit its planned shape {shape}")
+    return shape
+
+
+def _check_cells(
+    shape: tuple[int, ...], lengths: np.ndarray, names: tuple[str, ...], whose: str
+) -> None:
+    """Every sample of measured ``lengths`` ``(n, D)`` fits the lengths of ``shape`` (``whose``
+    shape it is, for the message)."""
+    d = lengths.shape[1]
     if len(shape) != d + 1:
         raise ValueError(
-            f"the batch's planned shape {shape} has {len(shape) - 1} lengths but the collator "
-            f"measured {d} inputs {names}"
+            f"{whose} shape {shape} has {len(shape) - 1} lengths but the collator measured "
+            f"{d} inputs {names}"
         )
     cell = np.asarray(shape[1:], dtype=np.int64)
     if (lengths > cell).any():
         _raise_over(lengths, cell, shape, names)
-    if n > shape[0]:
-        raise ValueError(f"batch of {n} samples does not fit its planned shape {shape}")
-    return shape
 
 
 def cut_to_plan(

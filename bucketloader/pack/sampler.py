@@ -125,15 +125,7 @@ class PackSampler(EpochSampler):
     # -- the epoch plan (EpochSampler does the rest) ------------------------------------------
     def _make_plan(self, epoch: int) -> PackPlan:
         """This rank's :class:`~bucketloader.pack.PackPlan` of ``epoch`` (see :meth:`plan`)."""
-        return plan_pack_epoch(
-            self.spec,
-            seed=self.seed,
-            epoch=epoch,
-            shuffle=self.shuffle,
-            num_replicas=self.num_replicas,
-            rank=self.rank,
-            balance=self.balance,
-        )
+        return plan_pack_epoch(self.spec, **self._coordinates(epoch), balance=self.balance)
 
     # -- what an epoch does with the data ----------------------------------------------------
     def report(self, epoch: int | None = None) -> SamplingReport:
@@ -158,18 +150,10 @@ class PackSampler(EpochSampler):
         """
         current = epoch is None or epoch == self.epoch
         ep = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
-        spec, reps = self.spec, self.num_replicas
+        spec = self.spec
         plans = [
-            plan_pack_epoch(
-                spec,
-                seed=self.seed,
-                epoch=ep,
-                shuffle=self.shuffle,
-                num_replicas=reps,
-                rank=r,
-                balance=self.balance,
-            )
-            for r in range(reps)
+            plan_pack_epoch(spec, **self._coordinates(ep, r), balance=self.balance)
+            for r in range(self.num_replicas)
         ]
         n = int(spec.lengths.size)
         everything = np.concatenate([p.indices for p in plans])
@@ -211,16 +195,8 @@ class PackSampler(EpochSampler):
             for k in range(kinds)
             if batches[k]
         )
-        mine = plans[self.rank]
-        done = min(max(self._yielded, self._start) if current else 0, len(mine))
-        return SamplingReport(
-            epoch=ep,
-            totals=totals,
-            cells=cells,
-            batches_done=done,
-            batches_left=len(mine) - done,
-            samples_left=int(mine.offsets[-1] - mine.offsets[done]),
-        )
+        done = max(self._yielded, self._start) if current else 0
+        return SamplingReport.of_plan(ep, totals, cells, plans[self.rank], done)
 
     def _warn_losses(self) -> None:
         """NOTE [ Warning about silent losses ] in :mod:`bucketloader.sampler`: documents that

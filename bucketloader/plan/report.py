@@ -77,6 +77,31 @@ class SamplingReport:
     source: str = "plan"
     extra: Mapping[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def of_plan(
+        cls,
+        epoch: int,
+        totals: Mapping[str, int],
+        cells: tuple[Mapping[str, Any], ...],
+        plan: Any,
+        batches_done: int,
+        extra: Mapping[str, Any] | None = None,
+    ) -> SamplingReport:
+        """The report reconstructed from the plan (``source="plan"``), with this rank's position
+        in its ``plan`` of the epoch (``offsets`` and ``len()``): ``batches_done`` of its batches
+        handed out (at most all of them), the rest and their samples still to come."""
+        done = min(batches_done, len(plan))
+        return cls(
+            epoch=epoch,
+            totals=totals,
+            cells=cells,
+            batches_done=done,
+            batches_left=len(plan) - done,
+            samples_left=int(plan.offsets[-1] - plan.offsets[done]),
+            source="plan",
+            extra={} if extra is None else extra,
+        )
+
     @property
     def padding(self) -> float:
         """Padded elements per real element over the epoch's batches (0.0 with none)."""
@@ -187,8 +212,6 @@ def plan_report(
         batches=len(plans[rank]),
         padded_rows=int(alloc.sum() - sizes.sum()),
     )
-    mine = plans[rank]
-    done = min(batches_done, len(mine))
     cell_rows = tuple(
         {
             "shape": tuple(int(x) for x in (spec.cell_batch[c], *spec.cell_lengths[c])),
@@ -200,13 +223,5 @@ def plan_report(
         }
         for c in range(k)
     )
-    return SamplingReport(
-        epoch=epoch,
-        totals=totals,
-        cells=cell_rows,
-        batches_done=done,
-        batches_left=len(mine) - done,
-        samples_left=int(mine.offsets[-1] - mine.offsets[done]),
-        source="plan",
-        extra={"joint": [dict(j) for j in spec.joint]} if spec.joint else {},
-    )
+    joint = {"joint": [dict(j) for j in spec.joint]} if spec.joint else {}
+    return SamplingReport.of_plan(epoch, totals, cell_rows, plans[rank], batches_done, joint)

@@ -306,33 +306,17 @@ class BucketPass(Pass):
         if self.phase == "stream":
             prepare, stateful, every = self.prepare, self.stateful, self.every
             draws = self.draws
-            # _add inlined in both loops (a stream reads millions of samples)
+            # _add inlined (a stream reads millions of samples)
             bsam, bpos, blen, sizes, emit = self.bsam, self.bpos, self.blen, self.sizes, self._emit
-            if not size:
-                for sample in it:
-                    pos = self.read
-                    self.read = pos + 1
-                    if stateful and self.read % every == 0:
-                        self._snapshot()
-                    got = prepare(pos, sample)
-                    if got is None:
-                        continue
-                    sample, cell, n = got
-                    buf = bsam[cell]
-                    buf.append(sample)
-                    bpos[cell].append(pos)
-                    blen[cell].append(n)
-                    if len(buf) >= sizes[cell]:
-                        yield emit(cell)
-            else:
-                for sample in it:
-                    pos = self.read
-                    self.read = pos + 1
-                    if stateful and self.read % every == 0:
-                        self._snapshot()
-                    got = prepare(pos, sample)
-                    if got is None:
-                        continue
+            for sample in it:
+                pos = self.read
+                self.read = pos + 1
+                if stateful and self.read % every == 0:
+                    self._snapshot()
+                got = prepare(pos, sample)
+                if got is None:
+                    continue
+                if size:  # through the shuffle buffer: add the sample it swaps out
                     entry = (pos, *got)
                     if len(shuf) < size:
                         shuf.append(entry)
@@ -342,13 +326,15 @@ class BucketPass(Pass):
                     j = int(draws.block[draws.used] * size)  # Draws.index, inlined
                     draws.used += 1
                     entry, shuf[j] = shuf[j], entry
-                    p, sample, cell, n = entry
-                    buf = bsam[cell]
-                    buf.append(sample)
-                    bpos[cell].append(p)
-                    blen[cell].append(n)
-                    if len(buf) >= sizes[cell]:
-                        yield emit(cell)
+                    pos, sample, cell, n = entry
+                else:
+                    sample, cell, n = got
+                buf = bsam[cell]
+                buf.append(sample)
+                bpos[cell].append(pos)
+                blen[cell].append(n)
+                if len(buf) >= sizes[cell]:
+                    yield emit(cell)
             self.phase = "flush"
         while shuf:
             j = self.draws.index(len(shuf))

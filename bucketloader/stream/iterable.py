@@ -152,8 +152,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         steps_per_epoch: int | None = None,
         **options: Unpack[ShapeOptions],
     ) -> None:
-        check_source(source)
-        self.source = source
+        self.source = check_source(source)
         self._length = make_length_fn(length_fn)
         self._measured_by_callable = callable(length_fn)
         multi = isinstance(length_fn, (tuple, list))

@@ -143,8 +143,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         rank: int | None = None,
         steps_per_epoch: int | None = None,
     ) -> None:
-        check_source(source)
-        self.source = source
+        self.source = check_source(source)
         self.length_fn = length_fn
         self._measure = make_length_fn(length_fn)
         self.row_length = check_int("row_length", row_length, minimum=1)

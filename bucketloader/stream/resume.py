@@ -151,8 +151,9 @@ def _remove_owned(path: str, owner: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def check_source(source: Any) -> None:
-    """A stream's source must be iterable (checked when the stream is built, not at ``next``)."""
+def check_source(source: Any) -> Any:
+    """``source``, which a stream reads, if it is iterable (checked when the stream is built, not
+    at ``next``)."""
     if isinstance(source, (str, bytes)) or not (
         isinstance(source, Iterable) or hasattr(source, "__getitem__")
     ):
@@ -160,6 +161,7 @@ def check_source(source: Any) -> None:
             f"source must be an iterable of samples (a list, a generator, an HF or torch "
             f"IterableDataset), got {type(source).__name__} {source!r:.60}"
         )
+    return source
 
 
 def state_keys(
