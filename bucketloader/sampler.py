@@ -55,6 +55,7 @@ from bucketloader.plan.epoch import (
     check_weights,
     resolve_weights,
 )
+from bucketloader.plan.promote import Promotion, promoted_spec, promotes
 from bucketloader.plan.report import plan_report
 from bucketloader.plan.spec import SpecShapes
 
@@ -440,6 +441,10 @@ class BucketSampler(SpecShapes, EpochSampler):
         [0, 1, 2, 3, 4]
     """
 
+    #: Whether this sampler's epochs promote leftovers (a subclass that plans other samples than
+    #: the spec's, such as weighted draws, keeps even batches).
+    _promotes = True
+
     def __init__(
         self,
         lengths: Any,
@@ -463,13 +468,24 @@ class BucketSampler(SpecShapes, EpochSampler):
             check_weights(self.spec, self.weights, self.num_replicas)  # at construction
         self.longest_first = check_bool("longest_first", longest_first)
         self.accumulate = check_accumulate(accumulate, self.spec, self.weights)
+        # leftovers fill longer cells' spare rows (NOTE [ Promotion of leftovers ])
+        self.promotion: Promotion | None = None
+        if self._promotes and promotes(given) and self.weights is None and self.accumulate == 1:
+            spec, promotion = promoted_spec(given, self.num_replicas)
+            if promotion.num_promoted:  # else the even plan is the same plan
+                self._even, self.spec, self.promotion = self.spec, spec, promotion
         self._warn_losses()
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
     def shape_table(self) -> ShapeTable:
         """The promised shapes, small and picklable (what the collator keeps)."""
-        return self.spec.shape_table(self.num_replicas)
+        table = self.spec.shape_table(self.num_replicas)
+        if self.promotion is None:
+            return table
+        steps = self.promotion.steps  # a cell promoted away has no steps and no shape
+        shapes = {s for s, m in zip(self.spec.cells.shapes, steps.tolist(), strict=True) if m}
+        return dataclasses.replace(table, shapes=tuple(sorted(shapes)))
 
     @property
     def lengths(self) -> np.ndarray:
@@ -502,10 +518,13 @@ class BucketSampler(SpecShapes, EpochSampler):
             weights=self.weights,
             longest_first=self.longest_first,
             accumulate=self.accumulate,
+            promotion=self.promotion,
         )
 
     @functools.cached_property
     def _len(self) -> int:
+        if self.promotion is not None:
+            return self.promotion.num_steps
         steps = self.spec.num_steps(self.num_replicas)
         return int(grouped_steps(steps, self.accumulate).sum())
 
@@ -526,6 +545,7 @@ class BucketSampler(SpecShapes, EpochSampler):
             longest_first=self.longest_first,
             batches_done=self._batches_done() if current else 0,
             accumulate=self.accumulate,
+            promotion=self.promotion,
         )
 
     def _warn_losses(self) -> None:
@@ -575,6 +595,20 @@ class BucketSampler(SpecShapes, EpochSampler):
         saved = state.get("config") if isinstance(state, dict) else None
         if (
             isinstance(saved, dict)
+            and self.promotion is not None
+            and saved.get("plan_digest")
+            in (self._plan_digest(spec=self._even), self._plan_digest(1, spec=self._even))
+        ):
+            budget = self.spec.rule.budget if self.spec.rule is not None else None
+            fix = dataclasses.replace(budget, promote=False) if budget is not None else None
+            raise ValueError(
+                "state was saved by a sampler that kept every sample in its own bucket (even "
+                "batches without promotion, or TokenBudget(promote=False)); this sampler batches "
+                "leftovers in longer buckets' spare rows (other steps and batch shapes). Build it "
+                f"with max_tokens={fix!r} to resume this state exactly"
+            )
+        if (
+            isinstance(saved, dict)
             and self.spec is not self._given
             and saved.get("plan_digest") == self._plan_digest(spec=self._given)
         ):
@@ -616,11 +650,15 @@ class BucketSampler(SpecShapes, EpochSampler):
         }
 
     def _plan_digest(self, plan_version: int = PLAN_VERSION, spec: Any = None) -> str:
-        """The spec's digest, the accumulation and, with ``shuffle``, the version of the
-        within-bucket shuffle (NOTE [ Counter-based shuffle ]); version 1 had no suffix."""
+        """The digest of ``spec`` (default: the planned one), the accumulation, the promotion
+        and, with ``shuffle``, the version of the within-bucket shuffle (NOTE [ Counter-based
+        shuffle ]); version 1 had no suffix."""
+        promoted = spec is None and self.promotion is not None  # (another spec: not promoted)
         digest = (self.spec if spec is None else spec).digest
         if self.accumulate != 1:
             digest += f"/accumulate={self.accumulate}"
+        if promoted:
+            digest += "/promote"
         if self.shuffle and plan_version > 1:
             digest += f"/shuffle={plan_version}"
         return digest

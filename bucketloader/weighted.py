@@ -64,6 +64,8 @@ class WeightedBucketSampler(BucketSampler):
         (8, True, [(2, 4), (2, 12)])
     """
 
+    _promotes = False  # its epochs batch the draws, not the spec's samples
+
     def __init__(
         self,
         lengths: Any,

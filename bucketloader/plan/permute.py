@@ -37,6 +37,8 @@ SMALL = 1 << 10
 ROUNDS = 4
 #: Cells up to ``2**TABLE_BITS`` samples use tabulated random round functions.
 TABLE_BITS = 32
+#: Positions read per chunk by ``ShuffledOrder[...]``.
+_READ = 1 << 20
 #: Positions evaluated per chunk (bounded temporaries).
 CHUNK = 1 << 14
 
@@ -163,23 +165,27 @@ def cell_shuffles(
 class ShuffledOrder:
     """Cells' samples one after another, each cell in its keyed order, read at any positions.
 
-    Stands for the array ``concatenate([base[start_s + pi_s(arange(n_s))] for each segment s])``
-    without building it: ``order[pos]`` evaluates only the positions asked for (NOTE
-    [ Counter-based shuffle ]). A segment without a permutation (``None``) is in ``base`` order.
+    Stands for the array ``concatenate([base[start_s + pi_s(off_s + arange(n_s))] for each
+    segment s])`` without building it: ``order[pos]`` evaluates only the positions asked for
+    (NOTE [ Counter-based shuffle ]), ``order[a:b]`` is the same kind of view of a range, and
+    :meth:`concat` joins views. A segment without a permutation (``None``) is in ``base`` order.
 
     Args:
         base: sample indices sorted by cell (``BucketSpec.by_cell``).
         starts: where each segment's samples start in ``base``.
         sizes: each segment's size.
         shuffles: each segment's :class:`CellShuffle`, or ``None`` (unshuffled).
+        offsets: where each segment starts in its permutation's order (default 0).
 
     Example:
         >>> order = ShuffledOrder(np.array([5, 6, 7, 8]), [2, 0], [2, 2], [None, None])
         >>> order[np.array([0, 1, 2, 3])].tolist(), order.size
         ([7, 8, 5, 6], 4)
+        >>> order[1:3][np.arange(2)].tolist()
+        [8, 5]
     """
 
-    __slots__ = ("base", "ends", "shuffles", "sizes", "starts")
+    __slots__ = ("base", "ends", "offsets", "shuffles", "sizes", "starts")
 
     def __init__(
         self,
@@ -187,10 +193,16 @@ class ShuffledOrder:
         starts: Any,
         sizes: Any,
         shuffles: Sequence[CellShuffle | None],
+        offsets: Any = None,
     ) -> None:
         self.base = base
         self.starts = np.asarray(starts, dtype=np.int64).reshape(-1)
         self.sizes = np.asarray(sizes, dtype=np.int64).reshape(-1)
+        self.offsets = (
+            np.zeros(self.sizes.size, dtype=np.int64)
+            if offsets is None
+            else np.asarray(offsets, dtype=np.int64).reshape(-1)
+        )
         self.ends = np.cumsum(self.sizes)
         self.shuffles = list(shuffles)
 
@@ -207,23 +219,36 @@ class ShuffledOrder:
             np.concatenate([[0], *[p.starts for p in parts]])[1:],
             np.concatenate([[0], *[p.sizes for p in parts]])[1:],
             [s for p in parts for s in p.shuffles],
+            np.concatenate([[0], *[p.offsets for p in parts]])[1:],
         )
 
     def segment_at(self, first: np.ndarray) -> np.ndarray:
-        """Index of the segment that starts at each position of ``first``."""
+        """Index of the segment that holds each position of ``first``."""
         return np.searchsorted(self.ends, first, side="right")
 
     def take(self, s: int, p: np.ndarray) -> np.ndarray:
-        """Positions ``p`` (in ``[0, sizes[s])``) of segment ``s``: ``base[start + pi(p)]``."""
-        pi = self.shuffles[s]
+        """Positions ``p`` (in ``[0, sizes[s])``) of segment ``s``:
+        ``base[start + pi(off + p)]``."""
+        pi, off = self.shuffles[s], int(self.offsets[s])
+        if off:
+            p = p + off
         return self.base[self.starts[s] + (p if pi is None else pi(p))]
 
-    def __getitem__(self, pos: np.ndarray) -> np.ndarray:
+    def __getitem__(self, pos: Any) -> Any:
+        if isinstance(pos, slice):
+            return self._range(pos)
         pos = np.asarray(pos, dtype=np.int64)
+        out = np.empty(pos.size, dtype=self.base.dtype)
+        flat = pos.reshape(-1)
+        for i in range(0, flat.size, _READ):  # (bounded temporaries)
+            out[i : i + _READ] = self._read(flat[i : i + _READ])
+        return out.reshape(pos.shape)
+
+    def _read(self, pos: np.ndarray) -> np.ndarray:
         out = np.empty(pos.size, dtype=self.base.dtype)
         if not pos.size:
             return out
-        seg = np.searchsorted(self.ends, pos, side="right")
+        seg = self.segment_at(pos)
         if self.ends.size <= 1 << 16:  # 16-bit keys: numpy's stable sort is a radix sort
             seg = seg.astype(np.uint16)
         by_seg = np.argsort(seg, kind="stable")
@@ -232,3 +257,22 @@ class ShuffledOrder:
             which = by_seg[bounds[s] : bounds[s + 1]]
             out[which] = self.take(s, pos[which] - (self.ends[s] - self.sizes[s]))
         return out
+
+    def _range(self, key: slice) -> ShuffledOrder:
+        """``order[a:b]`` (step 1) as a view: the segments it overlaps, cut to the range."""
+        a, b, step = key.indices(self.size)
+        if step != 1:
+            raise ValueError(f"a ShuffledOrder is sliced with step 1, got {key!r}")
+        b = max(a, b)
+        begin = self.ends - self.sizes
+        lo = np.maximum(begin, a)
+        hi = np.minimum(self.ends, b)
+        keep = np.flatnonzero(hi > lo)
+        cut = lo[keep] - begin[keep]
+        return ShuffledOrder(
+            self.base,
+            self.starts[keep],
+            (hi - lo)[keep],
+            [self.shuffles[s] for s in keep.tolist()],
+            self.offsets[keep] + cut,
+        )

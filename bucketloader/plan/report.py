@@ -20,6 +20,7 @@ import numpy as np
 
 from bucketloader.plan.budget import size_values
 from bucketloader.plan.epoch import plan_epoch
+from bucketloader.plan.promote import Promotion
 from bucketloader.plan.spec import BucketSpec
 
 #: The totals a report may carry, in display order, with what each counts.
@@ -36,7 +37,7 @@ TOTALS = {
     "seen": "distinct samples in the epoch's batches",
     "repeated": "extra appearances of samples (last_batch 'fill'/'pad' across ranks, weights)",
     "dropped": "admitted but not in this epoch (last_batch='drop', weights, a stream's tail)",
-    "promoted": "stream: samples batched in a longer bucket to keep ranks in step",
+    "promoted": "samples batched in a longer bucket (a sampler's leftovers, a stream's ranks)",
     "left_over": "stream: samples still buffered when the epoch's steps ran out",
     "batches": "batches of the epoch on this rank",
     "padded_rows": "rows of padding (masked) added to keep planned batch shapes",
@@ -160,6 +161,7 @@ def plan_report(
     longest_first: bool = False,
     batches_done: int = 0,
     accumulate: int = 1,
+    promotion: Promotion | None = None,
 ) -> SamplingReport:
     """The exact report of one epoch of ``spec``, from the plans of all ranks."""
     plans = [
@@ -173,6 +175,7 @@ def plan_report(
             weights=weights,
             longest_first=longest_first,
             accumulate=accumulate,
+            promotion=promotion,
         )
         for r in range(num_replicas)
     ]
@@ -212,6 +215,8 @@ def plan_report(
         batches=len(plans[rank]),
         padded_rows=int(alloc.sum() - sizes.sum()),
     )
+    if promotion is not None:
+        totals["promoted"] = promotion.num_promoted
     cell_rows = tuple(
         {
             "shape": tuple(int(x) for x in (spec.cell_batch[c], *spec.cell_lengths[c])),
