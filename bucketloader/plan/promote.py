@@ -206,9 +206,7 @@ def promoted_order(
     head of its shuffled segment), then the samples promoted into it (by source cell).
     Returns ``(order, start)``; cell ``c`` holds ``order[start[c] : start[c + 1]]``."""
     k = counts.size
-    parts: list[list[Any]] = [
-        [order[cell_start[c] : cell_start[c] + p.stay[c]]] for c in range(k)
-    ]
+    parts: list[list[Any]] = [[order[cell_start[c] : cell_start[c] + p.stay[c]]] for c in range(k)]
     taken = p.stay.astype(np.int64).copy()
     for src, dst, n in p.moves.tolist():
         a = int(cell_start[src] + taken[src])
@@ -233,6 +231,10 @@ def interleave_steps(
     u = rng.random(total) if rng is not None else 0.5
     pick = np.lexsort((step_cell, (step_j + u) / np.maximum(steps[step_cell], 1)))
     return step_cell[pick], step_j[pick]
+
+
+#: Samples dealt per chunk (bounded temporaries; the result is the only array of the epoch).
+_DEAL = 1 << 20
 
 
 def deal(
@@ -268,8 +270,17 @@ def deal(
     ps = b * (pm // mm) + np.maximum(b - cut, 0)
     size = nb + pb
     offsets = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
-    within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], size)
-    first = np.repeat(start[sc], size)
-    own = within < np.repeat(nb, size)
-    pos = np.where(own, np.repeat(ns, size) + within, np.repeat(w + ps - nb, size) + within)
-    return order[first + pos], offsets
+    dtype = order.base.dtype if isinstance(order, ShuffledOrder) else np.asarray(order).dtype
+    out = np.empty(int(offsets[-1]), dtype=dtype)
+    own_at, promoted_at = start[sc] + ns, start[sc] + w + ps - nb
+    i = 0
+    while i < size.size:  # batches in chunks of about _DEAL samples (bounded temporaries)
+        j = int(np.searchsorted(offsets, offsets[i] + _DEAL, side="right")) - 1
+        j = min(max(j, i + 1), size.size)
+        sz, a = size[i:j], int(offsets[i])
+        within = np.arange(int(offsets[j]) - a) - np.repeat(offsets[i:j] - a, sz)
+        own = within < np.repeat(nb[i:j], sz)
+        pos = np.where(own, np.repeat(own_at[i:j], sz), np.repeat(promoted_at[i:j], sz))
+        out[a : int(offsets[j])] = order[pos + within]
+        i = j
+    return out, offsets
