@@ -92,6 +92,10 @@ def test_shuffled_order_reads_any_positions():
     assert sorted(whole[:10].tolist()) == list(range(100, 110))  # cells stay in place
     pos = np.array([29, 3, 10, 3])
     assert order[pos].tolist() == whole[pos].tolist()
+    part = order[7:25]  # a view across three segments, as the promoted plan cuts them
+    assert part.size == 18 and part[np.arange(18)].tolist() == whole[7:25].tolist()
+    joined = ShuffledOrder.concat([order[20:30], order[0:5]], base)
+    assert joined[np.arange(15)].tolist() == [*whole[20:30], *whole[0:5]]
 
 
 @settings(max_examples=15, deadline=None)
