@@ -342,7 +342,8 @@ class PackSpec:
         if isinstance(lengths, np.ndarray) and np.shares_memory(declared, lengths):
             declared = declared.copy()  # the caller's array stays writable
         declared.setflags(write=False)
-        if (declared == 0).any():
+        shortest, longest = int(declared.min()), int(declared.max())  # one pass each, no temporary
+        if shortest == 0:
             i = int(np.argmax(declared == 0))
             raise ValueError(
                 f"lengths must be >= 1 to pack, got 0 at index {i}; an empty document holds no "
@@ -352,9 +353,10 @@ class PackSpec:
         rows = _row_lengths(row_length)
         bsz = row_batch_sizes(BatchRule.parse(batch_size, max_tokens), rows)
         limit = rows[-1]
-        sizes = declared.copy()
-        over = declared > limit
-        if over.any():
+        sizes = declared  # read-only: shared when no document is cut or dropped
+        if longest > limit:
+            sizes = declared.copy()
+            over = declared > limit
             i = int(np.argmax(over))
             if overflow == "error":
                 raise ValueError(
@@ -365,12 +367,12 @@ class PackSpec:
                     "(bucketloader.pack.SplitDataset)"
                 )
             sizes[over] = 0 if overflow == "drop" else limit
-        if not (sizes > 0).any():
-            raise ValueError(
-                f"overflow='drop' drops all {sizes.size} documents (all are longer than "
-                f"{limit}); raise row_length"
-            )
-        sizes.setflags(write=False)
+            if not (sizes > 0).any():
+                raise ValueError(
+                    f"overflow='drop' drops all {sizes.size} documents (all are longer than "
+                    f"{limit}); raise row_length"
+                )
+            sizes.setflags(write=False)
         counts = np.bincount(sizes, minlength=limit + 1)[1:]
         vals = np.flatnonzero(counts)[::-1] + 1
         patterns = solve(vals, counts[vals - 1], rows)
