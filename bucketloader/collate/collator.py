@@ -265,9 +265,9 @@ class PadCollator:
     def __call__(self, samples: Any) -> dict[Any, Any]:
         """Collate ``samples`` (a list of samples) into a dict of padded tensors."""
         if type(samples) is list and self._bare_default and samples:  # a plain list: no plan
-            out = self._collate_bare(samples)
-            if out is not None:
-                return out
+            lean = self._collate_bare(samples)
+            if lean is not None:
+                return lean
         if not samples and getattr(samples, "planned_shape", None) is not None:
             raise ValueError(
                 f"a padding-only step of shape {samples.planned_shape} reached the collator "
@@ -281,9 +281,9 @@ class PadCollator:
                 f"of length {len(samples) if hasattr(samples, '__len__') else '?'}"
             )
         if self._bare_default and getattr(samples, "planned_shape", None) is None:
-            out = self._collate_bare(samples)
-            if out is not None:
-                return out
+            lean = self._collate_bare(samples)
+            if lean is not None:
+                return lean
         first = samples[0]
         kind = kind_of(first)
         keys = cf.keys_of(first, kind)
@@ -475,10 +475,10 @@ class PadCollator:
             self._lean_cache.clear()
         pad = torch.empty(size, dtype=tdtype)
         pad.fill_(pad_value[0])
-        ar = np.arange(size)
+        ar: np.ndarray = np.arange(size)
         if size <= _MASK_TABLE_MAX:  # row L of the table is the mask of a sample of length L
             ar = np.arange(size + 1)[:, None] > (ar if self.side == "right" else size - 1 - ar)
-        entry = (pad.numpy() if kind is np.ndarray else pad, {}, ar)
+        entry: tuple[Any, dict, Any] = (pad.numpy() if kind is np.ndarray else pad, {}, ar)
         self._lean_cache[(kind, size, dtype)] = entry
         return entry
 
