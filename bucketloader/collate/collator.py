@@ -385,12 +385,16 @@ class PadCollator:
         kind = type(first)
         if kind is not torch.Tensor and kind is not np.ndarray:
             return None
-        if n > 1 and len(set(map(type, samples))) != 1:
+        try:  # one dtype object for the batch also means one kind (numpy's dtypes are not torch's)
+            dtypes = set(map(_DTYPE, samples)) if n > 1 else {first.dtype}
+            shapes = list(map(_SHAPE, samples))
+        except AttributeError:  # a sample that is no array: the general path words it
             return None
-        shapes = list(map(_SHAPE, samples))
         sizes = list(itertools.chain.from_iterable(shapes))
         if len(sizes) != n or () in shapes:  # as many sizes as samples, none 0-d: all 1-D
             return None
+        if len(dtypes) > 1 and len(set(map(type, samples))) > 1:
+            return None  # tensors mixed with arrays: the general path
         hi, lo = max(sizes), min(sizes)
         cells = self._cells  # length -> its cell's shape, one tuple object per cell
         shape = cells.get(hi)
@@ -410,7 +414,6 @@ class PadCollator:
             rows = n
             if (n, size) not in self._shapes:
                 self._raise_unplanned(n, (n, size))
-        dtypes = set(map(_DTYPE, samples)) if n > 1 else {first.dtype}
         entry = None
         if rows == n and len(dtypes) == 1 and size > 0:
             entry = self._lean_cache.get((kind, size, first.dtype))
