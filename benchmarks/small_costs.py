@@ -151,7 +151,7 @@ def collation(quick: bool) -> list[str]:
                         return pad_sequence(samples, batch_first=True)
 
                 if len(batch) < rows:  # the planned shape: pad_sequence, then padded to it
-                    width = int(collate(samples)["inputs"].shape[1])
+                    width = int(collate(samples)["attention_mask"].shape[1])
                     real = len(batch)
 
                     def planned(b=base, n=real, w=width, r=rows):
