@@ -17,7 +17,7 @@
    (lognormal, sigma 1.3, up to 2048 = L), GSM8K question + answer + 2 resampled (L = 1024), and
    the 2k-document files (the first 2,000 GSM8K pairs at L = 512, the first 2,000 E. coli
    proteins + 2 at L = 2,400). Rows against the L2 lower bound; best of 3 runs.
-3. Streams: ``bucketize`` (8 buckets, ``batch_size=B``) against a plain
+3. Streams: ``BucketIterable`` (8 buckets, ``batch_size=B``) against a plain
    ``DataLoader(batch_size=B)`` over the same in-memory list, B in 8, 32, 128.
 
 Run: ``PYTHONPATH=$PWD python benchmarks/small_costs.py [--quick]`` (a few minutes on 2 cores;
@@ -271,9 +271,9 @@ def packing(quick: bool) -> list[str]:
 
 
 def streaming(quick: bool) -> list[str]:
-    """``bucketize`` against a plain ``DataLoader(batch_size=B)`` over the same in-memory list."""
+    """``BucketIterable`` against a plain ``DataLoader(batch_size=B)`` over one in-memory list."""
     from bucketloader.solve import compute_boundaries
-    from bucketloader.stream import bucketize
+    from bucketloader.stream import BucketIterable
 
     gsm = np.loadtxt(DATA / "gsm8k_train_qa_tokens.txt", dtype=np.int64).sum(axis=1) + 2
     n = 50_000 if quick else 200_000
@@ -292,10 +292,11 @@ def streaming(quick: bool) -> list[str]:
         "## 3. A stream's batching vs a plain DataLoader",
         "",
         f"{n:,} dict samples in a Python list (GSM8K lengths), single process, no collation "
-        "(`collate_fn=list`): `bucketize(..., boundaries=8 buckets, batch_size=B)` vs "
+        "(`collate_fn=list`): `BucketIterable(..., boundaries=8 buckets, batch_size=B)` vs "
         "`DataLoader(IterableDataset, batch_size=B)`; best of 3 alternating rounds.",
         "",
-        "| B | DataLoader samples/s | bucketize samples/s | bucketize time / DataLoader time |",
+        "| B | DataLoader samples/s | BucketIterable samples/s | BucketIterable time / "
+        "DataLoader time |",
         "|---:|---:|---:|---:|",
     ]
     for rows in (8, 32, 128):
@@ -306,7 +307,10 @@ def streaming(quick: bool) -> list[str]:
 
         def ours(rows=rows):
             return sum(
-                1 for _ in bucketize(samples, length_fn="input_ids", boundaries=b, batch_size=rows)
+                1
+                for _ in BucketIterable(
+                    samples, length_fn="input_ids", boundaries=b, batch_size=rows
+                )
             )
 
         tp, to = side_by_side(plain, ours, budget_s=0.0)

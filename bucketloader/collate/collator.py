@@ -449,8 +449,8 @@ class PadCollator:
             return self._collate_bare_padded(samples, sizes, rows, size)
         if ar.ndim == 2:  # a table of the mask rows: one take
             mask = ar.take(lens, axis=0)
-        else:
-            mask = ar < lens[:, None] if self.side == "right" else ar >= size - lens[:, None]
+        else:  # long rows: the run-length mask (one write per byte)
+            mask = sequence_mask(lens, size, n, self.side)
         tmask = torch.from_numpy(mask)
         return {
             BARE_KEY: inputs,
@@ -463,7 +463,7 @@ class PadCollator:
 
     def _lean_entry(self, first: Any, size: int) -> tuple[Any, dict, Any] | None:
         """The pad buffer, its cached views and the mask rows (a ``(size + 1, size)`` table up to
-        ``_MASK_TABLE_MAX``, else ``arange(size)``) of :meth:`_collate_bare`, or
+        ``_MASK_TABLE_MAX``, else an empty array: ``sequence_mask``) of :meth:`_collate_bare`, or
         ``None`` (a dtype torch cannot take, or a pad value it cannot hold: the general path
         raises the message)."""
         pad_value = self._bare_pad
@@ -481,6 +481,8 @@ class PadCollator:
         ar: np.ndarray = np.arange(size)
         if size <= _MASK_TABLE_MAX:  # row L of the table is the mask of a sample of length L
             ar = np.arange(size + 1)[:, None] > (ar if self.side == "right" else size - 1 - ar)
+        else:
+            ar = np.zeros(0)  # not used: sequence_mask
         entry: tuple[Any, dict, Any] = (pad.numpy() if kind is np.ndarray else pad, {}, ar)
         self._lean_cache[(kind, size, dtype)] = entry
         return entry
