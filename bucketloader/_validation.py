@@ -253,7 +253,7 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
                 f"{name} must be whole numbers, got {arr[idx].item()!r} at index {_fmt(idx)}; "
                 "round lengths up with np.ceil before bucketing"
             )
-    if arr.dtype.kind != "u" and (arr < 0).any():
+    if arr.dtype.kind != "u" and arr.min() < 0:  # min/max: one pass each, no temporary
         idx = np.unravel_index(int(np.argmax(arr < 0)), arr.shape)
         raise ValueError(
             f"{name} must be non-negative, got {_num(arr[idx])} at index {_fmt(idx)}; "
@@ -261,8 +261,8 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
         )
     if (arr.dtype.itemsize >= 4 and arr.dtype.kind == "f") or arr.dtype.itemsize >= 8:
         # 2.0**62 is exact in every float dtype of 4 bytes or more (float16 cannot reach it)
-        too_big = arr >= 2.0**62 if arr.dtype.kind == "f" else arr > MAX_LENGTH
-        if too_big.any():
+        if arr.max() >= 2.0**62 if arr.dtype.kind == "f" else arr.max() > MAX_LENGTH:
+            too_big = arr >= 2.0**62 if arr.dtype.kind == "f" else arr > MAX_LENGTH
             idx = np.unravel_index(int(np.argmax(too_big)), arr.shape)
             _raise_too_big(name, _num(arr[idx]), idx)
     return arr if arr.dtype.kind in "iu" else arr.astype(np.int64)  # (as_lengths widens)

@@ -34,7 +34,9 @@ EVEN_BATCHES = (
 BFD_FIRST = (
     "issue 26 item 3: the packing solver runs best-fit decreasing first and keeps the tighter of "
     "BFD and MBS (NOTE [ Two solvers, the tighter plan ], SOLVER_VERSION 2): other rows, never "
-    "more row tokens; the packing stream packs its tail with the same solver"
+    "more row tokens; the packing stream packs its tail with the same solver. SOLVER_VERSION 3 "
+    "(NOTE [ Planning at the speed of best-fit decreasing ]) runs MBS only where it pays, so "
+    "these cases plan BFD's rows (never more than BFD's)"
 )
 PROMOTION = (
     "issue 26 item 1: under max_tokens with last_batch 'pad' a bucket's spare rows take leftovers "
