@@ -22,6 +22,7 @@ from bucketloader.pack import (
     PackSpec,
     PackTable,
     SplitDataset,
+    _bins,
     document_block_mask,
     document_mask,
     document_mask_mod,
@@ -51,7 +52,7 @@ def _text_columns():
 # --- the solver ----------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(_text_columns()))
 @pytest.mark.parametrize("row_length", [256, 1024, 4096])
-def test_packing_reaches_the_bound_on_real_text(name, row_length):
+def test_packing_reaches_the_bound_on_real_text(name, row_length, monkeypatch):
     lengths = _text_columns()[name]
     spec = PackSpec.build(lengths, row_length=row_length, batch_size=8, overflow="drop")
     assert spec.lower_bound == -(-spec.tokens // row_length)
@@ -59,8 +60,11 @@ def test_packing_reaches_the_bound_on_real_text(name, row_length):
     # the goal: within 0.5 percentage points of the bound wherever the bound is < 1%
     assert bound_pad < 0.01
     assert spec.row_padding <= bound_pad + 0.005
-    # and in fact at most one row over the L2 bound on every real column
-    assert spec.num_rows <= spec.lower_bound_l2 + 1
+    # files this small plan with best-fit decreasing alone (NOTE [ Planning at the speed of
+    # best-fit decreasing ]); with the search, at most one row over the L2 bound on every column
+    monkeypatch.setattr(_bins, "_DOCS_PER_SIZE", 0)
+    searched = PackSpec.build(lengths, row_length=row_length, batch_size=8, overflow="drop")
+    assert searched.num_rows <= min(spec.num_rows, spec.lower_bound_l2 + 1)
 
 
 def test_the_solver_against_brute_force_and_the_bounds():
@@ -257,8 +261,9 @@ def test_balance_evens_attention_work_across_ranks():
     pairs = zip(plain, balanced, strict=True)
     kinds_equal = all(np.array_equal(a.kinds, b.kinds) for a, b in pairs)
     assert kinds_equal and before.shape == after.shape  # same shapes, same len
-    # same documents over the epoch, only dealt differently
-    assert sorted(np.concatenate([p.indices for p in plain]).tolist()) == sorted(
+    # same documents over the epoch, only dealt differently (as a set: the stand-in rows that
+    # fill a last partial step under last_batch="pad" repeat whichever rows each deal leaves)
+    assert set(np.concatenate([p.indices for p in plain]).tolist()) == set(
         np.concatenate([p.indices for p in balanced]).tolist()
     )
 
@@ -368,7 +373,7 @@ def test_state_is_strict_and_small():
     state = s.state_dict()
     assert len(json.dumps(state)) < 400
     other = PackSampler(load_real("gsm8k").sum(1) + 2, row_length=1024, batch_size=8)
-    with pytest.raises(ValueError, match="num_batches=181 in the state but num_batches=91"):
+    with pytest.raises(ValueError, match="num_batches=182 in the state but num_batches=91"):
         other.load_state_dict(state)
     filled = PackSampler(
         load_real("gsm8k").sum(1) + 2, row_length=1024, batch_size=4, last_batch="fill"

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from unittest import mock
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bucketloader.pack import _bins
 from bucketloader.pack._bins import best_fit, lower_bound, min_bin_slack, solve
 
 
@@ -60,7 +64,10 @@ def test_bulk_best_fit_is_per_document_bfd(docs, rows):
     else:  # rows of equal room but other lengths may tie: the same lengths and rooms
         assert sorted(x for x, _ in got) == sorted(x for x, _ in want)
         assert sorted(x - f for x, f in got) == sorted(x - f for x, f in want)
-    both = solve(sizes, counts, rows)
+    # few documents per distinct size: the plan is best-fit decreasing itself
+    assert _rows(solve(sizes, counts, rows), rows) == _rows(fit, rows)
+    with mock.patch.object(_bins, "_DOCS_PER_SIZE", 0):  # the search runs: the tighter plan
+        both = solve(sizes, counts, rows)
     _check_patterns(both, sizes, counts, rows)
     tokens = [sum(length for length, _ in _rows(p, rows)) for p in (both, fit)]
     slack = min_bin_slack(sizes, counts, rows)
@@ -74,6 +81,28 @@ def test_long_tailed_lengths_pack_no_looser_than_bfd():
     docs = np.minimum(rng.lognormal(5.5, 1.3, 20_000).astype(np.int64) + 1, 2048)
     sizes, counts = np.unique(docs, return_counts=True)
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
-    p = solve(sizes, counts, (2048,))
+    with mock.patch.object(_bins, "_DOCS_PER_SIZE", 0):
+        p = solve(sizes, counts, (2048,))
     assert p.num_rows <= best_fit(sizes, counts, (2048,)).num_rows
     assert p.num_rows <= min_bin_slack(sizes, counts, (2048,)).num_rows
+
+
+def test_the_search_runs_only_where_it_pays():
+    """NOTE [ Planning at the speed of best-fit decreasing ]: on GSM8K lengths (about 200
+    distinct sizes) BFD misses the bound; at L = 1024 by 0.42 points of padding, so the plan is
+    BFD's until the lengths hold _DOCS_PER_SIZE documents per size (simulated by scaling the
+    counts); at L = 512 by 0.97 points, more than the 0.5 promised, so the search runs."""
+    g = np.loadtxt(Path(__file__).parent / "data" / "gsm8k_train_qa_tokens.txt", dtype=np.int64)
+    sizes, counts = np.unique(g.sum(axis=1) + 2, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    fit = best_fit(sizes, counts, (1024,))
+    assert solve(sizes, counts, (1024,)).num_rows == fit.num_rows
+    assert fit.num_rows > lower_bound(sizes, counts, 1024)[1]
+    many = counts * (-(-_bins._DOCS_PER_SIZE * len(sizes) // int(counts.sum())))
+    assert solve(sizes, many, (1024,)).num_rows < best_fit(sizes, many, (1024,)).num_rows
+    tight = solve(sizes, counts, (512,))
+    assert (
+        tight.num_rows
+        == lower_bound(sizes, counts, 512)[1]
+        < best_fit(sizes, counts, (512,)).num_rows
+    )

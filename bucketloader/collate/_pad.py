@@ -17,12 +17,12 @@ give the same result (the property test in tests/test_collate.py checks them aga
   many short samples (tokens). Lists of ints skip the per-sample conversion entirely
   (``np.fromiter`` over the chained lists).
 
-Choice: batches of at most ``FEW_ROWS`` (8) 1-D samples take the interleaved concatenate (the
-scatter's fill, concatenate and index cost more than ``2·rows`` pieces there); otherwise padded
-samples of at most ``MASKED_MAX_ELEMENTS`` elements with one variable dim take the
-masked scatter (its cost grows with the elements, the others' with the samples); longer ones take
-the interleaved concatenate when the variable dim is the first, else per-sample copies (also the
-fallback for CUDA or grad-requiring tensors). The crossover, measured on token batches of
+Choice: batches of 1-D samples take the interleaved concatenate, unless they have at least
+``SCATTER_MIN_ROWS`` rows of at most ``SCATTER_MAX_ELEMENTS`` elements (then the masked scatter);
+otherwise padded samples of at most ``MASKED_MAX_ELEMENTS`` elements with one variable dim take
+the masked scatter (its cost grows with the elements, the others' with the samples); longer ones
+take the interleaved concatenate when the variable dim is the first, else per-sample copies (also
+the fallback for CUDA or grad-requiring tensors). The crossover, measured on token batches of
 ``benchmarks/sampler.py`` (int64, int32, float32), lies between 262 and 517 elements per row.
 
 NOTE [ One dtype per field, no value lost ]
@@ -60,12 +60,13 @@ import torch
 
 #: Elements per padded sample up to which the masked scatter beats the other paths.
 MASKED_MAX_ELEMENTS = 384
-#: Up to this many rows the interleaved concatenate beats the masked scatter at any row length
-#: (``torch.cat`` of ``2·rows`` pieces has a small fixed cost; the scatter pays for the fill,
-#: the concatenate and the boolean index): 12 us against 22 us for 8 rows of 139 int64 tokens.
-#: Past about 16 pieces ``torch.cat`` costs several times more per piece (measured 0.2 us at 16,
-#: about 1 us from 24 on), so the scatter wins again.
-FEW_ROWS = 8
+#: 1-D samples: the interleaved concatenate beats the masked scatter unless the batch has at
+#: least ``SCATTER_MIN_ROWS`` rows of at most ``SCATTER_MAX_ELEMENTS`` (torch 2.13, int64, one
+#: thread, CPU time: 16 rows of 160 tokens 6.6 us against 12.6 us, 256 rows of 160 tokens 82 us
+#: against 100 us, 256 rows of 16 tokens 76 us against 54 us; ``pad_sequence`` 37, 481, 436 us).
+#: The concatenate must not hold an empty piece (it is several times slower with one).
+SCATTER_MIN_ROWS = 128
+SCATTER_MAX_ELEMENTS = 64
 #: Masks of at most this many elements are one broadcast compare against a cached ``arange``.
 SMALL_MASK = 1 << 15
 
@@ -200,7 +201,7 @@ def _int_fits(x: int, dtype: torch.dtype) -> bool:
 
 def _alloc(shape: tuple[int, ...], value: Any, dtype: torch.dtype, key: Any, fill: bool):
     """``torch.empty`` (filled with ``value`` if ``fill``); ``value`` must fit ``dtype``."""
-    if not _fits(value, dtype):
+    if not fits(value, dtype):
         raise ValueError(
             f"pad value {value!r} for field {key!r} does not fit its dtype {dtype}; pass a "
             "pad_value that the dtype can hold (e.g. pad_value={" + repr(key) + ": 0})"
@@ -212,7 +213,7 @@ def _alloc(shape: tuple[int, ...], value: Any, dtype: torch.dtype, key: Any, fil
 
 
 @functools.lru_cache(maxsize=256)
-def _fits(value: Any, dtype: torch.dtype) -> bool:
+def fits(value: Any, dtype: torch.dtype) -> bool:
     """Whether ``dtype`` holds ``value`` exactly (floats: finite values within range; an
     infinite or NaN pad value is taken as meant)."""
     if dtype == torch.bool:
@@ -238,7 +239,7 @@ def field_dtype(values: Sequence[Any], key: Any) -> tuple[Sequence[Any], torch.d
     if len(dtypes) == 1:
         if not is_np:
             return values, first.dtype, False
-        dtype = _torch_dtype(first.dtype)
+        dtype = torch_dtype(first.dtype)
         if dtype is not None:
             return values, dtype, True
     return _promote(values, dtypes, key, is_np)
@@ -248,7 +249,7 @@ _DTYPE = operator.attrgetter("dtype")
 
 
 @functools.lru_cache(maxsize=64)
-def _torch_dtype(dtype: np.dtype) -> torch.dtype | None:
+def torch_dtype(dtype: np.dtype) -> torch.dtype | None:
     """The torch dtype of a numpy dtype (``None``: none, or not in native byte order)."""
     if dtype.kind not in "biufc" or not dtype.isnative:
         return None
@@ -272,7 +273,7 @@ def _promote(
                     "(e.g. with .astype(np.int64)) or leave the field out of fields={...}"
                 )
             native = v.dtype.newbyteorder("=")
-            if _torch_dtype(native) is None:
+            if torch_dtype(native) is None:
                 raise TypeError(
                     f"field {key!r} holds a numpy array of dtype {v.dtype} (the sample at batch "
                     f"position {pos}), which torch has no dtype for; convert it with .astype(...)"
@@ -416,10 +417,10 @@ def pad_1d(
     """:func:`pad_field` for 1-D tensors or arrays (``sizes`` their lengths, ``mask`` the
     ``(rows, size)`` mask): the same result and kernels, less bookkeeping per call."""
     values, dtype, is_np = field_dtype(values, key)
-    if not _fits(pad_value, dtype):
+    if not fits(pad_value, dtype):
         _alloc((0,), pad_value, dtype, key, fill=False)  # raises the message
     n = len(values)
-    if size > MASKED_MAX_ELEMENTS or rows <= FEW_ROWS:  # the interleaved concatenate, inline
+    if size > SCATTER_MAX_ELEMENTS or n < SCATTER_MIN_ROWS:  # the interleaved concatenate
         entry = cache.get((is_np, size, dtype, pad_value))
         if entry is None:
             entry = _pad_buffer(cache, (is_np, size, dtype, pad_value), (size,))

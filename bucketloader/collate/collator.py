@@ -60,7 +60,15 @@ from bucketloader._samples import BARE_KEY, kind_of
 from bucketloader._types import SIDES
 from bucketloader._validation import check_choice
 from bucketloader.collate import fields as cf
-from bucketloader.collate._pad import pad_1d, pad_field, sequence_mask
+from bucketloader.collate._pad import (
+    SCATTER_MAX_ELEMENTS,
+    SCATTER_MIN_ROWS,
+    fits,
+    pad_1d,
+    pad_field,
+    sequence_mask,
+    torch_dtype,
+)
 from bucketloader.collate.fields import Field, bind_fields, check_pad, read_group
 from bucketloader.plan import ShapeTable
 
@@ -161,6 +169,9 @@ class PadCollator:
         self._specs_cache: dict[Any, list[cf.Spec]] = {}
         self._memo: dict[Any, tuple[int, ...]] = {}
         self._pad_cache: dict[Any, Any] = {}
+        self._lean_cache: dict[Any, Any] = {}  # NOTE [ The fixed cost of a small batch ]
+        self._cells: dict[int, tuple[int, ...]] = {}
+        self._shapes_of_cells: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._learned: dict[Any, tuple[tuple[int, ...], bool]] = {}  # NOTE [ Which dim varies ]
 
     def _pad_for(self, key: Any, own: Any = None) -> Any:
@@ -253,6 +264,10 @@ class PadCollator:
     # --- collation -------------------------------------------------------------------------
     def __call__(self, samples: Any) -> dict[Any, Any]:
         """Collate ``samples`` (a list of samples) into a dict of padded tensors."""
+        if type(samples) is list and self._bare_default and samples:  # a plain list: no plan
+            lean = self._collate_bare(samples)
+            if lean is not None:
+                return lean
         if not samples and getattr(samples, "planned_shape", None) is not None:
             raise ValueError(
                 f"a padding-only step of shape {samples.planned_shape} reached the collator "
@@ -266,9 +281,9 @@ class PadCollator:
                 f"of length {len(samples) if hasattr(samples, '__len__') else '?'}"
             )
         if self._bare_default and getattr(samples, "planned_shape", None) is None:
-            sizes = _bare_1d_sizes(samples)
-            if sizes is not None:
-                return self._collate_bare(samples, sizes)
+            lean = self._collate_bare(samples)
+            if lean is not None:
+                return lean
         first = samples[0]
         kind = kind_of(first)
         keys = cf.keys_of(first, kind)
@@ -349,25 +364,139 @@ class PadCollator:
         for m in masks.values() if isinstance(masks, dict) else (masks,):
             m[lo:hi] = 0
 
-    def _collate_bare(self, samples: Any, sizes: list[int]) -> dict[Any, Any]:
-        """:meth:`__call__` for 1-D tensors or arrays under the default rules (one input):
-        the general path's result with less bookkeeping, for the batches where collation
-        overhead shows (a few long rows). tests/test_collate.py checks the two agree."""
+    def _collate_bare(self, samples: Any) -> dict[Any, Any] | None:
+        """:meth:`__call__` for 1-D tensors or arrays under the default rules (one input), or
+        ``None`` when the batch is anything else (the general path then measures it and words
+        any error). tests/test_collate.py checks the two agree.
+
+        NOTE [ The fixed cost of a small batch ]
+        ``pad_sequence`` is one C++ call; this path returns four tensors, so at 8-16 rows its
+        Python and dispatch overhead, not the copy, decides the race. A batch whose planned
+        shape is its own (no all-padding rows) takes one pass: the sizes, types and dtypes read
+        once, the cells memoised per length, the pad pieces cached views of one pad buffer per
+        (size, dtype, pad value) (which also remembers that the pad value fits the dtype), one
+        ``torch.cat`` of ``[x_0, pad_0, x_1, ...]`` (no empty piece: ``torch.cat`` slows down
+        several times on one), the lengths and both masks from numpy (``Tensor.__len__`` and
+        ``torch.ones`` cost more than the numpy equivalents here; the mask is one ``take`` of
+        cached rows).
+        """
+        n = len(samples)
+        first = samples[0]
+        kind = type(first)
+        if kind is not torch.Tensor and kind is not np.ndarray:
+            return None
+        try:  # one dtype object for the batch also means one kind (numpy's dtypes are not torch's)
+            dtypes = set(map(_DTYPE, samples)) if n > 1 else {first.dtype}
+            shapes = list(map(_SHAPE, samples))
+        except AttributeError:  # a sample that is no array: the general path words it
+            return None
+        sizes = list(itertools.chain.from_iterable(shapes))
+        if len(sizes) != n or () in shapes:  # as many sizes as samples, none 0-d: all 1-D
+            return None
+        if len(dtypes) > 1 and len(set(map(type, samples))) > 1:
+            return None  # tensors mixed with arrays: the general path
+        hi, lo = max(sizes), min(sizes)
+        cells = self._cells  # length -> its cell's shape, one tuple object per cell
+        shape = cells.get(hi)
+        if shape is None or cells.get(lo) is not shape or n > shape[0]:
+            lengths = np.array(sizes, dtype=np.int64)[:, None]  # the checked path: it words
+            shape = check_batch(self.shape_table, lengths, None, self._names, self._memo)
+            if self._pad_rows and shape not in self._shapes:
+                self._raise_unplanned(n, shape)
+            shape = self._shapes_of_cells.setdefault(shape, shape)
+            if len(cells) > 1 << 20:
+                cells.clear()
+            cells[hi] = cells[lo] = shape
+        size = shape[1]
+        if self._pad_rows:
+            rows = shape[0]
+        else:
+            rows = n
+            if (n, size) not in self._shapes:
+                self._raise_unplanned(n, (n, size))
+        entry = None
+        if rows == n and len(dtypes) == 1 and size > 0:
+            entry = self._lean_cache.get((kind, size, first.dtype))
+            if entry is None and (n < SCATTER_MIN_ROWS or size > SCATTER_MAX_ELEMENTS):
+                entry = self._lean_entry(first, size)
+        if entry is None:
+            return self._collate_bare_padded(samples, sizes, rows, size)
+        pad, views, ar = entry
+        try:
+            pads = list(map(views.__getitem__, sizes))
+        except KeyError:
+            for length in sizes:
+                if length not in views:
+                    views[length] = pad[: size - length] if length < size else None
+            pads = list(map(views.__getitem__, sizes))
+        pieces: list[Any] = [None] * (2 * n)
+        if self.side == "right":
+            pieces[0::2], pieces[1::2] = samples, pads
+        else:
+            pieces[0::2], pieces[1::2] = pads, samples
+        if lo == 0:  # empty samples and full rows (no pad piece) are left out
+            keep = _keep(sizes, size, self.side)
+            pieces = [p for p, k in zip(pieces, keep, strict=True) if k]
+        elif hi == size:  # full rows: their pad piece is None
+            pieces = [p for p in pieces if p is not None]
+        lens = np.array(sizes, dtype=np.int64)
+        try:
+            if kind is np.ndarray:
+                inputs = torch.from_numpy(np.concatenate(pieces)).view(n, size)
+            else:
+                inputs = torch.cat(pieces).view(n, size)
+        except (RuntimeError, TypeError, ValueError):  # e.g. CUDA samples: the general kernels
+            return self._collate_bare_padded(samples, sizes, rows, size)
+        if ar.ndim == 2:  # a table of the mask rows: one take
+            mask = ar.take(lens, axis=0)
+        else:  # long rows: the run-length mask (one write per byte)
+            mask = sequence_mask(lens, size, n, self.side)
+        tmask = torch.from_numpy(mask)
+        return {
+            BARE_KEY: inputs,
+            "lengths": torch.from_numpy(lens),
+            cf.MASK_KEY: tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype),
+            "sample_mask": torch.from_numpy(
+                _TRUE[:n].copy() if n <= _TRUE.size else np.ones(n, bool)
+            ),
+        }
+
+    def _lean_entry(self, first: Any, size: int) -> tuple[Any, dict, Any] | None:
+        """The pad buffer, its cached views and the mask rows (a ``(size + 1, size)`` table up to
+        ``_MASK_TABLE_MAX``, else an empty array: ``sequence_mask``) of :meth:`_collate_bare`, or
+        ``None`` (a dtype torch cannot take, or a pad value it cannot hold: the general path
+        raises the message)."""
+        pad_value = self._bare_pad
+        if pad_value is None:
+            (spec,) = self._specs(first, "bare", [BARE_KEY])  # checks pad_value's keys
+            pad_value = self._bare_pad = (spec.pad_value,)
+        kind, dtype = type(first), first.dtype
+        tdtype = dtype if kind is torch.Tensor else torch_dtype(dtype)
+        if tdtype is None or not fits(pad_value[0], tdtype):
+            return None
+        if len(self._lean_cache) > 64:
+            self._lean_cache.clear()
+        pad = torch.empty(size, dtype=tdtype)
+        pad.fill_(pad_value[0])
+        ar: np.ndarray = np.arange(size)
+        if size <= _MASK_TABLE_MAX:  # row L of the table is the mask of a sample of length L
+            ar = np.arange(size + 1)[:, None] > (ar if self.side == "right" else size - 1 - ar)
+        else:
+            ar = np.zeros(0)  # not used: sequence_mask
+        entry: tuple[Any, dict, Any] = (pad.numpy() if kind is np.ndarray else pad, {}, ar)
+        self._lean_cache[(kind, size, dtype)] = entry
+        return entry
+
+    def _collate_bare_padded(
+        self, samples: Any, sizes: list[int], rows: int, size: int
+    ) -> dict[Any, Any]:
+        """:meth:`_collate_bare` through the general kernels (all-padding rows of
+        ``last_batch="pad"``, mixed dtypes, many short rows, CUDA samples)."""
         pad_value = self._bare_pad
         if pad_value is None:
             (spec,) = self._specs(samples[0], "bare", [BARE_KEY])  # checks pad_value's keys
             pad_value = self._bare_pad = (spec.pad_value,)
         n = len(sizes)
-        lo, hi = min(sizes), max(sizes)
-        shape = self._memo.get((None, hi))
-        low = shape if lo == hi else self._memo.get((None, lo))
-        if shape is None or low is None or low[1:] != shape[1:] or n > shape[0]:
-            lengths = np.array(sizes, dtype=np.int64)[:, None]  # the checked path: it words
-            shape = check_batch(self.shape_table, lengths, None, self._names, self._memo)
-        rows = shape[0] if self._pad_rows else n
-        size = shape[1]
-        if (rows, size) not in self._shapes:
-            self._raise_unplanned(n, (rows, size))
         if rows == n:
             lens = np.array(sizes, dtype=np.int64)
             sample_mask = torch.ones(n, dtype=torch.bool)
@@ -437,23 +566,21 @@ class PadCollator:
         )
 
 
-_ARRAY_TYPES = (torch.Tensor, np.ndarray)
 _SHAPE = operator.attrgetter("shape")
+_TRUE = np.ones(4096, dtype=np.bool_)
+#: Row lengths up to which :meth:`PadCollator._collate_bare` keeps a table of mask rows (4 MiB).
+_MASK_TABLE_MAX = 2047
+_DTYPE = operator.attrgetter("dtype")
 
 
-def _bare_1d_sizes(samples: Any) -> list[int] | None:
-    """Lengths of a batch of 1-D tensors (or 1-D arrays) of one type, else ``None`` (the
-    general path then measures the batch and words any error)."""
-    if not isinstance(samples[0], _ARRAY_TYPES):
-        return None
-    if len(samples) > 1 and len(set(map(type, samples))) != 1:
-        return None
-    shapes = list(map(_SHAPE, samples))
-    sizes = list(itertools.chain.from_iterable(shapes))
-    # as many sizes as samples and no 0-d sample: every sample is 1-D
-    if len(sizes) != len(shapes) or () in shapes:
-        return None
-    return sizes
+def _keep(sizes: list[int], size: int, side: str) -> list[bool]:
+    """Which pieces of ``[x_0, pad_0, x_1, pad_1, ...]`` (pads first on the left) are not
+    empty."""
+    real = [k > 0 for k in sizes]
+    pad = [k < size for k in sizes]
+    keep: list[bool] = [False] * (2 * len(sizes))
+    keep[0::2], keep[1::2] = (real, pad) if side == "right" else (pad, real)
+    return keep
 
 
 _HINT = (

@@ -21,9 +21,11 @@ The rule is Minimum Bin Slack (Gupta & Ho 1999) with pattern repetition:
    it is exactly what pattern-at-a-time MBS does, at the cost of one search per *pattern*.
 
 Sizes come out largest first, so large documents get first pick of the small ones that complete
-their rows, and the small ones fill each other's rows at the end. On the real length files in
-tests/data this reaches the lower bound ``ceil(tokens / L)`` rows in 20 of 21 cases
-(benchmarks/results/packing.md); best-fit-decreasing leaves 0.06-1.6% padding in the same cases.
+their rows, and the small ones fill each other's rows at the end. Run alone on the real length
+files in tests/data, MBS reaches the lower bound ``ceil(tokens / L)`` rows in 20 of 21 cases,
+where best-fit decreasing leaves 0.06-1.6% padding; but on files that small it costs tens of
+times a BFD, so the default plan runs it only on large data (NOTE [ Planning at the speed of
+best-fit decreasing ]).
 
 NOTE [ Two solvers, the tighter plan ]
 MBS searches a subset sum per *pattern*, so its cost grows with the distinct patterns: on a
@@ -35,11 +37,26 @@ group, the rooms with a group are bits of one Python integer, so "the tightest r
 ``s``" is the lowest set bit of ``bits >> s``; a row chosen for size ``s`` stays the tightest
 until its room drops below ``s``, so it takes ``room // s`` documents at once, and all the rows
 of a group take them together (exactly per-document BFD, in one step per group and size). When
-its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
+its rows meet the L2 lower bound (NOTE [ Planning at the speed of best-fit decreasing ]
+A plan must not cost more than the best-fit decreasing a user could write (issue 26:
+benchmarks/small_costs.py races a careful bulk BFD from 1k to 10M documents). The bulk BFD here
+is that BFD with the group contents kept: its loop is inlined (no call, no tuple per step) and the
+patterns are read off the group tree one level at a time for all groups at once, so it takes
+about the baseline's time, and the histogram (one ``bincount``) costs less than the baseline's
+``np.unique``. The MBS search costs about 0.2 ms per distinct size in Python (a subset sum per
+pattern), tens of times BFD on a few thousand documents; it saves 0.5-1.2% of the rows where BFD
+misses the bound (GSM8K-like lengths). It runs when the lengths hold at least
+``_DOCS_PER_SIZE`` documents per distinct size, where it costs less than half of what the
+histogram saves over sorting the lengths, or when BFD's padding is more than 0.5 percentage
+points above the bound's (the packing promise of issue 25, e.g. GSM8K at L = 256: 1.6 points):
+there quality wins over planning time. Otherwise the plan is exactly best-fit decreasing.
+
+NOTE [ Lower bounds ]) nothing can do better, and within
 0.1% of it an MBS search (up to a second at 1M long-tailed documents) could save at most that
-0.1%: MBS is skipped. Otherwise MBS runs too and the plan with fewer row tokens is kept (BFD on
-a tie), so the plan is never looser than best-fit decreasing. With several row lengths there is
-no bound and both always run.
+0.1%: MBS is skipped; it is also skipped on too few documents per distinct size (NOTE
+[ Planning at the speed of best-fit decreasing ]). Otherwise MBS runs too and the plan with
+fewer row tokens is kept (BFD on a tie), so the plan is never looser than best-fit decreasing.
+With several row lengths there is no bound and both run (given enough documents).
 
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
@@ -56,8 +73,15 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Bumped whenever the solver could return other patterns for the same input (it is part of a
-#: spec's digest, so a resume across such a change fails loudly).
-SOLVER_VERSION = 2
+#: spec's digest, so a resume across such a change fails loudly). 3: the search only from
+#: ``_DOCS_PER_SIZE`` documents per distinct size.
+SOLVER_VERSION = 3
+#: The Minimum-Bin-Slack search runs only when the lengths hold at least this many documents
+#: per distinct size (NOTE [ Planning at the speed of best-fit decreasing ]).
+_DOCS_PER_SIZE = 100_000
+#: Below that, the search still runs when best-fit decreasing pads more than 1/_TOLERANCE of
+#: the tokens (0.5 percentage points) above the ``ceil(tokens / L)`` bound's padding.
+_TOLERANCE = 200
 #: MBS runs only when best-fit decreasing leaves more than 1/_CLOSE_ENOUGH of its rows above
 #: the L2 bound (NOTE [ Two solvers, the tighter plan ]).
 _CLOSE_ENOUGH = 1000
@@ -105,10 +129,17 @@ def solve(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -
         (3, [4, 8])
     """
     fit = best_fit(sizes, counts, row_lengths)
+    few = int(np.sum(counts)) < _DOCS_PER_SIZE * len(sizes)  # NOTE on planning speed
     if len(row_lengths) == 1:
-        bound = lower_bound(sizes, counts, row_lengths[0])[1]
-        if fit.num_rows - bound <= fit.num_rows // _CLOSE_ENOUGH:
+        row = row_lengths[0]
+        l1, l2 = lower_bound(sizes, counts, row)
+        if fit.num_rows - l2 <= fit.num_rows // _CLOSE_ENOUGH:
             return fit  # at the bound (or within 0.1% of it): not worth an MBS search
+        tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
+        if few and (fit.num_rows - l1) * row <= tokens // _TOLERANCE:
+            return fit  # padding within 0.5 points of the bound's: not worth the search's time
+    elif few:
+        return fit
     slack = min_bin_slack(sizes, counts, row_lengths)
     return slack if _padded(slack, row_lengths) < _padded(fit, row_lengths) else fit
 
@@ -131,80 +162,132 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
         (3, [4, 8])
     """
     vals = np.asarray(sizes, dtype=np.int64).tolist()
-    left = np.asarray(counts, dtype=np.int64).tolist()
     lens = [int(x) for x in row_lengths]
     # a group: rows with the same contents and room; its contents are its parent group's plus
-    # (size index, count) (a tree, so adding a group is O(1)); by_room[room] = live group ids
+    # (size index, mult) (a tree, so adding a group is O(1)); by_room[room] = live group ids.
+    # The loop is inlined on purpose: it is the whole cost of a plan (NOTE [ Planning at the
+    # speed of best-fit decreasing ]).
     parent: list[int] = []
-    item: list[tuple[int, int]] = []
+    size_of: list[int] = []
+    mult: list[int] = []
     rows: list[int] = []
     kinds: list[int] = []
+    depth: list[int] = []
     by_room: dict[int, list[int]] = {}
     bits = 0  # bit r set: some group has room r
-
-    def add(up: int, it: tuple[int, int], n: int, kind: int, room: int) -> None:
-        nonlocal bits
-        parent.append(up)
-        item.append(it)
-        rows.append(n)
-        kinds.append(kind)
-        stack = by_room.get(room)
-        if stack is None:
-            by_room[room] = [len(rows) - 1]
-            bits |= 1 << room
-        else:
-            stack.append(len(rows) - 1)
-
-    for i, (s, c) in enumerate(zip(vals, left, strict=True)):
-        while c > 0:
+    for i, c in enumerate(np.asarray(counts, dtype=np.int64).tolist()):
+        s = vals[i]
+        while c:
             free = bits >> s
             if not free:  # no open row holds s: new rows, q documents each
-                kind = next(k for k, length in enumerate(lens) if length >= s)
-                q = lens[kind] // s
-                if c >= q:
-                    add(-1, (i, q), c // q, kind, lens[kind] - q * s)
-                if c % q:
-                    add(-1, (i, c % q), 1, kind, lens[kind] - (c % q) * s)
+                kind = 0 if len(lens) == 1 else next(k for k, n in enumerate(lens) if n >= s)
+                length = lens[kind]
+                q = length // s
+                r = c % q
+                for m, n in ((q, c // q), (r, 1 if r else 0)):
+                    if n:
+                        room = length - m * s
+                        stack = by_room.get(room)
+                        if stack is None:
+                            by_room[room] = [len(rows)]
+                            bits |= 1 << room
+                        else:
+                            stack.append(len(rows))
+                        parent.append(-1)
+                        size_of.append(i)
+                        mult.append(m)
+                        rows.append(n)
+                        kinds.append(kind)
+                        depth.append(1)
                 break
             room = s + (free & -free).bit_length() - 1
             stack = by_room[room]
             g = stack[-1]
+            n = rows[g]
             q = room // s  # the row stays the tightest until its room drops below s
-            k = min(rows[g], c // q)
-            if k:
-                add(g, (i, q), k, kinds[g], room - q * s)
-                rows[g] -= k
+            k = c // q
+            if k > n:
+                k = n
+            if k:  # k rows of the group take q documents each
+                left = room - q * s
+                other = by_room.get(left)
+                if other is None:
+                    by_room[left] = [len(rows)]
+                    bits |= 1 << left
+                else:
+                    other.append(len(rows))
+                parent.append(g)
+                size_of.append(i)
+                mult.append(q)
+                rows.append(k)
+                kinds.append(kinds[g])
+                depth.append(depth[g] + 1)
+                n -= k
                 c -= k * q
-            if 0 < c < q and rows[g]:
-                add(g, (i, c), 1, kinds[g], room - c * s)
-                rows[g] -= 1
+            if 0 < c < q and n:  # one more row takes the c documents left
+                left = room - c * s
+                other = by_room.get(left)
+                if other is None:
+                    by_room[left] = [len(rows)]
+                    bits |= 1 << left
+                else:
+                    other.append(len(rows))
+                parent.append(g)
+                size_of.append(i)
+                mult.append(c)
+                rows.append(1)
+                kinds.append(kinds[g])
+                depth.append(depth[g] + 1)
+                n -= 1
                 c = 0
-            if rows[g] == 0:
+            rows[g] = n
+            if not n:
                 stack.pop()
                 if not stack:
                     del by_room[room]
-                    bits &= ~(1 << room)
-    live = [g for g in range(len(rows)) if rows[g] > 0]
-    items: list[tuple[int, int]] = []
-    offsets = [0]
-    fill = []
-    for g in live:
-        chain = []
-        while g >= 0:
-            chain.append(item[g])
-            g = parent[g]
-        chain.reverse()  # largest size first
-        items += chain
-        offsets.append(len(items))
-        fill.append(sum(vals[j] * m for j, m in chain))
+                    bits ^= 1 << room
+    return _patterns(sizes, parent, size_of, mult, rows, kinds, depth)
+
+
+def _patterns(
+    sizes: np.ndarray,
+    parent: list[int],
+    size_of: list[int],
+    mult: list[int],
+    rows: list[int],
+    kinds: list[int],
+    depth: list[int],
+) -> Patterns:
+    """The live groups of :func:`best_fit` as patterns: each group's chain of (size, mult)
+    from its root, written back to front one tree level at a time (vectorised over groups)."""
+    reps = np.array(rows, dtype=np.int64)
+    live = np.flatnonzero(reps)
+    up = np.array(parent, dtype=np.int64)
+    idx = np.array(size_of, dtype=np.int64)
+    many = np.array(mult, dtype=np.int64)
+    offsets = np.zeros(live.size + 1, dtype=np.int64)
+    np.cumsum(np.array(depth, dtype=np.int64)[live], out=offsets[1:])
+    items = np.empty(int(offsets[-1]), dtype=np.int64)
+    mults = np.empty_like(items)
+    cur, pos = live, offsets[1:] - 1
+    while cur.size:
+        items[pos] = idx[cur]
+        mults[pos] = many[cur]
+        cur = up[cur]
+        keep = cur >= 0
+        if not keep.all():
+            cur, pos = cur[keep], pos[keep]
+        pos = pos - 1
+    vals = np.asarray(sizes, dtype=np.int64)
+    fill = np.add.reduceat(vals[items] * mults, offsets[:-1]) if items.size else items
     return Patterns(
-        sizes=np.asarray(sizes, dtype=np.int64),
-        kind=np.asarray([kinds[g] for g in live], dtype=np.int64),
-        reps=np.asarray([rows[g] for g in live], dtype=np.int64),
-        offsets=np.asarray(offsets, dtype=np.int64),
-        items=np.asarray([j for j, _ in items], dtype=np.int64),
-        mult=np.asarray([m for _, m in items], dtype=np.int64),
-        fill=np.asarray(fill, dtype=np.int64),
+        sizes=vals,
+        kind=np.array(kinds, dtype=np.int64)[live],
+        reps=reps[live],
+        offsets=offsets,
+        items=items,
+        mult=mults,
+        fill=fill,
     )
 
 

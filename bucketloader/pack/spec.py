@@ -423,19 +423,24 @@ class PackSpec:
         if isinstance(lengths, np.ndarray) and np.shares_memory(declared, lengths):
             declared = declared.copy()  # the caller's array stays writable
         declared.setflags(write=False)
-        if (declared == 0).any():
+        longest = int(declared.max())  # one pass, no temporary
+        rows = _row_lengths(row_length)
+        bsz = row_batch_sizes(BatchRule.parse(batch_size, max_tokens), rows)
+        limit = rows[-1]
+        # the histogram also counts the empty documents (NOTE [ Planning at the speed of
+        # best-fit decreasing ] in pack/_bins.py: no pass over the lengths that can be spared)
+        counts = np.bincount(declared, minlength=limit + 1) if longest <= limit else None
+        if (declared == 0).any() if counts is None else counts[0]:
             i = int(np.argmax(declared == 0))
             raise ValueError(
                 f"lengths must be >= 1 to pack, got 0 at index {i}; an empty document holds no "
                 "tokens: filter empty samples out of the dataset (or count special tokens in "
                 "the lengths)"
             )
-        rows = _row_lengths(row_length)
-        bsz = row_batch_sizes(BatchRule.parse(batch_size, max_tokens), rows)
-        limit = rows[-1]
-        sizes = declared.copy()
-        over = declared > limit
-        if over.any():
+        sizes = declared  # read-only: shared when no document is cut or dropped
+        if counts is None:
+            sizes = declared.copy()
+            over = declared > limit
             i = int(np.argmax(over))
             if overflow == "error":
                 raise ValueError(
@@ -446,13 +451,14 @@ class PackSpec:
                     "(bucketloader.pack.SplitDataset)"
                 )
             sizes[over] = 0 if overflow == "drop" else limit
-        if not (sizes > 0).any():
-            raise ValueError(
-                f"overflow='drop' drops all {sizes.size} documents (all are longer than "
-                f"{limit}); raise row_length"
-            )
-        sizes.setflags(write=False)
-        counts = np.bincount(sizes, minlength=limit + 1)[1:]
+            if not (sizes > 0).any():
+                raise ValueError(
+                    f"overflow='drop' drops all {sizes.size} documents (all are longer than "
+                    f"{limit}); raise row_length"
+                )
+            sizes.setflags(write=False)
+            counts = np.bincount(sizes, minlength=limit + 1)
+        counts = counts[1:]
         vals = np.flatnonzero(counts)[::-1] + 1
         patterns = solve(vals, counts[vals - 1], rows)
         return cls(
