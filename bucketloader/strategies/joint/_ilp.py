@@ -208,15 +208,18 @@ def _cbc(
         with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC for 4.0
             warnings.simplefilter("ignore", DeprecationWarning)
             options = {"msg": False, "timeLimit": 0.9 * left, "warmStart": True, "logPath": log}
+            path = None
             if os.name == "posix" and not any(c.isspace() for c in sys.executable):
                 path = _watchdog(tmp, pulp.PULP_CBC_CMD(msg=False).path, time.time() + left)
+            if path is not None and os.access(path, os.X_OK):
                 cbc = pulp.COIN_CMD(path=path, **options)
-            else:  # no shebang to run the watchdog: CBC's own limit only
+            else:  # no shebang, or a temporary folder mounted noexec: CBC's own limit only
                 cbc = pulp.PULP_CBC_CMD(**options)
             try:
                 prob.solve(cbc)
-            except pulp.PulpSolverError:
-                details["solver_status"] = "killed at the time limit"
+            except pulp.PulpSolverError as exc:
+                late = time.perf_counter() >= deadline - 0.05
+                details["solver_status"] = "killed at the time limit" if late else f"{exc}"
                 return None
             finally:
                 with open(log, errors="replace") as f:
