@@ -268,7 +268,10 @@ def test_pack_streams_over_ranks_keep_step_and_count_every_document(data, parts,
     [
         ({"row_length": 2**70, "batch_size": 1}, "row_length must be an int >= 1 and <= "),
         ({"row_length": 8, "batch_size": 2, "max_documents": 2**40}, "max_documents must be "),
-        ({"row_length": 8, "batch_size": 2, "max_documents": 17}, "<= 16"),
+        (
+            {"row_length": 8, "batch_size": 2, "max_documents": 17},
+            "<= batch_size \\* row_length = 16",
+        ),
     ],
 )
 def test_a_packing_stream_refuses_bounds_it_cannot_lay_out(options, match):

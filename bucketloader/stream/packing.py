@@ -149,14 +149,16 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         self.overflow = check_choice("overflow", overflow, STREAM_OVERFLOW)
         self.last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
         default = self.batch_size * self.row_length
-        # at most one document per token: a larger bound only lengthens every batch's
-        # cu_seqlens (NOTE [ Packed batch layout ])
         self.max_documents = check_int(
             "max_documents",
             default if max_documents is None else max_documents,
             minimum=self.batch_size,
-            maximum=default,
         )
+        if self.max_documents > default:  # a larger bound only lengthens every cu_seqlens
+            raise ValueError(
+                f"max_documents must be <= batch_size * row_length = {default} (one document per "
+                f"token at most), got max_documents={self.max_documents}"
+            )
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
         self.steps_per_epoch = check_steps(
             steps_per_epoch,
