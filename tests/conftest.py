@@ -66,10 +66,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_ranks(argv: Callable[[int], list[str]], world: int, *, timeout: float) -> None:
+def run_ranks(argv: Callable[[int], list[str]], world: int, *, timeout: float) -> list[str]:
     """Run ``python *argv(rank)`` for every rank at once (gloo on loopback), wait for all, kill
     any left after ``timeout`` seconds, and fail with the end of the log of the first rank that
-    failed.
+    failed; return every rank's log (stdout and stderr).
 
     The ranks are real processes, each forked from a warm interpreter that has imported torch
     and bucketloader once per test session (:class:`_RankForker`), instead of a fresh
@@ -83,6 +83,7 @@ def run_ranks(argv: Callable[[int], list[str]], world: int, *, timeout: float) -
         codes, logs = _run_fresh(argvs, timeout)
     for r, (code, log) in enumerate(zip(codes, logs, strict=True)):
         assert code == 0, f"rank {r} failed (exit {code}):\n{log[-3000:]}"
+    return logs
 
 
 #: What every rank gets in its environment (one thread each, gloo on the loopback interface).
