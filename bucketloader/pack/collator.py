@@ -110,7 +110,9 @@ class PackCollator:
     Token ids and labels follow :class:`~bucketloader.PadCollator`'s rule that no value is lost,
     with one output dtype, ``int64``: integer (and bool) tensors, arrays and lists are converted
     exactly; float or complex ids, and ints ``int64`` cannot hold, are refused with the sample's
-    batch position rather than truncated or rounded.
+    batch position rather than truncated or rounded. A batch holds dicts or bare token sequences
+    (lists, tuples, arrays or tensors; every element of an n-d one is a token), not both; dict
+    samples carry their labels all or none.
 
     Args:
         table: the sampler's :class:`~bucketloader.pack.PackTable` (``sampler.table``).
