@@ -39,17 +39,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT / "tests" / "data"
+from benchmarks._data import DATA, FILES  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results" / "engines.md"
-FILES = {
-    "librispeech": "librispeech_train_clean_100_samples.txt",
-    "commonvoice": "commonvoice_id_clip_ms.txt",
-    "multi30k": "multi30k_train_en_de_tokens.txt",
-    "europarl": "europarl_v7_en_fr_20k_tokens.txt",
-    "gsm8k": "gsm8k_train_qa_tokens.txt",
-    "coco": "coco_val2017_image_width_height.txt",
-    "ecoli": "ecoli_k12_proteome_residues.txt",
-}
 SHARDS = (8, 16, 32, 64)
 K = 16
 #: Peak-RSS bound of the 10x scan above the import-only process (MB): the Arrow dataset scanner

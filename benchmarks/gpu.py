@@ -1,6 +1,7 @@
 """Training throughput of a small Llama on packed rows vs padding-free flattening vs bucketing.
 
-Run: ``python benchmarks/gpu.py`` (one command). Writes ``benchmarks/results/gpu.md``.
+Run: ``python benchmarks/gpu.py`` (one command). Writes ``benchmarks/results/gpu.md`` on a CUDA
+machine, ``benchmarks/results/gpu_cpu.md`` in the CPU mode.
 
 * On a CUDA machine: a Llama-style model built from ``transformers.LlamaConfig`` (no download;
   default 4 layers, hidden 512, 8 heads, 2 KV heads) trains with AdamW (bf16 autocast) for
@@ -49,7 +50,8 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 DATA = ROOT / "tests" / "data"
-OUT = ROOT / "benchmarks" / "results" / "gpu.md"
+OUT = ROOT / "benchmarks" / "results" / "gpu.md"  # a CUDA run
+OUT_CPU = ROOT / "benchmarks" / "results" / "gpu_cpu.md"  # the CPU mode
 
 from bucketloader import BucketSampler  # noqa: E402
 from bucketloader.pack import PackSampler  # noqa: E402
@@ -154,6 +156,31 @@ def _ref_setup(ctx, inputs, output):
 varlen_ref.register_autograd(_ref_backward, setup_context=_ref_setup)
 
 
+def torch_varlen_causal(q, k, v, cu, max_len, *, scale=None):
+    """PyTorch's ``varlen_attn``, causal, across the torch releases that have it: 2.13 takes
+    ``window_size=(-1, 0)``, ``scale`` and ``enable_gqa``; earlier releases ``is_causal`` and
+    equal head counts (the keys and values are repeated for grouped-query attention)."""
+    import inspect
+
+    from torch.nn.attention.varlen import varlen_attn
+
+    params = inspect.signature(varlen_attn).parameters
+    kw = {}
+    if "window_size" in params:
+        kw["window_size"] = (-1, 0)
+    else:
+        kw["is_causal"] = True
+    if k.shape[1] != q.shape[1]:
+        if "enable_gqa" in params:
+            kw["enable_gqa"] = True
+        else:
+            rep = q.shape[1] // k.shape[1]
+            k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    if scale is not None and "scale" in params:
+        kw["scale"] = scale
+    return varlen_attn(q, k, v, cu, cu, max_len, max_len, **kw)
+
+
 def varlen_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kw):
     """A transformers attention implementation over ``cu_seq_lens_q`` / ``max_length_q``:
     ``(B, H, L, D)`` in, ``(B, L, H, D)`` out, the batch flattened to ``(B * L, H, D)``."""
@@ -161,22 +188,9 @@ def varlen_attention(module, query, key, value, attention_mask, scaling=None, dr
     q, k, v = (t.transpose(1, 2).reshape(b * n, t.shape[1], d) for t in (query, key, value))
     cu, max_len = kw["cu_seq_lens_q"], kw["max_length_q"]
     if query.is_cuda:
-        from torch.nn.attention.varlen import varlen_attn
-
         if q.dtype not in (torch.float16, torch.bfloat16):  # flash kernels: half types only
             q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
-        out = varlen_attn(
-            q,
-            k,
-            v,
-            cu,
-            cu,
-            max_len,
-            max_len,
-            scale=scaling,
-            window_size=(-1, 0),
-            enable_gqa=k.shape[1] != h,
-        )
+        out = torch_varlen_causal(q, k, v, cu, max_len, scale=scaling)
     else:
         out = varlen_ref(q, k, v, cu, cu, max_len, max_len, float(scaling))
     return out.view(b, n, h, d).to(query.dtype), None
@@ -331,9 +345,12 @@ def run_method(name, lengths, docs, args, size, device, backend, mode) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: results/gpu.md on CUDA, gpu_cpu.md without"
+    )
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
+    args.out = args.out or (OUT if cuda else OUT_CPU)
     if cuda:
         size = {"vocab": 32000, "hidden": 512, "layers": 4, "heads": 8, "kv_heads": 2}
         args.row_length, args.rows, args.warmup = 2048, 8, 3
@@ -358,11 +375,28 @@ def main() -> None:
     register_attention()
     lengths, docs = documents(n_docs, size["vocab"])
     t_start = time.perf_counter()
-    rows = []
+    rows: list[dict] = []
     for name in METHODS:
         res = run_method(name, lengths, docs, args, size, device, backend, mode)
         print(res, flush=True)
         rows.append(res)
+        # written after every method, so a run stopped by a time limit keeps what it measured
+        write(
+            args,
+            rows,
+            header,
+            size,
+            docs,
+            backend,
+            mode,
+            cuda,
+            t_start,
+            done=len(rows) == len(METHODS),
+        )
+    print(f"wrote {args.out}")
+
+
+def write(args, rows, header, size, docs, backend, mode, cuda, t_start, *, done) -> None:
     base = rows[0]["tokens_s"]
     lines = [
         "# Training throughput: packed rows vs padding-free flattening vs bucketing",
@@ -372,7 +406,9 @@ def main() -> None:
         f"Generated by `python benchmarks/gpu.py` on {platform.machine()} / {platform.system()}, "
         f"torch {torch.__version__}. Model: LlamaConfig({size}); batches of "
         f"{args.rows} x {args.row_length} tokens (bucketing and flattening: the same token "
-        f"budget); {args.steps} steps per method, the first {args.warmup} and every step that "
+        f"budget); up to {args.steps} steps per method (at most one pass over the documents: "
+        "the `steps` column is what a method's pass gave), "
+        f"the first {args.warmup} and every step that "
         f"compiled a graph excluded from the steady figures; torch.compile backend={backend!r}, "
         f"mode={mode!r}. Documents: GSM8K prompt + response + 2 ({len(docs)} documents).",
         "",
@@ -410,11 +446,11 @@ def main() -> None:
                 "",
             ]
         ),
-        f"Total run time: {time.perf_counter() - t_start:.0f} s.",
+        f"Total run time: {time.perf_counter() - t_start:.0f} s."
+        + ("" if done else f" **Partial: {len(rows)} of {len(METHODS)} methods measured.**"),
         "",
     ]
     args.out.write_text("\n".join(lines))
-    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -8,8 +8,12 @@ for a smoke run without the 100 M and 1 B points). Writes ``benchmarks/results/s
    planning only its own random shard) against the global plan (``BucketSampler``, every rank
    holding every length) on every length file in ``tests/data`` (every column of the paired
    files), at 8 and 64 simulated ranks, k = 16, ``max_tokens`` = 32 x the 99th percentile
-   length; checks that every rank takes the same steps with the same shape at each step, and
-   that the boundaries are those of the global exact solve.
+   length; checks that every rank takes the same steps with the same shape at each step, says
+   which boundaries the sampler kept (the global exact solve, or the solve over the shards'
+   envelope, NOTE [ Sharded plan ] 6), the padding with the global solve's boundaries (the plan
+   before the envelope) and the least padding any plan that keeps every sample on its rank with
+   one shape per step can reach with k shapes (the envelope's exact optimum, no rounding).
+   ``--padding-only`` reruns this part alone and rewrites only its section of the results.
 2. Time and peak RSS vs N, each point in its own process (``ru_maxrss``): ``numpy.argsort`` of
    N int32 lengths (the reference), ``BucketSampler`` rank 0 of 8 on all N lengths, and
    ``ShardedSampler`` rank 0 of 8 on its N / 8 shard plus the other 7 ranks' histograms; each
@@ -38,18 +42,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT / "tests" / "data"
+from benchmarks._data import DATA, FILES  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results" / "scale.md"
 PNG = ROOT / "benchmarks" / "results" / "scale.png"
-FILES = {
-    "librispeech": "librispeech_train_clean_100_samples.txt",
-    "commonvoice": "commonvoice_id_clip_ms.txt",
-    "multi30k": "multi30k_train_en_de_tokens.txt",
-    "europarl": "europarl_v7_en_fr_20k_tokens.txt",
-    "gsm8k": "gsm8k_train_qa_tokens.txt",
-    "coco": "coco_val2017_image_width_height.txt",
-    "ecoli": "ecoli_k12_proteome_residues.txt",
-}
 K = 16
 
 
@@ -64,7 +60,8 @@ def columns():
 
 
 def padding_vs_global(ranks_list=(8, 64), resample=None):
-    from bucketloader import BucketSampler, LengthHistogram
+    from bucketloader import BucketSampler, LengthHistogram, compute_boundaries
+    from bucketloader.plan.sharded import envelope_histogram
     from bucketloader.sharded import ShardedSampler
 
     rows = []
@@ -91,6 +88,18 @@ def padding_vs_global(ranks_list=(8, 64), resample=None):
                     for r, s in enumerate(shards)
                 ]
                 glob = BucketSampler(lengths, num_buckets=K, max_tokens=budget, num_replicas=ranks)
+                kept = ShardedSampler(
+                    lengths[shards[0]],
+                    shard_histograms=hists,
+                    num_replicas=ranks,
+                    rank=0,
+                    boundaries=glob.boundaries,
+                    max_tokens=budget,
+                )
+            env = envelope_histogram(hists)
+            eb = compute_boundaries(env, K)
+            real = int(lengths.sum())
+            least = ranks * int((env.counts * eb[np.searchsorted(eb, env.values)]).sum())
             cells = np.stack([s.plan().cells for s in sams])
             same = bool((cells == cells[0]).all()) and len({len(s) for s in sams}) == 1
             rep = sams[0].report()
@@ -102,6 +111,8 @@ def padding_vs_global(ranks_list=(8, 64), resample=None):
                     "ranks": ranks,
                     "max_tokens": budget,
                     "same_boundaries": bool(np.array_equal(sams[0].boundaries, glob.boundaries)),
+                    "padding_global_boundaries": kept.report().padding_ratio,
+                    "bound": (least - real) / real,
                     "same_steps_and_shapes": same,
                     "steps_sharded": len(sams[0]),
                     "steps_global": len(glob),
@@ -225,6 +236,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--point", nargs=3)
+    ap.add_argument("--padding-only", action="store_true")
     args = ap.parse_args()
     if args.point:
         kind, n, ranks = args.point
@@ -233,6 +245,9 @@ def main() -> None:
     start = time.perf_counter()
     pad = padding_vs_global()
     pad_big = padding_vs_global(resample=2_000_000)
+    if args.padding_only:
+        write_padding(pad, pad_big, time.perf_counter() - start)
+        return
     sizes = [1_000_000, 10_000_000] if args.quick else [1_000_000, 10_000_000, 100_000_000]
     points = []
     for n in sizes:
@@ -245,27 +260,79 @@ def main() -> None:
 
 def _pad_table(pad):
     lines = [
-        "| set | N | ranks | same boundaries | same steps and shapes on every rank | steps "
-        "(sharded / global) | padding sharded | padding global | difference (pp) | promoted | "
-        "filler rows |",
-        "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|",
+        "| set | N | ranks | boundaries | same steps and shapes on every rank | steps "
+        "(sharded / global) | padding sharded | padding global | difference (pp) | sharded "
+        "with the global solve's boundaries | least any own-data plan pads | sharded - least "
+        "(pp) | promoted | filler rows |",
+        "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    worst = -1e9
+    worst = worst_bound = -1e9
     for r in pad:
         diff = 100 * (r["padding_sharded"] - r["padding_global"])
-        worst = max(worst, diff)
+        over = 100 * (r["padding_sharded"] - r["bound"])
+        worst, worst_bound = max(worst, diff), max(worst_bound, over)
         lines.append(
-            f"| {r['set']} | {r['n']:,} | {r['ranks']} | {r['same_boundaries']} | "
+            f"| {r['set']} | {r['n']:,} | {r['ranks']} | "
+            f"{'global solve' if r['same_boundaries'] else 'envelope'} | "
             f"{r['same_steps_and_shapes']} | {r['steps_sharded']:,} / {r['steps_global']:,} | "
             f"{r['padding_sharded']:.2%} | {r['padding_global']:.2%} | {diff:+.2f} | "
+            f"{r['padding_global_boundaries']:.2%} | {r['bound']:.2%} | {over:+.2f} | "
             f"{r['promoted']:,} | {r['filler_rows']:,} |"
         )
     lines += [
         "",
         f"Largest excess of the sharded plan over the global plan: {worst:+.2f} percentage "
-        "points (goal: at most +0.5).",
+        "points (goal: at most +0.5). Largest excess over the least any plan that keeps every "
+        f"sample on its own rank can pad with k = {K} shapes: {worst_bound:+.2f} points "
+        "(rounding to whole batches).",
     ]
     return lines
+
+
+def _padding_section(pad, pad_big, seconds=None):
+    """The padding section of the results (its heading to the end of the second table)."""
+    lines = [
+        "## Padding: sharded plan vs global plan",
+        "",
+        f"k = {K}, `max_tokens` = 32 x the 99th percentile length; random shards. Padding = "
+        "padded elements / real elements over all ranks (filler rows included). The sharded plan "
+        "promotes the samples a rank cannot place into the next longer cell (NOTE [ Sharded plan "
+        "]); the global plan deals each cell's samples over all ranks (even batches by default, "
+        "NOTE [ Even batches ]).",
+        "",
+    ]
+    lines += _pad_table(pad)
+    lines += [
+        "",
+        "Why the goal (within 0.5 pp of the global plan) is out of reach on the raw files at 64 "
+        "ranks: a step is one shape on every rank, so every cell needs as many slots as its "
+        "fullest rank has samples there (counted from the longest cell down), and a shard of "
+        "70-900 samples spread over 16 cells has a fullest rank two to three times the mean. "
+        "The column *least any own-data plan pads* is the exact optimum of that cost over "
+        "every choice of k boundaries (the shards' envelope, NOTE [ Sharded plan ] 6), without "
+        "rounding: no plan that keeps each sample on its rank pads less. The sampler now keeps "
+        "the envelope's boundaries when they pad at least 0.1 pp less than the global solve's "
+        "(compare the column *with the global solve's boundaries*: the plan before).",
+        "",
+        "The same sets resampled (with replacement) to 2,000,000 lengths each: a shard of 31 k "
+        "samples at 64 ranks instead of 70-900. The sharded plan cannot move a sample to "
+        "another rank, so every cell's rows follow the rank with the most samples there; with "
+        "few samples per rank and cell that costs filler rows, with many it vanishes.",
+        "",
+    ]
+    lines += _pad_table(pad_big)
+    if seconds is not None:
+        lines += ["", f"(`benchmarks/scale.py --padding-only`: {seconds:.0f} s.)"]
+    return lines
+
+
+def write_padding(pad, pad_big, seconds) -> None:
+    """Rewrite only the padding section of the results (``--padding-only``)."""
+    text = OUT.read_text()
+    head, rest = text.split("## Padding: sharded plan vs global plan", 1)
+    tail = rest[rest.index("## Time and peak memory") :]
+    body = "\n".join(_padding_section(pad, pad_big, seconds))
+    OUT.write_text(head + body + "\n\n" + tail)
 
 
 def write(pad, pad_big, points, billion, seconds, quick) -> None:
@@ -281,25 +348,8 @@ def write(pad, pad_big, points, billion, seconds, quick) -> None:
         f"{os.cpu_count()} CPUs (load average {load:.1f} at the end: a shared machine), "
         f"numpy {np.__version__}.",
         "",
-        "## Padding: sharded plan vs global plan",
-        "",
-        f"k = {K}, `max_tokens` = 32 x the 99th percentile length; random shards. Padding = "
-        "padded elements / real elements over all ranks (filler rows included). The sharded plan "
-        "promotes the samples a rank cannot place into the next longer cell (NOTE [ Sharded plan "
-        "]); the global plan deals each cell's samples over all ranks (even batches by default, "
-        "NOTE [ Even batches ]).",
-        "",
     ]
-    lines += _pad_table(pad)
-    lines += [
-        "",
-        "The same sets resampled (with replacement) to 2,000,000 lengths each: a shard of 31 k "
-        "samples at 64 ranks instead of 70-900. The sharded plan cannot move a sample to "
-        "another rank, so every cell's rows follow the rank with the most samples there; with "
-        "few samples per rank and cell that costs filler rows, with many it vanishes.",
-        "",
-    ]
-    lines += _pad_table(pad_big)
+    lines += _padding_section(pad, pad_big)
     lines += [
         "",
         "## Time and peak memory vs N (rank 0 of 8, each point its own process)",
@@ -357,13 +407,17 @@ def write(pad, pad_big, points, billion, seconds, quick) -> None:
         for kind in ("argsort", "bucket", "sharded"):
             xs = [p["n"] for p in points if p["kind"] == kind]
             a1.loglog(xs, [p["seconds"] for p in points if p["kind"] == kind], "o-", label=kind)
-            a2.loglog(xs, [p["peak_rss"] * mb for p in points if p["kind"] == kind], "o-",
-                      label=kind)
+            a2.loglog(
+                xs, [p["peak_rss"] * mb for p in points if p["kind"] == kind], "o-", label=kind
+            )
         if billion is not None:
             a1.loglog([billion["n"]], [billion["seconds"]], "k*", label="sharded, 1 B / 64")
             a2.loglog([billion["n"]], [billion["peak_rss"] * mb], "k*", label="sharded, 1 B / 64")
-        a1.set(xlabel="N (samples in the data set)", ylabel="seconds (rank 0)",
-               title="build + one epoch")
+        a1.set(
+            xlabel="N (samples in the data set)",
+            ylabel="seconds (rank 0)",
+            title="build + one epoch",
+        )
         a2.set(xlabel="N (samples in the data set)", ylabel="peak RSS (MB)", title="memory")
         a1.legend()
         a2.legend()

@@ -30,6 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._data import DATA, FILES  # noqa: E402
 from bucketloader.boundaries import padding_cost  # noqa: E402
 from bucketloader.histogram import LengthHistogram  # noqa: E402
 from bucketloader.solve import solve_boundaries  # noqa: E402
@@ -37,16 +38,6 @@ from bucketloader.strategies import STRATEGIES  # noqa: E402
 from bucketloader.strategies.lp import lp  # noqa: E402
 from bucketloader.strategies.optimal import optimal  # noqa: E402
 
-DATA = ROOT / "tests" / "data"  # the real length files (provenance: tests/data/SOURCES.md)
-FILES = {
-    "librispeech": "librispeech_train_clean_100_samples.txt",
-    "commonvoice": "commonvoice_id_clip_ms.txt",
-    "multi30k": "multi30k_train_en_de_tokens.txt",
-    "europarl": "europarl_v7_en_fr_20k_tokens.txt",
-    "gsm8k": "gsm8k_train_qa_tokens.txt",
-    "coco": "coco_val2017_image_width_height.txt",
-    "ecoli": "ecoli_k12_proteome_residues.txt",
-}
 COLUMN_NAMES = {
     "multi30k": ["en", "de"],
     "europarl": ["en", "fr"],

@@ -27,7 +27,7 @@ The collator does not measure a fixed dim: it pads the dim whose size follows th
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -201,3 +201,39 @@ def _sized(value: Any) -> bool:
     if isinstance(value, Mapping):
         return "array" in value
     return is_sequence(value) or isinstance(value, str)
+
+
+def load_samples(dataset: Any, keys: Any) -> Sequence[Any]:
+    """The samples of a map-style dataset at ``keys``, fetched as ``DataLoader`` fetches a batch:
+    with one ``dataset.__getitems__(keys)`` call when the dataset has it, else item by item.
+
+    Example:
+        >>> load_samples(["a", "b", "c"], [2, 0])
+        ['c', 'a']
+    """
+    getitems = getattr(dataset, "__getitems__", None)
+    return getitems(keys) if getitems is not None else [dataset[i] for i in keys]
+
+
+class DatasetView:
+    """A map-style dataset seen through: ``len`` and single items pass through, and a batch
+    (``__getitems__``) is loaded with :func:`load_samples`; the datasets that mark their batches
+    (the evaluation rows, a sharded step's planned shape) override ``__getitems__``.
+
+    Example:
+        >>> view = DatasetView(["a", "b", "c"])
+        >>> len(view), view[1], view.__getitems__([2, 0])
+        (3, 'b', ['c', 'a'])
+    """
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.dataset[index]
+
+    def __getitems__(self, batch: Sequence[int]) -> list[Any]:
+        return list(load_samples(self.dataset, list(batch)))

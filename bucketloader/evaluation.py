@@ -53,10 +53,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from bucketloader._dist import resolve_ranks
+from bucketloader._samples import DatasetView, load_samples
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import even_batch, size_values
 from bucketloader.plan.report import SamplingReport
+from bucketloader.plan.spec import SpecShapes
 from bucketloader.sampler import check_state, spec_or_build
 
 __all__ = ["EvalBatch", "EvalCollator", "EvalDataset", "EvalSampler", "restore_order"]
@@ -96,7 +98,7 @@ class EvalSamples(list):  # type: ignore[type-arg]
         self.rows = rows
 
 
-class EvalSampler(Sampler[list[int]]):
+class EvalSampler(SpecShapes, Sampler[list[int]]):
     """Evaluation batches: every sample exactly once, in planned shapes, even across ranks.
 
     Built like :class:`~bucketloader.BucketSampler` (lengths and
@@ -193,16 +195,6 @@ class EvalSampler(Sampler[list[int]]):
         used = np.flatnonzero(self.spec.counts > 0)
         shapes = tuple(sorted({cells.shapes[int(c)] for c in used}))
         return ShapeTable(cells=cells, shapes=shapes, last_batch="pad")
-
-    @property
-    def shapes(self) -> list[tuple[int, ...]]:
-        """Every batch shape ``(B, L_1, ..., L_D)`` evaluation produces, sorted (a promise)."""
-        return list(self.shape_table.shapes)
-
-    @property
-    def boundaries(self) -> Any:
-        """An array for one input; ``{name: array}`` for several; with groups ``{group: that}``."""
-        return self.spec.user_boundaries
 
     @property
     def num_samples(self) -> int:
@@ -458,7 +450,7 @@ class EvalSampler(Sampler[list[int]]):
         )
 
 
-class EvalDataset(Dataset):
+class EvalDataset(DatasetView, Dataset):
     """A dataset whose batches, loaded with an :class:`EvalSampler`, keep their planned rows.
 
     ``__getitems__`` (what ``DataLoader`` calls for a batch) returns :class:`EvalSamples` that
@@ -466,22 +458,12 @@ class EvalDataset(Dataset):
     as filler data. Single items and ``len`` pass through.
     """
 
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> Any:
-        return self.dataset[index]
-
     def __getitems__(self, batch: Sequence[int]) -> list[Any]:
         rows = getattr(batch, "rows", None)
         keys = list(batch)
         if not keys and getattr(batch, "fill", None) is not None:
             keys = [batch.fill]  # type: ignore[attr-defined]
-        getitems = getattr(self.dataset, "__getitems__", None)
-        samples = getitems(keys) if getitems is not None else [self.dataset[i] for i in keys]
+        samples = load_samples(self.dataset, keys)
         return list(samples) if rows is None else EvalSamples(samples, rows)
 
 

@@ -50,7 +50,9 @@ from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
 from bucketloader.plan.epoch import check_accumulate, check_weights, resolve_weights
+from bucketloader.plan.promote import Promotion, promoted_spec, promotes
 from bucketloader.plan.report import plan_report
+from bucketloader.plan.spec import SpecShapes
 
 if TYPE_CHECKING:  # pragma: no cover
     from typing_extensions import Unpack
@@ -119,6 +121,17 @@ class EpochSampler(Sampler[list[int]]):
 
     def _make_plan(self, epoch: int) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _coordinates(self, epoch: int, rank: int | None = None) -> dict[str, Any]:
+        """Where a plan sits: the ``seed``, ``epoch``, ``shuffle`` and ranks keywords every
+        planning function takes after the spec (this rank's plan unless ``rank`` is given)."""
+        return {
+            "seed": self.seed,
+            "epoch": epoch,
+            "shuffle": self.shuffle,
+            "num_replicas": self.num_replicas,
+            "rank": self.rank if rank is None else rank,
+        }
 
     def _config(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -364,7 +377,7 @@ def _check_not_in_batch_sampler(owner: str) -> None:
         )
 
 
-class BucketSampler(EpochSampler):
+class BucketSampler(SpecShapes, EpochSampler):
     """Batches of sample indices whose padded shapes are exactly :attr:`shapes`.
 
     Each sample belongs to a bucket (boundaries from :func:`~bucketloader.compute_boundaries`),
@@ -423,6 +436,10 @@ class BucketSampler(EpochSampler):
         [0, 1, 2, 3, 4]
     """
 
+    #: Whether this sampler's epochs promote leftovers (a subclass that plans other samples than
+    #: the spec's, such as weighted draws, keeps even batches).
+    _promotes = True
+
     def __init__(
         self,
         lengths: Any,
@@ -446,23 +463,24 @@ class BucketSampler(EpochSampler):
             check_weights(self.spec, self.weights, self.num_replicas)  # at construction
         self.longest_first = check_bool("longest_first", longest_first)
         self.accumulate = check_accumulate(accumulate, self.spec, self.weights)
+        # leftovers fill longer cells' spare rows (NOTE [ Promotion of leftovers ])
+        self.promotion: Promotion | None = None
+        if self._promotes and promotes(given) and self.weights is None and self.accumulate == 1:
+            spec, promotion = promoted_spec(given, self.num_replicas)
+            if promotion.num_promoted:  # else the even plan is the same plan
+                self._even, self.spec, self.promotion = self.spec, spec, promotion
         self._warn_losses()
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
     def shape_table(self) -> ShapeTable:
         """The promised shapes, small and picklable (what the collator keeps)."""
-        return self.spec.shape_table(self.num_replicas)
-
-    @property
-    def shapes(self) -> list[tuple[int, ...]]:
-        """Every batch shape ``(B, L_1, ..., L_D)`` an epoch can produce, sorted (a promise)."""
-        return list(self.shape_table.shapes)
-
-    @property
-    def boundaries(self) -> Any:
-        """An array for one input; ``{name: array}`` for several; with groups ``{group: that}``."""
-        return self.spec.user_boundaries
+        table = self.spec.shape_table(self.num_replicas)
+        if self.promotion is None:
+            return table
+        steps = self.promotion.steps  # a cell promoted away has no steps and no shape
+        shapes = {s for s, m in zip(self.spec.cells.shapes, steps.tolist(), strict=True) if m}
+        return dataclasses.replace(table, shapes=tuple(sorted(shapes)))
 
     @property
     def lengths(self) -> np.ndarray:
@@ -491,18 +509,17 @@ class BucketSampler(EpochSampler):
         """This rank's :class:`~bucketloader.plan.EpochPlan` of ``epoch`` (see :meth:`plan`)."""
         return plan_epoch(
             self.spec,
-            seed=self.seed,
-            epoch=epoch,
-            shuffle=self.shuffle,
-            num_replicas=self.num_replicas,
-            rank=self.rank,
+            **self._coordinates(epoch),
             weights=self.weights,
             longest_first=self.longest_first,
             accumulate=self.accumulate,
+            promotion=self.promotion,
         )
 
     @functools.cached_property
     def _len(self) -> int:
+        if self.promotion is not None:
+            return self.promotion.num_steps
         steps = self.spec.num_steps(self.num_replicas)
         return int(grouped_steps(steps, self.accumulate).sum())
 
@@ -515,17 +532,15 @@ class BucketSampler(EpochSampler):
             epoch: the epoch to report (default: the current one, with the current position).
         """
         current = epoch is None or epoch == self.epoch
+        ep = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
         return plan_report(
             self.spec,
-            seed=self.seed,
-            epoch=self.epoch if epoch is None else check_int("epoch", epoch, minimum=0),
-            shuffle=self.shuffle,
-            num_replicas=self.num_replicas,
-            rank=self.rank,
+            **self._coordinates(ep),
             weights=self.weights,
             longest_first=self.longest_first,
             batches_done=self._batches_done() if current else 0,
             accumulate=self.accumulate,
+            promotion=self.promotion,
         )
 
     def _warn_losses(self) -> None:
@@ -575,6 +590,19 @@ class BucketSampler(EpochSampler):
         saved = state.get("config") if isinstance(state, dict) else None
         if (
             isinstance(saved, dict)
+            and self.promotion is not None
+            and saved.get("plan_digest") == self._even.digest
+        ):
+            budget = self.spec.rule.budget if self.spec.rule is not None else None
+            fix = dataclasses.replace(budget, promote=False) if budget is not None else None
+            raise ValueError(
+                "state was saved by a sampler that kept every sample in its own bucket (even "
+                "batches without promotion, or TokenBudget(promote=False)); this sampler batches "
+                "leftovers in longer buckets' spare rows (other steps and batch shapes). Build it "
+                f"with max_tokens={fix!r} to resume this state exactly"
+            )
+        if (
+            isinstance(saved, dict)
             and self.spec is not self._given
             and saved.get("plan_digest") == self._given.digest
         ):
@@ -599,7 +627,8 @@ class BucketSampler(EpochSampler):
             "num_samples": int(self.spec.cell_of_sample.size),
             "num_batches": len(self),
             "plan_digest": self.spec.digest
-            + ("" if self.accumulate == 1 else f"/accumulate={self.accumulate}"),
+            + ("" if self.accumulate == 1 else f"/accumulate={self.accumulate}")
+            + ("" if self.promotion is None else "/promote"),
         }
 
 

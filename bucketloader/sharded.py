@@ -4,8 +4,10 @@
 grow with the whole data set on every rank. A :class:`ShardedSampler` takes only its rank's
 lengths (the rows that rank reads: its Parquet files, WebDataset tars or streaming shards) and
 the per-shard length histograms (small: one count per distinct length), merged into the global
-histogram. Boundaries come from the global histogram (the exact solve over every sample); the
-schedule (which shape at each step) from a ``ranks x K`` table of per-cell counts, so every rank
+histogram. Boundaries come from the global histogram (the exact solve over every sample), or,
+when the shards are small and it pads measurably less, from the shards' envelope (NOTE [ Sharded
+plan ] 6 in :mod:`bucketloader.plan.sharded`); the schedule (which shape at each step) from a
+``ranks x K`` table of per-cell counts, so every rank
 takes the same steps with the same shapes and no per-step communication (NOTE [ Sharded plan ]
 in :mod:`bucketloader.plan.sharded`).
 
@@ -30,12 +32,19 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from bucketloader._dist import initialised, world_size
+from bucketloader._samples import DatasetView, load_samples
 from bucketloader._validation import MAX_LENGTH, as_lengths, check_int
 from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.cells import Cells
-from bucketloader.plan.sharded import ShardEpochPlan, plan_shard_epoch, shard_schedule
+from bucketloader.plan.sharded import (
+    ShardEpochPlan,
+    ShardSchedule,
+    envelope_histogram,
+    plan_shard_epoch,
+    shard_schedule,
+)
 from bucketloader.plan.table import PlannedBatch, ShapeTable
 from bucketloader.sampler import LOSS_WARNING, EpochSampler, check_collator_options
 from bucketloader.solve import compute_boundaries
@@ -138,32 +147,22 @@ class ShardedSampler(EpochSampler):
         else:
             hists = _check_histograms(shard_histograms, own, self.num_replicas, self.rank)
         self.histogram = merge_histograms(hists)
-        self.boundaries = self._fit_boundaries()
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
+        self.even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]
+        self._rule = rule
+        plans = [self._layout(b, hists) for b in self._candidate_boundaries(hists)]
+        # NOTE [ Sharded plan ] 6: the global solve unless the shards' envelope pads less
+        best = plans[0]
+        if len(plans) > 1 and plans[1][3] < plans[0][3] - _ENVELOPE_GAIN * self.histogram.total:
+            best = plans[1]
+        self.boundaries, self.cells, self.table, _ = best
         b = self.boundaries
-        occupancy = np.zeros(b.size, dtype=np.int64)
-        np.add.at(occupancy, assign_buckets(self.histogram.values, b), self.histogram.counts)
-        self.cells = Cells.build([(b,)], ("length",), occupancy=[occupancy], rule=rule)
-        if (self.cells.batch < 1).any():
-            worst = int(self.cells.lengths[np.argmax(self.cells.batch < 1), 0])
-            raise ValueError(
-                f"max_tokens={rule.budget.max_tokens if rule.budget else None} is below the "  # type: ignore[union-attr]
-                f"padded length {worst} of a bucket; raise max_tokens to at least {worst}, or "
-                "pass max_tokens=TokenBudget(..., oversize='single')"
-            )
         lookup = self.cells.lookup[0]
-        self.table = np.stack([_cell_counts(h, b, lookup, self.cells.num_cells) for h in hists])
         cell_of = _cells_of(lengths, b, lookup)
         self._by_cell = _by_cell(cell_of, self.cells.num_cells)
         self._counts = self.table[self.rank]
-        even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]
-        self.schedule = shard_schedule(
-            self.table,
-            self.cells.batch,
-            even=even,
-            multiple_of=rule.budget.multiple_of if rule.budget is not None else 1,
-        )
-        if even:
+        self.schedule = self._schedule(self.table, self.cells)
+        if self.even:
             rows = self.schedule.rows.copy()
             rows.setflags(write=False)
             self.cells = dataclasses.replace(self.cells, batch=rows)
@@ -289,7 +288,46 @@ class ShardedSampler(EpochSampler):
         )
 
     # -- configuration ------------------------------------------------------------------------
-    def _fit_boundaries(self) -> np.ndarray:
+    def _candidate_boundaries(self, hists: list[LengthHistogram]) -> list[np.ndarray]:
+        """The global solve, and (fitted boundaries, several ranks) the solve over the shards'
+        envelope (NOTE [ Sharded plan ] 6)."""
+        first = self._fit_boundaries(self.histogram)
+        if self.options.get("boundaries") is not None or len(hists) < 2:
+            return [first]
+        other = self._fit_boundaries(envelope_histogram(hists))
+        return [first] if np.array_equal(other, first) else [first, other]
+
+    def _layout(
+        self, b: np.ndarray, hists: list[LengthHistogram]
+    ) -> tuple[np.ndarray, Cells, np.ndarray, int]:
+        """Boundaries ``b``'s cells, ``ranks x K`` table and padded elements over all ranks."""
+        occupancy = np.zeros(b.size, dtype=np.int64)
+        np.add.at(occupancy, assign_buckets(self.histogram.values, b), self.histogram.counts)
+        rule = self._rule
+        cells = Cells.build([(b,)], ("length",), occupancy=[occupancy], rule=rule)
+        if (cells.batch < 1).any():
+            worst = int(cells.lengths[np.argmax(cells.batch < 1), 0])
+            raise ValueError(
+                f"max_tokens={rule.budget.max_tokens if rule.budget else None} is below the "  # type: ignore[union-attr]
+                f"padded length {worst} of a bucket; raise max_tokens to at least {worst}, or "
+                "pass max_tokens=TokenBudget(..., oversize='single')"
+            )
+        lookup = cells.lookup[0]
+        table = np.stack([_cell_counts(h, b, lookup, cells.num_cells) for h in hists])
+        s = self._schedule(table, cells)
+        padded = int((s.steps * s.rows * cells.lengths[:, 0]).sum()) * len(hists)
+        return b, cells, table, padded
+
+    def _schedule(self, table: np.ndarray, cells: Cells) -> ShardSchedule:
+        budget = self._rule.budget
+        return shard_schedule(
+            table,
+            cells.batch,
+            even=self.even,
+            multiple_of=budget.multiple_of if budget is not None else 1,
+        )
+
+    def _fit_boundaries(self, hist: LengthHistogram) -> np.ndarray:
         opts = self.options
         m = opts.get("pad_to_multiple_of", 1)
         if opts.get("boundaries") is not None:
@@ -298,7 +336,7 @@ class ShardedSampler(EpochSampler):
                 b = np.unique(round_up(b, m))
             return check_boundaries(b, max_length=self.histogram.max)
         return compute_boundaries(
-            self.histogram,
+            hist,
             opts.get("num_buckets", 8),
             strategy=opts.get("strategy", "optimal"),
             cache=opts.get("cache"),
@@ -324,7 +362,7 @@ class ShardedSampler(EpochSampler):
         }
 
 
-class ShardDataset:
+class ShardDataset(DatasetView):
     """A shard's map-style dataset whose batches carry their planned shape to the collator.
 
     ``DataLoader`` calls ``__getitems__`` with the sampler's batch; this returns a
@@ -332,19 +370,8 @@ class ShardDataset:
     are real (the rest are stand-ins the collator turns into padding rows).
     """
 
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> Any:
-        return self.dataset[index]
-
     def __getitems__(self, batch: Sequence[int]) -> list[Any]:
-        keys = list(batch)
-        getitems = getattr(self.dataset, "__getitems__", None)
-        samples = getitems(keys) if getitems is not None else [self.dataset[i] for i in keys]
+        samples = load_samples(self.dataset, list(batch))
         shape = getattr(batch, "planned_shape", None)
         if shape is None:
             return list(samples)
@@ -363,6 +390,9 @@ _OPTIONS = (
 
 
 _CHUNK = 1 << 20
+#: The shards' envelope replaces the global solve when it pads at least this share of the real
+#: elements less (0.1 percentage points; NOTE [ Sharded plan ] 6).
+_ENVELOPE_GAIN = 0.001
 
 
 def _portable(value: Any) -> str:

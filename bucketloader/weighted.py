@@ -64,6 +64,8 @@ class WeightedBucketSampler(BucketSampler):
         (8, True, [(2, 4), (2, 12)])
     """
 
+    _promotes = False  # its epochs batch the draws, not the spec's samples
+
     def __init__(
         self,
         lengths: Any,
@@ -164,11 +166,7 @@ class WeightedBucketSampler(BucketSampler):
     def _virtual_plan(self, drawn: np.ndarray, epoch: int, rank: int) -> EpochPlan:
         return plan_epoch(
             self._drawn_spec(drawn),
-            seed=self.seed,
-            epoch=epoch,
-            shuffle=self.shuffle,
-            num_replicas=self.num_replicas,
-            rank=rank,
+            **self._coordinates(epoch, rank),
             longest_first=self.longest_first,
             accumulate=self.accumulate,
         )
@@ -181,11 +179,7 @@ class WeightedBucketSampler(BucketSampler):
         drawn = self.draw(e)
         report = plan_report(
             self._drawn_spec(drawn),
-            seed=self.seed,
-            epoch=e,
-            shuffle=self.shuffle,
-            num_replicas=self.num_replicas,
-            rank=self.rank,
+            **self._coordinates(e),
             longest_first=self.longest_first,
             batches_done=self._batches_done() if current else 0,
             accumulate=self.accumulate,

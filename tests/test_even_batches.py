@@ -79,7 +79,13 @@ def test_every_real_set_pads_at_most_one_percent_of_filler(name):
 
 def test_the_report_counts_the_same_filler_as_the_arithmetic():
     lengths = load_real("ecoli")
-    sampler = BucketSampler(lengths, num_buckets=16, max_tokens=64 * 2358, num_replicas=8, rank=3)
+    sampler = BucketSampler(
+        lengths,
+        num_buckets=16,
+        max_tokens=TokenBudget(64 * 2358, promote=False),  # even batches alone
+        num_replicas=8,
+        rank=3,
+    )
     report = sampler.report()
     filler = sum((c["shape"][0] * c["batches"] - c["rows"]) * c["shape"][1] for c in report.cells)
     assert filler / int(lengths.sum()) == pytest.approx(_filler_share(sampler.spec, 8))
@@ -239,15 +245,18 @@ def test_a_sampler_passes_its_budget_to_batched_and_pads_less():
     lengths = load_real("commonvoice")
     budget = 32 * int(lengths.max())
     report = {}
+    even = TokenBudget(budget, promote=False)  # the plan "batched" models: no promotion
     for strategy in ("optimal", "batched"):
-        s = BucketSampler(lengths, num_buckets=64, max_tokens=budget, strategy=strategy)
-        cells = s.report().cells
-        report[strategy] = sum(c["padded"] - c["real"] for c in cells)
-        assert len(s.shapes) <= 64
+        for key, tokens in ((strategy, even), (f"{strategy}+promote", budget)):
+            s = BucketSampler(lengths, num_buckets=64, max_tokens=tokens, strategy=strategy)
+            cells = s.report().cells
+            report[key] = sum(c["padded"] - c["real"] for c in cells)
+            assert len(s.shapes) <= 64
     from bucketloader.strategies.batched import batched
 
     assert report["batched"] == batched(lengths, 64, max_tokens=budget).info["padded"]
     assert report["batched"] < report["optimal"]
+    assert report["batched+promote"] <= report["batched"]  # promotion never pads more
     # without a token budget there are no batches to plan: "batched" is "optimal"
     plain = BucketSampler(lengths, num_buckets=8, batch_size=32, strategy="batched")
     assert (

@@ -194,7 +194,8 @@ def test_report_matches_counting_the_batches(policy):
         rank=1,
         seed=5,
     )
-    plans = [plan_epoch(sampler.spec, seed=5, epoch=0, num_replicas=3, rank=r) for r in range(3)]
+    kw = {"seed": 5, "epoch": 0, "num_replicas": 3, "promotion": sampler.promotion}
+    plans = [plan_epoch(sampler.spec, rank=r, **kw) for r in range(3)]
     cut = np.minimum(lengths, 1500)
     appear = np.bincount(np.concatenate([p.indices for p in plans]), minlength=lengths.size)
     report = sampler.report()

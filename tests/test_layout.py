@@ -15,6 +15,7 @@ import bucketloader
 ROOT = Path(bucketloader.__file__).parent
 #: Top-level private modules that are shared infrastructure by design (DESIGN.md).
 SHARED = {
+    "bucketloader._arrow",
     "bucketloader._files",
     "bucketloader._validation",
     "bucketloader._types",

@@ -269,6 +269,76 @@ def test_balance_evens_attention_work_across_ranks():
     _check_epoch(spec, 8, 0, 0, balance=True)
 
 
+def test_work_aware_rows_balance_one_row_per_rank_at_64_ranks():
+    # one row per rank: a step lasts as long as its heaviest row, so the rows themselves must
+    # carry even work (NOTE [ Work-aware rows ]); europarl was the worst file (1.17 by dealing)
+    spec = PackSpec.build(load_real("europarl")[:, 0] + 2, row_length=512, batch_size=1)
+    full = int(spec.steps(64)[0].sum())
+    before, _ = _step_work(spec, 64, False)
+    after, plans = _step_work(spec, 64, True)
+
+    def slowdown(w):
+        return w[:full].max(1).sum() / w[:full].mean(1).sum()
+
+    steps = [p.kinds for p in plans]  # a row length's last (partial) step is the epoch's last
+    assert all(np.array_equal(k, steps[0]) for k in steps) and after.shape == before.shape
+    assert slowdown(before) > 1.5 and slowdown(after) <= 1.05
+    # the same rows: every document, each within its row length, the spec's padding, at most
+    # the documents per row the collator's cu_seqlens bound allows
+    slots, offsets, _, work, lifted = spec.balanced_layout(64)
+    docs = spec.by_size[slots]
+    assert sorted(docs.tolist()) == spec.kept.tolist()
+    fills = np.add.reduceat(spec.sizes[docs], offsets[:-1])
+    assert fills.max() <= 512 and offsets.size - 1 == spec.num_rows
+    assert np.diff(offsets).max() <= spec.max_documents[0]
+    assert np.array_equal(work, np.add.reduceat(spec.sizes[docs] ** 2, offsets[:-1]))
+    assert 0 < lifted.sum() <= full * 64  # lifted rows fill full steps, never the partial one
+    seen = Counter(np.concatenate([p.indices for p in plans]).tolist())
+    assert set(seen) == set(spec.kept.tolist())
+    assert sum(seen.values()) - len(seen) < 64 * spec.patterns.per_row.max()  # pad repeats
+
+    # resume is exact (the evened rows are a pure function of the spec and the rank count)
+    def make():
+        return PackSampler(spec, num_replicas=64, rank=9, seed=3, balance=True)
+
+    everything = list(make())
+    s = make()
+    it = iter(s)
+    head = [next(it) for _ in range(5)]
+    resumed = make()
+    resumed.load_state_dict(json.loads(json.dumps(s.state_dict())))
+    assert head + list(resumed) == everything
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=6), min_size=2, max_size=12),
+    keep_above=st.sampled_from([6, 24]),
+    step_rows=st.integers(1, 4),
+)
+def test_work_aware_rows_keep_documents_lengths_and_bounds(rows, keep_above, step_rows):
+    from bucketloader.pack._work import even_rows, lift_rows
+
+    length, cap = 24, 7
+    rows = [r for r in rows if sum(r) <= length]
+    if len(rows) < 2:
+        return
+    works = [sum(s * s for s in r) for r in rows]
+    evened = even_rows(rows, length, cap, keep_above)
+    full = len(rows) // step_rows * step_rows
+    lifted, up = lift_rows(evened, length, cap, keep_above, step_rows, full)
+    for new in (evened, lifted):
+        assert len(new) == len(rows)
+        assert sorted(s for r in new for s in r) == sorted(s for r in rows for s in r)
+        assert all(sum(r) <= length and len(r) <= cap for r in new)
+        for r, old in zip(new, rows, strict=True):  # long documents stay in their row
+            long_new, long_old = ([s for s in x if s > keep_above] for x in (r, old))
+            assert sorted(long_new) == sorted(long_old)
+    new_works = [sum(s * s for s in r) for r in evened]
+    assert sum(w * w for w in new_works) <= sum(w * w for w in works)  # every move evens out
+    assert len(up) % step_rows == 0 and len(up) <= full
+
+
 def test_balance_resumes_exactly_and_is_a_noop_on_one_rank():
     lengths = load_real("gsm8k").sum(1)[:800] + 2
 

@@ -458,7 +458,15 @@ def test_hf_seq_idx_and_static_flash_arguments():
 def test_pytorch_varlen_attn_matches_the_stand_in_and_compiles_once():  # pragma: no cover
     """On a GPU: torch.nn.attention.varlen.varlen_attn fed by PackCollator equals the stand-in
     op, and a compiled step over 20 batches builds one graph."""
+    import inspect
+
     from torch.nn.attention.varlen import varlen_attn as torch_varlen
+
+    causal = (
+        {"window_size": (-1, 0)}
+        if "window_size" in inspect.signature(torch_varlen).parameters
+        else {"is_causal": True}  # torch releases before 2.13
+    )
 
     lengths, docs = _docs(load_real("multi30k")[:, 0] + 2, 200)
     sampler = PackSampler(lengths, row_length=32, batch_size=2, seed=0)
@@ -470,7 +478,7 @@ def test_pytorch_varlen_attn_matches_the_stand_in_and_compiles_once():  # pragma
         return gm.forward
 
     def attend(q, k, v, cu, max_seqlen):
-        return torch_varlen(q, k, v, cu, cu, max_seqlen, max_seqlen, window_size=(-1, 0))
+        return torch_varlen(q, k, v, cu, cu, max_seqlen, max_seqlen, **causal)
 
     torch._dynamo.reset()
     step = torch.compile(attend, backend=counting, fullgraph=True, dynamic=False)

@@ -226,3 +226,20 @@ def test_dataloader_workers_each_pack_their_shard(gsm8k, kind):
     loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=2, collate_fn=collate)
     assert {tuple(b["input_ids"].shape) for b in loader} == {(4, 512)}
     assert np.isclose(sum(n for b in a for _, n in b), lens.sum())
+
+
+def test_rows_held_stay_within_the_documented_bound(gsm8k):
+    # docs/streams.md, Memory per rank: at most open_rows + batch_size + 1 rows of row_length
+    open_rows, batch = 8, 4
+    stream = PackIterable(
+        _samples(gsm8k[:600]),
+        length_fn="input_ids",
+        row_length=512,
+        batch_size=batch,
+        open_rows=open_rows,
+    )
+    peak = 0
+    for _ in stream:
+        engine = stream._engine
+        peak = max(peak, len(engine.rows) + len(engine.ready))
+    assert 0 < peak <= open_rows + batch + 1

@@ -132,8 +132,11 @@ def test_sampler_iterates_the_pure_plan():
     lengths = load_real("commonvoice")
     sampler = BucketSampler(lengths, max_tokens=60_000, seed=2, num_replicas=4, rank=3)
     sampler.set_epoch(6)
-    plan = plan_epoch(sampler.spec, seed=2, epoch=6, num_replicas=4, rank=3)
+    assert sampler.promotion is not None  # leftovers promoted (NOTE [ Promotion of leftovers ])
+    kw = {"seed": 2, "epoch": 6, "num_replicas": 4, "rank": 3}
+    plan = plan_epoch(sampler.spec, promotion=sampler.promotion, **kw)
     assert list(sampler) == [plan.batch(i) for i in range(len(plan))]
+    assert len(plan) == len(sampler) <= len(plan_epoch(sampler._even, **kw))
 
 
 def test_spec_composes_with_the_sampler():

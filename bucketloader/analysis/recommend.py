@@ -52,6 +52,7 @@ from bucketloader._validation import Lengths, as_lengths, check_float, check_int
 from bucketloader.analysis.calibrate import Calibration
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec
+from bucketloader.plan.promote import promoted_spec, promotes
 from bucketloader.solve import solve_boundaries
 from bucketloader.strategies import resolve_strategy
 
@@ -436,7 +437,8 @@ class EpochCost:
 def epoch_cost(
     lengths: np.ndarray | Lengths, boundaries: np.ndarray, **spec_options: Any
 ) -> EpochCost:
-    """Exact per-epoch totals of the sampler's plan (see NOTE [ Epoch cost from the plan ]).
+    """Exact per-epoch totals of the sampler's plan on one rank, leftovers promoted as the
+    sampler promotes them (see NOTE [ Epoch cost from the plan ]).
 
     ``spec_options`` are :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options
     (``batch_size`` or ``max_tokens``, ``last_batch``, ...), as the sampler would get them.
@@ -446,7 +448,19 @@ def epoch_cost(
         >>> c.shapes, c.steps, c.padded_tokens, c.real_tokens
         (((2, 4), (2, 10)), 3, 36, 30)
     """
-    spec = BucketSpec.build(lengths, boundaries=boundaries, **spec_options).for_replicas(1)
+    built = BucketSpec.build(lengths, boundaries=boundaries, **spec_options)
+    if promotes(built):  # NOTE [ Promotion of leftovers ]: the sampler's default plan
+        promoted, p = promoted_spec(built, 1)
+        if p.num_promoted:
+            width = np.prod(promoted.cell_lengths, axis=1).astype(np.int64)
+            cells = promoted.cells.shapes
+            return EpochCost(
+                shapes=tuple(sorted(s for s, m in zip(cells, p.steps, strict=True) if m)),
+                steps=p.num_steps,
+                padded_tokens=int((p.steps * p.rows * width).sum()),
+                real_tokens=int(promoted.planned_lengths()[promoted.cell_of_sample >= 0].sum()),
+            )
+    spec = built.for_replicas(1)
     last_batch = spec.last_batch
     table = spec.shape_table()
     rows = spec.cell_batch.astype(np.int64)

@@ -457,7 +457,8 @@ def _bare_1d_sizes(samples: Any) -> list[int] | None:
 
 
 _HINT = (
-    "a sampler batches samples of one bucket, so either this batch did not come from the sampler "
+    "a sampler batches samples of one bucket (a batch holding shorter, promoted samples "
+    "starts with one of its own), so either this batch did not come from the sampler "
     "this collator was built from (e.g. a Trainer's own eval or test loader: use "
     "bucketloader.hf.BucketTrainer, or a DataLoader with batch_sampler=the sampler), or the "
     "dataset's samples disagree with the lengths given to the sampler (check that __getitem__ "
@@ -487,7 +488,9 @@ def check_batch(
     """The planned ``(B, L_1, ..., L_D)`` for a batch with measured ``lengths`` ``(n, D)``.
 
     For one input, cells are intervals of lengths, so the batch's target is the shortest and
-    the longest sample's common cell; ``memo`` caches ``target`` per (group, length).
+    the longest sample's common cell, or the longest's when the first sample shares it (a batch
+    with promoted samples, NOTE [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`);
+    ``memo`` caches ``target`` per (group, length).
     """
     n, d = lengths.shape
     if d == 1:
@@ -495,7 +498,7 @@ def check_batch(
         q, p = int(col.argmin()), int(col.argmax())
         shape = _cell(table, lengths, p, group, memo)
         low = shape if col[q] == col[p] else _cell(table, lengths, q, group, memo)
-        if low[1:] != shape[1:]:
+        if low[1:] != shape[1:] and _cell(table, lengths, 0, group, memo) != shape:
             raise ValueError(
                 f"samples of one batch fall in different buckets: the sample at batch position "
                 f"{p} has length {int(col[p])} (bucket {shape[1]}) but the sample at "
@@ -505,14 +508,7 @@ def check_batch(
             _raise_over(lengths, np.asarray(shape[1:]), shape, names)
     else:
         shape = _target(table, lengths, group)
-        if len(shape) != d + 1:
-            raise ValueError(
-                f"the sampler's target shape {shape} has {len(shape) - 1} lengths but the "
-                f"collator measured {d} inputs {names}"
-            )
-        cell = np.asarray(shape[1:], dtype=np.int64)
-        if (lengths > cell).any():
-            _raise_over(lengths, cell, shape, names)
+        _check_cells(shape, lengths, names, "the sampler's target")
     if n > shape[0]:
         p = int(np.argmax(lengths.sum(axis=1)))
         raise ValueError(
@@ -528,18 +524,27 @@ def check_planned(
 ) -> tuple[int, ...]:
     """A batch that carries its planned shape (a stream split over ranks may fill a step with
     samples of shorter cells): they must fit it."""
-    n, d = lengths.shape
+    _check_cells(shape, lengths, names, "the batch's planned")
+    n = lengths.shape[0]
+    if n > shape[0]:
+        raise ValueError(f"batch of {n} samples does not fit its planned shape {shape}")
+    return shape
+
+
+def _check_cells(
+    shape: tuple[int, ...], lengths: np.ndarray, names: tuple[str, ...], whose: str
+) -> None:
+    """Every sample of measured ``lengths`` ``(n, D)`` fits the lengths of ``shape`` (``whose``
+    shape it is, for the message)."""
+    d = lengths.shape[1]
     if len(shape) != d + 1:
         raise ValueError(
-            f"the batch's planned shape {shape} has {len(shape) - 1} lengths but the collator "
-            f"measured {d} inputs {names}"
+            f"{whose} shape {shape} has {len(shape) - 1} lengths but the collator measured "
+            f"{d} inputs {names}"
         )
     cell = np.asarray(shape[1:], dtype=np.int64)
     if (lengths > cell).any():
         _raise_over(lengths, cell, shape, names)
-    if n > shape[0]:
-        raise ValueError(f"batch of {n} samples does not fit its planned shape {shape}")
-    return shape
 
 
 def cut_to_plan(

@@ -124,7 +124,7 @@ def code_digest(fn: Any, *, depth: int = 0, seen: set[int] | None = None) -> str
     parts: list[Any] = [_code_doc(code)]
     if depth < 3 and isinstance(fn, types.FunctionType):
         refs = [c.cell_contents for c in fn.__closure__ or () if _filled(c)]
-        refs += [fn.__globals__[n] for n in sorted(_names(code)) if n in fn.__globals__]
+        refs += [fn.__globals__[n] for n in sorted(code_names(code)) if n in fn.__globals__]
         for ref in refs:
             if isinstance(ref, types.FunctionType) and not _library(ref):
                 parts.append(code_digest(ref, depth=depth + 1, seen=seen))
@@ -139,11 +139,12 @@ def _filled(cell: Any) -> bool:
     return True
 
 
-def _names(code: types.CodeType) -> set[str]:
+def code_names(code: types.CodeType) -> set[str]:
+    """The global and attribute names a code object and the functions nested in it use."""
     out = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
-            out |= _names(const)
+            out |= code_names(const)
     return out
 
 

@@ -62,6 +62,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from bucketloader.compile._key import code_names
+
 #: Objects the walk may visit before it gives up proving that it found everything.
 _MAX_NODES = 500_000
 #: Values that hold no state a step could change in place.
@@ -207,7 +209,7 @@ def _function(fn: types.FunctionType, unproven: Callable[[str], None]) -> list[A
     wrapped = getattr(fn, "__wrapped__", None)
     if wrapped is not None:
         out.append(wrapped)
-    names = _names(fn.__code__)
+    names = code_names(fn.__code__)
     if names & _DYNAMIC:
         unproven(
             f"{fn.__qualname__} calls {sorted(names & _DYNAMIC)[0]}(), so what it touches is "
@@ -315,14 +317,6 @@ def _is_stateful(obj: Any) -> bool:
         and callable(getattr(obj, "state_dict", None))
         and callable(getattr(obj, "load_state_dict", None))
     )
-
-
-def _names(code: types.CodeType) -> set[str]:
-    out = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            out |= _names(const)
-    return out
 
 
 def describe(obj: Any) -> str:

@@ -227,11 +227,8 @@ class CompileCache:
         except (FileNotFoundError, NotADirectoryError):
             return None
         except NotAFile as exc:
-            self._warn(
-                f"compile record path {path} is {exc}, which bucketloader did not write; it is "
-                "left alone (never read, replaced or deleted) and that shape is not recorded",
-                once=("foreign", str(path)),
-            )
+            fate = "left alone (never read, replaced or deleted)"
+            self._warn(_foreign(path, exc, fate), once=("foreign", str(path)))
             return None
         except (OSError, ValueError) as exc:
             self._warn(f"ignored the unreadable compile record {path} ({exc})", once=None)
@@ -275,11 +272,7 @@ class CompileCache:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(path, json.dumps(body, indent=1, sort_keys=True).encode() + b"\n")
         except NotAFile as exc:
-            self._warn(
-                f"compile record path {path} is {exc}, which bucketloader did not write; it is "
-                "left alone and that shape is not recorded",
-                once=("foreign", str(path)),
-            )
+            self._warn(_foreign(path, exc, "left alone"), once=("foreign", str(path)))
             return None
         except OSError as exc:
             self._unusable(exc)
@@ -329,6 +322,14 @@ class CompileCache:
 _WARNED: set[tuple[str, str]] = set()
 #: The most dimensions a batch shape has (batch, lengths and fixed trailing dims).
 _MAX_DIMS = 32
+
+
+def _foreign(path: Path, exc: NotAFile, fate: str) -> str:
+    """The warning for a record path that bucketloader did not write (``fate``: what is done)."""
+    return (
+        f"compile record path {path} is {exc}, which bucketloader did not write; it is {fate} "
+        "and that shape is not recorded"
+    )
 
 
 def _record(body: Any, key: str, shape_key: str) -> ShapeRecord:

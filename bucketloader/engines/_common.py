@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from bucketloader._arrow import is_list
 from bucketloader._validation import MAX_LENGTH, check_choice
 from bucketloader.histogram import JointHistogram, LengthHistogram
 
@@ -144,16 +145,6 @@ def describe_columns(columns: list[str] | None) -> str:
 # --- Arrow ------------------------------------------------------------------------------------
 
 
-def _is_list(pa: Any, t: Any) -> bool:
-    return bool(
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or getattr(pa.types, "is_list_view", lambda _: False)(t)
-        or getattr(pa.types, "is_large_list_view", lambda _: False)(t)
-    )
-
-
 def check_arrow_type(t: Any, name: str) -> None:
     """Refuse, before any scan, an Arrow type that has no length (floats, nested lists, ...)."""
     import pyarrow as pa
@@ -167,8 +158,8 @@ def check_arrow_type(t: Any, name: str) -> None:
         raise TypeError(
             f"column {name!r} has the extension type {t} ({ext}); measure it with length_fn="
         )
-    if _is_list(pa, t):
-        if _is_list(pa, t.value_type) or isinstance(t.value_type, pa.ExtensionType):
+    if is_list(t):
+        if is_list(t.value_type) or isinstance(t.value_type, pa.ExtensionType):
             raise TypeError(
                 f"column {name!r} is a nested list ({t}): which level is the length is "
                 "ambiguous; flatten it, store its length in an int column, or pass length_fn="
@@ -220,7 +211,7 @@ def arrow_lengths(arr: Any, name: str) -> tuple[np.ndarray, np.ndarray | None]:
         else:  # fixed-shape tensor: every row has the same first dimension
             first = int(t.shape[0])
             measured = pc.if_else(storage.is_valid(), pa.scalar(first), pa.scalar(None, pa.int64()))
-    elif _is_list(pa, t):
+    elif is_list(t):
         measured = pc.list_value_length(arr)
     elif pa.types.is_integer(t):
         measured = arr

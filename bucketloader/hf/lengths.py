@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bucketloader._arrow import is_list
 from bucketloader._validation import MissingKeyError, as_lengths, check_int
 
 __all__ = ["LENGTH_COLUMN", "add_lengths", "lengths"]
@@ -194,7 +195,7 @@ def resolve_column(table: Any, column: str) -> tuple[Any, str]:
             arr, path = pc.struct_field(arr, part), f"{path}.{part}"
     if pa.types.is_struct(arr.type):
         fields = [arr.type.field(i) for i in range(arr.type.num_fields)]
-        listish = [f.name for f in fields if _is_list(f.type)]
+        listish = [f.name for f in fields if is_list(f.type)]
         pick = "array" if "array" in listish else (listish[0] if len(listish) == 1 else None)
         if pick is None:
             raise TypeError(
@@ -206,20 +207,10 @@ def resolve_column(table: Any, column: str) -> tuple[Any, str]:
     return arr, path
 
 
-def _is_list(t: Any) -> bool:
-    return bool(
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or getattr(pa.types, "is_list_view", lambda _: False)(t)
-        or getattr(pa.types, "is_large_list_view", lambda _: False)(t)
-    )
-
-
 def column_lengths(arr: Any, path: str) -> np.ndarray:
     """Physical-order lengths of one resolved column, computed chunk by chunk (vectorised)."""
     t = arr.type
-    if _is_list(t):
+    if is_list(t):
         measure = pc.list_value_length
     elif pa.types.is_string(t) or pa.types.is_large_string(t):
         measure = pc.utf8_length

@@ -64,6 +64,7 @@ import torch
 import transformers
 from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 
+from bucketloader._samples import load_samples
 from bucketloader.evaluation import EvalSampler, restore_order
 from bucketloader.hf.bucketing import LABEL_PAD, Bucketing, ModelInputs, for_audio, for_text
 from bucketloader.hf.lengths import resolve_column, table_and_indices
@@ -496,6 +497,7 @@ class _BucketMixin:
     ) -> Any:
         """As ``Trainer``'s, with ``index`` and ``sample_mask`` taken out of the batch first
         (NOTE [ Evaluation and prediction in dataset order ])."""
+        self._prepare_prediction(model, inputs, prediction_loss_only)
         index = inputs.pop("index", None)
         mask = inputs.pop("sample_mask", None)
         self._eval_mask = mask
@@ -508,6 +510,11 @@ class _BucketMixin:
         if self._eval_record is not None and index is not None:
             self._eval_record.add(self, index, mask, loss)
         return loss, logits, labels
+
+    def _prepare_prediction(
+        self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool
+    ) -> None:
+        """Complete a batch in place before :meth:`prediction_step` runs it (nothing here)."""
 
     def evaluation_loop(
         self,
@@ -578,10 +585,7 @@ class _PlannedBatches:
 
     def make_batch(self, shape: tuple[int, ...]) -> Any:
         indices = self._first[tuple(shape)]
-        dataset = self._loader.dataset
-        getitems = getattr(dataset, "__getitems__", None)
-        samples = getitems(indices) if getitems is not None else [dataset[i] for i in indices]
-        return self._loader.collate_fn(samples)
+        return self._loader.collate_fn(load_samples(self._loader.dataset, indices))
 
 
 def _plan_batches(sampler: Any) -> Any:
@@ -831,14 +835,9 @@ class BucketSeq2SeqTrainer(_BucketMixin, transformers.Seq2SeqTrainer):
     padded to the generation ``max_length`` as ``Seq2SeqTrainer`` pads them.
     """
 
-    def prediction_step(
-        self,
-        model: Any,
-        inputs: dict[str, Any],
-        prediction_loss_only: bool,
-        ignore_keys: list[str] | None = None,
-        **gen_kwargs: Any,
-    ) -> Any:
+    def _prepare_prediction(
+        self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool
+    ) -> None:
         """With ``predict_with_generate``, adds ``decoder_input_ids`` from the labels (as
         ``DataCollatorForSeq2Seq`` does), so that ``Seq2SeqTrainer`` leaves them and
         ``decoder_attention_mask`` out of ``generate``."""
@@ -847,6 +846,3 @@ class BucketSeq2SeqTrainer(_BucketMixin, transformers.Seq2SeqTrainer):
         prepare = getattr(core, "prepare_decoder_input_ids_from_labels", None)
         if generating and "labels" in inputs and "decoder_input_ids" not in inputs and prepare:
             inputs["decoder_input_ids"] = prepare(labels=inputs["labels"])
-        return super().prediction_step(
-            model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs
-        )

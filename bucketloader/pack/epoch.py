@@ -25,24 +25,33 @@ all-padding rows (a rank that would get no row repeats one of the step, so no ba
 NOTE [ Balancing ranks ]
 Attention costs each row about the sum of its documents' squared lengths (its *work*), and a
 synchronous step waits for its slowest rank, so ranks whose rows hold long documents make the
-others wait at every step. With ``balance=True`` (more than one rank) step 2 changes, within each
-row length and without touching the shapes, the steps or the padding:
+others wait at every step. With ``balance=True`` (more than one rank), without touching the
+shapes, the steps or the padding:
 
+* the rows are :meth:`PackSpec.balanced_layout <bucketloader.pack.PackSpec.balanced_layout>`:
+  the spec's rows with documents exchanged between rows of the same row length so every row's
+  work is near the mean, and the rows of the heaviest steps lifted towards their step's
+  heaviest row (NOTE [ Work-aware rows ] in :mod:`bucketloader.pack._work`; once per spec and
+  rank count). With one row per rank and step, dealing alone cannot do better than the rows'
+  own spread; with these rows it need not;
+* the lifted rows always fill full steps (the ``q`` rows of the last, partial step are drawn
+  from the others), so the heaviest steps stay together whatever the shuffle;
 * the rows that fill the full global steps are sorted by work (after the shuffle, so ties stay
   random) and cut into consecutive groups of ``num_replicas * B`` rows: each global step holds
   rows of similar work (and, rows being nearly full, similar tokens);
 * within a step the rows are dealt to ranks in snake order of work (rank ``0, 1, ..., R-1,
   R-1, ..., 0, ...``), ``B`` rows each, which evens out what is left of the differences;
 * the groups are put in a random order (``SeedSequence([seed, epoch])``), so light and heavy
-  steps are spread over the epoch. The rows of the last, partial step are those of the
-  unbalanced plan (a random set) and follow ``last_batch`` as before; under ``"pad"`` they
-  are dealt heaviest first to the rank with the least work that still takes a row (ranks
-  take ``q // R`` or ``q // R + 1`` of them, as without balancing).
+  steps are spread over the epoch. The rows of the last, partial step are a random set and
+  follow ``last_batch`` as before; under ``"pad"`` they are dealt heaviest first to the rank
+  with the least work that still takes a row (ranks take ``q // R`` or ``q // R + 1`` of them,
+  as without balancing).
 
 Every rank still computes the same global plan alone. Measured on the text length files
-(``benchmarks/pack_balance.py``), max / mean work per step over 8 and 64 ranks drops to about
-1.0 (``benchmarks/results/pack_balance.md``). On one rank there is nothing to balance: the plan
-is unchanged (:class:`~bucketloader.pack.PackSampler` says so with a warning).
+(``benchmarks/pack_balance.py``), max / mean work per step over 8 and 64 ranks, one or four rows
+per rank, drops from 1.2-2.6 to at most about 1.04 (``benchmarks/results/pack_balance.md``). On
+one rank there is nothing to balance: the plan is unchanged
+(:class:`~bucketloader.pack.PackSampler` says so with a warning).
 """
 
 from __future__ import annotations
@@ -123,7 +132,11 @@ def plan_pack_epoch(
     rank = check_int("rank", rank, minimum=0, maximum=num_replicas - 1)
     balance = check_bool("balance", balance)
     deal_ss, row_ss, key_ss, balance_ss = np.random.SeedSequence([seed, epoch]).spawn(4)
-    slots, row_offsets, row_kind = spec.layout
+    balance = balance and num_replicas > 1
+    if balance:
+        slots, row_offsets, row_kind, work, lifted = spec.balanced_layout(num_replicas)
+    else:
+        slots, row_offsets, row_kind = spec.layout
     pools = spec.by_size
     if shuffle:  # one in-place shuffle per size pool
         pools, rng = pools.copy(), np.random.default_rng(deal_ss)
@@ -142,12 +155,15 @@ def plan_pack_epoch(
             rng.shuffle(by_kind[s : s + n])
     bsz_k = np.asarray(spec.batch_sizes, dtype=np.int64)
     full, q = spec.steps(num_replicas)
-    if balance and num_replicas > 1:
+    if balance:
         rows_full = full * bsz_k * num_replicas
         order_ss = balance_ss if shuffle else None
-        _balance(by_kind, kind_start, rows_full, spec, num_replicas, order_ss)
+        for s, n in zip(kind_start.tolist(), counts.tolist(), strict=True):
+            mine = by_kind[s : s + n]  # lifted rows first: the last q rows are never lifted
+            by_kind[s : s + n] = np.concatenate([mine[lifted[mine]], mine[~lifted[mine]]])
+        _balance(by_kind, kind_start, rows_full, work, spec.batch_sizes, num_replicas, order_ss)
         if spec.last_batch == "pad":
-            _balance_last(by_kind, kind_start + rows_full, q, spec.row_work, num_replicas)
+            _balance_last(by_kind, kind_start + rows_full, q, work, num_replicas)
     steps = spec.num_steps(num_replicas)
     total = int(steps.sum())
     step_kind = np.repeat(np.arange(n_kinds), steps)
@@ -190,18 +206,18 @@ def _balance(
     by_kind: np.ndarray,
     kind_start: np.ndarray,
     full_rows: np.ndarray,
-    spec: PackSpec,
+    work: np.ndarray,
+    batch_sizes: tuple[int, ...],
     num_replicas: int,
     ss: np.random.SeedSequence | None,
 ) -> None:
     """Reorder, in place, the rows of each row length's full global steps (NOTE [ Balancing
     ranks ]); ``ss=None`` (no shuffle) keeps the steps in order of work."""
-    work = spec.row_work
     rng = None if ss is None else np.random.default_rng(ss)
     for k, (start, n) in enumerate(zip(kind_start.tolist(), full_rows.tolist(), strict=True)):
         if n == 0:
             continue
-        per_step = num_replicas * spec.batch_sizes[k]
+        per_step = num_replicas * batch_sizes[k]
         rows = by_kind[start : start + n]
         ranked = rows[np.argsort(work[rows], kind="stable")].reshape(-1, per_step)
         # snake: the p-th lightest row of a step goes to rank p % R (even rounds) or
@@ -209,7 +225,7 @@ def _balance(
         p = np.arange(per_step)
         rnd, i = p // num_replicas, p % num_replicas
         owner = np.where(rnd % 2 == 0, i, num_replicas - 1 - i)
-        slot = owner * spec.batch_sizes[k] + rnd
+        slot = owner * batch_sizes[k] + rnd
         dealt = np.empty_like(ranked)
         dealt[:, slot] = ranked
         if rng is not None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bucketloader._validation import check_bool, check_int
+from bucketloader.pack._work import WORK_VERSION
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
 from bucketloader.pack.spec import PackSpec, PackTable
 from bucketloader.plan.report import SamplingReport
@@ -49,10 +50,12 @@ class PackSampler(EpochSampler):
         seed: randomness comes only from ``SeedSequence([seed, epoch])``; same on every rank.
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
         rank: this rank (default: the ``torch.distributed`` rank, else 0).
-        balance: deal rows to ranks so that every step's attention work (sum of squared
-            document lengths) and tokens are even across ranks (NOTE [ Balancing ranks ] in
-            :mod:`bucketloader.pack.epoch`); same shapes, same ``len``, exact resume. On one
-            rank it changes nothing, and warns so.
+        balance: pack rows for attention work (sum of squared document lengths) as well as
+            tokens, and deal them to ranks so that every step's work and tokens are even
+            across ranks (NOTE [ Balancing ranks ] in :mod:`bucketloader.pack.epoch`); same
+            shapes, same ``len``, same padding, exact resume. The work-aware rows cost a few
+            seconds per 10,000 rows, once per spec and rank count. On one rank it changes
+            nothing, and warns so.
         **spec_options: :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` options:
             ``row_length`` (required), ``batch_size`` or ``max_tokens``, ``overflow``
             (``"error"``, ``"drop"``, ``"truncate"``) and ``last_batch`` (``"pad"``,
@@ -125,15 +128,7 @@ class PackSampler(EpochSampler):
     # -- the epoch plan (EpochSampler does the rest) ------------------------------------------
     def _make_plan(self, epoch: int) -> PackPlan:
         """This rank's :class:`~bucketloader.pack.PackPlan` of ``epoch`` (see :meth:`plan`)."""
-        return plan_pack_epoch(
-            self.spec,
-            seed=self.seed,
-            epoch=epoch,
-            shuffle=self.shuffle,
-            num_replicas=self.num_replicas,
-            rank=self.rank,
-            balance=self.balance,
-        )
+        return plan_pack_epoch(self.spec, **self._coordinates(epoch), balance=self.balance)
 
     # -- what an epoch does with the data ----------------------------------------------------
     def report(self, epoch: int | None = None) -> SamplingReport:
@@ -158,18 +153,10 @@ class PackSampler(EpochSampler):
         """
         current = epoch is None or epoch == self.epoch
         ep = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
-        spec, reps = self.spec, self.num_replicas
+        spec = self.spec
         plans = [
-            plan_pack_epoch(
-                spec,
-                seed=self.seed,
-                epoch=ep,
-                shuffle=self.shuffle,
-                num_replicas=reps,
-                rank=r,
-                balance=self.balance,
-            )
-            for r in range(reps)
+            plan_pack_epoch(spec, **self._coordinates(ep, r), balance=self.balance)
+            for r in range(self.num_replicas)
         ]
         n = int(spec.lengths.size)
         everything = np.concatenate([p.indices for p in plans])
@@ -211,16 +198,8 @@ class PackSampler(EpochSampler):
             for k in range(kinds)
             if batches[k]
         )
-        mine = plans[self.rank]
-        done = min(max(self._yielded, self._start) if current else 0, len(mine))
-        return SamplingReport(
-            epoch=ep,
-            totals=totals,
-            cells=cells,
-            batches_done=done,
-            batches_left=len(mine) - done,
-            samples_left=int(mine.offsets[-1] - mine.offsets[done]),
-        )
+        done = max(self._yielded, self._start) if current else 0
+        return SamplingReport.of_plan(ep, totals, cells, plans[self.rank], done)
 
     def _warn_losses(self) -> None:
         """NOTE [ Warning about silent losses ] in :mod:`bucketloader.sampler`: documents that
@@ -262,8 +241,14 @@ class PackSampler(EpochSampler):
             "balance": self.balance,
             "num_samples": int(self.spec.lengths.size),
             "num_batches": len(self),
-            "plan_digest": self.spec.digest,
+            "plan_digest": self._digest,
         }
+
+    @property
+    def _digest(self) -> str:
+        """The spec's digest; with ``balance=True`` also the version of the work-aware rows
+        (NOTE [ Work-aware rows ] in :mod:`bucketloader.pack._work`), part of the plan."""
+        return f"{self.spec.digest}/w{WORK_VERSION}" if self.balance else self.spec.digest
 
     def __repr__(self) -> str:
         return (

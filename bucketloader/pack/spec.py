@@ -30,6 +30,7 @@ import numpy as np
 from bucketloader._types import LengthsLike
 from bucketloader._validation import MAX_LENGTH, as_lengths, check_choice, check_int
 from bucketloader.pack._bins import SOLVER_VERSION, Patterns, lower_bound, solve
+from bucketloader.pack._work import even_rows, lift_rows
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.shapes import row_batch_sizes
 
@@ -39,6 +40,8 @@ __all__ = ["PACK_LAST_BATCH", "PACK_OVERFLOW", "PackSpec", "PackTable", "pack_ro
 #: :mod:`bucketloader.pack.epoch`). ``"keep"`` (a smaller batch) would be a second shape, so
 #: packing does not offer it.
 PACK_LAST_BATCH = ("drop", "fill", "pad")
+#: :meth:`PackSpec.balanced_layout`: slots, row offsets, row kinds, row works, lifted rows.
+_Balanced = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 #: What happens to a document longer than the longest row length (``"split"`` on streams; for
 #: map-style data split with :class:`~bucketloader.pack.SplitDataset` first).
 PACK_OVERFLOW = ("drop", "error", "truncate")
@@ -245,11 +248,89 @@ class PackSpec:
     def row_work(self) -> np.ndarray:
         """Attention work of every row of :attr:`layout`: the sum of its documents' squared
         sizes (fixed per spec: documents dealt into a slot all have the slot's size)."""
-        slots, row_offsets, _ = self.layout
+        return self._work(self.layout)
+
+    def _work(self, layout: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
+        slots, row_offsets, _ = layout
         sq = self.sizes[self.by_size[slots]].astype(np.int64) ** 2
         return np.add.reduceat(sq, row_offsets[:-1]) if sq.size else sq
 
-    # -- shapes and steps -------------------------------------------------------------------
+    def balanced_layout(self, num_replicas: int) -> _Balanced:
+        """The rows ``balance=True`` deals over ``num_replicas`` ranks: :attr:`layout` with
+        documents exchanged between rows of the same row length so that every row's work is
+        near the mean, and the heaviest steps' rows lifted to their step's heaviest (NOTE
+        [ Work-aware rows ] in :mod:`bucketloader.pack._work`). The same rows (so the same
+        padding and steps), each within its length, at most as many documents per row as
+        :attr:`max_documents` promises; computed once per spec and rank count.
+
+        Returns:
+            ``(slots, row_offsets, row_kind, work, lifted)``: :attr:`layout`'s three arrays,
+            every row's work and whether it was lifted (those rows fill full steps).
+
+        Example:
+            >>> spec = PackSpec.build([4, 4, 1, 1, 1, 1, 1, 1, 1, 1], row_length=8, batch_size=1)
+            >>> spec.row_work.tolist(), spec.balanced_layout(2)[3].tolist()
+            ([32, 8], [20, 20])
+        """
+        cache = self._balanced
+        if num_replicas not in cache:
+            cache[num_replicas] = self._balance_rows(num_replicas)
+        return cache[num_replicas]
+
+    @functools.cached_property
+    def _balanced(self) -> dict[int, _Balanced]:
+        return {}
+
+    @functools.cached_property
+    def _even_rows(self) -> list[list[int]]:
+        """Every row's document sizes after :func:`~bucketloader.pack._work.even_rows` (the
+        part of :meth:`balanced_layout` that does not depend on the ranks)."""
+        slots, row_offsets, row_kind = self.layout
+        sizes = self.sizes[self.by_size[slots]].tolist()
+        rows = [sizes[a:b] for a, b in itertools.pairwise(row_offsets.tolist())]
+        for k, length in enumerate(self.row_lengths):
+            mine = np.flatnonzero(row_kind == k).tolist()
+            evened = even_rows([rows[i] for i in mine], length, *self._work_limits(k))
+            for i, row in zip(mine, evened, strict=True):
+                rows[i] = row
+        return rows
+
+    def _work_limits(self, k: int) -> tuple[int, int]:
+        """``(max_documents, keep_above)`` per row of row length ``k``: the collator's bound,
+        and a long row's own document (NOTE [ Row lengths ]) stays."""
+        length = self.row_lengths[k]
+        return self.max_documents[k] // self.batch_sizes[k], self.row_lengths[
+            k - 1
+        ] if k else length
+
+    def _balance_rows(self, num_replicas: int) -> _Balanced:
+        slots, _, row_kind = self.layout
+        rows = list(self._even_rows)
+        lifted = np.zeros(len(rows), dtype=bool)
+        full, _ = self.steps(num_replicas)
+        for k, length in enumerate(self.row_lengths):
+            mine = np.flatnonzero(row_kind == k)
+            step = num_replicas * self.batch_sizes[k]
+            new, up = lift_rows(
+                [rows[i] for i in mine.tolist()],
+                length,
+                *self._work_limits(k),
+                step_rows=step,
+                per_rank=self.batch_sizes[k],
+                full_rows=int(full[k]) * step,
+            )
+            for i, row in zip(mine.tolist(), new, strict=True):
+                rows[i] = row
+            lifted[mine[up]] = True
+        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=slots.size)
+        vals, _ = self._histogram  # distinct sizes, largest first: pool u holds size vals[u]
+        pool = np.searchsorted(-vals, -flat)
+        new_slots = np.empty_like(slots)
+        new_slots[np.argsort(pool, kind="stable")] = np.arange(flat.size)  # pools in order
+        offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])]).astype(np.int64)
+        layout = (new_slots, offsets, row_kind)
+        return new_slots, offsets, row_kind, self._work(layout), lifted
+
     @functools.cached_property
     def max_documents(self) -> tuple[int, ...]:
         """The most documents a batch of each row length can hold: ``B_i`` times the most any of

@@ -46,7 +46,9 @@ It applies to ``last_batch="pad"`` and ``"fill"`` (fewer filler rows, or fewer r
 ``"drop"`` and ``"keep"`` keep full batches of ``B`` rows, as their names promise. ``B'`` depends
 only on the per-cell counts and ``R``, which shuffling does not change, so the shapes are fixed
 before the first epoch and equal in every epoch. A ``batch_size`` plan keeps the batch size the
-user asked for, and a stream (which cannot know ``n``) keeps ``B``.
+user asked for, and a stream (which cannot know ``n``) keeps ``B``. Under ``last_batch="pad"``
+a sampler then fills those few spare rows with samples of shorter cells (NOTE [ Promotion of
+leftovers ] in :mod:`bucketloader.plan.promote`; ``TokenBudget(promote=False)`` does not).
 """
 
 from __future__ import annotations
@@ -84,6 +86,10 @@ class TokenBudget:
         balance: a sampler spreads each cell's samples evenly over the batches it needs, so a
             cell's last batch has at most a few filler rows (NOTE [ Even batches ]); ``False``
             keeps ``B`` rows in every batch (as bucketloader 0.2 planned).
+        promote: with ``balance`` and ``last_batch="pad"``, a sampler fills a cell's spare rows
+            with samples of the shorter cells it covers (NOTE [ Promotion of leftovers ] in
+            :mod:`bucketloader.plan.promote`); ``False`` keeps every sample in its own cell (even
+            batches without promotion, as planned before it).
 
     Example:
         >>> batch_sizes([100, 250, 1000], max_tokens=TokenBudget(4000, max_batch_size=32)).tolist()
@@ -99,9 +105,12 @@ class TokenBudget:
     multiple_of: int = 1
     oversize: str = "error"
     balance: bool = True
+    promote: bool = True
 
-    def __repr__(self) -> str:  # ``balance`` only when not the default: reprs stay as in 0.2
-        extra = "" if self.balance else ", balance=False"
+    def __repr__(self) -> str:  # the switches only when not the default: reprs stay as in 0.2
+        extra = ("" if self.balance else ", balance=False") + (
+            "" if self.promote else ", promote=False"
+        )
         return (
             f"TokenBudget(max_tokens={self.max_tokens!r}, max_batch_size={self.max_batch_size!r}, "
             f"multiple_of={self.multiple_of!r}, oversize={self.oversize!r}{extra})"
@@ -110,6 +119,7 @@ class TokenBudget:
     def __post_init__(self) -> None:
         check_int("max_tokens", self.max_tokens, minimum=1, maximum=_INT64_MAX)
         check_bool("balance", self.balance)
+        check_bool("promote", self.promote)
         if self.max_batch_size is not None:
             check_int("max_batch_size", self.max_batch_size, minimum=1)
         check_int("multiple_of", self.multiple_of, minimum=1)
@@ -170,7 +180,8 @@ class BatchRule:
         """The rule as the user wrote it (for messages)."""
         if self.budget is not None:
             b = self.budget
-            if (b.max_batch_size, b.multiple_of, b.oversize, b.balance) == (None, 1, "error", True):
+            default = (None, 1, "error", True, True)
+            if (b.max_batch_size, b.multiple_of, b.oversize, b.balance, b.promote) == default:
                 return f"max_tokens={b.max_tokens}"
             return f"max_tokens={b!r}"
         if self.batch_size is not None:

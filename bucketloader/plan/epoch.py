@@ -27,7 +27,10 @@ NOTE [ last_batch and replicas ]  (``q = n_c mod (R·B_c)`` samples left in a ce
   cell, listed in :attr:`ShapeTable.shapes`); ``R·ceil(q/R) − q <= R − 1`` samples repeat.
 
 With ``R = 1`` this is the single-process rule: the partial batch is padded, filled, dropped or
-kept. Repeats are taken cyclically from the start of the cell's (shuffled) order.
+kept. Repeats are taken cyclically from the start of the cell's (shuffled) order. A sampler with a
+token budget and ``"pad"`` plans its steps with a promotion schedule instead (NOTE [ Promotion
+of leftovers ] in :mod:`bucketloader.plan.promote`): its batches are dealt evenly, and a cell's
+spare rows hold samples of the shorter cells it covers.
 
 NOTE [ Weighted epochs ]  (``weights``: one per group, i.e. per dataset of a ``GroupedDataset``)
 Each group ``g`` has its *natural* global steps per pass over its data, ``S_g`` (the sum of its
@@ -67,6 +70,7 @@ import numpy as np
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan.accumulate import grouped_steps, interleave_groups, longest_group_first
 from bucketloader.plan.budget import size_values
+from bucketloader.plan.promote import Promotion, deal, interleave_steps, promoted_order
 from bucketloader.plan.spec import BucketSpec
 
 #: Mixed into the seeds of weighted epochs ("mix"), so they never alias the unweighted plan's.
@@ -111,6 +115,7 @@ def plan_epoch(
     weights: Any = None,
     longest_first: bool = False,
     accumulate: int = 1,
+    promotion: Promotion | None = None,
 ) -> EpochPlan:
     """Rank ``rank``'s batches for ``epoch`` (see NOTE [ Epoch plan ] in this module).
 
@@ -118,7 +123,9 @@ def plan_epoch(
     ``numpy.random.SeedSequence([seed, epoch])`` (and, with ``weights``, per-group passes: NOTE
     [ Weighted epochs ]). ``longest_first`` puts a batch of the largest cell first (NOTE
     [ Longest batch first ]). ``accumulate=k`` plans groups of ``k`` consecutive steps of one
-    cell (NOTE [ Accumulation groups ] in :mod:`bucketloader.plan.accumulate`).
+    cell (NOTE [ Accumulation groups ] in :mod:`bucketloader.plan.accumulate`). ``promotion``
+    (from :func:`~bucketloader.plan.promote.promote`) batches leftovers in longer cells (NOTE
+    [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`).
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
@@ -138,6 +145,13 @@ def plan_epoch(
     check_bool("shuffle", shuffle)
     w = resolve_weights(spec, weights)
     accumulate = check_accumulate(accumulate, spec, w)
+    if promotion is not None:
+        if w is not None or accumulate > 1:
+            raise ValueError(
+                "a promotion schedule plans plain epochs: it cannot be combined with weights or "
+                f"accumulate={accumulate}; plan those without promotion"
+            )
+        return _promoted(spec, promotion, seed, epoch, shuffle, num_replicas, rank, longest_first)
     if accumulate > 1:
         return _grouped(spec, seed, epoch, shuffle, num_replicas, rank, longest_first, accumulate)
     if w is None:
@@ -421,3 +435,31 @@ def _materialize(
     pos = (np.repeat(start, size) + within) % np.repeat(counts[sc], size)
     indices = order[pos + np.repeat(seg, size)]
     return EpochPlan(indices=indices, offsets=offsets, cells=sc, partial=last)
+
+
+def _promoted(
+    spec: BucketSpec,
+    p: Promotion,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    num_replicas: int,
+    rank: int,
+    longest_first: bool,
+) -> EpochPlan:
+    """An epoch with leftovers promoted (NOTE [ Promotion of leftovers ] in
+    :mod:`bucketloader.plan.promote`); the shuffles and step keys are the plain plan's."""
+    perm_ss, key_ss = np.random.SeedSequence([seed, epoch]).spawn(2)
+    order, cell_start = _cell_order(spec, None, perm_ss if shuffle else None)
+    order, start = promoted_order(order, cell_start, spec.counts, p)
+    sc, sj = interleave_steps(p.steps, np.random.default_rng(key_ss) if shuffle else None)
+    if longest_first and sc.size:
+        size = size_values(spec.cell_lengths, spec.size)
+        present = np.unique(sc)
+        best = int(present[np.lexsort((p.rows[present], size[present]))[-1]])
+        i = int(np.argmax(sc == best))
+        move = np.r_[i, 0:i, i + 1 : sc.size]
+        sc, sj = sc[move], sj[move]
+    indices, offsets = deal(p, start, order, num_replicas, rank, sc, sj)
+    partial = np.zeros(sc.size, dtype=bool)
+    return EpochPlan(indices=indices, offsets=offsets, cells=sc, partial=partial)

@@ -20,6 +20,7 @@ import numpy as np
 
 from bucketloader.plan.budget import size_values
 from bucketloader.plan.epoch import plan_epoch
+from bucketloader.plan.promote import Promotion
 from bucketloader.plan.spec import BucketSpec
 
 #: The totals a report may carry, in display order, with what each counts.
@@ -36,7 +37,7 @@ TOTALS = {
     "seen": "distinct samples in the epoch's batches",
     "repeated": "extra appearances of samples (last_batch 'fill'/'pad' across ranks, weights)",
     "dropped": "admitted but not in this epoch (last_batch='drop', weights, a stream's tail)",
-    "promoted": "stream: samples batched in a longer bucket to keep ranks in step",
+    "promoted": "samples batched in a longer bucket (a sampler's leftovers, a stream's ranks)",
     "left_over": "stream: samples still buffered when the epoch's steps ran out",
     "batches": "batches of the epoch on this rank",
     "padded_rows": "rows of padding (masked) added to keep planned batch shapes",
@@ -76,6 +77,31 @@ class SamplingReport:
     samples_left: int | None = None
     source: str = "plan"
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of_plan(
+        cls,
+        epoch: int,
+        totals: Mapping[str, int],
+        cells: tuple[Mapping[str, Any], ...],
+        plan: Any,
+        batches_done: int,
+        extra: Mapping[str, Any] | None = None,
+    ) -> SamplingReport:
+        """The report reconstructed from the plan (``source="plan"``), with this rank's position
+        in its ``plan`` of the epoch (``offsets`` and ``len()``): ``batches_done`` of its batches
+        handed out (at most all of them), the rest and their samples still to come."""
+        done = min(batches_done, len(plan))
+        return cls(
+            epoch=epoch,
+            totals=totals,
+            cells=cells,
+            batches_done=done,
+            batches_left=len(plan) - done,
+            samples_left=int(plan.offsets[-1] - plan.offsets[done]),
+            source="plan",
+            extra={} if extra is None else extra,
+        )
 
     @property
     def padding(self) -> float:
@@ -135,6 +161,7 @@ def plan_report(
     longest_first: bool = False,
     batches_done: int = 0,
     accumulate: int = 1,
+    promotion: Promotion | None = None,
 ) -> SamplingReport:
     """The exact report of one epoch of ``spec``, from the plans of all ranks."""
     plans = [
@@ -148,6 +175,7 @@ def plan_report(
             weights=weights,
             longest_first=longest_first,
             accumulate=accumulate,
+            promotion=promotion,
         )
         for r in range(num_replicas)
     ]
@@ -187,8 +215,8 @@ def plan_report(
         batches=len(plans[rank]),
         padded_rows=int(alloc.sum() - sizes.sum()),
     )
-    mine = plans[rank]
-    done = min(batches_done, len(mine))
+    if promotion is not None:
+        totals["promoted"] = promotion.num_promoted
     cell_rows = tuple(
         {
             "shape": tuple(int(x) for x in (spec.cell_batch[c], *spec.cell_lengths[c])),
@@ -200,13 +228,5 @@ def plan_report(
         }
         for c in range(k)
     )
-    return SamplingReport(
-        epoch=epoch,
-        totals=totals,
-        cells=cell_rows,
-        batches_done=done,
-        batches_left=len(mine) - done,
-        samples_left=int(mine.offsets[-1] - mine.offsets[done]),
-        source="plan",
-        extra={"joint": [dict(j) for j in spec.joint]} if spec.joint else {},
-    )
+    joint = {"joint": [dict(j) for j in spec.joint]} if spec.joint else {}
+    return SamplingReport.of_plan(epoch, totals, cell_rows, plans[rank], batches_done, joint)

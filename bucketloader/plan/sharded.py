@@ -5,7 +5,8 @@ A rank holds its shard's lengths (the rows it reads) and every rank's shard hist
 the global histogram). Nothing else crosses ranks.
 
 1. *Boundaries* come from the global histogram (the exact solve of the whole data set), so they
-   are the same on every rank and equal to the boundaries of one process holding every length.
+   are the same on every rank and equal to the boundaries of one process holding every length
+   (unless the shards' envelope pads measurably less, 6).
 2. *The table*: ``n[r, c]``, the samples of rank ``r`` in cell ``c`` (a ``ranks x K`` table of
    ints, each rank's shard histogram bucketed). Every rank derives the same *schedule* from it
    (:func:`shard_schedule`): ``S_c`` global steps of cell ``c``, each one batch of ``B_c`` rows
@@ -37,6 +38,20 @@ the global histogram). Nothing else crosses ranks.
    :mod:`bucketloader.plan.epoch`): keys ``(j + u) / S_c`` from ``SeedSequence([seed, epoch])``,
    the same on every rank.
 
+6. *Boundaries for shards.* With capacities as in 3 (up to rounding), every rank pads to
+   ``sum_c need_c (b_c - b_{c-1})`` elements, ``need_c`` the most samples any rank has longer
+   than ``b_{c-1}``: the padding cost of the shards' *envelope* (:func:`envelope_histogram`:
+   at each length, the most samples any rank has at or above it). The global solve minimises
+   the merged histogram's padding instead, which is the same thing only when the ranks'
+   histograms are alike (large shards). So the sampler also solves the envelope with the same
+   strategy, plans both and keeps the global boundaries unless the envelope's plan pads at
+   least 0.1 percentage points less over all ranks (small shards, many ranks). With large
+   shards the two agree and the boundaries stay identical to the global solve. No schedule that
+   keeps every rank's samples on that rank and one shape per step on every rank pads less than
+   the envelope's optimum (the bound ``benchmarks/scale.py`` reports next to the global plan):
+   with ~70 samples per rank and 16 buckets the fullest rank in a bucket holds two to three times
+   the mean, and those slots are padded on every rank.
+
 Every sample of every shard is in every epoch exactly once (placed in its cell or promoted);
 filler rows and promotions are counted in the report. A rank's memory is O(its shard): its
 lengths, the cell of each, one permutation per epoch and the ``ranks x K`` table.
@@ -44,12 +59,39 @@ lengths, the cell of each, one permutation per epoch and the ``ranks x K`` table
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from bucketloader.histogram import LengthHistogram
+
 #: Mixed into the seeds of a rank's within-cell shuffles ("shrd").
 _SHARD = 0x73687264
+
+
+def envelope_histogram(histograms: Sequence[LengthHistogram]) -> LengthHistogram:
+    """The shards' envelope (NOTE [ Sharded plan ] 6): at every length ``v``, the histogram
+    has as many samples at or above ``v`` as the rank with the most there.
+
+    Its padding cost for boundaries ``b`` is what a sharded plan pads per rank with them (up to
+    rounding), so solving it gives the boundaries for the sharded plan.
+
+    Example:
+        >>> a = LengthHistogram.from_lengths([2, 2, 2, 9])
+        >>> e = envelope_histogram([a, LengthHistogram.from_lengths([5, 9, 9])])
+        >>> e.values.tolist(), e.counts.tolist()
+        ([2, 5, 9], [1, 1, 2])
+    """
+    values = np.unique(np.concatenate([h.values for h in histograms]))
+    most = np.zeros(values.size, dtype=np.int64)
+    for h in histograms:
+        at = np.zeros(values.size, dtype=np.int64)
+        at[np.searchsorted(values, h.values)] = h.counts
+        np.maximum(most, np.cumsum(at[::-1])[::-1], out=most)
+    counts = most - np.append(most[1:], 0)
+    keep = counts > 0
+    return LengthHistogram(values[keep], counts[keep])
 
 
 @dataclass(frozen=True, eq=False)

@@ -506,6 +506,35 @@ class BucketSpec:
         )
 
 
+class SpecShapes:
+    """What a sampler planned by a :class:`BucketSpec` (its ``spec``) promises through its
+    ``shape_table``: the batch shapes and the boundaries (shared by
+    :class:`~bucketloader.BucketSampler` and :class:`~bucketloader.EvalSampler`).
+
+    Example:
+        >>> from bucketloader import BucketSampler
+        >>> sampler = BucketSampler([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
+        >>> sampler.shapes, sampler.boundaries.tolist()
+        ([(2, 4), (2, 10)], [4, 10])
+    """
+
+    spec: BucketSpec
+
+    @property
+    def shape_table(self) -> ShapeTable:  # pragma: no cover - each sampler builds its own
+        raise NotImplementedError
+
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Every batch shape ``(B, L_1, ..., L_D)`` the sampler produces, sorted (a promise)."""
+        return list(self.shape_table.shapes)
+
+    @property
+    def boundaries(self) -> Any:
+        """An array for one input; ``{name: array}`` for several; with groups ``{group: that}``."""
+        return self.spec.user_boundaries
+
+
 def budget_options(strategy: Any, rule: BatchRule, size: Any, inputs: int) -> dict[str, Any]:
     """The plan's token budget for a strategy that plans batches itself (one that takes a
     ``max_tokens`` option, e.g. ``"batched"``: NOTE [ Batched boundaries ]); one input only."""

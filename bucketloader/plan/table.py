@@ -59,7 +59,10 @@ class ShapeTable:
 
         ``B`` is the planned full batch size of the cell even when the batch holds fewer samples
         (the collator pads rows under ``last_batch="pad"``). Samples of one planned batch share a
-        cell; a batch mixing cells gets the smallest planned cell covering all its samples.
+        cell, or its first sample's cell covers them all (a sampler's batch that holds promoted
+        samples: NOTE [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`) and the
+        batch takes that cell; any other batch mixing cells gets the smallest planned cell
+        covering all its samples.
 
         Args:
             lengths: actual lengths of the samples, ``(n,)`` for one input or ``(n, D)``.
@@ -95,7 +98,7 @@ class ShapeTable:
                 )
         ids = cells.cell_of(arr, gi)
         cell = int(ids[0])
-        if cell < 0 or (ids != cell).any():
+        if cell < 0 or ((ids != cell).any() and (arr > cells.lengths[cell]).any()):
             cell = cells.covering(arr, gi)
         if cell < 0:
             raise ValueError(

@@ -2,24 +2,10 @@
 
 Output shapes depend only on the arguments, never on the data: see
 :mod:`bucketloader.static.subsample` for the functions and the NOTEs on randomness and compile.
+The package's public names are that module's (its ``__all__``, listed once there).
 """
 
-from bucketloader.static.subsample import (
-    BalancedSubsampler,
-    Selection,
-    Subsample,
-    balanced_subsample,
-    masked_mean,
-    masked_select_k,
-    masked_sum,
-)
+from bucketloader.static import subsample
+from bucketloader.static.subsample import *  # noqa: F403
 
-__all__ = [
-    "BalancedSubsampler",
-    "Selection",
-    "Subsample",
-    "balanced_subsample",
-    "masked_mean",
-    "masked_select_k",
-    "masked_sum",
-]
+__all__ = subsample.__all__

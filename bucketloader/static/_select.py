@@ -185,51 +185,52 @@ def quota_select(
         ``indices[B, k]`` (int64, padding slots hold 0) and ``valid[B, k]`` (valid slots first):
         each class's chosen set is uniformly random and their order is uniformly random.
     """
-    indices, total = _first_in_order(first, second, quota_first, quota_second, k, seed)
+    classes = [(first, quota_first)]
+    if second is not None and quota_second is not None:
+        classes.append((second, quota_second))
+    indices, total = _first_in_order(classes, k, seed)
     valid = torch.arange(k, device=first.device) < total
     if second is None:
         return indices, valid
     # "The first q of each class in a random order" is a uniform subset per class, but the classes
     # interleave unevenly (the denser class's picks come earlier), so shuffle the valid slots with
     # an independent permutation: a single-class pass over the k slots, O(k).
-    order, _ = _first_in_order(valid, None, total, None, k, seed ^ _SALT_ORDER)
+    order, _ = _first_in_order([(valid, total)], k, seed ^ _SALT_ORDER)
     return torch.where(valid, indices.gather(1, order), 0), valid
 
 
 def _first_in_order(
-    first: Tensor,
-    second: Tensor | None,
-    quota_first: Tensor,
-    quota_second: Tensor | None,
-    k: int,
-    seed: Tensor,
+    classes: list[tuple[Tensor, Tensor]], k: int, seed: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """The first ``quota`` elements of each class in the keyed order, and their count ``[B, 1]``."""
+    """The first ``quota`` elements of each class (``[B, N]`` bool masks, disjoint, at most
+    three, with their ``[B, 1]`` quotas) in the keyed order, and their count ``[B, 1]``."""
+    first = classes[0][0]
     rows, n = first.shape
     q, j = permuted_positions(seed, rows, n)
     d = j.shape[1]
     code = first.to(torch.int32)
-    if second is not None:
-        code = code + 2 * second.to(torch.int32)
+    for c, (mask, _) in enumerate(classes[1:], 2):
+        code = code + c * mask.to(torch.int32)
     code = torch.nn.functional.pad(code, (0, d - n))  # padding slots: class 0, never chosen
     # Scatter "where each element goes" to get the sequence in permuted order: each slot is written
     # exactly once (q is a permutation), carrying the element index and its class in one int32.
     seq = torch.empty(rows, d, dtype=torch.int32, device=first.device)
     seq = seq.scatter_(1, q.to(torch.int64), (j << 2) | code)
     cls = seq & 3
-    total = quota_first.to(torch.int32)
-    in_first = (cls == 1).to(torch.int32)
-    before_first = torch.cumsum(in_first, 1, dtype=torch.int32) - in_first
-    take = (in_first == 1) & (before_first < total)
-    slot = torch.minimum(before_first, total)
-    if second is not None and quota_second is not None:
-        quota = quota_second.to(torch.int32)
-        in_second = (cls == 2).to(torch.int32)
-        before_second = torch.cumsum(in_second, 1, dtype=torch.int32) - in_second
-        take = take | ((in_second == 1) & (before_second < quota))
-        slot = slot + torch.minimum(before_second, quota)
-        total = total + quota
+    take, slot, total = _class_slots(cls, 1, classes[0][1])
+    for c, (_, quota) in enumerate(classes[1:], 2):
+        chosen, placed, quota = _class_slots(cls, c, quota)
+        take, slot, total = take | chosen, slot + placed, total + quota
     # Chosen elements land in slots 0..total-1 in keyed order; the rest go to a dump slot k.
     slot = torch.where(take, slot, k).to(torch.int64)
     out = torch.zeros(rows, k + 1, dtype=torch.int32, device=first.device)
     return out.scatter_(1, slot, seq >> 2)[:, :k].to(torch.int64), total
+
+
+def _class_slots(cls: Tensor, c: int, quota: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """For class ``c`` of the permuted sequence: which elements are taken (the first ``quota``),
+    their slot among the class's picks (``quota`` for the rest), and the quota as int32."""
+    quota = quota.to(torch.int32)
+    inside = (cls == c).to(torch.int32)
+    before = torch.cumsum(inside, 1, dtype=torch.int32) - inside
+    return (inside == 1) & (before < quota), torch.minimum(before, quota), quota

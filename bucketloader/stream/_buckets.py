@@ -9,10 +9,13 @@ stream: ``read`` (samples read so far), the positions in each buffer slot, the r
 buffered sample. Resuming restores the source at ``p`` (``load_state_dict``; a source without
 state restarts the epoch, ``p = 0``), re-reads samples ``p .. read - 1`` keeping only the buffered
 positions (the rest were already yielded), puts them back in their slots, restores the generator
-and carries on: the remaining batches are exactly those of the uninterrupted run. Checkpoints are
-taken every ``K`` samples (``K`` ~ buffer capacity) and pruned to the newest one at or before the
-oldest buffered sample, so replay costs about one buffer residency and memory stays bounded. The
-state holds ints only (JSON-serialisable), plus the source's own state.
+and carries on (a source read by index skips the re-read: it fetches the buffered positions and
+reopens at ``read``, NOTE [ Seeking a source ] in :mod:`bucketloader.stream.source`): the
+remaining batches are exactly those of the uninterrupted run. Checkpoints are taken every ``K``
+samples (``K`` ~ buffer capacity) and pruned to the newest one at or before the
+oldest buffered sample; the state lists those that precede a buffered sample, and a resume reads
+from each only to its last buffered sample (at most ``K`` samples per checkpoint). The state
+holds ints only (JSON-serialisable), plus the source's own states.
 """
 
 from __future__ import annotations
@@ -91,6 +94,8 @@ class BucketConfig:
         seed: the stream's seed.
         overflow: ``"error"``, ``"drop"`` or a ``(sample, lengths) -> sample`` cut.
         stateful: whether to checkpoint the source (``state_dict``/``load_state_dict``).
+        seekable: whether a resume reads the source by index (NOTE [ Seeking a source ] in
+            :mod:`bucketloader.stream.source`).
         config: the stream's configuration, stored in every state (checked on load).
         minimum: per input, the shortest admitted length (0: no limit).
         maximum: per input, the longest admitted length (``max_length`` or the last boundary).
@@ -103,6 +108,8 @@ class BucketConfig:
         covers: per cell, the cells it covers (shorter in every input), nearest first.
         shapes: per cell, its full planned batch shape (carried by scheduled batches).
         cut: ``(sample, lengths, limits) -> sample`` cutting a sample to ``limits`` (stand-ins).
+        lane_states: the workers' checkpoints (:class:`~bucketloader.stream.resume.LaneStates`),
+            or ``None``.
         template: a sample of this rank's shard, or borrowed from another rank when this one
             is empty (NOTE [ A stream split over ranks ]): the structure of a padding row for a
             lane that reads no sample at all; ``None``: none anywhere.
@@ -118,6 +125,7 @@ class BucketConfig:
     seed: int
     overflow: Any
     stateful: bool
+    seekable: bool
     config: dict[str, Any]
     minimum: tuple[int, ...] = ()
     maximum: tuple[int, ...] = ()
@@ -130,6 +138,7 @@ class BucketConfig:
     shapes: tuple[tuple[int, ...], ...] = ()
     cut: Any = None
     template: Any = None
+    lane_states: Any = None
 
     @property
     def limits(self) -> list[int]:
@@ -297,33 +306,17 @@ class BucketPass(Pass):
         if self.phase == "stream":
             prepare, stateful, every = self.prepare, self.stateful, self.every
             draws = self.draws
-            # _add inlined in both loops (a stream reads millions of samples)
+            # _add inlined (a stream reads millions of samples)
             bsam, bpos, blen, sizes, emit = self.bsam, self.bpos, self.blen, self.sizes, self._emit
-            if not size:
-                for sample in it:
-                    pos = self.read
-                    self.read = pos + 1
-                    if stateful and self.read % every == 0:
-                        self._snapshot()
-                    got = prepare(pos, sample)
-                    if got is None:
-                        continue
-                    sample, cell, n = got
-                    buf = bsam[cell]
-                    buf.append(sample)
-                    bpos[cell].append(pos)
-                    blen[cell].append(n)
-                    if len(buf) >= sizes[cell]:
-                        yield emit(cell)
-            else:
-                for sample in it:
-                    pos = self.read
-                    self.read = pos + 1
-                    if stateful and self.read % every == 0:
-                        self._snapshot()
-                    got = prepare(pos, sample)
-                    if got is None:
-                        continue
+            for sample in it:
+                pos = self.read
+                self.read = pos + 1
+                if stateful and self.read % every == 0:
+                    self._snapshot()
+                got = prepare(pos, sample)
+                if got is None:
+                    continue
+                if size:  # through the shuffle buffer: add the sample it swaps out
                     entry = (pos, *got)
                     if len(shuf) < size:
                         shuf.append(entry)
@@ -333,13 +326,15 @@ class BucketPass(Pass):
                     j = int(draws.block[draws.used] * size)  # Draws.index, inlined
                     draws.used += 1
                     entry, shuf[j] = shuf[j], entry
-                    p, sample, cell, n = entry
-                    buf = bsam[cell]
-                    buf.append(sample)
-                    bpos[cell].append(p)
-                    blen[cell].append(n)
-                    if len(buf) >= sizes[cell]:
-                        yield emit(cell)
+                    pos, sample, cell, n = entry
+                else:
+                    sample, cell, n = got
+                buf = bsam[cell]
+                buf.append(sample)
+                bpos[cell].append(pos)
+                blen[cell].append(n)
+                if len(buf) >= sizes[cell]:
+                    yield emit(cell)
             self.phase = "flush"
         while shuf:
             j = self.draws.index(len(shuf))

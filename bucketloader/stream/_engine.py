@@ -13,13 +13,23 @@ of the state (:meth:`Pass._filler_state`) and how it takes a replayed sample bac
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from bucketloader.stream.counters import hand_out
-from bucketloader.stream.source import checkpoint, reopen, replay, resume_point, trim_snapshots
+from bucketloader.stream.source import (
+    checkpoint,
+    fetch,
+    open_at,
+    reopen,
+    replay,
+    resume_point,
+    trim_snapshots,
+)
 
 
 class Pass:
@@ -84,7 +94,19 @@ class Pass:
     # -- the pass ---------------------------------------------------------------------------
     def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
         """The batches of this lane's pass, handed out through the shared counters."""
-        return hand_out(self, self.o.counters, self._batches(it))
+        batches = self._batches(it)
+        store = getattr(self.o, "lane_states", None)
+        if store is not None and self.worker[1] > 1 and (self.o.seekable or self.o.stateful):
+            batches = self._checkpointed(batches, store)
+        return hand_out(self, self.o.counters, batches)
+
+    def _checkpointed(self, batches: Iterator[list[Any]], store: Any) -> Iterator[list[Any]]:
+        """``batches``, writing this worker's exact state every ``store.every`` batches (NOTE
+        [ Worker checkpoints ] in :mod:`bucketloader.stream.resume`)."""
+        for batch in batches:
+            if self.batches % store.every == 0:
+                store.write(self.state_dict())
+            yield batch
 
     def flush(self, done: bool = False) -> None:
         """Write this lane's counters to the shared table (NOTE [ A stream's counters across
@@ -112,7 +134,13 @@ class Pass:
 
     def state_dict(self) -> dict[str, Any]:
         """The exact state of this pass (NOTE [ Exact resume of a buffered stream ])."""
-        pos, src = resume_point(self.snaps, self._oldest())
+        if self.o.seekable:  # NOTE [ Seeking a source ]: positions only, the source seeks
+            source: dict[str, Any] = {"position": self.read, "state": None, "seek": True}
+        else:
+            pos, src = resume_point(self.snaps, self._oldest())
+            source = {"position": pos, "state": src}
+            if self.o.stateful and len(self.snaps) > 1:
+                source["segments"] = self._segments()
         return {
             "format": self.STATE_FORMAT,
             "config": self.o.config,
@@ -122,22 +150,71 @@ class Pass:
             "read": self.read,
             "batches": self.batches,
             **self._filler_state(),
-            "source": {"position": pos, "state": src},
+            "source": source,
             "stats": dict(self.stats),
         }
 
-    def resume(self, state: dict[str, Any]) -> Iterator[Any]:
-        """Rebuild the buffers from ``state`` by replaying the source; return the live iterator."""
-        start, src_state = int(state["source"]["position"]), state["source"]["state"]
+    def _segments(self) -> list[list[Any]]:
+        """The checkpoints a resume restarts the source at (NOTE [ Seeking a source ]): the
+        newest one at or before each buffered sample, and the newest one of all (the live
+        iterator), as ``[position, source state]``."""
+        starts = [p for p, _ in self.snaps]
+        need = {bisect.bisect_right(starts, p) - 1 for p in self._positions()}
+        need.add(len(self.snaps) - 1)
+        return [list(self.snaps[i]) for i in sorted(need)]
+
+    def _replay_segments(self, segments: list[Any], wanted: set[int], read: int) -> Iterator[Any]:
+        """Take the ``wanted`` samples back segment by segment (each from its checkpoint to its
+        last wanted sample); return the iterator restarted at the last one, read to ``read``."""
+        order = sorted(wanted)
+        for (start, src_state), (end, _) in itertools.pairwise(segments):
+            lo, hi = bisect.bisect_left(order, start), bisect.bisect_left(order, end)
+            if lo == hi:
+                continue
+            it = reopen(self.o.source, self.worker, src_state)
+            for pos, sample in replay(it, int(start), order[hi - 1] + 1):
+                if pos in wanted:
+                    self._take_back(pos, sample)
+        start, src_state = segments[-1]
         it = reopen(self.o.source, self.worker, src_state)
-        wanted = self._wanted(state)
-        for pos, sample in replay(it, start, int(state["read"])):
+        for pos, sample in replay(it, int(start), read):
             if pos in wanted:
                 self._take_back(pos, sample)
+        return it
+
+    def resume(self, state: dict[str, Any]) -> Iterator[Any]:
+        """Rebuild the buffers from ``state`` (NOTE [ Seeking a source ]: a seekable source
+        fetches the buffered samples and reopens where the pass stopped, any other replays
+        from its checkpoint); return the live iterator."""
+        start, src_state = int(state["source"]["position"]), state["source"]["state"]
+        read = int(state["read"])
+        wanted = self._wanted(state)
+        if self.o.seekable:
+            order = sorted(wanted)
+            for pos, sample in zip(order, fetch(self.o.source, self.worker, order), strict=True):
+                self._take_back(pos, sample)
+            it = open_at(self.o.source, self.worker, read)
+            start = read
+        elif state["source"].get("segments") and self.o.stateful:
+            segments = state["source"]["segments"]
+            it = self._replay_segments(segments, wanted, read)
+            self._finish_resume(state)
+            self.snaps = [(int(p), s) for p, s in segments]  # each covers buffered samples
+            return it
+        else:
+            if state["source"].get("seek"):  # positions only, from a seekable source: replay
+                start, src_state = 0, None
+            it = reopen(self.o.source, self.worker, src_state)
+            for pos, sample in replay(it, start, read):
+                if pos in wanted:
+                    self._take_back(pos, sample)
+        self._finish_resume(state)
+        self.snaps = [(start, src_state)]
+        return it
+
+    def _finish_resume(self, state: dict[str, Any]) -> None:
         self.stats = {**self.stats, **state["stats"]}
         self.read = int(state["read"])
         self.batches = int(state["batches"])
         self.phase = state["phase"]
         self._restore(state)
-        self.snaps = [(start, src_state)]
-        return it

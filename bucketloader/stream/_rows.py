@@ -19,7 +19,8 @@ names documents by their *position* in this worker's stream (``[position, piece]
 of a document cut by ``overflow="split"``), never by content: ``read``, the open rows (with
 their ids, which order ties), the queue of closed rows, and a source checkpoint at a position at
 or before the oldest buffered document. Resuming restores the source there (``load_state_dict``;
-a source without state restarts the epoch at 0), re-reads up to ``read`` keeping the buffered
+a source without state restarts the epoch at 0; a source read by index fetches the buffered
+positions instead, NOTE [ Seeking a source ]), re-reads up to ``read`` keeping the buffered
 positions, rebuilds the rows and carries on: the remaining batches are exactly those of the
 uninterrupted run. The source follows the stream's rules, from the same code (NOTE [ Who shards
 the stream across DataLoader workers ] in :mod:`bucketloader.stream.source`).
@@ -135,9 +136,11 @@ class PackConfig:
     last_batch: str
     stateful: bool
     config: dict[str, Any]
+    seekable: bool = False
     steps: int = 0
     rank: int = 0
     counters: Any = None
+    lane_states: Any = None
 
 
 class RowPass(Pass):

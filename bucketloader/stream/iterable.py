@@ -42,9 +42,16 @@ from bucketloader.stream._buckets import STATE_FORMAT, STATS, BucketConfig, Buck
 from bucketloader.stream._schedule import SCHEDULE_HEAD, step_shares
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.estimate import Estimate, solve_head
-from bucketloader.stream.resume import ResumableStream, check_source, check_steps, state_keys
+from bucketloader.stream.resume import (
+    LaneStates,
+    ResumableStream,
+    check_source,
+    check_steps,
+    state_keys,
+)
 from bucketloader.stream.source import (
     check_length,
+    is_seekable,
     is_stateful,
     make_length_fn,
     open_source,
@@ -145,8 +152,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         steps_per_epoch: int | None = None,
         **options: Unpack[ShapeOptions],
     ) -> None:
-        check_source(source)
-        self.source = source
+        self.source = check_source(source)
         self._length = make_length_fn(length_fn)
         self._measured_by_callable = callable(length_fn)
         multi = isinstance(length_fn, (tuple, list))
@@ -210,6 +216,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         )
         self._template = None if steps_per_epoch is None else self._borrow_template()
         self._counters = LaneCounters(STATS, self.cells.num_cells)
+        self._lane_states = LaneStates()
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._engine: BucketPass | None = None
@@ -425,6 +432,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             seed=self.seed,
             overflow=policy if policy in ("error", "drop") else self._truncate,
             stateful=is_stateful(self.source) and self._prefix is None and self._shares is None,
+            seekable=is_seekable(self.source) and self._prefix is None and self._shares is None,
             config=self._config(),
             minimum=tuple(0 if m is None else m for m in self.limits.min_length),
             maximum=self._maximum,
@@ -437,6 +445,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             shapes=self.cells.shapes,
             cut=self._cut_to,
             template=self._template,
+            lane_states=self._lane_states,
         )
 
     # -- iteration --------------------------------------------------------------------------

@@ -46,8 +46,14 @@ from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.shapes import row_batch_sizes
 from bucketloader.stream._rows import STATE_FORMAT, STATS, PackConfig, RowPass, make_length_fn
 from bucketloader.stream.counters import LaneCounters
-from bucketloader.stream.resume import ResumableStream, check_source, check_steps, state_keys
-from bucketloader.stream.source import is_stateful
+from bucketloader.stream.resume import (
+    LaneStates,
+    ResumableStream,
+    check_source,
+    check_steps,
+    state_keys,
+)
+from bucketloader.stream.source import is_seekable, is_stateful
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
 
@@ -138,8 +144,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         rank: int | None = None,
         steps_per_epoch: int | None = None,
     ) -> None:
-        check_source(source)
-        self.source = source
+        self.source = check_source(source)
         self.length_fn = length_fn
         self._measure = make_length_fn(length_fn)
         self.row_length = check_int("row_length", row_length, minimum=1, maximum=MAX_LENGTH)
@@ -169,6 +174,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             pad="short batches get all-padding rows",
         )
         self._counters = LaneCounters(STATS)
+        self._lane_states = LaneStates()
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._engine: RowPass | None = None
@@ -207,10 +213,12 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             overflow=self.overflow,
             last_batch=self.last_batch,
             stateful=is_stateful(self.source) and self.steps_per_epoch is None,
+            seekable=is_seekable(self.source) and self.steps_per_epoch is None,
             config=self._config(),
             steps=self.steps_per_epoch or 0,
             rank=self.rank,
             counters=self._counters,
+            lane_states=self._lane_states,
         )
 
     # -- iteration --------------------------------------------------------------------------

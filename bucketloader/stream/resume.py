@@ -16,6 +16,18 @@ count. That is exact, costs a re-read of the data consumed so far (no collation,
 needs the same ``num_workers``. A stream split over ranks always resumes this way: its per-worker
 counts follow from ``k`` alone.
 
+NOTE [ Worker checkpoints ]
+Replaying a worker's pass from the start of the epoch re-reads everything it consumed. When a
+worker's exact state is cheap (a one-pass stream over a source that seeks or checkpoints itself,
+NOTE [ Seeking a source ] in :mod:`bucketloader.stream.source`), each worker also writes its
+exact state every :data:`CHECKPOINT_EVERY` batches it makes, as a small JSON file in a directory
+the stream names when it is built (:class:`LaneStates`; removed with the stream), keeping the
+newest :data:`CHECKPOINTS_KEPT`. The state is a pure function of (epoch, worker, number of
+workers, batches made), so an older pass's file is as good as a new one. ``state_dict`` then
+adds, per worker, the newest of its states at or before the batches it must skip; a resumed
+worker restores that state (it seeks) and replays only the few batches after it. A worker with
+no such file (the loop lagged more than the files kept) replays from the start as before.
+
 A new DataLoader starts its round-robin at worker 0, while the next batch may be worker ``f``'s
 (``f = k mod num_workers`` when every worker is still running). A source this stream splits itself
 (a list, a generator factory) is then *rotated*: DataLoader worker ``w`` plays the part of worker
@@ -27,6 +39,12 @@ multiple of it), rather than resume in a different order.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import tempfile
+import uuid
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -37,6 +55,9 @@ from bucketloader.stream.counters import MAX_LANES, LaneCounters
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
 __all__ = [
+    "CHECKPOINTS_KEPT",
+    "CHECKPOINT_EVERY",
+    "LaneStates",
     "ResumableStream",
     "check_config",
     "check_source",
@@ -49,8 +70,90 @@ __all__ = [
 ]
 
 
-def check_source(source: Any) -> None:
-    """A stream's source must be iterable (checked when the stream is built, not at ``next``)."""
+#: A worker writes its exact state every this many batches (NOTE [ Worker checkpoints ]).
+CHECKPOINT_EVERY = 4
+#: The newest this many checkpoints of each worker are kept.
+CHECKPOINTS_KEPT = 8
+
+
+class LaneStates:
+    """The workers' exact states of NOTE [ Worker checkpoints ]: JSON files in a directory named
+    when the stream is built (created by the first worker that writes; removed, by the process
+    that named it, when the stream is collected). Picklable into workers.
+
+    Example:
+        >>> store = LaneStates()
+        >>> store.write({"epoch": 0, "worker": [1, 2], "batches": 4})
+        >>> store.best(epoch=0, lane=1, lanes=2, at_most=6)["batches"]
+        4
+        >>> store.best(epoch=0, lane=1, lanes=2, at_most=3) is None
+        True
+    """
+
+    #: A worker writes its state every this many batches.
+    every = CHECKPOINT_EVERY
+
+    def __init__(self) -> None:
+        self.path = os.path.join(tempfile.gettempdir(), f"bucketloader-lanes-{uuid.uuid4().hex}")
+        weakref.finalize(self, _remove_owned, self.path, os.getpid())
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = state["path"]  # a worker's copy: it never removes the directory
+
+    @staticmethod
+    def _name(epoch: int, lane: int, lanes: int, batches: int) -> str:
+        return f"e{epoch}-n{lanes}-l{lane}-b{batches}.json"
+
+    def write(self, state: dict[str, Any]) -> None:
+        """Keep a worker's exact ``state`` (atomically), dropping its checkpoints beyond the
+        newest :data:`CHECKPOINTS_KEPT`."""
+        lane, lanes = state["worker"]
+        epoch, batches = int(state["epoch"]), int(state["batches"])
+        name = self._name(epoch, lane, lanes, batches)
+        tmp = os.path.join(self.path, f".{name}.{os.getpid()}")
+        try:
+            os.makedirs(self.path, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump(state, f)
+            os.replace(tmp, os.path.join(self.path, name))
+        except (OSError, TypeError, ValueError):  # no room, or samples that are not JSON:
+            return  # this worker then resumes by replay, as without checkpoints
+        old = batches - CHECKPOINTS_KEPT * CHECKPOINT_EVERY
+        if old > 0:
+            try:
+                os.remove(os.path.join(self.path, self._name(epoch, lane, lanes, old)))
+            except FileNotFoundError:
+                pass
+
+    def best(self, *, epoch: int, lane: int, lanes: int, at_most: int) -> dict[str, Any] | None:
+        """The newest state of worker ``lane`` of ``lanes`` in ``epoch`` after at most
+        ``at_most`` batches (``None``: none kept)."""
+        prefix = f"e{epoch}-n{lanes}-l{lane}-b"
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            return None
+        made = [int(n[len(prefix) : -5]) for n in names if n.startswith(prefix)]
+        for b in sorted((b for b in made if 0 < b <= at_most), reverse=True):
+            try:
+                with open(os.path.join(self.path, self._name(epoch, lane, lanes, b))) as f:
+                    return json.load(f)  # type: ignore[no-any-return]
+            except (FileNotFoundError, ValueError):
+                continue  # removed or being replaced meanwhile: an older one
+        return None
+
+
+def _remove_owned(path: str, owner: int) -> None:
+    if os.getpid() == owner:  # never from a forked worker that inherited the stream
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def check_source(source: Any) -> Any:
+    """``source``, which a stream reads, if it is iterable (checked when the stream is built, not
+    at ``next``)."""
     if isinstance(source, (str, bytes)) or not (
         isinstance(source, Iterable) or hasattr(source, "__getitem__")
     ):
@@ -58,6 +161,7 @@ def check_source(source: Any) -> None:
             f"source must be an iterable of samples (a list, a generator, an HF or torch "
             f"IterableDataset), got {type(source).__name__} {source!r:.60}"
         )
+    return source
 
 
 def state_keys(
@@ -173,6 +277,7 @@ def replay_state(
     source: Any,
     config: dict[str, Any],
     fmt: int,
+    store: LaneStates | None = None,
 ) -> dict[str, Any]:
     """The state of a resume by replay after ``batches_consumed`` batches of ``epoch`` (default:
     every batch the workers made), from the workers' rows in ``counters`` (module NOTE).
@@ -208,7 +313,7 @@ def replay_state(
             f"{type(source).__name__} shards itself by worker id; save the state after "
             f"a multiple of num_workers batches (e.g. {lo} or {lo + workers})"
         )
-    return {
+    out = {
         "format": fmt,
         "config": config,
         "epoch": epoch,
@@ -216,6 +321,13 @@ def replay_state(
         "skip": skip,
         "first": first,
     }
+    if store is not None and skip:  # NOTE [ Worker checkpoints ]
+        lane_states = [
+            store.best(epoch=epoch, lane=w, lanes=workers, at_most=skip[w]) for w in range(workers)
+        ]
+        if any(x is not None for x in lane_states):
+            out["lanes"] = lane_states
+    return out
 
 
 def resume_lane(
@@ -349,6 +461,10 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         if state is not None:
             self.epoch = int(state["epoch"])
             worker, skip = resume_lane(state, worker, replay_format=self.REPLAY_FORMAT)
+            if state["format"] == self.REPLAY_FORMAT and state.get("lanes"):
+                mine = state["lanes"][worker[0]]  # NOTE [ Worker checkpoints ]
+                if mine is not None:
+                    state, skip = mine, skip - int(mine["batches"])
         if callable(getattr(self.source, "set_epoch", None)):
             self.source.set_epoch(self.epoch)
         engine = self._new_engine(worker, skip)
@@ -369,6 +485,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             source=self.source,
             config=self._config(),
             fmt=self.REPLAY_FORMAT,
+            store=getattr(self, "_lane_states", None),
         )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -9,6 +9,27 @@ shards among workers, and by torch's contract a ``torch.utils.data.IterableDatas
 ``get_worker_info()`` itself. Any other iterable (a list, a generator factory, a map-style
 ``datasets.Dataset``) is split round-robin by position: worker ``w`` of ``n`` keeps samples
 ``w, w + n, w + 2n, ...`` (each worker reads and skips the others' samples).
+
+NOTE [ Seeking a source ]
+A resume needs the samples a stream still holds (at most its buffers: the shuffle buffer and
+the bucket buffers, or the open and closed rows) and the source from where the pass stopped
+reading. A source read *by index* (a list, a tuple, a numpy array, a map-style
+``datasets.Dataset``, :class:`~bucketloader.stream.arrow.ArrowRows` over Parquet files or an
+Arrow table, any object with ``__len__`` and ``__getitem__`` and no ``__iter__`` of its own, such
+as a torch map-style ``Dataset``: it iterates by index) gives both
+directly: sample ``p`` of worker ``w`` of ``n`` is row ``w + n p``, so the state holds only
+positions, the buffered samples are fetched by row and the source reopens at row
+``w + n read`` (:func:`fetch`, :func:`open_at`). Resume costs O(buffer), whatever the position
+in the epoch. A source with ``state_dict()`` / ``load_state_dict()`` (an HF
+``IterableDataset``) is checkpointed every ``K`` samples (``K`` about the buffers' capacity);
+the state lists the checkpoints a resume needs (``segments``: the newest one at or before each
+buffered sample, and the newest of all), and the resume restarts the source at each of them,
+reading only up to the last buffered sample it holds, then at the newest one up to where the
+pass stopped: at most ``K`` samples per checkpoint listed, whatever the position in the epoch.
+Any other iterable (a generator factory, a torch ``IterableDataset``) cannot seek: it replays
+the pass from the start of the epoch; so does a subclass of ``list`` (its ``__iter__`` might
+not follow its indices). Behind DataLoader workers the same holds per worker, from the
+workers' checkpoints (NOTE [ Worker checkpoints ] in :mod:`bucketloader.stream.resume`).
 """
 
 from __future__ import annotations
@@ -16,8 +37,10 @@ from __future__ import annotations
 import copy
 import itertools
 import numbers
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from bucketloader._samples import length_reader
 
@@ -108,6 +131,76 @@ def is_hf(source: Any) -> bool:
     """Whether ``source`` is a Hugging Face ``datasets.IterableDataset``."""
     t = type(source)
     return t.__module__.startswith("datasets.") and t.__name__ == "IterableDataset"
+
+
+def is_hf_table(source: Any) -> bool:
+    """Whether ``source`` is a map-style Hugging Face ``datasets.Dataset`` (Arrow-backed)."""
+    t = type(source)
+    return t.__module__.startswith("datasets.") and t.__name__ == "Dataset"
+
+
+def is_seekable(source: Any) -> bool:
+    """Whether ``source`` is read by index, so a resume can seek (NOTE [ Seeking a source ]).
+
+    Example:
+        >>> is_seekable([3, 1, 2]), is_seekable(iter([3, 1, 2])), is_seekable("abc")
+        (True, False, False)
+    """
+    if isinstance(source, (str, bytes, Mapping, Iterator)) or self_sharding(source):
+        return False
+    kind = type(source)
+    if kind in (list, tuple, range) or isinstance(source, np.ndarray) or is_hf_table(source):
+        return True
+    if callable(getattr(source, "iter_from", None)) and callable(
+        getattr(source, "take_rows", None)
+    ):
+        return True  # ArrowRows: iterates and fetches the same rows
+    # iterated by index (no __iter__ of its own), so reading row w + n p is what iter() gives;
+    # a class with its own __iter__ might iterate in another order
+    own_iter = getattr(kind, "__iter__", None)
+    return (
+        hasattr(kind, "__len__")
+        and hasattr(kind, "__getitem__")
+        and (own_iter is None or own_iter is Sequence.__iter__)
+    )
+
+
+def open_at(source: Any, worker: tuple[int, int], start: int) -> Iterator[Any]:
+    """This worker's samples of a seekable ``source`` from its position ``start`` on, without
+    reading the rows before it (NOTE [ Seeking a source ]).
+
+    Example:
+        >>> list(open_at([10, 11, 12, 13, 14, 15], (1, 2), 1))
+        [13, 15]
+    """
+    wid, num = worker
+    first, size = wid + num * start, len(source)
+    if first >= size:
+        return iter(())
+    if is_hf_table(source):  # an Arrow slice, read in batches
+        tail = source.select(range(first, size)) if first else source
+        return itertools.islice(iter(tail), 0, None, num)
+    if callable(getattr(source, "iter_from", None)):  # ArrowRows: record batches
+        return source.iter_from(first, num)  # type: ignore[no-any-return]
+    return map(source.__getitem__, range(first, size, num))
+
+
+def fetch(source: Any, worker: tuple[int, int], positions: Sequence[int]) -> list[Any]:
+    """The samples of this worker at ``positions`` of a seekable ``source``, in that order.
+
+    Example:
+        >>> fetch([10, 11, 12, 13, 14, 15], (1, 2), [2, 0])
+        [15, 11]
+    """
+    wid, num = worker
+    rows = [wid + num * int(p) for p in positions]
+    if not rows:
+        return []
+    if is_hf_table(source):
+        return list(source.select(rows))
+    if callable(getattr(source, "take_rows", None)):  # ArrowRows: one read per row group
+        return source.take_rows(rows)  # type: ignore[no-any-return]
+    return [source[r] for r in rows]
 
 
 def open_source(source: Any, worker: tuple[int, int]) -> Iterator[Any]:

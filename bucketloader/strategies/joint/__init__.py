@@ -13,18 +13,22 @@ How (one module per part):
   candidate's gain at once by prefix sums (NOTE [ Gains by prefix sums ]);
 * :mod:`._search`: greedy, then best swaps with Lloyd steps (NOTE [ Greedy, swap, Lloyd ]);
 * :mod:`._bound`: a Lagrangian lower bound (NOTE [ The Lagrangian bound ]);
-* :mod:`._ilp`: the exact facility-location program in PuLP / CBC for small histograms
+* :mod:`._lp`: the LP rounds of the bound, in HiGHS (NOTE [ Why HiGHS for the LP ]);
+* :mod:`._ilp`: the exact facility-location program in HiGHS for small histograms
   (NOTE [ The joint integer program ]).
 
 NOTE [ Joint time limit and fallbacks ]
-``time_limit`` covers the swaps, the bound and the integer program; the greedy plan and one
-bound evaluation always run (milliseconds), so even a tiny limit returns a valid plan with a
-valid bound (``status="time_limit"``). A histogram with one input is solved exactly by the 1-D
-DP (``"optimal"``), whatever the options. A grid of more than :data:`._grid.MAX_GRID` points
-(three inputs, or very many distinct lengths) is pre-binned: the cells sit on per-input
-quantiles (``status="coarsened"``) and the bound comes from the same quantiles with every sample
-rounded *down* (a relaxation), so it stays certified. ``max_shapes`` at least the number of
-distinct rows gives every row its own cell (no padding).
+``time_limit`` covers the swaps, the bound, the LP and the integer program: every loop reads
+the clock before each step and starts one only when its last measured cost still fits, and the
+solvers (HiGHS) get the time left. What always runs on top is the grid, the greedy plan, one
+bound evaluation and the final assignment (milliseconds on these sets; measured: solves return
+within 0.1 s of the limit, see ``benchmarks/results/joint.md``), so even a tiny limit returns a
+valid plan with a valid bound (``status="time_limit"``). A histogram with one input is solved
+exactly by the 1-D DP (``"optimal"``), whatever the options. A grid of more than
+:data:`._grid.MAX_GRID` points (three inputs, or very many distinct lengths) is pre-binned: the
+cells sit on per-input quantiles (``status="coarsened"``) and the bound comes from the same
+quantiles with every sample rounded *down* (a relaxation), so it stays certified.
+``max_shapes`` at least the number of distinct rows gives every row its own cell (no padding).
 
 NOTE [ One joint plan for every rank ]
 A time limit makes the plan depend on the machine's speed, and ranks must agree on their
@@ -103,8 +107,8 @@ def solve_joint(
             gap when it runs out.
         tolerance: stop once the relative gap ``(objective - bound) / objective`` is at most
             this.
-        exact: solve the integer program (PuLP / CBC) when the model is small enough and the
-            gap is still above ``tolerance``.
+        exact: solve the LP relaxation and the integer program (HiGHS) when the model is
+            small enough and the gap is still above ``tolerance``.
         cache: ``None`` (solve every time), ``True`` (the default
             :class:`~bucketloader.BucketCache`) or a cache: keyed by SHA256 of the histogram and
             every parameter.
@@ -200,6 +204,8 @@ def _search_and_bound(
     grid = Grid.build(rows, counts, values, size)
     info.update(grid=int(np.prod(grid.shape)), candidates=int(grid.cand.shape[0]))
     const = float((grid.weight * grid.point_size).sum())
+    if params["exact"]:  # HiGHS (LP rounds, integer program): imported once, inside the limit
+        import scipy.optimize  # noqa: F401
     t0 = time.perf_counter()
     budget = deadline - t0
     cells, converged = _best_search(grid, k, [greedy(grid, k)], t0 + 0.3 * budget)
@@ -238,23 +244,16 @@ def _search_and_bound(
     status = "heuristic" if converged else "time_limit"
     pad = upper - const
     info["method"] = "search+lagrangian"
-    remaining = deadline - time.perf_counter()
     if (
         params["exact"]
         and not coarsened
         and pad - lower > max(tol * pad, 0.5)
-        and remaining > 0.05
-        and num_pairs(grid, subset := survivors(bound, k, upper, cells))
-        <= max(MAX_PAIRS, PAIRS_PER_SECOND * remaining)
+        and _ilp_fits(grid, bound, k, upper, cells, deadline)
     ):
+        subset = survivors(bound, k, upper, cells)
         info["ilp_candidates"] = int(subset.size)
         t0 = time.perf_counter()
-        import pulp
-
-        try:
-            picked, details = solve_ilp(grid, k, cells, deadline, subset)
-        except (OSError, pulp.PulpSolverError) as exc:  # no usable solver: keep the plan
-            picked, details = None, {"proved": False, "error": f"{type(exc).__name__}: {exc}"}
+        picked, details = solve_ilp(grid, k, cells, deadline, subset)
         info.update(ilp_seconds=time.perf_counter() - t0, ilp=details, method="ilp")
         if picked is not None:
             _, got = grid.assign(picked)
@@ -262,8 +261,13 @@ def _search_and_bound(
                 cells, upper = picked, total(grid, got)
         if details["proved"]:
             lower = upper - const
-        elif time.perf_counter() >= deadline:
-            status = "time_limit"
+        else:
+            # every plan better than ``upper`` uses only the survivors, whose optimum HiGHS bounds
+            lower = max(lower, min(upper, details["bound"]) - const)
+            if time.perf_counter() >= deadline:
+                status = "time_limit"
+    elif time.perf_counter() >= deadline:
+        status = "time_limit"
     if coarsened:
         status = "coarsened"
     scale = max(1.0, abs(upper))
@@ -272,6 +276,18 @@ def _search_and_bound(
     out = out[np.lexsort(out.T[::-1])]
     out.setflags(write=False)
     return out, lower_int, status
+
+
+def _ilp_fits(
+    grid: Grid, bound: Any, k: int, upper: float, cells: np.ndarray, deadline: float
+) -> bool:
+    """Whether the integer program over the bound's survivors fits the time left
+    (NOTE [ The joint integer program ])."""
+    remaining = deadline - time.perf_counter()
+    if remaining <= 0.05:
+        return False
+    pairs = num_pairs(grid, survivors(bound, k, upper, cells))
+    return pairs <= max(MAX_PAIRS, PAIRS_PER_SECOND * remaining)
 
 
 def _best_search(

@@ -20,7 +20,7 @@ so the bound holds for all plans, not only those on candidates.
 
 NOTE [ The LP bound by columns ]
 Subgradient steps approach the LP's value slowly. Where time allows, the LP relaxation itself is
-solved (CBC through PuLP) on a growing set of candidates: the heuristic's cells and the largest
+solved (HiGHS, :mod:`._lp`) on a growing set of candidates: the heuristic's cells and the largest
 gains first, points with the same covering candidates merged into one row. The duals of its
 "send every point once" rows are reaches (per unit of weight) for **all** points, so
 ``L(r)`` over **all** candidates is again a valid bound; candidates whose gain exceeds the dual
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bucketloader.strategies.joint._cbc import solve_lp
 from bucketloader.strategies.joint._grid import Grid
+from bucketloader.strategies.joint._lp import solve_lp
 
 #: Distinct reach values per bound evaluation (subgradient steps).
 LEVELS = 96
@@ -97,10 +97,12 @@ def lagrangian(
     const = float((grid.weight * grid.point_size).sum())
     reach = np.maximum(start.astype(np.float64), grid.point_size)
     best: Bound | None = None
-    theta, stall, it = 1.0, 0, 0
+    theta, stall, it, cost = 1.0, 0, 0, 0.0
     while True:
         it += 1
+        t0 = time.perf_counter()
         lb, g, snapped = evaluate(grid, reach, k)
+        cost = time.perf_counter() - t0
         if best is None or lb > best.value:
             if best is not None and lb > best.value + 1e-6 * max(1.0, abs(upper - const)):
                 stall = 0
@@ -108,7 +110,9 @@ def lagrangian(
         else:
             stall += 1
         pad_gap = upper - best.value
-        if pad_gap <= max(target * max(upper - const, 0.0), 0.5) or time.perf_counter() > deadline:
+        if pad_gap <= max(target * max(upper - const, 0.0), 0.5):
+            break
+        if time.perf_counter() + cost > deadline:  # NOTE [ Joint time limit and fallbacks ]
             break
         if stall >= 4:
             theta, stall = theta / 2, 0
@@ -180,14 +184,17 @@ def lp_bound(
         if (yv >= 0.5).any():
             seed = rset[yv >= 0.5]
         reach = np.maximum((lam / weight)[inv], grid.point_size)
-        for mix in (1.0, 0.5):
-            trial = mix * reach + (1 - mix) * best.reach
-            lb, g, snapped = evaluate(grid, trial, k, LP_LEVELS)
-            if lb > best.value:
-                best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
+        began = time.perf_counter()
+        lb, g, snapped = evaluate(grid, reach, k, LP_LEVELS)  # its gains also price
+        spent = time.perf_counter() - began
+        if lb > best.value:
+            best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
+        if time.perf_counter() + spent < deadline:  # halfway between the best reaches and the LP's
+            lb2, g2, snapped2 = evaluate(grid, 0.5 * (reach + best.reach), k, LP_LEVELS)
+            if lb2 > best.value:
+                best = Bound(lb2, snapped2.copy(), g2, best.iterations + 1, log)
         if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
             break
-        _, g, _ = evaluate(grid, reach, k, LP_LEVELS)
         out = np.setdiff1d(np.flatnonzero(g > mu * (1 + 1e-9) + 1e-6), rset)
         if out.size == 0:
             break  # the restricted LP's duals price out every candidate: the LP bound

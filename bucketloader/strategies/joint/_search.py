@@ -107,11 +107,12 @@ def improve(grid: Grid, cells: np.ndarray, k: int, deadline: float) -> tuple[np.
     slot, size = grid.assign(cells)
     best = total(grid, size)
     big = float(grid.cand_size.max()) * 4.0 + 1.0
-    changed = True
+    changed, cost = True, 0.0
     while changed:
         changed = False
         for j in range(len(cells)):
-            if time.perf_counter() > deadline:
+            t0 = time.perf_counter()
+            if t0 + cost > deadline:  # the last swap's cost must still fit
                 return cells, False
             if j >= len(cells):
                 break
@@ -129,4 +130,5 @@ def improve(grid: Grid, cells: np.ndarray, k: int, deadline: float) -> tuple[np.
             value = total(grid, tsize)
             if value < best * (1 - 1e-12) - 1e-9:
                 cells, size, best, changed = trial, tsize, value, True
+            cost = time.perf_counter() - t0
     return cells, True

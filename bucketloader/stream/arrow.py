@@ -1,0 +1,167 @@
+"""ArrowRows: the rows of Parquet files or an Arrow table as a stream source that can seek.
+
+A stream reads its source sample by sample; Parquet files and Arrow tables are read fastest in
+record batches, and a resume wants to start at a row offset without reading the rows before it
+(NOTE [ Seeking a source ] in :mod:`bucketloader.stream.source`). :class:`ArrowRows` gives both:
+iterating it reads record batches (one row group at a time for Parquet) and yields one ``dict``
+per row; ``len`` and indexing make it a sequence, so a stream over it resumes by seeking to the
+recorded row (the Parquet footer says which row group holds a row: nothing before it is read).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+__all__ = ["ArrowRows"]
+
+
+class ArrowRows(Sequence):  # type: ignore[type-arg]
+    """Rows of Parquet files (or a ``pyarrow.Table``) as dicts, read in record batches.
+
+    Args:
+        data: a ``pyarrow.Table``, a Parquet file, a directory of them (sorted by name) or a
+            list of Parquet files (read in that order).
+        columns: the columns to read (default: all).
+        batch_rows: rows per record batch read.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> rows = ArrowRows(pa.table({"ids": [[1], [1, 2], [1, 2, 3]]}))
+        >>> len(rows), rows[1], [len(r["ids"]) for r in rows.iter_from(1)]
+        (3, {'ids': [1, 2]}, [2, 3])
+    """
+
+    def __init__(
+        self, data: Any, *, columns: Sequence[str] | None = None, batch_rows: int = 1024
+    ) -> None:
+        import pyarrow as pa
+
+        from bucketloader._validation import check_int
+
+        self.columns = None if columns is None else list(columns)
+        self.batch_rows = check_int("batch_rows", batch_rows, minimum=1)
+        self.table = data if isinstance(data, pa.Table) else None
+        self.files: list[str] = [] if self.table is not None else _parquet_files(data)
+        # (file, row group) of every row group, and the first row of each
+        self.groups: list[tuple[int, int]] = []
+        self.starts: list[int] = []
+        if self.table is not None:
+            if self.columns is not None:
+                self.table = self.table.select(self.columns)
+            self.size = self.table.num_rows
+        else:
+            import pyarrow.parquet as pq
+
+            at = 0
+            for f, path in enumerate(self.files):
+                meta = pq.ParquetFile(path).metadata
+                for g in range(meta.num_row_groups):
+                    self.groups.append((f, g))
+                    self.starts.append(at)
+                    at += meta.row_group(g).num_rows
+            self.size = at
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.size))]
+        i = int(index)
+        if i < 0:
+            i += self.size
+        if not 0 <= i < self.size:
+            raise IndexError(f"row {index} is out of range for {self.size} rows")
+        return self.take_rows([i])[0]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.iter_from(0)
+
+    def __reduce__(self) -> Any:  # pickles its arguments (DataLoader workers)
+        data = self.table if self.table is not None else self.files
+        return _rebuild, (data, self.columns, self.batch_rows)
+
+    def iter_from(self, first: int, step: int = 1) -> Iterator[dict[str, Any]]:
+        """Rows ``first, first + step, ...``, reading nothing before ``first``."""
+        at = first
+        for start, batch in self._batches_from(first):
+            rows = batch.to_pylist()
+            while at - start < len(rows):
+                yield rows[at - start]
+                at += step
+
+    def take_rows(self, rows: Sequence[int]) -> list[dict[str, Any]]:
+        """The rows at ``rows``, in that order: each row group read once for all its rows."""
+        if self.table is not None:
+            return self.table.take(list(rows)).to_pylist()  # type: ignore[no-any-return]
+        by_group: dict[int, list[int]] = {}
+        for at, i in enumerate(rows):
+            by_group.setdefault(bisect.bisect_right(self.starts, i) - 1, []).append(at)
+        out: list[Any] = [None] * len(rows)
+        for g, ats in by_group.items():
+            local = [rows[a] - self.starts[g] for a in ats]
+            for a, row in zip(ats, self._read_group(g).take(local).to_pylist(), strict=True):
+                out[a] = row
+        return out
+
+    def _read_group(self, g: int) -> Any:
+        import pyarrow.parquet as pq
+
+        f, group = self.groups[g]
+        return pq.ParquetFile(self.files[f]).read_row_group(group, columns=self.columns)
+
+    def _batches_from(self, first: int) -> Iterator[tuple[int, Any]]:
+        """``(first row of the batch, record batch)`` from the batch holding row ``first``."""
+        if self.table is not None:
+            at = first
+            for batch in self.table.slice(first).to_batches(max_chunksize=self.batch_rows):
+                yield at, batch
+                at += batch.num_rows
+            return
+        import pyarrow.parquet as pq
+
+        g0 = max(bisect.bisect_right(self.starts, first) - 1, 0)
+        for g in range(g0, len(self.groups)):
+            f, group = self.groups[g]
+            at = self.starts[g]
+            pf = pq.ParquetFile(self.files[f])
+            for batch in pf.iter_batches(
+                batch_size=self.batch_rows, row_groups=[group], columns=self.columns
+            ):
+                if at + batch.num_rows > first:
+                    yield at, batch
+                at += batch.num_rows
+
+
+def _rebuild(data: Any, columns: Any, batch_rows: int) -> ArrowRows:
+    return ArrowRows(data, columns=columns, batch_rows=batch_rows)
+
+
+def _parquet_files(data: Any) -> list[str]:
+    if isinstance(data, (str, os.PathLike)):
+        path = os.fspath(data)
+        if os.path.isdir(path):
+            files = sorted(
+                os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet")
+            )
+        else:
+            files = [path]
+    elif (
+        isinstance(data, Sequence) and data and all(isinstance(f, (str, os.PathLike)) for f in data)
+    ):
+        files = [os.fspath(f) for f in data]
+    else:
+        raise TypeError(
+            "data must be a pyarrow.Table, a Parquet file, a directory of Parquet files or a "
+            f"list of Parquet files, got {type(data).__name__} {data!r:.60}"
+        )
+    missing = [f for f in files if not os.path.isfile(f)]
+    if not files or missing:
+        raise ValueError(
+            f"data names no readable Parquet file: {missing[0] if missing else data!r}; pass "
+            "existing .parquet files or a directory holding them"
+        )
+    return files
