@@ -138,7 +138,11 @@ _LIMIT_TEXT = "2**62"
 
 
 def as_lengths(
-    lengths: Any, *, name: str = "lengths", ndim: int | tuple[int, ...] = 1
+    lengths: Any,
+    *,
+    name: str = "lengths",
+    ndim: int | tuple[int, ...] = 1,
+    narrow: bool = False,
 ) -> np.ndarray:
     """Convert per-sample lengths to a non-empty ``int64`` array, or raise one clear error.
 
@@ -147,7 +151,8 @@ def as_lengths(
     integers below ``2**62`` (:data:`MAX_LENGTH`; integral floats such as ``3.0`` are accepted).
     Rejects booleans, NaN, fractional values, negatives, values of ``2**62`` or more (never
     wrapped or rounded), empty input and the wrong number of dimensions, naming the index of the
-    first bad element.
+    first bad element. With ``narrow=True`` an integer array keeps its own type when that type
+    widens to int64 exactly (signed, or unsigned up to 32 bits): a numpy array is not copied.
 
     Example:
         >>> as_lengths([3, 0, 5.0]).tolist()
@@ -160,7 +165,10 @@ def as_lengths(
     allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
     if isinstance(lengths, Lengths) and lengths.array.ndim in allowed:
         return lengths.array  # checked once, at the public entry point
-    return _check_lengths(lengths, name, allowed)
+    arr = _check_lengths(lengths, name, allowed)
+    if narrow and (arr.dtype.kind == "i" or (arr.dtype.kind == "u" and arr.dtype.itemsize <= 4)):
+        return arr  # (its own integer type, which widens to int64 exactly)
+    return arr.astype(np.int64, copy=False)
 
 
 class Lengths:
@@ -257,7 +265,7 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
         if too_big.any():
             idx = np.unravel_index(int(np.argmax(too_big)), arr.shape)
             _raise_too_big(name, _num(arr[idx]), idx)
-    return arr.astype(np.int64, copy=False)
+    return arr if arr.dtype.kind in "iu" else arr.astype(np.int64)  # (as_lengths widens)
 
 
 def _is_tensor(value: Any) -> bool:

@@ -122,7 +122,7 @@ class LengthHistogram:
             if sample_size is not None and sample_size < arr.size:
                 rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5A11]))
                 arr = arr[rng.choice(arr.size, size=sample_size, replace=False)]
-            values, counts = _count(arr)
+            values, counts = length_counts(arr)
         if bin_width > 1 and int(values[-1]) > 0:  # (zero lengths stay zero at any width)
             if -(-int(values[-1]) // bin_width) * bin_width > MAX_LENGTH:
                 raise ValueError(
@@ -668,11 +668,26 @@ def _exact_sum(counts: np.ndarray) -> int:
     return sum(counts.tolist())
 
 
-def _count(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct values and counts: ``bincount`` when the range is small, else a sort."""
+#: Lengths counted per ``bincount`` call (bounded temporaries on large arrays).
+_COUNT_CHUNK = 1 << 20
+
+
+def length_counts(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct values and their counts of checked lengths: a chunked ``bincount`` when the
+    range is small (no temporary of the array's size), else a sort.
+
+    Example:
+        >>> [a.tolist() for a in length_counts(np.array([4, 2, 4], dtype=np.int32))]
+        [[2, 4], [1, 2]]
+    """
     lo, hi = int(arr.min()), int(arr.max())
     if hi - lo <= 4 * arr.size + 1024:
-        counts = np.bincount((arr - lo).ravel(), minlength=hi - lo + 1)
+        flat = arr.reshape(-1)
+        if hi <= 4 * arr.size + 1024:
+            lo = 0  # (no shifted copy)
+        counts = np.zeros(hi - lo + 1, dtype=np.int64)
+        for i in range(0, flat.size, _COUNT_CHUNK):  # (bincount copies its input to int64)
+            counts += np.bincount(flat[i : i + _COUNT_CHUNK] - lo, minlength=hi - lo + 1)
         values = np.flatnonzero(counts)
         return values + lo, counts[values]
     return np.unique(arr, return_counts=True)

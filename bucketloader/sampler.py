@@ -49,7 +49,12 @@ from bucketloader._dist import resolve_ranks
 from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
-from bucketloader.plan.epoch import check_accumulate, check_weights, resolve_weights
+from bucketloader.plan.epoch import (
+    PLAN_VERSION,
+    check_accumulate,
+    check_weights,
+    resolve_weights,
+)
 from bucketloader.plan.promote import Promotion, promoted_spec, promotes
 from bucketloader.plan.report import plan_report
 from bucketloader.plan.spec import SpecShapes
@@ -591,7 +596,8 @@ class BucketSampler(SpecShapes, EpochSampler):
         if (
             isinstance(saved, dict)
             and self.promotion is not None
-            and saved.get("plan_digest") == self._even.digest
+            and saved.get("plan_digest")
+            in (self._plan_digest(spec=self._even), self._plan_digest(1, spec=self._even))
         ):
             budget = self.spec.rule.budget if self.spec.rule is not None else None
             fix = dataclasses.replace(budget, promote=False) if budget is not None else None
@@ -604,7 +610,7 @@ class BucketSampler(SpecShapes, EpochSampler):
         if (
             isinstance(saved, dict)
             and self.spec is not self._given
-            and saved.get("plan_digest") == self._given.digest
+            and saved.get("plan_digest") == self._plan_digest(spec=self._given)
         ):
             budget = self.spec.rule.budget if self.spec.rule is not None else None
             fix = dataclasses.replace(budget, balance=False) if budget is not None else None
@@ -613,6 +619,20 @@ class BucketSampler(SpecShapes, EpochSampler):
                 "(bucketloader 0.2, or TokenBudget(balance=False)); this sampler spreads each "
                 "bucket's samples evenly over the same steps (fewer filler rows, other batch "
                 f"shapes). Build it with max_tokens={fix!r} to resume this state exactly"
+            )
+        if (
+            isinstance(saved, dict)
+            and self.shuffle
+            and saved.get("shuffle") is True
+            and saved.get("plan_digest") == self._plan_digest(plan_version=1)
+        ):
+            raise ValueError(
+                "state was saved by a sampler that shuffled each bucket with numpy's Fisher-Yates "
+                "(plan version 1, bucketloader <= 0.2); this one draws a keyed permutation per "
+                f"bucket (plan version {PLAN_VERSION}, NOTE [ Counter-based shuffle ] in "
+                "bucketloader.plan.permute): the same steps and shapes, other samples in each "
+                "batch, so the state cannot resume its epoch exactly. Start that epoch over with "
+                f"sampler.set_epoch({state.get('epoch')!r}), or go on with the next one"
             )
         super().load_state_dict(state)
 
@@ -626,10 +646,22 @@ class BucketSampler(SpecShapes, EpochSampler):
             "last_batch": self.last_batch,
             "num_samples": int(self.spec.cell_of_sample.size),
             "num_batches": len(self),
-            "plan_digest": self.spec.digest
-            + ("" if self.accumulate == 1 else f"/accumulate={self.accumulate}")
-            + ("" if self.promotion is None else "/promote"),
+            "plan_digest": self._plan_digest(),
         }
+
+    def _plan_digest(self, plan_version: int = PLAN_VERSION, spec: Any = None) -> str:
+        """The digest of ``spec`` (default: the planned one), the accumulation, the promotion
+        and, with ``shuffle``, the version of the within-bucket shuffle (NOTE [ Counter-based
+        shuffle ]); version 1 had no suffix."""
+        promoted = spec is None and self.promotion is not None  # (another spec: not promoted)
+        digest = (self.spec if spec is None else spec).digest
+        if self.accumulate != 1:
+            digest += f"/accumulate={self.accumulate}"
+        if promoted:
+            digest += "/promote"
+        if self.shuffle and plan_version > 1:
+            digest += f"/shuffle={plan_version}"
+        return digest
 
 
 class GroupedDataset(ConcatDataset):

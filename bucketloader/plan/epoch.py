@@ -4,7 +4,9 @@ NOTE [ Epoch plan ]
 Every rank computes the same *global* plan from ``(seed, epoch)`` and takes its slot, so no
 communication is needed:
 
-1. Within-cell shuffle: samples sorted by cell once per spec, then each cell's segment shuffled.
+1. Within-cell shuffle: samples sorted by cell once per spec (``BucketSpec.by_cell``); each cell's
+   order is a keyed permutation drawn per epoch and evaluated only at the positions this rank
+   takes (NOTE [ Counter-based shuffle ] in :mod:`bucketloader.plan.permute`, plan version 2).
 2. Per cell ``c`` (``n_c`` samples, batch size ``B_c``, ``R`` replicas) a *global step* is ``R``
    batches of the cell, one per rank. There are ``n_c // (R·B_c)`` full steps; the ``q`` samples
    left form one last step according to ``last_batch`` (below), or are dropped.
@@ -70,9 +72,16 @@ import numpy as np
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan.accumulate import grouped_steps, interleave_groups, longest_group_first
 from bucketloader.plan.budget import size_values
+from bucketloader.plan.permute import ShuffledOrder, cell_shuffles
 from bucketloader.plan.promote import Promotion, deal, interleave_steps, promoted_order
 from bucketloader.plan.spec import BucketSpec
 
+#: Version of the epoch plan: 2 shuffles each cell with a keyed permutation evaluated only at a
+#: rank's positions (NOTE [ Counter-based shuffle ] in :mod:`bucketloader.plan.permute`); 1 ran
+#: numpy's Fisher-Yates over every cell. Samplers put it in their state's ``plan_digest``.
+PLAN_VERSION = 2
+#: Samples gathered per chunk when an epoch's batches are materialised.
+_GATHER = 1 << 20
 #: Mixed into the seeds of weighted epochs ("mix"), so they never alias the unweighted plan's.
 _MIX = 0x6D6978
 
@@ -297,24 +306,19 @@ def apportion(total: int, weights: np.ndarray) -> np.ndarray:
 
 def _cell_order(
     spec: BucketSpec, cells: np.ndarray | None, perm_ss: np.random.SeedSequence | None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Samples of ``cells`` (all by default) sorted by cell and shuffled within each cell;
+) -> tuple[ShuffledOrder, np.ndarray]:
+    """Samples of ``cells`` (all by default) sorted by cell and shuffled within each cell (a
+    keyed permutation per cell, evaluated lazily: NOTE [ Counter-based shuffle ]);
     ``cell_start[c]`` is where cell ``c``'s samples start (only meaningful for ``cells``)."""
     counts = spec.counts
-    order = spec.by_cell
-    cell_start = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    if cells is not None:
-        parts = [order[cell_start[c] : cell_start[c] + counts[c]] for c in cells.tolist()]
-        order = np.concatenate(parts) if parts else order[:0]
-        sub = np.zeros(counts.size, dtype=np.int64)
-        sub[cells] = np.concatenate([[0], np.cumsum(counts[cells])[:-1]])
-        cell_start = sub
-    if perm_ss is not None:  # one in-place shuffle per cell segment (a loop over cells only)
-        order, rng = order.copy(), np.random.default_rng(perm_ss)
-        which = range(counts.size) if cells is None else cells.tolist()
-        for c in which:
-            s, n = int(cell_start[c]), int(counts[c])
-            rng.shuffle(order[s : s + n])
+    base_start = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    which = np.arange(counts.size) if cells is None else np.asarray(cells, dtype=np.int64)
+    cell_start = np.zeros(counts.size, dtype=np.int64)
+    cell_start[which] = np.concatenate([[0], np.cumsum(counts[which])[:-1]])
+    pis = {} if perm_ss is None else cell_shuffles(perm_ss, counts, which)
+    order = ShuffledOrder(
+        spec.by_cell, base_start[which], counts[which], [pis.get(c) for c in which.tolist()]
+    )
     return order, cell_start
 
 
@@ -341,7 +345,7 @@ def _interleave(
 
 def _weighted(
     spec: BucketSpec, w: np.ndarray, seed: int, epoch: int, shuffle: bool, num_replicas: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[ShuffledOrder, np.ndarray, np.ndarray, np.ndarray]:
     """(order, step cells, step j, segment start per step) of a weighted epoch."""
     per_group, live = check_weights(spec, w, num_replicas)
     ngroups = len(spec.group_values)
@@ -349,7 +353,7 @@ def _weighted(
     share = np.zeros(ngroups, dtype=np.int64)
     if live.any():
         share[live] = apportion(total, w[live] / w[live].sum())
-    orders: list[np.ndarray] = []
+    orders: list[ShuffledOrder] = []
     offset = 0
     parts_c, parts_j, parts_seg, parts_g, parts_t = [], [], [], [], []
     for g in range(ngroups):
@@ -375,13 +379,13 @@ def _weighted(
             offset += order.size
     if not parts_c:
         empty = np.zeros(0, dtype=np.int64)
-        return spec.by_cell[:0], empty, empty, empty
+        return ShuffledOrder(spec.by_cell, [], [], []), empty, empty, empty
     sc, sj, seg = np.concatenate(parts_c), np.concatenate(parts_j), np.concatenate(parts_seg)
     grp, t = np.concatenate(parts_g), np.concatenate(parts_t)
     key_ss = np.random.SeedSequence([seed, epoch, _MIX])
     u = np.random.default_rng(key_ss).random(sc.size) if shuffle else 0.5
     pick = np.lexsort((grp, (t + u) / share[grp]))
-    return np.concatenate(orders), sc[pick], sj[pick], seg[pick]
+    return ShuffledOrder.concat(orders, spec.by_cell), sc[pick], sj[pick], seg[pick]
 
 
 def _longest_first(
@@ -405,7 +409,7 @@ def _materialize(
     spec: BucketSpec,
     num_replicas: int,
     rank: int,
-    order: np.ndarray,
+    order: ShuffledOrder,
     sc: np.ndarray,
     sj: np.ndarray,
     seg: np.ndarray,
@@ -431,10 +435,44 @@ def _materialize(
             s_size = np.maximum(s_size, 1)
         start[last], size[last] = s_start, s_size
     offsets = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
-    within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], size)
-    pos = (np.repeat(start, size) + within) % np.repeat(counts[sc], size)
-    indices = order[pos + np.repeat(seg, size)]
+    indices = _gather(order, offsets, start, counts[sc], seg)
     return EpochPlan(indices=indices, offsets=offsets, cells=sc, partial=last)
+
+
+def _gather(
+    order: ShuffledOrder,
+    offsets: np.ndarray,
+    start: np.ndarray,
+    count: np.ndarray,
+    seg: np.ndarray,
+) -> np.ndarray:
+    """The samples of batches ``i`` (``offsets[i + 1] - offsets[i]`` of them): positions
+    ``start[i], start[i] + 1, ...`` (cyclically, mod ``count[i]``) of the cell segment that
+    starts at ``seg[i]`` in ``order``. Batches are taken in chunks of about ``_GATHER``
+    samples and, within a chunk, segment by segment (each segment's permutation evaluated once
+    per chunk), so no temporary grows with the epoch: only the result, one index per sample
+    in ``order``'s index type."""
+    size = np.diff(offsets)
+    out = np.empty(int(offsets[-1]), dtype=order.base.dtype)
+    sid = order.segment_at(seg)
+    first = 0
+    while first < size.size:
+        last = int(np.searchsorted(offsets, offsets[first] + _GATHER, side="right")) - 1
+        last = min(max(last, first + 1), size.size)
+        by_seg = first + np.argsort(sid[first:last], kind="stable")
+        cut = np.flatnonzero(np.diff(sid[by_seg])) + 1
+        for group in np.split(by_seg, cut):  # (one segment: one cell, one count)
+            sz = size[group]
+            before = np.cumsum(sz) - sz
+            step = np.arange(int(sz.sum()))
+            slot = np.repeat(offsets[group] - before, sz) + step
+            pos = np.repeat(start[group] - before, sz) + step
+            n = int(count[group[0]])
+            if int(pos.max()) >= n:  # repeats wrap around the cell
+                pos %= n
+            out[slot] = order.take(int(sid[group[0]]), pos)
+        first = last
+    return out
 
 
 def _promoted(

@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from bucketloader.plan.budget import even_batch, size_values
+from bucketloader.plan.permute import ShuffledOrder
 from bucketloader.plan.spec import BucketSpec
 
 
@@ -198,15 +200,13 @@ def promoted_spec(spec: BucketSpec, num_replicas: int) -> tuple[BucketSpec, Prom
 
 
 def promoted_order(
-    order: np.ndarray, cell_start: np.ndarray, counts: np.ndarray, p: Promotion
-) -> tuple[np.ndarray, np.ndarray]:
+    order: Any, cell_start: np.ndarray, counts: np.ndarray, p: Promotion
+) -> tuple[Any, np.ndarray]:
     """Samples regrouped by the cell that batches them: each cell's own samples that stay (the
     head of its shuffled segment), then the samples promoted into it (by source cell).
     Returns ``(order, start)``; cell ``c`` holds ``order[start[c] : start[c + 1]]``."""
     k = counts.size
-    parts: list[list[np.ndarray]] = [
-        [order[cell_start[c] : cell_start[c] + p.stay[c]]] for c in range(k)
-    ]
+    parts: list[list[Any]] = [[order[cell_start[c] : cell_start[c] + p.stay[c]]] for c in range(k)]
     taken = p.stay.astype(np.int64).copy()
     for src, dst, n in p.moves.tolist():
         a = int(cell_start[src] + taken[src])
@@ -214,7 +214,10 @@ def promoted_order(
         taken[src] += n
     held = np.array([sum(x.size for x in ps) for ps in parts], dtype=np.int64)
     flat = [x for ps in parts for x in ps]
-    out = np.concatenate(flat) if flat else order[:0]
+    if isinstance(order, ShuffledOrder):  # (a lazy order: NOTE [ Counter-based shuffle ])
+        out: Any = ShuffledOrder.concat(flat, order.base)
+    else:
+        out = np.concatenate(flat) if flat else order[:0]
     return out, np.concatenate([[0], np.cumsum(held)])
 
 
@@ -230,10 +233,14 @@ def interleave_steps(
     return step_cell[pick], step_j[pick]
 
 
+#: Samples dealt per chunk (bounded temporaries; the result is the only array of the epoch).
+_DEAL = 1 << 20
+
+
 def deal(
     p: Promotion,
     start: np.ndarray,
-    order: np.ndarray,
+    order: Any,
     num_replicas: int,
     rank: int,
     sc: np.ndarray,
@@ -263,8 +270,17 @@ def deal(
     ps = b * (pm // mm) + np.maximum(b - cut, 0)
     size = nb + pb
     offsets = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
-    within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], size)
-    first = np.repeat(start[sc], size)
-    own = within < np.repeat(nb, size)
-    pos = np.where(own, np.repeat(ns, size) + within, np.repeat(w + ps - nb, size) + within)
-    return order[first + pos], offsets
+    dtype = order.base.dtype if isinstance(order, ShuffledOrder) else np.asarray(order).dtype
+    out = np.empty(int(offsets[-1]), dtype=dtype)
+    own_at, promoted_at = start[sc] + ns, start[sc] + w + ps - nb
+    i = 0
+    while i < size.size:  # batches in chunks of about _DEAL samples (bounded temporaries)
+        j = int(np.searchsorted(offsets, offsets[i] + _DEAL, side="right")) - 1
+        j = min(max(j, i + 1), size.size)
+        sz, a = size[i:j], int(offsets[i])
+        within = np.arange(int(offsets[j]) - a) - np.repeat(offsets[i:j] - a, sz)
+        own = within < np.repeat(nb[i:j], sz)
+        pos = np.where(own, np.repeat(own_at[i:j], sz), np.repeat(promoted_at[i:j], sz))
+        out[a : int(offsets[j])] = order[pos + within]
+        i = j
+    return out, offsets

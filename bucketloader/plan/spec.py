@@ -6,6 +6,21 @@ group, optionally on multiples of ``pad_to_multiple_of``), the cells and their b
 [ The batch-size rule ] in :mod:`bucketloader.plan.budget`), and the last-batch policy. *How an
 epoch is iterated* (shuffle, seed, ranks, weights, resume) is the sampler's:
 :class:`~bucketloader.BucketSampler` takes either lengths and these options, or a ready spec.
+
+NOTE [ A lean build ]
+One input with every sample planned (no ``groups``, ``filter``, ``shapes``, length limits,
+joint plan or ``oversize="drop"``) is built in O(N) passes with bounded temporaries: the
+histogram (chunked ``bincount``), the boundaries and cells from it, the cell of every sample
+through a table ``length -> cell`` in the narrowest signed type (``int8`` up to 127 cells), the
+samples per cell from the histogram. ``by_cell`` is a stable counting sort (a radix argsort per
+chunk of 8/16-bit cell ids, scattered per cell) into ``int32`` indices, equal to a stable
+``argsort`` of the cells; the digest hashes the cell ids chunk by chunk. Nothing of N elements
+is ``int64``. A 1-D integer numpy array (signed, or unsigned up to 32 bits) is *held as it is*,
+as a read-only view, not copied: do not write to it while the sampler lives. Other inputs
+(lists, tensors, floats, ``uint64``) are converted to ``int64`` as before. The other plans
+take the general path (the same spec, more memory). At 100 M lengths and rank 0 of 8 a
+``BucketSampler`` builds and plans its epoch in a fraction of ``np.argsort``'s time
+(``benchmarks/results/scale.md``).
 """
 
 from __future__ import annotations
@@ -23,6 +38,7 @@ from numpy.typing import ArrayLike
 from bucketloader._types import Cache, LengthsLike, PerInput, Size, Strategy
 from bucketloader._validation import Lengths, as_lengths, check_int
 from bucketloader.boundaries import round_up
+from bucketloader.histogram import LengthHistogram, length_counts
 from bucketloader.plan.budget import BatchRule, even_batch, exact_sizes, resolve_size, size_values
 from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
@@ -36,6 +52,10 @@ from bucketloader.strategies.joint import Joint, resolve_joint, solve_joint
 #: Samples left out by ``filter=`` and by ``shapes=`` (NOTEs in :mod:`bucketloader.plan.select`).
 LEFT_OUT = ("filter", "no_shape")
 
+#: Samples per chunk of the counting passes (bounded temporaries: NOTE [ A lean build ]).
+CHUNK = 1 << 20
+#: Cell ids per chunk of the counting sort (``by_cell``).
+SORT_CHUNK = 1 << 16
 #: Buckets per input when neither ``num_buckets`` nor ``boundaries`` is given.
 DEFAULT_NUM_BUCKETS = 8
 #: A strategy: a registered name or a callable.
@@ -142,18 +162,13 @@ class BucketSpec:
     @functools.cached_property
     def counts(self) -> np.ndarray:
         """Samples per cell."""
-        cells = self.cell_of_sample if self.kept is None else self.cell_of_sample[self.kept]
-        return np.bincount(cells, minlength=self.cells.num_cells)
+        return count_cells(self.cell_of_sample, self.cells.num_cells)
 
     @functools.cached_property
     def by_cell(self) -> np.ndarray:
-        """Planned sample indices sorted by cell, in index order within a cell (unshuffled)."""
-        kept = self.kept
-        cells = self.cell_of_sample if kept is None else self.cell_of_sample[kept]
-        if self.cells.num_cells <= 1 << 16:  # 16-bit keys: numpy's stable sort is a radix sort
-            cells = cells.astype(np.uint16)
-        order = np.argsort(cells, kind="stable")
-        return order if kept is None else kept[order]
+        """Planned sample indices sorted by cell, in index order within a cell (unshuffled):
+        a counting sort into ``int32`` (``int64`` from ``2**31`` samples)."""
+        return sort_by_cell(self.cell_of_sample, self.counts)
 
     @property
     def truncate(self) -> tuple[int | None, ...] | None:
@@ -161,8 +176,10 @@ class BucketSpec:
         return None if self.limits is None else self.limits.truncate
 
     def planned_lengths(self) -> np.ndarray:
-        """``(N, D)`` lengths as planned: cut to ``max_length`` under ``overflow="truncate"``."""
+        """``(N, D)`` int64 lengths as planned: cut to ``max_length`` under
+        ``overflow="truncate"``."""
         table = self.lengths if self.lengths.ndim == 2 else self.lengths[:, None]
+        table = table.astype(np.int64, copy=False)
         cut = self.truncate
         if cut is None:
             return table
@@ -173,7 +190,8 @@ class BucketSpec:
     def digest(self) -> str:
         """Short SHA-256 of everything that shapes an epoch (for strict state loading)."""
         h = hashlib.sha256()
-        h.update(np.ascontiguousarray(self.cell_of_sample, dtype=np.int32).tobytes())
+        for i in range(0, self.cell_of_sample.size, CHUNK):  # = hashing it whole as int32
+            h.update(self.cell_of_sample[i : i + CHUNK].astype(np.int32).tobytes())
         for arr in (self.cells.lengths, self.cells.batch, self.cells.group):
             h.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
         h.update(self.last_batch.encode())
@@ -370,6 +388,44 @@ class BucketSpec:
         ks_in = [check_int("num_buckets", k, minimum=1) for k in ks_in]
         strategies = per_input("strategy", strategy or "optimal", names, scalar=(str,))
 
+        budget = rule.budget
+        if (
+            len(names) == 1
+            and gids is None
+            and joint is None
+            and shapes is None
+            and filter is None
+            and not limits.active
+            and (budget is None or budget.oversize != "drop")
+        ):  # NOTE [ A lean build ]
+            given_b = group_boundaries(boundaries, 0, (0,), names)
+            lean = _lean_cells(
+                table[:, 0],
+                shaping,
+                given=None if given_b is None else given_b[0],
+                num_buckets=ks_in[0],
+                strategy=strategies[0],
+                max_shapes=max_shapes,
+                size=size,
+                cache=cache,
+            )
+            if lean is not None:
+                cells, cell_of, counts = lean
+                spec = cls(
+                    lengths=declared,
+                    groups=None,
+                    cells=cells,
+                    cell_of_sample=cell_of,
+                    last_batch=shaping.last_batch,
+                    limits=limits,
+                    filtered={"too_short": 0, "too_long": 0, "truncated": 0, "oversize": 0},
+                    rule=rule,
+                    size=size,
+                    joint=None,
+                )
+                spec.__dict__["counts"] = counts  # (a cached_property, known from the histogram)
+                return spec
+
         planned, keep, filtered = limits.apply(table)
         given_shapes = None
         if filter is not None:
@@ -391,7 +447,6 @@ class BucketSpec:
             lattice = lattice_of(given_shapes)
             boundaries = lattice[0] if len(names) == 1 else lattice
         filtered["oversize"] = 0
-        budget = rule.budget
         if budget is not None and budget.oversize == "drop":
             alone = size_values(planned, size) > budget.max_tokens  # cannot fit even unpadded
             filtered["oversize"] = int((alone & keep).sum())
@@ -491,6 +546,7 @@ class BucketSpec:
                 kept_codes.append(code[mask])
                 kept_sels.append(sel[mask])
             codes, sels = kept_codes, kept_sels
+        cell_of = cell_of.astype(cell_dtype(cells.num_cells))
         cell_of.setflags(write=False)
         return cls(
             lengths=declared,
@@ -504,6 +560,116 @@ class BucketSpec:
             size=size,
             joint=tuple(joint_info) if joint is not None else None,
         )
+
+
+def _lean_cells(
+    col: np.ndarray,
+    shaping: Shaping,
+    *,
+    given: Any,
+    num_buckets: int,
+    strategy: Any,
+    max_shapes: int | None,
+    size: Any,
+    cache: Any,
+) -> tuple[Cells, np.ndarray, np.ndarray] | None:
+    """NOTE [ A lean build ]: one input, every sample planned. The cells from the histogram,
+    then the cell of every sample through a table ``length -> cell``, in chunks.
+
+    Returns ``(cells, cell of every sample, samples per cell)``, or ``None`` when a cell's
+    batch size is below 1 (the full build then raises or drops, as it always has).
+    """
+    values, freq = length_counts(col)
+    if given is None:
+        b = compute_boundaries(
+            LengthHistogram(values, freq),
+            num_buckets,
+            strategy=strategy,
+            cache=cache,
+            pad_to_multiple_of=shaping.multiples[0],
+            **budget_options(strategy, shaping.rule, size, 1),
+        )
+    else:
+        b = shaping.given(given, 0, longest=int(values[-1]))
+    code = lattice_codes([b], values[:, None])
+    occupancy = np.zeros(b.size, dtype=np.int64)
+    np.add.at(occupancy, code, freq)
+    cells = plan_shapes(shaping, [(b,)], occupancy=[occupancy], max_shapes=max_shapes, size=size)
+    if (cells.batch < 1).any():
+        return None
+    cell_v = cells.lookup[0][code]
+    counts = np.zeros(cells.num_cells, dtype=np.int64)
+    np.add.at(counts, cell_v, freq)
+    dtype = cell_dtype(cells.num_cells)
+    out = np.empty(col.size, dtype=dtype)
+    table = None
+    if int(values[-1]) <= 4 * col.size + 1024:
+        table = np.zeros(int(values[-1]) + 1, dtype=dtype)
+        table[values] = cell_v
+    for i in range(0, col.size, CHUNK):
+        part = col[i : i + CHUNK]
+        if table is not None:
+            np.take(table, part, out=out[i : i + CHUNK])
+        else:
+            out[i : i + CHUNK] = cell_v[np.searchsorted(values, part)]
+    out.setflags(write=False)
+    counts.setflags(write=False)
+    return cells, out, counts
+
+
+def cell_dtype(num_cells: int) -> np.dtype:
+    """The narrowest signed integer type for cell ids ``-1 .. num_cells - 1``.
+
+    Example:
+        >>> cell_dtype(16), cell_dtype(200)
+        (dtype('int8'), dtype('int16'))
+    """
+    for t in (np.int8, np.int16, np.int32):
+        if num_cells <= np.iinfo(t).max:
+            return np.dtype(t)
+    return np.dtype(np.int64)
+
+
+def count_cells(cell_of: np.ndarray, num_cells: int) -> np.ndarray:
+    """Samples per cell (cell ``-1``, left out, not counted), in chunks (``np.bincount``
+    alone would copy every id to ``int64``).
+
+    Example:
+        >>> count_cells(np.array([1, -1, 1, 0], dtype=np.int8), 3).tolist()
+        [1, 2, 0]
+    """
+    counts = np.zeros(num_cells + 1, dtype=np.int64)
+    for i in range(0, cell_of.size, CHUNK):
+        counts += np.bincount(cell_of[i : i + CHUNK].astype(np.int64) + 1, minlength=num_cells + 1)
+    return counts[1:]
+
+
+def sort_by_cell(cell_of: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Indices of the samples of cells ``0 .. K-1`` (``K = counts.size``) sorted by cell, in
+    index order within a cell (``-1`` left out): a stable counting sort, chunk by chunk, into
+    ``int32`` (``int64`` from ``2**31`` samples). Equal to a stable ``argsort`` of the cells.
+
+    Example:
+        >>> sort_by_cell(np.array([1, -1, 0, 1, 0], dtype=np.int8), np.array([2, 2])).tolist()
+        [2, 4, 0, 3]
+    """
+    k = int(counts.size)
+    out = np.empty(int(counts.sum()), dtype=np.int32 if cell_of.size < 1 << 31 else np.int64)
+    at = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    key = cell_of.dtype if cell_of.dtype.itemsize <= 2 else np.int16 if k < 1 << 15 else np.int64
+    cuts = np.arange(-1, k + 1).astype(key)
+    for i in range(0, cell_of.size, SORT_CHUNK):  # (cache-sized chunks: a faster radix sort)
+        part = cell_of[i : i + SORT_CHUNK].astype(key, copy=False)
+        order = np.argsort(part, kind="stable")  # a radix sort on 8/16-bit keys
+        edges = np.searchsorted(np.take(part, order), cuts)  # (cheaper than bincount)
+        s, per = int(edges[1]), np.diff(edges[1:])  # (the samples of cell -1 sort first)
+        for c in np.flatnonzero(per).tolist():
+            m = int(per[c])
+            np.add(order[s : s + m], i, out=out[at[c] : at[c] + m], casting="unsafe")
+            at[c] += m
+            s += m
+    out.setflags(write=False)
+    return out
 
 
 class SpecShapes:
@@ -604,9 +770,10 @@ def parse_lengths(
         table = np.stack(cols, axis=1)
         table.setflags(write=False)
         return table, table, names
-    arr = as_lengths(lengths, ndim=(1, 2))
-    if isinstance(lengths, np.ndarray) and np.shares_memory(arr, lengths):  # our own copy
-        arr = arr.copy()
+    held = isinstance(lengths, np.ndarray) and lengths.ndim == 1  # NOTE [ A lean build ]
+    arr = as_lengths(lengths, ndim=(1, 2), narrow=held)
+    if isinstance(lengths, np.ndarray) and np.shares_memory(arr, lengths):
+        arr = arr.view() if held else arr.copy()  # held as it is, or our own copy
     arr.setflags(write=False)
     if arr.ndim == 1:
         return arr, arr[:, None], ("length",)
