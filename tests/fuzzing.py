@@ -53,6 +53,13 @@ FOREIGN = (
     "unhashable type",
     "takes from",
     "positional argument",
+    "list indices must be",
+    "has no len()",
+    "not implemented for",
+    "cannot be interpreted as an integer",
+    "int() argument must be",
+    "must have same number of dimensions",
+    "zero-dimensional tensor",
 )
 
 

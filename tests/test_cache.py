@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import free_port
+from conftest import free_port, run_ranks
 
 from bucketloader import compute_boundaries, register_strategy
 from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
@@ -586,20 +586,12 @@ def test_distributed_rank0_solves_and_broadcasts(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(_DIST_WORKER)
     port, shared = str(free_port()), str(tmp_path / "shared")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(r), port, shared, str(tmp_path / f"local{r}")],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    outs = [p.communicate(timeout=120) for p in procs]
+    logs = run_ranks(
+        lambda r: [str(script), str(r), port, shared, str(tmp_path / f"local{r}")], 2, timeout=120
+    )
     results = []
-    for p, (stdout, stderr) in zip(procs, outs, strict=True):
-        assert p.returncode == 0, stderr
-        line = next(x for x in stdout.splitlines() if x.startswith("RESULT "))
+    for log in logs:
+        line = next(x for x in log.splitlines() if x.startswith("RESULT "))
         results.append(json.loads(line[len("RESULT ") :]))
     r0, r1 = results
     expected3 = compute_boundaries(LENGTHS, 3).tolist()

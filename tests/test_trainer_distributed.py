@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import free_port, load_real
+from conftest import free_port, load_real, run_ranks
 
 transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
@@ -97,10 +98,8 @@ def _worker(rank, world, port, out):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_gloo_processes_evaluate_and_predict_like_one(tmp_path):
-    import torch.multiprocessing as mp
-
-    out = str(tmp_path / "rank")
-    mp.start_processes(_worker, args=(2, free_port(), out), nprocs=2, start_method="spawn")
+    out, port = str(tmp_path / "rank"), str(free_port())
+    run_ranks(lambda r: [__file__, "worker", str(r), "2", port, out], 2, timeout=240)
     ranks = [json.loads(open(f"{out}-{r}.json").read()) for r in range(2)]
     ds, make, seen = _setup()
     one = make(str(tmp_path / "single"))
@@ -114,3 +113,7 @@ def test_two_gloo_processes_evaluate_and_predict_like_one(tmp_path):
         assert r["metrics"]["eval_accuracy"] == metrics["eval_accuracy"]
         assert r["metrics"]["eval_loss"] == pytest.approx(metrics["eval_loss"], rel=1e-6)
         assert {tuple(s) for s in r["shapes"]} == set(one.eval_bucketing.sampler.shapes)
+
+
+if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "worker":
+    _worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])

@@ -85,7 +85,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bucketloader._validation import check_bool, check_int
+from bucketloader._validation import MissingKeyError, check_bool, check_int
 from bucketloader.pack.spec import PackTable
 
 __all__ = ["IGNORE_INDEX", "PackCollator"]
@@ -110,7 +110,9 @@ class PackCollator:
     Token ids and labels follow :class:`~bucketloader.PadCollator`'s rule that no value is lost,
     with one output dtype, ``int64``: integer (and bool) tensors, arrays and lists are converted
     exactly; float or complex ids, and ints ``int64`` cannot hold, are refused with the sample's
-    batch position rather than truncated or rounded.
+    batch position rather than truncated or rounded. A batch holds dicts or bare token sequences
+    (lists, tuples, arrays or tensors; every element of an n-d one is a token), not both; dict
+    samples carry their labels all or none.
 
     Args:
         table: the sampler's :class:`~bucketloader.pack.PackTable` (``sampler.table``).
@@ -178,24 +180,36 @@ class PackCollator:
 
     # --- reading the samples ---------------------------------------------------------------
     def _tokens(self, samples: Any) -> tuple[list[Any], list[Any] | None]:
+        """The token sequences (and the samples' own labels, when they carry them), every one
+        a list, tuple, array or tensor: anything else is one error naming its batch position."""
         first = samples[0]
+        kinds = set(map(type, samples))
         if isinstance(first, Mapping):
-            try:
-                ids = [s[self.key] for s in samples]
-            except KeyError:
-                raise KeyError(
-                    f"samples are dicts without the token field key={self.key!r} (a sample has "
-                    f"{list(first)[:8]}); pass PackCollator(key=...)"
-                ) from None
-            if self.labels_key is not None and self.labels_key in first:
-                return ids, [s[self.labels_key] for s in samples]
-            return ids, None
-        if isinstance(first, (list, tuple, np.ndarray, torch.Tensor)):
-            return list(samples), None
-        raise TypeError(
-            f"samples must be dicts with a {self.key!r} field or token sequences (lists, arrays, "
-            f"tensors), got {type(first).__name__}"
-        )
+            if not all(issubclass(k, Mapping) for k in kinds):
+                pos, other = next(
+                    (i, s) for i, s in enumerate(samples) if not isinstance(s, Mapping)
+                )
+                raise TypeError(
+                    f"samples mix dicts and {type(other).__name__}s (the sample at batch position "
+                    f"{pos}); a batch holds dicts with a {self.key!r} field or token sequences, "
+                    "not both"
+                )
+            ids = _field(samples, self.key, "key")
+            labels = None
+            if self.labels_key is not None:
+                have = [self.labels_key in s for s in samples]
+                if all(have):
+                    labels = _field(samples, self.labels_key, "labels_key")
+                elif any(have):
+                    raise ValueError(
+                        f"the sample at batch position {have.index(not have[0])} "
+                        f"{'lacks' if have[0] else 'has'} the labels field {self.labels_key!r} "
+                        f"that the sample at position 0 {'has' if have[0] else 'lacks'}; give "
+                        "every sample of a batch its labels, or none (labels_key=None ignores them)"
+                    )
+            return ids, labels
+        _check_sequences(samples, kinds, "samples", None)
+        return list(samples), None
 
     # --- collation -------------------------------------------------------------------------
     def __call__(self, samples: Any) -> dict[str, Any]:
@@ -225,24 +239,14 @@ class PackCollator:
                 rows, width = planned
                 return self._layout([], None, [], [], rows, width, shape)
         ids, labels = self._tokens(samples)
-        first = ids[0]
-        kinds = set(map(type, ids))
-        if kinds == {torch.Tensor} and first.ndim == 1:
-            lens = list(map(torch.Tensor.numel, ids))  # Tensor.__len__ is slow
-        elif isinstance(first, (torch.Tensor, np.ndarray)) or len(kinds) > 1:
-            # n-d or mixed samples: every element counts
-            lens = [
-                int(np.prod(x.shape)) if isinstance(x, (torch.Tensor, np.ndarray)) else len(x)
-                for x in ids
-            ]
-        else:
-            lens = list(map(len, ids))
+        ids, lens = _flat(ids)
         if labels is not None:
-            bad = [i for i, lab in enumerate(labels) if len(lab) != lens[i]]
+            labels, counts = _flat(labels)
+            bad = [i for i, n in enumerate(counts) if n != lens[i]]
             if bad:
                 i = bad[0]
                 raise ValueError(
-                    f"sample {i} of the batch has {lens[i]} tokens but {len(labels[i])} labels "
+                    f"sample {i} of the batch has {lens[i]} tokens but {counts[i]} labels "
                     f"({self.labels_key!r}); labels must align with the tokens"
                 )
         longest = max(lens)
@@ -397,6 +401,54 @@ def _next_fit(lens: list[int], width: int) -> list[tuple[int, int, int]]:
     return spans
 
 
+#: What a token sequence may be (a dict sample's token and labels fields too).
+_SEQUENCES = (list, tuple, np.ndarray, torch.Tensor)
+
+
+def _check_sequences(values: Any, kinds: set[type], what: str, field: Any) -> None:
+    """Every value a list, tuple, array or tensor, or a TypeError naming the first that is not."""
+    if all(issubclass(k, _SEQUENCES) for k in kinds):
+        return
+    pos, bad = next((i, v) for i, v in enumerate(values) if not isinstance(v, _SEQUENCES))
+    where = "the sample" if field is None else f"field {field!r} of the sample"
+    raise TypeError(
+        f"{what} must be dicts with a token field or token sequences (lists, tuples, arrays, "
+        f"tensors), but {where} at batch position {pos} is {type(bad).__name__}"
+    )
+
+
+def _field(samples: Any, field: Any, option: str) -> list[Any]:
+    """``samples[i][field]`` for every sample, each a token sequence, or one error naming the
+    sample's batch position and the collator's ``option``."""
+    try:
+        values = [s[field] for s in samples]
+    except KeyError:
+        pos, sample = next((i, s) for i, s in enumerate(samples) if field not in s)
+        raise MissingKeyError(
+            f"the sample at batch position {pos} has no field {option}={field!r} (it has "
+            f"{list(sample)[:8]}); pass PackCollator({option}=...)"
+        ) from None
+    _check_sequences(values, set(map(type, values)), "samples", field)
+    return values
+
+
+def _flat(values: list[Any]) -> tuple[list[Any], list[int]]:
+    """Token sequences as 1-D (arrays and tensors of any dims flattened: every element is a
+    token) and their lengths."""
+    kinds = set(map(type, values))
+    if kinds == {torch.Tensor}:
+        if any(v.ndim != 1 for v in values):
+            values = [v.reshape(-1) for v in values]
+        return values, list(map(torch.Tensor.numel, values))  # Tensor.__len__ is slow
+    if kinds == {list}:
+        return values, list(map(len, values))
+    values = [
+        v.reshape(-1) if isinstance(v, (torch.Tensor, np.ndarray)) and v.ndim != 1 else v
+        for v in values
+    ]
+    return values, [v.numel() if isinstance(v, torch.Tensor) else len(v) for v in values]
+
+
 @functools.lru_cache(maxsize=16)
 def _arange(size: int) -> np.ndarray:
     out = np.arange(size, dtype=np.int64)
@@ -465,8 +517,8 @@ def _as_int64(value: Any, pos: int, key: Any) -> np.ndarray:
                 f"token ids must be integers, but {where} is a tensor of dtype {value.dtype}; "
                 "cast it in the dataset (.long()): ids are never rounded"
             )
-        if value.dtype == torch.uint64 and value.numel() and bool(value.max() > _INT64_MAX):
-            raise ValueError(f"{where} holds an id int64 cannot hold ({int(value.max())})")
+        if value.dtype == torch.uint64:  # torch has no max() for uint64: check in numpy
+            return _as_int64(value.numpy(), pos, key)
         return value.reshape(-1).to(torch.int64).numpy()
     if isinstance(value, np.ndarray):
         if value.dtype.kind not in "biu":
@@ -477,13 +529,16 @@ def _as_int64(value: Any, pos: int, key: Any) -> np.ndarray:
         if value.dtype.kind == "u" and value.size and int(value.max()) > _INT64_MAX:
             raise ValueError(f"{where} holds an id int64 cannot hold ({int(value.max())})")
         return value.reshape(-1).astype(np.int64)
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+    if not isinstance(value, (list, tuple)):
         raise TypeError(
             f"token sequences must be flat lists of ints, arrays or tensors, but {where} is "
             f"{type(value).__name__}"
         )
-    bad = next((x for x in value if not isinstance(x, (numbers.Integral, np.bool_))), None)
-    if bad is not None:
+    pos_bad = next(
+        (i for i, x in enumerate(value) if not isinstance(x, (numbers.Integral, np.bool_))), None
+    )
+    if pos_bad is not None:  # (an index: the offending value itself may be None)
+        bad = value[pos_bad]
         raise TypeError(
             f"token ids must be integers, but {where} holds {bad!r} ({type(bad).__name__}); ids "
             "are never rounded: convert them to ints in the dataset"

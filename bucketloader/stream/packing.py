@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from bucketloader._dist import resolve_ranks
-from bucketloader._validation import check_choice, check_int
+from bucketloader._validation import MAX_LENGTH, check_choice, check_int
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
 from bucketloader.plan import SamplingReport
 from bucketloader.plan.budget import BatchRule
@@ -99,7 +99,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             ``"fill"`` (topped up with repeats of its own rows) or ``"drop"``. With
             ``steps_per_epoch``: ``"pad"`` or ``"fill"``.
         max_documents: at most this many documents per batch (``cu_seqlens`` has
-            ``max_documents + B + 1`` entries); default ``B * L`` (any document >= 1 token).
+            ``max_documents + B + 1`` entries), between ``B`` and ``B * L`` (the default: any
+            document >= 1 token).
         num_replicas, rank: ranks (default: from ``torch.distributed``). With more than one,
             ``steps_per_epoch`` is required and every rank makes exactly that many steps of the
             one shape (NOTE [ A packing stream split over ranks ] in
@@ -146,7 +147,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         self.source = check_source(source)
         self.length_fn = length_fn
         self._measure = make_length_fn(length_fn)
-        self.row_length = check_int("row_length", row_length, minimum=1)
+        self.row_length = check_int("row_length", row_length, minimum=1, maximum=MAX_LENGTH)
         rule = BatchRule.parse(batch_size, max_tokens)  # the sampler's batch-size rule
         (self.batch_size,) = row_batch_sizes(rule, (self.row_length,))
         self.open_rows = check_int("open_rows", open_rows, minimum=1)
@@ -158,6 +159,11 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             default if max_documents is None else max_documents,
             minimum=self.batch_size,
         )
+        if self.max_documents > default:  # a larger bound only lengthens every cu_seqlens
+            raise ValueError(
+                f"max_documents must be <= batch_size * row_length = {default} (one document per "
+                f"token at most), got max_documents={self.max_documents}"
+            )
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
         self.steps_per_epoch = check_steps(
             steps_per_epoch,
