@@ -374,6 +374,7 @@ def bucket_table(
     real = real_sums
     batch = np.zeros(b.size, dtype=np.int64)
     shapes: list[list[int] | None] = [None] * b.size
+    steps: dict[int, int] = {}  # bucket edge -> planned batches (a plan with a batch rule only)
     if batch_size is not None or max_tokens is not None:
         too_small = b[b > max_tokens] if max_tokens is not None else b[:0]
         if too_small.size:
@@ -389,7 +390,6 @@ def bucket_table(
             int(c[0]): int(bs) for c, bs in zip(spec.cell_lengths, spec.cell_batch, strict=True)
         }
         table = {tuple(int(x) for x in s) for s in spec.shape_table().shapes}
-        steps: dict[int, int] = {}
         if max_tokens is not None:  # a one-rank sampler's even rows, from the true counts
             for i, edge in enumerate(b.tolist()):  # (NOTE [ Even batches ])
                 if edge in planned:
