@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 
 import numpy as np
 import pytest
@@ -67,14 +68,21 @@ def _source(kind, lengths, tmp_path):
     return ArrowRows(tmp_path, batch_rows=50)
 
 
-def _bucket(source):
+def _bucket(source, **kw):
     return BucketIterable(
-        source, length_fn="input_ids", boundaries=[8, 16, 32, 60], batch_size=4, shuffle_buffer=32
+        source,
+        length_fn="input_ids",
+        boundaries=[8, 16, 32, 60],
+        batch_size=4,
+        shuffle_buffer=32,
+        **kw,
     )
 
 
-def _pack(source):
-    return PackIterable(source, length_fn="input_ids", row_length=64, batch_size=2, open_rows=8)
+def _pack(source, **kw):
+    return PackIterable(
+        source, length_fn="input_ids", row_length=64, batch_size=2, open_rows=8, **kw
+    )
 
 
 def _ids(batches):
@@ -168,3 +176,89 @@ def test_hf_iterable_resume_rereads_only_the_segments_holding_buffered_samples(
         assert state["read"] - segments[-1][0] <= 64
         assert len(reads) <= 64 * len(segments) < state["read"]
         assert len(reads) < state["read"] - state["source"]["position"]  # less than one replay
+
+
+def _loader(stream):
+    from torch.utils.data import DataLoader
+
+    return DataLoader(stream, batch_size=None, collate_fn=lambda b: b, num_workers=2)
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"), [(_bucket, "list"), (_pack, "list"), (_bucket, "hf-iterable")]
+)
+def test_resume_behind_workers_starts_at_each_workers_checkpoint(lengths, tmp_path, make, kind):
+    # NOTE [ Worker checkpoints ] (opted in with checkpoint_dir): each worker restores its own
+    # exact state and replays only the batches after it, instead of its pass from the start
+    from bucketloader.stream.resume import CHECKPOINT_EVERY
+
+    source = _source(kind, lengths, tmp_path)
+    whole = _ids(_loader(make(source)))
+    # late; a list is split by the stream (its lanes rotate when k is odd), an HF source
+    # shards itself by worker id (k even)
+    k = len(whole) - (7 if kind == "list" else 8)
+    first = make(source, checkpoint_dir=tmp_path)
+    private = first._lane_states.path
+    assert os.path.dirname(private) == str(tmp_path) and os.stat(private).st_mode & 0o777 == 0o700
+    it = iter(_loader(first))
+    head = _ids(next(it) for _ in range(k))
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=k)))
+    lanes = state["lanes"]
+    assert all(x is not None for x in lanes)
+    behind = [s - x["batches"] for s, x in zip(state["skip"], lanes, strict=True)]
+    assert all(0 <= b < CHECKPOINT_EVERY for b in behind)
+    again = make(source, checkpoint_dir=tmp_path)
+    again.load_state_dict(state)
+    assert head + _ids(_loader(again)) == whole
+    del first
+    assert not os.path.exists(private)  # removed with the stream
+
+
+def test_worker_checkpoints_are_off_by_default_and_prune_earlier_epochs(
+    lengths, tmp_path, monkeypatch
+):
+    source = _source("list", lengths, tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where files went before
+    os.mkdir(tempfile.tempdir)
+    off = _bucket(source)
+    it = iter(_loader(off))
+    k = 9
+    head = _ids(next(it) for _ in range(k))
+    del it
+    state = off.state_dict(batches_consumed=k)
+    assert "lanes" not in state  # a replay, as before checkpoints: nothing written anywhere
+    assert off._lane_states is None and os.listdir(tempfile.tempdir) == []
+    monkeypatch.undo()
+    again = _bucket(source)
+    again.load_state_dict(state)
+    assert head + _ids(_loader(again)) == _ids(_loader(_bucket(source)))
+
+    on = _bucket(source, checkpoint_dir=tmp_path)
+    files = []
+    for epoch in range(3):
+        on.set_epoch(epoch)
+        assert _ids(_loader(on))
+        files.append(sorted(os.listdir(on._lane_states.path)))
+    # the newest CHECKPOINTS_KEPT per worker of the current epoch only, whatever the epoch
+    assert len(files[0]) == len(files[1]) == len(files[2]) > 0
+    assert all(name.startswith(f"e{e}-") for e, names in enumerate(files) for name in names)
+
+    with pytest.raises(ValueError, match=r"checkpoint_dir must be None .* got 3"):
+        _bucket(source, checkpoint_dir=3)
+    with pytest.raises(ValueError, match="existing directory"):
+        _pack(source, checkpoint_dir=tmp_path / "missing")
+
+
+def test_a_worker_checkpoint_too_large_or_failing_is_skipped(tmp_path, monkeypatch):
+    from bucketloader.stream.resume import LaneStates
+
+    store = LaneStates(tmp_path)
+    state = {"epoch": 0, "worker": [0, 2], "batches": 4, "buffer": list(range(10))}
+    monkeypatch.setattr(LaneStates, "max_bytes", 20)
+    with pytest.warns(RuntimeWarning, match="more than the 20 a worker checkpoint may take"):
+        assert store.write(state) is False
+    monkeypatch.setattr(LaneStates, "max_bytes", 1 << 18)
+    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("full")))
+    assert store.write(state) is True  # a failed write: that worker replays, nothing left over
+    assert os.listdir(store.path) == []

@@ -103,9 +103,10 @@ class Pass:
     def _checkpointed(self, batches: Iterator[list[Any]], store: Any) -> Iterator[list[Any]]:
         """``batches``, writing this worker's exact state every ``store.every`` batches (NOTE
         [ Worker checkpoints ] in :mod:`bucketloader.stream.resume`)."""
+        writing = True
         for batch in batches:
-            if self.batches % store.every == 0:
-                store.write(self.state_dict())
+            if writing and self.batches % store.every == 0:
+                writing = store.write(self.state_dict())  # False: too large, not again
             yield batch
 
     def flush(self, done: bool = False) -> None:

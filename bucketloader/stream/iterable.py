@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -43,10 +44,10 @@ from bucketloader.stream._schedule import SCHEDULE_HEAD, step_shares
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.estimate import Estimate, solve_head
 from bucketloader.stream.resume import (
-    LaneStates,
     ResumableStream,
     check_source,
     check_steps,
+    lane_states,
     state_keys,
 )
 from bucketloader.stream.source import (
@@ -122,6 +123,11 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             the same shape at each step (NOTE [ A stream split over ranks ]).
         steps_per_epoch: fixed steps per epoch on every rank (``len(stream)``); ``None`` (one
             rank only): one pass over the source.
+        checkpoint_dir: ``None`` (default): behind DataLoader workers a resume replays each
+            worker's pass from the start of the epoch. A path of an existing directory: each
+            worker also writes its exact state there every 4 batches (small JSON files in a
+            private subdirectory, removed with the stream) and a resume restarts from the
+            newest (NOTE [ Worker checkpoints ] in :mod:`bucketloader.stream.resume`).
 
     Under a ``DataLoader`` with workers each worker buckets its own shard (see NOTE [ Who shards
     the stream across DataLoader workers ] in :mod:`bucketloader.stream.source`).
@@ -150,6 +156,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         num_replicas: int | None = None,
         rank: int | None = None,
         steps_per_epoch: int | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
         **options: Unpack[ShapeOptions],
     ) -> None:
         self.source = check_source(source)
@@ -216,7 +223,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         )
         self._template = None if steps_per_epoch is None else self._borrow_template()
         self._counters = LaneCounters(STATS, self.cells.num_cells)
-        self._lane_states = LaneStates()
+        self._lane_states = lane_states(checkpoint_dir)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._engine: BucketPass | None = None

@@ -35,6 +35,7 @@ a source that shards itself by worker id (HF or torch ``IterableDataset``) canno
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -47,10 +48,10 @@ from bucketloader.plan.shapes import row_batch_sizes
 from bucketloader.stream._rows import STATE_FORMAT, STATS, PackConfig, RowPass, make_length_fn
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.resume import (
-    LaneStates,
     ResumableStream,
     check_source,
     check_steps,
+    lane_states,
     state_keys,
 )
 from bucketloader.stream.source import is_seekable, is_stateful
@@ -108,6 +109,11 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         steps_per_epoch: fixed steps per epoch on every rank (``len(stream)``), each a
             :class:`~bucketloader.plan.PlannedBatch`, padding-only once the shard runs dry;
             ``None`` (one rank only): one pass over the source.
+        checkpoint_dir: ``None`` (default): behind DataLoader workers a resume replays each
+            worker's pass from the start of the epoch. A path of an existing directory: each
+            worker also writes its exact state there every 4 batches (small JSON files in a
+            private subdirectory, removed with the stream) and a resume restarts from the
+            newest (NOTE [ Worker checkpoints ] in :mod:`bucketloader.stream.resume`).
 
     Under a ``DataLoader`` with workers each worker packs its own shard (the stream's rule:
     torch and HF iterable datasets shard themselves, other iterables are split round-robin).
@@ -143,6 +149,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         num_replicas: int | None = None,
         rank: int | None = None,
         steps_per_epoch: int | None = None,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.source = check_source(source)
         self.length_fn = length_fn
@@ -174,7 +181,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             pad="short batches get all-padding rows",
         )
         self._counters = LaneCounters(STATS)
-        self._lane_states = LaneStates()
+        self._lane_states = lane_states(checkpoint_dir)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._engine: RowPass | None = None

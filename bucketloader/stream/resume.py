@@ -17,16 +17,22 @@ needs the same ``num_workers``. A stream split over ranks always resumes this wa
 counts follow from ``k`` alone.
 
 NOTE [ Worker checkpoints ]
-Replaying a worker's pass from the start of the epoch re-reads everything it consumed. When a
-worker's exact state is cheap (a one-pass stream over a source that seeks or checkpoints itself,
-NOTE [ Seeking a source ] in :mod:`bucketloader.stream.source`), each worker also writes its
-exact state every :data:`CHECKPOINT_EVERY` batches it makes, as a small JSON file in a directory
-the stream names when it is built (:class:`LaneStates`; removed with the stream), keeping the
-newest :data:`CHECKPOINTS_KEPT`. The state is a pure function of (epoch, worker, number of
+Replaying a worker's pass from the start of the epoch re-reads everything it consumed. A stream
+built with ``checkpoint_dir=PATH`` (off by default: writing costs every worker a JSON dump of its
+state, also when ``state_dict`` is never called) lets each worker write its exact state every
+:data:`CHECKPOINT_EVERY` batches it makes, when that state is cheap (a one-pass stream over a
+source that seeks or checkpoints itself, NOTE [ Seeking a source ] in
+:mod:`bucketloader.stream.source`), as a small JSON file in a private directory (mode 0700) the
+stream makes inside ``PATH`` when it is built (:class:`LaneStates`; removed with the stream,
+though not when the process is killed). Each worker keeps its newest :data:`CHECKPOINTS_KEPT`,
+and its first write of an epoch removes the files of earlier epochs. A state larger than
+:data:`CHECKPOINT_MAX_BYTES` (a large shuffle buffer) is not written: the worker warns once and
+writes none for the rest of its pass. The state is a pure function of (epoch, worker, number of
 workers, batches made), so an older pass's file is as good as a new one. ``state_dict`` then
 adds, per worker, the newest of its states at or before the batches it must skip; a resumed
 worker restores that state (it seeks) and replays only the few batches after it. A worker with
-no such file (the loop lagged more than the files kept) replays from the start as before.
+no such file (checkpoints off, a state too large, the loop lagged more than the files kept)
+replays from the start as before.
 
 A new DataLoader starts its round-robin at worker 0, while the next batch may be worker ``f``'s
 (``f = k mod num_workers`` when every worker is still running). A source this stream splits itself
@@ -39,11 +45,12 @@ multiple of it), rather than resume in a different order.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
-import uuid
+import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
@@ -57,12 +64,14 @@ from bucketloader.stream.source import is_stateful, open_source, self_sharding
 __all__ = [
     "CHECKPOINTS_KEPT",
     "CHECKPOINT_EVERY",
+    "CHECKPOINT_MAX_BYTES",
     "LaneStates",
     "ResumableStream",
     "check_config",
     "check_source",
     "check_state",
     "check_steps",
+    "lane_states",
     "replay_state",
     "resume_lane",
     "split_round_robin",
@@ -74,16 +83,21 @@ __all__ = [
 CHECKPOINT_EVERY = 4
 #: The newest this many checkpoints of each worker are kept.
 CHECKPOINTS_KEPT = 8
+#: A worker's state larger than this (bytes of JSON) is not written: the worker replays instead.
+CHECKPOINT_MAX_BYTES = 1 << 18
 
 
 class LaneStates:
-    """The workers' exact states of NOTE [ Worker checkpoints ]: JSON files in a directory named
-    when the stream is built (created by the first worker that writes; removed, by the process
-    that named it, when the stream is collected). Picklable into workers.
+    """The workers' exact states of NOTE [ Worker checkpoints ]: JSON files in a private
+    directory (``tempfile.mkdtemp``, mode 0700) made inside ``directory`` when the stream is
+    built, removed by the process that built it when the stream is collected. Picklable into
+    workers.
 
     Example:
-        >>> store = LaneStates()
+        >>> import tempfile
+        >>> store = LaneStates(tempfile.gettempdir())
         >>> store.write({"epoch": 0, "worker": [1, 2], "batches": 4})
+        True
         >>> store.best(epoch=0, lane=1, lanes=2, at_most=6)["batches"]
         4
         >>> store.best(epoch=0, lane=1, lanes=2, at_most=3) is None
@@ -92,9 +106,12 @@ class LaneStates:
 
     #: A worker writes its state every this many batches.
     every = CHECKPOINT_EVERY
+    #: A state larger than this (bytes of JSON) is not written (NOTE [ Worker checkpoints ]).
+    max_bytes = CHECKPOINT_MAX_BYTES
 
-    def __init__(self) -> None:
-        self.path = os.path.join(tempfile.gettempdir(), f"bucketloader-lanes-{uuid.uuid4().hex}")
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.path = tempfile.mkdtemp(prefix="bucketloader-lanes-", dir=directory)
+        self._epoch = -1  # the newest epoch this copy wrote (older epochs' files are pruned)
         weakref.finalize(self, _remove_owned, self.path, os.getpid())
 
     def __getstate__(self) -> dict[str, Any]:
@@ -102,31 +119,64 @@ class LaneStates:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = state["path"]  # a worker's copy: it never removes the directory
+        self._epoch = -1
 
     @staticmethod
     def _name(epoch: int, lane: int, lanes: int, batches: int) -> str:
         return f"e{epoch}-n{lanes}-l{lane}-b{batches}.json"
 
-    def write(self, state: dict[str, Any]) -> None:
+    def write(self, state: dict[str, Any]) -> bool:
         """Keep a worker's exact ``state`` (atomically), dropping its checkpoints beyond the
-        newest :data:`CHECKPOINTS_KEPT`."""
+        newest :data:`CHECKPOINTS_KEPT` and, on its first write of an epoch, the files of
+        earlier epochs. ``False``: the state cannot be kept (larger than :attr:`max_bytes`, or
+        not JSON), and a later one of this pass will not be either."""
         lane, lanes = state["worker"]
         epoch, batches = int(state["epoch"]), int(state["batches"])
+        try:
+            text = json.dumps(state)
+        except (TypeError, ValueError):  # samples that are not JSON: replay, as without files
+            return False
+        if len(text) > self.max_bytes:
+            warnings.warn(
+                f"a DataLoader worker's stream state is {len(text)} bytes of JSON, more than "
+                f"the {self.max_bytes} a worker checkpoint may take; this pass writes no "
+                "checkpoints and resumes by replay (lower shuffle_buffer / open_rows for "
+                "checkpoints)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return False
+        if epoch > self._epoch:
+            self._epoch = epoch
+            self._prune(epoch)
         name = self._name(epoch, lane, lanes, batches)
         tmp = os.path.join(self.path, f".{name}.{os.getpid()}")
         try:
-            os.makedirs(self.path, exist_ok=True)
             with open(tmp, "w") as f:
-                json.dump(state, f)
+                f.write(text)
             os.replace(tmp, os.path.join(self.path, name))
-        except (OSError, TypeError, ValueError):  # no room, or samples that are not JSON:
-            return  # this worker then resumes by replay, as without checkpoints
+        except OSError:  # no room, or the directory is gone: this worker replays on resume
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            return True
         old = batches - CHECKPOINTS_KEPT * CHECKPOINT_EVERY
         if old > 0:
-            try:
+            with contextlib.suppress(OSError):
                 os.remove(os.path.join(self.path, self._name(epoch, lane, lanes, old)))
-            except FileNotFoundError:
-                pass
+        return True
+
+    def _prune(self, epoch: int) -> None:
+        """Remove the checkpoints of epochs before ``epoch`` (a resume only asks for the
+        current epoch's)."""
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return
+        for name in names:
+            head = name.split("-", 1)[0]
+            if name.endswith(".json") and head[1:].isdigit() and int(head[1:]) < epoch:
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.path, name))
 
     def best(self, *, epoch: int, lane: int, lanes: int, at_most: int) -> dict[str, Any] | None:
         """The newest state of worker ``lane`` of ``lanes`` in ``epoch`` after at most
@@ -144,6 +194,19 @@ class LaneStates:
             except (FileNotFoundError, ValueError):
                 continue  # removed or being replaced meanwhile: an older one
         return None
+
+
+def lane_states(checkpoint_dir: Any) -> LaneStates | None:
+    """The workers' checkpoints a stream built with ``checkpoint_dir`` keeps (``None``: off,
+    a resume behind workers replays; NOTE [ Worker checkpoints ]), checked."""
+    if checkpoint_dir is None:
+        return None
+    if not isinstance(checkpoint_dir, (str, os.PathLike)) or not os.path.isdir(checkpoint_dir):
+        raise ValueError(
+            f"checkpoint_dir must be None (no worker checkpoints) or the path of an existing "
+            f"directory to keep DataLoader workers' checkpoints in, got {checkpoint_dir!r}"
+        )
+    return LaneStates(checkpoint_dir)
 
 
 def _remove_owned(path: str, owner: int) -> None:
