@@ -485,7 +485,7 @@ class BucketSampler(SpecShapes, EpochSampler):
             return table
         steps = self.promotion.steps  # a cell promoted away has no steps and no shape
         shapes = {s for s, m in zip(self.spec.cells.shapes, steps.tolist(), strict=True) if m}
-        return dataclasses.replace(table, shapes=tuple(sorted(shapes)))
+        return dataclasses.replace(table, shapes=tuple(sorted(shapes)), promoted=True)
 
     @property
     def lengths(self) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -84,3 +85,38 @@ def test_short_batches_keep_gradients_and_fill_their_padding_rows():
     assert (
         out[2:].eq(-1).all() and out[1, :5].tolist() == [1, 2, 3, 4, 5] and out[1, 5:].eq(-1).all()
     )
+
+
+def test_a_mixed_batch_neither_poisons_the_cell_cache_nor_passes_without_promotion():
+    lengths = np.array([5] * 50 + [100] * 50)
+    sampler = BucketSampler(lengths, batch_size=4, boundaries=[16, 128])  # no promotion
+    assert sampler.promotion is None and not sampler.shape_table.promoted
+    collate = sampler.collator()
+    for order in ([100, 5], [5, 100], [100, 5]):  # either order, before and after caching
+        with pytest.raises(ValueError, match="different buckets"):
+            collate([torch.ones(n, dtype=torch.long) for n in order])
+    collate([torch.ones(100, dtype=torch.long)] * 4)  # caches the long cell
+    out = collate([torch.ones(5, dtype=torch.long)] * 4)
+    assert tuple(out["inputs"].shape) == (4, 16)
+
+
+def test_promoted_batches_leave_each_length_its_own_cell():
+    # a short bucket of two lengths next to a long tail: promoted batches mix 7 and 8 with
+    # longer cells; a later batch of only 7s and 8s must still take the (B, 8) cell
+    rng = np.random.default_rng(11)
+    short = rng.choice([7, 8], int(rng.integers(20, 300)))
+    lengths = np.concatenate([short, rng.integers(9, 300, 3000)])
+    sampler = BucketSampler(
+        lengths,
+        max_tokens=2048,
+        boundaries=[8, 64, 128, 300],
+        last_batch="pad",
+        num_replicas=4,
+        rank=0,
+        seed=11,
+    )
+    assert sampler.promotion is not None and sampler.shape_table.promoted
+    collate, table = sampler.collator(), sampler.shape_table
+    for batch in sampler:
+        out = collate([torch.ones(int(lengths[i]), dtype=torch.long) for i in batch])
+        assert tuple(out["inputs"].shape) == table.target(lengths[batch])

@@ -120,6 +120,23 @@ def test_integer_program_is_the_oracle(points, k, size, solver):
     assert details["bound"] - const <= best + 1e-6
 
 
+def test_pulp_leaves_no_files_and_a_missing_cbc_is_a_status(tmp_path, monkeypatch):
+    """PuLP's model files go to the solve's own temporary directory (none left in the system
+    one), and a CBC that cannot start is reported in the details, not raised from its log."""
+    import tempfile
+
+    rows = np.array([[3, 4], [5, 9], [8, 2], [9, 9]], dtype=np.int64)
+    counts = np.array([2, 1, 3, 1], dtype=np.int64)
+    grid = Grid.build(rows, counts, [np.unique(rows[:, d]) for d in range(2)], "sum")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    picked, details = solve_ilp(grid, 2, greedy(grid, 2), time.perf_counter() + 30, None, "pulp")
+    assert picked is not None and details["proved"]
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)  # a noexec mount: CBC cannot start
+    picked, details = solve_ilp(grid, 2, greedy(grid, 2), time.perf_counter() + 30, None, "pulp")
+    assert picked is None and "cannot execute" in details["solver_status"]
+
+
 @pytest.mark.skipif(os.name != "posix", reason="the watchdog runs on POSIX only")
 def test_cbc_watchdog_kills_at_the_deadline(tmp_path):
     """NOTE [ Two solvers for the integer program ]: CBC overruns its own limit, so it runs

@@ -373,8 +373,10 @@ class PadCollator:
         ``pad_sequence`` is one C++ call; this path returns four tensors, so at 8-16 rows its
         Python and dispatch overhead, not the copy, decides the race. A batch whose planned
         shape is its own (no all-padding rows) takes one pass: the sizes, types and dtypes read
-        once, the cells memoised per length, the pad pieces cached views of one pad buffer per
-        (size, dtype, pad value) (which also remembers that the pad value fits the dtype), one
+        once, each length's own cell memoised (the batch takes it when its shortest and
+        longest lengths share it; any other batch is checked in full), the pad pieces cached
+        views of one pad buffer per (size, dtype, pad value) (which also remembers that the pad
+        value fits the dtype), one
         ``torch.cat`` of ``[x_0, pad_0, x_1, ...]`` (no empty piece: ``torch.cat`` slows down
         several times on one), the lengths and both masks from numpy (``Tensor.__len__`` and
         ``torch.ones`` cost more than the numpy equivalents here; the mask is one ``take`` of
@@ -403,10 +405,12 @@ class PadCollator:
             shape = check_batch(self.shape_table, lengths, None, self._names, self._memo)
             if self._pad_rows and shape not in self._shapes:
                 self._raise_unplanned(n, shape)
-            shape = self._shapes_of_cells.setdefault(shape, shape)
             if len(cells) > 1 << 20:
                 cells.clear()
-            cells[hi] = cells[lo] = shape
+            for length in (lo, hi):  # each length's own cell, never the batch's shape
+                own = self._memo.get((None, length))
+                if own is not None and (not self._pad_rows or own in self._shapes):
+                    cells[length] = self._shapes_of_cells.setdefault(own, own)
         size = shape[1]
         if self._pad_rows:
             rows = shape[0]
@@ -615,8 +619,9 @@ def check_batch(
     """The planned ``(B, L_1, ..., L_D)`` for a batch with measured ``lengths`` ``(n, D)``.
 
     For one input, cells are intervals of lengths, so the batch's target is the shortest and
-    the longest sample's common cell, or the longest's when the first sample shares it (a batch
-    with promoted samples, NOTE [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`);
+    the longest sample's common cell, or, when the plan promotes (``table.promoted``), the
+    longest's when the first sample shares it (a batch with promoted samples, NOTE [ Promotion
+    of leftovers ] in :mod:`bucketloader.plan.promote`); any other batch mixing cells is refused;
     ``memo`` caches ``target`` per (group, length).
     """
     n, d = lengths.shape
@@ -625,7 +630,9 @@ def check_batch(
         q, p = int(col.argmin()), int(col.argmax())
         shape = _cell(table, lengths, p, group, memo)
         low = shape if col[q] == col[p] else _cell(table, lengths, q, group, memo)
-        if low[1:] != shape[1:] and _cell(table, lengths, 0, group, memo) != shape:
+        if low[1:] != shape[1:] and (
+            not getattr(table, "promoted", False) or _cell(table, lengths, 0, group, memo) != shape
+        ):
             raise ValueError(
                 f"samples of one batch fall in different buckets: the sample at batch position "
                 f"{p} has length {int(col[p])} (bucket {shape[1]}) but the sample at "

@@ -28,6 +28,10 @@ class ShapeTable:
         truncate: per input, the length a longer sample is cut to before padding
             (``overflow="truncate"``, NOTE [ Length filters ] in :mod:`bucketloader.plan.limits`);
             ``None`` when the plan cuts nothing. The collator applies it.
+        promoted: whether the plan batches leftovers in longer cells (NOTE [ Promotion of
+            leftovers ] in :mod:`bucketloader.plan.promote`): only then may a batch mix cells
+            when its first sample's cell covers the rest; the collator refuses such a batch
+            of any other plan.
 
     Example:
         >>> from bucketloader.plan import BucketSpec
@@ -43,6 +47,7 @@ class ShapeTable:
     shapes: tuple[tuple[int, ...], ...]
     last_batch: str
     truncate: tuple[int | None, ...] | None = None
+    promoted: bool = False
 
     @property
     def input_names(self) -> tuple[str, ...]:

@@ -215,15 +215,18 @@ def _cbc(
                 cbc = pulp.COIN_CMD(path=path, **options)
             else:  # no shebang, or a temporary folder mounted noexec: CBC's own limit only
                 cbc = pulp.PULP_CBC_CMD(**options)
+            cbc.tmpDir = tmp  # PuLP's model files too: removed with tmp even when CBC is killed
             try:
                 prob.solve(cbc)
-            except pulp.PulpSolverError as exc:
+            except (pulp.PulpSolverError, OSError) as exc:  # killed, or CBC could not start
                 late = time.perf_counter() >= deadline - 0.05
                 details["solver_status"] = "killed at the time limit" if late else f"{exc}"
                 return None
-            finally:
+            try:
                 with open(log, errors="replace") as f:
                     text = f.read()
+            except OSError:  # CBC wrote no log: no bound from it
+                text = ""
     status = pulp.LpStatus.get(prob.status, str(prob.status))
     sol = pulp.LpSolution.get(prob.sol_status, str(prob.sol_status))
     details["solver_status"] = f"{status} ({sol})"
