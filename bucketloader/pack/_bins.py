@@ -74,6 +74,8 @@ new rows: ``|J1| + |J2| + max(0, ceil((sum J3 - (|J2| L - sum J2)) / L))``. L2 >
 
 from __future__ import annotations
 
+import bisect
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -182,19 +184,28 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
     # length index; by_room[room] = live group ids. The loop is inlined on purpose, appends
     # bound once: it is the whole cost of a plan (NOTE [ Planning at the speed of best-fit
     # decreasing ]).
-    parent: list[int] = []
-    size_of: list[int] = []
-    mult: list[int] = []
-    rows: list[int] = []
-    depth: list[int] = []
+    cnt = np.asarray(counts, dtype=np.int64).tolist()
+    # Documents longer than L / 2 share no row (each room left, L - s, is below every such s):
+    # with one row length, one root group per such size, made at once as the loop would.
+    half = -(lens[0] // 2)
+    gid = 0 if len(lens) > 1 else bisect.bisect_left(vals, half, key=operator.neg)  # next id
+    rooms = [lens[0] - s for s in vals[:gid]]
+    parent = [-1] * gid
+    size_of = list(range(gid))
+    mult = [1] * gid
+    rows = cnt[:gid]
+    depth = [1] * gid
     add_parent, add_size, add_mult = parent.append, size_of.append, mult.append
     add_rows, add_depth = rows.append, depth.append
-    by_room: dict[int, list[int]] = {}
+    by_room: dict[int, list[int]] = dict(zip(rooms, ([g] for g in range(gid)), strict=True))
     room_of = by_room.get
     bits = 0  # bit r set: some group has room r
-    gid = 0  # the next group's id
-    for i, c in enumerate(np.asarray(counts, dtype=np.int64).tolist()):
-        s = vals[i]
+    if gid:
+        mask = np.zeros(lens[0] + 1, dtype=bool)
+        mask[rooms] = True
+        bits = int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+    for i in range(gid, len(cnt)):
+        s, c = vals[i], cnt[i]
         while c:
             free = bits >> s
             if not free:  # no open row holds s: new rows, q documents each

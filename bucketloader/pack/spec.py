@@ -445,14 +445,15 @@ class PackSpec:
         declared = as_lengths(lengths)
         if isinstance(lengths, np.ndarray) and np.shares_memory(declared, lengths):
             declared = declared.copy()  # the caller's array stays writable
-        declared.setflags(write=False)
         longest = int(declared.max())  # one pass, no temporary
         rows = _row_lengths(row_length)
         bsz = row_batch_sizes(BatchRule.parse(batch_size, max_tokens), rows)
         limit = rows[-1]
         # the histogram also counts the empty documents (NOTE [ Planning at the speed of
-        # best-fit decreasing ] in pack/_bins.py: no pass over the lengths that can be spared)
+        # best-fit decreasing ] in pack/_bins.py: no pass over the lengths that can be spared);
+        # taken before the array is made read-only (np.bincount copies a read-only input)
         counts = np.bincount(declared, minlength=limit + 1) if longest <= limit else None
+        declared.setflags(write=False)
         if (declared == 0).any() if counts is None else counts[0]:
             i = int(np.argmax(declared == 0))
             raise ValueError(
