@@ -484,17 +484,19 @@ class PackSpec:
             counts = np.bincount(sizes, minlength=limit + 1)
         counts = counts[1:]
         vals = np.flatnonzero(counts)[::-1] + 1
-        patterns = solve(vals, counts[vals - 1], rows, search)
-        return cls(
+        histogram = vals, counts[vals - 1]
+        spec = cls(
             lengths=declared,
             sizes=sizes,
             row_lengths=rows,
             batch_sizes=bsz,
             overflow=overflow,
             last_batch=last_batch,
-            patterns=patterns,
+            patterns=solve(*histogram, rows, search),
             search=search,
         )
+        spec.__dict__["_histogram"] = histogram  # the cached property's value: no second pass
+        return spec
 
     def __repr__(self) -> str:
         bound = "" if self.lower_bound is None else f" (bound {self.lower_bound})"
