@@ -47,10 +47,11 @@ With several row lengths there is no bound and both run (given enough documents)
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
 benchmarks/small_costs.py races a careful bulk BFD, rows only, from 1k to 10M documents). The
-bulk BFD here is that BFD with the group contents kept: its loop is inlined (no call, no tuple
-per step: folding its three "open a group" blocks into one loop over ``(mult, rows)`` pairs was
-measured 10-20% slower, so they stay written out), a root group's parent encodes its row length,
-and the patterns are read off the group tree one level at a time for all groups at once. The
+bulk BFD here is that BFD with the group contents kept: one group per step of its loop (a
+remainder of fewer than ``room // s`` documents is the next step's, which finds the same row),
+no call and no tuple per step, a root group's parent encodes its row length, the documents
+longer than ``L / 2`` open their rows at once, and the patterns are read off the group tree one
+level at a time for all groups at once. The
 MBS search costs about 0.2 ms per pattern in Python, tens of times BFD on a few thousand
 documents; it saves 0.5-1.2% of the rows where BFD misses the bound (GSM8K-like lengths). Speed
 and tightness cannot both be had there, so the caller chooses (``search``, a
@@ -183,7 +184,7 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
     # (size index, mult) (a tree, so adding a group is O(1)); a root's parent is -1 - its row
     # length index; by_room[room] = live group ids. The loop is inlined on purpose, appends
     # bound once: it is the whole cost of a plan (NOTE [ Planning at the speed of best-fit
-    # decreasing ]).
+    # decreasing ]); each step splits k rows off one group (or opens k rows).
     cnt = np.asarray(counts, dtype=np.int64).tolist()
     # Documents longer than L / 2 share no row (each room left, L - s, is below every such s):
     # with one row length, one root group per such size, made at once as the loop would.
@@ -206,75 +207,49 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
         bits = int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
     for i in range(gid, len(cnt)):
         s, c = vals[i], cnt[i]
-        while c:
+        while c:  # one group per step: m documents of size s in each of k rows
             free = bits >> s
-            if not free:  # no open row holds s: new rows, q documents each
-                kind = 0 if len(lens) == 1 else next(k for k, n in enumerate(lens) if n >= s)
-                length = lens[kind]
-                q = length // s
-                r = c % q
-                for m, n in ((q, c // q), (r, 1 if r else 0)):
-                    if n:
-                        room = length - m * s
-                        stack = room_of(room)
-                        if stack is None:
-                            by_room[room] = [gid]
-                            bits |= 1 << room
-                        else:
-                            stack.append(gid)
-                        gid += 1
-                        add_parent(-1 - kind)
-                        add_size(i)
-                        add_mult(m)
-                        add_rows(n)
-                        add_depth(1)
-                break
-            room = s + (free & -free).bit_length() - 1
-            stack = by_room[room]
-            g = stack[-1]
-            n = rows[g]
-            q = room // s  # the row stays the tightest until its room drops below s
-            k = c // q
-            if k > n:
-                k = n
-            if k:  # k rows of the group take q documents each
-                left = room - q * s
-                other = room_of(left)
-                if other is None:
-                    by_room[left] = [gid]
-                    bits |= 1 << left
-                else:
-                    other.append(gid)
-                gid += 1
-                add_parent(g)
-                add_size(i)
-                add_mult(q)
-                add_rows(k)
-                add_depth(depth[g] + 1)
+            if free:  # the tightest open row that holds s: rows of group g
+                room = s + (free & -free).bit_length() - 1
+                stack = by_room[room]
+                g = stack[-1]
+                n = rows[g]
+                up, level = g, depth[g] + 1
+                m = room // s  # the row stays the tightest until its room drops below s
+                k = c // m
+                if k > n:
+                    k = n
+                elif not k:  # fewer than m documents left: one more row takes them
+                    m, k = c, 1
                 n -= k
-                c -= k * q
-            if 0 < c < q and n:  # one more row takes the c documents left
-                left = room - c * s
-                other = room_of(left)
-                if other is None:
-                    by_room[left] = [gid]
-                    bits |= 1 << left
-                else:
-                    other.append(gid)
-                gid += 1
-                add_parent(g)
-                add_size(i)
-                add_mult(c)
-                add_rows(1)
-                add_depth(depth[g] + 1)
-                n -= 1
-                c = 0
-            rows[g] = n
-            if not n:
-                stack.pop()
-                if not stack:
-                    del by_room[room]
-                    bits ^= 1 << room
+                rows[g] = n
+                if not n:
+                    stack.pop()
+                    if not stack:
+                        del by_room[room]
+                        bits ^= 1 << room
+            else:  # no open row holds s: new rows of the smallest row length that does
+                kind = 0 if len(lens) == 1 else next(j for j, x in enumerate(lens) if x >= s)
+                room = lens[kind]
+                up, level = -1 - kind, 1
+                m = room // s
+                k = c // m
+                if not k:
+                    m, k = c, 1
+            c -= k * m
+            left = room - m * s  # (below s: the next step looks again)
+            other = room_of(left)
+            if other is None:
+                by_room[left] = [gid]
+                bits |= 1 << left
+            else:
+                other.append(gid)
+            gid += 1
+            add_parent(up)
+            add_size(i)
+            add_mult(m)
+            add_rows(k)
+            add_depth(level)
     return _patterns(sizes, parent, size_of, mult, rows, depth, len(lens))
 
 
