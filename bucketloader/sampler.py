@@ -633,7 +633,7 @@ class BucketSampler(SpecShapes, EpochSampler):
             )
         super().load_state_dict(state)
 
-    def _refuse_older_budget(self, saved_by: str, this: str, **older: bool) -> NoReturn:
+    def _refuse_older_budget(self, saved_by: str, this: str, **older: Any) -> NoReturn:
         """Refuse a state planned by an older token-budget rule (``saved_by``, where this sampler
         ``this``), naming the ``max_tokens`` (this budget with the ``older`` fields) that
         resumes it exactly."""
