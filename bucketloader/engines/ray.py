@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,10 @@ from bucketloader.engines._common import (
 )
 from bucketloader.histogram import JointHistogram, LengthHistogram
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from ray.data import Dataset
+
 __all__ = ["ray_bucket_ids", "ray_histogram"]
 
 #: Value of the first length column on the one row of a block's output that carries its nulls.
@@ -37,7 +41,7 @@ _NULL_ROW = -1
 
 
 def ray_histogram(
-    ds: Any,
+    ds: Dataset,
     column: str | list[str] | None = None,
     *,
     length_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
@@ -101,14 +105,14 @@ def ray_histogram(
 
 
 def ray_bucket_ids(
-    ds: Any,
-    boundaries: Any,
+    ds: Dataset,
+    boundaries: ArrayLike,
     column: str | None = None,
     *,
     length_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
     name: str = "bucket",
     nulls: str = "raise",
-) -> Any:
+) -> Dataset:
     """``ds`` with an ``int64`` column ``name``: each row's bucket under ``boundaries``.
 
     Bucket ``i`` holds lengths ``b[i-1] < L <= b[i]``
