@@ -91,16 +91,8 @@ def ray_histogram(
         counts = t.column("count").to_numpy().astype(np.int64)
         null = keys[:, 0] == _NULL_ROW
         num_nulls = int(counts[null].sum())
-        keys, counts = keys[~null], counts[~null]
-        if counts.size:  # Ray may bundle several blocks' outputs into one table: from_counts
-            hist: Any = (
-                LengthHistogram.from_counts(keys[:, 0], counts)
-                if keys.shape[1] == 1 and (columns is None or len(columns) == 1)
-                else JointHistogram.from_counts(keys, counts)
-            )
-            acc.add_histogram(hist, num_nulls, count_rows=True)
-        else:
-            acc.add_nulls(num_nulls)
+        # Ray may bundle several blocks' outputs into one table: from_counts
+        acc.add_counts(keys[~null], counts[~null], num_nulls)
     return acc.result(what)
 
 

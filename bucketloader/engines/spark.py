@@ -23,7 +23,6 @@ from bucketloader.engines._common import (
     check_nulls,
     require,
 )
-from bucketloader.histogram import JointHistogram, LengthHistogram
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -91,16 +90,8 @@ def spark_histogram(df: DataFrame, column: SparkLength, *, nulls: str = "raise")
                 f"{what} holds the length {hi}, not below 2**62 (the longest bucketloader "
                 "supports); fix or filter those rows"
             )
-        arr = np.array(keys, dtype=np.int64)
-        c = np.array(counts, dtype=np.int64)
-        hist: Any = (
-            JointHistogram.from_counts(arr, c)
-            if joint
-            else LengthHistogram.from_counts(arr[:, 0], c)
-        )
-        acc.add_histogram(hist, num_nulls, count_rows=True)
-    else:
-        acc.add_nulls(num_nulls)
+    arr = np.array(keys, dtype=np.int64).reshape(len(keys), len(names))
+    acc.add_counts(arr, np.array(counts, dtype=np.int64), num_nulls)
     return acc.result(what)
 
 
