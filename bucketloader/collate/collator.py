@@ -425,7 +425,7 @@ class PadCollator:
         if entry is None:
             return self._collate_bare_padded(samples, sizes, rows, size)
         pad, views, ar = entry
-        pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views))
+        pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views), (lo, hi))
         lens = np.array(sizes, dtype=np.int64)
         try:
             if kind is np.ndarray:
