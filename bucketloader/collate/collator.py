@@ -58,7 +58,7 @@ from torch.utils.data import default_collate
 
 from bucketloader._samples import BARE_KEY, kind_of
 from bucketloader._types import SIDES
-from bucketloader._validation import check_choice
+from bucketloader._validation import MissingKeyError, check_choice
 from bucketloader.collate import fields as cf
 from bucketloader.collate._pad import (
     SCATTER_MAX_ELEMENTS,
@@ -234,7 +234,7 @@ class PadCollator:
         else:
             unknown = [k for k in self.fields if k not in keys]
             if unknown:
-                raise KeyError(
+                raise MissingKeyError(
                     f"fields names {unknown} but the samples ({kind}) have fields {keys}; "
                     "fix the names in fields={...}"
                 )
@@ -250,7 +250,7 @@ class PadCollator:
         if isinstance(self.pad_value, Mapping):
             stray = [k for k in self.pad_value if k not in keys]
             if stray:
-                raise KeyError(
+                raise MissingKeyError(
                     f"pad_value names {stray} but the samples have fields {keys}; fix the names, "
                     "or, if those fields were removed after the collator was built (as "
                     "Trainer(remove_unused_columns=True) does), build it on the data as loaded "

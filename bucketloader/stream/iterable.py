@@ -34,7 +34,7 @@ from bucketloader._dist import (
     resolve_ranks,
 )
 from bucketloader._types import LengthFn
-from bucketloader._validation import check_int
+from bucketloader._validation import MissingKeyError, check_int
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
 from bucketloader.plan.cells import lattice_codes
@@ -253,7 +253,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         elif isinstance(boundaries, Mapping):
             missing = [n for n in names if n not in boundaries]
             if missing:
-                raise KeyError(
+                raise MissingKeyError(
                     f"boundaries has no entry for input {missing[0]!r}; give one per key of "
                     f"length_fn {list(names)}, got keys {list(boundaries)}"
                 )

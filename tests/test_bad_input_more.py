@@ -1,0 +1,50 @@
+"""Bad input, second pass (session 3): one clear error naming the argument, the bad value and the
+fix; never a bare ``KeyError``, an assert, or a crash inside numpy, torch or PuLP; never a lost
+sample without a count and a warning; never a silently wrong resume.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bucketloader import BucketIterable, BucketSampler
+from bucketloader._validation import MissingKeyError
+
+
+# -- missing keys speak the library's voice (MissingKeyError: a ValueError and a KeyError) --------
+def _sampler():
+    return BucketSampler([3, 5, 8, 8], num_buckets=2, batch_size=2)
+
+
+@pytest.mark.parametrize(
+    ("make", "batch", "match"),
+    [
+        (lambda: _sampler().collator(fields={"x": "length"}), [{"y": torch.ones(3)}],
+         r"fields names \['x'\] but the samples \(dict\) have fields \['y'\]"),
+        (lambda: _sampler().collator(pad_value={"z": 1}), [{"x": torch.ones(3)}],
+         r"pad_value names \['z'\]"),
+        (lambda: _sampler().collator(group_key="source"), [{"x": torch.ones(3)}],
+         "sample at batch position 0 has no group_key 'source'"),
+    ],
+)  # fmt: skip
+def test_pad_collator_missing_key_is_a_missing_key_error(make, batch, match):
+    with pytest.raises(MissingKeyError, match=match) as info:
+        make()(batch)
+    assert isinstance(info.value, ValueError) and not str(info.value).startswith(("'", '"'))
+
+
+def test_stream_boundaries_mapping_without_an_input_is_a_missing_key_error():
+    rows = [{"a": [1] * 3, "b": [1] * 4}] * 4
+    with pytest.raises(MissingKeyError, match="boundaries has no entry for input 'b'") as info:
+        BucketIterable(rows, boundaries={"a": [8]}, length_fn=("a", "b"), batch_size=2)
+    assert isinstance(info.value, ValueError)
+
+
+def test_report_row_lookup_lists_the_rows():
+    from bucketloader import analyze
+
+    report = analyze(np.arange(1, 50), num_buckets=[2], strategy="optimal")
+    with pytest.raises(MissingKeyError, match=r"num_buckets=3; the report has .*\('optimal', 2\)"):
+        report.row("optimal", 3)
