@@ -48,3 +48,46 @@ def test_report_row_lookup_lists_the_rows():
     report = analyze(np.arange(1, 50), num_buckets=[2], strategy="optimal")
     with pytest.raises(MissingKeyError, match=r"num_buckets=3; the report has .*\('optimal', 2\)"):
         report.row("optimal", 3)
+
+
+# -- a map-style source is rows 0 .. len - 1, in a pass and in its resume --------------------------
+class MapStyle:
+    """``__len__`` and ``__getitem__``, no ``__iter__``: ``n`` rows by ``len``; ``__getitem__``
+    serves ``served`` rows (``None``: every index, wrapping, so Python's fallback iteration
+    would never end)."""
+
+    def __init__(self, n, served=None):
+        self.n, self.served = n, served
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.served is not None and i >= self.served:
+            raise IndexError(i)
+        return {"id": i, "x": [1] * (1 + (i * 7) % 13)}
+
+
+def _ids(batches):
+    return [s["id"] for b in batches for s in b]
+
+
+def _stream(source):
+    return BucketIterable(source, length_fn="x", boundaries=[5, 13], batch_size=3, shuffle_buffer=4)
+
+
+@pytest.mark.parametrize("served", [None, 40])  # wraps forever; serves more rows than its len
+def test_map_style_source_is_its_len_rows_and_resumes_exactly(served):
+    whole = _ids(_stream(MapStyle(30, served)))
+    assert sorted(whole) == list(range(30))  # ends, rows 0 .. len - 1, each once
+    first = _stream(MapStyle(30, served))
+    it = iter(first)
+    head = [next(it) for _ in range(4)]
+    again = _stream(MapStyle(30, served))
+    again.load_state_dict(first.state_dict())
+    assert _ids(head) + _ids(again) == whole
+
+
+def test_map_style_source_whose_len_lies_is_one_clear_error():
+    with pytest.raises(ValueError, match=r"IndexError at row 20, but len\(source\)=30.*__len__"):
+        list(_stream(MapStyle(30, served=20)))
