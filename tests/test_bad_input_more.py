@@ -91,3 +91,54 @@ def test_map_style_source_is_its_len_rows_and_resumes_exactly(served):
 def test_map_style_source_whose_len_lies_is_one_clear_error():
     with pytest.raises(ValueError, match=r"IndexError at row 20, but len\(source\)=30.*__len__"):
         list(_stream(MapStyle(30, served=20)))
+
+
+# -- boundaries estimated from the head resume exactly; a state from another head is refused -------
+def _estimated(source):
+    from bucketloader.stream.estimate import estimate
+
+    return BucketIterable(
+        source, length_fn="x", boundaries=estimate(2, sample_size=12), batch_size=3,
+        shuffle_buffer=4,
+    )  # fmt: skip
+
+
+class Factory:
+    """A re-iterable source that is not a sequence (each ``iter`` a fresh generator)."""
+
+    def __iter__(self):
+        return (MapStyle(40)[i] for i in range(40))
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: MapStyle(40), Factory, lambda: [MapStyle(40)[i] for i in range(40)]]
+)
+def test_estimated_boundaries_resume_exactly_in_a_new_stream_and_epoch(make):
+    import json
+
+    first = _estimated(make())
+    whole = _ids(first)
+    assert sorted(whole) == list(range(40))
+    first.set_epoch(1)  # the same stream after a whole pass resumes too
+    second = _ids(first)
+    for epoch, expected in ((0, whole), (1, second)):
+        for stop in (1, 4):
+            live = _estimated(make())
+            live.set_epoch(epoch)
+            it = iter(live)
+            head = [next(it) for _ in range(stop)]
+            state = json.loads(json.dumps(live.state_dict()))
+            for again in (_estimated(make()), live):
+                again.load_state_dict(state)
+                assert _ids(head) + _ids(again) == expected
+
+
+def test_estimated_boundaries_from_another_head_are_refused_with_the_fix():
+    first = _estimated(MapStyle(40))
+    next(iter(first))
+    other = _estimated([{"id": i, "x": [1] * (1 + i)} for i in range(40)])
+    assert other.boundaries.tolist() != first.boundaries.tolist()
+    with pytest.raises(ValueError, match=r"state has boundaries=.*same samples first"):
+        other.load_state_dict(first.state_dict())
+    with pytest.raises(ValueError, match=r"cannot resume a one-shot iterator .* re-iterable"):
+        _estimated(iter(list(Factory()))).load_state_dict(first.state_dict())

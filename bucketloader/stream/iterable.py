@@ -189,6 +189,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             "padded_rows to tune it)",
             pad="short batches get masked rows",
         )
+        # the head a one-shot source gave the constructor (estimate, schedule, template), replayed
+        # first in its one pass; never set for a re-iterable source, which is read again
         self._prefix: list[Any] | None = None
         self._rest: Iterator[Any] | None = None
         self.solution: Any = None
@@ -465,9 +467,6 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             self._prefix, self._rest = [], None
             return it
         return open_source(self.source, worker)
-
-    def _one_shot(self) -> bool:
-        return self._prefix is not None or iter(self.source) is self.source
 
     def report(self) -> SamplingReport:
         """What the current (or last) pass did, summed over this rank's DataLoader workers and

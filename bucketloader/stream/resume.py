@@ -326,8 +326,15 @@ def check_config(state: dict[str, Any], mine: dict[str, Any], *, owner: str) -> 
         )
     for key, value in state["config"].items():
         if mine.get(key) != value:
+            hint = (
+                " (boundaries=estimate(...) solves on the head of the source: it must read the "
+                "same samples first)"
+                if key == "boundaries"
+                else ""
+            )
             raise ValueError(
-                f"state has {key}={value!r}, but this {owner} has {key}={mine.get(key)!r}"
+                f"state has {key}={value!r}, but this {owner} has {key}={mine.get(key)!r}; "
+                f"build the stream with the options of the one that saved the state{hint}"
             )
 
 
@@ -557,7 +564,11 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         check_state(state, owner=owner, keys=self.STATE_KEYS, replay_format=self.REPLAY_FORMAT)
         check_config(state, self._config(), owner=owner)
         if self._one_shot():
-            raise ValueError("cannot resume a one-shot iterator; pass a re-iterable source")
+            raise ValueError(
+                "cannot resume a one-shot iterator (it cannot be read again from the start); "
+                "pass a re-iterable source: a list, a Dataset, or an object whose __iter__ "
+                "returns a fresh iterator"
+            )
         if state["format"] == self.STATE_FORMAT:
             if state["source"]["state"] is not None and not is_stateful(self.source):
                 raise ValueError("state holds a source state_dict but the source cannot load one")
