@@ -113,7 +113,8 @@ class ShardedSampler(EpochSampler):
         **options: ``num_buckets`` (default 8) and ``strategy`` (default ``"optimal"``), or
             ``boundaries``; ``batch_size`` or ``max_tokens`` (an int or a
             :class:`~bucketloader.plan.TokenBudget`, its ``oversize`` ``"error"`` or
-            ``"single"``); ``pad_to_multiple_of``; ``cache`` (as
+            ``"single"``; it always promotes, so ``promote=False`` is refused);
+            ``pad_to_multiple_of``; ``cache`` (as
             :func:`~bucketloader.compute_boundaries`).
 
     Example:
@@ -487,7 +488,14 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
         check_int("num_buckets", options["num_buckets"], minimum=1)
     if "pad_to_multiple_of" in options:
         check_int("pad_to_multiple_of", options["pad_to_multiple_of"], minimum=1)
-    BatchRule.parse(options.get("batch_size"), options.get("max_tokens"))
+    rule = BatchRule.parse(options.get("batch_size"), options.get("max_tokens"))
+    if rule.budget is not None and not rule.budget.promote:
+        raise ValueError(
+            f"ShardedSampler got max_tokens={rule.budget!r}, but it always promotes: a rank "
+            "places what does not fit its cell in a longer one (NOTE [ Sharded plan ] 3), so "
+            "promote=False cannot be honoured; drop promote=False, or use BucketSampler for "
+            "batches that never promote"
+        )
     return dict(options)
 
 

@@ -142,3 +142,37 @@ def test_estimated_boundaries_from_another_head_are_refused_with_the_fix():
         other.load_state_dict(first.state_dict())
     with pytest.raises(ValueError, match=r"cannot resume a one-shot iterator .* re-iterable"):
         _estimated(iter(list(Factory()))).load_state_dict(first.state_dict())
+
+
+# -- options that do not know about promotion say so ----------------------------------------------
+def test_batched_strategy_plans_exactly_without_promotion_and_bounds_it_with():
+    from bucketloader import TokenBudget
+
+    lengths = np.random.default_rng(0).integers(5, 120, size=400)
+
+    def padded(promote):
+        sampler = BucketSampler(
+            lengths, num_buckets=4, strategy="batched", shuffle=False,
+            max_tokens=TokenBudget(600, promote=promote),
+        )  # fmt: skip
+        cells = sampler.report().cells
+        return sum(c["padded"] - c["real"] for c in cells), sampler
+
+    from bucketloader.strategies.batched import batched
+
+    plan = batched(lengths, 4, max_tokens=600)
+    exact, sampler = padded(False)
+    assert sampler.boundaries.tolist() == plan.boundaries.tolist()
+    planned = plan.info["padded"]
+    assert exact == planned  # the objective is what runs without promotion
+    promoted, _ = padded(True)
+    assert promoted <= planned
+
+
+def test_sharded_sampler_refuses_promote_false():
+    from bucketloader import TokenBudget
+    from bucketloader.sharded import ShardedSampler
+
+    with pytest.raises(ValueError, match=r"promote=False\).*always promotes.*BucketSampler"):
+        ShardedSampler([3, 5, 9], num_buckets=2, max_tokens=TokenBudget(20, promote=False))
+    assert len(ShardedSampler([3, 5, 9], num_buckets=2, max_tokens=TokenBudget(20))) >= 1
