@@ -176,3 +176,101 @@ def test_sharded_sampler_refuses_promote_false():
     with pytest.raises(ValueError, match=r"promote=False\).*always promotes.*BucketSampler"):
         ShardedSampler([3, 5, 9], num_buckets=2, max_tokens=TokenBudget(20, promote=False))
     assert len(ShardedSampler([3, 5, 9], num_buckets=2, max_tokens=TokenBudget(20))) >= 1
+
+
+# -- the bad-input pass over the public names ----------------------------------------------------
+def _hist():
+    from bucketloader import LengthHistogram
+
+    return LengthHistogram.from_lengths([1, 2, 3])
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: BucketSampler([3, 5, 8], num_buckets=2, batch_size=2, accumulate=10**9),
+         ValueError, r"accumulate must be an int >= 1 and <= 65536, got accumulate=1000000000"),
+        (lambda: BucketSampler([3, 5, 8], num_buckets=2, batch_size=2, accumulate=2**70),
+         ValueError, "accumulate must be an int >= 1 and <= 65536"),
+        (lambda: BucketSampler([3, 5], num_buckets=2, batch_size=2, num_replicas=2**70, rank=0),
+         ValueError, r"num_replicas must be an int >= 1 and <= 1048576"),
+        (lambda: BucketSampler(np.ma.array([3, 5, 8], mask=[0, 1, 0]), num_buckets=2,
+                               batch_size=2), TypeError, r"masked array.*lengths.compressed\(\)"),
+        (lambda: _sampler().collator()(torch.ones(2, 3)), TypeError,
+         r"needs a list of samples .* got Tensor"),
+        (lambda: _sampler().collator()([]), ValueError, "non-empty list of samples"),
+        (lambda: _sampler().collator(group_key=["g"]), TypeError, "group_key must be a dict key"),
+        (lambda: _hist().quantile(2), ValueError, r"q must be in \[0, 1\].*got q=2"),
+        (lambda: _hist().quantile(float("nan")), ValueError, r"q must be in \[0, 1\]"),
+        (lambda: _hist().quantile("half"), TypeError, "q must be a float"),
+        (lambda: __import__("bucketloader").STRATEGIES["optiml"], MissingKeyError,
+         r"no strategy named 'optiml'; the registered ones are \[.*'optimal'"),
+        (lambda: __import__("bucketloader").recommend_num_buckets([3, 4, 5], max_buckets=3),
+         TypeError, "recommend_num_buckets got an unexpected option max_buckets=3"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_clear_error(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def _exact_state():
+    rows = [[1] * n for n in [3, 5, 8, 8, 2, 9, 4, 4]]
+    stream = BucketIterable(rows, boundaries=[4, 9], batch_size=2)
+    next(iter(stream))
+    return rows, stream.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ({"phase": "x"}, r"state\['phase'\] must be one of"),
+        ({"worker": [2, 1]}, r"state\['worker'\] must be \[worker id, workers\]"),
+        ({"buckets": []}, "buffers do not fit this BucketIterable"),
+        ({"buckets": [[99], []]}, "buffers do not fit"),
+        ({"draws": {}}, "buffers do not fit"),
+        ({"source": {"position": 99, "state": None, "seek": True}}, r"must be >= 0 and <= state"),
+    ],
+)
+def test_an_edited_stream_state_is_refused_when_loaded(edit, match):
+    rows, state = _exact_state()
+    stream = BucketIterable(rows, boundaries=[4, 9], batch_size=2)
+    with pytest.raises(ValueError, match=match):
+        stream.load_state_dict({**state, **edit})
+    assert stream._resume is None  # nothing half-loaded
+
+
+# -- the command: one error line, status 2 ---------------------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["report", "{ok}", "-k", str(2**70)], "num_buckets must be an int >= 1 and <= "),
+        (["precompute", "{ok}", "-k", "2", "--cache-dir", "{ok}"],
+         "solved but not stored: the cache directory .* is not usable"),
+        (["report", "{bad}"], r"bad.parquet: not readable as Parquet"),
+    ],
+)  # fmt: skip
+def test_cli_bad_input_is_one_error_line(tmp_path, capsys, argv, match):
+    import re
+    import warnings
+
+    from bucketloader.cli.main import main
+
+    ok, bad = tmp_path / "ok.txt", tmp_path / "bad.parquet"
+    ok.write_text("3\n5\n8\n")
+    bad.write_bytes(b"garbage")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main([a.format(ok=ok, bad=bad) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(match, err[0]) and err[0].startswith("bucketloader: error:")
+
+
+def test_python_dash_m_bucketloader_runs_the_command(monkeypatch, capsys):
+    import runpy
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["bucketloader", "report", "--help"])
+    with pytest.raises(SystemExit) as info:
+        runpy.run_module("bucketloader", run_name="__main__")
+    assert info.value.code == 0 and "usage: bucketloader report" in capsys.readouterr().out

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bucketloader._validation import check_int
+from bucketloader._validation import MAX_REPLICAS, check_int
 from bucketloader.histogram import LengthHistogram
 from bucketloader.strategies._registry import StrategyResult, register_strategy
 from bucketloader.strategies.optimal import optimal, solve_segmentation
@@ -94,7 +94,7 @@ def batched(
     if max_batch_size is not None:
         max_batch_size = check_int("max_batch_size", max_batch_size, minimum=1)
     multiple_of = check_int("multiple_of", multiple_of, minimum=1)
-    num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+    num_replicas = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)
     if not isinstance(hist, LengthHistogram):
         hist = LengthHistogram.from_lengths(hist)
     values = hist.values.astype(np.int64)

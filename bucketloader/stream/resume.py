@@ -315,6 +315,28 @@ def check_state(
         src = state["source"]
         if not {"position", "state"} <= set(src) or not isinstance(src["position"], int):
             raise ValueError(f"state['source'] must hold 'position' and 'state', got {src!r}")
+        _check_exact(state, owner)
+
+
+#: The phases of a pass an exact state can be taken in.
+PHASES = ("stream", "flush", "tail", "done")
+
+
+def _check_exact(state: dict[str, Any], owner: str) -> None:
+    """The values of an exact state that a pass trusts when it resumes (an edited or forged
+    state is refused here, not by an ``IndexError`` in the middle of the resume)."""
+    w = state["worker"]
+    ints = len(w) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in w)
+    if not ints or not 0 <= w[0] < w[1]:
+        raise ValueError(f"state['worker'] must be [worker id, workers], got {w!r}")
+    if state["phase"] not in PHASES:
+        raise ValueError(f"state['phase'] must be one of {list(PHASES)}, got {state['phase']!r}")
+    position = state["source"]["position"]
+    if not 0 <= position <= state["read"]:
+        raise ValueError(
+            f"state['source']['position']={position!r} must be >= 0 and <= state['read']="
+            f"{state['read']}; pass a dict from {owner}.state_dict(), unedited"
+        )
 
 
 def check_config(state: dict[str, Any], mine: dict[str, Any], *, owner: str) -> None:
