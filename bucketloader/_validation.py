@@ -204,7 +204,8 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
     """:func:`as_lengths` of anything but already checked :class:`Lengths`."""
     if _is_tensor(lengths):
         lengths = _tensor_to_numpy(lengths, name)
-    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__len__"):
+    text = (str, bytes, bytearray, memoryview)  # (bytes would read as numbers 0..255)
+    if isinstance(lengths, text) or not hasattr(lengths, "__len__"):
         raise TypeError(
             f"{name} must be a list, numpy array or torch tensor of non-negative ints, "
             f"got {type(lengths).__name__}"

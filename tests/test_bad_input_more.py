@@ -196,6 +196,8 @@ def _hist():
          ValueError, r"num_replicas must be an int >= 1 and <= 1048576"),
         (lambda: BucketSampler(np.ma.array([3, 5, 8], mask=[0, 1, 0]), num_buckets=2,
                                batch_size=2), TypeError, r"masked array.*lengths.compressed\(\)"),
+        (lambda: BucketSampler(memoryview(b"ab"), num_buckets=1, batch_size=2), TypeError,
+         "lengths must be a list, numpy array or torch tensor .* got memoryview"),
         (lambda: _sampler().collator()(torch.ones(2, 3)), TypeError,
          r"needs a list of samples .* got Tensor"),
         (lambda: _sampler().collator()([]), ValueError, "non-empty list of samples"),
@@ -274,3 +276,23 @@ def test_python_dash_m_bucketloader_runs_the_command(monkeypatch, capsys):
     with pytest.raises(SystemExit) as info:
         runpy.run_module("bucketloader", run_name="__main__")
     assert info.value.code == 0 and "usage: bucketloader report" in capsys.readouterr().out
+
+
+def test_a_user_callable_that_fails_is_named_with_its_input():
+    from bucketloader import BucketSpec
+
+    with pytest.raises(ValueError, match=r"batch_size callable raised ZeroDivisionError.*\(\d+,\)"):
+        BucketSpec.build([3, 5, 8], num_buckets=2, batch_size=lambda b: 1 // 0)
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_stream_over_an_empty_source_warns(kind):
+    from bucketloader.stream import PackIterable
+
+    stream = (
+        BucketIterable([], boundaries=[4], batch_size=2)
+        if kind == "bucket"
+        else PackIterable([], row_length=8, batch_size=2)
+    )
+    with pytest.warns(UserWarning, match="read no sample from its source in epoch 0"):
+        assert list(stream) == []

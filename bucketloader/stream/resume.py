@@ -249,6 +249,20 @@ def state_keys(
     }
 
 
+def _warn_if_empty(batches: Iterator[Any], engine: Any, owner: str, epoch: int) -> Iterator[Any]:
+    """The pass's batches; a warning when it read no sample at all (an empty or exhausted
+    source), which would otherwise be an epoch of no step, silently."""
+    yield from batches
+    if engine.read == 0:
+        warnings.warn(
+            f"{owner} read no sample from its source in epoch {epoch}, so it yielded no batch; "
+            "check that the source is not empty (a one-shot iterator gives one pass only: pass "
+            "a re-iterable source for several epochs)",
+            UserWarning,
+            stacklevel=2,
+        )
+
+
 def check_steps(
     steps_per_epoch: int | None, num_replicas: int, last_batch: str, *, per_step: str, pad: str
 ) -> int | None:
@@ -565,6 +579,8 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             it = engine.resume(state)
         else:
             it = self._open(worker)
+        if state is None and worker == (0, 1) and self.steps_per_epoch is None:
+            return _warn_if_empty(engine.run(it), engine, type(self).__name__, self.epoch)
         return engine.run(it)  # type: ignore[no-any-return]
 
     def _replay_state(self, batches_consumed: int | None) -> dict[str, Any]:
