@@ -296,3 +296,20 @@ def test_a_stream_over_an_empty_source_warns(kind):
     )
     with pytest.warns(UserWarning, match="read no sample from its source in epoch 0"):
         assert list(stream) == []
+
+
+def test_a_stream_that_leaves_samples_out_warns_with_the_counts():
+    rows = [{"a": [1] * n} for n in [3, 5, 8, 2, 1, 1, 1]]
+    stream = BucketIterable(
+        rows, length_fn="a", boundaries=[4], batch_size=2, overflow="drop", last_batch="drop"
+    )
+    with pytest.warns(
+        UserWarning, match=r"leaves out 2 by overflow='drop', 1 by last_batch='drop'"
+    ):
+        kept = _ids_of(list(stream))
+    totals = stream.report().totals
+    assert (kept, totals["too_long"], totals["dropped"]) == (4, 2, 1)
+
+
+def _ids_of(batches):
+    return sum(len(b) for b in batches)

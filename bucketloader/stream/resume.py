@@ -245,11 +245,34 @@ def state_keys(
     }
 
 
-def _warn_if_empty(batches: Iterator[Any], engine: Any, owner: str, epoch: int) -> Iterator[Any]:
-    """The pass's batches; a warning when it read no sample at all (an empty or exhausted
-    source), which would otherwise be an epoch of no step, silently."""
+#: A pass's counters of samples it read but left out, and why (both streams' names).
+_LEFT_OUT = {
+    "too_short": "shorter than min_length",
+    "too_long": "by overflow='drop'",
+    "overflow_dropped": "by overflow='drop'",
+    "oversize": "by TokenBudget(oversize='drop')",
+    "left_over": "left over when steps_per_epoch ran out",
+    "tail_dropped": "by last_batch='drop'",
+}
+
+
+def _warn_at_end(
+    batches: Iterator[Any], engine: Any, owner: str, epoch: int, empty: bool
+) -> Iterator[Any]:
+    """The pass's batches, then one warning with the counts when it left samples out (they are
+    counted in ``report()`` too), and, with ``empty``, when it read no sample at all (an empty
+    or exhausted source: an epoch of no step)."""
     yield from batches
-    if engine.read == 0:
+    stats = engine.stats
+    parts = [f"{stats[k]:,} {why}" for k, why in _LEFT_OUT.items() if stats.get(k)]
+    if parts:
+        warnings.warn(
+            f"this {owner} leaves out {', '.join(parts)}; samples its pass read in epoch "
+            f"{epoch}: {engine.read:,} (report() counts them by kind)",
+            UserWarning,
+            stacklevel=2,
+        )
+    if empty and engine.read == 0:
         warnings.warn(
             f"{owner} read no sample from its source in epoch {epoch}, so it yielded no batch; "
             "check that the source is not empty (a one-shot iterator gives one pass only: pass "
@@ -575,9 +598,8 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             it = engine.resume(state)
         else:
             it = self._open(worker)
-        if state is None and worker == (0, 1) and self.steps_per_epoch is None:
-            return _warn_if_empty(engine.run(it), engine, type(self).__name__, self.epoch)
-        return engine.run(it)  # type: ignore[no-any-return]
+        empty = state is None and worker == (0, 1) and self.steps_per_epoch is None
+        return _warn_at_end(engine.run(it), engine, type(self).__name__, self.epoch, empty)
 
     def _replay_state(self, batches_consumed: int | None) -> dict[str, Any]:
         """The state of a resume by replay after ``batches_consumed`` batches (module NOTE)."""
