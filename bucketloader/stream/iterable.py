@@ -259,6 +259,12 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                     f"boundaries has no entry for input {missing[0]!r}; give one per key of "
                     f"length_fn {list(names)}, got keys {list(boundaries)}"
                 )
+            extra = [k for k in boundaries if k not in names]
+            if extra:
+                raise MissingKeyError(
+                    f"boundaries has an entry for {extra[0]!r}, which length_fn does not measure; "
+                    f"give one per key of length_fn {list(names)}, got keys {list(boundaries)}"
+                )
             given = [boundaries[n] for n in names]
         elif isinstance(boundaries, (str, bytes)) or len(boundaries) != len(names):
             raise ValueError(
