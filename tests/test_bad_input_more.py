@@ -316,3 +316,19 @@ def test_a_stream_that_leaves_samples_out_warns_with_the_counts():
 
 def _ids_of(batches):
     return sum(len(b) for b in batches)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [{"open": [[2, 26]]}, {"open": [[2, 26, [[99, 0]]]]}, {"open": [5]}, {"ready": [[[99, 0]]]}],
+)
+def test_an_edited_pack_stream_state_is_refused_when_loaded(edit):
+    from bucketloader.stream import PackIterable
+
+    rows = [[1] * n for n in [3, 5, 8, 8, 2, 9, 4, 4, 7, 1, 1, 3]]
+    live = PackIterable(rows, row_length=16, batch_size=2)
+    next(iter(live))
+    stream = PackIterable(rows, row_length=16, batch_size=2)
+    with pytest.raises(ValueError, match="open and ready rows do not fit this PackIterable"):
+        stream.load_state_dict({**live.state_dict(), **edit})
+    stream.load_state_dict(live.state_dict())  # the unedited state still loads
