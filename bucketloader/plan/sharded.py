@@ -132,7 +132,7 @@ def defer_table(table: np.ndarray, limit: float, *, slack: float = _DEFER_SLACK)
         [[1, 2], [0, 0], [0, 0]]
     """
     table = np.asarray(table, dtype=np.int64)
-    ranks, k = table.shape
+    k = table.shape[1]
     left = np.floor(limit * table).astype(np.int64)  # what each rank may still defer per cell
     deferred = np.zeros_like(table)
     for c in range(k - 1, -1, -1):
