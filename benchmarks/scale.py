@@ -98,39 +98,13 @@ def padding_vs_global(ranks_list=(8, 64), resample=None):
             hists = [LengthHistogram.from_lengths(lengths[s]) for s in shards]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                sams = [
-                    ShardedSampler(
-                        lengths[s],
-                        shard_histograms=hists,
-                        num_replicas=ranks,
-                        rank=r,
-                        num_buckets=K,
-                        max_tokens=budget,
-                    )
-                    for r, s in enumerate(shards)
-                ]
-                defer = [
-                    ShardedSampler(
-                        lengths[s],
-                        shard_histograms=hists,
-                        num_replicas=ranks,
-                        rank=r,
-                        num_buckets=K,
-                        max_tokens=budget,
-                        defer=DEFER,
-                    )
-                    for r, s in enumerate(shards)
-                ]
+                ranked = [{"shard_lengths": lengths[s], "rank": r} for r, s in enumerate(shards)]
+                common = {"shard_histograms": hists, "num_replicas": ranks, "max_tokens": budget}
+                sams = [ShardedSampler(**a, **common, num_buckets=K) for a in ranked]
+                defer = [ShardedSampler(**a, **common, num_buckets=K, defer=DEFER) for a in ranked]
                 padding_defer = _exact_padding(defer, lengths, shards)
                 glob = BucketSampler(lengths, num_buckets=K, max_tokens=budget, num_replicas=ranks)
-                kept = ShardedSampler(
-                    lengths[shards[0]],
-                    shard_histograms=hists,
-                    num_replicas=ranks,
-                    rank=0,
-                    boundaries=glob.boundaries,
-                    max_tokens=budget,
-                )
+                kept = ShardedSampler(**ranked[0], **common, boundaries=glob.boundaries)
             env = envelope_histogram(hists)
             eb = compute_boundaries(env, K)
             real = int(lengths.sum())
