@@ -58,6 +58,7 @@ from typing import Any, ClassVar
 
 import torch.utils.data
 
+from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import check_int
 from bucketloader.stream.counters import MAX_LANES, LaneCounters
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
@@ -151,14 +152,9 @@ class LaneStates:
             self._epoch = epoch
             self._prune(epoch)
         name = self._name(epoch, lane, lanes, batches)
-        tmp = os.path.join(self.path, f".{name}.{os.getpid()}")
-        try:
-            with open(tmp, "w") as f:
-                f.write(text)
-            os.replace(tmp, os.path.join(self.path, name))
-        except OSError:  # no room, or the directory is gone: this worker replays on resume
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
+        try:  # the cache's all-or-nothing write: a torn checkpoint is never read back
+            write_atomic(os.path.join(self.path, name), text.encode())
+        except (OSError, NotAFile):  # no room, or the directory is gone: replay on resume
             return True
         old = batches - CHECKPOINTS_KEPT * CHECKPOINT_EVERY
         if old > 0:
