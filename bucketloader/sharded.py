@@ -11,6 +11,10 @@ plan ] 6 in :mod:`bucketloader.plan.sharded`); the schedule (which shape at each
 takes the same steps with the same shapes and no per-step communication (NOTE [ Sharded plan ]
 in :mod:`bucketloader.plan.sharded`).
 
+By default every sample of every shard is in every epoch and each bucket's slots follow the
+fullest rank; ``defer=`` lets a fuller rank's excess wait for the next epoch instead, so the slots
+follow what the ranks can fill (NOTE [ Sharded plan ] 7; ``docs/sharded.md`` has the trade).
+
 The histograms come from ``shard_histograms=`` (e.g. from the engines that measured the shards,
 or a simulation), or, when left out under ``torch.distributed``, from one ``all_gather`` of each
 rank's histogram (and of its configuration digest, so a rank with another seed, options or

@@ -251,7 +251,7 @@ class ShardEpochPlan:
 
     Attributes:
         placed: the rank's samples in batch order of each cell (cells in order), every sample
-            once.
+            the epoch shows once (every sample of the shard unless some are deferred).
         starts: where each step's batch starts in ``placed``.
         num_real: samples of each step's batch (0: the batch holds one stand-in, a padding row).
         cells: cell of every step's batch (its planned shape).
