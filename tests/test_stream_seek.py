@@ -211,8 +211,23 @@ def _loader(stream):
     return DataLoader(stream, batch_size=None, collate_fn=lambda b: b, num_workers=2)
 
 
+def _bucket_steps(source, **kw):  # split over ranks: a schedule of steps past the shard's end
+    return _bucket(source, steps_per_epoch=200, last_batch="fill", **kw)
+
+
+def _pack_steps(source, **kw):
+    return _pack(source, steps_per_epoch=160, last_batch="fill", **kw)
+
+
 @pytest.mark.parametrize(
-    ("make", "kind"), [(_bucket, "list"), (_pack, "list"), (_bucket, "hf-iterable")]
+    ("make", "kind"),
+    [
+        (_bucket, "list"),
+        (_pack, "list"),
+        (_bucket, "hf-iterable"),
+        (_bucket_steps, "list"),
+        (_pack_steps, "list"),
+    ],
 )
 def test_resume_behind_workers_starts_at_each_workers_checkpoint(lengths, tmp_path, make, kind):
     # NOTE [ Worker checkpoints ] (opted in with checkpoint_dir): each worker restores its own

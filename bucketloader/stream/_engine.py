@@ -96,13 +96,7 @@ class Pass:
         """The batches of this lane's pass, handed out through the shared counters."""
         batches = self._batches(it)
         store = getattr(self.o, "lane_states", None)
-        one_pass = not self.o.steps  # a scheduled pass behind workers resumes by replay
-        if (
-            store is not None
-            and self.worker[1] > 1
-            and one_pass
-            and (self.o.seekable or self.o.stateful)
-        ):
+        if store is not None and self.worker[1] > 1 and (self.o.seekable or self.o.stateful):
             batches = self._checkpointed(batches, store)
         return hand_out(self, self.o.counters, batches)
 

@@ -33,8 +33,9 @@ workers' checkpoints (NOTE [ Worker checkpoints ] in :mod:`bucketloader.stream.r
 A stream split over ranks (``steps_per_epoch``) seeks the same way in one process: its state
 also lists the positions of the samples its dry steps reuse (each cell's first sample, the
 stand-in of a padding row, and each cell's last batch, which ``last_batch="fill"`` repeats) and
-the step it reached; the resume fetches those too and takes the remaining steps. Over any
-other source, or behind DataLoader workers, it replays from the start of the epoch.
+the step it reached; the resume fetches those too and takes the remaining steps (behind
+DataLoader workers from the workers' checkpoints when they are on). Over any other source it
+replays from the start of the epoch.
 """
 
 from __future__ import annotations
