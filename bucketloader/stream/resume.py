@@ -13,8 +13,10 @@ stream's counters across DataLoader workers ] in :mod:`bucketloader.stream.count
 worker (the DataLoader hands batches out round-robin over the workers still running); on resume
 each worker replays its pass from the start of the epoch and hands out only what comes after its
 count. That is exact, costs a re-read of the data consumed so far (no collation, no training), and
-needs the same ``num_workers``. A stream split over ranks always resumes this way: its per-worker
-counts follow from ``k`` alone.
+needs the same ``num_workers``. A stream split over ranks resumes this way behind workers too
+(its per-worker counts follow from ``k`` alone), unless worker checkpoints (below) are on; in
+one process it seeks where its source can (NOTE [ Seeking a source ] in
+:mod:`bucketloader.stream.source`).
 
 NOTE [ Worker checkpoints ]
 Replaying a worker's pass from the start of the epoch re-reads everything it consumed. A stream
