@@ -252,10 +252,10 @@ def _search_and_bound(
         exact_const = float(np.dot(_sizes(rows, size), counts))
         lower = bound.value - exact_const
     else:
-        soon = min(deadline, t0 + 0.25 * (deadline - t0))
+        soon = min(deadline, t0 + 0.1 * (deadline - t0))
         bound = lagrangian(grid, k, reach, upper, soon, tol)
         if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
-            lp_deadline = time.perf_counter() + 0.7 * (deadline - time.perf_counter())
+            lp_deadline = time.perf_counter() + 0.85 * (deadline - time.perf_counter())
             bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)
             info["lp_rounds"] = bound.log
             if seed is not None and time.perf_counter() < deadline:
