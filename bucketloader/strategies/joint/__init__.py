@@ -210,9 +210,14 @@ def _search_and_bound(
             lp_deadline = time.perf_counter() + 0.85 * (deadline - time.perf_counter())
             bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)
             info["lp_rounds"] = bound.log
-            if seed is not None and time.perf_counter() < deadline:
+            if time.perf_counter() < deadline:
+                # another search from the LP's cells and from the K largest gains at the
+                # bound's reaches (a Lagrangian heuristic)
+                starts = [cells, np.argsort(bound.gains)[-k:]]
+                if seed is not None:
+                    starts.insert(1, seed)
                 soon = time.perf_counter() + 0.3 * (deadline - time.perf_counter())
-                found, _ = _best_search(grid, k, [cells, seed], soon)
+                found, _ = _best_search(grid, k, starts, soon)
                 _, got = grid.assign(found)
                 if total(grid, got) < upper:
                     cells, upper = found, total(grid, got)
