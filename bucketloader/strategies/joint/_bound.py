@@ -157,8 +157,8 @@ def lp_bound(
 ) -> tuple[Bound, np.ndarray | None]:
     """The LP relaxation's bound by generating pairs (NOTE [ The LP bound by columns ]).
 
-    Returns the best :class:`Bound` (``best`` if nothing beat it) and the candidates of the last
-    restricted LP whose ``y`` is at least 0.5 (a seed for the search), or ``None``.
+    Returns the best :class:`Bound` (``best`` if nothing beat it) and the K candidates with the
+    largest ``y`` in the last restricted LP (a seed for the search), or ``None``.
     """
     const = float((grid.weight * grid.point_size).sum())
     pairs: dict[int, np.ndarray] = {}  # candidate -> the points it may serve in the LP
@@ -199,8 +199,7 @@ def lp_bound(
         xs, duals = solved
         lam, mu = duals[:ncls], -float(duals[-1])
         yv = xs[:nr]
-        if (yv >= 0.5).any():
-            seed = rset[yv >= 0.5]
+        seed = rset[np.argsort(yv)[-k:]]
         reach = np.maximum((lam / weight)[inv], grid.point_size)
         if time.perf_counter() + spent >= deadline:
             break
