@@ -9,15 +9,15 @@ k (padding ratio and shape count), with a recommended k under a stated rule and 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bucketloader._types import Strategy
-from bucketloader._validation import Lengths, as_lengths, check_float, check_int
+from bucketloader._validation import Lengths, MissingKeyError, as_lengths, check_float, check_int
 from bucketloader.analysis._plot import pct, plot_report
 from bucketloader.analysis._scan import dataset_lengths, is_dataloader, is_dataset, scan_batches
 from bucketloader.analysis.calibrate import Calibration
@@ -29,6 +29,10 @@ from bucketloader.analysis.recommend import (
 )
 from bucketloader.histogram import LengthHistogram
 from bucketloader.strategies import STRATEGIES
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from torch.utils.data import DataLoader, Dataset
 
 #: Strategies compared by default (``"lp"`` reaches the same optimum as ``"optimal"``, slower).
 DEFAULT_STRATEGIES = ("optimal", "percentile", "equal_mass", "linear", "geometric", "pad_to_max")
@@ -68,7 +72,11 @@ class DynamicityReport:
         for r in self.rows:
             if r.strategy == strategy and r.num_buckets == num_buckets:
                 return r
-        raise KeyError(f"no row for strategy={strategy!r}, num_buckets={num_buckets}")
+        rows = sorted({(r.strategy, r.num_buckets) for r in self.rows})
+        raise MissingKeyError(
+            f"no row for strategy={strategy!r}, num_buckets={num_buckets!r}; the report has "
+            f"(strategy, num_buckets) rows {rows}"
+        )
 
     def summary(self) -> str:
         """The report as text."""
@@ -115,9 +123,9 @@ class DynamicityReport:
 
 
 def analyze(
-    data: Any,
+    data: ArrayLike | LengthHistogram | Dataset[Any] | DataLoader[Any],
     *,
-    column: Any = None,
+    column: str | Callable[[Any], Any] | None = None,
     num_buckets: int | Iterable[int] = DEFAULT_NUM_BUCKETS,
     strategy: str | Strategy | Sequence[str | Strategy] | None = None,
     batch_size: int | None = None,

@@ -58,12 +58,13 @@ from torch.utils.data import default_collate
 
 from bucketloader._samples import BARE_KEY, kind_of
 from bucketloader._types import SIDES
-from bucketloader._validation import check_choice
+from bucketloader._validation import MissingKeyError, check_choice
 from bucketloader.collate import fields as cf
 from bucketloader.collate._pad import (
     SCATTER_MAX_ELEMENTS,
     SCATTER_MIN_ROWS,
     fits,
+    interleaved_pieces,
     pad_1d,
     pad_field,
     sequence_mask,
@@ -140,6 +141,12 @@ class PadCollator:
         else:
             check_pad("pad_value", pad_value)
         self.pad_value = pad_value
+        try:
+            hash(group_key)
+        except TypeError:
+            raise TypeError(
+                f"group_key must be a dict key (a str, int, ...), got group_key={group_key!r}"
+            ) from None
         self.group_key = group_key
         self.fields = bind_fields(fields, tuple(shape_table.input_names), group_key)
         self._setup()
@@ -234,7 +241,7 @@ class PadCollator:
         else:
             unknown = [k for k in self.fields if k not in keys]
             if unknown:
-                raise KeyError(
+                raise MissingKeyError(
                     f"fields names {unknown} but the samples ({kind}) have fields {keys}; "
                     "fix the names in fields={...}"
                 )
@@ -250,7 +257,7 @@ class PadCollator:
         if isinstance(self.pad_value, Mapping):
             stray = [k for k in self.pad_value if k not in keys]
             if stray:
-                raise KeyError(
+                raise MissingKeyError(
                     f"pad_value names {stray} but the samples have fields {keys}; fix the names, "
                     "or, if those fields were removed after the collator was built (as "
                     "Trainer(remove_unused_columns=True) does), build it on the data as loaded "
@@ -268,17 +275,23 @@ class PadCollator:
             lean = self._collate_bare(samples)
             if lean is not None:
                 return lean
-        if not samples and getattr(samples, "planned_shape", None) is not None:
+        if not isinstance(samples, (list, tuple)):
+            raise TypeError(
+                f"PadCollator needs a list of samples (what a batch sampler's indices fetch), got "
+                f"{type(samples).__name__}; pass [dataset[i] for i in batch]"
+            )
+        planned_empty = getattr(samples, "planned_shape", None)
+        if not samples and planned_empty is not None:
             raise ValueError(
-                f"a padding-only step of shape {samples.planned_shape} reached the collator "
+                f"a padding-only step of shape {planned_empty} reached the collator "
                 "with no sample to take its fields from: no rank of the stream had a sample; "
                 "initialise torch.distributed before building the stream (a rank borrows "
                 "another's), or give every rank a non-empty shard"
             )
-        if not isinstance(samples, (list, tuple)) or not samples:
+        if not samples:
             raise ValueError(
-                f"PadCollator needs a non-empty list of samples, got {type(samples).__name__} "
-                f"of length {len(samples) if hasattr(samples, '__len__') else '?'}"
+                f"PadCollator needs a non-empty list of samples, got an empty "
+                f"{type(samples).__name__}"
             )
         if self._bare_default and getattr(samples, "planned_shape", None) is None:
             lean = self._collate_bare(samples)
@@ -426,23 +439,7 @@ class PadCollator:
         if entry is None:
             return self._collate_bare_padded(samples, sizes, rows, size)
         pad, views, ar = entry
-        try:
-            pads = list(map(views.__getitem__, sizes))
-        except KeyError:
-            for length in sizes:
-                if length not in views:
-                    views[length] = pad[: size - length] if length < size else None
-            pads = list(map(views.__getitem__, sizes))
-        pieces: list[Any] = [None] * (2 * n)
-        if self.side == "right":
-            pieces[0::2], pieces[1::2] = samples, pads
-        else:
-            pieces[0::2], pieces[1::2] = pads, samples
-        if lo == 0:  # empty samples and full rows (no pad piece) are left out
-            keep = _keep(sizes, size, self.side)
-            pieces = [p for p, k in zip(pieces, keep, strict=True) if k]
-        elif hi == size:  # full rows: their pad piece is None
-            pieces = [p for p in pieces if p is not None]
+        pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views))
         lens = np.array(sizes, dtype=np.int64)
         try:
             if kind is np.ndarray:
@@ -575,16 +572,6 @@ _TRUE = np.ones(4096, dtype=np.bool_)
 #: Row lengths up to which :meth:`PadCollator._collate_bare` keeps a table of mask rows (4 MiB).
 _MASK_TABLE_MAX = 2047
 _DTYPE = operator.attrgetter("dtype")
-
-
-def _keep(sizes: list[int], size: int, side: str) -> list[bool]:
-    """Which pieces of ``[x_0, pad_0, x_1, pad_1, ...]`` (pads first on the left) are not
-    empty."""
-    real = [k > 0 for k in sizes]
-    pad = [k < size for k in sizes]
-    keep: list[bool] = [False] * (2 * len(sizes))
-    keep[0::2], keep[1::2] = (real, pad) if side == "right" else (pad, real)
-    return keep
 
 
 _HINT = (

@@ -34,7 +34,7 @@ from bucketloader._dist import (
     resolve_ranks,
 )
 from bucketloader._types import LengthFn
-from bucketloader._validation import check_int
+from bucketloader._validation import MissingKeyError, check_int
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
 from bucketloader.plan.cells import lattice_codes
@@ -189,6 +189,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             "padded_rows to tune it)",
             pad="short batches get masked rows",
         )
+        # the head a one-shot source gave the constructor (estimate, schedule, template), replayed
+        # first in its one pass; never set for a re-iterable source, which is read again
         self._prefix: list[Any] | None = None
         self._rest: Iterator[Any] | None = None
         self.solution: Any = None
@@ -253,9 +255,15 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         elif isinstance(boundaries, Mapping):
             missing = [n for n in names if n not in boundaries]
             if missing:
-                raise KeyError(
+                raise MissingKeyError(
                     f"boundaries has no entry for input {missing[0]!r}; give one per key of "
                     f"length_fn {list(names)}, got keys {list(boundaries)}"
+                )
+            extra = [k for k in boundaries if k not in names]
+            if extra:
+                raise MissingKeyError(
+                    f"boundaries has an entry for {extra[0]!r}, which length_fn does not measure; "
+                    f"give one per key of length_fn {list(names)}, got keys {list(boundaries)}"
                 )
             given = [boundaries[n] for n in names]
         elif isinstance(boundaries, (str, bytes)) or len(boundaries) != len(names):
@@ -439,7 +447,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             seed=self.seed,
             overflow=policy if policy in ("error", "drop") else self._truncate,
             stateful=is_stateful(self.source) and self._prefix is None and self._shares is None,
-            seekable=is_seekable(self.source) and self._prefix is None and self._shares is None,
+            seekable=is_seekable(self.source) and self._prefix is None,
             config=self._config(),
             minimum=tuple(0 if m is None else m for m in self.limits.min_length),
             maximum=self._maximum,
@@ -465,9 +473,6 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             self._prefix, self._rest = [], None
             return it
         return open_source(self.source, worker)
-
-    def _one_shot(self) -> bool:
-        return self._prefix is not None or iter(self.source) is self.source
 
     def report(self) -> SamplingReport:
         """What the current (or last) pass did, summed over this rank's DataLoader workers and
@@ -545,6 +550,26 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             )
         return config
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
+        super().load_state_dict(state)
+        if state["format"] != STATE_FORMAT:
+            return
+        read, k = state["read"], self.cells.num_cells
+        held = [state["shuffle"], *state["buckets"]] if len(state["buckets"]) == k else None
+        draws = state["draws"]
+        if (
+            held is None
+            or not all(isinstance(b, list) for b in held)
+            or not all(isinstance(p, int) and 0 <= p < read for b in held for p in b)
+            or not {"start", "used"} <= set(draws)
+        ):
+            self._resume = None
+            raise ValueError(
+                f"state's buffers do not fit this BucketIterable ({k} buckets, {read} samples "
+                "read): pass a dict from BucketIterable.state_dict(), unedited"
+            )
+
     def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
         """JSON-serialisable position of the current pass.
 
@@ -559,7 +584,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         # the replay state, which also resumes behind DataLoader workers
         engine = self._engine
         exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
-        if exact and self._shares is None and engine.batches:  # type: ignore[union-attr]
+        # a stream split over ranks: exact (positions) where its source seeks, else a replay
+        if exact and engine.batches and (self._shares is None or engine.o.seekable):  # type: ignore[union-attr]
             if batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
                 return engine.state_dict()  # type: ignore[union-attr]
         return self._replay_state(batches_consumed)
