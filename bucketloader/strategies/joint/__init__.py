@@ -69,7 +69,7 @@ from bucketloader.strategies.joint._search import greedy, improve, lattice_drop,
 __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
 
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key).
-JOINT_FORMAT = 2
+JOINT_FORMAT = 3
 
 
 def solve_joint(
