@@ -16,6 +16,9 @@ Writes ``benchmarks/results/stream_resume.md``.
    ``__iter__``: the stream cannot seek and replays the epoch from its start). An HF source
    restarts at each of its checkpoints that precedes a buffered sample. Every resume is
    checked to give exactly the batches of the uninterrupted pass.
+   ``--split-only``: the same for streams split over ranks (``steps_per_epoch``, the schedule
+   every rank follows), ``BucketIterable`` and ``PackIterable`` over a list read by index
+   against the same rows behind ``__iter__`` only; rewrites only that section of the results.
 2. **Memory bound.** The samples a pass holds (shuffle buffer, bucket buffers; open and closed
    rows for :class:`~bucketloader.stream.PackIterable`) and their elements, at their peak over a
    whole pass, against the bound stated in ``docs/streams.md``.
@@ -260,12 +263,133 @@ def write(table, mem, bounds, seconds):
     OUT.write_text("\n".join(lines) + "\n")
 
 
+class CountedRows:
+    """A list read by index (``__len__``, ``__getitem__``: the stream seeks), counting rows."""
+
+    def __init__(self, rows):
+        self.rows, self.reads = rows, 0
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        if i >= len(self.rows):
+            raise IndexError(i)
+        self.reads += 1
+        return self.rows[i]
+
+
+class CountedIter:
+    """The same rows behind ``__iter__`` only (the stream replays), counting rows."""
+
+    def __init__(self, rows):
+        self.rows, self.reads = rows, 0
+
+    def __iter__(self):
+        for row in self.rows:
+            self.reads += 1
+            yield row
+
+
+def _split_stream(kind, source, bounds, steps):
+    if kind == "BucketIterable":
+        return BucketIterable(
+            source,
+            length_fn="input_ids",
+            boundaries=bounds,
+            batch_size=32,
+            shuffle_buffer=256,
+            steps_per_epoch=steps,
+        )
+    return PackIterable(
+        source, length_fn="input_ids", row_length=512, batch_size=8, steps_per_epoch=steps
+    )
+
+
+def split_table(n):
+    """Streams split over ranks (``steps_per_epoch``) stopped 90% in: seek vs replay."""
+    lens = lengths(n)
+    rows = [{"id": i, "input_ids": [1] * int(x)} for i, x in enumerate(lens)]
+    bounds = compute_boundaries(lens, 8)
+    out = []
+    for kind in ("BucketIterable", "PackIterable"):
+        steps = sum(1 for _ in _split_stream(kind, rows, bounds, None))  # one pass's batches
+        whole = [ids(b) for b in _split_stream(kind, rows, bounds, steps)]
+        k = int(AT * len(whole))
+        got = {}
+        for how, wrap in (("seek", CountedRows), ("replay", CountedIter)):
+            src = wrap(rows)
+            first = _split_stream(kind, src, bounds, steps)
+            it = iter(first)
+            for _ in range(k):
+                next(it)
+            state = json.loads(json.dumps(first.state_dict()))
+            t = time.perf_counter()
+            again = _split_stream(kind, src, bounds, steps)
+            again.load_state_dict(state)
+            src.reads = 0
+            it = iter(again)
+            head = ids(next(it))
+            seconds = time.perf_counter() - t
+            reads = src.reads
+            assert [head] + [ids(b) for b in it] == whole[k:], f"{kind} {how}: resume differs"
+            got[how] = (seconds, reads, state["format"])
+        out.append({"stream": kind, "steps": steps, "stop": k, **got})
+        print(out[-1], flush=True)
+    return out
+
+
+SPLIT_HEAD = "## Streams split over ranks (`steps_per_epoch`)"
+
+
+def write_split(split, seconds):
+    """Rewrite only the split-over-ranks section of the results (``--split-only``)."""
+    lines = [
+        SPLIT_HEAD,
+        "",
+        f"`.venv/bin/python benchmarks/stream_resume.py --split-only` ({seconds:.0f} s). The "
+        f"same {N:,} samples as a list of dicts, a stream with `steps_per_epoch` (every rank "
+        "follows the same schedule of shapes; here one rank, the epoch as long as one pass), "
+        "stopped 90% into the epoch. *Seek*: the list read by index (its exact state holds "
+        "positions: buffers, stand-ins, last batches and the step reached); *replay*: the same "
+        "rows behind `__iter__` only, so the state is the replay state and the resume re-reads "
+        "the epoch from its start. Rows read: from `load_state_dict` to the first batch. Both "
+        "resumes give exactly the batches of the uninterrupted pass (checked). "
+        "`BucketIterable`: 8 buckets, `batch_size=32`, `shuffle_buffer=256`; `PackIterable`: "
+        "`row_length=512`, `batch_size=8`.",
+        "",
+        "| stream | steps | stopped after | seek (s) | rows read | replay (s) | rows read "
+        "| replay / seek |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in split:
+        (ss, sr, _), (rs, rr, _) = r["seek"], r["replay"]
+        lines.append(
+            f"| {r['stream']} | {r['steps']:,} | {r['stop']:,} | {ss:.3f} | {sr:,} | "
+            f"{rs:.2f} | {rr:,} | {rs / ss:.0f}x |"
+        )
+    text = OUT.read_text()
+    if SPLIT_HEAD in text:
+        head, rest = text.split(SPLIT_HEAD, 1)
+        tail = rest[rest.index("\n## ") + 1 :] if "\n## " in rest else ""
+        text = head + "\n".join(lines) + "\n\n" + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + "\n".join(lines) + "\n"
+    OUT.write_text(text)
+
+
 def main() -> None:
     start = time.perf_counter()
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    if "--split-only" in sys.argv:
+        write_split(split_table(N), time.perf_counter() - start)
+        print(OUT.read_text())
+        return
     table = resume_table(N)
     mem, bounds = memory_table()
+    split = split_table(N)
     write(table, mem, bounds, time.perf_counter() - start)
+    write_split(split, time.perf_counter() - start)
     print(OUT.read_text())
 
 

@@ -40,7 +40,7 @@ import inspect
 import logging
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 from torch.utils.data import ConcatDataset, IterableDataset, Sampler
@@ -599,26 +599,23 @@ class BucketSampler(SpecShapes, EpochSampler):
             and saved.get("plan_digest")
             in (self._plan_digest(spec=self._even), self._plan_digest(1, spec=self._even))
         ):
-            budget = self.spec.rule.budget if self.spec.rule is not None else None
-            fix = dataclasses.replace(budget, promote=False) if budget is not None else None
-            raise ValueError(
-                "state was saved by a sampler that kept every sample in its own bucket (even "
-                "batches without promotion, or TokenBudget(promote=False)); this sampler batches "
-                "leftovers in longer buckets' spare rows (other steps and batch shapes). Build it "
-                f"with max_tokens={fix!r} to resume this state exactly"
+            self._refuse_older_budget(
+                "kept every sample in its own bucket (even batches without promotion, or "
+                "TokenBudget(promote=False))",
+                "batches leftovers in longer buckets' spare rows (other steps and batch shapes)",
+                promote=False,
             )
         if (
             isinstance(saved, dict)
             and self.spec is not self._given
             and saved.get("plan_digest") == self._plan_digest(spec=self._given)
         ):
-            budget = self.spec.rule.budget if self.spec.rule is not None else None
-            fix = dataclasses.replace(budget, balance=False) if budget is not None else None
-            raise ValueError(
-                "state was saved by a sampler that filled every batch to max_tokens // size rows "
-                "(bucketloader 0.2, or TokenBudget(balance=False)); this sampler spreads each "
-                "bucket's samples evenly over the same steps (fewer filler rows, other batch "
-                f"shapes). Build it with max_tokens={fix!r} to resume this state exactly"
+            self._refuse_older_budget(
+                "filled every batch to max_tokens // size rows (bucketloader 0.2, or "
+                "TokenBudget(balance=False))",
+                "spreads each bucket's samples evenly over the same steps (fewer filler rows, "
+                "other batch shapes)",
+                balance=False,
             )
         if (
             isinstance(saved, dict)
@@ -635,6 +632,17 @@ class BucketSampler(SpecShapes, EpochSampler):
                 f"sampler.set_epoch({state.get('epoch')!r}), or go on with the next one"
             )
         super().load_state_dict(state)
+
+    def _refuse_older_budget(self, saved_by: str, this: str, **older: Any) -> NoReturn:
+        """Refuse a state planned by an older token-budget rule (``saved_by``, where this sampler
+        ``this``), naming the ``max_tokens`` (this budget with the ``older`` fields) that
+        resumes it exactly."""
+        budget = self.spec.rule.budget if self.spec.rule is not None else None
+        fix = dataclasses.replace(budget, **older) if budget is not None else None
+        raise ValueError(
+            f"state was saved by a sampler that {saved_by}; this sampler {this}. Build it with "
+            f"max_tokens={fix!r} to resume this state exactly"
+        )
 
     def _config(self) -> dict[str, Any]:
         return {

@@ -11,6 +11,10 @@ plan ] 6 in :mod:`bucketloader.plan.sharded`); the schedule (which shape at each
 takes the same steps with the same shapes and no per-step communication (NOTE [ Sharded plan ]
 in :mod:`bucketloader.plan.sharded`).
 
+By default every sample of every shard is in every epoch and each bucket's slots follow the
+fullest rank; ``defer=`` lets a fuller rank's excess wait for the next epoch instead, so the slots
+follow what the ranks can fill (NOTE [ Sharded plan ] 7; ``docs/sharded.md`` has the trade).
+
 The histograms come from ``shard_histograms=`` (e.g. from the engines that measured the shards,
 or a simulation), or, when left out under ``torch.distributed``, from one ``all_gather`` of each
 rank's histogram (and of its configuration digest, so a rank with another seed, options or
@@ -41,6 +45,7 @@ from bucketloader.plan.cells import Cells
 from bucketloader.plan.sharded import (
     ShardEpochPlan,
     ShardSchedule,
+    defer_table,
     envelope_histogram,
     plan_shard_epoch,
     shard_schedule,
@@ -79,6 +84,12 @@ class ShardReport:
             of every batch, filler rows included).
         promoted_all: promoted samples over all ranks.
         filler_rows_all: filler rows over all ranks.
+        deferred: samples of this rank each epoch leaves to the next (``defer=``; NOTE
+            [ Sharded plan ] 7); 0 when every sample is in every epoch.
+        deferred_all: deferred samples over all ranks.
+
+    With deferral, ``padding_ratio`` counts the real elements of the samples an epoch shows,
+    the deferred ones at their bucket's mean length (which of them wait changes every epoch).
     """
 
     rank: int
@@ -90,6 +101,8 @@ class ShardReport:
     padding_ratio: float
     promoted_all: int
     filler_rows_all: int
+    deferred: int = 0
+    deferred_all: int = 0
 
 
 class ShardedSampler(EpochSampler):
@@ -114,7 +127,11 @@ class ShardedSampler(EpochSampler):
             ``boundaries``; ``batch_size`` or ``max_tokens`` (an int or a
             :class:`~bucketloader.plan.TokenBudget`, its ``oversize`` ``"error"`` or
             ``"single"``); ``pad_to_multiple_of``; ``cache`` (as
-            :func:`~bucketloader.compute_boundaries`).
+            :func:`~bucketloader.compute_boundaries`); ``defer`` (default ``0``: every sample
+            in every epoch, the slots follow the fullest rank): a share in ``[0, 1)``, the most
+            of a rank's samples of a bucket an epoch may leave to the next ones, so the slots
+            follow what the ranks can fill and the fuller ranks' excess waits (NOTE
+            [ Sharded plan ] 7; ``0.5``: every sample is shown within two epochs).
 
     Example:
         >>> shards = [[3, 4, 9, 10], [3, 3, 10, 9], [4, 10, 4, 9]]
@@ -150,18 +167,20 @@ class ShardedSampler(EpochSampler):
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
         self.even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]
         self._rule = rule
+        self.defer = float(self.options.get("defer", 0.0))
         plans = [self._layout(b, hists) for b in self._candidate_boundaries(hists)]
         # NOTE [ Sharded plan ] 6: the global solve unless the shards' envelope pads less
         best = plans[0]
-        if len(plans) > 1 and plans[1][3] < plans[0][3] - _ENVELOPE_GAIN * self.histogram.total:
+        if len(plans) > 1 and plans[1][4] < plans[0][4] - _ENVELOPE_GAIN:
             best = plans[1]
-        self.boundaries, self.cells, self.table, _ = best
+        self.boundaries, self.cells, self.table, self.deferred, _ = best
+        self._warned_epochs: set[int] = set()
         b = self.boundaries
         lookup = self.cells.lookup[0]
         cell_of = _cells_of(lengths, b, lookup)
         self._by_cell = _by_cell(cell_of, self.cells.num_cells)
         self._counts = self.table[self.rank]
-        self.schedule = self._schedule(self.table, self.cells)
+        self.schedule = self._schedule(self.table - self.deferred, self.cells)
         if self.even:
             rows = self.schedule.rows.copy()
             rows.setflags(write=False)
@@ -229,6 +248,18 @@ class ShardedSampler(EpochSampler):
 
     # -- the epoch ----------------------------------------------------------------------------
     def _make_plan(self, epoch: int) -> ShardEpochPlan:
+        waiting = int(self.deferred.sum())
+        if waiting and self.rank == 0 and epoch not in self._warned_epochs:
+            self._warned_epochs.add(epoch)
+            share = waiting / self.histogram.num_samples
+            warnings.warn(
+                f"ShardedSampler(defer={self.defer}): epoch {epoch} leaves {waiting:,} samples "
+                f"over all ranks ({share:.1%}) to the next epoch, where they are shown first "
+                "(the fuller ranks' excess; ShardedSampler.report() has the counts). Pass "
+                "defer=0 to show every sample in every epoch and pad to the fullest rank",
+                UserWarning,
+                stacklevel=4,
+            )
         return plan_shard_epoch(
             self._by_cell,
             self._counts,
@@ -237,6 +268,7 @@ class ShardedSampler(EpochSampler):
             seed=self.seed,
             epoch=epoch,
             shuffle=self.shuffle,
+            deferred=self.deferred[self.rank] if waiting else None,
         )
 
     def _batch(self, plan: Any, i: int) -> list[int]:
@@ -254,18 +286,34 @@ class ShardedSampler(EpochSampler):
         s = self.schedule
         rows = s.steps * self.cells.batch
         padded = int((rows * self.cells.lengths[:, 0]).sum()) * self.num_replicas
-        real = self.histogram.total
+        real = self._shown(self.boundaries, self.cells.lookup[0], self.deferred)
+        kept = self.table - self.deferred
         return ShardReport(
             rank=self.rank,
             num_samples=self.num_samples,
             steps=s.num_steps,
-            promoted=int(_moved(s, self.table)[self.rank]),
+            promoted=int(_moved(s, kept)[self.rank]),
             filler_rows=int(s.filler[self.rank].sum()),
             stand_in_batches=int(np.maximum(s.steps - s.placed[self.rank], 0).sum()),
             padding_ratio=(padded - real) / real if real else 0.0,
-            promoted_all=int(_moved(s, self.table).sum()),
+            promoted_all=int(_moved(s, kept).sum()),
             filler_rows_all=int(s.filler.sum()),
+            deferred=int(self.deferred[self.rank].sum()),
+            deferred_all=int(self.deferred.sum()),
         )
+
+    def _shown(self, b: np.ndarray, lookup: np.ndarray, deferred: np.ndarray) -> float:
+        """Real elements an epoch shows over all ranks: every length, less the deferred
+        samples at their bucket's mean length (exact when nothing is deferred)."""
+        h = self.histogram
+        if not deferred.any():
+            return float(h.total)
+        cell = lookup[assign_buckets(h.values, b)]
+        k = deferred.shape[1]
+        n = np.bincount(cell, weights=h.counts, minlength=k)
+        total = np.bincount(cell, weights=h.counts * h.values.astype(np.float64), minlength=k)
+        mean = np.divide(total, n, out=np.zeros(k), where=n > 0)
+        return float(h.total - (deferred.sum(axis=0) * mean).sum())
 
     def _warn_blocked_cells(self) -> None:
         """NOTE [ Sharded plan ] 3: a cell some rank has no sample short enough for gets no
@@ -299,8 +347,9 @@ class ShardedSampler(EpochSampler):
 
     def _layout(
         self, b: np.ndarray, hists: list[LengthHistogram]
-    ) -> tuple[np.ndarray, Cells, np.ndarray, int]:
-        """Boundaries ``b``'s cells, ``ranks x K`` table and padded elements over all ranks."""
+    ) -> tuple[np.ndarray, Cells, np.ndarray, np.ndarray, float]:
+        """Boundaries ``b``'s cells, ``ranks x K`` table, deferred samples (NOTE [ Sharded
+        plan ] 7) and padding ratio over all ranks."""
         occupancy = np.zeros(b.size, dtype=np.int64)
         np.add.at(occupancy, assign_buckets(self.histogram.values, b), self.histogram.counts)
         rule = self._rule
@@ -314,9 +363,11 @@ class ShardedSampler(EpochSampler):
             )
         lookup = cells.lookup[0]
         table = np.stack([_cell_counts(h, b, lookup, cells.num_cells) for h in hists])
-        s = self._schedule(table, cells)
+        deferred = defer_table(table, self.defer) if self.defer else np.zeros_like(table)
+        s = self._schedule(table - deferred, cells)
         padded = int((s.steps * s.rows * cells.lengths[:, 0]).sum()) * len(hists)
-        return b, cells, table, padded
+        real = self._shown(b, lookup, deferred)
+        return b, cells, table, deferred, (padded - real) / real
 
     def _schedule(self, table: np.ndarray, cells: Cells) -> ShardSchedule:
         budget = self._rule.budget
@@ -353,6 +404,8 @@ class ShardedSampler(EpochSampler):
         h = hashlib.sha256(self.table.astype("<i8").tobytes())
         h.update(np.asarray(self.boundaries, dtype="<i8").tobytes())
         h.update(np.asarray(self.cells.batch, dtype="<i8").tobytes())
+        if self.deferred.any():  # NOTE [ Sharded plan ] 7: another plan than defer=0's
+            h.update(self.deferred.astype("<i8").tobytes())
         return {
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -386,6 +439,7 @@ _OPTIONS = (
     "max_tokens",
     "pad_to_multiple_of",
     "cache",
+    "defer",
 )
 
 
@@ -487,6 +541,14 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
         check_int("num_buckets", options["num_buckets"], minimum=1)
     if "pad_to_multiple_of" in options:
         check_int("pad_to_multiple_of", options["pad_to_multiple_of"], minimum=1)
+    if "defer" in options:
+        d = options["defer"]
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1:
+            raise ValueError(
+                f"defer must be a number in [0, 1) (the most of a rank's samples of a bucket "
+                f"an epoch may leave to the next), got defer={d!r}; pass defer=0.5 to show "
+                "every sample within two epochs, or defer=0 to show every sample every epoch"
+            )
     BatchRule.parse(options.get("batch_size"), options.get("max_tokens"))
     return dict(options)
 

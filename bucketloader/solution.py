@@ -14,8 +14,24 @@ import numpy as np
 from bucketloader.boundaries import check_boundaries, joint_padding
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class _HowFound:
+    """How a solution was found: the fields every solution kind stores besides its plan
+    (keyword-only; each kind's docstring describes them; :func:`_common_dict` writes them)."""
+
+    strategy: str | None
+    params: dict[str, Any]
+    objective: int
+    padding_ratio: float
+    num_samples: int
+    status: str = "heuristic"
+    gap: float | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+    solve_seconds: float = 0.0
+
+
 @dataclass(frozen=True, eq=False)
-class Solution:
+class Solution(_HowFound):
     """A bucketing solution with how it was found (what the cache stores, as JSON).
 
     Attributes:
@@ -32,15 +48,6 @@ class Solution:
     """
 
     boundaries: np.ndarray
-    strategy: str | None
-    params: dict[str, Any]
-    objective: int
-    padding_ratio: float
-    num_samples: int
-    status: str = "heuristic"
-    gap: float | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    solve_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (the cache entry body)."""
@@ -56,7 +63,7 @@ class Solution:
 
 
 @dataclass(frozen=True, eq=False)
-class JointSolution:
+class JointSolution(_HowFound):
     """A joint plan of several inputs: the cells, the padding, a certified bound (cache entry).
 
     Made by :func:`~bucketloader.strategies.joint.solve_joint`; stored by the cache like a
@@ -78,16 +85,7 @@ class JointSolution:
     """
 
     cells: np.ndarray
-    strategy: str | None
-    params: dict[str, Any]
-    objective: int
     lower_bound: int
-    padding_ratio: float
-    num_samples: int
-    status: str = "heuristic"
-    gap: float | None = None
-    info: dict[str, Any] = field(default_factory=dict)
-    solve_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (the cache entry body)."""
@@ -142,7 +140,7 @@ def solution_from_dict(data: Any) -> Solution | JointSolution:
     return Solution.from_dict(data)
 
 
-def _common_dict(sol: Any) -> dict[str, Any]:
+def _common_dict(sol: _HowFound) -> dict[str, Any]:
     """The fields every solution kind stores (its cache entry body, less the plan itself)."""
     return {
         "strategy": sol.strategy,

@@ -127,6 +127,33 @@ def test_resume_reads_only_the_buffered_samples_and_the_rest(lengths, tmp_path, 
     assert source.reads < 80 < N
 
 
+@pytest.mark.parametrize("last_batch", ["pad", "fill"])
+@pytest.mark.parametrize("make", [_bucket, _pack], ids=["bucket", "pack"])
+def test_a_stream_split_over_ranks_resumes_by_seeking(lengths, tmp_path, make, last_batch):
+    # steps_per_epoch (the schedule of a stream split over ranks) past the end of the shard:
+    # the state holds positions (buffers, stand-ins, the last batch a dry step repeats), the
+    # resume fetches those and reads on from the recorded row, never from the epoch's start
+    source = _source("counted", lengths, tmp_path)
+    kw = {"steps_per_epoch": 200 if make is _bucket else 160, "last_batch": last_batch}
+    full = make(source, **kw)
+    whole = _ids(full)
+    total = full._engine.read  # rows the whole pass read
+    dry = full._engine.stats["repeated" if make is _bucket else "repeated_rows"]
+    assert total == N and (dry > 0) == (last_batch == "fill")  # the shard runs dry
+    for k in (30, len(whole) - 2):
+        first = make(source, **kw)
+        it = iter(first)
+        head = _ids(next(it) for _ in range(k))
+        state = json.loads(json.dumps(first.state_dict()))
+        assert state["format"] == first.STATE_FORMAT and state["source"]["seek"]
+        again = make(source, **kw)
+        again.load_state_dict(state)
+        source.reads = 0
+        assert head + _ids(again) == whole, f"resume after {k} steps"
+        wanted = again._engine._wanted(state)
+        assert source.reads == len(wanted) + total - state["read"] < total
+
+
 def test_parquet_resume_starts_at_the_row_group_of_the_read_position(lengths, tmp_path):
     source = _source("parquet", lengths, tmp_path)
     groups = []
@@ -184,8 +211,23 @@ def _loader(stream):
     return DataLoader(stream, batch_size=None, collate_fn=lambda b: b, num_workers=2)
 
 
+def _bucket_steps(source, **kw):  # split over ranks: a schedule of steps past the shard's end
+    return _bucket(source, steps_per_epoch=200, last_batch="fill", **kw)
+
+
+def _pack_steps(source, **kw):
+    return _pack(source, steps_per_epoch=160, last_batch="fill", **kw)
+
+
 @pytest.mark.parametrize(
-    ("make", "kind"), [(_bucket, "list"), (_pack, "list"), (_bucket, "hf-iterable")]
+    ("make", "kind"),
+    [
+        (_bucket, "list"),
+        (_pack, "list"),
+        (_bucket, "hf-iterable"),
+        (_bucket_steps, "list"),
+        (_pack_steps, "list"),
+    ],
 )
 def test_resume_behind_workers_starts_at_each_workers_checkpoint(lengths, tmp_path, make, kind):
     # NOTE [ Worker checkpoints ] (opted in with checkpoint_dir): each worker restores its own

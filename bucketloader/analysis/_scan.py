@@ -5,15 +5,18 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
 from bucketloader._samples import is_number, sample_length
 from bucketloader._validation import as_lengths
 
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
 
-def is_dataloader(data: Any) -> bool:
+
+def is_dataloader(data: object) -> TypeGuard[DataLoader[Any]]:
     if "torch" not in sys.modules:
         return False
     from torch.utils.data import DataLoader

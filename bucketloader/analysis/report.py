@@ -9,10 +9,10 @@ k (padding ratio and shape count), with a recommended k under a stated rule and 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,10 @@ from bucketloader.analysis.recommend import (
 )
 from bucketloader.histogram import LengthHistogram
 from bucketloader.strategies import STRATEGIES
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from torch.utils.data import DataLoader, Dataset
 
 #: Strategies compared by default (``"lp"`` reaches the same optimum as ``"optimal"``, slower).
 DEFAULT_STRATEGIES = ("optimal", "percentile", "equal_mass", "linear", "geometric", "pad_to_max")
@@ -115,9 +119,9 @@ class DynamicityReport:
 
 
 def analyze(
-    data: Any,
+    data: ArrayLike | LengthHistogram | Dataset[Any] | DataLoader[Any],
     *,
-    column: Any = None,
+    column: str | Callable[[Any], Any] | None = None,
     num_buckets: int | Iterable[int] = DEFAULT_NUM_BUCKETS,
     strategy: str | Strategy | Sequence[str | Strategy] | None = None,
     batch_size: int | None = None,

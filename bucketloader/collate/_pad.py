@@ -424,7 +424,7 @@ def pad_1d(
         entry = cache.get((is_np, size, dtype, pad_value))
         if entry is None:
             entry = _pad_buffer(cache, (is_np, size, dtype, pad_value), (size,))
-        pieces = _interleaved_pieces(values, sizes, size, side, entry)
+        pieces = interleaved_pieces(values, sizes, size, side, entry)
         if n + 1 < rows:  # several all-padding rows: one fill, not one piece per row
             out = torch.empty((rows, size), dtype=dtype)
             try:
@@ -463,7 +463,7 @@ def pad_1d(
     return out
 
 
-def _interleaved_pieces(
+def interleaved_pieces(
     values: Sequence[Any], sizes: list[int], size: int, side: str, entry: tuple[Any, dict]
 ) -> list[Any]:
     """``[x_0, pad_0, x_1, pad_1, ...]`` (pads first for left padding), without empty pieces:
@@ -481,14 +481,14 @@ def _interleaved_pieces(
         pieces[0::2], pieces[1::2] = values, pads
     else:
         pieces[0::2], pieces[1::2] = pads, values
-    if size in sizes or 0 in sizes:  # a full row (no pad piece) or an empty sample
-        lengths = [0] * len(pieces)
-        lengths[0::2], lengths[1::2] = (
-            (sizes, [size - x for x in sizes])
-            if side == "right"
-            else ([size - x for x in sizes], sizes)
-        )
-        pieces = [p for p, length in zip(pieces, lengths, strict=True) if length]
+    if 0 in sizes:  # empty samples and full rows (no pad piece) are left out
+        real = [k > 0 for k in sizes]
+        pad = [k < size for k in sizes]
+        keep: list[bool] = [False] * len(pieces)
+        keep[0::2], keep[1::2] = (real, pad) if side == "right" else (pad, real)
+        pieces = [p for p, k in zip(pieces, keep, strict=True) if k]
+    elif size in sizes:  # full rows: their pad piece is None
+        pieces = [p for p in pieces if p is not None]
     return pieces
 
 
@@ -574,7 +574,7 @@ def _interleave(
     entry = cache.get(key)
     if entry is None:
         entry = _pad_buffer(cache, key, (t, *rest))
-    pieces = _interleaved_pieces(values, sizes, t, side, entry)
+    pieces = interleaved_pieces(values, sizes, t, side, entry)
     n = len(values)
     rows = out.shape[0]
     try:

@@ -64,6 +64,7 @@ from bucketloader.collate._pad import (
     SCATTER_MAX_ELEMENTS,
     SCATTER_MIN_ROWS,
     fits,
+    interleaved_pieces,
     pad_1d,
     pad_field,
     sequence_mask,
@@ -426,23 +427,7 @@ class PadCollator:
         if entry is None:
             return self._collate_bare_padded(samples, sizes, rows, size)
         pad, views, ar = entry
-        try:
-            pads = list(map(views.__getitem__, sizes))
-        except KeyError:
-            for length in sizes:
-                if length not in views:
-                    views[length] = pad[: size - length] if length < size else None
-            pads = list(map(views.__getitem__, sizes))
-        pieces: list[Any] = [None] * (2 * n)
-        if self.side == "right":
-            pieces[0::2], pieces[1::2] = samples, pads
-        else:
-            pieces[0::2], pieces[1::2] = pads, samples
-        if lo == 0:  # empty samples and full rows (no pad piece) are left out
-            keep = _keep(sizes, size, self.side)
-            pieces = [p for p, k in zip(pieces, keep, strict=True) if k]
-        elif hi == size:  # full rows: their pad piece is None
-            pieces = [p for p in pieces if p is not None]
+        pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views))
         lens = np.array(sizes, dtype=np.int64)
         try:
             if kind is np.ndarray:
@@ -575,16 +560,6 @@ _TRUE = np.ones(4096, dtype=np.bool_)
 #: Row lengths up to which :meth:`PadCollator._collate_bare` keeps a table of mask rows (4 MiB).
 _MASK_TABLE_MAX = 2047
 _DTYPE = operator.attrgetter("dtype")
-
-
-def _keep(sizes: list[int], size: int, side: str) -> list[bool]:
-    """Which pieces of ``[x_0, pad_0, x_1, pad_1, ...]`` (pads first on the left) are not
-    empty."""
-    real = [k > 0 for k in sizes]
-    pad = [k < size for k in sizes]
-    keep: list[bool] = [False] * (2 * len(sizes))
-    keep[0::2], keep[1::2] = (real, pad) if side == "right" else (pad, real)
-    return keep
 
 
 _HINT = (

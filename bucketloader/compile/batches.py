@@ -97,11 +97,11 @@ class ExampleBatches:
 
     def __init__(
         self,
-        plan: Any,
-        example: Any,
+        plan: object,
+        example: object,
         *,
         collate_fn: Callable[[list[Any]], Any] | None = None,
-        device: Any = None,
+        device: torch.device | str | None = None,
     ) -> None:
         self.shapes = check_shapes(getattr(plan, "shapes", None), what="plan.shapes")
         if collate_fn is None:
@@ -238,7 +238,7 @@ def check_shapes(shapes: Any, *, what: str = "shapes") -> list[tuple[int, ...]]:
     return out
 
 
-def to_device(batch: Any, device: Any) -> Any:
+def to_device(batch: Any, device: torch.device | str | None) -> Any:
     """``batch`` with every tensor (in dicts, lists and tuples) moved to ``device``."""
     if device is None:
         return batch

@@ -159,12 +159,12 @@ class PrecompileReport:
 
 def precompile(
     step: Callable[[Any], Any],
-    plan: Any,
+    plan: object,
     *,
-    example: Any = None,
+    example: object = None,
     collate_fn: Callable[[list[Any]], Any] | None = None,
-    device: Any = None,
-    restore: Any = None,
+    device: torch.device | str | None = None,
+    restore: object = None,
     cache: CompileCache | str | os.PathLike[str] | bool | None = None,
     progress: bool = True,
 ) -> PrecompileReport:

@@ -118,6 +118,19 @@ class Accumulator:
         if len(self._parts) >= _MERGE_EVERY:
             self._parts = [type(hist).merge(self._parts)]
 
+    def add_counts(self, keys: np.ndarray, counts: np.ndarray, num_nulls: int) -> None:
+        """Add one shard's distinct non-null lengths ``keys`` (``(k, D)``, int64) with their
+        ``counts``, its rows counted, and its null count (a shard of nulls only adds those)."""
+        if counts.size:
+            hist: Any = (
+                LengthHistogram.from_counts(keys[:, 0], counts)
+                if keys.shape[1] == 1 and not self.joint
+                else JointHistogram.from_counts(keys, counts)
+            )
+            self.add_histogram(hist, num_nulls, count_rows=True)
+        else:
+            self.add_nulls(num_nulls)
+
     def result(self, what: str) -> ScanResult:
         if self.num_nulls and self.nulls == "raise":
             raise ValueError(

@@ -16,9 +16,9 @@ import glob
 import inspect
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from bucketloader._validation import MissingKeyError, check_bool, check_int
 from bucketloader.engines._common import (
@@ -32,6 +32,16 @@ from bucketloader.engines._common import (
     table_lengths,
 )
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+
+#: Where the rows come from (see :func:`parquet_histogram`).
+ParquetSource: TypeAlias = (
+    "str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | pads.Dataset | pa.Table"
+    " | pa.RecordBatchReader | Iterator[pa.RecordBatch]"
+)
+
 __all__ = ["parquet_histogram"]
 
 #: Rows per record batch of the scan (the memory bound is about this many rows of the column).
@@ -39,7 +49,7 @@ DEFAULT_BATCH_SIZE = 65536
 
 
 def parquet_histogram(
-    source: Any,
+    source: ParquetSource,
     column: str | list[str],
     *,
     nulls: str = "raise",

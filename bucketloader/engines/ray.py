@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,10 @@ from bucketloader.engines._common import (
 )
 from bucketloader.histogram import JointHistogram, LengthHistogram
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from ray.data import Dataset
+
 __all__ = ["ray_bucket_ids", "ray_histogram"]
 
 #: Value of the first length column on the one row of a block's output that carries its nulls.
@@ -37,7 +41,7 @@ _NULL_ROW = -1
 
 
 def ray_histogram(
-    ds: Any,
+    ds: Dataset,
     column: str | list[str] | None = None,
     *,
     length_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
@@ -87,28 +91,20 @@ def ray_histogram(
         counts = t.column("count").to_numpy().astype(np.int64)
         null = keys[:, 0] == _NULL_ROW
         num_nulls = int(counts[null].sum())
-        keys, counts = keys[~null], counts[~null]
-        if counts.size:  # Ray may bundle several blocks' outputs into one table: from_counts
-            hist: Any = (
-                LengthHistogram.from_counts(keys[:, 0], counts)
-                if keys.shape[1] == 1 and (columns is None or len(columns) == 1)
-                else JointHistogram.from_counts(keys, counts)
-            )
-            acc.add_histogram(hist, num_nulls, count_rows=True)
-        else:
-            acc.add_nulls(num_nulls)
+        # Ray may bundle several blocks' outputs into one table: from_counts
+        acc.add_counts(keys[~null], counts[~null], num_nulls)
     return acc.result(what)
 
 
 def ray_bucket_ids(
-    ds: Any,
-    boundaries: Any,
+    ds: Dataset,
+    boundaries: ArrayLike,
     column: str | None = None,
     *,
     length_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
     name: str = "bucket",
     nulls: str = "raise",
-) -> Any:
+) -> Dataset:
     """``ds`` with an ``int64`` column ``name``: each row's bucket under ``boundaries``.
 
     Bucket ``i`` holds lengths ``b[i-1] < L <= b[i]``

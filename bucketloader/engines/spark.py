@@ -10,7 +10,8 @@ form the exact histogram. Needs ``pip install 'bucketloader[spark]'`` (and Java)
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
@@ -23,12 +24,18 @@ from bucketloader.engines._common import (
     check_nulls,
     require,
 )
-from bucketloader.histogram import JointHistogram, LengthHistogram
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from pyspark.sql import Column, DataFrame
+
+#: What measures a length: a column name or a ``Column`` expression; several for a joint one.
+SparkLength: TypeAlias = "str | Column | Sequence[str | Column]"
 
 __all__ = ["spark_bucket_ids", "spark_histogram"]
 
 
-def spark_histogram(df: Any, column: Any, *, nulls: str = "raise") -> ScanResult:
+def spark_histogram(df: DataFrame, column: SparkLength, *, nulls: str = "raise") -> ScanResult:
     """Exact histogram of a column of a ``pyspark.sql.DataFrame``, reduced by Spark.
 
     Args:
@@ -84,22 +91,19 @@ def spark_histogram(df: Any, column: Any, *, nulls: str = "raise") -> ScanResult
                 f"{what} holds the length {hi}, not below 2**62 (the longest bucketloader "
                 "supports); fix or filter those rows"
             )
-        arr = np.array(keys, dtype=np.int64)
-        c = np.array(counts, dtype=np.int64)
-        hist: Any = (
-            JointHistogram.from_counts(arr, c)
-            if joint
-            else LengthHistogram.from_counts(arr[:, 0], c)
-        )
-        acc.add_histogram(hist, num_nulls, count_rows=True)
-    else:
-        acc.add_nulls(num_nulls)
+    arr = np.array(keys, dtype=np.int64).reshape(len(keys), len(names))
+    acc.add_counts(arr, np.array(counts, dtype=np.int64), num_nulls)
     return acc.result(what)
 
 
 def spark_bucket_ids(
-    df: Any, boundaries: Any, column: Any, *, name: str = "bucket", nulls: str = "raise"
-) -> Any:
+    df: DataFrame,
+    boundaries: ArrayLike,
+    column: str | Column,
+    *,
+    name: str = "bucket",
+    nulls: str = "raise",
+) -> DataFrame:
     """``df`` with an integer column ``name``: each row's bucket under ``boundaries``.
 
     Bucket ``i`` holds lengths ``b[i-1] < L <= b[i]``

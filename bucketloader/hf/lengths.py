@@ -16,7 +16,7 @@ chunk by chunk, so a memory-mapped dataset is never decoded) and then gathered t
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,9 @@ import pyarrow.compute as pc
 from bucketloader._arrow import is_list
 from bucketloader._validation import MissingKeyError, as_lengths, check_int
 
+if TYPE_CHECKING:
+    from datasets import Dataset, DatasetDict
+
 __all__ = ["LENGTH_COLUMN", "add_lengths", "lengths"]
 
 #: Column that :func:`add_lengths` writes by default (and :func:`lengths` reads when present).
@@ -32,7 +35,7 @@ LENGTH_COLUMN = "length"
 
 
 def lengths(
-    dataset: Any,
+    dataset: Dataset | DatasetDict,
     column: str | Sequence[str] | None = None,
     *,
     fn: Callable[[dict[str, Any]], Any] | None = None,
@@ -107,7 +110,7 @@ def lengths(
 
 
 def add_lengths(
-    dataset: Any,
+    dataset: Dataset | DatasetDict,
     column: str | Sequence[str] | None = None,
     *,
     name: str | Sequence[str] | None = None,

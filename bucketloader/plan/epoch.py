@@ -65,7 +65,7 @@ import math
 import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -152,6 +152,7 @@ def plan_epoch(
     num_replicas = check_int("num_replicas", num_replicas, minimum=1)
     rank = check_int("rank", rank, minimum=0, maximum=num_replicas - 1)
     check_bool("shuffle", shuffle)
+    at = _Place(seed, epoch, shuffle, num_replicas, rank)
     w = resolve_weights(spec, weights)
     accumulate = check_accumulate(accumulate, spec, w)
     if promotion is not None:
@@ -160,19 +161,38 @@ def plan_epoch(
                 "a promotion schedule plans plain epochs: it cannot be combined with weights or "
                 f"accumulate={accumulate}; plan those without promotion"
             )
-        return _promoted(spec, promotion, seed, epoch, shuffle, num_replicas, rank, longest_first)
+        return _promoted(spec, promotion, at, longest_first)
     if accumulate > 1:
-        return _grouped(spec, seed, epoch, shuffle, num_replicas, rank, longest_first, accumulate)
+        return _grouped(spec, at, longest_first, accumulate)
     if w is None:
-        perm_ss, key_ss = np.random.SeedSequence([seed, epoch]).spawn(2)
-        order, cell_start = _cell_order(spec, None, perm_ss if shuffle else None)
-        sc, sj = _interleave(spec, None, num_replicas, key_ss if shuffle else None)
+        order, cell_start, key = at.keyed_order(spec)
+        sc, sj = _interleave(spec, None, num_replicas, key)
         seg = cell_start[sc]
     else:
         order, sc, sj, seg = _weighted(spec, w, seed, epoch, shuffle, num_replicas)
     if longest_first and sc.size:
         sc, sj, seg = _longest_first(spec, num_replicas, sc, sj, seg)
     return _materialize(spec, num_replicas, rank, order, sc, sj, seg)
+
+
+class _Place(NamedTuple):
+    """Where an epoch's plan sits (:func:`plan_epoch`'s keywords after the spec, checked)."""
+
+    seed: int
+    epoch: int
+    shuffle: bool
+    num_replicas: int
+    rank: int
+
+    def keyed_order(
+        self, spec: BucketSpec
+    ) -> tuple[ShuffledOrder, np.ndarray, np.random.SeedSequence | None]:
+        """The epoch's within-cell order of ``spec`` (with each cell's start) and the key of
+        its step interleave (``None`` without shuffle), as every unweighted plan draws them
+        from ``SeedSequence([seed, epoch])``."""
+        perm_ss, key_ss = np.random.SeedSequence([self.seed, self.epoch]).spawn(2)
+        order, cell_start = _cell_order(spec, None, perm_ss if self.shuffle else None)
+        return order, cell_start, key_ss if self.shuffle else None
 
 
 def check_accumulate(accumulate: Any, spec: BucketSpec, weights: Any) -> int:
@@ -192,28 +212,18 @@ def check_accumulate(accumulate: Any, spec: BucketSpec, weights: Any) -> int:
     return k
 
 
-def _grouped(
-    spec: BucketSpec,
-    seed: int,
-    epoch: int,
-    shuffle: bool,
-    num_replicas: int,
-    rank: int,
-    longest_first: bool,
-    k: int,
-) -> EpochPlan:
+def _grouped(spec: BucketSpec, at: _Place, longest_first: bool, k: int) -> EpochPlan:
     """An epoch in accumulation groups of ``k`` steps (NOTE [ Accumulation groups ])."""
-    perm_ss, key_ss = np.random.SeedSequence([seed, epoch]).spawn(2)
-    order, cell_start = _cell_order(spec, None, perm_ss if shuffle else None)
-    steps = grouped_steps(spec.num_steps(num_replicas), k)
-    sc, sj = interleave_groups(steps, k, np.random.default_rng(key_ss) if shuffle else None)
+    order, cell_start, key = at.keyed_order(spec)
+    steps = grouped_steps(spec.num_steps(at.num_replicas), k)
+    sc, sj = interleave_groups(steps, k, None if key is None else np.random.default_rng(key))
     seg = cell_start[sc]
     if longest_first and sc.size:
         size = size_values(spec.cell_lengths, spec.size)
         present = np.unique(sc)
         best = int(present[np.lexsort((spec.cell_batch[present], size[present]))[-1]])
         sc, sj, seg = longest_group_first(best, k, sc, sj, seg)
-    return _materialize(spec, num_replicas, rank, order, sc, sj, seg)
+    return _materialize(spec, at.num_replicas, at.rank, order, sc, sj, seg)
 
 
 def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
@@ -475,22 +485,12 @@ def _gather(
     return out
 
 
-def _promoted(
-    spec: BucketSpec,
-    p: Promotion,
-    seed: int,
-    epoch: int,
-    shuffle: bool,
-    num_replicas: int,
-    rank: int,
-    longest_first: bool,
-) -> EpochPlan:
+def _promoted(spec: BucketSpec, p: Promotion, at: _Place, longest_first: bool) -> EpochPlan:
     """An epoch with leftovers promoted (NOTE [ Promotion of leftovers ] in
     :mod:`bucketloader.plan.promote`); the shuffles and step keys are the plain plan's."""
-    perm_ss, key_ss = np.random.SeedSequence([seed, epoch]).spawn(2)
-    order, cell_start = _cell_order(spec, None, perm_ss if shuffle else None)
+    order, cell_start, key = at.keyed_order(spec)
     order, start = promoted_order(order, cell_start, spec.counts, p)
-    sc, sj = interleave_steps(p.steps, np.random.default_rng(key_ss) if shuffle else None)
+    sc, sj = interleave_steps(p.steps, None if key is None else np.random.default_rng(key))
     if longest_first and sc.size:
         size = size_values(spec.cell_lengths, spec.size)
         present = np.unique(sc)
@@ -498,6 +498,6 @@ def _promoted(
         i = int(np.argmax(sc == best))
         move = np.r_[i, 0:i, i + 1 : sc.size]
         sc, sj = sc[move], sj[move]
-    indices, offsets = deal(p, start, order, num_replicas, rank, sc, sj)
+    indices, offsets = deal(p, start, order, at.num_replicas, at.rank, sc, sj)
     partial = np.zeros(sc.size, dtype=bool)
     return EpochPlan(indices=indices, offsets=offsets, cells=sc, partial=partial)

@@ -52,9 +52,27 @@ the global histogram). Nothing else crosses ranks.
    with ~70 samples per rank and 16 buckets the fullest rank in a bucket holds two to three times
    the mean, and those slots are padded on every rank.
 
-Every sample of every shard is in every epoch exactly once (placed in its cell or promoted);
-filler rows and promotions are counted in the report. A rank's memory is O(its shard): its
-lengths, the cell of each, one permutation per epoch and the ``ranks x K`` table.
+7. *Deferral* (``ShardedSampler(defer=f)``, off by default). Padding to the fullest rank (3, 6)
+   is what keeps every sample in every epoch; the other rule sizes each cell for what the ranks
+   can fill and lets a rank *defer* its excess to the next epoch (:func:`defer_table`, counts
+   only, so every rank derives every rank's deferral). From the longest cell down, the slots at
+   and above cell ``c`` (level ``L_c``) are the most for which the ranks with fewer samples there
+   leave at most ``_DEFER_SLACK`` (0.2%) of the level's slots empty; a rank with more samples at
+   or above ``c`` than ``L_c`` defers the difference, from cell ``c`` first, never more than
+   ``floor(f · n[r, c])`` of its samples of a cell per epoch (the level rises where that bound
+   binds). The schedule (2, 3) is then planned for the samples that stay. *Which* samples wait
+   is a rotation: the cell's samples in a fixed order (``SeedSequence([seed, TAG, rank, c])``),
+   epoch ``e`` showing the ``s = n - d`` of them from position ``e·s`` on (cyclically), so the
+   ``d`` an epoch defers open the next epoch's window and are placed in the cell's first batches.
+   Every sample is shown at least once in any ``ceil(n / s)`` consecutive epochs (two for
+   ``f <= 1/2``), and the rotation is a function of ``(seed, epoch, rank, shard)`` alone: a resume
+   recomputes it in O(shard). The deferral is the same every epoch (it depends on the counts);
+   the report counts it and rank 0 warns once per epoch with the count.
+
+Every sample of every shard is in every epoch exactly once (placed in its cell or promoted)
+unless deferral (7) is on; filler rows, promotions and deferrals are counted in the report. A
+rank's memory is O(its shard): its lengths, the cell of each, one permutation per epoch and the
+``ranks x K`` table.
 """
 
 from __future__ import annotations
@@ -68,6 +86,11 @@ from bucketloader.histogram import LengthHistogram
 
 #: Mixed into the seeds of a rank's within-cell shuffles ("shrd").
 _SHARD = 0x73687264
+#: Mixed into the seeds of the fixed rotation order of a rank's cell under deferral ("dfer").
+_DEFER = 0x64666572
+#: Deferral (NOTE [ Sharded plan ] 7): the share of a level's slots the ranks with fewer samples
+#: may leave empty (0.2%).
+_DEFER_SLACK = 0.002
 
 
 def envelope_histogram(histograms: Sequence[LengthHistogram]) -> LengthHistogram:
@@ -92,6 +115,52 @@ def envelope_histogram(histograms: Sequence[LengthHistogram]) -> LengthHistogram
     counts = most - np.append(most[1:], 0)
     keep = counts > 0
     return LengthHistogram(values[keep], counts[keep])
+
+
+def defer_table(table: np.ndarray, limit: float, *, slack: float = _DEFER_SLACK) -> np.ndarray:
+    """Samples every rank defers from every cell per epoch (NOTE [ Sharded plan ] 7).
+
+    Args:
+        table: ``(R, K)`` samples of rank ``r`` in cell ``c``; cells ordered by padded length.
+        limit: the most of a rank's samples of a cell deferred per epoch, in ``[0, 1)``.
+        slack: the share of a level's slots the ranks with fewer samples may leave empty.
+
+    Example:
+        >>> defer_table(np.array([[4, 9], [4, 5], [4, 5]]), 0.5).tolist()
+        [[0, 4], [0, 0], [0, 0]]
+        >>> defer_table(np.array([[4, 9], [4, 5], [4, 5]]), 0.25).tolist()
+        [[1, 2], [0, 0], [0, 0]]
+    """
+    table = np.asarray(table, dtype=np.int64)
+    k = table.shape[1]
+    left = np.floor(limit * table).astype(np.int64)  # what each rank may still defer per cell
+    deferred = np.zeros_like(table)
+    for c in range(k - 1, -1, -1):
+        have = (table[:, c:] - deferred[:, c:]).sum(axis=1)  # at or above c, after deferrals
+        lowest = int((have - left[:, c:].sum(axis=1)).max())  # the level the bound allows
+        level = max(_level(have, slack), lowest)
+        excess = np.maximum(have - level, 0)
+        for cc in range(c, k):  # from cell c first, then the longer cells' allowance
+            take = np.minimum(excess, left[:, cc])
+            deferred[:, cc] += take
+            left[:, cc] -= take
+            excess -= take
+    return deferred
+
+
+def _level(have: np.ndarray, slack: float) -> int:
+    """The most slots per rank for which the ranks below leave at most ``slack`` of the slots
+    taken empty: the largest ``v`` with ``sum(v - min(have, v)) <= slack * sum(min(have, v))``
+    (the left side grows faster than the right, so the ``v`` that pass are an interval)."""
+    lo, hi = int(have.min()), int(have.max())
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        held = np.minimum(have, mid)
+        if (mid - held).sum() <= slack * held.sum():
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 @dataclass(frozen=True, eq=False)
@@ -182,7 +251,7 @@ class ShardEpochPlan:
 
     Attributes:
         placed: the rank's samples in batch order of each cell (cells in order), every sample
-            once.
+            the epoch shows once (every sample of the shard unless some are deferred).
         starts: where each step's batch starts in ``placed``.
         num_real: samples of each step's batch (0: the batch holds one stand-in, a padding row).
         cells: cell of every step's batch (its planned shape).
@@ -216,14 +285,18 @@ def plan_shard_epoch(
     seed: int,
     epoch: int,
     shuffle: bool,
+    deferred: np.ndarray | None = None,
 ) -> ShardEpochPlan:
     """Rank ``rank``'s batches of ``epoch`` (NOTE [ Sharded plan ]).
 
     Args:
         by_cell: the rank's sample indices sorted by cell (unshuffled).
-        counts: ``(K,)`` the rank's samples per cell (``schedule``'s table row).
-        schedule: from :func:`shard_schedule`, the same on every rank.
+        counts: ``(K,)`` the rank's samples per cell (its row of the table).
+        schedule: from :func:`shard_schedule`, the same on every rank (planned for
+            ``counts - deferred``).
         rank, seed, epoch, shuffle: as the sampler's.
+        deferred: ``(K,)`` the rank's samples per cell that wait for a later epoch (its row of
+            :func:`defer_table`; NOTE [ Sharded plan ] 7), or ``None``.
 
     Example:
         >>> s = shard_schedule(np.array([[3, 1], [1, 2]]), np.array([2, 2]))
@@ -235,14 +308,21 @@ def plan_shard_epoch(
     k = counts.size
     start = np.concatenate([[0], np.cumsum(counts)])
     rng = np.random.default_rng(np.random.SeedSequence([seed, epoch, _SHARD, rank]))
-    placed = np.empty_like(by_cell)
+    placed = np.empty(int(schedule.placed[rank].sum()), dtype=by_cell.dtype)
     sizes = []
     carried = by_cell[:0]
     at = 0
     stand_in = -1
     for c in range(k):
         own = by_cell[start[c] : start[c + 1]]
-        if shuffle:
+        d = 0 if deferred is None else int(deferred[c])
+        if d:
+            own = _rotation(own, d, seed=seed, epoch=epoch, rank=rank, cell=c, shuffle=shuffle)
+            if shuffle:  # the previous epoch's deferred samples first, each part shuffled
+                late = min(d, own.size) if epoch else 0
+                rng.shuffle(own[:late])
+                rng.shuffle(own[late:])
+        elif shuffle:
             own = own.copy()
             rng.shuffle(own)
         if stand_in < 0 and own.size:
@@ -271,3 +351,19 @@ def plan_shard_epoch(
         cells=step_cell[pick],
         stand_in=stand_in,
     )
+
+
+def _rotation(
+    own: np.ndarray, d: int, *, seed: int, epoch: int, rank: int, cell: int, shuffle: bool
+) -> np.ndarray:
+    """The ``n - d`` samples of a cell epoch ``epoch`` shows (NOTE [ Sharded plan ] 7): a
+    window of a fixed order of the cell (index order unshuffled) from position
+    ``epoch * (n - d)`` on, cyclically; its first ``d`` are what the previous epoch deferred."""
+    n = own.size
+    order = own.copy()
+    if shuffle:
+        ss = np.random.SeedSequence([seed, _DEFER, rank, cell])
+        np.random.default_rng(ss).shuffle(order)
+    shown = n - d
+    first = (epoch * shown) % n
+    return np.roll(order, -first)[:shown].copy()

@@ -182,6 +182,11 @@ class BucketPass(Pass):
         self._last: dict[int, list[Any]] = {}  # a lane's last batch per cell (repeats)
         self._template: Any = None  # the first sample of the pass (stand-in rows)
         self._fits: dict[int, Any] = {}  # the first sample of each cell (stand-in rows)
+        # their stream positions (the exact state of a scheduled pass over a seekable source)
+        self._last_pos: dict[int, list[int]] = {}
+        self._fit_pos: dict[int, int] = {}
+        self._exhausted = False
+        self.buffered = 0
         self._got: dict[int, tuple[Any, int, int]] = {}  # samples taken back by a resume
 
     # -- per sample -----------------------------------------------------------------------
@@ -353,9 +358,9 @@ class BucketPass(Pass):
         o = self.o
         cells = schedule(o.schedule, o.steps, o.seed, self.epoch)
         lane, lanes = self.worker
-        self._src, self._exhausted, self.buffered = it, False, 0
+        self._src = it  # from the start, or where an exact state stopped (self.batches steps)
         cap = max(64, 2 * sum(o.batch_sizes))
-        for t in lane_steps(o.steps, lane, lanes):
+        for t in lane_steps(o.steps, lane, lanes)[self.batches :]:
             c = int(cells[t])
             batch, real = self._fill(c, cap)
             self.batches += 1
@@ -391,6 +396,7 @@ class BucketPass(Pass):
     def _put(self, pos: int, sample: Any, cell: int, size: int) -> None:
         if cell not in self._fits:  # the first sample of each cell: a stand-in that fits
             self._fits[cell] = sample
+            self._fit_pos[cell] = pos
             if self._template is None:
                 self._template = sample
         self.bsam[cell].append(sample)
@@ -398,24 +404,28 @@ class BucketPass(Pass):
         self.blen[cell].append(size)
         self.buffered += 1
 
-    def _take(self, cell: int, m: int, batch: list[Any], lens: list[int]) -> int:
-        """Move up to ``m`` of ``cell``'s oldest buffered samples into ``batch``."""
+    def _take(self, cell: int, m: int, batch: list[Any], lens: list[int], at: list[int]) -> int:
+        """Move up to ``m`` of ``cell``'s oldest buffered samples into ``batch`` (their
+        positions into ``at``)."""
         got = self.bsam[cell][:m]
         if got:
             batch += got
             lens += self.blen[cell][: len(got)]
+            at += self.bpos[cell][: len(got)]
             del self.bsam[cell][: len(got)], self.bpos[cell][: len(got)]
             del self.blen[cell][: len(got)]
             self.buffered -= len(got)
         return len(got)
 
-    def _gather(self, cell: int, need: int, batch: list[Any], lens: list[int]) -> None:
+    def _gather(
+        self, cell: int, need: int, batch: list[Any], lens: list[int], at: list[int]
+    ) -> None:
         """Fill ``batch`` from ``cell``, then from the cells it covers, nearest first."""
-        self._take(cell, need, batch, lens)
+        self._take(cell, need, batch, lens, at)
         for other in self.o.covers[cell]:
             if len(batch) >= need:
                 break
-            self.stats["promoted"] += self._take(other, need - len(batch), batch, lens)
+            self.stats["promoted"] += self._take(other, need - len(batch), batch, lens, at)
 
     def _fill(self, cell: int, cap: int) -> tuple[list[Any], int]:
         """One scheduled batch of ``cell`` and its number of real samples (the planned
@@ -425,13 +435,15 @@ class BucketPass(Pass):
             self._pull()
         batch: list[Any] = []
         lens: list[int] = []
-        self._gather(cell, need, batch, lens)
+        at: list[int] = []
+        self._gather(cell, need, batch, lens, at)
         while not batch and not self._exhausted:  # nothing fits yet: read past the capacity
             self._pull()
-            self._gather(cell, need, batch, lens)
+            self._gather(cell, need, batch, lens, at)
         fill = self.o.last_batch == "fill"
         if batch:
             self._last[cell] = list(zip(batch, lens, strict=True))
+            self._last_pos[cell] = at
         elif fill:  # the shard is dry: repeat a recent batch that fits
             for other in (cell, *self.o.covers[cell]):
                 if self._last.get(other):
@@ -499,15 +511,27 @@ class BucketPass(Pass):
         return [e[0] for e in self.shuffle] + [p for b in self.bpos for p in b]
 
     def _filler_state(self) -> dict[str, Any]:
-        return {
+        out = {
             "shuffle": [e[0] for e in self.shuffle],
             "buckets": [list(b) for b in self.bpos],
             "draws": self.draws.state(),
             "cell_stats": [list(row) for row in self.cell_stats],
         }
+        if self.o.schedule is not None:  # NOTE [ A stream split over ranks ]: its stand-ins
+            out["scheduled"] = {
+                "fits": [[c, p] for c, p in self._fit_pos.items()],  # the first is the template
+                "last": [[c, list(ps)] for c, ps in self._last_pos.items()],
+                "exhausted": self._exhausted,
+            }
+        return out
 
     def _wanted(self, state: dict[str, Any]) -> set[int]:
-        return set(state["shuffle"]).union(*map(set, state["buckets"]))
+        wanted = set(state["shuffle"]).union(*map(set, state["buckets"]))
+        scheduled = state.get("scheduled")
+        if scheduled:
+            wanted |= {int(p) for _, p in scheduled["fits"]}
+            wanted |= {int(p) for _, ps in scheduled["last"] for p in ps}
+        return wanted
 
     def _take_back(self, pos: int, sample: Any) -> None:
         prepared = self.prepare(pos, sample)
@@ -523,3 +547,14 @@ class BucketPass(Pass):
         self.blen = [[got[p][2] for p in b] for b in self.bpos]
         self.draws.restore(state["draws"])
         self.cell_stats = [[int(x) for x in row] for row in state["cell_stats"]]
+        self.buffered = sum(len(b) for b in self.bpos)
+        scheduled = state.get("scheduled")
+        if scheduled:
+            self._exhausted = bool(scheduled["exhausted"])
+            self._fit_pos = {int(c): int(p) for c, p in scheduled["fits"]}
+            self._fits = {c: got[p][0] for c, p in self._fit_pos.items()}
+            self._template = next(iter(self._fits.values()), None)
+            self._last_pos = {int(c): [int(p) for p in ps] for c, ps in scheduled["last"]}
+            self._last = {
+                c: [(got[p][0], got[p][2]) for p in ps] for c, ps in self._last_pos.items()
+            }

@@ -301,7 +301,7 @@ class RowPass(Pass):
         o = self.o
         lane, lanes = self.worker
         shape = (o.batch_size, o.row_length)
-        for _ in range(lane, o.steps, lanes):
+        for _ in range(lane, o.steps, lanes)[self.batches :]:  # after an exact state: the rest
             self._fill()
             if self.ready:
                 batch = self._batch()
@@ -336,15 +336,19 @@ class RowPass(Pass):
         ]
 
     def _filler_state(self) -> dict[str, Any]:
-        return {
+        out = {
             "next_id": self.next_id,
             "tokens_read": self.tokens_read,
             "open": [[rid, row[3], [list(x) for x in row[1]]] for rid, row in self.rows.items()],
             "ready": [[list(x) for x in items] for items, _ in self.ready],
         }
+        if self.o.steps:  # the last batch, repeated once the shard is dry (last_batch="fill")
+            out["last"] = [[list(x) for x in items] for items, _ in self._last]
+        return out
 
     def _wanted(self, state: dict[str, Any]) -> set[int]:
         wanted = {int(p) for _, _, items in state["open"] for p, _ in items}
+        wanted |= {int(p) for items in state.get("last", ()) for p, _ in items}
         return wanted | {int(p) for items in state["ready"] for p, _ in items}
 
     def _take_back(self, pos: int, sample: Any) -> None:
@@ -371,4 +375,8 @@ class RowPass(Pass):
         self.ready = [
             ([(int(x[0]), int(x[1])) for x in items], [sample_of(x)[0] for x in items])
             for items in state["ready"]
+        ]
+        self._last = [
+            ([(int(x[0]), int(x[1])) for x in items], [sample_of(x)[0] for x in items])
+            for items in state.get("last", ())
         ]

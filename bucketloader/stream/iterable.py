@@ -439,7 +439,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             seed=self.seed,
             overflow=policy if policy in ("error", "drop") else self._truncate,
             stateful=is_stateful(self.source) and self._prefix is None and self._shares is None,
-            seekable=is_seekable(self.source) and self._prefix is None and self._shares is None,
+            seekable=is_seekable(self.source) and self._prefix is None,
             config=self._config(),
             minimum=tuple(0 if m is None else m for m in self.limits.min_length),
             maximum=self._maximum,
@@ -559,7 +559,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         # the replay state, which also resumes behind DataLoader workers
         engine = self._engine
         exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
-        if exact and self._shares is None and engine.batches:  # type: ignore[union-attr]
+        # a stream split over ranks: exact (positions) where its source seeks, else a replay
+        if exact and engine.batches and (self._shares is None or engine.o.seekable):  # type: ignore[union-attr]
             if batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
                 return engine.state_dict()  # type: ignore[union-attr]
         return self._replay_state(batches_consumed)

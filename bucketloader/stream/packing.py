@@ -25,11 +25,14 @@ workers still running; with ``steps_per_epoch`` worker ``w`` made ``len(range(w,
 them); on resume each worker replays its pass from the start of the epoch and hands out only
 what comes after its count: exact, at the cost of re-reading and re-packing the documents
 consumed so far (no collation, no training), and it needs the same ``num_workers``. A stream
-with ``steps_per_epoch`` always resumes this way. A new DataLoader starts its round-robin at
-worker 0 while the next batch may be worker ``f``'s: a source this stream splits itself (a list,
-a generator factory) is then *rotated* (DataLoader worker ``w`` plays worker ``(w + f) mod W``);
-a source that shards itself by worker id (HF or torch ``IterableDataset``) cannot be, so
-``state_dict`` asks for a ``k`` that is a multiple of ``num_workers``.
+with ``steps_per_epoch`` resumes this way behind workers too, unless worker checkpoints are on
+(in one process it seeks where its source can: NOTE [ Seeking a source ] in
+:mod:`bucketloader.stream.source`). A new
+DataLoader starts its round-robin at worker 0 while the next batch may be worker ``f``'s: a
+source this stream splits itself (a list, a generator factory) is then *rotated* (DataLoader
+worker ``w`` plays worker ``(w + f) mod W``); a source that shards itself by worker id (HF or
+torch ``IterableDataset``) cannot be, so ``state_dict`` asks for a ``k`` that is a multiple of
+``num_workers``.
 """
 
 from __future__ import annotations
@@ -220,7 +223,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             overflow=self.overflow,
             last_batch=self.last_batch,
             stateful=is_stateful(self.source) and self.steps_per_epoch is None,
-            seekable=is_seekable(self.source) and self.steps_per_epoch is None,
+            seekable=is_seekable(self.source),
             config=self._config(),
             steps=self.steps_per_epoch or 0,
             rank=self.rank,
@@ -324,7 +327,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         # an exact state once a batch was handed out in this process; before the first batch,
         # the replay state, which also resumes behind DataLoader workers
         exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
-        if exact and self.steps_per_epoch is None and engine.batches:  # type: ignore[union-attr]
+        # split over ranks: exact (positions) where the source seeks, else a replay
+        if exact and engine.batches and (self.steps_per_epoch is None or engine.o.seekable):  # type: ignore[union-attr]
             if batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
                 return engine.state_dict()  # type: ignore[union-attr]
         return self._replay_state(batches_consumed)

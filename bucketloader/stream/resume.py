@@ -13,8 +13,10 @@ stream's counters across DataLoader workers ] in :mod:`bucketloader.stream.count
 worker (the DataLoader hands batches out round-robin over the workers still running); on resume
 each worker replays its pass from the start of the epoch and hands out only what comes after its
 count. That is exact, costs a re-read of the data consumed so far (no collation, no training), and
-needs the same ``num_workers``. A stream split over ranks always resumes this way: its per-worker
-counts follow from ``k`` alone.
+needs the same ``num_workers``. A stream split over ranks resumes this way behind workers too
+(its per-worker counts follow from ``k`` alone), unless worker checkpoints (below) are on; in
+one process it seeks where its source can (NOTE [ Seeking a source ] in
+:mod:`bucketloader.stream.source`).
 
 NOTE [ Worker checkpoints ]
 Replaying a worker's pass from the start of the epoch re-reads everything it consumed. A stream
@@ -57,6 +59,7 @@ from typing import Any, ClassVar
 
 import torch.utils.data
 
+from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import check_int
 from bucketloader.stream.counters import MAX_LANES, LaneCounters
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
@@ -150,14 +153,9 @@ class LaneStates:
             self._epoch = epoch
             self._prune(epoch)
         name = self._name(epoch, lane, lanes, batches)
-        tmp = os.path.join(self.path, f".{name}.{os.getpid()}")
-        try:
-            with open(tmp, "w") as f:
-                f.write(text)
-            os.replace(tmp, os.path.join(self.path, name))
-        except OSError:  # no room, or the directory is gone: this worker replays on resume
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
+        try:  # the cache's all-or-nothing write: a torn checkpoint is never read back
+            write_atomic(os.path.join(self.path, name), text.encode())
+        except (OSError, NotAFile):  # no room, or the directory is gone: replay on resume
             return True
         old = batches - CHECKPOINTS_KEPT * CHECKPOINT_EVERY
         if old > 0:

@@ -30,6 +30,12 @@ Any other iterable (a generator factory, a torch ``IterableDataset``) cannot see
 the pass from the start of the epoch; so does a subclass of ``list`` (its ``__iter__`` might
 not follow its indices). Behind DataLoader workers the same holds per worker, from the
 workers' checkpoints (NOTE [ Worker checkpoints ] in :mod:`bucketloader.stream.resume`).
+A stream split over ranks (``steps_per_epoch``) seeks the same way in one process: its state
+also lists the positions of the samples its dry steps reuse (each cell's first sample, the
+stand-in of a padding row, and each cell's last batch, which ``last_batch="fill"`` repeats) and
+the step it reached; the resume fetches those too and takes the remaining steps (behind
+DataLoader workers from the workers' checkpoints when they are on). Over any other source it
+replays from the start of the epoch.
 """
 
 from __future__ import annotations
