@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bucketloader._validation import check_int
+from bucketloader._validation import MAX_REPLICAS, check_int
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -59,7 +59,12 @@ def resolve_ranks(num_replicas: Any, rank: Any) -> tuple[int, int]:
         (1, 0)
     """
     world, me = default_ranks()
-    replicas = check_int("num_replicas", world if num_replicas is None else num_replicas, minimum=1)
+    replicas = check_int(
+        "num_replicas",
+        world if num_replicas is None else num_replicas,
+        minimum=1,
+        maximum=MAX_REPLICAS,
+    )
     rank = check_int("rank", me if rank is None else rank)
     if not 0 <= rank < replicas:
         raise ValueError(

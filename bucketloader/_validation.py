@@ -14,6 +14,9 @@ from typing import Any
 
 import numpy as np
 
+#: The most ranks a sampler, spec or stream plans for (a step's rows over ranks stay in int64).
+MAX_REPLICAS = 1 << 20
+
 
 class MissingKeyError(KeyError, ValueError):
     """An argument names a key, column or field that does not exist.
@@ -201,10 +204,17 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
     """:func:`as_lengths` of anything but already checked :class:`Lengths`."""
     if _is_tensor(lengths):
         lengths = _tensor_to_numpy(lengths, name)
-    if isinstance(lengths, (str, bytes)) or not hasattr(lengths, "__len__"):
+    text = (str, bytes, bytearray, memoryview)  # (bytes would read as numbers 0..255)
+    if isinstance(lengths, text) or not hasattr(lengths, "__len__"):
         raise TypeError(
             f"{name} must be a list, numpy array or torch tensor of non-negative ints, "
             f"got {type(lengths).__name__}"
+        )
+    if isinstance(lengths, np.ma.MaskedArray) and np.ma.getmask(lengths) is not np.ma.nomask:
+        raise TypeError(
+            f"{name} is a numpy masked array, whose mask would be ignored (its masked entries "
+            f"counted as lengths); pass {name}.compressed() to leave the masked samples out, or "
+            f"{name}.filled(value) to give them a length"
         )
     is_seq = isinstance(lengths, (list, tuple))
     if is_seq:  # numpy would silently turn True into 1

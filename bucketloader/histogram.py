@@ -162,9 +162,18 @@ class LengthHistogram:
         return sum(v * c for v, c in zip(self.values.tolist(), self.counts.tolist(), strict=True))
 
     def quantile(self, q: float | np.ndarray) -> np.ndarray:
-        """Lower quantile(s) of the lengths, as ``np.percentile(..., method="lower")`` at 100·q."""
+        """Lower quantile(s) of the lengths, as ``np.percentile(..., method="lower")`` at 100·q
+        (``q`` in ``[0, 1]``)."""
+        try:
+            qs = np.asarray(q, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"q must be a float or an array of floats in [0, 1], got q={q!r}"
+            ) from None
+        if not np.all((qs >= 0) & (qs <= 1)):  # (False for NaN)
+            raise ValueError(f"q must be in [0, 1] (a fraction, not a percent), got q={q!r}")
         cum = np.cumsum(self.counts)
-        pos = np.floor(np.asarray(q, dtype=np.float64) * (cum[-1] - 1)).astype(np.int64)
+        pos = np.floor(qs * (cum[-1] - 1)).astype(np.int64)
         return self.values[np.searchsorted(cum, pos, side="right")]
 
     def digest(self) -> str:

@@ -269,6 +269,11 @@ class EpochSampler(Sampler[list[int]]):
         """
         from bucketloader.loader import ResumableDataLoader
 
+        if not callable(getattr(dataset, "__getitem__", None)):
+            raise TypeError(
+                f"dataset must be a map-style dataset (with __getitem__) that the lengths "
+                f"describe, got {type(dataset).__name__}"
+            )
         planned = self._config().get("num_samples")
         size = len(dataset) if hasattr(dataset, "__len__") else None
         if planned is not None and size is not None and size < planned:

@@ -126,7 +126,8 @@ class ShardedSampler(EpochSampler):
         **options: ``num_buckets`` (default 8) and ``strategy`` (default ``"optimal"``), or
             ``boundaries``; ``batch_size`` or ``max_tokens`` (an int or a
             :class:`~bucketloader.plan.TokenBudget`, its ``oversize`` ``"error"`` or
-            ``"single"``); ``pad_to_multiple_of``; ``cache`` (as
+            ``"single"``; it always promotes, so ``promote=False`` is refused);
+            ``pad_to_multiple_of``; ``cache`` (as
             :func:`~bucketloader.compute_boundaries`); ``defer`` (default ``0``: every sample
             in every epoch, the slots follow the fullest rank): a share in ``[0, 1)``, the most
             of a rank's samples of a bucket an epoch may leave to the next ones, so the slots
@@ -549,7 +550,14 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
                 f"an epoch may leave to the next), got defer={d!r}; pass defer=0.5 to show "
                 "every sample within two epochs, or defer=0 to show every sample every epoch"
             )
-    BatchRule.parse(options.get("batch_size"), options.get("max_tokens"))
+    rule = BatchRule.parse(options.get("batch_size"), options.get("max_tokens"))
+    if rule.budget is not None and not rule.budget.promote:
+        raise ValueError(
+            f"ShardedSampler got max_tokens={rule.budget!r}, but it always promotes: a rank "
+            "places what does not fit its cell in a longer one (NOTE [ Sharded plan ] 3), so "
+            "promote=False cannot be honoured; drop promote=False, or use BucketSampler for "
+            "batches that never promote"
+        )
     return dict(options)
 
 

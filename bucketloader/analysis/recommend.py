@@ -48,11 +48,19 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import LengthsLike, Strategy
-from bucketloader._validation import Lengths, as_lengths, check_float, check_int
+from bucketloader._validation import (
+    MAX_LENGTH,
+    Lengths,
+    as_lengths,
+    check_float,
+    check_int,
+    check_options,
+)
 from bucketloader.analysis.calibrate import Calibration
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec
 from bucketloader.plan.promote import promoted_spec, promotes
+from bucketloader.plan.shapes import SpecOptions
 from bucketloader.solve import solve_boundaries
 from bucketloader.strategies import resolve_strategy
 
@@ -234,6 +242,15 @@ def recommend_num_buckets(
         >>> recommend_num_buckets(lengths, num_buckets=(1, 2), padding_target=0.1).num_buckets
         2
     """
+    check_options(
+        "recommend_num_buckets",
+        spec_options,
+        [
+            n
+            for n in SpecOptions.__annotations__
+            if n not in ("num_buckets", "strategy", "boundaries")
+        ],
+    )
     ks = check_num_buckets(num_buckets)
     strategies = check_strategies(strategy)
     padding_target = check_float("padding_target", padding_target, minimum=0.0, maximum=1e9)
@@ -360,7 +377,10 @@ def check_num_buckets(num_buckets: Any) -> tuple[int, ...]:
     values = [num_buckets] if isinstance(num_buckets, (int, np.integer)) else list(num_buckets)
     if not values:
         raise ValueError("num_buckets must list at least one k, got an empty sequence")
-    return tuple(sorted({check_int("num_buckets", k, minimum=1) for k in values}))
+    ks = sorted({check_int("num_buckets", k, minimum=1) for k in values})
+    if ks[-1] > MAX_LENGTH:  # more buckets than lengths there can be: no budget (and not int64)
+        check_int("num_buckets", ks[-1], minimum=1, maximum=MAX_LENGTH)
+    return tuple(ks)
 
 
 def check_strategies(strategy: Any) -> list[tuple[str, Strategy]]:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bucketloader._types import Strategy
-from bucketloader._validation import Lengths, as_lengths, check_float, check_int
+from bucketloader._validation import Lengths, MissingKeyError, as_lengths, check_float, check_int
 from bucketloader.analysis._plot import pct, plot_report
 from bucketloader.analysis._scan import dataset_lengths, is_dataloader, is_dataset, scan_batches
 from bucketloader.analysis.calibrate import Calibration
@@ -72,7 +72,11 @@ class DynamicityReport:
         for r in self.rows:
             if r.strategy == strategy and r.num_buckets == num_buckets:
                 return r
-        raise KeyError(f"no row for strategy={strategy!r}, num_buckets={num_buckets}")
+        rows = sorted({(r.strategy, r.num_buckets) for r in self.rows})
+        raise MissingKeyError(
+            f"no row for strategy={strategy!r}, num_buckets={num_buckets!r}; the report has "
+            f"(strategy, num_buckets) rows {rows}"
+        )
 
     def summary(self) -> str:
         """The report as text."""

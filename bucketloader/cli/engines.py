@@ -95,7 +95,10 @@ def _import(module: str, extra: str) -> Any:
 def _only_column(file: str) -> str:
     import pyarrow.parquet as pq
 
-    names = pq.read_schema(file).names
+    try:
+        names = pq.read_schema(file).names
+    except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise ValueError(f"{file}: not readable as Parquet ({exc})") from None
     if len(names) != 1:
         raise ValueError(f"{file} has columns {names}; choose one with --column NAME")
     return names[0]

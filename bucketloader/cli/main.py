@@ -287,6 +287,12 @@ def _precompute(args: argparse.Namespace) -> int:
         }
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
         print(f"written to {args.json}")
+    if not stored:  # precompute's one job: the entry a later run finds
+        return _fail(
+            f"the boundaries were solved but not stored: the cache directory {cache.directory} "
+            "is not usable (the warning above says why); point --cache-dir or "
+            "BUCKETLOADER_CACHE_DIR at a writable directory"
+        )
     return 0
 
 

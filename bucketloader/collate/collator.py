@@ -58,7 +58,7 @@ from torch.utils.data import default_collate
 
 from bucketloader._samples import BARE_KEY, kind_of
 from bucketloader._types import SIDES
-from bucketloader._validation import check_choice
+from bucketloader._validation import MissingKeyError, check_choice
 from bucketloader.collate import fields as cf
 from bucketloader.collate._pad import (
     SCATTER_MAX_ELEMENTS,
@@ -141,6 +141,12 @@ class PadCollator:
         else:
             check_pad("pad_value", pad_value)
         self.pad_value = pad_value
+        try:
+            hash(group_key)
+        except TypeError:
+            raise TypeError(
+                f"group_key must be a dict key (a str, int, ...), got group_key={group_key!r}"
+            ) from None
         self.group_key = group_key
         self.fields = bind_fields(fields, tuple(shape_table.input_names), group_key)
         self._setup()
@@ -235,7 +241,7 @@ class PadCollator:
         else:
             unknown = [k for k in self.fields if k not in keys]
             if unknown:
-                raise KeyError(
+                raise MissingKeyError(
                     f"fields names {unknown} but the samples ({kind}) have fields {keys}; "
                     "fix the names in fields={...}"
                 )
@@ -251,7 +257,7 @@ class PadCollator:
         if isinstance(self.pad_value, Mapping):
             stray = [k for k in self.pad_value if k not in keys]
             if stray:
-                raise KeyError(
+                raise MissingKeyError(
                     f"pad_value names {stray} but the samples have fields {keys}; fix the names, "
                     "or, if those fields were removed after the collator was built (as "
                     "Trainer(remove_unused_columns=True) does), build it on the data as loaded "
@@ -269,17 +275,23 @@ class PadCollator:
             lean = self._collate_bare(samples)
             if lean is not None:
                 return lean
-        if not samples and getattr(samples, "planned_shape", None) is not None:
+        if not isinstance(samples, (list, tuple)):
+            raise TypeError(
+                f"PadCollator needs a list of samples (what a batch sampler's indices fetch), got "
+                f"{type(samples).__name__}; pass [dataset[i] for i in batch]"
+            )
+        planned_empty = getattr(samples, "planned_shape", None)
+        if not samples and planned_empty is not None:
             raise ValueError(
-                f"a padding-only step of shape {samples.planned_shape} reached the collator "
+                f"a padding-only step of shape {planned_empty} reached the collator "
                 "with no sample to take its fields from: no rank of the stream had a sample; "
                 "initialise torch.distributed before building the stream (a rank borrows "
                 "another's), or give every rank a non-empty shard"
             )
-        if not isinstance(samples, (list, tuple)) or not samples:
+        if not samples:
             raise ValueError(
-                f"PadCollator needs a non-empty list of samples, got {type(samples).__name__} "
-                f"of length {len(samples) if hasattr(samples, '__len__') else '?'}"
+                f"PadCollator needs a non-empty list of samples, got an empty "
+                f"{type(samples).__name__}"
             )
         if self._bare_default and getattr(samples, "planned_shape", None) is None:
             lean = self._collate_bare(samples)

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from bucketloader._samples import BARE_KEY, is_flat_list, is_sequence, kind_of
+from bucketloader._validation import MissingKeyError
 
 #: Output keys the collator adds; a sample field may not use them (``attention_mask`` excepted).
 RESERVED = ("lengths", "sample_mask")
@@ -170,7 +171,7 @@ def read_group(samples: Sequence[Any], group_key: Any) -> Any:
     values = []
     for pos, s in enumerate(samples):
         if group_key not in s:
-            raise KeyError(
+            raise MissingKeyError(
                 f"sample at batch position {pos} has no group_key {group_key!r}; "
                 f"its keys are {list(s.keys())}"
             )

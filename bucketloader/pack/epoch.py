@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bucketloader._validation import check_bool, check_int
+from bucketloader._validation import MAX_REPLICAS, check_bool, check_int
 from bucketloader.pack.spec import PackSpec
 
 __all__ = ["PackPlan", "plan_pack_epoch"]
@@ -128,7 +128,7 @@ def plan_pack_epoch(
     """
     seed = check_int("seed", seed, minimum=0)
     epoch = check_int("epoch", epoch, minimum=0)
-    num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+    num_replicas = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)
     rank = check_int("rank", rank, minimum=0, maximum=num_replicas - 1)
     balance = check_bool("balance", balance)
     deal_ss, row_ss, key_ss, balance_ss = np.random.SeedSequence([seed, epoch]).spawn(4)

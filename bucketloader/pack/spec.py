@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import LengthsLike
-from bucketloader._validation import MAX_LENGTH, as_lengths, check_choice, check_int
+from bucketloader._validation import MAX_LENGTH, MAX_REPLICAS, as_lengths, check_choice, check_int
 from bucketloader.pack._bins import SOLVER_VERSION, Patterns, lower_bound, solve
 from bucketloader.pack._work import even_rows, lift_rows
 from bucketloader.plan.budget import BatchRule
@@ -358,7 +358,7 @@ class PackSpec:
         """The :class:`PackTable` this spec promises over ``num_replicas`` ranks (a row length
         that makes no batch, ``last_batch="drop"`` with fewer rows than one step, is left out).
         """
-        num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+        num_replicas = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)
         steps = self.num_steps(num_replicas)
         keep = [i for i in range(len(self.row_lengths)) if steps[i] > 0]
         return PackTable(

@@ -211,7 +211,10 @@ class BatchRule:
         rows = [tuple(int(x) for x in r) for r in lengths]
         given = self.per_cell
         if callable(given):
-            return [check_int(f"batch_size{r}", given(r), minimum=1) for r in rows]
+            return [
+                check_int(f"batch_size{r}", call_rule("batch_size", given, r), minimum=1)
+                for r in rows
+            ]
         if isinstance(given, tuple):
             if len(given) != len(rows):
                 shown = [r[0] if len(r) == 1 else r for r in rows]
@@ -346,6 +349,18 @@ def _fits_int64(padded: np.ndarray, size: str) -> bool:
     return top <= 1 or d * math.log2(top) < 62
 
 
+def call_rule(name: str, fn: Any, row: tuple[int, ...]) -> Any:
+    """``fn(row)`` for a user's ``name`` callable; its own failure re-raised naming the padded
+    lengths it was called on (the einops way: the user's inputs in the message)."""
+    try:
+        return fn(row)
+    except Exception as exc:
+        raise ValueError(
+            f"the {name} callable raised {type(exc).__name__}: {exc} for padded lengths {row}; "
+            f"fix {name}, which must map every planned padded-lengths tuple to an int"
+        ) from exc
+
+
 def size_values(padded: np.ndarray, size: Any) -> np.ndarray:
     """Size of each padded shape row of ``padded`` (``(M, D)``): ``"sum"``, ``"prod"`` or a
     callable taking one padded-lengths tuple of ints and returning an int.
@@ -360,7 +375,7 @@ def size_values(padded: np.ndarray, size: Any) -> np.ndarray:
         return np.array([min(s, _INT64_MAX) for s in exact_sizes(padded, size)], dtype=np.int64)
     out = np.empty(padded.shape[0], dtype=np.int64)
     for i, row in enumerate(padded.tolist()):
-        value = size(tuple(row))
+        value = call_rule("size", size, tuple(row))
         if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
             raise ValueError(
                 f"size callable must return a non-negative int, got {value!r} for padded "

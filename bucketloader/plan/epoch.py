@@ -69,7 +69,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from bucketloader._validation import check_bool, check_int
+from bucketloader._validation import MAX_REPLICAS, check_bool, check_int
 from bucketloader.plan.accumulate import grouped_steps, interleave_groups, longest_group_first
 from bucketloader.plan.budget import size_values
 from bucketloader.plan.permute import ShuffledOrder, cell_shuffles
@@ -149,7 +149,7 @@ def plan_epoch(
     """
     seed = check_int("seed", seed, minimum=0)
     epoch = check_int("epoch", epoch, minimum=0)
-    num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+    num_replicas = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)
     rank = check_int("rank", rank, minimum=0, maximum=num_replicas - 1)
     check_bool("shuffle", shuffle)
     at = _Place(seed, epoch, shuffle, num_replicas, rank)
@@ -195,10 +195,14 @@ class _Place(NamedTuple):
         return order, cell_start, key_ss if self.shuffle else None
 
 
+#: The most steps an accumulation group holds (every cell's steps are rounded up to a group).
+MAX_ACCUMULATE = 1 << 16
+
+
 def check_accumulate(accumulate: Any, spec: BucketSpec, weights: Any) -> int:
     """The validated ``accumulate`` (NOTE [ Accumulation groups ] in
     :mod:`bucketloader.plan.accumulate`)."""
-    k = check_int("accumulate", accumulate, minimum=1)
+    k = check_int("accumulate", accumulate, minimum=1, maximum=MAX_ACCUMULATE)
     if k > 1 and weights is not None:
         raise ValueError(
             f"accumulate={k} cannot be combined with per-dataset weights yet; drop weights or "

@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bucketloader._types import Cache, LengthsLike, PerInput, Size, Strategy
-from bucketloader._validation import Lengths, as_lengths, check_int
+from bucketloader._validation import MAX_REPLICAS, Lengths, as_lengths, check_int
 from bucketloader.boundaries import round_up
 from bucketloader.histogram import LengthHistogram, length_counts
 from bucketloader.plan.budget import BatchRule, even_batch, exact_sizes, resolve_size, size_values
@@ -227,7 +227,7 @@ class BucketSpec:
             >>> spec.num_steps().tolist(), spec.for_replicas(1).num_steps().tolist()
             ([4], [4])
         """
-        num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+        num_replicas = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)
         rule = self.rule
         budget = None if rule is None else rule.budget
         if rule is None or budget is None or not budget.balance:
@@ -254,7 +254,7 @@ class BucketSpec:
             >>> spec.shape_table().shapes
             ((1, 10), (2, 4), (2, 10))
         """
-        num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+        num_replicas = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)
         full = self.cells.shapes
         full_steps, q = self.cell_steps(num_replicas)
         if self.last_batch in ("pad", "fill"):

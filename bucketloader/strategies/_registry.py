@@ -15,9 +15,21 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import Strategy
+from bucketloader._validation import MissingKeyError
+
+
+class _Registry(dict[str, Strategy]):
+    """A dict whose failed lookup names the registered strategies (a ``MissingKeyError``)."""
+
+    def __missing__(self, name: str) -> Strategy:
+        raise MissingKeyError(
+            f"no strategy named {name!r}; the registered ones are {sorted(self)} (add one with "
+            "bucketloader.register_strategy)"
+        )
+
 
 #: Registered strategies, name → function. Extend with :func:`register_strategy`.
-STRATEGIES: dict[str, Strategy] = {}
+STRATEGIES: dict[str, Strategy] = _Registry()
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,18 @@ the batches add *filler rows*: a bucket of ``n`` samples at padded length ``b`` 
 the even ``B' = ceil(n / (R·m))`` rows (NOTE [ Even batches ]), so it costs
 ``R·m·B'·b - sum(L)`` padded elements: its boundary padding plus ``(R·m·B' - n)·b`` of filler.
 ``"batched"`` minimises that sum over at most ``k`` buckets, i.e. the padded elements of one
-epoch's batches, exactly what a ``BucketSampler(max_tokens=...)`` will run (for ``R`` ranks).
+epoch's even batches, exactly what a ``BucketSampler(max_tokens=TokenBudget(...,
+promote=False))`` will run (for ``R`` ranks).
+
+It does not model promotion of leftovers (NOTE [ Promotion of leftovers ] in
+:mod:`bucketloader.plan.promote`), which a sampler does by default for ``max_tokens`` with
+``last_batch="pad"``: promotion fills spare rows with samples of shorter buckets, so the padded
+elements that run are at most ``info["padded"]`` (promotion never adds any), but the filler this
+objective trades boundary padding against is mostly gone anyway, and ``"optimal"`` boundaries
+are then usually as good (LibriSpeech k=16 in ``docs/padding.md``: 3.14% against 3.16%). Use
+``"batched"`` with ``promote=False``; with promotion, prefer ``"optimal"``. The promotion
+schedule couples the buckets (a bucket's promoted samples depend on every longer bucket's spare
+rows), so it does not fit this DP's per-bucket cost.
 Moving a boundary by a few distinct lengths can make a bucket's count fill its ``m`` batches
 exactly, so a little boundary padding buys back the filler: on Common Voice at k=252 shapes the
 planned padding falls from 0.34% (``"optimal"`` boundaries, even rows) to 0.16%.
@@ -25,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bucketloader._validation import check_int
+from bucketloader._validation import MAX_REPLICAS, check_int
 from bucketloader.histogram import LengthHistogram
 from bucketloader.strategies._registry import StrategyResult, register_strategy
 from bucketloader.strategies.optimal import optimal, solve_segmentation
@@ -51,7 +62,9 @@ def batched(
 
     See NOTE [ Batched boundaries ]. A :class:`~bucketloader.BucketSampler` (or ``BucketSpec``)
     with ``max_tokens=`` passes its budget to this strategy itself (for one rank):
-    ``BucketSampler(lengths, strategy="batched", max_tokens=16384)``.
+    ``BucketSampler(lengths, strategy="batched", max_tokens=TokenBudget(16384,
+    promote=False))``. Promotion of leftovers (the sampler's default) is not modelled: with it,
+    what runs pads at most ``info["padded"]``, and ``"optimal"`` is usually as good.
 
     Args:
         hist: the length histogram (raw lengths are accepted too).
@@ -81,7 +94,7 @@ def batched(
     if max_batch_size is not None:
         max_batch_size = check_int("max_batch_size", max_batch_size, minimum=1)
     multiple_of = check_int("multiple_of", multiple_of, minimum=1)
-    num_replicas = check_int("num_replicas", num_replicas, minimum=1)
+    num_replicas = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)
     if not isinstance(hist, LengthHistogram):
         hist = LengthHistogram.from_lengths(hist)
     values = hist.values.astype(np.int64)

@@ -34,7 +34,7 @@ from bucketloader._dist import (
     resolve_ranks,
 )
 from bucketloader._types import LengthFn
-from bucketloader._validation import check_int
+from bucketloader._validation import MissingKeyError, check_int
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
 from bucketloader.plan.cells import lattice_codes
@@ -189,6 +189,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             "padded_rows to tune it)",
             pad="short batches get masked rows",
         )
+        # the head a one-shot source gave the constructor (estimate, schedule, template), replayed
+        # first in its one pass; never set for a re-iterable source, which is read again
         self._prefix: list[Any] | None = None
         self._rest: Iterator[Any] | None = None
         self.solution: Any = None
@@ -253,9 +255,15 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         elif isinstance(boundaries, Mapping):
             missing = [n for n in names if n not in boundaries]
             if missing:
-                raise KeyError(
+                raise MissingKeyError(
                     f"boundaries has no entry for input {missing[0]!r}; give one per key of "
                     f"length_fn {list(names)}, got keys {list(boundaries)}"
+                )
+            extra = [k for k in boundaries if k not in names]
+            if extra:
+                raise MissingKeyError(
+                    f"boundaries has an entry for {extra[0]!r}, which length_fn does not measure; "
+                    f"give one per key of length_fn {list(names)}, got keys {list(boundaries)}"
                 )
             given = [boundaries[n] for n in names]
         elif isinstance(boundaries, (str, bytes)) or len(boundaries) != len(names):
@@ -466,9 +474,6 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             return it
         return open_source(self.source, worker)
 
-    def _one_shot(self) -> bool:
-        return self._prefix is not None or iter(self.source) is self.source
-
     def report(self) -> SamplingReport:
         """What the current (or last) pass did, summed over this rank's DataLoader workers and
         visible from the main process (NOTE [ A stream's counters across DataLoader workers ]):
@@ -544,6 +549,26 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 schedule=[round(float(x), 12) for x in self._shares],  # type: ignore[union-attr]
             )
         return config
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
+        super().load_state_dict(state)
+        if state["format"] != STATE_FORMAT:
+            return
+        read, k = state["read"], self.cells.num_cells
+        held = [state["shuffle"], *state["buckets"]] if len(state["buckets"]) == k else None
+        draws = state["draws"]
+        if (
+            held is None
+            or not all(isinstance(b, list) for b in held)
+            or not all(isinstance(p, int) and 0 <= p < read for b in held for p in b)
+            or not {"start", "used"} <= set(draws)
+        ):
+            self._resume = None
+            raise ValueError(
+                f"state's buffers do not fit this BucketIterable ({k} buckets, {read} samples "
+                "read): pass a dict from BucketIterable.state_dict(), unedited"
+            )
 
     def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
         """JSON-serialisable position of the current pass.

@@ -311,6 +311,33 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             config.update(num_replicas=self.num_replicas, steps_per_epoch=self.steps_per_epoch)
         return config
 
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
+        super().load_state_dict(state)
+        if state["format"] != STATE_FORMAT:
+            return
+        read = state["read"]
+
+        def docs(items: Any) -> bool:  # [[position, part], ...], positions already read
+            return isinstance(items, list) and all(
+                isinstance(x, list)
+                and len(x) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
+                and 0 <= x[0] < read
+                for x in items
+            )
+
+        rows_ok = all(
+            isinstance(r, list) and len(r) == 3 and isinstance(r[0], int) and docs(r[2])
+            for r in state["open"]
+        )
+        if not rows_ok or not all(docs(r) for r in state["ready"]):
+            self._resume = None
+            raise ValueError(
+                f"state's open and ready rows do not fit this PackIterable ({read} samples "
+                "read): pass a dict from PackIterable.state_dict(), unedited"
+            )
+
     def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
         """JSON-serialisable position of the current pass.
 

@@ -247,6 +247,43 @@ def state_keys(
     }
 
 
+#: A pass's counters of samples it read but left out, and why (both streams' names).
+_LEFT_OUT = {
+    "too_short": "shorter than min_length",
+    "too_long": "by overflow='drop'",
+    "overflow_dropped": "by overflow='drop'",
+    "oversize": "by TokenBudget(oversize='drop')",
+    "left_over": "left over when steps_per_epoch ran out",
+    "tail_dropped": "by last_batch='drop'",
+}
+
+
+def _warn_at_end(
+    batches: Iterator[Any], engine: Any, owner: str, epoch: int, empty: bool
+) -> Iterator[Any]:
+    """The pass's batches, then one warning with the counts when it left samples out (they are
+    counted in ``report()`` too), and, with ``empty``, when it read no sample at all (an empty
+    or exhausted source: an epoch of no step)."""
+    yield from batches
+    stats = engine.stats
+    parts = [f"{stats[k]:,} {why}" for k, why in _LEFT_OUT.items() if stats.get(k)]
+    if parts:
+        warnings.warn(
+            f"this {owner} leaves out {', '.join(parts)}; samples its pass read in epoch "
+            f"{epoch}: {engine.read:,} (report() counts them by kind)",
+            UserWarning,
+            stacklevel=2,
+        )
+    if empty and engine.read == 0:
+        warnings.warn(
+            f"{owner} read no sample from its source in epoch {epoch}, so it yielded no batch; "
+            "check that the source is not empty (a one-shot iterator gives one pass only: pass "
+            "a re-iterable source for several epochs)",
+            UserWarning,
+            stacklevel=2,
+        )
+
+
 def check_steps(
     steps_per_epoch: int | None, num_replicas: int, last_batch: str, *, per_step: str, pad: str
 ) -> int | None:
@@ -313,6 +350,28 @@ def check_state(
         src = state["source"]
         if not {"position", "state"} <= set(src) or not isinstance(src["position"], int):
             raise ValueError(f"state['source'] must hold 'position' and 'state', got {src!r}")
+        _check_exact(state, owner)
+
+
+#: The phases of a pass an exact state can be taken in.
+PHASES = ("stream", "flush", "tail", "done")
+
+
+def _check_exact(state: dict[str, Any], owner: str) -> None:
+    """The values of an exact state that a pass trusts when it resumes (an edited or forged
+    state is refused here, not by an ``IndexError`` in the middle of the resume)."""
+    w = state["worker"]
+    ints = len(w) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in w)
+    if not ints or not 0 <= w[0] < w[1]:
+        raise ValueError(f"state['worker'] must be [worker id, workers], got {w!r}")
+    if state["phase"] not in PHASES:
+        raise ValueError(f"state['phase'] must be one of {list(PHASES)}, got {state['phase']!r}")
+    position = state["source"]["position"]
+    if not 0 <= position <= state["read"]:
+        raise ValueError(
+            f"state['source']['position']={position!r} must be >= 0 and <= state['read']="
+            f"{state['read']}; pass a dict from {owner}.state_dict(), unedited"
+        )
 
 
 def check_config(state: dict[str, Any], mine: dict[str, Any], *, owner: str) -> None:
@@ -324,8 +383,15 @@ def check_config(state: dict[str, Any], mine: dict[str, Any], *, owner: str) -> 
         )
     for key, value in state["config"].items():
         if mine.get(key) != value:
+            hint = (
+                " (boundaries=estimate(...) solves on the head of the source: it must read the "
+                "same samples first)"
+                if key == "boundaries"
+                else ""
+            )
             raise ValueError(
-                f"state has {key}={value!r}, but this {owner} has {key}={mine.get(key)!r}"
+                f"state has {key}={value!r}, but this {owner} has {key}={mine.get(key)!r}; "
+                f"build the stream with the options of the one that saved the state{hint}"
             )
 
 
@@ -534,7 +600,8 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             it = engine.resume(state)
         else:
             it = self._open(worker)
-        return engine.run(it)  # type: ignore[no-any-return]
+        empty = state is None and worker == (0, 1) and self.steps_per_epoch is None
+        return _warn_at_end(engine.run(it), engine, type(self).__name__, self.epoch, empty)
 
     def _replay_state(self, batches_consumed: int | None) -> dict[str, Any]:
         """The state of a resume by replay after ``batches_consumed`` batches (module NOTE)."""
@@ -555,7 +622,11 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         check_state(state, owner=owner, keys=self.STATE_KEYS, replay_format=self.REPLAY_FORMAT)
         check_config(state, self._config(), owner=owner)
         if self._one_shot():
-            raise ValueError("cannot resume a one-shot iterator; pass a re-iterable source")
+            raise ValueError(
+                "cannot resume a one-shot iterator (it cannot be read again from the start); "
+                "pass a re-iterable source: a list, a Dataset, or an object whose __iter__ "
+                "returns a fresh iterator"
+            )
         if state["format"] == self.STATE_FORMAT:
             if state["source"]["state"] is not None and not is_stateful(self.source):
                 raise ValueError("state holds a source state_dict but the source cannot load one")

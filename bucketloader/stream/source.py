@@ -36,6 +36,14 @@ stand-in of a padding row, and each cell's last batch, which ``last_batch="fill"
 the step it reached; the resume fetches those too and takes the remaining steps (behind
 DataLoader workers from the workers' checkpoints when they are on). Over any other source it
 replays from the start of the epoch.
+
+A class with ``__len__`` and ``__getitem__`` and no ``__iter__`` of its own (a torch map-style
+``Dataset``) is read as rows ``0 .. len - 1`` by index, in a pass from the start as in a resume,
+exactly as a ``DataLoader`` reads it: never through Python's fallback iteration, which ignores
+``len`` and stops at the first ``IndexError`` (so a ``__getitem__`` that wraps or never raises
+would never end, and a ``len`` that disagrees with it would make a resume read other rows than
+the pass it resumes). A ``__getitem__`` that raises ``IndexError`` below ``len`` is an error
+naming the row and the ``len``; rows past ``len`` are not part of the stream.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from __future__ import annotations
 import copy
 import itertools
 import numbers
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -161,14 +169,45 @@ def is_seekable(source: Any) -> bool:
         getattr(source, "take_rows", None)
     ):
         return True  # ArrowRows: iterates and fetches the same rows
-    # iterated by index (no __iter__ of its own), so reading row w + n p is what iter() gives;
-    # a class with its own __iter__ might iterate in another order
+    # read by index, rows 0 .. len - 1, in every pass; a class with its own __iter__ might
+    # iterate in another order
+    return by_index(source)
+
+
+def by_index(source: Any) -> bool:
+    """Whether ``source`` has ``__len__`` and ``__getitem__`` and no ``__iter__`` of its own (a
+    torch map-style ``Dataset``), so the streams read its rows ``0 .. len - 1`` by index (NOTE
+    [ Seeking a source ]).
+
+    Example:
+        >>> class Squares:
+        ...     def __len__(self): return 3
+        ...     def __getitem__(self, i): return i * i
+        >>> by_index(Squares()), list(open_source(Squares(), (0, 1)))
+        (True, [0, 1, 4])
+    """
+    kind = type(source)
     own_iter = getattr(kind, "__iter__", None)
     return (
         hasattr(kind, "__len__")
         and hasattr(kind, "__getitem__")
         and (own_iter is None or own_iter is Sequence.__iter__)
+        and not isinstance(source, (str, bytes, Mapping, Iterator))
     )
+
+
+def _rows(source: Any, rows: Iterable[int], size: int) -> Iterator[Any]:
+    """``source[r]`` for each row, an ``IndexError`` below ``len`` named as the source's fault."""
+    for r in rows:
+        try:
+            yield source[r]
+        except IndexError as exc:
+            raise ValueError(
+                f"the source's __getitem__ raised IndexError at row {r}, but len(source)={size}: "
+                f"a source read by index ({type(source).__name__} has __len__ and __getitem__ "
+                "and no __iter__) must serve every row below its len; fix its __len__, or give "
+                "it an __iter__ (it is then read as a plain iterable, and a resume replays)"
+            ) from exc
 
 
 def open_at(source: Any, worker: tuple[int, int], start: int) -> Iterator[Any]:
@@ -188,6 +227,8 @@ def open_at(source: Any, worker: tuple[int, int], start: int) -> Iterator[Any]:
         return itertools.islice(iter(tail), 0, None, num)
     if callable(getattr(source, "iter_from", None)):  # ArrowRows: record batches
         return source.iter_from(first, num)  # type: ignore[no-any-return]
+    if by_index(source):
+        return _rows(source, range(first, size, num), size)
     return map(source.__getitem__, range(first, size, num))
 
 
@@ -206,11 +247,16 @@ def fetch(source: Any, worker: tuple[int, int], positions: Sequence[int]) -> lis
         return list(source.select(rows))
     if callable(getattr(source, "take_rows", None)):  # ArrowRows: one read per row group
         return source.take_rows(rows)  # type: ignore[no-any-return]
+    if by_index(source):
+        return list(_rows(source, rows, len(source)))
     return [source[r] for r in rows]
 
 
 def open_source(source: Any, worker: tuple[int, int]) -> Iterator[Any]:
-    """A fresh iterator over this worker's share of ``source``."""
+    """A fresh iterator over this worker's share of ``source`` (a source :func:`by_index`: its
+    rows ``0 .. len - 1``)."""
+    if by_index(source):
+        return open_at(source, worker, 0)
     it = iter(source)
     wid, num = worker
     if num > 1 and not self_sharding(source):

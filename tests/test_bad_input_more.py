@@ -1,0 +1,334 @@
+"""Bad input, second pass (session 3): one clear error naming the argument, the bad value and the
+fix; never a bare ``KeyError``, an assert, or a crash inside numpy, torch or PuLP; never a lost
+sample without a count and a warning; never a silently wrong resume.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bucketloader import BucketIterable, BucketSampler
+from bucketloader._validation import MissingKeyError
+
+
+# -- missing keys speak the library's voice (MissingKeyError: a ValueError and a KeyError) --------
+def _sampler():
+    return BucketSampler([3, 5, 8, 8], num_buckets=2, batch_size=2)
+
+
+@pytest.mark.parametrize(
+    ("make", "batch", "match"),
+    [
+        (lambda: _sampler().collator(fields={"x": "length"}), [{"y": torch.ones(3)}],
+         r"fields names \['x'\] but the samples \(dict\) have fields \['y'\]"),
+        (lambda: _sampler().collator(pad_value={"z": 1}), [{"x": torch.ones(3)}],
+         r"pad_value names \['z'\]"),
+        (lambda: _sampler().collator(group_key="source"), [{"x": torch.ones(3)}],
+         "sample at batch position 0 has no group_key 'source'"),
+    ],
+)  # fmt: skip
+def test_pad_collator_missing_key_is_a_missing_key_error(make, batch, match):
+    with pytest.raises(MissingKeyError, match=match) as info:
+        make()(batch)
+    assert isinstance(info.value, ValueError) and not str(info.value).startswith(("'", '"'))
+
+
+def test_stream_boundaries_mapping_without_an_input_is_a_missing_key_error():
+    rows = [{"a": [1] * 3, "b": [1] * 4}] * 4
+    with pytest.raises(MissingKeyError, match="boundaries has no entry for input 'b'") as info:
+        BucketIterable(rows, boundaries={"a": [8]}, length_fn=("a", "b"), batch_size=2)
+    assert isinstance(info.value, ValueError)
+
+
+def test_report_row_lookup_lists_the_rows():
+    from bucketloader import analyze
+
+    report = analyze(np.arange(1, 50), num_buckets=[2], strategy="optimal")
+    with pytest.raises(MissingKeyError, match=r"num_buckets=3; the report has .*\('optimal', 2\)"):
+        report.row("optimal", 3)
+
+
+# -- a map-style source is rows 0 .. len - 1, in a pass and in its resume --------------------------
+class MapStyle:
+    """``__len__`` and ``__getitem__``, no ``__iter__``: ``n`` rows by ``len``; ``__getitem__``
+    serves ``served`` rows (``None``: every index, wrapping, so Python's fallback iteration
+    would never end)."""
+
+    def __init__(self, n, served=None):
+        self.n, self.served = n, served
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if self.served is not None and i >= self.served:
+            raise IndexError(i)
+        return {"id": i, "x": [1] * (1 + (i * 7) % 13)}
+
+
+def _ids(batches):
+    return [s["id"] for b in batches for s in b]
+
+
+def _stream(source):
+    return BucketIterable(source, length_fn="x", boundaries=[5, 13], batch_size=3, shuffle_buffer=4)
+
+
+@pytest.mark.parametrize("served", [None, 40])  # wraps forever; serves more rows than its len
+def test_map_style_source_is_its_len_rows_and_resumes_exactly(served):
+    whole = _ids(_stream(MapStyle(30, served)))
+    assert sorted(whole) == list(range(30))  # ends, rows 0 .. len - 1, each once
+    first = _stream(MapStyle(30, served))
+    it = iter(first)
+    head = [next(it) for _ in range(4)]
+    again = _stream(MapStyle(30, served))
+    again.load_state_dict(first.state_dict())
+    assert _ids(head) + _ids(again) == whole
+
+
+def test_map_style_source_whose_len_lies_is_one_clear_error():
+    with pytest.raises(ValueError, match=r"IndexError at row 20, but len\(source\)=30.*__len__"):
+        list(_stream(MapStyle(30, served=20)))
+
+
+# -- boundaries estimated from the head resume exactly; a state from another head is refused -------
+def _estimated(source):
+    from bucketloader.stream.estimate import estimate
+
+    return BucketIterable(
+        source, length_fn="x", boundaries=estimate(2, sample_size=12), batch_size=3,
+        shuffle_buffer=4,
+    )  # fmt: skip
+
+
+class Factory:
+    """A re-iterable source that is not a sequence (each ``iter`` a fresh generator)."""
+
+    def __iter__(self):
+        return (MapStyle(40)[i] for i in range(40))
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: MapStyle(40), Factory, lambda: [MapStyle(40)[i] for i in range(40)]]
+)
+def test_estimated_boundaries_resume_exactly_in_a_new_stream_and_epoch(make):
+    import json
+
+    first = _estimated(make())
+    whole = _ids(first)
+    assert sorted(whole) == list(range(40))
+    first.set_epoch(1)  # the same stream after a whole pass resumes too
+    second = _ids(first)
+    for epoch, expected in ((0, whole), (1, second)):
+        for stop in (1, 4):
+            live = _estimated(make())
+            live.set_epoch(epoch)
+            it = iter(live)
+            head = [next(it) for _ in range(stop)]
+            state = json.loads(json.dumps(live.state_dict()))
+            for again in (_estimated(make()), live):
+                again.load_state_dict(state)
+                assert _ids(head) + _ids(again) == expected
+
+
+def test_estimated_boundaries_from_another_head_are_refused_with_the_fix():
+    first = _estimated(MapStyle(40))
+    next(iter(first))
+    other = _estimated([{"id": i, "x": [1] * (1 + i)} for i in range(40)])
+    assert other.boundaries.tolist() != first.boundaries.tolist()
+    with pytest.raises(ValueError, match=r"state has boundaries=.*same samples first"):
+        other.load_state_dict(first.state_dict())
+    with pytest.raises(ValueError, match=r"cannot resume a one-shot iterator .* re-iterable"):
+        _estimated(iter(list(Factory()))).load_state_dict(first.state_dict())
+
+
+# -- options that do not know about promotion say so ----------------------------------------------
+def test_batched_strategy_plans_exactly_without_promotion_and_bounds_it_with():
+    from bucketloader import TokenBudget
+
+    lengths = np.random.default_rng(0).integers(5, 120, size=400)
+
+    def padded(promote):
+        sampler = BucketSampler(
+            lengths, num_buckets=4, strategy="batched", shuffle=False,
+            max_tokens=TokenBudget(600, promote=promote),
+        )  # fmt: skip
+        cells = sampler.report().cells
+        return sum(c["padded"] - c["real"] for c in cells), sampler
+
+    from bucketloader.strategies.batched import batched
+
+    plan = batched(lengths, 4, max_tokens=600)
+    exact, sampler = padded(False)
+    assert sampler.boundaries.tolist() == plan.boundaries.tolist()
+    planned = plan.info["padded"]
+    assert exact == planned  # the objective is what runs without promotion
+    promoted, _ = padded(True)
+    assert promoted <= planned
+
+
+def test_sharded_sampler_refuses_promote_false():
+    from bucketloader import TokenBudget
+    from bucketloader.sharded import ShardedSampler
+
+    with pytest.raises(ValueError, match=r"promote=False\).*always promotes.*BucketSampler"):
+        ShardedSampler([3, 5, 9], num_buckets=2, max_tokens=TokenBudget(20, promote=False))
+    assert len(ShardedSampler([3, 5, 9], num_buckets=2, max_tokens=TokenBudget(20))) >= 1
+
+
+# -- the bad-input pass over the public names ----------------------------------------------------
+def _hist():
+    from bucketloader import LengthHistogram
+
+    return LengthHistogram.from_lengths([1, 2, 3])
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda: BucketSampler([3, 5, 8], num_buckets=2, batch_size=2, accumulate=10**9),
+         ValueError, r"accumulate must be an int >= 1 and <= 65536, got accumulate=1000000000"),
+        (lambda: BucketSampler([3, 5, 8], num_buckets=2, batch_size=2, accumulate=2**70),
+         ValueError, "accumulate must be an int >= 1 and <= 65536"),
+        (lambda: BucketSampler([3, 5], num_buckets=2, batch_size=2, num_replicas=2**70, rank=0),
+         ValueError, r"num_replicas must be an int >= 1 and <= 1048576"),
+        (lambda: BucketSampler(np.ma.array([3, 5, 8], mask=[0, 1, 0]), num_buckets=2,
+                               batch_size=2), TypeError, r"masked array.*lengths.compressed\(\)"),
+        (lambda: BucketSampler(memoryview(b"ab"), num_buckets=1, batch_size=2), TypeError,
+         "lengths must be a list, numpy array or torch tensor .* got memoryview"),
+        (lambda: _sampler().collator()(torch.ones(2, 3)), TypeError,
+         r"needs a list of samples .* got Tensor"),
+        (lambda: _sampler().collator()([]), ValueError, "non-empty list of samples"),
+        (lambda: _sampler().dataloader(None), TypeError, "dataset must be a map-style dataset"),
+        (lambda: BucketIterable([{"a": [1]}], length_fn=("a",), boundaries={"a": [4], "b": [4]},
+                                batch_size=1), MissingKeyError, "entry for 'b', which length_fn"),
+        (lambda: _sampler().collator(group_key=["g"]), TypeError, "group_key must be a dict key"),
+        (lambda: _hist().quantile(2), ValueError, r"q must be in \[0, 1\].*got q=2"),
+        (lambda: _hist().quantile(float("nan")), ValueError, r"q must be in \[0, 1\]"),
+        (lambda: _hist().quantile("half"), TypeError, "q must be a float"),
+        (lambda: __import__("bucketloader").STRATEGIES["optiml"], MissingKeyError,
+         r"no strategy named 'optiml'; the registered ones are \[.*'optimal'"),
+        (lambda: __import__("bucketloader").recommend_num_buckets([3, 4, 5], max_buckets=3),
+         TypeError, "recommend_num_buckets got an unexpected option max_buckets=3"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_clear_error(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def _exact_state():
+    rows = [[1] * n for n in [3, 5, 8, 8, 2, 9, 4, 4]]
+    stream = BucketIterable(rows, boundaries=[4, 9], batch_size=2)
+    next(iter(stream))
+    return rows, stream.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ({"phase": "x"}, r"state\['phase'\] must be one of"),
+        ({"worker": [2, 1]}, r"state\['worker'\] must be \[worker id, workers\]"),
+        ({"buckets": []}, "buffers do not fit this BucketIterable"),
+        ({"buckets": [[99], []]}, "buffers do not fit"),
+        ({"draws": {}}, "buffers do not fit"),
+        ({"source": {"position": 99, "state": None, "seek": True}}, r"must be >= 0 and <= state"),
+    ],
+)
+def test_an_edited_stream_state_is_refused_when_loaded(edit, match):
+    rows, state = _exact_state()
+    stream = BucketIterable(rows, boundaries=[4, 9], batch_size=2)
+    with pytest.raises(ValueError, match=match):
+        stream.load_state_dict({**state, **edit})
+    assert stream._resume is None  # nothing half-loaded
+
+
+# -- the command: one error line, status 2 ---------------------------------------------------------
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["report", "{ok}", "-k", str(2**70)], "num_buckets must be an int >= 1 and <= "),
+        (["precompute", "{ok}", "-k", "2", "--cache-dir", "{ok}"],
+         "solved but not stored: the cache directory .* is not usable"),
+        (["report", "{bad}"], r"bad.parquet: not readable as Parquet"),
+    ],
+)  # fmt: skip
+def test_cli_bad_input_is_one_error_line(tmp_path, capsys, argv, match):
+    import re
+    import warnings
+
+    from bucketloader.cli.main import main
+
+    ok, bad = tmp_path / "ok.txt", tmp_path / "bad.parquet"
+    ok.write_text("3\n5\n8\n")
+    bad.write_bytes(b"garbage")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main([a.format(ok=ok, bad=bad) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(match, err[0]) and err[0].startswith("bucketloader: error:")
+
+
+def test_python_dash_m_bucketloader_runs_the_command(monkeypatch, capsys):
+    import runpy
+    import sys
+
+    monkeypatch.setattr(sys, "argv", ["bucketloader", "report", "--help"])
+    with pytest.raises(SystemExit) as info:
+        runpy.run_module("bucketloader", run_name="__main__")
+    assert info.value.code == 0 and "usage: bucketloader report" in capsys.readouterr().out
+
+
+def test_a_user_callable_that_fails_is_named_with_its_input():
+    from bucketloader import BucketSpec
+
+    with pytest.raises(ValueError, match=r"batch_size callable raised ZeroDivisionError.*\(\d+,\)"):
+        BucketSpec.build([3, 5, 8], num_buckets=2, batch_size=lambda b: 1 // 0)
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_stream_over_an_empty_source_warns(kind):
+    from bucketloader.stream import PackIterable
+
+    stream = (
+        BucketIterable([], boundaries=[4], batch_size=2)
+        if kind == "bucket"
+        else PackIterable([], row_length=8, batch_size=2)
+    )
+    with pytest.warns(UserWarning, match="read no sample from its source in epoch 0"):
+        assert list(stream) == []
+
+
+def test_a_stream_that_leaves_samples_out_warns_with_the_counts():
+    rows = [{"a": [1] * n} for n in [3, 5, 8, 2, 1, 1, 1]]
+    stream = BucketIterable(
+        rows, length_fn="a", boundaries=[4], batch_size=2, overflow="drop", last_batch="drop"
+    )
+    with pytest.warns(
+        UserWarning, match=r"leaves out 2 by overflow='drop', 1 by last_batch='drop'"
+    ):
+        kept = _ids_of(list(stream))
+    totals = stream.report().totals
+    assert (kept, totals["too_long"], totals["dropped"]) == (4, 2, 1)
+
+
+def _ids_of(batches):
+    return sum(len(b) for b in batches)
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [{"open": [[2, 26]]}, {"open": [[2, 26, [[99, 0]]]]}, {"open": [5]}, {"ready": [[[99, 0]]]}],
+)
+def test_an_edited_pack_stream_state_is_refused_when_loaded(edit):
+    from bucketloader.stream import PackIterable
+
+    rows = [[1] * n for n in [3, 5, 8, 8, 2, 9, 4, 4, 7, 1, 1, 3]]
+    live = PackIterable(rows, row_length=16, batch_size=2)
+    next(iter(live))
+    stream = PackIterable(rows, row_length=16, batch_size=2)
+    with pytest.raises(ValueError, match="open and ready rows do not fit this PackIterable"):
+        stream.load_state_dict({**live.state_dict(), **edit})
+    stream.load_state_dict(live.state_dict())  # the unedited state still loads
