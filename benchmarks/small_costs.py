@@ -16,12 +16,14 @@
    rows only, no row contents), from N = 1k to 10M documents: long-tailed code-like lengths
    (lognormal, sigma 1.3, up to 2048 = L), GSM8K question + answer + 2 resampled (L = 1024), and
    the 2k-document files (the first 2,000 GSM8K pairs at L = 512, the first 2,000 E. coli
-   proteins + 2 at L = 2,400). Rows against the L2 lower bound; best of 3 runs (CPU time).
+   proteins + 2 at L = 2,400), with ``search="auto"`` (the default) and ``search="never"``.
+   Rows against the L2 lower bound; the median of ``--repeats`` bests of 3 runs (CPU time).
 3. Streams: ``BucketIterable`` (8 buckets, ``batch_size=B``) against a plain
    ``DataLoader(batch_size=B)`` over the same in-memory list, B in 8, 32, 128.
 
-Run: ``PYTHONPATH=$PWD python benchmarks/small_costs.py [--quick]`` (a few minutes on 2 cores;
-``--quick`` stops at 1M documents). Writes ``benchmarks/results/small_costs.md``.
+Run: ``PYTHONPATH=$PWD python benchmarks/small_costs.py [--quick] [--repeats 3]`` (about ten
+minutes on 2 cores; ``--quick`` stops at 1M documents and 128 rows; ``--only packing`` prints one
+section and writes nothing). Writes ``benchmarks/results/small_costs.md``.
 """
 
 from __future__ import annotations
@@ -62,18 +64,23 @@ def best_of(fn, rounds: int = 7, calls: int = 1) -> float:
     return best
 
 
-def side_by_side(*fns, budget_s: float = 0.03) -> list[float]:
-    """Best per-call time of each of ``fns``, measured in alternating rounds."""
+def side_by_side(*fns, budget_s: float = 0.03, repeats: int = 1) -> list[float]:
+    """Per-call time of each of ``fns``: the best of 7 alternating rounds, and with
+    ``repeats`` > 1 the median of that over ``repeats`` such measurements (each fn's own
+    median, so ratios of the results compare medians)."""
     for f in fns:
         f()
     t = clock()
     fns[0]()
     calls = max(1, min(2000, int(budget_s / max(clock() - t, 1e-7))))
-    best = [float("inf")] * len(fns)
-    for _ in range(7):
-        for i, f in enumerate(fns):
-            best[i] = min(best[i], best_of(f, 1, calls))
-    return best
+    runs = []
+    for _ in range(repeats):
+        best = [float("inf")] * len(fns)
+        for _ in range(7):
+            for i, f in enumerate(fns):
+                best[i] = min(best[i], best_of(f, 1, calls))
+        runs.append(best)
+    return [float(np.median(col)) for col in zip(*runs, strict=True)]
 
 
 def with_masks(padded: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, ...]:
@@ -97,7 +104,7 @@ def planned_batches(lengths: np.ndarray, rows: int) -> tuple[BucketSampler, list
     return s, [seen[c] for c in sorted(seen)]
 
 
-def collation(quick: bool) -> list[str]:
+def collation(quick: bool, repeats: int) -> list[str]:
     torch.set_num_threads(1)
     gsm = np.loadtxt(DATA / "gsm8k_train_qa_tokens.txt", dtype=np.int64).sum(axis=1) + 2
     audio = np.loadtxt(DATA / "librispeech_train_clean_100_samples.txt", dtype=np.int64) // 20
@@ -121,7 +128,8 @@ def collation(quick: bool) -> list[str]:
         "planned rows, the ratio to bare `pad_sequence` and, in parentheses, to `pad_sequence` "
         "padded to the planned shape (`F.pad`), what a static-shape loop needs (under "
         "`max_tokens` even batches plan such a bucket at its own size). Times are CPU time of "
-        "the one thread (`time.thread_time`), so other processes on the machine do not count.",
+        "the one thread (`time.thread_time`), so other processes on the machine do not count; "
+        f"each time is the median over {repeats} repeats of the best of 7 alternating rounds.",
         "",
         "| samples | rows B | shapes | PadCollator us (median shape) | pad_sequence us "
         "(median shape) | ratio median | ratio worst | worst vs pad_sequence + lengths + mask "
@@ -159,13 +167,14 @@ def collation(quick: bool) -> list[str]:
                         return torch.nn.functional.pad(x, (0, w - x.shape[1], 0, r - n))
 
                     ours, theirs, full = side_by_side(
-                        lambda s=samples, c=collate: c(s), base, planned
+                        lambda s=samples, c=collate: c(s), base, planned, repeats=repeats
                     )
                 else:
                     ours, theirs, full = side_by_side(
                         lambda s=samples, c=collate: c(s),
                         base,
                         lambda b=base, z=sizes: with_masks(b(), z),
+                        repeats=repeats,
                     )
                 results.append((ours / theirs, ours, theirs, ours / full, len(batch)))
             whole = sorted(r for r in results if r[4] == rows)
@@ -229,7 +238,7 @@ def bfd_rows(lengths: np.ndarray, row_length: int) -> int:
     return rows
 
 
-def packing(quick: bool) -> list[str]:
+def packing(quick: bool, repeats: int) -> list[str]:
     rng = np.random.default_rng(0)
     gsm = np.loadtxt(DATA / "gsm8k_train_qa_tokens.txt", dtype=np.int64).sum(axis=1) + 2
     ecoli = np.loadtxt(DATA / "ecoli_k12_proteome_residues.txt", dtype=np.int64) + 2
@@ -245,28 +254,52 @@ def packing(quick: bool) -> list[str]:
     lines = [
         "## 2. PackSampler's plan vs a careful best-fit decreasing",
         "",
-        "`PackSpec.build` (histogram + solver: what `PackSampler` plans with) vs the bulk BFD "
-        "above on the same lengths; rows and the L2 lower bound.",
+        "`PackSpec.build` (validation, histogram and solver: what `PackSampler` plans with) vs "
+        'the bulk BFD above on the same lengths, with the default `search="auto"` (the '
+        "Minimum-Bin-Slack search runs where BFD pads more than 0.5 points above the bound) and "
+        'with `search="never"` (best-fit decreasing alone); rows against the L2 lower bound. '
+        f"Times: per method the median over {repeats} repeats of the best of 3 runs, the three "
+        "methods alternating (CPU time); the ratios are time / BFD's time.",
         "",
-        "| lengths | L | bound L2 | PackSpec rows | BFD rows | PackSpec s | BFD s | time ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| lengths | L | bound L2 | rows auto | rows never | BFD rows | auto s | never s | "
+        "BFD s | auto / BFD | never / BFD |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    worst = {"auto": 0.0, "never": 0.0}
     for label, lengths, row_length in cases:
-        rounds = 3
-        spec_t = best_of(
-            lambda x=lengths, r=row_length: PackSpec.build(x, row_length=r, batch_size=8), rounds
-        )
-        bfd_t = best_of(lambda x=lengths, r=row_length: bfd_rows(x, r), rounds)
-        spec = PackSpec.build(lengths, row_length=row_length, batch_size=8)
+        builds = {
+            s: lambda x=lengths, r=row_length, s=s: PackSpec.build(
+                x, row_length=r, batch_size=8, search=s
+            )
+            for s in ("auto", "never")
+        }
+        runs = []
+        for _ in range(repeats):
+            runs.append(
+                [best_of(f, 3) for f in (builds["auto"], builds["never"])]
+                + [best_of(lambda x=lengths, r=row_length: bfd_rows(x, r), 3)]
+            )
+        auto_t, never_t, bfd_t = (float(np.median(c)) for c in zip(*runs, strict=True))
+        auto, never = builds["auto"]().num_rows, builds["never"]().num_rows
         sizes, counts = np.unique(lengths, return_counts=True)
         bound = lower_bound(sizes, counts, row_length)[1]
-        ours, theirs = spec.num_rows, bfd_rows(lengths, row_length)
+        theirs = bfd_rows(lengths, row_length)
+        assert never == theirs and auto <= theirs, (label, auto, never, theirs)
+        worst["auto"] = max(worst["auto"], auto_t / bfd_t)
+        worst["never"] = max(worst["never"], never_t / bfd_t)
         lines.append(
-            f"| {label} | {row_length} | {bound:,} | {ours:,} | {theirs:,} | {spec_t:.4f} | "
-            f"{bfd_t:.4f} | {spec_t / bfd_t:.2f}x |"
+            f"| {label} | {row_length} | {bound:,} | {auto:,} | {never:,} | {theirs:,} | "
+            f"{auto_t:.4f} | {never_t:.4f} | {bfd_t:.4f} | {auto_t / bfd_t:.2f}x | "
+            f"{never_t / bfd_t:.2f}x |"
         )
-        print(label, ours, theirs, bound, f"{spec_t:.4f}s vs {bfd_t:.4f}s", flush=True)
-    lines.append("")
+        print(label, auto, never, theirs, bound, f"{auto_t / bfd_t:.2f}x {never_t / bfd_t:.2f}x")
+    lines += [
+        "",
+        f'Largest time ratio to BFD: `search="auto"` **{worst["auto"]:.2f}x**, '
+        f'`search="never"` **{worst["never"]:.2f}x**; rows: `never` = BFD\'s everywhere, '
+        "`auto` <= BFD's everywhere (asserted).",
+        "",
+    ]
     return lines
 
 
@@ -323,9 +356,21 @@ def streaming(quick: bool) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats behind each median")
+    parser.add_argument(
+        "--only", choices=("collation", "packing", "streams"), help="run one section (a check)"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
-    body = collation(args.quick) + packing(args.quick) + streaming(args.quick)
+    sections = {
+        "collation": lambda: collation(args.quick, args.repeats),
+        "packing": lambda: packing(args.quick, args.repeats),
+        "streams": lambda: streaming(args.quick),
+    }
+    if args.only:
+        print("\n".join(sections[args.only]()))
+        return
+    body = [line for run in sections.values() for line in run()]
     head = [
         "# Small costs against the strongest baselines (benchmarks/small_costs.py)",
         "",

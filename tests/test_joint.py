@@ -22,8 +22,10 @@ from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.plan import BucketSpec, TokenBudget
 from bucketloader.solve import compute_boundaries
 from bucketloader.strategies.joint import Joint, JointHistogram, solve_joint
+from bucketloader.strategies.joint._bound import lagrangian, lp_bound
 from bucketloader.strategies.joint._grid import Grid
 from bucketloader.strategies.joint._ilp import _watchdog, solve_ilp
+from bucketloader.strategies.joint._lp import solve_lp
 from bucketloader.strategies.joint._search import greedy
 
 
@@ -170,6 +172,33 @@ def test_real_pairs_plan_and_bound():
     assert sol.solve_seconds < 10
 
 
+@pytest.mark.parametrize("size", ["sum", "prod"])
+def test_core_pairs_reach_the_full_lp(size):
+    # NOTE [ The LP bound by columns ]: pairs generated at smoothed and LP duals end at the
+    # value of the LP with every covering pair, solved here in one piece
+    hist = JointHistogram.from_lengths(load_real("gsm8k")[:60])
+    grid = Grid.build(hist.rows, hist.counts, [np.unique(hist.rows[:, d]) for d in (0, 1)], size)
+    k = 3
+    nc, npt = grid.cand.shape[0], grid.weight.size
+    ci, pi = np.nonzero(grid.covers(np.arange(nc)))
+    pair = np.arange(ci.size)
+    rows = np.concatenate([pi, npt + pair, npt + pair, np.full(nc, npt + ci.size)])
+    cols = np.concatenate([nc + pair, nc + pair, ci, np.arange(nc)])
+    vals = np.concatenate([np.ones(ci.size), np.ones(ci.size), -np.ones(ci.size), np.ones(nc)])
+    sense = np.array(["E"] * npt + ["L"] * (ci.size + 1))
+    rhs = np.concatenate([np.ones(npt), np.zeros(ci.size), [float(k)]])
+    cost = np.concatenate([np.zeros(nc), grid.weight[pi] * grid.cand_size[ci]])
+    x, _ = solve_lp(cost, rows, cols, vals, sense, rhs, 30.0)
+    full = float(cost @ x)
+    cells = greedy(grid, k)
+    _, reach = grid.assign(cells)
+    upper = float((grid.weight * reach).sum())
+    start = lagrangian(grid, k, reach, upper, time.perf_counter() + 0.05, 0.0)
+    bound, _ = lp_bound(grid, k, cells, start, upper, time.perf_counter() + 20.0, 0.0)
+    assert full - min(0.5, upper - full) - 1e-6 * full <= bound.value <= full + 1e-6 * full
+    assert bound.log[-1][2] < ci.size / 4  # far fewer pairs than the full LP
+
+
 def test_sampler_picks_boundaries_from_max_shapes_alone():
     pairs = load_real("coco")[:400]
     sampler = BucketSampler(pairs, max_shapes=4, max_tokens=640 * 640 * 4, size="prod", seed=2)
@@ -305,6 +334,8 @@ def test_joint_options_are_checked_once():
         Joint(time_limit=-1)
     with pytest.raises(ValueError, match=r"solver must be one of .*'highs'.*got solver='CBC'"):
         Joint(solver="CBC")
+    with pytest.raises(TypeError, match=r"unknown option timelimit=3; the options are exact"):
+        solve_joint([[1, 2], [3, 4]], 1, timelimit=3)
     # a callable size with max_shapes alone keeps the lattice (documented fallback)
     spec = BucketSpec.build([[1, 2], [3, 4]], max_shapes=1, size=lambda s: s[0] * 2, batch_size=1)
     assert spec.joint is None

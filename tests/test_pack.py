@@ -52,7 +52,7 @@ def _text_columns():
 # --- the solver ----------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(_text_columns()))
 @pytest.mark.parametrize("row_length", [256, 1024, 4096])
-def test_packing_reaches_the_bound_on_real_text(name, row_length, monkeypatch):
+def test_packing_reaches_the_bound_on_real_text(name, row_length):
     lengths = _text_columns()[name]
     spec = PackSpec.build(lengths, row_length=row_length, batch_size=8, overflow="drop")
     assert spec.lower_bound == -(-spec.tokens // row_length)
@@ -60,11 +60,15 @@ def test_packing_reaches_the_bound_on_real_text(name, row_length, monkeypatch):
     # the goal: within 0.5 percentage points of the bound wherever the bound is < 1%
     assert bound_pad < 0.01
     assert spec.row_padding <= bound_pad + 0.005
-    # files this small plan with best-fit decreasing alone (NOTE [ Planning at the speed of
-    # best-fit decreasing ]); with the search, at most one row over the L2 bound on every column
-    monkeypatch.setattr(_bins, "_DOCS_PER_SIZE", 0)
-    searched = PackSpec.build(lengths, row_length=row_length, batch_size=8, overflow="drop")
+    # files this small plan with best-fit decreasing alone where it keeps that promise (NOTE
+    # [ Planning at the speed of best-fit decreasing ]); search="always": at most one row over
+    # the L2 bound on every column; search="never": exactly best-fit decreasing, never tighter
+    kw = {"row_length": row_length, "batch_size": 8, "overflow": "drop"}
+    searched = PackSpec.build(lengths, **kw, search="always")
     assert searched.num_rows <= min(spec.num_rows, spec.lower_bound_l2 + 1)
+    fast = PackSpec.build(lengths, **kw, search="never")
+    assert fast.num_rows >= spec.num_rows
+    assert fast.num_rows == _bins.best_fit(*fast._histogram, (row_length,)).num_rows
 
 
 def test_the_solver_against_brute_force_and_the_bounds():

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,8 +66,7 @@ def test_bulk_best_fit_is_per_document_bfd(docs, rows):
         assert sorted(x - f for x, f in got) == sorted(x - f for x, f in want)
     # few documents per distinct size: the plan is best-fit decreasing itself
     assert _rows(solve(sizes, counts, rows), rows) == _rows(fit, rows)
-    with mock.patch.object(_bins, "_DOCS_PER_SIZE", 0):  # the search runs: the tighter plan
-        both = solve(sizes, counts, rows)
+    both = solve(sizes, counts, rows, search="always")  # the search runs: the tighter plan
     _check_patterns(both, sizes, counts, rows)
     tokens = [sum(length for length, _ in _rows(p, rows)) for p in (both, fit)]
     slack = min_bin_slack(sizes, counts, rows)
@@ -81,8 +80,7 @@ def test_long_tailed_lengths_pack_no_looser_than_bfd():
     docs = np.minimum(rng.lognormal(5.5, 1.3, 20_000).astype(np.int64) + 1, 2048)
     sizes, counts = np.unique(docs, return_counts=True)
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
-    with mock.patch.object(_bins, "_DOCS_PER_SIZE", 0):
-        p = solve(sizes, counts, (2048,))
+    p = solve(sizes, counts, (2048,), search="always")
     assert p.num_rows <= best_fit(sizes, counts, (2048,)).num_rows
     assert p.num_rows <= min_bin_slack(sizes, counts, (2048,)).num_rows
 
@@ -106,3 +104,22 @@ def test_the_search_runs_only_where_it_pays():
         == lower_bound(sizes, counts, 512)[1]
         < best_fit(sizes, counts, (512,)).num_rows
     )
+
+
+def test_search_is_the_callers_choice():
+    """``PackSpec.build(search=...)``: ``"never"`` plans best-fit decreasing's rows (on GSM8K at
+    512, 4 rows over the bound that the default's search reaches), strict in the state's digest,
+    and a bad value is one clear error naming the choices."""
+    from bucketloader.pack import PackSampler, PackSpec
+
+    g = np.loadtxt(Path(__file__).parent / "data" / "gsm8k_train_qa_tokens.txt", dtype=np.int64)
+    lengths = g[:2000].sum(axis=1) + 2
+    auto, never = (
+        PackSpec.build(lengths, row_length=512, batch_size=4, search=s) for s in ("auto", "never")
+    )
+    assert never.num_rows == auto.num_rows + 4 == auto.lower_bound + 4
+    assert never.search == "never" and auto.digest != never.digest
+    sampler = PackSampler(lengths, row_length=512, batch_size=4, search="never", shuffle=False)
+    assert sampler.spec.num_rows == never.num_rows
+    with pytest.raises(ValueError, match=r"search must be one of 'always', 'auto', 'never'"):
+        PackSpec.build(lengths, row_length=512, batch_size=4, search=True)

@@ -304,3 +304,27 @@ def test_a_worker_checkpoint_too_large_or_failing_is_skipped(tmp_path, monkeypat
     monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError("full")))
     assert store.write(state) is True  # a failed write: that worker replays, nothing left over
     assert os.listdir(store.path) == []
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_state_after_set_epoch_is_the_new_epochs_start(kind):
+    """A finished pass of epoch 0, then set_epoch(1): the state is epoch 1's start (before,
+    a BucketIterable handed out the old pass's end, which resumed an empty epoch 0)."""
+    data = [[1] * n for n in [3, 5, 9, 4, 7, 2, 8, 6] * 8]
+
+    def make():
+        if kind == "bucket":
+            return BucketIterable(data, boundaries=[4, 9], batch_size=4, shuffle_buffer=8, seed=3)
+        return PackIterable(data, row_length=16, batch_size=2)
+
+    stream = make()
+    list(stream)
+    stream.set_epoch(1)
+    state = stream.state_dict()
+    assert state["epoch"] == 1
+    fresh, resumed = make(), make()
+    fresh.set_epoch(1)
+    resumed.load_state_dict(state)
+    dump = lambda batches: [json.dumps(b, default=lambda a: a.tolist()) for b in batches]  # noqa: E731
+    want = dump(fresh)
+    assert want and dump(resumed) == want

@@ -47,7 +47,6 @@ lengths (the sample's, and the cell's).
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections.abc import Mapping
 from typing import Any
@@ -402,14 +401,13 @@ class PadCollator:
             return None
         try:  # one dtype object for the batch also means one kind (numpy's dtypes are not torch's)
             dtypes = set(map(_DTYPE, samples)) if n > 1 else {first.dtype}
-            shapes = list(map(_SHAPE, samples))
-        except AttributeError:  # a sample that is no array: the general path words it
+            if len(dtypes) > 1 and len(set(map(type, samples))) > 1:
+                return None  # tensors mixed with arrays: the general path
+            if set(map(_NDIM, samples)) != _ONE_D:
+                return None
+            sizes = list(map(_NUMEL[kind], samples))  # (C calls: no torch.Size per sample)
+        except (AttributeError, TypeError):  # a sample that is no array: the general path words it
             return None
-        sizes = list(itertools.chain.from_iterable(shapes))
-        if len(sizes) != n or () in shapes:  # as many sizes as samples, none 0-d: all 1-D
-            return None
-        if len(dtypes) > 1 and len(set(map(type, samples))) > 1:
-            return None  # tensors mixed with arrays: the general path
         hi, lo = max(sizes), min(sizes)
         cells = self._cells  # length -> its cell's shape, one tuple object per cell
         shape = cells.get(hi)
@@ -439,7 +437,7 @@ class PadCollator:
         if entry is None:
             return self._collate_bare_padded(samples, sizes, rows, size)
         pad, views, ar = entry
-        pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views))
+        pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views), (lo, hi))
         lens = np.array(sizes, dtype=np.int64)
         try:
             if kind is np.ndarray:
@@ -567,7 +565,13 @@ class PadCollator:
         )
 
 
-_SHAPE = operator.attrgetter("shape")
+_NDIM = operator.attrgetter("ndim")
+_ONE_D = {1}
+#: Elements of a 1-D sample, per type (a C call each; ``len(tensor)`` is a Python method).
+_NUMEL: dict[type, Any] = {
+    torch.Tensor: torch.Tensor.numel,
+    np.ndarray: operator.attrgetter("size"),
+}
 _TRUE = np.ones(4096, dtype=np.bool_)
 #: Row lengths up to which :meth:`PadCollator._collate_bare` keeps a table of mask rows (4 MiB).
 _MASK_TABLE_MAX = 2047

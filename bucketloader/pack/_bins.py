@@ -37,26 +37,33 @@ group, the rooms with a group are bits of one Python integer, so "the tightest r
 ``s``" is the lowest set bit of ``bits >> s``; a row chosen for size ``s`` stays the tightest
 until its room drops below ``s``, so it takes ``room // s`` documents at once, and all the rows
 of a group take them together (exactly per-document BFD, in one step per group and size). When
-its rows meet the L2 lower bound (NOTE [ Planning at the speed of best-fit decreasing ]
-A plan must not cost more than the best-fit decreasing a user could write (issue 26:
-benchmarks/small_costs.py races a careful bulk BFD from 1k to 10M documents). The bulk BFD here
-is that BFD with the group contents kept: its loop is inlined (no call, no tuple per step) and the
-patterns are read off the group tree one level at a time for all groups at once, so it takes
-about the baseline's time, and the histogram (one ``bincount``) costs less than the baseline's
-``np.unique``. The MBS search costs about 0.2 ms per distinct size in Python (a subset sum per
-pattern), tens of times BFD on a few thousand documents; it saves 0.5-1.2% of the rows where BFD
-misses the bound (GSM8K-like lengths). It runs when the lengths hold at least
-``_DOCS_PER_SIZE`` documents per distinct size, where it costs less than half of what the
-histogram saves over sorting the lengths, or when BFD's padding is more than 0.5 percentage
-points above the bound's (the packing promise of issue 25, e.g. GSM8K at L = 256: 1.6 points):
-there quality wins over planning time. Otherwise the plan is exactly best-fit decreasing.
-
-NOTE [ Lower bounds ]) nothing can do better, and within
+its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
 0.1% of it an MBS search (up to a second at 1M long-tailed documents) could save at most that
 0.1%: MBS is skipped; it is also skipped on too few documents per distinct size (NOTE
 [ Planning at the speed of best-fit decreasing ]). Otherwise MBS runs too and the plan with
 fewer row tokens is kept (BFD on a tie), so the plan is never looser than best-fit decreasing.
 With several row lengths there is no bound and both run (given enough documents).
+
+NOTE [ Planning at the speed of best-fit decreasing ]
+A plan should not cost more than the best-fit decreasing a user could write (issue 26:
+benchmarks/small_costs.py races a careful bulk BFD, rows only, from 1k to 10M documents). The
+bulk BFD here is that BFD with the group contents kept: one group per step of its loop (a
+remainder of fewer than ``room // s`` documents is the next step's, which finds the same row),
+no call and no tuple per step, a root group's parent encodes its row length, the documents
+longer than ``L / 2`` open their rows at once, and the patterns are read off the group tree one
+level at a time for all groups at once. The
+MBS search costs about 0.2 ms per pattern in Python, tens of times BFD on a few thousand
+documents; it saves 0.5-1.2% of the rows where BFD misses the bound (GSM8K-like lengths). Speed
+and tightness cannot both be had there, so the caller chooses (``search``, a
+:meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
+
+- ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
+  above the ``ceil(tokens / L)`` bound's (the packing promise of issue 25, e.g. GSM8K at
+  L = 256: 1.6 points), or when the lengths hold at least ``_DOCS_PER_SIZE`` documents per
+  distinct size (it then costs less than half of what the histogram saves over sorting).
+- ``"never"``: the plan is exactly best-fit decreasing, and no bound is computed (about the
+  baseline's time; the figures are in benchmarks/results/small_costs.md).
+- ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound.
 
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
@@ -68,6 +75,8 @@ new rows: ``|J1| + |J2| + max(0, ceil((sum J3 - (|J2| L - sum J2)) / L))``. L2 >
 
 from __future__ import annotations
 
+import bisect
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -76,6 +85,8 @@ import numpy as np
 #: spec's digest, so a resume across such a change fails loudly). 3: the search only from
 #: ``_DOCS_PER_SIZE`` documents per distinct size.
 SOLVER_VERSION = 3
+#: When the Minimum-Bin-Slack search runs (NOTE [ Planning at the speed of best-fit decreasing ]).
+SEARCH = ("always", "auto", "never")
 #: The Minimum-Bin-Slack search runs only when the lengths hold at least this many documents
 #: per distinct size (NOTE [ Planning at the speed of best-fit decreasing ]).
 _DOCS_PER_SIZE = 100_000
@@ -119,9 +130,12 @@ class Patterns:
         return int(self.reps.sum())
 
 
-def solve(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:
+def solve(
+    sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...], search: str = "auto"
+) -> Patterns:
     """Pack a histogram into rows: the tighter of best-fit decreasing and Minimum Bin Slack
-    (NOTE [ Two solvers, the tighter plan ]).
+    (NOTE [ Two solvers, the tighter plan ]); ``search`` says when the search runs (one of
+    :data:`SEARCH`, NOTE [ Planning at the speed of best-fit decreasing ]).
 
     Example:
         >>> p = solve(np.array([5, 3, 2]), np.array([2, 2, 2]), (8,))
@@ -129,7 +143,10 @@ def solve(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -
         (3, [4, 8])
     """
     fit = best_fit(sizes, counts, row_lengths)
-    few = int(np.sum(counts)) < _DOCS_PER_SIZE * len(sizes)  # NOTE on planning speed
+    if search == "never":
+        return fit
+    # NOTE on planning speed: "always" searches whatever the documents per distinct size
+    few = search == "auto" and int(np.sum(counts)) < _DOCS_PER_SIZE * len(sizes)
     if len(row_lengths) == 1:
         row = row_lengths[0]
         l1, l2 = lower_bound(sizes, counts, row)
@@ -164,89 +181,76 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
     vals = np.asarray(sizes, dtype=np.int64).tolist()
     lens = [int(x) for x in row_lengths]
     # a group: rows with the same contents and room; its contents are its parent group's plus
-    # (size index, mult) (a tree, so adding a group is O(1)); by_room[room] = live group ids.
-    # The loop is inlined on purpose: it is the whole cost of a plan (NOTE [ Planning at the
-    # speed of best-fit decreasing ]).
-    parent: list[int] = []
-    size_of: list[int] = []
-    mult: list[int] = []
-    rows: list[int] = []
-    kinds: list[int] = []
-    depth: list[int] = []
-    by_room: dict[int, list[int]] = {}
+    # (size index, mult) (a tree, so adding a group is O(1)); a root's parent is -1 - its row
+    # length index; by_room[room] = live group ids. The loop is inlined on purpose, appends
+    # bound once: it is the whole cost of a plan (NOTE [ Planning at the speed of best-fit
+    # decreasing ]); each step splits k rows off one group (or opens k rows).
+    cnt = np.asarray(counts, dtype=np.int64).tolist()
+    # Documents longer than L / 2 share no row (each room left, L - s, is below every such s):
+    # with one row length, one root group per such size, made at once as the loop would.
+    half = -(lens[0] // 2)
+    gid = 0 if len(lens) > 1 else bisect.bisect_left(vals, half, key=operator.neg)  # next id
+    rooms = [lens[0] - s for s in vals[:gid]]
+    parent = [-1] * gid
+    size_of = list(range(gid))
+    mult = [1] * gid
+    rows = cnt[:gid]
+    depth = [1] * gid
+    add_parent, add_size, add_mult = parent.append, size_of.append, mult.append
+    add_rows, add_depth = rows.append, depth.append
+    by_room: dict[int, list[int]] = dict(zip(rooms, ([g] for g in range(gid)), strict=True))
+    room_of = by_room.get
     bits = 0  # bit r set: some group has room r
-    for i, c in enumerate(np.asarray(counts, dtype=np.int64).tolist()):
-        s = vals[i]
-        while c:
+    if gid:
+        mask = np.zeros(lens[0] + 1, dtype=bool)
+        mask[rooms] = True
+        bits = int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+    for i in range(gid, len(cnt)):
+        s, c = vals[i], cnt[i]
+        while c:  # one group per step: m documents of size s in each of k rows
             free = bits >> s
-            if not free:  # no open row holds s: new rows, q documents each
-                kind = 0 if len(lens) == 1 else next(k for k, n in enumerate(lens) if n >= s)
-                length = lens[kind]
-                q = length // s
-                r = c % q
-                for m, n in ((q, c // q), (r, 1 if r else 0)):
-                    if n:
-                        room = length - m * s
-                        stack = by_room.get(room)
-                        if stack is None:
-                            by_room[room] = [len(rows)]
-                            bits |= 1 << room
-                        else:
-                            stack.append(len(rows))
-                        parent.append(-1)
-                        size_of.append(i)
-                        mult.append(m)
-                        rows.append(n)
-                        kinds.append(kind)
-                        depth.append(1)
-                break
-            room = s + (free & -free).bit_length() - 1
-            stack = by_room[room]
-            g = stack[-1]
-            n = rows[g]
-            q = room // s  # the row stays the tightest until its room drops below s
-            k = c // q
-            if k > n:
-                k = n
-            if k:  # k rows of the group take q documents each
-                left = room - q * s
-                other = by_room.get(left)
-                if other is None:
-                    by_room[left] = [len(rows)]
-                    bits |= 1 << left
-                else:
-                    other.append(len(rows))
-                parent.append(g)
-                size_of.append(i)
-                mult.append(q)
-                rows.append(k)
-                kinds.append(kinds[g])
-                depth.append(depth[g] + 1)
+            if free:  # the tightest open row that holds s: rows of group g
+                room = s + (free & -free).bit_length() - 1
+                stack = by_room[room]
+                g = stack[-1]
+                n = rows[g]
+                up, level = g, depth[g] + 1
+                m = room // s  # the row stays the tightest until its room drops below s
+                k = c // m
+                if k > n:
+                    k = n
+                elif not k:  # fewer than m documents left: one more row takes them
+                    m, k = c, 1
                 n -= k
-                c -= k * q
-            if 0 < c < q and n:  # one more row takes the c documents left
-                left = room - c * s
-                other = by_room.get(left)
-                if other is None:
-                    by_room[left] = [len(rows)]
-                    bits |= 1 << left
-                else:
-                    other.append(len(rows))
-                parent.append(g)
-                size_of.append(i)
-                mult.append(c)
-                rows.append(1)
-                kinds.append(kinds[g])
-                depth.append(depth[g] + 1)
-                n -= 1
-                c = 0
-            rows[g] = n
-            if not n:
-                stack.pop()
-                if not stack:
-                    del by_room[room]
-                    bits ^= 1 << room
-    return _patterns(sizes, parent, size_of, mult, rows, kinds, depth)
+                rows[g] = n
+                if not n:
+                    stack.pop()
+                    if not stack:
+                        del by_room[room]
+                        bits ^= 1 << room
+            else:  # no open row holds s: new rows of the smallest row length that does
+                kind = 0 if len(lens) == 1 else next(j for j, x in enumerate(lens) if x >= s)
+                room = lens[kind]
+                up, level = -1 - kind, 1
+                m = room // s
+                k = c // m
+                if not k:
+                    m, k = c, 1
+            c -= k * m
+            left = room - m * s  # (below s: the next step looks again)
+            other = room_of(left)
+            if other is None:
+                by_room[left] = [gid]
+                bits |= 1 << left
+            else:
+                other.append(gid)
+            gid += 1
+            add_parent(up)
+            add_size(i)
+            add_mult(m)
+            add_rows(k)
+            add_depth(level)
+    return _patterns(sizes, parent, size_of, mult, rows, depth, len(lens))
 
 
 def _patterns(
@@ -255,11 +259,12 @@ def _patterns(
     size_of: list[int],
     mult: list[int],
     rows: list[int],
-    kinds: list[int],
     depth: list[int],
+    num_lengths: int,
 ) -> Patterns:
     """The live groups of :func:`best_fit` as patterns: each group's chain of (size, mult)
-    from its root, written back to front one tree level at a time (vectorised over groups)."""
+    from its root, written back to front one tree level at a time (vectorised over groups);
+    a pattern's row length is its root's (``-1 - parent``)."""
     reps = np.array(rows, dtype=np.int64)
     live = np.flatnonzero(reps)
     up = np.array(parent, dtype=np.int64)
@@ -269,6 +274,8 @@ def _patterns(
     np.cumsum(np.array(depth, dtype=np.int64)[live], out=offsets[1:])
     items = np.empty(int(offsets[-1]), dtype=np.int64)
     mults = np.empty_like(items)
+    kind = np.zeros(live.size, dtype=np.int64)
+    at = np.arange(live.size) if num_lengths > 1 else None  # which pattern each chain is
     cur, pos = live, offsets[1:] - 1
     while cur.size:
         items[pos] = idx[cur]
@@ -276,13 +283,16 @@ def _patterns(
         cur = up[cur]
         keep = cur >= 0
         if not keep.all():
+            if at is not None:
+                kind[at[~keep]] = -1 - cur[~keep]
+                at = at[keep]
             cur, pos = cur[keep], pos[keep]
         pos = pos - 1
     vals = np.asarray(sizes, dtype=np.int64)
     fill = np.add.reduceat(vals[items] * mults, offsets[:-1]) if items.size else items
     return Patterns(
         sizes=vals,
-        kind=np.array(kinds, dtype=np.int64)[live],
+        kind=kind,
         reps=reps[live],
         offsets=offsets,
         items=items,

@@ -58,8 +58,9 @@ class PackSampler(EpochSampler):
             nothing, and warns so.
         **spec_options: :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` options:
             ``row_length`` (required), ``batch_size`` or ``max_tokens``, ``overflow``
-            (``"error"``, ``"drop"``, ``"truncate"``) and ``last_batch`` (``"pad"``,
-            ``"fill"``, ``"drop"``).
+            (``"error"``, ``"drop"``, ``"truncate"``), ``last_batch`` (``"pad"``,
+            ``"fill"``, ``"drop"``) and ``search`` (``"auto"``, ``"never"``: plan in
+            best-fit decreasing's time, ``"always"``: the tightest rows).
 
     Every rank computes the same global plan and takes its slot of every global step, so all
     ranks get the same number of batches and, at each step, batches of the same shape (NOTE

@@ -47,7 +47,7 @@ from bucketloader.plan.shapes import BatchSize, MaxTokens, Shaping, per_input, p
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
 from bucketloader.strategies import resolve_strategy, strategy_defaults
-from bucketloader.strategies.joint import Joint, resolve_joint, solve_joint
+from bucketloader.strategies.joint import Joint, resolve_joint
 
 #: Samples left out by ``filter=`` and by ``shapes=`` (NOTEs in :mod:`bucketloader.plan.select`).
 LEFT_OUT = ("filter", "no_shape")
@@ -727,16 +727,7 @@ def _fit_joint(
 ) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
     """One group's joint plan: per-input boundaries, the cells as index tuples, a summary."""
     table = np.stack([round_up(sub[:, d], m) for d, m in enumerate(multiples)], axis=1)
-    sol = solve_joint(
-        table,
-        int(max_shapes or 1),
-        size=size,
-        time_limit=joint.time_limit,
-        tolerance=joint.tolerance,
-        exact=joint.exact,
-        solver=joint.solver,
-        cache=cache,
-    )
+    sol = joint.solve(table, int(max_shapes or 1), size=size, cache=cache)
     bs = tuple(np.unique(sol.cells[:, d]) for d in range(sol.cells.shape[1]))
     idx = np.stack([np.searchsorted(b, sol.cells[:, d]) for d, b in enumerate(bs)], axis=1)
     summary = {

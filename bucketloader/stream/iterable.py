@@ -570,26 +570,6 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 "read): pass a dict from BucketIterable.state_dict(), unedited"
             )
 
-    def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
-        """JSON-serialisable position of the current pass.
-
-        Args:
-            batches_consumed: batches of this epoch the training loop consumed, when it lags
-                the stream (DataLoader prefetch); default: every batch handed out so far
-                (NOTE [ Resuming a stream behind DataLoader workers ]).
-        """
-        if self._resume is not None and batches_consumed is None:
-            return self._resume
-        # an exact state once a batch was handed out in this process; before the first batch,
-        # the replay state, which also resumes behind DataLoader workers
-        engine = self._engine
-        exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
-        # a stream split over ranks: exact (positions) where its source seeks, else a replay
-        if exact and engine.batches and (self._shares is None or engine.o.seekable):  # type: ignore[union-attr]
-            if batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
-                return engine.state_dict()  # type: ignore[union-attr]
-        return self._replay_state(batches_consumed)
-
 
 def _covers(lengths: np.ndarray) -> tuple[tuple[int, ...], ...]:
     """Per cell, the other cells it covers (shorter or equal in every input), nearest first."""

@@ -337,25 +337,3 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
                 f"state's open and ready rows do not fit this PackIterable ({read} samples "
                 "read): pass a dict from PackIterable.state_dict(), unedited"
             )
-
-    def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
-        """JSON-serialisable position of the current pass.
-
-        Args:
-            batches_consumed: batches of this epoch the training loop consumed, when it lags
-                the stream (DataLoader prefetch); default: every batch handed out so far
-                (NOTE [ Resuming a packing stream behind DataLoader workers ]).
-        """
-        if self._resume is not None and batches_consumed is None:
-            return self._resume
-        engine = self._engine
-        if engine is not None and engine.epoch != self.epoch:
-            engine = None  # a pass of another epoch
-        # an exact state once a batch was handed out in this process; before the first batch,
-        # the replay state, which also resumes behind DataLoader workers
-        exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
-        # split over ranks: exact (positions) where the source seeks, else a replay
-        if exact and engine.batches and (self.steps_per_epoch is None or engine.o.seekable):  # type: ignore[union-attr]
-            if batches_consumed in (None, engine.batches):  # type: ignore[union-attr]
-                return engine.state_dict()  # type: ignore[union-attr]
-        return self._replay_state(batches_consumed)

@@ -616,6 +616,30 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             store=getattr(self, "_lane_states", None),
         )
 
+    def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
+        """JSON-serialisable position of the current pass.
+
+        Args:
+            batches_consumed: batches of this epoch the training loop consumed, when it lags
+                the stream (DataLoader prefetch); default: every batch handed out so far
+                (NOTE [ Resuming a stream behind DataLoader workers ] in
+                :mod:`bucketloader.stream.iterable`, and its packing twin in
+                :mod:`bucketloader.stream.packing`).
+        """
+        if self._resume is not None and batches_consumed is None:
+            return self._resume
+        engine = self._engine
+        if engine is not None and engine.epoch != self.epoch:
+            engine = None  # a pass of another epoch (set_epoch since): its state is not current
+        # an exact state once a batch was handed out in this process; before the first batch,
+        # the replay state, which also resumes behind DataLoader workers
+        exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
+        # a stream split over ranks: exact (positions) where its source seeks, else a replay
+        if exact and engine.batches and (self.steps_per_epoch is None or engine.o.seekable):
+            if batches_consumed in (None, engine.batches):
+                return engine.state_dict()
+        return self._replay_state(batches_consumed)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
         owner = type(self).__name__

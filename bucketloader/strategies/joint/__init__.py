@@ -45,7 +45,7 @@ import math
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -69,45 +69,11 @@ from bucketloader.strategies.joint._search import greedy, improve, lattice_drop,
 __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
 
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key).
-JOINT_FORMAT = 1
-
-
-def joint_params(
-    max_shapes: int,
-    *,
-    size: str = "sum",
-    time_limit: float = 5.0,
-    tolerance: float = 0.001,
-    exact: bool = True,
-    solver: str = "highs",
-) -> dict[str, Any]:
-    """Every parameter that determines a joint solution, checked, in canonical form (the cache
-    key includes all of them and :data:`JOINT_FORMAT`).
-
-    ``solver`` is part of the key: two solvers that both prove optimality reach the same
-    padding, but not always the same cells (ties), and before a proof their plans, bounds and
-    statuses differ."""
-    return {
-        "exact": check_bool("exact", exact),
-        "format": JOINT_FORMAT,
-        "max_shapes": check_int("max_shapes", max_shapes, minimum=1),
-        "size": check_choice("size", size, ("prod", "sum")),
-        "solver": check_choice("solver", solver, SOLVERS),
-        "time_limit": check_float("time_limit", time_limit, minimum=1e-3, maximum=1e6),
-        "tolerance": check_float("tolerance", tolerance, minimum=0.0, maximum=1.0),
-    }
+JOINT_FORMAT = 2
 
 
 def solve_joint(
-    lengths: Any,
-    max_shapes: int,
-    *,
-    size: str = "sum",
-    time_limit: float = 5.0,
-    tolerance: float = 0.001,
-    exact: bool = True,
-    solver: str = "highs",
-    cache: Any = None,
+    lengths: Any, max_shapes: int, *, size: str = "sum", cache: Any = None, **options: Any
 ) -> JointSolution:
     """At most ``max_shapes`` cells with the least padding, and a certified lower bound.
 
@@ -116,19 +82,19 @@ def solve_joint(
         max_shapes: the shape budget K (>= 1).
         size: ``"sum"`` (padding per input, summed) or ``"prod"`` (padded elements of the
             product shape, e.g. height x width).
-        time_limit: seconds for the search, the bound and the integer program together
-            (NOTE [ Joint time limit and fallbacks ]); the best plan so far is returned with its
-            gap when it runs out.
-        tolerance: stop once the relative gap ``(objective - bound) / objective`` is at most
-            this.
-        exact: solve the LP relaxation and the integer program when the model is small
-            enough and the gap is still above ``tolerance``.
-        solver: the integer program's solver: ``"highs"`` (SciPy's HiGHS) or ``"pulp"``
-            (PuLP's bundled CBC, warm-started from the heuristic's plan); the LP rounds of the
-            bound use HiGHS either way (NOTE [ Two solvers for the integer program ]).
         cache: ``None`` (solve every time), ``True`` (the default
             :class:`~bucketloader.BucketCache`) or a cache: keyed by SHA256 of the histogram and
             every parameter.
+        **options: the solve's options, the fields of :class:`Joint` with their defaults:
+            ``time_limit=5.0`` (seconds for the search, the bound and the integer program
+            together, NOTE [ Joint time limit and fallbacks ]; the best plan so far is returned
+            with its gap when it runs out), ``tolerance=0.001`` (stop once the relative gap
+            ``(objective - bound) / objective`` is at most this), ``exact=True`` (solve the LP
+            relaxation and the integer program when the model is small enough and the gap is
+            still above ``tolerance``) and ``solver="highs"`` (the integer program's solver:
+            SciPy's HiGHS, or ``"pulp"``: PuLP's bundled CBC warm-started from the heuristic's
+            plan; the LP rounds of the bound use HiGHS either way, NOTE [ Two solvers for the
+            integer program ]).
 
     Returns:
         A :class:`~bucketloader.solution.JointSolution` (``cells``, ``objective``,
@@ -140,28 +106,14 @@ def solve_joint(
         >>> sol.cells.tolist(), sol.objective, sol.lower_bound, sol.status
         ([[4, 4], [12, 12]], 8, 8, 'optimal')
     """
-    params = joint_params(
-        max_shapes,
-        size=size,
-        time_limit=time_limit,
-        tolerance=tolerance,
-        exact=exact,
-        solver=solver,
-    )
-    hist = lengths if isinstance(lengths, JointHistogram) else JointHistogram.from_lengths(lengths)
-    from bucketloader.cache import BucketCache
-
-    if cache is None or cache is False:
-        if "torch" not in sys.modules or default_ranks()[0] == 1:
-            return _solve(hist, params)
-        # NOTE [ One joint plan for every rank ]
-        with tempfile.TemporaryDirectory(prefix="bucketloader-joint-") as tmp:
-            fresh = BucketCache(tmp)
-            return _joint(fresh.get_or_solve(hist, "joint", params, lambda: _solve(hist, params)))
-
-    if cache is True:
-        cache = BucketCache()
-    return _joint(cache.get_or_solve(hist, "joint", params, lambda: _solve(hist, params)))
+    known = {f.name for f in fields(Joint)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(
+            f"solve_joint got an unknown option {unknown[0]}={options[unknown[0]]!r}; the "
+            f"options are {', '.join(sorted(known))} (see Joint)"
+        )
+    return Joint(**options).solve(lengths, max_shapes, size=size, cache=cache)
 
 
 def _joint(sol: Any) -> JointSolution:
@@ -252,15 +204,20 @@ def _search_and_bound(
         exact_const = float(np.dot(_sizes(rows, size), counts))
         lower = bound.value - exact_const
     else:
-        soon = min(deadline, t0 + 0.25 * (deadline - t0))
+        soon = min(deadline, t0 + 0.1 * (deadline - t0))
         bound = lagrangian(grid, k, reach, upper, soon, tol)
         if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
-            lp_deadline = time.perf_counter() + 0.7 * (deadline - time.perf_counter())
+            lp_deadline = time.perf_counter() + 0.85 * (deadline - time.perf_counter())
             bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)
             info["lp_rounds"] = bound.log
-            if seed is not None and time.perf_counter() < deadline:
+            if time.perf_counter() < deadline:
+                # another search from the LP's cells and from the K largest gains at the
+                # bound's reaches (a Lagrangian heuristic)
+                starts = [cells, np.argsort(bound.gains)[-k:]]
+                if seed is not None:
+                    starts.insert(1, seed)
                 soon = time.perf_counter() + 0.3 * (deadline - time.perf_counter())
-                found, _ = _best_search(grid, k, [cells, seed], soon)
+                found, _ = _best_search(grid, k, starts, soon)
                 _, got = grid.assign(found)
                 if total(grid, got) < upper:
                     cells, upper = found, total(grid, got)
@@ -351,7 +308,8 @@ def _sizes(rows: np.ndarray, size: str) -> np.ndarray:
 @dataclass(frozen=True)
 class Joint:
     """``strategy=Joint(...)`` for :class:`~bucketloader.BucketSampler` / ``BucketSpec.build``:
-    the joint plan of several inputs with its options (``strategy="joint"`` is ``Joint()``).
+    the joint plan of several inputs with its options (``strategy="joint"`` is ``Joint()``),
+    also the options of :func:`solve_joint`.
 
     It needs ``max_shapes=K`` and takes the place of ``num_buckets`` / ``boundaries``: the cells
     (and so each input's boundaries) come from :func:`solve_joint`, per group.
@@ -359,7 +317,7 @@ class Joint:
     Attributes:
         time_limit: seconds per solve (NOTE [ Joint time limit and fallbacks ]).
         tolerance: stop once the relative gap is at most this.
-        exact: try the integer program when the model is small.
+        exact: try the LP relaxation and the integer program when the model is small.
         solver: the integer program's solver, ``"highs"`` or ``"pulp"``
             (NOTE [ Two solvers for the integer program ]).
 
@@ -377,13 +335,61 @@ class Joint:
     solver: str = "highs"
 
     def __post_init__(self) -> None:
-        joint_params(
-            1,
-            time_limit=self.time_limit,
-            tolerance=self.tolerance,
-            exact=self.exact,
-            solver=self.solver,
-        )
+        check_float("time_limit", self.time_limit, minimum=1e-3, maximum=1e6)
+        check_float("tolerance", self.tolerance, minimum=0.0, maximum=1.0)
+        check_bool("exact", self.exact)
+        check_choice("solver", self.solver, SOLVERS)
+
+    def params(self, max_shapes: int, size: str) -> dict[str, Any]:
+        """Every parameter that determines a joint solution, checked, in canonical form (the
+        cache key includes all of them and :data:`JOINT_FORMAT`).
+
+        ``solver`` is part of the key: two solvers that both prove optimality reach the same
+        padding, but not always the same cells (ties), and before a proof their plans, bounds
+        and statuses differ.
+
+        Example:
+            >>> Joint(time_limit=2).params(4, "prod")["time_limit"]
+            2.0
+        """
+        return {
+            "exact": bool(self.exact),
+            "format": JOINT_FORMAT,
+            "max_shapes": check_int("max_shapes", max_shapes, minimum=1),
+            "size": check_choice("size", size, ("prod", "sum")),
+            "solver": self.solver,
+            "time_limit": float(self.time_limit),
+            "tolerance": float(self.tolerance),
+        }
+
+    def solve(
+        self, lengths: Any, max_shapes: int, *, size: str = "sum", cache: Any = None
+    ) -> JointSolution:
+        """:func:`solve_joint` with these options.
+
+        Example:
+            >>> Joint(time_limit=1).solve([[3, 4], [4, 3], [10, 12]], 2).objective
+            2
+        """
+        params = self.params(max_shapes, size)
+        if isinstance(lengths, JointHistogram):
+            hist = lengths
+        else:
+            hist = JointHistogram.from_lengths(lengths)
+        from bucketloader.cache import BucketCache
+
+        if cache is None or cache is False:
+            if "torch" not in sys.modules or default_ranks()[0] == 1:
+                return _solve(hist, params)
+            # NOTE [ One joint plan for every rank ]
+            with tempfile.TemporaryDirectory(prefix="bucketloader-joint-") as tmp:
+                fresh = BucketCache(tmp)
+                return _joint(
+                    fresh.get_or_solve(hist, "joint", params, lambda: _solve(hist, params))
+                )
+        if cache is True:
+            cache = BucketCache()
+        return _joint(cache.get_or_solve(hist, "joint", params, lambda: _solve(hist, params)))
 
 
 def resolve_joint(

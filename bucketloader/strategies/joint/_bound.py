@@ -20,13 +20,22 @@ so the bound holds for all plans, not only those on candidates.
 
 NOTE [ The LP bound by columns ]
 Subgradient steps approach the LP's value slowly. Where time allows, the LP relaxation itself is
-solved (HiGHS, :mod:`._lp`) on a growing set of candidates: the heuristic's cells and the largest
-gains first, points with the same covering candidates merged into one row. The duals of its
-"send every point once" rows are reaches (per unit of weight) for **all** points, so
-``L(r)`` over **all** candidates is again a valid bound; candidates whose gain exceeds the dual
-of the shape budget enter the next round. When none does, the duals are optimal for the full LP
-and the bound is the LP's value (measured to equal the integer optimum on these histograms, or
-to be within 1 % of it).
+solved (HiGHS, :mod:`._lp`) on a growing set of (point, candidate) *pairs*: with all ~30 million
+covering pairs of GSM8K no round fits in seconds, so a candidate enters with only the points it
+covers whose reach exceeds its size (the pairs with a negative reduced cost there; Avella,
+Sassano and Vasil'ev's core pairs for the p-median), and the heuristic's cells with every point
+they cover (so the restricted LP is feasible). Points with the same pairs are one row. The duals
+of the "send every point once" rows are reaches (per unit of weight) for **all** points, so
+``L(r)`` over **all** candidates is again a valid bound, whatever the restricted LP lacks.
+The restricted LP is degenerate: it stays at the plan's value for many rounds, and its duals
+alone give poor bounds and price the wrong pairs. So each round first evaluates and prices at
+reaches between the best bound's and the LP's (``SMOOTH`` of the way to the best: Wentges'
+dual smoothing), adding the K largest gains there with their positive pairs; only when those
+bring nothing new does it price at the LP's own duals: every candidate, in the LP or not, whose
+gain exceeds the dual of the shape budget gets its missing positive pairs. When none does, the
+duals are optimal for the full LP and the bound is the LP's value. Measured (GSM8K, K=8, sum,
+20 s, loaded machine): whole candidates with all their pairs reached a 16.8 % gap; core pairs
+with smoothing 2.7-8 %.
 """
 
 from __future__ import annotations
@@ -44,6 +53,10 @@ LEVELS = 96
 #: ... and when pricing the LP's duals, whose reaches take one value per merged row: rounding
 #: them down would hide the candidates the LP needs next.
 LP_LEVELS = 2048
+#: ... and at the smoothed reaches (NOTE [ The LP bound by columns ]).
+MID_LEVELS = 1024
+#: How far the smoothed reaches sit from the LP's duals towards the best bound's reaches.
+SMOOTH = 0.8
 
 
 @dataclass
@@ -142,25 +155,30 @@ def lp_bound(
     target: float,
     batch: int = 64,
 ) -> tuple[Bound, np.ndarray | None]:
-    """The LP relaxation's bound by column generation (NOTE [ The LP bound by columns ]).
+    """The LP relaxation's bound by generating pairs (NOTE [ The LP bound by columns ]).
 
-    Returns the best :class:`Bound` (``best`` if nothing beat it) and the candidates of the last
-    restricted LP whose ``y`` is at least 0.5 (a seed for the search), or ``None``.
+    Returns the best :class:`Bound` (``best`` if nothing beat it) and the K candidates with the
+    largest ``y`` in the last restricted LP (a seed for the search), or ``None``.
     """
     const = float((grid.weight * grid.point_size).sum())
+    pairs: dict[int, np.ndarray] = {}  # candidate -> the points it may serve in the LP
+    for c, mine in zip(np.asarray(cells).tolist(), grid.covers(cells), strict=True):
+        pairs[c] = mine
     top = np.argsort(best.gains)[-4 * k :]
-    chosen = set(np.asarray(cells).tolist()) | set(top.tolist())
+    _add_pairs(grid, pairs, np.union1d(top, cells), best.reach)
     seed: np.ndarray | None = None
     log = best.log = []
+    spent = 0.0  # the last bound evaluation's cost (NOTE [ Joint time limit and fallbacks ])
     while time.perf_counter() < deadline:
-        rset = np.array(sorted(chosen), dtype=np.int64)
-        cover = grid.covers(rset)
+        rset = np.array(sorted(pairs), dtype=np.int64)
+        have = np.stack([pairs[c] for c in rset.tolist()])
+        # points that may go to the same candidates are one row (cost depends on the cell only)
         _, first, inv = np.unique(
-            np.packbits(cover, axis=0).T, axis=0, return_index=True, return_inverse=True
+            np.packbits(have, axis=0).T, axis=0, return_index=True, return_inverse=True
         )
         inv = inv.ravel()
         weight = np.bincount(inv, weights=grid.weight)
-        ci, ki = np.nonzero(cover[:, first])
+        ci, ki = np.nonzero(have[:, first])
         nr, npair, ncls = rset.size, ci.size, first.size
         left = deadline - time.perf_counter()
         if left <= 0.05:
@@ -181,25 +199,62 @@ def lp_bound(
         xs, duals = solved
         lam, mu = duals[:ncls], -float(duals[-1])
         yv = xs[:nr]
-        if (yv >= 0.5).any():
-            seed = rset[yv >= 0.5]
+        seed = rset[np.argsort(yv)[-k:]]
         reach = np.maximum((lam / weight)[inv], grid.point_size)
+        if time.perf_counter() + spent >= deadline:
+            break
+        # price first at reaches between the best bound's and the LP's (smoothing)
+        mid = (1 - SMOOTH) * reach + SMOOTH * best.reach
         began = time.perf_counter()
-        lb, g, snapped = evaluate(grid, reach, k, LP_LEVELS)  # its gains also price
+        lb2, g2, snapped2 = evaluate(grid, mid, k, MID_LEVELS)
         spent = time.perf_counter() - began
-        if lb > best.value:
-            best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
-        if time.perf_counter() + spent < deadline:  # halfway between the best reaches and the LP's
-            lb2, g2, snapped2 = evaluate(grid, 0.5 * (reach + best.reach), k, LP_LEVELS)
-            if lb2 > best.value:
-                best = Bound(lb2, snapped2.copy(), g2, best.iterations + 1, log)
+        if lb2 > best.value:
+            best = Bound(lb2, snapped2.copy(), g2, best.iterations + 1, log)
         if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
             break
-        out = np.setdiff1d(np.flatnonzero(g > mu * (1 + 1e-9) + 1e-6), rset)
-        if out.size == 0:
-            break  # the restricted LP's duals price out every candidate: the LP bound
-        chosen |= set(out[np.argsort(g[out])[-batch:]].tolist())
+        kth2 = float(np.sort(g2)[-k]) if g2.size >= k else 0.0
+        out2 = np.flatnonzero(g2 >= kth2)
+        if _add_pairs(grid, pairs, out2[np.argsort(g2[out2])[::-1]], snapped2, batch):
+            continue
+        if time.perf_counter() + spent >= deadline:
+            break
+        # nothing new there: price at the LP's own reaches
+        lb, g, snapped = evaluate(grid, reach, k, LP_LEVELS)
+        if lb > best.value:
+            best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
+        if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
+            break
+        out = np.flatnonzero(g > mu * (1 + 1e-9) + 1e-6)
+        if _add_pairs(grid, pairs, out[np.argsort(g[out])[::-1]], reach, batch) == 0:
+            break  # the restricted LP's duals price out every pair: the LP bound
     return best, seed
+
+
+def _add_pairs(
+    grid: Grid,
+    pairs: dict[int, np.ndarray],
+    cand: np.ndarray,
+    reach: np.ndarray,
+    most: int | None = None,
+) -> int:
+    """Give the candidates ``cand``, in order, the points they cover whose reach exceeds their
+    size (the pairs with a negative reduced cost at those reaches), until ``most`` candidates
+    got new pairs; returns how many did."""
+    cand = np.asarray(cand, dtype=np.int64)
+    most = cand.size if most is None else most
+    done = 0
+    for lo in range(0, cand.size, 256):
+        part = cand[lo : lo + 256]
+        gain = grid.covers(part) & (reach[None, :] > grid.cand_size[part][:, None])
+        for c, mine in zip(part.tolist(), gain, strict=True):
+            old = pairs.get(c)
+            new = mine if old is None else mine & ~old
+            if new.any():
+                pairs[c] = mine if old is None else old | mine
+                done += 1
+                if done >= most:
+                    return done
+    return done
 
 
 def survivors(bound: Bound, k: int, upper: float, cells: np.ndarray) -> np.ndarray:

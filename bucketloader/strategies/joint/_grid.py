@@ -63,6 +63,7 @@ class Grid:
         cand_size: ``(C,)`` size of the candidates.
         cand_of_flat: ``(G,)`` candidate id of every grid point (``-1`` if not a candidate).
         size: ``"sum"`` or ``"prod"``.
+        by_size: the candidate ids from the smallest size to the largest.
     """
 
     values: tuple[np.ndarray, ...]
@@ -76,6 +77,7 @@ class Grid:
     cand_size: np.ndarray
     cand_of_flat: np.ndarray
     size: str
+    by_size: np.ndarray
 
     @classmethod
     def build(
@@ -103,6 +105,7 @@ class Grid:
         cand = np.stack(np.unravel_index(cand_flat, shape), axis=1).astype(np.int64)
         cand_of_flat = np.full(int(np.prod(shape)), -1, dtype=np.int64)
         cand_of_flat[cand_flat] = np.arange(cand_flat.size)
+        cand_size = sizes_of(cls._coords(values, cand), size)
         return cls(
             values=tuple(values),
             shape=shape,
@@ -112,9 +115,10 @@ class Grid:
             point_size=sizes_of(cls._coords(values, point), size),
             cand=cand,
             cand_flat=cand_flat,
-            cand_size=sizes_of(cls._coords(values, cand), size),
+            cand_size=cand_size,
             cand_of_flat=cand_of_flat,
             size=size,
+            by_size=np.argsort(cand_size, kind="stable"),
         )
 
     @staticmethod
@@ -153,6 +157,7 @@ class Grid:
         g = int(np.prod(self.shape))
         out = np.zeros(self.cand_flat.size)
         step = max(1, _GAIN_CHUNK // max(g, 1))
+        sorted_size = self.cand_size[self.by_size]
         for lo in range(0, nl, step):
             hi = min(nl, lo + step)
             mine = (level >= lo) & (level < hi)
@@ -163,9 +168,11 @@ class Grid:
             grid = grid.reshape((hi - lo, *self.shape))
             for ax in range(1, grid.ndim):
                 np.cumsum(grid, axis=ax, out=grid)
-            covered = grid.reshape(hi - lo, g)[:, self.cand_flat]
-            slope = np.maximum(level_value[lo:hi, None] - self.cand_size[None, :], 0.0)
-            out += (slope * covered).sum(axis=0)
+            # only candidates smaller than the chunk's top level gain anything from it
+            some = self.by_size[: np.searchsorted(sorted_size, level_value[hi - 1], "left")]
+            covered = grid.reshape(hi - lo, g)[:, self.cand_flat[some]]
+            slope = np.maximum(level_value[lo:hi, None] - self.cand_size[some][None, :], 0.0)
+            out[some] += (slope * covered).sum(axis=0)
         return out
 
     def covers(self, cells: np.ndarray) -> np.ndarray:

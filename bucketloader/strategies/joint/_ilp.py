@@ -42,7 +42,7 @@ import sys
 import tempfile
 import time
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -104,31 +104,37 @@ def solve_ilp(
         "bound": -np.inf,
         "variables": int(ids.size + ci.size),
     }
+    model = _Model(ids.size, first.size, ci, pi, cost, k)
     if solver == "pulp":
         slot, _ = grid.assign(start)
         local = np.searchsorted(ids, np.asarray(start, np.int64)[slot[first]])
-        picked = _cbc(ids.size, first.size, ci, pi, cost, k, local, deadline, details)
+        picked = _cbc(model, local, deadline, details)
     else:
-        picked = _highs(ids.size, first.size, ci, pi, cost, k, deadline, details)
+        picked = _highs(model, deadline, details)
     if picked is None or picked.size == 0:
         return None, details
     return np.sort(ids[picked]).astype(np.int64), details
 
 
-def _highs(
-    ny: int,
-    nrow: int,
-    ci: np.ndarray,
-    pi: np.ndarray,
-    cost: np.ndarray,
-    k: int,
-    deadline: float,
-    details: dict[str, Any],
-) -> np.ndarray | None:
+class _Model(NamedTuple):
+    """The integer program of NOTE [ The joint integer program ], solver-neutral: ``ny``
+    candidates (local ids), ``nrow`` merged rows, one pair per covering (row ``pi[n]``,
+    candidate ``ci[n]``) costing ``cost[n]``, at most ``k`` cells open."""
+
+    ny: int
+    nrow: int
+    ci: np.ndarray
+    pi: np.ndarray
+    cost: np.ndarray
+    k: int
+
+
+def _highs(model: _Model, deadline: float, details: dict[str, Any]) -> np.ndarray | None:
     """The model in HiGHS (``scipy.optimize.milp``); the local ids of the cells it opens."""
     import scipy.sparse as sp
     from scipy.optimize import Bounds, LinearConstraint, milp
 
+    ny, nrow, ci, pi, cost, k = model
     npair = ci.size
     pair = np.arange(npair)
     # columns: y (ny), then x (npair); rows: send (nrow), open (npair), max_shapes (1)
@@ -166,21 +172,14 @@ def _highs(
 
 
 def _cbc(
-    ny: int,
-    nrow: int,
-    ci: np.ndarray,
-    pi: np.ndarray,
-    cost: np.ndarray,
-    k: int,
-    start: np.ndarray,
-    deadline: float,
-    details: dict[str, Any],
+    model: _Model, start: np.ndarray, deadline: float, details: dict[str, Any]
 ) -> np.ndarray | None:
     """The model in PuLP, solved by its bundled CBC warm-started from ``start`` (each row's
     cell in our plan, local ids); the local ids of the cells it opens
     (NOTE [ Two solvers for the integer program ])."""
     import pulp
 
+    ny, nrow, ci, pi, cost, k = model
     prob = pulp.LpProblem("bucketloader_joint", pulp.LpMinimize)
     y = [pulp.LpVariable(f"y{c}", 0, 1, cat=pulp.LpBinary) for c in range(ny)]
     x = [pulp.LpVariable(f"x{n}", 0, 1) for n in range(ci.size)]
