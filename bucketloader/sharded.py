@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import numbers
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,7 +76,8 @@ class ShardReport:
 
     Attributes:
         rank: this rank.
-        num_samples: samples in this rank's shard (every one is in every epoch).
+        num_samples: samples in this rank's shard (every one is in every epoch, unless
+            ``defer=`` leaves some to the next: ``deferred``).
         steps: steps per epoch (the same on every rank).
         promoted: samples of this rank carried into a longer cell than their own.
         filler_rows: this rank's padding rows (rows of a batch with no sample).
@@ -544,12 +546,17 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
         check_int("pad_to_multiple_of", options["pad_to_multiple_of"], minimum=1)
     if "defer" in options:
         d = options["defer"]
-        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1:
+        real = isinstance(d, numbers.Real) and not isinstance(d, (bool, np.bool_))
+        if not real or not 0 <= d < 1:
             raise ValueError(
                 f"defer must be a number in [0, 1) (the most of a rank's samples of a bucket "
                 f"an epoch may leave to the next), got defer={d!r}; pass defer=0.5 to show "
                 "every sample within two epochs, or defer=0 to show every sample every epoch"
             )
+        # one spelling per rule, so ranks that write 0, 0.0 or nothing agree (config digest)
+        options = {k: v for k, v in options.items() if k != "defer"}
+        if d:
+            options["defer"] = float(d)
     rule = BatchRule.parse(options.get("batch_size"), options.get("max_tokens"))
     if rule.budget is not None and not rule.budget.promote:
         raise ValueError(

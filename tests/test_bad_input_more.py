@@ -314,6 +314,19 @@ def test_a_stream_that_leaves_samples_out_warns_with_the_counts():
     assert (kept, totals["too_long"], totals["dropped"]) == (4, 2, 1)
 
 
+def test_a_stream_leaving_out_at_most_one_percent_stays_quiet_like_the_samplers():
+    import warnings
+
+    rows = [{"a": [1] * n} for n in [1] + [5] * 999]  # 1 of 1,000 under min_length: 0.1%
+    stream = BucketIterable(
+        rows, length_fn="a", boundaries=[4, 8], batch_size=8, min_length=2, overflow="drop"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _ids_of(list(stream)) == 999
+    assert stream.report().totals["too_short"] == 1  # still counted
+
+
 def _ids_of(batches):
     return sum(len(b) for b in batches)
 
