@@ -91,7 +91,8 @@ class ShardReport:
         deferred_all: deferred samples over all ranks.
 
     With deferral, ``padding_ratio`` counts the real elements of the samples an epoch shows,
-    the deferred ones at their bucket's mean length (which of them wait changes every epoch).
+    less each rank's deferred ones at the mean length of its samples of their bucket (which of
+    them wait changes every epoch, so the figure is an estimate; exact when nothing waits).
     """
 
     rank: int
@@ -176,7 +177,7 @@ class ShardedSampler(EpochSampler):
         best = plans[0]
         if len(plans) > 1 and plans[1][4] < plans[0][4] - _ENVELOPE_GAIN:
             best = plans[1]
-        self.boundaries, self.cells, self.table, self.deferred, _ = best
+        self.boundaries, self.cells, self.table, self.deferred, _, self._real = best
         self._warned_epochs: set[int] = set()
         b = self.boundaries
         lookup = self.cells.lookup[0]
@@ -289,7 +290,7 @@ class ShardedSampler(EpochSampler):
         s = self.schedule
         rows = s.steps * self.cells.batch
         padded = int((rows * self.cells.lengths[:, 0]).sum()) * self.num_replicas
-        real = self._shown(self.boundaries, self.cells.lookup[0], self.deferred)
+        real = self._real
         kept = self.table - self.deferred
         return ShardReport(
             rank=self.rank,
@@ -305,18 +306,22 @@ class ShardedSampler(EpochSampler):
             deferred_all=int(self.deferred.sum()),
         )
 
-    def _shown(self, b: np.ndarray, lookup: np.ndarray, deferred: np.ndarray) -> float:
-        """Real elements an epoch shows over all ranks: every length, less the deferred
-        samples at their bucket's mean length (exact when nothing is deferred)."""
-        h = self.histogram
-        if not deferred.any():
-            return float(h.total)
-        cell = lookup[assign_buckets(h.values, b)]
+    def _shown(
+        self, b: np.ndarray, lookup: np.ndarray, deferred: np.ndarray, hists: list[LengthHistogram]
+    ) -> float:
+        """Real elements an epoch shows over all ranks: every length, less each rank's
+        deferred samples at the mean length of that rank's samples of their cell (exact when
+        nothing is deferred; which samples wait changes every epoch)."""
+        shown = float(self.histogram.total)
         k = deferred.shape[1]
-        n = np.bincount(cell, weights=h.counts, minlength=k)
-        total = np.bincount(cell, weights=h.counts * h.values.astype(np.float64), minlength=k)
-        mean = np.divide(total, n, out=np.zeros(k), where=n > 0)
-        return float(h.total - (deferred.sum(axis=0) * mean).sum())
+        for h, waiting in zip(hists, deferred, strict=True):
+            if not waiting.any():
+                continue
+            cell = lookup[assign_buckets(h.values, b)]
+            n = np.bincount(cell, weights=h.counts, minlength=k)
+            total = np.bincount(cell, weights=h.counts * h.values.astype(np.float64), minlength=k)
+            shown -= float((waiting * np.divide(total, n, out=np.zeros(k), where=n > 0)).sum())
+        return shown
 
     def _warn_blocked_cells(self) -> None:
         """NOTE [ Sharded plan ] 3: a cell some rank has no sample short enough for gets no
@@ -350,7 +355,7 @@ class ShardedSampler(EpochSampler):
 
     def _layout(
         self, b: np.ndarray, hists: list[LengthHistogram]
-    ) -> tuple[np.ndarray, Cells, np.ndarray, np.ndarray, float]:
+    ) -> tuple[np.ndarray, Cells, np.ndarray, np.ndarray, float, float]:
         """Boundaries ``b``'s cells, ``ranks x K`` table, deferred samples (NOTE [ Sharded
         plan ] 7) and padding ratio over all ranks."""
         occupancy = np.zeros(b.size, dtype=np.int64)
@@ -369,8 +374,8 @@ class ShardedSampler(EpochSampler):
         deferred = defer_table(table, self.defer) if self.defer else np.zeros_like(table)
         s = self._schedule(table - deferred, cells)
         padded = int((s.steps * s.rows * cells.lengths[:, 0]).sum()) * len(hists)
-        real = self._shown(b, lookup, deferred)
-        return b, cells, table, deferred, (padded - real) / real
+        real = self._shown(b, lookup, deferred, hists)
+        return b, cells, table, deferred, (padded - real) / real, real
 
     def _schedule(self, table: np.ndarray, cells: Cells) -> ShardSchedule:
         budget = self._rule.budget
