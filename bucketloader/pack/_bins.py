@@ -238,12 +238,13 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
                     m, k = c, 1
             c -= k * m
             left = room - m * s  # (below s: the next step looks again)
-            other = room_of(left)
-            if other is None:
-                by_room[left] = [gid]
-                bits |= 1 << left
-            else:
-                other.append(gid)
+            if left:  # (a full row is never chosen again: not a room)
+                other = room_of(left)
+                if other is None:
+                    by_room[left] = [gid]
+                    bits |= 1 << left
+                else:
+                    other.append(gid)
             gid += 1
             add_parent(up)
             add_size(i)
