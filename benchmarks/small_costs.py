@@ -10,14 +10,17 @@
    workers; per shape, the best of 7 alternating rounds of calls (``time.thread_time``: CPU
    time, so the other processes of a shared machine do not count).
 2. Packing plans: ``PackSpec.build`` (what ``PackSampler`` plans with: histogram + solver)
-   against a careful best-fit decreasing written for this benchmark (documents largest first, in
-   bulk per distinct size: the free rows counted per remaining room, the rooms with a free row
-   as bits of one Python integer, so the tightest row that fits is one shift and one lowest-bit;
-   rows only, no row contents), from N = 1k to 10M documents: long-tailed code-like lengths
+   against two careful best-fit decreasings written for this benchmark (documents largest
+   first, in bulk per distinct size: the rooms with a free row as bits of one Python integer,
+   so the tightest row that fits is one shift and one lowest-bit): ``bfd_packing`` outputs the
+   packing in the plan's form (each pattern's sizes, documents per size and rows; histogram by
+   ``np.bincount``), ``bfd_rows`` only the row count (histogram by ``np.unique``), from N = 1k
+   to 10M documents: long-tailed code-like lengths
    (lognormal, sigma 1.3, up to 2048 = L), GSM8K question + answer + 2 resampled (L = 1024), and
    the 2k-document files (the first 2,000 GSM8K pairs at L = 512, the first 2,000 E. coli
    proteins + 2 at L = 2,400), with ``search="auto"`` (the default) and ``search="never"``.
-   Rows against the L2 lower bound; the median of ``--repeats`` bests of 3 runs (CPU time).
+   Rows against the L2 lower bound; the median of ``--repeats`` bests of 5 alternating rounds
+   (CPU time).
 3. Streams: ``BucketIterable`` (8 buckets, ``batch_size=B``) against a plain
    ``DataLoader(batch_size=B)`` over the same in-memory list, B in 8, 32, 128.
 
@@ -65,8 +68,9 @@ def best_of(fn, rounds: int = 7, calls: int = 1) -> float:
     return best
 
 
-def side_by_side(*fns, budget_s: float = 0.03, repeats: int = 1) -> list[float]:
-    """Per-call time of each of ``fns``: the best of 7 alternating rounds, and with
+def side_by_side(*fns, budget_s: float = 0.03, repeats: int = 1, rounds: int = 7) -> list[float]:
+    """Per-call time of each of ``fns``: the best of ``rounds`` alternating rounds (each
+    ``budget_s`` long, by the first fn's time, at least one call), and with
     ``repeats`` > 1 the median of that over ``repeats`` such measurements (each fn's own
     median, so ratios of the results compare medians)."""
     for f in fns:
@@ -77,7 +81,7 @@ def side_by_side(*fns, budget_s: float = 0.03, repeats: int = 1) -> list[float]:
     runs = []
     for _ in range(repeats):
         best = [float("inf")] * len(fns)
-        for _ in range(7):
+        for _ in range(rounds):
             for i, f in enumerate(fns):
                 best[i] = min(best[i], best_of(f, 1, calls))
         runs.append(best)
@@ -328,8 +332,9 @@ def packing(quick: bool, repeats: int) -> list[str]:
         'it does less work than any plan). `PackSpec.build` runs with the default `search="auto"` '
         "(the Minimum-Bin-Slack search runs where BFD pads more than 0.5 points above the bound) "
         'and with `search="never"` (best-fit decreasing alone); rows against the L2 lower bound. '
-        f"Times: per method the median over {repeats} repeats of the best of 3 runs, the four "
-        "methods alternating (CPU time); the ratios are time / a baseline's time. `never`'s "
+        f"Times: per method the median over {repeats} repeats of the best of 5 rounds, the four "
+        "methods alternating, each round about 10 ms of calls (at least one; CPU time); the "
+        "ratios are time / a baseline's time. `never`'s "
         "patterns are the same as BFD packing's (asserted, as multisets of rows).",
         "",
         "| lengths | L | bound L2 | rows auto | rows never = BFD | auto s | never s | "
@@ -351,8 +356,9 @@ def packing(quick: bool, repeats: int) -> list[str]:
             lambda x=lengths, r=row_length: bfd_packing(x, r),
             lambda x=lengths, r=row_length: bfd_rows(x, r),
         )
-        runs = [[best_of(f, 3) for f in fns] for _ in range(repeats)]
-        auto_t, never_t, pack_t, count_t = (float(np.median(c)) for c in zip(*runs, strict=True))
+        auto_t, never_t, pack_t, count_t = side_by_side(
+            *fns, budget_s=0.01, repeats=repeats, rounds=5
+        )
         auto, never = builds["auto"](), builds["never"]()
         sizes, counts = np.unique(lengths, return_counts=True)
         bound = lower_bound(sizes, counts, row_length)[1]
