@@ -264,32 +264,36 @@ def _patterns(
     num_lengths: int,
 ) -> Patterns:
     """The live groups of :func:`best_fit` as patterns: each group's chain of (size, mult)
-    from its root, written back to front one tree level at a time (vectorised over groups);
-    a pattern's row length is its root's (``-1 - parent``)."""
+    from its root, written back to front one tree level at a time (vectorised over groups,
+    the longest chains first); a pattern's row length is its root's (``-1 - parent``)."""
     n = len(rows)  # (np.fromiter: a quarter faster than np.array on a list of ints)
     reps = np.fromiter(rows, np.int64, n)
     live = np.flatnonzero(reps)
     up = np.fromiter(parent, np.int64, n)
     idx = np.fromiter(size_of, np.int64, n)
     many = np.fromiter(mult, np.int64, n)
+    deep = np.fromiter(depth, np.int64, n)[live]
     offsets = np.zeros(live.size + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(depth, np.int64, n)[live], out=offsets[1:])
+    np.cumsum(deep, out=offsets[1:])
     items = np.empty(int(offsets[-1]), dtype=np.int64)
     mults = np.empty_like(items)
     kind = np.zeros(live.size, dtype=np.int64)
-    at = np.arange(live.size) if num_lengths > 1 else None  # which pattern each chain is
-    cur, pos = live, offsets[1:] - 1
-    while cur.size:
+    # the chains longest first, so that those still walked at each level are a prefix
+    order = np.argsort(-deep, kind="stable")
+    cur, pos = live[order], offsets[1:][order] - 1
+    top = int(deep[order[0]]) if live.size else 0
+    longer = np.searchsorted(-deep[order], -np.arange(1, top + 1), side="right").tolist()
+    for walked in longer:  # level 1, 2, ...: the chains of at least that many groups
+        if walked < cur.size:  # chains that ended: cur holds their roots' -1 - row length index
+            if num_lengths > 1:
+                kind[order[walked : cur.size]] = -1 - cur[walked:]
+            cur, pos = cur[:walked], pos[:walked]
         items[pos] = idx[cur]
         mults[pos] = many[cur]
         cur = up[cur]
-        keep = cur >= 0
-        if not keep.all():
-            if at is not None:
-                kind[at[~keep]] = -1 - cur[~keep]
-                at = at[keep]
-            cur, pos = cur[keep], pos[keep]
-        pos = pos - 1
+        pos -= 1
+    if num_lengths > 1 and cur.size:
+        kind[order[: cur.size]] = -1 - cur
     vals = np.asarray(sizes, dtype=np.int64)
     fill = np.add.reduceat(vals[items] * mults, offsets[:-1]) if items.size else items
     return Patterns(
