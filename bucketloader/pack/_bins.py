@@ -46,13 +46,14 @@ With several row lengths there is no bound and both run (given enough documents)
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
-benchmarks/small_costs.py races a careful bulk BFD, rows only, from 1k to 10M documents). The
+benchmarks/small_costs.py races a careful bulk BFD that outputs the packing in this module's
+form, and one that counts rows only, from 1k to 10M documents). The
 bulk BFD here is that BFD with the group contents kept: one group per step of its loop (a
 remainder of fewer than ``room // s`` documents is the next step's, which finds the same row),
 no call and no tuple per step, a root group's parent encodes its row length, the documents
 longer than ``L / 2`` open their rows at once, and the patterns are read off the group tree one
 level at a time for all groups at once. The
-MBS search costs about 0.2 ms per pattern in Python, tens of times BFD on a few thousand
+MBS search costs about 0.05-0.1 ms per pattern in Python, tens of times BFD on a few thousand
 documents; it saves 0.5-1.2% of the rows where BFD misses the bound (GSM8K-like lengths). Speed
 and tightness cannot both be had there, so the caller chooses (``search``, a
 :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
@@ -62,7 +63,8 @@ and tightness cannot both be had there, so the caller chooses (``search``, a
   L = 256: 1.6 points), or when the lengths hold at least ``_DOCS_PER_SIZE`` documents per
   distinct size (it then costs less than half of what the histogram saves over sorting).
 - ``"never"``: the plan is exactly best-fit decreasing, and no bound is computed (about the
-  baseline's time; the figures are in benchmarks/results/small_costs.md).
+  packing baseline's time up to 100k documents; from 1M on the lengths' validation and copy in
+  ``PackSpec.build`` cost more than its histogram: benchmarks/results/small_costs.md).
 - ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound.
 
 NOTE [ Lower bounds ]
