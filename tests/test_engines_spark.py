@@ -114,3 +114,17 @@ def test_cli_engine_spark_reads_parquet_shards(spark, tmp_path, capsys):
     assert main([*argv, "--cache-dir", str(tmp_path / "c")]) == 0, capsys.readouterr().err
     got = json.loads(js.read_text())["solution"]["boundaries"]
     assert got == compute_boundaries(arr, 4).tolist()
+
+
+def test_not_a_frame_is_a_type_error_where_main_has_no_file(monkeypatch):
+    """In ``python -c`` (or a pytest-xdist worker) ``__main__`` has no file; without grpc,
+    importing pyspark's Connect DataFrame there calls ``sys.exit(0)``, which made a bad ``df``
+    end the program with status 0. The check never imports it: one TypeError."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+    for name in [m for m in sys.modules if m.startswith("pyspark.sql.connect")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(TypeError, match=r"df must be a pyspark\.sql\.DataFrame, got list"):
+        spark_histogram([1, 2], "n")
+    assert "pyspark.sql.connect.dataframe" not in sys.modules
