@@ -428,8 +428,9 @@ class PackSpec:
                 than 0.5 percentage points above the bound ``ceil(tokens / L)`` (the search
                 costs tens of times BFD's planning time on a few thousand documents, once per
                 dataset); ``"never"``: best-fit decreasing only, about the time of a careful
-                BFD (up to 1.2% more rows where it misses the bound); ``"always"``: the search
-                wherever BFD is more than 0.1% of its rows above the bound.
+                BFD up to 100k documents (up to 1.2% more rows where it misses the bound);
+                ``"always"``: the search wherever BFD is more than 0.1% of its rows above the
+                bound.
 
         Example:
             >>> lengths = [10, 2, 3, 4, 3, 10, 10, 7, 2, 2, 5, 6]  # 64 tokens: 4 rows of 16
