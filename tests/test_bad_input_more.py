@@ -345,3 +345,15 @@ def test_an_edited_pack_stream_state_is_refused_when_loaded(edit):
     with pytest.raises(ValueError, match="open and ready rows do not fit this PackIterable"):
         stream.load_state_dict({**live.state_dict(), **edit})
     stream.load_state_dict(live.state_dict())  # the unedited state still loads
+
+
+@pytest.mark.parametrize("kind", ["plan", "stream"])
+def test_a_huge_row_length_is_refused_before_it_exhausts_memory(kind):
+    from bucketloader.pack import PackSpec
+    from bucketloader.stream import PackIterable
+
+    with pytest.raises(ValueError, match=r"row_length=1,073,741,824 is above the 16,777,216"):
+        if kind == "plan":  # was killed by the OOM killer (tables of row_length + 1 entries)
+            PackSpec.build([3], row_length=2**30, batch_size=1024)
+        else:
+            PackIterable([[1] * 3], row_length=2**30, batch_size=2)
