@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import numpy as np
@@ -19,6 +20,9 @@ pyspark = pytest.importorskip("pyspark")
 def spark():
     from pyspark.sql import SparkSession
 
+    # a SparkContext takes over SIGINT; its handler outlives stop() and, when the xdist worker
+    # is interrupted at shutdown, raises a KeyboardInterrupt from a dead context: give it back
+    previous = signal.getsignal(signal.SIGINT)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("bucketloader-tests")
@@ -32,6 +36,7 @@ def spark():
     session.sparkContext.setLogLevel("OFF")
     yield session
     session.stop()
+    signal.signal(signal.SIGINT, previous)
 
 
 def test_exact_reduce_by_spark(spark):
