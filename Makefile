@@ -22,12 +22,18 @@ $(VENV)/.installed: pyproject.toml constraints-dev.txt $(VENV)/.venv
 	$(PY) -m pip install -q -c constraints-dev.txt -e ".[dev,docs]"
 	touch $@
 
+# The suite on TEST_WORKERS processes (pytest-xdist), one test file per worker at a time (a
+# file's module fixtures, e.g. the Spark session and the Ray cluster, start once); each worker's
+# torch gets its share of the cores (tests/conftest.py). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+
 test: $(VENV)/.installed
-	$(PY) -m pytest
+	$(PYTEST)
 
 # every property test at the example count written next to it (tests/conftest.py)
 test-full: $(VENV)/.installed
-	BUCKETLOADER_TESTS=full $(PY) -m pytest
+	BUCKETLOADER_TESTS=full $(PYTEST)
 
 demo: $(VENV)/.core
 	$(VENV)/bin/bucketloader demo

@@ -10,25 +10,30 @@
    workers; per shape, the best of 7 alternating rounds of calls (``time.thread_time``: CPU
    time, so the other processes of a shared machine do not count).
 2. Packing plans: ``PackSpec.build`` (what ``PackSampler`` plans with: histogram + solver)
-   against a careful best-fit decreasing written for this benchmark (documents largest first, in
-   bulk per distinct size: the free rows counted per remaining room, the rooms with a free row
-   as bits of one Python integer, so the tightest row that fits is one shift and one lowest-bit;
-   rows only, no row contents), from N = 1k to 10M documents: long-tailed code-like lengths
+   against two careful best-fit decreasings written for this benchmark (documents largest
+   first, in bulk per distinct size: the rooms with a free row as bits of one Python integer,
+   so the tightest row that fits is one shift and one lowest-bit): ``bfd_packing`` outputs the
+   packing in the plan's form (each pattern's sizes, documents per size and rows; histogram by
+   ``np.bincount``), ``bfd_rows`` only the row count (histogram by ``np.unique``), from N = 1k
+   to 10M documents: long-tailed code-like lengths
    (lognormal, sigma 1.3, up to 2048 = L), GSM8K question + answer + 2 resampled (L = 1024), and
    the 2k-document files (the first 2,000 GSM8K pairs at L = 512, the first 2,000 E. coli
    proteins + 2 at L = 2,400), with ``search="auto"`` (the default) and ``search="never"``.
-   Rows against the L2 lower bound; the median of ``--repeats`` bests of 3 runs (CPU time).
+   Rows against the L2 lower bound; the median of ``--repeats`` bests of 5 alternating rounds
+   (CPU time).
 3. Streams: ``BucketIterable`` (8 buckets, ``batch_size=B``) against a plain
    ``DataLoader(batch_size=B)`` over the same in-memory list, B in 8, 32, 128.
 
 Run: ``PYTHONPATH=$PWD python benchmarks/small_costs.py [--quick] [--repeats 3]`` (about ten
 minutes on 2 cores; ``--quick`` stops at 1M documents and 128 rows; ``--only packing`` prints one
-section and writes nothing). Writes ``benchmarks/results/small_costs.md``.
+section, and with ``--write`` replaces it in the results file). Writes
+``benchmarks/results/small_costs.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import platform
 import sys
 import time
@@ -64,8 +69,9 @@ def best_of(fn, rounds: int = 7, calls: int = 1) -> float:
     return best
 
 
-def side_by_side(*fns, budget_s: float = 0.03, repeats: int = 1) -> list[float]:
-    """Per-call time of each of ``fns``: the best of 7 alternating rounds, and with
+def side_by_side(*fns, budget_s: float = 0.03, repeats: int = 1, rounds: int = 7) -> list[float]:
+    """Per-call time of each of ``fns``: the best of ``rounds`` alternating rounds (each
+    ``budget_s`` long, by the first fn's time, at least one call), and with
     ``repeats`` > 1 the median of that over ``repeats`` such measurements (each fn's own
     median, so ratios of the results compare medians)."""
     for f in fns:
@@ -76,7 +82,7 @@ def side_by_side(*fns, budget_s: float = 0.03, repeats: int = 1) -> list[float]:
     runs = []
     for _ in range(repeats):
         best = [float("inf")] * len(fns)
-        for _ in range(7):
+        for _ in range(rounds):
             for i, f in enumerate(fns):
                 best[i] = min(best[i], best_of(f, 1, calls))
         runs.append(best)
@@ -238,6 +244,71 @@ def bfd_rows(lengths: np.ndarray, row_length: int) -> int:
     return rows
 
 
+def bfd_packing(lengths: np.ndarray, row_length: int) -> tuple[np.ndarray, ...]:
+    """The baseline that packs: best-fit decreasing in bulk as :func:`bfd_rows`, keeping each
+    row's contents, and returning them in the form of ``PackSpec.build``'s plan (its
+    ``patterns``): ``(reps, offsets, items, mult)``, pattern ``p`` = ``reps[p]`` rows holding
+    ``mult[j]`` documents of ``items[j]`` tokens for ``j`` in ``offsets[p]:offsets[p + 1]``.
+
+    Written as a careful user would: the histogram by ``np.bincount`` (no sort; the lengths
+    are at most ``row_length``), the rows with the same contents and room as one group
+    ``[contents, rows]`` (contents a flat tuple ``(size, mult, size, mult, ...)``), the groups
+    per room in a dict and the rooms with a group as bits of one Python integer, one group per
+    step (all its rows take ``room // s`` documents of size ``s`` at once), and the contents
+    flattened into arrays once at the end.
+    """
+    counts = np.bincount(lengths)
+    sizes = np.flatnonzero(counts)[::-1]
+    groups: dict[int, list[list]] = {}  # room -> groups [contents, rows] with that room
+    done: list[list] = []  # groups whose rows are full
+    bits = 0
+    for s, c in zip(sizes.tolist(), counts[sizes].tolist(), strict=True):
+        while c:
+            above = bits >> s
+            if above:  # the tightest open rows that hold s
+                room = s + (above & -above).bit_length() - 1
+                stack = groups[room]
+                group = stack[-1]
+                contents, n = group
+                q = room // s
+                k = c // q
+                if k > n:
+                    k = n
+                elif not k:  # fewer than q documents left: one more row takes them
+                    q, k = c, 1
+                group[1] = n = n - k
+                if not n:
+                    stack.pop()
+                    if not stack:
+                        del groups[room]
+                        bits ^= 1 << room
+            else:  # new rows
+                contents, room = (), row_length
+                q = room // s
+                k = c // q
+                if not k:
+                    q, k = c, 1
+            c -= k * q
+            new = [(*contents, s, q), k]
+            left = room - q * s
+            if left:
+                other = groups.get(left)
+                if other is None:
+                    groups[left] = [new]
+                    bits |= 1 << left
+                else:
+                    other.append(new)
+            else:
+                done.append(new)
+    live = done + [g for stack in groups.values() for g in stack]
+    flat = [x for contents, _ in live for x in contents]
+    pairs = np.array(flat, dtype=np.int64).reshape(-1, 2)
+    offsets = np.zeros(len(live) + 1, dtype=np.int64)
+    np.cumsum([len(contents) // 2 for contents, _ in live], out=offsets[1:])
+    reps = np.array([n for _, n in live], dtype=np.int64)
+    return reps, offsets, pairs[:, 0], pairs[:, 1]
+
+
 def packing(quick: bool, repeats: int) -> list[str]:
     rng = np.random.default_rng(0)
     gsm = np.loadtxt(DATA / "gsm8k_train_qa_tokens.txt", dtype=np.int64).sum(axis=1) + 2
@@ -255,17 +326,25 @@ def packing(quick: bool, repeats: int) -> list[str]:
         "## 2. PackSampler's plan vs a careful best-fit decreasing",
         "",
         "`PackSpec.build` (validation, histogram and solver: what `PackSampler` plans with) vs "
-        'the bulk BFD above on the same lengths, with the default `search="auto"` (the '
-        "Minimum-Bin-Slack search runs where BFD pads more than 0.5 points above the bound) and "
-        'with `search="never"` (best-fit decreasing alone); rows against the L2 lower bound. '
-        f"Times: per method the median over {repeats} repeats of the best of 3 runs, the three "
-        "methods alternating (CPU time); the ratios are time / BFD's time.",
+        "two baselines on the same lengths: **BFD packing** (`bfd_packing`: best-fit decreasing "
+        "in bulk that outputs the packing in the plan's form, each pattern's sizes, documents "
+        "per size and rows, with the histogram by `np.bincount`) and **BFD count** (`bfd_rows`: "
+        "the same loop returning the row count only, histogram by `np.unique`; no packing, so "
+        'it does less work than any plan). `PackSpec.build` runs with the default `search="auto"` '
+        "(the Minimum-Bin-Slack search runs where BFD pads more than 0.5 points above the bound) "
+        'and with `search="never"` (best-fit decreasing alone); rows against the L2 lower bound. '
+        f"Times: per method the median over {repeats} repeats of the best of 5 rounds, "
+        "`never` and the two baselines alternating, each round about 10 ms of calls (at least "
+        "one; CPU time); `auto` races BFD packing apart (the search's time sets its rounds' "
+        "calls); the ratios are time / a baseline's time from the same race. `never`'s "
+        "patterns are the same as BFD packing's (asserted, as multisets of rows).",
         "",
-        "| lengths | L | bound L2 | rows auto | rows never | BFD rows | auto s | never s | "
-        "BFD s | auto / BFD | never / BFD |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| lengths | L | bound L2 | rows auto | rows never = BFD | auto ms | never ms | "
+        "BFD packing ms | BFD count ms | never / BFD packing | never / BFD count | "
+        "auto / BFD packing |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    worst = {"auto": 0.0, "never": 0.0}
+    worst = {"auto": 0.0, "never": 0.0, "count": 0.0}
     for label, lengths, row_length in cases:
         builds = {
             s: lambda x=lengths, r=row_length, s=s: PackSpec.build(
@@ -273,34 +352,65 @@ def packing(quick: bool, repeats: int) -> list[str]:
             )
             for s in ("auto", "never")
         }
-        runs = []
-        for _ in range(repeats):
-            runs.append(
-                [best_of(f, 3) for f in (builds["auto"], builds["never"])]
-                + [best_of(lambda x=lengths, r=row_length: bfd_rows(x, r), 3)]
-            )
-        auto_t, never_t, bfd_t = (float(np.median(c)) for c in zip(*runs, strict=True))
-        auto, never = builds["auto"]().num_rows, builds["never"]().num_rows
+        pack = functools.partial(bfd_packing, lengths, row_length)
+        count = functools.partial(bfd_rows, lengths, row_length)
+        # (a separate race for the search, which sets the calls per round of its race)
+        never_t, pack_t, count_t = side_by_side(
+            builds["never"], pack, count, budget_s=0.01, repeats=repeats, rounds=5
+        )
+        auto_t, pack_auto_t = side_by_side(
+            builds["auto"], pack, budget_s=0.01, repeats=repeats, rounds=5
+        )
+        auto, never = builds["auto"](), builds["never"]()
         sizes, counts = np.unique(lengths, return_counts=True)
         bound = lower_bound(sizes, counts, row_length)[1]
         theirs = bfd_rows(lengths, row_length)
-        assert never == theirs and auto <= theirs, (label, auto, never, theirs)
-        worst["auto"] = max(worst["auto"], auto_t / bfd_t)
-        worst["never"] = max(worst["never"], never_t / bfd_t)
+        packed = bfd_packing(lengths, row_length)
+        assert _rows_of(*packed) == _plan_rows(never.patterns), label
+        rows = never.num_rows
+        assert rows == theirs == int(packed[0].sum()) and auto.num_rows <= rows, (label, rows)
+        worst["auto"] = max(worst["auto"], auto_t / pack_auto_t)
+        worst["never"] = max(worst["never"], never_t / pack_t)
+        worst["count"] = max(worst["count"], never_t / count_t)
         lines.append(
-            f"| {label} | {row_length} | {bound:,} | {auto:,} | {never:,} | {theirs:,} | "
-            f"{auto_t:.4f} | {never_t:.4f} | {bfd_t:.4f} | {auto_t / bfd_t:.2f}x | "
-            f"{never_t / bfd_t:.2f}x |"
+            f"| {label} | {row_length} | {bound:,} | {auto.num_rows:,} | {rows:,} | "
+            f"{auto_t * 1e3:.3g} | {never_t * 1e3:.3g} | {pack_t * 1e3:.3g} | "
+            f"{count_t * 1e3:.3g} | "
+            f"{never_t / pack_t:.2f}x | {never_t / count_t:.2f}x | {auto_t / pack_auto_t:.2f}x |"
         )
-        print(label, auto, never, theirs, bound, f"{auto_t / bfd_t:.2f}x {never_t / bfd_t:.2f}x")
+        print(
+            label,
+            auto.num_rows,
+            rows,
+            bound,
+            f"never/pack {never_t / pack_t:.2f}x never/count {never_t / count_t:.2f}x "
+            f"auto/pack {auto_t / pack_auto_t:.2f}x",
+            flush=True,
+        )
     lines += [
         "",
-        f'Largest time ratio to BFD: `search="auto"` **{worst["auto"]:.2f}x**, '
-        f'`search="never"` **{worst["never"]:.2f}x**; rows: `never` = BFD\'s everywhere, '
-        "`auto` <= BFD's everywhere (asserted).",
+        f'Largest time ratio: `search="never"` / BFD packing **{worst["never"]:.2f}x**, '
+        f'`search="never"` / BFD count **{worst["count"]:.2f}x**, `search="auto"` / BFD packing '
+        f"**{worst['auto']:.2f}x**; rows: `never` = BFD's everywhere, `auto` <= BFD's "
+        "everywhere (asserted).",
         "",
     ]
     return lines
+
+
+def _rows_of(reps, offsets, items, mult) -> dict[tuple, int]:
+    """Rows per distinct row contents ``((size, documents), ...)`` of a packing."""
+    out: dict[tuple, int] = {}
+    items, mult = items.tolist(), mult.tolist()
+    for p, (lo, hi) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist(), strict=True)):
+        key = tuple(sorted(zip(items[lo:hi], mult[lo:hi], strict=True)))
+        out[key] = out.get(key, 0) + int(reps[p])
+    return out
+
+
+def _plan_rows(p) -> dict[tuple, int]:
+    """:func:`_rows_of` of a plan's patterns (whose items index the distinct sizes)."""
+    return _rows_of(p.reps, p.offsets, p.sizes[p.items], p.mult)
 
 
 def streaming(quick: bool) -> list[str]:
@@ -360,6 +470,9 @@ def main() -> None:
     parser.add_argument(
         "--only", choices=("collation", "packing", "streams"), help="run one section (a check)"
     )
+    parser.add_argument(
+        "--write", action="store_true", help="with --only: replace that section in the results"
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     sections = {
@@ -368,7 +481,15 @@ def main() -> None:
         "streams": lambda: streaming(args.quick),
     }
     if args.only:
-        print("\n".join(sections[args.only]()))
+        lines = sections[args.only]()
+        print("\n".join(lines))
+        if args.write:  # that section of the results file, replaced
+            text = OUT.read_text()
+            start = text.index(lines[0])
+            end = text.find("\n## ", start + 1)
+            stamp = f"(This section rerun alone: {time.perf_counter() - started:.0f} s.)"
+            rest = text[end + 1 :] if end >= 0 else ""
+            OUT.write_text(text[:start] + "\n".join([*lines, stamp, ""]) + "\n" + rest)
         return
     body = [line for run in sections.values() for line in run()]
     head = [

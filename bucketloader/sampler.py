@@ -56,7 +56,7 @@ from bucketloader.plan.epoch import (
     resolve_weights,
 )
 from bucketloader.plan.promote import Promotion, promoted_spec, promotes
-from bucketloader.plan.report import plan_report
+from bucketloader.plan.report import LOSS_WARNING, plan_report
 from bucketloader.plan.spec import SpecShapes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,9 +68,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "spec_or_build"]
 
 _log = logging.getLogger(__name__)
-
-#: Warn when a plan leaves out more than this fraction of the samples every epoch.
-LOSS_WARNING = 0.01
 
 
 def check_collator_options(owner: str, collator: Any, options: dict[str, Any]) -> None:

@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import numbers
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -75,7 +76,8 @@ class ShardReport:
 
     Attributes:
         rank: this rank.
-        num_samples: samples in this rank's shard (every one is in every epoch).
+        num_samples: samples in this rank's shard (every one is in every epoch, unless
+            ``defer=`` leaves some to the next: ``deferred``).
         steps: steps per epoch (the same on every rank).
         promoted: samples of this rank carried into a longer cell than their own.
         filler_rows: this rank's padding rows (rows of a batch with no sample).
@@ -89,7 +91,8 @@ class ShardReport:
         deferred_all: deferred samples over all ranks.
 
     With deferral, ``padding_ratio`` counts the real elements of the samples an epoch shows,
-    the deferred ones at their bucket's mean length (which of them wait changes every epoch).
+    less each rank's deferred ones at the mean length of its samples of their bucket (which of
+    them wait changes every epoch, so the figure is an estimate; exact when nothing waits).
     """
 
     rank: int
@@ -174,7 +177,7 @@ class ShardedSampler(EpochSampler):
         best = plans[0]
         if len(plans) > 1 and plans[1][4] < plans[0][4] - _ENVELOPE_GAIN:
             best = plans[1]
-        self.boundaries, self.cells, self.table, self.deferred, _ = best
+        self.boundaries, self.cells, self.table, self.deferred, _, self._real = best
         self._warned_epochs: set[int] = set()
         b = self.boundaries
         lookup = self.cells.lookup[0]
@@ -287,7 +290,7 @@ class ShardedSampler(EpochSampler):
         s = self.schedule
         rows = s.steps * self.cells.batch
         padded = int((rows * self.cells.lengths[:, 0]).sum()) * self.num_replicas
-        real = self._shown(self.boundaries, self.cells.lookup[0], self.deferred)
+        real = self._real
         kept = self.table - self.deferred
         return ShardReport(
             rank=self.rank,
@@ -303,18 +306,22 @@ class ShardedSampler(EpochSampler):
             deferred_all=int(self.deferred.sum()),
         )
 
-    def _shown(self, b: np.ndarray, lookup: np.ndarray, deferred: np.ndarray) -> float:
-        """Real elements an epoch shows over all ranks: every length, less the deferred
-        samples at their bucket's mean length (exact when nothing is deferred)."""
-        h = self.histogram
-        if not deferred.any():
-            return float(h.total)
-        cell = lookup[assign_buckets(h.values, b)]
+    def _shown(
+        self, b: np.ndarray, lookup: np.ndarray, deferred: np.ndarray, hists: list[LengthHistogram]
+    ) -> float:
+        """Real elements an epoch shows over all ranks: every length, less each rank's
+        deferred samples at the mean length of that rank's samples of their cell (exact when
+        nothing is deferred; which samples wait changes every epoch)."""
+        shown = float(self.histogram.total)
         k = deferred.shape[1]
-        n = np.bincount(cell, weights=h.counts, minlength=k)
-        total = np.bincount(cell, weights=h.counts * h.values.astype(np.float64), minlength=k)
-        mean = np.divide(total, n, out=np.zeros(k), where=n > 0)
-        return float(h.total - (deferred.sum(axis=0) * mean).sum())
+        for h, waiting in zip(hists, deferred, strict=True):
+            if not waiting.any():
+                continue
+            cell = lookup[assign_buckets(h.values, b)]
+            n = np.bincount(cell, weights=h.counts, minlength=k)
+            total = np.bincount(cell, weights=h.counts * h.values.astype(np.float64), minlength=k)
+            shown -= float((waiting * np.divide(total, n, out=np.zeros(k), where=n > 0)).sum())
+        return shown
 
     def _warn_blocked_cells(self) -> None:
         """NOTE [ Sharded plan ] 3: a cell some rank has no sample short enough for gets no
@@ -348,7 +355,7 @@ class ShardedSampler(EpochSampler):
 
     def _layout(
         self, b: np.ndarray, hists: list[LengthHistogram]
-    ) -> tuple[np.ndarray, Cells, np.ndarray, np.ndarray, float]:
+    ) -> tuple[np.ndarray, Cells, np.ndarray, np.ndarray, float, float]:
         """Boundaries ``b``'s cells, ``ranks x K`` table, deferred samples (NOTE [ Sharded
         plan ] 7) and padding ratio over all ranks."""
         occupancy = np.zeros(b.size, dtype=np.int64)
@@ -367,8 +374,8 @@ class ShardedSampler(EpochSampler):
         deferred = defer_table(table, self.defer) if self.defer else np.zeros_like(table)
         s = self._schedule(table - deferred, cells)
         padded = int((s.steps * s.rows * cells.lengths[:, 0]).sum()) * len(hists)
-        real = self._shown(b, lookup, deferred)
-        return b, cells, table, deferred, (padded - real) / real
+        real = self._shown(b, lookup, deferred, hists)
+        return b, cells, table, deferred, (padded - real) / real, real
 
     def _schedule(self, table: np.ndarray, cells: Cells) -> ShardSchedule:
         budget = self._rule.budget
@@ -544,12 +551,17 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
         check_int("pad_to_multiple_of", options["pad_to_multiple_of"], minimum=1)
     if "defer" in options:
         d = options["defer"]
-        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1:
+        real = isinstance(d, numbers.Real) and not isinstance(d, (bool, np.bool_))
+        if not real or not 0 <= d < 1:
             raise ValueError(
                 f"defer must be a number in [0, 1) (the most of a rank's samples of a bucket "
                 f"an epoch may leave to the next), got defer={d!r}; pass defer=0.5 to show "
                 "every sample within two epochs, or defer=0 to show every sample every epoch"
             )
+        # one spelling per rule, so ranks that write 0, 0.0 or nothing agree (config digest)
+        options = {k: v for k, v in options.items() if k != "defer"}
+        if d:
+            options["defer"] = float(d)
     rule = BatchRule.parse(options.get("batch_size"), options.get("max_tokens"))
     if rule.budget is not None and not rule.budget.promote:
         raise ValueError(

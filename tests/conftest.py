@@ -231,6 +231,19 @@ def pytest_unconfigure(config):
     _RankForker.close()
 
 
+def pytest_configure(config):
+    """Under ``pytest -n N`` (``make test``), each worker's torch gets its share of the cores
+    (at least one thread), so N workers do not each start a thread per core. Set before any
+    test imports torch, and inherited by the processes a test starts (gloo ranks set their own)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers:
+        threads = str(max(1, (os.cpu_count() or 1) // workers))
+        os.environ.setdefault("OMP_NUM_THREADS", threads)
+        os.environ.setdefault("MKL_NUM_THREADS", threads)
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo_counters():
     """Each test starts with torch._dynamo's global counters empty: a graph break counted by an

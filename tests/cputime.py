@@ -10,6 +10,8 @@ Usage::
     BUCKETLOADER_TEST_CPU=/tmp/cpu.tsv PYTHONPATH=$PWD:$PWD/tests \\
         python -m pytest -p cputime tests/test_distributed.py
     python tests/cputime.py /tmp/cpu.tsv        # per file: tests, wall, cpu, children
+
+Under ``pytest -n`` each worker writes its own file, ``/tmp/cpu.tsv.gw0``, ``.gw1``, ...
 """
 
 from __future__ import annotations
@@ -64,7 +66,9 @@ def pytest_runtest_protocol(item, nextitem):
 
 def pytest_sessionfinish(session):
     out = os.environ.get("BUCKETLOADER_TEST_CPU")
-    if out:
+    if out and os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n: one file per worker
+        out = f"{out}.{os.environ['PYTEST_XDIST_WORKER']}"
+    if out and _ROWS:
         with open(out, "w") as f:
             f.writelines(f"{n}\t{w:.3f}\t{c:.3f}\t{k:.3f}\n" for n, w, c, k in _ROWS)
 

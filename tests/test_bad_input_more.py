@@ -314,6 +314,19 @@ def test_a_stream_that_leaves_samples_out_warns_with_the_counts():
     assert (kept, totals["too_long"], totals["dropped"]) == (4, 2, 1)
 
 
+def test_a_stream_leaving_out_at_most_one_percent_stays_quiet_like_the_samplers():
+    import warnings
+
+    rows = [{"a": [1] * n} for n in [1] + [5] * 999]  # 1 of 1,000 under min_length: 0.1%
+    stream = BucketIterable(
+        rows, length_fn="a", boundaries=[4, 8], batch_size=8, min_length=2, overflow="drop"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _ids_of(list(stream)) == 999
+    assert stream.report().totals["too_short"] == 1  # still counted
+
+
 def _ids_of(batches):
     return sum(len(b) for b in batches)
 
@@ -332,3 +345,15 @@ def test_an_edited_pack_stream_state_is_refused_when_loaded(edit):
     with pytest.raises(ValueError, match="open and ready rows do not fit this PackIterable"):
         stream.load_state_dict({**live.state_dict(), **edit})
     stream.load_state_dict(live.state_dict())  # the unedited state still loads
+
+
+@pytest.mark.parametrize("kind", ["plan", "stream"])
+def test_a_huge_row_length_is_refused_before_it_exhausts_memory(kind):
+    from bucketloader.pack import PackSpec
+    from bucketloader.stream import PackIterable
+
+    with pytest.raises(ValueError, match=r"row_length=1,073,741,824 is above the 16,777,216"):
+        if kind == "plan":  # was killed by the OOM killer (tables of row_length + 1 entries)
+            PackSpec.build([3], row_length=2**30, batch_size=1024)
+        else:
+            PackIterable([[1] * 3], row_length=2**30, batch_size=2)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import numpy as np
@@ -19,6 +20,9 @@ pyspark = pytest.importorskip("pyspark")
 def spark():
     from pyspark.sql import SparkSession
 
+    # a SparkContext takes over SIGINT; its handler outlives stop() and, when the xdist worker
+    # is interrupted at shutdown, raises a KeyboardInterrupt from a dead context: give it back
+    previous = signal.getsignal(signal.SIGINT)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("bucketloader-tests")
@@ -32,6 +36,7 @@ def spark():
     session.sparkContext.setLogLevel("OFF")
     yield session
     session.stop()
+    signal.signal(signal.SIGINT, previous)
 
 
 def test_exact_reduce_by_spark(spark):
@@ -114,3 +119,17 @@ def test_cli_engine_spark_reads_parquet_shards(spark, tmp_path, capsys):
     assert main([*argv, "--cache-dir", str(tmp_path / "c")]) == 0, capsys.readouterr().err
     got = json.loads(js.read_text())["solution"]["boundaries"]
     assert got == compute_boundaries(arr, 4).tolist()
+
+
+def test_not_a_frame_is_a_type_error_where_main_has_no_file(monkeypatch):
+    """In ``python -c`` (or a pytest-xdist worker) ``__main__`` has no file; without grpc,
+    importing pyspark's Connect DataFrame there calls ``sys.exit(0)``, which made a bad ``df``
+    end the program with status 0. The check never imports it: one TypeError."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+    for name in [m for m in sys.modules if m.startswith("pyspark.sql.connect")]:
+        monkeypatch.delitem(sys.modules, name)
+    with pytest.raises(TypeError, match=r"df must be a pyspark\.sql\.DataFrame, got list"):
+        spark_histogram([1, 2], "n")
+    assert "pyspark.sql.connect.dataframe" not in sys.modules

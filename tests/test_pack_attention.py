@@ -164,6 +164,8 @@ def _sampler_batches(lengths, docs, **options):
         yield chosen, collate(chosen)
 
 
+# the counting backend runs each graph as traced: flex_attention's note that it is not fused
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 @pytest.mark.parametrize("path", ["sdpa", "flex", "varlen"])
 def test_attention_paths_compile_once_per_planned_shape(path):
     """>= 100 packed batches of two planned shapes: graphs == shapes, logits == alone."""

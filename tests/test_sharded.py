@@ -570,3 +570,17 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
 if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "sharded_worker":
     sys.path.insert(0, str(Path(__file__).parent))
     _sharded_worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
+
+
+def test_defer_spellings_agree_and_numpy_numbers_are_numbers():
+    from fractions import Fraction
+
+    lengths = np.array([3, 5, 9, 12, 4, 7, 8, 2] * 4)
+    shards = [np.arange(0, 32, 2), np.arange(1, 32, 2)]
+
+    def digest(**kw):
+        return _samplers(lengths, shards, batch_size=2, num_buckets=2, **kw)[0]._config_digest()
+
+    assert digest() == digest(defer=0) == digest(defer=0.0)
+    assert digest(defer=0.5) == digest(defer=np.float32(0.5)) == digest(defer=Fraction(1, 2))
+    assert digest(defer=0.5) != digest()

@@ -95,10 +95,11 @@ def scan_batches(
 
 
 def dataset_lengths(
-    dataset: Any, column: str | Callable[[Any], Any] | None, *, show: bool | None
+    dataset: Any, column: str | int | Callable[[Any], Any] | None, *, show: bool | None
 ) -> np.ndarray:
     """Per-item lengths of a map-style dataset (Arrow-vectorised for a ``datasets.Dataset``)."""
-    if hasattr(dataset, "column_names") and hasattr(dataset, "data") and not callable(column):
+    hf = hasattr(dataset, "column_names") and hasattr(dataset, "data")
+    if hf and (column is None or isinstance(column, str)):
         from bucketloader.hf import lengths  # a datasets.Dataset: datasets is installed
 
         return as_lengths(lengths(dataset, column))

@@ -125,7 +125,7 @@ class DynamicityReport:
 def analyze(
     data: ArrayLike | LengthHistogram | Dataset[Any] | DataLoader[Any],
     *,
-    column: str | Callable[[Any], Any] | None = None,
+    column: str | int | Callable[[Any], Any] | None = None,
     num_buckets: int | Iterable[int] = DEFAULT_NUM_BUCKETS,
     strategy: str | Strategy | Sequence[str | Strategy] | None = None,
     batch_size: int | None = None,

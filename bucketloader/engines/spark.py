@@ -9,6 +9,7 @@ form the exact histogram. Needs ``pip install 'bucketloader[spark]'`` (and Java)
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -153,13 +154,12 @@ def _check_frame(df: Any) -> None:
     from pyspark.sql import DataFrame
 
     ok = isinstance(df, DataFrame)
-    if not ok:  # Spark Connect's DataFrame is another class with the same API
-        try:
-            from pyspark.sql.connect.dataframe import DataFrame as ConnectFrame
-
-            ok = isinstance(df, ConnectFrame)
-        except ImportError:
-            ok = False
+    # Spark Connect's DataFrame is another class with the same API; a Connect frame means its
+    # module is loaded. Never import it here: without grpc, pyspark's import calls sys.exit(0)
+    # in an interpreter whose __main__ has no file (``python -c``, pytest-xdist's workers).
+    connect = sys.modules.get("pyspark.sql.connect.dataframe")
+    if not ok and connect is not None:
+        ok = isinstance(df, connect.DataFrame)
     if not ok:
         raise TypeError(f"df must be a pyspark.sql.DataFrame, got {type(df).__name__}")
     if df.isStreaming:

@@ -46,13 +46,14 @@ With several row lengths there is no bound and both run (given enough documents)
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
-benchmarks/small_costs.py races a careful bulk BFD, rows only, from 1k to 10M documents). The
+benchmarks/small_costs.py races a careful bulk BFD that outputs the packing in this module's
+form, and one that counts rows only, from 1k to 10M documents). The
 bulk BFD here is that BFD with the group contents kept: one group per step of its loop (a
 remainder of fewer than ``room // s`` documents is the next step's, which finds the same row),
 no call and no tuple per step, a root group's parent encodes its row length, the documents
 longer than ``L / 2`` open their rows at once, and the patterns are read off the group tree one
 level at a time for all groups at once. The
-MBS search costs about 0.2 ms per pattern in Python, tens of times BFD on a few thousand
+MBS search costs about 0.05-0.1 ms per pattern in Python, tens of times BFD on a few thousand
 documents; it saves 0.5-1.2% of the rows where BFD misses the bound (GSM8K-like lengths). Speed
 and tightness cannot both be had there, so the caller chooses (``search``, a
 :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
@@ -62,7 +63,8 @@ and tightness cannot both be had there, so the caller chooses (``search``, a
   L = 256: 1.6 points), or when the lengths hold at least ``_DOCS_PER_SIZE`` documents per
   distinct size (it then costs less than half of what the histogram saves over sorting).
 - ``"never"``: the plan is exactly best-fit decreasing, and no bound is computed (about the
-  baseline's time; the figures are in benchmarks/results/small_costs.md).
+  packing baseline's time up to 100k documents; from 1M on the lengths' validation and copy in
+  ``PackSpec.build`` cost more than its histogram: benchmarks/results/small_costs.md).
 - ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound.
 
 NOTE [ Lower bounds ]
@@ -238,12 +240,13 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
                     m, k = c, 1
             c -= k * m
             left = room - m * s  # (below s: the next step looks again)
-            other = room_of(left)
-            if other is None:
-                by_room[left] = [gid]
-                bits |= 1 << left
-            else:
-                other.append(gid)
+            if left:  # (a full row is never chosen again: not a room)
+                other = room_of(left)
+                if other is None:
+                    by_room[left] = [gid]
+                    bits |= 1 << left
+                else:
+                    other.append(gid)
             gid += 1
             add_parent(up)
             add_size(i)
@@ -263,31 +266,36 @@ def _patterns(
     num_lengths: int,
 ) -> Patterns:
     """The live groups of :func:`best_fit` as patterns: each group's chain of (size, mult)
-    from its root, written back to front one tree level at a time (vectorised over groups);
-    a pattern's row length is its root's (``-1 - parent``)."""
-    reps = np.array(rows, dtype=np.int64)
+    from its root, written back to front one tree level at a time (vectorised over groups,
+    the longest chains first); a pattern's row length is its root's (``-1 - parent``)."""
+    n = len(rows)  # (np.fromiter: a quarter faster than np.array on a list of ints)
+    reps = np.fromiter(rows, np.int64, n)
     live = np.flatnonzero(reps)
-    up = np.array(parent, dtype=np.int64)
-    idx = np.array(size_of, dtype=np.int64)
-    many = np.array(mult, dtype=np.int64)
+    up = np.fromiter(parent, np.int64, n)
+    idx = np.fromiter(size_of, np.int64, n)
+    many = np.fromiter(mult, np.int64, n)
+    deep = np.fromiter(depth, np.int64, n)[live]
     offsets = np.zeros(live.size + 1, dtype=np.int64)
-    np.cumsum(np.array(depth, dtype=np.int64)[live], out=offsets[1:])
+    np.cumsum(deep, out=offsets[1:])
     items = np.empty(int(offsets[-1]), dtype=np.int64)
     mults = np.empty_like(items)
     kind = np.zeros(live.size, dtype=np.int64)
-    at = np.arange(live.size) if num_lengths > 1 else None  # which pattern each chain is
-    cur, pos = live, offsets[1:] - 1
-    while cur.size:
+    # the chains longest first, so that those still walked at each level are a prefix
+    order = np.argsort(-deep, kind="stable")
+    cur, pos = live[order], offsets[1:][order] - 1
+    top = int(deep[order[0]]) if live.size else 0
+    longer = np.searchsorted(-deep[order], -np.arange(1, top + 1), side="right").tolist()
+    for walked in longer:  # level 1, 2, ...: the chains of at least that many groups
+        if walked < cur.size:  # chains that ended: cur holds their roots' -1 - row length index
+            if num_lengths > 1:
+                kind[order[walked : cur.size]] = -1 - cur[walked:]
+            cur, pos = cur[:walked], pos[:walked]
         items[pos] = idx[cur]
         mults[pos] = many[cur]
         cur = up[cur]
-        keep = cur >= 0
-        if not keep.all():
-            if at is not None:
-                kind[at[~keep]] = -1 - cur[~keep]
-                at = at[keep]
-            cur, pos = cur[keep], pos[keep]
-        pos = pos - 1
+        pos -= 1
+    if num_lengths > 1 and cur.size:
+        kind[order[: cur.size]] = -1 - cur
     vals = np.asarray(sizes, dtype=np.int64)
     fill = np.add.reduceat(vals[items] * mults, offsets[:-1]) if items.size else items
     return Patterns(

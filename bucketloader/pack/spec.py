@@ -428,8 +428,9 @@ class PackSpec:
                 than 0.5 percentage points above the bound ``ceil(tokens / L)`` (the search
                 costs tens of times BFD's planning time on a few thousand documents, once per
                 dataset); ``"never"``: best-fit decreasing only, about the time of a careful
-                BFD (up to 1.2% more rows where it misses the bound); ``"always"``: the search
-                wherever BFD is more than 0.1% of its rows above the bound.
+                BFD up to 100k documents (up to 1.2% more rows where it misses the bound);
+                ``"always"``: the search wherever BFD is more than 0.1% of its rows above the
+                bound.
 
         Example:
             >>> lengths = [10, 2, 3, 4, 3, 10, 10, 7, 2, 2, 5, 6]  # 64 tokens: 4 rows of 16
@@ -539,13 +540,31 @@ def pack_rows(sizes: list[int], row_length: int, max_per_row: int) -> list[list[
     return out
 
 
+#: Longest packed row (plans and streams): the planner keeps per-length tables of ``row_length + 1``
+#: entries (histogram, lower bound), so 2**24 bounds them at 128 MB each; longer rows are
+#: refused up front instead of exhausting memory.
+MAX_ROW_LENGTH = 2**24
+
+
+def check_row_length(n: Any) -> int:
+    """``row_length`` (one), checked: an int in ``[1, MAX_ROW_LENGTH]``."""
+    n = check_int("row_length", n, minimum=1, maximum=MAX_LENGTH)
+    if n > MAX_ROW_LENGTH:
+        raise ValueError(
+            f"row_length={n:,} is above the {MAX_ROW_LENGTH:,} elements a packed row may have "
+            "(the planner keeps tables of row_length + 1 entries, and each batch holds "
+            "batch_size rows of row_length elements); pack rows of at most that"
+        )
+    return n
+
+
 def _row_lengths(row_length: Any) -> tuple[int, ...]:
     if isinstance(row_length, (list, tuple, np.ndarray)):
-        rows = tuple(check_int("row_length", n, minimum=1, maximum=MAX_LENGTH) for n in row_length)
+        rows = tuple(check_row_length(n) for n in row_length)
         if not rows or any(b <= a for a, b in itertools.pairwise(rows)):
             raise ValueError(
                 f"row_length must be an int >= 1 or strictly increasing ints, got "
                 f"row_length={tuple(row_length)!r}"
             )
         return rows
-    return (check_int("row_length", row_length, minimum=1, maximum=MAX_LENGTH),)
+    return (check_row_length(row_length),)

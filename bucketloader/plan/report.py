@@ -23,6 +23,9 @@ from bucketloader.plan.epoch import plan_epoch
 from bucketloader.plan.promote import Promotion
 from bucketloader.plan.spec import BucketSpec
 
+#: Warn when a plan (or a stream's pass) leaves out more than this fraction of its samples.
+LOSS_WARNING = 0.01
+
 #: The totals a report may carry, in display order, with what each counts.
 TOTALS = {
     "samples": "samples declared (a sampler) or read (a stream)",

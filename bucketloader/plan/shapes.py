@@ -22,7 +22,7 @@ import numpy as np
 from bucketloader._types import LAST_BATCH, PerInput, Size
 from bucketloader._validation import check_choice, check_int
 from bucketloader.boundaries import check_boundaries, round_up
-from bucketloader.plan.budget import BatchRule, TokenBudget
+from bucketloader.plan.budget import MAX_BATCH_ELEMENTS, BatchRule, TokenBudget
 from bucketloader.plan.cells import Cells
 from bucketloader.plan.limits import LengthLimits
 
@@ -196,6 +196,8 @@ def row_batch_sizes(rule: BatchRule, row_lengths: Sequence[int]) -> tuple[int, .
         (8, 4)
     """
     rows = tuple(row_lengths)
+    if rule.batch_size is not None and rule.batch_size * rows[-1] <= MAX_BATCH_ELEMENTS:
+        return (rule.batch_size,) * len(rows)  # one B: nothing to size, no batch too large
     bsz = tuple(int(b) for b in rule.sizes(np.asarray(rows, dtype=np.int64)[:, None]))
     if min(bsz) < 1:
         raise ValueError(

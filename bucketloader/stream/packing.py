@@ -43,8 +43,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from bucketloader._dist import resolve_ranks
-from bucketloader._validation import MAX_LENGTH, check_choice, check_int
-from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable
+from bucketloader._validation import check_choice, check_int
+from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable, check_row_length
 from bucketloader.plan import SamplingReport
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.shapes import row_batch_sizes
@@ -157,7 +157,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         self.source = check_source(source)
         self.length_fn = length_fn
         self._measure = make_length_fn(length_fn)
-        self.row_length = check_int("row_length", row_length, minimum=1, maximum=MAX_LENGTH)
+        self.row_length = check_row_length(row_length)
         rule = BatchRule.parse(batch_size, max_tokens)  # the sampler's batch-size rule
         (self.batch_size,) = row_batch_sizes(rule, (self.row_length,))
         self.open_rows = check_int("open_rows", open_rows, minimum=1)

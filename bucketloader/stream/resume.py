@@ -61,6 +61,7 @@ import torch.utils.data
 
 from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import check_int
+from bucketloader.plan.report import LOSS_WARNING
 from bucketloader.stream.counters import MAX_LANES, LaneCounters
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
@@ -261,13 +262,15 @@ _LEFT_OUT = {
 def _warn_at_end(
     batches: Iterator[Any], engine: Any, owner: str, epoch: int, empty: bool
 ) -> Iterator[Any]:
-    """The pass's batches, then one warning with the counts when it left samples out (they are
-    counted in ``report()`` too), and, with ``empty``, when it read no sample at all (an empty
-    or exhausted source: an epoch of no step)."""
+    """The pass's batches, then one warning with the counts when it left out more than
+    :data:`~bucketloader.plan.report.LOSS_WARNING` of the samples it read, as the samplers warn
+    (every one is counted in ``report()``), and, with ``empty``, when it read no sample at all
+    (an empty or exhausted source: an epoch of no step)."""
     yield from batches
     stats = engine.stats
     parts = [f"{stats[k]:,} {why}" for k, why in _LEFT_OUT.items() if stats.get(k)]
-    if parts:
+    left_out = sum(int(stats.get(k) or 0) for k in _LEFT_OUT)  # each engine counts its own
+    if parts and left_out > LOSS_WARNING * engine.read:
         warnings.warn(
             f"this {owner} leaves out {', '.join(parts)}; samples its pass read in epoch "
             f"{epoch}: {engine.read:,} (report() counts them by kind)",
@@ -472,8 +475,14 @@ def resume_lane(
         lane = ((worker[0] + state["first"]) % worker[1], worker[1])
         return lane, int(state["skip"][lane[0]]) if state["skip"] else 0
     if list(state["worker"]) != list(worker):
+
+        def where(w: Any) -> str:
+            i, n = (int(x) for x in w)
+            return "a single process (num_workers 0 or 1)" if n == 1 else f"worker {i} of {n}"
+
         raise ValueError(
-            f"state was saved by worker {state['worker']}, this is worker {list(worker)}"
+            f"state was saved in {where(state['worker'])}, this pass runs in {where(worker)}; "
+            "resume with the same num_workers as when the state was taken"
         )
     return worker, 0
 
