@@ -40,7 +40,9 @@ keeping the better. Measured on GSM8K, K=8, bound (on the padding plus its const
 same number of rounds with it on every round: 937,521 against 935,477 at round 20 for sum,
 33.46 M against 33.21 M at round 25 for prod. In the early rounds the LP is quick and the
 evaluation is most of the round: with it on every round, a 5 s solve of GSM8K K=4 (prod) fitted
-11-12 rounds where it fitted 22 without (one noisy A/B), hence ``LINE_COST``. Measured (GSM8K,
+11-12 rounds where it fitted 22 without (one noisy A/B), hence ``LINE_COST``. Back to back
+at 30 s (two pairs each, quiet machine): GSM8K K=16 (prod) 10.93 % gap against 13.07 and
+13.96 % without; K=8 (sum) 2.56-2.60 % against 2.48 %. Measured (GSM8K,
 K=8, sum, 20 s, loaded machine): whole candidates with all their pairs reached a 16.8 % gap;
 core pairs with smoothing 2.7-8 %. On GSM8K the restricted LP's own value
 never left the plan's in any round (logged at K=8, sum, 30 s): the plan may be the LP's
