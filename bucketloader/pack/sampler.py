@@ -39,7 +39,8 @@ class PackSampler(EpochSampler):
     Use it as ``DataLoader(dataset, batch_sampler=sampler, collate_fn=sampler.collator())``.
 
     The options split in two, as for :class:`~bucketloader.BucketSampler`. *What shapes the
-    batches* (``row_length``, ``batch_size`` or ``max_tokens``, ``overflow``, ``last_batch``) are
+    batches* (``row_length``, ``batch_size`` or ``max_tokens``, ``overflow``, ``last_batch``,
+    ``search``) are
     :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` options, passed here as keywords or
     fixed in a ready ``PackSpec``. *How an epoch is iterated* are this class's own arguments.
 

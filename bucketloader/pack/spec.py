@@ -425,10 +425,12 @@ class PackSpec:
             search: planning time against tightness (NOTE [ Planning at the speed of best-fit
                 decreasing ] in :mod:`bucketloader.pack._bins`). ``"auto"`` (default): best-fit
                 decreasing, and a Minimum-Bin-Slack search for tighter rows where BFD pads more
-                than 0.5 percentage points above the bound ``ceil(tokens / L)`` (the search
-                costs tens of times BFD's planning time on a few thousand documents, once per
-                dataset); ``"never"``: best-fit decreasing only, about the time of a careful
-                BFD up to 100k documents (up to 1.2% more rows where it misses the bound);
+                than 0.5 percentage points above the bound ``ceil(tokens / L)`` with one row
+                length, and from 100k documents per distinct length with any (with several row
+                lengths below that, pass ``"always"`` for the search). The search costs tens of
+                times BFD's planning time on a few thousand documents, once per dataset.
+                ``"never"``: best-fit decreasing only, about the time of a careful BFD up to
+                100k documents (up to 1.2% more rows where it misses the bound);
                 ``"always"``: the search wherever BFD is more than 0.1% of its rows above the
                 bound.
 
