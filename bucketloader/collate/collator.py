@@ -292,8 +292,8 @@ class PadCollator:
                 f"PadCollator needs a non-empty list of samples, got an empty "
                 f"{type(samples).__name__}"
             )
-        if self._bare_default and getattr(samples, "planned_shape", None) is None:
-            lean = self._collate_bare(samples)
+        if self._bare_default and planned_empty is None and type(samples) is not list:
+            lean = self._collate_bare(samples)  # a plain list already tried it above
             if lean is not None:
                 return lean
         first = samples[0]
@@ -460,15 +460,19 @@ class PadCollator:
             ),
         }
 
+    def _bare_pad_value(self, first: Any) -> tuple[Any]:
+        """The pad value of bare samples, as a 1-tuple (taken once; checks pad_value's keys)."""
+        if self._bare_pad is None:
+            (spec,) = self._specs(first, "bare", [BARE_KEY])
+            self._bare_pad = (spec.pad_value,)
+        return self._bare_pad
+
     def _lean_entry(self, first: Any, size: int) -> tuple[Any, dict, Any] | None:
         """The pad buffer, its cached views and the mask rows (a ``(size + 1, size)`` table up to
         ``_MASK_TABLE_MAX``, else an empty array: ``sequence_mask``) of :meth:`_collate_bare`, or
         ``None`` (a dtype torch cannot take, or a pad value it cannot hold: the general path
         raises the message)."""
-        pad_value = self._bare_pad
-        if pad_value is None:
-            (spec,) = self._specs(first, "bare", [BARE_KEY])  # checks pad_value's keys
-            pad_value = self._bare_pad = (spec.pad_value,)
+        pad_value = self._bare_pad_value(first)
         kind, dtype = type(first), first.dtype
         tdtype = dtype if kind is torch.Tensor else torch_dtype(dtype)
         if tdtype is None or not fits(pad_value[0], tdtype):
@@ -491,10 +495,7 @@ class PadCollator:
     ) -> dict[Any, Any]:
         """:meth:`_collate_bare` through the general kernels (all-padding rows of
         ``last_batch="pad"``, mixed dtypes, many short rows, CUDA samples)."""
-        pad_value = self._bare_pad
-        if pad_value is None:
-            (spec,) = self._specs(samples[0], "bare", [BARE_KEY])  # checks pad_value's keys
-            pad_value = self._bare_pad = (spec.pad_value,)
+        pad_value = self._bare_pad_value(samples[0])
         n = len(sizes)
         if rows == n:
             lens = np.array(sizes, dtype=np.int64)

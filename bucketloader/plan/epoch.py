@@ -223,9 +223,7 @@ def _grouped(spec: BucketSpec, at: _Place, longest_first: bool, k: int) -> Epoch
     sc, sj = interleave_groups(steps, k, None if key is None else np.random.default_rng(key))
     seg = cell_start[sc]
     if longest_first and sc.size:
-        size = size_values(spec.cell_lengths, spec.size)
-        present = np.unique(sc)
-        best = int(present[np.lexsort((spec.cell_batch[present], size[present]))[-1]])
+        best = _largest_cell(spec, sc, spec.cell_batch)
         sc, sj, seg = longest_group_first(best, k, sc, sj, seg)
     return _materialize(spec, at.num_replicas, at.rank, order, sc, sj, seg)
 
@@ -348,13 +346,7 @@ def _interleave(
         only = np.zeros_like(steps)
         only[cells] = steps[cells]
         steps = only
-    total = int(steps.sum())
-    step_cell = np.repeat(np.arange(steps.size), steps)
-    step_j = np.arange(total) - np.repeat(np.cumsum(steps) - steps, steps)
-    u = np.random.default_rng(key_ss).random(total) if key_ss is not None else 0.5
-    key = (step_j + u) / steps[step_cell]
-    pick = np.lexsort((step_cell, key))
-    return step_cell[pick], step_j[pick]
+    return interleave_steps(steps, None if key_ss is None else np.random.default_rng(key_ss))
 
 
 def _weighted(
@@ -402,13 +394,19 @@ def _weighted(
     return ShuffledOrder.concat(orders, spec.by_cell), sc[pick], sj[pick], seg[pick]
 
 
+def _largest_cell(spec: BucketSpec, sc: np.ndarray, rows: np.ndarray) -> int:
+    """The cell of the largest batch among the steps ``sc`` (by padded size, then rows: NOTE
+    [ Longest batch first ])."""
+    size = size_values(spec.cell_lengths, spec.size)
+    present = np.unique(sc)
+    return int(present[np.lexsort((rows[present], size[present]))[-1]])
+
+
 def _longest_first(
     spec: BucketSpec, num_replicas: int, sc: np.ndarray, sj: np.ndarray, seg: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Move a full step of the largest cell to the front (NOTE [ Longest batch first ])."""
-    size = size_values(spec.cell_lengths, spec.size)
-    present = np.unique(sc)
-    best = present[np.lexsort((spec.cell_batch[present], size[present]))[-1]]
+    best = _largest_cell(spec, sc, spec.cell_batch)
     full, _ = spec.cell_steps(num_replicas)
     hits = np.flatnonzero(sc == best)
     fulls = hits[sj[hits] < full[best]]
@@ -496,9 +494,7 @@ def _promoted(spec: BucketSpec, p: Promotion, at: _Place, longest_first: bool) -
     order, start = promoted_order(order, cell_start, spec.counts, p)
     sc, sj = interleave_steps(p.steps, None if key is None else np.random.default_rng(key))
     if longest_first and sc.size:
-        size = size_values(spec.cell_lengths, spec.size)
-        present = np.unique(sc)
-        best = int(present[np.lexsort((p.rows[present], size[present]))[-1]])
+        best = _largest_cell(spec, sc, p.rows)
         i = int(np.argmax(sc == best))
         move = np.r_[i, 0:i, i + 1 : sc.size]
         sc, sj = sc[move], sj[move]

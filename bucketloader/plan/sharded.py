@@ -360,10 +360,11 @@ def _rotation(
     window of a fixed order of the cell (index order unshuffled) from position
     ``epoch * (n - d)`` on, cyclically; its first ``d`` are what the previous epoch deferred."""
     n = own.size
-    order = own.copy()
+    order = own
     if shuffle:
+        order = own.copy()
         ss = np.random.SeedSequence([seed, _DEFER, rank, cell])
         np.random.default_rng(ss).shuffle(order)
     shown = n - d
     first = (epoch * shown) % n
-    return np.roll(order, -first)[:shown].copy()
+    return np.roll(order, -first)[:shown]  # np.roll makes a new array: by_cell stays apart

@@ -79,6 +79,12 @@ class Pass:
         """The positions ``state`` holds (read back on resume)."""
         raise NotImplementedError
 
+    def _take_back_from(self, it: Iterator[Any], start: int, end: int, wanted: Any) -> None:
+        """Replay positions ``start .. end - 1`` of ``it``, taking back the ``wanted`` ones."""
+        for pos, sample in replay(it, start, end):
+            if pos in wanted:
+                self._take_back(pos, sample)
+
     def _take_back(self, pos: int, sample: Any) -> None:
         """Keep replayed sample ``pos`` (one of :meth:`_wanted`) for :meth:`_restore`."""
         raise NotImplementedError
@@ -173,14 +179,10 @@ class Pass:
             if lo == hi:
                 continue
             it = reopen(self.o.source, self.worker, src_state)
-            for pos, sample in replay(it, int(start), order[hi - 1] + 1):
-                if pos in wanted:
-                    self._take_back(pos, sample)
+            self._take_back_from(it, int(start), order[hi - 1] + 1, wanted)
         start, src_state = segments[-1]
         it = reopen(self.o.source, self.worker, src_state)
-        for pos, sample in replay(it, int(start), read):
-            if pos in wanted:
-                self._take_back(pos, sample)
+        self._take_back_from(it, int(start), read, wanted)
         return it
 
     def resume(self, state: dict[str, Any]) -> Iterator[Any]:
@@ -206,9 +208,7 @@ class Pass:
             if state["source"].get("seek"):  # positions only, from a seekable source: replay
                 start, src_state = 0, None
             it = reopen(self.o.source, self.worker, src_state)
-            for pos, sample in replay(it, start, read):
-                if pos in wanted:
-                    self._take_back(pos, sample)
+            self._take_back_from(it, start, read, wanted)
         self._finish_resume(state)
         self.snaps = [(start, src_state)]
         return it
