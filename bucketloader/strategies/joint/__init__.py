@@ -230,9 +230,9 @@ def _search_and_bound(
         params["exact"]
         and not coarsened
         and pad - lower > max(tol * pad, 0.5)
-        and _ilp_fits(grid, bound, k, upper, cells, deadline, params["solver"])
+        and (subset := _ilp_subset(grid, bound, k, upper, cells, deadline, params["solver"]))
+        is not None
     ):
-        subset = survivors(bound, k, upper, cells)
         info["ilp_candidates"] = int(subset.size)
         t0 = time.perf_counter()
         picked, details = solve_ilp(grid, k, cells, deadline, subset, params["solver"])
@@ -260,7 +260,7 @@ def _search_and_bound(
     return out, lower_int, status
 
 
-def _ilp_fits(
+def _ilp_subset(
     grid: Grid,
     bound: Any,
     k: int,
@@ -268,14 +268,15 @@ def _ilp_fits(
     cells: np.ndarray,
     deadline: float,
     solver: str,
-) -> bool:
-    """Whether the integer program over the bound's survivors fits the time left
-    (NOTE [ The joint integer program ])."""
+) -> np.ndarray | None:
+    """The bound's survivors, when the integer program over them fits the time left, else
+    ``None`` (NOTE [ The joint integer program ])."""
     remaining = deadline - time.perf_counter()
     if remaining <= 0.05:
-        return False
-    pairs = num_pairs(grid, survivors(bound, k, upper, cells))
-    return pairs <= max(MAX_PAIRS, pairs_per_second(solver) * remaining)
+        return None
+    subset = survivors(bound, k, upper, cells)
+    fits = num_pairs(grid, subset) <= max(MAX_PAIRS, pairs_per_second(solver) * remaining)
+    return subset if fits else None
 
 
 def _best_search(

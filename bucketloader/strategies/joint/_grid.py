@@ -64,6 +64,7 @@ class Grid:
         cand_of_flat: ``(G,)`` candidate id of every grid point (``-1`` if not a candidate).
         size: ``"sum"`` or ``"prod"``.
         by_size: the candidate ids from the smallest size to the largest.
+        sorted_size: ``cand_size[by_size]`` (kept: every gains round searches it).
     """
 
     values: tuple[np.ndarray, ...]
@@ -78,6 +79,7 @@ class Grid:
     cand_of_flat: np.ndarray
     size: str
     by_size: np.ndarray
+    sorted_size: np.ndarray
 
     @classmethod
     def build(
@@ -106,6 +108,7 @@ class Grid:
         cand_of_flat = np.full(int(np.prod(shape)), -1, dtype=np.int64)
         cand_of_flat[cand_flat] = np.arange(cand_flat.size)
         cand_size = sizes_of(cls._coords(values, cand), size)
+        by_size = np.argsort(cand_size, kind="stable")
         return cls(
             values=tuple(values),
             shape=shape,
@@ -118,7 +121,8 @@ class Grid:
             cand_size=cand_size,
             cand_of_flat=cand_of_flat,
             size=size,
-            by_size=np.argsort(cand_size, kind="stable"),
+            by_size=by_size,
+            sorted_size=cand_size[by_size],
         )
 
     @staticmethod
@@ -157,7 +161,7 @@ class Grid:
         g = int(np.prod(self.shape))
         out = np.zeros(self.cand_flat.size)
         step = max(1, _GAIN_CHUNK // max(g, 1))
-        sorted_size = self.cand_size[self.by_size]
+        sorted_size = self.sorted_size
         for lo in range(0, nl, step):
             hi = min(nl, lo + step)
             mine = (level >= lo) & (level < hi)
