@@ -51,6 +51,7 @@ from bucketloader.plan.sharded import (
     plan_shard_epoch,
     shard_schedule,
 )
+from bucketloader.plan.spec import cell_dtype, count_cells, sort_by_cell
 from bucketloader.plan.table import PlannedBatch, ShapeTable
 from bucketloader.sampler import LOSS_WARNING, EpochSampler, check_collator_options
 from bucketloader.solve import compute_boundaries
@@ -182,7 +183,7 @@ class ShardedSampler(EpochSampler):
         b = self.boundaries
         lookup = self.cells.lookup[0]
         cell_of = _cells_of(lengths, b, lookup)
-        self._by_cell = _by_cell(cell_of, self.cells.num_cells)
+        self._by_cell = sort_by_cell(cell_of, count_cells(cell_of, self.cells.num_cells))
         self._counts = self.table[self.rank]
         self.schedule = self._schedule(self.table - self.deferred, self.cells)
         if self.even:
@@ -506,25 +507,12 @@ def _histogram(lengths: np.ndarray) -> LengthHistogram:
 
 
 def _cells_of(lengths: np.ndarray, boundaries: np.ndarray, lookup: np.ndarray) -> np.ndarray:
-    """Cell of every sample, in the narrowest unsigned type, computed in chunks."""
-    dtype = np.uint8 if lookup.max() < 1 << 8 else np.uint16 if lookup.max() < 1 << 16 else np.int64
+    """Cell of every sample, in the narrowest signed type (:func:`sort_by_cell`'s ids),
+    computed in chunks."""
+    dtype = cell_dtype(int(lookup.max()) + 1)
     out = np.empty(lengths.size, dtype=dtype)
     for i in range(0, lengths.size, _CHUNK):
         out[i : i + _CHUNK] = lookup[assign_buckets(lengths[i : i + _CHUNK], boundaries)]
-    return out
-
-
-def _by_cell(cell_of: np.ndarray, k: int) -> np.ndarray:
-    """Sample indices sorted by cell (index order within a cell): a counting sort into the
-    narrowest index type, one pass per cell."""
-    index_type = np.int32 if cell_of.size < 1 << 31 else np.int64
-    counts = np.bincount(cell_of, minlength=k)
-    out = np.empty(cell_of.size, dtype=index_type)
-    at = 0
-    for c in range(k):
-        if counts[c]:
-            out[at : at + counts[c]] = np.flatnonzero(cell_of == c)
-            at += int(counts[c])
     return out
 
 
