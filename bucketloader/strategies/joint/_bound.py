@@ -108,9 +108,14 @@ def evaluate(
     level, value = _snap(reach, grid.weight, levels)
     snapped = value[level]
     g = grid.gains(level, value)
-    top = np.sort(g)[-k:] if g.size > k else g
+    top = np.partition(g, g.size - k)[-k:] if g.size > k else g
     lb = float((grid.weight * snapped).sum() - top.sum())
     return lb, g, snapped
+
+
+def _kth(g: np.ndarray, k: int) -> float:
+    """The K-th largest gain (0 when there are fewer than K candidates)."""
+    return float(np.partition(g, g.size - k)[g.size - k]) if g.size >= k else 0.0
 
 
 def lagrangian(
@@ -235,7 +240,7 @@ def lp_bound(
             best = Bound(lb2, snapped2.copy(), g2, best.iterations + 1, log)
         if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
             break
-        kth2 = float(np.sort(g2)[-k]) if g2.size >= k else 0.0
+        kth2 = _kth(g2, k)
         out2 = np.flatnonzero(g2 >= kth2)
         if _add_pairs(grid, pairs, out2[np.argsort(g2[out2])[::-1]], snapped2, batch):
             continue
@@ -291,7 +296,7 @@ def survivors(bound: Bound, k: int, upper: float, cells: np.ndarray) -> np.ndarr
     in no better plan and leave the integer program.
     """
     g = bound.gains
-    kth = float(np.sort(g)[-k]) if g.size >= k else 0.0
+    kth = _kth(g, k)
     forced = np.where(g >= kth, bound.value, bound.value - g + kth)
     slack = 1e-9 * max(1.0, abs(upper)) + 1e-6
     keep = np.flatnonzero(forced <= upper - 1 + slack)
