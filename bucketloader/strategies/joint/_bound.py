@@ -45,8 +45,14 @@ at 30 s (two pairs each, quiet machine): GSM8K K=16 (prod) 10.93 % gap against 1
 13.96 % without; K=8 (sum) 2.56-2.60 % against 2.48 %. Measured (GSM8K,
 K=8, sum, 20 s, loaded machine): whole candidates with all their pairs reached a 16.8 % gap;
 core pairs with smoothing 2.7-8 %. On GSM8K the restricted LP's own value
-never left the plan's in any round (logged at K=8, sum, 30 s): the plan may be the LP's
-optimum there, and what is missing is the dual side, which only more rounds close.
+never left the plan's in any round (logged at K=8, sum, 30 s). That is degeneracy, not an
+LP-optimal plan (session 4, K=8, sum): cutting planes on the LP's dual restricted to the
+complementary-slackness box of that plan (every reach between the sizes of a point's cheapest
+and second-cheapest plan cell) stay at or below 209,336 on the padding, while the bound itself
+reached 218,799 at 600 s, where the LP's cells also seeded a plan padding 220,416 (the 30 s
+plan: 220,702, so within 0.87 % of that bound all along). So there the gap is the dual
+side; what is missing at 30 s is LP rounds (each round's evaluations are cheaper since
+NOTE [ Gains by sorted blocks ]).
 """
 
 from __future__ import annotations
