@@ -83,3 +83,25 @@ def test_unlabelled_eval_after_packed_training_says_no_eval_loss(tmp_path):
         UserWarning, match=r"no 'labels' column, so evaluate\(\) reports no eval_loss"
     ):
         trainer.get_eval_dataloader()
+
+
+def test_trainer_without_any_pad_token_names_where_to_give_one(tmp_path):
+    ds = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * n for n in (3, 5, 2, 6)], "label": [0, 1] * 2}
+    )
+    config = transformers.BertConfig(
+        vocab_size=10, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=16, max_position_embeddings=16, pad_token_id=None,
+    )  # fmt: skip
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, use_cpu=True, report_to=[], save_strategy="no",
+    )  # fmt: skip
+    trainer = hf.BucketTrainer(
+        model=transformers.BertForSequenceClassification(config), args=args, train_dataset=ds
+    )
+    where = (
+        r"processing_class=NoneType has no pad_token_id and model.config.pad_token_id is None; "
+        r"pass bucketing=\{'pad_token_id'"
+    )
+    with pytest.raises(ValueError, match=where):
+        trainer.get_train_dataloader()

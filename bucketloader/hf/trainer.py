@@ -179,8 +179,16 @@ class _BucketMixin:
         if opts.get("pad_token_id") is None and opts.get("tokenizer") is None:
             if getattr(tokenizer, "pad_token_id", None) is not None:
                 opts["tokenizer"] = tokenizer
-            else:
+            elif config_pad is not None:
                 opts["pad_token_id"] = config_pad
+            else:
+                raise ValueError(
+                    f"{type(self).__name__} needs a pad token id to pad {column!r}, but "
+                    f"processing_class={type(self.processing_class).__name__} has no "
+                    "pad_token_id and model.config.pad_token_id is None; pass "
+                    "bucketing={'pad_token_id': <int>}, a processing_class with a pad token "
+                    "(tokenizer.pad_token = tokenizer.eos_token) or set model.config.pad_token_id"
+                )
         return for_text(dataset, column, **opts)
 
     def _loader(self, b: Bucketing) -> Any:
