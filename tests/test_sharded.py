@@ -653,6 +653,14 @@ def test_gloo_ranks_with_own_shards_agree_and_resume(tmp_path):
     for r in runs:
         assert r["defer"]["shown"] == r["shard"] - r["defer"]["own_deferred"]
         assert r["defer"]["resumed_equal"]
+    # exchange=True: the same steps and shapes, every global row once over the ranks, exact
+    # resume, the moves counted alike on every rank
+    assert len({tuple(r["exchange"]["cells"]) for r in runs}) == 1
+    rows = sorted(i for r in runs for i in r["exchange"]["rows"])
+    assert rows == list(range(2000))
+    moved = [r["exchange"]["moved"] for r in runs]
+    assert moved[0][0] == sum(m[1] for m in moved) == sum(m[2] for m in moved) > 0
+    assert all(r["exchange"]["resumed_equal"] for r in runs)
 
 
 @pytest.mark.slow
@@ -721,6 +729,27 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
                     "own_deferred": d.report().deferred,
                     "resumed_equal": head + [list(b) for b in again] == full,
                 }
+            # exchange (NOTE [ Sharded plan ] 8): one more gather of the moved global row ids
+            ids = shards[rank]
+            x = ShardedSampler(
+                own, shard_indices=ids, seed=seed, num_buckets=6, max_tokens=2048, exchange=True
+            )
+            x.set_epoch(1)
+            full = [list(b) for b in x]
+            p = x.plan(1)
+            x.set_epoch(1)
+            it = iter(x)
+            head = [list(next(it)) for _ in range(5)]
+            again = ShardedSampler(
+                own, shard_indices=ids, seed=seed, num_buckets=6, max_tokens=2048, exchange=True
+            )
+            again.load_state_dict(x.state_dict())
+            result["exchange"] = {
+                "cells": p.cells.tolist(),
+                "rows": sorted(int(i) for b in range(len(p)) for i in p.batch(b)[: p.num_real[b]]),
+                "moved": [x.report().moved_all, x.report().moved_out, x.report().moved_in],
+                "resumed_equal": head + [list(b) for b in again] == full,
+            }
     except ValueError as exc:
         result = {"error": str(exc)}
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))
