@@ -441,7 +441,7 @@ class ShardedSampler(EpochSampler):
         steps on any rank, and every sample of it is promoted: say so, with the ranks."""
         reach = np.cumsum(self.planned, axis=1) > 0
         blocked = np.flatnonzero(~reach.all(axis=0))
-        if blocked.size == 0:
+        if blocked.size == 0 or self.exchange:  # exchange: a shared stand-in (NOTE 8)
             return
         top = int(blocked[-1])
         ranks = np.flatnonzero(~reach[:, top]).tolist()
