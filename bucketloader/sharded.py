@@ -225,14 +225,15 @@ class ShardedSampler(EpochSampler):
         # the rows per cell the plan reads: the rank's own (some waiting, 7) or exchanged (8)
         self._counts = (self.planned if self.exchange else self.table)[self.rank]
         self._moves = np.zeros((0, 4), dtype=np.int64)
-        self._by_cell: np.ndarray | None = by_cell if ids is None else ids[by_cell]
+        self._by_cell: np.ndarray | None = None
         self._stand_in: int | None = None  # the first row of the rank's shortest cell
-        if self.exchange and self.num_replicas > 1:  # NOTE [ Sharded plan ] 8
+        if not (self.exchange and self.num_replicas > 1):
+            self._by_cell = by_cell if ids is None else ids[by_cell]
+        else:  # NOTE [ Sharded plan ] 8
             self._moves = exchange_moves(self.table, self.planned)
             kept, given = give_rows(
                 by_cell, self.table[self.rank], self._moves, rank=self.rank, seed=self.seed
             )
-            self._by_cell = None  # the kept rows and the received ones, when first planned
             self._kept = ids[kept]  # type: ignore[index]
             mine = self._moves[self._moves[:, 0] == self.rank]
             self._kept_counts = self.table[self.rank] - np.bincount(
@@ -300,7 +301,8 @@ class ShardedSampler(EpochSampler):
         """``DataLoader(self.wrap(dataset), batch_sampler=self, collate_fn=self.collator())``.
 
         Args:
-            dataset: this rank's shard (indexed by position in ``shard_lengths``).
+            dataset: this rank's shard (indexed by position in ``shard_lengths``), or with
+                ``shard_indices`` the whole data set (indexed by global row id).
             **kwargs: other ``DataLoader`` arguments (``num_workers``, ``collate_fn``, ...).
         """
         from bucketloader.loader import ResumableDataLoader  # exact state behind workers

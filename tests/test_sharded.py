@@ -340,6 +340,22 @@ def test_unequal_shards_warn_with_the_counts():
     assert len(s) == 10 and s.report().filler_rows == 36 and s.report().stand_in_batches == 6
 
 
+def _resumes_exactly(build, epoch=3, head=7):
+    """A sampler stopped ``head`` batches into ``epoch`` and a fresh one (``build()``) loading
+    its JSON state yield exactly the epoch's batches; the sampler and the state."""
+    s = build()
+    s.set_epoch(epoch)
+    full = [list(b) for b in s]
+    s.set_epoch(epoch)
+    it = iter(s)
+    first = [list(next(it)) for _ in range(head)]
+    state = json.loads(json.dumps(s.state_dict()))
+    fresh = build()
+    fresh.load_state_dict(state)
+    assert first + [list(b) for b in fresh] == full
+    return s, state
+
+
 # -- deferral (NOTE [ Sharded plan ] 7) -------------------------------------------------------
 def _shown(sampler, epoch):
     """Per cell: the samples epoch ``epoch`` shows in the cell's own steps or promoted, in
@@ -436,17 +452,8 @@ def test_deferral_resumes_exactly_and_its_state_is_its_own():
     lengths = np.asarray(load_real("multi30k"))[:3000, 0]
     shards = np.array_split(np.random.default_rng(2).permutation(lengths.size), 4)
     opts = {"num_buckets": 6, "max_tokens": 512, "seed": 5, "defer": 0.5}
-    s = _samplers(lengths, shards, **opts)[2]
+    s, state = _resumes_exactly(lambda: _samplers(lengths, shards, **opts)[2])
     assert s.report().deferred > 0
-    s.set_epoch(3)
-    full = [list(b) for b in s]
-    s.set_epoch(3)
-    it = iter(s)
-    head = [list(next(it)) for _ in range(7)]
-    state = json.loads(json.dumps(s.state_dict()))
-    fresh = _samplers(lengths, shards, **opts)[2]
-    fresh.load_state_dict(state)
-    assert head + [list(b) for b in fresh] == full
     plain = _samplers(lengths, shards, **{**opts, "defer": 0})[2]
     with pytest.raises(ValueError):
         plain.load_state_dict(state)
@@ -562,17 +569,8 @@ def test_exchange_resumes_exactly_and_refuses_bad_input():
     lengths = np.asarray(load_real("multi30k"))[:3000, 0]
     shards = np.array_split(np.random.default_rng(2).permutation(lengths.size), 4)
     opts = {"num_buckets": 6, "max_tokens": 512, "seed": 5}
-    s = _exchanged(lengths, shards, **opts)[2]
+    s, state = _resumes_exactly(lambda: _exchanged(lengths, shards, **opts)[2])
     assert s.report().moved_in + s.report().moved_out > 0
-    s.set_epoch(3)
-    full = [list(b) for b in s]
-    s.set_epoch(3)
-    it = iter(s)
-    head = [list(next(it)) for _ in range(7)]
-    state = json.loads(json.dumps(s.state_dict()))
-    fresh = _exchanged(lengths, shards, **opts)[2]
-    fresh.load_state_dict(state)
-    assert head + [list(b) for b in fresh] == full
     with pytest.raises(ValueError):  # another plan: the state of the exchange is its own
         _samplers(lengths, shards, **opts)[2].load_state_dict(state)
     hists = [LengthHistogram.from_lengths(lengths[x]) for x in shards]
