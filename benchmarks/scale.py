@@ -22,7 +22,9 @@ for a smoke run without the 100 M and 1 B points). Writes ``benchmarks/results/s
    rank reads every row, the fuller ranks hand their excess to the ranks with room once when the
    sampler is built), with the global plan's padding both as it reports it and with its
    repeated samples counted as padding, the least any plan showing every sample once can pad,
-   the samples moved per epoch, and the same steps-and-shapes and every-row-once checks.
+   the samples moved per epoch, and the same steps-and-shapes and every-row-once checks; then
+   the exchange's cost on large shards (10 M lengths over 8 ranks: build time per rank, the
+   first plan, rows moved, bytes gathered).
    ``--padding-only`` reruns this part alone and rewrites only its section of the results.
 2. Time and peak RSS vs N, each point in its own process (``ru_maxrss``): ``numpy.argsort`` of
    N int32 lengths (the reference), ``BucketSampler`` rank 0 of 8 on all N lengths, and
@@ -196,6 +198,51 @@ def padding_vs_global(ranks_list=(8, 64), resample=None):
     return rows
 
 
+def exchange_cost(n=10_000_000, ranks=8):
+    """What the exchange costs a rank on a large shard: LibriSpeech lengths resampled to ``n``,
+    ``ranks`` contiguous shards, every rank built in this process without and with
+    ``exchange=True`` (one shared ``LocalExchange``); build time per rank, rank 0's first plan
+    (with exchange: reading the received rows), the rows moved and the padding."""
+    from bucketloader import LengthHistogram
+    from bucketloader.sharded import LocalExchange, ShardedSampler
+
+    lengths = _draw(n, seed=1)
+    shards = np.array_split(np.arange(n), ranks)
+    hists = [LengthHistogram.from_lengths(lengths[s]) for s in shards]
+    out = {}
+    for on in (False, True):
+        board = LocalExchange(ranks)
+        builds, sams = [], []
+        for r, s in enumerate(shards):
+            extra = {"exchange": True, "gather": board, "shard_indices": s} if on else {}
+            t0 = time.perf_counter()
+            sams.append(
+                ShardedSampler(
+                    lengths[s],
+                    shard_histograms=hists,
+                    num_replicas=ranks,
+                    rank=r,
+                    num_buckets=K,
+                    max_tokens=3_200_000,
+                    **extra,
+                )
+            )
+            builds.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        sams[0].plan()
+        first = time.perf_counter() - t0
+        rep = sams[0].report()
+        out[on] = {
+            "build": float(np.mean(builds)),
+            "plan": first,
+            "steps": len(sams[0]),
+            "padding": rep.padding_ratio,
+            "moved": rep.moved_all,
+            "out": max(s.report().moved_out for s in sams),
+        }
+    return {"n": n, "ranks": ranks, "rules": out}
+
+
 # -- one measured point per process ------------------------------------------------------------
 def _draw(n: int, seed: int) -> np.ndarray:
     """n lengths resampled from LibriSpeech, int32, drawn in chunks (no full-size temporary)."""
@@ -316,8 +363,9 @@ def main() -> None:
     start = time.perf_counter()
     pad = padding_vs_global()
     pad_big = padding_vs_global(resample=2_000_000)
+    cost = exchange_cost()
     if args.padding_only:
-        write_padding(pad, pad_big, time.perf_counter() - start)
+        write_padding(pad, pad_big, time.perf_counter() - start, cost)
         return
     sizes = [1_000_000, 10_000_000] if args.quick else [1_000_000, 10_000_000, 100_000_000]
     points = []
@@ -326,7 +374,7 @@ def main() -> None:
             points.append(run_point(kind, n, 8))
             print(points[-1], flush=True)
     billion = None if args.quick else run_point("sharded", 1_000_000_000, 64)
-    write(pad, pad_big, points, billion, time.perf_counter() - start, args.quick)
+    write(pad, pad_big, points, billion, time.perf_counter() - start, args.quick, cost)
 
 
 def _pad_table(pad):
@@ -409,7 +457,30 @@ def _exchange_table(pad):
     return lines
 
 
-def _padding_section(pad, pad_big, seconds=None):
+def _cost_lines(cost):
+    """The exchange's cost on a large shard (:func:`exchange_cost`)."""
+    n, ranks = cost["n"], cost["ranks"]
+    off, on = cost["rules"][False], cost["rules"][True]
+    return [
+        f"The exchange on large shards: {n:,} LibriSpeech lengths (resampled) over {ranks} "
+        f"contiguous shards of {n // ranks:,}, k = {K}, `max_tokens` = 3,200,000, every rank "
+        "built in one process:",
+        "",
+        "| rule | build per rank (mean, s) | rank 0's first plan (s) | steps | padding | moved per "
+        "epoch (all ranks) | most rows a rank gives |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| default | {off['build']:.3f} | {off['plan']:.3f} | {off['steps']:,} | "
+        f"{off['padding']:.3%} | 0 | 0 |",
+        f"| `exchange=True` | {on['build']:.3f} | {on['plan']:.3f} | {on['steps']:,} | "
+        f"{on['padding']:.3%} | {on['moved']:,} ({on['moved'] / n:.3%}) | {on['out']:,} |",
+        "",
+        "The collective carries each rank's given row ids (int64 here: 8 bytes each), so "
+        "what a rank receives is the moved rows of all ranks: "
+        f"{on['moved'] * 8 / 1024:,.0f} KiB here.",
+    ]
+
+
+def _padding_section(pad, pad_big, seconds=None, cost=None):
     """The padding section of the results (its heading to the end of the second table)."""
     lines = [
         "## Padding: sharded plan vs global plan",
@@ -480,21 +551,23 @@ def _padding_section(pad, pad_big, seconds=None):
     lines += _pad_table(pad_big)
     lines += ["", "Exchange (`exchange=True`), the same 2,000,000-length sets:", ""]
     lines += _exchange_table(pad_big)
+    if cost is not None:
+        lines += ["", *_cost_lines(cost)]
     if seconds is not None:
         lines += ["", f"(`benchmarks/scale.py --padding-only`: {seconds:.0f} s.)"]
     return lines
 
 
-def write_padding(pad, pad_big, seconds) -> None:
+def write_padding(pad, pad_big, seconds, cost=None) -> None:
     """Rewrite only the padding section of the results (``--padding-only``)."""
     text = OUT.read_text()
     head, rest = text.split("## Padding: sharded plan vs global plan", 1)
     tail = rest[rest.index("## Time and peak memory") :]
-    body = "\n".join(_padding_section(pad, pad_big, seconds))
+    body = "\n".join(_padding_section(pad, pad_big, seconds, cost))
     OUT.write_text(head + body + "\n\n" + tail)
 
 
-def write(pad, pad_big, points, billion, seconds, quick) -> None:
+def write(pad, pad_big, points, billion, seconds, quick, cost=None) -> None:
     mb = 1 / 2**20
     load = os.getloadavg()[0]
     lines = [
@@ -508,7 +581,7 @@ def write(pad, pad_big, points, billion, seconds, quick) -> None:
         f"numpy {np.__version__}.",
         "",
     ]
-    lines += _padding_section(pad, pad_big)
+    lines += _padding_section(pad, pad_big, cost=cost)
     lines += [
         "",
         "## Time and peak memory vs N (rank 0 of 8, each point its own process)",
