@@ -335,6 +335,11 @@ class RowPass(Pass):
             p for items, _ in self.ready for p, _ in items
         ]
 
+    def _stand_ins(self) -> list[int]:
+        if not self.o.steps:  # a one-pass stream repeats nothing once dry
+            return []
+        return [p for items, _ in self._last for p, _ in items]
+
     def _filler_state(self) -> dict[str, Any]:
         out = {
             "next_id": self.next_id,

@@ -57,7 +57,7 @@ from bucketloader.stream.resume import (
     lane_states,
     state_keys,
 )
-from bucketloader.stream.source import is_seekable, is_stateful
+from bucketloader.stream.source import checkpoints_exactly, is_seekable
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
 
@@ -222,7 +222,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             stale_tokens=STALE_BUFFERS * self.open_rows * self.row_length,
             overflow=self.overflow,
             last_batch=self.last_batch,
-            stateful=is_stateful(self.source) and self.steps_per_epoch is None,
+            stateful=checkpoints_exactly(self.source),
             seekable=is_seekable(self.source),
             config=self._config(),
             steps=self.steps_per_epoch or 0,

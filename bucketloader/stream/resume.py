@@ -643,8 +643,12 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         # an exact state once a batch was handed out in this process; before the first batch,
         # the replay state, which also resumes behind DataLoader workers
         exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
-        # a stream split over ranks: exact (positions) where its source seeks, else a replay
-        if exact and engine.batches and (self.steps_per_epoch is None or engine.o.seekable):
+        # a stream split over ranks: exact where its source seeks or checkpoints, else a replay
+        if (
+            exact
+            and engine.batches
+            and (self.steps_per_epoch is None or engine.o.seekable or engine.o.stateful)
+        ):
             if batches_consumed in (None, engine.batches):
                 return engine.state_dict()
         return self._replay_state(batches_consumed)
