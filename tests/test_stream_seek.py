@@ -172,20 +172,26 @@ def test_parquet_resume_starts_at_the_row_group_of_the_read_position(lengths, tm
     assert groups == [state["read"]]  # one read, from the recorded row on
 
 
-def test_hf_iterable_resume_rereads_only_the_segments_holding_buffered_samples(
-    lengths, tmp_path, monkeypatch
-):
+@pytest.fixture
+def reads(monkeypatch):
+    """The positions a resume pulls from the restarted source (its replay), in order."""
     from bucketloader.stream import _engine
 
-    reads = []
+    pulled = []
     replay = _engine.replay
 
-    def counted(it, start, stop):  # the samples the resume pulls from the restarted source
+    def counted(it, start, stop):
         for x in replay(it, start, stop):
-            reads.append(x[0])
+            pulled.append(x[0])
             yield x
 
     monkeypatch.setattr(_engine, "replay", counted)
+    return pulled
+
+
+def test_hf_iterable_resume_rereads_only_the_segments_holding_buffered_samples(
+    lengths, tmp_path, reads
+):
     source = _source("hf-iterable", lengths, tmp_path)
     whole = _ids(_bucket(source))
     for k in (len(whole) // 2, len(whole) - 3):
@@ -238,22 +244,11 @@ def _hf_steps(make, source, rank):
 
 @pytest.mark.filterwarnings("ignore:this BucketIterable leaves out")
 @pytest.mark.parametrize("make", [_bucket, _pack], ids=["bucket", "pack"])
-def test_an_hf_stream_split_over_ranks_resumes_from_its_checkpoints(lengths, monkeypatch, make):
+def test_an_hf_stream_split_over_ranks_resumes_from_its_checkpoints(lengths, reads, make):
     # an HF IterableDataset split over 2 ranks (steps_per_epoch): the exact state lists the
     # source's state_dict() checkpoints that precede a sample it names (buffers, each cell's
     # stand-in, the last batches a dry step repeats); the resume restarts the source at each,
     # never from the start of the epoch, and gives the uninterrupted run's batches
-    from bucketloader.stream import _engine
-
-    reads = []
-    replay = _engine.replay
-
-    def counted(it, start, stop):  # the samples the resume pulls from the restarted source
-        for x in replay(it, start, stop):
-            reads.append(x[0])
-            yield x
-
-    monkeypatch.setattr(_engine, "replay", counted)
     for rank in range(2):
         source = _hf_rank(lengths, rank)
         full = _hf_steps(make, source, rank)

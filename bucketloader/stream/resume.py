@@ -15,8 +15,8 @@ each worker replays its pass from the start of the epoch and hands out only what
 count. That is exact, costs a re-read of the data consumed so far (no collation, no training), and
 needs the same ``num_workers``. A stream split over ranks resumes this way behind workers too
 (its per-worker counts follow from ``k`` alone), unless worker checkpoints (below) are on; in
-one process it seeks where its source can (NOTE [ Seeking a source ] in
-:mod:`bucketloader.stream.source`).
+one process it seeks or restarts at the source's checkpoints where its source can (NOTE
+[ Seeking a source ] in :mod:`bucketloader.stream.source`).
 
 NOTE [ Worker checkpoints ]
 Replaying a worker's pass from the start of the epoch re-reads everything it consumed. A stream

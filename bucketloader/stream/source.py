@@ -23,19 +23,23 @@ positions, the buffered samples are fetched by row and the source reopens at row
 in the epoch. A source with ``state_dict()`` / ``load_state_dict()`` (an HF
 ``IterableDataset``) is checkpointed every ``K`` samples (``K`` about the buffers' capacity);
 the state lists the checkpoints a resume needs (``segments``: the newest one at or before each
-buffered sample, and the newest of all), and the resume restarts the source at each of them,
-reading only up to the last buffered sample it holds, then at the newest one up to where the
+sample the state names, and the newest of all), and the resume restarts the source at each of
+them, reading only up to the last named sample it holds, then at the newest one up to where the
 pass stopped: at most ``K`` samples per checkpoint listed, whatever the position in the epoch.
+The pass keeps only those checkpoints (:func:`trim_snapshots`): a sample is named from the
+moment it is read until no resume needs it, so a checkpoint dropped is never needed again. An
+HF ``IterableDataset`` with a shuffle buffer is not checkpointed (:func:`checkpoints_exactly`:
+its ``state_dict()`` leaves the buffer out, so a restart would read other samples); it replays.
 Any other iterable (a generator factory, a torch ``IterableDataset``) cannot seek: it replays
 the pass from the start of the epoch; so does a subclass of ``list`` (its ``__iter__`` might
 not follow its indices). Behind DataLoader workers the same holds per worker, from the
 workers' checkpoints (NOTE [ Worker checkpoints ] in :mod:`bucketloader.stream.resume`).
-A stream split over ranks (``steps_per_epoch``) seeks the same way in one process: its state
-also lists the positions of the samples its dry steps reuse (each cell's first sample, the
-stand-in of a padding row, and each cell's last batch, which ``last_batch="fill"`` repeats) and
-the step it reached; the resume fetches those too and takes the remaining steps (behind
-DataLoader workers from the workers' checkpoints when they are on). Over any other source it
-replays from the start of the epoch.
+A stream split over ranks (``steps_per_epoch``) resumes the same way: its state also names the
+samples its dry steps reuse (each cell's first sample, the stand-in of a padding row, and each
+cell's last batch, which ``last_batch="fill"`` repeats; a packing stream's last batch) and the
+step it reached; the resume fetches those by index, or takes them back from the source's
+checkpoints, and takes the remaining steps (behind DataLoader workers from the workers'
+checkpoints when they are on). Over any other source it replays from the start of the epoch.
 
 A class with ``__len__`` and ``__getitem__`` and no ``__iter__`` of its own (a torch map-style
 ``Dataset``) is read as rows ``0 .. len - 1`` by index, in a pass from the start as in a resume,
