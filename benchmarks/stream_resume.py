@@ -184,6 +184,37 @@ def peak_bucket(lens, bounds, shuffle, batch):
     return peak_n, bound_n, peak_e, bound_e
 
 
+def peak_bucket_split(lens, bounds, shuffle, batch):
+    """A stream split over ranks (``steps_per_epoch`` = one pass's batches, ``"fill"``): its
+    buffers (shuffle and bucket buffers) and its stand-ins (each cell's first sample and last
+    batch) at their peak, against the bounds in ``docs/streams.md``."""
+
+    def make(steps):
+        return BucketIterable(
+            [{"id": i, "input_ids": [1] * int(x)} for i, x in enumerate(lens)],
+            length_fn="input_ids",
+            boundaries=bounds,
+            batch_size=batch,
+            shuffle_buffer=shuffle,
+            steps_per_epoch=steps,
+            last_batch="fill",
+        )
+
+    stream = make(sum(1 for _ in make(None)))
+    peak_n = peak_e = 0
+    for _ in stream:
+        e = stream._engine
+        held = [x[1] for x in e.shuffle] + [s for b in e.bsam for s in b]
+        held += list(e._fits.values()) + [s for v in e._last.values() for s, _ in v]
+        peak_n = max(peak_n, len(held))
+        peak_e = max(peak_e, sum(len(s["input_ids"]) for s in held))
+    b = np.asarray(bounds)
+    cap = max(64, 2 * batch * len(b))
+    bound_n = shuffle + cap + len(b) + batch * len(b)
+    bound_e = (shuffle + cap) * int(b[-1]) + int(((batch + 1) * b).sum())
+    return peak_n, bound_n, peak_e, bound_e
+
+
 def peak_pack(lens, row_length, batch, open_rows):
     docs = [{"id": i, "input_ids": [1] * int(min(x, row_length))} for i, x in enumerate(lens)]
     stream = PackIterable(
@@ -208,6 +239,10 @@ def memory_table():
     for shuffle, batch in ((0, 32), (256, 32), (1024, 8)):
         pn, bn, pe, be = peak_bucket(lens, bounds, shuffle, batch)
         opts = f"K=8, shuffle_buffer={shuffle}, batch_size={batch}"
+        rows.append(("BucketIterable", opts, pn, bn, pe, be))
+    for shuffle, batch in ((0, 32), (256, 32), (1024, 8)):
+        pn, bn, pe, be = peak_bucket_split(lens, bounds, shuffle, batch)
+        opts = f"K=8, shuffle_buffer={shuffle}, batch_size={batch}, steps_per_epoch"
         rows.append(("BucketIterable", opts, pn, bn, pe, be))
     for open_rows, batch in ((8, 4), (64, 8)):
         pr, br, pt, bt = peak_pack(lens, 512, batch, open_rows)
@@ -252,7 +287,12 @@ def write(table, mem, bounds, seconds):
         "bound in `docs/streams.md`: `BucketIterable` holds at most `shuffle_buffer + sum_c "
         "(B_c - 1)` samples (K cells, the shuffle buffer and one partial batch per cell) and "
         "`shuffle_buffer * L_K + sum_c (B_c - 1) * L_c` elements; `PackIterable` holds at most "
-        "`open_rows + batch_size + 1` rows of `row_length` tokens. Boundaries "
+        "`open_rows + batch_size + 1` rows of `row_length` tokens. Split over ranks "
+        '(`steps_per_epoch`, here one pass\'s batches, `last_batch="fill"`), a '
+        "`BucketIterable` holds its buffers, at most `shuffle_buffer + max(64, 2 * sum_c B_c)` "
+        "samples (more only while a step waits for a sample that fits it), and its stand-ins, "
+        "each cell's first sample and last batch (`K + sum_c B_c`); in elements "
+        "`(shuffle_buffer + max(64, 2 * sum_c B_c)) * L_K + sum_c (B_c + 1) * L_c`. Boundaries "
         f"{bounds}.",
         "",
         "| stream | options | peak samples (rows) held | bound | peak elements held | bound |",
@@ -405,12 +445,13 @@ def split_table(n):
 SPLIT_HEAD = "## Streams split over ranks (`steps_per_epoch`)"
 
 
-def write_split(split, seconds):
+def write_split(split, seconds, command="--split-only"):
     """Rewrite only the split-over-ranks section of the results (``--split-only``)."""
     lines = [
         SPLIT_HEAD,
         "",
-        f"`.venv/bin/python benchmarks/stream_resume.py --split-only` ({seconds:.0f} s). The "
+        f"`.venv/bin/python benchmarks/stream_resume.py {command}`".replace(" `", "`")
+        + f" ({seconds:.0f} s{'' if command else ' in all'}). The "
         f"same {N:,} samples, a stream with `steps_per_epoch` (every rank follows the same "
         "schedule of shapes; the epoch as long as one pass over the rank's rows), stopped 90% "
         "into the epoch and resumed from its JSON state in a fresh stream. Sources: *a list* of "
@@ -464,7 +505,7 @@ def main() -> None:
     mem, bounds = memory_table()
     split = split_table(N)
     write(table, mem, bounds, time.perf_counter() - start)
-    write_split(split, time.perf_counter() - start)
+    write_split(split, time.perf_counter() - start, command="")
     print(OUT.read_text())
 
 
