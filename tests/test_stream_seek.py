@@ -324,6 +324,7 @@ def _pack_steps(source, **kw):
         (_bucket, "list"),
         (_pack, "list"),
         (_bucket, "hf-iterable"),
+        (_pack, "hf-iterable"),
         (_bucket_steps, "list"),
         (_pack_steps, "list"),
         (_bucket_steps, "hf-iterable"),
