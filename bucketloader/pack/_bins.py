@@ -78,7 +78,9 @@ new rows: ``|J1| + |J2| + max(0, ceil((sum J3 - (|J2| L - sum J2)) / L))``. L2 >
 from __future__ import annotations
 
 import bisect
+import itertools
 import operator
+from bisect import bisect_left, insort
 from dataclasses import dataclass
 
 import numpy as np
@@ -182,41 +184,35 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
     """
     vals = np.asarray(sizes, dtype=np.int64).tolist()
     lens = [int(x) for x in row_lengths]
-    # a group: rows with the same contents and room; its contents are its parent group's plus
-    # (size index, mult) (a tree, so adding a group is O(1)); a root's parent is -1 - its row
-    # length index; by_room[room] = live group ids. The loop is inlined on purpose, appends
-    # bound once: it is the whole cost of a plan (NOTE [ Planning at the speed of best-fit
-    # decreasing ]); each step splits k rows off one group (or opens k rows).
+    # a group: rows with the same contents and room; its contents, a tuple of codes
+    # (_code: size index and mult, and in the first code the row length index), are its parent
+    # group's plus one; by_room[room] = live group ids; open_rooms = their rooms, sorted. The
+    # loop is inlined on purpose, appends bound once: it is the whole cost of a plan (NOTE
+    # [ Planning at the speed of best-fit decreasing ]); each step splits k rows off one group
+    # (or opens k rows).
     cnt = np.asarray(counts, dtype=np.int64).tolist()
     # Documents longer than L / 2 share no row (each room left, L - s, is below every such s):
     # with one row length, one root group per such size, made at once as the loop would.
     half = -(lens[0] // 2)
     gid = 0 if len(lens) > 1 else bisect.bisect_left(vals, half, key=operator.neg)  # next id
-    rooms = [lens[0] - s for s in vals[:gid]]
-    parent = [-1] * gid
-    size_of = list(range(gid))
-    mult = [1] * gid
+    contents: list[tuple[int, ...]] = [(g << _MULT | 1,) for g in range(gid)]
     rows = cnt[:gid]
-    depth = [1] * gid
-    add_parent, add_size, add_mult = parent.append, size_of.append, mult.append
-    add_rows, add_depth = rows.append, depth.append
-    by_room: dict[int, list[int]] = dict(zip(rooms, ([g] for g in range(gid)), strict=True))
+    add_contents, add_rows = contents.append, rows.append
+    by_room: dict[int, list[int]] = {lens[0] - s: [g] for g, s in enumerate(vals[:gid])}
     room_of = by_room.get
-    bits = 0  # bit r set: some group has room r
-    if gid:
-        mask = np.zeros(lens[0] + 1, dtype=bool)
-        mask[rooms] = True
-        bits = int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+    open_rooms = sorted(by_room)  # the rooms some group has, increasing
+    n_open = len(open_rooms)
+    one = len(lens) == 1
     for i in range(gid, len(cnt)):
         s, c = vals[i], cnt[i]
+        here = i << _MULT
         while c:  # one group per step: m documents of size s in each of k rows
-            free = bits >> s
-            if free:  # the tightest open row that holds s: rows of group g
-                room = s + (free & -free).bit_length() - 1
+            at = bisect_left(open_rooms, s)
+            if at < n_open:  # the tightest open row that holds s: rows of group g
+                room = open_rooms[at]
                 stack = by_room[room]
                 g = stack[-1]
                 n = rows[g]
-                up, level = g, depth[g] + 1
                 m = room // s  # the row stays the tightest until its room drops below s
                 k = c // m
                 if k > n:
@@ -229,79 +225,55 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
                     stack.pop()
                     if not stack:
                         del by_room[room]
-                        bits ^= 1 << room
+                        del open_rooms[at]
+                        n_open -= 1
+                add_contents(contents[g] + (here | m,))
             else:  # no open row holds s: new rows of the smallest row length that does
-                kind = 0 if len(lens) == 1 else next(j for j, x in enumerate(lens) if x >= s)
+                kind = 0 if one else next(j for j, x in enumerate(lens) if x >= s)
                 room = lens[kind]
-                up, level = -1 - kind, 1
                 m = room // s
                 k = c // m
                 if not k:
                     m, k = c, 1
+                add_contents((kind << _KIND | here | m,))
             c -= k * m
             left = room - m * s  # (below s: the next step looks again)
             if left:  # (a full row is never chosen again: not a room)
                 other = room_of(left)
                 if other is None:
                     by_room[left] = [gid]
-                    bits |= 1 << left
+                    insort(open_rooms, left)
+                    n_open += 1
                 else:
                     other.append(gid)
             gid += 1
-            add_parent(up)
-            add_size(i)
-            add_mult(m)
             add_rows(k)
-            add_depth(level)
-    return _patterns(sizes, parent, size_of, mult, rows, depth, len(lens))
+    return _patterns(sizes, contents, rows)
 
 
-def _patterns(
-    sizes: np.ndarray,
-    parent: list[int],
-    size_of: list[int],
-    mult: list[int],
-    rows: list[int],
-    depth: list[int],
-    num_lengths: int,
-) -> Patterns:
-    """The live groups of :func:`best_fit` as patterns: each group's chain of (size, mult)
-    from its root, written back to front one tree level at a time (vectorised over groups,
-    the longest chains first); a pattern's row length is its root's (``-1 - parent``)."""
-    n = len(rows)  # (np.fromiter: a quarter faster than np.array on a list of ints)
-    reps = np.fromiter(rows, np.int64, n)
-    live = np.flatnonzero(reps)
-    up = np.fromiter(parent, np.int64, n)
-    idx = np.fromiter(size_of, np.int64, n)
-    many = np.fromiter(mult, np.int64, n)
-    deep = np.fromiter(depth, np.int64, n)[live]
-    offsets = np.zeros(live.size + 1, dtype=np.int64)
-    np.cumsum(deep, out=offsets[1:])
-    items = np.empty(int(offsets[-1]), dtype=np.int64)
-    mults = np.empty_like(items)
-    kind = np.zeros(live.size, dtype=np.int64)
-    # the chains longest first, so that those still walked at each level are a prefix
-    order = np.argsort(-deep, kind="stable")
-    cur, pos = live[order], offsets[1:][order] - 1
-    top = int(deep[order[0]]) if live.size else 0
-    longer = np.searchsorted(-deep[order], -np.arange(1, top + 1), side="right").tolist()
-    for walked in longer:  # level 1, 2, ...: the chains of at least that many groups
-        if walked < cur.size:  # chains that ended: cur holds their roots' -1 - row length index
-            if num_lengths > 1:
-                kind[order[walked : cur.size]] = -1 - cur[walked:]
-            cur, pos = cur[:walked], pos[:walked]
-        items[pos] = idx[cur]
-        mults[pos] = many[cur]
-        cur = up[cur]
-        pos -= 1
-    if num_lengths > 1 and cur.size:
-        kind[order[: cur.size]] = -1 - cur
+#: :func:`best_fit`'s codes: ``size index << _MULT | mult`` (a mult is at most the longest row
+#: length, 2**24; a size index below that), and a row's first code adds ``kind << _KIND``.
+_MULT = 25
+_KIND = 2 * _MULT
+
+
+def _patterns(sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int]) -> Patterns:
+    """The live groups of :func:`best_fit` (those with rows) as patterns, in group order."""
+    live = [g for g, r in enumerate(rows) if r]
+    chains = [contents[g] for g in live]
+    n = len(live)  # (np.fromiter: a quarter faster than np.array on a list of ints)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, chains), np.int64, n), out=offsets[1:])
+    packed = np.fromiter(itertools.chain.from_iterable(chains), np.int64, int(offsets[-1]))
+    kind = packed[offsets[:-1]] >> _KIND
+    items = (packed >> _MULT) & ((1 << (_KIND - _MULT)) - 1)
+    mults = packed & ((1 << _MULT) - 1)
     vals = np.asarray(sizes, dtype=np.int64)
     fill = np.add.reduceat(vals[items] * mults, offsets[:-1]) if items.size else items
     return Patterns(
         sizes=vals,
         kind=kind,
-        reps=reps[live],
+        reps=np.fromiter((rows[g] for g in live), np.int64, n),
         offsets=offsets,
         items=items,
         mult=mults,
