@@ -78,6 +78,7 @@ new rows: ``|J1| + |J2| + max(0, ceil((sum J3 - (|J2| L - sum J2)) / L))``. L2 >
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import operator
 from bisect import bisect_left, insort
@@ -113,7 +114,6 @@ class Patterns:
         offsets: pattern ``p``'s items are ``items[offsets[p]:offsets[p + 1]]`` ``(P + 1,)``.
         items: size index (into ``sizes``) of each item entry, largest size first in a pattern.
         mult: how many documents of that size the pattern holds.
-        fill: tokens used by each pattern ``(P,)``.
     """
 
     sizes: np.ndarray
@@ -122,7 +122,13 @@ class Patterns:
     offsets: np.ndarray
     items: np.ndarray
     mult: np.ndarray
-    fill: np.ndarray
+
+    @functools.cached_property
+    def fill(self) -> np.ndarray:
+        """Tokens used by each pattern ``(P,)``."""
+        if not self.items.size:
+            return self.items
+        return np.add.reduceat(self.sizes[self.items] * self.mult, self.offsets[:-1])
 
     @property
     def per_row(self) -> np.ndarray:
@@ -268,16 +274,13 @@ def _patterns(sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int
     kind = packed[offsets[:-1]] >> _KIND
     items = (packed >> _MULT) & ((1 << (_KIND - _MULT)) - 1)
     mults = packed & ((1 << _MULT) - 1)
-    vals = np.asarray(sizes, dtype=np.int64)
-    fill = np.add.reduceat(vals[items] * mults, offsets[:-1]) if items.size else items
     return Patterns(
-        sizes=vals,
+        sizes=np.asarray(sizes, dtype=np.int64),
         kind=kind,
         reps=np.fromiter((rows[g] for g in live), np.int64, n),
         offsets=offsets,
         items=items,
         mult=mults,
-        fill=fill,
     )
 
 
@@ -300,7 +303,6 @@ def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int,
     vlist = vals.tolist()
     kinds: list[int] = []
     reps: list[int] = []
-    fills: list[int] = []
     offsets = [0]
     items: list[int] = []
     mults: list[int] = []
@@ -315,9 +317,8 @@ def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int,
         kind = int(np.searchsorted(lens, smax, side="left"))
         cap = int(lens[kind]) - smax
         pattern = {top: 1}
-        best = 0
         if cap > 0:
-            best, chosen = _fill(vals, left, top, cap)
+            _, chosen = _fill(vals, left, top, cap)
             for i, k in chosen:
                 pattern[i] = pattern.get(i, 0) + k
         idx = np.fromiter(pattern, dtype=np.int64, count=len(pattern))
@@ -328,7 +329,6 @@ def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int,
         left[idx] -= r * mult
         kinds.append(kind)
         reps.append(r)
-        fills.append(smax + best)
         items.extend(idx.tolist())
         mults.extend(mult.tolist())
         offsets.append(len(items))
@@ -339,7 +339,6 @@ def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int,
         offsets=np.asarray(offsets, dtype=np.int64),
         items=np.asarray(items, dtype=np.int64),
         mult=np.asarray(mults, dtype=np.int64),
-        fill=np.asarray(fills, dtype=np.int64),
     )
 
 

@@ -487,9 +487,9 @@ class PackSpec:
             declared = sizes
             if counts[0]:
                 _refuse_empty(sizes)
-        counts = counts[1:]
-        vals = np.flatnonzero(counts)[::-1] + 1
-        histogram = vals, counts[vals - 1]
+        down = counts[:0:-1]  # documents of each size, largest first
+        at = down.nonzero()[0]
+        histogram = limit - at, down[at]
         spec = cls(
             _lengths=declared,
             _sizes=sizes,
@@ -535,13 +535,13 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
     """``(documents of each length 0..limit, the lengths as a read-only narrow copy)``, or
     ``None`` when a length is above ``limit`` (NOTE [ One pass over the lengths ]). A negative
     length raises numpy's ``ValueError`` (``bincount`` refuses it)."""
-    out = np.empty(arr.size, dtype=_narrow(limit))
     if arr.size <= _CHUNK:
         if arr.max() > limit:
             return None
         counts = np.bincount(arr, minlength=limit + 1)
-        out[:] = arr
+        out = arr.astype(_narrow(limit))
     else:
+        out = np.empty(arr.size, dtype=_narrow(limit))
         counts = np.zeros(limit + 1, dtype=np.intp)
         for a in range(0, arr.size, _CHUNK):
             part = arr[a : a + _CHUNK]
