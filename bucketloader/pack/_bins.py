@@ -33,8 +33,9 @@ small file (2k documents, nearly every row its own pattern) or a long-tailed one
 than best-fit decreasing, and on long-tailed lengths it can leave more rows (the largest
 documents, placed first with the closest fill, strand mid-sized ones). Best-fit decreasing runs
 first, in bulk over the histogram: the rows with the same contents and the same room form one
-group, the rooms with a group are bits of one Python integer, so "the tightest row that holds
-``s``" is the lowest set bit of ``bits >> s``; a row chosen for size ``s`` stays the tightest
+group, the rooms with a group are kept sorted, so "the tightest row that holds ``s``" is one
+``bisect`` away (the bits of one Python integer, as in the benchmark's baselines, cost three
+big-integer operations per step, 10-20% of the loop); a row chosen for size ``s`` stays the tightest
 until its room drops below ``s``, so it takes ``room // s`` documents at once, and all the rows
 of a group take them together (exactly per-document BFD, in one step per group and size). When
 its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
@@ -42,7 +43,7 @@ its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, 
 0.1%: MBS is skipped; it is also skipped on too few documents per distinct size (NOTE
 [ Planning at the speed of best-fit decreasing ]). Otherwise MBS runs too and the plan with
 fewer row tokens is kept (BFD on a tie), so the plan is never looser than best-fit decreasing.
-With several row lengths there is no bound and both run (given enough documents).
+With several row lengths the same tests run on row tokens, against :func:`capacity_bound`.
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
@@ -50,22 +51,25 @@ benchmarks/small_costs.py races a careful bulk BFD that outputs the packing in t
 form, and one that counts rows only, from 1k to 10M documents). The
 bulk BFD here is that BFD with the group contents kept: one group per step of its loop (a
 remainder of fewer than ``room // s`` documents is the next step's, which finds the same row),
-no call and no tuple per step, a root group's parent encodes its row length, the documents
-longer than ``L / 2`` open their rows at once, and the patterns are read off the group tree one
-level at a time for all groups at once. The
-MBS search costs about 0.05-0.1 ms per pattern in Python, tens of times BFD on a few thousand
-documents; it saves 0.5-1.2% of the rows where BFD misses the bound (GSM8K-like lengths). Speed
-and tightness cannot both be had there, so the caller chooses (``search``, a
+no call per step, a group's contents one tuple of packed codes (its parent's plus one: no tree
+to walk afterwards; a row's first code carries its row length), the documents longer than
+``L / 2`` open their rows at once, and the live groups' tuples are read into the plan's arrays
+in one pass. ``PackSpec.build`` reads the lengths once (NOTE [ One pass over the lengths ] in
+:mod:`bucketloader.pack.spec`). The MBS search costs about 0.05-0.1 ms per pattern in Python,
+tens of times BFD on a few thousand documents; it saves 0.5-1.2% of the rows where BFD misses
+the bound (GSM8K-like lengths). Speed and tightness cannot both be had there, so the caller
+chooses (``search``, a
 :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
 
 - ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
   above the ``ceil(tokens / L)`` bound's (the packing promise of issue 25, e.g. GSM8K at
-  L = 256: 1.6 points), or when the lengths hold at least ``_DOCS_PER_SIZE`` documents per
-  distinct size (it then costs less than half of what the histogram saves over sorting).
-- ``"never"``: the plan is exactly best-fit decreasing, and no bound is computed (about the
-  packing baseline's time up to 100k documents; from 1M on the lengths' validation and copy in
-  ``PackSpec.build`` cost more than its histogram: benchmarks/results/small_costs.md).
-- ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound.
+  L = 256: 1.6 points; with several row lengths the same on row tokens against
+  :func:`capacity_bound`'s C1, e.g. GSM8K at ``(256, 512)``: 1.6 points), or when the lengths
+  hold at least ``_DOCS_PER_SIZE`` documents per distinct size (it then costs less than half
+  of what the histogram saves over sorting).
+- ``"never"``: the plan is exactly best-fit decreasing, and no bound is computed (at most the
+  packing baseline's time: benchmarks/results/small_costs.md).
+- ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound (C2).
 
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
@@ -73,6 +77,18 @@ which the Martello & Toth (1990) bound L2 adds: for ``0 <= a <= L / 2``, with
 ``J1 = {s > L - a}``, ``J2 = {L/2 < s <= L - a}`` and ``J3 = {a <= s <= L/2}``, every row holds at
 most one document of ``J1 u J2``, and the ``J3`` tokens that do not fit into the ``J2`` rows need
 new rows: ``|J1| + |J2| + max(0, ceil((sum J3 - (|J2| L - sum J2)) / L))``. L2 >= L1.
+
+Several row lengths ``L_1 < ... < L_k``: a plan costs its row tokens ``C = sum_j n_j L_j``
+(``n_j`` rows of ``L_j``). The documents longer than ``L_{i-1}`` (``T_i`` tokens) fit only
+rows of ``L_i`` or more, so those rows hold at least ``T_i`` tokens (``C_i = sum_{j >= i}
+n_j L_j >= T_i``) and number at least ``K_i``, the L2 bound of those documents in rows of
+``L_k`` (no row holds more). The least ``C_1`` under these constraints, with ``n_j`` real
+except the longest rows' whole count, is a lower bound on every plan's row tokens; going down
+from ``L_k``, each level takes the fewest rows its constraints need (putting a row's worth of
+tokens into a shorter row length instead never costs more, and it counts more rows), so the
+bound is computed level by level (:func:`capacity_bound`; tested against brute-forced optima).
+Without the counts it is the analogue of L1; with one row length it is ``L1 * L`` and
+``L2 * L``.
 """
 
 from __future__ import annotations
@@ -80,16 +96,29 @@ from __future__ import annotations
 import bisect
 import functools
 import itertools
+import math
 import operator
 from bisect import bisect_left, insort
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 #: Bumped whenever the solver could return other patterns for the same input (it is part of a
 #: spec's digest, so a resume across such a change fails loudly). 3: the search only from
-#: ``_DOCS_PER_SIZE`` documents per distinct size.
-SOLVER_VERSION = 3
+#: ``_DOCS_PER_SIZE`` documents per distinct size. 4: with several row lengths the search is
+#: decided against :func:`capacity_bound` (one row length: the plans of 3, see
+#: :func:`solver_version`).
+SOLVER_VERSION = 4
+
+
+def solver_version(row_lengths: tuple[int, ...]) -> int:
+    """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
+    changed only plans with several row lengths, so one row length keeps 3 (and its digests,
+    so the states saved before still load)."""
+    return SOLVER_VERSION if len(row_lengths) > 1 else 3
+
+
 #: When the Minimum-Bin-Slack search runs (NOTE [ Planning at the speed of best-fit decreasing ]).
 SEARCH = ("always", "auto", "never")
 #: The Minimum-Bin-Slack search runs only when the lengths hold at least this many documents
@@ -165,8 +194,14 @@ def solve(
         tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
         if few and (fit.num_rows - l1) * row <= tokens // _TOLERANCE:
             return fit  # padding within 0.5 points of the bound's: not worth the search's time
-    elif few:
-        return fit
+    else:  # the same two tests on row tokens (NOTE [ Lower bounds ], several row lengths)
+        c1, c2 = capacity_bound(sizes, counts, row_lengths)
+        padded = _padded(fit, row_lengths)
+        if padded - c2 <= padded // _CLOSE_ENOUGH:
+            return fit
+        tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
+        if few and padded - c1 <= tokens // _TOLERANCE:
+            return fit
     slack = min_bin_slack(sizes, counts, row_lengths)
     return slack if _padded(slack, row_lengths) < _padded(fit, row_lengths) else fit
 
@@ -422,3 +457,36 @@ def lower_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> tuple
     extra = np.maximum(0, -(-(j3_tok - spare) // n))
     l2 = int(big + extra.max()) if a.size else l1
     return l1, max(l1, l2)
+
+
+def capacity_bound(
+    sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
+) -> tuple[int, int]:
+    """``(C1, C2)``: lower bounds on the row tokens (rows times their row length) of any packing
+    into ``row_lengths``, from the tokens alone and with the rows long documents need (NOTE
+    [ Lower bounds ], several row lengths). With one row length ``L``: ``(L1 * L, L2 * L)``.
+
+    Example:
+        >>> capacity_bound(np.array([6, 5, 2]), np.array([3, 1, 2]), (10,))
+        (30, 40)
+        >>> capacity_bound(np.array([9, 3]), np.array([2, 2]), (4, 10))  # 9s: a 10-row each
+        (24, 24)
+    """
+    s = np.asarray(sizes, dtype=np.int64)
+    c = np.asarray(counts, dtype=np.int64)
+    top = int(row_lengths[-1])
+    out = []
+    for need_rows in (False, True):
+        rows = cap = Fraction(0)
+        for i in range(len(row_lengths) - 1, -1, -1):  # from the longest rows down
+            length = int(row_lengths[i])
+            mine = s > (row_lengths[i - 1] if i else 0)  # the documents that need >= L_i
+            tokens = int(np.dot(s[mine], c[mine]))
+            least = lower_bound(s[mine], c[mine], top)[1] if need_rows and mine.any() else 0
+            more = max(Fraction(0), least - rows, (tokens - cap) / length)
+            if i == len(row_lengths) - 1:  # the longest rows: a whole number of them
+                more = Fraction(math.ceil(more))
+            rows += more
+            cap += more * length
+        out.append(math.ceil(cap))
+    return out[0], out[1]

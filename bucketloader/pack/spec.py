@@ -14,6 +14,21 @@ row starts from such a document and is completed by shorter ones, and batches ne
 lengths: shapes ``(B_i, L_i)``. Use it for a few long documents among many short ones
 (``row_length=(1024, 8192)``) instead of cutting them. Batch sizes are ``batch_size`` rows, or
 ``max_tokens // L_i``.
+
+NOTE [ One pass over the lengths ]
+A plan must not cost more than the best-fit decreasing a user could write, whose whole cost from
+1M documents on is one ``np.bincount`` (NOTE [ Planning at the speed of best-fit decreasing ] in
+:mod:`bucketloader.pack._bins`). So a plain ``int64`` array is not validated first: it is read
+in chunks of ``_CHUNK`` documents, each chunk's max (above the longest row length: the slow path
+below, before ``bincount`` could size a table by it), its ``bincount`` (which refuses a negative
+length: then ``as_lengths`` raises the library's error) and its copy into the spec's own
+read-only array of the narrowest unsigned type that holds the row length (``uint16`` up to
+65,535), while it is in cache: faster than one ``bincount`` of the whole array from 10M
+documents on. The spec never holds the caller's array, so a later edit of it changes nothing;
+``lengths`` and ``sizes`` read as ``int64`` (widened when first asked). Other input (lists,
+tensors, floats, narrower integers) is checked and converted by ``as_lengths`` first, then read
+the same way. With documents longer than the longest row length the overflow policy runs on
+an ``int64`` copy (the declared lengths) as before.
 """
 
 from __future__ import annotations
@@ -29,7 +44,7 @@ import numpy as np
 
 from bucketloader._types import LengthsLike
 from bucketloader._validation import MAX_LENGTH, MAX_REPLICAS, as_lengths, check_choice, check_int
-from bucketloader.pack._bins import SEARCH, SOLVER_VERSION, Patterns, lower_bound, solve
+from bucketloader.pack._bins import SEARCH, Patterns, lower_bound, solve, solver_version
 from bucketloader.pack._work import even_rows, lift_rows
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.shapes import row_batch_sizes
@@ -409,7 +424,7 @@ class PackSpec:
         for a in range(0, self._sizes.size, _CHUNK):  # (the int64 bytes, a chunk at a time)
             h.update(self._sizes[a : a + _CHUNK].astype(np.int64).tobytes())
         h.update(repr((self.row_lengths, self.batch_sizes, self.last_batch)).encode())
-        h.update(f"solver={SOLVER_VERSION}".encode())
+        h.update(f"solver={solver_version(self.row_lengths)}".encode())
         if self.search != "auto":  # (so the default's digests are those of earlier versions)
             h.update(f"search={self.search}".encode())
         return h.hexdigest()[:16]
@@ -444,14 +459,13 @@ class PackSpec:
             search: planning time against tightness (NOTE [ Planning at the speed of best-fit
                 decreasing ] in :mod:`bucketloader.pack._bins`). ``"auto"`` (default): best-fit
                 decreasing, and a Minimum-Bin-Slack search for tighter rows where BFD pads more
-                than 0.5 percentage points above the bound ``ceil(tokens / L)`` with one row
-                length, and from 100k documents per distinct length with any (with several row
-                lengths below that, pass ``"always"`` for the search). The search costs tens of
-                times BFD's planning time on a few thousand documents, once per dataset.
-                ``"never"``: best-fit decreasing only, about the time of a careful BFD up to
-                100k documents (up to 1.2% more rows where it misses the bound);
-                ``"always"``: the search wherever BFD is more than 0.1% of its rows above the
-                bound.
+                than 0.5 percentage points above the bound (``ceil(tokens / L)`` rows; with
+                several row lengths the row tokens that the long documents need, NOTE
+                [ Lower bounds ]), and from 100k documents per distinct length. The search
+                costs tens of times BFD's planning time on a few thousand documents, once per
+                dataset. ``"never"``: best-fit decreasing only, in at most the time of a
+                careful BFD (up to 1.2% more rows where it misses the bound); ``"always"``: the
+                search wherever BFD is more than 0.1% of its rows above the bound.
 
         Example:
             >>> lengths = [10, 2, 3, 4, 3, 10, 10, 7, 2, 2, 5, 6]  # 64 tokens: 4 rows of 16
