@@ -335,7 +335,7 @@ def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int,
     """
     vals = np.asarray(sizes, dtype=np.int64)
     left = np.asarray(counts, dtype=np.int64).copy()
-    lens = np.asarray(row_lengths, dtype=np.int64)
+    lens = [int(x) for x in row_lengths]
     vlist = vals.tolist()
     kinds: list[int] = []
     reps: list[int] = []
@@ -350,8 +350,8 @@ def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int,
         if top == n_sizes:
             break
         smax = vlist[top]
-        kind = int(np.searchsorted(lens, smax, side="left"))
-        cap = int(lens[kind]) - smax
+        kind = bisect_left(lens, smax)
+        cap = lens[kind] - smax
         pattern = {top: 1}
         if cap > 0:
             _, chosen = _fill(vals, left, top, cap)
@@ -387,27 +387,16 @@ def _fill(
     """
     avail = left.copy()
     avail[top] -= 1
-    cand = np.flatnonzero((vals <= cap) & (avail > 0))
+    cand = ((vals <= cap) & (avail > 0)).nonzero()[0]
     if cand.size == 0:
         return 0, []
     m = np.minimum(avail[cand], cap // vals[cand])
-    # binary chunks 1, 2, 4, ... (the last one the remainder): any count 0..m is a sum of chunks
-    ids, ks, level = [], [], []
-    rest, p, lv = m, 1, 0
-    while True:
-        take = np.minimum(rest, p)
-        sel = take > 0
-        if not sel.any():
-            break
-        ids.append(cand[sel])
-        ks.append(take[sel])
-        level.append(np.full(int(sel.sum()), lv))
-        rest = rest - take
-        p, lv = p * 2, lv + 1
-    chunk_id = np.concatenate(ids)
-    chunk_k = np.concatenate(ks)
-    order = np.lexsort((np.concatenate(level), chunk_id))  # largest size first
-    chunk_id, chunk_k = chunk_id[order], chunk_k[order]
+    # binary chunks 1, 2, 4, ... (the last one the remainder): any count 0..m is a sum of chunks;
+    # one row of chunks per candidate, read row after row: largest size first, then by chunk
+    p = 1 << np.arange(int(m.max()).bit_length())
+    take = np.minimum(p, m[:, None] - (p - 1))
+    row, col = (take > 0).nonzero()
+    chunk_id, chunk_k = cand[row], take[row, col]
     weights = (vals[chunk_id] * chunk_k).tolist()
     full = (1 << (cap + 1)) - 1
     reach = 1
