@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from bucketloader._version import __version__
 
 if TYPE_CHECKING:
-    from bucketloader.analysis import analyze, calibrate, recommend_num_buckets
+    from bucketloader.analysis import analyze, recommend_num_buckets
+    from bucketloader.analysis.calibrate import calibrate
     from bucketloader.cache import BucketCache
     from bucketloader.collate import PadCollator
     from bucketloader.compile import precompile

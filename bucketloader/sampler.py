@@ -44,8 +44,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 from torch.utils.data import ConcatDataset, IterableDataset, Sampler
+from typing_extensions import Unpack
 
 from bucketloader._dist import resolve_ranks
+from bucketloader._types import LazyModule
 from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
@@ -57,13 +59,13 @@ from bucketloader.plan.epoch import (
 )
 from bucketloader.plan.promote import Promotion, promoted_spec, promotes
 from bucketloader.plan.report import LOSS_WARNING, plan_report
+from bucketloader.plan.shapes import SpecOptions
 from bucketloader.plan.spec import SpecShapes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from typing_extensions import Unpack
-
-    from bucketloader.collate import PadCollator
-    from bucketloader.plan.shapes import SpecOptions
+    from bucketloader import collate
+else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
+    collate = LazyModule("bucketloader.collate")
 
 __all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "spec_or_build"]
 
@@ -504,7 +506,7 @@ class BucketSampler(SpecShapes, EpochSampler):
         """The last-batch policy."""
         return self.spec.last_batch
 
-    def collator(self, **kwargs: Any) -> PadCollator:
+    def collator(self, **kwargs: Any) -> collate.PadCollator:
         """``PadCollator(self.shape_table, **kwargs)``: pads every batch to its planned shape."""
         from bucketloader.collate import PadCollator
 
