@@ -792,7 +792,27 @@ def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, i
         raise ValueError(
             f"state['batches_yielded']={pos} exceeds the epoch's {config['num_batches']} batches"
         )
+    _warn_unknown_keys(state, config, owner)
     return epoch, pos
+
+
+_STATE_KEYS = frozenset({"version", "epoch", "batches_yielded", "config"})
+
+
+def _warn_unknown_keys(state: dict[str, Any], config: dict[str, Any], owner: str) -> None:
+    """Keys this sampler neither writes nor reads are kept out of the resume but named once:
+    refusing them would break callers that store their own keys beside ours (torch's
+    ``Module.load_state_dict`` names unexpected keys; torchdata's and Lhotse's samplers ignore
+    them silently), and ignoring them silently hides a state from another tool or a typo."""
+    extra = sorted(map(str, set(state) - _STATE_KEYS))
+    extra += sorted(f"config[{k!r}]" for k in map(str, set(state["config"]) - set(config)))
+    if extra:
+        warnings.warn(
+            f"{owner}.load_state_dict ignores keys it does not know: {', '.join(extra)} (a state "
+            f"from {owner}.state_dict() has {sorted(_STATE_KEYS)}); they are not used to resume",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 #: State validation every planned producer shares (EvalSampler's too).
