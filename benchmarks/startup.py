@@ -9,6 +9,8 @@ older revision, side by side in one run.
    batch_size=32)`` over 50,000 in-memory samples (GSM8K lengths) of five kinds, and the length
    reader alone over the same samples; CPU time per sample (``time.thread_time``), the best of 3
    passes inside a process and the best over ``--rounds`` processes per tree, alternating.
+3. The two trees' length readers side by side in one process (both ``_samples.py`` files
+   loaded as separate modules), alternating ``5 * --rounds`` times: the least noisy measure.
 
 Run: ``PYTHONPATH=$PWD python benchmarks/startup.py --baseline-rev b570440`` (about two minutes on
 2 cores). The baseline tree is ``git archive REV`` unpacked in a temporary directory. Writes
@@ -82,6 +84,48 @@ print(json.dumps(out))
 """
 
 
+#: Run once: both trees' ``_samples.py`` loaded side by side in one process (the module imports
+#: only numpy, and torch for the old one), their length readers alternating; prints
+#: {kind: [before ns/sample, after ns/sample]}.
+READERS = r"""
+import importlib.util, json, sys, time
+import numpy as np
+import torch
+
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+before, after = load(sys.argv[1], "samples_before"), load(sys.argv[2], "samples_after")
+lens = np.random.default_rng(1).integers(5, 400, 50_000)
+kinds = {
+    "list of ints": ([[1] * int(k) for k in lens], None),
+    "numpy array": ([np.ones(int(k), np.int32) for k in lens], None),
+    "torch tensor": ([torch.ones(int(k), dtype=torch.int32) for k in lens], None),
+    "dict, list field": ([{"input_ids": [1] * int(k), "label": 0} for k in lens], "input_ids"),
+    "dict, tensor field": (
+        [{"input_ids": torch.ones(int(k), dtype=torch.int32), "label": 0} for k in lens],
+        "input_ids",
+    ),
+    "dict, int length field": ([{"length": int(k), "x": 0} for k in lens], "length"),
+}
+out = {}
+for name, (samples, key) in kinds.items():
+    readers = [m.length_reader(key, arg="length_fn") for m in (before, after)]
+    assert [sum(map(r, samples)) for r in readers][0] == sum(map(readers[1], samples))
+    best = [float("inf")] * 2
+    for _ in range(int(sys.argv[3])):
+        for i, r in enumerate(readers):
+            t0 = time.thread_time()
+            sum(map(r, samples))
+            best[i] = min(best[i], time.thread_time() - t0)
+    out[name] = [t / len(samples) * 1e9 for t in best]
+print(json.dumps(out))
+"""
+
+
 def child_cpu(tree: Path, args: list[str]) -> float:
     """CPU seconds (user + system) of one ``python ARGS`` run from ``tree``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -150,6 +194,20 @@ def main() -> None:
                 for kind, v in stream_costs(tree).items():
                     old_v = costs[k].get(kind, [float("inf")] * 2)
                     costs[k][kind] = [min(x, y) for x, y in zip(old_v, v, strict=True)]
+        sides = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                READERS,
+                str(old / "bucketloader" / "_samples.py"),
+                str(ROOT / "bucketloader" / "_samples.py"),
+                str(5 * args.rounds),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        readers = json.loads(sides.stdout)
         lines += [
             "",
             "## 2. The stream's per-sample path (CPU ns per sample, best of "
@@ -170,6 +228,20 @@ def main() -> None:
                 f"{ra / rb:.2f}x |"
             )
             print(kind, f"pass {pa / pb:.2f}x reader {ra / rb:.2f}x", flush=True)
+        lines += [
+            "",
+            "## 3. The length readers alone, side by side in one process",
+            "",
+            "Both trees' `bucketloader/_samples.py` loaded in one process, their readers over the "
+            f"same 50,000 samples (lengths 5..399) alternating, the best of {5 * args.rounds} "
+            "rounds each (CPU ns per sample); the least noisy of the three measures.",
+            "",
+            "| samples | before | after | after / before |",
+            "|---|---:|---:|---:|",
+        ]
+        for kind, (b, a) in readers.items():
+            lines.append(f"| {kind} | {b:,.0f} | {a:,.0f} | {a / b:.2f}x |")
+            print("reader side by side", kind, f"{a / b:.2f}x", flush=True)
     OUT.write_text("\n".join(lines) + "\n")
     print(f"wrote {OUT}")
 

@@ -198,6 +198,8 @@ class _LengthReader:
             return self._general(sample, key)  # raises the clear error
         if type(value) is list:
             return len(value)
+        if type(value) is int and value >= 0:  # a length column (``hf.add_lengths``)
+            return value
         if type(value) in self.arrays and value.ndim:
             return int(value.shape[0])
         return length_of(value, what=f"sample[{key!r}]")
