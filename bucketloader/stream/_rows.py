@@ -65,10 +65,12 @@ every rank evaluates without any communication, at construction or per step:
   says ``T`` is too large, ``left_over`` (and ``read`` short of the shard) too small.
 
 Under ``"pad"`` every document of a rank's shard is in at most one batch of the epoch, so
-disjoint shards give every document at most once over the ranks. A split stream resumes by
-replay (NOTE [ Resuming a packing stream behind DataLoader workers ] in
-:mod:`bucketloader.stream.packing`): each lane's count of batches follows from the batches
-consumed alone.
+disjoint shards give every document at most once over the ranks. A split stream's exact state
+also names its last batch and the step it reached; it resumes by seeking or from the source's
+checkpoints where the source allows (NOTE [ Seeking a source ] in
+:mod:`bucketloader.stream.source`), else by replay (NOTE [ Resuming a packing stream behind
+DataLoader workers ] in :mod:`bucketloader.stream.packing`): each lane's count of batches
+follows from the batches consumed alone.
 """
 
 from __future__ import annotations
@@ -334,6 +336,11 @@ class RowPass(Pass):
         return [p for rid in self.rows for p, _ in self.rows[rid][1]] + [
             p for items, _ in self.ready for p, _ in items
         ]
+
+    def _stand_ins(self) -> list[int]:
+        if not self.o.steps:  # a one-pass stream repeats nothing once dry
+            return []
+        return [p for items, _ in self._last for p, _ in items]
 
     def _filler_state(self) -> dict[str, Any]:
         out = {
