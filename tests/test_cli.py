@@ -296,9 +296,10 @@ for argv in (["--help"], ["report", "--help"], ["precompute", "--help"], ["demo"
     except SystemExit:
         pass
 assert "torch" not in sys.modules, "--help imported torch"
-from bucketloader.sampler import BucketSampler
-assert bucketloader.BucketSampler is BucketSampler and "BucketSampler" in dir(bucketloader)
+from bucketloader.histogram import LengthHistogram
+assert bucketloader.LengthHistogram is LengthHistogram and "BucketSampler" in dir(bucketloader)
 assert bucketloader.plan.BucketSpec is bucketloader.BucketSpec  # subpackages on first access
+assert "torch" not in sys.modules
 print("ok")
 """
 

@@ -191,28 +191,28 @@ def test_public_annotations_evaluate(monkeypatch):
     [ Annotations that introspection can evaluate ] in bucketloader._types)."""
     import typing
 
-    subs = [bucketloader, *(importlib.import_module(f"bucketloader.{m}") for m in _PUBLIC)]
-    for name in ("ray", "ray.data", "pyspark", "pyspark.sql", "datasets"):
-        monkeypatch.setitem(sys.modules, name, None)  # as if not installed: Any, and no import
-    failed, seen = [], 0
-    for sub in subs:
+    members = []
+    for sub in [bucketloader, *(importlib.import_module(f"bucketloader.{m}") for m in _PUBLIC)]:
         for name in sub.__all__:
             obj = getattr(sub, name)
-            members = [(name, obj)]
+            members.append((f"{sub.__name__}.{name}", name, obj))
             if isinstance(obj, type):
                 members += [
-                    (f"{name}.{k}", v)
+                    (f"{sub.__name__}.{name}.{k}", f"{name}.{k}", v)
                     for k, v in vars(obj).items()
                     if callable(v) and (k == "__init__" or not k.startswith("_"))
                 ]
-            for label, member in members:
-                if not callable(member) or label in _HINTS_LEFT:
-                    continue
-                seen += 1
-                try:
-                    typing.get_type_hints(member)
-                except NameError as exc:
-                    failed.append(f"{sub.__name__}.{label}: {exc}")
+    for name in ("ray", "ray.data", "pyspark", "pyspark.sql", "datasets"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed: Any, and no import
+    failed, seen = [], 0
+    for where, label, member in members:
+        if not callable(member) or label in _HINTS_LEFT:
+            continue
+        seen += 1
+        try:
+            typing.get_type_hints(member)
+        except NameError as exc:
+            failed.append(f"{where}: {exc}")
     assert seen > 100 and not failed, failed
     from bucketloader.engines import parquet_histogram
 
