@@ -40,6 +40,20 @@ COMMANDS = {
     '`python -c "import bucketloader"`': ["-c", "import bucketloader"],
 }
 
+#: The samples of both child scripts (``lens``: their lengths), with the key that measures them.
+KINDS = """
+kinds = {
+    "list of ints": ([[1] * int(k) for k in lens], None),
+    "numpy array": ([np.ones(int(k), np.int32) for k in lens], None),
+    "torch tensor": ([torch.ones(int(k), dtype=torch.int32) for k in lens], None),
+    "dict, list field": ([{"input_ids": [1] * int(k), "label": 0} for k in lens], "input_ids"),
+    "dict, tensor field": (
+        [{"input_ids": torch.ones(int(k), dtype=torch.int32), "label": 0} for k in lens],
+        "input_ids",
+    ),
+}
+"""
+
 #: Run in a child process inside one tree: prints {kind: [pass ns/sample, reader ns/sample]}.
 STREAM = r"""
 import json, sys, time
@@ -53,16 +67,7 @@ torch.set_num_threads(1)
 gsm = np.loadtxt(sys.argv[1], dtype=np.int64).sum(axis=1) + 2
 lens = np.random.default_rng(1).choice(gsm, 50_000)
 b = compute_boundaries(lens, 8)
-kinds = {
-    "list of ints": ([[1] * int(k) for k in lens], None),
-    "numpy array": ([np.ones(int(k), np.int32) for k in lens], None),
-    "torch tensor": ([torch.ones(int(k), dtype=torch.int32) for k in lens], None),
-    "dict, list field": ([{"input_ids": [1] * int(k), "label": 0} for k in lens], "input_ids"),
-    "dict, tensor field": (
-        [{"input_ids": torch.ones(int(k), dtype=torch.int32), "label": 0} for k in lens],
-        "input_ids",
-    ),
-}
+""" + KINDS + r"""
 out = {}
 for name, (samples, key) in kinds.items():
     def one_pass():
@@ -100,17 +105,8 @@ def load(path, name):
 
 before, after = load(sys.argv[1], "samples_before"), load(sys.argv[2], "samples_after")
 lens = np.random.default_rng(1).integers(5, 400, 50_000)
-kinds = {
-    "list of ints": ([[1] * int(k) for k in lens], None),
-    "numpy array": ([np.ones(int(k), np.int32) for k in lens], None),
-    "torch tensor": ([torch.ones(int(k), dtype=torch.int32) for k in lens], None),
-    "dict, list field": ([{"input_ids": [1] * int(k), "label": 0} for k in lens], "input_ids"),
-    "dict, tensor field": (
-        [{"input_ids": torch.ones(int(k), dtype=torch.int32), "label": 0} for k in lens],
-        "input_ids",
-    ),
-    "dict, int length field": ([{"length": int(k), "x": 0} for k in lens], "length"),
-}
+""" + KINDS + r"""
+kinds["dict, int length field"] = ([{"length": int(k), "x": 0} for k in lens], "length")
 out = {}
 for name, (samples, key) in kinds.items():
     readers = [m.length_reader(key, arg="length_fn") for m in (before, after)]
