@@ -274,3 +274,13 @@ def test_plot_legends_hide_no_label_and_no_tick():
         assert not right.get_legend().get_window_extent().overlaps(target.get_window_extent())
     finally:
         plt.close(fig)
+
+
+def test_the_summary_says_one_shape_not_one_shapes():
+    # s4-user defect 6: "1 shapes", "1 distinct lengths"
+    text = analyze([7, 7, 7], num_buckets=[2], batch_size=2).summary()
+    assert "unbucketed: 1 distinct length, so up to 1 distinct shape (" in text
+    assert "1 shapes" not in text and "1 distinct lengths" not in text
+    assert "0% padding, 1 shape" in text
+    text = analyze([3, 4, 5], num_buckets=[2], batch_size=2).summary()
+    assert "unbucketed: 3 distinct lengths, so up to 3 distinct shapes (" in text
