@@ -102,10 +102,17 @@ class ShardReport:
             NOTE [ Sharded plan ] 8), the same ones every epoch; 0 without exchange.
         moved_in: samples of other ranks' shards this rank plans (``exchange=True``).
         moved_all: samples that change rank, over all ranks.
+        repeated: with ``last_batch="fill"`` (NOTE [ Sharded plan ] 9), this rank's repeats:
+            extra appearances of its samples in the slots its samples leave empty (the filler
+            rows of ``"pad"``); 0 with ``"pad"``.
+        repeated_all: repeats over all ranks.
 
     With deferral, ``padding_ratio`` counts the real elements of the samples an epoch shows,
     less each rank's deferred ones at the mean length of its samples of their bucket (which of
     them wait changes every epoch, so the figure is an estimate; exact when nothing waits).
+    With fill it counts the repeats as real elements, as ``BucketSampler``'s report does, each
+    at the mean length of its rank's samples of its bucket (the bucket's mean with exchange):
+    an estimate too, since which samples repeat changes every epoch.
     """
 
     rank: int
@@ -122,6 +129,8 @@ class ShardReport:
     moved_out: int = 0
     moved_in: int = 0
     moved_all: int = 0
+    repeated: int = 0
+    repeated_all: int = 0
 
 
 class ShardedSampler(EpochSampler):
@@ -165,7 +174,11 @@ class ShardedSampler(EpochSampler):
             ``exchange`` (default ``False``): ``True`` lets the fuller ranks hand their excess
             of each bucket to the ranks with room, the same rows every epoch, so the slots
             follow the average rank and every sample is in every epoch once (NOTE [ Sharded
-            plan ] 8; needs ``shard_indices``; not with ``defer``).
+            plan ] 8; needs ``shard_indices``; not with ``defer``); ``last_batch``
+            (default ``"pad"``: the slots a rank's samples leave empty are masked padding
+            rows): ``"fill"`` tops them up with repeats of the rank's samples that fit, real
+            rows that are trained on and counted as ``repeated`` (NOTE [ Sharded plan ] 9; with
+            any rule); ``"drop"`` and ``"keep"`` are refused (they leave the ranks out of step).
 
     Example:
         >>> shards = [[3, 4, 9, 10], [3, 3, 10, 9], [4, 10, 4, 9]]
@@ -194,6 +207,8 @@ class ShardedSampler(EpochSampler):
         super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
         self.options = _check_options(options)
         self.exchange = bool(self.options.get("exchange", False))
+        self.last_batch = str(self.options.get("last_batch", "pad"))
+        self.fill = self.last_batch == "fill"  # NOTE [ Sharded plan ] 9
         lengths = _shard_array(shard_lengths)
         ids = _shard_ids(shard_indices, lengths.size, self.exchange)
         own = _histogram(lengths) if lengths.size else None
@@ -259,11 +274,12 @@ class ShardedSampler(EpochSampler):
         unequal = int(sizes.max() - sizes.min()) > 0.1 * float(sizes.mean())
         if unequal and filler > LOSS_WARNING * self.histogram.num_samples:
             share = filler / self.histogram.num_samples
+            what = "repeat samples in" if self.fill else "pad"
             warnings.warn(
                 f"the shards are unequal (from {int(sizes.min()):,} to {int(sizes.max()):,} "
                 f"samples per rank): every rank takes {len(self):,} steps, so the ranks with "
-                f"fewer samples pad {filler:,} filler rows in all ({share:.1%} of the samples)"
-                "; no sample is lost (ShardedSampler.report() has the counts). "
+                f"fewer samples {what} {filler:,} filler rows in all ({share:.1%} of the "
+                "samples); no sample is lost (ShardedSampler.report() has the counts). "
                 "Balance the shards to pad less",
                 UserWarning,
                 stacklevel=2,
@@ -275,7 +291,7 @@ class ShardedSampler(EpochSampler):
         """The promised shapes (what the collator keeps)."""
         used = np.flatnonzero(self.schedule.steps > 0)
         shapes = tuple(sorted(self.cells.shapes[c] for c in used.tolist()))
-        return ShapeTable(cells=self.cells, shapes=shapes, last_batch="pad")
+        return ShapeTable(cells=self.cells, shapes=shapes, last_batch=self.last_batch)
 
     @property
     def shapes(self) -> list[tuple[int, ...]]:
@@ -338,6 +354,7 @@ class ShardedSampler(EpochSampler):
             shuffle=self.shuffle,
             deferred=self.deferred[self.rank] if waiting else None,
             stand_in=self._stand_in,
+            fill=self.fill,
         )
 
     def _rows(self) -> np.ndarray:
@@ -388,11 +405,13 @@ class ShardedSampler(EpochSampler):
 
     def _batch(self, plan: Any, i: int) -> list[int]:
         """Batch ``i`` with its step's planned shape and its real-sample count (a
-        :class:`~bucketloader.plan.PlannedBatch`)."""
+        :class:`~bucketloader.plan.PlannedBatch`; with fill, NOTE [ Sharded plan ] 9, its
+        repeats are real rows too)."""
+        repeats = 0 if plan.num_repeats is None else int(plan.num_repeats[i])
         return PlannedBatch(
             plan.batch(i).tolist(),
             planned_shape=self.cells.shapes[int(plan.cells[i])],
-            num_real=int(plan.num_real[i]),
+            num_real=int(plan.num_real[i]) + repeats,
         )
 
     def report(self) -> ShardReport:
@@ -404,38 +423,52 @@ class ShardedSampler(EpochSampler):
         real = self._real
         kept = self.planned
         moves = self._moves
+        empty = 0 if self.fill else 1  # with fill (9) the filler rows are repeats
         return ShardReport(
             rank=self.rank,
             num_samples=self.num_samples,
             steps=s.num_steps,
             promoted=int(_moved(s, kept)[self.rank]),
-            filler_rows=int(s.filler[self.rank].sum()),
-            stand_in_batches=int(np.maximum(s.steps - s.placed[self.rank], 0).sum()),
+            filler_rows=int(s.filler[self.rank].sum()) * empty,
+            stand_in_batches=int(np.maximum(s.steps - s.placed[self.rank], 0).sum()) * empty,
             padding_ratio=(padded - real) / real if real else 0.0,
             promoted_all=int(_moved(s, kept).sum()),
-            filler_rows_all=int(s.filler.sum()),
+            filler_rows_all=int(s.filler.sum()) * empty,
             deferred=int(self.deferred[self.rank].sum()),
             deferred_all=int(self.deferred.sum()),
             moved_out=int(moves[moves[:, 0] == self.rank, 3].sum()),
             moved_in=int(moves[moves[:, 2] == self.rank, 3].sum()),
             moved_all=int(moves[:, 3].sum()),
+            repeated=int(s.filler[self.rank].sum()) * (1 - empty),
+            repeated_all=int(s.filler.sum()) * (1 - empty),
         )
 
     def _shown(
-        self, b: np.ndarray, lookup: np.ndarray, deferred: np.ndarray, hists: list[LengthHistogram]
+        self,
+        b: np.ndarray,
+        lookup: np.ndarray,
+        deferred: np.ndarray,
+        hists: list[LengthHistogram],
+        repeats: np.ndarray | None = None,
     ) -> float:
         """Real elements an epoch shows over all ranks: every length, less each rank's
         deferred samples at the mean length of that rank's samples of their cell (exact when
-        nothing is deferred; which samples wait changes every epoch)."""
+        nothing is deferred; which samples wait changes every epoch), plus with fill (NOTE
+        [ Sharded plan ] 9) the ``(R, K)`` ``repeats`` at that mean (with exchange: the
+        cell's mean over all ranks, a rank's rows being no longer its own)."""
         shown = float(self.histogram.total)
         k = deferred.shape[1]
-        for h, waiting in zip(hists, deferred, strict=True):
-            if not waiting.any():
-                continue
-            cell = lookup[assign_buckets(h.values, b)]
-            n = np.bincount(cell, weights=h.counts, minlength=k)
-            total = np.bincount(cell, weights=h.counts * h.values.astype(np.float64), minlength=k)
-            shown -= float((waiting * np.divide(total, n, out=np.zeros(k), where=n > 0)).sum())
+        busy = deferred.any(axis=1) | (False if repeats is None else repeats.any(axis=1))
+        if not busy.any():
+            return shown
+        every = _cell_mean(self.histogram, b, lookup, k)  # where a rank has none of a cell
+        means = [np.where(m > 0, m, every) for m in (_cell_mean(h, b, lookup, k) for h in hists)]
+        if self.exchange:
+            means = [every] * len(hists)
+        for r, mean in enumerate(means):
+            shown -= float((deferred[r] * mean).sum())
+            if repeats is not None:
+                shown += float((repeats[r] * mean).sum())
         return shown
 
     def _warn_blocked_cells(self) -> None:
@@ -491,7 +524,7 @@ class ShardedSampler(EpochSampler):
         planned = exchange_table(table) if self.exchange else table - deferred
         s = self._schedule(planned, cells)
         padded = int((s.steps * s.rows * cells.lengths[:, 0]).sum()) * len(hists)
-        real = self._shown(b, lookup, deferred, hists)
+        real = self._shown(b, lookup, deferred, hists, s.filler if self.fill else None)
         return _Layout(b, cells, table, deferred, planned, s, (padded - real) / real, real)
 
     def _schedule(self, table: np.ndarray, cells: Cells) -> ShardSchedule:
@@ -534,6 +567,8 @@ class ShardedSampler(EpochSampler):
             h.update(self.deferred.astype("<i8").tobytes())
         if self.exchange:  # NOTE [ Sharded plan ] 8: another plan than without exchange
             h.update(b"exchange" + self.planned.astype("<i8").tobytes())
+        if self.fill:  # NOTE [ Sharded plan ] 9: the same steps, other batches than "pad"'s
+            h.update(b"fill")
         return {
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -633,6 +668,7 @@ _OPTIONS = (
     "cache",
     "defer",
     "exchange",
+    "last_batch",
 )
 
 
@@ -705,6 +741,14 @@ def _shard_ids(indices: Any, size: int, exchange: bool) -> np.ndarray | None:
     return ids
 
 
+def _cell_mean(hist: LengthHistogram, b: np.ndarray, lookup: np.ndarray, k: int) -> np.ndarray:
+    """``(K,)`` mean length of ``hist``'s samples in every cell (0 where it has none)."""
+    cell = lookup[assign_buckets(hist.values, b)]
+    n = np.bincount(cell, weights=hist.counts, minlength=k)
+    total = np.bincount(cell, weights=hist.counts * hist.values.astype(np.float64), minlength=k)
+    return np.divide(total, n, out=np.zeros(k), where=n > 0)
+
+
 def _histogram(lengths: np.ndarray) -> LengthHistogram:
     """The shard's histogram, counted in chunks (no full-size temporary)."""
     lo, hi = int(lengths.min()), int(lengths.max())
@@ -766,6 +810,25 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
         options = {k: v for k, v in options.items() if k != "exchange"}
         if on:
             options["exchange"] = True
+    if "last_batch" in options:
+        last = options["last_batch"]
+        if last in ("drop", "keep"):
+            raise ValueError(
+                f"ShardedSampler cannot honour last_batch={last!r}: a step is one batch on every "
+                "rank, and a rank that drops or shrinks a batch another rank fills leaves the "
+                "ranks out of step (NOTE [ Sharded plan ] 9); pass last_batch='pad' (the "
+                "default: empty slots are masked padding rows) or last_batch='fill' (they hold "
+                "repeats of the rank's samples, trained on)"
+            )
+        if not isinstance(last, str) or last not in ("pad", "fill"):
+            raise ValueError(
+                f"last_batch must be 'pad' (the default: empty slots are masked padding rows) "
+                f"or 'fill' (they hold repeats of the rank's samples), got last_batch={last!r}"
+            )
+        # one spelling per rule, so ranks that write "pad" or nothing agree (config digest)
+        options = {k: v for k, v in options.items() if k != "last_batch"}
+        if last == "fill":
+            options["last_batch"] = "fill"
     if options.get("exchange") and options.get("defer"):
         raise ValueError(
             f"pass either defer={options['defer']!r} or exchange=True, not both: the exchange "
