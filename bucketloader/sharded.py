@@ -52,6 +52,7 @@ from bucketloader.plan.sharded import (
     dealt_histogram,
     defer_table,
     envelope_histogram,
+    exchange_cells,
     exchange_moves,
     exchange_table,
     give_rows,
@@ -228,6 +229,7 @@ class ShardedSampler(EpochSampler):
             best = plans[1]
         self.boundaries, self.cells, self.table = best.boundaries, best.cells, best.table
         self.deferred, self.planned, self.schedule = best.deferred, best.planned, best.schedule
+        self._copies, self._moves, self._copied = best.copies, best.moves, best.copied
         self._real = best.real
         if self.even:
             rows = self.schedule.rows.copy()
@@ -239,21 +241,29 @@ class ShardedSampler(EpochSampler):
         by_cell = sort_by_cell(cell_of, count_cells(cell_of, self.cells.num_cells))
         # the rows per cell the plan reads: the rank's own (some waiting, 7) or exchanged (8)
         self._counts = (self.planned if self.exchange else self.table)[self.rank]
-        self._moves = np.zeros((0, 4), dtype=np.int64)
         self._by_cell: np.ndarray | None = None
         self._stand_in: int | None = None  # the first row of the rank's shortest cell
         if not (self.exchange and self.num_replicas > 1):
             self._by_cell = by_cell if ids is None else ids[by_cell]
         else:  # NOTE [ Sharded plan ] 8
-            self._moves = exchange_moves(self.table, self.planned)
+            lent = self._copies[self.rank]
             kept, given = give_rows(
-                by_cell, self.table[self.rank], self._moves, rank=self.rank, seed=self.seed
+                by_cell,
+                self.table[self.rank],
+                self._moves,
+                rank=self.rank,
+                seed=self.seed,
+                copies=lent,
             )
             self._kept = ids[kept]  # type: ignore[index]
             mine = self._moves[self._moves[:, 0] == self.rank]
-            self._kept_counts = self.table[self.rank] - np.bincount(
-                mine[:, 1], weights=mine[:, 3], minlength=self.cells.num_cells
-            ).astype(np.int64)
+            self._kept_counts = (
+                self.table[self.rank]
+                + lent
+                - np.bincount(
+                    mine[:, 1], weights=mine[:, 3], minlength=self.cells.num_cells
+                ).astype(np.int64)
+            )
             payload = {
                 "rank": self.rank,
                 "digest": self._config_digest(),
@@ -422,7 +432,8 @@ class ShardedSampler(EpochSampler):
         padded = int((rows * self.cells.lengths[:, 0]).sum()) * self.num_replicas
         real = self._real
         kept = self.planned
-        moves = self._moves
+        moves = self._moves[~self._copied]
+        lent = self._moves[self._copied]  # fill with exchange (9): copies are repeats
         empty = 0 if self.fill else 1  # with fill (9) the filler rows are repeats
         return ShardReport(
             rank=self.rank,
@@ -439,8 +450,9 @@ class ShardedSampler(EpochSampler):
             moved_out=int(moves[moves[:, 0] == self.rank, 3].sum()),
             moved_in=int(moves[moves[:, 2] == self.rank, 3].sum()),
             moved_all=int(moves[:, 3].sum()),
-            repeated=int(s.filler[self.rank].sum()) * (1 - empty),
-            repeated_all=int(s.filler.sum()) * (1 - empty),
+            repeated=int(s.filler[self.rank].sum()) * (1 - empty)
+            + int(lent[lent[:, 2] == self.rank, 3].sum()),
+            repeated_all=int(s.filler.sum()) * (1 - empty) + int(lent[:, 3].sum()),
         )
 
     def _shown(
@@ -521,11 +533,22 @@ class ShardedSampler(EpochSampler):
         lookup = cells.lookup[0]
         table = np.stack([_cell_counts(h, b, lookup, cells.num_cells) for h in hists])
         deferred = defer_table(table, self.defer) if self.defer else np.zeros_like(table)
-        planned = exchange_table(table) if self.exchange else table - deferred
+        copies = np.zeros_like(table)
+        if self.exchange and self.fill:  # NOTE [ Sharded plan ] 9: every cell dealt alone
+            planned, dealt, copies = exchange_cells(table)
+            moves = _fill_moves(table, dealt, copies, planned)
+        elif self.exchange:  # NOTE [ Sharded plan ] 8
+            planned = exchange_table(table)
+            step = exchange_moves(table, planned)
+            moves = step, np.zeros(len(step), dtype=bool)
+        else:
+            planned = table - deferred
+            moves = np.zeros((0, 4), dtype=np.int64), np.zeros(0, dtype=bool)
         s = self._schedule(planned, cells)
         padded = int((s.steps * s.rows * cells.lengths[:, 0]).sum()) * len(hists)
-        real = self._shown(b, lookup, deferred, hists, s.filler if self.fill else None)
-        return _Layout(b, cells, table, deferred, planned, s, (padded - real) / real, real)
+        real = self._shown(b, lookup, deferred, hists, s.filler + copies if self.fill else None)
+        pad = (padded - real) / real
+        return _Layout(b, cells, table, deferred, planned, s, pad, real, copies, *moves)
 
     def _schedule(self, table: np.ndarray, cells: Cells) -> ShardSchedule:
         budget = self._rule.budget
@@ -535,6 +558,7 @@ class ShardedSampler(EpochSampler):
             even=self.even,
             multiple_of=budget.multiple_of if budget is not None else 1,
             shared_stand_in=self.exchange,
+            per_cell=self.exchange and self.fill,
         )
 
     def _fit_boundaries(self, hist: LengthHistogram) -> np.ndarray:
@@ -568,7 +592,7 @@ class ShardedSampler(EpochSampler):
         if self.exchange:  # NOTE [ Sharded plan ] 8: another plan than without exchange
             h.update(b"exchange" + self.planned.astype("<i8").tobytes())
         if self.fill:  # NOTE [ Sharded plan ] 9: the same steps, other batches than "pad"'s
-            h.update(b"fill")
+            h.update(b"fill" + self._copies.astype("<i8").tobytes())
         return {
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -590,6 +614,9 @@ class _Layout:
     schedule: ShardSchedule
     padding: float  # padded / real elements over all ranks, less one
     real: float  # real elements an epoch shows
+    copies: np.ndarray  # (R, K) copies every rank sends (exchange with fill, 9)
+    moves: np.ndarray  # (M, 4) the exchange's moves (8; with fill 9, copies too)
+    copied: np.ndarray  # (M,) which moves are copies
 
 
 class LocalExchange:
@@ -739,6 +766,20 @@ def _shard_ids(indices: Any, size: int, exchange: bool) -> np.ndarray | None:
             "positions in the whole data set"
         )
     return ids
+
+
+def _fill_moves(
+    table: np.ndarray, dealt: np.ndarray, copies: np.ndarray, planned: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The exchange's moves under fill (NOTE [ Sharded plan ] 9): the samples moved to deal
+    every cell, then the copies, in one table sorted by giver, cell, kind and receiver (a
+    giver's payload lists a cell's moved rows before its copies), and which rows are copies."""
+    moved = exchange_moves(table, dealt)
+    lent = exchange_moves(dealt + copies, planned)
+    both = np.concatenate([moved, lent])
+    kind = np.concatenate([np.zeros(len(moved), np.int64), np.ones(len(lent), np.int64)])
+    order = np.lexsort((both[:, 2], kind, both[:, 1], both[:, 0]))
+    return both[order], kind[order].astype(bool)
 
 
 def _cell_mean(hist: LengthHistogram, b: np.ndarray, lookup: np.ndarray, k: int) -> np.ndarray:

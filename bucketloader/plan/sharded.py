@@ -256,6 +256,42 @@ def exchange_table(table: np.ndarray) -> np.ndarray:
     return out
 
 
+def exchange_cells(table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Samples every rank plans in every cell once the ranks exchange under fill (NOTE
+    [ Sharded plan ] 9), and the copies each rank sends.
+
+    Every cell is dealt on its own: a rank keeps at most ``cap = ceil(n_c / R)`` of its
+    ``n_c`` samples of cell ``c`` and the rest go to the ranks with room, in rank order; the
+    ranks still below ``cap`` then receive *copies* (repeats) of rows of the ranks that keep
+    ``cap`` of their own, dealt round-robin, so every rank plans ``cap`` rows of every cell.
+
+    Returns:
+        ``(planned, dealt, copies)``, each ``(R, K)``: the rows every rank plans (``cap`` in
+        every column), its own and moved samples among them, and the copies it sends.
+
+    Example:
+        >>> planned, dealt, copies = exchange_cells(np.array([[1, 4], [0, 0], [0, 1]]))
+        >>> planned.tolist(), dealt.tolist(), copies.tolist()
+        ([[1, 2], [1, 2], [1, 2]], [[1, 2], [0, 2], [0, 1]], [[2, 1], [0, 0], [0, 0]])
+    """
+    table = np.asarray(table, dtype=np.int64)
+    ranks = table.shape[0]
+    cap = -(-table.sum(axis=0) // ranks)
+    keep = np.minimum(table, cap[None, :])
+    dealt = keep.copy()
+    copies = np.zeros_like(table)
+    for c in range(table.shape[1]):
+        room = cap[c] - keep[:, c]
+        dealt[:, c] += _deal(int((table[:, c] - keep[:, c]).sum()), room, np.zeros_like(room))
+        full = np.flatnonzero(keep[:, c] == cap[c])  # own rows at cap: the senders
+        short = int((cap[c] - dealt[:, c]).sum())
+        if short and full.size:
+            each, extra = divmod(short, full.size)
+            copies[full, c] = each
+            copies[full[:extra], c] += 1
+    return np.broadcast_to(cap, table.shape).copy(), dealt, copies
+
+
 def _deal(count: int, room: np.ndarray, slack: np.ndarray) -> np.ndarray:
     """``count`` samples over the ranks' ``room``: up to each rank's ``slack`` first (the
     largest slack first, ties by rank), then the rest by room in rank order."""
@@ -310,7 +346,13 @@ def exchange_moves(table: np.ndarray, planned: np.ndarray) -> np.ndarray:
 
 
 def give_rows(
-    by_cell: np.ndarray, counts: np.ndarray, moves: np.ndarray, *, rank: int, seed: int
+    by_cell: np.ndarray,
+    counts: np.ndarray,
+    moves: np.ndarray,
+    *,
+    rank: int,
+    seed: int,
+    copies: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The rows rank ``rank`` keeps and the rows it gives (NOTE [ Sharded plan ] 8).
 
@@ -319,6 +361,9 @@ def give_rows(
         counts: ``(K,)`` the rank's samples per cell.
         moves: every rank's moves (:func:`exchange_moves`).
         rank, seed: as the sampler's.
+        copies: ``(K,)`` of the rows the moves give per cell, how many are copies the rank
+            keeps too (fill, NOTE [ Sharded plan ] 9: :func:`exchange_cells`): drawn after the
+            given rows, cyclically from the kept ones.
 
     Returns:
         ``(kept, given)``: ``by_cell`` without the given rows (still sorted by cell), and the
@@ -337,11 +382,17 @@ def give_rows(
     start = np.concatenate([[0], np.cumsum(counts)])
     keep = np.ones(by_cell.size, dtype=bool)
     given = []
+    lent = np.zeros_like(give) if copies is None else np.asarray(copies, dtype=np.int64)
     for c in np.flatnonzero(give).tolist():
         rng = np.random.default_rng(np.random.SeedSequence([seed, _EXCHANGE, rank, c]))
-        pick = start[c] + np.sort(rng.choice(int(counts[c]), int(give[c]), replace=False))
+        moved = int(give[c] - lent[c])
+        pick = start[c] + np.sort(rng.choice(int(counts[c]), moved, replace=False))
         keep[pick] = False
         given.append(by_cell[pick])
+        if lent[c]:  # copies of kept rows, cyclically in a fixed order
+            stay = np.flatnonzero(keep[start[c] : start[c + 1]]) + start[c]
+            stay = stay[rng.permutation(stay.size)]
+            given.append(by_cell[stay[np.arange(int(lent[c])) % stay.size]])
     if not given:
         return by_cell, by_cell[:0]
     return by_cell[keep], np.concatenate(given)
@@ -417,6 +468,7 @@ def shard_schedule(
     even: bool = False,
     multiple_of: int = 1,
     shared_stand_in: bool = False,
+    per_cell: bool = False,
 ) -> ShardSchedule:
     """The schedule every rank derives alone from the ``(ranks, K)`` table of per-cell counts.
 
@@ -431,6 +483,10 @@ def shard_schedule(
         shared_stand_in: every rank can hold one row of the shortest cell as a stand-in (with
             exchange, NOTE [ Sharded plan ] 8: every rank reads every row), so every cell may
             get steps; ``False``: a cell some rank has no sample at or below gets none (3).
+        per_cell: every cell's slots per rank hold the most samples any rank has there, so no
+            sample is promoted (with exchange and fill, NOTE [ Sharded plan ] 9: the cells are
+            dealt evenly and the rest of a cell's slots hold repeats of it); needs
+            ``shared_stand_in`` (a rank may have no sample of a cell with steps).
 
     Example:
         >>> s = shard_schedule(np.array([[5, 2], [3, 4]]), np.array([2, 2]))
@@ -445,6 +501,7 @@ def shard_schedule(
     ranks, k = table.shape
     # need[c]: slots every rank needs in cells >= c (the most samples any rank has there)
     need = np.cumsum(table[:, ::-1], axis=1)[:, ::-1].max(axis=0)
+    most = table.max(axis=0)  # per_cell: a cell's slots per rank hold its fullest rank's
     reach = np.cumsum(table, axis=1) > 0  # rank r has a sample at or below cell c
     # the first cell every rank can fill (with a shared stand-in: the first with a sample)
     first = int(np.argmax(reach.any(axis=0) if shared_stand_in else reach.all(axis=0)))
@@ -453,7 +510,7 @@ def shard_schedule(
     rows = batch.copy()
     above = 0  # slots per rank in the cells above c
     for c in range(k - 1, first - 1, -1):
-        want = max(int(need[c]) - above, 0)
+        want = int(most[c]) if per_cell else max(int(need[c]) - above, 0)
         b = int(batch[c])
         s = -(-want // b)
         r = b if (s == 0 or not even) else -(-want // s)
