@@ -15,8 +15,9 @@ By default every sample of every shard is in every epoch and each bucket's slots
 fullest rank; ``defer=`` lets a fuller rank's excess wait for the next epoch instead, so the slots
 follow what the ranks can fill (NOTE [ Sharded plan ] 7); ``exchange=True`` (when every rank can
 read every row, named by ``shard_indices=``) lets a fuller rank hand its excess to the ranks with
-room, once when the sampler is built (NOTE [ Sharded plan ] 8). ``docs/sharded.md`` has the
-trade.
+room, once when the sampler is built (NOTE [ Sharded plan ] 8). ``last_batch="fill"`` (with any
+of them) tops the slots a rank's samples leave empty up with repeats of its samples instead of
+masked filler rows (NOTE [ Sharded plan ] 9). ``docs/sharded.md`` has the trade.
 
 The histograms come from ``shard_histograms=`` (e.g. from the engines that measured the shards,
 or a simulation), or, when left out under ``torch.distributed``, from one ``all_gather`` of each
