@@ -492,6 +492,18 @@ def _exchanged(lengths, shards, **options):
         ]
 
 
+def _unequal_shards(raw, ranks):
+    """The lengths (at least one per rank) and unequal random shards of them: cut at random
+    points."""
+    lengths = np.array(raw)
+    if lengths.size < ranks:
+        lengths = np.resize(lengths, ranks)
+    cuts = np.sort(
+        np.random.default_rng(len(raw)).choice(np.arange(1, lengths.size), ranks - 1, replace=False)
+    )
+    return lengths, np.split(np.random.default_rng(1).permutation(lengths.size), cuts)
+
+
 def _check_exchange(samplers, lengths, epoch):
     """Same steps and shapes on every rank, every row of the data set exactly once over all
     ranks (global row ids), rows that fit their step's shape; the exact padding."""
@@ -523,14 +535,7 @@ def _check_exchange(samplers, lengths, epoch):
 def test_exchange_shows_every_row_once_in_step_and_balances_every_level(
     raw, ranks, k, batch, shuffle
 ):
-    lengths = np.array(raw)
-    if lengths.size < ranks:
-        lengths = np.resize(lengths, ranks)
-    # unequal shards too: cut at random points
-    cuts = np.sort(
-        np.random.default_rng(len(raw)).choice(np.arange(1, lengths.size), ranks - 1, replace=False)
-    )
-    shards = np.split(np.random.default_rng(1).permutation(lengths.size), cuts)
+    lengths, shards = _unequal_shards(raw, ranks)
     samplers = _exchanged(lengths, shards, num_buckets=k, batch_size=batch, shuffle=shuffle)
     s0 = samplers[0]
     above = np.cumsum(s0.planned[:, ::-1], axis=1)[:, ::-1]  # every rank's samples per level
@@ -664,13 +669,7 @@ def _check_fill(samplers, lengths, shards, epoch, exchange):
     st.sampled_from(["own", "defer", "exchange"]),
 )
 def test_fill_tops_every_batch_up_with_repeats_that_fit_and_counts_them(raw, ranks, k, batch, rule):
-    lengths = np.array(raw)
-    if lengths.size < ranks:
-        lengths = np.resize(lengths, ranks)
-    cuts = np.sort(
-        np.random.default_rng(len(raw)).choice(np.arange(1, lengths.size), ranks - 1, replace=False)
-    )
-    shards = np.split(np.random.default_rng(1).permutation(lengths.size), cuts)
+    lengths, shards = _unequal_shards(raw, ranks)
     opts = {"num_buckets": k, "batch_size": batch, "last_batch": "fill"}
     if rule == "exchange":
         samplers = _exchanged(lengths, shards, **opts)
