@@ -373,6 +373,18 @@ class RowPass(Pass):
 
         self.next_id = int(state["next_id"])
         self.tokens_read = int(state["tokens_read"])
+        # Every token placed in a row is handed out or still held: a state whose rows (or their
+        # documents) were deleted would lose those documents silently, so it is refused.
+        held = sum(sample_of(x)[1] for items in state["ready"] for x in items) + sum(
+            sample_of(x)[1] for _, _, items in state["open"] for x in items
+        )
+        if state["phase"] != "done" and self.tokens_read != self.stats["tokens"] + held:
+            raise ValueError(
+                f"state's rows hold {held} tokens and its batches handed out "
+                f"{self.stats['tokens']}, but it placed tokens_read={self.tokens_read} in rows: "
+                "rows or documents were removed from (or added to) the state, which would lose "
+                "documents; pass a dict from PackIterable.state_dict(), unedited"
+            )
         self.rows, self.caps = {}, []
         for rid, opened, items in state["open"]:  # oldest first, as saved
             docs = [sample_of(x) for x in items]
