@@ -545,7 +545,8 @@ def _lean_equals_general(data, side, kind, dtype, frames, rows):
     rng = np.random.default_rng(len(lengths))
     for idx in sampler:
         shapes = [(int(lengths[i]), frames)[: 1 + bool(frames)] for i in idx]
-        xs = [torch.from_numpy(rng.integers(0, 2, size=s)).to(getattr(torch, dtype)) for s in shapes]
+        t = getattr(torch, dtype)
+        xs = [torch.from_numpy(rng.integers(0, 2, size=s)).to(t) for s in shapes]
         if kind == "numpy":
             xs = [x.numpy() for x in xs]
         got, want = lean(xs), general(xs)
