@@ -611,11 +611,23 @@ def test_mixed_dtypes_promote_without_losing_a_value(three, batch, dtype, values
         ([[1, "2", 3], [1, 2, 3]], TypeError, r"holds lists with str values .*position 0"),
         ([[1, None, 3], [1, 2, 3]], TypeError, r"lists with NoneType values"),
         ([[1, 2, 3], [1, [2], 3]], TypeError, r"lists with list values .*position 1"),
+        ([np.ma.array(np.arange(3)), np.ma.array(np.arange(3), mask=[0, 1, 0])], TypeError,
+         r"field 'inputs' holds a numpy masked array with masked elements \(the sample at batch "
+         r"position 1\); padding it would drop the mask .* x.filled\(value\)"),
+        ([{"x": np.ma.array(np.arange(3), mask=[1, 0, 0])}] * 2, TypeError,
+         r"field 'x' holds a numpy masked array .*position 0"),
+        ([np.arange(3), np.ma.array(np.arange(3), mask=[0, 0, 1])], TypeError,
+         r"position 1 is a MaskedArray of shape \(3,\) but at position 0 it is a ndarray"),
     ],
 )  # fmt: skip
 def test_values_that_cannot_be_kept_raise_naming_the_field(three, batch, kind, message):
     with pytest.raises(kind, match=message):
         three(batch)
+
+
+def test_a_masked_array_without_masked_elements_is_padded(three):
+    out = three([np.ma.array(np.arange(3)), np.ma.array(np.arange(3), mask=[0, 0, 0])])
+    assert out["inputs"].tolist() == [[0, 1, 2], [0, 1, 2]]
 
 
 def test_pad_value_must_fit_the_promoted_dtype():

@@ -271,6 +271,8 @@ def field_dtype(values: Sequence[Any], key: Any) -> tuple[Sequence[Any], torch.d
     """
     first = values[0]
     is_np = isinstance(first, np.ndarray)
+    if any(issubclass(t, np.ma.MaskedArray) for t in set(map(type, values))):
+        _refuse_masked(values, key)
     dtypes = set(map(_DTYPE, values)) if len(values) > 1 else {first.dtype}
     if len(dtypes) == 1:
         if not is_np:
@@ -282,6 +284,19 @@ def field_dtype(values: Sequence[Any], key: Any) -> tuple[Sequence[Any], torch.d
 
 
 _DTYPE = operator.attrgetter("dtype")
+
+
+def _refuse_masked(values: Sequence[Any], key: Any) -> None:
+    """A numpy masked array with masked elements cannot be padded: its mask would be lost (the
+    values under it written as real ones)."""
+    for pos, v in enumerate(values):
+        if isinstance(v, np.ma.MaskedArray) and np.ma.is_masked(v):
+            raise TypeError(
+                f"field {key!r} holds a numpy masked array with masked elements (the sample at "
+                f"batch position {pos}); padding it would drop the mask and write the values "
+                "under it as real ones; pass x.filled(value) to give them a value, or "
+                "x.compressed() to leave them out"
+            )
 
 
 @functools.lru_cache(maxsize=64)

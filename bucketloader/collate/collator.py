@@ -412,8 +412,8 @@ class PadCollator:
         rest: tuple[int, ...] = ()  # the fixed trailing dims of (T, F, ...) samples
         try:  # one dtype object for the batch also means one kind (numpy's dtypes are not torch's)
             dtypes = set(map(_DTYPE, samples)) if n > 1 else {first.dtype}
-            if len(dtypes) > 1 and len(set(map(type, samples))) > 1:
-                return None  # tensors mixed with arrays: the general path
+            if (len(dtypes) > 1 or kind is np.ndarray) and len(set(map(type, samples))) > 1:
+                return None  # tensors mixed with arrays, masked arrays: the general path
             ndims = set(map(_NDIM, samples))
             if ndims == _ONE_D:
                 sizes = list(map(_NUMEL[kind], samples))  # (C calls: no torch.Size per sample)
