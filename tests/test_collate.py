@@ -473,12 +473,14 @@ def test_lean_1d_path_equals_the_general_path(data, side, kind, dtype, last_batc
     for idx in sampler:
         xs = [torch.from_numpy(rng.integers(0, 2, size=int(lengths[i]))).to(getattr(torch, dtype))
               for i in idx]  # fmt: skip
-        if kind == "numpy":
-            xs = [x.numpy() for x in xs]
-        got, want = lean(xs), general(xs)
-        assert list(got) == list(want)
-        for key in want:
-            assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
+        _assert_same(lean, general, [x.numpy() for x in xs] if kind == "numpy" else xs)
+
+
+def _assert_same(lean, general, xs):
+    got, want = lean(xs), general(xs)
+    assert list(got) == list(want)
+    for key in want:
+        assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
 
 
 @settings(max_examples=25, deadline=None)
@@ -515,9 +517,7 @@ def test_lean_path_on_many_long_rows(side, frames):
     general._bare_default = general._lean_nd = False
     for idx in sampler:
         xs = [torch.full((int(lengths[i]), frames)[: 1 + bool(frames)], float(i)) for i in idx]
-        got, want = lean(xs), general(xs)
-        for key in want:
-            assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
+        _assert_same(lean, general, xs)
 
 
 def test_lean_path_keeps_the_dim_learned_for_frames():
@@ -547,12 +547,7 @@ def _lean_equals_general(data, side, kind, dtype, frames, rows):
         shapes = [(int(lengths[i]), frames)[: 1 + bool(frames)] for i in idx]
         t = getattr(torch, dtype)
         xs = [torch.from_numpy(rng.integers(0, 2, size=s)).to(t) for s in shapes]
-        if kind == "numpy":
-            xs = [x.numpy() for x in xs]
-        got, want = lean(xs), general(xs)
-        assert list(got) == list(want)
-        for key in want:
-            assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
+        _assert_same(lean, general, [x.numpy() for x in xs] if kind == "numpy" else xs)
         if frames:
             assert general._learned == lean._learned or len({len(x) for x in xs}) == 1
 
