@@ -17,7 +17,14 @@ for a smoke run without the 100 M and 1 B points). Writes ``benchmarks/results/s
    Both rules side by side: padding to the fullest rank (``defer=0``, the default: every sample
    in every epoch) and deferral (``defer=0.5``, NOTE [ Sharded plan ] 7: the slots follow what
    the ranks can fill, the fuller ranks' excess waits one epoch), its padding measured exactly
-   over every rank's epoch-1 plan and its deferred samples per epoch.
+   over every rank's epoch-1 plan and its deferred samples per epoch. A third rule in its own
+   table: exchange (``exchange=True`` with ``shard_indices=``, NOTE [ Sharded plan ] 8: every
+   rank reads every row, the fuller ranks hand their excess to the ranks with room once when the
+   sampler is built), with the global plan's padding both as it reports it and with its
+   repeated samples counted as padding, the least any plan showing every sample once can pad,
+   the samples moved per epoch, and the same steps-and-shapes and every-row-once checks; then
+   the exchange's cost on large shards (10 M lengths over 8 ranks: build time per rank, the
+   first plan, rows moved, bytes gathered).
    ``--padding-only`` reruns this part alone and rewrites only its section of the results.
 2. Time and peak RSS vs N, each point in its own process (``ru_maxrss``): ``numpy.argsort`` of
    N int32 lengths (the reference), ``BucketSampler`` rank 0 of 8 on all N lengths, and
@@ -81,6 +88,55 @@ def _exact_padding(samplers, lengths, shards, epoch=1):
     return (padded - real) / real
 
 
+def _exchange_row(lengths, shards, hists, budget, glob):
+    """The exchange rule (``exchange=True``, NOTE [ Sharded plan ] 8) over ``shards``: every
+    rank simulated in one process with one shared ``LocalExchange``; its exact padding over
+    every rank's epoch-1 plan, the rows moved, same steps and shapes, every row exactly once."""
+    from bucketloader import LengthHistogram, compute_boundaries
+    from bucketloader.plan.sharded import dealt_histogram
+    from bucketloader.sharded import LocalExchange, ShardedSampler
+
+    ranks = len(shards)
+    board = LocalExchange(ranks)
+    sams = [
+        ShardedSampler(
+            lengths[s],
+            shard_indices=s,
+            shard_histograms=hists,
+            num_replicas=ranks,
+            rank=r,
+            num_buckets=K,
+            max_tokens=budget,
+            exchange=True,
+            gather=board,
+        )
+        for r, s in enumerate(shards)
+    ]
+    plans = [s.plan(1) for s in sams]
+    shapes = np.array([sams[0].cells.shapes[c] for c in range(sams[0].cells.num_cells)])
+    padded = sum(int((shapes[p.cells, 0] * shapes[p.cells, 1]).sum()) for p in plans)
+    shown = np.concatenate(
+        [p.batch(i)[: p.num_real[i]] for p in plans for i in range(len(p)) if p.num_real[i]]
+    )
+    real = int(lengths.sum())
+    cells = np.stack([p.cells for p in plans])
+    dealt = dealt_histogram(LengthHistogram.from_lengths(lengths), ranks)
+    b = compute_boundaries(dealt, K)
+    least = ranks * int((dealt.counts * b[np.searchsorted(b, dealt.values)]).sum())
+    rep = glob.report()
+    glob_padded = sum(int(c["padded"]) for c in rep.cells)
+    return {
+        "padding_exchange": (padded - real) / real,
+        "moved": sams[0].report().moved_all,
+        "steps_exchange": len(sams[0]),
+        "same_exchange": bool((cells == cells[0]).all()) and len({len(s) for s in sams}) == 1,
+        "once_exchange": bool(np.array_equal(np.sort(shown), np.arange(lengths.size))),
+        "bound_exchange": (least - real) / real,
+        "global_distinct": (glob_padded - real) / real,
+        "global_repeated": int(rep.totals["repeated"]),
+    }
+
+
 def padding_vs_global(ranks_list=(8, 64), resample=None):
     from bucketloader import BucketSampler, LengthHistogram, compute_boundaries
     from bucketloader.plan.sharded import envelope_histogram
@@ -105,6 +161,7 @@ def padding_vs_global(ranks_list=(8, 64), resample=None):
                 padding_defer = _exact_padding(defer, lengths, shards)
                 glob = BucketSampler(lengths, num_buckets=K, max_tokens=budget, num_replicas=ranks)
                 kept = ShardedSampler(**ranked[0], **common, boundaries=glob.boundaries)
+                exchange = _exchange_row(lengths, shards, hists, budget, glob)
             env = envelope_histogram(hists)
             eb = compute_boundaries(env, K)
             real = int(lengths.sum())
@@ -135,9 +192,55 @@ def padding_vs_global(ranks_list=(8, 64), resample=None):
                     "deferred": defer[0].report().deferred_all,
                     "steps_defer": len(defer[0]),
                     "same_defer": same_defer,
+                    **exchange,
                 }
             )
     return rows
+
+
+def exchange_cost(n=10_000_000, ranks=8):
+    """What the exchange costs a rank on a large shard: LibriSpeech lengths resampled to ``n``,
+    ``ranks`` contiguous shards, every rank built in this process without and with
+    ``exchange=True`` (one shared ``LocalExchange``); build time per rank, rank 0's first plan
+    (with exchange: reading the received rows), the rows moved and the padding."""
+    from bucketloader import LengthHistogram
+    from bucketloader.sharded import LocalExchange, ShardedSampler
+
+    lengths = _draw(n, seed=1)
+    shards = np.array_split(np.arange(n), ranks)
+    hists = [LengthHistogram.from_lengths(lengths[s]) for s in shards]
+    out = {}
+    for on in (False, True):
+        board = LocalExchange(ranks)
+        builds, sams = [], []
+        for r, s in enumerate(shards):
+            extra = {"exchange": True, "gather": board, "shard_indices": s} if on else {}
+            t0 = time.perf_counter()
+            sams.append(
+                ShardedSampler(
+                    lengths[s],
+                    shard_histograms=hists,
+                    num_replicas=ranks,
+                    rank=r,
+                    num_buckets=K,
+                    max_tokens=3_200_000,
+                    **extra,
+                )
+            )
+            builds.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        sams[0].plan()
+        first = time.perf_counter() - t0
+        rep = sams[0].report()
+        out[on] = {
+            "build": float(np.mean(builds)),
+            "plan": first,
+            "steps": len(sams[0]),
+            "padding": rep.padding_ratio,
+            "moved": rep.moved_all,
+            "out": max(s.report().moved_out for s in sams),
+        }
+    return {"n": n, "ranks": ranks, "rules": out}
 
 
 # -- one measured point per process ------------------------------------------------------------
@@ -260,8 +363,9 @@ def main() -> None:
     start = time.perf_counter()
     pad = padding_vs_global()
     pad_big = padding_vs_global(resample=2_000_000)
+    cost = exchange_cost()
     if args.padding_only:
-        write_padding(pad, pad_big, time.perf_counter() - start)
+        write_padding(pad, pad_big, time.perf_counter() - start, cost)
         return
     sizes = [1_000_000, 10_000_000] if args.quick else [1_000_000, 10_000_000, 100_000_000]
     points = []
@@ -270,7 +374,7 @@ def main() -> None:
             points.append(run_point(kind, n, 8))
             print(points[-1], flush=True)
     billion = None if args.quick else run_point("sharded", 1_000_000_000, 64)
-    write(pad, pad_big, points, billion, time.perf_counter() - start, args.quick)
+    write(pad, pad_big, points, billion, time.perf_counter() - start, args.quick, cost)
 
 
 def _pad_table(pad):
@@ -315,7 +419,68 @@ def _pad_table(pad):
     return lines
 
 
-def _padding_section(pad, pad_big, seconds=None):
+def _exchange_table(pad):
+    """The exchange rule's rows (``exchange=True``, NOTE [ Sharded plan ] 8)."""
+    lines = [
+        "| set | N | ranks | padding global (its report) | global, its repeats as padding | "
+        "exchange: padding | difference (pp) | difference to global with repeats as padding "
+        "(pp) | least any plan showing each sample once pads | exchange - least (pp) | moved "
+        "per epoch | steps (exchange / global) | same steps and shapes | every row once |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    met = met_distinct = 0
+    worst = worst_bound = -1e9
+    for r in pad:
+        diff = 100 * (r["padding_exchange"] - r["padding_global"])
+        ddiff = 100 * (r["padding_exchange"] - r["global_distinct"])
+        over = 100 * (r["padding_exchange"] - r["bound_exchange"])
+        met += diff <= 0.5
+        met_distinct += ddiff <= 0.5
+        worst, worst_bound = max(worst, diff), max(worst_bound, over)
+        lines.append(
+            f"| {r['set']} | {r['n']:,} | {r['ranks']} | {r['padding_global']:.2%} | "
+            f"{r['global_distinct']:.2%} ({r['global_repeated']:,} repeated) | "
+            f"{r['padding_exchange']:.2%} | {diff:+.2f} | {ddiff:+.2f} | "
+            f"{r['bound_exchange']:.2%} | {over:+.2f} | {r['moved']:,} "
+            f"({r['moved'] / r['n']:.1%}) | {r['steps_exchange']:,} / {r['steps_global']:,} | "
+            f"{r['same_exchange']} | {r['once_exchange']} |"
+        )
+    lines += [
+        "",
+        f"Exchange (`exchange=True`): within 0.5 pp of the global plan's reported padding on "
+        f"{met} of {len(pad)} rows (largest excess {worst:+.2f} points); within 0.5 pp of the "
+        f"global plan with its repeated samples counted as padding on {met_distinct} of "
+        f"{len(pad)} rows. Largest excess over the least any plan that shows every sample "
+        f"exactly once with one shape per step can pad with k = {K} lengths: "
+        f"{worst_bound:+.2f} points.",
+    ]
+    return lines
+
+
+def _cost_lines(cost):
+    """The exchange's cost on a large shard (:func:`exchange_cost`)."""
+    n, ranks = cost["n"], cost["ranks"]
+    off, on = cost["rules"][False], cost["rules"][True]
+    return [
+        f"The exchange on large shards: {n:,} LibriSpeech lengths (resampled) over {ranks} "
+        f"contiguous shards of {n // ranks:,}, k = {K}, `max_tokens` = 3,200,000, every rank "
+        "built in one process:",
+        "",
+        "| rule | build per rank (mean, s) | rank 0's first plan (s) | steps | padding | moved per "
+        "epoch (all ranks) | most rows a rank gives |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        f"| default | {off['build']:.3f} | {off['plan']:.3f} | {off['steps']:,} | "
+        f"{off['padding']:.3%} | 0 | 0 |",
+        f"| `exchange=True` | {on['build']:.3f} | {on['plan']:.3f} | {on['steps']:,} | "
+        f"{on['padding']:.3%} | {on['moved']:,} ({on['moved'] / n:.3%}) | {on['out']:,} |",
+        "",
+        "The collective carries each rank's given row ids (int64 here: 8 bytes each), so "
+        "what a rank receives is the moved rows of all ranks: "
+        f"{on['moved'] * 8 / 1024:,.0f} KiB here.",
+    ]
+
+
+def _padding_section(pad, pad_big, seconds=None, cost=None):
     """The padding section of the results (its heading to the end of the second table)."""
     lines = [
         "## Padding: sharded plan vs global plan",
@@ -350,28 +515,59 @@ def _padding_section(pad, pad_big, seconds=None):
         "smallest shards at 64 ranks: 70-310 samples per rank), the half-per-cell bound binds: a "
         "rank with one or two samples in a bucket cannot defer them.",
         "",
+        "### Exchange: `exchange=True`",
+        "",
+        "Every rank reads every row (one data set on shared storage; `shard_indices=` names the "
+        "global row ids of a rank's shard). From the longest bucket down, a rank holds at most "
+        "`ceil(T / ranks)` of the `T` samples at or above each bucket: it keeps what fits of its "
+        "own and hands the rest to the ranks with room, the same rows every epoch (one "
+        "collective when the sampler is built; here one `LocalExchange` per simulated job). "
+        "Boundaries: the global solve, or the solve over the dealt shares (`ceil(N_v / ranks)` "
+        "at or above every length) when it pads at least 0.1 pp less. Padding measured exactly "
+        "over every rank's plan of epoch 1; *moved per epoch*: samples planned on another rank "
+        "than their own (the same ones every epoch); *every row once*: the epoch's real rows over "
+        "all ranks are every row of the data set exactly once.",
+        "",
+        "The global plan keeps its ranks in step by repeating samples where a bucket has fewer "
+        "than its slots (`last_batch='pad'`), and its report counts those repeats as real "
+        "elements; the column *global, its repeats as padding* counts padded elements per "
+        "distinct sample instead, the measure the sharded rules are held to (a filler row is "
+        "padding). *Least any plan showing each sample once pads* is the exact optimum over k "
+        "lengths of `ranks x sum_v ceil(N_v / ranks)` per level (a step is one shape on every "
+        "rank, so the slots at or above each length are the same on every rank and hold the "
+        "`N_v` samples there): no plan that shows every sample exactly once pads less.",
+        "",
+    ]
+    lines += _exchange_table(pad)
+    lines += [
+        "",
         "The same sets resampled (with replacement) to 2,000,000 lengths each: a shard of 31 k "
-        "samples at 64 ranks instead of 70-900. The sharded plan cannot move a sample to "
-        "another rank, so every cell's rows follow the rank with the most samples there; with "
-        "few samples per rank and cell that costs filler rows, with many it vanishes.",
+        "samples at 64 ranks instead of 70-900. Without exchange the sharded plan cannot move a "
+        "sample to another rank, so every cell's rows follow the rank with the most samples "
+        "there; with few samples per rank and cell that costs filler rows, with many it "
+        "vanishes.",
         "",
     ]
     lines += _pad_table(pad_big)
+    lines += ["", "Exchange (`exchange=True`), the same 2,000,000-length sets:", ""]
+    lines += _exchange_table(pad_big)
+    if cost is not None:
+        lines += ["", *_cost_lines(cost)]
     if seconds is not None:
         lines += ["", f"(`benchmarks/scale.py --padding-only`: {seconds:.0f} s.)"]
     return lines
 
 
-def write_padding(pad, pad_big, seconds) -> None:
+def write_padding(pad, pad_big, seconds, cost=None) -> None:
     """Rewrite only the padding section of the results (``--padding-only``)."""
     text = OUT.read_text()
     head, rest = text.split("## Padding: sharded plan vs global plan", 1)
     tail = rest[rest.index("## Time and peak memory") :]
-    body = "\n".join(_padding_section(pad, pad_big, seconds))
+    body = "\n".join(_padding_section(pad, pad_big, seconds, cost))
     OUT.write_text(head + body + "\n\n" + tail)
 
 
-def write(pad, pad_big, points, billion, seconds, quick) -> None:
+def write(pad, pad_big, points, billion, seconds, quick, cost=None) -> None:
     mb = 1 / 2**20
     load = os.getloadavg()[0]
     lines = [
@@ -385,7 +581,7 @@ def write(pad, pad_big, points, billion, seconds, quick) -> None:
         f"numpy {np.__version__}.",
         "",
     ]
-    lines += _padding_section(pad, pad_big)
+    lines += _padding_section(pad, pad_big, cost=cost)
     lines += [
         "",
         "## Time and peak memory vs N (rank 0 of 8, each point its own process)",

@@ -184,6 +184,37 @@ def peak_bucket(lens, bounds, shuffle, batch):
     return peak_n, bound_n, peak_e, bound_e
 
 
+def peak_bucket_split(lens, bounds, shuffle, batch):
+    """A stream split over ranks (``steps_per_epoch`` = one pass's batches, ``"fill"``): its
+    buffers (shuffle and bucket buffers) and its stand-ins (each cell's first sample and last
+    batch) at their peak, against the bounds in ``docs/streams.md``."""
+
+    def make(steps):
+        return BucketIterable(
+            [{"id": i, "input_ids": [1] * int(x)} for i, x in enumerate(lens)],
+            length_fn="input_ids",
+            boundaries=bounds,
+            batch_size=batch,
+            shuffle_buffer=shuffle,
+            steps_per_epoch=steps,
+            last_batch="fill",
+        )
+
+    stream = make(sum(1 for _ in make(None)))
+    peak_n = peak_e = 0
+    for _ in stream:
+        e = stream._engine
+        held = [x[1] for x in e.shuffle] + [s for b in e.bsam for s in b]
+        held += list(e._fits.values()) + [s for v in e._last.values() for s, _ in v]
+        peak_n = max(peak_n, len(held))
+        peak_e = max(peak_e, sum(len(s["input_ids"]) for s in held))
+    b = np.asarray(bounds)
+    cap = max(64, 2 * batch * len(b))
+    bound_n = shuffle + cap + len(b) + batch * len(b)
+    bound_e = (shuffle + cap) * int(b[-1]) + int(((batch + 1) * b).sum())
+    return peak_n, bound_n, peak_e, bound_e
+
+
 def peak_pack(lens, row_length, batch, open_rows):
     docs = [{"id": i, "input_ids": [1] * int(min(x, row_length))} for i, x in enumerate(lens)]
     stream = PackIterable(
@@ -208,6 +239,10 @@ def memory_table():
     for shuffle, batch in ((0, 32), (256, 32), (1024, 8)):
         pn, bn, pe, be = peak_bucket(lens, bounds, shuffle, batch)
         opts = f"K=8, shuffle_buffer={shuffle}, batch_size={batch}"
+        rows.append(("BucketIterable", opts, pn, bn, pe, be))
+    for shuffle, batch in ((0, 32), (256, 32), (1024, 8)):
+        pn, bn, pe, be = peak_bucket_split(lens, bounds, shuffle, batch)
+        opts = f"K=8, shuffle_buffer={shuffle}, batch_size={batch}, steps_per_epoch"
         rows.append(("BucketIterable", opts, pn, bn, pe, be))
     for open_rows, batch in ((8, 4), (64, 8)):
         pr, br, pt, bt = peak_pack(lens, 512, batch, open_rows)
@@ -252,7 +287,12 @@ def write(table, mem, bounds, seconds):
         "bound in `docs/streams.md`: `BucketIterable` holds at most `shuffle_buffer + sum_c "
         "(B_c - 1)` samples (K cells, the shuffle buffer and one partial batch per cell) and "
         "`shuffle_buffer * L_K + sum_c (B_c - 1) * L_c` elements; `PackIterable` holds at most "
-        "`open_rows + batch_size + 1` rows of `row_length` tokens. Boundaries "
+        "`open_rows + batch_size + 1` rows of `row_length` tokens. Split over ranks "
+        '(`steps_per_epoch`, here one pass\'s batches, `last_batch="fill"`), a '
+        "`BucketIterable` holds its buffers, at most `shuffle_buffer + max(64, 2 * sum_c B_c)` "
+        "samples (more only while a step waits for a sample that fits it), and its stand-ins, "
+        "each cell's first sample and last batch (`K + sum_c B_c`); in elements "
+        "`(shuffle_buffer + max(64, 2 * sum_c B_c)) * L_K + sum_c (B_c + 1) * L_c`. Boundaries "
         f"{bounds}.",
         "",
         "| stream | options | peak samples (rows) held | bound | peak elements held | bound |",
@@ -291,7 +331,7 @@ class CountedIter:
             yield row
 
 
-def _split_stream(kind, source, bounds, steps):
+def _split_stream(kind, source, bounds, steps, **ranks):
     if kind == "BucketIterable":
         return BucketIterable(
             source,
@@ -300,73 +340,149 @@ def _split_stream(kind, source, bounds, steps):
             batch_size=32,
             shuffle_buffer=256,
             steps_per_epoch=steps,
+            **ranks,
         )
     return PackIterable(
-        source, length_fn="input_ids", row_length=512, batch_size=8, steps_per_epoch=steps
+        source,
+        length_fn="input_ids",
+        row_length=512,
+        batch_size=8,
+        steps_per_epoch=steps,
+        **ranks,
     )
 
 
+class HFCount:
+    """Rows every HF ``IterableDataset`` iterator yielded (its ``__iter__`` counted)."""
+
+    reads = 0
+
+    @classmethod
+    def install(cls):
+        import datasets
+
+        plain = datasets.IterableDataset.__iter__
+        if getattr(plain, "counted", False):
+            return
+
+        def counted(self):
+            for row in plain(self):
+                cls.reads += 1
+                yield row
+
+        counted.counted = True
+        datasets.IterableDataset.__iter__ = counted
+
+
+def _hf_sources(rows, lens, bounds):
+    """Rank 0 of 2 of an HF ``IterableDataset`` (8 shards, ``split_dataset_by_node``), as
+    itself (the stream checkpoints it) and behind ``__iter__`` only (the stream replays), both
+    counting rows; the ranks' options (a ``BucketSpec`` gives the schedule's counts)."""
+    import datasets
+    from datasets.distributed import split_dataset_by_node
+
+    from bucketloader import BucketSpec
+
+    HFCount.install()
+    cols = {"id": [r["id"] for r in rows], "input_ids": [r["input_ids"] for r in rows]}
+    ds = datasets.Dataset.from_dict(cols).to_iterable_dataset(num_shards=8)
+    shard = split_dataset_by_node(ds, rank=0, world_size=2)
+    spec = BucketSpec.build(lens, boundaries=bounds, batch_size=32)
+    return shard, {"num_replicas": 2, "rank": 0}, spec
+
+
+def _resume_split(kind, src, bounds, steps, ranks, whole, k, counter):
+    """Stop ``src``'s stream after ``k`` steps; time a fresh stream's resume to its first
+    batch, and count the rows it read meanwhile (``counter()``)."""
+    first = _split_stream(kind, src, bounds, steps, **ranks)
+    it = iter(first)
+    for _ in range(k):
+        next(it)
+    state = json.loads(json.dumps(first.state_dict()))
+    del it
+    t = time.perf_counter()
+    again = _split_stream(kind, src, bounds, steps, **ranks)
+    again.load_state_dict(state)
+    before = counter()  # (a list's schedule head, read when the stream is built, not counted)
+    it = iter(again)
+    head = ids(next(it))
+    seconds = time.perf_counter() - t
+    reads = counter() - before
+    assert [head] + [ids(b) for b in it] == whole[k:], f"{kind}: the resume differs"
+    return seconds, reads, state["format"]
+
+
 def split_table(n):
-    """Streams split over ranks (``steps_per_epoch``) stopped 90% in: seek vs replay."""
+    """Streams split over ranks (``steps_per_epoch``) stopped 90% in: seek or checkpoint vs
+    replay."""
     lens = lengths(n)
     rows = [{"id": i, "input_ids": [1] * int(x)} for i, x in enumerate(lens)]
     bounds = compute_boundaries(lens, 8)
+    hf, hf_ranks, spec = _hf_sources(rows, lens, bounds)
     out = []
-    for kind in ("BucketIterable", "PackIterable"):
-        steps = sum(1 for _ in _split_stream(kind, rows, bounds, None))  # one pass's batches
-        whole = [ids(b) for b in _split_stream(kind, rows, bounds, steps)]
-        k = int(AT * len(whole))
-        got = {}
-        for how, wrap in (("seek", CountedRows), ("replay", CountedIter)):
-            src = wrap(rows)
-            first = _split_stream(kind, src, bounds, steps)
-            it = iter(first)
-            for _ in range(k):
-                next(it)
-            state = json.loads(json.dumps(first.state_dict()))
-            t = time.perf_counter()
-            again = _split_stream(kind, src, bounds, steps)
-            again.load_state_dict(state)
-            src.reads = 0
-            it = iter(again)
-            head = ids(next(it))
-            seconds = time.perf_counter() - t
-            reads = src.reads
-            assert [head] + [ids(b) for b in it] == whole[k:], f"{kind} {how}: resume differs"
-            got[how] = (seconds, reads, state["format"])
-        out.append({"stream": kind, "steps": steps, "stop": k, **got})
-        print(out[-1], flush=True)
+    for source in ("list", "hf"):
+        for kind in ("BucketIterable", "PackIterable"):
+            if source == "list":
+                src, ranks, bnd = rows, {}, bounds
+                own, plain = CountedRows(rows), CountedIter(rows)
+                counters = (lambda o=own: o.reads, lambda p=plain: p.reads)
+            else:
+                src, ranks, bnd = hf, hf_ranks, spec
+                own, plain = hf, Replayed(hf)
+                counters = (lambda: HFCount.reads, lambda: HFCount.reads)
+            steps = sum(1 for _ in _split_stream(kind, src, bnd, None))  # one pass's batches
+            whole = [ids(b) for b in _split_stream(kind, src, bnd, steps, **ranks)]
+            k = int(AT * len(whole))
+            got = {
+                how: _resume_split(kind, s, bnd, steps, ranks, whole, k, c)
+                for how, s, c in (("own", own, counters[0]), ("replay", plain, counters[1]))
+            }
+            out.append({"stream": kind, "source": source, "steps": steps, "stop": k, **got})
+            print(out[-1], flush=True)
     return out
 
 
 SPLIT_HEAD = "## Streams split over ranks (`steps_per_epoch`)"
 
 
-def write_split(split, seconds):
+def write_split(split, seconds, command="--split-only"):
     """Rewrite only the split-over-ranks section of the results (``--split-only``)."""
     lines = [
         SPLIT_HEAD,
         "",
-        f"`.venv/bin/python benchmarks/stream_resume.py --split-only` ({seconds:.0f} s). The "
-        f"same {N:,} samples as a list of dicts, a stream with `steps_per_epoch` (every rank "
-        "follows the same schedule of shapes; here one rank, the epoch as long as one pass), "
-        "stopped 90% into the epoch. *Seek*: the list read by index (its exact state holds "
-        "positions: buffers, stand-ins, last batches and the step reached); *replay*: the same "
-        "rows behind `__iter__` only, so the state is the replay state and the resume re-reads "
-        "the epoch from its start. Rows read: from `load_state_dict` to the first batch. Both "
-        "resumes give exactly the batches of the uninterrupted pass (checked). "
-        "`BucketIterable`: 8 buckets, `batch_size=32`, `shuffle_buffer=256`; `PackIterable`: "
-        "`row_length=512`, `batch_size=8`.",
+        f"`.venv/bin/python benchmarks/stream_resume.py {command}`".replace(" `", "`")
+        + f" ({seconds:.0f} s{'' if command else ' in all'}). The "
+        f"same {N:,} samples, a stream with `steps_per_epoch` (every rank follows the same "
+        "schedule of shapes; the epoch as long as one pass over the rank's rows), stopped 90% "
+        "into the epoch and resumed from its JSON state in a fresh stream. Sources: *a list* of "
+        "dicts, one rank, read by index (it seeks: its exact state holds positions of the "
+        "buffers, the stand-ins, the last batches and the step reached); *HF "
+        f"`IterableDataset`*, 8 shards, rank 0 of 2 (`split_dataset_by_node`, {N // 2:,} rows; "
+        "the schedule's counts from a `BucketSpec`): the stream checkpoints its "
+        "`state_dict()` every `K` samples (`K` = `max(64, sum(B) + shuffle_buffer)` = 512 "
+        "for `BucketIterable`, `max(64, 4 * open_rows)` = 1,024 for `PackIterable`) and the "
+        "exact state lists those that precede a sample it names; the resume restarts the "
+        "source at each. *Replay*: the same rows behind `__iter__` only, so the state is the "
+        "replay state and the resume re-reads the epoch from its start. Time: building the "
+        "resumed stream, `load_state_dict`, to the first batch; rows read: those the source "
+        "yielded meanwhile. Every resume gives exactly the batches of the uninterrupted pass "
+        "(checked). `BucketIterable`: 8 buckets, `batch_size=32`, `shuffle_buffer=256`; "
+        "`PackIterable`: `row_length=512`, `batch_size=8`, `open_rows=256`.",
         "",
-        "| stream | steps | stopped after | seek (s) | rows read | replay (s) | rows read "
-        "| replay / seek |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| stream | source | resume | steps | stopped after | resume (s) | rows read "
+        "| replay (s) | rows read | replay / resume |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    names = {
+        "list": ("list of dicts", "seek"),
+        "hf": ("HF `IterableDataset`, rank 0 of 2", "checkpoint"),
+    }
     for r in split:
-        (ss, sr, _), (rs, rr, _) = r["seek"], r["replay"]
+        (ss, sr, _), (rs, rr, _) = r["own"], r["replay"]
+        name, how = names[r["source"]]
         lines.append(
-            f"| {r['stream']} | {r['steps']:,} | {r['stop']:,} | {ss:.3f} | {sr:,} | "
-            f"{rs:.2f} | {rr:,} | {rs / ss:.0f}x |"
+            f"| {r['stream']} | {name} | {how} | {r['steps']:,} | {r['stop']:,} | {ss:.3f} | "
+            f"{sr:,} | {rs:.2f} | {rr:,} | {rs / ss:.0f}x |"
         )
     text = OUT.read_text()
     if SPLIT_HEAD in text:
@@ -389,7 +505,7 @@ def main() -> None:
     mem, bounds = memory_table()
     split = split_table(N)
     write(table, mem, bounds, time.perf_counter() - start)
-    write_split(split, time.perf_counter() - start)
+    write_split(split, time.perf_counter() - start, command="")
     print(OUT.read_text())
 
 

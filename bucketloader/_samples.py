@@ -27,11 +27,11 @@ The collator does not measure a fixed dim: it pads the dim whose size follows th
 from __future__ import annotations
 
 import numbers
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 #: The field name of a bare sample.
 BARE_KEY = "inputs"
@@ -49,10 +49,22 @@ def is_flat_list(x: Any) -> bool:
     return isinstance(x, (list, tuple)) and (len(x) == 0 or is_number(x[0]))
 
 
+def array_types() -> tuple[type, ...]:
+    """``(np.ndarray, torch.Tensor)``, or ``(np.ndarray,)`` while torch is not imported.
+
+    NOTE [ torch stays unimported here ]
+    This module is on the ``bucketloader`` command's import path, and importing torch costs about
+    2 s of CPU; a value cannot be a tensor before torch is imported, so the type is looked up
+    in ``sys.modules`` instead of importing it.
+    """
+    tensor = getattr(sys.modules.get("torch"), "Tensor", None)
+    return (np.ndarray,) if tensor is None else (np.ndarray, tensor)
+
+
 def is_sequence(x: Any) -> bool:
     """Can this value be a variable-length field (an array with >= 1 dim, or a flat list)?"""
-    if isinstance(x, (torch.Tensor, np.ndarray)):
-        return x.ndim >= 1
+    if isinstance(x, array_types()):
+        return bool(getattr(x, "ndim", 0) >= 1)
     return is_flat_list(x)
 
 
@@ -65,7 +77,7 @@ def kind_of(sample: Any) -> str:
     """
     if isinstance(sample, Mapping):
         return "dict"
-    if isinstance(sample, (torch.Tensor, np.ndarray)) or is_flat_list(sample):
+    if isinstance(sample, array_types()) or is_flat_list(sample):
         return "bare"
     if isinstance(sample, (list, tuple)):
         return "tuple"
@@ -162,39 +174,46 @@ def length_reader(key: Any, *, arg: str = "key") -> Callable[[Any], int]:
 class _LengthReader:
     """The reader :func:`length_reader` returns (a class, so that it pickles)."""
 
-    __slots__ = ("arg", "key")
+    __slots__ = ("arg", "arrays", "key")
 
     def __init__(self, key: Any, arg: str) -> None:
         self.key, self.arg = key, arg
+        # The shortcut's array types; a tensor met before torch was imported here takes the
+        # general path (same result), which refreshes them (NOTE [ torch stays unimported here ]).
+        self.arrays = array_types()
 
     def __call__(self, sample: Any) -> int:
         key = self.key
         if key is None:
             if type(sample) is list:  # a list is measured by its len() under the rule
                 return len(sample)
-            if type(sample) in _ARRAYS and sample.ndim:
+            if type(sample) in self.arrays and sample.ndim:
                 return int(sample.shape[0])
-            return sample_length(sample, None, arg=self.arg)
+            return self._general(sample, None)
         if type(sample) is not dict or not isinstance(key, (str, int)):
-            return sample_length(sample, key, arg=self.arg)  # the rare and the wrong cases
+            return self._general(sample, key)  # the rare and the wrong cases
         try:
             value = sample[key]
         except KeyError:
-            return sample_length(sample, key, arg=self.arg)  # raises the clear error
+            return self._general(sample, key)  # raises the clear error
         if type(value) is list:
             return len(value)
-        if type(value) in _ARRAYS and value.ndim:
+        if type(value) is int and value >= 0:  # a length column (``hf.add_lengths``)
+            return value
+        if type(value) in self.arrays and value.ndim:
             return int(value.shape[0])
         return length_of(value, what=f"sample[{key!r}]")
+
+    def _general(self, sample: Any, key: Any) -> int:
+        self.arrays = array_types()
+        return sample_length(sample, key, arg=self.arg)
 
     def __getstate__(self) -> tuple[Any, str]:
         return self.key, self.arg
 
     def __setstate__(self, state: tuple[Any, str]) -> None:
         self.key, self.arg = state
-
-
-_ARRAYS = (np.ndarray, torch.Tensor)
+        self.arrays = array_types()
 
 
 def _sized(value: Any) -> bool:

@@ -7,6 +7,7 @@ between the sampler, the stream, the collator and the analysis tools.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
@@ -74,3 +75,39 @@ class Cache(Protocol):
         params: dict[str, Any],
         solve: Callable[[], Solution | JointSolution],
     ) -> Solution | JointSolution: ...
+
+
+class LazyModule:
+    """A module imported on its first attribute access: the run-time stand-in for an optional or
+    heavy module that annotations name (``pads.Dataset``, ``torch_data.DataLoader``).
+
+    NOTE [ Annotations that introspection can evaluate ]
+    Annotations are strings (``from __future__ import annotations``); ``typing.get_type_hints``
+    (documentation tools, typeguard, jsonargparse, HF's argument parsers) evaluates them in the
+    module's globals, so a name imported only under ``TYPE_CHECKING`` raised ``NameError``. An
+    annotation names an optional or heavy package through a module bound to a ``LazyModule``
+    at run time (``if TYPE_CHECKING: import pyarrow as pa`` / ``else: pa = LazyModule("pyarrow")``):
+    importing bucketloader still imports nothing of it, and evaluating the annotation imports it
+    then and gives the real class, or ``Any`` where the optional package is not installed.
+
+    Example:
+        >>> LazyModule("collections").OrderedDict.__name__
+        'OrderedDict'
+        >>> LazyModule("no_such_package_here").Table
+        typing.Any
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        try:
+            module = importlib.import_module(self._name)
+        except ImportError:
+            return Any  # the optional package is not installed
+        return getattr(module, attr)
+
+    def __repr__(self) -> str:
+        return f"LazyModule({self._name!r})"

@@ -160,6 +160,7 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
         self.balance = check_bool("balance", balance)
         self._start = self._yielded = 0
+        self.epoch = 0
         if self.balance:
             self.spec = _balanced(self.spec, self.num_replicas)
         self._warn_filtered()
@@ -352,6 +353,20 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
                 fill,
                 int(cells[s]),
             )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Accepted as on every sampler (the HF ``Trainer``, ``accelerate`` and training loops
+        call ``set_epoch`` on each one): evaluation is deterministic, so the batches are the same
+        in every epoch and this only records :attr:`epoch`; a pending resume position is kept.
+
+        Example:
+            >>> sampler = EvalSampler([3, 4, 9, 10], num_buckets=2, batch_size=2)
+            >>> before = [list(b) for b in sampler]
+            >>> sampler.set_epoch(5)
+            >>> sampler.epoch, [list(b) for b in sampler] == before
+            (5, True)
+        """
+        self.epoch = check_int("epoch", epoch, minimum=0)
 
     # -- resumption ----------------------------------------------------------------------------
     def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:

@@ -44,8 +44,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 from torch.utils.data import ConcatDataset, IterableDataset, Sampler
+from typing_extensions import Unpack
 
 from bucketloader._dist import resolve_ranks
+from bucketloader._types import LazyModule
 from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
@@ -57,13 +59,13 @@ from bucketloader.plan.epoch import (
 )
 from bucketloader.plan.promote import Promotion, promoted_spec, promotes
 from bucketloader.plan.report import LOSS_WARNING, plan_report
+from bucketloader.plan.shapes import SpecOptions
 from bucketloader.plan.spec import SpecShapes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from typing_extensions import Unpack
-
-    from bucketloader.collate import PadCollator
-    from bucketloader.plan.shapes import SpecOptions
+    from bucketloader import collate
+else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
+    collate = LazyModule("bucketloader.collate")
 
 __all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "spec_or_build"]
 
@@ -504,7 +506,7 @@ class BucketSampler(SpecShapes, EpochSampler):
         """The last-batch policy."""
         return self.spec.last_batch
 
-    def collator(self, **kwargs: Any) -> PadCollator:
+    def collator(self, **kwargs: Any) -> collate.PadCollator:
         """``PadCollator(self.shape_table, **kwargs)``: pads every batch to its planned shape."""
         from bucketloader.collate import PadCollator
 
@@ -790,7 +792,27 @@ def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, i
         raise ValueError(
             f"state['batches_yielded']={pos} exceeds the epoch's {config['num_batches']} batches"
         )
+    _warn_unknown_keys(state, config, owner)
     return epoch, pos
+
+
+_STATE_KEYS = frozenset({"version", "epoch", "batches_yielded", "config"})
+
+
+def _warn_unknown_keys(state: dict[str, Any], config: dict[str, Any], owner: str) -> None:
+    """Keys this sampler neither writes nor reads are kept out of the resume but named once:
+    refusing them would break callers that store their own keys beside ours (torch's
+    ``Module.load_state_dict`` names unexpected keys; torchdata's and Lhotse's samplers ignore
+    them silently), and ignoring them silently hides a state from another tool or a typo."""
+    extra = sorted(map(str, set(state) - _STATE_KEYS))
+    extra += sorted(f"config[{k!r}]" for k in map(str, set(state["config"]) - set(config)))
+    if extra:
+        warnings.warn(
+            f"{owner}.load_state_dict ignores keys it does not know: {', '.join(extra)} (a state "
+            f"from {owner}.state_dict() has {sorted(_STATE_KEYS)}); they are not used to resume",
+            UserWarning,
+            stacklevel=4,
+        )
 
 
 #: State validation every planned producer shares (EvalSampler's too).

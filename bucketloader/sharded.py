@@ -13,7 +13,10 @@ in :mod:`bucketloader.plan.sharded`).
 
 By default every sample of every shard is in every epoch and each bucket's slots follow the
 fullest rank; ``defer=`` lets a fuller rank's excess wait for the next epoch instead, so the slots
-follow what the ranks can fill (NOTE [ Sharded plan ] 7; ``docs/sharded.md`` has the trade).
+follow what the ranks can fill (NOTE [ Sharded plan ] 7); ``exchange=True`` (when every rank can
+read every row, named by ``shard_indices=``) lets a fuller rank hand its excess to the ranks with
+room, once when the sampler is built (NOTE [ Sharded plan ] 8). ``docs/sharded.md`` has the
+trade.
 
 The histograms come from ``shard_histograms=`` (e.g. from the engines that measured the shards,
 or a simulation), or, when left out under ``torch.distributed``, from one ``all_gather`` of each
@@ -29,7 +32,7 @@ import hashlib
 import json
 import numbers
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +41,7 @@ from torch.utils.data import DataLoader
 
 from bucketloader._dist import initialised, world_size
 from bucketloader._samples import DatasetView, load_samples
-from bucketloader._validation import MAX_LENGTH, as_lengths, check_int
+from bucketloader._validation import MAX_LENGTH, as_lengths, check_bool, check_int
 from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan.budget import BatchRule
@@ -46,17 +49,22 @@ from bucketloader.plan.cells import Cells
 from bucketloader.plan.sharded import (
     ShardEpochPlan,
     ShardSchedule,
+    dealt_histogram,
     defer_table,
     envelope_histogram,
+    exchange_moves,
+    exchange_table,
+    give_rows,
     plan_shard_epoch,
     shard_schedule,
+    take_rows,
 )
 from bucketloader.plan.spec import cell_dtype, count_cells, sort_by_cell
 from bucketloader.plan.table import PlannedBatch, ShapeTable
 from bucketloader.sampler import LOSS_WARNING, EpochSampler, check_collator_options
 from bucketloader.solve import compute_boundaries
 
-__all__ = ["ShardReport", "ShardedSampler", "merge_histograms"]
+__all__ = ["LocalExchange", "ShardReport", "ShardedSampler", "merge_histograms"]
 
 
 def merge_histograms(histograms: Sequence[LengthHistogram]) -> LengthHistogram:
@@ -90,6 +98,10 @@ class ShardReport:
         deferred: samples of this rank each epoch leaves to the next (``defer=``; NOTE
             [ Sharded plan ] 7); 0 when every sample is in every epoch.
         deferred_all: deferred samples over all ranks.
+        moved_out: samples of this rank's shard it hands to other ranks (``exchange=True``;
+            NOTE [ Sharded plan ] 8), the same ones every epoch; 0 without exchange.
+        moved_in: samples of other ranks' shards this rank plans (``exchange=True``).
+        moved_all: samples that change rank, over all ranks.
 
     With deferral, ``padding_ratio`` counts the real elements of the samples an epoch shows,
     less each rank's deferred ones at the mean length of its samples of their bucket (which of
@@ -107,6 +119,9 @@ class ShardReport:
     filler_rows_all: int
     deferred: int = 0
     deferred_all: int = 0
+    moved_out: int = 0
+    moved_in: int = 0
+    moved_all: int = 0
 
 
 class ShardedSampler(EpochSampler):
@@ -115,7 +130,9 @@ class ShardedSampler(EpochSampler):
     Use it as ``sampler.dataloader(shard_dataset, ...)`` (or
     ``DataLoader(sampler.wrap(shard), batch_sampler=sampler, collate_fn=sampler.collator())``):
     indices are positions in this rank's shard, and each batch carries its step's planned shape
-    to the collator, so a batch of promoted samples or filler rows keeps the step's shape.
+    to the collator, so a batch of promoted samples or filler rows keeps the step's shape. With
+    ``shard_indices=`` the indices are global row ids instead, and the dataset is the whole data
+    set (every rank can read every row; required by ``exchange=True``).
 
     Args:
         shard_lengths: this rank's per-sample lengths ``(n,)`` (its shard only).
@@ -127,6 +144,14 @@ class ShardedSampler(EpochSampler):
         seed: randomness only from ``SeedSequence([seed, epoch, ...])``; the same on every rank.
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
         rank: this rank (default: the ``torch.distributed`` rank, else 0).
+        shard_indices: the global row id of every sample of ``shard_lengths`` ``(n,)``
+            (distinct over all ranks): the sampler then yields global row ids, to be read from
+            the whole data set. Required by ``exchange=True``.
+        gather: with ``exchange=True``, how a rank learns the other ranks' given rows: a
+            callable taking this rank's payload (a dict) and returning every rank's, in rank
+            order, like ``torch.distributed.all_gather_object``. Default: that collective over
+            the initialised process group. Ranks simulated in one process pass one shared
+            :class:`LocalExchange`.
         **options: ``num_buckets`` (default 8) and ``strategy`` (default ``"optimal"``), or
             ``boundaries``; ``batch_size`` or ``max_tokens`` (an int or a
             :class:`~bucketloader.plan.TokenBudget`, its ``oversize`` ``"error"`` or
@@ -136,7 +161,11 @@ class ShardedSampler(EpochSampler):
             in every epoch, the slots follow the fullest rank): a share in ``[0, 1)``, the most
             of a rank's samples of a bucket an epoch may leave to the next ones, so the slots
             follow what the ranks can fill and the fuller ranks' excess waits (NOTE
-            [ Sharded plan ] 7; ``0.5``: every sample is shown within two epochs).
+            [ Sharded plan ] 7; ``0.5``: every sample is shown within two epochs);
+            ``exchange`` (default ``False``): ``True`` lets the fuller ranks hand their excess
+            of each bucket to the ranks with room, the same rows every epoch, so the slots
+            follow the average rank and every sample is in every epoch once (NOTE [ Sharded
+            plan ] 8; needs ``shard_indices``; not with ``defer``).
 
     Example:
         >>> shards = [[3, 4, 9, 10], [3, 3, 10, 9], [4, 10, 4, 9]]
@@ -158,11 +187,15 @@ class ShardedSampler(EpochSampler):
         seed: int = 0,
         num_replicas: int | None = None,
         rank: int | None = None,
+        shard_indices: Any = None,
+        gather: Callable[[dict[str, Any]], Sequence[dict[str, Any]]] | None = None,
         **options: Any,
     ) -> None:
         super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
         self.options = _check_options(options)
+        self.exchange = bool(self.options.get("exchange", False))
         lengths = _shard_array(shard_lengths)
+        ids = _shard_ids(shard_indices, lengths.size, self.exchange)
         own = _histogram(lengths) if lengths.size else None
         if shard_histograms is None:
             hists = _gather_histograms(own, self._config_digest(), self.num_replicas, self.rank)
@@ -176,24 +209,53 @@ class ShardedSampler(EpochSampler):
         plans = [self._layout(b, hists) for b in self._candidate_boundaries(hists)]
         # NOTE [ Sharded plan ] 6: the global solve unless the shards' envelope pads less
         best = plans[0]
-        if len(plans) > 1 and plans[1][4] < plans[0][4] - _ENVELOPE_GAIN:
+        if len(plans) > 1 and plans[1].padding < plans[0].padding - _ENVELOPE_GAIN:
             best = plans[1]
-        self.boundaries, self.cells, self.table, self.deferred, _, self._real = best
-        self._warned_epochs: set[int] = set()
-        b = self.boundaries
-        lookup = self.cells.lookup[0]
-        cell_of = _cells_of(lengths, b, lookup)
-        self._by_cell = sort_by_cell(cell_of, count_cells(cell_of, self.cells.num_cells))
-        self._counts = self.table[self.rank]
-        self.schedule = self._schedule(self.table - self.deferred, self.cells)
+        self.boundaries, self.cells, self.table = best.boundaries, best.cells, best.table
+        self.deferred, self.planned, self.schedule = best.deferred, best.planned, best.schedule
+        self._real = best.real
         if self.even:
             rows = self.schedule.rows.copy()
             rows.setflags(write=False)
             self.cells = dataclasses.replace(self.cells, batch=rows)
+        self._warned_epochs: set[int] = set()
+        lookup = self.cells.lookup[0]
+        cell_of = _cells_of(lengths, self.boundaries, lookup)
+        by_cell = sort_by_cell(cell_of, count_cells(cell_of, self.cells.num_cells))
+        # the rows per cell the plan reads: the rank's own (some waiting, 7) or exchanged (8)
+        self._counts = (self.planned if self.exchange else self.table)[self.rank]
+        self._moves = np.zeros((0, 4), dtype=np.int64)
+        self._by_cell: np.ndarray | None = None
+        self._stand_in: int | None = None  # the first row of the rank's shortest cell
+        if not (self.exchange and self.num_replicas > 1):
+            self._by_cell = by_cell if ids is None else ids[by_cell]
+        else:  # NOTE [ Sharded plan ] 8
+            self._moves = exchange_moves(self.table, self.planned)
+            kept, given = give_rows(
+                by_cell, self.table[self.rank], self._moves, rank=self.rank, seed=self.seed
+            )
+            self._kept = ids[kept]  # type: ignore[index]
+            mine = self._moves[self._moves[:, 0] == self.rank]
+            self._kept_counts = self.table[self.rank] - np.bincount(
+                mine[:, 1], weights=mine[:, 3], minlength=self.cells.num_cells
+            ).astype(np.int64)
+            payload = {
+                "rank": self.rank,
+                "digest": self._config_digest(),
+                "plan": self._config()["plan_digest"],
+                "rows": ids[given],  # type: ignore[index]
+                # a row of this rank's shortest cell: the shortest of all ranks' is every
+                # rank's stand-in (shard_schedule(shared_stand_in=True))
+                "stand_in": [int(np.argmax(self.table[self.rank] > 0)), int(ids[by_cell[0]])],  # type: ignore[index]
+            }
+            del by_cell, kept, given
+            self._received = (gather or _gather_rows)(payload)
+            if gather is None:  # a real collective: check what it delivered now, on every rank
+                self._rows()
         self.num_samples = int(cell_of.size)
         self._warn_blocked_cells()
         filler = int(self.schedule.filler.sum())
-        sizes = self.table.sum(axis=1)
+        sizes = self.planned.sum(axis=1)
         unequal = int(sizes.max() - sizes.min()) > 0.1 * float(sizes.mean())
         if unequal and filler > LOSS_WARNING * self.histogram.num_samples:
             share = filler / self.histogram.num_samples
@@ -239,7 +301,8 @@ class ShardedSampler(EpochSampler):
         """``DataLoader(self.wrap(dataset), batch_sampler=self, collate_fn=self.collator())``.
 
         Args:
-            dataset: this rank's shard (indexed by position in ``shard_lengths``).
+            dataset: this rank's shard (indexed by position in ``shard_lengths``), or with
+                ``shard_indices`` the whole data set (indexed by global row id).
             **kwargs: other ``DataLoader`` arguments (``num_workers``, ``collate_fn``, ...).
         """
         from bucketloader.loader import ResumableDataLoader  # exact state behind workers
@@ -266,7 +329,7 @@ class ShardedSampler(EpochSampler):
                 stacklevel=4,
             )
         return plan_shard_epoch(
-            self._by_cell,
+            self._rows(),
             self._counts,
             self.schedule,
             rank=self.rank,
@@ -274,7 +337,54 @@ class ShardedSampler(EpochSampler):
             epoch=epoch,
             shuffle=self.shuffle,
             deferred=self.deferred[self.rank] if waiting else None,
+            stand_in=self._stand_in,
         )
+
+    def _rows(self) -> np.ndarray:
+        """The rank's rows sorted by cell (with exchange, NOTE [ Sharded plan ] 8: its kept
+        rows and the ones it receives, read from the gathered payloads once, with every rank's
+        digests checked)."""
+        if self._by_cell is None:
+            got = self._received
+            if len(got) != self.num_replicas:
+                raise ValueError(
+                    f"gather returned {len(got)} payloads for num_replicas={self.num_replicas}; "
+                    "it must return every rank's payload in rank order, like "
+                    "torch.distributed.all_gather_object"
+                )
+            items = [got[r] for r in range(self.num_replicas)]
+            mine = self._config_digest(), self._config()["plan_digest"]
+            for key, i, what in (
+                ("digest", 0, "another seed, shuffle or options"),
+                ("plan", 1, "another plan (other shard histograms or boundaries)"),
+            ):
+                odd = [r for r, it in enumerate(items) if it[key] != mine[i]]
+                if odd:
+                    raise ValueError(
+                        f"exchange=True: rank(s) {odd} built their ShardedSampler with {what} "
+                        f"than rank {self.rank}; build it with the same arguments and "
+                        "shard_histograms on every rank"
+                    )
+            moves = self._moves
+            want = np.bincount(moves[:, 0], weights=moves[:, 3], minlength=self.num_replicas)
+            sizes = [np.asarray(it["rows"]).size for it in items]
+            odd = [r for r in range(self.num_replicas) if sizes[r] != want[r]]
+            if odd:
+                raise ValueError(
+                    f"exchange=True: rank(s) {odd} gave {[sizes[r] for r in odd]} rows where "
+                    f"the table says {[int(want[r]) for r in odd]}; every rank must run the same "
+                    "version of bucketloader with the same arguments"
+                )
+            self._stand_in = min(it["stand_in"] for it in items)[1]
+            self._by_cell = take_rows(
+                self._kept,
+                self._kept_counts,
+                self._moves,
+                [it["rows"] for it in items],
+                rank=self.rank,
+            )
+            del self._kept, self._received
+        return self._by_cell
 
     def _batch(self, plan: Any, i: int) -> list[int]:
         """Batch ``i`` with its step's planned shape and its real-sample count (a
@@ -292,7 +402,8 @@ class ShardedSampler(EpochSampler):
         rows = s.steps * self.cells.batch
         padded = int((rows * self.cells.lengths[:, 0]).sum()) * self.num_replicas
         real = self._real
-        kept = self.table - self.deferred
+        kept = self.planned
+        moves = self._moves
         return ShardReport(
             rank=self.rank,
             num_samples=self.num_samples,
@@ -305,6 +416,9 @@ class ShardedSampler(EpochSampler):
             filler_rows_all=int(s.filler.sum()),
             deferred=int(self.deferred[self.rank].sum()),
             deferred_all=int(self.deferred.sum()),
+            moved_out=int(moves[moves[:, 0] == self.rank, 3].sum()),
+            moved_in=int(moves[moves[:, 2] == self.rank, 3].sum()),
+            moved_all=int(moves[:, 3].sum()),
         )
 
     def _shown(
@@ -327,13 +441,13 @@ class ShardedSampler(EpochSampler):
     def _warn_blocked_cells(self) -> None:
         """NOTE [ Sharded plan ] 3: a cell some rank has no sample short enough for gets no
         steps on any rank, and every sample of it is promoted: say so, with the ranks."""
-        reach = np.cumsum(self.table, axis=1) > 0
+        reach = np.cumsum(self.planned, axis=1) > 0
         blocked = np.flatnonzero(~reach.all(axis=0))
-        if blocked.size == 0:
+        if blocked.size == 0 or self.exchange:  # exchange: a shared stand-in (NOTE 8)
             return
         top = int(blocked[-1])
         ranks = np.flatnonzero(~reach[:, top]).tolist()
-        moved = int(self.table[:, : top + 1].sum())
+        moved = int(self.planned[:, : top + 1].sum())
         warnings.warn(
             f"rank(s) {ranks[:8]}{'...' if len(ranks) > 8 else ''} have no sample of length <= "
             f"{int(self.cells.lengths[top, 0])}: a step has one shape on every rank, so the "
@@ -347,18 +461,19 @@ class ShardedSampler(EpochSampler):
     # -- configuration ------------------------------------------------------------------------
     def _candidate_boundaries(self, hists: list[LengthHistogram]) -> list[np.ndarray]:
         """The global solve, and (fitted boundaries, several ranks) the solve over the shards'
-        envelope (NOTE [ Sharded plan ] 6)."""
+        envelope (NOTE [ Sharded plan ] 6), or with exchange over the dealt shares (8)."""
         first = self._fit_boundaries(self.histogram)
         if self.options.get("boundaries") is not None or len(hists) < 2:
             return [first]
-        other = self._fit_boundaries(envelope_histogram(hists))
+        if self.exchange:  # NOTE [ Sharded plan ] 8: the ranks' shares, dealt
+            other = self._fit_boundaries(dealt_histogram(self.histogram, len(hists)))
+        else:
+            other = self._fit_boundaries(envelope_histogram(hists))
         return [first] if np.array_equal(other, first) else [first, other]
 
-    def _layout(
-        self, b: np.ndarray, hists: list[LengthHistogram]
-    ) -> tuple[np.ndarray, Cells, np.ndarray, np.ndarray, float, float]:
-        """Boundaries ``b``'s cells, ``ranks x K`` table, deferred samples (NOTE [ Sharded
-        plan ] 7) and padding ratio over all ranks."""
+    def _layout(self, b: np.ndarray, hists: list[LengthHistogram]) -> _Layout:
+        """Boundaries ``b``'s cells, ``ranks x K`` table, what the ranks plan (less deferred
+        samples, NOTE [ Sharded plan ] 7, or exchanged, 8), its schedule and padding."""
         occupancy = np.zeros(b.size, dtype=np.int64)
         np.add.at(occupancy, assign_buckets(self.histogram.values, b), self.histogram.counts)
         rule = self._rule
@@ -373,10 +488,11 @@ class ShardedSampler(EpochSampler):
         lookup = cells.lookup[0]
         table = np.stack([_cell_counts(h, b, lookup, cells.num_cells) for h in hists])
         deferred = defer_table(table, self.defer) if self.defer else np.zeros_like(table)
-        s = self._schedule(table - deferred, cells)
+        planned = exchange_table(table) if self.exchange else table - deferred
+        s = self._schedule(planned, cells)
         padded = int((s.steps * s.rows * cells.lengths[:, 0]).sum()) * len(hists)
         real = self._shown(b, lookup, deferred, hists)
-        return b, cells, table, deferred, (padded - real) / real, real
+        return _Layout(b, cells, table, deferred, planned, s, (padded - real) / real, real)
 
     def _schedule(self, table: np.ndarray, cells: Cells) -> ShardSchedule:
         budget = self._rule.budget
@@ -385,6 +501,7 @@ class ShardedSampler(EpochSampler):
             cells.batch,
             even=self.even,
             multiple_of=budget.multiple_of if budget is not None else 1,
+            shared_stand_in=self.exchange,
         )
 
     def _fit_boundaries(self, hist: LengthHistogram) -> np.ndarray:
@@ -415,6 +532,8 @@ class ShardedSampler(EpochSampler):
         h.update(np.asarray(self.cells.batch, dtype="<i8").tobytes())
         if self.deferred.any():  # NOTE [ Sharded plan ] 7: another plan than defer=0's
             h.update(self.deferred.astype("<i8").tobytes())
+        if self.exchange:  # NOTE [ Sharded plan ] 8: another plan than without exchange
+            h.update(b"exchange" + self.planned.astype("<i8").tobytes())
         return {
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -422,6 +541,70 @@ class ShardedSampler(EpochSampler):
             "num_batches": len(self),
             "plan_digest": h.hexdigest()[:16],
         }
+
+
+@dataclass(frozen=True, eq=False)
+class _Layout:
+    """One choice of boundaries, planned (:meth:`ShardedSampler._layout`)."""
+
+    boundaries: np.ndarray
+    cells: Cells
+    table: np.ndarray  # (R, K) the ranks' own samples per cell
+    deferred: np.ndarray  # (R, K) what waits for a later epoch (NOTE [ Sharded plan ] 7)
+    planned: np.ndarray  # (R, K) what the schedule places (less deferred, or exchanged: 8)
+    schedule: ShardSchedule
+    padding: float  # padded / real elements over all ranks, less one
+    real: float  # real elements an epoch shows
+
+
+class LocalExchange:
+    """The exchange's collective for ranks simulated in one process (NOTE [ Sharded plan ] 8).
+
+    ``ShardedSampler(exchange=True)`` hands its given rows to ``gather`` and reads the other
+    ranks' when it first plans an epoch; under ``torch.distributed`` that is one
+    ``all_gather_object`` when the sampler is built. To simulate ``num_replicas`` ranks in one
+    process (a benchmark, a test, a dry run of a job's plan), pass one shared ``LocalExchange``
+    as ``gather=`` to every rank's sampler, and build them all before planning an epoch: it
+    keeps each rank's payload and hands every rank the list.
+
+    Example:
+        >>> lengths = [3, 3, 3, 3, 9, 9, 9, 4]
+        >>> shards = [[0, 1, 2, 3, 4, 5], [6, 7]]  # rank 0 holds 6, rank 1 holds 2
+        >>> hists = [LengthHistogram.from_lengths([lengths[i] for i in s]) for s in shards]
+        >>> board = LocalExchange(2)
+        >>> samplers = [
+        ...     ShardedSampler([lengths[i] for i in s], shard_indices=s, shard_histograms=hists,
+        ...                    num_replicas=2, rank=r, boundaries=[4, 9], batch_size=2,
+        ...                    exchange=True, gather=board, shuffle=False)
+        ...     for r, s in enumerate(shards)
+        ... ]
+        >>> [list(b) for b in samplers[0]], [list(b) for b in samplers[1]]  # global row ids
+        ([[1, 2], [4, 5]], [[7, 0], [3, 6]])
+        >>> samplers[0].report().moved_out, samplers[1].report().moved_in
+        (2, 2)
+    """
+
+    def __init__(self, num_replicas: int) -> None:
+        n = check_int("num_replicas", num_replicas, minimum=1)
+        self._posted: list[dict[str, Any] | None] = [None] * n
+
+    def __call__(self, payload: dict[str, Any]) -> LocalExchange:
+        """Keep ``payload`` (from rank ``payload["rank"]``); every rank's, once all are built."""
+        self._posted[int(payload["rank"])] = payload
+        return self
+
+    def __len__(self) -> int:
+        return len(self._posted)
+
+    def __getitem__(self, rank: int) -> dict[str, Any]:
+        got = self._posted[rank]
+        if got is None:
+            raise ValueError(
+                f"rank {rank}'s ShardedSampler has not been built with this LocalExchange yet: "
+                "build every simulated rank's sampler (gather= the same LocalExchange) before "
+                "planning an epoch"
+            )
+        return got
 
 
 class ShardDataset(DatasetView):
@@ -449,6 +632,7 @@ _OPTIONS = (
     "pad_to_multiple_of",
     "cache",
     "defer",
+    "exchange",
 )
 
 
@@ -492,6 +676,33 @@ def _shard_array(shard_lengths: Any) -> np.ndarray:
         if lo >= 0 and hi < MAX_LENGTH:
             return shard_lengths
     return as_lengths(shard_lengths, name="shard_lengths")
+
+
+def _shard_ids(indices: Any, size: int, exchange: bool) -> np.ndarray | None:
+    """``shard_indices`` as a 1-D array of non-negative ints of the shard's size (not copied
+    when it already is one), or ``None``; required by ``exchange=True``."""
+    if indices is None:
+        if exchange:
+            raise ValueError(
+                "exchange=True needs shard_indices=: the global row id of every sample of "
+                "shard_lengths, so a rank can read the rows other ranks hand it (the sampler then "
+                "yields global row ids, to be read from the whole data set); pass e.g. "
+                "shard_indices=np.arange(start, stop) for a contiguous shard, or leave exchange "
+                "out when a rank cannot read other ranks' rows"
+            )
+        return None
+    ids = indices if isinstance(indices, np.ndarray) else np.asarray(indices)
+    if ids.ndim != 1 or ids.dtype.kind not in "iu" or ids.size != size:
+        raise ValueError(
+            f"shard_indices must be a 1-D integer array with one global row id per sample of "
+            f"shard_lengths ({size:,}), got dtype {ids.dtype} and shape {ids.shape}"
+        )
+    if ids.size and int(ids.min()) < 0:
+        raise ValueError(
+            f"shard_indices must be global row ids (>= 0), got {int(ids.min())}; pass the rows' "
+            "positions in the whole data set"
+        )
+    return ids
 
 
 def _histogram(lengths: np.ndarray) -> LengthHistogram:
@@ -550,6 +761,18 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
         options = {k: v for k, v in options.items() if k != "defer"}
         if d:
             options["defer"] = float(d)
+    if "exchange" in options:
+        on = check_bool("exchange", options["exchange"])
+        options = {k: v for k, v in options.items() if k != "exchange"}
+        if on:
+            options["exchange"] = True
+    if options.get("exchange") and options.get("defer"):
+        raise ValueError(
+            f"pass either defer={options['defer']!r} or exchange=True, not both: the exchange "
+            "already gives every rank its share of every bucket (within one sample), so no "
+            "rank has an excess to defer; exchange=True when every rank can read every row, "
+            "defer= when a rank reads only its own"
+        )
     rule = BatchRule.parse(options.get("batch_size"), options.get("max_tokens"))
     if rule.budget is not None and not rule.budget.promote:
         raise ValueError(
@@ -606,6 +829,23 @@ def _empty_message(ranks: list[int]) -> str:
         "its planned steps; give every rank a non-empty shard (e.g. re-split the files so each "
         "rank has rows)"
     )
+
+
+def _gather_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every rank's exchange payload (NOTE [ Sharded plan ] 8), by one ``all_gather_object``
+    over the initialised process group."""
+    rank = int(payload["rank"])
+    if not initialised():
+        raise ValueError(
+            f"exchange=True on rank {rank} needs the other ranks' given rows: run under an "
+            "initialised torch.distributed process group, or pass gather= (one shared "
+            "bucketloader.sharded.LocalExchange for ranks simulated in one process)"
+        )
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * world_size()
+    dist.all_gather_object(gathered, payload)
+    return gathered
 
 
 def _gather_histograms(

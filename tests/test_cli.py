@@ -286,6 +286,32 @@ def test_module_entry_point_and_help(tmp_path):
     assert out.returncode == 0 and "report" in out.stdout and "precompute" in out.stdout
 
 
+_NO_TORCH = r"""
+import sys
+import bucketloader
+from bucketloader.cli import main
+for argv in (["--help"], ["report", "--help"], ["precompute", "--help"], ["demo", "--help"]):
+    try:
+        main(argv)
+    except SystemExit:
+        pass
+assert "torch" not in sys.modules, "--help imported torch"
+from bucketloader.histogram import LengthHistogram
+assert bucketloader.LengthHistogram is LengthHistogram and "BucketSampler" in dir(bucketloader)
+assert bucketloader.plan.BucketSpec is bucketloader.BucketSpec  # subpackages on first access
+assert "torch" not in sys.modules
+print("ok")
+"""
+
+
+def test_help_and_import_leave_torch_unimported():
+    """``bucketloader --help`` took ~2 CPU s importing torch (NOTE [ Lazy public names ])."""
+    out = subprocess.run(
+        [sys.executable, "-c", _NO_TORCH], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0 and out.stdout.endswith("ok\n"), out.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_demo_runs_on_the_shipped_data(tmp_path):
     pytest.importorskip("matplotlib")

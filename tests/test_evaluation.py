@@ -168,3 +168,19 @@ def test_errors_name_the_fix():
     sampler = EvalSampler([1, 2, 3], batch_size=2, num_replicas=2, rank=0)
     with pytest.raises(ValueError, match="one output per rank"):
         sampler.restore_ranks([np.zeros(2)])
+
+
+def test_set_epoch_is_accepted_and_changes_no_batch():
+    """HF Trainer / accelerate call ``set_epoch`` on every sampler; EvalSampler had none."""
+    lengths = load_real("librispeech")[:300]
+    sampler = EvalSampler(lengths, num_buckets=3, batch_size=16, num_replicas=2, rank=1)
+    before = [list(b) for b in sampler]
+    sampler.set_epoch(7)
+    assert sampler.epoch == 7 and [list(b) for b in sampler] == before
+    state = sampler.state_dict(batches_consumed=2)
+    fresh = EvalSampler(lengths, num_buckets=3, batch_size=16, num_replicas=2, rank=1)
+    fresh.load_state_dict(state)
+    fresh.set_epoch(1)  # a pending resume position survives set_epoch
+    assert [list(b) for b in fresh] == before[2:]
+    with pytest.raises(ValueError, match="epoch"):
+        sampler.set_epoch(-1)

@@ -4,6 +4,7 @@ API, and the core importable without the optional extras."""
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -145,29 +146,77 @@ def _isort_order(name: str) -> tuple[int, str]:
     return (2, name)
 
 
+_PUBLIC = (
+    "analysis",
+    "cache",
+    "collate",
+    "compile",
+    "engines",
+    "hf",
+    "pack",
+    "plan",
+    "static",
+    "stream",
+)
+
+
 def test_public_api_is_small_sorted_and_importable():
     names = bucketloader.__all__
     assert names == sorted(names, key=_isort_order)
     assert 10 <= len([n for n in names if not n.startswith("__")]) <= 16
     for name in names:
         assert getattr(bucketloader, name) is not None
-    modules = (
-        "analysis",
-        "cache",
-        "collate",
-        "compile",
-        "engines",
-        "hf",
-        "pack",
-        "plan",
-        "static",
-        "stream",
-    )
+    modules = _PUBLIC
     for module in (*modules, "strategies"):
         sub = __import__(f"bucketloader.{module}", fromlist=["__all__"])
         assert sub.__all__ == sorted(sub.__all__, key=_isort_order), module
         for name in sub.__all__:
             assert hasattr(sub, name), (module, name)
+
+
+#: Public callables whose annotations still name what only type checkers import; each owner's
+#: module (reported in /work/notes/s4-polish.md), and torch's own ``DataLoader`` annotations.
+_HINTS_LEFT = {
+    "ResumableDataLoader",  # inherits torch.utils.data.DataLoader's (NameError: Iterable)
+    "PackSampler.collator",  # pack/sampler.py: PackCollator
+    "BucketIterable.__init__",  # stream/iterable.py: Unpack
+    "BucketIterable.collator",  # stream/iterable.py: PadCollator
+    "PackIterable.collator",  # stream/packing.py: PackCollator
+}
+
+
+def test_public_annotations_evaluate(monkeypatch):
+    """``typing.get_type_hints`` raised NameError on ``parquet_histogram`` (``ParquetSource``),
+    the Spark and Ray engines, ``hf.lengths``, ``analyze`` and ``BucketSampler`` (NOTE
+    [ Annotations that introspection can evaluate ] in bucketloader._types)."""
+    import typing
+
+    members = []
+    for sub in [bucketloader, *(importlib.import_module(f"bucketloader.{m}") for m in _PUBLIC)]:
+        for name in sub.__all__:
+            obj = getattr(sub, name)
+            members.append((f"{sub.__name__}.{name}", name, obj))
+            if isinstance(obj, type):
+                members += [
+                    (f"{sub.__name__}.{name}.{k}", f"{name}.{k}", v)
+                    for k, v in vars(obj).items()
+                    if callable(v) and (k == "__init__" or not k.startswith("_"))
+                ]
+    for name in ("ray", "ray.data", "pyspark", "pyspark.sql", "datasets"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed: Any, and no import
+    failed, seen = [], 0
+    for where, label, member in members:
+        if not callable(member) or label in _HINTS_LEFT:
+            continue
+        seen += 1
+        try:
+            typing.get_type_hints(member)
+        except NameError as exc:
+            failed.append(f"{where}: {exc}")
+    assert seen > 100 and not failed, failed
+    from bucketloader.engines import parquet_histogram
+
+    assert typing.get_type_hints(parquet_histogram)["source"] is not None
 
 
 def test_public_classes_live_in_public_modules():

@@ -409,6 +409,31 @@ def test_validation_errors():
         PackSampler(PackSpec.build([3], row_length=8, batch_size=1), row_length=8)
 
 
+def test_one_pass_over_the_lengths_keeps_the_plan_its_own():
+    """NOTE [ One pass over the lengths ]: an int64 array is read once, unchecked, and the
+    spec keeps its own narrow copy (a later edit of the caller's array changes nothing, the
+    caller's array stays writable); its lengths and sizes read as int64; bad values in that
+    array still get the library's errors, and a huge one is cut by the overflow policy without
+    a table of its size."""
+    lengths = np.array([5, 3, 2, 7, 1, 6])
+    spec = PackSpec.build(lengths, row_length=8, batch_size=2)
+    plan, digest = spec.patterns, spec.digest
+    lengths[:] = 8
+    assert lengths.flags.writeable and spec.sizes.tolist() == [5, 3, 2, 7, 1, 6]
+    assert spec.sizes.dtype == spec.lengths.dtype == np.int64 and not spec.sizes.flags.writeable
+    assert spec.tokens == 24 and spec.num_documents == 6 and spec.digest == digest
+    same = PackSpec.build([5, 3, 2, 7, 1, 6], row_length=8, batch_size=2)
+    assert same.digest == digest and np.array_equal(same.patterns.reps, plan.reps)
+    with pytest.raises(ValueError, match=r"must be non-negative, got -1 at index 1"):
+        PackSpec.build(np.array([3, -1]), row_length=8, batch_size=2)
+    with pytest.raises(ValueError, match=r"must be >= 1 to pack, got 0 at index 2"):
+        PackSpec.build(np.array([3, 2, 0]), row_length=8, batch_size=2)
+    huge = PackSpec.build(np.array([3, 2**40, 5]), row_length=8, batch_size=2, overflow="drop")
+    assert huge.lengths.tolist() == [3, 2**40, 5] and huge.sizes.tolist() == [3, 0, 5]
+    wide = PackSpec.build(np.array([3, 70_000, 69_990, 5]), row_length=(8, 70_000), batch_size=1)
+    assert wide.sizes.tolist() == [3, 70_000, 69_990, 5] and wide.num_rows == 2
+
+
 # --- the collator --------------------------------------------------------------------------
 def _table(rows=2, width=10, docs=8, truncate=False):
     return PackTable(

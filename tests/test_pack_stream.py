@@ -243,3 +243,35 @@ def test_rows_held_stay_within_the_documented_bound(gsm8k):
         engine = stream._engine
         peak = max(peak, len(engine.rows) + len(engine.ready))
     assert 0 < peak <= open_rows + batch + 1
+
+
+def test_a_state_with_rows_or_documents_removed_is_refused():
+    """``ready=[]`` (or an emptied open row) in a PackIterable state lost those documents
+    silently; every token placed in a row is now handed out or held, or the resume refuses."""
+    import copy
+
+    docs = [[1] * n for n in [5, 3, 2, 6, 2, 4, 7, 1, 3, 8, 2, 2, 5, 6, 1, 3, 7, 2] * 3]
+    kw = {"row_length": 8, "batch_size": 2, "open_rows": 8}
+    stream = PackIterable(docs, **kw)
+    states = []
+    for _ in stream:
+        states.append(stream.state_dict())
+    tail = next(s for s in states if s["ready"])  # closed rows waiting for a batch
+    mid = next(s for s in states if s["open"] and s["phase"] == "stream")
+    edits = [
+        (tail, lambda s: s.update(ready=[])),
+        (tail, lambda s: s["ready"].pop()),
+        (mid, lambda s: s.update(open=[])),
+        (mid, lambda s: s["open"][0][2].pop()),
+    ]
+    for state, edit in edits:
+        state = copy.deepcopy(state)
+        edit(state)
+        resumed = PackIterable(docs, **kw)
+        resumed.load_state_dict(state)
+        with pytest.raises(ValueError, match="removed from"):
+            list(resumed)
+    for state in (tail, mid):  # unedited: the rest of the pass, as before
+        resumed = PackIterable(docs, **kw)
+        resumed.load_state_dict(state)
+        assert sum(len(b) for b in resumed) > 0

@@ -260,6 +260,28 @@ def test_state_dict_is_small_and_json():
     assert len(json.dumps(state)) < 400
 
 
+def test_unknown_state_keys_are_named_once_not_refused():
+    """Keys a sampler does not know were ignored silently; callers may store their own, so
+    they are named in one warning and the resume goes on."""
+    import warnings
+
+    lengths = [3, 5, 8, 8, 13, 21, 2, 9] * 4
+    sampler = BucketSampler(lengths, num_buckets=2, batch_size=2, seed=1)
+    it = iter(sampler)
+    first = [next(it), next(it)]
+    state = {**sampler.state_dict(), "my_step": 7}
+    state["config"] = {**state["config"], "extra": 1}
+    resumed = BucketSampler(lengths, num_buckets=2, batch_size=2, seed=1)
+    with pytest.warns(UserWarning, match=r"does not know: my_step, config\['extra'\]") as rec:
+        resumed.load_state_dict(state)
+    assert len(rec) == 1
+    again = BucketSampler(lengths, num_buckets=2, batch_size=2, seed=1)
+    assert first + list(resumed) == list(again)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an unedited state: no warning
+        resumed.load_state_dict(sampler.state_dict())
+
+
 @pytest.mark.slow
 def test_torch_compile_compiles_once_per_promised_shape():
     """The promise as the compiler sees it: dynamic=False compiles exactly once per shape."""

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from bucketloader import BucketSampler, LengthHistogram, compute_boundaries
 from bucketloader.plan import TokenBudget
-from bucketloader.plan.sharded import envelope_histogram, shard_schedule
-from bucketloader.sharded import ShardedSampler, merge_histograms
+from bucketloader.plan.sharded import dealt_histogram, envelope_histogram, shard_schedule
+from bucketloader.sharded import LocalExchange, ShardedSampler, merge_histograms
 
 
 def _samplers(lengths, shards, **options):
@@ -340,6 +340,22 @@ def test_unequal_shards_warn_with_the_counts():
     assert len(s) == 10 and s.report().filler_rows == 36 and s.report().stand_in_batches == 6
 
 
+def _resumes_exactly(build, epoch=3, head=7):
+    """A sampler stopped ``head`` batches into ``epoch`` and a fresh one (``build()``) loading
+    its JSON state yield exactly the epoch's batches; the sampler and the state."""
+    s = build()
+    s.set_epoch(epoch)
+    full = [list(b) for b in s]
+    s.set_epoch(epoch)
+    it = iter(s)
+    first = [list(next(it)) for _ in range(head)]
+    state = json.loads(json.dumps(s.state_dict()))
+    fresh = build()
+    fresh.load_state_dict(state)
+    assert first + [list(b) for b in fresh] == full
+    return s, state
+
+
 # -- deferral (NOTE [ Sharded plan ] 7) -------------------------------------------------------
 def _shown(sampler, epoch):
     """Per cell: the samples epoch ``epoch`` shows in the cell's own steps or promoted, in
@@ -436,17 +452,8 @@ def test_deferral_resumes_exactly_and_its_state_is_its_own():
     lengths = np.asarray(load_real("multi30k"))[:3000, 0]
     shards = np.array_split(np.random.default_rng(2).permutation(lengths.size), 4)
     opts = {"num_buckets": 6, "max_tokens": 512, "seed": 5, "defer": 0.5}
-    s = _samplers(lengths, shards, **opts)[2]
+    s, state = _resumes_exactly(lambda: _samplers(lengths, shards, **opts)[2])
     assert s.report().deferred > 0
-    s.set_epoch(3)
-    full = [list(b) for b in s]
-    s.set_epoch(3)
-    it = iter(s)
-    head = [list(next(it)) for _ in range(7)]
-    state = json.loads(json.dumps(s.state_dict()))
-    fresh = _samplers(lengths, shards, **opts)[2]
-    fresh.load_state_dict(state)
-    assert head + [list(b) for b in fresh] == full
     plain = _samplers(lengths, shards, **{**opts, "defer": 0})[2]
     with pytest.raises(ValueError):
         plain.load_state_dict(state)
@@ -461,6 +468,157 @@ def test_deferral_with_unequal_shards_halves_the_big_rank_at_most():
     s0, s1 = _samplers(lengths, shards, batch_size=4, defer=0.5)
     assert s0.deferred.tolist() == [[20], [0]] and len(s0) == len(s1) == 5
     assert s1.report().filler_rows == 16 and s0.report().deferred == 20
+
+
+# -- exchange (NOTE [ Sharded plan ] 8) ---------------------------------------------------------
+def _exchanged(lengths, shards, **options):
+    """Every rank's exchange sampler, simulated in one process (one shared LocalExchange)."""
+    hists = [LengthHistogram.from_lengths(lengths[s]) for s in shards]
+    board = LocalExchange(len(shards))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return [
+            ShardedSampler(
+                lengths[s],
+                shard_indices=np.asarray(s),
+                shard_histograms=hists,
+                num_replicas=len(shards),
+                rank=r,
+                exchange=True,
+                gather=board,
+                **options,
+            )
+            for r, s in enumerate(shards)
+        ]
+
+
+def _check_exchange(samplers, lengths, epoch):
+    """Same steps and shapes on every rank, every row of the data set exactly once over all
+    ranks (global row ids), rows that fit their step's shape; the exact padding."""
+    plans = [s.plan(epoch) for s in samplers]
+    cells = np.stack([p.cells for p in plans])
+    assert (cells == cells[0]).all() and len({len(s) for s in samplers}) == 1
+    padded = 0
+    shown = []
+    for s, p in zip(samplers, plans, strict=True):
+        for i in range(len(p)):
+            shape = s.cells.shapes[int(p.cells[i])]
+            idx = p.batch(i)
+            assert 1 <= idx.size <= shape[0] and (lengths[idx] <= shape[1]).all()
+            shown.append(idx[: p.num_real[i]])
+            padded += shape[0] * shape[1]
+    flat = np.concatenate(shown)
+    assert np.array_equal(np.sort(flat), np.arange(lengths.size)), "a row lost or shown twice"
+    return (padded - int(lengths.sum())) / int(lengths.sum())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(1, 60), min_size=2, max_size=150),
+    st.integers(2, 6),
+    st.integers(1, 4),
+    st.integers(1, 6),
+    st.booleans(),
+)
+def test_exchange_shows_every_row_once_in_step_and_balances_every_level(
+    raw, ranks, k, batch, shuffle
+):
+    lengths = np.array(raw)
+    if lengths.size < ranks:
+        lengths = np.resize(lengths, ranks)
+    # unequal shards too: cut at random points
+    cuts = np.sort(
+        np.random.default_rng(len(raw)).choice(np.arange(1, lengths.size), ranks - 1, replace=False)
+    )
+    shards = np.split(np.random.default_rng(1).permutation(lengths.size), cuts)
+    samplers = _exchanged(lengths, shards, num_buckets=k, batch_size=batch, shuffle=shuffle)
+    s0 = samplers[0]
+    above = np.cumsum(s0.planned[:, ::-1], axis=1)[:, ::-1]  # every rank's samples per level
+    total = np.cumsum(s0.table.sum(axis=0)[::-1])[::-1]
+    assert (above <= -(-total // ranks)).all()  # at most its share of every level
+    moved = s0.report().moved_all
+    assert moved == sum(s.report().moved_out for s in samplers)
+    assert moved == sum(s.report().moved_in for s in samplers)
+    assert moved == int(np.maximum(s0.table - s0.planned, 0).sum())
+    for epoch in (0, 1):
+        ratio = _check_exchange(samplers, lengths, epoch)
+        assert ratio == pytest.approx(s0.report().padding_ratio)
+
+
+def test_exchange_pads_like_the_global_plan_on_small_shards():
+    # COCO caption lengths: 78 samples per rank at 64 ranks, where padding to the fullest rank
+    # costs +7.3 pp and deferral +2.3 pp over the global plan (benchmarks/results/scale.md)
+    lengths = np.asarray(load_real("coco"))[:, 1]
+    budget = int(32 * np.percentile(lengths, 99))
+    for ranks in (8, 64):
+        shards = np.array_split(np.random.default_rng(0).permutation(lengths.size), ranks)
+        samplers = _exchanged(lengths, shards, num_buckets=16, max_tokens=budget)
+        glob = BucketSampler(lengths, num_buckets=16, max_tokens=budget, num_replicas=ranks)
+        ratio = _check_exchange(samplers, lengths, 1)
+        assert ratio <= glob.report().padding + 0.005
+        # within rounding of the least any plan showing every sample once can pad (NOTE 8)
+        d = dealt_histogram(LengthHistogram.from_lengths(lengths), ranks)
+        b = compute_boundaries(d, 16)
+        real = int(lengths.sum())
+        bound = (ranks * int((d.counts * b[np.searchsorted(b, d.values)]).sum()) - real) / real
+        assert bound - 1e-9 <= ratio <= bound + 0.005
+        assert 0 < samplers[0].report().moved_all < 0.15 * lengths.size
+
+
+def test_exchange_resumes_exactly_and_refuses_bad_input():
+    lengths = np.asarray(load_real("multi30k"))[:3000, 0]
+    shards = np.array_split(np.random.default_rng(2).permutation(lengths.size), 4)
+    opts = {"num_buckets": 6, "max_tokens": 512, "seed": 5}
+    s, state = _resumes_exactly(lambda: _exchanged(lengths, shards, **opts)[2])
+    assert s.report().moved_in + s.report().moved_out > 0
+    with pytest.raises(ValueError):  # another plan: the state of the exchange is its own
+        _samplers(lengths, shards, **opts)[2].load_state_dict(state)
+    hists = [LengthHistogram.from_lengths(lengths[x]) for x in shards]
+    common = {"shard_histograms": hists, "num_replicas": 4, "num_buckets": 6, "max_tokens": 512}
+    own = lengths[shards[0]]
+    with pytest.raises(ValueError, match="exchange=True needs shard_indices="):
+        ShardedSampler(own, rank=0, exchange=True, **common)
+    with pytest.raises(ValueError, match="shard_indices must be a 1-D integer array"):
+        ShardedSampler(own, rank=0, exchange=True, shard_indices=shards[0][:-1], **common)
+    with pytest.raises(ValueError, match=r"either defer=0.5 or exchange=True"):
+        ShardedSampler(own, rank=0, exchange=True, defer=0.5, shard_indices=shards[0], **common)
+    with pytest.raises(TypeError, match="exchange must be a bool"):
+        ShardedSampler(own, rank=0, exchange=1, shard_indices=shards[0], **common)
+    with pytest.raises(ValueError, match=r"exchange=True on rank 0 needs the other ranks"):
+        ShardedSampler(own, rank=0, exchange=True, shard_indices=shards[0], **common)
+    # a rank with another seed, and a rank not built yet, named when the epoch is planned
+    board = LocalExchange(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        built = [
+            ShardedSampler(
+                lengths[x],
+                rank=r,
+                exchange=True,
+                shard_indices=x,
+                gather=board,
+                seed=7 if r == 3 else 0,
+                **common,
+            )
+            for r, x in enumerate(shards[:3])
+        ]
+    with pytest.raises(ValueError, match="rank 3's ShardedSampler has not been built"):
+        built[0].plan()
+    ShardedSampler(
+        lengths[shards[3]],
+        rank=3,
+        exchange=True,
+        shard_indices=shards[3],
+        gather=board,
+        seed=7,
+        **common,
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"rank\(s\) \[3\] built their ShardedSampler with "
+        "another seed",
+    ):
+        built[1].plan()
 
 
 # -- real process groups: every process holds only its shard ---------------------------------
@@ -493,6 +651,14 @@ def test_gloo_ranks_with_own_shards_agree_and_resume(tmp_path):
     for r in runs:
         assert r["defer"]["shown"] == r["shard"] - r["defer"]["own_deferred"]
         assert r["defer"]["resumed_equal"]
+    # exchange=True: the same steps and shapes, every global row once over the ranks, exact
+    # resume, the moves counted alike on every rank
+    assert len({tuple(r["exchange"]["cells"]) for r in runs}) == 1
+    rows = sorted(i for r in runs for i in r["exchange"]["rows"])
+    assert rows == list(range(2000))
+    moved = [r["exchange"]["moved"] for r in runs]
+    assert moved[0][0] == sum(m[1] for m in moved) == sum(m[2] for m in moved) > 0
+    assert all(r["exchange"]["resumed_equal"] for r in runs)
 
 
 @pytest.mark.slow
@@ -561,6 +727,27 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
                     "own_deferred": d.report().deferred,
                     "resumed_equal": head + [list(b) for b in again] == full,
                 }
+            # exchange (NOTE [ Sharded plan ] 8): one more gather of the moved global row ids
+            ids = shards[rank]
+            x = ShardedSampler(
+                own, shard_indices=ids, seed=seed, num_buckets=6, max_tokens=2048, exchange=True
+            )
+            x.set_epoch(1)
+            full = [list(b) for b in x]
+            p = x.plan(1)
+            x.set_epoch(1)
+            it = iter(x)
+            head = [list(next(it)) for _ in range(5)]
+            again = ShardedSampler(
+                own, shard_indices=ids, seed=seed, num_buckets=6, max_tokens=2048, exchange=True
+            )
+            again.load_state_dict(x.state_dict())
+            result["exchange"] = {
+                "cells": p.cells.tolist(),
+                "rows": sorted(int(i) for b in range(len(p)) for i in p.batch(b)[: p.num_real[b]]),
+                "moved": [x.report().moved_all, x.report().moved_out, x.report().moved_in],
+                "resumed_equal": head + [list(b) for b in again] == full,
+            }
     except ValueError as exc:
         result = {"error": str(exc)}
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))

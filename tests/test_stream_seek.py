@@ -172,20 +172,26 @@ def test_parquet_resume_starts_at_the_row_group_of_the_read_position(lengths, tm
     assert groups == [state["read"]]  # one read, from the recorded row on
 
 
-def test_hf_iterable_resume_rereads_only_the_segments_holding_buffered_samples(
-    lengths, tmp_path, monkeypatch
-):
+@pytest.fixture
+def reads(monkeypatch):
+    """The positions a resume pulls from the restarted source (its replay), in order."""
     from bucketloader.stream import _engine
 
-    reads = []
+    pulled = []
     replay = _engine.replay
 
-    def counted(it, start, stop):  # the samples the resume pulls from the restarted source
+    def counted(it, start, stop):
         for x in replay(it, start, stop):
-            reads.append(x[0])
+            pulled.append(x[0])
             yield x
 
     monkeypatch.setattr(_engine, "replay", counted)
+    return pulled
+
+
+def test_hf_iterable_resume_rereads_only_the_segments_holding_buffered_samples(
+    lengths, tmp_path, reads
+):
     source = _source("hf-iterable", lengths, tmp_path)
     whole = _ids(_bucket(source))
     for k in (len(whole) // 2, len(whole) - 3):
@@ -203,6 +209,99 @@ def test_hf_iterable_resume_rereads_only_the_segments_holding_buffered_samples(
         assert state["read"] - segments[-1][0] <= 64
         assert len(reads) <= 64 * len(segments) < state["read"]
         assert len(reads) < state["read"] - state["source"]["position"]  # less than one replay
+
+
+def _hf_rank(lengths, rank, **shuffle):
+    """Rank ``rank`` of 2 of an HF ``IterableDataset`` (``split_dataset_by_node``), 900 rows."""
+    datasets = pytest.importorskip("datasets")
+    from datasets.distributed import split_dataset_by_node
+
+    ds = datasets.Dataset.from_dict(_columns(np.tile(lengths, 3))).to_iterable_dataset(4)
+    if shuffle:
+        ds = ds.shuffle(**shuffle)
+    return split_dataset_by_node(ds, rank=rank, world_size=2)
+
+
+def _hf_steps(make, source, rank):
+    """A stream split over 2 ranks, its steps past the end of the rank's shard (dry steps)."""
+    from bucketloader import BucketSpec
+
+    if make is _bucket:
+        spec = BucketSpec.build(np.arange(1, 61), boundaries=[8, 16, 32, 60], batch_size=4)
+        return BucketIterable(
+            source,
+            length_fn="input_ids",
+            boundaries=spec,
+            batch_size=4,
+            shuffle_buffer=32,
+            num_replicas=2,
+            rank=rank,
+            steps_per_epoch=260,
+            last_batch="fill",
+        )
+    return _pack(source, num_replicas=2, rank=rank, steps_per_epoch=260, last_batch="fill")
+
+
+@pytest.mark.filterwarnings("ignore:this BucketIterable leaves out")
+@pytest.mark.parametrize("make", [_bucket, _pack], ids=["bucket", "pack"])
+def test_an_hf_stream_split_over_ranks_resumes_from_its_checkpoints(lengths, reads, make):
+    # an HF IterableDataset split over 2 ranks (steps_per_epoch): the exact state lists the
+    # source's state_dict() checkpoints that precede a sample it names (buffers, each cell's
+    # stand-in, the last batches a dry step repeats); the resume restarts the source at each,
+    # never from the start of the epoch, and gives the uninterrupted run's batches
+    for rank in range(2):
+        source = _hf_rank(lengths, rank)
+        full = _hf_steps(make, source, rank)
+        whole = _ids(full)
+        engine = full._engine
+        every, shard = engine.every, engine.read
+        assert len(whole) == 260 and shard == 900
+        # the first stop after each new checkpoint (the newest is just behind it), and others
+        after, other, dry, newest = [], [], [], 0
+        probe = _hf_steps(make, source, rank)
+        it = iter(probe)
+        repeats = "repeated" if make is _bucket else "repeated_rows"
+        for k in range(1, len(whole)):
+            was = probe._engine.stats[repeats] if probe._engine else 0
+            next(it)
+            at = probe._engine.snaps[-1][0]
+            (after if at != newest else other).append(k)
+            newest = at
+            e = probe._engine
+            if e.stats[repeats] > was and e.read == 900 and not e._positions():
+                dry.append(k)  # a dry step: it repeats a batch the pass made before
+        assert len(after) > 4 and len(dry) > 2
+        for k in (after[1], after[len(after) // 2], other[len(other) // 2], dry[0], dry[-1]):
+            first = _hf_steps(make, source, rank)
+            it = iter(first)
+            head = _ids(next(it) for _ in range(k))
+            state = json.loads(json.dumps(first.state_dict()))
+            assert state["format"] == first.STATE_FORMAT  # exact, not a replay from the start
+            segments = state["source"]["segments"]
+            reads.clear()
+            again = _hf_steps(make, source, rank)
+            again.load_state_dict(state)
+            assert head + _ids(again) == whole, f"rank {rank}: resume after {k} steps"
+            # at most K samples per checkpoint listed; fewer than a replay late in the epoch
+            assert len(reads) <= every * len(segments), (k, len(reads), len(segments))
+            if state["read"] > shard // 2:
+                assert len(reads) < state["read"] and len(segments) < state["read"] // every
+
+
+@pytest.mark.parametrize("make", [_bucket, _pack], ids=["bucket", "pack"])
+def test_an_hf_shuffle_buffer_is_replayed_not_restarted_at_a_checkpoint(lengths, make):
+    # an HF IterableDataset's state_dict() leaves its shuffle buffer out (a restart there reads
+    # other samples): such a source replays the epoch, exactly
+    source = _hf_rank(lengths, 0, seed=1, buffer_size=40)
+    whole = _ids(make(source))
+    first = make(source)
+    it = iter(first)
+    head = _ids(next(it) for _ in range(len(whole) // 2))
+    state = json.loads(json.dumps(first.state_dict()))
+    assert state["source"]["state"] is None and "segments" not in state["source"]
+    again = make(source)
+    again.load_state_dict(state)
+    assert head + _ids(again) == whole
 
 
 def _loader(stream):
@@ -225,8 +324,11 @@ def _pack_steps(source, **kw):
         (_bucket, "list"),
         (_pack, "list"),
         (_bucket, "hf-iterable"),
+        (_pack, "hf-iterable"),
         (_bucket_steps, "list"),
         (_pack_steps, "list"),
+        (_bucket_steps, "hf-iterable"),
+        (_pack_steps, "hf-iterable"),
     ],
 )
 def test_resume_behind_workers_starts_at_each_workers_checkpoint(lengths, tmp_path, make, kind):

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from bucketloader._types import Strategy
+from bucketloader._types import LazyModule, Strategy
 from bucketloader._validation import Lengths, MissingKeyError, as_lengths, check_float, check_int
 from bucketloader.analysis._plot import pct, plot_report
 from bucketloader.analysis._scan import dataset_lengths, is_dataloader, is_dataset, scan_batches
@@ -31,8 +32,9 @@ from bucketloader.histogram import LengthHistogram
 from bucketloader.strategies import STRATEGIES
 
 if TYPE_CHECKING:
-    from numpy.typing import ArrayLike
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils import data as torch_data
+else:  # torch stays unimported (NOTE [ Annotations that introspection can evaluate ] in _types)
+    torch_data = LazyModule("torch.utils.data")
 
 #: Strategies compared by default (``"lp"`` reaches the same optimum as ``"optimal"``, slower).
 DEFAULT_STRATEGIES = ("optimal", "percentile", "equal_mass", "linear", "geometric", "pad_to_max")
@@ -123,7 +125,7 @@ class DynamicityReport:
 
 
 def analyze(
-    data: ArrayLike | LengthHistogram | Dataset[Any] | DataLoader[Any],
+    data: ArrayLike | LengthHistogram | torch_data.Dataset[Any] | torch_data.DataLoader[Any],
     *,
     column: str | int | Callable[[Any], Any] | None = None,
     num_buckets: int | Iterable[int] = DEFAULT_NUM_BUCKETS,

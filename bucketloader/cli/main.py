@@ -34,7 +34,7 @@ from bucketloader.cli.engines import ENGINES, engine_histogram, is_parquet_set
 from bucketloader.cli.files import characters_note, read_lengths
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec
-from bucketloader.plan.budget import BatchRule, even_batch
+from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.promote import promote_counts
 from bucketloader.solve import resolve_params, solve_boundaries
 from bucketloader.strategies import resolve_strategy
@@ -396,13 +396,7 @@ def bucket_table(
             int(c[0]): int(bs) for c, bs in zip(spec.cell_lengths, spec.cell_batch, strict=True)
         }
         table = {tuple(int(x) for x in s) for s in spec.shape_table().shapes}
-        if max_tokens is not None:  # a one-rank sampler's even rows, from the true counts
-            for i, edge in enumerate(b.tolist()):  # (NOTE [ Even batches ])
-                if edge in planned:
-                    even = int(even_batch([int(n[i])], [planned[edge]])[0])
-                    table.discard((planned[edge], edge))
-                    table.add((even, edge))
-                    planned[edge] = even
+        if max_tokens is not None:  # a one-rank sampler's even or promoted rows
             steps = _promoted_rows(b, n, spec, planned, table)
         for i, edge in enumerate(b):
             if int(edge) in planned and steps.get(int(edge), 1):  # (promoted away: no shape)
@@ -436,22 +430,21 @@ def _promoted_rows(
     planned: dict[int, int],
     table: set[tuple[int, ...]],
 ) -> dict[int, int]:
-    """A one-rank sampler's rows and steps once leftovers are promoted (NOTE [ Promotion of
-    leftovers ]), from the true counts: ``planned`` and ``table`` are updated in place; the
+    """A one-rank sampler's rows and steps from the true counts: even rows (NOTE [ Even
+    batches ]), or leftovers promoted (NOTE [ Promotion of leftovers ]), whose rows
+    ``promote_counts`` gives in both cases. ``planned`` and ``table`` are updated in place; the
     steps per occupied bucket are returned (none when nothing is promoted: the even plan)."""
     edges = [e for e in b.tolist() if e in planned]
     counts = np.array([int(n[i]) for i, e in enumerate(b.tolist()) if e in planned])
     if not edges:
         return {}
     p = promote_counts(counts, spec.cell_batch, np.array(edges)[:, None], np.array(edges))
-    if not p.num_promoted:
-        return {}
     for j, edge in enumerate(edges):
         table.discard((planned[edge], edge))
         planned[edge] = int(p.rows[j])
         if p.steps[j]:
             table.add((planned[edge], edge))
-    return {edge: int(p.steps[j]) for j, edge in enumerate(edges)}
+    return {edge: int(p.steps[j]) for j, edge in enumerate(edges)} if p.num_promoted else {}
 
 
 def format_table(rows: list[dict[str, Any]], batch_size: int | None, max_tokens: int | None) -> str:

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from bucketloader._types import LazyModule
 from bucketloader._validation import MissingKeyError, check_bool, check_int
 from bucketloader.engines._common import (
     Accumulator,
@@ -35,6 +36,8 @@ from bucketloader.engines._common import (
 if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as pads
+else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
+    pa, pads = LazyModule("pyarrow"), LazyModule("pyarrow.dataset")
 
 #: Where the rows come from (see :func:`parquet_histogram`).
 ParquetSource: TypeAlias = (

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from bucketloader._types import LazyModule
 from bucketloader._validation import MissingKeyError, as_lengths, check_choice
 from bucketloader.boundaries import check_boundaries
 from bucketloader.engines._common import (
@@ -31,8 +33,9 @@ from bucketloader.engines._common import (
 from bucketloader.histogram import JointHistogram, LengthHistogram
 
 if TYPE_CHECKING:
-    from numpy.typing import ArrayLike
-    from ray.data import Dataset
+    from ray import data as ray_data
+else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
+    ray_data = LazyModule("ray.data")
 
 __all__ = ["ray_bucket_ids", "ray_histogram"]
 
@@ -41,7 +44,7 @@ _NULL_ROW = -1
 
 
 def ray_histogram(
-    ds: Dataset,
+    ds: ray_data.Dataset,
     column: str | list[str] | None = None,
     *,
     length_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
@@ -97,14 +100,14 @@ def ray_histogram(
 
 
 def ray_bucket_ids(
-    ds: Dataset,
+    ds: ray_data.Dataset,
     boundaries: ArrayLike,
     column: str | None = None,
     *,
     length_fn: Callable[[dict[str, np.ndarray]], Any] | None = None,
     name: str = "bucket",
     nulls: str = "raise",
-) -> Dataset:
+) -> ray_data.Dataset:
     """``ds`` with an ``int64`` column ``name``: each row's bucket under ``boundaries``.
 
     Bucket ``i`` holds lengths ``b[i-1] < L <= b[i]``

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+from numpy.typing import ArrayLike
 
+from bucketloader._types import LazyModule
 from bucketloader._validation import MAX_LENGTH, MissingKeyError
 from bucketloader.boundaries import check_boundaries
 from bucketloader.engines._common import (
@@ -26,16 +28,17 @@ from bucketloader.engines._common import (
 )
 
 if TYPE_CHECKING:
-    from numpy.typing import ArrayLike
-    from pyspark.sql import Column, DataFrame
+    from pyspark import sql
+else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
+    sql = LazyModule("pyspark.sql")
 
 #: What measures a length: a column name or a ``Column`` expression; several for a joint one.
-SparkLength: TypeAlias = "str | Column | Sequence[str | Column]"
+SparkLength: TypeAlias = "str | sql.Column | Sequence[str | sql.Column]"
 
 __all__ = ["spark_bucket_ids", "spark_histogram"]
 
 
-def spark_histogram(df: DataFrame, column: SparkLength, *, nulls: str = "raise") -> ScanResult:
+def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "raise") -> ScanResult:
     """Exact histogram of a column of a ``pyspark.sql.DataFrame``, reduced by Spark.
 
     Args:
@@ -97,13 +100,13 @@ def spark_histogram(df: DataFrame, column: SparkLength, *, nulls: str = "raise")
 
 
 def spark_bucket_ids(
-    df: DataFrame,
+    df: sql.DataFrame,
     boundaries: ArrayLike,
-    column: str | Column,
+    column: str | sql.Column,
     *,
     name: str = "bucket",
     nulls: str = "raise",
-) -> DataFrame:
+) -> sql.DataFrame:
     """``df`` with an integer column ``name``: each row's bucket under ``boundaries``.
 
     Bucket ``i`` holds lengths ``b[i-1] < L <= b[i]``

@@ -23,10 +23,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bucketloader._arrow import is_list
+from bucketloader._types import LazyModule
 from bucketloader._validation import MissingKeyError, as_lengths, check_int
 
 if TYPE_CHECKING:
-    from datasets import Dataset, DatasetDict
+    import datasets
+else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
+    datasets = LazyModule("datasets")
 
 __all__ = ["LENGTH_COLUMN", "add_lengths", "lengths"]
 
@@ -35,7 +38,7 @@ LENGTH_COLUMN = "length"
 
 
 def lengths(
-    dataset: Dataset | DatasetDict,
+    dataset: datasets.Dataset | datasets.DatasetDict,
     column: str | Sequence[str] | None = None,
     *,
     fn: Callable[[dict[str, Any]], Any] | None = None,
@@ -110,7 +113,7 @@ def lengths(
 
 
 def add_lengths(
-    dataset: Dataset | DatasetDict,
+    dataset: datasets.Dataset | datasets.DatasetDict,
     column: str | Sequence[str] | None = None,
     *,
     name: str | Sequence[str] | None = None,

@@ -179,8 +179,16 @@ class _BucketMixin:
         if opts.get("pad_token_id") is None and opts.get("tokenizer") is None:
             if getattr(tokenizer, "pad_token_id", None) is not None:
                 opts["tokenizer"] = tokenizer
-            else:
+            elif config_pad is not None:
                 opts["pad_token_id"] = config_pad
+            else:
+                raise ValueError(
+                    f"{type(self).__name__} needs a pad token id to pad {column!r}, but "
+                    f"processing_class={type(self.processing_class).__name__} has no "
+                    "pad_token_id and model.config.pad_token_id is None; pass "
+                    "bucketing={'pad_token_id': <int>}, a processing_class with a pad token "
+                    "(tokenizer.pad_token = tokenizer.eos_token) or set model.config.pad_token_id"
+                )
         return for_text(dataset, column, **opts)
 
     def _loader(self, b: Bucketing) -> Any:
@@ -188,7 +196,7 @@ class _BucketMixin:
         if isinstance(collate, ModelInputs):
             keep = self.model_inputs() if self.args.remove_unused_columns else None
             collate = collate.replace(keep=keep, bookkeeping=True)
-        if self._lm is not None:
+        if self._lm is not None and not _packed(collate, self._lm, type(self).__name__):
             collate = LanguageModelingLabels(collate, self._lm)
         workers = self.args.dataloader_num_workers
         return Bucketing(b.sampler, collate, b.dataset).dataloader(
@@ -245,6 +253,7 @@ class _BucketMixin:
             return cached[1]
         b = self._build_bucketing(dataset, evaluation=True)
         self._eval_cache[key] = (dataset, b)
+        self._note_unlabelled_eval(dataset, key)
         self._note_eval_batch(b)
         return b
 
@@ -400,6 +409,26 @@ class _BucketMixin:
                 "already groups samples by length, at planned shapes",
                 type(self).__name__,
             )
+
+    def _note_unlabelled_eval(self, dataset: Any, key: str) -> None:
+        """Packed training makes its own labels; evaluation batches (``for_text``) have none
+        unless the dataset or a ``DataCollatorForLanguageModeling`` gives them, and then
+        ``evaluate()`` reports no ``eval_loss``: say so once per evaluation set."""
+        from bucketloader.hf.packing import PackedInputs
+
+        train = self.bucketing.collator if self.bucketing is not None else None
+        if key == "test" or self._lm is not None or not isinstance(train, PackedInputs):
+            return
+        if "labels" in dataset.column_names:
+            return
+        warnings.warn(
+            f"{type(self).__name__}: training packs rows with their own causal labels, but the "
+            f"evaluation set {key!r} has no 'labels' column, so evaluate() reports no eval_loss; "
+            "pass data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False), which "
+            "labels the evaluation batches and leaves the packed labels as they are",
+            UserWarning,
+            stacklevel=4,
+        )
 
     def _note_eval_batch(self, b: Bucketing) -> None:
         wanted = self.args.eval_batch_size
@@ -693,6 +722,12 @@ def _row(tree: Any, row: int) -> Any:
 # with -100 on padding, as the collator does. Filler rows get labels -100 either way, so the
 # loss of a padded batch is the loss of its real rows. Whole-word masking needs the tokens'
 # offsets and is refused, as is any other collator (it would be dropped without a word).
+# Packed rows (``bucketing=hf.for_packing(...)``) already carry causal labels: -100 on each
+# document's first token (no target across a document boundary) and the dataset's own
+# ``labels`` (a masked prompt). ``mlm=False`` leaves those training batches as they are and
+# labels the evaluation batches only (which ``for_text`` builds, without labels): copying
+# ``input_ids`` over the packed labels would train each document's first token on the
+# previous document and unmask the prompts. ``mlm=True`` on packed causal rows is refused.
 _PADDING_COLLATORS = (
     "DataCollatorWithPadding",
     "DataCollatorForSeq2Seq",
@@ -726,6 +761,24 @@ def _language_modeling(collator: Any, owner: str) -> Any:
         "bucketing=Bucketing(sampler, your_collator, dataset), with no data_collator, and a "
         "collator that pads to the sampler's shapes"
     )
+
+
+def _packed(collate: Any, lm: Any, owner: str) -> bool:
+    """Whether ``collate`` makes packed causal-LM rows, whose labels a
+    ``DataCollatorForLanguageModeling(mlm=False)`` must not overwrite (NOTE [ The user's
+    data_collator ]); ``mlm=True`` on them is refused."""
+    from bucketloader.hf.packing import PackedInputs
+
+    if not isinstance(collate, PackedInputs):
+        return False
+    if lm.mlm:
+        raise ValueError(
+            f"{owner} trains packed causal-LM rows (bucketing=hf.for_packing(...)), which make "
+            "their own causal labels, but data_collator=DataCollatorForLanguageModeling has "
+            "mlm=True (masked-LM targets); pass mlm=False (it then labels the evaluation "
+            "batches) or bucket a masked-LM model with for_text instead of packing"
+        )
+    return True
 
 
 class LanguageModelingLabels:

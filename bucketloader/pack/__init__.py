@@ -35,10 +35,11 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     """``bucketloader.pack.PackIterable``: the packing stream, which moved to
-    :mod:`bucketloader.stream` (no module of ``pack`` imports ``stream``; this name is looked up
-    in the already imported package, which imports both)."""
+    :mod:`bucketloader.stream` (no module of ``pack`` imports ``stream``; this old name imports
+    it on first use, as the package no longer imports every subpackage: NOTE [ Lazy public
+    names ] in :mod:`bucketloader`)."""
     if name == "PackIterable":
-        import sys
+        import importlib
 
-        return sys.modules["bucketloader.stream"].PackIterable  # type: ignore[no-any-return]
+        return importlib.import_module("bucketloader.stream").PackIterable  # type: ignore[no-any-return]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

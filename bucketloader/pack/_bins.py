@@ -33,8 +33,9 @@ small file (2k documents, nearly every row its own pattern) or a long-tailed one
 than best-fit decreasing, and on long-tailed lengths it can leave more rows (the largest
 documents, placed first with the closest fill, strand mid-sized ones). Best-fit decreasing runs
 first, in bulk over the histogram: the rows with the same contents and the same room form one
-group, the rooms with a group are bits of one Python integer, so "the tightest row that holds
-``s``" is the lowest set bit of ``bits >> s``; a row chosen for size ``s`` stays the tightest
+group, the rooms with a group are kept sorted, so "the tightest row that holds ``s``" is one
+``bisect`` away (the bits of one Python integer, as in the benchmark's baselines, cost three
+big-integer operations per step, 10-20% of the loop); a row chosen for size ``s`` stays the tightest
 until its room drops below ``s``, so it takes ``room // s`` documents at once, and all the rows
 of a group take them together (exactly per-document BFD, in one step per group and size). When
 its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
@@ -42,7 +43,7 @@ its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, 
 0.1%: MBS is skipped; it is also skipped on too few documents per distinct size (NOTE
 [ Planning at the speed of best-fit decreasing ]). Otherwise MBS runs too and the plan with
 fewer row tokens is kept (BFD on a tie), so the plan is never looser than best-fit decreasing.
-With several row lengths there is no bound and both run (given enough documents).
+With several row lengths the same tests run on row tokens, against :func:`capacity_bound`.
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
@@ -50,22 +51,25 @@ benchmarks/small_costs.py races a careful bulk BFD that outputs the packing in t
 form, and one that counts rows only, from 1k to 10M documents). The
 bulk BFD here is that BFD with the group contents kept: one group per step of its loop (a
 remainder of fewer than ``room // s`` documents is the next step's, which finds the same row),
-no call and no tuple per step, a root group's parent encodes its row length, the documents
-longer than ``L / 2`` open their rows at once, and the patterns are read off the group tree one
-level at a time for all groups at once. The
-MBS search costs about 0.05-0.1 ms per pattern in Python, tens of times BFD on a few thousand
-documents; it saves 0.5-1.2% of the rows where BFD misses the bound (GSM8K-like lengths). Speed
-and tightness cannot both be had there, so the caller chooses (``search``, a
+no call per step, a group's contents one tuple of packed codes (its parent's plus one: no tree
+to walk afterwards; a row's first code carries its row length), the documents longer than
+``L / 2`` open their rows at once, and the live groups' tuples are read into the plan's arrays
+in one pass. ``PackSpec.build`` reads the lengths once (NOTE [ One pass over the lengths ] in
+:mod:`bucketloader.pack.spec`). The MBS search costs about 0.05-0.1 ms per pattern in Python,
+tens of times BFD on a few thousand documents; it saves 0.5-1.2% of the rows where BFD misses
+the bound (GSM8K-like lengths). Speed and tightness cannot both be had there, so the caller
+chooses (``search``, a
 :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
 
 - ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
   above the ``ceil(tokens / L)`` bound's (the packing promise of issue 25, e.g. GSM8K at
-  L = 256: 1.6 points), or when the lengths hold at least ``_DOCS_PER_SIZE`` documents per
-  distinct size (it then costs less than half of what the histogram saves over sorting).
-- ``"never"``: the plan is exactly best-fit decreasing, and no bound is computed (about the
-  packing baseline's time up to 100k documents; from 1M on the lengths' validation and copy in
-  ``PackSpec.build`` cost more than its histogram: benchmarks/results/small_costs.md).
-- ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound.
+  L = 256: 1.6 points; with several row lengths the same on row tokens against
+  :func:`capacity_bound`'s C1, e.g. GSM8K at ``(256, 512)``: 1.6 points), or when the lengths
+  hold at least ``_DOCS_PER_SIZE`` documents per distinct size (it then costs less than half
+  of what the histogram saves over sorting).
+- ``"never"``: the plan is exactly best-fit decreasing, and no bound is computed (at most the
+  packing baseline's time: benchmarks/results/small_costs.md).
+- ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound (C2).
 
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
@@ -73,20 +77,48 @@ which the Martello & Toth (1990) bound L2 adds: for ``0 <= a <= L / 2``, with
 ``J1 = {s > L - a}``, ``J2 = {L/2 < s <= L - a}`` and ``J3 = {a <= s <= L/2}``, every row holds at
 most one document of ``J1 u J2``, and the ``J3`` tokens that do not fit into the ``J2`` rows need
 new rows: ``|J1| + |J2| + max(0, ceil((sum J3 - (|J2| L - sum J2)) / L))``. L2 >= L1.
+
+Several row lengths ``L_1 < ... < L_k``: a plan costs its row tokens ``C = sum_j n_j L_j``
+(``n_j`` rows of ``L_j``). The documents longer than ``L_{i-1}`` (``T_i`` tokens) fit only
+rows of ``L_i`` or more, so those rows hold at least ``T_i`` tokens (``C_i = sum_{j >= i}
+n_j L_j >= T_i``) and number at least ``K_i``, the L2 bound of those documents in rows of
+``L_k`` (no row holds more). The least ``C_1`` under these constraints, with ``n_j`` real
+except the longest rows' whole count, is a lower bound on every plan's row tokens; going down
+from ``L_k``, each level takes the fewest rows its constraints need (putting a row's worth of
+tokens into a shorter row length instead never costs more, and it counts more rows), so the
+bound is computed level by level (:func:`capacity_bound`; tested against brute-forced optima).
+Without the counts it is the analogue of L1; with one row length it is ``L1 * L`` and
+``L2 * L``.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
+import itertools
+import math
 import operator
+from bisect import bisect_left, insort
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 #: Bumped whenever the solver could return other patterns for the same input (it is part of a
 #: spec's digest, so a resume across such a change fails loudly). 3: the search only from
-#: ``_DOCS_PER_SIZE`` documents per distinct size.
-SOLVER_VERSION = 3
+#: ``_DOCS_PER_SIZE`` documents per distinct size. 4: with several row lengths the search is
+#: decided against :func:`capacity_bound` (one row length: the plans of 3, see
+#: :func:`solver_version`).
+SOLVER_VERSION = 4
+
+
+def solver_version(row_lengths: tuple[int, ...]) -> int:
+    """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
+    changed only plans with several row lengths, so one row length keeps 3 (and its digests,
+    so the states saved before still load)."""
+    return SOLVER_VERSION if len(row_lengths) > 1 else 3
+
+
 #: When the Minimum-Bin-Slack search runs (NOTE [ Planning at the speed of best-fit decreasing ]).
 SEARCH = ("always", "auto", "never")
 #: The Minimum-Bin-Slack search runs only when the lengths hold at least this many documents
@@ -111,7 +143,6 @@ class Patterns:
         offsets: pattern ``p``'s items are ``items[offsets[p]:offsets[p + 1]]`` ``(P + 1,)``.
         items: size index (into ``sizes``) of each item entry, largest size first in a pattern.
         mult: how many documents of that size the pattern holds.
-        fill: tokens used by each pattern ``(P,)``.
     """
 
     sizes: np.ndarray
@@ -120,7 +151,13 @@ class Patterns:
     offsets: np.ndarray
     items: np.ndarray
     mult: np.ndarray
-    fill: np.ndarray
+
+    @functools.cached_property
+    def fill(self) -> np.ndarray:
+        """Tokens used by each pattern ``(P,)``."""
+        if not self.items.size:
+            return self.items
+        return np.add.reduceat(self.sizes[self.items] * self.mult, self.offsets[:-1])
 
     @property
     def per_row(self) -> np.ndarray:
@@ -157,8 +194,14 @@ def solve(
         tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
         if few and (fit.num_rows - l1) * row <= tokens // _TOLERANCE:
             return fit  # padding within 0.5 points of the bound's: not worth the search's time
-    elif few:
-        return fit
+    else:  # the same two tests on row tokens (NOTE [ Lower bounds ], several row lengths)
+        c1, c2 = capacity_bound(sizes, counts, row_lengths)
+        padded = _padded(fit, row_lengths)
+        if padded - c2 <= padded // _CLOSE_ENOUGH:
+            return fit
+        tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
+        if few and padded - c1 <= tokens // _TOLERANCE:
+            return fit
     slack = min_bin_slack(sizes, counts, row_lengths)
     return slack if _padded(slack, row_lengths) < _padded(fit, row_lengths) else fit
 
@@ -182,41 +225,35 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
     """
     vals = np.asarray(sizes, dtype=np.int64).tolist()
     lens = [int(x) for x in row_lengths]
-    # a group: rows with the same contents and room; its contents are its parent group's plus
-    # (size index, mult) (a tree, so adding a group is O(1)); a root's parent is -1 - its row
-    # length index; by_room[room] = live group ids. The loop is inlined on purpose, appends
-    # bound once: it is the whole cost of a plan (NOTE [ Planning at the speed of best-fit
-    # decreasing ]); each step splits k rows off one group (or opens k rows).
+    # a group: rows with the same contents and room; its contents, a tuple of codes
+    # (_code: size index and mult, and in the first code the row length index), are its parent
+    # group's plus one; by_room[room] = live group ids; open_rooms = their rooms, sorted. The
+    # loop is inlined on purpose, appends bound once: it is the whole cost of a plan (NOTE
+    # [ Planning at the speed of best-fit decreasing ]); each step splits k rows off one group
+    # (or opens k rows).
     cnt = np.asarray(counts, dtype=np.int64).tolist()
     # Documents longer than L / 2 share no row (each room left, L - s, is below every such s):
     # with one row length, one root group per such size, made at once as the loop would.
     half = -(lens[0] // 2)
     gid = 0 if len(lens) > 1 else bisect.bisect_left(vals, half, key=operator.neg)  # next id
-    rooms = [lens[0] - s for s in vals[:gid]]
-    parent = [-1] * gid
-    size_of = list(range(gid))
-    mult = [1] * gid
+    contents: list[tuple[int, ...]] = [(g << _MULT | 1,) for g in range(gid)]
     rows = cnt[:gid]
-    depth = [1] * gid
-    add_parent, add_size, add_mult = parent.append, size_of.append, mult.append
-    add_rows, add_depth = rows.append, depth.append
-    by_room: dict[int, list[int]] = dict(zip(rooms, ([g] for g in range(gid)), strict=True))
+    add_contents, add_rows = contents.append, rows.append
+    by_room: dict[int, list[int]] = {lens[0] - s: [g] for g, s in enumerate(vals[:gid])}
     room_of = by_room.get
-    bits = 0  # bit r set: some group has room r
-    if gid:
-        mask = np.zeros(lens[0] + 1, dtype=bool)
-        mask[rooms] = True
-        bits = int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+    open_rooms = sorted(by_room)  # the rooms some group has, increasing
+    n_open = len(open_rooms)
+    one = len(lens) == 1
     for i in range(gid, len(cnt)):
         s, c = vals[i], cnt[i]
+        here = i << _MULT
         while c:  # one group per step: m documents of size s in each of k rows
-            free = bits >> s
-            if free:  # the tightest open row that holds s: rows of group g
-                room = s + (free & -free).bit_length() - 1
+            at = bisect_left(open_rooms, s)
+            if at < n_open:  # the tightest open row that holds s: rows of group g
+                room = open_rooms[at]
                 stack = by_room[room]
                 g = stack[-1]
                 n = rows[g]
-                up, level = g, depth[g] + 1
                 m = room // s  # the row stays the tightest until its room drops below s
                 k = c // m
                 if k > n:
@@ -229,83 +266,57 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
                     stack.pop()
                     if not stack:
                         del by_room[room]
-                        bits ^= 1 << room
+                        del open_rooms[at]
+                        n_open -= 1
+                add_contents(contents[g] + (here | m,))
             else:  # no open row holds s: new rows of the smallest row length that does
-                kind = 0 if len(lens) == 1 else next(j for j, x in enumerate(lens) if x >= s)
+                kind = 0 if one else next(j for j, x in enumerate(lens) if x >= s)
                 room = lens[kind]
-                up, level = -1 - kind, 1
                 m = room // s
                 k = c // m
                 if not k:
                     m, k = c, 1
+                add_contents((kind << _KIND | here | m,))
             c -= k * m
             left = room - m * s  # (below s: the next step looks again)
             if left:  # (a full row is never chosen again: not a room)
                 other = room_of(left)
                 if other is None:
                     by_room[left] = [gid]
-                    bits |= 1 << left
+                    insort(open_rooms, left)
+                    n_open += 1
                 else:
                     other.append(gid)
             gid += 1
-            add_parent(up)
-            add_size(i)
-            add_mult(m)
             add_rows(k)
-            add_depth(level)
-    return _patterns(sizes, parent, size_of, mult, rows, depth, len(lens))
+    return _patterns(sizes, contents, rows)
 
 
-def _patterns(
-    sizes: np.ndarray,
-    parent: list[int],
-    size_of: list[int],
-    mult: list[int],
-    rows: list[int],
-    depth: list[int],
-    num_lengths: int,
-) -> Patterns:
-    """The live groups of :func:`best_fit` as patterns: each group's chain of (size, mult)
-    from its root, written back to front one tree level at a time (vectorised over groups,
-    the longest chains first); a pattern's row length is its root's (``-1 - parent``)."""
-    n = len(rows)  # (np.fromiter: a quarter faster than np.array on a list of ints)
-    reps = np.fromiter(rows, np.int64, n)
-    live = np.flatnonzero(reps)
-    up = np.fromiter(parent, np.int64, n)
-    idx = np.fromiter(size_of, np.int64, n)
-    many = np.fromiter(mult, np.int64, n)
-    deep = np.fromiter(depth, np.int64, n)[live]
-    offsets = np.zeros(live.size + 1, dtype=np.int64)
-    np.cumsum(deep, out=offsets[1:])
-    items = np.empty(int(offsets[-1]), dtype=np.int64)
-    mults = np.empty_like(items)
-    kind = np.zeros(live.size, dtype=np.int64)
-    # the chains longest first, so that those still walked at each level are a prefix
-    order = np.argsort(-deep, kind="stable")
-    cur, pos = live[order], offsets[1:][order] - 1
-    top = int(deep[order[0]]) if live.size else 0
-    longer = np.searchsorted(-deep[order], -np.arange(1, top + 1), side="right").tolist()
-    for walked in longer:  # level 1, 2, ...: the chains of at least that many groups
-        if walked < cur.size:  # chains that ended: cur holds their roots' -1 - row length index
-            if num_lengths > 1:
-                kind[order[walked : cur.size]] = -1 - cur[walked:]
-            cur, pos = cur[:walked], pos[:walked]
-        items[pos] = idx[cur]
-        mults[pos] = many[cur]
-        cur = up[cur]
-        pos -= 1
-    if num_lengths > 1 and cur.size:
-        kind[order[: cur.size]] = -1 - cur
-    vals = np.asarray(sizes, dtype=np.int64)
-    fill = np.add.reduceat(vals[items] * mults, offsets[:-1]) if items.size else items
+#: :func:`best_fit`'s codes: ``size index << _MULT | mult`` (a mult is at most the longest row
+#: length, 2**24; a size index below that), and a row's first code adds ``kind << _KIND``.
+_MULT = 25
+_KIND = 2 * _MULT
+
+
+def _patterns(sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int]) -> Patterns:
+    """The live groups of :func:`best_fit` (those with rows) as patterns, in group order."""
+    reps = np.fromiter(rows, np.int64, len(rows))  # (a quarter faster than np.array)
+    live = reps.nonzero()[0]
+    n = live.size
+    chains = [contents[g] for g in live.tolist()]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, chains), np.int64, n), out=offsets[1:])
+    packed = np.fromiter(itertools.chain.from_iterable(chains), np.int64, int(offsets[-1]))
+    kind = packed[offsets[:-1]] >> _KIND
+    items = (packed >> _MULT) & ((1 << (_KIND - _MULT)) - 1)
+    mults = packed & ((1 << _MULT) - 1)
     return Patterns(
-        sizes=vals,
+        sizes=np.asarray(sizes, dtype=np.int64),
         kind=kind,
         reps=reps[live],
         offsets=offsets,
         items=items,
         mult=mults,
-        fill=fill,
     )
 
 
@@ -324,11 +335,10 @@ def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int,
     """
     vals = np.asarray(sizes, dtype=np.int64)
     left = np.asarray(counts, dtype=np.int64).copy()
-    lens = np.asarray(row_lengths, dtype=np.int64)
+    lens = [int(x) for x in row_lengths]
     vlist = vals.tolist()
     kinds: list[int] = []
     reps: list[int] = []
-    fills: list[int] = []
     offsets = [0]
     items: list[int] = []
     mults: list[int] = []
@@ -340,12 +350,11 @@ def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int,
         if top == n_sizes:
             break
         smax = vlist[top]
-        kind = int(np.searchsorted(lens, smax, side="left"))
-        cap = int(lens[kind]) - smax
+        kind = bisect_left(lens, smax)
+        cap = lens[kind] - smax
         pattern = {top: 1}
-        best = 0
         if cap > 0:
-            best, chosen = _fill(vals, left, top, cap)
+            _, chosen = _fill(vals, left, top, cap)
             for i, k in chosen:
                 pattern[i] = pattern.get(i, 0) + k
         idx = np.fromiter(pattern, dtype=np.int64, count=len(pattern))
@@ -356,7 +365,6 @@ def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int,
         left[idx] -= r * mult
         kinds.append(kind)
         reps.append(r)
-        fills.append(smax + best)
         items.extend(idx.tolist())
         mults.extend(mult.tolist())
         offsets.append(len(items))
@@ -367,7 +375,6 @@ def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int,
         offsets=np.asarray(offsets, dtype=np.int64),
         items=np.asarray(items, dtype=np.int64),
         mult=np.asarray(mults, dtype=np.int64),
-        fill=np.asarray(fills, dtype=np.int64),
     )
 
 
@@ -380,27 +387,16 @@ def _fill(
     """
     avail = left.copy()
     avail[top] -= 1
-    cand = np.flatnonzero((vals <= cap) & (avail > 0))
+    cand = ((vals <= cap) & (avail > 0)).nonzero()[0]
     if cand.size == 0:
         return 0, []
     m = np.minimum(avail[cand], cap // vals[cand])
-    # binary chunks 1, 2, 4, ... (the last one the remainder): any count 0..m is a sum of chunks
-    ids, ks, level = [], [], []
-    rest, p, lv = m, 1, 0
-    while True:
-        take = np.minimum(rest, p)
-        sel = take > 0
-        if not sel.any():
-            break
-        ids.append(cand[sel])
-        ks.append(take[sel])
-        level.append(np.full(int(sel.sum()), lv))
-        rest = rest - take
-        p, lv = p * 2, lv + 1
-    chunk_id = np.concatenate(ids)
-    chunk_k = np.concatenate(ks)
-    order = np.lexsort((np.concatenate(level), chunk_id))  # largest size first
-    chunk_id, chunk_k = chunk_id[order], chunk_k[order]
+    # binary chunks 1, 2, 4, ... (the last one the remainder): any count 0..m is a sum of chunks;
+    # one row of chunks per candidate, read row after row: largest size first, then by chunk
+    p = 1 << np.arange(int(m.max()).bit_length())
+    take = np.minimum(p, m[:, None] - (p - 1))
+    row, col = (take > 0).nonzero()
+    chunk_id, chunk_k = cand[row], take[row, col]
     weights = (vals[chunk_id] * chunk_k).tolist()
     full = (1 << (cap + 1)) - 1
     reach = 1
@@ -451,3 +447,36 @@ def lower_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> tuple
     extra = np.maximum(0, -(-(j3_tok - spare) // n))
     l2 = int(big + extra.max()) if a.size else l1
     return l1, max(l1, l2)
+
+
+def capacity_bound(
+    sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
+) -> tuple[int, int]:
+    """``(C1, C2)``: lower bounds on the row tokens (rows times their row length) of any packing
+    into ``row_lengths``, from the tokens alone and with the rows long documents need (NOTE
+    [ Lower bounds ], several row lengths). With one row length ``L``: ``(L1 * L, L2 * L)``.
+
+    Example:
+        >>> capacity_bound(np.array([6, 5, 2]), np.array([3, 1, 2]), (10,))
+        (30, 40)
+        >>> capacity_bound(np.array([9, 3]), np.array([2, 2]), (4, 10))  # 9s: a 10-row each
+        (24, 24)
+    """
+    s = np.asarray(sizes, dtype=np.int64)
+    c = np.asarray(counts, dtype=np.int64)
+    top = int(row_lengths[-1])
+    out = []
+    for need_rows in (False, True):
+        rows = cap = Fraction(0)
+        for i in range(len(row_lengths) - 1, -1, -1):  # from the longest rows down
+            length = int(row_lengths[i])
+            mine = s > (row_lengths[i - 1] if i else 0)  # the documents that need >= L_i
+            tokens = int(np.dot(s[mine], c[mine]))
+            least = lower_bound(s[mine], c[mine], top)[1] if need_rows and mine.any() else 0
+            more = max(Fraction(0), least - rows, (tokens - cap) / length)
+            if i == len(row_lengths) - 1:  # the longest rows: a whole number of them
+                more = Fraction(math.ceil(more))
+            rows += more
+            cap += more * length
+        out.append(math.ceil(cap))
+    return out[0], out[1]

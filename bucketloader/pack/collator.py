@@ -179,9 +179,10 @@ class PackCollator:
         return self.table.max_documents[shape] + rows * pieces
 
     # --- reading the samples ---------------------------------------------------------------
-    def _tokens(self, samples: Any) -> tuple[list[Any], list[Any] | None]:
+    def _tokens(self, samples: Any) -> tuple[_Typed, _Typed | None]:
         """The token sequences (and the samples' own labels, when they carry them), every one
-        a list, tuple, array or tensor: anything else is one error naming its batch position."""
+        a list, tuple, array or tensor: anything else is one error naming its batch position.
+        Each comes with the set of its values' types, worked out once per batch (_Typed)."""
         first = samples[0]
         kinds = set(map(type, samples))
         if isinstance(first, Mapping):
@@ -195,7 +196,7 @@ class PackCollator:
                     "not both"
                 )
             ids = _field(samples, self.key, "key")
-            labels = None
+            labels: _Typed | None = None
             if self.labels_key is not None:
                 have = [self.labels_key in s for s in samples]
                 if all(have):
@@ -209,7 +210,7 @@ class PackCollator:
                     )
             return ids, labels
         _check_sequences(samples, kinds, "samples", None)
-        return list(samples), None
+        return (list(samples), kinds), None
 
     # --- collation -------------------------------------------------------------------------
     def __call__(self, samples: Any) -> dict[str, Any]:
@@ -237,11 +238,12 @@ class PackCollator:
             shape = table.shapes.index(planned)
             if not samples:
                 rows, width = planned
-                return self._layout([], None, [], [], rows, width, shape)
-        ids, labels = self._tokens(samples)
-        ids, lens = _flat(ids)
-        if labels is not None:
-            labels, counts = _flat(labels)
+                return self._layout(([], set()), None, [], [], rows, width, shape)
+        typed_ids, typed_labels = self._tokens(samples)
+        ids, lens, id_kinds = _flat(*typed_ids)
+        labels, label_kinds = None, None
+        if typed_labels is not None:
+            labels, counts, label_kinds = _flat(*typed_labels)
             bad = [i for i, n in enumerate(counts) if n != lens[i]]
             if bad:
                 i = bad[0]
@@ -260,7 +262,10 @@ class PackCollator:
         rows, width = table.batch_sizes[shape], table.row_lengths[shape]
         if longest > width:  # overflow="truncate": cut to the longest row length
             ids = [x[:width] for x in ids]
-            labels = None if labels is None else [x[:width] for x in labels]
+            id_kinds = set(map(type, ids))  # (a slice may change a subclass's type)
+            if labels is not None:
+                labels = [x[:width] for x in labels]
+                label_kinds = set(map(type, labels))
             lens = [min(n, width) for n in lens]
             longest = width
         m = self.max_seqlen
@@ -285,12 +290,13 @@ class PackCollator:
                 "samples disagree with the lengths the sampler was planned on (or the batch "
                 "did not come from this collator's sampler)"
             )
-        return self._layout(ids, labels, lens, spans, rows, width, shape)
+        typed_labels = None if labels is None else (labels, label_kinds or set())
+        return self._layout((ids, id_kinds), typed_labels, lens, spans, rows, width, shape)
 
     def _layout(
         self,
-        ids: list[Any],
-        labels: list[Any] | None,
+        ids: _Typed,
+        labels: _Typed | None,
         lens: list[int],
         spans: list[tuple[int, int, int]],
         rows: int,
@@ -315,7 +321,7 @@ class PackCollator:
         is_doc = seg >= 0
         seg_tokens = np.where(is_doc, seg, ~seg)
         starts = np.cumsum(seg_tokens) - seg_tokens
-        out_ids = _tokens(ids, spans, width, self.pad_token_id, self.key).reshape(rows, width)
+        out_ids = _tokens(*ids, spans, width, self.pad_token_id, self.key).reshape(rows, width)
         doc_starts = starts[is_doc & (seg > 0)]  # an empty document has no first token
         if labels is None:
             out_lab = out_ids.copy()
@@ -324,7 +330,7 @@ class PackCollator:
                 if fill < width:
                     out_lab[r, fill:] = IGNORE_INDEX
         else:
-            out_lab = _tokens(labels, spans, width, IGNORE_INDEX, self.labels_key)
+            out_lab = _tokens(*labels, spans, width, IGNORE_INDEX, self.labels_key)
             out_lab = out_lab.reshape(rows, width)
             flat_lab = out_lab.reshape(-1)
         flat_lab[doc_starts] = IGNORE_INDEX
@@ -403,6 +409,8 @@ def _next_fit(lens: list[int], width: int) -> list[tuple[int, int, int]]:
 
 #: What a token sequence may be (a dict sample's token and labels fields too).
 _SEQUENCES = (list, tuple, np.ndarray, torch.Tensor)
+#: A batch's token sequences and the set of their types, worked out once per batch.
+_Typed = tuple[list[Any], set[type]]
 
 
 def _check_sequences(values: Any, kinds: set[type], what: str, field: Any) -> None:
@@ -417,9 +425,9 @@ def _check_sequences(values: Any, kinds: set[type], what: str, field: Any) -> No
     )
 
 
-def _field(samples: Any, field: Any, option: str) -> list[Any]:
+def _field(samples: Any, field: Any, option: str) -> _Typed:
     """``samples[i][field]`` for every sample, each a token sequence, or one error naming the
-    sample's batch position and the collator's ``option``."""
+    sample's batch position and the collator's ``option``; with the set of their types."""
     try:
         values = [s[field] for s in samples]
     except KeyError:
@@ -428,25 +436,27 @@ def _field(samples: Any, field: Any, option: str) -> list[Any]:
             f"the sample at batch position {pos} has no field {option}={field!r} (it has "
             f"{list(sample)[:8]}); pass PackCollator({option}=...)"
         ) from None
-    _check_sequences(values, set(map(type, values)), "samples", field)
-    return values
-
-
-def _flat(values: list[Any]) -> tuple[list[Any], list[int]]:
-    """Token sequences as 1-D (arrays and tensors of any dims flattened: every element is a
-    token) and their lengths."""
     kinds = set(map(type, values))
+    _check_sequences(values, kinds, "samples", field)
+    return values, kinds
+
+
+def _flat(values: list[Any], kinds: set[type]) -> tuple[list[Any], list[int], set[type]]:
+    """Token sequences as 1-D (arrays and tensors of any dims flattened: every element is a
+    token), their lengths, and the set of their types (``kinds``, the values' types)."""
     if kinds == {torch.Tensor}:
         if any(v.ndim != 1 for v in values):
-            values = [v.reshape(-1) for v in values]
-        return values, list(map(torch.Tensor.numel, values))  # Tensor.__len__ is slow
+            values = [v.reshape(-1) for v in values]  # a Tensor's reshape is a Tensor
+        return values, list(map(torch.Tensor.numel, values)), kinds  # Tensor.__len__ is slow
     if kinds == {list}:
-        return values, list(map(len, values))
-    values = [
+        return values, list(map(len, values)), kinds
+    flat = [
         v.reshape(-1) if isinstance(v, (torch.Tensor, np.ndarray)) and v.ndim != 1 else v
         for v in values
     ]
-    return values, [v.numel() if isinstance(v, torch.Tensor) else len(v) for v in values]
+    if any(a is not b for a, b in zip(flat, values, strict=True)):
+        kinds = set(map(type, flat))  # (a subclass's reshape may be its base class)
+    return flat, [v.numel() if isinstance(v, torch.Tensor) else len(v) for v in flat], kinds
 
 
 @functools.lru_cache(maxsize=16)
@@ -457,14 +467,18 @@ def _arange(size: int) -> np.ndarray:
 
 
 def _tokens(
-    values: list[Any], spans: list[tuple[int, int, int]], width: int, pad: int, key: Any
+    values: list[Any],
+    kinds: set[type],
+    spans: list[tuple[int, int, int]],
+    width: int,
+    pad: int,
+    key: Any,
 ) -> Any:
     """The flat ``(rows * width,)`` int64 layout: each row's documents, then ``pad``; written by
     one concatenate (tensors, arrays) or one conversion (lists). Every value is checked to be an
     exact integer (:func:`_as_int64`); a batch mixing tensors, arrays and lists is converted
     sample by sample."""
     first = values[0] if values else None  # none: a padding-only batch
-    kinds = set(map(type, values))
     if kinds == {torch.Tensor}:
         dtypes = set(map(_DTYPE, values))
         if dtypes != {torch.int64} or first is None or first.ndim != 1:

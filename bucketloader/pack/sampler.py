@@ -160,7 +160,7 @@ class PackSampler(EpochSampler):
             plan_pack_epoch(spec, **self._coordinates(ep, r), balance=self.balance)
             for r in range(self.num_replicas)
         ]
-        n = int(spec.lengths.size)
+        n = spec.num_documents
         everything = np.concatenate([p.indices for p in plans])
         appear = np.bincount(everything, minlength=n)
         seen, planned = int((appear > 0).sum()), int(spec.kept.size)
@@ -208,7 +208,7 @@ class PackSampler(EpochSampler):
         ``overflow="drop"`` leaves out, and the rows ``last_batch="drop"`` leaves out of every
         epoch (their documents change per epoch; :meth:`report` counts them exactly)."""
         spec = self.spec
-        n = int(spec.lengths.size)
+        n = spec.num_documents
         reasons = {}
         if spec.overflow == "drop" and spec.dropped.size:
             reasons["overflow='drop' (longer than the longest row)"] = int(spec.dropped.size)
@@ -241,7 +241,7 @@ class PackSampler(EpochSampler):
             "shuffle": self.shuffle,
             "num_replicas": self.num_replicas,
             "balance": self.balance,
-            "num_samples": int(self.spec.lengths.size),
+            "num_samples": self.spec.num_documents,
             "num_batches": len(self),
             "plan_digest": self._digest,
         }

@@ -14,6 +14,21 @@ row starts from such a document and is completed by shorter ones, and batches ne
 lengths: shapes ``(B_i, L_i)``. Use it for a few long documents among many short ones
 (``row_length=(1024, 8192)``) instead of cutting them. Batch sizes are ``batch_size`` rows, or
 ``max_tokens // L_i``.
+
+NOTE [ One pass over the lengths ]
+A plan must not cost more than the best-fit decreasing a user could write, whose whole cost from
+1M documents on is one ``np.bincount`` (NOTE [ Planning at the speed of best-fit decreasing ] in
+:mod:`bucketloader.pack._bins`). So a plain ``int64`` array is not validated first: it is read
+in chunks of ``_CHUNK`` documents, each chunk's max (above the longest row length: the slow path
+below, before ``bincount`` could size a table by it), its ``bincount`` (which refuses a negative
+length: then ``as_lengths`` raises the library's error) and its copy into the spec's own
+read-only array of the narrowest unsigned type that holds the row length (``uint16`` up to
+65,535), while it is in cache: faster than one ``bincount`` of the whole array from 10M
+documents on. The spec never holds the caller's array, so a later edit of it changes nothing;
+``lengths`` and ``sizes`` read as ``int64`` (widened when first asked). Other input (lists,
+tensors, floats, narrower integers) is checked and converted by ``as_lengths`` first, then read
+the same way. With documents longer than the longest row length the overflow policy runs on
+an ``int64`` copy (the declared lengths) as before.
 """
 
 from __future__ import annotations
@@ -23,13 +38,13 @@ import hashlib
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
 from bucketloader._types import LengthsLike
 from bucketloader._validation import MAX_LENGTH, MAX_REPLICAS, as_lengths, check_choice, check_int
-from bucketloader.pack._bins import SEARCH, SOLVER_VERSION, Patterns, lower_bound, solve
+from bucketloader.pack._bins import SEARCH, Patterns, lower_bound, solve, solver_version
 from bucketloader.pack._work import even_rows, lift_rows
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.shapes import row_batch_sizes
@@ -117,9 +132,6 @@ class PackSpec:
     its rows and rows into batches for one epoch and rank.
 
     Attributes:
-        lengths: the declared lengths ``(N,)``.
-        sizes: tokens each document takes in a row ``(N,)``: its length, cut to the longest row
-            length under ``overflow="truncate"``, 0 when dropped by ``overflow="drop"``.
         row_lengths: the planned row lengths (NOTE [ Row lengths ]).
         batch_sizes: rows per batch, per row length.
         overflow: ``"error"``, ``"drop"`` or ``"truncate"``.
@@ -134,8 +146,11 @@ class PackSpec:
         (3, 3, ((2, 8),))
     """
 
-    lengths: np.ndarray
-    sizes: np.ndarray
+    #: The spec's own read-only copies (NOTE [ One pass over the lengths ]): ``_sizes`` in the
+    #: narrowest unsigned type that holds the longest row length, ``_lengths`` the same array
+    #: unless a document was cut or dropped (then ``int64``).
+    _lengths: np.ndarray
+    _sizes: np.ndarray
     row_lengths: tuple[int, ...]
     batch_sizes: tuple[int, ...]
     overflow: str
@@ -143,21 +158,40 @@ class PackSpec:
     patterns: Patterns
     search: str = "auto"
 
+    @functools.cached_property
+    def lengths(self) -> np.ndarray:
+        """The declared lengths ``(N,)`` (``int64``, read-only)."""
+        if self._lengths is self._sizes:
+            return self.sizes
+        return _widened(self._lengths)
+
+    @functools.cached_property
+    def sizes(self) -> np.ndarray:
+        """Tokens each document takes in a row ``(N,)`` (``int64``, read-only): its length,
+        cut to the longest row length under ``overflow="truncate"``, 0 when dropped by
+        ``overflow="drop"``."""
+        return _widened(self._sizes)
+
+    @property
+    def num_documents(self) -> int:
+        """``N``, the documents declared (kept or not)."""
+        return int(self._sizes.size)
+
     # -- the packing ----------------------------------------------------------------------
     @functools.cached_property
     def kept(self) -> np.ndarray:
         """Indices of the documents an epoch packs (all but those dropped by overflow)."""
-        return np.flatnonzero(self.sizes > 0)
+        return np.flatnonzero(self._sizes)
 
     @property
     def dropped(self) -> np.ndarray:
         """Indices of the documents ``overflow="drop"`` leaves out."""
-        return np.flatnonzero(self.sizes == 0)
+        return np.flatnonzero(self._sizes == 0)
 
     @functools.cached_property
     def tokens(self) -> int:
         """Tokens packed per epoch (after the overflow policy)."""
-        return int(self.sizes.sum())
+        return int(self._sizes.sum(dtype=np.int64))
 
     @property
     def num_rows(self) -> int:
@@ -193,7 +227,7 @@ class PackSpec:
 
     @functools.cached_property
     def _histogram(self) -> tuple[np.ndarray, np.ndarray]:
-        counts = np.bincount(self.sizes, minlength=self.row_lengths[-1] + 1)[1:]
+        counts = np.bincount(self._sizes, minlength=self.row_lengths[-1] + 1)[1:]
         vals = np.flatnonzero(counts)[::-1] + 1
         return vals, counts[vals - 1]
 
@@ -202,9 +236,8 @@ class PackSpec:
     def by_size(self) -> np.ndarray:
         """Kept documents sorted by size, largest first, index order within a size (the pools
         that an epoch shuffles and deals into the rows' slots)."""
-        key = self.row_lengths[-1] - self.sizes  # dropped (size 0) sort last
-        if self.row_lengths[-1] < 1 << 16:
-            key = key.astype(np.uint16)  # numpy's stable sort is a radix sort on 16-bit keys
+        # dropped (size 0) sort last; numpy's stable sort is a radix sort on 16-bit keys
+        key = np.subtract(self.row_lengths[-1], self._sizes, dtype=self._sizes.dtype)
         return np.argsort(key, kind="stable")[: self.kept.size]
 
     @functools.cached_property
@@ -255,7 +288,7 @@ class PackSpec:
 
     def _work(self, layout: tuple[np.ndarray, np.ndarray, np.ndarray]) -> np.ndarray:
         slots, row_offsets, _ = layout
-        sq = self.sizes[self.by_size[slots]].astype(np.int64) ** 2
+        sq = self._sizes[self.by_size[slots]].astype(np.int64) ** 2
         return np.add.reduceat(sq, row_offsets[:-1]) if sq.size else sq
 
     def balanced_layout(self, num_replicas: int) -> _Balanced:
@@ -289,7 +322,7 @@ class PackSpec:
         """Every row's document sizes after :func:`~bucketloader.pack._work.even_rows` (the
         part of :meth:`balanced_layout` that does not depend on the ranks)."""
         slots, row_offsets, row_kind = self.layout
-        sizes = self.sizes[self.by_size[slots]].tolist()
+        sizes = self._sizes[self.by_size[slots]].tolist()
         rows = [sizes[a:b] for a, b in itertools.pairwise(row_offsets.tolist())]
         for k, length in enumerate(self.row_lengths):
             mine = np.flatnonzero(row_kind == k).tolist()
@@ -388,9 +421,10 @@ class PackSpec:
     def digest(self) -> str:
         """Short SHA-256 of everything that shapes an epoch (for strict state loading)."""
         h = hashlib.sha256()
-        h.update(np.ascontiguousarray(self.sizes, dtype=np.int64).tobytes())
+        for a in range(0, self._sizes.size, _CHUNK):  # (the int64 bytes, a chunk at a time)
+            h.update(self._sizes[a : a + _CHUNK].astype(np.int64).tobytes())
         h.update(repr((self.row_lengths, self.batch_sizes, self.last_batch)).encode())
-        h.update(f"solver={SOLVER_VERSION}".encode())
+        h.update(f"solver={solver_version(self.row_lengths)}".encode())
         if self.search != "auto":  # (so the default's digests are those of earlier versions)
             h.update(f"search={self.search}".encode())
         return h.hexdigest()[:16]
@@ -425,14 +459,13 @@ class PackSpec:
             search: planning time against tightness (NOTE [ Planning at the speed of best-fit
                 decreasing ] in :mod:`bucketloader.pack._bins`). ``"auto"`` (default): best-fit
                 decreasing, and a Minimum-Bin-Slack search for tighter rows where BFD pads more
-                than 0.5 percentage points above the bound ``ceil(tokens / L)`` with one row
-                length, and from 100k documents per distinct length with any (with several row
-                lengths below that, pass ``"always"`` for the search). The search costs tens of
-                times BFD's planning time on a few thousand documents, once per dataset.
-                ``"never"``: best-fit decreasing only, about the time of a careful BFD up to
-                100k documents (up to 1.2% more rows where it misses the bound);
-                ``"always"``: the search wherever BFD is more than 0.1% of its rows above the
-                bound.
+                than 0.5 percentage points above the bound (``ceil(tokens / L)`` rows; with
+                several row lengths the row tokens that the long documents need, NOTE
+                [ Lower bounds ]), and from 100k documents per distinct length. The search
+                costs tens of times BFD's planning time on a few thousand documents, once per
+                dataset. ``"never"``: best-fit decreasing only, in at most the time of a
+                careful BFD (up to 1.2% more rows where it misses the bound); ``"always"``: the
+                search wherever BFD is more than 0.1% of its rows above the bound.
 
         Example:
             >>> lengths = [10, 2, 3, 4, 3, 10, 10, 7, 2, 2, 5, 6]  # 64 tokens: 4 rows of 16
@@ -445,52 +478,35 @@ class PackSpec:
         overflow = check_choice("overflow", overflow, PACK_OVERFLOW)
         search = check_choice("search", search, SEARCH)
         last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
-        declared = as_lengths(lengths)
-        if isinstance(lengths, np.ndarray) and np.shares_memory(declared, lengths):
-            declared = declared.copy()  # the caller's array stays writable
-        longest = int(declared.max())  # one pass, no temporary
         rows = _row_lengths(row_length)
         bsz = row_batch_sizes(BatchRule.parse(batch_size, max_tokens), rows)
         limit = rows[-1]
-        # the histogram also counts the empty documents (NOTE [ Planning at the speed of
-        # best-fit decreasing ] in pack/_bins.py: no pass over the lengths that can be spared);
-        # taken before the array is made read-only (np.bincount copies a read-only input)
-        counts = np.bincount(declared, minlength=limit + 1) if longest <= limit else None
-        declared.setflags(write=False)
-        if (declared == 0).any() if counts is None else counts[0]:
-            i = int(np.argmax(declared == 0))
-            raise ValueError(
-                f"lengths must be >= 1 to pack, got 0 at index {i}; an empty document holds no "
-                "tokens: filter empty samples out of the dataset (or count special tokens in "
-                "the lengths)"
-            )
-        sizes = declared  # read-only: shared when no document is cut or dropped
-        if counts is None:
-            sizes = declared.copy()
-            over = declared > limit
-            i = int(np.argmax(over))
-            if overflow == "error":
-                raise ValueError(
-                    f"{int(over.sum())} documents are longer than the longest row length "
-                    f"{limit} (the first: index {i}, {int(declared[i])} tokens); pass "
-                    "overflow='drop' or 'truncate', add a longer row length "
-                    f"(row_length=({limit}, {int(declared.max())})), or split them first "
-                    "(bucketloader.pack.SplitDataset)"
-                )
-            sizes[over] = 0 if overflow == "drop" else limit
-            if not (sizes > 0).any():
-                raise ValueError(
-                    f"overflow='drop' drops all {sizes.size} documents (all are longer than "
-                    f"{limit}); raise row_length"
-                )
-            sizes.setflags(write=False)
+        # NOTE [ One pass over the lengths ]: a plain int64 array is read as it is (bincount
+        # refuses negatives), anything else is checked and converted first
+        arr = lengths if _plain(lengths) else as_lengths(lengths)
+        try:
+            counted = _count(arr, limit)
+        except ValueError:  # (a negative length in an unchecked array)
+            as_lengths(lengths)  # the clear error
+            raise
+        if counted is None:  # some documents are longer than the longest row length
+            declared = as_lengths(lengths).copy()  # (the caller's array stays the caller's)
+            if (declared == 0).any():
+                _refuse_empty(declared)
+            sizes = _cut(declared, limit, overflow)
             counts = np.bincount(sizes, minlength=limit + 1)
-        counts = counts[1:]
-        vals = np.flatnonzero(counts)[::-1] + 1
-        histogram = vals, counts[vals - 1]
+            declared.setflags(write=False)
+        else:
+            counts, sizes = counted
+            declared = sizes
+            if counts[0]:
+                _refuse_empty(sizes)
+        down = counts[:0:-1]  # documents of each size, largest first
+        at = down.nonzero()[0]
+        histogram = limit - at, down[at]
         spec = cls(
-            lengths=declared,
-            sizes=sizes,
+            _lengths=declared,
+            _sizes=sizes,
             row_lengths=rows,
             batch_sizes=bsz,
             overflow=overflow,
@@ -508,6 +524,86 @@ class PackSpec:
             f"rows{bound}, shapes={list(self.table().shapes)}, padding={self.row_padding:.2%}, "
             f"last_batch={self.last_batch!r})"
         )
+
+
+#: Documents per chunk of :func:`_count`: each chunk's max, count and copy read it from cache.
+_CHUNK = 1 << 16
+
+
+def _plain(lengths: Any) -> TypeGuard[np.ndarray]:
+    """A non-empty 1-D ``int64`` numpy array (no subclass): read as it is."""
+    return (
+        type(lengths) is np.ndarray
+        and lengths.dtype == np.intp
+        and lengths.ndim == 1
+        and lengths.size > 0
+    )
+
+
+def _narrow(limit: int) -> type[np.unsignedinteger]:
+    """The narrowest unsigned type that holds every size up to ``limit`` (at most 2**24)."""
+    return np.uint16 if limit < 1 << 16 else np.uint32
+
+
+def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(documents of each length 0..limit, the lengths as a read-only narrow copy)``, or
+    ``None`` when a length is above ``limit`` (NOTE [ One pass over the lengths ]). A negative
+    length raises numpy's ``ValueError`` (``bincount`` refuses it)."""
+    if arr.size <= _CHUNK:
+        if arr.max() > limit:
+            return None
+        counts = np.bincount(arr, minlength=limit + 1)
+        out = arr.astype(_narrow(limit))
+    else:
+        out = np.empty(arr.size, dtype=_narrow(limit))
+        counts = np.zeros(limit + 1, dtype=np.intp)
+        for a in range(0, arr.size, _CHUNK):
+            part = arr[a : a + _CHUNK]
+            if part.max() > limit:
+                return None
+            counts += np.bincount(part, minlength=limit + 1)
+            out[a : a + _CHUNK] = part
+    out.setflags(write=False)
+    return counts, out
+
+
+def _refuse_empty(lengths: np.ndarray) -> None:
+    i = int(np.argmax(lengths == 0))
+    raise ValueError(
+        f"lengths must be >= 1 to pack, got 0 at index {i}; an empty document holds no "
+        "tokens: filter empty samples out of the dataset (or count special tokens in the "
+        "lengths)"
+    )
+
+
+def _cut(declared: np.ndarray, limit: int, overflow: str) -> np.ndarray:
+    """The sizes when some documents are longer than ``limit``: ``overflow`` applied
+    (``"error"`` raises), as a read-only narrow array."""
+    over = declared > limit
+    i = int(np.argmax(over))
+    if overflow == "error":
+        raise ValueError(
+            f"{int(over.sum())} documents are longer than the longest row length "
+            f"{limit} (the first: index {i}, {int(declared[i])} tokens); pass "
+            "overflow='drop' or 'truncate', add a longer row length "
+            f"(row_length=({limit}, {int(declared.max())})), or split them first "
+            "(bucketloader.pack.SplitDataset)"
+        )
+    sizes = np.where(over, 0 if overflow == "drop" else limit, declared).astype(_narrow(limit))
+    if not sizes.any():
+        raise ValueError(
+            f"overflow='drop' drops all {sizes.size} documents (all are longer than "
+            f"{limit}); raise row_length"
+        )
+    sizes.setflags(write=False)
+    return sizes
+
+
+def _widened(arr: np.ndarray) -> np.ndarray:
+    """``arr`` as a read-only ``int64`` array (a copy unless it is one)."""
+    out = arr.astype(np.int64, copy=False)
+    out.setflags(write=False)
+    return out
 
 
 def pack_rows(sizes: list[int], row_length: int, max_per_row: int) -> list[list[int]]:

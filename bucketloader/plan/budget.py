@@ -24,9 +24,10 @@ Edge rules, each chosen so a user can predict it:
   removes empty samples instead.
 * *Oversize cells* (``size > max_tokens``, so ``max_tokens // size == 0``) follow
   ``TokenBudget.oversize``: ``"error"`` (the default) names the longest sample and the budget it
-  needs; ``"single"`` makes batches of one sample (Lhotse's behaviour; such a batch exceeds the
-  budget); ``"drop"`` leaves out the samples that do not fit the budget on their own (counted in
-  the plan's report).
+  needs; ``"single"`` makes batches of one sample (such a batch exceeds the budget; Lhotse instead
+  closes the batch waiting in the bucket with it, so its over-budget batch may hold others);
+  ``"drop"`` leaves out the samples that do not fit the budget on their own (counted in the
+  plan's report).
 * *Impossible budgets*: a batch of more than :data:`MAX_BATCH_ELEMENTS` padded elements
   (``B`` times the larger of the cell's total padded length and its size) is refused when the
   plan is built, naming the cell and the fix, rather than failing in the collator with a

@@ -69,10 +69,33 @@ the global histogram). Nothing else crosses ranks.
    recomputes it in O(shard). The deferral is the same every epoch (it depends on the counts);
    the report counts it and rank 0 warns once per epoch with the count.
 
-Every sample of every shard is in every epoch exactly once (placed in its cell or promoted)
-unless deferral (7) is on; filler rows, promotions and deferrals are counted in the report. A
-rank's memory is O(its shard): its lengths, the cell of each, one permutation per epoch and the
-``ranks x K`` table.
+8. *Exchange* (``ShardedSampler(exchange=True)``, off by default) is for shards of one data set
+   that every rank can read (one Hugging Face dataset or Parquet files on shared storage; the
+   shard is only the rows a rank is assigned, named by their global row ids). Ranks hand samples
+   to each other so that every rank holds its share of every level: from the longest cell down,
+   ``T_c`` the samples of all ranks at or above cell ``c``, a rank may hold at most
+   ``ceil(T_c / R)`` of them (:func:`exchange_table`; no fewer slots can hold ``T_c`` samples
+   over ``R`` ranks, so ``need_c`` in 3 is the least it can be at every level at once). A rank
+   keeps as many of its own samples of a cell as that bound lets it (so the fewest move) and
+   *gives* the rest; the ranks with room *receive* them, first those that can take them without
+   having to give their own shorter samples later, then the rest by room (ties by rank). Which
+   giver hands how many to which receiver is the cumulative merge of the givers and the
+   receivers in rank order (:func:`exchange_moves`). All of it is a function of the ``ranks x
+   K`` table, so every rank derives every rank's gives and takes; the receivers learn *which*
+   rows from one collective when the sampler is built (every rank's given global row ids, a
+   fixed draw from its cell by ``SeedSequence([seed, TAG, rank, c])``). The moved set is the
+   same every epoch (the counts are), so there is no per-epoch or per-step communication and a
+   resume recomputes the plan from the seed, the epoch and the rank's rows; every sample is in
+   every epoch exactly once, on one rank. The schedule (2, 3, 4, 5) is then planned for the
+   exchanged table over the rank's kept and received rows, in global row ids. Moves are few
+   where shards are large (the ranks' counts differ by about the square root of a cell's count)
+   and a large share of tiny shards.
+
+Every sample of every shard is in every epoch exactly once (placed in its cell or promoted, on
+its own rank or, with exchange (8), on the rank that received it) unless deferral (7) is on;
+filler rows, promotions, deferrals and moves are counted in the report. A rank's memory is
+O(its shard): its lengths, the cell of each, one permutation per epoch and the ``ranks x K``
+table (with exchange, plus the moved rows' global ids).
 """
 
 from __future__ import annotations
@@ -88,6 +111,8 @@ from bucketloader.histogram import LengthHistogram
 _SHARD = 0x73687264
 #: Mixed into the seeds of the fixed rotation order of a rank's cell under deferral ("dfer").
 _DEFER = 0x64666572
+#: Mixed into the seeds of the fixed draw of the rows a rank gives under exchange ("exch").
+_EXCHANGE = 0x65786368
 #: Deferral (NOTE [ Sharded plan ] 7): the share of a level's slots the ranks with fewer samples
 #: may leave empty (0.2%).
 _DEFER_SLACK = 0.002
@@ -115,6 +140,26 @@ def envelope_histogram(histograms: Sequence[LengthHistogram]) -> LengthHistogram
     counts = most - np.append(most[1:], 0)
     keep = counts > 0
     return LengthHistogram(values[keep], counts[keep])
+
+
+def dealt_histogram(histogram: LengthHistogram, ranks: int) -> LengthHistogram:
+    """The fullest rank's share when the samples are dealt over ``ranks`` longest first (NOTE
+    [ Sharded plan ] 8): at every length ``v``, ``ceil(N_v / ranks)`` samples at or above it,
+    ``N_v`` the global count there.
+
+    Its padding cost for boundaries ``b`` is what the exchanged plan pads per rank with them (up
+    to rounding), as the envelope's is for shards that keep their samples (6).
+
+    Example:
+        >>> h = dealt_histogram(LengthHistogram.from_lengths([2, 2, 2, 5, 9, 9, 9]), 3)
+        >>> h.values.tolist(), h.counts.tolist()
+        ([2, 5, 9], [1, 1, 1])
+    """
+    above = np.cumsum(histogram.counts[::-1])[::-1]
+    share = -(-above // ranks)
+    counts = share - np.append(share[1:], 0)
+    keep = counts > 0
+    return LengthHistogram(histogram.values[keep], counts[keep])
 
 
 def defer_table(table: np.ndarray, limit: float, *, slack: float = _DEFER_SLACK) -> np.ndarray:
@@ -163,6 +208,168 @@ def _level(have: np.ndarray, slack: float) -> int:
     return lo
 
 
+def exchange_table(table: np.ndarray) -> np.ndarray:
+    """Samples every rank plans in every cell once the ranks exchange (NOTE [ Sharded plan ] 8).
+
+    From the longest cell down, a rank holds at most ``ceil(T_c / R)`` of the ``T_c`` samples at
+    or above cell ``c``: it keeps what fits of its own and the rest goes to the ranks with room.
+
+    Args:
+        table: ``(R, K)`` samples of rank ``r`` in cell ``c``; cells ordered by padded length.
+
+    Example:
+        >>> exchange_table(np.array([[6, 1], [0, 5], [3, 0]])).tolist()
+        [[3, 2], [3, 2], [3, 2]]
+    """
+    table = np.asarray(table, dtype=np.int64)
+    ranks, k = table.shape
+    above = np.cumsum(table.sum(axis=0)[::-1])[::-1]  # T_c
+    cap = -(-above // ranks)
+    out = np.zeros_like(table)
+    held = np.zeros(ranks, dtype=np.int64)  # what each rank holds above cell c
+    for c in range(k - 1, -1, -1):
+        n = table[:, c]
+        keep = np.minimum(n, cap[c] - held)
+        room = cap[c] - held - keep
+        # the room a rank keeps at every shorter level if it takes nothing more here
+        below = np.cumsum(table[:, :c][:, ::-1], axis=1)  # own samples of cells c-1 .. c' added
+        later = cap[:c][::-1][None, :] - below if c else np.zeros((ranks, 0), dtype=np.int64)
+        slack = np.minimum(room, later.min(axis=1) - held - keep if c else room)
+        out[:, c] = keep + _deal(int((n - keep).sum()), room, np.maximum(slack, 0))
+        held += out[:, c]
+    return out
+
+
+def _deal(count: int, room: np.ndarray, slack: np.ndarray) -> np.ndarray:
+    """``count`` samples over the ranks' ``room``: up to each rank's ``slack`` first (the
+    largest slack first, ties by rank), then the rest by room in rank order."""
+    got = np.zeros_like(room)
+    for pass_cap in (slack, room):
+        order = np.argsort(-pass_cap, kind="stable") if pass_cap is slack else range(room.size)
+        for r in order:
+            if count == 0:
+                return got
+            take = min(count, int(pass_cap[r] - got[r]))
+            if take > 0:
+                got[r] += take
+                count -= take
+    return got
+
+
+def exchange_moves(table: np.ndarray, planned: np.ndarray) -> np.ndarray:
+    """Who hands how many samples of which cell to whom (NOTE [ Sharded plan ] 8).
+
+    Args:
+        table: ``(R, K)`` the ranks' own samples per cell.
+        planned: ``(R, K)`` what they plan after the exchange (:func:`exchange_table`).
+
+    Returns:
+        ``(M, 4)`` rows ``(giver, cell, receiver, count)``, sorted (a giver's payload lists its
+        given rows in this order): in each cell, the givers' excess and the receivers' room in
+        rank order, merged.
+
+    Example:
+        >>> t = np.array([[6, 1], [0, 5], [3, 0]])
+        >>> exchange_moves(t, exchange_table(t)).tolist()  # rank 1 gives 3 of cell 1, rank 0 ...
+        [[0, 0, 1, 3], [1, 1, 0, 1], [1, 1, 2, 2]]
+    """
+    diff = np.asarray(table, dtype=np.int64) - np.asarray(planned, dtype=np.int64)
+    rows: list[np.ndarray] = []
+    for c in range(diff.shape[1]):
+        give = np.maximum(diff[:, c], 0)
+        take = np.maximum(-diff[:, c], 0)
+        if not give.any():
+            continue
+        gc, tc = np.cumsum(give), np.cumsum(take)
+        cuts = np.union1d(gc, tc)  # the merged boundaries of both in one line of samples
+        cuts = cuts[cuts > 0]
+        lo = np.concatenate([[0], cuts[:-1]])
+        giver = np.searchsorted(gc, cuts, side="left")
+        taker = np.searchsorted(tc, cuts, side="left")
+        rows.append(np.stack([giver, np.full_like(giver, c), taker, cuts - lo], axis=1))
+    if not rows:
+        return np.zeros((0, 4), dtype=np.int64)
+    out = np.concatenate(rows).astype(np.int64)
+    return out[np.lexsort(out.T[::-1])]  # by giver, then cell, then receiver
+
+
+def give_rows(
+    by_cell: np.ndarray, counts: np.ndarray, moves: np.ndarray, *, rank: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows rank ``rank`` keeps and the rows it gives (NOTE [ Sharded plan ] 8).
+
+    Args:
+        by_cell: the rank's sample indices sorted by cell.
+        counts: ``(K,)`` the rank's samples per cell.
+        moves: every rank's moves (:func:`exchange_moves`).
+        rank, seed: as the sampler's.
+
+    Returns:
+        ``(kept, given)``: ``by_cell`` without the given rows (still sorted by cell), and the
+        given rows in the order of the rank's moves (a fixed draw from each cell, by the seed).
+
+    Example:
+        >>> m = np.array([[0, 1, 1, 2]])  # rank 0 gives 2 samples of cell 1 to rank 1
+        >>> kept, given = give_rows(np.array([4, 0, 1, 2, 3]), np.array([1, 4]), m, rank=0,
+        ...                         seed=0)
+        >>> kept.size, given.size, sorted(kept[1:].tolist() + given.tolist())
+        (3, 2, [0, 1, 2, 3])
+    """
+    mine = moves[moves[:, 0] == rank]
+    give = np.zeros(counts.size, dtype=np.int64)
+    np.add.at(give, mine[:, 1], mine[:, 3])
+    start = np.concatenate([[0], np.cumsum(counts)])
+    keep = np.ones(by_cell.size, dtype=bool)
+    given = []
+    for c in np.flatnonzero(give).tolist():
+        rng = np.random.default_rng(np.random.SeedSequence([seed, _EXCHANGE, rank, c]))
+        pick = start[c] + np.sort(rng.choice(int(counts[c]), int(give[c]), replace=False))
+        keep[pick] = False
+        given.append(by_cell[pick])
+    if not given:
+        return by_cell, by_cell[:0]
+    return by_cell[keep], np.concatenate(given)
+
+
+def take_rows(
+    kept: np.ndarray,
+    counts: np.ndarray,
+    moves: np.ndarray,
+    payloads: Sequence[np.ndarray],
+    *,
+    rank: int,
+) -> np.ndarray:
+    """Rank ``rank``'s rows sorted by cell after the exchange (NOTE [ Sharded plan ] 8): in
+    every cell its kept rows, then the rows it receives, giver by giver.
+
+    Args:
+        kept: the rank's kept rows sorted by cell (:func:`give_rows`, in the index space the
+            sampler yields: global row ids).
+        counts: ``(K,)`` the rank's kept rows per cell.
+        moves: every rank's moves (:func:`exchange_moves`).
+        payloads: every rank's given rows in rank order (what the collective delivers), each
+            in the order of its moves.
+        rank: this rank.
+
+    Example:
+        >>> m = np.array([[0, 1, 1, 2]])  # rank 0 gives 2 samples of cell 1 to rank 1
+        >>> take_rows(np.array([7, 8]), np.array([1, 1]), m, [np.array([20, 21]), None],
+        ...           rank=1).tolist()
+        [7, 8, 20, 21]
+    """
+    ends = np.cumsum(moves[:, 3])
+    first = np.searchsorted(moves[:, 0], moves[:, 0])  # each giver's first move
+    offset = ends - moves[:, 3] - np.concatenate([[0], ends])[first]
+    parts = []
+    start = np.concatenate([[0], np.cumsum(counts)])
+    for c in range(counts.size):
+        parts.append(kept[start[c] : start[c + 1]])
+        for i in np.flatnonzero((moves[:, 1] == c) & (moves[:, 2] == rank)).tolist():
+            g, n, at = int(moves[i, 0]), int(moves[i, 3]), int(offset[i])
+            parts.append(np.asarray(payloads[g])[at : at + n])
+    return np.concatenate(parts) if parts else kept
+
+
 @dataclass(frozen=True, eq=False)
 class ShardSchedule:
     """Steps per cell and what every rank places in each cell (NOTE [ Sharded plan ]).
@@ -193,6 +400,7 @@ def shard_schedule(
     *,
     even: bool = False,
     multiple_of: int = 1,
+    shared_stand_in: bool = False,
 ) -> ShardSchedule:
     """The schedule every rank derives alone from the ``(ranks, K)`` table of per-cell counts.
 
@@ -204,6 +412,9 @@ def shard_schedule(
             the cell's steps, rounded up to ``multiple_of`` when ``B_c`` is a multiple of it.
             ``False``: every batch has ``B_c`` rows.
         multiple_of: the token budget's ``multiple_of``.
+        shared_stand_in: every rank can hold one row of the shortest cell as a stand-in (with
+            exchange, NOTE [ Sharded plan ] 8: every rank reads every row), so every cell may
+            get steps; ``False``: a cell some rank has no sample at or below gets none (3).
 
     Example:
         >>> s = shard_schedule(np.array([[5, 2], [3, 4]]), np.array([2, 2]))
@@ -219,7 +430,8 @@ def shard_schedule(
     # need[c]: slots every rank needs in cells >= c (the most samples any rank has there)
     need = np.cumsum(table[:, ::-1], axis=1)[:, ::-1].max(axis=0)
     reach = np.cumsum(table, axis=1) > 0  # rank r has a sample at or below cell c
-    first = int(np.argmax(reach.all(axis=0)))  # the first cell every rank can fill
+    # the first cell every rank can fill (with a shared stand-in: the first with a sample)
+    first = int(np.argmax(reach.any(axis=0) if shared_stand_in else reach.all(axis=0)))
     need[first] = need[: first + 1].max()
     steps = np.zeros(k, dtype=np.int64)
     rows = batch.copy()
@@ -255,7 +467,8 @@ class ShardEpochPlan:
         starts: where each step's batch starts in ``placed``.
         num_real: samples of each step's batch (0: the batch holds one stand-in, a padding row).
         cells: cell of every step's batch (its planned shape).
-        stand_in: the sample an empty batch holds (a sample of the rank's shortest cell).
+        stand_in: the sample an empty batch holds (a sample of the rank's shortest cell, or
+            with exchange a row of the shortest cell every rank shares).
     """
 
     placed: np.ndarray
@@ -286,6 +499,7 @@ def plan_shard_epoch(
     epoch: int,
     shuffle: bool,
     deferred: np.ndarray | None = None,
+    stand_in: int | None = None,
 ) -> ShardEpochPlan:
     """Rank ``rank``'s batches of ``epoch`` (NOTE [ Sharded plan ]).
 
@@ -297,6 +511,8 @@ def plan_shard_epoch(
         rank, seed, epoch, shuffle: as the sampler's.
         deferred: ``(K,)`` the rank's samples per cell that wait for a later epoch (its row of
             :func:`defer_table`; NOTE [ Sharded plan ] 7), or ``None``.
+        stand_in: the row an empty batch holds (default: the first of the rank's shortest
+            cell; with exchange, NOTE [ Sharded plan ] 8, one row every rank shares).
 
     Example:
         >>> s = shard_schedule(np.array([[3, 1], [1, 2]]), np.array([2, 2]))
@@ -312,7 +528,7 @@ def plan_shard_epoch(
     sizes = []
     carried = by_cell[:0]
     at = 0
-    stand_in = -1
+    stand_in = -1 if stand_in is None else stand_in
     for c in range(k):
         own = by_cell[start[c] : start[c + 1]]
         d = 0 if deferred is None else int(deferred[c])

@@ -373,6 +373,8 @@ class BucketPass(Pass):
         for sample in self._src:
             pos = self.read
             self.read = pos + 1
+            if self.stateful and self.read % self.every == 0:
+                self._snapshot()
             got = self.prepare(pos, sample)
             if got is None:
                 continue
@@ -509,6 +511,11 @@ class BucketPass(Pass):
     # -- state (the engine's skeleton asks) ---------------------------------------------------
     def _positions(self) -> list[int]:
         return [e[0] for e in self.shuffle] + [p for b in self.bpos for p in b]
+
+    def _stand_ins(self) -> list[int]:
+        if self.o.schedule is None:
+            return []
+        return [*self._fit_pos.values(), *(p for ps in self._last_pos.values() for p in ps)]
 
     def _filler_state(self) -> dict[str, Any]:
         out = {

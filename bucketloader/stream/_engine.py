@@ -71,6 +71,11 @@ class Pass:
         """The stream positions of every sample this pass holds."""
         raise NotImplementedError
 
+    def _stand_ins(self) -> list[int]:
+        """The stream positions of the samples a dry step reuses besides the buffered ones
+        (a pass over ``steps_per_epoch``: stand-ins and last batches); named by the state too."""
+        return []
+
     def _filler_state(self) -> dict[str, Any]:
         """The filler's part of the state (JSON-serialisable)."""
         raise NotImplementedError
@@ -132,12 +137,18 @@ class Pass:
         counters.write(self.worker[0], totals, self._cells())
 
     # -- state ------------------------------------------------------------------------------
+    def _held(self) -> list[int]:
+        """The stream positions of every sample the state names (read back on resume)."""
+        return self._positions() + self._stand_ins()
+
     def _oldest(self) -> int:
-        return min(self._positions(), default=self.read)
+        return min(self._held(), default=self.read)
 
     def _snapshot(self) -> None:
+        """Checkpoint the source at ``read`` (the sample just read, ``read - 1``, is not placed
+        yet: it counts as held), keeping only the checkpoints a resume needs."""
         self.snaps.append((self.read, checkpoint(self.o.source)))
-        trim_snapshots(self.snaps, self._oldest())
+        trim_snapshots(self.snaps, [*self._held(), self.read - 1])
 
     def state_dict(self) -> dict[str, Any]:
         """The exact state of this pass (NOTE [ Exact resume of a buffered stream ])."""
@@ -166,7 +177,7 @@ class Pass:
         newest one at or before each buffered sample, and the newest one of all (the live
         iterator), as ``[position, source state]``."""
         starts = [p for p, _ in self.snaps]
-        need = {bisect.bisect_right(starts, p) - 1 for p in self._positions()}
+        need = {bisect.bisect_right(starts, p) - 1 for p in self._held()}
         need.add(len(self.snaps) - 1)
         return [list(self.snaps[i]) for i in sorted(need)]
 
@@ -205,7 +216,7 @@ class Pass:
             self.snaps = [(int(p), s) for p, s in segments]  # each covers buffered samples
             return it
         else:
-            if state["source"].get("seek"):  # positions only, from a seekable source: replay
+            if state["source"].get("seek") or not self.o.stateful:  # replay from the start
                 start, src_state = 0, None
             it = reopen(self.o.source, self.worker, src_state)
             self._take_back_from(it, start, read, wanted)

@@ -65,10 +65,12 @@ every rank evaluates without any communication, at construction or per step:
   says ``T`` is too large, ``left_over`` (and ``read`` short of the shard) too small.
 
 Under ``"pad"`` every document of a rank's shard is in at most one batch of the epoch, so
-disjoint shards give every document at most once over the ranks. A split stream resumes by
-replay (NOTE [ Resuming a packing stream behind DataLoader workers ] in
-:mod:`bucketloader.stream.packing`): each lane's count of batches follows from the batches
-consumed alone.
+disjoint shards give every document at most once over the ranks. A split stream's exact state
+also names its last batch and the step it reached; it resumes by seeking or from the source's
+checkpoints where the source allows (NOTE [ Seeking a source ] in
+:mod:`bucketloader.stream.source`), else by replay (NOTE [ Resuming a packing stream behind
+DataLoader workers ] in :mod:`bucketloader.stream.packing`): each lane's count of batches
+follows from the batches consumed alone.
 """
 
 from __future__ import annotations
@@ -335,6 +337,11 @@ class RowPass(Pass):
             p for items, _ in self.ready for p, _ in items
         ]
 
+    def _stand_ins(self) -> list[int]:
+        if not self.o.steps:  # a one-pass stream repeats nothing once dry
+            return []
+        return [p for items, _ in self._last for p, _ in items]
+
     def _filler_state(self) -> dict[str, Any]:
         out = {
             "next_id": self.next_id,
@@ -366,6 +373,18 @@ class RowPass(Pass):
 
         self.next_id = int(state["next_id"])
         self.tokens_read = int(state["tokens_read"])
+        # Every token placed in a row is handed out or still held: a state whose rows (or their
+        # documents) were deleted would lose those documents silently, so it is refused.
+        held = sum(sample_of(x)[1] for items in state["ready"] for x in items) + sum(
+            sample_of(x)[1] for _, _, items in state["open"] for x in items
+        )
+        if state["phase"] != "done" and self.tokens_read != self.stats["tokens"] + held:
+            raise ValueError(
+                f"state's rows hold {held} tokens and its batches handed out "
+                f"{self.stats['tokens']}, but it placed tokens_read={self.tokens_read} in rows: "
+                "rows or documents were removed from (or added to) the state, which would lose "
+                "documents; pass a dict from PackIterable.state_dict(), unedited"
+            )
         self.rows, self.caps = {}, []
         for rid, opened, items in state["open"]:  # oldest first, as saved
             docs = [sample_of(x) for x in items]

@@ -52,8 +52,8 @@ from bucketloader.stream.resume import (
 )
 from bucketloader.stream.source import (
     check_length,
+    checkpoints_exactly,
     is_seekable,
-    is_stateful,
     make_length_fn,
     open_source,
     truncate,
@@ -446,7 +446,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             shuffle_buffer=self.shuffle_buffer,
             seed=self.seed,
             overflow=policy if policy in ("error", "drop") else self._truncate,
-            stateful=is_stateful(self.source) and self._prefix is None and self._shares is None,
+            stateful=checkpoints_exactly(self.source) and self._prefix is None,
             seekable=is_seekable(self.source) and self._prefix is None,
             config=self._config(),
             minimum=tuple(0 if m is None else m for m in self.limits.min_length),

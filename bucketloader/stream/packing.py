@@ -26,13 +26,12 @@ them); on resume each worker replays its pass from the start of the epoch and ha
 what comes after its count: exact, at the cost of re-reading and re-packing the documents
 consumed so far (no collation, no training), and it needs the same ``num_workers``. A stream
 with ``steps_per_epoch`` resumes this way behind workers too, unless worker checkpoints are on
-(in one process it seeks where its source can: NOTE [ Seeking a source ] in
-:mod:`bucketloader.stream.source`). A new
-DataLoader starts its round-robin at worker 0 while the next batch may be worker ``f``'s: a
-source this stream splits itself (a list, a generator factory) is then *rotated* (DataLoader
-worker ``w`` plays worker ``(w + f) mod W``); a source that shards itself by worker id (HF or
-torch ``IterableDataset``) cannot be, so ``state_dict`` asks for a ``k`` that is a multiple of
-``num_workers``.
+(in one process it seeks or uses the source's checkpoints where it can: NOTE [ Seeking a
+source ] in :mod:`bucketloader.stream.source`). A new DataLoader starts its round-robin at
+worker 0 while the next batch may be worker ``f``'s: a source this stream splits itself (a list,
+a generator factory) is then *rotated* (DataLoader worker ``w`` plays worker ``(w + f) mod W``);
+a source that shards itself by worker id (HF or torch ``IterableDataset``) cannot be, so
+``state_dict`` asks for a ``k`` that is a multiple of ``num_workers``.
 """
 
 from __future__ import annotations
@@ -57,7 +56,7 @@ from bucketloader.stream.resume import (
     lane_states,
     state_keys,
 )
-from bucketloader.stream.source import is_seekable, is_stateful
+from bucketloader.stream.source import checkpoints_exactly, is_seekable
 
 __all__ = ["STREAM_OVERFLOW", "PackIterable"]
 
@@ -222,7 +221,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             stale_tokens=STALE_BUFFERS * self.open_rows * self.row_length,
             overflow=self.overflow,
             last_batch=self.last_batch,
-            stateful=is_stateful(self.source) and self.steps_per_epoch is None,
+            stateful=checkpoints_exactly(self.source),
             seekable=is_seekable(self.source),
             config=self._config(),
             steps=self.steps_per_epoch or 0,

@@ -15,8 +15,8 @@ each worker replays its pass from the start of the epoch and hands out only what
 count. That is exact, costs a re-read of the data consumed so far (no collation, no training), and
 needs the same ``num_workers``. A stream split over ranks resumes this way behind workers too
 (its per-worker counts follow from ``k`` alone), unless worker checkpoints (below) are on; in
-one process it seeks where its source can (NOTE [ Seeking a source ] in
-:mod:`bucketloader.stream.source`).
+one process it seeks or restarts at the source's checkpoints where its source can (NOTE
+[ Seeking a source ] in :mod:`bucketloader.stream.source`).
 
 NOTE [ Worker checkpoints ]
 Replaying a worker's pass from the start of the epoch re-reads everything it consumed. A stream
@@ -643,8 +643,12 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         # an exact state once a batch was handed out in this process; before the first batch,
         # the replay state, which also resumes behind DataLoader workers
         exact = engine is not None and engine.worker == (0, 1) and engine.skip == 0
-        # a stream split over ranks: exact (positions) where its source seeks, else a replay
-        if exact and engine.batches and (self.steps_per_epoch is None or engine.o.seekable):
+        # a stream split over ranks: exact where its source seeks or checkpoints, else a replay
+        if (
+            exact
+            and engine.batches
+            and (self.steps_per_epoch is None or engine.o.seekable or engine.o.stateful)
+        ):
             if batches_consumed in (None, engine.batches):
                 return engine.state_dict()
         return self._replay_state(batches_consumed)

@@ -23,19 +23,23 @@ positions, the buffered samples are fetched by row and the source reopens at row
 in the epoch. A source with ``state_dict()`` / ``load_state_dict()`` (an HF
 ``IterableDataset``) is checkpointed every ``K`` samples (``K`` about the buffers' capacity);
 the state lists the checkpoints a resume needs (``segments``: the newest one at or before each
-buffered sample, and the newest of all), and the resume restarts the source at each of them,
-reading only up to the last buffered sample it holds, then at the newest one up to where the
+sample the state names, and the newest of all), and the resume restarts the source at each of
+them, reading only up to the last named sample it holds, then at the newest one up to where the
 pass stopped: at most ``K`` samples per checkpoint listed, whatever the position in the epoch.
+The pass keeps only those checkpoints (:func:`trim_snapshots`): a sample is named from the
+moment it is read until no resume needs it, so a checkpoint dropped is never needed again. An
+HF ``IterableDataset`` with a shuffle buffer is not checkpointed (:func:`checkpoints_exactly`:
+its ``state_dict()`` leaves the buffer out, so a restart would read other samples); it replays.
 Any other iterable (a generator factory, a torch ``IterableDataset``) cannot seek: it replays
 the pass from the start of the epoch; so does a subclass of ``list`` (its ``__iter__`` might
 not follow its indices). Behind DataLoader workers the same holds per worker, from the
 workers' checkpoints (NOTE [ Worker checkpoints ] in :mod:`bucketloader.stream.resume`).
-A stream split over ranks (``steps_per_epoch``) seeks the same way in one process: its state
-also lists the positions of the samples its dry steps reuse (each cell's first sample, the
-stand-in of a padding row, and each cell's last batch, which ``last_batch="fill"`` repeats) and
-the step it reached; the resume fetches those too and takes the remaining steps (behind
-DataLoader workers from the workers' checkpoints when they are on). Over any other source it
-replays from the start of the epoch.
+A stream split over ranks (``steps_per_epoch``) resumes the same way: its state also names the
+samples its dry steps reuse (each cell's first sample, the stand-in of a padding row, and each
+cell's last batch, which ``last_batch="fill"`` repeats; a packing stream's last batch) and the
+step it reached; the resume fetches those by index, or takes them back from the source's
+checkpoints, and takes the remaining steps (behind DataLoader workers from the workers'
+checkpoints when they are on). Over any other source it replays from the start of the epoch.
 
 A class with ``__len__`` and ``__getitem__`` and no ``__iter__`` of its own (a torch map-style
 ``Dataset``) is read as rows ``0 .. len - 1`` by index, in a pass from the start as in a resume,
@@ -48,6 +52,7 @@ naming the row and the ``len``; rows past ``len`` are not part of the stream.
 
 from __future__ import annotations
 
+import bisect
 import copy
 import itertools
 import numbers
@@ -139,6 +144,34 @@ def is_stateful(source: Any) -> bool:
     return callable(getattr(source, "state_dict", None)) and callable(
         getattr(source, "load_state_dict", None)
     )
+
+
+def checkpoints_exactly(source: Any) -> bool:
+    """Whether a resume may restart ``source`` at its own ``state_dict()`` (NOTE [ Seeking a
+    source ]): it is stateful, and not an HF ``IterableDataset`` with a shuffle buffer
+    (``.shuffle(buffer_size=...)``), whose state leaves the buffer out, so that a restart reads
+    other samples than the pass it resumes (such a source replays the epoch instead).
+
+    Example:
+        >>> checkpoints_exactly([1, 2]), checkpoints_exactly(iter([1, 2]))
+        (False, False)
+    """
+    return is_stateful(source) and not (is_hf(source) and _hf_shuffle_buffer(source))
+
+
+def _hf_shuffle_buffer(source: Any) -> bool:
+    """Whether the chain of an HF ``IterableDataset``'s example iterables holds a shuffle
+    buffer (its private ``_ex_iterable``, walked through ``ex_iterable`` / ``ex_iterables``)."""
+    todo = [getattr(source, "_ex_iterable", None)]
+    while todo:
+        node = todo.pop()
+        if node is None:
+            continue
+        if type(node).__name__ == "BufferShuffledExamplesIterable":
+            return True
+        todo.append(getattr(node, "ex_iterable", None))
+        todo.extend(getattr(node, "ex_iterables", None) or ())
+    return False
 
 
 def is_hf(source: Any) -> bool:
@@ -271,11 +304,22 @@ def checkpoint(source: Any) -> Any:
     return state if is_hf(source) else copy.deepcopy(state)
 
 
-def trim_snapshots(snaps: list[tuple[int, Any]], oldest: int) -> None:
-    """Keep the newest snapshot at or before ``oldest`` (the oldest buffered position) and the
-    later ones: a resume restarts the source there."""
-    keep = max(i for i, (p, _) in enumerate(snaps) if p <= oldest)
-    del snaps[:keep]
+def trim_snapshots(snaps: list[tuple[int, Any]], held: Iterable[int]) -> None:
+    """Keep, of the snapshots ``(position, source state)`` in position order, the newest one at
+    or before each ``held`` position (a sample the state names) and the newest of all: a resume
+    restarts the source at those (NOTE [ Seeking a source ]). A sample is named from the moment
+    it is read until it is no longer needed, so a snapshot dropped here is never needed again.
+
+    Example:
+        >>> snaps = [(0, None), (64, "a"), (128, "b"), (192, "c")]
+        >>> trim_snapshots(snaps, [3, 150])
+        >>> [p for p, _ in snaps]
+        [0, 128, 192]
+    """
+    starts = [p for p, _ in snaps]
+    keep = {bisect.bisect_right(starts, p) - 1 for p in held}
+    keep.add(len(snaps) - 1)
+    snaps[:] = [snaps[i] for i in sorted(keep) if i >= 0]
 
 
 def resume_point(snaps: list[tuple[int, Any]], oldest: int) -> tuple[int, Any]:

@@ -45,8 +45,14 @@ at 30 s (two pairs each, quiet machine): GSM8K K=16 (prod) 10.93 % gap against 1
 13.96 % without; K=8 (sum) 2.56-2.60 % against 2.48 %. Measured (GSM8K,
 K=8, sum, 20 s, loaded machine): whole candidates with all their pairs reached a 16.8 % gap;
 core pairs with smoothing 2.7-8 %. On GSM8K the restricted LP's own value
-never left the plan's in any round (logged at K=8, sum, 30 s): the plan may be the LP's
-optimum there, and what is missing is the dual side, which only more rounds close.
+never left the plan's in any round (logged at K=8, sum, 30 s). That is degeneracy, not an
+LP-optimal plan (session 4, K=8, sum): cutting planes on the LP's dual restricted to the
+complementary-slackness box of that plan (every reach between the sizes of a point's cheapest
+and second-cheapest plan cell) stay at or below 209,336 on the padding, while the bound itself
+reached 218,799 at 600 s, where the LP's cells also seeded a plan padding 220,416 (the 30 s
+plan: 220,702, so within 0.87 % of that bound all along). So there the gap is the dual
+side; what is missing at 30 s is LP rounds (each round's evaluations are cheaper since
+NOTE [ Gains by sorted blocks ]).
 """
 
 from __future__ import annotations
@@ -108,9 +114,14 @@ def evaluate(
     level, value = _snap(reach, grid.weight, levels)
     snapped = value[level]
     g = grid.gains(level, value)
-    top = np.sort(g)[-k:] if g.size > k else g
+    top = np.partition(g, g.size - k)[-k:] if g.size > k else g
     lb = float((grid.weight * snapped).sum() - top.sum())
     return lb, g, snapped
+
+
+def _kth(g: np.ndarray, k: int) -> float:
+    """The K-th largest gain (0 when there are fewer than K candidates)."""
+    return float(np.partition(g, g.size - k)[g.size - k]) if g.size >= k else 0.0
 
 
 def lagrangian(
@@ -235,7 +246,7 @@ def lp_bound(
             best = Bound(lb2, snapped2.copy(), g2, best.iterations + 1, log)
         if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
             break
-        kth2 = float(np.sort(g2)[-k]) if g2.size >= k else 0.0
+        kth2 = _kth(g2, k)
         out2 = np.flatnonzero(g2 >= kth2)
         if _add_pairs(grid, pairs, out2[np.argsort(g2[out2])[::-1]], snapped2, batch):
             continue
@@ -291,7 +302,7 @@ def survivors(bound: Bound, k: int, upper: float, cells: np.ndarray) -> np.ndarr
     in no better plan and leave the integer program.
     """
     g = bound.gains
-    kth = float(np.sort(g)[-k]) if g.size >= k else 0.0
+    kth = _kth(g, k)
     forced = np.where(g >= kth, bound.value, bound.value - g + kth)
     slack = 1e-9 * max(1.0, abs(upper)) + 1e-6
     keep = np.flatnonzero(forced <= upper - 1 + slack)

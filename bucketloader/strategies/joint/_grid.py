@@ -15,6 +15,18 @@ covers of ``w_i · max(0, r_i − size(c))`` where ``r_i`` is one of a few *leve
 sample's current cell, or its Lagrangian reach rounded down to a level). Per level the covered
 weight is a D-dimensional prefix sum of that level's weight grid, so every candidate's gain costs
 O(levels · grid) in numpy, never O(candidates · samples).
+
+NOTE [ Gains by sorted blocks ]
+With many distinct levels (the bound's reaches: one per point) the prefix sums above cost
+O(levels · grid). Sorted from the largest value down, the points a candidate gains from are a
+*prefix* of that order (those whose value exceeds its size). So the order is cut into blocks of
+``b`` points, the prefix sums of whole blocks (weights and weighted values, O(n / b · grid))
+give every candidate its whole blocks by one lookup, and the last, partial block (under ``b``
+points) is compared point by point (O(candidates · b)). That is exact, whatever the number of
+levels; :meth:`Grid.gains` takes whichever of the two ways costs less (``b`` about
+``sqrt(n · grid / candidates)``). On GSM8K (3,736 points, a 20,618-point grid, 13,276
+candidates) one evaluation at the bound's 1,024 levels took 1.23 s by levels and 0.69 s by
+blocks (exact) on a machine at load 11 (one run each).
 """
 
 from __future__ import annotations
@@ -156,7 +168,16 @@ class Grid:
 
     def gains(self, level: np.ndarray, level_value: np.ndarray) -> np.ndarray:
         """For every candidate ``c``: ``sum_i w_i · max(0, level_value[level[i]] − size(c))`` over
-        the points ``i`` it covers (NOTE [ Gains by prefix sums ])."""
+        the points ``i`` it covers (NOTE [ Gains by prefix sums ], NOTE [ Gains by sorted
+        blocks ]: whichever costs less)."""
+        nl, g = int(level_value.size), int(np.prod(self.shape))
+        n, nc = self.weight.size, self.cand_flat.size
+        block = max(1, int(np.sqrt(n * g / max(nc, 1))), -(-n * g // _GAIN_CHUNK))
+        if nl * (g + nc) > 2 * (-(-n // block) * g + nc * block):
+            return self._gains_by_blocks(level_value[level], block)
+        return self._gains_by_levels(level, level_value)
+
+    def _gains_by_levels(self, level: np.ndarray, level_value: np.ndarray) -> np.ndarray:
         nl = int(level_value.size)
         g = int(np.prod(self.shape))
         out = np.zeros(self.cand_flat.size)
@@ -177,6 +198,44 @@ class Grid:
             covered = grid.reshape(hi - lo, g)[:, self.cand_flat[some]]
             slope = np.maximum(level_value[lo:hi, None] - self.cand_size[some][None, :], 0.0)
             out[some] += (slope * covered).sum(axis=0)
+        return out
+
+    def _gains_by_blocks(self, value: np.ndarray, block: int) -> np.ndarray:
+        """NOTE [ Gains by sorted blocks ]: ``value`` per point, exact (no levels)."""
+        n, g = self.weight.size, int(np.prod(self.shape))
+        order = np.argsort(-value, kind="stable")
+        desc = value[order]
+        # every candidate gains from the first ``many`` points in that order, and only those
+        many = np.searchsorted(-desc, -self.cand_size, side="left")
+        nb = -(-n // block)
+        key = (np.arange(n) // block) * g + self.point_flat[order]
+        w = self.weight[order]
+        sums = np.empty((2, nb, *self.shape))
+        sums[0].ravel()[:] = np.bincount(key, weights=w, minlength=nb * g)
+        sums[1].ravel()[:] = np.bincount(key, weights=w * desc, minlength=nb * g)
+        for ax in range(1, sums.ndim):
+            np.cumsum(sums, axis=ax, out=sums)
+        full = many // block  # whole blocks; the prefix sums of blocks < full
+        out = np.zeros(self.cand_flat.size)
+        some = np.flatnonzero(full > 0)
+        at = (full[some] - 1) * g + self.cand_flat[some]
+        flat = sums.reshape(2, nb * g)
+        out[some] = flat[1, at] - self.cand_size[some] * flat[0, at]
+        # the rest: fewer than ``block`` points per candidate, compared one by one
+        rest = np.flatnonzero(many > full * block)
+        step = max(1, _GAIN_CHUNK // (4 * block))
+        offset = np.arange(block, dtype=np.int32)
+        pt = self.point[order].astype(np.int32)  # in value order: the rest are contiguous
+        cand = self.cand.astype(np.int32)
+        for lo in range(0, rest.size, step):
+            c = rest[lo : lo + step]
+            start = (full[c] * block).astype(np.int32)
+            pos = np.minimum(start[:, None] + offset[None, :], n - 1)
+            ok = offset[None, :] < (many[c] - start)[:, None]
+            for d in range(pt.shape[1]):
+                ok &= pt[pos, d] <= cand[c, d][:, None]
+            part = np.where(ok, w[pos] * (desc[pos] - self.cand_size[c][:, None]), 0.0)
+            out[c] += part.sum(axis=1)
         return out
 
     def covers(self, cells: np.ndarray) -> np.ndarray:

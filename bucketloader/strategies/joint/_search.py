@@ -86,13 +86,14 @@ def drop_to(grid: Grid, cells: np.ndarray, k: int) -> np.ndarray:
         return cells
     cover_all = int(grid.cand_of_flat[np.ravel_multi_index(tuple(top), grid.shape)])
     cells = np.union1d(cells, [cover_all])
+    cost = np.where(grid.covers(cells), grid.cand_size[cells][:, None], np.inf)
     while cells.size > k:  # the covering cell stays: every other removal is then feasible
-        cost = np.where(grid.covers(cells), grid.cand_size[cells][:, None], np.inf)
-        order = np.sort(cost, axis=0)
+        two = np.partition(cost, 1, axis=0)  # each point's cheapest and next cheapest cell
         slot = cost.argmin(axis=0)
-        extra = np.bincount(slot, weights=grid.weight * (order[1] - order[0]), minlength=cells.size)
+        extra = np.bincount(slot, weights=grid.weight * (two[1] - two[0]), minlength=cells.size)
         extra[cells == cover_all] = np.inf
-        cells = np.delete(cells, int(np.argmin(extra)))
+        drop = int(np.argmin(extra))
+        cells, cost = np.delete(cells, drop), np.delete(cost, drop, axis=0)
     return cells
 
 
