@@ -214,9 +214,13 @@ class ShardedSampler(EpochSampler):
         ids = _shard_ids(shard_indices, lengths.size, self.exchange)
         own = _histogram(lengths) if lengths.size else None
         if shard_histograms is None:
-            hists = _gather_histograms(own, self._config_digest(), self.num_replicas, self.rank)
+            hists = _gather_histograms(own, self._arguments(), self.num_replicas, self.rank)
         else:
             hists = _check_histograms(shard_histograms, own, self.num_replicas, self.rank)
+            if self.num_replicas > 1 and initialised() and world_size() == self.num_replicas:
+                # the ranks agree before any other collective (a rank built with another
+                # exchange= would otherwise never join the exchange's gather)
+                _gather_arguments(self._arguments(), self.num_replicas, self.rank)
         self.histogram = merge_histograms(hists)
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
         self.even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]
@@ -583,6 +587,14 @@ class ShardedSampler(EpochSampler):
         blob = json.dumps([self.seed, self.shuffle, self.num_replicas, opts], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def _arguments(self) -> dict[str, str]:
+        """The arguments of :meth:`_config_digest`, each spelled portably, so a rank that
+        disagrees is told which argument differs and how."""
+        out = {"seed": repr(self.seed), "shuffle": repr(self.shuffle)}
+        out["num_replicas"] = repr(self.num_replicas)
+        out.update((k, _portable(v)) for k, v in sorted(self.options.items()) if k != "cache")
+        return out
+
     def _config(self) -> dict[str, Any]:
         h = hashlib.sha256(self.table.astype("<i8").tobytes())
         h.update(np.asarray(self.boundaries, dtype="<i8").tobytes())
@@ -946,8 +958,41 @@ def _gather_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
     return gathered
 
 
+def _gather_arguments(arguments: dict[str, str], num_replicas: int, rank: int) -> None:
+    """Every rank's arguments, by one ``all_gather_object``, checked on every rank (so a
+    mismatch is an error everywhere, never a hang in a later collective)."""
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * num_replicas
+    dist.all_gather_object(gathered, json.dumps({"rank": rank, "arguments": arguments}))
+    _check_agreement([json.loads(p) for p in gathered], num_replicas)
+
+
+def _check_agreement(items: list[dict[str, Any]], num_replicas: int) -> None:
+    """``items`` (each rank's ``rank`` and ``arguments``) sorted by rank, or one error naming
+    the ranks whose arguments differ from rank 0's, and how."""
+    ranks = [it["rank"] for it in items]
+    if sorted(ranks) != list(range(num_replicas)):
+        raise ValueError(f"ranks {ranks} do not number 0..{num_replicas - 1}; pass rank= once each")
+    items.sort(key=lambda it: it["rank"])
+    first = items[0]["arguments"]
+    odd = [it for it in items if it["arguments"] != first]
+    if odd:
+        theirs = odd[0]["arguments"]
+        diff = [
+            f"{k}={theirs.get(k, '(not given)')} (rank 0: {first.get(k, '(not given)')})"
+            for k in sorted(set(first) | set(theirs))
+            if first.get(k) != theirs.get(k)
+        ]
+        raise ValueError(
+            f"rank(s) {[it['rank'] for it in odd]} built their ShardedSampler with other "
+            f"arguments than rank 0: rank {odd[0]['rank']} has {', '.join(diff)}; build it with "
+            "the same arguments on every rank"
+        )
+
+
 def _gather_histograms(
-    own: LengthHistogram | None, digest: str, num_replicas: int, rank: int
+    own: LengthHistogram | None, arguments: dict[str, str], num_replicas: int, rank: int
 ) -> list[LengthHistogram]:
     """Every rank's shard histogram, by one ``all_gather`` (JSON), with the configuration
     digests checked on every rank (so a mismatch is an error everywhere, never a hang)."""
@@ -971,7 +1016,7 @@ def _gather_histograms(
     payload = json.dumps(
         {
             "rank": rank,
-            "digest": digest,
+            "arguments": arguments,
             "values": [] if own is None else own.values.tolist(),
             "counts": [] if own is None else own.counts.tolist(),
         }
@@ -979,17 +1024,7 @@ def _gather_histograms(
     gathered: list[Any] = [None] * num_replicas
     dist.all_gather_object(gathered, payload)
     items = [json.loads(p) for p in gathered]
-    ranks = [it["rank"] for it in items]
-    if sorted(ranks) != list(range(num_replicas)):
-        raise ValueError(f"ranks {ranks} do not number 0..{num_replicas - 1}; pass rank= once each")
-    items.sort(key=lambda it: it["rank"])
-    first = items[0]["digest"]
-    odd = [it["rank"] for it in items if it["digest"] != first]
-    if odd:
-        raise ValueError(
-            f"rank(s) {odd} built their ShardedSampler with another seed, shuffle or options "
-            "than rank 0; build it with the same arguments on every rank"
-        )
+    _check_agreement(items, num_replicas)
     empty = [it["rank"] for it in items if not it["values"]]
     if empty:
         raise ValueError(_empty_message(empty))

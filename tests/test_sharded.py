@@ -787,7 +787,13 @@ def test_gloo_ranks_with_own_shards_agree_and_resume(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(2 * TIMEOUT_S)
 def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
-    for mode, match in (("empty", "rank(s) [2] is empty"), ("seed", "rank(s) [1]")):
+    for mode, match in (
+        ("empty", "rank(s) [2] is empty"),
+        ("seed", "rank 1 has seed=7 (rank 0: 3)"),
+        # shard_histograms given and rank 1 without exchange=True: named, not a hang in the
+        # exchange's gather that rank 1 never joins
+        ("exchange", "rank 1 has exchange=(not given) (rank 0: True)"),
+    ):
         runs = _run(tmp_path, 3, mode)
         assert all(match in r["error"] for r in runs), runs
 
@@ -810,6 +816,12 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
     seed = 7 if (mode == "seed" and rank == 1) else 3
     result: dict = {}
     try:
+        if mode == "exchange":
+            hists = [LengthHistogram.from_lengths(lengths[x]) for x in shards]
+            extra = {} if rank == 1 else {"exchange": True, "shard_indices": shards[rank]}
+            ShardedSampler(
+                own, shard_histograms=hists, seed=seed, num_buckets=6, max_tokens=2048, **extra
+            )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             s = ShardedSampler(own, seed=seed, num_buckets=6, max_tokens=2048)
