@@ -215,8 +215,14 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
     assert real == int(lens.sum()) and fillers > 0
     with pytest.raises(ValueError, match="pad_token_id=None"):
         hf.for_text(ds, tokenizer=SimpleNamespace(pad_token_id=None), batch_size=4)
-    with pytest.raises(ValueError, match="pass pad_token_id="):
+    # s4-user defect 8: say that it got None, and where to set one
+    with pytest.raises(ValueError) as err:
         hf.for_text(ds, batch_size=4)
+    assert str(err.value) == (
+        "for_text needs a pad token id, but got pad_token_id=None and no tokenizer; pass "
+        "for_text(..., pad_token_id=<int>) or for_text(..., tokenizer=<a tokenizer with a pad "
+        "token>)"
+    )
 
 
 def test_for_text_seq2seq_buckets_each_column():
@@ -439,3 +445,15 @@ def test_a_collator_built_before_columns_were_removed_names_the_fix():
     pruned = ds.remove_columns(["text", "row"])
     with pytest.raises(KeyError, match=r"pad_value names \['row', 'text'\].*remove_unused_columns"):
         b.collator([pruned[0], pruned[1]])
+
+
+def test_for_text_masks_a_ranks_stand_in_and_its_labels():
+    # s4-user defect 9 on the hf path: the rank without a sample trained a repeat (mask True)
+    ds = _token_ds([5], labels=[[1, 2, 3, 4, 5]])
+    got = []
+    opts = {"pad_token_id": 0, "num_buckets": 1, "batch_size": 2, "sample_mask": True}
+    for r in range(2):
+        batch = next(iter(hf.for_text(ds, num_replicas=2, rank=r, **opts).dataloader()))
+        got.append((batch["sample_mask"].tolist(), batch["labels"].tolist()))
+    assert got[0] == ([True, False], [[1, 2, 3, 4, 5], [-100] * 5])
+    assert got[1] == ([False, False], [[-100] * 5] * 2)

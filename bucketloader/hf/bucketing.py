@@ -63,6 +63,7 @@ from bucketloader.collate.fields import RESERVED
 from bucketloader.evaluation import EvalCollator, EvalSampler, EvalSamples
 from bucketloader.hf.lengths import lengths, resolve_column, table_and_indices
 from bucketloader.loader import ResumableDataLoader
+from bucketloader.plan.table import PlannedBatch
 from bucketloader.sampler import BucketSampler, GroupedDataset
 
 __all__ = ["Bucketing", "ModelInputs", "Targets", "for_audio", "for_text"]
@@ -219,7 +220,13 @@ class ModelInputs:
             tvals = {k: [s[k] for s in samples] for k in cols}
             stripped = [{k: v for k, v in s.items() if k not in cols} for s in samples]
             rows_attr = getattr(samples, "rows", None)
-            samples = EvalSamples(stripped, rows_attr) if rows_attr is not None else stripped
+            shape = getattr(samples, "planned_shape", None)
+            if rows_attr is not None:
+                samples = EvalSamples(stripped, rows_attr)
+            elif shape is not None:  # a batch with stand-ins stays marked
+                samples = PlannedBatch(stripped, planned_shape=shape, num_real=samples.num_real)  # type: ignore[attr-defined]
+            else:
+                samples = stripped
         out = dict(self.collator(samples))
         real = out.pop("sample_mask")
         index = out.pop("index", None)
@@ -290,9 +297,15 @@ class Bucketing(NamedTuple):
     dataset: Any
 
     def dataloader(self, **kwargs: Any) -> DataLoader:
-        """``DataLoader(dataset, batch_sampler=sampler, collate_fn=collator, **kwargs)``."""
+        """``DataLoader(sampler.wrap(dataset), batch_sampler=sampler, collate_fn=collator,
+        **kwargs)``: through the sampler's ``wrap`` (when it has one) a rank's stand-in
+        (``last_batch="pad"`` under several ranks) reaches the collator marked, as padding rows
+        with every label -100 (NOTE [ last_batch and replicas ] in
+        :mod:`bucketloader.plan.epoch`)."""
+        wrap = getattr(self.sampler, "wrap", None)
+        dataset = self.dataset if wrap is None else wrap(self.dataset)
         return EpochDataLoader(
-            self.dataset, batch_sampler=self.sampler, collate_fn=self.collator, **kwargs
+            dataset, batch_sampler=self.sampler, collate_fn=self.collator, **kwargs
         )
 
 
@@ -319,17 +332,24 @@ class AudioRows(Dataset):
         return {**out, **row}
 
 
-def pad_token_id_of(pad_token_id: Any, tokenizer: Any) -> int:
-    """The pad id from the argument or a tokenizer-like object's ``pad_token_id``."""
+def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") -> int:
+    """The pad id from the argument or a tokenizer-like object's ``pad_token_id`` (errors name
+    ``owner``, the function the user called)."""
     if pad_token_id is None and tokenizer is not None:
         pad_token_id = getattr(tokenizer, "pad_token_id", None)
         if pad_token_id is None:
             raise ValueError(
-                f"tokenizer {type(tokenizer).__name__} has pad_token_id=None; set one (e.g. "
-                "tokenizer.pad_token = tokenizer.eos_token) or pass pad_token_id="
+                f"{owner} needs a pad token id, but got pad_token_id=None and tokenizer "
+                f"{type(tokenizer).__name__} has pad_token_id=None; set one on the tokenizer "
+                "(tokenizer.pad_token = tokenizer.eos_token) or pass "
+                f"{owner}(..., pad_token_id=<int>)"
             )
     if pad_token_id is None:
-        raise ValueError("pass pad_token_id=<int> or tokenizer=<an object with .pad_token_id>")
+        raise ValueError(
+            f"{owner} needs a pad token id, but got pad_token_id=None and no tokenizer; pass "
+            f"{owner}(..., pad_token_id=<int>) or {owner}(..., tokenizer=<a tokenizer with a "
+            "pad token>)"
+        )
     if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, (int, np.integer)):
         raise TypeError(f"pad_token_id must be an int, got pad_token_id={pad_token_id!r}")
     return int(pad_token_id)
