@@ -445,23 +445,3 @@ def test_a_collator_built_before_columns_were_removed_names_the_fix():
     pruned = ds.remove_columns(["text", "row"])
     with pytest.raises(KeyError, match=r"pad_value names \['row', 'text'\].*remove_unused_columns"):
         b.collator([pruned[0], pruned[1]])
-
-
-def test_for_text_masks_a_ranks_stand_in_and_its_labels():
-    # s4-user defect 9 on the hf path: the rank without a sample trained a repeat (mask True)
-    ds = _token_ds([5], labels=[[1, 2, 3, 4, 5]])
-    got = []
-    for r in range(2):
-        b = hf.for_text(
-            ds,
-            pad_token_id=0,
-            num_buckets=1,
-            batch_size=2,
-            num_replicas=2,
-            rank=r,
-            sample_mask=True,
-        )
-        batch = next(iter(b.dataloader()))
-        got.append((batch["sample_mask"].tolist(), batch["labels"].tolist()))
-    assert got[0] == ([True, False], [[1, 2, 3, 4, 5], [-100] * 5])
-    assert got[1] == ([False, False], [[-100] * 5] * 2)

@@ -63,7 +63,6 @@ from bucketloader.collate.fields import RESERVED
 from bucketloader.evaluation import EvalCollator, EvalSampler, EvalSamples
 from bucketloader.hf.lengths import lengths, resolve_column, table_and_indices
 from bucketloader.loader import ResumableDataLoader
-from bucketloader.plan.table import PlannedBatch
 from bucketloader.sampler import BucketSampler, GroupedDataset
 
 __all__ = ["Bucketing", "ModelInputs", "Targets", "for_audio", "for_text"]
@@ -220,13 +219,7 @@ class ModelInputs:
             tvals = {k: [s[k] for s in samples] for k in cols}
             stripped = [{k: v for k, v in s.items() if k not in cols} for s in samples]
             rows_attr = getattr(samples, "rows", None)
-            shape = getattr(samples, "planned_shape", None)
-            if rows_attr is not None:
-                samples = EvalSamples(stripped, rows_attr)
-            elif shape is not None:  # a batch with stand-ins stays marked
-                samples = PlannedBatch(stripped, planned_shape=shape, num_real=samples.num_real)  # type: ignore[attr-defined]
-            else:
-                samples = stripped
+            samples = EvalSamples(stripped, rows_attr) if rows_attr is not None else stripped
         out = dict(self.collator(samples))
         real = out.pop("sample_mask")
         index = out.pop("index", None)
@@ -297,15 +290,9 @@ class Bucketing(NamedTuple):
     dataset: Any
 
     def dataloader(self, **kwargs: Any) -> DataLoader:
-        """``DataLoader(sampler.wrap(dataset), batch_sampler=sampler, collate_fn=collator,
-        **kwargs)``: through the sampler's ``wrap`` (when it has one) a rank's stand-in
-        (``last_batch="pad"`` under several ranks) reaches the collator marked, as padding rows
-        with every label -100 (NOTE [ last_batch and replicas ] in
-        :mod:`bucketloader.plan.epoch`)."""
-        wrap = getattr(self.sampler, "wrap", None)
-        dataset = self.dataset if wrap is None else wrap(self.dataset)
+        """``DataLoader(dataset, batch_sampler=sampler, collate_fn=collator, **kwargs)``."""
         return EpochDataLoader(
-            dataset, batch_sampler=self.sampler, collate_fn=self.collator, **kwargs
+            self.dataset, batch_sampler=self.sampler, collate_fn=self.collator, **kwargs
         )
 
 
