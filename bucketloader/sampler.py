@@ -61,7 +61,6 @@ from bucketloader.plan.promote import Promotion, promoted_spec, promotes
 from bucketloader.plan.report import LOSS_WARNING, plan_report
 from bucketloader.plan.shapes import SpecOptions
 from bucketloader.plan.spec import SpecShapes
-from bucketloader.plan.table import PlannedBatch, PlannedDataset
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader import collate
@@ -252,8 +251,7 @@ class EpochSampler(Sampler[list[int]]):
         your loop, so :meth:`state_dict` records exactly what the loop received, even with
         ``num_workers > 0`` (NOTE [ Exact resume behind DataLoader workers ]); its
         ``set_epoch`` reaches this sampler. ``collate_fn`` defaults to :meth:`collator` when the
-        sampler has one. A sampler with a ``wrap`` method (:meth:`BucketSampler.wrap`) loads
-        through ``self.wrap(dataset)``, so marked batches reach the collator intact.
+        sampler has one.
 
         Args:
             dataset: the map-style dataset the sampler's indices point into.
@@ -285,10 +283,7 @@ class EpochSampler(Sampler[list[int]]):
             )
         if "collate_fn" not in kwargs and callable(getattr(self, "collator", None)):
             kwargs["collate_fn"] = self.collator()  # type: ignore[attr-defined]
-        wrap = getattr(self, "wrap", None)
-        return ResumableDataLoader(
-            dataset if wrap is None else wrap(dataset), batch_sampler=self, **kwargs
-        )
+        return ResumableDataLoader(dataset, batch_sampler=self, **kwargs)
 
     def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
         """Small JSON-serialisable state: epoch, position and the configuration it belongs to.
@@ -442,16 +437,6 @@ class BucketSampler(SpecShapes, EpochSampler):
     different random set each epoch). With one replica only ``"fill"`` repeats and only
     ``"drop"`` drops (NOTE [ last_batch and replicas ] in :mod:`bucketloader.plan.epoch`).
 
-    A ``"pad"`` repeat is a *stand-in*, not a sample to train on twice: the sampler hands that
-    batch out as a :class:`~bucketloader.plan.PlannedBatch` with ``num_real=0``.
-    :meth:`dataloader` (or ``DataLoader(sampler.wrap(dataset), batch_sampler=sampler,
-    collate_fn=sampler.collator())``) carries the mark to the collator, which makes the row a
-    padding row (``sample_mask`` False, ``lengths`` 0, masked): under DDP its gradient counts
-    nowhere. A plain ``DataLoader(dataset, batch_sampler=sampler, ...)`` loses the mark (torch's
-    fetcher builds a plain list), so the stand-in arrives as a real row with ``sample_mask``
-    True. :meth:`report` counts stand-ins as padded rows (``stand_ins``), not as repeats.
-    ``"fill"`` and ``"keep"`` repeats are real rows, trained on.
-
     Example:
         >>> sampler = BucketSampler([3, 4, 9, 10, 10], num_buckets=2, batch_size=2, seed=1)
         >>> sampler.shapes, len(sampler)
@@ -521,11 +506,6 @@ class BucketSampler(SpecShapes, EpochSampler):
         """The last-batch policy."""
         return self.spec.last_batch
 
-    def wrap(self, dataset: Any) -> PlannedDataset:
-        """The dataset as a :class:`~bucketloader.plan.table.PlannedDataset`: a batch of
-        stand-ins keeps its mark on the way to the collator (masked rows; see above)."""
-        return dataset if isinstance(dataset, PlannedDataset) else PlannedDataset(dataset)
-
     def collator(self, **kwargs: Any) -> collate.PadCollator:
         """``PadCollator(self.shape_table, **kwargs)``: pads every batch to its planned shape."""
         from bucketloader.collate import PadCollator
@@ -544,16 +524,6 @@ class BucketSampler(SpecShapes, EpochSampler):
             accumulate=self.accumulate,
             promotion=self.promotion,
         )
-
-    def _batch(self, plan: Any, i: int) -> list[int]:
-        """Batch ``i``; one holding stand-ins is a :class:`~bucketloader.plan.PlannedBatch` with
-        its cell's shape and ``num_real`` (NOTE [ last_batch and replicas ])."""
-        batch = super()._batch(plan, i)
-        real = plan.num_real
-        if real is None or int(real[i]) == len(batch):
-            return batch
-        shape = self.spec.cells.shapes[int(plan.cells[i])]
-        return PlannedBatch(batch, planned_shape=shape, num_real=int(real[i]))
 
     @functools.cached_property
     def _len(self) -> int:

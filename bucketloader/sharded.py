@@ -41,6 +41,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from bucketloader._dist import initialised, world_size
+from bucketloader._samples import DatasetView, load_samples
 from bucketloader._validation import MAX_LENGTH, as_lengths, check_bool, check_int
 from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
 from bucketloader.histogram import LengthHistogram
@@ -61,7 +62,7 @@ from bucketloader.plan.sharded import (
     take_rows,
 )
 from bucketloader.plan.spec import cell_dtype, count_cells, sort_by_cell
-from bucketloader.plan.table import PlannedBatch, PlannedDataset, ShapeTable
+from bucketloader.plan.table import PlannedBatch, ShapeTable
 from bucketloader.sampler import LOSS_WARNING, EpochSampler, check_collator_options
 from bucketloader.solve import compute_boundaries
 
@@ -681,14 +682,20 @@ class LocalExchange:
         return got
 
 
-class ShardDataset(PlannedDataset):
+class ShardDataset(DatasetView):
     """A shard's map-style dataset whose batches carry their planned shape to the collator.
 
     ``DataLoader`` calls ``__getitems__`` with the sampler's batch; this returns a
     :class:`~bucketloader.plan.PlannedBatch` of the samples, with the step's shape and how many
-    are real (the rest are stand-ins the collator turns into padding rows): a
-    :class:`~bucketloader.plan.table.PlannedDataset`.
+    are real (the rest are stand-ins the collator turns into padding rows).
     """
+
+    def __getitems__(self, batch: Sequence[int]) -> list[Any]:
+        samples = load_samples(self.dataset, list(batch))
+        shape = getattr(batch, "planned_shape", None)
+        if shape is None:
+            return list(samples)
+        return PlannedBatch(samples, planned_shape=shape, num_real=batch.num_real)  # type: ignore[attr-defined]
 
 
 _OPTIONS = (

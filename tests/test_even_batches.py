@@ -45,8 +45,8 @@ def _filler_share(spec: BucketSpec, reps: int) -> float:
     n, rows = spec.counts, spec.cell_batch
     full, q = spec.cell_steps(reps)
     steps = spec.num_steps(reps)
-    filled = full * reps * rows + q  # the last step's q real rows (stand-ins are filler)
-    filler = steps * reps * rows - filled  # slots without a real sample
+    filled = full * reps * rows + np.minimum(np.maximum(q, reps), reps * rows) * (q > 0)
+    filler = steps * reps * rows - filled  # slots neither real nor a repeat (q < R repeats)
     size = size_values(spec.cell_lengths, spec.size)
     real = size_values(spec.planned_lengths(), spec.size).sum()
     assert (filler >= 0).all() and (filled >= n).all()

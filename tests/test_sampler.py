@@ -339,38 +339,3 @@ def test_a_collator_option_typo_names_the_closest_option():
     ):
         sampler.collator(pad_valu=-1)
     assert sampler.collator(pad_value=-1).pad_value == -1
-
-
-def test_pad_repeats_across_ranks_are_masked_stand_ins():
-    # s4-user defect 9: one sample over 2 ranks; rank 1's repeat came with sample_mask True.
-    data = [torch.arange(24)]
-    masks, plain = [], []
-    for r in range(2):
-        sampler = BucketSampler([24], num_buckets=1, batch_size=4, num_replicas=2, rank=r)
-        assert sampler.report().totals["repeated"] == 0
-        assert sampler.report().totals["stand_ins"] == 1  # counted as a padded row
-        assert sampler.report().totals["padded_rows"] == 7
-        out = next(iter(sampler.dataloader(data)))
-        masks.append(out["sample_mask"].tolist())
-        assert out["inputs"].shape == (4, 24)
-        loader = DataLoader(data, batch_sampler=sampler, collate_fn=sampler.collator())
-        plain.append(next(iter(loader))["sample_mask"].tolist())  # no wrap: the mark is lost
-    assert masks == [[True, False, False, False], [False] * 4]
-    assert out["lengths"].tolist() == [0] * 4 and not out["attention_mask"].any()
-    assert plain == [[True, False, False, False]] * 2  # as docs/loops.md says
-
-
-def test_promoted_plans_mark_their_stand_ins_too():
-    lengths = [345, 257, 353, 69, 206, 256, 140, 231, 397, 295, 129, 30, 77, 112, 352, 112, 325]
-    lengths += [113, 268, 213, 383, 228, 370, 384, 300, 253, 344, 398, 102, 227, 60, 46, 269]
-    lengths += [23, 287]
-    opts = dict(num_buckets=4, max_tokens=1500, num_replicas=8, shuffle=False)
-    samplers = [BucketSampler(lengths, rank=r, **opts) for r in range(8)]
-    assert samplers[0].promotion is not None
-    stand_ins = [b for s in samplers for b in s if getattr(b, "num_real", None) == 0]
-    report = samplers[0].report().totals
-    assert len(stand_ins) == report["stand_ins"] > 0 and report["seen"] == len(lengths)
-    collate, view = samplers[0].collator(), samplers[0].wrap([torch.zeros(n) for n in lengths])
-    for b in stand_ins:
-        out = collate(view.__getitems__(b))
-        assert not out["sample_mask"].any() and tuple(out["inputs"].shape) == b.planned_shape

@@ -21,13 +21,7 @@ NOTE [ last_batch and replicas ]  (``q = n_c mod (R·B_c)`` samples left in a ce
 
 - ``"pad"``: the ``q`` samples are split as evenly as possible over the ``R`` batches of one last
   step; each keeps the full shape ``(B_c, ...)`` and the collator pads rows with masked padding.
-  Nothing is dropped; when ``q < R`` the ranks without a sample get a batch of one *stand-in*
-  (a repeat of one of the cell's samples, ``R − q`` of them): the batch's ``num_real`` is 0
-  (:attr:`EpochPlan.num_real`), the sampler hands it out as a
-  :class:`~bucketloader.plan.PlannedBatch` and, through ``sampler.dataloader()`` or
-  ``sampler.wrap(dataset)``, the collator makes its row a padding row (``sample_mask`` False),
-  so no sample is trained twice under DDP. ``report()`` counts stand-ins as padded rows, not
-  repeats (``stand_ins``).
+  Nothing is dropped; when ``q < R`` the ranks without a sample repeat one (``R − q`` repeats).
 - ``"fill"``: one last step of ``R`` full batches, topped up with ``R·B_c − q`` repeats of samples
   of the same cell (taken in the epoch's shuffled order, so random repeats).
 - ``"drop"``: the ``q`` samples are dropped this epoch (a different random set each epoch).
@@ -101,17 +95,12 @@ class EpochPlan:
         offsets: batch ``i`` is ``indices[offsets[i]:offsets[i + 1]]``.
         cells: cell id of every batch.
         partial: whether each batch is its cell's last-step batch (smaller under ``"keep"``).
-        num_real: real samples of each batch, or ``None`` when every sample is real. Under
-            ``last_batch="pad"`` a rank without a sample in its cell's last step gets a batch
-            of one stand-in (a repeat, ``num_real`` 0) that the collator turns into padding
-            rows (NOTE [ last_batch and replicas ]).
     """
 
     indices: np.ndarray
     offsets: np.ndarray
     cells: np.ndarray
     partial: np.ndarray
-    num_real: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.cells.size)
@@ -445,7 +434,6 @@ def _materialize(
     base = sj * num_replicas * bsz
     start, size = base + rank * bsz, bsz.copy()
     last = (sj == full[sc]) & (q[sc] > 0)  # (an accumulation group's extra steps are full)
-    num_real = None
     if spec.last_batch in ("keep", "pad") and last.any():
         ql = q[sc[last]]
         if spec.last_batch == "keep":
@@ -456,14 +444,11 @@ def _materialize(
             s_size = lo + (rank < extra)
             s_start = base[last] + rank * lo + np.minimum(rank, extra)
             s_start = np.where(s_size == 0, base[last] + rank, s_start)
-            if (s_size == 0).any():  # stand-ins (NOTE [ last_batch and replicas ])
-                num_real = size.copy()
-                num_real[last] = s_size
             s_size = np.maximum(s_size, 1)
         start[last], size[last] = s_start, s_size
     offsets = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
     indices = _gather(order, offsets, start, counts[sc], seg)
-    return EpochPlan(indices=indices, offsets=offsets, cells=sc, partial=last, num_real=num_real)
+    return EpochPlan(indices=indices, offsets=offsets, cells=sc, partial=last)
 
 
 def _gather(
@@ -513,6 +498,6 @@ def _promoted(spec: BucketSpec, p: Promotion, at: _Place, longest_first: bool) -
         i = int(np.argmax(sc == best))
         move = np.r_[i, 0:i, i + 1 : sc.size]
         sc, sj = sc[move], sj[move]
-    indices, offsets, num_real = deal(p, start, order, at.num_replicas, at.rank, sc, sj)
+    indices, offsets = deal(p, start, order, at.num_replicas, at.rank, sc, sj)
     partial = np.zeros(sc.size, dtype=bool)
-    return EpochPlan(indices=indices, offsets=offsets, cells=sc, partial=partial, num_real=num_real)
+    return EpochPlan(indices=indices, offsets=offsets, cells=sc, partial=partial)

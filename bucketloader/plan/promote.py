@@ -3,8 +3,7 @@
 NOTE [ Promotion of leftovers ]
 Even batches (NOTE [ Even batches ] in :mod:`bucketloader.plan.budget`) leave each cell fewer
 than ``R·m`` filler rows (``R`` ranks, ``m`` steps): little on one rank, but over 8 ranks a small
-set's many one-step cells add up (E. coli k=16: 3.20% of the real elements, stand-ins included;
-1.06% with promotion). A sampler with a
+set's many one-step cells add up (E. coli k=16: 2.15% of the real elements). A sampler with a
 token budget and ``last_batch="pad"`` fills those rows with *promoted* samples instead: samples of
 a shorter cell that the longer cell covers (every padded length at least theirs; for one input,
 any longer bucket of the same group), padded to the longer cell's shape, as fairseq's
@@ -29,8 +28,7 @@ samples first and its promoted ones after): :meth:`ShapeTable.target
 sample at that cell, so a plain ``DataLoader`` with the sampler's collator pads every batch to
 its step's shape on every rank. A cell that cannot give each batch one of its own (fewer samples
 than batches: under 8 ranks a cell of 5, or single-row batches) takes no promoted sample and,
-as before, a rank without a sample gets a stand-in (a repeat the collator masks: NOTE
-[ last_batch and replicas ] in :mod:`bucketloader.plan.epoch`).
+as before, a rank without a sample repeats one.
 
 Against even batches the same samples fill no more slots in any cell (``w <= n``), so the padded
 elements never grow; steps never grow either (``m`` is computed on ``w <= n``) and may shrink. A
@@ -247,15 +245,14 @@ def deal(
     rank: int,
     sc: np.ndarray,
     sj: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Rank ``rank``'s batches of the steps ``(sc, sj)``: ``(indices, offsets, num_real)``.
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rank ``rank``'s batches of the steps ``(sc, sj)``: ``(indices, offsets)``.
 
     Cell ``c``'s ``M = R·m`` batches share its ``w`` own samples evenly, the extra ones to the
     first batches, then its ``P`` promoted samples, the extra ones to the last batches, so no
     batch exceeds the cell's rows and every batch starts with a sample of its own cell. A batch
     without an own sample (a cell with fewer samples than batches, which takes no promoted
-    ones) holds one stand-in, as ``last_batch="pad"`` does: ``num_real`` (real samples per
-    batch, ``None`` when all are real) is 0 there.
+    ones) repeats one, as ``last_batch="pad"`` does.
     """
     r = num_replicas
     held = np.diff(start)
@@ -286,4 +283,4 @@ def deal(
         pos = np.where(own, np.repeat(own_at[i:j], sz), np.repeat(promoted_at[i:j], sz))
         out[a : int(offsets[j])] = order[pos + within]
         i = j
-    return out, offsets, np.where(repeat, 0, size) if repeat.any() else None
+    return out, offsets

@@ -38,12 +38,10 @@ TOTALS = {
     "truncated": "planned at max_length and cut (overflow='truncate')",
     "single": "in batches of one because they exceed max_tokens (oversize='single')",
     "seen": "distinct samples in the epoch's batches",
-    "repeated": "extra appearances of samples (last_batch 'fill'/'keep' across ranks, weights)",
+    "repeated": "extra appearances of samples (last_batch 'fill'/'pad' across ranks, weights)",
     "dropped": "admitted but not in this epoch (last_batch='drop', weights, a stream's tail)",
     "promoted": "samples batched in a longer bucket (a sampler's leftovers, a stream's ranks)",
     "left_over": "stream: samples still buffered when the epoch's steps ran out",
-    "stand_ins": "rows of repeats that stand in for no sample (last_batch='pad' across ranks; "
-    "masked, counted in padded_rows; trained on only behind a plain DataLoader)",
     "batches": "batches of the epoch on this rank",
     "padded_rows": "rows of padding (masked) added to keep planned batch shapes",
 }
@@ -187,18 +185,11 @@ def plan_report(
     n = spec.cell_of_sample.size
     k = spec.cells.num_cells
     everything = np.concatenate([p.indices for p in plans])
-    sizes = np.concatenate([np.diff(p.offsets) for p in plans])
-    cells = np.concatenate([p.cells for p in plans])
-    stand_ins = 0
-    if any(p.num_real is not None for p in plans):  # stand-ins are padding rows, not samples
-        real_rows = np.concatenate([_real_rows(p) for p in plans])
-        stand_ins = int(sizes.sum() - real_rows.sum())
-        within = np.arange(everything.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        everything = everything[within < np.repeat(real_rows, sizes)]
-        sizes = real_rows
     appear = np.bincount(everything, minlength=n)
     planned = spec.num_planned
     seen = int((appear > 0).sum())
+    sizes = np.concatenate([np.diff(p.offsets) for p in plans])
+    cells = np.concatenate([p.cells for p in plans])
     full = spec.cell_batch[cells]
     alloc = full if spec.last_batch in ("pad", "fill") else sizes
     sample_size = size_values(spec.planned_lengths(), spec.size)
@@ -229,8 +220,6 @@ def plan_report(
     )
     if promotion is not None:
         totals["promoted"] = promotion.num_promoted
-    if stand_ins:
-        totals["stand_ins"] = stand_ins
     cell_rows = tuple(
         {
             "shape": tuple(int(x) for x in (spec.cell_batch[c], *spec.cell_lengths[c])),
@@ -244,9 +233,3 @@ def plan_report(
     )
     joint = {"joint": [dict(j) for j in spec.joint]} if spec.joint else {}
     return SamplingReport.of_plan(epoch, totals, cell_rows, plans[rank], batches_done, joint)
-
-
-def _real_rows(plan: Any) -> np.ndarray:
-    """Real samples of each batch of ``plan`` (its stand-ins left out)."""
-    sizes = np.diff(plan.offsets)
-    return sizes if plan.num_real is None else np.asarray(plan.num_real)

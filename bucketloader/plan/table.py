@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from bucketloader._samples import DatasetView, load_samples
 from bucketloader.plan.cells import Cells
 
 
@@ -152,28 +151,3 @@ class PlannedBatch(list):  # type: ignore[type-arg]
         super().__init__(samples)
         self.planned_shape = tuple(int(x) for x in planned_shape)
         self.num_real = len(self) if num_real is None else int(num_real)
-
-
-class PlannedDataset(DatasetView):
-    """A map-style dataset whose batches keep what the sampler planned for them.
-
-    ``DataLoader`` calls ``__getitems__`` with the batch sampler's batch; when that batch is a
-    :class:`PlannedBatch` (a step with stand-ins or a sharded step's planned shape), this returns
-    a :class:`PlannedBatch` of the samples with the same ``planned_shape`` and ``num_real``, so
-    the collator pads to the step's shape and turns the stand-ins into padding rows
-    (``sample_mask`` False). Any other batch loads as a plain list. Without this view torch's
-    fetcher builds a plain list and the marks are lost. ``sampler.wrap(dataset)`` builds it.
-
-    Example:
-        >>> view = PlannedDataset(["a", "b", "c"])
-        >>> batch = view.__getitems__(PlannedBatch([2], planned_shape=(2, 8), num_real=0))
-        >>> batch, batch.planned_shape, batch.num_real
-        (['c'], (2, 8), 0)
-    """
-
-    def __getitems__(self, batch: Sequence[int]) -> list[Any]:
-        samples = load_samples(self.dataset, list(batch))
-        shape = getattr(batch, "planned_shape", None)
-        if shape is None:
-            return list(samples)
-        return PlannedBatch(samples, planned_shape=shape, num_real=batch.num_real)  # type: ignore[attr-defined]
