@@ -15,8 +15,9 @@ By default every sample of every shard is in every epoch and each bucket's slots
 fullest rank; ``defer=`` lets a fuller rank's excess wait for the next epoch instead, so the slots
 follow what the ranks can fill (NOTE [ Sharded plan ] 7); ``exchange=True`` (when every rank can
 read every row, named by ``shard_indices=``) lets a fuller rank hand its excess to the ranks with
-room, once when the sampler is built (NOTE [ Sharded plan ] 8). ``docs/sharded.md`` has the
-trade.
+room, once when the sampler is built (NOTE [ Sharded plan ] 8). ``last_batch="fill"`` (with any
+of them) tops the slots a rank's samples leave empty up with repeats of its samples instead of
+masked filler rows (NOTE [ Sharded plan ] 9). ``docs/sharded.md`` has the trade.
 
 The histograms come from ``shard_histograms=`` (e.g. from the engines that measured the shards,
 or a simulation), or, when left out under ``torch.distributed``, from one ``all_gather`` of each
@@ -52,6 +53,7 @@ from bucketloader.plan.sharded import (
     dealt_histogram,
     defer_table,
     envelope_histogram,
+    exchange_cells,
     exchange_moves,
     exchange_table,
     give_rows,
@@ -102,10 +104,17 @@ class ShardReport:
             NOTE [ Sharded plan ] 8), the same ones every epoch; 0 without exchange.
         moved_in: samples of other ranks' shards this rank plans (``exchange=True``).
         moved_all: samples that change rank, over all ranks.
+        repeated: with ``last_batch="fill"`` (NOTE [ Sharded plan ] 9), this rank's repeats:
+            extra appearances of its samples in the slots its samples leave empty (the filler
+            rows of ``"pad"``); 0 with ``"pad"``.
+        repeated_all: repeats over all ranks.
 
     With deferral, ``padding_ratio`` counts the real elements of the samples an epoch shows,
     less each rank's deferred ones at the mean length of its samples of their bucket (which of
     them wait changes every epoch, so the figure is an estimate; exact when nothing waits).
+    With fill it counts the repeats as real elements, as ``BucketSampler``'s report does, each
+    at the mean length of its rank's samples of its bucket (the bucket's mean with exchange):
+    an estimate too, since which samples repeat changes every epoch.
     """
 
     rank: int
@@ -122,6 +131,8 @@ class ShardReport:
     moved_out: int = 0
     moved_in: int = 0
     moved_all: int = 0
+    repeated: int = 0
+    repeated_all: int = 0
 
 
 class ShardedSampler(EpochSampler):
@@ -165,7 +176,11 @@ class ShardedSampler(EpochSampler):
             ``exchange`` (default ``False``): ``True`` lets the fuller ranks hand their excess
             of each bucket to the ranks with room, the same rows every epoch, so the slots
             follow the average rank and every sample is in every epoch once (NOTE [ Sharded
-            plan ] 8; needs ``shard_indices``; not with ``defer``).
+            plan ] 8; needs ``shard_indices``; not with ``defer``); ``last_batch``
+            (default ``"pad"``: the slots a rank's samples leave empty are masked padding
+            rows): ``"fill"`` tops them up with repeats of the rank's samples that fit, real
+            rows that are trained on and counted as ``repeated`` (NOTE [ Sharded plan ] 9; with
+            any rule); ``"drop"`` and ``"keep"`` are refused (they leave the ranks out of step).
 
     Example:
         >>> shards = [[3, 4, 9, 10], [3, 3, 10, 9], [4, 10, 4, 9]]
@@ -194,13 +209,19 @@ class ShardedSampler(EpochSampler):
         super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
         self.options = _check_options(options)
         self.exchange = bool(self.options.get("exchange", False))
+        self.last_batch = str(self.options.get("last_batch", "pad"))
+        self.fill = self.last_batch == "fill"  # NOTE [ Sharded plan ] 9
         lengths = _shard_array(shard_lengths)
         ids = _shard_ids(shard_indices, lengths.size, self.exchange)
         own = _histogram(lengths) if lengths.size else None
         if shard_histograms is None:
-            hists = _gather_histograms(own, self._config_digest(), self.num_replicas, self.rank)
+            hists = _gather_histograms(own, self._arguments(), self.num_replicas, self.rank)
         else:
             hists = _check_histograms(shard_histograms, own, self.num_replicas, self.rank)
+            if self.num_replicas > 1 and initialised() and world_size() == self.num_replicas:
+                # the ranks agree before any other collective (a rank built with another
+                # exchange= would otherwise never join the exchange's gather)
+                _gather_arguments(self._arguments(), self.num_replicas, self.rank)
         self.histogram = merge_histograms(hists)
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
         self.even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]
@@ -213,6 +234,7 @@ class ShardedSampler(EpochSampler):
             best = plans[1]
         self.boundaries, self.cells, self.table = best.boundaries, best.cells, best.table
         self.deferred, self.planned, self.schedule = best.deferred, best.planned, best.schedule
+        self._copies, self._moves, self._copied = best.copies, best.moves, best.copied
         self._real = best.real
         if self.even:
             rows = self.schedule.rows.copy()
@@ -224,21 +246,29 @@ class ShardedSampler(EpochSampler):
         by_cell = sort_by_cell(cell_of, count_cells(cell_of, self.cells.num_cells))
         # the rows per cell the plan reads: the rank's own (some waiting, 7) or exchanged (8)
         self._counts = (self.planned if self.exchange else self.table)[self.rank]
-        self._moves = np.zeros((0, 4), dtype=np.int64)
         self._by_cell: np.ndarray | None = None
         self._stand_in: int | None = None  # the first row of the rank's shortest cell
         if not (self.exchange and self.num_replicas > 1):
             self._by_cell = by_cell if ids is None else ids[by_cell]
         else:  # NOTE [ Sharded plan ] 8
-            self._moves = exchange_moves(self.table, self.planned)
+            lent = self._copies[self.rank]
             kept, given = give_rows(
-                by_cell, self.table[self.rank], self._moves, rank=self.rank, seed=self.seed
+                by_cell,
+                self.table[self.rank],
+                self._moves,
+                rank=self.rank,
+                seed=self.seed,
+                copies=lent,
             )
             self._kept = ids[kept]  # type: ignore[index]
             mine = self._moves[self._moves[:, 0] == self.rank]
-            self._kept_counts = self.table[self.rank] - np.bincount(
-                mine[:, 1], weights=mine[:, 3], minlength=self.cells.num_cells
-            ).astype(np.int64)
+            self._kept_counts = (
+                self.table[self.rank]
+                + lent
+                - np.bincount(
+                    mine[:, 1], weights=mine[:, 3], minlength=self.cells.num_cells
+                ).astype(np.int64)
+            )
             payload = {
                 "rank": self.rank,
                 "digest": self._config_digest(),
@@ -259,11 +289,12 @@ class ShardedSampler(EpochSampler):
         unequal = int(sizes.max() - sizes.min()) > 0.1 * float(sizes.mean())
         if unequal and filler > LOSS_WARNING * self.histogram.num_samples:
             share = filler / self.histogram.num_samples
+            what = "repeat samples in" if self.fill else "pad"
             warnings.warn(
                 f"the shards are unequal (from {int(sizes.min()):,} to {int(sizes.max()):,} "
                 f"samples per rank): every rank takes {len(self):,} steps, so the ranks with "
-                f"fewer samples pad {filler:,} filler rows in all ({share:.1%} of the samples)"
-                "; no sample is lost (ShardedSampler.report() has the counts). "
+                f"fewer samples {what} {filler:,} filler rows in all ({share:.1%} of the "
+                "samples); no sample is lost (ShardedSampler.report() has the counts). "
                 "Balance the shards to pad less",
                 UserWarning,
                 stacklevel=2,
@@ -275,7 +306,7 @@ class ShardedSampler(EpochSampler):
         """The promised shapes (what the collator keeps)."""
         used = np.flatnonzero(self.schedule.steps > 0)
         shapes = tuple(sorted(self.cells.shapes[c] for c in used.tolist()))
-        return ShapeTable(cells=self.cells, shapes=shapes, last_batch="pad")
+        return ShapeTable(cells=self.cells, shapes=shapes, last_batch=self.last_batch)
 
     @property
     def shapes(self) -> list[tuple[int, ...]]:
@@ -338,6 +369,7 @@ class ShardedSampler(EpochSampler):
             shuffle=self.shuffle,
             deferred=self.deferred[self.rank] if waiting else None,
             stand_in=self._stand_in,
+            fill=self.fill,
         )
 
     def _rows(self) -> np.ndarray:
@@ -388,11 +420,13 @@ class ShardedSampler(EpochSampler):
 
     def _batch(self, plan: Any, i: int) -> list[int]:
         """Batch ``i`` with its step's planned shape and its real-sample count (a
-        :class:`~bucketloader.plan.PlannedBatch`)."""
+        :class:`~bucketloader.plan.PlannedBatch`; with fill, NOTE [ Sharded plan ] 9, its
+        repeats are real rows too)."""
+        repeats = 0 if plan.num_repeats is None else int(plan.num_repeats[i])
         return PlannedBatch(
             plan.batch(i).tolist(),
             planned_shape=self.cells.shapes[int(plan.cells[i])],
-            num_real=int(plan.num_real[i]),
+            num_real=int(plan.num_real[i]) + repeats,
         )
 
     def report(self) -> ShardReport:
@@ -403,39 +437,55 @@ class ShardedSampler(EpochSampler):
         padded = int((rows * self.cells.lengths[:, 0]).sum()) * self.num_replicas
         real = self._real
         kept = self.planned
-        moves = self._moves
+        moves = self._moves[~self._copied]
+        lent = self._moves[self._copied]  # fill with exchange (9): copies are repeats
+        empty = 0 if self.fill else 1  # with fill (9) the filler rows are repeats
         return ShardReport(
             rank=self.rank,
             num_samples=self.num_samples,
             steps=s.num_steps,
             promoted=int(_moved(s, kept)[self.rank]),
-            filler_rows=int(s.filler[self.rank].sum()),
-            stand_in_batches=int(np.maximum(s.steps - s.placed[self.rank], 0).sum()),
+            filler_rows=int(s.filler[self.rank].sum()) * empty,
+            stand_in_batches=int(np.maximum(s.steps - s.placed[self.rank], 0).sum()) * empty,
             padding_ratio=(padded - real) / real if real else 0.0,
             promoted_all=int(_moved(s, kept).sum()),
-            filler_rows_all=int(s.filler.sum()),
+            filler_rows_all=int(s.filler.sum()) * empty,
             deferred=int(self.deferred[self.rank].sum()),
             deferred_all=int(self.deferred.sum()),
             moved_out=int(moves[moves[:, 0] == self.rank, 3].sum()),
             moved_in=int(moves[moves[:, 2] == self.rank, 3].sum()),
             moved_all=int(moves[:, 3].sum()),
+            repeated=int(s.filler[self.rank].sum()) * (1 - empty)
+            + int(lent[lent[:, 2] == self.rank, 3].sum()),
+            repeated_all=int(s.filler.sum()) * (1 - empty) + int(lent[:, 3].sum()),
         )
 
     def _shown(
-        self, b: np.ndarray, lookup: np.ndarray, deferred: np.ndarray, hists: list[LengthHistogram]
+        self,
+        b: np.ndarray,
+        lookup: np.ndarray,
+        deferred: np.ndarray,
+        hists: list[LengthHistogram],
+        repeats: np.ndarray | None = None,
     ) -> float:
         """Real elements an epoch shows over all ranks: every length, less each rank's
         deferred samples at the mean length of that rank's samples of their cell (exact when
-        nothing is deferred; which samples wait changes every epoch)."""
+        nothing is deferred; which samples wait changes every epoch), plus with fill (NOTE
+        [ Sharded plan ] 9) the ``(R, K)`` ``repeats`` at that mean (with exchange: the
+        cell's mean over all ranks, a rank's rows being no longer its own)."""
         shown = float(self.histogram.total)
         k = deferred.shape[1]
-        for h, waiting in zip(hists, deferred, strict=True):
-            if not waiting.any():
-                continue
-            cell = lookup[assign_buckets(h.values, b)]
-            n = np.bincount(cell, weights=h.counts, minlength=k)
-            total = np.bincount(cell, weights=h.counts * h.values.astype(np.float64), minlength=k)
-            shown -= float((waiting * np.divide(total, n, out=np.zeros(k), where=n > 0)).sum())
+        busy = deferred.any(axis=1) | (False if repeats is None else repeats.any(axis=1))
+        if not busy.any():
+            return shown
+        every = _cell_mean(self.histogram, b, lookup, k)  # where a rank has none of a cell
+        means = [np.where(m > 0, m, every) for m in (_cell_mean(h, b, lookup, k) for h in hists)]
+        if self.exchange:
+            means = [every] * len(hists)
+        for r, mean in enumerate(means):
+            shown -= float((deferred[r] * mean).sum())
+            if repeats is not None:
+                shown += float((repeats[r] * mean).sum())
         return shown
 
     def _warn_blocked_cells(self) -> None:
@@ -488,11 +538,22 @@ class ShardedSampler(EpochSampler):
         lookup = cells.lookup[0]
         table = np.stack([_cell_counts(h, b, lookup, cells.num_cells) for h in hists])
         deferred = defer_table(table, self.defer) if self.defer else np.zeros_like(table)
-        planned = exchange_table(table) if self.exchange else table - deferred
+        copies = np.zeros_like(table)
+        if self.exchange and self.fill:  # NOTE [ Sharded plan ] 9: every cell dealt alone
+            planned, dealt, copies = exchange_cells(table)
+            moves = _fill_moves(table, dealt, copies, planned)
+        elif self.exchange:  # NOTE [ Sharded plan ] 8
+            planned = exchange_table(table)
+            step = exchange_moves(table, planned)
+            moves = step, np.zeros(len(step), dtype=bool)
+        else:
+            planned = table - deferred
+            moves = np.zeros((0, 4), dtype=np.int64), np.zeros(0, dtype=bool)
         s = self._schedule(planned, cells)
         padded = int((s.steps * s.rows * cells.lengths[:, 0]).sum()) * len(hists)
-        real = self._shown(b, lookup, deferred, hists)
-        return _Layout(b, cells, table, deferred, planned, s, (padded - real) / real, real)
+        real = self._shown(b, lookup, deferred, hists, s.filler + copies if self.fill else None)
+        pad = (padded - real) / real
+        return _Layout(b, cells, table, deferred, planned, s, pad, real, copies, *moves)
 
     def _schedule(self, table: np.ndarray, cells: Cells) -> ShardSchedule:
         budget = self._rule.budget
@@ -502,6 +563,7 @@ class ShardedSampler(EpochSampler):
             even=self.even,
             multiple_of=budget.multiple_of if budget is not None else 1,
             shared_stand_in=self.exchange,
+            per_cell=self.exchange and self.fill,
         )
 
     def _fit_boundaries(self, hist: LengthHistogram) -> np.ndarray:
@@ -526,6 +588,14 @@ class ShardedSampler(EpochSampler):
         blob = json.dumps([self.seed, self.shuffle, self.num_replicas, opts], sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    def _arguments(self) -> dict[str, str]:
+        """The arguments of :meth:`_config_digest`, each spelled portably, so a rank that
+        disagrees is told which argument differs and how."""
+        out = {"seed": repr(self.seed), "shuffle": repr(self.shuffle)}
+        out["num_replicas"] = repr(self.num_replicas)
+        out.update((k, _portable(v)) for k, v in sorted(self.options.items()) if k != "cache")
+        return out
+
     def _config(self) -> dict[str, Any]:
         h = hashlib.sha256(self.table.astype("<i8").tobytes())
         h.update(np.asarray(self.boundaries, dtype="<i8").tobytes())
@@ -534,6 +604,8 @@ class ShardedSampler(EpochSampler):
             h.update(self.deferred.astype("<i8").tobytes())
         if self.exchange:  # NOTE [ Sharded plan ] 8: another plan than without exchange
             h.update(b"exchange" + self.planned.astype("<i8").tobytes())
+        if self.fill:  # NOTE [ Sharded plan ] 9: the same steps, other batches than "pad"'s
+            h.update(b"fill" + self._copies.astype("<i8").tobytes())
         return {
             "seed": self.seed,
             "shuffle": self.shuffle,
@@ -555,6 +627,9 @@ class _Layout:
     schedule: ShardSchedule
     padding: float  # padded / real elements over all ranks, less one
     real: float  # real elements an epoch shows
+    copies: np.ndarray  # (R, K) copies every rank sends (exchange with fill, 9)
+    moves: np.ndarray  # (M, 4) the exchange's moves (8; with fill 9, copies too)
+    copied: np.ndarray  # (M,) which moves are copies
 
 
 class LocalExchange:
@@ -633,6 +708,7 @@ _OPTIONS = (
     "cache",
     "defer",
     "exchange",
+    "last_batch",
 )
 
 
@@ -705,6 +781,28 @@ def _shard_ids(indices: Any, size: int, exchange: bool) -> np.ndarray | None:
     return ids
 
 
+def _fill_moves(
+    table: np.ndarray, dealt: np.ndarray, copies: np.ndarray, planned: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The exchange's moves under fill (NOTE [ Sharded plan ] 9): the samples moved to deal
+    every cell, then the copies, in one table sorted by giver, cell, kind and receiver (a
+    giver's payload lists a cell's moved rows before its copies), and which rows are copies."""
+    moved = exchange_moves(table, dealt)
+    lent = exchange_moves(dealt + copies, planned)
+    both = np.concatenate([moved, lent])
+    kind = np.concatenate([np.zeros(len(moved), np.int64), np.ones(len(lent), np.int64)])
+    order = np.lexsort((both[:, 2], kind, both[:, 1], both[:, 0]))
+    return both[order], kind[order].astype(bool)
+
+
+def _cell_mean(hist: LengthHistogram, b: np.ndarray, lookup: np.ndarray, k: int) -> np.ndarray:
+    """``(K,)`` mean length of ``hist``'s samples in every cell (0 where it has none)."""
+    cell = lookup[assign_buckets(hist.values, b)]
+    n = np.bincount(cell, weights=hist.counts, minlength=k)
+    total = np.bincount(cell, weights=hist.counts * hist.values.astype(np.float64), minlength=k)
+    return np.divide(total, n, out=np.zeros(k), where=n > 0)
+
+
 def _histogram(lengths: np.ndarray) -> LengthHistogram:
     """The shard's histogram, counted in chunks (no full-size temporary)."""
     lo, hi = int(lengths.min()), int(lengths.max())
@@ -766,6 +864,25 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
         options = {k: v for k, v in options.items() if k != "exchange"}
         if on:
             options["exchange"] = True
+    if "last_batch" in options:
+        last = options["last_batch"]
+        if last in ("drop", "keep"):
+            raise ValueError(
+                f"ShardedSampler cannot honour last_batch={last!r}: a step is one batch on every "
+                "rank, and a rank that drops or shrinks a batch another rank fills leaves the "
+                "ranks out of step (NOTE [ Sharded plan ] 9); pass last_batch='pad' (the "
+                "default: empty slots are masked padding rows) or last_batch='fill' (they hold "
+                "repeats of the rank's samples, trained on)"
+            )
+        if not isinstance(last, str) or last not in ("pad", "fill"):
+            raise ValueError(
+                f"last_batch must be 'pad' (the default: empty slots are masked padding rows) "
+                f"or 'fill' (they hold repeats of the rank's samples), got last_batch={last!r}"
+            )
+        # one spelling per rule, so ranks that write "pad" or nothing agree (config digest)
+        options = {k: v for k, v in options.items() if k != "last_batch"}
+        if last == "fill":
+            options["last_batch"] = "fill"
     if options.get("exchange") and options.get("defer"):
         raise ValueError(
             f"pass either defer={options['defer']!r} or exchange=True, not both: the exchange "
@@ -848,8 +965,41 @@ def _gather_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
     return gathered
 
 
+def _gather_arguments(arguments: dict[str, str], num_replicas: int, rank: int) -> None:
+    """Every rank's arguments, by one ``all_gather_object``, checked on every rank (so a
+    mismatch is an error everywhere, never a hang in a later collective)."""
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * num_replicas
+    dist.all_gather_object(gathered, json.dumps({"rank": rank, "arguments": arguments}))
+    _check_agreement([json.loads(p) for p in gathered], num_replicas)
+
+
+def _check_agreement(items: list[dict[str, Any]], num_replicas: int) -> None:
+    """``items`` (each rank's ``rank`` and ``arguments``) sorted by rank, or one error naming
+    the ranks whose arguments differ from rank 0's, and how."""
+    ranks = [it["rank"] for it in items]
+    if sorted(ranks) != list(range(num_replicas)):
+        raise ValueError(f"ranks {ranks} do not number 0..{num_replicas - 1}; pass rank= once each")
+    items.sort(key=lambda it: it["rank"])
+    first = items[0]["arguments"]
+    odd = [it for it in items if it["arguments"] != first]
+    if odd:
+        theirs = odd[0]["arguments"]
+        diff = [
+            f"{k}={theirs.get(k, '(not given)')} (rank 0: {first.get(k, '(not given)')})"
+            for k in sorted(set(first) | set(theirs))
+            if first.get(k) != theirs.get(k)
+        ]
+        raise ValueError(
+            f"rank(s) {[it['rank'] for it in odd]} built their ShardedSampler with other "
+            f"arguments than rank 0: rank {odd[0]['rank']} has {', '.join(diff)}; build it with "
+            "the same arguments on every rank"
+        )
+
+
 def _gather_histograms(
-    own: LengthHistogram | None, digest: str, num_replicas: int, rank: int
+    own: LengthHistogram | None, arguments: dict[str, str], num_replicas: int, rank: int
 ) -> list[LengthHistogram]:
     """Every rank's shard histogram, by one ``all_gather`` (JSON), with the configuration
     digests checked on every rank (so a mismatch is an error everywhere, never a hang)."""
@@ -873,7 +1023,7 @@ def _gather_histograms(
     payload = json.dumps(
         {
             "rank": rank,
-            "digest": digest,
+            "arguments": arguments,
             "values": [] if own is None else own.values.tolist(),
             "counts": [] if own is None else own.counts.tolist(),
         }
@@ -881,17 +1031,7 @@ def _gather_histograms(
     gathered: list[Any] = [None] * num_replicas
     dist.all_gather_object(gathered, payload)
     items = [json.loads(p) for p in gathered]
-    ranks = [it["rank"] for it in items]
-    if sorted(ranks) != list(range(num_replicas)):
-        raise ValueError(f"ranks {ranks} do not number 0..{num_replicas - 1}; pass rank= once each")
-    items.sort(key=lambda it: it["rank"])
-    first = items[0]["digest"]
-    odd = [it["rank"] for it in items if it["digest"] != first]
-    if odd:
-        raise ValueError(
-            f"rank(s) {odd} built their ShardedSampler with another seed, shuffle or options "
-            "than rank 0; build it with the same arguments on every rank"
-        )
+    _check_agreement(items, num_replicas)
     empty = [it["rank"] for it in items if not it["values"]]
     if empty:
         raise ValueError(_empty_message(empty))

@@ -306,12 +306,29 @@ def test_a_stream_that_leaves_samples_out_warns_with_the_counts():
     stream = BucketIterable(
         rows, length_fn="a", boundaries=[4], batch_size=2, overflow="drop", last_batch="drop"
     )
-    with pytest.warns(
-        UserWarning, match=r"leaves out 2 by overflow='drop', 1 by last_batch='drop'"
-    ):
+    with pytest.warns(UserWarning) as caught:
         kept = _ids_of(list(stream))
+    assert str(caught[0].message) == (
+        "this BucketIterable leaves out 2 samples dropped by overflow='drop', 1 sample dropped "
+        "by last_batch='drop'; its pass read 7 samples in epoch 0 (report() counts them by kind)"
+    )
     totals = stream.report().totals
     assert (kept, totals["too_long"], totals["dropped"]) == (4, 2, 1)
+
+
+def test_the_left_over_warning_reads_as_a_sentence():
+    # s4-user defect 3: "leaves out 6 left over when steps_per_epoch ran out"
+    from types import SimpleNamespace
+
+    from bucketloader.stream.resume import _warn_at_end
+
+    engine = SimpleNamespace(stats={"left_over": 6, "too_short": 1}, read=300)
+    with pytest.warns(UserWarning) as caught:
+        list(_warn_at_end(iter([]), engine, "BucketIterable", 0, empty=False))
+    assert str(caught[0].message).startswith(
+        "this BucketIterable leaves out 1 sample shorter than min_length, 6 samples left over "
+        "when steps_per_epoch ran out; its pass read 300 samples in epoch 0"
+    )
 
 
 def test_a_stream_leaving_out_at_most_one_percent_stays_quiet_like_the_samplers():

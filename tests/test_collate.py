@@ -473,12 +473,83 @@ def test_lean_1d_path_equals_the_general_path(data, side, kind, dtype, last_batc
     for idx in sampler:
         xs = [torch.from_numpy(rng.integers(0, 2, size=int(lengths[i]))).to(getattr(torch, dtype))
               for i in idx]  # fmt: skip
-        if kind == "numpy":
-            xs = [x.numpy() for x in xs]
-        got, want = lean(xs), general(xs)
-        assert list(got) == list(want)
-        for key in want:
-            assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
+        _assert_same(lean, general, [x.numpy() for x in xs] if kind == "numpy" else xs)
+
+
+def _assert_same(lean, general, xs):
+    got, want = lean(xs), general(xs)
+    assert list(got) == list(want)
+    for key in want:
+        assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    data=st.data(),
+    side=st.sampled_from(["right", "left"]),
+    kind=st.sampled_from(["torch", "numpy"]),
+    dtype=st.sampled_from(["int64", "float32", "bool", "bfloat16"]),
+    frames=st.sampled_from([0, 3]),
+    rows=st.sampled_from([4, 17]),
+)
+def test_lean_path_on_long_rows_and_frames(data, side, kind, dtype, frames, rows):
+    """The lean path's other branches equal the general path: rows longer than the mask table
+    (windows of a pattern up to 16 rows, the run-length mask above), ``(T, F)`` samples whose
+    ``T`` alone varies, and outputs that numpy allocates (NOTE [ Where a large batch is
+    written ], here also from the first byte on)."""
+    from bucketloader.collate import _pad, collator
+
+    least = data.draw(st.sampled_from([0, 1 << 17]))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(collator, "NUMPY_MIN_BYTES", least)
+        mp.setattr(_pad, "NUMPY_MIN_BYTES", least)
+        _lean_equals_general(data, side, kind, dtype, frames, rows)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("frames", [0, 2])
+def test_lean_path_on_many_long_rows(side, frames):
+    """17 rows past the mask table (the run-length mask) and a padded last batch of frames."""
+    lengths = np.array([2100, 2300, 2500] * 7)
+    sampler = BucketSampler(lengths, num_buckets=1, batch_size=17, last_batch="pad")
+    lean = sampler.collator(pad_value=-1, side=side)
+    general = sampler.collator(pad_value=-1, side=side)
+    general._bare_default = general._lean_nd = False
+    for idx in sampler:
+        xs = [torch.full((int(lengths[i]), frames)[: 1 + bool(frames)], float(i)) for i in idx]
+        _assert_same(lean, general, xs)
+
+
+def test_lean_path_keeps_the_dim_learned_for_frames():
+    """(T, F) samples take the lean path only where the general one pads along T: after
+    channel-first (C, T) batches, a batch whose first dim varies is the general path's error."""
+    collate = BucketSampler([3, 4, 5, 6], num_buckets=1, batch_size=2).collator()
+    assert collate([torch.ones(3, 2), torch.ones(5, 2)])["inputs"].shape == (2, 6, 2)
+    assert collate._learned == {"inputs": ((0,), True)}
+    collate = BucketSampler([3, 4, 5, 6], num_buckets=1, batch_size=2).collator()
+    assert collate([torch.ones(2, 3), torch.ones(2, 5)])["inputs"].shape == (2, 2, 6)
+    with pytest.raises(ValueError, match=r"varies along dim 0 .* padded along dim 1"):
+        collate([torch.ones(3, 2), torch.ones(5, 2)])
+
+
+def _lean_equals_general(data, side, kind, dtype, frames, rows):
+    if kind == "numpy" and dtype == "bfloat16":
+        dtype = "float32"
+    lengths = np.array(data.draw(st.lists(st.sampled_from([0, 2, 2047, 2048, 2100, 2500]),
+                                          min_size=2, max_size=40)))  # fmt: skip
+    last_batch = data.draw(st.sampled_from(["pad", "keep"]))
+    sampler = BucketSampler(lengths, num_buckets=2, batch_size=rows, last_batch=last_batch)
+    lean = sampler.collator(pad_value=1, side=side)
+    general = sampler.collator(pad_value=1, side=side)
+    general._bare_default = general._lean_nd = False
+    rng = np.random.default_rng(len(lengths))
+    for idx in sampler:
+        shapes = [(int(lengths[i]), frames)[: 1 + bool(frames)] for i in idx]
+        t = getattr(torch, dtype)
+        xs = [torch.from_numpy(rng.integers(0, 2, size=s)).to(t) for s in shapes]
+        _assert_same(lean, general, [x.numpy() for x in xs] if kind == "numpy" else xs)
+        if frames:
+            assert general._learned == lean._learned or len({len(x) for x in xs}) == 1
 
 
 # --- one dtype per field, no value lost (issue 12) ---------------------------------------------
@@ -535,11 +606,23 @@ def test_mixed_dtypes_promote_without_losing_a_value(three, batch, dtype, values
         ([[1, "2", 3], [1, 2, 3]], TypeError, r"holds lists with str values .*position 0"),
         ([[1, None, 3], [1, 2, 3]], TypeError, r"lists with NoneType values"),
         ([[1, 2, 3], [1, [2], 3]], TypeError, r"lists with list values .*position 1"),
+        ([np.ma.array(np.arange(3)), np.ma.array(np.arange(3), mask=[0, 1, 0])], TypeError,
+         r"field 'inputs' holds a numpy masked array with masked elements \(the sample at batch "
+         r"position 1\); padding it would drop the mask .* x.filled\(value\)"),
+        ([{"x": np.ma.array(np.arange(3), mask=[1, 0, 0])}] * 2, TypeError,
+         r"field 'x' holds a numpy masked array .*position 0"),
+        ([np.arange(3), np.ma.array(np.arange(3), mask=[0, 0, 1])], TypeError,
+         r"position 1 is a MaskedArray of shape \(3,\) but at position 0 it is a ndarray"),
     ],
 )  # fmt: skip
 def test_values_that_cannot_be_kept_raise_naming_the_field(three, batch, kind, message):
     with pytest.raises(kind, match=message):
         three(batch)
+
+
+def test_a_masked_array_without_masked_elements_is_padded(three):
+    out = three([np.ma.array(np.arange(3)), np.ma.array(np.arange(3), mask=[0, 0, 0])])
+    assert out["inputs"][:2].tolist() == [[0, 1, 2], [0, 1, 2]]
 
 
 def test_pad_value_must_fit_the_promoted_dtype():

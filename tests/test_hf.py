@@ -215,8 +215,14 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
     assert real == int(lens.sum()) and fillers > 0
     with pytest.raises(ValueError, match="pad_token_id=None"):
         hf.for_text(ds, tokenizer=SimpleNamespace(pad_token_id=None), batch_size=4)
-    with pytest.raises(ValueError, match="pass pad_token_id="):
+    # s4-user defect 8: say that it got None, and where to set one
+    with pytest.raises(ValueError) as err:
         hf.for_text(ds, batch_size=4)
+    assert str(err.value) == (
+        "for_text needs a pad token id, but got pad_token_id=None and no tokenizer; pass "
+        "for_text(..., pad_token_id=<int>) or for_text(..., tokenizer=<a tokenizer with a pad "
+        "token>)"
+    )
 
 
 def test_for_text_seq2seq_buckets_each_column():

@@ -247,3 +247,40 @@ def test_costs_need_a_batch_size_and_a_mapping():
         analyze([3, 4, 9], costs={"compile_seconds_per_shape": 1.0, "seconds_per_token": 1e-6})
     with pytest.raises(TypeError, match="costs must be a Calibration"):
         analyze([3, 4, 9], batch_size=2, costs=3.0)
+
+
+def test_plot_legends_hide_no_label_and_no_tick():
+    # s4-user defect 5: the frontier's legend hid the "target" label, the histogram's legend
+    # covered the percentile top ticks (`bucketloader report commonvoice... -k 4 8 --plot`).
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from bucketloader.analysis._plot import _frontier, _histogram
+
+    r = analyze(load_real("commonvoice"), num_buckets=[4, 8], batch_size=32)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.9))
+    try:
+        _histogram(left, r)
+        _frontier(right, r)
+        fig.tight_layout()
+        fig.canvas.draw()
+        box = left.get_legend().get_window_extent()
+        top = left.get_ylim()[1]
+        tallest = min(max(s[1][1] for s in c.get_segments()) for c in left.collections)
+        y_ticks = left.transData.transform((0, top * 0.93))[1]  # the top ticks' band starts
+        y_lines = left.transData.transform((0, tallest))[1]  # the boundary lines end
+        assert y_lines < box.y0 and box.y1 < y_ticks
+        target = next(t for t in right.texts if t.get_text().startswith("target"))
+        assert not right.get_legend().get_window_extent().overlaps(target.get_window_extent())
+    finally:
+        plt.close(fig)
+
+
+def test_the_summary_says_one_shape_not_one_shapes():
+    # s4-user defect 6: "1 shapes", "1 distinct lengths"
+    text = analyze([7, 7, 7], num_buckets=[2], batch_size=2).summary()
+    assert "unbucketed: 1 distinct length, so up to 1 distinct shape (" in text
+    assert "1 shapes" not in text and "1 distinct lengths" not in text
+    assert "0% padding, 1 shape" in text
+    text = analyze([3, 4, 5], num_buckets=[2], batch_size=2).summary()
+    assert "unbucketed: 3 distinct lengths, so up to 3 distinct shapes (" in text

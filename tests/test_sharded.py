@@ -492,6 +492,18 @@ def _exchanged(lengths, shards, **options):
         ]
 
 
+def _unequal_shards(raw, ranks):
+    """The lengths (at least one per rank) and unequal random shards of them: cut at random
+    points."""
+    lengths = np.array(raw)
+    if lengths.size < ranks:
+        lengths = np.resize(lengths, ranks)
+    cuts = np.sort(
+        np.random.default_rng(len(raw)).choice(np.arange(1, lengths.size), ranks - 1, replace=False)
+    )
+    return lengths, np.split(np.random.default_rng(1).permutation(lengths.size), cuts)
+
+
 def _check_exchange(samplers, lengths, epoch):
     """Same steps and shapes on every rank, every row of the data set exactly once over all
     ranks (global row ids), rows that fit their step's shape; the exact padding."""
@@ -523,14 +535,7 @@ def _check_exchange(samplers, lengths, epoch):
 def test_exchange_shows_every_row_once_in_step_and_balances_every_level(
     raw, ranks, k, batch, shuffle
 ):
-    lengths = np.array(raw)
-    if lengths.size < ranks:
-        lengths = np.resize(lengths, ranks)
-    # unequal shards too: cut at random points
-    cuts = np.sort(
-        np.random.default_rng(len(raw)).choice(np.arange(1, lengths.size), ranks - 1, replace=False)
-    )
-    shards = np.split(np.random.default_rng(1).permutation(lengths.size), cuts)
+    lengths, shards = _unequal_shards(raw, ranks)
     samplers = _exchanged(lengths, shards, num_buckets=k, batch_size=batch, shuffle=shuffle)
     s0 = samplers[0]
     above = np.cumsum(s0.planned[:, ::-1], axis=1)[:, ::-1]  # every rank's samples per level
@@ -621,6 +626,117 @@ def test_exchange_resumes_exactly_and_refuses_bad_input():
         built[1].plan()
 
 
+# -- fill (NOTE [ Sharded plan ] 9) -----------------------------------------------------------
+def _check_fill(samplers, lengths, shards, epoch, exchange):
+    """Same steps and shapes; every batch full of rows that fit (the rank's own without
+    exchange), real to the collator; every row the epoch shows at least once; the repeats
+    counted alike in the batches and in the report."""
+    plans = [s.plan(epoch) for s in samplers]
+    cells = np.stack([p.cells for p in plans])
+    assert (cells == cells[0]).all() and len({len(s) for s in samplers}) == 1
+    rows = []
+    for r, (s, p) in enumerate(zip(samplers, plans, strict=True)):
+        mine = []
+        for i in range(len(p)):
+            batch = s._batch(p, i)
+            shape = s.cells.shapes[int(p.cells[i])]
+            idx = np.asarray(list(batch))
+            ids = idx if exchange else shards[r][idx]
+            assert len(batch) == batch.num_real == shape[0]  # full, every row trained on
+            assert (lengths[ids] <= shape[1]).all()
+            mine.append(ids)
+        flat = np.concatenate(mine)
+        rows.append(flat)
+        if not exchange:
+            assert np.isin(flat, shards[r]).all()
+            assert flat.size - np.unique(flat).size == s.report().repeated
+    flat = np.concatenate(rows)
+    rep = samplers[0].report()
+    shown = lengths.size - rep.deferred_all
+    assert np.unique(flat).size == shown and flat.size - shown == rep.repeated_all
+    assert rep.repeated_all == sum(s.report().repeated for s in samplers)
+    assert rep.filler_rows_all == 0
+    return flat
+
+
+@pytest.mark.filterwarnings("ignore:ShardedSampler.defer")
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(st.integers(1, 60), min_size=2, max_size=120),
+    st.integers(2, 5),
+    st.integers(1, 4),
+    st.integers(1, 6),
+    st.sampled_from(["own", "defer", "exchange"]),
+)
+def test_fill_tops_every_batch_up_with_repeats_that_fit_and_counts_them(raw, ranks, k, batch, rule):
+    lengths, shards = _unequal_shards(raw, ranks)
+    opts = {"num_buckets": k, "batch_size": batch, "last_batch": "fill"}
+    if rule == "exchange":
+        samplers = _exchanged(lengths, shards, **opts)
+    else:
+        samplers = _samplers(lengths, shards, **opts, **({"defer": 0.5} if rule == "defer" else {}))
+        pad = _samplers(
+            lengths,
+            shards,
+            **({"defer": 0.5} if rule == "defer" else {}),
+            **opts | {"last_batch": "pad"},
+        )
+        # with the same boundaries (fill may pick others: its padding counts repeats as real),
+        # the same schedule as "pad": its filler rows are fill's repeats
+        if np.array_equal(pad[0].boundaries, samplers[0].boundaries):
+            assert len(pad[0]) == len(samplers[0])
+            assert pad[0].report().filler_rows_all == samplers[0].report().repeated_all
+    for epoch in (0, 1):
+        _check_fill(samplers, lengths, shards, epoch, rule == "exchange")
+
+
+def test_fill_resumes_exactly_masks_nothing_and_refuses_bad_input():
+    lengths = np.asarray(load_real("multi30k"))[:1200, 0]
+    shards = np.array_split(np.random.default_rng(2).permutation(lengths.size), 3)
+    opts = {"num_buckets": 6, "max_tokens": 512, "seed": 5, "last_batch": "fill"}
+    s, state = _resumes_exactly(lambda: _samplers(lengths, shards, **opts)[1])
+    assert s.report().repeated > 0
+    with pytest.raises(ValueError):  # another plan: fill's state is its own
+        _samplers(lengths, shards, **(opts | {"last_batch": "pad"}))[1].load_state_dict(state)
+    x, _ = _resumes_exactly(lambda: _exchanged(lengths, shards, **opts)[2])
+    assert x.report().repeated_all > 0
+    # the collator sees full batches of real rows
+    own = lengths[shards[1]]
+    loader = s.dataloader([{"input_ids": [1] * int(n)} for n in own])
+    for got in loader:
+        assert bool(got["sample_mask"].all()) and tuple(got["input_ids"].shape) in s.shapes
+    # "pad" is the default (the same digest as leaving it out); "fill" is another config
+    digest = [
+        _samplers(lengths, shards, **(opts | {"last_batch": v}))[0]._config_digest()
+        for v in ("pad", "fill")
+    ]
+    plain = {k: v for k, v in opts.items() if k != "last_batch"}
+    assert digest[0] == _samplers(lengths, shards, **plain)[0]._config_digest() != digest[1]
+    hists = [LengthHistogram.from_lengths(lengths[x]) for x in shards]
+    common = {"shard_histograms": hists, "num_replicas": 3, "num_buckets": 6, "max_tokens": 512}
+    for bad in ("drop", "keep"):
+        with pytest.raises(ValueError, match=rf"cannot honour last_batch='{bad}'.*'fill'"):
+            ShardedSampler(lengths[shards[0]], rank=0, last_batch=bad, **common)
+    for bad in ("Fill", None, 1):
+        with pytest.raises(ValueError, match=r"last_batch must be 'pad'"):
+            ShardedSampler(lengths[shards[0]], rank=0, last_batch=bad, **common)
+    board = LocalExchange(3)  # a rank built with another last_batch is named
+    built = [
+        ShardedSampler(
+            lengths[x],
+            rank=r,
+            exchange=True,
+            shard_indices=x,
+            gather=board,
+            last_batch="pad" if r == 2 else "fill",
+            **common,
+        )
+        for r, x in enumerate(shards)
+    ]
+    with pytest.raises(ValueError, match=r"rank\(s\) \[2\] built their ShardedSampler"):
+        built[0].plan()
+
+
 # -- real process groups: every process holds only its shard ---------------------------------
 TIMEOUT_S = 240
 
@@ -659,12 +775,25 @@ def test_gloo_ranks_with_own_shards_agree_and_resume(tmp_path):
     moved = [r["exchange"]["moved"] for r in runs]
     assert moved[0][0] == sum(m[1] for m in moved) == sum(m[2] for m in moved) > 0
     assert all(r["exchange"]["resumed_equal"] for r in runs)
+    # last_batch="fill" with exchange: the same steps and shapes, full batches, every global
+    # row at least once, the repeats counted alike on every rank
+    assert len({tuple(r["fill"]["cells"]) for r in runs}) == 1
+    rows = [i for r in runs for i in r["fill"]["rows"]]
+    assert sorted(set(rows)) == list(range(2000)) and all(r["fill"]["full"] for r in runs)
+    repeated = [r["fill"]["repeated"] for r in runs]
+    assert repeated[0][0] == len(rows) - 2000 == sum(x[1] for x in repeated)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(2 * TIMEOUT_S)
 def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
-    for mode, match in (("empty", "rank(s) [2] is empty"), ("seed", "rank(s) [1]")):
+    for mode, match in (
+        ("empty", "rank(s) [2] is empty"),
+        ("seed", "rank 1 has seed=7 (rank 0: 3)"),
+        # shard_histograms given and rank 1 without exchange=True: named, not a hang in the
+        # exchange's gather that rank 1 never joins
+        ("exchange", "rank 1 has exchange=(not given) (rank 0: True)"),
+    ):
         runs = _run(tmp_path, 3, mode)
         assert all(match in r["error"] for r in runs), runs
 
@@ -687,6 +816,12 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
     seed = 7 if (mode == "seed" and rank == 1) else 3
     result: dict = {}
     try:
+        if mode == "exchange":
+            hists = [LengthHistogram.from_lengths(lengths[x]) for x in shards]
+            extra = {} if rank == 1 else {"exchange": True, "shard_indices": shards[rank]}
+            ShardedSampler(
+                own, shard_histograms=hists, seed=seed, num_buckets=6, max_tokens=2048, **extra
+            )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             s = ShardedSampler(own, seed=seed, num_buckets=6, max_tokens=2048)
@@ -747,6 +882,27 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
                 "rows": sorted(int(i) for b in range(len(p)) for i in p.batch(b)[: p.num_real[b]]),
                 "moved": [x.report().moved_all, x.report().moved_out, x.report().moved_in],
                 "resumed_equal": head + [list(b) for b in again] == full,
+            }
+            # fill with exchange (NOTE [ Sharded plan ] 9): full batches of real rows
+            f = ShardedSampler(
+                own,
+                shard_indices=ids,
+                seed=seed,
+                num_buckets=6,
+                max_tokens=2048,
+                exchange=True,
+                last_batch="fill",
+            )
+            p = f.plan(1)
+            batches = [f._batch(p, b) for b in range(len(p))]
+            result["fill"] = {
+                "cells": p.cells.tolist(),
+                "rows": [int(i) for b in batches for i in b],
+                "full": all(
+                    len(b) == b.num_real == f.cells.shapes[int(c)][0]
+                    for b, c in zip(batches, p.cells, strict=True)
+                ),
+                "repeated": [f.report().repeated_all, f.report().repeated],
             }
     except ValueError as exc:
         result = {"error": str(exc)}

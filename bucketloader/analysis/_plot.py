@@ -73,7 +73,8 @@ def _histogram(ax: Any, r: DynamicityReport) -> None:
     counts, edges = np.histogram(h.values, bins=bins, weights=h.counts)
     ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="#9bb7d4", lw=0)
     ax.set_xlim(min(0, lo), hi * 1.02 + 1)
-    top = counts.max() * 1.18
+    # headroom: the top ticks take the top 7%, the legend sits below them, the bars below it
+    top = counts.max() * 1.5
     ax.set_ylim(0, top)
     if best is not None:
         b = np.asarray(best.boundaries)
@@ -81,7 +82,7 @@ def _histogram(ax: Any, r: DynamicityReport) -> None:
         for i, (s, e) in enumerate(zip(starts, b, strict=True)):
             if i % 2 == 0:
                 ax.axvspan(s, e, color="#f3d9d9", alpha=0.45, lw=0, zorder=0)
-        ax.vlines(b, 0, top * 0.93, color=_COLORS["optimal"], lw=1.1, zorder=3)
+        ax.vlines(b, 0, counts.max() * 1.08, color=_COLORS["optimal"], lw=1.1, zorder=3)
         label = f"{best.strategy}, k={best.num_buckets}: {pct(best.padding_ratio)} padding"
         ax.plot([], [], color=_COLORS["optimal"], lw=1.5, label=label)
         other = _row_or_none(r, "percentile", best.num_buckets)
@@ -96,7 +97,13 @@ def _histogram(ax: Any, r: DynamicityReport) -> None:
                 lw=1.6,
                 label=f"percentile, k={other.num_buckets}: {pct(other.padding_ratio)} (top ticks)",
             )
-        ax.legend(loc="upper left", fontsize=8.5, framealpha=0.92, edgecolor="none")
+        ax.legend(
+            loc="upper left",
+            bbox_to_anchor=(0, 0.92),  # under the top ticks' band, over the bars
+            fontsize=8.5,
+            framealpha=0.92,
+            edgecolor="none",
+        )
     ax.set_title(
         f"{h.num_samples:,} lengths, {h.num_values:,} distinct "
         f"(median {int(h.quantile(0.5)):,}); bucket boundaries",
@@ -135,7 +142,7 @@ def _frontier(ax: Any, r: DynamicityReport) -> None:
             f"target {pct(r.padding_target)}",
             (ks[0], r.padding_target * 100),
             textcoords="offset points",
-            xytext=(2, -11),
+            xytext=(3, 3),  # above the line: under it the x axis clips it on a log scale
             fontsize=8,
             color="#444444",
         )
@@ -182,7 +189,16 @@ def _frontier(ax: Any, r: DynamicityReport) -> None:
     ax.set_ylabel("padding (pad elements / real elements)")
     title = "padding vs. shape budget, per strategy" + ("" if log else ": none at any k")
     ax.set_title(title, fontsize=10, loc="left")
-    ax.legend(loc="lower left", fontsize=8, ncol=2, framealpha=0.92, edgecolor="none")
+    # below the axes: inside, it would hide lines or the target's label whatever the data
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        fontsize=8,
+        ncol=4,
+        frameon=False,
+        columnspacing=1.2,
+        handlelength=1.6,
+    )
 
 
 def _shapes(ax: Any, r: DynamicityReport) -> None:

@@ -289,14 +289,14 @@ def _summary(r: DynamicityReport) -> str:
             f"median {int(h.quantile(0.5)):,} | max {h.max:,} | mean {h.total / h.num_samples:,.1f}"
         )
         out.append(
-            f"  unbucketed: {h.num_values:,} distinct lengths, so up to {h.num_values:,} distinct "
-            "shapes (each recompiles under torch.compile / XLA)"
+            f"  unbucketed: {_count(h.num_values, 'distinct length')}, so up to "
+            f"{_count(h.num_values, 'distinct shape')} (each recompiles under torch.compile / XLA)"
         )
     if r.dynamic is not None:
         d = r.dynamic
         out.append(
             f"  dynamic padding (random batches of {d['batch_size']}, each padded to its longest): "
-            f"{pct(d['padding_ratio'])} padding, {d['num_shapes']:,} distinct batch shapes"
+            f"{pct(d['padding_ratio'])} padding, {_count(d['num_shapes'], 'distinct batch shape')}"
         )
     if r.rows:
         ks = sorted({row.num_buckets for row in r.rows})
@@ -317,7 +317,7 @@ def _summary(r: DynamicityReport) -> str:
             out.append("")
             out.append(
                 f"  recommended (*): strategy={best.strategy!r}, k={best.num_buckets}: "
-                f"{pct(best.padding_ratio)} padding, {best.num_shapes} shapes"
+                f"{pct(best.padding_ratio)} padding, {_count(best.num_shapes, 'shape')}"
             )
             out.append(f"    boundaries: {list(best.boundaries)}")
             out.append(f"    rule: {r.rule}")
@@ -329,3 +329,8 @@ def _summary(r: DynamicityReport) -> str:
             more = f", ... ({len(counts) - 3} more)" if len(counts) > 3 else ""
             out.append(f"    {name}: {len(counts):,} distinct shapes; {common}{more}")
     return "\n".join(out)
+
+
+def _count(n: int, noun: str) -> str:
+    """``"1 shape"``, ``"2 shapes"``: a count with its noun in the right number."""
+    return f"{n:,} {noun}" if n == 1 else f"{n:,} {noun}s"

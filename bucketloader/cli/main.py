@@ -257,7 +257,8 @@ def _precompute(args: argparse.Namespace) -> int:
         )
     cache = BucketCache(args.cache_dir)
     key = cache.key(hist, name, params)
-    label = f"strategy {name!r}, k={args.num_buckets}, {hist.num_values:,} distinct lengths"
+    many = "s" if hist.num_values != 1 else ""
+    label = f"strategy {name!r}, k={args.num_buckets}, {hist.num_values:,} distinct length{many}"
     with _Ticker(f"solving ({label})"):
         sol = solve_boundaries(
             hist,

@@ -60,10 +60,12 @@ from bucketloader._types import SIDES
 from bucketloader._validation import MissingKeyError, check_choice
 from bucketloader.collate import fields as cf
 from bucketloader.collate._pad import (
+    NUMPY_MIN_BYTES,
     SCATTER_MAX_ELEMENTS,
     SCATTER_MIN_ROWS,
     fits,
     interleaved_pieces,
+    numpy_dtype,
     pad_1d,
     pad_field,
     sequence_mask,
@@ -168,6 +170,10 @@ class PadCollator:
         )
         self._bare_default = (
             bare and len(self._names) == 1 and self.group_key is None and self._cut is None
+        )
+        # (T, F, ...) samples: the lean path pads along T where the general one would too
+        self._lean_nd = self._bare_default and (
+            self.fields is None or self.fields[BARE_KEY].dims == (0,)
         )
         self._pad_rows = self.shape_table.last_batch == "pad"
         self._bare_pad: tuple[Any] | None = None
@@ -377,9 +383,10 @@ class PadCollator:
             m[lo:hi] = 0
 
     def _collate_bare(self, samples: Any) -> dict[Any, Any] | None:
-        """:meth:`__call__` for 1-D tensors or arrays under the default rules (one input), or
-        ``None`` when the batch is anything else (the general path then measures it and words
-        any error). tests/test_collate.py checks the two agree.
+        """:meth:`__call__` for bare tensors or arrays under the default rules (one input) that
+        vary along their first dim (1-D samples, or ``(T, F)`` features whose ``T`` differs
+        between the samples), or ``None`` when the batch is anything else (the general path then
+        measures it and words any error). tests/test_collate.py checks the two agree.
 
         NOTE [ The fixed cost of a small batch ]
         ``pad_sequence`` is one C++ call; this path returns four tensors, so at 8-16 rows its
@@ -392,20 +399,28 @@ class PadCollator:
         ``torch.cat`` of ``[x_0, pad_0, x_1, ...]`` (no empty piece: ``torch.cat`` slows down
         several times on one), the lengths and both masks from numpy (``Tensor.__len__`` and
         ``torch.ones`` cost more than the numpy equivalents here; the mask is one ``take`` of
-        cached rows).
+        cached rows). Large batches are written into numpy-allocated memory (NOTE [ Where a
+        large batch is written ] in :mod:`bucketloader.collate._pad`). Samples of more dims take
+        this path too when only their first dim differs: the field inference of the general
+        path would pick that dim (NOTE [ Which dim varies ]) at several times this cost.
         """
         n = len(samples)
         first = samples[0]
         kind = type(first)
         if kind is not torch.Tensor and kind is not np.ndarray:
             return None
+        rest: tuple[int, ...] = ()  # the fixed trailing dims of (T, F, ...) samples
         try:  # one dtype object for the batch also means one kind (numpy's dtypes are not torch's)
             dtypes = set(map(_DTYPE, samples)) if n > 1 else {first.dtype}
-            if len(dtypes) > 1 and len(set(map(type, samples))) > 1:
-                return None  # tensors mixed with arrays: the general path
-            if set(map(_NDIM, samples)) != _ONE_D:
-                return None
-            sizes = list(map(_NUMEL[kind], samples))  # (C calls: no torch.Size per sample)
+            if (len(dtypes) > 1 or kind is np.ndarray) and len(set(map(type, samples))) > 1:
+                return None  # tensors mixed with arrays, masked arrays: the general path
+            ndims = set(map(_NDIM, samples))
+            if ndims == _ONE_D:
+                sizes = list(map(_NUMEL[kind], samples))  # (C calls: no torch.Size per sample)
+            else:
+                rest, sizes = self._first_dim_varies(samples, ndims)
+                if not rest:
+                    return None
         except (AttributeError, TypeError):  # a sample that is no array: the general path words it
             return None
         hi, lo = max(sizes), min(sizes)
@@ -431,24 +446,35 @@ class PadCollator:
                 self._raise_unplanned(n, (n, size))
         entry = None
         if rows == n and len(dtypes) == 1 and size > 0:
-            entry = self._lean_cache.get((kind, size, first.dtype))
-            if entry is None and (n < SCATTER_MIN_ROWS or size > SCATTER_MAX_ELEMENTS):
-                entry = self._lean_entry(first, size)
+            key = (kind, size, first.dtype) if not rest else (kind, size, first.dtype, rest)
+            entry = self._lean_cache.get(key)
+            if entry is None and (rest or n < SCATTER_MIN_ROWS or size > SCATTER_MAX_ELEMENTS):
+                entry = self._lean_entry(first, size, rest, key)
         if entry is None:
+            if rest:
+                return None  # filler rows or mixed dtypes of (T, F) samples: the general path
             return self._collate_bare_padded(samples, sizes, rows, size)
-        pad, views, ar = entry
+        pad, views, ar, np_dtype, np_rows, mask_rows = entry
         pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views), (lo, hi))
         lens = np.array(sizes, dtype=np.int64)
         try:
             if kind is np.ndarray:
-                inputs = torch.from_numpy(np.concatenate(pieces)).view(n, size)
+                inputs = torch.from_numpy(np.concatenate(pieces).reshape(n, size, *rest))
+            elif n >= np_rows:  # NOTE [ Where a large batch is written ]
+                inputs = torch.from_numpy(np.empty((n, size, *rest), np_dtype))
+                torch.cat(pieces, out=inputs.view(-1, *rest))
             else:
-                inputs = torch.cat(pieces).view(n, size)
+                inputs = torch.cat(pieces).view(n, size, *rest)
         except (RuntimeError, TypeError, ValueError):  # e.g. CUDA samples: the general kernels
+            if rest:
+                return None
             return self._collate_bare_padded(samples, sizes, rows, size)
         if ar.ndim == 2:  # a table of the mask rows: one take
             mask = ar.take(lens, axis=0)
-        else:  # long rows: the run-length mask (one write per byte)
+        elif n <= _MASK_ROWS_MAX:  # long rows, few: views of one pattern, one concatenate
+            mask = np.concatenate(_pattern_rows(ar, mask_rows, sizes, size, self.side))
+            mask = mask.reshape(n, size)
+        else:  # long rows, many: the run-length mask (one write per byte)
             mask = sequence_mask(lens, size, n, self.side)
         tmask = torch.from_numpy(mask)
         return {
@@ -460,6 +486,26 @@ class PadCollator:
             ),
         }
 
+    def _first_dim_varies(self, samples: Any, ndims: set[int]) -> tuple[tuple[int, ...], list[int]]:
+        """The trailing dims ``F, ...`` and the lengths ``T`` of ``(T, F, ...)`` samples whose
+        ``T`` alone differs, where the general path would pad along ``T`` (NOTE [ Which dim
+        varies ]: the one dim that differs, remembered for the field); ``()`` for any other
+        batch."""
+        if len(ndims) != 1 or not self._lean_nd:
+            return (), []
+        shapes = [tuple(s.shape) for s in samples]
+        rest = shapes[0][1:]
+        sizes = [s[0] for s in shapes]
+        if any(s[1:] != rest for s in shapes) or min(sizes) == max(sizes):
+            return (), []  # another dim differs, or none: the general path infers or words it
+        if self.fields is None:  # what _infer_dim remembers (or refuses) for the field
+            learned = self._learned.get(BARE_KEY)
+            if learned != ((0,), True):
+                if learned is not None and learned[0] != (0,):
+                    return (), []
+                self._learned[BARE_KEY] = ((0,), True)
+        return rest, sizes
+
     def _bare_pad_value(self, first: Any) -> tuple[Any]:
         """The pad value of bare samples, as a 1-tuple (taken once; checks pad_value's keys)."""
         if self._bare_pad is None:
@@ -467,9 +513,13 @@ class PadCollator:
             self._bare_pad = (spec.pad_value,)
         return self._bare_pad
 
-    def _lean_entry(self, first: Any, size: int) -> tuple[Any, dict, Any] | None:
-        """The pad buffer, its cached views and the mask rows (a ``(size + 1, size)`` table up to
-        ``_MASK_TABLE_MAX``, else an empty array: ``sequence_mask``) of :meth:`_collate_bare`, or
+    def _lean_entry(
+        self, first: Any, size: int, rest: tuple[int, ...], key: tuple
+    ) -> tuple[Any, dict, Any, Any, int, dict] | None:
+        """The pad buffer ``(size, *rest)``, its cached views, the mask rows (a ``(size + 1,
+        size)`` table up to ``_MASK_TABLE_MAX``, else a pattern whose windows are the rows,
+        :func:`_pattern_rows`), the output's numpy dtype, the rows from which numpy allocates it
+        and the cached mask windows, of :meth:`_collate_bare`, or
         ``None`` (a dtype torch cannot take, or a pad value it cannot hold: the general path
         raises the message)."""
         pad_value = self._bare_pad_value(first)
@@ -479,15 +529,18 @@ class PadCollator:
             return None
         if len(self._lean_cache) > 64:
             self._lean_cache.clear()
-        pad = torch.empty(size, dtype=tdtype)
+        pad = torch.empty((size, *rest), dtype=tdtype)
         pad.fill_(pad_value[0])
         ar: np.ndarray = np.arange(size)
         if size <= _MASK_TABLE_MAX:  # row L of the table is the mask of a sample of length L
             ar = np.arange(size + 1)[:, None] > (ar if self.side == "right" else size - 1 - ar)
-        else:
-            ar = np.zeros(0)  # not used: sequence_mask
-        entry: tuple[Any, dict, Any] = (pad.numpy() if kind is np.ndarray else pad, {}, ar)
-        self._lean_cache[(kind, size, dtype)] = entry
+        else:  # True * size + False * size (right): the mask rows are its windows
+            ar = np.arange(2 * size) < size if self.side == "right" else np.arange(2 * size) >= size
+        np_dtype = numpy_dtype(tdtype)  # from np_rows rows on, numpy allocates the output
+        np_rows = -(-NUMPY_MIN_BYTES // max(pad.nbytes, 1)) if np_dtype is not None else 1 << 62
+        pad_buffer = pad.numpy() if kind is np.ndarray else pad
+        entry: tuple[Any, dict, Any, Any, int, dict] = (pad_buffer, {}, ar, np_dtype, np_rows, {})
+        self._lean_cache[key] = entry
         return entry
 
     def _collate_bare_padded(
@@ -574,6 +627,27 @@ _NUMEL: dict[type, Any] = {
     np.ndarray: operator.attrgetter("size"),
 }
 _TRUE = np.ones(4096, dtype=np.bool_)
+#: Masks of rows longer than ``_MASK_TABLE_MAX``: up to this many rows, one concatenate of
+#: windows of a pattern (a ``memmove`` per row), from here on the run-length ``sequence_mask``
+#: (one pass, but a byte at a time; it wins when the rows are many).
+_MASK_ROWS_MAX = 16
+
+
+def _pattern_rows(
+    pattern: np.ndarray, cache: dict[int, np.ndarray], sizes: list[int], size: int, side: str
+) -> list[np.ndarray]:
+    """The mask row of each length in ``sizes``: a window of ``pattern`` (``True * size +
+    False * size`` for right padding, the reverse for left), cached per length."""
+    try:
+        return list(map(cache.__getitem__, sizes))
+    except KeyError:
+        for length in sizes:
+            if length not in cache:
+                start = size - length if side == "right" else length
+                cache[length] = pattern[start : start + size]
+        return list(map(cache.__getitem__, sizes))
+
+
 #: Row lengths up to which :meth:`PadCollator._collate_bare` keeps a table of mask rows (4 MiB).
 _MASK_TABLE_MAX = 2047
 _DTYPE = operator.attrgetter("dtype")

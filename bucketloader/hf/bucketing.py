@@ -319,17 +319,24 @@ class AudioRows(Dataset):
         return {**out, **row}
 
 
-def pad_token_id_of(pad_token_id: Any, tokenizer: Any) -> int:
-    """The pad id from the argument or a tokenizer-like object's ``pad_token_id``."""
+def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") -> int:
+    """The pad id from the argument or a tokenizer-like object's ``pad_token_id`` (errors name
+    ``owner``, the function the user called)."""
     if pad_token_id is None and tokenizer is not None:
         pad_token_id = getattr(tokenizer, "pad_token_id", None)
         if pad_token_id is None:
             raise ValueError(
-                f"tokenizer {type(tokenizer).__name__} has pad_token_id=None; set one (e.g. "
-                "tokenizer.pad_token = tokenizer.eos_token) or pass pad_token_id="
+                f"{owner} needs a pad token id, but got pad_token_id=None and tokenizer "
+                f"{type(tokenizer).__name__} has pad_token_id=None; set one on the tokenizer "
+                "(tokenizer.pad_token = tokenizer.eos_token) or pass "
+                f"{owner}(..., pad_token_id=<int>)"
             )
     if pad_token_id is None:
-        raise ValueError("pass pad_token_id=<int> or tokenizer=<an object with .pad_token_id>")
+        raise ValueError(
+            f"{owner} needs a pad token id, but got pad_token_id=None and no tokenizer; pass "
+            f"{owner}(..., pad_token_id=<int>) or {owner}(..., tokenizer=<a tokenizer with a "
+            "pad token>)"
+        )
     if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, (int, np.integer)):
         raise TypeError(f"pad_token_id must be an int, got pad_token_id={pad_token_id!r}")
     return int(pad_token_id)

@@ -152,7 +152,7 @@ def for_packing(
         >>> batch["position_ids"].tolist()
         [[0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 2, 3, 4, 5, 0, 1]]
     """
-    pad = pad_token_id_of(pad_token_id, tokenizer)
+    pad = pad_token_id_of(pad_token_id, tokenizer, "for_packing")
     check_choice("attention", attention, ATTENTION)  # before the lengths are read
     _check_seq_idx(return_seq_idx, attention)
     sampler = PackSampler(lengths(dataset, column), **options)

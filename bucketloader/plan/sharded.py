@@ -91,11 +91,27 @@ the global histogram). Nothing else crosses ranks.
    where shards are large (the ranks' counts differ by about the square root of a cell's count)
    and a large share of tiny shards.
 
+9. *Fill* (``ShardedSampler(last_batch="fill")``; ``"pad"``, the default, leaves the filler
+   rows of 3 as masked padding). The schedule is the same; every slot a rank's samples leave
+   empty in a cell's batches holds a *repeat* of a sample the rank places in that cell this
+   epoch (so it fits the batch's shape), a real row that is trained on (``sample_mask`` True),
+   as ``BucketSampler(last_batch="fill")`` tops a cell's last step up with repeats of the
+   cell. The repeats are the cell's placed samples from the last one back, cyclically (the
+   epoch's shuffled order, so a function of ``(seed, epoch, rank)`` and the rank's rows): the
+   first batches repeat the last batches' samples, and a batch repeats its own samples only
+   when the cell has fewer samples than rows. A cell where the rank places nothing repeats the
+   samples of the last shorter cell where it places some (they fit too), else the stand-in of
+   4 (then a real row). Every sample is still in the epoch (once, plus its repeats); the
+   report counts the repeats (``repeated``) and, as ``BucketSampler``'s report does, counts
+   their elements as real ones in the padding. ``"drop"`` and ``"keep"`` are refused: a rank
+   that drops or shrinks a batch another rank fills leaves the ranks out of step.
+
 Every sample of every shard is in every epoch exactly once (placed in its cell or promoted, on
-its own rank or, with exchange (8), on the rank that received it) unless deferral (7) is on;
-filler rows, promotions, deferrals and moves are counted in the report. A rank's memory is
-O(its shard): its lengths, the cell of each, one permutation per epoch and the ``ranks x K``
-table (with exchange, plus the moved rows' global ids).
+its own rank or, with exchange (8), on the rank that received it; with fill, 9, plus its
+repeats) unless deferral (7) is on; filler rows (or repeats), promotions, deferrals and moves
+are counted in the report. A rank's memory is O(its shard): its lengths, the cell of each,
+one permutation per epoch and the ``ranks x K`` table (with exchange, plus the moved rows'
+global ids).
 """
 
 from __future__ import annotations
@@ -240,6 +256,42 @@ def exchange_table(table: np.ndarray) -> np.ndarray:
     return out
 
 
+def exchange_cells(table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Samples every rank plans in every cell once the ranks exchange under fill (NOTE
+    [ Sharded plan ] 9), and the copies each rank sends.
+
+    Every cell is dealt on its own: a rank keeps at most ``cap = ceil(n_c / R)`` of its
+    ``n_c`` samples of cell ``c`` and the rest go to the ranks with room, in rank order; the
+    ranks still below ``cap`` then receive *copies* (repeats) of rows of the ranks that keep
+    ``cap`` of their own, dealt round-robin, so every rank plans ``cap`` rows of every cell.
+
+    Returns:
+        ``(planned, dealt, copies)``, each ``(R, K)``: the rows every rank plans (``cap`` in
+        every column), its own and moved samples among them, and the copies it sends.
+
+    Example:
+        >>> planned, dealt, copies = exchange_cells(np.array([[1, 4], [0, 0], [0, 1]]))
+        >>> planned.tolist(), dealt.tolist(), copies.tolist()
+        ([[1, 2], [1, 2], [1, 2]], [[1, 2], [0, 2], [0, 1]], [[2, 1], [0, 0], [0, 0]])
+    """
+    table = np.asarray(table, dtype=np.int64)
+    ranks = table.shape[0]
+    cap = -(-table.sum(axis=0) // ranks)
+    keep = np.minimum(table, cap[None, :])
+    dealt = keep.copy()
+    copies = np.zeros_like(table)
+    for c in range(table.shape[1]):
+        room = cap[c] - keep[:, c]
+        dealt[:, c] += _deal(int((table[:, c] - keep[:, c]).sum()), room, np.zeros_like(room))
+        full = np.flatnonzero(keep[:, c] == cap[c])  # own rows at cap: the senders
+        short = int((cap[c] - dealt[:, c]).sum())
+        if short and full.size:
+            each, extra = divmod(short, full.size)
+            copies[full, c] = each
+            copies[full[:extra], c] += 1
+    return np.broadcast_to(cap, table.shape).copy(), dealt, copies
+
+
 def _deal(count: int, room: np.ndarray, slack: np.ndarray) -> np.ndarray:
     """``count`` samples over the ranks' ``room``: up to each rank's ``slack`` first (the
     largest slack first, ties by rank), then the rest by room in rank order."""
@@ -294,7 +346,13 @@ def exchange_moves(table: np.ndarray, planned: np.ndarray) -> np.ndarray:
 
 
 def give_rows(
-    by_cell: np.ndarray, counts: np.ndarray, moves: np.ndarray, *, rank: int, seed: int
+    by_cell: np.ndarray,
+    counts: np.ndarray,
+    moves: np.ndarray,
+    *,
+    rank: int,
+    seed: int,
+    copies: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The rows rank ``rank`` keeps and the rows it gives (NOTE [ Sharded plan ] 8).
 
@@ -303,6 +361,9 @@ def give_rows(
         counts: ``(K,)`` the rank's samples per cell.
         moves: every rank's moves (:func:`exchange_moves`).
         rank, seed: as the sampler's.
+        copies: ``(K,)`` of the rows the moves give per cell, how many are copies the rank
+            keeps too (fill, NOTE [ Sharded plan ] 9: :func:`exchange_cells`): drawn after the
+            given rows, cyclically from the kept ones.
 
     Returns:
         ``(kept, given)``: ``by_cell`` without the given rows (still sorted by cell), and the
@@ -321,11 +382,17 @@ def give_rows(
     start = np.concatenate([[0], np.cumsum(counts)])
     keep = np.ones(by_cell.size, dtype=bool)
     given = []
+    lent = np.zeros_like(give) if copies is None else np.asarray(copies, dtype=np.int64)
     for c in np.flatnonzero(give).tolist():
         rng = np.random.default_rng(np.random.SeedSequence([seed, _EXCHANGE, rank, c]))
-        pick = start[c] + np.sort(rng.choice(int(counts[c]), int(give[c]), replace=False))
+        moved = int(give[c] - lent[c])
+        pick = start[c] + np.sort(rng.choice(int(counts[c]), moved, replace=False))
         keep[pick] = False
         given.append(by_cell[pick])
+        if lent[c]:  # copies of kept rows, cyclically in a fixed order
+            stay = np.flatnonzero(keep[start[c] : start[c + 1]]) + start[c]
+            stay = stay[rng.permutation(stay.size)]
+            given.append(by_cell[stay[np.arange(int(lent[c])) % stay.size]])
     if not given:
         return by_cell, by_cell[:0]
     return by_cell[keep], np.concatenate(given)
@@ -401,6 +468,7 @@ def shard_schedule(
     even: bool = False,
     multiple_of: int = 1,
     shared_stand_in: bool = False,
+    per_cell: bool = False,
 ) -> ShardSchedule:
     """The schedule every rank derives alone from the ``(ranks, K)`` table of per-cell counts.
 
@@ -415,6 +483,10 @@ def shard_schedule(
         shared_stand_in: every rank can hold one row of the shortest cell as a stand-in (with
             exchange, NOTE [ Sharded plan ] 8: every rank reads every row), so every cell may
             get steps; ``False``: a cell some rank has no sample at or below gets none (3).
+        per_cell: every cell's slots per rank hold the most samples any rank has there, so no
+            sample is promoted (with exchange and fill, NOTE [ Sharded plan ] 9: the cells are
+            dealt evenly and the rest of a cell's slots hold repeats of it); needs
+            ``shared_stand_in`` (a rank may have no sample of a cell with steps).
 
     Example:
         >>> s = shard_schedule(np.array([[5, 2], [3, 4]]), np.array([2, 2]))
@@ -429,6 +501,7 @@ def shard_schedule(
     ranks, k = table.shape
     # need[c]: slots every rank needs in cells >= c (the most samples any rank has there)
     need = np.cumsum(table[:, ::-1], axis=1)[:, ::-1].max(axis=0)
+    most = table.max(axis=0)  # per_cell: a cell's slots per rank hold its fullest rank's
     reach = np.cumsum(table, axis=1) > 0  # rank r has a sample at or below cell c
     # the first cell every rank can fill (with a shared stand-in: the first with a sample)
     first = int(np.argmax(reach.any(axis=0) if shared_stand_in else reach.all(axis=0)))
@@ -437,7 +510,7 @@ def shard_schedule(
     rows = batch.copy()
     above = 0  # slots per rank in the cells above c
     for c in range(k - 1, first - 1, -1):
-        want = max(int(need[c]) - above, 0)
+        want = int(most[c]) if per_cell else max(int(need[c]) - above, 0)
         b = int(batch[c])
         s = -(-want // b)
         r = b if (s == 0 or not even) else -(-want // s)
@@ -469,6 +542,10 @@ class ShardEpochPlan:
         cells: cell of every step's batch (its planned shape).
         stand_in: the sample an empty batch holds (a sample of the rank's shortest cell, or
             with exchange a row of the shortest cell every rank shares).
+        repeats: with ``last_batch="fill"`` (NOTE [ Sharded plan ] 9), the repeated samples
+            that top up the batches, batch by batch (``None`` without fill).
+        repeat_starts: where each step's repeats start in ``repeats``.
+        num_repeats: repeats of each step's batch (its rows less ``num_real``).
     """
 
     placed: np.ndarray
@@ -476,16 +553,24 @@ class ShardEpochPlan:
     num_real: np.ndarray
     cells: np.ndarray
     stand_in: int
+    repeats: np.ndarray | None = None
+    repeat_starts: np.ndarray | None = None
+    num_repeats: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.cells.size)
 
     def batch(self, i: int) -> np.ndarray:
-        """Sample indices of step ``i``'s batch (one stand-in when it has no sample)."""
+        """Sample indices of step ``i``'s batch: its samples, then (``last_batch="fill"``, 9)
+        its repeats; one stand-in when it has neither."""
         n = int(self.num_real[i])
+        e = 0 if self.num_repeats is None else int(self.num_repeats[i])
+        s = int(self.starts[i])
+        if e:
+            r = int(self.repeat_starts[i])  # type: ignore[index]
+            return np.concatenate([self.placed[s : s + n], self.repeats[r : r + e]])  # type: ignore[index]
         if n == 0:
             return np.array([self.stand_in], dtype=self.placed.dtype)
-        s = int(self.starts[i])
         return self.placed[s : s + n]
 
 
@@ -500,6 +585,7 @@ def plan_shard_epoch(
     shuffle: bool,
     deferred: np.ndarray | None = None,
     stand_in: int | None = None,
+    fill: bool = False,
 ) -> ShardEpochPlan:
     """Rank ``rank``'s batches of ``epoch`` (NOTE [ Sharded plan ]).
 
@@ -513,6 +599,8 @@ def plan_shard_epoch(
             :func:`defer_table`; NOTE [ Sharded plan ] 7), or ``None``.
         stand_in: the row an empty batch holds (default: the first of the rank's shortest
             cell; with exchange, NOTE [ Sharded plan ] 8, one row every rank shares).
+        fill: top every batch up to its cell's rows with repeats of the rank's samples placed
+            in the cell (NOTE [ Sharded plan ] 9) instead of leaving filler rows.
 
     Example:
         >>> s = shard_schedule(np.array([[3, 1], [1, 2]]), np.array([2, 2]))
@@ -520,6 +608,10 @@ def plan_shard_epoch(
         ...                      epoch=0, shuffle=False)
         >>> [p.batch(i).tolist() for i in range(len(p))], p.cells.tolist()
         ([[0, 1], [2, 3]], [0, 1])
+        >>> f = plan_shard_epoch(np.array([3, 4, 5]), np.array([1, 2]), s, rank=1, seed=0,
+        ...                      epoch=0, shuffle=False, fill=True)  # rank 1: 1 filler row
+        >>> [f.batch(i).tolist() for i in range(len(f))], f.num_repeats.tolist()
+        ([[3, 3], [4, 5]], [1, 0])
     """
     k = counts.size
     start = np.concatenate([[0], np.cumsum(counts)])
@@ -529,6 +621,8 @@ def plan_shard_epoch(
     carried = by_cell[:0]
     at = 0
     stand_in = -1 if stand_in is None else stand_in
+    extra: list[list[np.ndarray]] = []  # fill (9): per cell, each batch's repeats
+    source = by_cell[:0]  # the samples the last cell with any placed, its repeats' source
     for c in range(k):
         own = by_cell[start[c] : start[c + 1]]
         d = 0 if deferred is None else int(deferred[c])
@@ -551,6 +645,10 @@ def plan_shard_epoch(
         per = np.full(s, take // s if s else 0, dtype=np.int64)
         per[: take % s if s else 0] += 1
         sizes.append(per)
+        if fill:
+            if take:
+                source = placed[at - take : at]
+            extra.append(_repeats(source, int(schedule.rows[c]) - per, stand_in))
     steps = schedule.steps
     total = int(steps.sum())
     step_cell = np.repeat(np.arange(k), steps)
@@ -560,13 +658,36 @@ def plan_shard_epoch(
     pick = np.lexsort((step_cell, (step_j + u) / np.maximum(steps[step_cell], 1)))
     per_batch = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
     first = np.concatenate([[0], np.cumsum(per_batch)[:-1]]).astype(np.int64)
+    fills: dict[str, np.ndarray] = {}
+    if fill:
+        rows = [r for part in extra for r in part]
+        counts_e = np.array([r.size for r in rows], dtype=np.int64)
+        starts_e = np.concatenate([[0], np.cumsum(counts_e)[:-1]]).astype(np.int64)
+        fills = {
+            "repeats": np.concatenate(rows) if rows else by_cell[:0],
+            "repeat_starts": starts_e[pick],
+            "num_repeats": counts_e[pick],
+        }
     return ShardEpochPlan(
         placed=placed,
         starts=first[pick],
         num_real=per_batch[pick],
         cells=step_cell[pick],
         stand_in=stand_in,
+        **fills,
     )
+
+
+def _repeats(source: np.ndarray, want: np.ndarray, stand_in: int) -> list[np.ndarray]:
+    """Each batch's repeats (NOTE [ Sharded plan ] 9): ``want[j]`` for batch ``j``, taken
+    cyclically from the end of ``source`` (the samples the cell places, in the epoch's order:
+    the first batches repeat the last batches' samples, so a batch repeats its own only when
+    the cell has fewer samples than rows), or the stand-in when the rank has none yet."""
+    if not source.size:
+        source = np.array([stand_in], dtype=source.dtype)
+    at = np.concatenate([[0], np.cumsum(want)]).astype(np.int64)
+    order = source[::-1][np.arange(int(at[-1])) % source.size]
+    return [order[at[j] : at[j + 1]] for j in range(want.size)]
 
 
 def _rotation(

@@ -248,14 +248,15 @@ def state_keys(
     }
 
 
-#: A pass's counters of samples it read but left out, and why (both streams' names).
+#: A pass's counters of samples it read but left out, and why (both streams' names; each reads
+#: after "<n> samples" as a sentence).
 _LEFT_OUT = {
     "too_short": "shorter than min_length",
-    "too_long": "by overflow='drop'",
-    "overflow_dropped": "by overflow='drop'",
-    "oversize": "by TokenBudget(oversize='drop')",
+    "too_long": "dropped by overflow='drop'",
+    "overflow_dropped": "dropped by overflow='drop'",
+    "oversize": "dropped by TokenBudget(oversize='drop')",
     "left_over": "left over when steps_per_epoch ran out",
-    "tail_dropped": "by last_batch='drop'",
+    "tail_dropped": "dropped by last_batch='drop'",
 }
 
 
@@ -268,12 +269,13 @@ def _warn_at_end(
     (an empty or exhausted source: an epoch of no step)."""
     yield from batches
     stats = engine.stats
-    parts = [f"{stats[k]:,} {why}" for k, why in _LEFT_OUT.items() if stats.get(k)]
-    left_out = sum(int(stats.get(k) or 0) for k in _LEFT_OUT)  # each engine counts its own
+    counts = [(int(stats.get(k) or 0), why) for k, why in _LEFT_OUT.items()]
+    parts = [f"{n:,} {'sample' if n == 1 else 'samples'} {why}" for n, why in counts if n]
+    left_out = sum(n for n, _ in counts)  # each engine counts its own
     if parts and left_out > LOSS_WARNING * engine.read:
         warnings.warn(
-            f"this {owner} leaves out {', '.join(parts)}; samples its pass read in epoch "
-            f"{epoch}: {engine.read:,} (report() counts them by kind)",
+            f"this {owner} leaves out {', '.join(parts)}; its pass read {engine.read:,} samples "
+            f"in epoch {epoch} (report() counts them by kind)",
             UserWarning,
             stacklevel=2,
         )
