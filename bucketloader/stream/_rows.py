@@ -157,8 +157,8 @@ class RowPass(Pass):
         super().__init__(cfg, epoch, worker, skip=skip, stats=STATS, every=every)
         self.next_id = 0
         self.tokens_read = 0
-        # open rows, oldest first: id -> [free, [(pos, piece), ...], [sample, ...], opened at]
-        # (tokens_read when opened); caps: sorted (free, id)
+        # open rows, oldest first: id -> [free, [(pos, piece), ...], [sample, ...], opened at
+        # (tokens_read when opened), [size in the row, ...]]; caps: sorted (free, id)
         self.rows: dict[int, list[Any]] = {}
         self.caps: list[tuple[int, int]] = []
         self.ready: list[tuple[list[tuple[int, int]], list[Any]]] = []
@@ -212,13 +212,14 @@ class RowPass(Pass):
         else:
             rid = self.next_id
             self.next_id += 1
-            free, row = o.row_length, [o.row_length, [], [], self.tokens_read]
+            free, row = o.row_length, [o.row_length, [], [], self.tokens_read, []]
             self.rows[rid] = row
         self.tokens_read += size
         free -= size
         row[0] = free
         row[1].append(item)
         row[2].append(sample)
+        row[4].append(size)
         if free == 0 or len(row[1]) >= o.max_per_row:
             self._close(rid)
         else:
@@ -319,11 +320,13 @@ class RowPass(Pass):
         self.stats["left_over"] = len(self._positions())
 
     def _repack(self) -> None:
-        """Pack the documents of the open rows again, offline (tighter than closing them)."""
+        """Pack the documents of the open rows again, offline (tighter than closing them), by
+        the sizes they took in their rows (a cut document's length_fn need not measure the cut
+        part: a length column, special tokens)."""
         docs = [
-            (item, sample, self.o.measure(sample))
+            (item, sample, size)
             for rid in sorted(self.rows)
-            for item, sample in zip(self.rows[rid][1], self.rows[rid][2], strict=True)
+            for item, sample, size in zip(*self.rows[rid][1:3], self.rows[rid][4], strict=True)
         ]
         self.rows, self.caps = {}, []
         if not docs:
@@ -374,11 +377,16 @@ class RowPass(Pass):
         self.next_id = int(state["next_id"])
         self.tokens_read = int(state["tokens_read"])
         # Every token placed in a row is handed out or still held: a state whose rows (or their
-        # documents) were deleted would lose those documents silently, so it is refused.
+        # documents) were deleted would lose those documents silently, so it is refused. The
+        # handed-out tokens (stats) are measured by length_fn, the placed ones by their size in
+        # the row: the two agree until a document is cut (overflow="split" / "truncate" with a
+        # length_fn that does not measure the cut field: a length column, special tokens), so
+        # the check runs only while no document was cut.
         held = sum(sample_of(x)[1] for items in state["ready"] for x in items) + sum(
             sample_of(x)[1] for _, _, items in state["open"] for x in items
         )
-        if state["phase"] != "done" and self.tokens_read != self.stats["tokens"] + held:
+        cut = self.stats.get("truncated", 0) or self.stats.get("split", 0)
+        if state["phase"] != "done" and not cut and self.tokens_read != self.stats["tokens"] + held:
             raise ValueError(
                 f"state's rows hold {held} tokens and its batches handed out "
                 f"{self.stats['tokens']}, but it placed tokens_read={self.tokens_read} in rows: "
@@ -389,7 +397,13 @@ class RowPass(Pass):
         for rid, opened, items in state["open"]:  # oldest first, as saved
             docs = [sample_of(x) for x in items]
             free = self.o.row_length - sum(d[1] for d in docs)
-            self.rows[int(rid)] = [free, [tuple(x) for x in items], [d[0] for d in docs], opened]
+            self.rows[int(rid)] = [
+                free,
+                [tuple(x) for x in items],
+                [d[0] for d in docs],
+                opened,
+                [d[1] for d in docs],
+            ]
             bisect.insort(self.caps, (free, int(rid)))
         self.ready = [
             ([(int(x[0]), int(x[1])) for x in items], [sample_of(x)[0] for x in items])
