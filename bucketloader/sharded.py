@@ -223,8 +223,8 @@ class ShardedSampler(EpochSampler):
             # the ranks agree before any other collective (a rank built with another exchange=
             # would otherwise never join the exchange's gather); ranks simulated in one process
             # (rank= and num_replicas= both given) join none: one process builds them all
-            own = (rank is None or num_replicas is None) and self.num_replicas > 1
-            if own and initialised() and world_size() == self.num_replicas:
+            joins = (rank is None or num_replicas is None) and self.num_replicas > 1
+            if joins and initialised() and world_size() == self.num_replicas:
                 _gather_arguments(self._arguments(), self.num_replicas, self.rank)
         self.histogram = merge_histograms(hists)
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
