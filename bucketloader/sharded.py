@@ -150,7 +150,9 @@ class ShardedSampler(EpochSampler):
         shard_histograms: every rank's :class:`~bucketloader.LengthHistogram`, in rank order
             (``shard_histograms[rank]`` must describe ``shard_lengths``). Default: gathered once
             from every rank over the initialised ``torch.distributed`` process group (or this
-            shard's alone in a single process).
+            shard's alone in a single process). Given, with ``rank`` or ``num_replicas`` taken
+            from an initialised group, the ranks' arguments are still gathered once and checked;
+            with both given (ranks simulated in one process) nothing is gathered.
         shuffle: shuffle within cells and the step interleave.
         seed: randomness only from ``SeedSequence([seed, epoch, ...])``; the same on every rank.
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
@@ -218,9 +220,11 @@ class ShardedSampler(EpochSampler):
             hists = _gather_histograms(own, self._arguments(), self.num_replicas, self.rank)
         else:
             hists = _check_histograms(shard_histograms, own, self.num_replicas, self.rank)
-            if self.num_replicas > 1 and initialised() and world_size() == self.num_replicas:
-                # the ranks agree before any other collective (a rank built with another
-                # exchange= would otherwise never join the exchange's gather)
+            # the ranks agree before any other collective (a rank built with another exchange=
+            # would otherwise never join the exchange's gather); ranks simulated in one process
+            # (rank= and num_replicas= both given) join none: one process builds them all
+            joins = (rank is None or num_replicas is None) and self.num_replicas > 1
+            if joins and initialised() and world_size() == self.num_replicas:
                 _gather_arguments(self._arguments(), self.num_replicas, self.rank)
         self.histogram = merge_histograms(hists)
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))

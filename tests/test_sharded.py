@@ -310,6 +310,23 @@ def test_merge_histograms_is_exact_and_order_free():
     assert merge_histograms(hists[::-1]) == whole
 
 
+def test_ranks_simulated_in_one_process_join_no_collective(monkeypatch):
+    """Regression: under an initialised group of num_replicas ranks, building every rank's
+    sampler in one process (rank= and num_replicas= given, docs/sharded.md) gathered the
+    arguments per sampler: ranks [0, 0] errors on every process, a hang where one simulates."""
+    import bucketloader.sharded as sharded
+
+    def gather(*args):
+        raise AssertionError("a simulated rank joined a collective")
+
+    monkeypatch.setattr(sharded, "initialised", lambda: True)
+    monkeypatch.setattr(sharded, "world_size", lambda: 2)
+    monkeypatch.setattr(sharded, "_gather_arguments", gather)
+    lengths = np.arange(1, 41)
+    samplers = _samplers(lengths, np.array_split(np.arange(40), 2), num_buckets=2, batch_size=2)
+    assert [len(s) for s in samplers] == [10, 10]
+
+
 def test_bad_input_names_the_rank_and_the_fix():
     lengths = np.array([3, 4, 9, 10])
     h = [LengthHistogram.from_lengths(lengths[:2]), LengthHistogram.from_lengths(lengths[2:])]

@@ -491,8 +491,8 @@ class PadCollator:
         ``T`` alone differs, where the general path would pad along ``T`` (NOTE [ Which dim
         varies ]: the one dim that differs, remembered for the field); ``()`` for any other
         batch."""
-        if len(ndims) != 1 or not self._lean_nd:
-            return (), []
+        if len(ndims) != 1 or not self._lean_nd or min(ndims) < 2:
+            return (), []  # 0-d samples too: the general path words them
         shapes = [tuple(s.shape) for s in samples]
         rest = shapes[0][1:]
         sizes = [s[0] for s in shapes]
