@@ -724,7 +724,10 @@ _ENVELOPE_GAIN = 0.001
 
 def _portable(value: Any) -> str:
     """An option as every process spells it: callables by module and name (their repr holds a
-    memory address that differs per process)."""
+    memory address that differs per process), numpy scalars as the Python numbers they hold (a
+    rank passing ``np.int64(8)`` agrees with one passing ``8``)."""
+    if isinstance(value, np.generic):
+        value = value.item()
     if callable(value) and hasattr(value, "__qualname__"):
         return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
     return repr(value)

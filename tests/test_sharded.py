@@ -944,3 +944,7 @@ def test_defer_spellings_agree_and_numpy_numbers_are_numbers():
     assert digest() == digest(defer=0) == digest(defer=0.0)
     assert digest(defer=0.5) == digest(defer=np.float32(0.5)) == digest(defer=Fraction(1, 2))
     assert digest(defer=0.5) != digest()
+    # a numpy int option is the number it holds (np.int64(8) on one rank, 8 on another agree)
+    sizes = [_samplers(lengths, shards, batch_size=b, num_buckets=2)[0] for b in (np.int64(2), 2)]
+    assert sizes[0]._config_digest() == sizes[1]._config_digest()
+    assert sizes[0]._arguments() == sizes[1]._arguments()
