@@ -483,9 +483,12 @@ class ShardedSampler(EpochSampler):
         if not busy.any():
             return shown
         every = _cell_mean(self.histogram, b, lookup, k)  # where a rank has none of a cell
-        means = [np.where(m > 0, m, every) for m in (_cell_mean(h, b, lookup, k) for h in hists)]
-        if self.exchange:
+        if self.exchange:  # a rank's rows are no longer its own: the cell's mean
             means = [every] * len(hists)
+        else:
+            means = [
+                np.where(m > 0, m, every) for m in (_cell_mean(h, b, lookup, k) for h in hists)
+            ]
         for r, mean in enumerate(means):
             shown -= float((deferred[r] * mean).sum())
             if repeats is not None:
