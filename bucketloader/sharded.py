@@ -440,7 +440,8 @@ class ShardedSampler(EpochSampler):
         rows = s.steps * self.cells.batch
         padded = int((rows * self.cells.lengths[:, 0]).sum()) * self.num_replicas
         real = self._real
-        kept = self.planned
+        promoted = _moved(s, self.planned)
+        filler, filler_all = int(s.filler[self.rank].sum()), int(s.filler.sum())
         moves = self._moves[~self._copied]
         lent = self._moves[self._copied]  # fill with exchange (9): copies are repeats
         empty = 0 if self.fill else 1  # with fill (9) the filler rows are repeats
@@ -448,20 +449,19 @@ class ShardedSampler(EpochSampler):
             rank=self.rank,
             num_samples=self.num_samples,
             steps=s.num_steps,
-            promoted=int(_moved(s, kept)[self.rank]),
-            filler_rows=int(s.filler[self.rank].sum()) * empty,
+            promoted=int(promoted[self.rank]),
+            filler_rows=filler * empty,
             stand_in_batches=int(np.maximum(s.steps - s.placed[self.rank], 0).sum()) * empty,
             padding_ratio=(padded - real) / real if real else 0.0,
-            promoted_all=int(_moved(s, kept).sum()),
-            filler_rows_all=int(s.filler.sum()) * empty,
+            promoted_all=int(promoted.sum()),
+            filler_rows_all=filler_all * empty,
             deferred=int(self.deferred[self.rank].sum()),
             deferred_all=int(self.deferred.sum()),
             moved_out=int(moves[moves[:, 0] == self.rank, 3].sum()),
             moved_in=int(moves[moves[:, 2] == self.rank, 3].sum()),
             moved_all=int(moves[:, 3].sum()),
-            repeated=int(s.filler[self.rank].sum()) * (1 - empty)
-            + int(lent[lent[:, 2] == self.rank, 3].sum()),
-            repeated_all=int(s.filler.sum()) * (1 - empty) + int(lent[:, 3].sum()),
+            repeated=filler * (1 - empty) + int(lent[lent[:, 2] == self.rank, 3].sum()),
+            repeated_all=filler_all * (1 - empty) + int(lent[:, 3].sum()),
         )
 
     def _shown(
