@@ -856,6 +856,7 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
         check_int("num_buckets", options["num_buckets"], minimum=1)
     if "pad_to_multiple_of" in options:
         check_int("pad_to_multiple_of", options["pad_to_multiple_of"], minimum=1)
+    options = dict(options)  # a copy: the rules below respell their option
     if "defer" in options:
         d = options["defer"]
         real = isinstance(d, numbers.Real) and not isinstance(d, (bool, np.bool_))
@@ -866,12 +867,12 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
                 "every sample within two epochs, or defer=0 to show every sample every epoch"
             )
         # one spelling per rule, so ranks that write 0, 0.0 or nothing agree (config digest)
-        options = {k: v for k, v in options.items() if k != "defer"}
+        del options["defer"]
         if d:
             options["defer"] = float(d)
     if "exchange" in options:
         on = check_bool("exchange", options["exchange"])
-        options = {k: v for k, v in options.items() if k != "exchange"}
+        del options["exchange"]
         if on:
             options["exchange"] = True
     if "last_batch" in options:
@@ -890,7 +891,7 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
                 f"or 'fill' (they hold repeats of the rank's samples), got last_batch={last!r}"
             )
         # one spelling per rule, so ranks that write "pad" or nothing agree (config digest)
-        options = {k: v for k, v in options.items() if k != "last_batch"}
+        del options["last_batch"]
         if last == "fill":
             options["last_batch"] = "fill"
     if options.get("exchange") and options.get("defer"):
@@ -908,7 +909,7 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
             "promote=False cannot be honoured; drop promote=False, or use BucketSampler for "
             "batches that never promote"
         )
-    return dict(options)
+    return options
 
 
 def _cell_counts(
