@@ -440,7 +440,8 @@ class ShardedSampler(EpochSampler):
         rows = s.steps * self.cells.batch
         padded = int((rows * self.cells.lengths[:, 0]).sum()) * self.num_replicas
         real = self._real
-        kept = self.planned
+        promoted = _moved(s, self.planned)
+        filler, filler_all = int(s.filler[self.rank].sum()), int(s.filler.sum())
         moves = self._moves[~self._copied]
         lent = self._moves[self._copied]  # fill with exchange (9): copies are repeats
         empty = 0 if self.fill else 1  # with fill (9) the filler rows are repeats
@@ -448,20 +449,19 @@ class ShardedSampler(EpochSampler):
             rank=self.rank,
             num_samples=self.num_samples,
             steps=s.num_steps,
-            promoted=int(_moved(s, kept)[self.rank]),
-            filler_rows=int(s.filler[self.rank].sum()) * empty,
+            promoted=int(promoted[self.rank]),
+            filler_rows=filler * empty,
             stand_in_batches=int(np.maximum(s.steps - s.placed[self.rank], 0).sum()) * empty,
             padding_ratio=(padded - real) / real if real else 0.0,
-            promoted_all=int(_moved(s, kept).sum()),
-            filler_rows_all=int(s.filler.sum()) * empty,
+            promoted_all=int(promoted.sum()),
+            filler_rows_all=filler_all * empty,
             deferred=int(self.deferred[self.rank].sum()),
             deferred_all=int(self.deferred.sum()),
             moved_out=int(moves[moves[:, 0] == self.rank, 3].sum()),
             moved_in=int(moves[moves[:, 2] == self.rank, 3].sum()),
             moved_all=int(moves[:, 3].sum()),
-            repeated=int(s.filler[self.rank].sum()) * (1 - empty)
-            + int(lent[lent[:, 2] == self.rank, 3].sum()),
-            repeated_all=int(s.filler.sum()) * (1 - empty) + int(lent[:, 3].sum()),
+            repeated=filler * (1 - empty) + int(lent[lent[:, 2] == self.rank, 3].sum()),
+            repeated_all=filler_all * (1 - empty) + int(lent[:, 3].sum()),
         )
 
     def _shown(
@@ -483,9 +483,12 @@ class ShardedSampler(EpochSampler):
         if not busy.any():
             return shown
         every = _cell_mean(self.histogram, b, lookup, k)  # where a rank has none of a cell
-        means = [np.where(m > 0, m, every) for m in (_cell_mean(h, b, lookup, k) for h in hists)]
-        if self.exchange:
+        if self.exchange:  # a rank's rows are no longer its own: the cell's mean
             means = [every] * len(hists)
+        else:
+            means = [
+                np.where(m > 0, m, every) for m in (_cell_mean(h, b, lookup, k) for h in hists)
+            ]
         for r, mean in enumerate(means):
             shown -= float((deferred[r] * mean).sum())
             if repeats is not None:
@@ -853,6 +856,7 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
         check_int("num_buckets", options["num_buckets"], minimum=1)
     if "pad_to_multiple_of" in options:
         check_int("pad_to_multiple_of", options["pad_to_multiple_of"], minimum=1)
+    options = dict(options)  # a copy: the rules below respell their option
     if "defer" in options:
         d = options["defer"]
         real = isinstance(d, numbers.Real) and not isinstance(d, (bool, np.bool_))
@@ -863,12 +867,12 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
                 "every sample within two epochs, or defer=0 to show every sample every epoch"
             )
         # one spelling per rule, so ranks that write 0, 0.0 or nothing agree (config digest)
-        options = {k: v for k, v in options.items() if k != "defer"}
+        del options["defer"]
         if d:
             options["defer"] = float(d)
     if "exchange" in options:
         on = check_bool("exchange", options["exchange"])
-        options = {k: v for k, v in options.items() if k != "exchange"}
+        del options["exchange"]
         if on:
             options["exchange"] = True
     if "last_batch" in options:
@@ -887,7 +891,7 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
                 f"or 'fill' (they hold repeats of the rank's samples), got last_batch={last!r}"
             )
         # one spelling per rule, so ranks that write "pad" or nothing agree (config digest)
-        options = {k: v for k, v in options.items() if k != "last_batch"}
+        del options["last_batch"]
         if last == "fill":
             options["last_batch"] = "fill"
     if options.get("exchange") and options.get("defer"):
@@ -905,7 +909,7 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
             "promote=False cannot be honoured; drop promote=False, or use BucketSampler for "
             "batches that never promote"
         )
-    return dict(options)
+    return options
 
 
 def _cell_counts(

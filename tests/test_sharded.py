@@ -374,6 +374,12 @@ def _resumes_exactly(build, epoch=3, head=7):
 
 
 # -- deferral (NOTE [ Sharded plan ] 7) -------------------------------------------------------
+#: Rank 0's deferral warning (once per epoch), silenced where a test does not look for it.
+_QUIET_DEFER = pytest.mark.filterwarnings("ignore:ShardedSampler.defer")
+#: Ranks, fitted buckets and batch size of the property tests over unequal shards.
+_RANKS_BUCKETS_BATCH = (st.integers(2, 5), st.integers(1, 4), st.integers(1, 6))
+
+
 def _shown(sampler, epoch):
     """Per cell: the samples epoch ``epoch`` shows in the cell's own steps or promoted, in
     batch order, and the sorted set."""
@@ -384,13 +390,11 @@ def _shown(sampler, epoch):
     return flat
 
 
-@pytest.mark.filterwarnings("ignore:ShardedSampler.defer")
+@_QUIET_DEFER
 @settings(max_examples=25, deadline=None)
 @given(
     st.lists(st.integers(1, 60), min_size=4, max_size=150),
-    st.integers(2, 5),
-    st.integers(1, 4),
-    st.integers(1, 6),
+    *_RANKS_BUCKETS_BATCH,
     st.booleans(),
     st.sampled_from([0.25, 0.5, 0.75]),
 )
@@ -464,7 +468,7 @@ def test_deferral_pads_like_the_global_plan_counts_and_warns_once_per_epoch():
         next(iter(samplers[1]))  # rank 0 warns, the others count
 
 
-@pytest.mark.filterwarnings("ignore:ShardedSampler.defer")
+@_QUIET_DEFER
 def test_deferral_resumes_exactly_and_its_state_is_its_own():
     lengths = np.asarray(load_real("multi30k"))[:3000, 0]
     shards = np.array_split(np.random.default_rng(2).permutation(lengths.size), 4)
@@ -676,13 +680,11 @@ def _check_fill(samplers, lengths, shards, epoch, exchange):
     return flat
 
 
-@pytest.mark.filterwarnings("ignore:ShardedSampler.defer")
+@_QUIET_DEFER
 @settings(max_examples=15, deadline=None)
 @given(
     st.lists(st.integers(1, 60), min_size=2, max_size=120),
-    st.integers(2, 5),
-    st.integers(1, 4),
-    st.integers(1, 6),
+    *_RANKS_BUCKETS_BATCH,
     st.sampled_from(["own", "defer", "exchange"]),
 )
 def test_fill_tops_every_batch_up_with_repeats_that_fit_and_counts_them(raw, ranks, k, batch, rule):
