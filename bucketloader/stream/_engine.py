@@ -24,6 +24,7 @@ from bucketloader.stream.counters import hand_out
 from bucketloader.stream.source import (
     checkpoint,
     fetch,
+    needed_snapshots,
     open_at,
     reopen,
     replay,
@@ -176,10 +177,7 @@ class Pass:
         """The checkpoints a resume restarts the source at (NOTE [ Seeking a source ]): the
         newest one at or before each buffered sample, and the newest one of all (the live
         iterator), as ``[position, source state]``."""
-        starts = [p for p, _ in self.snaps]
-        need = {bisect.bisect_right(starts, p) - 1 for p in self._held()}
-        need.add(len(self.snaps) - 1)
-        return [list(self.snaps[i]) for i in sorted(need)]
+        return [list(s) for s in needed_snapshots(self.snaps, self._held())]
 
     def _replay_segments(self, segments: list[Any], wanted: set[int], read: int) -> Iterator[Any]:
         """Take the ``wanted`` samples back segment by segment (each from its checkpoint to its
