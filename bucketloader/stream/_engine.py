@@ -24,6 +24,7 @@ from bucketloader.stream.counters import hand_out
 from bucketloader.stream.source import (
     checkpoint,
     fetch,
+    needed_snapshots,
     open_at,
     reopen,
     replay,
@@ -141,9 +142,6 @@ class Pass:
         """The stream positions of every sample the state names (read back on resume)."""
         return self._positions() + self._stand_ins()
 
-    def _oldest(self) -> int:
-        return min(self._held(), default=self.read)
-
     def _snapshot(self) -> None:
         """Checkpoint the source at ``read`` (the sample just read, ``read - 1``, is not placed
         yet: it counts as held), keeping only the checkpoints a resume needs."""
@@ -155,10 +153,11 @@ class Pass:
         if self.o.seekable:  # NOTE [ Seeking a source ]: positions only, the source seeks
             source: dict[str, Any] = {"position": self.read, "state": None, "seek": True}
         else:
-            pos, src = resume_point(self.snaps, self._oldest())
+            held = self._held()  # built once per state (a loop may take one every step)
+            pos, src = resume_point(self.snaps, min(held, default=self.read))
             source = {"position": pos, "state": src}
             if self.o.stateful and len(self.snaps) > 1:
-                source["segments"] = self._segments()
+                source["segments"] = self._segments(held)
         return {
             "format": self.STATE_FORMAT,
             "config": self.o.config,
@@ -172,14 +171,11 @@ class Pass:
             "stats": dict(self.stats),
         }
 
-    def _segments(self) -> list[list[Any]]:
+    def _segments(self, held: list[int]) -> list[list[Any]]:
         """The checkpoints a resume restarts the source at (NOTE [ Seeking a source ]): the
-        newest one at or before each buffered sample, and the newest one of all (the live
-        iterator), as ``[position, source state]``."""
-        starts = [p for p, _ in self.snaps]
-        need = {bisect.bisect_right(starts, p) - 1 for p in self._held()}
-        need.add(len(self.snaps) - 1)
-        return [list(self.snaps[i]) for i in sorted(need)]
+        newest one at or before each ``held`` sample (:meth:`_held`), and the newest one of all
+        (the live iterator), as ``[position, source state]``."""
+        return [list(s) for s in needed_snapshots(self.snaps, held)]
 
     def _replay_segments(self, segments: list[Any], wanted: set[int], read: int) -> Iterator[Any]:
         """Take the ``wanted`` samples back segment by segment (each from its checkpoint to its

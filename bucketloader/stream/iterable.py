@@ -550,11 +550,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             )
         return config
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
-        super().load_state_dict(state)
-        if state["format"] != STATE_FORMAT:
-            return
+    def _check_buffers(self, state: dict[str, Any]) -> None:
         read, k = state["read"], self.cells.num_cells
         held = [state["shuffle"], *state["buckets"]] if len(state["buckets"]) == k else None
         draws = state["draws"]
@@ -564,7 +560,6 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             or not all(isinstance(p, int) and 0 <= p < read for b in held for p in b)
             or not {"start", "used"} <= set(draws)
         ):
-            self._resume = None
             raise ValueError(
                 f"state's buffers do not fit this BucketIterable ({k} buckets, {read} samples "
                 "read): pass a dict from BucketIterable.state_dict(), unedited"

@@ -310,11 +310,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             config.update(num_replicas=self.num_replicas, steps_per_epoch=self.steps_per_epoch)
         return config
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
-        super().load_state_dict(state)
-        if state["format"] != STATE_FORMAT:
-            return
+    def _check_buffers(self, state: dict[str, Any]) -> None:
         read = state["read"]
 
         def docs(items: Any) -> bool:  # [[position, part], ...], positions already read
@@ -331,7 +327,6 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             for r in state["open"]
         )
         if not rows_ok or not all(docs(r) for r in state["ready"]):
-            self._resume = None
             raise ValueError(
                 f"state's open and ready rows do not fit this PackIterable ({read} samples "
                 "read): pass a dict from PackIterable.state_dict(), unedited"

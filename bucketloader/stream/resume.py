@@ -669,8 +669,13 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         if state["format"] == self.STATE_FORMAT:
             if state["source"]["state"] is not None and not is_stateful(self.source):
                 raise ValueError("state holds a source state_dict but the source cannot load one")
+            self._check_buffers(state)
         self.epoch = int(state["epoch"])
         self._resume = state
+
+    def _check_buffers(self, state: dict[str, Any]) -> None:
+        """Refuse an exact ``state`` whose buffers do not fit this stream (an edited state),
+        before :meth:`load_state_dict` takes it: the stream is left as it was."""
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_engine": None}

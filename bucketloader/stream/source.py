@@ -316,10 +316,16 @@ def trim_snapshots(snaps: list[tuple[int, Any]], held: Iterable[int]) -> None:
         >>> [p for p, _ in snaps]
         [0, 128, 192]
     """
+    snaps[:] = needed_snapshots(snaps, held)
+
+
+def needed_snapshots(snaps: list[tuple[int, Any]], held: Iterable[int]) -> list[tuple[int, Any]]:
+    """The snapshots :func:`trim_snapshots` keeps, in position order: the newest one at or before
+    each ``held`` position, and the newest of all."""
     starts = [p for p, _ in snaps]
     keep = {bisect.bisect_right(starts, p) - 1 for p in held}
     keep.add(len(snaps) - 1)
-    snaps[:] = [snaps[i] for i in sorted(keep) if i >= 0]
+    return [snaps[i] for i in sorted(keep) if i >= 0]
 
 
 def resume_point(snaps: list[tuple[int, Any]], oldest: int) -> tuple[int, Any]:
