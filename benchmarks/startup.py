@@ -55,7 +55,8 @@ kinds = {
 """
 
 #: Run in a child process inside one tree: prints {kind: [pass ns/sample, reader ns/sample]}.
-STREAM = r"""
+STREAM = (
+    r"""
 import json, sys, time
 import numpy as np
 import torch
@@ -67,7 +68,9 @@ torch.set_num_threads(1)
 gsm = np.loadtxt(sys.argv[1], dtype=np.int64).sum(axis=1) + 2
 lens = np.random.default_rng(1).choice(gsm, 50_000)
 b = compute_boundaries(lens, 8)
-""" + KINDS + r"""
+"""
+    + KINDS
+    + r"""
 out = {}
 for name, (samples, key) in kinds.items():
     def one_pass():
@@ -87,12 +90,14 @@ for name, (samples, key) in kinds.items():
     out[name] = best
 print(json.dumps(out))
 """
+)
 
 
 #: Run once: both trees' ``_samples.py`` loaded side by side in one process (the module imports
 #: only numpy, and torch for the old one), their length readers alternating; prints
 #: {kind: [before ns/sample, after ns/sample]}.
-READERS = r"""
+READERS = (
+    r"""
 import importlib.util, json, sys, time
 import numpy as np
 import torch
@@ -105,7 +110,9 @@ def load(path, name):
 
 before, after = load(sys.argv[1], "samples_before"), load(sys.argv[2], "samples_after")
 lens = np.random.default_rng(1).integers(5, 400, 50_000)
-""" + KINDS + r"""
+"""
+    + KINDS
+    + r"""
 kinds["dict, int length field"] = ([{"length": int(k), "x": 0} for k in lens], "length")
 out = {}
 for name, (samples, key) in kinds.items():
@@ -120,6 +127,7 @@ for name, (samples, key) in kinds.items():
     out[name] = [t / len(samples) * 1e9 for t in best]
 print(json.dumps(out))
 """
+)
 
 
 def child_cpu(tree: Path, args: list[str]) -> float:
