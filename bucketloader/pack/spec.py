@@ -489,7 +489,8 @@ class PackSpec:
             as_lengths(lengths)  # the clear error
             raise
         if counted is None:  # some documents are longer than the longest row length
-            declared = as_lengths(lengths).copy()  # (the caller's array stays the caller's)
+            # (a plain array is checked only now; the copy keeps the caller's array the caller's)
+            declared = (as_lengths(lengths) if arr is lengths else arr).copy()
             if (declared == 0).any():
                 _refuse_empty(declared)
             sizes = _cut(declared, limit, overflow)
