@@ -93,7 +93,6 @@ Without the counts it is the analogue of L1; with one row length it is ``L1 * L`
 
 from __future__ import annotations
 
-import bisect
 import functools
 import itertools
 import math
@@ -235,7 +234,7 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
     # Documents longer than L / 2 share no row (each room left, L - s, is below every such s):
     # with one row length, one root group per such size, made at once as the loop would.
     half = -(lens[0] // 2)
-    gid = 0 if len(lens) > 1 else bisect.bisect_left(vals, half, key=operator.neg)  # next id
+    gid = 0 if len(lens) > 1 else bisect_left(vals, half, key=operator.neg)  # next id
     contents: list[tuple[int, ...]] = [(g << _MULT | 1,) for g in range(gid)]
     rows = cnt[:gid]
     add_contents, add_rows = contents.append, rows.append

@@ -227,9 +227,8 @@ class PackSpec:
 
     @functools.cached_property
     def _histogram(self) -> tuple[np.ndarray, np.ndarray]:
-        counts = np.bincount(self._sizes, minlength=self.row_lengths[-1] + 1)[1:]
-        vals = np.flatnonzero(counts)[::-1] + 1
-        return vals, counts[vals - 1]
+        limit = self.row_lengths[-1]
+        return _histogram_of(np.bincount(self._sizes, minlength=limit + 1), limit)
 
     # -- the row layout of an epoch, before documents are dealt -----------------------------
     @functools.cached_property
@@ -490,7 +489,8 @@ class PackSpec:
             as_lengths(lengths)  # the clear error
             raise
         if counted is None:  # some documents are longer than the longest row length
-            declared = as_lengths(lengths).copy()  # (the caller's array stays the caller's)
+            # (a plain array is checked only now; the copy keeps the caller's array the caller's)
+            declared = (as_lengths(lengths) if arr is lengths else arr).copy()
             if (declared == 0).any():
                 _refuse_empty(declared)
             sizes = _cut(declared, limit, overflow)
@@ -501,9 +501,7 @@ class PackSpec:
             declared = sizes
             if counts[0]:
                 _refuse_empty(sizes)
-        down = counts[:0:-1]  # documents of each size, largest first
-        at = down.nonzero()[0]
-        histogram = limit - at, down[at]
+        histogram = _histogram_of(counts, limit)
         spec = cls(
             _lengths=declared,
             _sizes=sizes,
@@ -565,6 +563,14 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
             out[a : a + _CHUNK] = part
     out.setflags(write=False)
     return counts, out
+
+
+def _histogram_of(counts: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct sizes, largest first, and the documents of each, from ``counts`` (the
+    documents of each size ``0..limit``; size 0, a dropped document, left out)."""
+    down = counts[:0:-1]  # documents of each size, largest first
+    at = down.nonzero()[0]
+    return limit - at, down[at]
 
 
 def _refuse_empty(lengths: np.ndarray) -> None:
