@@ -64,8 +64,17 @@ def test_bulk_best_fit_is_per_document_bfd(docs, rows):
     else:  # rows of equal room but other lengths may tie: the same lengths and rooms
         assert sorted(x for x, _ in got) == sorted(x for x, _ in want)
         assert sorted(x - f for x, f in got) == sorted(x - f for x, f in want)
-    # few documents per distinct size: the plan is best-fit decreasing itself
-    assert _rows(solve(sizes, counts, rows), rows) == _rows(fit, rows)
+    # search="never" is best-fit decreasing itself; with one row length and few documents per
+    # distinct size "auto" is too; with several, "auto" searches where BFD is far above
+    # capacity_bound, and is never looser than BFD
+    assert _rows(solve(sizes, counts, rows, search="never"), rows) == _rows(fit, rows)
+    auto = solve(sizes, counts, rows)
+    _check_patterns(auto, sizes, counts, rows)
+    if len(rows) == 1:
+        assert _rows(auto, rows) == _rows(fit, rows)
+    else:
+        tokens = [sum(length for length, _ in _rows(p, rows)) for p in (auto, fit)]
+        assert tokens[0] <= tokens[1]
     both = solve(sizes, counts, rows, search="always")  # the search runs: the tighter plan
     _check_patterns(both, sizes, counts, rows)
     tokens = [sum(length for length, _ in _rows(p, rows)) for p in (both, fit)]
