@@ -261,7 +261,7 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             idx = np.unravel_index(int(np.argmax(bad)), arr.shape)
             raise ValueError(
                 f"{name} must be whole numbers, got {arr[idx].item()!r} at index {_fmt(idx)}; "
-                "round lengths up with np.ceil before bucketing"
+                + _whole_hint(arr[idx].item())
             )
     if arr.dtype.kind != "u" and arr.min() < 0:  # min/max: one pass each, no temporary
         idx = np.unravel_index(int(np.argmax(arr < 0)), arr.shape)
@@ -276,6 +276,13 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             idx = np.unravel_index(int(np.argmax(too_big)), arr.shape)
             _raise_too_big(name, _num(arr[idx]), idx)
     return arr if arr.dtype.kind in "iu" else arr.astype(np.int64)  # (as_lengths widens)
+
+
+def _whole_hint(value: float) -> str:
+    """The fix for a length that is not a whole number: np.ceil cannot repair a NaN or an inf."""
+    if math.isfinite(value):
+        return "round lengths up with np.ceil before bucketing"
+    return "a missing (NaN) or infinite length cannot be bucketed: drop or fix that sample"
 
 
 def _is_tensor(value: Any) -> bool:
@@ -326,7 +333,7 @@ def _from_objects(arr: np.ndarray, name: str) -> np.ndarray:
             if not (math.isfinite(f) and f == math.floor(f)):
                 raise ValueError(
                     f"{name} must be whole numbers, got {item!r} at index {_fmt(idx)}; "
-                    "round lengths up with np.ceil before bucketing"
+                    + _whole_hint(f)
                 )
             item = int(f)
         value = int(item)

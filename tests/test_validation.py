@@ -59,9 +59,11 @@ def test_as_lengths_2d_when_allowed():
     ("bad", "kind", "message"),
     [
         ([3, -1, 5], ValueError, r"lengths must be non-negative, got -1 at index 1; .*drop or fix"),
-        ([3.0, float("nan")], ValueError, r"must be whole numbers, got nan at index 1"),
+        ([3.0, float("nan")], ValueError, r"whole numbers, got nan at index 1; .*drop or fix"),
+        (np.array([3, None, 5], dtype=float), ValueError, r"got nan at index 1; .*drop or fix"),
         ([3.0, 2.5], ValueError, r"whole numbers, got 2.5 at index 1; round lengths up"),
-        ([1.0, float("inf")], ValueError, r"whole numbers, got inf at index 1"),
+        ([1.0, float("inf")], ValueError, r"whole numbers, got inf at index 1; .*drop or fix"),
+        (np.array([2, np.nan], dtype=object), ValueError, r"got nan at index 1; .*drop or fix"),
         ([True, False], TypeError, r"must hold integer lengths, got True at index 0; convert"),
         (np.array([True]), TypeError, r"must hold integer lengths, got booleans; .*astype\(int\)"),
         ([[1, 2], (3, False)], TypeError, r"got False at index \(1, 1\)"),
