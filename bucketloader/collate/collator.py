@@ -63,6 +63,7 @@ from bucketloader.collate._pad import (
     NUMPY_MIN_BYTES,
     SCATTER_MAX_ELEMENTS,
     SCATTER_MIN_ROWS,
+    fill_pad,
     fits,
     interleaved_pieces,
     numpy_dtype,
@@ -445,46 +446,76 @@ class PadCollator:
             if (n, size) not in self._shapes:
                 self._raise_unplanned(n, (n, size))
         entry = None
-        if rows == n and len(dtypes) == 1 and size > 0:
+        if len(dtypes) == 1 and size > 0:
             key = (kind, size, first.dtype) if not rest else (kind, size, first.dtype, rest)
             entry = self._lean_cache.get(key)
             if entry is None and (rest or n < SCATTER_MIN_ROWS or size > SCATTER_MAX_ELEMENTS):
                 entry = self._lean_entry(first, size, rest, key)
         if entry is None:
             if rest:
-                return None  # filler rows or mixed dtypes of (T, F) samples: the general path
+                return None  # mixed dtypes of (T, F) samples: the general path
             return self._collate_bare_padded(samples, sizes, rows, size)
         pad, views, ar, np_dtype, np_rows, mask_rows = entry
         pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views), (lo, hi))
-        lens = np.array(sizes, dtype=np.int64)
+        if rows == n:
+            lens = np.array(sizes, dtype=np.int64)
+            real = _TRUE[:n].copy() if n <= _TRUE.size else np.ones(n, bool)
+        else:  # all-padding rows of last_batch="pad": length 0, not real
+            lens = np.zeros(rows, dtype=np.int64)
+            lens[:n] = sizes
+            real = np.zeros(rows, dtype=np.bool_)
+            real[:n] = True
+        # the mask before the samples: the largest write comes last (NOTE [ Where a large
+        # batch is written ] in bucketloader.collate._pad)
+        if ar.ndim == 2:  # a table of the mask rows (row 0, all False, for padding rows): a take
+            mask = ar.take(lens, axis=0)
+        elif rows <= _MASK_ROWS_MAX:  # long rows, few: views of one pattern, one concatenate
+            mask = np.concatenate(_pattern_rows(ar, mask_rows, lens.tolist(), size, self.side))
+            mask = mask.reshape(rows, size)
+        else:  # long rows, many: the run-length mask (one write per byte)
+            mask = sequence_mask(lens[:n], size, rows, self.side)
         try:
-            if kind is np.ndarray:
+            if rows == n and kind is np.ndarray:
                 inputs = torch.from_numpy(np.concatenate(pieces).reshape(n, size, *rest))
-            elif n >= np_rows:  # NOTE [ Where a large batch is written ]
-                inputs = torch.from_numpy(np.empty((n, size, *rest), np_dtype))
-                torch.cat(pieces, out=inputs.view(-1, *rest))
-            else:
+            elif rows == n and rows < np_rows:
                 inputs = torch.cat(pieces).view(n, size, *rest)
+            else:  # NOTE [ Where a large batch is written ]; padding rows filled apart
+                np_alloc = np_dtype if rows >= np_rows else None
+                inputs = self._write_rows(pieces, pad, (rows, size, *rest), n, np_alloc)
         except (RuntimeError, TypeError, ValueError):  # e.g. CUDA samples: the general kernels
             if rest:
                 return None
             return self._collate_bare_padded(samples, sizes, rows, size)
-        if ar.ndim == 2:  # a table of the mask rows: one take
-            mask = ar.take(lens, axis=0)
-        elif n <= _MASK_ROWS_MAX:  # long rows, few: views of one pattern, one concatenate
-            mask = np.concatenate(_pattern_rows(ar, mask_rows, sizes, size, self.side))
-            mask = mask.reshape(n, size)
-        else:  # long rows, many: the run-length mask (one write per byte)
-            mask = sequence_mask(lens, size, n, self.side)
         tmask = torch.from_numpy(mask)
         return {
             BARE_KEY: inputs,
             "lengths": torch.from_numpy(lens),
             cf.MASK_KEY: tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype),
-            "sample_mask": torch.from_numpy(
-                _TRUE[:n].copy() if n <= _TRUE.size else np.ones(n, bool)
-            ),
+            "sample_mask": torch.from_numpy(real),
         }
+
+    def _write_rows(
+        self, pieces: list[Any], pad: Any, shape: tuple[int, ...], n: int, np_dtype: Any
+    ) -> torch.Tensor:
+        """The ``shape`` output of :meth:`_collate_bare`: its first ``n`` rows the concatenated
+        ``pieces``, the others filled with the pad value (one fill, not a piece per row); numpy
+        allocates it when ``np_dtype`` is given (``pad``, the pad buffer, is a numpy array for
+        numpy samples)."""
+        rows, rest = shape[0], shape[2:]
+        if isinstance(pad, np.ndarray):
+            buf = np.empty(shape, pad.dtype)
+            np.concatenate(pieces, out=buf[:n].reshape(-1, *rest))
+            out = torch.from_numpy(buf)
+        else:
+            out = (
+                torch.from_numpy(np.empty(shape, np_dtype))
+                if np_dtype is not None
+                else torch.empty(shape, dtype=pad.dtype)
+            )
+            torch.cat(pieces, out=(out[:n] if n < rows else out).view(-1, *rest))
+        if n < rows:
+            fill_pad(out[n:], self._bare_pad_value(None)[0])  # taken by _lean_entry
+        return out
 
     def _first_dim_varies(self, samples: Any, ndims: set[int]) -> tuple[tuple[int, ...], list[int]]:
         """The trailing dims ``F, ...`` and the lengths ``T`` of ``(T, F, ...)`` samples whose
