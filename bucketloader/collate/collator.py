@@ -455,8 +455,7 @@ class PadCollator:
             if rest:
                 return None  # mixed dtypes of (T, F) samples: the general path
             return self._collate_bare_padded(samples, sizes, rows, size)
-        pad, views, ar, np_dtype, np_rows, mask_rows = entry
-        pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views), (lo, hi))
+        pad, views, ar, np_rows, mask_rows, _ = entry
         if rows == n:
             lens = np.array(sizes, dtype=np.int64)
             real = _TRUE[:n].copy() if n <= _TRUE.size else np.ones(n, bool)
@@ -465,8 +464,13 @@ class PadCollator:
             lens[:n] = sizes
             real = np.zeros(rows, dtype=np.bool_)
             real[:n] = True
-        # the mask before the samples: the largest write comes last (NOTE [ Where a large
-        # batch is written ] in bucketloader.collate._pad)
+        if kind is np.ndarray or rows >= np_rows:
+            try:  # NOTE [ Where a large batch is written ]
+                shape_out = (rows, size, *rest)
+                return self._write_large(samples, sizes, (lo, hi), lens, real, shape_out, entry)
+            except (RuntimeError, TypeError, ValueError):  # e.g. grad-requiring samples
+                return None if rest else self._collate_bare_padded(samples, sizes, rows, size)
+        pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views), (lo, hi))
         if ar.ndim == 2:  # a table of the mask rows (row 0, all False, for padding rows): a take
             mask = ar.take(lens, axis=0)
         elif rows <= _MASK_ROWS_MAX:  # long rows, few: views of one pattern, one concatenate
@@ -475,17 +479,14 @@ class PadCollator:
         else:  # long rows, many: the run-length mask (one write per byte)
             mask = sequence_mask(lens[:n], size, rows, self.side)
         try:
-            if rows == n and kind is np.ndarray:
-                inputs = torch.from_numpy(np.concatenate(pieces).reshape(n, size, *rest))
-            elif rows == n and rows < np_rows:
+            if rows == n:
                 inputs = torch.cat(pieces).view(n, size, *rest)
-            else:  # NOTE [ Where a large batch is written ]; padding rows filled apart
-                np_alloc = np_dtype if rows >= np_rows else None
-                inputs = self._write_rows(pieces, pad, (rows, size, *rest), n, np_alloc)
+            else:  # the padding rows filled apart (one fill, not a piece per row)
+                inputs = torch.empty((rows, size, *rest), dtype=pad.dtype)
+                torch.cat(pieces, out=inputs[:n].view(-1, *rest))
+                fill_pad(inputs[n:], self._bare_pad_value(first)[0])
         except (RuntimeError, TypeError, ValueError):  # e.g. CUDA samples: the general kernels
-            if rest:
-                return None
-            return self._collate_bare_padded(samples, sizes, rows, size)
+            return None if rest else self._collate_bare_padded(samples, sizes, rows, size)
         tmask = torch.from_numpy(mask)
         return {
             BARE_KEY: inputs,
@@ -494,27 +495,54 @@ class PadCollator:
             "sample_mask": torch.from_numpy(real),
         }
 
-    def _write_rows(
-        self, pieces: list[Any], pad: Any, shape: tuple[int, ...], n: int, np_dtype: Any
-    ) -> torch.Tensor:
-        """The ``shape`` output of :meth:`_collate_bare`: its first ``n`` rows the concatenated
-        ``pieces``, the others filled with the pad value (one fill, not a piece per row); numpy
-        allocates it when ``np_dtype`` is given (``pad``, the pad buffer, is a numpy array for
-        numpy samples)."""
-        rows, rest = shape[0], shape[2:]
-        if isinstance(pad, np.ndarray):
-            buf = np.empty(shape, pad.dtype)
-            np.concatenate(pieces, out=buf[:n].reshape(-1, *rest))
-            out = torch.from_numpy(buf)
+    def _write_large(
+        self,
+        samples: Any,
+        sizes: list[int],
+        bounds: tuple[int, int],
+        lens: np.ndarray,
+        real: np.ndarray,
+        shape: tuple[int, ...],
+        entry: tuple,
+    ) -> dict[Any, Any]:
+        """:meth:`_collate_bare` for numpy samples and large outputs (NOTE [ Where a large
+        batch is written ] in :mod:`bucketloader.collate._pad`): every Python step first, then
+        the mask, then one concatenate of the samples and the pad pieces, then one fill of any
+        all-padding rows."""
+        pad, views, ar, _, mask_rows, np_dtype = entry
+        rows, size, rest = shape[0], shape[1], shape[2:]
+        n, side = len(samples), self.side
+        pieces = interleaved_pieces(samples, sizes, size, side, (pad, views), bounds)
+        buf = np.empty(shape, np_dtype)
+        inputs = torch.from_numpy(buf)
+        windows = None
+        if ar.ndim == 2 or rows <= _MASK_ROWS_MAX:
+            mask = np.empty((rows, size), np.bool_)
+            if ar.ndim == 1:
+                windows = _pattern_rows(ar, mask_rows, lens.tolist(), size, side)
+        else:  # the run-length mask, written here
+            mask = sequence_mask(lens[:n], size, rows, side)
+        tmask = torch.from_numpy(mask)
+        out = {
+            BARE_KEY: inputs,
+            "lengths": torch.from_numpy(lens),
+            cf.MASK_KEY: tmask,
+            "sample_mask": torch.from_numpy(real),
+        }
+        pad_value = self._bare_pad_value(samples[0])[0] if n < rows else None
+        # the writes, the largest last: the Python steps above ran in a warm cache
+        if windows is not None:
+            np.concatenate(windows, out=mask.reshape(-1))
+        elif ar.ndim == 2:
+            ar.take(lens, axis=0, out=mask, mode="clip")  # "clip": unbuffered (0 <= lens <= size)
+        if type(pad) is np.ndarray:
+            np.concatenate(pieces, out=(buf if n == rows else buf[:n]).reshape(-1, *rest))
         else:
-            out = (
-                torch.from_numpy(np.empty(shape, np_dtype))
-                if np_dtype is not None
-                else torch.empty(shape, dtype=pad.dtype)
-            )
-            torch.cat(pieces, out=(out[:n] if n < rows else out).view(-1, *rest))
+            torch.cat(pieces, out=(inputs if n == rows else inputs[:n]).view(-1, *rest))
         if n < rows:
-            fill_pad(out[n:], self._bare_pad_value(None)[0])  # taken by _lean_entry
+            buf[n:].fill(pad_value)
+        if self.mask_dtype is not torch.bool:
+            out[cf.MASK_KEY] = tmask.to(self.mask_dtype)
         return out
 
     def _first_dim_varies(self, samples: Any, ndims: set[int]) -> tuple[tuple[int, ...], list[int]]:
@@ -546,11 +574,11 @@ class PadCollator:
 
     def _lean_entry(
         self, first: Any, size: int, rest: tuple[int, ...], key: tuple
-    ) -> tuple[Any, dict, Any, Any, int, dict] | None:
+    ) -> tuple[Any, dict, Any, int, dict, Any] | None:
         """The pad buffer ``(size, *rest)``, its cached views, the mask rows (a ``(size + 1,
         size)`` table up to ``_MASK_TABLE_MAX``, else a pattern whose windows are the rows,
-        :func:`_pattern_rows`), the output's numpy dtype, the rows from which numpy allocates it
-        and the cached mask windows, of :meth:`_collate_bare`, or
+        :func:`_pattern_rows`), the rows from which numpy allocates the output, the cached mask
+        windows and the output's numpy dtype, of :meth:`_collate_bare`, or
         ``None`` (a dtype torch cannot take, or a pad value it cannot hold: the general path
         raises the message)."""
         pad_value = self._bare_pad_value(first)
@@ -567,10 +595,11 @@ class PadCollator:
             ar = np.arange(size + 1)[:, None] > (ar if self.side == "right" else size - 1 - ar)
         else:  # True * size + False * size (right): the mask rows are its windows
             ar = np.arange(2 * size) < size if self.side == "right" else np.arange(2 * size) >= size
-        np_dtype = numpy_dtype(tdtype)  # from np_rows rows on, numpy allocates the output
+        # from np_rows rows on, numpy allocates the output (never for bfloat16, which it lacks)
+        np_dtype = numpy_dtype(tdtype)
         np_rows = -(-NUMPY_MIN_BYTES // max(pad.nbytes, 1)) if np_dtype is not None else 1 << 62
         pad_buffer = pad.numpy() if kind is np.ndarray else pad
-        entry: tuple[Any, dict, Any, Any, int, dict] = (pad_buffer, {}, ar, np_dtype, np_rows, {})
+        entry: tuple[Any, dict, Any, int, dict, Any] = (pad_buffer, {}, ar, np_rows, {}, np_dtype)
         self._lean_cache[key] = entry
         return entry
 
