@@ -408,7 +408,11 @@ class PadCollator:
         n = len(samples)
         first = samples[0]
         kind = type(first)
-        if kind is not torch.Tensor and kind is not np.ndarray:
+        if kind is torch.Tensor:  # the common batch first: NOTE [ The short path ]
+            short = self._short_path(samples, n, first)
+            if short is not None:
+                return short
+        elif kind is not np.ndarray:
             return None
         rest: tuple[int, ...] = ()  # the fixed trailing dims of (T, F, ...) samples
         try:  # one dtype object for the batch also means one kind (numpy's dtypes are not torch's)
@@ -436,7 +440,7 @@ class PadCollator:
                 cells.clear()
             for length in (lo, hi):  # each length's own cell, never the batch's shape
                 own = self._memo.get((None, length))
-                if own is not None and (not self._pad_rows or own in self._shapes):
+                if own is not None and own in self._shapes:  # NOTE [ The short path ]
                     cells[length] = self._shapes_of_cells.setdefault(own, own)
         size = shape[1]
         if self._pad_rows:
@@ -493,6 +497,56 @@ class PadCollator:
             "lengths": torch.from_numpy(lens),
             cf.MASK_KEY: tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype),
             "sample_mask": torch.from_numpy(real),
+        }
+
+    def _short_path(self, samples: Any, n: int, first: torch.Tensor) -> dict[Any, Any] | None:
+        """:meth:`_collate_bare` for the commonest batch, or ``None`` for any other (the full
+        lean path then takes it, from the start).
+
+        NOTE [ The short path ]
+        1-D tensors of one dtype, whose longest and shortest lengths both have a memoised cell,
+        as many as the cell's rows (no all-padding rows), none empty, into an output small
+        enough for ``torch.cat`` to allocate, with a mask table: token batches of 8-32 rows,
+        where ``pad_sequence`` takes 13-16 us and every branch and call of the full path shows
+        (this path is about 1 us shorter). Only memoised cells that are planned shapes are
+        taken here, so the batch's shape needs no other check.
+        """
+        try:
+            if len(set(map(_DTYPE, samples))) != 1 or set(map(_NDIM, samples)) != _ONE_D:
+                return None
+        except AttributeError:  # a sample that is no tensor: the general path words it
+            return None
+        sizes = list(map(torch.Tensor.numel, samples))
+        hi, lo = max(sizes), min(sizes)
+        shape = self._cells.get(hi)
+        if shape is None or self._cells.get(lo) is not shape or n != shape[0] or not lo:
+            return None
+        size = shape[1]
+        entry = self._lean_cache.get((torch.Tensor, size, first.dtype))
+        if entry is None or n >= entry[3] or n > _TRUE.size or entry[2].ndim != 2:
+            return None
+        try:  # the pad pieces (interleaved_pieces, inlined); None for a full row
+            pads = list(map(entry[1].__getitem__, sizes))
+        except KeyError:
+            return None
+        pieces: list[Any] = [None] * (n + n)
+        if self.side == "right":
+            pieces[0::2], pieces[1::2] = samples, pads
+        else:
+            pieces[0::2], pieces[1::2] = pads, samples
+        if hi == size:  # no empty piece in torch.cat (several times slower)
+            pieces = [p for p in pieces if p is not None]
+        lens = np.array(sizes, dtype=np.int64)
+        try:
+            inputs = torch.cat(pieces).view(n, size)
+        except (RuntimeError, TypeError, ValueError):  # e.g. CUDA samples: the full path
+            return None
+        tmask = torch.from_numpy(entry[2].take(lens, axis=0))
+        return {
+            BARE_KEY: inputs,
+            "lengths": torch.from_numpy(lens),
+            cf.MASK_KEY: tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype),
+            "sample_mask": torch.from_numpy(_TRUE[:n].copy()),
         }
 
     def _write_large(
