@@ -408,11 +408,11 @@ class PadCollator:
         n = len(samples)
         first = samples[0]
         kind = type(first)
-        if kind is torch.Tensor:  # the common batch first: NOTE [ The short path ]
+        if kind is torch.Tensor and n * first.nbytes < _SHORT_MAX_BYTES:  # NOTE [ The short path ]
             short = self._short_path(samples, n, first)
             if short is not None:
                 return short
-        elif kind is not np.ndarray:
+        elif kind is not torch.Tensor and kind is not np.ndarray:
             return None
         rest: tuple[int, ...] = ()  # the fixed trailing dims of (T, F, ...) samples
         try:  # one dtype object for the batch also means one kind (numpy's dtypes are not torch's)
@@ -459,22 +459,32 @@ class PadCollator:
             if rest:
                 return None  # mixed dtypes of (T, F) samples: the general path
             return self._collate_bare_padded(samples, sizes, rows, size)
-        pad, views, ar, np_rows, mask_rows, _ = entry
+        pad, views, ar, np_rows, mask_rows, np_dtype = entry
+        pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views), (lo, hi))
+        try:
+            if kind is np.ndarray or rows >= np_rows:  # NOTE [ Where a large batch is written ]
+                buf = np.empty((rows, size, *rest), np_dtype)
+                inputs = torch.from_numpy(buf)
+                if kind is np.ndarray:
+                    np.concatenate(pieces, out=(buf if n == rows else buf[:n]).reshape(-1, *rest))
+                else:
+                    torch.cat(pieces, out=(inputs if n == rows else inputs[:n]).view(-1, *rest))
+            elif rows == n:
+                inputs = torch.cat(pieces).view(n, size, *rest)
+            else:
+                inputs = torch.empty((rows, size, *rest), dtype=pad.dtype)
+                torch.cat(pieces, out=inputs[:n].view(-1, *rest))
+        except (RuntimeError, TypeError, ValueError):  # e.g. CUDA samples: the general kernels
+            return None if rest else self._collate_bare_padded(samples, sizes, rows, size)
         if rows == n:
             lens = np.array(sizes, dtype=np.int64)
             real = _TRUE[:n].copy() if n <= _TRUE.size else np.ones(n, bool)
-        else:  # all-padding rows of last_batch="pad": length 0, not real
+        else:  # all-padding rows of last_batch="pad": one fill, length 0, not real
+            fill_pad(inputs[n:], self._bare_pad_value(first)[0])
             lens = np.zeros(rows, dtype=np.int64)
             lens[:n] = sizes
             real = np.zeros(rows, dtype=np.bool_)
             real[:n] = True
-        if kind is np.ndarray or rows >= np_rows:
-            try:  # NOTE [ Where a large batch is written ]
-                shape_out = (rows, size, *rest)
-                return self._write_large(samples, sizes, (lo, hi), lens, real, shape_out, entry)
-            except (RuntimeError, TypeError, ValueError):  # e.g. grad-requiring samples
-                return None if rest else self._collate_bare_padded(samples, sizes, rows, size)
-        pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views), (lo, hi))
         if ar.ndim == 2:  # a table of the mask rows (row 0, all False, for padding rows): a take
             mask = ar.take(lens, axis=0)
         elif rows <= _MASK_ROWS_MAX:  # long rows, few: views of one pattern, one concatenate
@@ -482,15 +492,6 @@ class PadCollator:
             mask = mask.reshape(rows, size)
         else:  # long rows, many: the run-length mask (one write per byte)
             mask = sequence_mask(lens[:n], size, rows, self.side)
-        try:
-            if rows == n:
-                inputs = torch.cat(pieces).view(n, size, *rest)
-            else:  # the padding rows filled apart (one fill, not a piece per row)
-                inputs = torch.empty((rows, size, *rest), dtype=pad.dtype)
-                torch.cat(pieces, out=inputs[:n].view(-1, *rest))
-                fill_pad(inputs[n:], self._bare_pad_value(first)[0])
-        except (RuntimeError, TypeError, ValueError):  # e.g. CUDA samples: the general kernels
-            return None if rest else self._collate_bare_padded(samples, sizes, rows, size)
         tmask = torch.from_numpy(mask)
         return {
             BARE_KEY: inputs,
@@ -511,12 +512,10 @@ class PadCollator:
         (this path is about 1 us shorter). Only memoised cells that are planned shapes are
         taken here, so the batch's shape needs no other check.
         """
-        try:
-            if len(set(map(_DTYPE, samples))) != 1 or set(map(_NDIM, samples)) != _ONE_D:
-                return None
-        except AttributeError:  # a sample that is no tensor: the general path words it
+        try:  # numel: the length of a 1-D sample (checked below, before any use)
+            sizes = list(map(torch.Tensor.numel, samples))
+        except TypeError:  # a sample that is no tensor: the general path words it
             return None
-        sizes = list(map(torch.Tensor.numel, samples))
         hi, lo = max(sizes), min(sizes)
         shape = self._cells.get(hi)
         if shape is None or self._cells.get(lo) is not shape or n != shape[0] or not lo:
@@ -524,6 +523,8 @@ class PadCollator:
         size = shape[1]
         entry = self._lean_cache.get((torch.Tensor, size, first.dtype))
         if entry is None or n >= entry[3] or n > _TRUE.size or entry[2].ndim != 2:
+            return None
+        if len(set(map(_DTYPE, samples))) != 1 or set(map(_NDIM, samples)) != _ONE_D:
             return None
         try:  # the pad pieces (interleaved_pieces, inlined); None for a full row
             pads = list(map(entry[1].__getitem__, sizes))
@@ -548,56 +549,6 @@ class PadCollator:
             cf.MASK_KEY: tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype),
             "sample_mask": torch.from_numpy(_TRUE[:n].copy()),
         }
-
-    def _write_large(
-        self,
-        samples: Any,
-        sizes: list[int],
-        bounds: tuple[int, int],
-        lens: np.ndarray,
-        real: np.ndarray,
-        shape: tuple[int, ...],
-        entry: tuple,
-    ) -> dict[Any, Any]:
-        """:meth:`_collate_bare` for numpy samples and large outputs (NOTE [ Where a large
-        batch is written ] in :mod:`bucketloader.collate._pad`): every Python step first, then
-        the mask, then one concatenate of the samples and the pad pieces, then one fill of any
-        all-padding rows."""
-        pad, views, ar, _, mask_rows, np_dtype = entry
-        rows, size, rest = shape[0], shape[1], shape[2:]
-        n, side = len(samples), self.side
-        pieces = interleaved_pieces(samples, sizes, size, side, (pad, views), bounds)
-        buf = np.empty(shape, np_dtype)
-        inputs = torch.from_numpy(buf)
-        windows = None
-        if ar.ndim == 2 or rows <= _MASK_ROWS_MAX:
-            mask = np.empty((rows, size), np.bool_)
-            if ar.ndim == 1:
-                windows = _pattern_rows(ar, mask_rows, lens.tolist(), size, side)
-        else:  # the run-length mask, written here
-            mask = sequence_mask(lens[:n], size, rows, side)
-        tmask = torch.from_numpy(mask)
-        out = {
-            BARE_KEY: inputs,
-            "lengths": torch.from_numpy(lens),
-            cf.MASK_KEY: tmask,
-            "sample_mask": torch.from_numpy(real),
-        }
-        pad_value = self._bare_pad_value(samples[0])[0] if n < rows else None
-        # the writes, the largest last: the Python steps above ran in a warm cache
-        if windows is not None:
-            np.concatenate(windows, out=mask.reshape(-1))
-        elif ar.ndim == 2:
-            ar.take(lens, axis=0, out=mask, mode="clip")  # "clip": unbuffered (0 <= lens <= size)
-        if type(pad) is np.ndarray:
-            np.concatenate(pieces, out=(buf if n == rows else buf[:n]).reshape(-1, *rest))
-        else:
-            torch.cat(pieces, out=(inputs if n == rows else inputs[:n]).view(-1, *rest))
-        if n < rows:
-            buf[n:].fill(pad_value)
-        if self.mask_dtype is not torch.bool:
-            out[cf.MASK_KEY] = tmask.to(self.mask_dtype)
-        return out
 
     def _first_dim_varies(self, samples: Any, ndims: set[int]) -> tuple[tuple[int, ...], list[int]]:
         """The trailing dims ``F, ...`` and the lengths ``T`` of ``(T, F, ...)`` samples whose
@@ -765,6 +716,9 @@ def _pattern_rows(
 #: Row lengths up to which :meth:`PadCollator._collate_bare` keeps a table of mask rows (4 MiB).
 _MASK_TABLE_MAX = 2047
 _DTYPE = operator.attrgetter("dtype")
+#: Batches whose first sample times their rows is at least this many bytes skip NOTE [ The short
+#: path ] (their output is about as large as ``NUMPY_MIN_BYTES``, from which it is not taken).
+_SHORT_MAX_BYTES = NUMPY_MIN_BYTES // 2
 
 
 _HINT = (
