@@ -391,17 +391,19 @@ class PadCollator:
 
         NOTE [ The fixed cost of a small batch ]
         ``pad_sequence`` is one C++ call; this path returns four tensors, so at 8-16 rows its
-        Python and dispatch overhead, not the copy, decides the race. A batch whose planned
-        shape is its own (no all-padding rows) takes one pass: the sizes, types and dtypes read
-        once, each length's own cell memoised (the batch takes it when its shortest and
+        Python and dispatch overhead, not the copy, decides the race. A batch takes one pass:
+        the sizes, types and dtypes read once, each length's own cell memoised (the batch takes it when its shortest and
         longest lengths share it; any other batch is checked in full), the pad pieces cached
         views of one pad buffer per (size, dtype, pad value) (which also remembers that the pad
         value fits the dtype), one
         ``torch.cat`` of ``[x_0, pad_0, x_1, ...]`` (no empty piece: ``torch.cat`` slows down
         several times on one), the lengths and both masks from numpy (``Tensor.__len__`` and
         ``torch.ones`` cost more than the numpy equivalents here; the mask is one ``take`` of
-        cached rows). Large batches are written into numpy-allocated memory (NOTE [ Where a
-        large batch is written ] in :mod:`bucketloader.collate._pad`). Samples of more dims take
+        cached rows). The all-padding rows of ``last_batch="pad"`` are one fill after the
+        concatenate of the real rows (length 0, row 0 of the mask table), not a pad piece each.
+        Large batches are written into numpy-allocated memory (NOTE [ Where a large batch is
+        written ] in :mod:`bucketloader.collate._pad`). The commonest batch takes a shorter path
+        still (NOTE [ The short path ]). Samples of more dims take
         this path too when only their first dim differs: the field inference of the general
         path would pick that dim (NOTE [ Which dim varies ]) at several times this cost.
         """
