@@ -392,8 +392,9 @@ class PadCollator:
         NOTE [ The fixed cost of a small batch ]
         ``pad_sequence`` is one C++ call; this path returns four tensors, so at 8-16 rows its
         Python and dispatch overhead, not the copy, decides the race. A batch takes one pass:
-        the sizes, types and dtypes read once, each length's own cell memoised (the batch takes it when its shortest and
-        longest lengths share it; any other batch is checked in full), the pad pieces cached
+        the sizes, types and dtypes read once, each length's own cell memoised (the batch takes
+        it when its shortest and longest lengths share it; any other batch is checked in full),
+        the pad pieces cached
         views of one pad buffer per (size, dtype, pad value) (which also remembers that the pad
         value fits the dtype), one
         ``torch.cat`` of ``[x_0, pad_0, x_1, ...]`` (no empty piece: ``torch.cat`` slows down
