@@ -582,6 +582,7 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
             counts = part
         else:
             counts += part
+    assert counts is not None  # (arr is not empty)
     out.setflags(write=False)
     return counts, out
 
