@@ -242,12 +242,11 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
     room_of = by_room.get
     open_rooms = sorted(by_room)  # the rooms some group has, increasing
     n_open = len(open_rooms)
-    one = len(lens) == 1
     for i in range(gid, len(cnt)):
         s, c = vals[i], cnt[i]
         here = i << _MULT
+        at = bisect_left(open_rooms, s)
         while c:  # one group per step: m documents of size s in each of k rows
-            at = bisect_left(open_rooms, s)
             if at < n_open:  # the tightest open row that holds s: rows of group g
                 room = open_rooms[at]
                 stack = by_room[room]
@@ -268,14 +267,21 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
                         del open_rooms[at]
                         n_open -= 1
                 add_contents(contents[g] + (here | m,))
-            else:  # no open row holds s: new rows of the smallest row length that does
-                kind = 0 if one else next(j for j, x in enumerate(lens) if x >= s)
+            elif s > lens[0]:  # new rows of the smallest row length that holds s
+                kind = next(j for j, x in enumerate(lens) if x >= s)
                 room = lens[kind]
                 m = room // s
                 k = c // m
                 if not k:
                     m, k = c, 1
                 add_contents((kind << _KIND | here | m,))
+            else:  # no open row holds s: new rows of the shortest row length
+                room = lens[0]
+                m = room // s
+                k = c // m
+                if not k:
+                    m, k = c, 1
+                add_contents((here | m,))
             c -= k * m
             left = room - m * s  # (below s: the next step looks again)
             if left:  # (a full row is never chosen again: not a room)
@@ -284,6 +290,7 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
                     by_room[left] = [gid]
                     insort(open_rooms, left)
                     n_open += 1
+                    at += 1  # (left < s: inserted before the rooms that hold s)
                 else:
                     other.append(gid)
             gid += 1
@@ -299,10 +306,9 @@ _KIND = 2 * _MULT
 
 def _patterns(sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int]) -> Patterns:
     """The live groups of :func:`best_fit` (those with rows) as patterns, in group order."""
-    reps = np.fromiter(rows, np.int64, len(rows))  # (a quarter faster than np.array)
-    live = reps.nonzero()[0]
-    n = live.size
-    chains = [contents[g] for g in live.tolist()]
+    chains = list(itertools.compress(contents, rows))
+    n = len(chains)
+    reps = np.fromiter(filter(None, rows), np.int64, n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, chains), np.int64, n), out=offsets[1:])
     packed = np.fromiter(itertools.chain.from_iterable(chains), np.int64, int(offsets[-1]))
@@ -312,7 +318,7 @@ def _patterns(sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int
     return Patterns(
         sizes=np.asarray(sizes, dtype=np.int64),
         kind=kind,
-        reps=reps[live],
+        reps=reps,
         offsets=offsets,
         items=items,
         mult=mults,
