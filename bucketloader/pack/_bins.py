@@ -34,8 +34,10 @@ than best-fit decreasing, and on long-tailed lengths it can leave more rows (the
 documents, placed first with the closest fill, strand mid-sized ones). Best-fit decreasing runs
 first, in bulk over the histogram: the rows with the same contents and the same room form one
 group, the rooms with a group are kept sorted, so "the tightest row that holds ``s``" is one
-``bisect`` away (the bits of one Python integer, as in the benchmark's baselines, cost three
-big-integer operations per step, 10-20% of the loop); a row chosen for size ``s`` stays the tightest
+``bisect`` away, once per size: its index stays right across the size's steps (a room that
+empties is deleted at that index, and a new room, below ``s``, is inserted before it). The bits
+of one Python integer, as in the benchmark's baselines, cost three big-integer operations per
+step, 10-20% of the loop. A row chosen for size ``s`` stays the tightest
 until its room drops below ``s``, so it takes ``room // s`` documents at once, and all the rows
 of a group take them together (exactly per-document BFD, in one step per group and size). When
 its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
