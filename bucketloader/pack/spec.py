@@ -476,7 +476,7 @@ class PackSpec:
                 several row lengths the row tokens that the long documents need, NOTE
                 [ Lower bounds ]), and from 100k documents per distinct length. The search
                 costs tens of times BFD's planning time on a few thousand documents, once per
-                dataset. ``"never"``: best-fit decreasing only, in at most the time of a
+                dataset. ``"never"``: best-fit decreasing only, in about the time of a
                 careful BFD (up to 1.2% more rows where it misses the bound); ``"always"``: the
                 search wherever BFD is more than 0.1% of its rows above the bound.
 
