@@ -440,7 +440,8 @@ def test_one_pass_reads_every_integer_type():
     length not checked), with the plan, digest and errors of the same lengths as a list."""
     base = [5, 3, 2, 7, 1, 6]
     ref = PackSpec.build(base, row_length=8, batch_size=2)
-    for dtype in (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.uint64):
+    kinds = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.uint64, ">i8", ">u2")
+    for dtype in kinds:
         arr = np.array(base, dtype=dtype)
         spec = PackSpec.build(arr, row_length=300, batch_size=2)
         assert (
@@ -451,7 +452,7 @@ def test_one_pass_reads_every_integer_type():
         arr[1] = 9  # longer than the row: the overflow policy, on the declared lengths
         cut = PackSpec.build(arr, row_length=8, batch_size=2, overflow="truncate")
         assert cut.lengths.tolist()[1] == 9 and cut.sizes.tolist()[1] == 8, dtype
-    for dtype in (np.int8, np.int16, np.int32):  # a negative length: the library's error
+    for dtype in (np.int8, np.int16, np.int32, ">i4"):  # a negative one: the library's error
         with pytest.raises(ValueError, match=r"must be non-negative, got -3 at index 1"):
             PackSpec.build(np.array([4, -3, 2], dtype=dtype), row_length=8, batch_size=2)
     with pytest.raises(ValueError, match=r"must be >= 1 to pack, got 0 at index 2"):

@@ -558,15 +558,14 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
     """``(documents of each length 0..limit, the lengths as a read-only narrow copy)``, or
     ``None`` when a length is negative or above ``limit`` (NOTE [ One pass over the lengths ]).
     ``arr``: a 1-D integer array."""
-    width = arr.dtype.itemsize
     if arr.dtype == np.intp:  # counted as it is: np.bincount refuses a negative length
         seen, direct, check = arr, True, True
     else:  # counted from the narrow copy; the check reads a signed type as the unsigned
         # one (a negative length reads as a huge one), none for an unsigned type that
         # cannot exceed limit
-        signed = arr.dtype.kind == "i"
-        seen, direct = (arr.view(_UNSIGNED[width]) if signed else arr), False
-        check = signed or (1 << 8 * width) - 1 > limit
+        signed = arr.dtype.kind == "i"  # (the unsigned type in the same byte order)
+        seen, direct = (arr.view(arr.dtype.str.replace("i", "u")) if signed else arr), False
+        check = signed or (1 << 8 * arr.dtype.itemsize) - 1 > limit
     out = np.empty(arr.size, dtype=_narrow(limit))
     counts = None
     for a in range(0, arr.size, _CHUNK):
@@ -585,10 +584,6 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
     assert counts is not None  # (arr is not empty)
     out.setflags(write=False)
     return counts, out
-
-
-#: The unsigned type of each width (:func:`_count` checks a signed array through it).
-_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def _histogram_of(counts: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
