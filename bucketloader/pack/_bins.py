@@ -366,16 +366,15 @@ def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int,
             _, chosen = _fill(vals, left, top, cap)
             for i, k in chosen:
                 pattern[i] = pattern.get(i, 0) + k
-        idx = np.fromiter(pattern, dtype=np.int64, count=len(pattern))
-        mult = np.fromiter(pattern.values(), dtype=np.int64, count=len(pattern))
-        order = np.argsort(idx)
-        idx, mult = idx[order], mult[order]
-        r = int((left[idx] // mult).min())
-        left[idx] -= r * mult
+        # (a few items: plain Python, no small numpy arrays)
+        ordered = sorted(pattern.items())
+        r = min(int(left[i]) // k for i, k in ordered)
+        for i, k in ordered:
+            left[i] -= r * k
+            items.append(i)
+            mults.append(k)
         kinds.append(kind)
         reps.append(r)
-        items.extend(idx.tolist())
-        mults.extend(mult.tolist())
         offsets.append(len(items))
     return Patterns(
         sizes=vals,
