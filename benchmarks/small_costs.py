@@ -17,10 +17,11 @@
    packing in the plan's form (each pattern's sizes, documents per size and rows; histogram by
    ``np.bincount``), ``bfd_rows`` only the row count (histogram by ``np.unique``), and up to
    1M documents issue 26's own baseline ``bfd_documents`` (per-document BFD with a free-space
-   bitset over row capacities, every document's row), from N = 1k to 10M documents: long-tailed code-like lengths
-   (lognormal, sigma 1.3, up to 2048 = L), GSM8K question + answer + 2 resampled (L = 1024), and
-   the 2k-document files (the first 2,000 GSM8K pairs at L = 512, the first 2,000 E. coli
-   proteins + 2 at L = 2,400), with ``search="auto"`` (the default) and ``search="never"``.
+   bitset over row capacities, every document's row), from N = 1k to 10M documents:
+   long-tailed code-like lengths (lognormal, sigma 1.3, up to 2048 = L), GSM8K question +
+   answer + 2 resampled (L = 1024), and the 2k-document files (the first 2,000 GSM8K pairs at
+   L = 512, the first 2,000 E. coli proteins + 2 at L = 2,400), with ``search="auto"`` (the
+   default) and ``search="never"``.
    Rows against the L2 lower bound; the median of ``--repeats`` bests of 5 alternating rounds
    (CPU time).
 3. Streams: ``BucketIterable`` (8 buckets, ``batch_size=B``) against a plain
