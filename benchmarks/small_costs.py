@@ -11,8 +11,8 @@
    workers; per shape, the best of 7 alternating rounds of calls (``time.thread_time``: CPU
    time, so the other processes of a shared machine do not count).
 2. Packing plans: ``PackSpec.build`` (what ``PackSampler`` plans with: histogram + solver)
-   against two careful best-fit decreasings written for this benchmark (documents largest
-   first, in bulk per distinct size: the rooms with a free row as bits of one Python integer,
+   against careful best-fit decreasings written for this benchmark (documents largest
+   first; two in bulk per distinct size: the rooms with a free row as bits of one Python integer,
    so the tightest row that fits is one shift and one lowest-bit): ``bfd_packing`` outputs the
    packing in the plan's form (each pattern's sizes, documents per size and rows; histogram by
    ``np.bincount``), ``bfd_rows`` only the row count (histogram by ``np.unique``), and up to
