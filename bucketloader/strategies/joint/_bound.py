@@ -65,13 +65,14 @@ import numpy as np
 from bucketloader.strategies.joint._grid import Grid
 from bucketloader.strategies.joint._lp import solve_lp
 
-#: Distinct reach values per bound evaluation (subgradient steps).
-LEVELS = 96
-#: ... and when pricing the LP's duals, whose reaches take one value per merged row: rounding
-#: them down would hide the candidates the LP needs next.
-LP_LEVELS = 2048
-#: ... and at the smoothed reaches (NOTE [ The LP bound by columns ]).
-MID_LEVELS = 1024
+#: Cuts the proximal bundle keeps (NOTE [ The Lagrangian bound ]).
+BUNDLE = 40
+#: Its first step: this many times Polyak's towards the heuristic's padding.
+STEP_SCALE = 3.0
+#: A step moves the centre when the bound gained at least this share of the model's promise.
+SERIOUS = 0.1
+#: Iterations of the bundle's quadratic program over the simplex.
+QP_STEPS = 200
 #: How far the smoothed reaches sit from the LP's duals towards the best bound's reaches.
 SMOOTH = 0.8
 #: A second point on the smoothing line only where the round's LP took this many times longer
@@ -90,33 +91,11 @@ class Bound:
     log: list | None = None
 
 
-def _snap(
-    reach: np.ndarray, weight: np.ndarray, levels: int = LEVELS
-) -> tuple[np.ndarray, np.ndarray]:
-    """Reaches rounded down to at most ``levels`` values: ``(level per point, values)``."""
-    distinct = np.unique(reach)
-    if distinct.size <= levels:
-        value = distinct
-    else:
-        order = np.argsort(reach)
-        cum = np.cumsum(weight[order])
-        qs = np.searchsorted(cum, np.linspace(0, cum[-1], levels + 1)[:-1], side="right")
-        value = np.unique(reach[order[np.minimum(qs, order.size - 1)]])
-        value[0] = min(value[0], distinct[0])
-    level = np.searchsorted(value, reach, side="right") - 1
-    return level, value
-
-
-def evaluate(
-    grid: Grid, reach: np.ndarray, k: int, levels: int = LEVELS
-) -> tuple[float, np.ndarray, np.ndarray]:
-    """``(L(r'), g(r'), r')`` for ``r'`` = ``reach`` rounded down to at most ``levels`` values."""
-    level, value = _snap(reach, grid.weight, levels)
-    snapped = value[level]
-    g = grid.gains(level, value)
+def evaluate(grid: Grid, reach: np.ndarray, k: int) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(L(r), g(r), r)`` at reaches ``r``, every gain exact (:meth:`Grid.gains_at`)."""
+    g = grid.gains_at(reach)
     top = np.partition(g, g.size - k)[-k:] if g.size > k else g
-    lb = float((grid.weight * snapped).sum() - top.sum())
-    return lb, g, snapped
+    return float((grid.weight * reach).sum() - top.sum()), g, reach
 
 
 def _kth(g: np.ndarray, k: int) -> float:
@@ -124,48 +103,106 @@ def _kth(g: np.ndarray, k: int) -> float:
     return float(np.partition(g, g.size - k)[g.size - k]) if g.size >= k else 0.0
 
 
+def _oracle(grid: Grid, lam: np.ndarray, k: int) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(L, g, s)`` at multipliers ``lam`` (``λ_i = w_i r_i``): the bound, every candidate's gain
+    and a supergradient ``s_i = 1 −`` (how many of the K largest gainers serve point ``i``)."""
+    reach = lam / grid.weight
+    g = grid.gains_at(reach)
+    top = np.argpartition(g, g.size - k)[-k:] if g.size > k else np.arange(g.size)
+    lb = float(lam.sum() - g[top].sum())
+    hit = (grid.covers(top) & (grid.cand_size[top][:, None] < reach[None, :])).sum(axis=0)
+    return lb, g, 1.0 - hit
+
+
+def _simplex_qp(gram: np.ndarray, err: np.ndarray, t: float, steps: int = QP_STEPS) -> np.ndarray:
+    """``argmin_α α·err + t/2 · αᵀ gram α`` over the simplex (accelerated projected gradient)."""
+    m = err.size
+    alpha = np.full(m, 1.0 / m)
+    lip = t * float(np.abs(gram).sum(axis=1).max()) + 1e-12  # >= the largest eigenvalue
+    y, tk = alpha.copy(), 1.0
+    for _ in range(steps):
+        z = _to_simplex(y - (err + t * (gram @ y)) / lip)
+        tn = (1.0 + np.sqrt(1.0 + 4.0 * tk * tk)) / 2.0
+        y, alpha, tk = z + (tk - 1.0) / tn * (z - alpha), z, tn
+    return alpha
+
+
+def _to_simplex(v: np.ndarray) -> np.ndarray:
+    """Euclidean projection onto ``{α >= 0, Σ α = 1}``."""
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u)
+    rho = int(np.nonzero(u * np.arange(1, v.size + 1) > css - 1.0)[0][-1])
+    return np.maximum(v - (css[rho] - 1.0) / (rho + 1), 0.0)
+
+
 def lagrangian(
     grid: Grid, k: int, start: np.ndarray, upper: float, deadline: float, target: float
 ) -> Bound:
-    """Subgradient ascent from reaches ``start`` (the heuristic's cell size per point) until the
-    bound is within ``target`` (relative, on the padding) of ``upper``, stalls, or ``deadline``.
+    """A proximal bundle ascent on ``L`` (NOTE [ The Lagrangian bound ]) from reaches ``start``
+    (the heuristic's cell size per point) until the bound is within ``target`` (relative, on the
+    padding) of ``upper``, the model predicts no more gain, or ``deadline``.
 
     ``upper`` and the returned value are on ``Σ w_i · size(cell_i)``.
     """
     const = float((grid.weight * grid.point_size).sum())
-    reach = np.maximum(start.astype(np.float64), grid.point_size)
-    best: Bound | None = None
-    theta, stall, it, cost = 1.0, 0, 0, 0.0
+    floor = grid.weight * grid.point_size
+    centre = np.maximum(start.astype(np.float64), grid.point_size) * grid.weight
+    value, g, sub = _oracle(grid, centre, k)
+    best = Bound(value, centre / grid.weight, g, 1)
+    cuts, errs = [sub], [0.0]
+    gram = np.array([[float(sub @ sub)]])
+    t = STEP_SCALE * max(upper - value, 1.0) / max(float(sub @ sub), 1.0)
+    it, nulls, cost = 1, 0, 0.0
     while True:
+        if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
+            break
+        began = time.perf_counter()
+        if began + cost > deadline:  # NOTE [ Joint time limit and fallbacks ]
+            break
+        err = np.array(errs)
+        alpha = _simplex_qp(gram, err, t)
+        agg = alpha @ np.array(cuts)
+        step = t * agg
+        predicted = float(alpha @ err) + t * float(agg @ agg)
+        if predicted <= 1e-9 * max(1.0, abs(value)):
+            break  # the model sees no ascent left: the centre is (nearly) optimal
+        trial = np.maximum(centre + step, floor)
         it += 1
-        t0 = time.perf_counter()
-        lb, g, snapped = evaluate(grid, reach, k)
-        cost = time.perf_counter() - t0
-        if best is None or lb > best.value:
-            if best is not None and lb > best.value + 1e-6 * max(1.0, abs(upper - const)):
-                stall = 0
-            best = Bound(lb, snapped.copy(), g, it)
-        else:
-            stall += 1
-        pad_gap = upper - best.value
-        if pad_gap <= max(target * max(upper - const, 0.0), 0.5):
-            break
-        if time.perf_counter() + cost > deadline:  # NOTE [ Joint time limit and fallbacks ]
-            break
-        if stall >= 4:
-            theta, stall = theta / 2, 0
-            if theta < 1e-3:
-                break
-            reach = best.reach.copy()
-            continue
-        top = np.argsort(g)[-k:]
-        hit = (grid.covers(top) & (grid.cand_size[top][:, None] < snapped[None, :])).sum(axis=0)
-        sub = 1.0 - hit
-        norm = float((grid.weight * sub * sub).sum())
-        if norm == 0:
-            break  # a zero subgradient: r is optimal
-        step = theta * (upper - lb) / norm
-        reach = np.maximum(snapped + step * sub, grid.point_size)
+        tv, tg, tsub = _oracle(grid, trial, k)
+        if tv > best.value:
+            best = Bound(tv, trial / grid.weight, tg, it)
+        moved = trial - centre
+        if tv - value >= SERIOUS * predicted:  # a serious step: the centre moves
+            if tv - value >= 0.5 * predicted and nulls == 0:
+                t *= 1.5
+            shift = np.array([float(c @ moved) for c in cuts])
+            errs = list(np.maximum(err + (value - tv) + shift, 0.0))
+            centre, value, nulls = trial, tv, 0
+            new_err = 0.0
+        else:  # a null step: only the model learns
+            nulls += 1
+            if nulls % 5 == 0:
+                t *= 0.7
+            new_err = max(0.0, tv - float(tsub @ moved) - value)
+        # keep the cuts the step used, the aggregate of the others, and the new one
+        if len(cuts) >= BUNDLE:
+            used = np.argsort(alpha)[::-1][: BUNDLE - 2]
+            used = used[alpha[used] > 0]
+            rest = float(alpha.sum() - alpha[used].sum())
+            keep_c = [cuts[j] for j in used.tolist()]
+            keep_e = [errs[j] for j in used.tolist()]
+            if rest > 1e-9:
+                others = np.setdiff1d(np.arange(len(cuts)), used)
+                wts = alpha[others] / rest
+                keep_c.append(wts @ np.array([cuts[j] for j in others.tolist()]))
+                keep_e.append(float(wts @ np.array([errs[j] for j in others.tolist()])))
+            cuts, errs = keep_c, keep_e
+            gram = np.array([[float(a @ b) for b in cuts] for a in cuts])
+        row = np.array([float(c @ tsub) for c in cuts])
+        cuts.append(tsub)
+        errs.append(new_err)
+        gram = np.block([[gram, row[:, None]], [row[None, :], np.array([[float(tsub @ tsub)]])]])
+        cost = time.perf_counter() - began
     best.iterations = it
     return best
 
@@ -231,14 +268,14 @@ def lp_bound(
         # price first at reaches between the best bound's and the LP's (smoothing)
         mid = (1 - SMOOTH) * reach + SMOOTH * best.reach
         began = time.perf_counter()
-        lb2, g2, snapped2 = evaluate(grid, mid, k, MID_LEVELS)
+        lb2, g2, snapped2 = evaluate(grid, mid, k)
         spent = time.perf_counter() - began
         if log[-1][3] > LINE_COST * spent and time.perf_counter() + spent < deadline:
             # one more point on the same line: twice as far towards the LP's reaches after a
             # gain, half as far after none (NOTE [ The LP bound by columns ])
             step = (1 - SMOOTH) * (2.0 if lb2 > best.value else 0.5)
             mid = step * reach + (1 - step) * best.reach
-            lb3, g3, snapped3 = evaluate(grid, mid, k, MID_LEVELS)
+            lb3, g3, snapped3 = evaluate(grid, mid, k)
             if lb3 > lb2:
                 lb2, g2, snapped2 = lb3, g3, snapped3
             spent = time.perf_counter() - began
@@ -253,7 +290,7 @@ def lp_bound(
         if time.perf_counter() + spent >= deadline:
             break
         # nothing new there: price at the LP's own reaches
-        lb, g, snapped = evaluate(grid, reach, k, LP_LEVELS)
+        lb, g, snapped = evaluate(grid, reach, k)
         if lb > best.value:
             best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
         if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
