@@ -70,7 +70,7 @@ __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_j
 
 #: The share of the time left after the search that the Lagrangian's bundle ascent gets before the
 #: LP rounds (NOTE [ The Lagrangian bound ]).
-BUNDLE_SHARE = 0.9
+BUNDLE_SHARE = 0.5
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key).
 JOINT_FORMAT = 3
 

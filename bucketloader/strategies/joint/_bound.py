@@ -71,6 +71,10 @@ BUNDLE = 40
 STEP_SCALE = 3.0
 #: A step moves the centre when the bound gained at least this share of the model's promise.
 SERIOUS = 0.1
+#: The bundle stops when its last ``STALL`` iterations closed less than ``STALL_SHARE`` of the
+#: gap left.
+STALL = 30
+STALL_SHARE = 0.03
 #: Iterations of the bundle's quadratic program over the simplex.
 QP_STEPS = 200
 #: How far the smoothed reaches sit from the LP's duals towards the best bound's reaches.
@@ -89,6 +93,7 @@ class Bound:
     gains: np.ndarray
     iterations: int
     log: list | None = None
+    bundle: _Bundle | None = None  # the ascent that found it, to resume (:func:`lp_bound`)
 
 
 def evaluate(grid: Grid, reach: np.ndarray, k: int) -> tuple[float, np.ndarray, np.ndarray]:
@@ -107,11 +112,14 @@ def _oracle(grid: Grid, lam: np.ndarray, k: int) -> tuple[float, np.ndarray, np.
     """``(L, g, s)`` at multipliers ``lam`` (``λ_i = w_i r_i``): the bound, every candidate's gain
     and a supergradient ``s_i = 1 −`` (how many of the K largest gainers serve point ``i``)."""
     reach = lam / grid.weight
-    g = grid.gains_at(reach)
+    value, g, _ = evaluate(grid, reach, k)
+    return value, g, _supergradient(grid, g, reach, k)
+
+
+def _supergradient(grid: Grid, g: np.ndarray, reach: np.ndarray, k: int) -> np.ndarray:
     top = np.argpartition(g, g.size - k)[-k:] if g.size > k else np.arange(g.size)
-    lb = float(lam.sum() - g[top].sum())
     hit = (grid.covers(top) & (grid.cand_size[top][:, None] < reach[None, :])).sum(axis=0)
-    return lb, g, 1.0 - hit
+    return 1.0 - hit
 
 
 def _simplex_qp(gram: np.ndarray, err: np.ndarray, t: float, steps: int = QP_STEPS) -> np.ndarray:
@@ -135,75 +143,119 @@ def _to_simplex(v: np.ndarray) -> np.ndarray:
     return np.maximum(v - (css[rho] - 1.0) / (rho + 1), 0.0)
 
 
-def lagrangian(
-    grid: Grid, k: int, start: np.ndarray, upper: float, deadline: float, target: float
-) -> Bound:
-    """A proximal bundle ascent on ``L`` (NOTE [ The Lagrangian bound ]) from reaches ``start``
-    (the heuristic's cell size per point) until the bound is within ``target`` (relative, on the
-    padding) of ``upper``, the model predicts no more gain, or ``deadline``.
+class _Bundle:
+    """The proximal bundle ascent on ``L`` in ``λ`` (NOTE [ The Lagrangian bound ]), resumable:
+    :meth:`run` until a deadline, :meth:`offer` a point evaluated elsewhere (the LP's)."""
 
-    ``upper`` and the returned value are on ``Σ w_i · size(cell_i)``.
-    """
-    const = float((grid.weight * grid.point_size).sum())
-    floor = grid.weight * grid.point_size
-    centre = np.maximum(start.astype(np.float64), grid.point_size) * grid.weight
-    value, g, sub = _oracle(grid, centre, k)
-    best = Bound(value, centre / grid.weight, g, 1)
-    cuts, errs = [sub], [0.0]
-    gram = np.array([[float(sub @ sub)]])
-    t = STEP_SCALE * max(upper - value, 1.0) / max(float(sub @ sub), 1.0)
-    it, nulls, cost = 1, 0, 0.0
-    while True:
-        if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
-            break
-        began = time.perf_counter()
-        if began + cost > deadline:  # NOTE [ Joint time limit and fallbacks ]
-            break
-        err = np.array(errs)
-        alpha = _simplex_qp(gram, err, t)
-        agg = alpha @ np.array(cuts)
-        step = t * agg
-        predicted = float(alpha @ err) + t * float(agg @ agg)
-        if predicted <= 1e-9 * max(1.0, abs(value)):
-            break  # the model sees no ascent left: the centre is (nearly) optimal
-        trial = np.maximum(centre + step, floor)
-        it += 1
-        tv, tg, tsub = _oracle(grid, trial, k)
-        if tv > best.value:
-            best = Bound(tv, trial / grid.weight, tg, it)
-        moved = trial - centre
-        if tv - value >= SERIOUS * predicted:  # a serious step: the centre moves
-            if tv - value >= 0.5 * predicted and nulls == 0:
-                t *= 1.5
-            shift = np.array([float(c @ moved) for c in cuts])
-            errs = list(np.maximum(err + (value - tv) + shift, 0.0))
-            centre, value, nulls = trial, tv, 0
-            new_err = 0.0
-        else:  # a null step: only the model learns
-            nulls += 1
-            if nulls % 5 == 0:
-                t *= 0.7
-            new_err = max(0.0, tv - float(tsub @ moved) - value)
-        # keep the cuts the step used, the aggregate of the others, and the new one
-        if len(cuts) >= BUNDLE:
+    def __init__(self, grid: Grid, k: int, start: np.ndarray, upper: float) -> None:
+        self.grid, self.k, self.upper = grid, k, upper
+        self.floor = grid.weight * grid.point_size
+        self.centre = np.maximum(start.astype(np.float64), grid.point_size) * grid.weight
+        self.value, g, sub = _oracle(grid, self.centre, k)
+        self.best = Bound(self.value, self.centre / grid.weight, g, 1)
+        self.cuts, self.errs = [sub], [0.0]
+        self.gram = np.array([[float(sub @ sub)]])
+        self.t = STEP_SCALE * max(upper - self.value, 1.0) / max(float(sub @ sub), 1.0)
+        self.it, self.nulls, self.cost = 1, 0, 0.0
+        self.history = [self.value]
+        self.done = False  # converged, or stalled since the centre last moved
+
+    def run(self, deadline: float, target: float) -> Bound:
+        """Iterate until the bound is within ``target`` (relative, on the padding) of ``upper``,
+        the model predicts no ascent, progress stalls, or the last step's cost no longer fits
+        before ``deadline``; returns the best :class:`Bound` so far."""
+        grid, const = self.grid, float((self.grid.weight * self.grid.point_size).sum())
+        while not self.done:
+            gap = self.upper - self.best.value
+            if gap <= max(target * max(self.upper - const, 0.0), 0.5):
+                break
+            h = self.history
+            if len(h) > STALL and self.best.value - h[-STALL] < STALL_SHARE * gap:
+                self.done = True  # slow progress: the LP rounds take over
+                break
+            began = time.perf_counter()
+            if began + self.cost > deadline:  # NOTE [ Joint time limit and fallbacks ]
+                break
+            err = np.array(self.errs)
+            alpha = _simplex_qp(self.gram, err, self.t)
+            agg = alpha @ np.array(self.cuts)
+            predicted = float(alpha @ err) + self.t * float(agg @ agg)
+            if predicted <= 1e-9 * max(1.0, abs(self.value)):
+                self.done = True  # the model sees no ascent left: the centre is optimal
+                break
+            trial = np.maximum(self.centre + self.t * agg, self.floor)
+            value, g, sub = _oracle(grid, trial, self.k)
+            self.it += 1
+            if value - self.value >= SERIOUS * predicted:  # a serious step
+                if value - self.value >= 0.5 * predicted and self.nulls == 0:
+                    self.t *= 1.5
+                self._move(trial, value, err)
+            else:  # a null step: only the model learns
+                self.nulls += 1
+                if self.nulls % 5 == 0:
+                    self.t *= 0.7
+            self._add(trial, value, g, sub, alpha)
+            self.history.append(self.best.value)
+            self.cost = time.perf_counter() - began
+        self.best.iterations = self.it
+        return self.best
+
+    def offer(self, reach: np.ndarray, value: float, g: np.ndarray) -> None:
+        """A point evaluated elsewhere (``L = value``, gains ``g`` at ``reach``): its cut joins
+        the model, and the centre moves there when it is better."""
+        lam = reach * self.grid.weight
+        sub = _supergradient(self.grid, g, reach, self.k)
+        if value > self.value:
+            self._move(lam, value, np.array(self.errs))
+            self.done = False
+        self._add(lam, value, g, sub, None)
+
+    def _move(self, lam: np.ndarray, value: float, err: np.ndarray) -> None:
+        shift = np.array([float(c @ (lam - self.centre)) for c in self.cuts])
+        self.errs = list(np.maximum(err + (self.value - value) + shift, 0.0))
+        self.centre, self.value, self.nulls = lam, value, 0
+
+    def _add(
+        self, lam: np.ndarray, value: float, g: np.ndarray, sub: np.ndarray, alpha: np.ndarray | None
+    ) -> None:
+        if value > self.best.value:
+            self.best = Bound(value, lam / self.grid.weight, g, self.it)
+        new_err = max(0.0, value - float(sub @ (lam - self.centre)) - self.value)
+        if len(self.cuts) >= BUNDLE:  # keep the cuts in use, the aggregate of the others
+            if alpha is None or alpha.size != len(self.cuts):
+                alpha = _simplex_qp(self.gram, np.array(self.errs), self.t)
             used = np.argsort(alpha)[::-1][: BUNDLE - 2]
             used = used[alpha[used] > 0]
             rest = float(alpha.sum() - alpha[used].sum())
-            keep_c = [cuts[j] for j in used.tolist()]
-            keep_e = [errs[j] for j in used.tolist()]
+            cuts = [self.cuts[j] for j in used.tolist()]
+            errs = [self.errs[j] for j in used.tolist()]
             if rest > 1e-9:
-                others = np.setdiff1d(np.arange(len(cuts)), used)
+                others = np.setdiff1d(np.arange(len(self.cuts)), used)
                 wts = alpha[others] / rest
-                keep_c.append(wts @ np.array([cuts[j] for j in others.tolist()]))
-                keep_e.append(float(wts @ np.array([errs[j] for j in others.tolist()])))
-            cuts, errs = keep_c, keep_e
-            gram = np.array([[float(a @ b) for b in cuts] for a in cuts])
-        row = np.array([float(c @ tsub) for c in cuts])
-        cuts.append(tsub)
-        errs.append(new_err)
-        gram = np.block([[gram, row[:, None]], [row[None, :], np.array([[float(tsub @ tsub)]])]])
-        cost = time.perf_counter() - began
-    best.iterations = it
+                cuts.append(wts @ np.array([self.cuts[j] for j in others.tolist()]))
+                errs.append(float(wts @ np.array([self.errs[j] for j in others.tolist()])))
+            self.cuts, self.errs = cuts, errs
+            self.gram = np.array([[float(a @ b) for b in cuts] for a in cuts])
+        row = np.array([float(c @ sub) for c in self.cuts])
+        self.cuts.append(sub)
+        self.errs.append(new_err)
+        corner = np.array([[float(sub @ sub)]])
+        self.gram = np.block([[self.gram, row[:, None]], [row[None, :], corner]])
+
+
+def lagrangian(
+    grid: Grid, k: int, start: np.ndarray, upper: float, deadline: float, target: float
+) -> Bound:
+    """The proximal bundle ascent on ``L`` (NOTE [ The Lagrangian bound ]) from reaches ``start``
+    (the heuristic's cell size per point) until the bound is within ``target`` (relative, on
+    the padding) of ``upper``, it stalls, or ``deadline``. The returned bound keeps the bundle
+    (:func:`lp_bound` resumes it between its LP rounds).
+
+    ``upper`` and the returned value are on ``Σ w_i · size(cell_i)``.
+    """
+    bundle = _Bundle(grid, k, start, upper)
+    best = bundle.run(deadline, target)
+    best.bundle = bundle
     return best
 
 
@@ -229,6 +281,7 @@ def lp_bound(
     top = np.argsort(best.gains)[-4 * k :]
     _add_pairs(grid, pairs, np.union1d(top, cells), best.reach)
     seed: np.ndarray | None = None
+    bundle = best.bundle
     log = best.log = []
     spent = 0.0  # the last bound evaluation's cost (NOTE [ Joint time limit and fallbacks ])
     while time.perf_counter() < deadline:
@@ -281,6 +334,12 @@ def lp_bound(
             spent = time.perf_counter() - began
         if lb2 > best.value:
             best = Bound(lb2, snapped2.copy(), g2, best.iterations + 1, log)
+        if bundle is not None:
+            # the bundle learns the point and ascends as long as this round's LP took
+            bundle.offer(snapped2, lb2, g2)
+            found = bundle.run(min(deadline - spent, time.perf_counter() + log[-1][3]), target)
+            if found.value > best.value:
+                best = Bound(found.value, found.reach, found.gains, found.iterations, log)
         if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):
             break
         kth2 = _kth(g2, k)
@@ -291,6 +350,8 @@ def lp_bound(
             break
         # nothing new there: price at the LP's own reaches
         lb, g, snapped = evaluate(grid, reach, k)
+        if bundle is not None:
+            bundle.offer(snapped, lb, g)
         if lb > best.value:
             best = Bound(lb, snapped.copy(), g, best.iterations + 1, log)
         if upper - best.value <= max(target * max(upper - const, 0.0), 0.5):

@@ -23,10 +23,26 @@ O(levels · grid). Sorted from the largest value down, the points a candidate ga
 ``b`` points, the prefix sums of whole blocks (weights and weighted values, O(n / b · grid))
 give every candidate its whole blocks by one lookup, and the last, partial block (under ``b``
 points) is compared point by point (O(candidates · b)). That is exact, whatever the number of
-levels; :meth:`Grid.gains` takes whichever of the two ways costs less (``b`` about
+levels; :meth:`Grid.gains` takes whichever way costs less (``b`` about
 ``sqrt(n · grid / candidates)``). On GSM8K (3,736 points, a 20,618-point grid, 13,276
 candidates) one evaluation at the bound's 1,024 levels took 1.23 s by levels and 0.69 s by
 blocks (exact) on a machine at load 11 (one run each).
+
+NOTE [ Gains by rows ]
+With two inputs there is an exact way linear in the points, for one value per point (the
+bound's reaches, no levels at all). Take as *rows* the input with fewer grid values. In row
+``x`` the points at or below it (``a_i <= x``) gain on the cells ``(x, y)`` with ``y >= b_i``
+(covered) and ``size(x, y) < r_i``; the size grows with ``y``, so that is one contiguous range
+of ``y`` indices, ``[b_i, e_i)``, with ``e_i`` the first value at or above the threshold
+``r_i − x`` (sum) or ``r_i / x`` (prod): a table lookup for integer lengths (a cell exactly
+at the threshold adds 0 either way, give or take one rounding). On the cells of that range
+the point adds ``w_i · r_i − w_i · size(x, y)``, so two difference arrays per row
+(``Σ w_i r_i`` and ``Σ w_i``, +at ``b_i``, −at ``e_i``; one ``bincount`` for all rows) and a
+cumulative sum along ``y`` give ``gain(x, y) = A − B · size(x, y)`` for every cell at once:
+O(rows · points) work, the (row, point) pairs kept from one call to the next. GSM8K (122 rows,
+about 230,000 pairs): 10-18 ms per evaluation against 110 ms by blocks at the same exact
+reaches (one quiet run each); Europarl and COCO about 1 ms. :meth:`Grid.gains` still prefers
+the prefix sums with few levels (the search's K + 1).
 """
 
 from __future__ import annotations
