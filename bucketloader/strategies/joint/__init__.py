@@ -23,7 +23,9 @@ the clock before each step and starts one only when its last measured cost still
 solvers (HiGHS, or CBC for ``solver="pulp"``) get the time left. What always runs on top is the
 grid, the greedy plan, one bound evaluation and the final assignment (milliseconds on these
 sets; measured: solves return within 0.1 s of the limit, see ``benchmarks/results/joint.md``),
-so even a tiny limit returns a valid plan with a valid bound (``status="time_limit"``). A
+so even a tiny limit returns a valid plan with a valid bound (``status="time_limit"``). The
+solvers' modules are imported before the clock starts (a cold ``scipy.optimize`` took up to
+6 s on a loaded machine, once per process: an import, not the solve). A
 histogram with one input is solved exactly by the 1-D DP (``"optimal"``), whatever the options.
 A grid of more than :data:`._grid.MAX_GRID` points (three inputs, or very many distinct
 lengths) is pre-binned: the cells sit on per-input quantiles (``status="coarsened"``) and the
@@ -69,7 +71,7 @@ from bucketloader.strategies.joint._search import greedy, improve, lattice_drop,
 __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
 
 #: The share of the time left after the search that the Lagrangian's bundle ascent gets before the
-#: LP rounds (NOTE [ The Lagrangian bound ]).
+#: LP rounds (NOTE [ The LP bound by columns ]).
 BUNDLE_SHARE = 0.5
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key).
 JOINT_FORMAT = 3
