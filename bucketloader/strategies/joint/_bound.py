@@ -98,6 +98,8 @@ SERIOUS = 0.1
 #: gap left.
 STALL = 30
 STALL_SHARE = 0.03
+#: The bundle's metric: ``λ_i`` scaled by (point size / mean size) to this power.
+SCALE_POWER = 0.5
 #: Iterations of the bundle's quadratic program over the simplex.
 QP_STEPS = 100
 #: How far the smoothed reaches sit from the LP's duals towards the best bound's reaches.
@@ -173,29 +175,32 @@ class _Bundle:
     def __init__(self, grid: Grid, k: int, start: np.ndarray, upper: float) -> None:
         self.grid, self.k, self.upper = grid, k, upper
         self.floor = grid.weight * grid.point_size
-        self.centre = np.maximum(start.astype(np.float64), grid.point_size) * grid.weight
-        self.value, g, sub = _oracle(grid, self.centre, k)
-        self.best = Bound(self.value, self.centre / grid.weight, g, 1)
+        size = grid.point_size
+        # the ascent runs in mu = lam / scale (a diagonal metric)
+        self.scale = (np.maximum(size, 1.0) / max(float(size.mean()), 1.0)) ** SCALE_POWER
+        self.floor = self.floor / self.scale
+        self.centre = np.maximum(start.astype(np.float64), size) * grid.weight / self.scale
+        self.value, g, sub = self._eval(self.centre)
+        self.best = Bound(self.value, self._reach(self.centre), g, 1)
         self.cuts, self.errs = [sub], [0.0]
         self.gram = np.array([[float(sub @ sub)]])
         self.t = STEP_SCALE * max(upper - self.value, 1.0) / max(float(sub @ sub), 1.0)
         self.it, self.nulls, self.cost = 1, 0, 0.0
         self.history = [self.value]
-        self.done = False  # converged, or stalled since the centre last moved
+        self.done = False  # converged: no ascent left at the centre
 
     def run(self, deadline: float, target: float) -> Bound:
         """Iterate until the bound is within ``target`` (relative, on the padding) of ``upper``,
         the model predicts no ascent, progress stalls, or the last step's cost no longer fits
         before ``deadline``; returns the best :class:`Bound` so far."""
-        grid, const = self.grid, float((self.grid.weight * self.grid.point_size).sum())
+        const = float((self.grid.weight * self.grid.point_size).sum())
+        h, began_at = self.history, len(self.history)
         while not self.done:
             gap = self.upper - self.best.value
             if gap <= max(target * max(self.upper - const, 0.0), 0.5):
                 break
-            h = self.history
-            if len(h) > STALL and self.best.value - h[-STALL] < STALL_SHARE * gap:
-                self.done = True  # slow progress: the LP rounds take over
-                break
+            if len(h) - began_at > STALL and self.best.value - h[-STALL] < STALL_SHARE * gap:
+                break  # slow progress: the LP rounds take over (until the next call)
             began = time.perf_counter()
             if began + self.cost > deadline:  # NOTE [ Joint time limit and fallbacks ]
                 break
@@ -207,7 +212,7 @@ class _Bundle:
                 self.done = True  # the model sees no ascent left: the centre is optimal
                 break
             trial = np.maximum(self.centre + self.t * agg, self.floor)
-            value, g, sub = _oracle(grid, trial, self.k)
+            value, g, sub = self._eval(trial)
             self.it += 1
             if value - self.value >= SERIOUS * predicted:  # a serious step
                 if value - self.value >= 0.5 * predicted and self.nulls == 0:
@@ -226,12 +231,19 @@ class _Bundle:
     def offer(self, reach: np.ndarray, value: float, g: np.ndarray) -> None:
         """A point evaluated elsewhere (``L = value``, gains ``g`` at ``reach``): its cut joins
         the model, and the centre moves there when it is better."""
-        lam = reach * self.grid.weight
-        sub = _supergradient(self.grid, g, reach, self.k)
+        lam = reach * self.grid.weight / self.scale
+        sub = _supergradient(self.grid, g, reach, self.k) * self.scale
         if value > self.value:
             self._move(lam, value, np.array(self.errs))
             self.done = False
         self._add(lam, value, g, sub, None)
+
+    def _eval(self, mu: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        value, g, sub = _oracle(self.grid, mu * self.scale, self.k)
+        return value, g, sub * self.scale
+
+    def _reach(self, mu: np.ndarray) -> np.ndarray:
+        return mu * self.scale / self.grid.weight
 
     def _move(self, lam: np.ndarray, value: float, err: np.ndarray) -> None:
         shift = np.array([float(c @ (lam - self.centre)) for c in self.cuts])
@@ -247,7 +259,7 @@ class _Bundle:
         alpha: np.ndarray | None,
     ) -> None:
         if value > self.best.value:
-            self.best = Bound(value, lam / self.grid.weight, g, self.it)
+            self.best = Bound(value, self._reach(lam), g, self.it)
         new_err = max(0.0, value - float(sub @ (lam - self.centre)) - self.value)
         if len(self.cuts) >= BUNDLE:  # keep the cuts in use, the aggregate of the others
             if alpha is None or alpha.size != len(self.cuts):
