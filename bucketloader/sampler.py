@@ -479,6 +479,7 @@ class BucketSampler(SpecShapes, EpochSampler):
             if promotion.num_promoted:  # else the even plan is the same plan
                 self._even, self.spec, self.promotion = self.spec, spec, promotion
         self._warn_losses()
+        self._warn_empty_shapes()
         if given is not lengths and "cache" not in spec_options:
             self._warn_joint_alone()
 
@@ -589,6 +590,24 @@ class BucketSampler(SpecShapes, EpochSampler):
                 UserWarning,
                 stacklevel=3,
             )
+
+    def _warn_empty_shapes(self) -> None:
+        """Warn when a planned shape is 0 wide in some input (samples of length 0 with a bucket
+        of their own): a ``(B, 0)`` batch breaks most models (attention over no keys)."""
+        spec = self.spec  # (not self.shapes: a subclass's table may not be ready yet)
+        empty = np.flatnonzero((spec.cell_lengths == 0).any(axis=1) & (spec.counts > 0))
+        if not empty.size:
+            return
+        first = tuple(int(x) for x in spec.cell_lengths[empty[0]])
+        warnings.warn(
+            f"this BucketSampler plans {empty.size} cell(s) of width 0 ({first} first, "
+            f"{int(spec.counts[empty].sum())} samples): "
+            "samples of length 0 got a bucket of their own, and most models cannot take an "
+            "empty batch; pass min_length=1, overflow='drop' to leave them out (report() "
+            "counts them), or count special tokens (BOS/EOS) in the lengths",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def _warn_joint_alone(self) -> None:
         """Warn when several ranks each solve a joint plan on their own (NOTE [ One joint plan
