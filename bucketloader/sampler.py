@@ -557,6 +557,18 @@ class BucketSampler(SpecShapes, EpochSampler):
         ``last_batch="drop"`` leave out more than ``LOSS_WARNING`` of the samples."""
         spec = self.spec
         n = int(spec.cell_of_sample.size)
+        if len(self) == 0:  # only last_batch="drop" can empty a plan (the filters raise)
+            per_step = spec.cells.batch * self.num_replicas
+            fullest = int(np.argmax(spec.counts))
+            raise ValueError(
+                f"{type(self).__name__} would make no batch per epoch: with "
+                f"last_batch={spec.last_batch!r} every bucket holds fewer samples than one "
+                f"step takes (the fullest holds {int(spec.counts[fullest]):,}, a step takes "
+                f"{int(per_step[fullest]):,} rows on {self.num_replicas} rank(s)), so all "
+                f"{n:,} samples would be left out; pass last_batch='pad' (the default: the "
+                "short batch is padded) or 'keep', a smaller batch_size / max_tokens, or fewer "
+                "num_buckets"
+            )
         words = {
             "too_short": "min_length",
             "too_long": "max_length",

@@ -209,6 +209,14 @@ class PackSampler(EpochSampler):
         epoch (their documents change per epoch; :meth:`report` counts them exactly)."""
         spec = self.spec
         n = spec.num_documents
+        if len(self) == 0 and spec.num_rows:  # only last_batch="drop" can empty a plan
+            raise ValueError(
+                f"PackSampler would make no batch per epoch: with last_batch="
+                f"{spec.last_batch!r} its {spec.num_rows:,} packed row(s) are fewer than one "
+                f"step takes on {self.num_replicas} rank(s), so every document would be left "
+                "out; pass last_batch='pad' (the default: the short batch is padded) or a "
+                "smaller batch_size / max_tokens"
+            )
         reasons = {}
         if spec.overflow == "drop" and spec.dropped.size:
             reasons["overflow='drop' (longer than the longest row)"] = int(spec.dropped.size)
