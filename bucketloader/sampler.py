@@ -557,7 +557,8 @@ class BucketSampler(SpecShapes, EpochSampler):
         ``last_batch="drop"`` leave out more than ``LOSS_WARNING`` of the samples."""
         spec = self.spec
         n = int(spec.cell_of_sample.size)
-        if len(self) == 0:  # only last_batch="drop" can empty a plan (the filters raise)
+        if not spec.num_steps(self.num_replicas).any():  # only last_batch="drop" can (the
+            # filters raise); the spec's steps, not len(self): a subclass may not be set up yet
             per_step = spec.cells.batch * self.num_replicas
             fullest = int(np.argmax(spec.counts))
             raise ValueError(
