@@ -722,3 +722,14 @@ def test_masked_loss_of_a_batch_with_no_real_row_is_zero():
     loss.backward()
     assert float(loss.detach()) == 0.0
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_an_iterable_train_dataset_is_refused_naming_train_dataset(tmp_path):
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    stream = ds.to_iterable_dataset()
+    match = r"got train_dataset=IterableDataset; pass a map-style datasets.Dataset"
+    with pytest.raises(TypeError, match=match):
+        hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=stream)
+    again = datasets.Dataset.from_generator(lambda: iter(stream))  # the fix the error names
+    trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=again)
+    assert len(trainer.get_train_dataloader()) > 0

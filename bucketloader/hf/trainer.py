@@ -119,6 +119,18 @@ class _BucketMixin:
             )
         if isinstance(bucketing, Bucketing) and kwargs.get("train_dataset") is None:
             kwargs["train_dataset"] = bucketing.dataset
+        train = args[3] if len(args) > 3 else kwargs.get("train_dataset")
+        if not isinstance(bucketing, Bucketing) and _is_stream(train):
+            raise TypeError(
+                f"{type(self).__name__} plans each epoch from the length of every training "
+                f"sample, which a stream does not have up front, but got train_dataset="
+                f"{type(train).__name__}; pass a map-style datasets.Dataset (load_dataset(..., "
+                "streaming=False), or datasets.Dataset.from_generator(lambda: iter(stream)) "
+                "for a stream that fits on disk), or bucketing=Bucketing(sampler, collator, "
+                "dataset) over one. A stream that must stay one: use transformers.Trainer's "
+                "own loader, or a loop over a bucketloader.stream.BucketIterable (docs: "
+                "streams.md)"
+            )
         user_collator = args[2] if len(args) > 2 else kwargs.get("data_collator")
         self._lm = _language_modeling(user_collator, type(self).__name__)
         super().__init__(*args, **kwargs)
@@ -636,6 +648,12 @@ class _BucketMixin:
 class _NoTargets(dict):  # type: ignore[type-arg]
     """A training batch with no real row or target (NOTE [ A step with no real row ]); a
     ``dict`` subclass, so the mark survives ``Trainer._prepare_inputs``."""
+
+
+def _is_stream(dataset: Any) -> bool:
+    """Whether ``dataset`` is iterable only (``datasets.IterableDataset``, a torch
+    ``IterableDataset``): no lengths to plan an epoch from."""
+    return isinstance(dataset, (datasets.IterableDataset, torch.utils.data.IterableDataset))
 
 
 def _is_compiled(model: Any) -> bool:
