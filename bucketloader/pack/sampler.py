@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bucketloader._types import LazyModule
 from bucketloader._validation import check_bool, check_int
 from bucketloader.pack._work import WORK_VERSION
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
@@ -22,7 +23,9 @@ from bucketloader.plan.report import SamplingReport
 from bucketloader.sampler import LOSS_WARNING, EpochSampler, spec_or_build
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bucketloader.pack.collator import PackCollator
+    from bucketloader.pack import collator as pack_collator
+else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
+    pack_collator = LazyModule("bucketloader.pack.collator")
 
 __all__ = ["PackSampler"]
 
@@ -121,7 +124,7 @@ class PackSampler(EpochSampler):
         """The declared lengths ``(N,)``."""
         return self.spec.lengths
 
-    def collator(self, **kwargs: Any) -> PackCollator:
+    def collator(self, **kwargs: Any) -> pack_collator.PackCollator:
         """``PackCollator(self.table, **kwargs)``: lays out every batch at its planned shape."""
         from bucketloader.pack.collator import PackCollator
 
