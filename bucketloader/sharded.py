@@ -281,6 +281,8 @@ class ShardedSampler(EpochSampler):
                 # a row of this rank's shortest cell: the shortest of all ranks' is every
                 # rank's stand-in (shard_schedule(shared_stand_in=True))
                 "stand_in": [int(np.argmax(self.table[self.rank] > 0)), int(ids[by_cell[0]])],  # type: ignore[index]
+                # the ids' span: another rank's ids inside a contiguous span are listed twice
+                "span": [int(ids.min()), int(ids.max()), int(ids.size)],  # type: ignore[union-attr]
             }
             del by_cell, kept, given
             self._received = (gather or _gather_rows)(payload)
@@ -411,6 +413,7 @@ class ShardedSampler(EpochSampler):
                     f"the table says {[int(want[r]) for r in odd]}; every rank must run the same "
                     "version of bucketloader with the same arguments"
                 )
+            _check_disjoint(items, self._kept, fill=self.fill)
             self._stand_in = min(it["stand_in"] for it in items)[1]
             self._by_cell = take_rows(
                 self._kept,
@@ -788,7 +791,52 @@ def _shard_ids(indices: Any, size: int, exchange: bool) -> np.ndarray | None:
             f"shard_indices must be global row ids (>= 0), got {int(ids.min())}; pass the rows' "
             "positions in the whole data set"
         )
+    if ids.size > 1 and not bool((ids[1:] > ids[:-1]).all()):  # not increasing: sort to check
+        order = np.sort(ids)
+        twice = np.flatnonzero(order[1:] == order[:-1])
+        if twice.size:
+            raise ValueError(_twice_message(order[twice[:3]], "this rank's shard"))
     return ids
+
+
+def _twice_message(rows: np.ndarray, where: str) -> str:
+    return (
+        f"shard_indices must list each global row id once over all ranks, but row(s) "
+        f"{rows.tolist()} appear twice in {where} (each would be trained twice per epoch); "
+        "pass disjoint shards, e.g. np.arange(start, stop) or np.arange(rank, n, num_replicas) "
+        "per rank"
+    )
+
+
+def _check_disjoint(items: list[dict[str, Any]], kept: np.ndarray, *, fill: bool) -> None:
+    """The exchange's cheap checks that no row id is listed by two ranks (NOTE [ Sharded plan ]
+    8), from what the exchange gathered anyway (no other collective): a rank whose ids are
+    contiguous owns every id in its span, so another rank's smallest or largest id inside it is
+    listed twice; and (without fill, whose copies repeat rows on purpose) the moved rows are
+    distinct and none is a row the receiving rank kept. Shards that are not contiguous can
+    still share rows no rank moves: those are not seen."""
+    spans = np.array([it.get("span", [0, -1, 0]) for it in items], dtype=np.int64).reshape(-1, 3)
+    lo, hi, n = spans[:, 0], spans[:, 1], spans[:, 2]
+    whole = (n > 0) & (hi - lo + 1 == n)
+    for edge in (lo, hi):
+        inside = whole[:, None] & (lo[:, None] <= edge) & (edge <= hi[:, None]) & (n > 0)
+        np.fill_diagonal(inside, False)
+        if inside.any():
+            r, s = (int(x) for x in np.argwhere(inside)[0])
+            raise ValueError(
+                _twice_message(edge[s : s + 1], f"the shards of ranks {r} and {s}")
+                + f" (rank {r}'s shard is the rows {int(lo[r])}..{int(hi[r])})"
+            )
+    if fill:
+        return
+    given = np.concatenate([np.asarray(it["rows"], dtype=np.int64) for it in items])
+    order = np.sort(given)
+    twice = np.flatnonzero(order[1:] == order[:-1])
+    if twice.size:
+        raise ValueError(_twice_message(order[twice[:3]], "the rows two ranks hand over"))
+    mine = given[np.isin(given, kept)]
+    if mine.size:
+        raise ValueError(_twice_message(mine[:3], "a rank's own rows and the rows it receives"))
 
 
 def _fill_moves(
