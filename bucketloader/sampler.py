@@ -648,7 +648,32 @@ class BucketSampler(SpecShapes, EpochSampler):
                 "batch, so the state cannot resume its epoch exactly. Start that epoch over with "
                 f"sampler.set_epoch({state.get('epoch')!r}), or go on with the next one"
             )
+        if isinstance(saved, dict) and self.spec.joint:
+            self._refuse_other_joint_plan(state, saved)
         super().load_state_dict(state)
+
+    def _refuse_other_joint_plan(self, state: dict[str, Any], saved: dict[str, Any]) -> None:
+        """A joint plan is solved under a wall-clock ``time_limit``, so a restart that solves
+        again (no cache) can plan other cells than the run that saved the state, with the very
+        same arguments; the generic "build the sampler exactly as" cannot fix that, so name
+        what does: a cache, from which every restart reads the saved run's plan."""
+        config = self._config()
+        same = all(saved.get(k) == v for k, v in config.items() if k not in _PLAN_KEYS)
+        if not same or saved.get("plan_digest") == config["plan_digest"]:
+            return
+        status = ", ".join(sorted({str(j.get("status")) for j in self.spec.joint or ()}))
+        epoch = state.get("epoch")
+        nxt = epoch + 1 if isinstance(epoch, int) else "epoch + 1"
+        raise ValueError(
+            f"state is from another plan: plan_digest={saved.get('plan_digest')!r} in the "
+            f"state but {config['plan_digest']!r} in this sampler, whose other options match. "
+            "Unless the lengths differ, the joint plan differs: it is solved under a wall-clock "
+            f"time_limit (status here: {status}), so solving it again can pick other cells from "
+            "the same arguments. Build the sampler with "
+            "cache=True (or a BucketCache on storage every restart sees) so that restarts read "
+            "the saved run's plan. This state cannot resume its epoch under the new plan: go "
+            f"on with sampler.set_epoch({nxt}) instead of load_state_dict"
+        )
 
     def _refuse_older_budget(self, saved_by: str, this: str, **older: Any) -> NoReturn:
         """Refuse a state planned by an older token-budget rule (``saved_by``, where this sampler
@@ -810,6 +835,8 @@ def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, i
 
 
 _STATE_KEYS = frozenset({"version", "epoch", "batches_yielded", "config"})
+#: Config entries that follow from the plan itself (a re-solved joint plan changes them).
+_PLAN_KEYS = frozenset({"plan_digest", "num_batches"})
 
 
 def _warn_unknown_keys(state: dict[str, Any], config: dict[str, Any], owner: str) -> None:

@@ -228,7 +228,7 @@ def _check_sample_weights(weights: Any, spec: BucketSpec) -> np.ndarray:
     bad = ~np.isfinite(arr) | (arr < 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"weights must be finite numbers >= 0, got {arr[i]!r} at index {i}")
+        raise ValueError(f"weights must be finite numbers >= 0, got {arr[i].item()!r} at index {i}")
     kept = spec.cell_of_sample >= 0
     if not math.isfinite(arr[kept].sum()) or arr[kept].sum() <= 0:
         raise ValueError(
