@@ -552,13 +552,18 @@ class BucketSampler(SpecShapes, EpochSampler):
             promotion=self.promotion,
         )
 
+    #: Whether an epoch batches the spec's samples (an empty plan is then refused at
+    #: construction); ``WeightedBucketSampler``'s epochs batch its draws instead.
+    _batches_the_spec = True
+
     def _warn_losses(self) -> None:
         """Warn once, with the count per reason, when the filters, the oversize policy or
         ``last_batch="drop"`` leave out more than ``LOSS_WARNING`` of the samples."""
         spec = self.spec
         n = int(spec.cell_of_sample.size)
-        if not spec.num_steps(self.num_replicas).any():  # only last_batch="drop" can (the
-            # filters raise); the spec's steps, not len(self): a subclass may not be set up yet
+        # only last_batch="drop" can empty a plan (the filters raise); a subclass whose epochs
+        # batch something else (WeightedBucketSampler's draws) is not set up yet here
+        if self._batches_the_spec and not spec.num_steps(self.num_replicas).any():
             per_step = spec.cells.batch * self.num_replicas
             fullest = int(np.argmax(spec.counts))
             raise ValueError(

@@ -16,6 +16,7 @@ from bucketloader import BucketSampler, PackSampler, TokenBudget
 from bucketloader.boundaries import padding_ratio
 from bucketloader.plan import BucketSpec, plan_epoch
 from bucketloader.stream import BucketIterable
+from bucketloader.weighted import WeightedBucketSampler
 
 
 def test_europarl_empty_sentences_error_drop_or_count():
@@ -178,6 +179,11 @@ def test_an_epoch_with_no_batch_is_refused():
     with pytest.raises(ValueError, match=r"PackSampler would make no batch per epoch"):
         PackSampler([5, 6, 7], row_length=8, batch_size=4, last_batch="drop")
     assert len(BucketSampler([5, 6, 7], num_buckets=1, batch_size=4)) == 1  # "pad": one batch
+    # weighted draws fill batches the 3 samples cannot: not an empty epoch
+    drawn = WeightedBucketSampler(
+        [5, 6, 7], weights=[1, 1, 1], num_samples=100, batch_size=4, last_batch="drop"
+    )
+    assert len(drawn) > 20
 
 
 @pytest.mark.parametrize("bad", ["", 0, None, "Pad"])
