@@ -46,7 +46,7 @@ import numpy as np
 from torch.utils.data import ConcatDataset, IterableDataset, Sampler
 from typing_extensions import Unpack
 
-from bucketloader._dist import resolve_ranks
+from bucketloader._dist import dist_ready, resolve_ranks
 from bucketloader._types import LazyModule
 from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
@@ -479,6 +479,8 @@ class BucketSampler(SpecShapes, EpochSampler):
             if promotion.num_promoted:  # else the even plan is the same plan
                 self._even, self.spec, self.promotion = self.spec, spec, promotion
         self._warn_losses()
+        if given is not lengths and "cache" not in spec_options:
+            self._warn_joint_alone()
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
@@ -605,6 +607,22 @@ class BucketSampler(SpecShapes, EpochSampler):
                 UserWarning,
                 stacklevel=3,
             )
+
+    def _warn_joint_alone(self) -> None:
+        """Warn when several ranks each solve a joint plan on their own (NOTE [ One joint plan
+        for every rank ] in :mod:`bucketloader.strategies.joint`): a time-limited solve depends
+        on the machine's load, so two ranks can plan different shapes from the same arguments."""
+        if self.spec.joint is None or self.num_replicas == 1 or dist_ready(self.num_replicas):
+            return
+        warnings.warn(
+            f"this BucketSampler (rank {self.rank} of num_replicas={self.num_replicas}) solved "
+            "its joint plan on its own, with no torch.distributed process group: the solve is "
+            "time-limited, so another rank can plan other shapes from the same arguments. "
+            "Build the sampler after init_process_group (rank 0 then solves for every rank), "
+            "or solve once and give every rank the same BucketSpec (or the same cache= entry)",
+            UserWarning,
+            stacklevel=3,
+        )
 
     # -- resumption ---------------------------------------------------------------------------
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -456,9 +456,15 @@ def test_one_pass_reads_every_integer_type():
         arr[1] = 9  # longer than the row: the overflow policy, on the declared lengths
         cut = PackSpec.build(arr, row_length=8, batch_size=2, overflow="truncate")
         assert cut.lengths.tolist()[1] == 9 and cut.sizes.tolist()[1] == 8, dtype
-    for dtype in (np.int8, np.int16, np.int32, ">i4"):  # a negative one: the library's error
-        with pytest.raises(ValueError, match=r"must be non-negative, got -3 at index 1"):
-            PackSpec.build(np.array([4, -3, 2], dtype=dtype), row_length=8, batch_size=2)
+    for dtype in (np.int8, np.int16, np.int32, ">i4", ">i2"):  # a negative one: the library's
+        # error, also when the row is longer than the signed type's max (a negative length
+        # then reads, unsigned, below the row length: review s5-rev1)
+        for row in (8, 255, 65_535, 70_000):
+            with pytest.raises(ValueError, match=r"must be non-negative, got -\d+ at index 1"):
+                PackSpec.build(np.array([4, -3, 2], dtype=dtype), row_length=row, batch_size=2)
+        low = np.iinfo(dtype).min
+        with pytest.raises(ValueError, match=rf"must be non-negative, got {low} at index 1"):
+            PackSpec.build(np.array([4, low, 2], dtype=dtype), row_length=70_000, batch_size=2)
     with pytest.raises(ValueError, match=r"must be >= 1 to pack, got 0 at index 2"):
         PackSpec.build(np.array([3, 2, 0], dtype=np.uint8), row_length=300, batch_size=2)
 

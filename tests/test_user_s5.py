@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -55,3 +57,15 @@ def test_weighted_error_shows_a_plain_number():
         WeightedBucketSampler(
             [3, 4, 5], [1.0, -1.0, 1.0], num_samples=2, num_buckets=1, batch_size=2
         )
+
+
+def test_ranks_solving_a_joint_plan_alone_are_warned():
+    """s5-user R1: ranks without a process group each solve a time-limited joint plan, which can
+    differ; the sampler says so and how to share one plan (a spec given to every rank: silent)."""
+    pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
+    with pytest.warns(UserWarning, match=r"rank 1 of num_replicas=2\) solved its joint plan"):
+        s = BucketSampler(pairs, max_shapes=3, batch_size=4, num_replicas=2, rank=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BucketSampler(s.spec, num_replicas=2, rank=0)  # the same plan on every rank
+        BucketSampler(pairs, max_shapes=3, batch_size=4)  # one process

@@ -566,11 +566,13 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
         signed = arr.dtype.kind == "i"  # (the unsigned type in the same byte order)
         seen, direct = (arr.view(arr.dtype.str.replace("i", "u")) if signed else arr), False
         check = signed or (1 << 8 * arr.dtype.itemsize) - 1 > limit
+    # a negative length reads above the signed type's max, so that max bounds the check too
+    bound = min(limit, int(np.iinfo(arr.dtype).max))
     out = np.empty(arr.size, dtype=_narrow(limit))
     counts = None
     for a in range(0, arr.size, _CHUNK):
         b = a + _CHUNK
-        if check and seen[a:b].max() > limit:
+        if check and seen[a:b].max() > bound:
             return None
         out[a:b] = arr[a:b]
         try:
