@@ -555,11 +555,29 @@ class BucketSampler(SpecShapes, EpochSampler):
             promotion=self.promotion,
         )
 
+    #: Whether an epoch batches the spec's samples (an empty plan is then refused at
+    #: construction); ``WeightedBucketSampler``'s epochs batch its draws instead.
+    _batches_the_spec = True
+
     def _warn_losses(self) -> None:
         """Warn once, with the count per reason, when the filters, the oversize policy or
         ``last_batch="drop"`` leave out more than ``LOSS_WARNING`` of the samples."""
         spec = self.spec
         n = int(spec.cell_of_sample.size)
+        # only last_batch="drop" can empty a plan (the filters raise); a subclass whose epochs
+        # batch something else (WeightedBucketSampler's draws) is not set up yet here
+        if self._batches_the_spec and not spec.num_steps(self.num_replicas).any():
+            per_step = spec.cells.batch * self.num_replicas
+            fullest = int(np.argmax(spec.counts))
+            raise ValueError(
+                f"{type(self).__name__} would make no batch per epoch: with "
+                f"last_batch={spec.last_batch!r} every bucket holds fewer samples than one "
+                f"step takes (the fullest holds {int(spec.counts[fullest]):,}, a step takes "
+                f"{int(per_step[fullest]):,} rows on {self.num_replicas} rank(s)), so all "
+                f"{n:,} samples would be left out; pass last_batch='pad' (the default: the "
+                "short batch is padded) or 'keep', a smaller batch_size / max_tokens, or fewer "
+                "num_buckets"
+            )
         words = {
             "too_short": "min_length",
             "too_long": "max_length",

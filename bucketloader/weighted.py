@@ -65,6 +65,7 @@ class WeightedBucketSampler(BucketSampler):
     """
 
     _promotes = False  # its epochs batch the draws, not the spec's samples
+    _batches_the_spec = False  # (num_samples draws may fill batches the spec's samples cannot)
 
     def __init__(
         self,

@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bucketloader._dist import comm_device, default_ranks
+from bucketloader._dist import comm_device, default_ranks, world_size
 from bucketloader.solution import JointSolution, Solution, solution_from_dict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -86,7 +86,7 @@ def _agree(rank: int, same: bool, solved: str, device: Any) -> None:
     import torch
     import torch.distributed as dist
 
-    flags = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(dist.get_world_size())]
+    flags = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world_size())]
     dist.all_gather(flags, torch.tensor([int(same)], dtype=torch.int64, device=device))
     odd = [r for r, f in enumerate(flags) if not int(f.item())]
     if odd:

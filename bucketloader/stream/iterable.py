@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from typing_extensions import Unpack
 
 from bucketloader._dist import (
     all_reduce_counts,
@@ -33,7 +34,7 @@ from bucketloader._dist import (
     dist_ready,
     resolve_ranks,
 )
-from bucketloader._types import LengthFn
+from bucketloader._types import LazyModule, LengthFn
 from bucketloader._validation import MissingKeyError, check_int
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
@@ -60,9 +61,9 @@ from bucketloader.stream.source import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from typing_extensions import Unpack
-
-    from bucketloader.collate import PadCollator
+    from bucketloader import collate
+else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
+    collate = LazyModule("bucketloader.collate")
 
 __all__ = ["BucketIterable"]
 
@@ -401,7 +402,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             last_batch=self.last_batch,
         )
 
-    def collator(self, **kwargs: Any) -> PadCollator:
+    def collator(self, **kwargs: Any) -> collate.PadCollator:
         """A :class:`~bucketloader.collate.PadCollator` for these shapes (``kwargs`` as there).
 
         Use ``DataLoader(stream, batch_size=None, collate_fn=stream.collator(...))``. With
