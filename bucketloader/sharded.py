@@ -33,7 +33,7 @@ import hashlib
 import json
 import numbers
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -774,6 +774,18 @@ def _shard_array(shard_lengths: Any) -> np.ndarray:
         lo, hi = int(shard_lengths.min()), int(shard_lengths.max())
         if lo >= 0 and hi < MAX_LENGTH:
             return shard_lengths
+    if isinstance(shard_lengths, Mapping) or np.ndim(shard_lengths) == 2:
+        got = (
+            f"a mapping of {len(shard_lengths)} inputs"
+            if isinstance(shard_lengths, Mapping)
+            else f"shape {np.shape(shard_lengths)}"
+        )
+        raise ValueError(
+            "shard_lengths must be one length per sample (1-D): ShardedSampler plans one input, "
+            f"got {got}; for shapes of "
+            "several inputs (joint shapes) use BucketSampler with {name: lengths}, or pass one "
+            "length per sample (e.g. the longest input)"
+        )
     return as_lengths(shard_lengths, name="shard_lengths")
 
 

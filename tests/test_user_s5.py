@@ -80,3 +80,12 @@ def test_a_shape_of_width_zero_is_warned_with_the_fix():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         BucketSampler(lengths[lengths > 0], num_buckets=3, batch_size=2)
+
+
+@pytest.mark.parametrize("lengths", [np.ones((5, 2), dtype=np.int64), {"a": [1, 2], "b": [3, 4]}])
+def test_sharded_sampler_with_several_inputs_names_bucket_sampler(lengths):
+    """s5-user R7: ShardedSampler plans one input; the error says where joint shapes live."""
+    from bucketloader.sharded import ShardedSampler
+
+    with pytest.raises(ValueError, match=r"plans one input, got .*use BucketSampler with"):
+        ShardedSampler(lengths, batch_size=2, num_buckets=2, num_replicas=1, rank=0)

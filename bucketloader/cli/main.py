@@ -493,7 +493,8 @@ def format_table(rows: list[dict[str, Any]], batch_size: int | None, max_tokens:
         shapes = {tuple(r["shape"]) for r in rows if r["shape"]}
         lines.append(
             f"planned shapes ({how}, last_batch='pad'): {len(shapes)}; every epoch of a "
-            "BucketSampler with these boundaries yields only these"
+            "one-process BucketSampler with these boundaries yields only these (over several "
+            "ranks batches are evened out per rank: the sampler's .shapes lists that plan)"
         )
     else:
         lines.append("pass --batch-size or --max-tokens to see the planned batch shapes")
