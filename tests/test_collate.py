@@ -417,6 +417,7 @@ def test_torch_only_samples_bfloat16_and_grad(length):
         assert torch.equal(out[0].detach(), want)
 
 
+@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of width 0")  # length 0 on purpose
 @settings(max_examples=25, deadline=None)
 @given(
     lengths=st.lists(st.integers(0, 40), min_size=1, max_size=60),
@@ -427,7 +428,11 @@ def test_torch_only_samples_bfloat16_and_grad(length):
 )
 def test_any_lengths_any_policy_every_batch_is_planned(lengths, last_batch, side, kind, budget):
     lengths = np.array(lengths)
-    sampler = BucketSampler(lengths, num_buckets=3, max_tokens=budget, last_batch=last_batch)
+    try:
+        sampler = BucketSampler(lengths, num_buckets=3, max_tokens=budget, last_batch=last_batch)
+    except ValueError as exc:  # 'drop' with no full step: refused, an epoch of no batch
+        assert last_batch == "drop" and "would make no batch per epoch" in str(exc)
+        return
     fields = Field(dims=0) if kind == "frames" else None
     collate = sampler.collator(side=side, pad_value=-1, fields=fields)
 
@@ -449,6 +454,7 @@ def test_any_lengths_any_policy_every_batch_is_planned(lengths, last_batch, side
 
 
 # --- the lean path for 1-D samples equals the general one -------------------------------------
+@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of width 0")  # length 0 on purpose
 @settings(max_examples=40, deadline=None)
 @given(
     data=st.data(),
@@ -483,6 +489,7 @@ def _assert_same(lean, general, xs):
         assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
 
 
+@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of width 0")  # length 0 on purpose
 @settings(max_examples=25, deadline=None)
 @given(
     data=st.data(),
