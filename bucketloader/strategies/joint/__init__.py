@@ -71,10 +71,13 @@ from bucketloader.strategies.joint._search import greedy, improve, lattice_drop,
 __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
 
 #: The share of the time left after the search that the Lagrangian's bundle ascent gets before the
-#: LP rounds (NOTE [ The LP bound by columns ]).
+#: LP rounds (NOTE [ The LP bound by columns ]); with ``exact=False`` it gets all of it.
 BUNDLE_SHARE = 0.5
+#: ... and of Polyak's subgradient steps where gains are not exact by rows (NOTE [ Bounds
+#: without rows ]): session 4's share, which measured better there than the bundle's.
+SUBGRADIENT_SHARE = 0.1
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key).
-JOINT_FORMAT = 3
+JOINT_FORMAT = 4
 
 
 def solve_joint(
@@ -212,7 +215,9 @@ def _search_and_bound(
         exact_const = float(np.dot(_sizes(rows, size), counts))
         lower = bound.value - exact_const
     else:
-        soon = min(deadline, t0 + BUNDLE_SHARE * (deadline - t0))
+        # (without the LP rounds nothing runs after the bundle: it gets all the time)
+        share = (BUNDLE_SHARE if grid.by_rows else SUBGRADIENT_SHARE) if params["exact"] else 1.0
+        soon = min(deadline, t0 + share * (deadline - t0))
         bound = lagrangian(grid, k, reach, upper, soon, tol)
         if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
             lp_deadline = time.perf_counter() + 0.85 * (deadline - time.perf_counter())
