@@ -14,7 +14,7 @@ its maximum over ``r`` equals the LP relaxation's value. ``L`` is concave and pi
 in ``λ = w · r``, with the supergradient ``1 −`` (how many of the K largest gainers serve point
 ``i`` below its reach). Every evaluation is exact at the reaches themselves (NOTE [ Gains by
 rows ] in :mod:`._grid`: about 10-20 ms on GSM8K, where rounding the reaches down to 96-2,048
-levels took 0.3-0.8 s), so ``L`` is maximised by a *proximal bundle* method (Kiwiel;
+levels took 0.3-0.8 s; grids without rows: NOTE [ Bounds without rows ]), so ``L`` is maximised by a *proximal bundle* method (Kiwiel;
 Lemaréchal): the cuts of the last :data:`BUNDLE` evaluations model ``L``; each step goes to the
 model's maximum minus ``‖d‖² / 2t`` (a quadratic program over the simplex of the cuts'
 weights, solved by accelerated projected gradient), in the metric that scales ``λ_i`` by the
@@ -47,9 +47,18 @@ than :data:`._grid._GAIN_CHUNK`), exact gains at a reach per point cost a pass o
 blocks: 6-22 s per evaluation on a two-input histogram of 78,000 distinct pairs on a 500 x 500
 grid. There every evaluation rounds the reaches *down* to at most :data:`LEVELS` values
 (:data:`MID_LEVELS`, :data:`LP_LEVELS` in the LP rounds), which is just another ``r``: the bound
-stays valid, and the bundle takes its cut at the rounded point, so its model stays exact. The
-first evaluation (at the heuristic's K sizes) is timed, and it and :meth:`.Grid.gains_cost`
-predict the next ones, so no evaluation starts that would not end before the deadline.
+stays valid (any cut taken there is at the rounded point, so a model stays exact). Each
+evaluation is timed, and its seconds per operation of :meth:`.Grid.gains_cost` predict the next
+one's: none starts that would not end before the deadline, and with little time left the
+reaches round to fewer levels (down to :data:`FEWEST`). With about 0.5 s per evaluation (the
+histogram above, 96 levels) the bundle's first few steps are worse than Polyak's subgradient
+steps (``lagrangian`` runs those there, session 4's ascent, for session 4's share of the time,
+``SUBGRADIENT_SHARE``): measured side by side with session 4's code on that histogram (sum,
+K = 8, load 1-3), a 1 s solve ended at 1.09-1.18 s with a 24.9-28.3 % gap (session 4's code:
+1.13-1.20 s, 21.7-24.9 %), a 5 s solve at 4.73 s with 11.53 % (the same); the bundle there had
+reached 28-33 % at 1 s and 15.6-31.8 % at 5 s, returning after up to 8.9 s before these
+guards. Three inputs (3,000 samples, 5 s): the same gaps as session 4's code at sum K = 4 and
+8 (16.49, 28.11 %), 28.3 / 43.0 % against 27.0 / 47.0 % at prod K = 4 / 8.
 
 NOTE [ The LP bound by columns ]
 Bundle steps approach the LP's value slowly in the end. Where time allows, the LP relaxation is
