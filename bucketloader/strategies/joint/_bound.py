@@ -14,32 +14,32 @@ its maximum over ``r`` equals the LP relaxation's value. ``L`` is concave and pi
 in ``λ = w · r``, with the supergradient ``1 −`` (how many of the K largest gainers serve point
 ``i`` below its reach). Every evaluation is exact at the reaches themselves (NOTE [ Gains by
 rows ] in :mod:`._grid`: about 10-20 ms on GSM8K, where rounding the reaches down to 96-2,048
-levels took 0.3-0.8 s; grids without rows: NOTE [ Bounds without rows ]), so ``L`` is maximised by a *proximal bundle* method (Kiwiel;
-Lemaréchal): the cuts of the last :data:`BUNDLE` evaluations model ``L``; each step goes to the
-model's maximum minus ``‖d‖² / 2t`` (a quadratic program over the simplex of the cuts'
-weights, solved by accelerated projected gradient), in the metric that scales ``λ_i`` by the
-square root of its point's size (:data:`SCALE_POWER`: the multipliers of long points are
-larger and need larger steps); the centre moves only when ``L`` gains at
-least :data:`SERIOUS` of what the model promised (a *serious* step, ``t`` grows after a good
-one), else the cut just joins the model (a *null* step, ``t`` shrinks after five). Unused cuts
-fold into one aggregate cut. It starts at the sizes of the heuristic plan's cells, with ``t``
-:data:`STEP_SCALE` times Polyak's step towards the plan's padding, and stops at the target,
-when the model sees no ascent (then ``L`` is at the LP's value) or on a stall (the last
-:data:`STALL` steps closed under :data:`STALL_SHARE` of the gap: the LP rounds do better
-there, NOTE [ The LP bound by columns ]). Every ``L`` evaluated is a valid bound;
-``lower_bound`` is the best one seen. The candidates are the tight grid points (NOTE
-[ Candidate cells ]), which keep every optimum, so the bound holds for all plans, not only those
-on candidates. Measured on GSM8K (K = 8, sum, from the same 30 s plan): the bundle alone reached
-a 1.45 % gap in 30 s at load 8 (507 steps), where Polyak's subgradient steps reached 7.4 %,
-the volume algorithm 6.8 % and deflected (Camerini-Fratta-Maffioli) steps 4.9-5.4 % in 20-60 s;
-the shipped subgradient + LP rounds 2.32 % at 30 s (session 4, quiet machine). At K = 16: 2.7 %
-against 7.89 %. Its path is chaotic: a rounding change in the cuts' products moves the gap at
-800 steps between 1.25 and 1.33 %, more than most of the parameters tried (80 or 150 cuts,
-50-400 QP steps, ``STEP_SCALE`` 1-10) moved it. The metric did matter (same 3 s plan, gap
-after 200 / 400 steps, unscaled against square-root scaled): K = 8 sum 1.83 / 1.54 % against
-1.06 / 0.74 %, K = 8 prod 7.20 / 6.10 % against 3.73 % / -, K = 16 sum 4.44 / 4.25 % against
-3.70 / 3.63 %; scaling by the size itself (power 1) was as good at K = 16 sum, worse at
-K = 8 prod (4.42 % at 200), power 0.75 slightly worse at K = 16 prod (7.46 against 7.24 %).
+levels took 0.3-0.8 s; grids without rows: NOTE [ Bounds without rows ]), so ``L`` is maximised
+by a *proximal bundle* method (Kiwiel; Lemaréchal): the cuts of the last :data:`BUNDLE`
+evaluations model ``L``; each step goes to the model's maximum minus ``‖d‖² / 2t`` (a quadratic
+program over the simplex of the cuts' weights, solved by accelerated projected gradient), in the
+metric that scales ``λ_i`` by the square root of its point's size (:data:`SCALE_POWER`: the
+multipliers of long points are larger and need larger steps); the centre moves only when ``L``
+gains at least :data:`SERIOUS` of what the model promised (a *serious* step, ``t`` grows after a
+good one), else the cut just joins the model (a *null* step, ``t`` shrinks after five). Unused
+cuts fold into one aggregate cut. It starts at the sizes of the heuristic plan's cells, with
+``t`` :data:`STEP_SCALE` times Polyak's step towards the plan's padding, and stops at the
+target, when the model sees no ascent (then ``L`` is at the LP's value) or on a stall (the last
+:data:`STALL` steps closed under :data:`STALL_SHARE` of the gap: the LP rounds do better there,
+NOTE [ The LP bound by columns ]). Every ``L`` evaluated is a valid bound; ``lower_bound`` is
+the best one seen. The candidates are the tight grid points (NOTE [ Candidate cells ]), which
+keep every optimum, so the bound holds for all plans, not only those on candidates. Measured on
+GSM8K (K = 8, sum, from the same 30 s plan): the bundle alone reached a 1.45 % gap in 30 s at
+load 8 (507 steps), where Polyak's subgradient steps reached 7.4 %, the volume algorithm 6.8 %
+and deflected (Camerini-Fratta-Maffioli) steps 4.9-5.4 % in 20-60 s; the shipped subgradient +
+LP rounds 2.32 % at 30 s (session 4, quiet machine). At K = 16: 2.7 % against 7.89 %. Its path
+is chaotic: a rounding change in the cuts' products moves the gap at 800 steps between 1.25 and
+1.33 %, more than most of the parameters tried (80 or 150 cuts, 50-400 QP steps, ``STEP_SCALE``
+1-10) moved it. The metric did matter (same 3 s plan, gap after 200 / 400 steps, unscaled
+against square-root scaled): K = 8 sum 1.83 / 1.54 % against 1.06 / 0.74 %, K = 8 prod 7.20 /
+6.10 % against 3.73 % / -, K = 16 sum 4.44 / 4.25 % against 3.70 / 3.63 %; scaling by the size
+itself (power 1) was as good at K = 16 sum, worse at K = 8 prod (4.42 % at 200), power 0.75
+slightly worse at K = 16 prod (7.46 against 7.24 %).
 
 NOTE [ Bounds without rows ]
 Where gains are not exact by rows (three or more inputs, or two with more (row, point) pairs
@@ -491,17 +491,18 @@ def lp_bound(
         reach = np.maximum((lam / weight)[inv], grid.point_size)
         # price first at reaches between the best bound's and the LP's (smoothing)
         mid = (1 - SMOOTH) * reach + SMOOTH * best.reach
-        if time.perf_counter() + max(spent, pace.cost(mid, MID_LEVELS)) >= deadline:
+        levels = pace.fit(mid, MID_LEVELS, deadline)  # (fewer where the time is short)
+        if not levels:
             break
         began = time.perf_counter()
-        lb2, g2, snapped2 = pace.evaluate(mid, k, MID_LEVELS)
+        lb2, g2, snapped2 = pace.evaluate(mid, k, levels)
         spent = time.perf_counter() - began
-        if log[-1][3] > LINE_COST * spent and time.perf_counter() + spent < deadline:
+        if log[-1][3] > LINE_COST * spent and pace.fit(mid, levels, deadline) == levels:
             # one more point on the same line: twice as far towards the LP's reaches after a
             # gain, half as far after none (NOTE [ The LP bound by columns ])
             step = (1 - SMOOTH) * (2.0 if lb2 > best.value else 0.5)
             mid = step * reach + (1 - step) * best.reach
-            lb3, g3, snapped3 = pace.evaluate(mid, k, MID_LEVELS)
+            lb3, g3, snapped3 = pace.evaluate(mid, k, levels)
             if lb3 > lb2:
                 lb2, g2, snapped2 = lb3, g3, snapped3
             spent = time.perf_counter() - began
@@ -519,10 +520,11 @@ def lp_bound(
         out2 = np.flatnonzero(g2 >= kth2)
         if _add_pairs(grid, pairs, out2[np.argsort(g2[out2])[::-1]], snapped2, batch):
             continue
-        if time.perf_counter() + max(spent, pace.cost(reach, LP_LEVELS)) >= deadline:
+        levels = pace.fit(reach, LP_LEVELS, deadline)
+        if not levels:
             break
         # nothing new there: price at the LP's own reaches
-        lb, g, snapped = pace.evaluate(reach, k, LP_LEVELS)
+        lb, g, snapped = pace.evaluate(reach, k, levels)
         if bundle is not None:
             bundle.offer(snapped, lb, g)
         if lb > best.value:
