@@ -221,7 +221,7 @@ def _search_and_bound(
         # (without the LP rounds nothing runs after the bundle: it gets all the time)
         share = (BUNDLE_SHARE if grid.by_rows else SUBGRADIENT_SHARE) if params["exact"] else 1.0
         soon = min(deadline, t0 + share * (deadline - t0))
-        bound = lagrangian(grid, k, reach, upper, soon, tol)
+        bound = lagrangian(grid, k, reach, upper, soon, tol, restart=not params["exact"])
         if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
             lp_deadline = time.perf_counter() + 0.85 * (deadline - time.perf_counter())
             bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)

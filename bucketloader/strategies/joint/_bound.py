@@ -379,12 +379,19 @@ class _Bundle:
 
 
 def lagrangian(
-    grid: Grid, k: int, start: np.ndarray, upper: float, deadline: float, target: float
+    grid: Grid,
+    k: int,
+    start: np.ndarray,
+    upper: float,
+    deadline: float,
+    target: float,
+    restart: bool = False,
 ) -> Bound:
     """The proximal bundle ascent on ``L`` (NOTE [ The Lagrangian bound ]) from reaches ``start``
     (the heuristic's cell size per point) until the bound is within ``target`` (relative, on
     the padding) of ``upper``, it stalls, or ``deadline``. The returned bound keeps the bundle
-    (:func:`lp_bound` resumes it between its LP rounds).
+    (:func:`lp_bound` resumes it between its LP rounds). With ``restart`` (nothing runs after
+    it: ``exact=False``) a stall restarts the ascent's stall window instead of ending it.
 
     ``upper`` and the returned value are on ``Σ w_i · size(cell_i)``.
     """
@@ -392,6 +399,11 @@ def lagrangian(
         return _subgradient_ascent(grid, k, start, upper, deadline, target)
     bundle = _Bundle(grid, k, start, upper)
     best = bundle.run(deadline, target)
+    while restart:  # each run after a stall makes at least STALL steps, or none: then stop
+        steps = bundle.it
+        best = bundle.run(deadline, target)
+        if bundle.it == steps:
+            break
     best.bundle, best.pace = bundle, bundle.pace
     return best
 
