@@ -342,6 +342,19 @@ def test_solver_is_part_of_the_cache_key():
     assert spec.joint[0]["objective"] == highs.objective
 
 
+def test_an_older_format_entry_is_a_miss(monkeypatch):
+    # JOINT_FORMAT is part of the key: entries of an older solver are recomputed, not served
+    import bucketloader.strategies.joint as joint
+
+    pairs = [[3, 4], [4, 3], [10, 12], [12, 10], [11, 11], [5, 9]]
+    cache = BucketCache(tempfile.mkdtemp())
+    monkeypatch.setattr(joint, "JOINT_FORMAT", joint.JOINT_FORMAT - 1)
+    solve_joint(pairs, 2, cache=cache)
+    monkeypatch.undo()
+    solve_joint(pairs, 2, cache=cache)
+    assert (cache.hits, cache.misses, len(cache)) == (0, 2, 2)
+
+
 def test_time_limit_returns_the_best_plan_with_its_gap():
     pairs = load_real("gsm8k")[:3000]
     sol = solve_joint(pairs, 16, time_limit=0.001)
