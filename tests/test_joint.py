@@ -72,10 +72,8 @@ def test_bound_and_plan_bracket_the_oracle(points, k, size):
 @given(points=tiny, k=st.integers(1, 3), size=st.sampled_from(["sum", "prod"]))
 def test_bound_without_rows_brackets_the_oracle(points, k, size):
     # NOTE [ Bounds without rows ]: every grid without exact gains by rows (pair cap lowered)
-    rows = np.array([p[:2] for p in points], dtype=np.int64)
-    counts = np.array([p[2] for p in points], dtype=np.int64)
-    table = np.repeat(rows, counts, axis=0)
-    best = oracle(rows, counts, k, size)
+    table = np.array([p[:2] for p in points for _ in range(p[2])], dtype=np.int64)
+    best = oracle(*np.unique(table, axis=0, return_counts=True), k, size)
     with mock.patch.object(_grid, "_GAIN_CHUNK", 2):
         for exact in (False, True):
             sol = solve_joint(table, k, size=size, exact=exact, tolerance=0.0, time_limit=0.05)
