@@ -64,7 +64,13 @@ from bucketloader.strategies.joint._ilp import (
     pairs_per_second,
     solve_ilp,
 )
-from bucketloader.strategies.joint._search import greedy, improve, lattice_drop, total
+from bucketloader.strategies.joint._search import (
+    greedy,
+    improve,
+    iterate,
+    lattice_drop,
+    total,
+)
 
 __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
 
@@ -226,13 +232,19 @@ def _search_and_bound(
     status = "heuristic" if converged else "time_limit"
     pad = upper - const
     info["method"] = "search+lagrangian"
-    if (
-        params["exact"]
-        and not coarsened
-        and pad - lower > max(tol * pad, 0.5)
-        and (subset := _ilp_subset(grid, bound, k, upper, cells, deadline, params["solver"]))
-        is not None
-    ):
+    subset, late = None, time.perf_counter() >= deadline
+    if params["exact"] and not coarsened and pad - lower > max(tol * pad, 0.5):
+        subset = _ilp_subset(grid, bound, k, upper, cells, deadline, params["solver"])
+    if subset is None and pad - lower > max(tol * pad, 0.5) and time.perf_counter() < deadline:
+        # no integer program: the time left shakes the plan (NOTE [ Shakes ])
+        t0 = time.perf_counter()
+        found, info["shakes"] = iterate(grid, k, cells, deadline)
+        info["shake_seconds"] = time.perf_counter() - t0
+        _, got = grid.assign(found)
+        if total(grid, got) < upper:
+            cells, upper = found, total(grid, got)
+            pad = upper - const
+    if subset is not None:
         info["ilp_candidates"] = int(subset.size)
         t0 = time.perf_counter()
         picked, details = solve_ilp(grid, k, cells, deadline, subset, params["solver"])
@@ -248,7 +260,7 @@ def _search_and_bound(
             lower = max(lower, min(upper, details["bound"]) - const)
             if time.perf_counter() >= deadline:
                 status = "time_limit"
-    elif time.perf_counter() >= deadline:
+    elif late:  # the shakes only use the time left (the search had converged)
         status = "time_limit"
     if coarsened:
         status = "coarsened"
