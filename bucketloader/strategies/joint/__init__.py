@@ -76,6 +76,9 @@ __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_j
 
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key).
 JOINT_FORMAT = 3
+#: The LP rounds' share of the time left after the subgradient steps; the rest goes to the
+#: search from the LP's cells, the integer program, or the shakes (NOTE [ Shakes ]).
+LP_SHARE = 0.85
 
 
 def solve_joint(
@@ -193,7 +196,8 @@ def _search_and_bound(
     budget = deadline - t0
     cells, converged = _best_search(grid, k, [greedy(grid, k)], t0 + 0.3 * budget)
     if time.perf_counter() < t0 + 0.3 * budget:
-        cells, more = _best_search(grid, k, [cells, lattice_drop(grid, k)], t0 + 0.4 * budget)
+        # ``cells`` is a local optimum already: it competes, it is not searched again
+        cells, more = _best_search(grid, k, [lattice_drop(grid, k)], t0 + 0.4 * budget, cells)
         converged = converged and more
     _, reach = grid.assign(cells)
     upper = total(grid, reach)
@@ -213,17 +217,17 @@ def _search_and_bound(
         soon = min(deadline, t0 + 0.1 * (deadline - t0))
         bound = lagrangian(grid, k, reach, upper, soon, tol)
         if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
-            lp_deadline = time.perf_counter() + 0.85 * (deadline - time.perf_counter())
+            lp_deadline = time.perf_counter() + LP_SHARE * (deadline - time.perf_counter())
             bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)
             info["lp_rounds"] = bound.log
             if time.perf_counter() < deadline:
                 # another search from the LP's cells and from the K largest gains at the
                 # bound's reaches (a Lagrangian heuristic)
-                starts = [cells, np.argsort(bound.gains)[-k:]]
+                starts = [np.argsort(bound.gains)[-k:]]
                 if seed is not None:
-                    starts.insert(1, seed)
+                    starts.insert(0, seed)
                 soon = time.perf_counter() + 0.3 * (deadline - time.perf_counter())
-                found, _ = _best_search(grid, k, starts, soon)
+                found, _ = _best_search(grid, k, starts, soon, cells)
                 _, got = grid.assign(found)
                 if total(grid, got) < upper:
                     cells, upper = found, total(grid, got)
@@ -292,10 +296,17 @@ def _ilp_subset(
 
 
 def _best_search(
-    grid: Grid, k: int, starts: list[np.ndarray], deadline: float
+    grid: Grid,
+    k: int,
+    starts: list[np.ndarray],
+    deadline: float,
+    known: np.ndarray | None = None,
 ) -> tuple[np.ndarray, bool]:
-    """The best plan of swaps + Lloyd steps from each start (NOTE [ Greedy, swap, Lloyd ])."""
+    """The best plan of swaps + Lloyd steps from each start (NOTE [ Greedy, swap, Lloyd ]), or
+    ``known`` (a plan no swap improves, not searched again) if none pads less."""
     best, best_value, converged = starts[0], np.inf, True
+    if known is not None:
+        best, best_value = known, total(grid, grid.assign(known)[1])
     for start in starts:
         cells, done = improve(grid, np.asarray(start, dtype=np.int64), k, deadline)
         converged = converged and done

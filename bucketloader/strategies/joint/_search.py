@@ -53,7 +53,6 @@ from bucketloader.strategies.joint._grid import Grid
 
 #: Bound the (groups, grid) temporary of :func:`exchanges` to this many float64 values.
 _CHUNK = 1 << 22
-_TRACE: list | None = None
 
 
 def total(grid: Grid, size: np.ndarray) -> float:
@@ -150,9 +149,9 @@ def exchanges(grid: Grid, cells: np.ndarray, big: float) -> np.ndarray:
     key, group = np.unique(slot * value.size + level.ravel(), return_inverse=True)
     group = group.ravel()
     owner, then = key // value.size, value[key % value.size]
-    g, size, own = int(np.prod(grid.shape)), grid.cand_size, grid.cand_size[cells]
-    gain = np.zeros(size.size)
-    extra = np.zeros((k, size.size))
+    g, size = int(np.prod(grid.shape)), grid.cand_size
+    cover = np.zeros((k, size.size))  # weight of each cell's points that candidate c covers
+    extra = np.zeros((k, size.size))  # ... times what c saves them once their cell is gone
     bad = np.zeros((k, size.size), dtype=bool)
     step = max(1, _CHUNK // max(g, 1))
     for lo in range(0, key.size, step):
@@ -167,12 +166,17 @@ def exchanges(grid: Grid, cells: np.ndarray, big: float) -> np.ndarray:
             np.cumsum(w, axis=ax, out=w)
         flat = w.reshape(hi - lo, g)
         covered = flat[:, grid.cand_flat]
-        now = np.maximum(own[owner[lo:hi]][:, None] - size[None, :], 0.0)
+        # the groups are sorted by cell: sum each cell's run of groups
+        cell, run = np.unique(owner[lo:hi], return_index=True)
+        cover[cell] += np.add.reduceat(covered, run, axis=0)
         after = np.maximum(then[lo:hi][:, None] - size[None, :], 0.0)
-        gain += (covered * now).sum(axis=0)
-        np.add.at(extra, owner[lo:hi], covered * (after - now))
+        extra[cell] += np.add.reduceat(covered * after, run, axis=0)
         for j in np.flatnonzero(then[lo:hi] >= big):  # samples only cells[f] covers
             bad[owner[lo + j]] |= covered[j] < flat[j, -1] - 0.5
+    now = np.maximum(grid.cand_size[cells][:, None] - size[None, :], 0.0)
+    now *= cover
+    gain = now.sum(axis=0)
+    extra -= now
     out = gain[None, :] + extra - loss[:, None]
     out[bad] = -np.inf
     out[:, cells] = -np.inf
@@ -283,8 +287,6 @@ def iterate(
         _, size = grid.assign(trial)
         if np.isfinite(size).all() and total(grid, size) < value * (1 - 1e-12) - 1e-9:
             best, value, r, last = trial, total(grid, size), 1, shakes
-            if _TRACE is not None:
-                _TRACE.append((shakes, time.perf_counter(), value))
         else:
             r = r + 1 if r < max(1, k // 2) else 1
     return best, shakes
