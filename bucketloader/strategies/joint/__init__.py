@@ -196,8 +196,10 @@ def _search_and_bound(
     budget = deadline - t0
     cells, converged = _best_search(grid, k, [greedy(grid, k)], t0 + 0.3 * budget)
     if time.perf_counter() < t0 + 0.3 * budget:
-        # ``cells`` is a local optimum already: it competes, it is not searched again
-        cells, more = _best_search(grid, k, [lattice_drop(grid, k)], t0 + 0.4 * budget, cells)
+        # a local optimum competes without a second search; a plan the clock stopped goes on
+        again, known = ([], cells) if converged else ([cells], None)
+        starts = [*again, lattice_drop(grid, k)]
+        cells, more = _best_search(grid, k, starts, t0 + 0.4 * budget, known)
         converged = converged and more
     _, reach = grid.assign(cells)
     upper = total(grid, reach)
@@ -223,11 +225,12 @@ def _search_and_bound(
             if time.perf_counter() < deadline:
                 # another search from the LP's cells and from the K largest gains at the
                 # bound's reaches (a Lagrangian heuristic)
-                starts = [np.argsort(bound.gains)[-k:]]
+                again, known = ([], cells) if converged else ([cells], None)
+                starts = [*again, np.argsort(bound.gains)[-k:]]
                 if seed is not None:
-                    starts.insert(0, seed)
+                    starts.insert(len(again), seed)
                 soon = time.perf_counter() + 0.3 * (deadline - time.perf_counter())
-                found, _ = _best_search(grid, k, starts, soon, cells)
+                found, _ = _best_search(grid, k, starts, soon, known)
                 _, got = grid.assign(found)
                 if total(grid, got) < upper:
                     cells, upper = found, total(grid, got)
