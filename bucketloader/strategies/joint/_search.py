@@ -183,17 +183,36 @@ def exchanges(grid: Grid, cells: np.ndarray, big: float) -> np.ndarray:
     return out
 
 
+def _start(grid: Grid, cells: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """At most ``k`` cells after a Lloyd step: ``(cells, sizes, total, big)``, ``big`` the size
+    that stands for "no cell"."""
+    cells = drop_to(grid, cells, k)
+    slot, size = grid.assign(cells)
+    cells = grid.tighten(cells, slot)
+    _, size = grid.assign(cells)
+    return cells, size, total(grid, size), float(grid.cand_size.max()) * 4.0 + 1.0
+
+
+def _exchange(
+    grid: Grid, rest: np.ndarray, add: int
+) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """``rest`` plus candidate ``add`` after a Lloyd step: ``(cells, sizes, total)``, or
+    ``None`` if a sample has no cell."""
+    trial = np.unique(np.append(rest, add))
+    tslot, tsize = grid.assign(trial)
+    if not np.isfinite(tsize).all():
+        return None
+    trial = grid.tighten(trial, tslot)
+    _, tsize = grid.assign(trial)
+    return trial, tsize, total(grid, tsize)
+
+
 def improve(grid: Grid, cells: np.ndarray, k: int, deadline: float) -> tuple[np.ndarray, bool]:
     """Swaps and Lloyd steps from ``cells`` until no swap helps or ``deadline`` (perf_counter).
 
     Returns ``(cells, converged)``; ``converged`` is False when the deadline stopped it.
     """
-    cells = drop_to(grid, cells, k)
-    slot, size = grid.assign(cells)
-    cells = grid.tighten(cells, slot)
-    slot, size = grid.assign(cells)
-    best = total(grid, size)
-    big = float(grid.cand_size.max()) * 4.0 + 1.0
+    cells, size, best, big = _start(grid, cells, k)
     changed, cost = True, 0.0
     while changed:
         changed = False
@@ -207,14 +226,10 @@ def improve(grid: Grid, cells: np.ndarray, k: int, deadline: float) -> tuple[np.
             _, after = grid.assign(rest) if rest.size else (None, np.full(size.shape, np.inf))
             gain = grid.gains(*_levels(after, big))
             gain[rest] = -1.0
-            add = int(np.argmax(gain))
-            trial = np.unique(np.append(rest, add))
-            tslot, tsize = grid.assign(trial)
-            if not np.isfinite(tsize).all():
+            tried = _exchange(grid, rest, int(np.argmax(gain)))
+            if tried is None:
                 continue
-            trial = grid.tighten(trial, tslot)
-            tslot, tsize = grid.assign(trial)
-            value = total(grid, tsize)
+            trial, tsize, value = tried
             if value < best * (1 - 1e-12) - 1e-9:
                 cells, size, best, changed = trial, tsize, value, True
             cost = time.perf_counter() - t0
@@ -230,12 +245,7 @@ def descend(
     Faster than :func:`improve` from a nearby plan, with the same neighbourhood. ``cost`` is
     the expected cost of one step (a step starts only when it still fits); returns the cells
     and the last step's cost."""
-    cells = drop_to(grid, cells, k)
-    slot, size = grid.assign(cells)
-    cells = grid.tighten(cells, slot)
-    _, size = grid.assign(cells)
-    best = total(grid, size)
-    big = float(grid.cand_size.max()) * 4.0 + 1.0
+    cells, _, best, big = _start(grid, cells, k)
     while time.perf_counter() + cost <= deadline:
         t0 = time.perf_counter()
         table = exchanges(grid, cells, big)
@@ -244,15 +254,9 @@ def descend(
         for f in np.argsort(-saves, kind="stable"):
             if not np.isfinite(saves[f]):
                 return cells, cost
-            trial = np.unique(np.append(np.delete(cells, f), add[f]))
-            tslot, tsize = grid.assign(trial)
-            if not np.isfinite(tsize).all():
-                continue
-            trial = grid.tighten(trial, tslot)
-            _, tsize = grid.assign(trial)
-            value = total(grid, tsize)
-            if value < best * (1 - 1e-12) - 1e-9:
-                cells, best = trial, value
+            tried = _exchange(grid, np.delete(cells, f), int(add[f]))
+            if tried is not None and tried[2] < best * (1 - 1e-12) - 1e-9:
+                cells, _, best = tried
                 break
         else:
             return cells, time.perf_counter() - t0
