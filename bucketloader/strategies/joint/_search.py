@@ -53,6 +53,8 @@ from bucketloader.strategies.joint._grid import Grid
 
 #: Bound the (groups, grid) temporary of :func:`exchanges` to this many float64 values.
 _CHUNK = 1 << 22
+#: A step of :func:`descend` starts only when this many times the last step's cost fits.
+_MARGIN = 1.5
 
 
 def total(grid: Grid, size: np.ndarray) -> float:
@@ -246,7 +248,7 @@ def descend(
     the expected cost of one step (a step starts only when it still fits); returns the cells
     and the last step's cost."""
     cells, _, best, big = _start(grid, cells, k)
-    while time.perf_counter() + cost <= deadline:
+    while time.perf_counter() + _MARGIN * cost <= deadline:
         t0 = time.perf_counter()
         table = exchanges(grid, cells, big)
         add = table.argmax(axis=1)
@@ -280,7 +282,7 @@ def iterate(
     began = time.perf_counter()
     exchanges(grid, best, big)  # one step's cost, before the first shake is started
     value, r, shakes, cost, last = total(grid, size), 1, 0, time.perf_counter() - began, 0
-    while time.perf_counter() + cost < deadline and best.size and shakes - last < patience * k:
+    while time.perf_counter() + _MARGIN * cost < deadline and shakes - last < patience * k:
         shakes += 1
         trial = best.copy()
         which = rng.choice(trial.size, size=min(r, trial.size), replace=False)
