@@ -11,14 +11,16 @@ How (one module per part):
 
 * :mod:`._grid`: candidate cells (tight grid points; NOTE [ Candidate cells ]) and every
   candidate's gain at once by prefix sums (NOTE [ Gains by prefix sums ]);
-* :mod:`._search`: greedy, then best swaps with Lloyd steps (NOTE [ Greedy, swap, Lloyd ]);
+* :mod:`._search`: greedy, then best swaps with Lloyd steps (NOTE [ Greedy, swap, Lloyd ]),
+  and shakes of the plan in the time left (NOTE [ Shakes ], NOTE [ Every exchange at once ]);
 * :mod:`._bound`: a Lagrangian lower bound (NOTE [ The Lagrangian bound ]);
 * :mod:`._lp`: the LP rounds of the bound, in HiGHS (NOTE [ Why HiGHS for the LP ]);
 * :mod:`._ilp`: the exact facility-location program for small histograms, in HiGHS or PuLP/CBC
   (NOTE [ The joint integer program ], NOTE [ Two solvers for the integer program ]).
 
 NOTE [ Joint time limit and fallbacks ]
-``time_limit`` covers the swaps, the bound, the LP and the integer program: every loop reads
+``time_limit`` covers the swaps, the bound, the LP, the integer program and the shakes (which
+start only with :data:`SHAKE_MIN` of the limit left, NOTE [ Shakes ]): every loop reads
 the clock before each step and starts one only when its last measured cost still fits, and the
 solvers (HiGHS, or CBC for ``solver="pulp"``) get the time left. What always runs on top is the
 grid, the greedy plan, one bound evaluation and the final assignment (milliseconds on these
@@ -79,6 +81,9 @@ JOINT_FORMAT = 3
 #: The LP rounds' share of the time left after the subgradient steps; the rest goes to the
 #: search from the LP's cells, the integer program, or the shakes (NOTE [ Shakes ]).
 LP_SHARE = 0.85
+#: The shakes start only when this share of the time limit is left (their first step's cost
+#: is not known yet; NOTE [ Joint time limit and fallbacks ]).
+SHAKE_MIN = 0.05
 
 
 def solve_joint(
@@ -242,7 +247,8 @@ def _search_and_bound(
     subset, late = None, time.perf_counter() >= deadline
     if params["exact"] and not coarsened and pad - lower > max(tol * pad, 0.5):
         subset = _ilp_subset(grid, bound, k, upper, cells, deadline, params["solver"])
-    if subset is None and pad - lower > max(tol * pad, 0.5) and time.perf_counter() < deadline:
+    left = deadline - time.perf_counter()
+    if subset is None and pad - lower > max(tol * pad, 0.5) and left > SHAKE_MIN * budget:
         # no integer program: the time left shakes the plan (NOTE [ Shakes ])
         t0 = time.perf_counter()
         found, info["shakes"] = iterate(grid, k, cells, deadline)
