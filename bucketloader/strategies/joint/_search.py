@@ -40,7 +40,11 @@ come from a fixed seed, so a solve is repeatable given the same number of shakes
 decides that). Measured (GSM8K, 15 s of shakes from the plan of the greedy and lattice starts,
 machine at load 6-8): sum K = 8 / 16 0.29 / 0.30 % less padding, prod K = 8 / 16 0.72 / 1.57 %;
 Europarl sum K = 8 / 16 0.13 / 0.46 %, prod K = 16 1.32 %; K = 4 nothing (already optimal or
-nearly).
+nearly). In whole 30 s solves, side by side with session 4's code (four runs, load 5-12), the
+shakes get the 2-3 s the LP rounds leave: GSM8K sum K = 8 220,702 -> 220,063 in 3 of 4 runs
+(the best plan any longer search found; within 0.58 % of the best bound known, 218,799), prod
+K = 8 15,220,269 -> 15,110,839 in 2 (else both 15.11 M), prod K = 16 9,655,561 -> 9,346,096 to
+9,499,121 in 3; sum K = 16 unchanged (147,561: 2-5 shakes fit). No case padded more.
 """
 
 from __future__ import annotations
