@@ -77,6 +77,14 @@ def greedy_lloyd(hist: JointHistogram, k: int, size: str) -> np.ndarray:
         cells = new
 
 
+def _load() -> str:
+    """The 1-minute load average (the limit is wall-clock: it says how busy the machine was)."""
+    try:
+        return f"{os.getloadavg()[0]:.1f}"
+    except OSError:
+        return "unknown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-limit", type=float, default=5.0)
@@ -110,13 +118,14 @@ def main() -> None:
         f"{os.cpu_count()} CPUs (shared), Python {platform.python_version()}, "
         f"{time.strftime('%Y-%m-%d')}. Padding in elements (exact counts); lower is better. "
         "*gap* = (ours - bound) / bound, where *bound* is the certified lower bound on the padding "
-        "of **any** plan with at most K shapes (Lagrangian relaxation: subgradient steps, then "
-        "the LP relaxation by column generation over core pairs in HiGHS, priced at smoothed "
-        "duals; or the ILP optimum when the integer "
+        "of **any** plan with at most K shapes (Lagrangian relaxation: proximal bundle steps "
+        "at exact gains, interleaved with the LP relaxation by column generation over core "
+        "pairs in HiGHS, priced at smoothed duals; or the ILP optimum when the integer "
         f"program's solver ({'PuLP/CBC' if args.solver == 'pulp' else 'HiGHS'}) proves it); "
         "*optimal* means the plan's padding equals it. The other columns show each plan's "
         "padding relative to ours. The time limit is wall-clock on a shared machine, so a loaded "
-        "machine gets less done in it.",
+        f"machine gets less done in it (1-minute load average at the start: {_load()}; at the "
+        "end: see below).",
         "",
         "| data | size | K | ours | lattice+merge | src-only 1-D | greedy+Lloyd | bound | gap "
         "| status | time (s) |",
@@ -198,6 +207,7 @@ def main() -> None:
             f"{max(over):+.2f} s.",
             "",
         ]
+    lines += [f"1-minute load average at the end: {_load()}.", ""]
     Path(args.out).write_text("\n".join(lines))
     print(f"wrote {args.out}")
 

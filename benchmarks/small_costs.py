@@ -11,15 +11,17 @@
    workers; per shape, the best of 7 alternating rounds of calls (``time.thread_time``: CPU
    time, so the other processes of a shared machine do not count).
 2. Packing plans: ``PackSpec.build`` (what ``PackSampler`` plans with: histogram + solver)
-   against two careful best-fit decreasings written for this benchmark (documents largest
-   first, in bulk per distinct size: the rooms with a free row as bits of one Python integer,
+   against careful best-fit decreasings written for this benchmark (documents largest
+   first; two in bulk per distinct size: the rooms with a free row as bits of one Python integer,
    so the tightest row that fits is one shift and one lowest-bit): ``bfd_packing`` outputs the
    packing in the plan's form (each pattern's sizes, documents per size and rows; histogram by
-   ``np.bincount``), ``bfd_rows`` only the row count (histogram by ``np.unique``), from N = 1k
-   to 10M documents: long-tailed code-like lengths
-   (lognormal, sigma 1.3, up to 2048 = L), GSM8K question + answer + 2 resampled (L = 1024), and
-   the 2k-document files (the first 2,000 GSM8K pairs at L = 512, the first 2,000 E. coli
-   proteins + 2 at L = 2,400), with ``search="auto"`` (the default) and ``search="never"``.
+   ``np.bincount``), ``bfd_rows`` only the row count (histogram by ``np.unique``), and up to
+   1M documents issue 26's own baseline ``bfd_documents`` (per-document BFD with a free-space
+   bitset over row capacities, every document's row), from N = 1k to 10M documents:
+   long-tailed code-like lengths (lognormal, sigma 1.3, up to 2048 = L), GSM8K question +
+   answer + 2 resampled (L = 1024), and the 2k-document files (the first 2,000 GSM8K pairs at
+   L = 512, the first 2,000 E. coli proteins + 2 at L = 2,400), with ``search="auto"`` (the
+   default) and ``search="never"``.
    Rows against the L2 lower bound; the median of ``--repeats`` bests of 5 alternating rounds
    (CPU time).
 3. Streams: ``BucketIterable`` (8 buckets, ``batch_size=B``) against a plain
@@ -314,6 +316,45 @@ def bfd_packing(lengths: np.ndarray, row_length: int) -> tuple[np.ndarray, ...]:
     return reps, offsets, pairs[:, 0], pairs[:, 1]
 
 
+def bfd_documents(lengths: np.ndarray, row_length: int) -> tuple[np.ndarray, int]:
+    """Issue 26's own baseline: per-document best-fit decreasing with a free-space bitset over
+    row capacities. The documents largest first (a stable ``np.argsort``), each into the open
+    row with the least room that holds it, else a new row; the open rows in a dict of stacks
+    per room, and the rooms with an open row as the bits of one Python integer, so the
+    tightest room that holds ``s`` is ``s`` plus the lowest set bit of ``bits >> s``. Returns
+    the row of every document and the row count (a per-document assignment, which the bulk
+    baselines above do not make)."""
+    order = np.argsort(-lengths, kind="stable")
+    row_of = np.empty(lengths.size, dtype=np.int64)
+    by_room: dict[int, list[int]] = {}  # room -> open rows with that room
+    bits = 0
+    rows = 0
+    placed = []
+    for s in lengths[order].tolist():
+        above = bits >> s
+        if above:  # the tightest open row that holds s
+            room = s + (above & -above).bit_length() - 1
+            stack = by_room[room]
+            row = stack.pop()
+            if not stack:
+                del by_room[room]
+                bits ^= 1 << room
+        else:  # a new row
+            row, room = rows, row_length
+            rows += 1
+        placed.append(row)
+        left = room - s
+        if left:
+            stack = by_room.get(left)
+            if stack is None:
+                by_room[left] = [row]
+                bits |= 1 << left
+            else:
+                stack.append(row)
+    row_of[order] = placed
+    return row_of, rows
+
+
 def packing(quick: bool, repeats: int) -> list[str]:
     rng = np.random.default_rng(0)
     gsm = np.loadtxt(DATA / "gsm8k_train_qa_tokens.txt", dtype=np.int64).sum(axis=1) + 2
@@ -335,21 +376,27 @@ def packing(quick: bool, repeats: int) -> list[str]:
         "in bulk that outputs the packing in the plan's form, each pattern's sizes, documents "
         "per size and rows, with the histogram by `np.bincount`) and **BFD count** (`bfd_rows`: "
         "the same loop returning the row count only, histogram by `np.unique`; no packing, so "
-        'it does less work than any plan). `PackSpec.build` runs with the default `search="auto"` '
+        "it does less work than any plan); and, up to 1M documents, issue 26's own baseline, "
+        "**BFD per document** (`bfd_documents`: per-document best-fit decreasing with a "
+        "free-space bitset over row capacities, the documents largest first by `np.argsort`, "
+        "returning every document's row; left out at 10M documents, about 5 s a call). "
+        '`PackSpec.build` runs with the default `search="auto"` '
         "(the Minimum-Bin-Slack search runs where BFD pads more than 0.5 points above the bound) "
         'and with `search="never"` (best-fit decreasing alone); rows against the L2 lower bound. '
         f"Times: per method the median over {repeats} repeats of the best of 5 rounds, "
         "`never` and the two baselines alternating, each round about 10 ms of calls (at least "
         "one; CPU time); `auto` races BFD packing apart (the search's time sets its rounds' "
-        "calls); the ratios are time / a baseline's time from the same race. `never`'s "
-        "patterns are the same as BFD packing's (asserted, as multisets of rows).",
+        "calls); BFD per document races `never` apart (best of 3 rounds of one call each). "
+        "The ratios are time / a baseline's time from the same race. `never`'s patterns are "
+        "the same as BFD packing's (asserted, as multisets of rows), and its rows the same as "
+        "BFD per document's (asserted, with every row within L).",
         "",
         "| lengths | L | bound L2 | rows auto | rows never = BFD | auto ms | never ms | "
-        "BFD packing ms | BFD count ms | never / BFD packing | never / BFD count | "
-        "auto / BFD packing |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "BFD packing ms | BFD count ms | BFD per document ms | never / BFD packing | "
+        "never / BFD count | never / BFD per document | auto / BFD packing |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    worst = {"auto": 0.0, "never": 0.0, "count": 0.0}
+    worst = {"auto": 0.0, "never": 0.0, "count": 0.0, "doc": 0.0}
     for label, lengths, row_length in cases:
         builds = {
             s: lambda x=lengths, r=row_length, s=s: PackSpec.build(
@@ -367,6 +414,19 @@ def packing(quick: bool, repeats: int) -> list[str]:
             builds["auto"], pack, budget_s=0.01, repeats=repeats, rounds=5
         )
         auto, never = builds["auto"](), builds["never"]()
+        doc_cell = ratio_cell = "-"
+        if lengths.size <= 1_000_000:  # issue 26's per-document BFD (10M: ~5 s a call)
+            row_of, doc_rows = bfd_documents(lengths, row_length)
+            fill = np.bincount(row_of, weights=lengths, minlength=doc_rows)
+            assert doc_rows == never.num_rows and fill.max() <= row_length, label
+            never_d, doc_t = side_by_side(
+                builds["never"],
+                functools.partial(bfd_documents, lengths, row_length),
+                budget_s=0.0,
+                rounds=3,
+            )
+            doc_cell, ratio_cell = f"{doc_t * 1e3:.3g}", f"{never_d / doc_t:.3g}x"
+            worst["doc"] = max(worst["doc"], never_d / doc_t)
         sizes, counts = np.unique(lengths, return_counts=True)
         bound = lower_bound(sizes, counts, row_length)[1]
         theirs = bfd_rows(lengths, row_length)
@@ -380,8 +440,8 @@ def packing(quick: bool, repeats: int) -> list[str]:
         lines.append(
             f"| {label} | {row_length} | {bound:,} | {auto.num_rows:,} | {rows:,} | "
             f"{auto_t * 1e3:.3g} | {never_t * 1e3:.3g} | {pack_t * 1e3:.3g} | "
-            f"{count_t * 1e3:.3g} | "
-            f"{never_t / pack_t:.2f}x | {never_t / count_t:.2f}x | {auto_t / pack_auto_t:.2f}x |"
+            f"{count_t * 1e3:.3g} | {doc_cell} | {never_t / pack_t:.2f}x | "
+            f"{never_t / count_t:.2f}x | {ratio_cell} | {auto_t / pack_auto_t:.2f}x |"
         )
         print(
             label,
@@ -389,13 +449,14 @@ def packing(quick: bool, repeats: int) -> list[str]:
             rows,
             bound,
             f"never/pack {never_t / pack_t:.2f}x never/count {never_t / count_t:.2f}x "
-            f"auto/pack {auto_t / pack_auto_t:.2f}x",
+            f"never/per-document {ratio_cell} auto/pack {auto_t / pack_auto_t:.2f}x",
             flush=True,
         )
     lines += [
         "",
         f'Largest time ratio: `search="never"` / BFD packing **{worst["never"]:.2f}x**, '
-        f'`search="never"` / BFD count **{worst["count"]:.2f}x**, `search="auto"` / BFD packing '
+        f'`search="never"` / BFD count **{worst["count"]:.2f}x**, `search="never"` / BFD per '
+        f'document **{worst["doc"]:.3g}x**, `search="auto"` / BFD packing '
         f"**{worst['auto']:.2f}x**; rows: `never` = BFD's everywhere, `auto` <= BFD's "
         "everywhere (asserted).",
         "",

@@ -22,7 +22,7 @@ from bucketloader._version import __version__
 
 if TYPE_CHECKING:
     from bucketloader.analysis import analyze, recommend_num_buckets
-    from bucketloader.analysis.calibrate import calibrate
+    from bucketloader.analysis.calibration import calibrate
     from bucketloader.cache import BucketCache
     from bucketloader.collate import PadCollator
     from bucketloader.compile import precompile

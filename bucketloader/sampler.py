@@ -46,7 +46,7 @@ import numpy as np
 from torch.utils.data import ConcatDataset, IterableDataset, Sampler
 from typing_extensions import Unpack
 
-from bucketloader._dist import resolve_ranks
+from bucketloader._dist import dist_ready, resolve_ranks
 from bucketloader._types import LazyModule
 from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
@@ -479,6 +479,9 @@ class BucketSampler(SpecShapes, EpochSampler):
             if promotion.num_promoted:  # else the even plan is the same plan
                 self._even, self.spec, self.promotion = self.spec, spec, promotion
         self._warn_losses()
+        self._warn_empty_shapes()
+        if given is not lengths and "cache" not in spec_options:
+            self._warn_joint_alone()
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
@@ -552,11 +555,29 @@ class BucketSampler(SpecShapes, EpochSampler):
             promotion=self.promotion,
         )
 
+    #: Whether an epoch batches the spec's samples (an empty plan is then refused at
+    #: construction); ``WeightedBucketSampler``'s epochs batch its draws instead.
+    _batches_the_spec = True
+
     def _warn_losses(self) -> None:
         """Warn once, with the count per reason, when the filters, the oversize policy or
         ``last_batch="drop"`` leave out more than ``LOSS_WARNING`` of the samples."""
         spec = self.spec
         n = int(spec.cell_of_sample.size)
+        # only last_batch="drop" can empty a plan (the filters raise); a subclass whose epochs
+        # batch something else (WeightedBucketSampler's draws) is not set up yet here
+        if self._batches_the_spec and not spec.num_steps(self.num_replicas).any():
+            per_step = spec.cells.batch * self.num_replicas
+            fullest = int(np.argmax(spec.counts))
+            raise ValueError(
+                f"{type(self).__name__} would make no batch per epoch: with "
+                f"last_batch={spec.last_batch!r} every bucket holds fewer samples than one "
+                f"step takes (the fullest holds {int(spec.counts[fullest]):,}, a step takes "
+                f"{int(per_step[fullest]):,} rows on {self.num_replicas} rank(s)), so all "
+                f"{n:,} samples would be left out; pass last_batch='pad' (the default: the "
+                "short batch is padded) or 'keep', a smaller batch_size / max_tokens, or fewer "
+                "num_buckets"
+            )
         words = {
             "too_short": "min_length",
             "too_long": "max_length",
@@ -587,6 +608,40 @@ class BucketSampler(SpecShapes, EpochSampler):
                 UserWarning,
                 stacklevel=3,
             )
+
+    def _warn_empty_shapes(self) -> None:
+        """Warn when a planned shape is 0 wide in some input (samples of length 0 with a bucket
+        of their own): a ``(B, 0)`` batch breaks most models (attention over no keys)."""
+        spec = self.spec  # (not self.shapes: a subclass's table may not be ready yet)
+        empty = np.flatnonzero((spec.cell_lengths == 0).any(axis=1) & (spec.counts > 0))
+        if not empty.size:
+            return
+        first = tuple(int(x) for x in spec.cell_lengths[empty[0]])
+        warnings.warn(
+            f"this BucketSampler plans {empty.size} cell(s) of width 0 ({first} first, "
+            f"{int(spec.counts[empty].sum())} samples): "
+            "samples of length 0 got a bucket of their own, and most models cannot take an "
+            "empty batch; pass min_length=1, overflow='drop' to leave them out (report() "
+            "counts them), or count special tokens (BOS/EOS) in the lengths",
+            UserWarning,
+            stacklevel=3,
+        )
+
+    def _warn_joint_alone(self) -> None:
+        """Warn when several ranks each solve a joint plan on their own (NOTE [ One joint plan
+        for every rank ] in :mod:`bucketloader.strategies.joint`): a time-limited solve depends
+        on the machine's load, so two ranks can plan different shapes from the same arguments."""
+        if self.spec.joint is None or self.num_replicas == 1 or dist_ready(self.num_replicas):
+            return
+        warnings.warn(
+            f"this BucketSampler (rank {self.rank} of num_replicas={self.num_replicas}) solved "
+            "its joint plan on its own, with no torch.distributed process group: the solve is "
+            "time-limited, so another rank can plan other shapes from the same arguments. "
+            "Build the sampler after init_process_group (rank 0 then solves for every rank), "
+            "or solve once and give every rank the same BucketSpec (or the same cache= entry)",
+            UserWarning,
+            stacklevel=3,
+        )
 
     # -- resumption ---------------------------------------------------------------------------
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -635,7 +690,32 @@ class BucketSampler(SpecShapes, EpochSampler):
                 "batch, so the state cannot resume its epoch exactly. Start that epoch over with "
                 f"sampler.set_epoch({state.get('epoch')!r}), or go on with the next one"
             )
+        if isinstance(saved, dict) and self.spec.joint:
+            self._refuse_other_joint_plan(state, saved)
         super().load_state_dict(state)
+
+    def _refuse_other_joint_plan(self, state: dict[str, Any], saved: dict[str, Any]) -> None:
+        """A joint plan is solved under a wall-clock ``time_limit``, so a restart that solves
+        again (no cache) can plan other cells than the run that saved the state, with the very
+        same arguments; the generic "build the sampler exactly as" cannot fix that, so name
+        what does: a cache, from which every restart reads the saved run's plan."""
+        config = self._config()
+        same = all(saved.get(k) == v for k, v in config.items() if k not in _PLAN_KEYS)
+        if not same or saved.get("plan_digest") == config["plan_digest"]:
+            return
+        status = ", ".join(sorted({str(j.get("status")) for j in self.spec.joint or ()}))
+        epoch = state.get("epoch")
+        nxt = epoch + 1 if isinstance(epoch, int) else "epoch + 1"
+        raise ValueError(
+            f"state is from another plan: plan_digest={saved.get('plan_digest')!r} in the "
+            f"state but {config['plan_digest']!r} in this sampler, whose other options match. "
+            "Unless the lengths differ, the joint plan differs: it is solved under a wall-clock "
+            f"time_limit (status here: {status}), so solving it again can pick other cells from "
+            "the same arguments. Build the sampler with "
+            "cache=True (or a BucketCache on storage every restart sees) so that restarts read "
+            "the saved run's plan. This state cannot resume its epoch under the new plan: go "
+            f"on with sampler.set_epoch({nxt}) instead of load_state_dict"
+        )
 
     def _refuse_older_budget(self, saved_by: str, this: str, **older: Any) -> NoReturn:
         """Refuse a state planned by an older token-budget rule (``saved_by``, where this sampler
@@ -797,6 +877,8 @@ def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, i
 
 
 _STATE_KEYS = frozenset({"version", "epoch", "batches_yielded", "config"})
+#: Config entries that follow from the plan itself (a re-solved joint plan changes them).
+_PLAN_KEYS = frozenset({"plan_digest", "num_batches"})
 
 
 def _warn_unknown_keys(state: dict[str, Any], config: dict[str, Any], owner: str) -> None:

@@ -33,7 +33,7 @@ import hashlib
 import json
 import numbers
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,7 +148,8 @@ class ShardedSampler(EpochSampler):
     Args:
         shard_lengths: this rank's per-sample lengths ``(n,)`` (its shard only).
         shard_histograms: every rank's :class:`~bucketloader.LengthHistogram`, in rank order
-            (``shard_histograms[rank]`` must describe ``shard_lengths``). Default: gathered once
+            (``shard_histograms[rank]`` must describe ``shard_lengths``; ``None`` for an empty
+            shard, with ``exchange=True``). Default: gathered once
             from every rank over the initialised ``torch.distributed`` process group (or this
             shard's alone in a single process). Given, with ``rank`` or ``num_replicas`` taken
             from an initialised group, the ranks' arguments are still gathered once and checked;
@@ -199,7 +200,7 @@ class ShardedSampler(EpochSampler):
         self,
         shard_lengths: Any,
         *,
-        shard_histograms: Sequence[LengthHistogram] | None = None,
+        shard_histograms: Sequence[LengthHistogram | None] | None = None,
         shuffle: bool = True,
         seed: int = 0,
         num_replicas: int | None = None,
@@ -217,16 +218,20 @@ class ShardedSampler(EpochSampler):
         ids = _shard_ids(shard_indices, lengths.size, self.exchange)
         own = _histogram(lengths) if lengths.size else None
         if shard_histograms is None:
-            hists = _gather_histograms(own, self._arguments(), self.num_replicas, self.rank)
+            hists = _gather_histograms(
+                own, self._arguments(), self.num_replicas, self.rank, exchange=self.exchange
+            )
         else:
-            hists = _check_histograms(shard_histograms, own, self.num_replicas, self.rank)
+            hists = _check_histograms(
+                shard_histograms, own, self.num_replicas, self.rank, exchange=self.exchange
+            )
             # the ranks agree before any other collective (a rank built with another exchange=
             # would otherwise never join the exchange's gather); ranks simulated in one process
             # (rank= and num_replicas= both given) join none: one process builds them all
             joins = (rank is None or num_replicas is None) and self.num_replicas > 1
             if joins and initialised() and world_size() == self.num_replicas:
                 _gather_arguments(self._arguments(), self.num_replicas, self.rank)
-        self.histogram = merge_histograms(hists)
+        self.histogram = merge_histograms([h for h in hists if h is not None])
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
         self.even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]
         self._rule = rule
@@ -280,7 +285,13 @@ class ShardedSampler(EpochSampler):
                 "rows": ids[given],  # type: ignore[index]
                 # a row of this rank's shortest cell: the shortest of all ranks' is every
                 # rank's stand-in (shard_schedule(shared_stand_in=True))
-                "stand_in": [int(np.argmax(self.table[self.rank] > 0)), int(ids[by_cell[0]])],  # type: ignore[index]
+                "stand_in": (
+                    [int(np.argmax(self.table[self.rank] > 0)), int(ids[by_cell[0]])]  # type: ignore[index]
+                    if by_cell.size
+                    else [self.cells.num_cells, -1]  # an empty shard (it only receives)
+                ),
+                # the ids' span: another rank's ids inside a contiguous span are listed twice
+                "span": [int(ids.min()), int(ids.max()), int(ids.size)] if ids.size else [0, -1, 0],  # type: ignore[union-attr]
             }
             del by_cell, kept, given
             self._received = (gather or _gather_rows)(payload)
@@ -411,6 +422,7 @@ class ShardedSampler(EpochSampler):
                     f"the table says {[int(want[r]) for r in odd]}; every rank must run the same "
                     "version of bucketloader with the same arguments"
                 )
+            _check_disjoint(items, self._kept, fill=self.fill)
             self._stand_in = min(it["stand_in"] for it in items)[1]
             self._by_cell = take_rows(
                 self._kept,
@@ -469,7 +481,7 @@ class ShardedSampler(EpochSampler):
         b: np.ndarray,
         lookup: np.ndarray,
         deferred: np.ndarray,
-        hists: list[LengthHistogram],
+        hists: list[LengthHistogram | None],
         repeats: np.ndarray | None = None,
     ) -> float:
         """Real elements an epoch shows over all ranks: every length, less each rank's
@@ -487,7 +499,8 @@ class ShardedSampler(EpochSampler):
             means = [every] * len(hists)
         else:
             means = [
-                np.where(m > 0, m, every) for m in (_cell_mean(h, b, lookup, k) for h in hists)
+                np.where(m > 0, m, every)
+                for m in (_cell_mean(h, b, lookup, k) for h in hists if h is not None)
             ]
         for r, mean in enumerate(means):
             shown -= float((deferred[r] * mean).sum())
@@ -516,7 +529,7 @@ class ShardedSampler(EpochSampler):
         )
 
     # -- configuration ------------------------------------------------------------------------
-    def _candidate_boundaries(self, hists: list[LengthHistogram]) -> list[np.ndarray]:
+    def _candidate_boundaries(self, hists: list[LengthHistogram | None]) -> list[np.ndarray]:
         """The global solve, and (fitted boundaries, several ranks) the solve over the shards'
         envelope (NOTE [ Sharded plan ] 6), or with exchange over the dealt shares (8)."""
         first = self._fit_boundaries(self.histogram)
@@ -525,10 +538,10 @@ class ShardedSampler(EpochSampler):
         if self.exchange:  # NOTE [ Sharded plan ] 8: the ranks' shares, dealt
             other = self._fit_boundaries(dealt_histogram(self.histogram, len(hists)))
         else:
-            other = self._fit_boundaries(envelope_histogram(hists))
+            other = self._fit_boundaries(envelope_histogram([h for h in hists if h is not None]))
         return [first] if np.array_equal(other, first) else [first, other]
 
-    def _layout(self, b: np.ndarray, hists: list[LengthHistogram]) -> _Layout:
+    def _layout(self, b: np.ndarray, hists: list[LengthHistogram | None]) -> _Layout:
         """Boundaries ``b``'s cells, ``ranks x K`` table, what the ranks plan (less deferred
         samples, NOTE [ Sharded plan ] 7, or exchanged, 8), its schedule and padding."""
         occupancy = np.zeros(b.size, dtype=np.int64)
@@ -761,6 +774,18 @@ def _shard_array(shard_lengths: Any) -> np.ndarray:
         lo, hi = int(shard_lengths.min()), int(shard_lengths.max())
         if lo >= 0 and hi < MAX_LENGTH:
             return shard_lengths
+    if isinstance(shard_lengths, Mapping) or np.ndim(shard_lengths) == 2:
+        got = (
+            f"a mapping of {len(shard_lengths)} inputs"
+            if isinstance(shard_lengths, Mapping)
+            else f"shape {np.shape(shard_lengths)}"
+        )
+        raise ValueError(
+            "shard_lengths must be one length per sample (1-D): ShardedSampler plans one input, "
+            f"got {got}; for shapes of "
+            "several inputs (joint shapes) use BucketSampler with {name: lengths}, or pass one "
+            "length per sample (e.g. the longest input)"
+        )
     return as_lengths(shard_lengths, name="shard_lengths")
 
 
@@ -778,6 +803,8 @@ def _shard_ids(indices: Any, size: int, exchange: bool) -> np.ndarray | None:
             )
         return None
     ids = indices if isinstance(indices, np.ndarray) else np.asarray(indices)
+    if ids.size == 0 and ids.ndim == 1:  # an empty shard ([] reads as float)
+        ids = ids.astype(np.int64)
     if ids.ndim != 1 or ids.dtype.kind not in "iu" or ids.size != size:
         raise ValueError(
             f"shard_indices must be a 1-D integer array with one global row id per sample of "
@@ -788,7 +815,52 @@ def _shard_ids(indices: Any, size: int, exchange: bool) -> np.ndarray | None:
             f"shard_indices must be global row ids (>= 0), got {int(ids.min())}; pass the rows' "
             "positions in the whole data set"
         )
+    if ids.size > 1 and not bool((ids[1:] > ids[:-1]).all()):  # not increasing: sort to check
+        order = np.sort(ids)
+        twice = np.flatnonzero(order[1:] == order[:-1])
+        if twice.size:
+            raise ValueError(_twice_message(order[twice[:3]], "this rank's shard"))
     return ids
+
+
+def _twice_message(rows: np.ndarray, where: str) -> str:
+    return (
+        f"shard_indices must list each global row id once over all ranks, but row(s) "
+        f"{rows.tolist()} appear twice in {where} (each would be trained twice per epoch); "
+        "pass disjoint shards, e.g. np.arange(start, stop) or np.arange(rank, n, num_replicas) "
+        "per rank"
+    )
+
+
+def _check_disjoint(items: list[dict[str, Any]], kept: np.ndarray, *, fill: bool) -> None:
+    """The exchange's cheap checks that no row id is listed by two ranks (NOTE [ Sharded plan ]
+    8), from what the exchange gathered anyway (no other collective): a rank whose ids are
+    contiguous owns every id in its span, so another rank's smallest or largest id inside it is
+    listed twice; and (without fill, whose copies repeat rows on purpose) the moved rows are
+    distinct and none is a row the receiving rank kept. Shards that are not contiguous can
+    still share rows no rank moves: those are not seen."""
+    spans = np.array([it.get("span", [0, -1, 0]) for it in items], dtype=np.int64).reshape(-1, 3)
+    lo, hi, n = spans[:, 0], spans[:, 1], spans[:, 2]
+    whole = (n > 0) & (hi - lo + 1 == n)
+    for edge in (lo, hi):
+        inside = whole[:, None] & (lo[:, None] <= edge) & (edge <= hi[:, None]) & (n > 0)
+        np.fill_diagonal(inside, False)
+        if inside.any():
+            r, s = (int(x) for x in np.argwhere(inside)[0])
+            raise ValueError(
+                _twice_message(edge[s : s + 1], f"the shards of ranks {r} and {s}")
+                + f" (rank {r}'s shard is the rows {int(lo[r])}..{int(hi[r])})"
+            )
+    if fill:
+        return
+    given = np.concatenate([np.asarray(it["rows"], dtype=np.int64) for it in items])
+    order = np.sort(given)
+    twice = np.flatnonzero(order[1:] == order[:-1])
+    if twice.size:
+        raise ValueError(_twice_message(order[twice[:3]], "the rows two ranks hand over"))
+    mine = given[np.isin(given, kept)]
+    if mine.size:
+        raise ValueError(_twice_message(mine[:3], "a rank's own rows and the rows it receives"))
 
 
 def _fill_moves(
@@ -913,17 +985,21 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _cell_counts(
-    hist: LengthHistogram, boundaries: np.ndarray, lookup: np.ndarray, k: int
+    hist: LengthHistogram | None, boundaries: np.ndarray, lookup: np.ndarray, k: int
 ) -> np.ndarray:
-    cells = lookup[assign_buckets(hist.values, boundaries)]
     out = np.zeros(k, dtype=np.int64)
+    if hist is None:  # an empty shard under exchange (it only receives)
+        return out
+    cells = lookup[assign_buckets(hist.values, boundaries)]
     np.add.at(out, cells, hist.counts)
     return out
 
 
 def _check_histograms(
-    hists: Any, own: LengthHistogram | None, num_replicas: int, rank: int
-) -> list[LengthHistogram]:
+    hists: Any, own: LengthHistogram | None, num_replicas: int, rank: int, *, exchange: bool
+) -> list[LengthHistogram | None]:
+    """``shard_histograms`` checked; under exchange an empty shard's entry is ``None`` (a
+    ``LengthHistogram`` cannot be empty), and it receives rows (NOTE [ Sharded plan ] 8)."""
     if isinstance(hists, LengthHistogram) or not isinstance(hists, Sequence):
         raise TypeError(
             "shard_histograms must be a list of LengthHistogram, one per rank in rank order, "
@@ -936,11 +1012,14 @@ def _check_histograms(
             f"got {len(hists)}"
         )
     for r, h in enumerate(hists):
-        if not isinstance(h, LengthHistogram):
+        if not isinstance(h, LengthHistogram) and not (exchange and h is None):
+            empty = " (or None for an empty shard, with exchange=True)" if exchange else ""
             raise TypeError(
-                f"shard_histograms[{r}] must be a LengthHistogram, got {type(h).__name__}"
+                f"shard_histograms[{r}] must be a LengthHistogram{empty}, got {type(h).__name__}"
             )
-    if own is None:
+    if all(h is None for h in hists):
+        raise ValueError(_empty_message(list(range(num_replicas))))
+    if own is None and not exchange:
         raise ValueError(_empty_message([rank]))
     if hists[rank] != own:
         raise ValueError(
@@ -955,7 +1034,8 @@ def _empty_message(ranks: list[int]) -> str:
     return (
         f"the shard of rank(s) {ranks} is empty: every rank needs at least one sample to take "
         "its planned steps; give every rank a non-empty shard (e.g. re-split the files so each "
-        "rank has rows)"
+        "rank has rows), or pass exchange=True with shard_indices= (an empty rank then receives "
+        "rows from the others) when every rank can read every row"
     )
 
 
@@ -1010,8 +1090,13 @@ def _check_agreement(items: list[dict[str, Any]], num_replicas: int) -> None:
 
 
 def _gather_histograms(
-    own: LengthHistogram | None, arguments: dict[str, str], num_replicas: int, rank: int
-) -> list[LengthHistogram]:
+    own: LengthHistogram | None,
+    arguments: dict[str, str],
+    num_replicas: int,
+    rank: int,
+    *,
+    exchange: bool,
+) -> list[LengthHistogram | None]:
     """Every rank's shard histogram, by one ``all_gather`` (JSON), with the configuration
     digests checked on every rank (so a mismatch is an error everywhere, never a hang)."""
     import torch.distributed as dist
@@ -1044,6 +1129,6 @@ def _gather_histograms(
     items = [json.loads(p) for p in gathered]
     _check_agreement(items, num_replicas)
     empty = [it["rank"] for it in items if not it["values"]]
-    if empty:
+    if empty and (not exchange or len(empty) == num_replicas):
         raise ValueError(_empty_message(empty))
-    return [LengthHistogram(it["values"], it["counts"]) for it in items]
+    return [LengthHistogram(it["values"], it["counts"]) if it["values"] else None for it in items]

@@ -65,6 +65,7 @@ class WeightedBucketSampler(BucketSampler):
     """
 
     _promotes = False  # its epochs batch the draws, not the spec's samples
+    _batches_the_spec = False  # (num_samples draws may fill batches the spec's samples cannot)
 
     def __init__(
         self,
@@ -228,7 +229,7 @@ def _check_sample_weights(weights: Any, spec: BucketSpec) -> np.ndarray:
     bad = ~np.isfinite(arr) | (arr < 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"weights must be finite numbers >= 0, got {arr[i]!r} at index {i}")
+        raise ValueError(f"weights must be finite numbers >= 0, got {arr[i].item()!r} at index {i}")
     kept = spec.cell_of_sample >= 0
     if not math.isfinite(arr[kept].sum()) or arr[kept].sum() <= 0:
         raise ValueError(

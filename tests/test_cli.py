@@ -362,3 +362,9 @@ def test_a_text_column_says_it_measures_characters(tmp_path, capsys):
         assert read_lengths(tmp_path / "t.parquet", "text").tolist() == LENGTHS
     assert main(["report", str(tmp_path / "t.parquet"), "--column", "text", "-k", "2"]) == 0
     assert "bucketloader: note: " in capsys.readouterr().err
+
+
+def test_a_csv_with_a_byte_order_mark_reads_by_column_name(tmp_path):
+    p = tmp_path / "excel.csv"
+    p.write_bytes("\ufeffq,a\n12,40\n7,3\n".encode())  # Excel's "CSV UTF-8" starts with a BOM
+    assert read_lengths(p, "q").tolist() == [12, 7]

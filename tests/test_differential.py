@@ -66,7 +66,13 @@ SEEK_RANKS = (
     "after the resume and every other record unchanged (checked against c8414c7 case by case)"
 )
 #: Cases whose behaviour changed on purpose: case -> why.
+EMPTY_EPOCH = (
+    "s5-polish: a sampler whose plan has no batch (last_batch='drop' leaving out every sample) "
+    "is refused at construction with a ValueError naming the fix, instead of warning '100.0%' "
+    "and yielding an empty epoch"
+)
 CHANGED: dict[str, str] = {
+    "sampler-42": EMPTY_EPOCH,
     "stream-13": EMPTY_SHARD + "; " + SEEK_RANKS,
     "stream-33": EMPTY_SHARD,
     "stream-38": PRE_FIRST_BATCH,

@@ -208,3 +208,13 @@ def test_any_engine_plugs_in_through_json_and_merge_in_processes(tmp_path):
     merged = LengthHistogram.merge(LengthHistogram.from_json(p) for p in parts)
     assert merged == LengthHistogram.from_lengths(arr)
     assert compute_boundaries(merged, 8).tobytes() == compute_boundaries(arr, 8).tobytes()
+
+
+def test_a_file_without_the_column_is_named(tmp_path):
+    """The dataset's schema is its first file's: a later file that lacks the measured column is
+    named, not read as null rows (s5-user R4)."""
+    pq.write_table(pa.table({"ids": pa.array([[1] * 5, [1] * 7], pa.list_(pa.int32()))}),
+                   tmp_path / "a.parquet")  # fmt: skip
+    pq.write_table(pa.table({"other": pa.array([1, 2, 3])}), tmp_path / "b.parquet")
+    with pytest.raises(ValueError, match=r"b\.parquet: no column 'ids' \(the file has columns"):
+        parquet_histogram(tmp_path, column="ids")

@@ -12,10 +12,11 @@ from conftest import load_real
 from test_plan import check_plan_invariants
 from torch.utils.data import DataLoader
 
-from bucketloader import BucketSampler, TokenBudget
+from bucketloader import BucketSampler, PackSampler, TokenBudget
 from bucketloader.boundaries import padding_ratio
 from bucketloader.plan import BucketSpec, plan_epoch
 from bucketloader.stream import BucketIterable
+from bucketloader.weighted import WeightedBucketSampler
 
 
 def test_europarl_empty_sentences_error_drop_or_count():
@@ -161,13 +162,28 @@ def test_warns_once_when_a_plan_drops_a_lot():
             rank=0,
         )
     assert lossy.report().totals["dropped"] == 505  # the plan agrees with the warning
-    with pytest.warns(UserWarning, match=r"leaves out 5 of 5 samples \(100.0%\)"):
-        empty = BucketSampler([1, 2, 3, 4, 5], batch_size=2, last_batch="drop", num_replicas=2)
-    assert len(empty) == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         BucketSampler(load_real("commonvoice"), num_buckets=4, batch_size=8, last_batch="drop")
         BucketSampler(lengths, num_buckets=16, batch_size=32, num_replicas=2, rank=0)
+
+
+def test_an_epoch_with_no_batch_is_refused():
+    """last_batch="drop" that leaves out every sample used to warn ("100.0%") and make an empty
+    epoch, while the filters raise for the same outcome: one ValueError naming the fix."""
+    fix = r"with last_batch='drop' .* all 3 samples would be left out; pass last_batch='pad'"
+    with pytest.raises(ValueError, match=r"BucketSampler would make no batch per epoch: " + fix):
+        BucketSampler([5, 6, 7], num_buckets=1, batch_size=4, last_batch="drop")
+    with pytest.raises(ValueError, match=r"a step takes 4 rows on 2 rank\(s\)"):
+        BucketSampler([1, 2, 3, 4, 5], batch_size=2, last_batch="drop", num_replicas=2)
+    with pytest.raises(ValueError, match=r"PackSampler would make no batch per epoch"):
+        PackSampler([5, 6, 7], row_length=8, batch_size=4, last_batch="drop")
+    assert len(BucketSampler([5, 6, 7], num_buckets=1, batch_size=4)) == 1  # "pad": one batch
+    # weighted draws fill batches the 3 samples cannot: not an empty epoch
+    drawn = WeightedBucketSampler(
+        [5, 6, 7], weights=[1, 1, 1], num_samples=100, batch_size=4, last_batch="drop"
+    )
+    assert len(drawn) > 20
 
 
 @pytest.mark.parametrize("bad", ["", 0, None, "Pad"])

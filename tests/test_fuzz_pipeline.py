@@ -317,6 +317,9 @@ def _as_python(values):
     return [complex(v) if isinstance(v, complex) else v for v in values]
 
 
+@pytest.mark.filterwarnings(
+    "ignore:this BucketSampler plans .* of width 0"
+)  # length-0 samples on purpose
 @settings(FUZZ, max_examples=400)
 @given(
     data=st.data(),
@@ -371,6 +374,9 @@ def dict_sample(draw, length):
     return sample
 
 
+@pytest.mark.filterwarnings(
+    "ignore:this BucketSampler plans .* of width 0"
+)  # length-0 samples on purpose
 @settings(FUZZ, max_examples=150)
 @given(
     data=st.data(),
@@ -464,6 +470,9 @@ def _zero_lengths():
     return lengths
 
 
+@pytest.mark.filterwarnings(
+    "ignore:this BucketSampler plans .* of width 0"
+)  # length-0 samples on purpose
 def test_plan_zero_length_rows_get_a_sane_batch_size():
     sampler = BucketSampler(_zero_lengths(), num_buckets=8, max_tokens=16384, strategy="percentile")
     assert (16384, 0) not in sampler.shapes

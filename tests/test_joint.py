@@ -193,6 +193,9 @@ def test_core_pairs_reach_the_full_lp(size):
     cells = greedy(grid, k)
     _, reach = grid.assign(cells)
     upper = float((grid.weight * reach).sum())
+    # NOTE [ The Lagrangian bound ]: the bundle alone converges to the LP's value and stops there
+    alone = lagrangian(grid, k, reach, upper, time.perf_counter() + 20.0, 0.0)
+    assert abs(alone.value - full) <= 1e-9 * full
     start = lagrangian(grid, k, reach, upper, time.perf_counter() + 0.05, 0.0)
     bound, _ = lp_bound(grid, k, cells, start, upper, time.perf_counter() + 20.0, 0.0)
     assert full - min(0.5, upper - full) - 1e-6 * full <= bound.value <= full + 1e-6 * full
@@ -200,8 +203,9 @@ def test_core_pairs_reach_the_full_lp(size):
 
 
 @pytest.mark.parametrize("size", ["sum", "prod"])
-def test_gains_by_blocks_and_by_levels_are_the_brute_force_sum(size):
-    # NOTE [ Gains by sorted blocks ]: both ways of Grid.gains, against the sum pair by pair
+def test_gains_by_blocks_levels_and_rows_are_the_brute_force_sum(size):
+    # NOTE [ Gains by sorted blocks ], NOTE [ Gains by rows ]: every way of Grid.gains, against
+    # the sum pair by pair
     hist = JointHistogram.from_lengths(load_real("gsm8k")[:300])
     grid = Grid.build(hist.rows, hist.counts, [np.unique(hist.rows[:, d]) for d in (0, 1)], size)
     rng = np.random.default_rng(7)
@@ -215,6 +219,13 @@ def test_gains_by_blocks_and_by_levels_are_the_brute_force_sum(size):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
     np.testing.assert_allclose(grid._gains_by_levels(level.ravel(), value), want, rtol=1e-12)
     np.testing.assert_allclose(grid.gains(level.ravel(), value), want, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(grid._gains_by_rows(reach), want, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(grid.gains_at(reach), want, rtol=1e-12, atol=1e-9)
+    # reaches on the sizes of the cells themselves: every threshold a tie
+    on = grid.cand_size[rng.integers(0, grid.cand.shape[0], grid.weight.size)]
+    tie = np.maximum(on, grid.point_size)
+    want = (cover * grid.weight * np.maximum(tie - grid.cand_size[:, None], 0.0)).sum(axis=1)
+    np.testing.assert_allclose(grid._gains_by_rows(tie), want, rtol=1e-12, atol=1e-9)
 
 
 @pytest.mark.parametrize("size", ["sum", "prod"])

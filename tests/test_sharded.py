@@ -950,3 +950,47 @@ def test_defer_spellings_agree_and_numpy_numbers_are_numbers():
     sizes = [_samplers(lengths, shards, batch_size=b, num_buckets=2)[0] for b in (np.int64(2), 2)]
     assert sizes[0]._config_digest() == sizes[1]._config_digest()
     assert sizes[0]._arguments() == sizes[1]._arguments()
+
+
+def test_exchange_refuses_a_row_listed_by_two_ranks():
+    """shard_indices listing a row twice (on one rank, or on two ranks whose shards overlap)
+    would train it twice per epoch: refused from what the exchange gathers anyway."""
+    lengths = np.array([3, 3, 3, 3, 9, 9, 9, 4, 5, 6])
+    opts = {"boundaries": [4, 9], "batch_size": 2, "shuffle": False}
+    with pytest.raises(ValueError, match=r"row\(s\) \[2\] appear twice in this rank's shard"):
+        ShardedSampler(lengths[[0, 2, 1, 2]], shard_indices=[0, 2, 1, 2], **opts)
+    with pytest.raises(ValueError, match=r"appear twice in the shards of ranks 0 and 1 .* 0\.\.5"):
+        for s in _exchanged(lengths, [range(0, 6), range(5, 10)], **opts):
+            list(s)  # a contiguous shard 0..5 and one starting at 5
+    with pytest.raises(ValueError, match=r"row\(s\) \[6\] appear twice in a rank's own rows"):
+        for s in _exchanged(lengths, [[0, 1, 2, 3, 4, 5, 6, 8], [6, 9]], **opts):
+            list(s)  # not contiguous; rank 0 hands row 6 over to rank 1, which lists it too
+    for s in _exchanged(lengths, [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]], **opts):
+        assert len(list(s)) == len(s)  # interleaved disjoint shards are fine
+
+
+@pytest.mark.parametrize("last_batch", ["pad", "fill"])
+def test_an_empty_shard_receives_rows_under_exchange(last_batch):
+    """An empty rank was an error under exchange=True although the exchange can serve it: it
+    now receives rows (its histogram is None: a LengthHistogram cannot be empty); without
+    exchange it stays an error naming exchange=True."""
+    lengths = np.random.default_rng(0).integers(3, 60, 40)
+    shards = [np.arange(0, 25), np.arange(25, 40), np.arange(0)]
+    hists = [LengthHistogram.from_lengths(lengths[s]) if s.size else None for s in shards]
+    board = LocalExchange(3)
+    opts = {"num_buckets": 3, "batch_size": 4, "seed": 1, "last_batch": last_batch}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # unequal shards: said with the count
+        samplers = [
+            ShardedSampler(lengths[s], shard_indices=s, shard_histograms=hists, num_replicas=3,
+                           rank=r, exchange=True, gather=board, **opts)
+            for r, s in enumerate(shards)
+        ]  # fmt: skip
+    got = [[list(b) for b in s] for s in samplers]
+    assert len({len(g) for g in got}) == 1 and got[2]  # the same steps, the empty rank too
+    rows = [i for g in got for b in g for i in b]
+    if last_batch == "pad":
+        assert sorted(rows) == list(range(40))  # every row once
+    assert set(got[2][0]) <= set(range(40)) and samplers[2].report().moved_in > 0
+    with pytest.raises(ValueError, match=r"rank\(s\) \[2\] is empty.*or pass exchange=True"):
+        ShardedSampler([], shard_histograms=[*hists[:2], hists[0]], num_replicas=3, rank=2, **opts)

@@ -661,3 +661,75 @@ def test_question_answering_train_evaluate_predict_in_dataset_order(tmp_path):
             ids = torch.tensor([ds[i]["input_ids"]])
             want = model(input_ids=ids).start_logits[0].numpy()
             np.testing.assert_allclose(start_logits[i][: len(want)], want, atol=1e-5)
+
+
+# -- a step with no real row (NOTE [ A step with no real row ]) ----------------------------------
+def _gpt2_causal(rng):
+    lens = load_real("gsm8k")[::100][:24, 0]
+    ids = [_ids(rng, n, 2, 100) for n in lens]
+    ds = datasets.Dataset.from_dict({"input_ids": ids, "labels": ids})
+    config = transformers.GPT2Config(
+        vocab_size=100, n_embd=16, n_layer=1, n_head=2, n_positions=256, pad_token_id=0
+    )
+    config.bos_token_id = config.eos_token_id = 1
+    return transformers.GPT2LMHeadModel(config), ds
+
+
+@pytest.mark.parametrize("average", [True, False])
+@pytest.mark.parametrize("head", ["bert-sequence", "gpt2-causal"])
+def test_a_step_with_no_real_row_has_loss_zero_and_zero_gradients(head, average, tmp_path):
+    """A rank's step of stand-ins only (labels -100, sample_mask False) is 0 / 0 in the model's
+    own loss; BucketTrainer makes it 0 with a zero gradient for every parameter (DDP's reducer
+    sees each one), with average_tokens_across_devices True and False."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    if head == "gpt2-causal":  # takes num_items_in_batch (a sum / count), shifts its labels
+        model, ds = _gpt2_causal(rng)
+    else:  # a mean over the labels that are not -100
+        model, ds = bert_sequence(rng)[:2]
+    args = _args(tmp_path, average_tokens_across_devices=average)
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=ds, bucketing={"num_buckets": 2}
+    )
+    batch = dict(next(iter(trainer.get_train_dataloader())))
+    batch["sample_mask"] = torch.zeros_like(batch["sample_mask"])  # every row a stand-in
+    label = "labels" if "labels" in batch else "label"
+    batch[label] = torch.full_like(batch[label], -100)
+    inputs = {k: v for k, v in batch.items() if k not in BOOKKEEPING}
+    assert model(**inputs).loss.isnan()  # the hazard: the model's own loss
+    batches, num_items = trainer.get_batch_samples(iter([batch]), 1, trainer.args.device)
+    model.train()
+    model.zero_grad()
+    loss = trainer.training_step(model, batches[0], num_items)
+    assert float(loss) == 0.0
+    grads = [p.grad for p in model.parameters() if p.requires_grad]
+    assert all(g is not None and not g.any() for g in grads)
+    # a batch with a real row is left alone
+    batch["sample_mask"][0] = True
+    batch[label][0] = 1
+    real, _ = trainer.get_batch_samples(iter([batch]), 1, trainer.args.device)
+    assert type(real[0]) is dict and float(trainer.compute_loss(model, dict(real[0])).detach()) > 0
+
+
+def test_masked_loss_of_a_batch_with_no_real_row_is_zero():
+    torch.manual_seed(0)
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    b = hf.for_text(ds, "input_ids", pad_token_id=0, num_buckets=2, batch_size=4, sample_mask=True)
+    batch = dict(next(iter(b.dataloader())))
+    batch["sample_mask"] = torch.zeros_like(batch["sample_mask"])
+    batch["labels"] = torch.full_like(batch["labels"], -100)
+    loss, _ = hf.masked_loss(model, batch)
+    loss.backward()
+    assert float(loss.detach()) == 0.0
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+def test_an_iterable_train_dataset_is_refused_naming_train_dataset(tmp_path):
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    stream = ds.to_iterable_dataset()
+    match = r"got train_dataset=IterableDataset; pass a map-style datasets.Dataset"
+    with pytest.raises(TypeError, match=match):
+        hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=stream)
+    again = datasets.Dataset.from_generator(lambda: iter(stream))  # the fix the error names
+    trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=again)
+    assert len(trainer.get_train_dataloader()) > 0

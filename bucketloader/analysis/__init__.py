@@ -5,7 +5,7 @@
 that :func:`calibrate` measures on your model.
 """
 
-from bucketloader.analysis.calibrate import Calibration, calibrate
+from bucketloader.analysis.calibration import Calibration, calibrate
 from bucketloader.analysis.recommend import Candidate, Recommendation, recommend_num_buckets
 from bucketloader.analysis.report import DynamicityReport, analyze
 

@@ -56,7 +56,7 @@ from bucketloader._validation import (
     check_int,
     check_options,
 )
-from bucketloader.analysis.calibrate import Calibration
+from bucketloader.analysis.calibration import Calibration
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan import BucketSpec
 from bucketloader.plan.promote import promoted_spec, promotes

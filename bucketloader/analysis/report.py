@@ -21,7 +21,7 @@ from bucketloader._types import LazyModule, Strategy
 from bucketloader._validation import Lengths, MissingKeyError, as_lengths, check_float, check_int
 from bucketloader.analysis._plot import pct, plot_report
 from bucketloader.analysis._scan import dataset_lengths, is_dataloader, is_dataset, scan_batches
-from bucketloader.analysis.calibrate import Calibration
+from bucketloader.analysis.calibration import Calibration
 from bucketloader.analysis.recommend import (
     Candidate,
     check_num_buckets,

@@ -14,8 +14,10 @@ file" because:
 Non-zero ranks also store the received entry in their own cache directory when it is missing
 there (on a shared filesystem rank 0 already wrote it, so they skip). Every rank must call with
 the same lengths and options (as a sampler built identically on each rank does): the broadcast
-carries rank 0's key and a rank whose key differs raises a ``ValueError`` saying so. If rank 0
-fails to solve, it sends the error text and every rank raises, instead of hanging.
+carries rank 0's key, and one more collective (an ``all_gather`` of one flag per rank) tells every
+rank which ranks' keys differ, so a mismatch is a ``ValueError`` on *every* rank, rank 0
+included (rank 0 going on alone would wait in the job's next collective until it times out). If
+rank 0 fails to solve, it sends the error text and every rank raises, instead of hanging.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from bucketloader._dist import comm_device, default_ranks
+from bucketloader._dist import comm_device, default_ranks, world_size
 from bucketloader.solution import JointSolution, Solution, solution_from_dict
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,6 +61,7 @@ def broadcast_get_or_solve(
         dist.broadcast(data, src=0)
         if error is not None:
             raise error
+        _agree(rank, True, key, device)
         return sol
     header = torch.zeros(1, dtype=torch.int64, device=device)
     dist.broadcast(header, src=0)
@@ -69,14 +72,26 @@ def broadcast_get_or_solve(
     if size < 0:
         raise RuntimeError(f"rank 0 failed to compute the bucket boundaries: {text}")
     body = json.loads(text)
-    if body["key"] != key:
-        raise ValueError(
-            f"rank {rank} asked the cache for key {key[:12]}… but rank 0 solved "
-            f"{body['key'][:12]}…: the ranks passed different lengths or options; build the "
-            "sampler from the same lengths and arguments on every rank"
-        )
+    _agree(rank, body["key"] == key, body["key"], device)
     sol = dataclasses.replace(solution_from_dict(body["solution"]), params=dict(params))
     cache.hits += 1
     if not cache.path_for(key).exists():
         cache.put(hist, sol)
     return sol
+
+
+def _agree(rank: int, same: bool, solved: str, device: Any) -> None:
+    """Every rank's "my key is rank 0's" flag, by one ``all_gather``; a ``ValueError`` on every
+    rank (naming the ranks that differ) when any flag is down."""
+    import torch
+    import torch.distributed as dist
+
+    flags = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world_size())]
+    dist.all_gather(flags, torch.tensor([int(same)], dtype=torch.int64, device=device))
+    odd = [r for r, f in enumerate(flags) if not int(f.item())]
+    if odd:
+        raise ValueError(
+            f"rank(s) {odd} asked the cache for another key than rank 0, which solved "
+            f"{solved[:12]}… (this is rank {rank}): the ranks passed different lengths or "
+            "options; build the sampler from the same lengths and arguments on every rank"
+        )

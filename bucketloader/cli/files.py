@@ -78,7 +78,7 @@ def read_lengths(path: str | Path, column: str | int | None = None) -> np.ndarra
     if suffix == ".parquet":
         return _read_arrow(p, column)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")  # a BOM (Excel's "CSV UTF-8") is not data
     except UnicodeDecodeError as exc:
         raise LengthFileError(f"{p}: not a UTF-8 text file ({exc.reason})") from None
     lines = text.splitlines()

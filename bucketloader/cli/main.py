@@ -21,23 +21,21 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from bucketloader._validation import check_int
 from bucketloader._version import __version__
-from bucketloader.analysis import analyze
-from bucketloader.boundaries import assign_buckets
-from bucketloader.cache import BucketCache
-from bucketloader.cli.engines import ENGINES, engine_histogram, is_parquet_set
-from bucketloader.cli.files import characters_note, read_lengths
-from bucketloader.histogram import LengthHistogram
-from bucketloader.plan import BucketSpec
-from bucketloader.plan.budget import BatchRule
-from bucketloader.plan.promote import promote_counts
-from bucketloader.solve import resolve_params, solve_boundaries
-from bucketloader.strategies import resolve_strategy
+from bucketloader.cli.engines import ENGINES
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+    from bucketloader.histogram import LengthHistogram
+    from bucketloader.plan import BucketSpec
+
+# NOTE [ What --help imports ]
+# ``bucketloader --help`` and ``bucketloader report --help`` only build the parser: this module
+# imports the standard library and the version at the top, and numpy and the library inside
+# the subcommands that use them (benchmarks/startup.py measures it).
 
 EXIT_USAGE = 2
 #: Above this many samples (a histogram from ``--engine``), ``report`` skips the dynamic-padding
@@ -162,6 +160,8 @@ def _read_lengths(args: argparse.Namespace) -> Any:
     ``bucketloader: note: ...`` lines on stderr."""
     with warnings.catch_warnings(record=True) as notes:
         warnings.simplefilter("always")
+        from bucketloader.cli.files import read_lengths
+
         lengths = read_lengths(args.file, args.column)
     for note in notes:
         print(f"bucketloader: note: {note.message}", file=sys.stderr)
@@ -170,6 +170,8 @@ def _read_lengths(args: argparse.Namespace) -> Any:
 
 def _read(args: argparse.Namespace) -> np.ndarray | LengthHistogram:
     """Lengths from a file, or the exact histogram of Parquet shards on ``--engine``."""
+    from bucketloader.cli.engines import engine_histogram, is_parquet_set
+
     if args.engine is None and not is_parquet_set(args.file):
         return _read_lengths(args)
     if args.engine is not None and not is_parquet_set(args.file):
@@ -189,6 +191,7 @@ def _note_parquet_text(path: str, column: str | None) -> None:
         return
     import pyarrow.parquet as pq
 
+    from bucketloader.cli.files import characters_note
     from bucketloader.engines.arrow import parquet_files
 
     try:
@@ -206,6 +209,9 @@ def _fail(message: str) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from bucketloader.analysis import analyze
+    from bucketloader.histogram import LengthHistogram
+
     _check_output("--json", args.json)
     _check_plot(args.plot)
     lengths = _read(args)
@@ -236,6 +242,13 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _precompute(args: argparse.Namespace) -> int:
+    from bucketloader._validation import check_int
+    from bucketloader.cache import BucketCache
+    from bucketloader.histogram import LengthHistogram
+    from bucketloader.plan.budget import BatchRule
+    from bucketloader.solve import resolve_params, solve_boundaries
+    from bucketloader.strategies import resolve_strategy
+
     # every option is checked before any work: a bad one never costs a solve or a cache write
     name, fn = resolve_strategy(args.strategy)
     check_int("num_buckets", args.num_buckets, minimum=1)
@@ -363,10 +376,17 @@ def bucket_table(
     buckets are occupied, which its distinct values tell.
 
     Example:
+        >>> import numpy as np
         >>> rows = bucket_table(np.array([3, 4, 9, 10, 10]), [4, 10], 2, None)
         >>> [(r["range"], r["samples"], r["shape"], r["batches"]) for r in rows]
         [('0..4', 2, [2, 4], 1), ('5..10', 3, [2, 10], 2)]
     """
+    import numpy as np
+
+    from bucketloader.boundaries import assign_buckets
+    from bucketloader.histogram import LengthHistogram
+    from bucketloader.plan import BucketSpec
+
     b = np.asarray(boundaries, dtype=np.int64)
     hist = (
         lengths if isinstance(lengths, LengthHistogram) else LengthHistogram.from_lengths(lengths)
@@ -435,6 +455,10 @@ def _promoted_rows(
     batches ]), or leftovers promoted (NOTE [ Promotion of leftovers ]), whose rows
     ``promote_counts`` gives in both cases. ``planned`` and ``table`` are updated in place; the
     steps per occupied bucket are returned (none when nothing is promoted: the even plan)."""
+    import numpy as np
+
+    from bucketloader.plan.promote import promote_counts
+
     edges = [e for e in b.tolist() if e in planned]
     counts = np.array([int(n[i]) for i, e in enumerate(b.tolist()) if e in planned])
     if not edges:
@@ -469,7 +493,8 @@ def format_table(rows: list[dict[str, Any]], batch_size: int | None, max_tokens:
         shapes = {tuple(r["shape"]) for r in rows if r["shape"]}
         lines.append(
             f"planned shapes ({how}, last_batch='pad'): {len(shapes)}; every epoch of a "
-            "BucketSampler with these boundaries yields only these"
+            "one-process BucketSampler with these boundaries yields only these (over several "
+            "ranks batches are evened out per rank: the sampler's .shapes lists that plan)"
         )
     else:
         lines.append("pass --batch-size or --max-tokens to see the planned batch shapes")

@@ -165,6 +165,16 @@ def _open(
             source = pads.dataset(files, format="parquet")
         except (pa.ArrowInvalid, OSError) as exc:
             raise ValueError(f"{what}: not readable as Parquet ({exc})") from None
+        if len(files) > 1:  # the schema is the first file's: another file may lack a column
+            for fragment in source.get_fragments():
+                names = fragment.physical_schema.names
+                missing = [c for c in columns if c in source.schema.names and c not in names]
+                if missing:
+                    raise ValueError(
+                        f"{fragment.path}: no column {missing[0]!r} (the file has columns "
+                        f"{names}); every file must hold the measured column: leave "
+                        "this file out or add the column to it"
+                    )
     if isinstance(source, pads.Dataset):
         present = [c for c in columns if c in source.schema.names]
         batches = source.to_batches(

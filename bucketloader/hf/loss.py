@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["loss_policy", "masked_loss", "row_losses", "settle_problem_type"]
+__all__ = ["loss_policy", "masked_loss", "row_losses", "settle_problem_type", "zero_loss"]
 
 #: Heads whose own loss ignores labels of -100 (class-name suffixes).
 IGNORE_INDEX_HEADS = (
@@ -210,7 +210,10 @@ def masked_loss(model: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, Any
 
     For loops of your own: build the batches with ``for_text(..., sample_mask=True)`` (or
     ``evaluation=True``); ``sample_mask`` and ``index`` are popped before the model sees the
-    batch. A ``"mean"`` policy averages over the real rows, ``"sum"`` sums them.
+    batch. A ``"mean"`` policy averages over the real rows, ``"sum"`` sums them. A batch with
+    no real row (``sample_mask`` all False: a sharded or streamed step that gives this rank only
+    a stand-in) has loss 0 with a zero gradient (:func:`zero_loss`), not the 0 / 0 = NaN of a
+    mean over no row, which DDP's all-reduce would spread to every rank.
 
     Args:
         model: the ``transformers`` model.
@@ -229,7 +232,10 @@ def masked_loss(model: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, Any
     if policy not in ROW_POLICIES or labels is None:
         outputs = model(**inputs)
         loss = outputs["loss"] if isinstance(outputs, Mapping) else outputs[0]
-        return loss, outputs
+        # No real row: the model's mean over no label is 0 / 0 (NaN). torch.where keeps this
+        # free of a device sync; the NaN branch gets a zero gradient.
+        real = mask.to(loss.device).any()
+        return torch.where(real, loss, zero_loss(outputs).to(loss.device, loss.dtype)), outputs
     labels = inputs.pop("labels")
     outputs = model(**inputs)
     per_row, reduction = row_losses(model, outputs, labels, inputs, policy)
@@ -238,3 +244,37 @@ def masked_loss(model: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, Any
     if reduction == "sum":
         return total, outputs
     return total / mask.sum().clamp(min=1), outputs
+
+
+def zero_loss(outputs: Any) -> torch.Tensor:
+    """A loss of exactly 0 whose gradient reaches every parameter that produced ``outputs``
+    (each output tensor's first element times 0; the ``loss`` entry, or a tuple's first element,
+    left out: it may be NaN).
+
+    Example:
+        >>> import torch
+        >>> layer = torch.nn.Linear(2, 3)
+        >>> outputs = {"loss": torch.tensor(float("nan")), "logits": layer(torch.ones(1, 2))}
+        >>> loss = zero_loss(outputs)
+        >>> loss.backward()
+        >>> float(loss.detach()), float(layer.weight.grad.abs().sum())
+        (0.0, 0.0)
+    """
+    found: list[torch.Tensor] = []
+
+    def visit(tree: Any, skip_first: bool = False) -> None:
+        if isinstance(tree, torch.Tensor):
+            if tree.requires_grad and tree.numel():
+                found.append(tree.reshape(-1)[0] * 0)
+        elif isinstance(tree, Mapping):
+            for key, value in tree.items():
+                if key != "loss":
+                    visit(value)
+        elif isinstance(tree, (list, tuple)):
+            for value in tree[1:] if skip_first else tree:
+                visit(value)
+
+    visit(outputs, skip_first=isinstance(outputs, tuple))
+    if not found:
+        return torch.zeros(())
+    return torch.stack([x.float() for x in found]).sum()

@@ -68,7 +68,13 @@ from bucketloader._samples import load_samples
 from bucketloader.evaluation import EvalSampler, restore_order
 from bucketloader.hf.bucketing import LABEL_PAD, Bucketing, ModelInputs, for_audio, for_text
 from bucketloader.hf.lengths import resolve_column, table_and_indices
-from bucketloader.hf.loss import ROW_POLICIES, loss_policy, row_losses, settle_problem_type
+from bucketloader.hf.loss import (
+    ROW_POLICIES,
+    loss_policy,
+    row_losses,
+    settle_problem_type,
+    zero_loss,
+)
 
 __all__ = ["BucketSeq2SeqTrainer", "BucketTrainer"]
 
@@ -113,6 +119,18 @@ class _BucketMixin:
             )
         if isinstance(bucketing, Bucketing) and kwargs.get("train_dataset") is None:
             kwargs["train_dataset"] = bucketing.dataset
+        train = args[3] if len(args) > 3 else kwargs.get("train_dataset")
+        if not isinstance(bucketing, Bucketing) and _is_stream(train):
+            raise TypeError(
+                f"{type(self).__name__} plans each epoch from the length of every training "
+                f"sample, which a stream does not have up front, but got train_dataset="
+                f"{type(train).__name__}; pass a map-style datasets.Dataset (load_dataset(..., "
+                "streaming=False), or datasets.Dataset.from_generator(lambda: iter(stream)) "
+                "for a stream that fits on disk), or bucketing=Bucketing(sampler, collator, "
+                "dataset) over one. A stream that must stay one: use transformers.Trainer's "
+                "own loader, or a loop over a bucketloader.stream.BucketIterable (docs: "
+                "streams.md)"
+            )
         user_collator = args[2] if len(args) > 2 else kwargs.get("data_collator")
         self._lm = _language_modeling(user_collator, type(self).__name__)
         super().__init__(*args, **kwargs)
@@ -453,6 +471,7 @@ class _BucketMixin:
         batches, num_items = super().get_batch_samples(  # type: ignore[misc]
             epoch_iterator, num_batches, device
         )
+        batches = [_NoTargets(b) if self._no_targets(b) else b for b in batches]
         self._step_rows = None
         if batches and isinstance(batches[0], Mapping) and "sample_mask" in batches[0]:
             if loss_policy(self.model, batches[0].get("labels")) in ROW_POLICIES:
@@ -461,6 +480,23 @@ class _BucketMixin:
                     rows = self.accelerator.gather(rows).sum()
                 self._step_rows = rows.reshape(())
         return batches, num_items
+
+    def _no_targets(self, batch: Any) -> bool:
+        """Whether a training batch has nothing to learn from: no real row (``sample_mask``
+        all False), or integer ``labels`` with no target that the model's loss counts (as
+        ``Trainer`` counts ``num_items_in_batch``). Read on the CPU batch, before it moves to
+        the device: no synchronisation (NOTE [ A step with no real row ])."""
+        if not isinstance(batch, Mapping):
+            return False
+        mask = batch.get("sample_mask")
+        if isinstance(mask, torch.Tensor) and not bool(mask.any()):
+            return True
+        labels = batch.get("shift_labels", batch.get("labels"))
+        if not isinstance(labels, torch.Tensor) or labels.is_floating_point():
+            return False
+        if "shift_labels" not in batch and getattr(self, "_loss_shifts_labels", False):
+            labels = labels[..., 1:]
+        return not bool((labels != LABEL_PAD).any())
 
     def compute_loss(
         self,
@@ -475,6 +511,7 @@ class _BucketMixin:
         ``compute_loss``; CTC, regression and multi-label heads are run without ``labels`` and
         their loss is computed per row and reduced over real rows.
         """
+        empty = isinstance(inputs, _NoTargets) and model.training
         inputs = dict(inputs)
         mask = inputs.pop("sample_mask", None)
         inputs.pop("index", None)
@@ -494,9 +531,12 @@ class _BucketMixin:
                 # This rank's batch mean: evaluation_loop weighs batches by their real rows. (A
                 # count gathered over ranks would make each rank's loss a share of a global sum.)
                 num_items_in_batch = None
-            return super().compute_loss(  # type: ignore[misc]
-                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            loss, outputs = super().compute_loss(  # type: ignore[misc]
+                model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
             )
+            if empty:  # the model's loss is 0 / 0 here (NOTE [ A step with no real row ])
+                loss = zero_loss(outputs)
+            return (loss, outputs) if return_outputs else loss
         labels = inputs.pop("labels")
         outputs = model(**inputs)
         per_row, reduction = row_losses(model, outputs, labels, inputs, policy)
@@ -585,6 +625,35 @@ class _BucketMixin:
             metrics=metrics,
             num_samples=sampler.num_samples,
         )
+
+
+# NOTE [ A step with no real row ]
+# A training batch can hold no real row: a ``ShardedSampler`` step that gives a rank only a
+# stand-in (``last_batch="pad"``), a stream's step on a rank whose shard ran dry, or a Bucketing
+# whose sampler does the same; and a batch of real rows can hold no target (every label -100).
+# A loss that averages over the batch's targets is then 0 / 0: the ``transformers`` heads'
+# cross-entropy (a mean over the labels that are not -100, or their sum divided by
+# ``num_items_in_batch``, which is 0 on that rank with ``average_tokens_across_devices=False``,
+# and on every rank when every rank's step is empty), a label smoother, or a
+# ``compute_loss_func`` that divides by its count. The NaN lands in the logged loss; the heads'
+# cross-entropy happens to write no gradient for ignored labels (measured: zero gradients under
+# the NaN), but a loss that multiplies a masked sum by ``1 / count`` sends NaN into every
+# gradient, which DDP's all-reduce spreads to every rank. :meth:`get_batch_samples` marks such
+# a batch (from its CPU tensors: no device synchronisation), and :meth:`compute_loss` runs the
+# model on it as on any batch (the same compiled graph) and returns
+# :func:`~bucketloader.hf.loss.zero_loss` of its outputs instead of the model's loss: 0, with a
+# zero gradient for every parameter the forward used, so DDP's reducer still sees each of them
+# (a loss with no graph would leave them without a gradient, which DDP refuses). The per-row
+# heads (CTC, regression, multi-label) divide by ``max(rows, 1)`` and need no mark.
+class _NoTargets(dict):  # type: ignore[type-arg]
+    """A training batch with no real row or target (NOTE [ A step with no real row ]); a
+    ``dict`` subclass, so the mark survives ``Trainer._prepare_inputs``."""
+
+
+def _is_stream(dataset: Any) -> bool:
+    """Whether ``dataset`` is iterable only (``datasets.IterableDataset``, a torch
+    ``IterableDataset``): no lengths to plan an epoch from."""
+    return isinstance(dataset, (datasets.IterableDataset, torch.utils.data.IterableDataset))
 
 
 def _is_compiled(model: Any) -> bool:

@@ -34,8 +34,10 @@ than best-fit decreasing, and on long-tailed lengths it can leave more rows (the
 documents, placed first with the closest fill, strand mid-sized ones). Best-fit decreasing runs
 first, in bulk over the histogram: the rows with the same contents and the same room form one
 group, the rooms with a group are kept sorted, so "the tightest row that holds ``s``" is one
-``bisect`` away (the bits of one Python integer, as in the benchmark's baselines, cost three
-big-integer operations per step, 10-20% of the loop); a row chosen for size ``s`` stays the tightest
+``bisect`` away, once per size: its index stays right across the size's steps (a room that
+empties is deleted at that index, and a new room, below ``s``, is inserted before it). The bits
+of one Python integer, as in the benchmark's baselines, cost three big-integer operations per
+step, 10-20% of the loop. A row chosen for size ``s`` stays the tightest
 until its room drops below ``s``, so it takes ``room // s`` documents at once, and all the rows
 of a group take them together (exactly per-document BFD, in one step per group and size). When
 its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
@@ -68,7 +70,9 @@ chooses (``search``, a
   hold at least ``_DOCS_PER_SIZE`` documents per distinct size (it then costs less than half
   of what the histogram saves over sorting).
 - ``"never"``: the plan is exactly best-fit decreasing, and no bound is computed (at most the
-  packing baseline's time: benchmarks/results/small_costs.md).
+  packing baseline's time, except around 100k-1M documents of few distinct lengths, where the
+  plan's check and copy of the lengths cost up to a quarter more than the baseline's
+  ``bincount``: benchmarks/results/small_costs.md).
 - ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound (C2).
 
 NOTE [ Lower bounds ]
@@ -242,12 +246,11 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
     room_of = by_room.get
     open_rooms = sorted(by_room)  # the rooms some group has, increasing
     n_open = len(open_rooms)
-    one = len(lens) == 1
     for i in range(gid, len(cnt)):
         s, c = vals[i], cnt[i]
         here = i << _MULT
+        at = bisect_left(open_rooms, s)
         while c:  # one group per step: m documents of size s in each of k rows
-            at = bisect_left(open_rooms, s)
             if at < n_open:  # the tightest open row that holds s: rows of group g
                 room = open_rooms[at]
                 stack = by_room[room]
@@ -268,14 +271,21 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
                         del open_rooms[at]
                         n_open -= 1
                 add_contents(contents[g] + (here | m,))
-            else:  # no open row holds s: new rows of the smallest row length that does
-                kind = 0 if one else next(j for j, x in enumerate(lens) if x >= s)
+            elif s > lens[0]:  # new rows of the smallest row length that holds s
+                kind = next(j for j, x in enumerate(lens) if x >= s)
                 room = lens[kind]
                 m = room // s
                 k = c // m
                 if not k:
                     m, k = c, 1
                 add_contents((kind << _KIND | here | m,))
+            else:  # no open row holds s: new rows of the shortest row length
+                room = lens[0]
+                m = room // s
+                k = c // m
+                if not k:
+                    m, k = c, 1
+                add_contents((here | m,))
             c -= k * m
             left = room - m * s  # (below s: the next step looks again)
             if left:  # (a full row is never chosen again: not a room)
@@ -284,6 +294,7 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
                     by_room[left] = [gid]
                     insort(open_rooms, left)
                     n_open += 1
+                    at += 1  # (left < s: inserted before the rooms that hold s)
                 else:
                     other.append(gid)
             gid += 1
@@ -299,10 +310,9 @@ _KIND = 2 * _MULT
 
 def _patterns(sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int]) -> Patterns:
     """The live groups of :func:`best_fit` (those with rows) as patterns, in group order."""
-    reps = np.fromiter(rows, np.int64, len(rows))  # (a quarter faster than np.array)
-    live = reps.nonzero()[0]
-    n = live.size
-    chains = [contents[g] for g in live.tolist()]
+    chains = list(itertools.compress(contents, rows))
+    n = len(chains)
+    reps = np.fromiter(filter(None, rows), np.int64, n)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, chains), np.int64, n), out=offsets[1:])
     packed = np.fromiter(itertools.chain.from_iterable(chains), np.int64, int(offsets[-1]))
@@ -312,7 +322,7 @@ def _patterns(sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int
     return Patterns(
         sizes=np.asarray(sizes, dtype=np.int64),
         kind=kind,
-        reps=reps[live],
+        reps=reps,
         offsets=offsets,
         items=items,
         mult=mults,
@@ -356,16 +366,15 @@ def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int,
             _, chosen = _fill(vals, left, top, cap)
             for i, k in chosen:
                 pattern[i] = pattern.get(i, 0) + k
-        idx = np.fromiter(pattern, dtype=np.int64, count=len(pattern))
-        mult = np.fromiter(pattern.values(), dtype=np.int64, count=len(pattern))
-        order = np.argsort(idx)
-        idx, mult = idx[order], mult[order]
-        r = int((left[idx] // mult).min())
-        left[idx] -= r * mult
+        # (a few items: plain Python, no small numpy arrays)
+        ordered = sorted(pattern.items())
+        r = min(int(left[i]) // k for i, k in ordered)
+        for i, k in ordered:
+            left[i] -= r * k
+            items.append(i)
+            mults.append(k)
         kinds.append(kind)
         reps.append(r)
-        items.extend(idx.tolist())
-        mults.extend(mult.tolist())
         offsets.append(len(items))
     return Patterns(
         sizes=vals,

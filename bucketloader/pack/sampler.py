@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bucketloader._types import LazyModule
 from bucketloader._validation import check_bool, check_int
 from bucketloader.pack._work import WORK_VERSION
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
@@ -22,7 +23,9 @@ from bucketloader.plan.report import SamplingReport
 from bucketloader.sampler import LOSS_WARNING, EpochSampler, spec_or_build
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bucketloader.pack.collator import PackCollator
+    from bucketloader.pack import collator as pack_collator
+else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
+    pack_collator = LazyModule("bucketloader.pack.collator")
 
 __all__ = ["PackSampler"]
 
@@ -121,7 +124,7 @@ class PackSampler(EpochSampler):
         """The declared lengths ``(N,)``."""
         return self.spec.lengths
 
-    def collator(self, **kwargs: Any) -> PackCollator:
+    def collator(self, **kwargs: Any) -> pack_collator.PackCollator:
         """``PackCollator(self.table, **kwargs)``: lays out every batch at its planned shape."""
         from bucketloader.pack.collator import PackCollator
 
@@ -209,6 +212,14 @@ class PackSampler(EpochSampler):
         epoch (their documents change per epoch; :meth:`report` counts them exactly)."""
         spec = self.spec
         n = spec.num_documents
+        if len(self) == 0 and spec.num_rows:  # only last_batch="drop" can empty a plan
+            raise ValueError(
+                f"PackSampler would make no batch per epoch: with last_batch="
+                f"{spec.last_batch!r} its {spec.num_rows:,} packed row(s) are fewer than one "
+                f"step takes on {self.num_replicas} rank(s), so every document would be left "
+                "out; pass last_batch='pad' (the default: the short batch is padded) or a "
+                "smaller batch_size / max_tokens"
+            )
         reasons = {}
         if spec.overflow == "drop" and spec.dropped.size:
             reasons["overflow='drop' (longer than the longest row)"] = int(spec.dropped.size)

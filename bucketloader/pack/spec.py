@@ -18,17 +18,31 @@ lengths: shapes ``(B_i, L_i)``. Use it for a few long documents among many short
 NOTE [ One pass over the lengths ]
 A plan must not cost more than the best-fit decreasing a user could write, whose whole cost from
 1M documents on is one ``np.bincount`` (NOTE [ Planning at the speed of best-fit decreasing ] in
-:mod:`bucketloader.pack._bins`). So a plain ``int64`` array is not validated first: it is read
+:mod:`bucketloader.pack._bins`). So a numpy integer array is not validated first: it is read
 in chunks of ``_CHUNK`` documents, each chunk's max (above the longest row length: the slow path
-below, before ``bincount`` could size a table by it), its ``bincount`` (which refuses a negative
-length: then ``as_lengths`` raises the library's error) and its copy into the spec's own
-read-only array of the narrowest unsigned type that holds the row length (``uint16`` up to
-65,535), while it is in cache: faster than one ``bincount`` of the whole array from 10M
-documents on. The spec never holds the caller's array, so a later edit of it changes nothing;
+below, before ``bincount`` could size a table by it; a signed array is read as its unsigned
+type there, so a negative length counts as a huge one; an unsigned type that cannot exceed the
+longest row length, ``uint8`` or ``uint16`` below long rows, needs no max), its copy into the
+spec's own read-only array of the narrowest unsigned type that holds the row length (``uint16``
+up to 65,535) and its ``bincount`` (of the chunk if it is ``int64``, else of the copy), while
+it is in cache: faster than one ``bincount`` of the whole array from 10M documents on. The slow
+path converts the lengths with ``as_lengths``, which raises the library's error for a negative
+length. The spec never holds the caller's array, so a later edit of it changes nothing;
 ``lengths`` and ``sizes`` read as ``int64`` (widened when first asked). Other input (lists,
-tensors, floats, narrower integers) is checked and converted by ``as_lengths`` first, then read
-the same way. With documents longer than the longest row length the overflow policy runs on
-an ``int64`` copy (the declared lengths) as before.
+tensors, floats) is checked and converted by ``as_lengths`` first (integer types kept), then
+read the same way. With documents longer than the longest row length the overflow policy runs
+on an ``int64`` copy (the declared lengths) as before.
+
+The max and the copy are the whole cost above a bare ``np.bincount`` (measured in session 5:
+at 1M documents the three passes take 1.5-1.6 ms against 1.05-1.1 ms for ``bincount`` alone:
+the max reads the chunk from memory, which ``bincount`` overlaps with its own slower scalar
+loop). Neither is optional: without the max, one huge length would make ``bincount`` allocate
+a table of that size (with transparent huge pages a chunk of spread-out huge values could touch
+gigabytes of it), and without the copy a later edit of the caller's array would change the
+plan. Tried and dropped: ``torch.bincount`` on an ``int16`` copy (its min and max are
+vectorised, but its per-call cost eats the gain: no faster at 100k-10M documents, and above
+32,768 elements it counts on several threads); ``np.clip``/``np.minimum`` into a buffer instead
+of the max (a write more); the copy before or after the count (the same).
 """
 
 from __future__ import annotations
@@ -462,7 +476,7 @@ class PackSpec:
                 several row lengths the row tokens that the long documents need, NOTE
                 [ Lower bounds ]), and from 100k documents per distinct length. The search
                 costs tens of times BFD's planning time on a few thousand documents, once per
-                dataset. ``"never"``: best-fit decreasing only, in at most the time of a
+                dataset. ``"never"``: best-fit decreasing only, in about the time of a
                 careful BFD (up to 1.2% more rows where it misses the bound); ``"always"``: the
                 search wherever BFD is more than 0.1% of its rows above the bound.
 
@@ -480,17 +494,14 @@ class PackSpec:
         rows = _row_lengths(row_length)
         bsz = row_batch_sizes(BatchRule.parse(batch_size, max_tokens), rows)
         limit = rows[-1]
-        # NOTE [ One pass over the lengths ]: a plain int64 array is read as it is (bincount
-        # refuses negatives), anything else is checked and converted first
-        arr = lengths if _plain(lengths) else as_lengths(lengths)
-        try:
-            counted = _count(arr, limit)
-        except ValueError:  # (a negative length in an unchecked array)
-            as_lengths(lengths)  # the clear error
-            raise
-        if counted is None:  # some documents are longer than the longest row length
-            # (a plain array is checked only now; the copy keeps the caller's array the caller's)
-            declared = (as_lengths(lengths) if arr is lengths else arr).copy()
+        # NOTE [ One pass over the lengths ]: a numpy integer array is read as it is (the
+        # pass checks it), anything else is checked and converted first
+        arr = lengths if _plain(lengths) else as_lengths(lengths, narrow=True)
+        counted = _count(arr, limit)
+        if counted is None:  # a length is negative or longer than the longest row length
+            # (a plain array is checked only now, its error raised; a copy in int64, the
+            # declared lengths, keeps the caller's array the caller's)
+            declared = as_lengths(lengths).copy() if arr is lengths else arr.astype(np.int64)
             if (declared == 0).any():
                 _refuse_empty(declared)
             sizes = _cut(declared, limit, overflow)
@@ -524,15 +535,15 @@ class PackSpec:
         )
 
 
-#: Documents per chunk of :func:`_count`: each chunk's max, count and copy read it from cache.
+#: Documents per chunk of :func:`_count`: each chunk's check, count and copy read it from cache.
 _CHUNK = 1 << 16
 
 
 def _plain(lengths: Any) -> TypeGuard[np.ndarray]:
-    """A non-empty 1-D ``int64`` numpy array (no subclass): read as it is."""
+    """A non-empty 1-D numpy integer array (no subclass, not bool): read as it is."""
     return (
         type(lengths) is np.ndarray
-        and lengths.dtype == np.intp
+        and lengths.dtype.kind in "iu"
         and lengths.ndim == 1
         and lengths.size > 0
     )
@@ -545,22 +556,34 @@ def _narrow(limit: int) -> type[np.unsignedinteger]:
 
 def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
     """``(documents of each length 0..limit, the lengths as a read-only narrow copy)``, or
-    ``None`` when a length is above ``limit`` (NOTE [ One pass over the lengths ]). A negative
-    length raises numpy's ``ValueError`` (``bincount`` refuses it)."""
-    if arr.size <= _CHUNK:
-        if arr.max() > limit:
+    ``None`` when a length is negative or above ``limit`` (NOTE [ One pass over the lengths ]).
+    ``arr``: a 1-D integer array."""
+    if arr.dtype == np.intp:  # counted as it is: np.bincount refuses a negative length
+        seen, direct, check = arr, True, True
+    else:  # counted from the narrow copy; the check reads a signed type as the unsigned
+        # one (a negative length reads as a huge one), none for an unsigned type that
+        # cannot exceed limit
+        signed = arr.dtype.kind == "i"  # (the unsigned type in the same byte order)
+        seen, direct = (arr.view(arr.dtype.str.replace("i", "u")) if signed else arr), False
+        check = signed or (1 << 8 * arr.dtype.itemsize) - 1 > limit
+    # a negative length reads above the signed type's max, so that max bounds the check too
+    bound = min(limit, int(np.iinfo(arr.dtype).max))
+    out = np.empty(arr.size, dtype=_narrow(limit))
+    counts = None
+    for a in range(0, arr.size, _CHUNK):
+        b = a + _CHUNK
+        if check and seen[a:b].max() > bound:
             return None
-        counts = np.bincount(arr, minlength=limit + 1)
-        out = arr.astype(_narrow(limit))
-    else:
-        out = np.empty(arr.size, dtype=_narrow(limit))
-        counts = np.zeros(limit + 1, dtype=np.intp)
-        for a in range(0, arr.size, _CHUNK):
-            part = arr[a : a + _CHUNK]
-            if part.max() > limit:
-                return None
-            counts += np.bincount(part, minlength=limit + 1)
-            out[a : a + _CHUNK] = part
+        out[a:b] = arr[a:b]
+        try:
+            part = np.bincount(arr[a:b] if direct else out[a:b], minlength=limit + 1)
+        except ValueError:  # (a negative length)
+            return None
+        if counts is None:
+            counts = part
+        else:
+            counts += part
+    assert counts is not None  # (arr is not empty)
     out.setflags(write=False)
     return counts, out
 

@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from typing_extensions import Unpack
 
 from bucketloader._dist import (
     all_reduce_counts,
@@ -33,7 +34,7 @@ from bucketloader._dist import (
     dist_ready,
     resolve_ranks,
 )
-from bucketloader._types import LengthFn
+from bucketloader._types import LazyModule, LengthFn
 from bucketloader._validation import MissingKeyError, check_int
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
@@ -60,9 +61,9 @@ from bucketloader.stream.source import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from typing_extensions import Unpack
-
-    from bucketloader.collate import PadCollator
+    from bucketloader import collate
+else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
+    collate = LazyModule("bucketloader.collate")
 
 __all__ = ["BucketIterable"]
 
@@ -96,7 +97,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         boundaries: the boundaries (array, a ``Solution``, a ``BucketSampler`` or
             ``BucketSpec`` — anything with ``.boundaries``; several inputs: a mapping key → array
             or a list in key order), or :func:`estimate` to estimate them from the head of the
-            stream.
+            stream. A stream plans every point of the per-input lattice, so a spec whose plan
+            picked fewer cells (``max_shapes``, a joint plan) is refused.
         batch_size: the same ``B`` for every bucket, or per-bucket sizes (a sequence in bucket
             order, several inputs: lattice order; a mapping padded length → ``B``; a callable);
             or
@@ -202,6 +204,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 f"(more than {MAX_CELLS}); use fewer buckets"
             )
         self._maximum = self._limits_within(bounds, names)
+        _refuse_merged_cells(boundaries, bounds)
         rule = shaping.rule
         # A stream cannot know which cells its samples will fill: every lattice point is planned.
         self.cells = plan_shapes(shaping, [bounds])
@@ -399,7 +402,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             last_batch=self.last_batch,
         )
 
-    def collator(self, **kwargs: Any) -> PadCollator:
+    def collator(self, **kwargs: Any) -> collate.PadCollator:
         """A :class:`~bucketloader.collate.PadCollator` for these shapes (``kwargs`` as there).
 
         Use ``DataLoader(stream, batch_size=None, collate_fn=stream.collator(...))``. With
@@ -564,6 +567,32 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 f"state's buffers do not fit this BucketIterable ({k} buckets, {read} samples "
                 "read): pass a dict from BucketIterable.state_dict(), unedited"
             )
+
+
+def _refuse_merged_cells(given: Any, bounds: list[np.ndarray]) -> None:
+    """A spec (or sampler) whose cells are fewer than its samples' lattice points (a joint plan,
+    or ``max_shapes`` merging cells) is refused: a stream plans every lattice point, so it would
+    silently make many more shapes than the spec promises (``Cells.build`` without occupancy)."""
+    spec = getattr(given, "spec", given)
+    if len(bounds) < 2 or not isinstance(spec, BucketSpec) or len(spec.boundaries) != 1:
+        return
+    bs = spec.boundaries[0]  # the spec's own lattice (the stream may round or cap its copy)
+    keep = spec.cell_of_sample >= 0
+    tops = np.array([int(b[-1]) for b in bs], dtype=np.int64)
+    own = lattice_codes(bs, np.minimum(spec.lengths[keep], tops))  # truncated: at the top
+    cells = lattice_codes(bs, spec.cell_lengths)[spec.cell_of_sample[keep]]
+    if spec.joint is None and np.array_equal(own, cells):
+        return
+    how = "a joint plan" if spec.joint is not None else "max_shapes merged cells"
+    lattice = " x ".join(str(b.size) for b in bounds)
+    raise ValueError(
+        f"boundaries is a {type(given).__name__} whose plan has {spec.cells.lengths.shape[0]} "
+        f"shapes ({how}), but a stream plans every point of the per-input lattice: "
+        f"{lattice} = {int(np.prod([b.size for b in bounds]))} shapes here, with the padding "
+        "of their partial batches. Build the spec without max_shapes and with few buckets "
+        "per input (num_buckets=[k1, k2]: k1 * k2 shapes), pass boundaries=spec.boundaries[0] "
+        "to accept the lattice knowingly, or use a BucketSampler on a map-style dataset"
+    )
 
 
 def _covers(lengths: np.ndarray) -> tuple[tuple[int, ...], ...]:

@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from bucketloader._dist import resolve_ranks
+from bucketloader._types import LazyModule
 from bucketloader._validation import check_choice, check_int
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable, check_row_length
 from bucketloader.plan import SamplingReport
@@ -77,7 +78,9 @@ _STATE_KEYS = state_keys(
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bucketloader.pack.collator import PackCollator
+    from bucketloader.pack import collator as pack_collator
+else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
+    pack_collator = LazyModule("bucketloader.pack.collator")
 
 
 class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
@@ -203,7 +206,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         """The one ``input_ids`` shape ``(B, L)`` every collated batch has (a promise)."""
         return list(self.table.shapes)
 
-    def collator(self, **kwargs: Any) -> PackCollator:
+    def collator(self, **kwargs: Any) -> pack_collator.PackCollator:
         """``PackCollator(self.table, **kwargs)``; use
         ``DataLoader(stream, batch_size=None, collate_fn=stream.collator())``."""
         from bucketloader.pack.collator import PackCollator

@@ -25,7 +25,9 @@ the clock before each step and starts one only when its last measured cost still
 solvers (HiGHS, or CBC for ``solver="pulp"``) get the time left. What always runs on top is the
 grid, the greedy plan, one bound evaluation and the final assignment (milliseconds on these
 sets; measured: solves return within 0.1 s of the limit, see ``benchmarks/results/joint.md``),
-so even a tiny limit returns a valid plan with a valid bound (``status="time_limit"``). A
+so even a tiny limit returns a valid plan with a valid bound (``status="time_limit"``). The
+solvers' modules are imported before the clock starts (a cold ``scipy.optimize`` took up to
+6 s on a loaded machine, once per process: an import, not the solve). A
 histogram with one input is solved exactly by the 1-D DP (``"optimal"``), whatever the options.
 A grid of more than :data:`._grid.MAX_GRID` points (three inputs, or very many distinct
 lengths) is pre-binned: the cells sit on per-input quantiles (``status="coarsened"``) and the
@@ -76,10 +78,13 @@ from bucketloader.strategies.joint._search import (
 
 __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
 
+#: The share of the time left after the search that the Lagrangian's bundle ascent gets before the
+#: LP rounds (NOTE [ The LP bound by columns ]).
+BUNDLE_SHARE = 0.5
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key).
 JOINT_FORMAT = 3
-#: The LP rounds' share of the time left after the subgradient steps; the rest goes to the
-#: search from the LP's cells, the integer program, or the shakes (NOTE [ Shakes ]).
+#: The LP rounds' share of the time left after the bundle ascent; the rest goes to the search
+#: from the LP's cells, the integer program, or the shakes (NOTE [ Shakes ]).
 LP_SHARE = 0.85
 #: The shakes start only when this share of the time limit is left (their first step's cost
 #: is not known yet; NOTE [ Joint time limit and fallbacks ]).
@@ -137,6 +142,14 @@ def _joint(sol: Any) -> JointSolution:
 
 
 def _solve(hist: JointHistogram, params: dict[str, Any]) -> JointSolution:
+    if params["exact"] and hist.rows.shape[1] > 1:
+        # the solvers' modules, imported before the clock starts: a cold ``scipy.optimize``
+        # took up to 6 s on a loaded machine, once per process, and is no part of the solve
+        # (NOTE [ Joint time limit and fallbacks ])
+        import scipy.optimize  # noqa: F401
+
+        if params["solver"] == "pulp":
+            import pulp  # noqa: F401
     start = time.perf_counter()
     k, size = params["max_shapes"], params["size"]
     rows, counts = hist.rows, hist.counts
@@ -192,11 +205,6 @@ def _search_and_bound(
     grid = Grid.build(rows, counts, values, size)
     info.update(grid=int(np.prod(grid.shape)), candidates=int(grid.cand.shape[0]))
     const = float((grid.weight * grid.point_size).sum())
-    if params["exact"]:  # the solvers: imported once, inside the limit
-        import scipy.optimize  # noqa: F401
-
-        if params["solver"] == "pulp":
-            import pulp  # noqa: F401
     t0 = time.perf_counter()
     budget = deadline - t0
     cells, converged = _best_search(grid, k, [greedy(grid, k)], t0 + 0.3 * budget)
@@ -221,7 +229,7 @@ def _search_and_bound(
         exact_const = float(np.dot(_sizes(rows, size), counts))
         lower = bound.value - exact_const
     else:
-        soon = min(deadline, t0 + 0.1 * (deadline - t0))
+        soon = min(deadline, t0 + BUNDLE_SHARE * (deadline - t0))
         bound = lagrangian(grid, k, reach, upper, soon, tol)
         if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
             lp_deadline = time.perf_counter() + LP_SHARE * (deadline - time.perf_counter())

@@ -1,0 +1,91 @@
+"""Regression tests from the session-5 user trial (/work/notes/s5-user.md)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from bucketloader import BucketIterable, BucketSampler, BucketSpec
+from bucketloader.weighted import WeightedBucketSampler
+
+PAIRS = np.loadtxt("tests/data/multi30k_train_en_de_tokens.txt", dtype=np.int64)[:300]
+LENGTHS = {"input_ids": PAIRS[:, 0], "labels": PAIRS[:, 1]}
+ITEMS = [{"input_ids": [1] * int(s), "labels": [1] * int(t)} for s, t in PAIRS]
+
+
+def _stream(boundaries):
+    return BucketIterable(
+        ITEMS, length_fn=("input_ids", "labels"), boundaries=boundaries, max_tokens=2048
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "how"),
+    [({"max_shapes": 3}, "a joint plan"), ({"num_buckets": [3, 3], "max_shapes": 3}, "merged")],
+)
+def test_stream_refuses_a_spec_with_fewer_cells_than_its_lattice(options, how):
+    # Before: a stream given a max_shapes=6 spec planned the whole 6 x 6 lattice (36 shapes,
+    # 107% padding on Europarl against the sampler's 27%), silently.
+    spec = BucketSpec.build(LENGTHS, max_tokens=2048, **options)
+    with pytest.raises(ValueError, match=f"{how}.*every point of the per-input lattice"):
+        _stream(spec)
+    with pytest.raises(ValueError, match="BucketSampler whose plan has 3 shapes"):
+        _stream(BucketSampler(spec))
+    assert len(_stream(spec.boundaries[0]).shapes) == np.prod([b.size for b in spec.boundaries[0]])
+
+
+def test_stream_takes_a_lattice_spec():
+    spec = BucketSpec.build(LENGTHS, num_buckets=[3, 2], max_tokens=2048)
+    assert len(_stream(spec).shapes) == 6
+
+
+def test_joint_state_from_another_plan_names_the_cache():
+    sampler = BucketSampler(LENGTHS, max_shapes=3, batch_size=8, seed=0)
+    state = sampler.state_dict()
+    state["config"]["plan_digest"] = "0123456789abcdef/shuffle=2"  # a re-solved plan
+    with pytest.raises(ValueError, match=r"cache=True.*sampler.set_epoch\(1\)"):
+        sampler.load_state_dict({**state, "epoch": 0})
+    state["config"]["num_replicas"] = 2  # another option differs: the generic message
+    with pytest.raises(ValueError, match="num_replicas=2 in the state but num_replicas=1"):
+        sampler.load_state_dict(state)
+
+
+def test_weighted_error_shows_a_plain_number():
+    with pytest.raises(ValueError, match=r"got -1\.0 at index 1$"):
+        WeightedBucketSampler(
+            [3, 4, 5], [1.0, -1.0, 1.0], num_samples=2, num_buckets=1, batch_size=2
+        )
+
+
+def test_ranks_solving_a_joint_plan_alone_are_warned():
+    """s5-user R1: ranks without a process group each solve a time-limited joint plan, which can
+    differ; the sampler says so and how to share one plan (a spec given to every rank: silent)."""
+    pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
+    with pytest.warns(UserWarning, match=r"rank 1 of num_replicas=2\) solved its joint plan"):
+        s = BucketSampler(pairs, max_shapes=3, batch_size=4, num_replicas=2, rank=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BucketSampler(s.spec, num_replicas=2, rank=0)  # the same plan on every rank
+        BucketSampler(pairs, max_shapes=3, batch_size=4)  # one process
+
+
+def test_a_shape_of_width_zero_is_warned_with_the_fix():
+    """s5-user R5: samples of length 0 can get a bucket of their own, a (B, 0) batch most models
+    cannot take; the sampler says so and names min_length=1, overflow='drop'."""
+    lengths = np.array([0, 0, 3, 5, 7, 0, 9, 12])
+    with pytest.warns(UserWarning, match=r"1 cell\(s\) of width 0 \(\(0,\) first, 3 samples\)"):
+        BucketSampler(lengths, num_buckets=3, batch_size=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BucketSampler(lengths[lengths > 0], num_buckets=3, batch_size=2)
+
+
+@pytest.mark.parametrize("lengths", [np.ones((5, 2), dtype=np.int64), {"a": [1, 2], "b": [3, 4]}])
+def test_sharded_sampler_with_several_inputs_names_bucket_sampler(lengths):
+    """s5-user R7: ShardedSampler plans one input; the error says where joint shapes live."""
+    from bucketloader.sharded import ShardedSampler
+
+    with pytest.raises(ValueError, match=r"plans one input, got .*use BucketSampler with"):
+        ShardedSampler(lengths, batch_size=2, num_buckets=2, num_replicas=1, rank=0)
