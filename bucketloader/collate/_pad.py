@@ -222,7 +222,7 @@ def _alloc(shape: tuple[int, ...], value: Any, dtype: torch.dtype, key: Any, fil
         )
     out = empty(shape, dtype)
     if fill:
-        _fill(out, value)
+        fill_pad(out, value)
     return out
 
 
@@ -358,7 +358,7 @@ def _promote(
     return out, target, False
 
 
-def _fill(out: torch.Tensor, value: Any) -> None:
+def fill_pad(out: torch.Tensor, value: Any) -> None:
     """Fill in numpy where it can: one thread, no OpenMP start-up for small batches."""
     if out.dtype in _NUMPY_DTYPES:
         out.numpy().fill(value)
@@ -486,7 +486,7 @@ def pad_1d(
             except (RuntimeError, TypeError, ValueError):
                 pass  # grad-requiring or CUDA samples: the concatenate without out= below
             else:
-                _fill(out[n:], pad_value)
+                fill_pad(out[n:], pad_value)
                 return out
         if n < rows:  # all-padding rows: whole pad buffers
             pieces += [entry[0]] * (rows - n)
@@ -498,7 +498,7 @@ def pad_1d(
             return flat.view(rows, size)
     elif n > 1:
         out = torch.empty((rows, size), dtype=dtype)
-        _fill(out, pad_value)
+        fill_pad(out, pad_value)
         if is_np:
             out.numpy()[mask] = np.concatenate(values)
             return out
@@ -556,7 +556,7 @@ def _pad_buffer(cache: dict[Any, Any], key: tuple, shape: tuple[int, ...]) -> tu
         cache.clear()
     is_np, _, dtype, pad_value = key
     pad = torch.empty(shape, dtype=dtype)
-    _fill(pad, pad_value)
+    fill_pad(pad, pad_value)
     entry: tuple[Any, dict] = (pad.numpy() if is_np else pad, {})
     cache[key] = entry
     return entry
@@ -595,7 +595,7 @@ def _copy_per_sample(
                 dst[i, t - s :] = v
                 dst[i, : t - s] = pad_value
         if len(values) < out.shape[0]:
-            _fill(out[len(values) :], pad_value)
+            fill_pad(out[len(values) :], pad_value)
         return
     ndim = out.ndim - 1
     for i, (v, sizes) in enumerate(zip(values, lengths.tolist(), strict=True)):
@@ -611,7 +611,7 @@ def _copy_per_sample(
         for index in pads:
             dst[index] = pad_value
     if len(values) < out.shape[0]:
-        _fill(out[len(values) :], pad_value)
+        fill_pad(out[len(values) :], pad_value)
 
 
 def _interleave(
@@ -644,5 +644,5 @@ def _interleave(
     except (RuntimeError, TypeError, ValueError):
         return False
     if n < rows:
-        _fill(out[n:], pad_value)
+        fill_pad(out[n:], pad_value)
     return True

@@ -63,6 +63,7 @@ from bucketloader.collate._pad import (
     NUMPY_MIN_BYTES,
     SCATTER_MAX_ELEMENTS,
     SCATTER_MIN_ROWS,
+    fill_pad,
     fits,
     interleaved_pieces,
     numpy_dtype,
@@ -390,24 +391,31 @@ class PadCollator:
 
         NOTE [ The fixed cost of a small batch ]
         ``pad_sequence`` is one C++ call; this path returns four tensors, so at 8-16 rows its
-        Python and dispatch overhead, not the copy, decides the race. A batch whose planned
-        shape is its own (no all-padding rows) takes one pass: the sizes, types and dtypes read
-        once, each length's own cell memoised (the batch takes it when its shortest and
-        longest lengths share it; any other batch is checked in full), the pad pieces cached
+        Python and dispatch overhead, not the copy, decides the race. A batch takes one pass:
+        the sizes, types and dtypes read once, each length's own cell memoised (the batch takes
+        it when its shortest and longest lengths share it; any other batch is checked in full),
+        the pad pieces cached
         views of one pad buffer per (size, dtype, pad value) (which also remembers that the pad
         value fits the dtype), one
         ``torch.cat`` of ``[x_0, pad_0, x_1, ...]`` (no empty piece: ``torch.cat`` slows down
         several times on one), the lengths and both masks from numpy (``Tensor.__len__`` and
         ``torch.ones`` cost more than the numpy equivalents here; the mask is one ``take`` of
-        cached rows). Large batches are written into numpy-allocated memory (NOTE [ Where a
-        large batch is written ] in :mod:`bucketloader.collate._pad`). Samples of more dims take
+        cached rows). The all-padding rows of ``last_batch="pad"`` are one fill after the
+        concatenate of the real rows (length 0, row 0 of the mask table), not a pad piece each.
+        Large batches are written into numpy-allocated memory (NOTE [ Where a large batch is
+        written ] in :mod:`bucketloader.collate._pad`). The commonest batch takes a shorter path
+        still (NOTE [ The short path ]). Samples of more dims take
         this path too when only their first dim differs: the field inference of the general
         path would pick that dim (NOTE [ Which dim varies ]) at several times this cost.
         """
         n = len(samples)
         first = samples[0]
         kind = type(first)
-        if kind is not torch.Tensor and kind is not np.ndarray:
+        if kind is torch.Tensor and n * first.nbytes < _SHORT_MAX_BYTES:  # NOTE [ The short path ]
+            short = self._short_path(samples, n, first)
+            if short is not None:
+                return short
+        elif kind is not torch.Tensor and kind is not np.ndarray:
             return None
         rest: tuple[int, ...] = ()  # the fixed trailing dims of (T, F, ...) samples
         try:  # one dtype object for the batch also means one kind (numpy's dtypes are not torch's)
@@ -435,7 +443,7 @@ class PadCollator:
                 cells.clear()
             for length in (lo, hi):  # each length's own cell, never the batch's shape
                 own = self._memo.get((None, length))
-                if own is not None and (not self._pad_rows or own in self._shapes):
+                if own is not None and own in self._shapes:  # NOTE [ The short path ]
                     cells[length] = self._shapes_of_cells.setdefault(own, own)
         size = shape[1]
         if self._pad_rows:
@@ -445,45 +453,104 @@ class PadCollator:
             if (n, size) not in self._shapes:
                 self._raise_unplanned(n, (n, size))
         entry = None
-        if rows == n and len(dtypes) == 1 and size > 0:
+        if len(dtypes) == 1 and size > 0:
             key = (kind, size, first.dtype) if not rest else (kind, size, first.dtype, rest)
             entry = self._lean_cache.get(key)
             if entry is None and (rest or n < SCATTER_MIN_ROWS or size > SCATTER_MAX_ELEMENTS):
                 entry = self._lean_entry(first, size, rest, key)
         if entry is None:
             if rest:
-                return None  # filler rows or mixed dtypes of (T, F) samples: the general path
+                return None  # mixed dtypes of (T, F) samples: the general path
             return self._collate_bare_padded(samples, sizes, rows, size)
-        pad, views, ar, np_dtype, np_rows, mask_rows = entry
+        pad, views, ar, np_rows, mask_rows, np_dtype = entry
         pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views), (lo, hi))
-        lens = np.array(sizes, dtype=np.int64)
         try:
-            if kind is np.ndarray:
-                inputs = torch.from_numpy(np.concatenate(pieces).reshape(n, size, *rest))
-            elif n >= np_rows:  # NOTE [ Where a large batch is written ]
-                inputs = torch.from_numpy(np.empty((n, size, *rest), np_dtype))
-                torch.cat(pieces, out=inputs.view(-1, *rest))
-            else:
+            if kind is np.ndarray or rows >= np_rows:  # NOTE [ Where a large batch is written ]
+                buf = np.empty((rows, size, *rest), np_dtype)
+                inputs = torch.from_numpy(buf)
+                if kind is np.ndarray:
+                    np.concatenate(pieces, out=(buf if n == rows else buf[:n]).reshape(-1, *rest))
+                else:
+                    torch.cat(pieces, out=(inputs if n == rows else inputs[:n]).view(-1, *rest))
+            elif rows == n:
                 inputs = torch.cat(pieces).view(n, size, *rest)
+            else:
+                inputs = torch.empty((rows, size, *rest), dtype=pad.dtype)
+                torch.cat(pieces, out=inputs[:n].view(-1, *rest))
         except (RuntimeError, TypeError, ValueError):  # e.g. CUDA samples: the general kernels
-            if rest:
-                return None
-            return self._collate_bare_padded(samples, sizes, rows, size)
-        if ar.ndim == 2:  # a table of the mask rows: one take
+            return None if rest else self._collate_bare_padded(samples, sizes, rows, size)
+        if rows == n:
+            lens = np.array(sizes, dtype=np.int64)
+            real = _TRUE[:n].copy() if n <= _TRUE.size else np.ones(n, bool)
+        else:  # all-padding rows of last_batch="pad": one fill, length 0, not real
+            fill_pad(inputs[n:], self._bare_pad_value(first)[0])
+            lens = np.zeros(rows, dtype=np.int64)
+            lens[:n] = sizes
+            real = np.zeros(rows, dtype=np.bool_)
+            real[:n] = True
+        if ar.ndim == 2:  # a table of the mask rows (row 0, all False, for padding rows): a take
             mask = ar.take(lens, axis=0)
-        elif n <= _MASK_ROWS_MAX:  # long rows, few: views of one pattern, one concatenate
-            mask = np.concatenate(_pattern_rows(ar, mask_rows, sizes, size, self.side))
-            mask = mask.reshape(n, size)
+        elif rows <= _MASK_ROWS_MAX:  # long rows, few: views of one pattern, one concatenate
+            mask = np.concatenate(_pattern_rows(ar, mask_rows, lens.tolist(), size, self.side))
+            mask = mask.reshape(rows, size)
         else:  # long rows, many: the run-length mask (one write per byte)
-            mask = sequence_mask(lens, size, n, self.side)
+            mask = sequence_mask(lens[:n], size, rows, self.side)
         tmask = torch.from_numpy(mask)
         return {
             BARE_KEY: inputs,
             "lengths": torch.from_numpy(lens),
             cf.MASK_KEY: tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype),
-            "sample_mask": torch.from_numpy(
-                _TRUE[:n].copy() if n <= _TRUE.size else np.ones(n, bool)
-            ),
+            "sample_mask": torch.from_numpy(real),
+        }
+
+    def _short_path(self, samples: Any, n: int, first: torch.Tensor) -> dict[Any, Any] | None:
+        """:meth:`_collate_bare` for the commonest batch, or ``None`` for any other (the full
+        lean path then takes it, from the start).
+
+        NOTE [ The short path ]
+        1-D tensors of one dtype, whose longest and shortest lengths both have a memoised cell,
+        as many as the cell's rows (no all-padding rows), none empty, into an output small
+        enough for ``torch.cat`` to allocate, with a mask table: token batches of 8-32 rows,
+        where ``pad_sequence`` takes 13-16 us and every branch and call of the full path shows
+        (this path is about 1 us shorter). Only memoised cells that are planned shapes are
+        taken here, so the batch's shape needs no other check.
+        """
+        try:  # numel: the length of a 1-D sample (checked below, before any use)
+            sizes = list(map(torch.Tensor.numel, samples))
+        except TypeError:  # a sample that is no tensor: the general path words it
+            return None
+        hi, lo = max(sizes), min(sizes)
+        shape = self._cells.get(hi)
+        if shape is None or self._cells.get(lo) is not shape or n != shape[0] or not lo:
+            return None
+        size = shape[1]
+        entry = self._lean_cache.get((torch.Tensor, size, first.dtype))
+        if entry is None or n >= entry[3] or n > _TRUE.size or entry[2].ndim != 2:
+            return None
+        if len(set(map(_DTYPE, samples))) != 1 or set(map(_NDIM, samples)) != _ONE_D:
+            return None
+        try:  # the pad pieces (interleaved_pieces, inlined); None for a full row
+            pads = list(map(entry[1].__getitem__, sizes))
+        except KeyError:
+            return None
+        pieces: list[Any] = [None] * (n + n)
+        if self.side == "right":
+            pieces[0::2], pieces[1::2] = samples, pads
+        else:
+            pieces[0::2], pieces[1::2] = pads, samples
+        if hi == size:  # no empty piece in torch.cat (several times slower)
+            pieces = [p for p in pieces if p is not None]
+        lens = np.array(sizes, dtype=np.int64)
+        try:
+            inputs = torch.cat(pieces).view(n, size)
+        except (RuntimeError, TypeError, ValueError):  # e.g. CUDA samples: the full path
+            return None
+        tmask = torch.from_numpy(entry[2].take(lens, axis=0))
+        return {
+            BARE_KEY: inputs,
+            "lengths": torch.from_numpy(lens),
+            cf.MASK_KEY: tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype),
+            "sample_mask": torch.from_numpy(_TRUE[:n].copy()),
         }
 
     def _first_dim_varies(self, samples: Any, ndims: set[int]) -> tuple[tuple[int, ...], list[int]]:
@@ -515,11 +582,11 @@ class PadCollator:
 
     def _lean_entry(
         self, first: Any, size: int, rest: tuple[int, ...], key: tuple
-    ) -> tuple[Any, dict, Any, Any, int, dict] | None:
+    ) -> tuple[Any, dict, Any, int, dict, Any] | None:
         """The pad buffer ``(size, *rest)``, its cached views, the mask rows (a ``(size + 1,
         size)`` table up to ``_MASK_TABLE_MAX``, else a pattern whose windows are the rows,
-        :func:`_pattern_rows`), the output's numpy dtype, the rows from which numpy allocates it
-        and the cached mask windows, of :meth:`_collate_bare`, or
+        :func:`_pattern_rows`), the rows from which numpy allocates the output, the cached mask
+        windows and the output's numpy dtype, of :meth:`_collate_bare`, or
         ``None`` (a dtype torch cannot take, or a pad value it cannot hold: the general path
         raises the message)."""
         pad_value = self._bare_pad_value(first)
@@ -536,10 +603,11 @@ class PadCollator:
             ar = np.arange(size + 1)[:, None] > (ar if self.side == "right" else size - 1 - ar)
         else:  # True * size + False * size (right): the mask rows are its windows
             ar = np.arange(2 * size) < size if self.side == "right" else np.arange(2 * size) >= size
-        np_dtype = numpy_dtype(tdtype)  # from np_rows rows on, numpy allocates the output
+        # from np_rows rows on, numpy allocates the output (never for bfloat16, which it lacks)
+        np_dtype = numpy_dtype(tdtype)
         np_rows = -(-NUMPY_MIN_BYTES // max(pad.nbytes, 1)) if np_dtype is not None else 1 << 62
         pad_buffer = pad.numpy() if kind is np.ndarray else pad
-        entry: tuple[Any, dict, Any, Any, int, dict] = (pad_buffer, {}, ar, np_dtype, np_rows, {})
+        entry: tuple[Any, dict, Any, int, dict, Any] = (pad_buffer, {}, ar, np_rows, {}, np_dtype)
         self._lean_cache[key] = entry
         return entry
 
@@ -651,6 +719,9 @@ def _pattern_rows(
 #: Row lengths up to which :meth:`PadCollator._collate_bare` keeps a table of mask rows (4 MiB).
 _MASK_TABLE_MAX = 2047
 _DTYPE = operator.attrgetter("dtype")
+#: Batches whose first sample times their rows is at least this many bytes skip NOTE [ The short
+#: path ] (their output is about as large as ``NUMPY_MIN_BYTES``, from which it is not taken).
+_SHORT_MAX_BYTES = NUMPY_MIN_BYTES // 2
 
 
 _HINT = (
