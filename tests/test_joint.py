@@ -27,7 +27,7 @@ from bucketloader.strategies.joint._bound import lagrangian, lp_bound
 from bucketloader.strategies.joint._grid import Grid
 from bucketloader.strategies.joint._ilp import _watchdog, solve_ilp
 from bucketloader.strategies.joint._lp import solve_lp
-from bucketloader.strategies.joint._search import greedy
+from bucketloader.strategies.joint._search import exchanges, greedy, iterate, total
 
 
 def oracle(rows, counts, k, size):
@@ -256,6 +256,45 @@ def test_gains_by_blocks_levels_and_rows_are_the_brute_force_sum(size):
     tie = np.maximum(on, grid.point_size)
     want = (cover * grid.weight * np.maximum(tie - grid.cand_size[:, None], 0.0)).sum(axis=1)
     np.testing.assert_allclose(grid._gains_by_rows(tie), want, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("size", ["sum", "prod"])
+def test_every_exchange_at_once_is_the_brute_force_swap(size):
+    # NOTE [ Every exchange at once ]: the table against re-assigning after each swap
+    hist = JointHistogram.from_lengths(load_real("gsm8k")[:300])
+    grid = Grid.build(hist.rows, hist.counts, [np.unique(hist.rows[:, d]) for d in (0, 1)], size)
+    cells = greedy(grid, 5)
+    before = total(grid, grid.assign(cells)[1])
+    big = float(grid.cand_size.max()) * 4.0 + 1.0
+    table = exchanges(grid, cells, big)
+    assert table.shape == (cells.size, grid.cand.shape[0])
+    rng = np.random.default_rng(3)
+    picks = [(f, int(c)) for f in range(cells.size) for c in rng.choice(table.shape[1], 40)]
+    picks += [(f, int(np.argmax(table[f]))) for f in range(cells.size)]
+    for f, c in picks:
+        _, after = grid.assign(np.append(np.delete(cells, f), c))
+        if c in cells:
+            assert table[f, c] == -np.inf
+        elif not np.isfinite(after).all():
+            assert table[f, c] == -np.inf  # it would leave a sample without a cell
+        else:
+            assert table[f, c] == pytest.approx(before - total(grid, after), rel=1e-9, abs=1e-6)
+
+
+def test_shakes_never_lose_the_plan_and_stop_in_time():
+    # NOTE [ Shakes ]: the best plan is kept, every sample stays covered, the deadline holds
+    hist = JointHistogram.from_lengths(load_real("europarl")[:2000])
+    grid = Grid.build(hist.rows, hist.counts, [np.unique(hist.rows[:, d]) for d in (0, 1)], "prod")
+    cells = greedy(grid, 8)
+    start = total(grid, grid.assign(cells)[1])
+    began = time.perf_counter()
+    best, shakes = iterate(grid, 8, cells, began + 0.5)
+    assert time.perf_counter() - began < 0.5 + 0.5
+    _, size = grid.assign(best)
+    assert shakes >= 1 and np.isfinite(size).all() and len(best) <= 8
+    assert total(grid, size) <= start
+    again, _ = iterate(grid, 8, cells, time.perf_counter() + 2.0, patience=1)
+    assert np.isfinite(grid.assign(again)[1]).all()
 
 
 def test_sampler_picks_boundaries_from_max_shapes_alone():

@@ -390,7 +390,7 @@ def lagrangian(
     """The proximal bundle ascent on ``L`` (NOTE [ The Lagrangian bound ]) from reaches ``start``
     (the heuristic's cell size per point) until the bound is within ``target`` (relative, on
     the padding) of ``upper``, it stalls, or ``deadline``. The returned bound keeps the bundle
-    (:func:`lp_bound` resumes it between its LP rounds). With ``restart`` (nothing runs after
+    (:func:`lp_bound` resumes it between its LP rounds). With ``restart`` (no LP rounds after
     it: ``exact=False``) a stall restarts the ascent's stall window instead of ending it.
 
     ``upper`` and the returned value are on ``Σ w_i · size(cell_i)``.
