@@ -55,10 +55,11 @@ histogram above, 96 levels) the bundle's first few steps are worse than Polyak's
 steps (``lagrangian`` runs those there, session 4's ascent, for session 4's share of the time,
 ``SUBGRADIENT_SHARE``): measured side by side with session 4's code on that histogram (sum,
 K = 8, load 1-3), a 1 s solve ended at 1.09-1.18 s with a 24.9-28.3 % gap (session 4's code:
-1.13-1.20 s, 21.7-24.9 %), a 5 s solve at 4.73 s with 11.53 % (the same); the bundle there had
-reached 28-33 % at 1 s and 15.6-31.8 % at 5 s, returning after up to 8.9 s before these
-guards. Three inputs (3,000 samples, 5 s): the same gaps as session 4's code at sum K = 4 and
-8 (16.49, 28.11 %), 28.3 / 43.0 % against 27.0 / 47.0 % at prod K = 4 / 8.
+1.13-1.20 s, 21.7-24.9 %), a 5 s solve at 4.73-4.96 s with 11.48-11.68 % (session 4's code:
+4.65-5.05 s, 11.53-11.68 %); the bundle there had reached 28-33 % at 1 s and 15.6-31.8 % at
+5 s, returning after up to 9 s before these guards. Three inputs (3,000 samples, 5 s, main
+with its shakes merged): 12.8 / 20.9 % at sum K = 4 / 8 and 27.0 / 42.8 % at prod, against
+session 4's code's 16.5 / 28.1 and 27.0 / 47.0 %.
 
 NOTE [ The LP bound by columns ]
 Bundle steps approach the LP's value slowly in the end. Where time allows, the LP relaxation is
