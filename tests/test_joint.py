@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -21,7 +22,7 @@ from bucketloader import BucketCache, BucketSampler
 from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.plan import BucketSpec, TokenBudget
 from bucketloader.solve import compute_boundaries
-from bucketloader.strategies.joint import Joint, JointHistogram, solve_joint
+from bucketloader.strategies.joint import Joint, JointHistogram, _grid, solve_joint
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound
 from bucketloader.strategies.joint._grid import Grid
 from bucketloader.strategies.joint._ilp import _watchdog, solve_ilp
@@ -65,6 +66,35 @@ def test_bound_and_plan_bracket_the_oracle(points, k, size):
     exact = solve_joint(table, k, size=size, exact=True)
     assert exact.objective == best == exact.lower_bound
     assert exact.status == "optimal" and exact.gap == 0.0
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(points=tiny, k=st.integers(1, 3), size=st.sampled_from(["sum", "prod"]))
+def test_bound_without_rows_brackets_the_oracle(points, k, size):
+    # NOTE [ Bounds without rows ]: every grid without exact gains by rows (pair cap lowered)
+    table = np.array([p[:2] for p in points for _ in range(p[2])], dtype=np.int64)
+    best = oracle(*np.unique(table, axis=0, return_counts=True), k, size)
+    with mock.patch.object(_grid, "_GAIN_CHUNK", 2):
+        for exact in (False, True):
+            sol = solve_joint(table, k, size=size, exact=exact, tolerance=0.0, time_limit=0.05)
+            assert sol.lower_bound <= best <= sol.objective
+
+
+def test_short_solve_without_rows_keeps_its_time_limit():
+    # exact gains at a reach per point take seconds here (14.7 s by blocks, measured); rounded
+    # down to a few levels, with every evaluation predicted first, the solve ends near its limit
+    rng = np.random.default_rng(0)
+    a = rng.integers(1, 301, 30_000)
+    b = np.clip(a + rng.integers(-60, 61, a.size), 1, 300)
+    hist = JointHistogram.from_lengths(np.stack([a, b], axis=1))
+    with mock.patch.object(_grid, "_GAIN_CHUNK", 1 << 14):
+        grid = Grid.build(hist.rows, hist.counts, [np.arange(1, 301)] * 2, "sum")
+        assert not grid.by_rows
+        began = time.perf_counter()
+        sol = solve_joint(hist, 4, time_limit=0.3)
+        took = time.perf_counter() - began
+    assert took < 0.3 + 0.7, took
+    assert 0 < sol.lower_bound <= sol.objective and sol.status == "time_limit"
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -347,6 +377,19 @@ def test_solver_is_part_of_the_cache_key():
     assert cache.hits == 1
     spec = BucketSpec.build(pairs, strategy=Joint(solver="pulp"), max_shapes=2, batch_size=1)
     assert spec.joint[0]["objective"] == highs.objective
+
+
+def test_an_older_format_entry_is_a_miss(monkeypatch):
+    # JOINT_FORMAT is part of the key: entries of an older solver are recomputed, not served
+    import bucketloader.strategies.joint as joint
+
+    pairs = [[3, 4], [4, 3], [10, 12], [12, 10], [11, 11], [5, 9]]
+    cache = BucketCache(tempfile.mkdtemp())
+    monkeypatch.setattr(joint, "JOINT_FORMAT", joint.JOINT_FORMAT - 1)
+    solve_joint(pairs, 2, cache=cache)
+    monkeypatch.undo()
+    solve_joint(pairs, 2, cache=cache)
+    assert (cache.hits, cache.misses, len(cache)) == (0, 2, 2)
 
 
 def test_time_limit_returns_the_best_plan_with_its_gap():

@@ -23,9 +23,12 @@ NOTE [ Joint time limit and fallbacks ]
 start only with :data:`SHAKE_MIN` of the limit left, NOTE [ Shakes ]): every loop reads
 the clock before each step and starts one only when its last measured cost still fits, and the
 solvers (HiGHS, or CBC for ``solver="pulp"``) get the time left. What always runs on top is the
-grid, the greedy plan, one bound evaluation and the final assignment (milliseconds on these
-sets; measured: solves return within 0.1 s of the limit, see ``benchmarks/results/joint.md``),
-so even a tiny limit returns a valid plan with a valid bound (``status="time_limit"``). The
+grid, the greedy plan, one bound evaluation and the final assignment, so even a tiny limit
+returns a valid plan with a valid bound (``status="time_limit"``), late by those fixed costs:
+measured on GSM8K at 0.001-0.05 s limits, up to 0.1 s at load 1 and 0.29 s at load 3-7 (K = 16,
+prod); at 5 s every solve of ``benchmarks/results/joint.md`` returned before its limit. Where
+gains are not exact by rows, each evaluation's cost is predicted before it starts (NOTE
+[ Bounds without rows ] in :mod:`._bound`). The
 solvers' modules are imported before the clock starts (a cold ``scipy.optimize`` took up to
 6 s on a loaded machine, once per process: an import, not the solve). A
 histogram with one input is solved exactly by the 1-D DP (``"optimal"``), whatever the options.
@@ -79,10 +82,16 @@ from bucketloader.strategies.joint._search import (
 __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
 
 #: The share of the time left after the search that the Lagrangian's bundle ascent gets before the
-#: LP rounds (NOTE [ The LP bound by columns ]).
+#: LP rounds (NOTE [ The LP bound by columns ]); with ``exact=False`` the shakes get the rest,
+#: and a stall does not end the ascent (GSM8K, 6 s, K = 8 / 16: giving the bundle the LP's
+#: share too moved the gaps 0.63 -> 0.43 and 1.74 -> 1.78 % (sum), 2.27 -> 2.20 and
+#: 5.13 -> 5.88 % (prod), one run each at load 0.5: mixed, so the shakes keep theirs).
 BUNDLE_SHARE = 0.5
+#: ... and of Polyak's subgradient steps where gains are not exact by rows (NOTE [ Bounds
+#: without rows ]): session 4's share, which measured better there than the bundle's.
+SUBGRADIENT_SHARE = 0.1
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key).
-JOINT_FORMAT = 3
+JOINT_FORMAT = 4
 #: The LP rounds' share of the time left after the bundle ascent; the rest goes to the search
 #: from the LP's cells, the integer program, or the shakes (NOTE [ Shakes ]). 0.85 until the
 #: shakes; at 0.7 four GSM8K K = 8/16 solves of 30 s (side by side, load 4) ended with the same
@@ -231,8 +240,9 @@ def _search_and_bound(
         exact_const = float(np.dot(_sizes(rows, size), counts))
         lower = bound.value - exact_const
     else:
-        soon = min(deadline, t0 + BUNDLE_SHARE * (deadline - t0))
-        bound = lagrangian(grid, k, reach, upper, soon, tol)
+        share = BUNDLE_SHARE if grid.by_rows else SUBGRADIENT_SHARE
+        soon = min(deadline, t0 + share * (deadline - t0))
+        bound = lagrangian(grid, k, reach, upper, soon, tol, restart=not params["exact"])
         if upper - bound.value > max(tol * (upper - const), 0.5) and params["exact"]:
             lp_deadline = time.perf_counter() + LP_SHARE * (deadline - time.perf_counter())
             bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)

@@ -14,32 +14,52 @@ its maximum over ``r`` equals the LP relaxation's value. ``L`` is concave and pi
 in ``λ = w · r``, with the supergradient ``1 −`` (how many of the K largest gainers serve point
 ``i`` below its reach). Every evaluation is exact at the reaches themselves (NOTE [ Gains by
 rows ] in :mod:`._grid`: about 10-20 ms on GSM8K, where rounding the reaches down to 96-2,048
-levels took 0.3-0.8 s), so ``L`` is maximised by a *proximal bundle* method (Kiwiel;
-Lemaréchal): the cuts of the last :data:`BUNDLE` evaluations model ``L``; each step goes to the
-model's maximum minus ``‖d‖² / 2t`` (a quadratic program over the simplex of the cuts'
-weights, solved by accelerated projected gradient), in the metric that scales ``λ_i`` by the
-square root of its point's size (:data:`SCALE_POWER`: the multipliers of long points are
-larger and need larger steps); the centre moves only when ``L`` gains at
-least :data:`SERIOUS` of what the model promised (a *serious* step, ``t`` grows after a good
-one), else the cut just joins the model (a *null* step, ``t`` shrinks after five). Unused cuts
-fold into one aggregate cut. It starts at the sizes of the heuristic plan's cells, with ``t``
-:data:`STEP_SCALE` times Polyak's step towards the plan's padding, and stops at the target,
-when the model sees no ascent (then ``L`` is at the LP's value) or on a stall (the last
-:data:`STALL` steps closed under :data:`STALL_SHARE` of the gap: the LP rounds do better
-there, NOTE [ The LP bound by columns ]). Every ``L`` evaluated is a valid bound;
-``lower_bound`` is the best one seen. The candidates are the tight grid points (NOTE
-[ Candidate cells ]), which keep every optimum, so the bound holds for all plans, not only those
-on candidates. Measured on GSM8K (K = 8, sum, from the same 30 s plan): the bundle alone reached
-a 1.45 % gap in 30 s at load 8 (507 steps), where Polyak's subgradient steps reached 7.4 %,
-the volume algorithm 6.8 % and deflected (Camerini-Fratta-Maffioli) steps 4.9-5.4 % in 20-60 s;
-the shipped subgradient + LP rounds 2.32 % at 30 s (session 4, quiet machine). At K = 16: 2.7 %
-against 7.89 %. Its path is chaotic: a rounding change in the cuts' products moves the gap at
-800 steps between 1.25 and 1.33 %, more than most of the parameters tried (80 or 150 cuts,
-50-400 QP steps, ``STEP_SCALE`` 1-10) moved it. The metric did matter (same 3 s plan, gap
-after 200 / 400 steps, unscaled against square-root scaled): K = 8 sum 1.83 / 1.54 % against
-1.06 / 0.74 %, K = 8 prod 7.20 / 6.10 % against 3.73 % / -, K = 16 sum 4.44 / 4.25 % against
-3.70 / 3.63 %; scaling by the size itself (power 1) was as good at K = 16 sum, worse at
-K = 8 prod (4.42 % at 200), power 0.75 slightly worse at K = 16 prod (7.46 against 7.24 %).
+levels took 0.3-0.8 s; grids without rows: NOTE [ Bounds without rows ]), so ``L`` is maximised
+by a *proximal bundle* method (Kiwiel; Lemaréchal): the cuts of the last :data:`BUNDLE`
+evaluations model ``L``; each step goes to the model's maximum minus ``‖d‖² / 2t`` (a quadratic
+program over the simplex of the cuts' weights, solved by accelerated projected gradient), in the
+metric that scales ``λ_i`` by the square root of its point's size (:data:`SCALE_POWER`: the
+multipliers of long points are larger and need larger steps); the centre moves only when ``L``
+gains at least :data:`SERIOUS` of what the model promised (a *serious* step, ``t`` grows after a
+good one), else the cut just joins the model (a *null* step, ``t`` shrinks after five). Unused
+cuts fold into one aggregate cut. It starts at the sizes of the heuristic plan's cells, with
+``t`` :data:`STEP_SCALE` times Polyak's step towards the plan's padding, and stops at the
+target, when the model sees no ascent (then ``L`` is at the LP's value) or on a stall (the last
+:data:`STALL` steps closed under :data:`STALL_SHARE` of the gap: the LP rounds do better there,
+NOTE [ The LP bound by columns ]). Every ``L`` evaluated is a valid bound; ``lower_bound`` is
+the best one seen. The candidates are the tight grid points (NOTE [ Candidate cells ]), which
+keep every optimum, so the bound holds for all plans, not only those on candidates. Measured on
+GSM8K (K = 8, sum, from the same 30 s plan): the bundle alone reached a 1.45 % gap in 30 s at
+load 8 (507 steps), where Polyak's subgradient steps reached 7.4 %, the volume algorithm 6.8 %
+and deflected (Camerini-Fratta-Maffioli) steps 4.9-5.4 % in 20-60 s; the shipped subgradient +
+LP rounds 2.32 % at 30 s (session 4, quiet machine). At K = 16: 2.7 % against 7.89 %. Its path
+is chaotic: a rounding change in the cuts' products moves the gap at 800 steps between 1.25 and
+1.33 %, more than most of the parameters tried (80 or 150 cuts, 50-400 QP steps, ``STEP_SCALE``
+1-10) moved it. The metric did matter (same 3 s plan, gap after 200 / 400 steps, unscaled
+against square-root scaled): K = 8 sum 1.83 / 1.54 % against 1.06 / 0.74 %, K = 8 prod 7.20 /
+6.10 % against 3.73 % / -, K = 16 sum 4.44 / 4.25 % against 3.70 / 3.63 %; scaling by the size
+itself (power 1) was as good at K = 16 sum, worse at K = 8 prod (4.42 % at 200), power 0.75
+slightly worse at K = 16 prod (7.46 against 7.24 %).
+
+NOTE [ Bounds without rows ]
+Where gains are not exact by rows (three or more inputs, or two with more (row, point) pairs
+than :data:`._grid._GAIN_CHUNK`), exact gains at a reach per point cost a pass of sorted
+blocks: 6-22 s per evaluation on a two-input histogram of 78,000 distinct pairs on a 500 x 500
+grid. There every evaluation rounds the reaches *down* to at most :data:`LEVELS` values
+(:data:`MID_LEVELS`, :data:`LP_LEVELS` in the LP rounds), which is just another ``r``: the bound
+stays valid (any cut taken there is at the rounded point, so a model stays exact). Each
+evaluation is timed, and its seconds per operation of :meth:`.Grid.gains_cost` predict the next
+one's: none starts that would not end before the deadline, and with little time left the
+reaches round to fewer levels (down to :data:`FEWEST`). With about 0.5 s per evaluation (the
+histogram above, 96 levels) the bundle's first few steps are worse than Polyak's subgradient
+steps (``lagrangian`` runs those there, session 4's ascent, for session 4's share of the time,
+``SUBGRADIENT_SHARE``): measured side by side with session 4's code on that histogram (sum,
+K = 8, load 1-3), a 1 s solve ended at 1.09-1.18 s with a 24.9-28.3 % gap (session 4's code:
+1.13-1.20 s, 21.7-24.9 %), a 5 s solve at 4.73-4.96 s with 11.48-11.68 % (session 4's code:
+4.65-5.05 s, 11.53-11.68 %); the bundle there had reached 28-33 % at 1 s and 15.6-31.8 % at
+5 s, returning after up to 9 s before these guards. Three inputs (3,000 samples, 5 s, main
+with its shakes merged): 12.8 / 20.9 % at sum K = 4 / 8 and 27.0 / 42.8 % at prod, against
+session 4's code's 16.5 / 28.1 and 27.0 / 47.0 %.
 
 NOTE [ The LP bound by columns ]
 Bundle steps approach the LP's value slowly in the end. Where time allows, the LP relaxation is
@@ -108,6 +128,16 @@ STALL_SHARE = 0.03
 SCALE_POWER = 0.5
 #: Iterations of the bundle's quadratic program over the simplex.
 QP_STEPS = 100
+#: Where gains are not exact by rows (NOTE [ Bounds without rows ]): the reaches of a bundle
+#: step are rounded down to at most this many values ...
+LEVELS = 96
+#: ... or fewer, to fit the time left, but not fewer than this.
+FEWEST = 16
+#: ... those of the smoothed reaches to this many ...
+MID_LEVELS = 1024
+#: ... and the LP's duals, which take one value per merged row, to this many (rounding them
+#: further would hide the candidates the LP needs next).
+LP_LEVELS = 2048
 #: How far the smoothed reaches sit from the LP's duals towards the best bound's reaches.
 SMOOTH = 0.8
 #: A second point on the smoothing line only where the round's LP took this many times longer
@@ -125,26 +155,77 @@ class Bound:
     iterations: int
     log: list | None = None
     bundle: _Bundle | None = None  # the ascent that found it, to resume (:func:`lp_bound`)
+    pace: _Pace | None = None  # the evaluations' timing so far
 
 
-def evaluate(grid: Grid, reach: np.ndarray, k: int) -> tuple[float, np.ndarray, np.ndarray]:
-    """``(L(r), g(r), r)`` at reaches ``r``, every gain exact (:meth:`Grid.gains_at`)."""
+def _snap(reach: np.ndarray, weight: np.ndarray, levels: int) -> np.ndarray:
+    """``reach`` rounded down to at most ``levels`` values (weighted quantiles)."""
+    distinct = np.unique(reach)
+    if distinct.size <= levels:
+        return reach
+    order = np.argsort(reach)
+    cum = np.cumsum(weight[order])
+    qs = np.searchsorted(cum, np.linspace(0, cum[-1], levels + 1)[:-1], side="right")
+    value = np.unique(reach[order[np.minimum(qs, order.size - 1)]])
+    value[0] = min(value[0], distinct[0])
+    return value[np.searchsorted(value, reach, side="right") - 1]
+
+
+def evaluate(
+    grid: Grid, reach: np.ndarray, k: int, levels: int = LEVELS
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(L(r'), g(r'), r')``, every gain exact at ``r'`` (:meth:`Grid.gains_at`): ``r'`` is
+    ``reach`` itself where gains are exact by rows, else ``reach`` rounded down to at most
+    ``levels`` values (NOTE [ Bounds without rows ])."""
+    if not grid.by_rows:
+        reach = _snap(reach, grid.weight, levels)
     g = grid.gains_at(reach)
     top = np.partition(g, g.size - k)[-k:] if g.size > k else g
     return float((grid.weight * reach).sum() - top.sum()), g, reach
 
 
+class _Pace:
+    """Times the evaluations: seconds per operation of :meth:`Grid.gains_cost`, from the last
+    one, predict whether the next fits before a deadline (NOTE [ Bounds without rows ])."""
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid, self.rate = grid, 0.0
+
+    def cost(self, reach: np.ndarray, levels: int) -> float:
+        """The predicted seconds of :func:`evaluate` at ``reach`` (``levels`` as there)."""
+        n = 1 if self.grid.by_rows else min(int(np.unique(reach).size), levels)
+        return self.rate * self.grid.gains_cost(n)
+
+    def fit(self, reach: np.ndarray, levels: int, deadline: float) -> int:
+        """The most levels (at most ``levels``) whose evaluation at ``reach`` is predicted to end
+        before ``deadline``; 0 when not even :data:`FEWEST` fit."""
+        left = deadline - time.perf_counter()
+        if self.cost(reach, levels) <= left:
+            return levels
+        if self.grid.by_rows:
+            return 0
+        lo, hi = FEWEST, levels  # the cost grows with the levels: bisect
+        if self.rate * self.grid.gains_cost(lo) > left:
+            return 0
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self.rate * self.grid.gains_cost(mid) <= left else (lo, mid)
+        return lo
+
+    def evaluate(
+        self, reach: np.ndarray, k: int, levels: int = LEVELS
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """:func:`evaluate`, timed."""
+        began = time.perf_counter()
+        out = evaluate(self.grid, reach, k, levels)
+        n = 1 if self.grid.by_rows else int(np.unique(out[2]).size)
+        self.rate = (time.perf_counter() - began) / self.grid.gains_cost(n)
+        return out
+
+
 def _kth(g: np.ndarray, k: int) -> float:
     """The K-th largest gain (0 when there are fewer than K candidates)."""
     return float(np.partition(g, g.size - k)[g.size - k]) if g.size >= k else 0.0
-
-
-def _oracle(grid: Grid, lam: np.ndarray, k: int) -> tuple[float, np.ndarray, np.ndarray]:
-    """``(L, g, s)`` at multipliers ``lam`` (``λ_i = w_i r_i``): the bound, every candidate's gain
-    and a supergradient ``s_i = 1 −`` (how many of the K largest gainers serve point ``i``)."""
-    reach = lam / grid.weight
-    value, g, _ = evaluate(grid, reach, k)
-    return value, g, _supergradient(grid, g, reach, k)
 
 
 def _supergradient(grid: Grid, g: np.ndarray, reach: np.ndarray, k: int) -> np.ndarray:
@@ -185,13 +266,15 @@ class _Bundle:
         # the ascent runs in mu = lam / scale (a diagonal metric)
         self.scale = (np.maximum(size, 1.0) / max(float(size.mean()), 1.0)) ** SCALE_POWER
         self.floor = self.floor / self.scale
-        self.centre = np.maximum(start.astype(np.float64), size) * grid.weight / self.scale
-        self.value, g, sub = self._eval(self.centre)
+        self.pace = _Pace(grid)
+        centre = np.maximum(start.astype(np.float64), size) * grid.weight / self.scale
+        self.value, g, sub, self.centre = self._eval(centre)
         self.best = Bound(self.value, self._reach(self.centre), g, 1)
         self.cuts, self.errs = [sub], [0.0]
         self.gram = np.array([[float(sub @ sub)]])
         self.t = STEP_SCALE * max(upper - self.value, 1.0) / max(float(sub @ sub), 1.0)
-        self.it, self.nulls, self.cost = 1, 0, 0.0
+        self.it, self.nulls = 1, 0
+        self.cost = 0.0  # of the last step (NOTE [ Joint time limit and fallbacks ])
         self.history = [self.value]
         self.done = False  # converged: no ascent left at the centre
 
@@ -218,7 +301,10 @@ class _Bundle:
                 self.done = True  # the model sees no ascent left: the centre is optimal
                 break
             trial = np.maximum(self.centre + self.t * agg, self.floor)
-            value, g, sub = self._eval(trial)
+            if time.perf_counter() + self.pace.cost(self._reach(trial), LEVELS) > deadline:
+                break
+            # (rounded down where gains are not exact by rows: the cut is taken there)
+            value, g, sub, trial = self._eval(trial)
             self.it += 1
             if value - self.value >= SERIOUS * predicted:  # a serious step
                 if value - self.value >= 0.5 * predicted and self.nulls == 0:
@@ -244,9 +330,10 @@ class _Bundle:
             self.done = False
         self._add(lam, value, g, sub, None)
 
-    def _eval(self, mu: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        value, g, sub = _oracle(self.grid, mu * self.scale, self.k)
-        return value, g, sub * self.scale
+    def _eval(self, mu: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        value, g, reach = self.pace.evaluate(self._reach(mu), self.k)
+        sub = _supergradient(self.grid, g, reach, self.k)
+        return value, g, sub * self.scale, reach * self.grid.weight / self.scale
 
     def _reach(self, mu: np.ndarray) -> np.ndarray:
         return mu * self.scale / self.grid.weight
@@ -293,18 +380,66 @@ class _Bundle:
 
 
 def lagrangian(
-    grid: Grid, k: int, start: np.ndarray, upper: float, deadline: float, target: float
+    grid: Grid,
+    k: int,
+    start: np.ndarray,
+    upper: float,
+    deadline: float,
+    target: float,
+    restart: bool = False,
 ) -> Bound:
     """The proximal bundle ascent on ``L`` (NOTE [ The Lagrangian bound ]) from reaches ``start``
     (the heuristic's cell size per point) until the bound is within ``target`` (relative, on
     the padding) of ``upper``, it stalls, or ``deadline``. The returned bound keeps the bundle
-    (:func:`lp_bound` resumes it between its LP rounds).
+    (:func:`lp_bound` resumes it between its LP rounds). With ``restart`` (no LP rounds after
+    it: ``exact=False``) a stall restarts the ascent's stall window instead of ending it.
 
     ``upper`` and the returned value are on ``Σ w_i · size(cell_i)``.
     """
+    if not grid.by_rows:  # NOTE [ Bounds without rows ]
+        return _subgradient_ascent(grid, k, start, upper, deadline, target)
     bundle = _Bundle(grid, k, start, upper)
     best = bundle.run(deadline, target)
-    best.bundle = bundle
+    while restart:  # each run after a stall makes at least STALL steps, or none: then stop
+        steps = bundle.it
+        best = bundle.run(deadline, target)
+        if bundle.it == steps:
+            break
+    best.bundle, best.pace = bundle, bundle.pace
+    return best
+
+
+def _subgradient_ascent(
+    grid: Grid, k: int, start: np.ndarray, upper: float, deadline: float, target: float
+) -> Bound:
+    """Polyak's subgradient steps (session 4's ascent), for grids without exact gains by rows
+    (NOTE [ Bounds without rows ]); arguments as :func:`lagrangian`'s."""
+    const = float((grid.weight * grid.point_size).sum())
+    pace = _Pace(grid)
+    lb, g, snapped = pace.evaluate(np.maximum(start.astype(np.float64), grid.point_size), k)
+    best = Bound(lb, snapped, g, 1, pace=pace)
+    theta, stall, it = 1.0, 0, 1
+    while upper - best.value > max(target * max(upper - const, 0.0), 0.5):
+        if stall >= 4:
+            theta, stall = theta / 2, 0
+            if theta < 1e-3:
+                break
+            lb, g, snapped = best.value, best.gains, best.reach
+        sub = _supergradient(grid, g, snapped, k)
+        norm = float((grid.weight * sub * sub).sum())
+        if norm == 0:
+            break  # a zero supergradient: the reaches are optimal
+        reach = np.maximum(snapped + theta * (upper - lb) / norm * sub, grid.point_size)
+        levels = pace.fit(reach, LEVELS, deadline)
+        if not levels:
+            break
+        lb, g, snapped = pace.evaluate(reach, k, levels)
+        it += 1
+        gained = lb > best.value + 1e-6 * max(1.0, abs(upper - const))
+        stall = 0 if gained else stall + 1
+        if lb > best.value:
+            best = Bound(lb, snapped, g, it, pace=pace)
+    best.iterations = it
     return best
 
 
@@ -332,7 +467,9 @@ def lp_bound(
     seed: np.ndarray | None = None
     bundle = best.bundle
     log = best.log = []
-    spent = 0.0  # the last bound evaluation's cost (NOTE [ Joint time limit and fallbacks ])
+    # the last bound evaluation's cost (NOTE [ Joint time limit and fallbacks ]), first predicted
+    spent = 0.0
+    pace = best.pace if best.pace is not None else _Pace(grid)
     while time.perf_counter() < deadline:
         rset = np.array(sorted(pairs), dtype=np.int64)
         have = np.stack([pairs[c] for c in rset.tolist()])
@@ -365,19 +502,20 @@ def lp_bound(
         yv = xs[:nr]
         seed = rset[np.argsort(yv)[-k:]]
         reach = np.maximum((lam / weight)[inv], grid.point_size)
-        if time.perf_counter() + spent >= deadline:
-            break
         # price first at reaches between the best bound's and the LP's (smoothing)
         mid = (1 - SMOOTH) * reach + SMOOTH * best.reach
+        levels = pace.fit(mid, MID_LEVELS, deadline)  # (fewer where the time is short)
+        if not levels:
+            break
         began = time.perf_counter()
-        lb2, g2, snapped2 = evaluate(grid, mid, k)
+        lb2, g2, snapped2 = pace.evaluate(mid, k, levels)
         spent = time.perf_counter() - began
-        if log[-1][3] > LINE_COST * spent and time.perf_counter() + spent < deadline:
+        if log[-1][3] > LINE_COST * spent and pace.fit(mid, levels, deadline) == levels:
             # one more point on the same line: twice as far towards the LP's reaches after a
             # gain, half as far after none (NOTE [ The LP bound by columns ])
             step = (1 - SMOOTH) * (2.0 if lb2 > best.value else 0.5)
             mid = step * reach + (1 - step) * best.reach
-            lb3, g3, snapped3 = evaluate(grid, mid, k)
+            lb3, g3, snapped3 = pace.evaluate(mid, k, levels)
             if lb3 > lb2:
                 lb2, g2, snapped2 = lb3, g3, snapped3
             spent = time.perf_counter() - began
@@ -395,10 +533,11 @@ def lp_bound(
         out2 = np.flatnonzero(g2 >= kth2)
         if _add_pairs(grid, pairs, out2[np.argsort(g2[out2])[::-1]], snapped2, batch):
             continue
-        if time.perf_counter() + spent >= deadline:
+        levels = pace.fit(reach, LP_LEVELS, deadline)
+        if not levels:
             break
         # nothing new there: price at the LP's own reaches
-        lb, g, snapped = evaluate(grid, reach, k)
+        lb, g, snapped = pace.evaluate(reach, k, levels)
         if bundle is not None:
             bundle.offer(snapped, lb, g)
         if lb > best.value:

@@ -55,7 +55,9 @@ import numpy as np
 #: Grids with more points than this are pre-binned (coordinates kept per input, see
 #: :func:`coarse_values`).
 MAX_GRID = 1 << 18
-#: Bound the (levels, grid) temporary of :func:`gains` to this many float64 values.
+#: Bound the (levels, grid) temporary of :func:`gains` to this many float64 values, and the
+#: (row, point) pairs kept by NOTE [ Gains by rows ] (near the cap: about 160 MB per grid, and
+#: as much again in temporaries per evaluation).
 _GAIN_CHUNK = 1 << 22
 
 
@@ -202,21 +204,39 @@ class Grid:
         """For every candidate ``c``: ``sum_i w_i · max(0, level_value[level[i]] − size(c))`` over
         the points ``i`` it covers (NOTE [ Gains by prefix sums ], NOTE [ Gains by sorted
         blocks ]: whichever costs less)."""
-        nl, g = int(level_value.size), int(np.prod(self.shape))
-        n, nc = self.weight.size, self.cand_flat.size
-        block = max(1, int(np.sqrt(n * g / max(nc, 1))), -(-n * g // _GAIN_CHUNK))
-        cost = {
-            "levels": nl * (g + nc),
-            "blocks": 2 * (-(-n // block) * g + nc * block),
-            # (measured: a pair costs about 3 grid points of the prefix sums)
-            "rows": 3 * self._rows.pt.size + 2 * g if self._rows is not None else np.inf,
-        }
+        cost, block = self._costs(int(level_value.size))
         way = min(cost, key=cost.__getitem__)
         if way == "rows":
             return self._gains_by_rows(level_value[level])
         if way == "blocks":
             return self._gains_by_blocks(level_value[level], block)
         return self._gains_by_levels(level, level_value)
+
+    def _costs(self, nl: int) -> tuple[dict[str, float], int]:
+        """The cost model of :meth:`gains` at ``nl`` levels (in grid-point operations) per way,
+        and the block length of the blocks way."""
+        g = int(np.prod(self.shape))
+        n, nc = self.weight.size, self.cand_flat.size
+        block = max(1, int(np.sqrt(n * g / max(nc, 1))), -(-n * g // _GAIN_CHUNK))
+        cost = {
+            "levels": float(nl * (g + nc)),
+            "blocks": float(2 * (-(-n // block) * g + nc * block)),
+            # (measured: a pair costs about 3 grid points of the prefix sums)
+            "rows": 3.0 * self._rows.pt.size + 2 * g if self._rows is not None else np.inf,
+        }
+        return cost, block
+
+    @property
+    def by_rows(self) -> bool:
+        """Whether :meth:`gains_at` is exact at any reaches for the cost of a few levels (NOTE
+        [ Gains by rows ]); else each distinct reach is a level (or a block pass)."""
+        return self._rows is not None
+
+    def gains_cost(self, levels: int) -> float:
+        """:meth:`gains_at`'s estimated cost (grid-point operations) at ``levels`` distinct
+        values; with the time of one evaluation it predicts the next's."""
+        cost, _ = self._costs(max(int(levels), 1))
+        return cost["rows"] if self._rows is not None else min(cost["levels"], cost["blocks"])
 
     def gains_at(self, value: np.ndarray) -> np.ndarray:
         """:meth:`gains` at one value per point (``value``, float64), the cheapest exact way."""
