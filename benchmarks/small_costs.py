@@ -299,12 +299,7 @@ def bfd_packing(lengths: np.ndarray, row_length: int) -> tuple[np.ndarray, ...]:
             new = [(*contents, s, q), k]
             left = room - q * s
             if left:
-                other = groups.get(left)
-                if other is None:
-                    groups[left] = [new]
-                    bits |= 1 << left
-                else:
-                    other.append(new)
+                bits = _open(groups, bits, left, new)
             else:
                 done.append(new)
     live = done + [g for stack in groups.values() for g in stack]
@@ -314,6 +309,16 @@ def bfd_packing(lengths: np.ndarray, row_length: int) -> tuple[np.ndarray, ...]:
     np.cumsum([len(contents) // 2 for contents, _ in live], out=offsets[1:])
     reps = np.array([n for _, n in live], dtype=np.int64)
     return reps, offsets, pairs[:, 0], pairs[:, 1]
+
+
+def _open(stacks: dict, bits: int, room: int, item: object) -> int:
+    """Push ``item`` on the stack of open rows with ``room`` left; the room bits after it."""
+    stack = stacks.get(room)
+    if stack is None:
+        stacks[room] = [item]
+        return bits | 1 << room
+    stack.append(item)
+    return bits
 
 
 def bfd_documents(lengths: np.ndarray, row_length: int) -> tuple[np.ndarray, int]:
@@ -345,12 +350,7 @@ def bfd_documents(lengths: np.ndarray, row_length: int) -> tuple[np.ndarray, int
         placed.append(row)
         left = room - s
         if left:
-            stack = by_room.get(left)
-            if stack is None:
-                by_room[left] = [row]
-                bits |= 1 << left
-            else:
-                stack.append(row)
+            bits = _open(by_room, bits, left, row)
     row_of[order] = placed
     return row_of, rows
 
