@@ -62,8 +62,9 @@ from bucketloader.stream.source import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader import collate
-else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
-    collate = LazyModule("bucketloader.collate")
+else:  # collate.PadCollator in annotations: NOTE [ Annotations that introspection can evaluate ]
+    collate = LazyModule("bucketloader.collate")  # in bucketloader._types
+
 
 __all__ = ["BucketIterable"]
 
