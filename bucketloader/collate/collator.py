@@ -604,7 +604,8 @@ class PadCollator:
         else:  # True * size + False * size (right): the mask rows are its windows
             ar = np.arange(2 * size) < size if self.side == "right" else np.arange(2 * size) >= size
         # from np_rows rows on, numpy allocates the output (never for bfloat16, which it lacks)
-        np_dtype = numpy_dtype(tdtype)
+        # (numpy samples keep their own dtype: numpy_dtype knows none for torch's uint16/32/64)
+        np_dtype = numpy_dtype(tdtype) or (dtype if kind is np.ndarray else None)
         np_rows = -(-NUMPY_MIN_BYTES // max(pad.nbytes, 1)) if np_dtype is not None else 1 << 62
         pad_buffer = pad.numpy() if kind is np.ndarray else pad
         entry: tuple[Any, dict, Any, int, dict, Any] = (pad_buffer, {}, ar, np_rows, {}, np_dtype)
