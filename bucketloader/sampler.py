@@ -46,7 +46,7 @@ import numpy as np
 from torch.utils.data import ConcatDataset, IterableDataset, Sampler
 from typing_extensions import Unpack
 
-from bucketloader._dist import dist_ready, resolve_ranks
+from bucketloader._dist import resolve_ranks, world_size
 from bucketloader._types import LazyModule
 from bucketloader._validation import check_bool, check_int, check_options
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
@@ -480,7 +480,7 @@ class BucketSampler(SpecShapes, EpochSampler):
                 self._even, self.spec, self.promotion = self.spec, spec, promotion
         self._warn_losses()
         self._warn_empty_shapes()
-        if given is not lengths and "cache" not in spec_options:
+        if given is not lengths and spec_options.get("cache") in (None, False):
             self._warn_joint_alone()
 
     # -- what the sampler promises ------------------------------------------------------------
@@ -631,8 +631,8 @@ class BucketSampler(SpecShapes, EpochSampler):
         """Warn when several ranks each solve a joint plan on their own (NOTE [ One joint plan
         for every rank ] in :mod:`bucketloader.strategies.joint`): a time-limited solve depends
         on the machine's load, so two ranks can plan different shapes from the same arguments."""
-        if self.spec.joint is None or self.num_replicas == 1 or dist_ready(self.num_replicas):
-            return
+        if self.spec.joint is None or self.num_replicas == 1 or world_size() > 1:
+            return  # (under a process group rank 0 solves for every rank, whatever num_replicas)
         warnings.warn(
             f"this BucketSampler (rank {self.rank} of num_replicas={self.num_replicas}) solved "
             "its joint plan on its own, with no torch.distributed process group: the solve is "

@@ -774,7 +774,11 @@ def _shard_array(shard_lengths: Any) -> np.ndarray:
         lo, hi = int(shard_lengths.min()), int(shard_lengths.max())
         if lo >= 0 and hi < MAX_LENGTH:
             return shard_lengths
-    if isinstance(shard_lengths, Mapping) or np.ndim(shard_lengths) == 2:
+    try:  # (a ragged list: numpy cannot tell; as_lengths below names it)
+        two_d = isinstance(shard_lengths, Mapping) or np.ndim(shard_lengths) == 2
+    except ValueError:
+        two_d = False
+    if two_d:
         got = (
             f"a mapping of {len(shard_lengths)} inputs"
             if isinstance(shard_lengths, Mapping)

@@ -94,7 +94,7 @@ def parquet_histogram(
     batch_size = check_int("batch_size", batch_size, minimum=1)
     if progress is not None:
         progress = check_bool("progress", progress)
-    schema, batches, total, what = _open(pa, source, columns, batch_size)
+    schema, batches, total, what = _open(pa, source, columns, batch_size, nulls)
     missing = [c for c in columns if c not in schema.names]
     if missing:
         raise MissingKeyError(
@@ -147,7 +147,7 @@ def parquet_files(source: str | os.PathLike[str]) -> list[str]:
 
 
 def _open(
-    pa: Any, source: Any, columns: list[str], batch_size: int
+    pa: Any, source: Any, columns: list[str], batch_size: int, nulls: str = "raise"
 ) -> tuple[Any, Iterator[Any], int | None, str]:
     """Schema, an iterator of record batches (only ``columns``), row total (if known), name."""
     import pyarrow.dataset as pads
@@ -165,7 +165,8 @@ def _open(
             source = pads.dataset(files, format="parquet")
         except (pa.ArrowInvalid, OSError) as exc:
             raise ValueError(f"{what}: not readable as Parquet ({exc})") from None
-        if len(files) > 1:  # the schema is the first file's: another file may lack a column
+        if len(files) > 1 and nulls == "raise":  # the schema is the first file's: another
+            # file may lack a column, and its rows would read as nulls (nulls="skip" skips them)
             for fragment in source.get_fragments():
                 names = fragment.physical_schema.names
                 missing = [c for c in columns if c in source.schema.names and c not in names]

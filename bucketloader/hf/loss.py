@@ -213,7 +213,10 @@ def masked_loss(model: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, Any
     batch. A ``"mean"`` policy averages over the real rows, ``"sum"`` sums them. A batch with
     no real row (``sample_mask`` all False: a sharded or streamed step that gives this rank only
     a stand-in) has loss 0 with a zero gradient (:func:`zero_loss`), not the 0 / 0 = NaN of a
-    mean over no row, which DDP's all-reduce would spread to every rank.
+    mean over no row, which DDP's all-reduce would spread to every rank. That holds for a
+    ``sample_mask`` on the CPU (as collated); one already moved to the device is decided without
+    a sync by ``torch.where``, whose gradient is still NaN for a model whose own loss divides by
+    its count (the transformers heads do not).
 
     Args:
         model: the ``transformers`` model.
@@ -232,8 +235,12 @@ def masked_loss(model: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, Any
     if policy not in ROW_POLICIES or labels is None:
         outputs = model(**inputs)
         loss = outputs["loss"] if isinstance(outputs, Mapping) else outputs[0]
-        # No real row: the model's mean over no label is 0 / 0 (NaN). torch.where keeps this
-        # free of a device sync; the NaN branch gets a zero gradient.
+        # No real row: the model's mean over no label is 0 / 0 (NaN). A mask on the CPU (as
+        # collated) decides in Python, with no device sync; a mask already on the device goes
+        # through torch.where (no sync either), whose NaN branch still gets a NaN gradient where
+        # the model's own loss divides by its count (the transformers heads do not).
+        if mask.device.type == "cpu":
+            return (loss if bool(mask.any()) else zero_loss(outputs)), outputs
         real = mask.to(loss.device).any()
         return torch.where(real, loss, zero_loss(outputs).to(loss.device, loss.dtype)), outputs
     labels = inputs.pop("labels")
@@ -248,8 +255,8 @@ def masked_loss(model: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, Any
 
 def zero_loss(outputs: Any) -> torch.Tensor:
     """A loss of exactly 0 whose gradient reaches every parameter that produced ``outputs``
-    (each output tensor's first element times 0; the ``loss`` entry, or a tuple's first element,
-    left out: it may be NaN).
+    (each output tensor's first element times 0; the ``loss`` entry, or a tuple's first element
+    when it is a 0-d loss, left out: it may be NaN).
 
     Example:
         >>> import torch
@@ -274,7 +281,15 @@ def zero_loss(outputs: Any) -> torch.Tensor:
             for value in tree[1:] if skip_first else tree:
                 visit(value)
 
-    visit(outputs, skip_first=isinstance(outputs, tuple))
+    # a tuple starts with the loss only when the model got labels (a 0-d tensor); else logits
+    first_is_loss = (
+        isinstance(outputs, tuple)
+        and bool(outputs)
+        and isinstance(outputs[0], torch.Tensor)
+        and outputs[0].dim() == 0
+    )
+    visit(outputs, skip_first=first_is_loss)
     if not found:
         return torch.zeros(())
-    return torch.stack([x.float() for x in found]).sum()
+    device = found[0].device  # (outputs of a model split over devices: summed on the first)
+    return torch.stack([x.float().to(device) for x in found]).sum()

@@ -274,7 +274,7 @@ def iterate(
     grid: Grid, k: int, cells: np.ndarray, deadline: float, seed: int = 0, patience: int = 4
 ) -> tuple[np.ndarray, int]:
     """Iterated local search from the local optimum ``cells`` until ``deadline``: replace ``r``
-    random cells by random candidates, :func:`improve`, keep the result when it pads less
+    random cells by random candidates, :func:`descend`, keep the result when it pads less
     (``r`` back to 1) or try one more cell next time (NOTE [ Shakes ]). Returns the best cells
     and the number of shakes."""
     rng = np.random.default_rng(seed)
