@@ -89,3 +89,44 @@ def test_sharded_sampler_with_several_inputs_names_bucket_sampler(lengths):
 
     with pytest.raises(ValueError, match=r"plans one input, got .*use BucketSampler with"):
         ShardedSampler(lengths, batch_size=2, num_buckets=2, num_replicas=1, rank=0)
+
+
+@pytest.mark.filterwarnings("ignore:Tagger. bucketloader assumes its loss ignores")
+def test_masked_loss_with_no_real_row_has_finite_gradients_for_a_masked_mean_model():
+    """Review s5-rev3: a CPU sample_mask with no real row gives 0 and finite (zero) gradients
+    also for a model whose own loss is a masked mean (0 / 0), and zero_loss keeps a tuple's
+    logits (no 0-d loss first) in the graph."""
+    import torch
+
+    from bucketloader.hf.loss import masked_loss, zero_loss
+
+    class Tagger(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 3)
+
+        def forward(self, input_ids, labels=None):
+            logits = self.head(self.emb(input_ids))
+            keep = (labels != -100).reshape(-1)
+            ce = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, 3), labels.clamp(min=0).reshape(-1), reduction="none"
+            )
+            return {"loss": (ce * keep).sum() / keep.sum(), "logits": logits}
+
+    model = Tagger()
+    batch = {"input_ids": torch.ones(2, 5, dtype=torch.long), "labels": torch.full((2, 5), -100)}
+    batch["sample_mask"] = torch.zeros(2, dtype=torch.bool)
+    loss, _ = masked_loss(model, batch)
+    loss.backward()
+    assert float(loss) == 0.0
+    assert all(bool(torch.isfinite(p.grad).all()) for p in model.parameters())
+    logits = torch.nn.Linear(2, 3)(torch.ones(1, 2))
+    zero = zero_loss((logits,))
+    assert zero.requires_grad and float(zero) == 0.0
+
+
+@pytest.mark.parametrize("cache", [None, False])
+def test_ranks_solving_alone_are_warned_also_with_no_cache(cache):
+    pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
+    with pytest.warns(UserWarning, match=r"solved its joint plan on its own"):
+        BucketSampler(pairs, max_shapes=3, batch_size=4, num_replicas=2, rank=1, cache=cache)
