@@ -249,13 +249,15 @@ def test_gains_by_blocks_levels_and_rows_are_the_brute_force_sum(size):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
     np.testing.assert_allclose(grid._gains_by_levels(level.ravel(), value), want, rtol=1e-12)
     np.testing.assert_allclose(grid.gains(level.ravel(), value), want, rtol=1e-12, atol=1e-9)
-    np.testing.assert_allclose(grid._gains_by_rows(reach), want, rtol=1e-12, atol=1e-9)
+    rows = grid._rows
+    assert rows is not None  # two inputs, a small grid: gains by rows apply
+    np.testing.assert_allclose(grid._gains_by_rows(reach, rows), want, rtol=1e-12, atol=1e-9)
     np.testing.assert_allclose(grid.gains_at(reach), want, rtol=1e-12, atol=1e-9)
     # reaches on the sizes of the cells themselves: every threshold a tie
     on = grid.cand_size[rng.integers(0, grid.cand.shape[0], grid.weight.size)]
     tie = np.maximum(on, grid.point_size)
     want = (cover * grid.weight * np.maximum(tie - grid.cand_size[:, None], 0.0)).sum(axis=1)
-    np.testing.assert_allclose(grid._gains_by_rows(tie), want, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(grid._gains_by_rows(tie, rows), want, rtol=1e-12, atol=1e-9)
 
 
 @pytest.mark.parametrize("size", ["sum", "prod"])

@@ -569,7 +569,7 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
     # a negative length reads above the signed type's max, so that max bounds the check too
     bound = min(limit, int(np.iinfo(arr.dtype).max))
     out = np.empty(arr.size, dtype=_narrow(limit))
-    counts = None
+    counts = np.zeros(limit + 1, dtype=np.intp)
     for a in range(0, arr.size, _CHUNK):
         b = a + _CHUNK
         if check and seen[a:b].max() > bound:
@@ -579,11 +579,7 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
             part = np.bincount(arr[a:b] if direct else out[a:b], minlength=limit + 1)
         except ValueError:  # (a negative length)
             return None
-        if counts is None:
-            counts = part
-        else:
-            counts += part
-    assert counts is not None  # (arr is not empty)
+        counts += part
     out.setflags(write=False)
     return counts, out
 

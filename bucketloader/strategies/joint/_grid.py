@@ -206,8 +206,8 @@ class Grid:
         blocks ]: whichever costs less)."""
         cost, block = self._costs(int(level_value.size))
         way = min(cost, key=cost.__getitem__)
-        if way == "rows":
-            return self._gains_by_rows(level_value[level])
+        if way == "rows" and self._rows is not None:
+            return self._gains_by_rows(level_value[level], self._rows)
         if way == "blocks":
             return self._gains_by_blocks(level_value[level], block)
         return self._gains_by_levels(level, level_value)
@@ -242,7 +242,7 @@ class Grid:
         """:meth:`gains` at one value per point (``value``, float64), the cheapest exact way."""
         value = np.asarray(value, dtype=np.float64)
         if self._rows is not None:
-            return self._gains_by_rows(value)
+            return self._gains_by_rows(value, self._rows)
         distinct, level = np.unique(value, return_inverse=True)
         return self.gains(level.ravel(), distinct)
 
@@ -282,10 +282,9 @@ class Grid:
             const=np.bincount(start, weights=w, minlength=nx * (ny + 1)),
         )
 
-    def _gains_by_rows(self, value: np.ndarray) -> np.ndarray:
-        """NOTE [ Gains by rows ]: ``value`` per point, exact (no levels)."""
-        rows = self._rows
-        assert rows is not None
+    def _gains_by_rows(self, value: np.ndarray, rows: _Rows) -> np.ndarray:
+        """NOTE [ Gains by rows ]: ``value`` per point, exact (no levels); ``rows`` is
+        :attr:`_rows` (built: the caller checked it is not ``None``)."""
         r, c = rows.r, 1 - rows.r
         nx, ny = self.shape[r], self.shape[c]
         v = value[rows.pt]
