@@ -519,6 +519,8 @@ class PadCollator:
             sizes = list(map(torch.Tensor.numel, samples))
         except TypeError:  # a sample that is no tensor: the general path words it
             return None
+        if first.device.type != "cpu":  # (full rows of CUDA samples would cat on the device)
+            return None
         hi, lo = max(sizes), min(sizes)
         shape = self._cells.get(hi)
         if shape is None or self._cells.get(lo) is not shape or n != shape[0] or not lo:
