@@ -124,7 +124,9 @@ def solve_joint(
             still above ``tolerance``) and ``solver="highs"`` (the integer program's solver:
             SciPy's HiGHS, or ``"pulp"``: PuLP's bundled CBC warm-started from the heuristic's
             plan; the LP rounds of the bound use HiGHS either way, NOTE [ Two solvers for the
-            integer program ]).
+            integer program ]) and ``work_limit=None`` (or a count of exchange tables for the
+            shakes instead of the clock: the same cells on every machine, NOTE [ Work instead
+            of seconds ]).
 
     Returns:
         A :class:`~bucketloader.solution.JointSolution` (``cells``, ``objective``,
@@ -218,8 +220,16 @@ def _search_and_bound(
     const = float((grid.weight * grid.point_size).sum())
     t0 = time.perf_counter()
     budget = deadline - t0
-    cells, converged = _best_search(grid, k, [greedy(grid, k)], t0 + 0.3 * budget)
-    if time.perf_counter() < t0 + 0.3 * budget:
+    work = params["work_limit"]
+    if work is not None:  # no clock decides the cells (NOTE [ Work instead of seconds ])
+        starts = [greedy(grid, k), lattice_drop(grid, k)]
+        cells, converged = _best_search(grid, k, starts, math.inf)
+        if work:
+            cells, info["shakes"] = iterate(grid, k, cells, math.inf, steps=work)
+        deadline = time.perf_counter() + params["time_limit"]  # the bound's own time
+    else:
+        cells, converged = _best_search(grid, k, [greedy(grid, k)], t0 + 0.3 * budget)
+    if work is None and time.perf_counter() < t0 + 0.3 * budget:
         # a local optimum competes without a second search; a plan the clock stopped goes on
         again, known = ([], cells) if converged else ([cells], None)
         starts = [*again, lattice_drop(grid, k)]
@@ -247,7 +257,7 @@ def _search_and_bound(
             lp_deadline = time.perf_counter() + LP_SHARE * (deadline - time.perf_counter())
             bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)
             info["lp_rounds"] = bound.log
-            if time.perf_counter() < deadline:
+            if work is None and time.perf_counter() < deadline:
                 # another search from the LP's cells and from the K largest gains at the
                 # bound's reaches (a Lagrangian heuristic)
                 again, known = ([], cells) if converged else ([cells], None)
@@ -268,7 +278,8 @@ def _search_and_bound(
     if params["exact"] and not coarsened and pad - lower > max(tol * pad, 0.5):
         subset = _ilp_subset(grid, bound, k, upper, cells, deadline, params["solver"])
     left = deadline - time.perf_counter()
-    if subset is None and pad - lower > max(tol * pad, 0.5) and left > SHAKE_MIN * budget:
+    open_gap = pad - lower > max(tol * pad, 0.5)
+    if work is None and subset is None and open_gap and left > SHAKE_MIN * budget:
         # no integer program: the time left shakes the plan (NOTE [ Shakes ])
         t0 = time.perf_counter()
         found, info["shakes"] = iterate(grid, k, cells, deadline)
@@ -282,12 +293,14 @@ def _search_and_bound(
         t0 = time.perf_counter()
         picked, details = solve_ilp(grid, k, cells, deadline, subset, params["solver"])
         info.update(ilp_seconds=time.perf_counter() - t0, ilp=details, method="ilp")
+        value = np.inf
         if picked is not None:
             _, got = grid.assign(picked)
-            if np.isfinite(got).all() and total(grid, got) <= upper:
-                cells, upper = picked, total(grid, got)
-        if details["proved"]:
-            lower = upper - const
+            value = total(grid, got)
+        if value <= upper and work is None:
+            cells, upper = picked, value
+        if details["proved"]:  # the solver's optimum (not the plan, under work_limit)
+            lower = min(upper, value) - const
         else:
             # every plan better than ``upper`` uses only the survivors, whose optimum HiGHS bounds
             lower = max(lower, min(upper, details["bound"]) - const)
@@ -373,6 +386,10 @@ class Joint:
         exact: try the LP relaxation and the integer program when the model is small.
         solver: the integer program's solver, ``"highs"`` or ``"pulp"``
             (NOTE [ Two solvers for the integer program ]).
+        work_limit: ``None`` (the default: the clock bounds the search), or the number of
+            exchange tables the shakes may count, which makes the cells the same on every
+            machine and load; ``time_limit`` then bounds the bound alone, after the search
+            (NOTE [ Work instead of seconds ]).
 
     Example:
         >>> from bucketloader import BucketSampler
@@ -386,12 +403,15 @@ class Joint:
     tolerance: float = 0.001
     exact: bool = True
     solver: str = "highs"
+    work_limit: int | None = None
 
     def __post_init__(self) -> None:
         check_float("time_limit", self.time_limit, minimum=1e-3, maximum=1e6)
         check_float("tolerance", self.tolerance, minimum=0.0, maximum=1.0)
         check_bool("exact", self.exact)
         check_choice("solver", self.solver, SOLVERS)
+        if self.work_limit is not None:
+            check_int("work_limit", self.work_limit, minimum=0)
 
     def params(self, max_shapes: int, size: str) -> dict[str, Any]:
         """Every parameter that determines a joint solution, checked, in canonical form (the
@@ -413,6 +433,7 @@ class Joint:
             "solver": self.solver,
             "time_limit": float(self.time_limit),
             "tolerance": float(self.tolerance),
+            "work_limit": None if self.work_limit is None else int(self.work_limit),
         }
 
     def solve(

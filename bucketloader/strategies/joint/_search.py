@@ -243,40 +243,53 @@ def improve(grid: Grid, cells: np.ndarray, k: int, deadline: float) -> tuple[np.
 
 
 def descend(
-    grid: Grid, cells: np.ndarray, k: int, deadline: float, cost: float = 0.0
-) -> tuple[np.ndarray, float]:
-    """Best exchanges with Lloyd steps from ``cells`` until none helps or ``deadline``: each
-    step takes the exchange of :func:`exchanges` that saves most (for the cell whose best
-    exchange saves most first, Lloyd step included, the next one if that does not help).
-    Faster than :func:`improve` from a nearby plan, with the same neighbourhood. ``cost`` is
-    the expected cost of one step (a step starts only when it still fits); returns the cells
-    and the last step's cost."""
+    grid: Grid,
+    cells: np.ndarray,
+    k: int,
+    deadline: float,
+    cost: float = 0.0,
+    steps: float = np.inf,
+) -> tuple[np.ndarray, float, int]:
+    """Best exchanges with Lloyd steps from ``cells`` until none helps, ``deadline`` or ``steps``
+    tables: each step takes the exchange of :func:`exchanges` that saves most (for the cell
+    whose best exchange saves most first, Lloyd step included, the next one if that does not
+    help). Faster than :func:`improve` from a nearby plan, with the same neighbourhood.
+    ``cost`` is the expected cost of one step (a step starts only when it still fits); returns
+    the cells, the last step's cost and the tables counted."""
     cells, _, best, big = _start(grid, cells, k)
-    while time.perf_counter() + _MARGIN * cost <= deadline:
+    used = 0
+    while used < steps and time.perf_counter() + _MARGIN * cost <= deadline:
         t0 = time.perf_counter()
         table = exchanges(grid, cells, big)
+        used += 1
         add = table.argmax(axis=1)
         saves = table[np.arange(cells.size), add]
         for f in np.argsort(-saves, kind="stable"):
             if not np.isfinite(saves[f]):
-                return cells, cost
+                return cells, cost, used
             tried = _exchange(grid, np.delete(cells, f), int(add[f]))
             if tried is not None and tried[2] < best * (1 - 1e-12) - 1e-9:
                 cells, _, best = tried
                 break
         else:
-            return cells, time.perf_counter() - t0
+            return cells, time.perf_counter() - t0, used
         cost = time.perf_counter() - t0
-    return cells, cost
+    return cells, cost, used
 
 
 def iterate(
-    grid: Grid, k: int, cells: np.ndarray, deadline: float, seed: int = 0, patience: int = 4
+    grid: Grid,
+    k: int,
+    cells: np.ndarray,
+    deadline: float,
+    seed: int = 0,
+    patience: int = 4,
+    steps: float = np.inf,
 ) -> tuple[np.ndarray, int]:
-    """Iterated local search from the local optimum ``cells`` until ``deadline``: replace ``r``
-    random cells by random candidates, :func:`descend`, keep the result when it pads less
-    (``r`` back to 1) or try one more cell next time (NOTE [ Shakes ]). Returns the best cells
-    and the number of shakes."""
+    """Iterated local search from the local optimum ``cells`` until ``deadline`` or ``steps``
+    exchange tables (NOTE [ Work instead of seconds ]): replace ``r`` random cells by random
+    candidates, :func:`descend`, keep the result when it pads less (``r`` back to 1) or try one
+    more cell next time (NOTE [ Shakes ]). Returns the best cells and the number of shakes."""
     rng = np.random.default_rng(seed)
     top = grid.point.max(axis=0)
     cover_all = int(grid.cand_of_flat[np.ravel_multi_index(tuple(top), grid.shape)])
@@ -286,14 +299,20 @@ def iterate(
     began = time.perf_counter()
     exchanges(grid, best, big)  # one step's cost, before the first shake is started
     value, r, shakes, cost, last = total(grid, size), 1, 0, time.perf_counter() - began, 0
-    while time.perf_counter() + _MARGIN * cost < deadline and shakes - last < patience * k:
+    used = 0
+    while (
+        used < steps
+        and time.perf_counter() + _MARGIN * cost < deadline
+        and shakes - last < patience * k
+    ):
         shakes += 1
         trial = best.copy()
         which = rng.choice(trial.size, size=min(r, trial.size), replace=False)
         trial[which] = rng.integers(0, grid.cand.shape[0], size=which.size)
         if not np.isfinite(grid.assign(trial)[1]).all():
             trial[which[0]] = cover_all  # every sample stays covered
-        trial, cost = descend(grid, np.unique(trial), k, deadline, cost)
+        trial, cost, spent = descend(grid, np.unique(trial), k, deadline, cost, steps - used)
+        used += spent
         _, size = grid.assign(trial)
         if np.isfinite(size).all() and total(grid, size) < value * (1 - 1e-12) - 1e-9:
             best, value, r, last = trial, total(grid, size), 1, shakes
