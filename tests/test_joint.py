@@ -517,3 +517,30 @@ def test_coarsened_grid_keeps_a_certified_bound(points, k, size):
         sol = solve_joint(np.repeat(rows, counts, axis=0), k, size=size)
     assert sol.lower_bound <= best <= sol.objective
     assert (joint_assign(rows, sol.cells, size) >= 0).all() and len(sol.cells) <= k
+
+
+def test_work_limit_plans_the_same_cells_at_any_time_limit():
+    # NOTE [ Work instead of seconds ]: the clock decides nothing about the cells
+    pairs = load_real("gsm8k")[:1000]
+    seed = solve_joint(pairs, 8, work_limit=0, time_limit=0.05)  # the two starts' swaps alone
+    a = solve_joint(pairs, 8, work_limit=8, time_limit=0.05)
+    b = solve_joint(pairs, 8, work_limit=8, time_limit=0.4)
+    assert a.cells.tolist() == b.cells.tolist() and a.objective == b.objective
+    assert a.objective < seed.objective and a.params["work_limit"] == 8  # 28,460 < 28,565
+    assert a.lower_bound <= a.objective and b.lower_bound <= b.objective
+    assert solve_joint(pairs, 8, time_limit=0.05).params["work_limit"] is None
+    with pytest.raises(ValueError, match="work_limit must be an int >= 0"):
+        Joint(work_limit=-1)
+    with pytest.raises(TypeError, match="work_limit=1.5"):
+        Joint(work_limit=1.5)
+
+
+def test_counted_shakes_repeat_and_never_lose_the_plan():
+    hist = JointHistogram.from_lengths(load_real("europarl")[:1500])
+    grid = Grid.build(hist.rows, hist.counts, [np.unique(hist.rows[:, d]) for d in (0, 1)], "sum")
+    cells = greedy(grid, 6)
+    start = total(grid, grid.assign(cells)[1])
+    one, n1 = iterate(grid, 6, cells, np.inf, steps=15)
+    two, n2 = iterate(grid, 6, cells, np.inf, steps=15)
+    assert one.tolist() == two.tolist() and n1 == n2 >= 1
+    assert total(grid, grid.assign(one)[1]) <= start

@@ -45,6 +45,21 @@ shakes get the 2-3 s the LP rounds leave: GSM8K sum K = 8 220,702 -> 220,063 in 
 (the best plan any longer search found; within 0.58 % of the best bound known, 218,799), prod
 K = 8 15,220,269 -> 15,110,839 in 2 (else both 15.11 M), prod K = 16 9,655,561 -> 9,346,096 to
 9,499,121 in 3; sum K = 16 unchanged (147,561: 2-5 shakes fit). No case padded more.
+
+NOTE [ Work instead of seconds ]
+Under a time limit the clock decides how many swaps and shakes run and which plans the bound
+hands back (the LP's cells, the integer program's), so two runs or two ranks can plan
+different cells from the same arguments (seen in 1 of 2 runs in session 5's trial; the ranks
+of one process group share rank 0's plan, NOTE [ One joint plan for every rank ]).
+``work_limit=N`` bounds the search by counted work instead: both starts are swapped to their
+local optimum whatever the time, the shakes stop after ``N`` exchange tables (one per
+:func:`descend` step) or their patience, and no plan of the bound replaces the result. Each
+step is a function of the histogram alone (the sums are of integer-valued floats, exact; the
+shakes' seed is fixed), so the cells are the same on every machine and load; ``time_limit``
+then bounds the bound alone, after the search (its value, the gap and the status still depend
+on the machine). The other way, "deterministic whenever the solve ends before its limit", was
+not taken: the hard cases (GSM8K K = 8 / 16) never end before it, and the LP's seeds depend on
+the clock even when they do.
 """
 
 from __future__ import annotations
