@@ -531,7 +531,7 @@ def test_work_limit_plans_the_same_cells_at_any_time_limit():
     assert solve_joint(pairs, 8, time_limit=0.05).params["work_limit"] is None
     with pytest.raises(ValueError, match="work_limit must be an int >= 0"):
         Joint(work_limit=-1)
-    with pytest.raises(TypeError, match="work_limit=1.5"):
+    with pytest.raises(TypeError, match=r"work_limit=1\.5"):
         Joint(work_limit=1.5)
 
 
