@@ -170,10 +170,13 @@ def exchanges(grid: Grid, cells: np.ndarray, big: float) -> np.ndarray:
     key, group = np.unique(slot * value.size + level.ravel(), return_inverse=True)
     group = group.ravel()
     owner, then = key // value.size, value[key % value.size]
-    g, size = int(np.prod(grid.shape)), grid.cand_size
-    cover = np.zeros((k, size.size))  # weight of each cell's points that candidate c covers
-    extra = np.zeros((k, size.size))  # ... times what c saves them once their cell is gone
-    bad = np.zeros((k, size.size), dtype=bool)
+    g, c = int(np.prod(grid.shape)), grid.cand_size.size
+    # in size order a group's points gain only on the candidates below ``then``: a prefix
+    size, where = grid.sorted_size, grid.cand_flat[grid.by_size]
+    reach = np.searchsorted(size, then, side="left")
+    cover = np.zeros((k, c))  # weight of each cell's points that candidate c covers
+    extra = np.zeros((k, c))  # ... times what c saves them once their cell is gone
+    bad = np.zeros((k, c), dtype=bool)
     step = max(1, _CHUNK // max(g, 1))
     for lo in range(0, key.size, step):
         hi = min(key.size, lo + step)
@@ -186,20 +189,20 @@ def exchanges(grid: Grid, cells: np.ndarray, big: float) -> np.ndarray:
         for ax in range(1, w.ndim):
             np.cumsum(w, axis=ax, out=w)
         flat = w.reshape(hi - lo, g)
-        covered = flat[:, grid.cand_flat]
-        # the groups are sorted by cell: sum each cell's run of groups
-        cell, run = np.unique(owner[lo:hi], return_index=True)
-        cover[cell] += np.add.reduceat(covered, run, axis=0)
-        after = np.maximum(then[lo:hi][:, None] - size[None, :], 0.0)
-        extra[cell] += np.add.reduceat(covered * after, run, axis=0)
-        for j in np.flatnonzero(then[lo:hi] >= big):  # samples only cells[f] covers
-            bad[owner[lo + j]] |= covered[j] < flat[j, -1] - 0.5
+        for j in range(lo, hi):
+            m, f = int(reach[j]), int(owner[j])
+            covered = flat[j - lo, where[:m]]
+            cover[f, :m] += covered
+            extra[f, :m] += covered * (then[j] - size[:m])
+            if then[j] >= big:  # samples only cells[f] covers (every candidate is below big)
+                bad[f, :m] |= covered < flat[j - lo, -1] - 0.5
     now = np.maximum(grid.cand_size[cells][:, None] - size[None, :], 0.0)
     now *= cover
-    gain = now.sum(axis=0)
     extra -= now
-    out = gain[None, :] + extra - loss[:, None]
-    out[bad] = -np.inf
+    extra += now.sum(axis=0) - loss[:, None]
+    extra[bad] = -np.inf
+    out = np.empty_like(extra)
+    out[:, grid.by_size] = extra  # back to candidate order
     out[:, cells] = -np.inf
     return out
 
