@@ -23,9 +23,9 @@ point's cheapest and next cheapest cell (``d2`` a large size where no other cell
 a few groups of points (one per cell and next cheapest size; 9-30 groups on GSM8K at K = 8-16),
 each group's covered weight one prefix sum of the grid (NOTE [ Gains by prefix sums ]): the
 whole ``(K, candidates)`` table costs about two or three gain passes, where :func:`improve`
-pays one gain pass per cell tried. A group only gains on (and only its own cell's ``loss`` /
-``gain`` terms see) the candidates smaller than its next cheapest size, so in size order each
-group's work is a prefix of the candidates (45-60 % of them on GSM8K at K = 16): with
+pays one gain pass per cell tried. A group's points only add to the ``gain`` and ``extra``
+of candidates smaller than their next cheapest size, so in size order each group's work is a
+prefix of the candidates (45-60 % of them on GSM8K at K = 16): with
 :meth:`Grid.covers` compared input by input, one table took 6-10 ms of CPU against 20-22 ms
 before (GSM8K K = 16, same process, same tables: ``/tmp/s6j/speed.py``), and the swaps from
 both starts 0.9-1.3 s against 1.7-2.5 s, to the same plans. An exchange that leaves a sample
