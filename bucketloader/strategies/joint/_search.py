@@ -33,6 +33,16 @@ without a cell is ``-inf``.
 :func:`improve` keeps its order (the plans of the greedy and lattice starts are those of
 session 4); :func:`descend` takes the best exchange of the table each step, and the shakes use it.
 
+NOTE [ One table per kept swap ]
+:func:`improve` tries each cell's best exchange in turn. Row ``f`` of the :func:`_saves` table
+is the gain pass after dropping ``cells[f]`` shifted by ``loss(f)``: every term is an exact sum
+of integer-valued floats, so the order and the first index among ties are the same; adding
+the dropped cell back saves 0 and the other cells are excluded, as in the gain pass. One
+table serves every try until a swap is kept, so a round that keeps nothing costs one table
+instead of K gain passes. Measured: the same plans from the greedy, lattice and two random
+starts on all 24 cases of the benchmark (96 searches; ``/tmp/s6j/eqimp.py``), 12 % less CPU in
+all (5.9 s against 6.7 s), up to 30 % on GSM8K prod.
+
 NOTE [ Shakes ]
 The swaps stop in a local optimum, and on GSM8K at K = 8-16 several plans a few tenths of a
 percent to 1.5 % better sit a few exchanges away. So where the integer program cannot run (too
@@ -164,6 +174,15 @@ def exchanges(grid: Grid, cells: np.ndarray, big: float) -> np.ndarray:
     """``(k, C)``: how much padding dropping ``cells[f]`` and adding candidate ``c`` saves, for
     every pair at once (NOTE [ Every exchange at once ]); ``-inf`` where ``c`` is already a cell
     or the exchange leaves a sample uncovered."""
+    out, bad = _saves(grid, cells, big)
+    out[bad] = -np.inf
+    out[:, np.asarray(cells, dtype=np.int64)] = -np.inf
+    return out
+
+
+def _saves(grid: Grid, cells: np.ndarray, big: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`exchanges` before any ``-inf``: every saving, ``big`` standing for "no cell"
+    (exact: sums of integer-valued floats), and where the exchange leaves a sample uncovered."""
     cells = np.asarray(cells, dtype=np.int64)
     k, n = cells.size, grid.weight.size
     cost = np.where(grid.covers(cells), grid.cand_size[cells][:, None], big)
@@ -206,11 +225,10 @@ def exchanges(grid: Grid, cells: np.ndarray, big: float) -> np.ndarray:
     now *= cover
     extra -= now
     extra += now.sum(axis=0) - loss[:, None]
-    extra[bad] = -np.inf
-    out = np.empty_like(extra)
+    out, uncovered = np.empty_like(extra), np.empty_like(bad)
     out[:, grid.by_size] = extra  # back to candidate order
-    out[:, cells] = -np.inf
-    return out
+    uncovered[:, grid.by_size] = bad
+    return out, uncovered
 
 
 def _start(grid: Grid, cells: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, float, float]:
@@ -240,28 +258,33 @@ def _exchange(
 def improve(grid: Grid, cells: np.ndarray, k: int, deadline: float) -> tuple[np.ndarray, bool]:
     """Swaps and Lloyd steps from ``cells`` until no swap helps or ``deadline`` (perf_counter).
 
-    Returns ``(cells, converged)``; ``converged`` is False when the deadline stopped it.
+    Each cell in turn gets its best exchange (NOTE [ Greedy, swap, Lloyd ]), read from one
+    :func:`_saves` table that serves every try until a swap is kept (NOTE [ One table per kept
+    swap ]). Returns ``(cells, converged)``; ``converged`` is False when the deadline stopped it.
     """
-    cells, size, best, big = _start(grid, cells, k)
-    changed, cost = True, 0.0
+    cells, _, best, big = _start(grid, cells, k)
+    changed, cost, table, table_cost = True, 0.0, None, 0.0
     while changed:
         changed = False
         for j in range(len(cells)):
             t0 = time.perf_counter()
-            if t0 + cost > deadline:  # the last swap's cost must still fit
+            # the last swap's cost must still fit (and a new table's, when one is due)
+            if t0 + cost + (table_cost if table is None else 0.0) > deadline:
                 return cells, False
             if j >= len(cells):
                 break
-            rest = np.delete(cells, j)
-            _, after = grid.assign(rest) if rest.size else (None, np.full(size.shape, np.inf))
-            gain = grid.gains(*_levels(after, big))
-            gain[rest] = -1.0
-            tried = _exchange(grid, rest, int(np.argmax(gain)))
+            if table is None:
+                table, _ = _saves(grid, cells, big)
+                table_cost = time.perf_counter() - t0
+            row = table[j].copy()
+            row[cells] = -np.inf
+            row[cells[j]] = 0.0  # adding the cell back saves nothing
+            tried = _exchange(grid, np.delete(cells, j), int(np.argmax(row)))
             if tried is None:
                 continue
-            trial, tsize, value = tried
+            trial, _, value = tried
             if value < best * (1 - 1e-12) - 1e-9:
-                cells, size, best, changed = trial, tsize, value, True
+                cells, best, changed, table = trial, value, True, None
             cost = time.perf_counter() - t0
     return cells, True
 
