@@ -297,7 +297,7 @@ def _search_and_bound(
         if picked is not None:
             _, got = grid.assign(picked)
             value = total(grid, got)
-        if value <= upper and work is None:
+        if picked is not None and value <= upper and work is None:
             cells, upper = picked, value
         if details["proved"]:  # the solver's optimum (not the plan, under work_limit)
             lower = min(upper, value) - const
