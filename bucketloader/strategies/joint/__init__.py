@@ -72,6 +72,7 @@ from bucketloader.strategies.joint._ilp import (
     solve_ilp,
 )
 from bucketloader.strategies.joint._search import (
+    descents,
     greedy,
     improve,
     iterate,
@@ -220,21 +221,22 @@ def _search_and_bound(
     const = float((grid.weight * grid.point_size).sum())
     t0 = time.perf_counter()
     budget = deadline - t0
-    work = params["work_limit"]
-    if work is not None:  # no clock decides the cells (NOTE [ Work instead of seconds ])
-        starts = [greedy(grid, k), lattice_drop(grid, k)]
-        cells, converged = _best_search(grid, k, starts, math.inf)
-        if work:
-            cells, info["shakes"] = iterate(grid, k, cells, math.inf, steps=work)
-        deadline = time.perf_counter() + params["time_limit"]  # the bound's own time
-    else:
-        cells, converged = _best_search(grid, k, [greedy(grid, k)], t0 + 0.3 * budget)
-    if work is None and time.perf_counter() < t0 + 0.3 * budget:
+    work = params["work_limit"]  # no clock decides the cells (NOTE [ Work instead of seconds ])
+    soon, later = (math.inf, math.inf) if work is not None else (0.3 * budget, 0.4 * budget)
+    starts = [greedy(grid, k)]
+    cells, converged = _best_search(grid, k, starts, t0 + soon)
+    if time.perf_counter() < t0 + soon:
         # a local optimum competes without a second search; a plan the clock stopped goes on
         again, known = ([], cells) if converged else ([cells], None)
-        starts = [*again, lattice_drop(grid, k)]
-        cells, more = _best_search(grid, k, starts, t0 + 0.4 * budget, known)
+        starts.append(lattice_drop(grid, k))
+        cells, more = _best_search(grid, k, [*again, starts[1]], t0 + later, known)
         converged = converged and more
+        cells, more = descents(grid, k, starts, cells, t0 + later)
+        converged = converged and more
+    if work:
+        cells, info["shakes"] = iterate(grid, k, cells, math.inf, steps=work)
+    if work is not None:
+        deadline = time.perf_counter() + params["time_limit"]  # the bound's own time
     _, reach = grid.assign(cells)
     upper = total(grid, reach)
     info["search_seconds"] = time.perf_counter() - t0
