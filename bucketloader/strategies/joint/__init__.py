@@ -98,6 +98,9 @@ JOINT_FORMAT = 4
 #: shakes; at 0.7 four GSM8K K = 8/16 solves of 30 s (side by side, load 4) ended with the same
 #: bounds (within 0.02 %) and plans 0.29 / 0.24 / 0.00 % lower and 0.11 % higher (shake luck).
 LP_SHARE = 0.7
+#: The search's deadlines as shares of the time limit: the greedy start's swaps, the lattice
+#: start's, the descents from both (NOTE [ Two descents ]); the first two are session 4's.
+SEARCH = (0.3, 0.4, 0.45)
 #: The shakes start only when this share of the time limit is left (their first step's cost
 #: is not known yet; NOTE [ Joint time limit and fallbacks ]).
 SHAKE_MIN = 0.02
@@ -222,16 +225,17 @@ def _search_and_bound(
     t0 = time.perf_counter()
     budget = deadline - t0
     work = params["work_limit"]  # no clock decides the cells (NOTE [ Work instead of seconds ])
-    soon, later = (math.inf, math.inf) if work is not None else (0.3 * budget, 0.4 * budget)
+    # the limit's shares of the greedy start's swaps, the lattice start's and the descents
+    soon, later, last = [math.inf if work is not None else t0 + s * budget for s in SEARCH]
     starts = [greedy(grid, k)]
-    cells, converged = _best_search(grid, k, starts, t0 + soon)
-    if time.perf_counter() < t0 + soon:
+    cells, converged = _best_search(grid, k, starts, soon)
+    if time.perf_counter() < soon:
         # a local optimum competes without a second search; a plan the clock stopped goes on
         again, known = ([], cells) if converged else ([cells], None)
         starts.append(lattice_drop(grid, k))
-        cells, more = _best_search(grid, k, [*again, starts[1]], t0 + later, known)
+        cells, more = _best_search(grid, k, [*again, starts[1]], later, known)
         converged = converged and more
-        cells, more = descents(grid, k, starts, cells, t0 + later)
+        cells, more = descents(grid, k, starts, cells, last)  # NOTE [ Two descents ]
         converged = converged and more
     if work:
         cells, info["shakes"] = iterate(grid, k, cells, math.inf, steps=work)
