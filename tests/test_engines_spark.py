@@ -121,6 +121,25 @@ def test_cli_engine_spark_reads_parquet_shards(spark, tmp_path, capsys):
     assert got == compute_boundaries(arr, 4).tolist()
 
 
+def test_a_parquet_file_without_the_column_is_named(spark, tmp_path):
+    """Spark reads a Parquet file without the measured column as null rows: under
+    nulls='raise' the file is named, as the local scan names it (NOTE [ A file without the
+    column ]); a genuine null row keeps the count's error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"ids": [[1] * 5, [1] * 7, None]}), tmp_path / "a.parquet")
+    df = spark.read.parquet(str(tmp_path))
+    with pytest.raises(ValueError, match=r"1 null row\(s\) out of 3"):
+        spark_histogram(df, "ids")
+    pq.write_table(pa.table({"other": [1, 2, 3]}), tmp_path / "b.parquet")
+    df = spark.read.parquet(str(tmp_path))
+    with pytest.raises(ValueError, match=r"b\.parquet: no column 'ids' \(the file has columns"):
+        spark_histogram(df, "ids")
+    r = spark_histogram(df, "ids", nulls="skip")  # its rows read as nulls, left out
+    assert (r.histogram.values.tolist(), r.num_rows, r.num_nulls) == ([5, 7], 6, 4)
+
+
 def test_not_a_frame_is_a_type_error_where_main_has_no_file(monkeypatch):
     """In ``python -c`` (or a pytest-xdist worker) ``__main__`` has no file; without grpc,
     importing pyspark's Connect DataFrame there calls ``sys.exit(0)``, which made a bad ``df``

@@ -27,6 +27,7 @@ from bucketloader.engines._common import (
     check_columns,
     check_nulls,
     describe_columns,
+    missing_column,
     require,
     table_lengths,
 )
@@ -96,6 +97,10 @@ def ray_histogram(
         num_nulls = int(counts[null].sum())
         # Ray may bundle several blocks' outputs into one table: from_counts
         acc.add_counts(keys[~null], counts[~null], num_nulls)
+    if acc.num_nulls and nulls == "raise" and columns is not None:
+        found = _file_without_column(ds, columns)  # NOTE [ A file without the column ]
+        if found is not None:
+            raise ValueError(found)
     return acc.result(what)
 
 
@@ -177,6 +182,53 @@ def _check_args(
         for c in columns:  # type: ignore[union-attr]
             check_arrow_type(base.field(c).type, c)
     return columns, None, nulls
+
+
+def _file_without_column(ds: Any, columns: list[str]) -> str | None:
+    """A Parquet file ``ds`` reads that lacks one of ``columns`` (its rows read as nulls; NOTE
+    [ A file without the column ] in :mod:`bucketloader.engines._common`), named; ``None``
+    when there is none or the files are unknown. Asked only once a scan found nulls.
+
+    The files: ``ds.input_files()``, else the paths of the plan's file listing (Ray's
+    ``ListFiles``, whose files ``input_files()`` does not report in Ray 2.60). Best effort: a
+    dataset that is not read from Parquet files, or another Ray's plan, keeps the null count's
+    error."""
+    import pyarrow.parquet as pq
+    from pyarrow import fs as pafs
+
+    try:
+        paths, filesystem, extensions = list(ds.input_files()), None, ["parquet"]
+        ops = [ds._logical_plan.dag]
+        while ops and not paths:
+            op = ops.pop()
+            listed = getattr(op, "paths", None)
+            if isinstance(listed, list) and all(isinstance(p, str) for p in listed):
+                paths, filesystem = listed, getattr(op, "filesystem", None)
+                extensions = getattr(op, "file_extensions", None) or extensions
+            ops.extend(op.input_dependencies)
+        files: list[tuple[Any, str]] = []
+        for path in paths:
+            fs, path = (filesystem, path) if filesystem else pafs.FileSystem.from_uri(path)
+            if fs.get_file_info(path).type != pafs.FileType.Directory:
+                files.append((fs, path))
+                continue
+            inside = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+            files += [
+                (fs, p)
+                for p in sorted(
+                    f.path
+                    for f in inside
+                    if f.type == pafs.FileType.File
+                    and not f.base_name.startswith(("_", "."))
+                    and f.extension in extensions
+                )
+            ]
+        where = {path: fs for fs, path in files}
+        return missing_column(
+            list(where), columns, lambda f: pq.read_schema(f, filesystem=where[f]).names
+        )
+    except Exception:  # a diagnosis on the error path: never hide the null count's error
+        return None
 
 
 def _schema_names(ds: Any) -> list[str] | None:
