@@ -298,7 +298,7 @@ class ShardedSampler(EpochSampler):
             if isinstance(gather, LocalExchange):  # ranks in one process: it holds every rank's
                 gather._hold(self.rank, self._kept)  # kept rows for the agreed check (_rows)
             self._gather = gather
-            self._received = (gather or _gather_rows)(payload)
+            self._received = (_gather_rows if gather is None else gather)(payload)
             if gather is None:  # a real collective: check what it delivered now, on every rank
                 self._rows()
         self.num_samples = int(cell_of.size)
@@ -455,7 +455,13 @@ class ShardedSampler(EpochSampler):
             return self._gather._twice(given)
         found = given[np.isin(given, self._kept)][:3]
         payload = {"rank": self.rank, "twice": [int(x) for x in found]}
-        got = (self._gather or _gather_rows)(payload)
+        got = (_gather_rows if self._gather is None else self._gather)(payload)
+        if len(got) != self.num_replicas or any("twice" not in got[r] for r in range(len(got))):
+            raise ValueError(
+                "gather= must be a collective that returns every rank's payload of this very "
+                "call, in rank order (it is called twice: the given rows, then each rank's "
+                "check); ranks simulated in one process pass one shared LocalExchange"
+            )
         return [list(got[r]["twice"]) for r in range(self.num_replicas)]
 
     def _batch(self, plan: Any, i: int) -> list[int]:

@@ -992,6 +992,21 @@ def test_exchange_refuses_a_row_listed_by_two_ranks():
     for s in _exchanged(lengths, [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]], **opts):
         assert len(list(s)) == len(s)  # interleaved disjoint shards are fine
 
+    class Board(dict):  # hand-made, in one process: answers with what it holds, not this call's
+        def __call__(self, payload):
+            self[payload["rank"]] = payload
+            return self
+
+    board, shards = Board(), [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+    built = [
+        ShardedSampler(lengths[x], shard_indices=x, num_replicas=2, rank=r, exchange=True,
+                       gather=board, shard_histograms=[LengthHistogram.from_lengths(lengths[y])
+                                                       for y in shards], **opts)
+        for r, x in enumerate(shards)
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match=r"gather= must be a collective .* called twice"):
+        built[0].plan()
+
 
 @pytest.mark.parametrize("last_batch", ["pad", "fill"])
 def test_an_empty_shard_receives_rows_under_exchange(last_batch):
