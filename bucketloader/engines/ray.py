@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -196,19 +197,21 @@ def _file_without_column(ds: Any, columns: list[str]) -> str | None:
     import pyarrow.parquet as pq
     from pyarrow import fs as pafs
 
-    try:
-        paths, filesystem, extensions = list(ds.input_files()), None, ["parquet"]
-        ops = [ds._logical_plan.dag]
-        while ops and not paths:
+    try:  # (filesystem or None: from the URI, path, file extensions) of every listing
+        listings = [(None, p, ["parquet"]) for p in ds.input_files()]
+        ops = [] if listings else [ds._logical_plan.dag]
+        while ops:
             op = ops.pop()
             listed = getattr(op, "paths", None)
             if isinstance(listed, list) and all(isinstance(p, str) for p in listed):
-                paths, filesystem = listed, getattr(op, "filesystem", None)
-                extensions = getattr(op, "file_extensions", None) or extensions
+                ext = getattr(op, "file_extensions", None) or ["parquet"]
+                listings += [(getattr(op, "filesystem", None), p, ext) for p in listed]
             ops.extend(op.input_dependencies)
         files: list[tuple[Any, str]] = []
-        for path in paths:
-            fs, path = (filesystem, path) if filesystem else pafs.FileSystem.from_uri(path)
+        for filesystem, name, extensions in listings:
+            fs, path = (
+                (filesystem, name) if filesystem is not None else pafs.FileSystem.from_uri(name)
+            )
             if fs.get_file_info(path).type != pafs.FileType.Directory:
                 files.append((fs, path))
                 continue
@@ -223,10 +226,11 @@ def _file_without_column(ds: Any, columns: list[str]) -> str | None:
                     and f.extension in extensions
                 )
             ]
-        where = {path: fs for fs, path in files}
-        return missing_column(
-            list(where), columns, lambda f: pq.read_schema(f, filesystem=where[f]).names
-        )
+        # the footers, 16 at a time (thousands of files on object storage: seconds, not minutes)
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            names = list(pool.map(lambda f: pq.read_schema(f[1], filesystem=f[0]).names, files))
+        found = dict(zip((path for _, path in files), names, strict=True))
+        return missing_column(list(found), columns, found.__getitem__)
     except Exception:  # a diagnosis on the error path: never hide the null count's error
         return None
 
