@@ -77,6 +77,8 @@ def test_nulls_tensor_column_and_bucket_ids(cluster):
     # lazy like any map_batches: the bad length fails the job when it runs, named in Ray's error
     with pytest.raises(ray.exceptions.RayTaskError, match="length 5 exceeds the last boundary 4"):
         ray_bucket_ids(ds, [2, 4], "x").take_all()
+    with pytest.raises(ray.exceptions.RayTaskError, match=r"null row.* without the column reads"):
+        ray_bucket_ids(ds, [2, 5], "ids").take_all()  # nulls="raise" names both causes
 
 
 def test_bad_input_one_clear_error(cluster):

@@ -69,6 +69,8 @@ def test_nulls_expressions_and_bucket_ids(spark):
     assert [row["b"] for row in s] == assign_buckets([2, 1, 3], [1, 3]).tolist()
     with pytest.raises(Exception, match="length 3 exceeds the last boundary 2"):
         spark_bucket_ids(df, [1, 2], "ids", nulls="skip").collect()
+    with pytest.raises(Exception, match=r"null row .* without the column reads as null rows"):
+        spark_bucket_ids(df, [1, 3], "ids").collect()  # nulls="raise" names both causes
 
 
 def test_bad_input_one_clear_error(spark):

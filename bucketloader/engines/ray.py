@@ -330,7 +330,8 @@ class _AddBuckets:
         if valid is not None and self.nulls == "raise":
             raise ValueError(
                 f"the measured column has {int((~valid).sum())} null row(s) in a block; "
-                "fill or filter them first, or pass nulls='skip' (their bucket is then null)"
+                "fill or filter them first, or pass nulls='skip' (their bucket is then null); "
+                "a Parquet file without the column reads as null rows (ray_histogram names it)"
             )
         ok = lengths if valid is None else lengths[valid]
         if ok.size and int(ok.max()) > int(self.b[-1]):

@@ -145,7 +145,12 @@ def spark_bucket_ids(
     on_null = (
         F.lit(None).cast("long")
         if nulls == "skip"
-        else F.raise_error(F.lit("bucketloader: a null row has no length (pass nulls='skip')"))
+        else F.raise_error(
+            F.lit(
+                "bucketloader: a null row has no length (pass nulls='skip'); a Parquet file "
+                "without the column reads as null rows (spark_histogram names it)"
+            )
+        )
     )
     expr = F.when(length.isNull(), on_null)
     for i, edge in enumerate(b.tolist()):
