@@ -7,7 +7,8 @@ for each cell in turn, a swap removes it (its samples fall to their next cheapes
 cell" at a large size) and adds the candidate with the largest gain against that: the best
 exchange for that cell. An exchange is kept when it lowers the padding; after each one a Lloyd
 step lowers every cell to the longest of its samples. It stops when a full round finds nothing or
-at the deadline. Each swap costs one gain pass, O(K · grid).
+at the deadline. Each cell's best exchange is one row of the exchange table below, one table
+per kept swap (NOTE [ One table per kept swap ]).
 
 NOTE [ Every exchange at once ]
 Dropping cell ``f`` and adding candidate ``c`` saves, with ``d1_i`` / ``d2_i`` the sizes of each
@@ -36,7 +37,8 @@ session 4); :func:`descend` takes the best exchange of the table each step, and 
 NOTE [ One table per kept swap ]
 :func:`improve` tries each cell's best exchange in turn. Row ``f`` of the :func:`_saves` table
 is the gain pass after dropping ``cells[f]`` shifted by ``loss(f)``: every term is an exact sum
-of integer-valued floats, so the order and the first index among ties are the same; adding
+of integer-valued floats (below 2^53, about 9 · 10^15), so the order and the first index among
+ties are the same; adding
 the dropped cell back saves 0 and the other cells are excluded, as in the gain pass. One
 table serves every try until a swap is kept, so a round that keeps nothing costs one table
 instead of K gain passes. Measured: the same plans from the greedy, lattice and two random
@@ -81,12 +83,12 @@ of one process group share rank 0's plan, NOTE [ One joint plan for every rank ]
 ``work_limit=N`` bounds the search by counted work instead: both starts are swapped to their
 local optimum whatever the time, the shakes stop after ``N`` exchange tables (one per
 :func:`descend` step) or their patience, and no plan of the bound replaces the result. Each
-step is a function of the histogram alone (the sums are of integer-valued floats, exact; the
-shakes' seed is fixed), so the cells are the same on every machine and load; ``time_limit``
-then bounds the bound alone, after the search (its value, the gap and the status still depend
-on the machine). The other way, "deterministic whenever the solve ends before its limit", was
-not taken: the hard cases (GSM8K K = 8 / 16) never end before it, and the LP's seeds depend on
-the clock even when they do. Cost, measured on GSM8K K = 8 / 16 in CPU seconds
+step is a function of the histogram alone (the sums are of integer-valued floats, exact below
+2^53; the shakes' seed is fixed), so the cells are the same on every machine and load;
+``time_limit`` then bounds the bound alone, after the search (its value, the gap and the status
+still depend on the machine). The other way, "deterministic whenever the solve ends before
+its limit", was not taken: the hard cases (GSM8K K = 8 / 16) never end before it, and the LP's
+seeds depend on the clock even when they do. Cost, measured on GSM8K K = 8 / 16 in CPU seconds
 (``/tmp/s6j/detcpu.py``): 100 tables take 0.6-1.5 s after the swaps and plan as well as a
 default 5 s solve (sum 220,063 / 147,112; prod 15,110,839 / 9,396,394 against 15,106,463-
 15,110,646 / 9,395,278-9,396,394); the bound then runs for its own ``time_limit``.
