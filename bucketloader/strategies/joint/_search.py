@@ -80,8 +80,8 @@ Under a time limit the clock decides how many swaps and shakes run and which pla
 hands back (the LP's cells, the integer program's), so two runs or two ranks can plan
 different cells from the same arguments (seen in 1 of 2 runs in session 5's trial; the ranks
 of one process group share rank 0's plan, NOTE [ One joint plan for every rank ]).
-``work_limit=N`` bounds the search by counted work instead: both starts are swapped to their
-local optimum whatever the time, the shakes stop after ``N`` exchange tables (one per
+``work_limit=N`` bounds the search by counted work instead: both starts are swapped and descended
+to local optima whatever the time, the shakes stop after ``N`` exchange tables (one per
 :func:`descend` step) or their patience, and no plan of the bound replaces the result. Each
 step is a function of the histogram alone (the sums are of integer-valued floats, exact below
 2^53; the shakes' seed is fixed), so the cells are the same on every machine and load;
