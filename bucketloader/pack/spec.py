@@ -30,12 +30,14 @@ floats) is checked and converted by ``as_lengths`` first (integer types kept), t
 same way.
 
 - A contiguous, writable ``int64`` array of ``_SCATTER_FROM`` documents or more (the common
-  case: what numpy makes) is counted by ``torch``'s ``scatter_add_`` of ones into a table of
-  ``limit + 1`` counts, ``_SCATTER_CHUNK`` documents a call (torch's ``GRAIN_SIZE``: no op
-  of the pass runs on torch's intra-op threads). ``scatter_add_`` checks every index against
-  the table and raises before writing out of it, so the check costs no pass of its own, and
-  it counts faster than ``np.bincount`` (about 0.65 against 0.9 ns a document from cache).
-  The copy follows each chunk's count.
+  case: what numpy makes) is counted by ``torch``'s ``scatter_add_`` of ones into an
+  ``int32`` table of ``limit + 1`` counts, ``_SCATTER_CHUNK`` documents a call (torch's
+  ``GRAIN_SIZE``: no op of the pass runs on torch's intra-op threads). ``scatter_add_``
+  checks every index against the table and raises before writing out of it, so the check
+  costs no pass of its own, and it counts faster than ``np.bincount`` (0.54 ns a document
+  from cache against 0.9; 0.65 into an ``int64`` table). Each chunk's copy goes first: numpy's
+  copy streams the chunk from memory faster than the count's scalar loop does, which then
+  reads it from cache.
 - Any other integer array (other types, byte orders, strides, read-only, small): each chunk of
   ``_CHUNK``'s max first (above the longest row length: the slow path, before ``bincount``
   could size a table by it; a signed array is read as its unsigned type there, so a negative
@@ -45,14 +47,16 @@ same way.
   is ``int64``, else of the copy).
 
 Measured at 1M GSM8K-like ``int64`` lengths (session 6, side by side): ``np.bincount`` alone
-0.95 ms; the max + copy + ``bincount`` pass of session 5, 1.37-1.47 ms (the max reads the
-lengths from memory, which ``bincount`` overlaps with its slower scalar loop); the scatter
-pass 0.97-1.08 ms. Tried and dropped: ``torch.bincount`` of the narrow copy (its own min and
-max are vectorised, but the check of the ``int64`` chunk still needs the max pass: 1.15 ms);
-``np.minimum`` into the narrow copy (saturating, checked by the count of ``limit + 1``:
-slower than the max and the copy); ``np.add.at`` (bounds-checked, 1.3 ms); the ones and the
-table made by torch (``torch.ones`` of more than ``GRAIN_SIZE`` elements fills on torch's
-threads: 3x the caller's CPU time under load; both are numpy's, shared with torch).
+0.94-1.02 ms; the max + copy + ``bincount`` pass of session 5, 1.37-1.69 ms (the max reads the
+lengths from memory, which ``bincount`` overlaps with its slower scalar loop); the scatter pass
+0.89 ms (0.97-1.11 into an ``int64`` table; 1.04 with the copy first). At 10M: 14.1-14.7 ms
+against 20-21 (``bincount``) and 19.5-21.3 (session 5; the count first: 18.9). Tried and
+dropped: ``torch.bincount`` of the narrow copy (its own min and max are vectorised, but the
+check of the ``int64`` chunk still needs the max pass: 1.15 ms); ``np.minimum`` into the narrow
+copy (saturating, checked by the count of ``limit + 1``: slower than the max and the copy);
+``np.add.at`` (bounds-checked, 1.3 ms); the ones and the table made by torch (``torch.ones`` of
+more than ``GRAIN_SIZE`` elements fills on torch's threads: 3x the caller's CPU time under load;
+both are numpy's, shared with torch).
 """
 
 from __future__ import annotations
@@ -612,27 +616,28 @@ def _scattered(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | N
     sized by it, and it needs no max pass (NOTE [ One pass over the lengths ])."""
     import torch
 
-    counts = np.zeros(limit + 1, dtype=np.int64)  # (numpy's: no fill on torch's threads)
-    table, ones = torch.from_numpy(counts), _ones(_SCATTER_CHUNK)
+    # (int32 counts: a fifth faster; numpy's table and ones: no fill on torch's threads)
+    counts = np.zeros(limit + 1, dtype=np.int32 if arr.size < 1 << 31 else np.int64)
+    table, ones = torch.from_numpy(counts), _ones(_SCATTER_CHUNK, counts.dtype)
     out = np.empty(arr.size, dtype=_narrow(limit))
     step = _SCATTER_CHUNK
     try:
         chunks = torch.from_numpy(arr).split(step)
         for a, chunk in zip(range(0, arr.size, step), chunks, strict=True):
+            out[a : a + step] = arr[a : a + step]  # (first: it streams the chunk into cache)
             table.scatter_add_(0, chunk, ones)
-            out[a : a + step] = arr[a : a + step]  # (its copy, from cache)
     except RuntimeError:  # "index ... is out of bounds": negative, or longer than limit
         return None
     out.setflags(write=False)
-    return counts, out
+    return counts.astype(np.intp), out
 
 
 @functools.cache
-def _ones(n: int) -> Any:
-    """A ``torch`` int64 tensor of ``n`` ones (read only by :func:`_scattered`)."""
+def _ones(n: int, dtype: np.dtype) -> Any:
+    """A ``torch`` tensor of ``n`` ones (read only, by :func:`_scattered`)."""
     import torch
 
-    return torch.from_numpy(np.ones(n, dtype=np.int64))
+    return torch.from_numpy(np.ones(n, dtype=dtype))
 
 
 def _histogram_of(counts: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
