@@ -490,15 +490,18 @@ def test_one_pass_in_chunks(monkeypatch):
         PackSpec.build(np.array([*base[:9], -2, 1]), row_length=8, batch_size=2)
 
 
-def test_one_pass_scattered(monkeypatch):
-    """The scatter count of a contiguous int64 array (small chunks here): the plan, digest and
-    bound of the same lengths as a list; a bad length in any chunk (negative, over the row,
-    huge) takes the checked path (the library's error, the overflow policy, no table of its
-    size); the spec keeps its own copy; read-only and strided arrays take the numpy pass."""
+@pytest.mark.parametrize("stream", [False, True])
+def test_one_pass_scattered(monkeypatch, stream):
+    """The scatter count of a contiguous int64 array (small chunks here; each chunk counted
+    then copied, or copied first above ``_STREAM_FROM`` bytes): the plan, digest and bound of
+    the same lengths as a list; a bad length in any chunk (negative, over the row, huge) takes
+    the checked path (the library's error, the overflow policy, no table of its size); the
+    spec keeps its own copy; read-only and strided arrays take the numpy pass."""
     import bucketloader.pack.spec as spec_module
 
     monkeypatch.setattr(spec_module, "_SCATTER_FROM", 1)
     monkeypatch.setattr(spec_module, "_SCATTER_CHUNK", 4)
+    monkeypatch.setattr(spec_module, "_STREAM_FROM", 0 if stream else 1 << 24)
     base = [5, 3, 2, 7, 1, 6, 4, 4, 8, 2, 1]
     ref = PackSpec.build(base, row_length=8, batch_size=2)
     arr = np.array(base)
