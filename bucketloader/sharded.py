@@ -463,16 +463,20 @@ class ShardedSampler(EpochSampler):
         found = given[np.isin(given, self._kept)][:3]
         payload = {"rank": self.rank, "twice": [int(x) for x in found]}
         got = gather(payload)
-        if len(got) != self.num_replicas or any("twice" not in got[r] for r in range(len(got))):
-            first = sorted(got[0]) if len(got) else []
+        answers = [got[r] for r in range(len(got))]
+        if len(answers) != self.num_replicas or any(
+            not isinstance(a, Mapping) or "twice" not in a for a in answers
+        ):
+            first = answers[0] if answers else {}
+            keys = sorted(first) if isinstance(first, Mapping) else type(first).__name__
             raise ValueError(
                 "gather= must be a collective that returns every rank's payload of this very "
-                f"call, in rank order (it is called twice: the given rows, then each rank's "
-                f"check); its second call returned {len(got)} answer(s) for "
-                f"num_replicas={self.num_replicas}, the first with keys {first} (each needs "
+                "call, in rank order (it is called twice: the given rows, then each rank's "
+                f"check); its second call returned {len(answers)} answer(s) for "
+                f"num_replicas={self.num_replicas}, the first with keys {keys} (each needs "
                 "'twice'); ranks simulated in one process pass one shared LocalExchange"
             )
-        return [list(got[r]["twice"]) for r in range(self.num_replicas)]
+        return [list(a["twice"]) for a in answers]
 
     def _batch(self, plan: Any, i: int) -> list[int]:
         """Batch ``i`` with its step's planned shape and its real-sample count (a
@@ -734,7 +738,7 @@ class LocalExchange:
         if not isinstance(payload, Mapping) or "rows" not in payload or "rank" not in payload:
             keys = sorted(payload) if isinstance(payload, Mapping) else type(payload).__name__
             raise ValueError(
-                f"LocalExchange takes a ShardedSampler's exchange payload (a dict with 'rank' "
+                "LocalExchange takes a ShardedSampler's exchange payload (a dict with 'rank' "
                 f"and 'rows'), got {keys}; pass the LocalExchange itself as gather= (or a "
                 "function that hands it the payload unchanged and returns what it returns)"
             )
