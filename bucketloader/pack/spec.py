@@ -49,14 +49,16 @@ same way.
 Measured at 1M GSM8K-like ``int64`` lengths (session 6, side by side): ``np.bincount`` alone
 0.94-1.02 ms; the max + copy + ``bincount`` pass of session 5, 1.37-1.69 ms (the max reads the
 lengths from memory, which ``bincount`` overlaps with its slower scalar loop); the scatter pass
-0.89 ms (0.97-1.11 into an ``int64`` table; 1.04 with the copy first). At 10M: 14.1-14.7 ms
-against 20-21 (``bincount``) and 19.5-21.3 (session 5; the count first: 18.9). Tried and
-dropped: ``torch.bincount`` of the narrow copy (its own min and max are vectorised, but the
-check of the ``int64`` chunk still needs the max pass: 1.15 ms); ``np.minimum`` into the narrow
-copy (saturating, checked by the count of ``limit + 1``: slower than the max and the copy);
-``np.add.at`` (bounds-checked, 1.3 ms); the ones and the table made by torch (``torch.ones`` of
-more than ``GRAIN_SIZE`` elements fills on torch's threads: 3x the caller's CPU time under load;
-both are numpy's, shared with torch).
+0.89-1.08 ms (0.97-1.11 into an ``int64`` table; 1.04-1.22 with the copy first). At 10M:
+14.1-15.4 ms against 20-21 (``bincount``) and 19.5-21.3 (session 5; the count first: 18.9-24).
+In a race with the baseline the copy's 2 MB of writes cost more (their pages out of cache: 1.27
+against 1.08 ms when the output's memory is reused). Tried and dropped: ``torch.bincount`` of
+the narrow copy (its own min and max are vectorised, but the check of the ``int64`` chunk still
+needs the max pass: 1.15 ms); ``np.minimum`` into the narrow copy (saturating, checked by the
+count of ``limit + 1``: slower than the max and the copy); ``np.add.at`` (bounds-checked, 1.3
+ms); one scatter and one copy of the whole array (no faster); the ones and the table made by
+torch (``torch.ones`` of more than ``GRAIN_SIZE`` elements fills on torch's threads: 3x the
+caller's CPU time under load; both are numpy's, shared with torch).
 """
 
 from __future__ import annotations
@@ -560,7 +562,7 @@ _SCATTER_CHUNK = 1 << 15
 #: Above this many bytes of lengths (more than the last-level cache is likely to hold),
 #: :func:`_scattered` copies each chunk before it counts it: numpy's copy streams it from
 #: memory faster than the count's scalar loop does (measured: 1.3x faster at 10M documents,
-#: 1.05-1.1x slower at 1M, where the count first reads the lengths from cache).
+#: 1.1-1.2x slower at 1M, where the count first reads the lengths from cache).
 _STREAM_FROM = 1 << 24
 
 
