@@ -356,6 +356,7 @@ def bfd_documents(lengths: np.ndarray, row_length: int) -> tuple[np.ndarray, int
 
 
 def packing(quick: bool, repeats: int) -> list[str]:
+    torch.set_num_threads(1)  # (thread_time would not see work on torch's intra-op threads)
     rng = np.random.default_rng(0)
     gsm = np.loadtxt(DATA / "gsm8k_train_qa_tokens.txt", dtype=np.int64).sum(axis=1) + 2
     ecoli = np.loadtxt(DATA / "ecoli_k12_proteome_residues.txt", dtype=np.int64) + 2

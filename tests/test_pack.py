@@ -523,10 +523,42 @@ def test_one_pass_scattered(monkeypatch, stream):
         assert cut.sizes[at] == 8 and cut.lengths[at] == 9
     with pytest.raises(ValueError, match=r"must be >= 1 to pack, got 0 at index 7"):
         PackSpec.build(np.array([*base[:7], 0, 1]), row_length=8, batch_size=2)
+    calls = []
+    scattered = spec_module._scattered
+    monkeypatch.setattr(spec_module, "_scattered", lambda *a: calls.append(1) or scattered(*a))
+    PackSpec.build(np.array(base), row_length=8, batch_size=2)
+    assert len(calls) == 1  # (the path is taken)
     frozen = np.array(base)
     frozen.setflags(write=False)
     for other in (frozen, np.array(base * 2)[::2], np.array(base)[::-1].copy()[::-1]):
         assert PackSpec.build(other, row_length=8, batch_size=2).num_rows == ref.num_rows
+    assert len(calls) == 1  # (read-only, strided, reversed: the numpy pass)
+    one = np.array([5])[::-1]  # (contiguous to numpy, a negative stride to torch)
+    assert PackSpec.build(one, row_length=8, batch_size=2).num_rows == 1 and len(calls) == 1
+
+
+def test_scatter_refused_by_a_torch_mode(monkeypatch):
+    """A torch mode that refuses ``scatter_add_`` sends the count to the numpy pass: the same
+    plan, and a bad length still gets the library's error (not a false overflow)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    import bucketloader.pack.spec as spec_module
+
+    class Refuse(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if "scatter_add" in getattr(func, "__name__", ""):
+                raise NotImplementedError("refused")
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setattr(spec_module, "_SCATTER_FROM", 1)
+    base = [5, 3, 2, 7, 1, 6, 4, 4, 8, 2, 1]
+    ref = PackSpec.build(base, row_length=8, batch_size=2)
+    with Refuse():
+        assert PackSpec.build(np.array(base), row_length=8, batch_size=2).digest == ref.digest
+        with pytest.raises(ValueError, match=r"must be non-negative, got -3 at index 2"):
+            PackSpec.build(np.array([5, 3, -3]), row_length=8, batch_size=2)
+    assert torch.zeros(2).scatter_add_(0, torch.tensor([1]), torch.ones(1))[1] == 1
 
 
 # --- the collator --------------------------------------------------------------------------

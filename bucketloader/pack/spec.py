@@ -37,7 +37,9 @@ same way.
   costs no pass of its own, and it counts faster than ``np.bincount`` (0.54 ns a document
   from cache against 0.9; 0.65 into an ``int64`` table). Each chunk's copy follows its count
   (from cache), or, above ``_STREAM_FROM`` bytes of lengths, goes first: numpy's copy
-  streams the chunk from memory faster than the count's scalar loop does.
+  streams the chunk from memory faster than the count's scalar loop does. Any exception in
+  that pass (the bounds check's, or one from a torch mode that refuses the op) sends the array
+  to the numpy pass below, which tells a bad length from a good one.
 - Any other integer array (other types, byte orders, strides, read-only, small): each chunk of
   ``_CHUNK``'s max first (above the longest row length: the slow path, before ``bincount``
   could size a table by it; a signed array is read as its unsigned type there, so a negative
@@ -587,8 +589,12 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
     ``arr``: a 1-D integer array."""
     if arr.dtype == np.intp:
         flags = arr.flags  # (torch warns about a read-only array)
-        if arr.size >= _SCATTER_FROM and flags.c_contiguous and flags.aligned and flags.writeable:
-            return _scattered(arr, limit)
+        plain = flags.c_contiguous and flags.aligned and flags.writeable
+        if arr.size >= _SCATTER_FROM and plain and arr.strides[0] == arr.itemsize:
+            try:
+                return _scattered(arr, limit)
+            except Exception:  # a bad length (torch's bounds check), or a torch mode that
+                pass  # refuses the op: either way the numpy pass below decides
         # counted as it is: np.bincount refuses a negative length
         seen, direct, check, bound = arr, True, True, limit
     else:  # counted from the narrow copy; the check reads a signed type as the unsigned
@@ -616,11 +622,13 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
     return counts, out
 
 
-def _scattered(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _scattered(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_count` of a contiguous, writable ``int64`` array, by ``torch``'s
     ``scatter_add_`` into a table of ``limit + 1`` counts: it checks every index against the
     table, so a negative length or one above ``limit`` raises (``None``) before any table is
-    sized by it, and it needs no max pass (NOTE [ One pass over the lengths ])."""
+    sized by it, and it needs no max pass (NOTE [ One pass over the lengths ]). Any exception
+    (that one, or a torch mode refusing the op) sends :func:`_count` to its numpy pass, which
+    tells a bad length from a good one."""
     import torch
 
     # (int32 counts: a fifth faster; numpy's table and ones: no fill on torch's threads)
@@ -629,16 +637,13 @@ def _scattered(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | N
     out = np.empty(arr.size, dtype=_narrow(limit))
     step = _SCATTER_CHUNK
     stream = arr.nbytes > _STREAM_FROM  # (then the copy first: it streams the chunk to cache)
-    try:
-        chunks = torch.from_numpy(arr).split(step)
-        for a, chunk in zip(range(0, arr.size, step), chunks, strict=True):
-            if stream:
-                out[a : a + step] = arr[a : a + step]
-            table.scatter_add_(0, chunk, ones)
-            if not stream:
-                out[a : a + step] = arr[a : a + step]  # (from cache)
-    except RuntimeError:  # "index ... is out of bounds": negative, or longer than limit
-        return None
+    chunks = torch.from_numpy(arr).split(step)
+    for a, chunk in zip(range(0, arr.size, step), chunks, strict=True):
+        if stream:
+            out[a : a + step] = arr[a : a + step]
+        table.scatter_add_(0, chunk, ones)  # (raises on an index out of the table)
+        if not stream:
+            out[a : a + step] = arr[a : a + step]  # (from cache)
     out.setflags(write=False)
     return counts.astype(np.intp), out
 
