@@ -27,7 +27,15 @@ from bucketloader.strategies.joint._bound import lagrangian, lp_bound
 from bucketloader.strategies.joint._grid import Grid
 from bucketloader.strategies.joint._ilp import _watchdog, solve_ilp
 from bucketloader.strategies.joint._lp import solve_lp
-from bucketloader.strategies.joint._search import exchanges, greedy, iterate, total
+from bucketloader.strategies.joint._search import (
+    descents,
+    exchanges,
+    greedy,
+    improve,
+    iterate,
+    lattice_drop,
+    total,
+)
 
 
 def oracle(rows, counts, k, size):
@@ -544,3 +552,9 @@ def test_counted_shakes_repeat_and_never_lose_the_plan():
     two, n2 = iterate(grid, 6, cells, np.inf, steps=15)
     assert one.tolist() == two.tolist() and n1 == n2 >= 1
     assert total(grid, grid.assign(one)[1]) <= start
+    # NOTE [ Two descents ]: a plan that pads more is never taken, every sample keeps a cell
+    swapped, _ = improve(grid, cells, 6, np.inf)
+    best, local = descents(grid, 6, [cells, lattice_drop(grid, 6)], swapped, np.inf)
+    _, size = grid.assign(best)
+    assert local and np.isfinite(size).all() and len(best) <= 6
+    assert total(grid, size) <= total(grid, grid.assign(swapped)[1])
