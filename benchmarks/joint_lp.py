@@ -12,7 +12,7 @@ the bound's own code far past any time limit: the bundle ascent, then the LP rou
 generation (NOTE [ The LP bound by columns ]) for ``--seconds``. That brackets the LP's value:
 
 * **below**: the best Lagrangian bound found (valid for every plan);
-* **above**: the last restricted LP's value (the full LP with fewer pairs: at or above the
+* **above**: the lowest restricted LP's value (the full LP with fewer pairs: at or above the
   LP's value).
 
 If the plan pads more than 1 % above the upper end, no bound of the LP's kind can certify 1 %
@@ -116,7 +116,7 @@ def main() -> None:
         f"{_load()} at the end. Padding in elements. *plan*: a {args.plan_limit:g} s solve's "
         "padding and its certified bound. *LP value*: bracketed after the bundle ascent and "
         f"{args.seconds:g} s of LP rounds, between the best Lagrangian bound (valid for every "
-        "plan) and the last restricted LP's value (the LP with fewer pairs: at or above the LP). "
+        "plan) and the lowest restricted LP's value (the LP with fewer pairs: at or above the LP). "
         "*least gap*: (plan - upper end) / upper end, the smallest gap any bound of the LP's "
         "kind can certify for this plan. *survivors*: candidates that the final bound does not "
         "fix out (NOTE [ Fixing candidates by the bound ]), with their covering pairs: the size "

@@ -107,22 +107,23 @@ NOTE [ Where the LP relaxation stops ]
 Every bound here is at most the LP relaxation's value (the Lagrangian's maximum), unless the
 integer program runs. Each LP round logs its restricted LP's value (``log[i][4]``): the full LP
 with fewer pairs, so at or above the LP's value; the best ``L`` and the lowest restricted value
-bracket the LP (``benchmarks/joint_lp.py``). Run far past any time limit (the bundle, then 900 s
-of LP rounds, the last ones 60-100 s each, load 2-8) on GSM8K:
+bracket the LP (``benchmarks/joint_lp.py``). Run far past any time limit (the bundle, then
+600-900 s of LP rounds, the last ones 60-100 s each, load 2-8; the tightest ends of two runs)
+on GSM8K:
 
 =============  ===========  ===========================  =======  ==================
 case           best plan    LP value (below - above)     least    survivors (pairs)
 =============  ===========  ===========================  =======  ==================
-sum, K = 16    147,067      145,159 - 145,550            1.04 %   11,311 (28.3 M)
-prod, K = 8    15,106,463   14,805,745 - 14,814,402      1.97 %   10,516 (27.6 M)
-prod, K = 16   9,346,096    9,101,219 - 9,153,423        2.10 %   12,927 (29.6 M)
+sum, K = 16    147,067      145,159 - 145,539            1.05 %   11,311 (28.3 M)
+prod, K = 8    15,106,463   14,805,745 - 14,813,932      1.97 %   10,516 (27.6 M)
+prod, K = 16   9,319,759    9,101,929 - 9,132,006        2.06 %   12,706 (29.6 M)
 =============  ===========  ===========================  =======  ==================
 
 (*least*: the best plan's gap to the upper end, the smallest any bound of the LP's kind can
 give it; *survivors*: of 13,276 candidates and 29.6 M covering pairs, what fixing by the final
-bound leaves against the plan the run started from (for prod, K = 16 one of 9,390,555), NOTE
-[ Fixing candidates by the bound ]: far too many for the integer program.) So these three
-cases cannot be certified within 1 % by this relaxation, however long it runs. What is
+bound leaves against the plan the run started from, NOTE [ Fixing candidates by the bound ]:
+far too many for the integer program.) So these three cases cannot be certified within 1 % by
+this relaxation, however long it runs. What is
 missing is the LP's integrality gap, which is real on this model: on 7 points with K = 2 the
 LP opens 4 cells at 1/2 (96 against the optimum 98), the p-median's half-integral pattern; on
 Multi30k (prod, K = 16) the LP's value is 915,758 where the optimum, proved by the integer
