@@ -35,26 +35,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._data import DATA, FILES  # noqa: E402
+from benchmarks.joint import _load  # noqa: E402
 from bucketloader.strategies.joint import JointHistogram, solve_joint  # noqa: E402
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors  # noqa: E402
 from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values  # noqa: E402
 from bucketloader.strategies.joint._ilp import num_pairs  # noqa: E402
 from bucketloader.strategies.joint._search import total  # noqa: E402
 
-DATA = ROOT / "tests" / "data"  # provenance: tests/data/SOURCES.md
-FILES = {
-    "multi30k": "multi30k_train_en_de_tokens.txt",
-    "europarl": "europarl_v7_en_fr_20k_tokens.txt",
-    "gsm8k": "gsm8k_train_qa_tokens.txt",
-    "coco": "coco_val2017_image_width_height.txt",
-}
-
-
-def _load() -> str:
-    try:
-        return f"{os.getloadavg()[0]:.1f}"
-    except OSError:
-        return "unknown"
+#: The paired files (``benchmarks/joint.py``'s).
+PAIRED = ("multi30k", "europarl", "gsm8k", "coco")
 
 
 def bracket(name: str, size: str, k: int, plan_limit: float, seconds: float) -> dict:
@@ -101,8 +91,8 @@ def main() -> None:
     cases = []
     for text in args.cases.split(","):
         name, size, k = text.strip().split(":")
-        if name not in FILES or size not in ("sum", "prod"):
-            parser.error(f"--cases: {text!r} is not data:size:K with data in {', '.join(FILES)}")
+        if name not in PAIRED or size not in ("sum", "prod"):
+            parser.error(f"--cases: {text!r} is not data:size:K with data in {', '.join(PAIRED)}")
         cases.append((name, size, int(k)))
     start_load = _load()
     rows = [bracket(name, size, k, args.plan_limit, args.seconds) for name, size, k in cases]
