@@ -122,8 +122,9 @@ prod, K = 16   9,319,759    9,101,929 - 9,132,006        2.06 %   12,706 (29.6 M
 (*least*: the best plan's gap to the upper end, the smallest any bound of the LP's kind can
 give it; *survivors*: of 13,276 candidates and 29.6 M covering pairs, what fixing by the final
 bound leaves against the plan the run started from, NOTE [ Fixing candidates by the bound ]:
-far too many for the integer program.) So these three cases cannot be certified within 1 % by
-this relaxation, however long it runs. What is
+far too many for the integer program: HiGHS proved the optimum of 150 GSM8K rows, 99 thousand
+pairs, in 75 s, and had no useful bound on 400 rows, 649 thousand pairs, after 360 s.) So these
+three cases cannot be certified within 1 % by this relaxation, however long it runs. What is
 missing is the LP's integrality gap, which is real on this model: on 7 points with K = 2 the
 LP opens 4 cells at 1/2 (96 against the optimum 98), the p-median's half-integral pattern; on
 Multi30k (prod, K = 16) the LP's value is 915,758 where the optimum, proved by the integer
@@ -145,12 +146,16 @@ What does cut the LP: *odd-cycle inequalities*. For cells ``a, b, c`` and points
 ``x_pa + x_pb + x_qb + x_qc + x_sc + x_sa <= y_a + y_b + y_c + 1`` (each point sends one unit
 to an open cell: with t of the three cells open, at most min(3, 2t) <= t + 1 of the points
 go to them). As cutting
-planes on the explicit LP (offline, most violated first): on 40 random instances of 5-8 points
-with an LP gap (1.08 % on average) they closed 88 % of it on average, all of it in 32; on
-Multi30k (prod, K = 16: 576 candidates, 130 thousand pairs) 31 % of the 0.40 % in 40 rounds
-(505 s) before no violated one was left. A relax-and-cut version (each cut's multiplier joins
-the bundle's; its six pairs are corrected in the gains, its cells get the multiplier as a
-bonus) is the next step; whether it closes enough on GSM8K, with longer cycles, is not known.
+planes on the explicit LP (offline; separated among the cells the LP opens, the point of each
+edge the one with the most flow to its two cells; up to 200 most violated per round): on 40
+random instances of 5-8 points with an LP gap (1.08 % on average) they closed 88 % of it on
+average, all of it in 32; on Multi30k (prod, K = 16: 576 candidates, 130 thousand pairs) 31 %
+of the 0.40 % in 40 rounds (505 s); but on 150 rows of GSM8K (prod, K = 8: 1,332 candidates,
+99 thousand pairs, LP 172,851 against the optimum 174,843, a 1.14 % gap) only 3.4 % before
+none was violated. So triangles are not GSM8K's pattern: longer odd cycles, an exact
+separation, or branching on top of the cuts would be needed, and relax-and-cut (each cut's
+multiplier joining the bundle's, its six pairs corrected in the gains, its cells given the
+multiplier as a bonus) would carry them into the time limit. Not known to close 1 % there.
 """
 
 from __future__ import annotations
