@@ -152,8 +152,11 @@ random instances of 5-8 points with an LP gap (1.08 % on average) they closed 88
 average, all of it in 32; on Multi30k (prod, K = 16: 576 candidates, 130 thousand pairs) 31 %
 of the 0.40 % in 40 rounds (505 s); but on 150 rows of GSM8K (prod, K = 8: 1,332 candidates,
 99 thousand pairs, LP 172,851 against the optimum 174,843, a 1.14 % gap) only 3.4 % before
-none was violated. So triangles are not GSM8K's pattern: longer odd cycles, an exact
-separation, or branching on top of the cuts would be needed, and relax-and-cut (each cut's
+none was violated. Triangles are not GSM8K's pattern: that sample's LP opens 26 cells at
+multiples of 1/8 (one at 1, one at 3/4, three at 1/2) and splits most points over several
+cells (of 145 points: 1 over one cell, 3 over two, 55 over three, 64 over four, 20 over five,
+2 over six). Longer odd cycles, other families, or branching on top of the cuts would be
+needed, and relax-and-cut (each cut's
 multiplier joining the bundle's, its six pairs corrected in the gains, its cells given the
 multiplier as a bonus) would carry them into the time limit. Not known to close 1 % there.
 """
