@@ -238,6 +238,9 @@ def test_core_pairs_reach_the_full_lp(size):
     bound, _ = lp_bound(grid, k, cells, start, upper, time.perf_counter() + 20.0, 0.0)
     assert full - min(0.5, upper - full) - 1e-6 * full <= bound.value <= full + 1e-6 * full
     assert bound.log[-1][2] < ci.size / 4  # far fewer pairs than the full LP
+    # every round's restricted LP (fewer pairs) is at or above the full LP: the LP's value is
+    # bracketed (NOTE [ Where the LP relaxation stops ])
+    assert all(r[4] >= full - 1e-6 * full for r in bound.log)
 
 
 @pytest.mark.parametrize("size", ["sum", "prod"])
