@@ -480,8 +480,9 @@ class BucketSampler(SpecShapes, EpochSampler):
                 self._even, self.spec, self.promotion = self.spec, spec, promotion
         self._warn_losses()
         self._warn_empty_shapes()
-        if given is not lengths and spec_options.get("cache") in (None, False):
-            self._warn_joint_alone()
+        counted = getattr(spec_options.get("strategy"), "work_limit", None) is not None
+        if given is not lengths and spec_options.get("cache") in (None, False) and not counted:
+            self._warn_joint_alone()  # (a work_limit plans the same cells on every rank)
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
@@ -638,7 +639,8 @@ class BucketSampler(SpecShapes, EpochSampler):
             "its joint plan on its own, with no torch.distributed process group: the solve is "
             "time-limited, so another rank can plan other shapes from the same arguments. "
             "Build the sampler after init_process_group (rank 0 then solves for every rank), "
-            "or solve once and give every rank the same BucketSpec (or the same cache= entry)",
+            "or solve once and give every rank the same BucketSpec (or the same cache= entry), "
+            "or pass strategy=Joint(work_limit=100): every rank then plans the same cells",
             UserWarning,
             stacklevel=3,
         )
@@ -713,8 +715,9 @@ class BucketSampler(SpecShapes, EpochSampler):
             f"time_limit (status here: {status}), so solving it again can pick other cells from "
             "the same arguments. Build the sampler with "
             "cache=True (or a BucketCache on storage every restart sees) so that restarts read "
-            "the saved run's plan. This state cannot resume its epoch under the new plan: go "
-            f"on with sampler.set_epoch({nxt}) instead of load_state_dict"
+            "the saved run's plan (a new run can also pass strategy=Joint(work_limit=100): the "
+            "same cells from every solve). This state cannot resume its epoch under the new "
+            f"plan: go on with sampler.set_epoch({nxt}) instead of load_state_dict"
         )
 
     def _refuse_older_budget(self, saved_by: str, this: str, **older: Any) -> NoReturn:

@@ -130,3 +130,27 @@ def test_ranks_solving_alone_are_warned_also_with_no_cache(cache):
     pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
     with pytest.warns(UserWarning, match=r"solved its joint plan on its own"):
         BucketSampler(pairs, max_shapes=3, batch_size=4, num_replicas=2, rank=1, cache=cache)
+
+
+def test_ranks_solving_alone_with_a_work_limit_are_not_warned():
+    """A counted search plans the same cells on every rank: nothing to warn about."""
+    import warnings
+
+    from bucketloader.strategies.joint import Joint
+
+    pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        shapes = [
+            BucketSampler(
+                pairs,
+                strategy=Joint(work_limit=10),
+                max_shapes=3,
+                batch_size=4,
+                num_replicas=2,
+                rank=rank,
+                cache=False,
+            ).shapes
+            for rank in (0, 1)
+        ]
+    assert shapes[0] == shapes[1]
