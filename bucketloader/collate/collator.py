@@ -411,7 +411,7 @@ class PadCollator:
         n = len(samples)
         first = samples[0]
         kind = type(first)
-        if kind is torch.Tensor and n * first.nbytes < _SHORT_MAX_BYTES:  # NOTE [ The short path ]
+        if kind is torch.Tensor and first.ndim == 1:  # NOTE [ The short path ]
             short = self._short_path(samples, n, first)
             if short is not None:
                 return short
@@ -508,18 +508,20 @@ class PadCollator:
         lean path then takes it, from the start).
 
         NOTE [ The short path ]
-        1-D tensors of one dtype, whose longest and shortest lengths both have a memoised cell,
-        as many as the cell's rows (no all-padding rows), none empty, into an output small
-        enough for ``torch.cat`` to allocate, with a mask table: token batches of 8-32 rows,
-        where ``pad_sequence`` takes 13-16 us and every branch and call of the full path shows
-        (this path is about 1 us shorter). Only memoised cells that are planned shapes are
-        taken here, so the batch's shape needs no other check.
+        1-D CPU tensors of one dtype, whose longest and shortest lengths both have a memoised
+        cell, as many as the cell's rows (no all-padding rows), none empty: token batches of
+        8-32 rows, where ``pad_sequence`` takes 12-16 us and every branch and call of the full
+        path shows, and full audio batches, where the full path's steps cost 3-5 us more
+        against the same two big writes (the samples and the mask). Only memoised cells that
+        are planned shapes are taken here, so the batch's shape needs no other check. The
+        output and the mask are written as the full path writes them (NOTE [ Where a large
+        batch is written ]; a table take, windows of a pattern, or the run-length mask).
         """
         try:  # numel: the length of a 1-D sample (checked below, before any use)
             sizes = list(map(torch.Tensor.numel, samples))
         except TypeError:  # a sample that is no tensor: the general path words it
             return None
-        if first.device.type != "cpu":  # (full rows of CUDA samples would cat on the device)
+        if not first.is_cpu:  # (full rows of CUDA samples would cat on the device)
             return None
         hi, lo = max(sizes), min(sizes)
         shape = self._cells.get(hi)
@@ -527,7 +529,7 @@ class PadCollator:
             return None
         size = shape[1]
         entry = self._lean_cache.get((torch.Tensor, size, first.dtype))
-        if entry is None or n >= entry[3] or n > _TRUE.size or entry[2].ndim != 2:
+        if entry is None or n > _TRUE.size:
             return None
         if len(set(map(_DTYPE, samples))) != 1 or set(map(_NDIM, samples)) != _ONE_D:
             return None
@@ -542,12 +544,24 @@ class PadCollator:
             pieces[0::2], pieces[1::2] = pads, samples
         if hi == size:  # no empty piece in torch.cat (several times slower)
             pieces = [p for p in pieces if p is not None]
-        lens = np.array(sizes, dtype=np.int64)
         try:
-            inputs = torch.cat(pieces).view(n, size)
-        except (RuntimeError, TypeError, ValueError):  # e.g. CUDA samples: the full path
+            if n < entry[3]:
+                inputs = torch.cat(pieces).view(n, size)
+            else:  # NOTE [ Where a large batch is written ]
+                inputs = torch.from_numpy(np.empty((n, size), entry[5]))
+                torch.cat(pieces, out=inputs.view(-1))
+        except (RuntimeError, TypeError, ValueError):  # e.g. autograd and out=: the full path
             return None
-        tmask = torch.from_numpy(entry[2].take(lens, axis=0))
+        lens = np.array(sizes, dtype=np.int64)
+        table = entry[2]
+        if table.ndim == 2:  # the mask table: one take
+            mask = table.take(lens, axis=0)
+        elif n <= _MASK_ROWS_MAX:  # long rows, few: windows of the pattern
+            mask = np.concatenate(_pattern_rows(table, entry[4], sizes, size, self.side))
+            mask = mask.reshape(n, size)
+        else:  # long rows, many: the run-length mask
+            mask = sequence_mask(lens, size, n, self.side)
+        tmask = torch.from_numpy(mask)
         return {
             BARE_KEY: inputs,
             "lengths": torch.from_numpy(lens),
@@ -722,9 +736,6 @@ def _pattern_rows(
 #: Row lengths up to which :meth:`PadCollator._collate_bare` keeps a table of mask rows (4 MiB).
 _MASK_TABLE_MAX = 2047
 _DTYPE = operator.attrgetter("dtype")
-#: Batches whose first sample times their rows is at least this many bytes skip NOTE [ The short
-#: path ] (their output is about as large as ``NUMPY_MIN_BYTES``, from which it is not taken).
-_SHORT_MAX_BYTES = NUMPY_MIN_BYTES // 2
 
 
 _HINT = (
