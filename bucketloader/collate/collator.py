@@ -278,6 +278,11 @@ class PadCollator:
     def __call__(self, samples: Any) -> dict[Any, Any]:
         """Collate ``samples`` (a list of samples) into a dict of padded tensors."""
         if type(samples) is list and self._bare_default and samples:  # a plain list: no plan
+            first = samples[0]
+            if type(first) is torch.Tensor and first.ndim == 1:  # NOTE [ The short path ]
+                lean = self._short_path(samples, first)
+                if lean is not None:
+                    return lean
             lean = self._collate_bare(samples)
             if lean is not None:
                 return lean
@@ -411,11 +416,7 @@ class PadCollator:
         n = len(samples)
         first = samples[0]
         kind = type(first)
-        if kind is torch.Tensor and first.ndim == 1:  # NOTE [ The short path ]
-            short = self._short_path(samples, n, first)
-            if short is not None:
-                return short
-        elif kind is not torch.Tensor and kind is not np.ndarray:
+        if kind is not torch.Tensor and kind is not np.ndarray:
             return None
         rest: tuple[int, ...] = ()  # the fixed trailing dims of (T, F, ...) samples
         try:  # one dtype object for the batch also means one kind (numpy's dtypes are not torch's)
@@ -503,7 +504,7 @@ class PadCollator:
             "sample_mask": torch.from_numpy(real),
         }
 
-    def _short_path(self, samples: Any, n: int, first: torch.Tensor) -> dict[Any, Any] | None:
+    def _short_path(self, samples: list[Any], first: torch.Tensor) -> dict[Any, Any] | None:
         """:meth:`_collate_bare` for the commonest batch, or ``None`` for any other (the full
         lean path then takes it, from the start).
 
@@ -517,7 +518,8 @@ class PadCollator:
         output and the mask are written as the full path writes them (NOTE [ Where a large
         batch is written ]; a table take, windows of a pattern, or the run-length mask).
         """
-        try:  # numel: the length of a 1-D sample (checked below, before any use)
+        n = len(samples)
+        try:  # numel: the length of a 1-D sample (the concatenate refuses any other sample)
             sizes = list(map(torch.Tensor.numel, samples))
         except TypeError:  # a sample that is no tensor: the general path words it
             return None
@@ -531,7 +533,7 @@ class PadCollator:
         entry = self._lean_cache.get((torch.Tensor, size, first.dtype))
         if entry is None or n > _TRUE.size:
             return None
-        if len(set(map(_DTYPE, samples))) != 1 or set(map(_NDIM, samples)) != _ONE_D:
+        if list(map(_DTYPE, samples)).count(first.dtype) != n:  # (cat would promote them)
             return None
         try:  # the pad pieces (interleaved_pieces, inlined); None for a full row
             pads = list(map(entry[1].__getitem__, sizes))
@@ -550,8 +552,8 @@ class PadCollator:
             else:  # NOTE [ Where a large batch is written ]
                 inputs = torch.from_numpy(np.empty((n, size), entry[5]))
                 torch.cat(pieces, out=inputs.view(-1))
-        except (RuntimeError, TypeError, ValueError):  # e.g. autograd and out=: the full path
-            return None
+        except (RuntimeError, TypeError, ValueError):  # a sample of other dims, autograd and
+            return None  # out=: the full path takes the batch (and words any error)
         lens = np.array(sizes, dtype=np.int64)
         table = entry[2]
         if table.ndim == 2:  # the mask table: one take
