@@ -179,6 +179,7 @@ class PadCollator:
         self._pad_rows = self.shape_table.last_batch == "pad"
         self._bare_pad: tuple[Any] | None = None
         self._shapes = frozenset(tuple(int(x) for x in s) for s in self.shape_table.shapes)
+        self._rows = frozenset(s[0] for s in self._shapes)  # the planned batch sizes
         self._specs_cache: dict[Any, list[cf.Spec]] = {}
         self._memo: dict[Any, tuple[int, ...]] = {}
         self._pad_cache: dict[Any, Any] = {}
@@ -279,7 +280,9 @@ class PadCollator:
         """Collate ``samples`` (a list of samples) into a dict of padded tensors."""
         if type(samples) is list and self._bare_default and samples:  # a plain list: no plan
             first = samples[0]
-            if type(first) is torch.Tensor and first.ndim == 1:  # NOTE [ The short path ]
+            if (  # NOTE [ The short path ]: full batches only (no all-padding rows)
+                type(first) is torch.Tensor and first.ndim == 1 and len(samples) in self._rows
+            ):
                 lean = self._short_path(samples, first)
                 if lean is not None:
                     return lean
