@@ -163,9 +163,10 @@ class ShardedSampler(EpochSampler):
             the whole data set. Required by ``exchange=True``.
         gather: with ``exchange=True``, how a rank learns the other ranks' given rows: a
             callable taking this rank's payload (a dict) and returning every rank's, in rank
-            order, like ``torch.distributed.all_gather_object``. Default: that collective over
-            the initialised process group. Ranks simulated in one process pass one shared
-            :class:`LocalExchange`.
+            order, like ``torch.distributed.all_gather_object`` (called twice: the given rows,
+            then each rank's rows listed twice, so every rank raises alike). Default: that
+            collective over the initialised process group. Ranks simulated in one process pass
+            one shared :class:`LocalExchange`.
         **options: ``num_buckets`` (default 8) and ``strategy`` (default ``"optimal"``), or
             ``boundaries``; ``batch_size`` or ``max_tokens`` (an int or a
             :class:`~bucketloader.plan.TokenBudget`, its ``oversize`` ``"error"`` or
@@ -294,7 +295,10 @@ class ShardedSampler(EpochSampler):
                 "span": [int(ids.min()), int(ids.max()), int(ids.size)] if ids.size else [0, -1, 0],  # type: ignore[union-attr]
             }
             del by_cell, kept, given
-            self._received = (gather or _gather_rows)(payload)
+            if isinstance(gather, LocalExchange):  # ranks in one process: it holds every rank's
+                gather._hold(self.rank, self._kept)  # kept rows for the agreed check (_rows)
+            self._gather = gather
+            self._received = (_gather_rows if gather is None else gather)(payload)
             if gather is None:  # a real collective: check what it delivered now, on every rank
                 self._rows()
         self.num_samples = int(cell_of.size)
@@ -422,7 +426,13 @@ class ShardedSampler(EpochSampler):
                     f"the table says {[int(want[r]) for r in odd]}; every rank must run the same "
                     "version of bucketloader with the same arguments"
                 )
-            _check_disjoint(items, self._kept, fill=self.fill)
+            given = _check_disjoint(items, fill=self.fill)
+            if given is not None:
+                twice = self._agreed_twice(given)
+                if any(twice):
+                    r = next(r for r, found in enumerate(twice) if found)
+                    where = f"rank {r}'s own rows and the rows the exchange moves"
+                    raise ValueError(_twice_message(np.asarray(twice[r]), where))
             self._stand_in = min(it["stand_in"] for it in items)[1]
             self._by_cell = take_rows(
                 self._kept,
@@ -431,8 +441,28 @@ class ShardedSampler(EpochSampler):
                 [it["rows"] for it in items],
                 rank=self.rank,
             )
-            del self._kept, self._received
+            del self._kept, self._received, self._gather
         return self._by_cell
+
+    def _agreed_twice(self, given: np.ndarray) -> list[list[int]]:
+        """Per rank, up to three of its kept rows that some rank hands over (listed twice):
+        the same list on every rank, so a duplicate is an error everywhere, never one rank's
+        error while the others wait in the job's next collective. Only the rank that kept a
+        row can see it, so the ranks share their findings: one more small gather (through
+        ``gather=`` when given); a :class:`LocalExchange` checks every simulated rank's kept
+        rows itself."""
+        if isinstance(self._gather, LocalExchange):
+            return self._gather._twice(given)
+        found = given[np.isin(given, self._kept)][:3]
+        payload = {"rank": self.rank, "twice": [int(x) for x in found]}
+        got = (_gather_rows if self._gather is None else self._gather)(payload)
+        if len(got) != self.num_replicas or any("twice" not in got[r] for r in range(len(got))):
+            raise ValueError(
+                "gather= must be a collective that returns every rank's payload of this very "
+                "call, in rank order (it is called twice: the given rows, then each rank's "
+                "check); ranks simulated in one process pass one shared LocalExchange"
+            )
+        return [list(got[r]["twice"]) for r in range(self.num_replicas)]
 
     def _batch(self, plan: Any, i: int) -> list[int]:
         """Batch ``i`` with its step's planned shape and its real-sample count (a
@@ -656,11 +686,13 @@ class LocalExchange:
     """The exchange's collective for ranks simulated in one process (NOTE [ Sharded plan ] 8).
 
     ``ShardedSampler(exchange=True)`` hands its given rows to ``gather`` and reads the other
-    ranks' when it first plans an epoch; under ``torch.distributed`` that is one
+    ranks' when it first plans an epoch; under ``torch.distributed`` that is an
     ``all_gather_object`` when the sampler is built. To simulate ``num_replicas`` ranks in one
     process (a benchmark, a test, a dry run of a job's plan), pass one shared ``LocalExchange``
     as ``gather=`` to every rank's sampler, and build them all before planning an epoch: it
-    keeps each rank's payload and hands every rank the list.
+    keeps each rank's payload and hands every rank the list. It also holds each rank's kept row
+    ids until the first plan checks that no rank hands over a row another kept (so every
+    simulated rank refuses such a row alike).
 
     Example:
         >>> lengths = [3, 3, 3, 3, 9, 9, 9, 4]
@@ -682,6 +714,9 @@ class LocalExchange:
     def __init__(self, num_replicas: int) -> None:
         n = check_int("num_replicas", num_replicas, minimum=1)
         self._posted: list[dict[str, Any] | None] = [None] * n
+        # every rank's kept rows until checked, then what the check found (_twice)
+        self._kept: list[np.ndarray | None] = [None] * n
+        self._found: list[list[int] | None] = [None] * n
 
     def __call__(self, payload: dict[str, Any]) -> LocalExchange:
         """Keep ``payload`` (from rank ``payload["rank"]``); every rank's, once all are built."""
@@ -690,6 +725,19 @@ class LocalExchange:
 
     def __len__(self) -> int:
         return len(self._posted)
+
+    def _hold(self, rank: int, kept: np.ndarray) -> None:
+        """Keep rank ``rank``'s kept rows (a reference) until :meth:`_twice` has checked them."""
+        self._kept[rank], self._found[rank] = kept, None
+
+    def _twice(self, given: np.ndarray) -> list[list[int]]:
+        """Per rank, up to three of its kept rows among ``given`` (every rank's moved rows): the
+        answer every simulated rank reads, each rank checked once and its rows then let go."""
+        for r, kept in enumerate(self._kept):
+            if self._found[r] is None and kept is not None:
+                self._found[r] = [int(x) for x in given[np.isin(given, kept)][:3]]
+                self._kept[r] = None
+        return [found or [] for found in self._found]
 
     def __getitem__(self, rank: int) -> dict[str, Any]:
         got = self._posted[rank]
@@ -836,13 +884,14 @@ def _twice_message(rows: np.ndarray, where: str) -> str:
     )
 
 
-def _check_disjoint(items: list[dict[str, Any]], kept: np.ndarray, *, fill: bool) -> None:
+def _check_disjoint(items: list[dict[str, Any]], *, fill: bool) -> np.ndarray | None:
     """The exchange's cheap checks that no row id is listed by two ranks (NOTE [ Sharded plan ]
-    8), from what the exchange gathered anyway (no other collective): a rank whose ids are
-    contiguous owns every id in its span, so another rank's smallest or largest id inside it is
-    listed twice; and (without fill, whose copies repeat rows on purpose) the moved rows are
-    distinct and none is a row the receiving rank kept. Shards that are not contiguous can
-    still share rows no rank moves: those are not seen."""
+    8), from what the exchange gathered (the same on every rank, so every rank raises alike): a
+    rank whose ids are contiguous owns every id in its span, so another rank's smallest or
+    largest id inside it is listed twice; and (without fill, whose copies repeat rows on
+    purpose) the moved rows are distinct. Returns the moved rows (``None`` under fill), which
+    no rank may also keep (:meth:`ShardedSampler._agreed_twice`). Shards that are not
+    contiguous can still share rows no rank moves: those are not seen."""
     spans = np.array([it.get("span", [0, -1, 0]) for it in items], dtype=np.int64).reshape(-1, 3)
     lo, hi, n = spans[:, 0], spans[:, 1], spans[:, 2]
     whole = (n > 0) & (hi - lo + 1 == n)
@@ -856,15 +905,13 @@ def _check_disjoint(items: list[dict[str, Any]], kept: np.ndarray, *, fill: bool
                 + f" (rank {r}'s shard is the rows {int(lo[r])}..{int(hi[r])})"
             )
     if fill:
-        return
+        return None
     given = np.concatenate([np.asarray(it["rows"], dtype=np.int64) for it in items])
     order = np.sort(given)
     twice = np.flatnonzero(order[1:] == order[:-1])
     if twice.size:
         raise ValueError(_twice_message(order[twice[:3]], "the rows two ranks hand over"))
-    mine = given[np.isin(given, kept)]
-    if mine.size:
-        raise ValueError(_twice_message(mine[:3], "a rank's own rows and the rows it receives"))
+    return given
 
 
 def _fill_moves(

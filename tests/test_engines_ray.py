@@ -77,6 +77,8 @@ def test_nulls_tensor_column_and_bucket_ids(cluster):
     # lazy like any map_batches: the bad length fails the job when it runs, named in Ray's error
     with pytest.raises(ray.exceptions.RayTaskError, match="length 5 exceeds the last boundary 4"):
         ray_bucket_ids(ds, [2, 4], "x").take_all()
+    with pytest.raises(ray.exceptions.RayTaskError, match=r"null row.* without the column reads"):
+        ray_bucket_ids(ds, [2, 5], "ids").take_all()  # nulls="raise" names both causes
 
 
 def test_bad_input_one_clear_error(cluster):
@@ -99,6 +101,18 @@ def test_bad_input_one_clear_error(cluster):
         ray_histogram(ray.data.from_items([{"n": 1}]).limit(0), "n")
     with pytest.raises(ValueError, match=r"1 null row\(s\) out of 1"):
         ray_histogram(ray.data.from_items([{"n": None}]), "n")
+
+
+def test_a_parquet_file_without_the_column_is_named(cluster, tmp_path):
+    """Ray reads a Parquet file without the measured column as null rows: under nulls='raise'
+    the file is named, as the local scan names it (NOTE [ A file without the column ])."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"ids": [[1] * 5, [1] * 7]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"other": [1, 2, 3]}), tmp_path / "b.parquet")
+    ds = ray.data.read_parquet(str(tmp_path))
+    with pytest.raises(ValueError, match=r"b\.parquet: no column 'ids' \(the file has columns"):
+        ray_histogram(ds, "ids")  # (nulls="skip" is unchanged: the rows read as nulls, left out)
 
 
 def test_engine_not_installed_names_the_extra(monkeypatch):

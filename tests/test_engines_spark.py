@@ -69,6 +69,8 @@ def test_nulls_expressions_and_bucket_ids(spark):
     assert [row["b"] for row in s] == assign_buckets([2, 1, 3], [1, 3]).tolist()
     with pytest.raises(Exception, match="length 3 exceeds the last boundary 2"):
         spark_bucket_ids(df, [1, 2], "ids", nulls="skip").collect()
+    with pytest.raises(Exception, match=r"null row .* without the column reads as null rows"):
+        spark_bucket_ids(df, [1, 3], "ids").collect()  # nulls="raise" names both causes
 
 
 def test_bad_input_one_clear_error(spark):
@@ -119,6 +121,25 @@ def test_cli_engine_spark_reads_parquet_shards(spark, tmp_path, capsys):
     assert main([*argv, "--cache-dir", str(tmp_path / "c")]) == 0, capsys.readouterr().err
     got = json.loads(js.read_text())["solution"]["boundaries"]
     assert got == compute_boundaries(arr, 4).tolist()
+
+
+def test_a_parquet_file_without_the_column_is_named(spark, tmp_path):
+    """Spark reads a Parquet file without the measured column as null rows: under
+    nulls='raise' the file is named, as the local scan names it (NOTE [ A file without the
+    column ]); a genuine null row keeps the count's error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"ids": [[1] * 5, [1] * 7, None]}), tmp_path / "a.parquet")
+    df = spark.read.parquet(str(tmp_path))
+    with pytest.raises(ValueError, match=r"1 null row\(s\) out of 3"):
+        spark_histogram(df, "ids")
+    pq.write_table(pa.table({"other": [1, 2, 3]}), tmp_path / "b.parquet")
+    df = spark.read.parquet(str(tmp_path))
+    with pytest.raises(ValueError, match=r"b\.parquet: no column 'ids' \(the file has columns"):
+        spark_histogram(df, "ids")
+    r = spark_histogram(df, "ids", nulls="skip")  # its rows read as nulls, left out
+    assert (r.histogram.values.tolist(), r.num_rows, r.num_nulls) == ([5, 7], 6, 4)
 
 
 def test_not_a_frame_is_a_type_error_where_main_has_no_file(monkeypatch):

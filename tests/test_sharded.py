@@ -812,6 +812,9 @@ def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
         # shard_histograms given and rank 1 without exchange=True: named, not a hang in the
         # exchange's gather that rank 1 never joins
         ("exchange", "rank 1 has exchange=(not given) (rank 0: True)"),
+        # a row rank 1 keeps and rank 0 hands over: only rank 1 sees it, every rank refuses it
+        # (over the default collective and over a gather= hook), none waits in the barrier
+        ("twice", "row(s) [6] appear twice in rank 1's own rows"),
     ):
         runs = _run(tmp_path, 3, mode)
         assert all(match in r["error"] for r in runs), runs
@@ -825,15 +828,33 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world,
-        timeout=timedelta(seconds=120),
+        timeout=timedelta(seconds=20 if mode == "twice" else 120),
     )
+    if mode == "twice":
+        result: dict = {"errors": []}
+        lengths = np.array([3, 3, 3, 3, 9, 9, 9, 4, 5, 6, 7, 8])
+        ids = [[0, 1, 2, 3, 4, 5, 6, 8], [6, 9], [10, 11]][rank]
+        hook = [None, lambda p: (out := [None] * world, dist.all_gather_object(out, p))[0]]
+        for gather in hook:  # the default collective, then a gather= hook
+            try:
+                ShardedSampler(
+                    lengths[ids], shard_indices=ids, boundaries=[4, 9], batch_size=2,
+                    exchange=True, gather=gather, shuffle=False,
+                ).plan()  # fmt: skip
+            except ValueError as exc:
+                result["errors"].append(str(exc))
+            dist.barrier()  # a rank that went on would wait here alone (until the timeout)
+        result["error"] = " | ".join(result["errors"]) if len(result["errors"]) == 2 else ""
+        Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.destroy_process_group()
+        return
     lengths = np.asarray(load_real("gsm8k"))[:, 0]
     shards = np.array_split(np.arange(2000), world)
     own = lengths[shards[rank]]
     if mode == "empty" and rank == 2:
         own = own[:0]
     seed = 7 if (mode == "seed" and rank == 1) else 3
-    result: dict = {}
+    result = {}
     try:
         if mode == "exchange":
             hists = [LengthHistogram.from_lengths(lengths[x]) for x in shards]
@@ -962,11 +983,29 @@ def test_exchange_refuses_a_row_listed_by_two_ranks():
     with pytest.raises(ValueError, match=r"appear twice in the shards of ranks 0 and 1 .* 0\.\.5"):
         for s in _exchanged(lengths, [range(0, 6), range(5, 10)], **opts):
             list(s)  # a contiguous shard 0..5 and one starting at 5
-    with pytest.raises(ValueError, match=r"row\(s\) \[6\] appear twice in a rank's own rows"):
-        for s in _exchanged(lengths, [[0, 1, 2, 3, 4, 5, 6, 8], [6, 9]], **opts):
-            list(s)  # not contiguous; rank 0 hands row 6 over to rank 1, which lists it too
+    # not contiguous; rank 0 hands row 6 over to rank 1, which lists it too: only rank 1 can
+    # see it, yet every rank refuses it alike (rank 0 would go on into the job's next
+    # collective and wait there)
+    for s in _exchanged(lengths, [[0, 1, 2, 3, 4, 5, 6, 8], [6, 9]], **opts):
+        with pytest.raises(ValueError, match=r"row\(s\) \[6\] appear twice in rank 1's own rows"):
+            list(s)
     for s in _exchanged(lengths, [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]], **opts):
         assert len(list(s)) == len(s)  # interleaved disjoint shards are fine
+
+    class Board(dict):  # hand-made, in one process: answers with what it holds, not this call's
+        def __call__(self, payload):
+            self[payload["rank"]] = payload
+            return self
+
+    board, shards = Board(), [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+    built = [
+        ShardedSampler(lengths[x], shard_indices=x, num_replicas=2, rank=r, exchange=True,
+                       gather=board, shard_histograms=[LengthHistogram.from_lengths(lengths[y])
+                                                       for y in shards], **opts)
+        for r, x in enumerate(shards)
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match=r"gather= must be a collective .* called twice"):
+        built[0].plan()
 
 
 @pytest.mark.parametrize("last_batch", ["pad", "fill"])

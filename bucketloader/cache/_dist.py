@@ -88,7 +88,8 @@ def _agree(rank: int, same: bool, solved: str, device: Any) -> None:
 
     flags = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world_size())]
     dist.all_gather(flags, torch.tensor([int(same)], dtype=torch.int64, device=device))
-    odd = [r for r, f in enumerate(flags) if not int(f.item())]
+    same_as_rank0 = torch.cat(flags).cpu().tolist()  # one device-to-host copy, not one per rank
+    odd = [r for r, f in enumerate(same_as_rank0) if not f]
     if odd:
         raise ValueError(
             f"rank(s) {odd} asked the cache for another key than rank 0, which solved "

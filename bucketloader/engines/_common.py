@@ -149,6 +149,41 @@ class Accumulator:
         return ScanResult(hist, self.num_rows, self.num_nulls, self.engine)
 
 
+def missing_column(files: Any, columns: list[str], read_names: Any) -> str | None:
+    """The error naming the first of ``files`` that lacks one of ``columns``, or ``None``.
+
+    NOTE [ A file without the column ]
+    Parquet readers take a dataset's schema from one file (or unify the files'), so the rows of
+    another file that lacks the measured column read as null rows. Under ``nulls="raise"`` every
+    engine names that file instead of counting anonymous nulls; ``nulls="skip"`` keeps reading
+    its rows as nulls and leaves them out (a schema that grew a column is a working case). The
+    local scan checks the footers before it reads (it has the files); Ray and Spark check only
+    when a scan found nulls (the files are theirs to list; no cost when there are none).
+
+    Args:
+        files: the file paths, in order.
+        columns: the measured columns (in the dataset's schema).
+        read_names: ``read_names(path) -> the file's column names`` (a footer read).
+
+    Example:
+        >>> names = {"a.parquet": ["ids"], "b.parquet": ["other"]}
+        >>> print(missing_column(["a.parquet", "b.parquet"], ["ids"], names.get))
+        b.parquet: no column 'ids' (the file has columns ['other']); every file must hold the \
+measured column: leave this file out or add the column to it (nulls='skip' reads its rows as nulls \
+and leaves them out)
+    """
+    for path in files:
+        names = list(read_names(path))
+        missing = [c for c in columns if c not in names]
+        if missing:
+            return (
+                f"{path}: no column {missing[0]!r} (the file has columns {names}); every file "
+                "must hold the measured column: leave this file out or add the column to it "
+                "(nulls='skip' reads its rows as nulls and leaves them out)"
+            )
+    return None
+
+
 def describe_columns(columns: list[str] | None) -> str:
     if columns is None:
         return "length_fn"

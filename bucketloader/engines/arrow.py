@@ -29,6 +29,7 @@ from bucketloader.engines._common import (
     check_columns,
     check_nulls,
     describe_columns,
+    missing_column,
     require,
     table_lengths,
 )
@@ -165,17 +166,13 @@ def _open(
             source = pads.dataset(files, format="parquet")
         except (pa.ArrowInvalid, OSError) as exc:
             raise ValueError(f"{what}: not readable as Parquet ({exc})") from None
-        if len(files) > 1 and nulls == "raise":  # the schema is the first file's: another
-            # file may lack a column, and its rows would read as nulls (nulls="skip" skips them)
-            for fragment in source.get_fragments():
-                names = fragment.physical_schema.names
-                missing = [c for c in columns if c in source.schema.names and c not in names]
-                if missing:
-                    raise ValueError(
-                        f"{fragment.path}: no column {missing[0]!r} (the file has columns "
-                        f"{names}); every file must hold the measured column: leave "
-                        "this file out or add the column to it"
-                    )
+        present = [c for c in columns if c in source.schema.names]
+        if len(files) > 1 and nulls == "raise" and present:  # the schema is the first file's
+            # (NOTE [ A file without the column ] in bucketloader.engines._common)
+            schemas = {f.path: f.physical_schema.names for f in source.get_fragments()}
+            found = missing_column(list(schemas), present, schemas.__getitem__)
+            if found is not None:
+                raise ValueError(found)
     if isinstance(source, pads.Dataset):
         present = [c for c in columns if c in source.schema.names]
         batches = source.to_batches(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,6 +28,7 @@ from bucketloader.engines._common import (
     check_columns,
     check_nulls,
     describe_columns,
+    missing_column,
     require,
     table_lengths,
 )
@@ -96,6 +98,10 @@ def ray_histogram(
         num_nulls = int(counts[null].sum())
         # Ray may bundle several blocks' outputs into one table: from_counts
         acc.add_counts(keys[~null], counts[~null], num_nulls)
+    if acc.num_nulls and nulls == "raise" and columns is not None:
+        found = _file_without_column(ds, columns)  # NOTE [ A file without the column ]
+        if found is not None:
+            raise ValueError(found)
     return acc.result(what)
 
 
@@ -177,6 +183,56 @@ def _check_args(
         for c in columns:  # type: ignore[union-attr]
             check_arrow_type(base.field(c).type, c)
     return columns, None, nulls
+
+
+def _file_without_column(ds: Any, columns: list[str]) -> str | None:
+    """A Parquet file ``ds`` reads that lacks one of ``columns`` (its rows read as nulls; NOTE
+    [ A file without the column ] in :mod:`bucketloader.engines._common`), named; ``None``
+    when there is none or the files are unknown. Asked only once a scan found nulls.
+
+    The files: ``ds.input_files()``, else the paths of the plan's file listing (Ray's
+    ``ListFiles``, whose files ``input_files()`` does not report in Ray 2.60). Best effort: a
+    dataset that is not read from Parquet files, or another Ray's plan, keeps the null count's
+    error."""
+    import pyarrow.parquet as pq
+    from pyarrow import fs as pafs
+
+    try:  # (filesystem or None: from the URI, path, file extensions) of every listing
+        listings = [(None, p, ["parquet"]) for p in ds.input_files()]
+        ops = [] if listings else [ds._logical_plan.dag]
+        while ops:
+            op = ops.pop()
+            listed = getattr(op, "paths", None)
+            if isinstance(listed, list) and all(isinstance(p, str) for p in listed):
+                ext = getattr(op, "file_extensions", None) or ["parquet"]
+                listings += [(getattr(op, "filesystem", None), p, ext) for p in listed]
+            ops.extend(op.input_dependencies)
+        files: list[tuple[Any, str]] = []
+        for filesystem, name, extensions in listings:
+            fs, path = (
+                (filesystem, name) if filesystem is not None else pafs.FileSystem.from_uri(name)
+            )
+            if fs.get_file_info(path).type != pafs.FileType.Directory:
+                files.append((fs, path))
+                continue
+            inside = fs.get_file_info(pafs.FileSelector(path, recursive=True))
+            files += [
+                (fs, p)
+                for p in sorted(
+                    f.path
+                    for f in inside
+                    if f.type == pafs.FileType.File
+                    and not f.base_name.startswith(("_", "."))
+                    and f.extension in extensions
+                )
+            ]
+        # the footers, 16 at a time (thousands of files on object storage: seconds, not minutes)
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            names = list(pool.map(lambda f: pq.read_schema(f[1], filesystem=f[0]).names, files))
+        found = dict(zip((path for _, path in files), names, strict=True))
+        return missing_column(list(found), columns, found.__getitem__)
+    except Exception:  # a diagnosis on the error path: never hide the null count's error
+        return None
 
 
 def _schema_names(ds: Any) -> list[str] | None:
@@ -274,7 +330,8 @@ class _AddBuckets:
         if valid is not None and self.nulls == "raise":
             raise ValueError(
                 f"the measured column has {int((~valid).sum())} null row(s) in a block; "
-                "fill or filter them first, or pass nulls='skip' (their bucket is then null)"
+                "fill or filter them first, or pass nulls='skip' (their bucket is then null); "
+                "a Parquet file without the column reads as null rows (ray_histogram names it)"
             )
         ok = lengths if valid is None else lengths[valid]
         if ok.size and int(ok.max()) > int(self.b[-1]):

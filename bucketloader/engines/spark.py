@@ -24,6 +24,7 @@ from bucketloader.engines._common import (
     ScanResult,
     check_columns,
     check_nulls,
+    missing_column,
     require,
 )
 
@@ -94,6 +95,10 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
                 f"{what} holds the length {hi}, not below 2**62 (the longest bucketloader "
                 "supports); fix or filter those rows"
             )
+    if num_nulls and nulls == "raise":
+        found = _file_without_column(df, exprs, items)  # NOTE [ A file without the column ]
+        if found is not None:
+            raise ValueError(found)
     arr = np.array(keys, dtype=np.int64).reshape(len(keys), len(names))
     acc.add_counts(arr, np.array(counts, dtype=np.int64), num_nulls)
     return acc.result(what)
@@ -140,7 +145,12 @@ def spark_bucket_ids(
     on_null = (
         F.lit(None).cast("long")
         if nulls == "skip"
-        else F.raise_error(F.lit("bucketloader: a null row has no length (pass nulls='skip')"))
+        else F.raise_error(
+            F.lit(
+                "bucketloader: a null row has no length (pass nulls='skip'); a Parquet file "
+                "without the column reads as null rows (spark_histogram names it)"
+            )
+        )
     )
     expr = F.when(length.isNull(), on_null)
     for i, edge in enumerate(b.tolist()):
@@ -170,6 +180,29 @@ def _check_frame(df: Any) -> None:
             "df is a streaming DataFrame, which never ends; compute the histogram of a batch "
             "DataFrame (spark.read instead of spark.readStream)"
         )
+
+
+def _file_without_column(df: Any, exprs: list[Any], items: list[Any]) -> str | None:
+    """A Parquet file that gave null rows and lacks a measured column (Spark reads its rows as
+    nulls; NOTE [ A file without the column ] in :mod:`bucketloader.engines._common`), named;
+    ``None`` when there is none. Asked only once a scan found nulls: one more job lists up
+    to 8 files that gave null rows (``input_file_name``), whose footers are then read. Best
+    effort: a DataFrame not read from Parquet files keeps the null count's error."""
+    from pyspark.sql import functions as F
+
+    columns = [c for c in items if isinstance(c, str)]
+    if not columns:
+        return None
+    null = exprs[0].isNull()
+    for e in exprs[1:]:
+        null = null | e.isNull()
+    try:
+        rows = df.where(null).select(F.input_file_name().alias("f")).distinct().limit(8)
+        files = sorted(r["f"] for r in rows.collect() if r["f"])
+        spark = df.sparkSession
+        return missing_column(files, columns, lambda f: spark.read.parquet(f).columns)
+    except Exception:  # a diagnosis on the error path: never hide the null count's error
+        return None
 
 
 def _describe(items: list[Any]) -> str:

@@ -83,7 +83,9 @@ the global histogram). Nothing else crosses ranks.
    receivers in rank order (:func:`exchange_moves`). All of it is a function of the ``ranks x
    K`` table, so every rank derives every rank's gives and takes; the receivers learn *which*
    rows from one collective when the sampler is built (every rank's given global row ids, a
-   fixed draw from its cell by ``SeedSequence([seed, TAG, rank, c])``). The moved set is the
+   fixed draw from its cell by ``SeedSequence([seed, TAG, rank, c])``; a second, of a few
+   bytes, shares each rank's check that no rank moves a row it kept, so a row listed twice is
+   an error on every rank). The moved set is the
    same every epoch (the counts are), so there is no per-epoch or per-step communication and a
    resume recomputes the plan from the seed, the epoch and the rank's rows; every sample is in
    every epoch exactly once, on one rank. The schedule (2, 3, 4, 5) is then planned for the
