@@ -517,10 +517,11 @@ class PadCollator:
         8-32 rows, where ``pad_sequence`` takes 12-16 us at 8 rows and every branch and call of
         the full path shows, and full audio batches, where the full path's steps cost 3-5 us
         more against the same two big writes (the samples and the mask). ``__call__`` tries it
-        first, for a planned row count only (a partial batch does not pay for it). Only memoised cells that
-        are planned shapes are taken here, so the batch's shape needs no other check. The
-        output and the mask are written as the full path writes them (NOTE [ Where a large
-        batch is written ]; a table take, windows of a pattern, or the run-length mask).
+        first, for a planned row count only (a partial batch does not pay for it). Only
+        memoised cells that are planned shapes are taken here, so the batch's shape needs no
+        other check. The output and the mask are written as the full path writes them (NOTE
+        [ Where a large batch is written ]; a table take, windows of a pattern, or the
+        run-length mask).
         """
         n = len(samples)
         try:  # numel: the length of a 1-D sample (the concatenate refuses any other sample)
