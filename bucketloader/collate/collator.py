@@ -519,9 +519,9 @@ class PadCollator:
         more against the same two big writes (the samples and the mask). ``__call__`` tries it
         first, for a planned row count only (a partial batch does not pay for it). Only
         memoised cells that are planned shapes are taken here, so the batch's shape needs no
-        other check. The output and the mask are written as the full path writes them (NOTE
-        [ Where a large batch is written ]; a table take, windows of a pattern, or the
-        run-length mask).
+        other check. The output and the mask are written as the full path writes them:
+        NOTE [ Where a large batch is written ], and a table take, windows of a pattern or the
+        run-length mask.
         """
         n = len(samples)
         try:  # numel: the length of a 1-D sample (the concatenate refuses any other sample)
