@@ -163,10 +163,11 @@ class ShardedSampler(EpochSampler):
             the whole data set. Required by ``exchange=True``.
         gather: with ``exchange=True``, how a rank learns the other ranks' given rows: a
             callable taking this rank's payload (a dict) and returning every rank's, in rank
-            order, like ``torch.distributed.all_gather_object`` (called twice: the given rows,
-            then each rank's rows listed twice, so every rank raises alike). Default: that
-            collective over the initialised process group. Ranks simulated in one process pass
-            one shared :class:`LocalExchange`.
+            order, like ``torch.distributed.all_gather_object``. It is called twice, both
+            times in the constructor (the given rows, then each rank's rows listed twice, so
+            every rank raises alike); planning calls it no more. Default: that collective over
+            the initialised process group. Ranks simulated in one process pass one shared
+            :class:`LocalExchange` (or a function returning what it returns): called once.
         **options: ``num_buckets`` (default 8) and ``strategy`` (default ``"optimal"``), or
             ``boundaries``; ``batch_size`` or ``max_tokens`` (an int or a
             :class:`~bucketloader.plan.TokenBudget`, its ``oversize`` ``"error"`` or
@@ -295,12 +296,14 @@ class ShardedSampler(EpochSampler):
                 "span": [int(ids.min()), int(ids.max()), int(ids.size)] if ids.size else [0, -1, 0],  # type: ignore[union-attr]
             }
             del by_cell, kept, given
-            if isinstance(gather, LocalExchange):  # ranks in one process: it holds every rank's
-                gather._hold(self.rank, self._kept)  # kept rows for the agreed check (_rows)
-            self._gather = gather
             self._received = (_gather_rows if gather is None else gather)(payload)
-            if gather is None:  # a real collective: check what it delivered now, on every rank
-                self._rows()
+            if isinstance(self._received, LocalExchange):  # ranks simulated in one process
+                # (the board itself, or a function wrapping it): the board holds every rank's
+                # kept rows for the agreed check at the first plan (_rows), once all are built
+                self._received._hold(self.rank, self._kept)
+            else:  # a collective (torch's or a gather= hook): both calls now, in the
+                # constructor on every rank, so a rank that later plans alone never waits
+                self._rows(_gather_rows if gather is None else gather)
         self.num_samples = int(cell_of.size)
         self._warn_blocked_cells()
         filler = int(self.schedule.filler.sum())
@@ -391,10 +394,11 @@ class ShardedSampler(EpochSampler):
             fill=self.fill,
         )
 
-    def _rows(self) -> np.ndarray:
+    def _rows(self, gather: Callable[[dict[str, Any]], Any] | None = None) -> np.ndarray:
         """The rank's rows sorted by cell (with exchange, NOTE [ Sharded plan ] 8: its kept
         rows and the ones it receives, read from the gathered payloads once, with every rank's
-        digests checked)."""
+        digests checked; ``gather`` makes the second, agreed check's call, or None for the
+        :class:`LocalExchange` board)."""
         if self._by_cell is None:
             got = self._received
             if len(got) != self.num_replicas:
@@ -428,7 +432,7 @@ class ShardedSampler(EpochSampler):
                 )
             given = _check_disjoint(items, fill=self.fill)
             if given is not None:
-                twice = self._agreed_twice(given)
+                twice = self._agreed_twice(given, gather)
                 if any(twice):
                     r = next(r for r, found in enumerate(twice) if found)
                     where = f"rank {r}'s own rows and the rows the exchange moves"
@@ -441,28 +445,38 @@ class ShardedSampler(EpochSampler):
                 [it["rows"] for it in items],
                 rank=self.rank,
             )
-            del self._kept, self._received, self._gather
+            del self._kept, self._received
         return self._by_cell
 
-    def _agreed_twice(self, given: np.ndarray) -> list[list[int]]:
+    def _agreed_twice(
+        self, given: np.ndarray, gather: Callable[[dict[str, Any]], Any] | None
+    ) -> list[list[int]]:
         """Per rank, up to three of its kept rows that some rank hands over (listed twice):
         the same list on every rank, so a duplicate is an error everywhere, never one rank's
         error while the others wait in the job's next collective. Only the rank that kept a
-        row can see it, so the ranks share their findings: one more small gather (through
-        ``gather=`` when given); a :class:`LocalExchange` checks every simulated rank's kept
-        rows itself."""
-        if isinstance(self._gather, LocalExchange):
-            return self._gather._twice(given)
+        row can see it, so the ranks share their findings: one more small ``gather`` call (in
+        the constructor); a :class:`LocalExchange` (``gather`` None) checks every simulated
+        rank's kept rows itself."""
+        if gather is None:
+            board: LocalExchange = self._received  # type: ignore[assignment]
+            return board._twice(given)
         found = given[np.isin(given, self._kept)][:3]
         payload = {"rank": self.rank, "twice": [int(x) for x in found]}
-        got = (_gather_rows if self._gather is None else self._gather)(payload)
-        if len(got) != self.num_replicas or any("twice" not in got[r] for r in range(len(got))):
+        got = gather(payload)
+        answers = [got[r] for r in range(len(got))]
+        if len(answers) != self.num_replicas or any(
+            not isinstance(a, Mapping) or "twice" not in a for a in answers
+        ):
+            first = answers[0] if answers else {}
+            keys = sorted(first) if isinstance(first, Mapping) else type(first).__name__
             raise ValueError(
                 "gather= must be a collective that returns every rank's payload of this very "
                 "call, in rank order (it is called twice: the given rows, then each rank's "
-                "check); ranks simulated in one process pass one shared LocalExchange"
+                f"check); its second call returned {len(answers)} answer(s) for "
+                f"num_replicas={self.num_replicas}, the first with keys {keys} (each needs "
+                "'twice'); ranks simulated in one process pass one shared LocalExchange"
             )
-        return [list(got[r]["twice"]) for r in range(self.num_replicas)]
+        return [list(a["twice"]) for a in answers]
 
     def _batch(self, plan: Any, i: int) -> list[int]:
         """Batch ``i`` with its step's planned shape and its real-sample count (a
@@ -685,9 +699,10 @@ class _Layout:
 class LocalExchange:
     """The exchange's collective for ranks simulated in one process (NOTE [ Sharded plan ] 8).
 
-    ``ShardedSampler(exchange=True)`` hands its given rows to ``gather`` and reads the other
-    ranks' when it first plans an epoch; under ``torch.distributed`` that is an
-    ``all_gather_object`` when the sampler is built. To simulate ``num_replicas`` ranks in one
+    ``ShardedSampler(exchange=True)`` hands its given rows to ``gather`` when it is built; under
+    ``torch.distributed`` that is an ``all_gather_object``, and every rank reads the others'
+    rows at once. With a ``LocalExchange`` (the gather returned it) each sampler reads them when
+    it first plans an epoch instead. To simulate ``num_replicas`` ranks in one
     process (a benchmark, a test, a dry run of a job's plan), pass one shared ``LocalExchange``
     as ``gather=`` to every rank's sampler, and build them all before planning an epoch: it
     keeps each rank's payload and hands every rank the list. It also holds each rank's kept row
@@ -720,6 +735,13 @@ class LocalExchange:
 
     def __call__(self, payload: dict[str, Any]) -> LocalExchange:
         """Keep ``payload`` (from rank ``payload["rank"]``); every rank's, once all are built."""
+        if not isinstance(payload, Mapping) or "rows" not in payload or "rank" not in payload:
+            keys = sorted(payload) if isinstance(payload, Mapping) else type(payload).__name__
+            raise ValueError(
+                "LocalExchange takes a ShardedSampler's exchange payload (a dict with 'rank' "
+                f"and 'rows'), got {keys}; pass the LocalExchange itself as gather= (or a "
+                "function that hands it the payload unchanged and returns what it returns)"
+            )
         self._posted[int(payload["rank"])] = payload
         return self
 

@@ -113,6 +113,39 @@ def test_a_parquet_file_without_the_column_is_named(cluster, tmp_path):
     ds = ray.data.read_parquet(str(tmp_path))
     with pytest.raises(ValueError, match=r"b\.parquet: no column 'ids' \(the file has columns"):
         ray_histogram(ds, "ids")  # (nulls="skip" is unchanged: the rows read as nulls, left out)
+    # a column made after the read is in no file: its nulls keep the count's error (the check
+    # that ray_histogram asks on finding nulls, without another ~2 s scan)
+    from bucketloader.engines.ray import _file_without_column
+
+    assert _file_without_column(ds.rename_columns({"ids": "tokens"}), ["tokens"]) is None
+
+
+def test_the_file_check_stops_early_and_falls_back_without_ray(tmp_path, monkeypatch):
+    """The Parquet file check (no Ray runtime): footers read a group at a time up to the first
+    file without the column, at most _FOOTERS_CHECKED; a plan it cannot walk or paths it cannot
+    read keep the null count's error (None)."""
+    import types
+
+    import pyarrow.parquet as pq
+
+    from bucketloader.engines import ray as engine
+
+    for name, column in zip("abcde", ["ids", "other", "other", "ids", "other"], strict=True):
+        pq.write_table(pa.table({column: [1]}), tmp_path / f"{name}.parquet")
+    ds = types.SimpleNamespace(input_files=lambda: [str(tmp_path)])  # listed as a directory
+    read, seen = pq.read_schema, []
+    monkeypatch.setattr(pq, "read_schema", lambda f, **kw: (seen.append(f), read(f, **kw))[1])
+    monkeypatch.setattr(engine, "_FOOTER_GROUP", 2)
+    assert engine._file_without_column(ds, ["ids"]).startswith(f"{tmp_path / 'b.parquet'}: ")
+    assert len(seen) == 2  # the first group settles it
+    seen.clear()
+    assert engine._file_without_column(ds, ["n"]) is None  # in no file: made after the read
+    assert len(seen) == 5
+    monkeypatch.setattr(engine, "_FOOTERS_CHECKED", 1)
+    assert engine._file_without_column(ds, ["ids"]) is None  # capped before a file without it
+    assert engine._file_without_column(object(), ["ids"]) is None  # no plan to walk
+    relative = types.SimpleNamespace(input_files=lambda: ["relative/x.csv"])
+    assert engine._file_without_column(relative, ["ids"]) is None
 
 
 def test_engine_not_installed_names_the_extra(monkeypatch):

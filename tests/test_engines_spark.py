@@ -134,6 +134,8 @@ def test_a_parquet_file_without_the_column_is_named(spark, tmp_path):
     df = spark.read.parquet(str(tmp_path))
     with pytest.raises(ValueError, match=r"1 null row\(s\) out of 3"):
         spark_histogram(df, "ids")
+    with pytest.raises(ValueError, match=r"'tokens'\) has 1 null row\(s\) out of 3"):
+        spark_histogram(df.withColumnRenamed("ids", "tokens"), "tokens")  # in no file
     pq.write_table(pa.table({"other": [1, 2, 3]}), tmp_path / "b.parquet")
     df = spark.read.parquet(str(tmp_path))
     with pytest.raises(ValueError, match=r"b\.parquet: no column 'ids' \(the file has columns"):

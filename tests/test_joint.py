@@ -27,7 +27,15 @@ from bucketloader.strategies.joint._bound import lagrangian, lp_bound
 from bucketloader.strategies.joint._grid import Grid
 from bucketloader.strategies.joint._ilp import _watchdog, solve_ilp
 from bucketloader.strategies.joint._lp import solve_lp
-from bucketloader.strategies.joint._search import exchanges, greedy, iterate, total
+from bucketloader.strategies.joint._search import (
+    descents,
+    exchanges,
+    greedy,
+    improve,
+    iterate,
+    lattice_drop,
+    total,
+)
 
 
 def oracle(rows, counts, k, size):
@@ -230,6 +238,9 @@ def test_core_pairs_reach_the_full_lp(size):
     bound, _ = lp_bound(grid, k, cells, start, upper, time.perf_counter() + 20.0, 0.0)
     assert full - min(0.5, upper - full) - 1e-6 * full <= bound.value <= full + 1e-6 * full
     assert bound.log[-1][2] < ci.size / 4  # far fewer pairs than the full LP
+    # every round's restricted LP (fewer pairs) is at or above the full LP: the LP's value is
+    # bracketed (NOTE [ Where the LP relaxation stops ])
+    assert all(r[4] >= full - 1e-6 * full for r in bound.log)
 
 
 @pytest.mark.parametrize("size", ["sum", "prod"])
@@ -517,3 +528,36 @@ def test_coarsened_grid_keeps_a_certified_bound(points, k, size):
         sol = solve_joint(np.repeat(rows, counts, axis=0), k, size=size)
     assert sol.lower_bound <= best <= sol.objective
     assert (joint_assign(rows, sol.cells, size) >= 0).all() and len(sol.cells) <= k
+
+
+def test_work_limit_plans_the_same_cells_at_any_time_limit():
+    # NOTE [ Work instead of seconds ]: the clock decides nothing about the cells
+    pairs = load_real("gsm8k")[:1000]
+    seed = solve_joint(pairs, 8, work_limit=0, time_limit=0.05)  # the two starts' swaps alone
+    a = solve_joint(pairs, 8, work_limit=8, time_limit=0.05)
+    b = solve_joint(pairs, 8, work_limit=8, time_limit=0.4)
+    assert a.cells.tolist() == b.cells.tolist() and a.objective == b.objective
+    assert a.objective < seed.objective and a.params["work_limit"] == 8  # 28,460 < 28,565
+    assert a.lower_bound <= a.objective and b.lower_bound <= b.objective
+    assert solve_joint(pairs, 8, time_limit=0.05).params["work_limit"] is None
+    with pytest.raises(ValueError, match="work_limit must be an int >= 0"):
+        Joint(work_limit=-1)
+    with pytest.raises(TypeError, match=r"work_limit=1\.5"):
+        Joint(work_limit=1.5)
+
+
+def test_counted_shakes_repeat_and_never_lose_the_plan():
+    hist = JointHistogram.from_lengths(load_real("europarl")[:1500])
+    grid = Grid.build(hist.rows, hist.counts, [np.unique(hist.rows[:, d]) for d in (0, 1)], "sum")
+    cells = greedy(grid, 6)
+    start = total(grid, grid.assign(cells)[1])
+    one, n1 = iterate(grid, 6, cells, np.inf, steps=15)
+    two, n2 = iterate(grid, 6, cells, np.inf, steps=15)
+    assert one.tolist() == two.tolist() and n1 == n2 >= 1
+    assert total(grid, grid.assign(one)[1]) <= start
+    # NOTE [ Two descents ]: a plan that pads more is never taken, every sample keeps a cell
+    swapped, _ = improve(grid, cells, 6, np.inf)
+    best, local = descents(grid, 6, [cells, lattice_drop(grid, 6)], swapped, np.inf)
+    _, size = grid.assign(best)
+    assert local and np.isfinite(size).all() and len(best) <= 6
+    assert total(grid, size) <= total(grid, grid.assign(swapped)[1])

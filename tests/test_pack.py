@@ -490,6 +490,77 @@ def test_one_pass_in_chunks(monkeypatch):
         PackSpec.build(np.array([*base[:9], -2, 1]), row_length=8, batch_size=2)
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_one_pass_scattered(monkeypatch, stream):
+    """The scatter count of a contiguous int64 array (small chunks here; each chunk counted
+    then copied, or copied first above ``_STREAM_FROM`` bytes): the plan, digest and bound of
+    the same lengths as a list; a bad length in any chunk (negative, over the row, huge) takes
+    the checked path (the library's error, the overflow policy, no table of its size); the
+    spec keeps its own copy; read-only and strided arrays take the numpy pass."""
+    import bucketloader.pack.spec as spec_module
+
+    monkeypatch.setattr(spec_module, "_SCATTER_FROM", 1)
+    monkeypatch.setattr(spec_module, "_SCATTER_CHUNK", 4)
+    monkeypatch.setattr(spec_module, "_STREAM_FROM", 0 if stream else 1 << 24)
+    base = [5, 3, 2, 7, 1, 6, 4, 4, 8, 2, 1]
+    ref = PackSpec.build(base, row_length=8, batch_size=2)
+    arr = np.array(base)
+    spec = PackSpec.build(arr, row_length=8, batch_size=2)
+    assert spec.digest == ref.digest and spec.lower_bound_l2 == ref.lower_bound_l2
+    assert spec._sizes.dtype == np.uint16 and not spec._sizes.flags.writeable
+    arr[:] = 1  # a later edit of the caller's array changes nothing
+    assert spec.sizes.tolist() == base and spec.digest == ref.digest
+    for at in (0, 5, 10):  # first, middle and last chunk
+        bad = np.array(base)
+        bad[at] = -3
+        with pytest.raises(ValueError, match=rf"must be non-negative, got -3 at index {at}"):
+            PackSpec.build(bad, row_length=8, batch_size=2)
+        bad[at] = 2**40  # (a table of its size would be 8 TB)
+        cut = PackSpec.build(bad, row_length=8, batch_size=2, overflow="drop")
+        assert cut.dropped.tolist() == [at] and cut.lengths[at] == 2**40
+        bad[at] = 9
+        cut = PackSpec.build(bad, row_length=8, batch_size=2, overflow="truncate")
+        assert cut.sizes[at] == 8 and cut.lengths[at] == 9
+    with pytest.raises(ValueError, match=r"must be >= 1 to pack, got 0 at index 7"):
+        PackSpec.build(np.array([*base[:7], 0, 1]), row_length=8, batch_size=2)
+    calls = []
+    scattered = spec_module._scattered
+    monkeypatch.setattr(spec_module, "_scattered", lambda *a: calls.append(1) or scattered(*a))
+    PackSpec.build(np.array(base), row_length=8, batch_size=2)
+    assert len(calls) == 1  # (the path is taken)
+    frozen = np.array(base)
+    frozen.setflags(write=False)
+    for other in (frozen, np.array(base * 2)[::2], np.array(base)[::-1].copy()[::-1]):
+        assert PackSpec.build(other, row_length=8, batch_size=2).num_rows == ref.num_rows
+    assert len(calls) == 1  # (read-only, strided, reversed: the numpy pass)
+    one = np.array([5])[::-1]  # (contiguous to numpy, a negative stride to torch)
+    assert PackSpec.build(one, row_length=8, batch_size=2).num_rows == 1 and len(calls) == 1
+
+
+def test_scatter_refused_by_a_torch_mode(monkeypatch):
+    """A torch mode that refuses ``scatter_add_`` sends the count to the numpy pass: the same
+    plan, and a bad length still gets the library's error (not a false overflow)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    import bucketloader.pack.spec as spec_module
+
+    class Refuse(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if "scatter_add" in getattr(func, "__name__", ""):
+                raise NotImplementedError("refused")
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setattr(spec_module, "_SCATTER_FROM", 1)
+    base = [5, 3, 2, 7, 1, 6, 4, 4, 8, 2, 1]
+    ref = PackSpec.build(base, row_length=8, batch_size=2)
+    with Refuse():
+        assert PackSpec.build(np.array(base), row_length=8, batch_size=2).digest == ref.digest
+        with pytest.raises(ValueError, match=r"must be non-negative, got -3 at index 2"):
+            PackSpec.build(np.array([5, 3, -3]), row_length=8, batch_size=2)
+    assert torch.zeros(2).scatter_add_(0, torch.tensor([1]), torch.ones(1))[1] == 1
+
+
 # --- the collator --------------------------------------------------------------------------
 def _table(rows=2, width=10, docs=8, truncate=False):
     return PackTable(

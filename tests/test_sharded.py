@@ -813,37 +813,50 @@ def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
         # exchange's gather that rank 1 never joins
         ("exchange", "rank 1 has exchange=(not given) (rank 0: True)"),
         # a row rank 1 keeps and rank 0 hands over: only rank 1 sees it, every rank refuses it
-        # (over the default collective and over a gather= hook), none waits in the barrier
+        # in the constructor (over the default collective and over a gather= hook), none waits
+        # in the barrier; with disjoint shards and a gather= hook, rank 0 then plans alone
         ("twice", "row(s) [6] appear twice in rank 1's own rows"),
     ):
         runs = _run(tmp_path, 3, mode)
         assert all(match in r["error"] for r in runs), runs
+        if mode == "twice":
+            assert [r["alone"] for r in runs] == ["planned 2"] * 3, runs  # every rank's 2 steps
 
 
 def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> None:
     import torch.distributed as dist
 
     dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world,
-        timeout=timedelta(seconds=20 if mode == "twice" else 120),
-    )
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        timeout=timedelta(seconds=120),  # covers a slow start-up; the no-hang checks wait 20 s
+    )  # fmt: skip
     if mode == "twice":
         result: dict = {"errors": []}
+        wait = timedelta(seconds=20)
         lengths = np.array([3, 3, 3, 3, 9, 9, 9, 4, 5, 6, 7, 8])
-        ids = [[0, 1, 2, 3, 4, 5, 6, 8], [6, 9], [10, 11]][rank]
-        hook = [None, lambda p: (out := [None] * world, dist.all_gather_object(out, p))[0]]
-        for gather in hook:  # the default collective, then a gather= hook
-            try:
-                ShardedSampler(
+
+        def hook(payload):
+            out = [None] * world
+            dist.all_gather_object(out, payload)
+            return out
+
+        twice, apart = [[0, 1, 2, 3, 4, 5, 6, 8], [6, 9], [10, 11]], [range(8), [8, 9], [10, 11]]
+        cases = [twice, twice, apart]
+        for gather, shards in zip([None, hook, hook], cases, strict=True):
+            ids, built = shards[rank], None
+            try:  # the default collective, then a gather= hook: both calls in the constructor
+                built = ShardedSampler(
                     lengths[ids], shard_indices=ids, boundaries=[4, 9], batch_size=2,
                     exchange=True, gather=gather, shuffle=False,
-                ).plan()  # fmt: skip
+                )  # fmt: skip
             except ValueError as exc:
                 result["errors"].append(str(exc))
-            dist.barrier()  # a rank that went on would wait here alone (until the timeout)
+            dist.monitored_barrier(timeout=wait)  # a rank that went on would wait here alone
+            if built is not None:  # disjoint shards: one rank plans alone (to log, say)
+                if rank == 0:
+                    built.plan()
+                dist.monitored_barrier(timeout=wait)
+                result["alone"] = f"planned {len(list(built))}"
         result["error"] = " | ".join(result["errors"]) if len(result["errors"]) == 2 else ""
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
         dist.destroy_process_group()
@@ -997,15 +1010,37 @@ def test_exchange_refuses_a_row_listed_by_two_ranks():
             self[payload["rank"]] = payload
             return self
 
-    board, shards = Board(), [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
-    built = [
-        ShardedSampler(lengths[x], shard_indices=x, num_replicas=2, rank=r, exchange=True,
-                       gather=board, shard_histograms=[LengthHistogram.from_lengths(lengths[y])
-                                                       for y in shards], **opts)
-        for r, x in enumerate(shards)
-    ]  # fmt: skip
-    with pytest.raises(ValueError, match=r"gather= must be a collective .* called twice"):
-        built[0].plan()
+    shards = [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+    hists = [LengthHistogram.from_lengths(lengths[y]) for y in shards]
+
+    def build(rank, gather):
+        return ShardedSampler(lengths[shards[rank]], shard_indices=shards[rank], num_replicas=2,
+                              rank=rank, exchange=True, gather=gather, shard_histograms=hists,
+                              **opts)  # fmt: skip
+
+    with pytest.raises(ValueError, match=r"gather returned 1 payloads for num_replicas=2"):
+        build(0, Board())  # a hook is a collective: checked in the constructor
+    posted = {}
+
+    def stale(payload):  # answers the second call with the first call's payloads
+        posted.setdefault(payload["rank"], payload)
+        return [posted[0], posted[1]]
+
+    def post(payload):  # rank 1's payload, then stop
+        posted[1] = payload
+        raise InterruptedError
+
+    with pytest.raises(InterruptedError):
+        build(1, post)
+    with pytest.raises(ValueError, match=r"twice.* returned 2 answer\(s\) .* keys \['digest'"):
+        build(0, stale)
+    # a function wrapping the LocalExchange (logging, counting) is recognised by what it
+    # returns: called once per sampler, every rank planned
+    board, calls = LocalExchange(2), []
+    wrapped = [build(r, lambda p: (calls.append(p["rank"]), board(p))[1]) for r in range(2)]
+    assert [len(list(s)) for s in wrapped] == [len(s) for s in wrapped] and calls == [0, 1]
+    with pytest.raises(ValueError, match=r"LocalExchange takes .* got \['rank', 'twice'\]"):
+        board({"rank": 0, "twice": []})
 
 
 @pytest.mark.parametrize("last_batch", ["pad", "fill"])

@@ -12,7 +12,7 @@ scan; ``nulls="skip"`` keeps them out of the histogram and reports them in
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -149,8 +149,13 @@ class Accumulator:
         return ScanResult(hist, self.num_rows, self.num_nulls, self.engine)
 
 
-def missing_column(files: Any, columns: list[str], read_names: Any) -> str | None:
-    """The error naming the first of ``files`` that lacks one of ``columns``, or ``None``.
+def missing_column(
+    footers: Iterable[tuple[str, Sequence[str]]],
+    columns: list[str],
+    others: Callable[[], Sequence[str]] | None = None,
+) -> str | None:
+    """The error naming the first file that lacks one of ``columns`` another file holds, or
+    ``None``.
 
     NOTE [ A file without the column ]
     Parquet readers take a dataset's schema from one file (or unify the files'), so the rows of
@@ -158,29 +163,56 @@ def missing_column(files: Any, columns: list[str], read_names: Any) -> str | Non
     engine names that file instead of counting anonymous nulls; ``nulls="skip"`` keeps reading
     its rows as nulls and leaves them out (a schema that grew a column is a working case). The
     local scan checks the footers before it reads (it has the files); Ray and Spark check only
-    when a scan found nulls (the files are theirs to list; no cost when there are none).
+    when a scan found nulls (the files are theirs to list; no cost when there are none), and
+    name a file only when another file of the dataset holds the column: a column made after the
+    read (Spark's ``withColumn`` or ``withColumnRenamed``, Ray's ``rename_columns`` or
+    ``map_batches``) or a partition key is in no file, and its nulls are genuine (the count's
+    error stands).
 
     Args:
-        files: the file paths, in order.
+        footers: ``(path, the file's column names)`` in order, read lazily: the walk stops as
+            soon as it has seen a file without a column and one with it.
         columns: the measured columns (in the dataset's schema).
-        read_names: ``read_names(path) -> the file's column names`` (a footer read).
+        others: ``others() -> the column names of the dataset's other files`` (their union),
+            asked only when a file lacks a column no file of ``footers`` holds.
 
     Example:
         >>> names = {"a.parquet": ["ids"], "b.parquet": ["other"]}
-        >>> print(missing_column(["a.parquet", "b.parquet"], ["ids"], names.get))
+        >>> print(missing_column(names.items(), ["ids"]))
         b.parquet: no column 'ids' (the file has columns ['other']); every file must hold the \
 measured column: leave this file out or add the column to it (nulls='skip' reads its rows as nulls \
 and leaves them out)
+        >>> print(missing_column([("b.parquet", ["other"])], ["ids"]))  # made after the read
+        None
     """
-    for path in files:
-        names = list(read_names(path))
-        missing = [c for c in columns if c not in names]
-        if missing:
-            return (
-                f"{path}: no column {missing[0]!r} (the file has columns {names}); every file "
-                "must hold the measured column: leave this file out or add the column to it "
-                "(nulls='skip' reads its rows as nulls and leaves them out)"
-            )
+    lacking: dict[str, tuple[int, str, list[str]]] = {}  # column -> the first file without it
+    held: set[str] = set()
+
+    def named() -> str | None:
+        ready = [c for c in columns if c in lacking and c in held]
+        if not ready:
+            return None
+        missing = min(ready, key=lambda c: lacking[c][0])  # the first file; ties: column order
+        _, path, names = lacking[missing]
+        return (
+            f"{path}: no column {missing!r} (the file has columns {names}); every file must "
+            "hold the measured column: leave this file out or add the column to it "
+            "(nulls='skip' reads its rows as nulls and leaves them out)"
+        )
+
+    for i, (path, file_names) in enumerate(footers):
+        names = list(file_names)
+        for c in columns:
+            if c in names:
+                held.add(c)
+            elif c not in lacking:
+                lacking[c] = (i, path, names)
+        found = named()
+        if found is not None:
+            return found
+    if lacking and others is not None:
+        held.update(c for c in others() if c in lacking)
+        return named()
     return None
 
 

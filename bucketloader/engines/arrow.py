@@ -170,7 +170,7 @@ def _open(
         if len(files) > 1 and nulls == "raise" and present:  # the schema is the first file's
             # (NOTE [ A file without the column ] in bucketloader.engines._common)
             schemas = {f.path: f.physical_schema.names for f in source.get_fragments()}
-            found = missing_column(list(schemas), present, schemas.__getitem__)
+            found = missing_column(schemas.items(), present)
             if found is not None:
                 raise ValueError(found)
     if isinstance(source, pads.Dataset):

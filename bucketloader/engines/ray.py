@@ -10,7 +10,7 @@ most one row per distinct length. Needs ``pip install 'bucketloader[ray]'``.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -185,10 +185,18 @@ def _check_args(
     return columns, None, nulls
 
 
+#: The footers :func:`_file_without_column` reads at once, and at most (on the error path only:
+#: a dataset of more files keeps the null count's error when these do not settle it).
+_FOOTER_GROUP, _FOOTERS_CHECKED = 16, 1024
+
+
 def _file_without_column(ds: Any, columns: list[str]) -> str | None:
-    """A Parquet file ``ds`` reads that lacks one of ``columns`` (its rows read as nulls; NOTE
-    [ A file without the column ] in :mod:`bucketloader.engines._common`), named; ``None``
-    when there is none or the files are unknown. Asked only once a scan found nulls.
+    """A Parquet file ``ds`` reads that lacks one of ``columns`` another of its files holds (its
+    rows read as nulls; NOTE [ A file without the column ] in
+    :mod:`bucketloader.engines._common`), named; ``None`` when there is none, no file holds the
+    column (made after the read) or the files are unknown. Asked only once a scan found nulls;
+    the footers are read 16 at a time, up to the first file without the column (and one with
+    it), at most 1,024.
 
     The files: ``ds.input_files()``, else the paths of the plan's file listing (Ray's
     ``ListFiles``, whose files ``input_files()`` does not report in Ray 2.60). Best effort: a
@@ -226,11 +234,16 @@ def _file_without_column(ds: Any, columns: list[str]) -> str | None:
                     and f.extension in extensions
                 )
             ]
-        # the footers, 16 at a time (thousands of files on object storage: seconds, not minutes)
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            names = list(pool.map(lambda f: pq.read_schema(f[1], filesystem=f[0]).names, files))
-        found = dict(zip((path for _, path in files), names, strict=True))
-        return missing_column(list(found), columns, found.__getitem__)
+        files = files[:_FOOTERS_CHECKED]
+        with ThreadPoolExecutor(max_workers=_FOOTER_GROUP) as pool:
+
+            def footers() -> Iterator[tuple[str, list[str]]]:  # a group at a time, on demand
+                for i in range(0, len(files), _FOOTER_GROUP):
+                    group = files[i : i + _FOOTER_GROUP]
+                    names = pool.map(lambda f: pq.read_schema(f[1], filesystem=f[0]).names, group)
+                    yield from zip((path for _, path in group), names, strict=True)
+
+            return missing_column(footers(), columns)
     except Exception:  # a diagnosis on the error path: never hide the null count's error
         return None
 

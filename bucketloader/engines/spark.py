@@ -183,11 +183,14 @@ def _check_frame(df: Any) -> None:
 
 
 def _file_without_column(df: Any, exprs: list[Any], items: list[Any]) -> str | None:
-    """A Parquet file that gave null rows and lacks a measured column (Spark reads its rows as
-    nulls; NOTE [ A file without the column ] in :mod:`bucketloader.engines._common`), named;
-    ``None`` when there is none. Asked only once a scan found nulls: one more job lists up
-    to 8 files that gave null rows (``input_file_name``), whose footers are then read. Best
-    effort: a DataFrame not read from Parquet files keeps the null count's error."""
+    """A Parquet file that gave null rows and lacks a measured column another file of ``df``
+    holds (Spark reads its rows as nulls; NOTE [ A file without the column ] in
+    :mod:`bucketloader.engines._common`), named; ``None`` when there is none or no file holds
+    the column (made after the read). Asked only once a scan found nulls: one more job lists
+    up to 8 files that gave null rows (``input_file_name``), whose footers are then read; when
+    one lacks the column, one more reads the merged schema of up to 1,024 of ``df``'s files
+    (``inputFiles``) to see that some file holds it. Best effort: a DataFrame not read from
+    Parquet files keeps the null count's error."""
     from pyspark.sql import functions as F
 
     columns = [c for c in items if isinstance(c, str)]
@@ -200,7 +203,13 @@ def _file_without_column(df: Any, exprs: list[Any], items: list[Any]) -> str | N
         rows = df.where(null).select(F.input_file_name().alias("f")).distinct().limit(8)
         files = sorted(r["f"] for r in rows.collect() if r["f"])
         spark = df.sparkSession
-        return missing_column(files, columns, lambda f: spark.read.parquet(f).columns)
+        return missing_column(
+            ((f, spark.read.parquet(f).columns) for f in files),
+            columns,
+            lambda: (
+                spark.read.option("mergeSchema", "true").parquet(*df.inputFiles()[:1024]).columns
+            ),
+        )
     except Exception:  # a diagnosis on the error path: never hide the null count's error
         return None
 

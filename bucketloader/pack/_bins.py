@@ -69,10 +69,10 @@ chooses (``search``, a
   :func:`capacity_bound`'s C1, e.g. GSM8K at ``(256, 512)``: 1.6 points), or when the lengths
   hold at least ``_DOCS_PER_SIZE`` documents per distinct size (it then costs less than half
   of what the histogram saves over sorting).
-- ``"never"``: the plan is exactly best-fit decreasing, and no bound is computed (at most the
-  packing baseline's time, except around 100k-1M documents of few distinct lengths, where the
-  plan's check and copy of the lengths cost up to a quarter more than the baseline's
-  ``bincount``: benchmarks/results/small_costs.md).
+- ``"never"``: the plan is exactly best-fit decreasing, and no bound is computed (about the
+  packing baseline's time or less; around 100k-1M documents of few distinct lengths, where
+  the plan's own copy of the lengths is what it writes beyond the baseline's ``bincount``,
+  within a few percent either side of it: benchmarks/results/small_costs.md).
 - ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound (C2).
 
 NOTE [ Lower bounds ]

@@ -72,6 +72,7 @@ from bucketloader.strategies.joint._ilp import (
     solve_ilp,
 )
 from bucketloader.strategies.joint._search import (
+    descents,
     greedy,
     improve,
     iterate,
@@ -97,6 +98,9 @@ JOINT_FORMAT = 4
 #: shakes; at 0.7 four GSM8K K = 8/16 solves of 30 s (side by side, load 4) ended with the same
 #: bounds (within 0.02 %) and plans 0.29 / 0.24 / 0.00 % lower and 0.11 % higher (shake luck).
 LP_SHARE = 0.7
+#: The search's deadlines as shares of the time limit: the greedy start's swaps, the lattice
+#: start's, the descents from both (NOTE [ Two descents ]); the first two are session 4's.
+SEARCH = (0.3, 0.4, 0.45)
 #: The shakes start only when this share of the time limit is left (their first step's cost
 #: is not known yet; NOTE [ Joint time limit and fallbacks ]).
 SHAKE_MIN = 0.02
@@ -124,7 +128,9 @@ def solve_joint(
             still above ``tolerance``) and ``solver="highs"`` (the integer program's solver:
             SciPy's HiGHS, or ``"pulp"``: PuLP's bundled CBC warm-started from the heuristic's
             plan; the LP rounds of the bound use HiGHS either way, NOTE [ Two solvers for the
-            integer program ]).
+            integer program ]) and ``work_limit=None`` (or a count of exchange tables for the
+            shakes instead of the clock: the same cells on every machine, NOTE [ Work instead
+            of seconds ]).
 
     Returns:
         A :class:`~bucketloader.solution.JointSolution` (``cells``, ``objective``,
@@ -218,13 +224,23 @@ def _search_and_bound(
     const = float((grid.weight * grid.point_size).sum())
     t0 = time.perf_counter()
     budget = deadline - t0
-    cells, converged = _best_search(grid, k, [greedy(grid, k)], t0 + 0.3 * budget)
-    if time.perf_counter() < t0 + 0.3 * budget:
+    work = params["work_limit"]  # no clock decides the cells (NOTE [ Work instead of seconds ])
+    # the limit's shares of the greedy start's swaps, the lattice start's and the descents
+    soon, later, last = [math.inf if work is not None else t0 + s * budget for s in SEARCH]
+    starts = [greedy(grid, k)]
+    cells, converged = _best_search(grid, k, starts, soon)
+    if time.perf_counter() < soon:
         # a local optimum competes without a second search; a plan the clock stopped goes on
         again, known = ([], cells) if converged else ([cells], None)
-        starts = [*again, lattice_drop(grid, k)]
-        cells, more = _best_search(grid, k, starts, t0 + 0.4 * budget, known)
+        starts.append(lattice_drop(grid, k))
+        cells, more = _best_search(grid, k, [*again, starts[1]], later, known)
         converged = converged and more
+        cells, more = descents(grid, k, starts, cells, last)  # NOTE [ Two descents ]
+        converged = converged and more
+    if work:
+        cells, info["shakes"] = iterate(grid, k, cells, math.inf, steps=work)
+    if work is not None:
+        deadline = time.perf_counter() + params["time_limit"]  # the bound's own time
     _, reach = grid.assign(cells)
     upper = total(grid, reach)
     info["search_seconds"] = time.perf_counter() - t0
@@ -247,7 +263,7 @@ def _search_and_bound(
             lp_deadline = time.perf_counter() + LP_SHARE * (deadline - time.perf_counter())
             bound, seed = lp_bound(grid, k, cells, bound, upper, lp_deadline, tol)
             info["lp_rounds"] = bound.log
-            if time.perf_counter() < deadline:
+            if work is None and time.perf_counter() < deadline:
                 # another search from the LP's cells and from the K largest gains at the
                 # bound's reaches (a Lagrangian heuristic)
                 again, known = ([], cells) if converged else ([cells], None)
@@ -268,7 +284,8 @@ def _search_and_bound(
     if params["exact"] and not coarsened and pad - lower > max(tol * pad, 0.5):
         subset = _ilp_subset(grid, bound, k, upper, cells, deadline, params["solver"])
     left = deadline - time.perf_counter()
-    if subset is None and pad - lower > max(tol * pad, 0.5) and left > SHAKE_MIN * budget:
+    open_gap = pad - lower > max(tol * pad, 0.5)
+    if work is None and subset is None and open_gap and left > SHAKE_MIN * budget:
         # no integer program: the time left shakes the plan (NOTE [ Shakes ])
         t0 = time.perf_counter()
         found, info["shakes"] = iterate(grid, k, cells, deadline)
@@ -282,12 +299,14 @@ def _search_and_bound(
         t0 = time.perf_counter()
         picked, details = solve_ilp(grid, k, cells, deadline, subset, params["solver"])
         info.update(ilp_seconds=time.perf_counter() - t0, ilp=details, method="ilp")
+        value = np.inf
         if picked is not None:
             _, got = grid.assign(picked)
-            if np.isfinite(got).all() and total(grid, got) <= upper:
-                cells, upper = picked, total(grid, got)
-        if details["proved"]:
-            lower = upper - const
+            value = total(grid, got)
+        if picked is not None and value <= upper and work is None:
+            cells, upper = picked, value
+        if details["proved"]:  # the solver's optimum (not the plan, under work_limit)
+            lower = min(upper, value) - const
         else:
             # every plan better than ``upper`` uses only the survivors, whose optimum HiGHS bounds
             lower = max(lower, min(upper, details["bound"]) - const)
@@ -373,6 +392,10 @@ class Joint:
         exact: try the LP relaxation and the integer program when the model is small.
         solver: the integer program's solver, ``"highs"`` or ``"pulp"``
             (NOTE [ Two solvers for the integer program ]).
+        work_limit: ``None`` (the default: the clock bounds the search), or the number of
+            exchange tables the shakes may count, which makes the cells the same on every
+            machine and load; ``time_limit`` then bounds the bound alone, after the search
+            (NOTE [ Work instead of seconds ]).
 
     Example:
         >>> from bucketloader import BucketSampler
@@ -386,12 +409,15 @@ class Joint:
     tolerance: float = 0.001
     exact: bool = True
     solver: str = "highs"
+    work_limit: int | None = None
 
     def __post_init__(self) -> None:
         check_float("time_limit", self.time_limit, minimum=1e-3, maximum=1e6)
         check_float("tolerance", self.tolerance, minimum=0.0, maximum=1.0)
         check_bool("exact", self.exact)
         check_choice("solver", self.solver, SOLVERS)
+        if self.work_limit is not None:
+            check_int("work_limit", self.work_limit, minimum=0)
 
     def params(self, max_shapes: int, size: str) -> dict[str, Any]:
         """Every parameter that determines a joint solution, checked, in canonical form (the
@@ -413,6 +439,7 @@ class Joint:
             "solver": self.solver,
             "time_limit": float(self.time_limit),
             "tolerance": float(self.tolerance),
+            "work_limit": None if self.work_limit is None else int(self.work_limit),
         }
 
     def solve(

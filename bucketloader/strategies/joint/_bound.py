@@ -102,6 +102,63 @@ take most of the time and close the gap or prove the LP's value, and where each 
 seconds (GSM8K, K = 8 and 16) the bundle does most of the ascent. Measured at 5 s, load 10:
 GSM8K K = 4 0.31 % (sum) and 1.23 % (prod) with the interleaving, 3.72 % and 2.32 % with the
 bundle first for 90 % of the time; Multi30k K = 16 (sum) proved optimal with it, 0.32 % without.
+
+NOTE [ Where the LP relaxation stops ]
+Every bound here is at most the LP relaxation's value (the Lagrangian's maximum), unless the
+integer program runs. Each LP round logs its restricted LP's value (``log[i][4]``): the full LP
+with fewer pairs, so at or above the LP's value; the best ``L`` and the lowest restricted value
+bracket the LP (``benchmarks/joint_lp.py``). Run far past any time limit (the bundle, then
+600-900 s of LP rounds, the last ones 60-100 s each, load 2-8; the tightest ends of two runs)
+on GSM8K:
+
+=============  ===========  ===========================  =======  ==================
+case           best plan    LP value (below - above)     least    survivors (pairs)
+=============  ===========  ===========================  =======  ==================
+sum, K = 16    147,067      145,159 - 145,539            1.05 %   11,311 (28.3 M)
+prod, K = 8    15,106,463   14,805,745 - 14,813,932      1.97 %   10,516 (27.6 M)
+prod, K = 16   9,319,759    9,101,929 - 9,132,006        2.06 %   12,706 (29.6 M)
+=============  ===========  ===========================  =======  ==================
+
+(*least*: the best plan's gap to the upper end, the smallest any bound of the LP's kind can
+give it; *survivors*: of 13,276 candidates and 29.6 M covering pairs, what fixing by the final
+bound leaves against the plan the run started from, NOTE [ Fixing candidates by the bound ]:
+far too many for the integer program: HiGHS proved the optimum of 150 GSM8K rows, 99 thousand
+pairs, in 75 s, and had no useful bound on 400 rows, 649 thousand pairs, after 360 s.) So these
+three cases cannot be certified within 1 % by this relaxation, however long it runs. What is
+missing is the LP's integrality gap, which is real on this model: on 7 points with K = 2 the
+LP opens 4 cells at 1/2 (96 against the optimum 98), the p-median's half-integral pattern; on
+Multi30k (prod, K = 16) the LP's value is 915,758 where the optimum, proved by the integer
+program, is 919,388.
+
+Tried offline, not shipped: a Lagrangian branch-and-bound on top of the bundle (nodes fix cells
+open or closed; ``L`` at a node subtracts the forced cells' gains and the largest allowed
+others; reduced-cost fixing at every node, best bound first, branching on the cell that the
+bundle's aggregate opens most fractionally, each node warm-started from its parent's reaches).
+On GSM8K (prod, K = 8) from the 15,106,463 plan, 150 s at load 3-6: 103 nodes moved the global
+bound from the root's 14,749,238 to 14,763,212 (+0.09 %; 1 % needs +1.3 %). The root's two
+children, 187 bundle steps each: opening the most fractional cell +0.10 %, closing it
++0.18 %; closing its 3 x 3 (5 x 5) neighbourhood of cells +0.55 (0.66) %, but "one of them
+open" only +0.03 %: near-equal cells stand in for each other, and every node needs tens to
+hundreds of 10-20 ms evaluations.
+
+What does cut the LP: *odd-cycle inequalities*. For cells ``a, b, c`` and points ``p, q, s``,
+``p`` covered by ``a`` and ``b``, ``q`` by ``b`` and ``c``, ``s`` by ``c`` and ``a``:
+``x_pa + x_pb + x_qb + x_qc + x_sc + x_sa <= y_a + y_b + y_c + 1`` (each point sends one unit
+to an open cell: with t of the three cells open, at most min(3, 2t) <= t + 1 of the points
+go to them). As cutting
+planes on the explicit LP (offline; separated among the cells the LP opens, the point of each
+edge the one with the most flow to its two cells; up to 200 most violated per round): on 40
+random instances of 5-8 points with an LP gap (1.08 % on average) they closed 88 % of it on
+average, all of it in 32; on Multi30k (prod, K = 16: 576 candidates, 130 thousand pairs) 31 %
+of the 0.40 % in 40 rounds (505 s); but on 150 rows of GSM8K (prod, K = 8: 1,332 candidates,
+99 thousand pairs, LP 172,851 against the optimum 174,843, a 1.14 % gap) only 3.4 % before
+none was violated. Triangles are not GSM8K's pattern: that sample's LP opens 26 cells at
+multiples of 1/8 (one at 1, one at 3/4, three at 1/2) and splits most points over several
+cells (of 145 points: 1 over one cell, 3 over two, 55 over three, 64 over four, 20 over five,
+2 over six). Longer odd cycles, other families, or branching on top of the cuts would be
+needed, and relax-and-cut (each cut's
+multiplier joining the bundle's, its six pairs corrected in the gains, its cells given the
+multiplier as a bonus) would carry them into the time limit. Not known to close 1 % there.
 """
 
 from __future__ import annotations
@@ -498,6 +555,8 @@ def lp_bound(
         if solved is None:
             break
         xs, duals = solved
+        # the restricted LP's value: the full LP with fewer pairs, so at or above the LP's value
+        log[-1].append(float(cost @ xs))
         lam, mu = duals[:ncls], -float(duals[-1])
         yv = xs[:nr]
         seed = rset[np.argsort(yv)[-k:]]

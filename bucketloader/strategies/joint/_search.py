@@ -7,7 +7,8 @@ for each cell in turn, a swap removes it (its samples fall to their next cheapes
 cell" at a large size) and adds the candidate with the largest gain against that: the best
 exchange for that cell. An exchange is kept when it lowers the padding; after each one a Lloyd
 step lowers every cell to the longest of its samples. It stops when a full round finds nothing or
-at the deadline. Each swap costs one gain pass, O(K · grid).
+at the deadline. Each cell's best exchange is one row of the exchange table below, one table
+per kept swap (NOTE [ One table per kept swap ]).
 
 NOTE [ Every exchange at once ]
 Dropping cell ``f`` and adding candidate ``c`` saves, with ``d1_i`` / ``d2_i`` the sizes of each
@@ -23,9 +24,37 @@ point's cheapest and next cheapest cell (``d2`` a large size where no other cell
 a few groups of points (one per cell and next cheapest size; 9-30 groups on GSM8K at K = 8-16),
 each group's covered weight one prefix sum of the grid (NOTE [ Gains by prefix sums ]): the
 whole ``(K, candidates)`` table costs about two or three gain passes, where :func:`improve`
-pays one gain pass per cell tried. An exchange that leaves a sample without a cell is ``-inf``.
+pays one gain pass per cell tried. A group's points only add to the ``gain`` and ``extra``
+of candidates smaller than their next cheapest size, so in size order each group's work is a
+prefix of the candidates (45-60 % of them on GSM8K at K = 16): with
+:meth:`Grid.covers` compared input by input, one table took 6-10 ms of CPU against 20-22 ms
+before (GSM8K K = 16, same process, same tables: ``/tmp/s6j/speed.py``), and the swaps from
+both starts 0.9-1.3 s against 1.7-2.5 s, to the same plans. An exchange that leaves a sample
+without a cell is ``-inf``.
 :func:`improve` keeps its order (the plans of the greedy and lattice starts are those of
 session 4); :func:`descend` takes the best exchange of the table each step, and the shakes use it.
+
+NOTE [ One table per kept swap ]
+:func:`improve` tries each cell's best exchange in turn. Row ``f`` of the :func:`_saves` table
+is the gain pass after dropping ``cells[f]`` shifted by ``loss(f)``: every term is an exact sum
+of integer-valued floats (below 2^53, about 9 · 10^15), so the order and the first index among
+ties are the same; adding
+the dropped cell back saves 0 and the other cells are excluded, as in the gain pass. One
+table serves every try until a swap is kept, so a round that keeps nothing costs one table
+instead of K gain passes. Measured: the same plans from the greedy, lattice and two random
+starts on all 24 cases of the benchmark (96 searches; ``/tmp/s6j/eqimp.py``), 12 % less CPU in
+all (5.9 s against 6.7 s), up to 30 % on GSM8K prod.
+
+NOTE [ Two descents ]
+:func:`improve` keeps each cell's best exchange in turn when it helps (first improvement over
+the cells); :func:`descend` keeps the best exchange of all (best improvement). Same
+neighbourhood, other order: from the same start they stop in different local optima. So the
+search also descends from both starts (greedy and lattice) after their swaps and keeps a plan
+that pads less. Measured on the 24 cases of the benchmark (CPU time, one run, load about 5,
+``/tmp/s6j/starts.py``): the descents found a better local optimum than both swap searches in
+the three K = 16 prod cases (Multi30k -1.30 %, Europarl -1.10 %, GSM8K -1.22 %: 9,537,544
+against 9,655,561) and in no other, for 0.03-0.41 s of CPU (GSM8K K = 16: 0.41 s, the two
+swap searches 0.70 s).
 
 NOTE [ Shakes ]
 The swaps stop in a local optimum, and on GSM8K at K = 8-16 several plans a few tenths of a
@@ -45,6 +74,24 @@ shakes get the 2-3 s the LP rounds leave: GSM8K sum K = 8 220,702 -> 220,063 in 
 (the best plan any longer search found; within 0.58 % of the best bound known, 218,799), prod
 K = 8 15,220,269 -> 15,110,839 in 2 (else both 15.11 M), prod K = 16 9,655,561 -> 9,346,096 to
 9,499,121 in 3; sum K = 16 unchanged (147,561: 2-5 shakes fit). No case padded more.
+
+NOTE [ Work instead of seconds ]
+Under a time limit the clock decides how many swaps and shakes run and which plans the bound
+hands back (the LP's cells, the integer program's), so two runs or two ranks can plan
+different cells from the same arguments (seen in 1 of 2 runs in session 5's trial; the ranks
+of one process group share rank 0's plan, NOTE [ One joint plan for every rank ]).
+``work_limit=N`` bounds the search by counted work instead: both starts are swapped and descended
+to local optima whatever the time, the shakes stop after ``N`` exchange tables (one per
+:func:`descend` step) or their patience, and no plan of the bound replaces the result. Each
+step is a function of the histogram alone (the sums are of integer-valued floats, exact below
+2^53; the shakes' seed is fixed), so the cells are the same on every machine and load;
+``time_limit`` then bounds the bound alone, after the search (its value, the gap and the status
+still depend on the machine). The other way, "deterministic whenever the solve ends before
+its limit", was not taken: the hard cases (GSM8K K = 8 / 16) never end before it, and the LP's
+seeds depend on the clock even when they do. Cost, measured on GSM8K K = 8 / 16 in CPU seconds
+(``/tmp/s6j/detcpu.py``): 100 tables take 0.6-1.5 s after the swaps and plan as well as a
+default 5 s solve (sum 220,063 / 147,112; prod 15,110,839 / 9,396,394 against 15,106,463-
+15,110,646 / 9,395,278-9,396,394); the bound then runs for its own ``time_limit``.
 """
 
 from __future__ import annotations
@@ -143,6 +190,15 @@ def exchanges(grid: Grid, cells: np.ndarray, big: float) -> np.ndarray:
     """``(k, C)``: how much padding dropping ``cells[f]`` and adding candidate ``c`` saves, for
     every pair at once (NOTE [ Every exchange at once ]); ``-inf`` where ``c`` is already a cell
     or the exchange leaves a sample uncovered."""
+    out, bad = _saves(grid, cells, big)
+    out[bad] = -np.inf
+    out[:, np.asarray(cells, dtype=np.int64)] = -np.inf
+    return out
+
+
+def _saves(grid: Grid, cells: np.ndarray, big: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`exchanges` before any ``-inf``: every saving, ``big`` standing for "no cell"
+    (exact: sums of integer-valued floats), and where the exchange leaves a sample uncovered."""
     cells = np.asarray(cells, dtype=np.int64)
     k, n = cells.size, grid.weight.size
     cost = np.where(grid.covers(cells), grid.cand_size[cells][:, None], big)
@@ -155,10 +211,13 @@ def exchanges(grid: Grid, cells: np.ndarray, big: float) -> np.ndarray:
     key, group = np.unique(slot * value.size + level.ravel(), return_inverse=True)
     group = group.ravel()
     owner, then = key // value.size, value[key % value.size]
-    g, size = int(np.prod(grid.shape)), grid.cand_size
-    cover = np.zeros((k, size.size))  # weight of each cell's points that candidate c covers
-    extra = np.zeros((k, size.size))  # ... times what c saves them once their cell is gone
-    bad = np.zeros((k, size.size), dtype=bool)
+    g, c = int(np.prod(grid.shape)), grid.cand_size.size
+    # in size order a group's points gain only on the candidates below ``then``: a prefix
+    size, where = grid.sorted_size, grid.cand_flat[grid.by_size]
+    reach = np.searchsorted(size, then, side="left")
+    cover = np.zeros((k, c))  # weight of each cell's points that candidate c covers
+    extra = np.zeros((k, c))  # ... times what c saves them once their cell is gone
+    bad = np.zeros((k, c), dtype=bool)
     step = max(1, _CHUNK // max(g, 1))
     for lo in range(0, key.size, step):
         hi = min(key.size, lo + step)
@@ -171,22 +230,21 @@ def exchanges(grid: Grid, cells: np.ndarray, big: float) -> np.ndarray:
         for ax in range(1, w.ndim):
             np.cumsum(w, axis=ax, out=w)
         flat = w.reshape(hi - lo, g)
-        covered = flat[:, grid.cand_flat]
-        # the groups are sorted by cell: sum each cell's run of groups
-        cell, run = np.unique(owner[lo:hi], return_index=True)
-        cover[cell] += np.add.reduceat(covered, run, axis=0)
-        after = np.maximum(then[lo:hi][:, None] - size[None, :], 0.0)
-        extra[cell] += np.add.reduceat(covered * after, run, axis=0)
-        for j in np.flatnonzero(then[lo:hi] >= big):  # samples only cells[f] covers
-            bad[owner[lo + j]] |= covered[j] < flat[j, -1] - 0.5
+        for j in range(lo, hi):
+            m, f = int(reach[j]), int(owner[j])
+            covered = flat[j - lo, where[:m]]
+            cover[f, :m] += covered
+            extra[f, :m] += covered * (then[j] - size[:m])
+            if then[j] >= big:  # samples only cells[f] covers (every candidate is below big)
+                bad[f, :m] |= covered < flat[j - lo, -1] - 0.5
     now = np.maximum(grid.cand_size[cells][:, None] - size[None, :], 0.0)
     now *= cover
-    gain = now.sum(axis=0)
     extra -= now
-    out = gain[None, :] + extra - loss[:, None]
-    out[bad] = -np.inf
-    out[:, cells] = -np.inf
-    return out
+    extra += now.sum(axis=0) - loss[:, None]
+    out, uncovered = np.empty_like(extra), np.empty_like(bad)
+    out[:, grid.by_size] = extra  # back to candidate order
+    uncovered[:, grid.by_size] = bad
+    return out, uncovered
 
 
 def _start(grid: Grid, cells: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, float, float]:
@@ -216,67 +274,106 @@ def _exchange(
 def improve(grid: Grid, cells: np.ndarray, k: int, deadline: float) -> tuple[np.ndarray, bool]:
     """Swaps and Lloyd steps from ``cells`` until no swap helps or ``deadline`` (perf_counter).
 
-    Returns ``(cells, converged)``; ``converged`` is False when the deadline stopped it.
+    Each cell in turn gets its best exchange (NOTE [ Greedy, swap, Lloyd ]), read from one
+    :func:`_saves` table that serves every try until a swap is kept (NOTE [ One table per kept
+    swap ]). Returns ``(cells, converged)``; ``converged`` is False when the deadline stopped it.
     """
-    cells, size, best, big = _start(grid, cells, k)
-    changed, cost = True, 0.0
+    cells, _, best, big = _start(grid, cells, k)
+    changed, cost, table, table_cost = True, 0.0, None, 0.0
     while changed:
         changed = False
         for j in range(len(cells)):
             t0 = time.perf_counter()
-            if t0 + cost > deadline:  # the last swap's cost must still fit
+            # the last swap's cost must still fit (and a new table's, when one is due)
+            if t0 + cost + (table_cost if table is None else 0.0) > deadline:
                 return cells, False
             if j >= len(cells):
                 break
-            rest = np.delete(cells, j)
-            _, after = grid.assign(rest) if rest.size else (None, np.full(size.shape, np.inf))
-            gain = grid.gains(*_levels(after, big))
-            gain[rest] = -1.0
-            tried = _exchange(grid, rest, int(np.argmax(gain)))
+            if table is None:
+                table, _ = _saves(grid, cells, big)
+                table_cost = time.perf_counter() - t0
+            row = table[j].copy()
+            row[cells] = -np.inf
+            row[cells[j]] = 0.0  # adding the cell back saves nothing
+            tried = _exchange(grid, np.delete(cells, j), int(np.argmax(row)))
             if tried is None:
                 continue
-            trial, tsize, value = tried
+            trial, _, value = tried
             if value < best * (1 - 1e-12) - 1e-9:
-                cells, size, best, changed = trial, tsize, value, True
+                cells, best, changed, table = trial, value, True, None
             cost = time.perf_counter() - t0
     return cells, True
 
 
 def descend(
-    grid: Grid, cells: np.ndarray, k: int, deadline: float, cost: float = 0.0
-) -> tuple[np.ndarray, float]:
-    """Best exchanges with Lloyd steps from ``cells`` until none helps or ``deadline``: each
-    step takes the exchange of :func:`exchanges` that saves most (for the cell whose best
-    exchange saves most first, Lloyd step included, the next one if that does not help).
-    Faster than :func:`improve` from a nearby plan, with the same neighbourhood. ``cost`` is
-    the expected cost of one step (a step starts only when it still fits); returns the cells
-    and the last step's cost."""
+    grid: Grid,
+    cells: np.ndarray,
+    k: int,
+    deadline: float,
+    cost: float = 0.0,
+    steps: float = np.inf,
+) -> tuple[np.ndarray, float, int, bool]:
+    """Best exchanges with Lloyd steps from ``cells`` until none helps, ``deadline`` or ``steps``
+    tables: each step takes the exchange of :func:`exchanges` that saves most (for the cell
+    whose best exchange saves most first, Lloyd step included, the next one if that does not
+    help). Faster than :func:`improve` from a nearby plan, with the same neighbourhood.
+    ``cost`` is the expected cost of one step (a step starts only when it still fits); returns
+    the cells, the last step's cost, the tables counted and whether no exchange helps (False:
+    the deadline or ``steps`` stopped it)."""
     cells, _, best, big = _start(grid, cells, k)
-    while time.perf_counter() + _MARGIN * cost <= deadline:
+    used = 0
+    while used < steps and time.perf_counter() + _MARGIN * cost <= deadline:
         t0 = time.perf_counter()
         table = exchanges(grid, cells, big)
+        used += 1
         add = table.argmax(axis=1)
         saves = table[np.arange(cells.size), add]
         for f in np.argsort(-saves, kind="stable"):
             if not np.isfinite(saves[f]):
-                return cells, cost
+                return cells, cost, used, True
             tried = _exchange(grid, np.delete(cells, f), int(add[f]))
             if tried is not None and tried[2] < best * (1 - 1e-12) - 1e-9:
                 cells, _, best = tried
                 break
         else:
-            return cells, time.perf_counter() - t0
+            return cells, time.perf_counter() - t0, used, True
         cost = time.perf_counter() - t0
-    return cells, cost
+    return cells, cost, used, False
+
+
+def descents(
+    grid: Grid, k: int, starts: list[np.ndarray], cells: np.ndarray, deadline: float
+) -> tuple[np.ndarray, bool]:
+    """``cells`` or a plan that pads less: :func:`descend` from each start (NOTE [ Two
+    descents ]). Returns the plan and whether it is a local optimum (False only when a descent
+    the clock stopped gave it)."""
+    _, size = grid.assign(cells)
+    best, local, cost = total(grid, size), True, 0.0
+    for start in starts:
+        if time.perf_counter() + _MARGIN * cost > deadline:
+            break
+        began = time.perf_counter()
+        found, _, _, done = descend(grid, start, k, deadline)
+        cost = time.perf_counter() - began
+        _, size = grid.assign(found)
+        if np.isfinite(size).all() and total(grid, size) < best * (1 - 1e-12) - 1e-9:
+            cells, best, local = found, total(grid, size), done
+    return cells, local
 
 
 def iterate(
-    grid: Grid, k: int, cells: np.ndarray, deadline: float, seed: int = 0, patience: int = 4
+    grid: Grid,
+    k: int,
+    cells: np.ndarray,
+    deadline: float,
+    seed: int = 0,
+    patience: int = 4,
+    steps: float = np.inf,
 ) -> tuple[np.ndarray, int]:
-    """Iterated local search from the local optimum ``cells`` until ``deadline``: replace ``r``
-    random cells by random candidates, :func:`descend`, keep the result when it pads less
-    (``r`` back to 1) or try one more cell next time (NOTE [ Shakes ]). Returns the best cells
-    and the number of shakes."""
+    """Iterated local search from the local optimum ``cells`` until ``deadline`` or ``steps``
+    exchange tables (NOTE [ Work instead of seconds ]): replace ``r`` random cells by random
+    candidates, :func:`descend`, keep the result when it pads less (``r`` back to 1) or try one
+    more cell next time (NOTE [ Shakes ]). Returns the best cells and the number of shakes."""
     rng = np.random.default_rng(seed)
     top = grid.point.max(axis=0)
     cover_all = int(grid.cand_of_flat[np.ravel_multi_index(tuple(top), grid.shape)])
@@ -286,14 +383,20 @@ def iterate(
     began = time.perf_counter()
     exchanges(grid, best, big)  # one step's cost, before the first shake is started
     value, r, shakes, cost, last = total(grid, size), 1, 0, time.perf_counter() - began, 0
-    while time.perf_counter() + _MARGIN * cost < deadline and shakes - last < patience * k:
+    used = 0
+    while (
+        used < steps
+        and time.perf_counter() + _MARGIN * cost < deadline
+        and shakes - last < patience * k
+    ):
         shakes += 1
         trial = best.copy()
         which = rng.choice(trial.size, size=min(r, trial.size), replace=False)
         trial[which] = rng.integers(0, grid.cand.shape[0], size=which.size)
         if not np.isfinite(grid.assign(trial)[1]).all():
             trial[which[0]] = cover_all  # every sample stays covered
-        trial, cost = descend(grid, np.unique(trial), k, deadline, cost)
+        trial, cost, spent, _ = descend(grid, np.unique(trial), k, deadline, cost, steps - used)
+        used += spent
         _, size = grid.assign(trial)
         if np.isfinite(size).all() and total(grid, size) < value * (1 - 1e-12) - 1e-9:
             best, value, r, last = trial, total(grid, size), 1, shakes
