@@ -750,6 +750,29 @@ def test_short_path_equals_the_general_path(side, last_batch, monkeypatch):
         collate([torch.arange(12), torch.ones(9, 2), torch.arange(9)])
 
 
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("rows", [3, 17])
+def test_short_path_on_long_rows(side, rows, monkeypatch):
+    """NOTE [ The short path ] past the mask table: windows of the pattern (3 rows), the
+    run-length mask and a numpy-allocated output (17 rows) equal the general path; a batch that
+    requires grad (no ``torch.cat(out=)``) goes on to the full path."""
+    from bucketloader.collate.collator import PadCollator
+
+    lengths = np.array([2100, 2300, 2500] * 12)
+    sampler = BucketSampler(lengths, num_buckets=1, batch_size=rows, last_batch="pad")
+    taken = []
+    short = PadCollator._short_path
+    monkeypatch.setattr(PadCollator, "_short_path", lambda *a: taken.append(short(*a)) or taken[-1])
+    lean = sampler.collator(pad_value=-1, side=side)
+    general = sampler.collator(pad_value=-1, side=side)
+    general._bare_default = False
+    for grad in (False, False, True):
+        for idx in sampler:
+            xs = [torch.full((int(lengths[i]),), float(i), requires_grad=grad) for i in idx]
+            _assert_same(lean, general, xs)
+    assert sum(t is not None for t in taken) >= len(lengths) // rows
+
+
 @pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64])
 def test_numpy_unsigned_samples_keep_their_dtype_and_values(dtype):
     """Review s5-rev3: numpy uint16/32/64 samples (token memmaps) collate in their own dtype, no

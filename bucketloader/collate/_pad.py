@@ -359,8 +359,9 @@ def _promote(
 
 
 def fill_pad(out: torch.Tensor, value: Any) -> None:
-    """Fill in numpy where it can: one thread, no OpenMP start-up for small batches."""
-    if out.dtype in _NUMPY_DTYPES:
+    """Fill in numpy where it can: one thread, no OpenMP start-up for small batches (torch for
+    a batch of samples that require grad, which ``Tensor.numpy`` refuses)."""
+    if out.dtype in _NUMPY_DTYPES and not out.requires_grad:
         out.numpy().fill(value)
     else:
         out.fill_(value)

@@ -179,6 +179,7 @@ class PadCollator:
         self._pad_rows = self.shape_table.last_batch == "pad"
         self._bare_pad: tuple[Any] | None = None
         self._shapes = frozenset(tuple(int(x) for x in s) for s in self.shape_table.shapes)
+        self._rows = frozenset(s[0] for s in self._shapes)  # the planned batch sizes
         self._specs_cache: dict[Any, list[cf.Spec]] = {}
         self._memo: dict[Any, tuple[int, ...]] = {}
         self._pad_cache: dict[Any, Any] = {}
@@ -278,6 +279,13 @@ class PadCollator:
     def __call__(self, samples: Any) -> dict[Any, Any]:
         """Collate ``samples`` (a list of samples) into a dict of padded tensors."""
         if type(samples) is list and self._bare_default and samples:  # a plain list: no plan
+            first = samples[0]
+            if (  # NOTE [ The short path ]: full batches only (no all-padding rows)
+                type(first) is torch.Tensor and first.ndim == 1 and len(samples) in self._rows
+            ):
+                lean = self._short_path(samples, first)
+                if lean is not None:
+                    return lean
             lean = self._collate_bare(samples)
             if lean is not None:
                 return lean
@@ -411,11 +419,7 @@ class PadCollator:
         n = len(samples)
         first = samples[0]
         kind = type(first)
-        if kind is torch.Tensor and n * first.nbytes < _SHORT_MAX_BYTES:  # NOTE [ The short path ]
-            short = self._short_path(samples, n, first)
-            if short is not None:
-                return short
-        elif kind is not torch.Tensor and kind is not np.ndarray:
+        if kind is not torch.Tensor and kind is not np.ndarray:
             return None
         rest: tuple[int, ...] = ()  # the fixed trailing dims of (T, F, ...) samples
         try:  # one dtype object for the batch also means one kind (numpy's dtypes are not torch's)
@@ -503,23 +507,28 @@ class PadCollator:
             "sample_mask": torch.from_numpy(real),
         }
 
-    def _short_path(self, samples: Any, n: int, first: torch.Tensor) -> dict[Any, Any] | None:
+    def _short_path(self, samples: list[Any], first: torch.Tensor) -> dict[Any, Any] | None:
         """:meth:`_collate_bare` for the commonest batch, or ``None`` for any other (the full
         lean path then takes it, from the start).
 
         NOTE [ The short path ]
-        1-D tensors of one dtype, whose longest and shortest lengths both have a memoised cell,
-        as many as the cell's rows (no all-padding rows), none empty, into an output small
-        enough for ``torch.cat`` to allocate, with a mask table: token batches of 8-32 rows,
-        where ``pad_sequence`` takes 13-16 us and every branch and call of the full path shows
-        (this path is about 1 us shorter). Only memoised cells that are planned shapes are
-        taken here, so the batch's shape needs no other check.
+        1-D CPU tensors of one dtype, whose longest and shortest lengths both have a memoised
+        cell, as many as the cell's rows (no all-padding rows), none empty: token batches of
+        8-32 rows, where ``pad_sequence`` takes 12-16 us at 8 rows and every branch and call of
+        the full path shows, and full audio batches, where the full path's steps cost 3-5 us
+        more against the same two big writes (the samples and the mask). ``__call__`` tries it
+        first, for a planned row count only (a partial batch does not pay for it). Only
+        memoised cells that are planned shapes are taken here, so the batch's shape needs no
+        other check. The output and the mask are written as the full path writes them:
+        NOTE [ Where a large batch is written ], and a table take, windows of a pattern or the
+        run-length mask.
         """
-        try:  # numel: the length of a 1-D sample (checked below, before any use)
+        n = len(samples)
+        try:  # numel: the length of a 1-D sample (the concatenate refuses any other sample)
             sizes = list(map(torch.Tensor.numel, samples))
         except TypeError:  # a sample that is no tensor: the general path words it
             return None
-        if first.device.type != "cpu":  # (full rows of CUDA samples would cat on the device)
+        if not first.is_cpu:  # (full rows of CUDA samples would cat on the device)
             return None
         hi, lo = max(sizes), min(sizes)
         shape = self._cells.get(hi)
@@ -527,9 +536,9 @@ class PadCollator:
             return None
         size = shape[1]
         entry = self._lean_cache.get((torch.Tensor, size, first.dtype))
-        if entry is None or n >= entry[3] or n > _TRUE.size or entry[2].ndim != 2:
+        if entry is None or n > _TRUE.size:
             return None
-        if len(set(map(_DTYPE, samples))) != 1 or set(map(_NDIM, samples)) != _ONE_D:
+        if list(map(_DTYPE, samples)).count(first.dtype) != n:  # (cat would promote them)
             return None
         try:  # the pad pieces (interleaved_pieces, inlined); None for a full row
             pads = list(map(entry[1].__getitem__, sizes))
@@ -542,12 +551,24 @@ class PadCollator:
             pieces[0::2], pieces[1::2] = pads, samples
         if hi == size:  # no empty piece in torch.cat (several times slower)
             pieces = [p for p in pieces if p is not None]
-        lens = np.array(sizes, dtype=np.int64)
         try:
-            inputs = torch.cat(pieces).view(n, size)
-        except (RuntimeError, TypeError, ValueError):  # e.g. CUDA samples: the full path
-            return None
-        tmask = torch.from_numpy(entry[2].take(lens, axis=0))
+            if n < entry[3]:
+                inputs = torch.cat(pieces).view(n, size)
+            else:  # NOTE [ Where a large batch is written ]
+                inputs = torch.from_numpy(np.empty((n, size), entry[5]))
+                torch.cat(pieces, out=inputs.view(-1))
+        except (RuntimeError, TypeError, ValueError):  # a sample of other dims, autograd and
+            return None  # out=: the full path takes the batch (and words any error)
+        lens = np.array(sizes, dtype=np.int64)
+        table = entry[2]
+        if table.ndim == 2:  # the mask table: one take
+            mask = table.take(lens, axis=0)
+        elif n <= _MASK_ROWS_MAX:  # long rows, few: windows of the pattern
+            mask = np.concatenate(_pattern_rows(table, entry[4], sizes, size, self.side))
+            mask = mask.reshape(n, size)
+        else:  # long rows, many: the run-length mask
+            mask = sequence_mask(lens, size, n, self.side)
+        tmask = torch.from_numpy(mask)
         return {
             BARE_KEY: inputs,
             "lengths": torch.from_numpy(lens),
@@ -722,9 +743,6 @@ def _pattern_rows(
 #: Row lengths up to which :meth:`PadCollator._collate_bare` keeps a table of mask rows (4 MiB).
 _MASK_TABLE_MAX = 2047
 _DTYPE = operator.attrgetter("dtype")
-#: Batches whose first sample times their rows is at least this many bytes skip NOTE [ The short
-#: path ] (their output is about as large as ``NUMPY_MIN_BYTES``, from which it is not taken).
-_SHORT_MAX_BYTES = NUMPY_MIN_BYTES // 2
 
 
 _HINT = (
