@@ -442,7 +442,7 @@ def pad_field(
             flat_np = np.concatenate(parts, axis=0)
         else:
             flat = torch.cat([v if d == 0 else v.movedim(d, 0) for v in values], dim=0)
-            if not (dtype in _NUMPY_DTYPES and flat.dtype == dtype):
+            if not (dtype in _NUMPY_DTYPES and flat.dtype == dtype) or flat.requires_grad:
                 view = out if d == 0 else out.movedim(1 + d, 1)
                 view[torch.from_numpy(mask)] = flat.to(dtype)
                 return out
@@ -504,8 +504,8 @@ def pad_1d(
             out.numpy()[mask] = np.concatenate(values)
             return out
         flat = torch.cat(list(values))
-        if dtype in _NUMPY_DTYPES:
-            out.numpy()[mask] = flat.detach().numpy()
+        if dtype in _NUMPY_DTYPES and not flat.requires_grad:  # (torch keeps the graph)
+            out.numpy()[mask] = flat.numpy()
         else:
             out[torch.from_numpy(mask)] = flat
         return out

@@ -554,6 +554,8 @@ class PadCollator:
         try:
             if n < entry[3]:
                 inputs = torch.cat(pieces).view(n, size)
+            elif first.requires_grad:  # (autograd refuses out=: the full path, tried once)
+                return None
             else:  # NOTE [ Where a large batch is written ]
                 inputs = torch.from_numpy(np.empty((n, size), entry[5]))
                 torch.cat(pieces, out=inputs.view(-1))
