@@ -539,7 +539,12 @@ def test_work_limit_plans_the_same_cells_at_any_time_limit():
     assert a.cells.tolist() == b.cells.tolist() and a.objective == b.objective
     assert a.objective < seed.objective and a.params["work_limit"] == 8  # 28,460 < 28,565
     assert a.lower_bound <= a.objective and b.lower_bound <= b.objective
-    assert solve_joint(pairs, 8, time_limit=0.05).params["work_limit"] is None
+    assert "work_limit" not in solve_joint(pairs, 8, time_limit=0.05).params  # (old keys read)
+    assert Joint(work_limit=np.int64(5)).work_limit.__class__ is int
+    with pytest.raises(TypeError):
+        Joint(5.0, 0.001, True, "highs", 7)  # keyword-only
+    with pytest.raises(ValueError, match="work_limit must be"):
+        Joint(work_limit=10**30)
     with pytest.raises(ValueError, match="work_limit must be an int >= 0"):
         Joint(work_limit=-1)
     with pytest.raises(TypeError, match=r"work_limit=1\.5"):

@@ -52,7 +52,7 @@ import math
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -224,7 +224,7 @@ def _search_and_bound(
     const = float((grid.weight * grid.point_size).sum())
     t0 = time.perf_counter()
     budget = deadline - t0
-    work = params["work_limit"]  # no clock decides the cells (NOTE [ Work instead of seconds ])
+    work = params.get("work_limit")  # no clock decides the cells (NOTE [ Work instead of seconds ])
     # the limit's shares of the greedy start's swaps, the lattice start's and the descents
     soon, later, last = [math.inf if work is not None else t0 + s * budget for s in SEARCH]
     starts = [greedy(grid, k)]
@@ -409,15 +409,16 @@ class Joint:
     tolerance: float = 0.001
     exact: bool = True
     solver: str = "highs"
-    work_limit: int | None = None
+    work_limit: int | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         check_float("time_limit", self.time_limit, minimum=1e-3, maximum=1e6)
         check_float("tolerance", self.tolerance, minimum=0.0, maximum=1.0)
         check_bool("exact", self.exact)
         check_choice("solver", self.solver, SOLVERS)
-        if self.work_limit is not None:
-            check_int("work_limit", self.work_limit, minimum=0)
+        if self.work_limit is not None:  # (a Python int: numpy's would stay in the field)
+            limit = check_int("work_limit", self.work_limit, minimum=0, maximum=10**9)
+            object.__setattr__(self, "work_limit", int(limit))
 
     def params(self, max_shapes: int, size: str) -> dict[str, Any]:
         """Every parameter that determines a joint solution, checked, in canonical form (the
@@ -431,7 +432,7 @@ class Joint:
             >>> Joint(time_limit=2).params(4, "prod")["time_limit"]
             2.0
         """
-        return {
+        params = {
             "exact": bool(self.exact),
             "format": JOINT_FORMAT,
             "max_shapes": check_int("max_shapes", max_shapes, minimum=1),
@@ -439,8 +440,10 @@ class Joint:
             "solver": self.solver,
             "time_limit": float(self.time_limit),
             "tolerance": float(self.tolerance),
-            "work_limit": None if self.work_limit is None else int(self.work_limit),
         }
+        if self.work_limit is not None:  # (absent by default: the keys written before it
+            params["work_limit"] = int(self.work_limit)  # existed are still read)
+        return params
 
     def solve(
         self, lengths: Any, max_shapes: int, *, size: str = "sum", cache: Any = None

@@ -277,6 +277,7 @@ def improve(grid: Grid, cells: np.ndarray, k: int, deadline: float) -> tuple[np.
     Each cell in turn gets its best exchange (NOTE [ Greedy, swap, Lloyd ]), read from one
     :func:`_saves` table that serves every try until a swap is kept (NOTE [ One table per kept
     swap ]). Returns ``(cells, converged)``; ``converged`` is False when the deadline stopped it.
+    ``cells`` must cover every sample (a start that leaves one uncovered is not repaired here).
     """
     cells, _, best, big = _start(grid, cells, k)
     changed, cost, table, table_cost = True, 0.0, None, 0.0
