@@ -400,6 +400,12 @@ def test_argument_errors(small):
         PadCollator(table)([])
     with pytest.raises(ValueError, match="pad value -1 for field 'inputs' does not fit"):
         PadCollator(table, pad_value=-1)([np.ones(2, dtype=np.uint8)])
+    big = 2**62 + 1  # (exact: no float in between)
+    assert (
+        PadCollator(table, pad_value=big)([torch.ones(2, dtype=torch.int64)])["inputs"][0, 3] == big
+    )
+    with pytest.raises(ValueError, match="does not fit"):
+        PadCollator(table, pad_value=2**63)([torch.ones(2, dtype=torch.int64)])
     joint = BucketSampler(np.array([[2, 3], [4, 5]]), num_buckets=1, batch_size=2)
     with pytest.raises(ValueError, match=r"fields=Field\(dims=\(-2, -1\)\)"):
         joint.collator()([torch.ones(3, 2), torch.ones(5, 4)])

@@ -256,6 +256,9 @@ def fits(value: Any, dtype: torch.dtype) -> bool:
         return value in (0, 1)
     if dtype.is_complex:
         return True
+    if not dtype.is_floating_point and isinstance(value, int | np.integer):
+        info = torch.iinfo(dtype)  # (exact past 2**53: no float in between)
+        return info.min <= int(value) <= info.max
     f = float(value)
     if dtype.is_floating_point:
         return not math.isfinite(f) or abs(f) <= torch.finfo(dtype).max
