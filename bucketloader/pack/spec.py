@@ -37,9 +37,9 @@ same way.
   costs no pass of its own, and it counts faster than ``np.bincount`` (0.54 ns a document
   from cache against 0.9; 0.65 into an ``int64`` table). Each chunk's copy follows its count
   (from cache), or, above ``_STREAM_FROM`` bytes of lengths, goes first: numpy's copy
-  streams the chunk from memory faster than the count's scalar loop does. Any exception in
-  that pass (the bounds check's, or one from a torch mode that refuses the op) sends the array
-  to the numpy pass below, which tells a bad length from a good one.
+  streams the chunk from memory faster than the count's scalar loop does. When a chunk raises,
+  its own min and max tell a bad length (the slow path) from anything else (a torch mode that
+  refuses the op), which sends the array to the numpy pass below.
 - Any other integer array (other types, byte orders, strides, read-only, small): each chunk of
   ``_CHUNK``'s max first (above the longest row length: the slow path, before ``bincount``
   could size a table by it; a signed array is read as its unsigned type there, so a negative
@@ -593,8 +593,8 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
         if arr.size >= _SCATTER_FROM and plain and arr.strides[0] == arr.itemsize:
             try:
                 return _scattered(arr, limit)
-            except Exception:  # a bad length (torch's bounds check), or a torch mode that
-                pass  # refuses the op: either way the numpy pass below decides
+            except Exception:  # a torch mode that refuses the op (or a chunk torch refused
+                pass  # with no bad length in it): the numpy pass below decides
         # counted as it is: np.bincount refuses a negative length
         seen, direct, check, bound = arr, True, True, limit
     else:  # counted from the narrow copy; the check reads a signed type as the unsigned
@@ -622,13 +622,13 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
     return counts, out
 
 
-def _scattered(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
+def _scattered(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
     """:func:`_count` of a contiguous, writable ``int64`` array, by ``torch``'s
     ``scatter_add_`` into a table of ``limit + 1`` counts: it checks every index against the
     table, so a negative length or one above ``limit`` raises (``None``) before any table is
-    sized by it, and it needs no max pass (NOTE [ One pass over the lengths ]). Any exception
-    (that one, or a torch mode refusing the op) sends :func:`_count` to its numpy pass, which
-    tells a bad length from a good one."""
+    sized by it, and it needs no max pass (NOTE [ One pass over the lengths ]): ``None`` when
+    the chunk that raised holds a bad length; any other exception (a torch mode refusing the
+    op) sends :func:`_count` to its numpy pass."""
     import torch
 
     # (int32 counts: a fifth faster; numpy's table and ones: no fill on torch's threads)
@@ -641,7 +641,13 @@ def _scattered(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray]:
     for a, chunk in zip(range(0, arr.size, step), chunks, strict=True):
         if stream:
             out[a : a + step] = arr[a : a + step]
-        table.scatter_add_(0, chunk, ones)  # (raises on an index out of the table)
+        try:
+            table.scatter_add_(0, chunk, ones)  # (raises on an index out of the table)
+        except RuntimeError:  # a bad length in this chunk: None (no second pass over the
+            part = arr[a : a + step]  # chunks before it); else a torch mode refused the op
+            if part.min() < 0 or part.max() > limit:
+                return None
+            raise
         if not stream:
             out[a : a + step] = arr[a : a + step]  # (from cache)
     out.setflags(write=False)
