@@ -169,8 +169,8 @@ def _open(
         present = [c for c in columns if c in source.schema.names]
         if len(files) > 1 and nulls == "raise" and present:  # the schema is the first file's
             # (NOTE [ A file without the column ] in bucketloader.engines._common)
-            schemas = {f.path: f.physical_schema.names for f in source.get_fragments()}
-            found = missing_column(schemas.items(), present)
+            footers = ((f.path, f.physical_schema.names) for f in source.get_fragments())
+            found = missing_column(footers, present)  # (read until a file decides)
             if found is not None:
                 raise ValueError(found)
     if isinstance(source, pads.Dataset):
