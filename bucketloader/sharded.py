@@ -163,9 +163,10 @@ class ShardedSampler(EpochSampler):
             the whole data set. Required by ``exchange=True``.
         gather: with ``exchange=True``, how a rank learns the other ranks' given rows: a
             callable taking this rank's payload (a dict) and returning every rank's, in rank
-            order, like ``torch.distributed.all_gather_object``. It is called twice, both
-            times in the constructor (the given rows, then each rank's rows listed twice, so
-            every rank raises alike); planning calls it no more. Default: that collective over
+            order, like ``torch.distributed.all_gather_object``. It is called twice (once
+            under ``last_batch="fill"``), both times in the constructor (the given rows, then
+            each rank's rows listed twice, so every rank raises alike); planning calls it no
+            more. Default: that collective over
             the initialised process group. Ranks simulated in one process pass one shared
             :class:`LocalExchange` (or a function returning what it returns): called once.
         **options: ``num_buckets`` (default 8) and ``strategy`` (default ``"optimal"``), or
@@ -300,7 +301,8 @@ class ShardedSampler(EpochSampler):
             if isinstance(self._received, LocalExchange):  # ranks simulated in one process
                 # (the board itself, or a function wrapping it): the board holds every rank's
                 # kept rows for the agreed check at the first plan (_rows), once all are built
-                self._received._hold(self.rank, self._kept)
+                if not self.fill:  # (fill repeats rows on purpose: no such check)
+                    self._received._hold(self.rank, self._kept)
             else:  # a collective (torch's or a gather= hook): both calls now, in the
                 # constructor on every rank, so a rank that later plans alone never waits
                 self._rows(_gather_rows if gather is None else gather)
