@@ -97,11 +97,12 @@ Without the counts it is the analogue of L1; with one row length it is ``L1 * L`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
 import operator
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -110,16 +111,20 @@ import numpy as np
 #: Bumped whenever the solver could return other patterns for the same input (it is part of a
 #: spec's digest, so a resume across such a change fails loudly). 3: the search only from
 #: ``_DOCS_PER_SIZE`` documents per distinct size. 4: with several row lengths the search is
-#: decided against :func:`capacity_bound` (one row length: the plans of 3, see
-#: :func:`solver_version`).
-SOLVER_VERSION = 4
+#: decided against :func:`capacity_bound`. 5: the search starts by repacking best-fit
+#: decreasing's rows with room (NOTE [ Repacking the rows with room ]). A plan that no search
+#: touched keeps the version it had (see :func:`solver_version`).
+SOLVER_VERSION = 5
 
 
-def solver_version(row_lengths: tuple[int, ...]) -> int:
+def solver_version(row_lengths: tuple[int, ...], searched: bool = False) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
-    changed only plans with several row lengths, so one row length keeps 3 (and its digests,
-    so the states saved before still load)."""
-    return SOLVER_VERSION if len(row_lengths) > 1 else 3
+    changed only plans with several row lengths and version 5 only plans a search made
+    (``searched``), so the others keep 3 or 4 (and their digests, so the states saved before
+    still load)."""
+    if searched:
+        return SOLVER_VERSION
+    return 4 if len(row_lengths) > 1 else 3
 
 
 #: When the Minimum-Bin-Slack search runs (NOTE [ Planning at the speed of best-fit decreasing ]).
@@ -133,6 +138,8 @@ _TOLERANCE = 200
 #: MBS runs only when best-fit decreasing leaves more than 1/_CLOSE_ENOUGH of its rows above
 #: the L2 bound (NOTE [ Two solvers, the tighter plan ]).
 _CLOSE_ENOUGH = 1000
+_GREEDY_ROOM = 1 << 40
+_MULTI = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,6 +153,7 @@ class Patterns:
         offsets: pattern ``p``'s items are ``items[offsets[p]:offsets[p + 1]]`` ``(P + 1,)``.
         items: size index (into ``sizes``) of each item entry, largest size first in a pattern.
         mult: how many documents of that size the pattern holds.
+        searched: whether a search ran (:func:`solve`), which :func:`solver_version` tells.
     """
 
     sizes: np.ndarray
@@ -154,6 +162,7 @@ class Patterns:
     offsets: np.ndarray
     items: np.ndarray
     mult: np.ndarray
+    searched: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -175,9 +184,10 @@ class Patterns:
 def solve(
     sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...], search: str = "auto"
 ) -> Patterns:
-    """Pack a histogram into rows: the tighter of best-fit decreasing and Minimum Bin Slack
-    (NOTE [ Two solvers, the tighter plan ]); ``search`` says when the search runs (one of
-    :data:`SEARCH`, NOTE [ Planning at the speed of best-fit decreasing ]).
+    """Pack a histogram into rows: the tightest of best-fit decreasing, its rows with room
+    repacked, and Minimum Bin Slack (NOTE [ Two solvers, the tighter plan ]); ``search`` says
+    when the searches run (one of :data:`SEARCH`, NOTE [ Planning at the speed of best-fit
+    decreasing ]).
 
     Example:
         >>> p = solve(np.array([5, 3, 2]), np.array([2, 2, 2]), (8,))
@@ -189,24 +199,30 @@ def solve(
         return fit
     # NOTE on planning speed: "always" searches whatever the documents per distinct size
     few = search == "auto" and int(np.sum(counts)) < _DOCS_PER_SIZE * len(sizes)
+    tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
+    padded = _padded(fit, row_lengths)
+    # the bounds on row tokens (NOTE [ Lower bounds ]); with one row length L1 needs no pass
     if len(row_lengths) == 1:
-        row = row_lengths[0]
-        l1, l2 = lower_bound(sizes, counts, row)
-        if fit.num_rows - l2 <= fit.num_rows // _CLOSE_ENOUGH:
-            return fit  # at the bound (or within 0.1% of it): not worth an MBS search
-        tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
-        if few and (fit.num_rows - l1) * row <= tokens // _TOLERANCE:
-            return fit  # padding within 0.5 points of the bound's: not worth the search's time
-    else:  # the same two tests on row tokens (NOTE [ Lower bounds ], several row lengths)
+        c1 = -(-tokens // row_lengths[0]) * row_lengths[0]
+        c2 = None
+    else:
         c1, c2 = capacity_bound(sizes, counts, row_lengths)
-        padded = _padded(fit, row_lengths)
-        if padded - c2 <= padded // _CLOSE_ENOUGH:
-            return fit
-        tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
-        if few and padded - c1 <= tokens // _TOLERANCE:
-            return fit
+    if few and padded - c1 <= tokens // _TOLERANCE:
+        return fit  # padding within 0.5 points of the bound's: not worth the search's time
+    if c2 is None:
+        c2 = lower_bound(sizes, counts, row_lengths[0])[1] * row_lengths[0]
+    if padded - c2 <= padded // _CLOSE_ENOUGH:
+        return fit  # at the bound (or within 0.1% of it): not worth a search
+    best = repack(fit, row_lengths)  # (NOTE [ Repacking the rows with room ])
+    least = _padded(best, row_lengths)
+    if least >= padded:
+        best, least = dataclasses.replace(fit, searched=True), padded
+    if least - c2 <= least // _CLOSE_ENOUGH or (few and least - c1 <= tokens // _TOLERANCE):
+        return best
     slack = min_bin_slack(sizes, counts, row_lengths)
-    return slack if _padded(slack, row_lengths) < _padded(fit, row_lengths) else fit
+    if _padded(slack, row_lengths) < least:
+        return dataclasses.replace(slack, searched=True)
+    return best
 
 
 def _padded(p: Patterns, row_lengths: tuple[int, ...]) -> int:
@@ -327,6 +343,193 @@ def _patterns(sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int
         items=items,
         mult=mults,
     )
+
+
+def repack(fit: Patterns, row_lengths: tuple[int, ...]) -> Patterns:
+    """The rows of ``fit`` with room left packed again by Minimum Bin Slack with quick fills,
+    its full rows kept (NOTE [ Repacking the rows with room ]); ``fit`` when every row is full.
+
+    Example:
+        >>> fit = best_fit(np.array([3, 2]), np.array([2, 4]), (7,))  # 3 3 | 2 2 2 | 2
+        >>> p = repack(fit, (7,))  # twice 3 2 2
+        >>> fit.num_rows, p.num_rows, p.fill.tolist(), p.reps.tolist()
+        (3, 2, [7], [2])
+    """
+    lens = np.asarray(row_lengths, dtype=np.int64)
+    full = lens[fit.kind] == fit.fill
+    if full.all():
+        return fit
+    owner = np.repeat(np.arange(fit.reps.size), np.diff(fit.offsets))
+    kept = full[owner]
+    pool = np.bincount(
+        fit.items[~kept], (fit.mult * fit.reps[owner])[~kept], minlength=fit.sizes.size
+    ).astype(np.int64)
+    at = pool.nonzero()[0]
+    vals = fit.sizes[at].tolist()
+    kinds, reps, items, mults, ends = _quick_slack(vals, pool[at].tolist(), lens.tolist())
+    index = dict(zip(vals, at.tolist(), strict=True))  # a size's index in fit.sizes
+    width = np.diff(fit.offsets)[full]
+    offsets = np.zeros(width.size + len(ends) + 1, dtype=np.int64)
+    np.cumsum(width, out=offsets[1 : width.size + 1])
+    offsets[width.size + 1 :] = offsets[width.size] + np.asarray(ends, dtype=np.int64)
+    return Patterns(
+        sizes=fit.sizes,
+        kind=np.concatenate([fit.kind[full], np.asarray(kinds, dtype=np.int64)]),
+        reps=np.concatenate([fit.reps[full], np.asarray(reps, dtype=np.int64)]),
+        offsets=offsets,
+        items=np.concatenate(
+            [fit.items[kept], np.fromiter(map(index.__getitem__, items), np.int64, len(items))]
+        ),
+        mult=np.concatenate([fit.mult[kept], np.asarray(mults, dtype=np.int64)]),
+        searched=True,
+    )
+
+
+def _quick_slack(
+    vals: list[int], counts: list[int], lens: list[int]
+) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """Minimum Bin Slack with quick fills (NOTE [ Repacking the rows with room ]) over the
+    histogram ``vals`` (distinct sizes) and ``counts`` (documents of each, >= 1), in rows of
+    ``lens`` (increasing). Returns ``(kinds, reps, items, mults, ends)``: pattern ``p`` is
+    ``reps[p]`` rows of ``lens[kinds[p]]`` holding ``mults[j]`` documents of size
+    ``items[j]`` for ``j`` in ``ends[p - 1]:ends[p]`` (``ends[-1]`` = 0), largest first."""
+    top = lens[-1]
+    left = dict(zip(vals, counts, strict=True))  # documents left per size (sizes with some)
+    sizes = sorted(left)  # (increasing)
+    # bit s of `have` and bit top - s of `mirror` are set while size s has documents left:
+    # the sizes whose partner r - s has some too are the bits of have & (mirror >> (top - r))
+    bits = np.zeros(top + 1, dtype=np.uint8)
+    bits[sizes] = 1
+    have = int.from_bytes(np.packbits(bits, bitorder="little").tobytes(), "little")
+    mirror = int.from_bytes(np.packbits(bits[::-1], bitorder="little").tobytes(), "little")
+    kinds: list[int] = []
+    reps: list[int] = []
+    items: list[int] = []
+    mults: list[int] = []
+    ends: list[int] = []
+    while sizes:
+        big = sizes[-1]  # the largest document left opens the row
+        kind = bisect_left(lens, big)
+        cap = lens[kind] - big
+        row = {big: 1}
+        n = left[big] - 1
+        if n:
+            left[big] = n
+        else:
+            del left[big]
+            sizes.pop()
+            have ^= 1 << big
+            mirror ^= 1 << top - big
+        room = cap
+        if sizes and room > _GREEDY_ROOM * sizes[-1]:
+            room = -room  # (many documents to a row: the closest fill at once)
+        while room > 0 and sizes:  # the quick fill: exactly one or two documents, else the
+            if room in left:  # largest that leaves a room the smallest one fits
+                pick: tuple[int, ...] = (room,)
+            else:
+                pick = ()
+                least = sizes[0]
+                if 2 * least <= room <= 2 * sizes[-1]:
+                    pairs = have & (mirror >> top - room)
+                    if pairs:
+                        j = (pairs & -pairs).bit_length() - 1
+                        if 2 * j != room or left[j] > 1:
+                            pick = (j, room - j)
+                if not pick:
+                    i = bisect_right(sizes, room - least) - 1
+                    if i < 0:
+                        break
+                    s = sizes[i]
+                    if _MULTI:
+                        k = min(left[s], (room - least) // s)
+                        pick = (s,) * k
+                    else:
+                        pick = (s,)
+            for s in pick:
+                row[s] = row.get(s, 0) + 1
+                room -= s
+                n = left[s] - 1
+                if n:
+                    left[s] = n
+                else:
+                    del left[s]
+                    del sizes[bisect_left(sizes, s)]
+                    have ^= 1 << s
+                    mirror ^= 1 << top - s
+        if room:  # no quick fill: back into the pool, and the closest fill (as MBS)
+            for s, k in row.items():
+                k -= s == big
+                if k:
+                    n = left.get(s, 0)
+                    if not n:
+                        insort(sizes, s)
+                        have |= 1 << s
+                        mirror |= 1 << top - s
+                    left[s] = n + k
+            row = {big: 1}
+            for s, k in _closest(left, sizes, cap):
+                row[s] = row.get(s, 0) + k
+                n = left[s] - k
+                if n:
+                    left[s] = n
+                else:
+                    del left[s]
+                    del sizes[bisect_left(sizes, s)]
+                    have ^= 1 << s
+                    mirror ^= 1 << top - s
+        more = min(left.get(s, 0) // k for s, k in row.items())  # the same rows again
+        if more:
+            for s, k in row.items():
+                n = left[s] - more * k
+                if n:
+                    left[s] = n
+                else:
+                    del left[s]
+                    del sizes[bisect_left(sizes, s)]
+                    have ^= 1 << s
+                    mirror ^= 1 << top - s
+        kinds.append(kind)
+        reps.append(more + 1)
+        for s in sorted(row, reverse=True):
+            items.append(s)
+            mults.append(row[s])
+        ends.append(len(items))
+    return kinds, reps, items, mults, ends
+
+
+def _closest(left: dict[int, int], sizes: list[int], cap: int) -> list[tuple[int, int]]:
+    """The closest fill ``<= cap`` from ``left`` documents per size (``sizes``: those sizes,
+    increasing), as :func:`_fill` finds it: ``[(size, documents), ...]``."""
+    mask = (1 << cap + 1) - 1
+    reach = 1
+    snaps: list[int] = []
+    chunks: list[tuple[int, int]] = []
+    for i in range(bisect_right(sizes, cap) - 1, -1, -1):
+        s = sizes[i]
+        m = min(left[s], cap // s)
+        k = 1
+        while m:  # binary chunks 1, 2, 4, ... (the last one the remainder)
+            if k > m:
+                k = m
+            snaps.append(reach)
+            chunks.append((s, k))
+            reach = (reach | reach << s * k) & mask
+            if reach >> cap:
+                break
+            m -= k
+            k <<= 1
+        if reach >> cap:
+            break
+    c = reach.bit_length() - 1
+    out = []
+    for j in range(len(snaps) - 1, -1, -1):
+        if not c:
+            break
+        if not snaps[j] >> c & 1:
+            s, k = chunks[j]
+            out.append((s, k))
+            c -= s * k
+    return out
 
 
 def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:
