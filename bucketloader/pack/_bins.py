@@ -103,6 +103,7 @@ import itertools
 import math
 import operator
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -138,8 +139,6 @@ _TOLERANCE = 200
 #: MBS runs only when best-fit decreasing leaves more than 1/_CLOSE_ENOUGH of its rows above
 #: the L2 bound (NOTE [ Two solvers, the tighter plan ]).
 _CLOSE_ENOUGH = 1000
-_GREEDY_ROOM = 1 << 40
-_MULTI = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -213,11 +212,15 @@ def solve(
         c2 = lower_bound(sizes, counts, row_lengths[0])[1] * row_lengths[0]
     if padded - c2 <= padded // _CLOSE_ENOUGH:
         return fit  # at the bound (or within 0.1% of it): not worth a search
-    best = repack(fit, row_lengths)  # (NOTE [ Repacking the rows with room ])
+
+    def enough(rows: int) -> bool:  # (in row tokens) the search can stop
+        return rows - c2 <= rows // _CLOSE_ENOUGH or (few and rows - c1 <= tokens // _TOLERANCE)
+
+    best = repack(fit, row_lengths, c2, enough)  # (NOTE [ Repacking the rows with room ])
     least = _padded(best, row_lengths)
     if least >= padded:
         best, least = dataclasses.replace(fit, searched=True), padded
-    if least - c2 <= least // _CLOSE_ENOUGH or (few and least - c1 <= tokens // _TOLERANCE):
+    if enough(least):
         return best
     slack = min_bin_slack(sizes, counts, row_lengths)
     if _padded(slack, row_lengths) < least:
@@ -345,9 +348,17 @@ def _patterns(sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int
     )
 
 
-def repack(fit: Patterns, row_lengths: tuple[int, ...]) -> Patterns:
-    """The rows of ``fit`` with room left packed again by Minimum Bin Slack with quick fills,
-    its full rows kept (NOTE [ Repacking the rows with room ]); ``fit`` when every row is full.
+def repack(
+    fit: Patterns,
+    row_lengths: tuple[int, ...],
+    least: int | None = None,
+    enough: Callable[[int], bool] | None = None,
+) -> Patterns:
+    """Some of ``fit``'s rows with room left packed again by Minimum Bin Slack with quick fills,
+    the other rows kept (NOTE [ Repacking the rows with room ]): the rows with the most room,
+    as many as hold the room to free to reach ``least`` row tokens (a lower bound; all of them
+    without), and twice that room while ``enough(row tokens)`` is false; ``fit`` when every
+    row is full.
 
     Example:
         >>> fit = best_fit(np.array([3, 2]), np.array([2, 4]), (7,))  # 3 3 | 2 2 2 | 2
@@ -356,26 +367,43 @@ def repack(fit: Patterns, row_lengths: tuple[int, ...]) -> Patterns:
         (3, 2, [7], [2])
     """
     lens = np.asarray(row_lengths, dtype=np.int64)
-    full = lens[fit.kind] == fit.fill
-    if full.all():
+    room = lens[fit.kind] - fit.fill
+    order = np.argsort(-room, kind="stable")[: int(np.count_nonzero(room))]
+    if not order.size:
         return fit
-    owner = np.repeat(np.arange(fit.reps.size), np.diff(fit.offsets))
-    kept = full[owner]
+    have = np.cumsum((room * fit.reps)[order])  # the room of the first patterns' rows
+    want = int(have[-1]) if least is None else _padded(fit, row_lengths) - least
+    widths = np.diff(fit.offsets)
+    while True:
+        k = min(int(np.searchsorted(have, want)) + 1, order.size)
+        out = _repacked(fit, lens, widths, order[:k])
+        if k == order.size or enough is None or enough(_padded(out, row_lengths)):
+            return out
+        want *= 2
+
+
+def _repacked(fit: Patterns, lens: np.ndarray, widths: np.ndarray, chosen: np.ndarray) -> Patterns:
+    """``fit`` with the rows of the patterns ``chosen`` packed again (:func:`repack`)."""
+    keep = np.ones(fit.reps.size, dtype=bool)
+    keep[chosen] = False
+    kept = np.repeat(keep, widths)
+    moved = ~kept
     pool = np.bincount(
-        fit.items[~kept], (fit.mult * fit.reps[owner])[~kept], minlength=fit.sizes.size
-    ).astype(np.int64)
+        fit.items[moved], (fit.mult * np.repeat(fit.reps, widths))[moved], minlength=fit.sizes.size
+    )
     at = pool.nonzero()[0]
     vals = fit.sizes[at].tolist()
-    kinds, reps, items, mults, ends = _quick_slack(vals, pool[at].tolist(), lens.tolist())
+    counts = pool[at].astype(np.int64).tolist()
+    kinds, reps, items, mults, ends = _quick_slack(vals, counts, lens.tolist())
     index = dict(zip(vals, at.tolist(), strict=True))  # a size's index in fit.sizes
-    width = np.diff(fit.offsets)[full]
+    width = widths[keep]
     offsets = np.zeros(width.size + len(ends) + 1, dtype=np.int64)
     np.cumsum(width, out=offsets[1 : width.size + 1])
     offsets[width.size + 1 :] = offsets[width.size] + np.asarray(ends, dtype=np.int64)
     return Patterns(
         sizes=fit.sizes,
-        kind=np.concatenate([fit.kind[full], np.asarray(kinds, dtype=np.int64)]),
-        reps=np.concatenate([fit.reps[full], np.asarray(reps, dtype=np.int64)]),
+        kind=np.concatenate([fit.kind[keep], np.asarray(kinds, dtype=np.int64)]),
+        reps=np.concatenate([fit.reps[keep], np.asarray(reps, dtype=np.int64)]),
         offsets=offsets,
         items=np.concatenate(
             [fit.items[kept], np.fromiter(map(index.__getitem__, items), np.int64, len(items))]
@@ -421,41 +449,35 @@ def _quick_slack(
             have ^= 1 << big
             mirror ^= 1 << top - big
         room = cap
-        if sizes and room > _GREEDY_ROOM * sizes[-1]:
-            room = -room  # (many documents to a row: the closest fill at once)
-        while room > 0 and sizes:  # the quick fill: exactly one or two documents, else the
-            if room in left:  # largest that leaves a room the smallest one fits
-                pick: tuple[int, ...] = (room,)
+        while room and sizes:  # the quick fill: exactly one or two documents, else as
+            if room in left:  # many of the largest as leave a room the smallest one fits
+                pick, k = room, 1
             else:
-                pick = ()
                 least = sizes[0]
+                pick = 0
                 if 2 * least <= room <= 2 * sizes[-1]:
                     pairs = have & (mirror >> top - room)
                     if pairs:
                         j = (pairs & -pairs).bit_length() - 1
                         if 2 * j != room or left[j] > 1:
-                            pick = (j, room - j)
+                            pick, k = j, 1
                 if not pick:
                     i = bisect_right(sizes, room - least) - 1
                     if i < 0:
                         break
-                    s = sizes[i]
-                    if _MULTI:
-                        k = min(left[s], (room - least) // s)
-                        pick = (s,) * k
-                    else:
-                        pick = (s,)
-            for s in pick:
-                row[s] = row.get(s, 0) + 1
-                room -= s
-                n = left[s] - 1
-                if n:
-                    left[s] = n
-                else:
-                    del left[s]
-                    del sizes[bisect_left(sizes, s)]
-                    have ^= 1 << s
-                    mirror ^= 1 << top - s
+                    pick = sizes[i]
+                    k = min(left[pick], (room - least) // pick)
+            s = pick  # (a pair's first document: the next step finds its partner)
+            row[s] = row.get(s, 0) + k
+            room -= k * s
+            n = left[s] - k
+            if n:
+                left[s] = n
+            else:
+                del left[s]
+                del sizes[bisect_left(sizes, s)]
+                have ^= 1 << s
+                mirror ^= 1 << top - s
         if room:  # no quick fill: back into the pool, and the closest fill (as MBS)
             for s, k in row.items():
                 k -= s == big
@@ -477,7 +499,13 @@ def _quick_slack(
                     del sizes[bisect_left(sizes, s)]
                     have ^= 1 << s
                     mirror ^= 1 << top - s
-        more = min(left.get(s, 0) // k for s, k in row.items())  # the same rows again
+        more = left.get(big, 0) // row[big]  # the same rows again, while the documents last
+        for s, k in row.items():
+            if not more:
+                break
+            q = left.get(s, 0) // k
+            if q < more:
+                more = q
         if more:
             for s, k in row.items():
                 n = left[s] - more * k
@@ -501,6 +529,7 @@ def _closest(left: dict[int, int], sizes: list[int], cap: int) -> list[tuple[int
     """The closest fill ``<= cap`` from ``left`` documents per size (``sizes``: those sizes,
     increasing), as :func:`_fill` finds it: ``[(size, documents), ...]``."""
     mask = (1 << cap + 1) - 1
+    done = mask >> 1  # (reach > done: the sum cap is reached)
     reach = 1
     snaps: list[int] = []
     chunks: list[tuple[int, int]] = []
@@ -514,11 +543,11 @@ def _closest(left: dict[int, int], sizes: list[int], cap: int) -> list[tuple[int
             snaps.append(reach)
             chunks.append((s, k))
             reach = (reach | reach << s * k) & mask
-            if reach >> cap:
+            if reach > done:
                 break
             m -= k
             k <<= 1
-        if reach >> cap:
+        if reach > done:
             break
     c = reach.bit_length() - 1
     out = []
