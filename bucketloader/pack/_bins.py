@@ -139,6 +139,10 @@ _TOLERANCE = 200
 #: MBS runs only when best-fit decreasing leaves more than 1/_CLOSE_ENOUGH of its rows above
 #: the L2 bound (NOTE [ Two solvers, the tighter plan ]).
 _CLOSE_ENOUGH = 1000
+#: The default's search repacks towards the L2 bound when that takes at most one of BFD's
+#: patterns per this many documents, else towards its promise (NOTE [ Repacking the rows with
+#: room ]).
+_DOCS_PER_PATTERN = 40
 
 
 @dataclass(frozen=True, eq=False)
@@ -216,7 +220,13 @@ def solve(
     def enough(rows: int) -> bool:  # (in row tokens) the search can stop
         return rows - c2 <= rows // _CLOSE_ENOUGH or (few and rows - c1 <= tokens // _TOLERANCE)
 
-    best = repack(fit, row_lengths, c2, enough)  # (NOTE [ Repacking the rows with room ])
+    # NOTE [ Repacking the rows with room ]: towards the L2 bound where that repacks few enough
+    # patterns for the documents, else (the default's promise) towards 0.5 points of padding
+    promised = c1 + tokens // _TOLERANCE
+    if len(row_lengths) == 1:  # (whole rows)
+        promised -= promised % row_lengths[0]
+    aims = [c2, promised] if few else [c2]
+    best = repack(fit, row_lengths, aims, enough, int(np.sum(counts)) // _DOCS_PER_PATTERN)
     least = _padded(best, row_lengths)
     if least >= padded:
         best, least = dataclasses.replace(fit, searched=True), padded
@@ -351,14 +361,17 @@ def _patterns(sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int
 def repack(
     fit: Patterns,
     row_lengths: tuple[int, ...],
-    least: int | None = None,
+    aims: list[int] | None = None,
     enough: Callable[[int], bool] | None = None,
+    most: int | None = None,
 ) -> Patterns:
     """Some of ``fit``'s rows with room left packed again by Minimum Bin Slack with quick fills,
-    the other rows kept (NOTE [ Repacking the rows with room ]): the rows with the most room,
-    as many as hold the room to free to reach ``least`` row tokens (a lower bound; all of them
-    without), and twice that room while ``enough(row tokens)`` is false; ``fit`` when every
-    row is full.
+    the other rows kept (NOTE [ Repacking the rows with room ]); ``fit`` when every row is full.
+
+    The rows with the most room are repacked, as many as hold the room to free to reach the
+    first of ``aims`` (row tokens, decreasing) whose rows come from at most ``most`` patterns
+    (else the last aim; without aims, every row with room), and twice that room while
+    ``enough(row tokens)`` is false.
 
     Example:
         >>> fit = best_fit(np.array([3, 2]), np.array([2, 4]), (7,))  # 3 3 | 2 2 2 | 2
@@ -372,14 +385,22 @@ def repack(
     if not order.size:
         return fit
     have = np.cumsum((room * fit.reps)[order])  # the room of the first patterns' rows
-    want = int(have[-1]) if least is None else _padded(fit, row_lengths) - least
+    padded = _padded(fit, row_lengths)
+    aims = aims or [padded - int(have[-1])]
+    for i, aim in enumerate(aims):
+        want = padded - aim  # the room to free
+        if i:  # (the last resort: with half the room it leaves to spare, to succeed at once)
+            want += (int(have[-1]) - want) // 2
+        k = min(int(np.searchsorted(have, want)) + 1, order.size)
+        if most is None or k <= most:
+            break
     widths = np.diff(fit.offsets)
     while True:
-        k = min(int(np.searchsorted(have, want)) + 1, order.size)
         out = _repacked(fit, lens, widths, order[:k])
         if k == order.size or enough is None or enough(_padded(out, row_lengths)):
             return out
         want *= 2
+        k = min(int(np.searchsorted(have, want)) + 1, order.size)
 
 
 def _repacked(fit: Patterns, lens: np.ndarray, widths: np.ndarray, chosen: np.ndarray) -> Patterns:
