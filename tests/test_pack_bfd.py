@@ -75,6 +75,8 @@ def test_bulk_best_fit_is_per_document_bfd(docs, rows):
     else:
         tokens = [sum(length for length, _ in _rows(p, rows)) for p in (auto, fit)]
         assert tokens[0] <= tokens[1]
+    again = _bins.repack(fit, rows)  # every row with room repacked (NOTE [ Repacking ... ])
+    _check_patterns(again, sizes, counts, rows)
     both = solve(sizes, counts, rows, search="always")  # the search runs: the tighter plan
     _check_patterns(both, sizes, counts, rows)
     tokens = [sum(length for length, _ in _rows(p, rows)) for p in (both, fit)]
@@ -116,8 +118,9 @@ def test_the_search_runs_only_where_it_pays():
 
 def test_search_is_the_callers_choice():
     """``PackSpec.build(search=...)``: ``"never"`` plans best-fit decreasing's rows (on GSM8K at
-    512, 4 rows over the bound that the default's search reaches), strict in the state's digest,
-    and a bad value is one clear error naming the choices."""
+    512, 4 rows over the bound; the default's search repacks to its promise, 0.5 points of
+    padding above the bound: one row over it, NOTE [ Repacking the rows with room ]), strict in
+    the state's digest, and a bad value is one clear error naming the choices."""
     from bucketloader.pack import PackSampler, PackSpec
 
     g = np.loadtxt(Path(__file__).parent / "data" / "gsm8k_train_qa_tokens.txt", dtype=np.int64)
@@ -125,8 +128,12 @@ def test_search_is_the_callers_choice():
     auto, never = (
         PackSpec.build(lengths, row_length=512, batch_size=4, search=s) for s in ("auto", "never")
     )
-    assert never.num_rows == auto.num_rows + 4 == auto.lower_bound + 4
+    assert never.num_rows == auto.num_rows + 3 == auto.lower_bound + 4
+    assert (auto.num_rows - auto.lower_bound) * 512 <= auto.tokens // 200  # the promise
     assert never.search == "never" and auto.digest != never.digest
+    # a plan the search made is digested with solver version 5, the others keep theirs
+    assert auto.patterns.searched and not never.patterns.searched
+    assert _bins.solver_version((512,), True) == 5 and _bins.solver_version((512,)) == 3
     sampler = PackSampler(lengths, row_length=512, batch_size=4, search="never", shuffle=False)
     assert sampler.spec.num_rows == never.num_rows
     with pytest.raises(ValueError, match=r"search must be one of 'always', 'auto', 'never'"):
@@ -190,3 +197,20 @@ def test_auto_searches_with_several_row_lengths():
     assert specs["never"].row_padding > (c1 - tokens) / tokens + 0.005
     assert specs["auto"].num_rows == specs["always"].num_rows < specs["never"].num_rows
     assert specs["auto"].row_padding < 0.006 < 0.018 < specs["never"].row_padding
+
+
+def test_quick_closest_fill_is_the_searchs_fill():
+    """``_closest`` (dict of counts, pure Python) finds the same fill as MBS's ``_fill``."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        u = int(rng.integers(1, 12))
+        vals = np.sort(rng.choice(np.arange(1, 60), u, replace=False))[::-1].copy()
+        left = rng.integers(0, 5, u)
+        top = int(rng.integers(0, u))
+        left[top] = max(left[top], 1)
+        cap = int(rng.integers(1, 100))
+        want = _bins._fill(vals, left, top, cap)[1]
+        avail = {int(vals[i]): int(left[i] - (i == top)) for i in range(u)}
+        avail = {v: c for v, c in avail.items() if c}
+        got = _bins._closest(avail, sorted(avail), cap)
+        assert sorted(got) == sorted((int(vals[i]), k) for i, k in want)
