@@ -24,8 +24,8 @@ Sizes come out largest first, so large documents get first pick of the small one
 their rows, and the small ones fill each other's rows at the end. Run alone on the real length
 files in tests/data, MBS reaches the lower bound ``ceil(tokens / L)`` rows in 20 of 21 cases,
 where best-fit decreasing leaves 0.06-1.6% padding; but on files that small it costs tens of
-times a BFD, so the default plan runs it only on large data (NOTE [ Planning at the speed of
-best-fit decreasing ]).
+times a BFD, so the default plan runs it over every document only where repacking BFD's
+rows with room falls short (NOTE [ Repacking the rows with room ]).
 
 NOTE [ Two solvers, the tighter plan ]
 MBS searches a subset sum per *pattern*, so its cost grows with the distinct patterns: on a
@@ -95,23 +95,27 @@ no call per step, a group's contents one tuple of packed codes (its parent's plu
 to walk afterwards; a row's first code carries its row length), the documents longer than
 ``L / 2`` open their rows at once, and the live groups' tuples are read into the plan's arrays
 in one pass. ``PackSpec.build`` reads the lengths once (NOTE [ One pass over the lengths ] in
-:mod:`bucketloader.pack.spec`). The MBS search costs about 0.05-0.1 ms per pattern in Python,
-tens of times BFD on a few thousand documents; it saves 0.5-1.2% of the rows where BFD misses
-the bound (GSM8K-like lengths). Speed and tightness cannot both be had there, so the caller
-chooses (``search``, a
-:meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
+:mod:`bucketloader.pack.spec`). The MBS search over every document costs about 0.05-0.1 ms per
+pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); repacking only
+BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2%
+of the rows on GSM8K-like lengths in 0.79-0.95x a per-document BFD's time on 1k-2k documents,
+0.21-0.23x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, three runs
+at load 5.5-8), so the default searches where BFD misses its promise; the caller can still
+choose (``search``, a :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
 
 - ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
   above the ``ceil(tokens / L)`` bound's (the packing promise of issue 25, e.g. GSM8K at
   L = 256: 1.6 points; with several row lengths the same on row tokens against
   :func:`capacity_bound`'s C1, e.g. GSM8K at ``(256, 512)``: 1.6 points), or when the lengths
   hold at least ``_DOCS_PER_SIZE`` documents per distinct size (it then costs less than half
-  of what the histogram saves over sorting).
+  of what the histogram saves over sorting); it stops within 0.1% of the L2 bound or, below
+  ``_DOCS_PER_SIZE``, within the promise.
 - ``"never"``: the plan is exactly best-fit decreasing, and no bound is computed (about the
   packing baseline's time or less; around 100k-1M documents of few distinct lengths, where
   the plan's own copy of the lengths is what it writes beyond the baseline's ``bincount``,
   within a few percent either side of it: benchmarks/results/small_costs.md).
-- ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound (C2).
+- ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound (C2), MBS over
+  every document too unless the repacked rows are.
 
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
