@@ -498,19 +498,24 @@ def _quick_slack(
     items: list[int] = []
     mults: list[int] = []
     ends: list[int] = []
+
+    def take(s: int, k: int) -> None:  # k documents of size s
+        nonlocal have, mirror
+        n = left[s] - k
+        if n:
+            left[s] = n
+        else:
+            del left[s]
+            del sizes[bisect_left(sizes, s)]
+            have ^= 1 << s
+            mirror ^= 1 << top - s
+
     while sizes:
         big = sizes[-1]  # the largest document left opens the row
         kind = bisect_left(lens, big)
         cap = lens[kind] - big
         row = {big: 1}
-        n = left[big] - 1
-        if n:
-            left[big] = n
-        else:
-            del left[big]
-            sizes.pop()
-            have ^= 1 << big
-            mirror ^= 1 << top - big
+        take(big, 1)
         room = cap
         while room and sizes:  # the quick fill: exactly one or two documents, else as
             if room in left:  # many of the largest as leave a room the smallest one fits
@@ -530,17 +535,16 @@ def _quick_slack(
                         break
                     pick = sizes[i]
                     k = min(left[pick], (room - least) // pick)
-            s = pick  # (a pair's first document: the next step finds its partner)
-            row[s] = row.get(s, 0) + k
-            room -= k * s
-            n = left[s] - k
-            if n:
-                left[s] = n
-            else:
-                del left[s]
-                del sizes[bisect_left(sizes, s)]
-                have ^= 1 << s
-                mirror ^= 1 << top - s
+            # (a pair's first document: the next step finds its partner; inline: the hot loop)
+            row[pick] = row.get(pick, 0) + k
+            room -= k * pick
+            if left[pick] > k:
+                left[pick] -= k
+                continue
+            del left[pick], sizes[bisect_left(sizes, pick)]
+            have ^= 1 << pick
+            mirror ^= 1 << top - pick
+        owed = 0  # the row's documents but the anchor still to take (a closest fill's)
         if room:  # no quick fill: back into the pool, and the closest fill (as MBS)
             for s, k in row.items():
                 k -= s == big
@@ -554,31 +558,12 @@ def _quick_slack(
             row = {big: 1}
             for s, k in _closest(left, sizes, cap):
                 row[s] = row.get(s, 0) + k
-                n = left[s] - k
-                if n:
-                    left[s] = n
-                else:
-                    del left[s]
-                    del sizes[bisect_left(sizes, s)]
-                    have ^= 1 << s
-                    mirror ^= 1 << top - s
-        more = left.get(big, 0) // row[big]  # the same rows again, while the documents last
+            owed = 1
+        # the same rows again, while the documents last
+        more = min((left.get(s, 0) - owed * (k - (s == big))) // k for s, k in row.items())
         for s, k in row.items():
-            if not more:
-                break
-            q = left.get(s, 0) // k
-            if q < more:
-                more = q
-        if more:
-            for s, k in row.items():
-                n = left[s] - more * k
-                if n:
-                    left[s] = n
-                else:
-                    del left[s]
-                    del sizes[bisect_left(sizes, s)]
-                    have ^= 1 << s
-                    mirror ^= 1 << top - s
+            if more * k + owed * (k - (s == big)):
+                take(s, more * k + owed * (k - (s == big)))
         kinds.append(kind)
         reps.append(more + 1)
         for s in sorted(row, reverse=True):
