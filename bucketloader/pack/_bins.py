@@ -98,9 +98,9 @@ in one pass. ``PackSpec.build`` reads the lengths once (NOTE [ One pass over the
 :mod:`bucketloader.pack.spec`). The MBS search over every document costs about 0.05-0.1 ms per
 pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); repacking only
 BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2%
-of the rows on GSM8K-like lengths in 0.79-0.95x a per-document BFD's time on 1k-2k documents,
-0.21-0.23x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, three runs
-at load 5.5-8), so the default searches where BFD misses its promise; the caller can still
+of the rows on GSM8K-like lengths in 0.73-0.94x a per-document BFD's time on 1k-2k documents,
+0.23-0.24x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, three runs
+at load 4.4-5.3), so the default searches where BFD misses its promise; the caller can still
 choose (``search``, a :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
 
 - ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
