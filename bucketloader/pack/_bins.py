@@ -439,21 +439,29 @@ def lower_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> tuple
     n = int(row_length)
     total = int((s * c).sum())
     l1 = -(-total // n)
-    # per integer size 0..n: counts and token sums, then prefix sums over sizes
-    cnt = np.bincount(s, weights=c, minlength=n + 1).astype(np.int64)
-    tok = cnt * np.arange(n + 1)
-    ccum = np.concatenate([[0], np.cumsum(cnt)])  # ccum[v] = count of sizes < v
-    tcum = np.concatenate([[0], np.cumsum(tok)])
+    # counts and tokens of the sizes below v from prefix sums over the sorted sizes (exact
+    # integers; no table of n + 1 entries: about 2 s per call at the 2**24 cap)
+    order = np.argsort(s, kind="stable")
+    v, w = s[order], c[order]
+    ccum = np.concatenate([[0], np.cumsum(w)])
+    tcum = np.concatenate([[0], np.cumsum(v * w)])
+
+    def below(x: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:  # sizes < x: (count, tokens)
+        i = np.searchsorted(v, x, side="left")
+        return ccum[i], tcum[i]
+
     half = n // 2
-    a = np.arange(0, half + 1)
-    # J1 u J2 = {s > n/2}; J2 = {n/2 < s <= n - a}; J3 = {a <= s <= n/2}
-    big = ccum[n + 1] - ccum[half + 1]
-    j2_cnt = ccum[n - a + 1] - ccum[half + 1]
-    j2_tok = tcum[n - a + 1] - tcum[half + 1]
-    j3_tok = tcum[half + 1] - tcum[np.maximum(a, 0)]
-    spare = j2_cnt * n - j2_tok
+    # J1 u J2 = {s > n/2}; J2 = {n/2 < s <= n - a}; J3 = {a <= s <= n/2}. Between two sizes
+    # <= n/2, J3 is fixed and J2 only shrinks as a grows, so the bound is largest at a = one of
+    # these sizes (above the largest, J3 is empty and adds nothing)
+    a = np.unique(v[v <= half])
+    (c_all, _), (c_half, t_half) = below(n + 1), below(half + 1)
+    big = c_all - c_half
+    c_a, t_a = below(n - a + 1)
+    spare = (c_a - c_half) * n - (t_a - t_half)
+    j3_tok = t_half - below(a)[1]
     extra = np.maximum(0, -(-(j3_tok - spare) // n))
-    l2 = int(big + extra.max()) if a.size else l1
+    l2 = int(big + (extra.max() if a.size else 0))
     return l1, max(l1, l2)
 
 
