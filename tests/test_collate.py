@@ -12,9 +12,9 @@ from conftest import load_real
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bucketloader._samples import check_readable
 from bucketloader.collate import Field, PadCollator
 from bucketloader.collate import _pad as _collate_pad
-from bucketloader.collate import fields as _collate_fields
 from bucketloader.plan import BucketSpec
 from bucketloader.sampler import BucketSampler
 
@@ -439,11 +439,21 @@ def test_meta_and_sparse_samples_are_named(length):
         fixed([{"x": y, "label": torch.eye(2).to_sparse() if i == 3 else torch.eye(2)}
                for i, y in enumerate(ones)])  # fmt: skip
     assert collate(ones)["inputs"].shape == (4, length + 3)  # (the collator still works)
+    from bucketloader import PackSampler  # the packing collator, too (ids, then labels)
+
+    pack = PackSampler([length, length + 1], row_length=2 * length + 1, batch_size=1).collator()
+    ids = [torch.arange(length), torch.arange(length + 1)]
+    with pytest.raises(TypeError, match=msg.format(1, "input_ids")):
+        pack([ids[0], ids[1].to_sparse()])
+    with pytest.raises(TypeError, match=msg.format(0, "labels")):
+        pack(
+            [{"input_ids": x, "labels": x.to_sparse() if i == 0 else x} for i, x in enumerate(ids)]
+        )
     meta = torch.ones(length, device="meta")
     with pytest.raises(ValueError, match=r"position 1 \(field 'x'\) is a tensor on device=meta, "
                        r"which has a shape but no data: materialise the tensor"):  # fmt: skip
-        _collate_fields.check_readable([ones[0], meta], "x", RuntimeError("no data!"))
-    _collate_fields.check_readable(ones, "x", RuntimeError())  # none: the caller re-raises
+        check_readable([ones[0], meta], "x", RuntimeError("no data!"))
+    check_readable(ones, "x", RuntimeError())  # none: the caller re-raises
 
 
 @pytest.mark.parametrize("length", [5, 3000])  # masked scatter, then per-sample copies

@@ -55,7 +55,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from bucketloader._samples import BARE_KEY, kind_of
+from bucketloader._samples import BARE_KEY, check_readable, kind_of
 from bucketloader._types import SIDES
 from bucketloader._validation import MissingKeyError, check_choice
 from bucketloader.collate import fields as cf
@@ -353,7 +353,7 @@ class PadCollator:
                     cache=self._pad_cache,
                 )
             except RuntimeError as exc:  # (and NotImplementedError) a meta or sparse sample
-                cf.check_readable(columns[spec.key], spec.key, exc)
+                check_readable(columns[spec.key], spec.key, exc)
                 raise
         for key in keys:
             if key not in out:
@@ -662,7 +662,7 @@ class PadCollator:
                 samples, sizes, size, rows, self.side, pad_value[0], BARE_KEY, mask, self._pad_cache
             )
         except RuntimeError as exc:  # (and NotImplementedError) a meta or sparse sample: named
-            cf.check_readable(samples, BARE_KEY, exc)
+            check_readable(samples, BARE_KEY, exc)
             raise
         tmask = torch.from_numpy(mask)
         return {
@@ -683,7 +683,7 @@ class PadCollator:
         try:
             res = default_collate(values)
         except (RuntimeError, TypeError) as exc:
-            cf.check_readable(values, key, exc)
+            check_readable(values, key, exc)
             raise ValueError(
                 f"field {key!r} is treated as fixed-size but cannot be stacked ({exc}); if it "
                 "varies in length, list it in fields={...}"

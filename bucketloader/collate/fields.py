@@ -445,37 +445,3 @@ def _describe(v: Any) -> str:
     if shape is None:
         return f"a {type(v).__name__}"
     return f"a {type(v).__name__} of shape {tuple(shape)}"
-
-
-def check_readable(values: Sequence[Any], key: Any, exc: BaseException) -> None:
-    """After torch failed to copy the field ``key`` (``exc``), name the sample it cannot read:
-    a tensor on the meta device (shape only, no data) or of a layout other than dense
-    (``torch.sparse_coo``, ``sparse_csr``, ``jagged``). Returns when there is none (``exc``
-    then stands). Asked only on that error path, so a batch that collates pays nothing.
-
-    Example:
-        >>> import torch
-        >>> check_readable([torch.ones(2), torch.ones(3).to_sparse()], "inputs", RuntimeError())
-        Traceback (most recent call last):
-        ...
-        TypeError: the sample at batch position 1 (field 'inputs') has layout=torch.sparse_coo; \
-the collator pads dense tensors: call .to_dense() on it (in the dataset's __getitem__ or a \
-transform)
-    """
-    import torch
-
-    for i, v in enumerate(values):
-        if not isinstance(v, torch.Tensor):
-            continue
-        where = f"the sample at batch position {i} (field {key!r})"
-        if v.is_meta:
-            raise ValueError(
-                f"{where} is a tensor on device=meta, which has a shape but no data: "
-                "materialise the tensor (build it on a real device, e.g. outside a "
-                "torch.device('meta') context) before collating"
-            ) from exc
-        if v.layout != torch.strided:
-            raise TypeError(
-                f"{where} has layout={v.layout}; the collator pads dense tensors: call "
-                ".to_dense() on it (in the dataset's __getitem__ or a transform)"
-            ) from exc
