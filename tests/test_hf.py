@@ -237,6 +237,8 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
         "for_text(..., pad_token_id=<int>) or for_text(..., tokenizer=<a tokenizer with a pad "
         "token>)"
     )
+    with pytest.raises(ValueError, match=r"pad_token_id must be a token id int64 can hold"):
+        hf.for_text(ds, pad_token_id=2**63, batch_size=4)  # (was an error at the first batch)
 
 
 def test_for_text_seq2seq_buckets_each_column():
