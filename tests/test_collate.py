@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from fractions import Fraction
 from unittest import mock
 
 import numpy as np
@@ -389,6 +390,8 @@ def test_argument_errors(small):
         PadCollator(table, side="up")
     with pytest.raises(TypeError, match="pad_value must be a number, got pad_value='0'"):
         PadCollator(table, pad_value="0")
+    with pytest.raises(TypeError, match=r"got pad_value=Fraction\(1, 2\); pass float\(pad_value"):
+        PadCollator(table, pad_value=Fraction(1, 2))  # (was torch's fill_ error at a batch)
     with pytest.raises(TypeError, match=r"mask_dtype must be a torch\.dtype"):
         PadCollator(table, mask_dtype="bool")
     with pytest.raises(TypeError, match="shape_table must be a ShapeTable"):
