@@ -177,7 +177,8 @@ def test_lower_bounds_are_exact_and_cheap_at_the_row_length_cap():
     """L2 reads prefix sums over the sorted sizes, not tables of ``row_length + 1`` entries
     (about 2 s per row length at the 2**24 cap, so ``capacity_bound`` with three row lengths
     there took 4-7 s): the same bound as its definition (every ``a`` in ``0..L/2``), and exact
-    at the cap, where documents of ``L/2`` and ``L/2 + 1`` tokens decide it."""
+    at the cap, where documents of ``L/2`` and ``L/2 + 1`` tokens decide it, and with token
+    sums past int64 (they wrapped)."""
     import time
 
     rng = np.random.default_rng(7)
@@ -205,6 +206,11 @@ def test_lower_bounds_are_exact_and_cheap_at_the_row_length_cap():
     sizes = np.arange(1, 2 * h, 997)
     _bins.capacity_bound(sizes, np.ones_like(sizes), (h // 2, h, 2 * h))
     assert time.perf_counter() - start < 1.0  # (4 s before, on 16.8k sizes; 0.02 s now)
+    # token sums past int64 (2**70 + 2**45 here) are exact, not wrapped
+    big = np.array([2**45, 3 * 2**45])
+    assert lower_bound(np.array([h + 1, h]), big, 2 * h) == (2**46 + 2**21, 5 * 2**44)
+    c2 = 2**70 + 2**45  # 2**45 rows of 2h, then the rest of the tokens in rows of h
+    assert _bins.capacity_bound(np.array([h + 1, h]), big, (h, 2 * h)) == (c2, c2)
 
 
 def test_auto_searches_with_several_row_lengths():
