@@ -143,15 +143,21 @@ def _counted(inside: np.ndarray, n: int):
         yield
 
 
-def branch(hist: JointHistogram, k: int, size: str, cells: np.ndarray, seconds: float) -> list:
-    """The root bound and the count children's (module docstring), on the real padding."""
+def _at_plan(hist: JointHistogram, size: str, cells: np.ndarray) -> tuple:
+    """The grid, the samples' ``Σ w_i · size``, the plan's reaches and its ``Σ w_i · size``."""
     grid = Grid.build(hist.rows, hist.counts, coarse_values(hist.rows, hist.counts, MAX_GRID), size)
-    if not grid.by_rows:
-        raise RuntimeError("branching is measured only where gains are exact by rows")
     const = float((grid.weight * grid.point_size).sum())
     idx = np.stack([np.searchsorted(grid.values[d], cells[:, d]) for d in range(2)], axis=1)
     _, reach = grid.assign(grid.cand_of_flat[np.ravel_multi_index(tuple(idx.T), grid.shape)])
     upper = total(grid, reach)
+    return grid, const, reach, upper
+
+
+def branch(hist: JointHistogram, k: int, size: str, cells: np.ndarray, seconds: float) -> list:
+    """The root bound and the count children's (module docstring), on the real padding."""
+    grid, const, reach, upper = _at_plan(hist, size, cells)
+    if not grid.by_rows:
+        raise RuntimeError("branching is measured only where gains are exact by rows")
     target = 1.0 - 1.0 / 1.01  # stop once a bound certifies 1 %
     root = _bound.lagrangian(grid, k, reach, upper, time.perf_counter() + seconds, target, True)
     out = [("root", "", root.value - const)]
@@ -206,11 +212,7 @@ def row_value(grid: Grid, reach: np.ndarray, k: int) -> float:
 
 def rows_bound(hist: JointHistogram, k: int, size: str, cells: np.ndarray, seconds: float) -> tuple:
     """``L`` and the row decomposition at the bundle's best reaches, on the real padding."""
-    grid = Grid.build(hist.rows, hist.counts, coarse_values(hist.rows, hist.counts, MAX_GRID), size)
-    const = float((grid.weight * grid.point_size).sum())
-    idx = np.stack([np.searchsorted(grid.values[d], cells[:, d]) for d in range(2)], axis=1)
-    _, reach = grid.assign(grid.cand_of_flat[np.ravel_multi_index(tuple(idx.T), grid.shape)])
-    upper = total(grid, reach)
+    grid, const, reach, upper = _at_plan(hist, size, cells)
     best = _bound.lagrangian(grid, k, reach, upper, time.perf_counter() + seconds, 0.0, True)
     began = time.perf_counter()
     value = row_value(grid, best.reach, k)
