@@ -185,6 +185,8 @@ histograms: 150, 60 and 200 hypothesis examples). None of them gets near the tar
   the plan's median coordinate, counts 3, 4 and 5 around the plan's 4): over the root's
   14,780,380 the children rise +0.42 / +0.02 / +1.20 % (input 1) and +0.17 / +0.21 / +1.25 %
   (input 2), and the least child is the bound: +0.02 % and +0.17 %, where 1 % needs +1.2 %.
+  Sum K = 16 (counts 7, 8, 9 around the plan's 8, root 145,024): +0.07 / +0.00 / +0.37 % and
+  +0.14 / +0.00 / +0.22 %, where 1 % needs +0.40 %.
   The child with the plan's own count stays near the root: the LP spreads its cells *within*
   the plan's structure (NOTE [ Where the LP relaxation stops ]), so the tree would have to go
   on splitting the plan-like child.
