@@ -297,6 +297,7 @@ def test_blocked_scans_equal_the_single_cumsum(monkeypatch):
     def recorded(t, dim, **kwargs):
         scanned.append(t.shape[dim])
         return cumsum(t, dim, **kwargs)
+
     values, labels, mask = mixed_batch(3000)  # the grid: 47 x 64, so D = 3008 > 1024
     monkeypatch.setattr(_select, "_BLOCKED_SCANS", False)
     want = static.balanced_subsample(values, labels, 700, mask=mask, seed=9)
