@@ -106,6 +106,12 @@ from bucketloader.strategies.joint._grid import Grid
 _CHUNK = 1 << 22
 #: A step of :func:`descend` starts only when this many times the last step's cost fits.
 _MARGIN = 1.5
+#: The order :func:`first_plan` runs its phases in (0 the greedy start, 1 the lattice start;
+#: NOTE [ The search under load ]) ...
+_PHASES = (("descend", 1), ("descend", 0), ("improve", 0), ("improve", 1))
+#: ... and the order its plans are compared in (the first that pads least is kept: session 6's
+#: plans when every phase ends, NOTE [ Two descents ]).
+_CHOICE = (("improve", 0), ("improve", 1), ("descend", 0), ("descend", 1))
 
 
 def total(grid: Grid, size: np.ndarray) -> float:
@@ -342,24 +348,36 @@ def descend(
     return cells, cost, used, False
 
 
-def descents(
-    grid: Grid, k: int, starts: list[np.ndarray], cells: np.ndarray, deadline: float
-) -> tuple[np.ndarray, bool]:
-    """``cells`` or a plan that pads less: :func:`descend` from each start (NOTE [ Two
-    descents ]). Returns the plan and whether it is a local optimum (False only when a descent
-    the clock stopped gave it)."""
-    _, size = grid.assign(cells)
-    best, local, cost = total(grid, size), True, 0.0
-    for start in starts:
-        if time.perf_counter() + _MARGIN * cost > deadline:
+def first_plan(grid: Grid, k: int, deadline: float) -> tuple[np.ndarray, bool, bool]:
+    """The search's plan from the greedy and lattice starts, cheapest phases first, until
+    ``deadline`` (NOTE [ The search under load ]): :func:`descend` from the lattice start and
+    from the greedy start, then :func:`improve` from each. Returns ``(cells, local,
+    converged)``: ``local`` when the plan is a local optimum (its phase ended in one),
+    ``converged`` when every phase ended in one (none was cut or skipped)."""
+    starts = [greedy(grid, k)]
+    if time.perf_counter() < deadline:
+        starts.append(lattice_drop(grid, k))
+    found: dict[tuple[str, int], tuple[np.ndarray, bool]] = {}
+    cost = 0.0  # the last table step's cost: the next phase starts a step only when it fits
+    for phase in _PHASES:
+        how, which = phase
+        if which >= len(starts) or time.perf_counter() + _MARGIN * cost > deadline:
             break
-        began = time.perf_counter()
-        found, _, _, done = descend(grid, start, k, deadline)
-        cost = time.perf_counter() - began
-        _, size = grid.assign(found)
-        if np.isfinite(size).all() and total(grid, size) < best * (1 - 1e-12) - 1e-9:
-            cells, best, local = found, total(grid, size), done
-    return cells, local
+        if how == "descend":
+            cells, cost, _, done = descend(grid, starts[which], k, deadline, cost)
+        else:
+            cells, done = improve(grid, starts[which], k, deadline)
+        found[phase] = cells, done
+    best, value, local = starts[0], np.inf, False
+    for phase in _CHOICE:  # the first plan that pads least, in session 6's order (ties)
+        if phase not in found:
+            continue
+        cells, done = found[phase]
+        _, size = grid.assign(cells)
+        if total(grid, size) < value * (1 - 1e-12) - 1e-9:
+            best, value, local = cells, total(grid, size), done
+    converged = len(found) == len(_PHASES) and all(done for _, done in found.values())
+    return best, local, converged
 
 
 def iterate(
