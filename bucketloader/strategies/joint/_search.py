@@ -49,12 +49,29 @@ NOTE [ Two descents ]
 :func:`improve` keeps each cell's best exchange in turn when it helps (first improvement over
 the cells); :func:`descend` keeps the best exchange of all (best improvement). Same
 neighbourhood, other order: from the same start they stop in different local optima. So the
-search also descends from both starts (greedy and lattice) after their swaps and keeps a plan
-that pads less. Measured on the 24 cases of the benchmark (CPU time, one run, load about 5,
-``/tmp/s6j/starts.py``): the descents found a better local optimum than both swap searches in
-the three K = 16 prod cases (Multi30k -1.30 %, Europarl -1.10 %, GSM8K -1.22 %: 9,537,544
-against 9,655,561) and in no other, for 0.03-0.41 s of CPU (GSM8K K = 16: 0.41 s, the two
-swap searches 0.70 s).
+search also descends from both starts (greedy and lattice) and keeps a plan that pads less
+(before the swaps since session 7: NOTE [ The search under load ]). Measured on the 24 cases
+of the benchmark (CPU time, one run, load about 5, ``/tmp/s6j/starts.py``): the descents
+found a better local optimum than both swap searches in the three K = 16 prod cases
+(Multi30k -1.30 %, Europarl -1.10 %, GSM8K -1.22 %: 9,537,544 against 9,655,561) and in no
+other, for 0.03-0.41 s of CPU (GSM8K K = 16: 0.41 s, the two swap searches 0.70 s).
+
+NOTE [ The search under load ]
+The first search has four phases: :func:`descend` from the lattice start and from the greedy
+start, then :func:`improve` from each (NOTE [ Two descents ]). They run in that order, under
+one deadline (``SEARCH`` of the time limit), each stopped by the clock where it stands; the
+plan is the first that pads least in session 6's order (the greedy start's swaps, the lattice
+start's, then the descents), so when every phase ends (a quiet machine at 5 s, or
+``work_limit``) the plan is session 6's (the same cells on all 24 cases of the benchmark
+under ``work_limit=0``). Session 6 ran the swaps first, each to its own share (30 % and 40 %
+of the limit), and the descents to 45 %; the lattice start ran only when the first swaps
+ended before 30 %. So a machine 1.6 times slower lost the descents, and the 5 s GSM8K prod
+K = 16 plan fell from 9.39 M to 9.66 M (the lattice start's swaps). The descents are the
+cheaper phases (on GSM8K K = 16, prod: the descents 0.18 / 0.31 s of CPU, the swaps 0.26 /
+0.55 s, the starts 0.06 s each) and the lattice start's descent gives the best of the four
+plans there (9,537,544), so under this order it is found with 0.43 s of CPU instead of 1.4 s:
+up to a machine about five times slower at 5 s, or a quiet one at 1 s. Measured, side by side
+with session 6's order (``/tmp/s7j/ab.sh``): MEASURED.
 
 NOTE [ Shakes ]
 The swaps stop in a local optimum, and on GSM8K at K = 8-16 several plans a few tenths of a
@@ -368,11 +385,11 @@ def first_plan(grid: Grid, k: int, deadline: float) -> tuple[np.ndarray, bool, b
         else:
             cells, done = improve(grid, starts[which], k, deadline)
         found[phase] = cells, done
+    # the first plan that pads least, in session 6's order (ties); a start itself only when it
+    # pads less than every plan found (the clock cut the phases early)
+    plans = [found[phase] for phase in _CHOICE if phase in found]
     best, value, local = starts[0], np.inf, False
-    for phase in _CHOICE:  # the first plan that pads least, in session 6's order (ties)
-        if phase not in found:
-            continue
-        cells, done = found[phase]
+    for cells, done in [*plans, *((start, False) for start in starts)]:
         _, size = grid.assign(cells)
         if total(grid, size) < value * (1 - 1e-12) - 1e-9:
             best, value, local = cells, total(grid, size), done
