@@ -142,6 +142,12 @@ _MARGIN = 1.5
 #: The order :func:`first_plan` runs its phases in (0 the greedy start, 1 the lattice start;
 #: NOTE [ The search under load ]) ...
 _PHASES = (("descend", 1), ("descend", 0), ("improve", 0), ("improve", 1))
+#: ... or this one, when the time left after the greedy start is less than
+#: :data:`_LATTICE_FIRST` times what the greedy start took ...
+_HURRIED = (("descend", 0), ("descend", 1), ("improve", 0), ("improve", 1))
+#: (the lattice start and its descent cost 3-6 greedy starts on GSM8K at K = 8 and 16, the
+#: greedy start's descent about 3)
+_LATTICE_FIRST = 6
 #: ... and the order its plans are compared in (the first that pads least is kept: session 6's
 #: plans when every phase ends, NOTE [ Two descents ]).
 _CHOICE = (("improve", 0), ("improve", 1), ("descend", 0), ("descend", 1))
@@ -387,15 +393,21 @@ def first_plan(grid: Grid, k: int, deadline: float) -> tuple[np.ndarray, bool, b
     from the greedy start, then :func:`improve` from each. Returns ``(cells, local,
     converged)``: ``local`` when the plan is a local optimum (its phase ended in one),
     ``converged`` when every phase ended in one (none was cut or skipped)."""
+    began = time.perf_counter()
     starts = [greedy(grid, k)]
-    if time.perf_counter() < deadline:
-        starts.append(lattice_drop(grid, k))
+    took = time.perf_counter() - began
+    # too little time for the lattice start's descent: the greedy start's goes first
+    order = _PHASES if deadline - time.perf_counter() >= _LATTICE_FIRST * took else _HURRIED
     found: dict[tuple[str, int], tuple[np.ndarray, bool]] = {}
     cost = 0.0  # the last table step's cost: the next phase starts a step only when it fits
-    for phase in _PHASES:
+    for phase in order:
         how, which = phase
-        if which >= len(starts) or time.perf_counter() + _MARGIN * cost > deadline:
+        if time.perf_counter() + _MARGIN * cost > deadline:
             break
+        if which == len(starts):
+            starts.append(lattice_drop(grid, k))
+            if time.perf_counter() > deadline:
+                break
         if how == "descend":
             cells, cost, _, done = descend(grid, starts[which], k, deadline, cost)
         else:
