@@ -70,24 +70,26 @@ K = 16 plan fell from 9.39 M to 9.66 M (the lattice start's swaps). The descents
 cheaper phases (on GSM8K K = 16, prod: the descents 0.18 / 0.31 s of CPU, the swaps 0.26 /
 0.55 s, the starts 0.06 s each) and the lattice start's descent gives the best of the four
 plans there (9,537,544), so under this order it is found with 0.43 s of CPU instead of 1.4 s:
-up to a machine about five times slower at 5 s, or a quiet one at 1 s. If the clock cuts every
-phase before it gets below a start, that start is the plan (the greedy start pads less than the
-lattice start, and a partial descent from the latter can pad more than both).
+up to a machine about five times slower at 5 s, or a quiet one at 1 s. With less time than
+that (the time left after the greedy start under :data:`_LATTICE_FIRST` times what it took) the
+greedy start's descent goes first instead (:data:`_HURRIED`): from the better start, with no
+lattice start to build, a cut descent pads less. If the clock cuts every phase before it gets
+below a start, that start is the plan (a partial descent from the lattice start can pad more
+than both starts).
 
 Measured side by side with session 6's order (both at once, all 24 cases of
-``benchmarks/joint.py``; ``/tmp/s7j/ab.sh``, machine load 7-16 from other work). With every
+``benchmarks/joint.py``; ``/tmp/s7j/ab.sh``, machine load 6-16 from other work). With every
 clock of the solve reading CPU seconds (what a quiet machine gives at that limit): at 5 s the
-same plans (two runs; GSM8K prod K = 16 9,433,896 / 9,395,389 against 9,392,822 / 9,395,278:
-the same search plan, then the bound's and the shakes' timing); at 2 s GSM8K sum K = 16
-149,880 -> 147,905 and prod K = 16 9,655,561 / 9,643,781 -> 9,506,606 (two runs); at 1 s
-150,200 / 150,243 -> 147,940 / 147,905 and 9,771,112 / 9,754,843 -> 9,537,544 (one case
-+0.14 %); at 0.5 s five better (up to -1.9 %) and two worse (+0.18 %, +0.09 %). Wall clock at
-5 s beside one spinning process: five better (GSM8K sum K = 16 -1.6 %, Europarl prod K = 16
--1.1 %, GSM8K prod K = 16 -0.7 %, prod K = 8 -0.4 %), two worse (GSM8K sum K = 8 +0.35 %,
-Europarl sum K = 16 +0.10 %). The price: where the search gets under about 0.2 s of CPU (a
-2 s limit at load 11 and more) the greedy start's phases, now last, do not run, and the plan
-is a start or a partial descent: at 2 s beside one spinning process (load 10-11) six cases
-were worse, up to 1.3 % (GSM8K K = 4 and 8, Europarl prod K = 16), two better.
+same plans (three runs; GSM8K prod K = 16 9,433,896 / 9,395,389 / 9,396,394-9,395,278
+against 9,392,822 / 9,395,278 / 9,385,780-9,396,394: the same search plan, then the bound's
+and the shakes' timing); at 2 s GSM8K sum K = 16 149,880 -> 147,905 and prod K = 16
+9,655,561 / 9,643,781 -> 9,506,606 (two runs; in one, three others +0.3 to +0.7 % from the
+shakes' timing after the same search plan); at 1 s the same two cases -1.3 to -1.6 % and
+-2.2 to -2.5 % (three runs), nothing else worse than +0.14 %. Wall clock beside one spinning
+process at 5 s (load 7-8): GSM8K sum K = 16 151,524 -> 148,139 and prod K = 16
+9,754,843 -> 9,537,544, the other 22 equal; at 1 s with no spinner (load 7-8): 10 better (up
+to -2.5 %), one worse (+0.31 %). Without :data:`_HURRIED` that 1 s run had 9 cases worse
+(up to +2.6 %): the lattice start first is wrong when the time is that short.
 
 NOTE [ Shakes ]
 The swaps stop in a local optimum, and on GSM8K at K = 8-16 several plans a few tenths of a
