@@ -87,15 +87,15 @@ same plans (three runs: the same search plan, then the bound's and the shakes' t
 prod K = 16 9,392,822 / 9,395,278 / 9,385,780-9,396,394 against 9,433,896 / 9,395,389 /
 9,395,278-9,396,394); at 2 s GSM8K sum K = 16 149,880 -> 147,905 and prod K = 16 9,655,561 /
 9,643,781 -> 9,506,606 (two runs; in one, three others +0.3 to +0.7 % from the shakes' timing
-after the same search plan); at 1 s the same two cases -1.3 to -1.6 % and -1.7 to -2.5 %
-(four runs), nothing else worse than +0.14 %. Wall clock at 5 s beside one or two spinning
-processes (load 3-8, four runs): GSM8K prod K = 16 9,655,561-9,754,843 -> 9,537,544 in every
-run, sum K = 16 -1.6 to -2.2 % in three (+0.23 % in one, where the lattice start's swaps were
-cut), otherwise equal but for the shakes' luck after the same search plan (GSM8K prod K = 8
-+0.73 %, Europarl sum K = 16 +0.56 % once each). At 1 s, no spinner: load 7-8, 10 better (up
-to -2.5 %) and one worse (+0.31 %); load 4, 3 better (up to -0.97 %), 4 worse (up to +0.35 %).
-Without :data:`_HURRIED`, the load 7-8 run had 9 cases worse (up to +2.6 %): the lattice start
-first is wrong when the time is that short.
+after the same search plan); at 1 s the same two cases -1.3 to -1.6 % and -1.7 to -2.5 % (four
+runs), nothing else worse than +0.14 %. Wall clock at 5 s beside one or two spinning processes
+(load 3-8, four runs, three with both descents first): GSM8K prod K = 16 9,655,561-9,754,843 ->
+9,537,544 in every run, sum K = 16 -1.6 to -2.2 % in three (+0.23 % in one, where the lattice
+start's swaps, then last, were cut), otherwise equal but for the shakes' luck after the same
+search plan (GSM8K prod K = 8 +0.73 %, Europarl sum K = 16 +0.56 % once each). At 1 s, no
+spinner: load 7-8, 10 better (up to -2.5 %) and one worse (+0.31 %); load 4, 3 better (up to
+-0.97 %), 4 worse (up to +0.35 %). Without :data:`_HURRIED`, the load 7-8 run had 9 cases worse
+(up to +2.6 %): the lattice start first is wrong when the time is that short.
 
 NOTE [ Shakes ]
 The swaps stop in a local optimum, and on GSM8K at K = 8-16 several plans a few tenths of a
