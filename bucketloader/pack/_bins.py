@@ -442,8 +442,10 @@ def repack(
         out = _repacked(fit, lens, widths, order[:k])
         if k == order.size or enough is None or enough(_padded(out, row_lengths)):
             return out
-        want *= 2
-        k = min(int(np.searchsorted(have, want)) + 1, order.size)
+        last = k
+        while k == last:  # (twice the room until it takes more rows: the same rows, same plan)
+            want *= 2
+            k = min(int(np.searchsorted(have, want)) + 1, order.size)
 
 
 def _repacked(fit: Patterns, lens: np.ndarray, widths: np.ndarray, chosen: np.ndarray) -> Patterns:
