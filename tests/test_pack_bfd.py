@@ -254,3 +254,17 @@ def test_quick_closest_fill_is_the_searchs_fill():
         avail = {v: c for v, c in avail.items() if c}
         got = _bins._closest(avail, sorted(avail), cap)
         assert sorted(got) == sorted((int(vals[i]), k) for i, k in want)
+
+
+def test_plans_of_earlier_versions_keep_their_digests():
+    """Only the repacked rows' plans get solver version 5: where the search ends with MBS's plan
+    (or BFD's), that is the plan of earlier versions, so its digest (and saved states) stay."""
+    docs = [16, 20, 36, 6, 23, 19, 27, 34, 13, 6, 39, 2, 38, 8, 14, 3, 3, 10, 39, 16]
+    docs += [24, 37, 12, 20, 14, 29, 13, 15, 17, 3, 18, 3, 36, 24, 39, 39, 13, 39, 14, 12]
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    plan = solve(sizes, counts, (40,), search="always")
+    slack = _bins.min_bin_slack(sizes, counts, (40,))
+    assert plan.num_rows == slack.num_rows < best_fit(sizes, counts, (40,)).num_rows
+    assert np.array_equal(plan.items, slack.items) and not plan.searched
+    assert _bins.solver_version((40,), plan.searched) == 3
