@@ -185,6 +185,12 @@ _CLOSE_ENOUGH = 1000
 #: patterns per this many documents, else towards its promise (NOTE [ Repacking the rows with
 #: room ]).
 _DOCS_PER_PATTERN = 40
+#: ``"auto"`` runs the whole-data Minimum Bin Slack after a repack that fell short only while
+#: its work (BFD's rows x distinct sizes x 64-bit words of the longest row, in big-integer word
+#: operations: about 1.4 ns each here) stays under this: 2,000 documents of 32k-64k tokens in
+#: rows of 131,072 cost it 4.7 s (3.3e9), for nothing (s7-rev2); the tests' and benchmarks'
+#: searches stay under 3e6. ``"always"`` runs it whatever it costs.
+_MBS_WORK = 10**8
 
 
 @dataclass(frozen=True, eq=False)
@@ -275,6 +281,9 @@ def solve(
         best, least = fit, padded  # (as earlier versions: their digests)
     if enough(least):
         return best
+    words = -(-max(row_lengths) // 64)
+    if search == "auto" and fit.num_rows * len(sizes) * words > _MBS_WORK:
+        return best  # (the search's cost grows with the row length: not worth it by default)
     slack = min_bin_slack(sizes, counts, row_lengths)
     if _padded(slack, row_lengths) < least:
         return slack  # (the plan of earlier versions, digested as theirs)
