@@ -15,8 +15,8 @@
    first; two in bulk per distinct size: the rooms with a free row as bits of one Python integer,
    so the tightest row that fits is one shift and one lowest-bit): ``bfd_packing`` outputs the
    packing in the plan's form (each pattern's sizes, documents per size and rows; histogram by
-   ``np.bincount``), ``bfd_rows`` only the row count (histogram by ``np.unique``), and up to
-   1M documents issue 26's own baseline ``bfd_documents`` (per-document BFD with a free-space
+   ``np.bincount``), ``bfd_rows`` only the row count (histogram by ``np.unique``), and
+   issue 26's own baseline ``bfd_documents`` (per-document BFD with a free-space
    bitset over row capacities, every document's row), from N = 1k to 10M documents:
    long-tailed code-like lengths (lognormal, sigma 1.3, up to 2048 = L), GSM8K question +
    answer + 2 resampled (L = 1024), and the 2k-document files (the first 2,000 GSM8K pairs at
@@ -377,10 +377,10 @@ def packing(quick: bool, repeats: int) -> list[str]:
         "in bulk that outputs the packing in the plan's form, each pattern's sizes, documents "
         "per size and rows, with the histogram by `np.bincount`) and **BFD count** (`bfd_rows`: "
         "the same loop returning the row count only, histogram by `np.unique`; no packing, so "
-        "it does less work than any plan); and, up to 1M documents, issue 26's own baseline, "
+        "it does less work than any plan); and issue 26's own baseline, "
         "**BFD per document** (`bfd_documents`: per-document best-fit decreasing with a "
         "free-space bitset over row capacities, the documents largest first by `np.argsort`, "
-        "returning every document's row; left out at 10M documents, about 5 s a call). "
+        "returning every document's row; about 5 s a call at 10M documents). "
         '`PackSpec.build` runs with the default `search="auto"` '
         "(where BFD pads more than 0.5 points above the bound, the search repacks BFD's rows "
         "with the most room: towards the L2 bound, or towards that 0.5-point promise where the "
@@ -427,22 +427,21 @@ def packing(quick: bool, repeats: int) -> list[str]:
         )
         auto, never = builds["auto"](), builds["never"]()
         doc_cell = ratio_cell = auto_doc_cell = "-"
-        if lengths.size <= 1_000_000:  # issue 26's per-document BFD (10M: ~5 s a call)
-            row_of, doc_rows = bfd_documents(lengths, row_length)
-            fill = np.bincount(row_of, weights=lengths, minlength=doc_rows)
-            assert doc_rows == never.num_rows and fill.max() <= row_length, label
-            never_d, auto_d, doc_t = side_by_side(
-                builds["never"],
-                builds["auto"],
-                functools.partial(bfd_documents, lengths, row_length),
-                budget_s=0.01 if lengths.size <= 10_000 else 0.0,  # (one call: 40-450 ms)
-                rounds=3,
-            )
-            doc_cell, ratio_cell = f"{doc_t * 1e3:.3g}", f"{never_d / doc_t:.3g}x"
-            auto_doc_cell = f"{auto_d / doc_t:.3g}x"
-            worst["doc"] = max(worst["doc"], never_d / doc_t)
-            if lengths.size <= 10_000:
-                worst["auto_doc"] = max(worst["auto_doc"], auto_d / doc_t)
+        # issue 26's per-document BFD (10M: ~5 s a call, one call a round)
+        row_of, doc_rows = bfd_documents(lengths, row_length)
+        fill = np.bincount(row_of, weights=lengths, minlength=doc_rows)
+        assert doc_rows == never.num_rows and fill.max() <= row_length, label
+        never_d, auto_d, doc_t = side_by_side(
+            builds["never"],
+            builds["auto"],
+            functools.partial(bfd_documents, lengths, row_length),
+            budget_s=0.01 if lengths.size <= 10_000 else 0.0,  # (one call: 40 ms-5 s)
+            rounds=3,
+        )
+        doc_cell, ratio_cell = f"{doc_t * 1e3:.3g}", f"{never_d / doc_t:.3g}x"
+        auto_doc_cell = f"{auto_d / doc_t:.3g}x"
+        worst["doc"] = max(worst["doc"], never_d / doc_t)
+        worst["auto_doc"] = max(worst["auto_doc"], auto_d / doc_t)
         sizes, counts = np.unique(lengths, return_counts=True)
         bound = lower_bound(sizes, counts, row_length)[1]
         theirs = bfd_rows(lengths, row_length)
@@ -477,7 +476,7 @@ def packing(quick: bool, repeats: int) -> list[str]:
         f'Largest time ratio: `search="never"` / BFD packing **{worst["never"]:.2f}x**, '
         f'`search="never"` / BFD count **{worst["count"]:.2f}x**, `search="never"` / BFD per '
         f'document **{worst["doc"]:.3g}x**, `search="auto"` / BFD packing '
-        f'**{worst["auto"]:.2f}x**, `search="auto"` / BFD per document up to 10k documents '
+        f'**{worst["auto"]:.2f}x**, `search="auto"` / BFD per document '
         f"**{worst['auto_doc']:.3g}x**; rows: `never` = BFD's everywhere, `auto` <= BFD's "
         "everywhere and within 0.5 points of padding of `ceil(tokens / L)` rows everywhere "
         "(asserted).",
