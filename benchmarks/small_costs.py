@@ -124,24 +124,32 @@ ROTATE_MIN, ROTATE_MAX = 4, 64
 
 
 def rotating_batches(
-    sampler: BucketSampler, batch: list[int], sample_bytes: int, epochs: int = 64
-) -> list[list[int]]:
-    """Distinct batches of ``batch``'s planned cell and size, from the sampler's epochs (as a
-    DataLoader's epochs give them): enough that their samples fill ``ROTATE_BYTES``, at least
-    ``ROTATE_MIN`` (``batch`` first; fewer only where the epochs hold fewer such batches)."""
+    sampler: BucketSampler, batches: list[list[int]], bytes_of, epochs: int = 64
+) -> dict[int, list[list[int]]]:
+    """Per planned cell of the full ``batches`` (one each), distinct batches of that cell and
+    size from the sampler's epochs, as a DataLoader's epochs give them (that batch first): enough
+    that their samples (``bytes_of(batch)``) fill ``ROTATE_BYTES``, at least ``ROTATE_MIN``,
+    at most ``ROTATE_MAX`` (fewer only where the epochs hold fewer such batches)."""
     cell = sampler.spec.cell_of_sample
-    target, rows = int(cell[batch[0]]), len(batch)
-    want = min(ROTATE_MAX, max(ROTATE_MIN, -(-ROTATE_BYTES // max(sample_bytes, 1))))
-    found, seen = [batch], {tuple(batch)}
+    found = {int(cell[b[0]]): [b] for b in batches}
+    want = {
+        int(cell[b[0]]): min(ROTATE_MAX, max(ROTATE_MIN, -(-ROTATE_BYTES // max(bytes_of(b), 1))))
+        for b in batches
+    }
+    rows = {c: len(found[c][0]) for c in found}
+    seen = {tuple(b) for b in batches}
+    todo = {c for c in found if len(found[c]) < want[c]}
     for epoch in range(1, epochs):
+        if not todo:
+            break
         sampler.set_epoch(epoch)
         for b in sampler:
-            if len(b) == rows and int(cell[b[0]]) == target and tuple(b) not in seen:
+            c = int(cell[b[0]])
+            if c in todo and len(b) == rows[c] and tuple(b) not in seen:
                 seen.add(tuple(b))
-                found.append(b)
-                if len(found) == want:
-                    sampler.set_epoch(0)
-                    return found
+                found[c].append(b)
+                if len(found[c]) == want[c]:
+                    todo.discard(c)
     sampler.set_epoch(0)
     return found
 
@@ -199,6 +207,11 @@ def collation(quick: bool, repeats: int) -> list[str]:
                 continue
             sampler, batches = planned_batches(lengths, rows)
             collate = sampler.collator()
+            pools = rotating_batches(  # (one pass over the epochs for every cell)
+                sampler,
+                [b for b in batches if len(b) == rows],
+                lambda b, lengths=lengths, unit=unit: int(lengths[b].sum()) * unit,
+            )
             results = []
             for batch in batches:
                 samples = [make(int(lengths[i])) for i in batch]
@@ -230,10 +243,8 @@ def collation(quick: bool, repeats: int) -> list[str]:
                     )
                     rot = float("nan")  # (not rotated: one such batch per epoch)
                 else:  # and rotating: the next batch of the shape at every call
-                    pool = [
-                        [make(int(lengths[i])) for i in b]
-                        for b in rotating_batches(sampler, batch, sum(sizes) * unit)
-                    ]
+                    cell = int(sampler.spec.cell_of_sample[batch[0]])
+                    pool = [[make(int(lengths[i])) for i in b] for b in pools.pop(cell)]
                     for s in pool:  # every length's cell memoised, as in a long epoch
                         collate(s)
                     mine, yours = itertools.cycle(pool), itertools.cycle(pool)
