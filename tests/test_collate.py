@@ -507,7 +507,7 @@ def _assert_same(lean, general, xs):
 )
 def test_lean_path_on_long_rows_and_frames(data, side, kind, dtype, frames, rows):
     """The lean path's other branches equal the general path: rows longer than the mask table
-    (the run-length mask, NOTE [ The mask of long rows ]), ``(T, F)`` samples whose
+    (windows of a pattern up to 16 rows, the run-length mask above), ``(T, F)`` samples whose
     ``T`` alone varies, and outputs that numpy allocates (NOTE [ Where a large batch is
     written ], here also from the first byte on)."""
     from bucketloader.collate import _pad, collator
@@ -759,8 +759,8 @@ def test_short_path_equals_the_general_path(side, last_batch, monkeypatch):
 @pytest.mark.parametrize("side", ["right", "left"])
 @pytest.mark.parametrize("rows", [3, 17])
 def test_short_path_on_long_rows(side, rows, monkeypatch):
-    """NOTE [ The short path ] past the mask table: the run-length mask (3 and 17 rows) and a
-    numpy-allocated output (17 rows) equal the general path; a batch that
+    """NOTE [ The short path ] past the mask table: windows of the pattern (3 rows), the
+    run-length mask and a numpy-allocated output (17 rows) equal the general path; a batch that
     requires grad (no ``torch.cat(out=)``) goes on to the full path."""
     from bucketloader.collate.collator import PadCollator
 

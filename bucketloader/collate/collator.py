@@ -466,7 +466,7 @@ class PadCollator:
             if rest:
                 return None  # mixed dtypes of (T, F) samples: the general path
             return self._collate_bare_padded(samples, sizes, rows, size)
-        pad, views, table, np_rows, np_dtype = entry
+        pad, views, ar, np_rows, mask_rows, np_dtype = entry
         pieces = interleaved_pieces(samples, sizes, size, self.side, (pad, views), (lo, hi))
         try:
             if kind is np.ndarray or rows >= np_rows:  # NOTE [ Where a large batch is written ]
@@ -492,9 +492,12 @@ class PadCollator:
             lens[:n] = sizes
             real = np.zeros(rows, dtype=np.bool_)
             real[:n] = True
-        if table is not None:  # a table of the mask rows (row 0, all False, padding rows): a take
-            mask = table.take(lens, axis=0)
-        else:  # long rows: the run-length mask (NOTE [ The mask of long rows ])
+        if ar.ndim == 2:  # a table of the mask rows (row 0, all False, for padding rows): a take
+            mask = ar.take(lens, axis=0)
+        elif rows <= _MASK_ROWS_MAX:  # long rows, few: views of one pattern, one concatenate
+            mask = np.concatenate(_pattern_rows(ar, mask_rows, lens.tolist(), size, self.side))
+            mask = mask.reshape(rows, size)
+        else:  # long rows, many: the run-length mask (one write per byte)
             mask = sequence_mask(lens[:n], size, rows, self.side)
         tmask = torch.from_numpy(mask)
         return {
@@ -517,7 +520,7 @@ class PadCollator:
         first, for a planned row count only (a partial batch does not pay for it). Only
         memoised cells that are planned shapes are taken here, so the batch's shape needs no
         other check. The output and the mask are written as the full path writes them:
-        NOTE [ Where a large batch is written ], and a table take or the
+        NOTE [ Where a large batch is written ], and a table take, windows of a pattern or the
         run-length mask.
         """
         n = len(samples)
@@ -549,20 +552,23 @@ class PadCollator:
         if hi == size:  # no empty piece in torch.cat (several times slower)
             pieces = [p for p in pieces if p is not None]
         try:
-            if n < entry[3]:  # (the entry: _lean_entry)
+            if n < entry[3]:
                 inputs = torch.cat(pieces).view(n, size)
             elif first.requires_grad:  # (autograd refuses out=: the full path, tried once)
                 return None
             else:  # NOTE [ Where a large batch is written ]
-                inputs = torch.from_numpy(np.empty((n, size), entry[4]))
+                inputs = torch.from_numpy(np.empty((n, size), entry[5]))
                 torch.cat(pieces, out=inputs.view(-1))
         except (RuntimeError, TypeError, ValueError):  # a sample of other dims, autograd and
             return None  # out=: the full path takes the batch (and words any error)
         lens = np.array(sizes, dtype=np.int64)
         table = entry[2]
-        if table is not None:  # the mask table: one take
+        if table.ndim == 2:  # the mask table: one take
             mask = table.take(lens, axis=0)
-        else:  # long rows: the run-length mask (NOTE [ The mask of long rows ])
+        elif n <= _MASK_ROWS_MAX:  # long rows, few: windows of the pattern
+            mask = np.concatenate(_pattern_rows(table, entry[4], sizes, size, self.side))
+            mask = mask.reshape(n, size)
+        else:  # long rows, many: the run-length mask
             mask = sequence_mask(lens, size, n, self.side)
         tmask = torch.from_numpy(mask)
         return {
@@ -601,24 +607,13 @@ class PadCollator:
 
     def _lean_entry(
         self, first: Any, size: int, rest: tuple[int, ...], key: tuple
-    ) -> tuple[Any, dict, Any, int, Any] | None:
+    ) -> tuple[Any, dict, Any, int, dict, Any] | None:
         """The pad buffer ``(size, *rest)``, its cached views, the mask rows (a ``(size + 1,
-        size)`` table up to ``_MASK_TABLE_MAX``, else ``None``: NOTE [ The mask of long rows ]),
-        the rows from which numpy allocates the output and the output's numpy dtype, of
-        :meth:`_collate_bare`, or ``None`` (a dtype torch cannot take, or a pad value it cannot
-        hold: the general path raises the message).
-
-        NOTE [ The mask of long rows ]
-        Rows longer than ``_MASK_TABLE_MAX`` get their mask from the run-length
-        :func:`~bucketloader.collate._pad.sequence_mask` (one ``np.repeat`` of two small arrays),
-        at every row count. Up to session 6, up to 16 such rows were one concatenate of cached
-        windows of a ``True * size + False * size`` pattern, one view object per length seen.
-        That was as fast when one batch is collated again and again (5.3 against 6.8 us alone on
-        8 rows of 19,620, no difference inside the call), but 2-12% slower over the whole call
-        when every call brings a new batch (``benchmarks/small_costs.py``'s rotating columns):
-        each call then reads a different set of cached view objects, out of cache after the
-        batch's big writes, and the run-length mask reads none.
-        """
+        size)`` table up to ``_MASK_TABLE_MAX``, else a pattern whose windows are the rows,
+        :func:`_pattern_rows`), the rows from which numpy allocates the output, the cached mask
+        windows and the output's numpy dtype, of :meth:`_collate_bare`, or
+        ``None`` (a dtype torch cannot take, or a pad value it cannot hold: the general path
+        raises the message)."""
         pad_value = self._bare_pad_value(first)
         kind, dtype = type(first), first.dtype
         tdtype = dtype if kind is torch.Tensor else torch_dtype(dtype)
@@ -628,16 +623,17 @@ class PadCollator:
             self._lean_cache.clear()
         pad = torch.empty((size, *rest), dtype=tdtype)
         pad.fill_(pad_value[0])
-        table = None
+        ar: np.ndarray = np.arange(size)
         if size <= _MASK_TABLE_MAX:  # row L of the table is the mask of a sample of length L
-            ar = np.arange(size)
-            table = np.arange(size + 1)[:, None] > (ar if self.side == "right" else size - 1 - ar)
+            ar = np.arange(size + 1)[:, None] > (ar if self.side == "right" else size - 1 - ar)
+        else:  # True * size + False * size (right): the mask rows are its windows
+            ar = np.arange(2 * size) < size if self.side == "right" else np.arange(2 * size) >= size
         # from np_rows rows on, numpy allocates the output (never for bfloat16, which it lacks)
         # (numpy samples keep their own dtype: numpy_dtype knows none for torch's uint16/32/64)
         np_dtype = numpy_dtype(tdtype) or (dtype if kind is np.ndarray else None)
         np_rows = -(-NUMPY_MIN_BYTES // max(pad.nbytes, 1)) if np_dtype is not None else 1 << 62
         pad_buffer = pad.numpy() if kind is np.ndarray else pad
-        entry: tuple[Any, dict, Any, int, Any] = (pad_buffer, {}, table, np_rows, np_dtype)
+        entry: tuple[Any, dict, Any, int, dict, Any] = (pad_buffer, {}, ar, np_rows, {}, np_dtype)
         self._lean_cache[key] = entry
         return entry
 
@@ -725,6 +721,27 @@ _NUMEL: dict[type, Any] = {
     np.ndarray: operator.attrgetter("size"),
 }
 _TRUE = np.ones(4096, dtype=np.bool_)
+#: Masks of rows longer than ``_MASK_TABLE_MAX``: up to this many rows, one concatenate of
+#: windows of a pattern (a ``memmove`` per row), from here on the run-length ``sequence_mask``
+#: (one pass, but a byte at a time; it wins when the rows are many).
+_MASK_ROWS_MAX = 16
+
+
+def _pattern_rows(
+    pattern: np.ndarray, cache: dict[int, np.ndarray], sizes: list[int], size: int, side: str
+) -> list[np.ndarray]:
+    """The mask row of each length in ``sizes``: a window of ``pattern`` (``True * size +
+    False * size`` for right padding, the reverse for left), cached per length."""
+    try:
+        return list(map(cache.__getitem__, sizes))
+    except KeyError:
+        for length in sizes:
+            if length not in cache:
+                start = size - length if side == "right" else length
+                cache[length] = pattern[start : start + size]
+        return list(map(cache.__getitem__, sizes))
+
+
 #: Row lengths up to which :meth:`PadCollator._collate_bare` keeps a table of mask rows (4 MiB).
 _MASK_TABLE_MAX = 2047
 _DTYPE = operator.attrgetter("dtype")
