@@ -256,3 +256,38 @@ class DatasetView:
 
     def __getitems__(self, batch: Sequence[int]) -> list[Any]:
         return list(load_samples(self.dataset, list(batch)))
+
+
+def check_readable(values: Sequence[Any], key: Any, exc: BaseException) -> None:
+    """After torch failed to read the field ``key`` of a batch (``exc``; ``values`` its
+    per-sample values), name the sample a collator cannot read: a tensor on the meta device
+    (a shape, no data) or of a layout other than dense (``torch.sparse_coo``, ``sparse_csr``,
+    ...). Returns when there is none (``exc`` then stands). Asked only on that error path, so
+    a batch that collates pays nothing.
+
+    Example:
+        >>> import torch
+        >>> check_readable([torch.ones(2), torch.ones(3).to_sparse()], "inputs", RuntimeError())
+        Traceback (most recent call last):
+        ...
+        TypeError: the sample at batch position 1 (field 'inputs') has layout=torch.sparse_coo; \
+the collators read dense tensors: call .to_dense() on it (in the dataset's __getitem__ or a \
+transform)
+    """
+    import torch
+
+    for i, v in enumerate(values):
+        if not isinstance(v, torch.Tensor):
+            continue
+        where = f"the sample at batch position {i} (field {key!r})"
+        if v.is_meta:
+            raise ValueError(
+                f"{where} is a tensor on device=meta, which has a shape but no data: "
+                "materialise the tensor (build it on a real device, e.g. outside a "
+                "torch.device('meta') context) before collating"
+            ) from exc
+        if v.layout != torch.strided:
+            raise TypeError(
+                f"{where} has layout={v.layout}; the collators read dense tensors: call "
+                ".to_dense() on it (in the dataset's __getitem__ or a transform)"
+            ) from exc

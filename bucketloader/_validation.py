@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Set
 from typing import Any
 
 import numpy as np
@@ -209,6 +209,17 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
         raise TypeError(
             f"{name} must be a list, numpy array or torch tensor of non-negative ints, "
             f"got {type(lengths).__name__}"
+        )
+    if isinstance(lengths, (Set, Mapping)):  # (numpy reads either as one object: shape ())
+        fix = (
+            "a set has no order: pass a list in sample order"
+            if isinstance(lengths, Set)
+            else f"pass a list in sample order (list({name}.values()) if its keys are the "
+            "sample indices in order)"
+        )
+        raise TypeError(
+            f"{name} must be a list, numpy array or torch tensor of non-negative ints (the "
+            f"i-th is sample i's length), got a {type(lengths).__name__}; {fix}"
         )
     if isinstance(lengths, np.ma.MaskedArray) and np.ma.getmask(lengths) is not np.ma.nomask:
         raise TypeError(

@@ -42,7 +42,13 @@ from torch.utils.data import DataLoader
 
 from bucketloader._dist import initialised, world_size
 from bucketloader._samples import DatasetView, load_samples
-from bucketloader._validation import MAX_LENGTH, as_lengths, check_bool, check_int
+from bucketloader._validation import (
+    MAX_LENGTH,
+    MAX_REPLICAS,
+    as_lengths,
+    check_bool,
+    check_int,
+)
 from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan.budget import BatchRule
@@ -729,7 +735,7 @@ class LocalExchange:
     """
 
     def __init__(self, num_replicas: int) -> None:
-        n = check_int("num_replicas", num_replicas, minimum=1)
+        n = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)
         self._posted: list[dict[str, Any] | None] = [None] * n
         # every rank's kept rows until checked, then what the check found (_twice)
         self._kept: list[np.ndarray | None] = [None] * n
@@ -744,8 +750,22 @@ class LocalExchange:
                 f"and 'rows'), got {keys}; pass the LocalExchange itself as gather= (or a "
                 "function that hands it the payload unchanged and returns what it returns)"
             )
-        self._posted[int(payload["rank"])] = payload
+        self._posted[self._rank(payload["rank"])] = payload
         return self
+
+    def _rank(self, rank: Any) -> int:
+        """``rank`` as an index of this board, or one clear error (a sampler built with another
+        ``num_replicas`` than the board's)."""
+        n = len(self._posted)
+        ok = isinstance(rank, numbers.Integral) and not isinstance(rank, (bool, np.bool_))
+        if ok and 0 <= rank < n:
+            return int(rank)
+        raise (ValueError if ok else TypeError)(
+            f"rank must be an int >= 0 and <= {n - 1} for LocalExchange(num_replicas={n}), got "
+            f"rank={rank!r}; build the board with the samplers' num_replicas "
+            "(LocalExchange(num_replicas)) and each simulated sampler with its own rank in "
+            "0..num_replicas-1"
+        )
 
     def __len__(self) -> int:
         return len(self._posted)
@@ -764,7 +784,7 @@ class LocalExchange:
         return [found or [] for found in self._found]
 
     def __getitem__(self, rank: int) -> dict[str, Any]:
-        got = self._posted[rank]
+        got = self._posted[self._rank(rank)]
         if got is None:
             raise ValueError(
                 f"rank {rank}'s ShardedSampler has not been built with this LocalExchange yet: "

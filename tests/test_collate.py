@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+from fractions import Fraction
 from unittest import mock
 
 import numpy as np
@@ -12,6 +13,7 @@ from conftest import load_real
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bucketloader._samples import check_readable
 from bucketloader.collate import Field, PadCollator
 from bucketloader.collate import _pad as _collate_pad
 from bucketloader.plan import BucketSpec
@@ -388,6 +390,8 @@ def test_argument_errors(small):
         PadCollator(table, side="up")
     with pytest.raises(TypeError, match="pad_value must be a number, got pad_value='0'"):
         PadCollator(table, pad_value="0")
+    with pytest.raises(TypeError, match=r"got pad_value=Fraction\(1, 2\); pass float\(pad_value"):
+        PadCollator(table, pad_value=Fraction(1, 2))  # (was torch's fill_ error at a batch)
     with pytest.raises(TypeError, match=r"mask_dtype must be a torch\.dtype"):
         PadCollator(table, mask_dtype="bool")
     with pytest.raises(TypeError, match="shape_table must be a ShapeTable"):
@@ -409,6 +413,50 @@ def test_argument_errors(small):
     joint = BucketSampler(np.array([[2, 3], [4, 5]]), num_buckets=1, batch_size=2)
     with pytest.raises(ValueError, match=r"fields=Field\(dims=\(-2, -1\)\)"):
         joint.collator()([torch.ones(3, 2), torch.ones(5, 4)])
+
+
+@pytest.mark.parametrize("length", [5, 3000])  # short rows, long rows (numpy-allocated)
+def test_meta_and_sparse_samples_are_named(length):
+    """A sample of a sparse layout or on the meta device was torch's error from deep inside a
+    kernel ("copy_() between dense and sparse", "Cannot copy out of meta tensor; no data!");
+    now one error naming the sample, the bad value and the fix, on every path (bare, dict,
+    (T, F), a fixed field, a partial batch). Checked only once torch has failed. (A meta
+    sample goes through the same except clauses; collating one costs torch ~4 s to import
+    torch._dynamo for its meta torch.cat, so the meta wording is checked on the helper.)"""
+    sampler = BucketSampler([length + i for i in range(4)] * 2, num_buckets=1, batch_size=4)
+    collate = sampler.collator()
+    msg = r"position {} \(field '{}'\) has layout=torch\.sparse_coo; .* call \.to_dense\(\)"
+    ones = [torch.ones(length + i) for i in range(4)]
+    for pos in (0, 2):
+        bad = [*ones[:pos], ones[pos].to_sparse(), *ones[pos + 1 :]]
+        with pytest.raises(TypeError, match=msg.format(pos, "inputs")):
+            collate(bad)
+        with pytest.raises(TypeError, match=msg.format(pos, "x")):
+            collate([{"x": y} for y in bad])
+    with pytest.raises(TypeError, match=msg.format(1, "inputs")):
+        collate([ones[0], ones[1].to_sparse()])  # a partial batch (all-padding rows)
+    with pytest.raises(TypeError, match=msg.format(1, "inputs")):
+        collate([torch.ones(length, 2), torch.ones(length + 1, 2).to_sparse()])
+    fixed = sampler.collator(fields={"x": Field()})
+    with pytest.raises(TypeError, match=msg.format(3, "label")):
+        fixed([{"x": y, "label": torch.eye(2).to_sparse() if i == 3 else torch.eye(2)}
+               for i, y in enumerate(ones)])  # fmt: skip
+    assert collate(ones)["inputs"].shape == (4, length + 3)  # (the collator still works)
+    from bucketloader import PackSampler  # the packing collator, too (ids, then labels)
+
+    pack = PackSampler([length, length + 1], row_length=2 * length + 1, batch_size=1).collator()
+    ids = [torch.arange(length), torch.arange(length + 1)]
+    with pytest.raises(TypeError, match=msg.format(1, "input_ids")):
+        pack([ids[0], ids[1].to_sparse()])
+    with pytest.raises(TypeError, match=msg.format(0, "labels")):
+        pack(
+            [{"input_ids": x, "labels": x.to_sparse() if i == 0 else x} for i, x in enumerate(ids)]
+        )
+    meta = torch.ones(length, device="meta")
+    with pytest.raises(ValueError, match=r"position 1 \(field 'x'\) is a tensor on device=meta, "
+                       r"which has a shape but no data: materialise the tensor"):  # fmt: skip
+        check_readable([ones[0], meta], "x", RuntimeError("no data!"))
+    check_readable(ones, "x", RuntimeError())  # none: the caller re-raises
 
 
 @pytest.mark.parametrize("length", [5, 3000])  # masked scatter, then per-sample copies

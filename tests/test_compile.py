@@ -252,6 +252,42 @@ def test_precompile_on_eval_mode_and_a_failing_step_restores_too():
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
 
 
+def test_each_shape_starts_from_the_snapshotted_grads():
+    # NOTE [ Each shape from the same grads ]: a forward+backward step must not accumulate into
+    # the previous shape's gradients (under CUDA graphs those are overwritten graph outputs)
+    lengths = _lengths(200)
+    sampler = BucketSampler(lengths, num_buckets=3, batch_size=8, seed=0)
+    model = Net()
+    seen = []
+
+    def step(batch):
+        seen.append([p.grad is None for p in model.parameters()])
+        out = model(batch["input_ids"], batch["attention_mask"])
+        torch.nn.functional.cross_entropy(out, batch["label"]).backward()
+
+    compiled = torch.compile(step, backend=Counting(), dynamic=False)
+    kw = {"example": _dataset(lengths)[0], "cache": False, "progress": False, "restore": [model]}
+    precompile(compiled, sampler, **kw)  # (restore named: the records are not restored)
+    assert len(seen) == len(sampler.shapes) == 3
+    assert all(all(entry) for entry in seen)  # every shape: no gradient left by the one before
+    assert all(p.grad is None for p in model.parameters())
+    # a model with gradients (mid-accumulation): every shape sees those values, restored after
+    model.out.weight.grad = torch.full_like(model.out.weight, 0.5)
+    grad = model.out.weight.grad
+    firsts = []
+
+    def step2(batch):
+        firsts.append(float(model.out.weight.grad.sum()))
+        out = model(batch["input_ids"], batch["attention_mask"])
+        torch.nn.functional.cross_entropy(out, batch["label"]).backward()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(step2, backend=Counting(), dynamic=False)
+    precompile(compiled, sampler, **kw)
+    assert firsts == [0.5 * grad.numel()] * 3
+    assert model.out.weight.grad is grad and bool((grad == 0.5).all())
+
+
 # -- batches built like real ones ---------------------------------------------------------------
 def _signatures(loader) -> dict:
     out = {}

@@ -130,8 +130,13 @@ def test_the_file_check_stops_early_and_falls_back_without_ray(tmp_path, monkeyp
 
     from bucketloader.engines import ray as engine
 
-    for name, column in zip("abcde", ["ids", "other", "other", "ids", "other"], strict=True):
+    (tmp_path / "part=1").mkdir()  # (listed recursively: e is in a partition folder)
+    for name, column in zip("abcd", ["ids", "other", "other", "ids"], strict=True):
         pq.write_table(pa.table({column: [1]}), tmp_path / f"{name}.parquet")
+    pq.write_table(pa.table({"other": [1]}), tmp_path / "part=1" / "e.parquet")
+    for junk in ("_SUCCESS", ".a.parquet.crc", "notes.txt", "_temporary/x.parquet"):
+        (tmp_path / junk).parent.mkdir(exist_ok=True)
+        (tmp_path / junk).write_text("not parquet")  # skipped by the listing (never read)
     ds = types.SimpleNamespace(input_files=lambda: [str(tmp_path)])  # listed as a directory
     read, seen = pq.read_schema, []
     monkeypatch.setattr(pq, "read_schema", lambda f, **kw: (seen.append(f), read(f, **kw))[1])

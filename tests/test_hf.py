@@ -134,6 +134,18 @@ def test_fn_path_scalar_and_multi():
     two = hf.lengths(ds, fn=two_lengths)
     assert two.shape == (200, 2)
     np.testing.assert_array_equal(two[:, 1], np.asarray(ds["row"]) % 5)
+    # one length per batch (not per row) was kept silently: 4 lengths for 200 rows; other
+    # answers failed inside datasets / pyarrow
+    small = ds.select(range(10))
+    bad = [
+        (lambda b: [len(b["row"])], ValueError, r"10 of them for this batch, got an array of sh"),
+        (lambda b: None, TypeError, r"got None; e\.g\. fn=lambda batch"),
+        (lambda b: ["a"] * len(b["row"]), TypeError, r"got an array of shape \(10,\), dtype <U1"),
+        (lambda b: [[1], [1, 2]] * 5, TypeError, r"numbers, 10 of them"),
+    ]  # fmt: skip
+    for fn, kind, msg in bad:
+        with pytest.raises(kind, match=r"fn\(batch\) must return one length per row .*" + msg):
+            hf.lengths(small, fn=fn, batch_size=16)
 
 
 @pytest.mark.slow
@@ -158,6 +170,8 @@ def test_add_lengths_roundtrip_through_disk(tmp_path):
     np.testing.assert_array_equal(got, hf.lengths(ds, ["src", "tgt"]))
     with pytest.raises(ValueError, match="name must give 2 column names"):
         hf.add_lengths(ds, ["src", "tgt"], name="length")
+    with pytest.raises(TypeError, match=r"name must be a column name or a list of names .* name=5"):
+        hf.add_lengths(ds, "src", name=5)  # (was "'int' object is not iterable")
 
 
 # -- one-call sampler + collator -----------------------------------------------------------------
@@ -223,6 +237,8 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
         "for_text(..., pad_token_id=<int>) or for_text(..., tokenizer=<a tokenizer with a pad "
         "token>)"
     )
+    with pytest.raises(ValueError, match=r"pad_token_id must be a token id int64 can hold"):
+        hf.for_text(ds, pad_token_id=2**63, batch_size=4)  # (was an error at the first batch)
 
 
 def test_for_text_seq2seq_buckets_each_column():

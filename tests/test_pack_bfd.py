@@ -173,6 +173,46 @@ def test_capacity_bound_never_exceeds_the_optimum(docs, row_lengths):
         assert _bins._padded(solve(sizes, counts, lens, search), lens) >= c2
 
 
+def test_lower_bounds_are_exact_and_cheap_at_the_row_length_cap():
+    """L2 reads prefix sums over the sorted sizes, not tables of ``row_length + 1`` entries
+    (about 2 s per row length at the 2**24 cap, so ``capacity_bound`` with three row lengths
+    there took 4-7 s): the same bound as its definition (every ``a`` in ``0..L/2``), and exact
+    at the cap, where documents of ``L/2`` and ``L/2 + 1`` tokens decide it, and with token
+    sums past int64 (they wrapped)."""
+    import time
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        sizes, counts = rng.integers(0, n + 1, int(rng.integers(1, 7))), rng.integers(1, 4, 6)
+        counts = counts[: sizes.size]
+        l2 = 0
+        for a in range(n // 2 + 1):  # NOTE [ Lower bounds ]: J1 u J2, J2, J3
+            big = counts[sizes > n / 2].sum()
+            j2 = (sizes > n / 2) & (sizes <= n - a)
+            j3 = (sizes >= a) & (sizes <= n / 2)
+            spare = counts[j2].sum() * n - (sizes * counts)[j2].sum()
+            l2 = max(l2, big + max(0, -(-((sizes * counts)[j3].sum() - spare) // n)))
+        l1 = -(-int((sizes * counts).sum()) // n)
+        assert lower_bound(sizes, counts, n) == (l1, max(l1, l2))
+    h = 2**23  # two documents of h + 1 need a row each; three of h fill two more (not 3 = L1)
+    start = time.perf_counter()
+    assert lower_bound(np.array([h + 1, h]), np.array([2, 3]), 2 * h) == (3, 4)
+    # 2 rows of 2h for the h + 1s, then h rows: tokens 5h + 2 (C1); rows 4 (C2, at most 2 of 2h)
+    assert _bins.capacity_bound(np.array([h + 1, h]), np.array([2, 3]), (h, 2 * h)) == (
+        5 * h + 2,
+        6 * h,
+    )
+    sizes = np.arange(1, 2 * h, 997)
+    _bins.capacity_bound(sizes, np.ones_like(sizes), (h // 2, h, 2 * h))
+    assert time.perf_counter() - start < 1.0  # (4 s before, on 16.8k sizes; 0.02 s now)
+    # token sums past int64 (2**70 + 2**45 here) are exact, not wrapped
+    big = np.array([2**45, 3 * 2**45])
+    assert lower_bound(np.array([h + 1, h]), big, 2 * h) == (2**46 + 2**21, 5 * 2**44)
+    c2 = 2**70 + 2**45  # 2**45 rows of 2h, then the rest of the tokens in rows of h
+    assert _bins.capacity_bound(np.array([h + 1, h]), big, (h, 2 * h)) == (c2, c2)
+
+
 def test_auto_searches_with_several_row_lengths():
     """``search="auto"`` with several row lengths decides as with one: GSM8K's first 2,000 at
         ``row_length=(256, 512)`` pads 1.85% under BFD, more than 0.5 points above the bound on

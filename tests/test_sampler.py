@@ -11,7 +11,7 @@ import torch
 from conftest import load_real
 from torch.utils.data import DataLoader, Dataset
 
-from bucketloader.plan import BucketSpec, plan_epoch
+from bucketloader.plan import BucketSpec, TokenBudget, plan_epoch
 from bucketloader.sampler import BucketSampler, GroupedDataset
 from bucketloader.solve import compute_boundaries
 
@@ -251,6 +251,8 @@ def test_bad_lengths():
         BucketSampler(np.zeros((2, 2, 2), dtype=int), batch_size=2)
     with pytest.raises(ValueError, match="epoch must be an int >= 0"):
         BucketSampler([3, 1], batch_size=2).set_epoch(-1)
+    with pytest.raises(TypeError, match=r"is a token budget: pass it as max_tokens="):
+        BucketSampler([3, 1], batch_size=TokenBudget(8))  # (was "batch_size must be an int")
 
 
 def test_state_dict_is_small_and_json():

@@ -5,6 +5,7 @@ real gloo process groups where every process holds only its shard."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 import warnings
 from datetime import timedelta
@@ -1041,6 +1042,23 @@ def test_exchange_refuses_a_row_listed_by_two_ranks():
     assert [len(list(s)) for s in wrapped] == [len(s) for s in wrapped] and calls == [0, 1]
     with pytest.raises(ValueError, match=r"LocalExchange takes .* got \['rank', 'twice'\]"):
         board({"rank": 0, "twice": []})
+    # a board for fewer ranks than the samplers' num_replicas (was an IndexError; rank -1
+    # silently took the last rank's place): the rank, the board's size and the fix
+    three = [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
+    hists = [LengthHistogram.from_lengths(lengths[y]) for y in three]
+    msg = r"rank must be an int >= 0 and <= 1 for LocalExchange\(num_replicas=2\), got rank=2; "
+    with pytest.raises(ValueError, match=msg + "build the board with the samplers'"):
+        ShardedSampler(lengths[three[2]], shard_indices=three[2], num_replicas=3, rank=2,
+                       exchange=True, gather=LocalExchange(2), shard_histograms=hists,
+                       **opts)  # fmt: skip
+    bad_ranks = [(-1, ValueError), (np.int64(5), ValueError), (True, TypeError), ("0", TypeError)]
+    for bad, kind in bad_ranks:
+        with pytest.raises(kind, match=re.escape(f"got rank={bad!r};")):
+            LocalExchange(2)({"rank": bad, "rows": []})
+    with pytest.raises(ValueError, match=r"got rank=3"):
+        LocalExchange(2)[3]
+    with pytest.raises(ValueError, match=r"num_replicas must be an int >= 1 and <= 1048576"):
+        LocalExchange(10**9)  # (was a MemoryError or a long stall: three lists of that size)
 
 
 @pytest.mark.parametrize("last_batch", ["pad", "fill"])

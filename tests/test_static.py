@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from bucketloader import static
+from bucketloader.static import _select
 from bucketloader.static._select import _geometry, _round_keys, feistel, feistel_tabulated
 
 # --- an independent oracle for the counts ------------------------------------------------------
@@ -262,13 +263,16 @@ def test_zero_graph_breaks():
         assert explained.graph_break_count == 0 and explained.graph_count == 1
 
 
-def test_compiled_static_shapes_match_eager():
-    """dynamic=False on the Feistel path (N > 64): same seed, bit-identical samples."""
+def test_compiled_static_shapes_match_eager(monkeypatch):
+    """dynamic=False on the Feistel path (N > 64): same seed, bit-identical samples. The compiled
+    graph takes the blocked scans (tiny blocks here: two levels), eager the single cumsum."""
     torch._dynamo.reset()
     compiled = torch.compile(static.balanced_subsample, fullgraph=True, dynamic=False)
     values, labels, mask = mixed_batch(100)
     seed = torch.tensor(123)
     want = static.balanced_subsample(values, labels, 9, positive_fraction=0.3, mask=mask, seed=seed)
+    for name, value in (("_SCAN_BLOCK", 8), ("_MIN_BLOCK", 2), ("_BLOCKED_SCANS", True)):
+        monkeypatch.setattr(_select, name, value)
     got = compiled(values, labels, 9, positive_fraction=0.3, mask=mask, seed=seed)
     assert all(torch.equal(x, y) for x, y in zip(want, got, strict=True))
     again = compiled(values, labels, 9, positive_fraction=0.3, mask=mask, seed=seed + 1)
@@ -280,6 +284,25 @@ def test_compiled_static_shapes_match_eager():
     with pytest.raises(Exception, match=r"labels must have shape values.shape\[:-1\]"):
         compiled(values, labels[:, :-1], 9, seed=seed)
     torch._dynamo.reset()
+
+
+def test_blocked_scans_equal_the_single_cumsum(monkeypatch):
+    """NOTE [ Blocked scans ]: the same integers at every level count, and the same samples."""
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(3, 104), (2, 10112), (1, 3 * 2**12), (2, 2**11 * 7), (2, 1025), (4, 65)]
+    values, labels, mask = mixed_batch(3000)  # the grid: 47 x 64, so D = 3008 > 1024
+    monkeypatch.setattr(_select, "_BLOCKED_SCANS", False)
+    want = static.balanced_subsample(values, labels, 700, mask=mask, seed=9)
+    monkeypatch.setattr(_select, "_BLOCKED_SCANS", True)
+    for block, least in ((1024, 16), (8, 2)):  # the default; tiny blocks: three or more levels
+        monkeypatch.setattr(_select, "_SCAN_BLOCK", block)
+        monkeypatch.setattr(_select, "_MIN_BLOCK", least)
+        for rows, d in shapes:
+            x = (torch.rand(rows, d, generator=gen) < 0.3).to(torch.int32)
+            got = _select._prefix_sum(x)
+            assert got.dtype == torch.int32 and torch.equal(got, x.cumsum(1, dtype=torch.int32))
+        got_sample = static.balanced_subsample(values, labels, 700, mask=mask, seed=9)
+        assert all(torch.equal(a, b) for a, b in zip(want, got_sample, strict=True))
 
 
 def test_compiled_dynamic_batch_unseeded():

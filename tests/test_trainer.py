@@ -721,6 +721,8 @@ def test_masked_loss_of_a_batch_with_no_real_row_is_zero():
     loss, _ = hf.masked_loss(model, batch)
     loss.backward()
     assert float(loss.detach()) == 0.0
+    with pytest.raises(TypeError, match=r"batch must be the collated batch .* got Tensor"):
+        hf.masked_loss(model, batch["input_ids"])  # (was dict()'s "update sequence element")
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 

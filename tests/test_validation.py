@@ -77,6 +77,9 @@ def test_as_lengths_2d_when_allowed():
         (np.array(["a"]), TypeError, r"must hold integer lengths, got dtype <U1"),
         (np.array([2**64 - 1], dtype=np.uint64), ValueError, r"must be < 2\*\*62, got 1844674"),
         (torch.tensor([1, -2]), ValueError, r"non-negative, got -2 at index 1"),
+        # (were "must be 1-D ..., got an array of shape ()": numpy reads them as one object)
+        ({3, 5}, TypeError, r"got a set; a set has no order: pass a list in sample order"),
+        ({0: 3, 1: 5}, TypeError, r"got a dict; pass a list .*\(list\(lengths\.values\(\)\)"),
     ],
 )
 def test_as_lengths_rejects(bad, kind, message):

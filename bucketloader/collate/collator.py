@@ -55,7 +55,7 @@ import numpy as np
 import torch
 from torch.utils.data import default_collate
 
-from bucketloader._samples import BARE_KEY, kind_of
+from bucketloader._samples import BARE_KEY, check_readable, kind_of
 from bucketloader._types import SIDES
 from bucketloader._validation import MissingKeyError, check_choice
 from bucketloader.collate import fields as cf
@@ -337,20 +337,24 @@ class PadCollator:
         out: dict[Any, Any] = {}
         for spec in specs:
             one = len(spec.inputs) == 1
-            out[spec.key] = pad_field(
-                columns[spec.key],
-                key=spec.key,
-                lengths=lengths[:, spec.inputs[0] : spec.inputs[0] + 1]
-                if one
-                else lengths[:, list(spec.inputs)],
-                dims=dims[spec.key],
-                targets=tuple(shape[1 + i] for i in spec.inputs),
-                rows=rows,
-                side=self.side,
-                pad_value=spec.pad_value,
-                mask=masks[spec.inputs[0]] if one else None,
-                cache=self._pad_cache,
-            )
+            try:
+                out[spec.key] = pad_field(
+                    columns[spec.key],
+                    key=spec.key,
+                    lengths=lengths[:, spec.inputs[0] : spec.inputs[0] + 1]
+                    if one
+                    else lengths[:, list(spec.inputs)],
+                    dims=dims[spec.key],
+                    targets=tuple(shape[1 + i] for i in spec.inputs),
+                    rows=rows,
+                    side=self.side,
+                    pad_value=spec.pad_value,
+                    mask=masks[spec.inputs[0]] if one else None,
+                    cache=self._pad_cache,
+                )
+            except RuntimeError as exc:  # (and NotImplementedError) a meta or sparse sample
+                check_readable(columns[spec.key], spec.key, exc)
+                raise
         for key in keys:
             if key not in out:
                 out[key] = self._fixed(cf.column(samples, key, kind), key, rows)
@@ -653,9 +657,13 @@ class PadCollator:
             sample_mask = torch.zeros(rows, dtype=torch.bool)
             sample_mask[:n] = True
         mask = sequence_mask(lens, size, rows, self.side)  # padding rows have length 0
-        inputs = pad_1d(
-            samples, sizes, size, rows, self.side, pad_value[0], BARE_KEY, mask, self._pad_cache
-        )
+        try:
+            inputs = pad_1d(
+                samples, sizes, size, rows, self.side, pad_value[0], BARE_KEY, mask, self._pad_cache
+            )
+        except RuntimeError as exc:  # (and NotImplementedError) a meta or sparse sample: named
+            check_readable(samples, BARE_KEY, exc)
+            raise
         tmask = torch.from_numpy(mask)
         return {
             BARE_KEY: inputs,
@@ -675,6 +683,7 @@ class PadCollator:
         try:
             res = default_collate(values)
         except (RuntimeError, TypeError) as exc:
+            check_readable(values, key, exc)
             raise ValueError(
                 f"field {key!r} is treated as fixed-size but cannot be stacked ({exc}); if it "
                 "varies in length, list it in fields={...}"

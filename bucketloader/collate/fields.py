@@ -118,6 +118,11 @@ def check_pad(name: str, value: Any, *, allow_none: bool = False) -> None:
         return
     if not isinstance(value, (numbers.Number, np.number, np.bool_)) or isinstance(value, complex):
         raise TypeError(f"{name} must be a number, got {name}={value!r}")
+    if not isinstance(value, (int, float, np.number, np.bool_)):  # torch's fill_ refuses them
+        raise TypeError(
+            f"{name} must be an int, float or bool (Python or numpy), got {name}={value!r}; "
+            f"pass float({name}) or int({name})"
+        )
 
 
 def bind_fields(fields: Any, names: tuple[str, ...], group_key: Any) -> dict[Any, Field] | None:

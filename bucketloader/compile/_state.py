@@ -21,6 +21,19 @@ Snapshots of accelerator tensors are kept on the CPU (precompile must not double
 model needs). The restore is bit-exact: ``tests/test_compile.py`` compares every parameter,
 buffer and optimizer-state tensor before and after.
 
+NOTE [ Each shape from the same grads ]
+A step of forward and backward only (the optimizer steps outside it, as in the docs' examples)
+leaves gradients behind, and the next shape's backward would add to them. Under
+``torch.compile(mode="reduce-overhead")`` (CUDA graphs) a parameter's ``.grad`` after the first
+backward is an output of that backward's graph, and once the next step begins
+(``torch.compiler.cudagraph_mark_step_begin()``) the replay of another shape's graph overwrites
+it: accumulating into it raises "accessing tensor output of CUDAGraphs that has been overwritten
+by a subsequent run" (seen on an H100 with ``benchmarks/compile_e2e.py`` variant 5, session 7).
+Training never meets this, because it clears the gradients between steps. So precompile puts the
+snapshotted gradients back (``None`` for a fresh model) before every shape: each shape's step
+starts from the state training's first step starts from, and the graphs do not depend on it
+(a gradient is accumulated outside the compiled graphs).
+
 NOTE [ A compiled optimizer step and a fresh optimizer ]
 A compiled ``optimizer.step()`` guards on the identity of its state tensors (dynamo marks them as
 static addresses). A fresh optimizer has no state until its first step, so restoring it exactly
@@ -453,6 +466,22 @@ class Snapshot:
         ]
         return state, groups
 
+    def reset_grads(self) -> None:
+        """Put the ``.grad`` of every snapshotted tensor back (NOTE [ Each shape from the same
+        grads ]).
+
+        Precompile calls this before each planned shape's step, so no step accumulates into the
+        gradients the previous shape's backward left (under CUDA graphs those are the graph's
+        outputs, which the next replay overwrites).
+        """
+        for t, g, saved_grad in self._grads:
+            if g is None or saved_grad is None:
+                t.grad = None
+            else:
+                _put(g, saved_grad)
+                if t.grad is not g:
+                    t.grad = g
+
     def restore(self) -> None:
         """Put every snapshotted value back, in the same objects."""
         for obj, d, saved in self._attrs:  # bindings first: a replaced model is put back
@@ -475,13 +504,7 @@ class Snapshot:
             if owner._parameters.get(name) is not t and owner._buffers.get(name) is not t:
                 setattr(owner, name, t)
             _put(t, saved_t)
-        for t, g, saved_grad in self._grads:
-            if g is None or saved_grad is None:
-                t.grad = None
-            else:
-                _put(g, saved_grad)
-                if t.grad is not g:
-                    t.grad = g
+        self.reset_grads()
         for module, training in self._training:
             module.training = training
         for opt, state, groups in self._optim:

@@ -271,7 +271,7 @@ def precompile(
         before = (
             _dist.artifact_files(store.inductor_dir) if store is not None and size > 1 else set()
         )
-        run = _Runner(step, dev, store, key, document, signatures, records, owners)
+        run = _Runner(step, dev, store, key, document, signatures, records, owners, snapshot)
         for i in _bar(mine, show, "precompile" if size == 1 else f"compile (rank {rank})"):
             rows.append(run(i, targets[i], "compile"))
         if size > 1 and store is not None:
@@ -325,8 +325,9 @@ class _Runner:
         signatures: list[Any],
         records: list[Any],
         owners: list[int],
+        snapshot: Snapshot,
     ) -> None:
-        self.step, self.device, self.store = step, device, store
+        self.step, self.device, self.store, self.snapshot = step, device, store, snapshot
         self.key, self.document, self.signatures = key, document, signatures
         self.records, self.owners = records, owners
         cuda = (device is not None and device.type == "cuda") or (
@@ -340,6 +341,7 @@ class _Runner:
         shape, batch = target
         batch = to_device(batch, self.device)
         graphs0, cache0 = counters["stats"]["unique_graphs"], _cache_counters()
+        self.snapshot.reset_grads()  # NOTE [ Each shape from the same grads ] in _state.py
         t0 = time.perf_counter()
         try:
             self.step(batch)

@@ -199,9 +199,13 @@ def _file_without_column(ds: Any, columns: list[str]) -> str | None:
     it), at most 1,024.
 
     The files: ``ds.input_files()``, else the paths of the plan's file listing (Ray's
-    ``ListFiles``, whose files ``input_files()`` does not report in Ray 2.60). Best effort: a
-    dataset that is not read from Parquet files, or another Ray's plan, keeps the null count's
-    error."""
+    ``ListFiles``: Ray 2.60 has no public API for them, ``input_files()`` is ``[]`` for
+    ``read_parquet`` even once executed), each folder listed by pyarrow's dataset discovery
+    (recursive, skipping names that start with ``_`` or ``.``, e.g. ``_SUCCESS``, ``_temporary/``;
+    reading no file). Best effort: a dataset that is not read from Parquet files, or another
+    Ray's plan, keeps the null count's error."""
+    import pyarrow as pa
+    import pyarrow.dataset as pads
     import pyarrow.parquet as pq
     from pyarrow import fs as pafs
 
@@ -217,23 +221,19 @@ def _file_without_column(ds: Any, columns: list[str]) -> str | None:
             ops.extend(op.input_dependencies)
         files: list[tuple[Any, str]] = []
         for filesystem, name, extensions in listings:
+            if len(files) >= _FOOTERS_CHECKED:
+                break  # (the later listings need no listing of their own)
             fs, path = (
                 (filesystem, name) if filesystem is not None else pafs.FileSystem.from_uri(name)
             )
             if fs.get_file_info(path).type != pafs.FileType.Directory:
                 files.append((fs, path))
                 continue
-            inside = fs.get_file_info(pafs.FileSelector(path, recursive=True))
-            files += [
-                (fs, p)
-                for p in sorted(
-                    f.path
-                    for f in inside
-                    if f.type == pafs.FileType.File
-                    and not f.base_name.startswith(("_", "."))
-                    and f.extension in extensions
-                )
-            ]
+            # pyarrow's dataset discovery (recursive; names starting with "_" or "." skipped,
+            # e.g. _SUCCESS, _temporary/; an empty schema given, so no file is read)
+            inside = pads.dataset(path, format="parquet", filesystem=fs, schema=pa.schema([]))
+            suffixes = tuple(f".{e.lstrip('.')}" for e in extensions)
+            files += [(fs, p) for p in sorted(inside.files) if p.endswith(suffixes)]
         files = files[:_FOOTERS_CHECKED]
         with ThreadPoolExecutor(max_workers=_FOOTER_GROUP) as pool:
 

@@ -189,8 +189,10 @@ def _file_without_column(df: Any, exprs: list[Any], items: list[Any]) -> str | N
     the column (made after the read). Asked only once a scan found nulls: one more job lists
     up to 8 files that gave null rows (``input_file_name``), whose footers are then read; when
     one lacks the column, one more reads the merged schema of up to 1,024 of ``df``'s files
-    (``inputFiles``) to see that some file holds it. Best effort: a DataFrame not read from
-    Parquet files keeps the null count's error."""
+    (``inputFiles``) to see that some file holds it (when Spark cannot merge their schemas,
+    e.g. another column has another type in some file, a read of the measured columns alone
+    looks for a non-null row). Best effort: a DataFrame not read from Parquet files keeps the
+    null count's error."""
     from pyspark.sql import functions as F
 
     columns = [c for c in items if isinstance(c, str)]
@@ -203,15 +205,29 @@ def _file_without_column(df: Any, exprs: list[Any], items: list[Any]) -> str | N
         rows = df.where(null).select(F.input_file_name().alias("f")).distinct().limit(8)
         files = sorted(r["f"] for r in rows.collect() if r["f"])
         spark = df.sparkSession
-        return missing_column(
-            ((f, spark.read.parquet(f).columns) for f in files),
-            columns,
-            lambda: (
-                spark.read.option("mergeSchema", "true").parquet(*df.inputFiles()[:1024]).columns
-            ),
-        )
+        paths = df.inputFiles()[:1024]
+
+        def others() -> list[str]:
+            try:  # the files' column names: their merged schema (footers only)
+                return spark.read.option("mergeSchema", "true").parquet(*paths).columns
+            except Exception:  # another column of another type in some file: Spark refuses
+                # to merge; read the measured columns alone (a schema given, none merged), and
+                # a column some file holds has a non-null row
+                return [c for c in columns if _in_some_file(spark, df.schema[c], paths)]
+
+        return missing_column(((f, spark.read.parquet(f).columns) for f in files), columns, others)
     except Exception:  # a diagnosis on the error path: never hide the null count's error
         return None
+
+
+def _in_some_file(spark: Any, field: Any, paths: list[str]) -> bool:
+    """Whether a Parquet file of ``paths`` holds ``field`` (read as itself, with no schema
+    merged: a row of it that is not null; a file without it reads as nulls)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    read = spark.read.schema(T.StructType([field])).parquet(*paths)
+    return bool(read.where(F.col(f"`{field.name}`").isNotNull()).limit(1).count())
 
 
 def _describe(items: list[Any]) -> str:

@@ -339,6 +339,11 @@ def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") 
         )
     if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, (int, np.integer)):
         raise TypeError(f"pad_token_id must be an int, got pad_token_id={pad_token_id!r}")
+    if not -(2**63) <= int(pad_token_id) < 2**63:  # (else the first batch's int64 refuses it)
+        raise ValueError(
+            f"pad_token_id must be a token id int64 can hold, got pad_token_id={pad_token_id!r}; "
+            "pass the tokenizer's pad id"
+        )
     return int(pad_token_id)
 
 

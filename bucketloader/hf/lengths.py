@@ -147,7 +147,16 @@ def add_lengths(
         if multi and (column is None or isinstance(column, str)):
             raise ValueError("fn returned several lengths per row: pass name=[...] with one each")
         name = [f"{c}_length" for c in column] if multi else LENGTH_COLUMN  # type: ignore[union-attr]
-    names = [name] if isinstance(name, str) else list(name)
+    if isinstance(name, str):
+        names = [name]
+    elif isinstance(name, Sequence) and all(isinstance(n, str) and n for n in name):
+        names = list(name)
+    else:
+        raise TypeError(
+            f"name must be a column name or a list of names (one per length), got name={name!r}"
+        )
+    if not all(names):
+        raise ValueError(f"name must be a non-empty column name, got name={name!r}")
     cols = values.reshape(len(values), -1).T
     if len(names) != len(cols):
         raise ValueError(f"name must give {len(cols)} column names, got name={name!r}")
@@ -258,7 +267,21 @@ def lengths_from_fn(dataset: Any, fn: Callable, *, num_proc: int | None, batch_s
     key = "__bucketloader_length__"
 
     def measure(batch: dict[str, Any]) -> dict[str, Any]:
-        out = np.asarray(fn(batch))
+        got = fn(batch)
+        rows = len(next(iter(batch.values()))) if len(batch) else 0
+        try:
+            out = np.asarray(got)
+        except ValueError:  # ragged: numpy refuses it
+            out = np.asarray(None)
+        numbers = got is not None and out.dtype.kind in "iubf"
+        if not numbers or out.ndim not in (1, 2) or len(out) != rows:
+            # (a shorter answer was kept silently: the map drops the batch's other rows)
+            shape = f"an array of shape {out.shape}, dtype {out.dtype}" if out.ndim else repr(got)
+            raise (ValueError if numbers else TypeError)(
+                f"fn(batch) must return one length per row of the batch (or one row of D "
+                f"lengths per row): numbers, {rows} of them for this batch, got "
+                f"{shape[:200]}; e.g. fn=lambda batch: [len(x) for x in batch['input_ids']]"
+            )
         return {key: out.astype(np.int64) if out.dtype.kind in "iub" else out}
 
     mapped = dataset.map(

@@ -222,6 +222,11 @@ def masked_loss(model: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, Any
         model: the ``transformers`` model.
         batch: the collated batch (``labels`` and ``sample_mask`` included).
     """
+    if not isinstance(batch, Mapping):
+        raise TypeError(
+            f"batch must be the collated batch (a dict of tensors with 'sample_mask'), got "
+            f"{type(batch).__name__}; call masked_loss(model, batch)"
+        )
     inputs = dict(batch)
     mask = inputs.pop("sample_mask", None)
     inputs.pop("index", None)

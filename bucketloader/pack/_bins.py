@@ -437,23 +437,32 @@ def lower_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> tuple
     s = np.asarray(sizes, dtype=np.int64)
     c = np.asarray(counts, dtype=np.int64)
     n = int(row_length)
+    if s.size and int(c.max()) * s.size * max(n, int(s.max())) >= 1 << 62:
+        s, c = s.astype(object), c.astype(object)  # (sums past int64: Python ints, exact)
     total = int((s * c).sum())
     l1 = -(-total // n)
-    # per integer size 0..n: counts and token sums, then prefix sums over sizes
-    cnt = np.bincount(s, weights=c, minlength=n + 1).astype(np.int64)
-    tok = cnt * np.arange(n + 1)
-    ccum = np.concatenate([[0], np.cumsum(cnt)])  # ccum[v] = count of sizes < v
-    tcum = np.concatenate([[0], np.cumsum(tok)])
+    # counts and tokens of the sizes below x from prefix sums over the sorted sizes (exact
+    # integers; no table of n + 1 entries: about 2 s per call at the 2**24 cap)
+    if s.size > 1 and s[0] > s[-1]:  # (solve passes them longest first)
+        s, c = s[::-1], c[::-1]
+    order = None if s.size < 2 or bool((s[1:] >= s[:-1]).all()) else np.argsort(s, kind="stable")
+    v, w = (s, c) if order is None else (s[order], c[order])
+    ccum, tcum = np.zeros(v.size + 1, v.dtype), np.zeros(v.size + 1, v.dtype)
+    np.cumsum(w, out=ccum[1:])
+    np.cumsum(v * w, out=tcum[1:])
     half = n // 2
-    a = np.arange(0, half + 1)
-    # J1 u J2 = {s > n/2}; J2 = {n/2 < s <= n - a}; J3 = {a <= s <= n/2}
-    big = ccum[n + 1] - ccum[half + 1]
-    j2_cnt = ccum[n - a + 1] - ccum[half + 1]
-    j2_tok = tcum[n - a + 1] - tcum[half + 1]
-    j3_tok = tcum[half + 1] - tcum[np.maximum(a, 0)]
-    spare = j2_cnt * n - j2_tok
-    extra = np.maximum(0, -(-(j3_tok - spare) // n))
-    l2 = int(big + extra.max()) if a.size else l1
+    i_all, i_half = np.searchsorted(v, [n + 1, half + 1])
+    big = ccum[i_all] - ccum[i_half]
+    # J1 u J2 = {s > n/2}; J2 = {n/2 < s <= n - a}; J3 = {a <= s <= n/2}. Between two sizes
+    # <= n/2, J3 is fixed and J2 only shrinks as a grows, so the bound is largest at a = one of
+    # these sizes (above the largest, J3 is empty and adds nothing)
+    a = v[:i_half]
+    i_a = np.searchsorted(v, a)  # (ascending needles: a cheap search)
+    i_j2 = np.searchsorted(v, (n + 1 - a)[::-1])[::-1]
+    # J3's tokens past the room J2's rows leave (n each, less their own tokens): the tokens
+    # of J3 u J2 less n per J2 row
+    over = tcum[i_j2] - tcum[i_a] - (ccum[i_j2] - ccum[i_half]) * n
+    l2 = int(big + max(0, -(-int(over.max()) // n) if a.size else 0))
     return l1, max(l1, l2)
 
 
@@ -473,6 +482,8 @@ def capacity_bound(
     s = np.asarray(sizes, dtype=np.int64)
     c = np.asarray(counts, dtype=np.int64)
     top = int(row_lengths[-1])
+    if s.size and int(c.max()) * s.size * max(top, int(s.max())) >= 1 << 62:
+        s, c = s.astype(object), c.astype(object)  # (token sums past int64: exact ints)
     out = []
     for need_rows in (False, True):
         rows = cap = Fraction(0)

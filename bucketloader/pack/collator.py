@@ -85,6 +85,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bucketloader._samples import check_readable
 from bucketloader._validation import MissingKeyError, check_bool, check_int
 from bucketloader.pack.spec import PackTable
 
@@ -291,7 +292,12 @@ class PackCollator:
                 "did not come from this collator's sampler)"
             )
         typed_labels = None if labels is None else (labels, label_kinds or set())
-        return self._layout((ids, id_kinds), typed_labels, lens, spans, rows, width, shape)
+        try:
+            return self._layout((ids, id_kinds), typed_labels, lens, spans, rows, width, shape)
+        except RuntimeError as exc:  # (and NotImplementedError) a meta or sparse sample: named
+            check_readable(ids, self.key, exc)
+            check_readable(labels or [], self.labels_key, exc)
+            raise
 
     def _layout(
         self,

@@ -159,6 +159,11 @@ class BatchRule:
             if isinstance(max_tokens, TokenBudget):
                 return cls(budget=max_tokens)
             return cls(budget=TokenBudget(check_int("max_tokens", max_tokens, minimum=1)))
+        if isinstance(batch_size, TokenBudget):
+            raise TypeError(
+                f"batch_size={batch_size!r} is a token budget: pass it as max_tokens= (batch_size "
+                "is a number of samples)"
+            )
         if isinstance(batch_size, Mapping) or callable(batch_size):
             if isinstance(batch_size, Mapping) and not batch_size:
                 raise ValueError("batch_size must not be an empty mapping; give padded length -> B")

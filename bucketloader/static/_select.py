@@ -41,6 +41,13 @@ _SORT_MAX = 64
 #: Feistel rounds: (row length limit, rounds); smaller grids mix slower per round.
 _ROUNDS = ((4096, 10),)
 _ROUNDS_LARGE = 6
+#: Compiled on a GPU, rows longer than this are prefix-summed in blocks of at most this many
+#: (NOTE [ Blocked scans ]); blocks narrower than ``_MIN_BLOCK`` are not worth a level.
+_SCAN_BLOCK = 1024
+_MIN_BLOCK = 16
+#: Private switch for the blocked scans: None = when compiling for a non-CPU device (the default),
+#: True = always (tests compare it to the single scan on CPU), False = never.
+_BLOCKED_SCANS: bool | None = None
 
 
 def _mix(x: Tensor) -> Tensor:
@@ -232,5 +239,35 @@ def _class_slots(cls: Tensor, c: int, quota: Tensor) -> tuple[Tensor, Tensor, Te
     their slot among the class's picks (``quota`` for the rest), and the quota as int32."""
     quota = quota.to(torch.int32)
     inside = (cls == c).to(torch.int32)
-    before = torch.cumsum(inside, 1, dtype=torch.int32) - inside
+    before = _prefix_sum(inside) - inside
     return (inside == 1) & (before < quota), torch.minimum(before, quota), quota
+
+
+def _prefix_sum(x: Tensor) -> Tensor:
+    """The inclusive int32 ``cumsum`` of ``x[rows, D]`` along dim 1, in blocks where it matters.
+
+    NOTE [ Blocked scans ]
+    torch 2.11's inductor cannot generate a CUDA kernel that scans a long row (~10^4, a
+    persistent reduction in its "no x dimension" mode) and also reads a per-row value, as
+    ``_class_slots`` does when it fuses ``before < quota`` into the scan: ``InductorError:
+    TypeError: list indices must be integers or slices, not NoneType`` in
+    ``TritonSymbols.get_block_shape`` (torch 2.13 treats that index as a scalar). With one row
+    (B = 1) the row index is the constant 0, so it compiled. Compiled for a non-CPU device, a
+    row longer than ``_SCAN_BLOCK`` is therefore summed as ``[rows, D / w, w]`` blocks
+    (``w`` = the largest power of two dividing ``D``, at most ``_SCAN_BLOCK``: the permutation
+    grid's columns) plus the prefix sums of the block totals, recursively: no scan over a long
+    row, the same integers. Eager and CPU keep the single ``cumsum`` (one pass).
+    """
+    rows, d = x.shape
+    blocked = _BLOCKED_SCANS
+    if blocked is None:
+        blocked = torch.compiler.is_compiling() and x.device.type != "cpu"
+    if not blocked or d <= _SCAN_BLOCK:
+        return torch.cumsum(x, 1, dtype=torch.int32)
+    width = min(d & -d, _SCAN_BLOCK)
+    if width < _MIN_BLOCK:
+        return torch.cumsum(x, 1, dtype=torch.int32)
+    inner = torch.cumsum(x.view(rows, d // width, width), 2, dtype=torch.int32)
+    totals = inner[:, :, -1]
+    offsets = _prefix_sum(totals) - totals
+    return (inner + offsets.unsqueeze(2)).view(rows, d)

@@ -159,6 +159,52 @@ cells (of 145 points: 1 over one cell, 3 over two, 55 over three, 64 over four, 
 needed, and relax-and-cut (each cut's
 multiplier joining the bundle's, its six pairs corrected in the gains, its cells given the
 multiplier as a bonus) would carry them into the time limit. Not known to close 1 % there.
+Three other relaxations above the LP were measured next: NOTE [ Stronger relaxations, measured ].
+
+NOTE [ Stronger relaxations, measured ]
+Three relaxations of the joint plan that are valid and can exceed the LP's value were measured
+on the three GSM8K cases (``benchmarks/joint_relax.py``, ``benchmarks/results/joint_relax.md``;
+session 7, load 11; validity checked offline against the brute-force oracle on tiny
+histograms: 150, 60 and 200 hypothesis examples). None of them gets near the target, the plan
+/ 1.01 (about 145.6 thousand, 14.96 M and 9.22-9.27 M):
+
+* **Aggregation.** Replace each group of samples by one sample at the group's input-wise
+  minimum carrying its weight: a plan serves it at most as dearly as each member, so the
+  aggregated optimum bounds the real one from below, and a small aggregate would fit the
+  integer program. But the plans found *for the aggregate* (5 s solves, so the aggregated
+  optimum is at or below them) are already 2.7-6.3 % below the target with 2 x 2 blocks of
+  lengths (1,740 groups of 3,736), 8.5-16 % with 3 x 3 blocks, and still 3.9 % (sum K = 16),
+  34 % (prod K = 8) and 9.1 % (prod K = 16) below it keeping every sample within 4 tokens below
+  one of the plan's coordinates exact (2,049-3,339 groups). The plans pad about 20 tokens per
+  sample (sum K = 16), so 1 % is 0.2 tokens a sample: a relaxation that lets a cell stop at a
+  group's minimum gives away more than that wherever a group is wider than one length.
+* **Branching on counts** (the SOS-like branching of NOTE [ Where the LP relaxation stops ]
+  on regions instead of cells). The plans with exactly ``n`` cells among those at most ``t`` in
+  one input, ``n = 0 .. K``, partition every plan; each child's ``L`` takes the ``n`` largest
+  gains inside and the ``K − n`` largest outside. On prod K = 8 (40 s of bundle each, ``t``
+  the plan's median coordinate, counts 3, 4 and 5 around the plan's 4): over the root's
+  14,780,380 the children rise +0.42 / +0.02 / +1.20 % (input 1) and +0.17 / +0.21 / +1.25 %
+  (input 2), and the least child is the bound: +0.02 % and +0.17 %, where 1 % needs +1.2 %.
+  Sum K = 16 (counts 7, 8, 9 around the plan's 8, root 145,024): +0.07 / +0.00 / +0.37 % and
+  +0.14 / +0.00 / +0.22 %, where 1 % needs +0.40 %.
+  The child with the plan's own count stays near the root: the LP spreads its cells *within*
+  the plan's structure (NOTE [ Where the LP relaxation stops ]), so the tree would have to go
+  on splitting the plan-like child.
+* **Row decomposition.** In the Lagrangian subproblem a sample may gain from only one cell per
+  row of the grid (its cheapest chosen one there: an exact DP over the row's cells, then a
+  knapsack of K over the rows), still adding up across rows: at or above ``L`` at every
+  reach. At the bundle's best reaches (sum K = 16): 145,021 against ``L`` = 145,021 (and
+  +2 on 144,783 in an earlier run). Each row's subproblem has intervals as neighbourhoods, whose
+  LP should be integral (an interval matrix), and then the decomposition's maximum is the
+  LP's value: splitting into one-input problems gains nothing, as measured.
+
+Generic cuts, for scale (an offline script, not in the repository): HiGHS's root node
+(``node_limit=1``) on 150 random GSM8K rows (prod K = 8, 1,703 candidates, 117 thousand
+pairs, seed 0) lifted the LP's 411,183 to 414,464 against its best plan 418,913, 42 % of
+that gap, but took 270 s (load 8-13) for 4 % of the rows, and no explicit model of all 30
+million pairs fits. So a certificate for these three
+cases needs a full branch-and-cut on a compact model, far beyond the time limit: none of the
+above is used by :func:`lagrangian` or :func:`lp_bound`.
 """
 
 from __future__ import annotations
