@@ -77,7 +77,9 @@ def test_bucket_trainer_trains_packed_rows(tmp_path, attention, attn, mask_dtype
             assert kwargs["attention_mask"].dtype == torch.float32
         else:
             assert "attention_mask" not in kwargs
-        assert (kwargs["labels"] == IGNORE_INDEX).float().mean() > 0.4  # prompts + starts
+        # prompts (47% of these documents' tokens, 39% in one batch of the plan) + starts +
+        # padding: without the prompts masked only starts and padding would be ignored
+        assert (kwargs["labels"] == IGNORE_INDEX).float().mean() > 0.3
 
     model.register_forward_pre_hook(record, with_kwargs=True)
     args = transformers.TrainingArguments(

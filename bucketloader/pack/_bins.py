@@ -24,8 +24,8 @@ Sizes come out largest first, so large documents get first pick of the small one
 their rows, and the small ones fill each other's rows at the end. Run alone on the real length
 files in tests/data, MBS reaches the lower bound ``ceil(tokens / L)`` rows in 20 of 21 cases,
 where best-fit decreasing leaves 0.06-1.6% padding; but on files that small it costs tens of
-times a BFD, so the default plan runs it only on large data (NOTE [ Planning at the speed of
-best-fit decreasing ]).
+times a BFD, so the default plan runs it over every document only where repacking BFD's
+rows with room falls short (NOTE [ Repacking the rows with room ]).
 
 NOTE [ Two solvers, the tighter plan ]
 MBS searches a subset sum per *pattern*, so its cost grows with the distinct patterns: on a
@@ -42,10 +42,48 @@ until its room drops below ``s``, so it takes ``room // s`` documents at once, a
 of a group take them together (exactly per-document BFD, in one step per group and size). When
 its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
 0.1% of it an MBS search (up to a second at 1M long-tailed documents) could save at most that
-0.1%: MBS is skipped; it is also skipped on too few documents per distinct size (NOTE
-[ Planning at the speed of best-fit decreasing ]). Otherwise MBS runs too and the plan with
-fewer row tokens is kept (BFD on a tie), so the plan is never looser than best-fit decreasing.
-With several row lengths the same tests run on row tokens, against :func:`capacity_bound`.
+0.1%: the search is skipped; it is also skipped on too few documents per distinct size (NOTE
+[ Planning at the speed of best-fit decreasing ]). Otherwise BFD's rows with room are repacked
+first (NOTE [ Repacking the rows with room ]), and only where that is not within 0.1% of the
+bound (or, by default, within the promise) MBS runs over every document too; the plan with the
+fewest row tokens is kept (BFD on a tie, then the repacked rows), so the plan is never looser
+than best-fit decreasing. With several row lengths the same tests run on row tokens, against
+:func:`capacity_bound`.
+
+NOTE [ Repacking the rows with room ]
+Where best-fit decreasing misses the bound, most of its rows are full and what it loses is the
+room of the others (GSM8K-like lengths, 1k documents in rows of 1024: 62 of 97 rows full, the
+rest 1-35 tokens short, and one row of 38 tokens). :func:`repack` keeps the full rows and packs
+the documents of some of the others again by Minimum Bin Slack (NOTE [ Packing a length
+histogram ]) with quick fills, so the search's cost is set by the rows it repacks, not by the
+data set:
+
+- Which rows: those with the most room first, as many as hold the room to free to reach the L2
+  bound (C2), e.g. 3 of them for one row of 1024 at 1k documents. Where that takes more than
+  one of BFD's patterns per ``_DOCS_PER_PATTERN`` = 40 documents (GSM8K's first 2,000 at 512:
+  85 of 244, all the rows with room, for a bound 47 tokens from their room), the default aims
+  at its promise instead (0.5 points of padding above ``ceil(tokens / L)``), with half the room
+  it leaves to spare. A repack that falls short of 0.1% of the bound (or of the promise) is
+  done again with twice the room, up to every row with room; MBS over every document only
+  follows where even that falls short.
+- Quick fills: the largest document left opens a row (as MBS); while room is left, a document
+  of exactly that size, else a pair that fills it exactly (the sizes ``j`` with ``j`` and
+  ``room - j`` both left are the set bits of ``have & (mirror >> (L - room))``, ``have`` and
+  ``mirror`` holding bit ``s`` and bit ``L - s`` of every size left: two big-integer
+  operations), else as many of the largest size as leave a room the smallest fits. When that
+  fails, the documents go back and the closest fill is the bounded subset sum of MBS
+  (:func:`_closest`, the same fill as :func:`_fill`, in pure Python over a dict of counts). A
+  pattern repeats while the documents last, as in MBS.
+
+On the benchmark's GSM8K-like lengths (benchmarks/small_costs.py) it reaches the L2 bound from
+1k to 10k documents, within 0.1% of it from 100k to 10M (9,653 rows for a bound of 9,652 at
+100k, where the whole MBS reached it), and the promise on the 2k file (385 rows, bound 384,
+BFD 388), in a fraction of a per-document BFD's time (NOTE [ Planning at the speed of best-fit
+decreasing ]). On 150 other cases where the search runs (tests/data lengths resampled at 300 to
+50k documents, uniform and triplet-like sizes, one to three row lengths) it ends tighter than
+the earlier BFD-then-MBS plan in 35, looser in 42 (by 1 to 84 rows, 0.44% of GSM8K's rows at
+50k documents and L = 256: within 0.1% of the bound or the promise, where the earlier plan was
+nearer the bound) and equal in 73; the promise holds in 92 of them (earlier: 84).
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
@@ -57,23 +95,27 @@ no call per step, a group's contents one tuple of packed codes (its parent's plu
 to walk afterwards; a row's first code carries its row length), the documents longer than
 ``L / 2`` open their rows at once, and the live groups' tuples are read into the plan's arrays
 in one pass. ``PackSpec.build`` reads the lengths once (NOTE [ One pass over the lengths ] in
-:mod:`bucketloader.pack.spec`). The MBS search costs about 0.05-0.1 ms per pattern in Python,
-tens of times BFD on a few thousand documents; it saves 0.5-1.2% of the rows where BFD misses
-the bound (GSM8K-like lengths). Speed and tightness cannot both be had there, so the caller
-chooses (``search``, a
-:meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
+:mod:`bucketloader.pack.spec`). The MBS search over every document costs about 0.05-0.1 ms per
+pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); repacking only
+BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2%
+of the rows on GSM8K-like lengths in 0.73-0.94x a per-document BFD's time on 1k-2k documents,
+0.23-0.24x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, three runs
+at load 4.4-5.3), so the default searches where BFD misses its promise; the caller can still
+choose (``search``, a :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
 
 - ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
   above the ``ceil(tokens / L)`` bound's (the packing promise of issue 25, e.g. GSM8K at
   L = 256: 1.6 points; with several row lengths the same on row tokens against
   :func:`capacity_bound`'s C1, e.g. GSM8K at ``(256, 512)``: 1.6 points), or when the lengths
   hold at least ``_DOCS_PER_SIZE`` documents per distinct size (it then costs less than half
-  of what the histogram saves over sorting).
+  of what the histogram saves over sorting); it stops within 0.1% of the L2 bound or, below
+  ``_DOCS_PER_SIZE``, within the promise.
 - ``"never"``: the plan is exactly best-fit decreasing, and no bound is computed (about the
   packing baseline's time or less; around 100k-1M documents of few distinct lengths, where
   the plan's own copy of the lengths is what it writes beyond the baseline's ``bincount``,
   within a few percent either side of it: benchmarks/results/small_costs.md).
-- ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound (C2).
+- ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound (C2), MBS over
+  every document too unless the repacked rows are.
 
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
@@ -97,11 +139,13 @@ Without the counts it is the analogue of L1; with one row length it is ``L1 * L`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
 import operator
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -110,16 +154,20 @@ import numpy as np
 #: Bumped whenever the solver could return other patterns for the same input (it is part of a
 #: spec's digest, so a resume across such a change fails loudly). 3: the search only from
 #: ``_DOCS_PER_SIZE`` documents per distinct size. 4: with several row lengths the search is
-#: decided against :func:`capacity_bound` (one row length: the plans of 3, see
-#: :func:`solver_version`).
-SOLVER_VERSION = 4
+#: decided against :func:`capacity_bound`. 5: the search starts by repacking best-fit
+#: decreasing's rows with room (NOTE [ Repacking the rows with room ]). A plan that no search
+#: touched keeps the version it had (see :func:`solver_version`).
+SOLVER_VERSION = 5
 
 
-def solver_version(row_lengths: tuple[int, ...]) -> int:
+def solver_version(row_lengths: tuple[int, ...], searched: bool = False) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
-    changed only plans with several row lengths, so one row length keeps 3 (and its digests,
-    so the states saved before still load)."""
-    return SOLVER_VERSION if len(row_lengths) > 1 else 3
+    changed only plans with several row lengths and version 5 only plans a search made
+    (``searched``), so the others keep 3 or 4 (and their digests, so the states saved before
+    still load)."""
+    if searched:
+        return SOLVER_VERSION
+    return 4 if len(row_lengths) > 1 else 3
 
 
 #: When the Minimum-Bin-Slack search runs (NOTE [ Planning at the speed of best-fit decreasing ]).
@@ -133,6 +181,10 @@ _TOLERANCE = 200
 #: MBS runs only when best-fit decreasing leaves more than 1/_CLOSE_ENOUGH of its rows above
 #: the L2 bound (NOTE [ Two solvers, the tighter plan ]).
 _CLOSE_ENOUGH = 1000
+#: The default's search repacks towards the L2 bound when that takes at most one of BFD's
+#: patterns per this many documents, else towards its promise (NOTE [ Repacking the rows with
+#: room ]).
+_DOCS_PER_PATTERN = 40
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,6 +198,7 @@ class Patterns:
         offsets: pattern ``p``'s items are ``items[offsets[p]:offsets[p + 1]]`` ``(P + 1,)``.
         items: size index (into ``sizes``) of each item entry, largest size first in a pattern.
         mult: how many documents of that size the pattern holds.
+        searched: whether a search ran (:func:`solve`), which :func:`solver_version` tells.
     """
 
     sizes: np.ndarray
@@ -154,6 +207,7 @@ class Patterns:
     offsets: np.ndarray
     items: np.ndarray
     mult: np.ndarray
+    searched: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -175,9 +229,10 @@ class Patterns:
 def solve(
     sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...], search: str = "auto"
 ) -> Patterns:
-    """Pack a histogram into rows: the tighter of best-fit decreasing and Minimum Bin Slack
-    (NOTE [ Two solvers, the tighter plan ]); ``search`` says when the search runs (one of
-    :data:`SEARCH`, NOTE [ Planning at the speed of best-fit decreasing ]).
+    """Pack a histogram into rows: the tightest of best-fit decreasing, its rows with room
+    repacked, and Minimum Bin Slack (NOTE [ Two solvers, the tighter plan ]); ``search`` says
+    when the searches run (one of :data:`SEARCH`, NOTE [ Planning at the speed of best-fit
+    decreasing ]).
 
     Example:
         >>> p = solve(np.array([5, 3, 2]), np.array([2, 2, 2]), (8,))
@@ -189,24 +244,40 @@ def solve(
         return fit
     # NOTE on planning speed: "always" searches whatever the documents per distinct size
     few = search == "auto" and int(np.sum(counts)) < _DOCS_PER_SIZE * len(sizes)
+    tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
+    padded = _padded(fit, row_lengths)
+    # the bounds on row tokens (NOTE [ Lower bounds ]); with one row length L1 needs no pass
     if len(row_lengths) == 1:
-        row = row_lengths[0]
-        l1, l2 = lower_bound(sizes, counts, row)
-        if fit.num_rows - l2 <= fit.num_rows // _CLOSE_ENOUGH:
-            return fit  # at the bound (or within 0.1% of it): not worth an MBS search
-        tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
-        if few and (fit.num_rows - l1) * row <= tokens // _TOLERANCE:
-            return fit  # padding within 0.5 points of the bound's: not worth the search's time
-    else:  # the same two tests on row tokens (NOTE [ Lower bounds ], several row lengths)
+        c1 = -(-tokens // row_lengths[0]) * row_lengths[0]
+        c2 = None
+    else:
         c1, c2 = capacity_bound(sizes, counts, row_lengths)
-        padded = _padded(fit, row_lengths)
-        if padded - c2 <= padded // _CLOSE_ENOUGH:
-            return fit
-        tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
-        if few and padded - c1 <= tokens // _TOLERANCE:
-            return fit
+    if few and padded - c1 <= tokens // _TOLERANCE:
+        return fit  # padding within 0.5 points of the bound's: not worth the search's time
+    if c2 is None:
+        c2 = lower_bound(sizes, counts, row_lengths[0])[1] * row_lengths[0]
+    if padded - c2 <= padded // _CLOSE_ENOUGH:
+        return fit  # at the bound (or within 0.1% of it): not worth a search
+
+    def enough(rows: int) -> bool:  # (in row tokens) the search can stop
+        return rows - c2 <= rows // _CLOSE_ENOUGH or (few and rows - c1 <= tokens // _TOLERANCE)
+
+    # NOTE [ Repacking the rows with room ]: towards the L2 bound where that repacks few enough
+    # patterns for the documents, else (the default's promise) towards 0.5 points of padding
+    promised = c1 + tokens // _TOLERANCE
+    if len(row_lengths) == 1:  # (whole rows)
+        promised -= promised % row_lengths[0]
+    aims = [c2, promised] if few else [c2]
+    best = repack(fit, row_lengths, aims, enough, int(np.sum(counts)) // _DOCS_PER_PATTERN)
+    least = _padded(best, row_lengths)
+    if least >= padded:
+        best, least = dataclasses.replace(fit, searched=True), padded
+    if enough(least):
+        return best
     slack = min_bin_slack(sizes, counts, row_lengths)
-    return slack if _padded(slack, row_lengths) < _padded(fit, row_lengths) else fit
+    if _padded(slack, row_lengths) < least:
+        return dataclasses.replace(slack, searched=True)
+    return best
 
 
 def _padded(p: Patterns, row_lengths: tuple[int, ...]) -> int:
@@ -327,6 +398,215 @@ def _patterns(sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int
         items=items,
         mult=mults,
     )
+
+
+def repack(
+    fit: Patterns,
+    row_lengths: tuple[int, ...],
+    aims: list[int] | None = None,
+    enough: Callable[[int], bool] | None = None,
+    most: int | None = None,
+) -> Patterns:
+    """Some of ``fit``'s rows with room left packed again by Minimum Bin Slack with quick fills,
+    the other rows kept (NOTE [ Repacking the rows with room ]); ``fit`` when every row is full.
+
+    The rows with the most room are repacked, as many as hold the room to free to reach the
+    first of ``aims`` (row tokens, decreasing) whose rows come from at most ``most`` patterns
+    (else the last aim; without aims, every row with room), and twice that room while
+    ``enough(row tokens)`` is false.
+
+    Example:
+        >>> fit = best_fit(np.array([3, 2]), np.array([2, 4]), (7,))  # 3 3 | 2 2 2 | 2
+        >>> p = repack(fit, (7,))  # twice 3 2 2
+        >>> fit.num_rows, p.num_rows, p.fill.tolist(), p.reps.tolist()
+        (3, 2, [7], [2])
+    """
+    lens = np.asarray(row_lengths, dtype=np.int64)
+    room = lens[fit.kind] - fit.fill
+    order = np.argsort(-room, kind="stable")[: int(np.count_nonzero(room))]
+    if not order.size:
+        return fit
+    have = np.cumsum((room * fit.reps)[order])  # the room of the first patterns' rows
+    padded = _padded(fit, row_lengths)
+    aims = aims or [padded - int(have[-1])]
+    for i, aim in enumerate(aims):
+        want = padded - aim  # the room to free
+        if i:  # (the last resort: with half the room it leaves to spare, to succeed at once)
+            want += (int(have[-1]) - want) // 2
+        k = min(int(np.searchsorted(have, want)) + 1, order.size)
+        if most is None or k <= most:
+            break
+    widths = np.diff(fit.offsets)
+    while True:
+        out = _repacked(fit, lens, widths, order[:k])
+        if k == order.size or enough is None or enough(_padded(out, row_lengths)):
+            return out
+        want *= 2
+        k = min(int(np.searchsorted(have, want)) + 1, order.size)
+
+
+def _repacked(fit: Patterns, lens: np.ndarray, widths: np.ndarray, chosen: np.ndarray) -> Patterns:
+    """``fit`` with the rows of the patterns ``chosen`` packed again (:func:`repack`)."""
+    keep = np.ones(fit.reps.size, dtype=bool)
+    keep[chosen] = False
+    kept = np.repeat(keep, widths)
+    moved = ~kept
+    pool = np.bincount(
+        fit.items[moved], (fit.mult * np.repeat(fit.reps, widths))[moved], minlength=fit.sizes.size
+    )
+    at = pool.nonzero()[0]
+    vals = fit.sizes[at].tolist()
+    counts = pool[at].astype(np.int64).tolist()
+    kinds, reps, items, mults, ends = _quick_slack(vals, counts, lens.tolist())
+    index = dict(zip(vals, at.tolist(), strict=True))  # a size's index in fit.sizes
+    width = widths[keep]
+    offsets = np.zeros(width.size + len(ends) + 1, dtype=np.int64)
+    np.cumsum(width, out=offsets[1 : width.size + 1])
+    offsets[width.size + 1 :] = offsets[width.size] + np.asarray(ends, dtype=np.int64)
+    return Patterns(
+        sizes=fit.sizes,
+        kind=np.concatenate([fit.kind[keep], np.asarray(kinds, dtype=np.int64)]),
+        reps=np.concatenate([fit.reps[keep], np.asarray(reps, dtype=np.int64)]),
+        offsets=offsets,
+        items=np.concatenate(
+            [fit.items[kept], np.fromiter(map(index.__getitem__, items), np.int64, len(items))]
+        ),
+        mult=np.concatenate([fit.mult[kept], np.asarray(mults, dtype=np.int64)]),
+        searched=True,
+    )
+
+
+def _quick_slack(
+    vals: list[int], counts: list[int], lens: list[int]
+) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+    """Minimum Bin Slack with quick fills (NOTE [ Repacking the rows with room ]) over the
+    histogram ``vals`` (distinct sizes) and ``counts`` (documents of each, >= 1), in rows of
+    ``lens`` (increasing). Returns ``(kinds, reps, items, mults, ends)``: pattern ``p`` is
+    ``reps[p]`` rows of ``lens[kinds[p]]`` holding ``mults[j]`` documents of size
+    ``items[j]`` for ``j`` in ``ends[p - 1]:ends[p]`` (``ends[-1]`` = 0), largest first."""
+    top = lens[-1]
+    left = dict(zip(vals, counts, strict=True))  # documents left per size (sizes with some)
+    sizes = sorted(left)  # (increasing)
+    # bit s of `have` and bit top - s of `mirror` are set while size s has documents left:
+    # the sizes whose partner r - s has some too are the bits of have & (mirror >> (top - r))
+    bits = np.zeros(top + 1, dtype=np.uint8)
+    bits[sizes] = 1
+    have = int.from_bytes(np.packbits(bits, bitorder="little").tobytes(), "little")
+    mirror = int.from_bytes(np.packbits(bits[::-1], bitorder="little").tobytes(), "little")
+    kinds: list[int] = []
+    reps: list[int] = []
+    items: list[int] = []
+    mults: list[int] = []
+    ends: list[int] = []
+
+    def take(s: int, k: int) -> None:  # k documents of size s
+        nonlocal have, mirror
+        n = left[s] - k
+        if n:
+            left[s] = n
+        else:
+            del left[s]
+            del sizes[bisect_left(sizes, s)]
+            have ^= 1 << s
+            mirror ^= 1 << top - s
+
+    while sizes:
+        big = sizes[-1]  # the largest document left opens the row
+        kind = bisect_left(lens, big)
+        cap = lens[kind] - big
+        row = {big: 1}
+        take(big, 1)
+        room = cap
+        while room and sizes:  # the quick fill: exactly one or two documents, else as
+            if room in left:  # many of the largest as leave a room the smallest one fits
+                pick, k = room, 1
+            else:
+                least = sizes[0]
+                pick = 0
+                if 2 * least <= room <= 2 * sizes[-1]:
+                    pairs = have & (mirror >> top - room)
+                    if pairs:
+                        j = (pairs & -pairs).bit_length() - 1
+                        if 2 * j != room or left[j] > 1:
+                            pick, k = j, 1
+                if not pick:
+                    i = bisect_right(sizes, room - least) - 1
+                    if i < 0:
+                        break
+                    pick = sizes[i]
+                    k = min(left[pick], (room - least) // pick)
+            # (a pair's first document: the next step finds its partner; inline: the hot loop)
+            row[pick] = row.get(pick, 0) + k
+            room -= k * pick
+            if left[pick] > k:
+                left[pick] -= k
+                continue
+            del left[pick], sizes[bisect_left(sizes, pick)]
+            have ^= 1 << pick
+            mirror ^= 1 << top - pick
+        owed = 0  # the row's documents but the anchor still to take (a closest fill's)
+        if room:  # no quick fill: back into the pool, and the closest fill (as MBS)
+            for s, k in row.items():
+                k -= s == big
+                if k:
+                    n = left.get(s, 0)
+                    if not n:
+                        insort(sizes, s)
+                        have |= 1 << s
+                        mirror |= 1 << top - s
+                    left[s] = n + k
+            row = {big: 1}
+            for s, k in _closest(left, sizes, cap):
+                row[s] = row.get(s, 0) + k
+            owed = 1
+        # the same rows again, while the documents last
+        more = min((left.get(s, 0) - owed * (k - (s == big))) // k for s, k in row.items())
+        for s, k in row.items():
+            if more * k + owed * (k - (s == big)):
+                take(s, more * k + owed * (k - (s == big)))
+        kinds.append(kind)
+        reps.append(more + 1)
+        for s in sorted(row, reverse=True):
+            items.append(s)
+            mults.append(row[s])
+        ends.append(len(items))
+    return kinds, reps, items, mults, ends
+
+
+def _closest(left: dict[int, int], sizes: list[int], cap: int) -> list[tuple[int, int]]:
+    """The closest fill ``<= cap`` from ``left`` documents per size (``sizes``: those sizes,
+    increasing), as :func:`_fill` finds it: ``[(size, documents), ...]``."""
+    mask = (1 << cap + 1) - 1
+    done = mask >> 1  # (reach > done: the sum cap is reached)
+    reach = 1
+    snaps: list[int] = []
+    chunks: list[tuple[int, int]] = []
+    for i in range(bisect_right(sizes, cap) - 1, -1, -1):
+        s = sizes[i]
+        m = min(left[s], cap // s)
+        k = 1
+        while m:  # binary chunks 1, 2, 4, ... (the last one the remainder)
+            if k > m:
+                k = m
+            snaps.append(reach)
+            chunks.append((s, k))
+            reach = (reach | reach << s * k) & mask
+            if reach > done:
+                break
+            m -= k
+            k <<= 1
+        if reach > done:
+            break
+    c = reach.bit_length() - 1
+    out = []
+    for j in range(len(snaps) - 1, -1, -1):
+        if not c:
+            break
+        if not snaps[j] >> c & 1:
+            s, k = chunks[j]
+            out.append((s, k))
+            c -= s * k
+    return out
 
 
 def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:

@@ -455,7 +455,7 @@ class PackSpec:
         for a in range(0, self._sizes.size, _CHUNK):  # (the int64 bytes, a chunk at a time)
             h.update(self._sizes[a : a + _CHUNK].astype(np.int64).tobytes())
         h.update(repr((self.row_lengths, self.batch_sizes, self.last_batch)).encode())
-        h.update(f"solver={solver_version(self.row_lengths)}".encode())
+        h.update(f"solver={solver_version(self.row_lengths, self.patterns.searched)}".encode())
         if self.search != "auto":  # (so the default's digests are those of earlier versions)
             h.update(f"search={self.search}".encode())
         return h.hexdigest()[:16]
@@ -489,14 +489,16 @@ class PackSpec:
                 ``"fill"`` (topped up with repeated rows of the epoch) or ``"drop"``.
             search: planning time against tightness (NOTE [ Planning at the speed of best-fit
                 decreasing ] in :mod:`bucketloader.pack._bins`). ``"auto"`` (default): best-fit
-                decreasing, and a Minimum-Bin-Slack search for tighter rows where BFD pads more
-                than 0.5 percentage points above the bound (``ceil(tokens / L)`` rows; with
-                several row lengths the row tokens that the long documents need, NOTE
-                [ Lower bounds ]), and from 100k documents per distinct length. The search
-                costs tens of times BFD's planning time on a few thousand documents, once per
-                dataset. ``"never"``: best-fit decreasing only, in about the time of a
-                careful BFD (up to 1.2% more rows where it misses the bound); ``"always"``: the
-                search wherever BFD is more than 0.1% of its rows above the bound.
+                decreasing, and a search for tighter rows where BFD pads more than 0.5
+                percentage points above the bound (``ceil(tokens / L)`` rows; with several row
+                lengths the row tokens that the long documents need, NOTE [ Lower bounds ]),
+                and from 100k documents per distinct length: BFD's rows with the most room
+                repacked (NOTE [ Repacking the rows with room ]), a Minimum-Bin-Slack search
+                over every document only where that falls short; in less than a per-document
+                BFD's time on the benchmark's lengths, once per dataset. ``"never"``: best-fit
+                decreasing only, in about the time of a careful BFD (up to 1.2% more rows where
+                it misses the bound); ``"always"``: the search wherever BFD is more than 0.1% of
+                its rows above the bound, on towards the bound.
 
         Example:
             >>> lengths = [10, 2, 3, 4, 3, 10, 10, 7, 2, 2, 5, 6]  # 64 tokens: 4 rows of 16
