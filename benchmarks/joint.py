@@ -3,6 +3,7 @@
 Run from the repository root (a few minutes on a 2-core machine)::
 
     .venv/bin/python benchmarks/joint.py [--time-limit 5] [--solver pulp] [--sets gsm8k,coco]
+        [--busy 2] [--out /tmp/joint_loaded.md]
 
 Writes ``benchmarks/results/joint.md``: for every paired file in ``tests/data`` (Multi30k,
 Europarl, GSM8K, COCO sizes), K in {4, 8, 16} and both costs (``size="sum"``: padded tokens of
@@ -19,11 +20,17 @@ both inputs; ``"prod"``: padded elements of the product shape), the padding of
 with the certified lower bound, the gap of ours to it ``(ours - bound) / bound`` and our solve
 time. Every number is an exact padding count (elements), computed by
 :func:`~bucketloader.boundaries.joint_padding`.
+
+``--busy N`` runs N processes that only spin beside the solves, for the whole run: the time
+limit is wall-clock, so this shows how the plans hold up on a loaded machine (NOTE [ The
+search under load ] in ``bucketloader/strategies/joint/_search.py``); write such a run with
+``--out`` elsewhere, not over the quiet figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import platform
 import sys
@@ -85,6 +92,11 @@ def _load() -> str:
         return "unknown"
 
 
+def _spin() -> None:
+    while True:
+        pass
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-limit", type=float, default=5.0)
@@ -102,14 +114,31 @@ def main() -> None:
         default="",
         help="comma-separated parts of the data names to keep (default: all), e.g. gsm8k,coco",
     )
+    parser.add_argument(
+        "--busy", type=int, default=0, help="processes that spin beside the solves (simulated load)"
+    )
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "joint.md"))
     args = parser.parse_args()
+    if args.busy < 0:
+        parser.error(f"--busy must be >= 0, got {args.busy}")
+    spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy)]
+    for proc in spinners:
+        proc.start()
+    try:
+        _run(args, parser)
+    finally:
+        for proc in spinners:
+            proc.terminate()
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     wanted = [w.strip() for w in args.sets.split(",") if w.strip()]
     files = {n: f for n, f in FILES.items() if not wanted or any(w in n for w in wanted)}
     if not files:
         parser.error(f"--sets {args.sets!r} matches none of {', '.join(FILES)}")
     extra = f" --solver {args.solver}" if args.solver != "highs" else ""
     extra += f" --sets {','.join(wanted)}" if wanted else ""
+    extra += f" --busy {args.busy}" if args.busy else ""
     lines = [
         "# Joint (2-D) shapes: ours against the lattice, one input, greedy, and a certified bound",
         "",
@@ -125,7 +154,9 @@ def main() -> None:
         "*optimal* means the plan's padding equals it. The other columns show each plan's "
         "padding relative to ours. The time limit is wall-clock on a shared machine, so a loaded "
         f"machine gets less done in it (1-minute load average at the start: {_load()}; at the "
-        "end: see below).",
+        "end: see below"
+        + (f"; {args.busy} spinning processes ran beside the solves" if args.busy else "")
+        + ").",
         "",
         "| data | size | K | ours | lattice+merge | src-only 1-D | greedy+Lloyd | bound | gap "
         "| status | time (s) |",

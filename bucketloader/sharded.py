@@ -784,7 +784,14 @@ class LocalExchange:
         return [found or [] for found in self._found]
 
     def __getitem__(self, rank: int) -> dict[str, Any]:
-        got = self._posted[self._rank(rank)]
+        n = len(self._posted)
+        if isinstance(rank, numbers.Integral) and not isinstance(rank, (bool, np.bool_)):
+            rank = int(rank) + n if -n <= rank < 0 else rank  # a sequence's negative index
+        try:
+            index = self._rank(rank)
+        except ValueError as exc:  # also an IndexError: `for payload in board` stops at the end
+            raise _RankOutOfRange(str(exc)) from None
+        got = self._posted[index]
         if got is None:
             raise ValueError(
                 f"rank {rank}'s ShardedSampler has not been built with this LocalExchange yet: "
@@ -792,6 +799,10 @@ class LocalExchange:
                 "planning an epoch"
             )
         return got
+
+
+class _RankOutOfRange(IndexError, ValueError):
+    """A rank outside a :class:`LocalExchange` (both: iteration stops on ``IndexError``)."""
 
 
 class ShardDataset(DatasetView):

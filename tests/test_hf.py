@@ -146,6 +146,13 @@ def test_fn_path_scalar_and_multi():
     for fn, kind, msg in bad:
         with pytest.raises(kind, match=r"fn\(batch\) must return one length per row .*" + msg):
             hf.lengths(small, fn=fn, batch_size=16)
+    # formatted datasets hand fn a Table / DataFrame, not a dict: the row count is len(batch)
+    want = _python_lengths(small, "input_ids")
+    arrow = small.with_format("arrow")
+    got = hf.lengths(arrow, fn=lambda b: [len(x) for x in b.column("input_ids").to_pylist()])
+    np.testing.assert_array_equal(got, want)
+    pandas = small.with_format("pandas")
+    np.testing.assert_array_equal(hf.lengths(pandas, fn=lambda b: b["input_ids"].map(len)), want)
 
 
 @pytest.mark.slow

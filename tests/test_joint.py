@@ -28,8 +28,9 @@ from bucketloader.strategies.joint._grid import Grid
 from bucketloader.strategies.joint._ilp import _watchdog, solve_ilp
 from bucketloader.strategies.joint._lp import solve_lp
 from bucketloader.strategies.joint._search import (
-    descents,
+    descend,
     exchanges,
+    first_plan,
     greedy,
     improve,
     iterate,
@@ -560,9 +561,14 @@ def test_counted_shakes_repeat_and_never_lose_the_plan():
     two, n2 = iterate(grid, 6, cells, np.inf, steps=15)
     assert one.tolist() == two.tolist() and n1 == n2 >= 1
     assert total(grid, grid.assign(one)[1]) <= start
-    # NOTE [ Two descents ]: a plan that pads more is never taken, every sample keeps a cell
-    swapped, _ = improve(grid, cells, 6, np.inf)
-    best, local = descents(grid, 6, [cells, lattice_drop(grid, 6)], swapped, np.inf)
-    _, size = grid.assign(best)
-    assert local and np.isfinite(size).all() and len(best) <= 6
-    assert total(grid, size) <= total(grid, grid.assign(swapped)[1])
+    # NOTE [ The search under load ]: the first plan that pads least of the four phases, in
+    # session 6's order; with no time, the greedy start itself (not a local optimum)
+    starts = [cells, lattice_drop(grid, 6)]
+    plans = [improve(grid, s, 6, np.inf)[0] for s in starts]
+    plans += [descend(grid, s, 6, np.inf)[0] for s in starts]
+    values = [total(grid, grid.assign(p)[1]) for p in plans]
+    best, local, converged = first_plan(grid, 6, np.inf)
+    assert local and converged and len(best) <= 6
+    assert best.tolist() == plans[int(np.argmin(values))].tolist()
+    late, local, converged = first_plan(grid, 6, 0.0)
+    assert late.tolist() == cells.tolist() and not local and not converged

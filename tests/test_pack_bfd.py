@@ -254,3 +254,41 @@ def test_quick_closest_fill_is_the_searchs_fill():
         avail = {v: c for v, c in avail.items() if c}
         got = _bins._closest(avail, sorted(avail), cap)
         assert sorted(got) == sorted((int(vals[i]), k) for i, k in want)
+
+
+def test_plans_of_earlier_versions_keep_their_digests():
+    """Only the repacked rows' plans get solver version 5: where the search ends with MBS's plan
+    (or BFD's), that is the plan of earlier versions, so its digest (and saved states) stay."""
+    docs = [16, 20, 36, 6, 23, 19, 27, 34, 13, 6, 39, 2, 38, 8, 14, 3, 3, 10, 39, 16]
+    docs += [24, 37, 12, 20, 14, 29, 13, 15, 17, 3, 18, 3, 36, 24, 39, 39, 13, 39, 14, 12]
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    plan = solve(sizes, counts, (40,), search="always")
+    slack = _bins.min_bin_slack(sizes, counts, (40,))
+    assert plan.num_rows == slack.num_rows < best_fit(sizes, counts, (40,)).num_rows
+    assert np.array_equal(plan.items, slack.items) and not plan.searched
+    assert _bins.solver_version((40,), plan.searched) == 3
+
+
+def test_the_default_skips_a_whole_data_search_too_costly_for_its_gain(monkeypatch):
+    """_MBS_WORK: after a repack that fell short, "auto" runs Minimum Bin Slack over all the
+    documents only while its work (rows x sizes x words of the row) is small; "always" runs it."""
+    docs = np.random.default_rng(0).integers(257, 513, 2000)  # every row keeps room: L2 far
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    calls = []
+    real = _bins.min_bin_slack
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(_bins, "min_bin_slack", counted)
+    fit = best_fit(sizes, counts, (1024,))
+    solve(sizes, counts, (1024,))
+    assert len(calls) == 1  # under the threshold: searched, as before
+    monkeypatch.setattr(_bins, "_MBS_WORK", 1000)
+    auto = solve(sizes, counts, (1024,))
+    assert len(calls) == 1 and auto.num_rows <= fit.num_rows  # skipped, never looser than BFD
+    solve(sizes, counts, (1024,), "always")
+    assert len(calls) == 2

@@ -1057,6 +1057,12 @@ def test_exchange_refuses_a_row_listed_by_two_ranks():
             LocalExchange(2)({"rank": bad, "rows": []})
     with pytest.raises(ValueError, match=r"got rank=3"):
         LocalExchange(2)[3]
+    board = LocalExchange(2)  # still a sequence: iteration stops at the end, [-1] is the last
+    board({"rank": 0, "rows": []})
+    board({"rank": 1, "rows": []})
+    assert [p["rank"] for p in board] == [0, 1] and board[-1]["rank"] == 1
+    with pytest.raises(IndexError, match=r"got rank=-3"):
+        board[-3]
     with pytest.raises(ValueError, match=r"num_replicas must be an int >= 1 and <= 1048576"):
         LocalExchange(10**9)  # (was a MemoryError or a long stall: three lists of that size)
 

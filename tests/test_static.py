@@ -290,6 +290,14 @@ def test_blocked_scans_equal_the_single_cumsum(monkeypatch):
     """NOTE [ Blocked scans ]: the same integers at every level count, and the same samples."""
     gen = torch.Generator().manual_seed(3)
     shapes = [(3, 104), (2, 10112), (1, 3 * 2**12), (2, 2**11 * 7), (2, 1025), (4, 65)]
+    shapes += [(2, 1172 * 1024), (1, 3907 * 8)]  # totals rows of 1,172 / 3,907: padded blocks
+    scanned = []
+    cumsum = torch.cumsum
+
+    def recorded(t, dim, **kwargs):
+        scanned.append(t.shape[dim])
+        return cumsum(t, dim, **kwargs)
+
     values, labels, mask = mixed_batch(3000)  # the grid: 47 x 64, so D = 3008 > 1024
     monkeypatch.setattr(_select, "_BLOCKED_SCANS", False)
     want = static.balanced_subsample(values, labels, 700, mask=mask, seed=9)
@@ -299,7 +307,11 @@ def test_blocked_scans_equal_the_single_cumsum(monkeypatch):
         monkeypatch.setattr(_select, "_MIN_BLOCK", least)
         for rows, d in shapes:
             x = (torch.rand(rows, d, generator=gen) < 0.3).to(torch.int32)
+            monkeypatch.setattr(torch, "cumsum", recorded)
+            scanned.clear()
             got = _select._prefix_sum(x)
+            monkeypatch.setattr(torch, "cumsum", cumsum)
+            assert max(scanned) <= block  # no scan over a longer row, at any level
             assert got.dtype == torch.int32 and torch.equal(got, x.cumsum(1, dtype=torch.int32))
         got_sample = static.balanced_subsample(values, labels, 700, mask=mask, seed=9)
         assert all(torch.equal(a, b) for a, b in zip(want, got_sample, strict=True))

@@ -29,10 +29,16 @@ backward is an output of that backward's graph, and once the next step begins
 (``torch.compiler.cudagraph_mark_step_begin()``) the replay of another shape's graph overwrites
 it: accumulating into it raises "accessing tensor output of CUDAGraphs that has been overwritten
 by a subsequent run" (seen on an H100 with ``benchmarks/compile_e2e.py`` variant 5, session 7).
-Training never meets this, because it clears the gradients between steps. So precompile puts the
-snapshotted gradients back (``None`` for a fresh model) before every shape: each shape's step
-starts from the state training's first step starts from, and the graphs do not depend on it
-(a gradient is accumulated outside the compiled graphs).
+A training loop that clears the gradients with ``zero_grad()`` (``set_to_none=True``, the
+default) between optimizer steps never meets this. So precompile puts the snapshotted gradients
+back (``None`` for a fresh model) before every shape: each shape's step starts from the state
+training's first step starts from. The forward and backward graphs do not depend on it (a
+gradient is accumulated outside them); under compiled autograd, where the accumulation is traced,
+precompile now traces the fresh-step state, which training with ``zero_grad()`` then reuses
+(s7-rev1 counted the compiles in training after precompile: 3 -> 1 with ``zero_grad()``, 3 -> 4
+with ``zero_grad(set_to_none=False)``, unchanged without compiled autograd). Session 2's H200 run
+recorded the error on the first synthetic batch, which this cause does not explain: until a GPU
+run confirms the fix, docs/precompile.md keeps its workaround.
 
 NOTE [ A compiled optimizer step and a fresh optimizer ]
 A compiled ``optimizer.step()`` guards on the identity of its state tensors (dynamo marks them as

@@ -15,7 +15,7 @@ chunk by chunk, so a memory-mapped dataset is never decoded) and then gathered t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -268,7 +268,10 @@ def lengths_from_fn(dataset: Any, fn: Callable, *, num_proc: int | None, batch_s
 
     def measure(batch: dict[str, Any]) -> dict[str, Any]:
         got = fn(batch)
-        rows = len(next(iter(batch.values()))) if len(batch) else 0
+        if isinstance(batch, Mapping):
+            rows = len(next(iter(batch.values()))) if len(batch) else 0
+        else:  # a pyarrow Table or a DataFrame (with_format("arrow") / "pandas"): len is rows
+            rows = len(batch)
         try:
             out = np.asarray(got)
         except ValueError:  # ragged: numpy refuses it

@@ -139,7 +139,6 @@ Without the counts it is the analogue of L1; with one row length it is ``L1 * L`
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import itertools
 import math
@@ -162,9 +161,10 @@ SOLVER_VERSION = 5
 
 def solver_version(row_lengths: tuple[int, ...], searched: bool = False) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
-    changed only plans with several row lengths and version 5 only plans a search made
-    (``searched``), so the others keep 3 or 4 (and their digests, so the states saved before
-    still load)."""
+    changed only plans with several row lengths and version 5 only the plans that repacking
+    best-fit decreasing's rows made (``searched``: where the search keeps BFD's plan or MBS's,
+    those are the plans of 3 and 4), so the others keep 3 or 4 (and their digests, so the
+    states saved before still load)."""
     if searched:
         return SOLVER_VERSION
     return 4 if len(row_lengths) > 1 else 3
@@ -185,6 +185,12 @@ _CLOSE_ENOUGH = 1000
 #: patterns per this many documents, else towards its promise (NOTE [ Repacking the rows with
 #: room ]).
 _DOCS_PER_PATTERN = 40
+#: ``"auto"`` runs the whole-data Minimum Bin Slack after a repack that fell short only while
+#: its work (BFD's rows x distinct sizes x 64-bit words of the longest row, in big-integer word
+#: operations: about 1.4 ns each here) stays under this: 2,000 documents of 32k-64k tokens in
+#: rows of 131,072 cost it 4.7 s (3.3e9), for nothing (s7-rev2); the tests' and benchmarks'
+#: searches stay under 3e6. ``"always"`` runs it whatever it costs.
+_MBS_WORK = 10**8
 
 
 @dataclass(frozen=True, eq=False)
@@ -198,7 +204,8 @@ class Patterns:
         offsets: pattern ``p``'s items are ``items[offsets[p]:offsets[p + 1]]`` ``(P + 1,)``.
         items: size index (into ``sizes``) of each item entry, largest size first in a pattern.
         mult: how many documents of that size the pattern holds.
-        searched: whether a search ran (:func:`solve`), which :func:`solver_version` tells.
+        searched: whether the plan is :func:`repack`'s, which :func:`solver_version` tells
+            (BFD's or MBS's plan after a search is the plan earlier versions made).
     """
 
     sizes: np.ndarray
@@ -271,12 +278,15 @@ def solve(
     best = repack(fit, row_lengths, aims, enough, int(np.sum(counts)) // _DOCS_PER_PATTERN)
     least = _padded(best, row_lengths)
     if least >= padded:
-        best, least = dataclasses.replace(fit, searched=True), padded
+        best, least = fit, padded  # (as earlier versions: their digests)
     if enough(least):
         return best
+    words = -(-max(row_lengths) // 64)
+    if search == "auto" and fit.num_rows * len(sizes) * words > _MBS_WORK:
+        return best  # (the search's cost grows with the row length: not worth it by default)
     slack = min_bin_slack(sizes, counts, row_lengths)
     if _padded(slack, row_lengths) < least:
-        return dataclasses.replace(slack, searched=True)
+        return slack  # (the plan of earlier versions, digested as theirs)
     return best
 
 
@@ -441,8 +451,10 @@ def repack(
         out = _repacked(fit, lens, widths, order[:k])
         if k == order.size or enough is None or enough(_padded(out, row_lengths)):
             return out
-        want *= 2
-        k = min(int(np.searchsorted(have, want)) + 1, order.size)
+        last = k
+        while k == last:  # (twice the room until it takes more rows: the same rows, same plan)
+            want *= 2
+            k = min(int(np.searchsorted(have, want)) + 1, order.size)
 
 
 def _repacked(fit: Patterns, lens: np.ndarray, widths: np.ndarray, chosen: np.ndarray) -> Patterns:

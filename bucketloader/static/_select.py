@@ -255,8 +255,12 @@ def _prefix_sum(x: Tensor) -> Tensor:
     (B = 1) the row index is the constant 0, so it compiled. Compiled for a non-CPU device, a
     row longer than ``_SCAN_BLOCK`` is therefore summed as ``[rows, D / w, w]`` blocks
     (``w`` = the largest power of two dividing ``D``, at most ``_SCAN_BLOCK``: the permutation
-    grid's columns) plus the prefix sums of the block totals, recursively: no scan over a long
-    row, the same integers. Eager and CPU keep the single ``cumsum`` (one pass).
+    grid's columns) plus the prefix sums of the block totals, recursively; a row with no such
+    divisor of at least ``_MIN_BLOCK`` (the totals row once N passes ~10^6) is padded with zeros
+    to whole blocks of ``_SCAN_BLOCK`` first: no scan over a row longer than ``_SCAN_BLOCK``, the
+    same integers. Eager and CPU keep the single ``cumsum`` (one pass). Checked on an H100 up to
+    N = 10^6 (benchmarks/results/subsampler_gpu.md); the padded level, needed only above that,
+    was not run on a GPU.
     """
     rows, d = x.shape
     blocked = _BLOCKED_SCANS
@@ -265,8 +269,10 @@ def _prefix_sum(x: Tensor) -> Tensor:
     if not blocked or d <= _SCAN_BLOCK:
         return torch.cumsum(x, 1, dtype=torch.int32)
     width = min(d & -d, _SCAN_BLOCK)
-    if width < _MIN_BLOCK:
-        return torch.cumsum(x, 1, dtype=torch.int32)
+    if width < _MIN_BLOCK:  # no power-of-two block divides d: pad the row with zeros to whole
+        width = _SCAN_BLOCK  # blocks (the totals row of N above ~10^6), then cut the pad off
+        padded = torch.nn.functional.pad(x, (0, -d % width))
+        return _prefix_sum(padded)[:, :d]
     inner = torch.cumsum(x.view(rows, d // width, width), 2, dtype=torch.int32)
     totals = inner[:, :, -1]
     offsets = _prefix_sum(totals) - totals

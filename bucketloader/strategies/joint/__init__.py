@@ -71,14 +71,7 @@ from bucketloader.strategies.joint._ilp import (
     pairs_per_second,
     solve_ilp,
 )
-from bucketloader.strategies.joint._search import (
-    descents,
-    greedy,
-    improve,
-    iterate,
-    lattice_drop,
-    total,
-)
+from bucketloader.strategies.joint._search import first_plan, greedy, improve, iterate, total
 
 __all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
 
@@ -98,9 +91,10 @@ JOINT_FORMAT = 4
 #: shakes; at 0.7 four GSM8K K = 8/16 solves of 30 s (side by side, load 4) ended with the same
 #: bounds (within 0.02 %) and plans 0.29 / 0.24 / 0.00 % lower and 0.11 % higher (shake luck).
 LP_SHARE = 0.7
-#: The search's deadlines as shares of the time limit: the greedy start's swaps, the lattice
-#: start's, the descents from both (NOTE [ Two descents ]); the first two are session 4's.
-SEARCH = (0.3, 0.4, 0.45)
+#: The first search's share of the time limit: the descents and swaps from the greedy and
+#: lattice starts, cheapest first (NOTE [ The search under load ]; session 6 ended the
+#: descents at this share too).
+SEARCH = 0.45
 #: The shakes start only when this share of the time limit is left (their first step's cost
 #: is not known yet; NOTE [ Joint time limit and fallbacks ]).
 SHAKE_MIN = 0.02
@@ -225,18 +219,10 @@ def _search_and_bound(
     t0 = time.perf_counter()
     budget = deadline - t0
     work = params.get("work_limit")  # no clock decides the cells (NOTE [ Work instead of seconds ])
-    # the limit's shares of the greedy start's swaps, the lattice start's and the descents
-    soon, later, last = [math.inf if work is not None else t0 + s * budget for s in SEARCH]
-    starts = [greedy(grid, k)]
-    cells, converged = _best_search(grid, k, starts, soon)
-    if time.perf_counter() < soon:
-        # a local optimum competes without a second search; a plan the clock stopped goes on
-        again, known = ([], cells) if converged else ([cells], None)
-        starts.append(lattice_drop(grid, k))
-        cells, more = _best_search(grid, k, [*again, starts[1]], later, known)
-        converged = converged and more
-        cells, more = descents(grid, k, starts, cells, last)  # NOTE [ Two descents ]
-        converged = converged and more
+    # both starts' descents and swaps, cheapest first (NOTE [ The search under load ])
+    cells, local, converged = first_plan(
+        grid, k, math.inf if work is not None else t0 + SEARCH * budget
+    )
     if work:
         cells, info["shakes"] = iterate(grid, k, cells, math.inf, steps=work)
     if work is not None:
@@ -266,7 +252,7 @@ def _search_and_bound(
             if work is None and time.perf_counter() < deadline:
                 # another search from the LP's cells and from the K largest gains at the
                 # bound's reaches (a Lagrangian heuristic)
-                again, known = ([], cells) if converged else ([cells], None)
+                again, known = ([], cells) if local else ([cells], None)
                 starts = [*again, np.argsort(bound.gains)[-k:]]
                 if seed is not None:
                     starts.insert(len(again), seed)

@@ -184,8 +184,10 @@ histograms: 150, 60 and 200 hypothesis examples). None of them gets near the tar
   gains inside and the ``K − n`` largest outside. On prod K = 8 (40 s of bundle each, ``t``
   the plan's median coordinate, counts 3, 4 and 5 around the plan's 4): over the root's
   14,780,380 the children rise +0.42 / +0.02 / +1.20 % (input 1) and +0.17 / +0.21 / +1.25 %
-  (input 2), and the least child is the bound: +0.02 % and +0.17 %, where 1 % needs +1.2 %.
-  Sum K = 16 (counts 7, 8, 9 around the plan's 8, root 145,024): +0.07 / +0.00 / +0.37 % and
+  (input 2); the bound is the least child over every ``n``, so the least of the three run
+  (+0.02 % and +0.17 %) is an upper end on what it gives, where 1 % needs +1.2 %. Sum K = 16
+  (counts 7, 8, 9 around the plan's 8, root 145,024; `benchmarks/joint_relax.py --branch-cases
+  gsm8k:sum:16`, a run not in the written results file): +0.07 / +0.00 / +0.37 % and
   +0.14 / +0.00 / +0.22 %, where 1 % needs +0.40 %.
   The child with the plan's own count stays near the root: the LP spreads its cells *within*
   the plan's structure (NOTE [ Where the LP relaxation stops ]), so the tree would have to go

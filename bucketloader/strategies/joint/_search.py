@@ -49,12 +49,53 @@ NOTE [ Two descents ]
 :func:`improve` keeps each cell's best exchange in turn when it helps (first improvement over
 the cells); :func:`descend` keeps the best exchange of all (best improvement). Same
 neighbourhood, other order: from the same start they stop in different local optima. So the
-search also descends from both starts (greedy and lattice) after their swaps and keeps a plan
-that pads less. Measured on the 24 cases of the benchmark (CPU time, one run, load about 5,
-``/tmp/s6j/starts.py``): the descents found a better local optimum than both swap searches in
-the three K = 16 prod cases (Multi30k -1.30 %, Europarl -1.10 %, GSM8K -1.22 %: 9,537,544
-against 9,655,561) and in no other, for 0.03-0.41 s of CPU (GSM8K K = 16: 0.41 s, the two
-swap searches 0.70 s).
+search also descends from both starts (greedy and lattice) and keeps a plan that pads less
+(before the swaps since session 7: NOTE [ The search under load ]). Measured on the 24 cases
+of the benchmark (CPU time, one run, load about 5, ``/tmp/s6j/starts.py``): the descents
+found a better local optimum than both swap searches in the three K = 16 prod cases
+(Multi30k -1.30 %, Europarl -1.10 %, GSM8K -1.22 %: 9,537,544 against 9,655,561) and in no
+other, for 0.03-0.41 s of CPU (GSM8K K = 16: 0.41 s, the two swap searches 0.70 s).
+
+NOTE [ The search under load ]
+The first search has four phases: :func:`descend` and :func:`improve` from the lattice start,
+then from the greedy start (NOTE [ Two descents ]). They run in that order, under
+one deadline (``SEARCH`` of the time limit), each stopped by the clock where it stands; the
+plan is the first that pads least in session 6's order (the greedy start's swaps, the lattice
+start's, then the descents), so when every phase ends (a quiet machine at 5 s, or
+``work_limit``) the plan is session 6's (the same cells on all 24 cases of the benchmark
+under ``work_limit=0``). Session 6 ran the swaps first, each to its own share (30 % and 40 %
+of the limit), and the descents to 45 %; the lattice start ran only when the first swaps
+ended before 30 %. So a machine 1.6 times slower lost the descents, and the 5 s GSM8K prod
+K = 16 plan fell from 9.39 M to 9.66 M (the lattice start's swaps). The descents are the
+cheaper phases (on GSM8K K = 16, prod: the descents 0.18 / 0.31 s of CPU, the swaps 0.26 /
+0.55 s, the starts 0.06 s each), and the lattice start's plans are the best of the four on
+GSM8K at K = 8 and 16 in three cases of four (its descent on prod K = 16, 9,537,544; its swaps
+on sum K = 16 and prod K = 8). So under this order the prod K = 16 plan is found with 0.43 s
+of CPU instead of 1.4 s, and the sum K = 16 plan with 0.87 s instead of 1.5 s (the search
+alone, ``/tmp/s7j/curve.py``, against the descents of both starts first):
+up to a machine about five times slower at 5 s, or a quiet one at 1 s. With less time than
+that (the time left after the greedy start under :data:`_LATTICE_FIRST` times what it took) the
+greedy start's descent goes first instead (:data:`_HURRIED`): from the better start, with no
+lattice start to build, a cut descent pads less. If the clock cuts every phase before it gets
+below a start, that start is the plan (a partial descent from the lattice start can pad more
+than both starts).
+
+Measured side by side with session 6's order (both at once, the 24 cases of
+``benchmarks/joint.py``; ``/tmp/s7j/ab.sh``, machine load 3-16 from other work). With every
+clock of the solve reading CPU seconds (what a quiet machine gives at that limit): at 5 s the
+same plans (three runs: the same search plan, then the bound's and the shakes' timing; GSM8K
+prod K = 16 9,392,822 / 9,395,278 / 9,385,780-9,396,394 against 9,433,896 / 9,395,389 /
+9,395,278-9,396,394); at 2 s GSM8K sum K = 16 149,880 -> 147,905 and prod K = 16 9,655,561 /
+9,643,781 -> 9,506,606 (two runs; in one, three others +0.3 to +0.7 % from the shakes' timing
+after the same search plan); at 1 s the same two cases -1.3 to -1.6 % and -1.7 to -2.5 % (four
+runs), nothing else worse than +0.14 %. Wall clock at 5 s beside one or two spinning processes
+(load 3-8, four runs, three with both descents first): GSM8K prod K = 16 9,655,561-9,754,843 ->
+9,537,544 in every run, sum K = 16 -1.6 to -2.2 % in three (+0.23 % in one, where the lattice
+start's swaps, then last, were cut), otherwise equal but for the shakes' luck after the same
+search plan (GSM8K prod K = 8 +0.73 %, Europarl sum K = 16 +0.56 % once each). At 1 s, no
+spinner: load 7-8, 10 better (up to -2.5 %) and one worse (+0.31 %); load 4, 3 better (up to
+-0.97 %), 4 worse (up to +0.35 %). Without :data:`_HURRIED`, the load 7-8 run had 9 cases worse
+(up to +2.6 %): the lattice start first is wrong when the time is that short.
 
 NOTE [ Shakes ]
 The swaps stop in a local optimum, and on GSM8K at K = 8-16 several plans a few tenths of a
@@ -106,6 +147,18 @@ from bucketloader.strategies.joint._grid import Grid
 _CHUNK = 1 << 22
 #: A step of :func:`descend` starts only when this many times the last step's cost fits.
 _MARGIN = 1.5
+#: The order :func:`first_plan` runs its phases in (0 the greedy start, 1 the lattice start;
+#: NOTE [ The search under load ]) ...
+_PHASES = (("descend", 1), ("improve", 1), ("descend", 0), ("improve", 0))
+#: ... or this one, when the time left after the greedy start is less than
+#: :data:`_LATTICE_FIRST` times what the greedy start took ...
+_HURRIED = (("descend", 0), ("descend", 1), ("improve", 0), ("improve", 1))
+#: (the lattice start and its descent cost 3-6 greedy starts on GSM8K at K = 8 and 16, the
+#: greedy start's descent about 3)
+_LATTICE_FIRST = 6
+#: ... and the order its plans are compared in (the first that pads least is kept: session 6's
+#: plans when every phase ends, NOTE [ Two descents ]).
+_CHOICE = (("improve", 0), ("improve", 1), ("descend", 0), ("descend", 1))
 
 
 def total(grid: Grid, size: np.ndarray) -> float:
@@ -342,24 +395,42 @@ def descend(
     return cells, cost, used, False
 
 
-def descents(
-    grid: Grid, k: int, starts: list[np.ndarray], cells: np.ndarray, deadline: float
-) -> tuple[np.ndarray, bool]:
-    """``cells`` or a plan that pads less: :func:`descend` from each start (NOTE [ Two
-    descents ]). Returns the plan and whether it is a local optimum (False only when a descent
-    the clock stopped gave it)."""
-    _, size = grid.assign(cells)
-    best, local, cost = total(grid, size), True, 0.0
-    for start in starts:
+def first_plan(grid: Grid, k: int, deadline: float) -> tuple[np.ndarray, bool, bool]:
+    """The search's plan from the greedy and lattice starts until ``deadline`` (NOTE [ The
+    search under load ]): :func:`descend`, then :func:`improve`, from the lattice start, then
+    from the greedy start (the greedy start's descent first when time is short). Returns
+    ``(cells, local, converged)``: ``local`` when the plan is a local optimum (its phase ended
+    in one), ``converged`` when every phase ended in one (none was cut or skipped)."""
+    began = time.perf_counter()
+    starts = [greedy(grid, k)]
+    took = time.perf_counter() - began
+    # too little time for the lattice start's descent: the greedy start's goes first
+    order = _PHASES if deadline - time.perf_counter() >= _LATTICE_FIRST * took else _HURRIED
+    found: dict[tuple[str, int], tuple[np.ndarray, bool]] = {}
+    cost = 0.0  # the last table step's cost: the next phase starts a step only when it fits
+    for phase in order:
+        how, which = phase
         if time.perf_counter() + _MARGIN * cost > deadline:
             break
-        began = time.perf_counter()
-        found, _, _, done = descend(grid, start, k, deadline)
-        cost = time.perf_counter() - began
-        _, size = grid.assign(found)
-        if np.isfinite(size).all() and total(grid, size) < best * (1 - 1e-12) - 1e-9:
-            cells, best, local = found, total(grid, size), done
-    return cells, local
+        if which == len(starts):
+            starts.append(lattice_drop(grid, k))
+            if time.perf_counter() > deadline:
+                break
+        if how == "descend":
+            cells, cost, _, done = descend(grid, starts[which], k, deadline, cost)
+        else:
+            cells, done = improve(grid, starts[which], k, deadline)
+        found[phase] = cells, done
+    # the first plan that pads least, in session 6's order (ties); a start itself only when it
+    # pads less than every plan found (the clock cut the phases early)
+    plans = [found[phase] for phase in _CHOICE if phase in found]
+    best, value, local = starts[0], np.inf, False
+    for cells, done in [*plans, *((start, False) for start in starts)]:
+        _, size = grid.assign(cells)
+        if total(grid, size) < value * (1 - 1e-12) - 1e-9:
+            best, value, local = cells, total(grid, size), done
+    converged = len(found) == len(_PHASES) and all(done for _, done in found.values())
+    return best, local, converged
 
 
 def iterate(
