@@ -22,13 +22,14 @@ from bucketloader import BucketCache, BucketSampler
 from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.plan import BucketSpec, TokenBudget
 from bucketloader.solve import compute_boundaries
-from bucketloader.strategies.joint import Joint, JointHistogram, _grid, solve_joint
+from bucketloader.strategies.joint import Joint, JointHistogram, _grid, _search, solve_joint
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound
 from bucketloader.strategies.joint._grid import Grid
 from bucketloader.strategies.joint._ilp import _watchdog, solve_ilp
 from bucketloader.strategies.joint._lp import solve_lp
 from bucketloader.strategies.joint._search import (
     descend,
+    drop_to,
     exchanges,
     first_plan,
     greedy,
@@ -572,3 +573,10 @@ def test_counted_shakes_repeat_and_never_lose_the_plan():
     assert best.tolist() == plans[int(np.argmin(values))].tolist()
     late, local, converged = first_plan(grid, 6, 0.0)
     assert late.tolist() == cells.tolist() and not local and not converged
+    # a lattice start not built in its share of the time: the greedy start's phases only
+    assert drop_to(grid, np.arange(grid.cand_size.size), 6, deadline=0.0) is None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_search, "lattice_drop", lambda *args, **kwargs: None)
+        alone, local, converged = first_plan(grid, 6, np.inf)
+    greedy_plans = [plans[0], plans[2]]  # improve and descend from the greedy start
+    assert not converged and any(alone.tolist() == p.tolist() for p in greedy_plans)

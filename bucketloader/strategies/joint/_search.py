@@ -138,6 +138,7 @@ default 5 s solve (sum 220,063 / 147,112; prod 15,110,839 / 9,396,394 against 15
 from __future__ import annotations
 
 import time
+from typing import cast
 
 import numpy as np
 
@@ -187,7 +188,9 @@ def greedy(grid: Grid, k: int) -> np.ndarray:
     return np.array(sorted(cells), dtype=np.int64)
 
 
-def lattice_drop(grid: Grid, k: int, per_input: int = 8) -> np.ndarray:
+def lattice_drop(
+    grid: Grid, k: int, per_input: int = 8, deadline: float = np.inf
+) -> np.ndarray | None:
     """K cells by greedy removal from the occupied cells of a per-input lattice (the optimal 1-D
     boundaries of each input, ``per_input`` buckets), each lowered to its samples' maximum."""
     from bucketloader.histogram import LengthHistogram
@@ -216,12 +219,14 @@ def lattice_drop(grid: Grid, k: int, per_input: int = 8) -> np.ndarray:
             for j in range(int(group.max()) + 1)
         ]
     )
-    return drop_to(grid, cells, k)
+    return drop_to(grid, cells, k, deadline)
 
 
-def drop_to(grid: Grid, cells: np.ndarray, k: int) -> np.ndarray:
+def drop_to(grid: Grid, cells: np.ndarray, k: int, deadline: float = np.inf) -> np.ndarray | None:
     """Remove cells, each time the one whose samples lose least, until at most ``k`` remain (the
-    cell covering everything is added first and kept, so every sample stays covered)."""
+    cell covering everything is added first and kept, so every sample stays covered); ``None``
+    once ``time.perf_counter()`` passes ``deadline`` (with three inputs the removals can cost
+    hundreds of greedy starts: s7-rev3)."""
     top = grid.point.max(axis=0)
     cells = np.asarray(cells, dtype=np.int64)
     if cells.size <= k:
@@ -230,6 +235,8 @@ def drop_to(grid: Grid, cells: np.ndarray, k: int) -> np.ndarray:
     cells = np.union1d(cells, [cover_all])
     cost = np.where(grid.covers(cells), grid.cand_size[cells][:, None], np.inf)
     while cells.size > k:  # the covering cell stays: every other removal is then feasible
+        if time.perf_counter() > deadline:
+            return None
         two = np.partition(cost, 1, axis=0)  # each point's cheapest and next cheapest cell
         slot = cost.argmin(axis=0)
         extra = np.bincount(slot, weights=grid.weight * (two[1] - two[0]), minlength=cells.size)
@@ -303,7 +310,7 @@ def _saves(grid: Grid, cells: np.ndarray, big: float) -> tuple[np.ndarray, np.nd
 def _start(grid: Grid, cells: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, float, float]:
     """At most ``k`` cells after a Lloyd step: ``(cells, sizes, total, big)``, ``big`` the size
     that stands for "no cell"."""
-    cells = drop_to(grid, cells, k)
+    cells = cast(np.ndarray, drop_to(grid, cells, k))  # (no deadline: never None)
     slot, size = grid.assign(cells)
     cells = grid.tighten(cells, slot)
     _, size = grid.assign(cells)
@@ -402,7 +409,7 @@ def first_plan(grid: Grid, k: int, deadline: float) -> tuple[np.ndarray, bool, b
     ``(cells, local, converged)``: ``local`` when the plan is a local optimum (its phase ended
     in one), ``converged`` when every phase ended in one (none was cut or skipped)."""
     began = time.perf_counter()
-    starts = [greedy(grid, k)]
+    starts: list[np.ndarray | None] = [greedy(grid, k)]
     took = time.perf_counter() - began
     # too little time for the lattice start's descent: the greedy start's goes first
     order = _PHASES if deadline - time.perf_counter() >= _LATTICE_FIRST * took else _HURRIED
@@ -413,19 +420,21 @@ def first_plan(grid: Grid, k: int, deadline: float) -> tuple[np.ndarray, bool, b
         if time.perf_counter() + _MARGIN * cost > deadline:
             break
         if which == len(starts):
-            starts.append(lattice_drop(grid, k))
-            if time.perf_counter() > deadline:
-                break
+            now = time.perf_counter()
+            starts.append(lattice_drop(grid, k, deadline=now + 0.5 * (deadline - now)))
+        start = starts[which]
+        if start is None:  # the lattice start was not built in its share of the time left
+            continue
         if how == "descend":
-            cells, cost, _, done = descend(grid, starts[which], k, deadline, cost)
+            cells, cost, _, done = descend(grid, start, k, deadline, cost)
         else:
-            cells, done = improve(grid, starts[which], k, deadline)
+            cells, done = improve(grid, start, k, deadline)
         found[phase] = cells, done
     # the first plan that pads least, in session 6's order (ties); a start itself only when it
     # pads less than every plan found (the clock cut the phases early)
     plans = [found[phase] for phase in _CHOICE if phase in found]
-    best, value, local = starts[0], np.inf, False
-    for cells, done in [*plans, *((start, False) for start in starts)]:
+    best, value, local = cast(np.ndarray, starts[0]), np.inf, False
+    for cells, done in [*plans, *((start, False) for start in starts if start is not None)]:
         _, size = grid.assign(cells)
         if total(grid, size) < value * (1 - 1e-12) - 1e-9:
             best, value, local = cells, total(grid, size), done
