@@ -74,6 +74,18 @@ data set:
   fails, the documents go back and the closest fill is the bounded subset sum of MBS
   (:func:`_closest`, the same fill as :func:`_fill`, in pure Python over a dict of counts). A
   pattern repeats while the documents last, as in MBS.
+- A budget (``"auto"`` only): the search counts its big-integer word operations (a quick
+  fill's step: one per 64-bit word of the longest row; a closest fill: its chunks x the words
+  of its room) and, once they pass ``_REPACK_WORK`` = 16 per document per word of the row (plus
+  one), stops at the next pattern and keeps the tightest plan done by then (BFD's before any):
+  counted, not timed, so every rank plans the same; MBS over every document follows only where
+  its estimate (BFD's rows x distinct sizes x words) fits in the work left. Where every BFD
+  row keeps room (2,000 documents uniform in (L/4, L/2]) the search had cost 20-90x a
+  best-fit decreasing for a few rows: 31 ms in rows of 1024 (814 rows, BFD 842), 0.56 s in rows
+  of 16,384 (828, BFD 841), about 6 s in rows of 131,072 (841, nothing gained); with the budget
+  17 ms (814: the repack's first plans fit, MBS over everything, which lost, is skipped), 50 ms
+  (841: the repack that reached 828 is cut) and 0.33 s (841), CPU time at load 1.3-1.9. The
+  tests' and benchmarks' searches spend at most 10.7 of the 16 (their plans are unchanged).
 
 On the benchmark's GSM8K-like lengths (benchmarks/small_costs.py) it reaches the L2 bound from
 1k to 10k documents, within 0.1% of it from 100k to 10M (9,653 rows for a bound of 9,652 at
