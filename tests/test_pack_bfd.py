@@ -322,8 +322,10 @@ def test_the_defaults_search_stops_at_its_counted_work_budget(monkeypatch):
     assert spent and all(w is not None and w <= 2 * 34_000 for w in spent)
     assert max(w for w in spent if w is not None) > 34_000  # stopped there, early
     assert cut[0].num_rows == cut[1].num_rows <= fit.num_rows
+    assert cut[0].budgeted and _bins.solver_version((1024,), cut[0].searched, True) == 6
     assert cut[0].reps.tolist() == cut[1].reps.tolist()
     assert cut[0].items.tolist() == cut[1].items.tolist()
     spent.clear()
     always = solve(sizes, counts, (1024,), "always")  # no budget
     assert spent and all(w is None for w in spent) and always.num_rows == full.num_rows
+    assert not always.budgeted

@@ -85,7 +85,9 @@ data set:
   of 16,384 (828, BFD 841), about 6 s in rows of 131,072 (841, nothing gained); with the budget
   17 ms (814: the repack's first plans fit, MBS over everything, which lost, is skipped), 50 ms
   (841: the repack that reached 828 is cut) and 0.33 s (841), CPU time at load 1.3-1.9. The
-  tests' and benchmarks' searches spend at most 10.7 of the 16 (their plans are unchanged).
+  tests' and benchmarks' searches spend at most 10.7 of the 16 (their plans are unchanged). A
+  plan the budget stopped (or whose MBS it skipped) is marked ``budgeted``: solver version 6
+  (:func:`solver_version`), so a state saved by an earlier version fails loudly there.
 
 On the benchmark's GSM8K-like lengths (benchmarks/small_costs.py) it reaches the L2 bound from
 1k to 10k documents, within 0.1% of it from 100k to 10M (9,653 rows for a bound of 9,652 at
@@ -151,6 +153,7 @@ Without the counts it is the analogue of L1; with one row length it is ``L1 * L`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -166,19 +169,25 @@ import numpy as np
 #: spec's digest, so a resume across such a change fails loudly). 3: the search only from
 #: ``_DOCS_PER_SIZE`` documents per distinct size. 4: with several row lengths the search is
 #: decided against :func:`capacity_bound`. 5: the search starts by repacking best-fit
-#: decreasing's rows with room (NOTE [ Repacking the rows with room ]). A plan that no search
-#: touched keeps the version it had (see :func:`solver_version`).
-SOLVER_VERSION = 5
+#: decreasing's rows with room (NOTE [ Repacking the rows with room ]). 6: ``"auto"``'s search
+#: stops at its work budget. A plan that no search touched keeps the version it had (see
+#: :func:`solver_version`).
+SOLVER_VERSION = 6
 
 
-def solver_version(row_lengths: tuple[int, ...], searched: bool = False) -> int:
+def solver_version(
+    row_lengths: tuple[int, ...], searched: bool = False, budgeted: bool = False
+) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
-    changed only plans with several row lengths and version 5 only the plans that repacking
+    changed only plans with several row lengths, version 5 only the plans that repacking
     best-fit decreasing's rows made (``searched``: where the search keeps BFD's plan or MBS's,
-    those are the plans of 3 and 4), so the others keep 3 or 4 (and their digests, so the
-    states saved before still load)."""
-    if searched:
+    those are the plans of 3 and 4) and version 6 only those where the work budget stopped a
+    search (``budgeted``), so the others keep 3, 4 or 5 (and their digests, so the states saved
+    before still load)."""
+    if budgeted:
         return SOLVER_VERSION
+    if searched:
+        return 5
     return 4 if len(row_lengths) > 1 else 3
 
 
@@ -224,6 +233,8 @@ class Patterns:
         mult: how many documents of that size the pattern holds.
         searched: whether the plan is :func:`repack`'s, which :func:`solver_version` tells
             (BFD's or MBS's plan after a search is the plan earlier versions made).
+        budgeted: whether the search's work budget stopped it (the repack, or MBS over every
+            document), which :func:`solver_version` tells too (earlier versions searched on).
     """
 
     sizes: np.ndarray
@@ -233,6 +244,7 @@ class Patterns:
     items: np.ndarray
     mult: np.ndarray
     searched: bool = False
+    budgeted: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -301,12 +313,16 @@ def solve(
     least = _padded(best, row_lengths)
     if least >= padded:
         best, least = fit, padded  # (as earlier versions: their digests)
+    if work is not None and work[0] > work[1]:
+        best = dataclasses.replace(best, budgeted=True)  # (the repack was cut: version 6)
     if enough(least):
         return best
-    if work is not None and fit.num_rows * len(sizes) * words > work[1] - work[0]:
-        return best  # (MBS over every document would cost more than the work left)
-    if search == "auto" and fit.num_rows * len(sizes) * words > _MBS_WORK:
+    estimate = fit.num_rows * len(sizes) * words
+    if search == "auto" and estimate > _MBS_WORK:
         return best  # (the search's cost grows with the row length: not worth it by default)
+    if work is not None and estimate > work[1] - work[0]:
+        # (MBS over every document would cost more than the work left: version 6)
+        return dataclasses.replace(best, budgeted=True)
     slack = min_bin_slack(sizes, counts, row_lengths)
     if _padded(slack, row_lengths) < least:
         return slack  # (the plan of earlier versions, digested as theirs)
