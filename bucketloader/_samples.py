@@ -261,7 +261,8 @@ class DatasetView:
 def check_readable(values: Sequence[Any], key: Any, exc: BaseException) -> None:
     """After torch failed to read the field ``key`` of a batch (``exc``; ``values`` its
     per-sample values), name the sample a collator cannot read: a tensor on the meta device
-    (a shape, no data) or of a layout other than dense (``torch.sparse_coo``, ``sparse_csr``,
+    (a shape, no data), a nested tensor (several samples in one), a quantized tensor (integers
+    with a scale) or one of a layout other than dense (``torch.sparse_coo``, ``sparse_csr``,
     ...). Returns when there is none (``exc`` then stands). Asked only on that error path, so
     a batch that collates pays nothing.
 
@@ -280,6 +281,18 @@ transform)
         if not isinstance(v, torch.Tensor):
             continue
         where = f"the sample at batch position {i} (field {key!r})"
+        if v.is_nested:
+            raise TypeError(
+                f"{where} is a nested tensor (is_nested=True), several tensors in one; the "
+                "collators read one tensor per sample: unbind() the nested tensor into samples "
+                "(one dataset item each)"
+            ) from exc
+        if v.is_quantized:
+            raise TypeError(
+                f"{where} is a quantized tensor (is_quantized=True, dtype={v.dtype}); the "
+                "collators pad plain numbers: call .dequantize() on it (in the dataset's "
+                "__getitem__ or a transform), and quantize the batch after collation if needed"
+            ) from exc
         if v.is_meta:
             raise ValueError(
                 f"{where} is a tensor on device=meta, which has a shape but no data: "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 from fractions import Fraction
 from unittest import mock
 
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from bucketloader._samples import check_readable
 from bucketloader.collate import Field, PadCollator
 from bucketloader.collate import _pad as _collate_pad
+from bucketloader.collate import collator as collator_module
 from bucketloader.plan import BucketSpec
 from bucketloader.sampler import BucketSampler
 
@@ -452,6 +454,42 @@ def test_meta_and_sparse_samples_are_named(length):
         pack(
             [{"input_ids": x, "labels": x.to_sparse() if i == 0 else x} for i, x in enumerate(ids)]
         )
+    # nested and quantized samples: torch's internal errors (in the bare path's shape reads and
+    # pad buffer, the general path's measure and kernels, the dtype promotion, the packing)
+    with warnings.catch_warnings():  # (torch: nested tensors a prototype, quantized deprecated)
+        warnings.filterwarnings("ignore", "The PyTorch API of nested tensors", UserWarning)
+        warnings.filterwarnings("ignore", "torch.quantize_per_tensor", UserWarning)
+        nest = torch.nested.nested_tensor([ones[0], ones[1]])
+        nest_ids = torch.nested.nested_tensor([ids[1]])
+        q_ones, q_id, q_tf = (
+            [torch.quantize_per_tensor(x, 0.1, 0, torch.quint8) for x in xs]
+            for xs in (ones, [ids[1].float()], [torch.ones(length + 1, 2)])
+        )
+    nested = r"position {} \(field '{}'\) is a nested tensor \(is_nested=True\).* unbind\(\)"
+    quant = (
+        r"position {} \(field '{}'\) is a quantized tensor \(is_quantized=True, .* \.dequantize\(\)"
+    )
+    for bad, pos, msg in [
+        ([ones[0], nest], 1, nested),
+        ([nest, nest], 0, nested),
+        ([ones[0], q_ones[1]], 1, quant),
+        (q_ones, 0, quant),
+    ]:
+        with pytest.raises(TypeError, match=msg.format(pos, "inputs")):
+            collate(bad)
+        with pytest.raises(TypeError, match=msg.format(pos, "x")):
+            collate([{"x": y} for y in bad])
+    with pytest.raises(TypeError, match=quant.format(1, "inputs")):
+        collate([torch.ones(length, 2), *q_tf])
+    with pytest.raises(TypeError, match=nested.format(1, "input_ids")):
+        pack([ids[0], nest_ids])
+    # a jagged nested tensor's symbolic sizes fail in the kernels with a ValueError (its layout
+    # imports torch._dynamo, ~1 s: the kernels' error is stood in for here)
+    with mock.patch.object(collator_module, "pad_field", side_effect=ValueError("indeterminate")):
+        with pytest.raises(TypeError, match=quant.format(0, "x")):
+            collate([{"x": y} for y in q_ones])
+    with pytest.raises(TypeError, match=quant.format(1, "input_ids")):
+        pack([ids[0], *q_id])
     meta = torch.ones(length, device="meta")
     with pytest.raises(ValueError, match=r"position 1 \(field 'x'\) is a tensor on device=meta, "
                        r"which has a shape but no data: materialise the tensor"):  # fmt: skip

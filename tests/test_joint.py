@@ -580,3 +580,122 @@ def test_counted_shakes_repeat_and_never_lose_the_plan():
         alone, local, converged = first_plan(grid, 6, np.inf)
     greedy_plans = [plans[0], plans[2]]  # improve and descend from the greedy start
     assert not converged and any(alone.tolist() == p.tolist() for p in greedy_plans)
+
+
+class _Clock:
+    """A ``perf_counter`` that advances one second per call: the search stops at the same step
+    on any machine and load (the deadlines below count clock reads)."""
+
+    def __init__(self) -> None:
+        self.now = -1.0
+
+    def perf_counter(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def _timed_search(monkeypatch, grid, k, deadline, lattice=lattice_drop):
+    """:func:`first_plan` under a fresh :class:`_Clock`: ``(cells, local, converged, log)``, the
+    log holding the lattice start built (``("lattice", cells or None)``) and the phases run
+    (``(how, start, cells, done)``), in order."""
+    log: list[tuple] = []
+
+    def spy(how, run, done_at):
+        def wrapped(grid, start, *args, **kwargs):
+            out = run(grid, start, *args, **kwargs)
+            log.append((how, start.tolist(), out[0].tolist(), out[done_at]))
+            return out
+
+        return wrapped
+
+    def build(*args, **kwargs):
+        out = lattice(*args, **kwargs)
+        log.append(("lattice", None if out is None else out.tolist()))
+        return out
+
+    monkeypatch.setattr(_search, "time", _Clock())
+    monkeypatch.setattr(_search, "descend", spy("descend", descend, 3))
+    monkeypatch.setattr(_search, "improve", spy("improve", improve, 1))
+    monkeypatch.setattr(_search, "lattice_drop", build)
+    cells, local, converged = first_plan(grid, k, deadline)
+    return cells, local, converged, log
+
+
+def _padded(grid, cells):
+    return total(grid, grid.assign(np.asarray(cells))[1])
+
+
+@pytest.fixture(scope="module")
+def europarl_grid():
+    hist = JointHistogram.from_lengths(load_real("europarl")[:1500])
+    grid = Grid.build(hist.rows, hist.counts, [np.unique(hist.rows[:, d]) for d in (0, 1)], "sum")
+    return hist, grid
+
+
+def test_hurried_search_descends_from_the_greedy_start_first(europarl_grid, monkeypatch):
+    # NOTE [ The search under load ]: the clock is read at 0 and 1 around the greedy start (it
+    # took 1) and at 2 for the time left, so a deadline of 2 + _LATTICE_FIRST is just enough
+    # for the lattice start first, and one less hurries
+    _, grid = europarl_grid
+    start = greedy(grid, 6).tolist()
+    enough = 2.0 + _search._LATTICE_FIRST
+    *_, log = _timed_search(monkeypatch, grid, 6, enough - 1)
+    assert [(e[0], e[1], e[3]) for e in log] == [("descend", start, False)]  # _HURRIED, cut
+    *_, log = _timed_search(monkeypatch, grid, 6, enough)
+    assert log == [("lattice", None)]  # _PHASES: built first, cut at half the time left
+    *_, log = _timed_search(monkeypatch, grid, 6, np.inf)
+    built = log[0][1]
+    assert log[0][0] == "lattice" and built is not None
+    order = [("descend", built), ("improve", built), ("descend", start), ("improve", start)]
+    assert [e[:2] for e in log[1:]] == order
+
+
+def test_a_search_cut_by_the_clock_keeps_a_covering_plan(europarl_grid, monkeypatch):
+    hist, grid = europarl_grid
+    k, start = 6, greedy(grid, 6)
+
+    clock = _Clock()
+    monkeypatch.setattr(_search, "time", clock)
+    first_plan(grid, k, np.inf)
+    seen = set()
+    for deadline in range(0, int(clock.now) + 4, 4):  # up to a search that runs to its end
+        cells, local, converged, log = _timed_search(monkeypatch, grid, k, float(deadline))
+        assert (joint_assign(hist.rows, grid.lengths(cells), "sum") >= 0).all() and len(cells) <= k
+        built = [e[1] for e in log if e[0] == "lattice" and e[1] is not None]
+        # never worse than a start (the fall-back)
+        assert _padded(grid, cells) <= min(_padded(grid, s) for s in [start, *built])
+        phases = [e for e in log if e[0] != "lattice"]
+        assert converged == (len(phases) == 4 and all(e[3] for e in phases))
+        assert not local or any(e[3] and e[2] == cells.tolist() for e in phases)
+        # the same clock, the same plan
+        again = _timed_search(monkeypatch, grid, k, float(deadline))
+        assert again[0].tolist() == cells.tolist() and again[1:] == (local, converged, log)
+        seen.add("every phase ended" if converged else "not converged")
+        seen |= {"lattice start cut" for e in log if e == ("lattice", None) and phases}
+        seen |= {
+            "phase cut after a step"
+            for e in phases
+            if not e[3] and _padded(grid, e[2]) < _padded(grid, e[1])
+        }
+    cases = {"every phase ended", "not converged", "lattice start cut", "phase cut after a step"}
+    assert seen == cases
+
+
+def test_a_cut_descent_that_pads_more_than_the_greedy_start_is_not_the_plan(
+    europarl_grid, monkeypatch
+):
+    # NOTE [ The search under load ]: a poor lattice start (the covering cell and the five
+    # smallest candidates), its descent cut after one step and no time left for the greedy
+    # start's phases: the greedy start itself is the plan
+    _, grid = europarl_grid
+    start = greedy(grid, 6)
+    poor = np.union1d(greedy(grid, 1), grid.by_size[:5])
+    cells, local, converged, log = _timed_search(
+        monkeypatch, grid, 6, 2.0 + _search._LATTICE_FIRST, lattice=lambda *args, **kwargs: poor
+    )
+    assert log[0] == ("lattice", poor.tolist()) and len(log) == 2
+    how, _, cut, done = log[1]
+    assert how == "descend" and not done
+
+    assert _padded(grid, start) < _padded(grid, cut) < _padded(grid, poor)
+    assert cells.tolist() == start.tolist() and not local and not converged

@@ -69,6 +69,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from bucketloader._samples import check_readable
+
 #: Elements per padded sample up to which the masked scatter beats the other paths.
 MASKED_MAX_ELEMENTS = 384
 #: 1-D samples: the interleaved concatenate beats the masked scatter unless the batch has at
@@ -337,6 +339,7 @@ def _promote(
     try:
         target = functools.reduce(torch.promote_types, {t.dtype for t in tensors})
     except (RuntimeError, TypeError) as exc:
+        check_readable(values, key, exc)  # a quantized sample: named
         raise TypeError(
             f"field {key!r} mixes samples of dtypes {names}, which torch cannot promote to one "
             f"dtype ({exc}); cast the samples to one dtype in the dataset"

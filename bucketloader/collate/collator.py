@@ -316,7 +316,14 @@ class PadCollator:
         keys = cf.keys_of(first, kind)
         cf.check_structure(samples, kind, keys)
         specs = self._specs(first, kind, keys)
-        lengths, columns, dims = cf.measure(samples, kind, specs, len(self._names), self._learned)
+        try:
+            lengths, columns, dims = cf.measure(
+                samples, kind, specs, len(self._names), self._learned
+            )
+        except RuntimeError as exc:  # a nested sample has no shape: named
+            for spec in specs:
+                check_readable(cf.column(samples, spec.key, kind), spec.key, exc)
+            raise
         if self._cut is not None:
             lengths = cut_to_plan(lengths, columns, dims, specs, self._cut)
         group = read_group(samples, self.group_key)
@@ -352,8 +359,8 @@ class PadCollator:
                     mask=masks[spec.inputs[0]] if one else None,
                     cache=self._pad_cache,
                 )
-            except RuntimeError as exc:  # (and NotImplementedError) a meta or sparse sample
-                check_readable(columns[spec.key], spec.key, exc)
+            except (RuntimeError, ValueError) as exc:  # a meta, sparse, nested or quantized
+                check_readable(columns[spec.key], spec.key, exc)  # sample (else exc stands)
                 raise
         for key in keys:
             if key not in out:
@@ -439,6 +446,9 @@ class PadCollator:
                     return None
         except (AttributeError, TypeError):  # a sample that is no array: the general path words it
             return None
+        except RuntimeError as exc:  # a nested sample has no shape: named
+            check_readable(samples, BARE_KEY, exc)
+            raise
         hi, lo = max(sizes), min(sizes)
         cells = self._cells  # length -> its cell's shape, one tuple object per cell
         shape = cells.get(hi)
@@ -465,7 +475,11 @@ class PadCollator:
             key = (kind, size, first.dtype) if not rest else (kind, size, first.dtype, rest)
             entry = self._lean_cache.get(key)
             if entry is None and (rest or n < SCATTER_MIN_ROWS or size > SCATTER_MAX_ELEMENTS):
-                entry = self._lean_entry(first, size, rest, key)
+                try:
+                    entry = self._lean_entry(first, size, rest, key)
+                except RuntimeError as exc:  # a quantized dtype cannot be filled: named
+                    check_readable(samples, BARE_KEY, exc)
+                    raise
         if entry is None:
             if rest:
                 return None  # mixed dtypes of (T, F) samples: the general path

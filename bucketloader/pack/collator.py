@@ -241,10 +241,16 @@ class PackCollator:
                 rows, width = planned
                 return self._layout(([], set()), None, [], [], rows, width, shape)
         typed_ids, typed_labels = self._tokens(samples)
-        ids, lens, id_kinds = _flat(*typed_ids)
+        try:
+            ids, lens, id_kinds = _flat(*typed_ids)
+            flat_labels = None if typed_labels is None else _flat(*typed_labels)
+        except RuntimeError as exc:  # a nested sample cannot be flattened: named
+            check_readable(typed_ids[0], self.key, exc)
+            check_readable(typed_labels[0] if typed_labels else [], self.labels_key, exc)
+            raise
         labels, label_kinds = None, None
-        if typed_labels is not None:
-            labels, counts, label_kinds = _flat(*typed_labels)
+        if flat_labels is not None:
+            labels, counts, label_kinds = flat_labels
             bad = [i for i, n in enumerate(counts) if n != lens[i]]
             if bad:
                 i = bad[0]
