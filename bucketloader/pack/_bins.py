@@ -81,7 +81,7 @@ data set:
   counted, not timed, so every rank plans the same; MBS over every document follows only where
   its estimate (BFD's rows x distinct sizes x words) fits in the work left. Where every BFD
   row keeps room (2,000 documents uniform in (L/4, L/2]) the search had cost 20-90x a
-  best-fit decreasing for a few rows: 31 ms in rows of 1024 (814 rows, BFD 842), 0.56 s in rows
+  best-fit decreasing for a few rows: 31-41 ms in rows of 1024 (814 rows, BFD 842), 0.56 s in rows
   of 16,384 (828, BFD 841), about 6 s in rows of 131,072 (841, nothing gained); with the budget
   17 ms (814: the repack's first plans fit, MBS over everything, which lost, is skipped), 50 ms
   (841: the repack that reached 828 is cut) and 0.33 s (841), CPU time at load 1.3-1.9. The
