@@ -74,6 +74,20 @@ data set:
   fails, the documents go back and the closest fill is the bounded subset sum of MBS
   (:func:`_closest`, the same fill as :func:`_fill`, in pure Python over a dict of counts). A
   pattern repeats while the documents last, as in MBS.
+- A budget (``"auto"`` only): the search counts its big-integer word operations (a quick
+  fill's step: one per 64-bit word of the longest row; a closest fill: its chunks x the words
+  of its room) and, once they pass ``_REPACK_WORK`` = 16 per document per word of the row (plus
+  one), stops at the next pattern and keeps the tightest plan done by then (BFD's before any):
+  counted, not timed, so every rank plans the same; MBS over every document follows only where
+  its estimate (BFD's rows x distinct sizes x words) fits in the work left. Where every BFD
+  row keeps room (2,000 documents uniform in (L/4, L/2]) the search had cost 20-90x a
+  best-fit decreasing for a few rows: 31-41 ms in rows of 1024 (814 rows, BFD 842), 0.56 s in rows
+  of 16,384 (828, BFD 841), about 6 s in rows of 131,072 (841, nothing gained); with the budget
+  17 ms (814: the repack's first plans fit, MBS over everything, which lost, is skipped), 50 ms
+  (841: the repack that reached 828 is cut) and 0.33 s (841), CPU time at load 1.3-1.9. The
+  tests' and benchmarks' searches spend at most 10.7 of the 16 (their plans are unchanged). A
+  plan the budget stopped (or whose MBS it skipped) is marked ``budgeted``: solver version 6
+  (:func:`solver_version`), so a state saved by an earlier version fails loudly there.
 
 On the benchmark's GSM8K-like lengths (benchmarks/small_costs.py) it reaches the L2 bound from
 1k to 10k documents, within 0.1% of it from 100k to 10M (9,653 rows for a bound of 9,652 at
@@ -139,6 +153,7 @@ Without the counts it is the analogue of L1; with one row length it is ``L1 * L`
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -154,19 +169,25 @@ import numpy as np
 #: spec's digest, so a resume across such a change fails loudly). 3: the search only from
 #: ``_DOCS_PER_SIZE`` documents per distinct size. 4: with several row lengths the search is
 #: decided against :func:`capacity_bound`. 5: the search starts by repacking best-fit
-#: decreasing's rows with room (NOTE [ Repacking the rows with room ]). A plan that no search
-#: touched keeps the version it had (see :func:`solver_version`).
-SOLVER_VERSION = 5
+#: decreasing's rows with room (NOTE [ Repacking the rows with room ]). 6: ``"auto"``'s search
+#: stops at its work budget. A plan that no search touched keeps the version it had (see
+#: :func:`solver_version`).
+SOLVER_VERSION = 6
 
 
-def solver_version(row_lengths: tuple[int, ...], searched: bool = False) -> int:
+def solver_version(
+    row_lengths: tuple[int, ...], searched: bool = False, budgeted: bool = False
+) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
-    changed only plans with several row lengths and version 5 only the plans that repacking
+    changed only plans with several row lengths, version 5 only the plans that repacking
     best-fit decreasing's rows made (``searched``: where the search keeps BFD's plan or MBS's,
-    those are the plans of 3 and 4), so the others keep 3 or 4 (and their digests, so the
-    states saved before still load)."""
-    if searched:
+    those are the plans of 3 and 4) and version 6 only those where the work budget stopped a
+    search (``budgeted``), so the others keep 3, 4 or 5 (and their digests, so the states saved
+    before still load)."""
+    if budgeted:
         return SOLVER_VERSION
+    if searched:
+        return 5
     return 4 if len(row_lengths) > 1 else 3
 
 
@@ -191,6 +212,12 @@ _DOCS_PER_PATTERN = 40
 #: rows of 131,072 cost it 4.7 s (3.3e9), for nothing (s7-rev2); the tests' and benchmarks'
 #: searches stay under 3e6. ``"always"`` runs it whatever it costs.
 _MBS_WORK = 10**8
+#: ``"auto"``'s search (the repack, then MBS over every document) stops once its big-integer
+#: word operations pass this many per document per 64-bit word of the longest row (plus one),
+#: keeping the tightest plan done by then (NOTE [ Repacking the rows with room ]): counted, not
+#: timed, so every rank plans the same. The tests' and benchmarks' repacks spend at most 10.7
+#: (2,000 documents in (256, 512] in rows of 1024), the benchmark's at most 0.14.
+_REPACK_WORK = 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -206,6 +233,8 @@ class Patterns:
         mult: how many documents of that size the pattern holds.
         searched: whether the plan is :func:`repack`'s, which :func:`solver_version` tells
             (BFD's or MBS's plan after a search is the plan earlier versions made).
+        budgeted: whether the search's work budget stopped it (the repack, or MBS over every
+            document), which :func:`solver_version` tells too (earlier versions searched on).
     """
 
     sizes: np.ndarray
@@ -215,6 +244,7 @@ class Patterns:
     items: np.ndarray
     mult: np.ndarray
     searched: bool = False
+    budgeted: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -275,15 +305,24 @@ def solve(
     if len(row_lengths) == 1:  # (whole rows)
         promised -= promised % row_lengths[0]
     aims = [c2, promised] if few else [c2]
-    best = repack(fit, row_lengths, aims, enough, int(np.sum(counts)) // _DOCS_PER_PATTERN)
+    docs = int(np.sum(counts))
+    words = -(-max(row_lengths) // 64)
+    # (counted, not timed: the same plan on every rank; "always" searches whatever it costs)
+    work = [0, _REPACK_WORK * docs * (words + 1)] if search == "auto" else None
+    best = repack(fit, row_lengths, aims, enough, docs // _DOCS_PER_PATTERN, work)
     least = _padded(best, row_lengths)
     if least >= padded:
         best, least = fit, padded  # (as earlier versions: their digests)
+    if work is not None and work[0] > work[1]:
+        best = dataclasses.replace(best, budgeted=True)  # (the repack was cut: version 6)
     if enough(least):
         return best
-    words = -(-max(row_lengths) // 64)
-    if search == "auto" and fit.num_rows * len(sizes) * words > _MBS_WORK:
+    estimate = fit.num_rows * len(sizes) * words
+    if search == "auto" and estimate > _MBS_WORK:
         return best  # (the search's cost grows with the row length: not worth it by default)
+    if work is not None and estimate > work[1] - work[0]:
+        # (MBS over every document would cost more than the work left: version 6)
+        return dataclasses.replace(best, budgeted=True)
     slack = min_bin_slack(sizes, counts, row_lengths)
     if _padded(slack, row_lengths) < least:
         return slack  # (the plan of earlier versions, digested as theirs)
@@ -416,6 +455,7 @@ def repack(
     aims: list[int] | None = None,
     enough: Callable[[int], bool] | None = None,
     most: int | None = None,
+    work: list[int] | None = None,
 ) -> Patterns:
     """Some of ``fit``'s rows with room left packed again by Minimum Bin Slack with quick fills,
     the other rows kept (NOTE [ Repacking the rows with room ]); ``fit`` when every row is full.
@@ -423,7 +463,9 @@ def repack(
     The rows with the most room are repacked, as many as hold the room to free to reach the
     first of ``aims`` (row tokens, decreasing) whose rows come from at most ``most`` patterns
     (else the last aim; without aims, every row with room), and twice that room while
-    ``enough(row tokens)`` is false.
+    ``enough(row tokens)`` is false. ``work`` (``[spent, budget]``, big-integer word
+    operations) stops it once spent passes the budget: the tightest plan done by then
+    (``fit`` before any).
 
     Example:
         >>> fit = best_fit(np.array([3, 2]), np.array([2, 4]), (7,))  # 3 3 | 2 2 2 | 2
@@ -447,17 +489,29 @@ def repack(
         if most is None or k <= most:
             break
     widths = np.diff(fit.offsets)
+    best, least = fit, padded
     while True:
-        out = _repacked(fit, lens, widths, order[:k])
+        try:
+            out = _repacked(fit, lens, widths, order[:k], work)
+        except _OutOfWork:
+            return best  # (counted, not timed: the same plan on every rank)
         if k == order.size or enough is None or enough(_padded(out, row_lengths)):
             return out
+        if _padded(out, row_lengths) < least:
+            best, least = out, _padded(out, row_lengths)
         last = k
         while k == last:  # (twice the room until it takes more rows: the same rows, same plan)
             want *= 2
             k = min(int(np.searchsorted(have, want)) + 1, order.size)
 
 
-def _repacked(fit: Patterns, lens: np.ndarray, widths: np.ndarray, chosen: np.ndarray) -> Patterns:
+def _repacked(
+    fit: Patterns,
+    lens: np.ndarray,
+    widths: np.ndarray,
+    chosen: np.ndarray,
+    work: list[int] | None = None,
+) -> Patterns:
     """``fit`` with the rows of the patterns ``chosen`` packed again (:func:`repack`)."""
     keep = np.ones(fit.reps.size, dtype=bool)
     keep[chosen] = False
@@ -469,7 +523,7 @@ def _repacked(fit: Patterns, lens: np.ndarray, widths: np.ndarray, chosen: np.nd
     at = pool.nonzero()[0]
     vals = fit.sizes[at].tolist()
     counts = pool[at].astype(np.int64).tolist()
-    kinds, reps, items, mults, ends = _quick_slack(vals, counts, lens.tolist())
+    kinds, reps, items, mults, ends = _quick_slack(vals, counts, lens.tolist(), work)
     index = dict(zip(vals, at.tolist(), strict=True))  # a size's index in fit.sizes
     width = widths[keep]
     offsets = np.zeros(width.size + len(ends) + 1, dtype=np.int64)
@@ -488,15 +542,22 @@ def _repacked(fit: Patterns, lens: np.ndarray, widths: np.ndarray, chosen: np.nd
     )
 
 
+class _OutOfWork(Exception):
+    """A repack's work passed its budget (NOTE [ Repacking the rows with room ])."""
+
+
 def _quick_slack(
-    vals: list[int], counts: list[int], lens: list[int]
+    vals: list[int], counts: list[int], lens: list[int], work: list[int] | None = None
 ) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
     """Minimum Bin Slack with quick fills (NOTE [ Repacking the rows with room ]) over the
     histogram ``vals`` (distinct sizes) and ``counts`` (documents of each, >= 1), in rows of
     ``lens`` (increasing). Returns ``(kinds, reps, items, mults, ends)``: pattern ``p`` is
     ``reps[p]`` rows of ``lens[kinds[p]]`` holding ``mults[j]`` documents of size
-    ``items[j]`` for ``j`` in ``ends[p - 1]:ends[p]`` (``ends[-1]`` = 0), largest first."""
+    ``items[j]`` for ``j`` in ``ends[p - 1]:ends[p]`` (``ends[-1]`` = 0), largest first.
+    ``work``: ``[spent, budget]`` in big-integer word operations, counted as they are spent;
+    raises :class:`_OutOfWork` when a pattern starts with ``spent > budget``."""
     top = lens[-1]
+    words = (top >> 6) + 1  # (a big-integer operation on `have` or `mirror`)
     left = dict(zip(vals, counts, strict=True))  # documents left per size (sizes with some)
     sizes = sorted(left)  # (increasing)
     # bit s of `have` and bit top - s of `mirror` are set while size s has documents left:
@@ -523,6 +584,10 @@ def _quick_slack(
             mirror ^= 1 << top - s
 
     while sizes:
+        if work is not None:
+            if work[0] > work[1]:
+                raise _OutOfWork
+            work[0] += words
         big = sizes[-1]  # the largest document left opens the row
         kind = bisect_left(lens, big)
         cap = lens[kind] - big
@@ -548,6 +613,8 @@ def _quick_slack(
                     pick = sizes[i]
                     k = min(left[pick], (room - least) // pick)
             # (a pair's first document: the next step finds its partner; inline: the hot loop)
+            if work is not None:
+                work[0] += words
             row[pick] = row.get(pick, 0) + k
             room -= k * pick
             if left[pick] > k:
@@ -568,7 +635,7 @@ def _quick_slack(
                         mirror |= 1 << top - s
                     left[s] = n + k
             row = {big: 1}
-            for s, k in _closest(left, sizes, cap):
+            for s, k in _closest(left, sizes, cap, work):
                 row[s] = row.get(s, 0) + k
             owed = 1
         # the same rows again, while the documents last
@@ -585,9 +652,12 @@ def _quick_slack(
     return kinds, reps, items, mults, ends
 
 
-def _closest(left: dict[int, int], sizes: list[int], cap: int) -> list[tuple[int, int]]:
+def _closest(
+    left: dict[int, int], sizes: list[int], cap: int, work: list[int] | None = None
+) -> list[tuple[int, int]]:
     """The closest fill ``<= cap`` from ``left`` documents per size (``sizes``: those sizes,
-    increasing), as :func:`_fill` finds it: ``[(size, documents), ...]``."""
+    increasing), as :func:`_fill` finds it: ``[(size, documents), ...]``; ``work[0]`` counts
+    its big-integer word operations (one shift-or of ``cap`` bits per chunk)."""
     mask = (1 << cap + 1) - 1
     done = mask >> 1  # (reach > done: the sum cap is reached)
     reach = 1
@@ -609,6 +679,8 @@ def _closest(left: dict[int, int], sizes: list[int], cap: int) -> list[tuple[int
             k <<= 1
         if reach > done:
             break
+    if work is not None:
+        work[0] += len(chunks) * ((cap >> 6) + 1)
     c = reach.bit_length() - 1
     out = []
     for j in range(len(snaps) - 1, -1, -1):

@@ -455,7 +455,8 @@ class PackSpec:
         for a in range(0, self._sizes.size, _CHUNK):  # (the int64 bytes, a chunk at a time)
             h.update(self._sizes[a : a + _CHUNK].astype(np.int64).tobytes())
         h.update(repr((self.row_lengths, self.batch_sizes, self.last_batch)).encode())
-        h.update(f"solver={solver_version(self.row_lengths, self.patterns.searched)}".encode())
+        p = self.patterns
+        h.update(f"solver={solver_version(self.row_lengths, p.searched, p.budgeted)}".encode())
         if self.search != "auto":  # (so the default's digests are those of earlier versions)
             h.update(f"search={self.search}".encode())
         return h.hexdigest()[:16]
