@@ -495,10 +495,13 @@ def repack(
             out = _repacked(fit, lens, widths, order[:k], work)
         except _OutOfWork:
             return best  # (counted, not timed: the same plan on every rank)
-        if k == order.size or enough is None or enough(_padded(out, row_lengths)):
+        rows = _padded(out, row_lengths)
+        if enough is not None and enough(rows):
             return out
-        if _padded(out, row_lengths) < least:
-            best, least = out, _padded(out, row_lengths)
+        if rows < least:
+            best, least = out, rows
+        if k == order.size or enough is None:
+            return best  # (every row with room repacked: the tightest round, not the last)
         last = k
         while k == last:  # (twice the room until it takes more rows: the same rows, same plan)
             want *= 2
