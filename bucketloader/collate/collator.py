@@ -586,8 +586,11 @@ class PadCollator:
         if table.ndim == 2:  # the mask table: one take
             mask = table.take(lens, axis=0)
         elif n <= _MASK_ROWS_MAX:  # long rows, few: windows of the pattern
-            mask = np.concatenate(_pattern_rows(table, entry[4], sizes, size, self.side))
-            mask = mask.reshape(n, size)
+            try:
+                windows = list(map(entry[4].__getitem__, sizes))
+            except KeyError:
+                windows = _pattern_rows(table, entry[4], sizes, size, self.side)
+            mask = np.concatenate(windows).reshape(n, size)
         else:  # long rows, many: the run-length mask
             mask = sequence_mask(lens, size, n, self.side)
         tmask = torch.from_numpy(mask)
