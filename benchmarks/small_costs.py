@@ -10,9 +10,10 @@
    samples / 160: 10 ms frames; 8-64 rows). ``torch.set_num_threads(1)`` as in DataLoader
    workers; per shape, the best of 7 alternating rounds of calls (``time.thread_time``: CPU
    time, so the other processes of a shared machine do not count). The issue's comparison
-   repeats one batch per shape; beside it, in the same rounds, both collate a different batch
-   of the shape at every call (``rotating_batches``: distinct batches from the plan's epochs,
-   fresh samples, cycled), as a DataLoader epoch does, so neither reuses cached samples.
+   repeats one batch per shape; beside it, in rounds of their own, both collate a different
+   batch of the shape at every call (``rotating_batches``: distinct batches from the plan's
+   epochs, fresh samples, cycled; ``rotating_side_by_side``), as a DataLoader epoch does, so
+   neither reuses cached samples.
 2. Packing plans: ``PackSpec.build`` (what ``PackSampler`` plans with: histogram + solver)
    against careful best-fit decreasings written for this benchmark (documents largest
    first; two in bulk per distinct size: the rooms with a free row as bits of one Python integer,
@@ -32,7 +33,8 @@
 
 Run: ``PYTHONPATH=$PWD python benchmarks/small_costs.py [--quick] [--repeats 3]`` (about ten
 minutes on 2 cores; ``--quick`` stops at 1M documents and 128 rows; ``--only packing`` prints one
-section, and with ``--write`` replaces it in the results file). Writes
+section, and with ``--write`` replaces it in the results file; ``--kinds audio --rows 8,16``
+narrow the collation section for a check, not for the written run). Writes
 ``benchmarks/results/small_costs.md``.
 """
 
@@ -219,12 +221,16 @@ def collation(
         "The issue's comparison repeats one batch per shape: every call collates the same "
         "samples, so whatever of them, and of the last output, is still in the CPU caches is "
         "reused, which favours the side whose samples and output together fit a core's 2 MiB L2 "
-        "cache. The two `rotating` columns time the same two collators, in the same rounds, on "
-        "a different batch of the same planned shape at every call (distinct batches of that "
-        "shape from the plan's epochs, fresh samples, cycled: at least "
-        f"{ROTATE_BYTES >> 20} MiB of samples and {ROTATE_MIN} batches per shape where the "
-        f"epochs hold them, at most {ROTATE_MAX}), as a DataLoader epoch gives them, so neither "
-        "side finds the previous call's samples in cache.",
+        "cache. The two `rotating` columns time the same two collators on a different batch of "
+        "the same planned shape at every call (distinct batches of that shape from the plan's "
+        f"epochs, fresh samples, cycled: at least {ROTATE_BYTES >> 20} MiB of samples and "
+        f"{ROTATE_MIN} batches per shape where the epochs hold them, at most {ROTATE_MAX}), as "
+        "a DataLoader epoch gives them, so neither side finds the previous call's samples in "
+        "cache. They run in rounds of their own, after one untimed pass of each over the pool, "
+        "in an order flipped at every round: the side that runs first after a pause finds the "
+        "pool, which both read, gone cold and warms it for the other (measured: its first ~200 "
+        "calls 1.3-2.3x slower, 0.1-0.2 on the ratio; until session 8 the collator always ran "
+        "first).",
         "",
         "| samples | rows B | shapes | PadCollator us (median shape) | pad_sequence us "
         "(median shape) | ratio median | ratio worst | worst vs pad_sequence + lengths + mask "
