@@ -274,6 +274,8 @@ def test_the_default_skips_a_whole_data_search_too_costly_for_its_gain(monkeypat
     """_MBS_WORK: after a repack that fell short, "auto" runs Minimum Bin Slack over all the
     documents only while its work (rows x sizes x words of the row) is small; "always" runs it."""
     docs = np.random.default_rng(0).integers(257, 513, 2000)  # every row keeps room: L2 far
+    # (solve packs these in rows of at most three documents; _searched is its other path, the
+    # one for documents of any length)
     sizes, counts = np.unique(docs, return_counts=True)
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
     calls = []
@@ -285,15 +287,15 @@ def test_the_default_skips_a_whole_data_search_too_costly_for_its_gain(monkeypat
 
     monkeypatch.setattr(_bins, "min_bin_slack", counted)
     fit = best_fit(sizes, counts, (1024,))
-    solve(sizes, counts, (1024,))
+    _bins._searched(sizes, counts, (1024,), "auto")
     assert not calls  # its rows x sizes x words pass the work budget left: skipped
     monkeypatch.setattr(_bins, "_REPACK_WORK", 10**4)
-    solve(sizes, counts, (1024,))
+    _bins._searched(sizes, counts, (1024,), "auto")
     assert len(calls) == 1  # under the threshold: searched, as before
     monkeypatch.setattr(_bins, "_MBS_WORK", 1000)
-    auto = solve(sizes, counts, (1024,))
+    auto = _bins._searched(sizes, counts, (1024,), "auto")
     assert len(calls) == 1 and auto.num_rows <= fit.num_rows  # skipped, never looser than BFD
-    solve(sizes, counts, (1024,), "always")
+    _bins._searched(sizes, counts, (1024,), "always")
     assert len(calls) == 2
 
 
@@ -302,10 +304,11 @@ def test_the_defaults_search_stops_at_its_counted_work_budget(monkeypatch):
     budget, returns the tightest plan done by then: the same on every call (no clock), never
     looser than BFD, and the repacked rows' plan as before within the budget."""
     docs = np.random.default_rng(0).integers(257, 513, 2000)  # every row keeps room
+    # (solve packs these in rows of at most three documents: _searched is its other path)
     sizes, counts = np.unique(docs, return_counts=True)
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
     fit = best_fit(sizes, counts, (1024,))
-    full = solve(sizes, counts, (1024,))
+    full = _bins._searched(sizes, counts, (1024,), "auto")
     assert full.searched and full.num_rows < fit.num_rows  # within the budget: repacked
     spent = []
     real = _bins._quick_slack
@@ -318,7 +321,7 @@ def test_the_defaults_search_stops_at_its_counted_work_budget(monkeypatch):
 
     monkeypatch.setattr(_bins, "_quick_slack", counted)
     monkeypatch.setattr(_bins, "_REPACK_WORK", 1)  # 34,000 word operations
-    cut = [solve(sizes, counts, (1024,)) for _ in range(2)]
+    cut = [_bins._searched(sizes, counts, (1024,), "auto") for _ in range(2)]
     assert spent and all(w is not None and w <= 2 * 34_000 for w in spent)
     assert max(w for w in spent if w is not None) > 34_000  # stopped there, early
     assert cut[0].num_rows == cut[1].num_rows <= fit.num_rows
@@ -326,6 +329,6 @@ def test_the_defaults_search_stops_at_its_counted_work_budget(monkeypatch):
     assert cut[0].reps.tolist() == cut[1].reps.tolist()
     assert cut[0].items.tolist() == cut[1].items.tolist()
     spent.clear()
-    always = solve(sizes, counts, (1024,), "always")  # no budget
+    always = _bins._searched(sizes, counts, (1024,), "always")  # no budget
     assert spent and all(w is None for w in spent) and always.num_rows == full.num_rows
     assert not always.budgeted

@@ -171,21 +171,28 @@ import numpy as np
 #: decided against :func:`capacity_bound`. 5: the search starts by repacking best-fit
 #: decreasing's rows with room (NOTE [ Repacking the rows with room ]). 6: ``"auto"``'s search
 #: stops at its work budget. A plan that no search touched keeps the version it had (see
-#: :func:`solver_version`).
-SOLVER_VERSION = 6
+#: :func:`solver_version`). 7: where every document is longer than a quarter of the one row
+#: length, the rows of at most three documents (NOTE [ At most three documents a row ]).
+SOLVER_VERSION = 7
 
 
 def solver_version(
-    row_lengths: tuple[int, ...], searched: bool = False, budgeted: bool = False
+    row_lengths: tuple[int, ...],
+    searched: bool = False,
+    budgeted: bool = False,
+    tripled: bool = False,
 ) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
     changed only plans with several row lengths, version 5 only the plans that repacking
     best-fit decreasing's rows made (``searched``: where the search keeps BFD's plan or MBS's,
-    those are the plans of 3 and 4) and version 6 only those where the work budget stopped a
-    search (``budgeted``), so the others keep 3, 4 or 5 (and their digests, so the states saved
+    those are the plans of 3 and 4), version 6 only those where the work budget stopped a
+    search (``budgeted``) and version 7 only the rows of at most three documents
+    (``tripled``), so the others keep 3, 4, 5 or 6 (and their digests, so the states saved
     before still load)."""
-    if budgeted:
+    if tripled:
         return SOLVER_VERSION
+    if budgeted:
+        return 6
     if searched:
         return 5
     return 4 if len(row_lengths) > 1 else 3
@@ -218,6 +225,9 @@ _MBS_WORK = 10**8
 #: timed, so every rank plans the same. The tests' and benchmarks' repacks spend at most 10.7
 #: (2,000 documents in (256, 512] in rows of 1024), the benchmark's at most 0.14.
 _REPACK_WORK = 16
+#: Rows of at most three documents (NOTE [ At most three documents a row ]) up to this many
+#: documents (their arrays are per document); beyond it the search of BFD's rows.
+_THREE_DOCS = 1 << 22
 
 
 @dataclass(frozen=True, eq=False)
@@ -235,6 +245,8 @@ class Patterns:
             (BFD's or MBS's plan after a search is the plan earlier versions made).
         budgeted: whether the search's work budget stopped it (the repack, or MBS over every
             document), which :func:`solver_version` tells too (earlier versions searched on).
+        tripled: whether the plan is :func:`three_rows`'s (NOTE [ At most three documents a
+            row ]), which :func:`solver_version` tells too.
     """
 
     sizes: np.ndarray
@@ -245,6 +257,7 @@ class Patterns:
     mult: np.ndarray
     searched: bool = False
     budgeted: bool = False
+    tripled: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -276,6 +289,36 @@ def solve(
         >>> p.num_rows, sorted(p.fill.tolist())
         (3, [4, 8])
     """
+    three = None
+    if search != "never" and len(row_lengths) == 1:
+        length = row_lengths[0]
+        if 4 * int(sizes[-1]) > length >= 2 * int(sizes[0]) and int(np.sum(counts)) <= _THREE_DOCS:
+            three = _three(sizes, counts, length, search)  # NOTE [ At most three documents a row ]
+            if three is not None and search == "auto":
+                return three
+    plan = _searched(sizes, counts, row_lengths, search)
+    if three is not None and three.num_rows < plan.num_rows:
+        return three  # ("always": the tighter)
+    return plan
+
+
+def _three(sizes: np.ndarray, counts: np.ndarray, length: int, search: str) -> Patterns | None:
+    """:func:`three_rows` where best-fit decreasing would search (:func:`solve`'s tests, on
+    BFD's counted rows: no plan made) and it finds fewer rows than BFD, else ``None``."""
+    rows = bfd_rows_three(sizes.tolist(), counts.tolist(), length)
+    tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
+    c1 = -(-tokens // length) * length  # (= C2: no document is longer than L / 2)
+    padded = rows * length
+    few = search == "auto" and int(np.sum(counts)) < _DOCS_PER_SIZE * len(sizes)
+    if (few and padded - c1 <= tokens // _TOLERANCE) or padded - c1 <= padded // _CLOSE_ENOUGH:
+        return None  # (BFD's plan, as before)
+    return three_rows(np.asarray(sizes, dtype=np.int64), np.asarray(counts), length, rows)
+
+
+def _searched(
+    sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...], search: str
+) -> Patterns:
+    """:func:`solve` but for the rows of at most three documents."""
     fit = best_fit(sizes, counts, row_lengths)
     if search == "never":
         return fit
@@ -694,6 +737,151 @@ def _closest(
             out.append((s, k))
             c -= s * k
     return out
+
+
+def bfd_rows_three(vals: list[int], counts: list[int], length: int) -> int:
+    """The rows of best-fit decreasing (per document, as :func:`best_fit`) where every size is
+    in ``(length / 4, length / 2]``, counted only (NOTE [ At most three documents a row ]):
+    ``vals`` decreasing, ``counts`` (>= 1) the documents of each.
+
+    Example:
+        >>> bfd_rows_three([5, 4, 3], [1, 2, 2], 12)  # 5 4 3 | 4 3
+        2
+    """
+    rooms: list[int] = []  # the rooms of the rows of two documents, increasing, each once
+    rows_of: dict[int, int] = {}  # room -> rows of two documents with that room
+    single = 0  # the document of the one row holding a single document (0: none)
+    rows = 0
+    for s, c in zip(vals, counts, strict=True):
+        while c:
+            j = bisect_left(rooms, s)
+            if j < len(rooms):  # the tightest rows of two that hold s: a third document each
+                room = rooms[j]
+                n = rows_of[room]
+                if c < n:
+                    rows_of[room] = n - c
+                    break
+                c -= n
+                del rows_of[room], rooms[j]
+                continue
+            if single:  # the single's row (its room, above L / 2, is the only one that holds s)
+                room, single = length - single - s, 0
+                c -= 1
+                k = 1
+            elif 3 * s <= length:  # new rows: s s, and a third s in the room that leaves
+                q, rest = divmod(c, 3)
+                rows += q + (rest > 0)
+                single = s if rest == 1 else 0
+                room, k, c = length - 2 * s, rest == 2, 0
+            else:  # new rows: s s (the room left holds no s)
+                q, rest = divmod(c, 2)
+                rows += q + rest
+                single = s if rest else 0
+                room, k, c = length - 2 * s, q, 0
+            if k:  # (a pair's room is at least every earlier pair's: documents decrease)
+                n = rows_of.get(room)
+                if n is None:
+                    rows_of[room] = k
+                    insort(rooms, room)
+                else:
+                    rows_of[room] = n + k
+    return rows
+
+
+def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -> Patterns | None:
+    """Rows of at most three documents where every size is in ``(length / 4, length / 2]``
+    (NOTE [ At most three documents a row ]) with fewer than ``below`` rows, or ``None`` when
+    the fill finds none: ``sizes`` distinct, decreasing, ``counts`` the documents of each.
+
+    Example:
+        >>> p = three_rows(np.array([5, 4, 3]), np.array([1, 2, 2]), 12, 3)
+        >>> p.num_rows, sorted(p.fill.tolist())
+        (2, [9, 10])
+    """
+    n = int(counts.sum())
+    ids = np.repeat(np.arange(sizes.size - 1, -1, -1), counts[::-1])  # (size indices, by size)
+    docs = sizes[ids]  # increasing
+    # t triples take the 3t smallest documents (any triple's documents can be swapped for
+    # smaller ones): the t largest of those anchor a row each, the 2t others pair up (smallest
+    # with largest, else neighbours), and the pairs go, least tokens first, to the anchors,
+    # largest first
+    ends = np.cumsum(docs)[2::3] - length * np.arange(1, n // 3 + 1)
+    fits = np.flatnonzero(ends <= 0)  # (3t documents of more than t rows' tokens: no t rows)
+    hi = int(fits[-1]) + 1 if fits.size else 0
+    lo = n - 2 * below + 2  # rows = ceil((n - t) / 2): fewer than `below` from lo triples on
+
+    def pairs(t: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The pairs' (smaller, larger) document positions in the anchors' order, or None."""
+        rooms = length - docs[3 * t - 1 : 2 * t - 1 : -1]
+        small = np.arange(t)
+        large = small[::-1] + t  # (smallest with largest: pairs of about equal tokens)
+        sums = docs[small] + docs[large]
+        order = np.argsort(sums, kind="stable")
+        if (sums[order] <= rooms).all():
+            return small[order], large[order]
+        large = small + t  # (the smaller half with the larger in order: sums increasing)
+        if (docs[small] + docs[large] <= rooms).all():
+            return small, large
+        small *= 2  # (neighbours: the fewest tokens for the largest anchors)
+        large = small + 1
+        if (docs[small] + docs[large] <= rooms).all():
+            return small, large
+        return None
+
+    if lo > hi or lo < 0 or pairs(max(lo, 0)) is None:
+        return None
+    while lo < hi:  # (the largest t whose fill fits, if fitting is monotone in t)
+        mid = (lo + hi + 1) // 2
+        if pairs(mid) is None:
+            hi = mid - 1
+        else:
+            lo = mid
+    t = lo
+    found = pairs(t)
+    small, large = found if found is not None else (ids[:0], ids[:0])
+    rest = ids[3 * t :]  # the others, two a row (each at most length / 2), the last alone
+    odd = rest.size % 2
+    m = (rest.size - odd) // 2
+    none = sizes.size  # (an empty slot: after every size index)
+    rows = np.full((t + m + odd, 3), none, dtype=np.int64)
+    rows[:t, 0] = ids[3 * t - 1 : 2 * t - 1 : -1]  # anchors, largest first
+    rows[:t, 1] = ids[large]
+    rows[:t, 2] = ids[small]
+    rows[t : t + m, 0] = rest[1 : 2 * m : 2]
+    rows[t : t + m, 1] = rest[0 : 2 * m : 2]
+    if odd:
+        rows[-1, 0] = rest[-1]
+    return _grouped(sizes, rows)
+
+
+def _grouped(sizes: np.ndarray, rows: np.ndarray) -> Patterns:
+    """Patterns of rows ``(R, w)`` of size indices, each row's increasing (largest size
+    first), ``sizes.size`` in an empty slot: equal rows one pattern."""
+    order = np.lexsort(rows.T[::-1])
+    rows = rows[order]
+    new = np.ones(rows.shape[0], dtype=bool)
+    new[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+    starts = np.flatnonzero(new)
+    reps = np.diff(np.append(starts, rows.shape[0]))
+    rows = rows[starts]
+    flat = rows.ravel()
+    where = np.repeat(np.arange(rows.shape[0]), rows.shape[1])
+    keep = flat < sizes.size
+    flat, where = flat[keep], where[keep]
+    first = np.ones(flat.size, dtype=bool)
+    first[1:] = (flat[1:] != flat[:-1]) | (where[1:] != where[:-1])
+    at = np.flatnonzero(first)
+    offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(where[at], minlength=rows.shape[0]), out=offsets[1:])
+    return Patterns(
+        sizes=np.asarray(sizes, dtype=np.int64),
+        kind=np.zeros(rows.shape[0], dtype=np.int64),
+        reps=reps.astype(np.int64),
+        offsets=offsets,
+        items=flat[at],
+        mult=np.diff(np.append(at, flat.size)).astype(np.int64),
+        tripled=True,
+    )
 
 
 def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:

@@ -456,7 +456,7 @@ class PackSpec:
             h.update(self._sizes[a : a + _CHUNK].astype(np.int64).tobytes())
         h.update(repr((self.row_lengths, self.batch_sizes, self.last_batch)).encode())
         p = self.patterns
-        h.update(f"solver={solver_version(self.row_lengths, p.searched, p.budgeted)}".encode())
+        h.update(f"solver={solver_version(self.row_lengths, p.searched, p.budgeted, p.tripled)}".encode())
         if self.search != "auto":  # (so the default's digests are those of earlier versions)
             h.update(f"search={self.search}".encode())
         return h.hexdigest()[:16]
