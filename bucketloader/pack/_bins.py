@@ -617,28 +617,27 @@ def _quick_slack(
     items: list[int] = []
     mults: list[int] = []
     ends: list[int] = []
-
-    def take(s: int, k: int) -> None:  # k documents of size s
-        nonlocal have, mirror
-        n = left[s] - k
-        if n:
-            left[s] = n
-        else:
-            del left[s]
-            del sizes[bisect_left(sizes, s)]
-            have ^= 1 << s
-            mirror ^= 1 << top - s
-
+    steps = 0  # quick-fill steps and rows opened, not yet counted in work[0]
+    # (inline, not a function per step: the hot loop)
     while sizes:
         if work is not None:
+            work[0] += steps * words
+            steps = 0
             if work[0] > work[1]:
                 raise _OutOfWork
-            work[0] += words
+        steps += 1
         big = sizes[-1]  # the largest document left opens the row
         kind = bisect_left(lens, big)
         cap = lens[kind] - big
         row = {big: 1}
-        take(big, 1)
+        n = left[big] - 1
+        if n:
+            left[big] = n
+        else:
+            del left[big]
+            sizes.pop()
+            have ^= 1 << big
+            mirror ^= 1 << top - big
         room = cap
         while room and sizes:  # the quick fill: exactly one or two documents, else as
             if room in left:  # many of the largest as leave a room the smallest one fits
@@ -658,18 +657,17 @@ def _quick_slack(
                         break
                     pick = sizes[i]
                     k = min(left[pick], (room - least) // pick)
-            # (a pair's first document: the next step finds its partner; inline: the hot loop)
-            if work is not None:
-                work[0] += words
+            # (a pair's first document: the next step finds its partner)
+            steps += 1
             row[pick] = row.get(pick, 0) + k
             room -= k * pick
-            if left[pick] > k:
-                left[pick] -= k
+            n = left[pick] - k
+            if n:
+                left[pick] = n
                 continue
             del left[pick], sizes[bisect_left(sizes, pick)]
             have ^= 1 << pick
             mirror ^= 1 << top - pick
-        owed = 0  # the row's documents but the anchor still to take (a closest fill's)
         if room:  # no quick fill: back into the pool, and the closest fill (as MBS)
             for s, k in row.items():
                 k -= s == big
@@ -683,18 +681,29 @@ def _quick_slack(
             row = {big: 1}
             for s, k in _closest(left, sizes, cap, work):
                 row[s] = row.get(s, 0) + k
-            owed = 1
-        # the same rows again, while the documents last
-        more = min((left.get(s, 0) - owed * (k - (s == big))) // k for s, k in row.items())
-        for s, k in row.items():
-            if more * k + owed * (k - (s == big)):
-                take(s, more * k + owed * (k - (s == big)))
+            # the row's documents but the anchor are still to take, once more than `more`
+            more = min((left.get(s, 0) - (k - (s == big))) // k for s, k in row.items())
+            use = [(s, more * k + k - (s == big)) for s, k in row.items()]
+        else:  # the same rows again, while the documents last
+            more = min(left.get(s, 0) // k for s, k in row.items())
+            use = [(s, more * k) for s, k in row.items()] if more else []
+        for s, k in use:
+            if k:
+                n = left[s] - k
+                if n:
+                    left[s] = n
+                else:
+                    del left[s], sizes[bisect_left(sizes, s)]
+                    have ^= 1 << s
+                    mirror ^= 1 << top - s
         kinds.append(kind)
         reps.append(more + 1)
         for s in sorted(row, reverse=True):
             items.append(s)
             mults.append(row[s])
         ends.append(len(items))
+    if work is not None:
+        work[0] += steps * words
     return kinds, reps, items, mults, ends
 
 
@@ -782,7 +791,7 @@ def bfd_rows_three(vals: list[int], counts: list[int], length: int) -> int:
                 n = rows_of.get(room)
                 if n is None:
                     rows_of[room] = k
-                    insort(rooms, room)
+                    rooms.append(room)
                 else:
                     rows_of[room] = n + k
     return rows
@@ -810,35 +819,41 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
     hi = int(fits[-1]) + 1 if fits.size else 0
     lo = n - 2 * below + 2  # rows = ceil((n - t) / 2): fewer than `below` from lo triples on
 
-    def pairs(t: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The pairs' (smaller, larger) document positions in the anchors' order, or None."""
+    def pairing(t: int) -> int:
+        """How the 2t partners pair up so that each pair fits its anchor's room: 1 smallest
+        with largest (pairs of about equal tokens, least first), 2 the smaller half with the
+        larger in order (sums increasing), 3 neighbours (the fewest tokens for the largest
+        anchors); 0 none of these (slices: no copies)."""
         rooms = length - docs[3 * t - 1 : 2 * t - 1 : -1]
-        small = np.arange(t)
-        large = small[::-1] + t  # (smallest with largest: pairs of about equal tokens)
-        sums = docs[small] + docs[large]
-        order = np.argsort(sums, kind="stable")
-        if (sums[order] <= rooms).all():
-            return small[order], large[order]
-        large = small + t  # (the smaller half with the larger in order: sums increasing)
-        if (docs[small] + docs[large] <= rooms).all():
-            return small, large
-        small *= 2  # (neighbours: the fewest tokens for the largest anchors)
-        large = small + 1
-        if (docs[small] + docs[large] <= rooms).all():
-            return small, large
-        return None
+        if (np.sort(docs[:t] + docs[2 * t - 1 : t - 1 : -1]) <= rooms).all():
+            return 1
+        if (docs[:t] + docs[t : 2 * t] <= rooms).all():
+            return 2
+        return 3 if (docs[: 2 * t : 2] + docs[1 : 2 * t : 2] <= rooms).all() else 0
 
-    if lo > hi or lo < 0 or pairs(max(lo, 0)) is None:
+    if lo > hi or lo < 0:
+        return None
+    how = pairing(lo)
+    if not how:
         return None
     while lo < hi:  # (the largest t whose fill fits, if fitting is monotone in t)
         mid = (lo + hi + 1) // 2
-        if pairs(mid) is None:
-            hi = mid - 1
+        fit = pairing(mid)
+        if fit:
+            lo, how = mid, fit
         else:
-            lo = mid
+            hi = mid - 1
     t = lo
-    found = pairs(t)
-    small, large = found if found is not None else (ids[:0], ids[:0])
+    small = np.arange(t)
+    if how == 1:
+        large = 2 * t - 1 - small
+        order = np.argsort(docs[:t] + docs[2 * t - 1 : t - 1 : -1], kind="stable")
+        small, large = small[order], large[order]
+    elif how == 2:
+        large = small + t
+    else:
+        small *= 2
+        large = small + 1
     rest = ids[3 * t :]  # the others, two a row (each at most length / 2), the last alone
     odd = rest.size % 2
     m = (rest.size - odd) // 2
