@@ -323,7 +323,8 @@ def _searched(
     if search == "never":
         return fit
     # NOTE on planning speed: "always" searches whatever the documents per distinct size
-    few = search == "auto" and int(np.sum(counts)) < _DOCS_PER_SIZE * len(sizes)
+    docs = int(np.sum(counts))
+    few = search == "auto" and docs < _DOCS_PER_SIZE * len(sizes)
     tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
     padded = _padded(fit, row_lengths)
     # the bounds on row tokens (NOTE [ Lower bounds ]); with one row length L1 needs no pass
@@ -348,7 +349,6 @@ def _searched(
     if len(row_lengths) == 1:  # (whole rows)
         promised -= promised % row_lengths[0]
     aims = [c2, promised] if few else [c2]
-    docs = int(np.sum(counts))
     words = -(-max(row_lengths) // 64)
     # (counted, not timed: the same plan on every rank; "always" searches whatever it costs)
     work = [0, _REPACK_WORK * docs * (words + 1)] if search == "auto" else None
@@ -374,6 +374,8 @@ def _searched(
 
 def _padded(p: Patterns, row_lengths: tuple[int, ...]) -> int:
     """Row tokens of a solution (rows x their row length)."""
+    if len(row_lengths) == 1:
+        return int(p.reps.sum()) * row_lengths[0]
     return int((p.reps * np.asarray(row_lengths, dtype=np.int64)[p.kind]).sum())
 
 
@@ -781,19 +783,19 @@ def bfd_rows_three(vals: list[int], counts: list[int], length: int) -> int:
                 q, rest = divmod(c, 3)
                 rows += q + (rest > 0)
                 single = s if rest == 1 else 0
-                room, k, c = length - 2 * s, rest == 2, 0
+                room, k, c = length - 2 * s, int(rest == 2), 0
             else:  # new rows: s s (the room left holds no s)
                 q, rest = divmod(c, 2)
                 rows += q + rest
                 single = s if rest else 0
                 room, k, c = length - 2 * s, q, 0
             if k:  # (a pair's room is at least every earlier pair's: documents decrease)
-                n = rows_of.get(room)
-                if n is None:
+                had = rows_of.get(room)
+                if had is None:
                     rows_of[room] = k
                     rooms.append(room)
                 else:
-                    rows_of[room] = n + k
+                    rows_of[room] = had + k
     return rows
 
 
