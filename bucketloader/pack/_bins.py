@@ -99,6 +99,41 @@ the earlier BFD-then-MBS plan in 35, looser in 42 (by 1 to 84 rows, 0.44% of GSM
 50k documents and L = 256: within 0.1% of the bound or the promise, where the earlier plan was
 nearer the bound) and equal in 73; the promise holds in 92 of them (earlier: 84).
 
+NOTE [ At most three documents a row ]
+Where every document is longer than a quarter of the (one) row length and none longer than half
+of it, a row holds two or three documents, any two fit, and best-fit decreasing leaves room in
+nearly every row: 2,000 documents uniform in (L/4, L/2] take 842 rows of 1,024 where the
+tokens fill 758. Repacking those rows (NOTE [ Repacking the rows with room ]) cost 20-45x a
+per-document BFD for a few rows. Here a plan is a number ``t`` of rows of three; the others
+pair up (an odd one alone), so ``ceil((N - t) / 2)`` rows, and :func:`three_rows` looks for
+the largest ``t`` it can fill, with numpy over the documents sorted by size:
+
+- The ``3t`` smallest documents make the triples (in any plan with ``t`` triples, a triple's
+  document can be swapped for a smaller one outside the triples). The ``t`` largest of them
+  anchor a row each; the ``2t`` others pair up and the pairs, least tokens first, go to the
+  anchors, largest first; a triple fits when its pair fits the anchor's room. Three pairings
+  are tried in turn: smallest with largest (pairs of about equal tokens), the smaller half
+  with the larger in order, neighbours (the fewest tokens for the largest anchors).
+- ``t`` is found by bisection, between the triples BFD's rows imply and the most whose
+  tokens fit ``t`` rows (each try a few slices and one sort of ``t`` sums).
+- Never looser than best-fit decreasing: :func:`bfd_rows_three` counts BFD's rows exactly,
+  on the histogram and without a plan (here a row holding one document is the only room of
+  half a row, so the state is one such row and the rooms of the rows of two, which come in
+  increasing order), and the search starts from one triple more than those rows allow. Where
+  BFD's rows are within the promise or 0.1% of the bound, BFD's plan is kept, as before; where
+  the fill finds no fewer rows, the search of the other lengths runs (NOTE [ Two solvers, the
+  tighter plan ]); ``"always"`` keeps the tighter of the two.
+
+3-partition (are there ``N / 3`` such triples?) is strongly NP-hard, so this is a heuristic:
+on 3,000 random cases (2 to 400 documents, one to all sizes of the range, rows of 8 to 4,096)
+it packed tighter than the repack that came before it in 747, looser in 22 (by 1-4 rows, 20 of
+them with five distinct sizes), never looser than BFD; with 2,000 documents of (L/4, L/2] it
+finds 804-807 rows where the repack found 814 (L = 1,024) and BFD's 841 (16,384, 131,072), in
+0.3-0.9x a per-document BFD's time from 1k to 100k documents (``/tmp/s8big.py``-like races in
+docs/packing.md), where the repack took 17-18 ms (11x) at 1,024 and 0.33 s at 131,072. Only its
+plans get solver version 7 (:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its
+arrays are per document); above that the search of the other lengths runs.
+
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
 benchmarks/small_costs.py races a careful bulk BFD that outputs the packing in this module's
