@@ -80,7 +80,8 @@ data set:
   one), stops at the next pattern and keeps the tightest plan done by then (BFD's before any):
   counted, not timed, so every rank plans the same; MBS over every document follows only where
   its estimate (BFD's rows x distinct sizes x words) fits in the work left. Where every BFD
-  row keeps room (2,000 documents uniform in (L/4, L/2]) the search had cost 20-90x a
+  row keeps room (2,000 documents uniform in (L/4, L/2], now packed as NOTE [ At most three
+  documents a row ] says, not by this search) the search had cost 20-90x a
   best-fit decreasing for a few rows: 31-41 ms in rows of 1024 (814 rows, BFD 842), 0.56 s in rows
   of 16,384 (828, BFD 841), about 6 s in rows of 131,072 (841, nothing gained); with the budget
   17 ms (814: the repack's first plans fit, MBS over everything, which lost, is skipped), 50 ms
@@ -127,12 +128,14 @@ the largest ``t`` it can fill, with numpy over the documents sorted by size:
 3-partition (are there ``N / 3`` such triples?) is strongly NP-hard, so this is a heuristic:
 on 3,000 random cases (2 to 400 documents, one to all sizes of the range, rows of 8 to 4,096)
 it packed tighter than the repack that came before it in 747, looser in 22 (by 1-4 rows, 20 of
-them with five distinct sizes), never looser than BFD; with 2,000 documents of (L/4, L/2] it
-finds 804-807 rows where the repack found 814 (L = 1,024) and BFD's 841 (16,384, 131,072), in
-0.3-0.9x a per-document BFD's time from 1k to 100k documents (``/tmp/s8big.py``-like races in
-docs/packing.md), where the repack took 17-18 ms (11x) at 1,024 and 0.33 s at 131,072. Only its
-plans get solver version 7 (:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its
-arrays are per document); above that the search of the other lengths runs.
+them with five distinct sizes), never looser than BFD. On 2,000 documents of (L/4, L/2] (seed
+0) it finds 807 rows of 1,024 where the repack found 814 in 15-18 ms (about 21x a per-document
+BFD; BFD 842), and 806 of 16,384 or 131,072 where the repack, cut by its budget, kept BFD's 841
+in 44 ms and 0.28 s. In benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k
+to 100k, at L = 1,024, 16,384 and 131,072) it takes 0.10-0.80x a per-document BFD's time, about
+4% fewer rows than BFD. Only its plans get solver version 7 (:func:`solver_version`). Up to
+``_THREE_DOCS`` documents (its arrays are per document: 0.1 s at 1M); above that the search of
+the other lengths runs.
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
@@ -147,10 +150,11 @@ in one pass. ``PackSpec.build`` reads the lengths once (NOTE [ One pass over the
 :mod:`bucketloader.pack.spec`). The MBS search over every document costs about 0.05-0.1 ms per
 pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); repacking only
 BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2%
-of the rows on GSM8K-like lengths in 0.73-0.94x a per-document BFD's time on 1k-2k documents,
-0.23-0.24x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, three runs
-at load 4.4-5.3), so the default searches where BFD misses its promise; the caller can still
-choose (``search``, a :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
+of the rows on GSM8K-like lengths in 0.70-0.89x a per-document BFD's time on 1k-2k documents,
+0.21x at 10k and under 0.04x from 100k on (benchmarks/results/small_costs.md, load 1.6-2.1;
+session 7: 0.73-1.07x on 1k-2k documents), so the default searches where BFD misses its
+promise; the caller can still choose (``search``, a :meth:`PackSpec.build
+<bucketloader.pack.PackSpec.build>` option):
 
 - ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
   above the ``ceil(tokens / L)`` bound's (the packing promise of issue 25, e.g. GSM8K at
