@@ -101,41 +101,49 @@ the earlier BFD-then-MBS plan in 35, looser in 42 (by 1 to 84 rows, 0.44% of GSM
 nearer the bound) and equal in 73; the promise holds in 92 of them (earlier: 84).
 
 NOTE [ At most three documents a row ]
-Where every document is longer than a quarter of the (one) row length and none longer than half
-of it, a row holds two or three documents, any two fit, and best-fit decreasing leaves room in
-nearly every row: 2,000 documents uniform in (L/4, L/2] take 842 rows of 1,024 where the
-tokens fill 758. Repacking those rows (NOTE [ Repacking the rows with room ]) cost 20-45x a
-per-document BFD for a few rows. Here a plan is a number ``t`` of rows of three; the others
-pair up (an odd one alone), so ``ceil((N - t) / 2)`` rows, and :func:`three_rows` looks for
-the largest ``t`` it can fill, with numpy over the documents sorted by size:
+Where every document is longer than a quarter of the (one) row length, a row holds three at
+most, and one longer than half a row (long) one other at most. Where the short ones (at most
+L / 2) are the more, best-fit decreasing leaves room in nearly every row: 2,000 documents
+uniform in (L/4, L/2] take 842 rows of 1,024 where the tokens fill 758. Repacking those rows
+(NOTE [ Repacking the rows with room ]) cost 5-100x a per-document BFD for a few rows. Here a
+plan (:func:`three_rows`, numpy over the documents sorted by size) is:
 
-- The ``3t`` smallest documents make the triples (in any plan with ``t`` triples, a triple's
-  document can be swapped for a smaller one outside the triples). The ``t`` largest of them
-  anchor a row each; the ``2t`` others pair up and the pairs, least tokens first, go to the
-  anchors, largest first; a triple fits when its pair fits the anchor's room. Three pairings
-  are tried in turn: smallest with largest (pairs of about equal tokens), the smaller half
-  with the larger in order, neighbours (the fewest tokens for the largest anchors).
-- ``t`` is found by bisection, between the triples BFD's rows imply and the most whose
-  tokens fit ``t`` rows (each try a few slices and one sort of ``t`` sums).
-- Never looser than best-fit decreasing: :func:`bfd_rows_three` counts BFD's rows exactly,
-  on the histogram and without a plan (here a row holding one document is the only room of
-  half a row, so the state is one such row and the rooms of the rows of two, which come in
-  increasing order), and the search starts from one triple more than those rows allow. Where
-  BFD's rows are within the promise or 0.1% of the bound, BFD's plan is kept, as before; where
-  the fill finds no fewer rows, the search of the other lengths runs (NOTE [ Two solvers, the
-  tighter plan ]); ``"always"`` keeps the tighter of the two.
+- Each long document, from the most room, takes the longest short one left that fits (one
+  running maximum: the most such pairs, and the longest short ones in them).
+- Of the short ones left, ``t`` rows of three; the others two a row (any two fit), an odd one
+  alone: ``ceil((n - t) / 2)`` rows. The ``3t`` smallest make the triples (in any plan with
+  ``t`` triples, a triple's document can be swapped for a smaller one outside the triples).
+  The ``t`` largest of them anchor a row each; the ``2t`` others pair up and the pairs, least
+  tokens first, go to the anchors, largest first; a triple fits when its pair fits the
+  anchor's room. Three pairings are tried in turn: smallest with largest (pairs of about equal
+  tokens), the smaller half with the larger in order, neighbours (the fewest tokens for the
+  largest anchors). ``t`` is found by bisection, between the triples BFD's rows imply and the
+  most whose tokens fit ``t`` rows (each try a few slices and one sort of ``t`` sums).
+- Never looser than best-fit decreasing: :func:`bfd_rows_three` counts BFD's rows exactly, on
+  the histogram and without a plan (a row of one short document is the only room of half a
+  row or more, one open at most, so the state is that row and the rooms of the rows that take
+  one more document: a long one's, or two short ones'), and the search starts from one triple
+  more than those rows allow. Where BFD's rows are within the promise or 0.1% of the bound,
+  BFD's plan is kept, as before; where the fill finds no fewer rows, the search of the other
+  lengths runs (NOTE [ Two solvers, the tighter plan ]); ``"always"`` keeps the tighter of the
+  two.
+- Where the long documents are at least as many as the short ones, nearly every short one
+  shares a long one's row, which BFD does too (on (L/4, L] it is within 0.1% of the bound): the
+  count would only add time, and the search of the other lengths decides, as before.
 
 3-partition (are there ``N / 3`` such triples?) is strongly NP-hard, so this is a heuristic:
-on 3,000 random cases (2 to 400 documents, one to all sizes of the range, rows of 8 to 4,096)
-it packed tighter than the repack that came before it in 747, looser in 22 (by 1-4 rows, 20 of
-them with five distinct sizes), never looser than BFD. On 2,000 documents of (L/4, L/2] (seed
-0) it finds 807 rows of 1,024 where the repack found 814 in 15-18 ms (about 21x a per-document
-BFD; BFD 842), and 806 of 16,384 or 131,072 where the repack, cut by its budget, kept BFD's 841
-in 44 ms and 0.28 s. In benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k
-to 100k, at L = 1,024, 16,384 and 131,072) it takes 0.10-0.80x a per-document BFD's time, about
-4% fewer rows than BFD. Only its plans get solver version 7 (:func:`solver_version`). Up to
-``_THREE_DOCS`` documents (its arrays are per document: 0.1 s at 1M); above that the search of
-the other lengths runs.
+on 3,000 random cases in (L/4, L/2] (2 to 400 documents, one to all sizes of the range, rows of
+8 to 4,096) it packed tighter than the repack that came before it in 747, looser in 22 (by 1-4
+rows, 16 of them with five distinct sizes), never looser than BFD. On 2,000 documents of (L/4,
+L/2] (seed 0) it finds 807 rows of 1,024 where the repack found 814 in 15-18 ms (about 21x a
+per-document BFD; BFD 842), and 806 of 16,384 or 131,072 where the repack, cut by its budget,
+kept BFD's 841 in 44 ms and 0.28 s; on 2,000 of (L/4, 2L/3], 943 rows (BFD 947; the repack: 942
+in 8.4 ms at 1,024, 946 in 64 ms at 16,384) in 0.3-0.7x a per-document BFD's time. In
+benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k to 100k, at L = 1,024,
+16,384 and 131,072) it takes 0.10-0.80x a per-document BFD's time, about 4% fewer rows than
+BFD. Only its plans get solver version 7 (:func:`solver_version`). Up to ``_THREE_DOCS``
+documents (its arrays are per document: 0.1 s at 1M); above that the search of the other
+lengths runs.
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
@@ -331,10 +339,13 @@ def solve(
     three = None
     if search != "never" and len(row_lengths) == 1:
         length = row_lengths[0]
-        if 4 * int(sizes[-1]) > length >= 2 * int(sizes[0]) and int(np.sum(counts)) <= _THREE_DOCS:
-            three = _three(sizes, counts, length, search)  # NOTE [ At most three documents a row ]
-            if three is not None and search == "auto":
-                return three
+        docs = int(np.sum(counts))
+        # NOTE [ At most three documents a row ]: fewer long documents than short ones
+        if 4 * int(sizes[-1]) > length and docs <= _THREE_DOCS:
+            if 2 * int(counts[sizes > length // 2].sum()) < docs:
+                three = _three(sizes, counts, length, search)
+                if three is not None and search == "auto":
+                    return three
     plan = _searched(sizes, counts, row_lengths, search)
     if three is not None and three.num_rows < plan.num_rows:
         return three  # ("always": the tighter)
@@ -346,11 +357,15 @@ def _three(sizes: np.ndarray, counts: np.ndarray, length: int, search: str) -> P
     BFD's counted rows: no plan made) and it finds fewer rows than BFD, else ``None``."""
     rows = bfd_rows_three(sizes.tolist(), counts.tolist(), length)
     tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
-    c1 = -(-tokens // length) * length  # (= C2: no document is longer than L / 2)
+    c1 = -(-tokens // length) * length
     padded = rows * length
     few = search == "auto" and int(np.sum(counts)) < _DOCS_PER_SIZE * len(sizes)
-    if (few and padded - c1 <= tokens // _TOLERANCE) or padded - c1 <= padded // _CLOSE_ENOUGH:
+    if few and padded - c1 <= tokens // _TOLERANCE:
         return None  # (BFD's plan, as before)
+    # (C2 = C1 where no document is longer than L / 2)
+    c2 = c1 if 2 * int(sizes[0]) <= length else lower_bound(sizes, counts, length)[1] * length
+    if padded - c2 <= padded // _CLOSE_ENOUGH:
+        return None
     return three_rows(np.asarray(sizes, dtype=np.int64), np.asarray(counts), length, rows)
 
 
@@ -791,18 +806,29 @@ def _closest(
 
 def bfd_rows_three(vals: list[int], counts: list[int], length: int) -> int:
     """The rows of best-fit decreasing (per document, as :func:`best_fit`) where every size is
-    in ``(length / 4, length / 2]``, counted only (NOTE [ At most three documents a row ]):
-    ``vals`` decreasing, ``counts`` (>= 1) the documents of each.
+    in ``(length / 4, length]``, counted only (NOTE [ At most three documents a row ]): ``vals``
+    decreasing, ``counts`` (>= 1) the documents of each.
 
     Example:
         >>> bfd_rows_three([5, 4, 3], [1, 2, 2], 12)  # 5 4 3 | 4 3
         2
+        >>> bfd_rows_three([11, 5], [1, 3], 16)  # 11 5 | 5 5
+        2
     """
-    rooms: list[int] = []  # the rooms of the rows of two documents, increasing, each once
-    rows_of: dict[int, int] = {}  # room -> rows of two documents with that room
-    single = 0  # the document of the one row holding a single document (0: none)
+    # the rooms of the rows that take one more document at most (of one long document, or of
+    # two), increasing, each once; the rows of one document of at most L / 2 have the only
+    # rooms of L / 2 or more, and one is open at most (the next such document joins it)
+    rooms: list[int] = []
+    rows_of: dict[int, int] = {}  # room -> rows with that room
+    single = 0  # the document of the one row holding a single short document (0: none)
     rows = 0
-    for s, c in zip(vals, counts, strict=True):
+    long = bisect_left(vals, -(length // 2), key=operator.neg)  # (longer than L / 2)
+    for s, c in zip(vals[:long], counts[:long], strict=True):
+        rows += c  # a row each (two share none)
+        if 4 * (length - s) > length:  # (a room no document fits is none)
+            rows_of[length - s] = c
+            rooms.append(length - s)  # (increasing: the sizes decrease)
+    for s, c in zip(vals[long:], counts[long:], strict=True):
         while c:
             j = bisect_left(rooms, s)
             if j < len(rooms):  # the tightest rows of two that hold s: a third document each
@@ -828,29 +854,50 @@ def bfd_rows_three(vals: list[int], counts: list[int], length: int) -> int:
                 rows += q + rest
                 single = s if rest else 0
                 room, k, c = length - 2 * s, q, 0
-            if k:  # (a pair's room is at least every earlier pair's: documents decrease)
+            if k:  # (a pair's room is at least every earlier pair's, not a long one's)
                 had = rows_of.get(room)
                 if had is None:
                     rows_of[room] = k
-                    rooms.append(room)
+                    if not rooms or room > rooms[-1]:
+                        rooms.append(room)
+                    else:
+                        insort(rooms, room)
                 else:
                     rows_of[room] = had + k
     return rows
 
 
 def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -> Patterns | None:
-    """Rows of at most three documents where every size is in ``(length / 4, length / 2]``
-    (NOTE [ At most three documents a row ]) with fewer than ``below`` rows, or ``None`` when
-    the fill finds none: ``sizes`` distinct, decreasing, ``counts`` the documents of each.
+    """Rows of at most three documents where every size is in ``(length / 4, length]`` (NOTE
+    [ At most three documents a row ]) with fewer than ``below`` rows, or ``None`` when the fill
+    finds none: ``sizes`` distinct, decreasing, ``counts`` the documents of each.
 
     Example:
         >>> p = three_rows(np.array([5, 4, 3]), np.array([1, 2, 2]), 12, 3)
         >>> p.num_rows, sorted(p.fill.tolist())
         (2, [9, 10])
+        >>> three_rows(np.array([11, 5]), np.array([1, 5]), 16, 4).num_rows  # 11 5 | 5 5 5 | 5
+        3
     """
-    n = int(counts.sum())
     ids = np.repeat(np.arange(sizes.size - 1, -1, -1), counts[::-1])  # (size indices, by size)
     docs = sizes[ids]  # increasing
+    n = int(np.searchsorted(docs, length // 2, side="right"))  # (at most L / 2)
+    # a long document's row takes one short document at most: the long ones in turn, from the
+    # most room, each take the longest short one left that fits (the most of them that can
+    # be matched, and the longest, leaving the shortest for the rows of three)
+    longs = ids[n:]
+    rooms = length - docs[n:]  # (decreasing)
+    first = n - np.searchsorted(docs[:n], rooms, side="right")  # (the longest that fits, from
+    at = np.arange(rooms.size)  # the longest short one down)
+    took = np.maximum.accumulate(first - at) + at if rooms.size else at
+    k = int(np.searchsorted(took, n))  # (the long ones that get one)
+    shared = n - 1 - took[:k]
+    short = np.ones(n, dtype=bool)
+    short[shared] = False
+    below -= longs.size
+    every, ids = ids, ids[:n][short]
+    docs = docs[:n][short]
+    n = ids.size
     # t triples take the 3t smallest documents (any triple's documents can be swapped for
     # smaller ones): the t largest of those anchor a row each, the 2t others pair up (smallest
     # with largest, else neighbours), and the pairs go, least tokens first, to the anchors,
@@ -872,8 +919,9 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
             return 2
         return 3 if (docs[: 2 * t : 2] + docs[1 : 2 * t : 2] <= rooms).all() else 0
 
-    if lo > hi or lo < 0:
+    if lo > hi:
         return None
+    lo = max(lo, 0)
     how = pairing(lo)
     if not how:
         return None
@@ -899,14 +947,16 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
     odd = rest.size % 2
     m = (rest.size - odd) // 2
     none = sizes.size  # (an empty slot: after every size index)
-    rows = np.full((t + m + odd, 3), none, dtype=np.int64)
+    rows = np.full((t + m + odd + longs.size, 3), none, dtype=np.int64)
     rows[:t, 0] = ids[3 * t - 1 : 2 * t - 1 : -1]  # anchors, largest first
     rows[:t, 1] = ids[large]
     rows[:t, 2] = ids[small]
     rows[t : t + m, 0] = rest[1 : 2 * m : 2]
     rows[t : t + m, 1] = rest[0 : 2 * m : 2]
     if odd:
-        rows[-1, 0] = rest[-1]
+        rows[t + m, 0] = rest[-1]
+    rows[t + m + odd :, 0] = longs
+    rows[t + m + odd : t + m + odd + k, 1] = every[shared]
     return _grouped(sizes, rows)
 
 
