@@ -885,19 +885,20 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
     # a long document's row takes one short document at most: the long ones in turn, from the
     # most room, each take the longest short one left that fits (the most of them that can
     # be matched, and the longest, leaving the shortest for the rows of three)
-    longs = ids[n:]
-    rooms = length - docs[n:]  # (decreasing)
-    first = n - np.searchsorted(docs[:n], rooms, side="right")  # (the longest that fits, from
-    at = np.arange(rooms.size)  # the longest short one down)
-    took = np.maximum.accumulate(first - at) + at if rooms.size else at
-    k = int(np.searchsorted(took, n))  # (the long ones that get one)
-    shared = n - 1 - took[:k]
-    short = np.ones(n, dtype=bool)
-    short[shared] = False
-    below -= longs.size
-    every, ids = ids, ids[:n][short]
-    docs = docs[:n][short]
-    n = ids.size
+    longs, every, k = ids[n:], ids, 0
+    shared = longs  # (none)
+    if longs.size:
+        rooms = length - docs[n:]  # (decreasing)
+        first = n - np.searchsorted(docs[:n], rooms, side="right")  # (the longest that fits,
+        at = np.arange(rooms.size)  # from the longest short one down)
+        took = np.maximum.accumulate(first - at) + at
+        k = int(np.searchsorted(took, n))  # (the long ones that get one)
+        shared = n - 1 - took[:k]
+        short = np.ones(n, dtype=bool)
+        short[shared] = False
+        below -= longs.size
+        ids, docs = ids[:n][short], docs[:n][short]
+        n = ids.size
     # t triples take the 3t smallest documents (any triple's documents can be swapped for
     # smaller ones): the t largest of those anchor a row each, the 2t others pair up (smallest
     # with largest, else neighbours), and the pairs go, least tokens first, to the anchors,
