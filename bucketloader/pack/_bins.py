@@ -140,8 +140,8 @@ per-document BFD; BFD 842), and 806 of 16,384 or 131,072 where the repack, cut b
 kept BFD's 841 in 44 ms and 0.28 s; on 2,000 of (L/4, 2L/3], 943 rows (BFD 947; the repack: 942
 in 8.4 ms at 1,024, 946 in 64 ms at 16,384) in 0.3-0.7x a per-document BFD's time. In
 benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k to 100k, at L = 1,024,
-16,384 and 131,072) it takes 0.10-0.80x a per-document BFD's time, about 4% fewer rows than
-BFD. Only its plans get solver version 7 (:func:`solver_version`). Up to ``_THREE_DOCS``
+16,384 and 131,072) it takes 0.11-0.86x a per-document BFD's time (up to 0.89x in a second
+run), for about 4% fewer rows than BFD. Only its plans get solver version 7 (:func:`solver_version`). Up to ``_THREE_DOCS``
 documents (its arrays are per document: 0.1 s at 1M); above that the search of the other
 lengths runs.
 
@@ -158,8 +158,8 @@ in one pass. ``PackSpec.build`` reads the lengths once (NOTE [ One pass over the
 :mod:`bucketloader.pack.spec`). The MBS search over every document costs about 0.05-0.1 ms per
 pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); repacking only
 BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2%
-of the rows on GSM8K-like lengths in 0.70-0.89x a per-document BFD's time on 1k-2k documents,
-0.21x at 10k and under 0.04x from 100k on (benchmarks/results/small_costs.md, load 1.6-2.1;
+of the rows on GSM8K-like lengths in 0.76-0.93x a per-document BFD's time on 1k-2k documents,
+0.23x at 10k and under 0.04x from 100k on (benchmarks/results/small_costs.md, load 1.8-2.1;
 session 7: 0.73-1.07x on 1k-2k documents), so the default searches where BFD misses its
 promise; the caller can still choose (``search``, a :meth:`PackSpec.build
 <bucketloader.pack.PackSpec.build>` option):
