@@ -347,6 +347,25 @@ def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") 
     return int(pad_token_id)
 
 
+def check_token_ids(datasets_: Sequence[Any], names: Sequence[str], owner: str) -> None:
+    """Refuse a token-id column of float values: padded as floats, it fails in the model's
+    embedding (a top-level column; the collator checks the rest)."""
+    for dataset in datasets_:
+        table, _ = table_and_indices(dataset)
+        for name in names:
+            if name not in table.column_names:
+                continue
+            leaf = table.schema.field(name).type
+            while pa.types.is_list(leaf) or pa.types.is_large_list(leaf):
+                leaf = leaf.value_type
+            if pa.types.is_floating(leaf) or pa.types.is_decimal(leaf):
+                raise TypeError(
+                    f"{owner} pads column {name!r} as token ids, but it holds {leaf} values; "
+                    f"token ids must be integers: cast the column first, e.g. dataset = "
+                    f"dataset.cast_column({name!r}, datasets.Sequence(datasets.Value('int64')))"
+                )
+
+
 def side_of(side: Any, tokenizer: Any) -> str:
     """``side``, else the tokenizer's ``padding_side``, else ``"right"``."""
     if side is None:
@@ -582,11 +601,13 @@ def for_text(
     inputs = _check_columns(column)
     per_input = {name: [lengths(d, name) for d in many] for name in inputs}
     columns = split_columns(many, per_input)
+    pads = pad_values(many[0].column_names, inputs, pad)
+    check_token_ids(many, [c for c in pads if c in inputs or c.endswith("input_ids")], "for_text")
     plan = Plan(
         inputs=inputs,
         per=[np.stack([per_input[c][i] for c in inputs], axis=1) for i in range(len(many))],
         columns=columns,
-        pads=pad_values(many[0].column_names, inputs, pad),
+        pads=pads,
         side=side_of(side, tokenizer),
         multiple=pad_to_multiple_of,
         target_length=target_length,
