@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -383,7 +383,7 @@ def _check_mask(mask: object, labels: Tensor) -> Tensor | None:
 
 
 def _check_reduction(
-    x: object, mask: object, dim: object, keepdim: object
+    x: object, mask: object, dim: Any, keepdim: object
 ) -> tuple[int | tuple[int, ...] | None, bool]:
     """Check a masked reduction's arguments; return ``dim`` and ``keepdim`` as torch takes them."""
     if not isinstance(x, Tensor):
@@ -402,7 +402,7 @@ def _check_reduction(
     return _check_dims(dim, x.dim()), check_bool("keepdim", keepdim)
 
 
-def _check_dims(dim: object, ndim: int) -> int | tuple[int, ...] | None:
+def _check_dims(dim: Any, ndim: int) -> int | tuple[int, ...] | None:
     """``dim`` is ``None``, an int or a sequence of distinct ints, each a dimension of ``x``."""
     if dim is None:
         return None
