@@ -386,7 +386,9 @@ class BucketSpec:
             "num_buckets", DEFAULT_NUM_BUCKETS if num_buckets is None else num_buckets, names
         )
         ks_in = [check_int("num_buckets", k, minimum=1) for k in ks_in]
-        strategies = per_input("strategy", strategy or "optimal", names, scalar=(str,))
+        strategies = per_input(
+            "strategy", "optimal" if strategy is None else strategy, names, scalar=(str,)
+        )
 
         budget = rule.budget
         if (
