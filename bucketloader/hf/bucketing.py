@@ -56,7 +56,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bucketloader._types import SIDES
-from bucketloader._validation import check_choice, check_int
+from bucketloader._validation import MAX_LENGTH, check_bool, check_choice, check_int
 from bucketloader.boundaries import round_up
 from bucketloader.collate import Field, PadCollator
 from bucketloader.collate.fields import RESERVED
@@ -456,6 +456,11 @@ def build(datasets_: list[Any], plan: Plan, *, view: Any = None, options: dict[s
     """Sampler (one input per bucketed column; groups for several datasets) + collator."""
     views = [view(d) if view is not None else d for d in datasets_]
     opts = dict(options)
+    check_bool("evaluation", plan.evaluation)  # ("no" or 1 was read as True)
+    check_bool("sample_mask", plan.bookkeeping)
+    check_bool("decoder_attention_mask", plan.decoder_attention_mask)
+    if plan.target_length is not None:  # checked with or without target columns
+        check_int("target_length", plan.target_length, minimum=1, maximum=MAX_LENGTH)
     if plan.multiple is not None:
         opts["pad_to_multiple_of"] = check_int("pad_to_multiple_of", plan.multiple, minimum=1)
     if plan.evaluation:

@@ -74,6 +74,9 @@ def lengths(
         >>> lengths(ds.select([2, 0]), "input_ids").tolist()
         [2, 3]
     """
+    if num_proc is not None:  # (checked even where only fn= would use it)
+        num_proc = check_int("num_proc", num_proc, minimum=1)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
     if isinstance(dataset, dict):  # a DatasetDict (a dict subclass) or a plain dict of splits
         return {
             split: lengths(d, column, fn=fn, num_proc=num_proc, batch_size=batch_size)
@@ -259,9 +262,6 @@ def lengths_from_fn(dataset: Any, fn: Callable, *, num_proc: int | None, batch_s
     """Lengths from ``fn(batch)`` run by ``Dataset.map(batched=True)``, read back from Arrow."""
     if not callable(fn):
         raise TypeError(f"fn must be callable as fn(batch) -> lengths, got fn={fn!r}")
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    if num_proc is not None:
-        num_proc = check_int("num_proc", num_proc, minimum=1)
     if not hasattr(dataset, "map"):
         raise TypeError(f"fn= needs a datasets.Dataset, got {type(dataset).__name__}")
     key = "__bucketloader_length__"
