@@ -8,6 +8,7 @@ k (padding ratio and shape count), with a recommended k under a stated rule and 
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -118,10 +119,30 @@ class DynamicityReport:
         }
 
     def plot(self, path: str | Path, *, dpi: int = 130) -> Path:
-        """Write a PNG: the length histogram with the recommended boundaries over it, and the
+        """Write an image: the length histogram with the recommended boundaries over it, and the
         padding-versus-k frontier of every strategy (and the batch shapes of a scanned loader).
-        Needs matplotlib."""
-        return plot_report(self, Path(path), dpi=check_int("dpi", dpi, minimum=10))
+        The format follows the suffix of ``path`` (one of :data:`PLOT_SUFFIXES`; checked before
+        any drawing). Needs matplotlib."""
+        return plot_report(self, _image_path(path), dpi=check_int("dpi", dpi, minimum=10))
+
+
+#: Image suffixes :meth:`DynamicityReport.plot` (and ``bucketloader report --plot``) writes.
+PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp", ".eps", ".ps", ".tif", ".tiff")
+
+
+def _image_path(path: Any) -> Path:
+    """``path`` as a ``Path`` to an image file, or one clear error (matplotlib wrote ``out`` to
+    ``out.png`` and ``/tmp`` to ``/tmp.png`` while returning the path it was given)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file path (str or os.PathLike), got path={path!r}")
+    out = Path(path).expanduser()
+    if out.suffix.lower() not in PLOT_SUFFIXES or out.is_dir():
+        raise ValueError(
+            f"path must name an image file ending in one of {', '.join(PLOT_SUFFIXES)}, got "
+            f"path={os.fspath(path)!r}{' (a directory)' if out.is_dir() else ''}; e.g. "
+            "path='report.png'"
+        )
+    return out
 
 
 def analyze(

@@ -310,10 +310,6 @@ def _precompute(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Image formats matplotlib's Agg backend writes (checked before any work).
-_PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp", ".eps", ".ps", ".tif", ".tiff")
-
-
 def _check_output(option: str, path: str | None) -> None:
     """An output path must not be an existing directory (checked before any work)."""
     if path is not None and Path(path).is_dir():
@@ -322,10 +318,12 @@ def _check_output(option: str, path: str | None) -> None:
 
 def _check_plot(path: str | None) -> None:
     """``--plot`` must name an image file matplotlib can write (checked before any work)."""
+    from bucketloader.analysis.report import PLOT_SUFFIXES
+
     _check_output("--plot", path)
-    if path and Path(path).suffix.lower() not in _PLOT_SUFFIXES:
+    if path and Path(path).suffix.lower() not in PLOT_SUFFIXES:
         raise ValueError(
-            f"--plot must name an image file ending in one of {', '.join(_PLOT_SUFFIXES)}, got "
+            f"--plot must name an image file ending in one of {', '.join(PLOT_SUFFIXES)}, got "
             f"--plot {path}"
         )
 
