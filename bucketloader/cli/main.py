@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import threading
 import time
@@ -212,7 +213,7 @@ def _report(args: argparse.Namespace) -> int:
     from bucketloader.analysis import analyze
     from bucketloader.histogram import LengthHistogram
 
-    _check_output("--json", args.json)
+    _check_output("--json", args.json, args.file)
     _check_plot(args.plot)
     lengths = _read(args)
     batch_size = args.batch_size
@@ -257,7 +258,7 @@ def _precompute(args: argparse.Namespace) -> int:
     params = resolve_params(
         fn, args.num_buckets, {"cost": args.cost, "pad_to_multiple_of": args.pad_to_multiple_of}
     )
-    _check_output("--json", args.json)
+    _check_output("--json", args.json, args.file)
     lengths = _read(args)
     hist = LengthHistogram.from_lengths(lengths)
     m = params["pad_to_multiple_of"]
@@ -310,10 +311,23 @@ def _precompute(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_output(option: str, path: str | None) -> None:
-    """An output path must not be an existing directory (checked before any work)."""
+def _check_output(option: str, path: str | None, source: str | None = None) -> None:
+    """An output path must not be an existing directory, nor the input file (checked before any
+    work: ``--json lengths.txt`` replaced the lengths with the report)."""
     if path is not None and Path(path).is_dir():
         raise ValueError(f"{option} must name a file, got the directory {path}")
+    if path is not None and source is not None and _same_file(path, source):
+        raise ValueError(
+            f"{option} {path} is the input file, which the report would replace; name another "
+            f"file, e.g. {option} {Path(source).stem}-report.json"
+        )
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet), or b is a glob
+        return False
 
 
 def _check_plot(path: str | None) -> None:
