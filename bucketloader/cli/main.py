@@ -243,7 +243,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _precompute(args: argparse.Namespace) -> int:
-    from bucketloader._validation import check_int
+    from bucketloader._validation import check_folder, check_int
     from bucketloader.cache import BucketCache
     from bucketloader.histogram import LengthHistogram
     from bucketloader.plan.budget import BatchRule
@@ -259,6 +259,9 @@ def _precompute(args: argparse.Namespace) -> int:
         fn, args.num_buckets, {"cost": args.cost, "pad_to_multiple_of": args.pad_to_multiple_of}
     )
     _check_output("--json", args.json, args.file)
+    cache = BucketCache(
+        None if args.cache_dir is None else check_folder("--cache-dir", args.cache_dir)
+    )  # built before the read: a file at the path warns at once
     lengths = _read(args)
     hist = LengthHistogram.from_lengths(lengths)
     m = params["pad_to_multiple_of"]
@@ -269,7 +272,6 @@ def _precompute(args: argparse.Namespace) -> int:
             f"longest sample, so that bucket's batch would be empty; raise --max-tokens to at "
             f"least {longest}"
         )
-    cache = BucketCache(args.cache_dir)
     key = cache.key(hist, name, params)
     many = "s" if hist.num_values != 1 else ""
     label = f"strategy {name!r}, k={args.num_buckets}, {hist.num_values:,} distinct length{many}"
