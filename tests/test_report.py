@@ -158,6 +158,7 @@ def test_map_style_dataset_lengths():
         ({"batch_size": 0}, "batch_size must be an int >= 1"),
         ({"padding_target": -0.1}, "padding_target must be a number"),
         ({"max_batches": 0}, "max_batches must be an int >= 1"),
+        ({"progress": "no"}, "progress must be a bool, got progress='no'"),  # (was ignored)
     ],
 )
 def test_bad_arguments(kwargs, match):

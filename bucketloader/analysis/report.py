@@ -19,7 +19,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bucketloader._types import LazyModule, Strategy
-from bucketloader._validation import Lengths, MissingKeyError, as_lengths, check_float, check_int
+from bucketloader._validation import (
+    Lengths,
+    MissingKeyError,
+    as_lengths,
+    check_bool,
+    check_float,
+    check_int,
+)
 from bucketloader.analysis._plot import pct, plot_report
 from bucketloader.analysis._scan import dataset_lengths, is_dataloader, is_dataset, scan_batches
 from bucketloader.analysis.calibration import Calibration
@@ -199,6 +206,8 @@ def analyze(
         batch_size = check_int("batch_size", batch_size, minimum=1)
     if max_batches is not None:
         max_batches = check_int("max_batches", max_batches, minimum=1)
+    if progress is not None:  # (checked on every path: lengths never show a bar)
+        progress = check_bool("progress", progress)
     if costs is not None and batch_size is None:
         raise ValueError(
             "costs needs the batch size the model trains with: pass batch_size=..., "
