@@ -351,19 +351,22 @@ def check_token_ids(datasets_: Sequence[Any], names: Sequence[str], owner: str) 
     """Refuse a token-id column of float values: padded as floats, it fails in the model's
     embedding (a top-level column; the collator checks the rest)."""
     for dataset in datasets_:
-        table, _ = table_and_indices(dataset)
-        for name in names:
-            if name not in table.column_names:
-                continue
-            leaf = table.schema.field(name).type
-            while pa.types.is_list(leaf) or pa.types.is_large_list(leaf):
-                leaf = leaf.value_type
-            if pa.types.is_floating(leaf) or pa.types.is_decimal(leaf):
-                raise TypeError(
-                    f"{owner} pads column {name!r} as token ids, but it holds {leaf} values; "
-                    f"token ids must be integers: cast the column first, e.g. dataset = "
-                    f"dataset.cast_column({name!r}, datasets.Sequence(datasets.Value('int64')))"
-                )
+        schema = table_and_indices(dataset)[0].schema
+        leaves = {n: _leaf_type(schema.field(n).type) for n in names if n in schema.names}
+        bad = [
+            (n, t) for n, t in leaves.items() if pa.types.is_floating(t) or pa.types.is_decimal(t)
+        ]
+        for name, leaf in bad[:1]:
+            raise TypeError(
+                f"{owner} pads column {name!r} as token ids, but it holds {leaf} values; token "
+                f"ids must be integers: cast the column first, e.g. dataset = "
+                f"dataset.cast_column({name!r}, datasets.Sequence(datasets.Value('int64')))"
+            )
+
+
+def _leaf_type(t: Any) -> Any:
+    """The value type inside any depth of Arrow lists."""
+    return _leaf_type(t.value_type) if pa.types.is_list(t) or pa.types.is_large_list(t) else t
 
 
 def side_of(side: Any, tokenizer: Any) -> str:
