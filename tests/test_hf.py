@@ -273,6 +273,8 @@ def test_float_token_ids_and_loose_flags_are_refused_when_built():
             hf.for_text(ints, pad_token_id=0, batch_size=2, **bad)
     with pytest.raises(TypeError, match="num_proc must be an int >= 1, got num_proc='4'"):
         hf.lengths(ints, "input_ids", num_proc="4")
+    with pytest.raises(TypeError, match=r"column must be a column name, got column=0; the data"):
+        hf.for_audio(ints, column=0, batch_size=2)  # (was str.partition's AttributeError)
     mixed = {"input_ids": [[5] * 3, [5] * 9], "decoder_input_ids": [[1.5] * 2] * 2}
     with pytest.raises(TypeError, match="column 'decoder_input_ids'"):
         hf.for_text(datasets.Dataset.from_dict(mixed), pad_token_id=0, batch_size=2)

@@ -197,6 +197,11 @@ def resolve_column(table: Any, column: str) -> tuple[Any, str]:
     or to its only list field. Returns the array and the path actually used.
     """
     names = table.column_names
+    if not isinstance(column, str):  # (a list, an int or None reached str.partition)
+        raise TypeError(
+            f"column must be a column name, got column={column!r}; the dataset has columns "
+            f"{names}"
+        )
     if column in names:
         arr, path = table.column(column), column
     else:
