@@ -199,8 +199,7 @@ def resolve_column(table: Any, column: str) -> tuple[Any, str]:
     names = table.column_names
     if not isinstance(column, str):  # (a list, an int or None reached str.partition)
         raise TypeError(
-            f"column must be a column name, got column={column!r}; the dataset has columns "
-            f"{names}"
+            f"column must be a column name, got column={column!r}; the dataset has columns {names}"
         )
     if column in names:
         arr, path = table.column(column), column
