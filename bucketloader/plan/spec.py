@@ -205,7 +205,8 @@ class BucketSpec:
         A global step is ``num_replicas`` batches of one cell (one per rank); the ``q`` samples
         left make one more step unless ``last_batch="drop"`` (NOTE [ last_batch and replicas ]).
         """
-        per_step = self.cells.batch * num_replicas
+        num_replicas = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)
+        per_step = self.cells.batch * num_replicas  # (-1 gave negative steps, nan NaN ones)
         return self.counts // per_step, self.counts % per_step
 
     def num_steps(self, num_replicas: int = 1) -> np.ndarray:
