@@ -275,6 +275,8 @@ def test_float_token_ids_and_loose_flags_are_refused_when_built():
         hf.lengths(ints, "input_ids", num_proc="4")
     with pytest.raises(TypeError, match=r"column must be a column name, got column=0; the data"):
         hf.for_audio(ints, column=0, batch_size=2)  # (was str.partition's AttributeError)
+    with pytest.raises(TypeError, match="got batch_size=3, which the BucketSampler decides"):
+        hf.for_text(ints, pad_token_id=0, batch_size=2).dataloader(batch_size=3)
     mixed = {"input_ids": [[5] * 3, [5] * 9], "decoder_input_ids": [[1.5] * 2] * 2}
     with pytest.raises(TypeError, match="column 'decoder_input_ids'"):
         hf.for_text(datasets.Dataset.from_dict(mixed), pad_token_id=0, batch_size=2)

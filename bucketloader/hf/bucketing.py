@@ -62,7 +62,7 @@ from bucketloader.collate import Field, PadCollator
 from bucketloader.collate.fields import RESERVED
 from bucketloader.evaluation import EvalCollator, EvalSampler, EvalSamples
 from bucketloader.hf.lengths import lengths, resolve_column, table_and_indices
-from bucketloader.loader import ResumableDataLoader
+from bucketloader.loader import ResumableDataLoader, check_loader_options
 from bucketloader.sampler import BucketSampler, GroupedDataset
 
 __all__ = ["Bucketing", "ModelInputs", "Targets", "for_audio", "for_text"]
@@ -290,10 +290,11 @@ class Bucketing(NamedTuple):
     dataset: Any
 
     def dataloader(self, **kwargs: Any) -> DataLoader:
-        """``DataLoader(dataset, batch_sampler=sampler, collate_fn=collator, **kwargs)``."""
-        return EpochDataLoader(
-            self.dataset, batch_sampler=self.sampler, collate_fn=self.collator, **kwargs
-        )
+        """``DataLoader(dataset, batch_sampler=sampler, collate_fn=collator, **kwargs)``; the
+        options are checked as ``sampler.dataloader()`` checks them (a ``collate_fn`` of yours
+        replaces the collator)."""
+        options = {"collate_fn": self.collator, **check_loader_options(self.sampler, kwargs)}
+        return EpochDataLoader(self.dataset, batch_sampler=self.sampler, **options)
 
 
 class AudioRows(Dataset):
