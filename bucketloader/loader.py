@@ -18,6 +18,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from bucketloader._validation import check_int
+
 __all__ = ["ResumableDataLoader", "check_loader_options"]
 
 #: ``DataLoader`` options a batch sampler decides (torch refuses them beside ``batch_sampler``).
@@ -37,8 +39,6 @@ def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any
         ...
         ValueError: num_workers must be an int >= 0, got num_workers=-1
     """
-    from bucketloader._validation import check_int
-
     for name in (k for k in _SAMPLER_OWNED if k in options):
         raise TypeError(
             f"dataloader() got {name}={options[name]!r}, which the {type(sampler).__name__} "
