@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from bucketloader._samples import length_reader
+from bucketloader._validation import MAX_LENGTH
 
 
 def make_length_fn(length_fn: Any) -> Callable[[Any], Any]:
@@ -103,14 +104,15 @@ def check_length(value: Any, position: int) -> int:
         >>> check_length(3, 0), check_length(torch.tensor(4), 1), check_length(np.int32(5), 2)
         (3, 4, 5)
     """
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 0:
-        return int(value)
-    dtype = str(getattr(value, "dtype", "bool"))
-    if getattr(value, "ndim", 1) == 0 and "int" in dtype and int(value) >= 0:
-        return int(value)  # a 0-d integer array or tensor (not a bool one)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if 0 <= int(value) <= MAX_LENGTH:
+            return int(value)
+    elif getattr(value, "ndim", 1) == 0 and "int" in str(getattr(value, "dtype", "bool")):
+        if 0 <= int(value) <= MAX_LENGTH:
+            return int(value)  # a 0-d integer array or tensor (not a bool one)
     raise ValueError(
         f"length_fn returned {value!r} for sample {position} of this worker's stream; it must "
-        "return an int >= 0 (or a 0-d integer array or tensor)"
+        "return an int >= 0 and < 2**62 (or a 0-d integer array or tensor)"
     )
 
 
