@@ -34,6 +34,7 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -51,6 +52,7 @@ __all__ = [
     "NotAFile",
     "clean_temps",
     "file_kind",
+    "folder_blocker",
     "is_regular_or_missing",
     "read_bytes",
     "read_json",
@@ -175,6 +177,21 @@ def is_regular_or_missing(path: str | os.PathLike[str]) -> tuple[bool, str]:
     except (FileNotFoundError, NotADirectoryError):
         return True, ""
     return (True, "") if stat.S_ISREG(mode) else (False, file_kind(mode))
+
+
+def folder_blocker(directory: Path) -> OSError | None:
+    """Why ``directory`` can never be a folder, or ``None``: it is, or lies under, something
+    that exists and is not a folder (a file). A link to nothing or an unreadable parent is left
+    to the writer, whose error says why."""
+    try:
+        probe = next((p for p in (directory, *directory.parents) if p.exists()), None)
+        if probe is None or probe.is_dir():
+            return None
+        what = "a file" if probe.is_file() else "not a folder"
+    except OSError:
+        return None
+    where = "it is" if probe == directory else f"{str(probe)!r} is"
+    return NotADirectoryError(errno.ENOTDIR, f"{where} {what}", str(directory))
 
 
 @functools.lru_cache(maxsize=1)

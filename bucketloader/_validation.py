@@ -9,7 +9,9 @@ from __future__ import annotations
 import difflib
 import math
 import numbers
+import os
 from collections.abc import Iterable, Mapping, Set
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -91,6 +93,29 @@ def check_bool(name: str, value: Any) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     raise TypeError(f"{name} must be a bool, got {name}={value!r}")
+
+
+def check_folder(name: str, value: Any) -> Path:
+    """Return ``value`` as a ``Path`` with ``~`` expanded; the empty path (which would mean the
+    current directory) is refused.
+
+    Example:
+        >>> check_folder("directory", "~/cache") == Path.home() / "cache"
+        True
+        >>> try:
+        ...     check_folder("directory", "")
+        ... except ValueError as exc:
+        ...     print(str(exc).split(";")[0])
+        directory must be a folder, got directory=''
+    """
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a path (str or os.PathLike), got {name}={value!r}")
+    if not os.fspath(value):
+        raise ValueError(
+            f"{name} must be a folder, got {name}={value!r}; an empty path means the current "
+            f"directory: pass the folder to keep the files in, e.g. {name}='cache'"
+        )
+    return Path(os.fspath(value)).expanduser()
 
 
 def describe(value: Any) -> str:

@@ -421,6 +421,10 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
                 (wrap it in :class:`EvalCollator` to get ``sample_mask`` and ``index``).
             **kwargs: other ``DataLoader`` arguments (``num_workers``, ``pin_memory``, ...).
         """
+        from bucketloader.loader import check_loader_options
+
+        kwargs = check_loader_options(self, {"collate_fn": collate_fn, **kwargs})
+        collate_fn = kwargs.pop("collate_fn")
         return DataLoader(
             self.wrap(dataset),
             batch_sampler=self,

@@ -18,7 +18,44 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-__all__ = ["ResumableDataLoader"]
+from bucketloader._validation import check_int
+
+__all__ = ["ResumableDataLoader", "check_loader_options"]
+
+#: ``DataLoader`` options a batch sampler decides (torch refuses them beside ``batch_sampler``).
+_SAMPLER_OWNED = ("batch_size", "shuffle", "sampler", "drop_last", "batch_sampler")
+
+
+def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """The ``DataLoader`` options of ``sampler.dataloader(dataset, **options)``, checked in the
+    library's voice (torch's own errors name ``batch_sampler``, which the user never passed, or
+    compare ``None < 0``); ``num_workers`` comes back as an int.
+
+    Example:
+        >>> check_loader_options(object(), {"num_workers": 2})
+        {'num_workers': 2}
+        >>> check_loader_options(object(), {"num_workers": -1})
+        Traceback (most recent call last):
+        ...
+        ValueError: num_workers must be an int >= 0, got num_workers=-1
+    """
+    for name in (k for k in _SAMPLER_OWNED if k in options):
+        raise TypeError(
+            f"dataloader() got {name}={options[name]!r}, which the {type(sampler).__name__} "
+            "decides (its batches are the loader's); set batch_size= or max_tokens= (and "
+            "shuffle=, last_batch=) on the sampler, and pass DataLoader options such as "
+            "num_workers= here"
+        )
+    out = dict(options)
+    if "num_workers" in out:
+        out["num_workers"] = check_int("num_workers", out["num_workers"], minimum=0)
+    collate = out.get("collate_fn")
+    if collate is not None and not callable(collate):
+        raise TypeError(
+            f"collate_fn must be a callable (a list of samples -> a batch) or None, got "
+            f"collate_fn={collate!r}; leave it out to use sampler.collator()"
+        )
+    return out
 
 
 class ResumableDataLoader(DataLoader):

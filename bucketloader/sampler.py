@@ -266,7 +266,7 @@ class EpochSampler(Sampler[list[int]]):
             >>> sampler.state_dict()["batches_yielded"]
             1
         """
-        from bucketloader.loader import ResumableDataLoader
+        from bucketloader.loader import ResumableDataLoader, check_loader_options
 
         if not callable(getattr(dataset, "__getitem__", None)):
             raise TypeError(
@@ -281,6 +281,7 @@ class EpochSampler(Sampler[list[int]]):
                 f"{planned:,} lengths; pass the dataset the lengths describe (one length per "
                 "sample, in the same order)"
             )
+        kwargs = check_loader_options(self, kwargs)
         if "collate_fn" not in kwargs and callable(getattr(self, "collator", None)):
             kwargs["collate_fn"] = self.collator()  # type: ignore[attr-defined]
         return ResumableDataLoader(dataset, batch_sampler=self, **kwargs)

@@ -41,6 +41,10 @@ __all__ = ["WeightedBucketSampler"]
 _DRAW = 0x64726177
 
 
+#: The most draws an epoch takes (its plan holds one index per draw).
+MAX_DRAWS = 1 << 40
+
+
 class WeightedBucketSampler(BucketSampler):
     """``WeightedRandomSampler`` semantics inside buckets: ``num_samples`` weighted draws per
     epoch, batched at planned shapes (NOTE [ Weighted draws inside buckets ]).
@@ -83,7 +87,9 @@ class WeightedBucketSampler(BucketSampler):
         self.sample_weights = _check_sample_weights(weights, self.spec)
         planned = self.spec.num_planned
         self.num_samples = (
-            planned if num_samples is None else check_int("num_samples", num_samples, minimum=1)
+            planned
+            if num_samples is None  # (each epoch holds its draws: 2**70 was numpy's OverflowError)
+            else check_int("num_samples", num_samples, minimum=1, maximum=MAX_DRAWS)
         )
         self.draws = self._draws_per_cell()
 

@@ -220,6 +220,9 @@ def test_token_budget_validation():
         ({"max_tokens": 8, "multiple_of": 0}, "multiple_of must be an int >= 1"),
         ({"max_tokens": 8, "max_batch_size": 0}, "max_batch_size must be an int >= 1"),
         ({"max_tokens": 8, "oversize": "shrink"}, "oversize must be one of 'drop', 'error'"),
+        # (2**70 was numpy's OverflowError in even_batch; s8-polish)
+        ({"max_tokens": 8, "multiple_of": 2**70}, r"multiple_of must be an int >= 1 and <= 1099"),
+        ({"max_tokens": 8, "max_batch_size": 2**70}, r"max_batch_size must be .* <= 1099"),
     ]:
         with pytest.raises(ValueError, match=match):
             TokenBudget(**kwargs)

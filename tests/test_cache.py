@@ -306,8 +306,28 @@ def _assert_uncached_with_one_warning(cache: BucketCache) -> None:
 
 
 def test_directory_under_a_file_works_uncached(tmp_path):
+    """A file at (or above) the directory was told only at the first solve; it is now told where
+    the cache is made, naming the file, and the solves stay quiet (s8-polish). An empty path
+    (the current directory) is an error, and ``~`` is expanded."""
     (tmp_path / "file").write_text("x")
-    _assert_uncached_with_one_warning(BucketCache(tmp_path / "file" / "cache"))
+    for directory, blocker in [
+        (tmp_path / "file" / "cache", "'.*file' is"),
+        (tmp_path / "file", "it is"),
+    ]:
+        with pytest.warns(CacheWarning, match=rf"not usable \({blocker} a file\)") as record:
+            cache = BucketCache(directory)
+        assert len(record) == 1 and record[0].filename == __file__
+        solve = Counting()
+        with warnings.catch_warnings(record=True) as later:
+            warnings.simplefilter("always")
+            for _ in range(3):
+                sol = cache.get_or_solve(hist(), "optimal", PARAMS, solve)
+        assert not later and solve.calls == 3
+        assert sol.boundaries.tolist() == compute_boundaries(LENGTHS, 3).tolist()
+    assert (tmp_path / "file").read_text() == "x"
+    with pytest.raises(ValueError, match="got directory=''; an empty path means the current"):
+        BucketCache("")
+    assert BucketCache("~/bl").directory == Path.home() / "bl"
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root ignores chmod")

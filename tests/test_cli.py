@@ -185,6 +185,10 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "plot unwritable": (["report", one, "--plot", str(d / "file" / "x.png")], "file"),
         "plot not an image": (["report", one, "--plot", str(d / "x.txt")], "must name an image"),
         "json is a directory": (["report", one, "--json", str(d)], "must name a file"),
+        "json is the input": (["report", one, "--json", one], "is the input file, which the"),
+        "precompute json is the input": ([*pre, "--json", one], "is the input file"),
+        "cache dir empty": ([*pre, "--cache-dir", ""], "--cache-dir must be a folder, got"),
+        "demo batch of 37 GiB": (["demo", "--batch-size", "100000"], "use at most batch_size="),
         "length 2**70": (["report", str(d / "huge.txt")], "line 2: lengths must be < 2**62"),
         "csv length 2**63": (["report", str(d / "huge.csv")], "line 3: lengths must be < 2**62"),
         "jsonl 1e400": (["report", str(d / "huge.jsonl"), "--column", "n"], "must be < 2**62"),
@@ -243,10 +247,12 @@ def test_every_bad_input_exits_2_with_one_clear_line(tmp_path, files, capsys, mo
     from bucketloader.cli import main
 
     monkeypatch.setenv("BUCKETLOADER_CACHE_DIR", str(tmp_path / "cache"))
+    inputs = {p: p.read_bytes() for p in files.iterdir() if p.is_file()}
     for name, (args, want) in _bad_cases(tmp_path, files).items():
         code = main(args)
         out = capsys.readouterr()
         _check_failure(name, code, out.out, out.err, want)
+    assert inputs == {p: p.read_bytes() for p in inputs}  # (--json one.txt replaced it; s8-polish)
 
 
 def test_bad_options_fail_before_any_work(tmp_path, files, capsys):

@@ -608,6 +608,8 @@ def test_recommender_charges_warm_costs_for_compiled_shapes():
             "the collator could not collate 2 copies of the example",
         ),
         (lambda s: CompileCache(3), TypeError, "directory must be a path"),
+        (lambda s: CompileCache(""), ValueError, "got directory=''; an empty path means the"),
+        (lambda s: precompile(print, s, example=[1], cache=""), ValueError, "got cache=''"),
         (lambda s: CompileCache(share="nfs"), ValueError, "share must be one of"),
         (lambda s: CompileCache(distributed="yes"), TypeError, "distributed must be a bool"),
     ],

@@ -288,6 +288,8 @@ def test_an_unusable_cache_directory_degrades_with_one_warning(tmp_path, kind):
     ours = [w for w in caught if issubclass(w.category, CompileCacheWarning)]
     assert len(ours) == 1 and "not usable" in str(ours[0].message), [str(w.message) for w in ours]
     assert report.key is None and report.shapes == _sampler().shapes
+    if kind == "file":  # told when the cache is made, naming why (s8-polish)
+        assert "not usable (it is a file)" in str(ours[0].message)
 
 
 def test_a_class_defined_by_exec_is_entered_too():

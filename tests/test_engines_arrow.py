@@ -148,6 +148,8 @@ def test_consumed_reader_or_generator_and_bad_options(tmp_path):
         parquet_histogram(table, "n", nulls="drop")
     with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
         parquet_histogram(table, "n", batch_size=0)
+    with pytest.raises(ValueError, match=r"batch_size must be an int >= 1 and <= 46116"):
+        parquet_histogram(table, "n", batch_size=2**70)  # (was pyarrow's OverflowError; s8-polish)
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(ValueError, match="not readable as Parquet"):
         parquet_histogram(tmp_path / "bad.parquet", "n")

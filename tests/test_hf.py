@@ -248,6 +248,40 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
         hf.for_text(ds, pad_token_id=2**63, batch_size=4)  # (was an error at the first batch)
 
 
+def test_float_token_ids_and_loose_flags_are_refused_when_built():
+    """for_text padded float input_ids as floats (the model's embedding then failed); for_packing
+    refused them only at the first batch (s8-polish). Named at construction, with the cast."""
+    floats = datasets.Dataset.from_dict({"input_ids": [[5.0] * n for n in (3, 9, 4)]})
+    cast = r"cast_column\('input_ids', datasets.Sequence\(datasets.Value\('int64'\)\)\)"
+    with pytest.raises(
+        TypeError,
+        match=r"for_text pads column 'input_ids' as token ids, but it "
+        r"holds double values; .*" + cast,
+    ):
+        hf.for_text(floats.with_format("torch"), pad_token_id=0, batch_size=2)
+    with pytest.raises(TypeError, match="for_packing pads column 'input_ids'"):
+        hf.for_packing(floats, pad_token_id=0, row_length=16, batch_size=1)
+    # s8-polish: flags and sizes the plan did not use were read loosely or not at all
+    ints = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in (3, 9, 4)]})
+    for bad, match in [
+        (dict(evaluation="no"), "evaluation must be a bool, got evaluation='no'"),
+        (dict(sample_mask=1), "sample_mask must be a bool, got sample_mask=1"),
+        (dict(decoder_attention_mask="yes"), "decoder_attention_mask must be a bool"),
+        (dict(target_length=0), "target_length must be an int >= 1 and <= "),
+    ]:
+        with pytest.raises((TypeError, ValueError), match=match):
+            hf.for_text(ints, pad_token_id=0, batch_size=2, **bad)
+    with pytest.raises(TypeError, match="num_proc must be an int >= 1, got num_proc='4'"):
+        hf.lengths(ints, "input_ids", num_proc="4")
+    with pytest.raises(TypeError, match=r"column must be a column name, got column=0; the data"):
+        hf.for_audio(ints, column=0, batch_size=2)  # (was str.partition's AttributeError)
+    with pytest.raises(TypeError, match="got batch_size=3, which the BucketSampler decides"):
+        hf.for_text(ints, pad_token_id=0, batch_size=2).dataloader(batch_size=3)
+    mixed = {"input_ids": [[5] * 3, [5] * 9], "decoder_input_ids": [[1.5] * 2] * 2}
+    with pytest.raises(TypeError, match="column 'decoder_input_ids'"):
+        hf.for_text(datasets.Dataset.from_dict(mixed), pad_token_id=0, batch_size=2)
+
+
 def test_for_text_seq2seq_buckets_each_column():
     pairs = load_real("europarl")[:800]
     pairs = pairs[(pairs > 0).all(axis=1)]

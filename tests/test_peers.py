@@ -141,6 +141,8 @@ def test_weighted_without_replacement_has_no_repeats_and_checks_num_samples():
         from bucketloader.weighted import WeightedBucketSampler
 
         WeightedBucketSampler(ONE, [1.0, 2.0], batch_size=4)
+    with pytest.raises(ValueError, match=r"num_samples must be an int >= 1 and <= 1099511627776"):
+        _weighted(num_samples=2**70)  # (was numpy's OverflowError; s8-polish)
 
 
 def test_weighted_resume_is_exact_and_ranks_agree():

@@ -213,6 +213,10 @@ def test_spec_input_errors():
         BucketSpec.build([], batch_size=2)
     with pytest.raises(ValueError, match="num_buckets must give one value per input"):
         BucketSpec.build([[1, 2], [3, 4]], num_buckets=[2, 2, 2], batch_size=2)
+    spec = BucketSpec.build([3, 5, 8, 9], num_buckets=2, batch_size=2)
+    for bad, error in [(-1, ValueError), (float("nan"), TypeError), (2**70, ValueError)]:
+        with pytest.raises(error, match="num_replicas must be an int >= 1 and <= "):
+            spec.num_steps(bad)  # (-1 gave negative steps, nan NaN ones; s8-polish)
 
 
 # -- ShapeTable ----------------------------------------------------------------------------------

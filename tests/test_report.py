@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -157,6 +158,7 @@ def test_map_style_dataset_lengths():
         ({"batch_size": 0}, "batch_size must be an int >= 1"),
         ({"padding_target": -0.1}, "padding_target must be a number"),
         ({"max_batches": 0}, "max_batches must be an int >= 1"),
+        ({"progress": "no"}, "progress must be a bool, got progress='no'"),  # (was ignored)
     ],
 )
 def test_bad_arguments(kwargs, match):
@@ -178,6 +180,21 @@ def test_plot_writes_a_valid_png(tmp_path, librispeech):
     pytest.importorskip("matplotlib")
     r = analyze(librispeech, num_buckets=[4, 8], batch_size=16)
     _assert_png(r.plot(tmp_path / "sub" / "report.png"))
+
+
+def test_plot_refuses_a_path_that_is_not_an_image_file(tmp_path, monkeypatch):
+    """plot("out") wrote out.png, plot(folder) wrote folder.png beside it and plot("") a hidden
+    ./.png, each returning the path it was given; "p.txt" was matplotlib's error after the
+    drawing (s8-polish). Refused before anything is drawn or written."""
+    monkeypatch.chdir(tmp_path)
+    r = analyze([3, 5, 7, 9], num_buckets=[2])
+    images = r"path must name an image file ending in one of \.png, .*got path="
+    for bad in ["out", "", "p.txt", str(tmp_path)]:
+        with pytest.raises(ValueError, match=images + re.escape(repr(bad))):
+            r.plot(bad)
+    with pytest.raises(TypeError, match=r"path must be a file path .*got path=None"):
+        r.plot(None)
+    assert not list(tmp_path.iterdir()) and not (tmp_path.parent / f"{tmp_path.name}.png").exists()
 
 
 def test_plot_with_dataloader_shapes(tmp_path):

@@ -11,6 +11,8 @@ import torch
 from conftest import load_real
 from torch.utils.data import DataLoader, Dataset
 
+from bucketloader.evaluation import EvalSampler
+from bucketloader.pack import PackSampler
 from bucketloader.plan import BucketSpec, TokenBudget, plan_epoch
 from bucketloader.sampler import BucketSampler, GroupedDataset
 from bucketloader.solve import compute_boundaries
@@ -253,6 +255,33 @@ def test_bad_lengths():
         BucketSampler([3, 1], batch_size=2).set_epoch(-1)
     with pytest.raises(TypeError, match=r"is a token budget: pass it as max_tokens="):
         BucketSampler([3, 1], batch_size=TokenBudget(8))  # (was "batch_size must be an int")
+    # s8-polish: strategy=0 or "" was taken as the default; a falsy value is no longer read
+    with pytest.raises(ValueError, match="got strategy=''"):
+        BucketSampler([3, 1], batch_size=2, strategy="")
+    with pytest.raises(ValueError, match="got strategy=0"):
+        BucketSampler([3, 1], batch_size=2, strategy=0)
+
+
+def test_dataloader_options_are_checked_in_one_voice():
+    """num_workers=2.5 or nan was accepted until the first batch, None compared with 0 in torch,
+    and batch_size= named batch_sampler, which the user never passed (s8-polish)."""
+    samplers = [
+        BucketSampler([3, 5, 8, 9], num_buckets=2, batch_size=2),
+        PackSampler([3, 5, 8, 9], row_length=16, batch_size=1),
+        EvalSampler([3, 5, 8, 9], num_buckets=2, batch_size=2),
+    ]
+    data = [[1] * n for n in (3, 5, 8, 9)]
+    for sampler in samplers:
+        name = type(sampler).__name__
+        with pytest.raises(TypeError, match=rf"got batch_size=4, which the {name} decides"):
+            sampler.dataloader(data, batch_size=4)
+        for bad, error in [(2.5, TypeError), (float("nan"), TypeError), (None, TypeError),
+                           (-1, ValueError)]:  # fmt: skip
+            with pytest.raises(error, match=r"num_workers must be an int >= 0, got num_workers="):
+                sampler.dataloader(data, num_workers=bad)
+        with pytest.raises(TypeError, match=r"collate_fn must be a callable .* got collate_fn=3"):
+            sampler.dataloader(data, collate_fn=3)
+        assert sampler.dataloader(data, num_workers=np.int64(0)).num_workers == 0
 
 
 def test_state_dict_is_small_and_json():

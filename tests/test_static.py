@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch._dynamo.testing
@@ -422,6 +423,9 @@ BAD_CALLS = [
     (dict(seed=torch.tensor([1.0])), TypeError, r"seed must be an int or a 0-d integer tensor"),
     (dict(seed=torch.arange(3)), TypeError, r"seed must be .* shape \(3,\)"),
     (dict(generator=3), TypeError, r"generator must be a torch.Generator, got int 3"),
+    # was torch's TypeError; a range error with the fix (s8-polish)
+    (dict(seed=2**70), ValueError, r"seed must be an int in \[-2\*\*63, .*=1180.*% 2\*\*63"),
+    (dict(seed=-(2**63) - 1), ValueError, r"seed must be an int in \[-2\*\*63"),
 ]
 
 
@@ -448,6 +452,25 @@ def test_bad_input_module_and_helpers():
         static.masked_sum(torch.ones(2, 3), torch.ones(2, 3))
     with pytest.raises(TypeError, match=r"x must be a floating-point tensor .* x.float\(\)"):
         static.masked_mean(torch.ones(2, 3, dtype=torch.int64), torch.ones(2, 3, dtype=torch.bool))
+
+
+def test_masked_reductions_name_a_bad_dim():
+    """dim=5 was torch's IndexError, dim=(0, 0) its RuntimeError, keepdim=1 its TypeError
+    (s8-polish); numpy ints and bools are taken as torch's own."""
+    x, mask = torch.ones(2, 3), torch.ones(2, 3, dtype=torch.bool)
+    dims = r"dim must be None, an int or a tuple of distinct ints in \[-2, 1\] \(x has 2 dim"
+    for fn in (static.masked_sum, static.masked_mean):
+        with pytest.raises(ValueError, match=dims + r".*got dim=5; e.g. dim=-1"):
+            fn(x, mask, dim=5)
+        with pytest.raises(ValueError, match=r"got dim=\(0, -2\)"):
+            fn(x, mask, dim=(0, -2))
+        with pytest.raises(TypeError, match=r"got dim='1'"):
+            fn(x, mask, dim="1")
+        with pytest.raises(TypeError, match="keepdim must be a bool, got keepdim=1"):
+            fn(x, mask, keepdim=1)
+        assert fn(x, mask, dim=np.int64(-1), keepdim=np.bool_(True)).shape == (2, 1)
+        assert fn(x, mask, dim=[0, 1]).item() == fn(x, mask).item()
+    assert static.masked_sum(torch.tensor(2.0), torch.tensor(True), dim=0).item() == 2.0
 
 
 def test_module_wraps_function():

@@ -199,6 +199,20 @@ def test_validation_errors():
         list(BucketIterable([{"a": [1], "b": [2]}], boundaries=[4], batch_size=1))
     with pytest.raises(ValueError, match="length_fn returned -1 for sample 0"):
         list(BucketIterable([[1]], length_fn=lambda s: -1, boundaries=[4], batch_size=1))
+    # s8-polish: a length past 2**62 (or max_length) was numpy's OverflowError in estimate()
+    with pytest.raises(ValueError, match=r"returned 1180591620717411303424 .* < 2\*\*62"):
+        list(BucketIterable([2**70, 3], length_fn=int, boundaries=estimate(2), batch_size=2))
+    with pytest.raises(ValueError, match="max_length must be an int >= 1 and <= 46116"):
+        estimate(2, max_length=2**70)
+    # a 0-d integer tensor (e.g. mask.sum()) was refused; a bool or float one still is (s8-polish)
+    sums = [torch.ones(n) for n in (3, 2, 4)]
+    got = list(
+        BucketIterable(sums, length_fn=lambda s: (s > 0).sum(), boundaries=[4], batch_size=3)
+    )
+    assert [len(b) for b in got] == [3]
+    for bad in (torch.tensor(True), torch.tensor(2.0)):
+        with pytest.raises(ValueError, match=r"returned tensor\((True|2\.)\) .* 0-d integer"):
+            list(BucketIterable(sums, length_fn=lambda s, b=bad: b, boundaries=[4], batch_size=1))
     with pytest.raises(ValueError, match="strictly increasing"):
         BucketIterable([[1]], boundaries=[4, 4], batch_size=1)
 

@@ -8,6 +8,7 @@ k (padding ratio and shape count), with a recommended k under a stated rule and 
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,7 +19,14 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bucketloader._types import LazyModule, Strategy
-from bucketloader._validation import Lengths, MissingKeyError, as_lengths, check_float, check_int
+from bucketloader._validation import (
+    Lengths,
+    MissingKeyError,
+    as_lengths,
+    check_bool,
+    check_float,
+    check_int,
+)
 from bucketloader.analysis._plot import pct, plot_report
 from bucketloader.analysis._scan import dataset_lengths, is_dataloader, is_dataset, scan_batches
 from bucketloader.analysis.calibration import Calibration
@@ -118,10 +126,30 @@ class DynamicityReport:
         }
 
     def plot(self, path: str | Path, *, dpi: int = 130) -> Path:
-        """Write a PNG: the length histogram with the recommended boundaries over it, and the
+        """Write an image: the length histogram with the recommended boundaries over it, and the
         padding-versus-k frontier of every strategy (and the batch shapes of a scanned loader).
-        Needs matplotlib."""
-        return plot_report(self, Path(path), dpi=check_int("dpi", dpi, minimum=10))
+        The format follows the suffix of ``path`` (one of :data:`PLOT_SUFFIXES`; checked before
+        any drawing). Needs matplotlib."""
+        return plot_report(self, _image_path(path), dpi=check_int("dpi", dpi, minimum=10))
+
+
+#: Image suffixes :meth:`DynamicityReport.plot` (and ``bucketloader report --plot``) writes.
+PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp", ".eps", ".ps", ".tif", ".tiff")
+
+
+def _image_path(path: Any) -> Path:
+    """``path`` as a ``Path`` to an image file, or one clear error (matplotlib wrote ``out`` to
+    ``out.png`` and ``/tmp`` to ``/tmp.png`` while returning the path it was given)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a file path (str or os.PathLike), got path={path!r}")
+    out = Path(path).expanduser()
+    if out.suffix.lower() not in PLOT_SUFFIXES or out.is_dir():
+        raise ValueError(
+            f"path must name an image file ending in one of {', '.join(PLOT_SUFFIXES)}, got "
+            f"path={os.fspath(path)!r}{' (a directory)' if out.is_dir() else ''}; e.g. "
+            "path='report.png'"
+        )
+    return out
 
 
 def analyze(
@@ -178,6 +206,8 @@ def analyze(
         batch_size = check_int("batch_size", batch_size, minimum=1)
     if max_batches is not None:
         max_batches = check_int("max_batches", max_batches, minimum=1)
+    if progress is not None:  # (checked on every path: lengths never show a bar)
+        progress = check_bool("progress", progress)
     if costs is not None and batch_size is None:
         raise ValueError(
             "costs needs the batch size the model trains with: pass batch_size=..., "

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from bucketloader._dist import world_size
-from bucketloader._files import NotAFile, write_atomic
-from bucketloader._validation import check_int
+from bucketloader._files import NotAFile, folder_blocker, write_atomic
+from bucketloader._validation import check_folder, check_int
 from bucketloader._version import __version__
 from bucketloader.cache._dist import broadcast_get_or_solve
 from bucketloader.cache._io import (
@@ -77,8 +77,9 @@ class BucketCache:
     job and every rank gets the same boundaries even without a shared filesystem.
 
     Args:
-        directory: where entries live; ``None`` means :func:`default_cache_dir`. Created on the
-            first write. If it cannot be read or written, solving works uncached with one warning.
+        directory: where entries live (``~`` expanded); ``None`` means :func:`default_cache_dir`.
+            Created on the first write. If it cannot be read or written, solving works uncached
+            with one warning (given here already when a file stands at or above the path).
         max_size: size limit in bytes (``None``: unlimited). When a write pushes the directory
             over it, the oldest entries are removed first until it is under 0.99 × the limit
             (the Gaudi recipe-cache policy), one process at a time under a lock file.
@@ -109,18 +110,18 @@ class BucketCache:
         max_size: int | None = DEFAULT_MAX_SIZE,
         distributed: bool = True,
     ) -> None:
-        if directory is not None and not isinstance(directory, (str, os.PathLike)):
-            raise TypeError(
-                f"directory must be a path (str or os.PathLike) or None, got "
-                f"directory={directory!r}"
-            )
-        self.directory = Path(directory) if directory is not None else default_cache_dir()
+        self.directory = (
+            check_folder("directory", directory) if directory is not None else default_cache_dir()
+        )
         self.max_size = None if max_size is None else check_int("max_size", max_size, minimum=1)
         if not isinstance(distributed, bool):
             raise TypeError(f"distributed must be a bool, got distributed={distributed!r}")
         self.distributed = distributed
         self.hits = 0
         self.misses = 0
+        blocker = folder_blocker(self.directory)
+        if blocker is not None:  # say so where the cache is made, not at the first solve
+            self._warn_unusable(blocker)
 
     def __repr__(self) -> str:
         return f"BucketCache({str(self.directory)!r}, max_size={self.max_size})"

@@ -66,6 +66,10 @@ def epoch_stats(batches: Any, frames: np.ndarray, shape_of: Any) -> dict[str, An
     return {"shapes": len(shapes), "padding": (padded - real) / real, "batches": n}
 
 
+#: The largest batch the demo materialises (its batches are real tensors).
+_MAX_BATCH_BYTES = 2**30
+
+
 def run_demo(*, num_buckets: int, batch_size: int, max_batches: int, plot: str | None) -> int:
     k = check_int("num_buckets", num_buckets, minimum=1)
     bs = check_int("batch_size", batch_size, minimum=1)
@@ -73,6 +77,13 @@ def run_demo(*, num_buckets: int, batch_size: int, max_batches: int, plot: str |
     start = time.perf_counter()
     samples = default_lengths()
     frames = -(-samples // FRAME)
+    per_row = int(frames.max()) * FEATURES * 4  # bytes of the widest bucket's float32 row
+    if bs * per_row > _MAX_BATCH_BYTES:  # (--batch-size 100000 asked for 39 GB per batch)
+        raise ValueError(
+            f"batch_size={bs} makes demo batches of up to {bs:,} x {int(frames.max())} frames x "
+            f"{FEATURES} features, {bs * per_row / 2**30:.1f} GiB of float32 each; use at most "
+            f"batch_size={_MAX_BATCH_BYTES // per_row}"
+        )
     hours = samples.sum() / 16000 / 3600
     print(
         f"LibriSpeech train-clean-100: {samples.size:,} utterances, {hours:.1f} h of 16 kHz audio "

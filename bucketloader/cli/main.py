@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import threading
 import time
@@ -212,7 +213,7 @@ def _report(args: argparse.Namespace) -> int:
     from bucketloader.analysis import analyze
     from bucketloader.histogram import LengthHistogram
 
-    _check_output("--json", args.json)
+    _check_output("--json", args.json, args.file)
     _check_plot(args.plot)
     lengths = _read(args)
     batch_size = args.batch_size
@@ -242,7 +243,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _precompute(args: argparse.Namespace) -> int:
-    from bucketloader._validation import check_int
+    from bucketloader._validation import check_folder, check_int
     from bucketloader.cache import BucketCache
     from bucketloader.histogram import LengthHistogram
     from bucketloader.plan.budget import BatchRule
@@ -257,7 +258,10 @@ def _precompute(args: argparse.Namespace) -> int:
     params = resolve_params(
         fn, args.num_buckets, {"cost": args.cost, "pad_to_multiple_of": args.pad_to_multiple_of}
     )
-    _check_output("--json", args.json)
+    _check_output("--json", args.json, args.file)
+    cache = BucketCache(
+        None if args.cache_dir is None else check_folder("--cache-dir", args.cache_dir)
+    )  # built before the read: a file at the path warns at once
     lengths = _read(args)
     hist = LengthHistogram.from_lengths(lengths)
     m = params["pad_to_multiple_of"]
@@ -268,7 +272,6 @@ def _precompute(args: argparse.Namespace) -> int:
             f"longest sample, so that bucket's batch would be empty; raise --max-tokens to at "
             f"least {longest}"
         )
-    cache = BucketCache(args.cache_dir)
     key = cache.key(hist, name, params)
     many = "s" if hist.num_values != 1 else ""
     label = f"strategy {name!r}, k={args.num_buckets}, {hist.num_values:,} distinct length{many}"
@@ -310,22 +313,33 @@ def _precompute(args: argparse.Namespace) -> int:
     return 0
 
 
-#: Image formats matplotlib's Agg backend writes (checked before any work).
-_PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp", ".eps", ".ps", ".tif", ".tiff")
-
-
-def _check_output(option: str, path: str | None) -> None:
-    """An output path must not be an existing directory (checked before any work)."""
+def _check_output(option: str, path: str | None, source: str | None = None) -> None:
+    """An output path must not be an existing directory, nor the input file (checked before any
+    work: ``--json lengths.txt`` replaced the lengths with the report)."""
     if path is not None and Path(path).is_dir():
         raise ValueError(f"{option} must name a file, got the directory {path}")
+    if path is not None and source is not None and _same_file(path, source):
+        raise ValueError(
+            f"{option} {path} is the input file, which the report would replace; name another "
+            f"file, e.g. {option} {Path(source).stem}-report.json"
+        )
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet), or b is a glob
+        return False
 
 
 def _check_plot(path: str | None) -> None:
     """``--plot`` must name an image file matplotlib can write (checked before any work)."""
+    from bucketloader.analysis.report import PLOT_SUFFIXES
+
     _check_output("--plot", path)
-    if path and Path(path).suffix.lower() not in _PLOT_SUFFIXES:
+    if path and Path(path).suffix.lower() not in PLOT_SUFFIXES:
         raise ValueError(
-            f"--plot must name an image file ending in one of {', '.join(_PLOT_SUFFIXES)}, got "
+            f"--plot must name an image file ending in one of {', '.join(PLOT_SUFFIXES)}, got "
             f"--plot {path}"
         )
 

@@ -36,9 +36,11 @@ training's first step starts from. The forward and backward graphs do not depend
 gradient is accumulated outside them); under compiled autograd, where the accumulation is traced,
 precompile now traces the fresh-step state, which training with ``zero_grad()`` then reuses
 (s7-rev1 counted the compiles in training after precompile: 3 -> 1 with ``zero_grad()``, 3 -> 4
-with ``zero_grad(set_to_none=False)``, unchanged without compiled autograd). Session 2's H200 run
-recorded the error on the first synthetic batch, which this cause does not explain: until a GPU
-run confirms the fix, docs/precompile.md keeps its workaround.
+with ``zero_grad(set_to_none=False)``, unchanged without compiled autograd). Confirmed on an H100
+(session 8, torch 2.11): a classifier precompiled under CUDA graphs with 4 shapes, then trained;
+with ``reset_grads`` switched off the same script fails with that error at precompile; with one
+shape it passes (session 2's H200 log placed the error on the first synthetic batch;
+that run's script is gone, so that remains unexplained), and compile_e2e's variant 5 ran.
 
 NOTE [ A compiled optimizer step and a fresh optimizer ]
 A compiled ``optimizer.step()`` guards on the identity of its state tensors (dynamo marks them as

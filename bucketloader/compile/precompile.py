@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from bucketloader._validation import check_bool
+from bucketloader._validation import check_bool, check_folder
 from bucketloader.compile import _dist
 from bucketloader.compile._key import batch_signature, digest, key_document
 from bucketloader.compile._state import (
@@ -441,7 +441,7 @@ def _check_cache(cache: Any) -> CompileCache | None:
     if isinstance(cache, CompileCache):
         return cache
     if isinstance(cache, (str, os.PathLike)):
-        return CompileCache(cache)
+        return CompileCache(check_folder("cache", cache))  # (errors name cache=, not directory=)
     raise TypeError(
         f"cache must be a CompileCache, a directory, None (the default cache) or False, got "
         f"cache={cache!r}"

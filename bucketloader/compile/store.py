@@ -64,8 +64,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bucketloader._files import NotAFile, read_json, write_atomic
-from bucketloader._validation import check_bool, check_choice
+from bucketloader._files import NotAFile, folder_blocker, read_json, write_atomic
+from bucketloader._validation import check_bool, check_choice, check_folder
 from bucketloader._version import __version__
 from bucketloader.cache import default_cache_dir
 from bucketloader.compile._key import KEY_FORMAT, digest
@@ -138,18 +138,16 @@ class CompileCache:
         distributed: bool = True,
         share: str = "auto",
     ) -> None:
-        if directory is not None and not isinstance(directory, (str, os.PathLike)):
-            raise TypeError(
-                f"directory must be a path (str or os.PathLike) or None, got "
-                f"directory={directory!r}"
-            )
         self.directory = (
-            Path(directory).expanduser()
+            check_folder("directory", directory)
             if directory is not None
             else default_cache_dir() / "compile"
         )
         self.distributed = check_bool("distributed", distributed)
         self.share = check_choice("share", share, SHARE)
+        blocker = folder_blocker(self.directory)
+        if blocker is not None:  # say so where the cache is made, not at the first precompile
+            self._unusable(blocker)
 
     def __repr__(self) -> str:
         return (

@@ -92,7 +92,7 @@ def parquet_histogram(
     pa = require("pyarrow", "arrow")
     columns: list[str] = check_columns(column)  # type: ignore[assignment]
     nulls = check_nulls(nulls)
-    batch_size = check_int("batch_size", batch_size, minimum=1)
+    batch_size = check_int("batch_size", batch_size, minimum=1, maximum=2**62)  # (an Arrow int64)
     if progress is not None:
         progress = check_bool("progress", progress)
     schema, batches, total, what = _open(pa, source, columns, batch_size, nulls)

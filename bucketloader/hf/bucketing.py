@@ -56,13 +56,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bucketloader._types import SIDES
-from bucketloader._validation import check_choice, check_int
+from bucketloader._validation import MAX_LENGTH, check_bool, check_choice, check_int
 from bucketloader.boundaries import round_up
 from bucketloader.collate import Field, PadCollator
 from bucketloader.collate.fields import RESERVED
 from bucketloader.evaluation import EvalCollator, EvalSampler, EvalSamples
 from bucketloader.hf.lengths import lengths, resolve_column, table_and_indices
-from bucketloader.loader import ResumableDataLoader
+from bucketloader.loader import ResumableDataLoader, check_loader_options
 from bucketloader.sampler import BucketSampler, GroupedDataset
 
 __all__ = ["Bucketing", "ModelInputs", "Targets", "for_audio", "for_text"]
@@ -290,10 +290,11 @@ class Bucketing(NamedTuple):
     dataset: Any
 
     def dataloader(self, **kwargs: Any) -> DataLoader:
-        """``DataLoader(dataset, batch_sampler=sampler, collate_fn=collator, **kwargs)``."""
-        return EpochDataLoader(
-            self.dataset, batch_sampler=self.sampler, collate_fn=self.collator, **kwargs
-        )
+        """``DataLoader(dataset, batch_sampler=sampler, collate_fn=collator, **kwargs)``; the
+        options are checked as ``sampler.dataloader()`` checks them (a ``collate_fn`` of yours
+        replaces the collator)."""
+        options = {"collate_fn": self.collator, **check_loader_options(self.sampler, kwargs)}
+        return EpochDataLoader(self.dataset, batch_sampler=self.sampler, **options)
 
 
 class AudioRows(Dataset):
@@ -345,6 +346,28 @@ def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") 
             "pass the tokenizer's pad id"
         )
     return int(pad_token_id)
+
+
+def check_token_ids(datasets_: Sequence[Any], names: Sequence[str], owner: str) -> None:
+    """Refuse a token-id column of float values: padded as floats, it fails in the model's
+    embedding (a top-level column; the collator checks the rest)."""
+    for dataset in datasets_:
+        schema = table_and_indices(dataset)[0].schema
+        leaves = {n: _leaf_type(schema.field(n).type) for n in names if n in schema.names}
+        bad = [
+            (n, t) for n, t in leaves.items() if pa.types.is_floating(t) or pa.types.is_decimal(t)
+        ]
+        for name, leaf in bad[:1]:
+            raise TypeError(
+                f"{owner} pads column {name!r} as token ids, but it holds {leaf} values; token "
+                f"ids must be integers: cast the column first, e.g. dataset = "
+                f"dataset.cast_column({name!r}, datasets.Sequence(datasets.Value('int64')))"
+            )
+
+
+def _leaf_type(t: Any) -> Any:
+    """The value type inside any depth of Arrow lists."""
+    return _leaf_type(t.value_type) if pa.types.is_list(t) or pa.types.is_large_list(t) else t
 
 
 def side_of(side: Any, tokenizer: Any) -> str:
@@ -437,6 +460,11 @@ def build(datasets_: list[Any], plan: Plan, *, view: Any = None, options: dict[s
     """Sampler (one input per bucketed column; groups for several datasets) + collator."""
     views = [view(d) if view is not None else d for d in datasets_]
     opts = dict(options)
+    check_bool("evaluation", plan.evaluation)  # ("no" or 1 was read as True)
+    check_bool("sample_mask", plan.bookkeeping)
+    check_bool("decoder_attention_mask", plan.decoder_attention_mask)
+    if plan.target_length is not None:  # checked with or without target columns
+        check_int("target_length", plan.target_length, minimum=1, maximum=MAX_LENGTH)
     if plan.multiple is not None:
         opts["pad_to_multiple_of"] = check_int("pad_to_multiple_of", plan.multiple, minimum=1)
     if plan.evaluation:
@@ -582,11 +610,13 @@ def for_text(
     inputs = _check_columns(column)
     per_input = {name: [lengths(d, name) for d in many] for name in inputs}
     columns = split_columns(many, per_input)
+    pads = pad_values(many[0].column_names, inputs, pad)
+    check_token_ids(many, [c for c in pads if c in inputs or c.endswith("input_ids")], "for_text")
     plan = Plan(
         inputs=inputs,
         per=[np.stack([per_input[c][i] for c in inputs], axis=1) for i in range(len(many))],
         columns=columns,
-        pads=pad_values(many[0].column_names, inputs, pad),
+        pads=pads,
         side=side_of(side, tokenizer),
         multiple=pad_to_multiple_of,
         target_length=target_length,

@@ -74,6 +74,9 @@ def lengths(
         >>> lengths(ds.select([2, 0]), "input_ids").tolist()
         [2, 3]
     """
+    if num_proc is not None:  # (checked even where only fn= would use it)
+        num_proc = check_int("num_proc", num_proc, minimum=1)
+    batch_size = check_int("batch_size", batch_size, minimum=1)
     if isinstance(dataset, dict):  # a DatasetDict (a dict subclass) or a plain dict of splits
         return {
             split: lengths(d, column, fn=fn, num_proc=num_proc, batch_size=batch_size)
@@ -194,6 +197,10 @@ def resolve_column(table: Any, column: str) -> tuple[Any, str]:
     or to its only list field. Returns the array and the path actually used.
     """
     names = table.column_names
+    if not isinstance(column, str):  # (a list, an int or None reached str.partition)
+        raise TypeError(
+            f"column must be a column name, got column={column!r}; the dataset has columns {names}"
+        )
     if column in names:
         arr, path = table.column(column), column
     else:
@@ -259,9 +266,6 @@ def lengths_from_fn(dataset: Any, fn: Callable, *, num_proc: int | None, batch_s
     """Lengths from ``fn(batch)`` run by ``Dataset.map(batched=True)``, read back from Arrow."""
     if not callable(fn):
         raise TypeError(f"fn must be callable as fn(batch) -> lengths, got fn={fn!r}")
-    batch_size = check_int("batch_size", batch_size, minimum=1)
-    if num_proc is not None:
-        num_proc = check_int("num_proc", num_proc, minimum=1)
     if not hasattr(dataset, "map"):
         raise TypeError(f"fn= needs a datasets.Dataset, got {type(dataset).__name__}")
     key = "__bucketloader_length__"

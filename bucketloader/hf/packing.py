@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from bucketloader._validation import check_bool, check_choice
-from bucketloader.hf.bucketing import Bucketing, pad_token_id_of
+from bucketloader.hf.bucketing import Bucketing, check_token_ids, pad_token_id_of
 from bucketloader.hf.lengths import lengths
 from bucketloader.pack import PackSampler, document_mask
 
@@ -155,6 +155,7 @@ def for_packing(
     pad = pad_token_id_of(pad_token_id, tokenizer, "for_packing")
     check_choice("attention", attention, ATTENTION)  # before the lengths are read
     _check_seq_idx(return_seq_idx, attention)
+    check_token_ids([dataset], [column, "labels"], "for_packing")
     sampler = PackSampler(lengths(dataset, column), **options)
     collator = sampler.collator(
         key=column, pad_token_id=pad, max_seqlen=max_seqlen, seq_idx=return_seq_idx

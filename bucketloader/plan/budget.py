@@ -121,9 +121,9 @@ class TokenBudget:
         check_int("max_tokens", self.max_tokens, minimum=1, maximum=_INT64_MAX)
         check_bool("balance", self.balance)
         check_bool("promote", self.promote)
-        if self.max_batch_size is not None:
-            check_int("max_batch_size", self.max_batch_size, minimum=1)
-        check_int("multiple_of", self.multiple_of, minimum=1)
+        if self.max_batch_size is not None:  # (rows: a batch holds at most 2**40 elements)
+            check_int("max_batch_size", self.max_batch_size, minimum=1, maximum=MAX_BATCH_ELEMENTS)
+        check_int("multiple_of", self.multiple_of, minimum=1, maximum=MAX_BATCH_ELEMENTS)
         check_choice("oversize", self.oversize, OVERSIZE)
         for name in ("max_tokens", "max_batch_size", "multiple_of"):
             value = getattr(self, name)

@@ -205,7 +205,8 @@ class BucketSpec:
         A global step is ``num_replicas`` batches of one cell (one per rank); the ``q`` samples
         left make one more step unless ``last_batch="drop"`` (NOTE [ last_batch and replicas ]).
         """
-        per_step = self.cells.batch * num_replicas
+        num_replicas = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)
+        per_step = self.cells.batch * num_replicas  # (-1 gave negative steps, nan NaN ones)
         return self.counts // per_step, self.counts % per_step
 
     def num_steps(self, num_replicas: int = 1) -> np.ndarray:
@@ -386,7 +387,9 @@ class BucketSpec:
             "num_buckets", DEFAULT_NUM_BUCKETS if num_buckets is None else num_buckets, names
         )
         ks_in = [check_int("num_buckets", k, minimum=1) for k in ks_in]
-        strategies = per_input("strategy", strategy or "optimal", names, scalar=(str,))
+        strategies = per_input(
+            "strategy", "optimal" if strategy is None else strategy, names, scalar=(str,)
+        )
 
         budget = rule.budget
         if (

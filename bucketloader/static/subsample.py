@@ -33,12 +33,14 @@ rounds), against about 2.5 s for two ``topk``.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+import numbers
+from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bucketloader._validation import check_float, check_int, describe
+from bucketloader._validation import check_bool, check_float, check_int, describe
 from bucketloader.static._select import draw_seed, quota_select
 
 __all__ = [
@@ -260,7 +262,7 @@ def masked_sum(
         >>> masked_sum(x, x > 2.5, dim=-1).tolist()
         [3.0, 15.0]
     """
-    _check_reduction(x, mask)
+    dim, keepdim = _check_reduction(x, mask, dim, keepdim)
     return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(
         dim=dim, keepdim=keepdim
     )
@@ -281,7 +283,7 @@ def masked_mean(
         >>> masked_mean(x, x > 2.5, dim=-1).tolist()
         [3.0, 5.0]
     """
-    _check_reduction(x, mask)
+    dim, keepdim = _check_reduction(x, mask, dim, keepdim)
     if not (x.is_floating_point() or x.is_complex()):
         raise TypeError(
             f"x must be a floating-point tensor for masked_mean, got x.dtype={x.dtype}; "
@@ -380,7 +382,10 @@ def _check_mask(mask: object, labels: Tensor) -> Tensor | None:
     return mask
 
 
-def _check_reduction(x: object, mask: object) -> None:
+def _check_reduction(
+    x: object, mask: object, dim: Any, keepdim: object
+) -> tuple[int | tuple[int, ...] | None, bool]:
+    """Check a masked reduction's arguments; return ``dim`` and ``keepdim`` as torch takes them."""
     if not isinstance(x, Tensor):
         raise TypeError(f"x must be a tensor, got {describe(x)}")
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
@@ -394,6 +399,23 @@ def _check_reduction(x: object, mask: object) -> None:
             f"mask must be broadcastable to x.shape={tuple(x.shape)}, got "
             f"mask.shape={tuple(mask.shape)}"
         )
+    return _check_dims(dim, x.dim()), check_bool("keepdim", keepdim)
+
+
+def _check_dims(dim: Any, ndim: int) -> int | tuple[int, ...] | None:
+    """``dim`` is ``None``, an int or a sequence of distinct ints, each a dimension of ``x``."""
+    if dim is None:
+        return None
+    many = isinstance(dim, (tuple, list))
+    dims = list(dim) if many else [dim]
+    high = max(ndim, 1)  # a 0-d tensor reduces over dim 0 or -1, as in torch
+    ok = all(isinstance(d, numbers.Integral) and not isinstance(d, (bool, np.bool_)) for d in dims)
+    if ok and all(-high <= d < high for d in dims) and len({d % high for d in dims}) == len(dims):
+        return tuple(int(d) for d in dims) if many else int(dims[0])
+    raise (ValueError if ok else TypeError)(
+        f"dim must be None, an int or a tuple of distinct ints in [{-high}, {high - 1}] (x has "
+        f"{ndim} dimensions), got dim={dim!r}; e.g. dim=-1 reduces the last dimension"
+    )
 
 
 def _resolve_seed(
@@ -410,9 +432,14 @@ def _resolve_seed(
                 )
             # non_blocking: a blocking host-to-device copy synchronises the stream
             return seed.reshape(()).to(device=device, dtype=torch.int64, non_blocking=True)
-        if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
             raise TypeError(f"seed must be an int or a 0-d integer tensor, got seed={seed!r}")
-        return torch.tensor(seed, dtype=torch.int64).to(device, non_blocking=True)
+        if not -(2**63) <= seed < 2**63:
+            raise ValueError(
+                f"seed must be an int in [-2**63, 2**63 - 1] (a 64-bit seed), got seed={seed!r}; "
+                "reduce it first, e.g. seed % 2**63"
+            )
+        return torch.tensor(int(seed), dtype=torch.int64).to(device, non_blocking=True)
     if generator is not None:
         if torch.compiler.is_compiling():
             raise ValueError(

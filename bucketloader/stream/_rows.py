@@ -76,7 +76,6 @@ follows from the batches consumed alone.
 from __future__ import annotations
 
 import bisect
-import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +85,7 @@ from bucketloader.pack.spec import pack_rows
 from bucketloader.pack.split import cut
 from bucketloader.plan import PlannedBatch
 from bucketloader.stream._engine import Pass
+from bucketloader.stream.source import check_length
 
 STATE_FORMAT = 1
 
@@ -170,13 +170,7 @@ class RowPass(Pass):
     def pieces(self, pos: int, sample: Any) -> list[tuple[int, Any, int]]:
         """``[(piece, sample, tokens)]`` after the overflow policy (empty when dropped)."""
         o = self.o
-        n = o.measure(sample)
-        if not isinstance(n, numbers.Integral) or isinstance(n, bool) or n < 0:
-            raise ValueError(
-                f"length_fn returned {n!r} for sample {pos} of this worker's stream; it must "
-                "return an int >= 0"
-            )
-        n = int(n)
+        n = check_length(o.measure(sample), pos)
         if n == 0:
             raise ValueError(
                 f"sample {pos} of this worker's stream has 0 tokens; an empty document cannot be "

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import Cache, Strategy
-from bucketloader._validation import check_int
+from bucketloader._validation import MAX_LENGTH, check_int
 from bucketloader.solution import Solution
 from bucketloader.solve import solve_boundaries
 from bucketloader.stream.source import check_length
@@ -54,7 +54,9 @@ def estimate(
         num_buckets=check_int("num_buckets", num_buckets, minimum=1),
         sample_size=check_int("sample_size", sample_size, minimum=1),
         strategy=strategy,
-        max_length=None if max_length is None else check_int("max_length", max_length, minimum=1),
+        max_length=None
+        if max_length is None
+        else check_int("max_length", max_length, minimum=1, maximum=MAX_LENGTH),
         cache=cache,
         options=dict(options),
     )

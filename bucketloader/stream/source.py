@@ -62,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from bucketloader._samples import length_reader
+from bucketloader._validation import MAX_LENGTH
 
 
 def make_length_fn(length_fn: Any) -> Callable[[Any], Any]:
@@ -95,12 +96,23 @@ class _JointLengths:
 
 
 def check_length(value: Any, position: int) -> int:
-    """A sample's length as an int >= 0, or an error naming the sample's position."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and int(value) >= 0:
-        return int(value)
+    """A sample's length as an int >= 0, or an error naming the sample's position. An integer
+    scalar of numpy or torch counts too (``lambda s: s["mask"].sum()`` gives a 0-d tensor).
+
+    Example:
+        >>> import torch
+        >>> check_length(3, 0), check_length(torch.tensor(4), 1), check_length(np.int32(5), 2)
+        (3, 4, 5)
+    """
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if 0 <= int(value) <= MAX_LENGTH:
+            return int(value)
+    elif getattr(value, "ndim", 1) == 0 and "int" in str(getattr(value, "dtype", "bool")):
+        if 0 <= int(value) <= MAX_LENGTH:
+            return int(value)  # a 0-d integer array or tensor (not a bool one)
     raise ValueError(
         f"length_fn returned {value!r} for sample {position} of this worker's stream; it must "
-        "return an int >= 0"
+        "return an int >= 0 and < 2**62 (or a 0-d integer array or tensor)"
     )
 
 
