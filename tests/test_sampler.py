@@ -15,6 +15,7 @@ from bucketloader.evaluation import EvalSampler
 from bucketloader.pack import PackSampler
 from bucketloader.plan import BucketSpec, TokenBudget, plan_epoch
 from bucketloader.sampler import BucketSampler, GroupedDataset
+from bucketloader.sharded import ShardedSampler
 from bucketloader.solve import compute_boundaries
 
 
@@ -269,6 +270,7 @@ def test_dataloader_options_are_checked_in_one_voice():
         BucketSampler([3, 5, 8, 9], num_buckets=2, batch_size=2),
         PackSampler([3, 5, 8, 9], row_length=16, batch_size=1),
         EvalSampler([3, 5, 8, 9], num_buckets=2, batch_size=2),
+        ShardedSampler([3, 5, 8, 9], num_buckets=2, batch_size=2),  # (unchecked before s8-rev1)
     ]
     data = [[1] * n for n in (3, 5, 8, 9)]
     for sampler in samplers:
