@@ -55,11 +55,12 @@ def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any
     """
     for name in (k for k in _SAMPLER_OWNED if k in options):
         if not _is_default(name, options[name]):
+            kind = type(sampler).__name__
             raise TypeError(
-                f"dataloader() got {name}={options[name]!r}, which the {type(sampler).__name__} "
-                "decides (its batches are the loader's); set batch_size= or max_tokens= (and "
-                "shuffle=, last_batch=) on the sampler, and pass DataLoader options such as "
-                "num_workers= here"
+                f"dataloader() got {name}={options[name]!r}, which the {kind} decides (its "
+                f"batches are the loader's); set the batch size and order when you make the "
+                f"{kind}, and pass only other DataLoader options here (num_workers=, "
+                "pin_memory=, ...)"
             )
     out = dict(options)
     if "num_workers" in out:
