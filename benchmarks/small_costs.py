@@ -23,8 +23,9 @@
    bitset over row capacities, every document's row), from N = 1k to 10M documents:
    long-tailed code-like lengths (lognormal, sigma 1.3, up to 2048 = L), GSM8K question +
    answer + 2 resampled (L = 1024), and the 2k-document files (the first 2,000 GSM8K pairs at
-   L = 512, the first 2,000 E. coli proteins + 2 at L = 2,400), with ``search="auto"`` (the
-   default) and ``search="never"``.
+   L = 512, the first 2,000 E. coli proteins + 2 at L = 2,400), and documents uniform in
+   (L/4, L/2] (where every BFD row keeps room) at L = 1,024, 16,384 and 131,072 from 1k to
+   100k documents, with ``search="auto"`` (the default) and ``search="never"``.
    Rows against the L2 lower bound; the median of ``--repeats`` bests of 5 alternating rounds
    (CPU time).
 3. Streams: ``BucketIterable`` (8 buckets, ``batch_size=B``) against a plain
@@ -448,6 +449,14 @@ def packing(quick: bool, repeats: int) -> list[str]:
         cases.append((f"GSM8K q+a+2 resampled, N={n:,}", rng.choice(gsm, n), 1024))
     cases.append(("GSM8K first 2,000 (L=512)", gsm[:2000], 512))
     cases.append(("E. coli first 2,000 (L=2400)", ecoli[:2000], 2400))
+    # where every BFD row keeps room (s7-rev2): no plan can keep the 0.5-point promise there
+    hard = set()
+    for length in (1024, 16384, 131072):
+        for n in (1_000, 10_000, 100_000):
+            label = f"uniform in (L/4, L/2], N={n:,}"
+            hard.add((label, length))
+            docs = np.random.default_rng(n).integers(length // 4 + 1, length // 2 + 1, n)
+            cases.append((label, docs, length))
     lines = [
         "## 2. PackSampler's plan vs a careful best-fit decreasing",
         "",
@@ -463,7 +472,9 @@ def packing(quick: bool, repeats: int) -> list[str]:
         '`PackSpec.build` runs with the default `search="auto"` '
         "(where BFD pads more than 0.5 points above the bound, the search repacks BFD's rows "
         "with the most room: towards the L2 bound, or towards that 0.5-point promise where the "
-        "bound would take more than one of BFD's patterns per 40 documents) "
+        "bound would take more than one of BFD's patterns per 40 documents; where every "
+        "document is in (L/4, L/2], rows of at most three documents instead, BFD's rows only "
+        "counted) "
         'and with `search="never"` (best-fit decreasing alone); rows against the L2 lower bound. '
         f"Times: per method the median over {repeats} repeats of the best of 5 rounds, "
         "each round about 10 ms of calls (at least one; CPU time), in races of two: `never` "
@@ -529,7 +540,8 @@ def packing(quick: bool, repeats: int) -> list[str]:
         rows = never.num_rows
         assert rows == theirs == int(packed[0].sum()) and auto.num_rows <= rows, (label, rows)
         promise = int(lengths.sum()) // 200  # the default's: within 0.5 points of ceil(tokens/L)
-        assert (auto.num_rows - auto.lower_bound) * row_length <= promise, label
+        if (label, row_length) not in hard:
+            assert (auto.num_rows - auto.lower_bound) * row_length <= promise, label
         worst["auto"] = max(worst["auto"], auto_t / pack_auto_t)
         worst["never"] = max(worst["never"], never_t / pack_t)
         worst["count"] = max(worst["count"], never_c / count_t)
@@ -557,8 +569,9 @@ def packing(quick: bool, repeats: int) -> list[str]:
         f'document **{worst["doc"]:.3g}x**, `search="auto"` / BFD packing '
         f'**{worst["auto"]:.2f}x**, `search="auto"` / BFD per document '
         f"**{worst['auto_doc']:.3g}x**; rows: `never` = BFD's everywhere, `auto` <= BFD's "
-        "everywhere and within 0.5 points of padding of `ceil(tokens / L)` rows everywhere "
-        "(asserted).",
+        "everywhere and within 0.5 points of padding of `ceil(tokens / L)` rows on every "
+        "set but the uniform ones (asserted; in (L/4, L/2] no plan comes that close: rows of "
+        "three documents at most, NOTE [ At most three documents a row ]).",
         "",
     ]
     return lines

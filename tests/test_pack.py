@@ -812,3 +812,34 @@ def test_compiled_model_has_one_graph_per_planned_shape():
     assert shapes == set(sampler.shapes)
     assert len(graphs) == len(sampler.shapes)
     torch._dynamo.reset()
+
+
+def test_few_documents_for_a_long_row_are_counted_by_sorting(monkeypatch):
+    """Fewer documents than a quarter of the longest row length: counted by sorting them, not
+    in a table of ``row_length + 1`` counts (0.9 ms at 131,072): the same plan, digest and
+    bound as the table's, and the same errors and overflow policies."""
+    import bucketloader.pack.spec as spec_module
+
+    base = [5, 3, 2, 7, 1, 6, 4, 4, 8, 2, 1, 40, 33]
+    calls = []
+    real = spec_module._sorted_count
+    monkeypatch.setattr(spec_module, "_sorted_count", lambda *a: calls.append(1) or real(*a))
+    for dtype in (np.int64, np.int32, np.uint16):
+        for arr in (np.array(base, dtype=dtype), base):
+            got = PackSpec.build(arr, row_length=64, batch_size=2)
+            monkeypatch.setattr(spec_module, "_SORT_BELOW", 10**9)  # (the table)
+            want = PackSpec.build(arr, row_length=64, batch_size=2)
+            monkeypatch.setattr(spec_module, "_SORT_BELOW", 4)
+            assert (got.digest, got.num_rows, got.lower_bound_l2) == (
+                want.digest,
+                want.num_rows,
+                want.lower_bound_l2,
+            )
+            assert got._sizes.dtype == np.uint16 and not got._sizes.flags.writeable
+    assert len(calls) == 6
+    with pytest.raises(ValueError, match=r"must be non-negative, got -2 at index 3"):
+        PackSpec.build(np.array([5, 3, 2, -2]), row_length=64, batch_size=2)
+    with pytest.raises(ValueError, match=r"must be >= 1 to pack, got 0 at index 2"):
+        PackSpec.build(np.array([5, 3, 0, 2]), row_length=64, batch_size=2)
+    cut = PackSpec.build(np.array([5, 3, 99, 2]), row_length=64, batch_size=2, overflow="drop")
+    assert cut.dropped.tolist() == [2] and len(calls) == 9

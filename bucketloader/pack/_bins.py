@@ -80,7 +80,8 @@ data set:
   one), stops at the next pattern and keeps the tightest plan done by then (BFD's before any):
   counted, not timed, so every rank plans the same; MBS over every document follows only where
   its estimate (BFD's rows x distinct sizes x words) fits in the work left. Where every BFD
-  row keeps room (2,000 documents uniform in (L/4, L/2]) the search had cost 20-90x a
+  row keeps room (2,000 documents uniform in (L/4, L/2], now packed as NOTE [ At most three
+  documents a row ] says, not by this search) the search had cost 20-90x a
   best-fit decreasing for a few rows: 31-41 ms in rows of 1024 (814 rows, BFD 842), 0.56 s in rows
   of 16,384 (828, BFD 841), about 6 s in rows of 131,072 (841, nothing gained); with the budget
   17 ms (814: the repack's first plans fit, MBS over everything, which lost, is skipped), 50 ms
@@ -99,6 +100,51 @@ the earlier BFD-then-MBS plan in 35, looser in 42 (by 1 to 84 rows, 0.44% of GSM
 50k documents and L = 256: within 0.1% of the bound or the promise, where the earlier plan was
 nearer the bound) and equal in 73; the promise holds in 92 of them (earlier: 84).
 
+NOTE [ At most three documents a row ]
+Where every document is longer than a quarter of the (one) row length, a row holds three at
+most, and one longer than half a row (long) one other at most. Where the short ones (at most
+L / 2) are the more, best-fit decreasing leaves room in nearly every row: 2,000 documents
+uniform in (L/4, L/2] take 842 rows of 1,024 where the tokens fill 758. Repacking those rows
+(NOTE [ Repacking the rows with room ]) cost 5-100x a per-document BFD for a few rows. Here a
+plan (:func:`three_rows`, numpy over the documents sorted by size) is:
+
+- Each long document, from the most room, takes the longest short one left that fits (one
+  running maximum: the most such pairs, and the longest short ones in them).
+- Of the short ones left, ``t`` rows of three; the others two a row (any two fit), an odd one
+  alone: ``ceil((n - t) / 2)`` rows. The ``3t`` smallest make the triples (in any plan with
+  ``t`` triples, a triple's document can be swapped for a smaller one outside the triples).
+  The ``t`` largest of them anchor a row each; the ``2t`` others pair up and the pairs, least
+  tokens first, go to the anchors, largest first; a triple fits when its pair fits the
+  anchor's room. Three pairings are tried in turn: smallest with largest (pairs of about equal
+  tokens), the smaller half with the larger in order, neighbours (the fewest tokens for the
+  largest anchors). ``t`` is found by bisection, between the triples BFD's rows imply and the
+  most whose tokens fit ``t`` rows (each try a few slices and one sort of ``t`` sums).
+- Never looser than best-fit decreasing: :func:`bfd_rows_three` counts BFD's rows exactly, on
+  the histogram and without a plan (a row of one short document is the only room of half a
+  row or more, one open at most, so the state is that row and the rooms of the rows that take
+  one more document: a long one's, or two short ones'), and the search starts from one triple
+  more than those rows allow. Where BFD's rows are within the promise or 0.1% of the bound,
+  BFD's plan is kept, as before; where the fill finds no fewer rows, the search of the other
+  lengths runs (NOTE [ Two solvers, the tighter plan ]); ``"always"`` keeps the tighter of the
+  two.
+- Where the long documents are at least as many as the short ones, nearly every short one
+  shares a long one's row, which BFD does too (on (L/4, L] it is within 0.1% of the bound): the
+  count would only add time, and the search of the other lengths decides, as before.
+
+3-partition (are there ``N / 3`` such triples?) is strongly NP-hard, so this is a heuristic:
+on 3,000 random cases in (L/4, L/2] (2 to 400 documents, one to all sizes of the range, rows of
+8 to 4,096) it packed tighter than the repack that came before it in 747, looser in 22 (by 1-4
+rows, 16 of them with five distinct sizes), never looser than BFD. On 2,000 documents of (L/4,
+L/2] (seed 0) it finds 807 rows of 1,024 where the repack found 814 in 15-18 ms (about 21x a
+per-document BFD; BFD 842), and 806 of 16,384 or 131,072 where the repack, cut by its budget,
+kept BFD's 841 in 44 ms and 0.28 s; on 2,000 of (L/4, 2L/3], 943 rows (BFD 947; the repack: 942
+in 8.4 ms at 1,024, 946 in 64 ms at 16,384) in 0.3-0.7x a per-document BFD's time. In
+benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k to 100k, at L = 1,024,
+16,384 and 131,072) it takes 0.11-0.86x a per-document BFD's time (up to 0.89x in a second
+run), for about 4% fewer rows than BFD. Only its plans get solver version 7
+(:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its arrays are per document: 0.1 s
+at 1M); above that the search of the other lengths runs.
+
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
 benchmarks/small_costs.py races a careful bulk BFD that outputs the packing in this module's
@@ -112,10 +158,11 @@ in one pass. ``PackSpec.build`` reads the lengths once (NOTE [ One pass over the
 :mod:`bucketloader.pack.spec`). The MBS search over every document costs about 0.05-0.1 ms per
 pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); repacking only
 BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2%
-of the rows on GSM8K-like lengths in 0.73-0.94x a per-document BFD's time on 1k-2k documents,
-0.23-0.24x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, three runs
-at load 4.4-5.3), so the default searches where BFD misses its promise; the caller can still
-choose (``search``, a :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
+of the rows on GSM8K-like lengths in 0.76-0.93x a per-document BFD's time on 1k-2k documents,
+0.23x at 10k and under 0.04x from 100k on (benchmarks/results/small_costs.md, load 1.8-2.1;
+session 7: 0.73-1.07x on 1k-2k documents), so the default searches where BFD misses its
+promise; the caller can still choose (``search``, a :meth:`PackSpec.build
+<bucketloader.pack.PackSpec.build>` option):
 
 - ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
   above the ``ceil(tokens / L)`` bound's (the packing promise of issue 25, e.g. GSM8K at
@@ -171,21 +218,28 @@ import numpy as np
 #: decided against :func:`capacity_bound`. 5: the search starts by repacking best-fit
 #: decreasing's rows with room (NOTE [ Repacking the rows with room ]). 6: ``"auto"``'s search
 #: stops at its work budget. A plan that no search touched keeps the version it had (see
-#: :func:`solver_version`).
-SOLVER_VERSION = 6
+#: :func:`solver_version`). 7: where every document is longer than a quarter of the one row
+#: length, the rows of at most three documents (NOTE [ At most three documents a row ]).
+SOLVER_VERSION = 7
 
 
 def solver_version(
-    row_lengths: tuple[int, ...], searched: bool = False, budgeted: bool = False
+    row_lengths: tuple[int, ...],
+    searched: bool = False,
+    budgeted: bool = False,
+    tripled: bool = False,
 ) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
     changed only plans with several row lengths, version 5 only the plans that repacking
     best-fit decreasing's rows made (``searched``: where the search keeps BFD's plan or MBS's,
-    those are the plans of 3 and 4) and version 6 only those where the work budget stopped a
-    search (``budgeted``), so the others keep 3, 4 or 5 (and their digests, so the states saved
+    those are the plans of 3 and 4), version 6 only those where the work budget stopped a
+    search (``budgeted``) and version 7 only the rows of at most three documents
+    (``tripled``), so the others keep 3, 4, 5 or 6 (and their digests, so the states saved
     before still load)."""
-    if budgeted:
+    if tripled:
         return SOLVER_VERSION
+    if budgeted:
+        return 6
     if searched:
         return 5
     return 4 if len(row_lengths) > 1 else 3
@@ -218,6 +272,9 @@ _MBS_WORK = 10**8
 #: timed, so every rank plans the same. The tests' and benchmarks' repacks spend at most 10.7
 #: (2,000 documents in (256, 512] in rows of 1024), the benchmark's at most 0.14.
 _REPACK_WORK = 16
+#: Rows of at most three documents (NOTE [ At most three documents a row ]) up to this many
+#: documents (their arrays are per document); beyond it the search of BFD's rows.
+_THREE_DOCS = 1 << 22
 
 
 @dataclass(frozen=True, eq=False)
@@ -235,6 +292,8 @@ class Patterns:
             (BFD's or MBS's plan after a search is the plan earlier versions made).
         budgeted: whether the search's work budget stopped it (the repack, or MBS over every
             document), which :func:`solver_version` tells too (earlier versions searched on).
+        tripled: whether the plan is :func:`three_rows`'s (NOTE [ At most three documents a
+            row ]), which :func:`solver_version` tells too.
     """
 
     sizes: np.ndarray
@@ -245,6 +304,7 @@ class Patterns:
     mult: np.ndarray
     searched: bool = False
     budgeted: bool = False
+    tripled: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -276,11 +336,49 @@ def solve(
         >>> p.num_rows, sorted(p.fill.tolist())
         (3, [4, 8])
     """
+    three = None
+    if search != "never" and len(row_lengths) == 1:
+        length = row_lengths[0]
+        docs = int(np.sum(counts))
+        # NOTE [ At most three documents a row ]: fewer long documents than short ones
+        if 4 * int(sizes[-1]) > length and docs <= _THREE_DOCS:
+            if 2 * int(counts[sizes > length // 2].sum()) < docs:
+                three = _three(sizes, counts, length, search)
+                if three is not None and search == "auto":
+                    return three
+    plan = _searched(sizes, counts, row_lengths, search)
+    if three is not None and three.num_rows < plan.num_rows:
+        return three  # ("always": the tighter)
+    return plan
+
+
+def _three(sizes: np.ndarray, counts: np.ndarray, length: int, search: str) -> Patterns | None:
+    """:func:`three_rows` where best-fit decreasing would search (:func:`solve`'s tests, on
+    BFD's counted rows: no plan made) and it finds fewer rows than BFD, else ``None``."""
+    rows = bfd_rows_three(sizes.tolist(), counts.tolist(), length)
+    tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
+    c1 = -(-tokens // length) * length
+    padded = rows * length
+    few = search == "auto" and int(np.sum(counts)) < _DOCS_PER_SIZE * len(sizes)
+    if few and padded - c1 <= tokens // _TOLERANCE:
+        return None  # (BFD's plan, as before)
+    # (C2 = C1 where no document is longer than L / 2)
+    c2 = c1 if 2 * int(sizes[0]) <= length else lower_bound(sizes, counts, length)[1] * length
+    if padded - c2 <= padded // _CLOSE_ENOUGH:
+        return None
+    return three_rows(np.asarray(sizes, dtype=np.int64), np.asarray(counts), length, rows)
+
+
+def _searched(
+    sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...], search: str
+) -> Patterns:
+    """:func:`solve` but for the rows of at most three documents."""
     fit = best_fit(sizes, counts, row_lengths)
     if search == "never":
         return fit
     # NOTE on planning speed: "always" searches whatever the documents per distinct size
-    few = search == "auto" and int(np.sum(counts)) < _DOCS_PER_SIZE * len(sizes)
+    docs = int(np.sum(counts))
+    few = search == "auto" and docs < _DOCS_PER_SIZE * len(sizes)
     tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
     padded = _padded(fit, row_lengths)
     # the bounds on row tokens (NOTE [ Lower bounds ]); with one row length L1 needs no pass
@@ -305,7 +403,6 @@ def solve(
     if len(row_lengths) == 1:  # (whole rows)
         promised -= promised % row_lengths[0]
     aims = [c2, promised] if few else [c2]
-    docs = int(np.sum(counts))
     words = -(-max(row_lengths) // 64)
     # (counted, not timed: the same plan on every rank; "always" searches whatever it costs)
     work = [0, _REPACK_WORK * docs * (words + 1)] if search == "auto" else None
@@ -331,6 +428,8 @@ def solve(
 
 def _padded(p: Patterns, row_lengths: tuple[int, ...]) -> int:
     """Row tokens of a solution (rows x their row length)."""
+    if len(row_lengths) == 1:
+        return int(p.reps.sum()) * row_lengths[0]
     return int((p.reps * np.asarray(row_lengths, dtype=np.int64)[p.kind]).sum())
 
 
@@ -574,28 +673,27 @@ def _quick_slack(
     items: list[int] = []
     mults: list[int] = []
     ends: list[int] = []
-
-    def take(s: int, k: int) -> None:  # k documents of size s
-        nonlocal have, mirror
-        n = left[s] - k
-        if n:
-            left[s] = n
-        else:
-            del left[s]
-            del sizes[bisect_left(sizes, s)]
-            have ^= 1 << s
-            mirror ^= 1 << top - s
-
+    steps = 0  # quick-fill steps and rows opened, not yet counted in work[0]
+    # (inline, not a function per step: the hot loop)
     while sizes:
         if work is not None:
+            work[0] += steps * words
+            steps = 0
             if work[0] > work[1]:
                 raise _OutOfWork
-            work[0] += words
+        steps += 1
         big = sizes[-1]  # the largest document left opens the row
         kind = bisect_left(lens, big)
         cap = lens[kind] - big
         row = {big: 1}
-        take(big, 1)
+        n = left[big] - 1
+        if n:
+            left[big] = n
+        else:
+            del left[big]
+            sizes.pop()
+            have ^= 1 << big
+            mirror ^= 1 << top - big
         room = cap
         while room and sizes:  # the quick fill: exactly one or two documents, else as
             if room in left:  # many of the largest as leave a room the smallest one fits
@@ -615,18 +713,17 @@ def _quick_slack(
                         break
                     pick = sizes[i]
                     k = min(left[pick], (room - least) // pick)
-            # (a pair's first document: the next step finds its partner; inline: the hot loop)
-            if work is not None:
-                work[0] += words
+            # (a pair's first document: the next step finds its partner)
+            steps += 1
             row[pick] = row.get(pick, 0) + k
             room -= k * pick
-            if left[pick] > k:
-                left[pick] -= k
+            n = left[pick] - k
+            if n:
+                left[pick] = n
                 continue
             del left[pick], sizes[bisect_left(sizes, pick)]
             have ^= 1 << pick
             mirror ^= 1 << top - pick
-        owed = 0  # the row's documents but the anchor still to take (a closest fill's)
         if room:  # no quick fill: back into the pool, and the closest fill (as MBS)
             for s, k in row.items():
                 k -= s == big
@@ -640,18 +737,29 @@ def _quick_slack(
             row = {big: 1}
             for s, k in _closest(left, sizes, cap, work):
                 row[s] = row.get(s, 0) + k
-            owed = 1
-        # the same rows again, while the documents last
-        more = min((left.get(s, 0) - owed * (k - (s == big))) // k for s, k in row.items())
-        for s, k in row.items():
-            if more * k + owed * (k - (s == big)):
-                take(s, more * k + owed * (k - (s == big)))
+            # the row's documents but the anchor are still to take, once more than `more`
+            more = min((left.get(s, 0) - (k - (s == big))) // k for s, k in row.items())
+            use = [(s, more * k + k - (s == big)) for s, k in row.items()]
+        else:  # the same rows again, while the documents last
+            more = min(left.get(s, 0) // k for s, k in row.items())
+            use = [(s, more * k) for s, k in row.items()] if more else []
+        for s, k in use:
+            if k:
+                n = left[s] - k
+                if n:
+                    left[s] = n
+                else:
+                    del left[s], sizes[bisect_left(sizes, s)]
+                    have ^= 1 << s
+                    mirror ^= 1 << top - s
         kinds.append(kind)
         reps.append(more + 1)
         for s in sorted(row, reverse=True):
             items.append(s)
             mults.append(row[s])
         ends.append(len(items))
+    if work is not None:
+        work[0] += steps * words
     return kinds, reps, items, mults, ends
 
 
@@ -694,6 +802,193 @@ def _closest(
             out.append((s, k))
             c -= s * k
     return out
+
+
+def bfd_rows_three(vals: list[int], counts: list[int], length: int) -> int:
+    """The rows of best-fit decreasing (per document, as :func:`best_fit`) where every size is
+    in ``(length / 4, length]``, counted only (NOTE [ At most three documents a row ]): ``vals``
+    decreasing, ``counts`` (>= 1) the documents of each.
+
+    Example:
+        >>> bfd_rows_three([5, 4, 3], [1, 2, 2], 12)  # 5 4 3 | 4 3
+        2
+        >>> bfd_rows_three([11, 5], [1, 3], 16)  # 11 5 | 5 5
+        2
+    """
+    # the rooms of the rows that take one more document at most (of one long document, or of
+    # two), increasing, each once; the rows of one document of at most L / 2 have the only
+    # rooms of L / 2 or more, and one is open at most (the next such document joins it)
+    rooms: list[int] = []
+    rows_of: dict[int, int] = {}  # room -> rows with that room
+    single = 0  # the document of the one row holding a single short document (0: none)
+    rows = 0
+    long = bisect_left(vals, -(length // 2), key=operator.neg)  # (longer than L / 2)
+    for s, c in zip(vals[:long], counts[:long], strict=True):
+        rows += c  # a row each (two share none)
+        if 4 * (length - s) > length:  # (a room no document fits is none)
+            rows_of[length - s] = c
+            rooms.append(length - s)  # (increasing: the sizes decrease)
+    for s, c in zip(vals[long:], counts[long:], strict=True):
+        while c:
+            j = bisect_left(rooms, s)
+            if j < len(rooms):  # the tightest rows of two that hold s: a third document each
+                room = rooms[j]
+                n = rows_of[room]
+                if c < n:
+                    rows_of[room] = n - c
+                    break
+                c -= n
+                del rows_of[room], rooms[j]
+                continue
+            if single:  # the single's row (its room, above L / 2, is the only one that holds s)
+                room, single = length - single - s, 0
+                c -= 1
+                k = 1
+            elif 3 * s <= length:  # new rows: s s, and a third s in the room that leaves
+                q, rest = divmod(c, 3)
+                rows += q + (rest > 0)
+                single = s if rest == 1 else 0
+                room, k, c = length - 2 * s, int(rest == 2), 0
+            else:  # new rows: s s (the room left holds no s)
+                q, rest = divmod(c, 2)
+                rows += q + rest
+                single = s if rest else 0
+                room, k, c = length - 2 * s, q, 0
+            if k:  # (a pair's room is at least every earlier pair's, not a long one's)
+                had = rows_of.get(room)
+                if had is None:
+                    rows_of[room] = k
+                    if not rooms or room > rooms[-1]:
+                        rooms.append(room)
+                    else:
+                        insort(rooms, room)
+                else:
+                    rows_of[room] = had + k
+    return rows
+
+
+def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -> Patterns | None:
+    """Rows of at most three documents where every size is in ``(length / 4, length]`` (NOTE
+    [ At most three documents a row ]) with fewer than ``below`` rows, or ``None`` when the fill
+    finds none: ``sizes`` distinct, decreasing, ``counts`` the documents of each.
+
+    Example:
+        >>> p = three_rows(np.array([5, 4, 3]), np.array([1, 2, 2]), 12, 3)
+        >>> p.num_rows, sorted(p.fill.tolist())
+        (2, [9, 10])
+        >>> three_rows(np.array([11, 5]), np.array([1, 5]), 16, 4).num_rows  # 11 5 | 5 5 5 | 5
+        3
+    """
+    ids = np.repeat(np.arange(sizes.size - 1, -1, -1), counts[::-1])  # (size indices, by size)
+    docs = sizes[ids]  # increasing
+    n = int(np.searchsorted(docs, length // 2, side="right"))  # (at most L / 2)
+    # a long document's row takes one short document at most: the long ones in turn, from the
+    # most room, each take the longest short one left that fits (the most of them that can
+    # be matched, and the longest, leaving the shortest for the rows of three)
+    longs, every, k = ids[n:], ids, 0
+    shared = longs  # (none)
+    if longs.size:
+        rooms = length - docs[n:]  # (decreasing)
+        first = n - np.searchsorted(docs[:n], rooms, side="right")  # (the longest that fits,
+        at = np.arange(rooms.size)  # from the longest short one down)
+        took = np.maximum.accumulate(first - at) + at
+        k = int(np.searchsorted(took, n))  # (the long ones that get one)
+        shared = n - 1 - took[:k]
+        short = np.ones(n, dtype=bool)
+        short[shared] = False
+        below -= longs.size
+        ids, docs = ids[:n][short], docs[:n][short]
+        n = ids.size
+    # t triples take the 3t smallest documents (any triple's documents can be swapped for
+    # smaller ones): the t largest of those anchor a row each, the 2t others pair up (smallest
+    # with largest, else neighbours), and the pairs go, least tokens first, to the anchors,
+    # largest first
+    ends = np.cumsum(docs)[2::3] - length * np.arange(1, n // 3 + 1)
+    fits = np.flatnonzero(ends <= 0)  # (3t documents of more than t rows' tokens: no t rows)
+    hi = int(fits[-1]) + 1 if fits.size else 0
+    lo = n - 2 * below + 2  # rows = ceil((n - t) / 2): fewer than `below` from lo triples on
+
+    def pairing(t: int) -> int:
+        """How the 2t partners pair up so that each pair fits its anchor's room: 1 smallest
+        with largest (pairs of about equal tokens, least first), 2 the smaller half with the
+        larger in order (sums increasing), 3 neighbours (the fewest tokens for the largest
+        anchors); 0 none of these (slices: no copies)."""
+        rooms = length - docs[3 * t - 1 : 2 * t - 1 : -1]
+        if (np.sort(docs[:t] + docs[2 * t - 1 : t - 1 : -1]) <= rooms).all():
+            return 1
+        if (docs[:t] + docs[t : 2 * t] <= rooms).all():
+            return 2
+        return 3 if (docs[: 2 * t : 2] + docs[1 : 2 * t : 2] <= rooms).all() else 0
+
+    if lo > hi:
+        return None
+    lo = max(lo, 0)
+    how = pairing(lo)
+    if not how:
+        return None
+    while lo < hi:  # (the largest t whose fill fits, if fitting is monotone in t)
+        mid = (lo + hi + 1) // 2
+        fit = pairing(mid)
+        if fit:
+            lo, how = mid, fit
+        else:
+            hi = mid - 1
+    t = lo
+    small = np.arange(t)
+    if how == 1:
+        large = 2 * t - 1 - small
+        order = np.argsort(docs[:t] + docs[2 * t - 1 : t - 1 : -1], kind="stable")
+        small, large = small[order], large[order]
+    elif how == 2:
+        large = small + t
+    else:
+        small *= 2
+        large = small + 1
+    rest = ids[3 * t :]  # the others, two a row (each at most length / 2), the last alone
+    odd = rest.size % 2
+    m = (rest.size - odd) // 2
+    none = sizes.size  # (an empty slot: after every size index)
+    rows = np.full((t + m + odd + longs.size, 3), none, dtype=np.int64)
+    rows[:t, 0] = ids[3 * t - 1 : 2 * t - 1 : -1]  # anchors, largest first
+    rows[:t, 1] = ids[large]
+    rows[:t, 2] = ids[small]
+    rows[t : t + m, 0] = rest[1 : 2 * m : 2]
+    rows[t : t + m, 1] = rest[0 : 2 * m : 2]
+    if odd:
+        rows[t + m, 0] = rest[-1]
+    rows[t + m + odd :, 0] = longs
+    rows[t + m + odd : t + m + odd + k, 1] = every[shared]
+    return _grouped(sizes, rows)
+
+
+def _grouped(sizes: np.ndarray, rows: np.ndarray) -> Patterns:
+    """Patterns of rows ``(R, w)`` of size indices, each row's increasing (largest size
+    first), ``sizes.size`` in an empty slot: equal rows one pattern."""
+    order = np.lexsort(rows.T[::-1])
+    rows = rows[order]
+    new = np.ones(rows.shape[0], dtype=bool)
+    new[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+    starts = np.flatnonzero(new)
+    reps = np.diff(np.append(starts, rows.shape[0]))
+    rows = rows[starts]
+    flat = rows.ravel()
+    where = np.repeat(np.arange(rows.shape[0]), rows.shape[1])
+    keep = flat < sizes.size
+    flat, where = flat[keep], where[keep]
+    first = np.ones(flat.size, dtype=bool)
+    first[1:] = (flat[1:] != flat[:-1]) | (where[1:] != where[:-1])
+    at = np.flatnonzero(first)
+    offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
+    np.cumsum(np.bincount(where[at], minlength=rows.shape[0]), out=offsets[1:])
+    return Patterns(
+        sizes=np.asarray(sizes, dtype=np.int64),
+        kind=np.zeros(rows.shape[0], dtype=np.int64),
+        reps=reps.astype(np.int64),
+        offsets=offsets,
+        items=flat[at],
+        mult=np.diff(np.append(at, flat.size)).astype(np.int64),
+        tripled=True,
+    )
 
 
 def min_bin_slack(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:

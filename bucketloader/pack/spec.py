@@ -456,7 +456,8 @@ class PackSpec:
             h.update(self._sizes[a : a + _CHUNK].astype(np.int64).tobytes())
         h.update(repr((self.row_lengths, self.batch_sizes, self.last_batch)).encode())
         p = self.patterns
-        h.update(f"solver={solver_version(self.row_lengths, p.searched, p.budgeted)}".encode())
+        version = solver_version(self.row_lengths, p.searched, p.budgeted, p.tripled)
+        h.update(f"solver={version}".encode())
         if self.search != "auto":  # (so the default's digests are those of earlier versions)
             h.update(f"search={self.search}".encode())
         return h.hexdigest()[:16]
@@ -518,7 +519,8 @@ class PackSpec:
         # NOTE [ One pass over the lengths ]: a numpy integer array is read as it is (the
         # pass checks it), anything else is checked and converted first
         arr = lengths if _plain(lengths) else as_lengths(lengths, narrow=True)
-        counted = _count(arr, limit)
+        sparse = arr.size * _SORT_BELOW <= limit  # (few documents for the table of counts)
+        counted = _sorted_count(arr, limit) if sparse else _count(arr, limit)
         if counted is None:  # a length is negative or longer than the longest row length
             # (a plain array is checked only now, its error raised; a copy in int64, the
             # declared lengths, keeps the caller's array the caller's)
@@ -526,14 +528,19 @@ class PackSpec:
             if (declared == 0).any():
                 _refuse_empty(declared)
             sizes = _cut(declared, limit, overflow)
-            counts = np.bincount(sizes, minlength=limit + 1)
+            histogram = _histogram_of(np.bincount(sizes, minlength=limit + 1), limit)
             declared.setflags(write=False)
         else:
             counts, sizes = counted
             declared = sizes
-            if counts[0]:
-                _refuse_empty(sizes)
-        histogram = _histogram_of(counts, limit)
+            if isinstance(counts, tuple):  # (already the histogram, size 0 included)
+                histogram = counts
+                if histogram[0].size and histogram[0][-1] == 0:
+                    _refuse_empty(sizes)
+            else:
+                if counts[0]:
+                    _refuse_empty(sizes)
+                histogram = _histogram_of(counts, limit)
         spec = cls(
             _lengths=declared,
             _sizes=sizes,
@@ -556,6 +563,9 @@ class PackSpec:
         )
 
 
+#: :func:`_sorted_count` counts the documents when the table of counts would hold at least
+#: this many entries per document.
+_SORT_BELOW = 4
 #: Documents per chunk of :func:`_count`: each chunk's check, count and copy read it from cache.
 _CHUNK = 1 << 16
 #: From this many documents a plain ``int64`` array is counted by :func:`_scattered` (below, one
@@ -623,6 +633,21 @@ def _count(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
         counts += part
     out.setflags(write=False)
     return counts, out
+
+
+def _sorted_count(
+    arr: np.ndarray, limit: int
+) -> tuple[tuple[np.ndarray, np.ndarray], np.ndarray] | None:
+    """:func:`_count` of few documents for the table of ``limit + 1`` counts (at most one per
+    ``_SORT_BELOW`` entries: sorting them costs less than the table, e.g. 15 us against 0.9 ms
+    for 1,000 documents at 131,072), returning the histogram itself: the distinct sizes, largest
+    first, size 0 included, and the documents of each (:func:`_histogram_of`'s form)."""
+    if int(arr.min()) < 0 or int(arr.max()) > limit:
+        return None
+    out = arr.astype(_narrow(limit))
+    out.setflags(write=False)
+    vals, counts = np.unique(out, return_counts=True)
+    return (vals[::-1].astype(np.int64), counts[::-1].astype(np.intp)), out
 
 
 def _scattered(arr: np.ndarray, limit: int) -> tuple[np.ndarray, np.ndarray] | None:
