@@ -219,8 +219,10 @@ import numpy as np
 #: decreasing's rows with room (NOTE [ Repacking the rows with room ]). 6: ``"auto"``'s search
 #: stops at its work budget. A plan that no search touched keeps the version it had (see
 #: :func:`solver_version`). 7: where every document is longer than a quarter of the one row
-#: length, the rows of at most three documents (NOTE [ At most three documents a row ]).
-SOLVER_VERSION = 7
+#: length, the rows of at most three documents (NOTE [ At most three documents a row ]). 8:
+#: ``"auto"``'s repack also stops at its cap, a share of a per-document best-fit decreasing's
+#: estimated cost (NOTE [ Repacking the rows with room ]).
+SOLVER_VERSION = 8
 
 
 def solver_version(
@@ -228,16 +230,20 @@ def solver_version(
     searched: bool = False,
     budgeted: bool = False,
     tripled: bool = False,
+    capped: bool = False,
 ) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
     changed only plans with several row lengths, version 5 only the plans that repacking
     best-fit decreasing's rows made (``searched``: where the search keeps BFD's plan or MBS's,
     those are the plans of 3 and 4), version 6 only those where the work budget stopped a
     search (``budgeted``) and version 7 only the rows of at most three documents
-    (``tripled``), so the others keep 3, 4, 5 or 6 (and their digests, so the states saved
-    before still load)."""
-    if tripled:
+    (``tripled``), and version 8 only those where the repack's cap stopped it (``capped``),
+    so the others keep 3, 4, 5, 6 or 7 (and their digests, so the states saved before still
+    load)."""
+    if capped:
         return SOLVER_VERSION
+    if tripled:
+        return 7
     if budgeted:
         return 6
     if searched:
@@ -275,6 +281,19 @@ _REPACK_WORK = 16
 #: Rows of at most three documents (NOTE [ At most three documents a row ]) up to this many
 #: documents (their arrays are per document); beyond it the search of BFD's rows.
 _THREE_DOCS = 1 << 22
+#: A step of the repack (a quick fill's, a row opened, a chunk of a closest fill) costs about
+#: this many big-integer word operations (about 4 ns each, with the allocations) more than its
+#: words: its Python overhead, about 1 us (NOTE [ Repacking the rows with room ], the cap).
+_OP_WORDS = 250
+#: A per-document best-fit decreasing costs about this many word operations per document (and
+#: a quarter of the row's 64-bit words): about 0.45 us at L = 1,024, 2.2 us at 131,072.
+_DOC_WORDS = 100
+#: ``"auto"``'s repack also stops once its steps (each its words plus :data:`_OP_WORDS`) pass
+#: this many tenths of that estimate of a per-document BFD (NOTE [ Repacking the rows with
+#: room ], the cap); the benchmark's repacks spend at most 0.8 of the cap (its GSM8K-like 1k).
+_REPACK_TENTHS = 6
+#: ... but never below this (about 80 steps, 80 us): a small plan keeps its search.
+_REPACK_FLOOR = 20_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -294,6 +313,8 @@ class Patterns:
             document), which :func:`solver_version` tells too (earlier versions searched on).
         tripled: whether the plan is :func:`three_rows`'s (NOTE [ At most three documents a
             row ]), which :func:`solver_version` tells too.
+        capped: whether the repack's cap stopped it (NOTE [ Repacking the rows with room ]),
+            which :func:`solver_version` tells too.
     """
 
     sizes: np.ndarray
@@ -305,6 +326,7 @@ class Patterns:
     searched: bool = False
     budgeted: bool = False
     tripled: bool = False
+    capped: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -405,11 +427,18 @@ def _searched(
     aims = [c2, promised] if few else [c2]
     words = -(-max(row_lengths) // 64)
     # (counted, not timed: the same plan on every rank; "always" searches whatever it costs)
-    work = [0, _REPACK_WORK * docs * (words + 1)] if search == "auto" else None
+    work = None
+    if search == "auto":  # [spent, budget] in words, [steps, cap] (NOTE: the cap, one length)
+        cap = max(docs * (_DOC_WORDS + words // 4) * _REPACK_TENTHS // 10, _REPACK_FLOOR)
+        if len(row_lengths) > 1:
+            cap = 1 << 62
+        work = [0, _REPACK_WORK * docs * (words + 1), 0, cap, 0]
     best = repack(fit, row_lengths, aims, enough, docs // _DOCS_PER_PATTERN, work)
     least = _padded(best, row_lengths)
     if least >= padded:
         best, least = fit, padded  # (as earlier versions: their digests)
+    if work is not None and work[4]:
+        return dataclasses.replace(best, capped=True)  # (the cap cut the repack: version 8)
     if work is not None and work[0] > work[1]:
         best = dataclasses.replace(best, budgeted=True)  # (the repack was cut: version 6)
     if enough(least):
@@ -623,6 +652,9 @@ def _repacked(
         fit.items[moved], (fit.mult * np.repeat(fit.reps, widths))[moved], minlength=fit.sizes.size
     )
     at = pool.nonzero()[0]
+    if work is not None and at.size * _OP_WORDS > work[3] - work[0] - _OP_WORDS * work[2]:
+        work[4] = 1  # (a step at least per size to place: past the cap before it starts)
+        raise _OutOfWork
     vals = fit.sizes[at].tolist()
     counts = pool[at].astype(np.int64).tolist()
     kinds, reps, items, mults, ends = _quick_slack(vals, counts, lens.tolist(), work)
@@ -678,8 +710,12 @@ def _quick_slack(
     while sizes:
         if work is not None:
             work[0] += steps * words
+            work[2] += steps
             steps = 0
             if work[0] > work[1]:
+                raise _OutOfWork
+            if work[0] + _OP_WORDS * work[2] > work[3]:
+                work[4] = 1  # (the cap: NOTE [ Repacking the rows with room ])
                 raise _OutOfWork
         steps += 1
         big = sizes[-1]  # the largest document left opens the row
@@ -760,6 +796,7 @@ def _quick_slack(
         ends.append(len(items))
     if work is not None:
         work[0] += steps * words
+        work[2] += steps
     return kinds, reps, items, mults, ends
 
 
@@ -774,7 +811,14 @@ def _closest(
     reach = 1
     snaps: list[int] = []
     chunks: list[tuple[int, int]] = []
+    cost = (cap >> 6) + 1 + _OP_WORDS  # (a chunk's, against the cap)
+    most = 1 << 62 if work is None else (work[3] - work[0] - _OP_WORDS * work[2]) // cost
     for i in range(bisect_right(sizes, cap) - 1, -1, -1):
+        if len(chunks) > most and work is not None:  # (the cap, within one fill)
+            work[0] += len(chunks) * ((cap >> 6) + 1)
+            work[2] += len(chunks)
+            work[4] = 1
+            raise _OutOfWork
         s = sizes[i]
         m = min(left[s], cap // s)
         k = 1
@@ -792,6 +836,7 @@ def _closest(
             break
     if work is not None:
         work[0] += len(chunks) * ((cap >> 6) + 1)
+        work[2] += len(chunks)
     c = reach.bit_length() - 1
     out = []
     for j in range(len(snaps) - 1, -1, -1):
