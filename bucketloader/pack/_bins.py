@@ -290,10 +290,11 @@ _OP_WORDS = 250
 _DOC_WORDS = 100
 #: ``"auto"``'s repack also stops once its steps (each its words plus :data:`_OP_WORDS`) pass
 #: this many tenths of that estimate of a per-document BFD (NOTE [ Repacking the rows with
-#: room ], the cap); the benchmark's repacks spend at most 0.8 of the cap (its GSM8K-like 1k).
-_REPACK_TENTHS = 6
-#: ... but never below this (about 80 steps, 80 us): a small plan keeps its search.
-_REPACK_FLOOR = 20_000
+#: room ], the cap) ...
+_REPACK_TENTHS = 3
+#: ... plus this (about 200 steps, 0.2 ms: what a small file's repack needs whatever its
+#: size); the benchmark's repacks spend at most 0.86 of the cap (GSM8K's first 2,000 at 512).
+_REPACK_FLOOR = 50_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -429,7 +430,7 @@ def _searched(
     # (counted, not timed: the same plan on every rank; "always" searches whatever it costs)
     work = None
     if search == "auto":  # [spent, budget] in words, [steps, cap] (NOTE: the cap, one length)
-        cap = max(docs * (_DOC_WORDS + words // 4) * _REPACK_TENTHS // 10, _REPACK_FLOOR)
+        cap = _REPACK_FLOOR + docs * (_DOC_WORDS + words // 4) * _REPACK_TENTHS // 10
         if len(row_lengths) > 1:
             cap = 1 << 62
         work = [0, _REPACK_WORK * docs * (words + 1), 0, cap, 0]
