@@ -89,6 +89,33 @@ data set:
   tests' and benchmarks' searches spend at most 10.7 of the 16 (their plans are unchanged). A
   plan the budget stopped (or whose MBS it skipped) is marked ``budgeted``: solver version 6
   (:func:`solver_version`), so a state saved by an earlier version fails loudly there.
+- The cap (``"auto"`` with one row length): that budget grows with the row's words, so it
+  still let the repack cost many times a per-document BFD where BFD's rows keep room but hold
+  more than three documents (2,000 documents uniform in (L/5, L/2]: 9.9x in rows of 1,024 for
+  23 rows, 32x in rows of 16,384 for none; (L/8, L/2]: 6.6x and 13x). The repack also counts
+  its steps (a row opened, a quick fill's step, a closest fill's chunk: about 1 us of Python
+  each, ``_OP_WORDS`` = 250 word operations at about 4 ns, on top of their words) and stops
+  at the next pattern, or within a closest fill, once words + steps pass ``_REPACK_FLOOR`` =
+  50,000 (about 0.2 ms) plus 0.3 (``_REPACK_TENTHS``) of a per-document BFD's estimated cost
+  (``_DOC_WORDS`` = 100 plus a quarter of the row's words per document: about 0.45 us a
+  document at L = 1,024, 2.2 us at 131,072). A round whose distinct sizes alone (one step each
+  at least) would pass it does not start. Then BFD's plan, or the tightest round done by then,
+  is kept (never looser than BFD), MBS over every document is skipped, and the plan is marked
+  ``capped``: solver version 8. Counted, not timed: every rank plans the same. The
+  benchmark's repacks spend at most 0.86 of the cap (GSM8K's first 2,000 at 512: 39 units a
+  document), the tests' data sets resampled or whole at most 0.75 (the whole GSM8K train at
+  512, 1,414 rows): their plans are unchanged, apart from COCO's widths + heights at 4,096
+  (1,404 rows, BFD's, where the repack found 1,403 in 24 ms) and small GSM8K samples in rows
+  of 256 (35 of 100 random samples of 50-3,000 pairs: 1-7 rows above the full repack's plan,
+  still at most BFD's, in 1.3-3.4x a per-document BFD's time instead of 1.6-5.3x). In
+  benchmarks/results/small_costs.md (documents uniform in (L/k, L/2], k = 5, 8, 16, at
+  L = 1,024 / 16,384 / 131,072; before the cap 3-32x a per-document BFD's time at 1k-10k
+  documents) ``"auto"`` takes 0.42-1.07x a per-document BFD's time at 10k documents,
+  0.10-1.05x at 100k, and 0.72-2x at 1k, where ``"never"``, best-fit decreasing alone, takes
+  0.85-1.03x at L = 1,024 and 16,384: the cap's floor and the bounds are what is left there.
+  The rows are BFD's (the full repack had saved 2-25 rows at 1k-10k). Several row lengths
+  keep the budget alone (GSM8K's first 2,000 at ``(256, 512)`` spends just over the cap's
+  estimate for 772 -> 768 rows).
 
 On the benchmark's GSM8K-like lengths (benchmarks/small_costs.py) it reaches the L2 bound from
 1k to 10k documents, within 0.1% of it from 100k to 10M (9,653 rows for a bound of 9,652 at
