@@ -102,8 +102,8 @@ data set:
   at least) would pass it does not start. Then BFD's plan, or the tightest round done by then,
   is kept (never looser than BFD), MBS over every document is skipped, and the plan is marked
   ``capped``: solver version 8. Counted, not timed: every rank plans the same. The
-  benchmark's repacks spend at most 0.86 of the cap (GSM8K's first 2,000 at 512: 39 units a
-  document), the tests' data sets resampled or whole at most 0.75 (the whole GSM8K train at
+  benchmark's repacks spend at most 0.70 of the cap (GSM8K's first 2,000 at 512: 39 units a
+  document), the tests' data sets resampled or whole at most 0.76 (the whole GSM8K train at
   512, 1,414 rows): their plans are unchanged, apart from COCO's widths + heights at 4,096
   (1,404 rows, BFD's, where the repack found 1,403 in 24 ms) and small GSM8K samples in rows
   of 256 (35 of 100 random samples of 50-3,000 pairs: 1-7 rows above the full repack's plan,
@@ -320,7 +320,7 @@ _DOC_WORDS = 100
 #: room ], the cap) ...
 _REPACK_TENTHS = 3
 #: ... plus this (about 200 steps, 0.2 ms: what a small file's repack needs whatever its
-#: size); the benchmark's repacks spend at most 0.86 of the cap (GSM8K's first 2,000 at 512).
+#: size); the benchmark's repacks spend at most 0.70 of the cap (GSM8K's first 2,000 at 512).
 _REPACK_FLOOR = 50_000
 
 
