@@ -14,8 +14,10 @@ other ``Sampler[list[int]]``) is loaded as by a plain ``DataLoader``.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any
 
+import numpy as np
 from torch.utils.data import DataLoader
 
 from bucketloader._validation import check_int
@@ -26,26 +28,40 @@ __all__ = ["ResumableDataLoader", "check_loader_options"]
 _SAMPLER_OWNED = ("batch_size", "shuffle", "sampler", "drop_last", "batch_sampler")
 
 
+def _is_default(name: str, value: Any) -> bool:
+    """Whether a sampler-owned option holds torch's default, which changes nothing and torch
+    takes beside ``batch_sampler`` (``shuffle=False`` in loader options shared with other
+    loaders)."""
+    if name == "batch_size":
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value == 1
+    if name in ("shuffle", "drop_last"):
+        return value is None or (isinstance(value, (bool, np.bool_)) and not value)
+    return name == "sampler" and value is None
+
+
 def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any]:
     """The ``DataLoader`` options of ``sampler.dataloader(dataset, **options)``, checked in the
     library's voice (torch's own errors name ``batch_sampler``, which the user never passed, or
-    compare ``None < 0``); ``num_workers`` comes back as an int.
+    compare ``None < 0``); ``num_workers`` comes back as an int. The options the sampler decides
+    are refused unless they hold torch's defaults, which change nothing (``shuffle=False``).
 
     Example:
-        >>> check_loader_options(object(), {"num_workers": 2})
-        {'num_workers': 2}
+        >>> check_loader_options(object(), {"num_workers": 2, "shuffle": False})
+        {'num_workers': 2, 'shuffle': False}
         >>> check_loader_options(object(), {"num_workers": -1})
         Traceback (most recent call last):
         ...
         ValueError: num_workers must be an int >= 0, got num_workers=-1
     """
     for name in (k for k in _SAMPLER_OWNED if k in options):
-        raise TypeError(
-            f"dataloader() got {name}={options[name]!r}, which the {type(sampler).__name__} "
-            "decides (its batches are the loader's); set batch_size= or max_tokens= (and "
-            "shuffle=, last_batch=) on the sampler, and pass DataLoader options such as "
-            "num_workers= here"
-        )
+        if not _is_default(name, options[name]):
+            kind = type(sampler).__name__
+            raise TypeError(
+                f"dataloader() got {name}={options[name]!r}, which the {kind} decides (its "
+                f"batches are the loader's); set the batch size and order when you make the "
+                f"{kind}, and pass only other DataLoader options here (num_workers=, "
+                "pin_memory=, ...)"
+            )
     out = dict(options)
     if "num_workers" in out:
         out["num_workers"] = check_int("num_workers", out["num_workers"], minimum=0)

@@ -366,9 +366,10 @@ class ShardedSampler(EpochSampler):
                 ``shard_indices`` the whole data set (indexed by global row id).
             **kwargs: other ``DataLoader`` arguments (``num_workers``, ``collate_fn``, ...).
         """
-        from bucketloader.loader import ResumableDataLoader  # exact state behind workers
+        from bucketloader.loader import ResumableDataLoader, check_loader_options
 
-        kwargs.setdefault("collate_fn", self.collator())
+        kwargs = check_loader_options(self, kwargs)  # (as the other samplers' dataloader())
+        kwargs.setdefault("collate_fn", self.collator())  # ResumableDataLoader: exact state
         return ResumableDataLoader(
             self.wrap(dataset),  # type: ignore[arg-type]
             batch_sampler=self,

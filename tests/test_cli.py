@@ -187,6 +187,14 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "json is a directory": (["report", one, "--json", str(d)], "must name a file"),
         "json is the input": (["report", one, "--json", one], "is the input file, which the"),
         "precompute json is the input": ([*pre, "--json", one], "is the input file"),
+        "json is a shard of the glob": (  # (replaced the shard; s8-rev1)
+            ["report", str(files / "*.csv"), "--json", str(files / "t.csv")],
+            "is one of the files the input",
+        ),
+        "json is the plot": (
+            ["report", one, "--json", str(d / "r.png"), "--plot", str(d / "r.png")],
+            "name the same file",
+        ),
         "cache dir empty": ([*pre, "--cache-dir", ""], "--cache-dir must be a folder, got"),
         "demo batch of 37 GiB": (["demo", "--batch-size", "100000"], "use at most batch_size="),
         "length 2**70": (["report", str(d / "huge.txt")], "line 2: lengths must be < 2**62"),

@@ -292,6 +292,16 @@ def test_an_unusable_cache_directory_degrades_with_one_warning(tmp_path, kind):
         assert "not usable (it is a file)" in str(ours[0].message)
 
 
+def test_a_cache_under_a_file_is_told_at_the_line_that_makes_it(tmp_path):
+    """The construction-time warning pointed into compile/store.py, not the user's line (s8-rev1;
+    BucketCache's points at the caller)."""
+    (tmp_path / "f").write_text("x")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        CompileCache(tmp_path / "f" / "sub")
+    assert [(w.category, w.filename) for w in caught] == [(CompileCacheWarning, __file__)]
+
+
 def test_a_class_defined_by_exec_is_entered_too():
     """A notebook cell or a docs runner execs code: its classes' module reads 'builtins'."""
     namespace = {"make": _model_and_opt, "train": _train}

@@ -429,3 +429,41 @@ def test_rows_of_three_are_valid_and_never_looser_than_bfd(length, spread, top, 
         plan = solve(sizes, counts, (length,), search)
         _check_patterns(plan, sizes, counts, (length,))
         assert plan.num_rows <= fit.num_rows
+
+
+@pytest.mark.parametrize("length", [5, 8, 12, 1024, 2**20])
+def test_rows_of_three_at_the_edges_of_their_range(length, monkeypatch):
+    """NOTE [ At most three documents a row ] at its edges: sizes of exactly L/4 (not in the
+    range: BFD's search path), L/4 + 1, L/3, L/2, L/2 + 1 and L, 1-7 documents, long documents
+    as many as the short ones (the old path) or one fewer (the fill), and past ``_THREE_DOCS``
+    documents (the old path): BFD's exact count, valid plans, never more rows than a
+    per-document BFD, version 7 only for the fill's plans."""
+    q, h = length // 4, length // 2
+    edges = sorted({q, q + 1, -(-length // 3), h, h + 1, length} - {0})
+    rng = np.random.default_rng(length)
+    cases = [[s] * n for s in edges for n in (1, 2, 3, 7)]
+    cases += [rng.choice(edges, int(rng.integers(1, 8))).tolist() for _ in range(30)]
+    cases += [[h + 1] * 3 + [q + 1] * 3, [h + 1] * 2 + [q + 1] * 3]  # long = short, long < short
+    for docs in cases:
+        sizes, counts = np.unique(docs, return_counts=True)
+        sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+        want = len(per_document_bfd(docs, (length,)))
+        if 4 * int(sizes[-1]) > length:
+            assert _bins.bfd_rows_three(sizes.tolist(), counts.tolist(), length) == want
+        for search in ("auto", "always") if length < 2**20 else ("auto",):  # ("always": MBS)
+            plan = solve(sizes, counts, (length,), search)
+            _check_patterns(plan, sizes, counts, (length,))
+            assert plan.num_rows <= want
+            long = 2 * int(counts[sizes > h].sum()) >= len(docs)
+            assert not (plan.tripled and (long or 4 * int(sizes[-1]) <= length))
+    if length != 1024:
+        return
+    # past the cutoff in documents: the search of the other lengths, as before
+    docs = np.random.default_rng(0).integers(q + 1, h + 1, 300)
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    monkeypatch.setattr(_bins, "_THREE_DOCS", 300)
+    assert solve(sizes, counts, (length,)).tripled
+    monkeypatch.setattr(_bins, "_THREE_DOCS", 299)
+    plan = solve(sizes, counts, (length,))
+    assert not plan.tripled and plan.num_rows <= best_fit(sizes, counts, (length,)).num_rows

@@ -15,6 +15,7 @@ from bucketloader.evaluation import EvalSampler
 from bucketloader.pack import PackSampler
 from bucketloader.plan import BucketSpec, TokenBudget, plan_epoch
 from bucketloader.sampler import BucketSampler, GroupedDataset
+from bucketloader.sharded import ShardedSampler
 from bucketloader.solve import compute_boundaries
 
 
@@ -269,6 +270,7 @@ def test_dataloader_options_are_checked_in_one_voice():
         BucketSampler([3, 5, 8, 9], num_buckets=2, batch_size=2),
         PackSampler([3, 5, 8, 9], row_length=16, batch_size=1),
         EvalSampler([3, 5, 8, 9], num_buckets=2, batch_size=2),
+        ShardedSampler([3, 5, 8, 9], num_buckets=2, batch_size=2),  # (unchecked before s8-rev1)
     ]
     data = [[1] * n for n in (3, 5, 8, 9)]
     for sampler in samplers:
@@ -282,6 +284,13 @@ def test_dataloader_options_are_checked_in_one_voice():
         with pytest.raises(TypeError, match=r"collate_fn must be a callable .* got collate_fn=3"):
             sampler.dataloader(data, collate_fn=3)
         assert sampler.dataloader(data, num_workers=np.int64(0)).num_workers == 0
+        # torch's defaults change nothing and were taken: loader options shared with other
+        # loaders keep working (s8-rev1: s8-polish refused shuffle=False, drop_last=False)
+        shared = {"shuffle": False, "drop_last": False, "sampler": None, "batch_size": 1}
+        assert len(list(sampler.dataloader(data, collate_fn=list, **shared))) == len(sampler)
+        for bad in ({"shuffle": True}, {"drop_last": True}, {"batch_size": None}):
+            with pytest.raises(TypeError, match=rf"got {next(iter(bad))}=.*which the {name}"):
+                sampler.dataloader(data, **bad)
 
 
 def test_state_dict_is_small_and_json():

@@ -473,6 +473,24 @@ def test_masked_reductions_name_a_bad_dim():
     assert static.masked_sum(torch.tensor(2.0), torch.tensor(True), dim=0).item() == 2.0
 
 
+def test_masked_reductions_take_tensor_and_numpy_dims_eager_and_compiled():
+    """A 0-d integer tensor dim (taken by torch) was refused by the dim check, and under
+    torch.compile(fullgraph=True) numpy and tensor dims (traced as arrays) failed it (s8-rev1)."""
+    x, mask = torch.ones(2, 3), torch.ones(2, 3, dtype=torch.bool)
+    assert static.masked_sum(x, mask, dim=torch.tensor(1)).tolist() == [3.0, 3.0]
+    with pytest.raises(TypeError, match=r"got dim=tensor\(True\)"):
+        static.masked_sum(x, mask, dim=torch.tensor(True))
+    with pytest.raises(ValueError, match=r"got dim=tensor\(2\)"):
+        static.masked_sum(x, mask, dim=torch.tensor(2))
+    for dim in (np.int64(1), torch.tensor(1), (np.int64(0), 1)):
+        torch._dynamo.reset()
+        compiled = torch.compile(
+            lambda x, dim=dim: static.masked_sum(x, mask, dim=dim), fullgraph=True, backend="eager"
+        )
+        assert torch.equal(compiled(x), static.masked_sum(x, mask, dim=dim))
+    torch._dynamo.reset()
+
+
 def test_module_wraps_function():
     sampler = static.BalancedSubsampler(6, positive_fraction=0.25)
     assert repr(sampler) == "BalancedSubsampler(num_samples=6, positive_fraction=0.25)"

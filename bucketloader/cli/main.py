@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 import json
 import os
 import sys
@@ -215,6 +216,11 @@ def _report(args: argparse.Namespace) -> int:
 
     _check_output("--json", args.json, args.file)
     _check_plot(args.plot)
+    if args.json and args.plot and Path(args.json).resolve() == Path(args.plot).resolve():
+        raise ValueError(  # (the report replaced the plot it had just written)
+            f"--json {args.json} and --plot {args.plot} name the same file; name two files, "
+            "e.g. --json report.json --plot report.png"
+        )
     lengths = _read(args)
     batch_size = args.batch_size
     if isinstance(lengths, LengthHistogram) and lengths.num_samples > MAX_BASELINE_SAMPLES:
@@ -314,21 +320,40 @@ def _precompute(args: argparse.Namespace) -> int:
 
 
 def _check_output(option: str, path: str | None, source: str | None = None) -> None:
-    """An output path must not be an existing directory, nor the input file (checked before any
-    work: ``--json lengths.txt`` replaced the lengths with the report)."""
+    """An output path must not be an existing directory, nor a file the input reads (checked
+    before any work: ``--json lengths.txt`` replaced the lengths with the report, and ``--json``
+    naming a shard of a glob or folder of Parquet files replaced that shard)."""
     if path is not None and Path(path).is_dir():
         raise ValueError(f"{option} must name a file, got the directory {path}")
-    if path is not None and source is not None and _same_file(path, source):
+    if path is None or source is None or not Path(path).is_file():
+        return  # (a new file replaces nothing)
+    if glob.has_magic(source) or Path(source).is_dir():
+        if any(_same_file(path, f) for f in _input_files(source)):
+            raise ValueError(
+                f"{option} {path} is one of the files the input {source} reads, which the "
+                f"report would replace; name a file outside it, e.g. {option} report.json"
+            )
+    elif _same_file(path, source):
         raise ValueError(
             f"{option} {path} is the input file, which the report would replace; name another "
             f"file, e.g. {option} {Path(source).stem}-report.json"
         )
 
 
+def _input_files(source: str) -> list[str]:
+    """The files a glob or folder input reads (Parquet shards, a saved dataset's files)."""
+    from bucketloader.engines.arrow import parquet_files
+
+    try:
+        return parquet_files(source)
+    except OSError:  # nothing matches: the read says so
+        return []
+
+
 def _same_file(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)
-    except OSError:  # one does not exist (yet), or b is a glob
+    except OSError:  # one does not exist (yet)
         return False
 
 

@@ -38,15 +38,18 @@ any float the default float dtype (``float32``), an int it cannot hold exactly r
 The pad value must fit the promoted dtype (``-1`` does not fit ``bool``, ``1e5`` not ``float16``).
 
 NOTE [ Where a large batch is written ]
-An output of at least ``NUMPY_MIN_BYTES`` (128 KiB) is a numpy array wrapped by
+An output of at least ``NUMPY_MIN_BYTES`` (256 KiB) is a numpy array wrapped by
 ``torch.from_numpy`` (the mask and lengths always were), not ``torch.empty``: torch's CPU
 allocator asks for 64-byte aligned memory (``posix_memalign``), and glibc placed successive
 batches at a rotating set of addresses (4-10 distinct ones over 300 batches of 8 x 19,620
 floats, against 1-2 for numpy's plain ``malloc`` and for ``pad_sequence``), so each batch was
 written to memory that had left the CPU caches. On the widest audio and ``(T, 80)`` feature
 batches of ``benchmarks/small_costs.py`` that was a fifth of the collator's time. Below that
-size ``torch.empty`` is cheaper (``torch.cat`` without ``out=``). A fresh buffer per batch: no
-batch shares memory with another. bfloat16, which numpy lacks, stays with torch.
+size ``torch.empty`` is cheaper (``torch.cat`` without ``out=``, then a view: about 0.6 us less
+than ``np.empty``, two ``from_numpy`` and ``cat(out=)``). Session 8 moved the threshold from 128
+to 256 KiB: 3% on 8 rows of 4,144 floats, where glibc used 5-6 addresses, as many as for
+``pad_sequence`` (3-5), all inside the 2 MiB L2 cache. A fresh buffer per batch: no batch shares
+memory with another. bfloat16, which numpy lacks, stays with torch.
 
 NOTE [ Why the masked scatter is exact ]
 Row-major order over ``(batch, t)`` visits the real positions of row ``i`` as ``t = 0..L_i-1``
@@ -84,7 +87,7 @@ SCATTER_MAX_ELEMENTS = 64
 SMALL_MASK = 1 << 15
 #: Outputs of at least this many bytes are allocated by numpy (NOTE [ Where a large batch is
 #: written ]).
-NUMPY_MIN_BYTES = 1 << 17
+NUMPY_MIN_BYTES = 1 << 18
 
 
 def sequence_mask(lengths: np.ndarray, size: int, rows: int, side: str) -> np.ndarray:

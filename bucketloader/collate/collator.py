@@ -489,11 +489,12 @@ class PadCollator:
         try:
             if kind is np.ndarray or rows >= np_rows:  # NOTE [ Where a large batch is written ]
                 buf = np.empty((rows, size, *rest), np_dtype)
-                inputs = torch.from_numpy(buf)
+                flat = (buf if n == rows else buf[:n]).reshape(-1, *rest)  # (a view)
                 if kind is np.ndarray:
-                    np.concatenate(pieces, out=(buf if n == rows else buf[:n]).reshape(-1, *rest))
+                    np.concatenate(pieces, out=flat)
                 else:
-                    torch.cat(pieces, out=(inputs if n == rows else inputs[:n]).view(-1, *rest))
+                    torch.cat(pieces, out=torch.from_numpy(flat))
+                inputs = torch.from_numpy(buf)
             elif rows == n:
                 inputs = torch.cat(pieces).view(n, size, *rest)
             else:
@@ -574,9 +575,10 @@ class PadCollator:
                 inputs = torch.cat(pieces).view(n, size)
             elif first.requires_grad:  # (autograd refuses out=: the full path, tried once)
                 return None
-            else:  # NOTE [ Where a large batch is written ]
-                inputs = torch.from_numpy(np.empty((n, size), entry[5]))
-                torch.cat(pieces, out=inputs.view(-1))
+            else:  # NOTE [ Where a large batch is written ] (from_numpy, not view: cheaper)
+                buf = np.empty((n, size), entry[5])
+                torch.cat(pieces, out=torch.from_numpy(buf.reshape(-1)))
+                inputs = torch.from_numpy(buf)
         except (RuntimeError, TypeError, ValueError):  # a sample of other dims, autograd and
             return None  # out=: the full path takes the batch (and words any error)
         lens = np.array(sizes, dtype=np.int64)
@@ -584,8 +586,11 @@ class PadCollator:
         if table.ndim == 2:  # the mask table: one take
             mask = table.take(lens, axis=0)
         elif n <= _MASK_ROWS_MAX:  # long rows, few: windows of the pattern
-            mask = np.concatenate(_pattern_rows(table, entry[4], sizes, size, self.side))
-            mask = mask.reshape(n, size)
+            try:
+                windows = list(map(entry[4].__getitem__, sizes))
+            except KeyError:
+                windows = _pattern_rows(table, entry[4], sizes, size, self.side)
+            mask = np.concatenate(windows).reshape(n, size)
         else:  # long rows, many: the run-length mask
             mask = sequence_mask(lens, size, n, self.side)
         tmask = torch.from_numpy(mask)

@@ -147,7 +147,7 @@ class CompileCache:
         self.share = check_choice("share", share, SHARE)
         blocker = folder_blocker(self.directory)
         if blocker is not None:  # say so where the cache is made, not at the first precompile
-            self._unusable(blocker)
+            self._unusable(blocker, stacklevel=4)  # (at the line making the cache)
 
     def __repr__(self) -> str:
         return (
@@ -298,22 +298,23 @@ class CompileCache:
             return False
         return True
 
-    def _unusable(self, exc: OSError) -> None:
+    def _unusable(self, exc: OSError, *, stacklevel: int = 3) -> None:
         self._warn(
             f"compile cache directory {self.directory} is not usable "
             f"({exc.strerror or type(exc).__name__}); precompile compiles without recording or "
             "sharing, as with cache=False. Point CompileCache(directory) or "
             "BUCKETLOADER_CACHE_DIR at a writable directory",
             once=("directory", os.path.abspath(self.directory)),
+            stacklevel=stacklevel,
         )
 
-    def _warn(self, message: str, *, once: tuple[str, str] | None) -> None:
+    def _warn(self, message: str, *, once: tuple[str, str] | None, stacklevel: int = 3) -> None:
         """Warn once per process per (what, where), or per message with ``once=None``."""
         mark = once if once is not None else ("message", message)
         if mark in _WARNED:
             return
         _WARNED.add(mark)
-        warnings.warn(message, CompileCacheWarning, stacklevel=3)
+        warnings.warn(message, CompileCacheWarning, stacklevel=stacklevel)
 
 
 #: Problems already reported in this process (one warning per problem, whichever object meets it).

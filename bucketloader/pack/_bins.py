@@ -165,12 +165,12 @@ rows, 16 of them with five distinct sizes), never looser than BFD. On 2,000 docu
 L/2] (seed 0) it finds 807 rows of 1,024 where the repack found 814 in 15-18 ms (about 21x a
 per-document BFD; BFD 842), and 806 of 16,384 or 131,072 where the repack, cut by its budget,
 kept BFD's 841 in 44 ms and 0.28 s; on 2,000 of (L/4, 2L/3], 943 rows (BFD 947; the repack: 942
-in 8.4 ms at 1,024, 946 in 64 ms at 16,384) in 0.3-0.7x a per-document BFD's time. In
+in 8.4 ms at 1,024, 946 in 64 ms at 16,384) in 0.33-0.85x a per-document BFD's time. In
 benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k to 100k, at L = 1,024,
-16,384 and 131,072) it takes 0.11-0.86x a per-document BFD's time (up to 0.89x in a second
-run), for about 4% fewer rows than BFD. Only its plans get solver version 7
-(:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its arrays are per document: 0.1 s
-at 1M); above that the search of the other lengths runs.
+16,384 and 131,072) it takes 0.11-0.96x a per-document BFD's time (the most, 0.86-0.96x over
+four runs, at 1k documents in rows of 1,024), for about 4% fewer rows than BFD. Only its
+plans get solver version 7 (:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its
+arrays are per document: 0.1 s at 1M); above that the search of the other lengths runs.
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:

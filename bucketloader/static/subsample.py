@@ -402,20 +402,38 @@ def _check_reduction(
     return _check_dims(dim, x.dim()), check_bool("keepdim", keepdim)
 
 
-def _check_dims(dim: Any, ndim: int) -> int | tuple[int, ...] | None:
-    """``dim`` is ``None``, an int or a sequence of distinct ints, each a dimension of ``x``."""
+def _check_dims(dim: Any, ndim: int) -> Any:
+    """``dim`` is ``None``, an int or a sequence of distinct ints, each a dimension of ``x``
+    (numpy ints and 0-d integer tensors count, as torch takes them)."""
     if dim is None:
         return None
     many = isinstance(dim, (tuple, list))
-    dims = list(dim) if many else [dim]
+    dims = [_as_dim(d) for d in (dim if many else [dim])]
     high = max(ndim, 1)  # a 0-d tensor reduces over dim 0 or -1, as in torch
-    ok = all(isinstance(d, numbers.Integral) and not isinstance(d, (bool, np.bool_)) for d in dims)
-    if ok and all(-high <= d < high for d in dims) and len({d % high for d in dims}) == len(dims):
-        return tuple(int(d) for d in dims) if many else int(dims[0])
-    raise (ValueError if ok else TypeError)(
+    ints = [d for d in dims if d is not None]
+    if len(ints) == len(dims):
+        if all(-high <= d < high for d in ints) and len({d % high for d in ints}) == len(ints):
+            return tuple(ints) if many else ints[0]
+    elif torch.compiler.is_compiling():
+        # numpy ints and tensors trace as arrays here, which int() would break the graph on:
+        # torch checks them itself, as before these checks
+        return dim
+    raise (ValueError if len(ints) == len(dims) else TypeError)(
         f"dim must be None, an int or a tuple of distinct ints in [{-high}, {high - 1}] (x has "
         f"{ndim} dimensions), got dim={dim!r}; e.g. dim=-1 reduces the last dimension"
     )
+
+
+def _as_dim(d: object) -> int | None:
+    """``d`` as a dimension index (an int, numpy int or 0-d integer tensor), else ``None``."""
+    if isinstance(d, (bool, np.bool_)):
+        return None
+    if isinstance(d, numbers.Integral):
+        return int(d)
+    if isinstance(d, Tensor) and d.dim() == 0 and not (d.is_floating_point() or d.is_complex()):
+        if d.dtype != torch.bool and not torch.compiler.is_compiling():
+            return int(d)  # eager only: int() on a traced tensor breaks the graph
+    return None
 
 
 def _resolve_seed(

@@ -104,6 +104,8 @@ def check_length(value: Any, position: int) -> int:
         >>> check_length(3, 0), check_length(torch.tensor(4), 1), check_length(np.int32(5), 2)
         (3, 4, 5)
     """
+    if type(value) is int and 0 <= value <= MAX_LENGTH:  # the per-sample common case, first
+        return value
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         if 0 <= int(value) <= MAX_LENGTH:
             return int(value)
