@@ -105,9 +105,10 @@ data set:
   benchmark's repacks spend at most 0.70 of the cap (GSM8K's first 2,000 at 512: 39 units a
   document), the tests' data sets resampled or whole at most 0.76 (the whole GSM8K train at
   512, 1,414 rows): their plans are unchanged, apart from COCO's widths + heights at 4,096
-  (1,404 rows, BFD's, where the repack found 1,403 in 24 ms) and small GSM8K samples in rows
-  of 256 (35 of 100 random samples of 50-3,000 pairs: 1-7 rows above the full repack's plan,
-  still at most BFD's, in 1.3-3.4x a per-document BFD's time instead of 1.6-5.3x). In
+  (1,404 rows, BFD's, where the repack found 1,403 in 24 ms) and small GSM8K samples, mostly
+  in rows of 256 (of 100 random samples of 50-3,000 pairs in rows of 256, 512 or 1,024, 42
+  capped, 40 of them at 256; 34 are 1-7 rows above the full repack's plan, still at most BFD's,
+  in 1.3-3.4x a per-document BFD's time instead of 1.6-5.3x on the 8 timed). In
   benchmarks/results/small_costs.md (documents uniform in (L/k, L/2], k = 5, 8, 16, at
   L = 1,024 / 16,384 / 131,072; before the cap 3-32x a per-document BFD's time at 1k-10k
   documents) ``"auto"`` takes 0.42-1.07x a per-document BFD's time at 10k documents,
