@@ -35,8 +35,9 @@
 
 Run: ``PYTHONPATH=$PWD python benchmarks/small_costs.py [--quick] [--repeats 3]`` (about ten
 minutes on 2 cores; ``--quick`` stops at 1M documents and 128 rows; ``--only packing`` prints one
-section, and with ``--write`` replaces it in the results file; ``--kinds audio --rows 8,16``
-narrow the collation section for a check, not for the written run). Writes
+section, and with ``--write`` replaces it in the results file; ``--only collation --kinds audio
+--rows 8,16`` narrows that section for a check, which writes nothing: refused without --only
+collation or with --write). Writes
 ``benchmarks/results/small_costs.md``.
 """
 
@@ -714,6 +715,12 @@ def main() -> None:
     parser.add_argument("--kinds", help="collation: kinds whose name holds one of these words")
     parser.add_argument("--rows", help="collation: these batch sizes only (comma-separated)")
     args = parser.parse_args()
+    if (args.kinds or args.rows) and (args.only != "collation" or args.write):
+        parser.error(  # (a run without --only writes the whole results file)
+            f"--kinds {args.kinds} / --rows {args.rows} narrow the collation section for a "
+            "check, which writes nothing: add --only collation and leave out --write (the "
+            "written run is the full one)"
+        )
     started = time.perf_counter()
     sections = {
         "collation": lambda: collation(args.quick, args.repeats, args.kinds, args.rows),

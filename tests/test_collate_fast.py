@@ -120,3 +120,44 @@ def test_promoted_batches_leave_each_length_its_own_cell():
     for batch in sampler:
         out = collate([torch.ones(int(lengths[i]), dtype=torch.long) for i in batch])
         assert tuple(out["inputs"].shape) == table.target(lengths[batch])
+
+
+@pytest.mark.parametrize("least", [0, 1 << 40])  # every output numpy's / torch's
+@pytest.mark.parametrize("frames", [0, 3])
+def test_outputs_own_fresh_memory_batch_after_batch(monkeypatch, least, frames):
+    """Each batch's outputs (short path, lean path, a padded last batch; NOTE [ Where a large
+    batch is written ]) share memory with no sample, no other output and no earlier batch: an
+    in-place edit of one batch changes nothing else."""
+    from bucketloader.collate import collator
+
+    monkeypatch.setattr(collator, "NUMPY_MIN_BYTES", least)
+    lengths = np.array([300, 310, 320, 330, 290, 305, 315, 325, 299])
+    sampler = BucketSampler(lengths, num_buckets=1, batch_size=4, shuffle=False)
+    collate = sampler.collator()
+    big = torch.randn(int(lengths.sum()) * max(frames, 1))  # samples: views of one tensor
+    starts = np.concatenate([[0], np.cumsum(lengths)]) * max(frames, 1)
+    shape = (lambda n: (n, frames)) if frames else (lambda n: (n,))
+
+    def span(t):
+        s = t.untyped_storage()
+        return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+    kept, seen = [], []
+    for _ in range(2):
+        for idx in sampler:
+            xs = [big[starts[i] : starts[i + 1]].view(shape(int(lengths[i]))) for i in idx]
+            out = collate(xs)
+            kept.append((out, {k: v.clone() for k, v in out.items()}))
+            for t in out.values():
+                lo, hi = span(t)
+                assert all(hi <= a or b <= lo for a, b in seen), "an output shares memory"
+                seen.append((lo, hi))
+    lo, hi = span(big)
+    assert all(b <= lo or hi <= a for a, b in seen), "an output shares the samples' memory"
+    before = big.clone()
+    for out, _ in kept[::2]:
+        for t in out.values():
+            t.logical_not_() if t.dtype == torch.bool else t.add_(1)
+    assert torch.equal(big, before)
+    for out, copy in kept[1::2]:
+        assert all(torch.equal(out[k], copy[k]) for k in copy)
