@@ -26,8 +26,7 @@
    answer + 2 resampled (L = 1024), and the 2k-document files (the first 2,000 GSM8K pairs at
    L = 512, the first 2,000 E. coli proteins + 2 at L = 2,400), and documents uniform in
    (L/4, L/2] (where every BFD row keeps room) at L = 1,024, 16,384 and 131,072 from 1k to
-   100k documents, and likewise in (L/5, L/2], (L/8, L/2], (L/16, L/2] and (0, L/2], with
-   ``search="auto"`` (the default) and ``search="never"``.
+   100k documents, with ``search="auto"`` (the default) and ``search="never"``.
    Rows against the L2 lower bound; the median of ``--repeats`` bests of 5 alternating rounds
    (CPU time).
 3. Streams: ``BucketIterable`` (8 buckets, ``batch_size=B``) against a plain
@@ -504,17 +503,6 @@ def packing(quick: bool, repeats: int) -> list[str]:
             hard.add((label, length))
             docs = np.random.default_rng(n).integers(length // 4 + 1, length // 2 + 1, n)
             cases.append((label, docs, length))
-    # shorter documents too (s8-pack2): where BFD keeps room in most rows but a row holds more
-    # than three documents, the repack stops at its cap (NOTE [ Repacking the rows with room ])
-    for k in (5, 8, 16, 0):
-        for length in (1024, 16384, 131072):
-            for n in (1_000, 10_000, 100_000):
-                label = f"uniform in ({f'L/{k}' if k else '0'}, L/2], N={n:,}"
-                if k:  # ((0, L/2] reaches ceil(tokens / L))
-                    hard.add((label, length))
-                low = length // k + 1 if k else 1
-                docs = np.random.default_rng(n).integers(low, length // 2 + 1, n)
-                cases.append((label, docs, length))
     lines = [
         "## 2. PackSampler's plan vs a careful best-fit decreasing",
         "",
@@ -532,8 +520,7 @@ def packing(quick: bool, repeats: int) -> list[str]:
         "with the most room: towards the L2 bound, or towards that 0.5-point promise where the "
         "bound would take more than one of BFD's patterns per 40 documents; where every "
         "document is in (L/4, L/2], rows of at most three documents instead, BFD's rows only "
-        "counted; the repack's steps are counted and it stops at a cap, 0.2 ms of steps plus "
-        "0.3 of a per-document BFD's estimated cost, keeping BFD's plan) "
+        "counted) "
         'and with `search="never"` (best-fit decreasing alone); rows against the L2 lower bound. '
         f"Times: per method the median over {repeats} repeats of the best of 5 rounds, "
         "each round about 10 ms of calls (at least one; CPU time), in races of two: `never` "
@@ -629,9 +616,8 @@ def packing(quick: bool, repeats: int) -> list[str]:
         f'**{worst["auto"]:.2f}x**, `search="auto"` / BFD per document '
         f"**{worst['auto_doc']:.3g}x**; rows: `never` = BFD's everywhere, `auto` <= BFD's "
         "everywhere and within 0.5 points of padding of `ceil(tokens / L)` rows on every "
-        "set but the uniform ones in (L/k, L/2] (asserted; in (L/4, L/2] no plan comes that "
-        "close: rows of three documents at most, NOTE [ At most three documents a row ]; "
-        "from L/5 down the repack stops at its cap, NOTE [ Repacking the rows with room ]).",
+        "set but the uniform ones (asserted; in (L/4, L/2] no plan comes that close: rows of "
+        "three documents at most, NOTE [ At most three documents a row ]).",
         "",
     ]
     return lines

@@ -286,7 +286,6 @@ def test_the_default_skips_a_whole_data_search_too_costly_for_its_gain(monkeypat
         return real(*args)
 
     monkeypatch.setattr(_bins, "min_bin_slack", counted)
-    monkeypatch.setattr(_bins, "_REPACK_TENTHS", 10**6)  # (no cap: the budget's test)
     fit = best_fit(sizes, counts, (1024,))
     _bins._searched(sizes, counts, (1024,), "auto")
     assert not calls  # its rows x sizes x words pass the work budget left: skipped
@@ -308,7 +307,6 @@ def test_the_defaults_search_stops_at_its_counted_work_budget(monkeypatch):
     # (solve packs these in rows of at most three documents: _searched is its other path)
     sizes, counts = np.unique(docs, return_counts=True)
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
-    monkeypatch.setattr(_bins, "_REPACK_TENTHS", 10**6)  # (no cap: the budget's test)
     fit = best_fit(sizes, counts, (1024,))
     full = _bins._searched(sizes, counts, (1024,), "auto")
     assert full.searched and full.num_rows < fit.num_rows  # within the budget: repacked
@@ -334,35 +332,6 @@ def test_the_defaults_search_stops_at_its_counted_work_budget(monkeypatch):
     always = _bins._searched(sizes, counts, (1024,), "always")  # no budget
     assert spent and all(w is None for w in spent) and always.num_rows == full.num_rows
     assert not always.budgeted
-
-
-def test_the_defaults_repack_stops_at_its_cap_where_it_would_cost_more_than_bfd(monkeypatch):
-    """_REPACK_TENTHS: where BFD's rows with room hold documents of a fifth to a half of the
-    row, the repack spent 12-32x a per-document BFD's time (before version 8). Its steps are
-    counted against a share of a per-document BFD's estimated cost (no clock: the same plan on
-    every call): past it, or where the sizes to place alone pass it, BFD's plan, version 8."""
-    docs = np.random.default_rng(1000).integers(205, 513, 1000)  # (L/5, L/2]
-    sizes, counts = np.unique(docs, return_counts=True)
-    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
-    fit = best_fit(sizes, counts, (1024,))
-    plans = [_bins.solve(sizes, counts, (1024,), "auto") for _ in range(2)]
-    assert plans[0].capped and plans[0].num_rows <= fit.num_rows == 376
-    assert plans[0].items.tolist() == plans[1].items.tolist()
-    assert _bins.solver_version((1024,), plans[0].searched, plans[0].budgeted, False, True) == 8
-    assert not _bins.solve(sizes, counts, (1024,), "always").capped  # (no cap)
-    # in rows of 16,384 the first round's sizes alone pass the cap: no step is taken
-    big = np.unique(np.random.default_rng(1000).integers(3277, 8193, 1000), return_counts=True)
-    big = big[0][::-1].copy(), big[1][::-1].copy()
-    monkeypatch.setattr(_bins, "_quick_slack", None)  # (never called)
-    plan = _bins.solve(*big, (16384,), "auto")
-    assert plan.capped and plan.num_rows == best_fit(*big, (16384,)).num_rows
-    # the benchmark's GSM8K-like repack fits under the cap: searched, not capped
-    monkeypatch.undo()
-    gsm = np.loadtxt(Path(__file__).parent / "data" / "gsm8k_train_qa_tokens.txt", dtype=np.int64)
-    x = np.random.default_rng(0).choice(gsm.sum(axis=1) + 2, 1000)
-    s, c = np.unique(x, return_counts=True)
-    plan = _bins.solve(s[::-1].copy(), c[::-1].copy(), (1024,), "auto")
-    assert plan.searched and not plan.capped
 
 
 def test_rows_of_at_most_three_documents_beat_bfd_without_its_search(monkeypatch):

@@ -89,34 +89,6 @@ data set:
   tests' and benchmarks' searches spend at most 10.7 of the 16 (their plans are unchanged). A
   plan the budget stopped (or whose MBS it skipped) is marked ``budgeted``: solver version 6
   (:func:`solver_version`), so a state saved by an earlier version fails loudly there.
-- The cap (``"auto"`` with one row length): that budget grows with the row's words, so it
-  still let the repack cost many times a per-document BFD where BFD's rows keep room but hold
-  more than three documents (2,000 documents uniform in (L/5, L/2]: 9.9x in rows of 1,024 for
-  23 rows, 32x in rows of 16,384 for none; (L/8, L/2]: 6.6x and 13x). The repack also counts
-  its steps (a row opened, a quick fill's step, a closest fill's chunk: about 1 us of Python
-  each, ``_OP_WORDS`` = 250 word operations at about 4 ns, on top of their words) and stops
-  at the next pattern, or within a closest fill, once words + steps pass ``_REPACK_FLOOR`` =
-  50,000 (about 0.2 ms) plus 0.3 (``_REPACK_TENTHS``) of a per-document BFD's estimated cost
-  (``_DOC_WORDS`` = 100 plus a quarter of the row's words per document: about 0.45 us a
-  document at L = 1,024, 2.2 us at 131,072). A round whose distinct sizes alone (one step each
-  at least) would pass it does not start. Then BFD's plan, or the tightest round done by then,
-  is kept (never looser than BFD), MBS over every document is skipped, and the plan is marked
-  ``capped``: solver version 8. Counted, not timed: every rank plans the same. The
-  benchmark's repacks spend at most 0.70 of the cap (GSM8K's first 2,000 at 512: 39 units a
-  document), the tests' data sets resampled or whole at most 0.76 (the whole GSM8K train at
-  512, 1,414 rows): their plans are unchanged, apart from COCO's widths + heights at 4,096
-  (1,404 rows, BFD's, where the repack found 1,403 in 24 ms) and small GSM8K samples, mostly
-  in rows of 256 (of 100 random samples of 50-3,000 pairs in rows of 256, 512 or 1,024, 42
-  capped, 40 of them at 256; 34 are 1-7 rows above the full repack's plan, still at most BFD's,
-  in 1.3-3.4x a per-document BFD's time instead of 1.6-5.3x on the 8 timed). In
-  benchmarks/results/small_costs.md (documents uniform in (L/k, L/2], k = 5, 8, 16, at
-  L = 1,024 / 16,384 / 131,072; before the cap 3-32x a per-document BFD's time at 1k-10k
-  documents) ``"auto"`` takes 0.42-1.07x a per-document BFD's time at 10k documents,
-  0.10-1.05x at 100k, and 0.72-2x at 1k, where ``"never"``, best-fit decreasing alone, takes
-  0.85-1.03x at L = 1,024 and 16,384: the cap's floor and the bounds are what is left there.
-  The rows are BFD's (the full repack had saved 2-25 rows at 1k-10k). Several row lengths
-  keep the budget alone (GSM8K's first 2,000 at ``(256, 512)`` spends just over the cap's
-  estimate for 772 -> 768 rows).
 
 On the benchmark's GSM8K-like lengths (benchmarks/small_costs.py) it reaches the L2 bound from
 1k to 10k documents, within 0.1% of it from 100k to 10M (9,653 rows for a bound of 9,652 at
@@ -168,10 +140,10 @@ per-document BFD; BFD 842), and 806 of 16,384 or 131,072 where the repack, cut b
 kept BFD's 841 in 44 ms and 0.28 s; on 2,000 of (L/4, 2L/3], 943 rows (BFD 947; the repack: 942
 in 8.4 ms at 1,024, 946 in 64 ms at 16,384) in 0.33-0.85x a per-document BFD's time. In
 benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k to 100k, at L = 1,024,
-16,384 and 131,072) it takes 0.11-0.96x a per-document BFD's time (the most, 0.86-0.96x over
-four runs, at 1k documents in rows of 1,024), for about 4% fewer rows than BFD. Only its
-plans get solver version 7 (:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its
-arrays are per document: 0.1 s at 1M); above that the search of the other lengths runs.
+16,384 and 131,072) it takes 0.11-0.86x a per-document BFD's time (up to 0.89x in a second
+run), for about 4% fewer rows than BFD. Only its plans get solver version 7
+(:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its arrays are per document: 0.1 s
+at 1M); above that the search of the other lengths runs.
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
@@ -247,10 +219,8 @@ import numpy as np
 #: decreasing's rows with room (NOTE [ Repacking the rows with room ]). 6: ``"auto"``'s search
 #: stops at its work budget. A plan that no search touched keeps the version it had (see
 #: :func:`solver_version`). 7: where every document is longer than a quarter of the one row
-#: length, the rows of at most three documents (NOTE [ At most three documents a row ]). 8:
-#: ``"auto"``'s repack also stops at its cap, a share of a per-document best-fit decreasing's
-#: estimated cost (NOTE [ Repacking the rows with room ]).
-SOLVER_VERSION = 8
+#: length, the rows of at most three documents (NOTE [ At most three documents a row ]).
+SOLVER_VERSION = 7
 
 
 def solver_version(
@@ -258,20 +228,16 @@ def solver_version(
     searched: bool = False,
     budgeted: bool = False,
     tripled: bool = False,
-    capped: bool = False,
 ) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
     changed only plans with several row lengths, version 5 only the plans that repacking
     best-fit decreasing's rows made (``searched``: where the search keeps BFD's plan or MBS's,
     those are the plans of 3 and 4), version 6 only those where the work budget stopped a
     search (``budgeted``) and version 7 only the rows of at most three documents
-    (``tripled``), and version 8 only those where the repack's cap stopped it (``capped``),
-    so the others keep 3, 4, 5, 6 or 7 (and their digests, so the states saved before still
-    load)."""
-    if capped:
-        return SOLVER_VERSION
+    (``tripled``), so the others keep 3, 4, 5 or 6 (and their digests, so the states saved
+    before still load)."""
     if tripled:
-        return 7
+        return SOLVER_VERSION
     if budgeted:
         return 6
     if searched:
@@ -309,20 +275,6 @@ _REPACK_WORK = 16
 #: Rows of at most three documents (NOTE [ At most three documents a row ]) up to this many
 #: documents (their arrays are per document); beyond it the search of BFD's rows.
 _THREE_DOCS = 1 << 22
-#: A step of the repack (a quick fill's, a row opened, a chunk of a closest fill) costs about
-#: this many big-integer word operations (about 4 ns each, with the allocations) more than its
-#: words: its Python overhead, about 1 us (NOTE [ Repacking the rows with room ], the cap).
-_OP_WORDS = 250
-#: A per-document best-fit decreasing costs about this many word operations per document (and
-#: a quarter of the row's 64-bit words): about 0.45 us at L = 1,024, 2.2 us at 131,072.
-_DOC_WORDS = 100
-#: ``"auto"``'s repack also stops once its steps (each its words plus :data:`_OP_WORDS`) pass
-#: this many tenths of that estimate of a per-document BFD (NOTE [ Repacking the rows with
-#: room ], the cap) ...
-_REPACK_TENTHS = 3
-#: ... plus this (about 200 steps, 0.2 ms: what a small file's repack needs whatever its
-#: size); the benchmark's repacks spend at most 0.70 of the cap (GSM8K's first 2,000 at 512).
-_REPACK_FLOOR = 50_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -342,8 +294,6 @@ class Patterns:
             document), which :func:`solver_version` tells too (earlier versions searched on).
         tripled: whether the plan is :func:`three_rows`'s (NOTE [ At most three documents a
             row ]), which :func:`solver_version` tells too.
-        capped: whether the repack's cap stopped it (NOTE [ Repacking the rows with room ]),
-            which :func:`solver_version` tells too.
     """
 
     sizes: np.ndarray
@@ -355,7 +305,6 @@ class Patterns:
     searched: bool = False
     budgeted: bool = False
     tripled: bool = False
-    capped: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -456,18 +405,11 @@ def _searched(
     aims = [c2, promised] if few else [c2]
     words = -(-max(row_lengths) // 64)
     # (counted, not timed: the same plan on every rank; "always" searches whatever it costs)
-    work = None
-    if search == "auto":  # [spent, budget] in words, [steps, cap] (NOTE: the cap, one length)
-        cap = _REPACK_FLOOR + docs * (_DOC_WORDS + words // 4) * _REPACK_TENTHS // 10
-        if len(row_lengths) > 1:
-            cap = 1 << 62
-        work = [0, _REPACK_WORK * docs * (words + 1), 0, cap, 0]
+    work = [0, _REPACK_WORK * docs * (words + 1)] if search == "auto" else None
     best = repack(fit, row_lengths, aims, enough, docs // _DOCS_PER_PATTERN, work)
     least = _padded(best, row_lengths)
     if least >= padded:
         best, least = fit, padded  # (as earlier versions: their digests)
-    if work is not None and work[4]:
-        return dataclasses.replace(best, capped=True)  # (the cap cut the repack: version 8)
     if work is not None and work[0] > work[1]:
         best = dataclasses.replace(best, budgeted=True)  # (the repack was cut: version 6)
     if enough(least):
@@ -681,9 +623,6 @@ def _repacked(
         fit.items[moved], (fit.mult * np.repeat(fit.reps, widths))[moved], minlength=fit.sizes.size
     )
     at = pool.nonzero()[0]
-    if work is not None and at.size * _OP_WORDS > work[3] - work[0] - _OP_WORDS * work[2]:
-        work[4] = 1  # (a step at least per size to place: past the cap before it starts)
-        raise _OutOfWork
     vals = fit.sizes[at].tolist()
     counts = pool[at].astype(np.int64).tolist()
     kinds, reps, items, mults, ends = _quick_slack(vals, counts, lens.tolist(), work)
@@ -739,12 +678,8 @@ def _quick_slack(
     while sizes:
         if work is not None:
             work[0] += steps * words
-            work[2] += steps
             steps = 0
             if work[0] > work[1]:
-                raise _OutOfWork
-            if work[0] + _OP_WORDS * work[2] > work[3]:
-                work[4] = 1  # (the cap: NOTE [ Repacking the rows with room ])
                 raise _OutOfWork
         steps += 1
         big = sizes[-1]  # the largest document left opens the row
@@ -825,7 +760,6 @@ def _quick_slack(
         ends.append(len(items))
     if work is not None:
         work[0] += steps * words
-        work[2] += steps
     return kinds, reps, items, mults, ends
 
 
@@ -840,14 +774,7 @@ def _closest(
     reach = 1
     snaps: list[int] = []
     chunks: list[tuple[int, int]] = []
-    cost = (cap >> 6) + 1 + _OP_WORDS  # (a chunk's, against the cap)
-    most = 1 << 62 if work is None else (work[3] - work[0] - _OP_WORDS * work[2]) // cost
     for i in range(bisect_right(sizes, cap) - 1, -1, -1):
-        if len(chunks) > most and work is not None:  # (the cap, within one fill)
-            work[0] += len(chunks) * ((cap >> 6) + 1)
-            work[2] += len(chunks)
-            work[4] = 1
-            raise _OutOfWork
         s = sizes[i]
         m = min(left[s], cap // s)
         k = 1
@@ -865,7 +792,6 @@ def _closest(
             break
     if work is not None:
         work[0] += len(chunks) * ((cap >> 6) + 1)
-        work[2] += len(chunks)
     c = reach.bit_length() - 1
     out = []
     for j in range(len(snaps) - 1, -1, -1):
