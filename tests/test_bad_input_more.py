@@ -374,3 +374,18 @@ def test_a_huge_row_length_is_refused_before_it_exhausts_memory(kind):
             PackSpec.build([3], row_length=2**30, batch_size=1024)
         else:
             PackIterable([[1] * 3], row_length=2**30, batch_size=2)
+
+
+@pytest.mark.parametrize("value", [2**70, -(2**63) - 1, 2**63])
+def test_pad_value_past_int64_is_refused_when_the_collator_is_made(value):
+    # (it was an OverflowError inside torch at the first batch)
+    with pytest.raises(ValueError, match=r"pad_value must fit in int64, got pad_value=.*float"):
+        _sampler().collator(pad_value=value)
+    with pytest.raises(ValueError, match=r"pad_value\['x'\] must fit in int64"):
+        _sampler().collator(pad_value={"x": value})
+
+
+def test_pad_value_at_the_int64_edges_still_pads():
+    for value in (2**63 - 1, -(2**63)):
+        out = _sampler().collator(pad_value=value)([torch.zeros(3, dtype=torch.int64)])
+        assert int(out["inputs"][0, -1]) == value

@@ -123,6 +123,11 @@ def check_pad(name: str, value: Any, *, allow_none: bool = False) -> None:
             f"{name} must be an int, float or bool (Python or numpy), got {name}={value!r}; "
             f"pass float({name}) or int({name})"
         )
+    if isinstance(value, int) and not -(1 << 63) <= value < 1 << 63:  # no tensor dtype holds it
+        raise ValueError(
+            f"{name} must fit in int64, got {name}={value!r}; pass a smaller int, or "
+            f"float({name}) for floating-point samples"
+        )
 
 
 def bind_fields(fields: Any, names: tuple[str, ...], group_key: Any) -> dict[Any, Field] | None:
