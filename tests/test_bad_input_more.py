@@ -399,5 +399,8 @@ def test_pad_value_at_the_int64_and_uint64_edges_still_pads():
     # a uint64 sentinel on numpy uint64 samples, and a big int on float samples (as before)
     out = _sampler().collator(pad_value=2**64 - 1)([np.zeros(3, dtype=np.uint64)])
     assert int(out["inputs"].numpy()[0, -1]) == 2**64 - 1
+    for samples in ([np.zeros(3, dtype=np.uint64)], [torch.zeros(3, dtype=torch.uint64)]):
+        out = _sampler().collator(pad_value=np.uint64(2**64 - 1))(samples)  # (was a TypeError)
+        assert int(out["inputs"].numpy()[0, -1]) == 2**64 - 1
     out = _sampler().collator(pad_value=2**63)([torch.zeros(3, dtype=torch.float64)])
     assert out["inputs"][0, -1].item() == 2.0**63
