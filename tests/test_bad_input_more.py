@@ -376,16 +376,31 @@ def test_a_huge_row_length_is_refused_before_it_exhausts_memory(kind):
             PackIterable([[1] * 3], row_length=2**30, batch_size=2)
 
 
-@pytest.mark.parametrize("value", [2**70, -(2**63) - 1, 2**63])
-def test_pad_value_past_int64_is_refused_when_the_collator_is_made(value):
+@pytest.mark.parametrize("value", [2**70, -(2**63) - 1, 2**64])
+def test_pad_value_past_int64_and_uint64_is_refused_when_the_collator_is_made(value):
     # (it was an OverflowError inside torch at the first batch)
-    with pytest.raises(ValueError, match=r"pad_value must fit in int64, got pad_value=.*float"):
+    match = (
+        r"pad_value must fit in int64 or uint64 \(-2\*\*63 to 2\*\*64 - 1\), got pad_value=.*float"
+    )
+    with pytest.raises(ValueError, match=match):
         _sampler().collator(pad_value=value)
-    with pytest.raises(ValueError, match=r"pad_value\['x'\] must fit in int64"):
+    with pytest.raises(ValueError, match=r"pad_value\['x'\] must fit in int64 or uint64"):
         _sampler().collator(pad_value={"x": value})
 
 
-def test_pad_value_at_the_int64_edges_still_pads():
-    for value in (2**63 - 1, -(2**63)):
-        out = _sampler().collator(pad_value=value)([torch.zeros(3, dtype=torch.int64)])
-        assert int(out["inputs"][0, -1]) == value
+def test_pad_value_at_the_int64_and_uint64_edges_still_pads():
+    for value, dtype in (
+        (2**63 - 1, torch.int64),
+        (-(2**63), torch.int64),
+        (2**64 - 1, torch.uint64),
+    ):
+        out = _sampler().collator(pad_value=value)([torch.zeros(3, dtype=dtype)])
+        assert out["inputs"].dtype == dtype and int(out["inputs"].numpy()[0, -1]) == value
+    # a uint64 sentinel on numpy uint64 samples, and a big int on float samples (as before)
+    out = _sampler().collator(pad_value=2**64 - 1)([np.zeros(3, dtype=np.uint64)])
+    assert int(out["inputs"].numpy()[0, -1]) == 2**64 - 1
+    for samples in ([np.zeros(3, dtype=np.uint64)], [torch.zeros(3, dtype=torch.uint64)]):
+        out = _sampler().collator(pad_value=np.uint64(2**64 - 1))(samples)  # (was a TypeError)
+        assert int(out["inputs"].numpy()[0, -1]) == 2**64 - 1
+    out = _sampler().collator(pad_value=2**63)([torch.zeros(3, dtype=torch.float64)])
+    assert out["inputs"][0, -1].item() == 2.0**63

@@ -410,10 +410,10 @@ def test_argument_errors(small):
     assert (
         PadCollator(table, pad_value=big)([torch.ones(2, dtype=torch.int64)])["inputs"][0, 3] == big
     )
-    with pytest.raises(
-        ValueError, match="pad_value must fit in int64, got pad_value=9223372036854775808"
-    ):
-        PadCollator(table, pad_value=2**63)  # (refused when made: no tensor dtype holds it)
+    with pytest.raises(ValueError, match="does not fit"):  # (uint64 holds it: made, then refused)
+        PadCollator(table, pad_value=2**63)([torch.ones(2, dtype=torch.int64)])
+    with pytest.raises(ValueError, match=r"int64 or uint64 .*got pad_value=18446744073709551616"):
+        PadCollator(table, pad_value=2**64)  # (refused when made: no tensor dtype holds it)
     joint = BucketSampler(np.array([[2, 3], [4, 5]]), num_buckets=1, batch_size=2)
     with pytest.raises(ValueError, match=r"fields=Field\(dims=\(-2, -1\)\)"):
         joint.collator()([torch.ones(3, 2), torch.ones(5, 4)])

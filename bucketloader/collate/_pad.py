@@ -372,8 +372,8 @@ def fill_pad(out: torch.Tensor, value: Any) -> None:
     a batch of samples that require grad, which ``Tensor.numpy`` refuses)."""
     if out.dtype in _NUMPY_DTYPES and not out.requires_grad:
         out.numpy().fill(value)
-    else:
-        out.fill_(value)
+    else:  # (a numpy scalar as a Python one: torch refuses an np.uint64 past int64)
+        out.fill_(value.item() if isinstance(value, np.generic) else value)
 
 
 #: dtypes that torch tensors share with numpy (``Tensor.numpy()`` works).

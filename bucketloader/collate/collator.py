@@ -645,7 +645,7 @@ class PadCollator:
         if len(self._lean_cache) > 64:
             self._lean_cache.clear()
         pad = torch.empty((size, *rest), dtype=tdtype)
-        pad.fill_(pad_value[0])
+        fill_pad(pad, pad_value[0])
         ar: np.ndarray = np.arange(size)
         if size <= _MASK_TABLE_MAX:  # row L of the table is the mask of a sample of length L
             ar = np.arange(size + 1)[:, None] > (ar if self.side == "right" else size - 1 - ar)

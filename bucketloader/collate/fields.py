@@ -123,10 +123,10 @@ def check_pad(name: str, value: Any, *, allow_none: bool = False) -> None:
             f"{name} must be an int, float or bool (Python or numpy), got {name}={value!r}; "
             f"pass float({name}) or int({name})"
         )
-    if isinstance(value, int) and not -(1 << 63) <= value < 1 << 63:  # no tensor dtype holds it
-        raise ValueError(
-            f"{name} must fit in int64, got {name}={value!r}; pass a smaller int, or "
-            f"float({name}) for floating-point samples"
+    if isinstance(value, int) and not -(1 << 63) <= value < 1 << 64:  # no tensor dtype holds it
+        raise ValueError(  # (int64 or uint64; which one fits the batch's dtype is checked there)
+            f"{name} must fit in int64 or uint64 (-2**63 to 2**64 - 1), got {name}={value!r}; "
+            f"pass a smaller int, or float({name}) for floating-point samples"
         )
 
 

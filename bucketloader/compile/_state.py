@@ -39,8 +39,9 @@ precompile now traces the fresh-step state, which training with ``zero_grad()`` 
 with ``zero_grad(set_to_none=False)``, unchanged without compiled autograd). Confirmed on an H100
 (session 8, torch 2.11): a classifier precompiled under CUDA graphs with 4 shapes, then trained;
 with ``reset_grads`` switched off the same script fails with that error at precompile; with one
-shape it passes (session 2's H200 log placed the error on the first synthetic batch;
-that run's script is gone, so that remains unexplained), and compile_e2e's variant 5 ran.
+shape (the reset on) it passes. One shape without the reset was not run, so session 2's H200 log,
+which placed the error on the first synthetic batch (that run's script is gone), remains
+unexplained. compile_e2e's variant 5 ran.
 
 NOTE [ A compiled optimizer step and a fresh optimizer ]
 A compiled ``optimizer.step()`` guards on the identity of its state tensors (dynamo marks them as
