@@ -382,3 +382,21 @@ def test_a_csv_with_a_byte_order_mark_reads_by_column_name(tmp_path):
     p = tmp_path / "excel.csv"
     p.write_bytes("\ufeffq,a\n12,40\n7,3\n".encode())  # Excel's "CSV UTF-8" starts with a BOM
     assert read_lengths(p, "q").tolist() == [12, 7]
+
+
+def test_precompute_under_a_file_fails_before_reading_or_solving(tmp_path, files, capsys):
+    """A cache directory that can never exist (a file stands at or above it): precompute's one
+    job is the entry, so it stops before the read and the solve (it solved, then failed)."""
+    from bucketloader.cache import CacheWarning
+    from bucketloader.cli import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("mine")
+    with pytest.warns(CacheWarning, match="is not usable"):
+        code = main(["precompute", str(files / "one.txt"), "-k", "2",
+                     "--cache-dir", str(blocker / "cache")])  # fmt: skip
+    assert code == 2
+    out, err = capsys.readouterr()
+    assert "boundaries:" not in out and "were solved" not in err  # (no read, no solve)
+    assert "is not usable" in err and "--cache-dir" in err
+    assert blocker.read_text() == "mine"

@@ -249,6 +249,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _precompute(args: argparse.Namespace) -> int:
+    from bucketloader._files import folder_blocker
     from bucketloader._validation import check_folder, check_int
     from bucketloader.cache import BucketCache
     from bucketloader.histogram import LengthHistogram
@@ -268,6 +269,12 @@ def _precompute(args: argparse.Namespace) -> int:
     cache = BucketCache(
         None if args.cache_dir is None else check_folder("--cache-dir", args.cache_dir)
     )  # built before the read: a file at the path warns at once
+    blocker = folder_blocker(cache.directory)
+    if blocker is not None:  # precompute's one job is the entry: say so before reading, solving
+        return _fail(
+            f"the cache directory {cache.directory} is not usable ({blocker.strerror or blocker}); "
+            "point --cache-dir or BUCKETLOADER_CACHE_DIR at a writable directory"
+        )
     lengths = _read(args)
     hist = LengthHistogram.from_lengths(lengths)
     m = params["pad_to_multiple_of"]
