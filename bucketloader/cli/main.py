@@ -251,7 +251,7 @@ def _report(args: argparse.Namespace) -> int:
 def _precompute(args: argparse.Namespace) -> int:
     from bucketloader._files import folder_blocker
     from bucketloader._validation import check_folder, check_int
-    from bucketloader.cache import BucketCache
+    from bucketloader.cache import BucketCache, default_cache_dir
     from bucketloader.histogram import LengthHistogram
     from bucketloader.plan.budget import BatchRule
     from bucketloader.solve import resolve_params, solve_boundaries
@@ -266,15 +266,15 @@ def _precompute(args: argparse.Namespace) -> int:
         fn, args.num_buckets, {"cost": args.cost, "pad_to_multiple_of": args.pad_to_multiple_of}
     )
     _check_output("--json", args.json, args.file)
-    cache = BucketCache(
-        None if args.cache_dir is None else check_folder("--cache-dir", args.cache_dir)
-    )  # built before the read: a file at the path warns at once
-    blocker = folder_blocker(cache.directory)
+    given = args.cache_dir
+    directory = default_cache_dir() if given is None else check_folder("--cache-dir", given)
+    blocker = folder_blocker(directory)
     if blocker is not None:  # precompute's one job is the entry: say so before reading, solving
-        return _fail(
-            f"the cache directory {cache.directory} is not usable ({blocker.strerror or blocker}); "
+        return _fail(  # (before BucketCache, whose warning would say the same once more)
+            f"the cache directory {directory} is not usable ({blocker.strerror or blocker}); "
             "point --cache-dir or BUCKETLOADER_CACHE_DIR at a writable directory"
         )
+    cache = BucketCache(directory)
     lengths = _read(args)
     hist = LengthHistogram.from_lengths(lengths)
     m = params["pad_to_multiple_of"]
