@@ -366,14 +366,11 @@ def _same_file(a: str, b: str) -> bool:
 
 def _check_plot(path: str | None) -> None:
     """``--plot`` must name an image file matplotlib can write (checked before any work)."""
-    from bucketloader.analysis.report import PLOT_SUFFIXES
+    from bucketloader.analysis.report import image_path
 
     _check_output("--plot", path)
-    if path and Path(path).suffix.lower() not in PLOT_SUFFIXES:
-        raise ValueError(
-            f"--plot must name an image file ending in one of {', '.join(PLOT_SUFFIXES)}, got "
-            f"--plot {path}"
-        )
+    if path:
+        image_path(path, "--plot")  # (the rule report.plot() applies)
 
 
 class _Ticker:
