@@ -353,21 +353,21 @@ def check_token_ids(datasets_: Sequence[Any], names: Sequence[str], owner: str) 
     embedding (a top-level column; the collator checks the rest)."""
     for dataset in datasets_:
         schema = table_and_indices(dataset)[0].schema
-        leaves = {n: _leaf_type(schema.field(n).type) for n in names if n in schema.names}
-        bad = [
-            (n, t) for n, t in leaves.items() if pa.types.is_floating(t) or pa.types.is_decimal(t)
-        ]
-        for name, leaf in bad[:1]:
-            raise TypeError(
-                f"{owner} pads column {name!r} as token ids, but it holds {leaf} values; token "
-                f"ids must be integers: cast the column first, e.g. dataset = "
-                f"dataset.cast_column({name!r}, datasets.Sequence(datasets.Value('int64')))"
-            )
+        for name in (n for n in names if n in schema.names):
+            leaf = _leaf_type(schema.field(name).type)
+            if pa.types.is_floating(leaf) or pa.types.is_decimal(leaf):
+                raise TypeError(
+                    f"{owner} pads column {name!r} as token ids, but it holds {leaf} values; "
+                    f"token ids must be integers: cast the column first, e.g. dataset = "
+                    f"dataset.cast_column({name!r}, datasets.Sequence(datasets.Value('int64')))"
+                )
 
 
 def _leaf_type(t: Any) -> Any:
-    """The value type inside any depth of Arrow lists."""
-    return _leaf_type(t.value_type) if pa.types.is_list(t) or pa.types.is_large_list(t) else t
+    """The value type inside any depth of Arrow lists (fixed-size ones too: ``Sequence(...,
+    length=n)``)."""
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    return _leaf_type(t.value_type) if any(is_list(t) for is_list in lists) else t
 
 
 def side_of(side: Any, tokenizer: Any) -> str:
