@@ -179,6 +179,10 @@ def test_add_lengths_roundtrip_through_disk(tmp_path):
         hf.add_lengths(ds, ["src", "tgt"], name="length")
     with pytest.raises(TypeError, match=r"name must be a column name or a list of names .* name=5"):
         hf.add_lengths(ds, "src", name=5)  # (was "'int' object is not iterable")
+    with pytest.raises(
+        ValueError, match=r"name must be a non-empty column name, got name=\['x', ''\]"
+    ):
+        hf.add_lengths(ds, ["src", "tgt"], name=["x", ""])  # (s9-read: was the TypeError above)
 
 
 # -- one-call sampler + collator -----------------------------------------------------------------

@@ -152,7 +152,7 @@ def add_lengths(
         name = [f"{c}_length" for c in column] if multi else LENGTH_COLUMN  # type: ignore[union-attr]
     if isinstance(name, str):
         names = [name]
-    elif isinstance(name, Sequence) and all(isinstance(n, str) and n for n in name):
+    elif isinstance(name, Sequence) and all(isinstance(n, str) for n in name):
         names = list(name)
     else:
         raise TypeError(
