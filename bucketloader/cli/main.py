@@ -249,7 +249,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _precompute(args: argparse.Namespace) -> int:
-    from bucketloader._files import folder_blocker
+    from bucketloader._files import folder_blocker, os_reason
     from bucketloader._validation import check_folder, check_int
     from bucketloader.cache import BucketCache, default_cache_dir
     from bucketloader.histogram import LengthHistogram
@@ -271,7 +271,7 @@ def _precompute(args: argparse.Namespace) -> int:
     blocker = folder_blocker(directory)
     if blocker is not None:  # precompute's one job is the entry: say so before reading, solving
         return _fail(  # (before BucketCache, whose warning would say the same once more)
-            f"the cache directory {directory} is not usable ({blocker.strerror or blocker}); "
+            f"the cache directory {directory} is not usable ({os_reason(blocker)}); "
             "point --cache-dir or BUCKETLOADER_CACHE_DIR at a writable directory"
         )
     cache = BucketCache(directory)
