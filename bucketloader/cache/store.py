@@ -41,7 +41,7 @@ from typing import Any
 
 from bucketloader._dist import world_size
 from bucketloader._files import NotAFile, folder_blocker, os_reason, write_atomic
-from bucketloader._validation import check_folder, check_int
+from bucketloader._validation import check_bool, check_folder, check_int
 from bucketloader._version import __version__
 from bucketloader.cache._dist import broadcast_get_or_solve
 from bucketloader.cache._io import (
@@ -114,9 +114,7 @@ class BucketCache:
             check_folder("directory", directory) if directory is not None else default_cache_dir()
         )
         self.max_size = None if max_size is None else check_int("max_size", max_size, minimum=1)
-        if not isinstance(distributed, bool):
-            raise TypeError(f"distributed must be a bool, got distributed={distributed!r}")
-        self.distributed = distributed
+        self.distributed = check_bool("distributed", distributed)
         self.hits = 0
         self.misses = 0
         blocker = folder_blocker(self.directory)
