@@ -216,7 +216,7 @@ def _report(args: argparse.Namespace) -> int:
 
     _check_output("--json", args.json, args.file)
     _check_plot(args.plot)
-    if args.json and args.plot and Path(args.json).resolve() == Path(args.plot).resolve():
+    if args.json and args.plot and _same_file(args.json, args.plot):
         raise ValueError(  # (the report replaced the plot it had just written)
             f"--json {args.json} and --plot {args.plot} name the same file; name two files, "
             "e.g. --json report.json --plot report.png"
@@ -358,10 +358,11 @@ def _input_files(source: str) -> list[str]:
 
 
 def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (links included), or would once written."""
     try:
         return os.path.samefile(a, b)
-    except OSError:  # one does not exist (yet)
-        return False
+    except OSError:  # one does not exist (yet): the same path
+        return Path(a).resolve() == Path(b).resolve()
 
 
 def _check_plot(path: str | None) -> None:
