@@ -18,6 +18,8 @@ import numpy as np
 
 #: The most ranks a sampler, spec or stream plans for (a step's rows over ranks stay in int64).
 MAX_REPLICAS = 1 << 20
+#: The int64 range: a pad id, a seed or a token budget past it fails in numpy or torch.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class MissingKeyError(KeyError, ValueError):

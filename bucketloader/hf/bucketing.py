@@ -56,7 +56,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bucketloader._types import SIDES
-from bucketloader._validation import MAX_LENGTH, check_bool, check_choice, check_int
+from bucketloader._validation import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_LENGTH,
+    check_bool,
+    check_choice,
+    check_int,
+)
 from bucketloader.boundaries import round_up
 from bucketloader.collate import Field, PadCollator
 from bucketloader.collate.fields import RESERVED
@@ -340,7 +347,7 @@ def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") 
         )
     if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, (int, np.integer)):
         raise TypeError(f"pad_token_id must be an int, got pad_token_id={pad_token_id!r}")
-    if not -(2**63) <= int(pad_token_id) < 2**63:  # (else the first batch's int64 refuses it)
+    if not INT64_MIN <= int(pad_token_id) <= INT64_MAX:  # (else the first batch's int64 refuses it)
         raise ValueError(
             f"pad_token_id must be a token id int64 can hold, got pad_token_id={pad_token_id!r}; "
             "pass the tokenizer's pad id"

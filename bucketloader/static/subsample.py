@@ -40,7 +40,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bucketloader._validation import check_bool, check_float, check_int, describe
+from bucketloader._validation import (
+    INT64_MAX,
+    INT64_MIN,
+    check_bool,
+    check_float,
+    check_int,
+    describe,
+)
 from bucketloader.static._select import draw_seed, quota_select
 
 __all__ = [
@@ -456,7 +463,7 @@ def _resolve_seed(
             return seed.reshape(()).to(device=device, dtype=torch.int64, non_blocking=True)
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
             raise TypeError(f"seed must be an int or a 0-d integer tensor, got seed={seed!r}")
-        if not -(2**63) <= seed < 2**63:
+        if not INT64_MIN <= seed <= INT64_MAX:
             raise ValueError(
                 f"seed must be an int in [-2**63, 2**63 - 1] (a 64-bit seed), got seed={seed!r}; "
                 "reduce it first, e.g. seed % 2**63"
