@@ -356,8 +356,11 @@ def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") 
 
 
 def check_token_ids(datasets_: Sequence[Any], names: Sequence[str], owner: str) -> None:
-    """Refuse a token-id column of float values: padded as floats, it fails in the model's
-    embedding (a top-level column; the collator checks the rest)."""
+    """Refuse a token-id column of float values (lists of any depth, fixed-size ones too):
+    padded as floats, it fails in the model's embedding. ``names``: the columns padded as token
+    ids (``for_text``: the bucketed inputs and ``*input_ids``; ``for_packing``: the packed column
+    and ``labels``); a column missing from a dataset is skipped. Checked on the schema, once:
+    ``PackCollator`` refuses float ids again per batch, ``PadCollator`` pads any dtype."""
     for dataset in datasets_:
         schema = table_and_indices(dataset)[0].schema
         for name in (n for n in names if n in schema.names):
