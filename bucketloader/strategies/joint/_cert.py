@@ -25,6 +25,7 @@ offline on the GSM8K cases the time limit leaves open.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,36 +35,43 @@ from bucketloader.strategies.joint._grid import Grid
 from bucketloader.strategies.joint._ilp import _highs, _Model
 
 
-def fix_pairs(grid: Grid, bound: Bound, k: int, target: float) -> tuple[np.ndarray, np.ndarray]:
+def fix_pairs(
+    grid: Grid, bounds: Sequence[Bound], k: int, target: float
+) -> tuple[np.ndarray, np.ndarray]:
     """The candidates and covering pairs that a plan below ``target`` (on ``Σ w_i · size``) may
-    use, by NOTE [ Certifying a target by fixing pairs ]: ``(ids, keep)`` with ``keep`` the
-    ``(len(ids), n)`` pairs kept (a point with no pair kept: no plan is below ``target``)."""
-    g, reach = bound.gains, bound.reach
-    kth = _kth(g, k)
-    forced = np.where(g >= kth, bound.value, bound.value - g + kth)
+    use, by NOTE [ Certifying a target by fixing pairs ] at each of ``bounds`` (Lagrangian
+    bounds at any reaches: every one fixes validly, so a pair stays only if none fixes it):
+    ``(ids, keep)`` with ``keep`` the ``(len(ids), n)`` pairs kept (a point with no pair kept:
+    no plan is below ``target``)."""
     slack = 1e-9 * max(1.0, abs(target)) + 1e-6  # rounding: keep what is at the target
-    ids = np.flatnonzero(forced < target + slack)
+    forced = []
+    for bound in bounds:
+        kth = _kth(bound.gains, k)
+        forced.append(np.where(bound.gains >= kth, bound.value, bound.value - bound.gains + kth))
+    ids = np.flatnonzero(np.max(forced, axis=0) < target + slack)
     keep = np.zeros((ids.size, grid.weight.size), dtype=bool)
     for lo in range(0, ids.size, 256):
         part = ids[lo : lo + 256]
-        extra = grid.weight[None, :] * np.maximum(
-            grid.cand_size[part][:, None] - reach[None, :], 0.0
-        )
-        keep[lo : lo + 256] = grid.covers(part) & (
-            forced[part][:, None] + extra < target + slack
-        )
+        mine = grid.covers(part)
+        for bound, opened in zip(bounds, forced, strict=True):
+            extra = grid.weight[None, :] * np.maximum(
+                grid.cand_size[part][:, None] - bound.reach[None, :], 0.0
+            )
+            mine &= opened[part][:, None] + extra < target + slack
+        keep[lo : lo + 256] = mine
     used = keep.any(axis=1)
     return ids[used], keep[used]
 
 
 def certify(
-    grid: Grid, bound: Bound, k: int, target: float, deadline: float
+    grid: Grid, bounds: Sequence[Bound], k: int, target: float, deadline: float
 ) -> tuple[float, dict[str, Any]]:
     """A lower bound on ``Σ w_i · size`` of every plan with at most ``k`` cells: ``target``
     when the program over the pairs :func:`fix_pairs` keeps is proved at or above it, else the
     program's own bound when lower (NOTE [ Certifying a target by fixing pairs ]), else
-    ``bound.value``. ``details``: the model's size, the solver's status and bound."""
-    ids, keep = fix_pairs(grid, bound, k, target)
+    the best of ``bounds``. ``details``: the model's size, the solver's status and bound."""
+    ids, keep = fix_pairs(grid, bounds, k, target)
+    best = max(bound.value for bound in bounds)
     details: dict[str, Any] = {"candidates": int(ids.size), "pairs": int(keep.sum())}
     if not keep.any(axis=0).all():  # a point no plan below the target can serve
         details.update(rows=0, proved=True, bound=np.inf, solver_status="no pair left")
@@ -78,4 +86,4 @@ def certify(
     began = time.perf_counter()
     _highs(model, deadline, details)
     details["seconds"] = time.perf_counter() - began
-    return max(bound.value, min(float(target), details["bound"])), details
+    return max(best, min(float(target), details["bound"])), details
