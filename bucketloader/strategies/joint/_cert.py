@@ -73,9 +73,10 @@ def certify(
     ids, keep = fix_pairs(grid, bounds, k, target)
     best = max(bound.value for bound in bounds)
     details: dict[str, Any] = {"candidates": int(ids.size), "pairs": int(keep.sum())}
+    details.update(proved=False, bound=-np.inf)
     if not keep.any(axis=0).all():  # a point no plan below the target can serve
         details.update(rows=0, proved=True, bound=np.inf, solver_status="no pair left")
-        return float(target), details
+        return max(best, float(target)), details
     _, first, inv = np.unique(
         np.packbits(keep, axis=0).T, axis=0, return_index=True, return_inverse=True
     )
