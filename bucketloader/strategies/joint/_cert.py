@@ -19,7 +19,9 @@ this can exceed the LP relaxation: fixing ``x_ic`` to 0 uses integrality (a pair
 used wholly, paying its whole forced bound; the LP may use it fractionally). Checked against the
 brute-force oracle on tiny histograms (``tests/test_joint_cert.py``). Not used by
 :func:`~bucketloader.strategies.joint.solve_joint`: ``benchmarks/joint_cert.py`` runs it
-offline on the GSM8K cases the time limit leaves open.
+offline on the GSM8K cases the time limit leaves open. Measured there (NOTE [ Stronger
+relaxations, measured ] in :mod:`._bound`): far too many pairs survive for the program, so it
+certifies none of them.
 """
 
 from __future__ import annotations
