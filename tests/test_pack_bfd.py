@@ -436,3 +436,27 @@ def test_rows_of_three_at_the_edges_of_their_range(length, monkeypatch):
     monkeypatch.setattr(_bins, "_THREE_DOCS", 299)
     plan = solve(sizes, counts, (length,))
     assert not plan.tripled and plan.num_rows <= best_fit(sizes, counts, (length,)).num_rows
+
+
+def test_always_also_repacks_the_defaults_rounds_so_it_is_never_looser():
+    """NOTE [ Repacking the rows with room ]: "always" aimed at the L2 bound only, so where the
+    default repacks its promise-sized round instead it could end looser (600 GSM8K pairs at
+    256, seed 35: never 235 rows, auto 233, always 235 before version 8). It now repacks the
+    default's rounds too and keeps that plan where it is strictly tighter (version 8 only
+    there); elsewhere its plan and version are unchanged."""
+    gsm = np.loadtxt(Path(__file__).parent / "data" / "gsm8k_train_qa_tokens.txt", dtype=np.int64)
+    x = np.minimum(np.random.default_rng(35).choice(gsm.sum(axis=1) + 2, 600), 256)
+    sizes, counts = np.unique(x, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    auto, always = (solve(sizes, counts, (256,), s) for s in ("auto", "always"))
+    assert best_fit(sizes, counts, (256,)).num_rows == 235 and auto.num_rows == 233
+    _check_patterns(always, sizes, counts, (256,))
+    assert always.num_rows <= auto.num_rows and always.promised
+    assert _bins.solver_version((256,), True, False, False, always.promised) == 8
+    assert solve(sizes, counts, (256,), "always").items.tolist() == always.items.tolist()
+    # where its own rounds are as tight, "always" keeps its plan (and version 5)
+    x = np.random.default_rng(0).choice(gsm.sum(axis=1) + 2, 1000)
+    sizes, counts = np.unique(x, return_counts=True)
+    plan = solve(sizes[::-1].copy(), counts[::-1].copy(), (1024,), "always")
+    assert plan.searched and not plan.promised
+    assert _bins.solver_version((1024,), plan.searched, plan.budgeted, plan.tripled) == 5

@@ -219,8 +219,10 @@ import numpy as np
 #: decreasing's rows with room (NOTE [ Repacking the rows with room ]). 6: ``"auto"``'s search
 #: stops at its work budget. A plan that no search touched keeps the version it had (see
 #: :func:`solver_version`). 7: where every document is longer than a quarter of the one row
-#: length, the rows of at most three documents (NOTE [ At most three documents a row ]).
-SOLVER_VERSION = 7
+#: length, the rows of at most three documents (NOTE [ At most three documents a row ]). 8:
+#: ``"always"`` also repacks the default's promise-sized round and keeps the tighter plan (NOTE
+#: [ Repacking the rows with room ]).
+SOLVER_VERSION = 8
 
 
 def solver_version(
@@ -228,16 +230,20 @@ def solver_version(
     searched: bool = False,
     budgeted: bool = False,
     tripled: bool = False,
+    promised: bool = False,
 ) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
     changed only plans with several row lengths, version 5 only the plans that repacking
     best-fit decreasing's rows made (``searched``: where the search keeps BFD's plan or MBS's,
     those are the plans of 3 and 4), version 6 only those where the work budget stopped a
     search (``budgeted``) and version 7 only the rows of at most three documents
-    (``tripled``), so the others keep 3, 4, 5 or 6 (and their digests, so the states saved
-    before still load)."""
-    if tripled:
+    (``tripled``), and version 8 only the ``"always"`` plans its promise-sized round made
+    tighter (``promised``), so the others keep 3, 4, 5, 6 or 7 (and their digests, so the
+    states saved before still load)."""
+    if promised:
         return SOLVER_VERSION
+    if tripled:
+        return 7
     if budgeted:
         return 6
     if searched:
@@ -294,6 +300,9 @@ class Patterns:
             document), which :func:`solver_version` tells too (earlier versions searched on).
         tripled: whether the plan is :func:`three_rows`'s (NOTE [ At most three documents a
             row ]), which :func:`solver_version` tells too.
+        promised: whether the plan is an ``"always"`` repack of the default's promise-sized
+            round, tighter than its own (NOTE [ Repacking the rows with room ]), which
+            :func:`solver_version` tells too.
     """
 
     sizes: np.ndarray
@@ -305,6 +314,7 @@ class Patterns:
     searched: bool = False
     budgeted: bool = False
     tripled: bool = False
+    promised: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -346,9 +356,13 @@ def solve(
                 three = _three(sizes, counts, length, search)
                 if three is not None and search == "auto":
                     return three
-    plan = _searched(sizes, counts, row_lengths, search)
+    rival: list[Patterns] = []
+    plan = _searched(sizes, counts, row_lengths, search, rival)
     if three is not None and three.num_rows < plan.num_rows:
-        return three  # ("always": the tighter)
+        plan = three  # ("always": the tighter)
+    if rival and _padded(rival[0], row_lengths) < _padded(plan, row_lengths):
+        # ("always": the default's rounds did better; only these plans change: version 8)
+        return dataclasses.replace(rival[0], promised=True)
     return plan
 
 
@@ -370,9 +384,14 @@ def _three(sizes: np.ndarray, counts: np.ndarray, length: int, search: str) -> P
 
 
 def _searched(
-    sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...], search: str
+    sizes: np.ndarray,
+    counts: np.ndarray,
+    row_lengths: tuple[int, ...],
+    search: str,
+    rival: list[Patterns] | None = None,
 ) -> Patterns:
-    """:func:`solve` but for the rows of at most three documents."""
+    """:func:`solve` but for the rows of at most three documents; with ``"always"``, the
+    repack of the default's first rounds is appended to ``rival`` (a list) where it runs."""
     fit = best_fit(sizes, counts, row_lengths)
     if search == "never":
         return fit
@@ -406,10 +425,16 @@ def _searched(
     words = -(-max(row_lengths) // 64)
     # (counted, not timed: the same plan on every rank; "always" searches whatever it costs)
     work = [0, _REPACK_WORK * docs * (words + 1)] if search == "auto" else None
-    best = repack(fit, row_lengths, aims, enough, docs // _DOCS_PER_PATTERN, work)
+    most = docs // _DOCS_PER_PATTERN
+    best = repack(fit, row_lengths, aims, enough, most, work)
     least = _padded(best, row_lengths)
     if least >= padded:
         best, least = fit, padded  # (as earlier versions: their digests)
+    if rival is not None and search == "always" and docs < _DOCS_PER_SIZE * len(sizes):
+        # NOTE [ Repacking the rows with room ]: also the rounds the default starts from (its
+        # promise-sized round where the bound's takes too many patterns): solve keeps it where
+        # it is tighter than everything else
+        rival.append(repack(fit, row_lengths, [c2, promised], enough, most))
     if work is not None and work[0] > work[1]:
         best = dataclasses.replace(best, budgeted=True)  # (the repack was cut: version 6)
     if enough(least):

@@ -456,7 +456,9 @@ class PackSpec:
             h.update(self._sizes[a : a + _CHUNK].astype(np.int64).tobytes())
         h.update(repr((self.row_lengths, self.batch_sizes, self.last_batch)).encode())
         p = self.patterns
-        version = solver_version(self.row_lengths, p.searched, p.budgeted, p.tripled)
+        version = solver_version(
+            self.row_lengths, p.searched, p.budgeted, p.tripled, p.promised
+        )
         h.update(f"solver={version}".encode())
         if self.search != "auto":  # (so the default's digests are those of earlier versions)
             h.update(f"search={self.search}".encode())
