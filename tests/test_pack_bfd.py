@@ -286,6 +286,7 @@ def test_the_default_skips_a_whole_data_search_too_costly_for_its_gain(monkeypat
         return real(*args)
 
     monkeypatch.setattr(_bins, "min_bin_slack", counted)
+    monkeypatch.setattr(_bins, "_REPACK_TENTHS", 10**6)  # (no cap: the budget's test)
     fit = best_fit(sizes, counts, (1024,))
     _bins._searched(sizes, counts, (1024,), "auto")
     assert not calls  # its rows x sizes x words pass the work budget left: skipped
@@ -307,6 +308,7 @@ def test_the_defaults_search_stops_at_its_counted_work_budget(monkeypatch):
     # (solve packs these in rows of at most three documents: _searched is its other path)
     sizes, counts = np.unique(docs, return_counts=True)
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    monkeypatch.setattr(_bins, "_REPACK_TENTHS", 10**6)  # (no cap: the budget's test)
     fit = best_fit(sizes, counts, (1024,))
     full = _bins._searched(sizes, counts, (1024,), "auto")
     assert full.searched and full.num_rows < fit.num_rows  # within the budget: repacked
@@ -460,3 +462,64 @@ def test_always_also_repacks_the_defaults_rounds_so_it_is_never_looser():
     plan = solve(sizes[::-1].copy(), counts[::-1].copy(), (1024,), "always")
     assert plan.searched and not plan.promised
     assert _bins.solver_version((1024,), plan.searched, plan.budgeted, plan.tripled) == 5
+
+
+def _optimum(docs: list[int], length: int) -> int:
+    """Fewest rows of ``length`` that hold ``docs`` (brute force: a few documents only)."""
+    docs = sorted(docs, reverse=True)
+    best = [len(docs)]
+
+    def place(i: int, rooms: list[int]) -> None:
+        if len(rooms) >= best[0]:
+            return
+        if i == len(docs):
+            best[0] = len(rooms)
+            return
+        for j in range(len(rooms)):  # (each distinct room once)
+            if rooms[j] >= docs[i] and rooms[j] not in rooms[:j]:
+                rooms[j] -= docs[i]
+                place(i + 1, rooms)
+                rooms[j] += docs[i]
+        place(i + 1, [*rooms, length - docs[i]])
+
+    place(0, [])
+    return best[0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    length=st.integers(4, 60),
+    docs=st.lists(st.floats(0.05, 1.0), min_size=1, max_size=9),
+)
+def test_the_thirds_bound_is_never_above_the_optimum(length, docs):
+    """NOTE [ Lower bounds ], the thirds: a dual feasible function, so its bound is never
+    above the fewest rows any plan can have (brute-forced here)."""
+    docs = [max(1, min(length, round(d * length))) for d in docs]
+    sizes, counts = np.unique(docs, return_counts=True)
+    bound = _bins.thirds_bound(sizes[::-1].copy(), counts[::-1].copy(), length)
+    assert bound <= _optimum(docs, length)
+
+
+def test_the_repack_stops_at_its_cap_only_where_a_bound_proves_the_promise_out_of_reach():
+    """NOTE [ Repacking the rows with room ], the cap: 10,000 documents in (L/5, L/2] cannot
+    come within 0.5 points of ceil(tokens / L) (the thirds bound: 3,531 rows, the promise
+    3,527, L1 3,510), so the default's repack stops at its counted cap (version 9, never looser
+    than BFD); with 1,000 such documents the bound (352) does not prove it (the promise is 352
+    rows) and the search runs as before (364 rows)."""
+    docs = np.random.default_rng(10_000).integers(205, 513, 10_000)
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    assert _bins.thirds_bound(sizes, counts, 1024) == 3531
+    plans = [solve(sizes, counts, (1024,)) for _ in range(2)]
+    fit = best_fit(sizes, counts, (1024,))
+    _check_patterns(plans[0], sizes, counts, (1024,))
+    assert plans[0].capped and plans[0].num_rows <= fit.num_rows
+    assert plans[0].items.tolist() == plans[1].items.tolist()
+    assert _bins.solver_version((1024,), capped=True) == 9
+    assert not solve(sizes, counts, (1024,), "always").capped  # (no cap)
+    docs = np.random.default_rng(1000).integers(205, 513, 1000)
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    assert _bins.thirds_bound(sizes, counts, 1024) == 352
+    plan = solve(sizes, counts, (1024,))
+    assert not plan.capped and plan.num_rows == 364

@@ -221,8 +221,9 @@ import numpy as np
 #: :func:`solver_version`). 7: where every document is longer than a quarter of the one row
 #: length, the rows of at most three documents (NOTE [ At most three documents a row ]). 8:
 #: ``"always"`` also repacks the default's promise-sized round and keeps the tighter plan (NOTE
-#: [ Repacking the rows with room ]).
-SOLVER_VERSION = 8
+#: [ Repacking the rows with room ]). 9: ``"auto"``'s repack stops at its cap where a bound
+#: proves the promise out of reach (NOTE [ Repacking the rows with room ], the cap).
+SOLVER_VERSION = 9
 
 
 def solver_version(
@@ -231,6 +232,7 @@ def solver_version(
     budgeted: bool = False,
     tripled: bool = False,
     promised: bool = False,
+    capped: bool = False,
 ) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
     changed only plans with several row lengths, version 5 only the plans that repacking
@@ -238,10 +240,13 @@ def solver_version(
     those are the plans of 3 and 4), version 6 only those where the work budget stopped a
     search (``budgeted``) and version 7 only the rows of at most three documents
     (``tripled``), and version 8 only the ``"always"`` plans its promise-sized round made
-    tighter (``promised``), so the others keep 3, 4, 5, 6 or 7 (and their digests, so the
-    states saved before still load)."""
-    if promised:
+    tighter (``promised``) and version 9 only those where the repack's cap stopped it
+    (``capped``), so the others keep 3, 4, 5, 6 or 7 (and their digests, so the states saved
+    before still load)."""
+    if capped:
         return SOLVER_VERSION
+    if promised:
+        return 8
     if tripled:
         return 7
     if budgeted:
@@ -281,6 +286,19 @@ _REPACK_WORK = 16
 #: Rows of at most three documents (NOTE [ At most three documents a row ]) up to this many
 #: documents (their arrays are per document); beyond it the search of BFD's rows.
 _THREE_DOCS = 1 << 22
+#: A step of the repack (a quick fill's, a row opened, a chunk of a closest fill) costs about
+#: this many big-integer word operations (about 4 ns each, with the allocations) more than its
+#: words: its Python overhead, about 1 us (NOTE [ Repacking the rows with room ], the cap).
+_OP_WORDS = 250
+#: A per-document best-fit decreasing costs about this many word operations per document (and
+#: a quarter of the row's 64-bit words): about 0.45 us at L = 1,024, 2.2 us at 131,072.
+_DOC_WORDS = 100
+#: Where :func:`thirds_bound` proves the default's promise out of reach, its repack stops once
+#: its steps (each its words plus :data:`_OP_WORDS`) pass this many tenths of that estimate of
+#: a per-document BFD (NOTE [ Repacking the rows with room ], the cap) ...
+_REPACK_TENTHS = 3
+#: ... plus this (about 200 steps, 0.2 ms).
+_REPACK_FLOOR = 50_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -303,6 +321,8 @@ class Patterns:
         promised: whether the plan is an ``"always"`` repack of the default's promise-sized
             round, tighter than its own (NOTE [ Repacking the rows with room ]), which
             :func:`solver_version` tells too.
+        capped: whether the repack's cap stopped it where the promise is out of reach (NOTE
+            [ Repacking the rows with room ], the cap), which :func:`solver_version` tells too.
     """
 
     sizes: np.ndarray
@@ -315,6 +335,7 @@ class Patterns:
     budgeted: bool = False
     tripled: bool = False
     promised: bool = False
+    capped: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -424,12 +445,24 @@ def _searched(
     aims = [c2, promised] if few else [c2]
     words = -(-max(row_lengths) // 64)
     # (counted, not timed: the same plan on every rank; "always" searches whatever it costs)
-    work = [0, _REPACK_WORK * docs * (words + 1)] if search == "auto" else None
+    work = None
+    if search == "auto":  # [spent, budget] in words, [steps, cap] (the cap: see below), cut
+        work = [0, _REPACK_WORK * docs * (words + 1), 0, 1 << 62, 0]
+        length = row_lengths[0]
+        if (
+            few
+            and len(row_lengths) == 1
+            and thirds_bound(sizes, counts, length) * length > promised
+        ):
+            # NOTE [ Repacking the rows with room ], the cap: the promise is out of reach
+            work[3] = _REPACK_FLOOR + docs * (_DOC_WORDS + words // 4) * _REPACK_TENTHS // 10
     most = docs // _DOCS_PER_PATTERN
     best = repack(fit, row_lengths, aims, enough, most, work)
     least = _padded(best, row_lengths)
     if least >= padded:
         best, least = fit, padded  # (as earlier versions: their digests)
+    if work is not None and work[4]:
+        return dataclasses.replace(best, capped=True)  # (the cap cut the repack: version 9)
     if rival is not None and search == "always" and docs < _DOCS_PER_SIZE * len(sizes):
         # NOTE [ Repacking the rows with room ]: also the rounds the default starts from (its
         # promise-sized round where the bound's takes too many patterns): solve keeps it where
@@ -648,6 +681,9 @@ def _repacked(
         fit.items[moved], (fit.mult * np.repeat(fit.reps, widths))[moved], minlength=fit.sizes.size
     )
     at = pool.nonzero()[0]
+    if work is not None and at.size * _OP_WORDS > work[3] - work[0] - _OP_WORDS * work[2]:
+        work[4] = 1  # (a step at least per size to place: past the cap before it starts)
+        raise _OutOfWork
     vals = fit.sizes[at].tolist()
     counts = pool[at].astype(np.int64).tolist()
     kinds, reps, items, mults, ends = _quick_slack(vals, counts, lens.tolist(), work)
@@ -703,8 +739,12 @@ def _quick_slack(
     while sizes:
         if work is not None:
             work[0] += steps * words
+            work[2] += steps
             steps = 0
             if work[0] > work[1]:
+                raise _OutOfWork
+            if work[0] + _OP_WORDS * work[2] > work[3]:
+                work[4] = 1  # (the cap: NOTE [ Repacking the rows with room ])
                 raise _OutOfWork
         steps += 1
         big = sizes[-1]  # the largest document left opens the row
@@ -785,6 +825,7 @@ def _quick_slack(
         ends.append(len(items))
     if work is not None:
         work[0] += steps * words
+        work[2] += steps
     return kinds, reps, items, mults, ends
 
 
@@ -799,7 +840,14 @@ def _closest(
     reach = 1
     snaps: list[int] = []
     chunks: list[tuple[int, int]] = []
+    cost = (cap >> 6) + 1 + _OP_WORDS  # (a chunk's, against the cap)
+    most = 1 << 62 if work is None else (work[3] - work[0] - _OP_WORDS * work[2]) // cost
     for i in range(bisect_right(sizes, cap) - 1, -1, -1):
+        if len(chunks) > most and work is not None:  # (the cap, within one fill)
+            work[0] += len(chunks) * ((cap >> 6) + 1)
+            work[2] += len(chunks)
+            work[4] = 1
+            raise _OutOfWork
         s = sizes[i]
         m = min(left[s], cap // s)
         k = 1
@@ -817,6 +865,7 @@ def _closest(
             break
     if work is not None:
         work[0] += len(chunks) * ((cap >> 6) + 1)
+        work[2] += len(chunks)
     c = reach.bit_length() - 1
     out = []
     for j in range(len(snaps) - 1, -1, -1):
@@ -1151,6 +1200,38 @@ def lower_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> tuple
     over = tcum[i_j2] - tcum[i_a] - (ccum[i_j2] - ccum[i_half]) * n
     l2 = int(big + max(0, -(-int(over.max()) // n) if a.size else 0))
     return l1, max(l1, l2)
+
+
+def thirds_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> int:
+    """A lower bound on the rows of one row length from a dual feasible function (NOTE
+    [ Lower bounds ], the thirds): ``ceil(max over beta >= 1 of sum min(1/2, (1 - beta) / 3 +
+    beta * s / L))`` over the documents ``s``, exact in integers.
+
+    Example:
+        >>> thirds_bound(np.array([9, 6]), np.array([2, 4]), 20)  # (L1 = 2; 9 9 | 6 6 | 6 6)
+        3
+    """
+    s = np.asarray(sizes, dtype=np.int64)
+    c = np.asarray(counts, dtype=np.int64)
+    n = int(row_length)
+    if s.size > 1 and s[0] > s[-1]:  # (solve passes them longest first)
+        s, c = s[::-1], c[::-1]
+    # d f / d beta = s / L - 1/3 for a document below its cap: the sum over the documents
+    # below their caps falls as beta grows (a document of s in (L/3, L/2] reaches 1/2 at
+    # beta = L / (6 s - 2 L), the longer first; from L / 2 on at beta <= 1): the largest is at
+    # the cap of the longest t at which that sum, of the documents shorter than t, is <= 0
+    slope = np.cumsum(c * (3 * s - n))  # (x 3L: of the documents up to each size)
+    i_third, i_half = np.searchsorted(s, [n // 3 + 1, (n + 1) // 2])  # (s > L/3; s >= L/2)
+    if i_half == 0 or slope[i_half - 1] <= 0:
+        return 0  # (largest at beta = 1: f(s) <= s / L, no more than ceil(tokens / L))
+    below = np.concatenate([[0], slope])[i_third:i_half]  # (of the documents shorter than t)
+    at = int(np.flatnonzero(below <= 0)[-1]) + i_third if (below <= 0).any() else i_third
+    p, q = n, 6 * int(s[at]) - 2 * n  # beta = p / q = L / (6 t - 2 L) >= 1 (t = s[at] > L/3)
+    g = np.minimum(3 * n * q, 2 * (q - p) * n + 6 * p * s)  # (6 L q f(s))
+    if int(c.max()) * s.size * 3 * n * q >= 1 << 62:
+        g, c = g.astype(object), c.astype(object)  # (sums past int64: Python ints, exact)
+    total = int((g * c).sum())
+    return -(-total // (6 * n * q))
 
 
 def capacity_bound(
