@@ -89,6 +89,33 @@ data set:
   tests' and benchmarks' searches spend at most 10.7 of the 16 (their plans are unchanged). A
   plan the budget stopped (or whose MBS it skipped) is marked ``budgeted``: solver version 6
   (:func:`solver_version`), so a state saved by an earlier version fails loudly there.
+- The cap (``"auto"``, one row length, only where :func:`thirds_bound` proves the promise out
+  of reach: more rows than ``ceil(tokens / L)`` plus 0.5 points of the tokens). There no plan
+  can keep the promise, so the search is only after rows below BFD's, and the budget above,
+  which grows with the row's words, let it cost many times a per-document BFD (10,000
+  documents uniform in (L/5, L/2]: 3x in rows of 1,024, 32x in rows of 16,384). The repack
+  also counts its steps (a row opened, a quick fill's step, a closest fill's chunk: about
+  1 us of Python each, ``_OP_WORDS`` = 250 word operations at about 4 ns, on top of their
+  words) and stops at the next pattern, or within a closest fill, once words + steps pass
+  ``_REPACK_FLOOR`` = 50,000 (about 0.2 ms) plus 0.3 (``_REPACK_TENTHS``) of a per-document
+  BFD's estimated cost (``_DOC_WORDS`` = 100 plus a quarter of the row's words per
+  document); a round whose distinct sizes alone (one step each at least) would pass it does
+  not start (s8-pack2's cap, calibrated there). BFD's plan, or the tightest round done by
+  then, is kept (never looser than BFD), MBS over every document is skipped, and the plan is
+  marked ``capped``: solver version 9. Counted, not timed: every rank plans the same. Where
+  the bound does not prove it the search runs as before, whatever it costs: s8-pack2 capped
+  every single-length search, and in 28 of 100 random GSM8K samples the capped plan missed a
+  promise the full search kept (s8-rev4). The cap costs rows where it cuts a search that was
+  saving them: 10,000 documents in (L/5, L/2] in rows of 1,024 get BFD's 3,750 rows where
+  the full repack found 3,645 (the bound: 3,531).
+- ``"always"`` aims at the L2 bound, so where the default's first round aims at its promise
+  instead (the bound's would repack too many patterns) its rounds differ and it could end
+  looser than the default (600 GSM8K pairs at 256, seed 35: ``"never"`` 235 rows, ``"auto"``
+  233, ``"always"`` 235; s8-rev4). It also repacks the default's rounds (no budget, on towards
+  the bound) and keeps that plan where it has strictly fewer row tokens than everything else
+  it found (233 there): marked ``promised``, solver version 8; its other plans keep their
+  versions. So ``"always"`` is never looser than ``"auto"``, up to the 0.1% of the L2 bound
+  where it stops (where ``"auto"`` may go on to MBS over every document).
 
 On the benchmark's GSM8K-like lengths (benchmarks/small_costs.py) it reaches the L2 bound from
 1k to 10k documents, within 0.1% of it from 100k to 10M (9,653 rows for a bound of 9,652 at
@@ -196,6 +223,19 @@ tokens into a shorter row length instead never costs more, and it counts more ro
 bound is computed level by level (:func:`capacity_bound`; tested against brute-forced optima).
 Without the counts it is the analogue of L1; with one row length it is ``L1 * L`` and
 ``L2 * L``.
+
+The thirds (:func:`thirds_bound`, one row length): for ``beta >= 1``, ``f(s) = min(1/2,
+(1 - beta) / 3 + beta * s / L)`` is a dual feasible function: a row of one or two documents
+has ``f`` at most 1/2 each, and a row of ``j >= 3`` documents at most ``j (1 - beta) / 3 +
+beta * (its tokens / L) <= 1`` (``1 - beta <= 0``). So every plan has at least ``sum f(s)``
+rows, over the documents; ``beta`` is taken where that sum peaks (it is concave: past the
+cap of the longest ``t`` at which the documents shorter than ``t`` are on average at most
+``L / 3``). Where the documents average more than ``L / 3`` but few fill a row two by two, it
+is well above L1: 10,000 documents uniform in (L/5, L/2] (seed 10,000) need at least 3,531
+rows of 1,024 where L1 = L2 = 3,510, as many as the configuration LP (Gilmore-Gomory, solved
+by column generation for this check: 3,530.10; /work/notes/s9-pack-scripts/lpbound.py), the
+strongest bound any such function gives. With 1,000 of them (seed 1,000) both give 352 (LP
+351.80, L1 351); on (L/8, L/2] the LP is L1 (313.02 at 1,000 documents).
 """
 
 from __future__ import annotations
