@@ -93,7 +93,7 @@ data set:
   of reach: more rows than ``ceil(tokens / L)`` plus 0.5 points of the tokens). There no plan
   can keep the promise, so the search is only after rows below BFD's, and the budget above,
   which grows with the row's words, let it cost many times a per-document BFD (10,000
-  documents uniform in (L/5, L/2]: 3x in rows of 1,024, 32x in rows of 16,384). The repack
+  documents uniform in (L/5, L/2]: 2.8x in rows of 1,024, 30x in rows of 16,384). The repack
   also counts its steps (a row opened, a quick fill's step, a closest fill's chunk: about
   1 us of Python each, ``_OP_WORDS`` = 250 word operations at about 4 ns, on top of their
   words) and stops at the next pattern, or within a closest fill, once words + steps pass
@@ -107,7 +107,13 @@ data set:
   every single-length search, and in 28 of 100 random GSM8K samples the capped plan missed a
   promise the full search kept (s8-rev4). The cap costs rows where it cuts a search that was
   saving them: 10,000 documents in (L/5, L/2] in rows of 1,024 get BFD's 3,750 rows where
-  the full repack found 3,645 (the bound: 3,531).
+  the full repack found 3,645 (the bound: 3,531). It cut none of s8-rev4's 100 random GSM8K
+  samples nor the tests/data files at 256-4,096 (their plans are unchanged), and 5 of 200
+  random uniform cases, each where BFD's rows meet the bound. Where documents of at most
+  half a row average a third of it or less (GSM8K-like lengths; (L/8, L/2]) the bound is 0:
+  no weighting of this kind rises above ``ceil(tokens / L)`` there (on (L/8, L/2] the
+  configuration LP is ``tokens / L`` itself), and the search runs on, many times a
+  per-document BFD's time at 1k-10k documents (benchmarks/results/small_costs.md).
 - ``"always"`` aims at the L2 bound, so where the default's first round aims at its promise
   instead (the bound's would repack too many patterns) its rounds differ and it could end
   looser than the default (600 GSM8K pairs at 256, seed 35: ``"never"`` 235 rows, ``"auto"``
@@ -167,8 +173,8 @@ per-document BFD; BFD 842), and 806 of 16,384 or 131,072 where the repack, cut b
 kept BFD's 841 in 44 ms and 0.28 s; on 2,000 of (L/4, 2L/3], 943 rows (BFD 947; the repack: 942
 in 8.4 ms at 1,024, 946 in 64 ms at 16,384) in 0.33-0.85x a per-document BFD's time. In
 benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k to 100k, at L = 1,024,
-16,384 and 131,072) it takes 0.11-0.86x a per-document BFD's time (up to 0.89x in a second
-run), for about 4% fewer rows than BFD. Only its plans get solver version 7
+16,384 and 131,072) it takes 0.114-0.917x a per-document BFD's time (session 9's run, load
+6.8-7.6; session 8's at load 1.9: 0.11-0.86x), for about 4% fewer rows than BFD. Only its plans get solver version 7
 (:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its arrays are per document: 0.1 s
 at 1M); above that the search of the other lengths runs.
 
@@ -185,9 +191,9 @@ in one pass. ``PackSpec.build`` reads the lengths once (NOTE [ One pass over the
 :mod:`bucketloader.pack.spec`). The MBS search over every document costs about 0.05-0.1 ms per
 pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); repacking only
 BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2%
-of the rows on GSM8K-like lengths in 0.76-0.93x a per-document BFD's time on 1k-2k documents,
-0.23x at 10k and under 0.04x from 100k on (benchmarks/results/small_costs.md, load 1.8-2.1;
-session 7: 0.73-1.07x on 1k-2k documents), so the default searches where BFD misses its
+of the rows on GSM8K-like lengths in 0.79-1.05x a per-document BFD's time on 1k-2k documents,
+0.23x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, session 9, load
+6.8-7.6; session 8 at load 1.8-2.1: 0.76-0.93x; session 7: 0.73-1.07x on 1k-2k documents), so the default searches where BFD misses its
 promise; the caller can still choose (``search``, a :meth:`PackSpec.build
 <bucketloader.pack.PackSpec.build>` option):
 
