@@ -533,7 +533,8 @@ def packing(quick: bool, repeats: int) -> list[str]:
         "with the most room: towards the L2 bound, or towards that 0.5-point promise where the "
         "bound would take more than one of BFD's patterns per 40 documents; where every "
         "document is in (L/4, L/2], rows of at most three documents instead, BFD's rows only "
-        "counted) "
+        "counted; where a lower bound proves the promise out of reach, the repack stops at a "
+        "counted cap, about 0.2 ms plus 0.3 of a per-document BFD's estimated cost) "
         'and with `search="never"` (best-fit decreasing alone); rows against the L2 lower bound. '
         f"Times: per method the median over {repeats} repeats of the best of 5 rounds, "
         "each round about 10 ms of calls (at least one; CPU time), in races of two: `never` "
