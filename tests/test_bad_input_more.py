@@ -219,6 +219,50 @@ def test_bad_input_is_one_clear_error(call, error, match):
         call()
 
 
+def _ranked(kind, **ranks):
+    """One of the library's rank-aware entry points, built with ``ranks`` (no process group)."""
+    from bucketloader import BucketSpec, EvalSampler, LengthHistogram, PackSampler
+    from bucketloader.sharded import ShardedSampler
+    from bucketloader.stream.packing import PackIterable
+    from bucketloader.weighted import WeightedBucketSampler
+
+    lengths, rows = [3, 5, 8, 8, 2, 9], [{"input_ids": [1] * n} for n in (3, 5, 8)]
+    sizes, whole = {"num_buckets": 2, "batch_size": 2}, LengthHistogram.from_lengths(lengths)
+    spec = BucketSpec.build(lengths, boundaries=[4, 9], batch_size=2)  # a stream's schedule
+    make = {
+        "bucket": lambda: BucketSampler(lengths, **sizes, **ranks),
+        "weighted": lambda: WeightedBucketSampler(lengths, [1] * 6, **sizes, **ranks),
+        "eval": lambda: EvalSampler(lengths, **sizes, **ranks),
+        "pack": lambda: PackSampler(lengths, row_length=16, batch_size=2, **ranks),
+        "sharded": lambda: ShardedSampler(
+            lengths, shard_histograms=[whole] * ranks.get("num_replicas", 1), **sizes, **ranks
+        ),
+        "stream": lambda: BucketIterable(
+            rows, length_fn="input_ids", boundaries=spec, batch_size=2, steps_per_epoch=2, **ranks
+        ),
+        "pack_stream": lambda: PackIterable(
+            rows, length_fn="input_ids", row_length=16, batch_size=2, steps_per_epoch=2, **ranks
+        ),
+    }
+    return make[kind]()
+
+
+@pytest.mark.parametrize(
+    "kind", ["bucket", "weighted", "eval", "pack", "sharded", "stream", "pack_stream"]
+)
+def test_num_replicas_without_rank_or_a_process_group_is_refused(kind):
+    """8 processes started with num_replicas=8 and no rank (and no process group) all planned
+    rank 0's batches: the same data 8 times, silently. torch's DistributedSampler raises there
+    too; every entry point now names rank and the fix, and still takes rank when given."""
+    with pytest.raises(ValueError, match=r"rank is required with num_replicas=4 when no torch\."
+                       r"distributed process group is initialised .* pass rank= \(each process "
+                       r"its own, 0\.\.3\)"):  # fmt: skip
+        _ranked(kind, num_replicas=4)
+    assert _ranked(kind, num_replicas=4, rank=3).rank == 3
+    assert _ranked(kind, num_replicas=1).rank == 0  # one rank: rank 0 is the only one
+    assert _ranked(kind).num_replicas == 1
+
+
 def _exact_state():
     rows = [[1] * n for n in [3, 5, 8, 8, 2, 9, 4, 4]]
     stream = BucketIterable(rows, boundaries=[4, 9], batch_size=2)

@@ -107,7 +107,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         max_documents: at most this many documents per batch (``cu_seqlens`` has
             ``max_documents + B + 1`` entries), between ``B`` and ``B * L`` (the default: any
             document >= 1 token).
-        num_replicas, rank: ranks (default: from ``torch.distributed``). With more than one,
+        num_replicas, rank: ranks (default: from ``torch.distributed``; ``rank`` is required
+            with ``num_replicas > 1`` and no process group). With more than one,
             ``steps_per_epoch`` is required and every rank makes exactly that many steps of the
             one shape (NOTE [ A packing stream split over ranks ] in
             :mod:`bucketloader.stream._rows`).
