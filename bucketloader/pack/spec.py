@@ -77,6 +77,7 @@ import numpy as np
 from bucketloader._types import LengthsLike
 from bucketloader._validation import MAX_LENGTH, MAX_REPLICAS, as_lengths, check_choice, check_int
 from bucketloader.pack._bins import SEARCH, Patterns, lower_bound, solve, solver_version
+from bucketloader.pack._bins import SOLVER_VERSION as SOLVER_VERSION  # (pack_rows' version)
 from bucketloader.pack._work import even_rows, lift_rows
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.shapes import row_batch_sizes

@@ -48,7 +48,14 @@ from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable, check_row_length
 from bucketloader.plan import SamplingReport
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.shapes import row_batch_sizes
-from bucketloader.stream._rows import STATE_FORMAT, STATS, PackConfig, RowPass, make_length_fn
+from bucketloader.stream._rows import (
+    SOLVER_VERSION,
+    STATE_FORMAT,
+    STATS,
+    PackConfig,
+    RowPass,
+    make_length_fn,
+)
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.resume import (
     ResumableStream,
@@ -139,6 +146,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         >>> [[len(doc) for doc in batch] for batch in ranked], len(ranked)
         ([[5, 3], [2, 6], []], 3)
     """
+
+    VERSION_KEYS = ("solver",)  # NOTE [ A state across solver versions ] in stream._rows
 
     def __init__(
         self,
@@ -309,6 +318,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             "overflow": self.overflow,
             "last_batch": self.last_batch,
             "max_documents": self.max_documents,
+            "solver": SOLVER_VERSION,  # NOTE [ A state across solver versions ] in _rows
         }
         if self.steps_per_epoch is not None:
             config.update(num_replicas=self.num_replicas, steps_per_epoch=self.steps_per_epoch)
