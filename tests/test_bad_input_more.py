@@ -263,6 +263,26 @@ def test_num_replicas_without_rank_or_a_process_group_is_refused(kind):
     assert _ranked(kind).num_replicas == 1
 
 
+@pytest.mark.parametrize("batch_size", [[8], (8,), [8, 4], {16: 8}, np.array([8]), lambda n: 8])
+@pytest.mark.parametrize("kind", ["pack", "pack_stream"])
+def test_packing_takes_one_batch_size_an_int(kind, batch_size):
+    """PackSampler(batch_size=[8]) was taken as 8 (a BucketSampler's per-bucket sizes), [8, 4]
+    with one row length spoke of buckets: rows take one int, the same for every row length."""
+    from bucketloader import PackSampler
+    from bucketloader.stream.packing import PackIterable
+
+    make = {
+        "pack": lambda b: PackSampler([3, 5, 8, 9] * 4, row_length=16, batch_size=b),
+        "pack_stream": lambda b: PackIterable([[1] * 3] * 5, row_length=16, batch_size=b),
+    }[kind]
+    with pytest.raises(TypeError, match=r"batch_size must be an int >= 1 \(rows per batch, the "
+                       r"same for every row length\), got batch_size=.*; for fewer rows at "
+                       r"longer row lengths pass max_tokens="):  # fmt: skip
+        make(batch_size)
+    made = make(np.int64(2))  # numpy ints are ints
+    assert made.table.batch_sizes == (2,)
+
+
 def _exact_state():
     rows = [[1] * n for n in [3, 5, 8, 8, 2, 9, 4, 4]]
     stream = BucketIterable(rows, boundaries=[4, 9], batch_size=2)

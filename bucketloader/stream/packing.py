@@ -46,7 +46,6 @@ from bucketloader._types import LazyModule
 from bucketloader._validation import check_choice, check_int
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable, check_row_length
 from bucketloader.plan import SamplingReport
-from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.shapes import row_batch_sizes
 from bucketloader.stream._rows import (
     SOLVER_VERSION,
@@ -170,8 +169,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         self.length_fn = length_fn
         self._measure = make_length_fn(length_fn)
         self.row_length = check_row_length(row_length)
-        rule = BatchRule.parse(batch_size, max_tokens)  # the sampler's batch-size rule
-        (self.batch_size,) = row_batch_sizes(rule, (self.row_length,))
+        # the sampler's batch-size rule
+        (self.batch_size,) = row_batch_sizes(batch_size, max_tokens, (self.row_length,))
         self.open_rows = check_int("open_rows", open_rows, minimum=1)
         self.overflow = check_choice("overflow", overflow, STREAM_OVERFLOW)
         self.last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
