@@ -18,9 +18,10 @@ import numbers
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data import DataLoader
 
-from bucketloader._validation import check_int
+from bucketloader._validation import check_bool, check_int
 
 __all__ = ["ResumableDataLoader", "check_loader_options"]
 
@@ -70,6 +71,26 @@ def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any
         raise TypeError(
             f"collate_fn must be a callable (a list of samples -> a batch) or None, got "
             f"collate_fn={collate!r}; leave it out to use sampler.collator()"
+        )
+    # torch checks these late or not at all: prefetch_factor=0 was an AssertionError at the
+    # first batch, generator=3 a random_() signature dump, pin_memory="no" pinned memory and
+    # worker_init_fn=3 failed in every worker
+    for name in ("pin_memory", "persistent_workers"):
+        if name in out:
+            out[name] = check_bool(name, out[name])
+    if out.get("prefetch_factor") is not None:
+        out["prefetch_factor"] = check_int("prefetch_factor", out["prefetch_factor"], minimum=1)
+    init = out.get("worker_init_fn")
+    if init is not None and not callable(init):
+        raise TypeError(
+            f"worker_init_fn must be a callable (worker id -> None) or None, got "
+            f"worker_init_fn={init!r}"
+        )
+    gen = out.get("generator")
+    if gen is not None and not isinstance(gen, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator or None, got generator={gen!r}; the "
+            "sampler's order comes from its seed="
         )
     return out
 
