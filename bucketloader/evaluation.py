@@ -57,7 +57,7 @@ from bucketloader._samples import DatasetView, load_samples
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import even_batch, size_values
-from bucketloader.plan.report import SamplingReport
+from bucketloader.plan.report import LEFT_OUT_BY, SamplingReport
 from bucketloader.plan.spec import SpecShapes
 from bucketloader.sampler import check_state, spec_or_build
 
@@ -174,17 +174,16 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         if kept == n:
             return
         filtered = dict(self.spec.filtered or {})
-        words = {"too_short": "min_length", "too_long": "max_length", "oversize": "oversize"}
+        used = [k for k in LEFT_OUT_BY if filtered.get(k)]  # (a filter= was not named: s9-read)
         listed = ", ".join(
-            f"{filtered[k]:,} by {w} ({k.replace('_', ' ')})"
-            for k, w in words.items()
-            if filtered.get(k)
+            f"{filtered[k]:,} by {LEFT_OUT_BY[k]} ({k.replace('_', ' ')})" for k in used
         )
+        truncate = " (or use overflow='truncate')" if "too_long" in used else ""
         warnings.warn(
             f"this EvalSampler evaluates {kept:,} of {n:,} samples: {n - kept:,} left out "
             f"({listed}); metrics cover only the kept samples. restore() returns their outputs "
-            "in dataset order (sampler.kept lists their indices); drop max_length / "
-            "min_length (or use overflow='truncate') to evaluate every sample",
+            "in dataset order (sampler.kept lists their indices); drop "
+            f"{' / '.join(LEFT_OUT_BY[k] for k in used)}{truncate} to evaluate every sample",
             UserWarning,
             stacklevel=3,
         )
