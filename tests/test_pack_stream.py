@@ -335,9 +335,12 @@ def test_a_replay_into_a_tail_packed_by_another_solver_version_is_refused(gsm8k,
     pack_rows, version = _rows.pack_rows, _rows.SOLVER_VERSION
     monkeypatch.setattr(_rows, "pack_rows", lambda *a: pack_rows(*a)[::-1])
     monkeypatch.setattr(_rows, "SOLVER_VERSION", version + 1, raising=False)
-    with pytest.raises(ValueError, match=r"saved by solver version 7, and this one packs with "
-                       r"solver version 8; the resumed pass of worker 0 must skip 1 of the \d+ "
-                       r"batches it packs from the tail .* start the next epoch"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=rf"saved by solver version {version}, and this one packs with solver version "
+        rf"{version + 1}; the resumed pass of worker 0 must skip 1 of the \d+ batches it packs "
+        r"from the tail .* start the next epoch",
+    ):
         resumed(states[mid])
     # before the tail: the rest is re-packed whole, every document once
     rest = resumed(states[first_tail])

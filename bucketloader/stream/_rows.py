@@ -359,7 +359,7 @@ class RowPass(Pass):
         was = (
             f"solver version {saved}"
             if saved is not None
-            else "a bucketloader that did not record its solver version (version 7 or older)"
+            else "a bucketloader that did not record its solver version"
         )
         raise ValueError(
             f"cannot resume this PackIterable exactly: its state was saved by {was}, and this "
