@@ -118,7 +118,7 @@ def main() -> None:
                 ):
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
-                        s = BucketSampler(x, max_tokens=tokens, num_replicas=reps, **opts)
+                        s = BucketSampler(x, max_tokens=tokens, num_replicas=reps, rank=0, **opts)
                     plans[label] = measure(s)
                 f, e, p = plans["full"], plans["even"], plans["promoted"]
                 spec = BucketSpec.build(x, max_tokens=budget, **opts)

@@ -192,7 +192,9 @@ def padding_vs_global(ranks_list=(8, 64), resample=None):
                 sams = [ShardedSampler(**a, **common, num_buckets=K) for a in ranked]
                 defer = [ShardedSampler(**a, **common, num_buckets=K, defer=DEFER) for a in ranked]
                 padding_defer = _exact_padding(defer, lengths, shards)
-                glob = BucketSampler(lengths, num_buckets=K, max_tokens=budget, num_replicas=ranks)
+                glob = BucketSampler(
+                    lengths, num_buckets=K, max_tokens=budget, num_replicas=ranks, rank=0
+                )
                 kept = ShardedSampler(**ranked[0], **common, boundaries=glob.boundaries)
                 exchange = _exchange_row(lengths, shards, hists, budget, glob)
             env = envelope_histogram(hists)

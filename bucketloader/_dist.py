@@ -2,9 +2,11 @@
 
 Rank discovery: every sampler and stream takes ``num_replicas`` / ``rank``; when they are left
 out, an initialised default process group supplies them (as
-``torch.utils.data.DistributedSampler`` does), else the job is one process. The collectives
-(summing per-cell counts, sending rank 0's lists of ints) run on the device the backend needs,
-chosen here once (:func:`comm_device`: the current CUDA device under NCCL, else the CPU).
+``torch.utils.data.DistributedSampler`` does), else the job is one process; ``num_replicas > 1``
+without ``rank`` and without a process group is an error (every process would plan rank 0). The
+collectives (summing per-cell counts, sending rank 0's lists of ints) run on the device the
+backend needs, chosen here once (:func:`comm_device`: the current CUDA device under NCCL, else
+the CPU).
 """
 
 from __future__ import annotations
@@ -57,6 +59,9 @@ def resolve_ranks(num_replicas: Any, rank: Any) -> tuple[int, int]:
         (4, 3)
         >>> resolve_ranks(None, None)  # no process group: one process
         (1, 0)
+        >>> resolve_ranks(4, None)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: rank is required with num_replicas=4 when no torch.distributed process group...
     """
     world, me = default_ranks()
     replicas = check_int(
@@ -65,6 +70,15 @@ def resolve_ranks(num_replicas: Any, rank: Any) -> tuple[int, int]:
         minimum=1,
         maximum=MAX_REPLICAS,
     )
+    if rank is None and replicas > 1 and not initialised():
+        # Rank 0 by default would give every process rank 0's batches: the same data
+        # num_replicas times, silently (torch's DistributedSampler raises here too).
+        raise ValueError(
+            f"rank is required with num_replicas={replicas} when no torch.distributed process "
+            f"group is initialised (each process would otherwise plan rank 0's batches); pass "
+            f"rank= (each process its own, 0..{replicas - 1}), or call "
+            "torch.distributed.init_process_group() before making the sampler"
+        )
     rank = check_int("rank", me if rank is None else rank)
     if not 0 <= rank < replicas:
         raise ValueError(

@@ -114,7 +114,8 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
             :class:`~bucketloader.plan.BucketSpec` (its ``last_batch`` is ignored: filler rows
             are always padded).
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
-        rank: this rank (default: the ``torch.distributed`` rank, else 0).
+        rank: this rank (default: the ``torch.distributed`` rank, else 0; required with
+            ``num_replicas > 1`` and no process group).
         balance: lower each cell's batch size to split its samples evenly over the same number
             of steps (``B' = ceil(n / (R * steps))``): the fewest filler rows for that step count,
             never more rows than ``B``. ``False`` keeps the spec's batch sizes (e.g. to evaluate

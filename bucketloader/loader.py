@@ -18,9 +18,10 @@ import numbers
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data import DataLoader
 
-from bucketloader._validation import check_int
+from bucketloader._validation import check_bool, check_int
 
 __all__ = ["ResumableDataLoader", "check_loader_options"]
 
@@ -37,6 +38,13 @@ def _is_default(name: str, value: Any) -> bool:
     if name in ("shuffle", "drop_last"):
         return value is None or (isinstance(value, (bool, np.bool_)) and not value)
     return name == "sampler" and value is None
+
+
+#: The DataLoader options that take a callable, and what it does (for the error).
+_CALLABLES = {
+    "collate_fn": "a list of samples -> a batch; leave it out to use sampler.collator()",
+    "worker_init_fn": "worker id -> None",
+}
 
 
 def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any]:
@@ -65,11 +73,23 @@ def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any
     out = dict(options)
     if "num_workers" in out:
         out["num_workers"] = check_int("num_workers", out["num_workers"], minimum=0)
-    collate = out.get("collate_fn")
-    if collate is not None and not callable(collate):
+    # torch checks these late or not at all: prefetch_factor=0 was an AssertionError at the
+    # first batch, generator=3 a random_() signature dump, pin_memory="no" pinned memory and
+    # worker_init_fn=3 failed in every worker
+    for name, what in _CALLABLES.items():
+        value = out.get(name)
+        if value is not None and not callable(value):
+            raise TypeError(f"{name} must be a callable ({what}) or None, got {name}={value!r}")
+    for name in ("pin_memory", "persistent_workers"):
+        if name in out:
+            out[name] = check_bool(name, out[name])
+    if out.get("prefetch_factor") is not None:
+        out["prefetch_factor"] = check_int("prefetch_factor", out["prefetch_factor"], minimum=1)
+    gen = out.get("generator")
+    if gen is not None and not isinstance(gen, torch.Generator):
         raise TypeError(
-            f"collate_fn must be a callable (a list of samples -> a batch) or None, got "
-            f"collate_fn={collate!r}; leave it out to use sampler.collator()"
+            f"generator must be a torch.Generator or None, got generator={gen!r}; the "
+            "sampler's order comes from its seed="
         )
     return out
 

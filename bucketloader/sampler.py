@@ -408,7 +408,8 @@ class BucketSampler(SpecShapes, EpochSampler):
         shuffle: shuffle within buckets and the bucket interleave; ``False`` is deterministic.
         seed: randomness comes only from ``SeedSequence([seed, epoch])``; same on every rank.
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
-        rank: this rank (default: the ``torch.distributed`` rank, else 0).
+        rank: this rank (default: the ``torch.distributed`` rank, else 0; required with
+            ``num_replicas > 1`` and no process group).
         weights: sampling weights per dataset, with ``groups`` (a sequence in group-id order or a
             mapping group id → weight): each epoch keeps its length and gives each dataset a
             share of the batches proportional to its weight, cycling through a small dataset's

@@ -163,7 +163,8 @@ class ShardedSampler(EpochSampler):
         shuffle: shuffle within cells and the step interleave.
         seed: randomness only from ``SeedSequence([seed, epoch, ...])``; the same on every rank.
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
-        rank: this rank (default: the ``torch.distributed`` rank, else 0).
+        rank: this rank (default: the ``torch.distributed`` rank, else 0; required with
+            ``num_replicas > 1`` and no process group).
         shard_indices: the global row id of every sample of ``shard_lengths`` ``(n,)``
             (distinct over all ranks): the sampler then yields global row ids, to be read from
             the whole data set. Required by ``exchange=True``.

@@ -219,6 +219,70 @@ def test_bad_input_is_one_clear_error(call, error, match):
         call()
 
 
+def _ranked(kind, **ranks):
+    """One of the library's rank-aware entry points, built with ``ranks`` (no process group)."""
+    from bucketloader import BucketSpec, EvalSampler, LengthHistogram, PackSampler
+    from bucketloader.sharded import ShardedSampler
+    from bucketloader.stream.packing import PackIterable
+    from bucketloader.weighted import WeightedBucketSampler
+
+    lengths, rows = [3, 5, 8, 8, 2, 9], [{"input_ids": [1] * n} for n in (3, 5, 8)]
+    sizes, whole = {"num_buckets": 2, "batch_size": 2}, LengthHistogram.from_lengths(lengths)
+    spec = BucketSpec.build(lengths, boundaries=[4, 9], batch_size=2)  # a stream's schedule
+    make = {
+        "bucket": lambda: BucketSampler(lengths, **sizes, **ranks),
+        "weighted": lambda: WeightedBucketSampler(lengths, [1] * 6, **sizes, **ranks),
+        "eval": lambda: EvalSampler(lengths, **sizes, **ranks),
+        "pack": lambda: PackSampler(lengths, row_length=16, batch_size=2, **ranks),
+        "sharded": lambda: ShardedSampler(
+            lengths, shard_histograms=[whole] * ranks.get("num_replicas", 1), **sizes, **ranks
+        ),
+        "stream": lambda: BucketIterable(
+            rows, length_fn="input_ids", boundaries=spec, batch_size=2, steps_per_epoch=2, **ranks
+        ),
+        "pack_stream": lambda: PackIterable(
+            rows, length_fn="input_ids", row_length=16, batch_size=2, steps_per_epoch=2, **ranks
+        ),
+    }
+    return make[kind]()
+
+
+@pytest.mark.parametrize(
+    "kind", ["bucket", "weighted", "eval", "pack", "sharded", "stream", "pack_stream"]
+)
+def test_num_replicas_without_rank_or_a_process_group_is_refused(kind):
+    """8 processes started with num_replicas=8 and no rank (and no process group) all planned
+    rank 0's batches: the same data 8 times, silently. torch's DistributedSampler raises there
+    too; every entry point now names rank and the fix, and still takes rank when given."""
+    with pytest.raises(ValueError, match=r"rank is required with num_replicas=4 when no torch\."
+                       r"distributed process group is initialised .* pass rank= \(each process "
+                       r"its own, 0\.\.3\)"):  # fmt: skip
+        _ranked(kind, num_replicas=4)
+    assert _ranked(kind, num_replicas=4, rank=3).rank == 3
+    assert _ranked(kind, num_replicas=1).rank == 0  # one rank: rank 0 is the only one
+    assert _ranked(kind).num_replicas == 1
+
+
+@pytest.mark.parametrize("batch_size", [[8], (8,), [8, 4], {16: 8}, np.array([8]), lambda n: 8])
+@pytest.mark.parametrize("kind", ["pack", "pack_stream"])
+def test_packing_takes_one_batch_size_an_int(kind, batch_size):
+    """PackSampler(batch_size=[8]) was taken as 8 (a BucketSampler's per-bucket sizes), [8, 4]
+    with one row length spoke of buckets: rows take one int, the same for every row length."""
+    from bucketloader import PackSampler
+    from bucketloader.stream.packing import PackIterable
+
+    make = {
+        "pack": lambda b: PackSampler([3, 5, 8, 9] * 4, row_length=16, batch_size=b),
+        "pack_stream": lambda b: PackIterable([[1] * 3] * 5, row_length=16, batch_size=b),
+    }[kind]
+    with pytest.raises(TypeError, match=r"batch_size must be an int >= 1 \(rows per batch, the "
+                       r"same for every row length\), got batch_size=.*; for fewer rows at "
+                       r"longer row lengths pass max_tokens="):  # fmt: skip
+        make(batch_size)
+    made = make(np.int64(2))  # numpy ints are ints
+    assert made.table.batch_sizes == (2,)
+
+
 def _exact_state():
     rows = [[1] * n for n in [3, 5, 8, 8, 2, 9, 4, 4]]
     stream = BucketIterable(rows, boundaries=[4, 9], batch_size=2)

@@ -220,3 +220,33 @@ def test_a_file_without_the_column_is_named(tmp_path):
     pq.write_table(pa.table({"other": pa.array([1, 2, 3])}), tmp_path / "b.parquet")
     with pytest.raises(ValueError, match=r"b\.parquet: no column 'ids' \(the file has columns"):
         parquet_histogram(tmp_path, column="ids")
+
+
+def test_empty_shards_are_counted_and_told_and_an_untyped_one_still_reads(tmp_path, capsys):
+    """An empty Parquet shard among others was read silently (s8-fin2); one written from an
+    empty list (column type null) sorted first made every other file fail to cast, a raw
+    ArrowNotImplementedError (a traceback from the CLI). Both read now; the scan names the
+    empty files and the CLI says how many."""
+    from bucketloader.cli.engines import _empty_files
+    from bucketloader.cli.main import main
+
+    typed = pa.schema([("ids", pa.list_(pa.int64()))])
+    for name, empty in [("typed", pa.table({"ids": []}, schema=typed)),
+                        ("untyped", pa.table({"ids": []}))]:  # fmt: skip
+        d = tmp_path / name
+        d.mkdir()
+        pq.write_table(empty, d / "part-0.parquet")  # first in sorted order
+        pq.write_table(pa.table({"ids": [[1, 2], [3], [4, 5, 6]]}), d / "part-1.parquet")
+        pq.write_table(empty, d / "part-2.parquet")
+        r = parquet_histogram(d, "ids")
+        assert (r.num_rows, r.histogram.values.tolist()) == (3, [1, 2, 3])
+        assert r.empty_files == (str(d / "part-0.parquet"), str(d / "part-2.parquet"))
+        assert main(["report", str(d), "-k", "2"]) == 0
+        err = capsys.readouterr().err
+        assert "note: 2 of the 3 Parquet files hold no rows (part-0.parquet, part-2.parquet)" in err
+        files = [str(p) for p in sorted(d.iterdir())]
+        assert _empty_files(files) == r.empty_files  # what --engine ray / spark tell
+    full = tmp_path / "typed" / "part-1.parquet"
+    assert parquet_histogram(full, "ids").empty_files == ()  # nothing to tell
+    assert main(["report", str(full), "-k", "2"]) == 0
+    assert "hold no rows" not in capsys.readouterr().err

@@ -175,7 +175,7 @@ def test_an_epoch_with_no_batch_is_refused():
     with pytest.raises(ValueError, match=r"BucketSampler would make no batch per epoch: " + fix):
         BucketSampler([5, 6, 7], num_buckets=1, batch_size=4, last_batch="drop")
     with pytest.raises(ValueError, match=r"a step takes 4 rows on 2 rank\(s\)"):
-        BucketSampler([1, 2, 3, 4, 5], batch_size=2, last_batch="drop", num_replicas=2)
+        BucketSampler([1, 2, 3, 4, 5], batch_size=2, last_batch="drop", num_replicas=2, rank=0)
     with pytest.raises(ValueError, match=r"PackSampler would make no batch per epoch"):
         PackSampler([5, 6, 7], row_length=8, batch_size=4, last_batch="drop")
     assert len(BucketSampler([5, 6, 7], num_buckets=1, batch_size=4)) == 1  # "pad": one batch

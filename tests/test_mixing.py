@@ -80,7 +80,9 @@ def test_weights_are_deterministic_validated_and_resumable(mixture):
     )
     unweighted = plan_epoch(spec, seed=1, epoch=2)
     assert len(unweighted) == len(a) and not np.array_equal(unweighted.cells, a.cells)
-    check_resume(lambda: BucketSampler(spec, seed=3, weights=[3, 1, 1], num_replicas=2), "middle")
+    check_resume(
+        lambda: BucketSampler(spec, seed=3, weights=[3, 1, 1], num_replicas=2, rank=1), "middle"
+    )
     for weights, match in [
         ([1, 1], r"one weight per group \(3: \[0, 1, 2\]\), got 2"),
         ([1, -1, 1], "weights must be finite numbers >= 0, got -1 for group 1"),

@@ -293,3 +293,68 @@ def test_cut_documents_with_a_length_column_pack_and_resume(overflow):
         again = PackIterable(docs, **kw)
         again.load_state_dict(first.state_dict())
         assert head + [[len(d["ids"]) for d in b] for b in again] == whole
+
+
+def test_a_replay_into_a_tail_packed_by_another_solver_version_is_refused(gsm8k, monkeypatch):
+    """NOTE [ A state across solver versions ]: a state records the solver version that packs
+    the tail; a replay resume that skips part of a tail re-packed by another version raised
+    nothing and handed out documents twice or never. Every other resume still works across a
+    version change, and a state saved before the version was recorded still loads."""
+    from bucketloader.stream import _rows
+
+    def make():
+        return PackIterable(
+            _samples(gsm8k[:120]), length_fn="input_ids", row_length=512, batch_size=2,
+            open_rows=8,
+        )  # fmt: skip
+
+    saved, full, first_tail = make(), [], None
+    for i, batch in enumerate(saved):
+        full.append(batch)
+        if first_tail is None and saved._engine.phase != "stream":
+            first_tail = i  # this batch came from the tail's re-pack
+    assert first_tail is not None and len(full) - first_tail >= 3
+    mid = first_tail + 1
+    states = {
+        k: json.loads(json.dumps(saved.state_dict(batches_consumed=k)))
+        for k in (first_tail, mid, len(full))
+    }
+    assert states[mid]["format"] == 2 and states[mid]["config"]["solver"] == _rows.SOLVER_VERSION
+    exact = make()
+    it = iter(exact)
+    head = [next(it) for _ in range(mid)]
+    exact_state = json.loads(json.dumps(exact.state_dict()))  # holds the tail's rows
+    ids = Counter(i for b in _ids(full) for i in b)
+
+    def resumed(state):
+        s = make()
+        s.load_state_dict(state)
+        return list(s)
+
+    # a new solver: the same documents, packed into other rows
+    pack_rows, version = _rows.pack_rows, _rows.SOLVER_VERSION
+    monkeypatch.setattr(_rows, "pack_rows", lambda *a: pack_rows(*a)[::-1])
+    monkeypatch.setattr(_rows, "SOLVER_VERSION", version + 1, raising=False)
+    with pytest.raises(
+        ValueError,
+        match=rf"saved by solver version {version}, and this one packs with solver version "
+        rf"{version + 1}; the resumed pass of worker 0 must skip 1 of the \d+ batches it packs "
+        r"from the tail .* start the next epoch",
+    ):
+        resumed(states[mid])
+    # before the tail: the rest is re-packed whole, every document once
+    rest = resumed(states[first_tail])
+    assert Counter(i for b in _ids(full[:first_tail] + rest) for i in b) == ids
+    assert _ids(rest) != _ids(full[first_tail:])  # (the new solver's rows)
+    assert resumed(states[len(full)]) == []  # the whole tail skipped: the same documents
+    assert _ids(head + resumed(exact_state)) == _ids(full)  # an exact state holds its rows
+    # a state saved before the version was recorded: the same rule, named as such
+    old = {**states[mid], "config": {k: v for k, v in states[mid]["config"].items()
+                                     if k != "solver"}}  # fmt: skip
+    with pytest.raises(ValueError, match="did not record its solver version"):
+        resumed(old)
+    monkeypatch.undo()  # (which version saved it is unknown: refused under any version)
+    with pytest.raises(ValueError, match="did not record its solver version"):
+        resumed(old)
+    old_before = {**old, "skip": [first_tail]}
+    assert _ids(full[:first_tail] + resumed(old_before)) == _ids(full)

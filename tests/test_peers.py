@@ -198,7 +198,7 @@ def test_accumulation_groups_are_k_batches_of_one_shape_on_every_rank(last_batch
         seen = {i for p in plans for i in p.indices.tolist()}
         assert seen == set(range(ONE.size))
     plain = BucketSampler(
-        ONE, num_buckets=5, max_tokens=6000, last_batch=last_batch, num_replicas=replicas
+        ONE, num_buckets=5, max_tokens=6000, last_batch=last_batch, num_replicas=replicas, rank=0
     )
     steps = plain.spec.num_steps(replicas)
     assert len(samplers[0]) == int((-(-steps // k) * k).sum())

@@ -45,7 +45,12 @@ def test_eight_ranks_fill_under_one_percent_with_every_sample_once(name):
         for r in range(8)
     ]
     even = BucketSampler(
-        lengths, max_tokens=TokenBudget(budget, promote=False), num_replicas=8, seed=3, **opts
+        lengths,
+        max_tokens=TokenBudget(budget, promote=False),
+        num_replicas=8,
+        rank=0,
+        seed=3,
+        **opts,
     )
     rep, filler, padding = _epoch(ranks[0])
     _, even_filler, even_padding = _epoch(even)
@@ -158,7 +163,7 @@ def test_every_sample_once_one_shape_per_step_and_own_sample_first(
     plans = [s.plan() for s in samplers]
     spec, table = samplers[0].spec, samplers[0].shape_table
     no = TokenBudget(rows * top, multiple_of=mult, promote=False)
-    even = BucketSampler(x, num_replicas=reps, num_buckets=k, max_tokens=no)
+    even = BucketSampler(x, num_replicas=reps, rank=0, num_buckets=k, max_tokens=no)
     assert len(samplers[0]) == len(plans[0]) <= len(even)  # never more steps
     seen = np.concatenate([p.indices for p in plans])
     assert set(seen.tolist()) == set(range(len(x)))  # nothing lost

@@ -161,7 +161,7 @@ def test_resume_behind_a_prefetching_dataloader():
     [
         ({"seed": 12}, "seed=11 in the state but seed=12 in this sampler"),
         ({"shuffle": False}, "shuffle=True in the state but shuffle=False"),
-        ({"num_replicas": 2}, "num_replicas=1 in the state but num_replicas=2"),
+        ({"num_replicas": 2, "rank": 1}, "num_replicas=1 in the state but num_replicas=2"),
         ({"last_batch": "drop"}, "last_batch='pad' in the state but last_batch='drop'"),
         ({"lengths": True}, "num_samples=4391 in the state but num_samples=4390"),
         ({"max_tokens": 7000}, "num_batches=332 in the state but num_batches=285"),

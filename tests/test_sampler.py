@@ -291,6 +291,19 @@ def test_dataloader_options_are_checked_in_one_voice():
         for bad in ({"shuffle": True}, {"drop_last": True}, {"batch_size": None}):
             with pytest.raises(TypeError, match=rf"got {next(iter(bad))}=.*which the {name}"):
                 sampler.dataloader(data, **bad)
+        # s9-polish: torch took these until a batch or a worker failed (prefetch_factor=0: an
+        # AssertionError at the first batch; generator=3: a random_() signature dump)
+        for bad, error, match in [
+            ({"prefetch_factor": 0, "num_workers": 1}, ValueError, "prefetch_factor must be an"),
+            ({"pin_memory": "no"}, TypeError, "pin_memory must be a bool, got pin_memory='no'"),
+            ({"worker_init_fn": 3}, TypeError, r"worker_init_fn must be a callable \(worker id"),
+            ({"generator": 3}, TypeError, "generator must be a torch.Generator or None, got gen"),
+        ]:  # fmt: skip
+            with pytest.raises(error, match=match):
+                sampler.dataloader(data, **bad)
+        ok = {"pin_memory": np.bool_(False), "prefetch_factor": None, "worker_init_fn": None,
+              "generator": torch.Generator(), "persistent_workers": False}  # fmt: skip
+        assert len(list(sampler.dataloader(data, collate_fn=list, **ok))) == len(sampler)
 
 
 def test_state_dict_is_small_and_json():

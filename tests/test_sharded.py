@@ -102,7 +102,7 @@ def test_boundaries_and_padding_match_the_global_plan_on_real_data(ranks):
         # the global plan without promotion (NOTE [ Promotion of leftovers ]), the even plan
         # these gaps were measured against; with promotion the global plan pads less still
         even = TokenBudget(3_200_000, balance=balance, promote=False)
-        glob = BucketSampler(lengths, num_buckets=16, max_tokens=even, num_replicas=ranks)
+        glob = BucketSampler(lengths, num_buckets=16, max_tokens=even, num_replicas=ranks, rank=0)
         if not np.array_equal(samplers[0].boundaries, glob.boundaries):  # the envelope's
             hists = [LengthHistogram.from_lengths(lengths[s]) for s in shards]
             kept = ShardedSampler(
@@ -441,7 +441,7 @@ def test_deferral_pads_like_the_global_plan_counts_and_warns_once_per_epoch():
     budget = int(32 * np.percentile(lengths, 99))
     pad = _samplers(lengths, shards, num_buckets=16, max_tokens=budget)
     samplers = _samplers(lengths, shards, num_buckets=16, max_tokens=budget, defer=0.5)
-    glob = BucketSampler(lengths, num_buckets=16, max_tokens=budget, num_replicas=8)
+    glob = BucketSampler(lengths, num_buckets=16, max_tokens=budget, num_replicas=8, rank=0)
     padded = real = 0
     for r, s in enumerate(samplers):
         with warnings.catch_warnings():
@@ -580,7 +580,7 @@ def test_exchange_pads_like_the_global_plan_on_small_shards():
     for ranks in (8, 64):
         shards = np.array_split(np.random.default_rng(0).permutation(lengths.size), ranks)
         samplers = _exchanged(lengths, shards, num_buckets=16, max_tokens=budget)
-        glob = BucketSampler(lengths, num_buckets=16, max_tokens=budget, num_replicas=ranks)
+        glob = BucketSampler(lengths, num_buckets=16, max_tokens=budget, num_replicas=ranks, rank=0)
         ratio = _check_exchange(samplers, lengths, 1)
         assert ratio <= glob.report().padding + 0.005
         # within rounding of the least any plan showing every sample once can pad (NOTE 8)

@@ -42,7 +42,9 @@ def is_parquet_set(path: str) -> bool:
 def engine_histogram(path: str, column: str | None, engine: str) -> tuple[LengthHistogram, int]:
     """The exact histogram of ``column`` over the Parquet shards ``path``, and the null count.
 
-    Nulls are refused (the error names ``nulls='skip'``, which the Python API offers).
+    Nulls are refused (the error names ``nulls='skip'``, which the Python API offers). Files
+    that hold no row are told on stderr with their count (a note: nothing is lost, but a writer
+    that left empty shards may have lost rows upstream).
     """
     from bucketloader.engines.arrow import parquet_files
 
@@ -77,10 +79,27 @@ def engine_histogram(path: str, column: str | None, engine: str) -> tuple[Length
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got --engine {engine}")
     from bucketloader.histogram import LengthHistogram
 
+    empty = result.empty_files if engine == "local" else _empty_files(files)
+    if empty:
+        names = ", ".join(Path(f).name for f in empty[:3]) + (", ..." if len(empty) > 3 else "")
+        print(
+            f"bucketloader: note: {len(empty):,} of the {len(files):,} Parquet files "
+            f"{'holds' if len(empty) == 1 else 'hold'} no rows ({names}); the histogram counts "
+            "the rows of the others",
+            file=sys.stderr,
+        )
     hist = result.histogram
     if not isinstance(hist, LengthHistogram):  # pragma: no cover - one column gives 1-D
         raise TypeError("the command line measures one column")
     return hist, result.num_nulls
+
+
+def _empty_files(files: list[str]) -> tuple[str, ...]:
+    """The files whose Parquet footer counts no row (what ``parquet_histogram`` tells the
+    local engine's scan)."""
+    import pyarrow.parquet as pq
+
+    return tuple(f for f in files if pq.read_metadata(f).num_rows == 0)
 
 
 def _import(module: str, extra: str) -> Any:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,9 @@ class ScanResult:
         num_rows: rows scanned, nulls included.
         num_nulls: rows without a length (NOTE [ Nulls ]); 0 unless ``nulls="skip"``.
         engine: ``"arrow"``, ``"ray"`` or ``"spark"``.
+        empty_files: the files of the scan that hold no row (read from their footers; files
+            the engine lists, so far :func:`~bucketloader.engines.parquet_histogram`'s): they
+            add nothing, and a writer's empty shards should not go unnoticed.
 
     Example:
         >>> r = ScanResult(LengthHistogram.from_lengths([3, 5]), num_rows=3, num_nulls=1,
@@ -50,6 +53,7 @@ class ScanResult:
     num_rows: int
     num_nulls: int
     engine: str
+    empty_files: tuple[str, ...] = field(default=(), repr=False)
 
 
 def require(module: str, extra: str) -> Any:

@@ -53,7 +53,8 @@ class PackSampler(EpochSampler):
             deterministic.
         seed: randomness comes only from ``SeedSequence([seed, epoch])``; same on every rank.
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
-        rank: this rank (default: the ``torch.distributed`` rank, else 0).
+        rank: this rank (default: the ``torch.distributed`` rank, else 0; required with
+            ``num_replicas > 1`` and no process group).
         balance: pack rows for attention work (sum of squared document lengths) as well as
             tokens, and deal them to ranks so that every step's work and tokens are even
             across ranks (NOTE [ Balancing ranks ] in :mod:`bucketloader.pack.epoch`); same

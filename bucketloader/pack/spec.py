@@ -77,8 +77,8 @@ import numpy as np
 from bucketloader._types import LengthsLike
 from bucketloader._validation import MAX_LENGTH, MAX_REPLICAS, as_lengths, check_choice, check_int
 from bucketloader.pack._bins import SEARCH, Patterns, lower_bound, solve, solver_version
+from bucketloader.pack._bins import SOLVER_VERSION as SOLVER_VERSION  # (pack_rows' version)
 from bucketloader.pack._work import even_rows, lift_rows
-from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.shapes import row_batch_sizes
 
 __all__ = ["PACK_LAST_BATCH", "PACK_OVERFLOW", "PackSpec", "PackTable", "pack_rows"]
@@ -518,7 +518,7 @@ class PackSpec:
         search = check_choice("search", search, SEARCH)
         last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
         rows = _row_lengths(row_length)
-        bsz = row_batch_sizes(BatchRule.parse(batch_size, max_tokens), rows)
+        bsz = row_batch_sizes(batch_size, max_tokens, rows)
         limit = rows[-1]
         # NOTE [ One pass over the lengths ]: a numpy integer array is read as it is (the
         # pass checks it), anything else is checked and converted first

@@ -188,13 +188,28 @@ def plan_shapes(
     )
 
 
-def row_batch_sizes(rule: BatchRule, row_lengths: Sequence[int]) -> tuple[int, ...]:
-    """Rows per batch for each row length of a packing plan, by the sampler's batch-size rule.
+def row_batch_sizes(
+    batch_size: Any, max_tokens: Any, row_lengths: Sequence[int]
+) -> tuple[int, ...]:
+    """Rows per batch for each row length of a packing plan, by the sampler's batch-size rule:
+    ``batch_size`` (one int, the same for every row length) or ``max_tokens``.
 
     Example:
-        >>> row_batch_sizes(BatchRule.parse(None, 4096), (512, 1024))
+        >>> row_batch_sizes(None, 4096, (512, 1024))
         (8, 4)
+        >>> row_batch_sizes([8], None, (512,))  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        TypeError: batch_size must be an int >= 1 (rows per batch, ...), got batch_size=[8]; ...
     """
+    if isinstance(batch_size, (list, tuple, np.ndarray, Mapping)) or (
+        callable(batch_size) and not isinstance(batch_size, TokenBudget)
+    ):  # per-bucket sizes are a BucketSampler's; rows take one B (it read [8] as 8)
+        raise TypeError(
+            "batch_size must be an int >= 1 (rows per batch, the same for every row length), "
+            f"got batch_size={batch_size!r}; for fewer rows at longer row lengths pass "
+            "max_tokens= instead (B = max_tokens // row length)"
+        )
+    rule = BatchRule.parse(batch_size, max_tokens)
     rows = tuple(row_lengths)
     if rule.batch_size is not None and rule.batch_size * rows[-1] <= MAX_BATCH_ELEMENTS:
         return (rule.batch_size,) * len(rows)  # one B: nothing to size, no batch too large

@@ -37,7 +37,8 @@ class Pass:
     """Counters, source snapshots, state and resume of one worker's pass; :meth:`run` is the
     generator of batches. ``cfg`` is the filler's frozen configuration (with ``source``,
     ``config``, ``counters``); ``worker`` is ``(lane, lanes)``; ``skip`` batches are made but
-    not handed out (a resume by replay)."""
+    not handed out (a resume by replay); ``saved_config`` is the ``config`` of the state the
+    pass resumes from (``None``: a pass from the start)."""
 
     #: The format of this filler's exact state.
     STATE_FORMAT: ClassVar[int]
@@ -56,6 +57,7 @@ class Pass:
         self.epoch = epoch
         self.worker = worker
         self.skip = skip
+        self.saved_config: dict[str, Any] | None = None
         self.read = 0
         self.batches = 0
         self.phase = "stream"

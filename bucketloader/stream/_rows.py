@@ -71,6 +71,19 @@ checkpoints where the source allows (NOTE [ Seeking a source ] in
 :mod:`bucketloader.stream.source`), else by replay (NOTE [ Resuming a packing stream behind
 DataLoader workers ] in :mod:`bucketloader.stream.packing`): each lane's count of batches
 follows from the batches consumed alone.
+
+NOTE [ A state across solver versions ]
+The tail (the documents of the open rows when a shard ends) is packed by the planner's solver,
+whose plans change with its ``SOLVER_VERSION``; a state records the
+version in its ``config`` (``"solver"``; a state saved before it was recorded has none). Only
+one resume depends on it: a replay (or a worker checkpoint before the tail) whose count of
+batches to skip ends *inside* the tail. The skipped tail batches are then re-packed by this
+version, and may hold other documents than those the saved run handed out: documents would be
+trained on twice or never. That pass raises when it packs its tail, naming both versions and
+the count. Every other resume under another version is exact: an exact state holds the tail's
+rows themselves, a replay that stops before the tail re-packs it before any of it was handed
+out (the epoch's rest differs from the saved run's only in how the tail is packed), and one
+that skips the whole tail hands out none of it either time (the same documents).
 """
 
 from __future__ import annotations
@@ -81,7 +94,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bucketloader._samples import length_reader
-from bucketloader.pack.spec import pack_rows
+from bucketloader.pack.spec import SOLVER_VERSION, pack_rows
 from bucketloader.pack.split import cut
 from bucketloader.plan import PlannedBatch
 from bucketloader.stream._engine import Pass
@@ -327,6 +340,36 @@ class RowPass(Pass):
             return
         for row in pack_rows([d[2] for d in docs], self.o.row_length, self.o.max_per_row):
             self.ready.append(([docs[i][0] for i in row], [docs[i][1] for i in row]))
+        if self.skip and self.saved_config is not None:
+            self._check_tail_solver()
+
+    def _check_tail_solver(self) -> None:
+        """A resume that skips part of the tail packed by another solver version is refused
+        (NOTE [ A state across solver versions ])."""
+        saved = self.saved_config.get("solver") if self.saved_config else None
+        if saved == SOLVER_VERSION:
+            return
+        bsz, o = self.o.batch_size, self.o
+        rows = len(self.ready)
+        tail = rows // bsz if o.last_batch == "drop" and not o.steps else -(-rows // bsz)
+        if o.steps:  # only the lane's steps left hand the tail out
+            tail = min(tail, len(range(self.worker[0], o.steps, self.worker[1])) - self.batches)
+        if not 0 < self.skip < tail:
+            return
+        was = (
+            f"solver version {saved}"
+            if saved is not None
+            else "a bucketloader that did not record its solver version"
+        )
+        raise ValueError(
+            f"cannot resume this PackIterable exactly: its state was saved by {was}, and this "
+            f"one packs with solver version {SOLVER_VERSION}; the resumed pass of worker "
+            f"{self.worker[0]} must skip {self.skip} of the {tail} batches it packs from the "
+            "tail of its shard (the documents still in open rows at its end), which this "
+            "version may fill with other documents than the saved run handed out (documents "
+            "trained on twice or never). Resume with the bucketloader that saved the state, or "
+            "start the next epoch instead (set_epoch(epoch + 1), no load_state_dict)"
+        )
 
     # -- state (the engine's skeleton asks) ---------------------------------------------------
     def _positions(self) -> list[int]:

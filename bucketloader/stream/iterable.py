@@ -121,7 +121,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             (an int or one per input); ``max_length`` defaults to the last boundary.
         pad_to_multiple_of: boundaries on multiples of this (or one per input): estimated
             boundaries are the optimum under the constraint, given ones are rounded up.
-        num_replicas, rank: ranks (default: from ``torch.distributed``). With more than one,
+        num_replicas, rank: ranks (default: from ``torch.distributed``; ``rank`` is required
+            with ``num_replicas > 1`` and no process group). With more than one,
             ``steps_per_epoch`` is required and every rank makes exactly that many steps, with
             the same shape at each step (NOTE [ A stream split over ranks ]).
         steps_per_epoch: fixed steps per epoch on every rank (``len(stream)``); ``None`` (one

@@ -46,9 +46,15 @@ from bucketloader._types import LazyModule
 from bucketloader._validation import check_choice, check_int
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable, check_row_length
 from bucketloader.plan import SamplingReport
-from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.shapes import row_batch_sizes
-from bucketloader.stream._rows import STATE_FORMAT, STATS, PackConfig, RowPass, make_length_fn
+from bucketloader.stream._rows import (
+    SOLVER_VERSION,
+    STATE_FORMAT,
+    STATS,
+    PackConfig,
+    RowPass,
+    make_length_fn,
+)
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.resume import (
     ResumableStream,
@@ -107,7 +113,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         max_documents: at most this many documents per batch (``cu_seqlens`` has
             ``max_documents + B + 1`` entries), between ``B`` and ``B * L`` (the default: any
             document >= 1 token).
-        num_replicas, rank: ranks (default: from ``torch.distributed``). With more than one,
+        num_replicas, rank: ranks (default: from ``torch.distributed``; ``rank`` is required
+            with ``num_replicas > 1`` and no process group). With more than one,
             ``steps_per_epoch`` is required and every rank makes exactly that many steps of the
             one shape (NOTE [ A packing stream split over ranks ] in
             :mod:`bucketloader.stream._rows`).
@@ -139,6 +146,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         ([[5, 3], [2, 6], []], 3)
     """
 
+    VERSION_KEYS = ("solver",)  # NOTE [ A state across solver versions ] in stream._rows
+
     def __init__(
         self,
         source: Iterable[Any],
@@ -160,8 +169,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         self.length_fn = length_fn
         self._measure = make_length_fn(length_fn)
         self.row_length = check_row_length(row_length)
-        rule = BatchRule.parse(batch_size, max_tokens)  # the sampler's batch-size rule
-        (self.batch_size,) = row_batch_sizes(rule, (self.row_length,))
+        # the sampler's batch-size rule
+        (self.batch_size,) = row_batch_sizes(batch_size, max_tokens, (self.row_length,))
         self.open_rows = check_int("open_rows", open_rows, minimum=1)
         self.overflow = check_choice("overflow", overflow, STREAM_OVERFLOW)
         self.last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
@@ -308,6 +317,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             "overflow": self.overflow,
             "last_batch": self.last_batch,
             "max_documents": self.max_documents,
+            "solver": SOLVER_VERSION,  # NOTE [ A state across solver versions ] in _rows
         }
         if self.steps_per_epoch is not None:
             config.update(num_replicas=self.num_replicas, steps_per_epoch=self.steps_per_epoch)

@@ -379,14 +379,20 @@ def _check_exact(state: dict[str, Any], owner: str) -> None:
         )
 
 
-def check_config(state: dict[str, Any], mine: dict[str, Any], *, owner: str) -> None:
-    """A state is loaded only into a stream built as the one that saved it."""
-    if set(state["config"]) != set(mine):
+def check_config(
+    state: dict[str, Any], mine: dict[str, Any], *, owner: str, versions: tuple[str, ...] = ()
+) -> None:
+    """A state is loaded only into a stream built as the one that saved it. ``versions`` are
+    keys that record the library's algorithms, not options: they are left to the stream
+    (absent from a state saved before they were recorded)."""
+    theirs = {k: v for k, v in state["config"].items() if k not in versions}
+    mine = {k: v for k, v in mine.items() if k not in versions}
+    if set(theirs) != set(mine):
         raise ValueError(
             f"state has configuration keys {sorted(state['config'])} but this {owner} has "
             f"{sorted(mine)}; build the stream as when it was saved"
         )
-    for key, value in state["config"].items():
+    for key, value in theirs.items():
         if mine.get(key) != value:
             hint = (
                 " (boundaries=estimate(...) solves on the head of the source: it must read the "
@@ -540,6 +546,10 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
     STATE_FORMAT: ClassVar[int]
     REPLAY_FORMAT: ClassVar[int]
     STATE_KEYS: ClassVar[Mapping[int, Mapping[str, type]]]
+    #: Keys of :meth:`_config` that record an algorithm's version, not an option: a state
+    #: saved by another version (or before the key existed) loads, and the pass decides
+    #: whether its resume can still be exact (:func:`check_config`).
+    VERSION_KEYS: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(
         cls, *, state_keys: Mapping[int, Mapping[str, type]] | None = None, **kwargs: Any
@@ -606,6 +616,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         if callable(getattr(self.source, "set_epoch", None)):
             self.source.set_epoch(self.epoch)
         engine = self._new_engine(worker, skip)
+        engine.saved_config = None if state is None else state["config"]
         self._engine = engine
         if state is not None and state["format"] == self.STATE_FORMAT:
             it = engine.resume(state)
@@ -659,7 +670,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
         owner = type(self).__name__
         check_state(state, owner=owner, keys=self.STATE_KEYS, replay_format=self.REPLAY_FORMAT)
-        check_config(state, self._config(), owner=owner)
+        check_config(state, self._config(), owner=owner, versions=self.VERSION_KEYS)
         if self._one_shot():
             raise ValueError(
                 "cannot resume a one-shot iterator (it cannot be read again from the start); "
