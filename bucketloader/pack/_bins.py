@@ -1266,17 +1266,18 @@ def thirds_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> int:
     # below their caps falls as beta grows (a document of s in (L/3, L/2] reaches 1/2 at
     # beta = L / (6 s - 2 L), the longer first; from L / 2 on at beta <= 1): the largest is at
     # the cap of the longest t at which that sum, of the documents shorter than t, is <= 0
-    slope = np.cumsum(c * (3 * s - n))  # (x 3L: of the documents up to each size)
+    # (|3 s - L| <= 2 L and |6 L q f(s)| <= 6 L^2 a document: past int64 only with that many
+    # documents of that many tokens, then in Python ints, exact)
+    w, m = (s.astype(object), c.astype(object)) if int(c.sum()) * 6 * n * n >= 1 << 62 else (s, c)
+    slope = np.cumsum(m * (3 * w - n))  # (x 3L: of the documents up to each size)
     i_third, i_half = np.searchsorted(s, [n // 3 + 1, (n + 1) // 2])  # (s > L/3; s >= L/2)
     if i_half == 0 or slope[i_half - 1] <= 0:
         return 0  # (largest at beta = 1: f(s) <= s / L, no more than ceil(tokens / L))
     below = np.concatenate([[0], slope])[i_third:i_half]  # (of the documents shorter than t)
     at = int(np.flatnonzero(below <= 0)[-1]) + i_third if (below <= 0).any() else i_third
     p, q = n, 6 * int(s[at]) - 2 * n  # beta = p / q = L / (6 t - 2 L) >= 1 (t = s[at] > L/3)
-    g = np.minimum(3 * n * q, 2 * (q - p) * n + 6 * p * s)  # (6 L q f(s))
-    if int(c.max()) * s.size * 3 * n * q >= 1 << 62:
-        g, c = g.astype(object), c.astype(object)  # (sums past int64: Python ints, exact)
-    total = int((g * c).sum())
+    g = np.minimum(3 * n * q, 2 * (q - p) * n + 6 * p * w)  # (6 L q f(s))
+    total = int((g * m).sum())
     return -(-total // (6 * n * q))
 
 
