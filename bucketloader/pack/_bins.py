@@ -174,9 +174,9 @@ kept BFD's 841 in 44 ms and 0.28 s; on 2,000 of (L/4, 2L/3], 943 rows (BFD 947; 
 in 8.4 ms at 1,024, 946 in 64 ms at 16,384) in 0.33-0.85x a per-document BFD's time. In
 benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k to 100k, at L = 1,024,
 16,384 and 131,072) it takes 0.114-0.917x a per-document BFD's time (session 9's run, load
-6.8-7.6; session 8's at load 1.9: 0.11-0.86x), for about 4% fewer rows than BFD. Only its plans get solver version 7
-(:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its arrays are per document: 0.1 s
-at 1M); above that the search of the other lengths runs.
+6.8-7.6; session 8's at load 1.9: 0.11-0.86x), for about 4% fewer rows than BFD. Only its
+plans get solver version 7 (:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its
+arrays are per document: 0.1 s at 1M); above that the search of the other lengths runs.
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
@@ -193,9 +193,9 @@ pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); r
 BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2%
 of the rows on GSM8K-like lengths in 0.79-1.05x a per-document BFD's time on 1k-2k documents,
 0.23x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, session 9, load
-6.8-7.6; session 8 at load 1.8-2.1: 0.76-0.93x; session 7: 0.73-1.07x on 1k-2k documents), so the default searches where BFD misses its
-promise; the caller can still choose (``search``, a :meth:`PackSpec.build
-<bucketloader.pack.PackSpec.build>` option):
+6.8-7.6; session 8 at load 1.8-2.1: 0.76-0.93x; session 7: 0.73-1.07x on 1k-2k documents),
+so the default searches where BFD misses its promise; the caller can still choose
+(``search``, a :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
 
 - ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
   above the ``ceil(tokens / L)`` bound's (the packing promise of issue 25, e.g. GSM8K at
