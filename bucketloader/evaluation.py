@@ -177,12 +177,17 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         listed = ", ".join(
             f"{filtered[k]:,} by {LEFT_OUT_BY[k]} ({k.replace('_', ' ')})" for k in used
         )
-        truncate = " (or use overflow='truncate')" if "too_long" in used else ""
+        drop = " / ".join(LEFT_OUT_BY[k] for k in used if k != "oversize")
+        fixes = [f"drop {drop}"] if drop else []
+        if "too_long" in used:
+            fixes[0] += " (or use overflow='truncate')"
+        if "oversize" in used:  # (dropping oversize= makes them an error: 'single' keeps them)
+            fixes.append("pass max_tokens=TokenBudget(..., oversize='single')")
         warnings.warn(
             f"this EvalSampler evaluates {kept:,} of {n:,} samples: {n - kept:,} left out "
             f"({listed}); metrics cover only the kept samples. restore() returns their outputs "
-            "in dataset order (sampler.kept lists their indices); drop "
-            f"{' / '.join(LEFT_OUT_BY[k] for k in used)}{truncate} to evaluate every sample",
+            f"in dataset order (sampler.kept lists their indices); {' and '.join(fixes)} to "
+            "evaluate every sample",
             UserWarning,
             stacklevel=3,
         )
