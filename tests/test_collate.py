@@ -957,3 +957,69 @@ def test_short_path_of_frames_equals_the_general_path(side, rest, least, monkeyp
         else:
             assert not isinstance(got, str), got
             _assert_same(lean, general, xs)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("least", [0, 1 << 40])  # outputs numpy's / torch's
+def test_short_path_of_dict_samples_equals_the_general_path(side, least, monkeypatch):
+    """NOTE [ The short path of dict samples ]: memoised full batches of ``{"input_ids": [...]}``
+    take it and equal the general path (ints, and through ``pad_field`` floats and bools); any
+    other batch (lists that are not flat or not numbers, an int past int64, another key, a
+    tuple, mixed cells) gives the general path's result or error."""
+    from bucketloader.collate import _pad
+    from bucketloader.collate.collator import PadCollator
+
+    monkeypatch.setattr(_pad, "NUMPY_MIN_BYTES", least)
+    lengths = np.array([30, 33, 35, 38, 60, 61, 64, 64, 3000, 2900, 2950, 2999] * 2)
+    sampler = BucketSampler(lengths, num_buckets=3, batch_size=4)
+    taken = []
+    short = PadCollator._short_dict
+    monkeypatch.setattr(PadCollator, "_short_dict", lambda *a: taken.append(short(*a)) or taken[-1])
+    for pad_value, mask_dtype in [(-3, torch.bool), ({"input_ids": 7}, torch.long)]:
+        lean = sampler.collator(pad_value=pad_value, side=side, mask_dtype=mask_dtype)
+        general = sampler.collator(pad_value=pad_value, side=side, mask_dtype=mask_dtype)
+        general._short_dicts = False
+        for epoch, make in enumerate([range, range, lambda n: [0.5] * n]):
+            sampler.set_epoch(epoch)
+            for idx in sampler:
+                _assert_same(
+                    lean, general, [{"input_ids": list(make(int(lengths[i])))} for i in idx]
+                )
+    assert sum(t is not None for t in taken) >= 12
+
+    def outcome(collate, xs):
+        try:
+            return collate(xs)
+        except (TypeError, ValueError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    def ids(*rows):
+        return [{"input_ids": r} for r in rows]
+
+    odd = [  # batches of a memoised cell (60-64)
+        ids([1] * 64, [1, [2]] * 30, [1] * 61, [1] * 60),
+        ids([[1]] * 64, [1] * 60, [1] * 61, [1] * 60),
+        ids(["a"] * 64, [1] * 60, [1] * 61, [1] * 60),
+        ids([1] * 64, [2**63] * 60, [1] * 61, [1] * 60),
+        ids([1] * 64, [1] * 60, [1.5] * 61, [1] * 60),
+        ids([True] * 64, [False] * 60, [True] * 61, [True] * 60),
+        ids([1] * 64, (1,) * 60, [1] * 61, [1] * 60),
+        ids([1] * 64, [1] * 30, [1] * 61, [1] * 60),
+        [*ids([1] * 64, [1] * 60, [1] * 61), {"input_ids": [1] * 60, "x": 1}],
+        [*ids([1] * 64, [1] * 60, [1] * 61), {"ids": [1] * 60}],
+        ids([1] * 64, [1] * 60, [1] * 61, [1] * 60, [1] * 60),
+    ]
+    lean = sampler.collator(side=side)
+    general = sampler.collator(side=side)
+    general._short_dicts = False
+    for collate in (lean, general):
+        for _ in range(2):
+            for idx in sampler:
+                collate([{"input_ids": [1] * int(lengths[i])} for i in idx])
+    for xs in odd:
+        got, want = outcome(lean, xs), outcome(general, xs)
+        if isinstance(want, str):
+            assert got == want
+        else:
+            assert not isinstance(got, str), got
+            _assert_same(lean, general, xs)
