@@ -577,6 +577,23 @@ def test_lean_1d_path_equals_the_general_path(data, side, kind, dtype, last_batc
         _assert_same(lean, general, [x.numpy() for x in xs] if kind == "numpy" else xs)
 
 
+def _same_result_or_error(lean, general, xs):
+    """The two collators return the same batch for ``xs``, or raise the same error."""
+
+    def outcome(collate):
+        try:
+            return collate(xs)
+        except (TypeError, ValueError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    got, want = outcome(lean), outcome(general)
+    if isinstance(want, str):
+        assert got == want
+    else:
+        assert not isinstance(got, str), got
+        _assert_same(lean, general, xs)
+
+
 def _assert_same(lean, general, xs):
     got, want = lean(xs), general(xs)
     assert list(got) == list(want)
@@ -932,12 +949,6 @@ def test_short_path_of_frames_equals_the_general_path(side, rest, least, monkeyp
     assert sum(t is not None for t in taken) >= 8
     del taken[:]
 
-    def outcome(collate, xs):
-        try:
-            return collate(xs)
-        except (TypeError, ValueError) as exc:
-            return f"{type(exc).__name__}: {exc}"
-
     ones = torch.ones
     other = (*rest[:-1], rest[-1] + 1)
     flat = 60 * math.prod(rest)  # a 1-D sample whose numel // F reads 60
@@ -951,12 +962,7 @@ def test_short_path_of_frames_equals_the_general_path(side, rest, least, monkeyp
         [ones(64, *rest[:-1], 0), ones(60, *rest[:-1], 0)] * 2,
     ]
     for xs in odd:
-        got, want = outcome(lean, xs), outcome(general, xs)
-        if isinstance(want, str):
-            assert got == want
-        else:
-            assert not isinstance(got, str), got
-            _assert_same(lean, general, xs)
+        _same_result_or_error(lean, general, xs)
 
 
 @pytest.mark.parametrize("side", ["right", "left"])
@@ -987,12 +993,6 @@ def test_short_path_of_dict_samples_equals_the_general_path(side, least, monkeyp
                 )
     assert sum(t is not None for t in taken) >= 12
 
-    def outcome(collate, xs):
-        try:
-            return collate(xs)
-        except (TypeError, ValueError) as exc:
-            return f"{type(exc).__name__}: {exc}"
-
     def ids(*rows):
         return [{"input_ids": r} for r in rows]
 
@@ -1017,9 +1017,4 @@ def test_short_path_of_dict_samples_equals_the_general_path(side, least, monkeyp
             for idx in sampler:
                 collate([{"input_ids": [1] * int(lengths[i])} for i in idx])
     for xs in odd:
-        got, want = outcome(lean, xs), outcome(general, xs)
-        if isinstance(want, str):
-            assert got == want
-        else:
-            assert not isinstance(got, str), got
-            _assert_same(lean, general, xs)
+        _same_result_or_error(lean, general, xs)
