@@ -54,6 +54,7 @@ __all__ = [
     "file_kind",
     "folder_blocker",
     "is_regular_or_missing",
+    "os_reason",
     "read_bytes",
     "read_json",
     "write_atomic",
@@ -192,6 +193,17 @@ def folder_blocker(directory: Path) -> OSError | None:
         return None
     where = "it is" if probe == directory else f"{str(probe)!r} is"
     return NotADirectoryError(errno.ENOTDIR, f"{where} {what}", str(directory))
+
+
+def os_reason(exc: OSError) -> str:
+    """An OS error for a message, without its file name (which may be a random temporary name;
+    the message names the path itself).
+
+    Example:
+        >>> os_reason(folder_blocker(Path(__file__)))
+        'it is a file'
+    """
+    return exc.strerror or str(exc) or type(exc).__name__
 
 
 @functools.lru_cache(maxsize=1)

@@ -18,6 +18,8 @@ import numpy as np
 
 #: The most ranks a sampler, spec or stream plans for (a step's rows over ranks stay in int64).
 MAX_REPLICAS = 1 << 20
+#: The int64 range: a pad id, a seed or a token budget past it fails in numpy or torch.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class MissingKeyError(KeyError, ValueError):
@@ -197,6 +199,36 @@ def as_lengths(
     if narrow and (arr.dtype.kind == "i" or (arr.dtype.kind == "u" and arr.dtype.itemsize <= 4)):
         return arr  # (its own integer type, which widens to int64 exactly)
     return arr.astype(np.int64, copy=False)
+
+
+def batch_lengths(value: Any, rows: int, *, name: str, example: str) -> np.ndarray:
+    """``value``, what a batched length function returned for a batch of ``rows`` rows, as an
+    array of one length per row (or one row of D lengths per row), or one clear error naming
+    ``name`` and a fix (``example``). Only the shape is checked here (a shorter answer was kept
+    silently, and a map dropped the batch's other rows); the values are :func:`as_lengths`'s.
+
+    Example:
+        >>> batch_lengths([3, 5], 2, name="fn(batch)", example="fn=f").tolist()
+        [3, 5]
+        >>> batch_lengths([8], 2, name="fn(batch)", example="fn=f")
+        Traceback (most recent call last):
+        ...
+        ValueError: fn(batch) must return one length per row of the batch (or one row of D \
+lengths per row): numbers, 2 of them for this batch, got an array of shape (1,), dtype int64; \
+e.g. fn=f
+    """
+    try:
+        out = np.asarray(value)
+    except ValueError:  # ragged: numpy refuses it
+        out = np.asarray(None)
+    numbers = value is not None and out.dtype.kind in "iubf"
+    if numbers and out.ndim in (1, 2) and len(out) == rows:
+        return out
+    got = f"an array of shape {out.shape}, dtype {out.dtype}" if out.ndim else repr(value)
+    raise (ValueError if numbers else TypeError)(
+        f"{name} must return one length per row of the batch (or one row of D lengths per "
+        f"row): numbers, {rows} of them for this batch, got {got[:200]}; e.g. {example}"
+    )
 
 
 class Lengths:

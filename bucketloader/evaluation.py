@@ -57,7 +57,7 @@ from bucketloader._samples import DatasetView, load_samples
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import even_batch, size_values
-from bucketloader.plan.report import SamplingReport
+from bucketloader.plan.report import LEFT_OUT_BY, SamplingReport
 from bucketloader.plan.spec import SpecShapes
 from bucketloader.sampler import check_state, spec_or_build
 
@@ -173,17 +173,21 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         if kept == n:
             return
         filtered = dict(self.spec.filtered or {})
-        words = {"too_short": "min_length", "too_long": "max_length", "oversize": "oversize"}
+        used = [k for k in LEFT_OUT_BY if filtered.get(k)]  # (a filter= was not named: s9-read)
         listed = ", ".join(
-            f"{filtered[k]:,} by {w} ({k.replace('_', ' ')})"
-            for k, w in words.items()
-            if filtered.get(k)
+            f"{filtered[k]:,} by {LEFT_OUT_BY[k]} ({k.replace('_', ' ')})" for k in used
         )
+        drop = " / ".join(LEFT_OUT_BY[k] for k in used if k != "oversize")
+        fixes = [f"drop {drop}"] if drop else []
+        if "too_long" in used:
+            fixes[0] += " (or use overflow='truncate')"
+        if "oversize" in used:  # (dropping oversize= makes them an error: 'single' keeps them)
+            fixes.append("pass max_tokens=TokenBudget(..., oversize='single')")
         warnings.warn(
             f"this EvalSampler evaluates {kept:,} of {n:,} samples: {n - kept:,} left out "
             f"({listed}); metrics cover only the kept samples. restore() returns their outputs "
-            "in dataset order (sampler.kept lists their indices); drop max_length / "
-            "min_length (or use overflow='truncate') to evaluate every sample",
+            f"in dataset order (sampler.kept lists their indices); {' and '.join(fixes)} to "
+            "evaluate every sample",
             UserWarning,
             stacklevel=3,
         )

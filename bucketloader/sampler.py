@@ -58,7 +58,7 @@ from bucketloader.plan.epoch import (
     resolve_weights,
 )
 from bucketloader.plan.promote import Promotion, promoted_spec, promotes
-from bucketloader.plan.report import LOSS_WARNING, plan_report
+from bucketloader.plan.report import LEFT_OUT_BY, LOSS_WARNING, plan_report
 from bucketloader.plan.shapes import SpecOptions
 from bucketloader.plan.spec import SpecShapes
 
@@ -562,8 +562,10 @@ class BucketSampler(SpecShapes, EpochSampler):
     _batches_the_spec = True
 
     def _warn_losses(self) -> None:
-        """Warn once, with the count per reason, when the filters, the oversize policy or
-        ``last_batch="drop"`` leave out more than ``LOSS_WARNING`` of the samples."""
+        """NOTE [ Warning about silent losses ]: warn once, with the count per reason (the option
+        that caused it), when the filters, the oversize policy or ``last_batch="drop"`` leave
+        out more than ``LOSS_WARNING`` of the samples; an epoch with no batch at all is an
+        error. PackSampler and EvalSampler warn the same way."""
         spec = self.spec
         n = int(spec.cell_of_sample.size)
         # only last_batch="drop" can empty a plan (the filters raise); a subclass whose epochs
@@ -580,17 +582,10 @@ class BucketSampler(SpecShapes, EpochSampler):
                 "short batch is padded) or 'keep', a smaller batch_size / max_tokens, or fewer "
                 "num_buckets"
             )
-        words = {
-            "too_short": "min_length",
-            "too_long": "max_length",
-            "oversize": "oversize",
-            "filter": "filter=",
-            "no_shape": "shapes=",
-        }
         reasons = {
-            f"{words[k]} ({k.replace('_', ' ')})": v
+            f"{LEFT_OUT_BY[k]} ({k.replace('_', ' ')})": v
             for k, v in (spec.filtered or {}).items()
-            if v and k in words
+            if v and k in LEFT_OUT_BY
         }
         if spec.last_batch == "drop":
             _, q = spec.cell_steps(self.num_replicas)

@@ -369,7 +369,8 @@ class ShardedSampler(EpochSampler):
         from bucketloader.loader import ResumableDataLoader, check_loader_options
 
         kwargs = check_loader_options(self, kwargs)  # (as the other samplers' dataloader())
-        kwargs.setdefault("collate_fn", self.collator())  # ResumableDataLoader: exact state
+        if "collate_fn" not in kwargs:  # (yours, even None, is kept; no collator built for it)
+            kwargs["collate_fn"] = self.collator()  # ResumableDataLoader below: exact state
         return ResumableDataLoader(
             self.wrap(dataset),  # type: ignore[arg-type]
             batch_sampler=self,

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -387,12 +388,12 @@ def test_a_csv_with_a_byte_order_mark_reads_by_column_name(tmp_path):
 def test_precompute_under_a_file_fails_before_reading_or_solving(tmp_path, files, capsys):
     """A cache directory that can never exist (a file stands at or above it): precompute's one
     job is the entry, so it stops before the read and the solve (it solved, then failed)."""
-    from bucketloader.cache import CacheWarning
     from bucketloader.cli import main
 
     blocker = tmp_path / "a-file"
     blocker.write_text("mine")
-    with pytest.warns(CacheWarning, match="is not usable"):
+    with warnings.catch_warnings():  # one error, no CacheWarning saying it again
+        warnings.simplefilter("error")
         code = main(["precompute", str(files / "one.txt"), "-k", "2",
                      "--cache-dir", str(blocker / "cache")])  # fmt: skip
     assert code == 2

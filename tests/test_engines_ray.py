@@ -58,6 +58,10 @@ def test_exact_per_block_histograms_merged(cluster):
     # length_fn over numpy batches, 2-D output gives a joint histogram too
     fn = ray_histogram(ds, length_fn=lambda b: b["q"] + b["a"]).histogram
     assert fn == LengthHistogram.from_lengths(pairs.sum(axis=1))
+    # one length per batch, not per row: the rule and words of hf.lengths(fn=) (s9-read)
+    rows = r"length_fn\(batch\) must return one length per row of the batch .*e\.g\. length_fn="
+    with pytest.raises(ValueError, match=rows):
+        ray_histogram(ds, length_fn=lambda b: b["q"][:1])
 
 
 def test_nulls_tensor_column_and_bucket_ids(cluster):

@@ -179,6 +179,10 @@ def test_add_lengths_roundtrip_through_disk(tmp_path):
         hf.add_lengths(ds, ["src", "tgt"], name="length")
     with pytest.raises(TypeError, match=r"name must be a column name or a list of names .* name=5"):
         hf.add_lengths(ds, "src", name=5)  # (was "'int' object is not iterable")
+    with pytest.raises(
+        ValueError, match=r"name must be a non-empty column name, got name=\['x', ''\]"
+    ):
+        hf.add_lengths(ds, ["src", "tgt"], name=["x", ""])  # (s9-read: was the TypeError above)
 
 
 # -- one-call sampler + collator -----------------------------------------------------------------
@@ -261,6 +265,11 @@ def test_float_token_ids_and_loose_flags_are_refused_when_built():
         hf.for_text(floats.with_format("torch"), pad_token_id=0, batch_size=2)
     with pytest.raises(TypeError, match="for_packing pads column 'input_ids'"):
         hf.for_packing(floats, pad_token_id=0, row_length=16, batch_size=1)
+    fixed = datasets.Dataset.from_dict({"input_ids": [[5.0] * 3] * 2}).cast_column(
+        "input_ids", datasets.Sequence(datasets.Value("float32"), length=3)
+    )  # (s9-read: a fixed-size list, Sequence(length=3), was let through)
+    with pytest.raises(TypeError, match="holds float values"):
+        hf.for_text(fixed, pad_token_id=0, batch_size=2)
     # s8-polish: flags and sizes the plan did not use were read loosely or not at all
     ints = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in (3, 9, 4)]})
     for bad, match in [

@@ -71,6 +71,19 @@ def test_eval_sampler_with_a_filter_is_whole_over_the_kept_samples():
         ]
     )  # fmt: skip
     assert len(msgs) == 2 and "evaluates 5 of 7 samples" in msgs[0]
+    assert "(2 by max_length (too long))" in msgs[0] and "drop max_length (or use" in msgs[0]
+    # a filter= was counted but not named ("2 left out ()") and the fix named max_length
+    _, (msg,) = _warned(
+        lambda: EvalSampler(lengths, num_buckets=2, batch_size=2, filter=[True] * 5 + [False] * 2)
+    )
+    assert "2 left out (2 by filter= (filter))" in msg and "drop filter= to evaluate" in msg
+    # oversize='drop': dropping oversize= makes them an error; 'single' evaluates them (s9-rev1)
+    budget = TokenBudget(11, oversize="drop")
+    _, (msg,) = _warned(lambda: EvalSampler(lengths, num_buckets=2, max_tokens=budget))
+    assert " by oversize (oversize))" in msg and "drop" not in msg.split("indices);")[1]
+    assert "pass max_tokens=TokenBudget(..., oversize='single') to evaluate" in msg
+    single = TokenBudget(11, oversize="single")
+    assert not _warned(lambda: EvalSampler(lengths, num_buckets=2, max_tokens=single))[1]
     s = samplers[0]
     assert s.kept.tolist() == [0, 1, 2, 5, 6] and s.num_samples == 5
     totals = s.report().totals

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._validation import check_int
+from bucketloader._validation import check_bool, check_int
 
 
 @dataclass(frozen=True)
@@ -139,10 +139,7 @@ def calibrate(
     make = make_inputs or _default_inputs
     kwargs = dict(compile_kwargs or {})
     kwargs.setdefault("dynamic", False)
-    if not isinstance(warmup, bool):
-        raise TypeError(f"warmup must be a bool, got warmup={warmup!r}")
-    if not isinstance(warm, bool):
-        raise TypeError(f"warm must be a bool, got warm={warm!r}")
+    warmup, warm = check_bool("warmup", warmup), check_bool("warm", warm)
     rows_out = []
     warm_out = []
     limit = max(len(shapes) + 1, torch._dynamo.config.recompile_limit)

@@ -130,24 +130,37 @@ class DynamicityReport:
         padding-versus-k frontier of every strategy (and the batch shapes of a scanned loader).
         The format follows the suffix of ``path`` (one of :data:`PLOT_SUFFIXES`; checked before
         any drawing). Needs matplotlib."""
-        return plot_report(self, _image_path(path), dpi=check_int("dpi", dpi, minimum=10))
+        return plot_report(self, image_path(path), dpi=check_int("dpi", dpi, minimum=10))
 
 
 #: Image suffixes :meth:`DynamicityReport.plot` (and ``bucketloader report --plot``) writes.
 PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp", ".eps", ".ps", ".tif", ".tiff")
 
 
-def _image_path(path: Any) -> Path:
+def image_path(path: Any, name: str = "path") -> Path:
     """``path`` as a ``Path`` to an image file, or one clear error (matplotlib wrote ``out`` to
-    ``out.png`` and ``/tmp`` to ``/tmp.png`` while returning the path it was given)."""
+    ``out.png`` and ``/tmp`` to ``/tmp.png`` while returning the path it was given). ``name``
+    is the argument the message names: a command's option (``"--plot"``) reads as one.
+
+    Example:
+        >>> image_path("~/r.svg").name
+        'r.svg'
+        >>> image_path("r.txt", "--plot")
+        Traceback (most recent call last):
+        ...
+        ValueError: --plot must name an image file ending in one of .png, .svg, .pdf, .jpg, \
+.jpeg, .webp, .eps, .ps, .tif, .tiff, got --plot r.txt; e.g. --plot report.png
+    """
+    option = name.startswith("-")  # (a command's --plot reads `--plot x`, a keyword `path='x'`)
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a file path (str or os.PathLike), got path={path!r}")
+        raise TypeError(f"{name} must be a file path (str or os.PathLike), got {name}={path!r}")
     out = Path(path).expanduser()
     if out.suffix.lower() not in PLOT_SUFFIXES or out.is_dir():
+        got = f"{name} {os.fspath(path)}" if option else f"{name}={os.fspath(path)!r}"
         raise ValueError(
-            f"path must name an image file ending in one of {', '.join(PLOT_SUFFIXES)}, got "
-            f"path={os.fspath(path)!r}{' (a directory)' if out.is_dir() else ''}; e.g. "
-            "path='report.png'"
+            f"{name} must name an image file ending in one of {', '.join(PLOT_SUFFIXES)}, got "
+            f"{got}{' (a directory)' if out.is_dir() else ''}; e.g. "
+            f"{name}{' report.png' if option else '=' + repr('report.png')}"
         )
     return out
 

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from bucketloader._dist import world_size
-from bucketloader._files import NotAFile, folder_blocker, write_atomic
-from bucketloader._validation import check_folder, check_int
+from bucketloader._files import NotAFile, folder_blocker, os_reason, write_atomic
+from bucketloader._validation import check_bool, check_folder, check_int
 from bucketloader._version import __version__
 from bucketloader.cache._dist import broadcast_get_or_solve
 from bucketloader.cache._io import (
@@ -114,9 +114,7 @@ class BucketCache:
             check_folder("directory", directory) if directory is not None else default_cache_dir()
         )
         self.max_size = None if max_size is None else check_int("max_size", max_size, minimum=1)
-        if not isinstance(distributed, bool):
-            raise TypeError(f"distributed must be a bool, got distributed={distributed!r}")
-        self.distributed = distributed
+        self.distributed = check_bool("distributed", distributed)
         self.hits = 0
         self.misses = 0
         blocker = folder_blocker(self.directory)
@@ -206,7 +204,7 @@ class BucketCache:
                 self._warn_unusable(exc)
             else:  # the directory took the temporary file but not the entry
                 self._warn(
-                    f"could not store cache entry {path} ({_reason(exc)}); solutions are "
+                    f"could not store cache entry {path} ({os_reason(exc)}); solutions are "
                     "computed without caching",
                     once=("store", str(path)),
                 )
@@ -217,7 +215,7 @@ class BucketCache:
         except OSError as exc:  # eviction is best effort: the entry is stored
             self._warn(
                 f"could not evict old entries from cache directory {self.directory} "
-                f"({_reason(exc)}); it may grow past max_size={self.max_size}",
+                f"({os_reason(exc)}); it may grow past max_size={self.max_size}",
                 once=("evict", _dir_id(self.directory)),
             )
         return key
@@ -315,7 +313,7 @@ class BucketCache:
 
     def _warn_unusable(self, exc: OSError) -> None:
         self._warn(
-            f"cache directory {self.directory} is not usable ({_reason(exc)}); solutions are "
+            f"cache directory {self.directory} is not usable ({os_reason(exc)}); solutions are "
             "computed without caching. Point BUCKETLOADER_CACHE_DIR or BucketCache(directory) "
             "at a writable directory",
             once=("directory", _dir_id(self.directory)),
@@ -357,11 +355,6 @@ def _is_joint(hist: Any) -> bool:
         and hasattr(hist, "counts")
         and callable(getattr(hist, "digest", None))
     )
-
-
-def _reason(exc: OSError) -> str:
-    """An OS error without the file name (which may be a random temporary name)."""
-    return exc.strerror or str(exc) or type(exc).__name__
 
 
 def _dir_id(directory: Path) -> str:

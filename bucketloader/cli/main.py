@@ -216,7 +216,7 @@ def _report(args: argparse.Namespace) -> int:
 
     _check_output("--json", args.json, args.file)
     _check_plot(args.plot)
-    if args.json and args.plot and Path(args.json).resolve() == Path(args.plot).resolve():
+    if args.json and args.plot and _same_file(args.json, args.plot):
         raise ValueError(  # (the report replaced the plot it had just written)
             f"--json {args.json} and --plot {args.plot} name the same file; name two files, "
             "e.g. --json report.json --plot report.png"
@@ -249,9 +249,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _precompute(args: argparse.Namespace) -> int:
-    from bucketloader._files import folder_blocker
+    from bucketloader._files import folder_blocker, os_reason
     from bucketloader._validation import check_folder, check_int
-    from bucketloader.cache import BucketCache
+    from bucketloader.cache import BucketCache, default_cache_dir
     from bucketloader.histogram import LengthHistogram
     from bucketloader.plan.budget import BatchRule
     from bucketloader.solve import resolve_params, solve_boundaries
@@ -266,15 +266,15 @@ def _precompute(args: argparse.Namespace) -> int:
         fn, args.num_buckets, {"cost": args.cost, "pad_to_multiple_of": args.pad_to_multiple_of}
     )
     _check_output("--json", args.json, args.file)
-    cache = BucketCache(
-        None if args.cache_dir is None else check_folder("--cache-dir", args.cache_dir)
-    )  # built before the read: a file at the path warns at once
-    blocker = folder_blocker(cache.directory)
+    given = args.cache_dir
+    directory = default_cache_dir() if given is None else check_folder("--cache-dir", given)
+    blocker = folder_blocker(directory)
     if blocker is not None:  # precompute's one job is the entry: say so before reading, solving
-        return _fail(
-            f"the cache directory {cache.directory} is not usable ({blocker.strerror or blocker}); "
+        return _fail(  # (before BucketCache, whose warning would say the same once more)
+            f"the cache directory {directory} is not usable ({os_reason(blocker)}); "
             "point --cache-dir or BUCKETLOADER_CACHE_DIR at a writable directory"
         )
+    cache = BucketCache(directory)
     lengths = _read(args)
     hist = LengthHistogram.from_lengths(lengths)
     m = params["pad_to_multiple_of"]
@@ -358,22 +358,20 @@ def _input_files(source: str) -> list[str]:
 
 
 def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file (links included), or would once written."""
     try:
         return os.path.samefile(a, b)
-    except OSError:  # one does not exist (yet)
-        return False
+    except OSError:  # one does not exist (yet): the same path
+        return Path(a).resolve() == Path(b).resolve()
 
 
 def _check_plot(path: str | None) -> None:
     """``--plot`` must name an image file matplotlib can write (checked before any work)."""
-    from bucketloader.analysis.report import PLOT_SUFFIXES
+    from bucketloader.analysis.report import image_path
 
     _check_output("--plot", path)
-    if path and Path(path).suffix.lower() not in PLOT_SUFFIXES:
-        raise ValueError(
-            f"--plot must name an image file ending in one of {', '.join(PLOT_SUFFIXES)}, got "
-            f"--plot {path}"
-        )
+    if path:
+        image_path(path, "--plot")  # (the rule report.plot() applies)
 
 
 class _Ticker:

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bucketloader._files import NotAFile, folder_blocker, read_json, write_atomic
+from bucketloader._files import NotAFile, folder_blocker, os_reason, read_json, write_atomic
 from bucketloader._validation import check_bool, check_choice, check_folder
 from bucketloader._version import __version__
 from bucketloader.cache import default_cache_dir
@@ -301,7 +301,7 @@ class CompileCache:
     def _unusable(self, exc: OSError, *, stacklevel: int = 3) -> None:
         self._warn(
             f"compile cache directory {self.directory} is not usable "
-            f"({exc.strerror or type(exc).__name__}); precompile compiles without recording or "
+            f"({os_reason(exc)}); precompile compiles without recording or "
             "sharing, as with cache=False. Point CompileCache(directory) or "
             "BUCKETLOADER_CACHE_DIR at a writable directory",
             once=("directory", os.path.abspath(self.directory)),

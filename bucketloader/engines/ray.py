@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bucketloader._types import LazyModule
-from bucketloader._validation import MissingKeyError, as_lengths, check_choice
+from bucketloader._validation import MissingKeyError, as_lengths, batch_lengths, check_choice
 from bucketloader.boundaries import check_boundaries
 from bucketloader.engines._common import (
     Accumulator,
@@ -278,12 +278,8 @@ def _lengths_from_fn(fn: Callable[[dict[str, np.ndarray]], Any], batch: dict[str
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     out = as_lengths(fn(batch), name="length_fn(batch)", ndim=(1, 2))
-    if out.shape[0] != n:
-        raise ValueError(
-            f"length_fn(batch) must return one length (or one row of lengths) per row: the "
-            f"batch has {n} rows, got shape {out.shape}"
-        )
-    return out
+    example = "length_fn=lambda batch: [len(x) for x in batch['tokens']]"
+    return batch_lengths(out, n, name="length_fn(batch)", example=example)
 
 
 class _BlockHistogram:

@@ -56,7 +56,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bucketloader._types import SIDES
-from bucketloader._validation import MAX_LENGTH, check_bool, check_choice, check_int
+from bucketloader._validation import (
+    INT64_MAX,
+    INT64_MIN,
+    MAX_LENGTH,
+    check_bool,
+    check_choice,
+    check_int,
+)
 from bucketloader.boundaries import round_up
 from bucketloader.collate import Field, PadCollator
 from bucketloader.collate.fields import RESERVED
@@ -340,7 +347,7 @@ def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") 
         )
     if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, (int, np.integer)):
         raise TypeError(f"pad_token_id must be an int, got pad_token_id={pad_token_id!r}")
-    if not -(2**63) <= int(pad_token_id) < 2**63:  # (else the first batch's int64 refuses it)
+    if not INT64_MIN <= int(pad_token_id) <= INT64_MAX:  # (else the first batch's int64 refuses it)
         raise ValueError(
             f"pad_token_id must be a token id int64 can hold, got pad_token_id={pad_token_id!r}; "
             "pass the tokenizer's pad id"
@@ -349,25 +356,28 @@ def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") 
 
 
 def check_token_ids(datasets_: Sequence[Any], names: Sequence[str], owner: str) -> None:
-    """Refuse a token-id column of float values: padded as floats, it fails in the model's
-    embedding (a top-level column; the collator checks the rest)."""
+    """Refuse a token-id column of float values (lists of any depth, fixed-size ones too):
+    padded as floats, it fails in the model's embedding. ``names``: the columns padded as token
+    ids (``for_text``: the bucketed inputs and ``*input_ids``; ``for_packing``: the packed column
+    and ``labels``); a column missing from a dataset is skipped. Checked on the schema, once:
+    ``PackCollator`` refuses float ids again per batch, ``PadCollator`` pads any dtype."""
     for dataset in datasets_:
         schema = table_and_indices(dataset)[0].schema
-        leaves = {n: _leaf_type(schema.field(n).type) for n in names if n in schema.names}
-        bad = [
-            (n, t) for n, t in leaves.items() if pa.types.is_floating(t) or pa.types.is_decimal(t)
-        ]
-        for name, leaf in bad[:1]:
-            raise TypeError(
-                f"{owner} pads column {name!r} as token ids, but it holds {leaf} values; token "
-                f"ids must be integers: cast the column first, e.g. dataset = "
-                f"dataset.cast_column({name!r}, datasets.Sequence(datasets.Value('int64')))"
-            )
+        for name in (n for n in names if n in schema.names):
+            leaf = _leaf_type(schema.field(name).type)
+            if pa.types.is_floating(leaf) or pa.types.is_decimal(leaf):
+                raise TypeError(
+                    f"{owner} pads column {name!r} as token ids, but it holds {leaf} values; "
+                    f"token ids must be integers: cast the column first, e.g. dataset = "
+                    f"dataset.cast_column({name!r}, datasets.Sequence(datasets.Value('int64')))"
+                )
 
 
 def _leaf_type(t: Any) -> Any:
-    """The value type inside any depth of Arrow lists."""
-    return _leaf_type(t.value_type) if pa.types.is_list(t) or pa.types.is_large_list(t) else t
+    """The value type inside any depth of Arrow lists (fixed-size ones too: ``Sequence(...,
+    length=n)``)."""
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    return _leaf_type(t.value_type) if any(is_list(t) for is_list in lists) else t
 
 
 def side_of(side: Any, tokenizer: Any) -> str:

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from bucketloader._arrow import is_list
 from bucketloader._types import LazyModule
-from bucketloader._validation import MissingKeyError, as_lengths, check_int
+from bucketloader._validation import MissingKeyError, as_lengths, batch_lengths, check_int
 
 if TYPE_CHECKING:
     import datasets
@@ -152,7 +152,7 @@ def add_lengths(
         name = [f"{c}_length" for c in column] if multi else LENGTH_COLUMN  # type: ignore[union-attr]
     if isinstance(name, str):
         names = [name]
-    elif isinstance(name, Sequence) and all(isinstance(n, str) and n for n in name):
+    elif isinstance(name, Sequence) and all(isinstance(n, str) for n in name):
         names = list(name)
     else:
         raise TypeError(
@@ -276,19 +276,12 @@ def lengths_from_fn(dataset: Any, fn: Callable, *, num_proc: int | None, batch_s
             rows = len(next(iter(batch.values()))) if len(batch) else 0
         else:  # a pyarrow Table or a DataFrame (with_format("arrow") / "pandas"): len is rows
             rows = len(batch)
-        try:
-            out = np.asarray(got)
-        except ValueError:  # ragged: numpy refuses it
-            out = np.asarray(None)
-        numbers = got is not None and out.dtype.kind in "iubf"
-        if not numbers or out.ndim not in (1, 2) or len(out) != rows:
-            # (a shorter answer was kept silently: the map drops the batch's other rows)
-            shape = f"an array of shape {out.shape}, dtype {out.dtype}" if out.ndim else repr(got)
-            raise (ValueError if numbers else TypeError)(
-                f"fn(batch) must return one length per row of the batch (or one row of D "
-                f"lengths per row): numbers, {rows} of them for this batch, got "
-                f"{shape[:200]}; e.g. fn=lambda batch: [len(x) for x in batch['input_ids']]"
-            )
+        out = batch_lengths(  # (the values are checked when read back, by their index)
+            got,
+            rows,
+            name="fn(batch)",
+            example="fn=lambda batch: [len(x) for x in batch['input_ids']]",
+        )
         return {key: out.astype(np.int64) if out.dtype.kind in "iub" else out}
 
     mapped = dataset.map(

@@ -89,6 +89,39 @@ data set:
   tests' and benchmarks' searches spend at most 10.7 of the 16 (their plans are unchanged). A
   plan the budget stopped (or whose MBS it skipped) is marked ``budgeted``: solver version 6
   (:func:`solver_version`), so a state saved by an earlier version fails loudly there.
+- The cap (``"auto"``, one row length, only where :func:`thirds_bound` proves the promise out
+  of reach: more rows than ``ceil(tokens / L)`` plus 0.5 points of the tokens). There no plan
+  can keep the promise, so the search is only after rows below BFD's, and the budget above,
+  which grows with the row's words, let it cost many times a per-document BFD (10,000
+  documents uniform in (L/5, L/2]: 2.8x in rows of 1,024, 30x in rows of 16,384). The repack
+  also counts its steps (a row opened, a quick fill's step, a closest fill's chunk: about
+  1 us of Python each, ``_OP_WORDS`` = 250 word operations at about 4 ns, on top of their
+  words) and stops at the next pattern, or within a closest fill, once words + steps pass
+  ``_REPACK_FLOOR`` = 50,000 (about 0.2 ms) plus 0.3 (``_REPACK_TENTHS``) of a per-document
+  BFD's estimated cost (``_DOC_WORDS`` = 100 plus a quarter of the row's words per
+  document); a round whose distinct sizes alone (one step each at least) would pass it does
+  not start (s8-pack2's cap, calibrated there). BFD's plan, or the tightest round done by
+  then, is kept (never looser than BFD), MBS over every document is skipped, and the plan is
+  marked ``capped``: solver version 9. Counted, not timed: every rank plans the same. Where
+  the bound does not prove it the search runs as before, whatever it costs: s8-pack2 capped
+  every single-length search, and in 28 of 100 random GSM8K samples the capped plan missed a
+  promise the full search kept (s8-rev4). The cap costs rows where it cuts a search that was
+  saving them: 10,000 documents in (L/5, L/2] in rows of 1,024 get BFD's 3,750 rows where
+  the full repack found 3,645 (the bound: 3,531). It cut none of s8-rev4's 100 random GSM8K
+  samples nor the tests/data files at 256-4,096 (their plans are unchanged), and 5 of 200
+  random uniform cases, each where BFD's rows meet the bound. Where documents of at most
+  half a row average a third of it or less (GSM8K-like lengths; (L/8, L/2]) the bound is 0:
+  no weighting of this kind rises above ``ceil(tokens / L)`` there (on (L/8, L/2] the
+  configuration LP is ``tokens / L`` itself), and the search runs on, many times a
+  per-document BFD's time at 1k-10k documents (benchmarks/results/small_costs.md).
+- ``"always"`` aims at the L2 bound, so where the default's first round aims at its promise
+  instead (the bound's would repack too many patterns) its rounds differ and it could end
+  looser than the default (600 GSM8K pairs at 256, seed 35: ``"never"`` 235 rows, ``"auto"``
+  233, ``"always"`` 235; s8-rev4). It also repacks the default's rounds (no budget, on towards
+  the bound) and keeps that plan where it has strictly fewer row tokens than everything else
+  it found (233 there): marked ``promised``, solver version 8; its other plans keep their
+  versions. So ``"always"`` is never looser than ``"auto"``, up to the 0.1% of the L2 bound
+  where it stops (where ``"auto"`` may go on to MBS over every document).
 
 On the benchmark's GSM8K-like lengths (benchmarks/small_costs.py) it reaches the L2 bound from
 1k to 10k documents, within 0.1% of it from 100k to 10M (9,653 rows for a bound of 9,652 at
@@ -140,8 +173,8 @@ per-document BFD; BFD 842), and 806 of 16,384 or 131,072 where the repack, cut b
 kept BFD's 841 in 44 ms and 0.28 s; on 2,000 of (L/4, 2L/3], 943 rows (BFD 947; the repack: 942
 in 8.4 ms at 1,024, 946 in 64 ms at 16,384) in 0.33-0.85x a per-document BFD's time. In
 benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k to 100k, at L = 1,024,
-16,384 and 131,072) it takes 0.11-0.86x a per-document BFD's time (up to 0.89x in a second
-run), for about 4% fewer rows than BFD. Only its plans get solver version 7
+16,384 and 131,072) it takes 0.114-0.917x a per-document BFD's time (session 9's run, load
+6.8-7.6; session 8's at load 1.9: 0.11-0.86x), for about 4% fewer rows than BFD. Only its plans get solver version 7
 (:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its arrays are per document: 0.1 s
 at 1M); above that the search of the other lengths runs.
 
@@ -158,9 +191,9 @@ in one pass. ``PackSpec.build`` reads the lengths once (NOTE [ One pass over the
 :mod:`bucketloader.pack.spec`). The MBS search over every document costs about 0.05-0.1 ms per
 pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); repacking only
 BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2%
-of the rows on GSM8K-like lengths in 0.76-0.93x a per-document BFD's time on 1k-2k documents,
-0.23x at 10k and under 0.04x from 100k on (benchmarks/results/small_costs.md, load 1.8-2.1;
-session 7: 0.73-1.07x on 1k-2k documents), so the default searches where BFD misses its
+of the rows on GSM8K-like lengths in 0.79-1.05x a per-document BFD's time on 1k-2k documents,
+0.23x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, session 9, load
+6.8-7.6; session 8 at load 1.8-2.1: 0.76-0.93x; session 7: 0.73-1.07x on 1k-2k documents), so the default searches where BFD misses its
 promise; the caller can still choose (``search``, a :meth:`PackSpec.build
 <bucketloader.pack.PackSpec.build>` option):
 
@@ -196,6 +229,19 @@ tokens into a shorter row length instead never costs more, and it counts more ro
 bound is computed level by level (:func:`capacity_bound`; tested against brute-forced optima).
 Without the counts it is the analogue of L1; with one row length it is ``L1 * L`` and
 ``L2 * L``.
+
+The thirds (:func:`thirds_bound`, one row length): for ``beta >= 1``, ``f(s) = min(1/2,
+(1 - beta) / 3 + beta * s / L)`` is a dual feasible function: a row of one or two documents
+has ``f`` at most 1/2 each, and a row of ``j >= 3`` documents at most ``j (1 - beta) / 3 +
+beta * (its tokens / L) <= 1`` (``1 - beta <= 0``). So every plan has at least ``sum f(s)``
+rows, over the documents; ``beta`` is taken where that sum peaks (it is concave: past the
+cap of the longest ``t`` at which the documents shorter than ``t`` are on average at most
+``L / 3``). Where the documents average more than ``L / 3`` but few fill a row two by two, it
+is well above L1: 10,000 documents uniform in (L/5, L/2] (seed 10,000) need at least 3,531
+rows of 1,024 where L1 = L2 = 3,510, as many as the configuration LP (Gilmore-Gomory, solved
+by column generation for this check: 3,530.10; /work/notes/s9-pack-scripts/lpbound.py), the
+strongest bound any such function gives. With 1,000 of them (seed 1,000) both give 352 (LP
+351.80, L1 351); on (L/8, L/2] the LP is L1 (313.02 at 1,000 documents).
 """
 
 from __future__ import annotations
@@ -219,8 +265,11 @@ import numpy as np
 #: decreasing's rows with room (NOTE [ Repacking the rows with room ]). 6: ``"auto"``'s search
 #: stops at its work budget. A plan that no search touched keeps the version it had (see
 #: :func:`solver_version`). 7: where every document is longer than a quarter of the one row
-#: length, the rows of at most three documents (NOTE [ At most three documents a row ]).
-SOLVER_VERSION = 7
+#: length, the rows of at most three documents (NOTE [ At most three documents a row ]). 8:
+#: ``"always"`` also repacks the default's promise-sized round and keeps the tighter plan (NOTE
+#: [ Repacking the rows with room ]). 9: ``"auto"``'s repack stops at its cap where a bound
+#: proves the promise out of reach (NOTE [ Repacking the rows with room ], the cap).
+SOLVER_VERSION = 9
 
 
 def solver_version(
@@ -228,16 +277,24 @@ def solver_version(
     searched: bool = False,
     budgeted: bool = False,
     tripled: bool = False,
+    promised: bool = False,
+    capped: bool = False,
 ) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
     changed only plans with several row lengths, version 5 only the plans that repacking
     best-fit decreasing's rows made (``searched``: where the search keeps BFD's plan or MBS's,
     those are the plans of 3 and 4), version 6 only those where the work budget stopped a
     search (``budgeted``) and version 7 only the rows of at most three documents
-    (``tripled``), so the others keep 3, 4, 5 or 6 (and their digests, so the states saved
+    (``tripled``), and version 8 only the ``"always"`` plans its promise-sized round made
+    tighter (``promised``) and version 9 only those where the repack's cap stopped it
+    (``capped``), so the others keep 3, 4, 5, 6 or 7 (and their digests, so the states saved
     before still load)."""
-    if tripled:
+    if capped:
         return SOLVER_VERSION
+    if promised:
+        return 8
+    if tripled:
+        return 7
     if budgeted:
         return 6
     if searched:
@@ -275,6 +332,19 @@ _REPACK_WORK = 16
 #: Rows of at most three documents (NOTE [ At most three documents a row ]) up to this many
 #: documents (their arrays are per document); beyond it the search of BFD's rows.
 _THREE_DOCS = 1 << 22
+#: A step of the repack (a quick fill's, a row opened, a chunk of a closest fill) costs about
+#: this many big-integer word operations (about 4 ns each, with the allocations) more than its
+#: words: its Python overhead, about 1 us (NOTE [ Repacking the rows with room ], the cap).
+_OP_WORDS = 250
+#: A per-document best-fit decreasing costs about this many word operations per document (and
+#: a quarter of the row's 64-bit words): about 0.45 us at L = 1,024, 2.2 us at 131,072.
+_DOC_WORDS = 100
+#: Where :func:`thirds_bound` proves the default's promise out of reach, its repack stops once
+#: its steps (each its words plus :data:`_OP_WORDS`) pass this many tenths of that estimate of
+#: a per-document BFD (NOTE [ Repacking the rows with room ], the cap) ...
+_REPACK_TENTHS = 3
+#: ... plus this (about 200 steps, 0.2 ms).
+_REPACK_FLOOR = 50_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -294,6 +364,11 @@ class Patterns:
             document), which :func:`solver_version` tells too (earlier versions searched on).
         tripled: whether the plan is :func:`three_rows`'s (NOTE [ At most three documents a
             row ]), which :func:`solver_version` tells too.
+        promised: whether the plan is an ``"always"`` repack of the default's promise-sized
+            round, tighter than its own (NOTE [ Repacking the rows with room ]), which
+            :func:`solver_version` tells too.
+        capped: whether the repack's cap stopped it where the promise is out of reach (NOTE
+            [ Repacking the rows with room ], the cap), which :func:`solver_version` tells too.
     """
 
     sizes: np.ndarray
@@ -305,6 +380,8 @@ class Patterns:
     searched: bool = False
     budgeted: bool = False
     tripled: bool = False
+    promised: bool = False
+    capped: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -346,9 +423,13 @@ def solve(
                 three = _three(sizes, counts, length, search)
                 if three is not None and search == "auto":
                     return three
-    plan = _searched(sizes, counts, row_lengths, search)
+    rival: list[Patterns] = []
+    plan = _searched(sizes, counts, row_lengths, search, rival)
     if three is not None and three.num_rows < plan.num_rows:
-        return three  # ("always": the tighter)
+        plan = three  # ("always": the tighter)
+    if rival and _padded(rival[0], row_lengths) < _padded(plan, row_lengths):
+        # ("always": the default's rounds did better; only these plans change: version 8)
+        return dataclasses.replace(rival[0], promised=True)
     return plan
 
 
@@ -370,9 +451,14 @@ def _three(sizes: np.ndarray, counts: np.ndarray, length: int, search: str) -> P
 
 
 def _searched(
-    sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...], search: str
+    sizes: np.ndarray,
+    counts: np.ndarray,
+    row_lengths: tuple[int, ...],
+    search: str,
+    rival: list[Patterns] | None = None,
 ) -> Patterns:
-    """:func:`solve` but for the rows of at most three documents."""
+    """:func:`solve` but for the rows of at most three documents; with ``"always"``, the
+    repack of the default's first rounds is appended to ``rival`` (a list) where it runs."""
     fit = best_fit(sizes, counts, row_lengths)
     if search == "never":
         return fit
@@ -405,11 +491,29 @@ def _searched(
     aims = [c2, promised] if few else [c2]
     words = -(-max(row_lengths) // 64)
     # (counted, not timed: the same plan on every rank; "always" searches whatever it costs)
-    work = [0, _REPACK_WORK * docs * (words + 1)] if search == "auto" else None
-    best = repack(fit, row_lengths, aims, enough, docs // _DOCS_PER_PATTERN, work)
+    work = None
+    if search == "auto":  # [spent, budget] in words, [steps, cap] (the cap: see below), cut
+        work = [0, _REPACK_WORK * docs * (words + 1), 0, 1 << 62, 0]
+        length = row_lengths[0]
+        if (
+            few
+            and len(row_lengths) == 1
+            and thirds_bound(sizes, counts, length) * length > promised
+        ):
+            # NOTE [ Repacking the rows with room ], the cap: the promise is out of reach
+            work[3] = _REPACK_FLOOR + docs * (_DOC_WORDS + words // 4) * _REPACK_TENTHS // 10
+    most = docs // _DOCS_PER_PATTERN
+    best = repack(fit, row_lengths, aims, enough, most, work)
     least = _padded(best, row_lengths)
     if least >= padded:
         best, least = fit, padded  # (as earlier versions: their digests)
+    if work is not None and work[4]:
+        return dataclasses.replace(best, capped=True)  # (the cap cut the repack: version 9)
+    if rival is not None and search == "always" and docs < _DOCS_PER_SIZE * len(sizes):
+        # NOTE [ Repacking the rows with room ]: also the rounds the default starts from (its
+        # promise-sized round where the bound's takes too many patterns): solve keeps it where
+        # it is tighter than everything else
+        rival.append(repack(fit, row_lengths, [c2, promised], enough, most))
     if work is not None and work[0] > work[1]:
         best = dataclasses.replace(best, budgeted=True)  # (the repack was cut: version 6)
     if enough(least):
@@ -623,6 +727,9 @@ def _repacked(
         fit.items[moved], (fit.mult * np.repeat(fit.reps, widths))[moved], minlength=fit.sizes.size
     )
     at = pool.nonzero()[0]
+    if work is not None and at.size * _OP_WORDS > work[3] - work[0] - _OP_WORDS * work[2]:
+        work[4] = 1  # (a step at least per size to place: past the cap before it starts)
+        raise _OutOfWork
     vals = fit.sizes[at].tolist()
     counts = pool[at].astype(np.int64).tolist()
     kinds, reps, items, mults, ends = _quick_slack(vals, counts, lens.tolist(), work)
@@ -678,8 +785,12 @@ def _quick_slack(
     while sizes:
         if work is not None:
             work[0] += steps * words
+            work[2] += steps
             steps = 0
             if work[0] > work[1]:
+                raise _OutOfWork
+            if work[0] + _OP_WORDS * work[2] > work[3]:
+                work[4] = 1  # (the cap: NOTE [ Repacking the rows with room ])
                 raise _OutOfWork
         steps += 1
         big = sizes[-1]  # the largest document left opens the row
@@ -760,6 +871,7 @@ def _quick_slack(
         ends.append(len(items))
     if work is not None:
         work[0] += steps * words
+        work[2] += steps
     return kinds, reps, items, mults, ends
 
 
@@ -774,7 +886,14 @@ def _closest(
     reach = 1
     snaps: list[int] = []
     chunks: list[tuple[int, int]] = []
+    cost = (cap >> 6) + 1 + _OP_WORDS  # (a chunk's, against the cap)
+    most = 1 << 62 if work is None else (work[3] - work[0] - _OP_WORDS * work[2]) // cost
     for i in range(bisect_right(sizes, cap) - 1, -1, -1):
+        if len(chunks) > most and work is not None:  # (the cap, within one fill)
+            work[0] += len(chunks) * ((cap >> 6) + 1)
+            work[2] += len(chunks)
+            work[4] = 1
+            raise _OutOfWork
         s = sizes[i]
         m = min(left[s], cap // s)
         k = 1
@@ -792,6 +911,7 @@ def _closest(
             break
     if work is not None:
         work[0] += len(chunks) * ((cap >> 6) + 1)
+        work[2] += len(chunks)
     c = reach.bit_length() - 1
     out = []
     for j in range(len(snaps) - 1, -1, -1):
@@ -1126,6 +1246,38 @@ def lower_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> tuple
     over = tcum[i_j2] - tcum[i_a] - (ccum[i_j2] - ccum[i_half]) * n
     l2 = int(big + max(0, -(-int(over.max()) // n) if a.size else 0))
     return l1, max(l1, l2)
+
+
+def thirds_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> int:
+    """A lower bound on the rows of one row length from a dual feasible function (NOTE
+    [ Lower bounds ], the thirds): ``ceil(max over beta >= 1 of sum min(1/2, (1 - beta) / 3 +
+    beta * s / L))`` over the documents ``s``, exact in integers.
+
+    Example:
+        >>> thirds_bound(np.array([9, 6]), np.array([2, 4]), 20)  # (L1 = 2; 9 9 | 6 6 | 6 6)
+        3
+    """
+    s = np.asarray(sizes, dtype=np.int64)
+    c = np.asarray(counts, dtype=np.int64)
+    n = int(row_length)
+    if s.size > 1 and s[0] > s[-1]:  # (solve passes them longest first)
+        s, c = s[::-1], c[::-1]
+    # d f / d beta = s / L - 1/3 for a document below its cap: the sum over the documents
+    # below their caps falls as beta grows (a document of s in (L/3, L/2] reaches 1/2 at
+    # beta = L / (6 s - 2 L), the longer first; from L / 2 on at beta <= 1): the largest is at
+    # the cap of the longest t at which that sum, of the documents shorter than t, is <= 0
+    slope = np.cumsum(c * (3 * s - n))  # (x 3L: of the documents up to each size)
+    i_third, i_half = np.searchsorted(s, [n // 3 + 1, (n + 1) // 2])  # (s > L/3; s >= L/2)
+    if i_half == 0 or slope[i_half - 1] <= 0:
+        return 0  # (largest at beta = 1: f(s) <= s / L, no more than ceil(tokens / L))
+    below = np.concatenate([[0], slope])[i_third:i_half]  # (of the documents shorter than t)
+    at = int(np.flatnonzero(below <= 0)[-1]) + i_third if (below <= 0).any() else i_third
+    p, q = n, 6 * int(s[at]) - 2 * n  # beta = p / q = L / (6 t - 2 L) >= 1 (t = s[at] > L/3)
+    g = np.minimum(3 * n * q, 2 * (q - p) * n + 6 * p * s)  # (6 L q f(s))
+    if int(c.max()) * s.size * 3 * n * q >= 1 << 62:
+        g, c = g.astype(object), c.astype(object)  # (sums past int64: Python ints, exact)
+    total = int((g * c).sum())
+    return -(-total // (6 * n * q))
 
 
 def capacity_bound(

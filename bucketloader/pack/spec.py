@@ -456,7 +456,9 @@ class PackSpec:
             h.update(self._sizes[a : a + _CHUNK].astype(np.int64).tobytes())
         h.update(repr((self.row_lengths, self.batch_sizes, self.last_batch)).encode())
         p = self.patterns
-        version = solver_version(self.row_lengths, p.searched, p.budgeted, p.tripled)
+        version = solver_version(
+            self.row_lengths, p.searched, p.budgeted, p.tripled, p.promised, p.capped
+        )
         h.update(f"solver={version}".encode())
         if self.search != "auto":  # (so the default's digests are those of earlier versions)
             h.update(f"search={self.search}".encode())
@@ -496,11 +498,13 @@ class PackSpec:
                 lengths the row tokens that the long documents need, NOTE [ Lower bounds ]),
                 and from 100k documents per distinct length: BFD's rows with the most room
                 repacked (NOTE [ Repacking the rows with room ]), a Minimum-Bin-Slack search
-                over every document only where that falls short; in less than a per-document
-                BFD's time on the benchmark's lengths, once per dataset. ``"never"``: best-fit
+                over every document only where that falls short, once per dataset; where a
+                lower bound proves the 0.5-point promise out of reach, the repack stops at a
+                counted cap (BFD's rows or fewer). ``"never"``: best-fit
                 decreasing only, in about the time of a careful BFD (up to 1.2% more rows where
                 it misses the bound); ``"always"``: the search wherever BFD is more than 0.1% of
-                its rows above the bound, on towards the bound.
+                its rows above the bound, on towards the bound (also from the default's
+                first rounds: never looser than ``"auto"``, up to 0.1% of the bound).
 
         Example:
             >>> lengths = [10, 2, 3, 4, 3, 10, 10, 7, 2, 2, 5, 6]  # 64 tokens: 4 rows of 16

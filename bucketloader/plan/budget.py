@@ -62,12 +62,11 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import OVERSIZE, SIZES, Size
-from bucketloader._validation import check_bool, check_choice, check_int
+from bucketloader._validation import INT64_MAX, check_bool, check_choice, check_int
 
 #: A planned batch may hold at most this many padded elements: 2**40, a tebi-element, which
 #: is more than any single accelerator holds even at one byte per element.
 MAX_BATCH_ELEMENTS = 1 << 40
-_INT64_MAX = (1 << 63) - 1
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,7 @@ class TokenBudget:
         )
 
     def __post_init__(self) -> None:
-        check_int("max_tokens", self.max_tokens, minimum=1, maximum=_INT64_MAX)
+        check_int("max_tokens", self.max_tokens, minimum=1, maximum=INT64_MAX)
         check_bool("balance", self.balance)
         check_bool("promote", self.promote)
         if self.max_batch_size is not None:  # (rows: a batch holds at most 2**40 elements)
@@ -351,7 +350,7 @@ def _fits_int64(padded: np.ndarray, size: str) -> bool:
     top = int(padded.max())
     d = padded.shape[1]
     if size == "sum":
-        return top <= (_INT64_MAX // max(d, 1))
+        return top <= (INT64_MAX // max(d, 1))
     return top <= 1 or d * math.log2(top) < 62
 
 
@@ -378,7 +377,7 @@ def size_values(padded: np.ndarray, size: Any) -> np.ndarray:
     if size in ("sum", "prod"):
         if _fits_int64(padded, size):
             return padded.sum(axis=1) if size == "sum" else padded.prod(axis=1)
-        return np.array([min(s, _INT64_MAX) for s in exact_sizes(padded, size)], dtype=np.int64)
+        return np.array([min(s, INT64_MAX) for s in exact_sizes(padded, size)], dtype=np.int64)
     out = np.empty(padded.shape[0], dtype=np.int64)
     for i, row in enumerate(padded.tolist()):
         value = call_rule("size", size, tuple(row))
@@ -387,7 +386,7 @@ def size_values(padded: np.ndarray, size: Any) -> np.ndarray:
                 f"size callable must return a non-negative int, got {value!r} for padded "
                 f"lengths {tuple(row)}"
             )
-        out[i] = min(int(value), _INT64_MAX)
+        out[i] = min(int(value), INT64_MAX)
     return out
 
 

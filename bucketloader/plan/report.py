@@ -25,6 +25,16 @@ from bucketloader.plan.spec import BucketSpec
 
 #: Warn when a plan (or a stream's pass) leaves out more than this fraction of its samples.
 LOSS_WARNING = 0.01
+#: The option that left samples out of a plan, by its key in a spec's ``filtered`` (the
+#: samplers' warnings name it: NOTE [ Warning about silent losses ] in
+#: :mod:`bucketloader.sampler`).
+LEFT_OUT_BY = {
+    "too_short": "min_length",
+    "too_long": "max_length",
+    "oversize": "oversize",
+    "filter": "filter=",
+    "no_shape": "shapes=",
+}
 
 #: The totals a report may carry, in display order, with what each counts.
 TOTALS = {

@@ -40,7 +40,14 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bucketloader._validation import check_bool, check_float, check_int, describe
+from bucketloader._validation import (
+    INT64_MAX,
+    INT64_MIN,
+    check_bool,
+    check_float,
+    check_int,
+    describe,
+)
 from bucketloader.static._select import draw_seed, quota_select
 
 __all__ = [
@@ -263,9 +270,7 @@ def masked_sum(
         [3.0, 15.0]
     """
     dim, keepdim = _check_reduction(x, mask, dim, keepdim)
-    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(
-        dim=dim, keepdim=keepdim
-    )
+    return _sum_where(x, mask, dim, keepdim)
 
 
 def masked_mean(
@@ -289,9 +294,15 @@ def masked_mean(
             f"x must be a floating-point tensor for masked_mean, got x.dtype={x.dtype}; "
             "cast it first, e.g. x.float()"
         )
-    total = masked_sum(x, mask, dim=dim, keepdim=keepdim)
     count = mask.expand(x.shape).sum(dim=dim, keepdim=keepdim)
-    return total / count
+    return _sum_where(x, mask, dim, keepdim) / count  # (checked once, above)
+
+
+def _sum_where(x: Tensor, mask: Tensor, dim: Any, keepdim: bool) -> Tensor:
+    """:func:`masked_sum` of checked arguments."""
+    return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(
+        dim=dim, keepdim=keepdim
+    )
 
 
 # -- argument checks, run at the Python boundary before any tracing ------------------------------
@@ -390,8 +401,8 @@ def _check_reduction(
         raise TypeError(f"x must be a tensor, got {describe(x)}")
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor broadcastable to x, got {describe(mask)}")
-    try:
-        shape = torch.broadcast_shapes(x.shape, mask.shape)
+    try:  # (the same shape, the common case, needs no broadcast)
+        shape = x.shape if mask.shape == x.shape else torch.broadcast_shapes(x.shape, mask.shape)
     except RuntimeError:
         shape = None
     if shape != x.shape:
@@ -405,11 +416,11 @@ def _check_reduction(
 def _check_dims(dim: Any, ndim: int) -> Any:
     """``dim`` is ``None``, an int or a sequence of distinct ints, each a dimension of ``x``
     (numpy ints and 0-d integer tensors count, as torch takes them)."""
-    if dim is None:
-        return None
+    high = max(ndim, 1)  # a 0-d tensor reduces over dim 0 or -1, as in torch
+    if dim is None or (type(dim) is int and -high <= dim < high):
+        return dim  # (the common case, at no cost per call)
     many = isinstance(dim, (tuple, list))
     dims = [_as_dim(d) for d in (dim if many else [dim])]
-    high = max(ndim, 1)  # a 0-d tensor reduces over dim 0 or -1, as in torch
     ints = [d for d in dims if d is not None]
     if len(ints) == len(dims):
         if all(-high <= d < high for d in ints) and len({d % high for d in ints}) == len(ints):
@@ -452,7 +463,7 @@ def _resolve_seed(
             return seed.reshape(()).to(device=device, dtype=torch.int64, non_blocking=True)
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
             raise TypeError(f"seed must be an int or a 0-d integer tensor, got seed={seed!r}")
-        if not -(2**63) <= seed < 2**63:
+        if not INT64_MIN <= seed <= INT64_MAX:
             raise ValueError(
                 f"seed must be an int in [-2**63, 2**63 - 1] (a 64-bit seed), got seed={seed!r}; "
                 "reduce it first, e.g. seed % 2**63"

@@ -17,6 +17,9 @@ How (one module per part):
 * :mod:`._lp`: the LP rounds of the bound, in HiGHS (NOTE [ Why HiGHS for the LP ]);
 * :mod:`._ilp`: the exact facility-location program for small histograms, in HiGHS or PuLP/CBC
   (NOTE [ The joint integer program ], NOTE [ Two solvers for the integer program ]).
+* :mod:`._cert`: an offline certificate (pairs fixed against a target, then the program over
+  the rest; NOTE [ Certifying a target by fixing pairs ]), used only by
+  ``benchmarks/joint_cert.py``.
 
 NOTE [ Joint time limit and fallbacks ]
 ``time_limit`` covers the swaps, the bound, the LP, the integer program and the shakes (which

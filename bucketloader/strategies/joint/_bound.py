@@ -207,6 +207,27 @@ that gap, but took 270 s (load 8-13) for 4 % of the rows, and no explicit model 
 million pairs fits. So a certificate for these three
 cases needs a full branch-and-cut on a compact model, far beyond the time limit: none of the
 above is used by :func:`lagrangian` or :func:`lp_bound`.
+
+Fixing pairs against the target, then the integer program (session 9, offline:
+NOTE [ Certifying a target by fixing pairs ] in :mod:`._cert`, ``benchmarks/joint_cert.py``,
+``benchmarks/results/joint_cert.md``; valid against the oracle, ``tests/test_joint_cert.py``).
+Certifying 1 % needs only "no plan below the target", so every covering pair whose forced
+Lagrangian bound reaches the target leaves the model, and the program over the rest decides. On
+GSM8K sum K = 16 (load 6.3 falling to 2.8, a 60 s plan padding 147,112, target 145,656; 900 s
+of bundle and LP rounds, LP value 145,302 - 145,474) the best point leaves 5,274 of 13,276
+candidates and 7.6 million of 29.6 million pairs; the 24 best points together fix nothing more
+(they are near one another). The table of what it leaves just above the bound: 403 cells and
+182 thousand pairs at bound + 25, 1,352 and 1.07 million at + 100, 2,955 and 3.2 million at
++ 200; the target is 354 above. The heavy ties at the Lagrangian's optimum (NOTE [ Where the LP
+relaxation stops ]: near-equal cells) keep thousands of cells within a few hundred of the K-th
+gain, so no bound of the LP's kind fixes enough. And HiGHS does not bound what is left: on the
+model fixed against 145,450 by an earlier 900 s bound (145,371; 1,065 cells, 748 thousand
+pairs, 2,382 rows) it had not finished its root LP after 540 s (load 5; Europarl prod K = 16,
+928 thousand pairs: none after 85 s). So the certificate closed 0 % of the way from the bound
+to the target: to leave a program of the size HiGHS proved before (NOTE [ Where the LP
+relaxation stops ]: 99 thousand pairs in 75 s) it would need a bound within less than 25 of the
+target, far above the LP's own upper end (145,474, 182 below it). Prod K = 8 (600 s, load 3-8,
+not in the results file): 8,749 cells, 22.1 million pairs left.
 """
 
 from __future__ import annotations

@@ -67,17 +67,6 @@ def sizes_of(coords: np.ndarray, size: str) -> np.ndarray:
     return coords.sum(axis=1) if size == "sum" else coords.prod(axis=1)
 
 
-def exact_size(row: np.ndarray, size: str) -> int:
-    """Size of one padded shape as an exact Python int."""
-    values = [int(x) for x in row]
-    if size == "sum":
-        return sum(values)
-    out = 1
-    for x in values:
-        out *= x
-    return out
-
-
 @dataclass(frozen=True)
 class _Rows:
     """Per (row, point) pair of NOTE [ Gains by rows ]: everything but the values."""
