@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 import warnings
 from fractions import Fraction
@@ -576,6 +577,23 @@ def test_lean_1d_path_equals_the_general_path(data, side, kind, dtype, last_batc
         _assert_same(lean, general, [x.numpy() for x in xs] if kind == "numpy" else xs)
 
 
+def _same_result_or_error(lean, general, xs):
+    """The two collators return the same batch for ``xs``, or raise the same error."""
+
+    def outcome(collate):
+        try:
+            return collate(xs)
+        except (TypeError, ValueError) as exc:
+            return f"{type(exc).__name__}: {exc}"
+
+    got, want = outcome(lean), outcome(general)
+    if isinstance(want, str):
+        assert got == want
+    else:
+        assert not isinstance(got, str), got
+        _assert_same(lean, general, xs)
+
+
 def _assert_same(lean, general, xs):
     got, want = lean(xs), general(xs)
     assert list(got) == list(want)
@@ -897,3 +915,106 @@ def test_samples_that_require_grad_keep_their_graph_in_every_layout(rows):
         assert out.requires_grad
         out.sum().backward()
         assert [int(x.grad.sum()) for x in xs] == lengths
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("rest", [(80,), (2, 3)])
+@pytest.mark.parametrize("least", [0, 1 << 40])  # outputs numpy's / torch's
+def test_short_path_of_frames_equals_the_general_path(side, rest, least, monkeypatch):
+    """NOTE [ The short path of (T, F) samples ]: memoised batches of features (strided ones
+    too) take it and equal the general path; a batch whose lengths ``numel // F`` would misread
+    (another F, another ndim, a 1-D sample, F = 0), whose ``T`` does not vary, of mixed dtypes
+    or of samples that require grad goes on and gives the general path's result or error."""
+    from bucketloader.collate import collator
+    from bucketloader.collate.collator import PadCollator
+
+    monkeypatch.setattr(collator, "NUMPY_MIN_BYTES", least)
+    lengths = np.array([30, 33, 35, 38, 60, 61, 64, 64] * 2)
+    sampler = BucketSampler(lengths, num_buckets=2, batch_size=4)
+    taken = []
+    short = PadCollator._short_path
+    monkeypatch.setattr(PadCollator, "_short_path", lambda *a: taken.append(short(*a)) or taken[-1])
+    lean = sampler.collator(pad_value=-2, side=side)
+    general = sampler.collator(pad_value=-2, side=side)
+    general._bare_default = general._lean_nd = False
+    for epoch, strided in [(0, False), (1, False), (2, True)]:
+        sampler.set_epoch(epoch)
+        for idx in sampler:
+            n = [int(lengths[i]) for i in idx]
+            if strided:  # (T, F, ...) as a transpose: not contiguous
+                xs = [torch.randn(*rest[::-1], t).permute(*range(len(rest), -1, -1)) for t in n]
+            else:
+                xs = [torch.randn(t, *rest) for t in n]
+            _assert_same(lean, general, xs)
+    assert sum(t is not None for t in taken) >= 8
+    del taken[:]
+
+    ones = torch.ones
+    other = (*rest[:-1], rest[-1] + 1)
+    flat = 60 * math.prod(rest)  # a 1-D sample whose numel // F reads 60
+    odd = [  # batches of a memoised cell (60-64): the general path's result or error
+        [ones(64, *rest), ones(60, *other), ones(61, *rest), ones(64, *rest)],
+        [ones(64, *rest), ones(60, *rest, 1), ones(61, *rest), ones(64, *rest)],
+        [ones(64, *rest), ones(flat), ones(61, *rest), ones(60, *rest)],
+        [ones(64, *rest)] * 4,
+        [ones(64, *rest), ones(60, *rest, dtype=torch.float64)] * 2,
+        [ones(64, *rest, requires_grad=True), ones(60, *rest, requires_grad=True)] * 2,
+        [ones(64, *rest[:-1], 0), ones(60, *rest[:-1], 0)] * 2,
+    ]
+    for xs in odd:
+        _same_result_or_error(lean, general, xs)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("least", [0, 1 << 40])  # outputs numpy's / torch's
+def test_short_path_of_dict_samples_equals_the_general_path(side, least, monkeypatch):
+    """NOTE [ The short path of dict samples ]: memoised full batches of ``{"input_ids": [...]}``
+    take it and equal the general path (ints, and through ``pad_field`` floats and bools); any
+    other batch (lists that are not flat or not numbers, an int past int64, another key, a
+    tuple, mixed cells) gives the general path's result or error."""
+    from bucketloader.collate import _pad
+    from bucketloader.collate.collator import PadCollator
+
+    monkeypatch.setattr(_pad, "NUMPY_MIN_BYTES", least)
+    lengths = np.array([30, 33, 35, 38, 60, 61, 64, 64, 3000, 2900, 2950, 2999] * 2)
+    sampler = BucketSampler(lengths, num_buckets=3, batch_size=4)
+    taken = []
+    short = PadCollator._short_dict
+    monkeypatch.setattr(PadCollator, "_short_dict", lambda *a: taken.append(short(*a)) or taken[-1])
+    for pad_value, mask_dtype in [(-3, torch.bool), ({"input_ids": 7}, torch.long)]:
+        lean = sampler.collator(pad_value=pad_value, side=side, mask_dtype=mask_dtype)
+        general = sampler.collator(pad_value=pad_value, side=side, mask_dtype=mask_dtype)
+        general._short_dicts = False
+        for epoch, make in enumerate([range, range, lambda n: [0.5] * n]):
+            sampler.set_epoch(epoch)
+            for idx in sampler:
+                _assert_same(
+                    lean, general, [{"input_ids": list(make(int(lengths[i])))} for i in idx]
+                )
+    assert sum(t is not None for t in taken) >= 12
+
+    def ids(*rows):
+        return [{"input_ids": r} for r in rows]
+
+    odd = [  # batches of a memoised cell (60-64)
+        ids([1] * 64, [1, [2]] * 30, [1] * 61, [1] * 60),
+        ids([[1]] * 64, [1] * 60, [1] * 61, [1] * 60),
+        ids(["a"] * 64, [1] * 60, [1] * 61, [1] * 60),
+        ids([1] * 64, [2**63] * 60, [1] * 61, [1] * 60),
+        ids([1] * 64, [1] * 60, [1.5] * 61, [1] * 60),
+        ids([True] * 64, [False] * 60, [True] * 61, [True] * 60),
+        ids([1] * 64, (1,) * 60, [1] * 61, [1] * 60),
+        ids([1] * 64, [1] * 30, [1] * 61, [1] * 60),
+        [*ids([1] * 64, [1] * 60, [1] * 61), {"input_ids": [1] * 60, "x": 1}],
+        [*ids([1] * 64, [1] * 60, [1] * 61), {"ids": [1] * 60}],
+        ids([1] * 64, [1] * 60, [1] * 61, [1] * 60, [1] * 60),
+    ]
+    lean = sampler.collator(side=side)
+    general = sampler.collator(side=side)
+    general._short_dicts = False
+    for collate in (lean, general):
+        for _ in range(2):
+            for idx in sampler:
+                collate([{"input_ids": [1] * int(lengths[i])} for i in idx])
+    for xs in odd:
+        _same_result_or_error(lean, general, xs)

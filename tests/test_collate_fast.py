@@ -161,3 +161,78 @@ def test_outputs_own_fresh_memory_batch_after_batch(monkeypatch, least, frames):
     assert torch.equal(big, before)
     for out, copy in kept[1::2]:
         assert all(torch.equal(out[k], copy[k]) for k in copy)
+
+
+def _pin_batches():
+    """Batches of every output route: audio rows allocated by numpy (``least``=0) or torch,
+    ``(T, F)`` features, and dict samples with a fixed-size label and a string."""
+    lengths = np.array([20000, 19000, 18000, 17000, 300, 310, 320, 330])
+    sampler = BucketSampler(lengths, num_buckets=2, batch_size=4, shuffle=False)
+    makers = [
+        lambda i, n: torch.full((n,), float(i)),
+        lambda i, n: torch.full((n // 100, 80), float(i)),
+        lambda i, n: {"x": torch.full((n,), i), "label": i, "name": f"s{i}"},
+    ]
+    for make in makers:
+        data = [make(i, int(n)) for i, n in enumerate(lengths)]
+        yield sampler, data, sampler.collator()
+
+
+@pytest.mark.parametrize("least", [0, 1 << 40])
+def test_outputs_are_plain_tensors_that_pin_memory_walks(monkeypatch, least):
+    """``DataLoader(pin_memory=True)`` runs ``torch.utils.data._utils.pin_memory.pin_memory``
+    on each batch: a plain dict whose tensors (numpy-backed ones included) are plain
+    ``torch.Tensor`` objects, each pinned by ``Tensor.pin_memory()`` (a copy; without CUDA that
+    raises, so here it is a recorded clone); other values (a list of strings) pass as they are."""
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    from bucketloader.collate import collator
+
+    monkeypatch.setattr(collator, "NUMPY_MIN_BYTES", least)
+    pinned = []
+
+    def fake_pin(self, device=None):
+        pinned.append(self)
+        return self.clone()
+
+    monkeypatch.setattr(torch.Tensor, "pin_memory", fake_pin)
+    for sampler, data, collate in _pin_batches():
+        for _ in range(2):  # the second epoch takes the short paths
+            for idx in sampler:
+                out = collate([data[i] for i in idx])
+                assert type(out) is dict
+                tensors = [v for v in out.values() if isinstance(v, torch.Tensor)]
+                assert {k for k, v in out.items() if not isinstance(v, torch.Tensor)} <= {"name"}
+                assert all(type(v) is torch.Tensor for v in tensors)
+                del pinned[:]
+                got = pin_memory(out)
+                assert type(got) is dict and list(got) == list(out)
+                assert len(pinned) == len(tensors) and all(
+                    any(p is t for p in pinned) for t in tensors
+                )
+                for key, value in out.items():
+                    if isinstance(value, torch.Tensor):
+                        assert torch.equal(got[key], value)
+                    else:
+                        assert got[key] == value
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pin_memory needs CUDA")
+@pytest.mark.parametrize("least", [0, 1 << 40])
+def test_dataloader_pins_every_output_on_cuda(monkeypatch, least):
+    """With CUDA: ``DataLoader(pin_memory=True)`` pins every tensor of every batch, numpy-backed
+    outputs included, and the values are the collator's."""
+    from bucketloader.collate import collator
+
+    monkeypatch.setattr(collator, "NUMPY_MIN_BYTES", least)
+    for sampler, data, collate in _pin_batches():
+        loader = torch.utils.data.DataLoader(
+            data, batch_sampler=sampler, collate_fn=collate, pin_memory=True
+        )
+        for idx, out in zip(list(sampler), loader, strict=True):
+            want = collate([data[i] for i in idx])
+            for key, value in want.items():
+                if isinstance(value, torch.Tensor):
+                    assert out[key].is_pinned() and torch.equal(out[key], value), key
+                else:
+                    assert out[key] == value

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -498,6 +500,27 @@ def test_the_thirds_bound_is_never_above_the_optimum(length, docs):
     sizes, counts = np.unique(docs, return_counts=True)
     bound = _bins.thirds_bound(sizes[::-1].copy(), counts[::-1].copy(), length)
     assert bound <= _optimum(docs, length)
+
+
+def test_the_thirds_bound_stays_exact_past_int64():
+    """NOTE [ Lower bounds ], the thirds, "exact in integers": with 10^13 documents a size in
+    rows of 2^20 tokens the slopes pass int64 (s9-rev2: they wrapped, and the bound raised an
+    IndexError or took a wrong weighting); it is 0 where every document is at most L/3, else
+    the largest sum over every ``beta`` that can be the peak, in fractions."""
+    length, many = 1 << 20, 10**13
+    short = np.array([341_993, 302_594, 264_935, 210_400, 22_951, 10_502])  # all <= L/3
+    assert _bins.thirds_bound(short, np.full(6, many), length) == 0
+    sizes = [520_000, 400_000, 350_000, 349_526, 300_000, 200_000]
+    betas = [Fraction(1)]
+    betas += [
+        Fraction(length, 6 * s - 2 * length) for s in sizes if length < 3 * s < 3 * length / 2
+    ]
+    peak = max(
+        sum(min(Fraction(1, 2), (1 - b) / 3 + b * Fraction(s, length)) for s in sizes)
+        for b in betas
+    )
+    bound = _bins.thirds_bound(np.array(sizes), np.full(6, many), length)
+    assert bound == math.ceil(peak * many) > -(-many * sum(sizes) // length)
 
 
 def test_the_repack_stops_at_its_cap_only_where_a_bound_proves_the_promise_out_of_reach():

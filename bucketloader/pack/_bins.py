@@ -109,8 +109,10 @@ data set:
   saving them: 10,000 documents in (L/5, L/2] in rows of 1,024 get BFD's 3,750 rows where
   the full repack found 3,645 (the bound: 3,531). It cut none of s8-rev4's 100 random GSM8K
   samples nor the tests/data files at 256-4,096 (their plans are unchanged), and 5 of 200
-  random uniform cases, each where BFD's rows meet the bound. Where documents of at most
-  half a row average a third of it or less (GSM8K-like lengths; (L/8, L/2]) the bound is 0:
+  random uniform cases, each where BFD's rows meet the bound (13 of another 300, s9-rev2: some
+  where the full repack had found up to 3.2% fewer rows, all out of the promise's reach). Where
+  documents of at most half a row average a third of it or less (GSM8K-like lengths; (L/8,
+  L/2]) the bound is 0:
   no weighting of this kind rises above ``ceil(tokens / L)`` there (on (L/8, L/2] the
   configuration LP is ``tokens / L`` itself), and the search runs on, many times a
   per-document BFD's time at 1k-10k documents (benchmarks/results/small_costs.md).
@@ -174,9 +176,9 @@ kept BFD's 841 in 44 ms and 0.28 s; on 2,000 of (L/4, 2L/3], 943 rows (BFD 947; 
 in 8.4 ms at 1,024, 946 in 64 ms at 16,384) in 0.33-0.85x a per-document BFD's time. In
 benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k to 100k, at L = 1,024,
 16,384 and 131,072) it takes 0.114-0.917x a per-document BFD's time (session 9's run, load
-6.8-7.6; session 8's at load 1.9: 0.11-0.86x), for about 4% fewer rows than BFD. Only its plans get solver version 7
-(:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its arrays are per document: 0.1 s
-at 1M); above that the search of the other lengths runs.
+6.8-7.6; session 8's at load 1.9: 0.11-0.86x), for about 4% fewer rows than BFD. Only its
+plans get solver version 7 (:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its
+arrays are per document: 0.1 s at 1M); above that the search of the other lengths runs.
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
@@ -193,9 +195,9 @@ pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); r
 BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2%
 of the rows on GSM8K-like lengths in 0.79-1.05x a per-document BFD's time on 1k-2k documents,
 0.23x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, session 9, load
-6.8-7.6; session 8 at load 1.8-2.1: 0.76-0.93x; session 7: 0.73-1.07x on 1k-2k documents), so the default searches where BFD misses its
-promise; the caller can still choose (``search``, a :meth:`PackSpec.build
-<bucketloader.pack.PackSpec.build>` option):
+6.8-7.6; session 8 at load 1.8-2.1: 0.76-0.93x; session 7: 0.73-1.07x on 1k-2k documents),
+so the default searches where BFD misses its promise; the caller can still choose
+(``search``, a :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
 
 - ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
   above the ``ceil(tokens / L)`` bound's (the packing promise of issue 25, e.g. GSM8K at
@@ -1266,17 +1268,18 @@ def thirds_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> int:
     # below their caps falls as beta grows (a document of s in (L/3, L/2] reaches 1/2 at
     # beta = L / (6 s - 2 L), the longer first; from L / 2 on at beta <= 1): the largest is at
     # the cap of the longest t at which that sum, of the documents shorter than t, is <= 0
-    slope = np.cumsum(c * (3 * s - n))  # (x 3L: of the documents up to each size)
+    # (|3 s - L| <= 2 L and |6 L q f(s)| <= 6 L^2 a document: past int64 only with that many
+    # documents of that many tokens, then in Python ints, exact)
+    w, m = (s.astype(object), c.astype(object)) if int(c.sum()) * 6 * n * n >= 1 << 62 else (s, c)
+    slope = np.cumsum(m * (3 * w - n))  # (x 3L: of the documents up to each size)
     i_third, i_half = np.searchsorted(s, [n // 3 + 1, (n + 1) // 2])  # (s > L/3; s >= L/2)
     if i_half == 0 or slope[i_half - 1] <= 0:
         return 0  # (largest at beta = 1: f(s) <= s / L, no more than ceil(tokens / L))
     below = np.concatenate([[0], slope])[i_third:i_half]  # (of the documents shorter than t)
     at = int(np.flatnonzero(below <= 0)[-1]) + i_third if (below <= 0).any() else i_third
     p, q = n, 6 * int(s[at]) - 2 * n  # beta = p / q = L / (6 t - 2 L) >= 1 (t = s[at] > L/3)
-    g = np.minimum(3 * n * q, 2 * (q - p) * n + 6 * p * s)  # (6 L q f(s))
-    if int(c.max()) * s.size * 3 * n * q >= 1 << 62:
-        g, c = g.astype(object), c.astype(object)  # (sums past int64: Python ints, exact)
-    total = int((g * c).sum())
+    g = np.minimum(3 * n * q, 2 * (q - p) * n + 6 * p * w)  # (6 L q f(s))
+    total = int((g * m).sum())
     return -(-total // (6 * n * q))
 
 
