@@ -250,3 +250,29 @@ def test_empty_shards_are_counted_and_told_and_an_untyped_one_still_reads(tmp_pa
     assert parquet_histogram(full, "ids").empty_files == ()  # nothing to tell
     assert main(["report", str(full), "-k", "2"]) == 0
     assert "hold no rows" not in capsys.readouterr().err
+
+
+def test_an_untyped_empty_first_shard_unifies_only_the_measured_columns(tmp_path):
+    """s9-rev3: the fix for an empty first shard written from empty lists (type null) unified
+    the schemas of every column: shards that disagree on a column the scan never reads (an int
+    label here, a string one there) then failed, where they read before. Only the measured
+    columns are unified now, widening where no value is lost (int32 and int64 lengths: a length
+    of 2**40 reads exactly); a float length column is still refused."""
+    null = pa.array([], pa.null())
+    shards = [
+        pa.table({"ids": null, "n": null, "label": null}),  # sorted first: the dataset's schema
+        pa.table({"ids": pa.array([[1, 2]], pa.list_(pa.int32())), "n": pa.array([3], pa.int32()),
+                  "label": [1]}),
+        pa.table({"ids": [[1, 2, 3]], "n": pa.array([2**40]), "label": ["x"]}),
+    ]  # fmt: skip
+    for i, table in enumerate(shards):
+        pq.write_table(table, tmp_path / f"part-{i}.parquet")
+    ids = parquet_histogram(tmp_path, "ids")
+    assert (ids.histogram.values.tolist(), ids.empty_files) == (
+        [2, 3],
+        (str(tmp_path / "part-0.parquet"),),
+    )
+    assert parquet_histogram(tmp_path, "n").histogram.values.tolist() == [3, 2**40]
+    pq.write_table(pa.table({"n": [2.5], "ids": [[1]], "label": [0]}), tmp_path / "part-3.parquet")
+    with pytest.raises(TypeError, match="column 'n' holds double numbers; lengths are whole"):
+        parquet_histogram(tmp_path, "n")

@@ -166,3 +166,21 @@ def test_not_a_frame_is_a_type_error_where_main_has_no_file(monkeypatch):
     with pytest.raises(TypeError, match=r"df must be a pyspark\.sql\.DataFrame, got list"):
         spark_histogram([1, 2], "n")
     assert "pyspark.sql.connect.dataframe" not in sys.modules
+
+
+def test_cli_engine_spark_reads_past_an_untyped_empty_first_shard(spark, tmp_path, capsys):
+    """s9-rev3: an empty shard written from an empty list (column type null), sorted first,
+    gave Spark its schema and `report --engine spark` ended in a Java traceback on the other
+    files ("Invalid Spark read type"); the CLI reads only the files that hold rows and tells
+    the empty ones."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    pq.write_table(pa.table({"ids": pa.array([], pa.null())}), tmp_path / "part-0.parquet")
+    pq.write_table(pa.table({"ids": [[1, 2], [3], [4, 5, 6]]}), tmp_path / "part-1.parquet")
+    assert main(["report", str(tmp_path), "-k", "2", "--engine", "spark"]) == 0
+    out = capsys.readouterr()
+    assert "note: 1 of the 2 Parquet files holds no rows (part-0.parquet)" in out.err
+    assert "recommended" in out.out, out.err

@@ -51,6 +51,11 @@ def engine_histogram(path: str, column: str | None, engine: str) -> tuple[Length
     files = parquet_files(path)
     if column is None:
         column = _only_column(files[0])
+    empty: tuple[str, ...] = _empty_files(files) if engine in ("ray", "spark") else ()
+    # Ray and Spark read only the files that hold rows (they add nothing else): an empty shard
+    # written from an empty list has columns of type null, and Spark, whose schema then came from
+    # it, failed on the others with a Java traceback ("Invalid Spark read type")
+    read = [f for f in files if f not in empty] or files
     if engine == "local":
         from bucketloader.engines import parquet_histogram
 
@@ -65,7 +70,7 @@ def engine_histogram(path: str, column: str | None, engine: str) -> tuple[Length
         import pyarrow.fs
 
         ds = ray.data.read_parquet(
-            [str(Path(f).resolve()) for f in files],
+            [str(Path(f).resolve()) for f in read],
             filesystem=pyarrow.fs.LocalFileSystem(),  # local paths (and no fsspec/http probing)
         ).select_columns([column])
         result = ray_histogram(ds, column)
@@ -74,12 +79,12 @@ def engine_histogram(path: str, column: str | None, engine: str) -> tuple[Length
 
         sql = _import("pyspark.sql", "spark")
         spark = sql.SparkSession.builder.appName("bucketloader").getOrCreate()
-        result = spark_histogram(spark.read.parquet(*files), column)
+        result = spark_histogram(spark.read.parquet(*read), column)
     else:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got --engine {engine}")
     from bucketloader.histogram import LengthHistogram
 
-    empty = result.empty_files if engine == "local" else _empty_files(files)
+    empty = result.empty_files if engine == "local" else empty
     if empty:
         names = ", ".join(Path(f).name for f in empty[:3]) + (", ..." if len(empty) > 3 else "")
         print(

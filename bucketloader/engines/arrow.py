@@ -171,8 +171,9 @@ def _open(
             source = pads.dataset(files, format="parquet")
         except (pa.ArrowInvalid, OSError) as exc:
             raise ValueError(f"{what}: not readable as Parquet ({exc})") from None
-        if len(files) > 1 and any(pa.types.is_null(f.type) for f in source.schema):
-            source = _typed(pa, pads, source, files, what)
+        untyped = [c for c in columns if _is_null(pa, source.schema, c)]
+        if len(files) > 1 and untyped:
+            source = _typed(pa, pads, source, files, what, untyped)
         present = [c for c in columns if c in source.schema.names]
         if len(files) > 1 and nulls == "raise" and present:  # the schema is the first file's
             # (NOTE [ A file without the column ] in bucketloader.engines._common)
@@ -237,12 +238,28 @@ def _open(
     )
 
 
-def _typed(pa: Any, pads: Any, dataset: Any, files: list[str], what: str) -> Any:
-    """``dataset`` with the schema of all its files where the first one (whose schema a dataset
-    takes) has a column of type null: an empty shard written from an empty list, which made
-    every later file's rows fail to cast ("Unsupported cast from list<...> to null")."""
+def _is_null(pa: Any, schema: Any, column: str) -> bool:
+    """Whether ``schema`` has ``column`` with type null (a shard written from an empty list)."""
+    return column in schema.names and bool(pa.types.is_null(schema.field(column).type))
+
+
+def _typed(
+    pa: Any, pads: Any, dataset: Any, files: list[str], what: str, untyped: list[str]
+) -> Any:
+    """``dataset`` with the measured columns ``untyped`` typed from all its files where the first
+    one (whose schema a dataset takes) has them of type null: an empty shard written from an
+    empty list, which made every later file's rows fail to cast ("Unsupported cast from
+    list<...> to null"). Only those columns are unified: the scan reads no other, so files that
+    disagree on another column's type still read (as they did before)."""
     try:
-        schema = pa.unify_schemas([f.physical_schema for f in dataset.get_fragments()])
+        fields = [
+            pa.schema([s.field(c) for c in untyped if c in s.names])
+            for s in (f.physical_schema for f in dataset.get_fragments())
+        ]
+        typed = pa.unify_schemas(fields, promote_options="permissive")  # (pyarrow >= 14)
+        schema = dataset.schema
+        for c in untyped:
+            schema = schema.set(schema.get_field_index(c), typed.field(c))
         return pads.dataset(files, format="parquet", schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
         raise ValueError(f"{what}: the files' schemas do not agree ({exc})") from None

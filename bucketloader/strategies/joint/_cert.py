@@ -89,4 +89,5 @@ def certify(
     began = time.perf_counter()
     _highs(model, deadline, details)
     details["seconds"] = time.perf_counter() - began
+    details["proved"] = details["proved"] or details["bound"] >= target
     return max(best, min(float(target), details["bound"])), details

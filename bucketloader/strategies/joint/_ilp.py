@@ -169,6 +169,8 @@ def _highs(model: _Model, deadline: float, details: dict[str, Any]) -> np.ndarra
         dual = res.fun if dual is None or not np.isfinite(dual) else min(dual, res.fun)
     if dual is not None and np.isfinite(dual):
         details["bound"] = float(dual)
+    if res.status == 2:  # infeasible: no plan at all, so +inf bounds every one (the offline
+        details["bound"] = np.inf  # certificate's fixed model; solve_ilp's holds its start)
     if res.x is None:
         return None
     return np.flatnonzero(res.x[:ny] > 0.5)
