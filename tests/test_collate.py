@@ -1018,3 +1018,45 @@ def test_short_path_of_dict_samples_equals_the_general_path(side, least, monkeyp
                 collate([{"input_ids": [1] * int(lengths[i])} for i in idx])
     for xs in odd:
         _same_result_or_error(lean, general, xs)
+
+
+@pytest.mark.parametrize(
+    "pad_value", [-1, 255, 2**64 - 1, float("-inf"), 1.0, 2.5, np.uint8(255), {"input_ids": 9}]
+)
+def test_short_dict_memo_follows_a_stream_that_changes_mid_way(pad_value):
+    """NOTE [ The short path of dict samples ] on one collator whose memo is warm: a stream whose
+    samples change value type or keys between batches (tensors, arrays, floats, bools, numpy
+    ints, empty lists, lists past the bucket, another key), also once pickled after use (its
+    cached pad rows are not state), gives the general path's result or error each time."""
+    import pickle
+
+    from bucketloader.collate.collator import PadCollator
+
+    lengths = np.array([0, 2, 3, 5, 6, 60, 61, 64, 64, 40] * 2)
+    sampler = BucketSampler(lengths, num_buckets=2, batch_size=4, seed=0)
+    lean = sampler.collator(pad_value=pad_value)
+    general = sampler.collator(pad_value=pad_value)
+    general._short_dicts = False
+    makers = [
+        lambda n: list(range(n)),
+        lambda n: torch.arange(n),
+        lambda n: [0.25] * n,
+        lambda n: np.arange(n),
+        lambda n: [True] * n,
+        lambda n: [np.int32(7)] * n,
+        lambda n: list(range(n + 1)),  # one past the sample's length: maybe past its bucket
+        lambda n: [],
+    ]
+    taken = []
+    short = PadCollator._short_dict
+    for step in range(3):
+        if step == 2:
+            lean = pickle.loads(pickle.dumps(lean))
+        for k, make in enumerate([makers[0], *makers, makers[0]]):
+            for idx in sampler:
+                xs = [{"input_ids": make(int(lengths[i]))} for i in idx]
+                if k == 3 and step == 1:
+                    xs = [{"x": x["input_ids"]} for x in xs]
+                taken.append(short(lean, xs, xs[0]))
+                _same_result_or_error(lean, general, xs)
+    assert sum(t is not None for t in taken) >= 8
