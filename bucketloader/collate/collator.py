@@ -526,8 +526,19 @@ class PadCollator:
             lens[:n] = sizes
             real = np.zeros(rows, dtype=np.bool_)
             real[:n] = True
-        # the mask: rows of the table or of the windows (row 0, all False, for padding rows)
-        mask = ar.take(lens, axis=0) if size <= _MASK_TABLE_MAX else ar[lens]
+        return self._bare_batch(inputs, lens, ar, size, real)
+
+    def _bare_batch(
+        self,
+        inputs: torch.Tensor,
+        lens: np.ndarray,
+        mask_rows: np.ndarray,
+        size: int,
+        real: np.ndarray,
+    ) -> dict[Any, Any]:
+        """The short paths' batch: ``inputs``, the lengths, the mask (a take of the table's
+        rows, or the windows indexed: row 0, all False, for padding rows), the sample mask."""
+        mask = mask_rows.take(lens, axis=0) if size <= _MASK_TABLE_MAX else mask_rows[lens]
         tmask = torch.from_numpy(mask)
         return {
             BARE_KEY: inputs,
@@ -700,15 +711,7 @@ class PadCollator:
         except (RuntimeError, TypeError, ValueError):  # a sample of other dims, autograd and
             return None  # out=: the full path takes the batch (and words any error)
         lens = np.array(sizes, dtype=np.int64)
-        mask_rows = entry[2]  # the mask: a take of the table's rows, or the windows indexed
-        mask = mask_rows.take(lens, axis=0) if size <= _MASK_TABLE_MAX else mask_rows[lens]
-        tmask = torch.from_numpy(mask)
-        return {
-            BARE_KEY: inputs,
-            "lengths": torch.from_numpy(lens),
-            cf.MASK_KEY: tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype),
-            "sample_mask": torch.from_numpy(_TRUE[:n].copy()),
-        }
+        return self._bare_batch(inputs, lens, entry[2], size, _TRUE[:n].copy())
 
     def _first_dim_varies(self, samples: Any, ndims: set[int]) -> tuple[tuple[int, ...], list[int]]:
         """The trailing dims ``F, ...`` and the lengths ``T`` of ``(T, F, ...)`` samples whose
