@@ -234,6 +234,22 @@ def _check_failure(name: str, code: int, stdout: str, stderr: str, want: str) ->
     assert want in lines[0], (name, lines[0])
 
 
+def test_a_reader_that_stops_early_is_no_error(tmp_path, files):
+    # `bucketloader precompute ... | head`: the pipe's reader is gone before the first write
+    read, write = os.pipe()
+    os.close(read)
+    args = ["precompute", str(files / "one.txt"), "-k", "3"]
+    try:
+        proc = subprocess.run(
+            _cmd(*args), stdout=write, stderr=subprocess.PIPE, text=True, env=_env(tmp_path),
+            timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")  # 128 + SIGPIPE, as git, nothing told
+    assert len(list((tmp_path / "cache").glob("*.json"))) == 1  # what was asked is done
+
+
 def test_bad_inputs_exit_2_with_one_clear_line_in_a_real_process(tmp_path, files):
     cases = _bad_cases(tmp_path, files)
     env = _env(tmp_path)

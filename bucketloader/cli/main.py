@@ -40,6 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # the subcommands that use them (benchmarks/startup.py measures it).
 
 EXIT_USAGE = 2
+#: Standard output closed by its reader (``... | head``): 128 + SIGPIPE, as git and coreutils.
+EXIT_PIPE = 141
 #: Above this many samples (a histogram from ``--engine``), ``report`` skips the dynamic-padding
 #: baseline, which simulates batches over every sample.
 MAX_BASELINE_SAMPLES = 100_000_000
@@ -153,8 +155,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     except _UsageError as exc:
         return _fail(str(exc))
+    except BrokenPipeError:  # the reader stopped reading: no error to tell (what was asked,
+        return _closed_stdout()  # e.g. a cache entry, is done)
     except (ValueError, TypeError, KeyError, OSError, ImportError) as exc:
         return _fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
+
+
+def _closed_stdout() -> int:
+    """:data:`EXIT_PIPE`, quietly: standard output now writes to ``os.devnull``, so the flush at
+    exit does not fail again (Python's advice for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # (no file descriptor behind sys.stdout)
+        pass
+    return EXIT_PIPE
 
 
 def _read_lengths(args: argparse.Namespace) -> Any:
