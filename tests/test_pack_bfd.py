@@ -341,8 +341,9 @@ def test_the_defaults_search_stops_at_its_counted_work_budget(monkeypatch):
 def test_rows_of_at_most_three_documents_beat_bfd_without_its_search(monkeypatch):
     """NOTE [ At most three documents a row ]: where every document is in (L/4, L/2], BFD's
     rows are counted (exactly) and the triples of the smallest documents fill fewer rows than
-    BFD's, with no repack (the search that took 17 ms for 814 rows here: 807 now), as solver
-    version 7; "always" keeps the tighter of these and its search."""
+    BFD's, with no repack (the search that took 17 ms for 814 rows here: 807 with the pairings
+    of version 7, 792 with the turned pairing, as solver version 10; the thirds bound: 790);
+    "always" keeps the tighter of these and its search."""
     docs = np.random.default_rng(0).integers(257, 513, 2000)
     sizes, counts = np.unique(docs, return_counts=True)
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
@@ -356,8 +357,10 @@ def test_rows_of_at_most_three_documents_beat_bfd_without_its_search(monkeypatch
     monkeypatch.setattr(_bins, "best_fit", refused)
     plan = solve(sizes, counts, (1024,))
     _check_patterns(plan, sizes, counts, (1024,))
-    assert plan.num_rows == 807 and plan.tripled
-    assert _bins.solver_version((1024,), plan.searched, plan.budgeted, plan.tripled) == 7
+    assert plan.num_rows == 792 and plan.tripled and plan.turned
+    assert _bins.thirds_bound(sizes, counts, 1024) == 790
+    assert _bins.solver_version((1024,), tripled=True, turned=plan.turned) == 10
+    assert _bins.solver_version((1024,), tripled=True) == 7  # (the plans of version 7 keep it)
     assert int(np.add.reduceat(plan.mult, plan.offsets[:-1]).max()) == 3
     monkeypatch.undo()
     always = solve(sizes, counts, (1024,), "always")
@@ -369,7 +372,7 @@ def test_rows_of_at_most_three_documents_beat_bfd_without_its_search(monkeypatch
     assert _bins.bfd_rows_three(sizes.tolist(), counts.tolist(), 1024) == 947
     plan = solve(sizes, counts, (1024,))
     _check_patterns(plan, sizes, counts, (1024,))
-    assert plan.tripled and plan.num_rows == 943
+    assert plan.tripled and plan.num_rows == 943 and not plan.turned  # (version 7's plan)
 
 
 @settings(max_examples=80, deadline=None)
@@ -523,22 +526,26 @@ def test_the_thirds_bound_stays_exact_past_int64():
     assert bound == math.ceil(peak * many) > -(-many * sum(sizes) // length)
 
 
-def test_the_repack_stops_at_its_cap_only_where_a_bound_proves_the_promise_out_of_reach():
+def test_the_repack_stops_at_its_cap_only_where_a_bound_proves_the_promise_out_of_reach(
+    monkeypatch,
+):
     """NOTE [ Repacking the rows with room ], the cap: 10,000 documents in (L/5, L/2] cannot
     come within 0.5 points of ceil(tokens / L) (the thirds bound: 3,531 rows, the promise
-    3,527, L1 3,510), so the default's repack stops at its counted cap (version 9, never looser
-    than BFD); with 1,000 such documents the bound (352) does not prove it (the promise is 352
-    rows) and the search runs as before (364 rows)."""
+    3,527, L1 3,510), so where no rows of three are tighter than BFD's the default's repack
+    stops at its counted cap (version 9, never looser than BFD); with 1,000 such documents the
+    bound (352) does not prove it (the promise is 352 rows) and the search runs as before (364
+    rows)."""
     docs = np.random.default_rng(10_000).integers(205, 513, 10_000)
     sizes, counts = np.unique(docs, return_counts=True)
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
     assert _bins.thirds_bound(sizes, counts, 1024) == 3531
+    monkeypatch.setattr(_bins, "three_rows", lambda *args: None)  # (NOTE [ Rows of three ...)
     plans = [solve(sizes, counts, (1024,)) for _ in range(2)]
     fit = best_fit(sizes, counts, (1024,))
     _check_patterns(plans[0], sizes, counts, (1024,))
     assert plans[0].capped and plans[0].num_rows <= fit.num_rows
     assert plans[0].items.tolist() == plans[1].items.tolist()
-    assert _bins.solver_version((1024,), capped=True) == 9
+    assert _bins.solver_version((1024,), capped=True) == 9 < _bins.SOLVER_VERSION  # (kept)
     assert not solve(sizes, counts, (1024,), "always").capped  # (no cap)
     docs = np.random.default_rng(1000).integers(205, 513, 1000)
     sizes, counts = np.unique(docs, return_counts=True)
@@ -546,3 +553,30 @@ def test_the_repack_stops_at_its_cap_only_where_a_bound_proves_the_promise_out_o
     assert _bins.thirds_bound(sizes, counts, 1024) == 352
     plan = solve(sizes, counts, (1024,))
     assert not plan.capped and plan.num_rows == 364
+
+
+def test_rows_of_three_where_the_thirds_rise_above_the_tokens():
+    """NOTE [ Rows of three where the thirds rise ]: documents in (L/5, L/2], where a row
+    holds up to four but the thirds bound is above ceil(tokens / L): the pairs and full triples
+    it points at, with the turned pairing, come within a row or a few of the bound (1,000
+    documents: 353 rows, the bound 352, BFD 376, the repack of BFD's rows that version 9 ran
+    364 in 15-35x a per-document BFD's time; 10,000: 3,537, bound 3,531, BFD 3,750), solver
+    version 10; never looser than BFD, and "always" keeps the tighter of these and its
+    search."""
+    for n, rows, bound, bfd in ((1_000, 353, 352, 376), (10_000, 3537, 3531, 3750)):
+        docs = np.random.default_rng(n).integers(205, 513, n)
+        sizes, counts = np.unique(docs, return_counts=True)
+        sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+        assert _bins.thirds_bound(sizes, counts, 1024) == bound
+        assert best_fit(sizes, counts, (1024,)).num_rows == bfd
+        plan = solve(sizes, counts, (1024,))
+        _check_patterns(plan, sizes, counts, (1024,))
+        assert plan.num_rows == rows and plan.tripled and plan.turned
+        assert _bins.solver_version((1024,), plan.searched, turned=plan.turned) == 10
+        assert solve(sizes, counts, (1024,), "always").num_rows <= rows
+    # (L/8, L/2]: the thirds bound is 0 (full rows of any number of documents): BFD's search
+    docs = np.random.default_rng(1000).integers(129, 513, 1000)
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    assert _bins.thirds_bound(sizes, counts, 1024) == 0
+    assert not solve(sizes, counts, (1024,)).tripled

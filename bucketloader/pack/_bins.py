@@ -271,7 +271,7 @@ import numpy as np
 #: ``"always"`` also repacks the default's promise-sized round and keeps the tighter plan (NOTE
 #: [ Repacking the rows with room ]). 9: ``"auto"``'s repack stops at its cap where a bound
 #: proves the promise out of reach (NOTE [ Repacking the rows with room ], the cap).
-SOLVER_VERSION = 9
+SOLVER_VERSION = 10
 
 
 def solver_version(
@@ -281,6 +281,7 @@ def solver_version(
     tripled: bool = False,
     promised: bool = False,
     capped: bool = False,
+    turned: bool = False,
 ) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
     changed only plans with several row lengths, version 5 only the plans that repacking
@@ -291,8 +292,10 @@ def solver_version(
     tighter (``promised``) and version 9 only those where the repack's cap stopped it
     (``capped``), so the others keep 3, 4, 5, 6 or 7 (and their digests, so the states saved
     before still load)."""
-    if capped:
+    if turned:
         return SOLVER_VERSION
+    if capped:
+        return 9
     if promised:
         return 8
     if tripled:
@@ -371,6 +374,8 @@ class Patterns:
             :func:`solver_version` tells too.
         capped: whether the repack's cap stopped it where the promise is out of reach (NOTE
             [ Repacking the rows with room ], the cap), which :func:`solver_version` tells too.
+        turned: whether the plan is one of the rows of three that version 10 added (NOTE
+            [ Rows of three where the thirds rise ]), which :func:`solver_version` tells too.
     """
 
     sizes: np.ndarray
@@ -384,6 +389,7 @@ class Patterns:
     tripled: bool = False
     promised: bool = False
     capped: bool = False
+    turned: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -415,18 +421,35 @@ def solve(
         >>> p.num_rows, sorted(p.fill.tolist())
         (3, [4, 8])
     """
-    three = None
-    if search != "never" and len(row_lengths) == 1:
+    if search == "never":
+        return best_fit(sizes, counts, row_lengths)
+    goal = _Goal(sizes, counts, row_lengths, search)
+    three = fit = None
+    if len(row_lengths) == 1:
         length = row_lengths[0]
-        docs = int(np.sum(counts))
         # NOTE [ At most three documents a row ]: fewer long documents than short ones
-        if 4 * int(sizes[-1]) > length and docs <= _THREE_DOCS:
-            if 2 * int(counts[sizes > length // 2].sum()) < docs:
-                three = _three(sizes, counts, length, search)
-                if three is not None and search == "auto":
-                    return three
+        if goal.docs <= _THREE_DOCS and 2 * int(counts[sizes > length // 2].sum()) < goal.docs:
+            if 4 * int(sizes[-1]) > length:  # (BFD's rows counted, no plan made)
+                rows = bfd_rows_three(sizes.tolist(), counts.tolist(), length)
+                if not goal.enough(rows * length):
+                    three = three_rows(sizes, counts, length, rows)
+                    if three is not None and search == "auto":
+                        return three
+            else:
+                fit = best_fit(sizes, counts, row_lengths)
+                if goal.enough(fit.num_rows * length):
+                    return fit  # (as _searched: no search)
+                if goal.thirds > goal.c1:
+                    # (the thirds: pairs of long documents and full rows of three, NOTE
+                    # [ Rows of three where the thirds rise ])
+                    three = three_rows(sizes, counts, length, fit.num_rows)
+                    if three is not None:
+                        three = dataclasses.replace(three, turned=True)
+                        if goal.enough(three.num_rows * length):
+                            return three
     rival: list[Patterns] = []
-    plan = _searched(sizes, counts, row_lengths, search, rival)
+    start = three if search == "auto" and fit is not None else None
+    plan = _searched(sizes, counts, row_lengths, search, rival, goal, fit, start)
     if three is not None and three.num_rows < plan.num_rows:
         plan = three  # ("always": the tighter)
     if rival and _padded(rival[0], row_lengths) < _padded(plan, row_lengths):
@@ -435,21 +458,56 @@ def solve(
     return plan
 
 
-def _three(sizes: np.ndarray, counts: np.ndarray, length: int, search: str) -> Patterns | None:
-    """:func:`three_rows` where best-fit decreasing would search (:func:`solve`'s tests, on
-    BFD's counted rows: no plan made) and it finds fewer rows than BFD, else ``None``."""
-    rows = bfd_rows_three(sizes.tolist(), counts.tolist(), length)
-    tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
-    c1 = -(-tokens // length) * length
-    padded = rows * length
-    few = search == "auto" and int(np.sum(counts)) < _DOCS_PER_SIZE * len(sizes)
-    if few and padded - c1 <= tokens // _TOLERANCE:
-        return None  # (BFD's plan, as before)
-    # (C2 = C1 where no document is longer than L / 2)
-    c2 = c1 if 2 * int(sizes[0]) <= length else lower_bound(sizes, counts, length)[1] * length
-    if padded - c2 <= padded // _CLOSE_ENOUGH:
-        return None
-    return three_rows(np.asarray(sizes, dtype=np.int64), np.asarray(counts), length, rows)
+class _Goal:
+    """The bounds a plan is measured against (NOTE [ Lower bounds ]), once per solve: the
+    tokens, C1 (and the promise above it) and, when first needed, C2 (row tokens).
+
+    Example:
+        >>> g = _Goal(np.array([6, 5, 2]), np.array([3, 1, 2]), (10,), "auto")
+        >>> g.c1, g.enough(50), g.enough(40), g.c2
+        (30, False, True, 40)
+    """
+
+    def __init__(
+        self, sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...], search: str
+    ) -> None:
+        self.sizes, self.counts, self.row_lengths = sizes, counts, row_lengths
+        self.docs = int(np.sum(counts))
+        # NOTE on planning speed: "always" searches whatever the documents per distinct size
+        self.few = search == "auto" and self.docs < _DOCS_PER_SIZE * len(sizes)
+        self.auto = search == "auto"
+        self.tokens = int(np.dot(sizes.astype(np.int64), counts.astype(np.int64)))
+        self._c2: int | None = None
+        if len(row_lengths) == 1:  # (L1 needs no pass)
+            self.c1 = -(-self.tokens // row_lengths[0]) * row_lengths[0]
+        else:
+            self.c1, self._c2 = capacity_bound(sizes, counts, row_lengths)
+        # the default's promise: 0.5 points of padding above C1 (whole rows of one length)
+        self.promised = self.c1 + self.tokens // _TOLERANCE
+        if len(row_lengths) == 1:
+            self.promised -= self.promised % row_lengths[0]
+
+    @functools.cached_property
+    def thirds(self) -> int:
+        """:func:`thirds_bound` in row tokens (one row length)."""
+        length = self.row_lengths[0]
+        return thirds_bound(self.sizes, self.counts, length) * length
+
+    @property
+    def c2(self) -> int:
+        if self._c2 is None:  # (C2 = C1 where no document is longer than L / 2)
+            length = self.row_lengths[0]
+            half = 2 * int(self.sizes.max()) <= length
+            self._c2 = self.c1 if half else lower_bound(self.sizes, self.counts, length)[1] * length
+        return self._c2
+
+    def enough(self, padded: int) -> bool:
+        """Whether a plan of ``padded`` row tokens needs no search (for the default: within
+        0.5 points of padding of C1, where the documents per distinct size are few), or it
+        can stop (within 0.1% of C2)."""
+        if self.few and padded - self.c1 <= self.tokens // _TOLERANCE:
+            return True
+        return padded - self.c2 <= padded // _CLOSE_ENOUGH
 
 
 def _searched(
@@ -458,60 +516,50 @@ def _searched(
     row_lengths: tuple[int, ...],
     search: str,
     rival: list[Patterns] | None = None,
+    goal: _Goal | None = None,
+    fit: Patterns | None = None,
+    start: Patterns | None = None,
 ) -> Patterns:
-    """:func:`solve` but for the rows of at most three documents; with ``"always"``, the
-    repack of the default's first rounds is appended to ``rival`` (a list) where it runs."""
-    fit = best_fit(sizes, counts, row_lengths)
+    """:func:`solve` but for the rows of at most three documents, from best-fit decreasing's
+    plan ``fit`` (made if ``None``; ``goal`` too): the search repacks the rows of ``start`` (a
+    plan tighter than ``fit``, under the cap) or of ``fit``; with ``"always"``, the repack of
+    the default's first rounds is appended to ``rival`` (a list) where it runs."""
+    if fit is None:
+        fit = best_fit(sizes, counts, row_lengths)
     if search == "never":
         return fit
-    # NOTE on planning speed: "always" searches whatever the documents per distinct size
-    docs = int(np.sum(counts))
-    few = search == "auto" and docs < _DOCS_PER_SIZE * len(sizes)
-    tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
+    if goal is None:
+        goal = _Goal(sizes, counts, row_lengths, search)
     padded = _padded(fit, row_lengths)
-    # the bounds on row tokens (NOTE [ Lower bounds ]); with one row length L1 needs no pass
-    if len(row_lengths) == 1:
-        c1 = -(-tokens // row_lengths[0]) * row_lengths[0]
-        c2 = None
-    else:
-        c1, c2 = capacity_bound(sizes, counts, row_lengths)
-    if few and padded - c1 <= tokens // _TOLERANCE:
-        return fit  # padding within 0.5 points of the bound's: not worth the search's time
-    if c2 is None:
-        c2 = lower_bound(sizes, counts, row_lengths[0])[1] * row_lengths[0]
-    if padded - c2 <= padded // _CLOSE_ENOUGH:
-        return fit  # at the bound (or within 0.1% of it): not worth a search
-
-    def enough(rows: int) -> bool:  # (in row tokens) the search can stop
-        return rows - c2 <= rows // _CLOSE_ENOUGH or (few and rows - c1 <= tokens // _TOLERANCE)
-
+    if goal.enough(padded):
+        return fit  # within the promise or 0.1% of the bound: not worth the search's time
+    docs, few, c2, promised = goal.docs, goal.few, goal.c2, goal.promised
+    enough = goal.enough
     # NOTE [ Repacking the rows with room ]: towards the L2 bound where that repacks few enough
     # patterns for the documents, else (the default's promise) towards 0.5 points of padding
-    promised = c1 + tokens // _TOLERANCE
-    if len(row_lengths) == 1:  # (whole rows)
-        promised -= promised % row_lengths[0]
     aims = [c2, promised] if few else [c2]
     words = -(-max(row_lengths) // 64)
     # (counted, not timed: the same plan on every rank; "always" searches whatever it costs)
     work = None
-    if search == "auto":  # [spent, budget] in words, [steps, cap] (the cap: see below), cut
+    if goal.auto:  # [spent, budget] in words, [steps, cap] (the cap: see below), cut
         work = [0, _REPACK_WORK * docs * (words + 1), 0, 1 << 62, 0]
-        length = row_lengths[0]
-        if (
-            few
-            and len(row_lengths) == 1
-            and thirds_bound(sizes, counts, length) * length > promised
-        ):
-            # NOTE [ Repacking the rows with room ], the cap: the promise is out of reach
+        if start is not None or (few and len(row_lengths) == 1 and goal.thirds > promised):
+            # NOTE [ Repacking the rows with room ], the cap: the promise is out of reach,
+            # or the rows of three are tighter than the search from BFD's rows has come
             work[3] = _REPACK_FLOOR + docs * (_DOC_WORDS + words // 4) * _REPACK_TENTHS // 10
     most = docs // _DOCS_PER_PATTERN
+    if start is not None:
+        best = repack(start, row_lengths, aims, enough, most, work)
+        if _padded(best, row_lengths) >= _padded(start, row_lengths):
+            return start
+        return dataclasses.replace(best, turned=True)  # (version 10, capped or not)
     best = repack(fit, row_lengths, aims, enough, most, work)
     least = _padded(best, row_lengths)
     if least >= padded:
         best, least = fit, padded  # (as earlier versions: their digests)
     if work is not None and work[4]:
         return dataclasses.replace(best, capped=True)  # (the cap cut the repack: version 9)
-    if rival is not None and search == "always" and docs < _DOCS_PER_SIZE * len(sizes):
+    if rival is not None and not goal.auto and docs < _DOCS_PER_SIZE * len(sizes):
         # NOTE [ Repacking the rows with room ]: also the rounds the default starts from (its
         # promise-sized round where the bound's takes too many patterns): solve keeps it where
         # it is tighter than everything else
@@ -521,7 +569,7 @@ def _searched(
     if enough(least):
         return best
     estimate = fit.num_rows * len(sizes) * words
-    if search == "auto" and estimate > _MBS_WORK:
+    if goal.auto and estimate > _MBS_WORK:
         return best  # (the search's cost grows with the row length: not worth it by default)
     if work is not None and estimate > work[1] - work[0]:
         # (MBS over every document would cost more than the work left: version 6)
@@ -1030,17 +1078,30 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
     hi = int(fits[-1]) + 1 if fits.size else 0
     lo = n - 2 * below + 2  # rows = ceil((n - t) / 2): fewer than `below` from lo triples on
 
+    turned = False  # (a t that only the turned pairing fits: a plan version 7 did not make)
+
     def pairing(t: int) -> int:
         """How the 2t partners pair up so that each pair fits its anchor's room: 1 smallest
         with largest (pairs of about equal tokens, least first), 2 the smaller half with the
         larger in order (sums increasing), 3 neighbours (the fewest tokens for the largest
-        anchors); 0 none of these (slices: no copies)."""
+        anchors), 4 the smaller half with the larger turned by half its length (pair sums
+        spread over half the partners' range, as the rooms are: it fits where the others do
+        not); 0 none of these. 4 is tried first: where it fails, so do the others, mostly;
+        where it fits, the first of 1-3 that fits too is taken (version 7's plan, digest and
+        saved states, where no t only 4 fits is met)."""
+        nonlocal turned
         rooms = length - docs[3 * t - 1 : 2 * t - 1 : -1]
+        four = (np.sort(docs[:t] + np.roll(docs[t : 2 * t], -(t // 2))) <= rooms).all()
+        if four and turned:
+            return 4
         if (np.sort(docs[:t] + docs[2 * t - 1 : t - 1 : -1]) <= rooms).all():
             return 1
         if (docs[:t] + docs[t : 2 * t] <= rooms).all():
             return 2
-        return 3 if (docs[: 2 * t : 2] + docs[1 : 2 * t : 2] <= rooms).all() else 0
+        if (docs[: 2 * t : 2] + docs[1 : 2 * t : 2] <= rooms).all():
+            return 3
+        turned |= bool(four)
+        return 4 if four else 0
 
     if lo > hi:
         return None
@@ -1057,7 +1118,11 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
             hi = mid - 1
     t = lo
     small = np.arange(t)
-    if how == 1:
+    if how == 4:
+        large = t + (small + t // 2) % t
+        order = np.argsort(docs[small] + docs[large], kind="stable")
+        small, large = small[order], large[order]
+    elif how == 1:
         large = 2 * t - 1 - small
         order = np.argsort(docs[:t] + docs[2 * t - 1 : t - 1 : -1], kind="stable")
         small, large = small[order], large[order]
@@ -1080,7 +1145,7 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
         rows[t + m, 0] = rest[-1]
     rows[t + m + odd :, 0] = longs
     rows[t + m + odd : t + m + odd + k, 1] = every[shared]
-    return _grouped(sizes, rows)
+    return dataclasses.replace(_grouped(sizes, rows), turned=turned)
 
 
 def _grouped(sizes: np.ndarray, rows: np.ndarray) -> Patterns:
