@@ -1283,11 +1283,8 @@ def lower_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> tuple
         >>> lower_bound(np.array([6, 5, 2]), np.array([3, 1, 2]), 10)
         (3, 4)
     """
-    s = np.asarray(sizes, dtype=np.int64)
-    c = np.asarray(counts, dtype=np.int64)
     n = int(row_length)
-    if s.size and int(c.max()) * s.size * max(n, int(s.max())) >= 1 << 62:
-        s, c = s.astype(object), c.astype(object)  # (sums past int64: Python ints, exact)
+    s, c = _exact(sizes, counts, n)
     total = int((s * c).sum())
     l1 = -(-total // n)
     # counts and tokens of the sizes below x from prefix sums over the sorted sizes (exact
@@ -1313,6 +1310,16 @@ def lower_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> tuple
     over = tcum[i_j2] - tcum[i_a] - (ccum[i_j2] - ccum[i_half]) * n
     l2 = int(big + max(0, -(-int(over.max()) // n) if a.size else 0))
     return l1, max(l1, l2)
+
+
+def _exact(sizes: np.ndarray, counts: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """``sizes`` and ``counts`` as int64 arrays, or as arrays of Python ints where a sum of
+    tokens (or of ``top`` per document) could pass int64: exact either way."""
+    s = np.asarray(sizes, dtype=np.int64)
+    c = np.asarray(counts, dtype=np.int64)
+    if s.size and int(c.max()) * s.size * max(top, int(s.max())) >= 1 << 62:
+        return s.astype(object), c.astype(object)
+    return s, c
 
 
 def thirds_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> int:
@@ -1361,11 +1368,8 @@ def capacity_bound(
         >>> capacity_bound(np.array([9, 3]), np.array([2, 2]), (4, 10))  # 9s: a 10-row each
         (24, 24)
     """
-    s = np.asarray(sizes, dtype=np.int64)
-    c = np.asarray(counts, dtype=np.int64)
     top = int(row_lengths[-1])
-    if s.size and int(c.max()) * s.size * max(top, int(s.max())) >= 1 << 62:
-        s, c = s.astype(object), c.astype(object)  # (token sums past int64: exact ints)
+    s, c = _exact(sizes, counts, top)
     out = []
     for need_rows in (False, True):
         rows = cap = Fraction(0)
