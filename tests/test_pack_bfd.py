@@ -431,7 +431,9 @@ def test_rows_of_three_at_the_edges_of_their_range(length, monkeypatch):
             _check_patterns(plan, sizes, counts, (length,))
             assert plan.num_rows <= want
             long = 2 * int(counts[sizes > h].sum()) >= len(docs)
-            assert not (plan.tripled and (long or 4 * int(sizes[-1]) <= length))
+            assert not (plan.tripled and long)
+            if plan.tripled and 4 * int(sizes[-1]) <= length:  # (NOTE [ Rows of three where
+                assert plan.turned  # the thirds rise ]: version 10's plans only)
     if length != 1024:
         return
     # past the cutoff in documents: the search of the other lengths, as before
@@ -580,3 +582,80 @@ def test_rows_of_three_where_the_thirds_rise_above_the_tokens():
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
     assert _bins.thirds_bound(sizes, counts, 1024) == 0
     assert not solve(sizes, counts, (1024,)).tripled
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    length=st.sampled_from([12, 40, 100, 1024, 16384]),
+    low=st.sampled_from([5, 6, 8]),
+    top=st.sampled_from([2, 1.5]),
+    docs=st.lists(st.integers(0, 10**6), min_size=1, max_size=300),
+)
+def test_rows_of_three_where_the_thirds_rise_are_valid_and_never_looser(length, low, top, docs):
+    """NOTE [ Rows of three where the thirds rise ]: with documents of L/4 or less, the rows of
+    three come only where the thirds bound is above ceil(tokens / L), as version 10's plans;
+    every plan holds every document once, within the row, never more rows than BFD's (by
+    default and with "always"), never fewer than the thirds bound, and the turned pairing's
+    plans fit too (three_rows alone)."""
+    lo, hi = length // low + 1, int(length / top)
+    x = lo + np.asarray(docs) % (hi - lo + 1)
+    sizes, counts = np.unique(x, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    fit = best_fit(sizes, counts, (length,))
+    bound = _bins.thirds_bound(sizes, counts, length)
+    three = _bins.three_rows(sizes, counts, length, fit.num_rows)
+    if three is not None:
+        _check_patterns(three, sizes, counts, (length,))
+        assert bound <= three.num_rows < fit.num_rows
+    for search in ("auto", "always"):
+        plan = solve(sizes, counts, (length,), search)
+        _check_patterns(plan, sizes, counts, (length,))
+        assert bound <= plan.num_rows <= fit.num_rows
+        if plan.tripled and 4 * int(sizes[-1]) <= length:
+            assert plan.turned and bound * length > -(-int(x.sum()) // length) * length
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    length=st.integers(8, 60),
+    docs=st.lists(st.floats(0.19, 0.5), min_size=1, max_size=10),
+)
+def test_rows_of_three_against_the_optimum(length, docs):
+    """The default's plan on documents of a fifth to half a row (the rows of three, or BFD's
+    and its search) is never below the fewest rows any plan can have (brute-forced), nor above
+    BFD's."""
+    docs = [max(1, min(length // 2, round(d * length))) for d in docs]
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    plan = solve(sizes, counts, (length,))
+    _check_patterns(plan, sizes, counts, (length,))
+    best = _optimum(docs, length)
+    assert best <= plan.num_rows <= best_fit(sizes, counts, (length,)).num_rows
+
+
+def test_plans_that_version_10_does_not_change_keep_their_digests(monkeypatch):
+    """Solver version 10 (NOTE [ Rows of three where the thirds rise ]) changes only the plans
+    it flags: the digests of the others are those session 9's solver gave them (pinned here, so
+    the states saved then still load), a capped plan keeps version 9, and a changed plan gets a
+    new digest (a state saved for the old plan fails loudly)."""
+    from bucketloader.pack import PackSpec
+
+    gsm = np.loadtxt(Path(__file__).parent / "data" / "gsm8k_train_qa_tokens.txt", dtype=np.int64)
+    gsm = gsm.sum(axis=1) + 2
+    uniform = np.random.default_rng
+    kept = [
+        (gsm[:2000], 512, "da342484c5fa56d4"),  # (the repack's plan: version 5)
+        (gsm[gsm <= 256], 256, "f371d668e4364014"),
+        (uniform(0).integers(257, 683, 2000), 1024, "6b026c5c87376d95"),  # (version 7's rows)
+        (uniform(1000).integers(129, 513, 1000), 1024, "fd00289f4d12f07d"),  # ((L/8, L/2])
+    ]
+    for lengths, row_length, digest in kept:
+        spec = PackSpec.build(lengths, row_length=row_length, batch_size=8)
+        assert spec.digest == digest and not spec.patterns.turned
+    docs = uniform(10_000).integers(205, 513, 10_000)  # ((L/5, L/2]: session 9 capped BFD's)
+    new = PackSpec.build(docs, row_length=1024, batch_size=8)
+    assert new.patterns.turned and new.num_rows == 3537 and new.digest != "cf44e4c00f984ca2"
+    monkeypatch.setattr(_bins, "three_rows", lambda *args: None)  # (no rows of three: capped)
+    capped = PackSpec.build(docs, row_length=1024, batch_size=8)
+    assert capped.patterns.capped and capped.num_rows == 3750
+    assert capped.digest == "cf44e4c00f984ca2"  # (version 9, as in session 9)

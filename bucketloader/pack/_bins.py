@@ -107,7 +107,9 @@ data set:
   every single-length search, and in 28 of 100 random GSM8K samples the capped plan missed a
   promise the full search kept (s8-rev4). The cap costs rows where it cuts a search that was
   saving them: 10,000 documents in (L/5, L/2] in rows of 1,024 get BFD's 3,750 rows where
-  the full repack found 3,645 (the bound: 3,531). It cut none of s8-rev4's 100 random GSM8K
+  the full repack found 3,645 (the bound: 3,531; since version 10 they take 3,537 rows of
+  three, NOTE [ Rows of three where the thirds rise ], where the cap stops the repack of those
+  rows instead). It cut none of s8-rev4's 100 random GSM8K
   samples nor the tests/data files at 256-4,096 (their plans are unchanged), and 5 of 200
   random uniform cases, each where BFD's rows meet the bound (13 of another 300, s9-rev2: some
   where the full repack had found up to 3.2% fewer rows, all out of the promise's reach). Where
@@ -150,10 +152,20 @@ plan (:func:`three_rows`, numpy over the documents sorted by size) is:
   ``t`` triples, a triple's document can be swapped for a smaller one outside the triples).
   The ``t`` largest of them anchor a row each; the ``2t`` others pair up and the pairs, least
   tokens first, go to the anchors, largest first; a triple fits when its pair fits the
-  anchor's room. Three pairings are tried in turn: smallest with largest (pairs of about equal
-  tokens), the smaller half with the larger in order, neighbours (the fewest tokens for the
-  largest anchors). ``t`` is found by bisection, between the triples BFD's rows imply and the
-  most whose tokens fit ``t`` rows (each try a few slices and one sort of ``t`` sums).
+  anchor's room. Four pairings are tried: the turned one (below) first, then in turn smallest
+  with largest (pairs of about equal tokens), the smaller half with the larger in order,
+  neighbours (the fewest tokens for the largest anchors). ``t`` is found by bisection, between
+  the triples BFD's rows imply and the most whose tokens fit ``t`` rows (each try a few slices
+  and one sort of ``t`` sums).
+- The turned pairing (version 10): the ``i``-th of the smaller half of the partners with the
+  ``(i + t // 2) mod t``-th of the larger half. The anchors' rooms spread over half the range
+  of the partners (uniform documents: anchors in (0.38 L, 0.47 L], partners in (0.2 L, 0.38
+  L]); smallest with largest gives pair sums of about one value, which fits half the rooms, in
+  order gives sums spread over the whole range, and turned by half they spread over half of
+  it, as the rooms do. Where it fits a ``t`` the others do not, ``t`` (and the plan) grows;
+  where the others fit too, theirs is taken, so version 7's plans stay as they were (the flag
+  ``turned`` is set only where a ``t`` that only the turned pairing fits was met: the plan
+  differs then, having more triples). Rows depend on ``t`` only.
 - Never looser than best-fit decreasing: :func:`bfd_rows_three` counts BFD's rows exactly, on
   the histogram and without a plan (a row of one short document is the only room of half a
   row or more, one open at most, so the state is that row and the rooms of the rows that take
@@ -168,17 +180,48 @@ plan (:func:`three_rows`, numpy over the documents sorted by size) is:
 
 3-partition (are there ``N / 3`` such triples?) is strongly NP-hard, so this is a heuristic:
 on 3,000 random cases in (L/4, L/2] (2 to 400 documents, one to all sizes of the range, rows of
-8 to 4,096) it packed tighter than the repack that came before it in 747, looser in 22 (by 1-4
-rows, 16 of them with five distinct sizes), never looser than BFD. On 2,000 documents of (L/4,
-L/2] (seed 0) it finds 807 rows of 1,024 where the repack found 814 in 15-18 ms (about 21x a
-per-document BFD; BFD 842), and 806 of 16,384 or 131,072 where the repack, cut by its budget,
-kept BFD's 841 in 44 ms and 0.28 s; on 2,000 of (L/4, 2L/3], 943 rows (BFD 947; the repack: 942
-in 8.4 ms at 1,024, 946 in 64 ms at 16,384) in 0.33-0.85x a per-document BFD's time. In
-benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k to 100k, at L = 1,024,
-16,384 and 131,072) it takes 0.114-0.917x a per-document BFD's time (session 9's run, load
-6.8-7.6; session 8's at load 1.9: 0.11-0.86x), for about 4% fewer rows than BFD. Only its
-plans get solver version 7 (:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its
-arrays are per document: 0.1 s at 1M); above that the search of the other lengths runs.
+8 to 4,096) version 7's pairings packed tighter than the repack that came before it in 747,
+looser in 22 (by 1-4 rows, 16 of them with five distinct sizes), never looser than BFD. On
+2,000 documents of (L/4, L/2] (seed 0) the turned pairing finds 792 rows of 1,024 and 790 of
+16,384 or 131,072, 2 above the thirds bound (NOTE [ Lower bounds ]: 790 and 788), where
+version 7's pairings found 807 and 806, the repack before them 814 in 15-18 ms (about 21x a
+per-document BFD; BFD 842) and, cut by its budget, BFD's 841 in 44 ms and 0.28 s; on 2,000 of
+(L/4, 2L/3], 943 rows (BFD 947; version 7's plan, unchanged; the repack: 942 in 8.4 ms at
+1,024, 946 in 64 ms at 16,384) in 0.33-0.85x a per-document BFD's time. On 1,000 and 10,000
+documents of (L/4, L/2] (benchmarks/small_costs.py): 391 and 3,919 rows of 1,024 (thirds
+bound 390 and 3,912; version 7: 400 and 4,010; BFD 417 and 4,182). Its plans get solver
+version 7, or 10 where the turned pairing changed them (:func:`solver_version`). Up to
+``_THREE_DOCS`` documents (its arrays are per document: 0.1 s at 1M); above that the search of
+the other lengths runs.
+
+NOTE [ Rows of three where the thirds rise ]
+The thirds bound (NOTE [ Lower bounds ]) is a dual solution of the configuration LP: each
+document's ``f(s) = min(1/2, (1 - beta) / 3 + beta * s / L)`` is its price, and a row costs
+at least the sum of its prices, 1 for the rows an LP optimum uses. Where it rises above
+``ceil(tokens / L)`` (``beta > 1``), a row of ``j`` documents below the cap prices at ``j (1 -
+beta) / 3 + beta * tokens / L``: 1 for three documents exactly filling the row, less for four
+or more whatever their tokens. So where that bound is tight (uniform documents in (L/5, L/2]:
+it equals the LP, NOTE [ Lower bounds ]), the rows that waste nothing are pairs of the longest
+documents (each priced 1/2) and full rows of three, the shape :func:`three_rows` builds, even
+though a row could hold four documents of at most L/4. So the default runs it there too: one
+row length, fewer long documents than short ones, at most ``_THREE_DOCS`` documents, some of
+at most L/4 (else NOTE [ At most three documents a row ]), BFD outside its promise and the
+thirds bound above ``ceil(tokens / L)``. BFD's rows are not counted there (a row may hold
+four): its plan is made first, as the search needs it anyway, and the rows of three are kept
+where they are fewer. Within the promise or 0.1% of the bound they are the plan; else the
+repack (NOTE [ Repacking the rows with room ]) starts from their rows, not BFD's, and stops at
+the cap (about 0.2 ms plus 0.3 of a per-document BFD), keeping them where it finds nothing
+tighter. Such plans get solver version 10 (the flag ``turned``).
+
+On 1,000 documents uniform in (L/5, L/2] (benchmarks/small_costs.py) that is 353 rows of
+1,024 or 16,384 (the LP: 351.8, so 352 at best; BFD 376), where version 9's search of BFD's
+rows ended at 364 in 15-34x a per-document BFD's time; on 10,000, 3,537 rows (bound 3,531),
+where version 9's cap kept BFD's 3,750. Where the bound is ``ceil(tokens / L)`` or below
+(documents in (L/8, L/2]: the LP is ``tokens / L`` there, full rows of any number of documents
+are priced 1) the rows of three do not fit the LP's shape, and the search of BFD's rows runs
+as before. The gate (benchmarks/pack_gate.py, benchmarks/results/pack_gate.md) compares this
+solver with the one before on every tests/data file, GSM8K resamples and random cases: rows,
+promise, time and versions.
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
@@ -270,7 +313,9 @@ import numpy as np
 #: length, the rows of at most three documents (NOTE [ At most three documents a row ]). 8:
 #: ``"always"`` also repacks the default's promise-sized round and keeps the tighter plan (NOTE
 #: [ Repacking the rows with room ]). 9: ``"auto"``'s repack stops at its cap where a bound
-#: proves the promise out of reach (NOTE [ Repacking the rows with room ], the cap).
+#: proves the promise out of reach (NOTE [ Repacking the rows with room ], the cap). 10: the
+#: rows of three with the turned pairing, and where the thirds bound rises above ``ceil(tokens /
+#: L)`` with documents of L/4 or less (NOTE [ Rows of three where the thirds rise ]).
 SOLVER_VERSION = 10
 
 
@@ -290,10 +335,17 @@ def solver_version(
     search (``budgeted``) and version 7 only the rows of at most three documents
     (``tripled``), and version 8 only the ``"always"`` plans its promise-sized round made
     tighter (``promised``) and version 9 only those where the repack's cap stopped it
-    (``capped``), so the others keep 3, 4, 5, 6 or 7 (and their digests, so the states saved
-    before still load)."""
+    (``capped``), and version 10 only the rows of three it changed or added (``turned``), so
+    the others keep 3, 4, 5, 6, 7, 8 or 9 (and their digests, so the states saved before still
+    load). Each flag's version is written out, not :data:`SOLVER_VERSION`: a later bump leaves
+    the plans it did not change on theirs.
+
+    Example:
+        >>> solver_version((1024,), capped=True), solver_version((1024,), turned=True)
+        (9, 10)
+    """
     if turned:
-        return SOLVER_VERSION
+        return 10
     if capped:
         return 9
     if promised:
