@@ -12,6 +12,8 @@ and the default ``search="auto"``; the cases:
   ``L`` = 256 to 4,096 and at ``(256, 1024)``; audio and images at 2, 4 and 8 times the median
   length), documents longer than the longest row dropped;
 - GSM8K (prompt + response + 2) resampled at 300 to 20,000 documents, ``L`` = 256 to 2,048;
+- ``STRESS`` cases of issue 26's stress sets: 300 to 20,000 documents uniform in ``(L / a, L /
+  b]`` (``a`` in 3..8, ``b`` 1.5 or 2), ``L`` = 1,024 to 16,384;
 - ``--random`` random cases: ``N`` log-uniform in 1..20,000, one to three row lengths (the
   longest ``L`` from 64 to 16,384, the others ``L / 2`` and ``L / 4``), documents uniform in
   ``(L / a, L / b]`` (``a`` in 2..16, ``b`` in 1..3), lognormal, or a few distinct sizes.
@@ -49,6 +51,8 @@ from bucketloader.pack import _bins as new  # noqa: E402
 
 #: Alternating calls per case and solver (the best counts).
 ROUNDS = 4
+#: Cases of documents uniform in (L/a, L/b], a in 3..8, b in 1.5..2, 300 to 20,000 of them.
+STRESS = 60
 AUDIO = ("librispeech", "commonvoice", "coco")  # (not tokens: row lengths from the median)
 
 
@@ -95,6 +99,13 @@ def cases(random_cases: int) -> list[tuple[str, str, np.ndarray, tuple[int, ...]
         for length in (256, 512, 1024, 2048):
             for rep in range(3):
                 out.append(("GSM8K", f"n={n} L={length} #{rep}", rng.choice(gsm, n), (length,)))
+    rng = np.random.default_rng(10)
+    for i in range(STRESS):  # (the uniform regimes of issue 26's stress sets)
+        n = int(rng.choice([300, 1_000, 3_000, 10_000, 20_000]))
+        length = int(rng.choice([1024, 4096, 16384]))
+        a, b = (int(rng.choice([3, 4, 5, 6, 8])), float(rng.choice([2, 1.5])))
+        x = rng.integers(length // a + 1, int(length / b) + 1, n)
+        out.append(("stress", f"#{i} uniform (L/{a}, L/{b:g}] n={n} L={length}", x, (length,)))
     rng = np.random.default_rng(500)
     for i in range(random_cases):
         n = int(np.exp(rng.uniform(0, np.log(20_000))))
@@ -210,7 +221,7 @@ def main() -> None:
 
 
 def write(results: list[dict], args, wall: float) -> None:
-    groups = sorted({r["group"] for r in results}, key=lambda g: (g.startswith("random"), g))
+    groups = sorted({r["group"] for r in results}, key=lambda g: (g.startswith(("random", "s")), g))
     lines = [
         "# Packing gate (benchmarks/pack_gate.py)",
         "",

@@ -207,11 +207,11 @@ though a row could hold four documents of at most L/4. So the default runs it th
 row length, fewer long documents than short ones, at most ``_THREE_DOCS`` documents, some of
 at most L/4 (else NOTE [ At most three documents a row ]), BFD outside its promise and the
 thirds bound above ``ceil(tokens / L)``. BFD's rows are not counted there (a row may hold
-four): its plan is made first, as the search needs it anyway, and the rows of three are kept
-where they are fewer. Within the promise or 0.1% of the bound they are the plan; else the
-repack (NOTE [ Repacking the rows with room ]) starts from their rows, not BFD's, and stops at
-the cap (about 0.2 ms plus 0.3 of a per-document BFD), keeping them where it finds nothing
-tighter. Such plans get solver version 10 (the flag ``turned``).
+four): its plan is made first, as the search needs it anyway, and the rows of three are the
+plan where they are fewer (``"always"``: the tighter of them and its search), with no search
+after them: a repack of their rows under the cap (about 0.2 ms plus 0.3 of a per-document BFD)
+found no row fewer in 17 random cases of (L/7 to L/5, L/2 to 5L/8], 100 to 10,000 documents,
+rows of 256 to 16,384. Such plans get solver version 10 (the flag ``turned``).
 
 On 1,000 documents uniform in (L/5, L/2] (benchmarks/small_costs.py) that is 353 rows of
 1,024 or 16,384 (the LP: 351.8, so 352 at best; BFD 376), where version 9's search of BFD's
@@ -497,11 +497,10 @@ def solve(
                     three = three_rows(sizes, counts, length, fit.num_rows)
                     if three is not None:
                         three = dataclasses.replace(three, turned=True)
-                        if goal.enough(three.num_rows * length):
+                        if search == "auto":
                             return three
     rival: list[Patterns] = []
-    start = three if search == "auto" and fit is not None else None
-    plan = _searched(sizes, counts, row_lengths, search, rival, goal, fit, start)
+    plan = _searched(sizes, counts, row_lengths, search, rival, goal, fit)
     if three is not None and three.num_rows < plan.num_rows:
         plan = three  # ("always": the tighter)
     if rival and _padded(rival[0], row_lengths) < _padded(plan, row_lengths):
@@ -570,12 +569,10 @@ def _searched(
     rival: list[Patterns] | None = None,
     goal: _Goal | None = None,
     fit: Patterns | None = None,
-    start: Patterns | None = None,
 ) -> Patterns:
     """:func:`solve` but for the rows of at most three documents, from best-fit decreasing's
-    plan ``fit`` (made if ``None``; ``goal`` too): the search repacks the rows of ``start`` (a
-    plan tighter than ``fit``, under the cap) or of ``fit``; with ``"always"``, the repack of
-    the default's first rounds is appended to ``rival`` (a list) where it runs."""
+    plan ``fit`` (made if ``None``; ``goal`` too); with ``"always"``, the repack of the
+    default's first rounds is appended to ``rival`` (a list) where it runs."""
     if fit is None:
         fit = best_fit(sizes, counts, row_lengths)
     if search == "never":
@@ -595,16 +592,10 @@ def _searched(
     work = None
     if goal.auto:  # [spent, budget] in words, [steps, cap] (the cap: see below), cut
         work = [0, _REPACK_WORK * docs * (words + 1), 0, 1 << 62, 0]
-        if start is not None or (few and len(row_lengths) == 1 and goal.thirds > promised):
-            # NOTE [ Repacking the rows with room ], the cap: the promise is out of reach,
-            # or the rows of three are tighter than the search from BFD's rows has come
+        if few and len(row_lengths) == 1 and goal.thirds > promised:
+            # NOTE [ Repacking the rows with room ], the cap: the promise is out of reach
             work[3] = _REPACK_FLOOR + docs * (_DOC_WORDS + words // 4) * _REPACK_TENTHS // 10
     most = docs // _DOCS_PER_PATTERN
-    if start is not None:
-        best = repack(start, row_lengths, aims, enough, most, work)
-        if _padded(best, row_lengths) >= _padded(start, row_lengths):
-            return start
-        return dataclasses.replace(best, turned=True)  # (version 10, capped or not)
     best = repack(fit, row_lengths, aims, enough, most, work)
     least = _padded(best, row_lengths)
     if least >= padded:
@@ -1138,13 +1129,15 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
         larger in order (sums increasing), 3 neighbours (the fewest tokens for the largest
         anchors), 4 the smaller half with the larger turned by half its length (pair sums
         spread over half the partners' range, as the rooms are: it fits where the others do
-        not); 0 none of these. 4 is tried first: where it fails, so do the others, mostly;
-        where it fits, the first of 1-3 that fits too is taken (version 7's plan, digest and
-        saved states, where no t only 4 fits is met)."""
+        not); 0 none of these. 1-3 first, as in version 7 (its plans, digests and saved states
+        stay), until a t that only 4 fits is met (``turned``); 4 first from then on."""
         nonlocal turned
         rooms = length - docs[3 * t - 1 : 2 * t - 1 : -1]
-        four = (np.sort(docs[:t] + np.roll(docs[t : 2 * t], -(t // 2))) <= rooms).all()
-        if four and turned:
+
+        def four() -> bool:
+            return bool((np.sort(docs[:t] + np.roll(docs[t : 2 * t], -(t // 2))) <= rooms).all())
+
+        if turned and four():
             return 4
         if (np.sort(docs[:t] + docs[2 * t - 1 : t - 1 : -1]) <= rooms).all():
             return 1
@@ -1152,8 +1145,10 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
             return 2
         if (docs[: 2 * t : 2] + docs[1 : 2 * t : 2] <= rooms).all():
             return 3
-        turned |= bool(four)
-        return 4 if four else 0
+        if not turned and four():
+            turned = True
+            return 4
+        return 0
 
     if lo > hi:
         return None
