@@ -659,3 +659,21 @@ def test_plans_that_version_10_does_not_change_keep_their_digests(monkeypatch):
     capped = PackSpec.build(docs, row_length=1024, batch_size=8)
     assert capped.patterns.capped and capped.num_rows == 3750
     assert capped.digest == "cf44e4c00f984ca2"  # (version 9, as in session 9)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    length=st.integers(3, 200),
+    docs=st.lists(st.floats(0.01, 0.5), min_size=1, max_size=60),
+)
+def test_bfd_floor_is_never_above_bfds_rows(length, docs):
+    """NOTE [ Rows of three where the thirds rise ]: the floor on BFD's rows that lets the
+    default skip BFD's plan is never above a per-document BFD's rows (documents of at most half
+    a row; None with a longer one)."""
+    docs = [max(1, min(length // 2, round(d * length))) for d in docs if length // 2]
+    if not docs:
+        return
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    assert _bins.bfd_floor(sizes, counts, length) <= len(per_document_bfd(docs, (length,)))
+    assert _bins.bfd_floor(np.array([length]), np.array([1]), length) is None

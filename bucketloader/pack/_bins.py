@@ -165,7 +165,8 @@ plan (:func:`three_rows`, numpy over the documents sorted by size) is:
   it, as the rooms do. Where it fits a ``t`` the others do not, ``t`` (and the plan) grows;
   where the others fit too, theirs is taken, so version 7's plans stay as they were (the flag
   ``turned`` is set only where a ``t`` that only the turned pairing fits was met: the plan
-  differs then, having more triples). Rows depend on ``t`` only.
+  differs then, having more triples; from then on the bisection tries the turned pairing
+  alone). Rows depend on ``t`` only.
 - Never looser than best-fit decreasing: :func:`bfd_rows_three` counts BFD's rows exactly, on
   the histogram and without a plan (a row of one short document is the only room of half a
   row or more, one open at most, so the state is that row and the rooms of the rows that take
@@ -205,13 +206,20 @@ it equals the LP, NOTE [ Lower bounds ]), the rows that waste nothing are pairs 
 documents (each priced 1/2) and full rows of three, the shape :func:`three_rows` builds, even
 though a row could hold four documents of at most L/4. So the default runs it there too: one
 row length, fewer long documents than short ones, at most ``_THREE_DOCS`` documents, some of
-at most L/4 (else NOTE [ At most three documents a row ]), BFD outside its promise and the
-thirds bound above ``ceil(tokens / L)``. BFD's rows are not counted there (a row may hold
-four): its plan is made first, as the search needs it anyway, and the rows of three are the
-plan where they are fewer (``"always"``: the tighter of them and its search), with no search
-after them: a repack of their rows under the cap (about 0.2 ms plus 0.3 of a per-document BFD)
-found no row fewer in 17 random cases of (L/7 to L/5, L/2 to 5L/8], 100 to 10,000 documents,
-rows of 256 to 16,384. Such plans get solver version 10 (the flag ``turned``).
+at most L/4 (else NOTE [ At most three documents a row ]) and the thirds bound above
+``ceil(tokens / L)`` (0 at once where the documents average a third of a row or less, as
+GSM8K's do). BFD's rows are not counted exactly there (a row may hold four), but where no
+document is longer than L / 2 a floor on them is (:func:`bfd_floor`: BFD pairs the documents
+longer than L / 3 in order, and the others fill the rooms of those pairs that hold the
+shortest document, or new rows), and the rows of three are asked for at most that many rows,
+so BFD's plan is not made (1,000 documents in (L/5, L/2]: floor 368, BFD 376, rows of three
+353). Where they miss it (or a document is longer than L / 2), BFD's plan is made, kept where
+it is within the promise or 0.1% of the bound, and the rows of three are asked for fewer rows
+than it has. They are the plan where they come (``"always"``: the tighter of them and its
+search), with no search after them: a repack of their rows under the cap (about 0.2 ms plus
+0.3 of a per-document BFD) found no row fewer in 17 random cases of (L/7 to L/5, L/2 to
+5L/8], 100 to 10,000 documents, rows of 256 to 16,384. Such plans get solver version 10 (the
+flag ``turned``).
 
 On 1,000 documents uniform in (L/5, L/2] (benchmarks/small_costs.py) that is 353 rows of
 1,024 or 16,384 (the LP: 351.8, so 352 at best; BFD 376), where version 9's search of BFD's
@@ -487,18 +495,21 @@ def solve(
                     three = three_rows(sizes, counts, length, rows)
                     if three is not None and search == "auto":
                         return three
-            else:
-                fit = best_fit(sizes, counts, row_lengths)
-                if goal.enough(fit.num_rows * length):
-                    return fit  # (as _searched: no search)
-                if goal.thirds > goal.c1:
-                    # (the thirds: pairs of long documents and full rows of three, NOTE
-                    # [ Rows of three where the thirds rise ])
+            elif goal.thirds > goal.c1:
+                # (the thirds: pairs of long documents and full rows of three, NOTE [ Rows of
+                # three where the thirds rise ]); at most BFD's floor: no BFD plan needed
+                floor = bfd_floor(sizes, counts, length)
+                if floor is not None:
+                    three = three_rows(sizes, counts, length, floor + 1)
+                if three is None:
+                    fit = best_fit(sizes, counts, row_lengths)
+                    if goal.enough(fit.num_rows * length):
+                        return fit  # (as _searched: no search)
                     three = three_rows(sizes, counts, length, fit.num_rows)
-                    if three is not None:
-                        three = dataclasses.replace(three, turned=True)
-                        if search == "auto":
-                            return three
+                if three is not None:
+                    three = dataclasses.replace(three, turned=True)
+                    if search == "auto":
+                        return three
     rival: list[Patterns] = []
     plan = _searched(sizes, counts, row_lengths, search, rival, goal, fit)
     if three is not None and three.num_rows < plan.num_rows:
@@ -540,8 +551,12 @@ class _Goal:
 
     @functools.cached_property
     def thirds(self) -> int:
-        """:func:`thirds_bound` in row tokens (one row length)."""
+        """:func:`thirds_bound` in row tokens (one row length); 0 at once where the documents
+        average a third of the row or less (its slope, a sum of ``3 s - L`` over some of
+        them, each left out above 0, is then at most 0)."""
         length = self.row_lengths[0]
+        if 3 * self.tokens <= length * self.docs:
+            return 0
         return thirds_bound(self.sizes, self.counts, length) * length
 
     @property
@@ -1017,6 +1032,31 @@ def _closest(
     return out
 
 
+def bfd_floor(sizes: np.ndarray, counts: np.ndarray, length: int) -> int | None:
+    """A lower bound on best-fit decreasing's rows where no document is longer than
+    ``length / 2`` (``None`` where one is), from its plan's first part, without making it
+    (NOTE [ Rows of three where the thirds rise ]): ``sizes`` distinct, decreasing.
+
+    The documents longer than ``L / 3`` come first, largest first, and pair up in that order
+    (the second joins the first's row, the only one with room for it; the third opens a row,
+    as the pair's room is below ``L / 3``, and so on); the others fill those rows' rooms, the
+    ones that hold the shortest document at least, or new rows of ``L`` tokens at most.
+
+    Example:
+        >>> bfd_floor(np.array([5, 4, 3]), np.array([2, 1, 3]), 12)  # BFD: 5 5 | 4 3 3 | 3
+        3
+    """
+    if 2 * int(sizes[0]) > length:
+        return None
+    n = int(np.searchsorted(-sizes, -(length // 3), side="left"))  # (longer than L / 3)
+    big = np.repeat(sizes[:n], counts[:n])
+    m = big.size
+    rooms = np.append(length - big[0 : m - 1 : 2] - big[1:m:2], length - big[m - 1 :][: m % 2])
+    live = int(rooms[rooms >= sizes[-1]].sum())
+    rest = int(np.dot(sizes[n:].astype(np.int64), counts[n:].astype(np.int64)))
+    return (m + 1) // 2 + max(0, -(-(rest - live) // length))
+
+
 def bfd_rows_three(vals: list[int], counts: list[int], length: int) -> int:
     """The rows of best-fit decreasing (per document, as :func:`best_fit`) where every size is
     in ``(length / 4, length]``, counted only (NOTE [ At most three documents a row ]): ``vals``
@@ -1130,15 +1170,20 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
         anchors), 4 the smaller half with the larger turned by half its length (pair sums
         spread over half the partners' range, as the rooms are: it fits where the others do
         not); 0 none of these. 1-3 first, as in version 7 (its plans, digests and saved states
-        stay), until a t that only 4 fits is met (``turned``); 4 first from then on."""
+        stay), until a t that only 4 fits is met (``turned``); 4 alone from then on."""
         nonlocal turned
         rooms = length - docs[3 * t - 1 : 2 * t - 1 : -1]
 
-        def four() -> bool:
-            return bool((np.sort(docs[:t] + np.roll(docs[t : 2 * t], -(t // 2))) <= rooms).all())
+        def four() -> bool:  # (the i-th smaller with the (i + h) mod t-th larger: 2 slices)
+            h = t // 2
+            sums = np.empty(t, dtype=docs.dtype)
+            np.add(docs[: t - h], docs[t + h : 2 * t], out=sums[: t - h])
+            np.add(docs[t - h : t], docs[t : t + h], out=sums[t - h :])
+            sums.sort()
+            return bool((sums <= rooms).all())
 
-        if turned and four():
-            return 4
+        if turned:  # (a plan of its own already: the others' fits no longer matter)
+            return 4 if four() else 0
         if (np.sort(docs[:t] + docs[2 * t - 1 : t - 1 : -1]) <= rooms).all():
             return 1
         if (docs[:t] + docs[t : 2 * t] <= rooms).all():
