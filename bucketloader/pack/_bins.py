@@ -485,31 +485,37 @@ def solve(
         return best_fit(sizes, counts, row_lengths)
     goal = _Goal(sizes, counts, row_lengths, search)
     three = fit = None
-    if len(row_lengths) == 1:
-        length = row_lengths[0]
-        # NOTE [ At most three documents a row ]: fewer long documents than short ones
-        if goal.docs <= _THREE_DOCS and 2 * int(counts[sizes > length // 2].sum()) < goal.docs:
-            if 4 * int(sizes[-1]) > length:  # (BFD's rows counted, no plan made)
-                rows = bfd_rows_three(sizes.tolist(), counts.tolist(), length)
-                if not goal.enough(rows * length):
-                    three = three_rows(sizes, counts, length, rows)
-                    if three is not None and search == "auto":
-                        return three
-            elif goal.thirds > goal.c1:
-                # (the thirds: pairs of long documents and full rows of three, NOTE [ Rows of
-                # three where the thirds rise ]); at most BFD's floor: no BFD plan needed
-                floor = bfd_floor(sizes, counts, length)
-                if floor is not None:
-                    three = three_rows(sizes, counts, length, floor + 1)
-                if three is None:
-                    fit = best_fit(sizes, counts, row_lengths)
-                    if goal.enough(fit.num_rows * length):
-                        return fit  # (as _searched: no search)
-                    three = three_rows(sizes, counts, length, fit.num_rows)
-                if three is not None:
-                    three = dataclasses.replace(three, turned=True)
-                    if search == "auto":
-                        return three
+    length = row_lengths[0]
+    # NOTE [ At most three documents a row ]: fewer long documents than short ones
+    if (
+        len(row_lengths) == 1
+        and goal.docs <= _THREE_DOCS
+        and (
+            (4 * int(sizes[-1]) > length or goal.thirds > goal.c1)
+            and 2 * int(counts[sizes > length // 2].sum()) < goal.docs
+        )
+    ):
+        if 4 * int(sizes[-1]) > length:  # (BFD's rows counted, no plan made)
+            rows = bfd_rows_three(sizes.tolist(), counts.tolist(), length)
+            if not goal.enough(rows * length):
+                three = three_rows(sizes, counts, length, rows)
+                if three is not None and search == "auto":
+                    return three
+        else:
+            # (the thirds: pairs of long documents and full rows of three, NOTE [ Rows of
+            # three where the thirds rise ]); at most BFD's floor: no BFD plan needed
+            floor = bfd_floor(sizes, counts, length)
+            if floor is not None:
+                three = three_rows(sizes, counts, length, floor + 1)
+            if three is None:
+                fit = best_fit(sizes, counts, row_lengths)
+                if goal.enough(fit.num_rows * length):
+                    return fit  # (as _searched: no search)
+                three = three_rows(sizes, counts, length, fit.num_rows)
+            if three is not None:
+                three = dataclasses.replace(three, turned=True)
+                if search == "auto":
+                    return three
     rival: list[Patterns] = []
     plan = _searched(sizes, counts, row_lengths, search, rival, goal, fit)
     if three is not None and three.num_rows < plan.num_rows:
@@ -538,7 +544,7 @@ class _Goal:
         # NOTE on planning speed: "always" searches whatever the documents per distinct size
         self.few = search == "auto" and self.docs < _DOCS_PER_SIZE * len(sizes)
         self.auto = search == "auto"
-        self.tokens = int(np.dot(sizes.astype(np.int64), counts.astype(np.int64)))
+        self.tokens = int(np.dot(np.asarray(sizes, np.int64), np.asarray(counts, np.int64)))
         self._c2: int | None = None
         if len(row_lengths) == 1:  # (L1 needs no pass)
             self.c1 = -(-self.tokens // row_lengths[0]) * row_lengths[0]
