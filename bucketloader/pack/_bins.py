@@ -292,7 +292,7 @@ cap of the longest ``t`` at which the documents shorter than ``t`` are on averag
 ``L / 3``). Where the documents average more than ``L / 3`` but few fill a row two by two, it
 is well above L1: 10,000 documents uniform in (L/5, L/2] (seed 10,000) need at least 3,531
 rows of 1,024 where L1 = L2 = 3,510, as many as the configuration LP (Gilmore-Gomory, solved
-by column generation for this check: 3,530.10; /work/notes/s9-pack-scripts/lpbound.py), the
+by column generation: 3,530.10; benchmarks/pack_bound.py, benchmarks/results/pack_bound.md), the
 strongest bound any such function gives. With 1,000 of them (seed 1,000) both give 352 (LP
 351.80, L1 351); on (L/8, L/2] the LP is L1 (313.02 at 1,000 documents).
 """
