@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -627,3 +630,59 @@ def test_distributed_rank0_solves_and_broadcasts(tmp_path):
     assert "rank(s) [1]" in r0["mismatch"] and "different lengths or options" in r0["mismatch"]
     assert "rank(s) [1]" in r1["mismatch"] and "different lengths or options" in r1["mismatch"]
     assert len(BucketCache(shared)) == 2  # k=3 and k=4; the mismatch call was a hit on rank 0
+
+
+def _writer_stopped_before_rename(directory: Path) -> tuple[int, Path]:
+    """A real writer process (forked) that writes an entry's temporary file and stops just before
+    the rename (it waits there until killed): what ``kill -9`` between write and rename leaves."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a BucketCache write whose rename never comes
+        try:
+            import bucketloader._files as files
+
+            def stop(src, dst):
+                os.write(w, os.fsencode(str(src)) + b"\n")
+                while True:
+                    time.sleep(60)
+
+            files.os.replace = stop  # this process only
+            BucketCache(directory).put(hist([5, 6, 7]), solve_boundaries([5, 6, 7], 2))
+        finally:
+            os._exit(3)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        part = Path(os.fsdecode(f.readline().strip()))
+    assert part.is_file() and part.name.endswith(".part"), part
+    return pid, part
+
+
+def _kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_orphaned_temporary_files_are_removed_on_a_hit_but_never_a_live_writers(tmp_path, caplog):
+    cache = BucketCache(tmp_path)
+    cache.get_or_solve(hist(), "optimal", PARAMS, Counting())  # the entry: later lookups hit
+    live, writing = _writer_stopped_before_rename(tmp_path)  # still writing (alive)
+    dead, orphan = _writer_stopped_before_rename(tmp_path)
+    _kill(dead)  # killed between the write and the rename: its .part is an orphan
+    try:
+        solve = Counting()
+        with caplog.at_level(logging.DEBUG, logger="bucketloader.cache.store"):
+            reopened = BucketCache(tmp_path)
+            reopened.get_or_solve(hist(), "optimal", PARAMS, solve)
+        assert (reopened.hits, solve.calls) == (1, 0)  # a hit: no write that would clean
+        assert not orphan.exists()  # the dead writer's leftover is gone
+        assert writing.is_file()  # the live writer's file is never touched
+        assert "removed 1 temporary file" in caplog.text and str(tmp_path) in caplog.text
+    finally:
+        _kill(live)
+    again = BucketCache(tmp_path)  # opened once more: the writer that just died is cleaned too
+    assert again.get(again.key(hist(), "optimal", PARAMS)) is not None
+    assert not writing.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        cache.path_for(cache.key(hist(), "optimal", PARAMS)).name
+    ]
