@@ -18,8 +18,8 @@ readable; ``tempfile.mkstemp`` would make every entry ``0o600``), flushes and fs
 ``os.replace``-s it over the entry: a reader sees a whole entry or none, and concurrent writers of
 the same entry each replace it whole. The temporary file's name carries its writer
 (``.tmp-<host>-<pid>-<random>.part``, the host naming the hostname and the PID namespace), so the
-next write in the directory (and a :class:`~bucketloader.cache.BucketCache`'s first lookup, a hit
-included) removes the leftovers of writers that died (``kill -9``) on this host at once, and
+next write in the directory (and a cache object's first lookup there, a hit included: both
+caches) removes the leftovers of writers that died (``kill -9``) on this host at once, and
 anyone's after :data:`STALE_TMP_SECONDS`; a live writer's file is never touched. An entry path
 that holds something other than a regular file raises :class:`NotAFile` before anything is written.
 

@@ -632,9 +632,10 @@ def test_distributed_rank0_solves_and_broadcasts(tmp_path):
     assert len(BucketCache(shared)) == 2  # k=3 and k=4; the mismatch call was a hit on rank 0
 
 
-def _writer_stopped_before_rename(directory: Path) -> tuple[int, Path]:
+def _writer_stopped_before_rename(directory: Path, write=None) -> tuple[int, Path]:
     """A real writer process (forked) that writes an entry's temporary file and stops just before
-    the rename (it waits there until killed): what ``kill -9`` between write and rename leaves."""
+    the rename (it waits there until killed): what ``kill -9`` between write and rename leaves.
+    ``write()``: the write (default: a BucketCache entry in ``directory``)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: a BucketCache write whose rename never comes
@@ -647,7 +648,10 @@ def _writer_stopped_before_rename(directory: Path) -> tuple[int, Path]:
                     time.sleep(60)
 
             files.os.replace = stop  # this process only
-            BucketCache(directory).put(hist([5, 6, 7]), solve_boundaries([5, 6, 7], 2))
+            if write is None:
+                BucketCache(directory).put(hist([5, 6, 7]), solve_boundaries([5, 6, 7], 2))
+            else:
+                write()
         finally:
             os._exit(3)
     os.close(w)
@@ -686,3 +690,33 @@ def test_orphaned_temporary_files_are_removed_on_a_hit_but_never_a_live_writers(
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         cache.path_for(cache.key(hist(), "optimal", PARAMS)).name
     ]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_compile_cache_hits_remove_orphaned_records_but_never_a_live_writers(tmp_path, caplog):
+    """The same for CompileCache's records (``entries/<key>/``): a run whose every shape hits
+    never wrote, so a killed writer's temporary file stayed."""
+    from bucketloader.compile import CompileCache
+    from bucketloader.compile._key import digest
+
+    model = {"model": "m"}
+    key = digest(model)
+    CompileCache(tmp_path).put(key, model, (4, 8), {"x": 1}, cold_seconds=2.0)
+
+    def record(i):
+        return lambda: CompileCache(tmp_path).put(
+            key, model, (4, 8 + i), {"x": i}, cold_seconds=1.0
+        )
+
+    live, writing = _writer_stopped_before_rename(tmp_path, record(1))
+    dead, orphan = _writer_stopped_before_rename(tmp_path, record(2))
+    _kill(dead)
+    try:
+        assert writing.parent == orphan.parent == tmp_path / "entries" / key
+        with caplog.at_level(logging.DEBUG, logger="bucketloader.compile.store"):
+            assert CompileCache(tmp_path).get(key, (4, 8), {"x": 1}).cold_seconds == 2.0  # a hit
+        assert not orphan.exists() and writing.is_file()
+        assert "removed 1 temporary file" in caplog.text
+    finally:
+        _kill(live)
+    assert len(CompileCache(tmp_path).records(key)) == 1 and not writing.exists()
