@@ -720,3 +720,37 @@ def test_compile_cache_hits_remove_orphaned_records_but_never_a_live_writers(tmp
     finally:
         _kill(live)
     assert len(CompileCache(tmp_path).records(key)) == 1 and not writing.exists()
+
+
+def test_a_live_writer_on_another_machine_with_this_hostname_is_never_taken_for_dead(
+    tmp_path, monkeypatch
+):
+    """rev1: a writer's name carried only the hostname and the PID namespace's inode, and the
+    initial namespace has the same inode on every Linux kernel: on a shared filesystem, a
+    machine cloned with this one's hostname writing as a PID that is dead here had its file,
+    still being written, removed by this machine's first lookup (its rename then failed). The
+    kernel's boot id tells the machines apart."""
+    import socket
+
+    import bucketloader._files as files
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    elsewhere = int(done.stdout)  # a PID that no longer runs here
+    monkeypatch.setattr(socket, "gethostname", lambda: "localhost")  # cloned machines
+    real = files._boot_id() if hasattr(files, "_boot_id") else ""
+    monkeypatch.setattr(files, "_boot_id", lambda: "another-" + real, raising=False)
+    monkeypatch.setattr(files.os, "getpid", lambda: elsewhere)
+    files._host.cache_clear()
+    fd, writing = files.create_temp(tmp_path)  # the other machine's writer, mid-write
+    os.close(fd)
+    monkeypatch.undo()
+    monkeypatch.setattr(socket, "gethostname", lambda: "localhost")  # this machine
+    files._host.cache_clear()
+    try:
+        if not real and not os.path.exists("/proc/self/ns/pid"):
+            pytest.skip("no boot id or PID namespace to tell machines apart")
+        assert BucketCache(tmp_path).get("0" * 64) is None  # a lookup: its sweep
+        assert writing.is_file()  # another machine's live writer: never touched
+    finally:
+        files._host.cache_clear()
