@@ -428,3 +428,48 @@ def test_a_version_bump_that_keeps_the_tails_plan_resumes_mid_tail_exactly(
             ids = Counter(i for b in _ids(full[:k] + rest) for i in b)
             assert ids == Counter(i for b in _ids(full) for i in b), k  # every document once
     assert refused == 2 * len(mids)  # the mid-tail states, under both versions
+
+
+def test_a_refused_mid_tail_resume_reads_as_a_sentence_and_names_the_fix_for_its_cause(
+    gsm8k, monkeypatch
+):
+    """rev1: the refusal of a state without the tail record read "...at its end); which this
+    version may fill...", and a refusal under the *same* solver version (the source gave other
+    documents, or the solver changed without a bump) told the user to resume with the
+    bucketloader that saved the state: the one they were running. It names the fix that can
+    help: the same source in the same order, or the next epoch."""
+    from bucketloader.stream import _rows
+
+    def make():
+        return PackIterable(
+            _samples(gsm8k[:90]), length_fn="input_ids", row_length=512, batch_size=2,
+            open_rows=8,
+        )  # fmt: skip
+
+    saved = make()
+    full = list(saved)
+    states = [
+        json.loads(json.dumps(saved.state_dict(batches_consumed=k))) for k in range(len(full))
+    ]
+    tail = states[-1]["tails"][0]
+    mid = states[tail[0] + 1]  # skips one batch of the tail
+
+    def refusal(state):
+        s = make()
+        s.load_state_dict(state)
+        with pytest.raises(ValueError) as info:
+            list(s)
+        return str(info.value)
+
+    version, pack_rows = _rows.SOLVER_VERSION, _rows.pack_rows
+    monkeypatch.setattr(_rows, "SOLVER_VERSION", version + 1, raising=False)
+    unrecorded = refusal({k: v for k, v in mid.items() if k != "tails"})
+    assert "; which" not in unrecorded
+    assert "its end); this version may pack it into other rows" in unrecorded
+    assert "Resume with the bucketloader that saved the state" in unrecorded
+    monkeypatch.setattr(_rows, "SOLVER_VERSION", version)
+    monkeypatch.setattr(_rows, "pack_rows", lambda *a: pack_rows(*a)[::-1])
+    same = refusal(mid)  # the same version, other rows
+    assert "Resume with the bucketloader that saved the state" not in same
+    assert "the same documents in the same order as when the state was saved" in same
+    assert "start the next epoch instead (set_epoch(epoch + 1), no load_state_dict)" in same

@@ -390,23 +390,33 @@ class RowPass(Pass):
         if not 0 < self.skip < tail:
             return
         recorded = self._saved_tail()
+        fix = (
+            "Resume with the bucketloader that saved the state, or start the next epoch "
+            "instead (set_epoch(epoch + 1), no load_state_dict)"
+        )
         if recorded is not None:
             if list(recorded) == list(self.tail or ()):
                 return  # the same rows: the resume is exact, whichever version packed them
             why = (
-                "this one packs that tail into other rows than the saved run handed out (the "
-                "same version: the source gave other documents, or the solver changed without "
-                "a new version), so documents would be trained on twice or never"
-                if saved == SOLVER_VERSION
-                else "this one packs that tail into other rows than the saved run handed out, "
-                "so documents would be trained on twice or never"
+                "this one packs that tail into other rows than the saved run handed out, so "
+                "documents would be trained on twice or never"
             )
+            if saved == SOLVER_VERSION:  # then the cause is not the version
+                why += (
+                    " (the same version: the source gave other documents, or the solver "
+                    "changed without a new version)"
+                )
+                fix = (
+                    "Resume over a source that gives the same documents in the same order as "
+                    "when the state was saved, or start the next epoch instead "
+                    "(set_epoch(epoch + 1), no load_state_dict)"
+                )
         elif saved == SOLVER_VERSION:
             return
         else:
             why = (
-                "which this version may fill with other documents than the saved run handed "
-                "out (documents trained on twice or never)"
+                "this version may pack it into other rows than the saved run handed out "
+                "(documents trained on twice or never)"
             )
         was = (
             f"solver version {saved}"
@@ -417,9 +427,7 @@ class RowPass(Pass):
             f"cannot resume this PackIterable exactly: its state was saved by {was}, and this "
             f"one packs with solver version {SOLVER_VERSION}; the resumed pass of worker "
             f"{self.worker[0]} must skip {self.skip} of the {tail} batches it packs from the "
-            f"tail of its shard (the documents still in open rows at its end); {why}. Resume "
-            "with the bucketloader that saved the state, or start the next epoch instead "
-            "(set_epoch(epoch + 1), no load_state_dict)"
+            f"tail of its shard (the documents still in open rows at its end); {why}. {fix}"
         )
 
     # -- state (the engine's skeleton asks) ---------------------------------------------------
