@@ -250,8 +250,10 @@ class EpochSampler(Sampler[list[int]]):
         A :class:`~bucketloader.loader.ResumableDataLoader`: it counts the batches it hands to
         your loop, so :meth:`state_dict` records exactly what the loop received, even with
         ``num_workers > 0`` (NOTE [ Exact resume behind DataLoader workers ]); its
-        ``set_epoch`` reaches this sampler. ``collate_fn`` defaults to :meth:`collator` when the
-        sampler has one.
+        ``set_epoch`` reaches this sampler. ``collate_fn`` left out is :meth:`collator` (when the
+        sampler has one); ``collate_fn=None`` is torch's ``default_collate``, as it is to
+        ``DataLoader`` (the same in every ``dataloader()`` of the library; ``EvalSampler``
+        refuses it).
 
         Args:
             dataset: the map-style dataset the sampler's indices point into.

@@ -366,6 +366,8 @@ class ShardedSampler(EpochSampler):
             dataset: this rank's shard (indexed by position in ``shard_lengths``), or with
                 ``shard_indices`` the whole data set (indexed by global row id).
             **kwargs: other ``DataLoader`` arguments (``num_workers``, ``collate_fn``, ...).
+                ``collate_fn`` left out is :meth:`collator`; ``collate_fn=None`` is torch's
+                ``default_collate``, as it is to ``DataLoader``.
         """
         from bucketloader.loader import ResumableDataLoader, check_loader_options
 
