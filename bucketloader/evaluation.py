@@ -426,8 +426,9 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
                 (wrap it in :class:`EvalCollator` to get ``sample_mask`` and ``index``).
             **kwargs: other ``DataLoader`` arguments (``num_workers``, ``pin_memory``, ...).
         """
-        from bucketloader.loader import check_loader_options
+        from bucketloader.loader import check_dataset_size, check_loader_options
 
+        check_dataset_size(self, dataset, int(self.spec.cell_of_sample.size))
         kwargs = check_loader_options(self, {"collate_fn": collate_fn, **kwargs})
         collate_fn = kwargs.pop("collate_fn")
         return DataLoader(
