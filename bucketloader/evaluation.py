@@ -435,9 +435,10 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
             >>> [b["index"].tolist() for b in sampler.dataloader([[1] * n for n in lengths])]
             [[0, 1], [2, 3], [4, -1]]
         """
-        from bucketloader.loader import check_loader_options
+        from bucketloader.loader import check_dataset_size, check_loader_options
 
         check_collate_fn(kwargs)
+        check_dataset_size(self, dataset, int(self.spec.cell_of_sample.size))
         kwargs = check_loader_options(self, kwargs)
         kwargs.setdefault("collate_fn", self.collator())
         return DataLoader(self.wrap(dataset), batch_sampler=self, **kwargs)

@@ -268,7 +268,11 @@ class EpochSampler(Sampler[list[int]]):
             >>> sampler.state_dict()["batches_yielded"]
             1
         """
-        from bucketloader.loader import ResumableDataLoader, check_loader_options
+        from bucketloader.loader import (
+            ResumableDataLoader,
+            check_dataset_size,
+            check_loader_options,
+        )
 
         if not callable(getattr(dataset, "__getitem__", None)):
             raise TypeError(
@@ -276,13 +280,8 @@ class EpochSampler(Sampler[list[int]]):
                 f"describe, got {type(dataset).__name__}"
             )
         planned = self._config().get("num_samples")
-        size = len(dataset) if hasattr(dataset, "__len__") else None
-        if planned is not None and size is not None and size < planned:
-            raise ValueError(
-                f"dataset has {size:,} samples but this {type(self).__name__} was planned on "
-                f"{planned:,} lengths; pass the dataset the lengths describe (one length per "
-                "sample, in the same order)"
-            )
+        if planned is not None:
+            check_dataset_size(self, dataset, int(planned))
         kwargs = check_loader_options(self, kwargs)
         if "collate_fn" not in kwargs and callable(getattr(self, "collator", None)):
             kwargs["collate_fn"] = self.collator()  # type: ignore[attr-defined]

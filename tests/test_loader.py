@@ -266,3 +266,42 @@ def test_collate_fn_none_means_torch_default_and_leaving_it_out_the_collator(whi
         again = next(iter(DataLoader(ids, batch_sampler=sampler, collate_fn=None)))
         assert torch.equal(batch, again)  # what DataLoader(collate_fn=None) gives
     assert isinstance(batch, torch.Tensor) and batch.dtype == torch.int64
+
+
+# -- a dataset that disagrees with the lengths (s10-user D2) ---------------------------------------
+def _mismatch_samplers():
+    from bucketloader import EvalSampler
+    from bucketloader.sharded import ShardedSampler
+
+    lengths = LENGTHS[:100]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return {
+            "bucket": BucketSampler(lengths, **OPTIONS),
+            "pack": PackSampler(lengths, row_length=512, batch_size=4, seed=1),
+            "eval": EvalSampler(lengths, num_buckets=2, batch_size=8),
+            "sharded": ShardedSampler(lengths, num_replicas=1, rank=0, num_buckets=2, batch_size=8),
+        }
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack", "eval", "sharded"])
+@pytest.mark.parametrize("size", [50, 200])
+def test_dataloader_refuses_a_dataset_of_another_size(kind, size):
+    sampler = _mismatch_samplers()[kind]
+    with pytest.raises(ValueError, match=rf"dataset has {size} samples .* lengths for 100;") as e:
+        sampler.dataloader(list(range(size)))
+    assert ("Subset(dataset, range(100))" in str(e.value)) == (size > 100)
+    assert len(list(sampler.dataloader(list(range(100)), collate_fn=collate))) == len(sampler)
+
+
+def test_sharded_dataloader_with_global_ids_takes_the_whole_dataset():
+    from bucketloader.sharded import ShardedSampler
+
+    ids = np.arange(50, 150)
+    sampler = ShardedSampler(
+        LENGTHS[ids], shard_indices=ids, num_replicas=1, rank=0, num_buckets=2, batch_size=8
+    )
+    got = sorted(i for b in sampler.dataloader(list(range(300)), collate_fn=collate) for i in b)
+    assert got == list(range(50, 150))
+    with pytest.raises(ValueError, match=r"dataset has 120 samples .* at least 150;"):
+        sampler.dataloader(list(range(120)))
