@@ -98,8 +98,8 @@ class PadCollator:
     on real elements; a dict input name -> mask for several inputs; a sample field of that name
     is padded with 0 and returned instead; a padding row attends one padded position, NOTE
     [ Filler rows attend one position ] in :func:`attend_fillers`) and ``sample_mask``
-    (``(B,)`` bool, False on the batch-padding rows of ``last_batch="pad"``). Plain tensors and dicts: picklable and
-    ``pin_memory`` friendly.
+    (``(B,)`` bool, False on the batch-padding rows of ``last_batch="pad"``). Plain tensors and
+    dicts: picklable and ``pin_memory`` friendly.
 
     Args:
         shape_table: the sampler's ``ShapeTable`` (``BucketSampler.shape_table``).
