@@ -57,6 +57,7 @@ from bucketloader._samples import DatasetView, load_samples
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import even_batch, size_values
+from bucketloader.plan.limits import warn_zero_lengths
 from bucketloader.plan.report import LEFT_OUT_BY, SamplingReport
 from bucketloader.plan.spec import SpecShapes
 from bucketloader.sampler import check_state, spec_or_build
@@ -165,6 +166,7 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         if self.balance:
             self.spec = _balanced(self.spec, self.num_replicas)
         self._warn_filtered()
+        warn_zero_lengths(self.spec, "EvalSampler", stacklevel=2)
 
     def _warn_filtered(self) -> None:
         """A filter makes evaluation partial: say so once, with the counts (NOTE [ Warning about

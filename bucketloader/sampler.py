@@ -57,6 +57,7 @@ from bucketloader.plan.epoch import (
     check_weights,
     resolve_weights,
 )
+from bucketloader.plan.limits import warn_zero_lengths
 from bucketloader.plan.promote import Promotion, promoted_spec, promotes
 from bucketloader.plan.report import LEFT_OUT_BY, LOSS_WARNING, plan_report
 from bucketloader.plan.shapes import SpecOptions
@@ -609,22 +610,10 @@ class BucketSampler(SpecShapes, EpochSampler):
             )
 
     def _warn_empty_shapes(self) -> None:
-        """Warn when a planned shape is 0 wide in some input (samples of length 0 with a bucket
-        of their own): a ``(B, 0)`` batch breaks most models (attention over no keys)."""
-        spec = self.spec  # (not self.shapes: a subclass's table may not be ready yet)
-        empty = np.flatnonzero((spec.cell_lengths == 0).any(axis=1) & (spec.counts > 0))
-        if not empty.size:
-            return
-        first = tuple(int(x) for x in spec.cell_lengths[empty[0]])
-        warnings.warn(
-            f"this BucketSampler plans {empty.size} cell(s) of width 0 ({first} first, "
-            f"{int(spec.counts[empty].sum())} samples): "
-            "samples of length 0 got a bucket of their own, and most models cannot take an "
-            "empty batch; pass min_length=1, overflow='drop' to leave them out (report() "
-            "counts them), or count special tokens (BOS/EOS) in the lengths",
-            UserWarning,
-            stacklevel=3,
-        )
+        """Warn once about samples of length 0 the plan keeps (NOTE [ Samples of length 0 ] in
+        :mod:`bucketloader.plan.limits`), and when they got a cell of width 0 of their own: a
+        ``(B, 0)`` batch breaks most models (attention over no keys)."""
+        warn_zero_lengths(self.spec, type(self).__name__, stacklevel=3)
 
     def _warn_joint_alone(self) -> None:
         """Warn when several ranks each solve a joint plan on their own (NOTE [ One joint plan
