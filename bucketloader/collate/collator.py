@@ -577,7 +577,7 @@ class PadCollator:
             for spec in specs:
                 if spec.dims not in _LIST_DIMS:
                     return None
-                values = [s[spec.key] for s in samples]
+                values = list(map(operator.itemgetter(spec.key), samples))
                 if set(map(type, values)) != _LIST:
                     return None
                 columns.append(values)
@@ -595,17 +595,17 @@ class PadCollator:
         if shape not in self._shapes:
             return None
         size = shape[1]
-        lengths = np.array(sizes, dtype=np.int64)[:, None]
+        lengths = np.array(sizes, dtype=np.int64)
         table = self._mask_tables.get(size) if size <= _MASK_TABLE_MAX else None
         if table is None:
-            mask = sequence_mask(lengths[:, 0], size, n, self.side)
+            mask = sequence_mask(lengths, size, n, self.side)
             if size <= _MASK_TABLE_MAX:  # its rows: the mask of each length (what it gave)
                 if len(self._mask_tables) > 64:
                     self._mask_tables.clear()
                 lens = np.arange(size + 1)
                 self._mask_tables[size] = sequence_mask(lens, size, size + 1, self.side)
         else:
-            mask = table.take(lengths[:, 0], axis=0)
+            mask = table.take(lengths, axis=0)
         out: dict[Any, Any] = {}
         for spec, values in zip(specs, columns, strict=True):
             padded = int_rows(values, sizes, size, n, self.side, spec.pad_value)
@@ -614,7 +614,7 @@ class PadCollator:
                     padded = pad_field(
                         values,
                         key=spec.key,
-                        lengths=lengths,
+                        lengths=lengths[:, None],
                         dims=(0,),
                         targets=(size,),
                         rows=n,
@@ -626,7 +626,7 @@ class PadCollator:
                 except (TypeError, ValueError):  # not flat lists of numbers: the general path
                     return None
             out[spec.key] = padded
-        out["lengths"] = torch.from_numpy(lengths[:, 0])
+        out["lengths"] = torch.from_numpy(lengths)
         if cf.MASK_KEY not in out:
             tmask = torch.from_numpy(mask)
             out[cf.MASK_KEY] = tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype)
