@@ -3,9 +3,11 @@
 1. Collation: ``PadCollator`` (the planned shape, plus ``attention_mask``, ``lengths`` and
    ``sample_mask``) against ``torch.nn.utils.rnn.pad_sequence(batch_first=True)`` (the padded
    tensor only, to the batch's longest sample), on the same batches: every planned shape of a
-   ``BucketSampler(batch_size=B)`` plan (8 buckets) for B in 8..512 rows, four kinds of
-   samples: int64 token tensors and Python lists of token ids (GSM8K question + answer + 2
-   tokens; ``pad_sequence`` gets ``torch.tensor(list)`` per sample, as a collate_fn must),
+   ``BucketSampler(batch_size=B)`` plan (8 buckets) for B in 8..512 rows, five kinds of
+   samples: int64 token tensors, Python lists of token ids and tokenized dicts of three lists
+   (``input_ids``, ``attention_mask``, ``labels`` padded with -100: every field padded by both
+   sides) (GSM8K question + answer + 2 tokens; ``pad_sequence`` gets ``torch.tensor(list)`` per
+   list, as a collate_fn must),
    float32 audio (LibriSpeech samples / 20) and float32 ``(T, 80)`` fbank features (T = the
    samples / 160: 10 ms frames; 8-64 rows). ``torch.set_num_threads(1)`` as in DataLoader
    workers; per shape, the best of 7 alternating rounds of calls (``time.thread_time``: CPU
@@ -277,6 +279,10 @@ def collation(
         "",
         "Fbank features are `(T, 80)` float32 tensors (`T` = LibriSpeech samples / 160: 10 ms "
         "frames at 16 kHz), measured up to 64 rows (a batch of 64 x 2,452 x 80 floats is 50 MB). "
+        "Tokenized dicts are a tokenizer's samples as `datasets` gives them: three lists of ints "
+        "(`input_ids`, `attention_mask` of ones, `labels`), padded with 0, 0 and -100 by every "
+        "side (`pad_sequence` per field after a `torch.tensor` per list, `numpy_rows` per field, "
+        "and the lengths; their mask is the padded `attention_mask` field). "
         "Per planned shape, time per batch of each, and the ratio PadCollator / pad_sequence "
         "(below 1: PadCollator is faster although it writes the planned shape, the mask, the "
         "lengths and the sample mask). `worst` is the largest ratio over the plan's shapes, "

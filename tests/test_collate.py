@@ -1008,6 +1008,7 @@ def test_short_path_of_dict_samples_equals_the_general_path(side, least, monkeyp
         [*ids([1] * 64, [1] * 60, [1] * 61), {"input_ids": [1] * 60, "x": 1}],
         [*ids([1] * 64, [1] * 60, [1] * 61), {"ids": [1] * 60}],
         ids([1] * 64, [1] * 60, [1] * 61, [1] * 60, [1] * 60),
+        ids([None] * 64, [1] * 60, [1] * 61, [1] * 60),  # (main wrote this batch as all padding)
     ]
     lean = sampler.collator(side=side)
     general = sampler.collator(side=side)
@@ -1203,6 +1204,8 @@ def test_short_path_of_tokenized_dicts_equals_the_general_path(side, least, monk
         rows(tok(64), tok(60), tok(61), {**tok(60), "labels": [[1]] * 60}),
         rows(tok(64), tok(30), tok(61), tok(60)),
         rows(tok(64), tok(60), tok(61), tok(60), tok(60)),
+        rows({**tok(64), "labels": [None] * 64}, tok(60), tok(61), tok(60)),
+        rows(tok(64), tok(60), tok(61), {**tok(60), "labels": [None] * 60}),
     ]
     lean = sampler.collator(pad_value={"labels": -100}, side=side)
     general = sampler.collator(pad_value={"labels": -100}, side=side)

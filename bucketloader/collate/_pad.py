@@ -139,8 +139,8 @@ def list_values(values: Sequence[Any], key: Any, total: int) -> tuple[np.ndarray
     :func:`_typed_list_values`, which types every element (NOTE [ One dtype per field, no value
     lost ]).
     """
-    first = next((v[0] for v in values if len(v)), None)
-    if first is None:
+    first = next((v[0] for v in values if len(v)), _NO_VALUE)  # (None may be a value)
+    if first is _NO_VALUE:
         return np.zeros(0, dtype=np.int64), torch.int64
     if isinstance(first, numbers.Integral) and not isinstance(first, (bool, np.bool_)):
         buf = array.array("q")
@@ -155,6 +155,10 @@ def list_values(values: Sequence[Any], key: Any, total: int) -> tuple[np.ndarray
         else:
             return np.frombuffer(buf, dtype=np.int64), torch.int64
     return _typed_list_values(values, key, total)
+
+
+#: No list of the field holds a value (``None`` could be one).
+_NO_VALUE = object()
 
 
 def _typed_list_values(
