@@ -205,7 +205,7 @@ def main() -> None:
     lines = [
         "# First-day traps (issue 22): the old path and the new one",
         "",
-        f"`{sys.executable} benchmarks/first_day.py` on {platform.machine()}, "
+        f"`python benchmarks/first_day.py` on {platform.machine()}, "
         f"{os.cpu_count()} CPUs, torch {torch.__version__}; {time.perf_counter() - t0:.0f} s.",
         "",
         f"## Resume behind workers ({N:,} samples, num_workers=2, state after {STOP} batches)",

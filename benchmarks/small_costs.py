@@ -612,8 +612,10 @@ def packing(quick: bool, repeats: int) -> list[str]:
         "with the most room: towards the L2 bound, or towards that 0.5-point promise where the "
         "bound would take more than one of BFD's patterns per 40 documents; where every "
         "document is in (L/4, L/2], rows of at most three documents instead, BFD's rows only "
-        "counted; where a lower bound proves the promise out of reach, the repack stops at a "
-        "counted cap, about 0.2 ms plus 0.3 of a per-document BFD's estimated cost) "
+        "counted; where the thirds bound rises above ceil(tokens / L), as in (L/5, L/2], the "
+        "same rows of three, BFD's plan replaced by a floor on its rows; where a lower bound "
+        "proves the promise out of reach otherwise, the repack stops at a counted cap, about "
+        "0.2 ms plus 0.3 of a per-document BFD's estimated cost) "
         'and with `search="never"` (best-fit decreasing alone); rows against the L2 lower bound. '
         f"Times: per method the median over {repeats} repeats of the best of 5 rounds, "
         "each round about 10 ms of calls (at least one; CPU time), in races of two: `never` "
@@ -709,9 +711,10 @@ def packing(quick: bool, repeats: int) -> list[str]:
         f'**{worst["auto"]:.2f}x**, `search="auto"` / BFD per document '
         f"**{worst['auto_doc']:.3g}x**; rows: `never` = BFD's everywhere, `auto` <= BFD's "
         "everywhere and within 0.5 points of padding of `ceil(tokens / L)` rows on every "
-        "set but the uniform ones (asserted; in (L/4, L/2] no plan comes that close: rows of "
-        "three documents at most, NOTE [ At most three documents a row ]; in (L/5, L/2] and "
-        "(L/8, L/2] the repack is where the time goes, and may end above the promise).",
+        "set but the uniform ones (asserted; in (L/4, L/2] and (L/5, L/2] no plan comes that "
+        "close: rows of three documents at most, NOTE [ At most three documents a row ] and "
+        "NOTE [ Rows of three where the thirds rise ]; in (L/8, L/2] the repack is where the "
+        "time goes, and may end above the promise).",
         "",
     ]
     return lines

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import re
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -179,3 +180,97 @@ def _stale_figures(text: str) -> list[str]:
                         f"other figures of {statement[:60]!r}..."
                     )
     return stale
+
+
+#: A path on the machine the project was developed on (notes and scripts outside the repository):
+#: a clone elsewhere has none of it. (Spelled in pieces, so this file does not cite one.)
+MACHINE_PATH = re.compile(rb"(?<![\w.~-])/" + b"work" + rb"/")
+#: A script or results file of the repository that a page cites (not a placeholder such as
+#: ``benchmarks/<name>.py`` or a glob such as ``benchmarks/results/*.png``).
+CITED = re.compile(r"\bbenchmarks/(?:results/[\w][\w.-]*\.\w+|\w[\w/]*\.py)\b")
+
+
+def _repository_files() -> list[Path]:
+    """The files of the repository: ``git ls-files`` in a git checkout, else every file under
+    the root but the ones a checkout ignores (a build, a virtual environment, caches)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        skip = {
+            ".git",
+            ".venv",
+            "site",
+            "__pycache__",
+            ".mypy_cache",
+            ".ruff_cache",
+            ".pytest_cache",
+        }
+        return [
+            p for p in ROOT.rglob("*") if p.is_file() and not skip & set(p.relative_to(ROOT).parts)
+        ]
+    return [ROOT / name for name in out.decode().split("\0") if name]
+
+
+def _machine_paths(files: list[Path], root: Path = ROOT) -> list[str]:
+    """``file:line: text`` (relative to ``root``) of every line of ``files`` that cites a path
+    of the machine."""
+    found = []
+    for path in files:
+        if not path.is_file():  # (deleted in the work tree, not yet in the index)
+            continue
+        for i, line in enumerate(path.read_bytes().splitlines(), 1):
+            if MACHINE_PATH.search(line):
+                text = line.decode("utf-8", "replace").strip()[:120]
+                found.append(f"{path.relative_to(root)}:{i}: {text}")
+    return found
+
+
+def test_no_file_of_the_repository_cites_a_path_of_the_development_machine():
+    """Notes and scripts cited by an absolute path (a development machine's notes directory)
+    are missing from every other clone: a figure must come from a script in ``benchmarks/``
+    that writes ``benchmarks/results/``, a test's history from the repository itself."""
+    files = _repository_files()
+    assert ROOT / "tests" / "test_docs.py" in files and len(files) > 50
+    found = _machine_paths(files)
+    assert not found, "\n".join(found)
+
+
+def test_the_path_check_catches_a_cited_note(tmp_path):
+    note = tmp_path / "page.md"
+    note.write_text("Measured by `/" + "work/notes/s9-x.py`; the rest /home/u/work/x.py\n")
+    (tmp_path / "ok.md").write_text("A work/notes folder of the repository, /workspace/x.\n")
+    found = _machine_paths([note, tmp_path / "ok.md"], tmp_path)
+    assert len(found) == 1 and "s9-x.py" in found[0], found
+
+
+def _cited(text: str) -> set[str]:
+    return set(CITED.findall(text))
+
+
+@pytest.mark.parametrize(
+    "page",
+    [ROOT / "README.md", *PAGES],
+    ids=lambda p: p.relative_to(ROOT).as_posix(),
+)
+def test_every_benchmark_a_page_cites_exists(page):
+    """A page that cites ``benchmarks/x.py`` or ``benchmarks/results/x.md`` points a reader to
+    a file of the repository."""
+    missing = sorted(
+        c for c in _cited(page.read_text(encoding="utf-8")) if not (ROOT / c).is_file()
+    )
+    assert not missing, missing
+
+
+def test_the_citation_check_reads_scripts_and_results_files():
+    text = (
+        "`python benchmarks/small_costs.py --only packing` writes "
+        "[it](benchmarks/results/small_costs.md), and `benchmarks/<name>.py` writes "
+        "`benchmarks/results/<name>.md`, plots `benchmarks/results/*.png`; benchmarks/gone.py."
+    )
+    assert _cited(text) == {
+        "benchmarks/small_costs.py",
+        "benchmarks/results/small_costs.md",
+        "benchmarks/gone.py",
+    }

@@ -245,6 +245,38 @@ def test_core_pairs_reach_the_full_lp(size):
     assert all(r[4] >= full - 1e-6 * full for r in bound.log)
 
 
+def test_an_lp_round_starts_only_when_the_last_ones_pace_fits(monkeypatch):
+    # NOTE [ LP rounds on time ]: HiGHS can run long past its limit on a big model; here every
+    # LP takes at least 0.8 s whatever its limit, so a round started with less time left than
+    # the last one took would likely end late. Without the guard the rounds go on until the
+    # deadline and the last one starts with too little time.
+    import scipy.optimize  # noqa: F401  (imported before the clock, as solve_joint does)
+
+    import bucketloader.strategies.joint._bound as bound_module
+
+    hist = JointHistogram.from_lengths(load_real("gsm8k")[:400])
+    grid = Grid.build(hist.rows, hist.counts, [np.unique(hist.rows[:, d]) for d in (0, 1)], "sum")
+    k = 6
+    cells = greedy(grid, k)
+    _, reach = grid.assign(cells)
+    upper = float((grid.weight * reach).sum())
+    start = lagrangian(grid, k, reach, upper, time.perf_counter() + 0.05, 0.0)
+    calls = []  # (the time limit it was given, the seconds it took)
+
+    def slow_lp(*args):
+        began = time.perf_counter()
+        out = solve_lp(*args)
+        time.sleep(max(0.0, 0.8 - (time.perf_counter() - began)))
+        calls.append((args[-1], time.perf_counter() - began))
+        return out
+
+    monkeypatch.setattr(bound_module, "solve_lp", slow_lp)
+    deadline = time.perf_counter() + 2.0
+    bound, _ = lp_bound(grid, k, cells, start, upper, deadline, 0.0)
+    assert all(left >= took for (left, _), (_, took) in zip(calls[1:], calls, strict=False))
+    assert start.value <= bound.value <= upper
+
+
 @pytest.mark.parametrize("size", ["sum", "prod"])
 def test_gains_by_blocks_levels_and_rows_are_the_brute_force_sum(size):
     # NOTE [ Gains by sorted blocks ], NOTE [ Gains by rows ]: every way of Grid.gains, against

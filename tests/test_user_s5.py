@@ -1,4 +1,6 @@
-"""Regression tests from the session-5 user trial (/work/notes/s5-user.md)."""
+"""Regression tests from a user trial: what a new user ran into, each test the case as the user
+met it (a stream given a merged-cell spec, a joint-plan state from another plan, ranks that each
+solve a joint plan alone, a shape of width zero, a masked loss with no real row)."""
 
 from __future__ import annotations
 

@@ -107,7 +107,9 @@ data set:
   every single-length search, and in 28 of 100 random GSM8K samples the capped plan missed a
   promise the full search kept (s8-rev4). The cap costs rows where it cuts a search that was
   saving them: 10,000 documents in (L/5, L/2] in rows of 1,024 get BFD's 3,750 rows where
-  the full repack found 3,645 (the bound: 3,531). It cut none of s8-rev4's 100 random GSM8K
+  the full repack found 3,645 (the bound: 3,531; since version 10 they take 3,537 rows of
+  three, NOTE [ Rows of three where the thirds rise ], where the cap stops the repack of those
+  rows instead). It cut none of s8-rev4's 100 random GSM8K
   samples nor the tests/data files at 256-4,096 (their plans are unchanged), and 5 of 200
   random uniform cases, each where BFD's rows meet the bound (13 of another 300, s9-rev2: some
   where the full repack had found up to 3.2% fewer rows, all out of the promise's reach). Where
@@ -150,10 +152,21 @@ plan (:func:`three_rows`, numpy over the documents sorted by size) is:
   ``t`` triples, a triple's document can be swapped for a smaller one outside the triples).
   The ``t`` largest of them anchor a row each; the ``2t`` others pair up and the pairs, least
   tokens first, go to the anchors, largest first; a triple fits when its pair fits the
-  anchor's room. Three pairings are tried in turn: smallest with largest (pairs of about equal
-  tokens), the smaller half with the larger in order, neighbours (the fewest tokens for the
-  largest anchors). ``t`` is found by bisection, between the triples BFD's rows imply and the
-  most whose tokens fit ``t`` rows (each try a few slices and one sort of ``t`` sums).
+  anchor's room. Four pairings are tried: the turned one (below) first, then in turn smallest
+  with largest (pairs of about equal tokens), the smaller half with the larger in order,
+  neighbours (the fewest tokens for the largest anchors). ``t`` is found by bisection, between
+  the triples BFD's rows imply and the most whose tokens fit ``t`` rows (each try a few slices
+  and one sort of ``t`` sums).
+- The turned pairing (version 10): the ``i``-th of the smaller half of the partners with the
+  ``(i + t // 2) mod t``-th of the larger half. The anchors' rooms spread over half the range
+  of the partners (uniform documents: anchors in (0.38 L, 0.47 L], partners in (0.2 L, 0.38
+  L]); smallest with largest gives pair sums of about one value, which fits half the rooms, in
+  order gives sums spread over the whole range, and turned by half they spread over half of
+  it, as the rooms do. Where it fits a ``t`` the others do not, ``t`` (and the plan) grows;
+  where the others fit too, theirs is taken, so version 7's plans stay as they were (the flag
+  ``turned`` is set only where a ``t`` that only the turned pairing fits was met: the plan
+  differs then, having more triples; from then on the bisection tries the turned pairing
+  alone). Rows depend on ``t`` only.
 - Never looser than best-fit decreasing: :func:`bfd_rows_three` counts BFD's rows exactly, on
   the histogram and without a plan (a row of one short document is the only room of half a
   row or more, one open at most, so the state is that row and the rooms of the rows that take
@@ -168,17 +181,55 @@ plan (:func:`three_rows`, numpy over the documents sorted by size) is:
 
 3-partition (are there ``N / 3`` such triples?) is strongly NP-hard, so this is a heuristic:
 on 3,000 random cases in (L/4, L/2] (2 to 400 documents, one to all sizes of the range, rows of
-8 to 4,096) it packed tighter than the repack that came before it in 747, looser in 22 (by 1-4
-rows, 16 of them with five distinct sizes), never looser than BFD. On 2,000 documents of (L/4,
-L/2] (seed 0) it finds 807 rows of 1,024 where the repack found 814 in 15-18 ms (about 21x a
-per-document BFD; BFD 842), and 806 of 16,384 or 131,072 where the repack, cut by its budget,
-kept BFD's 841 in 44 ms and 0.28 s; on 2,000 of (L/4, 2L/3], 943 rows (BFD 947; the repack: 942
-in 8.4 ms at 1,024, 946 in 64 ms at 16,384) in 0.33-0.85x a per-document BFD's time. In
-benchmarks/results/small_costs.md (uniform documents in (L/4, L/2], 1k to 100k, at L = 1,024,
-16,384 and 131,072) it takes 0.114-0.917x a per-document BFD's time (session 9's run, load
-6.8-7.6; session 8's at load 1.9: 0.11-0.86x), for about 4% fewer rows than BFD. Only its
-plans get solver version 7 (:func:`solver_version`). Up to ``_THREE_DOCS`` documents (its
-arrays are per document: 0.1 s at 1M); above that the search of the other lengths runs.
+8 to 4,096) version 7's pairings packed tighter than the repack that came before it in 747,
+looser in 22 (by 1-4 rows, 16 of them with five distinct sizes), never looser than BFD. On
+2,000 documents of (L/4, L/2] (seed 0) the turned pairing finds 792 rows of 1,024 and 790 of
+16,384 or 131,072, 2 above the thirds bound (NOTE [ Lower bounds ]: 790 and 788), where
+version 7's pairings found 807 and 806, the repack before them 814 in 15-18 ms (about 21x a
+per-document BFD; BFD 842) and, cut by its budget, BFD's 841 in 44 ms and 0.28 s; on 2,000 of
+(L/4, 2L/3], 943 rows (BFD 947; version 7's plan, unchanged; the repack: 942 in 8.4 ms at
+1,024, 946 in 64 ms at 16,384) in 0.33-0.85x a per-document BFD's time. On 1,000 and 10,000
+documents of (L/4, L/2] (benchmarks/small_costs.py): 391 and 3,919 rows of 1,024 (thirds
+bound 390 and 3,912; version 7: 400 and 4,010; BFD 417 and 4,182). Its plans get solver
+version 7, or 10 where the turned pairing changed them (:func:`solver_version`). Up to
+``_THREE_DOCS`` documents (its arrays are per document: 0.1 s at 1M); above that the search of
+the other lengths runs.
+
+NOTE [ Rows of three where the thirds rise ]
+The thirds bound (NOTE [ Lower bounds ]) is a dual solution of the configuration LP: each
+document's ``f(s) = min(1/2, (1 - beta) / 3 + beta * s / L)`` is its price, and a row costs
+at least the sum of its prices, 1 for the rows an LP optimum uses. Where it rises above
+``ceil(tokens / L)`` (``beta > 1``), a row of ``j`` documents below the cap prices at ``j (1 -
+beta) / 3 + beta * tokens / L``: 1 for three documents exactly filling the row, less for four
+or more whatever their tokens. So where that bound is tight (uniform documents in (L/5, L/2]:
+it equals the LP, NOTE [ Lower bounds ]), the rows that waste nothing are pairs of the longest
+documents (each priced 1/2) and full rows of three, the shape :func:`three_rows` builds, even
+though a row could hold four documents of at most L/4. So the default runs it there too: one
+row length, fewer long documents than short ones, at most ``_THREE_DOCS`` documents, some of
+at most L/4 (else NOTE [ At most three documents a row ]) and the thirds bound above
+``ceil(tokens / L)`` (0 at once where the documents average a third of a row or less, as
+GSM8K's do). BFD's rows are not counted exactly there (a row may hold four), but where no
+document is longer than L / 2 a floor on them is (:func:`bfd_floor`: BFD pairs the documents
+longer than L / 3 in order, and the others fill the rooms of those pairs that hold the
+shortest document, or new rows), and the rows of three are asked for at most that many rows,
+so BFD's plan is not made (1,000 documents in (L/5, L/2]: floor 368, BFD 376, rows of three
+353). Where they miss it (or a document is longer than L / 2), BFD's plan is made, kept where
+it is within the promise or 0.1% of the bound, and the rows of three are asked for fewer rows
+than it has. They are the plan where they come (``"always"``: the tighter of them and its
+search), with no search after them: a repack of their rows under the cap (about 0.2 ms plus
+0.3 of a per-document BFD) found no row fewer in 17 random cases of (L/7 to L/5, L/2 to
+5L/8], 100 to 10,000 documents, rows of 256 to 16,384. Such plans get solver version 10 (the
+flag ``turned``).
+
+On 1,000 documents uniform in (L/5, L/2] (benchmarks/small_costs.py) that is 353 rows of
+1,024 or 16,384 (the LP: 351.8, so 352 at best; BFD 376), where version 9's search of BFD's
+rows ended at 364 in 15-34x a per-document BFD's time; on 10,000, 3,537 rows (bound 3,531),
+where version 9's cap kept BFD's 3,750. Where the bound is ``ceil(tokens / L)`` or below
+(documents in (L/8, L/2]: the LP is ``tokens / L`` there, full rows of any number of documents
+are priced 1) the rows of three do not fit the LP's shape, and the search of BFD's rows runs
+as before. The gate (benchmarks/pack_gate.py, benchmarks/results/pack_gate.md) compares this
+solver with the one before on every tests/data file, GSM8K resamples and random cases: rows,
+promise, time and versions.
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
@@ -241,7 +292,7 @@ cap of the longest ``t`` at which the documents shorter than ``t`` are on averag
 ``L / 3``). Where the documents average more than ``L / 3`` but few fill a row two by two, it
 is well above L1: 10,000 documents uniform in (L/5, L/2] (seed 10,000) need at least 3,531
 rows of 1,024 where L1 = L2 = 3,510, as many as the configuration LP (Gilmore-Gomory, solved
-by column generation for this check: 3,530.10; /work/notes/s9-pack-scripts/lpbound.py), the
+by column generation: 3,530.10; benchmarks/pack_bound.py, benchmarks/results/pack_bound.md), the
 strongest bound any such function gives. With 1,000 of them (seed 1,000) both give 352 (LP
 351.80, L1 351); on (L/8, L/2] the LP is L1 (313.02 at 1,000 documents).
 """
@@ -270,8 +321,10 @@ import numpy as np
 #: length, the rows of at most three documents (NOTE [ At most three documents a row ]). 8:
 #: ``"always"`` also repacks the default's promise-sized round and keeps the tighter plan (NOTE
 #: [ Repacking the rows with room ]). 9: ``"auto"``'s repack stops at its cap where a bound
-#: proves the promise out of reach (NOTE [ Repacking the rows with room ], the cap).
-SOLVER_VERSION = 9
+#: proves the promise out of reach (NOTE [ Repacking the rows with room ], the cap). 10: the
+#: rows of three with the turned pairing, and where the thirds bound rises above ``ceil(tokens /
+#: L)`` with documents of L/4 or less (NOTE [ Rows of three where the thirds rise ]).
+SOLVER_VERSION = 10
 
 
 def solver_version(
@@ -281,6 +334,7 @@ def solver_version(
     tripled: bool = False,
     promised: bool = False,
     capped: bool = False,
+    turned: bool = False,
 ) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
     changed only plans with several row lengths, version 5 only the plans that repacking
@@ -289,10 +343,19 @@ def solver_version(
     search (``budgeted``) and version 7 only the rows of at most three documents
     (``tripled``), and version 8 only the ``"always"`` plans its promise-sized round made
     tighter (``promised``) and version 9 only those where the repack's cap stopped it
-    (``capped``), so the others keep 3, 4, 5, 6 or 7 (and their digests, so the states saved
-    before still load)."""
+    (``capped``), and version 10 only the rows of three it changed or added (``turned``), so
+    the others keep 3, 4, 5, 6, 7, 8 or 9 (and their digests, so the states saved before still
+    load). Each flag's version is written out, not :data:`SOLVER_VERSION`: a later bump leaves
+    the plans it did not change on theirs.
+
+    Example:
+        >>> solver_version((1024,), capped=True), solver_version((1024,), turned=True)
+        (9, 10)
+    """
+    if turned:
+        return 10
     if capped:
-        return SOLVER_VERSION
+        return 9
     if promised:
         return 8
     if tripled:
@@ -371,6 +434,8 @@ class Patterns:
             :func:`solver_version` tells too.
         capped: whether the repack's cap stopped it where the promise is out of reach (NOTE
             [ Repacking the rows with room ], the cap), which :func:`solver_version` tells too.
+        turned: whether the plan is one of the rows of three that version 10 added (NOTE
+            [ Rows of three where the thirds rise ]), which :func:`solver_version` tells too.
     """
 
     sizes: np.ndarray
@@ -384,6 +449,7 @@ class Patterns:
     tripled: bool = False
     promised: bool = False
     capped: bool = False
+    turned: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -415,18 +481,43 @@ def solve(
         >>> p.num_rows, sorted(p.fill.tolist())
         (3, [4, 8])
     """
-    three = None
-    if search != "never" and len(row_lengths) == 1:
-        length = row_lengths[0]
-        docs = int(np.sum(counts))
-        # NOTE [ At most three documents a row ]: fewer long documents than short ones
-        if 4 * int(sizes[-1]) > length and docs <= _THREE_DOCS:
-            if 2 * int(counts[sizes > length // 2].sum()) < docs:
-                three = _three(sizes, counts, length, search)
+    if search == "never":
+        return best_fit(sizes, counts, row_lengths)
+    goal = _Goal(sizes, counts, row_lengths, search)
+    three = fit = None
+    length = row_lengths[0]
+    # NOTE [ At most three documents a row ]: fewer long documents than short ones
+    if (
+        len(row_lengths) == 1
+        and goal.docs <= _THREE_DOCS
+        and (
+            (4 * int(sizes[-1]) > length or goal.thirds > goal.c1)
+            and 2 * int(counts[sizes > length // 2].sum()) < goal.docs
+        )
+    ):
+        if 4 * int(sizes[-1]) > length:  # (BFD's rows counted, no plan made)
+            rows = bfd_rows_three(sizes.tolist(), counts.tolist(), length)
+            if not goal.enough(rows * length):
+                three = three_rows(sizes, counts, length, rows)
                 if three is not None and search == "auto":
                     return three
+        else:
+            # (the thirds: pairs of long documents and full rows of three, NOTE [ Rows of
+            # three where the thirds rise ]); at most BFD's floor: no BFD plan needed
+            floor = bfd_floor(sizes, counts, length)
+            if floor is not None:
+                three = three_rows(sizes, counts, length, floor + 1)
+            if three is None:
+                fit = best_fit(sizes, counts, row_lengths)
+                if goal.enough(fit.num_rows * length):
+                    return fit  # (as _searched: no search)
+                three = three_rows(sizes, counts, length, fit.num_rows)
+            if three is not None:
+                three = dataclasses.replace(three, turned=True)
+                if search == "auto":
+                    return three
     rival: list[Patterns] = []
-    plan = _searched(sizes, counts, row_lengths, search, rival)
+    plan = _searched(sizes, counts, row_lengths, search, rival, goal, fit)
     if three is not None and three.num_rows < plan.num_rows:
         plan = three  # ("always": the tighter)
     if rival and _padded(rival[0], row_lengths) < _padded(plan, row_lengths):
@@ -435,21 +526,60 @@ def solve(
     return plan
 
 
-def _three(sizes: np.ndarray, counts: np.ndarray, length: int, search: str) -> Patterns | None:
-    """:func:`three_rows` where best-fit decreasing would search (:func:`solve`'s tests, on
-    BFD's counted rows: no plan made) and it finds fewer rows than BFD, else ``None``."""
-    rows = bfd_rows_three(sizes.tolist(), counts.tolist(), length)
-    tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
-    c1 = -(-tokens // length) * length
-    padded = rows * length
-    few = search == "auto" and int(np.sum(counts)) < _DOCS_PER_SIZE * len(sizes)
-    if few and padded - c1 <= tokens // _TOLERANCE:
-        return None  # (BFD's plan, as before)
-    # (C2 = C1 where no document is longer than L / 2)
-    c2 = c1 if 2 * int(sizes[0]) <= length else lower_bound(sizes, counts, length)[1] * length
-    if padded - c2 <= padded // _CLOSE_ENOUGH:
-        return None
-    return three_rows(np.asarray(sizes, dtype=np.int64), np.asarray(counts), length, rows)
+class _Goal:
+    """The bounds a plan is measured against (NOTE [ Lower bounds ]), once per solve: the
+    tokens, C1 (and the promise above it) and, when first needed, C2 (row tokens).
+
+    Example:
+        >>> g = _Goal(np.array([6, 5, 2]), np.array([3, 1, 2]), (10,), "auto")
+        >>> g.c1, g.enough(50), g.enough(40), g.c2
+        (30, False, True, 40)
+    """
+
+    def __init__(
+        self, sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...], search: str
+    ) -> None:
+        self.sizes, self.counts, self.row_lengths = sizes, counts, row_lengths
+        self.docs = int(np.sum(counts))
+        # NOTE on planning speed: "always" searches whatever the documents per distinct size
+        self.few = search == "auto" and self.docs < _DOCS_PER_SIZE * len(sizes)
+        self.auto = search == "auto"
+        self.tokens = int(np.dot(np.asarray(sizes, np.int64), np.asarray(counts, np.int64)))
+        self._c2: int | None = None
+        if len(row_lengths) == 1:  # (L1 needs no pass)
+            self.c1 = -(-self.tokens // row_lengths[0]) * row_lengths[0]
+        else:
+            self.c1, self._c2 = capacity_bound(sizes, counts, row_lengths)
+        # the default's promise: 0.5 points of padding above C1 (whole rows of one length)
+        self.promised = self.c1 + self.tokens // _TOLERANCE
+        if len(row_lengths) == 1:
+            self.promised -= self.promised % row_lengths[0]
+
+    @functools.cached_property
+    def thirds(self) -> int:
+        """:func:`thirds_bound` in row tokens (one row length); 0 at once where the documents
+        average a third of the row or less (its slope, a sum of ``3 s - L`` over some of
+        them, each left out above 0, is then at most 0)."""
+        length = self.row_lengths[0]
+        if 3 * self.tokens <= length * self.docs:
+            return 0
+        return thirds_bound(self.sizes, self.counts, length) * length
+
+    @property
+    def c2(self) -> int:
+        if self._c2 is None:  # (C2 = C1 where no document is longer than L / 2)
+            length = self.row_lengths[0]
+            half = 2 * int(self.sizes.max()) <= length
+            self._c2 = self.c1 if half else lower_bound(self.sizes, self.counts, length)[1] * length
+        return self._c2
+
+    def enough(self, padded: int) -> bool:
+        """Whether a plan of ``padded`` row tokens needs no search (for the default: within
+        0.5 points of padding of C1, where the documents per distinct size are few), or it
+        can stop (within 0.1% of C2)."""
+        if self.few and padded - self.c1 <= self.tokens // _TOLERANCE:
+            return True
+        return padded - self.c2 <= padded // _CLOSE_ENOUGH
 
 
 def _searched(
@@ -458,50 +588,32 @@ def _searched(
     row_lengths: tuple[int, ...],
     search: str,
     rival: list[Patterns] | None = None,
+    goal: _Goal | None = None,
+    fit: Patterns | None = None,
 ) -> Patterns:
-    """:func:`solve` but for the rows of at most three documents; with ``"always"``, the
-    repack of the default's first rounds is appended to ``rival`` (a list) where it runs."""
-    fit = best_fit(sizes, counts, row_lengths)
+    """:func:`solve` but for the rows of at most three documents, from best-fit decreasing's
+    plan ``fit`` (made if ``None``; ``goal`` too); with ``"always"``, the repack of the
+    default's first rounds is appended to ``rival`` (a list) where it runs."""
+    if fit is None:
+        fit = best_fit(sizes, counts, row_lengths)
     if search == "never":
         return fit
-    # NOTE on planning speed: "always" searches whatever the documents per distinct size
-    docs = int(np.sum(counts))
-    few = search == "auto" and docs < _DOCS_PER_SIZE * len(sizes)
-    tokens = int(np.dot(np.asarray(sizes, dtype=np.int64), np.asarray(counts, dtype=np.int64)))
+    if goal is None:
+        goal = _Goal(sizes, counts, row_lengths, search)
     padded = _padded(fit, row_lengths)
-    # the bounds on row tokens (NOTE [ Lower bounds ]); with one row length L1 needs no pass
-    if len(row_lengths) == 1:
-        c1 = -(-tokens // row_lengths[0]) * row_lengths[0]
-        c2 = None
-    else:
-        c1, c2 = capacity_bound(sizes, counts, row_lengths)
-    if few and padded - c1 <= tokens // _TOLERANCE:
-        return fit  # padding within 0.5 points of the bound's: not worth the search's time
-    if c2 is None:
-        c2 = lower_bound(sizes, counts, row_lengths[0])[1] * row_lengths[0]
-    if padded - c2 <= padded // _CLOSE_ENOUGH:
-        return fit  # at the bound (or within 0.1% of it): not worth a search
-
-    def enough(rows: int) -> bool:  # (in row tokens) the search can stop
-        return rows - c2 <= rows // _CLOSE_ENOUGH or (few and rows - c1 <= tokens // _TOLERANCE)
-
+    if goal.enough(padded):
+        return fit  # within the promise or 0.1% of the bound: not worth the search's time
+    docs, few, c2, promised = goal.docs, goal.few, goal.c2, goal.promised
+    enough = goal.enough
     # NOTE [ Repacking the rows with room ]: towards the L2 bound where that repacks few enough
     # patterns for the documents, else (the default's promise) towards 0.5 points of padding
-    promised = c1 + tokens // _TOLERANCE
-    if len(row_lengths) == 1:  # (whole rows)
-        promised -= promised % row_lengths[0]
     aims = [c2, promised] if few else [c2]
     words = -(-max(row_lengths) // 64)
     # (counted, not timed: the same plan on every rank; "always" searches whatever it costs)
     work = None
-    if search == "auto":  # [spent, budget] in words, [steps, cap] (the cap: see below), cut
+    if goal.auto:  # [spent, budget] in words, [steps, cap] (the cap: see below), cut
         work = [0, _REPACK_WORK * docs * (words + 1), 0, 1 << 62, 0]
-        length = row_lengths[0]
-        if (
-            few
-            and len(row_lengths) == 1
-            and thirds_bound(sizes, counts, length) * length > promised
-        ):
+        if few and len(row_lengths) == 1 and goal.thirds > promised:
             # NOTE [ Repacking the rows with room ], the cap: the promise is out of reach
             work[3] = _REPACK_FLOOR + docs * (_DOC_WORDS + words // 4) * _REPACK_TENTHS // 10
     most = docs // _DOCS_PER_PATTERN
@@ -511,7 +623,7 @@ def _searched(
         best, least = fit, padded  # (as earlier versions: their digests)
     if work is not None and work[4]:
         return dataclasses.replace(best, capped=True)  # (the cap cut the repack: version 9)
-    if rival is not None and search == "always" and docs < _DOCS_PER_SIZE * len(sizes):
+    if rival is not None and not goal.auto and docs < _DOCS_PER_SIZE * len(sizes):
         # NOTE [ Repacking the rows with room ]: also the rounds the default starts from (its
         # promise-sized round where the bound's takes too many patterns): solve keeps it where
         # it is tighter than everything else
@@ -521,7 +633,7 @@ def _searched(
     if enough(least):
         return best
     estimate = fit.num_rows * len(sizes) * words
-    if search == "auto" and estimate > _MBS_WORK:
+    if goal.auto and estimate > _MBS_WORK:
         return best  # (the search's cost grows with the row length: not worth it by default)
     if work is not None and estimate > work[1] - work[0]:
         # (MBS over every document would cost more than the work left: version 6)
@@ -926,6 +1038,31 @@ def _closest(
     return out
 
 
+def bfd_floor(sizes: np.ndarray, counts: np.ndarray, length: int) -> int | None:
+    """A lower bound on best-fit decreasing's rows where no document is longer than
+    ``length / 2`` (``None`` where one is), from its plan's first part, without making it
+    (NOTE [ Rows of three where the thirds rise ]): ``sizes`` distinct, decreasing.
+
+    The documents longer than ``L / 3`` come first, largest first, and pair up in that order
+    (the second joins the first's row, the only one with room for it; the third opens a row,
+    as the pair's room is below ``L / 3``, and so on); the others fill those rows' rooms, the
+    ones that hold the shortest document at least, or new rows of ``L`` tokens at most.
+
+    Example:
+        >>> bfd_floor(np.array([5, 4, 3]), np.array([2, 1, 3]), 12)  # BFD: 5 5 | 4 3 3 | 3
+        3
+    """
+    if 2 * int(sizes[0]) > length:
+        return None
+    n = int(np.searchsorted(-sizes, -(length // 3), side="left"))  # (longer than L / 3)
+    big = np.repeat(sizes[:n], counts[:n])
+    m = big.size
+    rooms = np.append(length - big[0 : m - 1 : 2] - big[1:m:2], length - big[m - 1 :][: m % 2])
+    live = int(rooms[rooms >= sizes[-1]].sum())
+    rest = int(np.dot(sizes[n:].astype(np.int64), counts[n:].astype(np.int64)))
+    return (m + 1) // 2 + max(0, -(-(rest - live) // length))
+
+
 def bfd_rows_three(vals: list[int], counts: list[int], length: int) -> int:
     """The rows of best-fit decreasing (per document, as :func:`best_fit`) where every size is
     in ``(length / 4, length]``, counted only (NOTE [ At most three documents a row ]): ``vals``
@@ -1030,17 +1167,39 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
     hi = int(fits[-1]) + 1 if fits.size else 0
     lo = n - 2 * below + 2  # rows = ceil((n - t) / 2): fewer than `below` from lo triples on
 
+    turned = False  # (a t that only the turned pairing fits: a plan version 7 did not make)
+
     def pairing(t: int) -> int:
         """How the 2t partners pair up so that each pair fits its anchor's room: 1 smallest
         with largest (pairs of about equal tokens, least first), 2 the smaller half with the
         larger in order (sums increasing), 3 neighbours (the fewest tokens for the largest
-        anchors); 0 none of these (slices: no copies)."""
+        anchors), 4 the smaller half with the larger turned by half its length (pair sums
+        spread over half the partners' range, as the rooms are: it fits where the others do
+        not); 0 none of these. 1-3 first, as in version 7 (its plans, digests and saved states
+        stay), until a t that only 4 fits is met (``turned``); 4 alone from then on."""
+        nonlocal turned
         rooms = length - docs[3 * t - 1 : 2 * t - 1 : -1]
+
+        def four() -> bool:  # (the i-th smaller with the (i + h) mod t-th larger: 2 slices)
+            h = t // 2
+            sums = np.empty(t, dtype=docs.dtype)
+            np.add(docs[: t - h], docs[t + h : 2 * t], out=sums[: t - h])
+            np.add(docs[t - h : t], docs[t : t + h], out=sums[t - h :])
+            sums.sort()
+            return bool((sums <= rooms).all())
+
+        if turned:  # (a plan of its own already: the others' fits no longer matter)
+            return 4 if four() else 0
         if (np.sort(docs[:t] + docs[2 * t - 1 : t - 1 : -1]) <= rooms).all():
             return 1
         if (docs[:t] + docs[t : 2 * t] <= rooms).all():
             return 2
-        return 3 if (docs[: 2 * t : 2] + docs[1 : 2 * t : 2] <= rooms).all() else 0
+        if (docs[: 2 * t : 2] + docs[1 : 2 * t : 2] <= rooms).all():
+            return 3
+        if not turned and four():
+            turned = True
+            return 4
+        return 0
 
     if lo > hi:
         return None
@@ -1057,7 +1216,11 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
             hi = mid - 1
     t = lo
     small = np.arange(t)
-    if how == 1:
+    if how == 4:
+        large = t + (small + t // 2) % t
+        order = np.argsort(docs[small] + docs[large], kind="stable")
+        small, large = small[order], large[order]
+    elif how == 1:
         large = 2 * t - 1 - small
         order = np.argsort(docs[:t] + docs[2 * t - 1 : t - 1 : -1], kind="stable")
         small, large = small[order], large[order]
@@ -1080,7 +1243,7 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
         rows[t + m, 0] = rest[-1]
     rows[t + m + odd :, 0] = longs
     rows[t + m + odd : t + m + odd + k, 1] = every[shared]
-    return _grouped(sizes, rows)
+    return dataclasses.replace(_grouped(sizes, rows), turned=turned)
 
 
 def _grouped(sizes: np.ndarray, rows: np.ndarray) -> Patterns:
@@ -1218,11 +1381,8 @@ def lower_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> tuple
         >>> lower_bound(np.array([6, 5, 2]), np.array([3, 1, 2]), 10)
         (3, 4)
     """
-    s = np.asarray(sizes, dtype=np.int64)
-    c = np.asarray(counts, dtype=np.int64)
     n = int(row_length)
-    if s.size and int(c.max()) * s.size * max(n, int(s.max())) >= 1 << 62:
-        s, c = s.astype(object), c.astype(object)  # (sums past int64: Python ints, exact)
+    s, c = _exact(sizes, counts, n)
     total = int((s * c).sum())
     l1 = -(-total // n)
     # counts and tokens of the sizes below x from prefix sums over the sorted sizes (exact
@@ -1248,6 +1408,16 @@ def lower_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> tuple
     over = tcum[i_j2] - tcum[i_a] - (ccum[i_j2] - ccum[i_half]) * n
     l2 = int(big + max(0, -(-int(over.max()) // n) if a.size else 0))
     return l1, max(l1, l2)
+
+
+def _exact(sizes: np.ndarray, counts: np.ndarray, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """``sizes`` and ``counts`` as int64 arrays, or as arrays of Python ints where a sum of
+    tokens (or of ``top`` per document) could pass int64: exact either way."""
+    s = np.asarray(sizes, dtype=np.int64)
+    c = np.asarray(counts, dtype=np.int64)
+    if s.size and int(c.max()) * s.size * max(top, int(s.max())) >= 1 << 62:
+        return s.astype(object), c.astype(object)
+    return s, c
 
 
 def thirds_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> int:
@@ -1296,11 +1466,8 @@ def capacity_bound(
         >>> capacity_bound(np.array([9, 3]), np.array([2, 2]), (4, 10))  # 9s: a 10-row each
         (24, 24)
     """
-    s = np.asarray(sizes, dtype=np.int64)
-    c = np.asarray(counts, dtype=np.int64)
     top = int(row_lengths[-1])
-    if s.size and int(c.max()) * s.size * max(top, int(s.max())) >= 1 << 62:
-        s, c = s.astype(object), c.astype(object)  # (token sums past int64: exact ints)
+    s, c = _exact(sizes, counts, top)
     out = []
     for need_rows in (False, True):
         rows = cap = Fraction(0)
