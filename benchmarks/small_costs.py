@@ -3,9 +3,11 @@
 1. Collation: ``PadCollator`` (the planned shape, plus ``attention_mask``, ``lengths`` and
    ``sample_mask``) against ``torch.nn.utils.rnn.pad_sequence(batch_first=True)`` (the padded
    tensor only, to the batch's longest sample), on the same batches: every planned shape of a
-   ``BucketSampler(batch_size=B)`` plan (8 buckets) for B in 8..512 rows, four kinds of
-   samples: int64 token tensors and Python lists of token ids (GSM8K question + answer + 2
-   tokens; ``pad_sequence`` gets ``torch.tensor(list)`` per sample, as a collate_fn must),
+   ``BucketSampler(batch_size=B)`` plan (8 buckets) for B in 8..512 rows, five kinds of
+   samples: int64 token tensors, Python lists of token ids and tokenized dicts of three lists
+   (``input_ids``, ``attention_mask``, ``labels`` padded with -100: every field padded by both
+   sides) (GSM8K question + answer + 2 tokens; ``pad_sequence`` gets ``torch.tensor(list)`` per
+   list, as a collate_fn must),
    float32 audio (LibriSpeech samples / 20) and float32 ``(T, 80)`` fbank features (T = the
    samples / 160: 10 ms frames; 8-64 rows). ``torch.set_num_threads(1)`` as in DataLoader
    workers; per shape, the best of 7 alternating rounds of calls (``time.thread_time``: CPU
@@ -53,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -101,30 +104,80 @@ def side_by_side(*fns, budget_s: float = 0.03, repeats: int = 1, rounds: int = 7
     return [float(np.median(col)) for col in zip(*runs, strict=True)]
 
 
-def with_masks(padded: torch.Tensor, sizes: list[int]) -> tuple[torch.Tensor, ...]:
-    """What a collate_fn adds to ``pad_sequence`` for the same outputs: lengths and the mask."""
+#: Pad value of each field of the tokenized dict samples (labels: CrossEntropyLoss's ignore_index).
+PADS = {"input_ids": 0, "attention_mask": 0, "labels": -100}
+
+
+def pad_sequences(samples: list) -> torch.Tensor | dict[str, torch.Tensor]:
+    """``pad_sequence(batch_first=True)``: of the tensors, or of each field of dict samples of token
+    lists, after a ``torch.tensor`` per list (as a collate_fn must)."""
+    if isinstance(samples[0], dict):
+        return {
+            k: pad_sequence(
+                [torch.tensor(x[k]) for x in samples], batch_first=True, padding_value=PADS[k]
+            )
+            for k in samples[0]
+        }
+    return pad_sequence(samples, batch_first=True)
+
+
+def with_masks(padded: torch.Tensor | dict, sizes: list[int]) -> tuple | dict:
+    """What a collate_fn adds to ``pad_sequence`` for the same outputs: lengths and the mask (dict
+    samples with a field ``attention_mask``: the lengths only, that field is the mask)."""
     lengths = torch.tensor(sizes)
+    if isinstance(padded, dict):
+        out = dict(padded, lengths=lengths)
+        if "attention_mask" not in out:
+            first = next(iter(padded.values()))
+            out["attention_mask"] = torch.arange(first.shape[1]) < lengths[:, None]
+        return out
     mask = torch.arange(padded.shape[1]) < lengths[:, None]
     return padded, lengths, mask
 
 
-def numpy_rows(samples: list, sizes: list[int]) -> tuple[torch.Tensor, ...]:
+def numpy_rows(samples: list, sizes: list[int]) -> tuple | dict:
     """The other hand-written collate_fn for the same outputs as :func:`with_masks`: numpy zeros
-    of the batch's longest sample, one slice copy per row (a numpy slice copy costs less than a
-    torch one: on 8 short rows this beats ``pad_sequence``), the lengths and the mask."""
+    (or the field's pad value) of the batch's longest sample, one slice copy per row (a numpy
+    slice copy costs less than a torch one: on 8 short rows this beats ``pad_sequence``; numpy
+    converts each list of ints in the copy), the lengths and the mask (dict samples: per field,
+    and the lengths; the mask unless a field is one)."""
     first = samples[0]
     width = max(sizes)
-    if isinstance(first, dict):  # token lists: numpy converts each list in the copy
-        out = np.zeros((len(samples), width), np.int64)
-        for i, (x, n) in enumerate(zip(samples, sizes, strict=True)):
-            out[i, :n] = x["input_ids"]
-    else:
-        out = np.zeros((len(samples), width, *first.shape[1:]), first.numpy().dtype)
-        for i, (x, n) in enumerate(zip(samples, sizes, strict=True)):
-            out[i, :n] = x.numpy()
     lengths = np.array(sizes)
+    if isinstance(first, dict):  # token lists
+        out = {}
+        for key in first:
+            pad = PADS[key]
+            rows = np.zeros((len(samples), width), np.int64)
+            if pad:
+                rows.fill(pad)
+            for i, (x, n) in enumerate(zip(samples, sizes, strict=True)):
+                rows[i, :n] = x[key]
+            out[key] = torch.from_numpy(rows)
+        out["lengths"] = torch.from_numpy(lengths)
+        if "attention_mask" not in out:
+            out["attention_mask"] = torch.from_numpy(np.arange(width) < lengths[:, None])
+        return out
+    padded = np.zeros((len(samples), width, *first.shape[1:]), first.numpy().dtype)
+    for i, (x, n) in enumerate(zip(samples, sizes, strict=True)):
+        padded[i, :n] = x.numpy()
     mask = np.arange(width) < lengths[:, None]
-    return torch.from_numpy(out), torch.from_numpy(lengths), torch.from_numpy(mask)
+    return torch.from_numpy(padded), torch.from_numpy(lengths), torch.from_numpy(mask)
+
+
+def tokenized(n: int) -> dict[str, list[int]]:
+    """A tokenizer's sample of ``n`` tokens, as ``datasets`` gives it (lists of ints): ids, a
+    mask of ones, and the labels (here the ids; a prompt's would be -100)."""
+    ids = list(range(n))
+    return {"input_ids": ids, "attention_mask": [1] * n, "labels": list(ids)}
+
+
+def pad_to(x: torch.Tensor | dict, width: int, rows: int) -> torch.Tensor | dict:
+    """``x`` (``pad_sequence``'s output, or a dict of them) padded to ``(rows, width)``
+    (``F.pad``)."""
+    if isinstance(x, dict):
+        return {k: pad_to(v, width, rows) for k, v in x.items()}
+    return torch.nn.functional.pad(x, (0, width - x.shape[1], 0, rows - x.shape[0]))
 
 
 def planned_batches(lengths: np.ndarray, rows: int) -> tuple[BucketSampler, list[list[int]]]:
@@ -213,11 +266,11 @@ def collation(
     torch.set_num_threads(1)
     gsm = np.loadtxt(DATA / "gsm8k_train_qa_tokens.txt", dtype=np.int64).sum(axis=1) + 2
     audio = np.loadtxt(DATA / "librispeech_train_clean_100_samples.txt", dtype=np.int64) // 20
-    pad_sequence = torch.nn.utils.rnn.pad_sequence
     frames = audio // 8  # LibriSpeech samples / 160: 10 ms frames at 16 kHz
     kinds = {  # name: (lengths, make a sample of length n, largest rows measured, bytes/length)
         "int64 tokens (tensors)": (gsm, lambda n: torch.arange(n, dtype=torch.int64), 512, 8),
         "token lists (dict samples)": (gsm, lambda n: {"input_ids": list(range(n))}, 512, 36),
+        "tokenized dicts (3 list fields)": (gsm, tokenized, 512, 108),
         "float32 audio (tensors)": (audio, lambda n: torch.ones(n, dtype=torch.float32), 512, 4),
         "float32 fbank [T, 80] (tensors)": (frames, lambda n: torch.ones(n, 80), 64, 320),
     }
@@ -226,6 +279,10 @@ def collation(
         "",
         "Fbank features are `(T, 80)` float32 tensors (`T` = LibriSpeech samples / 160: 10 ms "
         "frames at 16 kHz), measured up to 64 rows (a batch of 64 x 2,452 x 80 floats is 50 MB). "
+        "Tokenized dicts are a tokenizer's samples as `datasets` gives them: three lists of ints "
+        "(`input_ids`, `attention_mask` of ones, `labels`), padded with 0, 0 and -100 by every "
+        "side (`pad_sequence` per field after a `torch.tensor` per list, `numpy_rows` per field, "
+        "and the lengths; their mask is the padded `attention_mask` field). "
         "Per planned shape, time per batch of each, and the ratio PadCollator / pad_sequence "
         "(below 1: PadCollator is faster although it writes the planned shape, the mask, the "
         "lengths and the sample mask). `worst` is the largest ratio over the plan's shapes, "
@@ -274,7 +331,7 @@ def collation(
             if only_rows is not None and str(rows) not in only_rows.split(","):
                 continue
             sampler, batches = planned_batches(lengths, rows)
-            collate = sampler.collator()
+            collate = sampler.collator(pad_value=PADS if "tokenized" in kind else 0)
             pools = rotating_batches(  # (one pass over the epochs for every cell)
                 sampler,
                 [b for b in batches if len(b) == rows],
@@ -284,27 +341,15 @@ def collation(
             for batch in batches:
                 samples = [make(int(lengths[i])) for i in batch]
                 sizes = [int(lengths[i]) for i in batch]
-                if isinstance(samples[0], dict):
 
-                    def base_of(samples):
-                        return pad_sequence(
-                            [torch.tensor(x["input_ids"]) for x in samples], batch_first=True
-                        )
-                else:
-
-                    def base_of(samples):
-                        return pad_sequence(samples, batch_first=True)
-
-                def base(samples=samples, base_of=base_of):
+                def base(samples=samples, base_of=pad_sequences):
                     return base_of(samples)
 
                 if len(batch) < rows:  # the planned shape: pad_sequence, then padded to it
                     width = int(collate(samples)["attention_mask"].shape[1])
-                    real = len(batch)
 
-                    def planned(b=base, n=real, w=width, r=rows):
-                        x = b()
-                        return torch.nn.functional.pad(x, (0, w - x.shape[1], 0, r - n))
+                    def planned(b=base, w=width, r=rows):
+                        return pad_to(b(), w, r)
 
                     ours, theirs, full = side_by_side(
                         lambda s=samples, c=collate: c(s), base, planned, repeats=repeats
@@ -327,7 +372,7 @@ def collation(
                     mine, yours = itertools.cycle(pool), itertools.cycle(pool)
                     ours_rot, theirs_rot = rotating_side_by_side(
                         lambda c=collate, it=mine: c(next(it)),
-                        lambda b=base_of, it=yours: b(next(it)),
+                        lambda b=pad_sequences, it=yours: b(next(it)),
                         passes=len(pool),
                         repeats=repeats,
                     )

@@ -10,7 +10,7 @@ import difflib
 import math
 import numbers
 import os
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,47 @@ def check_int(
     rule = f"an int {' and '.join(bounds)}" if bounds else "an int"
     kind = TypeError if not ok else ValueError
     raise kind(f"{name} must be {rule}, got {name}={value!r}")
+
+
+def check_pad_token_id(value: Any) -> int:
+    """A pad token id: an int that int64 holds (the one check of ``PackCollator``, ``for_text``
+    and ``for_packing``; past int64 the first batch's tensor would refuse it).
+
+    Example:
+        >>> check_pad_token_id(0)
+        0
+        >>> check_pad_token_id(2**63)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: pad_token_id must be an int that int64 can hold (...), got pad_token_id=9223...
+    """
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+    if ok and INT64_MIN <= value <= INT64_MAX:
+        return int(value)
+    raise (ValueError if ok else TypeError)(
+        f"pad_token_id must be an int that int64 can hold (-2**63 to 2**63 - 1), got "
+        f"pad_token_id={value!r}; pass the tokenizer's pad id (tokenizer.pad_token_id)"
+    )
+
+
+def exact_int64(values: Iterable[Any], describe: Callable[[int], str]) -> np.ndarray:
+    """Integers (Python or numpy ints, bools) as an int64 array, every value exact, or a
+    ``ValueError`` with ``describe(x)`` for the first ``x`` that int64 cannot hold (the one rule of
+    ``PadCollator`` and ``PackCollator`` for ids and int lists: never wrapped, never rounded).
+
+    Example:
+        >>> exact_int64([1, True, np.int8(-3)], str).tolist()
+        [1, 1, -3]
+        >>> exact_int64([2**63], lambda x: f"{x} is too big")
+        Traceback (most recent call last):
+        ...
+        ValueError: 9223372036854775808 is too big
+    """
+    ints = [int(x) for x in values]
+    big = next((x for x in ints if not INT64_MIN <= x <= INT64_MAX), None)
+    if big is not None:
+        raise ValueError(describe(big))
+    return np.array(ints, dtype=np.int64)
 
 
 def check_float(

@@ -1010,6 +1010,7 @@ def test_short_path_of_dict_samples_equals_the_general_path(side, least, monkeyp
         [*ids([1] * 64, [1] * 60, [1] * 61), {"input_ids": [1] * 60, "x": 1}],
         [*ids([1] * 64, [1] * 60, [1] * 61), {"ids": [1] * 60}],
         ids([1] * 64, [1] * 60, [1] * 61, [1] * 60, [1] * 60),
+        ids([None] * 64, [1] * 60, [1] * 61, [1] * 60),  # (main wrote this batch as all padding)
     ]
     lean = sampler.collator(side=side)
     general = sampler.collator(side=side)
@@ -1062,3 +1063,162 @@ def test_short_dict_memo_follows_a_stream_that_changes_mid_way(pad_value):
                 taken.append(short(lean, xs, xs[0]))
                 _same_result_or_error(lean, general, xs)
     assert sum(t is not None for t in taken) >= 8
+
+
+# --- int lists written straight into the batch (NOTE [ Int lists written straight into the batch ])
+_ODD_INTS = [True, False, np.int64(-5), np.int32(7), np.uint64(9), 2**63 - 1, -(2**63)]
+_NOT_INT64 = [2**63, -(2**63) - 1, np.uint64(2**63), 1.5, np.float64(2.0), "3", None, [1]]
+
+
+def _int_rows_reference(values, size, rows, side, pad):
+    """``list_values``' rule, element by element: a first number that is an int and no bool,
+    every element an exact int64 (``operator.index``: ints, bools, numpy ints), the pad an
+    int64; else ``None``."""
+    import numbers
+    import operator
+
+    first = next((v[0] for v in values if len(v)), None)
+    if not isinstance(first, numbers.Integral) or isinstance(first, (bool, np.bool_)):
+        return None
+    if not _collate_pad.fits(pad, torch.int64):
+        return None
+    out = np.full((rows, size), int(pad), dtype=np.int64)
+    for i, v in enumerate(values):
+        try:
+            ints = [operator.index(x) for x in v]
+        except TypeError:
+            return None
+        if any(not -(2**63) <= x < 2**63 for x in ints):
+            return None
+        if ints:
+            out[i, : len(ints)] = ints if side == "right" else out[i, : len(ints)]
+            if side == "left":
+                out[i, size - len(ints) :] = ints
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    data=st.data(),
+    side=st.sampled_from(["right", "left"]),
+    pad=st.sampled_from([0, -100, 7, 2**63 - 1, 2**63, 1.0, 0.5, True, np.int64(-1)]),
+    extra=st.integers(0, 2),
+    odd=st.sampled_from([None, *_ODD_INTS, *_NOT_INT64]),
+)
+def test_int_rows_equal_the_reference(data, side, pad, extra, odd):
+    """``int_rows`` (struct, straight into the output) equals the element-by-element reference:
+    the same int64 batch, or ``None`` (the caller then takes ``list_values``) where one element
+    is no exact int64, the first is a bool or no int, or the pad does not fit int64."""
+    n = data.draw(st.integers(1, 6))
+    size = data.draw(st.integers(0, 12))
+    values = [data.draw(st.lists(st.integers(-(2**70), 2**70), max_size=size)) for _ in range(n)]
+    values = [
+        [x if -(2**63) <= x < 2**63 or i % 3 else x % 2**40 for x in v]
+        for i, v in enumerate(values)
+    ]
+    if odd is not None:
+        row = data.draw(st.integers(0, n - 1))
+        if values[row]:
+            values[row][data.draw(st.integers(0, len(values[row]) - 1))] = odd
+    sizes = [len(v) for v in values]
+    rows = n + extra
+    want = _int_rows_reference(values, size, rows, side, pad)
+    got = _collate_pad.int_rows(values, sizes, size, rows, side, pad)
+    if want is None:
+        assert got is None
+    else:
+        assert got is not None and got.dtype == torch.int64 and got.shape == (rows, size)
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_int_rows_give_the_tensor_the_old_kernel_gave():
+    """The output is a fresh C-contiguous tensor whose storage is not resizable, as the old
+    kernel's (a torch tensor written through ``Tensor.numpy()``, which makes its storage
+    non-resizable for good) and ``empty``'s numpy-allocated batches are."""
+    t = torch.empty(3)
+    t.numpy()
+    assert not t.untyped_storage().resizable()  # (why numpy's allocation changes nothing)
+    values = [[1, 2, 3], [4]]
+    out = _collate_pad.int_rows(values, [3, 1], 5, 3, "left", -1)
+    assert out.tolist() == [[-1, -1, 1, 2, 3], [-1, -1, -1, -1, 4], [-1] * 5]
+    assert out.is_contiguous() and out.storage_offset() == 0
+    assert not out.untyped_storage().resizable()
+    assert out.untyped_storage().nbytes() == 3 * 5 * 8
+    again = _collate_pad.int_rows(values, [3, 1], 5, 3, "left", -1)
+    assert again.untyped_storage().data_ptr() != out.untyped_storage().data_ptr()
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("least", [0, 1 << 40])
+def test_short_path_of_tokenized_dicts_equals_the_general_path(side, least, monkeypatch):
+    """NOTE [ The short path of dict samples ] for a tokenizer's several fields (``input_ids``,
+    ``attention_mask``, ``labels`` padded with -100, ``token_type_ids``): memoised full batches
+    take it and equal the general path, outputs in the same order (the sample's
+    ``attention_mask`` instead of the built one); any other batch (fields of different lengths,
+    a float or bool field, an int past int64, a fixed-size field, a missing or extra key, a tuple)
+    gives the general path's result or error."""
+    from bucketloader.collate.collator import PadCollator
+
+    monkeypatch.setattr(_collate_pad, "NUMPY_MIN_BYTES", least)
+    lengths = np.array([30, 33, 35, 38, 60, 61, 64, 64, 3000, 2900, 2950, 2999] * 2)
+    sampler = BucketSampler(lengths, num_buckets=3, batch_size=4)
+    taken = []
+    short = PadCollator._short_dict
+    monkeypatch.setattr(PadCollator, "_short_dict", lambda *a: taken.append(short(*a)) or taken[-1])
+
+    def tok(n, keys=("input_ids", "attention_mask", "labels")):
+        full = {
+            "input_ids": list(range(5, 5 + n)),
+            "attention_mask": [1] * n,
+            "labels": [-100] * (n // 3) + list(range(n - n // 3)),
+            "token_type_ids": [0] * n,
+        }
+        return {k: full[k] for k in keys}
+
+    makers = [
+        tok,
+        lambda n: tok(n, ("labels", "input_ids")),
+        lambda n: tok(n, ("input_ids", "attention_mask", "labels", "token_type_ids")),
+        lambda n: {**tok(n), "labels": [0.5] * n},
+        lambda n: {**tok(n), "attention_mask": [True] * n},
+    ]
+    for pad_value, mask_dtype in [({"labels": -100}, torch.bool), (3, torch.long)]:
+        lean = sampler.collator(pad_value=pad_value, side=side, mask_dtype=mask_dtype)
+        general = sampler.collator(pad_value=pad_value, side=side, mask_dtype=mask_dtype)
+        general._short_dicts = False
+        for make in makers:
+            for epoch in range(2):
+                sampler.set_epoch(epoch)
+                for idx in sampler:
+                    _assert_same(lean, general, [make(int(lengths[i])) for i in idx])
+    assert sum(t is not None for t in taken) >= 40
+
+    def rows(*samples):
+        return list(samples)
+
+    odd = [  # batches of a memoised cell (60-64)
+        rows(tok(64), tok(60), {**tok(61), "labels": [1] * 60}, tok(60)),
+        rows(tok(64), tok(60), tok(61), {**tok(60), "labels": [2**63] * 60}),
+        rows(tok(64), tok(60), tok(61), {**tok(60), "input_ids": [1.5] * 60}),
+        rows(tok(64), tok(60), tok(61), {**tok(60), "label": 1}),
+        rows(tok(64), tok(60), tok(61), {"input_ids": [1] * 60, "labels": [1] * 60}),
+        rows(tok(64), tok(60), tok(61), {**tok(60), "labels": tuple(range(60))}),
+        rows(tok(64), tok(60), tok(61), {**tok(60), "labels": [[1]] * 60}),
+        rows(tok(64), tok(30), tok(61), tok(60)),
+        rows(tok(64), tok(60), tok(61), tok(60), tok(60)),
+        rows({**tok(64), "labels": [None] * 64}, tok(60), tok(61), tok(60)),
+        rows(tok(64), tok(60), tok(61), {**tok(60), "labels": [None] * 60}),
+    ]
+    lean = sampler.collator(pad_value={"labels": -100}, side=side)
+    general = sampler.collator(pad_value={"labels": -100}, side=side)
+    general._short_dicts = False
+    for collate in (lean, general):
+        for _ in range(2):
+            for idx in sampler:
+                collate([tok(int(lengths[i])) for i in idx])
+    for xs in odd:
+        _same_result_or_error(lean, general, xs)
+    with pytest.raises(ValueError, match="field 'labels' holds the int 9223372036854775808"):
+        lean(odd[1])
+    with pytest.raises(ValueError, match="fields 'input_ids' and 'labels' both follow input"):
+        lean(odd[0])

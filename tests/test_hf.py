@@ -248,8 +248,14 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
         "for_text(..., pad_token_id=<int>) or for_text(..., tokenizer=<a tokenizer with a pad "
         "token>)"
     )
-    with pytest.raises(ValueError, match=r"pad_token_id must be a token id int64 can hold"):
-        hf.for_text(ds, pad_token_id=2**63, batch_size=4)  # (was an error at the first batch)
+    with pytest.raises(ValueError) as err:  # (was an error at the first batch)
+        hf.for_text(ds, pad_token_id=2**63, batch_size=4)
+    assert str(err.value) == (  # the one check of PackCollator, for_text and for_packing
+        "pad_token_id must be an int that int64 can hold (-2**63 to 2**63 - 1), got "
+        "pad_token_id=9223372036854775808; pass the tokenizer's pad id (tokenizer.pad_token_id)"
+    )
+    with pytest.raises(TypeError, match=r"int that int64 can hold .* got pad_token_id=True"):
+        hf.for_text(ds, pad_token_id=True, batch_size=4)
 
 
 def test_float_token_ids_and_loose_flags_are_refused_when_built():

@@ -416,10 +416,14 @@ def test_token_ids_are_never_rounded_and_always_int64():
         collate([np.array([2**63], dtype=np.uint64)])
     with pytest.raises(TypeError, match="field 'labels'"):
         collate([{"input_ids": [1, 2], "labels": [0.5, 1.0]}])
-    with pytest.raises(ValueError, match=r"pad_token_id must be an int .*got pad_token_id=9223"):
-        _collate(pad_token_id=2**63)
-    with pytest.raises(TypeError, match="pad_token_id must be an int"):
-        _collate(pad_token_id=1.0)
+    for bad, kind in ((2**63, ValueError), (-(2**63) - 1, ValueError), (1.0, TypeError)):
+        with pytest.raises(kind) as err:
+            _collate(pad_token_id=bad)
+        assert str(err.value) == (  # one message for PackCollator, for_text and for_packing
+            "pad_token_id must be an int that int64 can hold (-2**63 to 2**63 - 1), got "
+            f"pad_token_id={bad!r}; pass the tokenizer's pad id (tokenizer.pad_token_id)"
+        )
+    assert _collate(pad_token_id=-(2**63))([[1]])["input_ids"][0, 1].item() == -(2**63)
     assert _collate(pad_token_id=2**63 - 1)([[1]])["input_ids"][0, 1].item() == 2**63 - 1
 
 

@@ -66,6 +66,7 @@ import itertools
 import math
 import numbers
 import operator
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -73,6 +74,7 @@ import numpy as np
 import torch
 
 from bucketloader._samples import check_readable
+from bucketloader._validation import exact_int64
 
 #: Elements per padded sample up to which the masked scatter beats the other paths.
 MASKED_MAX_ELEMENTS = 384
@@ -137,8 +139,8 @@ def list_values(values: Sequence[Any], key: Any, total: int) -> tuple[np.ndarray
     :func:`_typed_list_values`, which types every element (NOTE [ One dtype per field, no value
     lost ]).
     """
-    first = next((v[0] for v in values if len(v)), None)
-    if first is None:
+    first = next((v[0] for v in values if len(v)), _NO_VALUE)  # (None may be a value)
+    if first is _NO_VALUE:
         return np.zeros(0, dtype=np.int64), torch.int64
     if isinstance(first, numbers.Integral) and not isinstance(first, (bool, np.bool_)):
         buf = array.array("q")
@@ -153,6 +155,10 @@ def list_values(values: Sequence[Any], key: Any, total: int) -> tuple[np.ndarray
         else:
             return np.frombuffer(buf, dtype=np.int64), torch.int64
     return _typed_list_values(values, key, total)
+
+
+#: No list of the field holds a value (``None`` could be one).
+_NO_VALUE = object()
 
 
 def _typed_list_values(
@@ -171,14 +177,13 @@ def _typed_list_values(
     if all(issubclass(k, (bool, np.bool_)) for k in kinds):
         return np.fromiter(chain(values), dtype=np.bool_, count=total), torch.bool
     if all(issubclass(k, (numbers.Integral, np.bool_)) for k in kinds):
-        ints = [int(x) for x in chain(values)]
-        big = next((x for x in ints if not _INT64_MIN <= x <= _INT64_MAX), None)
-        if big is not None:
-            raise ValueError(
-                f"field {key!r} holds the int {_short(big)}, which int64 cannot hold; store the "
-                "field as float64 arrays, or fix that value"
-            )
-        return np.array(ints, dtype=np.int64), torch.int64
+        return exact_int64(
+            chain(values),
+            lambda big: (
+                f"field {key!r} holds the int {_short(big)}, which int64 cannot hold; "
+                "store the field as float64 arrays, or fix that value"
+            ),
+        ), torch.int64
     dtype = torch.get_default_dtype()  # Python floats, as torch.tensor([0.5]) gives them
     exact_up_to = 2 / torch.finfo(dtype).eps  # every int of at most this size is exact
     items = list(chain(values))
@@ -199,9 +204,6 @@ def _typed_list_values(
     except OverflowError:
         raise ValueError(f"field {key!r} holds a number too large for a float") from None
     return flat, dtype
-
-
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _short(x: int) -> str:
@@ -424,6 +426,9 @@ def pad_field(
     first = values[0]
     n = len(values)
     if isinstance(first, (list, tuple)):
+        ints = int_rows(values, lengths[:, 0].tolist(), targets[0], rows, side, pad_value)
+        if ints is not None:
+            return ints
         flat_values, dtype = list_values(values, key, int(lengths.sum()))
         out = _alloc((rows, targets[0]), pad_value, dtype, key, fill=True)
         if flat_values.size:
@@ -462,6 +467,74 @@ def pad_field(
     out = _alloc((rows, *shape), pad_value, dtype, key, fill=False)
     _copy_per_sample(out, values, lengths, dims, targets, side, pad_value, is_np)
     return out
+
+
+def int_rows(
+    values: Sequence[Any], sizes: list[int], size: int, rows: int, side: str, pad_value: Any
+) -> torch.Tensor | None:
+    """Flat lists of ints (``sizes`` their lengths) padded into a new ``(rows, size)`` int64
+    tensor, or ``None`` for any other lists (a first number that is no int, or a bool; a float,
+    a string or an int past int64 further on) or a pad value int64 cannot hold: the caller then
+    takes :func:`list_values`, which types every element and words any error.
+
+    NOTE [ Int lists written straight into the batch ]
+    The output, a numpy array, is filled with the pad value, then each list is written into its
+    row by one C call, ``struct.Struct(f"={k}q").pack_into(out, offset, *row)`` (one cached
+    ``Struct`` per length ``k``). ``struct`` takes exactly what ``array.array("q").fromlist``
+    takes (ints, and objects with ``__index__`` such as numpy ints, exactly; floats, strings
+    and ints past int64 refused), so the result is :func:`list_values`'s, without its
+    intermediate array and copy. Measured (session 10, GSM8K token rows, 8-128 rows): about
+    half the time of numpy's own conversion (``out[i, :k] = row``, which discovers the list's
+    dtype first and casts floats and bools silently), 0.65-0.75x ``fromlist``. The output is
+    numpy's at every size, not :func:`empty`'s torch tensor below ``NUMPY_MIN_BYTES``: writing
+    through ``Tensor.numpy()`` makes a torch storage non-resizable for good, so the two give the
+    same tensor, and ``np.empty`` + ``torch.from_numpy`` cost 2.5-5 us less than ``torch.empty``
+    + ``Tensor.numpy()`` on 8 x 67 int64 (a fifth of an 8-row batch's time).
+
+    Example:
+        >>> int_rows([[1, 2], [3]], [2, 1], 3, 2, "right", -1).tolist()
+        [[1, 2, -1], [3, -1, -1]]
+        >>> int_rows([[1.5]], [1], 2, 1, "right", 0) is None
+        True
+    """
+    first = values[0][0] if sizes[0] else next((v[0] for v in values if len(v)), None)
+    if type(first) is not int and (
+        not isinstance(first, numbers.Integral) or isinstance(first, (bool, np.bool_))
+    ):
+        return None
+    if type(pad_value) is not int and not fits(pad_value, torch.int64):
+        return None
+    dst = np.empty((rows, size), np.int64)  # numpy's at any size (the NOTE above)
+    try:
+        dst.fill(pad_value)
+    except OverflowError:  # an int int64 cannot hold
+        return None
+    buf = dst.data  # (a memoryview)
+    pack = _PACK_INTO
+    step = 8 * size
+    try:
+        if side == "right":
+            for i, (v, k) in enumerate(zip(values, sizes, strict=True)):
+                pack[k](buf, i * step, *v)
+        else:
+            for i, (v, k) in enumerate(zip(values, sizes, strict=True)):
+                pack[k](buf, i * step + 8 * (size - k), *v)
+    except (struct.error, TypeError, OverflowError):
+        return None
+    return torch.from_numpy(dst)
+
+
+class _Packers(dict):
+    """``struct.Struct(f"={k}q").pack_into`` per row length ``k``, made on first use."""
+
+    def __missing__(self, k: int) -> Any:
+        if len(self) > 4096:
+            self.clear()
+        pack = self[k] = struct.Struct(f"={k}q").pack_into
+        return pack
+
+
+_PACK_INTO = _Packers()
 
 
 def pad_1d(

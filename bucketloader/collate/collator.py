@@ -47,9 +47,7 @@ lengths (the sample's, and the cell's).
 
 from __future__ import annotations
 
-import array
 import math
-import numbers
 import operator
 from collections.abc import Mapping
 from typing import Any
@@ -67,9 +65,9 @@ from bucketloader.collate._pad import (
     NUMPY_MIN_BYTES,
     SCATTER_MAX_ELEMENTS,
     SCATTER_MIN_ROWS,
-    empty,
     fill_pad,
     fits,
+    int_rows,
     interleaved_pieces,
     numpy_dtype,
     pad_1d,
@@ -185,7 +183,6 @@ class PadCollator:
         self._pad_rows = self.shape_table.last_batch == "pad"
         self._short_dicts = len(self._names) == 1 and self.group_key is None and self._cut is None
         self._mask_tables: dict[int, np.ndarray] = {}  # NOTE [ The short path of dict samples ]
-        self._int_pads: dict[Any, memoryview] = {}
         self._bare_pad: tuple[Any] | None = None
         self._shapes = frozenset(tuple(int(x) for x in s) for s in self.shape_table.shapes)
         self._rows = frozenset(s[0] for s in self._shapes)  # the planned batch sizes
@@ -555,40 +552,49 @@ class PadCollator:
         }
 
     def _short_dict(self, samples: list[Any], first: dict) -> dict[Any, Any] | None:
-        """The general path for dict samples of one padded field of flat lists (token ids),
-        once a batch of these keys went through it, or ``None`` for any other batch.
+        """The general path for dict samples whose every field is a padded field of flat lists
+        (token ids; a tokenizer's ``input_ids``, ``attention_mask``, ``labels``), once a batch
+        of these keys went through it, or ``None`` for any other batch.
 
         NOTE [ The short path of dict samples ]
-        A tokenized dataset's samples, ``{"input_ids": [...]}``, take the general path, whose
-        checks and inference (the structure, the fields, every list's first element, the
+        A tokenized dataset's samples, ``{"input_ids": [...], ...}``, take the general path,
+        whose checks and inference (the structure, the fields, every list's first element, the
         batch's cell) cost more than the padding at 8-32 rows: session 9 measured a numpy
         ``collate_fn`` (zeros, one slice copy per row, the lengths and the mask) at about a third
         of the collator's time on 8 rows. This path takes a full batch of plain dicts with the
-        one key of the cached field spec (the general path inferred or checked it for these
-        keys), plain lists as values, and a memoised cell (the general path's ``_memo``) shared
-        by the shortest and longest list, and pads with the general path's own kernel
-        (:func:`~bucketloader.collate._pad.pad_field`), so the output is the general path's. A
-        list that is not flat, or of values that are not numbers, makes that kernel raise
-        (it types every element then), and the batch goes on to the general path, which words
-        the error.
+        keys of a cached field spec (the general path inferred or checked it for these keys)
+        that pads every key, plain lists as values, every field as long as the first in each
+        sample (fields that follow one input must be: the general path words it otherwise),
+        and a memoised cell (the general path's ``_memo``) shared by the shortest and longest
+        list. It pads each field with the general path's own kernels (lists of ints:
+        :func:`~bucketloader.collate._pad.int_rows`, else
+        :func:`~bucketloader.collate._pad.pad_field`) and builds the outputs in the general
+        path's order (a sample field named ``attention_mask`` replaces the built mask), so the
+        output is the general path's. A list that is not flat, or of values that are not
+        numbers, makes ``pad_field`` raise (it types every element then), and the batch goes on
+        to the general path, which words the error.
         """
         specs = self._specs_cache.get(("dict", tuple(first)))
-        if specs is None or len(specs) != 1 or len(first) != 1:
+        if specs is None or len(specs) != len(first):
             return None
-        spec = specs[0]
-        key = spec.key
-        if spec.dims not in _LIST_DIMS or key == cf.MASK_KEY:
+        if set(map(type, samples)) != _DICT or set(map(len, samples)) != {len(first)}:
             return None
-        if set(map(type, samples)) != _DICT or set(map(len, samples)) != _ONE_D:
-            return None
+        columns = []
         try:
-            values = [s[key] for s in samples]
+            for spec in specs:
+                if spec.dims not in _LIST_DIMS:
+                    return None
+                values = list(map(operator.itemgetter(spec.key), samples))
+                if set(map(type, values)) != _LIST:
+                    return None
+                columns.append(values)
         except KeyError:
             return None
-        if set(map(type, values)) != _LIST:
-            return None
         n = len(samples)
-        sizes = list(map(len, values))
+        sizes = list(map(len, columns[0]))
+        for values in columns[1:]:
+            if list(map(len, values)) != sizes:
+                return None  # fields of one input disagree: the general path words it
         memo = self._memo
         shape = memo.get((None, max(sizes)))
         if shape is None or memo.get((None, min(sizes))) != shape or n != shape[0]:
@@ -596,43 +602,45 @@ class PadCollator:
         if shape not in self._shapes:
             return None
         size = shape[1]
-        lengths = np.array(sizes, dtype=np.int64)[:, None]
+        lengths = np.array(sizes, dtype=np.int64)
         table = self._mask_tables.get(size) if size <= _MASK_TABLE_MAX else None
         if table is None:
-            mask = sequence_mask(lengths[:, 0], size, n, self.side)
+            mask = sequence_mask(lengths, size, n, self.side)
             if size <= _MASK_TABLE_MAX:  # its rows: the mask of each length (what it gave)
                 if len(self._mask_tables) > 64:
                     self._mask_tables.clear()
                 lens = np.arange(size + 1)
                 self._mask_tables[size] = sequence_mask(lens, size, size + 1, self.side)
         else:
-            mask = table.take(lengths[:, 0], axis=0)
-        padded = _int_rows(values, sizes, size, self.side, spec.pad_value, self._int_pads)
-        if padded is None:
-            try:
-                padded = pad_field(
-                    values,
-                    key=key,
-                    lengths=lengths,
-                    dims=(0,),
-                    targets=(size,),
-                    rows=n,
-                    side=self.side,
-                    pad_value=spec.pad_value,
-                    mask=mask,
-                    cache=self._pad_cache,
-                )
-            except (TypeError, ValueError):  # not flat lists of numbers: the general path words
-                return None
-        tmask = torch.from_numpy(mask)
-        return {
-            key: padded,
-            "lengths": torch.from_numpy(lengths[:, 0]),
-            cf.MASK_KEY: tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype),
-            "sample_mask": torch.from_numpy(
-                _TRUE[:n].copy() if n <= _TRUE.size else np.ones(n, bool)
-            ),
-        }
+            mask = table.take(lengths, axis=0)
+        out: dict[Any, Any] = {}
+        for spec, values in zip(specs, columns, strict=True):
+            padded = int_rows(values, sizes, size, n, self.side, spec.pad_value)
+            if padded is None:
+                try:
+                    padded = pad_field(
+                        values,
+                        key=spec.key,
+                        lengths=lengths[:, None],
+                        dims=(0,),
+                        targets=(size,),
+                        rows=n,
+                        side=self.side,
+                        pad_value=spec.pad_value,
+                        mask=mask,
+                        cache=self._pad_cache,
+                    )
+                except (TypeError, ValueError):  # not flat lists of numbers: the general path
+                    return None
+            out[spec.key] = padded
+        out["lengths"] = torch.from_numpy(lengths)
+        if cf.MASK_KEY not in out:
+            tmask = torch.from_numpy(mask)
+            out[cf.MASK_KEY] = tmask if self.mask_dtype is torch.bool else tmask.to(self.mask_dtype)
+        out["sample_mask"] = torch.from_numpy(
+            _TRUE[:n].copy() if n <= _TRUE.size else np.ones(n, bool)
+        )
+        return out
 
     def _short_path(self, samples: list[Any], first: torch.Tensor) -> dict[Any, Any] | None:
         """:meth:`_collate_bare` for the commonest batch, or ``None`` for any other (the full
@@ -896,41 +904,6 @@ def attend_fillers(mask: Any, real: int, side: str) -> None:
     """
     if real < len(mask) and mask.shape[-1]:
         mask[real:, 0 if side == "right" else -1] = 1
-
-
-def _int_rows(
-    values: list[list], sizes: list[int], size: int, side: str, pad_value: Any, pads: dict
-) -> torch.Tensor | None:  # (pads: the collator's pad rows as bytes, per (size, pad value))
-    """``pad_field`` of flat lists of ints (its int64 result: NOTE [ One dtype per field, no
-    value lost ]), written as ``[x_0, pad_0, x_1, ...]`` by one C call per piece into one
-    ``array``, then copied into the output; ``None`` for any other lists (a first number that is
-    no int, or a bool; a float, a string or an int past int64 further on) or a pad value int64
-    cannot hold."""
-    first = next((v[0] for v in values if v), None)
-    if not isinstance(first, numbers.Integral) or isinstance(first, (bool, np.bool_)):
-        return None
-    pad = pads.get((size, pad_value))
-    if pad is None:
-        if not fits(pad_value, torch.int64):
-            return None
-        if len(pads) > 64:
-            pads.clear()
-        row = array.array("q", [int(pad_value)]) * size
-        pad = pads[(size, pad_value)] = memoryview(row).cast("B")  # (slices: no copy)
-    buf = array.array("q")
-    try:
-        for v, k in zip(values, sizes, strict=True):
-            if side == "right":
-                buf.fromlist(v)
-                buf.frombytes(pad[: (size - k) * 8])
-            else:
-                buf.frombytes(pad[: (size - k) * 8])
-                buf.fromlist(v)
-    except (TypeError, OverflowError):
-        return None
-    out = empty((len(values), size), torch.int64)
-    out.numpy().reshape(-1)[:] = np.frombuffer(buf, np.int64)
-    return out
 
 
 _LIST = {list}

@@ -57,12 +57,11 @@ from torch.utils.data import DataLoader, Dataset
 
 from bucketloader._types import SIDES
 from bucketloader._validation import (
-    INT64_MAX,
-    INT64_MIN,
     MAX_LENGTH,
     check_bool,
     check_choice,
     check_int,
+    check_pad_token_id,
 )
 from bucketloader.boundaries import round_up
 from bucketloader.collate import Field, PadCollator
@@ -349,14 +348,7 @@ def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") 
             f"{owner}(..., pad_token_id=<int>) or {owner}(..., tokenizer=<a tokenizer with a "
             "pad token>)"
         )
-    if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, (int, np.integer)):
-        raise TypeError(f"pad_token_id must be an int, got pad_token_id={pad_token_id!r}")
-    if not INT64_MIN <= int(pad_token_id) <= INT64_MAX:  # (else the first batch's int64 refuses it)
-        raise ValueError(
-            f"pad_token_id must be a token id int64 can hold, got pad_token_id={pad_token_id!r}; "
-            "pass the tokenizer's pad id"
-        )
-    return int(pad_token_id)
+    return check_pad_token_id(pad_token_id)
 
 
 def check_token_ids(datasets_: Sequence[Any], names: Sequence[str], owner: str) -> None:

@@ -86,7 +86,14 @@ import numpy as np
 import torch
 
 from bucketloader._samples import check_readable
-from bucketloader._validation import MissingKeyError, check_bool, check_int
+from bucketloader._validation import (
+    INT64_MAX,
+    MissingKeyError,
+    check_bool,
+    check_int,
+    check_pad_token_id,
+    exact_int64,
+)
 from bucketloader.pack.spec import PackTable
 
 __all__ = ["IGNORE_INDEX", "PackCollator"]
@@ -94,7 +101,6 @@ __all__ = ["IGNORE_INDEX", "PackCollator"]
 #: The label of tokens that take no loss (``torch.nn.CrossEntropyLoss``'s default ignore_index).
 IGNORE_INDEX = -100
 
-_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _DTYPE = operator.attrgetter("dtype")
 
 
@@ -160,9 +166,7 @@ class PackCollator:
         self.table = table
         self.key = key
         self.labels_key = labels_key
-        self.pad_token_id = check_int(
-            "pad_token_id", pad_token_id, minimum=_INT64_MIN, maximum=_INT64_MAX
-        )
+        self.pad_token_id = check_pad_token_id(pad_token_id)
         self.max_seqlen = _check_max_seqlen(max_seqlen, table)
         self.seq_idx = check_bool("seq_idx", seq_idx)
 
@@ -552,7 +556,7 @@ def _as_int64(value: Any, pos: int, key: Any) -> np.ndarray:
                 f"token ids must be integers, but {where} is an array of dtype {value.dtype}; "
                 "cast it in the dataset (.astype(np.int64)): ids are never rounded"
             )
-        if value.dtype.kind == "u" and value.size and int(value.max()) > _INT64_MAX:
+        if value.dtype.kind == "u" and value.size and int(value.max()) > INT64_MAX:
             raise ValueError(f"{where} holds an id int64 cannot hold ({int(value.max())})")
         return value.reshape(-1).astype(np.int64)
     if not isinstance(value, (list, tuple)):
@@ -569,11 +573,7 @@ def _as_int64(value: Any, pos: int, key: Any) -> np.ndarray:
             f"token ids must be integers, but {where} holds {bad!r} ({type(bad).__name__}); ids "
             "are never rounded: convert them to ints in the dataset"
         )
-    ints = [int(x) for x in value]
-    big = next((x for x in ints if not _INT64_MIN <= x <= _INT64_MAX), None)
-    if big is not None:
-        raise ValueError(f"{where} holds the id {big}, which int64 cannot hold")
-    return np.asarray(ints, dtype=np.int64)
+    return exact_int64(value, lambda big: f"{where} holds the id {big}, which int64 cannot hold")
 
 
 @functools.lru_cache(maxsize=32)
