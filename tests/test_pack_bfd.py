@@ -67,13 +67,18 @@ def test_bulk_best_fit_is_per_document_bfd(docs, rows):
         assert sorted(x for x, _ in got) == sorted(x for x, _ in want)
         assert sorted(x - f for x, f in got) == sorted(x - f for x, f in want)
     # search="never" is best-fit decreasing itself; with one row length and few documents per
-    # distinct size "auto" is too; with several, "auto" searches where BFD is far above
-    # capacity_bound, and is never looser than BFD
+    # distinct size "auto" is too where BFD keeps the promise (0.5 points of padding above
+    # ceil(tokens / L)), else it searches (docs=[5, 6, 7, 7, 9, 9, 14, 14, 18, 27] in rows of
+    # 40: 3 rows, BFD 4); with several, "auto" searches where BFD is far above
+    # capacity_bound; never looser than BFD
     assert _rows(solve(sizes, counts, rows, search="never"), rows) == _rows(fit, rows)
     auto = solve(sizes, counts, rows)
     _check_patterns(auto, sizes, counts, rows)
     if len(rows) == 1:
-        assert _rows(auto, rows) == _rows(fit, rows)
+        tokens = sum(docs)
+        if fit.num_rows * rows[0] - -(-tokens // rows[0]) * rows[0] <= tokens // 200:
+            assert _rows(auto, rows) == _rows(fit, rows)
+        assert auto.num_rows <= fit.num_rows
     else:
         tokens = [sum(length for length, _ in _rows(p, rows)) for p in (auto, fit)]
         assert tokens[0] <= tokens[1]
