@@ -17,11 +17,16 @@ NOTE [ Writing a cache file ]
 readable; ``tempfile.mkstemp`` would make every entry ``0o600``), flushes and fsyncs it, then
 ``os.replace``-s it over the entry: a reader sees a whole entry or none, and concurrent writers of
 the same entry each replace it whole. The temporary file's name carries its writer
-(``.tmp-<host>-<pid>-<random>.part``, the host naming the hostname and the PID namespace), so the
-next write in the directory removes the leftovers of writers that died (``kill -9``) on this
-host at once, and anyone's after :data:`STALE_TMP_SECONDS`; a live writer's file is never
-touched. An entry path that holds
-something other than a regular file raises :class:`NotAFile` before anything is written.
+(``.tmp-<host>-<pid>-<random>.part``, the host naming the hostname, the kernel's boot id and the
+PID namespace: machines cloned with one hostname are told apart), so the
+next write in the directory (and a cache object's first lookup there, a hit included: both
+caches) removes the leftovers of writers that died (``kill -9``) on this host at once, and
+anyone's after :data:`STALE_TMP_SECONDS`; a live writer's file is never touched. (The age is
+the file's mtime against this machine's clock; on a shared filesystem the server may set the
+mtime, so a client clock more than that ahead of it would take a file being written for stale:
+that writer's rename then fails and its cache warns and works uncached, no entry is damaged.)
+An entry path that holds something other than a regular file raises :class:`NotAFile` before
+anything is written.
 
 Example:
     >>> import tempfile
@@ -206,14 +211,33 @@ def os_reason(exc: OSError) -> str:
     return exc.strerror or str(exc) or type(exc).__name__
 
 
+#: The kernel's random id of this boot (Linux): two machines never share it, containers on one
+#: kernel do (their PID namespaces tell them apart).
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def _boot_id() -> str:
+    """This kernel's boot id, or ``""`` where there is none to read (not Linux)."""
+    try:
+        with open(_BOOT_ID, encoding="ascii") as f:
+            return f.read(64).strip()
+    except (OSError, ValueError):
+        return ""
+
+
 @functools.lru_cache(maxsize=1)
 def _host() -> str:
-    """This host and PID namespace (containers sharing a hostname have their own PIDs)."""
+    """This machine, boot and PID namespace: the PIDs a writer's name can be checked against.
+    The hostname alone is not enough: cloned machines share one (``localhost``), and the
+    initial PID namespace has the same inode on every Linux kernel, so a file of a live
+    writer on another such machine would look like this machine's dead writer's; the boot id
+    tells them apart."""
     try:
         namespace = os.stat("/proc/self/ns/pid").st_ino
     except OSError:
         namespace = 0
-    return hashlib.sha256(f"{socket.gethostname()}/{namespace}".encode()).hexdigest()[:8]
+    me = f"{socket.gethostname()}/{_boot_id()}/{namespace}"
+    return hashlib.sha256(me.encode()).hexdigest()[:8]
 
 
 def _alive(pid: int) -> bool:

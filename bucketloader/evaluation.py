@@ -57,6 +57,7 @@ from bucketloader._samples import DatasetView, load_samples
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import even_batch, size_values
+from bucketloader.plan.limits import warn_zero_lengths
 from bucketloader.plan.report import LEFT_OUT_BY, SamplingReport
 from bucketloader.plan.spec import SpecShapes
 from bucketloader.sampler import check_state, spec_or_build
@@ -165,6 +166,7 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         if self.balance:
             self.spec = _balanced(self.spec, self.num_replicas)
         self._warn_filtered()
+        warn_zero_lengths(self.spec, "EvalSampler", stacklevel=2)
 
     def _warn_filtered(self) -> None:
         """A filter makes evaluation partial: say so once, with the counts (NOTE [ Warning about
@@ -415,27 +417,33 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
 
         return EvalCollator(PadCollator(self.shape_table, **kwargs))
 
-    def dataloader(
-        self, dataset: Any, *, collate_fn: Callable[[Any], Any] | None = None, **kwargs: Any
-    ) -> DataLoader:
-        """``DataLoader(self.wrap(dataset), batch_sampler=self, collate_fn=...)``.
+    def dataloader(self, dataset: Any, **kwargs: Any) -> DataLoader:
+        """``DataLoader(self.wrap(dataset), batch_sampler=self, collate_fn=self.collator())``.
 
         Args:
             dataset: the map-style dataset the lengths describe.
-            collate_fn: default :meth:`collator`; your own must accept :class:`EvalSamples`
-                (wrap it in :class:`EvalCollator` to get ``sample_mask`` and ``index``).
             **kwargs: other ``DataLoader`` arguments (``num_workers``, ``pin_memory``, ...).
-        """
-        from bucketloader.loader import check_loader_options
+                ``collate_fn`` left out: :meth:`collator`, as every ``dataloader()`` of the
+                library; your own must accept :class:`EvalSamples` (wrap it in
+                :class:`EvalCollator` to get ``sample_mask`` and ``index``). ``collate_fn=None``
+                is refused: to ``DataLoader`` (and to the other samplers' ``dataloader()``) it
+                means torch's ``default_collate``, here it used to mean :meth:`collator`, and
+                torch's would count the filler rows as samples; leave it out, or pass
+                ``torch.utils.data.default_collate`` itself.
 
-        kwargs = check_loader_options(self, {"collate_fn": collate_fn, **kwargs})
-        collate_fn = kwargs.pop("collate_fn")
-        return DataLoader(
-            self.wrap(dataset),
-            batch_sampler=self,
-            collate_fn=self.collator() if collate_fn is None else collate_fn,
-            **kwargs,
-        )
+        Example:
+            >>> lengths = [3, 4, 9, 10, 10]
+            >>> sampler = EvalSampler(lengths, num_buckets=2, batch_size=2)
+            >>> [b["index"].tolist() for b in sampler.dataloader([[1] * n for n in lengths])]
+            [[0, 1], [2, 3], [4, -1]]
+        """
+        from bucketloader.loader import check_dataset_size, check_loader_options
+
+        check_collate_fn(kwargs)
+        check_dataset_size(self, dataset, int(self.spec.cell_of_sample.size))
+        kwargs = check_loader_options(self, kwargs)
+        kwargs.setdefault("collate_fn", self.collator())
+        return DataLoader(self.wrap(dataset), batch_sampler=self, **kwargs)
 
     # -- dataset order -------------------------------------------------------------------------
     def restore(self, outputs: Any) -> Any:
@@ -471,6 +479,31 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         return (
             f"EvalSampler({self.num_samples} samples, {len(self.shapes)} shapes, "
             f"{len(self)} steps, rank {self.rank} of {self.num_replicas})"
+        )
+
+
+def check_collate_fn(options: Mapping[str, Any]) -> None:
+    """Refuse ``collate_fn=None`` among the ``DataLoader`` ``options`` of an
+    :class:`EvalSampler` (see :meth:`EvalSampler.dataloader`).
+
+    Example:
+        >>> check_collate_fn({"num_workers": 2})  # left out: the collator
+        >>> check_collate_fn({"collate_fn": None})
+        Traceback (most recent call last):
+        ...
+        TypeError: an EvalSampler's dataloader() got collate_fn=None, which to DataLoader (and \
+to the other samplers' dataloader()) means torch's default_collate; it used to mean the \
+EvalSampler's collator() here, and torch's default_collate would count the filler rows of a short \
+batch as samples. Leave collate_fn out for the collator, or pass \
+collate_fn=torch.utils.data.default_collate to ask for torch's
+    """
+    if "collate_fn" in options and options["collate_fn"] is None:
+        raise TypeError(
+            "an EvalSampler's dataloader() got collate_fn=None, which to DataLoader (and to the "
+            "other samplers' dataloader()) means torch's default_collate; it used to mean the "
+            "EvalSampler's collator() here, and torch's default_collate would count the filler "
+            "rows of a short batch as samples. Leave collate_fn out for the collator, or pass "
+            "collate_fn=torch.utils.data.default_collate to ask for torch's"
         )
 
 

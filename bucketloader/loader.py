@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader
 
 from bucketloader._validation import check_bool, check_int
 
-__all__ = ["ResumableDataLoader", "check_loader_options"]
+__all__ = ["ResumableDataLoader", "check_dataset_size", "check_loader_options"]
 
 #: ``DataLoader`` options a batch sampler decides (torch refuses them beside ``batch_sampler``).
 _SAMPLER_OWNED = ("batch_size", "shuffle", "sampler", "drop_last", "batch_sampler")
@@ -38,6 +38,30 @@ def _is_default(name: str, value: Any) -> bool:
     if name in ("shuffle", "drop_last"):
         return value is None or (isinstance(value, (bool, np.bool_)) and not value)
     return name == "sampler" and value is None
+
+
+def check_dataset_size(sampler: Any, dataset: Any, planned: int, *, at_least: bool = False) -> None:
+    """Refuse a dataset whose size disagrees with the ``planned`` lengths, either way: one too
+    short fails deep in a worker, one too long trains silently on its first ``planned`` samples
+    (s10-user). ``at_least``: the dataset only has to hold ``planned`` rows (indices are global
+    row ids). A dataset without ``__len__`` is not checked."""
+    if not hasattr(dataset, "__len__"):
+        return
+    size = len(dataset)
+    if size == planned or (at_least and size > planned):
+        return
+    name = type(sampler).__name__
+    need = f"at least {planned:,}" if at_least else f"{planned:,}"
+    raise ValueError(
+        f"dataset has {size:,} samples but this {name} was planned on lengths for {need}; "
+        "give the sampler one length for every sample of the dataset, in the same order"
+        + (
+            f", or pass torch.utils.data.Subset(dataset, range({planned})) if you meant to "
+            f"train on the first {planned:,} samples only"
+            if size > planned and not at_least
+            else ""
+        )
+    )
 
 
 #: The DataLoader options that take a callable, and what it does (for the error).

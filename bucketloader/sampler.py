@@ -57,6 +57,7 @@ from bucketloader.plan.epoch import (
     check_weights,
     resolve_weights,
 )
+from bucketloader.plan.limits import warn_zero_lengths
 from bucketloader.plan.promote import Promotion, promoted_spec, promotes
 from bucketloader.plan.report import LEFT_OUT_BY, LOSS_WARNING, plan_report
 from bucketloader.plan.shapes import SpecOptions
@@ -250,8 +251,10 @@ class EpochSampler(Sampler[list[int]]):
         A :class:`~bucketloader.loader.ResumableDataLoader`: it counts the batches it hands to
         your loop, so :meth:`state_dict` records exactly what the loop received, even with
         ``num_workers > 0`` (NOTE [ Exact resume behind DataLoader workers ]); its
-        ``set_epoch`` reaches this sampler. ``collate_fn`` defaults to :meth:`collator` when the
-        sampler has one.
+        ``set_epoch`` reaches this sampler. ``collate_fn`` left out is :meth:`collator` (when the
+        sampler has one); ``collate_fn=None`` is torch's ``default_collate``, as it is to
+        ``DataLoader`` (the same in every ``dataloader()`` of the library; ``EvalSampler``
+        refuses it).
 
         Args:
             dataset: the map-style dataset the sampler's indices point into.
@@ -266,7 +269,11 @@ class EpochSampler(Sampler[list[int]]):
             >>> sampler.state_dict()["batches_yielded"]
             1
         """
-        from bucketloader.loader import ResumableDataLoader, check_loader_options
+        from bucketloader.loader import (
+            ResumableDataLoader,
+            check_dataset_size,
+            check_loader_options,
+        )
 
         if not callable(getattr(dataset, "__getitem__", None)):
             raise TypeError(
@@ -274,13 +281,8 @@ class EpochSampler(Sampler[list[int]]):
                 f"describe, got {type(dataset).__name__}"
             )
         planned = self._config().get("num_samples")
-        size = len(dataset) if hasattr(dataset, "__len__") else None
-        if planned is not None and size is not None and size < planned:
-            raise ValueError(
-                f"dataset has {size:,} samples but this {type(self).__name__} was planned on "
-                f"{planned:,} lengths; pass the dataset the lengths describe (one length per "
-                "sample, in the same order)"
-            )
+        if planned is not None:
+            check_dataset_size(self, dataset, int(planned))
         kwargs = check_loader_options(self, kwargs)
         if "collate_fn" not in kwargs and callable(getattr(self, "collator", None)):
             kwargs["collate_fn"] = self.collator()  # type: ignore[attr-defined]
@@ -608,22 +610,10 @@ class BucketSampler(SpecShapes, EpochSampler):
             )
 
     def _warn_empty_shapes(self) -> None:
-        """Warn when a planned shape is 0 wide in some input (samples of length 0 with a bucket
-        of their own): a ``(B, 0)`` batch breaks most models (attention over no keys)."""
-        spec = self.spec  # (not self.shapes: a subclass's table may not be ready yet)
-        empty = np.flatnonzero((spec.cell_lengths == 0).any(axis=1) & (spec.counts > 0))
-        if not empty.size:
-            return
-        first = tuple(int(x) for x in spec.cell_lengths[empty[0]])
-        warnings.warn(
-            f"this BucketSampler plans {empty.size} cell(s) of width 0 ({first} first, "
-            f"{int(spec.counts[empty].sum())} samples): "
-            "samples of length 0 got a bucket of their own, and most models cannot take an "
-            "empty batch; pass min_length=1, overflow='drop' to leave them out (report() "
-            "counts them), or count special tokens (BOS/EOS) in the lengths",
-            UserWarning,
-            stacklevel=3,
-        )
+        """Warn once about samples of length 0 the plan keeps (NOTE [ Samples of length 0 ] in
+        :mod:`bucketloader.plan.limits`), and when they got a cell of width 0 of their own: a
+        ``(B, 0)`` batch breaks most models (attention over no keys)."""
+        warn_zero_lengths(self.spec, type(self).__name__, stacklevel=3)
 
     def _warn_joint_alone(self) -> None:
         """Warn when several ranks each solve a joint plan on their own (NOTE [ One joint plan

@@ -226,6 +226,10 @@ class ShardedSampler(EpochSampler):
         self.fill = self.last_batch == "fill"  # NOTE [ Sharded plan ] 9
         lengths = _shard_array(shard_lengths)
         ids = _shard_ids(shard_indices, lengths.size, self.exchange)
+        # rows the dataset must hold, and whether they are global ids (any larger dataset fits)
+        self._dataset_rows = (
+            (lengths.size, False) if ids is None else (int(ids.max()) + 1 if ids.size else 0, True)
+        )
         own = _histogram(lengths) if lengths.size else None
         if shard_histograms is None:
             hists = _gather_histograms(
@@ -366,9 +370,17 @@ class ShardedSampler(EpochSampler):
             dataset: this rank's shard (indexed by position in ``shard_lengths``), or with
                 ``shard_indices`` the whole data set (indexed by global row id).
             **kwargs: other ``DataLoader`` arguments (``num_workers``, ``collate_fn``, ...).
+                ``collate_fn`` left out is :meth:`collator`; ``collate_fn=None`` is torch's
+                ``default_collate``, as it is to ``DataLoader``.
         """
-        from bucketloader.loader import ResumableDataLoader, check_loader_options
+        from bucketloader.loader import (
+            ResumableDataLoader,
+            check_dataset_size,
+            check_loader_options,
+        )
 
+        rows, global_ids = self._dataset_rows
+        check_dataset_size(self, dataset, rows, at_least=global_ids)
         kwargs = check_loader_options(self, kwargs)  # (as the other samplers' dataloader())
         if "collate_fn" not in kwargs:  # (yours, even None, is kept; no collator built for it)
             kwargs["collate_fn"] = self.collator()  # ResumableDataLoader below: exact state

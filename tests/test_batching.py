@@ -147,7 +147,7 @@ def test_oversize_error_single_or_drop():
     assert joint.cell_batch.tolist() == [6, 1, 1]
 
 
-@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of width 0")  # (length 0)
+@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of length 0")  # (length 0)
 # -- empty samples, exact sizes, impossible budgets --------------------------------------------
 def test_empty_samples_batch_like_the_shortest_bucket():
     lengths = load_real("europarl")[:, 0].copy()

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import multiprocessing
 import os
 import pickle
+import signal
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -627,3 +630,127 @@ def test_distributed_rank0_solves_and_broadcasts(tmp_path):
     assert "rank(s) [1]" in r0["mismatch"] and "different lengths or options" in r0["mismatch"]
     assert "rank(s) [1]" in r1["mismatch"] and "different lengths or options" in r1["mismatch"]
     assert len(BucketCache(shared)) == 2  # k=3 and k=4; the mismatch call was a hit on rank 0
+
+
+def _writer_stopped_before_rename(directory: Path, write=None) -> tuple[int, Path]:
+    """A real writer process (forked) that writes an entry's temporary file and stops just before
+    the rename (it waits there until killed): what ``kill -9`` between write and rename leaves.
+    ``write()``: the write (default: a BucketCache entry in ``directory``)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a BucketCache write whose rename never comes
+        try:
+            import bucketloader._files as files
+
+            def stop(src, dst):
+                os.write(w, os.fsencode(str(src)) + b"\n")
+                while True:
+                    time.sleep(60)
+
+            files.os.replace = stop  # this process only
+            if write is None:
+                BucketCache(directory).put(hist([5, 6, 7]), solve_boundaries([5, 6, 7], 2))
+            else:
+                write()
+        finally:
+            os._exit(3)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        part = Path(os.fsdecode(f.readline().strip()))
+    assert part.is_file() and part.name.endswith(".part"), part
+    return pid, part
+
+
+def _kill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_orphaned_temporary_files_are_removed_on_a_hit_but_never_a_live_writers(tmp_path, caplog):
+    cache = BucketCache(tmp_path)
+    cache.get_or_solve(hist(), "optimal", PARAMS, Counting())  # the entry: later lookups hit
+    live, writing = _writer_stopped_before_rename(tmp_path)  # still writing (alive)
+    dead, orphan = _writer_stopped_before_rename(tmp_path)
+    _kill(dead)  # killed between the write and the rename: its .part is an orphan
+    try:
+        solve = Counting()
+        with caplog.at_level(logging.DEBUG, logger="bucketloader.cache.store"):
+            reopened = BucketCache(tmp_path)
+            reopened.get_or_solve(hist(), "optimal", PARAMS, solve)
+        assert (reopened.hits, solve.calls) == (1, 0)  # a hit: no write that would clean
+        assert not orphan.exists()  # the dead writer's leftover is gone
+        assert writing.is_file()  # the live writer's file is never touched
+        assert "removed 1 temporary file" in caplog.text and str(tmp_path) in caplog.text
+    finally:
+        _kill(live)
+    again = BucketCache(tmp_path)  # opened once more: the writer that just died is cleaned too
+    assert again.get(again.key(hist(), "optimal", PARAMS)) is not None
+    assert not writing.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        cache.path_for(cache.key(hist(), "optimal", PARAMS)).name
+    ]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_compile_cache_hits_remove_orphaned_records_but_never_a_live_writers(tmp_path, caplog):
+    """The same for CompileCache's records (``entries/<key>/``): a run whose every shape hits
+    never wrote, so a killed writer's temporary file stayed."""
+    from bucketloader.compile import CompileCache
+    from bucketloader.compile._key import digest
+
+    model = {"model": "m"}
+    key = digest(model)
+    CompileCache(tmp_path).put(key, model, (4, 8), {"x": 1}, cold_seconds=2.0)
+
+    def record(i):
+        return lambda: CompileCache(tmp_path).put(
+            key, model, (4, 8 + i), {"x": i}, cold_seconds=1.0
+        )
+
+    live, writing = _writer_stopped_before_rename(tmp_path, record(1))
+    dead, orphan = _writer_stopped_before_rename(tmp_path, record(2))
+    _kill(dead)
+    try:
+        assert writing.parent == orphan.parent == tmp_path / "entries" / key
+        with caplog.at_level(logging.DEBUG, logger="bucketloader.compile.store"):
+            assert CompileCache(tmp_path).get(key, (4, 8), {"x": 1}).cold_seconds == 2.0  # a hit
+        assert not orphan.exists() and writing.is_file()
+        assert "removed 1 temporary file" in caplog.text
+    finally:
+        _kill(live)
+    assert len(CompileCache(tmp_path).records(key)) == 1 and not writing.exists()
+
+
+def test_a_live_writer_on_another_machine_with_this_hostname_is_never_taken_for_dead(
+    tmp_path, monkeypatch
+):
+    """rev1: a writer's name carried only the hostname and the PID namespace's inode, and the
+    initial namespace has the same inode on every Linux kernel: on a shared filesystem, a
+    machine cloned with this one's hostname writing as a PID that is dead here had its file,
+    still being written, removed by this machine's first lookup (its rename then failed). The
+    kernel's boot id tells the machines apart."""
+    import socket
+
+    import bucketloader._files as files
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    elsewhere = int(done.stdout)  # a PID that no longer runs here
+    monkeypatch.setattr(socket, "gethostname", lambda: "localhost")  # cloned machines
+    real = files._boot_id() if hasattr(files, "_boot_id") else ""
+    monkeypatch.setattr(files, "_boot_id", lambda: "another-" + real, raising=False)
+    monkeypatch.setattr(files.os, "getpid", lambda: elsewhere)
+    files._host.cache_clear()
+    fd, writing = files.create_temp(tmp_path)  # the other machine's writer, mid-write
+    os.close(fd)
+    monkeypatch.undo()
+    monkeypatch.setattr(socket, "gethostname", lambda: "localhost")  # this machine
+    files._host.cache_clear()
+    try:
+        if not real and not os.path.exists("/proc/self/ns/pid"):
+            pytest.skip("no boot id or PID namespace to tell machines apart")
+        assert BucketCache(tmp_path).get("0" * 64) is None  # a lookup: its sweep
+        assert writing.is_file()  # another machine's live writer: never touched
+    finally:
+        files._host.cache_clear()

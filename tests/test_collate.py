@@ -120,7 +120,7 @@ def test_one_epoch_of_token_batches_is_exactly_planned(ecoli_sampler, side, kind
         assert tuple(x.shape) in sampler.shapes and x.dtype == torch.int64
         assert lens[real].tolist() == [int(lengths[i]) for i in idx]
         assert (lens[~real] == 0).all() and real.sum() == len(idx)
-        assert mask.dtype == torch.bool and (mask.sum(1) == lens).all()
+        assert mask.dtype == torch.bool and (mask.sum(1) == torch.where(real, lens, 1)).all()
         assert (x[~mask] == -1).all()
         want = reference_pad(
             [make(i, lengths[i]) for i in idx], (0,), (x.shape[1],), x.shape[0], side, -1
@@ -141,7 +141,8 @@ def test_feature_frames_pad_their_time_dim():
         out = collate(feats)
         b, c, t = out["inputs"].shape
         assert (b, t) in sampler.shapes and c == 4
-        assert torch.equal(out["inputs"][:, 0] == 1, out["attention_mask"])
+        real = out["sample_mask"][:, None]  # a filler row attends one padded position
+        assert torch.equal(out["inputs"][:, 0] == 1, out["attention_mask"] & real)
         assert (
             out["inputs"][:, :, :][~out["attention_mask"][:, None, :].expand(b, c, t)] == 0.5
         ).all()
@@ -169,7 +170,7 @@ def test_dict_samples_per_key_pad_values_and_fixed_fields():
         with pytest.raises(ValueError, match="'speaker' both follow input 0"):
             collate(batch)
         out = collate_fixed(batch)
-        m = out["attention_mask"].bool()
+        m = out["attention_mask"].bool() & out["sample_mask"][:, None]  # (a filler attends 1)
         assert tuple(out["input_ids"].shape) in sampler.shapes
         assert (out["input_ids"][~m] == 0).all() and (out["labels"][~m] == -100).all()
         assert (out["labels"][m] == 9).all()
@@ -204,7 +205,7 @@ def test_tokenizer_attention_mask_is_padded_with_zero_and_kept():
     out = collate(batch)
     assert out["input_ids"].tolist()[0] == [50256, 7, 7, 7]
     assert out["attention_mask"].tolist()[:3] == [[0, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]]
-    assert out["attention_mask"].tolist()[3] == [0, 0, 0, 0]  # batch-padding row
+    assert out["attention_mask"].tolist()[3] == [0, 0, 0, 1]  # a filler row attends one position
 
 
 def test_tuple_samples_audio_and_label():
@@ -229,7 +230,7 @@ def test_two_inputs_seq2seq_dicts():
         out = named(batch)
         b, ls, lt = out["source"].shape + out["target"].shape[1:]
         assert (b, ls, lt) in sampler.shapes
-        masks = out["attention_mask"]
+        masks = {k: v & out["sample_mask"][:, None] for k, v in out["attention_mask"].items()}
         assert set(masks) == {"source", "target"} and masks["target"].shape == (b, lt)
         assert out["lengths"].shape == (b, 2)
         assert out["lengths"][out["sample_mask"]].tolist() == pairs[idx].tolist()
@@ -251,7 +252,8 @@ def test_images_with_two_variable_dims():
         out = collate(imgs)
         b, c, h, w = out["inputs"].shape
         assert (b, w, h) in sampler.shapes and c == 3
-        mw, mh = out["attention_mask"]["0"], out["attention_mask"]["1"]
+        real = out["sample_mask"][:, None]  # a filler row attends one padded position
+        mw, mh = out["attention_mask"]["0"] & real, out["attention_mask"]["1"] & real
         full = mh[:, :, None] & mw[:, None, :]
         assert ((out["inputs"] >= 0).all(1) == full).all()
         for r, img in enumerate(imgs):
@@ -512,7 +514,7 @@ def test_torch_only_samples_bfloat16_and_grad(length):
         assert torch.equal(out[0].detach(), want)
 
 
-@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of width 0")  # length 0 on purpose
+@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of length 0")  # length 0 on purpose
 @settings(max_examples=25, deadline=None)
 @given(
     lengths=st.lists(st.integers(0, 40), min_size=1, max_size=60),
@@ -549,7 +551,7 @@ def test_any_lengths_any_policy_every_batch_is_planned(lengths, last_batch, side
 
 
 # --- the lean path for 1-D samples equals the general one -------------------------------------
-@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of width 0")  # length 0 on purpose
+@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of length 0")  # length 0 on purpose
 @settings(max_examples=40, deadline=None)
 @given(
     data=st.data(),
@@ -601,7 +603,7 @@ def _assert_same(lean, general, xs):
         assert got[key].dtype == want[key].dtype and torch.equal(got[key], want[key]), key
 
 
-@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of width 0")  # length 0 on purpose
+@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of length 0")  # length 0 on purpose
 @settings(max_examples=25, deadline=None)
 @given(
     data=st.data(),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -108,6 +109,10 @@ def test_the_api_reference_reads_sphinx_habits_as_markdown():
 
 #: A decimal figure of docs/benchmarks.md (a version such as "torch 2.13" is not one).
 FIGURE = re.compile(r"(?<![\w.])(?<!torch )(?<!Python )(\d[\d,]*\.\d+)(?!\d)(%?)")
+#: A count of docs/benchmarks.md with a thousands separator (2,916 rows; 4,537 MB): in a results
+#: file the section links, with or without the separators. (Counts are often the benchmark's own
+#: parameters, such as rows of 1,024, so this checks only that it is there, not where.)
+COUNT = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+)(?![\d.]|,\d)")
 #: Figures of the machine's load ("at load 5.6-7.5"): the start and the end of a run, checked
 #: to be in the results file but not beside the statement's other figures.
 LOAD = re.compile(r"\bload(?: average)? ([\d.,]+)(?:-([\d.,]+))?")
@@ -155,6 +160,17 @@ def test_the_figure_check_catches_a_figure_found_only_elsewhere_in_the_file():
     assert [x.split(": ")[1].split()[0] for x in stale] == ["36.9"], stale
 
 
+def test_the_figure_check_catches_a_count_no_results_file_states():
+    """s10's review: BFD's 2,916 rows and ``search="always"``'s 2,873 at GSM8K in rows of 256
+    were in no results file (packing.md has 2,870 / 2,872 / 2,881), and the check read only
+    decimals. A count there, with or without its separators, passes."""
+    text = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
+    assert "(GSM8K at 256: 0.39%, 2,881 rows" in text
+    assert not _stale_figures(text)
+    slipped = text.replace("(GSM8K at 256: 0.39%, 2,881 rows", "(GSM8K at 256: 0.39%, 2,891 rows")
+    assert [x.split(": ")[1].split()[0] for x in _stale_figures(slipped)] == ["2,891"]
+
+
 def _stale_figures(text: str) -> list[str]:
     """The figures of ``text`` (docs/benchmarks.md) that its results files do not back."""
     results = ROOT / "benchmarks" / "results"
@@ -168,6 +184,10 @@ def _stale_figures(text: str) -> list[str]:
         part = list(itertools.accumulate(line.startswith("#") for line in lines))
         for statement in _statements(section):
             loads = {x for m in LOAD.finditer(statement) for x in m.groups() if x}
+            for count in COUNT.findall(statement):
+                forms = "|".join(re.escape(f) for f in (count, count.replace(",", "")))
+                if not re.search(rf"(?<![\d.,])(?:{forms})(?![\d]|,\d)", source):
+                    stale.append(f"{title}: {count} not in {sorted(names)}")
             found = {f: _where(lines, *f) for f in FIGURE.findall(statement)}
             for (number, percent), at in found.items():
                 others = [j for f, js in found.items() if f != (number, percent) for j in js]
@@ -190,27 +210,36 @@ MACHINE_PATH = re.compile(rb"(?<![\w.~-])/" + b"work" + rb"/")
 CITED = re.compile(r"\bbenchmarks/(?:results/[\w][\w.-]*\.\w+|\w[\w/]*\.py)\b")
 
 
-def _repository_files() -> list[Path]:
-    """The files of the repository: ``git ls-files`` in a git checkout, else every file under
-    the root but the ones a checkout ignores (a build, a virtual environment, caches)."""
+def _repository_files(root: Path = ROOT) -> list[Path]:
+    """The files of the repository at ``root``: ``git ls-files`` where ``root`` is the top of
+    a git checkout, else (an unpacked archive, no git, or a copy inside another checkout) every
+    file under it but what a checkout ignores: builds, caches, virtual environments (a folder
+    with a ``pyvenv.cfg``, under any name; their scripts name the interpreter's absolute path)."""
     try:
-        out = subprocess.run(
-            ["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True
-        ).stdout
+        top = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            check=True,
+            text=True,
+        ).stdout.strip()
+        if Path(top).resolve() == root.resolve():
+            out = subprocess.run(
+                ["git", "-C", str(root), "ls-files", "-z"], capture_output=True, check=True
+            ).stdout
+            return [root / name for name in out.decode().split("\0") if name]
     except (OSError, subprocess.CalledProcessError):
-        skip = {
-            ".git",
-            ".venv",
-            "site",
-            "__pycache__",
-            ".mypy_cache",
-            ".ruff_cache",
-            ".pytest_cache",
-        }
-        return [
-            p for p in ROOT.rglob("*") if p.is_file() and not skip & set(p.relative_to(ROOT).parts)
-        ]
-    return [ROOT / name for name in out.decode().split("\0") if name]
+        pass
+    skip = {".git", ".tox", ".nox", ".hypothesis", "site", "build", "dist", "htmlcov"}
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not (d in skip or d.endswith(("_cache", "__pycache__", ".egg-info")))
+            and not (Path(folder) / d / "pyvenv.cfg").is_file()
+        )
+        files += [Path(folder) / n for n in sorted(names) if n != ".git"]  # (a worktree's)
+    return files
 
 
 def _machine_paths(files: list[Path], root: Path = ROOT) -> list[str]:
@@ -274,3 +303,32 @@ def test_the_citation_check_reads_scripts_and_results_files():
         "benchmarks/results/small_costs.md",
         "benchmarks/gone.py",
     }
+
+
+def test_the_file_list_outside_a_checkout_leaves_out_environments_and_builds(tmp_path):
+    """An unpacked archive (no git) in a folder under the same path as the development
+    machine's: its virtual environment's scripts start with ``#!/<that path>/venv/bin/python``,
+    which are not files of the repository."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "page.md").write_text("A page.\n")
+    for env in ("venv", "env-3.11"):
+        (tmp_path / env / "bin").mkdir(parents=True)
+        (tmp_path / env / "pyvenv.cfg").write_text("home = /usr/bin\n")
+        (tmp_path / env / "bin" / "pip").write_text("#!/" + "work/x/venv/bin/python\n")
+    (tmp_path / "pkg.egg-info").mkdir()
+    (tmp_path / "pkg.egg-info" / "SOURCES.txt").write_text("docs/page.md\n")
+    files = _repository_files(tmp_path)
+    assert [p.relative_to(tmp_path).as_posix() for p in files] == ["docs/page.md"]
+
+
+def test_the_file_list_of_an_untracked_copy_inside_another_checkout_is_its_files(tmp_path):
+    """A copy unpacked inside some other git checkout, untracked there: ``git ls-files`` lists
+    nothing of it (the check would pass on nothing, or fail its count); the walk lists it."""
+    try:
+        subprocess.run(["git", "init", "-q", str(tmp_path)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("no git")
+    root = tmp_path / "unpacked"
+    (root / "docs").mkdir(parents=True)
+    (root / "docs" / "page.md").write_text("A page.\n")
+    assert _repository_files(root) == [root / "docs" / "page.md"]

@@ -276,3 +276,22 @@ def test_an_untyped_empty_first_shard_unifies_only_the_measured_columns(tmp_path
     pq.write_table(pa.table({"n": [2.5], "ids": [[1]], "label": [0]}), tmp_path / "part-3.parquet")
     with pytest.raises(TypeError, match="column 'n' holds double numbers; lengths are whole"):
         parquet_histogram(tmp_path, "n")
+
+
+@pytest.mark.parametrize("given", ["files", "dataset"])
+def test_an_out_of_range_value_for_the_first_files_type_is_a_failed_cast(tmp_path, given):
+    """s10: the first file's int32 length column set the dataset's type, and a later file's int64
+    value past 2**31 failed the cast: the error said the file "could not be read as Parquet". It
+    says what happened: the column, the file, the value, both types, and the fix (which reads)."""
+    pq.write_table(pa.table({"n": pa.array([3, 4], pa.int32())}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"n": pa.array([5, 2**40, 7], pa.int64())}), tmp_path / "b.parquet")
+    source = tmp_path if given == "files" else pads.dataset(tmp_path)
+    with pytest.raises(ValueError) as info:
+        parquet_histogram(source, "n")
+    message = str(info.value)
+    assert "could not be read as Parquet" not in message
+    assert "b.parquet" in message and "column 'n'" in message
+    assert "1099511627776" in message and "int32" in message and "int64" in message
+    assert "pyarrow.dataset.dataset(" in message and "pa.int64()" in message
+    fixed = pads.dataset(tmp_path, schema=pa.schema([("n", pa.int64())]))  # the fix it names
+    assert parquet_histogram(fixed, "n").histogram.values.tolist() == [3, 4, 5, 7, 2**40]

@@ -184,3 +184,26 @@ def test_cli_engine_spark_reads_past_an_untyped_empty_first_shard(spark, tmp_pat
     out = capsys.readouterr()
     assert "note: 1 of the 2 Parquet files holds no rows (part-0.parquet)" in out.err
     assert "recommended" in out.out, out.err
+
+
+def test_python_api_names_an_untyped_empty_first_shard_and_the_fix(spark, tmp_path):
+    """s10: `spark_histogram(spark.read.parquet(dir))` where the shard Spark takes its schema
+    from is empty with a column of type null (written from an empty list) failed inside Spark's
+    reader on the other files (a Java traceback); it is one ValueError naming the empty file and
+    the two fixes, and the schema it gives reads."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"ids": pa.array([], pa.null())}), tmp_path / "part-0.parquet")
+    pq.write_table(pa.table({"ids": [[1, 2], [3], [4, 5, 6]]}), tmp_path / "part-1.parquet")
+    with pytest.raises(ValueError) as info:
+        spark_histogram(spark.read.parquet(str(tmp_path)), "ids")
+    message = str(info.value)
+    assert "part-0.parquet: an empty Parquet file whose column 'ids' has type null" in message
+    assert "leave the empty files out" in message
+    fix = "spark.read.schema('ids array<bigint>')"
+    assert fix in message, message
+    r = spark_histogram(spark.read.schema("ids array<bigint>").parquet(str(tmp_path)), "ids")
+    assert (r.histogram.values.tolist(), r.num_rows) == ([1, 2, 3], 3)
+    typed = spark.read.parquet(str(tmp_path / "part-1.parquet"))  # the other fix
+    assert spark_histogram(typed, "ids").histogram.values.tolist() == [1, 2, 3]

@@ -376,7 +376,7 @@ def test_hf_lengths_any_column(made, data):
             assert got.value.tolist() == want
 
 
-@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of width 0")  # (length 0)
+@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of length 0")  # (length 0)
 @settings(FUZZ, max_examples=40)
 @given(
     made=datasets_(ids=True),

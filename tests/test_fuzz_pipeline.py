@@ -318,7 +318,7 @@ def _as_python(values):
 
 
 @pytest.mark.filterwarnings(
-    "ignore:this BucketSampler plans .* of width 0"
+    "ignore:this BucketSampler plans .* of length 0"
 )  # length-0 samples on purpose
 @settings(FUZZ, max_examples=400)
 @given(
@@ -375,7 +375,7 @@ def dict_sample(draw, length):
 
 
 @pytest.mark.filterwarnings(
-    "ignore:this BucketSampler plans .* of width 0"
+    "ignore:this BucketSampler plans .* of length 0"
 )  # length-0 samples on purpose
 @settings(FUZZ, max_examples=150)
 @given(
@@ -471,7 +471,7 @@ def _zero_lengths():
 
 
 @pytest.mark.filterwarnings(
-    "ignore:this BucketSampler plans .* of width 0"
+    "ignore:this BucketSampler plans .* of length 0"
 )  # length-0 samples on purpose
 def test_plan_zero_length_rows_get_a_sane_batch_size():
     sampler = BucketSampler(_zero_lengths(), num_buckets=8, max_tokens=16384, strategy="percentile")

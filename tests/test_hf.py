@@ -511,3 +511,17 @@ def test_a_collator_built_before_columns_were_removed_names_the_fix():
     pruned = ds.remove_columns(["text", "row"])
     with pytest.raises(KeyError, match=r"pad_value names \['row', 'text'\].*remove_unused_columns"):
         b.collator([pruned[0], pruned[1]])
+
+
+def test_collate_fn_none_is_torchs_default_and_refused_for_evaluation():
+    """s10: ``collate_fn=None`` is torch's default_collate in every ``dataloader()``, as to
+    ``DataLoader``; with an EvalSampler (whose None meant the collator) it is refused loudly."""
+    ds = datasets.Dataset.from_dict({"input_ids": [[1] * 4] * 6})  # one length: stackable
+    train = hf.for_text(ds, pad_token_id=0, num_buckets=1, batch_size=2, seed=0)
+    batch = next(iter(train.dataloader(collate_fn=None)))
+    assert set(batch) == {"input_ids"} and isinstance(batch["input_ids"], list)  # torch's
+    evaluation = hf.for_text(ds, pad_token_id=0, num_buckets=1, batch_size=4, evaluation=True)
+    with pytest.raises(TypeError, match=r"got collate_fn=None.* torch's default_collate"):
+        evaluation.dataloader(collate_fn=None)
+    shape = tuple(next(iter(evaluation.dataloader()))["input_ids"].shape)
+    assert shape in evaluation.sampler.shapes  # left out: the collator

@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.data import DataLoader
 
 from bucketloader import BucketSampler, PackSampler
@@ -224,3 +225,83 @@ def test_report_counts_what_the_loop_received():
     report = sampler.report()
     assert report.batches_done == 6 and report.batches_left == len(sampler) - 6
     del it
+
+
+# -- s10: what collate_fn=None means in every dataloader() ----------------------------------------
+def _every_dataloader_sampler():
+    from bucketloader import EvalSampler
+    from bucketloader.sharded import ShardedSampler
+
+    lengths = LENGTHS[:64]
+    options = dict(num_buckets=2, batch_size=8)
+    return [
+        BucketSampler(lengths, **options, seed=1),
+        PackSampler(lengths, row_length=512, batch_size=2, seed=1),
+        ShardedSampler(lengths, num_replicas=1, rank=0, **options),
+        EvalSampler(lengths, **options),
+    ]
+
+
+@pytest.mark.parametrize("which", range(4))
+def test_collate_fn_none_means_torch_default_and_leaving_it_out_the_collator(which):
+    """s10: ``collate_fn=None`` meant the sampler's collator in ``EvalSampler.dataloader`` but
+    torch's default_collate in the others. Everywhere it now means what it means to
+    ``DataLoader``: torch's default; left out, the sampler's collator. EvalSampler, whose
+    None meant the collator, refuses it loudly (torch's default would count its filler rows
+    as samples) and says how to ask for either."""
+    from torch.utils.data import default_collate
+
+    sampler = _every_dataloader_sampler()[which]
+    tokens = [[1] * int(n) for n in LENGTHS[:64]]
+    first = next(iter(sampler.dataloader(tokens)))  # left out: the collator's padded batch
+    key = "input_ids" if "input_ids" in first else "inputs"  # (PackCollator: input_ids)
+    assert isinstance(first, dict) and tuple(first[key].shape) in sampler.shapes
+    ids = list(range(64))
+    if type(sampler).__name__ == "EvalSampler":
+        with pytest.raises(TypeError, match=r"collate_fn=None.* torch's default_collate"):
+            sampler.dataloader(ids, collate_fn=None)
+        batch = next(iter(sampler.dataloader(ids, collate_fn=default_collate)))  # asked for
+    else:
+        batch = next(iter(sampler.dataloader(ids, collate_fn=None)))
+        again = next(iter(DataLoader(ids, batch_sampler=sampler, collate_fn=None)))
+        assert torch.equal(batch, again)  # what DataLoader(collate_fn=None) gives
+    assert isinstance(batch, torch.Tensor) and batch.dtype == torch.int64
+
+
+# -- a dataset that disagrees with the lengths (s10-user D2) ---------------------------------------
+def _mismatch_samplers():
+    from bucketloader import EvalSampler
+    from bucketloader.sharded import ShardedSampler
+
+    lengths = LENGTHS[:100]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return {
+            "bucket": BucketSampler(lengths, **OPTIONS),
+            "pack": PackSampler(lengths, row_length=512, batch_size=4, seed=1),
+            "eval": EvalSampler(lengths, num_buckets=2, batch_size=8),
+            "sharded": ShardedSampler(lengths, num_replicas=1, rank=0, num_buckets=2, batch_size=8),
+        }
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack", "eval", "sharded"])
+@pytest.mark.parametrize("size", [50, 200])
+def test_dataloader_refuses_a_dataset_of_another_size(kind, size):
+    sampler = _mismatch_samplers()[kind]
+    with pytest.raises(ValueError, match=rf"dataset has {size} samples .* lengths for 100;") as e:
+        sampler.dataloader(list(range(size)))
+    assert ("Subset(dataset, range(100))" in str(e.value)) == (size > 100)
+    assert len(list(sampler.dataloader(list(range(100)), collate_fn=collate))) == len(sampler)
+
+
+def test_sharded_dataloader_with_global_ids_takes_the_whole_dataset():
+    from bucketloader.sharded import ShardedSampler
+
+    ids = np.arange(50, 150)
+    sampler = ShardedSampler(
+        LENGTHS[ids], shard_indices=ids, num_replicas=1, rank=0, num_buckets=2, batch_size=8
+    )
+    got = sorted(i for b in sampler.dataloader(list(range(300)), collate_fn=collate) for i in b)
+    assert got == list(range(50, 150))
+    with pytest.raises(ValueError, match=r"dataset has 120 samples .* at least 150;"):
+        sampler.dataloader(list(range(120)))

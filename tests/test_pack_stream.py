@@ -339,7 +339,7 @@ def test_a_replay_into_a_tail_packed_by_another_solver_version_is_refused(gsm8k,
         ValueError,
         match=rf"saved by solver version {version}, and this one packs with solver version "
         rf"{version + 1}; the resumed pass of worker 0 must skip 1 of the \d+ batches it packs "
-        r"from the tail .* start the next epoch",
+        r"from the tail .* into other rows .* start the next epoch",
     ):
         resumed(states[mid])
     # before the tail: the rest is re-packed whole, every document once
@@ -349,8 +349,9 @@ def test_a_replay_into_a_tail_packed_by_another_solver_version_is_refused(gsm8k,
     assert resumed(states[len(full)]) == []  # the whole tail skipped: the same documents
     assert _ids(head + resumed(exact_state)) == _ids(full)  # an exact state holds its rows
     # a state saved before the version was recorded: the same rule, named as such
-    old = {**states[mid], "config": {k: v for k, v in states[mid]["config"].items()
-                                     if k != "solver"}}  # fmt: skip
+    # (nor its tails: they came after the version, s10)
+    old = {**{k: v for k, v in states[mid].items() if k != "tails"},
+           "config": {k: v for k, v in states[mid]["config"].items() if k != "solver"}}  # fmt: skip
     with pytest.raises(ValueError, match="did not record its solver version"):
         resumed(old)
     monkeypatch.undo()  # (which version saved it is unknown: refused under any version)
@@ -358,3 +359,117 @@ def test_a_replay_into_a_tail_packed_by_another_solver_version_is_refused(gsm8k,
         resumed(old)
     old_before = {**old, "skip": [first_tail]}
     assert _ids(full[:first_tail] + resumed(old_before)) == _ids(full)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_version_bump_that_keeps_the_tails_plan_resumes_mid_tail_exactly(
+    gsm8k, monkeypatch, workers
+):
+    """s10: the refusal of NOTE [ A state across solver versions ] compared the global
+    SOLVER_VERSION, so a bump that packs this tail as before refused a mid-tail replay it could
+    resume exactly. A state records each worker's tail (where it starts, its batches, a digest
+    of its rows), and the resumed pass refuses only a tail it packs differently: under a bump
+    that keeps the plan every resume point gives exactly the rest of the epoch; a changed plan
+    is refused, with or without a bump (a solver change that forgot to bump it)."""
+    from torch.utils.data import DataLoader
+
+    from bucketloader.stream import _rows
+
+    def make():
+        return PackIterable(
+            _samples(gsm8k[:90]), length_fn="input_ids", row_length=512, batch_size=2,
+            open_rows=8,
+        )  # fmt: skip
+
+    def run(stream):
+        if workers == 0:
+            return list(stream)
+        loader = DataLoader(stream, batch_size=None, num_workers=workers, collate_fn=list)
+        return list(loader)
+
+    saved = make()
+    full = run(saved)
+    states = {
+        k: json.loads(json.dumps(saved.state_dict(batches_consumed=k))) for k in range(len(full))
+    }
+
+    def mid_tail(state):  # a worker must skip part of its tail
+        tails = state.get("tails") or [None] * state["workers"]
+        return any(t and t[0] < n < t[0] + t[1] for t, n in zip(tails, state["skip"], strict=True))
+
+    mids = [k for k, state in states.items() if mid_tail(state)]
+    assert mids, "no state skips part of a tail"
+    if workers:  # (a DataLoader with workers per resume: the mid-tail ones, and the ends)
+        states = {k: states[k] for k in sorted({0, *mids, len(full) - 1})}
+
+    def resumed(state):
+        s = make()
+        s.load_state_dict(state)
+        return run(s)
+
+    version, pack_rows = _rows.SOLVER_VERSION, _rows.pack_rows
+    monkeypatch.setattr(_rows, "SOLVER_VERSION", version + 1, raising=False)  # the same plans
+    for k, state in states.items():
+        assert _ids(full[:k] + resumed(state)) == _ids(full), k
+    monkeypatch.setattr(_rows, "pack_rows", lambda *a: pack_rows(*a)[::-1])  # other plans
+    if workers:  # (a worker's error takes the DataLoader seconds to shut down: one of them)
+        states = {k: states[k] for k in (0, mids[0])}
+        mids = mids[:1]
+    refused = 0
+    for bump in (version + 1, version):  # (version: a solver change that forgot the bump)
+        monkeypatch.setattr(_rows, "SOLVER_VERSION", bump, raising=False)
+        for k, state in states.items():
+            try:
+                rest = resumed(state)
+            except ValueError as exc:
+                refused += 1
+                assert "packs that tail into other rows" in str(exc), str(exc)
+                continue
+            ids = Counter(i for b in _ids(full[:k] + rest) for i in b)
+            assert ids == Counter(i for b in _ids(full) for i in b), k  # every document once
+    assert refused == 2 * len(mids)  # the mid-tail states, under both versions
+
+
+def test_a_refused_mid_tail_resume_reads_as_a_sentence_and_names_the_fix_for_its_cause(
+    gsm8k, monkeypatch
+):
+    """rev1: the refusal of a state without the tail record read "...at its end); which this
+    version may fill...", and a refusal under the *same* solver version (the source gave other
+    documents, or the solver changed without a bump) told the user to resume with the
+    bucketloader that saved the state: the one they were running. It names the fix that can
+    help: the same source in the same order, or the next epoch."""
+    from bucketloader.stream import _rows
+
+    def make():
+        return PackIterable(
+            _samples(gsm8k[:90]), length_fn="input_ids", row_length=512, batch_size=2,
+            open_rows=8,
+        )  # fmt: skip
+
+    saved = make()
+    full = list(saved)
+    states = [
+        json.loads(json.dumps(saved.state_dict(batches_consumed=k))) for k in range(len(full))
+    ]
+    tail = states[-1]["tails"][0]
+    mid = states[tail[0] + 1]  # skips one batch of the tail
+
+    def refusal(state):
+        s = make()
+        s.load_state_dict(state)
+        with pytest.raises(ValueError) as info:
+            list(s)
+        return str(info.value)
+
+    version, pack_rows = _rows.SOLVER_VERSION, _rows.pack_rows
+    monkeypatch.setattr(_rows, "SOLVER_VERSION", version + 1, raising=False)
+    unrecorded = refusal({k: v for k, v in mid.items() if k != "tails"})
+    assert "; which" not in unrecorded
+    assert "its end); this version may pack it into other rows" in unrecorded
+    assert "Resume with the bucketloader that saved the state" in unrecorded
+    monkeypatch.setattr(_rows, "SOLVER_VERSION", version)
+    monkeypatch.setattr(_rows, "pack_rows", lambda *a: pack_rows(*a)[::-1])
+    same = refusal(mid)  # the same version, other rows
+    assert "Resume with the bucketloader that saved the state" not in same
+    assert "the same documents in the same order as when the state was saved" in same
+    assert "start the next epoch instead (set_epoch(epoch + 1), no load_state_dict)" in same

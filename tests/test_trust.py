@@ -158,7 +158,7 @@ def test_subsample_refuses_an_output_that_is_all_padding():
     assert static.balanced_subsample(values, labels, 200).values.shape == (2, 200, 4)
 
 
-@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of width 0")  # (length 0)
+@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of length 0")  # (length 0)
 # -- class 6: peer invariants ---------------------------------------------------------------------
 def test_token_budget_rounds_the_batch_of_empty_samples_like_fairseq():
     budget = TokenBudget(9, max_batch_size=5, multiple_of=2)

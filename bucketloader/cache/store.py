@@ -21,16 +21,20 @@ a device) is the user's, never read, replaced or deleted: that solution is compu
 Writes go to a temporary file in the same directory (mode ``0o666`` less the umask, so a shared
 cache stays readable), then ``os.replace`` (atomic on POSIX and Windows), so a reader sees a
 whole entry or none; a writer killed mid-write leaves a temporary file that the next write
-removes (NOTE [ Writing a cache file ] in :mod:`bucketloader._files`, the one reader and writer
-both caches use). Between the check that an entry path holds a regular file (or nothing)
-and the replace, another process could put something else there; the replace then swaps that
-directory entry only (a link's target is never touched), the same window pip's cache has.
+removes, and so does each cache object's first lookup, a hit included (NOTE [ Writing a cache
+file ] in :mod:`bucketloader._files`, the one reader and writer both caches use: only the files of
+writers that no longer run, or of anyone's after an hour; a live writer's file is never touched;
+a debug log on the ``bucketloader.cache.store`` logger counts them). Between the check that an
+entry path holds a regular file (or nothing) and the replace, another process could put
+something else there; the replace then swaps that directory entry only (a link's target is never
+touched), the same window pip's cache has.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import threading
 import time
@@ -40,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from bucketloader._dist import world_size
-from bucketloader._files import NotAFile, folder_blocker, os_reason, write_atomic
+from bucketloader._files import NotAFile, clean_temps, folder_blocker, os_reason, write_atomic
 from bucketloader._validation import check_bool, check_folder, check_int
 from bucketloader._version import __version__
 from bucketloader.cache._dist import broadcast_get_or_solve
@@ -62,6 +66,8 @@ from bucketloader.solution import JointSolution, Solution, solution_from_dict
 
 #: Default size limit of a cache directory (bytes). An entry is about 1 KB.
 DEFAULT_MAX_SIZE = 64 * 2**20
+
+_log = logging.getLogger(__name__)
 
 
 class CacheWarning(UserWarning):
@@ -117,6 +123,7 @@ class BucketCache:
         self.distributed = check_bool("distributed", distributed)
         self.hits = 0
         self.misses = 0
+        self._swept = False  # the dead writers' temporary files, removed at the first lookup
         blocker = folder_blocker(self.directory)
         if blocker is not None:  # say so where the cache is made, not at the first solve
             self._warn_unusable(blocker)
@@ -281,6 +288,8 @@ class BucketCache:
         self, key: str, *, hist: Any = None
     ) -> tuple[Solution | JointSolution | None, str | None]:
         path = self.path_for(key)
+        if not self._swept:
+            self._sweep()
         try:
             body = read_entry(path)
         except (FileNotFoundError, NotADirectoryError):  # a miss; a write will say if unusable
@@ -302,6 +311,19 @@ class BucketCache:
         if problem:
             return None, f"ignoring unusable cache entry {path} ({problem})"
         return sol, None
+
+    def _sweep(self) -> None:
+        """Remove the temporary files that killed writers left (a write does it too, but a
+        cache that only hits never writes); once per object, best effort."""
+        self._swept = True
+        removed = clean_temps(self.directory)
+        if removed:
+            _log.debug(
+                "removed %d temporary file(s) of writers that no longer run from cache "
+                "directory %s",
+                removed,
+                self.directory,
+            )
 
     def _evict(self, *, keep: Path) -> None:
         if self.max_size is None:

@@ -256,12 +256,32 @@ def _report(args: argparse.Namespace) -> int:
     )
     report = dataclasses.replace(report, source=Path(args.file).name)
     print(report)
+    note = _zero_lengths(lengths)
+    if note is not None:  # (the boundaries above may start at 0: NOTE [ Samples of length 0 ])
+        print(f"\nwarning: {note}")
     if args.plot:
         print(f"\nplot written to {report.plot(args.plot)}")
     if args.json:
         Path(args.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
         print(f"report written to {args.json}")
     return 0
+
+
+def _zero_lengths(lengths: Any) -> str | None:
+    """The note on samples of length 0 among ``lengths`` (an array or a histogram)."""
+    import numpy as np
+
+    from bucketloader.histogram import JointHistogram, LengthHistogram
+    from bucketloader.plan.limits import zero_length_note
+
+    if isinstance(lengths, LengthHistogram):
+        zero = int(lengths.counts[lengths.values == 0].sum())
+        return zero_length_note(zero, lengths.num_samples)
+    if isinstance(lengths, JointHistogram):
+        zero = int(lengths.counts[(lengths.rows == 0).any(axis=1)].sum())
+        return zero_length_note(zero, lengths.num_samples)
+    table = np.asarray(lengths).reshape(len(lengths), -1)
+    return zero_length_note(int((table == 0).any(axis=1).sum()), len(table))
 
 
 def _precompute(args: argparse.Namespace) -> int:

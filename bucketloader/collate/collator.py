@@ -96,9 +96,10 @@ class PadCollator:
     use positions ``0, 1, ...``, bare samples use ``"inputs"``), plus ``lengths`` (``(B,)``, or
     ``(B, D)`` int64 for several inputs; 0 on padding rows), ``attention_mask`` (``(B, L)``, True
     on real elements; a dict input name -> mask for several inputs; a sample field of that name
-    is padded with 0 and returned instead) and ``sample_mask`` (``(B,)`` bool, False on the
-    batch-padding rows of ``last_batch="pad"``). Plain tensors and dicts: picklable and
-    ``pin_memory`` friendly.
+    is padded with 0 and returned instead; a padding row attends one padded position, NOTE
+    [ Filler rows attend one position ] in :func:`attend_fillers`) and ``sample_mask``
+    (``(B,)`` bool, False on the batch-padding rows of ``last_batch="pad"``). Plain tensors and
+    dicts: picklable and ``pin_memory`` friendly.
 
     Args:
         shape_table: the sampler's ``ShapeTable`` (``BucketSampler.shape_table``).
@@ -396,6 +397,10 @@ class PadCollator:
         out["sample_mask"] = torch.from_numpy(sample_mask)
         if real < n:
             self._mask_rows(out, specs, keys, real, n)
+        if real < rows:
+            masks_out = out[cf.MASK_KEY]
+            for m in masks_out.values() if isinstance(masks_out, dict) else (masks_out,):
+                attend_fillers(m, real, self.side)
         return out
 
     def _mask_rows(
@@ -539,6 +544,8 @@ class PadCollator:
         """The short paths' batch: ``inputs``, the lengths, the mask (a take of the table's
         rows, or the windows indexed: row 0, all False, for padding rows), the sample mask."""
         mask = mask_rows.take(lens, axis=0) if size <= _MASK_TABLE_MAX else mask_rows[lens]
+        if not real[-1]:  # filler rows (a copy of the table's rows: writable)
+            attend_fillers(mask, int(real.sum()), self.side)
         tmask = torch.from_numpy(mask)
         return {
             BARE_KEY: inputs,
@@ -806,6 +813,7 @@ class PadCollator:
         except RuntimeError as exc:  # (and NotImplementedError) a meta or sparse sample: named
             check_readable(samples, BARE_KEY, exc)
             raise
+        attend_fillers(mask, n, self.side)  # after pad_1d, which reads the mask
         tmask = torch.from_numpy(mask)
         return {
             BARE_KEY: inputs,
@@ -867,6 +875,27 @@ class PadCollator:
 _NDIM = operator.attrgetter("ndim")
 _ONE_D = {1}
 _DICT = {dict}
+
+
+def attend_fillers(mask: Any, real: int, side: str) -> None:
+    """Mark one position of each filler row (rows ``real:``) of ``mask`` as attended.
+
+    NOTE [ Filler rows attend one position ]: a row with an all-False attention mask makes
+    softmax attention (``torch.nn.MultiheadAttention`` with ``key_padding_mask``, SDPA) divide
+    0 by 0: NaN outputs, and NaN gradients even when the loss multiplies that row by 0. So a
+    filler row (``sample_mask`` False) attends exactly one position, the first of the row's
+    content side (0 under right padding, the last under left padding), which holds the pad value:
+    outputs stay finite, nothing is copied, and the batch is the same on every run. ``lengths``
+    stays 0 and ``sample_mask`` False there; only ``attention_mask`` counts that one position.
+
+    Example:
+        >>> m = np.zeros((2, 3), dtype=bool)
+        >>> attend_fillers(m, 1, "left")
+        >>> m.astype(int).tolist()
+        [[0, 0, 0], [0, 0, 1]]
+    """
+    if real < len(mask) and mask.shape[-1]:
+        mask[real:, 0 if side == "right" else -1] = 1
 
 
 def _int_rows(

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import math
 import os
 import time
@@ -64,7 +65,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bucketloader._files import NotAFile, folder_blocker, os_reason, read_json, write_atomic
+from bucketloader._files import (
+    NotAFile,
+    clean_temps,
+    folder_blocker,
+    os_reason,
+    read_json,
+    write_atomic,
+)
 from bucketloader._validation import check_bool, check_choice, check_folder
 from bucketloader._version import __version__
 from bucketloader.cache import default_cache_dir
@@ -145,6 +153,7 @@ class CompileCache:
         )
         self.distributed = check_bool("distributed", distributed)
         self.share = check_choice("share", share, SHARE)
+        self._swept: set[str] = set()  # keys whose folder's dead writers' files are removed
         blocker = folder_blocker(self.directory)
         if blocker is not None:  # say so where the cache is made, not at the first precompile
             self._unusable(blocker, stacklevel=4)  # (at the line making the cache)
@@ -218,8 +227,24 @@ class CompileCache:
         """The record of this shape and batch signature under ``key``, or ``None``."""
         return self._read(key, self.shape_key(key, shape, signature))
 
+    def _sweep(self, key: str) -> None:
+        """Remove the temporary files that killed writers left in ``key``'s folder, at this
+        object's first lookup of ``key`` (a write does it too, but a run that only hits never
+        writes; NOTE [ Writing a cache file ] in :mod:`bucketloader._files`)."""
+        self._swept.add(key)
+        folder = self.directory / "entries" / key
+        removed = clean_temps(folder)
+        if removed:
+            _log.debug(
+                "removed %d temporary file(s) of writers that no longer run from %s",
+                removed,
+                folder,
+            )
+
     def _read(self, key: str, shape_key: str) -> ShapeRecord | None:
         path = self._path(key, shape_key)
+        if key not in self._swept:
+            self._sweep(key)
         try:
             body = read_json(path, max_bytes=_MAX_RECORD_BYTES)
         except (FileNotFoundError, NotADirectoryError):
@@ -317,6 +342,7 @@ class CompileCache:
         warnings.warn(message, CompileCacheWarning, stacklevel=stacklevel)
 
 
+_log = logging.getLogger(__name__)
 #: Problems already reported in this process (one warning per problem, whichever object meets it).
 _WARNED: set[tuple[str, str]] = set()
 #: The most dimensions a batch shape has (batch, lengths and fixed trailing dims).

@@ -195,7 +195,8 @@ def _open(
             else {}
         )
         total = sum(rows.values()) if rows else None
-        return source.schema, _checked_batches(pa, batches, what), total, what, rows
+        checked = _checked_batches(pa, batches, what, source, present)
+        return source.schema, checked, total, what, rows
     if isinstance(source, pa.Table):
         return (
             source.schema,
@@ -298,12 +299,74 @@ def _once(batches: Iterator[Any], what: str) -> Iterator[Any]:
         )
 
 
-def _checked_batches(pa: Any, batches: Iterator[Any], what: str) -> Iterator[Any]:
-    """Re-raise a corrupt file's Arrow error as one ValueError naming the source."""
+def _checked_batches(
+    pa: Any, batches: Iterator[Any], what: str, dataset: Any, columns: list[str]
+) -> Iterator[Any]:
+    """Re-raise a corrupt file's Arrow error as one ValueError naming the source, and a failed
+    cast to the dataset's type as what it is (:func:`_failed_cast`)."""
     try:
         yield from batches
     except (pa.ArrowInvalid, OSError) as exc:
-        raise ValueError(f"{what}: a file could not be read as Parquet ({exc})") from None
+        cast = _failed_cast(pa, dataset, columns, exc) if isinstance(exc, pa.ArrowInvalid) else None
+        raise ValueError(
+            f"{what}: {cast}" if cast else f"{what}: a file could not be read as Parquet ({exc})"
+        ) from None
+
+
+def _failed_cast(pa: Any, dataset: Any, columns: list[str], exc: Exception) -> str | None:
+    """What failed when a scan of ``dataset`` raised ``exc``, if it was a cast: a file holds a
+    measured column with another type than the dataset's (whose schema came from its first
+    file, or its maker), and a value of it does not fit (``int64`` ``2**40`` in an ``int32``
+    column). ``None`` for anything else (the file is then unreadable as it is). Asked only on the
+    error path: the footers of the dataset's files, then the column of the first file whose
+    type differs."""
+    import pyarrow.compute as pc
+
+    try:
+        schema = dataset.schema
+        for fragment in dataset.get_fragments():
+            own = fragment.physical_schema
+            for c in columns:
+                if c not in own.names or own.field(c).type == schema.field(c).type:
+                    continue
+                want, have = schema.field(c).type, own.field(c).type
+                value = None
+                if pa.types.is_integer(want) and pa.types.is_integer(have):
+                    col = fragment.to_table(columns=[c], schema=own).column(c)
+                    lo, hi = (x.as_py() for x in pc.min_max(col).values())
+                    bits = want.bit_width
+                    least, most = (
+                        (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+                        if pa.types.is_signed_integer(want)
+                        else (0, 2**bits - 1)
+                    )
+                    if lo is not None and lo < least:
+                        value = lo
+                    elif hi is not None and hi > most:
+                        value = hi
+                    else:
+                        continue  # this file's values fit: not the one that failed
+                held = (
+                    f"the value {value}, which does not fit"
+                    if value is not None
+                    else "values that do not fit"
+                )
+                typed = (
+                    f"pa.schema([({c!r}, pa.{have}())])"
+                    if pa.types.is_integer(have)
+                    else f"a schema with {c!r} as {have}"
+                )
+                return (
+                    f"column {c!r} is {want} in the dataset's schema (its first file's, or the "
+                    f"one it was given) but {have} in {fragment.path}, which holds {held} "
+                    f"{want} (Arrow: {exc}): the file reads, the cast to the dataset's type "
+                    f"failed. Fix: write the column as {have} in every file, or scan the files "
+                    f"as {have}: pass pyarrow.dataset.dataset(files, format='parquet', "
+                    f"schema={typed})"
+                )
+    except Exception:  # a diagnosis on the error path: never hide the scan's error
+        return None
+    return None
 
 
 def _progress_bar(progress: bool | None, total: int | None, what: str) -> Any:

@@ -70,10 +70,16 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
     exprs = [_length_expr(df, c) for c in items]
     names = [f"__bucketloader_len{i}" for i in range(len(exprs))]
     measured = df.select(*[e.alias(n) for e, n in zip(exprs, names, strict=True)])
-    rows = measured.groupBy(*names).count().collect()
+    what = f"the Spark DataFrame ({_describe(items)})"
+    try:
+        rows = measured.groupBy(*names).count().collect()
+    except Exception:  # NOTE [ An empty shard with a column of type null ]
+        found = _untyped_empty_file(df, items)
+        if found is None:
+            raise
+        raise ValueError(f"{what}: {found}") from None
     joint = len(names) > 1
     acc = Accumulator(names if joint else None, nulls, "spark")
-    what = f"the Spark DataFrame ({_describe(items)})"
     keys, counts, num_nulls = [], [], 0
     for r in rows:
         key = [r[n] for n in names]
@@ -218,6 +224,63 @@ def _file_without_column(df: Any, exprs: list[Any], items: list[Any]) -> str | N
         return missing_column(((f, spark.read.parquet(f).columns) for f in files), columns, others)
     except Exception:  # a diagnosis on the error path: never hide the null count's error
         return None
+
+
+def _untyped_empty_file(df: Any, items: list[Any]) -> str | None:
+    """Why Spark could not read ``df``, when an empty shard with a column of type null gave it
+    its schema; ``None`` otherwise (the caller re-raises Spark's error).
+
+    NOTE [ An empty shard with a column of type null ]
+    A Parquet file written from an empty list (``pa.table({"ids": pa.array([], pa.null())})``)
+    holds its column as type null; when ``spark.read.parquet`` takes the DataFrame's schema from
+    that file (it reads one footer), the column reads as ``int`` and every file with rows fails
+    inside Spark's reader (``FAILED_READ_FILE``). ``mergeSchema`` does not help (Spark refuses
+    to merge ``int`` with the real type); a schema given to the reader does, and so does leaving
+    the empty files out (what ``bucketloader report --engine spark`` does). Asked only once the
+    scan failed: the footers of up to 1,024 of ``df``'s files (``inputFiles``) are read with
+    pyarrow, and the file is named only when one with rows has the column with another type than
+    the DataFrame's. Best effort: anything else keeps Spark's error."""
+    columns = [c for c in items if isinstance(c, str)]
+    if not columns:
+        return None
+    try:
+        import pyarrow as pa
+        import pyarrow.fs as pafs
+        import pyarrow.parquet as pq
+
+        empty: tuple[str, str] | None = None  # (the empty file, its column of type null)
+        with_rows: list[tuple[str, list[str]]] = []  # (a file with rows, its measured columns)
+        typed: str | None = None
+        for path in df.inputFiles()[:1024]:
+            fs, local = pafs.FileSystem.from_uri(path)
+            meta = pq.read_metadata(local, filesystem=fs)
+            schema = meta.schema.to_arrow_schema()
+            held = [c for c in columns if c in schema.names]
+            untyped = [c for c in held if pa.types.is_null(schema.field(c).type)]
+            if meta.num_rows == 0 and untyped and empty is None:
+                empty = (path, untyped[0])
+            elif meta.num_rows > 0:
+                with_rows.append((path, held))
+            if empty is not None:
+                typed = next((p for p, cs in with_rows if empty[1] in cs), None)
+                if typed is not None:
+                    break
+        if empty is None or typed is None:
+            return None
+        path, column = empty
+        real = df.sparkSession.read.parquet(typed).schema[column].dataType.simpleString()
+        read_as = df.schema[column].dataType.simpleString()
+        if real == read_as:
+            return None
+    except Exception:  # a diagnosis on the error path: never hide Spark's error
+        return None
+    return (
+        f"{path}: an empty Parquet file whose column {column!r} has type null (written from an "
+        f"empty list); Spark took the DataFrame's schema from it ({column} {read_as}) and could "
+        f"not read the files that hold rows ({column} {real}). Fix: leave the empty files out "
+        f"(spark.read.parquet(*the files with rows)), or give the schema: "
+        f"spark.read.schema('{column} {real}').parquet(...)"
+    )
 
 
 def _in_some_file(spark: Any, field: Any, paths: list[str]) -> bool:

@@ -67,7 +67,7 @@ from bucketloader._validation import (
 from bucketloader.boundaries import round_up
 from bucketloader.collate import Field, PadCollator
 from bucketloader.collate.fields import RESERVED
-from bucketloader.evaluation import EvalCollator, EvalSampler, EvalSamples
+from bucketloader.evaluation import EvalCollator, EvalSampler, EvalSamples, check_collate_fn
 from bucketloader.hf.lengths import lengths, resolve_column, table_and_indices
 from bucketloader.loader import ResumableDataLoader, check_loader_options
 from bucketloader.sampler import BucketSampler, GroupedDataset
@@ -299,7 +299,11 @@ class Bucketing(NamedTuple):
     def dataloader(self, **kwargs: Any) -> DataLoader:
         """``DataLoader(dataset, batch_sampler=sampler, collate_fn=collator, **kwargs)``; the
         options are checked as ``sampler.dataloader()`` checks them (a ``collate_fn`` of yours
-        replaces the collator)."""
+        replaces the collator; ``collate_fn=None`` is torch's ``default_collate``, as it is to
+        ``DataLoader``, and refused with an ``EvalSampler``, whose filler rows it would count
+        as samples)."""
+        if isinstance(self.sampler, EvalSampler):
+            check_collate_fn(kwargs)
         options = {"collate_fn": self.collator, **check_loader_options(self.sampler, kwargs)}
         return EpochDataLoader(self.dataset, batch_sampler=self.sampler, **options)
 

@@ -21,6 +21,7 @@ longer costs a bucket (LibriSpeech at k = 16: see ``benchmarks/results/filters.m
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -186,3 +187,48 @@ def _per_input(
         label = name if len(names) == 1 else f"{name}[{n!r}]"
         out.append(None if v is None else check_int(label, v, minimum=minimum))
     return tuple(out)
+
+
+def zero_length_note(count: int, total: int) -> str | None:
+    """What to say about ``count`` samples of length 0 (in any input) among ``total``, or
+    ``None`` for none.
+
+    NOTE [ Samples of length 0 ]: such a row is real (``sample_mask`` True) with an all-False
+    ``attention_mask`` row: softmax attention over no key divides 0 by 0, NaN outputs and NaN
+    gradients, whatever the loss does with the row (filler rows attend one position instead,
+    NOTE [ Filler rows attend one position ] in :mod:`bucketloader.collate.collator`). The
+    samplers warn once at planning time and ``bucketloader report`` prints the same words.
+
+    Example:
+        >>> zero_length_note(2, 3)[:38]
+        '2 of 3 samples of length 0: each is a '
+        >>> zero_length_note(0, 3) is None
+        True
+    """
+    if not count:
+        return None
+    return (
+        f"{count:,} of {total:,} samples of length 0: each is a real row with an "
+        "all-False attention_mask, which gives NaN in softmax attention (MultiheadAttention, "
+        "SDPA) and NaN gradients; drop them (min_length=1 with overflow='drop', or filter the "
+        "dataset), or count special tokens (BOS/EOS) in the lengths"
+    )
+
+
+def warn_zero_lengths(spec: Any, owner: str, stacklevel: int = 3) -> None:
+    """Warn once (one warning, :func:`zero_length_note`'s words) when ``spec`` (a
+    :class:`~bucketloader.plan.spec.BucketSpec`) keeps samples of length 0, naming the cells of
+    width 0 they got of their own, if any."""
+    table = np.asarray(spec.lengths).reshape(len(spec.lengths), -1)
+    zero = (table == 0).any(axis=1) & (spec.cell_of_sample >= 0)  # (the filters' kept ones)
+    note = zero_length_note(int(zero.sum()), len(table))
+    if note is None:
+        return
+    empty = np.flatnonzero((spec.cell_lengths == 0).any(axis=1) & (spec.counts > 0))
+    if empty.size:
+        first = tuple(int(x) for x in spec.cell_lengths[empty[0]])
+        note += (
+            f"; they got {empty.size} cell(s) of width 0 of their own ({first} first, "
+            f"{int(spec.counts[empty].sum())} samples), and most models cannot take an empty batch"
+        )
+    warnings.warn(f"this {owner} plans {note}", UserWarning, stacklevel=stacklevel + 1)

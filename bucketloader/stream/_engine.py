@@ -58,6 +58,8 @@ class Pass:
         self.worker = worker
         self.skip = skip
         self.saved_config: dict[str, Any] | None = None
+        #: the replay state this pass resumes from (``None``: none, or an exact state)
+        self.saved_replay: dict[str, Any] | None = None
         self.read = 0
         self.batches = 0
         self.phase = "stream"
@@ -105,6 +107,10 @@ class Pass:
         """Per-cell counters written with the totals (``None``: none)."""
         return None
 
+    def _lane_fields(self) -> dict[str, int]:
+        """More fields of this lane's row in the shared table (the filler's; none here)."""
+        return {}
+
     # -- the pass ---------------------------------------------------------------------------
     def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
         """The batches of this lane's pass, handed out through the shared counters."""
@@ -131,6 +137,7 @@ class Pass:
             return
         totals = {
             **self.stats,
+            **self._lane_fields(),
             "read": self.read,
             "batches": self.batches,
             "epoch": self.epoch,

@@ -79,16 +79,28 @@ version in its ``config`` (``"solver"``; a state saved before it was recorded ha
 one resume depends on it: a replay (or a worker checkpoint before the tail) whose count of
 batches to skip ends *inside* the tail. The skipped tail batches are then re-packed by this
 version, and may hold other documents than those the saved run handed out: documents would be
-trained on twice or never. That pass raises when it packs its tail, naming both versions and
-the count. Every other resume under another version is exact: an exact state holds the tail's
-rows themselves, a replay that stops before the tail re-packs it before any of it was handed
-out (the epoch's rest differs from the saved run's only in how the tail is packed), and one
-that skips the whole tail hands out none of it either time (the same documents).
+trained on twice or never. So when a lane packs its tail it writes to its row of the shared
+table (:data:`TAIL_FIELDS`) the batches it made before the tail, the tail's batches and a digest
+of the tail's rows (each a list of ``[position, piece]``); a replay state records them per
+worker (``"tails"``, for the workers that had packed their tail). The resumed pass packs its
+tail again and refuses (a ``ValueError`` naming both versions and the count) only when it
+must skip part of that tail and its rows differ from the recorded ones: a version bump that
+leaves this tail's plan unchanged resumes exactly, and a solver change that forgot the bump is
+caught too. A state without the record (saved before it existed) keeps the version rule: a
+mid-tail skip under another version is refused. Neither can be decided in ``load_state_dict``:
+the tail's documents are known only once the pass has re-read its shard (the state holds
+counts, not documents), so the refusal comes when the pass reaches its tail. Every other
+resume under another version is exact: an exact state holds the tail's rows themselves, a
+replay that stops before the tail re-packs it before any of it was handed out (the epoch's
+rest differs from the saved run's only in how the tail is packed), and one that skips the
+whole tail hands out none of it either time (the same documents).
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -117,6 +129,9 @@ STATS = (
     "left_over",
     "skipped",
 )
+#: A lane's tail, in its row of the shared table (NOTE [ A state across solver versions ]):
+#: the batches it made before its tail, the tail's batches, a digest of the tail's rows.
+TAIL_FIELDS = ("tail_start", "tail_batches", "tail_digest")
 
 
 def make_length_fn(length_fn: Any) -> Callable[[Any], int]:
@@ -178,6 +193,7 @@ class RowPass(Pass):
         self._got: dict[tuple[int, int], tuple[Any, int]] = {}  # taken back by a resume
         self._src: Iterator[Any] = iter(())
         self._last: list[tuple[list[tuple[int, int]], list[Any]]] = []  # "fill" repeats it
+        self.tail: tuple[int, int, int] | None = None  # (start, batches, digest) once packed
 
     # -- per document -----------------------------------------------------------------------
     def pieces(self, pos: int, sample: Any) -> list[tuple[int, Any, int]]:
@@ -340,22 +356,68 @@ class RowPass(Pass):
             return
         for row in pack_rows([d[2] for d in docs], self.o.row_length, self.o.max_per_row):
             self.ready.append(([docs[i][0] for i in row], [docs[i][1] for i in row]))
+        rows = json.dumps([[list(x) for x in items] for items, _ in self.ready]).encode()
+        digest = int(hashlib.sha256(rows).hexdigest()[:15], 16)  # 60 bits: an int64 field
+        self.tail = (self.batches, self._tail_batches(), digest)
+        self.flush()  # a state taken from here on records the tail (before its first batch)
         if self.skip and self.saved_config is not None:
-            self._check_tail_solver()
+            self._check_tail()
 
-    def _check_tail_solver(self) -> None:
-        """A resume that skips part of the tail packed by another solver version is refused
-        (NOTE [ A state across solver versions ])."""
-        saved = self.saved_config.get("solver") if self.saved_config else None
-        if saved == SOLVER_VERSION:
-            return
+    def _tail_batches(self) -> int:
+        """How many of the batches this lane still makes come from its tail."""
         bsz, o = self.o.batch_size, self.o
         rows = len(self.ready)
         tail = rows // bsz if o.last_batch == "drop" and not o.steps else -(-rows // bsz)
         if o.steps:  # only the lane's steps left hand the tail out
             tail = min(tail, len(range(self.worker[0], o.steps, self.worker[1])) - self.batches)
+        return max(tail, 0)
+
+    def _lane_fields(self) -> dict[str, int]:
+        if self.tail is None:
+            return {}
+        return dict(zip(TAIL_FIELDS, self.tail, strict=True))
+
+    def _saved_tail(self) -> list[int] | None:
+        """This lane's tail as the resumed state recorded it (``None``: not recorded)."""
+        tails = (self.saved_replay or {}).get("tails")
+        return tails[self.worker[0]] if tails else None
+
+    def _check_tail(self) -> None:
+        """A resume that skips part of a tail packed into other rows than the saved run's is
+        refused (NOTE [ A state across solver versions ])."""
+        saved = self.saved_config.get("solver") if self.saved_config else None
+        tail = self.tail[1] if self.tail is not None else 0
         if not 0 < self.skip < tail:
             return
+        recorded = self._saved_tail()
+        fix = (
+            "Resume with the bucketloader that saved the state, or start the next epoch "
+            "instead (set_epoch(epoch + 1), no load_state_dict)"
+        )
+        if recorded is not None:
+            if list(recorded) == list(self.tail or ()):
+                return  # the same rows: the resume is exact, whichever version packed them
+            why = (
+                "this one packs that tail into other rows than the saved run handed out, so "
+                "documents would be trained on twice or never"
+            )
+            if saved == SOLVER_VERSION:  # then the cause is not the version
+                why += (
+                    " (the same version: the source gave other documents, or the solver "
+                    "changed without a new version)"
+                )
+                fix = (
+                    "Resume over a source that gives the same documents in the same order as "
+                    "when the state was saved, or start the next epoch instead "
+                    "(set_epoch(epoch + 1), no load_state_dict)"
+                )
+        elif saved == SOLVER_VERSION:
+            return
+        else:
+            why = (
+                "this version may pack it into other rows than the saved run handed out "
+                "(documents trained on twice or never)"
+            )
         was = (
             f"solver version {saved}"
             if saved is not None
@@ -365,10 +427,7 @@ class RowPass(Pass):
             f"cannot resume this PackIterable exactly: its state was saved by {was}, and this "
             f"one packs with solver version {SOLVER_VERSION}; the resumed pass of worker "
             f"{self.worker[0]} must skip {self.skip} of the {tail} batches it packs from the "
-            "tail of its shard (the documents still in open rows at its end), which this "
-            "version may fill with other documents than the saved run handed out (documents "
-            "trained on twice or never). Resume with the bucketloader that saved the state, or "
-            "start the next epoch instead (set_epoch(epoch + 1), no load_state_dict)"
+            f"tail of its shard (the documents still in open rows at its end); {why}. {fix}"
         )
 
     # -- state (the engine's skeleton asks) ---------------------------------------------------

@@ -51,6 +51,7 @@ from bucketloader.stream._rows import (
     SOLVER_VERSION,
     STATE_FORMAT,
     STATS,
+    TAIL_FIELDS,
     PackConfig,
     RowPass,
     make_length_fn,
@@ -194,7 +195,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             "(stats shows left_over and padded_rows to tune it)",
             pad="short batches get all-padding rows",
         )
-        self._counters = LaneCounters(STATS)
+        self._counters = LaneCounters((*STATS, *TAIL_FIELDS))
         self._lane_states = lane_states(checkpoint_dir)
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
@@ -322,6 +323,40 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         if self.steps_per_epoch is not None:
             config.update(num_replicas=self.num_replicas, steps_per_epoch=self.steps_per_epoch)
         return config
+
+    def _replay_state(self, batches_consumed: int | None) -> dict[str, Any]:
+        """The replay state, with each worker's tail where it packed one: ``[batches before
+        it, its batches, a digest of its rows]`` (NOTE [ A state across solver versions ] in
+        :mod:`bucketloader.stream._rows`)."""
+        state = super()._replay_state(batches_consumed)
+        tails: list[list[int] | None] = [None] * state["workers"]
+        for lane in self._counters.lanes(self.epoch):
+            if lane["tail_batches"] and lane["lane"] < len(tails):
+                tails[lane["lane"]] = [lane[k] for k in TAIL_FIELDS]
+        if any(t is not None for t in tails):
+            state["tails"] = tails
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
+        tails = state.get("tails") if isinstance(state, dict) else None
+        if tails is not None:
+            workers = state.get("workers")
+
+            def ok(t: Any) -> bool:
+                return t is None or (
+                    isinstance(t, list)
+                    and len(t) == len(TAIL_FIELDS)
+                    and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in t)
+                )
+
+            if not (isinstance(tails, list) and len(tails) == workers and all(map(ok, tails))):
+                raise ValueError(
+                    f"state['tails'] must hold None or [start, batches, digest] per worker "
+                    f"({workers}), got {tails!r}; pass a dict from PackIterable.state_dict(), "
+                    "unedited"
+                )
+        super().load_state_dict(state)
 
     def _check_buffers(self, state: dict[str, Any]) -> None:
         read = state["read"]

@@ -606,6 +606,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
         state, self._resume = self._resume, None
         skip = 0
+        replay = state if state is not None and state["format"] == self.REPLAY_FORMAT else None
         if state is not None:
             self.epoch = int(state["epoch"])
             worker, skip = resume_lane(state, worker, replay_format=self.REPLAY_FORMAT)
@@ -617,6 +618,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             self.source.set_epoch(self.epoch)
         engine = self._new_engine(worker, skip)
         engine.saved_config = None if state is None else state["config"]
+        engine.saved_replay = replay
         self._engine = engine
         if state is not None and state["format"] == self.STATE_FORMAT:
             it = engine.resume(state)
