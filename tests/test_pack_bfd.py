@@ -67,13 +67,18 @@ def test_bulk_best_fit_is_per_document_bfd(docs, rows):
         assert sorted(x for x, _ in got) == sorted(x for x, _ in want)
         assert sorted(x - f for x, f in got) == sorted(x - f for x, f in want)
     # search="never" is best-fit decreasing itself; with one row length and few documents per
-    # distinct size "auto" is too; with several, "auto" searches where BFD is far above
-    # capacity_bound, and is never looser than BFD
+    # distinct size "auto" is too where BFD keeps the promise (0.5 points of padding above
+    # ceil(tokens / L)), else it searches (docs=[5, 6, 7, 7, 9, 9, 14, 14, 18, 27] in rows of
+    # 40: 3 rows, BFD 4); with several, "auto" searches where BFD is far above
+    # capacity_bound; never looser than BFD
     assert _rows(solve(sizes, counts, rows, search="never"), rows) == _rows(fit, rows)
     auto = solve(sizes, counts, rows)
     _check_patterns(auto, sizes, counts, rows)
     if len(rows) == 1:
-        assert _rows(auto, rows) == _rows(fit, rows)
+        tokens = sum(docs)
+        if fit.num_rows * rows[0] - -(-tokens // rows[0]) * rows[0] <= tokens // 200:
+            assert _rows(auto, rows) == _rows(fit, rows)
+        assert auto.num_rows <= fit.num_rows
     else:
         tokens = [sum(length for length, _ in _rows(p, rows)) for p in (auto, fit)]
         assert tokens[0] <= tokens[1]
@@ -677,3 +682,42 @@ def test_bfd_floor_is_never_above_bfds_rows(length, docs):
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
     assert _bins.bfd_floor(sizes, counts, length) <= len(per_document_bfd(docs, (length,)))
     assert _bins.bfd_floor(np.array([length]), np.array([1]), length) is None
+
+
+def test_rows_of_three_where_the_thirds_rise_never_loosen_the_default():
+    """NOTE [ Rows of three where the thirds rise ]: where the rows of three end far from the
+    thirds bound (a few sizes of many documents each), the default also runs the search of BFD's
+    rows that version 9 ran and keeps the tighter, so it is never looser than that solver (these
+    plans are version 9's, digests pinned: session 10's first solver took 21,579 rows of 255,
+    323 of 16 and 12,572 of 31)."""
+    from bucketloader.pack import PackSpec
+
+    cases = [
+        ((120, 109, 73, 42), (11442, 18512, 16044, 10363), 255, 20716, "be73d8cb4ca2d78e"),
+        ((8, 7, 6, 5, 4, 3, 2), (194, 204, 204, 63, 58, 59, 52), 16, 318, "6829656428aff4c3"),
+        ((13, 8, 6), (19316, 10715, 940), 31, 12494, "29f02cc4cee9c86c"),
+    ]
+    for vals, reps, length, rows, digest in cases:
+        sizes, counts = np.array(vals), np.array(reps)
+        assert _bins.thirds_bound(sizes, counts, length) * length > int(sizes @ counts)
+        plan = solve(sizes, counts, (length,))
+        _check_patterns(plan, sizes, counts, (length,))
+        assert plan.num_rows <= _bins._searched(sizes, counts, (length,), "auto").num_rows
+        spec = PackSpec.build(np.repeat(sizes, counts), row_length=length, batch_size=8)
+        assert spec.num_rows == rows and spec.digest == digest
+
+
+def test_rows_of_three_that_only_tie_bfd_leave_its_plan_and_digest():
+    """NOTE [ Rows of three where the thirds rise ]: rows of three are taken only with fewer
+    rows than BFD's, so where they would only tie (here BFD's 5,709 rows of 128, its floor too),
+    the plan and its digest stay version 3's (session 10's first solver flagged BFD's own plan
+    as version 10: a saved state of it failed to load)."""
+    from bucketloader.pack import PackSpec
+
+    sizes, counts = np.array([50, 27]), np.array([11418, 1375])
+    fit = best_fit(sizes, counts, (128,))
+    assert _bins.bfd_floor(sizes, counts, 128) == fit.num_rows == 5709
+    plan = solve(sizes, counts, (128,))
+    assert not plan.turned and _rows(plan, (128,)) == _rows(fit, (128,))
+    spec = PackSpec.build(np.repeat(sizes, counts), row_length=128, batch_size=8)
+    assert spec.digest == "e10c2d41dff5b103"

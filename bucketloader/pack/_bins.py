@@ -211,15 +211,20 @@ at most L/4 (else NOTE [ At most three documents a row ]) and the thirds bound a
 GSM8K's do). BFD's rows are not counted exactly there (a row may hold four), but where no
 document is longer than L / 2 a floor on them is (:func:`bfd_floor`: BFD pairs the documents
 longer than L / 3 in order, and the others fill the rooms of those pairs that hold the
-shortest document, or new rows), and the rows of three are asked for at most that many rows,
+shortest document, or new rows), and the rows of three are asked for fewer rows than that,
 so BFD's plan is not made (1,000 documents in (L/5, L/2]: floor 368, BFD 376, rows of three
 353). Where they miss it (or a document is longer than L / 2), BFD's plan is made, kept where
 it is within the promise or 0.1% of the bound, and the rows of three are asked for fewer rows
-than it has. They are the plan where they come (``"always"``: the tighter of them and its
-search), with no search after them: a repack of their rows under the cap (about 0.2 ms plus
-0.3 of a per-document BFD) found no row fewer in 17 random cases of (L/7 to L/5, L/2 to
-5L/8], 100 to 10,000 documents, rows of 256 to 16,384. Such plans get solver version 10 (the
-flag ``turned``).
+than it has. So they are never BFD's own plan (asked for at most the floor, they could tie it
+and take version 10 for version 3's plan: 5,709 rows of 128 for 11,418 documents of 50 and
+1,375 of 27). They are the plan where they come within 0.5 points of padding (the promise's
+slack) of the thirds bound: no search can gain more there, and a repack of their rows under
+the cap (about 0.2 ms plus 0.3 of a per-document BFD) found no row fewer in 17 random cases of
+(L/7 to L/5, L/2 to 5L/8], 100 to 10,000 documents, rows of 256 to 16,384. Further from it
+(a few sizes of many documents each, where the 3t smallest documents make poor triples) the
+search of BFD's rows runs as in version 9 and the tighter plan is kept, as ``"always"`` does:
+without it, 56,361 documents of 4 sizes took 21,579 rows of 255 where that search found
+20,716 (the bound 19,771). Rows of three kept get solver version 10 (the flag ``turned``).
 
 On 1,000 documents uniform in (L/5, L/2] (benchmarks/small_costs.py) that is 353 rows of
 1,024 or 16,384 (the LP: 351.8, so 352 at best; BFD 376), where version 9's search of BFD's
@@ -503,10 +508,11 @@ def solve(
                     return three
         else:
             # (the thirds: pairs of long documents and full rows of three, NOTE [ Rows of
-            # three where the thirds rise ]); at most BFD's floor: no BFD plan needed
+            # three where the thirds rise ]); below BFD's floor: no BFD plan needed (fewer
+            # rows than BFD's, so never BFD's own plan, version 3's)
             floor = bfd_floor(sizes, counts, length)
             if floor is not None:
-                three = three_rows(sizes, counts, length, floor + 1)
+                three = three_rows(sizes, counts, length, floor)
             if three is None:
                 fit = best_fit(sizes, counts, row_lengths)
                 if goal.enough(fit.num_rows * length):
@@ -514,7 +520,9 @@ def solve(
                 three = three_rows(sizes, counts, length, fit.num_rows)
             if three is not None:
                 three = dataclasses.replace(three, turned=True)
-                if search == "auto":
+                # (near the thirds bound no search can gain much; else the search of BFD's
+                # rows runs as in version 9 and the tighter plan is kept)
+                if search == "auto" and three.num_rows * length - goal.thirds <= goal.slack:
                     return three
     rival: list[Patterns] = []
     plan = _searched(sizes, counts, row_lengths, search, rival, goal, fit)
@@ -528,7 +536,8 @@ def solve(
 
 class _Goal:
     """The bounds a plan is measured against (NOTE [ Lower bounds ]), once per solve: the
-    tokens, C1 (and the promise above it) and, when first needed, C2 (row tokens).
+    tokens, C1 (and the promise: ``slack``, 0.5 points of padding, above it) and, when first
+    needed, C2 (row tokens).
 
     Example:
         >>> g = _Goal(np.array([6, 5, 2]), np.array([3, 1, 2]), (10,), "auto")
@@ -551,7 +560,8 @@ class _Goal:
         else:
             self.c1, self._c2 = capacity_bound(sizes, counts, row_lengths)
         # the default's promise: 0.5 points of padding above C1 (whole rows of one length)
-        self.promised = self.c1 + self.tokens // _TOLERANCE
+        self.slack = self.tokens // _TOLERANCE
+        self.promised = self.c1 + self.slack
         if len(row_lengths) == 1:
             self.promised -= self.promised % row_lengths[0]
 
@@ -577,7 +587,7 @@ class _Goal:
         """Whether a plan of ``padded`` row tokens needs no search (for the default: within
         0.5 points of padding of C1, where the documents per distinct size are few), or it
         can stop (within 0.1% of C2)."""
-        if self.few and padded - self.c1 <= self.tokens // _TOLERANCE:
+        if self.few and padded - self.c1 <= self.slack:
             return True
         return padded - self.c2 <= padded // _CLOSE_ENOUGH
 
