@@ -1222,3 +1222,19 @@ def test_short_path_of_tokenized_dicts_equals_the_general_path(side, least, monk
         lean(odd[1])
     with pytest.raises(ValueError, match="fields 'input_ids' and 'labels' both follow input"):
         lean(odd[0])
+
+
+def test_a_length_column_named_like_the_input_passes_through():
+    """s10-user: a plain sampler names its input "length", the column ``hf.lengths`` reads; a
+    dict sample holding that int column made the default collator pad it ("field 'length' is
+    padded but holds int"). The int passes through and the token list is the padded field."""
+    lens = [3, 5, 7, 9, 11, 13, 2, 4]
+    samples = [{"input_ids": list(range(1, n + 1)), "length": n} for n in lens]
+    sampler = BucketSampler(lens, num_buckets=2, batch_size=4, seed=0)
+    seen = 0
+    for batch in sampler.dataloader(samples):
+        assert tuple(batch["input_ids"].shape) in sampler.shapes
+        assert batch["length"].tolist() == batch["lengths"].tolist()
+        assert (batch["input_ids"] != 0).sum(1).tolist() == batch["lengths"].tolist()
+        seen += int(batch["sample_mask"].sum())
+    assert seen == len(lens)

@@ -269,8 +269,13 @@ def infer_fields(
                 f"{input_names}; by default position k follows input k, so pass fields={{...}}"
             )
         return {k: ((k,), None) for k in range(d)}
+    # A key named after an input that holds a number is that input's length column (a plain
+    # sampler's input is called "length", the column ``hf.lengths`` reads): it passes through,
+    # and the padded field is found as if no key matched.
     named: dict[Any, tuple[tuple[int, ...], tuple[int, ...] | None]] = {
-        k: ((input_names.index(k),), None) for k in sample if k in input_names
+        k: ((input_names.index(k),), None)
+        for k in sample
+        if k in input_names and not isinstance(sample[k], numbers.Number)
     }
     if named:
         missing = [n for n in input_names if n not in named]
