@@ -93,6 +93,7 @@ def test_pack_sampler_any_input(lengths, options, replicas, seed):
 
 
 @settings(FUZZ, max_examples=200)
+@pytest.mark.filterwarnings("ignore:this EvalSampler plans .* of length 0:UserWarning")
 @given(
     lengths=lengths_inputs(max_size=30),
     k=mostly(st.integers(1, 4), odd_ints()),

@@ -98,6 +98,7 @@ def test_attributes_follow_the_interface():
     )
 
 
+@pytest.mark.filterwarnings("ignore:this BucketSampler plans .* of length 0:UserWarning")
 def test_multi_input_attributes():
     pairs = load_real("europarl")
     sampler = BucketSampler({"src": pairs[:, 0], "tgt": pairs[:, 1]}, num_buckets=3, batch_size=8)
