@@ -974,15 +974,7 @@ def test_short_path_of_dict_samples_equals_the_general_path(side, least, monkeyp
     take it and equal the general path (ints, and through ``pad_field`` floats and bools); any
     other batch (lists that are not flat or not numbers, an int past int64, another key, a
     tuple, mixed cells) gives the general path's result or error."""
-    from bucketloader.collate import _pad
-    from bucketloader.collate.collator import PadCollator
-
-    monkeypatch.setattr(_pad, "NUMPY_MIN_BYTES", least)
-    lengths = np.array([30, 33, 35, 38, 60, 61, 64, 64, 3000, 2900, 2950, 2999] * 2)
-    sampler = BucketSampler(lengths, num_buckets=3, batch_size=4)
-    taken = []
-    short = PadCollator._short_dict
-    monkeypatch.setattr(PadCollator, "_short_dict", lambda *a: taken.append(short(*a)) or taken[-1])
+    lengths, sampler, taken = _spy_short_dicts(monkeypatch, least)
     for pad_value, mask_dtype in [(-3, torch.bool), ({"input_ids": 7}, torch.long)]:
         lean = sampler.collator(pad_value=pad_value, side=side, mask_dtype=mask_dtype)
         general = sampler.collator(pad_value=pad_value, side=side, mask_dtype=mask_dtype)
@@ -1158,14 +1150,7 @@ def test_short_path_of_tokenized_dicts_equals_the_general_path(side, least, monk
     ``attention_mask`` instead of the built one); any other batch (fields of different lengths,
     a float or bool field, an int past int64, a fixed-size field, a missing or extra key, a tuple)
     gives the general path's result or error."""
-    from bucketloader.collate.collator import PadCollator
-
-    monkeypatch.setattr(_collate_pad, "NUMPY_MIN_BYTES", least)
-    lengths = np.array([30, 33, 35, 38, 60, 61, 64, 64, 3000, 2900, 2950, 2999] * 2)
-    sampler = BucketSampler(lengths, num_buckets=3, batch_size=4)
-    taken = []
-    short = PadCollator._short_dict
-    monkeypatch.setattr(PadCollator, "_short_dict", lambda *a: taken.append(short(*a)) or taken[-1])
+    lengths, sampler, taken = _spy_short_dicts(monkeypatch, least)
 
     def tok(n, keys=("input_ids", "attention_mask", "labels")):
         full = {
@@ -1239,3 +1224,17 @@ def test_a_length_column_named_like_the_input_passes_through():
         assert (batch["input_ids"] != 0).sum(1).tolist() == batch["lengths"].tolist()
         seen += int(batch["sample_mask"].sum())
     assert seen == len(lens)
+
+
+def _spy_short_dicts(monkeypatch, least):
+    """Lengths of short and long rows, a sampler over them, numpy's threshold at ``least``
+    bytes, and the list of every ``PadCollator._short_dict`` answer (``None``: general path)."""
+    from bucketloader.collate.collator import PadCollator
+
+    monkeypatch.setattr(_collate_pad, "NUMPY_MIN_BYTES", least)
+    lengths = np.array([30, 33, 35, 38, 60, 61, 64, 64, 3000, 2900, 2950, 2999] * 2)
+    sampler = BucketSampler(lengths, num_buckets=3, batch_size=4)
+    taken = []
+    short = PadCollator._short_dict
+    monkeypatch.setattr(PadCollator, "_short_dict", lambda *a: taken.append(short(*a)) or taken[-1])
+    return lengths, sampler, taken
