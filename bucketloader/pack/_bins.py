@@ -117,7 +117,8 @@ data set:
   L/2]) the bound is 0:
   no weighting of this kind rises above ``ceil(tokens / L)`` there (on (L/8, L/2] the
   configuration LP is ``tokens / L`` itself), and the search runs on, many times a
-  per-document BFD's time at 1k-10k documents (benchmarks/results/small_costs.md).
+  per-document BFD's time at 1k-10k documents, unless full rows of any count keep the promise
+  first (NOTE [ Full rows of any count ]).
 - ``"always"`` aims at the L2 bound, so where the default's first round aims at its promise
   instead (the bound's would repack too many patterns) its rounds differ and it could end
   looser than the default (600 GSM8K pairs at 256, seed 35: ``"never"`` 235 rows, ``"auto"``
@@ -231,10 +232,49 @@ On 1,000 documents uniform in (L/5, L/2] (benchmarks/small_costs.py) that is 353
 rows ended at 364 in 15-34x a per-document BFD's time; on 10,000, 3,537 rows (bound 3,531),
 where version 9's cap kept BFD's 3,750. Where the bound is ``ceil(tokens / L)`` or below
 (documents in (L/8, L/2]: the LP is ``tokens / L`` there, full rows of any number of documents
-are priced 1) the rows of three do not fit the LP's shape, and the search of BFD's rows runs
-as before. The gate (benchmarks/pack_gate.py, benchmarks/results/pack_gate.md) compares this
+are priced 1) the rows of three do not fit the LP's shape: full rows of any count do (NOTE
+[ Full rows of any count ]), else the search of BFD's rows runs as before. The gate
+(benchmarks/pack_gate.py, benchmarks/results/pack_gate.md) compares this
 solver with the one before on every tests/data file, GSM8K resamples and random cases: rows,
 promise, time and versions.
+
+NOTE [ Full rows of any count ]
+Where no document is longer than half a row, some are a quarter of it or less and the thirds
+bound does not rise above ``ceil(tokens / L)`` (it cannot where the documents average a third
+of a row or less; documents uniform in (L/8, L/2]: the configuration LP is ``tokens / L`` there,
+so a row of any number of documents that fills it exactly wastes nothing), rows of three do not
+fit the LP's shape. Best-fit decreasing pairs the documents longer
+than L / 3 and leaves rooms no document fits (1,000 documents in (L/8, L/2]: 80 of its 322 rows
+of 1,024 are two long documents and 89-127 tokens of room, 8,000 of its 9,198 tokens of
+padding), and the search of its rows (NOTE [ Repacking the rows with room ]) cost 7-14x a
+per-document BFD at 1k documents and, at 10k in rows of 16,384, 0.65 s to be cut by its work
+budget and keep BFD's 3,225 rows. Where :func:`bfd_floor` proves that BFD misses the promise
+(the default would search), :func:`filled_rows` (numpy over the histogram) plans instead:
+
+- In units of ``L // 1024`` tokens (at least 1; sizes rounded up, so a row of at most ``L //
+  unit`` units holds at most ``L`` tokens): rows of 1,024 to 2,047 units whatever the row
+  length, so the costs below do not grow with it.
+- Rounds of rows that the documents fill exactly: of the documents left, decreasing, the ``k =
+  m / w`` largest anchor a row each (``w`` = 3, then 4), the ``k`` smallest (and for four the
+  ``k`` above them) join them, turned by another shift each round (``_FILL_TURN`` places times
+  the round, as the turned pairing of NOTE [ At most three documents a row ]), and the last
+  document must be the row's exact remainder, one of the others: as many rows for a remainder
+  as there are documents of it (a rank among the equal remainders against a count). Three
+  rounds: 177 rows of 1,024 exactly full for 1,000 documents in (L/8, L/2], 1,755 for 10,000.
+- The others (about 45% of them there): best-fit decreasing, then its rows with room repacked
+  (the search of NOTE [ Repacking the rows with room ], in units, with its counted budget)
+  towards the rows the promise leaves them; not where BFD's rows of them leave more than 1% of
+  the rows above that (``_FILL_GAP``: the repack would rarely close it).
+- The rows in units become rows of documents: the slots of each unit, in order, take that
+  unit's documents, in order.
+
+The plan is kept only where it keeps the promise and has fewer rows than the floor, so fewer
+than BFD's and no plan the solver made before (BFD's plan is not made); elsewhere the search of
+BFD's rows runs as in version 10 (its plans and digests unchanged) and ``"always"`` keeps the
+tighter of the two. On the benchmark's documents in (L/8, L/2]: 314 rows of 1,024 or 16,384 at
+1k documents (version 10: 315 and 314; bound 314 and 313; BFD 322 and 321), 3,149 at 10k in both
+(version 10: 3,192 and BFD's 3,225; promise 3,156 and 3,151). Plans of full rows have solver
+version 11 (the flag ``filled``).
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
@@ -328,7 +368,8 @@ import numpy as np
 #: [ Repacking the rows with room ]). 9: ``"auto"``'s repack stops at its cap where a bound
 #: proves the promise out of reach (NOTE [ Repacking the rows with room ], the cap). 10: the
 #: rows of three with the turned pairing, and where the thirds bound rises above ``ceil(tokens /
-#: L)`` with documents of L/4 or less (NOTE [ Rows of three where the thirds rise ]).
+#: L)`` with documents of L/4 or less (NOTE [ Rows of three where the thirds rise ]). 11: full
+#: rows of any count where BFD's floor misses the promise (NOTE [ Full rows of any count ]).
 SOLVER_VERSION = 11
 
 
@@ -349,14 +390,15 @@ def solver_version(
     search (``budgeted``) and version 7 only the rows of at most three documents
     (``tripled``), and version 8 only the ``"always"`` plans its promise-sized round made
     tighter (``promised``) and version 9 only those where the repack's cap stopped it
-    (``capped``), and version 10 only the rows of three it changed or added (``turned``), so
-    the others keep 3, 4, 5, 6, 7, 8 or 9 (and their digests, so the states saved before still
-    load). Each flag's version is written out, not :data:`SOLVER_VERSION`: a later bump leaves
+    (``capped``), and version 10 only the rows of three it changed or added (``turned``), and
+    version 11 only the full rows of any count (``filled``), so the others keep 3, 4, 5, 6, 7,
+    8, 9 or 10 (and their digests, so the states saved before still load). Each flag's version
+    is written out, not :data:`SOLVER_VERSION`: a later bump leaves
     the plans it did not change on theirs.
 
     Example:
-        >>> solver_version((1024,), capped=True), solver_version((1024,), turned=True)
-        (9, 10)
+        >>> solver_version((1024,), capped=True), solver_version((1024,), filled=True)
+        (9, 11)
     """
     if filled:
         return 11
