@@ -815,3 +815,24 @@ def test_the_default_with_full_rows_is_never_looser_than_bfd(length, low, docs):
         tokens = int(sizes @ counts)
         assert plan.num_rows < bfd
         assert plan.num_rows * length <= -(-tokens // length) * length + tokens // 200
+
+
+@pytest.mark.parametrize("length", [7, 9, 16, 100, 1000, 1023, 1025, 2049, 3071, 16384, 2**24])
+def test_full_rows_of_any_count_stay_within_every_row_length(length):
+    """NOTE [ Full rows of any count ]: in units of ``L // 1024`` tokens (1 below 2,048, where
+    ``L // 1024`` is 0; rows of ``L // unit`` units, so ``L`` not a multiple of the unit loses
+    the remainder), sizes rounded up, no row of :func:`filled_rows` is longer than ``L`` and
+    every document is placed once: documents uniform in (L/16, L/2] and (L/8, L/2], with
+    some of exactly L/8 and L/2 and a few of 1 token, given room enough for a plan."""
+    rng = np.random.default_rng(length)
+    for low in (16, 8):
+        docs = rng.integers(length // low + 1, length // 2 + 1, 900)
+        docs = np.concatenate([docs, [max(1, length // 8)] * 40, [length // 2] * 40, [1] * 5])
+        sizes, counts = np.unique(docs, return_counts=True)
+        sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+        plan = _bins.filled_rows(sizes, counts, length, docs.size)
+        assert plan is not None and plan.filled
+        _check_patterns(plan, sizes, counts, (length,))
+        unit = max(1, length // 1024)
+        full = plan.reps[plan.fill > length - unit * plan.per_row].sum()  # (full in units)
+        assert full * 3 > plan.num_rows  # (the rounds made some: the fill is tested)
