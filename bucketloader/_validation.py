@@ -366,6 +366,13 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
     if _is_tensor(lengths):
         lengths = _tensor_to_numpy(lengths, name)
     text = (str, bytes, bytearray, memoryview)  # (bytes would read as numbers 0..255)
+    if isinstance(lengths, (str, os.PathLike)):  # a file of lengths, most likely
+        raise TypeError(
+            f"{name} must be a list, numpy array or torch tensor of non-negative ints, got "
+            f"{type(lengths).__name__} {os.fspath(lengths)!r:.80}; to bucket the lengths in a "
+            "file, read them first (e.g. np.loadtxt(path, dtype=np.int64) for one length per "
+            "line)"
+        )
     if isinstance(lengths, text) or not hasattr(lengths, "__len__"):
         raise TypeError(
             f"{name} must be a list, numpy array or torch tensor of non-negative ints, "

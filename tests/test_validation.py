@@ -245,3 +245,18 @@ def test_every_public_entry_taking_lengths_refuses_strings_the_same_way():
         with pytest.raises(TypeError, match=r"lengths must hold integer lengths, got strings"):
             call()
             pytest.fail(f"{name} accepted lengths given as strings")
+
+
+def test_a_path_given_as_lengths_says_to_read_the_file():
+    from pathlib import Path
+
+    from bucketloader import BucketSampler
+
+    for path in ("lengths.txt", Path("lengths.txt")):
+        with pytest.raises(
+            TypeError,
+            match=r"^lengths must be a list, numpy array or torch tensor of non-negative ints, got "
+            r"\w+ 'lengths\.txt'; to bucket the lengths in a file, read them first \(e\.g\. "
+            r"np\.loadtxt\(path, dtype=np\.int64\)",
+        ):
+            BucketSampler(path, num_buckets=2, batch_size=2)
