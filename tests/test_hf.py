@@ -618,3 +618,19 @@ def test_each_helper_lists_its_own_options():
         r"did you mean pad_value=\?.*its options: .*key",
     ):
         hf.for_audio(audio, "input_values", num_buckets=2, batch_size=2, padding_value=0.0)
+
+
+def test_for_audio_refuses_file_paths_or_numbers_when_planned():
+    """Neighbour of the text column (s10-user): a column of paths was planned on its characters
+    and failed at the first batch ("field 'audio' is padded but holds str")."""
+    for values, found in (
+        (["a.wav", "bb.wav", "ccc.wav", "d.wav"], r"strings \(file paths\?\), not decoded audio"),
+        ([1, 2, 3, 4], r"int64 values, not lists of audio samples"),
+    ):
+        ds = datasets.Dataset.from_dict({"audio": values})
+        with pytest.raises(
+            TypeError,
+            match=rf"^for_audio pads column 'audio' as audio, but it holds {found}; decode it "
+            r"first, e\.g\. dataset = dataset\.cast_column\('audio', datasets\.Audio\(",
+        ):
+            hf.for_audio(ds, num_buckets=2, batch_size=2)

@@ -758,7 +758,8 @@ def for_audio(
     check_entry_options(for_audio, options, BucketSampler, BucketSpec, evaluation=evaluation)
     many = _as_list(dataset)
     table, _ = table_and_indices(many[0])
-    _, path = resolve_column(table, column)
+    resolved, path = resolve_column(table, column)
+    _check_audio_column(resolved.type, path)
     pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None)
     if path == column:  # a plain list column: samples as they are
         per_input = {column: [lengths(d, column) for d in many]}
@@ -787,6 +788,23 @@ def for_audio(
     if head is not None:
         plan.columns.follows[key] = key
     return build(many, plan, view=view, options=options)
+
+
+def _check_audio_column(kind: Any, path: str) -> None:
+    """The audio column (after a struct's ``array`` field) must hold lists of samples or
+    frames: file paths would be planned on their characters and fail at the first batch."""
+    if is_list(kind):
+        return
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        found = "strings (file paths?), not decoded audio"
+    else:
+        found = f"{kind} values, not lists of audio samples"
+    head = path.split(".")[0]
+    raise TypeError(
+        f"for_audio pads column {path!r} as audio, but it holds {found}; decode it first, e.g. "
+        f"dataset = dataset.cast_column({head!r}, datasets.Audio(sampling_rate=16000)), or "
+        "pass a column of samples or feature frames (a feature extractor's input_values)"
+    )
 
 
 def _check_columns(column: Any) -> list[str]:
