@@ -32,14 +32,17 @@ def is_list(t: Any) -> bool:
 
 # NOTE [ Which files a directory of Parquet shards holds ]
 # A directory is read as the Parquet files under it, recursively (hive partitions such as
-# ``year=2024/part-0.parquet`` included), by these rules, the strictest of the tools users know:
+# ``year=2024/part-0.parquet`` included), by these rules:
 # * a file or directory whose name starts with ``_`` or ``.`` is skipped, at any depth below the
 #   directory given: ``pyarrow.dataset`` and Spark skip the same (``_SUCCESS``, ``_metadata``,
 #   ``_temporary/``, ``.crc`` files, ``.cache/`` of a Hub download);
-# * of the rest, only names ending in ``.parquet`` (any case) are read, as ``datasets.load_dataset``
-#   keeps only a directory's files of one extension: a ``README.md`` beside the shards (every Hub
-#   dataset has one) or a ``notes.txt`` is not data. ``pyarrow.dataset`` and Spark read every
-#   other file as Parquet and fail on the README; ``bucketloader`` tells which files it skipped.
+# * of the rest, a name ending in ``.parquet`` (any case) is read; any other file is read when it
+#   begins with the Parquet magic bytes, as shards are often named otherwise (Hive writes
+#   ``000000_0``, Impala ``*.parq``, others ``*.pq``; ``pyarrow.dataset`` and Spark read them, and
+#   ``parquet_histogram`` read them before this rule), and skipped when it does not: a
+#   ``README.md`` beside the shards (every Hub dataset has one), a ``notes.txt`` or an empty file
+#   is not data (``pyarrow.dataset`` and Spark fail on it); ``bucketloader`` tells which files it
+#   skipped. Only 4 bytes of such a file are read.
 # A glob or a file names its files explicitly: each must be Parquet (it begins with the magic
 # bytes ``PAR1``, or ``PARE`` when the footer is encrypted), else one error names the file. A glob
 # or a directory that yields no file is an error, never an empty histogram.
@@ -91,9 +94,10 @@ def scan_parquet(source: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
         files, skipped, hidden = _walk(text)
         if not files:
             raise FileNotFoundError(
-                f"{text}: the directory holds no .parquet file{_others(skipped, hidden)}; a "
-                "directory is read as the *.parquet files under it: pass a glob that names the "
-                f"shards (e.g. '{os.path.join(text, 'part-*')}') if they are named otherwise"
+                f"{text}: the directory holds no Parquet file{_others(skipped, hidden)}; a "
+                "directory is read as the Parquet files under it (*.parquet, and files of other "
+                "names that begin with the Parquet magic bytes PAR1), skipping names that start "
+                "with _ or .: pass the shards' files or a glob that names them"
             )
         return files, skipped
     if os.path.isfile(text):
@@ -107,7 +111,7 @@ def skipped_note(source: str | os.PathLike[str], files: list[str], skipped: list
 
     Example:
         >>> skipped_note("d", ["d/a.parquet"], ["d/README.md"])
-        'd: read 1 .parquet file; skipped 1 other file (README.md)'
+        'd: read 1 Parquet file; skipped 1 other file (README.md)'
     """
     root = os.fspath(source)
     names = [os.path.relpath(f, root) for f in skipped[:NAMED_SKIPS]]
@@ -115,7 +119,7 @@ def skipped_note(source: str | os.PathLike[str], files: list[str], skipped: list
     many = "s" if len(files) != 1 else ""
     other = "s" if len(skipped) != 1 else ""
     return (
-        f"{root}: read {len(files):,} .parquet file{many}; skipped {len(skipped):,} other "
+        f"{root}: read {len(files):,} Parquet file{many}; skipped {len(skipped):,} other "
         f"file{other} ({', '.join(names)}{more})"
     )
 
@@ -144,6 +148,11 @@ def check_parquet(path: str, glob: str | None = None) -> None:
     what = path if glob is None else f"the glob {glob} matched {path}, which"
     if glob is not None:
         fix = "a glob names Parquet files only: narrow it to them, e.g. 'data/*.parquet'"
+        from glob import has_magic
+
+        top = os.path.dirname(glob)
+        if top and not has_magic(top) and os.path.isdir(top):  # (out/* over a Spark output)
+            fix += f", or pass the directory {top} itself, which skips files that are not Parquet"
     elif path.lower().endswith(".parquet"):
         fix = "it is truncated or not Parquet at all: write it again, or move it away"
     else:
@@ -158,9 +167,10 @@ def check_parquet(path: str, glob: str | None = None) -> None:
 
 
 def _walk(root: str) -> tuple[list[str], list[str], list[str]]:
-    """Every ``*.parquet`` file under ``root``, every other file, and every entry whose name
-    starts with ``_`` or ``.`` (a directory once, with a trailing separator, its files unread)
-    (NOTE [ Which files a directory of Parquet shards holds ])."""
+    """Every Parquet file under ``root`` (``*.parquet``, or another name that begins with the
+    magic bytes), every other file, and every entry whose name starts with ``_`` or ``.`` (a
+    directory once, with a trailing separator, its files unread) (NOTE [ Which files a directory
+    of Parquet shards holds ])."""
     files: list[str] = []
     others: list[str] = []
     hidden: list[str] = []
@@ -171,11 +181,20 @@ def _walk(root: str) -> tuple[list[str], list[str], list[str]]:
             path = os.path.join(top, name)
             if name.startswith(("_", ".")):
                 hidden.append(path)
-            elif name.lower().endswith(".parquet"):
+            elif name.lower().endswith(".parquet") or _begins_as_parquet(path):
                 files.append(path)
             else:
                 others.append(path)
     return sorted(files), sorted(others), sorted(hidden)
+
+
+def _begins_as_parquet(path: str) -> bool:
+    """Whether the file at ``path`` begins with the Parquet magic bytes (unreadable: no)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) in PARQUET_MAGIC
+    except OSError:
+        return False
 
 
 def _others(others: list[str], hidden: list[str]) -> str:

@@ -205,8 +205,8 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         ),
         "a directory of neither shards nor a saved dataset": (
             ["report", str(files)],
-            f"{files}: the directory holds no .parquet file; it holds 6 other files: one.npy, "
-            "one.txt, t.csv, t.jsonl, t.tsv, ...; a directory is read as the *.parquet files",
+            f"{files}: the directory holds no Parquet file; it holds 6 other files: one.npy, "
+            "one.txt, t.csv, t.jsonl, t.tsv, ...; a directory is read as the Parquet files",
         ),
         "plot not an image": (["report", one, "--plot", str(d / "x.txt")], "must name an image"),
         "json is a directory": (["report", one, "--json", str(d)], "must name a file"),
@@ -463,7 +463,7 @@ def test_report_on_a_hub_layout_reads_the_shards_and_notes_the_rest(tmp_path, ca
     out, err = capsys.readouterr()
     assert f"boundaries: {want}" in out
     assert err.splitlines() == [
-        f"bucketloader: note: {d}: read 2 .parquet files; skipped 1 other file (README.md)"
+        f"bucketloader: note: {d}: read 2 Parquet files; skipped 1 other file (README.md)"
     ]
     glob = str(d / "**" / "*")  # an explicit glob names every file it matches as Parquet
     assert main(["report", glob, "--column", "length", "-k", "2"]) == 2

@@ -326,7 +326,7 @@ def test_a_directory_reads_its_parquet_files_only(tmp_path, caplog):
         r = parquet_histogram(root, "n")
     assert sorted(np.repeat(r.histogram.values, r.histogram.counts).tolist()) == [1, 2, 3, 4]
     assert (
-        f"{root}: read 2 .parquet files; skipped 2 other files (README.md, "
+        f"{root}: read 2 Parquet files; skipped 2 other files (README.md, "
         f"year=2024{os.sep}notes.txt)"
     ) in caplog.text
 
@@ -334,15 +334,16 @@ def test_a_directory_reads_its_parquet_files_only(tmp_path, caplog):
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda d: None, r"ds: the directory holds no \.parquet file \(it is empty\)"),
+        (lambda d: None, r"ds: the directory holds no Parquet file \(it is empty\)"),
         (
             lambda d: (d / "README.md").write_text("hi"),
-            r"no \.parquet file; it holds 1 other file: README\.md; a directory is read as the "
-            r"\*\.parquet files under it: pass a glob that names the shards \(e\.g\. '.*part-\*'\)",
+            r"no Parquet file; it holds 1 other file: README\.md; a directory is read as the "
+            r"Parquet files under it \(\*\.parquet, and files of other names that begin with the "
+            r"Parquet magic bytes PAR1\), skipping names that start with _ or \.: pass the shards'",
         ),
         (
             lambda d: (d / "_SUCCESS").write_text(""),
-            r"no \.parquet file; 1 entry whose names start with _ or \. \(skipped, as pyarrow and "
+            r"no Parquet file; 1 entry whose names start with _ or \. \(skipped, as pyarrow and "
             r"Spark skip them\): _SUCCESS",
         ),
     ],
@@ -361,8 +362,8 @@ def test_a_glob_or_file_that_is_not_parquet_names_the_file(tmp_path):
         ValueError,
         match=r"^the glob .*/\* matched .*/lengths\.txt, which is not a Parquet file \(it begins "
         r"with b'12\\n7', not with the Parquet magic bytes PAR1\); a glob names Parquet files "
-        r"only: narrow it to them, e\.g\. 'data/\*\.parquet'; a \.txt file of lengths is read on "
-        r"its own",
+        r"only: narrow it to them, e\.g\. 'data/\*\.parquet', or pass the directory .* itself, "
+        r"which skips files that are not Parquet; a \.txt file of lengths is read on its own",
     ):
         parquet_histogram(str(tmp_path / "*"), "n")
     assert parquet_histogram(str(tmp_path / "*.parquet"), "n").num_rows == 2
@@ -381,3 +382,31 @@ def test_the_stream_source_lists_a_directory_by_the_same_rule(tmp_path):
     pq.write_table(pa.table({"n": [99]}), tmp_path / "ds" / "_tmp.parquet")
     assert [row["n"] for row in ArrowRows(tmp_path / "ds")] == [3, 1, 2]  # (sorted by path)
     assert [row["n"] for row in ArrowRows(str(tmp_path / "ds" / "*.parquet"))] == [99, 3]
+
+
+def test_a_directory_reads_parquet_shards_named_without_the_extension(tmp_path):
+    """Hive writes ``000000_0``, Impala ``*.parq``, others ``*.pq``: a directory of them was read
+    before the *.parquet rule (main, s10) and must still be, by their magic bytes; a README.md
+    beside them is still skipped (s11-rev1)."""
+    from bucketloader.stream.arrow import ArrowRows
+
+    root = tmp_path / "warehouse" / "t"
+    root.mkdir(parents=True)
+    pq.write_table(pa.table({"n": [1, 2]}), root / "000000_0")
+    pq.write_table(pa.table({"n": [3]}), root / "abc_1_data.0.parq")
+    pq.write_table(pa.table({"n": [4]}), root / "d.pq")
+    (root / "README.md").write_text("# card\n")
+    (root / "000001_0").write_text("")  # an empty file written by a failed task: skipped
+    r = parquet_histogram(root, "n")
+    assert sorted(np.repeat(r.histogram.values, r.histogram.counts).tolist()) == [1, 2, 3, 4]
+    assert sorted(row["n"] for row in ArrowRows(root)) == [1, 2, 3, 4]
+
+
+def test_a_glob_matching_a_marker_file_names_the_directory_as_the_fix(tmp_path):
+    """``out/*`` over a Spark output matches ``_SUCCESS``: the error says the directory itself
+    skips it (s11-rev1)."""
+    _write_shards(tmp_path / "out", pa.table({"n": [1, 2]}), 1)
+    (tmp_path / "out" / "_SUCCESS").write_text("")
+    with pytest.raises(ValueError, match=r"or pass the directory .*out itself"):
+        parquet_histogram(str(tmp_path / "out" / "*"), "n")
+    assert parquet_histogram(tmp_path / "out", "n").num_rows == 2
