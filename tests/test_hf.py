@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import types
 
 import numpy as np
 import pytest
@@ -634,3 +635,26 @@ def test_for_audio_refuses_file_paths_or_numbers_when_planned():
             r"first, e\.g\. dataset = dataset\.cast_column\('audio', datasets\.Audio\(",
         ):
             hf.for_audio(ds, num_buckets=2, batch_size=2)
+
+
+def test_a_processor_beside_an_explicit_pad_token_id_is_still_accepted():
+    """A transformers processor (no pad_token_id of its own) passed as tokenizer= with an explicit
+    pad_token_id worked on main (the tokenizer gave only the side); s11-friction refused it
+    (s11-rev1). Without a pad id, the error names the processor's own tokenizer."""
+
+    class Processor:  # (transformers' ProcessorMixin: no pad_token_id; its tokenizer has one)
+        def __init__(self):
+            self.tokenizer = types.SimpleNamespace(pad_token_id=7, padding_side="left")
+
+    ds = _token_ds([3, 5, 2, 7])
+    sampler, collate, data = hf.for_text(
+        ds, tokenizer=Processor(), pad_token_id=0, num_buckets=2, batch_size=2
+    )
+    row = collate([data[2], data[0]])["input_ids"][0].tolist()  # (ids 2, 2, then the pad id)
+    assert row[:2] == [2, 2] and row[-1] == 0
+    with pytest.raises(
+        TypeError, match=r"Processor .*; pass its tokenizer: tokenizer=<it>\.tokenizer"
+    ):
+        hf.for_text(ds, tokenizer=Processor(), num_buckets=2, batch_size=2)
+    with pytest.raises(TypeError, match=r"tokenizer='gpt2'.*or leave tokenizer out"):
+        hf.for_text(ds, tokenizer="gpt2", pad_token_id=0, num_buckets=2, batch_size=2)

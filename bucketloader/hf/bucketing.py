@@ -357,20 +357,32 @@ def check_entry_options(
 def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") -> int:
     """The pad id from the argument or a tokenizer-like object's ``pad_token_id`` (errors name
     ``owner``, the function the user called). A tokenizer's name or path (``"gpt2"``) is refused
-    with the call that loads it: nothing is downloaded here."""
+    with the call that loads it: nothing is downloaded here. An object without ``pad_token_id``
+    (a processor) is refused only when the pad id must come from it: beside ``pad_token_id=`` it
+    gives at most the side (``padding_side``), as before."""
     if isinstance(tokenizer, (str, bytes, os.PathLike)):
         name = os.fspath(tokenizer) if not isinstance(tokenizer, bytes) else tokenizer
+        instead = (
+            f"or leave tokenizer out (pad_token_id={pad_token_id!r} is given; side= sets the side)"
+            if pad_token_id is not None
+            else "or pass pad_token_id=<int> instead"
+        )
         raise TypeError(
             f"{owner} takes a tokenizer object (anything with pad_token_id, e.g. a transformers "
             f"tokenizer), got the {type(tokenizer).__name__} tokenizer={tokenizer!r}; load it "
-            f"first: tokenizer=transformers.AutoTokenizer.from_pretrained({name!r}), or pass "
-            f"pad_token_id=<int> instead"
+            f"first: tokenizer=transformers.AutoTokenizer.from_pretrained({name!r}), {instead}"
         )
-    if tokenizer is not None and not hasattr(tokenizer, "pad_token_id"):
+    if pad_token_id is None and tokenizer is not None and not hasattr(tokenizer, "pad_token_id"):
+        inner = getattr(tokenizer, "tokenizer", None)
+        fix = (
+            "pass its tokenizer: tokenizer=<it>.tokenizer (a processor holds one), or "
+            "pad_token_id=<int>"
+            if hasattr(inner, "pad_token_id")
+            else "pass a transformers tokenizer, or pad_token_id=<int> (and side=) instead"
+        )
         raise TypeError(
             f"{owner} takes a tokenizer object with a pad_token_id attribute (a transformers "
-            f"tokenizer), got {type(tokenizer).__name__} {tokenizer!r:.80}; pass a transformers "
-            f"tokenizer, or pad_token_id=<int> (and side=) instead"
+            f"tokenizer), got {type(tokenizer).__name__} {tokenizer!r:.80}; {fix}"
         )
     if pad_token_id is None and tokenizer is not None:
         pad_token_id = getattr(tokenizer, "pad_token_id", None)
