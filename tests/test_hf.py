@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import types
 
 import numpy as np
@@ -623,18 +624,36 @@ def test_each_helper_lists_its_own_options():
 
 def test_for_audio_refuses_file_paths_or_numbers_when_planned():
     """Neighbour of the text column (s10-user): a column of paths was planned on its characters
-    and failed at the first batch ("field 'audio' is padded but holds str")."""
+    and failed at the first batch ("field 'audio' is padded but holds str"). The fix named must
+    work: cast_column(Audio) alone stores bytes and paths, which for_audio refuses too, so the
+    decode step (map to a list column) is named (s11-rev1)."""
+    decode = (
+        r"decode it into a list column first, e\.g\. dataset = dataset\.cast_column\('audio', "
+        r"datasets\.Audio\(sampling_rate=16000\)\)\.map\(lambda row: \{'input_values': "
+        r"row\['audio'\]\['array'\]\}, remove_columns=\['audio'\]\), then pass "
+        r"column='input_values'"
+    )
     for values, found in (
         (["a.wav", "bb.wav", "ccc.wav", "d.wav"], r"strings \(file paths\?\), not decoded audio"),
         ([1, 2, 3, 4], r"int64 values, not lists of audio samples"),
     ):
         ds = datasets.Dataset.from_dict({"audio": values})
         with pytest.raises(
-            TypeError,
-            match=rf"^for_audio pads column 'audio' as audio, but it holds {found}; decode it "
-            r"first, e\.g\. dataset = dataset\.cast_column\('audio', datasets\.Audio\(",
-        ):
+            TypeError, match=rf"^for_audio pads column 'audio' as audio, but it holds {found}; "
+        ) as err:
             hf.for_audio(ds, num_buckets=2, batch_size=2)
+        if isinstance(values[0], str):
+            assert re.search(decode, str(err.value)), str(err.value)
+    undecoded = datasets.Dataset.from_dict({"audio": ["a.wav", "b.wav"]}).cast_column(
+        "audio", datasets.Audio(sampling_rate=16000)
+    )  # (stored as struct<bytes, path>: what cast_column alone gives)
+    with pytest.raises(
+        TypeError,
+        match=r"^for_audio pads column 'audio' as audio, but it holds undecoded datasets\.Audio "
+        r"\(bytes and path\); " + decode.replace(r"\.cast_column\('audio', "
+        r"datasets\.Audio\(sampling_rate=16000\)\)", ""),
+    ):  # (said "measure it with fn=", which for_audio does not take)
+        hf.for_audio(undecoded, num_buckets=2, batch_size=2)
 
 
 def test_a_processor_beside_an_explicit_pad_token_id_is_still_accepted():

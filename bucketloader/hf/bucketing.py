@@ -770,8 +770,7 @@ def for_audio(
     check_entry_options(for_audio, options, BucketSampler, BucketSpec, evaluation=evaluation)
     many = _as_list(dataset)
     table, _ = table_and_indices(many[0])
-    resolved, path = resolve_column(table, column)
-    _check_audio_column(resolved.type, path)
+    path = _audio_column(table, column)
     pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None)
     if path == column:  # a plain list column: samples as they are
         per_input = {column: [lengths(d, column) for d in many]}
@@ -802,20 +801,33 @@ def for_audio(
     return build(many, plan, view=view, options=options)
 
 
-def _check_audio_column(kind: Any, path: str) -> None:
-    """The audio column (after a struct's ``array`` field) must hold lists of samples or
-    frames: file paths would be planned on their characters and fail at the first batch."""
-    if is_list(kind):
-        return
-    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        found = "strings (file paths?), not decoded audio"
+def _audio_column(table: Any, column: str) -> str:
+    """The path of the audio column resolved (a struct's ``array`` field), which must hold lists
+    of samples or frames: file paths would be planned on their characters and fail at the first
+    batch, and a ``datasets.Audio`` column is stored undecoded (bytes and path) until a row is
+    read. Refused with the decode step that gives a list column."""
+    head = column.split(".")[0]
+    stored = table.schema.field(head).type if head in table.column_names else None
+    if (
+        stored is not None
+        and pa.types.is_struct(stored)
+        and {stored.field(i).name for i in range(stored.num_fields)} == {"bytes", "path"}
+    ):
+        path, found, cast = head, "undecoded datasets.Audio (bytes and path)", ""
     else:
-        found = f"{kind} values, not lists of audio samples"
-    head = path.split(".")[0]
+        kind, path = resolve_column(table, column)
+        if is_list(kind.type):
+            return path
+        if pa.types.is_string(kind.type) or pa.types.is_large_string(kind.type):
+            found = "strings (file paths?), not decoded audio"
+        else:
+            found = f"{kind.type} values, not lists of audio samples"
+        cast = f".cast_column({head!r}, datasets.Audio(sampling_rate=16000))"
     raise TypeError(
-        f"for_audio pads column {path!r} as audio, but it holds {found}; decode it first, e.g. "
-        f"dataset = dataset.cast_column({head!r}, datasets.Audio(sampling_rate=16000)), or "
-        "pass a column of samples or feature frames (a feature extractor's input_values)"
+        f"for_audio pads column {path!r} as audio, but it holds {found}; decode it into a list "
+        f"column first, e.g. dataset = dataset{cast}.map(lambda row: {{'input_values': "
+        f"row[{head!r}]['array']}}, remove_columns=[{head!r}]), then pass "
+        "column='input_values' (a feature extractor's input_values or frames do as well)"
     )
 
 
