@@ -222,6 +222,23 @@ def keyword_options(*functions: Callable[..., Any]) -> list[str]:
     return out
 
 
+def check_collator_options(owner: str, collator: Any, options: Mapping[str, Any]) -> None:
+    """One clear ``TypeError`` (with the closest option) for a keyword the class ``collator``
+    does not take, instead of Python's message about ``__init__``: what every producer's
+    ``collator(**kwargs)`` checks.
+
+    Example:
+        >>> class C:
+        ...     def __init__(self, table, *, side="right"): ...
+        >>> try:
+        ...     check_collator_options("S.collator()", C, {"padding_side": "left"})
+        ... except TypeError as exc:
+        ...     print(str(exc).split("; ")[1])
+        did you mean side=? (transformers' padding_side)
+    """
+    check_options(owner, options, keyword_options(collator.__init__))
+
+
 def check_options(owner: str, options: Any, allowed: Iterable[str]) -> None:
     """Raise one clear ``TypeError`` for an option ``owner`` does not take, with the option
     meant: another library's name for it (:data:`ALIASES`) or the closest valid name

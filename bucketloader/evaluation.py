@@ -54,7 +54,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from bucketloader._dist import resolve_ranks
 from bucketloader._samples import DatasetView, load_samples
-from bucketloader._validation import check_bool, check_int
+from bucketloader._validation import check_bool, check_collator_options, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import even_batch, size_values
 from bucketloader.plan.limits import warn_zero_lengths
@@ -415,6 +415,7 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         """``EvalCollator(PadCollator(self.shape_table, **kwargs))``."""
         from bucketloader.collate import PadCollator
 
+        check_collator_options(f"{type(self).__name__}.collator()", PadCollator, kwargs)
         return EvalCollator(PadCollator(self.shape_table, **kwargs))
 
     def dataloader(self, dataset: Any, **kwargs: Any) -> DataLoader:

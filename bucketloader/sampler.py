@@ -48,7 +48,13 @@ from typing_extensions import Unpack
 
 from bucketloader._dist import resolve_ranks, world_size
 from bucketloader._types import LazyModule
-from bucketloader._validation import check_bool, check_int, check_options, keyword_options
+from bucketloader._validation import (
+    check_bool,
+    check_collator_options,
+    check_int,
+    check_options,
+    keyword_options,
+)
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
 from bucketloader.plan.epoch import (
@@ -71,12 +77,6 @@ else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._t
 __all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "sampler_options", "spec_or_build"]
 
 _log = logging.getLogger(__name__)
-
-
-def check_collator_options(owner: str, collator: Any, options: dict[str, Any]) -> None:
-    """One clear ``TypeError`` (with the closest option) for a keyword ``collator`` does not
-    take, instead of Python's message about ``__init__``."""
-    check_options(owner, options, keyword_options(collator.__init__))
 
 
 def spec_or_build(lengths: Any, spec_options: Mapping[str, Any], spec_type: Any) -> Any:

@@ -47,6 +47,7 @@ from bucketloader._validation import (
     MAX_REPLICAS,
     as_lengths,
     check_bool,
+    check_collator_options,
     check_int,
     check_options,
     keyword_options,
@@ -71,7 +72,7 @@ from bucketloader.plan.sharded import (
 )
 from bucketloader.plan.spec import cell_dtype, count_cells, sort_by_cell
 from bucketloader.plan.table import PlannedBatch, ShapeTable
-from bucketloader.sampler import LOSS_WARNING, EpochSampler, check_collator_options
+from bucketloader.sampler import LOSS_WARNING, EpochSampler
 from bucketloader.solve import compute_boundaries
 
 __all__ = ["LocalExchange", "ShardReport", "ShardedSampler", "merge_histograms"]

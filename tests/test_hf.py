@@ -650,8 +650,12 @@ def test_for_audio_refuses_file_paths_or_numbers_when_planned():
     with pytest.raises(
         TypeError,
         match=r"^for_audio pads column 'audio' as audio, but it holds undecoded datasets\.Audio "
-        r"\(bytes and path\); " + decode.replace(r"\.cast_column\('audio', "
-        r"datasets\.Audio\(sampling_rate=16000\)\)", ""),
+        r"\(bytes and path\); "
+        + decode.replace(
+            r"\.cast_column\('audio', "
+            r"datasets\.Audio\(sampling_rate=16000\)\)",
+            "",
+        ),
     ):  # (said "measure it with fn=", which for_audio does not take)
         hf.for_audio(undecoded, num_buckets=2, batch_size=2)
 
@@ -666,7 +670,7 @@ def test_a_processor_beside_an_explicit_pad_token_id_is_still_accepted():
             self.tokenizer = types.SimpleNamespace(pad_token_id=7, padding_side="left")
 
     ds = _token_ds([3, 5, 2, 7])
-    sampler, collate, data = hf.for_text(
+    _, collate, data = hf.for_text(
         ds, tokenizer=Processor(), pad_token_id=0, num_buckets=2, batch_size=2
     )
     row = collate([data[2], data[0]])["input_ids"][0].tolist()  # (ids 2, 2, then the pad id)

@@ -260,3 +260,27 @@ def test_a_path_given_as_lengths_says_to_read_the_file():
             r"np\.loadtxt\(path, dtype=np\.int64\)",
         ):
             BucketSampler(path, num_buckets=2, batch_size=2)
+
+
+def test_every_producers_collator_refuses_options_in_one_voice():
+    """The neighbours of ``BucketSampler.collator()``: the other producers' collators passed a
+    typo on to the collator's ``__init__`` (Python's "unexpected keyword argument", no closest
+    name; s11-rev1)."""
+    from bucketloader import BucketIterable, EvalSampler
+    from bucketloader.pack import PackSampler
+    from bucketloader.stream import PackIterable
+
+    producers = {
+        "EvalSampler": (EvalSampler([3, 5, 8], num_buckets=2, batch_size=2), "side"),
+        "PackSampler": (PackSampler([3, 5, 8], row_length=8, batch_size=2), "pad_token_id"),
+        "BucketIterable": (BucketIterable([[1]], boundaries=[4], batch_size=2), "side"),
+        "PackIterable": (PackIterable([[1] * 3], row_length=8, batch_size=2), "pad_token_id"),
+    }
+    for owner, (producer, meant) in producers.items():
+        typo = "padding_side" if meant == "side" else "padding_value"
+        with pytest.raises(
+            TypeError,
+            match=rf"^{owner}\.collator\(\) got an unexpected option {typo}=0; did you mean "
+            rf"{meant}=\?.*; its options: ",
+        ):
+            producer.collator(**{typo: 0})

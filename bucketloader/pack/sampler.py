@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bucketloader._types import LazyModule
-from bucketloader._validation import check_bool, check_int
+from bucketloader._validation import check_bool, check_collator_options, check_int
 from bucketloader.pack._work import WORK_VERSION
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
 from bucketloader.pack.spec import PackSpec, PackTable
@@ -129,6 +129,7 @@ class PackSampler(EpochSampler):
         """``PackCollator(self.table, **kwargs)``: lays out every batch at its planned shape."""
         from bucketloader.pack.collator import PackCollator
 
+        check_collator_options(f"{type(self).__name__}.collator()", PackCollator, kwargs)
         return PackCollator(self.table, **kwargs)
 
     # -- the epoch plan (EpochSampler does the rest) ------------------------------------------

@@ -35,7 +35,13 @@ from bucketloader._dist import (
     resolve_ranks,
 )
 from bucketloader._types import LazyModule, LengthFn
-from bucketloader._validation import MissingKeyError, check_int, check_options, keyword_options
+from bucketloader._validation import (
+    MissingKeyError,
+    check_collator_options,
+    check_int,
+    check_options,
+    keyword_options,
+)
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
 from bucketloader.plan.cells import lattice_codes
@@ -414,6 +420,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         """
         from bucketloader.collate import PadCollator
 
+        check_collator_options(f"{type(self).__name__}.collator()", PadCollator, kwargs)
         return PadCollator(self.shape_table, **kwargs)
 
     def _truncate(self, sample: Any, lengths: tuple[int, ...]) -> Any:

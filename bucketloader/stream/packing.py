@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from bucketloader._dist import resolve_ranks
 from bucketloader._types import LazyModule
-from bucketloader._validation import check_choice, check_int
+from bucketloader._validation import check_choice, check_collator_options, check_int
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable, check_row_length
 from bucketloader.plan import SamplingReport
 from bucketloader.plan.shapes import row_batch_sizes
@@ -221,6 +221,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         ``DataLoader(stream, batch_size=None, collate_fn=stream.collator())``."""
         from bucketloader.pack.collator import PackCollator
 
+        check_collator_options(f"{type(self).__name__}.collator()", PackCollator, kwargs)
         return PackCollator(self.table, **kwargs)
 
     def _pass_config(self) -> PackConfig:
