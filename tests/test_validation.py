@@ -284,3 +284,19 @@ def test_every_producers_collator_refuses_options_in_one_voice():
             rf"{meant}=\?.*; its options: ",
         ):
             producer.collator(**{typo: 0})
+
+
+def test_evaluation_refuses_drop_last_with_its_reason_not_a_hint_to_last_batch():
+    """EvalSampler(drop_last=True) suggested last_batch=, which it then refused (s11-rev1)."""
+    import datasets
+
+    from bucketloader import EvalSampler, hf
+
+    for name, value in (("drop_last", True), ("last_batch", "drop")):
+        with pytest.raises(
+            TypeError, match=rf"^EvalSampler takes no {name}: it keeps every sample exactly once"
+        ):
+            EvalSampler([3, 5, 8], num_buckets=2, batch_size=2, **{name: value})
+        ds = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in (3, 5, 8)]})
+        with pytest.raises(TypeError, match=rf"evaluation batches are deterministic.*drop {name}="):
+            hf.for_text(ds, pad_token_id=0, evaluation=True, batch_size=2, **{name: value})

@@ -341,9 +341,10 @@ def check_entry_options(
 ) -> None:
     """Refuse an option neither ``entry`` (``for_text``...) nor the sampler it builds takes,
     naming ``entry`` and listing its own options and the sampler's (the ones it passes on), before
-    any column is read. Evaluation refuses ``shuffle`` and ``seed`` with the reason."""
+    any column is read. Evaluation refuses ``shuffle``, ``seed`` and ``last_batch`` (or torch's
+    ``drop_last``) with the reason."""
     if evaluation is True:
-        for name in ("shuffle", "seed"):
+        for name in ("shuffle", "seed", "last_batch", "drop_last"):
             if name in options:
                 raise TypeError(
                     f"evaluation batches are deterministic (every sample once, in an order that "
