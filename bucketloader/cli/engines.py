@@ -24,7 +24,7 @@ ENGINES = ("local", "ray", "spark")
 
 def is_parquet_set(path: str) -> bool:
     """Whether ``path`` names Parquet shards: a glob, a ``.parquet`` file, or a directory (read
-    as the ``*.parquet`` files under it: NOTE [ Which files a directory of Parquet shards holds ]
+    as the Parquet files under it: NOTE [ Which files a directory of Parquet shards holds ]
     in :mod:`bucketloader._arrow`).
 
     A directory written by ``datasets.Dataset.save_to_disk`` (Arrow files, with its

@@ -66,7 +66,7 @@ def parquet_histogram(
     """Exact histogram of a column over Parquet files or Arrow data, in bounded memory.
 
     Args:
-        source: a Parquet file, a directory of them (its ``*.parquet`` files, searched
+        source: a Parquet file, a directory of them (its Parquet files, searched
             recursively, hive partitions included; other files are skipped and logged, names
             starting with ``_`` or ``.`` skipped silently: NOTE [ Which files a directory of
             Parquet shards holds ] in :mod:`bucketloader._arrow`), a glob

@@ -24,7 +24,7 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
     """Rows of Parquet files (or a ``pyarrow.Table``) as dicts, read in record batches.
 
     Args:
-        data: a ``pyarrow.Table``, a Parquet file, a directory of them (its ``*.parquet``
+        data: a ``pyarrow.Table``, a Parquet file, a directory of them (its Parquet
             files, recursively, sorted by path: NOTE [ Which files a directory of Parquet shards
             holds ] in :mod:`bucketloader._arrow`), a glob, or a list of Parquet files (read in
             that order).
