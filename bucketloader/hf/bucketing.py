@@ -807,7 +807,7 @@ def _audio_column(table: Any, column: str) -> str:
     of samples or frames: file paths would be planned on their characters and fail at the first
     batch, and a ``datasets.Audio`` column is stored undecoded (bytes and path) until a row is
     read. Refused with the decode step that gives a list column."""
-    head = column.split(".")[0]
+    head = column.split(".")[0] if isinstance(column, str) else None  # (else: resolve_column's)
     stored = table.schema.field(head).type if head in table.column_names else None
     if (
         stored is not None
