@@ -300,3 +300,14 @@ def test_evaluation_refuses_drop_last_with_its_reason_not_a_hint_to_last_batch()
         ds = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in (3, 5, 8)]})
         with pytest.raises(TypeError, match=rf"evaluation batches are deterministic.*drop {name}="):
             hf.for_text(ds, pad_token_id=0, evaluation=True, batch_size=2, **{name: value})
+
+
+def test_strings_in_an_object_array_name_the_conversion_too():
+    """The object-array path (a pandas column of str, ``dtype=object``) had no test: removing
+    its branch left every test green (s11-rev1)."""
+    with pytest.raises(
+        TypeError,
+        match=r"^lengths must hold integer lengths, got the string '17' at index 1; convert them "
+        r"to integers first",
+    ):
+        as_lengths(np.array([5, "17"], dtype=object))
