@@ -36,13 +36,15 @@ def is_list(t: Any) -> bool:
 # * a file or directory whose name starts with ``_`` or ``.`` is skipped, at any depth below the
 #   directory given: ``pyarrow.dataset`` and Spark skip the same (``_SUCCESS``, ``_metadata``,
 #   ``_temporary/``, ``.crc`` files, ``.cache/`` of a Hub download);
-# * of the rest, a name ending in ``.parquet`` (any case) is read; any other file is read when it
-#   begins with the Parquet magic bytes, as shards are often named otherwise (Hive writes
-#   ``000000_0``, Impala ``*.parq``, others ``*.pq``; ``pyarrow.dataset`` and Spark read them, and
-#   ``parquet_histogram`` read them before this rule), and skipped when it does not: a
-#   ``README.md`` beside the shards (every Hub dataset has one), a ``notes.txt`` or an empty file
-#   is not data (``pyarrow.dataset`` and Spark fail on it); ``bucketloader`` tells which files it
-#   skipped. Only 4 bytes of such a file are read.
+# * of the rest, the names ending in ``.parquet`` (any case) are read, as ``datasets`` keeps a
+#   directory's files of one extension: a ``README.md`` beside the shards (every Hub dataset has
+#   one), a ``notes.txt`` or an empty file is not data (``pyarrow.dataset`` and Spark fail on it),
+#   and a Hub cache repo's ``blobs/<sha>`` are its ``snapshots/*/*.parquet`` again (read twice,
+#   every row would count twice); ``bucketloader`` tells which files it skipped;
+# * where no name ends in ``.parquet``, the shards are named otherwise (Hive writes ``000000_0``,
+#   Impala ``*.parq``; ``pyarrow.dataset``, Spark and ``parquet_histogram`` before this rule read
+#   them): then every regular file that begins with the Parquet magic bytes is read (4 bytes of
+#   each; a FIFO or a device is never opened) and the others are skipped and told.
 # A glob or a file names its files explicitly: each must be Parquet (it begins with the magic
 # bytes ``PAR1``, or ``PARE`` when the footer is encrypted), else one error names the file. A glob
 # or a directory that yields no file is an error, never an empty histogram.
@@ -95,9 +97,9 @@ def scan_parquet(source: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
         if not files:
             raise FileNotFoundError(
                 f"{text}: the directory holds no Parquet file{_others(skipped, hidden)}; a "
-                "directory is read as the Parquet files under it (*.parquet, and files of other "
-                "names that begin with the Parquet magic bytes PAR1), skipping names that start "
-                "with _ or .: pass the shards' files or a glob that names them"
+                "directory is read as the Parquet files under it (*.parquet, or where there is "
+                "none, the files that begin with the Parquet magic bytes PAR1), skipping names "
+                "that start with _ or .: pass the shards' files or a glob that names them"
             )
         return files, skipped
     if os.path.isfile(text):
@@ -167,10 +169,10 @@ def check_parquet(path: str, glob: str | None = None) -> None:
 
 
 def _walk(root: str) -> tuple[list[str], list[str], list[str]]:
-    """Every Parquet file under ``root`` (``*.parquet``, or another name that begins with the
-    magic bytes), every other file, and every entry whose name starts with ``_`` or ``.`` (a
-    directory once, with a trailing separator, its files unread) (NOTE [ Which files a directory
-    of Parquet shards holds ])."""
+    """Every Parquet file under ``root`` (the ``*.parquet`` ones; where there is none, the files
+    that begin with the magic bytes), every other file, and every entry whose name starts with
+    ``_`` or ``.`` (a directory once, with a trailing separator, its files unread) (NOTE [ Which
+    files a directory of Parquet shards holds ])."""
     files: list[str] = []
     others: list[str] = []
     hidden: list[str] = []
@@ -181,15 +183,22 @@ def _walk(root: str) -> tuple[list[str], list[str], list[str]]:
             path = os.path.join(top, name)
             if name.startswith(("_", ".")):
                 hidden.append(path)
-            elif name.lower().endswith(".parquet") or _begins_as_parquet(path):
+            elif name.lower().endswith(".parquet"):
                 files.append(path)
             else:
                 others.append(path)
+    if not files:  # shards named otherwise (Hive's 000000_0, Impala's *.parq)
+        sniffed = {f: _begins_as_parquet(f) for f in others}
+        files = [f for f, ok in sniffed.items() if ok]
+        others = [f for f, ok in sniffed.items() if not ok]
     return sorted(files), sorted(others), sorted(hidden)
 
 
 def _begins_as_parquet(path: str) -> bool:
-    """Whether the file at ``path`` begins with the Parquet magic bytes (unreadable: no)."""
+    """Whether the regular file at ``path`` begins with the Parquet magic bytes (unreadable, or
+    not a regular file, such as a FIFO whose open would block: no)."""
+    if not os.path.isfile(path):
+        return False
     try:
         with open(path, "rb") as fh:
             return fh.read(4) in PARQUET_MAGIC

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 
 import numpy as np
@@ -338,8 +340,8 @@ def test_a_directory_reads_its_parquet_files_only(tmp_path, caplog):
         (
             lambda d: (d / "README.md").write_text("hi"),
             r"no Parquet file; it holds 1 other file: README\.md; a directory is read as the "
-            r"Parquet files under it \(\*\.parquet, and files of other names that begin with the "
-            r"Parquet magic bytes PAR1\), skipping names that start with _ or \.: pass the shards'",
+            r"Parquet files under it \(\*\.parquet, or where there is none, the files that begin "
+            r"with the Parquet magic bytes PAR1\), skipping names that start with _ or \.: pass",
         ),
         (
             lambda d: (d / "_SUCCESS").write_text(""),
@@ -397,7 +399,10 @@ def test_a_directory_reads_parquet_shards_named_without_the_extension(tmp_path):
     pq.write_table(pa.table({"n": [4]}), root / "d.pq")
     (root / "README.md").write_text("# card\n")
     (root / "000001_0").write_text("")  # an empty file written by a failed task: skipped
-    r = parquet_histogram(root, "n")
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(root / "pipe")  # never opened: its open blocks until a writer comes
+    with _fails_after(30):  # (fail, never hang the suite)
+        r = parquet_histogram(root, "n")
     assert sorted(np.repeat(r.histogram.values, r.histogram.counts).tolist()) == [1, 2, 3, 4]
     assert sorted(row["n"] for row in ArrowRows(root)) == [1, 2, 3, 4]
 
@@ -410,3 +415,37 @@ def test_a_glob_matching_a_marker_file_names_the_directory_as_the_fix(tmp_path):
     with pytest.raises(ValueError, match=r"or pass the directory .*out itself"):
         parquet_histogram(str(tmp_path / "out" / "*"), "n")
     assert parquet_histogram(tmp_path / "out", "n").num_rows == 2
+
+
+def test_files_named_otherwise_are_read_only_where_no_parquet_name_is(tmp_path):
+    """A Hub cache repo holds its shards twice: ``blobs/<sha>`` (Parquet bytes, no extension) and
+    ``snapshots/<rev>/data/*.parquet``: where any ``*.parquet`` exists, only those are read, or
+    every row would count twice (s11-rev1)."""
+    repo = tmp_path / "datasets--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "snapshots" / "abc" / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"n": [1, 2, 3]}), repo / "blobs" / "9f2c1e")
+    os.symlink(repo / "blobs" / "9f2c1e", repo / "snapshots" / "abc" / "data" / "train.parquet")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc")
+    r = parquet_histogram(repo, "n")
+    assert sorted(np.repeat(r.histogram.values, r.histogram.counts).tolist()) == [1, 2, 3]
+
+
+@contextlib.contextmanager
+def _fails_after(seconds):
+    """Raise instead of blocking for ever (POSIX: SIGALRM interrupts a blocking open)."""
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def fail(*_):
+        raise RuntimeError(f"blocked for {seconds} s")  # (not OSError, which a read catches)
+
+    old = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
