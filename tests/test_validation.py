@@ -311,3 +311,16 @@ def test_strings_in_an_object_array_name_the_conversion_too():
         r"to integers first",
     ):
         as_lengths(np.array([5, "17"], dtype=object))
+
+
+def test_pack_sampler_without_row_length_names_the_alias_given_instead():
+    """PackSampler(max_seq_len=2048) said only "needs row_length=", ignoring the option the user
+    gave for it (s11-rev1)."""
+    from bucketloader.pack import PackSampler
+
+    with pytest.raises(
+        TypeError,
+        match=r"^PackSampler needs row_length=<tokens per row> .*; got max_seq_len=8: did you "
+        r"mean row_length=8\?",
+    ):
+        PackSampler([3, 5], max_seq_len=8, batch_size=2)
