@@ -129,7 +129,8 @@ class DynamicityReport:
         """Write an image: the length histogram with the recommended boundaries over it, and the
         padding-versus-k frontier of every strategy (and the batch shapes of a scanned loader).
         The format follows the suffix of ``path`` (one of :data:`PLOT_SUFFIXES`; checked before
-        any drawing). Needs matplotlib."""
+        any drawing), and its directory must exist (none is created, as ``savefig`` creates
+        none). Needs matplotlib."""
         return plot_report(self, image_path(path), dpi=check_int("dpi", dpi, minimum=10))
 
 
