@@ -681,3 +681,24 @@ def test_a_processor_beside_an_explicit_pad_token_id_is_still_accepted():
         hf.for_text(ds, tokenizer=Processor(), num_buckets=2, batch_size=2)
     with pytest.raises(TypeError, match=r"tokenizer='gpt2'.*or leave tokenizer out"):
         hf.for_text(ds, tokenizer="gpt2", pad_token_id=0, num_buckets=2, batch_size=2)
+
+
+def test_an_iterable_dataset_is_refused_untouched_with_both_streams_named():
+    """The planning checks read the schema only; a stream is refused before any row is read, and
+    for_packing's user is pointed to the packing stream too (s11-rev1)."""
+    pulled = []
+
+    def rows():
+        for n in (3, 5, 2):
+            pulled.append(n)
+            yield {"input_ids": [1] * n}
+
+    stream = datasets.IterableDataset.from_generator(rows)
+    for call, options in ((hf.for_text, {"num_buckets": 2}), (hf.for_packing, {"row_length": 8})):
+        with pytest.raises(
+            TypeError,
+            match=r"got IterableDataset; for an IterableDataset use "
+            r"bucketloader\.stream\.BucketIterable \(or PackIterable to pack\)",
+        ):
+            call(stream, pad_token_id=0, batch_size=2, **options)
+    assert pulled == []
