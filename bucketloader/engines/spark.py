@@ -9,6 +9,7 @@ form the exact histogram. Needs ``pip install 'bucketloader[spark]'`` (and Java)
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -274,13 +275,29 @@ def _untyped_empty_file(df: Any, items: list[Any]) -> str | None:
             return None
     except Exception:  # a diagnosis on the error path: never hide Spark's error
         return None
+    name = column if _PLAIN.fullmatch(column) else _quoted(column)
     return (
         f"{path}: an empty Parquet file whose column {column!r} has type null (written from an "
-        f"empty list); Spark took the DataFrame's schema from it ({column} {read_as}) and could "
-        f"not read the files that hold rows ({column} {real}). Fix: leave the empty files out "
+        f"empty list); Spark took the DataFrame's schema from it ({name} {read_as}) and could "
+        f"not read the files that hold rows ({name} {real}). Fix: leave the empty files out "
         f"(spark.read.parquet(*the files with rows)), or give the schema: "
-        f"spark.read.schema('{column} {real}').parquet(...)"
+        f"spark.read.schema({f'{name} {real}'!r}).parquet(...)"
     )
+
+
+#: A column name that Spark's DDL and SQL read as it is (others go in backticks).
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _quoted(name: str) -> str:
+    """``name`` as one Spark SQL identifier (spaces, dots, quotes kept): in backticks, a
+    backtick inside doubled.
+
+    Example:
+        >>> print(_quoted("a.b"), _quoted("x`y"))
+        `a.b` `x``y`
+    """
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _in_some_file(spark: Any, field: Any, paths: list[str]) -> bool:
@@ -290,7 +307,7 @@ def _in_some_file(spark: Any, field: Any, paths: list[str]) -> bool:
     from pyspark.sql import types as T
 
     read = spark.read.schema(T.StructType([field])).parquet(*paths)
-    return bool(read.where(F.col(f"`{field.name}`").isNotNull()).limit(1).count())
+    return bool(read.where(F.col(_quoted(field.name)).isNotNull()).limit(1).count())
 
 
 def _describe(items: list[Any]) -> str:
@@ -313,7 +330,7 @@ def _length_expr(df: Any, column: Any) -> Any:
             raise MissingKeyError(
                 f"column {column!r} not found; the DataFrame has columns {df.columns}"
             )
-        col, label = F.col(f"`{column}`"), column
+        col, label = F.col(_quoted(column)), column
         dtype = df.schema[column].dataType
     if isinstance(dtype, T.ArrayType):
         if isinstance(dtype.elementType, (T.ArrayType, T.MapType)):
