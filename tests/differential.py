@@ -294,9 +294,9 @@ def stream_case(case: int) -> dict[str, Any]:
         state = json.loads(json.dumps(state))
         # the solver version a packing stream's state records (NOTE [ A state across solver
         # versions ]) is not behaviour, nor is the record of the tails a worker packed (the
-        # digests a replay compares, session 10): the golden states predate both, every other
-        # key compares
-        kept = {k: v for k, v in state.items() if k != "tails"}
+        # digests a replay compares, session 10; an exact state's own "tail", session 11): the
+        # golden states predate them, every other key compares
+        kept = {k: v for k, v in state.items() if k not in ("tails", "tail")}
         rec["state"] = _canon({**kept, "config": _without_versions(state["config"])})
         resumed = make()
         resumed.load_state_dict(state)
