@@ -511,6 +511,9 @@ def test_a_pass_resumed_inside_its_tail_records_the_tail(gsm8k, monkeypatch):
         head = [next(it) for _ in range(p)]
         state = exact.state_dict()
         assert recorded(state) == (None if state["phase"] == "stream" else tail), p
+        for bad in ([1, 2], [1, 2, -3], [1, True, 3], "x"):  # an edited record: refused on load
+            with pytest.raises(ValueError, match=r"state\['tail'\] must be \[start, batches"):
+                make().load_state_dict({**state, "tail": bad})
         again, rest = resumed(state)
         assert _ids(head + rest) == _ids(full), p
         for k in range(p, len(full) + 1):
