@@ -228,3 +228,22 @@ def test_the_schema_fix_reads_a_column_whose_name_needs_quoting(spark, tmp_path)
     pasted = eval(code.replace("(...)", "(path)"), {"spark": spark, "path": str(tmp_path)})
     r = spark_histogram(pasted, name)
     assert (r.histogram.values.tolist(), r.num_rows) == ([1, 2, 3], 3)
+
+
+def test_the_schema_fix_is_offered_only_where_it_reads(spark, tmp_path):
+    """s11: for an array of structs (chat messages) the schema fix failed too: Spark cannot read
+    the empty file's column of type null as a group ("... (UNKNOWN) is not a group"). The
+    message offers the fix that reads (the files with rows) and says why not the schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    messages = [[{"from": "user", "value": "hi"}] * n for n in (1, 2, 3)]
+    pq.write_table(pa.table({"conv": pa.array([], pa.null())}), tmp_path / "part-0.parquet")
+    pq.write_table(pa.table({"conv": messages}), tmp_path / "part-1.parquet")
+    with pytest.raises(ValueError) as info:
+        spark_histogram(spark.read.parquet(str(tmp_path)), "conv")
+    message = str(info.value)
+    assert "spark.read.schema(" not in message, message
+    assert "leave the empty files out" in message and "even given the schema" in message
+    r = spark_histogram(spark.read.parquet(str(tmp_path / "part-1.parquet")), "conv")
+    assert r.histogram.values.tolist() == [1, 2, 3]
