@@ -13,14 +13,14 @@ histogram is merged exactly into the total (NOTE [ Exact merge ] in
 from __future__ import annotations
 
 import dataclasses
-import glob
 import inspect
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from bucketloader._arrow import parquet_files, scan_parquet, skipped_note
 from bucketloader._types import LazyModule
 from bucketloader._validation import MissingKeyError, check_bool, check_int
 from bucketloader.engines._common import (
@@ -47,7 +47,9 @@ ParquetSource: TypeAlias = (
     " | pa.RecordBatchReader | Iterator[pa.RecordBatch]"
 )
 
-__all__ = ["parquet_histogram"]
+__all__ = ["parquet_files", "parquet_histogram"]
+
+_log = logging.getLogger(__name__)
 
 #: Rows per record batch of the scan (the memory bound is about this many rows of the column).
 DEFAULT_BATCH_SIZE = 65536
@@ -64,10 +66,13 @@ def parquet_histogram(
     """Exact histogram of a column over Parquet files or Arrow data, in bounded memory.
 
     Args:
-        source: a Parquet file, a directory of them (searched recursively, hive partitions
-            included), a glob (``"shards/*.parquet"``), a list of files, a
-            ``pyarrow.dataset.Dataset``, a ``pyarrow.Table`` or a ``pyarrow.RecordBatchReader``
-            (or an iterator of record batches; those can be read only once).
+        source: a Parquet file, a directory of them (its ``*.parquet`` files, searched
+            recursively, hive partitions included; other files are skipped and logged, names
+            starting with ``_`` or ``.`` skipped silently: NOTE [ Which files a directory of
+            Parquet shards holds ] in :mod:`bucketloader._arrow`), a glob
+            (``"shards/*.parquet"``), a list of files, a ``pyarrow.dataset.Dataset``, a
+            ``pyarrow.Table`` or a ``pyarrow.RecordBatchReader`` (or an iterator of record
+            batches; those can be read only once).
         column: what to measure: a list column (its list lengths), a string / binary column
             (characters / bytes), an integer column (read as lengths), or a list of such
             columns for a :class:`~bucketloader.histogram.JointHistogram`.
@@ -120,36 +125,6 @@ def parquet_histogram(
     return dataclasses.replace(result, empty_files=empty) if empty else result
 
 
-def parquet_files(source: str | os.PathLike[str]) -> list[str]:
-    """The Parquet files a path names: itself, a directory's (recursively), or a glob's matches.
-
-    Example:
-        >>> parquet_files("/no/such/dir/*.parquet")
-        Traceback (most recent call last):
-        ...
-        FileNotFoundError: no file matches the glob /no/such/dir/*.parquet
-    """
-    text = os.fspath(source)
-    if glob.has_magic(text):
-        files = sorted(f for f in glob.glob(text, recursive=True) if Path(f).is_file())
-        if not files:
-            raise FileNotFoundError(f"no file matches the glob {text}")
-        return files
-    p = Path(text)
-    if p.is_dir():
-        files = sorted(
-            str(f)
-            for f in p.rglob("*")
-            if f.is_file() and not f.name.startswith(("_", ".")) and f.suffix != ".crc"
-        )
-        if not files:
-            raise FileNotFoundError(f"{text}: the directory holds no data files")
-        return files
-    if p.is_file():
-        return [text]
-    raise FileNotFoundError(f"{text}: no such file, directory or glob")
-
-
 def _open(
     pa: Any, source: Any, columns: list[str], batch_size: int, nulls: str = "raise"
 ) -> tuple[Any, Iterator[Any], int | None, str, dict[str, int]]:
@@ -165,7 +140,12 @@ def _open(
     )
     if own:  # paths: the dataset of their whole Parquet files
         names = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-        files = [f for name in names for f in parquet_files(name)]
+        files = []
+        for name in names:
+            listed, skipped = scan_parquet(name)
+            if skipped:  # (a directory's README.md: NOTE [ Which files a directory of Parquet
+                _log.info(skipped_note(name, listed, skipped))  # shards holds ])
+            files += listed
         what = os.fspath(names[0]) if len(names) == 1 else f"{len(files)} files"
         try:
             source = pads.dataset(files, format="parquet")
