@@ -48,6 +48,8 @@ from bucketloader._validation import (
     as_lengths,
     check_bool,
     check_int,
+    check_options,
+    keyword_options,
 )
 from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
 from bucketloader.histogram import LengthHistogram
@@ -1029,16 +1031,7 @@ def _cells_of(lengths: np.ndarray, boundaries: np.ndarray, lookup: np.ndarray) -
 
 
 def _check_options(options: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(options) - set(_OPTIONS))
-    if unknown:
-        import difflib
-
-        near = difflib.get_close_matches(unknown[0], _OPTIONS, n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise TypeError(
-            f"ShardedSampler got an unknown option {unknown[0]!r}{hint} It accepts: "
-            f"{', '.join(_OPTIONS)}"
-        )
+    check_options("ShardedSampler", options, [*_OPTIONS, *keyword_options(ShardedSampler.__init__)])
     if options.get("boundaries") is not None and (
         "num_buckets" in options or "strategy" in options
     ):
