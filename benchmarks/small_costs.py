@@ -613,7 +613,10 @@ def packing(quick: bool, repeats: int) -> list[str]:
         "bound would take more than one of BFD's patterns per 40 documents; where every "
         "document is in (L/4, L/2], rows of at most three documents instead, BFD's rows only "
         "counted; where the thirds bound rises above ceil(tokens / L), as in (L/5, L/2], the "
-        "same rows of three, BFD's plan replaced by a floor on its rows; where a lower bound "
+        "same rows of three, BFD's plan replaced by a floor on its rows; where that floor "
+        "proves BFD misses the promise and no bound rises above ceil(tokens / L), as in (L/8, "
+        "L/2], rows the documents fill exactly, the others by BFD and its repack, kept where "
+        "they keep the promise; where a lower bound "
         "proves the promise out of reach otherwise, the repack stops at a counted cap, about "
         "0.2 ms plus 0.3 of a per-document BFD's estimated cost) "
         'and with `search="never"` (best-fit decreasing alone); rows against the L2 lower bound. '
@@ -713,8 +716,8 @@ def packing(quick: bool, repeats: int) -> list[str]:
         "everywhere and within 0.5 points of padding of `ceil(tokens / L)` rows on every "
         "set but the uniform ones (asserted; in (L/4, L/2] and (L/5, L/2] no plan comes that "
         "close: rows of three documents at most, NOTE [ At most three documents a row ] and "
-        "NOTE [ Rows of three where the thirds rise ]; in (L/8, L/2] the repack is where the "
-        "time goes, and may end above the promise).",
+        "NOTE [ Rows of three where the thirds rise ]; in (L/8, L/2] full rows of any "
+        "count, NOTE [ Full rows of any count ], kept only within the promise).",
         "",
     ]
     return lines

@@ -307,6 +307,34 @@ def test_an_out_of_range_value_for_the_first_files_type_is_a_failed_cast(tmp_pat
     assert parquet_histogram(fixed, "n").histogram.values.tolist() == [3, 4, 5, 7, 2**40]
 
 
+@pytest.mark.parametrize(
+    ("first", "fine", "bad", "arrow"),
+    [
+        (pa.int64(), pa.array([5.0, 6.0]), pa.array([7.0, 7.5]), "Float value 7.5"),
+        (pa.int64(), pa.array(["5", "6"]), pa.array(["7", "x"]), "Failed to parse string: 'x'"),
+        (pa.int64(), pa.array([5], pa.int32()), pa.array([[1]], pa.list_(pa.int64())),
+         "but list<element: int64> in"),
+        (pa.int32(), pa.array([5, 6], pa.int64()), pa.array([9, 2**40]), "value 1099511627776"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("given", ["files", "dataset"])
+def test_a_failed_cast_names_the_file_that_holds_the_bad_value(
+    tmp_path, first, fine, bad, arrow, given
+):
+    """s10 left alone: the error named the first file whose type differed from the dataset's
+    (b, whose values cast), not the one whose values did not (c); a list where a number is
+    escaped as Arrow's own ArrowNotImplementedError."""
+    pq.write_table(pa.table({"n": pa.array([3, 4], first)}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"n": fine}), tmp_path / "b.parquet")
+    pq.write_table(pa.table({"n": bad}), tmp_path / "c.parquet")
+    with pytest.raises(ValueError) as info:
+        parquet_histogram(tmp_path if given == "files" else pads.dataset(tmp_path), "n")
+    message = str(info.value)
+    assert "c.parquet" in message and "b.parquet" not in message, message
+    assert f"is {first} in the dataset's schema" in message and arrow in message
+    assert "the cast to the dataset's type failed" in message
+
+
 def test_a_directory_reads_its_parquet_files_only(tmp_path, caplog):
     """A Hub download's README.md beside the shards was read as Parquet and failed (s10-user);
     names starting with _ or . are skipped as pyarrow.dataset and Spark skip them (NOTE [ Which

@@ -652,7 +652,6 @@ def test_plans_that_version_10_does_not_change_keep_their_digests(monkeypatch):
         (gsm[:2000], 512, "da342484c5fa56d4"),  # (the repack's plan: version 5)
         (gsm[gsm <= 256], 256, "f371d668e4364014"),
         (uniform(0).integers(257, 683, 2000), 1024, "6b026c5c87376d95"),  # (version 7's rows)
-        (uniform(1000).integers(129, 513, 1000), 1024, "fd00289f4d12f07d"),  # ((L/8, L/2])
     ]
     for lengths, row_length, digest in kept:
         spec = PackSpec.build(lengths, row_length=row_length, batch_size=8)
@@ -721,3 +720,98 @@ def test_rows_of_three_that_only_tie_bfd_leave_its_plan_and_digest():
     assert not plan.turned and _rows(plan, (128,)) == _rows(fit, (128,))
     spec = PackSpec.build(np.repeat(sizes, counts), row_length=128, batch_size=8)
     assert spec.digest == "e10c2d41dff5b103"
+
+
+def test_full_rows_of_any_count_where_bfd_surely_misses_the_promise(monkeypatch):
+    """NOTE [ Full rows of any count ]: on documents uniform in (L/8, L/2] (the configuration LP
+    is ceil(tokens / L) there) the default packs rows the documents fill exactly, within its
+    promise and below BFD's floor (so BFD's plan is not made), as solver version 11 with a new
+    digest; where that fill is not within the promise, the plan and digest are version 10's
+    (session 10: the search of BFD's rows, 315 rows, digest pinned)."""
+    from bucketloader.pack import PackSpec
+
+    docs = np.random.default_rng(1000).integers(129, 513, 1000)
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    floor = _bins.bfd_floor(sizes, counts, 1024)
+    tokens = int(docs.sum())
+    promise = (-(-tokens // 1024) * 1024 + tokens // 200) // 1024
+    assert floor == 318 > promise == 315
+    plan = solve(sizes, counts, (1024,))
+    _check_patterns(plan, sizes, counts, (1024,))
+    assert plan.filled and plan.num_rows == 314 < best_fit(sizes, counts, (1024,)).num_rows
+    assert _bins.solver_version((1024,), filled=True) == 11 == _bins.SOLVER_VERSION
+    spec = PackSpec.build(docs, row_length=1024, batch_size=8)
+    assert spec.num_rows == 314 and spec.digest == "56131d19524d7604"  # (session 11's)
+    # "always" keeps the tighter of its search and these rows (never looser than the default)
+    always = solve(sizes, counts, (1024,), "always")
+    assert always.num_rows <= plan.num_rows
+    monkeypatch.setattr(_bins, "filled_rows", lambda *args: None)  # (no fill within the promise)
+    before = PackSpec.build(docs, row_length=1024, batch_size=8)
+    assert before.num_rows == 315 and before.digest == "fd00289f4d12f07d"  # (version 10's)
+
+
+def test_full_rows_of_any_count_for_ten_thousand_documents():
+    """NOTE [ Full rows of any count ]: 10,000 documents in (L/8, L/2] in rows of 16,384 (in
+    units of 16 tokens) take 3,149 rows, within the promise (3,151), where session 10's search
+    was cut by its work budget and kept BFD's 3,225 rows."""
+    from bucketloader.pack import PackSpec
+
+    docs = np.random.default_rng(10_000).integers(2049, 8193, 10_000)
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    plan = solve(sizes, counts, (16384,))
+    _check_patterns(plan, sizes, counts, (16384,))
+    assert plan.filled and plan.num_rows == 3149
+    assert best_fit(sizes, counts, (16384,)).num_rows == 3225
+    spec = PackSpec.build(docs, row_length=16384, batch_size=8)
+    assert spec.digest == "57aee35933edbebd"  # (session 11's: a saved state loads only on it)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    length=st.sampled_from([16, 40, 100, 255, 1024, 3000, 16384]),
+    low=st.sampled_from([16, 10, 8, 7, 6]),
+    docs=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=400),
+    most=st.integers(0, 400),
+)
+def test_full_rows_of_any_count_are_valid_and_within_their_rows(length, low, docs, most):
+    """:func:`filled_rows` places every document exactly once, every row within the length
+    (whatever its unit), at most ``most`` rows or ``None``, and the same plan every call."""
+    lo, hi = length // low + 1, length // 2
+    if hi < lo:
+        return
+    docs = [lo + int(d * (hi - lo)) for d in docs]
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    plan = _bins.filled_rows(sizes, counts, length, most)
+    again = _bins.filled_rows(sizes, counts, length, most)
+    if plan is None:
+        assert again is None
+        return
+    _check_patterns(plan, sizes, counts, (length,))
+    assert plan.filled and plan.num_rows <= most
+    assert _rows(plan, (length,)) == _rows(again, (length,))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    length=st.sampled_from([24, 64, 100, 256, 1024]),
+    low=st.sampled_from([12, 9, 8, 7, 6]),
+    docs=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=300),
+)
+def test_the_default_with_full_rows_is_never_looser_than_bfd(length, low, docs):
+    """The default's plan, full rows included, is valid and never has more rows than
+    best-fit decreasing; a plan of full rows has fewer rows than BFD and keeps the promise."""
+    lo, hi = length // low + 1, length // 2
+    docs = [lo + int(d * (hi - lo)) for d in docs]
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    plan = solve(sizes, counts, (length,))
+    _check_patterns(plan, sizes, counts, (length,))
+    bfd = best_fit(sizes, counts, (length,)).num_rows
+    assert plan.num_rows <= bfd
+    if plan.filled:
+        tokens = int(sizes @ counts)
+        assert plan.num_rows < bfd
+        assert plan.num_rows * length <= -(-tokens // length) * length + tokens // 200

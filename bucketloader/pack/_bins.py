@@ -117,7 +117,8 @@ data set:
   L/2]) the bound is 0:
   no weighting of this kind rises above ``ceil(tokens / L)`` there (on (L/8, L/2] the
   configuration LP is ``tokens / L`` itself), and the search runs on, many times a
-  per-document BFD's time at 1k-10k documents (benchmarks/results/small_costs.md).
+  per-document BFD's time at 1k-10k documents, unless full rows of any count keep the promise
+  first (NOTE [ Full rows of any count ]).
 - ``"always"`` aims at the L2 bound, so where the default's first round aims at its promise
   instead (the bound's would repack too many patterns) its rounds differ and it could end
   looser than the default (600 GSM8K pairs at 256, seed 35: ``"never"`` 235 rows, ``"auto"``
@@ -231,10 +232,49 @@ On 1,000 documents uniform in (L/5, L/2] (benchmarks/small_costs.py) that is 353
 rows ended at 364 in 15-34x a per-document BFD's time; on 10,000, 3,537 rows (bound 3,531),
 where version 9's cap kept BFD's 3,750. Where the bound is ``ceil(tokens / L)`` or below
 (documents in (L/8, L/2]: the LP is ``tokens / L`` there, full rows of any number of documents
-are priced 1) the rows of three do not fit the LP's shape, and the search of BFD's rows runs
-as before. The gate (benchmarks/pack_gate.py, benchmarks/results/pack_gate.md) compares this
+are priced 1) the rows of three do not fit the LP's shape: full rows of any count do (NOTE
+[ Full rows of any count ]), else the search of BFD's rows runs as before. The gate
+(benchmarks/pack_gate.py, benchmarks/results/pack_gate.md) compares this
 solver with the one before on every tests/data file, GSM8K resamples and random cases: rows,
 promise, time and versions.
+
+NOTE [ Full rows of any count ]
+Where no document is longer than half a row, some are a quarter of it or less and the thirds
+bound does not rise above ``ceil(tokens / L)`` (it cannot where the documents average a third
+of a row or less; documents uniform in (L/8, L/2]: the configuration LP is ``tokens / L`` there,
+so a row of any number of documents that fills it exactly wastes nothing), rows of three do not
+fit the LP's shape. Best-fit decreasing pairs the documents longer
+than L / 3 and leaves rooms no document fits (1,000 documents in (L/8, L/2]: 80 of its 322 rows
+of 1,024 are two long documents and 89-127 tokens of room, 8,000 of its 9,198 tokens of
+padding), and the search of its rows (NOTE [ Repacking the rows with room ]) cost 7-14x a
+per-document BFD at 1k documents and, at 10k in rows of 16,384, 0.65 s to be cut by its work
+budget and keep BFD's 3,225 rows. Where :func:`bfd_floor` proves that BFD misses the promise
+(the default would search), :func:`filled_rows` (numpy over the histogram) plans instead:
+
+- In units of ``L // 1024`` tokens (at least 1; sizes rounded up, so a row of at most ``L //
+  unit`` units holds at most ``L`` tokens): rows of 1,024 to 2,047 units whatever the row
+  length, so the costs below do not grow with it.
+- Rounds of rows that the documents fill exactly: of the documents left, decreasing, the ``k =
+  m / w`` largest anchor a row each (``w`` = 3, then 4), the ``k`` smallest (and for four the
+  ``k`` above them) join them, turned by another shift each round (``_FILL_TURN`` places times
+  the round, as the turned pairing of NOTE [ At most three documents a row ]), and the last
+  document must be the row's exact remainder, one of the others: as many rows for a remainder
+  as there are documents of it (a rank among the equal remainders against a count). Three
+  rounds: 177 rows of 1,024 exactly full for 1,000 documents in (L/8, L/2], 1,755 for 10,000.
+- The others (about 45% of them there): best-fit decreasing, then its rows with room repacked
+  (the search of NOTE [ Repacking the rows with room ], in units, with its counted budget)
+  towards the rows the promise leaves them; not where BFD's rows of them leave more than 1% of
+  the rows above that (``_FILL_GAP``: the repack would rarely close it).
+- The rows in units become rows of documents: the slots of each unit, in order, take that
+  unit's documents, in order.
+
+The plan is kept only where it keeps the promise and has fewer rows than the floor, so fewer
+than BFD's and no plan the solver made before (BFD's plan is not made); elsewhere the search of
+BFD's rows runs as in version 10 (its plans and digests unchanged) and ``"always"`` keeps the
+tighter of the two. On the benchmark's documents in (L/8, L/2]: 314 rows of 1,024 or 16,384 at
+1k documents (version 10: 315 and 314; bound 314 and 313; BFD 322 and 321), 3,149 at 10k in both
+(version 10: 3,192 and BFD's 3,225; promise 3,156 and 3,151). Plans of full rows have solver
+version 11 (the flag ``filled``).
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
@@ -328,8 +368,9 @@ import numpy as np
 #: [ Repacking the rows with room ]). 9: ``"auto"``'s repack stops at its cap where a bound
 #: proves the promise out of reach (NOTE [ Repacking the rows with room ], the cap). 10: the
 #: rows of three with the turned pairing, and where the thirds bound rises above ``ceil(tokens /
-#: L)`` with documents of L/4 or less (NOTE [ Rows of three where the thirds rise ]).
-SOLVER_VERSION = 10
+#: L)`` with documents of L/4 or less (NOTE [ Rows of three where the thirds rise ]). 11: full
+#: rows of any count where BFD's floor misses the promise (NOTE [ Full rows of any count ]).
+SOLVER_VERSION = 11
 
 
 def solver_version(
@@ -340,6 +381,7 @@ def solver_version(
     promised: bool = False,
     capped: bool = False,
     turned: bool = False,
+    filled: bool = False,
 ) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
     changed only plans with several row lengths, version 5 only the plans that repacking
@@ -348,15 +390,18 @@ def solver_version(
     search (``budgeted``) and version 7 only the rows of at most three documents
     (``tripled``), and version 8 only the ``"always"`` plans its promise-sized round made
     tighter (``promised``) and version 9 only those where the repack's cap stopped it
-    (``capped``), and version 10 only the rows of three it changed or added (``turned``), so
-    the others keep 3, 4, 5, 6, 7, 8 or 9 (and their digests, so the states saved before still
-    load). Each flag's version is written out, not :data:`SOLVER_VERSION`: a later bump leaves
+    (``capped``), and version 10 only the rows of three it changed or added (``turned``), and
+    version 11 only the full rows of any count (``filled``), so the others keep 3, 4, 5, 6, 7,
+    8, 9 or 10 (and their digests, so the states saved before still load). Each flag's version
+    is written out, not :data:`SOLVER_VERSION`: a later bump leaves
     the plans it did not change on theirs.
 
     Example:
-        >>> solver_version((1024,), capped=True), solver_version((1024,), turned=True)
-        (9, 10)
+        >>> solver_version((1024,), capped=True), solver_version((1024,), filled=True)
+        (9, 11)
     """
+    if filled:
+        return 11
     if turned:
         return 10
     if capped:
@@ -415,6 +460,16 @@ _DOC_WORDS = 100
 _REPACK_TENTHS = 3
 #: ... plus this (about 200 steps, 0.2 ms).
 _REPACK_FLOOR = 50_000
+#: :func:`filled_rows` works in units of ``L // _FILL_UNITS`` tokens (at least 1): rows of
+#: 1,024 to 2,047 units, whatever the row length (NOTE [ Full rows of any count ]).
+_FILL_UNITS = 1024
+#: Its rounds of exactly full rows of three and of four documents, ...
+_FILL_ROUNDS = 3
+#: ... each turning the partners by this many more places (times the partner's rank).
+_FILL_TURN = 7919
+#: ... and its rows with room are repacked only where BFD's rows of the others leave it less than
+#: 1/_FILL_GAP of its rows above the most it may have.
+_FILL_GAP = 100
 
 
 @dataclass(frozen=True, eq=False)
@@ -441,6 +496,8 @@ class Patterns:
             [ Repacking the rows with room ], the cap), which :func:`solver_version` tells too.
         turned: whether the plan is one of the rows of three that version 10 added (NOTE
             [ Rows of three where the thirds rise ]), which :func:`solver_version` tells too.
+        filled: whether the plan is :func:`filled_rows`' (NOTE [ Full rows of any count ]),
+            which :func:`solver_version` tells too.
     """
 
     sizes: np.ndarray
@@ -455,6 +512,7 @@ class Patterns:
     promised: bool = False
     capped: bool = False
     turned: bool = False
+    filled: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -524,10 +582,29 @@ def solve(
                 # rows runs as in version 9 and the tighter plan is kept)
                 if search == "auto" and three.num_rows * length - goal.thirds <= goal.slack:
                     return three
+    filled = None
+    # NOTE [ Full rows of any count ]: where BFD surely misses the promise (its floor) and no
+    # bound rises above ceil(tokens / L), rows the documents fill exactly
+    if (
+        len(row_lengths) == 1
+        and (goal.few or not goal.auto)
+        and goal.docs <= _THREE_DOCS
+        and 4 * int(sizes[-1]) <= length
+        and 2 * int(sizes[0]) <= length
+        and goal.thirds <= goal.c1
+    ):
+        floor = bfd_floor(sizes, counts, length)
+        if floor is not None and floor * length > goal.promised:
+            most = min(floor - 1, goal.promised // length)
+            filled = filled_rows(sizes, counts, length, most)
+            if filled is not None and goal.auto:
+                return filled
     rival: list[Patterns] = []
     plan = _searched(sizes, counts, row_lengths, search, rival, goal, fit)
     if three is not None and three.num_rows < plan.num_rows:
         plan = three  # ("always": the tighter)
+    if filled is not None and filled.num_rows < plan.num_rows:
+        plan = filled  # ("always": the tighter)
     if rival and _padded(rival[0], row_lengths) < _padded(plan, row_lengths):
         # ("always": the default's rounds did better; only these plans change: version 8)
         return dataclasses.replace(rival[0], promised=True)
@@ -1254,6 +1331,87 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
     rows[t + m + odd :, 0] = longs
     rows[t + m + odd : t + m + odd + k, 1] = every[shared]
     return dataclasses.replace(_grouped(sizes, rows), turned=turned)
+
+
+def filled_rows(sizes: np.ndarray, counts: np.ndarray, length: int, most: int) -> Patterns | None:
+    """Rows that the documents fill exactly, where they can, and the rest by best-fit
+    decreasing with its rows with room repacked (NOTE [ Full rows of any count ]): at most
+    ``most`` rows, or ``None``. ``sizes`` distinct, decreasing, each at most ``length / 2``;
+    ``counts`` the documents of each.
+
+    Example:
+        >>> p = filled_rows(np.array([6, 5, 4, 3, 2]), np.array([2, 2, 2, 2, 2]), 20, 3)
+        >>> p.num_rows, sorted(p.fill.tolist())
+        (2, [20, 20])
+    """
+    unit = max(1, length // _FILL_UNITS)  # (documents in units, rounded up: rows stay valid)
+    top = length // unit
+    units = -(-np.asarray(sizes, dtype=np.int64) // unit)
+    cnt = np.bincount(units, weights=counts, minlength=top + 1).astype(np.int64)
+    values = np.arange(top, -1, -1)  # (the pools are decreasing)
+    found: list[np.ndarray] = []
+    for turn in range(_FILL_ROUNDS):
+        for width in (3, 4):
+            pool = np.repeat(values, cnt[::-1])
+            m = pool.size
+            k = m // width
+            if not k:
+                continue
+            # the k largest anchor a row each, the k smallest (and the k above them) join
+            # them, turned by another shift every round, and the last document, from the
+            # others, must fill the row exactly: as many rows for a length as documents of it
+            parts = [pool[:k]]
+            for i in range(1, width - 1):
+                low = pool[m - i * k : m - (i - 1) * k]
+                at = turn * _FILL_TURN * i % k
+                parts.append(np.concatenate([low[k - at :], low[: k - at]]))  # (rolled by at)
+            need = np.clip(top - np.sum(parts, axis=0), 0, top)
+            have = np.bincount(pool[k : m - (width - 2) * k], minlength=top + 1)
+            order = np.argsort(need, kind="stable")
+            ordered = need[order]
+            rank = np.arange(k) - np.searchsorted(ordered, ordered, side="left")
+            take = order[rank < have[ordered]]
+            take = take[need[take] > 0]
+            if not take.size:
+                continue
+            rows = np.stack([q[take] for q in parts] + [need[take]], axis=1)
+            found.append(rows)
+            cnt -= np.bincount(rows.ravel(), minlength=top + 1)
+    made = sum(r.shape[0] for r in found)
+    left = np.flatnonzero(cnt)[::-1]
+    if left.size:  # the others: best-fit decreasing, its rows with room repacked (counted)
+        docs = int(cnt.sum())
+        fit = best_fit(left, cnt[left], (top,))
+        aim = (most - made) * top
+        if (made + fit.num_rows - most) * _FILL_GAP > most:
+            return None  # (too far from it for the repack: the search of BFD's rows decides)
+        if fit.num_rows * top > aim:
+            words = (top >> 6) + 1
+            work = [0, _REPACK_WORK * docs * (words + 1), 0, 1 << 62, 0]
+            fit = repack(fit, (top,), [aim], lambda x: x <= aim, docs // _DOCS_PER_PATTERN, work)
+        if made + fit.num_rows > most:
+            return None
+        widths = np.diff(fit.offsets)
+        per_row = np.add.reduceat(fit.mult, fit.offsets[:-1])
+        item = np.repeat(fit.items, fit.mult)  # (each document of each pattern)
+        pattern = np.repeat(np.repeat(np.arange(fit.reps.size), widths), fit.mult)
+        place = np.arange(item.size) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+        rest = np.zeros((fit.reps.size, int(per_row.max())), dtype=np.int64)
+        rest[pattern, place] = left[item]
+        found.append(np.repeat(rest, fit.reps, axis=0))
+    elif made > most:
+        return None
+    # the rows in units, back to documents: the slots of each unit take that unit's documents
+    wide = max(r.shape[1] for r in found)
+    grid = np.concatenate([np.pad(r, ((0, 0), (0, wide - r.shape[1]))) for r in found])
+    flat = grid.ravel()
+    slots = np.flatnonzero(flat)
+    slots = slots[np.argsort(flat[slots], kind="stable")]
+    ids = np.repeat(np.arange(sizes.size - 1, -1, -1), counts[::-1])  # (by unit, increasing)
+    out = np.full(flat.size, sizes.size, dtype=np.int64)  # (sizes.size: an empty slot)
+    out[slots] = ids
+    rows = np.sort(out.reshape(grid.shape), axis=1)
+    return dataclasses.replace(_grouped(sizes, rows), tripled=False, filled=True)
 
 
 def _grouped(sizes: np.ndarray, rows: np.ndarray) -> Patterns:

@@ -457,7 +457,14 @@ class PackSpec:
         h.update(repr((self.row_lengths, self.batch_sizes, self.last_batch)).encode())
         p = self.patterns
         version = solver_version(
-            self.row_lengths, p.searched, p.budgeted, p.tripled, p.promised, p.capped, p.turned
+            self.row_lengths,
+            p.searched,
+            p.budgeted,
+            p.tripled,
+            p.promised,
+            p.capped,
+            p.turned,
+            p.filled,
         )
         h.update(f"solver={version}".encode())
         if self.search != "auto":  # (so the default's digests are those of earlier versions)

@@ -512,6 +512,9 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             **{k: total[k] for k in names[4:]},
             "batches": done,
         }
+        zero = sum(lane["zero_length"] for lane in lanes)
+        if zero:  # NOTE [ Samples of length 0 ] in bucketloader.plan.limits
+            totals["zero_length"] = zero
         per_cell = self._counters.cells(self.epoch)
         cells = tuple(
             {
