@@ -28,12 +28,14 @@ $(VENV)/.installed: pyproject.toml constraints-dev.txt $(VENV)/.venv
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
+# Bytecode on (this sandbox sets PYTHONDONTWRITEBYTECODE=1): without a cache every pytest
+# process parses and rewrites every test module and plugin again (about 13 CPU-s a worker).
 test: $(VENV)/.installed
-	$(PYTEST)
+	PYTHONDONTWRITEBYTECODE= $(PYTEST)
 
 # every property test at the example count written next to it (tests/conftest.py)
 test-full: $(VENV)/.installed
-	BUCKETLOADER_TESTS=full $(PYTEST)
+	PYTHONDONTWRITEBYTECODE= BUCKETLOADER_TESTS=full $(PYTEST)
 
 demo: $(VENV)/.core
 	$(VENV)/bin/bucketloader demo

@@ -1,10 +1,12 @@
 """Arrow types as bucketloader measures them, shared by the engines and the datasets helpers.
 
 pyarrow is an optional package: it is imported inside the functions, never when this module is.
+The Parquet files a path names are listed here too, once, for the engines and the streams.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 
@@ -26,3 +28,200 @@ def is_list(t: Any) -> bool:
         or getattr(pa.types, "is_list_view", lambda _: False)(t)
         or getattr(pa.types, "is_large_list_view", lambda _: False)(t)
     )
+
+
+# NOTE [ Which files a directory of Parquet shards holds ]
+# A directory is read as the Parquet files under it, recursively (hive partitions such as
+# ``year=2024/part-0.parquet`` included), by these rules:
+# * a file or directory whose name starts with ``_`` or ``.`` is skipped, at any depth below the
+#   directory given: ``pyarrow.dataset`` and Spark skip the same (``_SUCCESS``, ``_metadata``,
+#   ``_temporary/``, ``.crc`` files, ``.cache/`` of a Hub download);
+# * of the rest, the names ending in ``.parquet`` (any case) are read, as ``datasets`` keeps a
+#   directory's files of one extension: a ``README.md`` beside the shards (every Hub dataset has
+#   one), a ``notes.txt`` or an empty file is not data (``pyarrow.dataset`` and Spark fail on it),
+#   and a Hub cache repo's ``blobs/<sha>`` are its ``snapshots/*/*.parquet`` again (read twice,
+#   every row would count twice); ``bucketloader`` tells which files it skipped;
+# * where no name ends in ``.parquet``, the shards are named otherwise (Hive writes ``000000_0``,
+#   Impala ``*.parq``; ``pyarrow.dataset``, Spark and ``parquet_histogram`` before this rule read
+#   them): then every regular file that begins with the Parquet magic bytes is read (4 bytes of
+#   each; a FIFO or a device is never opened) and the others are skipped and told.
+# A glob or a file names its files explicitly: each must be Parquet (it begins with the magic
+# bytes ``PAR1``, or ``PARE`` when the footer is encrypted), else one error names the file. A glob
+# or a directory that yields no file is an error, never an empty histogram.
+
+#: The first 4 bytes of a Parquet file (``PARE``: an encrypted footer).
+PARQUET_MAGIC = (b"PAR1", b"PARE")
+#: How many skipped files a note names before it counts the rest.
+NAMED_SKIPS = 5
+
+
+def parquet_files(source: str | os.PathLike[str]) -> list[str]:
+    """The Parquet files a path names: itself, a directory's (recursively), or a glob's matches
+    (NOTE [ Which files a directory of Parquet shards holds ]), sorted.
+
+    Example:
+        >>> parquet_files("/no/such/dir/*.parquet")
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: no file matches the glob /no/such/dir/*.parquet
+    """
+    return scan_parquet(source)[0]
+
+
+def scan_parquet(source: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
+    """:func:`parquet_files` and, for a directory, the other files it skipped (their paths,
+    sorted), for a note; names starting with ``_`` or ``.`` are skipped without one, as
+    ``pyarrow.dataset`` and Spark skip them.
+
+    Example:
+        >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
+        >>> d = tempfile.mkdtemp()
+        >>> pq.write_table(pa.table({"ids": [[1]]}), f"{d}/a.parquet")
+        >>> _ = open(f"{d}/README.md", "w").write("# my data")
+        >>> files, skipped = scan_parquet(d)
+        >>> [os.path.basename(f) for f in files], [os.path.basename(f) for f in skipped]
+        (['a.parquet'], ['README.md'])
+    """
+    import glob
+
+    text = os.fspath(source)
+    if glob.has_magic(text):
+        files = sorted(f for f in glob.glob(text, recursive=True) if os.path.isfile(f))
+        if not files:
+            raise FileNotFoundError(f"no file matches the glob {text}")
+        for f in files:
+            check_parquet(f, text)
+        return files, []
+    if os.path.isdir(text):
+        files, skipped, hidden = _walk(text)
+        if not files:
+            raise FileNotFoundError(
+                f"{text}: the directory holds no Parquet file{_others(skipped, hidden)}; a "
+                "directory is read as the Parquet files under it (*.parquet, or where there is "
+                "none, the files that begin with the Parquet magic bytes PAR1), skipping names "
+                "that start with _ or .: pass the shards' files or a glob that names them"
+            )
+        return files, skipped
+    if os.path.isfile(text):
+        check_parquet(text)
+        return [text], []
+    raise FileNotFoundError(f"{text}: no such file, directory or glob")
+
+
+def skipped_note(source: str | os.PathLike[str], files: list[str], skipped: list[str]) -> str:
+    """The note saying which files of the directory ``source`` were not read as Parquet.
+
+    Example:
+        >>> skipped_note("d", ["d/a.parquet"], ["d/README.md"])
+        'd: read 1 Parquet file; skipped 1 other file (README.md)'
+    """
+    root = os.fspath(source)
+    names = [os.path.relpath(f, root) for f in skipped[:NAMED_SKIPS]]
+    more = f", and {len(skipped) - NAMED_SKIPS:,} more" if len(skipped) > NAMED_SKIPS else ""
+    many = "s" if len(files) != 1 else ""
+    other = "s" if len(skipped) != 1 else ""
+    return (
+        f"{root}: read {len(files):,} Parquet file{many}; skipped {len(skipped):,} other "
+        f"file{other} ({', '.join(names)}{more})"
+    )
+
+
+def check_parquet(path: str, glob: str | None = None) -> None:
+    """Refuse a file that is not Parquet (by its first 4 bytes) with one clear error naming it
+    (and the ``glob`` that matched it) and the fix.
+
+    Example:
+        >>> import tempfile
+        >>> p = os.path.join(tempfile.mkdtemp(), "lengths.txt")
+        >>> _ = open(p, "w").write("12\\n7\\n")
+        >>> try:
+        ...     check_parquet(p, "data/*")
+        ... except ValueError as exc:
+        ...     print(str(exc).split("; ")[1])
+        a glob names Parquet files only: narrow it to them, e.g. 'data/*.parquet'
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError as exc:
+        raise OSError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if head in PARQUET_MAGIC:
+        return
+    what = path if glob is None else f"the glob {glob} matched {path}, which"
+    if glob is not None:
+        fix = "a glob names Parquet files only: narrow it to them, e.g. 'data/*.parquet'"
+        from glob import has_magic
+
+        top = os.path.dirname(glob)
+        if top and not has_magic(top) and os.path.isdir(top):  # (out/* over a Spark output)
+            fix += f", or pass the directory {top} itself, which skips files that are not Parquet"
+    elif path.lower().endswith(".parquet"):
+        fix = "it is truncated or not Parquet at all: write it again, or move it away"
+    else:
+        fix = "pass Parquet files (a directory of shards, or a glob such as 'data/*.parquet')"
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in (".txt", ".npy", ".csv", ".tsv", ".jsonl"):
+        fix += f"; a {suffix} file of lengths is read on its own, not as a Parquet shard"
+    raise ValueError(
+        f"{what} is not a Parquet file (it begins with {head!r}, not with the Parquet magic "
+        f"bytes PAR1); {fix}"
+    )
+
+
+def _walk(root: str) -> tuple[list[str], list[str], list[str]]:
+    """Every Parquet file under ``root`` (the ``*.parquet`` ones; where there is none, the files
+    that begin with the magic bytes), every other file, and every entry whose name starts with
+    ``_`` or ``.`` (a directory once, with a trailing separator, its files unread) (NOTE [ Which
+    files a directory of Parquet shards holds ])."""
+    files: list[str] = []
+    others: list[str] = []
+    hidden: list[str] = []
+    for top, dirs, names in os.walk(root):
+        hidden += [os.path.join(top, d) + os.sep for d in dirs if d.startswith(("_", "."))]
+        dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        for name in names:
+            path = os.path.join(top, name)
+            if name.startswith(("_", ".")):
+                hidden.append(path)
+            elif name.lower().endswith(".parquet"):
+                files.append(path)
+            else:
+                others.append(path)
+    if not files:  # shards named otherwise (Hive's 000000_0, Impala's *.parq)
+        sniffed = {f: _begins_as_parquet(f) for f in others}
+        files = [f for f, ok in sniffed.items() if ok]
+        others = [f for f, ok in sniffed.items() if not ok]
+    return sorted(files), sorted(others), sorted(hidden)
+
+
+def _begins_as_parquet(path: str) -> bool:
+    """Whether the regular file at ``path`` begins with the Parquet magic bytes (unreadable, or
+    not a regular file, such as a FIFO whose open would block: no)."""
+    if not os.path.isfile(path):
+        return False
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) in PARQUET_MAGIC
+    except OSError:
+        return False
+
+
+def _others(others: list[str], hidden: list[str]) -> str:
+    """What a directory of shards with no Parquet file holds instead, for its error."""
+    if not others and not hidden:
+        return " (it is empty)"
+    out = ""
+    if others:
+        out += f"; it holds {len(others):,} other file{'s' if len(others) != 1 else ''}: "
+        out += _names(others)
+    if hidden:
+        out += (
+            f"; {len(hidden):,} entr{'ies' if len(hidden) != 1 else 'y'} whose names start with "
+            f"_ or . (skipped, as pyarrow and Spark skip them): {_names(hidden)}"
+        )
+    return out
+
+
+def _names(paths: list[str]) -> str:
+    shown = ", ".join(os.path.basename(f.rstrip(os.sep)) for f in paths[:NAMED_SKIPS])
+    return shown + (", ..." if len(paths) > NAMED_SKIPS else "")

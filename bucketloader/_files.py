@@ -21,7 +21,8 @@ the same entry each replace it whole. The temporary file's name carries its writ
 PID namespace: machines cloned with one hostname are told apart), so the
 next write in the directory (and a cache object's first lookup there, a hit included: both
 caches) removes the leftovers of writers that died (``kill -9``) on this host at once, and
-anyone's after :data:`STALE_TMP_SECONDS`; a live writer's file is never touched. (The age is
+anyone's after :data:`STALE_TMP_SECONDS`; a live writer's file is never touched, nor any file
+not named exactly so (a user's ``.tmp-notes.part`` stays). (The age is
 the file's mtime against this machine's clock; on a shared filesystem the server may set the
 mtime, so a client clock more than that ahead of it would take a file being written for stale:
 that writer's rename then fails and its cache warns and works uncached, no entry is damaged.)
@@ -44,6 +45,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import secrets
 import socket
 import stat
@@ -68,6 +70,11 @@ __all__ = [
 #: Temporary files older than this are leftovers whoever wrote them (another host's included).
 STALE_TMP_SECONDS = 3600.0
 TEMP_PREFIX, TEMP_SUFFIX = ".tmp-", ".part"
+#: The exact name :func:`create_temp` gives (host, PID, random): only such files are ever
+#: removed, so a file of the user's that merely starts ``.tmp-`` and ends ``.part`` is kept.
+_TEMP_NAME = re.compile(
+    re.escape(TEMP_PREFIX) + r"([0-9a-f]{8})-([0-9]+)-[0-9a-f]{16}" + re.escape(TEMP_SUFFIX)
+)
 #: Attempts at a fresh temporary-file name before giving up (collisions are astronomically rare).
 _TEMP_ATTEMPTS = 16
 
@@ -255,28 +262,21 @@ def _alive(pid: int) -> bool:
 def clean_temps(directory: str | os.PathLike[str], *, max_age: float = STALE_TMP_SECONDS) -> int:
     """Remove the temporary files of dead writers in ``directory`` (NOTE [ Writing a cache
     file ]): those of a process of this host that no longer runs, and anyone's older than
-    ``max_age`` seconds. Best effort; returns how many were removed."""
+    ``max_age`` seconds; only files named exactly as :func:`create_temp` names them. Best
+    effort; returns how many were removed."""
     now, host, removed = time.time(), _host(), 0
     try:
         with os.scandir(directory) as it:
-            entries = [
-                e for e in it if e.name.startswith(TEMP_PREFIX) and e.name.endswith(TEMP_SUFFIX)
-            ]
+            entries = [(e, m) for e in it if (m := _TEMP_NAME.fullmatch(e.name)) is not None]
     except OSError:
         return 0
-    for e in entries:
+    for e, name in entries:
         try:
             st = e.stat(follow_symlinks=False)
             if not stat.S_ISREG(st.st_mode):
                 continue  # never ours
-            parts = e.name[len(TEMP_PREFIX) : -len(TEMP_SUFFIX)].split("-")
-            dead = (
-                len(parts) == 3
-                and parts[0] == host
-                and parts[1].isdigit()
-                and int(parts[1]) != os.getpid()
-                and not _alive(int(parts[1]))
-            )
+            writer, pid = name.group(1), int(name.group(2))
+            dead = writer == host and pid != os.getpid() and not _alive(pid)
             if dead or now - st.st_mtime > max_age:
                 os.unlink(e.path)
                 removed += 1
@@ -286,7 +286,8 @@ def clean_temps(directory: str | os.PathLike[str], *, max_age: float = STALE_TMP
 
 
 def create_temp(directory: Path) -> tuple[int, Path]:
-    """A new temporary file in ``directory`` named after this writer, opened for writing."""
+    """A new temporary file in ``directory`` named after this writer (:data:`_TEMP_NAME`),
+    opened for writing."""
     stem = f"{TEMP_PREFIX}{_host()}-{os.getpid()}-"
     for _ in range(_TEMP_ATTEMPTS):
         tmp = directory / f"{stem}{secrets.token_hex(8)}{TEMP_SUFFIX}"

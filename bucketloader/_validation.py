@@ -170,26 +170,106 @@ def describe(value: Any) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
+#: What other libraries call an option bucketloader spells its own way (torch, transformers,
+#: fairseq, Lhotse, tf.data, scikit-learn): an unknown option found here suggests the first of
+#: its targets that the entry point takes, with the note. Every target is a real option of a
+#: public entry point (tests/test_validation.py checks it).
+ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
+    "padding_side": (("side",), "transformers' padding_side"),
+    "padding_value": (("pad_value", "pad_token_id"), "transformers' padding_value"),
+    "pad_id": (("pad_token_id", "pad_value"), "the id written on padding"),
+    "drop_last": (("last_batch",), "torch's drop_last=True is last_batch='drop'"),
+    "max_sentences": (("batch_size",), "fairseq's max_sentences"),
+    "per_device_train_batch_size": (("batch_size",), "rows per batch"),
+    "bs": (("batch_size",), "rows per batch"),
+    "tokens_per_batch": (("max_tokens",), "a token budget per batch"),
+    "max_tokens_per_batch": (("max_tokens",), "a token budget per batch"),
+    "max_batch_tokens": (("max_tokens",), "a token budget per batch"),
+    "batch_tokens": (("max_tokens",), "a token budget per batch"),
+    "token_budget": (("max_tokens",), "a token budget per batch"),
+    "max_duration": (("max_tokens",), "Lhotse's max_duration, in your length unit"),
+    "num_bins": (("num_buckets",), "the number of buckets"),
+    "n_bins": (("num_buckets",), "scikit-learn's n_bins"),
+    "bucket_boundaries": (("boundaries",), "tf.data's bucket_boundaries"),
+    "world_size": (("num_replicas",), "torch's world_size"),
+    "random_seed": (("seed",), "the shuffling seed"),
+    "random_state": (("seed",), "scikit-learn's random_state"),
+    "max_seq_len": (("row_length", "max_length"), "the longest row or sample"),
+    "max_seq_length": (("row_length", "max_length"), "the longest row or sample"),
+    "seq_len": (("row_length", "max_length"), "the longest row or sample"),
+    "seq_length": (("row_length", "max_length"), "the longest row or sample"),
+    "context_length": (("row_length", "max_length"), "the longest row or sample"),
+    "block_size": (("row_length",), "the packed row length"),
+    "max_length": (("row_length",), "the packed row length"),
+}
+
+
+def keyword_options(*functions: Callable[..., Any]) -> list[str]:
+    """The keyword-only parameter names of ``functions`` (what an entry point's unknown-option
+    error lists).
+
+    Example:
+        >>> def f(x, *, a=1, b=2, **rest): ...
+        >>> keyword_options(f)
+        ['a', 'b']
+    """
+    import inspect
+
+    out: list[str] = []
+    for fn in functions:
+        params = inspect.signature(fn).parameters.values()
+        out += [p.name for p in params if p.kind is p.KEYWORD_ONLY]
+    return out
+
+
+def check_collator_options(owner: str, collator: Any, options: Mapping[str, Any]) -> None:
+    """One clear ``TypeError`` (with the closest option) for a keyword the class ``collator``
+    does not take, instead of Python's message about ``__init__``: what every producer's
+    ``collator(**kwargs)`` checks.
+
+    Example:
+        >>> class C:
+        ...     def __init__(self, table, *, side="right"): ...
+        >>> try:
+        ...     check_collator_options("S.collator()", C, {"padding_side": "left"})
+        ... except TypeError as exc:
+        ...     print(str(exc).split("; ")[1])
+        did you mean side=? (transformers' padding_side)
+    """
+    check_options(owner, options, keyword_options(collator.__init__))
+
+
 def check_options(owner: str, options: Any, allowed: Iterable[str]) -> None:
-    """Raise one clear ``TypeError`` for an option ``owner`` does not take, with the closest
-    valid name (``difflib``) and the list of valid ones.
+    """Raise one clear ``TypeError`` for an option ``owner`` does not take, with the option
+    meant: another library's name for it (:data:`ALIASES`) or the closest valid name
+    (``difflib``), and the list of valid ones. The one place unknown options are refused.
 
     Example:
         >>> try:
         ...     check_options("BucketSampler", {"num_bucket": 8}, ["num_buckets", "batch_size"])
         ... except TypeError as exc:
-        ...     print(str(exc).split(" (")[0])
-        BucketSampler got an unexpected option num_bucket=8; did you mean num_buckets=?
+        ...     print(str(exc).split(";")[:2])
+        ['BucketSampler got an unexpected option num_bucket=8', ' did you mean num_buckets=?']
+        >>> try:
+        ...     check_options("PadCollator", {"padding_side": "left"}, ["side", "pad_value"])
+        ... except TypeError as exc:
+        ...     print(str(exc).split("; ")[1])
+        did you mean side=? (transformers' padding_side)
     """
     names = sorted(set(allowed))
     for name in options:
         if name in names:
             continue
+        targets, note = ALIASES.get(name, ((), ""))
+        alias = next((t for t in targets if t in names), None)
         close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-        hint = f"; did you mean {close[0]}=?" if close else ""
+        if alias is not None:
+            hint = f"; did you mean {alias}=? ({note})"
+        else:
+            hint = f"; did you mean {close[0]}=?" if close else ""
         raise TypeError(
-            f"{owner} got an unexpected option {name}={options[name]!r}{hint} "
-            f"(its options: {', '.join(names)})"
+            f"{owner} got an unexpected option {name}={options[name]!r}{hint}; "
+            f"its options: {', '.join(names)}"
         )
 
 
@@ -303,6 +383,13 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
     if _is_tensor(lengths):
         lengths = _tensor_to_numpy(lengths, name)
     text = (str, bytes, bytearray, memoryview)  # (bytes would read as numbers 0..255)
+    if isinstance(lengths, (str, os.PathLike)):  # a file of lengths, most likely
+        raise TypeError(
+            f"{name} must be a list, numpy array or torch tensor of non-negative ints, got "
+            f"{type(lengths).__name__} {os.fspath(lengths)!r:.80}; to bucket the lengths in a "
+            "file, read them first (e.g. np.loadtxt(path, dtype=np.int64) for one length per "
+            "line)"
+        )
     if isinstance(lengths, text) or not hasattr(lengths, "__len__"):
         raise TypeError(
             f"{name} must be a list, numpy array or torch tensor of non-negative ints, "
@@ -363,7 +450,7 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
     if arr.dtype.kind == "O":
         return _from_objects(arr, name)
     if arr.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must hold integer lengths, got dtype {arr.dtype}")
+        raise TypeError(_not_numbers(name, arr, lengths))
     if arr.dtype.kind == "f":
         bad = ~np.isfinite(arr) | (arr != np.floor(arr))
         if bad.any():
@@ -385,6 +472,36 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             idx = np.unravel_index(int(np.argmax(too_big)), arr.shape)
             _raise_too_big(name, _num(arr[idx]), idx)
     return arr if arr.dtype.kind in "iu" else arr.astype(np.int64)  # (as_lengths widens)
+
+
+_TO_INTS = (
+    "convert them to integers first, e.g. {name} = [int(x) for x in {name}] (or "
+    "np.asarray({name}, dtype=np.int64))"
+)
+
+
+def _not_numbers(name: str, arr: np.ndarray, given: Any) -> str:
+    """The error for an array whose dtype holds no numbers (strings read from a file, dates,
+    complex values), naming the first value (the first string of a list mixing numbers and
+    strings, which numpy turns into strings) and, for strings, the conversion."""
+    first = arr.reshape(-1)[0].item()
+    if arr.dtype.kind in "US":
+        where = (0,) * arr.ndim
+        if isinstance(given, (list, tuple)) and arr.ndim == 1:
+            i = next((i for i, x in enumerate(given) if isinstance(x, (str, bytes))), 0)
+            where, first = (i,), given[i]
+        digits = np.char.isdigit(np.char.strip(arr.astype(str))).all()
+        fix = (
+            _TO_INTS.format(name=name)
+            if digits
+            else "lengths are numbers: for texts, count their tokens (or characters: "
+            "[len(t) for t in texts]) and pass those"
+        )
+        return (
+            f"{name} must hold integer lengths, got strings (numpy dtype {arr.dtype}), e.g. "
+            f"{first!r} at index {_fmt(where)}; {fix}"
+        )
+    return f"{name} must hold integer lengths, got dtype {arr.dtype} (e.g. {first!r})"
 
 
 def _whole_hint(value: float) -> str:
@@ -432,6 +549,11 @@ def _from_objects(arr: np.ndarray, name: str) -> np.ndarray:
     flat = out.reshape(-1)
     for i, item in enumerate(arr.reshape(-1).tolist()):
         idx = np.unravel_index(i, arr.shape)
+        if isinstance(item, (str, bytes, np.str_, np.bytes_)):
+            raise TypeError(
+                f"{name} must hold integer lengths, got the string {item!r} at index "
+                f"{_fmt(idx)}; {_TO_INTS.format(name=name)}"
+            )
         if isinstance(item, (bool, np.bool_)) or not isinstance(item, numbers.Real):
             raise TypeError(f"{name} must hold integer lengths, got {item!r} at index {_fmt(idx)}")
         if not isinstance(item, numbers.Integral):

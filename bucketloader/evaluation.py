@@ -54,7 +54,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from bucketloader._dist import resolve_ranks
 from bucketloader._samples import DatasetView, load_samples
-from bucketloader._validation import check_bool, check_int
+from bucketloader._validation import check_bool, check_collator_options, check_int
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import even_batch, size_values
 from bucketloader.plan.limits import warn_zero_lengths
@@ -152,12 +152,13 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         balance: bool = True,
         **spec_options: Any,
     ) -> None:
-        if not isinstance(lengths, BucketSpec) and "last_batch" in spec_options:
-            raise TypeError(
-                "EvalSampler takes no last_batch: it keeps every sample exactly once and "
-                "pads the rows a batch lacks (masked filler rows); drop last_batch="
-                f"{spec_options['last_batch']!r}"
-            )
+        for name in ("last_batch", "drop_last"):  # (drop_last: torch's name for last_batch)
+            if not isinstance(lengths, BucketSpec) and name in spec_options:
+                raise TypeError(
+                    f"EvalSampler takes no {name}: it keeps every sample exactly once and "
+                    f"pads the rows a batch lacks (masked filler rows); drop {name}="
+                    f"{spec_options[name]!r}"
+                )
         self.spec = spec_or_build(lengths, spec_options, BucketSpec)
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
         self.balance = check_bool("balance", balance)
@@ -415,6 +416,7 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         """``EvalCollator(PadCollator(self.shape_table, **kwargs))``."""
         from bucketloader.collate import PadCollator
 
+        check_collator_options(f"{type(self).__name__}.collator()", PadCollator, kwargs)
         return EvalCollator(PadCollator(self.shape_table, **kwargs))
 
     def dataloader(self, dataset: Any, **kwargs: Any) -> DataLoader:

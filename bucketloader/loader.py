@@ -14,6 +14,7 @@ other ``Sampler[list[int]]``) is loaded as by a plain ``DataLoader``.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 from typing import Any
 
@@ -21,10 +22,14 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from bucketloader._validation import check_bool, check_int
+from bucketloader._validation import check_bool, check_int, check_options
 
 __all__ = ["ResumableDataLoader", "check_dataset_size", "check_loader_options"]
 
+#: The options ``DataLoader`` takes besides the dataset (what ``dataloader()`` passes on).
+_LOADER_OPTIONS = tuple(
+    n for n in inspect.signature(DataLoader.__init__).parameters if n not in ("self", "dataset")
+)
 #: ``DataLoader`` options a batch sampler decides (torch refuses them beside ``batch_sampler``).
 _SAMPLER_OWNED = ("batch_size", "shuffle", "sampler", "drop_last", "batch_sampler")
 
@@ -94,6 +99,7 @@ def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any
                 f"{kind}, and pass only other DataLoader options here (num_workers=, "
                 "pin_memory=, ...)"
             )
+    check_options("dataloader()", options, _LOADER_OPTIONS)  # (torch: no closest name)
     out = dict(options)
     if "num_workers" in out:
         out["num_workers"] = check_int("num_workers", out["num_workers"], minimum=0)

@@ -48,7 +48,13 @@ from typing_extensions import Unpack
 
 from bucketloader._dist import resolve_ranks, world_size
 from bucketloader._types import LazyModule
-from bucketloader._validation import check_bool, check_int, check_options
+from bucketloader._validation import (
+    check_bool,
+    check_collator_options,
+    check_int,
+    check_options,
+    keyword_options,
+)
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
 from bucketloader.plan.epoch import (
@@ -68,19 +74,9 @@ if TYPE_CHECKING:  # pragma: no cover
 else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
     collate = LazyModule("bucketloader.collate")
 
-__all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "spec_or_build"]
+__all__ = ["BucketSampler", "EpochSampler", "GroupedDataset", "sampler_options", "spec_or_build"]
 
 _log = logging.getLogger(__name__)
-
-
-def check_collator_options(owner: str, collator: Any, options: dict[str, Any]) -> None:
-    """One clear ``TypeError`` (with the closest option) for a keyword ``collator`` does not
-    take, instead of Python's message about ``__init__``."""
-    import inspect
-
-    params = inspect.signature(collator.__init__).parameters
-    allowed = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY]
-    check_options(owner, options, allowed)
 
 
 def spec_or_build(lengths: Any, spec_options: Mapping[str, Any], spec_type: Any) -> Any:
@@ -319,19 +315,27 @@ def _check_spec_options(options: Mapping[str, Any], spec_type: Any, frame: Any) 
     """A typo (``num_bucket=``) raises naming the public entry point (the sampler whose
     ``__init__`` called :func:`spec_or_build`) and the closest option, instead of
     ``BucketSpec.build() got an unexpected keyword argument``."""
-    build = inspect.signature(spec_type.build).parameters
-    allowed = [n for n, p in build.items() if p.kind is p.KEYWORD_ONLY]
     caller = frame.f_back if frame is not None else None
     owner_obj = caller.f_locals.get("self") if caller is not None else None
     del frame, caller
-    owner = f"{spec_type.__name__}.build"
     if owner_obj is not None and not isinstance(owner_obj, spec_type):
-        owner = type(owner_obj).__name__
-        for cls in type(owner_obj).__mro__:  # a subclass's options and its bases'
-            if "__init__" in vars(cls):
-                init = inspect.signature(vars(cls)["__init__"]).parameters
-                allowed += [n for n, p in init.items() if p.kind is p.KEYWORD_ONLY]
+        owner, allowed = type(owner_obj).__name__, sampler_options(type(owner_obj), spec_type)
+    else:
+        owner, allowed = f"{spec_type.__name__}.build", keyword_options(spec_type.build)
     check_options(owner, options, allowed)
+
+
+def sampler_options(sampler_type: type, spec_type: Any) -> list[str]:
+    """Every keyword option of a sampler built on ``spec_type`` (its ``__init__``'s, its bases',
+    and the spec's ``build``): what its unknown-option error lists, and what an entry point that
+    passes options on to it (``hf.for_text``) accepts.
+
+    Example:
+        >>> "num_buckets" in sampler_options(BucketSampler, BucketSpec)
+        True
+    """
+    inits = [vars(c)["__init__"] for c in sampler_type.__mro__ if "__init__" in vars(c)]
+    return keyword_options(spec_type.build, *inits)
 
 
 class _Passes:

@@ -47,7 +47,10 @@ from bucketloader._validation import (
     MAX_REPLICAS,
     as_lengths,
     check_bool,
+    check_collator_options,
     check_int,
+    check_options,
+    keyword_options,
 )
 from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
 from bucketloader.histogram import LengthHistogram
@@ -69,7 +72,7 @@ from bucketloader.plan.sharded import (
 )
 from bucketloader.plan.spec import cell_dtype, count_cells, sort_by_cell
 from bucketloader.plan.table import PlannedBatch, ShapeTable
-from bucketloader.sampler import LOSS_WARNING, EpochSampler, check_collator_options
+from bucketloader.sampler import LOSS_WARNING, EpochSampler
 from bucketloader.solve import compute_boundaries
 
 __all__ = ["LocalExchange", "ShardReport", "ShardedSampler", "merge_histograms"]
@@ -1029,16 +1032,7 @@ def _cells_of(lengths: np.ndarray, boundaries: np.ndarray, lookup: np.ndarray) -
 
 
 def _check_options(options: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(options) - set(_OPTIONS))
-    if unknown:
-        import difflib
-
-        near = difflib.get_close_matches(unknown[0], _OPTIONS, n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else ""
-        raise TypeError(
-            f"ShardedSampler got an unknown option {unknown[0]!r}{hint} It accepts: "
-            f"{', '.join(_OPTIONS)}"
-        )
+    check_options("ShardedSampler", options, [*_OPTIONS, *keyword_options(ShardedSampler.__init__)])
     if options.get("boundaries") is not None and (
         "num_buckets" in options or "strategy" in options
     ):

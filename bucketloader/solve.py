@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import COSTS, Cache, LengthsLike, Strategy
-from bucketloader._validation import MAX_LENGTH, check_choice, check_int
+from bucketloader._validation import MAX_LENGTH, check_choice, check_int, check_options
 from bucketloader.boundaries import assign_buckets, check_boundaries, padding_cost, round_up
 from bucketloader.cache import BucketCache
 from bucketloader.histogram import LengthHistogram
@@ -27,12 +27,8 @@ def resolve_params(
     name, fn = resolve_strategy(strategy)
     defaults, var_kw = strategy_defaults(fn)
     known = {**GENERIC_OPTIONS, **defaults}
-    unknown = sorted(set(options) - set(known))
-    if unknown and not var_kw:
-        listed = ", ".join(sorted(known))
-        raise TypeError(
-            f"unknown option {unknown[0]!r} for strategy {name or fn!r}; it accepts: {listed}"
-        )
+    if not var_kw:
+        check_options(f"strategy {name or fn!r}", options, known)
     params = {**known, **options, "num_buckets": num_buckets}
     params["cost"] = check_choice("cost", params["cost"], COSTS)
     params["pad_to_multiple_of"] = check_int(

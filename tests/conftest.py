@@ -66,7 +66,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_ranks(argv: Callable[[int], list[str]], world: int, *, timeout: float) -> list[str]:
+def run_ranks(
+    argv: Callable[[int], list[str]], world: int, *, timeout: float, preload: tuple[str, ...] = ()
+) -> list[str]:
     """Run ``python *argv(rank)`` for every rank at once (gloo on loopback), wait for all, kill
     any left after ``timeout`` seconds, and fail with the end of the log of the first rank that
     failed; return every rank's log (stdout and stderr).
@@ -74,11 +76,13 @@ def run_ranks(argv: Callable[[int], list[str]], world: int, *, timeout: float) -
     The ranks are real processes, each forked from a warm interpreter that has imported torch
     and bucketloader once per test session (:class:`_RankForker`), instead of a fresh
     ``python`` that imports them again (about 2.5 s of CPU per rank); ``BUCKETLOADER_TESTS_FORK=0``
-    starts fresh interpreters instead."""
+    starts fresh interpreters instead. ``preload``: more modules the ranks import (``datasets``,
+    ``transformers.trainer``: 1-3 s of CPU each), imported once by the warm interpreter before
+    it forks them (and kept for later calls)."""
     argvs = [[str(a) for a in argv(r)] for r in range(world)]
     forker = _RankForker.get()
     if forker is not None:
-        codes, logs = forker.run(argvs, timeout)
+        codes, logs = forker.run(argvs, timeout, preload)
     else:
         codes, logs = _run_fresh(argvs, timeout)
     for r, (code, log) in enumerate(zip(codes, logs, strict=True)):
@@ -128,6 +132,11 @@ import pytest, hypothesis, conftest  # noqa  (the test modules import them)
 print("ready", flush=True)
 for line in sys.stdin:
     job = json.loads(line)
+    for name in job["preload"]:
+        try:
+            __import__(name)
+        except Exception:  # the ranks import it again and report the error in their logs
+            pass
     pids = []
     for argv, log in zip(job["argvs"], job["logs"]):
         pid = os.fork()
@@ -199,12 +208,14 @@ class _RankForker:
                 return None
         return cls._instance
 
-    def run(self, argvs: list[list[str]], timeout: float) -> tuple[list[int], list[str]]:
+    def run(
+        self, argvs: list[list[str]], timeout: float, preload: tuple[str, ...] = ()
+    ) -> tuple[list[int], list[str]]:
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="ranks") as tmp:
             logs = [os.path.join(tmp, f"rank{r}.log") for r in range(len(argvs))]
-            job = {"argvs": argvs, "logs": logs, "timeout": timeout}
+            job = {"argvs": argvs, "logs": logs, "timeout": timeout, "preload": list(preload)}
             self.proc.stdin.write(json.dumps(job) + "\n")  # type: ignore[union-attr]
             self.proc.stdin.flush()  # type: ignore[union-attr]
             answer = self.proc.stdout.readline()  # type: ignore[union-attr]

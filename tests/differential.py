@@ -8,9 +8,20 @@ batches after resuming from it, the report / counters, and the type and text of 
 record is canonical JSON; its SHA-256 is the case's digest.
 
 ``tests/data/differential_golden.json`` holds the digests the code had before the streams were
-renovated (issue 20); ``tests/test_differential.py`` recomputes them. Regenerate (only for a
-deliberate, documented change) with ``python tests/differential.py --write``; ``--dump DIR``
-writes the full records, to diff two trees.
+renovated (issue 20), the record of the old code; ``tests/test_differential.py`` recomputes them.
+A case whose behaviour changed on purpose is listed in its ``CHANGED`` with the reason, and its
+digest today is recorded in ``tests/data/differential_current.json`` (with a digest per record
+key, ``key_digests``), so that every case is compared on every run: the others against the
+golden, the changed ones against that recording. After a deliberate change to a changed case
+(or to the ``CHANGED`` list), re-record with
+
+    python tests/differential.py --record-changed
+
+which rewrites that file and prints, per case, the record keys that differ from the previous
+recording (``changed_keys``), the cases gone from the list, and any case the golden check
+refuses; review those lines and commit them with the change. ``--dump DIR`` writes the full
+records, to diff two trees; ``--write`` regenerates the golden itself (not for a change: the
+golden is the old code's record).
 """
 
 from __future__ import annotations
@@ -30,6 +41,8 @@ import torch.utils.data
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = DATA / "differential_golden.json"
+#: The re-recorded digests of the cases changed on purpose (``--record-changed``).
+CURRENT = DATA / "differential_current.json"
 #: Number of stream and sampler cases.
 STREAM_CASES = 300
 SAMPLER_CASES = 150
@@ -293,11 +306,17 @@ def stream_case(case: int) -> dict[str, Any]:
             state = stream.state_dict(batches_consumed=k)
         state = json.loads(json.dumps(state))
         # the solver version a packing stream's state records (NOTE [ A state across solver
-        # versions ]) is not behaviour, nor is the record of the tails a worker packed (the
-        # digests a replay compares, session 10): the golden states predate both, every other
-        # key compares
-        kept = {k: v for k, v in state.items() if k != "tails"}
+        # versions ]), the record of the tails a worker packed (the digests a replay compares,
+        # session 10) and an exact state's own "tail" (session 11) postdate the golden states:
+        # they go to their own record key, which golden_digest leaves out and the re-recorded
+        # digests of the changed cases compare
+        later = {k: state[k] for k in ("tails", "tail") if k in state}
+        if "solver" in state["config"]:
+            later["solver"] = state["config"]["solver"]
+        kept = {k: v for k, v in state.items() if k not in later}
         rec["state"] = _canon({**kept, "config": _without_versions(state["config"])})
+        if later:
+            rec["state_versions"] = _canon(later)
         resumed = make()
         resumed.load_state_dict(state)
         rec["resumed"] = _lanes(make, resumed, workers, key)
@@ -396,9 +415,52 @@ def sampler_case(case: int) -> dict[str, Any]:
     return rec
 
 
-def digest(rec: dict[str, Any]) -> str:
+def digest(rec: Any) -> str:
+    """The SHA-256 (16 hex digits) of ``rec``'s canonical JSON."""
     text = json.dumps(_canon(rec), sort_keys=True, separators=(",", ":"), default=repr)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+#: Record keys the golden digests predate (see ``stream_case``): left out of ``golden_digest``.
+LATER_KEYS = ("state_versions",)
+
+
+def golden_digest(rec: dict[str, Any]) -> str:
+    """The digest comparable with ``GOLDEN``: ``rec`` without the keys in ``LATER_KEYS``."""
+    return digest({k: v for k, v in rec.items() if k not in LATER_KEYS})
+
+
+def key_digests(rec: dict[str, Any]) -> dict[str, str]:
+    """A digest (8 hex digits) per record key and per key of a dict it holds (``"state/config"``,
+    ``"after/report"``; the inputs under ``"opts"`` are not split), so that two recordings of a
+    case name the keys in which they differ."""
+    out: dict[str, str] = {}
+    for key, value in _canon(rec).items():
+        out[key] = digest(value)[:8]
+        if isinstance(value, dict) and key != "opts":
+            out.update({f"{key}/{k}": digest(v)[:8] for k, v in value.items()})
+    return out
+
+
+def recording(rec: dict[str, Any]) -> dict[str, Any]:
+    """What ``CURRENT`` keeps of a case: its full digest and its ``key_digests``."""
+    return {"digest": digest(rec), "keys": key_digests(rec)}
+
+
+def changed_keys(old: dict[str, str], new: dict[str, str]) -> list[str]:
+    """Where two ``key_digests`` differ, as deep as they go: ``path`` (changed, none of its
+    own keys named), ``+path`` (new) or ``-path`` (gone; the keys under a new or gone key are
+    not repeated)."""
+    differ = {p for p in set(old) | set(new) if old.get(p) != new.get(p)}
+    out: list[str] = []
+    for path in sorted(differ):
+        parent = path.rpartition("/")[0]
+        if path not in old or path not in new:
+            if not (parent in differ and (parent not in old or parent not in new)):
+                out.append(("+" if path not in old else "-") + path)
+        elif not any(q.startswith(path + "/") for q in differ):
+            out.append(path)
+    return out
 
 
 def run_all() -> dict[str, dict[str, Any]]:
@@ -414,9 +476,44 @@ def run_all() -> dict[str, dict[str, Any]]:
     return out
 
 
+def record_changed(records: dict[str, dict[str, Any]], changed: dict[str, str]) -> list[str]:
+    """Write ``CURRENT``: the recording of each case in ``changed`` (case -> reason); return one
+    line per case whose recording is new or differs from the previous one (naming the keys that
+    changed, ``changed_keys``), per case gone from it, and per case the golden check refuses."""
+    before = json.loads(CURRENT.read_text()) if CURRENT.exists() else {}
+    golden = json.loads(GOLDEN.read_text())
+    now = {name: recording(records[name]) for name in sorted(changed, key=case_order)}
+    lines = []
+    for name, rec in now.items():
+        if name not in before:
+            lines.append(
+                f"{name}: new ({', '.join(sorted(k for k in rec['keys'] if '/' not in k))})"
+            )
+        elif before[name]["digest"] != rec["digest"]:
+            lines.append(f"{name}: {', '.join(changed_keys(before[name]['keys'], rec['keys']))}")
+        if golden_digest(records[name]) == golden.get(name):
+            lines.append(f"{name}: listed as changed but identical to the golden (remove it)")
+    lines += [f"{name}: gone (no longer listed as changed)" for name in before if name not in now]
+    lines += [
+        f"{name}: differs from the golden but is not listed as changed"
+        for name, rec in records.items()
+        if name not in changed and golden_digest(rec) != golden.get(name)
+    ]
+    rows = (
+        f"{json.dumps(n)}: {json.dumps(r, sort_keys=True, separators=(',', ':'))}"
+        for n, r in now.items()
+    )
+    CURRENT.write_text("{\n" + ",\n".join(rows) + "\n}\n")  # one line per case
+    return lines
+
+
+def case_order(name: str) -> tuple[str, int]:
+    kind, _, number = name.partition("-")
+    return kind, int(number)
+
+
 def main(argv: list[str]) -> int:
     records = run_all()
-    digests = {name: digest(rec) for name, rec in records.items()}
     if "--dump" in argv:
         where = Path(argv[argv.index("--dump") + 1])
         where.mkdir(parents=True, exist_ok=True)
@@ -425,9 +522,16 @@ def main(argv: list[str]) -> int:
                 json.dumps(_canon(rec), sort_keys=True, indent=1, default=repr)
             )
     if "--write" in argv:
+        digests = {name: golden_digest(rec) for name, rec in records.items()}
         GOLDEN.write_text(json.dumps(digests, indent=0, sort_keys=True) + "\n")
+    if "--record-changed" in argv:
+        from test_differential import CHANGED
+
+        lines = record_changed(records, CHANGED)
+        print("\n".join(lines))
+        print(f"{CURRENT.name}: {len(CHANGED)} changed cases recorded, {len(lines)} lines above")
     errors = sum(1 for r in records.values() if {"construct", "run", "resume"} & set(r))
-    print(f"{len(digests)} cases, {errors} end in an error (recorded)")
+    print(f"{len(records)} cases, {errors} end in an error (recorded)")
     return 0
 
 

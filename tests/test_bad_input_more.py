@@ -316,7 +316,7 @@ def test_an_edited_stream_state_is_refused_when_loaded(edit, match):
         (["report", "{ok}", "-k", str(2**70)], "num_buckets must be an int >= 1 and <= "),
         (["precompute", "{ok}", "-k", "2", "--cache-dir", "{ok}"],
          r"the cache directory .* is not usable \(.*\); point --cache-dir"),
-        (["report", "{bad}"], r"bad.parquet: not readable as Parquet"),
+        (["report", "{bad}"], r"bad.parquet is not a Parquet file \(it begins with b.garb."),
     ],
 )  # fmt: skip
 def test_cli_bad_input_is_one_error_line(tmp_path, capsys, argv, match):

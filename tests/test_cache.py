@@ -754,3 +754,29 @@ def test_a_live_writer_on_another_machine_with_this_hostname_is_never_taken_for_
         assert writing.is_file()  # another machine's live writer: never touched
     finally:
         files._host.cache_clear()
+
+
+def test_the_hour_old_sweep_removes_only_files_named_as_our_writer_names_them(tmp_path):
+    """s10 left alone: the one-hour rule removed any ``.tmp-*.part`` file in the cache
+    directory, so a user's file that happened to match was deleted by a lookup. Only the exact
+    name a writer gives (``.tmp-<host>-<pid>-<random>.part``) is ever removed."""
+    import bucketloader._files as files
+
+    fd, ours = files.create_temp(tmp_path)  # (this writer: alive, removed only for its age)
+    os.close(fd)
+    foreign = tmp_path / f".tmp-0123abcd-{2**22 + 7}-{'5f' * 8}.part"  # another host's
+    theirs = [
+        ".tmp-notes.part",
+        ".tmp-a-1-b.part",
+        f".tmp-0123abcd-12-{'5f' * 7}.part",
+        f".tmp-0123ABCD-12-{'5f' * 8}.part",
+        f".tmp-0123abcd-12-{'5f' * 8}.part.bak",
+    ]
+    for p in (foreign, *(tmp_path / n for n in theirs)):
+        p.write_text("x")
+    old = time.time() - 2 * files.STALE_TMP_SECONDS
+    for p in tmp_path.iterdir():
+        os.utime(p, (old, old))
+    assert BucketCache(tmp_path).get("0" * 64) is None  # a lookup: its sweep
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(theirs)
+    assert not ours.exists() and not foreign.exists()

@@ -184,6 +184,30 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "k missing": (["precompute", one], "required: -k"),
         "not an int": (["report", one, "-k", "four"], "invalid int value"),
         "plot unwritable": (["report", one, "--plot", str(d / "file" / "x.png")], "file"),
+        "plot in a missing directory": (  # (was created silently; s10-user)
+            ["report", one, "--plot", str(d / "typo" / "sub" / "x.png")],
+            f"the directory {d / 'typo' / 'sub'} does not exist (nothing creates it); create it "
+            f"first (mkdir -p {d / 'typo' / 'sub'})",
+        ),
+        "json in a missing directory": (
+            [*pre, "--json", str(d / "typo" / "x.json")],
+            f"--json {d / 'typo' / 'x.json'}: the directory {d / 'typo'} does not exist",
+        ),
+        "demo plot in a missing directory": (
+            ["demo", "--plot", str(d / "typo" / "demo.png")],
+            "does not exist (nothing creates it)",
+        ),
+        "a glob of lengths files": (
+            ["report", str(files / "*.txt")],
+            f"the glob {files / '*.txt'} matches 2 lengths files ({files / 'one.txt'}, "
+            f"{files / 'two.txt'}), but a glob or a directory names Parquet shards; pass one "
+            f"lengths file at a time (bucketloader report {files / 'one.txt'})",
+        ),
+        "a directory of neither shards nor a saved dataset": (
+            ["report", str(files)],
+            f"{files}: the directory holds no Parquet file; it holds 6 other files: one.npy, "
+            "one.txt, t.csv, t.jsonl, t.tsv, ...; a directory is read as the Parquet files",
+        ),
         "plot not an image": (["report", one, "--plot", str(d / "x.txt")], "must name an image"),
         "json is a directory": (["report", one, "--json", str(d)], "must name a file"),
         "json is the input": (["report", one, "--json", one], "is the input file, which the"),
@@ -417,3 +441,48 @@ def test_precompute_under_a_file_fails_before_reading_or_solving(tmp_path, files
     assert "boundaries:" not in out and "were solved" not in err  # (no read, no solve)
     assert "is not usable" in err and "--cache-dir" in err
     assert blocker.read_text() == "mine"
+
+
+def test_report_on_a_hub_layout_reads_the_shards_and_notes_the_rest(tmp_path, capsys):
+    """A README.md beside the shards (every Hub download) failed as 'not readable as Parquet',
+    and so did any file in a subdirectory (s10-user D4)."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli import main
+
+    d = tmp_path / "hub"
+    (d / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"length": LENGTHS[:6]}), d / "data" / "train-0.parquet")
+    pq.write_table(pa.table({"length": LENGTHS[6:]}), d / "data" / "train-1.parquet")
+    (d / "README.md").write_text("---\nlicense: mit\n---\n")
+    (d / ".gitattributes").write_text("*.parquet filter=lfs\n")
+    want = compute_boundaries(LENGTHS, 3).tolist()
+    argv = ["precompute", str(d), "--column", "length", "-k", "3"]
+    assert main([*argv, "--cache-dir", str(tmp_path / "c")]) == 0
+    out, err = capsys.readouterr()
+    assert f"boundaries: {want}" in out
+    assert err.splitlines() == [
+        f"bucketloader: note: {d}: read 2 Parquet files; skipped 1 other file (README.md)"
+    ]
+    glob = str(d / "**" / "*")  # an explicit glob names every file it matches as Parquet
+    assert main(["report", glob, "--column", "length", "-k", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bucketloader: error: the glob {glob} matched {d / 'README.md'}, which")
+    assert "is not a Parquet file" in err
+
+
+def test_plot_and_json_write_into_existing_directories_only(tmp_path, files, capsys):
+    from bucketloader.cli import main
+
+    one = str(files / "one.txt")
+    out = tmp_path / "out"
+    for option, name in (("--json", "r.json"), ("--plot", "r.png")):
+        assert main(["report", one, option, str(out / name)]) == 2
+        stdout, err = capsys.readouterr()
+        assert stdout == ""  # refused before any work (--json failed after the report)
+        assert f"{option} {out / name}: the directory {out} does not exist" in err
+        assert not out.exists()  # (--plot made the directory tree of a typo; s10-user)
+    out.mkdir()
+    assert main(["report", one, "-k", "2", "--json", str(out / "r.json")]) == 0
+    assert json.loads((out / "r.json").read_text())["recommended"]

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import itertools
+import json
 import math
+import os
 import pickle
+import subprocess
+import sys
 import warnings
 from fractions import Fraction
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -742,6 +749,87 @@ def test_mixed_dtypes_promote_without_losing_a_value(three, batch, dtype, values
 def test_values_that_cannot_be_kept_raise_naming_the_field(three, batch, kind, message):
     with pytest.raises(kind, match=message):
         three(batch)
+
+
+#: dtypes whose pairwise promotion torch refuses in part (uint64 with int64) while a float
+#: absorbs either: folding them in set order succeeded or failed by process (s10 left alone)
+_PROMOTION_POOL = [
+    torch.uint64, torch.uint32, torch.int64, torch.int8, torch.uint8, torch.bool,
+    torch.float16, torch.bfloat16, torch.float32, torch.complex64,
+]  # fmt: skip
+
+
+def _promotion_outcomes() -> list[list]:
+    """The collator's answer (dtype, or error type and text) for every mixture of two or three
+    dtypes of the pool, in every order of the samples."""
+    collate = BucketSampler([3, 3, 3], num_buckets=1, batch_size=3).collator()
+    out = []
+    for k in (2, 3):
+        for mix in itertools.combinations(_PROMOTION_POOL, k):
+            for order in itertools.permutations(mix):
+                batch = [torch.tensor([1, 2, 3]).to(d) for d in order]
+                try:
+                    got = str(collate(batch)["inputs"].dtype)
+                except (TypeError, ValueError) as exc:
+                    got = f"{type(exc).__name__}: {exc}"
+                out.append([[str(d) for d in order], got])
+    return out
+
+
+def _fold(order):
+    try:
+        return functools.reduce(torch.promote_types, order)
+    except RuntimeError:
+        return None
+
+
+def test_mixed_dtypes_promote_the_same_whatever_the_order():
+    """A mixture is collated to the dtype every order of torch's pairwise promotion agrees on,
+    and refused (naming the first refused pair) where some order fails."""
+    answers: dict[tuple[str, ...], set[str]] = {}
+    for order, got in _promotion_outcomes():
+        answers.setdefault(tuple(sorted(order)), set()).add(got)
+    for names, got in answers.items():
+        assert len(got) == 1, (names, got)  # the same answer (or error text) in every order
+        dtypes = [getattr(torch, n.removeprefix("torch.")) for n in names]
+        folds = {_fold(order) for order in itertools.permutations(dtypes)}
+        (answer,) = got
+        if len(folds) == 1 and None not in folds:
+            assert answer == str(folds.pop()), names
+        else:
+            assert answer.startswith("TypeError: field 'inputs' mixes samples of dtypes"), names
+    assert answers[("torch.float32", "torch.int64", "torch.uint64")] == {
+        "TypeError: field 'inputs' mixes samples of dtypes ['torch.float32', 'torch.int64', "
+        "'torch.uint64'], which torch cannot promote to one dtype (Promotion for uint16, uint32, "
+        "uint64 types is not supported, attempted to promote Long and UInt64); cast the samples "
+        "to one dtype in the dataset"
+    }
+    assert answers[("torch.float32", "torch.uint64")] == {"torch.float32"}
+
+
+def test_mixed_dtypes_promote_the_same_in_every_process():
+    """Regression: the promotion folded a set of dtypes, whose order follows their ids, so a
+    process could collate [uint64, int64, float32] that another refused."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+        "import json; from test_collate import _promotion_outcomes; "
+        "print(json.dumps(_promotion_outcomes()))"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed, "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in ("0", "1")
+    ]
+    here = _promotion_outcomes()
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+        assert json.loads(out) == here
 
 
 def test_a_masked_array_without_masked_elements_is_padded(three):

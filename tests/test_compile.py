@@ -450,14 +450,14 @@ def test_key_follows_code_dtype_and_threads(tmp_path):
 
 
 # -- inductor: a warm start loads instead of compiling ------------------------------------------
-@pytest.mark.timeout(420)  # two real g++ builds: minutes on a loaded 2-core machine
+@pytest.mark.timeout(420)  # a real g++ build: minutes on a loaded 2-core machine
 def test_inductor_warm_start_from_the_cache_directory(tmp_path):
     script = r"""
 import json, sys, torch
 from bucketloader import BucketSampler
 from bucketloader.compile import precompile
 torch.set_num_threads(1)
-sampler = BucketSampler([3, 9, 9, 14], num_buckets=2, batch_size=2)
+sampler = BucketSampler([3, 9, 9, 14], num_buckets=1, batch_size=2)  # one shape: one g++ build
 step = torch.compile(lambda b: (b["inputs"] * b["attention_mask"]).sum(), dynamic=False)
 r = precompile(step, sampler, example=[1, 2, 3], cache=sys.argv[1], progress=False)
 print(json.dumps([[r.cache, r.cached, r.seconds] for r in r.rows]))
@@ -473,8 +473,8 @@ print(json.dumps([[r.cache, r.cached, r.seconds] for r in r.rows]))
         )  # fmt: skip
         assert out.returncode == 0, out.stderr[-3000:]
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    assert [(c, cached) for c, cached, _ in runs[0]] == [("cold", False)] * 2
-    assert [(c, cached) for c, cached, _ in runs[1]] == [("warm", True)] * 2
+    assert [(c, cached) for c, cached, _ in runs[0]] == [("cold", False)]
+    assert [(c, cached) for c, cached, _ in runs[1]] == [("warm", True)]
     assert any(p.suffix == ".so" for p in (tmp_path / "inductor").rglob("*.so"))
 
 
@@ -487,7 +487,10 @@ def test_two_ranks_split_the_shapes_share_and_load_all(tmp_path):
     np.save(tmp_path / "lengths.npy", np.asarray(load_real("multi30k")[:400, 0]))
     port = free_port()
     run_ranks(
-        lambda r: [__file__, "worker", str(r), "2", str(port), str(tmp_path)], 2, timeout=TIMEOUT_S
+        lambda r: [__file__, "worker", str(r), "2", str(port), str(tmp_path)],
+        2,
+        timeout=TIMEOUT_S,
+        preload=("torch._dynamo",),  # (each rank compiles)
     )
     runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     shapes = {tuple(s) for s in runs[0]["shapes"]}

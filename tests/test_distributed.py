@@ -29,6 +29,7 @@ def _run_world(
         lambda r: [__file__, script, str(r), str(world), str(port), str(tmp_path), policies],
         world,
         timeout=TIMEOUT_S,
+        preload=("datasets",) if script == "stream_worker" else (),  # (its ranks read HF shards)
     )
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
 

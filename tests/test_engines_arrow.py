@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 
 import numpy as np
@@ -151,8 +154,15 @@ def test_consumed_reader_or_generator_and_bad_options(tmp_path):
     with pytest.raises(ValueError, match=r"batch_size must be an int >= 1 and <= 46116"):
         parquet_histogram(table, "n", batch_size=2**70)  # (was pyarrow's OverflowError; s8-polish)
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
-    with pytest.raises(ValueError, match="not readable as Parquet"):
+    with pytest.raises(
+        ValueError,
+        match=r"bad\.parquet is not a Parquet file \(it begins with b'not ', not with the Parquet "
+        r"magic bytes PAR1\); it is truncated or not Parquet at all",
+    ):
         parquet_histogram(tmp_path / "bad.parquet", "n")
+    (tmp_path / "cut.parquet").write_bytes(b"PAR1 and then nothing")  # (magic, no footer)
+    with pytest.raises(ValueError, match="not readable as Parquet"):
+        parquet_histogram(tmp_path / "cut.parquet", "n")
 
 
 def test_engine_not_installed_names_the_extra(monkeypatch):
@@ -295,3 +305,175 @@ def test_an_out_of_range_value_for_the_first_files_type_is_a_failed_cast(tmp_pat
     assert "pyarrow.dataset.dataset(" in message and "pa.int64()" in message
     fixed = pads.dataset(tmp_path, schema=pa.schema([("n", pa.int64())]))  # the fix it names
     assert parquet_histogram(fixed, "n").histogram.values.tolist() == [3, 4, 5, 7, 2**40]
+
+
+@pytest.mark.parametrize(
+    ("first", "fine", "bad", "arrow"),
+    [
+        (pa.int64(), pa.array([5.0, 6.0]), pa.array([7.0, 7.5]), "Float value 7.5"),
+        (pa.int64(), pa.array(["5", "6"]), pa.array(["7", "x"]), "Failed to parse string: 'x'"),
+        (pa.int64(), pa.array([5], pa.int32()), pa.array([[1]], pa.list_(pa.int64())),
+         "but list<element: int64> in"),
+        (pa.int32(), pa.array([5, 6], pa.int64()), pa.array([9, 2**40]), "value 1099511627776"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("given", ["files", "dataset"])
+def test_a_failed_cast_names_the_file_that_holds_the_bad_value(
+    tmp_path, first, fine, bad, arrow, given
+):
+    """s10 left alone: the error named the first file whose type differed from the dataset's
+    (b, whose values cast), not the one whose values did not (c); a list where a number is
+    escaped as Arrow's own ArrowNotImplementedError."""
+    pq.write_table(pa.table({"n": pa.array([3, 4], first)}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"n": fine}), tmp_path / "b.parquet")
+    pq.write_table(pa.table({"n": bad}), tmp_path / "c.parquet")
+    with pytest.raises(ValueError) as info:
+        parquet_histogram(tmp_path if given == "files" else pads.dataset(tmp_path), "n")
+    message = str(info.value)
+    assert "c.parquet" in message and "b.parquet" not in message, message
+    assert f"is {first} in the dataset's schema" in message and arrow in message
+    assert "the cast to the dataset's type failed" in message
+
+
+def test_a_directory_reads_its_parquet_files_only(tmp_path, caplog):
+    """A Hub download's README.md beside the shards was read as Parquet and failed (s10-user);
+    names starting with _ or . are skipped as pyarrow.dataset and Spark skip them (NOTE [ Which
+    files a directory of Parquet shards holds ])."""
+    import logging
+
+    root = tmp_path / "ds"
+    _write_shards(root / "year=2024", pa.table({"n": [1, 2, 3]}), 1)  # hive partition
+    pq.write_table(pa.table({"n": [4]}), root / "B.PARQUET")
+    pq.write_table(pa.table({"n": [99]}), root / "_tmp.parquet")  # skipped, as pyarrow does
+    (root / "_temporary").mkdir()
+    pq.write_table(pa.table({"n": [99]}), root / "_temporary" / "part-0.parquet")
+    (root / ".cache").mkdir()
+    pq.write_table(pa.table({"n": [99]}), root / ".cache" / "x.parquet")
+    (root / "_SUCCESS").write_text("")
+    (root / "README.md").write_text("# a dataset card\n")
+    (root / "year=2024" / "notes.txt").write_text("written by hand\n")
+    with caplog.at_level(logging.INFO, logger="bucketloader.engines.arrow"):
+        r = parquet_histogram(root, "n")
+    assert sorted(np.repeat(r.histogram.values, r.histogram.counts).tolist()) == [1, 2, 3, 4]
+    assert (
+        f"{root}: read 2 Parquet files; skipped 2 other files (README.md, "
+        f"year=2024{os.sep}notes.txt)"
+    ) in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda d: None, r"ds: the directory holds no Parquet file \(it is empty\)"),
+        (
+            lambda d: (d / "README.md").write_text("hi"),
+            r"no Parquet file; it holds 1 other file: README\.md; a directory is read as the "
+            r"Parquet files under it \(\*\.parquet, or where there is none, the files that begin "
+            r"with the Parquet magic bytes PAR1\), skipping names that start with _ or \.: pass",
+        ),
+        (
+            lambda d: (d / "_SUCCESS").write_text(""),
+            r"no Parquet file; 1 entry whose names start with _ or \. \(skipped, as pyarrow and "
+            r"Spark skip them\): _SUCCESS",
+        ),
+    ],
+)
+def test_a_directory_without_parquet_files_is_an_error(tmp_path, make, message):
+    (tmp_path / "ds").mkdir()
+    make(tmp_path / "ds")
+    with pytest.raises(FileNotFoundError, match=message):
+        parquet_histogram(tmp_path / "ds", "n")
+
+
+def test_a_glob_or_file_that_is_not_parquet_names_the_file(tmp_path):
+    _write_shards(tmp_path, pa.table({"n": [1, 2]}), 1)
+    (tmp_path / "lengths.txt").write_text("12\n7\n")
+    with pytest.raises(
+        ValueError,
+        match=r"^the glob .*/\* matched .*/lengths\.txt, which is not a Parquet file \(it begins "
+        r"with b'12\\n7', not with the Parquet magic bytes PAR1\); a glob names Parquet files "
+        r"only: narrow it to them, e\.g\. 'data/\*\.parquet', or pass the directory .* itself, "
+        r"which skips files that are not Parquet; a \.txt file of lengths is read on its own",
+    ):
+        parquet_histogram(str(tmp_path / "*"), "n")
+    assert parquet_histogram(str(tmp_path / "*.parquet"), "n").num_rows == 2
+    with pytest.raises(ValueError, match=r"^.*lengths\.txt is not a Parquet file .*pass Parquet"):
+        parquet_histogram(tmp_path / "lengths.txt", "n")
+    with pytest.raises(ValueError, match=r"lengths\.txt is not a Parquet file"):  # in a list too
+        parquet_histogram([tmp_path / "part-000.parquet", tmp_path / "lengths.txt"], "n")
+
+
+def test_the_stream_source_lists_a_directory_by_the_same_rule(tmp_path):
+    from bucketloader.stream.arrow import ArrowRows
+
+    _write_shards(tmp_path / "ds" / "sub", pa.table({"n": [1, 2]}), 1)
+    pq.write_table(pa.table({"n": [3]}), tmp_path / "ds" / "a.parquet")
+    (tmp_path / "ds" / "README.md").write_text("hi")
+    pq.write_table(pa.table({"n": [99]}), tmp_path / "ds" / "_tmp.parquet")
+    assert [row["n"] for row in ArrowRows(tmp_path / "ds")] == [3, 1, 2]  # (sorted by path)
+    assert [row["n"] for row in ArrowRows(str(tmp_path / "ds" / "*.parquet"))] == [99, 3]
+
+
+def test_a_directory_reads_parquet_shards_named_without_the_extension(tmp_path):
+    """Hive writes ``000000_0``, Impala ``*.parq``, others ``*.pq``: a directory of them was read
+    before the *.parquet rule (main, s10) and must still be, by their magic bytes; a README.md
+    beside them is still skipped (s11-rev1)."""
+    from bucketloader.stream.arrow import ArrowRows
+
+    root = tmp_path / "warehouse" / "t"
+    root.mkdir(parents=True)
+    pq.write_table(pa.table({"n": [1, 2]}), root / "000000_0")
+    pq.write_table(pa.table({"n": [3]}), root / "abc_1_data.0.parq")
+    pq.write_table(pa.table({"n": [4]}), root / "d.pq")
+    (root / "README.md").write_text("# card\n")
+    (root / "000001_0").write_text("")  # an empty file written by a failed task: skipped
+    if hasattr(os, "mkfifo"):
+        os.mkfifo(root / "pipe")  # never opened: its open blocks until a writer comes
+    with _fails_after(30):  # (fail, never hang the suite)
+        r = parquet_histogram(root, "n")
+    assert sorted(np.repeat(r.histogram.values, r.histogram.counts).tolist()) == [1, 2, 3, 4]
+    assert sorted(row["n"] for row in ArrowRows(root)) == [1, 2, 3, 4]
+
+
+def test_a_glob_matching_a_marker_file_names_the_directory_as_the_fix(tmp_path):
+    """``out/*`` over a Spark output matches ``_SUCCESS``: the error says the directory itself
+    skips it (s11-rev1)."""
+    _write_shards(tmp_path / "out", pa.table({"n": [1, 2]}), 1)
+    (tmp_path / "out" / "_SUCCESS").write_text("")
+    with pytest.raises(ValueError, match=r"or pass the directory .*out itself"):
+        parquet_histogram(str(tmp_path / "out" / "*"), "n")
+    assert parquet_histogram(tmp_path / "out", "n").num_rows == 2
+
+
+def test_files_named_otherwise_are_read_only_where_no_parquet_name_is(tmp_path):
+    """A Hub cache repo holds its shards twice: ``blobs/<sha>`` (Parquet bytes, no extension) and
+    ``snapshots/<rev>/data/*.parquet``: where any ``*.parquet`` exists, only those are read, or
+    every row would count twice (s11-rev1)."""
+    repo = tmp_path / "datasets--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "snapshots" / "abc" / "data").mkdir(parents=True)
+    pq.write_table(pa.table({"n": [1, 2, 3]}), repo / "blobs" / "9f2c1e")
+    os.symlink(repo / "blobs" / "9f2c1e", repo / "snapshots" / "abc" / "data" / "train.parquet")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("abc")
+    r = parquet_histogram(repo, "n")
+    assert sorted(np.repeat(r.histogram.values, r.histogram.counts).tolist()) == [1, 2, 3]
+
+
+@contextlib.contextmanager
+def _fails_after(seconds):
+    """Raise instead of blocking for ever (POSIX: SIGALRM interrupts a blocking open)."""
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def fail(*_):
+        raise RuntimeError(f"blocked for {seconds} s")  # (not OSError, which a read catches)
+
+    old = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

@@ -207,3 +207,43 @@ def test_python_api_names_an_untyped_empty_first_shard_and_the_fix(spark, tmp_pa
     assert (r.histogram.values.tolist(), r.num_rows) == ([1, 2, 3], 3)
     typed = spark.read.parquet(str(tmp_path / "part-1.parquet"))  # the other fix
     assert spark_histogram(typed, "ids").histogram.values.tolist() == [1, 2, 3]
+
+
+def test_the_schema_fix_reads_a_column_whose_name_needs_quoting(spark, tmp_path):
+    """s10 left alone: the fix for an untyped empty first shard wrote the column name bare in the
+    DDL (`spark.read.schema('token ids array<bigint>')` is a ParseException; a quote in the name
+    ended the Python string), and a backtick in the name failed the measure itself. The code in
+    the message, pasted as it is, reads the files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    name = "a.b `c's"  # a dot, a space, a backtick, a quote
+    pq.write_table(pa.table({name: pa.array([], pa.null())}), tmp_path / "part-0.parquet")
+    pq.write_table(pa.table({name: [[1, 2], [3], [4, 5, 6]]}), tmp_path / "part-1.parquet")
+    with pytest.raises(ValueError) as info:
+        spark_histogram(spark.read.parquet(str(tmp_path)), name)
+    message = str(info.value)
+    code = message[message.index("spark.read.schema(") :]
+    assert code == """spark.read.schema("`a.b ``c's` array<bigint>").parquet(...)""", message
+    pasted = eval(code.replace("(...)", "(path)"), {"spark": spark, "path": str(tmp_path)})
+    r = spark_histogram(pasted, name)
+    assert (r.histogram.values.tolist(), r.num_rows) == ([1, 2, 3], 3)
+
+
+def test_the_schema_fix_is_offered_only_where_it_reads(spark, tmp_path):
+    """s11: for an array of structs (chat messages) the schema fix failed too: Spark cannot read
+    the empty file's column of type null as a group ("... (UNKNOWN) is not a group"). The
+    message offers the fix that reads (the files with rows) and says why not the schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    messages = [[{"from": "user", "value": "hi"}] * n for n in (1, 2, 3)]
+    pq.write_table(pa.table({"conv": pa.array([], pa.null())}), tmp_path / "part-0.parquet")
+    pq.write_table(pa.table({"conv": messages}), tmp_path / "part-1.parquet")
+    with pytest.raises(ValueError) as info:
+        spark_histogram(spark.read.parquet(str(tmp_path)), "conv")
+    message = str(info.value)
+    assert "spark.read.schema(" not in message, message
+    assert "leave the empty files out" in message and "even given the schema" in message
+    r = spark_histogram(spark.read.parquet(str(tmp_path / "part-1.parquet")), "conv")
+    assert r.histogram.values.tolist() == [1, 2, 3]

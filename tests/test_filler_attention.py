@@ -106,6 +106,58 @@ def test_zero_length_samples_warn_once_with_the_count_and_fix():
     assert any("2 by min_length" in str(w.message) for w in rec)
 
 
+def _zero_warnings(rec):
+    return [str(w.message) for w in rec if "length 0" in str(w.message)]
+
+
+@pytest.mark.parametrize("joint", [False, True])
+def test_a_stream_warns_at_its_first_zero_length_sample_and_counts_them(joint):
+    """s10 left alone: the streams said nothing about samples of length 0 (the samplers warn at
+    planning). A BucketIterable sees lengths as it reads them: one warning when a pass keeps the
+    first, in the samplers' words (consequence and fix), and the count in report() and the
+    state, which a resume carries on."""
+    from bucketloader.plan.limits import ZERO_LENGTH_HARM
+    from bucketloader.stream import BucketIterable
+
+    lengths = [3, 0, 5, 0, 7, 4, 0, 2, 6, 1]
+    samples = [{"a": [1] * n, "b": [2] * max(n, 1)} for n in lengths]
+
+    def make(**options):
+        if joint:  # (several inputs: the general path; a sample with any input of length 0)
+            return BucketIterable(
+                samples, length_fn=("a", "b"), boundaries={"a": [4, 8], "b": [4, 8]},
+                batch_size=2, **options,
+            )  # fmt: skip
+        return BucketIterable(samples, length_fn="a", boundaries=[4, 8], batch_size=2, **options)
+
+    stream = make()
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        full = list(stream)
+    (said,) = _zero_warnings(rec)  # one, at the first of three
+    assert said.startswith("this BucketIterable keeps samples of length 0") and said.endswith(
+        ZERO_LENGTH_HARM
+    )
+    assert stream.report().totals["zero_length"] == 3
+    again, resumed = make(), make()
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        it = iter(again)
+        head = [next(it) for _ in range(2)]
+        state = again.state_dict()
+        assert 0 < state["stats"]["zero_length"] < 3  # (the state counts what it read)
+        resumed.load_state_dict(state)
+        assert head + list(resumed) == full
+    assert resumed.report().totals["zero_length"] == 3
+    dropped = make(min_length=1, overflow="drop")  # the fix: no warning, no count
+    with warnings.catch_warnings(record=True) as rec:
+        warnings.simplefilter("always")
+        list(dropped)
+    assert _zero_warnings(rec) == []
+    totals = dropped.report().totals
+    assert "zero_length" not in totals and totals["too_short"] == 3
+
+
 def test_zero_length_samples_in_the_cli_report(tmp_path, capsys):
     from bucketloader.cli.main import main
 

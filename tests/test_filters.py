@@ -143,7 +143,9 @@ def test_stream_takes_the_same_filters():
     t = stream.report().totals
     assert (t["too_short"], t["too_long"]) == (1, 50)
     cut = BucketIterable(samples, max_length=30, overflow="truncate", **kw)
-    assert max(len(s["input_ids"]) for b in cut for s in b) == 30
+    with pytest.warns(UserWarning, match="keeps samples of length 0 .*min_length=1"):
+        assert max(len(s["input_ids"]) for b in cut for s in b) == 30
+    assert cut.report().totals["zero_length"] == 1  # (kept: the one min_length refused above)
     with pytest.raises(ValueError, match=r"max_length=200 is beyond the last boundary 121"):
         BucketIterable(samples, max_length=200, **kw)
 

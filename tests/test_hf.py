@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import types
 
 import numpy as np
 import pytest
@@ -531,3 +533,172 @@ def test_collate_fn_none_is_torchs_default_and_refused_for_evaluation():
         evaluation.dataloader(collate_fn=None)
     shape = tuple(next(iter(evaluation.dataloader()))["input_ids"].shape)
     assert shape in evaluation.sampler.shapes  # left out: the collator
+
+
+# -- s10-user: refused when planned, in for_text's own words ------------------------------------
+
+
+def test_an_untokenised_text_column_is_refused_when_planned():
+    text = datasets.Dataset.from_dict({"text": ["hello", "a longer text here", "x", "four"]})
+    fix = (
+        r"tokenize first, e\.g\. dataset = dataset\.map\(lambda batch: tokenizer\(batch\['text'\]\)"
+    )
+    with pytest.raises(
+        TypeError,
+        match=r"^for_text pads column 'text' as token ids, but it holds strings \(untokenised "
+        r"text\); " + fix,
+    ):  # (was planned on characters, then "field 'text' is padded but holds str" per batch)
+        hf.for_text(text, "text", pad_token_id=0, num_buckets=2, batch_size=2)
+    with pytest.raises(
+        KeyError,
+        match=r"token column 'input_ids', which the dataset does not "
+        r"have \(its columns: \['text'\]\); .*" + fix,
+    ):
+        hf.for_text(text, pad_token_id=0, num_buckets=2, batch_size=2)
+    with pytest.raises(
+        TypeError,
+        match=r"^for_packing pads column 'text' as token ids, but it "
+        r"holds strings",
+    ):
+        hf.for_packing(text, "text", pad_token_id=0, row_length=32, batch_size=2)
+    counts = _token_ds([3, 5, 2, 7]).add_column("length", [3, 5, 2, 7])
+    with pytest.raises(TypeError, match=r"column 'length' as token ids, but it holds int64 values"):
+        hf.for_text(counts, "length", pad_token_id=0, num_buckets=2, batch_size=2)
+    sampler, collate, data = hf.for_text(counts, pad_token_id=0, num_buckets=2, batch_size=2)
+    for batch in sampler:  # the token column, with a length column beside it, still works
+        assert tuple(collate([data[i] for i in batch])["input_ids"].shape) in sampler.shapes
+
+
+def test_a_tokenizer_name_is_refused_with_the_call_that_loads_it():
+    ds = _token_ds([3, 5, 2, 7])
+    for call in (hf.for_text, hf.for_packing):
+        options = {"row_length": 8} if call is hf.for_packing else {"num_buckets": 2}
+        with pytest.raises(
+            TypeError,
+            match=rf"^{call.__name__} takes a tokenizer object \(anything with pad_token_id, "
+            r"e\.g\. a transformers tokenizer\), got the str tokenizer='gpt2'; load it first: "
+            r"tokenizer=transformers\.AutoTokenizer\.from_pretrained\('gpt2'\)",
+        ):  # (said "tokenizer str has pad_token_id=None; set tokenizer.pad_token")
+            call(ds, tokenizer="gpt2", batch_size=2, **options)
+        with pytest.raises(TypeError, match=r"got the str tokenizer='gpt2'"):  # a pad id too
+            call(ds, tokenizer="gpt2", pad_token_id=0, batch_size=2, **options)
+    tokenizers = pytest.importorskip("tokenizers")
+    raw = tokenizers.Tokenizer(tokenizers.models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    with pytest.raises(
+        TypeError,
+        match=r"tokenizer object with a pad_token_id attribute .* got "
+        r"Tokenizer",
+    ):  # the tokenizers library's, not a transformers one
+        hf.for_text(ds, tokenizer=raw, num_buckets=2, batch_size=2)
+
+
+def test_each_helper_lists_its_own_options():
+    ds = _token_ds([3, 5, 2, 7])
+    with pytest.raises(TypeError) as err:
+        hf.for_text(ds, pad_token_id=0, num_buckets=2, batch_size=2, padding_side="left")
+    msg = str(err.value)
+    assert msg.startswith(
+        "for_text got an unexpected option padding_side='left'; did you mean side=? "
+        "(transformers' padding_side); its options: "
+    )  # (was "BucketSampler got ...", with no hint)
+    listed = msg.split("its options: ")[1].split(", ")
+    assert {"side", "tokenizer", "target_length", "sample_mask", "num_buckets"} <= set(listed)
+    with pytest.raises(TypeError, match=r"^for_text got an unexpected option longest_first=True"):
+        hf.for_text(ds, pad_token_id=0, evaluation=True, longest_first=True)  # EvalSampler's
+    with pytest.raises(TypeError, match=r"evaluation batches are deterministic.*drop shuffle"):
+        hf.for_text(ds, pad_token_id=0, evaluation=True, shuffle=True)
+    with pytest.raises(
+        TypeError,
+        match=r"^for_packing got an unexpected option max_seq_len=8; "
+        r"did you mean row_length=\?.*its options: .*attention",
+    ):
+        hf.for_packing(ds, pad_token_id=0, max_seq_len=8, batch_size=2)
+    audio = datasets.Dataset.from_dict({"input_values": [[0.5] * n for n in (3, 9, 4, 8)]})
+    with pytest.raises(
+        TypeError,
+        match=r"^for_audio got an unexpected option padding_value=0.0; "
+        r"did you mean pad_value=\?.*its options: .*key",
+    ):
+        hf.for_audio(audio, "input_values", num_buckets=2, batch_size=2, padding_value=0.0)
+
+
+def test_for_audio_refuses_file_paths_or_numbers_when_planned():
+    """Neighbour of the text column (s10-user): a column of paths was planned on its characters
+    and failed at the first batch ("field 'audio' is padded but holds str"). The fix named must
+    work: cast_column(Audio) alone stores bytes and paths, which for_audio refuses too, so the
+    decode step (map to a list column) is named (s11-rev1)."""
+    decode = (
+        r"decode it into a list column first, e\.g\. dataset = dataset\.cast_column\('audio', "
+        r"datasets\.Audio\(sampling_rate=16000\)\)\.map\(lambda row: \{'input_values': "
+        r"row\['audio'\]\['array'\]\}, remove_columns=\['audio'\]\), then pass "
+        r"column='input_values'"
+    )
+    for values, found in (
+        (["a.wav", "bb.wav", "ccc.wav", "d.wav"], r"strings \(file paths\?\), not decoded audio"),
+        ([1, 2, 3, 4], r"int64 values, not lists of audio samples"),
+    ):
+        ds = datasets.Dataset.from_dict({"audio": values})
+        with pytest.raises(
+            TypeError, match=rf"^for_audio pads column 'audio' as audio, but it holds {found}; "
+        ) as err:
+            hf.for_audio(ds, num_buckets=2, batch_size=2)
+        if isinstance(values[0], str):
+            assert re.search(decode, str(err.value)), str(err.value)
+    undecoded = datasets.Dataset.from_dict({"audio": ["a.wav", "b.wav"]}).cast_column(
+        "audio", datasets.Audio(sampling_rate=16000)
+    )  # (stored as struct<bytes, path>: what cast_column alone gives)
+    with pytest.raises(
+        TypeError,
+        match=r"^for_audio pads column 'audio' as audio, but it holds undecoded datasets\.Audio "
+        r"\(bytes and path\); "
+        + decode.replace(
+            r"\.cast_column\('audio', "
+            r"datasets\.Audio\(sampling_rate=16000\)\)",
+            "",
+        ),
+    ):  # (said "measure it with fn=", which for_audio does not take)
+        hf.for_audio(undecoded, num_buckets=2, batch_size=2)
+
+
+def test_a_processor_beside_an_explicit_pad_token_id_is_still_accepted():
+    """A transformers processor (no pad_token_id of its own) passed as tokenizer= with an explicit
+    pad_token_id worked on main (the tokenizer gave only the side); s11-friction refused it
+    (s11-rev1). Without a pad id, the error names the processor's own tokenizer."""
+
+    class Processor:  # (transformers' ProcessorMixin: no pad_token_id; its tokenizer has one)
+        def __init__(self):
+            self.tokenizer = types.SimpleNamespace(pad_token_id=7, padding_side="left")
+
+    ds = _token_ds([3, 5, 2, 7])
+    _, collate, data = hf.for_text(
+        ds, tokenizer=Processor(), pad_token_id=0, num_buckets=2, batch_size=2
+    )
+    row = collate([data[2], data[0]])["input_ids"][0].tolist()  # (ids 2, 2, then the pad id)
+    assert row[:2] == [2, 2] and row[-1] == 0
+    with pytest.raises(
+        TypeError, match=r"Processor .*; pass its tokenizer: tokenizer=<it>\.tokenizer"
+    ):
+        hf.for_text(ds, tokenizer=Processor(), num_buckets=2, batch_size=2)
+    with pytest.raises(TypeError, match=r"tokenizer='gpt2'.*or leave tokenizer out"):
+        hf.for_text(ds, tokenizer="gpt2", pad_token_id=0, num_buckets=2, batch_size=2)
+
+
+def test_an_iterable_dataset_is_refused_untouched_with_both_streams_named():
+    """The planning checks read the schema only; a stream is refused before any row is read, and
+    for_packing's user is pointed to the packing stream too (s11-rev1)."""
+    pulled = []
+
+    def rows():
+        for n in (3, 5, 2):
+            pulled.append(n)
+            yield {"input_ids": [1] * n}
+
+    stream = datasets.IterableDataset.from_generator(rows)
+    for call, options in ((hf.for_text, {"num_buckets": 2}), (hf.for_packing, {"row_length": 8})):
+        with pytest.raises(
+            TypeError,
+            match=r"got IterableDataset; for an IterableDataset use "
+            r"bucketloader\.stream\.BucketIterable \(or PackIterable to pack\)",
+        ):
+            call(stream, pad_token_id=0, batch_size=2, **options)
+    assert pulled == []

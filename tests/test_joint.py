@@ -492,7 +492,11 @@ def test_joint_options_are_checked_once():
         Joint(time_limit=-1)
     with pytest.raises(ValueError, match=r"solver must be one of .*'highs'.*got solver='CBC'"):
         Joint(solver="CBC")
-    with pytest.raises(TypeError, match=r"unknown option timelimit=3; the options are exact"):
+    with pytest.raises(
+        TypeError,
+        match=r"^solve_joint got an unexpected option timelimit=3; did you mean time_limit=\?; "
+        r"its options: exact",
+    ):
         solve_joint([[1, 2], [3, 4]], 1, timelimit=3)
     # a callable size with max_shapes alone keeps the lattice (documented fallback)
     spec = BucketSpec.build([[1, 2], [3, 4]], max_shapes=1, size=lambda s: s[0] * 2, batch_size=1)

@@ -193,6 +193,16 @@ def test_a_typo_names_the_sampler_and_the_closest_option():
         BucketSampler(LENGTHS, shufle=False)
 
 
+def test_a_dataloader_typo_names_the_closest_option():
+    sampler = BucketSampler(LENGTHS, num_buckets=2, batch_size=4)
+    with pytest.raises(  # (was torch's "DataLoader.__init__() got an unexpected keyword")
+        TypeError,
+        match=r"^dataloader\(\) got an unexpected option num_worker=2; did you mean "
+        r"num_workers=\?; its options: .*pin_memory",
+    ):
+        sampler.dataloader(list(range(len(LENGTHS))), num_worker=2)
+
+
 def test_dataloader_sampler_instead_of_batch_sampler_says_which_argument():
     sampler = BucketSampler(LENGTHS, **OPTIONS)
     loader = DataLoader(list(range(N)), sampler=sampler, collate_fn=collate)

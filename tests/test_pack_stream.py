@@ -473,3 +473,60 @@ def test_a_refused_mid_tail_resume_reads_as_a_sentence_and_names_the_fix_for_its
     assert "Resume with the bucketloader that saved the state" not in same
     assert "the same documents in the same order as when the state was saved" in same
     assert "start the next epoch instead (set_epoch(epoch + 1), no load_state_dict)" in same
+
+
+def test_a_pass_resumed_inside_its_tail_records_the_tail(gsm8k, monkeypatch):
+    """s10 left alone: a pass resumed from an exact state taken inside its tail (its rows
+    already re-packed) recorded no tail: a replay state taken after it had no ``tails``, so a
+    later mid-tail resume fell back to the version rule (refused under a bump that keeps the
+    plan; not checked at all under a solver change that forgot the bump). The exact state
+    records the tail; from every position in the tail, the exact resume gives the rest of the
+    uninterrupted run, and every replay state after it records the same tail and resumes as
+    one of the uninterrupted run does."""
+    from bucketloader.stream import _rows
+
+    def make():
+        return PackIterable(
+            _samples(gsm8k[:90]), length_fn="input_ids", row_length=512, batch_size=2,
+            open_rows=8,
+        )  # fmt: skip
+
+    def resumed(state):
+        s = make()
+        s.load_state_dict(json.loads(json.dumps(state)))
+        return s, list(s)
+
+    def recorded(state):  # the tail an exact state (one process, at its end) or a replay records
+        return state.get("tail") if "ready" in state else (state.get("tails") or [None])[0]
+
+    saved = make()
+    full = list(saved)
+    tail = recorded(saved.state_dict(batches_consumed=len(full) - 1))
+    start, count = tail[0], tail[1]
+    assert count >= 3, "the tail must hold a few batches"
+    version, pack_rows = _rows.SOLVER_VERSION, _rows.pack_rows
+    for p in range(start, start + count + 1):  # an exact state at every position in the tail
+        exact = make()
+        it = iter(exact)
+        head = [next(it) for _ in range(p)]
+        state = exact.state_dict()
+        assert recorded(state) == (None if state["phase"] == "stream" else tail), p
+        for bad in ([1, 2], [1, 2, -3], [1, True, 3], "x"):  # an edited record: refused on load
+            with pytest.raises(ValueError, match=r"state\['tail'\] must be \[start, batches"):
+                make().load_state_dict({**state, "tail": bad})
+        again, rest = resumed(state)
+        assert _ids(head + rest) == _ids(full), p
+        for k in range(p, len(full) + 1):
+            replay = again.state_dict(batches_consumed=k)
+            assert recorded(replay) == tail, (p, k)
+            monkeypatch.setattr(_rows, "SOLVER_VERSION", version + 1, raising=False)
+            assert _ids(full[:k] + resumed(replay)[1]) == _ids(full), (p, k)  # the same plan
+            monkeypatch.setattr(_rows, "pack_rows", lambda *a: pack_rows(*a)[::-1])
+            monkeypatch.setattr(_rows, "SOLVER_VERSION", version)  # another plan, no bump
+            if start < k < start + count:
+                with pytest.raises(ValueError, match="packs that tail into other rows"):
+                    resumed(replay)
+            else:
+                ids = Counter(i for b in _ids(full[:k] + resumed(replay)[1]) for i in b)
+                assert ids == Counter(i for b in _ids(full) for i in b), (p, k)
+            monkeypatch.undo()

@@ -56,7 +56,10 @@ def test_the_packing_stream_keeps_its_old_address():
 def test_bucket_iterable_takes_at_most_ten_parameters():
     params = inspect.signature(BucketIterable.__init__).parameters
     assert len(params) - 1 <= 10  # self aside
-    with pytest.raises(TypeError, match=r"unexpected option 'batchsize'.*batch_size"):
+    with pytest.raises(
+        TypeError,
+        match=r"^BucketIterable got an unexpected option batchsize=2; did you mean batch_size=",
+    ):
         BucketIterable([[1]], boundaries=[4], batchsize=2)
 
 

@@ -179,7 +179,14 @@ def _assert_png(path):
 def test_plot_writes_a_valid_png(tmp_path, librispeech):
     pytest.importorskip("matplotlib")
     r = analyze(librispeech, num_buckets=[4, 8], batch_size=16)
-    _assert_png(r.plot(tmp_path / "sub" / "report.png"))
+    _assert_png(r.plot(tmp_path / "report.png"))
+    with pytest.raises(  # (created silently, as a typo would be: s10-user)
+        FileNotFoundError,
+        match=r"path='.*sub/report\.png': the directory .*sub does not exist \(nothing creates "
+        r"it\); create it first \(os\.makedirs\('.*sub'\)\)",
+    ):
+        r.plot(tmp_path / "sub" / "report.png")
+    assert not (tmp_path / "sub").exists()
 
 
 def test_plot_refuses_a_path_that_is_not_an_image_file(tmp_path, monkeypatch):

@@ -120,6 +120,7 @@ def test_memory_stays_bounded_by_buffers(europarl):
     assert out == len(lengths)
 
 
+@pytest.mark.filterwarnings("ignore:this BucketIterable keeps samples of length 0")  # (length 0)
 def test_edges_follow_the_boundary_convention():
     lengths = [4, 5, 8, 9, 16, 1, 0, 12]
     b = [4, 8, 16]
@@ -308,6 +309,7 @@ def test_dataloader_workers_each_bucket_their_shard(europarl, kind):
     assert sum(c for n, c in sizes.items() if n != 16) <= 2 * 3  # one short batch per bucket/worker
 
 
+@pytest.mark.filterwarnings("ignore:this BucketIterable keeps samples of length 0")  # (length 0)
 @settings(max_examples=40, deadline=None)
 @given(
     lengths=st.lists(st.integers(0, 60), min_size=1, max_size=120),
@@ -454,6 +456,7 @@ def test_per_input_buckets_for_seq2seq_streams(last_batch):
         assert n == n2 and (n, ls, lt) in stream.shapes
 
 
+@pytest.mark.filterwarnings("ignore:this BucketIterable keeps samples of length 0")  # (length 0)
 def test_per_input_overflow_resume_and_errors():
     pairs = load_real("europarl")[:400]
     kw = {"length_fn": ("input_ids", "labels"), "batch_size": 8, "seed": 2, "shuffle_buffer": 20}

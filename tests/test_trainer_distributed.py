@@ -16,6 +16,9 @@ transformers = pytest.importorskip("transformers")
 datasets = pytest.importorskip("datasets")
 pytest.importorskip("accelerate")
 
+#: What a rank imports beyond torch and bucketloader: imported once before the ranks fork.
+PRELOAD = ("datasets", "transformers.trainer", "transformers.models.bert", "bucketloader.hf")
+
 
 def _setup():
     from bucketloader import hf
@@ -99,7 +102,9 @@ def _worker(rank, world, port, out):
 @pytest.mark.timeout(300)
 def test_two_gloo_processes_evaluate_and_predict_like_one(tmp_path):
     out, port = str(tmp_path / "rank"), str(free_port())
-    run_ranks(lambda r: [__file__, "worker", str(r), "2", port, out], 2, timeout=240)
+    run_ranks(
+        lambda r: [__file__, "worker", str(r), "2", port, out], 2, timeout=240, preload=PRELOAD
+    )
     ranks = [json.loads(open(f"{out}-{r}.json").read()) for r in range(2)]
     ds, make, seen = _setup()
     one = make(str(tmp_path / "single"))

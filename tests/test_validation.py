@@ -6,7 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from bucketloader._validation import as_lengths, check_choice, check_float, check_int
+from bucketloader._validation import (
+    ALIASES,
+    as_lengths,
+    check_choice,
+    check_float,
+    check_int,
+    check_options,
+    keyword_options,
+)
 
 
 def test_check_int():
@@ -74,7 +82,12 @@ def test_as_lengths_2d_when_allowed():
         (5, TypeError, r"lengths must be a list, numpy array or torch tensor .*got int"),
         ("123", TypeError, r"got str"),
         ([[1, 2], [3]], ValueError, r"rectangular array"),
-        (np.array(["a"]), TypeError, r"must hold integer lengths, got dtype <U1"),
+        (
+            np.array(["a"]),
+            TypeError,
+            r"integer lengths, got strings \(numpy dtype <U1\), e.g. 'a' "
+            r"at index 0; lengths are numbers: for texts, count their tokens",
+        ),
         (np.array([2**64 - 1], dtype=np.uint64), ValueError, r"must be < 2\*\*62, got 1844674"),
         (torch.tensor([1, -2]), ValueError, r"non-negative, got -2 at index 1"),
         # (were "must be 1-D ..., got an array of shape ()": numpy reads them as one object)
@@ -92,3 +105,222 @@ def test_as_lengths_names_the_argument_and_2d_index():
         as_lengths([-3], name="max_tokens")
     with pytest.raises(ValueError, match=r"got -1 at index \(1, 0\)"):
         as_lengths([[1, 2], [-1, 4]], ndim=2)
+
+
+# -- unknown options: one voice, another library's name suggests ours (s10-user) ---------------
+
+
+def test_an_unknown_option_suggests_the_alias_or_the_closest_name():
+    from bucketloader import BucketSampler
+
+    sampler = BucketSampler([3, 5, 8, 8], num_buckets=2, batch_size=2)
+    with pytest.raises(
+        TypeError,
+        match=r"^BucketSampler\.collator\(\) got an unexpected option padding_side='left'; "
+        r"did you mean side=\? \(transformers' padding_side\); its options: fields, group_key, "
+        r"mask_dtype, pad_value, side$",
+    ):
+        sampler.collator(padding_side="left")
+    with pytest.raises(TypeError, match=r"drop_last=True; did you mean last_batch=\? \(torch's"):
+        BucketSampler([3, 5], num_buckets=2, batch_size=2, drop_last=True)
+    with pytest.raises(TypeError, match=r"tokens_per_batch=64; did you mean max_tokens=\?"):
+        BucketSampler([3, 5], num_buckets=2, tokens_per_batch=64)
+    with pytest.raises(TypeError, match=r"did you mean batch_size=\?"):  # difflib
+        BucketSampler([3, 5], num_buckets=2, max_batch_size=2)
+
+
+def test_an_alias_suggests_only_an_option_the_entry_point_takes():
+    from bucketloader import BucketSampler
+    from bucketloader.pack import PackSampler
+
+    with pytest.raises(TypeError, match=r"max_seq_len=8; did you mean row_length=\?"):
+        PackSampler([3, 5], row_length=8, batch_size=2, max_seq_len=8)
+    with pytest.raises(TypeError, match=r"max_seq_len=8; did you mean max_length=\?"):
+        BucketSampler([3, 5], num_buckets=2, batch_size=2, max_seq_len=8)
+    with pytest.raises(TypeError) as exc:  # EvalSampler takes no seed: no alias to offer
+        check_options("EvalSampler", {"random_seed": 1}, ["batch_size", "num_buckets"])
+    assert "did you mean" not in str(exc.value)
+
+
+def test_every_alias_names_a_real_option_of_a_public_entry_point():
+    from bucketloader import BucketIterable, BucketSampler, EvalSampler, PadCollator
+    from bucketloader.hf import for_audio, for_packing, for_text
+    from bucketloader.pack import PackSampler, PackSpec
+    from bucketloader.plan import BucketSpec
+    from bucketloader.sampler import sampler_options
+
+    options = {
+        *sampler_options(BucketSampler, BucketSpec),
+        *sampler_options(EvalSampler, BucketSpec),
+        *sampler_options(PackSampler, PackSpec),
+        *keyword_options(PadCollator.__init__, BucketIterable.__init__),
+        *keyword_options(for_text, for_audio, for_packing),
+    }
+    for alias, (targets, note) in ALIASES.items():
+        assert alias not in options or alias == "max_length", alias  # (PackSampler's row_length)
+        assert targets and set(targets) <= options, (alias, targets)
+        assert note
+
+
+def test_every_entry_point_refuses_options_in_one_voice():
+    from bucketloader import BucketIterable
+    from bucketloader.sharded import ShardedSampler
+    from bucketloader.solve import compute_boundaries
+    from bucketloader.strategies.joint import solve_joint
+
+    cases = [
+        (lambda: compute_boundaries([1, 2, 3], 2, tol=1), "strategy 'optimal'", "cost"),
+        (lambda: solve_joint([[1, 2], [3, 4]], 1, timelimit=3), "solve_joint", "time_limit"),
+        (
+            lambda: ShardedSampler([3, 4], num_replicas=1, rank=0, world_size=1),
+            "ShardedSampler",
+            "shard_indices",
+        ),
+        (lambda: BucketIterable([[1]], boundaries=[4], batchsize=2), "BucketIterable", "seed"),
+    ]
+    for call, owner, own in cases:
+        with pytest.raises(
+            TypeError, match=rf"^{owner} got an unexpected option .*; its options: "
+        ):
+            call()
+        with pytest.raises(TypeError, match=rf"; its options: .*\b{own}\b"):
+            call()
+
+
+# -- lengths given as strings (s10-user) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "lengths, shown",
+    [
+        (["5", "17"], r"'5' at index 0"),
+        (np.array(["5", "17"]), r"'5' at index 0"),
+        ([5, "17", 3], r"'17' at index 1"),
+        (np.array([b"5", b"17"]), r"b'5' at index 0"),
+    ],
+)
+def test_lengths_given_as_strings_name_the_conversion(lengths, shown):
+    with pytest.raises(
+        TypeError,
+        match=r"^lengths must hold integer lengths, got strings \(numpy dtype [<|][US]\d+\), "
+        + r"e\.g\. "
+        + shown
+        + r"; convert them to integers first, e\.g\. lengths = \[int\(x\) for x in lengths\]",
+    ):
+        as_lengths(lengths)
+    with pytest.raises(TypeError, match=r"^shard_lengths must hold integer lengths, got strings"):
+        as_lengths(lengths, name="shard_lengths")
+
+
+def test_every_public_entry_taking_lengths_refuses_strings_the_same_way():
+    """One validator behind every entry point (s10-user: "got dtype <U2" named no fix)."""
+    from bucketloader import (
+        BucketSampler,
+        EvalSampler,
+        LengthHistogram,
+        PackSampler,
+        analyze,
+        compute_boundaries,
+        recommend_num_buckets,
+    )
+    from bucketloader.boundaries import assign_buckets, padding_cost
+    from bucketloader.plan import BucketSpec
+    from bucketloader.sharded import ShardedSampler
+
+    text = ["5", "17", "3"]
+    calls = {
+        "BucketSampler": lambda: BucketSampler(text, num_buckets=2, batch_size=2),
+        "EvalSampler": lambda: EvalSampler(text, num_buckets=2, batch_size=2),
+        "PackSampler": lambda: PackSampler(text, row_length=32, batch_size=2),
+        "ShardedSampler": lambda: ShardedSampler(text, num_replicas=1, rank=0, batch_size=2),
+        "BucketSpec": lambda: BucketSpec.build(text, num_buckets=2, batch_size=2),
+        "compute_boundaries": lambda: compute_boundaries(text, 2),
+        "padding_cost": lambda: padding_cost(text, [20]),
+        "assign_buckets": lambda: assign_buckets(text, [20]),
+        "LengthHistogram": lambda: LengthHistogram.from_lengths(text),
+        "analyze": lambda: analyze(text, num_buckets=[2]),  # (not texts of 1-2 characters)
+        "recommend_num_buckets": lambda: recommend_num_buckets(text, num_buckets=(1, 2)),
+    }
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match=r"lengths must hold integer lengths, got strings"):
+            call()
+            pytest.fail(f"{name} accepted lengths given as strings")
+
+
+def test_a_path_given_as_lengths_says_to_read_the_file():
+    from pathlib import Path
+
+    from bucketloader import BucketSampler
+
+    for path in ("lengths.txt", Path("lengths.txt")):
+        with pytest.raises(
+            TypeError,
+            match=r"^lengths must be a list, numpy array or torch tensor of non-negative ints, got "
+            r"\w+ 'lengths\.txt'; to bucket the lengths in a file, read them first \(e\.g\. "
+            r"np\.loadtxt\(path, dtype=np\.int64\)",
+        ):
+            BucketSampler(path, num_buckets=2, batch_size=2)
+
+
+def test_every_producers_collator_refuses_options_in_one_voice():
+    """The neighbours of ``BucketSampler.collator()``: the other producers' collators passed a
+    typo on to the collator's ``__init__`` (Python's "unexpected keyword argument", no closest
+    name; s11-rev1)."""
+    from bucketloader import BucketIterable, EvalSampler
+    from bucketloader.pack import PackSampler
+    from bucketloader.stream import PackIterable
+
+    producers = {
+        "EvalSampler": (EvalSampler([3, 5, 8], num_buckets=2, batch_size=2), "side"),
+        "PackSampler": (PackSampler([3, 5, 8], row_length=8, batch_size=2), "pad_token_id"),
+        "BucketIterable": (BucketIterable([[1]], boundaries=[4], batch_size=2), "side"),
+        "PackIterable": (PackIterable([[1] * 3], row_length=8, batch_size=2), "pad_token_id"),
+    }
+    for owner, (producer, meant) in producers.items():
+        typo = "padding_side" if meant == "side" else "padding_value"
+        with pytest.raises(
+            TypeError,
+            match=rf"^{owner}\.collator\(\) got an unexpected option {typo}=0; did you mean "
+            rf"{meant}=\?.*; its options: ",
+        ):
+            producer.collator(**{typo: 0})
+
+
+def test_evaluation_refuses_drop_last_with_its_reason_not_a_hint_to_last_batch():
+    """EvalSampler(drop_last=True) suggested last_batch=, which it then refused (s11-rev1)."""
+    import datasets
+
+    from bucketloader import EvalSampler, hf
+
+    for name, value in (("drop_last", True), ("last_batch", "drop")):
+        with pytest.raises(
+            TypeError, match=rf"^EvalSampler takes no {name}: it keeps every sample exactly once"
+        ):
+            EvalSampler([3, 5, 8], num_buckets=2, batch_size=2, **{name: value})
+        ds = datasets.Dataset.from_dict({"input_ids": [[1] * n for n in (3, 5, 8)]})
+        with pytest.raises(TypeError, match=rf"evaluation batches are deterministic.*drop {name}="):
+            hf.for_text(ds, pad_token_id=0, evaluation=True, batch_size=2, **{name: value})
+
+
+def test_strings_in_an_object_array_name_the_conversion_too():
+    """The object-array path (a pandas column of str, ``dtype=object``) had no test: removing
+    its branch left every test green (s11-rev1)."""
+    with pytest.raises(
+        TypeError,
+        match=r"^lengths must hold integer lengths, got the string '17' at index 1; convert them "
+        r"to integers first",
+    ):
+        as_lengths(np.array([5, "17"], dtype=object))
+
+
+def test_pack_sampler_without_row_length_names_the_alias_given_instead():
+    """PackSampler(max_seq_len=2048) said only "needs row_length=", ignoring the option the user
+    gave for it (s11-rev1)."""
+    from bucketloader.pack import PackSampler
+
+    with pytest.raises(
+        TypeError,
+        match=r"^PackSampler needs row_length=<tokens per row> .*; got max_seq_len=8: did you "
+        r"mean row_length=8\?",
+    ):
+        PackSampler([3, 5], max_seq_len=8, batch_size=2)

@@ -57,7 +57,6 @@ def plot_report(r: DynamicityReport, path: Path, *, dpi: int) -> Path:
             {"hist": _histogram, "frontier": _frontier, "shapes": _shapes}[panel](ax, r)
         fig.suptitle(f"bucketloader dynamicity report: {r.source}", fontsize=12, x=0.01, ha="left")
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=dpi)
         plt.close(fig)
     return path

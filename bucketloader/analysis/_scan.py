@@ -28,9 +28,22 @@ def is_dataset(data: Any, column: Any = None) -> bool:
     """A map-style dataset (not a plain container of lengths).
 
     A list or tuple is lengths when its items are numbers, else (or with a ``column`` to
-    measure) a dataset of samples, such as ``[torch.randn(n) for n in lengths]``.
+    measure) a dataset of samples, such as ``[torch.randn(n) for n in lengths]``. A list of
+    strings that are all digits (``["12", "7"]``, lengths read from a file) is lengths, which
+    :func:`~bucketloader._validation.as_lengths` refuses with the conversion, not texts of one or
+    two characters.
+
+    Example:
+        >>> is_dataset(["a text", "another"]), is_dataset(["12", "7"]), is_dataset([12, 7])
+        (True, False, False)
     """
     if isinstance(data, (list, tuple)):
+        if (
+            column is None
+            and data
+            and all(isinstance(x, str) and x.strip().isdigit() for x in data)
+        ):
+            return False
         return bool(data) and (column is not None or not _is_length(data[0]))
     if isinstance(data, (np.ndarray, str, bytes)) or hasattr(data, "detach"):
         return False

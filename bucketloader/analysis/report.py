@@ -129,7 +129,8 @@ class DynamicityReport:
         """Write an image: the length histogram with the recommended boundaries over it, and the
         padding-versus-k frontier of every strategy (and the batch shapes of a scanned loader).
         The format follows the suffix of ``path`` (one of :data:`PLOT_SUFFIXES`; checked before
-        any drawing). Needs matplotlib."""
+        any drawing), and its directory must exist (none is created, as ``savefig`` creates
+        none). Needs matplotlib."""
         return plot_report(self, image_path(path), dpi=check_int("dpi", dpi, minimum=10))
 
 
@@ -140,7 +141,9 @@ PLOT_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".webp", ".eps", ".ps"
 def image_path(path: Any, name: str = "path") -> Path:
     """``path`` as a ``Path`` to an image file, or one clear error (matplotlib wrote ``out`` to
     ``out.png`` and ``/tmp`` to ``/tmp.png`` while returning the path it was given). ``name``
-    is the argument the message names: a command's option (``"--plot"``) reads as one.
+    is the argument the message names: a command's option (``"--plot"``) reads as one. The
+    directory must exist: it is not created (a typo made a directory tree), as matplotlib's
+    ``savefig``, ``open`` or ``numpy.save`` do not create one.
 
     Example:
         >>> image_path("~/r.svg").name
@@ -162,7 +165,34 @@ def image_path(path: Any, name: str = "path") -> Path:
             f"{got}{' (a directory)' if out.is_dir() else ''}; e.g. "
             f"{name}{' report.png' if option else '=' + repr('report.png')}"
         )
+    check_parent(name, path)
     return out
+
+
+def check_parent(name: str, path: str | os.PathLike[str]) -> None:
+    """An output file's directory must exist (it is not created: NOTE in :func:`image_path`);
+    the error names the option or argument, the directory and the fix.
+
+    Example:
+        >>> try:
+        ...     check_parent("--json", "/no/such/dir/report.json")
+        ... except FileNotFoundError as exc:
+        ...     print(str(exc).replace(": the", ":\\nthe").replace("; ", ";\\n"))
+        --json /no/such/dir/report.json:
+        the directory /no/such/dir does not exist (nothing creates it);
+        create it first (mkdir -p /no/such/dir) or name a file in an existing directory
+    """
+    parent = Path(path).expanduser().parent
+    if parent.is_dir():
+        return
+    option = name.startswith("-")
+    got = f"{name} {os.fspath(path)}" if option else f"{name}={os.fspath(path)!r}"
+    what = "is not a directory" if parent.exists() else "does not exist (nothing creates it)"
+    fix = f"mkdir -p {parent}" if option else f"os.makedirs({str(parent)!r})"
+    raise FileNotFoundError(
+        f"{got}: the directory {parent} {what}; create it first ({fix}) or name a file in an "
+        "existing directory"
+    )
 
 
 def analyze(

@@ -23,9 +23,12 @@ ENGINES = ("local", "ray", "spark")
 
 
 def is_parquet_set(path: str) -> bool:
-    """Whether ``path`` names Parquet shards: a glob, a ``.parquet`` file, or a directory of them.
+    """Whether ``path`` names Parquet shards: a glob, a ``.parquet`` file, or a directory (read
+    as the Parquet files under it: NOTE [ Which files a directory of Parquet shards holds ]
+    in :mod:`bucketloader._arrow`).
 
-    A directory written by ``datasets.Dataset.save_to_disk`` (Arrow files) is not.
+    A directory written by ``datasets.Dataset.save_to_disk`` (Arrow files, with its
+    ``state.json`` or ``dataset_dict.json``) is not.
 
     Example:
         >>> is_parquet_set("shards/*.parquet"), is_parquet_set("lengths.txt")
@@ -35,8 +38,14 @@ def is_parquet_set(path: str) -> bool:
         return True
     p = Path(path)
     if p.is_dir():
-        return any(p.rglob("*.parquet"))
+        return not is_saved_dataset(p)
     return p.suffix.lower() == ".parquet"
+
+
+def is_saved_dataset(directory: Path) -> bool:
+    """Whether ``directory`` was written by ``datasets`` ``save_to_disk`` (a ``Dataset``'s
+    ``state.json``, or a ``DatasetDict``'s ``dataset_dict.json``)."""
+    return (directory / "state.json").is_file() or (directory / "dataset_dict.json").is_file()
 
 
 def engine_histogram(path: str, column: str | None, engine: str) -> tuple[LengthHistogram, int]:
@@ -46,9 +55,11 @@ def engine_histogram(path: str, column: str | None, engine: str) -> tuple[Length
     that hold no row are told on stderr with their count (a note: nothing is lost, but a writer
     that left empty shards may have lost rows upstream).
     """
-    from bucketloader.engines.arrow import parquet_files
+    from bucketloader._arrow import scan_parquet, skipped_note
 
-    files = parquet_files(path)
+    files, skipped = scan_parquet(path)
+    if skipped:  # (a README.md beside the shards is normal: said, not refused)
+        print(f"bucketloader: note: {skipped_note(path, files, skipped)}", file=sys.stderr)
     if column is None:
         column = _only_column(files[0])
     empty: tuple[str, ...] = _empty_files(files) if engine in ("ray", "spark") else ()

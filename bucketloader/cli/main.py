@@ -1,8 +1,9 @@
 """The ``bucketloader`` command: ``report``, ``precompute`` and ``demo``.
 
 Every bad input (missing file, unknown column, a non-integer or negative length, an empty file,
-an unknown strategy, a bad option) prints one ``bucketloader: error: ...`` line and exits with
-status 2, without a traceback.
+an unknown strategy, a bad option, an output in a directory that does not exist: none is
+created, as ``cp`` or matplotlib's ``savefig`` create none) prints one ``bucketloader: error:
+...`` line and exits with status 2, without a traceback.
 
 Example:
     >>> main(["report", "--help"])  # doctest: +ELLIPSIS
@@ -95,8 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="batch size of the dynamic-padding baseline (default 32)",
     )
     r.add_argument("--padding-target", type=float, default=0.05, help="default 0.05 (5%%)")
-    r.add_argument("--plot", metavar="PNG", help="write the report's plot here")
-    r.add_argument("--json", metavar="OUT", help="write the report as JSON here")
+    r.add_argument(
+        "--plot", metavar="PNG", help="write the report's plot here (in an existing directory)"
+    )
+    r.add_argument(
+        "--json", metavar="OUT", help="write the report as JSON here (in an existing directory)"
+    )
 
     c = sub.add_parser(
         "precompute",
@@ -120,13 +125,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--cache-dir",
         help="cache directory (default: $BUCKETLOADER_CACHE_DIR or the user cache directory)",
     )
-    c.add_argument("--json", metavar="OUT", help="write boundaries, shapes and the entry here")
+    c.add_argument(
+        "--json",
+        metavar="OUT",
+        help="write boundaries, shapes and the entry here (in an existing directory)",
+    )
 
     d = sub.add_parser("demo", help="the whole idea on LibriSpeech lengths, in under a minute")
     d.add_argument("-k", "--num-buckets", type=int, default=16)
     d.add_argument("--batch-size", type=int, default=32)
     d.add_argument("--max-batches", type=int, default=20, help="batches materialised per loader")
-    d.add_argument("--plot", metavar="PNG", default="bucketloader-demo.png")
+    d.add_argument(
+        "--plot",
+        metavar="PNG",
+        default="bucketloader-demo.png",
+        help="write the plot here (in an existing directory; default bucketloader-demo.png)",
+    )
     return p
 
 
@@ -197,9 +211,41 @@ def _read(args: argparse.Namespace) -> np.ndarray | LengthHistogram:
             f"--engine {args.engine} reads Parquet shards (a directory of .parquet files, a "
             f"quoted glob or a .parquet file), got {args.file}"
         )
+    _check_shards(args.file)
     _note_parquet_text(args.file, args.column)
     hist, _ = engine_histogram(args.file, args.column, args.engine or "local")
     return hist
+
+
+def _check_shards(path: str) -> None:
+    """A glob of lengths files (``'*.txt'``) and a directory with no Parquet file are refused
+    with the fix (the files Parquet shards means: NOTE [ Which files a directory of Parquet
+    shards holds ] in :mod:`bucketloader._arrow`)."""
+    from bucketloader._arrow import scan_parquet
+    from bucketloader.cli.files import SUFFIXES
+
+    if glob.has_magic(path):
+        found = sorted(f for f in glob.glob(path, recursive=True) if Path(f).is_file())
+        text = [
+            f
+            for f in found
+            if Path(f).suffix.lower() in SUFFIXES and Path(f).suffix.lower() != ".parquet"
+        ]
+        if text and len(text) == len(found):
+            names = ", ".join(text[:3]) + (", ..." if len(text) > 3 else "")
+            raise ValueError(
+                f"the glob {path} matches {len(text)} lengths file{'s' if len(text) > 1 else ''} "
+                f"({names}), but a glob or a directory names Parquet shards; pass one lengths "
+                f"file at a time (bucketloader report {text[0]}), or join them into one first"
+            )
+    elif Path(path).is_dir():
+        try:
+            scan_parquet(path)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(
+                f"{exc}; nor is it a directory saved by datasets.Dataset.save_to_disk (it has no "
+                "state.json)"
+            ) from None
 
 
 def _note_parquet_text(path: str, column: str | None) -> None:
@@ -368,6 +414,10 @@ def _check_output(option: str, path: str | None, source: str | None = None) -> N
     naming a shard of a glob or folder of Parquet files replaced that shard)."""
     if path is not None and Path(path).is_dir():
         raise ValueError(f"{option} must name a file, got the directory {path}")
+    if path is not None:
+        from bucketloader.analysis.report import check_parent
+
+        check_parent(option, path)  # (not created: a typo made a directory tree)
     if path is None or source is None or not Path(path).is_file():
         return  # (a new file replaces nothing)
     if glob.has_magic(source) or Path(source).is_dir():
@@ -391,6 +441,8 @@ def _input_files(source: str) -> list[str]:
         return parquet_files(source)
     except OSError:  # nothing matches: the read says so
         return []
+    except ValueError:  # a file that is not Parquet (the read says so): not to be replaced either
+        return sorted(glob.glob(source, recursive=True)) if glob.has_magic(source) else []
 
 
 def _same_file(a: str, b: str) -> bool:

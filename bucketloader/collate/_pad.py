@@ -32,7 +32,13 @@ A field's output dtype is the promotion of its samples' dtypes, as ``torch.resul
 must not change a value: an integer sample going to a float dtype that cannot hold it exactly
 (``2**24 + 1`` to ``float32``) raises a ``ValueError`` naming the field, the dtypes and the value,
 instead of rounding it; dtypes torch cannot promote (``uint64`` with ``int64``) and arrays of
-non-numbers (numpy ``object`` or ``str``) raise a ``TypeError`` naming the field. Flat lists of
+non-numbers (numpy ``object`` or ``str``) raise a ``TypeError`` naming the field. The result
+does not depend on the order of the samples or of a set: torch's pairwise promotion is not
+associative (``uint64`` with ``int64`` is refused, but ``float32`` absorbs either, so folding
+``{uint64, int64, float32}`` succeeded or failed with the set's iteration order, which varies
+between processes). A field is promoted only where torch promotes every pair of its dtypes (so
+every order of folding agrees, checked over every triple and quadruple of torch's dtypes), and
+otherwise refused naming the first refused pair by name. Flat lists of
 Python numbers follow ``torch.tensor``: all bools give ``bool``, ints (bools mixed in) ``int64``,
 any float the default float dtype (``float32``), an int it cannot hold exactly raising as above.
 The pad value must fit the promoted dtype (``-1`` does not fit ``bool``, ``1e5`` not ``float16``).
@@ -342,7 +348,7 @@ def _promote(
             v = torch.from_numpy(np.ascontiguousarray(v, dtype=native))
         tensors.append(v)
     try:
-        target = functools.reduce(torch.promote_types, {t.dtype for t in tensors})
+        target = _promoted({t.dtype for t in tensors})
     except (RuntimeError, TypeError) as exc:
         check_readable(values, key, exc)  # a quantized sample: named
         raise TypeError(
@@ -367,6 +373,20 @@ def _promote(
             t = converted
         out.append(t)
     return out, target, False
+
+
+def _promoted(dtypes: set[torch.dtype]) -> torch.dtype:
+    """The one dtype of ``dtypes`` whatever their order, or torch's error for the first pair
+    (by name) it refuses (NOTE [ One dtype per field, no value lost ]).
+
+    Example:
+        >>> _promoted({torch.int8, torch.uint8, torch.float16})
+        torch.float16
+    """
+    ordered = sorted(dtypes, key=str)
+    for a, b in itertools.combinations(ordered, 2):
+        torch.promote_types(a, b)  # raises for a pair torch refuses
+    return functools.reduce(torch.promote_types, ordered)
 
 
 def fill_pad(out: torch.Tensor, value: Any) -> None:

@@ -13,14 +13,14 @@ histogram is merged exactly into the total (NOTE [ Exact merge ] in
 from __future__ import annotations
 
 import dataclasses
-import glob
 import inspect
+import logging
 import os
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+from bucketloader._arrow import parquet_files, scan_parquet, skipped_note
 from bucketloader._types import LazyModule
 from bucketloader._validation import MissingKeyError, check_bool, check_int
 from bucketloader.engines._common import (
@@ -47,7 +47,9 @@ ParquetSource: TypeAlias = (
     " | pa.RecordBatchReader | Iterator[pa.RecordBatch]"
 )
 
-__all__ = ["parquet_histogram"]
+__all__ = ["parquet_files", "parquet_histogram"]
+
+_log = logging.getLogger(__name__)
 
 #: Rows per record batch of the scan (the memory bound is about this many rows of the column).
 DEFAULT_BATCH_SIZE = 65536
@@ -64,10 +66,13 @@ def parquet_histogram(
     """Exact histogram of a column over Parquet files or Arrow data, in bounded memory.
 
     Args:
-        source: a Parquet file, a directory of them (searched recursively, hive partitions
-            included), a glob (``"shards/*.parquet"``), a list of files, a
-            ``pyarrow.dataset.Dataset``, a ``pyarrow.Table`` or a ``pyarrow.RecordBatchReader``
-            (or an iterator of record batches; those can be read only once).
+        source: a Parquet file, a directory of them (its Parquet files, searched
+            recursively, hive partitions included; other files are skipped and logged, names
+            starting with ``_`` or ``.`` skipped silently: NOTE [ Which files a directory of
+            Parquet shards holds ] in :mod:`bucketloader._arrow`), a glob
+            (``"shards/*.parquet"``), a list of files, a ``pyarrow.dataset.Dataset``, a
+            ``pyarrow.Table`` or a ``pyarrow.RecordBatchReader`` (or an iterator of record
+            batches; those can be read only once).
         column: what to measure: a list column (its list lengths), a string / binary column
             (characters / bytes), an integer column (read as lengths), or a list of such
             columns for a :class:`~bucketloader.histogram.JointHistogram`.
@@ -120,36 +125,6 @@ def parquet_histogram(
     return dataclasses.replace(result, empty_files=empty) if empty else result
 
 
-def parquet_files(source: str | os.PathLike[str]) -> list[str]:
-    """The Parquet files a path names: itself, a directory's (recursively), or a glob's matches.
-
-    Example:
-        >>> parquet_files("/no/such/dir/*.parquet")
-        Traceback (most recent call last):
-        ...
-        FileNotFoundError: no file matches the glob /no/such/dir/*.parquet
-    """
-    text = os.fspath(source)
-    if glob.has_magic(text):
-        files = sorted(f for f in glob.glob(text, recursive=True) if Path(f).is_file())
-        if not files:
-            raise FileNotFoundError(f"no file matches the glob {text}")
-        return files
-    p = Path(text)
-    if p.is_dir():
-        files = sorted(
-            str(f)
-            for f in p.rglob("*")
-            if f.is_file() and not f.name.startswith(("_", ".")) and f.suffix != ".crc"
-        )
-        if not files:
-            raise FileNotFoundError(f"{text}: the directory holds no data files")
-        return files
-    if p.is_file():
-        return [text]
-    raise FileNotFoundError(f"{text}: no such file, directory or glob")
-
-
 def _open(
     pa: Any, source: Any, columns: list[str], batch_size: int, nulls: str = "raise"
 ) -> tuple[Any, Iterator[Any], int | None, str, dict[str, int]]:
@@ -165,7 +140,12 @@ def _open(
     )
     if own:  # paths: the dataset of their whole Parquet files
         names = [source] if isinstance(source, (str, os.PathLike)) else list(source)
-        files = [f for name in names for f in parquet_files(name)]
+        files = []
+        for name in names:
+            listed, skipped = scan_parquet(name)
+            if skipped:  # (a directory's README.md: NOTE [ Which files a directory of Parquet
+                _log.info(skipped_note(name, listed, skipped))  # shards holds ])
+            files += listed
         what = os.fspath(names[0]) if len(names) == 1 else f"{len(files)} files"
         try:
             source = pads.dataset(files, format="parquet")
@@ -306,8 +286,8 @@ def _checked_batches(
     cast to the dataset's type as what it is (:func:`_failed_cast`)."""
     try:
         yield from batches
-    except (pa.ArrowInvalid, OSError) as exc:
-        cast = _failed_cast(pa, dataset, columns, exc) if isinstance(exc, pa.ArrowInvalid) else None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        cast = None if isinstance(exc, OSError) else _failed_cast(pa, dataset, columns, exc)
         raise ValueError(
             f"{what}: {cast}" if cast else f"{what}: a file could not be read as Parquet ({exc})"
         ) from None
@@ -316,10 +296,12 @@ def _checked_batches(
 def _failed_cast(pa: Any, dataset: Any, columns: list[str], exc: Exception) -> str | None:
     """What failed when a scan of ``dataset`` raised ``exc``, if it was a cast: a file holds a
     measured column with another type than the dataset's (whose schema came from its first
-    file, or its maker), and a value of it does not fit (``int64`` ``2**40`` in an ``int32``
-    column). ``None`` for anything else (the file is then unreadable as it is). Asked only on the
-    error path: the footers of the dataset's files, then the column of the first file whose
-    type differs."""
+    file, or its maker), and its values do not cast (``int64`` ``2**40`` in an ``int32``
+    column, ``7.5`` or ``"x"`` in an ``int64`` one, a list where a number is). ``None`` for
+    anything else (the file is then unreadable as it is). Asked only on the error path: the
+    footers of the dataset's files, then the column of each file whose type differs, cast as
+    the scan casts it, until one fails: that file is named (a file of another type whose values
+    cast is not the one that failed)."""
     import pyarrow.compute as pc
 
     try:
@@ -330,39 +312,32 @@ def _failed_cast(pa: Any, dataset: Any, columns: list[str], exc: Exception) -> s
                 if c not in own.names or own.field(c).type == schema.field(c).type:
                     continue
                 want, have = schema.field(c).type, own.field(c).type
-                value = None
+                col = fragment.to_table(columns=[c], schema=own).column(c)
+                try:
+                    col.cast(want)  # (safe, as the scan casts)
+                    continue  # this file's values cast: not the one that failed
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as failed:
+                    why = failed
                 if pa.types.is_integer(want) and pa.types.is_integer(have):
-                    col = fragment.to_table(columns=[c], schema=own).column(c)
                     lo, hi = (x.as_py() for x in pc.min_max(col).values())
                     bits = want.bit_width
-                    least, most = (
-                        (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
-                        if pa.types.is_signed_integer(want)
-                        else (0, 2**bits - 1)
+                    least = -(2 ** (bits - 1)) if pa.types.is_signed_integer(want) else 0
+                    value = lo if lo is not None and lo < least else hi
+                    return (
+                        f"column {c!r} is {want} in the dataset's schema (its first file's, or "
+                        f"the one it was given) but {have} in {fragment.path}, which holds the "
+                        f"value {value}, which does not fit {want} (Arrow: {exc}): the file "
+                        f"reads, the cast to the dataset's type failed. Fix: write the column "
+                        f"as {have} in every file, or scan the files as {have}: pass "
+                        f"pyarrow.dataset.dataset(files, format='parquet', "
+                        f"schema=pa.schema([({c!r}, pa.{have}())]))"
                     )
-                    if lo is not None and lo < least:
-                        value = lo
-                    elif hi is not None and hi > most:
-                        value = hi
-                    else:
-                        continue  # this file's values fit: not the one that failed
-                held = (
-                    f"the value {value}, which does not fit"
-                    if value is not None
-                    else "values that do not fit"
-                )
-                typed = (
-                    f"pa.schema([({c!r}, pa.{have}())])"
-                    if pa.types.is_integer(have)
-                    else f"a schema with {c!r} as {have}"
-                )
                 return (
                     f"column {c!r} is {want} in the dataset's schema (its first file's, or the "
-                    f"one it was given) but {have} in {fragment.path}, which holds {held} "
-                    f"{want} (Arrow: {exc}): the file reads, the cast to the dataset's type "
-                    f"failed. Fix: write the column as {have} in every file, or scan the files "
-                    f"as {have}: pass pyarrow.dataset.dataset(files, format='parquet', "
-                    f"schema={typed})"
+                    f"one it was given) but {have} in {fragment.path}, whose values do not cast "
+                    f"to {want} (Arrow: {why}): the file reads, the cast to the dataset's type "
+                    f"failed. Fix: write the column with the same type in every file (e.g. "
+                    f"{want} in all of them)"
                 )
     except Exception:  # a diagnosis on the error path: never hide the scan's error
         return None

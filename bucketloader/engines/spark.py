@@ -9,6 +9,7 @@ form the exact histogram. Needs ``pip install 'bucketloader[spark]'`` (and Java)
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -235,8 +236,10 @@ def _untyped_empty_file(df: Any, items: list[Any]) -> str | None:
     holds its column as type null; when ``spark.read.parquet`` takes the DataFrame's schema from
     that file (it reads one footer), the column reads as ``int`` and every file with rows fails
     inside Spark's reader (``FAILED_READ_FILE``). ``mergeSchema`` does not help (Spark refuses
-    to merge ``int`` with the real type); a schema given to the reader does, and so does leaving
-    the empty files out (what ``bucketloader report --engine spark`` does). Asked only once the
+    to merge ``int`` with the real type); a schema given to the reader does where Spark can read
+    the empty file's column as the real type (a primitive, an array of one, a map: not a struct
+    or an array of structs, :func:`_reads_as` tries it), and leaving the empty files out always
+    does (what ``bucketloader report --engine spark`` does). Asked only once the
     scan failed: the footers of up to 1,024 of ``df``'s files (``inputFiles``) are read with
     pyarrow, and the file is named only when one with rows has the column with another type than
     the DataFrame's. Best effort: anything else keeps Spark's error."""
@@ -274,13 +277,48 @@ def _untyped_empty_file(df: Any, items: list[Any]) -> str | None:
             return None
     except Exception:  # a diagnosis on the error path: never hide Spark's error
         return None
+    name = column if _PLAIN.fullmatch(column) else _quoted(column)
+    ddl = f"{name} {real}"
+    fix = "leave the empty files out (spark.read.parquet(*the files with rows))"
+    if _reads_as(df.sparkSession, path, column, ddl):
+        fix += f", or give the schema: spark.read.schema({ddl!r}).parquet(...)"
+    else:  # (Spark reads a column of type null as a primitive or an array of one, not a group)
+        fix += f" (Spark cannot read the empty file's column as {real}, even given the schema)"
     return (
         f"{path}: an empty Parquet file whose column {column!r} has type null (written from an "
-        f"empty list); Spark took the DataFrame's schema from it ({column} {read_as}) and could "
-        f"not read the files that hold rows ({column} {real}). Fix: leave the empty files out "
-        f"(spark.read.parquet(*the files with rows)), or give the schema: "
-        f"spark.read.schema('{column} {real}').parquet(...)"
+        f"empty list); Spark took the DataFrame's schema from it ({name} {read_as}) and could "
+        f"not read the files that hold rows ({name} {real}). Fix: {fix}"
     )
+
+
+def _reads_as(spark: Any, path: str, column: str, ddl: str) -> bool:
+    """Whether Spark reads the empty file ``path`` given the schema ``ddl``: it does where its
+    column of type null is read as a primitive, an array of one or a map of them, and fails
+    for a struct or an array of structs, arrays or maps ("... (UNKNOWN) is not a group", Spark
+    4.3), so the schema fix is offered only where it was seen to read. Error path only: one
+    job over an empty file."""
+    from pyspark.sql import functions as F
+
+    try:
+        spark.read.schema(ddl).parquet(path).select(F.col(_quoted(column))).collect()
+    except Exception:
+        return False
+    return True
+
+
+#: A column name that Spark's DDL and SQL read as it is (others go in backticks).
+_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _quoted(name: str) -> str:
+    """``name`` as one Spark SQL identifier (spaces, dots, quotes kept): in backticks, a
+    backtick inside doubled.
+
+    Example:
+        >>> print(_quoted("a.b"), _quoted("x`y"))
+        `a.b` `x``y`
+    """
+    return "`" + name.replace("`", "``") + "`"
 
 
 def _in_some_file(spark: Any, field: Any, paths: list[str]) -> bool:
@@ -290,7 +328,7 @@ def _in_some_file(spark: Any, field: Any, paths: list[str]) -> bool:
     from pyspark.sql import types as T
 
     read = spark.read.schema(T.StructType([field])).parquet(*paths)
-    return bool(read.where(F.col(f"`{field.name}`").isNotNull()).limit(1).count())
+    return bool(read.where(F.col(_quoted(field.name)).isNotNull()).limit(1).count())
 
 
 def _describe(items: list[Any]) -> str:
@@ -313,7 +351,7 @@ def _length_expr(df: Any, column: Any) -> Any:
             raise MissingKeyError(
                 f"column {column!r} not found; the DataFrame has columns {df.columns}"
             )
-        col, label = F.col(f"`{column}`"), column
+        col, label = F.col(_quoted(column)), column
         dtype = df.schema[column].dataType
     if isinstance(dtype, T.ArrayType):
         if isinstance(dtype.elementType, (T.ArrayType, T.MapType)):

@@ -47,6 +47,7 @@ multi-label) need the loss masked by rows: :func:`bucketloader.hf.masked_loss` a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -55,13 +56,17 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from bucketloader._arrow import is_list
 from bucketloader._types import SIDES
 from bucketloader._validation import (
     MAX_LENGTH,
+    MissingKeyError,
     check_bool,
     check_choice,
     check_int,
+    check_options,
     check_pad_token_id,
+    keyword_options,
 )
 from bucketloader.boundaries import round_up
 from bucketloader.collate import Field, PadCollator
@@ -69,7 +74,8 @@ from bucketloader.collate.fields import RESERVED
 from bucketloader.evaluation import EvalCollator, EvalSampler, EvalSamples, check_collate_fn
 from bucketloader.hf.lengths import lengths, resolve_column, table_and_indices
 from bucketloader.loader import ResumableDataLoader, check_loader_options
-from bucketloader.sampler import BucketSampler, GroupedDataset
+from bucketloader.plan import BucketSpec
+from bucketloader.sampler import BucketSampler, GroupedDataset, sampler_options
 
 __all__ = ["Bucketing", "ModelInputs", "Targets", "for_audio", "for_text"]
 
@@ -330,9 +336,55 @@ class AudioRows(Dataset):
         return {**out, **row}
 
 
+def check_entry_options(
+    entry: Any, options: Mapping[str, Any], sampler: type, spec: Any, *, evaluation: Any = False
+) -> None:
+    """Refuse an option neither ``entry`` (``for_text``...) nor the sampler it builds takes,
+    naming ``entry`` and listing its own options and the sampler's (the ones it passes on), before
+    any column is read. Evaluation refuses ``shuffle``, ``seed`` and ``last_batch`` (or torch's
+    ``drop_last``) with the reason."""
+    if evaluation is True:
+        for name in ("shuffle", "seed", "last_batch", "drop_last"):
+            if name in options:
+                raise TypeError(
+                    f"evaluation batches are deterministic (every sample once, in an order that "
+                    f"can be restored); drop {name}={options[name]!r}"
+                )
+        sampler = EvalSampler
+    allowed = [*keyword_options(entry), *sampler_options(sampler, spec)]
+    check_options(entry.__name__, options, allowed)
+
+
 def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") -> int:
     """The pad id from the argument or a tokenizer-like object's ``pad_token_id`` (errors name
-    ``owner``, the function the user called)."""
+    ``owner``, the function the user called). A tokenizer's name or path (``"gpt2"``) is refused
+    with the call that loads it: nothing is downloaded here. An object without ``pad_token_id``
+    (a processor) is refused only when the pad id must come from it: beside ``pad_token_id=`` it
+    gives at most the side (``padding_side``), as before."""
+    if isinstance(tokenizer, (str, bytes, os.PathLike)):
+        name = os.fspath(tokenizer) if not isinstance(tokenizer, bytes) else tokenizer
+        instead = (
+            f"or leave tokenizer out (pad_token_id={pad_token_id!r} is given; side= sets the side)"
+            if pad_token_id is not None
+            else "or pass pad_token_id=<int> instead"
+        )
+        raise TypeError(
+            f"{owner} takes a tokenizer object (anything with pad_token_id, e.g. a transformers "
+            f"tokenizer), got the {type(tokenizer).__name__} tokenizer={tokenizer!r}; load it "
+            f"first: tokenizer=transformers.AutoTokenizer.from_pretrained({name!r}), {instead}"
+        )
+    if pad_token_id is None and tokenizer is not None and not hasattr(tokenizer, "pad_token_id"):
+        inner = getattr(tokenizer, "tokenizer", None)
+        fix = (
+            "pass its tokenizer: tokenizer=<it>.tokenizer (a processor holds one), or "
+            "pad_token_id=<int>"
+            if hasattr(inner, "pad_token_id")
+            else "pass a transformers tokenizer, or pad_token_id=<int> (and side=) instead"
+        )
+        raise TypeError(
+            f"{owner} takes a tokenizer object with a pad_token_id attribute (a transformers "
+            f"tokenizer), got {type(tokenizer).__name__} {tokenizer!r:.80}; {fix}"
+        )
     if pad_token_id is None and tokenizer is not None:
         pad_token_id = getattr(tokenizer, "pad_token_id", None)
         if pad_token_id is None:
@@ -349,6 +401,49 @@ def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") 
             "pad token>)"
         )
     return check_pad_token_id(pad_token_id)
+
+
+def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: str) -> None:
+    """The bucketed (or packed) columns must exist and hold lists (token ids): a text column would
+    plan on lengths in characters and fail at the first batch, and a length column has nothing to
+    pad. Refused here, before any length is read, with the fix (tokenize first)."""
+    tokenize = (
+        "tokenize first, e.g. dataset = dataset.map(lambda batch: tokenizer(batch[{text!r}]), "
+        "batched=True), and use the 'input_ids' column it adds"
+    )
+    for dataset in datasets_:
+        table = table_and_indices(dataset)[0]
+        for name in names:
+            if name not in table.column_names:
+                text = next(
+                    (
+                        c
+                        for c in table.column_names
+                        if pa.types.is_string(table.schema.field(c).type)
+                        or pa.types.is_large_string(table.schema.field(c).type)
+                    ),
+                    "text",
+                )
+                raise MissingKeyError(
+                    f"{owner} pads the token column {name!r}, which the dataset does not have "
+                    f"(its columns: {table.column_names}); name the token column with "
+                    f"column=..., or {tokenize.format(text=text)}"
+                )
+            kind = table.schema.field(name).type
+            if is_list(kind):
+                continue
+            if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+                found = "strings (untokenised text)"
+                fix = tokenize.format(text=name)
+            else:
+                found = f"{kind} values, not lists of token ids"
+                fix = (
+                    "name the token column (column='input_ids'); lengths alone go to "
+                    "BucketSampler(hf.lengths(dataset, ...)) with a collator of yours"
+                )
+            raise TypeError(
+                f"{owner} pads column {name!r} as token ids, but it holds {found}; {fix}"
+            )
 
 
 def check_token_ids(datasets_: Sequence[Any], names: Sequence[str], owner: str) -> None:
@@ -473,13 +568,6 @@ def build(datasets_: list[Any], plan: Plan, *, view: Any = None, options: dict[s
         check_int("target_length", plan.target_length, minimum=1, maximum=MAX_LENGTH)
     if plan.multiple is not None:
         opts["pad_to_multiple_of"] = check_int("pad_to_multiple_of", plan.multiple, minimum=1)
-    if plan.evaluation:
-        for name in ("shuffle", "seed"):
-            if name in opts:
-                raise TypeError(
-                    f"evaluation batches are deterministic (every sample once, in an order that "
-                    f"can be restored); drop {name}={opts[name]!r}"
-                )
     lens = np.concatenate(plan.per)
     spec_lengths = (
         {plan.inputs[0]: lens[:, 0]}
@@ -611,9 +699,11 @@ def for_text(
         >>> left.collator([data[0], data[2]])["input_ids"].tolist()
         [[0, 5, 5, 5], [5, 5, 5, 5]]
     """
+    check_entry_options(for_text, options, BucketSampler, BucketSpec, evaluation=evaluation)
     pad = pad_token_id_of(pad_token_id, tokenizer)
     many = _as_list(dataset)
     inputs = _check_columns(column)
+    check_token_columns(many, inputs, "for_text")
     per_input = {name: [lengths(d, name) for d in many] for name in inputs}
     columns = split_columns(many, per_input)
     pads = pad_values(many[0].column_names, inputs, pad)
@@ -678,9 +768,10 @@ def for_audio(
         >>> batch["input_values"].shape, batch["labels"].tolist()
         (torch.Size([2, 9]), [[1, 1, 1, 1], [1, 1, 1, -100]])
     """
+    check_entry_options(for_audio, options, BucketSampler, BucketSpec, evaluation=evaluation)
     many = _as_list(dataset)
     table, _ = table_and_indices(many[0])
-    _, path = resolve_column(table, column)
+    path = _audio_column(table, column)
     pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None)
     if path == column:  # a plain list column: samples as they are
         per_input = {column: [lengths(d, column) for d in many]}
@@ -709,6 +800,36 @@ def for_audio(
     if head is not None:
         plan.columns.follows[key] = key
     return build(many, plan, view=view, options=options)
+
+
+def _audio_column(table: Any, column: str) -> str:
+    """The path of the audio column resolved (a struct's ``array`` field), which must hold lists
+    of samples or frames: file paths would be planned on their characters and fail at the first
+    batch, and a ``datasets.Audio`` column is stored undecoded (bytes and path) until a row is
+    read. Refused with the decode step that gives a list column."""
+    head = column.split(".")[0] if isinstance(column, str) else None  # (else: resolve_column's)
+    stored = table.schema.field(head).type if head in table.column_names else None
+    if (
+        stored is not None
+        and pa.types.is_struct(stored)
+        and {stored.field(i).name for i in range(stored.num_fields)} == {"bytes", "path"}
+    ):
+        path, found, cast = head, "undecoded datasets.Audio (bytes and path)", ""
+    else:
+        kind, path = resolve_column(table, column)
+        if is_list(kind.type):
+            return path
+        if pa.types.is_string(kind.type) or pa.types.is_large_string(kind.type):
+            found = "strings (file paths?), not decoded audio"
+        else:
+            found = f"{kind.type} values, not lists of audio samples"
+        cast = f".cast_column({head!r}, datasets.Audio(sampling_rate=16000))"
+    raise TypeError(
+        f"for_audio pads column {path!r} as audio, but it holds {found}; decode it into a list "
+        f"column first, e.g. dataset = dataset{cast}.map(lambda row: {{'input_values': "
+        f"row[{head!r}]['array']}}, remove_columns=[{head!r}]), then pass "
+        "column='input_values' (a feature extractor's input_values or frames do as well)"
+    )
 
 
 def _check_columns(column: Any) -> list[str]:

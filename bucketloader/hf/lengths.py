@@ -181,7 +181,7 @@ def table_and_indices(dataset: Any) -> tuple[Any, np.ndarray | None]:
         raise TypeError(
             "dataset must be a datasets.Dataset (or a split of a DatasetDict) or a pyarrow.Table, "
             f"got {type(dataset).__name__}; for an IterableDataset use "
-            "bucketloader.stream.BucketIterable"
+            "bucketloader.stream.BucketIterable (or PackIterable to pack)"
         )
     mapping = getattr(dataset, "_indices", None)
     if mapping is None:

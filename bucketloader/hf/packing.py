@@ -43,9 +43,15 @@ from typing import Any
 import torch
 
 from bucketloader._validation import check_bool, check_choice
-from bucketloader.hf.bucketing import Bucketing, check_token_ids, pad_token_id_of
+from bucketloader.hf.bucketing import (
+    Bucketing,
+    check_entry_options,
+    check_token_columns,
+    check_token_ids,
+    pad_token_id_of,
+)
 from bucketloader.hf.lengths import lengths
-from bucketloader.pack import PackSampler, document_mask
+from bucketloader.pack import PackSampler, PackSpec, document_mask
 
 __all__ = ["ATTENTION", "PackedInputs", "for_packing"]
 
@@ -152,9 +158,11 @@ def for_packing(
         >>> batch["position_ids"].tolist()
         [[0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 2, 3, 4, 5, 0, 1]]
     """
+    check_entry_options(for_packing, options, PackSampler, PackSpec)
     pad = pad_token_id_of(pad_token_id, tokenizer, "for_packing")
     check_choice("attention", attention, ATTENTION)  # before the lengths are read
     _check_seq_idx(return_seq_idx, attention)
+    check_token_columns([dataset], [column], "for_packing")
     check_token_ids([dataset], [column, "labels"], "for_packing")
     sampler = PackSampler(lengths(dataset, column), **options)
     collator = sampler.collator(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from bucketloader._types import LazyModule
-from bucketloader._validation import check_bool, check_int
+from bucketloader._validation import ALIASES, check_bool, check_collator_options, check_int
 from bucketloader.pack._work import WORK_VERSION
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
 from bucketloader.pack.spec import PackSpec, PackTable
@@ -91,9 +91,14 @@ class PackSampler(EpochSampler):
         **spec_options: Any,
     ) -> None:
         if not isinstance(lengths, PackSpec) and "row_length" not in spec_options:
+            meant = [k for k in spec_options if "row_length" in ALIASES.get(k, ((), ""))[0]]
             raise TypeError(
                 "PackSampler needs row_length=<tokens per row> (or a PackSpec); e.g. "
                 "PackSampler(lengths, row_length=2048, batch_size=8)"
+                + "".join(
+                    f"; got {k}={spec_options[k]!r}: did you mean row_length={spec_options[k]!r}?"
+                    for k in meant[:1]
+                )
             )
         self.spec: PackSpec = spec_or_build(lengths, spec_options, PackSpec)
         super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
@@ -129,6 +134,7 @@ class PackSampler(EpochSampler):
         """``PackCollator(self.table, **kwargs)``: lays out every batch at its planned shape."""
         from bucketloader.pack.collator import PackCollator
 
+        check_collator_options(f"{type(self).__name__}.collator()", PackCollator, kwargs)
         return PackCollator(self.table, **kwargs)
 
     # -- the epoch plan (EpochSampler does the rest) ------------------------------------------

@@ -197,7 +197,12 @@ def zero_length_note(count: int, total: int) -> str | None:
     ``attention_mask`` row: softmax attention over no key divides 0 by 0, NaN outputs and NaN
     gradients, whatever the loss does with the row (filler rows attend one position instead,
     NOTE [ Filler rows attend one position ] in :mod:`bucketloader.collate.collator`). The
-    samplers warn once at planning time and ``bucketloader report`` prints the same words.
+    samplers warn once at planning time and ``bucketloader report`` prints the same words. A
+    stream (:class:`~bucketloader.BucketIterable`) sees lengths only as it reads them: it warns
+    with the same words when a pass keeps its first such sample (one text, so Python's warning
+    filter shows it once per process; a DataLoader worker is a process), and counts them all in
+    ``report().totals["zero_length"]`` (and its state); a :class:`~bucketloader.stream.PackIterable`
+    refuses an empty document.
 
     Example:
         >>> zero_length_note(2, 3)[:38]
@@ -207,12 +212,15 @@ def zero_length_note(count: int, total: int) -> str | None:
     """
     if not count:
         return None
-    return (
-        f"{count:,} of {total:,} samples of length 0: each is a real row with an "
-        "all-False attention_mask, which gives NaN in softmax attention (MultiheadAttention, "
-        "SDPA) and NaN gradients; drop them (min_length=1 with overflow='drop', or filter the "
-        "dataset), or count special tokens (BOS/EOS) in the lengths"
-    )
+    return f"{count:,} of {total:,} samples of length 0: {ZERO_LENGTH_HARM}"
+
+
+#: What a sample of length 0 does and the fix (NOTE [ Samples of length 0 ]), after its count.
+ZERO_LENGTH_HARM = (
+    "each is a real row with an all-False attention_mask, which gives NaN in softmax attention "
+    "(MultiheadAttention, SDPA) and NaN gradients; drop them (min_length=1 with "
+    "overflow='drop', or filter the dataset), or count special tokens (BOS/EOS) in the lengths"
+)
 
 
 def warn_zero_lengths(spec: Any, owner: str, stacklevel: int = 3) -> None:

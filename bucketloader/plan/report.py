@@ -54,6 +54,7 @@ TOTALS = {
     "left_over": "stream: samples still buffered when the epoch's steps ran out",
     "batches": "batches of the epoch on this rank",
     "padded_rows": "rows of padding (masked) added to keep planned batch shapes",
+    "zero_length": "stream: samples of length 0 kept (NaN in softmax attention: drop them)",
 }
 
 

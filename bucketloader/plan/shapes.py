@@ -20,7 +20,7 @@ from typing import Any, TypeAlias, TypedDict
 import numpy as np
 
 from bucketloader._types import LAST_BATCH, PerInput, Size
-from bucketloader._validation import check_choice, check_int
+from bucketloader._validation import check_choice, check_int, check_options
 from bucketloader.boundaries import check_boundaries, round_up
 from bucketloader.plan.budget import MAX_BATCH_ELEMENTS, BatchRule, TokenBudget
 from bucketloader.plan.cells import Cells
@@ -112,12 +112,7 @@ class Shaping:
     ) -> Shaping:
         """Validate ``options`` (the keys of :class:`ShapeOptions`) for ``names``;
         ``allow_callable``: a callable ``overflow`` (streams cut samples themselves)."""
-        unknown = [k for k in options if k not in SHAPE_OPTIONS]
-        if unknown:
-            raise TypeError(
-                f"unexpected option {unknown[0]!r}; the options that shape batches are "
-                f"{', '.join(SHAPE_OPTIONS)}"
-            )
+        check_options("Shaping.parse", options, SHAPE_OPTIONS)
         last_batch = check_choice("last_batch", options.get("last_batch", "pad"), LAST_BATCH)
         rule = BatchRule.parse(options.get("batch_size"), options.get("max_tokens"))
         limits = LengthLimits.parse(

@@ -20,6 +20,7 @@ holds ints only (JSON-serialisable), plus the source's own states.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from bucketloader.boundaries import BucketLookup
+from bucketloader.plan.limits import ZERO_LENGTH_HARM
 from bucketloader.plan.table import PlannedBatch
 from bucketloader.stream._engine import Pass
 from bucketloader.stream._schedule import lane_steps, schedule
@@ -46,6 +48,7 @@ STATS = (
     "padded_rows",
     "left_over",
     "skipped",
+    "zero_length",
 )
 
 
@@ -176,7 +179,8 @@ class BucketPass(Pass):
         one = len(owner.lookups) == 1 and owner.schedule is None
         lookup = owner.lookups[0] if one else None
         self._table = None if lookup is None else lookup.table  # the hot path indexes it directly
-        self._lo = owner.minimum[0] if owner.minimum else 0
+        # (length 0 takes the general path, which counts it: NOTE [ Samples of length 0 ])
+        self._lo = max(owner.minimum[0] if owner.minimum else 0, 1)
         self._hi = owner.limits[0]
         self._oversize = any(b == 0 for b in owner.batch_sizes)
         self._last: dict[int, list[Any]] = {}  # a lane's last batch per cell (repeats)
@@ -266,6 +270,15 @@ class BucketPass(Pass):
         if self._oversize and self.sizes[cell] == 0:
             self.stats["oversize"] += 1
             return None
+        if 0 in lengths:  # kept: NOTE [ Samples of length 0 ] in bucketloader.plan.limits
+            self.stats["zero_length"] += 1
+            if self.stats["zero_length"] == 1:
+                warnings.warn(
+                    "this BucketIterable keeps samples of length 0 (report().totals"
+                    f"['zero_length'] counts them): {ZERO_LENGTH_HARM}",
+                    UserWarning,
+                    stacklevel=2,
+                )
         return sample, cell, sum(lengths)
 
     def _add(self, pos: int, sample: Any, bucket: int, size: int) -> list[Any] | None:

@@ -23,7 +23,10 @@ a source without state restarts the epoch at 0; a source read by index fetches t
 positions instead, NOTE [ Seeking a source ]), re-reads up to ``read`` keeping the buffered
 positions, rebuilds the rows and carries on: the remaining batches are exactly those of the
 uninterrupted run. The source follows the stream's rules, from the same code (NOTE [ Who shards
-the stream across DataLoader workers ] in :mod:`bucketloader.stream.source`).
+the stream across DataLoader workers ] in :mod:`bucketloader.stream.source`). A state taken once
+the tail is packed also holds the tail's record (``"tail"``, NOTE [ A state across solver
+versions ]): the resumed pass does not pack it again, and writes the record on, so a replay state
+taken after it records the tail as the uninterrupted run's does.
 
 NOTE [ A packing stream split over ranks ]
 Under DDP every rank must make the same number of steps (or the last collective hangs), with a
@@ -450,6 +453,8 @@ class RowPass(Pass):
         }
         if self.o.steps:  # the last batch, repeated once the shard is dry (last_batch="fill")
             out["last"] = [[list(x) for x in items] for items, _ in self._last]
+        if self.tail is not None:  # packed: a pass resumed from here records it too
+            out["tail"] = list(self.tail)
         return out
 
     def _wanted(self, state: dict[str, Any]) -> set[int]:
@@ -509,3 +514,5 @@ class RowPass(Pass):
             ([(int(x[0]), int(x[1])) for x in items], [sample_of(x)[0] for x in items])
             for items in state.get("last", ())
         ]
+        tail = state.get("tail")  # (a state saved before it was recorded: none)
+        self.tail = None if tail is None else (int(tail[0]), int(tail[1]), int(tail[2]))

@@ -15,6 +15,8 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from bucketloader._arrow import parquet_files
+
 __all__ = ["ArrowRows"]
 
 
@@ -22,8 +24,10 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
     """Rows of Parquet files (or a ``pyarrow.Table``) as dicts, read in record batches.
 
     Args:
-        data: a ``pyarrow.Table``, a Parquet file, a directory of them (sorted by name) or a
-            list of Parquet files (read in that order).
+        data: a ``pyarrow.Table``, a Parquet file, a directory of them (its Parquet
+            files, recursively, sorted by path: NOTE [ Which files a directory of Parquet shards
+            holds ] in :mod:`bucketloader._arrow`), a glob, or a list of Parquet files (read in
+            that order).
         columns: the columns to read (default: all).
         batch_rows: rows per record batch read.
 
@@ -141,17 +145,9 @@ def _rebuild(data: Any, columns: Any, batch_rows: int) -> ArrowRows:
 
 
 def _parquet_files(data: Any) -> list[str]:
-    if isinstance(data, (str, os.PathLike)):
-        path = os.fspath(data)
-        if os.path.isdir(path):
-            files = sorted(
-                os.path.join(path, f) for f in os.listdir(path) if f.endswith(".parquet")
-            )
-        else:
-            files = [path]
-    elif (
-        isinstance(data, Sequence) and data and all(isinstance(f, (str, os.PathLike)) for f in data)
-    ):
+    if isinstance(data, (str, os.PathLike)):  # a file, a directory or a glob: the one rule
+        return parquet_files(data)  # (NOTE [ Which files a directory of Parquet shards holds ])
+    if isinstance(data, Sequence) and data and all(isinstance(f, (str, os.PathLike)) for f in data):
         files = [os.fspath(f) for f in data]
     else:
         raise TypeError(

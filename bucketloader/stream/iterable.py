@@ -35,11 +35,17 @@ from bucketloader._dist import (
     resolve_ranks,
 )
 from bucketloader._types import LazyModule, LengthFn
-from bucketloader._validation import MissingKeyError, check_int
+from bucketloader._validation import (
+    MissingKeyError,
+    check_collator_options,
+    check_int,
+    check_options,
+    keyword_options,
+)
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
 from bucketloader.plan.cells import lattice_codes
-from bucketloader.plan.shapes import ShapeOptions, Shaping, plan_shapes
+from bucketloader.plan.shapes import SHAPE_OPTIONS, ShapeOptions, Shaping, plan_shapes
 from bucketloader.stream._buckets import STATE_FORMAT, STATS, BucketConfig, BucketPass
 from bucketloader.stream._schedule import SCHEDULE_HEAD, step_shares
 from bucketloader.stream.counters import LaneCounters
@@ -173,6 +179,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             else (length_fn if isinstance(length_fn, str) else None,)
         )
         names = tuple(self._keys) if multi else ("length",)
+        check_options("BucketIterable", options, [*keyword_options(BucketIterable), *SHAPE_OPTIONS])
         shaping = Shaping.parse(names, allow_callable=True, **options)
         self.last_batch = shaping.last_batch
         self.shuffle_buffer = check_int("shuffle_buffer", shuffle_buffer, minimum=0)
@@ -413,6 +420,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         """
         from bucketloader.collate import PadCollator
 
+        check_collator_options(f"{type(self).__name__}.collator()", PadCollator, kwargs)
         return PadCollator(self.shape_table, **kwargs)
 
     def _truncate(self, sample: Any, lengths: tuple[int, ...]) -> Any:
@@ -504,6 +512,9 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             **{k: total[k] for k in names[4:]},
             "batches": done,
         }
+        zero = sum(lane["zero_length"] for lane in lanes)
+        if zero:  # NOTE [ Samples of length 0 ] in bucketloader.plan.limits
+            totals["zero_length"] = zero
         per_cell = self._counters.cells(self.epoch)
         cells = tuple(
             {

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from bucketloader._dist import resolve_ranks
 from bucketloader._types import LazyModule
-from bucketloader._validation import check_choice, check_int
+from bucketloader._validation import check_choice, check_collator_options, check_int
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable, check_row_length
 from bucketloader.plan import SamplingReport
 from bucketloader.plan.shapes import row_batch_sizes
@@ -221,6 +221,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         ``DataLoader(stream, batch_size=None, collate_fn=stream.collator())``."""
         from bucketloader.pack.collator import PackCollator
 
+        check_collator_options(f"{type(self).__name__}.collator()", PackCollator, kwargs)
         return PackCollator(self.table, **kwargs)
 
     def _pass_config(self) -> PackConfig:
@@ -342,15 +343,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         tails = state.get("tails") if isinstance(state, dict) else None
         if tails is not None:
             workers = state.get("workers")
-
-            def ok(t: Any) -> bool:
-                return t is None or (
-                    isinstance(t, list)
-                    and len(t) == len(TAIL_FIELDS)
-                    and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in t)
-                )
-
-            if not (isinstance(tails, list) and len(tails) == workers and all(map(ok, tails))):
+            if not (isinstance(tails, list) and len(tails) == workers and all(map(_tail, tails))):
                 raise ValueError(
                     f"state['tails'] must hold None or [start, batches, digest] per worker "
                     f"({workers}), got {tails!r}; pass a dict from PackIterable.state_dict(), "
@@ -379,3 +372,18 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
                 f"state's open and ready rows do not fit this PackIterable ({read} samples "
                 "read): pass a dict from PackIterable.state_dict(), unedited"
             )
+        if not _tail(state.get("tail")):
+            raise ValueError(
+                f"state['tail'] must be [start, batches, digest], got {state['tail']!r}; pass "
+                "a dict from PackIterable.state_dict(), unedited"
+            )
+
+
+def _tail(t: Any) -> bool:
+    """Whether ``t`` is ``None`` or a worker's tail record ``[start, batches, digest]`` (NOTE
+    [ A state across solver versions ] in :mod:`bucketloader.stream._rows`)."""
+    return t is None or (
+        isinstance(t, list)
+        and len(t) == len(TAIL_FIELDS)
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in t)
+    )

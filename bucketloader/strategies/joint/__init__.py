@@ -61,7 +61,13 @@ from typing import Any
 import numpy as np
 
 from bucketloader._dist import default_ranks
-from bucketloader._validation import check_bool, check_choice, check_float, check_int
+from bucketloader._validation import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_options,
+)
 from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.histogram import JointHistogram, LengthHistogram
 from bucketloader.solution import JointSolution
@@ -139,13 +145,7 @@ def solve_joint(
         >>> sol.cells.tolist(), sol.objective, sol.lower_bound, sol.status
         ([[4, 4], [12, 12]], 8, 8, 'optimal')
     """
-    known = {f.name for f in fields(Joint)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise TypeError(
-            f"solve_joint got an unknown option {unknown[0]}={options[unknown[0]]!r}; the "
-            f"options are {', '.join(sorted(known))} (see Joint)"
-        )
+    check_options("solve_joint", options, [f.name for f in fields(Joint)])
     return Joint(**options).solve(lengths, max_shapes, size=size, cache=cache)
 
 
