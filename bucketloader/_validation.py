@@ -179,7 +179,16 @@ ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
     "padding_value": (("pad_value", "pad_token_id"), "transformers' padding_value"),
     "pad_id": (("pad_token_id", "pad_value"), "the id written on padding"),
     "drop_last": (("last_batch",), "torch's drop_last=True is last_batch='drop'"),
-    "max_sentences": (("batch_size",), "fairseq's max_sentences"),
+    "max_sentences": (
+        ("batch_size",),
+        "fairseq's max_sentences alone; beside max_tokens it is "
+        "max_tokens=TokenBudget(n, max_batch_size=m)",
+    ),
+    "max_cuts": (
+        ("batch_size",),
+        "Lhotse's max_cuts alone; beside a token budget it is "
+        "max_tokens=TokenBudget(n, max_batch_size=m)",
+    ),
     "per_device_train_batch_size": (("batch_size",), "rows per batch"),
     "bs": (("batch_size",), "rows per batch"),
     "tokens_per_batch": (("max_tokens",), "a token budget per batch"),

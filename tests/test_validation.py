@@ -127,6 +127,13 @@ def test_an_unknown_option_suggests_the_alias_or_the_closest_name():
         BucketSampler([3, 5], num_buckets=2, tokens_per_batch=64)
     with pytest.raises(TypeError, match=r"did you mean batch_size=\?"):  # difflib
         BucketSampler([3, 5], num_buckets=2, max_batch_size=2)
+    for peer in ("max_sentences", "max_cuts"):  # alone a batch size; beside a budget, a cap
+        with pytest.raises(
+            TypeError,
+            match=rf"{peer}=8; did you mean batch_size=\? \(.*beside .* it is "
+            r"max_tokens=TokenBudget\(n, max_batch_size=m\)\)",
+        ):
+            BucketSampler([3, 5], num_buckets=2, max_tokens=64, **{peer: 8})
 
 
 def test_an_alias_suggests_only_an_option_the_entry_point_takes():
