@@ -24,6 +24,14 @@ def _samples(lengths):
     return [{"id": i, "input_ids": [i % 7 + 1] * int(n)} for i, n in enumerate(lengths)]
 
 
+def _tail_stream(gsm8k):
+    """The mid-tail resume tests' stream: 90 GSM8K documents, 8 open rows of 512, so its tail
+    (the open rows re-packed at the shard's end) spans several batches."""
+    return PackIterable(
+        _samples(gsm8k[:90]), length_fn="input_ids", row_length=512, batch_size=2, open_rows=8
+    )
+
+
 def _ids(batches):
     return [[(d["id"], len(d["input_ids"])) for d in b] for b in batches]
 
@@ -376,10 +384,7 @@ def test_a_version_bump_that_keeps_the_tails_plan_resumes_mid_tail_exactly(
     from bucketloader.stream import _rows
 
     def make():
-        return PackIterable(
-            _samples(gsm8k[:90]), length_fn="input_ids", row_length=512, batch_size=2,
-            open_rows=8,
-        )  # fmt: skip
+        return _tail_stream(gsm8k)
 
     def run(stream):
         if workers == 0:
@@ -441,10 +446,7 @@ def test_a_refused_mid_tail_resume_reads_as_a_sentence_and_names_the_fix_for_its
     from bucketloader.stream import _rows
 
     def make():
-        return PackIterable(
-            _samples(gsm8k[:90]), length_fn="input_ids", row_length=512, batch_size=2,
-            open_rows=8,
-        )  # fmt: skip
+        return _tail_stream(gsm8k)
 
     saved = make()
     full = list(saved)
@@ -486,10 +488,7 @@ def test_a_pass_resumed_inside_its_tail_records_the_tail(gsm8k, monkeypatch):
     from bucketloader.stream import _rows
 
     def make():
-        return PackIterable(
-            _samples(gsm8k[:90]), length_fn="input_ids", row_length=512, batch_size=2,
-            open_rows=8,
-        )  # fmt: skip
+        return _tail_stream(gsm8k)
 
     def resumed(state):
         s = make()
