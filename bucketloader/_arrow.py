@@ -30,6 +30,24 @@ def is_list(t: Any) -> bool:
     )
 
 
+def is_text(t: Any) -> bool:
+    """Does the Arrow type ``t`` hold strings (plain, large or a string view): text, where a
+    column of token ids or samples was expected?
+
+    Example:
+        >>> import pyarrow as pa
+        >>> is_text(pa.large_string()), is_text(pa.list_(pa.int64()))
+        (True, False)
+    """
+    import pyarrow as pa
+
+    return bool(
+        pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or getattr(pa.types, "is_string_view", lambda _: False)(t)
+    )
+
+
 # NOTE [ Which files a directory of Parquet shards holds ]
 # A directory is read as the Parquet files under it, recursively (hive partitions such as
 # ``year=2024/part-0.parquet`` included), by these rules:

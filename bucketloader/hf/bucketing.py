@@ -56,7 +56,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from bucketloader._arrow import is_list
+from bucketloader._arrow import is_list, is_text
 from bucketloader._types import SIDES
 from bucketloader._validation import (
     MAX_LENGTH,
@@ -416,12 +416,7 @@ def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: s
         for name in names:
             if name not in table.column_names:
                 text = next(
-                    (
-                        c
-                        for c in table.column_names
-                        if pa.types.is_string(table.schema.field(c).type)
-                        or pa.types.is_large_string(table.schema.field(c).type)
-                    ),
+                    (c for c in table.column_names if is_text(table.schema.field(c).type)),
                     "text",
                 )
                 raise MissingKeyError(
@@ -432,7 +427,7 @@ def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: s
             kind = table.schema.field(name).type
             if is_list(kind):
                 continue
-            if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            if is_text(kind):
                 found = "strings (untokenised text)"
                 fix = tokenize.format(text=name)
             else:
@@ -819,7 +814,7 @@ def _audio_column(table: Any, column: str) -> str:
         kind, path = resolve_column(table, column)
         if is_list(kind.type):
             return path
-        if pa.types.is_string(kind.type) or pa.types.is_large_string(kind.type):
+        if is_text(kind.type):
             found = "strings (file paths?), not decoded audio"
         else:
             found = f"{kind.type} values, not lists of audio samples"
