@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import itertools
 import platform
 import sys
@@ -570,6 +571,14 @@ def bfd_documents(lengths: np.ndarray, row_length: int) -> tuple[np.ndarray, int
     return row_of, rows
 
 
+def plan_builds(lengths: np.ndarray, row_length: int) -> dict:
+    """``PackSpec.build`` of ``lengths`` with ``search="auto"`` and ``"never"``, as calls."""
+    return {
+        s: functools.partial(PackSpec.build, lengths, row_length=row_length, batch_size=8, search=s)
+        for s in ("auto", "never")
+    }
+
+
 def bfd_sorted(lengths: np.ndarray, row_length: int) -> int:
     """Per-document best-fit decreasing over a sorted list of the open rows' rooms (``bisect``
     for the tightest room that holds each document, largest first): its cost grows with the
@@ -623,12 +632,7 @@ def long_rows(repeats: int) -> list[str]:
     ]
     worst = {"auto": 0.0, "never": 0.0}
     for label, lengths, row_length in cases:
-        builds = {
-            s: lambda x=lengths, r=row_length, s=s: PackSpec.build(
-                x, row_length=r, batch_size=8, search=s
-            )
-            for s in ("auto", "never")
-        }
+        builds = plan_builds(lengths, row_length)
         base = functools.partial(bfd_sorted, lengths, row_length)
         auto_t, never_t, base_t = side_by_side(
             builds["auto"], builds["never"], base, budget_s=0.01, repeats=repeats, rounds=5
@@ -636,18 +640,8 @@ def long_rows(repeats: int) -> list[str]:
         auto, never = builds["auto"](), builds["never"]()
         rows = base()
         assert never.num_rows == rows and auto.num_rows <= rows, (label, row_length)
-        p = auto.patterns
-        version = solver_version(
-            auto.row_lengths,
-            p.searched,
-            p.budgeted,
-            p.tripled,
-            p.promised,
-            p.capped,
-            p.turned,
-            p.filled,
-            p.coarse,
-        )
+        flags = list(inspect.signature(solver_version).parameters)[1:]  # (searched, ...)
+        version = solver_version(auto.row_lengths, **{f: getattr(auto.patterns, f) for f in flags})
         sizes, counts = np.unique(lengths, return_counts=True)
         bound = lower_bound(sizes, counts, row_length)[1]
         worst["auto"] = max(worst["auto"], auto_t / base_t)
@@ -746,12 +740,7 @@ def packing(quick: bool, repeats: int) -> list[str]:
     ]
     worst = {"auto": 0.0, "never": 0.0, "count": 0.0, "doc": 0.0, "auto_doc": 0.0}
     for label, lengths, row_length in cases:
-        builds = {
-            s: lambda x=lengths, r=row_length, s=s: PackSpec.build(
-                x, row_length=r, batch_size=8, search=s
-            )
-            for s in ("auto", "never")
-        }
+        builds = plan_builds(lengths, row_length)
         pack = functools.partial(bfd_packing, lengths, row_length)
         count = functools.partial(bfd_rows, lengths, row_length)
         # Races of two, each baseline against `never` apart (in a race of three the function
