@@ -875,3 +875,28 @@ def test_long_rows_are_repacked_in_units_at_the_cost_of_short_ones(
         assert 0 < widest[0] < 2 * _bins._FILL_UNITS  # (the repack ran, in units)
         assert _bins._padded(plan, row_lengths) < _bins._padded(bfd, row_lengths)
         assert plan.coarse and _bins.solver_version(row_lengths, coarse=True) == 12
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    docs=st.lists(st.integers(1, 64), min_size=1, max_size=150),
+    rows=st.sampled_from([(64,), (61,), (67,), (32, 64), (20, 41, 67)]),
+    search=st.sampled_from(["auto", "always"]),
+)
+def test_rows_repacked_in_units_stay_within_their_lengths(docs, rows, search):
+    """NOTE [ Repacking long rows in units ] on small rows (units of ``L // 8`` tokens, every
+    row length "long"): every row within its length, even where ``L`` is no multiple of the
+    unit or a document is within a unit of ``L``, every document once, never more row tokens
+    than BFD, and a plan other than BFD's marked version 12."""
+    docs = [min(d, rows[-1]) for d in docs]
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_bins, "_EXACT_ROWS", 0)
+        mp.setattr(_bins, "_FILL_UNITS", 8)
+        plan = solve(sizes, counts, rows, search)
+    _check_patterns(plan, sizes, counts, rows)
+    fit = best_fit(sizes, counts, rows)
+    assert _bins._padded(plan, rows) <= _bins._padded(fit, rows)
+    if plan.searched and not plan.filled:
+        assert plan.coarse
