@@ -900,3 +900,25 @@ def test_rows_repacked_in_units_stay_within_their_lengths(docs, rows, search):
     assert _bins._padded(plan, rows) <= _bins._padded(fit, rows)
     if plan.searched and not plan.filled:
         assert plan.coarse
+
+
+@pytest.mark.parametrize(("rows", "unit"), [((64,), 8), ((61,), 7), ((47,), 3), ((20, 41, 67), 8)])
+def test_every_row_repacked_in_units_stays_within_its_length(rows, unit):
+    """NOTE [ Repacking long rows in units ], the rounding itself: every row with room repacked
+    in units of ``unit`` tokens (sizes rounded up, row lengths down; the first round kept,
+    tighter or not), on seeded random documents, many of them one token past a whole number of
+    units or within a unit of the longest row (whose rows are not repacked)."""
+    rng = np.random.default_rng(unit)
+    top = rows[-1]
+    for _ in range(60):
+        n = int(rng.integers(1, 60))
+        near = unit * rng.integers(1, top // unit + 1, n) + rng.integers(-1, 2, n)
+        docs = np.where(rng.random(n) < 0.5, near, rng.integers(1, top + 1, n))
+        docs = np.clip(docs, 1, top)
+        sizes, counts = np.unique(docs, return_counts=True)
+        sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+        fit = best_fit(sizes, counts, rows)
+        plan = _bins.repack(fit, rows, None, lambda _: True, None, None, unit)
+        _check_patterns(plan, sizes, counts, rows)
+        if plan is not fit:
+            assert plan.searched
