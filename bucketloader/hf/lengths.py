@@ -24,7 +24,13 @@ import pyarrow.compute as pc
 
 from bucketloader._arrow import is_list
 from bucketloader._types import LazyModule
-from bucketloader._validation import MissingKeyError, as_lengths, batch_lengths, check_int
+from bucketloader._validation import (
+    MissingKeyError,
+    as_lengths,
+    batch_lengths,
+    check_int,
+    checks_options,
+)
 
 if TYPE_CHECKING:
     import datasets
@@ -37,6 +43,7 @@ __all__ = ["LENGTH_COLUMN", "add_lengths", "lengths"]
 LENGTH_COLUMN = "length"
 
 
+@checks_options
 def lengths(
     dataset: datasets.Dataset | datasets.DatasetDict,
     column: str | Sequence[str] | None = None,
@@ -115,6 +122,7 @@ def lengths(
     return out if indices is None else out[indices]
 
 
+@checks_options
 def add_lengths(
     dataset: datasets.Dataset | datasets.DatasetDict,
     column: str | Sequence[str] | None = None,

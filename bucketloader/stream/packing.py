@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from bucketloader._dist import resolve_ranks
 from bucketloader._types import LazyModule
-from bucketloader._validation import check_choice, check_collator_options, check_int
+from bucketloader._validation import check_choice, check_collator_options, check_int, checks_options
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable, check_row_length
 from bucketloader.plan import SamplingReport
 from bucketloader.plan.shapes import row_batch_sizes
@@ -90,6 +90,7 @@ else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._t
     pack_collator = LazyModule("bucketloader.pack.collator")
 
 
+@checks_options
 class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
     """An iterable of packed batches (lists of documents, row after row) of one planned shape.
 
