@@ -59,6 +59,13 @@ def is_text(t: Any) -> bool:
 #   one), a ``notes.txt`` or an empty file is not data (``pyarrow.dataset`` and Spark fail on it),
 #   and a Hub cache repo's ``blobs/<sha>`` are its ``snapshots/*/*.parquet`` again (read twice,
 #   every row would count twice); ``bucketloader`` tells which files it skipped;
+# * a Hugging Face Hub cache repo (a directory holding ``snapshots/`` beside ``blobs/`` or
+#   ``refs/``, as ``datasets--org--name``) is read as one snapshot: its ``blobs/`` and ``refs/``
+#   are never read (each blob is a snapshot's file again; refs name revisions), and of several
+#   revisions in ``snapshots/`` only the one ``refs/main`` names is read (the others are told as
+#   skipped: each holds a copy of the shards, and reading them all counted every row once per
+#   revision). Several revisions and no ``refs/main`` naming one of them is an error naming the
+#   revisions and the fix (pass the snapshot's folder);
 # * where no name ends in ``.parquet``, the shards are named otherwise (Hive writes ``000000_0``,
 #   Impala ``*.parq``; ``pyarrow.dataset``, Spark and ``parquet_histogram`` before this rule read
 #   them): then every regular file that begins with the Parquet magic bytes is read (4 bytes of
@@ -134,13 +141,19 @@ def skipped_note(source: str | os.PathLike[str], files: list[str], skipped: list
         'd: read 1 Parquet file; skipped 1 other file (README.md)'
     """
     root = os.fspath(source)
-    names = [os.path.relpath(f, root) for f in skipped[:NAMED_SKIPS]]
+    names = [
+        os.path.relpath(f, root) + ("/" if f.endswith(os.sep) else "")  # (a folder: a revision)
+        for f in skipped[:NAMED_SKIPS]
+    ]
     more = f", and {len(skipped) - NAMED_SKIPS:,} more" if len(skipped) > NAMED_SKIPS else ""
     many = "s" if len(files) != 1 else ""
-    other = "s" if len(skipped) != 1 else ""
+    folders = any(f.endswith(os.sep) for f in skipped)
+    other = (
+        ("entries" if folders else "files") if len(skipped) != 1 else "entry" if folders else "file"
+    )
     return (
         f"{root}: read {len(files):,} Parquet file{many}; skipped {len(skipped):,} other "
-        f"file{other} ({', '.join(names)}{more})"
+        f"{other} ({', '.join(names)}{more})"
     )
 
 
@@ -197,6 +210,17 @@ def _walk(root: str) -> tuple[list[str], list[str], list[str]]:
     for top, dirs, names in os.walk(root):
         hidden += [os.path.join(top, d) + os.sep for d in dirs if d.startswith(("_", "."))]
         dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        if "snapshots" in dirs and _is_hub_repo(top):  # (each blob is a snapshot's file
+            for store in ("blobs", "refs"):  # again; refs name revisions)
+                if store in dirs:
+                    dirs.remove(store)
+                    hidden.append(os.path.join(top, store) + os.sep)
+        if len(dirs) > 1 and os.path.basename(top) == "snapshots":
+            repo = os.path.dirname(top)
+            if _is_hub_repo(repo):  # one revision of a Hub cache repo
+                keep = _main_revision(repo, dirs)
+                others += [os.path.join(top, d) + os.sep for d in dirs if d != keep]
+                dirs[:] = [keep]
         for name in names:
             path = os.path.join(top, name)
             if name.startswith(("_", ".")):
@@ -210,6 +234,36 @@ def _walk(root: str) -> tuple[list[str], list[str], list[str]]:
         files = [f for f, ok in sniffed.items() if ok]
         others = [f for f, ok in sniffed.items() if not ok]
     return sorted(files), sorted(others), sorted(hidden)
+
+
+def _is_hub_repo(path: str) -> bool:
+    """Whether ``path`` is a Hugging Face Hub cache repo (``snapshots/`` beside ``blobs/`` or
+    ``refs/``)."""
+    join = os.path.join
+    isdir = os.path.isdir
+    return isdir(join(path, "snapshots")) and (
+        isdir(join(path, "blobs")) or isdir(join(path, "refs"))
+    )
+
+
+def _main_revision(repo: str, revisions: list[str]) -> str:
+    """The revision of the Hub cache ``repo`` that ``refs/main`` names, one of ``revisions``
+    (its snapshots), or one clear error naming them (NOTE [ Which files a directory of Parquet
+    shards holds ])."""
+    try:
+        with open(os.path.join(repo, "refs", "main"), encoding="utf-8") as fh:
+            main: str | None = fh.read().strip()
+    except (OSError, UnicodeDecodeError):
+        main = None
+    if main in revisions:
+        return main  # type: ignore[return-value]
+    said = "has no refs/main" if main is None else f"its refs/main names {main!r}, not one of them"
+    first = os.path.join(repo, "snapshots", revisions[0])
+    raise ValueError(
+        f"{repo} is a Hugging Face Hub cache holding {len(revisions)} snapshot revisions "
+        f"({_names(revisions)}), each a copy of the shards, and {said}: pass the snapshot to "
+        f"read, e.g. {first}"
+    )
 
 
 def _begins_as_parquet(path: str) -> bool:

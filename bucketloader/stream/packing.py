@@ -62,6 +62,7 @@ from bucketloader.stream.resume import (
     check_source,
     check_steps,
     lane_states,
+    source_config,
     state_keys,
 )
 from bucketloader.stream.source import checkpoints_exactly, is_seekable
@@ -324,7 +325,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         }
         if self.steps_per_epoch is not None:
             config.update(num_replicas=self.num_replicas, steps_per_epoch=self.steps_per_epoch)
-        return config
+        return {**config, **source_config(self.source)}  # (NOTE [ A stream state names
+        # the files it read ] in stream.arrow)
 
     def _replay_state(self, batches_consumed: int | None) -> dict[str, Any]:
         """The replay state, with each worker's tail where it packed one: ``[batches before
