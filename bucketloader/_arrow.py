@@ -48,6 +48,47 @@ def is_text(t: Any) -> bool:
     )
 
 
+def is_bytes(t: Any) -> bool:
+    """Does the Arrow type ``t`` hold binary values (plain, large or a binary view)?
+
+    Example:
+        >>> import pyarrow as pa
+        >>> is_bytes(pa.large_binary()), is_bytes(pa.string())
+        (True, False)
+    """
+    import pyarrow as pa
+
+    return bool(
+        pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or getattr(pa.types, "is_binary_view", lambda _: False)(t)
+    )
+
+
+def text_lengths(arr: Any) -> Any:
+    """The characters of each string (:func:`is_text`), or the bytes of each binary value
+    (:func:`is_bytes`), of an Arrow array or chunked array, nulls kept: the one measure of text
+    columns. A view is read as a large string or binary first (pyarrow's ``utf8_length`` and
+    ``binary_length`` have no kernel for views, up to pyarrow 26 at least).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> text_lengths(pa.array(["ab", "été", None], pa.string_view())).to_pylist()
+        [2, 3, None]
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = arr.type
+    if is_text(t):
+        plain = pa.types.is_string(t) or pa.types.is_large_string(t)
+        return pc.utf8_length(arr if plain else arr.cast(pa.large_string()))
+    if is_bytes(t):
+        plain = pa.types.is_binary(t) or pa.types.is_large_binary(t)
+        return pc.binary_length(arr if plain else arr.cast(pa.large_binary()))
+    raise TypeError(f"text_lengths measures string or binary arrays, got type {t}")
+
+
 # NOTE [ Which files a directory of Parquet shards holds ]
 # A directory is read as the Parquet files under it, recursively (hive partitions such as
 # ``year=2024/part-0.parquet`` included), by these rules:

@@ -48,6 +48,32 @@ def test_exact_on_every_real_file_over_shards(tmp_path, name):
     assert (r.num_rows, r.num_nulls, r.engine) == (arr.shape[0], 0, "arrow")
 
 
+@pytest.mark.skipif(not hasattr(pa, "string_view"), reason="pyarrow without views (< 16)")
+def test_string_and_binary_views_are_measured_like_strings_and_binaries():
+    """A string_view column died in pyarrow ('utf8_length' has no kernel for string_view) and a
+    binary_view one was refused: views are text, measured through one text_lengths."""
+    from bucketloader._arrow import text_lengths
+    from bucketloader.cli.files import characters_note
+    from bucketloader.hf.lengths import column_lengths
+
+    words = ["é" * n for n in (3, 0, 7, 3)]
+    table = pa.table(
+        {
+            "text": pa.array(words, pa.string_view()),
+            "raw": pa.array([w.encode() for w in words], pa.binary_view()),
+        }
+    )
+    ref = LengthHistogram.from_lengths([3, 0, 7, 3])
+    assert parquet_histogram(table, "text").histogram == ref  # (characters)
+    assert parquet_histogram(table, "raw").histogram == LengthHistogram.from_lengths([6, 0, 14, 6])
+    assert column_lengths(table.column("text"), "text").tolist() == [3, 0, 7, 3]
+    assert column_lengths(table.column("raw"), "raw").tolist() == [6, 0, 14, 6]
+    assert "measured in characters" in characters_note(table.schema, "text", "t.parquet")
+    assert text_lengths(pa.array([None, "ab"], pa.string_view())).to_pylist() == [None, 2]
+    with pytest.raises(TypeError, match=r"string or binary arrays, got type int64"):
+        text_lengths(pa.array([1]))
+
+
 def test_list_string_and_tensor_like_columns_from_offsets(tmp_path):
     rng = np.random.default_rng(0)
     lengths = rng.integers(0, 40, size=500)
