@@ -311,13 +311,13 @@ padding_side); its options: side, table
     import functools
     import inspect
 
-    fn = obj.__init__ if isinstance(obj, type) else obj
+    fn = obj.__init__ if isinstance(obj, type) else obj  # type: ignore[misc]
     params = inspect.signature(fn).parameters.values()
     name = obj.__qualname__
     if any(p.kind is p.VAR_KEYWORD for p in params):
         raise TypeError(f"checks_options: {name} takes **kwargs, so it checks them itself")
     by_name = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    named = frozenset(p.name for p in params if p.kind in by_name) - {"self"}
+    named = frozenset(p.name for p in params if p.kind in by_name) - {"self", "cls"}
     options = sorted(named)
 
     def check(kwargs: dict[str, Any]) -> None:
@@ -335,7 +335,7 @@ padding_side); its options: side, table
 
     if obj.__new__ is not object.__new__:
         raise TypeError(f"checks_options: {name} has its own __new__")
-    init = obj.__init__
+    init = obj.__init__  # type: ignore[misc]
 
     def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
         if cls.__init__ is init:  # type: ignore[misc]  # (a subclass's own __init__: Python's)

@@ -197,11 +197,19 @@ def test_every_entry_point_refuses_options_in_one_voice():
 def _public_keyword_entry_points():
     """The public constructors and functions whose options are declared in their own signature
     (no ``**options`` parsed by check_options): the ones :func:`checks_options` guards."""
-    from bucketloader import BucketCache, PadCollator, analyze, calibrate
+    from bucketloader import (
+        BucketCache,
+        LengthHistogram,
+        PadCollator,
+        TokenBudget,
+        analyze,
+        calibrate,
+    )
     from bucketloader.compile import CompileCache, ExampleBatches
     from bucketloader.engines import parquet_histogram
     from bucketloader.hf import ModelInputs, PackedInputs, add_lengths, lengths
-    from bucketloader.pack import PackCollator, SplitDataset
+    from bucketloader.pack import PackCollator, SplitDataset, plan_pack_epoch
+    from bucketloader.plan import plan_epoch
     from bucketloader.stream import PackIterable
 
     return [
@@ -221,6 +229,15 @@ def _public_keyword_entry_points():
         (calibrate, "calibrate", {"repeat": 3}, "did you mean repeats=?"),
         (parquet_histogram, "parquet_histogram", {"columns": "x"}, "did you mean column=?"),
         (lengths, "lengths", {"num_workers": 2}, "its options: "),
+        (TokenBudget, "TokenBudget", {"max_batch": 8}, "did you mean max_batch_size=?"),
+        (
+            LengthHistogram.from_lengths,
+            "LengthHistogram.from_lengths",
+            {"binwidth": 8},
+            "did you mean bin_width=?",
+        ),
+        (plan_epoch, "plan_epoch", {"seeds": 1}, "did you mean seed=?"),
+        (plan_pack_epoch, "plan_pack_epoch", {"seeds": 1}, "did you mean seed=?"),
         (add_lengths, "add_lengths", {"num_workers": 2}, "its options: "),
     ]
 
