@@ -19,14 +19,8 @@ def is_list(t: Any) -> bool:
         >>> is_list(pa.large_list(pa.int32())), is_list(pa.string())
         (True, False)
     """
-    import pyarrow as pa
-
-    return bool(
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or getattr(pa.types, "is_list_view", lambda _: False)(t)
-        or getattr(pa.types, "is_large_list_view", lambda _: False)(t)
+    return _is_any(
+        t, "is_list", "is_large_list", "is_fixed_size_list", "is_list_view", "is_large_list_view"
     )
 
 
@@ -39,13 +33,7 @@ def is_text(t: Any) -> bool:
         >>> is_text(pa.large_string()), is_text(pa.list_(pa.int64()))
         (True, False)
     """
-    import pyarrow as pa
-
-    return bool(
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or getattr(pa.types, "is_string_view", lambda _: False)(t)
-    )
+    return _is_any(t, "is_string", "is_large_string", "is_string_view")
 
 
 def is_bytes(t: Any) -> bool:
@@ -56,13 +44,15 @@ def is_bytes(t: Any) -> bool:
         >>> is_bytes(pa.large_binary()), is_bytes(pa.string())
         (True, False)
     """
+    return _is_any(t, "is_binary", "is_large_binary", "is_binary_view")
+
+
+def _is_any(t: Any, *tests: str) -> bool:
+    """Whether any of ``pyarrow.types``' ``tests`` (by name) holds for ``t``; a test this
+    pyarrow lacks (the views came in pyarrow 16) does not."""
     import pyarrow as pa
 
-    return bool(
-        pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-        or getattr(pa.types, "is_binary_view", lambda _: False)(t)
-    )
+    return any(bool(getattr(pa.types, name, lambda _: False)(t)) for name in tests)
 
 
 def text_lengths(arr: Any) -> Any:
@@ -81,10 +71,10 @@ def text_lengths(arr: Any) -> Any:
 
     t = arr.type
     if is_text(t):
-        plain = pa.types.is_string(t) or pa.types.is_large_string(t)
+        plain = _is_any(t, "is_string", "is_large_string")
         return pc.utf8_length(arr if plain else arr.cast(pa.large_string()))
     if is_bytes(t):
-        plain = pa.types.is_binary(t) or pa.types.is_large_binary(t)
+        plain = _is_any(t, "is_binary", "is_large_binary")
         return pc.binary_length(arr if plain else arr.cast(pa.large_binary()))
     raise TypeError(f"text_lengths measures string or binary arrays, got type {t}")
 

@@ -555,8 +555,9 @@ def test_partitions_read_quietly_and_workers_keep_the_record(tmp_path):
         UserWarning,
         match=r"3 of them in subfolders: data/ \(2 files, 4 rows\), "
         r"val/ \(1 file, 3 rows\); .*pass its folder, e\.g\. ArrowRows\('.*data'\)",
-    ):
+    ) as record:
         assert len(ArrowRows(hub)) == 7
+    assert record[0].filename == __file__  # (at the line building it)
 
 
 def test_a_directory_reads_parquet_shards_named_without_the_extension(tmp_path):

@@ -208,9 +208,10 @@ def _public_keyword_entry_points():
     from bucketloader.compile import CompileCache, ExampleBatches
     from bucketloader.engines import parquet_histogram
     from bucketloader.hf import ModelInputs, PackedInputs, add_lengths, lengths
-    from bucketloader.pack import PackCollator, SplitDataset, plan_pack_epoch
-    from bucketloader.plan import plan_epoch
+    from bucketloader.pack import PackCollator, PackSpec, SplitDataset, plan_pack_epoch
+    from bucketloader.plan import BucketSpec, plan_epoch
     from bucketloader.stream import PackIterable
+    from bucketloader.stream.arrow import ArrowRows
 
     return [
         (PadCollator, "PadCollator", {"padding_side": "left"}, "did you mean side=?"),
@@ -237,6 +238,9 @@ def _public_keyword_entry_points():
             "did you mean bin_width=?",
         ),
         (plan_epoch, "plan_epoch", {"seeds": 1}, "did you mean seed=?"),
+        (BucketSpec.build, "BucketSpec.build", {"num_bucket": 2}, "did you mean num_buckets=?"),
+        (PackSpec.build, "PackSpec.build", {"drop_last": True}, "did you mean last_batch=?"),
+        (ArrowRows, "ArrowRows", {"column": ["a"]}, "did you mean columns=?"),
         (plan_pack_epoch, "plan_pack_epoch", {"seeds": 1}, "did you mean seed=?"),
         (add_lengths, "add_lengths", {"num_workers": 2}, "its options: "),
     ]

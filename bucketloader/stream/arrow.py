@@ -36,10 +36,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from bucketloader._arrow import NAMED_SKIPS, parquet_files
+from bucketloader._validation import checks_options
 
 __all__ = ["ArrowRows"]
 
 
+@checks_options
 class ArrowRows(Sequence):  # type: ignore[type-arg]
     """Rows of Parquet files (or a ``pyarrow.Table``) as dicts, read in record batches.
 
