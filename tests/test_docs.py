@@ -12,6 +12,8 @@ import itertools
 import os
 import re
 import subprocess
+import sys
+import types
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,7 +42,11 @@ def test_the_docs_have_pages_with_code():
 def test_every_python_block_of_the_page_runs(page, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)
     monkeypatch.setenv("BUCKETLOADER_CACHE_DIR", str(tmp_path / "cache"))
-    namespace: dict = {"__name__": f"__docs_{page.stem}__"}
+    # A module of its own, importable by name: torch 2.11's dynamo imports a compiled
+    # function's module to read its globals (a bare namespace failed there on a CUDA machine).
+    module = types.ModuleType(f"__docs_{page.stem}__")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    namespace = module.__dict__
     for i, block in enumerate(python_blocks(page)):
         code = compile(block, f"{page.relative_to(ROOT)} (python block {i + 1})", "exec")
         exec(code, namespace)

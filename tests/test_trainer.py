@@ -28,6 +28,7 @@ datasets = pytest.importorskip("datasets")
 pytest.importorskip("accelerate")
 
 from bucketloader import hf  # noqa: E402
+from bucketloader.hf import trainer as trainer_module  # noqa: E402
 from bucketloader.plan import TokenBudget  # noqa: E402
 
 BOOKKEEPING = ("sample_mask", "index")
@@ -478,7 +479,10 @@ def test_ctc_gradient_accumulation_is_the_mean_over_real_rows(tmp_path):
     pair = [next(x for x in every if not x["sample_mask"].all()), every[0]]  # filler rows + other
     batches, _ = trainer.get_batch_samples(iter(pair), 2, trainer.args.device)
     total = sum(trainer.compute_loss(model, dict(x)) for x in batches)
-    assert trainer.loss_is_scaled_for_ga is True
+    if trainer_module._TRAINER_TAKES_SCALED:
+        assert trainer.loss_is_scaled_for_ga is True
+    else:  # the loss as the older rule will divide it (no num_items_in_batch here)
+        total = total / trainer.args.gradient_accumulation_steps
     rows, want = 0, 0.0
     for x in batches:
         n = int(x["sample_mask"].sum())
@@ -486,6 +490,51 @@ def test_ctc_gradient_accumulation_is_the_mean_over_real_rows(tmp_path):
         want += float(model(**inputs).loss.detach()) * n  # HF's "mean": per-row mean over the batch
         rows += n
     assert float(total.detach()) == pytest.approx(want / rows, rel=1e-5)  # float32, other order
+
+
+def test_accumulation_under_the_older_trainers_rule_steps_as_under_the_newer(tmp_path, monkeypatch):
+    """Regression: transformers before 5.19 has no ``loss_is_scaled_for_ga`` and every
+    BucketTrainer failed there (47 tests, a CUDA machine with 5.17). Its fixed rule is what
+    today's Trainer applies when the flag is None; an SGD step with accumulation under it moves
+    the weights as under the flag (NOTE [ Losses already scaled for accumulation, on older
+    transformers ]), and without the rescaling it does not (the rule divides where the model
+    takes no loss kwargs; BERT does, so that is set off as HF advises for custom losses)."""
+
+    def step(older: bool, rescale: bool = True):
+        torch.manual_seed(0)
+        model, ds, bucketing = LOSS_HEADS["bert-regression"](np.random.default_rng(0))
+        with monkeypatch.context() as patch:
+            if older:
+                patch.setattr(trainer_module, "_TRAINER_TAKES_SCALED", False)
+            if not rescale:
+                patch.setattr(trainer_module, "_as_older_trainer_scales", lambda t, loss, *_: loss)
+            args = _args(
+                tmp_path, gradient_accumulation_steps=2, max_steps=1, optim="sgd", learning_rate=0.5
+            )
+            trainer = hf.BucketTrainer(
+                model=model, args=args, train_dataset=ds, bucketing=bucketing
+            )
+            trainer.model_accepts_loss_kwargs = False  # (the older rule divides: HF's advice
+            loss = trainer.train().training_loss  # for a loss of one's own)
+        return torch.cat([p.detach().flatten() for p in model.parameters()]), loss
+
+    newer, newer_loss = step(older=False)
+    older, older_loss = step(older=True)
+    torch.testing.assert_close(older, newer)
+    assert older_loss == pytest.approx(newer_loss, rel=1e-5)
+    plain, _ = step(older=True, rescale=False)
+    assert not torch.allclose(plain, newer)  # (the rule alone scales the step by 1/2)
+
+
+def test_a_transformers_older_than_tested_is_refused_by_name_with_the_upgrade():
+    trainer_module._check_transformers("BucketTrainer", "5.17.0")
+    trainer_module._check_transformers("BucketTrainer", "5.25.0.dev0")
+    with pytest.raises(
+        ImportError,
+        match=r"BucketTrainer needs transformers>=5\.17, found "
+        r"transformers==4\.57\.1; upgrade it \(pip install -U",
+    ):
+        trainer_module._check_transformers("BucketTrainer", "4.57.1")
 
 
 def test_seq2seq_joint_bucketing_gives_flat_masks(tmp_path):

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -107,6 +108,7 @@ class _BucketMixin:
         eval_bucketing: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        _check_transformers(type(self).__name__)
         if bucketing is not None and not isinstance(bucketing, (Bucketing, dict)):
             raise TypeError(
                 "bucketing must be a Bucketing (bucketloader.hf.for_text(...)) or a dict of "
@@ -148,7 +150,7 @@ class _BucketMixin:
         self._eval_record: _EvalRecord | None = None
         self._eval_mask: torch.Tensor | None = None
         self._step_rows: torch.Tensor | None = None
-        self._scaled_default = self.loss_is_scaled_for_ga
+        self._scaled_default = getattr(self, "loss_is_scaled_for_ga", None)
 
     # -- building the batches -----------------------------------------------------------------
     def model_inputs(self) -> list[str]:
@@ -552,7 +554,11 @@ class _BucketMixin:
             loss = total / mask.sum().clamp(min=1)
         # "sum", and "mean" over the step's rows, are already normalised for accumulation; a
         # mean over this batch alone is divided by the accumulation steps, as Trainer does.
-        self.loss_is_scaled_for_ga = reduction == "sum" or self._step_rows is not None
+        scaled = reduction == "sum" or self._step_rows is not None
+        self.loss_is_scaled_for_ga = scaled
+        if model.training and not _TRAINER_TAKES_SCALED:  # (None: the older rule's reading)
+            self.loss_is_scaled_for_ga = None
+            loss = _as_older_trainer_scales(self, loss, scaled, num_items_in_batch)
         return (loss, outputs) if return_outputs else loss
 
     # -- evaluation and prediction in dataset order ------------------------------------------
@@ -625,6 +631,55 @@ class _BucketMixin:
             metrics=metrics,
             num_samples=sampler.num_samples,
         )
+
+
+# NOTE [ Losses already scaled for accumulation, on older transformers ]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+# ``Trainer.training_step`` divides the loss by the accumulation steps unless told the loss is
+# already normalised for them. transformers 5.19 added the switch compute_loss sets above,
+# ``loss_is_scaled_for_ga``; before it (4.57 through 5.18, the device machine's image has one)
+# the rule was fixed: divide unless the model takes loss kwargs and the step counted its items,
+# or a ``compute_loss_func`` is set. Reading the missing attribute failed every BucketTrainer
+# there (47 tests on a CUDA machine with transformers 5.17). On those versions the row losses
+# are brought to what that rule will do to them: a loss already scaled is multiplied by the
+# steps the rule divides by, a per-batch mean the rule leaves alone is divided, so the gradient
+# and the logged loss equal the newer versions' (test_trainer: accumulation on either rule).
+
+#: Whether this transformers' ``training_step`` reads ``loss_is_scaled_for_ga`` (5.19 and later).
+_TRAINER_TAKES_SCALED = hasattr(transformers.Trainer, "loss_is_scaled_for_ga")
+
+#: The oldest transformers the trainers are tested with (5.17 and the newest, by the suite);
+#: 4.57 failed 9 of the trainer tests (other arguments and hooks), the versions between untested.
+MIN_TRANSFORMERS = (5, 17)
+
+
+def _check_transformers(name: str, version: str = transformers.__version__) -> None:
+    """Refuse a transformers older than :data:`MIN_TRANSFORMERS`, by name, with the fix."""
+    found = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
+    if found < MIN_TRANSFORMERS:
+        need = ".".join(map(str, MIN_TRANSFORMERS))
+        raise ImportError(
+            f"bucketloader.hf.{name} needs transformers>={need}, found transformers=={version}; "
+            f"upgrade it (pip install -U 'transformers>={need}', which the bucketloader[hf] "
+            "extra asks for). for_text, for_audio and for_packing work without the trainer."
+        )
+
+
+def _as_older_trainer_scales(
+    trainer: Any, loss: torch.Tensor, scaled: bool, num_items_in_batch: Any
+) -> torch.Tensor:
+    """``loss`` so that an older ``training_step``'s fixed rule (NOTE [ Losses already scaled
+    for accumulation, on older transformers ]) treats it as ``loss_is_scaled_for_ga=scaled``."""
+    divides = (
+        not getattr(trainer, "model_accepts_loss_kwargs", False) or num_items_in_batch is None
+    ) and trainer.compute_loss_func is None
+    steps = getattr(trainer, "current_gradient_accumulation_steps", None)
+    steps = steps or trainer.args.gradient_accumulation_steps
+    if scaled and divides:
+        return loss * steps
+    if not scaled and not divides:
+        return loss / steps
+    return loss
 
 
 # NOTE [ A step with no real row ]
