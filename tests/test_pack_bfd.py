@@ -922,3 +922,16 @@ def test_every_row_repacked_in_units_stays_within_its_length(rows, unit):
         _check_patterns(plan, sizes, counts, rows)
         if plan is not fit:
             assert plan.searched
+
+
+@pytest.mark.timeout(30)
+def test_repack_towards_an_aim_above_bfds_rows_ends():
+    """An aim above BFD's row tokens (``"always"``'s round towards the promise where BFD is
+    within it: with several row lengths the promise is not whole rows) asks for no room: the
+    rounds that double the room to free doubled 0 or less forever (a hang in ``"always"`` at
+    rows of 9,157,825 / 16,750,953 / 16,777,215 tokens); they now grow from 1 token."""
+    fit = best_fit(np.array([3, 2]), np.array([2, 4]), (7,))  # 3 3 | 2 2 2 | 2
+    padded = _bins._padded(fit, (7,))
+    plan = _bins.repack(fit, (7,), [padded + 7], lambda _: False)
+    _check_patterns(plan, np.array([3, 2]), np.array([2, 4]), (7,))
+    assert plan.num_rows == 2  # (every row with room repacked at last: twice 3 2 2)

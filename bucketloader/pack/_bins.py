@@ -970,7 +970,7 @@ def repack(
             return best  # (every row with room repacked: the tightest round, not the last)
         last = k
         while k == last:  # (twice the room until it takes more rows: the same rows, same plan)
-            want *= 2
+            want = max(2 * want, 1)  # (an aim above BFD's rows, want <= 0, doubled forever)
             k = min(int(np.searchsorted(have, want)) + 1, order.size)
 
 
