@@ -526,6 +526,19 @@ def test_a_state_saved_before_the_files_were_recorded(tmp_path):
     assert _flat(top) == rest
 
 
+@pytest.mark.parametrize("record", [{"digest": "0" * 16}, "abc", {"files": "3", "rows": 1}])
+def test_a_state_whose_file_record_is_malformed_is_refused_clearly(tmp_path, record):
+    """A hand-edited record was formatted as a count: ValueError "Cannot specify ',' with
+    's'." or AttributeError, naming nothing."""
+    from bucketloader.stream.arrow import ArrowRows
+
+    stream = _lengths_stream(ArrowRows(_train_dir(tmp_path / "train")), "bucket")
+    state = stream.state_dict()
+    state["config"]["source"] = record
+    with pytest.raises(ValueError, match=r"^state\['config'\]\['source'\] must record the files"):
+        stream.load_state_dict(state)
+
+
 def test_partitions_read_quietly_and_workers_keep_the_record(tmp_path):
     import pickle
     import warnings
