@@ -472,6 +472,7 @@ class PackSpec:
             p.capped,
             p.turned,
             p.filled,
+            p.coarse,
         )
         h.update(f"solver={version}".encode())
         if self.search != "auto":  # (so the default's digests are those of earlier versions)
