@@ -32,12 +32,20 @@
    1k in (L/4, 2L/3] at L = 1,024, with ``search="auto"`` (the default) and ``search="never"``.
    Rows against the L2 lower bound; the median of ``--repeats`` bests of 5 alternating rounds
    (CPU time).
+2b. Long rows: the same ``PackSpec.build`` (``"auto"`` and ``"never"``) against a per-document
+   best-fit decreasing over a sorted list of rooms (``bfd_sorted``: ``bisect``, no bitset, so
+   its cost does not grow with the row length as ``bfd_documents``' does: about 0.85 s for 375
+   documents in rows of 2**24) at L = 2**20 + 3 and 2**24, documents uniform in (L/8, L/2] and
+   (L/5, L/2] and long-tailed (lognormal, up to L), 375 to 10,000 of them, and 375 in (L/8,
+   L/2] with a seed where the default repacks BFD's rows (NOTE [ Repacking long rows in units ]
+   in ``bucketloader/pack/_bins.py``).
 3. Streams: ``BucketIterable`` (8 buckets, ``batch_size=B``) against a plain
    ``DataLoader(batch_size=B)`` over the same in-memory list, B in 8, 32, 128.
 
 Run: ``PYTHONPATH=$PWD python benchmarks/small_costs.py [--quick] [--repeats 3]`` (about ten
 minutes on 2 cores; ``--quick`` stops at 1M documents and 128 rows; ``--only packing`` prints one
-section, and with ``--write`` replaces it in the results file; ``--only collation --kinds audio
+section, and with ``--write`` replaces it in the results file (``--only long-rows --write``:
+section 2b alone, a few minutes); ``--only collation --kinds audio
 --rows 8,16`` narrows that section for a check, which writes nothing: refused without --only
 collation or with --write). Writes
 ``benchmarks/results/small_costs.md``.
@@ -47,10 +55,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import inspect
 import itertools
 import platform
 import sys
 import time
+from bisect import bisect_left, insort
 from pathlib import Path
 
 import numpy as np
@@ -62,7 +72,7 @@ sys.path.insert(0, str(ROOT))
 
 from bucketloader import BucketSampler  # noqa: E402
 from bucketloader.pack import PackSpec  # noqa: E402
-from bucketloader.pack._bins import lower_bound  # noqa: E402
+from bucketloader.pack._bins import lower_bound, solver_version  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
 OUT = ROOT / "benchmarks" / "results" / "small_costs.md"
@@ -561,6 +571,97 @@ def bfd_documents(lengths: np.ndarray, row_length: int) -> tuple[np.ndarray, int
     return row_of, rows
 
 
+def plan_builds(lengths: np.ndarray, row_length: int) -> dict:
+    """``PackSpec.build`` of ``lengths`` with ``search="auto"`` and ``"never"``, as calls."""
+    return {
+        s: functools.partial(PackSpec.build, lengths, row_length=row_length, batch_size=8, search=s)
+        for s in ("auto", "never")
+    }
+
+
+def bfd_sorted(lengths: np.ndarray, row_length: int) -> int:
+    """Per-document best-fit decreasing over a sorted list of the open rows' rooms (``bisect``
+    for the tightest room that holds each document, largest first): its cost grows with the
+    documents and the open rows, not with the row length. Returns the row count."""
+    rooms: list[int] = []
+    rows = 0
+    for s in sorted(lengths.tolist(), reverse=True):
+        i = bisect_left(rooms, s)
+        if i < len(rooms):
+            left = rooms.pop(i) - s
+        else:
+            rows += 1
+            left = row_length - s
+        if left:
+            insort(rooms, left)
+    return rows
+
+
+def long_rows(repeats: int) -> list[str]:
+    """Section 2b: the plan against a per-document BFD whose cost does not grow with L."""
+    torch.set_num_threads(1)
+    cases = []
+    for length in (2**20 + 3, 2**24):
+        for n in (375, 2_000, 10_000):
+            rng = np.random.default_rng(n)
+            for low in (8, 5):
+                docs = rng.integers(length // low + 1, length // 2 + 1, n)
+                cases.append((f"uniform in (L/{low}, L/2], N={n:,}", docs, length))
+            tail = rng.lognormal(np.log(length) - 2.5, 1.3, n).astype(np.int64) + 1
+            cases.append((f"lognormal up to L, N={n:,}", np.minimum(tail, length), length))
+        docs = np.random.default_rng(4).integers(length // 8 + 1, length // 2 + 1, 375)
+        cases.append(("uniform in (L/8, L/2], N=375, seed 4", docs, length))
+    lines = [
+        "## 2b. Long rows: PackSampler's plan vs a per-document best-fit decreasing",
+        "",
+        '`PackSpec.build` with the default `search="auto"` and with `search="never"` '
+        "(BFD in bulk) against **BFD sorted** (`bfd_sorted`: per-document best-fit decreasing "
+        "over a sorted list of the open rows' rooms, `bisect` for the tightest that holds each "
+        "document, largest first; no bitset, so its cost does not grow with the row length, "
+        "where section 2's per-document baseline shifts a bitset of L bits per document: about "
+        "0.85 s for 375 documents at L = 2**24). Rows longer than 16,384 tokens are repacked "
+        "in units of L // 1024 tokens (NOTE [ Repacking long rows in units ]; `version` is the "
+        "solver version of the default's plan, 12 where that search ran). Times: the median "
+        f"over {repeats} repeats of the best of 5 alternating rounds of the three, each round "
+        "about 10 ms of calls (at least one; CPU time); the ratios are time / BFD sorted's "
+        "from the same race. `never`'s rows are BFD sorted's (asserted).",
+        "",
+        "| lengths | L | bound L2 | rows auto | rows never = BFD | version | auto ms | never ms | "
+        "BFD sorted ms | auto / BFD sorted | never / BFD sorted |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    worst = {"auto": 0.0, "never": 0.0}
+    for label, lengths, row_length in cases:
+        builds = plan_builds(lengths, row_length)
+        base = functools.partial(bfd_sorted, lengths, row_length)
+        auto_t, never_t, base_t = side_by_side(
+            builds["auto"], builds["never"], base, budget_s=0.01, repeats=repeats, rounds=5
+        )
+        auto, never = builds["auto"](), builds["never"]()
+        rows = base()
+        assert never.num_rows == rows and auto.num_rows <= rows, (label, row_length)
+        flags = list(inspect.signature(solver_version).parameters)[1:]  # (searched, ...)
+        version = solver_version(auto.row_lengths, **{f: getattr(auto.patterns, f) for f in flags})
+        sizes, counts = np.unique(lengths, return_counts=True)
+        bound = lower_bound(sizes, counts, row_length)[1]
+        worst["auto"] = max(worst["auto"], auto_t / base_t)
+        worst["never"] = max(worst["never"], never_t / base_t)
+        lines.append(
+            f"| {label} | {row_length:,} | {bound:,} | {auto.num_rows:,} | {rows:,} | "
+            f"{version} | {auto_t * 1e3:.3g} | {never_t * 1e3:.3g} | {base_t * 1e3:.3g} | "
+            f"{auto_t / base_t:.2f}x | {never_t / base_t:.2f}x |"
+        )
+        print(lines[-1], flush=True)
+    lines += [
+        "",
+        f'Largest time ratio: `search="auto"` / BFD sorted **{worst["auto"]:.2f}x**, '
+        f'`search="never"` / BFD sorted **{worst["never"]:.2f}x**; rows: `never` = BFD\'s, '
+        "`auto` <= BFD's everywhere (asserted).",
+        "",
+    ]
+    return lines
+
+
 def packing(quick: bool, repeats: int) -> list[str]:
     torch.set_num_threads(1)  # (thread_time would not see work on torch's intra-op threads)
     rng = np.random.default_rng(0)
@@ -639,12 +740,7 @@ def packing(quick: bool, repeats: int) -> list[str]:
     ]
     worst = {"auto": 0.0, "never": 0.0, "count": 0.0, "doc": 0.0, "auto_doc": 0.0}
     for label, lengths, row_length in cases:
-        builds = {
-            s: lambda x=lengths, r=row_length, s=s: PackSpec.build(
-                x, row_length=r, batch_size=8, search=s
-            )
-            for s in ("auto", "never")
-        }
+        builds = plan_builds(lengths, row_length)
         pack = functools.partial(bfd_packing, lengths, row_length)
         count = functools.partial(bfd_rows, lengths, row_length)
         # Races of two, each baseline against `never` apart (in a race of three the function
@@ -793,7 +889,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
     parser.add_argument("--repeats", type=int, default=3, help="repeats behind each median")
     parser.add_argument(
-        "--only", choices=("collation", "packing", "streams"), help="run one section (a check)"
+        "--only",
+        choices=("collation", "packing", "long-rows", "streams"),
+        help="run one section (a check)",
     )
     parser.add_argument(
         "--write", action="store_true", help="with --only: replace that section in the results"
@@ -811,6 +909,7 @@ def main() -> None:
     sections = {
         "collation": lambda: collation(args.quick, args.repeats, args.kinds, args.rows),
         "packing": lambda: packing(args.quick, args.repeats),
+        "long-rows": lambda: long_rows(args.repeats),
         "streams": lambda: streaming(args.quick),
     }
     if args.only:
@@ -818,6 +917,10 @@ def main() -> None:
         print("\n".join(lines))
         if args.write:  # that section of the results file, replaced
             text = OUT.read_text()
+            if lines[0] not in text:  # (a new section: before the first that sorts after it)
+                later = [h for h in text.split("\n") if h.startswith("## ") and h > lines[0]]
+                at = text.index(later[0]) if later else len(text)
+                text = text[:at] + lines[0] + "\n\n" + text[at:]
             start = text.index(lines[0])
             end = text.find("\n## ", start + 1)
             stamp = f"(This section rerun alone: {time.perf_counter() - started:.0f} s.)"

@@ -19,14 +19,8 @@ def is_list(t: Any) -> bool:
         >>> is_list(pa.large_list(pa.int32())), is_list(pa.string())
         (True, False)
     """
-    import pyarrow as pa
-
-    return bool(
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or getattr(pa.types, "is_list_view", lambda _: False)(t)
-        or getattr(pa.types, "is_large_list_view", lambda _: False)(t)
+    return _is_any(
+        t, "is_list", "is_large_list", "is_fixed_size_list", "is_list_view", "is_large_list_view"
     )
 
 
@@ -39,13 +33,50 @@ def is_text(t: Any) -> bool:
         >>> is_text(pa.large_string()), is_text(pa.list_(pa.int64()))
         (True, False)
     """
+    return _is_any(t, "is_string", "is_large_string", "is_string_view")
+
+
+def is_bytes(t: Any) -> bool:
+    """Does the Arrow type ``t`` hold binary values (plain, large or a binary view)?
+
+    Example:
+        >>> import pyarrow as pa
+        >>> is_bytes(pa.large_binary()), is_bytes(pa.string())
+        (True, False)
+    """
+    return _is_any(t, "is_binary", "is_large_binary", "is_binary_view")
+
+
+def _is_any(t: Any, *tests: str) -> bool:
+    """Whether any of ``pyarrow.types``' ``tests`` (by name) holds for ``t``; a test this
+    pyarrow lacks (the views came in pyarrow 16) does not."""
     import pyarrow as pa
 
-    return bool(
-        pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or getattr(pa.types, "is_string_view", lambda _: False)(t)
-    )
+    return any(bool(getattr(pa.types, name, lambda _: False)(t)) for name in tests)
+
+
+def text_lengths(arr: Any) -> Any:
+    """The characters of each string (:func:`is_text`), or the bytes of each binary value
+    (:func:`is_bytes`), of an Arrow array or chunked array, nulls kept: the one measure of text
+    columns. A view is read as a large string or binary first (pyarrow's ``utf8_length`` and
+    ``binary_length`` have no kernel for views, up to pyarrow 26 at least).
+
+    Example:
+        >>> import pyarrow as pa
+        >>> text_lengths(pa.array(["ab", "été", None], pa.string_view())).to_pylist()
+        [2, 3, None]
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = arr.type
+    if is_text(t):
+        plain = _is_any(t, "is_string", "is_large_string")
+        return pc.utf8_length(arr if plain else arr.cast(pa.large_string()))
+    if is_bytes(t):
+        plain = _is_any(t, "is_binary", "is_large_binary")
+        return pc.binary_length(arr if plain else arr.cast(pa.large_binary()))
+    raise TypeError(f"text_lengths measures string or binary arrays, got type {t}")
 
 
 # NOTE [ Which files a directory of Parquet shards holds ]
@@ -59,6 +90,16 @@ def is_text(t: Any) -> bool:
 #   one), a ``notes.txt`` or an empty file is not data (``pyarrow.dataset`` and Spark fail on it),
 #   and a Hub cache repo's ``blobs/<sha>`` are its ``snapshots/*/*.parquet`` again (read twice,
 #   every row would count twice); ``bucketloader`` tells which files it skipped;
+# * a Hugging Face Hub cache repo (a directory holding ``snapshots/`` beside ``blobs/`` or
+#   ``refs/``, as ``datasets--org--name``) is read as one snapshot: its ``blobs/`` and ``refs/``
+#   are never read (each blob is a snapshot's file again; refs name revisions), and of several
+#   revisions in ``snapshots/`` only the one ``refs/main`` names is read (the others are told as
+#   skipped: each holds a copy of the shards, and reading them all counted every row once per
+#   revision). Where ``refs/main``'s snapshot holds no ``*.parquet`` name (``datasets`` read the
+#   repo from its Parquet export: ``main`` holds the card alone, ``refs/refs/convert/parquet``
+#   names the shards' revision), the one revision with such names that another ref names is
+#   read. Several revisions and no ref settling which is an error naming the revisions and the
+#   fix (pass the snapshot's folder);
 # * where no name ends in ``.parquet``, the shards are named otherwise (Hive writes ``000000_0``,
 #   Impala ``*.parq``; ``pyarrow.dataset``, Spark and ``parquet_histogram`` before this rule read
 #   them): then every regular file that begins with the Parquet magic bytes is read (4 bytes of
@@ -134,13 +175,19 @@ def skipped_note(source: str | os.PathLike[str], files: list[str], skipped: list
         'd: read 1 Parquet file; skipped 1 other file (README.md)'
     """
     root = os.fspath(source)
-    names = [os.path.relpath(f, root) for f in skipped[:NAMED_SKIPS]]
+    names = [
+        os.path.relpath(f, root) + ("/" if f.endswith(os.sep) else "")  # (a folder: a revision)
+        for f in skipped[:NAMED_SKIPS]
+    ]
     more = f", and {len(skipped) - NAMED_SKIPS:,} more" if len(skipped) > NAMED_SKIPS else ""
     many = "s" if len(files) != 1 else ""
-    other = "s" if len(skipped) != 1 else ""
+    folders = any(f.endswith(os.sep) for f in skipped)
+    other = (
+        ("entries" if folders else "files") if len(skipped) != 1 else "entry" if folders else "file"
+    )
     return (
         f"{root}: read {len(files):,} Parquet file{many}; skipped {len(skipped):,} other "
-        f"file{other} ({', '.join(names)}{more})"
+        f"{other} ({', '.join(names)}{more})"
     )
 
 
@@ -197,6 +244,17 @@ def _walk(root: str) -> tuple[list[str], list[str], list[str]]:
     for top, dirs, names in os.walk(root):
         hidden += [os.path.join(top, d) + os.sep for d in dirs if d.startswith(("_", "."))]
         dirs[:] = sorted(d for d in dirs if not d.startswith(("_", ".")))
+        if "snapshots" in dirs and _is_hub_repo(top):  # (each blob is a snapshot's file
+            for store in ("blobs", "refs"):  # again; refs name revisions)
+                if store in dirs:
+                    dirs.remove(store)
+                    hidden.append(os.path.join(top, store) + os.sep)
+        if len(dirs) > 1 and os.path.basename(top) == "snapshots":
+            repo = os.path.dirname(top)
+            if _is_hub_repo(repo):  # one revision of a Hub cache repo
+                keep = _main_revision(repo, dirs)
+                others += [os.path.join(top, d) + os.sep for d in dirs if d != keep]
+                dirs[:] = [keep]
         for name in names:
             path = os.path.join(top, name)
             if name.startswith(("_", ".")):
@@ -210,6 +268,55 @@ def _walk(root: str) -> tuple[list[str], list[str], list[str]]:
         files = [f for f, ok in sniffed.items() if ok]
         others = [f for f, ok in sniffed.items() if not ok]
     return sorted(files), sorted(others), sorted(hidden)
+
+
+def _is_hub_repo(path: str) -> bool:
+    """Whether ``path`` is a Hugging Face Hub cache repo (``snapshots/`` beside ``blobs/`` or
+    ``refs/``)."""
+    join = os.path.join
+    isdir = os.path.isdir
+    return isdir(join(path, "snapshots")) and (
+        isdir(join(path, "blobs")) or isdir(join(path, "refs"))
+    )
+
+
+def _main_revision(repo: str, revisions: list[str]) -> str:
+    """The revision of the Hub cache ``repo`` to read, one of ``revisions`` (its snapshots): the
+    one ``refs/main`` names where its snapshot holds a ``*.parquet`` file; else the one revision
+    with such a file that a ref names (``datasets`` reads some repos from their Parquet export,
+    ``refs/refs/convert/parquet``, beside a ``main`` snapshot of the card alone); else
+    ``refs/main``'s; else one clear error naming them (NOTE [ Which files a directory of
+    Parquet shards holds ])."""
+    refs: dict[str, str] = {}
+    for top, _, names in os.walk(os.path.join(repo, "refs")):
+        for name in names:
+            path = os.path.join(top, name)
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    refs[os.path.relpath(path, os.path.join(repo, "refs"))] = fh.read().strip()
+            except (OSError, UnicodeDecodeError):
+                continue
+    main = refs.get("main")
+    named = sorted({r for r in refs.values() if r in revisions})
+    sharded = [r for r in named if _holds_parquet(os.path.join(repo, "snapshots", r))]
+    if main in sharded or (main in revisions and not sharded):
+        return main  # type: ignore[return-value]
+    if len(sharded) == 1:
+        return sharded[0]
+    said = "has no refs/main" if main is None else f"its refs/main names {main!r}, not one of them"
+    if len(sharded) > 1:
+        said = f"refs name {len(sharded)} of them that hold Parquet files, not main's"
+    first = os.path.join(repo, "snapshots", revisions[0])
+    raise ValueError(
+        f"{repo} is a Hugging Face Hub cache holding {len(revisions)} snapshot revisions "
+        f"({_names(revisions)}), each a copy of the shards, and {said}: pass the snapshot to "
+        f"read, e.g. {first}"
+    )
+
+
+def _holds_parquet(folder: str) -> bool:
+    """Whether a name under ``folder`` ends in ``.parquet`` (a snapshot's shards)."""
+    return any(n.lower().endswith(".parquet") for _, _, names in os.walk(folder) for n in names)
 
 
 def _begins_as_parquet(path: str) -> bool:

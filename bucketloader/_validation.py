@@ -12,7 +12,7 @@ import numbers
 import os
 from collections.abc import Callable, Iterable, Mapping, Set
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -280,6 +280,71 @@ def check_options(owner: str, options: Any, allowed: Iterable[str]) -> None:
             f"{owner} got an unexpected option {name}={options[name]!r}{hint}; "
             f"its options: {', '.join(names)}"
         )
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def checks_options(obj: _F) -> _F:
+    """Decorate a public class (or function) so that a keyword its ``__init__`` (or it) does not
+    take is refused by :func:`check_options` (the closest option, another library's name for
+    it, the list of names it takes by keyword), not by Python's bare ``unexpected keyword
+    argument``. The options stay declared once, in the signature; a call with known keywords
+    costs one set comparison.
+
+    A class gets the check in ``__new__``, so ``__init__`` runs as before, with no frame between
+    it and its caller (the ``stacklevel`` of its warnings still points at the user's line); a
+    subclass with its own ``__init__`` is left to Python. A function is wrapped, which adds a
+    frame: decorate only functions that give no warning addressed to their caller.
+
+    Example:
+        >>> @checks_options
+        ... class C:
+        ...     def __init__(self, table=None, *, side="right"): ...
+        >>> try:
+        ...     C(padding_side="left")
+        ... except TypeError as exc:
+        ...     print(str(exc))
+        C got an unexpected option padding_side='left'; did you mean side=? (transformers' \
+padding_side); its options: side, table
+    """
+    import functools
+    import inspect
+
+    fn = obj.__init__ if isinstance(obj, type) else obj  # type: ignore[misc]
+    params = inspect.signature(fn).parameters.values()
+    name = obj.__qualname__
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        raise TypeError(f"checks_options: {name} takes **kwargs, so it checks them itself")
+    by_name = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    named = frozenset(p.name for p in params if p.kind in by_name) - {"self", "cls"}
+    options = sorted(named)
+
+    def check(kwargs: dict[str, Any]) -> None:
+        if not kwargs.keys() <= named:
+            check_options(name, {k: v for k, v in kwargs.items() if k not in named}, options)
+
+    if not isinstance(obj, type):
+
+        @functools.wraps(obj)
+        def checked(*args: Any, **kwargs: Any) -> Any:
+            check(kwargs)
+            return obj(*args, **kwargs)
+
+        return checked  # type: ignore[return-value]
+
+    if obj.__new__ is not object.__new__:
+        raise TypeError(f"checks_options: {name} has its own __new__")
+    init = obj.__init__  # type: ignore[misc]
+
+    def __new__(cls: type, *args: Any, **kwargs: Any) -> Any:
+        if cls.__init__ is init:  # type: ignore[misc]  # (a subclass's own __init__: Python's)
+            check(kwargs)
+        return object.__new__(cls)
+
+    __new__.__signature__ = inspect.signature(init)  # type: ignore[attr-defined]  # (help())
+    obj.__new__ = staticmethod(__new__)  # type: ignore[assignment]
+    return obj
 
 
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bucketloader._types import LengthsLike
-from bucketloader._validation import MAX_LENGTH, as_lengths, check_int
+from bucketloader._validation import MAX_LENGTH, as_lengths, check_int, checks_options
 
 __all__ = ["HISTOGRAM_FORMAT", "JointHistogram", "LengthHistogram"]
 
@@ -85,6 +85,7 @@ class LengthHistogram:
         return (LengthHistogram, (self._values, self._counts))
 
     @classmethod
+    @checks_options
     def from_lengths(
         cls,
         lengths: LengthsLike | LengthHistogram,

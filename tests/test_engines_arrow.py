@@ -48,6 +48,32 @@ def test_exact_on_every_real_file_over_shards(tmp_path, name):
     assert (r.num_rows, r.num_nulls, r.engine) == (arr.shape[0], 0, "arrow")
 
 
+@pytest.mark.skipif(not hasattr(pa, "string_view"), reason="pyarrow without views (< 16)")
+def test_string_and_binary_views_are_measured_like_strings_and_binaries():
+    """A string_view column died in pyarrow ('utf8_length' has no kernel for string_view) and a
+    binary_view one was refused: views are text, measured through one text_lengths."""
+    from bucketloader._arrow import text_lengths
+    from bucketloader.cli.files import characters_note
+    from bucketloader.hf.lengths import column_lengths
+
+    words = ["é" * n for n in (3, 0, 7, 3)]
+    table = pa.table(
+        {
+            "text": pa.array(words, pa.string_view()),
+            "raw": pa.array([w.encode() for w in words], pa.binary_view()),
+        }
+    )
+    ref = LengthHistogram.from_lengths([3, 0, 7, 3])
+    assert parquet_histogram(table, "text").histogram == ref  # (characters)
+    assert parquet_histogram(table, "raw").histogram == LengthHistogram.from_lengths([6, 0, 14, 6])
+    assert column_lengths(table.column("text"), "text").tolist() == [3, 0, 7, 3]
+    assert column_lengths(table.column("raw"), "raw").tolist() == [6, 0, 14, 6]
+    assert "measured in characters" in characters_note(table.schema, "text", "t.parquet")
+    assert text_lengths(pa.array([None, "ab"], pa.string_view())).to_pylist() == [None, 2]
+    with pytest.raises(TypeError, match=r"string or binary arrays, got type int64"):
+        text_lengths(pa.array([1]))
+
+
 def test_list_string_and_tensor_like_columns_from_offsets(tmp_path):
     rng = np.random.default_rng(0)
     lengths = rng.integers(0, 40, size=500)
@@ -410,8 +436,141 @@ def test_the_stream_source_lists_a_directory_by_the_same_rule(tmp_path):
     pq.write_table(pa.table({"n": [3]}), tmp_path / "ds" / "a.parquet")
     (tmp_path / "ds" / "README.md").write_text("hi")
     pq.write_table(pa.table({"n": [99]}), tmp_path / "ds" / "_tmp.parquet")
-    assert [row["n"] for row in ArrowRows(tmp_path / "ds")] == [3, 1, 2]  # (sorted by path)
+    with pytest.warns(UserWarning, match=r"1 of them in subfolders: sub/ \(1 file, 2 rows\)"):
+        assert [row["n"] for row in ArrowRows(tmp_path / "ds")] == [3, 1, 2]  # (sorted by path)
     assert [row["n"] for row in ArrowRows(str(tmp_path / "ds" / "*.parquet"))] == [99, 3]
+
+
+def _lengths_stream(source, kind):
+    from bucketloader.stream import BucketIterable, PackIterable
+
+    if kind == "bucket":
+        return BucketIterable(
+            source, length_fn="ids", boundaries=[4, 8, 16], batch_size=4, shuffle_buffer=8
+        )
+    return PackIterable(source, length_fn="ids", row_length=16, batch_size=2, open_rows=4)
+
+
+def _train_dir(root):
+    root.mkdir(parents=True)
+    for i in range(3):
+        rows = [[100 * i + j] * (1 + (7 * j + i) % 13) for j in range(40)]  # (row ids)
+        pq.write_table(pa.table({"ids": rows}), root / f"part-{i}.parquet")
+    return root
+
+
+def _flat(batches):
+    return [[sample["ids"] for sample in batch] for batch in batches]
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_stream_state_is_refused_over_other_files(tmp_path, kind):
+    """ArrowRows(dir) reads subfolders now: a state saved over a directory, resumed once a val/
+    subfolder (or a new shard) is there, would read other rows at the saved positions. The state
+    records the files (a digest); other files are refused naming both counts; the same files,
+    listed otherwise (a glob), resume exactly."""
+    import glob
+
+    from bucketloader.stream.arrow import ArrowRows
+
+    root = _train_dir(tmp_path / "train")
+    stream = _lengths_stream(ArrowRows(root), kind)
+    it = iter(stream)
+    for _ in range(3):
+        next(it)
+    state = stream.state_dict()
+    rest = _flat(it)
+    assert state["config"]["source"]["files"] == 3 and state["config"]["source"]["nested"] == 0
+    (root / "val").mkdir()
+    pq.write_table(pa.table({"ids": [[7] * 3] * 10}), root / "val" / "v.parquet")
+    with pytest.warns(UserWarning, match=r"in subfolders: val/ \(1 file, 10 rows\)"):
+        widened = ArrowRows(root)
+    with pytest.raises(
+        ValueError,
+        match=r"^state was saved over 3 Parquet files \(120 rows\), but this \w+'s source "
+        r"reads 4 Parquet files \(130 rows\) .*set_epoch",
+    ):
+        _lengths_stream(widened, kind).load_state_dict(state)
+    same = _lengths_stream(ArrowRows(sorted(glob.glob(str(root / "*.parquet")))), kind)
+    same.load_state_dict(state)
+    assert _flat(same) == rest
+    with pytest.raises(ValueError, match=r"^state was saved over 3 Parquet files .*records no"):
+        _lengths_stream([{"ids": [1]}] * 120, kind).load_state_dict(state)
+
+
+def test_a_state_saved_before_the_files_were_recorded(tmp_path):
+    """A state without the record (saved before it existed) resumes where the directory has no
+    file in a subfolder (the old rule read the same files), and is refused where one is."""
+    import glob
+
+    from bucketloader.stream.arrow import ArrowRows
+
+    root = _train_dir(tmp_path / "train")
+    stream = _lengths_stream(ArrowRows(root), "bucket")
+    it = iter(stream)
+    next(it)
+    state = stream.state_dict()
+    rest = _flat(it)
+    state["config"].pop("source")
+    again = _lengths_stream(ArrowRows(root), "bucket")
+    again.load_state_dict(state)
+    assert _flat(again) == rest
+    (root / "val").mkdir()
+    pq.write_table(pa.table({"ids": [[7] * 3] * 10}), root / "val" / "v.parquet")
+    with pytest.warns(UserWarning, match="in subfolders"):
+        widened = _lengths_stream(ArrowRows(root), "bucket")
+    with pytest.raises(ValueError, match=r"^state was saved before .* 1 of them in subfolders"):
+        widened.load_state_dict(state)
+    top = _lengths_stream(ArrowRows(sorted(glob.glob(str(root / "*.parquet")))), "bucket")
+    top.load_state_dict(state)
+    assert _flat(top) == rest
+
+
+@pytest.mark.parametrize("record", [{"digest": "0" * 16}, "abc", {"files": "3", "rows": 1}])
+def test_a_state_whose_file_record_is_malformed_is_refused_clearly(tmp_path, record):
+    """A hand-edited record was formatted as a count: ValueError "Cannot specify ',' with
+    's'." or AttributeError, naming nothing."""
+    from bucketloader.stream.arrow import ArrowRows
+
+    stream = _lengths_stream(ArrowRows(_train_dir(tmp_path / "train")), "bucket")
+    state = stream.state_dict()
+    state["config"]["source"] = record
+    with pytest.raises(ValueError, match=r"^state\['config'\]\['source'\] must record the files"):
+        stream.load_state_dict(state)
+
+
+def test_partitions_read_quietly_and_workers_keep_the_record(tmp_path):
+    import pickle
+    import warnings
+
+    from bucketloader.stream.arrow import ArrowRows
+
+    root = tmp_path / "events"
+    for year in (2023, 2024):
+        _write_shards(root / f"year={year}", pa.table({"ids": [[1, 2]] * 5}), 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (hive partitions are the reason to read recursively)
+        rows = ArrowRows(root)
+        copy = pickle.loads(pickle.dumps(rows))  # (a DataLoader worker's copy: no warning)
+    assert len(rows) == 10 and rows.fingerprint()["nested"] == 4
+    assert copy.fingerprint() == rows.fingerprint()
+    moved = tmp_path / "moved"
+    root.rename(moved)  # (paths are recorded relative to the files' folder: data may move)
+    assert ArrowRows(moved).fingerprint() == copy.fingerprint()
+    assert ArrowRows(pa.table({"ids": [[1]]})).fingerprint() is None
+    hub = tmp_path / "snapshot"
+    _write_shards(hub / "data", pa.table({"ids": [[1]] * 4}), 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (all in one subfolder: nothing mixed)
+        assert len(ArrowRows(hub)) == 4
+    _write_shards(hub / "val", pa.table({"ids": [[1]] * 3}), 1)
+    with pytest.warns(
+        UserWarning,
+        match=r"3 of them in subfolders: data/ \(2 files, 4 rows\), "
+        r"val/ \(1 file, 3 rows\); .*pass its folder, e\.g\. ArrowRows\('.*data'\)",
+    ) as record:
+        assert len(ArrowRows(hub)) == 7
+    assert record[0].filename == __file__  # (at the line building it)
 
 
 def test_a_directory_reads_parquet_shards_named_without_the_extension(tmp_path):
@@ -458,6 +617,76 @@ def test_files_named_otherwise_are_read_only_where_no_parquet_name_is(tmp_path):
     (repo / "refs" / "main").write_text("abc")
     r = parquet_histogram(repo, "n")
     assert sorted(np.repeat(r.histogram.values, r.histogram.counts).tolist()) == [1, 2, 3]
+
+
+def _hub_repo(tmp_path, revisions, main=None):
+    """A Hub cache repo, as huggingface_hub lays it out: every revision's shard is a symlink to
+    a blob (revision i has i + 3 rows)."""
+    repo = tmp_path / "datasets--org--name"
+    (repo / "blobs").mkdir(parents=True)
+    for i, rev in enumerate(revisions):
+        pq.write_table(pa.table({"n": list(range(1, i + 4))}), repo / "blobs" / f"b{i}")
+        (repo / "snapshots" / rev / "data").mkdir(parents=True)
+        os.symlink(repo / "blobs" / f"b{i}", repo / "snapshots" / rev / "data" / "train.parquet")
+    if main is not None:
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text(main)
+    return repo
+
+
+def test_a_hub_cache_with_several_revisions_reads_the_one_refs_main_names(tmp_path, caplog):
+    """Each snapshot revision holds a copy of the shards: the lister read them all, counting
+    every row once per revision (3 + 4 rows here, not 4)."""
+    import logging
+
+    from bucketloader._arrow import scan_parquet
+    from bucketloader.stream.arrow import ArrowRows
+
+    repo = _hub_repo(tmp_path, ["aaa", "bbb"], main="bbb\n")
+    with caplog.at_level(logging.INFO, logger="bucketloader"):
+        r = parquet_histogram(repo, "n")
+    assert r.num_rows == 4
+    assert sorted(np.repeat(r.histogram.values, r.histogram.counts).tolist()) == [1, 2, 3, 4]
+    assert "skipped 1 other entry (snapshots/aaa/)" in caplog.text
+    assert [row["n"] for row in ArrowRows(repo)] == [1, 2, 3, 4]
+    files, skipped = scan_parquet(repo / "snapshots")  # (the snapshots folder itself)
+    assert len(files) == 1 and [os.path.basename(s.rstrip(os.sep)) for s in skipped] == ["aaa"]
+    assert parquet_histogram(repo / "snapshots" / "aaa", "n").num_rows == 3  # (one, by path)
+
+
+@pytest.mark.parametrize("main", [None, "ccc"])
+def test_a_hub_cache_with_several_revisions_and_no_main_is_an_error(tmp_path, main):
+    repo = _hub_repo(tmp_path, ["aaa", "bbb"], main=main)
+    said = "has no refs/main" if main is None else "its refs/main names 'ccc', not one of them"
+    with pytest.raises(
+        ValueError,
+        match=rf"Hub cache holding 2 snapshot revisions \(aaa, bbb\), each a copy of the shards, "
+        rf"and {said}: pass the snapshot to read, e\.g\. .*snapshots.aaa$",
+    ):
+        parquet_histogram(repo, "n")
+    one = _hub_repo(tmp_path / "one", ["aaa"])  # one revision, no refs: that one
+    assert parquet_histogram(one, "n").num_rows == 3
+
+
+def test_a_hub_cache_whose_main_holds_no_parquet_reads_the_parquet_export(tmp_path):
+    """``datasets`` loads some repos from their Parquet export: huggingface_hub then keeps
+    ``refs/main`` (a snapshot of the card alone) and ``refs/refs/convert/parquet`` (the
+    ``refs/convert/parquet`` revision's shards). Reading refs/main's snapshot only found no
+    Parquet file (the lister read both revisions before, so the shards were found)."""
+    repo = _hub_repo(tmp_path, ["bbb"])  # (the export's revision: 3 rows)
+    (repo / "blobs" / "card").write_text("# card")
+    (repo / "snapshots" / "aaa").mkdir()
+    os.symlink(repo / "blobs" / "card", repo / "snapshots" / "aaa" / "README.md")
+    (repo / "refs" / "refs" / "convert").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("aaa")
+    (repo / "refs" / "refs" / "convert" / "parquet").write_text("bbb")
+    assert parquet_histogram(repo, "n").num_rows == 3
+    (repo / "refs" / "main").unlink()  # (no main: the one ref that names shards)
+    assert parquet_histogram(repo, "n").num_rows == 3
+    (repo / "refs" / "main").write_text("aaa")  # (main holds shards too: main is read)
+    pq.write_table(pa.table({"n": [5] * 7}), repo / "blobs" / "m0")
+    os.symlink(repo / "blobs" / "m0", repo / "snapshots" / "aaa" / "train.parquet")
+    assert parquet_histogram(repo, "n").num_rows == 7
 
 
 @contextlib.contextmanager

@@ -702,3 +702,14 @@ def test_an_iterable_dataset_is_refused_untouched_with_both_streams_named():
         ):
             call(stream, pad_token_id=0, batch_size=2, **options)
     assert pulled == []
+
+
+def test_lengths_of_a_string_view_column_are_its_characters():
+    """hf.lengths refused a string_view column ('has type string_view'), which it measures
+    as a string column; a binary_view as a binary one."""
+    import pyarrow as pa
+
+    if not hasattr(pa, "string_view"):
+        pytest.skip("pyarrow without views (< 16)")
+    table = pa.table({"text": pa.array(["ab", "cdé", ""], pa.string_view())})
+    assert hf.lengths(datasets.Dataset(table), "text").tolist() == [2, 3, 0]

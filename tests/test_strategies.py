@@ -84,6 +84,30 @@ def test_no_heuristic_beats_optimal_on_real_data(name):
             assert padding_cost(h, compute_boundaries(h, k, strategy=name)) >= best
 
 
+@pytest.mark.parametrize("name", [*BUILTIN, "batched"])
+@pytest.mark.parametrize("given", [list, tuple, np.array])
+def test_a_strategy_called_directly_takes_any_sequence_of_lengths(name, given):
+    """percentile([...], 4) died in AttributeError ('list' object has no attribute
+    'num_samples'): every built-in strategy takes raw lengths as optimal did."""
+    lengths = [3, 5, 5, 9, 12, 40, 41, 41]
+    fn = STRATEGIES[name]
+    got = fn(given(lengths), 3)
+    want = fn(LengthHistogram.from_lengths(lengths), 3)
+    as_array = lambda r: getattr(r, "boundaries", r).tolist()  # noqa: E731
+    assert as_array(got) == as_array(want)
+
+
+@pytest.mark.parametrize("name", [*BUILTIN, "batched"])
+def test_a_strategy_called_directly_refuses_bad_input_naming_the_argument(name):
+    fn = STRATEGIES[name]
+    with pytest.raises(TypeError, match=r"^hist must be a list, numpy array or torch tensor"):
+        fn({3: 1, 5: 2}, 2)
+    with pytest.raises(ValueError, match=r"^hist must be non-negative, got -1 at index 1"):
+        fn([3, -1], 2)
+    with pytest.raises(ValueError, match=r"^num_buckets must be an int >= 1, got num_buckets=0$"):
+        fn(LengthHistogram.from_lengths([3, 5]), 0)  # (linear: ZeroDivisionError; percentile: [])
+
+
 def test_more_buckets_than_values_is_zero_padding():
     for name in FAST:
         sol = solve_boundaries([0, 0, 5, 9], 50, strategy=name)

@@ -194,6 +194,99 @@ def test_every_entry_point_refuses_options_in_one_voice():
             call()
 
 
+def _public_keyword_entry_points():
+    """The public constructors and functions whose options are declared in their own signature
+    (no ``**options`` parsed by check_options): the ones :func:`checks_options` guards."""
+    from bucketloader import (
+        BucketCache,
+        LengthHistogram,
+        PadCollator,
+        TokenBudget,
+        analyze,
+        calibrate,
+    )
+    from bucketloader.compile import CompileCache, ExampleBatches
+    from bucketloader.engines import parquet_histogram
+    from bucketloader.hf import ModelInputs, PackedInputs, add_lengths, lengths
+    from bucketloader.pack import PackCollator, PackSpec, SplitDataset, plan_pack_epoch
+    from bucketloader.plan import BucketSpec, plan_epoch
+    from bucketloader.stream import PackIterable
+    from bucketloader.stream.arrow import ArrowRows
+
+    return [
+        (PadCollator, "PadCollator", {"padding_side": "left"}, "did you mean side=?"),
+        (PadCollator, "PadCollator", {"padding_value": -1}, "did you mean pad_value=?"),
+        (PackCollator, "PackCollator", {"pad_id": 0}, "did you mean pad_token_id=?"),
+        (PackCollator, "PackCollator", {"drop_last": True}, "its options: key"),
+        (PackIterable, "PackIterable", {"drop_last": True}, "did you mean last_batch=?"),
+        (PackIterable, "PackIterable", {"max_seq_len": 64}, "did you mean row_length=?"),
+        (BucketCache, "BucketCache", {"maxsize": 1}, "did you mean max_size=?"),
+        (CompileCache, "CompileCache", {"maxsize": 1}, "its options: "),
+        (ExampleBatches, "ExampleBatches", {"padding_side": "left"}, "its options: "),
+        (SplitDataset, "SplitDataset", {"max_seq_len": 8}, "did you mean max_length=?"),
+        (ModelInputs, "ModelInputs", {"padding_side": "left"}, "its options: "),
+        (PackedInputs, "PackedInputs", {"pad_id": 0}, "its options: "),
+        (analyze, "analyze", {"n_bins": 8}, "did you mean num_buckets=?"),
+        (calibrate, "calibrate", {"repeat": 3}, "did you mean repeats=?"),
+        (parquet_histogram, "parquet_histogram", {"columns": "x"}, "did you mean column=?"),
+        (lengths, "lengths", {"num_workers": 2}, "its options: "),
+        (TokenBudget, "TokenBudget", {"max_batch": 8}, "did you mean max_batch_size=?"),
+        (
+            LengthHistogram.from_lengths,
+            "LengthHistogram.from_lengths",
+            {"binwidth": 8},
+            "did you mean bin_width=?",
+        ),
+        (plan_epoch, "plan_epoch", {"seeds": 1}, "did you mean seed=?"),
+        (BucketSpec.build, "BucketSpec.build", {"num_bucket": 2}, "did you mean num_buckets=?"),
+        (PackSpec.build, "PackSpec.build", {"drop_last": True}, "did you mean last_batch=?"),
+        (ArrowRows, "ArrowRows", {"column": ["a"]}, "did you mean columns=?"),
+        (plan_pack_epoch, "plan_pack_epoch", {"seeds": 1}, "did you mean seed=?"),
+        (add_lengths, "add_lengths", {"num_workers": 2}, "its options: "),
+    ]
+
+
+def test_public_constructors_refuse_an_unknown_keyword_in_one_voice():
+    """PadCollator(padding_side="left") built directly gave Python's bare ``__init__() got an
+    unexpected keyword argument`` while sampler.collator(padding_side=...) named side=."""
+    for entry, owner, options, hint in _public_keyword_entry_points():
+        with pytest.raises(TypeError, match=rf"^{owner} got an unexpected option ") as info:
+            entry(**options)
+        assert hint in str(info.value), (owner, str(info.value))
+        assert "unexpected keyword argument" not in str(info.value)
+
+
+def test_checks_options_keeps_the_signature_and_the_valid_calls():
+    import inspect
+
+    from bucketloader import PadCollator
+    from bucketloader._validation import checks_options
+    from bucketloader.plan import BucketSpec
+
+    assert "side" in keyword_options(PadCollator.__init__)  # (the options, declared once)
+    assert "shape_table" in inspect.signature(PadCollator).parameters
+    table = BucketSpec.build([3, 4, 9], num_buckets=1, batch_size=2).shape_table()
+    assert PadCollator(table, side="left").side == "left"
+    assert PadCollator(shape_table=table).side == "right"  # (positional-or-keyword by name)
+
+    def takes_all(x, **rest): ...
+
+    with pytest.raises(TypeError, match=r"takes \*\*kwargs"):
+        checks_options(takes_all)
+
+    class Sub(PadCollator):  # (a subclass's own options are its own business)
+        def __init__(self, shape_table, *, extra=1, **kwargs):
+            super().__init__(shape_table, **kwargs)
+            self.extra = extra
+
+    assert Sub(table, extra=2, side="left").extra == 2
+    import copy
+    import pickle
+
+    assert pickle.loads(pickle.dumps(PadCollator(table, side="left"))).side == "left"
+    assert copy.deepcopy(PadCollator(table, side="left")).side == "left"
+
+
 # -- lengths given as strings (s10-user) ---------------------------------------------------------
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._validation import check_bool, check_int
+from bucketloader._validation import check_bool, check_int, checks_options
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ def _default_inputs(rows: int, length: int) -> tuple[Any, ...]:
     return (torch.randn(rows, length),)
 
 
+@checks_options
 def calibrate(
     model_fn: Callable[..., Any],
     *,

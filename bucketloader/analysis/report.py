@@ -26,6 +26,7 @@ from bucketloader._validation import (
     check_bool,
     check_float,
     check_int,
+    checks_options,
 )
 from bucketloader.analysis._plot import pct, plot_report
 from bucketloader.analysis._scan import dataset_lengths, is_dataloader, is_dataset, scan_batches
@@ -195,6 +196,7 @@ def check_parent(name: str, path: str | os.PathLike[str]) -> None:
     )
 
 
+@checks_options
 def analyze(
     data: ArrayLike | LengthHistogram | torch_data.Dataset[Any] | torch_data.DataLoader[Any],
     *,

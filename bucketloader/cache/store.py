@@ -45,7 +45,7 @@ from typing import Any
 
 from bucketloader._dist import world_size
 from bucketloader._files import NotAFile, clean_temps, folder_blocker, os_reason, write_atomic
-from bucketloader._validation import check_bool, check_folder, check_int
+from bucketloader._validation import check_bool, check_folder, check_int, checks_options
 from bucketloader._version import __version__
 from bucketloader.cache._dist import broadcast_get_or_solve
 from bucketloader.cache._io import (
@@ -74,6 +74,7 @@ class CacheWarning(UserWarning):
     """A cache entry or directory could not be used; the solution was computed instead."""
 
 
+@checks_options
 class BucketCache:
     """A directory cache of bucketing solutions, shared by runs, processes and ranks.
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from bucketloader._arrow import is_text
 from bucketloader._validation import MAX_LENGTH, as_lengths
 
 #: The demo's default data, shipped in ``bucketloader/data``.
@@ -335,12 +336,9 @@ def characters_note(schema: Any, column: str, name: str) -> str | None:
         >>> characters_note(pa.schema([("ids", pa.list_(pa.int64()))]), "ids", "t.parquet") is None
         True
     """
-    import pyarrow as pa
-
     if schema is None or schema.get_field_index(column) < 0:
         return None
-    kind = schema.field(column).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+    if not is_text(schema.field(column).type):  # (string views too)
         return None
     return (
         f"{name} column {column!r} holds text: its lengths are measured in characters, not "

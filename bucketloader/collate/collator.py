@@ -59,7 +59,7 @@ from torch.utils.data import default_collate
 
 from bucketloader._samples import BARE_KEY, check_readable, kind_of
 from bucketloader._types import SIDES
-from bucketloader._validation import MissingKeyError, check_choice
+from bucketloader._validation import MissingKeyError, check_choice, checks_options
 from bucketloader.collate import fields as cf
 from bucketloader.collate._pad import (
     NUMPY_MIN_BYTES,
@@ -81,6 +81,7 @@ from bucketloader.plan import ShapeTable
 __all__ = ["PadCollator"]
 
 
+@checks_options
 class PadCollator:
     """Collate a batch into tensors of exactly one of the sampler's planned shapes.
 

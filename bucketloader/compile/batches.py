@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from bucketloader._samples import is_sequence, kind_of
+from bucketloader._validation import checks_options
 from bucketloader.collate import PadCollator
 from bucketloader.collate.fields import keys_of
 
@@ -59,6 +60,7 @@ class BatchSource(Protocol):
     def make_batch(self, shape: tuple[int, ...]) -> Any: ...
 
 
+@checks_options
 class ExampleBatches:
     """One batch of every planned shape, from one real sample, through the training collator.
 

@@ -73,7 +73,7 @@ from bucketloader._files import (
     read_json,
     write_atomic,
 )
-from bucketloader._validation import check_bool, check_choice, check_folder
+from bucketloader._validation import check_bool, check_choice, check_folder, checks_options
 from bucketloader._version import __version__
 from bucketloader.cache import default_cache_dir
 from bucketloader.compile._key import KEY_FORMAT, check_torch, digest
@@ -112,6 +112,7 @@ class ShapeRecord:
     updated: float
 
 
+@checks_options
 class CompileCache:
     """Compiled graphs shared by runs (warm starts) and ranks, plus a record per compiled shape.
 

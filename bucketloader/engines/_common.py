@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._arrow import is_list
+from bucketloader._arrow import is_bytes, is_list, is_text, text_lengths
 from bucketloader._validation import MAX_LENGTH, check_choice
 from bucketloader.histogram import JointHistogram, LengthHistogram
 
@@ -254,14 +254,7 @@ def check_arrow_type(t: Any, name: str) -> None:
             f"column {name!r} holds {t} numbers; lengths are whole numbers: cast the column to "
             "int64 (after rounding up) or pass length_fn="
         )
-    if (
-        pa.types.is_integer(t)
-        or pa.types.is_string(t)
-        or pa.types.is_large_string(t)
-        or getattr(pa.types, "is_string_view", lambda _: False)(t)
-        or pa.types.is_binary(t)
-        or pa.types.is_large_binary(t)
-    ):
+    if pa.types.is_integer(t) or is_text(t) or is_bytes(t):
         return
     raise TypeError(
         f"column {name!r} has type {t}; lengths come from a list column (token ids, audio "
@@ -299,10 +292,8 @@ def arrow_lengths(arr: Any, name: str) -> tuple[np.ndarray, np.ndarray | None]:
         measured = pc.list_value_length(arr)
     elif pa.types.is_integer(t):
         measured = arr
-    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        measured = pc.binary_length(arr)
-    else:
-        measured = pc.utf8_length(arr)
+    else:  # (check_arrow_type let only text and binary through)
+        measured = text_lengths(arr)
     valid = None
     if measured.null_count:
         valid = measured.is_valid().to_numpy(zero_copy_only=False)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from bucketloader._arrow import parquet_files, scan_parquet, skipped_note
 from bucketloader._types import LazyModule
-from bucketloader._validation import MissingKeyError, check_bool, check_int
+from bucketloader._validation import MissingKeyError, check_bool, check_int, checks_options
 from bucketloader.engines._common import (
     Accumulator,
     ScanResult,
@@ -55,6 +55,7 @@ _log = logging.getLogger(__name__)
 DEFAULT_BATCH_SIZE = 65536
 
 
+@checks_options
 def parquet_histogram(
     source: ParquetSource,
     column: str | list[str],

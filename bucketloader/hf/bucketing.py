@@ -66,6 +66,7 @@ from bucketloader._validation import (
     check_int,
     check_options,
     check_pad_token_id,
+    checks_options,
     keyword_options,
 )
 from bucketloader.boundaries import round_up
@@ -163,6 +164,7 @@ class Targets:
         return f"Targets({shown})"
 
 
+@checks_options
 class ModelInputs:
     """Collate with a ``PadCollator`` and return what a ``transformers`` model's ``forward`` takes.
 

@@ -22,9 +22,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from bucketloader._arrow import is_list
+from bucketloader._arrow import is_bytes, is_list, is_text, text_lengths
 from bucketloader._types import LazyModule
-from bucketloader._validation import MissingKeyError, as_lengths, batch_lengths, check_int
+from bucketloader._validation import (
+    MissingKeyError,
+    as_lengths,
+    batch_lengths,
+    check_int,
+    checks_options,
+)
 
 if TYPE_CHECKING:
     import datasets
@@ -37,6 +43,7 @@ __all__ = ["LENGTH_COLUMN", "add_lengths", "lengths"]
 LENGTH_COLUMN = "length"
 
 
+@checks_options
 def lengths(
     dataset: datasets.Dataset | datasets.DatasetDict,
     column: str | Sequence[str] | None = None,
@@ -115,6 +122,7 @@ def lengths(
     return out if indices is None else out[indices]
 
 
+@checks_options
 def add_lengths(
     dataset: datasets.Dataset | datasets.DatasetDict,
     column: str | Sequence[str] | None = None,
@@ -234,10 +242,8 @@ def column_lengths(arr: Any, path: str) -> np.ndarray:
     t = arr.type
     if is_list(t):
         measure = pc.list_value_length
-    elif pa.types.is_string(t) or pa.types.is_large_string(t):
-        measure = pc.utf8_length
-    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        measure = pc.binary_length
+    elif is_text(t) or is_bytes(t):  # (string and binary views too)
+        measure = text_lengths
     elif pa.types.is_integer(t) or pa.types.is_floating(t):
         measure = None
     else:

@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from bucketloader._validation import check_bool, check_choice
+from bucketloader._validation import check_bool, check_choice, checks_options
 from bucketloader.hf.bucketing import (
     Bucketing,
     check_entry_options,
@@ -60,6 +60,7 @@ __all__ = ["ATTENTION", "PackedInputs", "for_packing"]
 ATTENTION = ("flash", "mask", "positions")
 
 
+@checks_options
 class PackedInputs:
     """Collate with a :class:`~bucketloader.pack.PackCollator` and keep what a ``transformers``
     causal LM takes: ``input_ids``, ``labels``, ``position_ids``, plus the mask or the varlen

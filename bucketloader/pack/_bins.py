@@ -79,7 +79,9 @@ data set:
   of its room) and, once they pass ``_REPACK_WORK`` = 16 per document per word of the row (plus
   one), stops at the next pattern and keeps the tightest plan done by then (BFD's before any):
   counted, not timed, so every rank plans the same; MBS over every document follows only where
-  its estimate (BFD's rows x distinct sizes x words) fits in the work left. Where every BFD
+  its estimate (BFD's rows x distinct sizes x words) fits in the work left. In rows longer
+  than 16,384 tokens the words are those of rows in units (NOTE [ Repacking long rows in
+  units ]), so neither the budget nor the search grows with the row length. Where every BFD
   row keeps room (2,000 documents uniform in (L/4, L/2], now packed as NOTE [ At most three
   documents a row ] says, not by this search) the search had cost 20-90x a
   best-fit decreasing for a few rows: 31-41 ms in rows of 1024 (814 rows, BFD 842), 0.56 s in rows
@@ -137,6 +139,35 @@ decreasing ]). On 150 other cases where the search runs (tests/data lengths resa
 the earlier BFD-then-MBS plan in 35, looser in 42 (by 1 to 84 rows, 0.44% of GSM8K's rows at
 50k documents and L = 256: within 0.1% of the bound or the promise, where the earlier plan was
 nearer the bound) and equal in 73; the promise holds in 92 of them (earlier: 84).
+
+NOTE [ Repacking long rows in units ]
+The repack's state is a bitset over row capacities: a quick fill's pair is two big-integer
+operations on ``L`` bits, a closest fill one shift-or of ``L`` bits per chunk, and its budget
+(16 word operations per document per 64-bit word of the row) grows with ``L`` too. At ``L =
+2**24`` one chunk shifts 2 MB: 375 documents uniform in (L/8, L/2] took 22 s to plan (and
+``"always"`` minutes) where a per-document BFD over a sorted list of rooms takes 0.3 ms, and
+1,988 in rows of 2**20 + 3 took 6.5 s; the budget that should stop it had grown with the row.
+So where the longest row has more than ``_EXACT_ROWS`` = 16,384 tokens, the repack works in
+units of ``L // 1024`` tokens (``L`` the longest row), as :func:`filled_rows` does: each
+repacked document's size rounded up to whole units, each row length rounded down (``L_i //
+unit`` units), so a row in units holds at most ``L_i`` tokens whatever the documents in it;
+rows of 1,024 to 2,047 units, so the bitsets, the budget (in the words of those rows) and the
+cap cost what they cost in rows of 1,024 to 2,047 tokens. The rows in units become rows of
+documents as in :func:`filled_rows` (the slots of each unit, in order, take that unit's
+documents, in order). A row holding a document longer than the longest row in units (within a
+unit of ``L``) is not repacked. MBS over every document does not follow (its bitsets are as
+long as the row: in ``"auto"`` its estimate had ruled it out but for a few hundred documents,
+and ``"always"`` ran it for minutes).
+
+Rounding costs at most a unit (0.1% of a row) per repacked document; on 9 random cases at
+``L`` = 2**20 + 3 and 2**24 (135 to 2,172 documents) the plan has as many rows as version 11's
+or 1-2 fewer (the search is no longer cut by its budget), in 3-39 ms where version 11 took
+0.14-136 s, about the time the same cases take scaled down to rows of 1,024 (1.0-2.0x it).
+Plans the search made or kept there have solver version 12 (``coarse``), BFD's own plan too
+unless version 11 could not have run MBS over every document (its estimate past
+``_MBS_WORK``), since MBS's plan had BFD's version: a state saved by version 11 fails loudly
+rather than resume another plan. Rows of at most 16,384 tokens are searched token by token as
+before (the gate, benchmarks/pack_gate.py: the same plans and versions on its 753 cases).
 
 NOTE [ At most three documents a row ]
 Where every document is longer than a quarter of the (one) row length, a row holds three at
@@ -369,8 +400,9 @@ import numpy as np
 #: proves the promise out of reach (NOTE [ Repacking the rows with room ], the cap). 10: the
 #: rows of three with the turned pairing, and where the thirds bound rises above ``ceil(tokens /
 #: L)`` with documents of L/4 or less (NOTE [ Rows of three where the thirds rise ]). 11: full
-#: rows of any count where BFD's floor misses the promise (NOTE [ Full rows of any count ]).
-SOLVER_VERSION = 11
+#: rows of any count where BFD's floor misses the promise (NOTE [ Full rows of any count ]). 12:
+#: rows longer than ``_EXACT_ROWS`` repacked in units (NOTE [ Repacking long rows in units ]).
+SOLVER_VERSION = 12
 
 
 def solver_version(
@@ -382,6 +414,7 @@ def solver_version(
     capped: bool = False,
     turned: bool = False,
     filled: bool = False,
+    coarse: bool = False,
 ) -> int:
     """The :data:`SOLVER_VERSION` whose plans a spec with these row lengths gets: version 4
     changed only plans with several row lengths, version 5 only the plans that repacking
@@ -391,15 +424,19 @@ def solver_version(
     (``tripled``), and version 8 only the ``"always"`` plans its promise-sized round made
     tighter (``promised``) and version 9 only those where the repack's cap stopped it
     (``capped``), and version 10 only the rows of three it changed or added (``turned``), and
-    version 11 only the full rows of any count (``filled``), so the others keep 3, 4, 5, 6, 7,
-    8, 9 or 10 (and their digests, so the states saved before still load). Each flag's version
+    version 11 only the full rows of any count (``filled``), and version 12 only the plans of
+    rows longer than ``_EXACT_ROWS`` that the search touched (``coarse``), so the others keep 3,
+    4, 5, 6, 7, 8, 9, 10 or 11 (and their digests, so the states saved before still load). Each
+    flag's version
     is written out, not :data:`SOLVER_VERSION`: a later bump leaves
     the plans it did not change on theirs.
 
     Example:
-        >>> solver_version((1024,), capped=True), solver_version((1024,), filled=True)
-        (9, 11)
+        >>> solver_version((1024,), capped=True), solver_version((1 << 20,), coarse=True)
+        (9, 12)
     """
+    if coarse:
+        return 12
     if filled:
         return 11
     if turned:
@@ -434,7 +471,8 @@ _CLOSE_ENOUGH = 1000
 _DOCS_PER_PATTERN = 40
 #: ``"auto"`` runs the whole-data Minimum Bin Slack after a repack that fell short only while
 #: its work (BFD's rows x distinct sizes x 64-bit words of the longest row, in big-integer word
-#: operations: about 1.4 ns each here) stays under this: 2,000 documents of 32k-64k tokens in
+#: operations: about 1.4 ns each here; never where the rows are repacked in units, NOTE
+#: [ Repacking long rows in units ]) stays under this: 2,000 documents of 32k-64k tokens in
 #: rows of 131,072 cost it 4.7 s (3.3e9), for nothing (s7-rev2); the tests' and benchmarks'
 #: searches stay under 3e6. ``"always"`` runs it whatever it costs.
 _MBS_WORK = 10**8
@@ -463,6 +501,9 @@ _REPACK_FLOOR = 50_000
 #: :func:`filled_rows` works in units of ``L // _FILL_UNITS`` tokens (at least 1): rows of
 #: 1,024 to 2,047 units, whatever the row length (NOTE [ Full rows of any count ]).
 _FILL_UNITS = 1024
+#: Rows up to this many tokens are repacked token by token; longer ones in units of
+#: ``L // _FILL_UNITS`` tokens, L the longest row (NOTE [ Repacking long rows in units ]).
+_EXACT_ROWS = 16384
 #: Its rounds of exactly full rows of three and of four documents, ...
 _FILL_ROUNDS = 3
 #: ... each turning the partners by this many more places (times the partner's rank).
@@ -498,6 +539,8 @@ class Patterns:
             [ Rows of three where the thirds rise ]), which :func:`solver_version` tells too.
         filled: whether the plan is :func:`filled_rows`' (NOTE [ Full rows of any count ]),
             which :func:`solver_version` tells too.
+        coarse: whether the search of rows longer than ``_EXACT_ROWS`` made or kept it (NOTE
+            [ Repacking long rows in units ]), which :func:`solver_version` tells too.
     """
 
     sizes: np.ndarray
@@ -513,6 +556,7 @@ class Patterns:
     capped: bool = False
     turned: bool = False
     filled: bool = False
+    coarse: bool = False
 
     @functools.cached_property
     def fill(self) -> np.ndarray:
@@ -696,6 +740,9 @@ def _searched(
     # patterns for the documents, else (the default's promise) towards 0.5 points of padding
     aims = [c2, promised] if few else [c2]
     words = -(-max(row_lengths) // 64)
+    # NOTE [ Repacking long rows in units ]: the search's state and budget in units of L // 1024
+    unit = max(row_lengths) // _FILL_UNITS if max(row_lengths) > _EXACT_ROWS else 1
+    mbs_words, words = words, -(-(max(row_lengths) // unit) // 64)
     # (counted, not timed: the same plan on every rank; "always" searches whatever it costs)
     work = None
     if goal.auto:  # [spent, budget] in words, [steps, cap] (the cap: see below), cut
@@ -704,10 +751,20 @@ def _searched(
             # NOTE [ Repacking the rows with room ], the cap: the promise is out of reach
             work[3] = _REPACK_FLOOR + docs * (_DOC_WORDS + words // 4) * _REPACK_TENTHS // 10
     most = docs // _DOCS_PER_PATTERN
-    best = repack(fit, row_lengths, aims, enough, most, work)
+    best = repack(fit, row_lengths, aims, enough, most, work, unit)
     least = _padded(best, row_lengths)
     if least >= padded:
         best, least = fit, padded  # (as earlier versions: their digests)
+    estimate = fit.num_rows * len(sizes) * mbs_words
+    if unit > 1:
+        # (version 12's, even BFD's own plan where earlier versions could have run MBS over
+        # every document, whose plan had BFD's version: a state saved there fails loudly)
+        if best is not fit or not goal.auto or estimate <= _MBS_WORK:
+            best = dataclasses.replace(best, coarse=True)
+        if rival is not None and not goal.auto and docs < _DOCS_PER_SIZE * len(sizes):
+            rival.append(repack(fit, row_lengths, [c2, promised], enough, most, None, unit))
+            rival[-1] = dataclasses.replace(rival[-1], coarse=True)
+        return best  # (no MBS over every document: its state grows with the row length)
     if work is not None and work[4]:
         return dataclasses.replace(best, capped=True)  # (the cap cut the repack: version 9)
     if rival is not None and not goal.auto and docs < _DOCS_PER_SIZE * len(sizes):
@@ -719,7 +776,6 @@ def _searched(
         best = dataclasses.replace(best, budgeted=True)  # (the repack was cut: version 6)
     if enough(least):
         return best
-    estimate = fit.num_rows * len(sizes) * words
     if goal.auto and estimate > _MBS_WORK:
         return best  # (the search's cost grows with the row length: not worth it by default)
     if work is not None and estimate > work[1] - work[0]:
@@ -860,6 +916,7 @@ def repack(
     enough: Callable[[int], bool] | None = None,
     most: int | None = None,
     work: list[int] | None = None,
+    unit: int = 1,
 ) -> Patterns:
     """Some of ``fit``'s rows with room left packed again by Minimum Bin Slack with quick fills,
     the other rows kept (NOTE [ Repacking the rows with room ]); ``fit`` when every row is full.
@@ -869,7 +926,8 @@ def repack(
     (else the last aim; without aims, every row with room), and twice that room while
     ``enough(row tokens)`` is false. ``work`` (``[spent, budget]``, big-integer word
     operations) stops it once spent passes the budget: the tightest plan done by then
-    (``fit`` before any).
+    (``fit`` before any). ``unit`` > 1: the repacked rows in units of that many tokens, each
+    document's rounded up (NOTE [ Repacking long rows in units ]).
 
     Example:
         >>> fit = best_fit(np.array([3, 2]), np.array([2, 4]), (7,))  # 3 3 | 2 2 2 | 2
@@ -880,6 +938,11 @@ def repack(
     lens = np.asarray(row_lengths, dtype=np.int64)
     room = lens[fit.kind] - fit.fill
     order = np.argsort(-room, kind="stable")[: int(np.count_nonzero(room))]
+    widths = np.diff(fit.offsets)
+    if unit > 1:  # (a pattern holding a document longer than the longest row in units stays)
+        over = -(-fit.sizes[fit.items] // unit) > int(lens[-1]) // unit
+        over = np.add.reduceat(over, fit.offsets[:-1]) > 0 if over.size else over
+        order = order[~over[order]]
     if not order.size:
         return fit
     have = np.cumsum((room * fit.reps)[order])  # the room of the first patterns' rows
@@ -892,11 +955,10 @@ def repack(
         k = min(int(np.searchsorted(have, want)) + 1, order.size)
         if most is None or k <= most:
             break
-    widths = np.diff(fit.offsets)
     best, least = fit, padded
     while True:
         try:
-            out = _repacked(fit, lens, widths, order[:k], work)
+            out = _repacked(fit, lens, widths, order[:k], work, unit)
         except _OutOfWork:
             return best  # (counted, not timed: the same plan on every rank)
         rows = _padded(out, row_lengths)
@@ -918,8 +980,10 @@ def _repacked(
     widths: np.ndarray,
     chosen: np.ndarray,
     work: list[int] | None = None,
+    unit: int = 1,
 ) -> Patterns:
-    """``fit`` with the rows of the patterns ``chosen`` packed again (:func:`repack`)."""
+    """``fit`` with the rows of the patterns ``chosen`` packed again (:func:`repack`), in
+    units of ``unit`` tokens where it is above 1."""
     keep = np.ones(fit.reps.size, dtype=bool)
     keep[chosen] = False
     kept = np.repeat(keep, widths)
@@ -928,6 +992,8 @@ def _repacked(
         fit.items[moved], (fit.mult * np.repeat(fit.reps, widths))[moved], minlength=fit.sizes.size
     )
     at = pool.nonzero()[0]
+    if unit > 1:
+        return _repacked_units(fit, lens, widths, keep, pool, at, work, unit)
     if work is not None and at.size * _OP_WORDS > work[3] - work[0] - _OP_WORDS * work[2]:
         work[4] = 1  # (a step at least per size to place: past the cap before it starts)
         raise _OutOfWork
@@ -948,6 +1014,62 @@ def _repacked(
             [fit.items[kept], np.fromiter(map(index.__getitem__, items), np.int64, len(items))]
         ),
         mult=np.concatenate([fit.mult[kept], np.asarray(mults, dtype=np.int64)]),
+        searched=True,
+    )
+
+
+def _repacked_units(
+    fit: Patterns,
+    lens: np.ndarray,
+    widths: np.ndarray,
+    keep: np.ndarray,
+    pool: np.ndarray,
+    at: np.ndarray,
+    work: list[int] | None,
+    unit: int,
+) -> Patterns:
+    """:func:`_repacked` in units of ``unit`` tokens (NOTE [ Repacking long rows in units ]):
+    the documents ``pool`` (per size index; ``at`` those with some) packed by
+    :func:`_quick_slack` in units, sizes rounded up, rows of ``L // unit`` units; the slots of
+    each unit, in order, take that unit's documents, in order."""
+    units = -(-fit.sizes[at] // unit)  # (decreasing, as the sizes)
+    cnt = pool[at].astype(np.int64)
+    ucnt = np.bincount(units, weights=cnt).astype(np.int64)
+    uvals = np.flatnonzero(ucnt)
+    if work is not None and uvals.size * _OP_WORDS > work[3] - work[0] - _OP_WORDS * work[2]:
+        work[4] = 1  # (a step at least per size to place: past the cap before it starts)
+        raise _OutOfWork
+    kinds, reps, items, mults, ends = _quick_slack(
+        uvals.tolist(), ucnt[uvals].tolist(), (lens // unit).tolist(), work
+    )
+    # one line of unit values per new row (0: an empty slot), then documents into the slots
+    starts = np.asarray([0, *ends[:-1]], dtype=np.int64)
+    per = np.add.reduceat(np.asarray(mults, dtype=np.int64), starts)
+    line = np.zeros((len(reps), int(per.max())), dtype=np.int64)
+    item = np.repeat(np.asarray(items, dtype=np.int64), mults)
+    owner = np.repeat(np.repeat(np.arange(len(reps)), np.diff([*starts, len(items)])), mults)
+    line[owner, np.arange(item.size) - np.repeat(np.cumsum(per) - per, per)] = item
+    rows = np.repeat(line, reps, axis=0)
+    flat = rows.ravel()
+    slots = np.flatnonzero(flat)
+    slots = slots[np.argsort(flat[slots], kind="stable")]
+    ids = np.repeat(at[::-1], cnt[::-1])  # (size indices, by unit increasing)
+    out = np.full(flat.size, fit.sizes.size, dtype=np.int64)  # (an empty slot)
+    out[slots] = ids
+    made = _grouped(
+        fit.sizes,
+        np.sort(out.reshape(rows.shape), axis=1),
+        np.repeat(np.asarray(kinds, dtype=np.int64), reps),
+    )
+    width = widths[keep]
+    kept = np.repeat(keep, widths)
+    return Patterns(
+        sizes=fit.sizes,
+        kind=np.concatenate([fit.kind[keep], made.kind]),
+        reps=np.concatenate([fit.reps[keep], made.reps]),
+        offsets=np.concatenate([[0], np.cumsum(width), int(width.sum()) + made.offsets[1:]]),
+        items=np.concatenate([fit.items[kept], made.items]),
+        mult=np.concatenate([fit.mult[kept], made.mult]),
         searched=True,
     )
 
@@ -1414,16 +1536,20 @@ def filled_rows(sizes: np.ndarray, counts: np.ndarray, length: int, most: int) -
     return dataclasses.replace(_grouped(sizes, rows), tripled=False, filled=True)
 
 
-def _grouped(sizes: np.ndarray, rows: np.ndarray) -> Patterns:
+def _grouped(sizes: np.ndarray, rows: np.ndarray, kinds: np.ndarray | None = None) -> Patterns:
     """Patterns of rows ``(R, w)`` of size indices, each row's increasing (largest size
-    first), ``sizes.size`` in an empty slot: equal rows one pattern."""
-    order = np.lexsort(rows.T[::-1])
-    rows = rows[order]
+    first), ``sizes.size`` in an empty slot, of row length ``kinds`` (``(R,)``, 0 if
+    ``None``): equal rows one pattern."""
+    if kinds is None:
+        kinds = np.zeros(rows.shape[0], dtype=np.int64)
+    order = np.lexsort(rows.T[::-1]) if rows.shape[1] else np.arange(rows.shape[0])
+    order = order[np.argsort(kinds[order], kind="stable")]
+    rows, kinds = rows[order], kinds[order]
     new = np.ones(rows.shape[0], dtype=bool)
-    new[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+    new[1:] = (rows[1:] != rows[:-1]).any(axis=1) | (kinds[1:] != kinds[:-1])
     starts = np.flatnonzero(new)
     reps = np.diff(np.append(starts, rows.shape[0]))
-    rows = rows[starts]
+    rows, kinds = rows[starts], kinds[starts]
     flat = rows.ravel()
     where = np.repeat(np.arange(rows.shape[0]), rows.shape[1])
     keep = flat < sizes.size
@@ -1435,7 +1561,7 @@ def _grouped(sizes: np.ndarray, rows: np.ndarray) -> Patterns:
     np.cumsum(np.bincount(where[at], minlength=rows.shape[0]), out=offsets[1:])
     return Patterns(
         sizes=np.asarray(sizes, dtype=np.int64),
-        kind=np.zeros(rows.shape[0], dtype=np.int64),
+        kind=kinds.astype(np.int64),
         reps=reps.astype(np.int64),
         offsets=offsets,
         items=flat[at],

@@ -92,6 +92,7 @@ from bucketloader._validation import (
     check_bool,
     check_int,
     check_pad_token_id,
+    checks_options,
     exact_int64,
 )
 from bucketloader.pack.spec import PackTable
@@ -106,6 +107,7 @@ _DTYPE = operator.attrgetter("dtype")
 _UINT64 = getattr(torch, "uint64", None)
 
 
+@checks_options
 class PackCollator:
     """Collate a packed batch (documents, row after row) into fixed-shape tensors.
 

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from bucketloader._validation import MAX_REPLICAS, check_bool, check_int
+from bucketloader._validation import MAX_REPLICAS, check_bool, check_int, checks_options
 from bucketloader.pack.spec import PackSpec
 
 __all__ = ["PackPlan", "plan_pack_epoch"]
@@ -103,6 +103,7 @@ class PackPlan:
         return [self.indices[ro[j] : ro[j + 1]].tolist() for j in range(lo, hi)]
 
 
+@checks_options
 def plan_pack_epoch(
     spec: PackSpec,
     *,

@@ -75,7 +75,14 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from bucketloader._types import LengthsLike
-from bucketloader._validation import MAX_LENGTH, MAX_REPLICAS, as_lengths, check_choice, check_int
+from bucketloader._validation import (
+    MAX_LENGTH,
+    MAX_REPLICAS,
+    as_lengths,
+    check_choice,
+    check_int,
+    checks_options,
+)
 from bucketloader.pack._bins import SEARCH, Patterns, lower_bound, solve, solver_version
 from bucketloader.pack._bins import SOLVER_VERSION as SOLVER_VERSION  # (pack_rows' version)
 from bucketloader.pack._work import even_rows, lift_rows
@@ -465,6 +472,7 @@ class PackSpec:
             p.capped,
             p.turned,
             p.filled,
+            p.coarse,
         )
         h.update(f"solver={version}".encode())
         if self.search != "auto":  # (so the default's digests are those of earlier versions)
@@ -473,6 +481,7 @@ class PackSpec:
 
     # -- construction -----------------------------------------------------------------------
     @classmethod
+    @checks_options
     def build(
         cls,
         lengths: LengthsLike,

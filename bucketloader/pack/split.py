@@ -9,11 +9,12 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from bucketloader._types import LengthsLike
-from bucketloader._validation import as_lengths, check_int
+from bucketloader._validation import as_lengths, check_int, checks_options
 
 __all__ = ["SplitDataset", "cut"]
 
 
+@checks_options
 class SplitDataset(Dataset):
     """A map-style view in which every document longer than ``max_length`` is several samples.
 

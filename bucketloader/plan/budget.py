@@ -62,13 +62,14 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import OVERSIZE, SIZES, Size
-from bucketloader._validation import INT64_MAX, check_bool, check_choice, check_int
+from bucketloader._validation import INT64_MAX, check_bool, check_choice, check_int, checks_options
 
 #: A planned batch may hold at most this many padded elements: 2**40, a tebi-element, which
 #: is more than any single accelerator holds even at one byte per element.
 MAX_BATCH_ELEMENTS = 1 << 40
 
 
+@checks_options
 @dataclass(frozen=True)
 class TokenBudget:
     """A token budget with its modifiers (pass it as ``max_tokens=``; NOTE [ The batch-size rule ]).

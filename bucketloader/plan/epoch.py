@@ -69,7 +69,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from bucketloader._validation import MAX_REPLICAS, check_bool, check_int
+from bucketloader._validation import MAX_REPLICAS, check_bool, check_int, checks_options
 from bucketloader.plan.accumulate import grouped_steps, interleave_groups, longest_group_first
 from bucketloader.plan.budget import size_values
 from bucketloader.plan.permute import ShuffledOrder, cell_shuffles
@@ -113,6 +113,7 @@ class EpochPlan:
         return self.indices[self.offsets[i] : self.offsets[i + 1]].tolist()
 
 
+@checks_options
 def plan_epoch(
     spec: BucketSpec,
     *,

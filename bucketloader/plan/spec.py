@@ -36,7 +36,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bucketloader._types import Cache, LengthsLike, PerInput, Size, Strategy
-from bucketloader._validation import MAX_REPLICAS, Lengths, as_lengths, check_int
+from bucketloader._validation import MAX_REPLICAS, Lengths, as_lengths, check_int, checks_options
 from bucketloader.boundaries import round_up
 from bucketloader.histogram import LengthHistogram, length_counts
 from bucketloader.plan.budget import BatchRule, even_batch, exact_sizes, resolve_size, size_values
@@ -273,6 +273,7 @@ class BucketSpec:
         )
 
     @classmethod
+    @checks_options
     def build(
         cls,
         lengths: LengthsLike | Mapping[str, LengthsLike],

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import Strategy
-from bucketloader._validation import MissingKeyError
+from bucketloader._validation import Lengths, MissingKeyError, as_lengths, check_int
+from bucketloader.histogram import LengthHistogram
 
 
 class _Registry(dict[str, Strategy]):
@@ -48,6 +49,27 @@ class StrategyResult:
     status: str = "heuristic"
     gap: float | None = None
     info: dict[str, Any] | None = None
+
+
+def strategy_input(hist: Any, num_buckets: Any) -> tuple[LengthHistogram, int]:
+    """The two arguments every built-in strategy takes, checked once: ``hist`` as a
+    :class:`~bucketloader.histogram.LengthHistogram` (raw lengths, any sequence
+    :func:`~bucketloader._validation.as_lengths` accepts, are counted into one) and
+    ``num_buckets`` as an int >= 1, or one clear error naming the argument.
+
+    Example:
+        >>> hist, k = strategy_input([3, 5, 5], 2)
+        >>> hist.values.tolist(), hist.counts.tolist(), k
+        ([3, 5], [1, 2], 2)
+        >>> strategy_input([3, 5], 0)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_buckets must be an int >= 1, got num_buckets=0
+    """
+    num_buckets = check_int("num_buckets", num_buckets, minimum=1)
+    if not isinstance(hist, LengthHistogram):
+        hist = LengthHistogram.from_lengths(Lengths(as_lengths(hist, name="hist")))
+    return hist, num_buckets
 
 
 def register_strategy(name: str, fn: Strategy | None = None, *, overwrite: bool = False) -> Any:

@@ -38,7 +38,7 @@ import numpy as np
 
 from bucketloader._validation import MAX_REPLICAS, check_int
 from bucketloader.histogram import LengthHistogram
-from bucketloader.strategies._registry import StrategyResult, register_strategy
+from bucketloader.strategies._registry import StrategyResult, register_strategy, strategy_input
 from bucketloader.strategies.optimal import optimal, solve_segmentation
 
 #: The exact DP runs up to this many ``k·U²`` cell updates (and ``U <= _MAX_EXACT_VALUES``).
@@ -87,7 +87,7 @@ def batched(
         >>> compute_boundaries(lengths, 2).tolist()  # less boundary padding, one (8-long) filler
         [2, 8]
     """
-    num_buckets = check_int("num_buckets", num_buckets, minimum=1)
+    hist, num_buckets = strategy_input(hist, num_buckets)
     if max_tokens is None:  # no batches to plan: the least boundary padding
         return optimal(hist, num_buckets)
     max_tokens = check_int("max_tokens", max_tokens, minimum=1)
@@ -95,8 +95,6 @@ def batched(
         max_batch_size = check_int("max_batch_size", max_batch_size, minimum=1)
     multiple_of = check_int("multiple_of", multiple_of, minimum=1)
     num_replicas = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)
-    if not isinstance(hist, LengthHistogram):
-        hist = LengthHistogram.from_lengths(hist)
     values = hist.values.astype(np.int64)
     counts = hist.counts.astype(np.int64)
     cost = _BucketCost(values, counts, max_tokens, max_batch_size, multiple_of, num_replicas)

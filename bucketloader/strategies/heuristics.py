@@ -21,7 +21,7 @@ import math
 import numpy as np
 
 from bucketloader.histogram import LengthHistogram
-from bucketloader.strategies._registry import register_strategy
+from bucketloader.strategies._registry import register_strategy, strategy_input
 
 #: Up to this many buckets a rule computes all its boundaries; past it, only occupied ones.
 _DENSE_MAX = 1 << 16
@@ -36,6 +36,7 @@ def percentile(hist: LengthHistogram, num_buckets: int) -> np.ndarray:
         >>> percentile(LengthHistogram.from_lengths(range(1, 101)), 4).tolist()
         [25, 50, 75, 100]
     """
+    hist, num_buckets = strategy_input(hist, num_buckets)
     n = hist.num_samples
     if num_buckets >= n:  # the positions i·(n-1)/k, i = 1..k, hit every sample
         return hist.values.copy()
@@ -65,6 +66,7 @@ def equal_mass(hist: LengthHistogram, num_buckets: int) -> np.ndarray:
         >>> equal_mass(LengthHistogram.from_lengths([1] * 8 + [8]), 2).tolist()
         [1, 8]
     """
+    hist, num_buckets = strategy_input(hist, num_buckets)
     k = num_buckets
     if hist.total == 0:
         return hist.values[-1:].copy()
@@ -100,6 +102,7 @@ def linear(hist: LengthHistogram, num_buckets: int) -> np.ndarray:
         >>> linear(LengthHistogram.from_lengths([0, 100]), 4).tolist()
         [25, 50, 75, 100]
     """
+    hist, num_buckets = strategy_input(hist, num_buckets)
     lo, hi, k = hist.min, hist.max, num_buckets
     span = hi - lo
     if span == 0:
@@ -126,6 +129,7 @@ def geometric(hist: LengthHistogram, num_buckets: int) -> np.ndarray:
         >>> geometric(LengthHistogram.from_lengths([1, 1000]), 3).tolist()
         [10, 100, 1000]
     """
+    hist, num_buckets = strategy_input(hist, num_buckets)
     if hist.max == 0:
         return np.zeros(1, dtype=np.int64)
     lo, hi, k = max(hist.min, 1), hist.max, num_buckets
@@ -163,4 +167,5 @@ def pad_to_max(hist: LengthHistogram, num_buckets: int) -> np.ndarray:
         >>> pad_to_max(LengthHistogram.from_lengths([3, 7]), 8).tolist()
         [7]
     """
+    hist, num_buckets = strategy_input(hist, num_buckets)
     return hist.values[-1:].copy()

@@ -23,7 +23,7 @@ from bucketloader.boundaries import padding_cost
 from bucketloader.histogram import LengthHistogram
 from bucketloader.strategies import _dense
 from bucketloader.strategies._lp_model import build_and_solve
-from bucketloader.strategies._registry import StrategyResult, register_strategy
+from bucketloader.strategies._registry import StrategyResult, register_strategy, strategy_input
 from bucketloader.strategies.optimal import optimal
 
 #: Models with at most this many feasible arcs are solved whole, without bound-based fixing.
@@ -69,7 +69,7 @@ def lp(
         >>> lp(LengthHistogram.from_lengths([1, 2, 9, 10]), 2, min_bucket_fraction=0.3).boundaries
         array([ 2, 10])
     """
-    num_buckets = check_int("num_buckets", num_buckets, minimum=1)
+    hist, num_buckets = strategy_input(hist, num_buckets)
     cost = check_choice("cost", cost, COSTS)
     pad_to_multiple_of = check_int("pad_to_multiple_of", pad_to_multiple_of, minimum=1)
     fraction = check_float("min_bucket_fraction", min_bucket_fraction, minimum=0.0, maximum=1.0)
@@ -78,8 +78,6 @@ def lp(
     if not isinstance(warm_start, (bool, np.bool_)):
         raise TypeError(f"warm_start must be True or False, got warm_start={warm_start!r}")
     solver_obj = _make_solver(solver, time_limit, bool(warm_start))
-    if not isinstance(hist, LengthHistogram):
-        hist = LengthHistogram.from_lengths(hist)
     fine = (
         LengthHistogram.from_lengths(hist, bin_width=pad_to_multiple_of)
         if pad_to_multiple_of > 1

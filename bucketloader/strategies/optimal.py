@@ -27,10 +27,10 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import COSTS
-from bucketloader._validation import check_choice, check_int
+from bucketloader._validation import check_choice
 from bucketloader.histogram import LengthHistogram
 from bucketloader.strategies._hull import envelope_argmin
-from bucketloader.strategies._registry import StrategyResult, register_strategy
+from bucketloader.strategies._registry import StrategyResult, register_strategy, strategy_input
 
 
 @register_strategy("optimal")
@@ -51,10 +51,8 @@ def optimal(hist: LengthHistogram, num_buckets: int, *, cost: str = "linear") ->
         >>> r.boundaries.tolist(), r.info["objective"]
         ([2, 10], 2)
     """
-    num_buckets = check_int("num_buckets", num_buckets, minimum=1)
+    hist, num_buckets = strategy_input(hist, num_buckets)
     cost = check_choice("cost", cost, COSTS)
-    if not isinstance(hist, LengthHistogram):
-        hist = LengthHistogram.from_lengths(hist)
     picks, objective, info = solve_segmentation(hist.values, hist.counts, num_buckets, cost)
     boundaries = hist.values[picks].copy()
     return StrategyResult(

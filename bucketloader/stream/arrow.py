@@ -6,20 +6,42 @@ record batches, and a resume wants to start at a row offset without reading the 
 iterating it reads record batches (one row group at a time for Parquet) and yields one ``dict``
 per row; ``len`` and indexing make it a sequence, so a stream over it resumes by seeking to the
 recorded row (the Parquet footer says which row group holds a row: nothing before it is read).
+
+NOTE [ A stream state names the files it read ]
+A directory is read recursively (NOTE [ Which files a directory of Parquet shards holds ] in
+:mod:`bucketloader._arrow`; before, only its top-level ``*.parquet``), so the same
+``ArrowRows("data/")`` may read other files than when a state was saved: a ``val/`` subfolder,
+a shard added since. A state's positions are rows of the files it was saved over; over other
+files they name other samples. So :meth:`ArrowRows.fingerprint` records the files (their
+paths relative to the files' common folder, and their row counts, as a digest, plus the counts
+for messages), a stream puts it in its state's configuration, and a resume over files whose
+digest differs is refused, naming both counts (:func:`bucketloader.stream.resume.check_config`).
+A state saved before the files were recorded is taken only where the directory has no Parquet
+file in a subfolder (the old rule read the same files then); with one, it is refused, and the
+error says how to read the top level only. The paths are relative, so the data may move.
+Reading files from several places (the top level and a subfolder that is not a partition,
+``year=2024/``, or several such subfolders) warns once, naming the subfolders, their files and
+rows: a ``val/`` beside the training shards is read too. Files all in one subfolder (a Hub
+snapshot's ``data/``) are read quietly.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
+import json
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from bucketloader._arrow import parquet_files
+from bucketloader._arrow import NAMED_SKIPS, parquet_files
+from bucketloader._validation import checks_options
 
 __all__ = ["ArrowRows"]
 
 
+@checks_options
 class ArrowRows(Sequence):  # type: ignore[type-arg]
     """Rows of Parquet files (or a ``pyarrow.Table``) as dicts, read in record batches.
 
@@ -52,6 +74,7 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
         # (file, row group) of every row group, and the first row of each
         self.groups: list[tuple[int, int]] = []
         self.starts: list[int] = []
+        self._fingerprint: dict[str, Any] | None = None
         if self.table is not None:
             if self.columns is not None:
                 self.table = self.table.select(self.columns)
@@ -60,13 +83,21 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
             import pyarrow.parquet as pq
 
             at = 0
+            rows = []
             for f, path in enumerate(self.files):
+                first = at
                 meta = pq.ParquetFile(path).metadata
                 for g in range(meta.num_row_groups):
                     self.groups.append((f, g))
                     self.starts.append(at)
                     at += meta.row_group(g).num_rows
+                rows.append(at - first)
             self.size = at
+            root = os.fspath(data) if isinstance(data, (str, os.PathLike)) else None
+            nested = _nested(root, self.files, rows) if root and os.path.isdir(root) else {}
+            self._fingerprint = _fingerprint(self.files, rows, sum(n for n, _ in nested.values()))
+            _warn_nested(root, nested, self.files, at)  # (NOTE [ A stream state names the files
+            # it read ])
 
     def __len__(self) -> int:
         return self.size
@@ -86,7 +117,23 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
 
     def __reduce__(self) -> Any:  # pickles its arguments (DataLoader workers)
         data = self.table if self.table is not None else self.files
-        return _rebuild, (data, self.columns, self.batch_rows)
+        return _rebuild, (data, self.columns, self.batch_rows, self._fingerprint)
+
+    def fingerprint(self) -> dict[str, Any] | None:
+        """What a stream's state records of the Parquet files read (``None`` for a table):
+        ``{"files": n, "rows": total, "digest": ..., "nested": files in subfolders}``; the
+        digest covers each file's path relative to the files' common folder and its rows
+        (NOTE [ A stream state names the files it read ]).
+
+        Example:
+            >>> import tempfile, pyarrow as pa, pyarrow.parquet as pq
+            >>> d = tempfile.mkdtemp()
+            >>> pq.write_table(pa.table({"ids": [[1], [2, 3]]}), f"{d}/a.parquet")
+            >>> record = ArrowRows(d).fingerprint()
+            >>> record["files"], record["rows"], record["nested"], len(record["digest"])
+            (1, 2, 0, 16)
+        """
+        return None if self._fingerprint is None else dict(self._fingerprint)
 
     def iter_from(self, first: int, step: int = 1) -> Iterator[dict[str, Any]]:
         """Rows ``first, first + step, ...``, reading nothing before ``first``."""
@@ -140,8 +187,61 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
                 at += batch.num_rows
 
 
-def _rebuild(data: Any, columns: Any, batch_rows: int) -> ArrowRows:
-    return ArrowRows(data, columns=columns, batch_rows=batch_rows)
+def _rebuild(data: Any, columns: Any, batch_rows: int, fingerprint: Any = None) -> ArrowRows:
+    rows = ArrowRows(data, columns=columns, batch_rows=batch_rows)
+    if fingerprint is not None:  # (the record of the directory it was built from)
+        rows._fingerprint = fingerprint
+    return rows
+
+
+def _fingerprint(files: list[str], rows: list[int], nested: int) -> dict[str, Any]:
+    """The record of ``files`` (NOTE [ A stream state names the files it read ])."""
+    base = os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f in files])
+    names = [os.path.relpath(os.path.abspath(f), base).replace(os.sep, "/") for f in files]
+    text = json.dumps([[n, r] for n, r in zip(names, rows, strict=True)], separators=(",", ":"))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return {"files": len(files), "rows": sum(rows), "digest": digest, "nested": nested}
+
+
+def _nested(root: str, files: list[str], rows: list[int]) -> dict[str, tuple[int, int]]:
+    """The first-level subfolders of ``root`` that hold files read: ``{name: (files, rows)}``."""
+    out: dict[str, tuple[int, int]] = {}
+    for f, n in zip(files, rows, strict=True):
+        parts = os.path.relpath(f, root).split(os.sep)
+        if len(parts) > 1:
+            k, r = out.get(parts[0], (0, 0))
+            out[parts[0]] = (k + 1, r + n)
+    return out
+
+
+def _warn_nested(
+    root: Any, nested: dict[str, tuple[int, int]], files: list[str], rows: int
+) -> None:
+    """One warning when a directory's files come from several places, the top level (with its
+    partitions, ``key=value``) and subfolders, or several subfolders: a ``val/`` beside the
+    training shards. It names the subfolders, their files and rows, and how to read one place."""
+    named = {d: v for d, v in nested.items() if "=" not in d}
+    top_files = len(files) - sum(k for k, _ in named.values())
+    if not named or (len(named) == 1 and not top_files):  # (all in one place: data/, a snapshot)
+        return
+    shown = [
+        f"{d}/ ({k:,} file{'s' if k != 1 else ''}, {r:,} rows)"
+        for d, (k, r) in list(named.items())[:NAMED_SKIPS]
+    ]
+    more = f", and {len(named) - NAMED_SKIPS:,} more" if len(named) > NAMED_SKIPS else ""
+    if top_files:
+        pattern = os.path.join(root, "*.parquet")
+        fix = f"to read its top level only, pass ArrowRows(sorted(glob.glob({pattern!r})))"
+    else:
+        folder = os.path.join(root, next(iter(named)))
+        fix = f"to read one of them, pass its folder, e.g. ArrowRows({folder!r})"
+    warnings.warn(
+        f"ArrowRows({root!r}) reads {len(files):,} Parquet files ({rows:,} rows), "
+        f"{len(files) - top_files:,} of them in subfolders: {', '.join(shown)}{more}; a directory "
+        f"is read recursively: {fix}",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _parquet_files(data: Any) -> list[str]:

@@ -55,6 +55,7 @@ from bucketloader.stream.resume import (
     check_source,
     check_steps,
     lane_states,
+    source_config,
     state_keys,
 )
 from bucketloader.stream.source import (
@@ -564,7 +565,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 steps_per_epoch=self.steps_per_epoch,
                 schedule=[round(float(x), 12) for x in self._shares],  # type: ignore[union-attr]
             )
-        return config
+        return {**config, **source_config(self.source)}  # (NOTE [ A stream state names
+        # the files it read ] in stream.arrow)
 
     def _check_buffers(self, state: dict[str, Any]) -> None:
         read, k = state["read"], self.cells.num_cells

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from bucketloader._dist import resolve_ranks
 from bucketloader._types import LazyModule
-from bucketloader._validation import check_choice, check_collator_options, check_int
+from bucketloader._validation import check_choice, check_collator_options, check_int, checks_options
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable, check_row_length
 from bucketloader.plan import SamplingReport
 from bucketloader.plan.shapes import row_batch_sizes
@@ -62,6 +62,7 @@ from bucketloader.stream.resume import (
     check_source,
     check_steps,
     lane_states,
+    source_config,
     state_keys,
 )
 from bucketloader.stream.source import checkpoints_exactly, is_seekable
@@ -90,6 +91,7 @@ else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._t
     pack_collator = LazyModule("bucketloader.pack.collator")
 
 
+@checks_options
 class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
     """An iterable of packed batches (lists of documents, row after row) of one planned shape.
 
@@ -323,7 +325,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         }
         if self.steps_per_epoch is not None:
             config.update(num_replicas=self.num_replicas, steps_per_epoch=self.steps_per_epoch)
-        return config
+        return {**config, **source_config(self.source)}  # (NOTE [ A stream state names
+        # the files it read ] in stream.arrow)
 
     def _replay_state(self, batches_consumed: int | None) -> dict[str, Any]:
         """The replay state, with each worker's tail where it packed one: ``[batches before

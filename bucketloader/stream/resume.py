@@ -78,6 +78,7 @@ __all__ = [
     "lane_states",
     "replay_state",
     "resume_lane",
+    "source_config",
     "split_round_robin",
     "state_keys",
 ]
@@ -379,12 +380,66 @@ def _check_exact(state: dict[str, Any], owner: str) -> None:
         )
 
 
+def source_config(source: Any) -> dict[str, Any]:
+    """The configuration key that records the files ``source`` reads (``{"source": ...}`` for
+    a source with ``fingerprint()``, such as :class:`~bucketloader.stream.arrow.ArrowRows` over
+    Parquet files; else nothing): NOTE [ A stream state names the files it read ] in
+    :mod:`bucketloader.stream.arrow`."""
+    fingerprint = getattr(source, "fingerprint", None)
+    record = fingerprint() if callable(fingerprint) else None
+    return {} if record is None else {"source": record}
+
+
+def _check_source(theirs: Any, mine: Any, owner: str) -> None:
+    """Refuse a state saved over other files than this stream's source reads (NOTE [ A stream
+    state names the files it read ] in :mod:`bucketloader.stream.arrow`)."""
+    if theirs is None and mine is None:
+        return
+    if theirs is None:  # saved before the files were recorded: the same files, or refused
+        if not mine.get("nested"):
+            return
+        raise ValueError(
+            f"state was saved before {owner} recorded which files its source read, and this "
+            f"source now reads {mine['files']:,} Parquet files ({mine['rows']:,} rows), "
+            f"{mine['nested']:,} of them in subfolders (a directory is read recursively; it "
+            "read only its top-level *.parquet files then): to resume, build the source over "
+            "the top level only, ArrowRows(sorted(glob.glob('<directory>/*.parquet')))"
+        )
+    kinds = {"files": int, "rows": int, "digest": str}
+    if not isinstance(theirs, dict) or not all(
+        isinstance(theirs.get(k), t) and not isinstance(theirs.get(k), bool)
+        for k, t in kinds.items()
+    ):
+        raise ValueError(
+            "state['config']['source'] must record the files read as {'files': int, 'rows': "
+            f"int, 'digest': str, ...}}, got {theirs!r:.120}; pass the state the stream saved"
+        )
+    saved = f"{theirs['files']:,} Parquet files ({theirs['rows']:,} rows)"
+    if mine is None:
+        raise ValueError(
+            f"state was saved over {saved}, but this {owner}'s source records no files; build "
+            "it over ArrowRows of the same files"
+        )
+    if theirs.get("digest") != mine.get("digest"):
+        raise ValueError(
+            f"state was saved over {saved}, but this {owner}'s source reads "
+            f"{mine['files']:,} Parquet files ({mine['rows']:,} rows) (file digest "
+            f"{mine['digest']}, the state's {theirs.get('digest')}): its rows are other "
+            "samples. Resume over the files the state was saved over; to go on over these "
+            "files instead, skip the resume and start the next epoch (set_epoch(state['epoch'] "
+            "+ 1))"
+        )
+
+
 def check_config(
     state: dict[str, Any], mine: dict[str, Any], *, owner: str, versions: tuple[str, ...] = ()
 ) -> None:
     """A state is loaded only into a stream built as the one that saved it. ``versions`` are
     keys that record the library's algorithms, not options: they are left to the stream
-    (absent from a state saved before they were recorded)."""
+    (absent from a state saved before they were recorded). ``"source"`` records the files the
+    source reads (:func:`source_config`), checked on its own."""
+    _check_source(state["config"].get("source"), mine.get("source"), owner)
+    versions = (*versions, "source")
     theirs = {k: v for k, v in state["config"].items() if k not in versions}
     mine = {k: v for k, v in mine.items() if k not in versions}
     if set(theirs) != set(mine):
