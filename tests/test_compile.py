@@ -34,9 +34,9 @@ from bucketloader.compile import (
     CompileCache,
     CompileCacheWarning,
     ExampleBatches,
+    _key,
     precompile,
 )
-from bucketloader.compile import _key
 from bucketloader.compile._key import batch_signature
 from bucketloader.sampler import GroupedDataset
 

@@ -744,6 +744,8 @@ def test_exact_solver_without_scipy_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "scipy", None)
     monkeypatch.setitem(sys.modules, "scipy.optimize", None)
     pairs = [[3, 4], [4, 3], [10, 12], [12, 10], [11, 11]]
-    with pytest.raises(ImportError, match=r"needs SciPy's HiGHS .*pip install 'bucketloader\[joint\]'"):
+    with pytest.raises(
+        ImportError, match=r"needs SciPy's HiGHS .*pip install 'bucketloader\[joint\]'"
+    ):
         solve_joint(pairs, 2)
     assert solve_joint(pairs, 2, exact=False, time_limit=1).cells.shape[1] == 2
