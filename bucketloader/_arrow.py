@@ -95,8 +95,11 @@ def text_lengths(arr: Any) -> Any:
 #   are never read (each blob is a snapshot's file again; refs name revisions), and of several
 #   revisions in ``snapshots/`` only the one ``refs/main`` names is read (the others are told as
 #   skipped: each holds a copy of the shards, and reading them all counted every row once per
-#   revision). Several revisions and no ``refs/main`` naming one of them is an error naming the
-#   revisions and the fix (pass the snapshot's folder);
+#   revision). Where ``refs/main``'s snapshot holds no ``*.parquet`` name (``datasets`` read the
+#   repo from its Parquet export: ``main`` holds the card alone, ``refs/refs/convert/parquet``
+#   names the shards' revision), the one revision with such names that another ref names is
+#   read. Several revisions and no ref settling which is an error naming the revisions and the
+#   fix (pass the snapshot's folder);
 # * where no name ends in ``.parquet``, the shards are named otherwise (Hive writes ``000000_0``,
 #   Impala ``*.parq``; ``pyarrow.dataset``, Spark and ``parquet_histogram`` before this rule read
 #   them): then every regular file that begins with the Parquet magic bytes is read (4 bytes of
@@ -278,23 +281,42 @@ def _is_hub_repo(path: str) -> bool:
 
 
 def _main_revision(repo: str, revisions: list[str]) -> str:
-    """The revision of the Hub cache ``repo`` that ``refs/main`` names, one of ``revisions``
-    (its snapshots), or one clear error naming them (NOTE [ Which files a directory of Parquet
-    shards holds ])."""
-    try:
-        with open(os.path.join(repo, "refs", "main"), encoding="utf-8") as fh:
-            main: str | None = fh.read().strip()
-    except (OSError, UnicodeDecodeError):
-        main = None
-    if main in revisions:
+    """The revision of the Hub cache ``repo`` to read, one of ``revisions`` (its snapshots): the
+    one ``refs/main`` names where its snapshot holds a ``*.parquet`` file; else the one revision
+    with such a file that a ref names (``datasets`` reads some repos from their Parquet export,
+    ``refs/refs/convert/parquet``, beside a ``main`` snapshot of the card alone); else
+    ``refs/main``'s; else one clear error naming them (NOTE [ Which files a directory of
+    Parquet shards holds ])."""
+    refs: dict[str, str] = {}
+    for top, _, names in os.walk(os.path.join(repo, "refs")):
+        for name in names:
+            path = os.path.join(top, name)
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    refs[os.path.relpath(path, os.path.join(repo, "refs"))] = fh.read().strip()
+            except (OSError, UnicodeDecodeError):
+                continue
+    main = refs.get("main")
+    named = sorted({r for r in refs.values() if r in revisions})
+    sharded = [r for r in named if _holds_parquet(os.path.join(repo, "snapshots", r))]
+    if main in sharded or (main in revisions and not sharded):
         return main  # type: ignore[return-value]
+    if len(sharded) == 1:
+        return sharded[0]
     said = "has no refs/main" if main is None else f"its refs/main names {main!r}, not one of them"
+    if len(sharded) > 1:
+        said = f"refs name {len(sharded)} of them that hold Parquet files, not main's"
     first = os.path.join(repo, "snapshots", revisions[0])
     raise ValueError(
         f"{repo} is a Hugging Face Hub cache holding {len(revisions)} snapshot revisions "
         f"({_names(revisions)}), each a copy of the shards, and {said}: pass the snapshot to "
         f"read, e.g. {first}"
     )
+
+
+def _holds_parquet(folder: str) -> bool:
+    """Whether a name under ``folder`` ends in ``.parquet`` (a snapshot's shards)."""
+    return any(n.lower().endswith(".parquet") for _, _, names in os.walk(folder) for n in names)
 
 
 def _begins_as_parquet(path: str) -> bool:

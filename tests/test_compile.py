@@ -12,6 +12,7 @@ import copy
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import warnings
@@ -33,6 +34,7 @@ from bucketloader.compile import (
     CompileCache,
     CompileCacheWarning,
     ExampleBatches,
+    _key,
     precompile,
 )
 from bucketloader.compile._key import batch_signature
@@ -659,3 +661,27 @@ def test_an_uncompiled_step_is_reported():
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
     sys.path.insert(0, str(Path(__file__).parent))
     _worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5]))
+
+
+@pytest.mark.parametrize(
+    ("version", "parsed"),
+    [("2.4.1+cu121", (2, 4)), ("2.13.0+cpu", (2, 13)), ("2.10.0a0+git1234", (2, 10))],
+)
+def test_precompile_and_the_cache_name_the_torch_they_need(version, parsed, tmp_path, monkeypatch):
+    """torch 2.4 crashed deep inside inductor (no cache_dir_utils, a KeyError in its config
+    snapshot); below the tested floor both entry points say so first, naming the upgrade."""
+    monkeypatch.setattr(torch, "__version__", version)
+    assert _key.torch_version() == parsed
+    sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
+    want = ".".join(map(str, _key.MIN_TORCH))
+    if parsed >= _key.MIN_TORCH:
+        _key.check_torch("precompile")  # (no error)
+        return
+    message = (
+        rf"{{}} needs torch >= {re.escape(want)} .*but this is torch {re.escape(version)}; "
+        rf"upgrade it \(pip install 'torch>={re.escape(want)}'\)"
+    )
+    with pytest.raises(RuntimeError, match=message.format("precompile")):
+        precompile(print, sampler, example=[1], cache=False)
+    with pytest.raises(RuntimeError, match=message.format("CompileCache")):
+        CompileCache(tmp_path).activate()

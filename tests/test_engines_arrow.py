@@ -526,6 +526,19 @@ def test_a_state_saved_before_the_files_were_recorded(tmp_path):
     assert _flat(top) == rest
 
 
+@pytest.mark.parametrize("record", [{"digest": "0" * 16}, "abc", {"files": "3", "rows": 1}])
+def test_a_state_whose_file_record_is_malformed_is_refused_clearly(tmp_path, record):
+    """A hand-edited record was formatted as a count: ValueError "Cannot specify ',' with
+    's'." or AttributeError, naming nothing."""
+    from bucketloader.stream.arrow import ArrowRows
+
+    stream = _lengths_stream(ArrowRows(_train_dir(tmp_path / "train")), "bucket")
+    state = stream.state_dict()
+    state["config"]["source"] = record
+    with pytest.raises(ValueError, match=r"^state\['config'\]\['source'\] must record the files"):
+        stream.load_state_dict(state)
+
+
 def test_partitions_read_quietly_and_workers_keep_the_record(tmp_path):
     import pickle
     import warnings
@@ -653,6 +666,27 @@ def test_a_hub_cache_with_several_revisions_and_no_main_is_an_error(tmp_path, ma
         parquet_histogram(repo, "n")
     one = _hub_repo(tmp_path / "one", ["aaa"])  # one revision, no refs: that one
     assert parquet_histogram(one, "n").num_rows == 3
+
+
+def test_a_hub_cache_whose_main_holds_no_parquet_reads_the_parquet_export(tmp_path):
+    """``datasets`` loads some repos from their Parquet export: huggingface_hub then keeps
+    ``refs/main`` (a snapshot of the card alone) and ``refs/refs/convert/parquet`` (the
+    ``refs/convert/parquet`` revision's shards). Reading refs/main's snapshot only found no
+    Parquet file (the lister read both revisions before, so the shards were found)."""
+    repo = _hub_repo(tmp_path, ["bbb"])  # (the export's revision: 3 rows)
+    (repo / "blobs" / "card").write_text("# card")
+    (repo / "snapshots" / "aaa").mkdir()
+    os.symlink(repo / "blobs" / "card", repo / "snapshots" / "aaa" / "README.md")
+    (repo / "refs" / "refs" / "convert").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("aaa")
+    (repo / "refs" / "refs" / "convert" / "parquet").write_text("bbb")
+    assert parquet_histogram(repo, "n").num_rows == 3
+    (repo / "refs" / "main").unlink()  # (no main: the one ref that names shards)
+    assert parquet_histogram(repo, "n").num_rows == 3
+    (repo / "refs" / "main").write_text("aaa")  # (main holds shards too: main is read)
+    pq.write_table(pa.table({"n": [5] * 7}), repo / "blobs" / "m0")
+    os.symlink(repo / "blobs" / "m0", repo / "snapshots" / "aaa" / "train.parquet")
+    assert parquet_histogram(repo, "n").num_rows == 7
 
 
 @contextlib.contextmanager

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -699,8 +702,11 @@ def test_masks_agree_with_each_other_and_sdpa():
     assert torch.equal(additive == 0, dense)
     bidir = document_mask(ids, causal=False)[:, 0]
     assert torch.equal(bidir, ids[:, :, None] == ids[:, None, :])
+    with pytest.raises(ValueError, match=r"\(B, L\)"):
+        document_mask(ids[0])
     # flex_attention with the BlockMask (unfused on CPU) equals SDPA with the dense mask
-    from torch.nn.attention.flex_attention import flex_attention
+    flex = pytest.importorskip("torch.nn.attention.flex_attention", reason="torch < 2.5")
+    flex_attention = flex.flex_attention
 
     torch.manual_seed(0)
     qkv = [torch.randn(2, 2, 8, 4) for _ in range(3)]
@@ -709,8 +715,39 @@ def test_masks_agree_with_each_other_and_sdpa():
         got = flex_attention(*qkv, block_mask=block)
     want = torch.nn.functional.scaled_dot_product_attention(*qkv, attn_mask=dense)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
-    with pytest.raises(ValueError, match=r"\(B, L\)"):
-        document_mask(ids[0])
+
+
+def test_block_mask_names_the_torch_it_needs(monkeypatch):
+    """torch < 2.5 has no flex_attention: one error naming the feature, the torch found and the
+    upgrade, where the rest of packing (document_mask) works."""
+    monkeypatch.setitem(sys.modules, "torch.nn.attention.flex_attention", None)
+    ids = torch.tensor([[0, 0, 1, -1]])
+    with pytest.raises(ImportError, match=r"document_block_mask needs torch\.nn\.attention\."
+                       r"flex_attention \(torch >= 2\.5\), but this is torch "
+                       + re.escape(torch.__version__)
+                       + r"; upgrade it \(pip install 'torch>=2\.5'\)"):  # fmt: skip
+        document_block_mask(ids)
+    assert document_mask(ids).shape == (1, 1, 4, 4)
+
+
+def test_collator_runs_on_the_api_of_torch_before_2_3():
+    """torch < 2.3 has no uint16/uint32/uint64 dtypes (the floor is 2.1): the collator never
+    names them, so packing imports and collates there (a subprocess without them)."""
+    code = """if True:
+        import torch
+        for name in ("uint16", "uint32", "uint64"):
+            delattr(torch, name)
+        from bucketloader.pack import PackCollator, PackSpec
+        collate = PackCollator(PackSpec.build([3, 2, 4], row_length=8, batch_size=2).table())
+        out = collate([torch.tensor([1, 2, 3]), torch.tensor([4, 5], dtype=torch.int32)])
+        assert out["input_ids"][0, :5].tolist() == [1, 2, 3, 4, 5], out
+        print("ok")
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 # --- the proof: a tiny Llama sees each document as if it were alone ----------------------------

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -222,10 +225,14 @@ def test_large_permutation_pairs_look_independent(n):
     assert stats.binomtest(int((q[:, 0] < q[:, 1]).sum()), rows).pvalue > 1e-3
 
 
+@pytest.mark.parametrize("wide_index", [False, True])
 @pytest.mark.parametrize("n", [65, 100, 4096, 4097, 12345, 10**6])
-def test_eager_tables_equal_the_arithmetic_permutation(n):
+def test_eager_tables_equal_the_arithmetic_permutation(n, wide_index, monkeypatch):
     """Eager mode applies the round functions as per-row tables; compiled mode computes them.
-    Both must be the same permutation, bit for bit (compiled == eager relies on it)."""
+    Both must be the same permutation, bit for bit (compiled == eager relies on it); also with
+    the int64 ``gather`` indices torch 2.1 needs (``wide_index``)."""
+    if wide_index:
+        monkeypatch.setattr(_select, "_GATHER_INT32", False)
     a, b, s = _geometry(n)
     for seed in (0, -7, 2**62):
         keys = (_round_keys(torch.tensor(seed), 3, 10 if n <= 4096 else 6) & 0xFFFF).int()
@@ -233,6 +240,32 @@ def test_eager_tables_equal_the_arithmetic_permutation(n):
         got = feistel_tabulated(keys, a, b, s)
         assert got.dtype == torch.int32 and torch.equal(got, feistel(j, keys, a, b, s))
     assert torch.equal(got.sort(dim=1).values[0], j[0])  # a permutation of the grid
+
+
+def test_runs_on_the_api_of_torch_before_2_3():
+    """torch 2.1 and 2.2 (the dependency floor is 2.1) have no ``torch.compiler.is_compiling``:
+    imported there, the subsampler takes ``torch._dynamo.is_compiling``, which Dynamo traces as
+    True, so compiled code still takes the compiled paths and eager code the eager ones."""
+    code = """if True:
+        import torch, torch._dynamo
+        new = torch.compiler.is_compiling  # (Dynamo itself needs it back after the import)
+        del torch.compiler.is_compiling
+        from bucketloader import static
+        from bucketloader.static import _select
+        torch.compiler.is_compiling = new
+        assert _select.is_compiling is torch._dynamo.is_compiling
+        probe = torch.compile(lambda x: x + 1 if _select.is_compiling() else x - 1, backend="eager")
+        assert probe(torch.zeros(1)).item() == 1 and not _select.is_compiling()
+        values, labels = torch.randn(2, 300, 3), torch.rand(2, 300) < 0.2
+        out = static.balanced_subsample(values, labels, 40, seed=torch.tensor(3))
+        assert out.values.shape == (2, 40, 3) and out.valid.sum(1).tolist() == [40, 40]
+        print("ok")
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_determinism_and_independence():

@@ -143,9 +143,11 @@ def calibrate(
     warmup, warm = check_bool("warmup", warmup), check_bool("warm", warm)
     rows_out = []
     warm_out = []
-    limit = max(len(shapes) + 1, torch._dynamo.config.recompile_limit)
+    config = torch._dynamo.config  # (older torch names it ``cache_size_limit``)
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    limit = max(len(shapes) + 1, int(getattr(config, name)))
     with (
-        torch._dynamo.config.patch(recompile_limit=limit),
+        config.patch(name, limit),
         tempfile.TemporaryDirectory(prefix="bucketloader-calibrate-") as tmp,
         _inductor_cache(tmp),
     ):

@@ -16,6 +16,31 @@ from typing import Any
 import numpy as np
 import torch
 
+#: The oldest torch precompile and CompileCache were tested on (docs/index.md, "Tested
+#: versions"): torch 2.4 has neither inductor's cache-directory helpers
+#: (``torch._inductor.runtime.cache_dir_utils``) nor a portable configuration snapshot that
+#: ``environment`` can read (``save_config_portable`` fails there with a KeyError).
+MIN_TORCH = (2, 8)
+
+
+def torch_version() -> tuple[int, int]:
+    """``(major, minor)`` of the torch in this process (``"2.4.1+cu121"`` -> ``(2, 4)``)."""
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def check_torch(feature: str) -> None:
+    """One clear error, naming ``feature``, the torch found and the upgrade, where this torch
+    is older than :data:`MIN_TORCH` (the rest of the library runs from torch 2.1)."""
+    if torch_version() < MIN_TORCH:
+        want = ".".join(map(str, MIN_TORCH))
+        raise RuntimeError(
+            f"{feature} needs torch >= {want} (inductor's cache directory and configuration "
+            f"snapshot), but this is torch {torch.__version__}; upgrade it "
+            f"(pip install 'torch>={want}'), or compile without it: torch.compile alone works"
+        )
+
+
 #: Part of every key; bump when the key document changes meaning.
 KEY_FORMAT = 1
 #: dynamo settings that precompile itself changes, or that only log: not part of the key.

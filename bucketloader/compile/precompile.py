@@ -40,7 +40,7 @@ import torch
 
 from bucketloader._validation import check_bool, check_folder
 from bucketloader.compile import _dist
-from bucketloader.compile._key import batch_signature, digest, key_document
+from bucketloader.compile._key import batch_signature, check_torch, digest, key_document
 from bucketloader.compile._state import (
     Snapshot,
     check_restorable,
@@ -224,6 +224,7 @@ def precompile(
         ([(2, 8), (2, 12)], [1, 1], True)
     """
     start = time.perf_counter()
+    check_torch("precompile")
     if not callable(step):
         raise TypeError(
             f"step must be callable (your torch.compile'd train step or model), got step={step!r}"

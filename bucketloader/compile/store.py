@@ -76,7 +76,7 @@ from bucketloader._files import (
 from bucketloader._validation import check_bool, check_choice, check_folder, checks_options
 from bucketloader._version import __version__
 from bucketloader.cache import default_cache_dir
-from bucketloader.compile._key import KEY_FORMAT, digest
+from bucketloader.compile._key import KEY_FORMAT, check_torch, digest
 
 __all__ = ["CompileCache", "CompileCacheWarning", "ShapeRecord"]
 
@@ -178,6 +178,7 @@ class CompileCache:
         or ``cache=False`` to leave inductor's configuration alone). Returns ``False`` (with one
         warning, leaving inductor alone) when the directory is not :meth:`usable`.
         """
+        check_torch("CompileCache")
         from torch._inductor.runtime.cache_dir_utils import default_cache_dir as torch_default
 
         if not self.usable():

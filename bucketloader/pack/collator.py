@@ -103,6 +103,8 @@ __all__ = ["IGNORE_INDEX", "PackCollator"]
 IGNORE_INDEX = -100
 
 _DTYPE = operator.attrgetter("dtype")
+#: ``torch.uint64`` (torch >= 2.3); ``None`` before, where no tensor can hold it
+_UINT64 = getattr(torch, "uint64", None)
 
 
 @checks_options
@@ -549,7 +551,7 @@ def _as_int64(value: Any, pos: int, key: Any) -> np.ndarray:
                 f"token ids must be integers, but {where} is a tensor of dtype {value.dtype}; "
                 "cast it in the dataset (.long()): ids are never rounded"
             )
-        if value.dtype == torch.uint64:  # torch has no max() for uint64: check in numpy
+        if value.dtype == _UINT64:  # torch has no max() for uint64: check in numpy
             return _as_int64(value.numpy(), pos, key)
         return value.reshape(-1).to(torch.int64).numpy()
     if isinstance(value, np.ndarray):

@@ -112,8 +112,14 @@ def document_block_mask(
         >>> document_block_mask(ids, block_size=2).to_dense()[0, 0].tolist()
         [[1, 0], [0, 1]]
     """
-    from torch.nn.attention.flex_attention import create_block_mask
-
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask
+    except ImportError as exc:  # torch < 2.5: the rest of packing works there
+        raise ImportError(
+            "document_block_mask needs torch.nn.attention.flex_attention (torch >= 2.5), but "
+            f"this is torch {torch.__version__}; upgrade it (pip install 'torch>=2.5') or use "
+            "document_mask / the dense attention mask instead"
+        ) from exc
     ids = _check(document_ids)
     b, n = ids.shape
     return create_block_mask(

@@ -35,6 +35,26 @@ _MUL = 0x045D9F3B  # < 2**27, so (value < 2**32) * _MUL < 2**59: exact in int64
 _MUL16_A, _MUL16_B = 0x6D2B, 0x5A8B  # odd, < 2**15
 _SALT_ROW, _SALT_HI = 0x5BD1E995, 0x27D4EB2F
 _SALT_ORDER = 0x2545F4914F6CDD1D  # a second, independent stream for the output order
+#: ``torch.compiler.is_compiling`` (torch >= 2.3), else ``torch._dynamo.is_compiling`` (2.1, 2.2):
+#: True while Dynamo traces, so compiled graphs take the arithmetic paths; both are traced as
+#: constants by identity, so the alias compiles like the original.
+if hasattr(torch.compiler, "is_compiling"):
+    is_compiling = torch.compiler.is_compiling
+else:  # torch < 2.3
+    from torch._dynamo import is_compiling
+
+
+def _gather_takes_int32() -> bool:
+    """Whether ``Tensor.gather`` accepts an int32 index (torch >= 2.2; 2.1 wants int64)."""
+    try:
+        torch.zeros(1).gather(0, torch.zeros(1, dtype=torch.int32))
+    except RuntimeError:
+        return False
+    return True
+
+
+#: ``False`` on torch 2.1: ``feistel_tabulated`` then widens its indices to int64 for ``gather``.
+_GATHER_INT32 = _gather_takes_int32()
 #: Rows up to this length are shuffled by sorting hashed keys (cheap at that size, and a Feistel
 #: network on a tiny grid needs many rounds to mix); longer rows use the Feistel permutation.
 _SORT_MAX = 64
@@ -101,7 +121,10 @@ def _round_keys(seed: Tensor, rows: int, rounds: int) -> Tensor:
 
 
 def _rounds(n: int) -> int:
-    return next((r for limit, r in _ROUNDS if n <= limit), _ROUNDS_LARGE)
+    for limit, r in _ROUNDS:  # (a loop: torch 2.4's Dynamo cannot trace next(it, default))
+        if n <= limit:
+            return r
+    return _ROUNDS_LARGE
 
 
 def feistel(j: Tensor, keys: Tensor, a: int, b: int, s: int) -> Tensor:
@@ -133,7 +156,7 @@ def permuted_positions(seed: Tensor, rows: int, n: int) -> tuple[Tensor, Tensor]
     a, b, s = _geometry(n)
     keys = (_round_keys(seed, rows, _rounds(n)) & 0xFFFF).to(torch.int32)  # 16-bit round keys
     j = torch.arange(a * b, device=device, dtype=torch.int32).view(1, a * b)
-    if torch.compiler.is_compiling():  # inductor fuses the arithmetic rounds into one loop
+    if is_compiling():  # inductor fuses the arithmetic rounds into one loop
         return feistel(j, keys, a, b, s), j
     return feistel_tabulated(keys, a, b, s), j
 
@@ -160,10 +183,10 @@ def feistel_tabulated(keys: Tensor, a: int, b: int, s: int) -> Tensor:
     right = half_b.repeat(a).expand(rows, a * b).clone()
     for r in range(1, rounds):
         if r % 2 == 0:
-            left += table(r).gather(1, right)
+            left += table(r).gather(1, right if _GATHER_INT32 else right.long())
             left -= (left >= a).to(torch.int32) * a
         else:
-            right += table(r).gather(1, left)
+            right += table(r).gather(1, left if _GATHER_INT32 else left.long())
             right &= b - 1
     left <<= s
     left |= right
@@ -265,7 +288,7 @@ def _prefix_sum(x: Tensor) -> Tensor:
     rows, d = x.shape
     blocked = _BLOCKED_SCANS
     if blocked is None:
-        blocked = torch.compiler.is_compiling() and x.device.type != "cpu"
+        blocked = is_compiling() and x.device.type != "cpu"
     if not blocked or d <= _SCAN_BLOCK:
         return torch.cumsum(x, 1, dtype=torch.int32)
     width = min(d & -d, _SCAN_BLOCK)

@@ -48,7 +48,7 @@ from bucketloader._validation import (
     check_int,
     describe,
 )
-from bucketloader.static._select import draw_seed, quota_select
+from bucketloader.static._select import draw_seed, is_compiling, quota_select
 
 __all__ = [
     "BalancedSubsampler",
@@ -369,7 +369,7 @@ def _check_pair(values: object, labels: object) -> None:
     _check_length(labels.shape[-1])
     # Data-dependent check: eager and CPU only (under tracing it would be a graph break, on CUDA a
     # synchronisation). Labels are read as `labels != 0` either way.
-    if labels.dtype == torch.bool or torch.compiler.is_compiling() or labels.device.type != "cpu":
+    if labels.dtype == torch.bool or is_compiling() or labels.device.type != "cpu":
         return
     bad = (labels != 0) & (labels != 1)
     if bad.any():
@@ -425,7 +425,7 @@ def _check_dims(dim: Any, ndim: int) -> Any:
     if len(ints) == len(dims):
         if all(-high <= d < high for d in ints) and len({d % high for d in ints}) == len(ints):
             return tuple(ints) if many else ints[0]
-    elif torch.compiler.is_compiling():
+    elif is_compiling():
         # numpy ints and tensors trace as arrays here, which int() would break the graph on:
         # torch checks them itself, as before these checks
         return dim
@@ -442,7 +442,7 @@ def _as_dim(d: object) -> int | None:
     if isinstance(d, numbers.Integral):
         return int(d)
     if isinstance(d, Tensor) and d.dim() == 0 and not (d.is_floating_point() or d.is_complex()):
-        if d.dtype != torch.bool and not torch.compiler.is_compiling():
+        if d.dtype != torch.bool and not is_compiling():
             return int(d)  # eager only: int() on a traced tensor breaks the graph
     return None
 
@@ -470,7 +470,7 @@ def _resolve_seed(
             )
         return torch.tensor(int(seed), dtype=torch.int64).to(device, non_blocking=True)
     if generator is not None:
-        if torch.compiler.is_compiling():
+        if is_compiling():
             raise ValueError(
                 "generator is not supported under torch.compile (Dynamo cannot trace a "
                 "torch.Generator); pass seed=<int or 0-d int tensor drawn outside> instead"

@@ -405,7 +405,16 @@ def _check_source(theirs: Any, mine: Any, owner: str) -> None:
             "read only its top-level *.parquet files then): to resume, build the source over "
             "the top level only, ArrowRows(sorted(glob.glob('<directory>/*.parquet')))"
         )
-    saved = f"{theirs.get('files', '?'):,} Parquet files ({theirs.get('rows', '?'):,} rows)"
+    kinds = {"files": int, "rows": int, "digest": str}
+    if not isinstance(theirs, dict) or not all(
+        isinstance(theirs.get(k), t) and not isinstance(theirs.get(k), bool)
+        for k, t in kinds.items()
+    ):
+        raise ValueError(
+            "state['config']['source'] must record the files read as {'files': int, 'rows': "
+            f"int, 'digest': str, ...}}, got {theirs!r:.120}; pass the state the stream saved"
+        )
+    saved = f"{theirs['files']:,} Parquet files ({theirs['rows']:,} rows)"
     if mine is None:
         raise ValueError(
             f"state was saved over {saved}, but this {owner}'s source records no files; build "

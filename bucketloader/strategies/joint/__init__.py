@@ -160,8 +160,14 @@ def _solve(hist: JointHistogram, params: dict[str, Any]) -> JointSolution:
         # the solvers' modules, imported before the clock starts: a cold ``scipy.optimize``
         # took up to 6 s on a loaded machine, once per process, and is no part of the solve
         # (NOTE [ Joint time limit and fallbacks ])
-        import scipy.optimize  # noqa: F401
-
+        try:
+            import scipy.optimize  # noqa: F401
+        except ImportError as exc:
+            raise ImportError(
+                "the exact joint solver (exact=True, the default) needs SciPy's HiGHS "
+                f"({exc}); install it with pip install 'bucketloader[joint]', or pass "
+                "exact=False (the search and its bound need numpy only)"
+            ) from exc
         if params["solver"] == "pulp":
             import pulp  # noqa: F401
     start = time.perf_counter()
