@@ -66,6 +66,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def run_snippet(code: str) -> None:
+    """Run ``code`` in a fresh interpreter (one thread); it must print ``ok`` and exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 def run_ranks(
     argv: Callable[[int], list[str]], world: int, *, timeout: float, preload: tuple[str, ...] = ()
 ) -> list[str]:

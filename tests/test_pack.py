@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from collections import Counter
 
 import numpy as np
 import pytest
 import torch
-from conftest import load_real
+from conftest import load_real, run_snippet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
@@ -743,11 +742,7 @@ def test_collator_runs_on_the_api_of_torch_before_2_3():
         assert out["input_ids"][0, :5].tolist() == [1, 2, 3, 4, 5], out
         print("ok")
     """
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    run_snippet(code)
 
 
 # --- the proof: a tiny Llama sees each document as if it were alone ----------------------------

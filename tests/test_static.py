@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 import torch._dynamo.testing
+from conftest import run_snippet
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
@@ -261,11 +259,7 @@ def test_runs_on_the_api_of_torch_before_2_3():
         assert out.values.shape == (2, 40, 3) and out.valid.sum(1).tolist() == [40, 40]
         print("ok")
     """
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+    run_snippet(code)
 
 
 def test_determinism_and_independence():
