@@ -10,6 +10,7 @@ import difflib
 import math
 import numbers
 import os
+import re
 from collections.abc import Callable, Iterable, Mapping, Set
 from pathlib import Path
 from typing import Any, TypeVar
@@ -345,6 +346,17 @@ padding_side); its options: side, table
     __new__.__signature__ = inspect.signature(init)  # type: ignore[attr-defined]  # (help())
     obj.__new__ = staticmethod(__new__)  # type: ignore[assignment]
     return obj
+
+
+def release(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a package's version string, local and pre-release parts ignored.
+
+    Example:
+        >>> release("2.4.1+cu121"), release("2.10.0a0+git1234"), release("5.25.0.dev0")
+        ((2, 4), (2, 10), (5, 25))
+    """
+    major, minor = [*re.findall(r"\d+", version), "0", "0"][:2]
+    return int(major), int(minor)
 
 
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:

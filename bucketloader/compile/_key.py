@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from bucketloader._validation import release
+
 #: The oldest torch precompile and CompileCache were tested on (docs/index.md, "Tested
 #: versions"): torch 2.4 has neither inductor's cache-directory helpers
 #: (``torch._inductor.runtime.cache_dir_utils``) nor a portable configuration snapshot that
@@ -25,8 +27,7 @@ MIN_TORCH = (2, 8)
 
 def torch_version() -> tuple[int, int]:
     """``(major, minor)`` of the torch in this process (``"2.4.1+cu121"`` -> ``(2, 4)``)."""
-    major, minor = torch.__version__.split(".")[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+    return release(torch.__version__)
 
 
 def check_torch(feature: str) -> None:

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import re
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -66,6 +65,7 @@ import transformers
 from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 
 from bucketloader._samples import load_samples
+from bucketloader._validation import release
 from bucketloader.evaluation import EvalSampler, restore_order
 from bucketloader.hf.bucketing import LABEL_PAD, Bucketing, ModelInputs, for_audio, for_text
 from bucketloader.hf.lengths import resolve_column, table_and_indices
@@ -655,8 +655,7 @@ MIN_TRANSFORMERS = (5, 17)
 
 def _check_transformers(name: str, version: str = transformers.__version__) -> None:
     """Refuse a transformers older than :data:`MIN_TRANSFORMERS`, by name, with the fix."""
-    found = tuple(int(x) for x in re.findall(r"\d+", version)[:2])
-    if found < MIN_TRANSFORMERS:
+    if release(version) < MIN_TRANSFORMERS:
         need = ".".join(map(str, MIN_TRANSFORMERS))
         raise ImportError(
             f"bucketloader.hf.{name} needs transformers>={need}, found transformers=={version}; "
