@@ -377,7 +377,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
+import heapq
 import math
 import operator
 from bisect import bisect_left, bisect_right, insort
@@ -808,33 +808,91 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
     """
     vals = np.asarray(sizes, dtype=np.int64).tolist()
     lens = [int(x) for x in row_lengths]
-    # a group: rows with the same contents and room; its contents, a tuple of codes
-    # (_code: size index and mult, and in the first code the row length index), are its parent
-    # group's plus one; by_room[room] = live group ids; open_rooms = their rooms, sorted. The
-    # loop is inlined on purpose, appends bound once: it is the whole cost of a plan (NOTE
-    # [ Planning at the speed of best-fit decreasing ]); each step splits k rows off one group
-    # (or opens k rows).
     cnt = np.asarray(counts, dtype=np.int64).tolist()
     # Documents longer than L / 2 share no row (each room left, L - s, is below every such s):
     # with one row length, one root group per such size, made at once as the loop would.
     half = -(lens[0] // 2)
     gid = 0 if len(lens) > 1 else bisect_left(vals, half, key=operator.neg)  # next id
-    contents: list[tuple[int, ...]] = [(g << _MULT | 1,) for g in range(gid)]
-    rows = cnt[:gid]
-    add_contents, add_rows = contents.append, rows.append
-    by_room: dict[int, list[int]] = {lens[0] - s: [g] for g, s in enumerate(vals[:gid])}
-    room_of = by_room.get
-    open_rooms = sorted(by_room)  # the rooms some group has, increasing
-    n_open = len(open_rooms)
-    for i in range(gid, len(cnt)):
+    state = _Open(vals[-1] if vals else 1, cnt[:gid])
+    state.parent += [-1] * gid
+    state.code += [g << _MULT | 1 for g in range(gid)]
+    state.below += [
+        -((lens[0] - s) << _ROOM | (_LAST - g) << 1 | (cnt[g] > 1))
+        for g, s in enumerate(vals[:gid])
+        if lens[0] - s >= state.least
+    ]
+    state.below.append(1)  # (a sentinel: never at most a negated key, so never empty)
+    heapq.heapify(state.below)
+    # runs of at least _RUN sizes of one document each (that a row of lens[0] holds): placed
+    # by the per-document loop, the others group by group
+    one = np.zeros(len(vals) + 2, dtype=np.int8)
+    one[gid + 1 : -1] = (np.asarray(counts)[gid:] == 1) & (np.asarray(sizes)[gid:] <= lens[0])
+    edges = np.flatnonzero(np.diff(one)).reshape(-1, 2)
+    start = gid
+    for lo, hi in edges[edges[:, 1] - edges[:, 0] >= _RUN].tolist():
+        gid = _grouped_steps(state, vals, cnt, lens, start, lo, gid)
+        gid = _single_steps(state, vals, lens[0], lo, hi, gid)
+        start = hi
+    _grouped_steps(state, vals, cnt, lens, start, len(vals), gid)
+    return _patterns(sizes, state)
+
+
+class _Open:
+    """:func:`best_fit`'s state (NOTE [ Planning at the speed of best-fit decreasing ]).
+
+    A group: rows with the same contents and room, made by one step (id: its step's index);
+    ``parent[g]`` the group its rows were split off (-1: new rows), ``code[g]`` what the step
+    added (:data:`_MULT`: size index and mult, and in a row's first code its row length index),
+    ``rows[g]`` its rows. A group with room is open, as its key ``room << _ROOM | (_LAST - g)
+    << 1 | multi`` (``multi``: made with more than one row): the least key, the tightest room
+    and of its groups the latest. Keys with a room that holds the size in hand are in
+    ``above``, a stack with the least on top (each moved there from ``below`` is below all in
+    it, each made below the room it came from), the others in ``below``, a heap of negated
+    keys (the largest room first; and a sentinel, 1), moved up as the sizes fall. Rooms below
+    ``least`` (the smallest size) are never chosen: not kept. :func:`_single_steps` lists as
+    ``parent`` the negated key it took (:func:`_patterns` reads its group's id), and a group
+    of one row whose row it took keeps its ``rows``.
+
+    Example:
+        >>> s = _Open(3, [2]); (s.least, s.rows, s.above, s.below)
+        (3, [2], [], [])
+    """
+
+    def __init__(self, least: int, rows: list[int]) -> None:
+        self.least = least
+        self.rows = rows
+        self.parent: list[int] = []
+        self.code: list[int] = []
+        self.above: list[int] = []
+        self.below: list[int] = []
+
+
+def _grouped_steps(
+    state: _Open, vals: list[int], cnt: list[int], lens: list[int], lo: int, hi: int, gid: int
+) -> int:
+    """:func:`best_fit`'s steps for sizes ``lo`` to ``hi``, one group per step: ``m``
+    documents of size ``s`` in each of ``k`` rows; returns the next group id."""
+    rows, parent, code, above, below, least = (
+        state.rows,
+        state.parent,
+        state.code,
+        state.above,
+        state.below,
+        state.least,
+    )
+    add_rows, add_parent, add_code = rows.append, parent.append, code.append
+    push, pop, stack = heapq.heappush, heapq.heappop, above.append
+    for i in range(lo, hi):
         s, c = vals[i], cnt[i]
         here = i << _MULT
-        at = bisect_left(open_rooms, s)
-        while c:  # one group per step: m documents of size s in each of k rows
-            if at < n_open:  # the tightest open row that holds s: rows of group g
-                room = open_rooms[at]
-                stack = by_room[room]
-                g = stack[-1]
+        held = -(s << _ROOM)  # (the negated keys of rooms that hold s: at most this)
+        while below[0] <= held:
+            stack(pop(below))
+        while c:
+            if above:  # the tightest open row that holds s: rows of group g
+                key = -above[-1]
+                room = key >> _ROOM
+                g = _LAST - (key >> 1 & _LAST)
                 n = rows[g]
                 m = room // s  # the row stays the tightest until its room drops below s
                 k = c // m
@@ -845,12 +903,9 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
                 n -= k
                 rows[g] = n
                 if not n:
-                    stack.pop()
-                    if not stack:
-                        del by_room[room]
-                        del open_rooms[at]
-                        n_open -= 1
-                add_contents(contents[g] + (here | m,))
+                    above.pop()
+                add_parent(g)
+                add_code(here | m)
             elif s > lens[0]:  # new rows of the smallest row length that holds s
                 kind = next(j for j, x in enumerate(lens) if x >= s)
                 room = lens[kind]
@@ -858,55 +913,155 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
                 k = c // m
                 if not k:
                     m, k = c, 1
-                add_contents((kind << _KIND | here | m,))
+                add_parent(-1)
+                add_code(kind << _KIND | here | m)
             else:  # no open row holds s: new rows of the shortest row length
                 room = lens[0]
                 m = room // s
                 k = c // m
                 if not k:
                     m, k = c, 1
-                add_contents((here | m,))
+                add_parent(-1)
+                add_code(here | m)
             c -= k * m
-            left = room - m * s  # (below s: the next step looks again)
-            if left:  # (a full row is never chosen again: not a room)
-                other = room_of(left)
-                if other is None:
-                    by_room[left] = [gid]
-                    insort(open_rooms, left)
-                    n_open += 1
-                    at += 1  # (left < s: inserted before the rooms that hold s)
-                else:
-                    other.append(gid)
+            left = room - m * s  # (below the room it came from)
+            if left >= least:  # (else never chosen again: not a room)
+                push(below, -(left << _ROOM | (_LAST - gid) << 1 | (k > 1)))
             gid += 1
             add_rows(k)
-    return _patterns(sizes, contents, rows)
+    return gid
+
+
+def _single_steps(state: _Open, vals: list[int], length: int, lo: int, hi: int, gid: int) -> int:
+    """:func:`best_fit`'s steps for sizes ``lo`` to ``hi``, one document each (none longer
+    than ``length``, the shortest row length): the steps of :func:`_grouped_steps`, a group
+    of one row each, with only the keys taken recorded in the loop; returns the next group
+    id."""
+    rows, above, below = state.rows, state.above, state.below
+    put = state.parent.append
+    push, pop, stack, unstack = heapq.heappush, heapq.heappop, above.append, above.pop
+    new = length << _ROOM
+    least, high = state.least << _ROOM, -1 << _ROOM  # (a key's room bits: key & high)
+    # (each size's negated key shift, and each step's negated key tail: a new group of one row)
+    held = [-(s << _ROOM) for s in vals[lo:hi]]
+    tails = range(-((_LAST - gid) << 1), -((_LAST - gid - (hi - lo)) << 1), 2)
+    for nsb, tail in zip(held, tails, strict=True):
+        if below[0] <= nsb:  # the tightest of the rooms that now hold s (negated: the last)
+            nkey = pop(below)
+            while below[0] <= nsb:
+                stack(nkey)
+                nkey = pop(below)
+        elif above:
+            nkey = unstack()
+        else:  # a new row
+            put(-1)
+            left = (new + nsb) & high
+            if left >= least:
+                push(below, tail - left)
+            continue
+        if nkey & 1:  # (a group of several rows: one of them)
+            g = _LAST - (-nkey >> 1 & _LAST)
+            rows[g] -= 1
+            if rows[g]:
+                stack(nkey)
+        put(nkey)
+        left = (nsb - nkey) & high
+        if left >= least:
+            push(below, tail - left)
+    state.code += range(lo << _MULT | 1, hi << _MULT | 1, 1 << _MULT)
+    rows += [1] * (hi - lo)
+    return gid + hi - lo
 
 
 #: :func:`best_fit`'s codes: ``size index << _MULT | mult`` (a mult is at most the longest row
 #: length, 2**24; a size index below that), and a row's first code adds ``kind << _KIND``.
 _MULT = 25
 _KIND = 2 * _MULT
+#: :func:`best_fit`'s keys of open groups: ``room << _ROOM | (_LAST - group id) << 1 | multi``
+#: (a room is at most 2**24: a key fits in 63 bits).
+_ROOM = 38
+_LAST = (1 << (_ROOM - 1)) - 1
+#: :func:`best_fit` places runs of at least this many sizes of one document each by
+#: :func:`_single_steps`.
+_RUN = 8
 
 
-def _patterns(sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int]) -> Patterns:
+def _patterns(sizes: np.ndarray, state: _Open) -> Patterns:
     """The live groups of :func:`best_fit` (those with rows) as patterns, in group order."""
-    chains = list(itertools.compress(contents, rows))
-    n = len(chains)
-    reps = np.fromiter(filter(None, rows), np.int64, n)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, chains), np.int64, n), out=offsets[1:])
-    packed = np.fromiter(itertools.chain.from_iterable(chains), np.int64, int(offsets[-1]))
+    parent = np.array(state.parent, dtype=np.int64)
+    # (:func:`_single_steps` lists the negated key taken: its group's id; a group of one
+    # row, the flag clear, has none left)
+    taken = parent < -1
+    keys = -parent[taken]
+    parent[taken] = _LAST - (keys >> 1 & _LAST)
+    reps = np.array(state.rows, dtype=np.int64)
+    reps[parent[taken][keys & 1 == 0]] = 0
+    live = np.flatnonzero(reps)
+    n = live.size
+    if n > _WALK:
+        packed, offsets = _chains(live, parent, np.array(state.code, dtype=np.int64))
+    else:
+        packed, offsets = _walked(live.tolist(), parent.tolist(), state.code)
     kind = packed[offsets[:-1]] >> _KIND
     items = (packed >> _MULT) & ((1 << (_KIND - _MULT)) - 1)
     mults = packed & ((1 << _MULT) - 1)
     return Patterns(
         sizes=np.asarray(sizes, dtype=np.int64),
         kind=kind,
-        reps=reps,
+        reps=reps[live],
         offsets=offsets,
         items=items,
         mult=mults,
     )
+
+
+#: :func:`_patterns` reads the codes of up to this many live groups by a walk in Python, of
+#: more a level at a time in numpy.
+_WALK = 1024
+
+
+def _walked(live: list[int], parent: list[int], code: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The codes of the groups ``live`` (each its row's first code first) and their offsets,
+    by walking each group's parents in Python."""
+    # each live group's codes from its own up to its row's first, the last group first: the
+    # codes turned round are the plan's
+    flat: list[int] = []
+    put = flat.append
+    ends = [0]
+    end = ends.append
+    for g in reversed(live):
+        while g >= 0:
+            put(code[g])
+            g = parent[g]
+        end(len(flat))
+    flat.reverse()
+    total = len(flat)
+    offsets = total - np.fromiter(reversed(ends), np.int64, len(ends))
+    return np.fromiter(flat, np.int64, total), offsets
+
+
+def _chains(
+    live: np.ndarray, parent: np.ndarray, code: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_walked` in numpy, a level of parents at a time (as many as the most codes of a
+    row, at most about ``sqrt(2 L)``)."""
+    n = live.size
+    at, up = np.arange(n), live
+    groups, codes = [], []
+    while up.size:
+        groups.append(at)
+        codes.append(code[up])
+        up = parent[up]
+        kept = up >= 0
+        if not kept.all():
+            at, up = at[kept], up[kept]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(np.concatenate(groups), minlength=n), out=offsets[1:])
+    packed = np.empty(int(offsets[-1]), dtype=np.int64)
+    top = offsets[1:] - 1  # (a group's own code last: its row's first code first)
+    for level, (at, c) in enumerate(zip(groups, codes, strict=True)):
+        packed[top[at] - level] = c
+    return packed, offsets
 
 
 def repack(
