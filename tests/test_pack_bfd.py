@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from fractions import Fraction
 from pathlib import Path
 
@@ -935,3 +936,116 @@ def test_repack_towards_an_aim_above_bfds_rows_ends():
     plan = _bins.repack(fit, (7,), [padded + 7], lambda _: False)
     _check_patterns(plan, np.array([3, 2]), np.array([2, 4]), (7,))
     assert plan.num_rows == 2  # (every row with room repacked at last: twice 3 2 2)
+
+
+def reference_plan(sizes, counts, row_lengths):
+    """The bulk best-fit decreasing's plan, step by step (what ``best_fit`` returned before its
+    keys and heaps, session 13): each step splits ``k`` rows off the open group with the least
+    room that holds size ``s`` (of equal rooms the latest group), ``m`` documents each, or opens
+    ``k`` rows of the smallest row length that holds ``s``; the groups with rows, in the order
+    they were made, as ``(kind, rows, ((size index, mult), ...))``."""
+    groups = []  # [kind, contents, rows]
+    by_room: dict[int, list[int]] = {}  # room -> open groups with it, oldest first
+    for i, (s, c) in enumerate(zip(sizes.tolist(), counts.tolist(), strict=True)):
+        while c:
+            fits = [r for r in by_room if r >= s]
+            if fits:
+                room = min(fits)
+                g = by_room[room][-1]
+                kind, contents, n = groups[g]
+                m = room // s
+                k = min(c // m, n)
+                if not k:  # fewer than m documents left: one more row takes them
+                    m, k = c, 1
+                groups[g][2] = n - k
+                if n == k:
+                    by_room[room].pop()
+                    if not by_room[room]:
+                        del by_room[room]
+            else:
+                kind = next(j for j, x in enumerate(row_lengths) if x >= s)
+                contents, room = (), row_lengths[kind]
+                m = room // s
+                k = c // m
+                if not k:
+                    m, k = c, 1
+            c -= k * m
+            groups.append([kind, (*contents, (i, m)), k])
+            if room - m * s:
+                by_room.setdefault(room - m * s, []).append(len(groups) - 1)
+    return [(kind, n, contents) for kind, contents, n in groups if n]
+
+
+def _plan(p):
+    items, mult, offsets = p.items.tolist(), p.mult.tolist(), p.offsets.tolist()
+    return [
+        (kind, reps, tuple(zip(items[lo:hi], mult[lo:hi], strict=True)))
+        for kind, reps, lo, hi in zip(
+            p.kind.tolist(), p.reps.tolist(), offsets[:-1], offsets[1:], strict=True
+        )
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    docs=st.lists(st.integers(1, 1 << 24), min_size=1, max_size=300),
+    repeat=st.lists(st.integers(0, 299), max_size=40),
+    rows=st.sampled_from([(1 << 24,), (1 << 20 | 3,), (1 << 22, 1 << 23, 1 << 24), (5 << 21,)]),
+    scale=st.sampled_from([1, 64, 4096, 1 << 16]),
+)
+def test_bulk_best_fit_makes_the_same_plan_step_by_step(docs, repeat, rows, scale):
+    """``best_fit``'s plan is the step-by-step one (the same patterns in the same order, so
+    the same digests): sizes mostly distinct (one document each: its per-document loop, from
+    runs of ``_RUN`` sizes; 1 here, so every run takes it) with some repeated (groups of several
+    rows, which that loop splits one row at a time), scaled down to share rows with many
+    documents, in one to three row lengths; its codes read by the walk and in numpy."""
+    docs = [max(1, min(d // scale, rows[-1])) for d in docs]
+    docs += [docs[j % len(docs)] for j in repeat]
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    want = reference_plan(sizes, counts, rows)
+    for run, walk in ((1, 1 << 30), (8, 0)):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_bins, "_RUN", run)
+            mp.setattr(_bins, "_WALK", walk)
+            fit = best_fit(sizes, counts, rows)
+        _check_patterns(fit, sizes, counts, rows)
+        assert _plan(fit) == want
+
+
+def test_bulk_best_fit_on_distinct_sizes_is_the_per_document_bfd():
+    """Thousands of documents of distinct sizes (their own rows' last pattern each) in rows of
+    2**20 + 3 and 2**24, and with three row lengths: the step-by-step plan, and the rows of a
+    per-document BFD over a sorted list of rooms (the benchmark's ``bfd_sorted``); a size of
+    several documents (a group of three rows) that the per-document loop splits row by row."""
+    rng = np.random.default_rng(13)
+    cases = []
+    for length in (1 << 20 | 3, 1 << 24):
+        cases.append((rng.integers(length // 8 + 1, length // 2 + 1, 3000), (length,)))
+        tail = rng.lognormal(np.log(length) - 2.5, 1.3, 3000).astype(np.int64) + 1
+        cases.append((np.minimum(tail, length), (length,)))
+        cases.append((rng.integers(1, length + 1, 3000), (length // 4, length // 2, length)))
+    cases.append((np.array([60] * 3 + list(range(39, 28, -1)) + [5] * 4), (100,)))
+    for docs, rows in cases:
+        sizes, counts = np.unique(docs, return_counts=True)
+        sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+        fit = best_fit(sizes, counts, rows)
+        _check_patterns(fit, sizes, counts, rows)
+        assert _plan(fit) == reference_plan(sizes, counts, rows)
+        if len(rows) == 1:
+            assert fit.num_rows == _sorted_rooms_bfd(docs.tolist(), rows[0])
+
+
+def _sorted_rooms_bfd(docs: list[int], length: int) -> int:
+    """Rows of a per-document BFD over a sorted list of the open rows' rooms."""
+    rooms: list[int] = []
+    rows = 0
+    for s in sorted(docs, reverse=True):
+        at = bisect_left(rooms, s)
+        if at < len(rooms):
+            left = rooms.pop(at) - s
+        else:
+            rows, left = rows + 1, length - s
+        if left:
+            insort(rooms, left)
+    return rows
