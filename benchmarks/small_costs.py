@@ -38,7 +38,8 @@
    documents in rows of 2**24) at L = 2**20 + 3 and 2**24, documents uniform in (L/8, L/2] and
    (L/5, L/2] and long-tailed (lognormal, up to L), 375 to 10,000 of them, and 375 in (L/8,
    L/2] with a seed where the default repacks BFD's rows (NOTE [ Repacking long rows in units ]
-   in ``bucketloader/pack/_bins.py``).
+   in ``bucketloader/pack/_bins.py``), and 100k and 1M documents of distinct sizes in (L/8, L/2]
+   and (0, L] at L = 2**24 (one call each).
 3. Streams: ``BucketIterable`` (8 buckets, ``batch_size=B``) against a plain
    ``DataLoader(batch_size=B)`` over the same in-memory list, B in 8, 32, 128.
 
@@ -92,6 +93,13 @@ def best_of(fn, rounds: int = 7, calls: int = 1) -> float:
             fn()
         best = min(best, (clock() - t) / calls)
     return best
+
+
+def timed(fn) -> tuple[float, object]:
+    """One call of ``fn``: its CPU time and its result."""
+    t = clock()
+    out = fn()
+    return clock() - t, out
 
 
 def side_by_side(*fns, budget_s: float = 0.03, repeats: int = 1, rounds: int = 7) -> list[float]:
@@ -611,6 +619,14 @@ def long_rows(repeats: int) -> list[str]:
             cases.append((f"lognormal up to L, N={n:,}", np.minimum(tail, length), length))
         docs = np.random.default_rng(4).integers(length // 8 + 1, length // 2 + 1, 375)
         cases.append(("uniform in (L/8, L/2], N=375, seed 4", docs, length))
+    # every document its own size (issue 26: best-fit decreasing at 1M documents), one race
+    # of one call each (BFD sorted's insort into ~300k rooms: seconds a call)
+    length = 2**24
+    for n in (100_000, 1_000_000):
+        rng = np.random.default_rng(n)
+        for label, low, high in (("(L/8, L/2]", length // 8, length // 2), ("(0, L]", 0, length)):
+            docs = rng.choice(high - low, n, replace=False) + low + 1
+            cases.append((f"distinct sizes in {label}, N={n:,}", docs, length))
     lines = [
         "## 2b. Long rows: PackSampler's plan vs a per-document best-fit decreasing",
         "",
@@ -624,7 +640,10 @@ def long_rows(repeats: int) -> list[str]:
         "solver version of the default's plan, 12 where that search ran). Times: the median "
         f"over {repeats} repeats of the best of 5 alternating rounds of the three, each round "
         "about 10 ms of calls (at least one; CPU time); the ratios are time / BFD sorted's "
-        "from the same race. `never`'s rows are BFD sorted's (asserted).",
+        "from the same race. `never`'s rows are BFD sorted's (asserted). The last four cases: "
+        "every document its own size (drawn without replacement), 100k and 1M documents, one "
+        "call each, no race (BFD sorted inserts into a list of up to some 300k rooms: seconds "
+        "a call).",
         "",
         "| lengths | L | bound L2 | rows auto | rows never = BFD | version | auto ms | never ms | "
         "BFD sorted ms | auto / BFD sorted | never / BFD sorted |",
@@ -634,11 +653,15 @@ def long_rows(repeats: int) -> list[str]:
     for label, lengths, row_length in cases:
         builds = plan_builds(lengths, row_length)
         base = functools.partial(bfd_sorted, lengths, row_length)
-        auto_t, never_t, base_t = side_by_side(
-            builds["auto"], builds["never"], base, budget_s=0.01, repeats=repeats, rounds=5
-        )
-        auto, never = builds["auto"](), builds["never"]()
-        rows = base()
+        if lengths.size > 10_000:  # (one call each: BFD sorted takes seconds)
+            (auto_t, auto), (never_t, never), (base_t, rows) = (
+                timed(f) for f in (builds["auto"], builds["never"], base)
+            )
+        else:
+            auto_t, never_t, base_t = side_by_side(
+                builds["auto"], builds["never"], base, budget_s=0.01, repeats=repeats, rounds=5
+            )
+            auto, never, rows = builds["auto"](), builds["never"](), base()
         assert never.num_rows == rows and auto.num_rows <= rows, (label, row_length)
         flags = list(inspect.signature(solver_version).parameters)[1:]  # (searched, ...)
         version = solver_version(auto.row_lengths, **{f: getattr(auto.patterns, f) for f in flags})

@@ -998,16 +998,18 @@ def test_bulk_best_fit_makes_the_same_plan_step_by_step(docs, repeat, rows, scal
     the same digests): sizes mostly distinct (one document each: its per-document loop, from
     runs of ``_RUN`` sizes; 1 here, so every run takes it) with some repeated (groups of several
     rows, which that loop splits one row at a time), scaled down to share rows with many
-    documents, in one to three row lengths; its codes read by the walk and in numpy."""
+    documents, in one to three row lengths; its codes read by the walk and in numpy; and by
+    its sorted rooms where fewer than three sizes in four hold one document (``_MANY``)."""
     docs = [max(1, min(d // scale, rows[-1])) for d in docs]
     docs += [docs[j % len(docs)] for j in repeat]
     sizes, counts = np.unique(docs, return_counts=True)
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
     want = reference_plan(sizes, counts, rows)
-    for run, walk in ((1, 1 << 30), (8, 0)):
+    for run, walk, many in ((1, 1 << 30, 0), (8, 0, 0), (8, 0, 1 << 30)):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(_bins, "_RUN", run)
             mp.setattr(_bins, "_WALK", walk)
+            mp.setattr(_bins, "_MANY", many)
             fit = best_fit(sizes, counts, rows)
         _check_patterns(fit, sizes, counts, rows)
         assert _plan(fit) == want
@@ -1029,7 +1031,9 @@ def test_bulk_best_fit_on_distinct_sizes_is_the_per_document_bfd():
     for docs, rows in cases:
         sizes, counts = np.unique(docs, return_counts=True)
         sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
-        fit = best_fit(sizes, counts, rows)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_bins, "_MANY", 0)  # (the last case has 4 sizes of 17 of several)
+            fit = best_fit(sizes, counts, rows)
         _check_patterns(fit, sizes, counts, rows)
         assert _plan(fit) == reference_plan(sizes, counts, rows)
         if len(rows) == 1:

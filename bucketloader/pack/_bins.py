@@ -33,11 +33,15 @@ small file (2k documents, nearly every row its own pattern) or a long-tailed one
 than best-fit decreasing, and on long-tailed lengths it can leave more rows (the largest
 documents, placed first with the closest fill, strand mid-sized ones). Best-fit decreasing runs
 first, in bulk over the histogram: the rows with the same contents and the same room form one
-group, the rooms with a group are kept sorted, so "the tightest row that holds ``s``" is one
-``bisect`` away, once per size: its index stays right across the size's steps (a room that
-empties is deleted at that index, and a new room, below ``s``, is inserted before it). The bits
-of one Python integer, as in the benchmark's baselines, cost three big-integer operations per
-step, 10-20% of the loop. A row chosen for size ``s`` stays the tightest
+group, and the open groups are keys (the room, then the latest group first, :class:`_Open`):
+those whose room holds the size in hand on a stack, the tightest on top (a room moved up is
+below all on it, and a step's new room below the one it came from), the others in a heap, the
+largest room first, moved up as the sizes fall. So "the tightest row that holds ``s``" is the
+top of the stack, and a step costs ``O(log n)`` in the open groups; the sorted list of rooms
+that session 12 kept (one ``bisect`` per size) moved ``O(n)`` of it per insert: 1M documents
+of about 900k distinct sizes in rows of 2**24 took 10.7 s. The bits of one Python integer,
+as in the benchmark's baselines, cost three big-integer operations per step, 10-20% of the
+loop. A row chosen for size ``s`` stays the tightest
 until its room drops below ``s``, so it takes ``room // s`` documents at once, and all the rows
 of a group take them together (exactly per-document BFD, in one step per group and size). When
 its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
@@ -310,21 +314,24 @@ version 11 (the flag ``filled``).
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
 benchmarks/small_costs.py races a careful bulk BFD that outputs the packing in this module's
-form, and one that counts rows only, from 1k to 10M documents). The
-bulk BFD here is that BFD with the group contents kept: one group per step of its loop (a
-remainder of fewer than ``room // s`` documents is the next step's, which finds the same row),
-no call per step, a group's contents one tuple of packed codes (its parent's plus one: no tree
-to walk afterwards; a row's first code carries its row length), the documents longer than
-``L / 2`` open their rows at once, and the live groups' tuples are read into the plan's arrays
-in one pass. ``PackSpec.build`` reads the lengths once (NOTE [ One pass over the lengths ] in
-:mod:`bucketloader.pack.spec`). The MBS search over every document costs about 0.05-0.1 ms per
-pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); repacking only
-BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2%
-of the rows on GSM8K-like lengths in 0.79-1.05x a per-document BFD's time on 1k-2k documents,
-0.23x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, session 9, load
-6.8-7.6; session 8 at load 1.8-2.1: 0.76-0.93x; session 7: 0.73-1.07x on 1k-2k documents),
-so the default searches where BFD misses its promise; the caller can still choose
-(``search``, a :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
+form, and one that counts rows only, from 1k to 10M documents). The bulk BFD here is that BFD
+with the group contents kept: one group per step of its loop (a remainder of fewer than ``room
+// s`` documents is the next step's, which finds the same row), no call per step, a group its
+parent and one packed code (a row's first code carries its row length; the live groups' codes
+are read once at the end, walking their parents, in numpy a level at a time past ``_WALK``
+groups: a session-12 group copied its parent's tuple, quadratic in the documents of a row), the
+documents longer than ``L / 2`` open their rows at once, and runs of sizes of one document each
+(where nearly every document has its own length, as in long rows) placed by a per-document loop
+that records only the key it took (:func:`_single_steps`). ``PackSpec.build`` reads the lengths
+once (NOTE [ One pass over the lengths ] in :mod:`bucketloader.pack.spec`). The MBS search over
+every document costs about 0.05-0.1 ms per pattern in Python, 5.6-7.5x a per-document BFD on
+1k-2k documents (session 6); repacking only BFD's rows with the most room
+(NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2% of the rows on GSM8K-like
+lengths in 0.79-1.05x a per-document BFD's time on 1k-2k documents, 0.23x at 10k and under 0.05x
+from 100k on (benchmarks/results/small_costs.md, session 9, load 6.8-7.6; session 8 at load
+1.8-2.1: 0.76-0.93x; session 7: 0.73-1.07x on 1k-2k documents), so the default searches where
+BFD misses its promise; the caller can still choose (``search``, a
+:meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
 
 - ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
   above the ``ceil(tokens / L)`` bound's (the packing promise of issue 25, e.g. GSM8K at
@@ -378,6 +385,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
+import itertools
 import math
 import operator
 from bisect import bisect_left, bisect_right, insort
@@ -806,6 +814,15 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
         >>> p.num_rows, sorted(p.fill.tolist())
         (3, [4, 8])
     """
+    if len(sizes) < _MANY and 4 * int(np.count_nonzero(np.asarray(counts) == 1)) < 3 * len(sizes):
+        return _fit_by_room(sizes, counts, row_lengths)
+    return _fit_by_key(sizes, counts, row_lengths)
+
+
+def _fit_by_key(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:
+    """:func:`best_fit` where many sizes hold one document each, or there are many sizes: the
+    open groups as keys (:class:`_Open`), runs of sizes of one document placed document by
+    document (:func:`_single_steps`)."""
     vals = np.asarray(sizes, dtype=np.int64).tolist()
     lens = [int(x) for x in row_lengths]
     cnt = np.asarray(counts, dtype=np.int64).tolist()
@@ -835,6 +852,109 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
         start = hi
     _grouped_steps(state, vals, cnt, lens, start, len(vals), gid)
     return _patterns(sizes, state)
+
+
+def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:
+    """:func:`best_fit` where few sizes hold one document each: the rooms with a group kept
+    sorted (one ``bisect`` per size, its index right across the size's steps) and the groups
+    of a room in a stack, each group's contents a tuple (its parent's plus one code)."""
+    vals = np.asarray(sizes, dtype=np.int64).tolist()
+    lens = [int(x) for x in row_lengths]
+    # a group: rows with the same contents and room; its contents, a tuple of codes
+    # (_code: size index and mult, and in the first code the row length index), are its parent
+    # group's plus one; by_room[room] = live group ids; open_rooms = their rooms, sorted. The
+    # loop is inlined on purpose, appends bound once: it is the whole cost of a plan (NOTE
+    # [ Planning at the speed of best-fit decreasing ]); each step splits k rows off one group
+    # (or opens k rows).
+    cnt = np.asarray(counts, dtype=np.int64).tolist()
+    # Documents longer than L / 2 share no row (each room left, L - s, is below every such s):
+    # with one row length, one root group per such size, made at once as the loop would.
+    half = -(lens[0] // 2)
+    gid = 0 if len(lens) > 1 else bisect_left(vals, half, key=operator.neg)  # next id
+    contents: list[tuple[int, ...]] = [(g << _MULT | 1,) for g in range(gid)]
+    rows = cnt[:gid]
+    add_contents, add_rows = contents.append, rows.append
+    by_room: dict[int, list[int]] = {lens[0] - s: [g] for g, s in enumerate(vals[:gid])}
+    room_of = by_room.get
+    open_rooms = sorted(by_room)  # the rooms some group has, increasing
+    n_open = len(open_rooms)
+    for i in range(gid, len(cnt)):
+        s, c = vals[i], cnt[i]
+        here = i << _MULT
+        at = bisect_left(open_rooms, s)
+        while c:  # one group per step: m documents of size s in each of k rows
+            if at < n_open:  # the tightest open row that holds s: rows of group g
+                room = open_rooms[at]
+                stack = by_room[room]
+                g = stack[-1]
+                n = rows[g]
+                m = room // s  # the row stays the tightest until its room drops below s
+                k = c // m
+                if k > n:
+                    k = n
+                elif not k:  # fewer than m documents left: one more row takes them
+                    m, k = c, 1
+                n -= k
+                rows[g] = n
+                if not n:
+                    stack.pop()
+                    if not stack:
+                        del by_room[room]
+                        del open_rooms[at]
+                        n_open -= 1
+                add_contents(contents[g] + (here | m,))
+            elif s > lens[0]:  # new rows of the smallest row length that holds s
+                kind = next(j for j, x in enumerate(lens) if x >= s)
+                room = lens[kind]
+                m = room // s
+                k = c // m
+                if not k:
+                    m, k = c, 1
+                add_contents((kind << _KIND | here | m,))
+            else:  # no open row holds s: new rows of the shortest row length
+                room = lens[0]
+                m = room // s
+                k = c // m
+                if not k:
+                    m, k = c, 1
+                add_contents((here | m,))
+            c -= k * m
+            left = room - m * s  # (below s: the next step looks again)
+            if left:  # (a full row is never chosen again: not a room)
+                other = room_of(left)
+                if other is None:
+                    by_room[left] = [gid]
+                    insort(open_rooms, left)
+                    n_open += 1
+                    at += 1  # (left < s: inserted before the rooms that hold s)
+                else:
+                    other.append(gid)
+            gid += 1
+            add_rows(k)
+    return _tuple_patterns(sizes, contents, rows)
+
+
+def _tuple_patterns(
+    sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int]
+) -> Patterns:
+    """The live groups of :func:`_fit_by_room` (those with rows) as patterns, in group order."""
+    chains = list(itertools.compress(contents, rows))
+    n = len(chains)
+    reps = np.fromiter(filter(None, rows), np.int64, n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, chains), np.int64, n), out=offsets[1:])
+    packed = np.fromiter(itertools.chain.from_iterable(chains), np.int64, int(offsets[-1]))
+    kind = packed[offsets[:-1]] >> _KIND
+    items = (packed >> _MULT) & ((1 << (_KIND - _MULT)) - 1)
+    mults = packed & ((1 << _MULT) - 1)
+    return Patterns(
+        sizes=np.asarray(sizes, dtype=np.int64),
+        kind=kind,
+        reps=reps,
+        offsets=offsets,
+        items=items,
+        mult=mults,
+    )
 
 
 class _Open:
@@ -984,6 +1104,10 @@ _LAST = (1 << (_ROOM - 1)) - 1
 #: :func:`best_fit` places runs of at least this many sizes of one document each by
 #: :func:`_single_steps`.
 _RUN = 8
+#: :func:`best_fit` keeps the rooms sorted (:func:`_fit_by_room`) below this many sizes where
+#: fewer than three in four hold one document each; else it keys the open groups
+#: (:func:`_fit_by_key`).
+_MANY = 4096
 
 
 def _patterns(sizes: np.ndarray, state: _Open) -> Patterns:
