@@ -33,15 +33,20 @@ small file (2k documents, nearly every row its own pattern) or a long-tailed one
 than best-fit decreasing, and on long-tailed lengths it can leave more rows (the largest
 documents, placed first with the closest fill, strand mid-sized ones). Best-fit decreasing runs
 first, in bulk over the histogram: the rows with the same contents and the same room form one
-group, and the open groups are keys (the room, then the latest group first, :class:`_Open`):
-those whose room holds the size in hand on a stack, the tightest on top (a room moved up is
-below all on it, and a step's new room below the one it came from), the others in a heap, the
-largest room first, moved up as the sizes fall. So "the tightest row that holds ``s``" is the
-top of the stack, and a step costs ``O(log n)`` in the open groups; the sorted list of rooms
-that session 12 kept (one ``bisect`` per size) moved ``O(n)`` of it per insert: 1M documents
-of about 900k distinct sizes in rows of 2**24 took 10.7 s. The bits of one Python integer,
-as in the benchmark's baselines, cost three big-integer operations per step, 10-20% of the
-loop. A row chosen for size ``s`` stays the tightest
+group. Where there are fewer than ``_MANY`` sizes and fewer than three in four hold one
+document (:func:`_fit_by_room`), the rooms with a group are kept sorted, so "the tightest row
+that holds ``s``" is one ``bisect`` away, once per size: its index stays right across the
+size's steps (a room that empties is deleted at that index, and a new room, below ``s``, is
+inserted before it). Elsewhere (:func:`_fit_by_key`) that list grows with the open rows and
+each insert moves ``O(n)`` of it (1M documents of about 900k distinct sizes in rows of 2**24
+took 10.7 s in session 12), so the open groups are keys (the room, then the latest group
+first, :class:`_Open`): those whose room holds the size in hand on a stack, the tightest on
+top (a room moved up is below all on it, and a step's new room below the one it came from),
+the others in a heap, the largest room first, moved up as the sizes fall: a step costs
+``O(log n)``, but its keys are big integers (1.1-1.4x the sorted rooms' time on few distinct
+sizes). Both make the same plan. The bits of one Python integer, as in the benchmark's
+baselines, cost three big-integer operations per step, 10-20% of the loop. A row chosen for
+size ``s`` stays the tightest
 until its room drops below ``s``, so it takes ``room // s`` documents at once, and all the rows
 of a group take them together (exactly per-document BFD, in one step per group and size). When
 its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
@@ -315,22 +320,24 @@ NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
 benchmarks/small_costs.py races a careful bulk BFD that outputs the packing in this module's
 form, and one that counts rows only, from 1k to 10M documents). The bulk BFD here is that BFD
-with the group contents kept: one group per step of its loop (a remainder of fewer than ``room
-// s`` documents is the next step's, which finds the same row), no call per step, a group its
-parent and one packed code (a row's first code carries its row length; the live groups' codes
-are read once at the end, walking their parents, in numpy a level at a time past ``_WALK``
-groups: a session-12 group copied its parent's tuple, quadratic in the documents of a row), the
-documents longer than ``L / 2`` open their rows at once, and runs of sizes of one document each
-(where nearly every document has its own length, as in long rows) placed by a per-document loop
-that records only the key it took (:func:`_single_steps`). ``PackSpec.build`` reads the lengths
-once (NOTE [ One pass over the lengths ] in :mod:`bucketloader.pack.spec`). The MBS search over
-every document costs about 0.05-0.1 ms per pattern in Python, 5.6-7.5x a per-document BFD on
-1k-2k documents (session 6); repacking only BFD's rows with the most room
-(NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2% of the rows on GSM8K-like
-lengths in 0.79-1.05x a per-document BFD's time on 1k-2k documents, 0.23x at 10k and under 0.05x
-from 100k on (benchmarks/results/small_costs.md, session 9, load 6.8-7.6; session 8 at load
-1.8-2.1: 0.76-0.93x; session 7: 0.73-1.07x on 1k-2k documents), so the default searches where
-BFD misses its promise; the caller can still choose (``search``, a
+with the group contents kept: one group per step of its loop (a remainder of fewer than
+``room // s`` documents is the next step's, which finds the same row), no call per step, the
+documents longer than ``L / 2`` opening their rows at once. With sorted rooms a group's contents
+are one tuple of packed codes (its parent's plus one; a row's first code carries its row
+length), read into the plan's arrays in one pass. With keys
+(NOTE [ Two solvers, the tighter plan ]) a group is its parent and one packed code (copying the
+parent's tuple is quadratic in the documents of a row), the live groups' codes read once at the
+end by walking their parents (in numpy a level at a time past ``_WALK`` groups), and runs of
+sizes of one document each (where nearly every document has its own length, as in long rows) are
+placed by a per-document loop that records only the key it took (:func:`_single_steps`).
+``PackSpec.build`` reads the lengths once (NOTE [ One pass over the lengths ] in
+:mod:`bucketloader.pack.spec`). The MBS search over every document costs about 0.05-0.1 ms per
+pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); repacking only
+BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2% of
+the rows on GSM8K-like lengths in 0.79-1.05x a per-document BFD's time on 1k-2k documents, 0.23x
+at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, session 9, load 6.8-7.6;
+session 8 at load 1.8-2.1: 0.76-0.93x; session 7: 0.73-1.07x on 1k-2k documents), so the default
+searches where BFD misses its promise; the caller can still choose (``search``, a
 :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
 
 - ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
@@ -944,16 +951,21 @@ def _tuple_patterns(
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, chains), np.int64, n), out=offsets[1:])
     packed = np.fromiter(itertools.chain.from_iterable(chains), np.int64, int(offsets[-1]))
-    kind = packed[offsets[:-1]] >> _KIND
-    items = (packed >> _MULT) & ((1 << (_KIND - _MULT)) - 1)
-    mults = packed & ((1 << _MULT) - 1)
+    return _decoded(sizes, reps, offsets, packed)
+
+
+def _decoded(
+    sizes: np.ndarray, reps: np.ndarray, offsets: np.ndarray, packed: np.ndarray
+) -> Patterns:
+    """The patterns of :func:`best_fit`'s codes ``packed`` (each pattern's row's first code
+    first, pattern ``p``'s at ``offsets[p]:offsets[p + 1]``), used ``reps`` times each."""
     return Patterns(
         sizes=np.asarray(sizes, dtype=np.int64),
-        kind=kind,
+        kind=packed[offsets[:-1]] >> _KIND,
         reps=reps,
         offsets=offsets,
-        items=items,
-        mult=mults,
+        items=(packed >> _MULT) & ((1 << (_KIND - _MULT)) - 1),
+        mult=packed & ((1 << _MULT) - 1),
     )
 
 
@@ -1013,36 +1025,26 @@ def _grouped_steps(
                 key = -above[-1]
                 room = key >> _ROOM
                 g = _LAST - (key >> 1 & _LAST)
-                n = rows[g]
                 m = room // s  # the row stays the tightest until its room drops below s
                 k = c // m
-                if k > n:
-                    k = n
-                elif not k:  # fewer than m documents left: one more row takes them
+                if not k:  # fewer than m documents left: one more row takes them
                     m, k = c, 1
-                n -= k
-                rows[g] = n
-                if not n:
+                else:  # (at most the group's rows)
+                    k = min(k, rows[g])
+                rows[g] -= k
+                if not rows[g]:
                     above.pop()
                 add_parent(g)
                 add_code(here | m)
-            elif s > lens[0]:  # new rows of the smallest row length that holds s
-                kind = next(j for j, x in enumerate(lens) if x >= s)
+            else:  # no open row holds s: new rows of the smallest row length that holds it
+                kind = 0 if s <= lens[0] else next(j for j, x in enumerate(lens) if x >= s)
                 room = lens[kind]
                 m = room // s
-                k = c // m
-                if not k:
-                    m, k = c, 1
+                k = c // m or 1
+                if k * m > c:  # (fewer than m documents: one row takes them)
+                    m = c
                 add_parent(-1)
                 add_code(kind << _KIND | here | m)
-            else:  # no open row holds s: new rows of the shortest row length
-                room = lens[0]
-                m = room // s
-                k = c // m
-                if not k:
-                    m, k = c, 1
-                add_parent(-1)
-                add_code(here | m)
             c -= k * m
             left = room - m * s  # (below the room it came from)
             if left >= least:  # (else never chosen again: not a room)
@@ -1126,17 +1128,7 @@ def _patterns(sizes: np.ndarray, state: _Open) -> Patterns:
         packed, offsets = _chains(live, parent, np.array(state.code, dtype=np.int64))
     else:
         packed, offsets = _walked(live.tolist(), parent.tolist(), state.code)
-    kind = packed[offsets[:-1]] >> _KIND
-    items = (packed >> _MULT) & ((1 << (_KIND - _MULT)) - 1)
-    mults = packed & ((1 << _MULT) - 1)
-    return Patterns(
-        sizes=np.asarray(sizes, dtype=np.int64),
-        kind=kind,
-        reps=reps[live],
-        offsets=offsets,
-        items=items,
-        mult=mults,
-    )
+    return _decoded(sizes, reps[live], offsets, packed)
 
 
 #: :func:`_patterns` reads the codes of up to this many live groups by a walk in Python, of
