@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from bucketloader.pack import _bins
@@ -1006,6 +1006,33 @@ def test_bulk_best_fit_makes_the_same_plan_step_by_step(docs, repeat, rows, scal
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
     want = reference_plan(sizes, counts, rows)
     for run, walk, many in ((1, 1 << 30, 0), (8, 0, 0), (8, 0, 1 << 30)):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_bins, "_RUN", run)
+            mp.setattr(_bins, "_WALK", walk)
+            mp.setattr(_bins, "_MANY", many)
+            fit = best_fit(sizes, counts, rows)
+        _check_patterns(fit, sizes, counts, rows)
+        assert _plan(fit) == want
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    docs=st.lists(st.integers(1, 64), min_size=1, max_size=40, unique=True),
+    counts=st.lists(st.sampled_from([1, 1, 1, 2, 3, 17]), min_size=40, max_size=40),
+    rows=st.sampled_from([(5,), (12,), (13,), (30,), (7, 20), (5, 24, 64)]),
+)
+@example(docs=[4, 2, 1], counts=[1, 2, 1], rows=(5,))  # (two groups of room 1 for the 1)
+@example(docs=[3, 2, 1], counts=[1, 1, 1], rows=(6,))  # (room 1 left by 3 + 2, one by one)
+@example(docs=[2, 1], counts=[1, 2], rows=(4,))  # (a new row's room 2 holds two 1s)
+def test_bulk_best_fit_breaks_ties_as_the_step_by_step_plan(docs, counts, rows):
+    """In short rows many open groups share a room and sizes equal rooms, so the order among
+    groups of equal room (the latest first), a room left exactly ``s`` and the ``L / 2``
+    boundary decide the plan: each code path makes the step-by-step plan there too (in rows of
+    ``2**20`` and more, as above, equal rooms are too rare for that)."""
+    sizes = np.array(sorted({min(d, rows[-1]) for d in docs}, reverse=True))
+    counts = np.array(counts[: len(sizes)])
+    want = reference_plan(sizes, counts, rows)
+    for run, walk, many in ((1, 1 << 30, 0), (1, 0, 0), (1 << 30, 0, 0), (8, 0, 1 << 30)):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(_bins, "_RUN", run)
             mp.setattr(_bins, "_WALK", walk)
