@@ -395,8 +395,9 @@ import heapq
 import itertools
 import math
 import operator
+from array import array
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -830,16 +831,10 @@ def _fit_by_key(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, .
     """:func:`best_fit` where many sizes hold one document each, or there are many sizes: the
     open groups as keys (:class:`_Open`), runs of sizes of one document placed document by
     document (:func:`_single_steps`)."""
-    vals = np.asarray(sizes, dtype=np.int64).tolist()
-    lens = [int(x) for x in row_lengths]
-    cnt = np.asarray(counts, dtype=np.int64).tolist()
-    # Documents longer than L / 2 share no row (each room left, L - s, is below every such s):
-    # with one row length, one root group per such size, made at once as the loop would.
-    half = -(lens[0] // 2)
-    gid = 0 if len(lens) > 1 else bisect_left(vals, half, key=operator.neg)  # next id
+    vals, cnt, lens, gid = _lists(sizes, counts, row_lengths)
     state = _Open(vals[-1] if vals else 1, cnt[:gid])
-    state.parent += [-1] * gid
-    state.code += [g << _MULT | 1 for g in range(gid)]
+    state.parent.extend(itertools.repeat(-1, gid))
+    state.code.extend(range(1, gid << _MULT | 1, 1 << _MULT))
     state.below += [
         -((lens[0] - s) << _ROOM | (_LAST - g) << 1 | (cnt[g] > 1))
         for g, s in enumerate(vals[:gid])
@@ -861,23 +856,36 @@ def _fit_by_key(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, .
     return _patterns(sizes, state)
 
 
+def _lists(
+    sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
+) -> tuple[list[int], list[int], list[int], int]:
+    """:func:`best_fit`'s sizes, counts and row lengths as lists, and how many sizes open a
+    group of their own at once (the first group ids): documents longer than ``L / 2`` share no
+    row (each room left, ``L - s``, is below every such ``s``), so with one row length each
+    such size is one root group, made as the loop would make it.
+
+    Example:
+        >>> _lists(np.array([7, 5, 4, 2]), np.array([1, 2, 1, 3]), (8,))
+        ([7, 5, 4, 2], [1, 2, 1, 3], [8], 2)
+    """
+    vals = np.asarray(sizes, dtype=np.int64).tolist()
+    lens = [int(x) for x in row_lengths]
+    half = -(lens[0] // 2)
+    roots = 0 if len(lens) > 1 else bisect_left(vals, half, key=operator.neg)
+    return vals, np.asarray(counts, dtype=np.int64).tolist(), lens, roots
+
+
 def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:
     """:func:`best_fit` where few sizes hold one document each: the rooms with a group kept
     sorted (one ``bisect`` per size, its index right across the size's steps) and the groups
     of a room in a stack, each group's contents a tuple (its parent's plus one code)."""
-    vals = np.asarray(sizes, dtype=np.int64).tolist()
-    lens = [int(x) for x in row_lengths]
+    vals, cnt, lens, gid = _lists(sizes, counts, row_lengths)
     # a group: rows with the same contents and room; its contents, a tuple of codes
     # (_code: size index and mult, and in the first code the row length index), are its parent
     # group's plus one; by_room[room] = live group ids; open_rooms = their rooms, sorted. The
     # loop is inlined on purpose, appends bound once: it is the whole cost of a plan (NOTE
     # [ Planning at the speed of best-fit decreasing ]); each step splits k rows off one group
     # (or opens k rows).
-    cnt = np.asarray(counts, dtype=np.int64).tolist()
-    # Documents longer than L / 2 share no row (each room left, L - s, is below every such s):
-    # with one row length, one root group per such size, made at once as the loop would.
-    half = -(lens[0] // 2)
-    gid = 0 if len(lens) > 1 else bisect_left(vals, half, key=operator.neg)  # next id
     contents: list[tuple[int, ...]] = [(g << _MULT | 1,) for g in range(gid)]
     rows = cnt[:gid]
     add_contents, add_rows = contents.append, rows.append
@@ -993,8 +1001,8 @@ class _Open:
     def __init__(self, least: int, rows: list[int]) -> None:
         self.least = least
         self.rows = rows
-        self.parent: list[int] = []
-        self.code: list[int] = []
+        self.parent = array("q")  # (int64: 8 bytes an entry, a list's entry with its int ~44)
+        self.code = array("q")
         self.above: list[int] = []
         self.below: list[int] = []
 
@@ -1065,7 +1073,7 @@ def _single_steps(state: _Open, vals: list[int], length: int, lo: int, hi: int, 
     new = length << _ROOM
     least, high = state.least << _ROOM, -1 << _ROOM  # (a key's room bits: key & high)
     # (each size's negated key shift, and each step's negated key tail: a new group of one row)
-    held = [-(s << _ROOM) for s in vals[lo:hi]]
+    held = map(operator.neg, map(operator.lshift, vals[lo:hi], itertools.repeat(_ROOM)))
     tails = range(-((_LAST - gid) << 1), -((_LAST - gid - (hi - lo)) << 1), 2)
     for nsb, tail in zip(held, tails, strict=True):
         if below[0] <= nsb:  # the tightest of the rooms that now hold s (negated: the last)
@@ -1090,7 +1098,7 @@ def _single_steps(state: _Open, vals: list[int], length: int, lo: int, hi: int, 
         left = (nsb - nkey) & high
         if left >= least:
             push(below, tail - left)
-    state.code += range(lo << _MULT | 1, hi << _MULT | 1, 1 << _MULT)
+    state.code.extend(range(lo << _MULT | 1, hi << _MULT | 1, 1 << _MULT))
     rows += [1] * (hi - lo)
     return gid + hi - lo
 
@@ -1114,7 +1122,7 @@ _MANY = 4096
 
 def _patterns(sizes: np.ndarray, state: _Open) -> Patterns:
     """The live groups of :func:`best_fit` (those with rows) as patterns, in group order."""
-    parent = np.array(state.parent, dtype=np.int64)
+    parent = np.frombuffer(state.parent, dtype=np.int64).copy()
     # (:func:`_single_steps` lists the negated key taken: its group's id; a group of one
     # row, the flag clear, has none left)
     taken = parent < -1
@@ -1125,7 +1133,7 @@ def _patterns(sizes: np.ndarray, state: _Open) -> Patterns:
     live = np.flatnonzero(reps)
     n = live.size
     if n > _WALK:
-        packed, offsets = _chains(live, parent, np.array(state.code, dtype=np.int64))
+        packed, offsets = _chains(live, parent, np.frombuffer(state.code, dtype=np.int64))
     else:
         packed, offsets = _walked(live.tolist(), parent.tolist(), state.code)
     return _decoded(sizes, reps[live], offsets, packed)
@@ -1136,7 +1144,9 @@ def _patterns(sizes: np.ndarray, state: _Open) -> Patterns:
 _WALK = 1024
 
 
-def _walked(live: list[int], parent: list[int], code: list[int]) -> tuple[np.ndarray, np.ndarray]:
+def _walked(
+    live: list[int], parent: list[int], code: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
     """The codes of the groups ``live`` (each its row's first code first) and their offsets,
     by walking each group's parents in Python."""
     # each live group's codes from its own up to its row's first, the last group first: the
