@@ -986,6 +986,19 @@ def _plan(p):
     ]
 
 
+def _plans(sizes, counts, rows, paths):
+    """``best_fit``'s plans (checked) with ``_RUN``, ``_WALK`` and ``_MANY`` set to each of
+    ``paths``: each code path forced."""
+    for run, walk, many in paths:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_bins, "_RUN", run)
+            mp.setattr(_bins, "_WALK", walk)
+            mp.setattr(_bins, "_MANY", many)
+            fit = best_fit(sizes, counts, rows)
+        _check_patterns(fit, sizes, counts, rows)
+        yield _plan(fit)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     docs=st.lists(st.integers(1, 1 << 24), min_size=1, max_size=300),
@@ -1005,14 +1018,8 @@ def test_bulk_best_fit_makes_the_same_plan_step_by_step(docs, repeat, rows, scal
     sizes, counts = np.unique(docs, return_counts=True)
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
     want = reference_plan(sizes, counts, rows)
-    for run, walk, many in ((1, 1 << 30, 0), (8, 0, 0), (8, 0, 1 << 30)):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(_bins, "_RUN", run)
-            mp.setattr(_bins, "_WALK", walk)
-            mp.setattr(_bins, "_MANY", many)
-            fit = best_fit(sizes, counts, rows)
-        _check_patterns(fit, sizes, counts, rows)
-        assert _plan(fit) == want
+    for plan in _plans(sizes, counts, rows, ((1, 1 << 30, 0), (8, 0, 0), (8, 0, 1 << 30))):
+        assert plan == want
 
 
 @settings(max_examples=150, deadline=None)
@@ -1032,14 +1039,9 @@ def test_bulk_best_fit_breaks_ties_as_the_step_by_step_plan(docs, counts, rows):
     sizes = np.array(sorted({min(d, rows[-1]) for d in docs}, reverse=True))
     counts = np.array(counts[: len(sizes)])
     want = reference_plan(sizes, counts, rows)
-    for run, walk, many in ((1, 1 << 30, 0), (1, 0, 0), (1 << 30, 0, 0), (8, 0, 1 << 30)):
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(_bins, "_RUN", run)
-            mp.setattr(_bins, "_WALK", walk)
-            mp.setattr(_bins, "_MANY", many)
-            fit = best_fit(sizes, counts, rows)
-        _check_patterns(fit, sizes, counts, rows)
-        assert _plan(fit) == want
+    paths = ((1, 1 << 30, 0), (1, 0, 0), (1 << 30, 0, 0), (8, 0, 1 << 30))
+    for plan in _plans(sizes, counts, rows, paths):
+        assert plan == want
 
 
 def test_bulk_best_fit_on_distinct_sizes_is_the_per_document_bfd():
