@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from bucketloader._validation import check_bool, check_folder
+from bucketloader._validation import check_bool, check_folder, checks_options
 from bucketloader.compile import _dist
 from bucketloader.compile._key import batch_signature, check_torch, digest, key_document
 from bucketloader.compile._state import (
@@ -157,6 +157,7 @@ class PrecompileReport:
         return f"{self.summary()}\n{self.table()}"
 
 
+@checks_options
 def precompile(
     step: Callable[[Any], Any],
     plan: object,
@@ -295,7 +296,7 @@ def precompile(
             "precompile ran step on every planned shape but torch.compile saw no frame: step is "
             "not compiled (pass the torch.compile'd function or module training calls)",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,  # (2 is checks_options' wrapper: the caller's line is 3)
         )
     return PrecompileReport(
         rows=tuple(rows),
