@@ -537,6 +537,28 @@ def test_a_transformers_older_than_tested_is_refused_by_name_with_the_upgrade():
         trainer_module._check_transformers("BucketTrainer", "4.57.1")
 
 
+def test_fixed_size_float_columns_are_audio_like_other_float_lists():
+    """s12-polish left it: the trainer's audio test walked plain and large lists only, so
+    fixed-length clips (Sequence(float32, length=n)) went to for_text and were refused as float
+    token ids, while the same clips as a plain list went to for_audio."""
+    value = datasets.Value("float32")
+    ds = datasets.Dataset.from_dict(
+        {"clip": [[0.5] * 4] * 2, "frames": [[[0.5] * 3] * 2] * 2, "ids": [[1] * 4] * 2},
+        features=datasets.Features(
+            {
+                "clip": datasets.Sequence(value, length=4),
+                "frames": datasets.Sequence(datasets.Sequence(value, length=3), length=2),
+                "ids": datasets.Sequence(datasets.Value("int64"), length=4),
+            }
+        ),
+    )
+    assert trainer_module._is_audio(ds, "clip")
+    assert trainer_module._is_audio(ds, "frames")
+    assert not trainer_module._is_audio(ds, "ids")
+    plain = datasets.Dataset.from_dict({"clip": [[0.5] * 4] * 2})
+    assert trainer_module._is_audio(plain, "clip")
+
+
 def test_seq2seq_joint_bucketing_gives_flat_masks(tmp_path):
     """Regression (issue 13, 2): for_text(ds, ["input_ids", "labels"]) returned attention_mask
     as a dict, which BartForConditionalGeneration(**batch) rejected."""

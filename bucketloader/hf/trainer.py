@@ -64,6 +64,7 @@ import torch
 import transformers
 from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 
+from bucketloader._arrow import is_list
 from bucketloader._samples import load_samples
 from bucketloader._validation import release
 from bucketloader.evaluation import EvalSampler, restore_order
@@ -954,7 +955,7 @@ def _is_audio(dataset: Any, column: str) -> bool:
     if path != column:
         return True
     leaf = arr.type
-    while pa.types.is_list(leaf) or pa.types.is_large_list(leaf):
+    while is_list(leaf):  # (fixed-size lists and list views too)
         leaf = leaf.value_type
     return bool(pa.types.is_floating(leaf))
 
