@@ -150,6 +150,10 @@ def _solve(
         raw = fn(solved, params["num_buckets"], **kwargs)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"strategy {label!r} failed on {hist!r}: {exc}") from exc
+    except Exception as exc:  # (a custom strategy's own bug: kept, with what it was given)
+        if hasattr(exc, "add_note"):  # (Python >= 3.11)
+            exc.add_note(f"(raised by strategy {label!r} on {hist!r})")
+        raise
     seconds = time.perf_counter() - start
     result = raw if isinstance(raw, StrategyResult) else StrategyResult(np.asarray(raw))
     try:

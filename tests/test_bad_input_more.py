@@ -386,7 +386,7 @@ def test_the_left_over_warning_reads_as_a_sentence():
 
     from bucketloader.stream.resume import _warn_at_end
 
-    engine = SimpleNamespace(stats={"left_over": 6, "too_short": 1}, read=300)
+    engine = SimpleNamespace(stats={"left_over": 6, "too_short": 1}, read=300, dry=0, batches=9)
     with pytest.warns(UserWarning) as caught:
         list(_warn_at_end(iter([]), engine, "BucketIterable", 0, empty=False))
     assert str(caught[0].message).startswith(
@@ -468,3 +468,110 @@ def test_pad_value_at_the_int64_and_uint64_edges_still_pads():
         assert int(out["inputs"].numpy()[0, -1]) == 2**64 - 1
     out = _sampler().collator(pad_value=2**63)([torch.zeros(3, dtype=torch.float64)])
     assert out["inputs"][0, -1].item() == 2.0**63
+
+
+# -- session 13: the public API fed bad input as a demanding user would --------------------------
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_mapping_source_is_refused_not_read_as_its_keys(kind):
+    """BucketIterable({"input_ids": [...]}) read the dict's keys as samples: one batch of the
+    column name's characters, silently (an IterableDatasetDict likewise gave its split names)."""
+    from bucketloader.stream import PackIterable
+
+    columns = {"input_ids": [[1] * n for n in (3, 5, 8)]}
+    make = {
+        "bucket": lambda src: BucketIterable(src, boundaries=[4, 8], batch_size=2),
+        "pack": lambda src: PackIterable(src, row_length=8, batch_size=2),
+    }[kind]
+    with pytest.raises(
+        TypeError,
+        match=r"^source must be an iterable of samples, got a dict with keys \['input_ids'\], "
+        r"whose iteration gives its keys; pass one split of a DatasetDict \(source\['train'\]\)",
+    ):
+        make(columns)
+    rows = [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+    assert sum(len(b) for b in make(rows)) >= 2
+
+
+def test_a_sampler_state_of_another_kind_says_so():
+    """PackSampler.load_state_dict(a BucketSampler state) said "it was saved by another
+    version"."""
+    from bucketloader import PackSampler
+
+    bucket = BucketSampler([3, 5, 8, 8], num_buckets=2, batch_size=2)
+    pack = PackSampler([3, 5, 8, 8], row_length=16, batch_size=2)
+    for sampler, state, owner in [(pack, bucket, "PackSampler"), (bucket, pack, "BucketSampler")]:
+        with pytest.raises(
+            ValueError,
+            match=r"^state\['config'\] has no '\w+' \(its keys: \[.*\]\): the state was saved "
+            rf"by another kind of sampler or another version of bucketloader; pass a state from "
+            rf"{owner}\.state_dict\(\)$",
+        ):
+            sampler.load_state_dict(state.state_dict())
+
+
+def test_a_failing_custom_strategy_names_itself_and_its_input():
+    import sys
+
+    from bucketloader import compute_boundaries
+
+    def broken(hist, num_buckets):
+        return [1 // 0]
+
+    with pytest.raises(ZeroDivisionError) as info:
+        compute_boundaries([3, 5, 9], 2, strategy=broken)
+    if sys.version_info >= (3, 11):
+        assert info.value.__notes__ == [
+            "(raised by strategy 'broken' on LengthHistogram(num_samples=3, num_values=3, min=3, "
+            "max=9))"
+        ]
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+@pytest.mark.parametrize("last_batch", ["pad", "fill"])
+def test_steps_per_epoch_far_past_the_shard_warns_once_at_the_end(kind, last_batch):
+    """steps_per_epoch=20 over 12 samples (2 per batch) made 14 padding-only (or repeated) steps
+    without a word; steps that fit, or overshoot by under a quarter, stay quiet."""
+    import warnings
+
+    from bucketloader.stream import PackIterable
+
+    rows = [[1] * n for n in (5, 17, 3, 40, 22, 9, 9, 31, 12, 8, 27, 6)]
+
+    def make(steps):
+        if kind == "bucket":
+            return BucketIterable(
+                rows, boundaries=[40], batch_size=2, steps_per_epoch=steps, last_batch=last_batch
+            )
+        return PackIterable(
+            rows, row_length=40, batch_size=1, steps_per_epoch=steps, last_batch=last_batch
+        )
+
+    with pytest.warns(UserWarning) as caught:
+        assert len(list(make(20))) == 20
+    (note,) = [str(w.message) for w in caught if "ran out" in str(w.message)]
+    dry = 14 if kind == "bucket" else 15  # (6 batches of 2; 5 rows of 40 hold the 189 tokens)
+    assert note.startswith(
+        f"this {'BucketIterable' if kind == 'bucket' else 'PackIterable'} ran out of samples in "
+        f"epoch 0: {dry} of its 20 steps found no new sample after it read 12 "
+    )
+    assert "steps_per_epoch is too high" in note
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        list(make(6 if kind == "bucket" else 5))  # exactly enough
+        list(make(7 if kind == "bucket" else 6))  # one dry step of 7 or 6: under a quarter
+
+
+def test_an_edited_stream_state_past_the_epochs_steps_is_refused():
+    import json
+
+    rows = [[1] * n for n in (5, 17, 3, 40, 22, 9, 9, 31, 12, 8, 27, 6)]
+    live = BucketIterable(rows, boundaries=[10, 40], batch_size=2, steps_per_epoch=3)
+    next(iter(live))
+    state = json.loads(json.dumps(live.state_dict()))
+    stream = BucketIterable(rows, boundaries=[10, 40], batch_size=2, steps_per_epoch=3)
+    with pytest.raises(
+        ValueError, match=r"^state\['batches'\]=1000000 is more than the epoch's steps_per_epoch=3"
+    ):
+        stream.load_state_dict({**state, "batches": 10**6})
+    stream.load_state_dict(state)  # the unedited state still loads
+    assert len(list(stream)) == 2

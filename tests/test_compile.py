@@ -662,6 +662,20 @@ def test_an_uncompiled_step_is_reported():
     assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
 
 
+def test_an_unusable_cache_directory_is_named_at_the_callers_line(tmp_path):
+    """precompile(..., cache=<a file>) warned from inside precompile.py (the CompileCache it
+    builds), not at the line that called it."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
+    step = torch.compile(lambda b: b["inputs"].sum(), backend="eager", dynamic=False)
+    with pytest.warns(CompileCacheWarning, match="is not usable .it is a file.") as caught:
+        line = inspect.currentframe().f_lineno + 1
+        report = precompile(step, sampler, example=[1, 2], cache=blocker, progress=False)
+    assert report.key is None  # compiled as with cache=False
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
+
+
 def test_precompile_refuses_an_unknown_option_in_one_voice():
     """s12-polish left it: precompile(..., collate=f) was Python's bare "got an unexpected
     keyword argument" (every other public entry names the option meant)."""

@@ -62,6 +62,9 @@ class Pass:
         self.saved_replay: dict[str, Any] | None = None
         self.read = 0
         self.batches = 0
+        #: steps of ``steps_per_epoch`` that found the shard dry (no new sample: padding rows or
+        #: repeats), for the end-of-pass note; not in the state or the report
+        self.dry = 0
         self.phase = "stream"
         self.stats = dict.fromkeys(stats, 0)
         self.snaps: list[tuple[int, Any]] = [(0, None)]

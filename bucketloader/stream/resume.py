@@ -224,6 +224,13 @@ def check_source(source: Any) -> Any:
             f"source must be an iterable of samples (a list, a generator, an HF or torch "
             f"IterableDataset), got {type(source).__name__} {source!r:.60}"
         )
+    if isinstance(source, Mapping):  # (iterated, a dict gives its keys: one "sample" per key)
+        raise TypeError(
+            f"source must be an iterable of samples, got a {type(source).__name__} with keys "
+            f"{list(source)[:5]!r:.80}, whose iteration gives its keys; pass one split of a "
+            "DatasetDict (source['train']), or the samples of a dict of columns as a list of "
+            "dicts: [dict(zip(columns, row)) for row in zip(*columns.values())]"
+        )
     return source
 
 
@@ -248,6 +255,13 @@ def state_keys(
         replay_format: {"config": dict, "epoch": int, "workers": int, "skip": list, "first": int},
     }
 
+
+#: The share of a pass's ``steps_per_epoch`` steps that may find the shard dry (nothing left to
+#: batch) before the end-of-pass note says that ``steps_per_epoch`` is too high: past it, the
+#: steps were counted far off (the whole dataset's samples or batches, not one rank's); a smaller
+#: overshoot (a sampler's step count, whose last batches per bucket a stream fills by promotion)
+#: shows in ``report()`` as padded rows.
+DRY_WARNING = 0.25
 
 #: A pass's counters of samples it read but left out, and why (both streams' names; each reads
 #: after "<n> samples" as a sentence).
@@ -277,6 +291,16 @@ def _warn_at_end(
         warnings.warn(
             f"this {owner} leaves out {', '.join(parts)}; its pass read {engine.read:,} samples "
             f"in epoch {epoch} (report() counts them by kind)",
+            UserWarning,
+            stacklevel=2,
+        )
+    if engine.dry > DRY_WARNING * engine.batches and engine.read:
+        warnings.warn(
+            f"this {owner} ran out of samples in epoch {epoch}: {engine.dry:,} of its "
+            f"{engine.batches:,} steps found no new sample after it read {engine.read:,} "
+            "(padding rows, or repeats with last_batch='fill'), so steps_per_epoch is too high "
+            "for this source (this rank's shard, this worker's share); lower it to about the "
+            "samples per rank / the mean batch size (report() counts the padded rows)",
             UserWarning,
             stacklevel=2,
         )
@@ -338,7 +362,8 @@ def check_state(
         value = state[key]
         negative = isinstance(value, int) and value < 0
         if not isinstance(value, kind) or isinstance(value, bool) or negative:
-            raise ValueError(f"state[{key!r}] must be a {kind.__name__}, got {value!r}")
+            what = "an int >= 0" if kind is int else f"a {kind.__name__}"
+            raise ValueError(f"state[{key!r}] must be {what}, got {value!r}")
     if fmt == replay_format:
         skip = state["skip"]
         bad = [x for x in skip if not isinstance(x, int) or isinstance(x, bool) or x < 0]
@@ -738,6 +763,12 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             if state["source"]["state"] is not None and not is_stateful(self.source):
                 raise ValueError("state holds a source state_dict but the source cannot load one")
             self._check_buffers(state)
+            steps = self.steps_per_epoch
+            if steps is not None and state["batches"] > steps:  # (else: an epoch of no step)
+                raise ValueError(
+                    f"state['batches']={state['batches']} is more than the epoch's "
+                    f"steps_per_epoch={steps}; pass a dict from {owner}.state_dict(), unedited"
+                )
         self.epoch = int(state["epoch"])
         self._resume = state
 
