@@ -222,12 +222,20 @@ def _check_sample_weights(weights: Any, spec: BucketSpec) -> np.ndarray:
     if hasattr(weights, "detach"):
         weights = weights.detach().cpu().numpy()
     try:
+        kind = np.asarray(weights).dtype.kind
         arr = np.asarray(weights, dtype=np.float64)
     except (TypeError, ValueError):
+        kind = "O"
+    if kind in "USa":  # (strings such as "1" were read as numbers)
         raise TypeError(
-            f"weights must be one number per sample (a sequence, array or tensor), got "
+            f"weights must be numbers, got strings (e.g. {str(np.asarray(weights).flat[0])!r}); "
+            "convert them first, e.g. weights = [float(w) for w in weights]"
+        )
+    if kind not in "biuf":
+        raise TypeError(
+            "weights must be one number per sample (a sequence, array or tensor), got "
             f"{type(weights).__name__}"
-        ) from None
+        )
     if arr.shape != (n,):
         raise ValueError(
             f"weights must give one weight per sample ({n} samples), got shape {arr.shape}"
@@ -237,6 +245,10 @@ def _check_sample_weights(weights: Any, spec: BucketSpec) -> np.ndarray:
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(f"weights must be finite numbers >= 0, got {arr[i].item()!r} at index {i}")
     kept = spec.cell_of_sample >= 0
+    with np.errstate(over="ignore"):
+        total = arr[kept].sum()
+    if not math.isfinite(total):  # finite weights whose sum is not (1e308 each): the same
+        arr = arr / arr.max()  # draws on a scale that sums (they read as all 0)
     if not math.isfinite(arr[kept].sum()) or arr[kept].sum() <= 0:
         raise ValueError(
             "weights must not all be 0 among the planned samples (those the filters keep)"

@@ -575,3 +575,39 @@ def test_an_edited_stream_state_past_the_epochs_steps_is_refused():
         stream.load_state_dict({**state, "batches": 10**6})
     stream.load_state_dict(state)  # the unedited state still loads
     assert len(list(stream)) == 2
+
+
+def test_sample_weights_as_strings_or_past_the_float_sum_are_handled():
+    """WeightedBucketSampler read ["1", ...] as numbers, and weights of 1e308 (finite, whose sum
+    is not) as "all 0" with numpy's overflow warning."""
+    import warnings
+
+    from bucketloader.weighted import WeightedBucketSampler
+
+    lengths = [5, 17, 3, 40, 22, 9, 9, 31, 12, 8, 27, 6]
+
+    def make(weights):
+        return WeightedBucketSampler(lengths, weights, num_buckets=2, batch_size=2, seed=0)
+
+    with pytest.raises(
+        TypeError,
+        match=r"^weights must be numbers, got strings \(e\.g\. '1'\); convert them first, e\.g\. "
+        r"weights = \[float\(w\) for w in weights\]$",
+    ):
+        make(["1"] * len(lengths))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        huge = make([1e308] * 6 + [2e307] * 6)
+    same = make([10.0] * 6 + [2.0] * 6)  # the same proportions: the same draws
+    assert [list(b) for b in huge] == [list(b) for b in same]
+
+
+def test_a_bucketed_column_named_twice_is_refused():
+    datasets = pytest.importorskip("datasets")
+    from bucketloader import hf
+
+    ds = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in (3, 9, 4, 8)]})
+    with pytest.raises(
+        ValueError, match=r"^column names \['input_ids'\] more than once, got column=\['input_ids"
+    ):
+        hf.for_text(ds, ["input_ids", "input_ids"], pad_token_id=0, batch_size=2)

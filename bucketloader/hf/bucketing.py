@@ -857,6 +857,12 @@ def _check_columns(column: Any) -> list[str]:
             "column must be a column name or a non-empty list of names, got "
             f"column={column!r}; pass e.g. column='input_ids'"
         )
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:  # (bucketed jointly with itself: the shapes multiplied for nothing)
+        raise ValueError(
+            f"column names {twice} more than once, got column={column!r}; list each bucketed "
+            "column once"
+        )
     return list(names)
 
 
