@@ -5,6 +5,8 @@ sample without a count and a warning; never a silently wrong resume.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -611,3 +613,33 @@ def test_a_bucketed_column_named_twice_is_refused():
         ValueError, match=r"^column names \['input_ids'\] more than once, got column=\['input_ids"
     ):
         hf.for_text(ds, ["input_ids", "input_ids"], pad_token_id=0, batch_size=2)
+
+
+def test_arrow_rows_names_a_missing_column_and_a_bad_index(tmp_path):
+    """ArrowRows(path, columns=['nope'])[0] was Python's "zip() argument 2 is shorter than
+    argument 1" (a table: pyarrow's KeyError), columns='ids' its letters, rows['a'] int()'s
+    message and rows[1.0] a row."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from bucketloader.stream.arrow import ArrowRows
+
+    table = pa.table({"ids": [[1], [2, 3], [4, 5, 6]], "s": [{"a": [1], "b": 2}] * 3})
+    path = tmp_path / "d.parquet"
+    pq.write_table(table, path)
+    for data, where in [(path, str(path)), (table, "the table")]:
+        with pytest.raises(
+            MissingKeyError,
+            match=rf"^columns \['nope'\] not found in {re.escape(where)}; it has columns "
+            r"\['ids', 's'\]",
+        ):
+            ArrowRows(data, columns=["ids", "nope"])
+        with pytest.raises(TypeError, match=r"^columns must be a list of column names, got "):
+            ArrowRows(data, columns="ids")
+        rows = ArrowRows(data, columns=["ids"])
+        for bad in ("a", 1.0, None):
+            with pytest.raises(TypeError, match=r"^ArrowRows indices must be integers or slices"):
+                rows[bad]
+        assert rows[np.int64(1)] == rows[-2] == {"ids": [2, 3]}
+        assert rows[1:] == [{"ids": [2, 3]}, {"ids": [4, 5, 6]}]
+    assert ArrowRows(path, columns=["s.a"])[0] == {"s": {"a": [1]}}  # (a struct field of a file)
