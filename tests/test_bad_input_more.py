@@ -643,3 +643,17 @@ def test_arrow_rows_names_a_missing_column_and_a_bad_index(tmp_path):
         assert rows[np.int64(1)] == rows[-2] == {"ids": [2, 3]}
         assert rows[1:] == [{"ids": [2, 3]}, {"ids": [4, 5, 6]}]
     assert ArrowRows(path, columns=["s.a"])[0] == {"s": {"a": [1]}}  # (a struct field of a file)
+
+
+def test_eval_sampler_wrap_refuses_a_dataset_of_another_size():
+    """EvalSampler.wrap(a shorter dataset) was accepted; the DataLoader then failed with the
+    list's bare IndexError (dataloader() already refused it)."""
+    from bucketloader import EvalSampler
+
+    sampler = EvalSampler([5, 17, 3, 40, 22, 9], num_buckets=2, batch_size=2)
+    with pytest.raises(
+        ValueError,
+        match=r"^dataset has 2 samples but this EvalSampler was planned on lengths for 6",
+    ):
+        sampler.wrap([torch.ones(5), torch.ones(17)])
+    assert len(sampler.wrap([torch.ones(n) for n in (5, 17, 3, 40, 22, 9)])) == 6

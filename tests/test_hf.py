@@ -810,3 +810,17 @@ def test_list_view_columns_are_list_columns_and_a_table_is_refused_by_the_builde
         TypeError, match=r"got a pyarrow\.Table; wrap it: datasets\.Dataset\(table\)$"
     ):
         hf.for_text([table.select(["input_ids"])], pad_token_id=0, batch_size=2)
+
+
+def test_a_default_length_column_of_strings_is_refused_not_measured_in_characters():
+    """hf.lengths(ds) reads the 'length' column when no column is named; holding strings
+    ("3", "1") it gave their characters, [1, 1]."""
+    text = datasets.Dataset.from_dict({"length": ["3", "12"]})
+    with pytest.raises(
+        TypeError,
+        match=r"^the dataset's 'length' column, read as the lengths when no column is named, "
+        r"holds string values, not numbers; name the column to measure",
+    ):
+        hf.lengths(text)
+    assert hf.lengths(text, "length").tolist() == [1, 2]  # named: a text column, in characters
+    assert hf.lengths(datasets.Dataset.from_dict({"length": [3, 12]})).tolist() == [3, 12]
