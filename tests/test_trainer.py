@@ -806,3 +806,23 @@ def test_an_iterable_train_dataset_is_refused_naming_train_dataset(tmp_path):
     again = datasets.Dataset.from_generator(lambda: iter(stream))  # the fix the error names
     trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=again)
     assert len(trainer.get_train_dataloader()) > 0
+
+
+def test_bucketing_options_are_checked_when_the_trainer_is_built(tmp_path):
+    """bucketing={"num_bucket": 2} (or eval_bucketing={"shuffle": True}) was accepted by the
+    constructor and refused only at the first loader, when train() or evaluate() began."""
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    args = _args(tmp_path)
+    for kw, match in [
+        ({"bucketing": {"num_bucket": 2}}, r"option num_bucket=2; did you mean num_buckets=\?"),
+        ({"eval_bucketing": {"shuffle": True}}, r"batches are deterministic .* drop shuffle=True"),
+        ({"eval_bucketing": {"max_token": 64}}, r"option max_token=64; did you mean max_tokens=\?"),
+    ]:
+        with pytest.raises(TypeError, match=match):
+            hf.BucketTrainer(model=model, args=args, train_dataset=ds, **kw)
+    # the trainer's own keys and for_audio's pass (checked again by the entry that runs)
+    ok = {"precompile": False, "column": "input_ids", "num_buckets": 2, "pad_value": 0.0}
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=ds, bucketing=ok, eval_bucketing={"max_tokens": 512}
+    )
+    assert trainer._bucketing_options["num_buckets"] == 2
