@@ -657,3 +657,15 @@ def test_eval_sampler_wrap_refuses_a_dataset_of_another_size():
     ):
         sampler.wrap([torch.ones(5), torch.ones(17)])
     assert len(sampler.wrap([torch.ones(n) for n in (5, 17, 3, 40, 22, 9)])) == 6
+
+
+def test_plan_epoch_of_raw_lengths_names_the_spec_it_needs():
+    """plan_epoch([5, 17, 3]) was "'list' object has no attribute 'counts'"."""
+    from bucketloader.plan import BucketSpec, plan_epoch
+
+    with pytest.raises(
+        TypeError, match=r"^spec must be a BucketSpec, got list; build one from the lengths: "
+    ):
+        plan_epoch([5, 17, 3, 40])
+    spec = BucketSpec.build([5, 17, 3, 40], num_buckets=2, batch_size=2)
+    assert len(plan_epoch(spec, shuffle=False)) == 2
