@@ -669,3 +669,20 @@ def test_plan_epoch_of_raw_lengths_names_the_spec_it_needs():
         plan_epoch([5, 17, 3, 40])
     spec = BucketSpec.build([5, 17, 3, 40], num_buckets=2, batch_size=2)
     assert len(plan_epoch(spec, shuffle=False)) == 2
+
+
+@pytest.mark.parametrize(
+    ("groups", "kind", "found"),
+    [
+        (["a"] * 3 + ["b"] * 3, TypeError, r"groups must hold integer group ids, got strings .*"),
+        ([-1] * 6, ValueError, r"groups must be non-negative, got -1 at index 0"),
+        ([0.5] * 6, ValueError, r"groups must be whole numbers, got 0\.5 at index 0"),
+    ],
+)
+def test_bad_group_ids_name_the_fix_for_group_ids_not_for_lengths(groups, kind, found):
+    """groups=['a', ...] was told "lengths are numbers: for texts, count their tokens"."""
+    with pytest.raises(kind, match=rf"^{found}; a group id is an int >= 0 per sample") as info:
+        BucketSampler([5, 17, 3, 40, 22, 9], num_buckets=2, batch_size=2, groups=groups)
+    assert "token" not in str(info.value) and "length" not in str(info.value)
+    ids = np.unique(np.array(groups).astype(str), return_inverse=True)[1]  # (the fix it names)
+    BucketSampler([5, 17, 3, 40, 22, 9], num_buckets=2, batch_size=2, groups=ids)
