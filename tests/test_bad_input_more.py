@@ -530,14 +530,20 @@ def test_a_failing_custom_strategy_names_itself_and_its_input():
 
 @pytest.mark.parametrize("kind", ["bucket", "pack"])
 @pytest.mark.parametrize("last_batch", ["pad", "fill"])
-def test_steps_per_epoch_far_past_the_shard_warns_once_at_the_end(kind, last_batch):
+def test_steps_per_epoch_far_past_the_shard_warns_once_when_the_shard_runs_dry(kind, last_batch):
     """steps_per_epoch=20 over 12 samples (2 per batch) made 14 padding-only (or repeated) steps
-    without a word; steps that fit, or overshoot by under a quarter, stay quiet."""
+    without a word; the note comes at the first dry step, not at the pass's end (which
+    steps_per_epoch=10**9 would reach only after that many steps), once; steps that fit, or
+    overshoot by under a quarter, stay quiet."""
+    import inspect
+    import itertools
     import warnings
 
     from bucketloader.stream import PackIterable
 
     rows = [[1] * n for n in (5, 17, 3, 40, 22, 9, 9, 31, 12, 8, 27, 6)]
+    owner = "BucketIterable" if kind == "bucket" else "PackIterable"
+    full = 6 if kind == "bucket" else 5  # (6 batches of 2; 5 rows of 40 hold the 189 tokens)
 
     def make(steps):
         if kind == "bucket":
@@ -548,19 +554,37 @@ def test_steps_per_epoch_far_past_the_shard_warns_once_at_the_end(kind, last_bat
             rows, row_length=40, batch_size=1, steps_per_epoch=steps, last_batch=last_batch
         )
 
-    with pytest.warns(UserWarning) as caught:
-        assert len(list(make(20))) == 20
-    (note,) = [str(w.message) for w in caught if "ran out" in str(w.message)]
-    dry = 14 if kind == "bucket" else 15  # (6 batches of 2; 5 rows of 40 hold the 189 tokens)
-    assert note.startswith(
-        f"this {'BucketIterable' if kind == 'bucket' else 'PackIterable'} ran out of samples in "
-        f"epoch 0: {dry} of its 20 steps found no new sample after it read 12 "
+    def notes(caught):
+        return [w for w in caught if "ran out" in str(w.message)]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batches = iter(make(10**6))
+        for _ in itertools.islice(batches, full):  # the real batches: no note yet
+            pass
+        assert notes(caught) == []
+        line = inspect.currentframe().f_lineno + 1
+        next(batches)  # the first dry step: the note, at the line that asked for the batch
+        (note,) = notes(caught)
+        for _ in itertools.islice(batches, 50):  # more dry steps: no second note
+            pass
+        assert len(notes(caught)) == 1
+    assert (note.filename, note.lineno) == (__file__, line)
+    assert str(note.message).startswith(
+        f"this {owner} ran out of samples in epoch 0: after it read 12, {10**6 - full:,} of "
+        f"its {10**6:,} steps find no new sample (from step {full + 1} on: "
     )
-    assert "steps_per_epoch is too high" in note
+    assert "steps_per_epoch is too high" in str(note.message)
+
+    with warnings.catch_warnings(record=True) as caught:  # a whole pass: one note, its count
+        warnings.simplefilter("always")
+        assert len(list(make(20))) == 20
+    (note,) = notes(caught)
+    assert f"after it read 12, {20 - full} of its 20 steps find no new sample" in str(note.message)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        list(make(6 if kind == "bucket" else 5))  # exactly enough
-        list(make(7 if kind == "bucket" else 6))  # one dry step of 7 or 6: under a quarter
+        list(make(full))  # exactly enough
+        list(make(full + 1))  # one dry step of 7 or 6: under a quarter
 
 
 def test_an_edited_stream_state_past_the_epochs_steps_is_refused():

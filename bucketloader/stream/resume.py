@@ -281,8 +281,14 @@ def _warn_at_end(
     """The pass's batches, then one warning with the counts when it left out more than
     :data:`~bucketloader.plan.report.LOSS_WARNING` of the samples it read, as the samplers warn
     (every one is counted in ``report()``), and, with ``empty``, when it read no sample at all
-    (an empty or exhausted source: an epoch of no step)."""
-    yield from batches
+    (an empty or exhausted source: an epoch of no step); at its first step that finds the shard
+    dry, :func:`_warn_dry`."""
+    checked = False
+    for batch in batches:
+        if engine.dry and not checked:  # (the shard's end: every later step is dry too)
+            checked = True
+            _warn_dry(engine, owner, epoch)
+        yield batch
     stats = engine.stats
     counts = [(int(stats.get(k) or 0), why) for k, why in _LEFT_OUT.items()]
     parts = [f"{n:,} {'sample' if n == 1 else 'samples'} {why}" for n, why in counts if n]
@@ -294,16 +300,6 @@ def _warn_at_end(
             UserWarning,
             stacklevel=2,
         )
-    if engine.dry > DRY_WARNING * engine.batches and engine.read:
-        warnings.warn(
-            f"this {owner} ran out of samples in epoch {epoch}: {engine.dry:,} of its "
-            f"{engine.batches:,} steps found no new sample after it read {engine.read:,} "
-            "(padding rows, or repeats with last_batch='fill'), so steps_per_epoch is too high "
-            "for this source (this rank's shard, this worker's share); lower it to about the "
-            "samples per rank / the mean batch size (report() counts the padded rows)",
-            UserWarning,
-            stacklevel=2,
-        )
     if empty and engine.read == 0:
         warnings.warn(
             f"{owner} read no sample from its source in epoch {epoch}, so it yielded no batch; "
@@ -311,6 +307,26 @@ def _warn_at_end(
             "a re-iterable source for several epochs)",
             UserWarning,
             stacklevel=2,
+        )
+
+
+def _warn_dry(engine: Any, owner: str, epoch: int) -> None:
+    """At the first step of a pass that found its shard dry (every later step finds it dry too),
+    one warning when more than :data:`DRY_WARNING` of the pass's steps will: said now, not at
+    the pass's end, which a ``steps_per_epoch`` of ``10**9`` would reach only after that many
+    padding-only steps. Its ``stacklevel`` is :func:`_warn_at_end`'s (it runs in that frame)."""
+    total = engine.lane_steps()
+    dry = engine.dry + total - engine.batches  # (this step, those before it, those to come)
+    if dry > DRY_WARNING * total and engine.read:
+        warnings.warn(
+            f"this {owner} ran out of samples in epoch {epoch}: after it read "
+            f"{engine.read:,}, {dry:,} of its {total:,} steps find no new sample (from step "
+            f"{engine.batches - engine.dry + 1:,} on: padding rows, or repeats with "
+            "last_batch='fill'), so steps_per_epoch is too high for this source (this rank's "
+            "shard, this worker's share); lower it to about the samples per rank / the mean "
+            "batch size (report() counts the padded rows)",
+            UserWarning,
+            stacklevel=3,
         )
 
 
