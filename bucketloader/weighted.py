@@ -222,16 +222,16 @@ def _check_sample_weights(weights: Any, spec: BucketSpec) -> np.ndarray:
     if hasattr(weights, "detach"):
         weights = weights.detach().cpu().numpy()
     try:
-        kind = np.asarray(weights).dtype.kind
-        arr = np.asarray(weights, dtype=np.float64)
+        arr = np.array(weights, dtype=np.float64)  # (a copy: the caller's array stays writable)
     except (TypeError, ValueError):
-        kind = "O"
-    if kind in "USa":  # (strings such as "1" were read as numbers)
+        arr = None
+    at = _first_string(weights)
+    if at is not None:  # (strings such as "1" were read as numbers)
         raise TypeError(
-            f"weights must be numbers, got strings (e.g. {str(np.asarray(weights).flat[0])!r}); "
-            "convert them first, e.g. weights = [float(w) for w in weights]"
+            f"weights must be numbers, got strings (e.g. {at[1]!r} at index {at[0]}); convert "
+            "them first, e.g. weights = [float(w) for w in weights]"
         )
-    if kind not in "biuf":
+    if arr is None:
         raise TypeError(
             "weights must be one number per sample (a sequence, array or tensor), got "
             f"{type(weights).__name__}"
@@ -255,3 +255,17 @@ def _check_sample_weights(weights: Any, spec: BucketSpec) -> np.ndarray:
         )
     arr.setflags(write=False)
     return arr
+
+
+def _first_string(weights: Any) -> tuple[int, Any] | None:
+    """The index and value of the first string among ``weights`` (``None``: none), which
+    ``float()`` would read as a number; numbers of any kind (numpy, ``Fraction``, ``Decimal``,
+    a pandas column of ``object`` dtype) pass."""
+    try:
+        kind = np.asarray(weights).dtype.kind
+    except (TypeError, ValueError):
+        return None  # (ragged: refused as not one number per sample)
+    if kind in "biufc":
+        return None  # (the usual case: no per-item scan)
+    items = np.asarray(weights, dtype=object).ravel()
+    return next(((i, x) for i, x in enumerate(items) if isinstance(x, (str, bytes))), None)

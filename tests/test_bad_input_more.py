@@ -606,6 +606,8 @@ def test_an_edited_stream_state_past_the_epochs_steps_is_refused():
 def test_sample_weights_as_strings_or_past_the_float_sum_are_handled():
     """WeightedBucketSampler read ["1", ...] as numbers, and weights of 1e308 (finite, whose sum
     is not) as "all 0" with numpy's overflow warning."""
+    import decimal
+    import fractions
     import warnings
 
     from bucketloader.weighted import WeightedBucketSampler
@@ -617,10 +619,27 @@ def test_sample_weights_as_strings_or_past_the_float_sum_are_handled():
 
     with pytest.raises(
         TypeError,
-        match=r"^weights must be numbers, got strings \(e\.g\. '1'\); convert them first, e\.g\. "
-        r"weights = \[float\(w\) for w in weights\]$",
+        match=r"^weights must be numbers, got strings \(e\.g\. '1' at index 0\); convert them "
+        r"first, e\.g\. weights = \[float\(w\) for w in weights\]$",
     ):
         make(["1"] * len(lengths))
+    with pytest.raises(TypeError, match=r"got strings \(e\.g\. '2' at index 11\)"):
+        make([1.0] * 11 + ["2"])  # (numpy reads the mix as strings: '1.0' is no string given)
+    with pytest.raises(TypeError, match=r"got strings \(e\.g\. b'1' at index 3\)"):
+        make(np.array([1.0, 1.0, 1.0, b"1"] + [1.0] * 8, dtype=object))
+    # numbers of any kind still pass, as they did: an object column (pandas' object dtype),
+    # Fraction, Decimal, bools
+    expect = [list(b) for b in make([1.0] * len(lengths))]
+    for weights in (
+        np.array([1.0] * len(lengths), dtype=object),
+        [fractions.Fraction(1, 2)] * len(lengths),
+        [decimal.Decimal("0.5")] * len(lengths),
+        [True] * len(lengths),
+    ):
+        assert [list(b) for b in make(weights)] == expect
+    mine = np.ones(len(lengths))
+    make(mine)
+    mine[0] = 2.0  # the caller's array stays writable (it was made read-only)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         huge = make([1e308] * 6 + [2e307] * 6)
