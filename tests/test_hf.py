@@ -750,6 +750,22 @@ def test_fixed_size_list_columns_are_stacked_not_transposed():
     )
     b = hf.for_text(same, pad_token_id=0, batch_size=2, pad_to_multiple_of=8)
     assert b.collator([same[0], same[1]])["mask"].tolist() == [[1, 1, 1, 0, 0, 0, 0, 0]] * 2
+    # a column fixed-size in one dataset and a plain list in another is padded, as a list is
+    plain = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * 4, [5] * 8], "labels": [[7], [7, 8, 9]]}
+    )
+    b = hf.for_text(
+        [ds.remove_columns("emb"), plain],
+        pad_token_id=0,
+        num_buckets=1,
+        batch_size=2,
+        shuffle=False,
+    )
+    assert b.collator([b.dataset[4], b.dataset[5]])["labels"].tolist() == [
+        [7, -100, -100],
+        [7, 8, 9],
+    ]
+    assert b.collator([b.dataset[0], b.dataset[1]])["labels"].tolist() == [[0, 10], [1, 11]]
     # nested fixed-size lists matching no input: refused, as nested plain lists are
     nested = datasets.Dataset.from_dict(
         {"input_ids": [[5] * 3, [5] * 9], "m": [[[0.0, 1.0]] * 2] * 2},
