@@ -835,8 +835,14 @@ def test_a_default_length_column_of_strings_is_refused_not_measured_in_character
     with pytest.raises(
         TypeError,
         match=r"^the dataset's 'length' column, read as the lengths when no column is named, "
-        r"holds string values, not numbers; name the column to measure",
+        r"holds string values, not numbers; name the column to measure \(e\.g\. "
+        r"column='input_ids'\), or cast it: dataset\.cast_column\('length', "
+        r"datasets\.Value\('int64'\)\)$",
     ):
         hf.lengths(text)
+    lists = datasets.Dataset.from_dict({"length": [[1, 2], [3, 4, 5]]})  # (no cast makes ints)
+    with pytest.raises(TypeError, match=r"or column='length' for the lengths of its lists$"):
+        hf.lengths(lists)
+    assert hf.lengths(lists, "length").tolist() == [2, 3]  # named: as main measured it unnamed
     assert hf.lengths(text, "length").tolist() == [1, 2]  # named: a text column, in characters
     assert hf.lengths(datasets.Dataset.from_dict({"length": [3, 12]})).tolist() == [3, 12]
