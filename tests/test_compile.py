@@ -10,6 +10,7 @@ one process per rank with a hard timeout (conftest's ``run_ranks``).
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import os
 import random
@@ -660,9 +661,41 @@ def test_a_user_set_inductor_directory_is_replaced_with_a_warning(tmp_path, monk
 
 def test_an_uncompiled_step_is_reported():
     sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
-    with pytest.warns(UserWarning, match="step is not compiled"):
+    with pytest.warns(UserWarning, match="step is not compiled") as caught:
+        line = inspect.currentframe().f_lineno + 1
         report = precompile(lambda b: b, sampler, example=[1, 2], cache=False, progress=False)
     assert {r.cache for r in report.rows} == {"memory"}
+    # the warning points at the caller's line, through checks_options' wrapper
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
+
+
+def test_an_unusable_cache_directory_is_named_at_the_callers_line(tmp_path):
+    """precompile(..., cache=<a file>) warned from inside precompile.py (the CompileCache it
+    builds), not at the line that called it."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
+    step = torch.compile(lambda b: b["inputs"].sum(), backend="eager", dynamic=False)
+    with pytest.warns(CompileCacheWarning, match="is not usable .it is a file.") as caught:
+        line = inspect.currentframe().f_lineno + 1
+        report = precompile(step, sampler, example=[1, 2], cache=blocker, progress=False)
+    assert report.key is None  # compiled as with cache=False
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
+
+
+def test_precompile_refuses_an_unknown_option_in_one_voice():
+    """s12-polish left it: precompile(..., collate=f) was Python's bare "got an unexpected
+    keyword argument" (every other public entry names the option meant)."""
+    sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
+    step = torch.compile(lambda b: b["inputs"].sum(), backend="eager", dynamic=False)
+    for bad, hint in [
+        ({"collate": list}, "did you mean collate_fn=?"),
+        ({"restore_state": []}, "did you mean restore=?"),
+        ({"dynamic": False}, "its options: cache, collate_fn, device, example, plan, progress"),
+    ]:
+        with pytest.raises(TypeError, match=r"^precompile got an unexpected option ") as info:
+            precompile(step, sampler, example=[1, 2], cache=False, progress=False, **bad)
+        assert hint in str(info.value)
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
