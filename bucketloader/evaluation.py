@@ -409,8 +409,14 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
 
     # -- loading -------------------------------------------------------------------------------
     def wrap(self, dataset: Any) -> EvalDataset:
-        """The dataset as :class:`EvalDataset`: batches keep their planned rows (and fillers)."""
-        return dataset if isinstance(dataset, EvalDataset) else EvalDataset(dataset)
+        """The dataset as :class:`EvalDataset`: batches keep their planned rows (and fillers).
+        A dataset of another size than the lengths is refused (as by :meth:`dataloader`)."""
+        if isinstance(dataset, EvalDataset):
+            return dataset
+        from bucketloader.loader import check_dataset_size
+
+        check_dataset_size(self, dataset, int(self.spec.cell_of_sample.size))
+        return EvalDataset(dataset)
 
     def collator(self, **kwargs: Any) -> EvalCollator:
         """``EvalCollator(PadCollator(self.shape_table, **kwargs))``."""

@@ -846,7 +846,11 @@ def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, i
         raise ValueError(f"state['config'] must be a dict, got {saved!r}")
     for key, value in config.items():
         if key not in saved:
-            raise ValueError(f"state['config'] has no {key!r}; it was saved by another version")
+            raise ValueError(
+                f"state['config'] has no {key!r} (its keys: {sorted(saved)}): the state was saved "
+                f"by another kind of sampler or another version of bucketloader; pass a state "
+                f"from {owner}.state_dict()"
+            )
         if saved[key] != value:
             hint = (
                 " (the lengths, boundaries, row lengths, batch sizes or policies differ)"

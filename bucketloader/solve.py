@@ -37,6 +37,23 @@ def resolve_params(
     return dict(sorted(params.items()))
 
 
+def check_cache(cache: Any) -> Cache | bool | None:
+    """``cache`` as given when it is ``None``, a bool or a cache (``get_or_solve``); else one
+    clear ``TypeError`` (what :func:`solve_boundaries` and :func:`~bucketloader.stream.estimate`
+    take).
+
+    Example:
+        >>> check_cache(None) is None, check_cache(True)
+        (True, True)
+    """
+    if cache is None or isinstance(cache, bool) or isinstance(cache, Cache):
+        return cache
+    raise TypeError(
+        "cache must be None, True (the default BucketCache), or a cache such as "
+        f"BucketCache(directory), got cache={cache!r}"
+    )
+
+
 def solve_boundaries(
     lengths: LengthsLike | LengthHistogram,
     num_buckets: int,
@@ -64,15 +81,11 @@ def solve_boundaries(
             f"pad_to_multiple_of={m} rounds the longest length {hist.max} up past 2**62 - 1, "
             "the longest length bucketloader supports; use a smaller pad_to_multiple_of"
         )
+    cache = check_cache(cache)
     if cache is None or cache is False:
         return _solve(hist, name, fn, params)
     if cache is True:
         cache = BucketCache()
-    if not isinstance(cache, Cache):
-        raise TypeError(
-            "cache must be None, True (the default BucketCache), or a cache such as "
-            f"BucketCache(directory), got cache={cache!r}"
-        )
     sol = cache.get_or_solve(hist, name, params, lambda: _solve(hist, name, fn, params))
     if not isinstance(sol, Solution):  # a cache answering boundaries with a joint plan
         raise TypeError(f"cache {cache!r} returned {type(sol).__name__}, expected a Solution")
@@ -137,6 +150,10 @@ def _solve(
         raw = fn(solved, params["num_buckets"], **kwargs)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"strategy {label!r} failed on {hist!r}: {exc}") from exc
+    except Exception as exc:  # (a custom strategy's own bug: kept, with what it was given)
+        if hasattr(exc, "add_note"):  # (Python >= 3.11)
+            exc.add_note(f"(raised by strategy {label!r} on {hist!r})")
+        raise
     seconds = time.perf_counter() - start
     result = raw if isinstance(raw, StrategyResult) else StrategyResult(np.asarray(raw))
     try:

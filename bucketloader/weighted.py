@@ -222,12 +222,20 @@ def _check_sample_weights(weights: Any, spec: BucketSpec) -> np.ndarray:
     if hasattr(weights, "detach"):
         weights = weights.detach().cpu().numpy()
     try:
-        arr = np.asarray(weights, dtype=np.float64)
+        arr = np.array(weights, dtype=np.float64)  # (a copy: the caller's array stays writable)
     except (TypeError, ValueError):
+        arr = None
+    at = _first_string(weights)
+    if at is not None:  # (strings such as "1" were read as numbers)
         raise TypeError(
-            f"weights must be one number per sample (a sequence, array or tensor), got "
+            f"weights must be numbers, got strings (e.g. {at[1]!r} at index {at[0]}); convert "
+            "them first, e.g. weights = [float(w) for w in weights]"
+        )
+    if arr is None:
+        raise TypeError(
+            "weights must be one number per sample (a sequence, array or tensor), got "
             f"{type(weights).__name__}"
-        ) from None
+        )
     if arr.shape != (n,):
         raise ValueError(
             f"weights must give one weight per sample ({n} samples), got shape {arr.shape}"
@@ -237,9 +245,27 @@ def _check_sample_weights(weights: Any, spec: BucketSpec) -> np.ndarray:
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(f"weights must be finite numbers >= 0, got {arr[i].item()!r} at index {i}")
     kept = spec.cell_of_sample >= 0
+    with np.errstate(over="ignore"):
+        total = arr[kept].sum()
+    if not math.isfinite(total):  # finite weights whose sum is not (1e308 each): the same
+        arr = arr / arr.max()  # draws on a scale that sums (they read as all 0)
     if not math.isfinite(arr[kept].sum()) or arr[kept].sum() <= 0:
         raise ValueError(
             "weights must not all be 0 among the planned samples (those the filters keep)"
         )
     arr.setflags(write=False)
     return arr
+
+
+def _first_string(weights: Any) -> tuple[int, Any] | None:
+    """The index and value of the first string among ``weights`` (``None``: none), which
+    ``float()`` would read as a number; numbers of any kind (numpy, ``Fraction``, ``Decimal``,
+    a pandas column of ``object`` dtype) pass."""
+    try:
+        kind = np.asarray(weights).dtype.kind
+    except (TypeError, ValueError):
+        return None  # (ragged: refused as not one number per sample)
+    if kind in "biufc":
+        return None  # (the usual case: no per-item scan)
+    items = np.asarray(weights, dtype=object).ravel()
+    return next(((i, x) for i, x in enumerate(items) if isinstance(x, (str, bytes))), None)

@@ -5,6 +5,8 @@ sample without a count and a warning; never a silently wrong resume.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -386,7 +388,7 @@ def test_the_left_over_warning_reads_as_a_sentence():
 
     from bucketloader.stream.resume import _warn_at_end
 
-    engine = SimpleNamespace(stats={"left_over": 6, "too_short": 1}, read=300)
+    engine = SimpleNamespace(stats={"left_over": 6, "too_short": 1}, read=300, dry=0, batches=9)
     with pytest.warns(UserWarning) as caught:
         list(_warn_at_end(iter([]), engine, "BucketIterable", 0, empty=False))
     assert str(caught[0].message).startswith(
@@ -468,3 +470,280 @@ def test_pad_value_at_the_int64_and_uint64_edges_still_pads():
         assert int(out["inputs"].numpy()[0, -1]) == 2**64 - 1
     out = _sampler().collator(pad_value=2**63)([torch.zeros(3, dtype=torch.float64)])
     assert out["inputs"][0, -1].item() == 2.0**63
+
+
+# -- session 13: the public API fed bad input as a demanding user would --------------------------
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_mapping_source_is_refused_not_read_as_its_keys(kind):
+    """BucketIterable({"input_ids": [...]}) read the dict's keys as samples: one batch of the
+    column name's characters, silently (an IterableDatasetDict likewise gave its split names)."""
+    from bucketloader.stream import PackIterable
+
+    columns = {"input_ids": [[1] * n for n in (3, 5, 8)]}
+    make = {
+        "bucket": lambda src: BucketIterable(src, boundaries=[4, 8], batch_size=2),
+        "pack": lambda src: PackIterable(src, row_length=8, batch_size=2),
+    }[kind]
+    with pytest.raises(
+        TypeError,
+        match=r"^source must be an iterable of samples, got a dict with keys \['input_ids'\], "
+        r"whose iteration gives its keys; pass one split of a DatasetDict \(source\['train'\]\)",
+    ):
+        make(columns)
+    rows = [dict(zip(columns, row, strict=True)) for row in zip(*columns.values(), strict=True)]
+    assert sum(len(b) for b in make(rows)) >= 2
+
+
+def test_a_sampler_state_of_another_kind_says_so():
+    """PackSampler.load_state_dict(a BucketSampler state) said "it was saved by another
+    version"."""
+    from bucketloader import PackSampler
+
+    bucket = BucketSampler([3, 5, 8, 8], num_buckets=2, batch_size=2)
+    pack = PackSampler([3, 5, 8, 8], row_length=16, batch_size=2)
+    for sampler, state, owner in [(pack, bucket, "PackSampler"), (bucket, pack, "BucketSampler")]:
+        with pytest.raises(
+            ValueError,
+            match=r"^state\['config'\] has no '\w+' \(its keys: \[.*\]\): the state was saved "
+            rf"by another kind of sampler or another version of bucketloader; pass a state from "
+            rf"{owner}\.state_dict\(\)$",
+        ):
+            sampler.load_state_dict(state.state_dict())
+
+
+def test_a_failing_custom_strategy_names_itself_and_its_input():
+    import sys
+
+    from bucketloader import compute_boundaries
+
+    def broken(hist, num_buckets):
+        return [1 // 0]
+
+    with pytest.raises(ZeroDivisionError) as info:
+        compute_boundaries([3, 5, 9], 2, strategy=broken)
+    if sys.version_info >= (3, 11):
+        assert info.value.__notes__ == [
+            "(raised by strategy 'broken' on LengthHistogram(num_samples=3, num_values=3, min=3, "
+            "max=9))"
+        ]
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+@pytest.mark.parametrize("last_batch", ["pad", "fill"])
+def test_steps_per_epoch_far_past_the_shard_warns_once_when_the_shard_runs_dry(kind, last_batch):
+    """steps_per_epoch=20 over 12 samples (2 per batch) made 14 padding-only (or repeated) steps
+    without a word; the note comes at the first dry step, not at the pass's end (which
+    steps_per_epoch=10**9 would reach only after that many steps), once; steps that fit, or
+    overshoot by under a quarter, stay quiet."""
+    import inspect
+    import itertools
+    import warnings
+
+    from bucketloader.stream import PackIterable
+
+    rows = [[1] * n for n in (5, 17, 3, 40, 22, 9, 9, 31, 12, 8, 27, 6)]
+    owner = "BucketIterable" if kind == "bucket" else "PackIterable"
+    full = 6 if kind == "bucket" else 5  # (6 batches of 2; 5 rows of 40 hold the 189 tokens)
+
+    def make(steps):
+        if kind == "bucket":
+            return BucketIterable(
+                rows, boundaries=[40], batch_size=2, steps_per_epoch=steps, last_batch=last_batch
+            )
+        return PackIterable(
+            rows, row_length=40, batch_size=1, steps_per_epoch=steps, last_batch=last_batch
+        )
+
+    def notes(caught):
+        return [w for w in caught if "ran out of samples" in str(w.message)]
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batches = iter(make(10**6))
+        for _ in itertools.islice(batches, full):  # the real batches: no note yet
+            pass
+        assert notes(caught) == []
+        line = inspect.currentframe().f_lineno + 1
+        next(batches)  # the first dry step: the note, at the line that asked for the batch
+        (note,) = notes(caught)
+        for _ in itertools.islice(batches, 50):  # more dry steps: no second note
+            pass
+        assert len(notes(caught)) == 1
+    assert (note.filename, note.lineno) == (__file__, line)
+    assert str(note.message).startswith(
+        f"this {owner} ran out of samples in epoch 0: after it read 12, {10**6 - full:,} of "
+        f"its {10**6:,} steps find no new sample (from step {full + 1} on: "
+    )
+    assert "steps_per_epoch is too high" in str(note.message)
+
+    with warnings.catch_warnings(record=True) as caught:  # a whole pass: one note, its count
+        warnings.simplefilter("always")
+        assert len(list(make(20))) == 20
+    (note,) = notes(caught)
+    assert f"after it read 12, {20 - full} of its 20 steps find no new sample" in str(note.message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        list(make(full))  # exactly enough
+        list(make(full + 1))  # one dry step of 7 or 6: under a quarter
+
+
+def test_a_bucket_that_runs_empty_while_others_hold_samples_is_not_a_dry_shard():
+    """A step whose bucket (and the buckets it covers) is empty while longer ones still hold
+    samples is padded, but the shard has not run dry: no "ran out" note (a schedule measured on
+    other lengths gives the short bucket 3 of 6 steps; the stream holds 2 short samples)."""
+    import warnings
+
+    from bucketloader import BucketSpec
+
+    spec = BucketSpec.build([5] * 6 + [30] * 6, boundaries=[10, 40], batch_size=2)
+    rows = [[1] * n for n in (5, 30, 30, 5, 30, 30, 30, 30, 30, 30, 30, 30)]
+    stream = BucketIterable(rows, boundaries=spec, batch_size=2, steps_per_epoch=6)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        real = [len(b) for b in stream]
+    assert real == [2, 2, 2, 1, 2, 1]  # (two short-bucket steps of one stand-in: padding)
+    assert [str(w.message) for w in caught if "ran out of samples" in str(w.message)] == []
+
+
+def test_an_edited_stream_state_past_the_epochs_steps_is_refused():
+    import json
+
+    rows = [[1] * n for n in (5, 17, 3, 40, 22, 9, 9, 31, 12, 8, 27, 6)]
+    live = BucketIterable(rows, boundaries=[10, 40], batch_size=2, steps_per_epoch=3)
+    next(iter(live))
+    state = json.loads(json.dumps(live.state_dict()))
+    stream = BucketIterable(rows, boundaries=[10, 40], batch_size=2, steps_per_epoch=3)
+    with pytest.raises(
+        ValueError, match=r"^state\['batches'\]=1000000 is more than the epoch's steps_per_epoch=3"
+    ):
+        stream.load_state_dict({**state, "batches": 10**6})
+    stream.load_state_dict(state)  # the unedited state still loads
+    assert len(list(stream)) == 2
+
+
+def test_sample_weights_as_strings_or_past_the_float_sum_are_handled():
+    """WeightedBucketSampler read ["1", ...] as numbers, and weights of 1e308 (finite, whose sum
+    is not) as "all 0" with numpy's overflow warning."""
+    import decimal
+    import fractions
+    import warnings
+
+    from bucketloader.weighted import WeightedBucketSampler
+
+    lengths = [5, 17, 3, 40, 22, 9, 9, 31, 12, 8, 27, 6]
+
+    def make(weights):
+        return WeightedBucketSampler(lengths, weights, num_buckets=2, batch_size=2, seed=0)
+
+    with pytest.raises(
+        TypeError,
+        match=r"^weights must be numbers, got strings \(e\.g\. '1' at index 0\); convert them "
+        r"first, e\.g\. weights = \[float\(w\) for w in weights\]$",
+    ):
+        make(["1"] * len(lengths))
+    with pytest.raises(TypeError, match=r"got strings \(e\.g\. '2' at index 11\)"):
+        make([1.0] * 11 + ["2"])  # (numpy reads the mix as strings: '1.0' is no string given)
+    with pytest.raises(TypeError, match=r"got strings \(e\.g\. b'1' at index 3\)"):
+        make(np.array([1.0, 1.0, 1.0, b"1"] + [1.0] * 8, dtype=object))
+    # numbers of any kind still pass, as they did: an object column (pandas' object dtype),
+    # Fraction, Decimal, bools
+    expect = [list(b) for b in make([1.0] * len(lengths))]
+    for weights in (
+        np.array([1.0] * len(lengths), dtype=object),
+        [fractions.Fraction(1, 2)] * len(lengths),
+        [decimal.Decimal("0.5")] * len(lengths),
+        [True] * len(lengths),
+    ):
+        assert [list(b) for b in make(weights)] == expect
+    mine = np.ones(len(lengths))
+    make(mine)
+    mine[0] = 2.0  # the caller's array stays writable (it was made read-only)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        huge = make([1e308] * 6 + [2e307] * 6)
+    same = make([10.0] * 6 + [2.0] * 6)  # the same proportions: the same draws
+    assert [list(b) for b in huge] == [list(b) for b in same]
+
+
+def test_a_bucketed_column_named_twice_is_refused():
+    datasets = pytest.importorskip("datasets")
+    from bucketloader import hf
+
+    ds = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in (3, 9, 4, 8)]})
+    with pytest.raises(
+        ValueError, match=r"^column names \['input_ids'\] more than once, got column=\['input_ids"
+    ):
+        hf.for_text(ds, ["input_ids", "input_ids"], pad_token_id=0, batch_size=2)
+
+
+def test_arrow_rows_names_a_missing_column_and_a_bad_index(tmp_path):
+    """ArrowRows(path, columns=['nope'])[0] was Python's "zip() argument 2 is shorter than
+    argument 1" (a table: pyarrow's KeyError), columns='ids' its letters, rows['a'] int()'s
+    message and rows[1.0] a row."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from bucketloader.stream.arrow import ArrowRows
+
+    table = pa.table({"ids": [[1], [2, 3], [4, 5, 6]], "s": [{"a": [1], "b": 2}] * 3})
+    path = tmp_path / "d.parquet"
+    pq.write_table(table, path)
+    for data, where in [(path, str(path)), (table, "the table")]:
+        with pytest.raises(
+            MissingKeyError,
+            match=rf"^columns \['nope'\] not found in {re.escape(where)}; it has columns "
+            r"\['ids', 's'\]",
+        ):
+            ArrowRows(data, columns=["ids", "nope"])
+        with pytest.raises(TypeError, match=r"^columns must be a list of column names, got "):
+            ArrowRows(data, columns="ids")
+        rows = ArrowRows(data, columns=["ids"])
+        for bad in ("a", 1.0, None):
+            with pytest.raises(TypeError, match=r"^ArrowRows indices must be integers or slices"):
+                rows[bad]
+        assert rows[np.int64(1)] == rows[-2] == {"ids": [2, 3]}
+        assert rows[1:] == [{"ids": [2, 3]}, {"ids": [4, 5, 6]}]
+    assert ArrowRows(path, columns=["s.a"])[0] == {"s": {"a": [1]}}  # (a struct field of a file)
+
+
+def test_eval_sampler_wrap_refuses_a_dataset_of_another_size():
+    """EvalSampler.wrap(a shorter dataset) was accepted; the DataLoader then failed with the
+    list's bare IndexError (dataloader() already refused it)."""
+    from bucketloader import EvalSampler
+
+    sampler = EvalSampler([5, 17, 3, 40, 22, 9], num_buckets=2, batch_size=2)
+    with pytest.raises(
+        ValueError,
+        match=r"^dataset has 2 samples but this EvalSampler was planned on lengths for 6",
+    ):
+        sampler.wrap([torch.ones(5), torch.ones(17)])
+    assert len(sampler.wrap([torch.ones(n) for n in (5, 17, 3, 40, 22, 9)])) == 6
+
+
+def test_plan_epoch_of_raw_lengths_names_the_spec_it_needs():
+    """plan_epoch([5, 17, 3]) was "'list' object has no attribute 'counts'"."""
+    from bucketloader.plan import BucketSpec, plan_epoch
+
+    with pytest.raises(
+        TypeError, match=r"^spec must be a BucketSpec, got list; build one from the lengths: "
+    ):
+        plan_epoch([5, 17, 3, 40])
+    spec = BucketSpec.build([5, 17, 3, 40], num_buckets=2, batch_size=2)
+    assert len(plan_epoch(spec, shuffle=False)) == 2
+
+
+@pytest.mark.parametrize(
+    ("groups", "kind", "found"),
+    [
+        (["a"] * 3 + ["b"] * 3, TypeError, r"groups must hold integer group ids, got strings .*"),
+        ([-1] * 6, ValueError, r"groups must be non-negative, got -1 at index 0"),
+        ([0.5] * 6, ValueError, r"groups must be whole numbers, got 0\.5 at index 0"),
+    ],
+)
+def test_bad_group_ids_name_the_fix_for_group_ids_not_for_lengths(groups, kind, found):
+    """groups=['a', ...] was told "lengths are numbers: for texts, count their tokens"."""
+    with pytest.raises(kind, match=rf"^{found}; a group id is an int >= 0 per sample") as info:
+        BucketSampler([5, 17, 3, 40, 22, 9], num_buckets=2, batch_size=2, groups=groups)
+    assert "token" not in str(info.value) and "length" not in str(info.value)
+    ids = np.unique(np.array(groups).astype(str), return_inverse=True)[1]  # (the fix it names)
+    BucketSampler([5, 17, 3, 40, 22, 9], num_buckets=2, batch_size=2, groups=ids)

@@ -2,18 +2,19 @@
 the user's state untouched, artifacts keyed and shared across runs and ranks.
 
 Compiles use a counting backend (dynamo traces, the graph runs eagerly) or ``aot_eager``; one small
-test uses inductor for the warm start. The two-rank test runs this file as a worker script
-(``python test_compile.py worker ...``) under ``subprocess`` with a hard timeout.
+test uses inductor for the warm start, in two processes (``python test_compile.py inductor ...``).
+The two-rank test runs this file as a worker script (``python test_compile.py worker ...``) in
+one process per rank with a hard timeout (conftest's ``run_ranks``).
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import os
 import random
 import re
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -454,30 +455,37 @@ def test_key_follows_code_dtype_and_threads(tmp_path):
 # -- inductor: a warm start loads instead of compiling ------------------------------------------
 @pytest.mark.timeout(420)  # a real g++ build: minutes on a loaded 2-core machine
 def test_inductor_warm_start_from_the_cache_directory(tmp_path):
-    script = r"""
-import json, sys, torch
-from bucketloader import BucketSampler
-from bucketloader.compile import precompile
-torch.set_num_threads(1)
-sampler = BucketSampler([3, 9, 9, 14], num_buckets=1, batch_size=2)  # one shape: one g++ build
-step = torch.compile(lambda b: (b["inputs"] * b["attention_mask"]).sum(), dynamic=False)
-r = precompile(step, sampler, example=[1, 2, 3], cache=sys.argv[1], progress=False)
-print(json.dumps([[r.cache, r.cached, r.seconds] for r in r.rows]))
-"""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
-    env["TORCHINDUCTOR_VEC_ISA_OK"] = "1"  # skip inductor's CPU probe (six g++ builds): test time
-    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
     runs = []
-    for _ in range(2):  # two processes, one cache directory: a rerun after a preemption
-        out = subprocess.run(
-            [sys.executable, "-c", script, str(tmp_path)],
-            capture_output=True, text=True, env=env, timeout=200,
-        )  # fmt: skip
-        assert out.returncode == 0, out.stderr[-3000:]
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    for out in (tmp_path / "cold.json", tmp_path / "warm.json"):
+        # two processes, one cache directory: a rerun after a preemption. Each a process of its
+        # own (forked from conftest's warm interpreter, which has imported torch and inductor
+        # but never compiled: nothing but the directory carries over)
+        run_ranks(
+            lambda r, out=out: [__file__, "inductor", str(tmp_path), str(out)],
+            1,
+            timeout=200,
+            preload=("torch._dynamo", "torch._inductor.compile_fx"),
+        )
+        runs.append(json.loads(out.read_text()))
     assert [(c, cached) for c, cached, _ in runs[0]] == [("cold", False)]
     assert [(c, cached) for c, cached, _ in runs[1]] == [("warm", True)]
     assert any(p.suffix == ".so" for p in (tmp_path / "inductor").rglob("*.so"))
+
+
+def _inductor_run(cache: Path, out: Path) -> None:
+    """One process's precompile of one shape with inductor into ``cache`` (a real g++ build)."""
+    import torch._inductor.config as inductor
+
+    # as the environment TORCHINDUCTOR_COMPILE_THREADS=1 would (set here: a forked rank's
+    # inductor configuration was read from its parent's environment)
+    inductor.compile_threads = 1
+    inductor.cpp.vec_isa_ok = True  # skip inductor's CPU probe (six g++ builds): test time
+    os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    torch.set_num_threads(1)
+    sampler = BucketSampler([3, 9, 9, 14], num_buckets=1, batch_size=2)  # one shape: one build
+    step = torch.compile(lambda b: (b["inputs"] * b["attention_mask"]).sum(), dynamic=False)
+    r = precompile(step, sampler, example=[1, 2, 3], cache=cache, progress=False)
+    out.write_text(json.dumps([[r.cache, r.cached, r.seconds] for r in r.rows]))
 
 
 # -- two ranks ----------------------------------------------------------------------------------
@@ -653,14 +661,48 @@ def test_a_user_set_inductor_directory_is_replaced_with_a_warning(tmp_path, monk
 
 def test_an_uncompiled_step_is_reported():
     sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
-    with pytest.warns(UserWarning, match="step is not compiled"):
+    with pytest.warns(UserWarning, match="step is not compiled") as caught:
+        line = inspect.currentframe().f_lineno + 1
         report = precompile(lambda b: b, sampler, example=[1, 2], cache=False, progress=False)
     assert {r.cache for r in report.rows} == {"memory"}
+    # the warning points at the caller's line, through checks_options' wrapper
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
+
+
+def test_an_unusable_cache_directory_is_named_at_the_callers_line(tmp_path):
+    """precompile(..., cache=<a file>) warned from inside precompile.py (the CompileCache it
+    builds), not at the line that called it."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
+    step = torch.compile(lambda b: b["inputs"].sum(), backend="eager", dynamic=False)
+    with pytest.warns(CompileCacheWarning, match="is not usable .it is a file.") as caught:
+        line = inspect.currentframe().f_lineno + 1
+        report = precompile(step, sampler, example=[1, 2], cache=blocker, progress=False)
+    assert report.key is None  # compiled as with cache=False
+    assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
+
+
+def test_precompile_refuses_an_unknown_option_in_one_voice():
+    """s12-polish left it: precompile(..., collate=f) was Python's bare "got an unexpected
+    keyword argument" (every other public entry names the option meant)."""
+    sampler = BucketSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2)
+    step = torch.compile(lambda b: b["inputs"].sum(), backend="eager", dynamic=False)
+    for bad, hint in [
+        ({"collate": list}, "did you mean collate_fn=?"),
+        ({"restore_state": []}, "did you mean restore=?"),
+        ({"dynamic": False}, "its options: cache, collate_fn, device, example, plan, progress"),
+    ]:
+        with pytest.raises(TypeError, match=r"^precompile got an unexpected option ") as info:
+            precompile(step, sampler, example=[1, 2], cache=False, progress=False, **bad)
+        assert hint in str(info.value)
 
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "worker":
     sys.path.insert(0, str(Path(__file__).parent))
     _worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5]))
+elif __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "inductor":
+    _inductor_run(Path(sys.argv[2]), Path(sys.argv[3]))
 
 
 @pytest.mark.parametrize(

@@ -713,3 +713,136 @@ def test_lengths_of_a_string_view_column_are_its_characters():
         pytest.skip("pyarrow without views (< 16)")
     table = pa.table({"text": pa.array(["ab", "cdé", ""], pa.string_view())})
     assert hf.lengths(datasets.Dataset(table), "text").tolist() == [2, 3, 0]
+
+
+def test_fixed_size_list_columns_are_stacked_not_transposed():
+    """s12-polish left it: split_columns counted only plain and large lists, so a fixed-size
+    list column (Sequence(length=n): an embedding, multi-label targets) went through
+    default_collate as Python lists, which transposes them: n tensors of B values."""
+    features = datasets.Features(
+        {
+            "input_ids": datasets.Sequence(datasets.Value("int64")),
+            "emb": datasets.Sequence(datasets.Value("float32"), length=3),
+            "labels": datasets.Sequence(datasets.Value("int64"), length=2),
+        }
+    )
+    rows = {
+        "input_ids": [[5] * n for n in (3, 9, 4, 8)],
+        "emb": [[i, i + 0.5, i + 0.25] for i in range(4)],
+        "labels": [[i, 10 + i] for i in range(4)],
+    }
+    ds = datasets.Dataset.from_dict(rows, features=features)
+    for options in ({}, {"pad_to_multiple_of": 8, "target_length": 16}):
+        b = hf.for_text(ds, pad_token_id=0, num_buckets=2, batch_size=2, **options)
+        batch = b.collator([b.dataset[0], b.dataset[2]])
+        assert batch["emb"].tolist() == [rows["emb"][0], rows["emb"][2]]  # (B, 3), never padded
+        assert batch["labels"].tolist() == [[0, 10], [2, 12]]
+        assert batch["input_ids"].shape[1] == (4 if not options else 8)
+    # a fixed-size column of the input's lengths follows it, as a plain list column does
+    same = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * 4] * 2, "mask": [[1, 1, 1, 0]] * 2},
+        features=datasets.Features(
+            {
+                "input_ids": datasets.Sequence(datasets.Value("int64"), length=4),
+                "mask": datasets.Sequence(datasets.Value("int64"), length=4),
+            }
+        ),
+    )
+    b = hf.for_text(same, pad_token_id=0, batch_size=2, pad_to_multiple_of=8)
+    assert b.collator([same[0], same[1]])["mask"].tolist() == [[1, 1, 1, 0, 0, 0, 0, 0]] * 2
+    # a column fixed-size in one dataset and a plain list in another is padded, as a list is
+    plain = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * 4, [5] * 8], "labels": [[7], [7, 8, 9]]}
+    )
+    b = hf.for_text(
+        [ds.remove_columns("emb"), plain],
+        pad_token_id=0,
+        num_buckets=1,
+        batch_size=2,
+        shuffle=False,
+    )
+    assert b.collator([b.dataset[4], b.dataset[5]])["labels"].tolist() == [
+        [7, -100, -100],
+        [7, 8, 9],
+    ]
+    assert b.collator([b.dataset[0], b.dataset[1]])["labels"].tolist() == [[0, 10], [1, 11]]
+    # nested fixed-size lists matching no input: refused, as nested plain lists are
+    nested = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * 3, [5] * 9], "m": [[[0.0, 1.0]] * 2] * 2},
+        features=datasets.Features(
+            {
+                "input_ids": datasets.Sequence(datasets.Value("int64")),
+                "m": datasets.Sequence(datasets.Sequence(datasets.Value("float32"), length=2), 2),
+            }
+        ),
+    )
+    with pytest.raises(ValueError, match="list column 'm' holds nested lists and its row"):
+        hf.for_text(nested, pad_token_id=0, batch_size=2)
+
+
+def test_list_view_columns_are_list_columns_and_a_table_is_refused_by_the_builders():
+    """List views (pyarrow >= 16) count as list columns wherever lengths are read: datasets
+    cannot hold one yet, so they reach bucketloader in a pyarrow.Table, which hf.lengths reads
+    and for_text / for_audio / for_packing now refuse up front (their first batch failed inside
+    pyarrow with IndexError: a table has no rows by index)."""
+    import pyarrow as pa
+
+    from bucketloader.hf.bucketing import split_columns
+
+    if not hasattr(pa, "list_view"):
+        pytest.skip("pyarrow without list views (< 16)")
+    ids = [[5] * n for n in (3, 9, 4, 8)]
+    table = pa.table(
+        {
+            "input_ids": pa.array(ids, pa.list_(pa.int64())),
+            "mask": pa.array([[1] * len(r) for r in ids], pa.large_list_view(pa.int8())),
+            "labels": pa.array([[1] * n for n in (1, 3, 2, 2)], pa.list_view(pa.int64())),
+            "words": pa.array([["a"]] * 4, pa.list_view(pa.string())),
+            "fixed": pa.array([[1, 2]] * 4, pa.list_(pa.int64(), 2)),
+        }
+    )
+    assert hf.lengths(table, "labels").tolist() == [1, 3, 2, 2]
+    assert hf.lengths(table, "mask").tolist() == [3, 9, 4, 8]
+    inputs = {"input_ids": [hf.lengths(table, "input_ids")]}
+    with pytest.raises(ValueError, match="list column 'words' holds string values"):
+        split_columns([table], inputs)
+    columns = split_columns([table.drop_columns(["words"])], inputs)
+    assert columns.follows == {"input_ids": "input_ids", "mask": "input_ids"}
+    assert columns.targets == ["labels", "fixed"]
+    calls = {
+        "for_text": lambda t: hf.for_text(t, pad_token_id=0, batch_size=2),
+        "for_audio": lambda t: hf.for_audio(t, "mask", batch_size=2),
+        "for_packing": lambda t: hf.for_packing(t, pad_token_id=0, row_length=16, batch_size=2),
+    }
+    for owner, call in calls.items():
+        with pytest.raises(
+            TypeError,
+            match=rf"^{owner} reads rows by index, so dataset must be a datasets\.Dataset, got a "
+            r"pyarrow\.Table; wrap it: datasets\.Dataset\(table\), after casting the list-view "
+            r"columns \['mask', 'labels', 'words'\] to lists",
+        ):
+            call(table)
+    with pytest.raises(
+        TypeError, match=r"got a pyarrow\.Table; wrap it: datasets\.Dataset\(table\)$"
+    ):
+        hf.for_text([table.select(["input_ids"])], pad_token_id=0, batch_size=2)
+
+
+def test_a_default_length_column_of_strings_is_refused_not_measured_in_characters():
+    """hf.lengths(ds) reads the 'length' column when no column is named; holding strings
+    ("3", "1") it gave their characters, [1, 1]."""
+    text = datasets.Dataset.from_dict({"length": ["3", "12"]})
+    with pytest.raises(
+        TypeError,
+        match=r"^the dataset's 'length' column, read as the lengths when no column is named, "
+        r"holds string values, not numbers; name the column to measure \(e\.g\. "
+        r"column='input_ids'\), or cast it: dataset\.cast_column\('length', "
+        r"datasets\.Value\('int64'\)\)$",
+    ):
+        hf.lengths(text)
+    lists = datasets.Dataset.from_dict({"length": [[1, 2], [3, 4, 5]]})  # (no cast makes ints)
+    with pytest.raises(TypeError, match=r"or column='length' for the lengths of its lists$"):
+        hf.lengths(lists)
+    assert hf.lengths(lists, "length").tolist() == [2, 3]  # named: as main measured it unnamed
+    assert hf.lengths(text, "length").tolist() == [1, 2]  # named: a text column, in characters
+    assert hf.lengths(datasets.Dataset.from_dict({"length": [3, 12]})).tolist() == [3, 12]

@@ -312,7 +312,7 @@ def test_validation_at_the_call():
         ([1], TypeError, "state must be a dict"),
         ({}, ValueError, "with format 1 or 2, got format None"),
         ({"format": 2}, ValueError, "state is missing 'config'"),
-        ({**good, "epoch": -1}, ValueError, r"state\['epoch'\] must be a int"),
+        ({**good, "epoch": -1}, ValueError, r"state\['epoch'\] must be an int >= 0, got -1"),
         ({**good, "workers": 2, "skip": [1]}, ValueError, r"state\['skip'\]"),
         ({**good, "workers": 2, "skip": [1, 1], "first": 2}, ValueError, r"state\['first'\]"),
         (good, ValueError, "configuration keys"),  # a split stream's state, a one-pass stream

@@ -375,7 +375,7 @@ def test_validation_at_the_call(europarl):
         ({}, ValueError, "with format 2 or 3, got format None"),
         ([1], TypeError, "state must be a dict"),
         ({"format": 3}, ValueError, "state is missing 'config'"),
-        ({**good, "epoch": -1}, ValueError, r"state\['epoch'\] must be a int"),
+        ({**good, "epoch": -1}, ValueError, r"state\['epoch'\] must be an int >= 0, got -1"),
         ({**good, "format": 3, "workers": 2, "skip": [1]}, ValueError, r"state\['skip'\]"),
         ({**good, "config": {}}, ValueError, "configuration keys"),
     ]:

@@ -218,6 +218,39 @@ def test_validation_errors():
         BucketIterable([[1]], boundaries=[4, 4], batch_size=1)
 
 
+def test_estimate_checks_its_options_before_any_sample_is_read():
+    """s12-polish left it: estimate(4, samples=10) was accepted, and refused only when the
+    stream read its head and solved, as an option of the strategy."""
+    read = []
+
+    def source():
+        for n in (3, 5, 9, 12):
+            read.append(n)
+            yield [1] * n
+
+    cases = [
+        (TypeError, r"^estimate got an unexpected option samples=10; did you mean sample_size=\?"),
+        (TypeError, r"^estimate got an unexpected option num_bucket=3; did you mean num_buckets="),
+        (TypeError, r"^estimate got an unexpected option time_limit=1; its options: cache, cost"),
+        (ValueError, r"^cost must be one of 'linear', 'quadratic', got cost='cubic'"),
+        (ValueError, r"^pad_to_multiple_of must be an int >= 1, got pad_to_multiple_of=0"),
+        (ValueError, r"^strategy must be one of .* got strategy='opt'"),
+        (TypeError, r"^cache must be None, True .* got cache='dir'"),
+    ]
+    options = [
+        dict(samples=10), dict(num_bucket=3), dict(time_limit=1), dict(cost="cubic"),
+        dict(pad_to_multiple_of=0), dict(strategy="opt"), dict(cache="dir"),
+    ]  # fmt: skip
+    for (kind, match), bad in zip(cases, options, strict=True):
+        with pytest.raises(kind, match=match):
+            BucketIterable(source(), boundaries=estimate(2, **bad), batch_size=2)
+    assert read == []
+    # a strategy's own options, and a strategy that takes **kwargs, still pass
+    assert estimate(2, strategy="lp", time_limit=1).options == {"time_limit": 1}
+    it = BucketIterable(source(), boundaries=estimate(2, strategy="lp", time_limit=5), batch_size=2)
+    assert sorted(b[-1] for b in it.shapes) == [5, 12]
+
+
 def _hf_source(lengths, shards=3):
     datasets = pytest.importorskip("datasets")
     ds = datasets.Dataset.from_dict(

@@ -537,6 +537,28 @@ def test_a_transformers_older_than_tested_is_refused_by_name_with_the_upgrade():
         trainer_module._check_transformers("BucketTrainer", "4.57.1")
 
 
+def test_fixed_size_float_columns_are_audio_like_other_float_lists():
+    """s12-polish left it: the trainer's audio test walked plain and large lists only, so
+    fixed-length clips (Sequence(float32, length=n)) went to for_text and were refused as float
+    token ids, while the same clips as a plain list went to for_audio."""
+    value = datasets.Value("float32")
+    ds = datasets.Dataset.from_dict(
+        {"clip": [[0.5] * 4] * 2, "frames": [[[0.5] * 3] * 2] * 2, "ids": [[1] * 4] * 2},
+        features=datasets.Features(
+            {
+                "clip": datasets.Sequence(value, length=4),
+                "frames": datasets.Sequence(datasets.Sequence(value, length=3), length=2),
+                "ids": datasets.Sequence(datasets.Value("int64"), length=4),
+            }
+        ),
+    )
+    assert trainer_module._is_audio(ds, "clip")
+    assert trainer_module._is_audio(ds, "frames")
+    assert not trainer_module._is_audio(ds, "ids")
+    plain = datasets.Dataset.from_dict({"clip": [[0.5] * 4] * 2})
+    assert trainer_module._is_audio(plain, "clip")
+
+
 def test_seq2seq_joint_bucketing_gives_flat_masks(tmp_path):
     """Regression (issue 13, 2): for_text(ds, ["input_ids", "labels"]) returned attention_mask
     as a dict, which BartForConditionalGeneration(**batch) rejected."""
@@ -784,3 +806,23 @@ def test_an_iterable_train_dataset_is_refused_naming_train_dataset(tmp_path):
     again = datasets.Dataset.from_generator(lambda: iter(stream))  # the fix the error names
     trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=again)
     assert len(trainer.get_train_dataloader()) > 0
+
+
+def test_bucketing_options_are_checked_when_the_trainer_is_built(tmp_path):
+    """bucketing={"num_bucket": 2} (or eval_bucketing={"shuffle": True}) was accepted by the
+    constructor and refused only at the first loader, when train() or evaluate() began."""
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    args = _args(tmp_path)
+    for kw, match in [
+        ({"bucketing": {"num_bucket": 2}}, r"option num_bucket=2; did you mean num_buckets=\?"),
+        ({"eval_bucketing": {"shuffle": True}}, r"batches are deterministic .* drop shuffle=True"),
+        ({"eval_bucketing": {"max_token": 64}}, r"option max_token=64; did you mean max_tokens=\?"),
+    ]:
+        with pytest.raises(TypeError, match=match):
+            hf.BucketTrainer(model=model, args=args, train_dataset=ds, **kw)
+    # the trainer's own keys and for_audio's pass (checked again by the entry that runs)
+    ok = {"precompile": False, "column": "input_ids", "num_buckets": 2, "pad_value": 0.0}
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=ds, bucketing=ok, eval_bucketing={"max_tokens": 512}
+    )
+    assert trainer._bucketing_options["num_buckets"] == 2

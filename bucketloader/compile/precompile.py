@@ -34,11 +34,11 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-from bucketloader._validation import check_bool, check_folder
+from bucketloader._validation import check_bool, check_folder, checks_options
 from bucketloader.compile import _dist
 from bucketloader.compile._key import batch_signature, check_torch, digest, key_document
 from bucketloader.compile._state import (
@@ -49,9 +49,11 @@ from bucketloader.compile._state import (
     reported,
 )
 from bucketloader.compile.batches import ExampleBatches, check_shapes, to_device
-from bucketloader.compile.store import CompileCache
+from bucketloader.compile.store import CompileCache, CompileCacheWarning
 
 __all__ = ["PrecompileReport", "ShapeTiming", "precompile"]
+
+_T = TypeVar("_T")
 
 #: ``ShapeTiming.cache`` values.
 CACHE_KINDS = ("cold", "warm", "traced", "memory")
@@ -157,6 +159,7 @@ class PrecompileReport:
         return f"{self.summary()}\n{self.table()}"
 
 
+@checks_options
 def precompile(
     step: Callable[[Any], Any],
     plan: object,
@@ -231,7 +234,7 @@ def precompile(
         )
     progress = check_bool("progress", progress)
     dev = _check_device(device)
-    store = _check_cache(cache)
+    store = _at_caller(lambda: _check_cache(cache))
     source = _source(plan, example, collate_fn)
     targets = _batches(source)  # as collated; moved to the device one at a time
     found, compiled, unproven = discover(step)
@@ -247,7 +250,7 @@ def precompile(
     objects = found if restore is None else check_restorable(restore)
     keyed = list({id(o): o for o in [*objects, *found]}.values())
 
-    if store is not None and not store.activate():
+    if store is not None and not _at_caller(store.activate):
         store = None  # unusable directory: one warning, then as cache=False
     document = key_document(step, keyed, to_device(targets[0][1], dev), compiled)
     key = digest(document)
@@ -295,7 +298,7 @@ def precompile(
             "precompile ran step on every planned shape but torch.compile saw no frame: step is "
             "not compiled (pass the torch.compile'd function or module training calls)",
             UserWarning,
-            stacklevel=2,
+            stacklevel=3,  # (2 is checks_options' wrapper: the caller's line is 3)
         )
     return PrecompileReport(
         rows=tuple(rows),
@@ -432,6 +435,22 @@ def _check_device(device: Any) -> torch.device | None:
             f"device(s), indices 0..{count() - 1}; pass one of them"
         )
     return dev
+
+
+def _at_caller(fn: Callable[[], _T]) -> _T:
+    """``fn()``, with the :class:`CompileCacheWarning` it gives (an unusable directory, a
+    replaced ``TORCHINDUCTOR_CACHE_DIR``) issued at the line that called :func:`precompile`, not
+    inside it; other warnings as they were."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn()
+    for w in caught:
+        if issubclass(w.category, CompileCacheWarning):
+            # (1 _at_caller, 2 precompile, 3 checks_options' wrapper, 4 the caller)
+            warnings.warn(w.message, w.category, stacklevel=4)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    return out
 
 
 def _check_cache(cache: Any) -> CompileCache | None:

@@ -28,7 +28,12 @@ fixed length instead. Targets are padded on the right (decoders read them from p
 target's 1/0 mask as ``decoder_attention_mask``. The maximum of a bucket follows its outliers:
 where targets vary widely for one input length (translation), joint cells merged back to a shape
 budget (``column=["input_ids", "labels"], max_shapes=k``) pad less in total for the same number
-of shapes (``benchmarks/results/hf_models.md``).
+of shapes (``benchmarks/results/hf_models.md``). A fixed-size list column (``Sequence(...,
+length=n)``: an embedding, multi-label targets) that follows no bucketed input is a target of
+length ``n`` in every cell, whatever ``target_length`` and ``pad_to_multiple_of`` say: stacked as
+``(B, n)``, never padded. (Before, it went through ``default_collate`` as a list of Python lists,
+which transposes them: ``n`` tensors of ``B`` values.) Every list type Arrow has counts as a list
+column here (plain, large, fixed-size, list views), as in :func:`~bucketloader.hf.lengths`.
 
 NOTE [ Filler rows ]
 ``last_batch="pad"`` (the default) and evaluation add *filler rows* so that a batch keeps its
@@ -463,9 +468,8 @@ def check_token_ids(datasets_: Sequence[Any], names: Sequence[str], owner: str) 
 
 def _leaf_type(t: Any) -> Any:
     """The value type inside any depth of Arrow lists (fixed-size ones too: ``Sequence(...,
-    length=n)``)."""
-    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
-    return _leaf_type(t.value_type) if any(is_list(t) for is_list in lists) else t
+    length=n)``, and list views)."""
+    return _leaf_type(t.value_type) if is_list(t) else t
 
 
 def side_of(side: Any, tokenizer: Any) -> str:
@@ -494,7 +498,7 @@ def split_columns(
         if c in follows or c in skip:
             continue
         t = table.schema.field(c).type
-        if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        if not is_list(t):  # (fixed-size lists and list views too: NOTE [ Target columns ])
             continue
         own = [lengths(d, c) for d in datasets_]
         match = next(
@@ -509,7 +513,7 @@ def split_columns(
             follows[c] = match
             continue
         leaf = t.value_type
-        if pa.types.is_list(leaf) or pa.types.is_large_list(leaf):
+        if is_list(leaf):
             raise ValueError(
                 f"list column {c!r} holds nested lists and its row lengths match none of the "
                 f"bucketed columns {list(inputs)}; a target column must be a flat list of "
@@ -615,6 +619,10 @@ def plan_targets(datasets_: list[Any], plan: Plan, spec: Any, table: Any) -> Tar
     out: dict[str, np.ndarray] = {}
     for col in plan.columns.targets:
         own = np.concatenate([lengths(d, col) for d in datasets_])
+        size = _fixed_size(datasets_, col)
+        if size is not None:  # (one length on every row: stacked, never padded)
+            out[col] = np.full(spec.cells.num_cells, size, dtype=np.int64)
+            continue
         if plan.target_length is not None:
             fixed = check_int("target_length", plan.target_length, minimum=1)
             if own.max() > fixed:
@@ -632,6 +640,14 @@ def plan_targets(datasets_: list[Any], plan: Plan, spec: Any, table: Any) -> Tar
     mask_of = next((c for c in ("decoder_input_ids", "labels") if c in out), None)
     pads = {c: plan.pads.get(c, 0) for c in out}
     return Targets(table, out, pads, mask_of=mask_of)
+
+
+def _fixed_size(datasets_: Sequence[Any], column: str) -> int | None:
+    """The list size of a column that is a fixed-size list (``Sequence(..., length=n)``) of one
+    size in every dataset, else ``None``."""
+    types = [table_and_indices(d)[0].schema.field(column).type for d in datasets_]
+    sizes = {t.list_size for t in types if pa.types.is_fixed_size_list(t)}
+    return sizes.pop() if len(sizes) == 1 and all(map(pa.types.is_fixed_size_list, types)) else None
 
 
 def for_text(
@@ -698,7 +714,7 @@ def for_text(
     """
     check_entry_options(for_text, options, BucketSampler, BucketSpec, evaluation=evaluation)
     pad = pad_token_id_of(pad_token_id, tokenizer)
-    many = _as_list(dataset)
+    many = dataset_list(dataset, "for_text")
     inputs = _check_columns(column)
     check_token_columns(many, inputs, "for_text")
     per_input = {name: [lengths(d, name) for d in many] for name in inputs}
@@ -766,7 +782,7 @@ def for_audio(
         (torch.Size([2, 9]), [[1, 1, 1, 1], [1, 1, 1, -100]])
     """
     check_entry_options(for_audio, options, BucketSampler, BucketSpec, evaluation=evaluation)
-    many = _as_list(dataset)
+    many = dataset_list(dataset, "for_audio")
     table, _ = table_and_indices(many[0])
     path = _audio_column(table, column)
     pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None)
@@ -841,11 +857,28 @@ def _check_columns(column: Any) -> list[str]:
             "column must be a column name or a non-empty list of names, got "
             f"column={column!r}; pass e.g. column='input_ids'"
         )
+    twice = sorted({c for c in names if names.count(c) > 1})
+    if twice:  # (bucketed jointly with itself: the shapes multiplied for nothing)
+        raise ValueError(
+            f"column names {twice} more than once, got column={column!r}; list each bucketed "
+            "column once"
+        )
     return list(names)
 
 
-def _as_list(dataset: Any) -> list[Any]:
+def dataset_list(dataset: Any, owner: str) -> list[Any]:
+    """The dataset(s) as a non-empty list; a ``pyarrow.Table`` is refused (``hf.lengths`` reads
+    one, but a loader reads rows by index, which a table does not have: its first batch failed
+    inside pyarrow with ``IndexError``)."""
     many = list(dataset) if isinstance(dataset, (list, tuple)) else [dataset]
     if not many:
         raise ValueError("dataset must be a Dataset or a non-empty list of them, got []")
+    table = next((d for d in many if isinstance(d, pa.Table)), None)
+    if table is not None:
+        views = [f.name for f in table.schema if "list_view" in str(f.type)]  # (large, nested)
+        cast = f", after casting the list-view columns {views} to lists" if views else ""
+        raise TypeError(
+            f"{owner} reads rows by index, so dataset must be a datasets.Dataset, got a "
+            f"pyarrow.Table; wrap it: datasets.Dataset(table){cast}"
+        )
     return many

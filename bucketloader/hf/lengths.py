@@ -102,6 +102,20 @@ def lengths(
                 f"column must name what to measure (e.g. column='input_ids'); the dataset has "
                 f"columns {table.column_names} and no {LENGTH_COLUMN!r} column"
             )
+        kind = table.schema.field(LENGTH_COLUMN).type
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):  # ("3" measured 1)
+            fix = (
+                f"or cast it: dataset.cast_column({LENGTH_COLUMN!r}, datasets.Value('int64'))"
+                if is_text(kind)
+                else f"or column={LENGTH_COLUMN!r} for the lengths of its lists"
+                if is_list(kind)
+                else "or pass fn="
+            )
+            raise TypeError(
+                f"the dataset's {LENGTH_COLUMN!r} column, read as the lengths when no column is "
+                f"named, holds {kind} values, not numbers; name the column to measure (e.g. "
+                f"column='input_ids'), {fix}"
+            )
         column = LENGTH_COLUMN
     if not isinstance(column, (str, list, tuple)):
         raise TypeError(

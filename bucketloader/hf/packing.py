@@ -48,6 +48,7 @@ from bucketloader.hf.bucketing import (
     check_entry_options,
     check_token_columns,
     check_token_ids,
+    dataset_list,
     pad_token_id_of,
 )
 from bucketloader.hf.lengths import lengths
@@ -163,6 +164,7 @@ def for_packing(
     pad = pad_token_id_of(pad_token_id, tokenizer, "for_packing")
     check_choice("attention", attention, ATTENTION)  # before the lengths are read
     _check_seq_idx(return_seq_idx, attention)
+    dataset_list(dataset, "for_packing")  # (a pyarrow.Table has no rows by index)
     check_token_columns([dataset], [column], "for_packing")
     check_token_ids([dataset], [column, "labels"], "for_packing")
     sampler = PackSampler(lengths(dataset, column), **options)

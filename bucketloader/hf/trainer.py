@@ -64,10 +64,18 @@ import torch
 import transformers
 from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 
+from bucketloader._arrow import is_list
 from bucketloader._samples import load_samples
-from bucketloader._validation import release
+from bucketloader._validation import keyword_options, release
 from bucketloader.evaluation import EvalSampler, restore_order
-from bucketloader.hf.bucketing import LABEL_PAD, Bucketing, ModelInputs, for_audio, for_text
+from bucketloader.hf.bucketing import (
+    LABEL_PAD,
+    Bucketing,
+    ModelInputs,
+    check_entry_options,
+    for_audio,
+    for_text,
+)
 from bucketloader.hf.lengths import resolve_column, table_and_indices
 from bucketloader.hf.loss import (
     ROW_POLICIES,
@@ -76,6 +84,8 @@ from bucketloader.hf.loss import (
     settle_problem_type,
     zero_loss,
 )
+from bucketloader.plan import BucketSpec
+from bucketloader.sampler import BucketSampler
 
 __all__ = ["BucketSeq2SeqTrainer", "BucketTrainer"]
 
@@ -119,6 +129,7 @@ class _BucketMixin:
                 "eval_bucketing must be a dict of for_text / for_audio options for evaluation "
                 f"and prediction batches, got {type(eval_bucketing).__name__}"
             )
+        _check_bucketing_options(bucketing, eval_bucketing)
         if isinstance(bucketing, Bucketing) and kwargs.get("train_dataset") is None:
             kwargs["train_dataset"] = bucketing.dataset
         train = args[3] if len(args) > 3 else kwargs.get("train_dataset")
@@ -653,6 +664,17 @@ _TRAINER_TAKES_SCALED = hasattr(transformers.Trainer, "loss_is_scaled_for_ga")
 MIN_TRANSFORMERS = (5, 17)
 
 
+def _check_bucketing_options(bucketing: Any, eval_bucketing: Any) -> None:
+    """The keys of ``bucketing`` / ``eval_bucketing`` dicts, checked as ``for_text`` checks them
+    (``for_audio``'s own and ``column`` pass; ``precompile`` for training), when the trainer is
+    built: not at the first loader, after the model and ``TrainingArguments`` are set up."""
+    own = {"column", *keyword_options(for_audio)} - set(keyword_options(for_text))
+    for options, evaluation in ((bucketing, False), (eval_bucketing, True)):
+        if isinstance(options, dict):
+            rest = {k: v for k, v in options.items() if k not in own and k != "precompile"}
+            check_entry_options(for_text, rest, BucketSampler, BucketSpec, evaluation=evaluation)
+
+
 def _check_transformers(name: str, version: str = transformers.__version__) -> None:
     """Refuse a transformers older than :data:`MIN_TRANSFORMERS`, by name, with the fix."""
     if release(version) < MIN_TRANSFORMERS:
@@ -954,7 +976,7 @@ def _is_audio(dataset: Any, column: str) -> bool:
     if path != column:
         return True
     leaf = arr.type
-    while pa.types.is_list(leaf) or pa.types.is_large_list(leaf):
+    while is_list(leaf):  # (fixed-size lists and list views too)
         leaf = leaf.value_type
     return bool(pa.types.is_floating(leaf))
 

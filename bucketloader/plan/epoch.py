@@ -148,6 +148,11 @@ def plan_epoch(
         >>> [plan_epoch(spec, shuffle=False, longest_first=True).batch(i) for i in range(3)]
         [[4, 5], [0, 1], [2, 3]]
     """
+    if not isinstance(spec, BucketSpec):  # (a list of lengths failed on '.counts')
+        raise TypeError(
+            f"spec must be a BucketSpec, got {type(spec).__name__}; build one from the lengths: "
+            "plan_epoch(BucketSpec.build(lengths, num_buckets=..., batch_size=...))"
+        )
     seed = check_int("seed", seed, minimum=0)
     epoch = check_int("epoch", epoch, minimum=0)
     num_replicas = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)

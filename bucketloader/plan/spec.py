@@ -781,7 +781,14 @@ def parse_lengths(
 def parse_groups(groups: Any, n: int) -> tuple[np.ndarray | None, tuple[int, ...]]:
     if groups is None:
         return None, (0,)
-    arr = as_lengths(groups, name="groups")
+    try:
+        arr = as_lengths(groups, name="groups")
+    except (TypeError, ValueError) as exc:  # (the lengths' hints: "count their tokens", ...)
+        found = str(exc).split(";")[0].replace("integer lengths", "integer group ids")
+        raise type(exc)(
+            f"{found}; a group id is an int >= 0 per sample (GroupedDataset(...).groups; for "
+            "names, np.unique(names, return_inverse=True)[1])"
+        ) from None
     if arr.size != n:
         raise ValueError(
             f"groups must hold one group id per sample ({n} samples), got {arr.size} group ids"

@@ -455,6 +455,7 @@ class BucketPass(Pass):
         while not batch and not self._exhausted:  # nothing fits yet: read past the capacity
             self._pull()
             self._gather(cell, need, batch, lens, at)
+        self.dry += not batch and not self.buffered and not self.shuffle  # (nothing left at all)
         fill = self.o.last_batch == "fill"
         if batch:
             self._last[cell] = list(zip(batch, lens, strict=True))

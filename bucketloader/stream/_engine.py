@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from bucketloader.stream._schedule import lane_steps
 from bucketloader.stream.counters import hand_out
 from bucketloader.stream.source import (
     checkpoint,
@@ -62,10 +63,19 @@ class Pass:
         self.saved_replay: dict[str, Any] | None = None
         self.read = 0
         self.batches = 0
+        #: steps of ``steps_per_epoch`` that found the shard dry (no new sample: padding rows or
+        #: repeats; once one has, every later one does), for the "ran out of samples" note; not in
+        #: the state or the report
+        self.dry = 0
         self.phase = "stream"
         self.stats = dict.fromkeys(stats, 0)
         self.snaps: list[tuple[int, Any]] = [(0, None)]
         self.every = every  # a source checkpoint every this many samples
+
+    def lane_steps(self) -> int:
+        """This lane's share of ``steps_per_epoch`` (0 without it)."""
+        lane, lanes = self.worker
+        return len(lane_steps(self.o.steps, lane, lanes))
 
     # -- what a filler gives ----------------------------------------------------------------
     def _batches(self, it: Iterator[Any]) -> Iterator[list[Any]]:

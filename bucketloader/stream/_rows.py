@@ -338,10 +338,12 @@ class RowPass(Pass):
                 batch = [s for _, samples in self._last for s in samples]
                 self.stats["repeated_rows"] += len(self._last)
                 self.batches += 1
+                self.dry += 1
             else:  # dry: a padding-only step (the collator writes B all-padding rows)
                 batch = []
                 self.stats["padded_rows"] += o.batch_size
                 self.batches += 1
+                self.dry += 1
             yield PlannedBatch(batch, planned_shape=shape, num_real=len(batch))
         self.stats["left_over"] = len(self._positions())
 

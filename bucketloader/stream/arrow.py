@@ -30,13 +30,14 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import operator
 import os
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from bucketloader._arrow import NAMED_SKIPS, parquet_files
-from bucketloader._validation import checks_options
+from bucketloader._validation import MissingKeyError, checks_options
 
 __all__ = ["ArrowRows"]
 
@@ -67,6 +68,11 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
 
         from bucketloader._validation import check_int
 
+        if isinstance(columns, str):  # (list("ids") would be its letters)
+            raise TypeError(
+                f"columns must be a list of column names, got columns={columns!r}; pass "
+                f"columns=[{columns!r}]"
+            )
         self.columns = None if columns is None else list(columns)
         self.batch_rows = check_int("batch_rows", batch_rows, minimum=1)
         self.table = data if isinstance(data, pa.Table) else None
@@ -77,6 +83,7 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
         self._fingerprint: dict[str, Any] | None = None
         if self.table is not None:
             if self.columns is not None:
+                _check_columns(self.columns, self.table.column_names, "the table")
                 self.table = self.table.select(self.columns)
             self.size = self.table.num_rows
         else:
@@ -86,7 +93,10 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
             rows = []
             for f, path in enumerate(self.files):
                 first = at
-                meta = pq.ParquetFile(path).metadata
+                file = pq.ParquetFile(path)
+                if self.columns is not None:  # (else a row group read fewer rows than it has)
+                    _check_columns(self.columns, file.schema_arrow.names, path, nested=True)
+                meta = file.metadata
                 for g in range(meta.num_row_groups):
                     self.groups.append((f, g))
                     self.starts.append(at)
@@ -105,7 +115,13 @@ class ArrowRows(Sequence):  # type: ignore[type-arg]
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(self.size))]
-        i = int(index)
+        try:
+            i = operator.index(index)  # (ints, numpy ints and bools, as a list takes them)
+        except TypeError:
+            raise TypeError(
+                f"ArrowRows indices must be integers or slices, got {type(index).__name__} "
+                f"{index!r:.60}"
+            ) from None
         if i < 0:
             i += self.size
         if not 0 <= i < self.size:
@@ -261,3 +277,13 @@ def _parquet_files(data: Any) -> list[str]:
             "existing .parquet files or a directory holding them"
         )
     return files
+
+
+def _check_columns(columns: list[str], names: list[str], where: str, nested: bool = False) -> None:
+    """``columns`` (ArrowRows') all in ``names``, the columns of ``where`` (with ``nested``,
+    a Parquet file's: ``"struct.field"`` paths read one field)."""
+    missing = [c for c in columns if c not in names and not (nested and c.split(".")[0] in names)]
+    if missing:
+        raise MissingKeyError(
+            f"columns {missing} not found in {where}; it has columns {names}: pass some of them"
+        )

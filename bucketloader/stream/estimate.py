@@ -9,9 +9,10 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import Cache, Strategy
-from bucketloader._validation import MAX_LENGTH, check_int
+from bucketloader._validation import MAX_LENGTH, check_int, check_options, keyword_options
 from bucketloader.solution import Solution
-from bucketloader.solve import solve_boundaries
+from bucketloader.solve import GENERIC_OPTIONS, check_cache, resolve_params, solve_boundaries
+from bucketloader.strategies import resolve_strategy, strategy_defaults
 from bucketloader.stream.source import check_length
 
 
@@ -45,19 +46,31 @@ def estimate(
     makes it the last boundary, so later, longer samples are handled by ``overflow``; without it
     the last boundary is the longest length seen in the head. With several bucketed inputs
     (``length_fn=("input_ids", "labels")``) each input is solved on its own, with these options.
+    The options are checked here, before any sample is read.
 
     Example:
         >>> estimate(8, sample_size=1000).num_buckets
         8
+        >>> try:
+        ...     estimate(8, samples=1000)
+        ... except TypeError as exc:
+        ...     print(str(exc).split(";")[:2])
+        ['estimate got an unexpected option samples=1000', ' did you mean sample_size=?']
     """
+    num_buckets = check_int("num_buckets", num_buckets, minimum=1)
+    defaults, var_kw = strategy_defaults(resolve_strategy(strategy)[1])
+    if not var_kw:  # (a strategy taking **kwargs checks its own, when it runs)
+        allowed = ["num_buckets", *keyword_options(estimate), *GENERIC_OPTIONS, *defaults]
+        check_options("estimate", options, allowed)
+    resolve_params(strategy, num_buckets, options)  # (the values of cost, pad_to_multiple_of)
     return Estimate(
-        num_buckets=check_int("num_buckets", num_buckets, minimum=1),
+        num_buckets=num_buckets,
         sample_size=check_int("sample_size", sample_size, minimum=1),
         strategy=strategy,
         max_length=None
         if max_length is None
         else check_int("max_length", max_length, minimum=1, maximum=MAX_LENGTH),
-        cache=cache,
+        cache=check_cache(cache),
         options=dict(options),
     )
 

@@ -224,6 +224,13 @@ def check_source(source: Any) -> Any:
             f"source must be an iterable of samples (a list, a generator, an HF or torch "
             f"IterableDataset), got {type(source).__name__} {source!r:.60}"
         )
+    if isinstance(source, Mapping):  # (iterated, a dict gives its keys: one "sample" per key)
+        raise TypeError(
+            f"source must be an iterable of samples, got a {type(source).__name__} with keys "
+            f"{list(source)[:5]!r:.80}, whose iteration gives its keys; pass one split of a "
+            "DatasetDict (source['train']), or the samples of a dict of columns as a list of "
+            "dicts: [dict(zip(columns, row)) for row in zip(*columns.values())]"
+        )
     return source
 
 
@@ -249,6 +256,13 @@ def state_keys(
     }
 
 
+#: The share of a pass's ``steps_per_epoch`` steps that may find the shard dry (nothing left to
+#: batch) before the end-of-pass note says that ``steps_per_epoch`` is too high: past it, the
+#: steps were counted far off (the whole dataset's samples or batches, not one rank's); a smaller
+#: overshoot (a sampler's step count, whose last batches per bucket a stream fills by promotion)
+#: shows in ``report()`` as padded rows.
+DRY_WARNING = 0.25
+
 #: A pass's counters of samples it read but left out, and why (both streams' names; each reads
 #: after "<n> samples" as a sentence).
 _LEFT_OUT = {
@@ -267,8 +281,14 @@ def _warn_at_end(
     """The pass's batches, then one warning with the counts when it left out more than
     :data:`~bucketloader.plan.report.LOSS_WARNING` of the samples it read, as the samplers warn
     (every one is counted in ``report()``), and, with ``empty``, when it read no sample at all
-    (an empty or exhausted source: an epoch of no step)."""
-    yield from batches
+    (an empty or exhausted source: an epoch of no step); at its first step that finds the shard
+    dry, :func:`_warn_dry`."""
+    checked = False
+    for batch in batches:
+        if engine.dry and not checked:  # (the shard's end: every later step is dry too)
+            checked = True
+            _warn_dry(engine, owner, epoch)
+        yield batch
     stats = engine.stats
     counts = [(int(stats.get(k) or 0), why) for k, why in _LEFT_OUT.items()]
     parts = [f"{n:,} {'sample' if n == 1 else 'samples'} {why}" for n, why in counts if n]
@@ -287,6 +307,26 @@ def _warn_at_end(
             "a re-iterable source for several epochs)",
             UserWarning,
             stacklevel=2,
+        )
+
+
+def _warn_dry(engine: Any, owner: str, epoch: int) -> None:
+    """At the first step of a pass that found its shard dry (every later step finds it dry too),
+    one warning when more than :data:`DRY_WARNING` of the pass's steps will: said now, not at
+    the pass's end, which a ``steps_per_epoch`` of ``10**9`` would reach only after that many
+    padding-only steps. Its ``stacklevel`` is :func:`_warn_at_end`'s (it runs in that frame)."""
+    total = engine.lane_steps()
+    dry = engine.dry + total - engine.batches  # (this step, those before it, those to come)
+    if dry > DRY_WARNING * total and engine.read:
+        warnings.warn(
+            f"this {owner} ran out of samples in epoch {epoch}: after it read "
+            f"{engine.read:,}, {dry:,} of its {total:,} steps find no new sample (from step "
+            f"{engine.batches - engine.dry + 1:,} on: padding rows, or repeats with "
+            "last_batch='fill'), so steps_per_epoch is too high for this source (this rank's "
+            "shard, this worker's share); lower it to about the samples per rank / the mean "
+            "batch size (report() counts the padded rows)",
+            UserWarning,
+            stacklevel=3,
         )
 
 
@@ -338,7 +378,8 @@ def check_state(
         value = state[key]
         negative = isinstance(value, int) and value < 0
         if not isinstance(value, kind) or isinstance(value, bool) or negative:
-            raise ValueError(f"state[{key!r}] must be a {kind.__name__}, got {value!r}")
+            what = "an int >= 0" if kind is int else f"a {kind.__name__}"
+            raise ValueError(f"state[{key!r}] must be {what}, got {value!r}")
     if fmt == replay_format:
         skip = state["skip"]
         bad = [x for x in skip if not isinstance(x, int) or isinstance(x, bool) or x < 0]
@@ -738,6 +779,12 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             if state["source"]["state"] is not None and not is_stateful(self.source):
                 raise ValueError("state holds a source state_dict but the source cannot load one")
             self._check_buffers(state)
+            steps = self.steps_per_epoch
+            if steps is not None and state["batches"] > steps:  # (else: an epoch of no step)
+                raise ValueError(
+                    f"state['batches']={state['batches']} is more than the epoch's "
+                    f"steps_per_epoch={steps}; pass a dict from {owner}.state_dict(), unedited"
+                )
         self.epoch = int(state["epoch"])
         self._resume = state
 
