@@ -987,14 +987,14 @@ def _plan(p):
 
 
 def _plans(sizes, counts, rows, paths):
-    """``best_fit``'s plans (checked) with ``_RUN``, ``_WALK`` and ``_MANY`` set to each of
-    ``paths``: each code path forced."""
-    for run, walk, many in paths:
+    """``best_fit``'s plans (checked) by each of ``paths``: ``_RUN`` and ``_WALK`` set, and the
+    keyed or the sorted rooms' loop (``"key"``, ``"room"``) called whatever ``best_fit`` would
+    pick: each code path forced."""
+    for run, walk, path in paths:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(_bins, "_RUN", run)
             mp.setattr(_bins, "_WALK", walk)
-            mp.setattr(_bins, "_MANY", many)
-            fit = best_fit(sizes, counts, rows)
+            fit = (_bins._fit_by_key if path == "key" else _bins._fit_by_room)(sizes, counts, rows)
         _check_patterns(fit, sizes, counts, rows)
         yield _plan(fit)
 
@@ -1012,13 +1012,13 @@ def test_bulk_best_fit_makes_the_same_plan_step_by_step(docs, repeat, rows, scal
     runs of ``_RUN`` sizes; 1 here, so every run takes it) with some repeated (groups of several
     rows, which that loop splits one row at a time), scaled down to share rows with many
     documents, in one to three row lengths; its codes read by the walk and in numpy; and by
-    its sorted rooms where fewer than three sizes in four hold one document (``_MANY``)."""
+    its sorted rooms."""
     docs = [max(1, min(d // scale, rows[-1])) for d in docs]
     docs += [docs[j % len(docs)] for j in repeat]
     sizes, counts = np.unique(docs, return_counts=True)
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
     want = reference_plan(sizes, counts, rows)
-    for plan in _plans(sizes, counts, rows, ((1, 1 << 30, 0), (8, 0, 0), (8, 0, 1 << 30))):
+    for plan in _plans(sizes, counts, rows, ((1, 1 << 30, "key"), (8, 0, "key"), (8, 0, "room"))):
         assert plan == want
 
 
@@ -1039,7 +1039,7 @@ def test_bulk_best_fit_breaks_ties_as_the_step_by_step_plan(docs, counts, rows):
     sizes = np.array(sorted({min(d, rows[-1]) for d in docs}, reverse=True))
     counts = np.array(counts[: len(sizes)])
     want = reference_plan(sizes, counts, rows)
-    paths = ((1, 1 << 30, 0), (1, 0, 0), (1 << 30, 0, 0), (8, 0, 1 << 30))
+    paths = ((1, 1 << 30, "key"), (1, 0, "key"), (1 << 30, 0, "key"), (8, 0, "room"))
     for plan in _plans(sizes, counts, rows, paths):
         assert plan == want
 

@@ -33,22 +33,24 @@ small file (2k documents, nearly every row its own pattern) or a long-tailed one
 than best-fit decreasing, and on long-tailed lengths it can leave more rows (the largest
 documents, placed first with the closest fill, strand mid-sized ones). Best-fit decreasing runs
 first, in bulk over the histogram: the rows with the same contents and the same room form one
-group. Where there are fewer than ``_MANY`` sizes and fewer than three in four hold one
-document (:func:`_fit_by_room`), the rooms with a group are kept sorted, so "the tightest row
-that holds ``s``" is one ``bisect`` away, once per size: its index stays right across the
-size's steps (a room that empties is deleted at that index, and a new room, below ``s``, is
-inserted before it). Elsewhere (:func:`_fit_by_key`) that list grows with the open rows and
-each insert moves ``O(n)`` of it (1M documents of about 900k distinct sizes in rows of 2**24
-took 10.7 s in session 12), so the open groups are keys (the room, then the latest group
-first, :class:`_Open`): those whose room holds the size in hand on a stack, the tightest on
-top (a room moved up is below all on it, and a step's new room below the one it came from),
-the others in a heap, the largest room first, moved up as the sizes fall: a step costs
-``O(log n)``, but its keys are big integers (1.1-1.4x the sorted rooms' time on few distinct
-sizes). Both make the same plan. The bits of one Python integer, as in the benchmark's
-baselines, cost three big-integer operations per step, 10-20% of the loop. A row chosen for
-size ``s`` stays the tightest
-until its room drops below ``s``, so it takes ``room // s`` documents at once, and all the rows
-of a group take them together (exactly per-document BFD, in one step per group and size). When
+group. Where there are fewer than ``_MANY`` sizes, more than one in ``_SINGLE`` of them held by
+several documents (:func:`_fit_by_room`), the rooms with a group are kept sorted, so "the
+tightest row that holds ``s``" is one ``bisect`` away, once per size: its index stays right
+across the size's steps (a room that empties is deleted at that index, and a new room, below
+``s``, is inserted before it). Elsewhere (:func:`_fit_by_key`) that list grows with the open
+rows and each insert moves ``O(n)`` of it (1M documents of about 900k distinct sizes in rows of
+2**24 took 10.7 s in session 12), so the open groups are keys (the room, then the latest group
+first, :class:`_Open`): those whose room holds the size in hand on a stack, the tightest on top
+(a room moved up is below all on it, and a step's new room below the one it came from), the
+others in a heap, the largest room first, moved up as the sizes fall: a step costs ``O(log n)``,
+but its keys are big integers, and its per-document loop for sizes of one document breaks at
+every repeated size (below 4k sizes, 1.1-1.5x the sorted rooms' time where most but not nearly
+all sizes hold one document: ``benchmarks/bfd_paths.py``, which also shows which loop
+``best_fit`` picks where). Both make the same plan. The bits of one Python integer, as in the
+benchmark's baselines, cost three big-integer operations per step, 10-20% of the loop. A row
+chosen for size ``s`` stays the tightest until its room drops below ``s``, so it takes
+``room // s`` documents at once, and all the rows of a group take them together (exactly
+per-document BFD, in one step per group and size). When
 its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
 0.1% of it an MBS search (up to a second at 1M long-tailed documents) could save at most that
 0.1%: the search is skipped; it is also skipped on too few documents per distinct size (NOTE
@@ -822,7 +824,7 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
         >>> p.num_rows, sorted(p.fill.tolist())
         (3, [4, 8])
     """
-    if len(sizes) < _MANY and 4 * int(np.count_nonzero(np.asarray(counts) == 1)) < 3 * len(sizes):
+    if len(sizes) < _MANY and _SINGLE * int(np.count_nonzero(np.asarray(counts) != 1)) > len(sizes):
         return _fit_by_room(sizes, counts, row_lengths)
     return _fit_by_key(sizes, counts, row_lengths)
 
@@ -1114,10 +1116,14 @@ _LAST = (1 << (_ROOM - 1)) - 1
 #: :func:`best_fit` places runs of at least this many sizes of one document each by
 #: :func:`_single_steps`.
 _RUN = 8
-#: :func:`best_fit` keeps the rooms sorted (:func:`_fit_by_room`) below this many sizes where
-#: fewer than three in four hold one document each; else it keys the open groups
-#: (:func:`_fit_by_key`).
+#: :func:`best_fit` keeps the rooms sorted (:func:`_fit_by_room`) below ``_MANY`` sizes unless
+#: all but one in ``_SINGLE`` of them hold one document each; else it keys the open groups
+#: (:func:`_fit_by_key`). Measured by ``benchmarks/bfd_paths.py`` (results/bfd_paths.md): with
+#: fewer than 4k sizes the keyed path is 1.1-1.5x the sorted rooms' time where 80-97% of the
+#: sizes hold one document (its per-document loop breaks at every repeated size), and about as
+#: fast or faster (0.5-1.0x) where nearly all do.
 _MANY = 4096
+_SINGLE = 100
 
 
 def _patterns(sizes: np.ndarray, state: _Open) -> Patterns:
