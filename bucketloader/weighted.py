@@ -249,7 +249,8 @@ def _check_sample_weights(weights: Any, spec: BucketSpec) -> np.ndarray:
         total = arr[kept].sum()
     if not math.isfinite(total):  # finite weights whose sum is not (1e308 each): the same
         arr = arr / arr.max()  # draws on a scale that sums (they read as all 0)
-    if not math.isfinite(arr[kept].sum()) or arr[kept].sum() <= 0:
+        total = arr[kept].sum()
+    if total <= 0:
         raise ValueError(
             "weights must not all be 0 among the planned samples (those the filters keep)"
         )
