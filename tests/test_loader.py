@@ -226,8 +226,17 @@ def test_iterating_directly_after_a_loader_pass_counts_again():
     assert sampler.state_dict()["batches_yielded"] == 1
 
 
-def test_report_counts_what_the_loop_received():
-    sampler = BucketSampler(LENGTHS, **OPTIONS)
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: BucketSampler(LENGTHS, **OPTIONS),
+        # s14: PackSampler.report() counted the batches the workers had prefetched (10 here)
+        lambda: PackSampler(LENGTHS, row_length=512, batch_size=8, seed=3),
+    ],
+    ids=["bucket", "pack"],
+)
+def test_report_counts_what_the_loop_received(make):
+    sampler = make()
     loader = sampler.dataloader(list(range(N)), num_workers=2, collate_fn=collate)
     it = iter(loader)
     for _ in range(6):

@@ -210,7 +210,7 @@ class PackSampler(EpochSampler):
             for k in range(kinds)
             if batches[k]
         )
-        done = max(self._yielded, self._start) if current else 0
+        done = self._batches_done() if current else 0  # what the loop received, not prefetched
         return SamplingReport.of_plan(ep, totals, cells, plans[self.rank], done)
 
     def _warn_losses(self) -> None:
