@@ -211,6 +211,7 @@ ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
     "context_length": (("row_length", "max_length"), "the longest row or sample"),
     "block_size": (("row_length",), "the packed row length"),
     "max_length": (("row_length",), "the packed row length"),
+    "row_length": (("max_length",), "the longest piece or sample; PackSampler packs rows"),
 }
 
 
