@@ -245,9 +245,11 @@ class PackSampler(EpochSampler):
                 f"{'about ' if 'rows' in k else ''}{v:,} by {k}" for k, v in reasons.items()
             )
             hint = "; last_batch='pad' keeps every document" if rows_lost else ""
+            about = "about " if rows_lost else ""
             warnings.warn(
-                f"this PackSampler leaves out documents every epoch on {self.num_replicas} "
-                f"rank(s), of {n:,}: {listed} (report() counts each epoch exactly){hint}",
+                f"this PackSampler leaves out {about}{lost:,} of {n:,} documents "
+                f"({lost / n:.1%}) every epoch on {self.num_replicas} rank(s): {listed} "
+                f"(report() counts each epoch exactly){hint}",
                 UserWarning,
                 stacklevel=3,
             )
