@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,6 +29,38 @@ STEPS = 6
 
 def _docs(lengths, offset=0):
     return [{"id": offset + i, "input_ids": [1 + i % 7] * int(n)} for i, n in enumerate(lengths)]
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_state_behind_running_workers_without_batches_consumed_warns(kind):
+    """s14: behind DataLoader workers ``state_dict()`` counted what the workers had made,
+    ahead of the loop by the batches in flight, and said nothing (a resume skipped them); the
+    samplers warn there. It warns once an epoch, and not with batches_consumed or at the end."""
+    docs = _docs(load_real("gsm8k")[:300, 0] % 200 + 1)
+
+    def loader():
+        if kind == "bucket":
+            stream = BucketIterable(docs, length_fn="input_ids", boundaries=[64, 256], batch_size=2)
+        else:
+            stream = PackIterable(docs, length_fn="input_ids", row_length=256, batch_size=2)
+        return stream, torch.utils.data.DataLoader(
+            stream, batch_size=None, num_workers=2, collate_fn=lambda b: len(b)
+        )
+
+    stream, batches = loader()
+    it = iter(batches)
+    for _ in range(4):
+        next(it)
+    with pytest.warns(UserWarning, match=r"ahead of your loop .* state_dict\(batches_consumed="):
+        ahead = stream.state_dict()
+    assert sum(ahead["skip"]) > 4  # what the workers made: the batches in flight too
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sum(stream.state_dict(batches_consumed=4)["skip"]) == 4
+        stream.state_dict()  # (once an epoch)
+        stream, batches = loader()
+        whole = list(batches)
+        assert sum(stream.state_dict()["skip"]) == len(whole)  # every pass ended: exact, silent
 
 
 def _shards(lengths):

@@ -762,7 +762,32 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         ):
             if batches_consumed in (None, engine.batches):
                 return engine.state_dict()
+        if batches_consumed is None and engine is None:
+            self._warn_if_ahead()
         return self._replay_state(batches_consumed)
+
+    #: The epoch whose state ran ahead of the loop and was warned about (once per epoch).
+    _warned_ahead: int | None = None
+
+    def _warn_if_ahead(self) -> None:
+        """One warning per epoch when ``state_dict()`` without ``batches_consumed`` counts what
+        DataLoader workers made while they still run: that runs ahead of the loop by the
+        batches in flight, and a resume from it would skip them (the samplers warn alike)."""
+        lanes = self._counters.lanes(self.epoch)
+        if not lanes or self._warned_ahead == self.epoch:
+            return
+        if len(lanes) == lanes[0]["lanes"] and all(lane["done"] for lane in lanes):
+            return  # every worker's pass ended: the count is the whole epoch
+        self._warned_ahead = self.epoch
+        made = sum(lane["batches"] for lane in lanes)
+        warnings.warn(
+            f"{type(self).__name__}.state_dict() is taken while {lanes[0]['lanes']} DataLoader "
+            f"workers have made {made} batches of epoch {self.epoch}, ahead of your loop by the "
+            "batches in flight (prefetch): resuming from it would skip them. Pass "
+            "state_dict(batches_consumed=<batches your loop consumed this epoch>)",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
