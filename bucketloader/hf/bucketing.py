@@ -437,6 +437,10 @@ def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: s
             if is_text(kind):
                 found = "strings (untokenised text)"
                 fix = tokenize.format(text=name)
+            elif pa.types.is_null(kind):  # (datasets types an empty or all-None column so)
+                rows = table.num_rows
+                found = f"no values ({'no rows' if not rows else f'all {rows:,} rows None'})"
+                fix = "pass a dataset with tokenised rows (did a filter or map leave none?)"
             else:
                 found = f"{kind} values, not lists of token ids"
                 fix = (
