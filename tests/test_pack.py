@@ -660,6 +660,25 @@ def test_collator_errors_and_truncation():
         PackCollator(object())
 
 
+def test_a_batch_dim_on_every_sample_is_named_when_the_plan_disagrees():
+    """s14: a tokenizer's ``return_tensors='pt'`` gives (1, n) ids; len() reads 1, so a stream
+    (or ``[len(x) for x in data]``) planned 1 token each, and the collator, which packs every
+    element, said only that the samples disagree with the lengths."""
+    docs = [torch.arange(1, n + 1).reshape(1, -1) for n in (5, 3, 6, 7, 2)]
+    from bucketloader.stream import PackIterable
+
+    stream = PackIterable(docs, row_length=8, batch_size=2)
+    hint = r"batch position 0 is a Tensor of shape \(1, 5\), packed as its 5 tokens where len"
+    with pytest.raises(ValueError, match=rf"need 4 rows of 8 .*{hint}.*x\.squeeze\(0\)"):
+        stream.collator()(next(iter(stream)))
+    collate = PackCollator(_table(rows=1, width=8, docs=4))
+    with pytest.raises(ValueError, match=rf"longer than the longest planned row length 8.*{hint}"):
+        collate([docs[0], torch.ones(1, 9, dtype=torch.long)])
+    with pytest.raises(ValueError, match=r"planned 1; the dataset's samples disagree[^;]*\)$"):
+        collate([[1] * 5, [1] * 5])  # (1-D samples: no hint)
+    assert collate([d[0] for d in docs[:1]])["input_ids"].tolist() == [[1, 2, 3, 4, 5, 0, 0, 0]]
+
+
 def test_dataloader_with_workers_and_a_hf_dataset():
     datasets = pytest.importorskip("datasets")
     lengths = load_real("europarl")[:600, 1] + 2
