@@ -679,6 +679,15 @@ def test_a_batch_dim_on_every_sample_is_named_when_the_plan_disagrees():
     assert collate([d[0] for d in docs[:1]])["input_ids"].tolist() == [[1, 2, 3, 4, 5, 0, 0, 0]]
 
 
+def test_the_reprs_name_their_padding_row_padding_apart_from_the_reports():
+    """s14: repr(sampler) said padding=1.18% where report() said padding 5.12% (the all-padding
+    rows that complete the last batch count there); the repr's is the rows' padding."""
+    sampler = PackSampler([5, 3, 2, 8, 7, 1], row_length=8, batch_size=8)
+    assert f"row_padding={sampler.spec.row_padding:.2%}" in repr(sampler)
+    assert f"row_padding={sampler.spec.row_padding:.2%}" in repr(sampler.spec)
+    assert sampler.report().padding > sampler.spec.row_padding  # 4 of its 8 rows are padding
+
+
 def test_dataloader_with_workers_and_a_hf_dataset():
     datasets = pytest.importorskip("datasets")
     lengths = load_real("europarl")[:600, 1] + 2

@@ -275,5 +275,5 @@ class PackSampler(EpochSampler):
     def __repr__(self) -> str:
         return (
             f"PackSampler(shapes={self.shapes}, batches={len(self)}, rows={self.spec.num_rows}, "
-            f"padding={self.spec.row_padding:.2%}, rank={self.rank}/{self.num_replicas})"
+            f"row_padding={self.spec.row_padding:.2%}, rank={self.rank}/{self.num_replicas})"
         )

@@ -578,7 +578,7 @@ class PackSpec:
         bound = "" if self.lower_bound is None else f" (bound {self.lower_bound})"
         return (
             f"PackSpec({self.kept.size} documents, {self.tokens} tokens -> {self.num_rows} "
-            f"rows{bound}, shapes={list(self.table().shapes)}, padding={self.row_padding:.2%}, "
+            f"rows{bound}, shapes={list(self.table().shapes)}, row_padding={self.row_padding:.2%}, "
             f"last_batch={self.last_batch!r})"
         )
 
