@@ -688,6 +688,22 @@ def test_the_reprs_name_their_padding_row_padding_apart_from_the_reports():
     assert sampler.report().padding > sampler.spec.row_padding  # 4 of its 8 rows are padding
 
 
+def test_an_epoch_mostly_of_padding_rows_warns():
+    """s14: batch_size=4096 (a token count given as rows) planned one batch of 4,096 rows of
+    2,048 tokens for about 300 rows of documents, silently: 93% of it padding, computed."""
+    import warnings
+
+    lengths = np.random.default_rng(0).integers(20, 600, 2000)
+    with pytest.warns(UserWarning, match=r"^\d[\d,]* of this PackSampler's 4,096 rows per epoch "):
+        sampler = PackSampler(lengths, row_length=2048, batch_size=4096)
+    assert sampler.report().totals["padded_rows"] > 2 * sampler.spec.num_rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        PackSampler(lengths, row_length=2048, max_tokens=4096)  # (the fix it names)
+        PackSampler(lengths, row_length=2048, batch_size=4096, last_batch="fill")
+        PackSampler([5, 3], row_length=8, batch_size=2)  # half the rows: no warning
+
+
 def test_dataloader_with_workers_and_a_hf_dataset():
     datasets = pytest.importorskip("datasets")
     lengths = load_real("europarl")[:600, 1] + 2

@@ -111,6 +111,7 @@ class PackSampler(EpochSampler):
                 stacklevel=2,
             )
         self._warn_losses()
+        self._warn_padding_rows()
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
@@ -253,6 +254,34 @@ class PackSampler(EpochSampler):
                 UserWarning,
                 stacklevel=3,
             )
+
+    def _warn_padding_rows(self) -> None:
+        """One warning when more than half of an epoch's rows are all padding: ``batch_size``
+        (rows) above the rows the documents fill, most likely a token count given as
+        ``batch_size`` (a batch of ``B`` rows of ``L`` tokens each)."""
+        spec = self.spec
+        if spec.last_batch != "pad":  # ("fill" repeats rows, "drop" leaves them out)
+            return
+        per_step = np.asarray(spec.batch_sizes, dtype=np.int64) * self.num_replicas
+        slots = int((spec.num_steps(self.num_replicas) * per_step).sum())
+        padded = slots - spec.num_rows
+        if 2 * padded <= slots:
+            return
+        sizes = sorted(set(spec.batch_sizes))
+        fix = (
+            "lower batch_size (rows per batch), or pass max_tokens=<tokens per batch> to size "
+            "batches from a token budget"
+            if sizes[-1] > 1
+            else "every rank takes a row a step: use fewer ranks, or shorter rows"
+        )
+        warnings.warn(
+            f"{padded:,} of this PackSampler's {slots:,} rows per epoch ({padded / slots:.0%}) "
+            f"are all padding, computed for nothing: its documents fill {spec.num_rows:,} rows, "
+            f"in batches of {' or '.join(map(str, sizes))} rows on each of "
+            f"{self.num_replicas} rank(s); {fix}",
+            UserWarning,
+            stacklevel=3,
+        )
 
     # -- resumption ---------------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
