@@ -764,6 +764,7 @@ def test_a_sampler_given_as_lengths_names_its_lengths():
     ]:
         with pytest.raises(TypeError, match=rf"got a {owner}; pass its lengths \(lengths=<the "):
             call()
+
     class Sized:  # (no lengths attribute: no hint)
         def __len__(self):
             return 4
