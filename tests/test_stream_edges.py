@@ -173,3 +173,27 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
 if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "worker":
     sys.path.insert(0, str(Path(__file__).parent))
     _worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+
+
+def test_a_state_of_another_kind_or_worker_count_says_which():
+    """s14: a PackSampler's state loaded into a PackIterable said "with format 1 or 2, got
+    format None"; a state saved behind 2 workers resumed in the main process said "this loader
+    has 1" (the user's loader had num_workers=0)."""
+    from bucketloader.pack import PackSampler
+
+    docs = _docs([5, 3, 2, 6, 7, 1, 4, 4] * 4)
+
+    def make():
+        return PackIterable(docs, length_fn="input_ids", row_length=8, batch_size=1)
+
+    with pytest.raises(ValueError, match=r"^state is a sampler's \(BucketSampler / PackSampler"):
+        make().load_state_dict(PackSampler([5, 3], row_length=8, batch_size=1).state_dict())
+    stream = make()
+    it = iter(torch.utils.data.DataLoader(stream, batch_size=None, num_workers=2, collate_fn=len))
+    next(it), next(it)
+    state = stream.state_dict(batches_consumed=2)
+    del it
+    again = make()
+    again.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"2 DataLoader workers, this loader runs in a single pro"):
+        next(iter(again))

@@ -363,6 +363,12 @@ def check_state(
             f"state must be a dict from {owner}.state_dict(), got {type(state).__name__}"
         )
     fmt = state.get("format")
+    if fmt is None and "batches_yielded" in state:  # (the samplers' states have no format)
+        raise ValueError(
+            f"state is a sampler's (BucketSampler / PackSampler.state_dict(): it has "
+            f"'batches_yielded' and no 'format'), not a {owner}'s; load it into the sampler "
+            f"that saved it, and pass {owner}.load_state_dict a dict from {owner}.state_dict()"
+        )
     if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt not in keys:
         formats = " or ".join(str(f) for f in sorted(keys))
         raise ValueError(
@@ -572,9 +578,14 @@ def resume_lane(
     in-process state belongs to the worker that saved it."""
     if state["format"] == replay_format:
         if state["workers"] and state["workers"] != worker[1]:
+            here = (
+                "runs in a single process (num_workers 0 or 1)"
+                if worker[1] == 1
+                else f"has {worker[1]}"
+            )
             raise ValueError(
-                f"state was saved with {state['workers']} DataLoader workers, this loader has "
-                f"{worker[1]}; resume with the same num_workers"
+                f"state was saved with {state['workers']} DataLoader workers, this loader "
+                f"{here}; resume with the same num_workers"
             )
         lane = ((worker[0] + state["first"]) % worker[1], worker[1])
         return lane, int(state["skip"][lane[0]]) if state["skip"] else 0
