@@ -697,11 +697,30 @@ def test_an_iterable_dataset_is_refused_untouched_with_both_streams_named():
     for call, options in ((hf.for_text, {"num_buckets": 2}), (hf.for_packing, {"row_length": 8})):
         with pytest.raises(
             TypeError,
-            match=r"got IterableDataset; for an IterableDataset use "
-            r"bucketloader\.stream\.BucketIterable \(or PackIterable to pack\)",
+            match=r"got IterableDataset; for a stream \(an IterableDataset\) use "
+            r"bucketloader\.stream\.PackIterable to pack or BucketIterable to bucket$",
         ):
             call(stream, pad_token_id=0, batch_size=2, **options)
     assert pulled == []
+
+
+def test_what_is_not_a_dataset_is_told_how_to_make_one():
+    """s14: a DatasetDict, a dict of columns or a list of rows given to for_packing / for_text
+    was told "must be a datasets.Dataset (or a split of a DatasetDict) or a pyarrow.Table", and
+    a pyarrow.Table is then refused (rows by index)."""
+    ds = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in (3, 5, 2, 6)]})
+    cases = [
+        (datasets.DatasetDict({"train": ds}), r"got DatasetDict; pick a split, e.g. dataset\['tra"),
+        ({"input_ids": [[5] * 3]}, r"got dict; a dict of columns: datasets\.Dataset\.from_dict"),
+        ([{"input_ids": [5] * 3}], r"got a list of dict; wrap the rows: datasets\.Dataset\.from"),
+        ([[5] * 3, [5] * 2], r"got a list of list; wrap the rows: "),
+    ]
+    for call, options in ((hf.for_text, {"num_buckets": 2}), (hf.for_packing, {"row_length": 8})):
+        for data, found in cases:
+            with pytest.raises(
+                TypeError, match=rf"reads rows by index, so dataset must be .*{found}"
+            ):
+                call(data, pad_token_id=0, batch_size=2, **options)
 
 
 def test_lengths_of_a_string_view_column_are_its_characters():

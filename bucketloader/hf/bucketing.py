@@ -870,6 +870,12 @@ def _check_columns(column: Any) -> list[str]:
     return list(names)
 
 
+def _has_table(dataset: Any) -> bool:
+    """A ``datasets.Dataset`` (or any object over a ``pyarrow.Table`` the way it is)."""
+    data = getattr(dataset, "data", None)
+    return isinstance(getattr(data, "table", data), pa.Table)
+
+
 def dataset_list(dataset: Any, owner: str) -> list[Any]:
     """The dataset(s) as a non-empty list; a ``pyarrow.Table`` is refused (``hf.lengths`` reads
     one, but a loader reads rows by index, which a table does not have: its first batch failed
@@ -884,5 +890,27 @@ def dataset_list(dataset: Any, owner: str) -> list[Any]:
         raise TypeError(
             f"{owner} reads rows by index, so dataset must be a datasets.Dataset, got a "
             f"pyarrow.Table; wrap it: datasets.Dataset(table){cast}"
+        )
+    for d in many:  # (hf.lengths' own check lists a pyarrow.Table, which this refuses)
+        if _has_table(d):
+            continue
+        got = type(d).__name__
+        if isinstance(dataset, (list, tuple)):  # the caller's list holds rows, not datasets
+            got = f"a {type(dataset).__name__} of {got}"
+            fix = (
+                "wrap the rows: datasets.Dataset.from_list(rows) (dicts) or "
+                "datasets.Dataset.from_dict({'input_ids': rows}) (token lists)"
+            )
+        elif isinstance(d, Mapping) and d and all(map(_has_table, d.values())):
+            fix = f"pick a split, e.g. dataset[{next(iter(d))!r}]"
+        elif isinstance(d, Mapping):
+            fix = "a dict of columns: datasets.Dataset.from_dict(dataset)"
+        else:
+            fix = (
+                "for a stream (an IterableDataset) use bucketloader.stream.PackIterable to "
+                "pack or BucketIterable to bucket"
+            )
+        raise TypeError(
+            f"{owner} reads rows by index, so dataset must be a datasets.Dataset, got {got}; {fix}"
         )
     return many
