@@ -228,7 +228,8 @@ def planned_batches(lengths: np.ndarray, rows: int) -> tuple[BucketSampler, list
 
 
 #: Rotating batches: per planned shape, at least this many bytes of distinct samples (8 times
-#: a core's 2 MiB L2 cache), at least ROTATE_MIN batches, at most ROTATE_MAX.
+#: 32 times a core's 512 KiB L2 cache here, half the shared L3), at least ROTATE_MIN batches,
+#: at most ROTATE_MAX.
 ROTATE_BYTES = 16 << 20
 ROTATE_MIN, ROTATE_MAX = 4, 64
 
@@ -335,7 +336,7 @@ def collation(
         "",
         "The issue's comparison repeats one batch per shape: every call collates the same "
         "samples, so whatever of them, and of the last output, is still in the CPU caches is "
-        "reused, which favours the side whose samples and output together fit a core's 2 MiB L2 "
+        "reused, which favours the side whose samples and output together fit a core's L2 "
         "cache. The two `rotating` columns time the same two collators on a different batch of "
         "the same planned shape at every call (distinct batches of that shape from the plan's "
         f"epochs, fresh samples, cycled: at least {ROTATE_BYTES >> 20} MiB of samples and "
