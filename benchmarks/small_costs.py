@@ -227,7 +227,7 @@ def planned_batches(lengths: np.ndarray, rows: int) -> tuple[BucketSampler, list
     return s, [seen[c] for c in sorted(seen)]
 
 
-#: Rotating batches: per planned shape, at least this many bytes of distinct samples (8 times
+#: Rotating batches: per planned shape, at least this many bytes of distinct samples (
 #: 32 times a core's 512 KiB L2 cache here, half the shared L3), at least ROTATE_MIN batches,
 #: at most ROTATE_MAX.
 ROTATE_BYTES = 16 << 20
