@@ -893,6 +893,13 @@ def dataset_list(dataset: Any, owner: str) -> list[Any]:
         )
     for d in many:  # (hf.lengths' own check lists a pyarrow.Table, which this refuses)
         if _has_table(d):
+            if getattr(d, "format", {}).get("type") == "arrow":  # (datasets' __getitems__
+                # then reads a table by a name it lacks: "Index must either be string or integer")
+                raise TypeError(
+                    f"{owner} reads rows as samples, but the dataset's format is 'arrow' (each "
+                    "row a pyarrow.Table, which a DataLoader cannot fetch); pass "
+                    "dataset.with_format(None) (or 'torch' / 'numpy')"
+                )
             continue
         got = type(d).__name__
         if isinstance(dataset, (list, tuple)):  # the caller's list holds rows, not datasets
