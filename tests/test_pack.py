@@ -401,8 +401,12 @@ def test_state_is_strict_and_small():
 def test_validation_errors():
     with pytest.raises(TypeError, match="row_length"):
         PackSampler([3, 4], batch_size=2)
-    with pytest.raises(ValueError, match="longer than the longest row length 8"):
+    with pytest.raises(ValueError, match=r"longer .* 8 .* add a longer row length \(row_length="):
         PackSampler([3, 9], row_length=8, batch_size=2)
+    # s14: past the longest row a plan may have, it suggested row_length=(8, 2**40), refused
+    with pytest.raises(ValueError, match=r"'truncate', or split them first") as info:
+        PackSampler([3, 2**40], row_length=8, batch_size=2)
+    assert "row_length=(" not in str(info.value)
     with pytest.raises(ValueError, match=r"lengths must be >= 1 to pack, got 0 at index 1"):
         PackSpec.build([3, 0], row_length=8, batch_size=2)
     with pytest.raises(ValueError, match="strictly increasing"):
