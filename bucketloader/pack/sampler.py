@@ -256,29 +256,28 @@ class PackSampler(EpochSampler):
             )
 
     def _warn_padding_rows(self) -> None:
-        """One warning when more than half of an epoch's rows are all padding: ``batch_size``
-        (rows) above the rows the documents fill, most likely a token count given as
-        ``batch_size`` (a batch of ``B`` rows of ``L`` tokens each)."""
+        """One warning when one batch holds more rows than the whole epoch fills and more than
+        half of the epoch's rows are all padding: most likely a token count given as
+        ``batch_size`` (a batch of ``B`` rows of ``L`` tokens each). A small dataset over many
+        ranks, whose batches each fit in the epoch's rows, pads too but is not warned about
+        (nothing in ``batch_size`` to fix)."""
         spec = self.spec
         if spec.last_batch != "pad":  # ("fill" repeats rows, "drop" leaves them out)
+            return
+        largest = max(spec.batch_sizes)
+        if largest <= spec.num_rows:
             return
         per_step = np.asarray(spec.batch_sizes, dtype=np.int64) * self.num_replicas
         slots = int((spec.num_steps(self.num_replicas) * per_step).sum())
         padded = slots - spec.num_rows
         if 2 * padded <= slots:
             return
-        sizes = sorted(set(spec.batch_sizes))
-        fix = (
-            "lower batch_size (rows per batch), or pass max_tokens=<tokens per batch> to size "
-            "batches from a token budget"
-            if sizes[-1] > 1
-            else "every rank takes a row a step: use fewer ranks, or shorter rows"
-        )
         warnings.warn(
             f"{padded:,} of this PackSampler's {slots:,} rows per epoch ({padded / slots:.0%}) "
-            f"are all padding, computed for nothing: its documents fill {spec.num_rows:,} rows, "
-            f"in batches of {' or '.join(map(str, sizes))} rows on each of "
-            f"{self.num_replicas} rank(s); {fix}",
+            f"are all padding, computed for nothing: a batch holds up to {largest:,} rows, more "
+            f"than the {spec.num_rows:,} rows its documents fill in the whole epoch "
+            f"({self.num_replicas} rank(s)); batch_size counts rows of row_length tokens: "
+            "lower it, or pass max_tokens=<tokens per batch> to size batches from a token budget",
             UserWarning,
             stacklevel=3,
         )
