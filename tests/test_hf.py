@@ -258,6 +258,23 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
     )
     with pytest.raises(TypeError, match=r"int that int64 can hold .* got pad_token_id=True"):
         hf.for_text(ds, pad_token_id=True, batch_size=4)
+    # s14: a negative pad id was taken, then the model's embedding failed (on CUDA a device-side
+    # assert); a tokenizer's pad id is a vocabulary index, never negative
+    for call, extra in (
+        (hf.for_text, {"batch_size": 4}),
+        (hf.for_packing, {"row_length": 64, "batch_size": 2}),
+    ):
+        for pad in (-1, -100):
+            with pytest.raises(ValueError) as err:
+                call(ds, pad_token_id=pad, **extra)
+            assert str(err.value).startswith(
+                f"{call.__name__} writes pad_token_id into the token ids, which the model's "
+                f"embedding looks up, so it must be >= 0, got pad_token_id={pad}; pass the "
+                "tokenizer's pad id (tokenizer.pad_token_id"
+            )
+        with pytest.raises(ValueError, match=r"must be >= 0, got pad_token_id=-1;"):
+            call(ds, tokenizer=SimpleNamespace(pad_token_id=-1), **extra)
+        assert call(ds, pad_token_id=0, **extra).sampler  # 0 (and up) still taken
 
 
 def test_float_token_ids_and_loose_flags_are_refused_when_built():
@@ -361,6 +378,9 @@ def test_for_audio_struct_and_list_columns():
     batch = next(iter(b2.dataloader()))
     assert tuple(batch["input_values"].shape) in set(b2.sampler.shapes)
     assert (batch["input_values"][batch["attention_mask"] == 0] == -1).all()
+    # s14: its pad id errors named for_text (the default owner); a negative one is refused
+    with pytest.raises(ValueError, match=r"^for_audio writes pad_token_id .* got pad_token_id=-1"):
+        hf.for_audio(flat, "input_values", num_buckets=4, batch_size=8, pad_token_id=-1)
 
 
 def test_trainer_resume_path_keeps_planned_batches():

@@ -407,7 +407,16 @@ def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") 
             f"{owner}(..., pad_token_id=<int>) or {owner}(..., tokenizer=<a tokenizer with a "
             "pad token>)"
         )
-    return check_pad_token_id(pad_token_id)
+    pad = check_pad_token_id(pad_token_id)
+    if pad < 0:  # (a model's embedding looks every id up, padding too; PackCollator alone
+        # takes any int64, for int fields that are not token ids)
+        raise ValueError(
+            f"{owner} writes pad_token_id into the token ids, which the model's embedding looks "
+            f"up, so it must be >= 0, got pad_token_id={pad}; pass the tokenizer's pad id "
+            "(tokenizer.pad_token_id, or tokenizer.eos_token_id where it has none); -100 marks "
+            "labels, which are padded with -100 already"
+        )
+    return pad
 
 
 def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: str) -> None:
@@ -789,7 +798,7 @@ def for_audio(
     many = dataset_list(dataset, "for_audio")
     table, _ = table_and_indices(many[0])
     path = _audio_column(table, column)
-    pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None)
+    pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None, "for_audio")
     if path == column:  # a plain list column: samples as they are
         per_input = {column: [lengths(d, column) for d in many]}
         pads = {**pad_values(many[0].column_names, [], pad), column: pad_value}
