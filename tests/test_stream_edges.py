@@ -38,13 +38,21 @@ def test_a_state_behind_running_workers_without_batches_consumed_warns(kind):
     samplers warn there. It warns once an epoch, and not with batches_consumed or at the end."""
     docs = _docs(load_real("gsm8k")[:300, 0] % 200 + 1)
 
-    def loader():
+    class Reread:  # re-iterable, not seekable: an in-process state with steps_per_epoch replays
+        def __iter__(self):
+            return iter(docs)
+
+    def loader(num_workers=2, source=docs, **options):
         if kind == "bucket":
-            stream = BucketIterable(docs, length_fn="input_ids", boundaries=[64, 256], batch_size=2)
+            stream = BucketIterable(
+                source, length_fn="input_ids", boundaries=[64, 256], batch_size=2, **options
+            )
         else:
-            stream = PackIterable(docs, length_fn="input_ids", row_length=256, batch_size=2)
+            stream = PackIterable(
+                source, length_fn="input_ids", row_length=256, batch_size=2, **options
+            )
         return stream, torch.utils.data.DataLoader(
-            stream, batch_size=None, num_workers=2, collate_fn=lambda b: len(b)
+            stream, batch_size=None, num_workers=num_workers, collate_fn=lambda b: len(b)
         )
 
     stream, batches = loader()
@@ -58,9 +66,24 @@ def test_a_state_behind_running_workers_without_batches_consumed_warns(kind):
         warnings.simplefilter("error")
         assert sum(stream.state_dict(batches_consumed=4)["skip"]) == 4
         stream.state_dict()  # (once an epoch)
+        first, first_batches = stream, batches  # (warned in epoch 0: it warns again in 1)
         stream, batches = loader()
         whole = list(batches)
         assert sum(stream.state_dict()["skip"]) == len(whole)  # every pass ended: exact, silent
+        # in the main process (num_workers=0) the count is the loop's: never a warning, also
+        # where the state is a replay (steps_per_epoch over a source that does not seek)
+        alone, batches = loader(0, Reread(), steps_per_epoch=30)
+        it = iter(batches)
+        for _ in range(4):
+            next(it)
+        assert alone.state_dict()["format"] == alone.REPLAY_FORMAT
+    del it
+    first.set_epoch(1)
+    it = iter(first_batches)
+    for _ in range(4):
+        next(it)
+    with pytest.warns(UserWarning, match=r"made \d+ batches of epoch 1, ahead of your loop"):
+        first.state_dict()  # once an epoch, not once a stream
 
 
 def _shards(lengths):
