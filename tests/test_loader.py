@@ -244,6 +244,17 @@ def test_report_counts_what_the_loop_received(make):
     report = sampler.report()
     assert report.batches_done == 6 and report.batches_left == len(sampler) - 6
     del it
+    # and every other path: a resumed sampler before its pass, in-process iteration, an epoch on
+    again = make()
+    again.load_state_dict(sampler.state_dict())
+    assert again.report().batches_done == 6
+    alone = iter(again)
+    next(alone)
+    assert again.report().batches_done == 7
+    again.set_epoch(1)
+    assert again.report().batches_done == 0
+    next(iter(again))
+    assert again.report().batches_done == 1
 
 
 # -- s10: what collate_fn=None means in every dataloader() ----------------------------------------
