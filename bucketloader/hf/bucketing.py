@@ -686,7 +686,7 @@ def for_text(
             ``["input_ids", "labels"]`` to bucket seq2seq targets jointly: each gets its own
             boundaries, and the shapes multiply; by default targets are padded per bucket, see
             NOTE [ Target columns ]).
-        pad_token_id: the pad id of the token columns; or
+        pad_token_id: the pad id of the token columns (>= 0: the embedding looks it up); or
         tokenizer: any object with ``pad_token_id`` (a ``transformers`` tokenizer); its
             ``padding_side`` is the default ``side``.
         side: ``"right"`` or ``"left"`` (decoder-only prompts); default the tokenizer's.
@@ -774,7 +774,7 @@ def for_audio(
         column: that column.
         key: the output key of a struct column's array (the rows are read in torch format).
         pad_value: pad value of the audio (a feature extractor's ``padding_value``).
-        pad_token_id: pad id of ``*input_ids`` columns, if any (``labels`` pad with -100).
+        pad_token_id: pad id (>= 0) of ``*input_ids`` columns, if any (``labels`` pad with -100).
         side: ``"right"`` or ``"left"``.
         pad_to_multiple_of, target_length, decoder_attention_mask, evaluation, sample_mask: as
             :func:`for_text`; a transcript column (``labels``) is a target (NOTE [ Target

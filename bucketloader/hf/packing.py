@@ -168,7 +168,7 @@ def for_packing(
             with -100, is used as the labels: lists as long as the tokens, row by row, or an
             error names the first row that is not; other columns are ignored).
         column: the token column.
-        pad_token_id: the id written on padding; or
+        pad_token_id: the id written on padding (>= 0: the embedding looks it up); or
         tokenizer: any object with ``pad_token_id``.
         attention: ``"positions"`` (default), ``"mask"`` or ``"flash"`` (NOTE [ How transformers
             models take a packed batch ]).
