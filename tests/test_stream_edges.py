@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import warnings
 from datetime import timedelta
 from pathlib import Path
@@ -59,6 +60,10 @@ def test_a_state_behind_running_workers_without_batches_consumed_warns(kind):
     it = iter(batches)
     for _ in range(4):
         next(it)
+    deadline = time.monotonic() + 30  # (the workers prefetch past the loop: wait until they have)
+    while sum(lane["batches"] for lane in stream._counters.lanes(0)) <= 4:
+        assert time.monotonic() < deadline, "the DataLoader workers made no batch past the loop"
+        time.sleep(0.01)
     with pytest.warns(UserWarning, match=r"ahead of your loop .* state_dict\(batches_consumed="):
         ahead = stream.state_dict()
     assert sum(ahead["skip"]) > 4  # what the workers made: the batches in flight too
