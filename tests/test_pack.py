@@ -709,7 +709,10 @@ def test_an_epoch_mostly_of_padding_rows_warns():
         # a small dataset over ranks pads most rows, but each batch fits in the epoch's rows:
         # nothing in batch_size to fix (it warned in tiny tests over 3 and 4 ranks)
         PackSampler([8] * 4, row_length=8, batch_size=3, num_replicas=3, rank=0)
-    with pytest.warns(UserWarning, match=r"^5 of .* 9 rows .* up to 9 rows, more than the 4 rows"):
+        PackSampler([8] * 4, row_length=8, batch_size=8, num_replicas=2, rank=0)  # (twice: no)
+        # rows of 8 would take batches of 8, but no document needs them: 3 rows of 64, no padding
+        PackSampler([30] * 6, row_length=(8, 64), max_tokens=64)
+    with pytest.warns(UserWarning, match=r"^5 of .* 9 rows .* up to 9 rows, more than twice the 4"):
         PackSampler([8] * 4, row_length=8, batch_size=9)
 
 

@@ -256,26 +256,26 @@ class PackSampler(EpochSampler):
             )
 
     def _warn_padding_rows(self) -> None:
-        """One warning when one batch holds more rows than the whole epoch fills and more than
-        half of the epoch's rows are all padding: most likely a token count given as
-        ``batch_size`` (a batch of ``B`` rows of ``L`` tokens each). A small dataset over many
-        ranks, whose batches each fit in the epoch's rows, pads too but is not warned about
-        (nothing in ``batch_size`` to fix)."""
+        """One warning when one batch holds more than twice the rows that the whole epoch's
+        documents fill (so more than half of the epoch's rows are all padding, on any number of
+        ranks): most likely a token count given as ``batch_size`` (a batch of ``B`` rows of
+        ``L`` tokens each). A small dataset over many ranks pads too, but is not warned about
+        while one batch does not dwarf it (nothing in ``batch_size`` to fix)."""
         spec = self.spec
         if spec.last_batch != "pad":  # ("fill" repeats rows, "drop" leaves them out)
             return
-        largest = max(spec.batch_sizes)
-        if largest <= spec.num_rows:
+        steps = spec.num_steps(self.num_replicas)
+        # (a row length no document needs makes no batch: its batch size is not one of them)
+        largest = max((b for b, k in zip(spec.batch_sizes, steps, strict=True) if k), default=0)
+        if largest <= 2 * spec.num_rows:
             return
         per_step = np.asarray(spec.batch_sizes, dtype=np.int64) * self.num_replicas
-        slots = int((spec.num_steps(self.num_replicas) * per_step).sum())
+        slots = int((steps * per_step).sum())
         padded = slots - spec.num_rows
-        if 2 * padded <= slots:
-            return
         warnings.warn(
             f"{padded:,} of this PackSampler's {slots:,} rows per epoch ({padded / slots:.0%}) "
             f"are all padding, computed for nothing: a batch holds up to {largest:,} rows, more "
-            f"than the {spec.num_rows:,} rows its documents fill in the whole epoch "
+            f"than twice the {spec.num_rows:,} rows its documents fill in the whole epoch "
             f"({self.num_replicas} rank(s)); batch_size counts rows of row_length tokens: "
             "lower it, or pass max_tokens=<tokens per batch> to size batches from a token budget",
             UserWarning,
