@@ -1082,3 +1082,55 @@ def _sorted_rooms_bfd(docs: list[int], length: int) -> int:
         if left:
             insort(rooms, left)
     return rows
+
+
+@pytest.mark.parametrize(
+    ("case", "row_length", "digests"),
+    [
+        # (the filled rows' repack: closest fills of many chunks, counts above one)
+        (
+            "uniform (L/8, L/2] 10k",
+            1024,
+            ("33b8c17b1c0eed79", "2b38665b6a465136", "fa037c0635426859"),
+        ),
+        # (the search in units: rows grouped with their row length)
+        (
+            "uniform (L/8, L/2] 375",
+            2**20 + 3,
+            ("14808a680352caaf", "32c1842da6dd14a8", "7e50f117e96975ec"),
+        ),
+        ("GSM8K first 2,000", 512, ("e519f8ba4068c093", "692f41a3616f2da4", "fa6379bf4845ac09")),
+        (
+            "GSM8K first 2,000",
+            (256, 512),
+            ("3af8e1ed8f5bbe52", "2288fa751d3ef96c", "a0e13e2e1b3acbee"),
+        ),
+        (
+            "uniform (L/4, 2L/3] 1k",
+            1024,
+            ("4f213d6db44a21ab", "3df66671e3c9bc72", "3453d1fd4a1c51ae"),
+        ),
+    ],
+)
+def test_the_search_made_faster_keeps_its_plans(case, row_length, digests):
+    """Session 14 cut the search's Python overhead (the closest fill's loop, the full rows'
+    grid, the grouping of rows of one length) without changing a plan: these digests
+    (``"never"``, ``"auto"``, ``"always"``) are session 13's, so a state saved there loads."""
+    from bucketloader.pack import PackSpec
+
+    top = row_length if isinstance(row_length, int) else row_length[-1]
+    if case.startswith("GSM8K"):
+        path = Path(__file__).parent / "data" / "gsm8k_train_qa_tokens.txt"
+        gsm = np.loadtxt(path, dtype=np.int64).sum(axis=1) + 2
+        docs = gsm[:2000]
+    elif case == "uniform (L/4, 2L/3] 1k":
+        docs = np.random.default_rng(1000).integers(257, 683, 1000)
+    else:
+        n = 10_000 if case.endswith("10k") else 375
+        rng = np.random.default_rng(n if n == 10_000 else 4)
+        docs = rng.integers(top // 8 + 1, top // 2 + 1, n)
+    got = tuple(
+        PackSpec.build(docs, row_length=row_length, batch_size=4, search=s).digest
+        for s in ("never", "auto", "always")
+    )
+    assert got == digests
