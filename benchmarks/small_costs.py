@@ -10,8 +10,9 @@
    list, as a collate_fn must),
    float32 audio (LibriSpeech samples / 20) and float32 ``(T, 80)`` fbank features (T = the
    samples / 160: 10 ms frames; 8-64 rows). ``torch.set_num_threads(1)`` as in DataLoader
-   workers; per shape, the best of 7 alternating rounds of calls (``time.thread_time``: CPU
-   time, so the other processes of a shared machine do not count). The issue's comparison
+   workers; per shape, the best of 7 alternating rounds of calls, each about 30 ms of one
+   side's own calls (``time.thread_time``: CPU time, so the other processes of a shared machine
+   do not count). The issue's comparison
    repeats one batch per shape; beside it, in rounds of their own, both collate a different
    batch of the shape at every call (``rotating_batches``: distinct batches from the plan's
    epochs, fresh samples, cycled; ``rotating_side_by_side``), as a DataLoader epoch does, so
@@ -102,22 +103,36 @@ def timed(fn) -> tuple[float, object]:
     return clock() - t, out
 
 
+def calls_for(fns, budget_s: float) -> list[int]:
+    """Calls per round of each of ``fns`` (already called once): about ``budget_s`` of its own
+    calls, by the time of one call, at least one and at most 2,000.
+
+    Each side gets its own count, so every round lasts about ``budget_s`` whichever side runs it:
+    until session 14 every side made the first side's count (the collator's), so a baseline 15x
+    slower (``pad_sequence`` on lists of ints) ran rounds 15x longer, most of this section's
+    run time, for the same best-of-rounds statistic."""
+    counts = []
+    for f in fns:
+        t = clock()
+        f()
+        counts.append(max(1, min(2000, int(budget_s / max(clock() - t, 1e-7)))))
+    return counts
+
+
 def side_by_side(*fns, budget_s: float = 0.03, repeats: int = 1, rounds: int = 7) -> list[float]:
-    """Per-call time of each of ``fns``: the best of ``rounds`` alternating rounds (each
-    ``budget_s`` long, by the first fn's time, at least one call), and with
+    """Per-call time of each of ``fns``: the best of ``rounds`` alternating rounds (each about
+    ``budget_s`` of that fn's calls, at least one call: :func:`calls_for`), and with
     ``repeats`` > 1 the median of that over ``repeats`` such measurements (each fn's own
     median, so ratios of the results compare medians)."""
     for f in fns:
         f()
-    t = clock()
-    fns[0]()
-    calls = max(1, min(2000, int(budget_s / max(clock() - t, 1e-7))))
+    calls = calls_for(fns, budget_s)
     runs = []
     for _ in range(repeats):
         best = [float("inf")] * len(fns)
         for _ in range(rounds):
             for i, f in enumerate(fns):
-                best[i] = min(best[i], best_of(f, 1, calls))
+                best[i] = min(best[i], best_of(f, 1, calls[i]))
         runs.append(best)
     return [float(np.median(col)) for col in zip(*runs, strict=True)]
 
@@ -212,8 +227,9 @@ def planned_batches(lengths: np.ndarray, rows: int) -> tuple[BucketSampler, list
     return s, [seen[c] for c in sorted(seen)]
 
 
-#: Rotating batches: per planned shape, at least this many bytes of distinct samples (8 times
-#: a core's 2 MiB L2 cache), at least ROTATE_MIN batches, at most ROTATE_MAX.
+#: Rotating batches: per planned shape, at least this many bytes of distinct samples (
+#: 32 times a core's 512 KiB L2 cache here, half the shared L3), at least ROTATE_MIN batches,
+#: at most ROTATE_MAX.
 ROTATE_BYTES = 16 << 20
 ROTATE_MIN, ROTATE_MAX = 4, 64
 
@@ -264,15 +280,13 @@ def rotating_side_by_side(
     for _ in range(passes):
         ours()
         theirs()
-    t = clock()
-    ours()
-    calls = max(1, min(2000, int(budget_s / max(clock() - t, 1e-7))))
+    calls = calls_for(fns, budget_s)
     runs = []
     for _ in range(repeats):
         best = [float("inf")] * 2
         for r in range(rounds):
             for i in (0, 1) if r % 2 == 0 else (1, 0):
-                best[i] = min(best[i], best_of(fns[i], 1, calls))
+                best[i] = min(best[i], best_of(fns[i], 1, calls[i]))
         runs.append(best)
     mine, yours = np.median(np.array(runs), axis=0)
     return float(mine), float(yours)
@@ -317,11 +331,12 @@ def collation(
         "padded to the planned shape (`F.pad`), what a static-shape loop needs (under "
         "`max_tokens` even batches plan such a bucket at its own size). Times are CPU time of "
         "the one thread (`time.thread_time`), so other processes on the machine do not count; "
-        f"each time is the median over {repeats} repeats of the best of 7 alternating rounds.",
+        f"each time is the median over {repeats} repeats of the best of 7 alternating rounds "
+        "(each about 30 ms of that side's own calls, at least one).",
         "",
         "The issue's comparison repeats one batch per shape: every call collates the same "
         "samples, so whatever of them, and of the last output, is still in the CPU caches is "
-        "reused, which favours the side whose samples and output together fit a core's 2 MiB L2 "
+        "reused, which favours the side whose samples and output together fit a core's L2 "
         "cache. The two `rotating` columns time the same two collators on a different batch of "
         "the same planned shape at every call (distinct batches of that shape from the plan's "
         f"epochs, fresh samples, cycled: at least {ROTATE_BYTES >> 20} MiB of samples and "

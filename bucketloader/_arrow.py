@@ -63,8 +63,10 @@ def text_lengths(arr: Any) -> Any:
 
     Example:
         >>> import pyarrow as pa
-        >>> text_lengths(pa.array(["ab", "été", None], pa.string_view())).to_pylist()
+        >>> text_lengths(pa.array(["ab", "été", None])).to_pylist()
         [2, 3, None]
+        >>> text_lengths(pa.array([b"ab", b"\\xc3\\xa9"], pa.large_binary())).to_pylist()
+        [2, 2]
     """
     import pyarrow as pa
     import pyarrow.compute as pc

@@ -236,3 +236,62 @@ def test_dataloader_pins_every_output_on_cuda(monkeypatch, least):
                     assert out[key].is_pinned() and torch.equal(out[key], value), key
                 else:
                     assert out[key] == value
+
+
+#: A sample of length ``n`` whose every value is ``v``, per kind of sample.
+_FILLED = {
+    "audio": lambda n, v: torch.full((n,), v),
+    "frames": lambda n, v: torch.full((n, 3), v),
+    "numpy": lambda n, v: np.full(n, v, dtype=np.float32),
+    "tokens": lambda n, v: torch.full((n,), int(v), dtype=torch.int64),
+    "lists": lambda n, v: {"ids": [int(v)] * n},
+}
+
+
+@pytest.mark.parametrize("least", [0, 1 << 40])  # every output numpy's / torch's
+@pytest.mark.parametrize("kind", sorted(_FILLED))
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("last_batch", ["drop", "pad"])
+def test_padding_never_holds_an_earlier_batchs_values(monkeypatch, least, kind, side, last_batch):
+    """Outputs are written into uninitialised memory (NOTE [ Where a large batch is written ]):
+    a batch of huge values, dropped, then a shorter batch of the same cell, most likely in the
+    memory the first one freed (and memory of that size filled with huge values and freed just
+    before): every padding element holds the pad value, the mask and lengths are the short
+    batch's, on every path (the first call takes the full path, the next ones the short paths),
+    with filler rows (``last_batch="pad"``, a batch of 3 in a 4-row cell) too."""
+    from bucketloader.collate import collator
+
+    monkeypatch.setattr(collator, "NUMPY_MIN_BYTES", least)
+    monkeypatch.setattr(_pad, "NUMPY_MIN_BYTES", least)
+    width = 20_000 if kind != "frames" else 2_000
+    lengths = np.array([width] * 8 + [width // 2 + 1] * 8)
+    sampler = BucketSampler(lengths, batch_size=4, boundaries=[width], last_batch=last_batch)
+    pad = -3
+    collate = sampler.collator(pad_value=pad, side=side)
+    make = _FILLED[kind]
+    big = 7e9 if kind in ("tokens", "lists") else 3e38
+    short = [width // 2 + 1, width - 1, width // 2 + 7, width // 2 + 1]
+    for rows in (4, 4, 3, 3, 4):
+        if last_batch == "drop" and rows < 4:
+            continue
+        collate([make(width, big) for _ in range(4)])  # huge values everywhere, then freed
+        for nbytes in (4 * width * 8, 4 * width * 4 * (3 if kind == "frames" else 1)):
+            torch.full((nbytes // 4,), 3e38)  # torch's memory of that size, refilled
+            np.full(nbytes // 4, 3e38, dtype=np.float32)  # and numpy's
+        sizes = short[:rows]
+        out = collate([make(n, 1) for n in sizes])
+        key = "ids" if kind == "lists" else "inputs"
+        x = out[key].numpy()
+        assert x.shape[:2] == (4 if last_batch == "pad" else rows, width)
+        want = np.zeros(x.shape[:2], dtype=bool)  # True on real elements
+        for i, n in enumerate(sizes):
+            want[i, :n] = True
+        if side == "left":
+            want = want[:, ::-1]
+        real = want if x.ndim == 2 else want[:, :, None].repeat(x.shape[2], axis=2)
+        assert (x[real] == 1).all() and (x[~real] == pad).all()
+        assert out["lengths"].tolist() == sizes + [0] * (x.shape[0] - rows)
+        mask = out["attention_mask"].numpy()
+        assert (mask[:rows] == want[:rows]).all()
+        assert (mask[rows:].sum(axis=1) == 1).all()  # filler rows attend one position
+        assert out["sample_mask"].tolist() == [True] * rows + [False] * (x.shape[0] - rows)

@@ -7,7 +7,9 @@ group is needed); ``tests/test_distributed.py`` runs real gloo processes."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import tracemalloc
 from collections import Counter
 
 import numpy as np
@@ -19,7 +21,9 @@ from hypothesis import strategies as st
 
 from bucketloader import BucketSampler
 from bucketloader.plan import BucketSpec, PlannedBatch, TokenBudget
+from bucketloader.plan.epoch import apportion
 from bucketloader.stream import BucketIterable, estimate
+from bucketloader.stream._schedule import lane_cells, schedule_chunks
 
 
 @pytest.fixture(scope="module")
@@ -402,3 +406,59 @@ def test_validation_at_the_call(europarl):
     assert isinstance(
         next(iter(BucketIterable(_samples([3]), steps_per_epoch=1, **kw))), PlannedBatch
     )
+
+
+def _one_sort(shares, steps, seed, epoch):
+    """The schedule as one sort of every step's key (NOTE [ A schedule in chunks ])."""
+    n = apportion(steps, shares)
+    cell = np.repeat(np.arange(n.size), n)
+    j = np.arange(steps) - np.repeat(np.cumsum(n) - n, n)
+    u = np.random.default_rng(np.random.SeedSequence([seed, epoch, 0x5343])).random(steps)
+    return cell[np.lexsort((cell, (j + u) / n[cell]))]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shares=st.lists(st.sampled_from([0.0, 1e-3, 0.1, 0.3, 1.0, 5.0]), min_size=1, max_size=9),
+    steps=st.integers(1, 3000),
+    chunk=st.sampled_from([1, 2, 7, 64, 1 << 16]),
+    seed=st.integers(0, 2**31),
+    lanes=st.integers(1, 4),
+    data=st.data(),
+)
+def test_a_schedule_in_chunks_is_the_one_sort(shares, steps, chunk, seed, lanes, data):
+    shares = np.asarray(shares)
+    if shares.sum() == 0:
+        shares[-1] = 1.0
+    shares = shares / shares.sum()
+    whole = _one_sort(shares, steps, seed, 3)
+    parts = list(schedule_chunks(shares, steps, seed, 3, chunk))
+    assert np.array_equal(np.concatenate(parts), whole)
+    assert max(p.size for p in parts) <= chunk + 2 * 3 * shares.size + 2  # no window holds all
+    lane = data.draw(st.integers(0, lanes - 1))
+    done = data.draw(st.integers(0, steps // lanes + 1))
+    assert list(lane_cells(shares, steps, seed, 3, lane, lanes, done)) == (
+        whole[lane::lanes][done:].tolist()
+    )
+
+
+def test_a_stream_of_many_steps_starts_without_the_whole_schedule(europarl):
+    """Each step's cell comes from a window of the schedule: ten million steps start at once,
+    in a few MB (one sort of every step took ~50 bytes a step: 480 MB here)."""
+    spec = BucketSpec.build(europarl, num_buckets=5, max_tokens=2048)
+    stream = BucketIterable(
+        _samples(europarl[:400]),
+        length_fn="input_ids",
+        boundaries=spec,
+        max_tokens=2048,
+        num_replicas=2,
+        rank=0,
+        steps_per_epoch=10**7,
+    )
+    tracemalloc.start()
+    try:
+        batches = list(itertools.islice(iter(stream), 3))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(batches) == 3 and peak < 64 * 2**20, peak

@@ -54,8 +54,8 @@ batches of ``benchmarks/small_costs.py`` that was a fifth of the collator's time
 size ``torch.empty`` is cheaper (``torch.cat`` without ``out=``, then a view: about 0.6 us less
 than ``np.empty``, two ``from_numpy`` and ``cat(out=)``). Session 8 moved the threshold from 128
 to 256 KiB: 3% on 8 rows of 4,144 floats, where glibc used 5-6 addresses, as many as for
-``pad_sequence`` (3-5), all inside the 2 MiB L2 cache. A fresh buffer per batch: no batch shares
-memory with another. bfloat16, which numpy lacks, stays with torch.
+``pad_sequence`` (3-5), all inside a core's L2 cache (512 KiB here). A fresh buffer per batch:
+no batch shares memory with another. bfloat16, which numpy lacks, stays with torch.
 
 NOTE [ Why the masked scatter is exact ]
 Row-major order over ``(batch, t)`` visits the real positions of row ``i`` as ``t = 0..L_i-1``

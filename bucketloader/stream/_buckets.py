@@ -31,7 +31,7 @@ from bucketloader.boundaries import BucketLookup
 from bucketloader.plan.limits import ZERO_LENGTH_HARM
 from bucketloader.plan.table import PlannedBatch
 from bucketloader.stream._engine import Pass
-from bucketloader.stream._schedule import lane_steps, schedule
+from bucketloader.stream._schedule import lane_cells
 from bucketloader.stream.source import check_length
 
 STATE_FORMAT = 2
@@ -369,12 +369,11 @@ class BucketPass(Pass):
     # -- a stream split over ranks (NOTE [ A stream split over ranks ]) -----------------------
     def _run_scheduled(self, it: Iterator[Any]) -> Iterator[list[Any]]:
         o = self.o
-        cells = schedule(o.schedule, o.steps, o.seed, self.epoch)
         lane, lanes = self.worker
+        cells = lane_cells(o.schedule, o.steps, o.seed, self.epoch, lane, lanes, self.batches)
         self._src = it  # from the start, or where an exact state stopped (self.batches steps)
         cap = max(64, 2 * sum(o.batch_sizes))
-        for t in lane_steps(o.steps, lane, lanes)[self.batches :]:
-            c = int(cells[t])
+        for c in cells:
             batch, real = self._fill(c, cap)
             self.batches += 1
             yield PlannedBatch(batch, planned_shape=o.shapes[c], num_real=real)

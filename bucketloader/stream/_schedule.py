@@ -55,6 +55,8 @@ what the data decides is only how much padding and repetition a lane needs.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from bucketloader.plan.epoch import apportion
@@ -80,21 +82,82 @@ def step_shares(counts: np.ndarray, batch: np.ndarray) -> np.ndarray:
     return steps / steps.sum()
 
 
-def schedule(shares: np.ndarray, steps: int, seed: int, epoch: int) -> np.ndarray:
-    """Cell of every step of ``epoch`` (the same on every rank; NOTE [ A stream split over
-    ranks ]).
+#: Steps a schedule is built in at a time: its memory is about 50 bytes a step of one chunk, not
+#: of ``steps_per_epoch`` (NOTE [ A schedule in chunks ]).
+SCHEDULE_CHUNK = 1 << 16
+
+
+def schedule_chunks(
+    shares: np.ndarray, steps: int, seed: int, epoch: int, chunk: int = SCHEDULE_CHUNK
+) -> Iterator[np.ndarray]:
+    """Cell of every step of ``epoch``, in order, about ``chunk`` steps at a time (the same on
+    every rank; NOTE [ A stream split over ranks ]).
+
+    NOTE [ A schedule in chunks ]
+    Cell ``c`` gets ``n_c`` steps (largest remainders) with keys ``(j + u) / n_c``, ``j < n_c``,
+    one uniform ``u`` per step drawn in cell order (cell 0's ``n_0``, then cell 1's, ...) from
+    one PCG64 stream; the steps go in order of key, ties to the lower cell. Sorting all ``T``
+    keys at once takes ~50 bytes a step (5 GB at ``steps_per_epoch=10**8``), so the keys are
+    taken in windows ``[x0, x1)`` of ``[0, 1]``, each holding about ``chunk`` steps: cell ``c``'s
+    keys in a window have ``j < ceil(x1 * n_c) + 2`` (``key >= j / n_c`` up to one rounding), so
+    each cell reads its draws in order, from its own copy of the stream advanced to its first
+    draw (PCG64 draws one 64-bit word per double), and keeps the keys past ``x1`` for the next
+    window. Each window is sorted by (key, cell) alone; windows partition the keys, so the
+    chunks joined are exactly the one sort's order (tested against it).
 
     Example:
-        >>> s = schedule(np.array([0.75, 0.25]), 8, seed=0, epoch=0)
-        >>> np.bincount(s).tolist()
-        [6, 2]
+        >>> parts = list(schedule_chunks(np.array([0.75, 0.25]), 8, seed=0, epoch=0, chunk=3))
+        >>> [p.size for p in parts], np.bincount(np.concatenate(parts)).tolist()
+        ([3, 2, 3], [6, 2])
     """
     n = apportion(steps, shares)
-    cell = np.repeat(np.arange(n.size), n)
-    j = np.arange(steps) - np.repeat(np.cumsum(n) - n, n)
-    u = np.random.default_rng(np.random.SeedSequence([seed, epoch, _TAG])).random(steps)
-    key = (j + u) / n[cell]
-    return cell[np.lexsort((cell, key))]
+    start = np.cumsum(n) - n
+    root = np.random.PCG64(np.random.SeedSequence([seed, epoch, _TAG]))
+    cells = [int(c) for c in np.flatnonzero(n)]
+    draws = {}
+    for c in cells:
+        bits = np.random.PCG64()
+        bits.state = root.state
+        draws[c] = np.random.Generator(bits.advance(int(start[c])))
+    read = dict.fromkeys(cells, 0)  # draws taken per cell
+    keep = {c: np.zeros(0) for c in cells}  # keys read, past the last window
+    windows = max(1, -(-steps // max(1, chunk)))
+    for w in range(1, windows + 1):
+        last = w == windows
+        x1 = w / windows
+        keys, owners = [], []
+        for c in cells:
+            size = int(n[c])
+            stop = size if last else min(size, int(np.ceil(x1 * size)) + 2)
+            got = keep[c]
+            if stop > read[c]:
+                j = np.arange(read[c], stop)
+                fresh = (j + draws[c].random(stop - read[c])) / size
+                got = np.concatenate((got, fresh)) if got.size else fresh
+                read[c] = stop
+            if last:
+                now = got
+            else:
+                now, keep[c] = got[got < x1], got[got >= x1]
+            keys.append(now)
+            owners.append(np.full(now.size, c, dtype=np.int64))
+        key, cell = np.concatenate(keys), np.concatenate(owners)
+        if key.size:
+            yield cell[np.lexsort((cell, key))]
+
+
+def lane_cells(
+    shares: np.ndarray, steps: int, seed: int, epoch: int, lane: int, lanes: int, done: int
+) -> Iterator[int]:
+    """The cells of a lane's steps (:func:`lane_steps`) after its first ``done``, in order."""
+    first = lane + lanes * done  # the global step the lane makes next
+    offset = 0
+    for part in schedule_chunks(shares, steps, seed, epoch):
+        end = offset + part.size
+        if end > first:
+            yield from part[first - offset :: lanes].tolist()
+            first += -(-(end - first) // lanes) * lanes
+        offset = end
 
 
 def lane_steps(total: int, lane: int, lanes: int) -> range:
