@@ -1459,14 +1459,15 @@ def _quick_slack(
             for s, k in _closest(left, sizes, cap, work):
                 row[s] = row.get(s, 0) + k
             # the row's documents but the anchor are still to take, once more than `more`
-            more = 1 << 62
+            k = row[big]  # (min over the row's sizes, from the anchor's: exact for any count)
+            more = (left.get(big, 0) - k + 1) // k
             for s, k in row.items():
                 n = (left.get(s, 0) - (k - (s == big))) // k
                 if n < more:
                     more = n
             use = [(s, more * k + k - (s == big)) for s, k in row.items()]
         else:  # the same rows again, while the documents last
-            more = 1 << 62
+            more = left.get(big, 0) // row[big]  # (as above, from the anchor's)
             for s, k in row.items():
                 n = left.get(s, 0) // k
                 if n < more:
