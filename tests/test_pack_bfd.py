@@ -1082,3 +1082,86 @@ def _sorted_rooms_bfd(docs: list[int], length: int) -> int:
         if left:
             insort(rooms, left)
     return rows
+
+
+@pytest.mark.parametrize(
+    ("case", "row_length", "digests", "plans"),
+    [
+        # (the filled rows' repack: closest fills of many chunks, counts above one)
+        (
+            "uniform (L/8, L/2] 10k",
+            1024,
+            ("33b8c17b1c0eed79", "2b38665b6a465136", "fa037c0635426859"),
+            ("f7b874f64e898605", "13bf10956bb3ed4a", "13bf10956bb3ed4a"),
+        ),
+        # (the search in units: rows grouped with their row length)
+        (
+            "uniform (L/8, L/2] 375",
+            2**20 + 3,
+            ("14808a680352caaf", "32c1842da6dd14a8", "7e50f117e96975ec"),
+            ("bd12eeb9d9443ed2", "eef0a029f7523d28", "eef0a029f7523d28"),
+        ),
+        (
+            "GSM8K first 2,000",
+            512,
+            ("e519f8ba4068c093", "692f41a3616f2da4", "fa6379bf4845ac09"),
+            ("291cd735497dfec7", "eefab26bfaa9a8fa", "998524a5f568bedb"),
+        ),
+        (
+            "GSM8K first 2,000",
+            (256, 512),
+            ("3af8e1ed8f5bbe52", "2288fa751d3ef96c", "a0e13e2e1b3acbee"),
+            ("ee75a7706db3bc16", "603aa4402e566732", "603aa4402e566732"),
+        ),
+        (
+            "uniform (L/4, 2L/3] 1k",
+            1024,
+            ("4f213d6db44a21ab", "3df66671e3c9bc72", "3453d1fd4a1c51ae"),
+            ("e5568e3d07cbc954", "1bbcc4074f3e8a05", "742f0db681979bb1"),
+        ),
+    ],
+)
+def test_the_search_made_faster_keeps_its_plans(case, row_length, digests, plans):
+    """Session 14 cut the search's Python overhead (the closest fill's loop, the full rows'
+    grid, the grouping of rows of one length) without changing a plan: these digests
+    (``"never"``, ``"auto"``, ``"always"``) are session 13's, so a state saved there loads.
+    A digest holds the solver version, not the plan: the plans' own hashes (every pattern
+    array) are pinned too, also session 13's (a closest fill that picks another subset of
+    the same sum changes them, not the digests)."""
+    import hashlib
+
+    from bucketloader.pack import PackSpec
+
+    top = row_length if isinstance(row_length, int) else row_length[-1]
+    if case.startswith("GSM8K"):
+        path = Path(__file__).parent / "data" / "gsm8k_train_qa_tokens.txt"
+        gsm = np.loadtxt(path, dtype=np.int64).sum(axis=1) + 2
+        docs = gsm[:2000]
+    elif case == "uniform (L/4, 2L/3] 1k":
+        docs = np.random.default_rng(1000).integers(257, 683, 1000)
+    else:
+        n = 10_000 if case.endswith("10k") else 375
+        rng = np.random.default_rng(n if n == 10_000 else 4)
+        docs = rng.integers(top // 8 + 1, top // 2 + 1, n)
+    specs = [
+        PackSpec.build(docs, row_length=row_length, batch_size=4, search=s)
+        for s in ("never", "auto", "always")
+    ]
+    got = []
+    for spec in specs:
+        p, h = spec.patterns, hashlib.sha256()
+        for a in (p.sizes, p.kind, p.reps, p.offsets, p.items, p.mult):
+            h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+        got.append(h.hexdigest()[:16])
+    assert tuple(spec.digest for spec in specs) == digests
+    assert tuple(got) == plans
+
+
+@pytest.mark.parametrize("count", [2**62 - 1, 2**62 + 7, 2**63 - 2])
+def test_the_quick_fills_repeat_a_row_for_any_count(count):
+    """A row repeats while its documents last, however many (counts up to int64's): one
+    pattern of ``count`` rows, as ``min`` over the row's sizes gave (a loop from a sentinel
+    of ``2**62`` once split it in two)."""
+    assert _bins._quick_slack([34], [count], [64]) == ([0], [count], [34], [1], [1])
+    pairs = ([0], [count // 2], [32], [2], [1])
+    assert _bins._quick_slack([32], [count - count % 2], [64]) == pairs

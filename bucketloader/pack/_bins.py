@@ -1459,10 +1459,19 @@ def _quick_slack(
             for s, k in _closest(left, sizes, cap, work):
                 row[s] = row.get(s, 0) + k
             # the row's documents but the anchor are still to take, once more than `more`
-            more = min((left.get(s, 0) - (k - (s == big))) // k for s, k in row.items())
+            k = row[big]  # (min over the row's sizes, from the anchor's: exact for any count)
+            more = (left.get(big, 0) - k + 1) // k
+            for s, k in row.items():
+                n = (left.get(s, 0) - (k - (s == big))) // k
+                if n < more:
+                    more = n
             use = [(s, more * k + k - (s == big)) for s, k in row.items()]
         else:  # the same rows again, while the documents last
-            more = min(left.get(s, 0) // k for s, k in row.items())
+            more = left.get(big, 0) // row[big]  # (as above, from the anchor's)
+            for s, k in row.items():
+                n = left.get(s, 0) // k
+                if n < more:
+                    more = n
             use = [(s, more * k) for s, k in row.items()] if more else []
         for s, k in use:
             if k:
@@ -1475,9 +1484,13 @@ def _quick_slack(
                     mirror ^= 1 << top - s
         kinds.append(kind)
         reps.append(more + 1)
-        for s in sorted(row, reverse=True):
-            items.append(s)
-            mults.append(row[s])
+        if len(row) == 1:
+            items.append(big)
+            mults.append(row[big])
+        else:
+            for s in sorted(row, reverse=True):
+                items.append(s)
+                mults.append(row[s])
         ends.append(len(items))
     if work is not None:
         work[0] += steps * words
@@ -1496,22 +1509,40 @@ def _closest(
     reach = 1
     snaps: list[int] = []
     chunks: list[tuple[int, int]] = []
-    cost = (cap >> 6) + 1 + _OP_WORDS  # (a chunk's, against the cap)
-    most = 1 << 62 if work is None else (work[3] - work[0] - _OP_WORDS * work[2]) // cost
+    snap, chunk = snaps.append, chunks.append
+    words = (cap >> 6) + 1
+    # (the cap, within one fill: past `most` chunks at a size's start; none without work)
+    most = (
+        1 << 62
+        if work is None
+        else (work[3] - work[0] - _OP_WORDS * work[2]) // (words + _OP_WORDS)
+    )
+    n = 0  # (the chunks so far)
     for i in range(bisect_right(sizes, cap) - 1, -1, -1):
-        if len(chunks) > most and work is not None:  # (the cap, within one fill)
-            work[0] += len(chunks) * ((cap >> 6) + 1)
-            work[2] += len(chunks)
+        if n > most and work is not None:
+            work[0] += n * words
+            work[2] += n
             work[4] = 1
             raise _OutOfWork
         s = sizes[i]
-        m = min(left[s], cap // s)
+        m = left[s]
+        if m == 1 or s + s > cap:  # (one chunk of one document: most sizes)
+            snap(reach)
+            chunk((s, 1))
+            n += 1
+            reach = (reach | reach << s) & mask
+            if reach > done:
+                break
+            continue
+        if m > cap // s:
+            m = cap // s
         k = 1
         while m:  # binary chunks 1, 2, 4, ... (the last one the remainder)
             if k > m:
                 k = m
-            snaps.append(reach)
-            chunks.append((s, k))
+            snap(reach)
+            chunk((s, k))
+            n += 1
             reach = (reach | reach << s * k) & mask
             if reach > done:
                 break
@@ -1520,13 +1551,14 @@ def _closest(
         if reach > done:
             break
     if work is not None:
-        work[0] += len(chunks) * ((cap >> 6) + 1)
-        work[2] += len(chunks)
+        work[0] += n * words
+        work[2] += n
+    # back from the last chunk: a chunk is taken where the sum left was not reached before it
     c = reach.bit_length() - 1
     out = []
-    for j in range(len(snaps) - 1, -1, -1):
-        if not c:
-            break
+    j = n
+    while c:
+        j -= 1
         if not snaps[j] >> c & 1:
             s, k = chunks[j]
             out.append((s, k))
@@ -1774,7 +1806,10 @@ def filled_rows(sizes: np.ndarray, counts: np.ndarray, length: int, most: int) -
                 low = pool[m - i * k : m - (i - 1) * k]
                 at = turn * _FILL_TURN * i % k
                 parts.append(np.concatenate([low[k - at :], low[: k - at]]))  # (rolled by at)
-            need = np.clip(top - np.sum(parts, axis=0), 0, top)
+            need = top - parts[0]  # (at most top: the units are positive)
+            for q in parts[1:]:
+                need -= q
+            np.maximum(need, 0, out=need)
             have = np.bincount(pool[k : m - (width - 2) * k], minlength=top + 1)
             order = np.argsort(need, kind="stable")
             ordered = need[order]
@@ -1811,8 +1846,11 @@ def filled_rows(sizes: np.ndarray, counts: np.ndarray, length: int, most: int) -
     elif made > most:
         return None
     # the rows in units, back to documents: the slots of each unit take that unit's documents
-    wide = max(r.shape[1] for r in found)
-    grid = np.concatenate([np.pad(r, ((0, 0), (0, wide - r.shape[1]))) for r in found])
+    grid = np.zeros((sum(r.shape[0] for r in found), max(r.shape[1] for r in found)), np.int64)
+    at = 0
+    for r in found:  # (each round's rows, and the others', padded with empty slots)
+        grid[at : at + r.shape[0], : r.shape[1]] = r
+        at += r.shape[0]
     flat = grid.ravel()
     slots = np.flatnonzero(flat)
     slots = slots[np.argsort(flat[slots], kind="stable")]
@@ -1827,16 +1865,19 @@ def _grouped(sizes: np.ndarray, rows: np.ndarray, kinds: np.ndarray | None = Non
     """Patterns of rows ``(R, w)`` of size indices, each row's increasing (largest size
     first), ``sizes.size`` in an empty slot, of row length ``kinds`` (``(R,)``, 0 if
     ``None``): equal rows one pattern."""
-    if kinds is None:
-        kinds = np.zeros(rows.shape[0], dtype=np.int64)
     order = np.lexsort(rows.T[::-1]) if rows.shape[1] else np.arange(rows.shape[0])
-    order = order[np.argsort(kinds[order], kind="stable")]
-    rows, kinds = rows[order], kinds[order]
+    if kinds is not None:  # (with one row length, the order is the rows')
+        order = order[np.argsort(kinds[order], kind="stable")]
+    rows = rows[order]
     new = np.ones(rows.shape[0], dtype=bool)
-    new[1:] = (rows[1:] != rows[:-1]).any(axis=1) | (kinds[1:] != kinds[:-1])
+    new[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+    if kinds is not None:
+        kinds = kinds[order]
+        new[1:] |= kinds[1:] != kinds[:-1]
     starts = np.flatnonzero(new)
     reps = np.diff(np.append(starts, rows.shape[0]))
-    rows, kinds = rows[starts], kinds[starts]
+    rows = rows[starts]
+    kinds = np.zeros(starts.size, dtype=np.int64) if kinds is None else kinds[starts]
     flat = rows.ravel()
     where = np.repeat(np.arange(rows.shape[0]), rows.shape[1])
     keep = flat < sizes.size
