@@ -211,6 +211,7 @@ ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
     "context_length": (("row_length", "max_length"), "the longest row or sample"),
     "block_size": (("row_length",), "the packed row length"),
     "max_length": (("row_length",), "the packed row length"),
+    "row_length": (("max_length",), "the longest piece or sample; PackSampler packs rows"),
 }
 
 
@@ -521,6 +522,13 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             f"{name} must be a rectangular array of non-negative ints (one per sample), got "
             f"a ragged or deeply nested {type(lengths).__name__}; give every sample one length"
         ) from None
+    if arr.ndim == 0 and arr.dtype.kind == "O":  # an object numpy reads as one opaque item
+        has = getattr(lengths, "lengths", None) is not None  # a sampler, a spec, a SplitDataset
+        raise TypeError(
+            f"{name} must be a list, numpy array or torch tensor of non-negative ints, got a "
+            f"{type(lengths).__name__}"
+            + (f"; pass its lengths ({name}=<the {type(lengths).__name__}>.lengths)" if has else "")
+        )
     if arr.ndim not in allowed:
         want = " or ".join(f"{d}-D" for d in allowed)
         hint = ", or (N, D)" if 2 in allowed else ""

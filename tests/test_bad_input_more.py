@@ -747,3 +747,28 @@ def test_bad_group_ids_name_the_fix_for_group_ids_not_for_lengths(groups, kind, 
     assert "token" not in str(info.value) and "length" not in str(info.value)
     ids = np.unique(np.array(groups).astype(str), return_inverse=True)[1]  # (the fix it names)
     BucketSampler([5, 17, 3, 40, 22, 9], num_buckets=2, batch_size=2, groups=ids)
+
+
+def test_a_sampler_given_as_lengths_names_its_lengths():
+    """s14: analyze(sampler) and PackSampler(another_sampler, ...) said "lengths must be 1-D (one
+    length per sample), got an array of shape ()" (numpy read the sampler as one object)."""
+    from bucketloader import analyze
+    from bucketloader.pack import PackSampler
+
+    pack = PackSampler([5, 17, 3, 40], row_length=64, batch_size=1)
+    bucket = BucketSampler([5, 17, 3, 40], num_buckets=2, batch_size=2)
+    for call, owner in [
+        (lambda: analyze(pack), "PackSampler"),
+        (lambda: PackSampler(pack, row_length=64, batch_size=1), "PackSampler"),
+        (lambda: BucketSampler(bucket, num_buckets=2, batch_size=2), "BucketSampler"),
+    ]:
+        with pytest.raises(TypeError, match=rf"got a {owner}; pass its lengths \(lengths=<the "):
+            call()
+
+    class Sized:  # (no lengths attribute: no hint)
+        def __len__(self):
+            return 4
+
+    with pytest.raises(TypeError, match=r"got a Sized$"):
+        BucketSampler(Sized(), num_buckets=2, batch_size=2)
+    assert analyze(pack.lengths).histogram.num_samples == 4  # (the fix it names)

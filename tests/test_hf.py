@@ -258,6 +258,23 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
     )
     with pytest.raises(TypeError, match=r"int that int64 can hold .* got pad_token_id=True"):
         hf.for_text(ds, pad_token_id=True, batch_size=4)
+    # s14: a negative pad id was taken, then the model's embedding failed (on CUDA a device-side
+    # assert); a tokenizer's pad id is a vocabulary index, never negative
+    for call, extra in (
+        (hf.for_text, {"batch_size": 4}),
+        (hf.for_packing, {"row_length": 64, "batch_size": 2}),
+    ):
+        for pad in (-1, -100):
+            with pytest.raises(ValueError) as err:
+                call(ds, pad_token_id=pad, **extra)
+            assert str(err.value).startswith(
+                f"{call.__name__} writes pad_token_id into the token ids, which the model's "
+                f"embedding looks up, so it must be >= 0, got pad_token_id={pad}; pass the "
+                "tokenizer's pad id (tokenizer.pad_token_id"
+            )
+        with pytest.raises(ValueError, match=r"must be >= 0, got pad_token_id=-1;"):
+            call(ds, tokenizer=SimpleNamespace(pad_token_id=-1), **extra)
+        assert call(ds, pad_token_id=0, **extra).sampler  # 0 (and up) still taken
 
 
 def test_float_token_ids_and_loose_flags_are_refused_when_built():
@@ -361,6 +378,9 @@ def test_for_audio_struct_and_list_columns():
     batch = next(iter(b2.dataloader()))
     assert tuple(batch["input_values"].shape) in set(b2.sampler.shapes)
     assert (batch["input_values"][batch["attention_mask"] == 0] == -1).all()
+    # s14: its pad id errors named for_text (the default owner); a negative one is refused
+    with pytest.raises(ValueError, match=r"^for_audio writes pad_token_id .* got pad_token_id=-1"):
+        hf.for_audio(flat, "input_values", num_buckets=4, batch_size=8, pad_token_id=-1)
 
 
 def test_trainer_resume_path_keeps_planned_batches():
@@ -697,11 +717,30 @@ def test_an_iterable_dataset_is_refused_untouched_with_both_streams_named():
     for call, options in ((hf.for_text, {"num_buckets": 2}), (hf.for_packing, {"row_length": 8})):
         with pytest.raises(
             TypeError,
-            match=r"got IterableDataset; for an IterableDataset use "
-            r"bucketloader\.stream\.BucketIterable \(or PackIterable to pack\)",
+            match=r"got IterableDataset; for a stream \(an IterableDataset\) use "
+            r"bucketloader\.stream\.PackIterable to pack or BucketIterable to bucket$",
         ):
             call(stream, pad_token_id=0, batch_size=2, **options)
     assert pulled == []
+
+
+def test_what_is_not_a_dataset_is_told_how_to_make_one():
+    """s14: a DatasetDict, a dict of columns or a list of rows given to for_packing / for_text
+    was told "must be a datasets.Dataset (or a split of a DatasetDict) or a pyarrow.Table", and
+    a pyarrow.Table is then refused (rows by index)."""
+    ds = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in (3, 5, 2, 6)]})
+    cases = [
+        (datasets.DatasetDict({"train": ds}), r"got DatasetDict; pick a split, e.g. dataset\['tra"),
+        ({"input_ids": [[5] * 3]}, r"got dict; a dict of columns: datasets\.Dataset\.from_dict"),
+        ([{"input_ids": [5] * 3}], r"got a list of dict; wrap the rows: datasets\.Dataset\.from"),
+        ([[5] * 3, [5] * 2], r"got a list of list; wrap the rows: "),
+    ]
+    arrow = r"the dataset's format is 'arrow' .*; pass dataset\.with_format\(None\)"
+    cases.append((ds.with_format("arrow"), arrow))  # (datasets failed inside pyarrow's index)
+    for call, options in ((hf.for_text, {"num_buckets": 2}), (hf.for_packing, {"row_length": 8})):
+        for data, found in cases:
+            with pytest.raises(TypeError, match=rf"^{call.__name__} reads rows .*{found}"):
+                call(data, pad_token_id=0, batch_size=2, **options)
 
 
 def test_lengths_of_a_string_view_column_are_its_characters():

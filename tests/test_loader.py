@@ -226,8 +226,17 @@ def test_iterating_directly_after_a_loader_pass_counts_again():
     assert sampler.state_dict()["batches_yielded"] == 1
 
 
-def test_report_counts_what_the_loop_received():
-    sampler = BucketSampler(LENGTHS, **OPTIONS)
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: BucketSampler(LENGTHS, **OPTIONS),
+        # s14: PackSampler.report() counted the batches the workers had prefetched (10 here)
+        lambda: PackSampler(LENGTHS, row_length=512, batch_size=8, seed=3),
+    ],
+    ids=["bucket", "pack"],
+)
+def test_report_counts_what_the_loop_received(make):
+    sampler = make()
     loader = sampler.dataloader(list(range(N)), num_workers=2, collate_fn=collate)
     it = iter(loader)
     for _ in range(6):
@@ -235,6 +244,17 @@ def test_report_counts_what_the_loop_received():
     report = sampler.report()
     assert report.batches_done == 6 and report.batches_left == len(sampler) - 6
     del it
+    # and every other path: a resumed sampler before its pass, in-process iteration, an epoch on
+    again = make()
+    again.load_state_dict(sampler.state_dict())
+    assert again.report().batches_done == 6
+    alone = iter(again)
+    next(alone)
+    assert again.report().batches_done == 7
+    again.set_epoch(1)
+    assert again.report().batches_done == 0
+    next(iter(again))
+    assert again.report().batches_done == 1
 
 
 # -- s10: what collate_fn=None means in every dataloader() ----------------------------------------

@@ -401,8 +401,12 @@ def test_state_is_strict_and_small():
 def test_validation_errors():
     with pytest.raises(TypeError, match="row_length"):
         PackSampler([3, 4], batch_size=2)
-    with pytest.raises(ValueError, match="longer than the longest row length 8"):
+    with pytest.raises(ValueError, match=r"longer .* 8 .* add a longer row length \(row_length="):
         PackSampler([3, 9], row_length=8, batch_size=2)
+    # s14: past the longest row a plan may have, it suggested row_length=(8, 2**40), refused
+    with pytest.raises(ValueError, match=r"'truncate', or split them first") as info:
+        PackSampler([3, 2**40], row_length=8, batch_size=2)
+    assert "row_length=(" not in str(info.value)
     with pytest.raises(ValueError, match=r"lengths must be >= 1 to pack, got 0 at index 1"):
         PackSpec.build([3, 0], row_length=8, batch_size=2)
     with pytest.raises(ValueError, match="strictly increasing"):
@@ -658,6 +662,58 @@ def test_collator_errors_and_truncation():
     assert out["input_ids"].tolist() == [[1, 2, 3, 4]]
     with pytest.raises(TypeError, match="PackTable"):
         PackCollator(object())
+
+
+def test_a_batch_dim_on_every_sample_is_named_when_the_plan_disagrees():
+    """s14: a tokenizer's ``return_tensors='pt'`` gives (1, n) ids; len() reads 1, so a stream
+    (or ``[len(x) for x in data]``) planned 1 token each, and the collator, which packs every
+    element, said only that the samples disagree with the lengths."""
+    docs = [torch.arange(1, n + 1).reshape(1, -1) for n in (5, 3, 6, 7, 2)]
+    from bucketloader.stream import PackIterable
+
+    stream = PackIterable(docs, row_length=8, batch_size=2)
+    hint = r"batch position 0 is a Tensor of shape \(1, 5\), packed as its 5 tokens where len"
+    with pytest.raises(ValueError, match=rf"need 4 rows of 8 .*{hint}.*x\.squeeze\(0\)"):
+        stream.collator()(next(iter(stream)))
+    collate = PackCollator(_table(rows=1, width=8, docs=4))
+    with pytest.raises(ValueError, match=rf"longer than the longest planned row length 8.*{hint}"):
+        collate([docs[0], torch.ones(1, 9, dtype=torch.long)])
+    with pytest.raises(ValueError, match=r"planned 1; the dataset's samples disagree[^;]*\)$"):
+        collate([[1] * 5, [1] * 5])  # (1-D samples: no hint)
+    assert collate([d[0] for d in docs[:1]])["input_ids"].tolist() == [[1, 2, 3, 4, 5, 0, 0, 0]]
+
+
+def test_the_reprs_name_their_padding_row_padding_apart_from_the_reports():
+    """s14: repr(sampler) said padding=1.18% where report() said padding 5.12% (the all-padding
+    rows that complete the last batch count there); the repr's is the rows' padding."""
+    sampler = PackSampler([5, 3, 2, 8, 7, 1], row_length=8, batch_size=8)
+    assert f"row_padding={sampler.spec.row_padding:.2%}" in repr(sampler)
+    assert f"row_padding={sampler.spec.row_padding:.2%}" in repr(sampler.spec)
+    assert sampler.report().padding > sampler.spec.row_padding  # 4 of its 8 rows are padding
+
+
+def test_an_epoch_mostly_of_padding_rows_warns():
+    """s14: batch_size=4096 (a token count given as rows) planned one batch of 4,096 rows of
+    2,048 tokens for about 300 rows of documents, silently: 93% of it padding, computed."""
+    import warnings
+
+    lengths = np.random.default_rng(0).integers(20, 600, 2000)
+    with pytest.warns(UserWarning, match=r"^\d[\d,]* of this PackSampler's 4,096 rows per epoch "):
+        sampler = PackSampler(lengths, row_length=2048, batch_size=4096)
+    assert sampler.report().totals["padded_rows"] > 2 * sampler.spec.num_rows
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        PackSampler(lengths, row_length=2048, max_tokens=4096)  # (the fix it names)
+        PackSampler(lengths, row_length=2048, batch_size=4096, last_batch="fill")
+        PackSampler([5, 3], row_length=8, batch_size=2)  # half the rows: no warning
+        # a small dataset over ranks pads most rows, but each batch fits in the epoch's rows:
+        # nothing in batch_size to fix (it warned in tiny tests over 3 and 4 ranks)
+        PackSampler([8] * 4, row_length=8, batch_size=3, num_replicas=3, rank=0)
+        PackSampler([8] * 4, row_length=8, batch_size=8, num_replicas=2, rank=0)  # (twice: no)
+        # rows of 8 would take batches of 8, but no document needs them: 3 rows of 64, no padding
+        PackSampler([30] * 6, row_length=(8, 64), max_tokens=64)
+    with pytest.warns(UserWarning, match=r"^5 of .* 9 rows .* up to 9 rows, more than twice the 4"):
+        PackSampler([8] * 4, row_length=8, batch_size=9)
 
 
 def test_dataloader_with_workers_and_a_hf_dataset():

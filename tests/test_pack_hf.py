@@ -120,3 +120,30 @@ def test_packed_inputs_modes_and_validation():
         hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=1, attention="dense")
     with pytest.raises(ValueError, match="pad_token_id"):
         hf.for_packing(ds, row_length=512, batch_size=1)
+
+
+def test_a_labels_column_that_cannot_be_the_labels_is_refused_when_built():
+    """s14: a ``labels`` column whose rows differ in length from the tokens (or an int class
+    label) was taken, and the first batch failed naming a position in the batch, not the row."""
+    ds = _dataset(12)
+    short = [row[:-1] if i == 5 else row for i, row in enumerate(ds["labels"])]
+    with pytest.raises(ValueError, match=r"in 1 rows the labels .* \(the first: row 5, ") as info:
+        hf.for_packing(
+            ds.remove_columns("labels").add_column("labels", short),
+            pad_token_id=0,
+            row_length=512,
+            batch_size=1,
+        )
+    assert "remove_columns('labels')" in str(info.value)
+    classes = ds.remove_columns("labels").add_column("labels", list(range(12)))
+    with pytest.raises(TypeError, match=r"'labels' column .* holds int64 values, not lists"):
+        hf.for_packing(classes, pad_token_id=0, row_length=512, batch_size=1)
+    assert hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=1).sampler  # aligned
+
+
+def test_an_empty_dataset_is_named_empty():
+    """s14: ``Dataset.from_dict({"input_ids": []})`` (a null column) was 'null values, not lists
+    of token ids; name the token column (column='input_ids')', the column it had named."""
+    empty = datasets.Dataset.from_dict({"input_ids": []})
+    with pytest.raises(TypeError, match=r"holds no values \(no rows\); pass a dataset with"):
+        hf.for_packing(empty, pad_token_id=0, row_length=8, batch_size=1)

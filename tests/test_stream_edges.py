@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+import warnings
 from datetime import timedelta
 from pathlib import Path
 
@@ -28,6 +30,65 @@ STEPS = 6
 
 def _docs(lengths, offset=0):
     return [{"id": offset + i, "input_ids": [1 + i % 7] * int(n)} for i, n in enumerate(lengths)]
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_state_behind_running_workers_without_batches_consumed_warns(kind):
+    """s14: behind DataLoader workers ``state_dict()`` counted what the workers had made,
+    ahead of the loop by the batches in flight, and said nothing (a resume skipped them); the
+    samplers warn there. It warns once an epoch, and not with batches_consumed or at the end."""
+    docs = _docs(load_real("gsm8k")[:300, 0] % 200 + 1)
+
+    class Reread:  # re-iterable, not seekable: an in-process state with steps_per_epoch replays
+        def __iter__(self):
+            return iter(docs)
+
+    def loader(num_workers=2, source=docs, **options):
+        if kind == "bucket":
+            stream = BucketIterable(
+                source, length_fn="input_ids", boundaries=[64, 256], batch_size=2, **options
+            )
+        else:
+            stream = PackIterable(
+                source, length_fn="input_ids", row_length=256, batch_size=2, **options
+            )
+        return stream, torch.utils.data.DataLoader(
+            stream, batch_size=None, num_workers=num_workers, collate_fn=lambda b: len(b)
+        )
+
+    stream, batches = loader()
+    it = iter(batches)
+    for _ in range(4):
+        next(it)
+    deadline = time.monotonic() + 30  # (the workers prefetch past the loop: wait until they have)
+    while sum(lane["batches"] for lane in stream._counters.lanes(0)) <= 4:
+        assert time.monotonic() < deadline, "the DataLoader workers made no batch past the loop"
+        time.sleep(0.01)
+    with pytest.warns(UserWarning, match=r"ahead of your loop .* state_dict\(batches_consumed="):
+        ahead = stream.state_dict()
+    assert sum(ahead["skip"]) > 4  # what the workers made: the batches in flight too
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sum(stream.state_dict(batches_consumed=4)["skip"]) == 4
+        stream.state_dict()  # (once an epoch)
+        first, first_batches = stream, batches  # (warned in epoch 0: it warns again in 1)
+        stream, batches = loader()
+        whole = list(batches)
+        assert sum(stream.state_dict()["skip"]) == len(whole)  # every pass ended: exact, silent
+        # in the main process (num_workers=0) the count is the loop's: never a warning, also
+        # where the state is a replay (steps_per_epoch over a source that does not seek)
+        alone, batches = loader(0, Reread(), steps_per_epoch=30)
+        it = iter(batches)
+        for _ in range(4):
+            next(it)
+        assert alone.state_dict()["format"] == alone.REPLAY_FORMAT
+    del it
+    first.set_epoch(1)
+    it = iter(first_batches)
+    for _ in range(4):
+        next(it)
+    with pytest.warns(UserWarning, match=r"made \d+ batches of epoch 1, ahead of your loop"):
+        first.state_dict()  # once an epoch, not once a stream
 
 
 def _shards(lengths):
@@ -140,3 +201,27 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
 if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "worker":
     sys.path.insert(0, str(Path(__file__).parent))
     _worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+
+
+def test_a_state_of_another_kind_or_worker_count_says_which():
+    """s14: a PackSampler's state loaded into a PackIterable said "with format 1 or 2, got
+    format None"; a state saved behind 2 workers resumed in the main process said "this loader
+    has 1" (the user's loader had num_workers=0)."""
+    from bucketloader.pack import PackSampler
+
+    docs = _docs([5, 3, 2, 6, 7, 1, 4, 4] * 4)
+
+    def make():
+        return PackIterable(docs, length_fn="input_ids", row_length=8, batch_size=1)
+
+    with pytest.raises(ValueError, match=r"^state is a sampler's \(BucketSampler / PackSampler"):
+        make().load_state_dict(PackSampler([5, 3], row_length=8, batch_size=1).state_dict())
+    stream = make()
+    it = iter(torch.utils.data.DataLoader(stream, batch_size=None, num_workers=2, collate_fn=len))
+    next(it), next(it)
+    state = stream.state_dict(batches_consumed=2)
+    del it
+    again = make()
+    again.load_state_dict(state)
+    with pytest.raises(ValueError, match=r"2 DataLoader workers, this loader runs in a single pro"):
+        next(iter(again))

@@ -35,6 +35,8 @@ def test_pack_overflow_drop_counts_and_warns_once():
         lambda: PackSampler(lengths, row_length=8, batch_size=2, overflow="drop", seed=0)
     )
     assert len(msgs) == 1 and "3 by overflow='drop'" in msgs[0]
+    # s14: it read "leaves out documents every epoch on 1 rank(s), of 6: 3 by ..."
+    assert msgs[0].startswith("this PackSampler leaves out 3 of 6 documents (50.0%) every epoch")
     totals = sampler.report().totals
     assert (totals["samples"], totals["too_long"], totals["seen"]) == (6, 3, 3)
     assert sorted(i for b in sampler for i in b) == [0, 2, 4]

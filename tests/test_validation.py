@@ -164,7 +164,8 @@ def test_every_alias_names_a_real_option_of_a_public_entry_point():
         *keyword_options(for_text, for_audio, for_packing),
     }
     for alias, (targets, note) in ALIASES.items():
-        assert alias not in options or alias == "max_length", alias  # (PackSampler's row_length)
+        # (PackSampler's row_length; SplitDataset's and BucketSampler's max_length)
+        assert alias not in options or alias in ("max_length", "row_length"), alias
         assert targets and set(targets) <= options, (alias, targets)
         assert note
 
@@ -224,6 +225,8 @@ def _public_keyword_entry_points():
         (CompileCache, "CompileCache", {"maxsize": 1}, "its options: "),
         (ExampleBatches, "ExampleBatches", {"padding_side": "left"}, "its options: "),
         (SplitDataset, "SplitDataset", {"max_seq_len": 8}, "did you mean max_length=?"),
+        # s14: the packing guide's word for it; it suggested lengths= (difflib's closest)
+        (SplitDataset, "SplitDataset", {"row_length": 8}, "did you mean max_length=?"),
         (ModelInputs, "ModelInputs", {"padding_side": "left"}, "its options: "),
         (PackedInputs, "PackedInputs", {"pad_id": 0}, "its options: "),
         (analyze, "analyze", {"n_bins": 8}, "did you mean num_buckets=?"),

@@ -407,7 +407,16 @@ def pad_token_id_of(pad_token_id: Any, tokenizer: Any, owner: str = "for_text") 
             f"{owner}(..., pad_token_id=<int>) or {owner}(..., tokenizer=<a tokenizer with a "
             "pad token>)"
         )
-    return check_pad_token_id(pad_token_id)
+    pad = check_pad_token_id(pad_token_id)
+    if pad < 0:  # (a model's embedding looks every id up, padding too; PackCollator alone
+        # takes any int64, for int fields that are not token ids)
+        raise ValueError(
+            f"{owner} writes pad_token_id into the token ids, which the model's embedding looks "
+            f"up, so it must be >= 0, got pad_token_id={pad}; pass the tokenizer's pad id "
+            "(tokenizer.pad_token_id, or tokenizer.eos_token_id where it has none); -100 marks "
+            "labels, which are padded with -100 already"
+        )
+    return pad
 
 
 def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: str) -> None:
@@ -437,6 +446,10 @@ def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: s
             if is_text(kind):
                 found = "strings (untokenised text)"
                 fix = tokenize.format(text=name)
+            elif pa.types.is_null(kind):  # (datasets types an empty or all-None column so)
+                rows = table.num_rows
+                found = f"no values ({'no rows' if not rows else f'all {rows:,} rows None'})"
+                fix = "pass a dataset with tokenised rows (did a filter or map leave none?)"
             else:
                 found = f"{kind} values, not lists of token ids"
                 fix = (
@@ -673,7 +686,7 @@ def for_text(
             ``["input_ids", "labels"]`` to bucket seq2seq targets jointly: each gets its own
             boundaries, and the shapes multiply; by default targets are padded per bucket, see
             NOTE [ Target columns ]).
-        pad_token_id: the pad id of the token columns; or
+        pad_token_id: the pad id of the token columns (>= 0: the embedding looks it up); or
         tokenizer: any object with ``pad_token_id`` (a ``transformers`` tokenizer); its
             ``padding_side`` is the default ``side``.
         side: ``"right"`` or ``"left"`` (decoder-only prompts); default the tokenizer's.
@@ -761,7 +774,7 @@ def for_audio(
         column: that column.
         key: the output key of a struct column's array (the rows are read in torch format).
         pad_value: pad value of the audio (a feature extractor's ``padding_value``).
-        pad_token_id: pad id of ``*input_ids`` columns, if any (``labels`` pad with -100).
+        pad_token_id: pad id (>= 0) of ``*input_ids`` columns, if any (``labels`` pad with -100).
         side: ``"right"`` or ``"left"``.
         pad_to_multiple_of, target_length, decoder_attention_mask, evaluation, sample_mask: as
             :func:`for_text`; a transcript column (``labels``) is a target (NOTE [ Target
@@ -785,7 +798,7 @@ def for_audio(
     many = dataset_list(dataset, "for_audio")
     table, _ = table_and_indices(many[0])
     path = _audio_column(table, column)
-    pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None)
+    pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None, "for_audio")
     if path == column:  # a plain list column: samples as they are
         per_input = {column: [lengths(d, column) for d in many]}
         pads = {**pad_values(many[0].column_names, [], pad), column: pad_value}
@@ -866,6 +879,12 @@ def _check_columns(column: Any) -> list[str]:
     return list(names)
 
 
+def _has_table(dataset: Any) -> bool:
+    """A ``datasets.Dataset`` (or any object over a ``pyarrow.Table`` the way it is)."""
+    data = getattr(dataset, "data", None)
+    return isinstance(getattr(data, "table", data), pa.Table)
+
+
 def dataset_list(dataset: Any, owner: str) -> list[Any]:
     """The dataset(s) as a non-empty list; a ``pyarrow.Table`` is refused (``hf.lengths`` reads
     one, but a loader reads rows by index, which a table does not have: its first batch failed
@@ -880,5 +899,34 @@ def dataset_list(dataset: Any, owner: str) -> list[Any]:
         raise TypeError(
             f"{owner} reads rows by index, so dataset must be a datasets.Dataset, got a "
             f"pyarrow.Table; wrap it: datasets.Dataset(table){cast}"
+        )
+    for d in many:  # (hf.lengths' own check lists a pyarrow.Table, which this refuses)
+        if _has_table(d):
+            if getattr(d, "format", {}).get("type") == "arrow":  # (datasets' __getitems__
+                # then reads a table by a name it lacks: "Index must either be string or integer")
+                raise TypeError(
+                    f"{owner} reads rows as samples, but the dataset's format is 'arrow' (each "
+                    "row a pyarrow.Table, which a DataLoader cannot fetch); pass "
+                    "dataset.with_format(None) (or 'torch' / 'numpy')"
+                )
+            continue
+        got = type(d).__name__
+        if isinstance(dataset, (list, tuple)):  # the caller's list holds rows, not datasets
+            got = f"a {type(dataset).__name__} of {got}"
+            fix = (
+                "wrap the rows: datasets.Dataset.from_list(rows) (dicts) or "
+                "datasets.Dataset.from_dict({'input_ids': rows}) (token lists)"
+            )
+        elif isinstance(d, Mapping) and d and all(map(_has_table, d.values())):
+            fix = f"pick a split, e.g. dataset[{next(iter(d))!r}]"
+        elif isinstance(d, Mapping):
+            fix = "a dict of columns: datasets.Dataset.from_dict(dataset)"
+        else:
+            fix = (
+                "for a stream (an IterableDataset) use bucketloader.stream.PackIterable to "
+                "pack or BucketIterable to bucket"
+            )
+        raise TypeError(
+            f"{owner} reads rows by index, so dataset must be a datasets.Dataset, got {got}; {fix}"
         )
     return many

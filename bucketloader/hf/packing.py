@@ -40,8 +40,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 
+from bucketloader._arrow import is_list
 from bucketloader._validation import check_bool, check_choice, checks_options
 from bucketloader.hf.bucketing import (
     Bucketing,
@@ -51,7 +53,7 @@ from bucketloader.hf.bucketing import (
     dataset_list,
     pad_token_id_of,
 )
-from bucketloader.hf.lengths import lengths
+from bucketloader.hf.lengths import lengths, table_and_indices
 from bucketloader.pack import PackSampler, PackSpec, document_mask
 
 __all__ = ["ATTENTION", "PackedInputs", "for_packing"]
@@ -118,6 +120,35 @@ def _check_seq_idx(return_seq_idx: Any, attention: str) -> bool:
     return return_seq_idx
 
 
+def _check_labels(dataset: Any, column: str, tokens: np.ndarray) -> None:
+    """A ``labels`` column is each document's labels (the collator's ``labels_key``): a list per
+    row, as long as its tokens. Checked once on Arrow, not at the first batch (whose error
+    names a position in the batch, not the row)."""
+    table = table_and_indices(dataset)[0]
+    if column == "labels" or "labels" not in table.column_names:
+        return
+    drop = (
+        "or drop the column (dataset = dataset.remove_columns('labels')) to learn every token "
+        f"of {column!r}"
+    )
+    kind = table.schema.field("labels").type
+    if not is_list(kind):
+        raise TypeError(
+            f"for_packing uses the dataset's 'labels' column as each document's token labels, "
+            f"but it holds {kind} values, not lists; {drop}"
+        )
+    labels = lengths(dataset, "labels")
+    bad = np.flatnonzero(labels != tokens)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(
+            f"for_packing uses the dataset's 'labels' column as each document's token labels, "
+            f"but in {bad.size:,} rows the labels and the {column!r} tokens differ in number "
+            f"(the first: row {i}, {int(tokens[i])} tokens and {int(labels[i])} labels); align "
+            f"them (-100 where a token is not learned), {drop}"
+        )
+
+
 def for_packing(
     dataset: Any,
     column: str = "input_ids",
@@ -133,10 +164,11 @@ def for_packing(
     """A packing sampler + model collator for a tokenised causal-LM dataset.
 
     Args:
-        dataset: a tokenised ``datasets.Dataset`` (a ``labels`` column of the same row lengths,
-            e.g. a prompt masked with -100, is used as the labels; other columns are ignored).
+        dataset: a tokenised ``datasets.Dataset`` (a ``labels`` column, e.g. a prompt masked
+            with -100, is used as the labels: lists as long as the tokens, row by row, or an
+            error names the first row that is not; other columns are ignored).
         column: the token column.
-        pad_token_id: the id written on padding; or
+        pad_token_id: the id written on padding (>= 0: the embedding looks it up); or
         tokenizer: any object with ``pad_token_id``.
         attention: ``"positions"`` (default), ``"mask"`` or ``"flash"`` (NOTE [ How transformers
             models take a packed batch ]).
@@ -167,7 +199,9 @@ def for_packing(
     dataset_list(dataset, "for_packing")  # (a pyarrow.Table has no rows by index)
     check_token_columns([dataset], [column], "for_packing")
     check_token_ids([dataset], [column, "labels"], "for_packing")
-    sampler = PackSampler(lengths(dataset, column), **options)
+    tokens = lengths(dataset, column)
+    _check_labels(dataset, column, tokens)
+    sampler = PackSampler(tokens, **options)
     collator = sampler.collator(
         key=column, pad_token_id=pad, max_seqlen=max_seqlen, seq_idx=return_seq_idx
     )

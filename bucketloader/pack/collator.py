@@ -268,11 +268,17 @@ class PackCollator:
                 )
         longest = max(lens)
         if planned is None:
-            shape = table.target(longest)
+            try:
+                shape = table.target(longest)
+            except ValueError as exc:
+                if not _dims_hint(typed_ids[0]):
+                    raise
+                raise ValueError(f"{exc}{_dims_hint(typed_ids[0])}") from None
         elif longest > table.row_lengths[shape] and not table.truncate:
             raise ValueError(
                 f"a document of {longest} tokens is longer than the batch's planned row length "
                 f"{table.row_lengths[shape]}; the stream's samples disagree with their length_fn"
+                + _dims_hint(typed_ids[0])
             )
         rows, width = table.batch_sizes[shape], table.row_lengths[shape]
         if longest > width:  # overflow="truncate": cut to the longest row length
@@ -296,6 +302,7 @@ class PackCollator:
                 f"batch of {n} documents exceeds the {table.max_documents[shape]} a batch of "
                 f"shape {(rows, width)} can hold for the lengths the sampler was planned on; "
                 "the dataset's samples disagree with the sampler's lengths"
+                + _dims_hint(typed_ids[0])
             )
         spans = _next_fit(lens, width)
         if len(spans) > rows:
@@ -303,7 +310,7 @@ class PackCollator:
                 f"the batch's {n} documents ({sum(lens)} tokens) need {len(spans)} rows of "
                 f"{width} in the order given, more than the planned {rows}; the dataset's "
                 "samples disagree with the lengths the sampler was planned on (or the batch "
-                "did not come from this collator's sampler)"
+                "did not come from this collator's sampler)" + _dims_hint(typed_ids[0])
             )
         typed_labels = None if labels is None else (labels, label_kinds or set())
         try:
@@ -442,6 +449,24 @@ def _check_sequences(values: Any, kinds: set[type], what: str, field: Any) -> No
     raise TypeError(
         f"{what} must be dicts with a token field or token sequences (lists, tuples, arrays, "
         f"tensors), but {where} at batch position {pos} is {type(bad).__name__}"
+    )
+
+
+def _dims_hint(values: list[Any]) -> str:
+    """The likely cause of a batch that disagrees with its plan when a token sequence has
+    several dims (``""`` if none has): it is packed as all its elements, where ``len()`` (what
+    a stream's ``length_fn`` and ``[len(x) for x in dataset]`` measure) reads its first dim."""
+    pos, bad = next(
+        ((i, v) for i, v in enumerate(values) if getattr(v, "ndim", 1) > 1), (None, None)
+    )
+    if bad is None:
+        return ""
+    shape = tuple(bad.shape)
+    return (
+        f"; the sample at batch position {pos} is a {type(bad).__name__} of shape {shape}, "
+        f"packed as its {int(np.prod(shape))} tokens where len() reads {shape[0]} (a "
+        "tokenizer's return_tensors='pt' adds a batch dim): give the dataset 1-D token ids "
+        "(x[0] or x.squeeze(0))"
     )
 
 

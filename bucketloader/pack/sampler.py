@@ -111,6 +111,7 @@ class PackSampler(EpochSampler):
                 stacklevel=2,
             )
         self._warn_losses()
+        self._warn_padding_rows()
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property
@@ -210,7 +211,7 @@ class PackSampler(EpochSampler):
             for k in range(kinds)
             if batches[k]
         )
-        done = max(self._yielded, self._start) if current else 0
+        done = self._batches_done() if current else 0  # what the loop received, not prefetched
         return SamplingReport.of_plan(ep, totals, cells, plans[self.rank], done)
 
     def _warn_losses(self) -> None:
@@ -245,12 +246,41 @@ class PackSampler(EpochSampler):
                 f"{'about ' if 'rows' in k else ''}{v:,} by {k}" for k, v in reasons.items()
             )
             hint = "; last_batch='pad' keeps every document" if rows_lost else ""
+            about = "about " if rows_lost else ""
             warnings.warn(
-                f"this PackSampler leaves out documents every epoch on {self.num_replicas} "
-                f"rank(s), of {n:,}: {listed} (report() counts each epoch exactly){hint}",
+                f"this PackSampler leaves out {about}{lost:,} of {n:,} documents "
+                f"({lost / n:.1%}) every epoch on {self.num_replicas} rank(s): {listed} "
+                f"(report() counts each epoch exactly){hint}",
                 UserWarning,
                 stacklevel=3,
             )
+
+    def _warn_padding_rows(self) -> None:
+        """One warning when one batch holds more than twice the rows that the whole epoch's
+        documents fill (so more than half of the epoch's rows are all padding, on any number of
+        ranks): most likely a token count given as ``batch_size`` (a batch of ``B`` rows of
+        ``L`` tokens each). A small dataset over many ranks pads too, but is not warned about
+        while one batch does not dwarf it (nothing in ``batch_size`` to fix)."""
+        spec = self.spec
+        if spec.last_batch != "pad":  # ("fill" repeats rows, "drop" leaves them out)
+            return
+        steps = spec.num_steps(self.num_replicas)
+        # (a row length no document needs makes no batch: its batch size is not one of them)
+        largest = max((b for b, k in zip(spec.batch_sizes, steps, strict=True) if k), default=0)
+        if largest <= 2 * spec.num_rows:
+            return
+        per_step = np.asarray(spec.batch_sizes, dtype=np.int64) * self.num_replicas
+        slots = int((steps * per_step).sum())
+        padded = slots - spec.num_rows
+        warnings.warn(
+            f"{padded:,} of this PackSampler's {slots:,} rows per epoch ({padded / slots:.0%}) "
+            f"are all padding, computed for nothing: a batch holds up to {largest:,} rows, more "
+            f"than twice the {spec.num_rows:,} rows its documents fill in the whole epoch "
+            f"({self.num_replicas} rank(s)); batch_size counts rows of row_length tokens: "
+            "lower it, or pass max_tokens=<tokens per batch> to size batches from a token budget",
+            UserWarning,
+            stacklevel=3,
+        )
 
     # -- resumption ---------------------------------------------------------------------------
     def _config(self) -> dict[str, Any]:
@@ -273,5 +303,5 @@ class PackSampler(EpochSampler):
     def __repr__(self) -> str:
         return (
             f"PackSampler(shapes={self.shapes}, batches={len(self)}, rows={self.spec.num_rows}, "
-            f"padding={self.spec.row_padding:.2%}, rank={self.rank}/{self.num_replicas})"
+            f"row_padding={self.spec.row_padding:.2%}, rank={self.rank}/{self.num_replicas})"
         )

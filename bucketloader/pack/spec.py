@@ -578,7 +578,7 @@ class PackSpec:
         bound = "" if self.lower_bound is None else f" (bound {self.lower_bound})"
         return (
             f"PackSpec({self.kept.size} documents, {self.tokens} tokens -> {self.num_rows} "
-            f"rows{bound}, shapes={list(self.table().shapes)}, padding={self.row_padding:.2%}, "
+            f"rows{bound}, shapes={list(self.table().shapes)}, row_padding={self.row_padding:.2%}, "
             f"last_batch={self.last_batch!r})"
         )
 
@@ -733,11 +733,16 @@ def _cut(declared: np.ndarray, limit: int, overflow: str) -> np.ndarray:
     over = declared > limit
     i = int(np.argmax(over))
     if overflow == "error":
+        longest = int(declared.max())
+        longer = (  # (not past the longest row a plan may have: that is refused)
+            f"add a longer row length (row_length=({limit}, {longest})), "
+            if longest <= MAX_ROW_LENGTH
+            else ""
+        )
         raise ValueError(
             f"{int(over.sum())} documents are longer than the longest row length "
             f"{limit} (the first: index {i}, {int(declared[i])} tokens); pass "
-            "overflow='drop' or 'truncate', add a longer row length "
-            f"(row_length=({limit}, {int(declared.max())})), or split them first "
+            f"overflow='drop' or 'truncate', {longer}or split them first "
             "(bucketloader.pack.SplitDataset)"
         )
     sizes = np.where(over, 0 if overflow == "drop" else limit, declared).astype(_narrow(limit))

@@ -363,6 +363,12 @@ def check_state(
             f"state must be a dict from {owner}.state_dict(), got {type(state).__name__}"
         )
     fmt = state.get("format")
+    if fmt is None and "batches_yielded" in state:  # (the samplers' states have no format)
+        raise ValueError(
+            f"state is a sampler's (BucketSampler / PackSampler.state_dict(): it has "
+            f"'batches_yielded' and no 'format'), not a {owner}'s; load it into the sampler "
+            f"that saved it, and pass {owner}.load_state_dict a dict from {owner}.state_dict()"
+        )
     if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt not in keys:
         formats = " or ".join(str(f) for f in sorted(keys))
         raise ValueError(
@@ -572,9 +578,14 @@ def resume_lane(
     in-process state belongs to the worker that saved it."""
     if state["format"] == replay_format:
         if state["workers"] and state["workers"] != worker[1]:
+            here = (
+                "runs in a single process (num_workers 0 or 1)"
+                if worker[1] == 1
+                else f"has {worker[1]}"
+            )
             raise ValueError(
-                f"state was saved with {state['workers']} DataLoader workers, this loader has "
-                f"{worker[1]}; resume with the same num_workers"
+                f"state was saved with {state['workers']} DataLoader workers, this loader "
+                f"{here}; resume with the same num_workers"
             )
         lane = ((worker[0] + state["first"]) % worker[1], worker[1])
         return lane, int(state["skip"][lane[0]]) if state["skip"] else 0
@@ -762,7 +773,32 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         ):
             if batches_consumed in (None, engine.batches):
                 return engine.state_dict()
+        if batches_consumed is None and engine is None:
+            self._warn_if_ahead()
         return self._replay_state(batches_consumed)
+
+    #: The epoch whose state ran ahead of the loop and was warned about (once per epoch).
+    _warned_ahead: int | None = None
+
+    def _warn_if_ahead(self) -> None:
+        """One warning per epoch when ``state_dict()`` without ``batches_consumed`` counts what
+        DataLoader workers made while they still run: that runs ahead of the loop by the
+        batches in flight, and a resume from it would skip them (the samplers warn alike)."""
+        lanes = self._counters.lanes(self.epoch)
+        if not lanes or self._warned_ahead == self.epoch:
+            return
+        if len(lanes) == lanes[0]["lanes"] and all(lane["done"] for lane in lanes):
+            return  # every worker's pass ended: the count is the whole epoch
+        self._warned_ahead = self.epoch
+        made = sum(lane["batches"] for lane in lanes)
+        warnings.warn(
+            f"{type(self).__name__}.state_dict() is taken while {lanes[0]['lanes']} DataLoader "
+            f"workers have made {made} batches of epoch {self.epoch}, ahead of your loop by the "
+            "batches in flight (prefetch): resuming from it would skip them. Pass "
+            "state_dict(batches_consumed=<batches your loop consumed this epoch>)",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume the next ``iter()`` exactly where ``state`` was taken (strict checks)."""
