@@ -104,6 +104,9 @@ def test_overflow_policies():
     assert [t for piece in thirty for t in piece] == list(range(30))
     with pytest.raises(ValueError, match="0 tokens"):
         list(PackIterable([[1], []], row_length=4, batch_size=1))
+    for lengths in ([5, 7, 3], np.array([5, 7, 3])):  # lengths are not documents
+        with pytest.raises(TypeError, match=r"sample 0 .* is the number 5, not a document"):
+            list(PackIterable(lengths, row_length=8, batch_size=2))
     with pytest.raises(ValueError, match="overflow must be one of"):
         PackIterable(docs, length_fn="input_ids", row_length=10, batch_size=2, overflow="wrap")
     with pytest.raises(ValueError, match="last_batch must be one of 'drop', 'fill', 'pad'"):

@@ -275,7 +275,8 @@ class PackSampler(EpochSampler):
         warnings.warn(
             f"{padded:,} of this PackSampler's {slots:,} rows per epoch ({padded / slots:.0%}) "
             f"are all padding, computed for nothing: a batch holds up to {largest:,} rows, more "
-            f"than twice the {spec.num_rows:,} rows its documents fill in the whole epoch "
+            f"than twice the {spec.num_rows:,} {'row' if spec.num_rows == 1 else 'rows'} its "
+            "documents fill in the whole epoch "
             f"({self.num_replicas} rank(s)); batch_size counts rows of row_length tokens: "
             "lower it, or pass max_tokens=<tokens per batch> to size batches from a token budget",
             UserWarning,

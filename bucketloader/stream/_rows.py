@@ -108,6 +108,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from bucketloader._samples import length_reader
 from bucketloader.pack.spec import SOLVER_VERSION, pack_rows
 from bucketloader.pack.split import cut
@@ -203,6 +205,14 @@ class RowPass(Pass):
         """``[(piece, sample, tokens)]`` after the overflow policy (empty when dropped)."""
         o = self.o
         n = check_length(o.measure(sample), pos)
+        if type(sample) is int or isinstance(sample, np.integer):
+            raise TypeError(
+                f"sample {pos} of this worker's stream is the number {int(sample)}, not a "
+                "document: a packing stream packs documents (lists or arrays of tokens, or dicts "
+                "of them); "
+                "to plan from lengths alone use PackSampler(lengths, ...), else give the stream "
+                "the documents themselves"
+            )
         if n == 0:
             raise ValueError(
                 f"sample {pos} of this worker's stream has 0 tokens; an empty document cannot be "
