@@ -178,6 +178,12 @@ class PackConfig:
     lane_states: Any = None
 
 
+#: Types of a sample that is a number, not a document (a stream of lengths given as documents).
+_NUMBERS = frozenset(
+    (int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+)
+
+
 class RowPass(Pass):
     """Open rows and closed rows of one pass; :meth:`run` is the generator of batches."""
 
@@ -205,7 +211,7 @@ class RowPass(Pass):
         """``[(piece, sample, tokens)]`` after the overflow policy (empty when dropped)."""
         o = self.o
         n = check_length(o.measure(sample), pos)
-        if type(sample) is int or isinstance(sample, np.integer):
+        if type(sample) in _NUMBERS:
             raise TypeError(
                 f"sample {pos} of this worker's stream is the number {int(sample)}, not a "
                 "document: a packing stream packs documents (lists or arrays of tokens, or dicts "
