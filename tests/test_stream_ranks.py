@@ -23,7 +23,12 @@ from bucketloader import BucketSampler
 from bucketloader.plan import BucketSpec, PlannedBatch, TokenBudget
 from bucketloader.plan.epoch import apportion
 from bucketloader.stream import BucketIterable, estimate
-from bucketloader.stream._schedule import lane_cells, schedule_chunks
+from bucketloader.stream._schedule import (
+    SCHEDULE_CHUNK,
+    lane_cells,
+    schedule_chunks,
+    step_shares,
+)
 
 
 @pytest.fixture(scope="module")
@@ -440,6 +445,31 @@ def test_a_schedule_in_chunks_is_the_one_sort(shares, steps, chunk, seed, lanes,
     assert list(lane_cells(shares, steps, seed, 3, lane, lanes, done)) == (
         whole[lane::lanes][done:].tolist()
     )
+
+
+@pytest.mark.parametrize("lanes", [2, 3])
+def test_a_lanes_cells_cross_the_schedules_windows(lanes):
+    """A lane's steps past the first window of SCHEDULE_CHUNK steps keep its stride: the
+    window sizes are not multiples of the lane count, so each window starts the lane at a
+    different offset (the property test above stays inside one window)."""
+    shares = np.array([0.5, 0.2, 0.3])
+    steps = 3 * SCHEDULE_CHUNK + 7
+    whole = _one_sort(shares, steps, 5, 3)
+    for lane, done in [(0, 0), (lanes - 1, 0), (1, SCHEDULE_CHUNK // lanes + 3)]:
+        got = np.fromiter(lane_cells(shares, steps, 5, 3, lane, lanes, done), dtype=np.int64)
+        assert np.array_equal(got, whole[lane::lanes][done:])
+
+
+def test_step_shares_give_the_top_cell_a_share_and_unusable_cells_none():
+    """The top usable cell gets a step even when the counts saw none of its samples (a later
+    sample there has a cell to leave in); a cell of batch size 0 (oversize='drop') gets none,
+    even with samples counted, and does not count as the top cell."""
+    shares = step_shares(np.array([12, 0]), np.array([4, 2]))  # steps 3 and 0 -> 1 (of 2)
+    assert shares.tolist() == pytest.approx([6 / 7, 1 / 7])
+    shares = step_shares(np.array([12, 6, 5]), np.array([4, 2, 0]))
+    assert shares.tolist() == [0.5, 0.5, 0.0]
+    shares = step_shares(np.array([12, 0, 5]), np.array([4, 2, 0]))
+    assert shares.tolist() == pytest.approx([6 / 7, 1 / 7, 0.0])
 
 
 def test_a_stream_of_many_steps_starts_without_the_whole_schedule(europarl):
