@@ -227,6 +227,15 @@ def test_lower_bounds_are_exact_and_cheap_at_the_row_length_cap():
     assert _bins.capacity_bound(np.array([h + 1, h]), big, (h, 2 * h)) == (c2, c2)
 
 
+def test_min_bin_slack_puts_a_document_as_long_as_a_row_length_in_that_row():
+    """MBS opens each row at the shortest row length that holds its largest document: one
+    exactly as long as a row length fills that row, with no room (a longer row would hold
+    its 8 and a 4: more row tokens)."""
+    p = min_bin_slack(np.array([8, 4]), np.array([1, 1]), (4, 8, 16))
+    assert _rows(p, (4, 8, 16)) == [(4, 4), (8, 8)]
+    _check_patterns(p, np.array([8, 4]), [1, 1], (4, 8, 16))
+
+
 def test_auto_searches_with_several_row_lengths():
     """``search="auto"`` with several row lengths decides as with one: GSM8K's first 2,000 at
         ``row_length=(256, 512)`` pads 1.85% under BFD, more than 0.5 points above the bound on
@@ -511,6 +520,47 @@ def test_the_thirds_bound_is_never_above_the_optimum(length, docs):
     sizes, counts = np.unique(docs, return_counts=True)
     bound = _bins.thirds_bound(sizes[::-1].copy(), counts[::-1].copy(), length)
     assert bound <= _optimum(docs, length)
+
+
+def _thirds_peak(sizes, counts, length):
+    """The thirds bound by its definition: the sum's largest value over every ``beta`` that
+    can be the peak (1, or where a document's term reaches 1/2), in fractions, rounded up."""
+    betas = [Fraction(1)]
+    betas += [
+        Fraction(length, 6 * s - 2 * length) for s in sizes if length < 3 * s and 2 * s <= length
+    ]
+    return math.ceil(
+        max(
+            sum(
+                c * min(Fraction(1, 2), (1 - b) / 3 + b * Fraction(s, length))
+                for s, c in zip(sizes, counts, strict=True)
+            )
+            for b in betas
+        )
+    )
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    length=st.integers(3, 61),
+    docs=st.dictionaries(st.floats(0.02, 1.0), st.integers(1, 9), min_size=1, max_size=6),
+)
+@example(length=11, docs={5 / 11: 6})  # (L odd, documents of (L - 1) / 2: two a row, 3 rows)
+def test_the_thirds_bound_is_its_definition(length, docs):
+    """NOTE [ Lower bounds ], the thirds: the bound is the definition's value wherever that is
+    above ceil(tokens / L) (the bound is 0 where it is not: the tokens' bound is as tight);
+    never above the optimum is tested above, this tests it is not looser than promised."""
+    hist: dict[int, int] = {}
+    for d, c in docs.items():
+        size = max(1, min(length, round(d * length)))
+        hist[size] = hist.get(size, 0) + c
+    sizes = sorted(hist, reverse=True)
+    counts = [hist[x] for x in sizes]
+    peak = _thirds_peak(sizes, counts, length)
+    bound = _bins.thirds_bound(np.array(sizes), np.array(counts), length)
+    tokens = -(-sum(s * c for s, c in zip(sizes, counts, strict=True)) // length)
+    assert bound == peak or (bound == 0 and peak <= tokens)
+    assert _bins.thirds_bound(np.array([5]), np.array([6]), 11) == 3
 
 
 def test_the_thirds_bound_stays_exact_past_int64():
