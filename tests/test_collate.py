@@ -156,6 +156,21 @@ def test_feature_frames_pad_their_time_dim():
 
 
 # --- dicts and tuples ------------------------------------------------------------------------
+def test_filler_rows_of_fixed_fields_hold_their_pad_value():
+    """A last_batch="pad" row of a fixed-size field holds that field's pad_value (0 unless
+    named), like the padded fields' filler rows."""
+    sampler = BucketSampler([4, 4, 4], num_buckets=1, batch_size=2, last_batch="pad")
+    sample = {"input_ids": [1, 2, 3, 4], "score": 2.5, "speaker": torch.arange(3) + 1}
+    fields = {"input_ids": "length"}
+    named = sampler.collator(pad_value={"input_ids": 5, "score": -1.0, "speaker": 7}, fields=fields)
+    out = named([sample])
+    assert out["input_ids"].tolist() == [[1, 2, 3, 4], [5, 5, 5, 5]]
+    assert out["score"].tolist() == [2.5, -1.0]
+    assert out["speaker"].tolist() == [[1, 2, 3], [7, 7, 7]]
+    out = sampler.collator(fields=fields)([sample])
+    assert out["score"].tolist() == [2.5, 0.0] and out["speaker"][1].tolist() == [0, 0, 0]
+
+
 def test_dict_samples_per_key_pad_values_and_fixed_fields():
     lengths = load_real("gsm8k")[:200, 0]
     sampler = BucketSampler(lengths, num_buckets=3, batch_size=16, last_batch="pad")

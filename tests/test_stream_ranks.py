@@ -180,7 +180,7 @@ def test_collated_batches_take_the_planned_shape_even_when_promoted(europarl):
 def test_a_step_with_nothing_that_fits_is_padding_only():
     spec = BucketSpec.build([2, 3, 30, 40], boundaries=[5, 40], batch_size=2)
     only_long = BucketIterable(
-        _samples([30, 35, 40]),
+        _samples([30, 35, 40], offset=10),
         length_fn="input_ids",
         boundaries=spec,
         batch_size=2,
@@ -198,6 +198,10 @@ def test_a_step_with_nothing_that_fits_is_padding_only():
     assert out["input_ids"].shape == (2, 5) and not out["sample_mask"].any()
     # filler rows attend one pad position (NOTE [ Filler rows attend one position ])
     assert out["attention_mask"].sum(1).tolist() == [1, 1] and out["lengths"].tolist() == [0, 0]
+    # the stand-in's content and fixed fields are padding too (a label or an id never leaks)
+    assert out["input_ids"].eq(0).all() and out["id"].tolist() == [0, 0]
+    out = only_long.collator(pad_value={"input_ids": 3, "id": -1})(empty[0])
+    assert out["input_ids"].eq(3).all() and out["id"].tolist() == [-1, -1]
     # an empty shard still takes its steps, as padding only (issue 21 item 4); with no sample
     # anywhere (no process group to borrow one from) the collator says how to give it fields
     empty = BucketIterable(
