@@ -155,9 +155,32 @@ def test_weighted_plans_keep_ranks_in_step(sizes, weights, num_replicas, policy,
             assert (spec.cell_of_sample[b] == c).all()
             shape = table.target(lengths[b], group=int(groups[b[0]]))
             assert shape[1:] == tuple(spec.cell_lengths[c])
+    if longest and len(plans[0]):  # NOTE [ Longest batch first ]: a full step when there is one
+        first = int(plans[0].cells[0])
+        size = size_values(spec.cell_lengths, "sum")
+        assert size[first] == size[np.unique(plans[0].cells)].max()
+        full = (plans[0].cells == first) & ~plans[0].partial
+        assert not plans[0].partial[0] or not full.any()
 
 
 # -- longest batch first ---------------------------------------------------------------------
+def test_longest_first_moves_a_full_step_where_a_weighted_epoch_starts_at_a_partial_one():
+    """An upweighted dataset cycles its passes, so an epoch can start past a pass's full steps
+    of the largest cell and meet its partial step (the pass's last) first: longest_first still
+    moves a full one (NOTE [ Longest batch first ]; a planted ``<=`` moved the partial one)."""
+    lengths = [17, 47, 19, 33, 19, 23, 49, 10, 32, 21, 34, 38, 17, 33, 34, 23]
+    lengths += [7, 31, 3, 44, 42, 42, 1, 48, 48, 29, 41, 38, 39, 8, 3, 13]
+    groups = np.repeat([0, 1], 16)
+    spec = BucketSpec.build(lengths, groups=groups, num_buckets=2, batch_size=3, last_batch="keep")
+    plain = plan_epoch(spec, seed=1, epoch=2, weights=[4.25, 2.16])
+    first = plan_epoch(spec, seed=1, epoch=2, weights=[4.25, 2.16], longest_first=True)
+    size = size_values(spec.cell_lengths, "sum")
+    best = int(np.argmax(size))
+    assert plain.partial[np.flatnonzero(plain.cells == best)[0]]  # (the case: partial first)
+    assert int(first.cells[0]) == best and not first.partial[0]
+    assert len(first.batch(0)) == spec.cell_batch[best]
+
+
 @pytest.mark.parametrize("policy", ["pad", "keep"])
 def test_longest_batch_first_on_every_rank(policy):
     lengths = load_real("ecoli")
