@@ -257,6 +257,34 @@ def test_report_counts_what_the_loop_received(make):
     assert again.report().batches_done == 1
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: BucketSampler(LENGTHS, **OPTIONS),
+        lambda: PackSampler(LENGTHS, row_length=512, batch_size=8, seed=3),
+    ],
+    ids=["bucket", "pack"],
+)
+def test_a_resumed_run_checkpoints_from_where_it_started(make):
+    """A run resumed twice: a checkpoint taken before the first batch after a restore keeps
+    the restored position, and one taken behind a loader counts the batches before the
+    restore too (the loader counts only its own pass)."""
+    whole = list(make())
+    first = make()
+    it = iter(first.dataloader(list(range(N)), collate_fn=collate))
+    seen = [next(it) for _ in range(4)]
+    again = make()
+    again.load_state_dict(first.state_dict())
+    assert again.state_dict()["batches_yielded"] == 4  # (nothing drawn yet)
+    it = iter(again.dataloader(list(range(N)), collate_fn=collate))
+    seen += [next(it) for _ in range(3)]
+    assert again.state_dict()["batches_yielded"] == 7 and again.report().batches_done == 7
+    third = make()
+    third.load_state_dict(json.loads(json.dumps(again.state_dict())))
+    seen += list(third)
+    assert [_indices(b) for b in seen] == [_indices(b) for b in whole]
+
+
 # -- s10: what collate_fn=None means in every dataloader() ----------------------------------------
 def _every_dataloader_sampler():
     from bucketloader import EvalSampler
