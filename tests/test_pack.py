@@ -183,6 +183,7 @@ def test_epoch_invariants(lengths, rows, batch, replicas, last_batch, overflow, 
     # the collator lays every batch out at a promised shape
     sampler = PackSampler(spec, seed=seed, num_replicas=replicas, rank=replicas - 1)
     sampler.set_epoch(1)
+    assert len(sampler) == len(plans[0]) == len(list(sampler))  # this rank's steps, exactly
     collate = sampler.collator()
     for batch_idx in sampler:
         docs = [[1] * int(lengths[i]) for i in batch_idx]
