@@ -20,6 +20,7 @@ import pytest
 from conftest import free_port, run_ranks
 
 from bucketloader import compute_boundaries, register_strategy
+from bucketloader.boundaries import padding_cost
 from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
 from bucketloader.histogram import LengthHistogram
 from bucketloader.solve import resolve_params, solve_boundaries
@@ -221,6 +222,26 @@ def _solution_in_a_list(valid: bytes) -> bytes:
     return json.dumps(body).encode()
 
 
+def _empty_bucket_costed(valid: bytes) -> bytes:
+    """An empty bucket whose objective and padding ratio are its boundaries' (only the empty
+    bucket is wrong)."""
+    body = json.loads(valid)
+    b = np.array([4, 5, 31])
+    total = int(np.sum(LENGTHS))
+    body["solution"].update(
+        boundaries=b.tolist(),
+        objective=int(padding_cost(hist(), b)),
+        padding_ratio=padding_cost(hist(), b) / total,
+    )
+    return json.dumps(body).encode()
+
+
+def _keyed(valid: bytes) -> bytes:
+    body = json.loads(valid)
+    body["key"] = "0" * 64  # the contents still hash to the path's key; the recorded one not
+    return json.dumps(body).encode()
+
+
 def _edited(**changes):
     def edit(valid: bytes, tmp) -> bytes:
         body = json.loads(valid)
@@ -244,6 +265,9 @@ BAD_ENTRIES = {
     "200 KB of nesting": lambda valid, tmp: _nested(valid),
     "31 boundaries for num_buckets=3": _edited(boundaries=list(range(1, 32))),
     "an empty bucket": _edited(boundaries=[4, 5, 31]),
+    "an empty bucket, its costs consistent": lambda valid, tmp: _empty_bucket_costed(valid),
+    "key field edited": lambda valid, tmp: _keyed(valid),
+    "num_samples edited": _edited(num_samples=11),
     "objective edited": _edited(objective=0),
     "padding ratio edited": _edited(padding_ratio=0.0),
     "objective 1e999": lambda valid, tmp: valid.replace(
@@ -270,6 +294,37 @@ def test_bad_entry_is_ignored_recomputed_and_replaced(tmp_path, kind):
         warnings.simplefilter("error")
         again = cache.get_or_solve(hist(), "optimal", PARAMS, solve)  # replaced: a clean hit
     assert solve.calls == 1 and again.boundaries.tolist() == sol.boundaries.tolist()
+
+
+def test_an_entry_of_the_quadratic_cost_is_a_clean_hit(tmp_path):
+    """An entry's objective is checked in its own cost: a quadratic one is a hit, not taken
+    for an edited entry (recomputed and rewritten on every call)."""
+    cache = BucketCache(tmp_path)
+    first = solve_boundaries(LENGTHS, 3, cost="quadratic", cache=cache)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = solve_boundaries(LENGTHS, 3, cost="quadratic", cache=cache)
+    assert (cache.hits, cache.misses) == (1, 1)
+    assert (
+        again.objective
+        == first.objective
+        == padding_cost(hist(), first.boundaries, cost="quadratic")
+    )
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """NOTE [ Writing a cache file ]: a write that fails at the rename leaves nothing behind
+    (the temporary file removed), and the cache warns and works uncached."""
+    import bucketloader._files as files
+
+    def refuse(src, dst):
+        raise OSError(28, "No space left on device")
+
+    cache = BucketCache(tmp_path)
+    monkeypatch.setattr(files.os, "replace", refuse)
+    with pytest.warns(CacheWarning, match="could not store cache entry"):
+        assert cache.put(hist(), solve_boundaries(LENGTHS, 3)) is None
+    assert sorted(os.listdir(tmp_path)) == []
 
 
 class _Exploit:
