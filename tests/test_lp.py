@@ -130,6 +130,20 @@ def test_coarsens_above_max_values_with_a_warning():
     assert r.gap == pytest.approx((r.info["objective"] - exact) / r.info["objective"])
 
 
+def test_exactly_max_values_distinct_lengths_are_solved_exactly():
+    """max_values is inclusive: 50 distinct lengths under max_values=50 are not coarsened."""
+    import warnings
+
+    lengths = np.arange(1, 51).repeat(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = lp(lengths, 4, max_values=50)
+    assert r.status == "optimal" and "bin_width" not in r.info
+    assert (
+        r.info["objective"] == optimal(LengthHistogram.from_lengths(lengths), 4).info["objective"]
+    )
+
+
 def test_time_limit_is_reported_never_optimal():
     h = LengthHistogram.from_lengths([1, 2, 3, 5, 8, 13, 21, 34])
     r = lp(h, 3, solver=_StopsWithIncumbent())
