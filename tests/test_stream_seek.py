@@ -430,3 +430,21 @@ def test_state_after_set_epoch_is_the_new_epochs_start(kind):
     dump = lambda batches: [json.dumps(b, default=lambda a: a.tolist()) for b in batches]  # noqa: E731
     want = dump(fresh)
     assert want and dump(resumed) == want
+
+
+def test_a_workers_first_checkpoint_of_an_epoch_keeps_the_other_workers_of_that_epoch(tmp_path):
+    """NOTE [ Worker checkpoints ]: the workers share one directory; a worker's first write of
+    an epoch removes the earlier epochs' files, never a file of its own epoch that another
+    worker (its copy of the store) wrote before it."""
+    import pickle
+
+    from bucketloader.stream.resume import LaneStates
+
+    store = LaneStates(tmp_path)
+    first, second = pickle.loads(pickle.dumps(store)), pickle.loads(pickle.dumps(store))
+    assert first.write({"epoch": 0, "worker": [0, 2], "batches": 4})
+    assert first.write({"epoch": 1, "worker": [0, 2], "batches": 4})
+    assert second.write({"epoch": 1, "worker": [1, 2], "batches": 4})  # (its first of epoch 1)
+    assert store.best(epoch=1, lane=0, lanes=2, at_most=9)["batches"] == 4
+    assert store.best(epoch=1, lane=1, lanes=2, at_most=9)["batches"] == 4
+    assert store.best(epoch=0, lane=0, lanes=2, at_most=9) is None  # pruned
