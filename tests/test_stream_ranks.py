@@ -496,3 +496,44 @@ def test_a_stream_of_many_steps_starts_without_the_whole_schedule(europarl):
     finally:
         tracemalloc.stop()
     assert len(batches) == 3 and peak < 64 * 2**20, peak
+
+
+def test_a_short_step_takes_the_nearest_covered_cell_first():
+    """NOTE [ A stream split over ranks ], filling a step: a step of the top cell with none of
+    its own samples takes the cells it covers nearest first (the 6s before the 3s: less
+    padding)."""
+    spec = BucketSpec.build([12] * 10 + [3, 6], boundaries=[4, 8, 16], batch_size=2)
+    stream = BucketIterable(
+        _samples([3, 6, 3, 6]),
+        length_fn="input_ids",
+        boundaries=spec,
+        batch_size=2,
+        num_replicas=2,
+        rank=0,
+        steps_per_epoch=2,
+    )
+    batches = list(stream)
+    assert [b.planned_shape for b in batches] == [(2, 16), (2, 16)]
+    assert [sorted(x["id"] for x in b) for b in batches] == [[1, 3], [0, 2]]
+    assert stream.report().totals["promoted"] == 4
+
+
+def test_left_over_counts_the_shuffle_buffer_too():
+    """A lane that stops at steps_per_epoch leaves its buffers unused: the samples still in
+    the shuffle buffer count in left_over like those in the cell buffers (every sample read
+    is used or left over here)."""
+    spec = BucketSpec.build([12] * 10 + [3, 6], boundaries=[4, 8, 16], batch_size=2)
+    stream = BucketIterable(
+        _samples(list(range(1, 17)) * 4),
+        length_fn="input_ids",
+        boundaries=spec,
+        batch_size=2,
+        num_replicas=2,
+        rank=0,
+        steps_per_epoch=2,
+        shuffle_buffer=10,
+    )
+    batches = list(stream)
+    t = stream.report().totals
+    assert t["left_over"] >= 10  # (the shuffle buffer is full when the lane stops)
+    assert t["samples"] == sum(b.num_real for b in batches) + t["left_over"]
