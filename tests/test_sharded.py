@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 
 from bucketloader import BucketSampler, LengthHistogram, compute_boundaries
 from bucketloader.plan import TokenBudget
-from bucketloader.plan.sharded import dealt_histogram, envelope_histogram, shard_schedule
+from bucketloader.plan.sharded import (
+    dealt_histogram,
+    envelope_histogram,
+    plan_shard_epoch,
+    shard_schedule,
+)
 from bucketloader.sharded import LocalExchange, ShardedSampler, merge_histograms
 
 
@@ -218,6 +223,16 @@ def test_schedule_pads_least_among_all_feasible_step_counts(table, batch):
 
 
 @pytest.mark.filterwarnings("ignore:the shards are unequal:UserWarning")
+def test_a_cells_batches_take_its_samples_in_order_the_first_ones_fuller():
+    """NOTE [ Sharded plan ]: a rank's samples of a cell go to the cell's steps in order, the
+    first ``placed % steps`` batches one sample fuller (unshuffled: index order)."""
+    s = shard_schedule(np.array([[5], [6]]), np.array([3]))
+    assert s.steps.tolist() == [2] and s.placed.tolist() == [[5], [6]]
+    p = plan_shard_epoch(np.arange(5), np.array([5]), s, rank=0, seed=0, epoch=0, shuffle=False)
+    assert [p.batch(i).tolist() for i in range(len(p))] == [[0, 1, 2], [3, 4]]
+    assert p.num_real.tolist() == [3, 2]
+
+
 def test_a_rank_without_short_samples_gives_that_cell_no_steps():
     # rank 1 has only long samples: cell 0 cannot get a batch on rank 1, so it gets 0 steps
     lengths = np.array([2, 2, 2, 2, 9, 9, 9, 9])
