@@ -35,6 +35,7 @@ from bucketloader.analysis.recommend import (
     Candidate,
     check_num_buckets,
     check_strategies,
+    every_length,
     recommend_num_buckets,
 )
 from bucketloader.histogram import LengthHistogram
@@ -320,7 +321,10 @@ def _dynamic_padding(
     hist: LengthHistogram, lengths: np.ndarray | None, batch_size: int
 ) -> dict[str, Any]:
     """Random batches (seeded) padded to their own longest sample: padding and shape count."""
-    flat = lengths if lengths is not None else np.repeat(hist.values, hist.counts)
+    if lengths is None:  # a histogram given (NOTE [ A histogram stays a histogram ])
+        why = f"batch_size={batch_size} (the dynamic-padding baseline simulates random batches)"
+        lengths = every_length(hist, why, "pass batch_size=None to skip the baseline")
+    flat = lengths
     rng = np.random.default_rng(np.random.SeedSequence([0, 0]))
     perm = flat[rng.permutation(flat.size)]
     n_full = perm.size // batch_size
