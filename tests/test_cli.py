@@ -486,3 +486,28 @@ def test_plot_and_json_write_into_existing_directories_only(tmp_path, files, cap
     out.mkdir()
     assert main(["report", one, "-k", "2", "--json", str(out / "r.json")]) == 0
     assert json.loads((out / "r.json").read_text())["recommended"]
+
+
+def test_null_rows_name_the_commands_own_option_and_skipping_them_is_counted(tmp_path, capsys):
+    """The null-row error told a command-line user to "pass nulls='skip'", an option only the
+    Python API had; ``--nulls skip`` now leaves them out and says how many."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli import main
+
+    d = tmp_path / "shards"
+    d.mkdir()
+    pq.write_table(pa.table({"n": pa.array([*LENGTHS[:6], None], pa.int64())}), d / "a.parquet")
+    pq.write_table(pa.table({"n": pa.array([None, *LENGTHS[6:]], pa.int64())}), d / "b.parquet")
+    assert main(["report", str(d), "--column", "n", "-k", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "has 2 null row(s) out of 14" in err and "pass --nulls skip" in err
+    assert "nulls='skip'" not in err and "ScanResult" not in err
+    argv = ["precompute", str(d), "--column", "n", "-k", "3", "--nulls", "skip"]
+    assert main([*argv, "--cache-dir", str(tmp_path / "c")]) == 0
+    out, err = capsys.readouterr()
+    assert f"boundaries: {compute_boundaries(LENGTHS, 3).tolist()}" in out
+    assert "--nulls skip left out 2 null row(s) of 14 (14.29%)" in err
+    assert main(["report", str(d), "--column", "n", "--nulls", "drop"]) == 2
+    assert "--nulls: invalid choice: 'drop'" in capsys.readouterr().err

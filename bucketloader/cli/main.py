@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bucketloader._version import __version__
-from bucketloader.cli.engines import ENGINES
+from bucketloader.cli.engines import ENGINES, NULLS
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
         "how Parquet shards are measured: local (bounded memory, the default), ray or spark "
         "(needs bucketloader[ray] / bucketloader[spark]); only the histogram is collected"
     )
+    nulls_help = (
+        "Parquet rows whose column is null (no length): raise (the default, an error with their "
+        "count) or skip (left out, and their count told on stderr)"
+    )
 
     r = sub.add_parser(
         "report",
@@ -85,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("file", metavar="FILE", help=inputs)
     r.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
     r.add_argument("--engine", choices=ENGINES, help=engine_help)
+    r.add_argument("--nulls", choices=NULLS, default="raise", help=nulls_help)
     r.add_argument("-k", "--num-buckets", type=int, nargs="+", default=[4, 8, 16, 32])
     r.add_argument(
         "--strategy", nargs="+", help="strategies to compare (default: all the fast ones)"
@@ -112,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("file", metavar="FILE", help=inputs)
     c.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
     c.add_argument("--engine", choices=ENGINES, help=engine_help)
+    c.add_argument("--nulls", choices=NULLS, default="raise", help=nulls_help)
     c.add_argument("--strategy", default="optimal", help="strategy name (default: optimal)")
     c.add_argument("-k", "--num-buckets", type=int, required=True, help="shape budget k")
     size = c.add_mutually_exclusive_group()
@@ -213,7 +219,15 @@ def _read(args: argparse.Namespace) -> np.ndarray | LengthHistogram:
         )
     _check_shards(args.file)
     _note_parquet_text(args.file, args.column)
-    hist, _ = engine_histogram(args.file, args.column, args.engine or "local")
+    hist, num_nulls = engine_histogram(args.file, args.column, args.engine or "local", args.nulls)
+    if num_nulls:  # (--nulls skip: rows left out are told, never lost silently)
+        total = hist.num_samples + num_nulls
+        print(
+            f"bucketloader: note: --nulls skip left out {num_nulls:,} null row(s) of "
+            f"{total:,} ({num_nulls / total:.2%}); the histogram counts the other "
+            f"{hist.num_samples:,}",
+            file=sys.stderr,
+        )
     return hist
 
 
