@@ -511,3 +511,23 @@ def test_null_rows_name_the_commands_own_option_and_skipping_them_is_counted(tmp
     assert "--nulls skip left out 2 null row(s) of 14 (14.29%)" in err
     assert main(["report", str(d), "--column", "n", "--nulls", "drop"]) == 2
     assert "--nulls: invalid choice: 'drop'" in capsys.readouterr().err
+
+
+def test_a_txt_written_by_savetxt_with_a_header_reads_as_np_loadtxt_reads_it(tmp_path, capsys):
+    """``np.savetxt(path, lengths, fmt="%d", header="lengths")`` writes ``# lengths`` first:
+    the command said the file 'has 2 whitespace-separated columns' (the comment's two words)."""
+    from bucketloader.cli import main
+
+    one, two = tmp_path / "one.txt", tmp_path / "two.txt"
+    np.savetxt(one, LENGTHS, fmt="%d", header="lengths, one per sample")
+    np.savetxt(two, np.c_[LENGTHS, LENGTHS], fmt="%d", header="src tgt", comments="# ")
+    assert one.read_text().startswith("# lengths")
+    assert read_lengths(one).tolist() == np.loadtxt(one, dtype=np.int64).tolist() == LENGTHS
+    assert read_lengths(two, 1).tolist() == LENGTHS
+    (tmp_path / "inline.txt").write_text("5 # a comment\n# 7\n17\n")
+    assert read_lengths(tmp_path / "inline.txt").tolist() == [5, 17]
+    assert main(["report", str(one), "-k", "2"]) == 0
+    assert "samples 12 |" in capsys.readouterr().out
+    (tmp_path / "only.txt").write_text("# nothing but a header\n")
+    assert main(["report", str(tmp_path / "only.txt")]) == 2
+    assert "holds no lengths" in capsys.readouterr().err
