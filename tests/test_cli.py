@@ -531,3 +531,33 @@ def test_a_txt_written_by_savetxt_with_a_header_reads_as_np_loadtxt_reads_it(tmp
     (tmp_path / "only.txt").write_text("# nothing but a header\n")
     assert main(["report", str(tmp_path / "only.txt")]) == 2
     assert "holds no lengths" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink"])
+def test_precompute_never_claims_an_entry_that_something_else_occupies(tmp_path, capsys, kind):
+    """A directory or a symbolic link at the entry's path is the user's (never replaced), so
+    nothing is stored; precompute said 'at <path>', exit 0 and "cache_entry" in --json, because
+    the path existed."""
+    from bucketloader.cli import main
+
+    lengths = tmp_path / "l.txt"
+    lengths.write_text("3\n5\n5\n9\n12\n")
+    cache = tmp_path / "c"
+    argv = ["precompute", str(lengths), "-k", "2", "--cache-dir", str(cache)]
+    assert main(argv) == 0
+    assert "at " in capsys.readouterr().out
+    (entry,) = cache.glob("*.json")
+    entry.unlink()
+    mine = tmp_path / "mine.txt"
+    mine.write_text("precious")
+    if kind == "directory":
+        entry.mkdir()
+    else:
+        entry.symlink_to(mine)
+    assert main([*argv, "--json", str(tmp_path / "out.json")]) == 2
+    out, err = capsys.readouterr()
+    assert "(not stored)" in out and f"at {entry}" not in out
+    assert f"bucketloader: warning: cache entry path {entry} is a " in err
+    assert "solved but not stored" in err and "Traceback" not in err and "store.py" not in err
+    assert json.loads((tmp_path / "out.json").read_text())["cache_entry"] is None
+    assert mine.read_text() == "precious" and (entry.is_dir() or entry.is_symlink())

@@ -384,7 +384,8 @@ def _precompute(args: argparse.Namespace) -> int:
     key = cache.key(hist, name, params)
     many = "s" if hist.num_values != 1 else ""
     label = f"strategy {name!r}, k={args.num_buckets}, {hist.num_values:,} distinct length{many}"
-    with _Ticker(f"solving ({label})"):
+    with _Ticker(f"solving ({label})"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         sol = solve_boundaries(
             hist,
             args.num_buckets,
@@ -393,9 +394,13 @@ def _precompute(args: argparse.Namespace) -> int:
             cost=args.cost,
             pad_to_multiple_of=args.pad_to_multiple_of,
         )
+    for w in caught:  # (a CacheWarning says why an entry was not stored: one line each)
+        print(f"bucketloader: warning: {w.message}", file=sys.stderr)
     where = cache.path_for(key)
     state = "hit" if cache.hits else f"miss, solved in {sol.solve_seconds:.3f} s"
-    stored = where.exists()
+    # the entry itself, read back as a later run reads it: a directory or a symbolic link at
+    # its path is the user's, never replaced, so nothing was stored (exists() said it was)
+    stored = cache.get(key) is not None
     print(f"{Path(args.file).name}: {hist.num_samples:,} lengths, {label}")
     print(f"cache: {state}; key {key[:16]}… {'at ' + str(where) if stored else '(not stored)'}")
     print(f"status: {sol.status}; padding {sol.padding_ratio:.2%} (pad / real elements)")
@@ -415,8 +420,8 @@ def _precompute(args: argparse.Namespace) -> int:
         print(f"written to {args.json}")
     if not stored:  # precompute's one job: the entry a later run finds
         return _fail(
-            f"the boundaries were solved but not stored: the cache directory {cache.directory} "
-            "is not usable (the warning above says why); point --cache-dir or "
+            f"the boundaries were solved but not stored in the cache directory {cache.directory} "
+            "(the warning above says why); fix that, or point --cache-dir or "
             "BUCKETLOADER_CACHE_DIR at a writable directory"
         )
     return 0
