@@ -329,3 +329,15 @@ def test_a_histogram_of_more_samples_than_memory_is_analysed_from_its_counts():
         analyze(hist, num_buckets=[4], batch_size=32)
     with pytest.raises(ValueError, match=r"batch_size / max_tokens .*leave out batch_size"):
         recommend_num_buckets(hist, num_buckets=[4], max_tokens=4096)
+
+
+def test_plot_refuses_a_resolution_no_canvas_holds_before_drawing(tmp_path):
+    """dpi=10**6 failed inside matplotlib ('Image size of 13230000x4900000 pixels is too
+    large'), without naming dpi; 20,000 asked for a canvas of ~150 GB."""
+    r = analyze([3, 4, 4, 9, 10, 31], num_buckets=[2])
+    for dpi in (20_000, 10**6):
+        with pytest.raises(
+            ValueError, match=rf"^dpi must be an int >= 10 and <= 1200, got dpi={dpi}$"
+        ):
+            r.plot(tmp_path / "r.png", dpi=dpi)
+    assert not (tmp_path / "r.png").exists()

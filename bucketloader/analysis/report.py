@@ -132,8 +132,15 @@ class DynamicityReport:
         padding-versus-k frontier of every strategy (and the batch shapes of a scanned loader).
         The format follows the suffix of ``path`` (one of :data:`PLOT_SUFFIXES`; checked before
         any drawing), and its directory must exist (none is created, as ``savefig`` creates
-        none). Needs matplotlib."""
-        return plot_report(self, image_path(path), dpi=check_int("dpi", dpi, minimum=10))
+        none). Needs matplotlib. ``dpi`` is at most :data:`MAX_DPI`."""
+        dpi = check_int("dpi", dpi, minimum=10, maximum=MAX_DPI)
+        return plot_report(self, image_path(path), dpi=dpi)
+
+
+#: The finest resolution :meth:`DynamicityReport.plot` draws at: its figure is up to ~20 x 5
+#: inches, so 1200 dpi is already ~24,000 x 5,900 pixels (a ~0.5 GB canvas); 20,000 dpi asked
+#: for a ~150 GB canvas, and 10**6 failed inside matplotlib without naming dpi.
+MAX_DPI = 1200
 
 
 #: Image suffixes :meth:`DynamicityReport.plot` (and ``bucketloader report --plot``) writes.
