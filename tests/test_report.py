@@ -341,3 +341,23 @@ def test_plot_refuses_a_resolution_no_canvas_holds_before_drawing(tmp_path):
         ):
             r.plot(tmp_path / "r.png", dpi=dpi)
     assert not (tmp_path / "r.png").exists()
+
+
+def test_an_iterable_dataset_names_the_dataloader_that_scans_it():
+    """A streaming dataset (torch or Hugging Face) was refused as 'lengths must be a list,
+    numpy array or torch tensor of non-negative ints, got It'."""
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter([torch.zeros(3), torch.zeros(5), torch.zeros(5)])
+
+    with pytest.raises(TypeError, match=r"iterable dataset \(Stream\).*DataLoader\(data, batch_s"):
+        analyze(Stream())
+    r = analyze(DataLoader(Stream(), batch_size=1))  # the fix, as named
+    assert sorted(r.batch_shapes["batch"]) == [(1, 3), (1, 5)]
+    datasets = pytest.importorskip("datasets")
+    hub = datasets.Dataset.from_dict({"ids": [[1, 2], [3]]}).to_iterable_dataset()
+    with pytest.raises(TypeError, match=r"iterable dataset \(IterableDataset\)"):
+        analyze(hub, column="ids")

@@ -276,6 +276,13 @@ def analyze(
             f"a {type(data).__name__} with keys {list(data)[:5]}; pass one of its values (e.g. "
             "one split of a DatasetDict)"
         )
+    if _is_iterable_dataset(data):  # (no len, no index: only its batches can be scanned)
+        raise TypeError(
+            f"data is an iterable dataset ({type(data).__name__}), which has no length and no "
+            "index to measure items by; pass a DataLoader over it "
+            "(analyze(DataLoader(data, batch_size=...)) counts the shapes of its batches) or "
+            "its per-sample lengths"
+        )
     if isinstance(data, LengthHistogram):
         hist, source = data, "histogram"
     elif is_dataloader(data):
@@ -321,6 +328,15 @@ def analyze(
         dynamic,
         shapes,
         num_batches,
+    )
+
+
+def _is_iterable_dataset(data: Any) -> bool:
+    """A ``torch.utils.data.IterableDataset`` or a Hugging Face ``datasets.IterableDataset``
+    (checked by name: neither package is imported here)."""
+    return any(
+        c.__name__ == "IterableDataset" and c.__module__.split(".")[0] in ("torch", "datasets")
+        for c in type(data).__mro__
     )
 
 
