@@ -417,6 +417,11 @@ def test_a_text_column_says_it_measures_characters(tmp_path, capsys):
         assert read_lengths(tmp_path / "t.parquet", "text").tolist() == LENGTHS
     assert main(["report", str(tmp_path / "t.parquet"), "--column", "text", "-k", "2"]) == 0
     assert "bucketloader: note: " in capsys.readouterr().err
+    # the file's only column, measured without --column: the same note (it was silent)
+    assert main(["report", str(tmp_path / "t.parquet"), "-k", "2"]) == 0
+    assert "column 'text' holds text: its lengths are measured in characters" in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_csv_with_a_byte_order_mark_reads_by_column_name(tmp_path):

@@ -264,9 +264,8 @@ def _check_shards(path: str) -> None:
 
 def _note_parquet_text(path: str, column: str | None) -> None:
     """The characters note for a text column of Parquet shards (read from the first file's
-    schema; the engines measure a string column in characters)."""
-    if column is None:
-        return
+    schema; the engines measure a string column in characters). Without ``--column`` the
+    column is the file's only one (the engine refuses several)."""
     import pyarrow.parquet as pq
 
     from bucketloader.cli.files import characters_note
@@ -276,6 +275,10 @@ def _note_parquet_text(path: str, column: str | None) -> None:
         schema = pq.read_schema(parquet_files(path)[0])
     except (OSError, ValueError):
         return  # the engine names the problem with the files
+    if column is None:
+        if len(schema.names) != 1:
+            return  # (the engine asks for --column)
+        column = schema.names[0]
     note = characters_note(schema, str(column), Path(path).name)
     if note is not None:
         print(f"bucketloader: note: {note}", file=sys.stderr)
