@@ -1215,3 +1215,13 @@ def test_the_quick_fills_repeat_a_row_for_any_count(count):
     assert _bins._quick_slack([34], [count], [64]) == ([0], [count], [34], [1], [1])
     pairs = ([0], [count // 2], [32], [2], [1])
     assert _bins._quick_slack([32], [count - count % 2], [64]) == pairs
+
+
+def test_per_document_steps_keep_a_room_as_long_as_the_shortest_document():
+    """Distinct sizes of one document each (the per-document loop) over two row lengths: a
+    new row's room equal to the shortest document is kept open (it takes that document),
+    as per-document BFD does (a planted ``>`` for ``>=`` opened a new row)."""
+    sizes = np.array([48, 44, 43, 37, 36, 35, 33, 29, 27, 25, 22, 20, 19, 16, 7])
+    rows = (50, 100)
+    p = best_fit(sizes, np.ones(sizes.size, dtype=np.int64), rows)
+    assert _rows(p, rows) == per_document_bfd(sizes.tolist(), rows)
