@@ -422,6 +422,12 @@ def test_a_text_column_says_it_measures_characters(tmp_path, capsys):
     assert "column 'text' holds text: its lengths are measured in characters" in (
         capsys.readouterr().err
     )
+    # a dictionary-encoded text column (a pandas category), now measured: the same note
+    pq.write_table(pa.table({"text": pa.array(words).dictionary_encode()}), tmp_path / "d.parquet")
+    assert main(["report", str(tmp_path / "d.parquet"), "--column", "text", "-k", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "column 'text' holds text: its lengths are measured in characters" in err
+    assert "samples 12 |" in out
 
 
 def test_a_csv_with_a_byte_order_mark_reads_by_column_name(tmp_path):
