@@ -541,3 +541,12 @@ def test_a_pass_resumed_inside_its_tail_records_the_tail(gsm8k, monkeypatch):
                 ids = Counter(i for b in _ids(full[:k] + resumed(replay)[1]) for i in b)
                 assert ids == Counter(i for b in _ids(full) for i in b), (p, k)
             monkeypatch.undo()
+
+
+def test_a_document_goes_into_an_open_row_it_fills_exactly():
+    """Online best fit with one open row: the 3 goes into the open row's room of exactly 3
+    (5 + 3), not into a new row (the end's repack would hide that with more open rows)."""
+    docs = [[1] * n for n in (5, 6, 3, 2)]
+    stream = PackIterable(docs, row_length=8, batch_size=1, open_rows=1)
+    batches = list(stream)
+    assert sorted(sorted(len(d) for d in b) for b in batches) == [[2], [3, 5], [6]]
