@@ -1122,3 +1122,37 @@ def test_shard_histograms_of_the_wrong_kind_name_how_to_make_one():
     text = [h.to_json() for h in hists]  # the fix, as named
     fixed = [LengthHistogram.from_json(t) for t in text]
     assert len(ShardedSampler(shards[0], shard_histograms=fixed, **kw)) > 0
+
+
+def test_fill_repeats_never_a_batchs_own_sample_when_the_cell_has_enough():
+    """NOTE [ Sharded plan ] 9: a batch repeats its own samples only when the rank places fewer
+    samples in the cell than a batch has rows. s15-mutants found the repeats ran from the
+    cell's last sample back, so the short batches (the last ones) repeated their own: 5 samples
+    in batches of 3 gave [[0, 1, 2], [3, 4, 4]]. Random tables, ranks, batch sizes, shuffles,
+    both schedules: every rule of 9 holds for every batch of every rank."""
+    rng = np.random.default_rng(15)
+    checked = 0
+    for _ in range(300):
+        ranks, k = int(rng.integers(1, 5)), int(rng.integers(1, 4))
+        table = rng.integers(0, 12, size=(ranks, k))
+        batch = rng.integers(1, 6, size=k)
+        even = bool(rng.integers(2))
+        schedule = shard_schedule(table, batch, even=even)
+        for rank in range(ranks):
+            counts = table[rank]
+            ids = np.arange(int(counts.sum())) + 1000 * rank
+            shuffle, epoch = bool(rng.integers(2)), int(rng.integers(3))
+            plan = plan_shard_epoch(
+                ids, counts, schedule, rank=rank, seed=3, epoch=epoch, shuffle=shuffle, fill=True
+            )
+            seen = [ids[:0]]
+            for i in range(len(plan)):
+                rows, c = plan.batch(i), int(plan.cells[i])
+                assert rows.size == schedule.rows[c]
+                real = rows[: plan.num_real[i]]
+                seen.append(real)
+                if schedule.placed[rank, c] >= schedule.rows[c]:
+                    assert np.unique(rows).size == rows.size, (table, batch, rank, rows)
+                    checked += 1
+            assert np.array_equal(np.sort(np.concatenate(seen)), np.sort(plan.placed))
+    assert checked > 500

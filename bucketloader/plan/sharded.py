@@ -98,10 +98,13 @@ the global histogram). Nothing else crosses ranks.
    empty in a cell's batches holds a *repeat* of a sample the rank places in that cell this
    epoch (so it fits the batch's shape), a real row that is trained on (``sample_mask`` True),
    as ``BucketSampler(last_batch="fill")`` tops a cell's last step up with repeats of the
-   cell. The repeats are the cell's placed samples from the last one back, cyclically (the
+   cell. A batch's repeats are the cell's placed samples that follow its own, cyclically (the
    epoch's shuffled order, so a function of ``(seed, epoch, rank)`` and the rank's rows): the
-   first batches repeat the last batches' samples, and a batch repeats its own samples only
-   when the cell has fewer samples than rows. A cell where the rank places nothing repeats the
+   batches before the last repeat the next batches' samples, the last batch the first ones,
+   and a batch repeats its own samples only when the rank places fewer samples in the cell
+   than a batch has rows (until session 15 the repeats ran from the cell's last sample back,
+   and the short batches, the last ones, repeated their own: 5 samples in batches of 3 gave
+   ``[3, 4, 4]``). A cell where the rank places nothing repeats the
    samples of the last shorter cell where it places some (they fit too), else the stand-in of
    4 (then a real row). Every sample is still in the epoch (once, plus its repeats); the
    report counts the repeats (``repeated``) and, as ``BucketSampler``'s report does, counts
@@ -650,7 +653,8 @@ def plan_shard_epoch(
         if fill:
             if take:
                 source = placed[at - take : at]
-            extra.append(_repeats(source, int(schedule.rows[c]) - per, stand_in))
+            want = int(schedule.rows[c]) - per
+            extra.append(_repeats(source, want, stand_in, per if take else None))
     steps = schedule.steps
     total = int(steps.sum())
     step_cell = np.repeat(np.arange(k), steps)
@@ -680,11 +684,17 @@ def plan_shard_epoch(
     )
 
 
-def _repeats(source: np.ndarray, want: np.ndarray, stand_in: int) -> list[np.ndarray]:
-    """Each batch's repeats (NOTE [ Sharded plan ] 9): ``want[j]`` for batch ``j``, taken
-    cyclically from the end of ``source`` (the samples the cell places, in the epoch's order:
-    the first batches repeat the last batches' samples, so a batch repeats its own only when
-    the cell has fewer samples than rows), or the stand-in when the rank has none yet."""
+def _repeats(
+    source: np.ndarray, want: np.ndarray, stand_in: int, per: np.ndarray | None
+) -> list[np.ndarray]:
+    """Each batch's repeats (NOTE [ Sharded plan ] 9): ``want[j]`` for batch ``j``. Where the
+    rank places samples in the cell (``per``: each batch's, in ``source`` batch after batch),
+    the samples that follow batch ``j``'s own, cyclically, so a batch repeats its own only when
+    the cell has fewer samples than rows; else ``source`` (the last cell's that placed any)
+    from its last sample back, cyclically, or the stand-in when the rank has none yet."""
+    if per is not None:
+        ends = np.cumsum(per)
+        return [source[(ends[j] + np.arange(want[j])) % source.size] for j in range(want.size)]
     if not source.size:
         source = np.array([stand_in], dtype=source.dtype)
     at = np.concatenate([[0], np.cumsum(want)]).astype(np.int64)
