@@ -466,6 +466,14 @@ class Lengths:
         return self.array if dtype is None else self.array.astype(dtype)
 
 
+def _is_histogram(value: Any) -> bool:
+    """A :class:`~bucketloader.histogram.LengthHistogram` or ``JointHistogram`` (which import
+    this module): counts per distinct length, with a sample count and a digest."""
+    return all(hasattr(value, a) for a in ("counts", "num_samples", "digest")) and not hasattr(
+        value, "__len__"
+    )
+
+
 def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndarray:
     """:func:`as_lengths` of anything but already checked :class:`Lengths`."""
     if _is_tensor(lengths):
@@ -477,6 +485,16 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             f"{type(lengths).__name__} {os.fspath(lengths)!r:.80}; to bucket the lengths in a "
             "file, read them first (e.g. np.loadtxt(path, dtype=np.int64) for one length per "
             "line)"
+        )
+    if _is_histogram(lengths):  # (an engine's answer, where the samples' lengths were asked)
+        raise TypeError(
+            f"{name} must be a list, numpy array or torch tensor of non-negative ints (sample "
+            f"i's length at position i), got a {type(lengths).__name__} of "
+            f"{lengths.num_samples:,} samples, which counts lengths but has no sample order; to "
+            "plan from a histogram, solve on it (compute_boundaries(hist, k) for a "
+            "LengthHistogram, solve_joint(hist, K).cells for a JointHistogram: exact for the "
+            "whole data set) and pass the result as boundaries= / shapes= with the samples' "
+            "lengths, or give ShardedSampler each rank's own lengths and shard_histograms="
         )
     if isinstance(lengths, text) or not hasattr(lengths, "__len__"):
         raise TypeError(

@@ -1129,8 +1129,17 @@ def _check_histograms(
     for r, h in enumerate(hists):
         if not isinstance(h, LengthHistogram) and not (exchange and h is None):
             empty = " (or None for an empty shard, with exchange=True)" if exchange else ""
+            fix = (  # (what a worker sends: docs/engines.md)
+                "; read a worker's text with LengthHistogram.from_json(text)"
+                if isinstance(h, (str, bytes))
+                else "; build one with LengthHistogram.from_lengths(shard) (or an engine's "
+                "scan: parquet_histogram, ray_histogram, spark_histogram)"
+                if isinstance(h, (np.ndarray, list, tuple))
+                else ""
+            )
             raise TypeError(
-                f"shard_histograms[{r}] must be a LengthHistogram{empty}, got {type(h).__name__}"
+                f"shard_histograms[{r}] must be a LengthHistogram{empty}, got "
+                f"{type(h).__name__}{fix}"
             )
     if all(h is None for h in hists):
         raise ValueError(_empty_message(list(range(num_replicas))))

@@ -417,6 +417,11 @@ def test_a_text_column_says_it_measures_characters(tmp_path, capsys):
         assert read_lengths(tmp_path / "t.parquet", "text").tolist() == LENGTHS
     assert main(["report", str(tmp_path / "t.parquet"), "--column", "text", "-k", "2"]) == 0
     assert "bucketloader: note: " in capsys.readouterr().err
+    # the file's only column, measured without --column: the same note (it was silent)
+    assert main(["report", str(tmp_path / "t.parquet"), "-k", "2"]) == 0
+    assert "column 'text' holds text: its lengths are measured in characters" in (
+        capsys.readouterr().err
+    )
 
 
 def test_a_csv_with_a_byte_order_mark_reads_by_column_name(tmp_path):
@@ -486,3 +491,78 @@ def test_plot_and_json_write_into_existing_directories_only(tmp_path, files, cap
     out.mkdir()
     assert main(["report", one, "-k", "2", "--json", str(out / "r.json")]) == 0
     assert json.loads((out / "r.json").read_text())["recommended"]
+
+
+def test_null_rows_name_the_commands_own_option_and_skipping_them_is_counted(tmp_path, capsys):
+    """The null-row error told a command-line user to "pass nulls='skip'", an option only the
+    Python API had; ``--nulls skip`` now leaves them out and says how many."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli import main
+
+    d = tmp_path / "shards"
+    d.mkdir()
+    pq.write_table(pa.table({"n": pa.array([*LENGTHS[:6], None], pa.int64())}), d / "a.parquet")
+    pq.write_table(pa.table({"n": pa.array([None, *LENGTHS[6:]], pa.int64())}), d / "b.parquet")
+    assert main(["report", str(d), "--column", "n", "-k", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "has 2 null row(s) out of 14" in err and "pass --nulls skip" in err
+    assert "nulls='skip'" not in err and "ScanResult" not in err
+    argv = ["precompute", str(d), "--column", "n", "-k", "3", "--nulls", "skip"]
+    assert main([*argv, "--cache-dir", str(tmp_path / "c")]) == 0
+    out, err = capsys.readouterr()
+    assert f"boundaries: {compute_boundaries(LENGTHS, 3).tolist()}" in out
+    assert "--nulls skip left out 2 null row(s) of 14 (14.29%)" in err
+    assert main(["report", str(d), "--column", "n", "--nulls", "drop"]) == 2
+    assert "--nulls: invalid choice: 'drop'" in capsys.readouterr().err
+
+
+def test_a_txt_written_by_savetxt_with_a_header_reads_as_np_loadtxt_reads_it(tmp_path, capsys):
+    """``np.savetxt(path, lengths, fmt="%d", header="lengths")`` writes ``# lengths`` first:
+    the command said the file 'has 2 whitespace-separated columns' (the comment's two words)."""
+    from bucketloader.cli import main
+
+    one, two = tmp_path / "one.txt", tmp_path / "two.txt"
+    np.savetxt(one, LENGTHS, fmt="%d", header="lengths, one per sample")
+    np.savetxt(two, np.c_[LENGTHS, LENGTHS], fmt="%d", header="src tgt", comments="# ")
+    assert one.read_text().startswith("# lengths")
+    assert read_lengths(one).tolist() == np.loadtxt(one, dtype=np.int64).tolist() == LENGTHS
+    assert read_lengths(two, 1).tolist() == LENGTHS
+    (tmp_path / "inline.txt").write_text("5 # a comment\n# 7\n17\n")
+    assert read_lengths(tmp_path / "inline.txt").tolist() == [5, 17]
+    assert main(["report", str(one), "-k", "2"]) == 0
+    assert "samples 12 |" in capsys.readouterr().out
+    (tmp_path / "only.txt").write_text("# nothing but a header\n")
+    assert main(["report", str(tmp_path / "only.txt")]) == 2
+    assert "holds no lengths" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink"])
+def test_precompute_never_claims_an_entry_that_something_else_occupies(tmp_path, capsys, kind):
+    """A directory or a symbolic link at the entry's path is the user's (never replaced), so
+    nothing is stored; precompute said 'at <path>', exit 0 and "cache_entry" in --json, because
+    the path existed."""
+    from bucketloader.cli import main
+
+    lengths = tmp_path / "l.txt"
+    lengths.write_text("3\n5\n5\n9\n12\n")
+    cache = tmp_path / "c"
+    argv = ["precompute", str(lengths), "-k", "2", "--cache-dir", str(cache)]
+    assert main(argv) == 0
+    assert "at " in capsys.readouterr().out
+    (entry,) = cache.glob("*.json")
+    entry.unlink()
+    mine = tmp_path / "mine.txt"
+    mine.write_text("precious")
+    if kind == "directory":
+        entry.mkdir()
+    else:
+        entry.symlink_to(mine)
+    assert main([*argv, "--json", str(tmp_path / "out.json")]) == 2
+    out, err = capsys.readouterr()
+    assert "(not stored)" in out and f"at {entry}" not in out
+    assert f"bucketloader: warning: cache entry path {entry} is a " in err
+    assert "solved but not stored" in err and "Traceback" not in err and "store.py" not in err
+    assert json.loads((tmp_path / "out.json").read_text())["cache_entry"] is None
+    assert mine.read_text() == "precious" and (entry.is_dir() or entry.is_symlink())

@@ -706,3 +706,49 @@ def _fails_after(seconds):
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+def test_a_file_listed_twice_is_refused_not_counted_twice(tmp_path):
+    """A list of sources that reaches one file twice (the file twice, or a directory and a file
+    in it) counted that file's rows twice, silently: a histogram of more samples than the data
+    set holds."""
+    _write_shards(tmp_path / "ds", pa.table({"n": np.arange(1, 7)}), 2)
+    first = tmp_path / "ds" / "part-000.parquet"
+    for source in ([first, first], [tmp_path / "ds", first], [first, f"{tmp_path}/ds/*.parquet"]):
+        with pytest.raises(ValueError, match=r"reaches the file .*part-000\.parquet twice.*once"):
+            parquet_histogram(source, "n")
+    both = [first, tmp_path / "ds" / "part-001.parquet"]
+    assert parquet_histogram(both, "n").histogram == LengthHistogram.from_lengths(range(1, 7))
+
+
+def test_a_dictionary_encoded_column_is_measured_by_its_values(tmp_path):
+    """A pandas ``category`` column written to Parquet reads back dictionary-encoded; it was
+    refused with a fix parquet_histogram does not take (``pass length_fn=``)."""
+    text = pa.array(["ab", "c", None, "ab", "dddd"]).dictionary_encode()
+    ints = pa.array([3, 4, 3, 3, 9]).dictionary_encode()
+    pq.write_table(pa.table({"text": text, "n": ints}), tmp_path / "a.parquet")
+    assert pa.types.is_dictionary(pq.read_schema(tmp_path / "a.parquet").field("text").type)
+    r = parquet_histogram(tmp_path / "a.parquet", "text", nulls="skip")
+    assert r.histogram == LengthHistogram.from_lengths([2, 1, 2, 4]) and r.num_nulls == 1
+    assert parquet_histogram(pa.table({"n": ints}), "n").histogram == LengthHistogram.from_lengths(
+        [3, 4, 3, 3, 9]
+    )
+    with pytest.raises(ValueError, match="1 null row"):
+        parquet_histogram(tmp_path / "a.parquet", "text")
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([1.5, 2.0]),
+        pa.array([{"x": 1}]),
+        pa.array([[[1], [2, 3]]]),
+        pa.array([True]),
+        pa.array([1.5]).dictionary_encode(),
+    ],
+)
+def test_a_type_without_a_length_names_a_fix_parquet_histogram_takes(column):
+    """parquet_histogram has no ``length_fn=``; its type errors named it as the fix."""
+    with pytest.raises(TypeError, match=r"column 'a' .*integer column and measure that") as info:
+        parquet_histogram(pa.table({"a": column}), "a")
+    assert "length_fn" not in str(info.value)

@@ -308,3 +308,56 @@ def test_the_summary_says_one_shape_not_one_shapes():
     assert "0% padding, 1 shape" in text
     text = analyze([3, 4, 5], num_buckets=[2], batch_size=2).summary()
     assert "unbucketed: 3 distinct lengths, so up to 3 distinct shapes (" in text
+
+
+def test_a_histogram_of_more_samples_than_memory_is_analysed_from_its_counts():
+    """An engine's histogram (here 10**12 samples per length: 800 TB as int64) is reported from
+    its counts; only the options that plan batches sample by sample need every length, and they
+    name themselves instead of failing in numpy (before: MemoryError from np.repeat, even
+    without batch_size)."""
+    from bucketloader import LengthHistogram, recommend_num_buckets
+
+    values = np.arange(1, 101)
+    hist = LengthHistogram.from_counts(values, np.full(values.size, 10**12))
+    small = LengthHistogram.from_counts(values, np.ones(values.size, dtype=np.int64))
+    r = analyze(hist, num_buckets=[4, 8])
+    same = analyze(small, num_buckets=[4, 8])  # the same shape of histogram, 100 samples
+    assert r.recommended.boundaries == same.recommended.boundaries
+    assert r.recommended.padding_ratio == pytest.approx(same.recommended.padding_ratio)
+    assert recommend_num_buckets(hist, num_buckets=[4]).boundaries == (25, 50, 75, 100)
+    with pytest.raises(ValueError, match=r"batch_size=32 .*100,000,000,000,000 samples.*None"):
+        analyze(hist, num_buckets=[4], batch_size=32)
+    with pytest.raises(ValueError, match=r"batch_size / max_tokens .*leave out batch_size"):
+        recommend_num_buckets(hist, num_buckets=[4], max_tokens=4096)
+
+
+def test_plot_refuses_a_resolution_no_canvas_holds_before_drawing(tmp_path):
+    """dpi=10**6 failed inside matplotlib ('Image size of 13230000x4900000 pixels is too
+    large'), without naming dpi; 20,000 asked for a canvas of ~150 GB."""
+    r = analyze([3, 4, 4, 9, 10, 31], num_buckets=[2])
+    for dpi in (20_000, 10**6):
+        with pytest.raises(
+            ValueError, match=rf"^dpi must be an int >= 10 and <= 1200, got dpi={dpi}$"
+        ):
+            r.plot(tmp_path / "r.png", dpi=dpi)
+    assert not (tmp_path / "r.png").exists()
+
+
+def test_an_iterable_dataset_names_the_dataloader_that_scans_it():
+    """A streaming dataset (torch or Hugging Face) was refused as 'lengths must be a list,
+    numpy array or torch tensor of non-negative ints, got It'."""
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    class Stream(IterableDataset):
+        def __iter__(self):
+            return iter([torch.zeros(3), torch.zeros(5), torch.zeros(5)])
+
+    with pytest.raises(TypeError, match=r"iterable dataset \(Stream\).*DataLoader\(data, batch_s"):
+        analyze(Stream())
+    r = analyze(DataLoader(Stream(), batch_size=1))  # the fix, as named
+    assert sorted(r.batch_shapes["batch"]) == [(1, 3), (1, 5)]
+    datasets = pytest.importorskip("datasets")
+    hub = datasets.Dataset.from_dict({"ids": [[1, 2], [3]]}).to_iterable_dataset()
+    with pytest.raises(TypeError, match=r"iterable dataset \(IterableDataset\)"):
+        analyze(hub, column="ids")

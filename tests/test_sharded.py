@@ -1092,3 +1092,18 @@ def test_an_empty_shard_receives_rows_under_exchange(last_batch):
     assert set(got[2][0]) <= set(range(40)) and samplers[2].report().moved_in > 0
     with pytest.raises(ValueError, match=r"rank\(s\) \[2\] is empty.*or pass exchange=True"):
         ShardedSampler([], shard_histograms=[*hists[:2], hists[0]], num_replicas=3, rank=2, **opts)
+
+
+def test_shard_histograms_of_the_wrong_kind_name_how_to_make_one():
+    """A worker's ``to_json()`` text (what docs/engines.md has workers send) or a shard's raw
+    lengths in ``shard_histograms`` was refused as 'got str' / 'got ndarray', no fix named."""
+    shards = [np.array([3, 5, 5, 9]), np.array([4, 9, 12])]
+    hists = [LengthHistogram.from_lengths(s) for s in shards]
+    kw = {"num_replicas": 2, "rank": 0, "num_buckets": 2, "batch_size": 2}
+    with pytest.raises(TypeError, match=r"\[1\] must be .*got str; .*LengthHistogram\.from_json"):
+        ShardedSampler(shards[0], shard_histograms=[hists[0], hists[1].to_json()], **kw)
+    with pytest.raises(TypeError, match=r"\[0\] must be .*got ndarray; .*from_lengths\(shard\)"):
+        ShardedSampler(shards[0], shard_histograms=shards, **kw)
+    text = [h.to_json() for h in hists]  # the fix, as named
+    fixed = [LengthHistogram.from_json(t) for t in text]
+    assert len(ShardedSampler(shards[0], shard_histograms=fixed, **kw)) > 0

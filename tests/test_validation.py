@@ -427,3 +427,34 @@ def test_pack_sampler_without_row_length_names_the_alias_given_instead():
         r"mean row_length=8\?",
     ):
         PackSampler([3, 5], max_seq_len=8, batch_size=2)
+
+
+def test_a_histogram_where_sample_lengths_are_needed_names_the_way_to_plan_from_it():
+    """An engine's histogram handed to a sampler (the natural next step after ray_histogram)
+    was refused as 'got LengthHistogram', with no way forward."""
+    import numpy as np
+
+    from bucketloader import BucketSampler, LengthHistogram, compute_boundaries
+    from bucketloader.histogram import JointHistogram
+    from bucketloader.sharded import ShardedSampler
+
+    lengths = np.array([3, 4, 5, 9, 9, 12])
+    hist = LengthHistogram.from_lengths(lengths)
+    joint = JointHistogram.from_lengths(np.stack([lengths, lengths + 1], axis=1))
+    calls = [
+        lambda: BucketSampler(hist, num_buckets=2, batch_size=2),
+        lambda: BucketSampler(joint, max_shapes=2, batch_size=2),
+        lambda: ShardedSampler(
+            hist, shard_histograms=[hist], num_replicas=1, rank=0, num_buckets=2, batch_size=2
+        ),
+        lambda: compute_boundaries(joint, 2),
+    ]
+    for call in calls:
+        with pytest.raises(
+            TypeError,
+            match=r"got a (Length|Joint)Histogram of 6 samples, .*"
+            r"no sample order.*compute_boundaries\(hist, k\).*boundaries=",
+        ):
+            call()
+    sampler = BucketSampler(lengths, boundaries=compute_boundaries(hist, 2), batch_size=2)
+    assert sampler.boundaries.tolist() == compute_boundaries(lengths, 2).tolist()

@@ -276,11 +276,21 @@ def recommend_num_buckets(
         if num_epochs is None
         else check_float("num_epochs", num_epochs, minimum=1e-9, maximum=_INF)
     )
+    # every sample's length only where a plan's batches need it (a batch rule): a histogram
+    # from an engine may count billions of samples (NOTE [ A histogram stays a histogram ])
+    flat: Lengths | None
     if isinstance(lengths, LengthHistogram):  # checked once: the histogram's values
-        hist, flat = lengths, Lengths(np.repeat(lengths.values, lengths.counts))
+        hist = lengths
+        why = "batch_size / max_tokens (each candidate's batches are planned sample by sample)"
+        flat = (
+            Lengths(every_length(hist, why, "leave out batch_size and max_tokens"))
+            if budget
+            else None
+        )
     else:
         flat = Lengths(as_lengths(lengths))
         hist = LengthHistogram.from_lengths(flat)
+        flat = flat if budget else None
 
     table = []
     for label, fn in strategies:
@@ -294,7 +304,7 @@ def recommend_num_buckets(
                 padding_ratio=float(sol.padding_ratio),
                 num_shapes=int(b.size),
             )
-            if budget:
+            if flat is not None:  # (a batch rule: budget)
                 ep = epoch_cost(flat, b, **spec_options)
                 if ep.steps == 0:
                     continue  # "drop" with buckets smaller than a batch: this k trains on nothing
@@ -452,6 +462,32 @@ class EpochCost:
     steps: int
     padded_tokens: int
     real_tokens: int
+
+
+def every_length(hist: LengthHistogram, why: str, fix: str) -> np.ndarray:
+    """``hist`` as one length per sample (sorted), or one clear error when that array cannot be
+    allocated: ``why`` says what needs it, ``fix`` how to do without it.
+
+    NOTE [ A histogram stays a histogram ]
+    An engine's histogram (Ray, Spark, a Parquet scan) counts every sample of a data set in
+    kilobytes, however many samples there are; the strategies and the padding rule need nothing
+    more. Only what simulates or plans batches sample by sample (the dynamic-padding baseline,
+    a batch rule's epoch plan) expands it, so only those ask for this array, and a histogram of
+    more samples than memory holds names the option that asked instead of failing in numpy.
+
+    Example:
+        >>> every_length(LengthHistogram.from_lengths([4, 2, 4]), "x", "y").tolist()
+        [2, 4, 4]
+    """
+    try:
+        return np.repeat(hist.values, hist.counts)
+    except MemoryError:
+        raise ValueError(
+            f"{why} needs every sample's length, and the histogram counts "
+            f"{hist.num_samples:,} samples ({hist.num_samples * 8 / 2**30:,.1f} GiB as int64), "
+            f"more than this machine can allocate; {fix} (the padding of every strategy and k "
+            "needs only the histogram)"
+        ) from None
 
 
 def epoch_cost(

@@ -35,6 +35,7 @@ from bucketloader.analysis.recommend import (
     Candidate,
     check_num_buckets,
     check_strategies,
+    every_length,
     recommend_num_buckets,
 )
 from bucketloader.histogram import LengthHistogram
@@ -131,8 +132,15 @@ class DynamicityReport:
         padding-versus-k frontier of every strategy (and the batch shapes of a scanned loader).
         The format follows the suffix of ``path`` (one of :data:`PLOT_SUFFIXES`; checked before
         any drawing), and its directory must exist (none is created, as ``savefig`` creates
-        none). Needs matplotlib."""
-        return plot_report(self, image_path(path), dpi=check_int("dpi", dpi, minimum=10))
+        none). Needs matplotlib. ``dpi`` is at most :data:`MAX_DPI`."""
+        dpi = check_int("dpi", dpi, minimum=10, maximum=MAX_DPI)
+        return plot_report(self, image_path(path), dpi=dpi)
+
+
+#: The finest resolution :meth:`DynamicityReport.plot` draws at: its figure is up to ~20 x 5
+#: inches, so 1200 dpi is already ~24,000 x 5,900 pixels (a ~0.5 GB canvas); 20,000 dpi asked
+#: for a ~150 GB canvas, and 10**6 failed inside matplotlib without naming dpi.
+MAX_DPI = 1200
 
 
 #: Image suffixes :meth:`DynamicityReport.plot` (and ``bucketloader report --plot``) writes.
@@ -268,6 +276,13 @@ def analyze(
             f"a {type(data).__name__} with keys {list(data)[:5]}; pass one of its values (e.g. "
             "one split of a DatasetDict)"
         )
+    if _is_iterable_dataset(data):  # (no len, no index: only its batches can be scanned)
+        raise TypeError(
+            f"data is an iterable dataset ({type(data).__name__}), which has no length and no "
+            "index to measure items by; pass a DataLoader over it "
+            "(analyze(DataLoader(data, batch_size=...)) counts the shapes of its batches) or "
+            "its per-sample lengths"
+        )
     if isinstance(data, LengthHistogram):
         hist, source = data, "histogram"
     elif is_dataloader(data):
@@ -316,11 +331,23 @@ def analyze(
     )
 
 
+def _is_iterable_dataset(data: Any) -> bool:
+    """A ``torch.utils.data.IterableDataset`` or a Hugging Face ``datasets.IterableDataset``
+    (checked by name: neither package is imported here)."""
+    return any(
+        c.__name__ == "IterableDataset" and c.__module__.split(".")[0] in ("torch", "datasets")
+        for c in type(data).__mro__
+    )
+
+
 def _dynamic_padding(
     hist: LengthHistogram, lengths: np.ndarray | None, batch_size: int
 ) -> dict[str, Any]:
     """Random batches (seeded) padded to their own longest sample: padding and shape count."""
-    flat = lengths if lengths is not None else np.repeat(hist.values, hist.counts)
+    if lengths is None:  # a histogram given (NOTE [ A histogram stays a histogram ])
+        why = f"batch_size={batch_size} (the dynamic-padding baseline simulates random batches)"
+        lengths = every_length(hist, why, "pass batch_size=None to skip the baseline")
+    flat = lengths
     rng = np.random.default_rng(np.random.SeedSequence([0, 0]))
     perm = flat[rng.permutation(flat.size)]
     n_full = perm.size // batch_size

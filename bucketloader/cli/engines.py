@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.histogram import LengthHistogram
 
 ENGINES = ("local", "ray", "spark")
+#: ``--nulls``: the engines' ``nulls=`` choices.
+NULLS = ("raise", "skip")
 
 
 def is_parquet_set(path: str) -> bool:
@@ -48,13 +50,30 @@ def is_saved_dataset(directory: Path) -> bool:
     return (directory / "state.json").is_file() or (directory / "dataset_dict.json").is_file()
 
 
-def engine_histogram(path: str, column: str | None, engine: str) -> tuple[LengthHistogram, int]:
+def engine_histogram(
+    path: str, column: str | None, engine: str, nulls: str = "raise"
+) -> tuple[LengthHistogram, int]:
     """The exact histogram of ``column`` over the Parquet shards ``path``, and the null count.
 
-    Nulls are refused (the error names ``nulls='skip'``, which the Python API offers). Files
-    that hold no row are told on stderr with their count (a note: nothing is lost, but a writer
-    that left empty shards may have lost rows upstream).
+    ``nulls`` is the engines' (``--nulls``); their errors name the command's option where they
+    name the Python one. Files that hold no row are told on stderr with their count (a note:
+    nothing is lost, but a writer that left empty shards may have lost rows upstream).
     """
+    try:
+        return _engine_histogram(path, column, engine, nulls)
+    except ValueError as exc:
+        text = str(exc)
+        if "nulls='skip'" not in text:
+            raise
+        text = text.replace(
+            "(they are then counted in ScanResult.num_nulls)", "(a note counts them)"
+        )
+        raise ValueError(text.replace("nulls='skip'", "--nulls skip")) from None
+
+
+def _engine_histogram(
+    path: str, column: str | None, engine: str, nulls: str
+) -> tuple[LengthHistogram, int]:
     from bucketloader._arrow import scan_parquet, skipped_note
 
     files, skipped = scan_parquet(path)
@@ -70,7 +89,7 @@ def engine_histogram(path: str, column: str | None, engine: str) -> tuple[Length
     if engine == "local":
         from bucketloader.engines import parquet_histogram
 
-        result = parquet_histogram(files, column)
+        result = parquet_histogram(files, column, nulls=nulls)
     elif engine == "ray":
         from bucketloader.engines import ray_histogram
 
@@ -84,13 +103,13 @@ def engine_histogram(path: str, column: str | None, engine: str) -> tuple[Length
             [str(Path(f).resolve()) for f in read],
             filesystem=pyarrow.fs.LocalFileSystem(),  # local paths (and no fsspec/http probing)
         ).select_columns([column])
-        result = ray_histogram(ds, column)
+        result = ray_histogram(ds, column, nulls=nulls)
     elif engine == "spark":
         from bucketloader.engines import spark_histogram
 
         sql = _import("pyspark.sql", "spark")
         spark = sql.SparkSession.builder.appName("bucketloader").getOrCreate()
-        result = spark_histogram(spark.read.parquet(*read), column)
+        result = spark_histogram(spark.read.parquet(*read), column, nulls=nulls)
     else:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got --engine {engine}")
     from bucketloader.histogram import LengthHistogram

@@ -1,7 +1,8 @@
 """Reading per-sample lengths from files, for the command line and the report.
 
 Formats (by suffix): ``.txt`` (one length per line, or columns separated by tabs or spaces, as
-``np.savetxt`` writes them, no header; ``column`` is a 0-based index), ``.npy`` (1-D, or 2-D
+``np.savetxt`` writes them, no header row; ``#`` starts a comment, as in ``np.loadtxt``, so
+``np.savetxt``'s ``header=`` is skipped; ``column`` is a 0-based index), ``.npy`` (1-D, or 2-D
 with a column index; never unpickled),
 ``.csv`` / ``.tsv`` (a header row; ``column`` is a name), ``.jsonl`` (one object per line),
 ``.parquet``, and a directory written by ``datasets.Dataset.save_to_disk``. In the last four a
@@ -83,8 +84,9 @@ def read_lengths(path: str | Path, column: str | int | None = None) -> np.ndarra
     except UnicodeDecodeError as exc:
         raise LengthFileError(f"{p}: not a UTF-8 text file ({exc.reason})") from None
     lines = text.splitlines()
-    if suffix == ".txt":
-        return _parse_text(lines, str(p), column, None)  # tabs or spaces (np.savetxt)
+    if suffix == ".txt":  # tabs or spaces; "#" starts a comment (np.savetxt's header=, as
+        lines = [line.split("#", 1)[0] for line in lines]  # np.loadtxt reads them)
+        return _parse_text(lines, str(p), column, None)
     if suffix == ".jsonl":
         return _read_jsonl(lines, str(p), column)
     return _read_csv(lines, str(p), column, "\t" if suffix == ".tsv" else ",")

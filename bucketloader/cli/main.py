@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bucketloader._version import __version__
-from bucketloader.cli.engines import ENGINES
+from bucketloader.cli.engines import ENGINES, NULLS
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -76,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
         "how Parquet shards are measured: local (bounded memory, the default), ray or spark "
         "(needs bucketloader[ray] / bucketloader[spark]); only the histogram is collected"
     )
+    nulls_help = (
+        "Parquet rows whose column is null (no length): raise (the default, an error with their "
+        "count) or skip (left out, and their count told on stderr)"
+    )
 
     r = sub.add_parser(
         "report",
@@ -85,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("file", metavar="FILE", help=inputs)
     r.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
     r.add_argument("--engine", choices=ENGINES, help=engine_help)
+    r.add_argument("--nulls", choices=NULLS, default="raise", help=nulls_help)
     r.add_argument("-k", "--num-buckets", type=int, nargs="+", default=[4, 8, 16, 32])
     r.add_argument(
         "--strategy", nargs="+", help="strategies to compare (default: all the fast ones)"
@@ -112,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("file", metavar="FILE", help=inputs)
     c.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
     c.add_argument("--engine", choices=ENGINES, help=engine_help)
+    c.add_argument("--nulls", choices=NULLS, default="raise", help=nulls_help)
     c.add_argument("--strategy", default="optimal", help="strategy name (default: optimal)")
     c.add_argument("-k", "--num-buckets", type=int, required=True, help="shape budget k")
     size = c.add_mutually_exclusive_group()
@@ -213,7 +219,15 @@ def _read(args: argparse.Namespace) -> np.ndarray | LengthHistogram:
         )
     _check_shards(args.file)
     _note_parquet_text(args.file, args.column)
-    hist, _ = engine_histogram(args.file, args.column, args.engine or "local")
+    hist, num_nulls = engine_histogram(args.file, args.column, args.engine or "local", args.nulls)
+    if num_nulls:  # (--nulls skip: rows left out are told, never lost silently)
+        total = hist.num_samples + num_nulls
+        print(
+            f"bucketloader: note: --nulls skip left out {num_nulls:,} null row(s) of "
+            f"{total:,} ({num_nulls / total:.2%}); the histogram counts the other "
+            f"{hist.num_samples:,}",
+            file=sys.stderr,
+        )
     return hist
 
 
@@ -250,9 +264,8 @@ def _check_shards(path: str) -> None:
 
 def _note_parquet_text(path: str, column: str | None) -> None:
     """The characters note for a text column of Parquet shards (read from the first file's
-    schema; the engines measure a string column in characters)."""
-    if column is None:
-        return
+    schema; the engines measure a string column in characters). Without ``--column`` the
+    column is the file's only one (the engine refuses several)."""
     import pyarrow.parquet as pq
 
     from bucketloader.cli.files import characters_note
@@ -262,6 +275,10 @@ def _note_parquet_text(path: str, column: str | None) -> None:
         schema = pq.read_schema(parquet_files(path)[0])
     except (OSError, ValueError):
         return  # the engine names the problem with the files
+    if column is None:
+        if len(schema.names) != 1:
+            return  # (the engine asks for --column)
+        column = schema.names[0]
     note = characters_note(schema, str(column), Path(path).name)
     if note is not None:
         print(f"bucketloader: note: {note}", file=sys.stderr)
@@ -370,7 +387,8 @@ def _precompute(args: argparse.Namespace) -> int:
     key = cache.key(hist, name, params)
     many = "s" if hist.num_values != 1 else ""
     label = f"strategy {name!r}, k={args.num_buckets}, {hist.num_values:,} distinct length{many}"
-    with _Ticker(f"solving ({label})"):
+    with _Ticker(f"solving ({label})"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         sol = solve_boundaries(
             hist,
             args.num_buckets,
@@ -379,9 +397,13 @@ def _precompute(args: argparse.Namespace) -> int:
             cost=args.cost,
             pad_to_multiple_of=args.pad_to_multiple_of,
         )
+    for w in caught:  # (a CacheWarning says why an entry was not stored: one line each)
+        print(f"bucketloader: warning: {w.message}", file=sys.stderr)
     where = cache.path_for(key)
     state = "hit" if cache.hits else f"miss, solved in {sol.solve_seconds:.3f} s"
-    stored = where.exists()
+    # the entry itself, read back as a later run reads it: a directory or a symbolic link at
+    # its path is the user's, never replaced, so nothing was stored (exists() said it was)
+    stored = cache.get(key) is not None
     print(f"{Path(args.file).name}: {hist.num_samples:,} lengths, {label}")
     print(f"cache: {state}; key {key[:16]}… {'at ' + str(where) if stored else '(not stored)'}")
     print(f"status: {sol.status}; padding {sol.padding_ratio:.2%} (pad / real elements)")
@@ -401,8 +423,8 @@ def _precompute(args: argparse.Namespace) -> int:
         print(f"written to {args.json}")
     if not stored:  # precompute's one job: the entry a later run finds
         return _fail(
-            f"the boundaries were solved but not stored: the cache directory {cache.directory} "
-            "is not usable (the warning above says why); point --cache-dir or "
+            f"the boundaries were solved but not stored in the cache directory {cache.directory} "
+            "(the warning above says why); fix that, or point --cache-dir or "
             "BUCKETLOADER_CACHE_DIR at a writable directory"
         )
     return 0

@@ -229,37 +229,47 @@ def describe_columns(columns: list[str] | None) -> str:
 # --- Arrow ------------------------------------------------------------------------------------
 
 
-def check_arrow_type(t: Any, name: str) -> None:
-    """Refuse, before any scan, an Arrow type that has no length (floats, nested lists, ...)."""
+#: The last resort a type error names where the engine takes ``length_fn=`` (Ray), and where it
+#: does not (a Parquet scan, the command line).
+WITH_LENGTH_FN = "pass length_fn="
+WITHOUT_LENGTH_FN = "write each row's length to an integer column and measure that"
+
+
+def check_arrow_type(t: Any, name: str, *, other: str = WITH_LENGTH_FN) -> None:
+    """Refuse, before any scan, an Arrow type that has no length (floats, nested lists, ...).
+
+    ``other`` is the last fix the error names (:data:`WITHOUT_LENGTH_FN` where the caller takes
+    no ``length_fn``). A dictionary-encoded column (a pandas ``category`` written to Parquet)
+    is measured as its values' type."""
     import pyarrow as pa
 
+    if pa.types.is_dictionary(t):  # (arrow_lengths decodes it)
+        return check_arrow_type(t.value_type, name, other=other)
     if pa.types.is_null(t):
         return  # only nulls (a block whose rows are all null): counted as nulls
     if isinstance(t, pa.ExtensionType):
         ext = t.extension_name
         if "tensor" in ext and getattr(t, "ndim", len(getattr(t, "shape", ()) or ())) >= 1:
             return  # a Ray tensor column (fixed or variable shape): its first dimension
-        raise TypeError(
-            f"column {name!r} has the extension type {t} ({ext}); measure it with length_fn="
-        )
+        raise TypeError(f"column {name!r} has the extension type {t} ({ext}); {other}")
     if is_list(t):
         if is_list(t.value_type) or isinstance(t.value_type, pa.ExtensionType):
             raise TypeError(
                 f"column {name!r} is a nested list ({t}): which level is the length is "
-                "ambiguous; flatten it, store its length in an int column, or pass length_fn="
+                f"ambiguous; flatten it, store its length in an int column, or {other}"
             )
         return
     if pa.types.is_floating(t) or pa.types.is_decimal(t):
         raise TypeError(
             f"column {name!r} holds {t} numbers; lengths are whole numbers: cast the column to "
-            "int64 (after rounding up) or pass length_fn="
+            f"int64 (after rounding up) or {other}"
         )
     if pa.types.is_integer(t) or is_text(t) or is_bytes(t):
         return
     raise TypeError(
         f"column {name!r} has type {t}; lengths come from a list column (token ids, audio "
         "arrays; the list length), an integer length column or a string column (characters); "
-        "otherwise pass length_fn="
+        f"otherwise {other}"
     )
 
 
@@ -275,8 +285,10 @@ def arrow_lengths(arr: Any, name: str) -> tuple[np.ndarray, np.ndarray | None]:
 
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks() if arr.num_chunks != 1 else arr.chunk(0)
+    check_arrow_type(arr.type, name)
+    if pa.types.is_dictionary(arr.type):  # (one batch's values: memory stays bounded)
+        arr = arr.dictionary_decode()
     t = arr.type
-    check_arrow_type(t, name)
     if pa.types.is_null(t):
         return np.zeros(len(arr), dtype=np.int64), np.zeros(len(arr), dtype=bool)
     if isinstance(t, pa.ExtensionType):

@@ -24,6 +24,7 @@ from bucketloader._arrow import parquet_files, scan_parquet, skipped_note
 from bucketloader._types import LazyModule
 from bucketloader._validation import MissingKeyError, check_bool, check_int, checks_options
 from bucketloader.engines._common import (
+    WITHOUT_LENGTH_FN,
     Accumulator,
     ScanResult,
     check_arrow_type,
@@ -109,7 +110,7 @@ def parquet_histogram(
             f"column {missing[0]!r} not found in {what}; it has columns {schema.names}"
         )
     for c in columns:
-        check_arrow_type(schema.field(c).type, c)
+        check_arrow_type(schema.field(c).type, c, other=WITHOUT_LENGTH_FN)
     acc = Accumulator(columns, nulls, "arrow")
     bar = _progress_bar(progress, total, what)
     try:
@@ -147,6 +148,7 @@ def _open(
             if skipped:  # (a directory's README.md: NOTE [ Which files a directory of Parquet
                 _log.info(skipped_note(name, listed, skipped))  # shards holds ])
             files += listed
+        _check_listed_once(names, files)
         what = os.fspath(names[0]) if len(names) == 1 else f"{len(files)} files"
         try:
             source = pads.dataset(files, format="parquet")
@@ -218,6 +220,24 @@ def _open(
         "pyarrow.dataset.Dataset, a pyarrow.Table or a pyarrow.RecordBatchReader, got "
         f"{type(source).__name__}"
     )
+
+
+def _check_listed_once(names: list[Any], files: list[str]) -> None:
+    """Refuse a file that ``names`` (paths, directories, globs) reach twice: its rows would be
+    counted twice (pyarrow's dataset reads a file once per listing), a histogram of more samples
+    than the data set has. Paths are compared as written (absolute, normalised), not through
+    symbolic links: two names of one blob in a Hub snapshot are two files of the data set."""
+    seen: dict[str, int] = {}
+    for f in files:
+        key = os.path.normcase(os.path.abspath(f))
+        if key in seen:
+            given = [os.fspath(n) for n in names]
+            raise ValueError(
+                f"source reaches the file {f} twice (source={given!r:.300}), so its rows would "
+                "be counted twice; list every file once (a directory or a glob already reads "
+                "the files under it)"
+            )
+        seen[key] = 1
 
 
 def _is_null(pa: Any, schema: Any, column: str) -> bool:
