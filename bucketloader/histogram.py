@@ -174,7 +174,8 @@ class LengthHistogram:
         if not np.all((qs >= 0) & (qs <= 1)):  # (False for NaN)
             raise ValueError(f"q must be in [0, 1] (a fraction, not a percent), got q={q!r}")
         cum = np.cumsum(self.counts)
-        pos = np.floor(qs * (cum[-1] - 1)).astype(np.int64)
+        # (clipped: above 2**53 samples q=1 rounds past the last index in float64)
+        pos = np.minimum(np.floor(qs * (cum[-1] - 1)).astype(np.int64), cum[-1] - 1)
         return self.values[np.searchsorted(cum, pos, side="right")]
 
     def digest(self) -> str:

@@ -422,6 +422,12 @@ def test_a_text_column_says_it_measures_characters(tmp_path, capsys):
     assert "column 'text' holds text: its lengths are measured in characters" in (
         capsys.readouterr().err
     )
+    # a dictionary-encoded text column (a pandas category), now measured: the same note
+    pq.write_table(pa.table({"text": pa.array(words).dictionary_encode()}), tmp_path / "d.parquet")
+    assert main(["report", str(tmp_path / "d.parquet"), "--column", "text", "-k", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "column 'text' holds text: its lengths are measured in characters" in err
+    assert "samples 12 |" in out
 
 
 def test_a_csv_with_a_byte_order_mark_reads_by_column_name(tmp_path):
@@ -566,3 +572,19 @@ def test_precompute_never_claims_an_entry_that_something_else_occupies(tmp_path,
     assert "solved but not stored" in err and "Traceback" not in err and "store.py" not in err
     assert json.loads((tmp_path / "out.json").read_text())["cache_entry"] is None
     assert mine.read_text() == "precious" and (entry.is_dir() or entry.is_symlink())
+
+
+@pytest.mark.parametrize("command", ["report", "precompute"])
+def test_nulls_on_a_file_that_is_not_parquet_is_refused_not_ignored(tmp_path, capsys, command):
+    """``--nulls skip`` was accepted and ignored on a .jsonl / .txt file: the null row was still
+    refused, with an error that never said the option had no effect."""
+    from bucketloader.cli import main
+
+    (tmp_path / "a.jsonl").write_text('{"n": 3}\n{"n": null}\n{"n": 5}\n')
+    k = ["-k", "2", "--cache-dir", str(tmp_path / "c")] if command == "precompute" else []
+    argv = [command, str(tmp_path / "a.jsonl"), "--column", "n", *k, "--nulls", "skip"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--nulls skip applies to Parquet shards (a directory of .parquet files, a quoted " in err
+    assert f"got {tmp_path / 'a.jsonl'}; leave out --nulls" in err
+    assert not (tmp_path / "c").exists() or not list((tmp_path / "c").glob("*.json"))

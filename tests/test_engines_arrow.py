@@ -719,6 +719,15 @@ def test_a_file_listed_twice_is_refused_not_counted_twice(tmp_path):
             parquet_histogram(source, "n")
     both = [first, tmp_path / "ds" / "part-001.parquet"]
     assert parquet_histogram(both, "n").histogram == LengthHistogram.from_lengths(range(1, 7))
+    # through a symbolic link to the directory: the same files (they were counted twice)
+    (tmp_path / "link").symlink_to(tmp_path / "ds", target_is_directory=True)
+    with pytest.raises(ValueError, match=r"part-000\.parquet twice, also as .*link.part-000"):
+        parquet_histogram([tmp_path / "ds", tmp_path / "link"], "n")
+    # two links to one file (two names of one blob in a Hub snapshot) stay two files
+    (tmp_path / "hub").mkdir()
+    for name in ("a.parquet", "b.parquet"):
+        (tmp_path / "hub" / name).symlink_to(first)
+    assert parquet_histogram(tmp_path / "hub", "n").histogram.num_samples == 6
 
 
 def test_a_dictionary_encoded_column_is_measured_by_its_values(tmp_path):

@@ -72,6 +72,20 @@ def test_quantile_matches_numpy_lower():
     assert h.quantile(qs).tolist() == expected.tolist()
 
 
+def test_quantile_of_more_samples_than_float64_counts_exactly_stays_in_range():
+    """Above 2**53 samples q * (n - 1) rounds up to n in float64, and q=1 indexed one past the
+    last length (IndexError); analyze of an engine's histogram that large reached it through
+    the percentile strategy once histograms were no longer expanded."""
+    from bucketloader import analyze
+
+    values = np.arange(1, 101)
+    hist = LengthHistogram.from_counts(values, np.full(values.size, 10**15))  # 10**17 samples
+    assert hist.quantile([0.0, 1.0]).tolist() == [1, 100]
+    report = analyze(hist, num_buckets=[4])
+    assert report.row("percentile", 4).boundaries[-1] == 100
+    assert report.recommended.boundaries == (25, 50, 75, 100)
+
+
 def test_equality_hash_repr():
     h = LengthHistogram.from_lengths([1, 2, 2])
     assert h == LengthHistogram(np.array([1, 2]), np.array([1, 2]))

@@ -329,6 +329,9 @@ def test_a_histogram_of_more_samples_than_memory_is_analysed_from_its_counts():
         analyze(hist, num_buckets=[4], batch_size=32)
     with pytest.raises(ValueError, match=r"batch_size / max_tokens .*leave out batch_size"):
         recommend_num_buckets(hist, num_buckets=[4], max_tokens=4096)
+    costs = {"compile_seconds_per_shape": 5.0, "seconds_per_token": 1e-6}
+    with pytest.raises(ValueError, match=r"leave out batch_size and max_tokens, and costs \("):
+        analyze(hist, num_buckets=[4], batch_size=32, costs=costs)  # (costs need batch_size)
 
 
 def test_plot_refuses_a_resolution_no_canvas_holds_before_drawing(tmp_path):

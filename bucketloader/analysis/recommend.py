@@ -282,11 +282,10 @@ def recommend_num_buckets(
     if isinstance(lengths, LengthHistogram):  # checked once: the histogram's values
         hist = lengths
         why = "batch_size / max_tokens (each candidate's batches are planned sample by sample)"
-        flat = (
-            Lengths(every_length(hist, why, "leave out batch_size and max_tokens"))
-            if budget
-            else None
+        fix = "leave out batch_size and max_tokens" + (
+            "" if cost is None else ", and costs (predicted over those batches)"
         )
+        flat = Lengths(every_length(hist, why, fix)) if budget else None
     else:
         flat = Lengths(as_lengths(lengths))
         hist = LengthHistogram.from_lengths(flat)

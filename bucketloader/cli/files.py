@@ -340,7 +340,11 @@ def characters_note(schema: Any, column: str, name: str) -> str | None:
     """
     if schema is None or schema.get_field_index(column) < 0:
         return None
-    if not is_text(schema.field(column).type):  # (string views too)
+    import pyarrow as pa  # (a schema is given: pyarrow is there)
+
+    t = schema.field(column).type
+    t = t.value_type if pa.types.is_dictionary(t) else t
+    if not is_text(t):  # (string views too; a dictionary of strings, a pandas category, too)
         return None
     return (
         f"{name} column {column!r} holds text: its lengths are measured in characters, not "

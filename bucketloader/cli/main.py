@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("file", metavar="FILE", help=inputs)
     r.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
     r.add_argument("--engine", choices=ENGINES, help=engine_help)
-    r.add_argument("--nulls", choices=NULLS, default="raise", help=nulls_help)
+    r.add_argument("--nulls", choices=NULLS, help=nulls_help)
     r.add_argument("-k", "--num-buckets", type=int, nargs="+", default=[4, 8, 16, 32])
     r.add_argument(
         "--strategy", nargs="+", help="strategies to compare (default: all the fast ones)"
@@ -117,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("file", metavar="FILE", help=inputs)
     c.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
     c.add_argument("--engine", choices=ENGINES, help=engine_help)
-    c.add_argument("--nulls", choices=NULLS, default="raise", help=nulls_help)
+    c.add_argument("--nulls", choices=NULLS, help=nulls_help)
     c.add_argument("--strategy", default="optimal", help="strategy name (default: optimal)")
     c.add_argument("-k", "--num-buckets", type=int, required=True, help="shape budget k")
     size = c.add_mutually_exclusive_group()
@@ -210,16 +210,20 @@ def _read(args: argparse.Namespace) -> np.ndarray | LengthHistogram:
     """Lengths from a file, or the exact histogram of Parquet shards on ``--engine``."""
     from bucketloader.cli.engines import engine_histogram, is_parquet_set
 
-    if args.engine is None and not is_parquet_set(args.file):
+    if not is_parquet_set(args.file):
+        shards = "Parquet shards (a directory of .parquet files, a quoted glob or a .parquet file)"
+        if args.engine is not None:
+            raise ValueError(f"--engine {args.engine} reads {shards}, got {args.file}")
+        if args.nulls is not None:  # (it was accepted and ignored: a null was still refused)
+            raise ValueError(
+                f"--nulls {args.nulls} applies to {shards}, got {args.file}; leave out --nulls "
+                "(and fill or drop that file's rows without a length)"
+            )
         return _read_lengths(args)
-    if args.engine is not None and not is_parquet_set(args.file):
-        raise ValueError(
-            f"--engine {args.engine} reads Parquet shards (a directory of .parquet files, a "
-            f"quoted glob or a .parquet file), got {args.file}"
-        )
     _check_shards(args.file)
     _note_parquet_text(args.file, args.column)
-    hist, num_nulls = engine_histogram(args.file, args.column, args.engine or "local", args.nulls)
+    engine, nulls = args.engine or "local", args.nulls or "raise"
+    hist, num_nulls = engine_histogram(args.file, args.column, engine, nulls)
     if num_nulls:  # (--nulls skip: rows left out are told, never lost silently)
         total = hist.num_samples + num_nulls
         print(

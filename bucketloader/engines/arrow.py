@@ -225,19 +225,25 @@ def _open(
 def _check_listed_once(names: list[Any], files: list[str]) -> None:
     """Refuse a file that ``names`` (paths, directories, globs) reach twice: its rows would be
     counted twice (pyarrow's dataset reads a file once per listing), a histogram of more samples
-    than the data set has. Paths are compared as written (absolute, normalised), not through
-    symbolic links: two names of one blob in a Hub snapshot are two files of the data set."""
-    seen: dict[str, int] = {}
+    than the data set has. A file is its directory's real path (a symbolic link to a directory
+    reaches the same files) and its own name, not followed: two names of one blob in a Hub
+    snapshot are two files of the data set."""
+    real: dict[str, str] = {}  # directory -> its real path (one lookup per directory)
+    seen: dict[str, str] = {}  # file -> the name that first reached it
     for f in files:
-        key = os.path.normcase(os.path.abspath(f))
+        folder, name = os.path.split(os.path.abspath(f))
+        if folder not in real:
+            real[folder] = os.path.realpath(folder)
+        key = os.path.normcase(os.path.join(real[folder], name))
         if key in seen:
             given = [os.fspath(n) for n in names]
+            also = "" if seen[key] == f else f", also as {f}"
             raise ValueError(
-                f"source reaches the file {f} twice (source={given!r:.300}), so its rows would "
-                "be counted twice; list every file once (a directory or a glob already reads "
-                "the files under it)"
+                f"source reaches the file {seen[key]} twice{also} (source={given!r:.300}), so "
+                "its rows would be counted twice; list every file once (a directory or a glob "
+                "already reads the files under it)"
             )
-        seen[key] = 1
+        seen[key] = f
 
 
 def _is_null(pa: Any, schema: Any, column: str) -> bool:
