@@ -19,14 +19,26 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
 
+#: Ray Data's Parquet reader (DataSourceV2, Ray >= 2.5x) starts 32 footer-reading actors, one
+#: new worker process each, every time a ``read_parquet`` dataset executes: on a 2-CPU cluster
+#: Ray throttles their start ("Starting too many worker processes ... wait_time=10000ms") and a
+#: read of two small files took 13-17 s, mostly waiting. One actor reads the same footers
+#: through the same reader (the knob is read from the environment when a read is planned; the
+#: cluster's processes inherit it from here).
+RAY_ENV = {"RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "1"}
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    ctx.print_on_execution_start = False
-    yield ray
-    ray.shutdown()
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in RAY_ENV.items():
+            mp.setenv(name, value)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+        yield ray
+        ray.shutdown()
 
 
 def _blocks(table, n):

@@ -4,6 +4,7 @@ API, and the core importable without the optional extras."""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import subprocess
 import sys
@@ -39,9 +40,11 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imports(name: str, path: Path) -> list[tuple[str, str | None, int]]:
+@functools.cache
+def _imports(name: str, path: Path) -> tuple[tuple[str, str | None, int], ...]:
     """(imported module, imported name or None, line) for every project import, lazy ones too;
-    ``if TYPE_CHECKING:`` blocks are left out (they never run)."""
+    ``if TYPE_CHECKING:`` blocks are left out (they never run). Parsed once per run (three
+    tests walk every module's imports; the files do not change during a run)."""
     tree = ast.parse(path.read_text())
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
@@ -62,9 +65,9 @@ def _imports(name: str, path: Path) -> list[tuple[str, str | None, int]]:
             visit(child)
 
     visit(tree)
-    return [
+    return tuple(
         (m, n, line) for m, n, line in out if m == "bucketloader" or m.startswith("bucketloader.")
-    ]
+    )
 
 
 def _edges() -> dict[str, set[str]]:
