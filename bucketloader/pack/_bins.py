@@ -895,22 +895,20 @@ def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, 
     room_of = by_room.get
     open_rooms = sorted(by_room)  # the rooms some group has, increasing
     n_open = len(open_rooms)
-    step = 1 << _MULT
-    codes = range(gid * step, len(cnt) * step, step)  # (a size's index, as a code)
+    codes = range(gid << _MULT, len(cnt) << _MULT, 1 << _MULT)  # (a size's index, as a code)
     for here, s, c in zip(codes, vals[gid:], cnt[gid:], strict=True):
         at = bisect_left(open_rooms, s)
-        if c == 1:  # (one document: one step of m = k = 1, the loop's below, unrolled)
+        if c == 1:  # (one document: the loop's one step below, m = k = 1, unrolled)
             if at < n_open:
                 room = open_rooms[at]
                 stack = by_room[room]
                 g = stack[-1]
-                n = rows[g] - 1
-                rows[g] = n
-                if not n:
+                n = rows[g]
+                rows[g] = n - 1
+                if n == 1:  # (the group's last row: closed)
                     stack.pop()
                     if not stack:
-                        del by_room[room]
-                        del open_rooms[at]
+                        del by_room[room], open_rooms[at]
                         n_open -= 1
                 add_contents(contents[g] + (here | 1,))
             else:
