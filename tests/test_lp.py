@@ -265,3 +265,22 @@ def test_coarsened_boundaries_are_snapped_down_to_the_data(multiple_of):
     assert sol.boundaries[-1] == -(-lengths.max() // multiple_of) * multiple_of
     exact = solve_boundaries(lengths, 16, pad_to_multiple_of=multiple_of)
     assert exact.objective <= sol.objective <= exact.objective * 1.02
+
+
+@pytest.mark.parametrize("version", ["4.2.0", "4.0.0a12", "5"])
+def test_a_pulp_without_cbc_and_the_old_api_is_refused_by_name(monkeypatch, version):
+    """PuLP 4 (cp312+ wheels, what pip picks on Python 3.12 for 'pulp>=2.7') ships no CBC and
+    builds variables through the problem: every model here failed on it deep inside PuLP
+    (AttributeError: no PULP_CBC_CMD; LpVariable(cat=...) a TypeError), seen on the lent GPU
+    machine's Python 3.12. The dependency now says < 4, and a PuLP 4 installed anyway is one
+    ImportError naming the version and the fix, for both the lp strategy and the joint ILP."""
+    from bucketloader.strategies.joint import solve_joint
+
+    monkeypatch.setattr(pulp, "__version__", version)
+    lengths = np.arange(1, 60)
+    with pytest.raises(ImportError, match=rf"need PuLP < 4, got pulp {version}: .*'pulp>=2.7,<4'"):
+        lp(LengthHistogram.from_lengths(lengths), 4)
+    with pytest.raises(ImportError, match=r"need PuLP < 4.*solver='highs'"):
+        solve_joint(np.array([[3, 4], [5, 6], [7, 2]]), 2, solver="pulp")
+    monkeypatch.setattr(pulp, "__version__", "3.3.2")  # the versions it was built for pass
+    assert lp(LengthHistogram.from_lengths(lengths), 4).boundaries[-1] == 59

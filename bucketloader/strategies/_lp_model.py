@@ -26,6 +26,31 @@ from typing import Any
 
 import numpy as np
 
+#: PuLP 4 dropped the bundled CBC (it ships no solver at all) and rebuilt its modelling API
+#: (``LpVariable`` is made by a problem, expressions from lists fail): every model here was
+#: written and tested against PuLP 2.7-3.3, so a later major version is refused by name.
+PULP_BELOW = 4
+
+
+def import_pulp() -> Any:
+    """``import pulp``, refusing a version this package was not built for with the fix.
+
+    >>> import_pulp().__name__
+    'pulp'
+    """
+    import pulp
+
+    version = str(getattr(pulp, "__version__", "0"))
+    major = version.split(".")[0]
+    if major.isdigit() and int(major) >= PULP_BELOW:
+        raise ImportError(
+            f"bucketloader's PuLP models (strategy='lp', solve_joint(solver='pulp')) need PuLP "
+            f"< {PULP_BELOW}, got pulp {version}: PuLP {PULP_BELOW} ships no CBC solver and "
+            f"a new modelling API: install it with pip install 'pulp>=2.7,<{PULP_BELOW}', or use "
+            "strategy='optimal' (the same boundaries, no PuLP) / solve_joint(solver='highs')"
+        )
+    return pulp
+
 
 def build_and_solve(
     w: np.ndarray,
@@ -39,7 +64,7 @@ def build_and_solve(
     Returns ``(arcs or None, details)``; ``details["proved"]`` says whether the solver proved
     optimality, ``details["solver_status"]`` is PuLP's status text.
     """
-    import pulp
+    pulp = import_pulp()
 
     nodes = w.shape[0]
     ii, jj = np.nonzero(keep)

@@ -22,7 +22,7 @@ from bucketloader._validation import check_choice, check_float, check_int
 from bucketloader.boundaries import padding_cost
 from bucketloader.histogram import LengthHistogram
 from bucketloader.strategies import _dense
-from bucketloader.strategies._lp_model import build_and_solve
+from bucketloader.strategies._lp_model import build_and_solve, import_pulp
 from bucketloader.strategies._registry import StrategyResult, register_strategy, strategy_input
 from bucketloader.strategies.optimal import optimal
 
@@ -170,7 +170,7 @@ def _coarsen(hist: LengthHistogram, max_values: int, pad_to_multiple_of: int) ->
 
 
 def _make_solver(solver: Any, time_limit: float, warm_start: bool) -> Any:
-    import pulp
+    pulp = import_pulp()
 
     if solver is None:
         with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC for 4.0

@@ -71,6 +71,7 @@ from bucketloader._validation import (
 from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.histogram import JointHistogram, LengthHistogram
 from bucketloader.solution import JointSolution
+from bucketloader.strategies._lp_model import import_pulp
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors
 from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values
 from bucketloader.strategies.joint._ilp import (
@@ -169,7 +170,7 @@ def _solve(hist: JointHistogram, params: dict[str, Any]) -> JointSolution:
                 "exact=False (the search and its bound need numpy only)"
             ) from exc
         if params["solver"] == "pulp":
-            import pulp  # noqa: F401
+            import_pulp()
     start = time.perf_counter()
     k, size = params["max_shapes"], params["size"]
     rows, counts = hist.rows, hist.counts

@@ -46,6 +46,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from bucketloader.strategies._lp_model import import_pulp
 from bucketloader.strategies.joint._grid import Grid
 
 #: The solvers of the integer program (``solve_joint(solver=...)``).
@@ -182,7 +183,7 @@ def _cbc(
     """The model in PuLP, solved by its bundled CBC warm-started from ``start`` (each row's
     cell in our plan, local ids); the local ids of the cells it opens
     (NOTE [ Two solvers for the integer program ])."""
-    import pulp
+    pulp = import_pulp()
 
     ny, nrow, ci, pi, cost, k = model
     prob = pulp.LpProblem("bucketloader_joint", pulp.LpMinimize)
