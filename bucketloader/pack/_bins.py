@@ -688,7 +688,7 @@ class _Goal:
         self, sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...], search: str
     ) -> None:
         self.sizes, self.counts, self.row_lengths = sizes, counts, row_lengths
-        self.docs = int(np.sum(counts))
+        self.docs = int(np.asarray(counts).sum())
         # NOTE on planning speed: "always" searches whatever the documents per distinct size
         self.few = search == "auto" and self.docs < _DOCS_PER_SIZE * len(sizes)
         self.auto = search == "auto"
