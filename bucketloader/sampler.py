@@ -488,6 +488,7 @@ class BucketSampler(SpecShapes, EpochSampler):
                 self._even, self.spec, self.promotion = self.spec, spec, promotion
         self._warn_losses()
         self._warn_empty_shapes()
+        self._warn_filler_rows()
         counted = getattr(spec_options.get("strategy"), "work_limit", None) is not None
         if given is not lengths and spec_options.get("cache") in (None, False) and not counted:
             self._warn_joint_alone()  # (a work_limit plans the same cells on every rank)
@@ -618,6 +619,35 @@ class BucketSampler(SpecShapes, EpochSampler):
         :mod:`bucketloader.plan.limits`), and when they got a cell of width 0 of their own: a
         ``(B, 0)`` batch breaks most models (attention over no keys)."""
         warn_zero_lengths(self.spec, type(self).__name__, stacklevel=3)
+
+    def _warn_filler_rows(self) -> None:
+        """One warning when one batch holds more rows than the whole epoch has samples and more
+        than half of the epoch's rows are filler: most likely a token count given as
+        ``batch_size`` (``batch_size=16384`` over 1,000 samples planned batches of 16,384 rows,
+        each about 250 samples and the rest filler, silently). PackSampler warns the same way
+        about its all-padding rows. A small dataset over many ranks whose batches each fit in
+        the epoch is not warned about (nothing in ``batch_size`` to fix)."""
+        spec = self.spec
+        if spec.last_batch != "pad" or spec.num_planned == 0:  # ("keep" and "drop": no filler)
+            return
+        if spec.rule is None or spec.rule.batch_size is None:  # (max_tokens: nothing to swap)
+            return
+        largest = int(spec.cell_batch.max())
+        if largest <= spec.num_planned:
+            return
+        slots = int((spec.num_steps(self.num_replicas) * spec.cell_batch).sum()) * self.num_replicas
+        filler = slots - spec.num_planned
+        if 2 * filler <= slots:
+            return
+        warnings.warn(
+            f"{filler:,} of this {type(self).__name__}'s {slots:,} rows per epoch "
+            f"({filler / slots:.0%}) are filler rows, computed for nothing: a batch holds up to "
+            f"{largest:,} rows, more than the {spec.num_planned:,} samples of the whole epoch "
+            f"({self.num_replicas} rank(s)); batch_size counts samples per batch: lower it, or "
+            "pass max_tokens=<tokens per batch> to size batches from a token budget",
+            UserWarning,
+            stacklevel=3,
+        )
 
     def _warn_joint_alone(self) -> None:
         """Warn when several ranks each solve a joint plan on their own (NOTE [ One joint plan

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -393,3 +394,34 @@ def test_a_collator_option_typo_names_the_closest_option():
     ):
         sampler.collator(pad_valu=-1)
     assert sampler.collator(pad_value=-1).pad_value == -1
+
+
+def test_a_token_count_as_batch_size_is_warned_about_once():
+    """s14 left it: ``BucketSampler(lengths, batch_size=16384)`` over 1,000 samples (a token
+    budget passed as batch_size) planned 4 batches of 16,384 rows, 98% of them filler, silently.
+    One warning now names the counts and both fixes; max_tokens plans, batches that fit in the
+    epoch, and last_batch options without filler are not warned about."""
+    lengths = np.random.default_rng(0).integers(10, 500, 1000)
+    with pytest.warns(
+        UserWarning, match=r"^64,536 of this BucketSampler's 65,536 rows per ep"
+    ) as got:
+        sampler = BucketSampler(lengths, num_buckets=4, batch_size=16384)
+    assert len([w for w in got if "filler rows" in str(w.message)]) == 1
+    assert "more than the 1,000 samples of the whole epoch" in str(got[0].message)
+    assert "pass max_tokens=<tokens per batch>" in str(got[0].message)
+    assert sampler.shapes == [(16384, b) for b in sampler.boundaries]
+    with pytest.warns(UserWarning, match=r"a batch holds up to 600 rows, more than the 499 samp"):
+        BucketSampler(lengths[:499], num_buckets=2, batch_size=600, num_replicas=2, rank=1)
+    quiet = [
+        dict(num_buckets=4, batch_size=64),
+        dict(num_buckets=4, batch_size=1000),  # one batch the size of the epoch
+        dict(num_buckets=4, batch_size=16384, last_batch="keep"),
+        dict(num_buckets=4, batch_size=256, last_batch="drop"),
+        dict(num_buckets=4, max_tokens=16384),
+        dict(num_buckets=2, batch_size=300, num_replicas=4, rank=3),  # a small set over ranks
+    ]
+    for options in quiet:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            warnings.filterwarnings("ignore", message=r".*last_batch='drop'")
+            BucketSampler(lengths, **options)
