@@ -1169,26 +1169,45 @@ def _sorted_rooms_bfd(docs: list[int], length: int) -> int:
             ("4f213d6db44a21ab", "3df66671e3c9bc72", "3453d1fd4a1c51ae"),
             ("e5568e3d07cbc954", "1bbcc4074f3e8a05", "742f0db681979bb1"),
         ),
+        # (session 15: sizes of one document each, BFD's unrolled step; full rows at 1k)
+        (
+            "uniform (L/8, L/2] 1k",
+            16384,
+            ("672fba12cfc73ee0", "54a7e608a5ca9f86", "04541e0297fea72c"),
+            ("11628808707f48fd", "de788938a6f55a48", "243f351c178810fd"),
+        ),
+        # (session 15: the rows of three turned, then the search of BFD's rows)
+        (
+            "uniform (L/5, L/2] 2k",
+            1024,
+            ("69a3f7970a14e3d5", "66e3449413940f0e", "ef0bd23fef273dac"),
+            ("46771b46e8ef59fe", "99cd6fa300b61b44", "99cd6fa300b61b44"),
+        ),
     ],
 )
 def test_the_search_made_faster_keeps_its_plans(case, row_length, digests, plans):
-    """Session 14 cut the search's Python overhead (the closest fill's loop, the full rows'
-    grid, the grouping of rows of one length) without changing a plan: these digests
-    (``"never"``, ``"auto"``, ``"always"``) are session 13's, so a state saved there loads.
-    A digest holds the solver version, not the plan: the plans' own hashes (every pattern
-    array) are pinned too, also session 13's (a closest fill that picks another subset of
-    the same sum changes them, not the digests)."""
+    """Sessions 14 and 15 cut the search's Python overhead (the closest fill's loop, the full
+    rows' grid, the grouping of rows; numpy's Python wrappers, BFD's one-document step) without
+    changing a plan: these digests (``"never"``, ``"auto"``, ``"always"``) are those of the
+    session before each change, so a state saved there loads. A digest holds the solver
+    version, not the plan: the plans' own hashes (every pattern array) are pinned too, from
+    the same code (a closest fill that picks another subset of the same sum changes them, not
+    the digests)."""
     import hashlib
 
     from bucketloader.pack import PackSpec
 
     top = row_length if isinstance(row_length, int) else row_length[-1]
+    small = {"uniform (L/8, L/2] 1k": (8, 1000), "uniform (L/5, L/2] 2k": (5, 2000)}
     if case.startswith("GSM8K"):
         path = Path(__file__).parent / "data" / "gsm8k_train_qa_tokens.txt"
         gsm = np.loadtxt(path, dtype=np.int64).sum(axis=1) + 2
         docs = gsm[:2000]
     elif case == "uniform (L/4, 2L/3] 1k":
         docs = np.random.default_rng(1000).integers(257, 683, 1000)
+    elif case in small:  # (as benchmarks/small_costs.py draws them)
+        low, n = small[case]
+        docs = np.random.default_rng(n).integers(top // low + 1, top // 2 + 1, n)
     else:
         n = 10_000 if case.endswith("10k") else 375
         rng = np.random.default_rng(n if n == 10_000 else 4)

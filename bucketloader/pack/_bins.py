@@ -688,7 +688,7 @@ class _Goal:
         self, sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...], search: str
     ) -> None:
         self.sizes, self.counts, self.row_lengths = sizes, counts, row_lengths
-        self.docs = int(np.sum(counts))
+        self.docs = int(np.asarray(counts).sum())
         # NOTE on planning speed: "always" searches whatever the documents per distinct size
         self.few = search == "auto" and self.docs < _DOCS_PER_SIZE * len(sizes)
         self.auto = search == "auto"
@@ -848,7 +848,7 @@ def _fit_by_key(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, .
     # by the per-document loop, the others group by group
     one = np.zeros(len(vals) + 2, dtype=np.int8)
     one[gid + 1 : -1] = (np.asarray(counts)[gid:] == 1) & (np.asarray(sizes)[gid:] <= lens[0])
-    edges = np.flatnonzero(np.diff(one)).reshape(-1, 2)
+    edges = (one[1:] != one[:-1]).nonzero()[0].reshape(-1, 2)
     start = gid
     for lo, hi in edges[edges[:, 1] - edges[:, 0] >= _RUN].tolist():
         gid = _grouped_steps(state, vals, cnt, lens, start, lo, gid)
@@ -895,10 +895,38 @@ def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, 
     room_of = by_room.get
     open_rooms = sorted(by_room)  # the rooms some group has, increasing
     n_open = len(open_rooms)
-    for i in range(gid, len(cnt)):
-        s, c = vals[i], cnt[i]
-        here = i << _MULT
+    codes = range(gid << _MULT, len(cnt) << _MULT, 1 << _MULT)  # (a size's index, as a code)
+    for here, s, c in zip(codes, vals[gid:], cnt[gid:], strict=True):
         at = bisect_left(open_rooms, s)
+        if c == 1:  # (one document: the loop's one step below, m = k = 1, unrolled)
+            if at < n_open:
+                room = open_rooms[at]
+                stack = by_room[room]
+                g = stack[-1]
+                n = rows[g]
+                rows[g] = n - 1
+                if n == 1:  # (the group's last row: closed)
+                    stack.pop()
+                    if not stack:
+                        del by_room[room], open_rooms[at]
+                        n_open -= 1
+                add_contents(contents[g] + (here | 1,))
+            else:
+                kind = 0 if s <= lens[0] else next(j for j, x in enumerate(lens) if x >= s)
+                room = lens[kind]
+                add_contents((kind << _KIND | here | 1,))
+            left = room - s
+            if left:
+                other = room_of(left)
+                if other is None:
+                    by_room[left] = [gid]
+                    insort(open_rooms, left)
+                    n_open += 1
+                else:
+                    other.append(gid)
+            gid += 1
+            add_rows(1)
+            continue
         while c:  # one group per step: m documents of size s in each of k rows
             if at < n_open:  # the tightest open row that holds s: rows of group g
                 room = open_rooms[at]
@@ -959,7 +987,7 @@ def _tuple_patterns(
     n = len(chains)
     reps = np.fromiter(filter(None, rows), np.int64, n)
     offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, chains), np.int64, n), out=offsets[1:])
+    np.fromiter(map(len, chains), np.int64, n).cumsum(out=offsets[1:])
     packed = np.fromiter(itertools.chain.from_iterable(chains), np.int64, int(offsets[-1]))
     return _decoded(sizes, reps, offsets, packed)
 
@@ -1224,22 +1252,22 @@ def repack(
     """
     lens = np.asarray(row_lengths, dtype=np.int64)
     room = lens[fit.kind] - fit.fill
-    order = np.argsort(-room, kind="stable")[: int(np.count_nonzero(room))]
-    widths = np.diff(fit.offsets)
+    order = (-room).argsort(kind="stable")[: int(np.count_nonzero(room))]
+    widths = fit.offsets[1:] - fit.offsets[:-1]
     if unit > 1:  # (a pattern holding a document longer than the longest row in units stays)
         over = -(-fit.sizes[fit.items] // unit) > int(lens[-1]) // unit
         over = np.add.reduceat(over, fit.offsets[:-1]) > 0 if over.size else over
         order = order[~over[order]]
     if not order.size:
         return fit
-    have = np.cumsum((room * fit.reps)[order])  # the room of the first patterns' rows
+    have = (room * fit.reps)[order].cumsum()  # the room of the first patterns' rows
     padded = _padded(fit, row_lengths)
     aims = aims or [padded - int(have[-1])]
     for i, aim in enumerate(aims):
         want = padded - aim  # the room to free
         if i:  # (the last resort: with half the room it leaves to spare, to succeed at once)
             want += (int(have[-1]) - want) // 2
-        k = min(int(np.searchsorted(have, want)) + 1, order.size)
+        k = min(int(have.searchsorted(want)) + 1, order.size)
         if most is None or k <= most:
             break
     best, least = fit, padded
@@ -1258,7 +1286,7 @@ def repack(
         last = k
         while k == last:  # (twice the room until it takes more rows: the same rows, same plan)
             want = max(2 * want, 1)  # (an aim above BFD's rows, want <= 0, doubled forever)
-            k = min(int(np.searchsorted(have, want)) + 1, order.size)
+            k = min(int(have.searchsorted(want)) + 1, order.size)
 
 
 def _repacked(
@@ -1273,10 +1301,10 @@ def _repacked(
     units of ``unit`` tokens where it is above 1."""
     keep = np.ones(fit.reps.size, dtype=bool)
     keep[chosen] = False
-    kept = np.repeat(keep, widths)
+    kept = keep.repeat(widths)
     moved = ~kept
     pool = np.bincount(
-        fit.items[moved], (fit.mult * np.repeat(fit.reps, widths))[moved], minlength=fit.sizes.size
+        fit.items[moved], (fit.mult * fit.reps.repeat(widths))[moved], minlength=fit.sizes.size
     )
     at = pool.nonzero()[0]
     if unit > 1:
@@ -1290,7 +1318,7 @@ def _repacked(
     index = dict(zip(vals, at.tolist(), strict=True))  # a size's index in fit.sizes
     width = widths[keep]
     offsets = np.zeros(width.size + len(ends) + 1, dtype=np.int64)
-    np.cumsum(width, out=offsets[1 : width.size + 1])
+    width.cumsum(out=offsets[1 : width.size + 1])
     offsets[width.size + 1 :] = offsets[width.size] + np.asarray(ends, dtype=np.int64)
     return Patterns(
         sizes=fit.sizes,
@@ -1582,10 +1610,12 @@ def bfd_floor(sizes: np.ndarray, counts: np.ndarray, length: int) -> int | None:
     """
     if 2 * int(sizes[0]) > length:
         return None
-    n = int(np.searchsorted(-sizes, -(length // 3), side="left"))  # (longer than L / 3)
-    big = np.repeat(sizes[:n], counts[:n])
+    n = int((-sizes).searchsorted(-(length // 3), side="left"))  # (longer than L / 3)
+    big = sizes[:n].repeat(counts[:n])
     m = big.size
-    rooms = np.append(length - big[0 : m - 1 : 2] - big[1:m:2], length - big[m - 1 :][: m % 2])
+    rooms = np.concatenate(
+        (length - big[0 : m - 1 : 2] - big[1:m:2], length - big[m - 1 :][: m % 2])
+    )
     live = int(rooms[rooms >= sizes[-1]].sum())
     rest = int(np.dot(sizes[n:].astype(np.int64), counts[n:].astype(np.int64)))
     return (m + 1) // 2 + max(0, -(-(rest - live) // length))
@@ -1666,9 +1696,9 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
         >>> three_rows(np.array([11, 5]), np.array([1, 5]), 16, 4).num_rows  # 11 5 | 5 5 5 | 5
         3
     """
-    ids = np.repeat(np.arange(sizes.size - 1, -1, -1), counts[::-1])  # (size indices, by size)
+    ids = np.arange(sizes.size - 1, -1, -1).repeat(counts[::-1])  # (size indices, by size)
     docs = sizes[ids]  # increasing
-    n = int(np.searchsorted(docs, length // 2, side="right"))  # (at most L / 2)
+    n = int(docs.searchsorted(length // 2, side="right"))  # (at most L / 2)
     # a long document's row takes one short document at most: the long ones in turn, from the
     # most room, each take the longest short one left that fits (the most of them that can
     # be matched, and the longest, leaving the shortest for the rows of three)
@@ -1676,10 +1706,10 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
     shared = longs  # (none)
     if longs.size:
         rooms = length - docs[n:]  # (decreasing)
-        first = n - np.searchsorted(docs[:n], rooms, side="right")  # (the longest that fits,
+        first = n - docs[:n].searchsorted(rooms, side="right")  # (the longest that fits,
         at = np.arange(rooms.size)  # from the longest short one down)
         took = np.maximum.accumulate(first - at) + at
-        k = int(np.searchsorted(took, n))  # (the long ones that get one)
+        k = int(took.searchsorted(n))  # (the long ones that get one)
         shared = n - 1 - took[:k]
         short = np.ones(n, dtype=bool)
         short[shared] = False
@@ -1690,8 +1720,8 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
     # smaller ones): the t largest of those anchor a row each, the 2t others pair up (smallest
     # with largest, else neighbours), and the pairs go, least tokens first, to the anchors,
     # largest first
-    ends = np.cumsum(docs)[2::3] - length * np.arange(1, n // 3 + 1)
-    fits = np.flatnonzero(ends <= 0)  # (3t documents of more than t rows' tokens: no t rows)
+    ends = docs.cumsum()[2::3] - length * np.arange(1, n // 3 + 1)
+    fits = (ends <= 0).nonzero()[0]  # (3t documents of more than t rows' tokens: no t rows)
     hi = int(fits[-1]) + 1 if fits.size else 0
     lo = n - 2 * below + 2  # rows = ceil((n - t) / 2): fewer than `below` from lo triples on
 
@@ -1718,7 +1748,9 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
 
         if turned:  # (a plan of its own already: the others' fits no longer matter)
             return 4 if four() else 0
-        if (np.sort(docs[:t] + docs[2 * t - 1 : t - 1 : -1]) <= rooms).all():
+        sums = docs[:t] + docs[2 * t - 1 : t - 1 : -1]
+        sums.sort()
+        if (sums <= rooms).all():
             return 1
         if (docs[:t] + docs[t : 2 * t] <= rooms).all():
             return 2
@@ -1746,11 +1778,11 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
     small = np.arange(t)
     if how == 4:
         large = t + (small + t // 2) % t
-        order = np.argsort(docs[small] + docs[large], kind="stable")
+        order = (docs[small] + docs[large]).argsort(kind="stable")
         small, large = small[order], large[order]
     elif how == 1:
         large = 2 * t - 1 - small
-        order = np.argsort(docs[:t] + docs[2 * t - 1 : t - 1 : -1], kind="stable")
+        order = (docs[:t] + docs[2 * t - 1 : t - 1 : -1]).argsort(kind="stable")
         small, large = small[order], large[order]
     elif how == 2:
         large = small + t
@@ -1771,7 +1803,7 @@ def three_rows(sizes: np.ndarray, counts: np.ndarray, length: int, below: int) -
         rows[t + m, 0] = rest[-1]
     rows[t + m + odd :, 0] = longs
     rows[t + m + odd : t + m + odd + k, 1] = every[shared]
-    return dataclasses.replace(_grouped(sizes, rows), turned=turned)
+    return _grouped(sizes, rows, turned=turned)
 
 
 def filled_rows(sizes: np.ndarray, counts: np.ndarray, length: int, most: int) -> Patterns | None:
@@ -1793,7 +1825,7 @@ def filled_rows(sizes: np.ndarray, counts: np.ndarray, length: int, most: int) -
     found: list[np.ndarray] = []
     for turn in range(_FILL_ROUNDS):
         for width in (3, 4):
-            pool = np.repeat(values, cnt[::-1])
+            pool = values.repeat(cnt[::-1])
             m = pool.size
             k = m // width
             if not k:
@@ -1805,24 +1837,26 @@ def filled_rows(sizes: np.ndarray, counts: np.ndarray, length: int, most: int) -
             for i in range(1, width - 1):
                 low = pool[m - i * k : m - (i - 1) * k]
                 at = turn * _FILL_TURN * i % k
-                parts.append(np.concatenate([low[k - at :], low[: k - at]]))  # (rolled by at)
+                parts.append(np.concatenate((low[k - at :], low[: k - at])) if at else low)
             need = top - parts[0]  # (at most top: the units are positive)
             for q in parts[1:]:
                 need -= q
             np.maximum(need, 0, out=need)
             have = np.bincount(pool[k : m - (width - 2) * k], minlength=top + 1)
-            order = np.argsort(need, kind="stable")
+            order = need.argsort(kind="stable")
             ordered = need[order]
-            rank = np.arange(k) - np.searchsorted(ordered, ordered, side="left")
+            rank = np.arange(k) - ordered.searchsorted(ordered, side="left")
             take = order[rank < have[ordered]]
             take = take[need[take] > 0]
             if not take.size:
                 continue
-            rows = np.stack([q[take] for q in parts] + [need[take]], axis=1)
-            found.append(rows)
-            cnt -= np.bincount(rows.ravel(), minlength=top + 1)
+            cols = [q[take] for q in parts]
+            cols.append(need[take])
+            flat = np.concatenate(cols)  # (the rows' columns, one after the other)
+            found.append(flat.reshape(width, take.size).T)
+            cnt -= np.bincount(flat, minlength=top + 1)
     made = sum(r.shape[0] for r in found)
-    left = np.flatnonzero(cnt)[::-1]
+    left = cnt.nonzero()[0][::-1]
     if left.size:  # the others: best-fit decreasing, its rows with room repacked (counted)
         docs = int(cnt.sum())
         fit = best_fit(left, cnt[left], (top,))
@@ -1835,14 +1869,14 @@ def filled_rows(sizes: np.ndarray, counts: np.ndarray, length: int, most: int) -
             fit = repack(fit, (top,), [aim], lambda x: x <= aim, docs // _DOCS_PER_PATTERN, work)
         if made + fit.num_rows > most:
             return None
-        widths = np.diff(fit.offsets)
+        widths = fit.offsets[1:] - fit.offsets[:-1]
         per_row = np.add.reduceat(fit.mult, fit.offsets[:-1])
-        item = np.repeat(fit.items, fit.mult)  # (each document of each pattern)
-        pattern = np.repeat(np.repeat(np.arange(fit.reps.size), widths), fit.mult)
-        place = np.arange(item.size) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+        item = fit.items.repeat(fit.mult)  # (each document of each pattern)
+        pattern = np.arange(fit.reps.size).repeat(widths).repeat(fit.mult)
+        place = np.arange(item.size) - (per_row.cumsum() - per_row).repeat(per_row)
         rest = np.zeros((fit.reps.size, int(per_row.max())), dtype=np.int64)
         rest[pattern, place] = left[item]
-        found.append(np.repeat(rest, fit.reps, axis=0))
+        found.append(rest.repeat(fit.reps, axis=0))
     elif made > most:
         return None
     # the rows in units, back to documents: the slots of each unit take that unit's documents
@@ -1852,49 +1886,63 @@ def filled_rows(sizes: np.ndarray, counts: np.ndarray, length: int, most: int) -
         grid[at : at + r.shape[0], : r.shape[1]] = r
         at += r.shape[0]
     flat = grid.ravel()
-    slots = np.flatnonzero(flat)
-    slots = slots[np.argsort(flat[slots], kind="stable")]
-    ids = np.repeat(np.arange(sizes.size - 1, -1, -1), counts[::-1])  # (by unit, increasing)
+    slots = flat.nonzero()[0]
+    slots = slots[flat[slots].argsort(kind="stable")]
+    ids = np.arange(sizes.size - 1, -1, -1).repeat(counts[::-1])  # (by unit, increasing)
     out = np.full(flat.size, sizes.size, dtype=np.int64)  # (sizes.size: an empty slot)
     out[slots] = ids
-    rows = np.sort(out.reshape(grid.shape), axis=1)
-    return dataclasses.replace(_grouped(sizes, rows), tripled=False, filled=True)
+    rows = out.reshape(grid.shape)
+    rows.sort(axis=1)
+    return _grouped(sizes, rows, tripled=False, filled=True)
 
 
-def _grouped(sizes: np.ndarray, rows: np.ndarray, kinds: np.ndarray | None = None) -> Patterns:
+def _grouped(
+    sizes: np.ndarray,
+    rows: np.ndarray,
+    kinds: np.ndarray | None = None,
+    *,
+    tripled: bool = True,
+    filled: bool = False,
+    turned: bool = False,
+) -> Patterns:
     """Patterns of rows ``(R, w)`` of size indices, each row's increasing (largest size
     first), ``sizes.size`` in an empty slot, of row length ``kinds`` (``(R,)``, 0 if
-    ``None``): equal rows one pattern."""
+    ``None``): equal rows one pattern, with the flags given (:class:`Patterns`)."""
     order = np.lexsort(rows.T[::-1]) if rows.shape[1] else np.arange(rows.shape[0])
     if kinds is not None:  # (with one row length, the order is the rows')
-        order = order[np.argsort(kinds[order], kind="stable")]
+        order = order[kinds[order].argsort(kind="stable")]
     rows = rows[order]
-    new = np.ones(rows.shape[0], dtype=bool)
-    new[1:] = (rows[1:] != rows[:-1]).any(axis=1)
+    n = rows.shape[0]
+    new = np.ones(n + 1, dtype=bool)  # (and a last start past the rows: the bounds)
+    new[1:n] = (rows[1:] != rows[:-1]).any(axis=1)
     if kinds is not None:
         kinds = kinds[order]
-        new[1:] |= kinds[1:] != kinds[:-1]
-    starts = np.flatnonzero(new)
-    reps = np.diff(np.append(starts, rows.shape[0]))
+        new[1:n] |= kinds[1:] != kinds[:-1]
+    bounds = new.nonzero()[0]
+    starts = bounds[:-1]
+    reps = bounds[1:] - starts
     rows = rows[starts]
     kinds = np.zeros(starts.size, dtype=np.int64) if kinds is None else kinds[starts]
     flat = rows.ravel()
-    where = np.repeat(np.arange(rows.shape[0]), rows.shape[1])
+    where = np.arange(rows.shape[0]).repeat(rows.shape[1])
     keep = flat < sizes.size
     flat, where = flat[keep], where[keep]
-    first = np.ones(flat.size, dtype=bool)
-    first[1:] = (flat[1:] != flat[:-1]) | (where[1:] != where[:-1])
-    at = np.flatnonzero(first)
+    first = np.ones(flat.size + 1, dtype=bool)  # (and past the last item: the bounds)
+    first[1 : flat.size] = (flat[1:] != flat[:-1]) | (where[1:] != where[:-1])
+    ends = first.nonzero()[0]
+    at = ends[:-1]
     offsets = np.zeros(rows.shape[0] + 1, dtype=np.int64)
-    np.cumsum(np.bincount(where[at], minlength=rows.shape[0]), out=offsets[1:])
+    np.bincount(where[at], minlength=rows.shape[0]).cumsum(out=offsets[1:])
     return Patterns(
         sizes=np.asarray(sizes, dtype=np.int64),
         kind=kinds.astype(np.int64),
         reps=reps.astype(np.int64),
         offsets=offsets,
         items=flat[at],
-        mult=np.diff(np.append(at, flat.size)).astype(np.int64),
-        tripled=True,
+        mult=(ends[1:] - at).astype(np.int64),
+        tripled=tripled,
+        turned=turned,
+        filled=filled,
     )
 
 
@@ -2011,20 +2059,20 @@ def lower_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> tuple
     # integers; no table of n + 1 entries: about 2 s per call at the 2**24 cap)
     if s.size > 1 and s[0] > s[-1]:  # (solve passes them longest first)
         s, c = s[::-1], c[::-1]
-    order = None if s.size < 2 or bool((s[1:] >= s[:-1]).all()) else np.argsort(s, kind="stable")
+    order = None if s.size < 2 or bool((s[1:] >= s[:-1]).all()) else s.argsort(kind="stable")
     v, w = (s, c) if order is None else (s[order], c[order])
     ccum, tcum = np.zeros(v.size + 1, v.dtype), np.zeros(v.size + 1, v.dtype)
-    np.cumsum(w, out=ccum[1:])
-    np.cumsum(v * w, out=tcum[1:])
+    w.cumsum(out=ccum[1:])
+    (v * w).cumsum(out=tcum[1:])
     half = n // 2
-    i_all, i_half = np.searchsorted(v, [n + 1, half + 1])
+    i_all, i_half = v.searchsorted([n + 1, half + 1])
     big = ccum[i_all] - ccum[i_half]
     # J1 u J2 = {s > n/2}; J2 = {n/2 < s <= n - a}; J3 = {a <= s <= n/2}. Between two sizes
     # <= n/2, J3 is fixed and J2 only shrinks as a grows, so the bound is largest at a = one of
     # these sizes (above the largest, J3 is empty and adds nothing)
     a = v[:i_half]
-    i_a = np.searchsorted(v, a)  # (ascending needles: a cheap search)
-    i_j2 = np.searchsorted(v, (n + 1 - a)[::-1])[::-1]
+    i_a = v.searchsorted(a)  # (ascending needles: a cheap search)
+    i_j2 = v.searchsorted((n + 1 - a)[::-1])[::-1]
     # J3's tokens past the room J2's rows leave (n each, less their own tokens): the tokens
     # of J3 u J2 less n per J2 row
     over = tcum[i_j2] - tcum[i_a] - (ccum[i_j2] - ccum[i_half]) * n
@@ -2063,8 +2111,8 @@ def thirds_bound(sizes: np.ndarray, counts: np.ndarray, row_length: int) -> int:
     # (|3 s - L| <= 2 L and |6 L q f(s)| <= 6 L^2 a document: past int64 only with that many
     # documents of that many tokens, then in Python ints, exact)
     w, m = (s.astype(object), c.astype(object)) if int(c.sum()) * 6 * n * n >= 1 << 62 else (s, c)
-    slope = np.cumsum(m * (3 * w - n))  # (x 3L: of the documents up to each size)
-    i_third, i_half = np.searchsorted(s, [n // 3 + 1, (n + 1) // 2])  # (s > L/3; s >= L/2)
+    slope = (m * (3 * w - n)).cumsum()  # (x 3L: of the documents up to each size)
+    i_third, i_half = s.searchsorted([n // 3 + 1, (n + 1) // 2])  # (s > L/3; s >= L/2)
     if i_half == 0 or slope[i_half - 1] <= 0:
         return 0  # (largest at beta = 1: f(s) <= s / L, no more than ceil(tokens / L))
     below = np.concatenate([[0], slope])[i_third:i_half]  # (of the documents shorter than t)
