@@ -169,3 +169,19 @@ def test_zero_length_samples_in_the_cli_report(tmp_path, capsys):
     path.write_text("1\n3\n5\n")
     assert main(["report", str(path), "-k", "2"]) == 0
     assert "length 0" not in capsys.readouterr().out
+
+
+def test_zero_length_samples_of_parquet_shards_are_counted_per_sample(tmp_path, capsys):
+    """Parquet shards reach the report as a histogram: the note counts samples, not distinct
+    lengths (three rows of length 0 are three)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    pq.write_table(pa.table({"n": [0, 0, 3, 5]}), shards / "a.parquet")
+    pq.write_table(pa.table({"n": [0, 7, 9]}), shards / "b.parquet")
+    assert main(["report", str(shards), "--column", "n", "-k", "2"]) == 0
+    assert "warning: 3 of 7 samples of length 0" in capsys.readouterr().out
