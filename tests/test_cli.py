@@ -454,6 +454,23 @@ def test_precompute_under_a_file_fails_before_reading_or_solving(tmp_path, files
     assert blocker.read_text() == "mine"
 
 
+def test_precompute_refuses_max_tokens_below_the_rounded_longest_before_solving(
+    tmp_path, files, capsys
+):
+    """The longest sample's bucket is its length rounded up to --pad-to-multiple-of (40 -> 48):
+    --max-tokens 45 fits the sample but not its bucket, and is refused before the solve, so
+    nothing reaches the cache."""
+    from bucketloader.cli import main
+
+    cache = tmp_path / "cache"
+    argv = ["precompute", str(files / "one.txt"), "-k", "2", "--pad-to-multiple-of", "16",
+            "--max-tokens", "45", "--cache-dir", str(cache)]  # fmt: skip
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert "the bucket length 48 of the longest sample" in err and "at least 48" in err
+    assert "boundaries:" not in out and not list(cache.glob("*.json"))
+
+
 def test_report_on_a_hub_layout_reads_the_shards_and_notes_the_rest(tmp_path, capsys):
     """A README.md beside the shards (every Hub download) failed as 'not readable as Parquet',
     and so did any file in a subdirectory (s10-user D4)."""
