@@ -568,6 +568,20 @@ def test_coarsened_grid_keeps_a_certified_bound(points, k, size):
     assert (joint_assign(rows, sol.cells, size) >= 0).all() and len(sol.cells) <= k
 
 
+def test_a_coarsened_grid_says_so_even_when_its_bound_meets_the_plan():
+    """NOTE [ Joint time limit and fallbacks ]: a pre-binned grid reports status "coarsened";
+    with one shape the bound (the covering cell, whose corner is kept) equals the plan, which
+    must not turn the status into "optimal"."""
+    import bucketloader.strategies.joint as joint
+
+    rows = np.array([[3, 9], [5, 4], [8, 2], [9, 7], [2, 5], [6, 6]])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(joint, "MAX_GRID", 4)
+        sol = solve_joint(rows, 1)
+    assert sol.cells.tolist() == [[9, 9]]
+    assert sol.lower_bound == sol.objective and sol.status == "coarsened"
+
+
 def test_work_limit_plans_the_same_cells_at_any_time_limit():
     # NOTE [ Work instead of seconds ]: the clock decides nothing about the cells
     pairs = load_real("gsm8k")[:1000]
