@@ -582,6 +582,19 @@ def test_a_coarsened_grid_says_so_even_when_its_bound_meets_the_plan():
     assert sol.lower_bound == sol.objective and sol.status == "coarsened"
 
 
+def test_the_gap_is_relative_to_the_plans_padding():
+    """``gap`` is ``(objective - lower_bound) / objective`` (solve_joint's docs): checked where
+    the bound stays well below the plan (a coarsened grid, two shapes: 26 against 10)."""
+    import bucketloader.strategies.joint as joint
+
+    rows = np.array([[3, 9], [5, 4], [8, 2], [9, 7], [2, 5], [6, 6]])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(joint, "MAX_GRID", 4)
+        sol = solve_joint(rows, 2)
+    assert 0 < sol.lower_bound < sol.objective
+    assert sol.gap == pytest.approx((sol.objective - sol.lower_bound) / sol.objective)
+
+
 def test_work_limit_plans_the_same_cells_at_any_time_limit():
     # NOTE [ Work instead of seconds ]: the clock decides nothing about the cells
     pairs = load_real("gsm8k")[:1000]
