@@ -595,6 +595,16 @@ def test_the_gap_is_relative_to_the_plans_padding():
     assert sol.gap == pytest.approx((sol.objective - sol.lower_bound) / sol.objective)
 
 
+@pytest.mark.parametrize(("size", "objective", "real"), [("sum", 8, 80), ("prod", 79, 385)])
+def test_padding_ratio_counts_real_elements_as_the_size_does(size, objective, real):
+    """``padding_ratio`` is the padding over the real elements, both counted by ``size``: the
+    elements of each row's product shape under "prod" (12 + 12 + 120 + 120 + 121 = 385)."""
+    pairs = [[3, 4], [4, 3], [10, 12], [12, 10], [11, 11]]
+    sol = solve_joint(pairs, 2, size=size)
+    assert sol.cells.tolist() == [[4, 4], [12, 12]] and sol.objective == objective
+    assert sol.padding_ratio == pytest.approx(objective / real)
+
+
 def test_work_limit_plans_the_same_cells_at_any_time_limit():
     # NOTE [ Work instead of seconds ]: the clock decides nothing about the cells
     pairs = load_real("gsm8k")[:1000]
