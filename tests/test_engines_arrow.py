@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import decimal
 import os
 import signal
 import sys
@@ -131,6 +132,12 @@ def test_progress_bar_counts_rows(tmp_path, capsys):
         (lambda p: pa.table({"n": pa.array([], pa.int64())}), "n", ValueError, r"has no rows"),
         (lambda p: pa.table({"n": [1, 2]}), "m", ValueError, r"column 'm' not found.*\['n'\]"),
         (lambda p: pa.table({"f": [1.0, 2.5]}), "f", TypeError, r"holds double numbers.*int64"),
+        (
+            lambda p: pa.table({"d": pa.array([decimal.Decimal(3)], pa.decimal128(5, 0))}),
+            "d",
+            TypeError,
+            r"holds decimal128\(5, 0\) numbers.*int64",
+        ),
         (
             lambda p: pa.table({"nested": [[[1], [2, 3]]]}),
             "nested",
