@@ -471,6 +471,15 @@ def test_precompute_refuses_max_tokens_below_the_rounded_longest_before_solving(
     assert "boundaries:" not in out and not list(cache.glob("*.json"))
 
 
+def test_precompute_table_padding_is_over_the_real_elements():
+    """The table's padding is (padded - real) / real, the ratio the report and the solution
+    use: bucket 4 holds 3 and 4 (1 padded element over 7 real), bucket 10 holds 9, 10, 10."""
+    from bucketloader.cli.main import bucket_table
+
+    rows = bucket_table(np.array([3, 4, 9, 10, 10]), [4, 10], 2, None)
+    assert [r["padding_ratio"] for r in rows] == [pytest.approx(1 / 7), pytest.approx(1 / 29)]
+
+
 def test_report_on_a_hub_layout_reads_the_shards_and_notes_the_rest(tmp_path, capsys):
     """A README.md beside the shards (every Hub download) failed as 'not readable as Parquet',
     and so did any file in a subdirectory (s10-user D4)."""
