@@ -605,6 +605,15 @@ def test_padding_ratio_counts_real_elements_as_the_size_does(size, objective, re
     assert sol.padding_ratio == pytest.approx(objective / real)
 
 
+def test_max_shapes_alone_plans_jointly_only_for_several_inputs():
+    """resolve_joint: ``max_shapes`` without ``num_buckets`` means the joint plan for two or
+    more inputs; one input keeps the per-input lattice (documented)."""
+    lengths = np.array([3, 5, 9, 12, 20, 31, 40, 41])
+    assert BucketSpec.build(lengths, max_shapes=3, batch_size=2).joint is None
+    pairs = np.stack([lengths, lengths[::-1]], axis=1)
+    assert BucketSpec.build(pairs, max_shapes=3, batch_size=2).joint is not None
+
+
 def test_work_limit_plans_the_same_cells_at_any_time_limit():
     # NOTE [ Work instead of seconds ]: the clock decides nothing about the cells
     pairs = load_real("gsm8k")[:1000]
