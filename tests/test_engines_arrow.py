@@ -768,3 +768,12 @@ def test_a_type_without_a_length_names_a_fix_parquet_histogram_takes(column):
     with pytest.raises(TypeError, match=r"column 'a' .*integer column and measure that") as info:
         parquet_histogram(pa.table({"a": column}), "a")
     assert "length_fn" not in str(info.value)
+
+
+def test_the_file_without_a_column_named_is_the_first_one():
+    """NOTE [ A file without the column ]: with two columns each missing from a different
+    file, the error names the earlier file (and its column), not the later one."""
+    from bucketloader.engines._common import missing_column
+
+    found = missing_column([("f0.parquet", ["b"]), ("f1.parquet", ["a"])], ["a", "b"])
+    assert found is not None and found.startswith("f0.parquet: no column 'a'")
