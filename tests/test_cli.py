@@ -480,6 +480,16 @@ def test_precompute_table_padding_is_over_the_real_elements():
     assert [r["padding_ratio"] for r in rows] == [pytest.approx(1 / 7), pytest.approx(1 / 29)]
 
 
+def test_precompute_table_counts_the_shapes_of_occupied_buckets_only():
+    """An empty bucket has no batch and no shape: the table says '-' and the count of planned
+    shapes leaves it out (3 buckets, 2 shapes)."""
+    from bucketloader.cli.main import bucket_table, format_table
+
+    rows = bucket_table(np.array([3, 4, 9, 10]), [4, 6, 10], 2, None)
+    assert [r["shape"] for r in rows] == [[2, 4], None, [2, 10]]
+    assert "planned shapes (batch_size=2, last_batch='pad'): 2;" in format_table(rows, 2, None)
+
+
 def test_report_on_a_hub_layout_reads_the_shards_and_notes_the_rest(tmp_path, capsys):
     """A README.md beside the shards (every Hub download) failed as 'not readable as Parquet',
     and so did any file in a subdirectory (s10-user D4)."""
