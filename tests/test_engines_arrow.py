@@ -777,3 +777,35 @@ def test_the_file_without_a_column_named_is_the_first_one():
 
     found = missing_column([("f0.parquet", ["b"]), ("f1.parquet", ["a"])], ["a", "b"])
     assert found is not None and found.startswith("f0.parquet: no column 'a'")
+
+
+def test_nulls_skip_reads_a_file_without_the_column_as_null_rows(tmp_path):
+    """NOTE [ A file without the column ]: under nulls="raise" the file is named; under
+    nulls="skip" its rows are nulls, left out and counted (a schema that grew a column)."""
+    pq.write_table(pa.table({"n": [1, 2]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"other": [5]}), tmp_path / "b.parquet")
+    with pytest.raises(ValueError, match=r"b\.parquet: no column 'n'"):
+        parquet_histogram(tmp_path, "n")
+    r = parquet_histogram(tmp_path, "n", nulls="skip")
+    assert r.histogram.values.tolist() == [1, 2] and (r.num_rows, r.num_nulls) == (3, 1)
+
+
+def test_the_report_skips_the_dynamic_baseline_above_its_sample_limit(
+    tmp_path, capsys, monkeypatch
+):
+    """Above MAX_BASELINE_SAMPLES (a histogram from Parquet shards), the report says the
+    baseline is skipped and skips it (it would hold every length in memory)."""
+    import importlib
+    import json
+
+    cli = importlib.import_module("bucketloader.cli.main")  # (bucketloader.cli.main: the function)
+
+    pq.write_table(pa.table({"n": [3, 5, 5, 9, 12, 12, 20]}), tmp_path / "a.parquet")
+    out = tmp_path / "r.json"
+    monkeypatch.setattr(cli, "MAX_BASELINE_SAMPLES", 6)
+    assert cli.main(["report", str(tmp_path), "--column", "n", "-k", "2", "--json", str(out)]) == 0
+    assert "the dynamic-padding baseline is skipped above 6" in capsys.readouterr().err
+    assert json.loads(out.read_text())["dynamic"] is None
+    monkeypatch.setattr(cli, "MAX_BASELINE_SAMPLES", 7)
+    assert cli.main(["report", str(tmp_path), "--column", "n", "-k", "2", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["dynamic"] is not None
