@@ -126,6 +126,20 @@ def test_progress_bar_counts_rows(tmp_path, capsys):
     assert "300/300" in capsys.readouterr().err
 
 
+def test_progress_counts_every_fragment_of_a_file(tmp_path, capsys):
+    """A user's dataset may hold one file's row groups as several fragments: the rows of a
+    file are the sum of its fragments (the progress total), not its last fragment's."""
+    pytest.importorskip("tqdm")
+    pq.write_table(pa.table({"n": list(range(300))}), tmp_path / "x.parquet", row_group_size=100)
+    whole = pads.dataset(tmp_path / "x.parquet", format="parquet")
+    parts = [g for f in whole.get_fragments() for g in f.split_by_row_group()]
+    assert len(parts) == 3
+    ds = pads.FileSystemDataset(parts, whole.schema, whole.format, whole.filesystem)
+    r = parquet_histogram(ds, "n", progress=True, batch_size=100)
+    assert r.num_rows == 300 and not r.empty_files
+    assert "300/300" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("make", "column", "kind", "message"),
     [
