@@ -635,6 +635,21 @@ def test_work_limit_plans_the_same_cells_at_any_time_limit():
         Joint(work_limit=1.5)
 
 
+def test_work_limit_keeps_its_plan_when_the_integer_program_finds_a_better_one():
+    """NOTE [ Work instead of seconds ]: under ``work_limit`` the cells come from the counted
+    search alone; the integer program (which runs on the clock) may prove a better optimum,
+    which tightens the bound but never replaces the plan (here 4,680 against 4,443)."""
+    rows = [[17, 7], [37, 5], [5, 17], [37, 21], [2, 37], [37, 20], [13, 7], [29, 3], [1, 38],
+            [18, 15], [27, 2], [25, 12], [32, 15], [6, 18], [16, 25], [24, 2], [2, 18],
+            [33, 27], [17, 27], [10, 14], [9, 14], [26, 7], [2, 27], [10, 15], [12, 11],
+            [11, 10], [29, 17], [24, 18]]  # fmt: skip
+    a = solve_joint(rows, 5, size="prod", work_limit=0, time_limit=5.0)
+    b = solve_joint(rows, 5, size="prod", work_limit=0, exact=False, time_limit=0.05)
+    assert a.cells.tolist() == b.cells.tolist() and a.objective == b.objective == 4680
+    if a.info.get("method") == "ilp":  # (the program ran in time: its proof is the bound)
+        assert a.lower_bound == 4443 and a.status == "heuristic"
+
+
 def test_counted_shakes_repeat_and_never_lose_the_plan():
     hist = JointHistogram.from_lengths(load_real("europarl")[:1500])
     grid = Grid.build(hist.rows, hist.counts, [np.unique(hist.rows[:, d]) for d in (0, 1)], "sum")
