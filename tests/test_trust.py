@@ -186,6 +186,10 @@ def test_cli_reads_lengths_exactly_or_refuses(tmp_path):
     txt.write_text("3\nnan\n")
     with pytest.raises(LengthFileError, match="whole number"):
         read_lengths(txt)
+    # a huge exponent is refused as written, before any integer of that many digits is built
+    txt.write_text("3\n1e5000\n")
+    with pytest.raises(LengthFileError, match=r"line 2: lengths must be < 2\*\*62, got '1e5000'$"):
+        read_lengths(txt)
 
 
 def test_bucket_trainer_evaluates_a_filtered_set_in_order(tmp_path):
