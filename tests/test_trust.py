@@ -186,6 +186,9 @@ def test_cli_reads_lengths_exactly_or_refuses(tmp_path):
     txt.write_text("3\nnan\n")
     with pytest.raises(LengthFileError, match="whole number"):
         read_lengths(txt)
+    txt.write_text("3\n-1\n")  # (the first length below 0: the edge of the check)
+    with pytest.raises(LengthFileError, match=r"line 2: lengths must be non-negative, got -1$"):
+        read_lengths(txt)
     # a huge exponent is refused as written, before any integer of that many digits is built
     txt.write_text("3\n1e5000\n")
     with pytest.raises(LengthFileError, match=r"line 2: lengths must be < 2\*\*62, got '1e5000'$"):
