@@ -73,6 +73,18 @@ def test_nulls_expressions_and_bucket_ids(spark):
         spark_bucket_ids(df, [1, 3], "ids").collect()  # nulls="raise" names both causes
 
 
+def test_a_row_null_in_any_column_is_one_null_row(spark):
+    """NOTE [ Nulls ]: with several columns a row is null if any of them is; the null rows
+    are counted, not grouped away (two identical null rows are two)."""
+    df = spark.createDataFrame(
+        [([1, 2], "ab"), ([3], None), (None, "xyz"), (None, "xyz")], "ids array<int>, s string"
+    )
+    r = spark_histogram(df, ["ids", "s"], nulls="skip")
+    assert r.histogram.rows.tolist() == [[2, 2]] and (r.num_rows, r.num_nulls) == (4, 3)
+    with pytest.raises(ValueError, match=r"3 null row\(s\) out of 4"):
+        spark_histogram(df, ["ids", "s"])
+
+
 def test_bad_input_one_clear_error(spark):
     df = spark.createDataFrame(
         [(1.5, [[1]], -2, 2**62)], "f double, nested array<array<int>>, neg long, big long"
