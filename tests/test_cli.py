@@ -61,6 +61,12 @@ def test_readers_agree_on_every_format(files):
     assert read_lengths(files / "t.tsv", "n").tolist() == want
     assert read_lengths(files / "t.jsonl", "n").tolist() == want
     assert read_lengths(files / "t.jsonl", "ids").tolist() == want  # list column: its lengths
+    # the first index past the last column is refused as the others are (not an IndexError)
+    with pytest.raises(LengthFileError, match=r"column 2 does not exist; the file has 2 column"):
+        read_lengths(files / "two.txt", 2)
+    np.save(files / "two.npy", np.array([[3, 4], [5, 6]]))
+    with pytest.raises(LengthFileError, match=r"column 2 does not exist; the file has 2 column"):
+        read_lengths(files / "two.npy", 2)
 
 
 def test_arrow_formats(files):
