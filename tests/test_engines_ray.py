@@ -97,6 +97,17 @@ def test_nulls_tensor_column_and_bucket_ids(cluster):
         ray_bucket_ids(ds, [2, 5], "ids").take_all()  # nulls="raise" names both causes
 
 
+def test_null_rows_of_one_block_are_each_counted(cluster):
+    """NOTE [ Nulls ]: a block's null rows come back as one marked row with their count: two
+    nulls in one block are two (and the rows they belong to, four)."""
+    ds = ray.data.from_items([{"n": 3}, {"n": None}, {"n": None}, {"n": 5}], override_num_blocks=1)
+    r = ray_histogram(ds, "n", nulls="skip")
+    assert r.histogram == LengthHistogram.from_lengths([3, 5])
+    assert (r.num_rows, r.num_nulls) == (4, 2)
+    with pytest.raises(ValueError, match=r"2 null row\(s\) out of 4"):
+        ray_histogram(ds, "n")
+
+
 def test_bad_input_one_clear_error(cluster):
     ds = ray.data.from_items([{"n": 1, "f": 1.5, "nested": [[1], [2]]}])
     with pytest.raises(ValueError, match=r"column 'm' not found; the Ray dataset has columns"):
