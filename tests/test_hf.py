@@ -885,3 +885,19 @@ def test_a_default_length_column_of_strings_is_refused_not_measured_in_character
     assert hf.lengths(lists, "length").tolist() == [2, 3]  # named: as main measured it unnamed
     assert hf.lengths(text, "length").tolist() == [1, 2]  # named: a text column, in characters
     assert hf.lengths(datasets.Dataset.from_dict({"length": [3, 12]})).tolist() == [3, 12]
+
+
+def test_an_evaluation_rank_with_no_sample_at_a_step_gets_a_fill_row_without_a_label():
+    """NOTE [ Filler rows ]: rank 1 has no sample of the one-sample cell; its batch loads that
+    sample as filler data (a real input for the model), marked by sample_mask and index, and
+    its label is -100 so that the loss ignores it (the sample counts once, on rank 0)."""
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in (3, 9, 4)], "label": [1, 2, 3]})
+    b = hf.for_text(
+        ds, pad_token_id=0, num_buckets=2, batch_size=2, evaluation=True, num_replicas=2, rank=1
+    )
+    batches = [{k: v.tolist() for k, v in batch.items()} for batch in b.dataloader()]
+    fill = next(x for x in batches if x["index"] == [-1])
+    assert fill["input_ids"] == [[5] * 9] and fill["attention_mask"] == [[1] * 9]
+    assert fill["labels"] == [-100] and fill["sample_mask"] == [False]
