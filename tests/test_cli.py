@@ -64,6 +64,8 @@ def test_readers_agree_on_every_format(files):
     # the first index past the last column is refused as the others are (not an IndexError)
     with pytest.raises(LengthFileError, match=r"column 2 does not exist; the file has 2 column"):
         read_lengths(files / "two.txt", 2)
+    with pytest.raises(LengthFileError, match=r"expected a 1-D array .* got shape \(12,\)"):
+        read_lengths(files / "one.npy", 1)  # (a column of a 1-D array: refused, not ignored)
     np.save(files / "two.npy", np.array([[3, 4], [5, 6]]))
     with pytest.raises(LengthFileError, match=r"column 2 does not exist; the file has 2 column"):
         read_lengths(files / "two.npy", 2)
@@ -87,6 +89,10 @@ def test_arrow_formats(files):
         read_lengths(files / "saved", "nope")
     with pytest.raises(LengthFileError, match="unknown column 'nope'"):
         read_lengths(files / "t.parquet", "nope")
+    splits = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"ids": [[1, 2]]})})
+    splits.save_to_disk(str(files / "splits"))
+    with pytest.raises(LengthFileError, match=r"holds a DatasetDict with splits \['train'\]; "):
+        read_lengths(files / "splits", "ids")
 
 
 def test_default_lengths_match_the_shared_copy(librispeech):
