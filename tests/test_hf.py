@@ -901,3 +901,32 @@ def test_an_evaluation_rank_with_no_sample_at_a_step_gets_a_fill_row_without_a_l
     fill = next(x for x in batches if x["index"] == [-1])
     assert fill["input_ids"] == [[5] * 9] and fill["attention_mask"] == [[1] * 9]
     assert fill["labels"] == [-100] and fill["sample_mask"] == [False]
+
+
+def test_question_answering_filler_rows_point_past_the_sequence():
+    """NOTE [ Filler rows ]: QA heads clamp positions to [0, L] and ignore L, so a filler row's
+    start and end positions are the row length L (5 here), never a real position."""
+    import datasets
+
+    ds = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * n for n in (3, 4, 5)], "start_positions": [0, 1, 2],
+         "end_positions": [1, 2, 3]}
+    )  # fmt: skip
+    b = hf.for_text(ds, pad_token_id=0, num_buckets=1, batch_size=2)
+    batch = b.collator([b.dataset[2]])
+    assert batch["input_ids"].shape == (2, 5)
+    assert batch["start_positions"].tolist() == [2, 5] and batch["end_positions"].tolist() == [3, 5]
+
+
+def test_a_label_column_beside_labels_is_not_renamed_over_them():
+    """ModelInputs renames ``label`` to ``labels`` only when there is no ``labels`` (token
+    labels beside a sentence label stay the token labels)."""
+    import datasets
+
+    ds = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * 3, [5] * 4], "labels": [[1] * 3, [2] * 4], "label": [7, 8]}
+    )
+    b = hf.for_text(ds, pad_token_id=0, num_buckets=1, batch_size=2)
+    batch = b.collator([b.dataset[0], b.dataset[1]])
+    assert batch["labels"].tolist() == [[1, 1, 1, -100], [2, 2, 2, 2]]
+    assert batch["label"].tolist() == [7, 8]
