@@ -89,6 +89,9 @@ def test_arrow_formats(files):
         read_lengths(files / "saved", "nope")
     with pytest.raises(LengthFileError, match="unknown column 'nope'"):
         read_lengths(files / "t.parquet", "nope")
+    from bucketloader.cli import main
+
+    assert main(["report", str(files / "saved"), "-k", "2"]) == 0  # (not read as Parquet shards)
     splits = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"ids": [[1, 2]]})})
     splits.save_to_disk(str(files / "splits"))
     with pytest.raises(LengthFileError, match=r"holds a DatasetDict with splits \['train'\]; "):
