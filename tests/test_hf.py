@@ -930,3 +930,23 @@ def test_a_label_column_beside_labels_is_not_renamed_over_them():
     batch = b.collator([b.dataset[0], b.dataset[1]])
     assert batch["labels"].tolist() == [[1, 1, 1, -100], [2, 2, 2, 2]]
     assert batch["label"].tolist() == [7, 8]
+
+
+def test_decoder_attention_mask_only_when_asked_and_targets_longer_than_planned_refused():
+    """A bucketed decoder input (``column=["input_ids", "labels"]``) gives
+    ``decoder_attention_mask`` only with ``decoder_attention_mask=True``; a target longer than
+    its bucket's planned length (a sampler planned on other data) is refused by name."""
+    import datasets
+
+    rows = {"input_ids": [[5] * n for n in (3, 4, 6, 7)], "labels": [[1] * n for n in (2, 3, 2, 5)]}
+    ds = datasets.Dataset.from_dict(rows)
+    for asked in (False, True):
+        b = hf.for_text(ds, column=["input_ids", "labels"], pad_token_id=0, num_buckets=[1, 1],
+                        batch_size=2, decoder_attention_mask=asked)  # fmt: skip
+        assert ("decoder_attention_mask" in b.collator([b.dataset[0], b.dataset[1]])) is asked
+    ds = datasets.Dataset.from_dict({**rows, "target": [[1] * n for n in (2, 3, 2, 4)]})
+    b = hf.for_text(ds, pad_token_id=0, num_buckets=2, batch_size=2)
+    assert b.collator.targets.lengths["target"].tolist() == [3, 4]
+    longer = {**b.dataset[0], "target": [1] * 4}
+    with pytest.raises(ValueError, match=r"target 'target' .* length 4, longer than the 3 planned"):
+        b.collator([longer, b.dataset[1]])
