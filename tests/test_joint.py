@@ -162,6 +162,28 @@ def test_integer_program_is_the_oracle(points, k, size, solver):
     assert details["bound"] - const <= best + 1e-6
 
 
+def test_a_highs_stop_at_its_limit_is_no_proof(monkeypatch):
+    """NOTE [ Two solvers for the integer program ]: HiGHS stopped by its time limit (status 1)
+    with a plan proves nothing: its dual bound stands, not the plan's value."""
+    import scipy.optimize
+
+    real = scipy.optimize.milp
+
+    def stopped(*args, **kwargs):
+        res = real(*args, **kwargs)
+        res.status, res.mip_dual_bound = 1, res.fun - 5.0
+        return res
+
+    monkeypatch.setattr(scipy.optimize, "milp", stopped)
+    rows = np.array([[3, 4], [4, 3], [10, 12], [12, 10], [11, 11], [5, 9]])
+    counts = np.ones(len(rows), dtype=np.int64)
+    grid = Grid.build(rows, counts, [np.unique(rows[:, d]) for d in range(2)], "sum")
+    picked, details = solve_ilp(grid, 2, greedy(grid, 2), time.perf_counter() + 30)
+    assert picked is not None and not details["proved"]
+    value = float((grid.weight * grid.assign(picked)[1]).sum())
+    assert details["bound"] == pytest.approx(value - 5.0)
+
+
 def test_pulp_leaves_no_files_and_a_missing_cbc_is_a_status(tmp_path, monkeypatch):
     """PuLP's model files go to the solve's own temporary directory (none left in the system
     one), and a CBC that cannot start is reported in the details, not raised from its log."""
