@@ -295,6 +295,14 @@ def test_float_token_ids_and_loose_flags_are_refused_when_built():
     )  # (s9-read: a fixed-size list, Sequence(length=3), was let through)
     with pytest.raises(TypeError, match="holds float values"):
         hf.for_text(fixed, pad_token_id=0, batch_size=2)
+    import decimal
+
+    import pyarrow as pa
+
+    ids = pa.array([[decimal.Decimal(5)] * n for n in (3, 4)], pa.list_(pa.decimal128(5, 0)))
+    decimals = datasets.Dataset(pa.table({"input_ids": ids}))  # (exact, but still not ints)
+    with pytest.raises(TypeError, match=r"holds decimal128\(5, 0\) values; token ids must be"):
+        hf.for_text(decimals, pad_token_id=0, batch_size=2)
     # s8-polish: flags and sizes the plan did not use were read loosely or not at all
     ints = datasets.Dataset.from_dict({"input_ids": [[5] * n for n in (3, 9, 4)]})
     for bad, match in [
