@@ -958,3 +958,16 @@ def test_decoder_attention_mask_only_when_asked_and_targets_longer_than_planned_
     longer = {**b.dataset[0], "target": [1] * 4}
     with pytest.raises(ValueError, match=r"target 'target' .* length 4, longer than the 3 planned"):
         b.collator([longer, b.dataset[1]])
+
+
+def test_every_input_ids_column_pads_with_the_pad_id():
+    """NOTE [ Which columns are padded, and with what ]: ``*input_ids`` columns that are not
+    bucketed (a decoder's ids, a target here) pad with the pad token id, not 0."""
+    import datasets
+
+    ds = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * 3, [5] * 4], "decoder_input_ids": [[1] * 2, [1] * 4]}
+    )
+    b = hf.for_text(ds, pad_token_id=7, num_buckets=1, batch_size=2)
+    batch = b.collator([b.dataset[0], b.dataset[1]])
+    assert batch["decoder_input_ids"].tolist() == [[1, 1, 7, 7], [1, 1, 1, 1]]
