@@ -569,6 +569,20 @@ def test_a_txt_written_by_savetxt_with_a_header_reads_as_np_loadtxt_reads_it(tmp
     assert "holds no lengths" in capsys.readouterr().err
 
 
+def test_a_csv_written_by_savetxt_with_a_header_names_its_columns(tmp_path):
+    """``np.savetxt(path, a, delimiter=",", header="src,tgt")`` writes ``# src,tgt`` first:
+    the first column was named ``# src`` (``--column src``: unknown column)."""
+    p = tmp_path / "pairs.csv"
+    np.savetxt(p, np.c_[LENGTHS, LENGTHS[::-1]], fmt="%d", delimiter=",", header="src,tgt")
+    assert p.read_text().startswith("# src,tgt")
+    assert read_lengths(p, "src").tolist() == LENGTHS
+    assert read_lengths(p, "tgt").tolist() == LENGTHS[::-1]
+    (tmp_path / "hash.csv").write_text("#id,n\nu0,5\n")  # (a name that starts with #: kept)
+    assert read_lengths(tmp_path / "hash.csv", "n").tolist() == [5]
+    with pytest.raises(LengthFileError, match=r"the file has columns \['#id', 'n'\]"):
+        read_lengths(tmp_path / "hash.csv", "id")
+
+
 @pytest.mark.parametrize("kind", ["directory", "symlink"])
 def test_precompute_never_claims_an_entry_that_something_else_occupies(tmp_path, capsys, kind):
     """A directory or a symbolic link at the entry's path is the user's (never replaced), so
