@@ -971,3 +971,13 @@ def test_every_input_ids_column_pads_with_the_pad_id():
     b = hf.for_text(ds, pad_token_id=7, num_buckets=1, batch_size=2)
     batch = b.collator([b.dataset[0], b.dataset[1]])
     assert batch["decoder_input_ids"].tolist() == [[1, 1, 7, 7], [1, 1, 1, 1]]
+
+
+def test_a_null_is_named_by_its_row_across_chunks():
+    """A null in the second Arrow chunk is named by its row in the whole column (3), not in
+    its chunk (1)."""
+    import pyarrow as pa
+
+    table = pa.table({"ids": pa.chunked_array([[[1], [2, 3]], [[4], None]])})
+    with pytest.raises(ValueError, match=r"column 'ids' has a null at physical row 3;"):
+        hf.lengths(table, "ids")
