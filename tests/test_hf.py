@@ -981,3 +981,42 @@ def test_a_null_is_named_by_its_row_across_chunks():
     table = pa.table({"ids": pa.chunked_array([[[1], [2, 3]], [[4], None]])})
     with pytest.raises(ValueError, match=r"column 'ids' has a null at physical row 3;"):
         hf.lengths(table, "ids")
+
+
+def test_fn_lengths_of_another_width_in_a_later_batch_are_refused():
+    """fn(batch) giving D lengths per row must give the same D in every batch: here batch 0
+    gives 2 per row and batch 1 gives 1 (their 6 numbers would reshape into a wrong (3, 2))."""
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"x": [[1, 2], [3], [4, 5, 6]]})
+    with pytest.raises(ValueError, match=r"must return one length per row, or D lengths for every"):
+        hf.lengths(ds, fn=lambda b: [[len(v)] * len(v) for v in b["x"]], batch_size=1)
+
+
+def test_a_struct_with_several_list_fields_and_no_array_is_ambiguous():
+    """A struct column resolves to its ``array`` field or its only list field; with two list
+    fields and no ``array`` it names the ambiguity instead of measuring the first."""
+    import pyarrow as pa
+
+    table = pa.table({"s": pa.array([{"a": [1, 2], "b": [3]}])})
+    with pytest.raises(TypeError, match=r"column 's' is a struct .* with no single list field"):
+        hf.lengths(table, "s")
+    assert hf.lengths(table, "s.b").tolist() == [1]
+
+
+def test_target_length_and_the_decoder_mask_of_several_targets():
+    """target_length must hold the longest target (3 > 2 is refused when built, not at a
+    batch); with decoder_input_ids and labels both targets the decoder mask is the ids'."""
+    import datasets
+
+    rows = {"input_ids": [[5] * 3, [5] * 4], "target": [[1] * 2, [1] * 3]}
+    with pytest.raises(ValueError, match=r"target_length=2 but row 1 of target column 'target'"):
+        hf.for_text(datasets.Dataset.from_dict(rows), pad_token_id=0, batch_size=2,
+                    target_length=2)  # fmt: skip
+    ds = datasets.Dataset.from_dict(
+        {"input_ids": rows["input_ids"], "decoder_input_ids": [[1] * 2, [1] * 4],
+         "labels": [[1], [2] * 3]}
+    )  # fmt: skip
+    b = hf.for_text(ds, pad_token_id=0, num_buckets=1, batch_size=2, decoder_attention_mask=True)
+    batch = b.collator([b.dataset[0], b.dataset[1]])
+    assert batch["decoder_attention_mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
