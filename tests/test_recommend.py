@@ -287,3 +287,10 @@ def test_calibrate_rejects_bad_example_shapes(shapes):
 def test_calibrate_rejects_a_non_callable():
     with pytest.raises(TypeError, match="model_fn must be callable"):
         calibrate(3, example_shapes=[(1, 2), (1, 3)])
+
+
+def test_a_k_that_pads_exactly_the_target_meets_it():
+    """The rule is "pads at most padding_target": k=1 pads [1, 2] by 1/3 exactly, which meets
+    a target of 1/3, so k=1 (not 2) is recommended."""
+    rec = recommend_num_buckets([1, 2], num_buckets=[1, 2], padding_target=1 / 3)
+    assert [c.padding_ratio for c in rec.table] == [1 / 3, 0.0] and rec.num_buckets == 1
