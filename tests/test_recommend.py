@@ -294,3 +294,18 @@ def test_a_k_that_pads_exactly_the_target_meets_it():
     a target of 1/3, so k=1 (not 2) is recommended."""
     rec = recommend_num_buckets([1, 2], num_buckets=[1, 2], padding_target=1 / 3)
     assert [c.padding_ratio for c in rec.table] == [1 / 3, 0.0] and rec.num_buckets == 1
+
+
+def test_shapes_already_compiled_cost_the_warm_compile():
+    """``compiled_shapes``: a planned shape already compiled costs the warm compile (1 s), the
+    others the cold one (10 s): shapes (2, 4) and (2, 12), one warm, 11 s."""
+    costs = {"compile_seconds_per_shape": 10.0, "warm_compile_seconds_per_shape": 1.0,
+             "seconds_per_step": 0.0, "seconds_per_token": 0.0}  # fmt: skip
+    lengths = [3, 4, 9, 10, 10, 12]
+    cold = recommend_num_buckets(lengths, num_buckets=[2], costs=costs, batch_size=2).best
+    warm = recommend_num_buckets(
+        lengths, num_buckets=[2], costs=costs, batch_size=2, compiled_shapes=[(2, 4)]
+    ).best
+    assert cold.boundaries == warm.boundaries == (4, 12)
+    assert (cold.warm_shapes, cold.compile_seconds) == (0, 20.0)
+    assert (warm.warm_shapes, warm.compile_seconds) == (1, 11.0)
