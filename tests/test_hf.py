@@ -1020,3 +1020,13 @@ def test_target_length_and_the_decoder_mask_of_several_targets():
     b = hf.for_text(ds, pad_token_id=0, num_buckets=1, batch_size=2, decoder_attention_mask=True)
     batch = b.collator([b.dataset[0], b.dataset[1]])
     assert batch["decoder_attention_mask"].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+
+
+def test_a_column_bucketed_twice_is_refused():
+    """``column=["input_ids", "input_ids"]`` would bucket one input jointly with itself (the
+    shapes multiplied for nothing): refused with the names."""
+    import datasets
+
+    ds = datasets.Dataset.from_dict({"input_ids": [[5] * 3, [5] * 4]})
+    with pytest.raises(ValueError, match=r"column names \['input_ids'\] more than once"):
+        hf.for_text(ds, column=["input_ids", "input_ids"], pad_token_id=0, batch_size=2)
