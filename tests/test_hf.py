@@ -1030,3 +1030,15 @@ def test_a_column_bucketed_twice_is_refused():
     ds = datasets.Dataset.from_dict({"input_ids": [[5] * 3, [5] * 4]})
     with pytest.raises(ValueError, match=r"column names \['input_ids'\] more than once"):
         hf.for_text(ds, column=["input_ids", "input_ids"], pad_token_id=0, batch_size=2)
+
+
+def test_for_audio_pads_a_decoded_audio_column_with_pad_value():
+    """``pad_value`` (a feature extractor's padding_value) pads the array of a decoded-audio
+    struct column too, not only a plain list column."""
+    import datasets
+
+    audio = [{"array": [0.5] * n, "sampling_rate": 16000} for n in (2, 4)]
+    b = hf.for_audio(datasets.Dataset.from_dict({"audio": audio}), pad_value=-1.0,
+                     num_buckets=1, batch_size=2)  # fmt: skip
+    batch = b.collator([b.dataset[0], b.dataset[1]])
+    assert batch["input_values"].tolist() == [[0.5, 0.5, -1.0, -1.0], [0.5] * 4]
