@@ -294,6 +294,9 @@ def test_a_k_that_pads_exactly_the_target_meets_it():
     a target of 1/3, so k=1 (not 2) is recommended."""
     rec = recommend_num_buckets([1, 2], num_buckets=[1, 2], padding_target=1 / 3)
     assert [c.padding_ratio for c in rec.table] == [1 / 3, 0.0] and rec.num_buckets == 1
+    # the k values are a set, tried from the smallest whatever order they come in
+    again = recommend_num_buckets([1, 2], num_buckets=[2, 1, 2], padding_target=1 / 3)
+    assert [c.num_buckets for c in again.table] == [1, 2] and again.num_buckets == 1
 
 
 def test_shapes_already_compiled_cost_the_warm_compile():
