@@ -160,3 +160,31 @@ def test_ranks_solving_alone_with_a_work_limit_are_not_warned():
             for rank in (0, 1)
         ]
     assert shapes[0] == shapes[1]
+
+
+def test_a_per_row_loss_is_the_mean_over_real_rows_and_int32_labels_are_single_label():
+    """masked_loss of a regression head (num_labels=1) averages over the real rows only
+    ((1 - 3)**2 = 4, the filler row left out, not 4 / 2); settle_problem_type reads int32
+    labels as single-label, as int64 (transformers' rule)."""
+    from types import SimpleNamespace
+
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from bucketloader.hf import masked_loss
+    from bucketloader.hf.loss import settle_problem_type
+
+    class TinyForSequenceClassification(torch.nn.Module):
+        def __init__(self, num_labels: int) -> None:
+            super().__init__()
+            self.config = SimpleNamespace(num_labels=num_labels, problem_type=None)
+
+        def forward(self, x):
+            return {"logits": x}
+
+    batch = {"x": torch.tensor([[1.0], [5.0]]), "labels": torch.tensor([3.0, 0.0]),
+             "sample_mask": torch.tensor([True, False])}  # fmt: skip
+    loss, _ = masked_loss(TinyForSequenceClassification(1), batch)
+    assert float(loss) == 4.0
+    model = TinyForSequenceClassification(3)
+    settle_problem_type(model, torch.tensor([0, 2], dtype=torch.int32))
+    assert model.config.problem_type == "single_label_classification"
