@@ -138,6 +138,13 @@ def test_a_labels_column_that_cannot_be_the_labels_is_refused_when_built():
     classes = ds.remove_columns("labels").add_column("labels", list(range(12)))
     with pytest.raises(TypeError, match=r"'labels' column .* holds int64 values, not lists"):
         hf.for_packing(classes, pad_token_id=0, row_length=512, batch_size=1)
+    short = [row[:-1] if i in (5, 9) else row for i, row in enumerate(ds["labels"])]
+    with pytest.raises(ValueError, match=r"in 2 rows the labels .* \(the first: row 5, "):
+        hf.for_packing(ds.remove_columns("labels").add_column("labels", short), pad_token_id=0,
+                       row_length=512, batch_size=1)  # fmt: skip
+    floats = ds.cast_column("labels", datasets.Sequence(datasets.Value("float32")))
+    with pytest.raises(TypeError, match=r"for_packing pads column 'labels' as token ids, but it h"):
+        hf.for_packing(floats, pad_token_id=0, row_length=512, batch_size=1)  # (when built)
     assert hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=1).sampler  # aligned
 
 
