@@ -826,3 +826,17 @@ def test_bucketing_options_are_checked_when_the_trainer_is_built(tmp_path):
         model=model, args=args, train_dataset=ds, bucketing=ok, eval_bucketing={"max_tokens": 512}
     )
     assert trainer._bucketing_options["num_buckets"] == 2
+
+
+def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():
+    """NOTE [ A step with no real row ]: a causal LM's loss shifts the labels (transformers sets
+    ``_loss_shifts_labels``), so a label at position 0 alone is no target: the batch is marked
+    (its loss would be 0 / 0); without the shift, or with ``shift_labels`` given, it counts."""
+    from types import SimpleNamespace
+
+    mark = trainer_module.BucketTrainer._no_targets
+    first_only = {"labels": torch.tensor([[7, -100, -100], [-100, -100, -100]])}
+    assert mark(SimpleNamespace(_loss_shifts_labels=True), first_only)
+    assert not mark(SimpleNamespace(_loss_shifts_labels=False), first_only)
+    shifted = {**first_only, "shift_labels": torch.tensor([[7, -100, -100]])}
+    assert not mark(SimpleNamespace(_loss_shifts_labels=True), shifted)
