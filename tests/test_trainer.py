@@ -840,3 +840,12 @@ def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():
     assert not mark(SimpleNamespace(_loss_shifts_labels=False), first_only)
     shifted = {**first_only, "shift_labels": torch.tensor([[7, -100, -100]])}
     assert not mark(SimpleNamespace(_loss_shifts_labels=True), shifted)
+
+
+def test_the_evaluation_loss_weighs_each_batch_by_its_real_rows():
+    """The evaluation loss is the mean over real samples: a batch mean of 2.0 over 2 real rows
+    and one of 5.0 over 1 give (4 + 5) / 3 = 3.0, not the mean of the batches (3.5) nor their
+    sum over the batch count (4.5)."""
+    record = trainer_module._EvalRecord(3, concat=True, positions=lambda index: index)
+    record.losses = [torch.tensor([[2.0 * 2, 2.0]]), torch.tensor([[5.0 * 1, 1.0]])]
+    assert record.loss() == 3.0
