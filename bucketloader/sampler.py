@@ -30,6 +30,20 @@ wins (calling it every epoch, as ``DistributedSampler`` users do, behaves as bef
 ``set_epoch(e)`` before a pass repeats epoch ``e`` on purpose). Every rank makes the same passes,
 so ranks stay on the same epoch. A pass left early (``break``) is not finished: the next pass
 restarts the same epoch.
+
+NOTE [ Ranks agree on the plan ]
+Every rank plans the whole epoch from its own arguments and takes its slot of every step, so the
+ranks stay in step only if they plan the same epoch: the same lengths, options and ``seed``. A
+rank given another seed (``seed=base + rank``, a common habit for augmentation seeds) or other
+lengths (measured on its own shard) plans other steps: other shapes at step ``i`` (a recompile,
+or a hang in a collective that expects one shape), other step counts (a hang at the epoch's
+end), and samples lost and repeated across ranks, silently. So a sampler that takes its ranks
+from the initialised process group (``num_replicas`` or ``rank`` left out) gathers its
+arguments once, in the constructor (one ``all_gather_object`` of a few hundred bytes of JSON,
+as ``ShardedSampler`` does), and a rank that differs is an error on every rank, naming it and the
+argument. Build the sampler on every rank, then: iteration, ``plan()`` and ``state_dict()`` call
+no collective. Ranks simulated in one process (``num_replicas=`` and ``rank=`` both given) join
+none.
 """
 
 from __future__ import annotations
@@ -46,7 +60,7 @@ import numpy as np
 from torch.utils.data import ConcatDataset, IterableDataset, Sampler
 from typing_extensions import Unpack
 
-from bucketloader._dist import resolve_ranks, world_size
+from bucketloader._dist import gather_arguments, joins_group, resolve_ranks, world_size
 from bucketloader._types import LazyModule
 from bucketloader._validation import (
     check_bool,
@@ -122,6 +136,14 @@ class EpochSampler(Sampler[list[int]]):
 
     def _make_plan(self, epoch: int) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _agree_with_group(self, num_replicas: Any, rank: Any, arguments: dict[str, Any]) -> None:
+        """NOTE [ Ranks agree on the plan ]: under the process group the ranks came from (the
+        constructor's ``num_replicas`` / ``rank`` arguments, as given), one gather of
+        ``arguments`` checked on every rank."""
+        if joins_group(num_replicas, rank, self.num_replicas):
+            spelled = {k: v if isinstance(v, str) else repr(v) for k, v in arguments.items()}
+            gather_arguments(type(self).__name__, spelled, self.num_replicas, self.rank)
 
     def _coordinates(self, epoch: int, rank: int | None = None) -> dict[str, Any]:
         """Where a plan sits: the ``seed``, ``epoch``, ``shuffle`` and ranks keywords every
@@ -486,6 +508,20 @@ class BucketSampler(SpecShapes, EpochSampler):
             spec, promotion = promoted_spec(given, self.num_replicas)
             if promotion.num_promoted:  # else the even plan is the same plan
                 self._even, self.spec, self.promotion = self.spec, spec, promotion
+        self._agree_with_group(
+            num_replicas,
+            rank,
+            {
+                "seed": self.seed,
+                "shuffle": self.shuffle,
+                "weights": self.weights if self.weights is None else self.weights.tolist(),
+                "longest_first": self.longest_first,
+                "accumulate": self.accumulate,
+                "last_batch": self.last_batch,
+                "num_samples": int(self.spec.cell_of_sample.size),
+                "plan_digest": self._plan_digest(),
+            },
+        )
         self._warn_losses()
         self._warn_empty_shapes()
         self._warn_filler_rows()
