@@ -917,6 +917,19 @@ def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, i
                 f"by another kind of sampler or another version of bucketloader; pass a state "
                 f"from {owner}.state_dict()"
             )
+        if saved[key] != value and key == "num_replicas" and isinstance(state.get("epoch"), int):
+            epoch = state["epoch"]
+            raise ValueError(
+                f"state is from a different configuration: num_replicas={saved[key]!r} in the "
+                f"state but num_replicas={value!r} in this sampler. An epoch's plan splits every "
+                "step over the ranks, so a state resumes its epoch only on as many ranks as "
+                "saved it (the state holds no rank: any rank's state fits every rank). Resume on "
+                f"{saved[key]!r} ranks to finish epoch {epoch} exactly, or go on with the next "
+                f"epoch on {value!r} rank(s) instead of load_state_dict: "
+                f"sampler.set_epoch({epoch + 1}) "
+                f"(the rest of epoch {epoch} is then not seen; set_epoch({epoch}) runs the "
+                "whole epoch again)"
+            )
         if saved[key] != value:
             hint = (
                 " (the lengths, boundaries, row lengths, batch sizes or policies differ)"
