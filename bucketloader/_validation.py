@@ -163,10 +163,22 @@ def check_folder(name: str, value: Any) -> Path:
 
 
 def describe(value: Any) -> str:
-    """A short description of a value for error messages (tensors by dtype and shape)."""
+    """A short description of a value for error messages (arrays by kind, dtype and shape).
+
+    Example:
+        >>> describe(np.zeros((2, 3), dtype=np.float32))
+        'a numpy array of dtype float32 and shape (2, 3)'
+    """
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if shape is not None and dtype is not None:
-        kind = "tensor" if hasattr(value, "device") else "array"
+        # (by type, not by a .device attribute: numpy 2 arrays have one too)
+        kind = (
+            "numpy array"
+            if isinstance(value, np.ndarray)
+            else "tensor"
+            if type(value).__module__.split(".")[0] == "torch"
+            else "array"
+        )
         return f"a {kind} of dtype {dtype} and shape {tuple(shape)}"
     return f"{type(value).__name__} {value!r}"
 
