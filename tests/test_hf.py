@@ -885,3 +885,27 @@ def test_a_default_length_column_of_strings_is_refused_not_measured_in_character
     assert hf.lengths(lists, "length").tolist() == [2, 3]  # named: as main measured it unnamed
     assert hf.lengths(text, "length").tolist() == [1, 2]  # named: a text column, in characters
     assert hf.lengths(datasets.Dataset.from_dict({"length": [3, 12]})).tolist() == [3, 12]
+
+
+def test_a_dataset_or_its_token_rows_passed_as_lengths_is_refused_with_the_fix():
+    """BucketSampler(ds["input_ids"]) over rows padded to one length (tokenizer(...,
+    padding="max_length")) read every row as 16 "input lengths": one shape of 17 dimensions made
+    of token ids, silently. The dataset itself printed a whole sample as "not an integer"."""
+    from bucketloader import BucketSampler
+
+    padded = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * 16] * 24, "attention_mask": [[1] * 16] * 24}
+    )
+    with pytest.raises(ValueError, match=r"shape \(24, 16\) reads as 16 inputs per sample"):
+        BucketSampler(padded["input_ids"], num_buckets=2, batch_size=8)
+    with pytest.raises(TypeError, match=r"got a sample at index 0 \(a dict with keys "):
+        BucketSampler(padded, num_buckets=2, batch_size=8)
+    ragged = datasets.Dataset.from_dict({"input_ids": [[5] * (1 + i % 5) for i in range(24)]})
+    with pytest.raises(ValueError, match=r"ragged .* pass their lengths, e.g. \[len\(x\)"):
+        BucketSampler(ragged["input_ids"], num_buckets=2, batch_size=8)
+    # two inputs per sample (source and target lengths) are still two inputs
+    sampler = BucketSampler(np.array([[3, 4], [5, 6]] * 8), num_buckets=2, batch_size=4)
+    assert all(len(shape) == 3 for shape in sampler.shapes)
+    assert BucketSampler(hf.lengths(padded, "input_ids"), num_buckets=1, batch_size=8).shapes == [
+        (8, 16)
+    ]
