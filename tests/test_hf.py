@@ -909,3 +909,22 @@ def test_a_dataset_or_its_token_rows_passed_as_lengths_is_refused_with_the_fix()
     assert BucketSampler(hf.lengths(padded, "input_ids"), num_buckets=1, batch_size=8).shapes == [
         (8, 16)
     ]
+
+
+@pytest.mark.parametrize("length_fn", [None, "input_ids"])
+def test_a_null_row_in_a_stream_is_named_a_null_with_the_filter(length_fn):
+    """An IterableDataset with a null token list: the stream said "none is sequence-valued;
+    pass length_fn='input_ids'" (the one list field, and the other rows are lists), and with
+    that option "has no length: got NoneType". Both now name the null and the filter."""
+    from bucketloader.stream import BucketIterable, PackIterable
+
+    rows = {"input_ids": [[1] * 3, None, [1] * 5, [1] * 2] * 5, "label": [0, 1] * 10}
+    source = datasets.Dataset.from_dict(rows).to_iterable_dataset()
+    kw = {} if length_fn is None else {"length_fn": length_fn}
+    for stream in (
+        BucketIterable(source, boundaries=[4, 8], batch_size=4, **kw),
+        PackIterable(source, row_length=16, batch_size=2, **kw),
+    ):
+        with pytest.raises((TypeError, ValueError), match=r"None \(a null: a missing value") as e:
+            list(stream)
+        assert "dataset.filter(lambda s: s['input_ids'] is not None)" in str(e.value)
