@@ -37,9 +37,11 @@ ranks stay in step only if they plan the same epoch: the same lengths, options a
 rank given another seed (``seed=base + rank``, a common habit for augmentation seeds) or other
 lengths (measured on its own shard) plans other steps: other shapes at step ``i`` (a recompile,
 or a hang in a collective that expects one shape), other step counts (a hang at the epoch's
-end), and samples lost and repeated across ranks, silently. So a sampler that takes its ranks
-from the initialised process group (``num_replicas`` or ``rank`` left out) gathers its
-arguments once, in the constructor (one ``all_gather_object`` of a few hundred bytes of JSON,
+end), and samples lost and repeated across ranks, silently; a stream's ranks follow one
+schedule drawn from the seed, boundaries and batch sizes, and miss it the same way. So a
+sampler (or a stream: ``BucketIterable``, ``PackIterable``) that takes its ranks from the
+initialised process group (``num_replicas`` or ``rank`` left out) gathers its arguments once,
+in the constructor (one ``all_gather_object`` of a few hundred bytes of JSON,
 as ``ShardedSampler`` does), and a rank that differs is an error on every rank, naming it and the
 argument. Build the sampler on every rank, then: iteration, ``plan()`` and ``state_dict()`` call
 no collective. Ranks simulated in one process (``num_replicas=`` and ``rank=`` both given) join
