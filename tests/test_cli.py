@@ -429,6 +429,30 @@ def test_warning_options_of_the_user_decide_what_the_command_prints(tmp_path, ca
     assert f"at its entry {entry}; the warning that says why was filtered out by -W" in err
 
 
+def test_warnings_made_errors_by_the_user_are_one_error_line(tmp_path, capsys, monkeypatch):
+    """Under ``-W error`` (``PYTHONWARNINGS=error``) the solve's CacheWarning and a read's
+    characters note are raised: ``main`` ended in a traceback (status 1)."""
+    from bucketloader.cli import main
+
+    lengths = tmp_path / "l.txt"
+    lengths.write_text("3\n5\n5\n9\n12\n")
+    cache = tmp_path / "c"
+    argv = ["precompute", str(lengths), "-k", "2", "--cache-dir", str(cache)]
+    assert main(argv) == 0
+    (entry,) = cache.glob("*.json")
+    entry.unlink()
+    entry.mkdir()
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        monkeypatch.setattr(sys, "warnoptions", ["error"])
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bucketloader: error: cache entry path {entry} is a directory")
+    assert "(CacheWarning, an error under -W / PYTHONWARNINGS)" in err
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
 def test_a_text_column_says_it_measures_characters(tmp_path, capsys):
     pytest.importorskip("pyarrow")
     import pyarrow as pa

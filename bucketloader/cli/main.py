@@ -180,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _closed_stdout()  # e.g. a cache entry, is done)
     except (ValueError, TypeError, KeyError, OSError, ImportError) as exc:
         return _fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
+    except Warning as exc:  # -W error / PYTHONWARNINGS=error (the user decides: _recording)
+        return _fail(f"{exc} ({type(exc).__name__}, an error under -W / PYTHONWARNINGS)")
 
 
 def _closed_stdout() -> int:
