@@ -453,6 +453,31 @@ def test_warnings_made_errors_by_the_user_are_one_error_line(tmp_path, capsys, m
     assert "Traceback" not in err and err.count("\n") == 1
 
 
+def test_the_not_stored_error_points_at_a_warning_only_when_one_says_why(tmp_path, capsys):
+    """With the CacheWarning filtered out but another warning of the solve printed (lp's
+    coarsening), the error said "the warning above says why" of a warning that does not."""
+    from bucketloader.cache import CacheWarning
+    from bucketloader.cli import main
+
+    lengths = tmp_path / "l.txt"
+    lengths.write_text("\n".join(str(x) for x in range(1, 1003)) + "\n")
+    cache = tmp_path / "c"
+    argv = ["precompute", str(lengths), "-k", "2", "--strategy", "lp", "--cache-dir", str(cache)]
+    assert main(argv) == 0
+    (entry,) = cache.glob("*.json")
+    entry.unlink()
+    entry.mkdir()
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        warnings.simplefilter("ignore", CacheWarning)
+        mp.setattr(sys, "warnoptions", ["ignore::bucketloader.cache.CacheWarning"])
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "bucketloader: warning: lp: 1002 distinct lengths exceed max_values=1000" in err
+    assert "the warning above" not in err
+    assert f"at its entry {entry}; the warning that says why was filtered out by -W" in err
+
+
 def test_a_text_column_says_it_measures_characters(tmp_path, capsys):
     pytest.importorskip("pyarrow")
     import pyarrow as pa

@@ -367,7 +367,7 @@ def _zero_lengths(lengths: Any) -> str | None:
 def _precompute(args: argparse.Namespace) -> int:
     from bucketloader._files import folder_blocker, os_reason
     from bucketloader._validation import check_folder, check_int
-    from bucketloader.cache import BucketCache, default_cache_dir
+    from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
     from bucketloader.histogram import LengthHistogram
     from bucketloader.plan.budget import BatchRule
     from bucketloader.solve import resolve_params, solve_boundaries
@@ -440,7 +440,7 @@ def _precompute(args: argparse.Namespace) -> int:
     if not stored:  # precompute's one job: the entry a later run finds
         why = (
             "the warning above says why"
-            if caught
+            if any(issubclass(w.category, CacheWarning) for w in caught)
             else f"at its entry {where}; the warning that says why was filtered out by -W or "
             "PYTHONWARNINGS"
         )
