@@ -632,6 +632,33 @@ def test_a_csv_written_by_savetxt_with_a_header_names_its_columns(tmp_path):
         read_lengths(tmp_path / "hash.csv", "id")
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_a_csv_written_by_savetxt_with_header_lines_and_a_footer_reads(tmp_path, suffix):
+    """np.savetxt writes each line of ``header=`` and ``footer=`` after ``# ``: a header of
+    several lines named the columns by its first (``unknown column 'src'; the file has columns
+    ['made by x']``) and a footer was read as a length (``got '# end'``)."""
+    p = tmp_path / f"pairs{suffix}"
+    sep = "\t" if suffix == ".tsv" else ","
+    table = np.c_[LENGTHS, LENGTHS[::-1]]
+    np.savetxt(p, table, fmt="%d", delimiter=sep, header=f"made by x\n\nsrc{sep}tgt\n")
+    np.savetxt(
+        p.with_name(f"f{suffix}"),
+        table,
+        fmt="%d",
+        delimiter=sep,
+        header=f"src{sep}tgt",
+        footer="end\ntotal 0",
+    )
+    for path in (p, p.with_name(f"f{suffix}")):
+        assert read_lengths(path, "src").tolist() == LENGTHS
+        assert read_lengths(path, "tgt").tolist() == LENGTHS[::-1]
+    p.write_text(p.read_text().replace(f"\n3{sep}", f"\nx{sep}", 1))  # (the 3rd row)
+    with pytest.raises(LengthFileError, match=rf"pairs\{suffix} line 7: .*got 'x'"):
+        read_lengths(p, "src")  # (lines keep their numbers)
+    (tmp_path / "q.csv").write_text('# made by "x\n# "n"\n5\n')  # (a quote spans no line)
+    assert read_lengths(tmp_path / "q.csv").tolist() == [5]
+
+
 @pytest.mark.parametrize("kind", ["directory", "symlink"])
 def test_precompute_never_claims_an_entry_that_something_else_occupies(tmp_path, capsys, kind):
     """A directory or a symbolic link at the entry's path is the user's (never replaced), so
