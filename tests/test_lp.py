@@ -56,6 +56,18 @@ class _FindsNothing(pulp.LpSolver):
         return lp.status
 
 
+class _LeavesEveryArc(pulp.LpSolver):
+    """Stops without a solution, its variables holding leftovers (PuLP 4's docs: maybe an
+    infeasible point): here one bucket per distinct length."""
+
+    def actualSolve(self, lp, **kwargs):
+        for v in lp.variables():
+            i, j = map(int, v.name.split("_")[1:])
+            v.varValue = 1.0 if j == i + 1 else 0.0
+        lp.assignStatus(pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound)
+        return lp.status
+
+
 small = st.lists(st.integers(0, 30), min_size=1, max_size=10)
 
 
@@ -153,6 +165,16 @@ def test_time_limit_is_reported_never_optimal():
     assert r.status == "time_limit" and r.info["solution_from"] == "dp-incumbent"
     with pytest.warns(RuntimeWarning, match="stopped at its time limit"):
         compute_boundaries(h, 3, strategy="lp", solver=_FindsNothing())
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.1])
+def test_leftover_values_past_the_bucket_budget_are_no_solution(fraction):
+    """Such leftovers form a path of 8 buckets, less padding than any 3: it was returned for
+    k=3 (boundaries [1, 2, 3, 5, 8, 13, 21, 34], "solution_from": "solver")."""
+    h = LengthHistogram.from_lengths([1, 2, 3, 5, 8, 13, 21, 34])
+    r = lp(h, 3, solver=_LeavesEveryArc(), min_bucket_fraction=fraction)
+    assert r.info["solution_from"] in ("dp-incumbent", "exact-dp")
+    assert r.boundaries.tolist() == optimal(h, 3).boundaries.tolist() and r.status == "time_limit"
 
 
 def test_solver_by_name_and_real_time_limit():

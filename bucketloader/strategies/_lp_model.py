@@ -158,7 +158,10 @@ def build_and_solve(
         for x, i, j in zip(xs, ii.tolist(), jj.tolist(), strict=True)
         if x.varValue is not None and x.varValue > 0.5
     ]
-    return (_as_path(picked, nodes - 1), details)
+    path = _as_path(picked, nodes - 1)
+    # a solver stopped without a solution may leave any values (PuLP 4: "an infeasible point"):
+    # a path over kept arcs is feasible but for the bucket budget, checked here
+    return (path if path is not None and len(path) <= k else None, details)
 
 
 def _as_path(arcs: list[tuple[int, int]], end: int) -> list[tuple[int, int]] | None:
