@@ -38,22 +38,38 @@ def brute_force(lengths, k, cost="linear", min_fraction=0.0, multiple_of=1):
     return best
 
 
+#: the solver this PuLP runs by name: its bundled CBC (PuLP < 4), else HiGHS (PuLP 4)
+NAMED = "PULP_CBC_CMD" if hasattr(pulp, "PULP_CBC_CMD") else "HiGHS"
+
+
+def _stopped(solver, lp, found):
+    """A time limit's outcome in the installed PuLP's API, with a solution (``found``: the
+    variables' values) or without."""
+    if hasattr(pulp, "LpSolveStatus"):  # PuLP 4: solve returns the outcome
+        from pulp.apis.core import clocks
+
+        return solver.buildStats(lp, pulp.LpSolveStatus.TimeLimit, found, start=clocks())
+    if found:  # (CBC stopped with a plan says "Optimal", the plan "integer feasible")
+        lp.assignStatus(pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible)
+    else:
+        lp.assignStatus(pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound)
+    return lp.status
+
+
 class _StopsWithIncumbent(pulp.LpSolver):
     """Pretends to hit a time limit: returns the warm start as 'integer feasible'."""
 
     def actualSolve(self, lp, **kwargs):
-        lp.assignStatus(pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible)
-        return lp.status
+        return _stopped(self, lp, True)
 
 
 class _FindsNothing(pulp.LpSolver):
-    """Pretends to stop before finding any solution."""
+    """Pretends to stop before finding any solution (PuLP 4 keeps the warm start's values)."""
 
     def actualSolve(self, lp, **kwargs):
         for v in lp.variables():
             v.varValue = None
-        lp.assignStatus(pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound)
-        return lp.status
+        return _stopped(self, lp, False)
 
 
 class _LeavesEveryArc(pulp.LpSolver):
@@ -64,8 +80,7 @@ class _LeavesEveryArc(pulp.LpSolver):
         for v in lp.variables():
             i, j = map(int, v.name.split("_")[1:])
             v.varValue = 1.0 if j == i + 1 else 0.0
-        lp.assignStatus(pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound)
-        return lp.status
+        return _stopped(self, lp, False)
 
 
 small = st.lists(st.integers(0, 30), min_size=1, max_size=10)
@@ -178,7 +193,7 @@ def test_leftover_values_past_the_bucket_budget_are_no_solution(fraction):
 
 
 def test_solver_by_name_and_real_time_limit():
-    r = lp([1, 2, 9, 10], 2, solver="PULP_CBC_CMD", time_limit=5.0, warm_start=False)
+    r = lp([1, 2, 9, 10], 2, solver=NAMED, time_limit=5.0, warm_start=False)
     assert r.boundaries.tolist() == [2, 10] and r.status == "optimal"
 
 
@@ -195,7 +210,7 @@ def test_solver_by_name_and_real_time_limit():
             ValueError,
             "multiple_of must be an int >= 1, got pad_to_multiple_of=0",
         ),
-        ({"solver": "NOPE"}, ValueError, r"available solver names .*'PULP_CBC_CMD'.*NOPE"),
+        ({"solver": "NOPE"}, ValueError, rf"available solver names .*'{NAMED}'.*NOPE"),
         ({"solver": 3}, TypeError, "solver must be None, a solver name or a PuLP solver"),
         ({"warm_start": "yes"}, TypeError, "warm_start must be True or False"),
     ],
@@ -329,7 +344,7 @@ def test_without_a_bundled_cbc_the_lp_strategy_solves_with_highs(monkeypatch):
     pytest.importorskip("highspy")
     from bucketloader.strategies.joint import solve_joint
 
-    monkeypatch.delattr(pulp, "PULP_CBC_CMD")
+    monkeypatch.delattr(pulp, "PULP_CBC_CMD", raising=False)  # (PuLP 4 has none)
     lengths = load_real("librispeech")[:3000] // 320
     got = lp(LengthHistogram.from_lengths(lengths), 8)
     assert got.status == "optimal" and got.info["solution_from"] == "solver"

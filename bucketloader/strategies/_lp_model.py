@@ -91,19 +91,22 @@ def linear(pulp: Any, terms: list[tuple[Any, float]]) -> Any:
     return pulp.lpDot([c for _, c in terms], [v for v, _ in terms])
 
 
-def outcome(pulp: Any, prob: Any, solved: Any) -> tuple[str, bool]:
-    """The solver's status text and whether it proved optimality, from ``prob.solve(...)``'s
-    return (PuLP 4: the outcome itself) or the problem's statuses (PuLP < 4: the status and,
-    where there is one, the solution status, since CBC stopped by its time limit with a plan
-    says "Optimal" with ``sol_status`` "integer feasible")."""
+def outcome(pulp: Any, prob: Any, solved: Any) -> tuple[str, bool, bool]:
+    """The solver's status text, whether it proved optimality and whether it handed back a
+    solution, from ``prob.solve(...)``'s return (PuLP 4: the outcome itself, whose variables
+    hold leftovers when it has no solution) or the problem's statuses (PuLP < 4: the status
+    and, where there is one, the solution status, since CBC stopped by its time limit with a
+    plan says "Optimal" with ``sol_status`` "integer feasible"; the values are read either way,
+    then checked)."""
     if hasattr(pulp, "LpSolveStatus") and not isinstance(solved, int):
-        status = solved.status
-        return str(getattr(solved, "status_str", status)), status == pulp.LpSolveStatus.Optimal
+        status, found = solved.status, bool(getattr(solved, "has_solution", True))
+        text = str(getattr(solved, "status_str", status))
+        return text, status == pulp.LpSolveStatus.Optimal and found, found
     text = pulp.LpStatus.get(prob.status, str(prob.status))
     proved = prob.status == pulp.LpStatusOptimal and (
         getattr(prob, "sol_status", pulp.LpSolutionOptimal) == pulp.LpSolutionOptimal
     )
-    return text, proved
+    return text, proved, True
 
 
 def build_and_solve(
@@ -146,7 +149,7 @@ def build_and_solve(
     chosen = set(incumbent)
     for x, i, j in zip(xs, ii.tolist(), jj.tolist(), strict=True):
         x.setInitialValue(1 if (i, j) in chosen else 0)
-    text, proved = outcome(pulp, prob, prob.solve(solver))
+    text, proved, found = outcome(pulp, prob, prob.solve(solver))
     details = {
         "solver_status": text,
         "proved": proved,
@@ -156,7 +159,7 @@ def build_and_solve(
     picked = [
         (i, j)
         for x, i, j in zip(xs, ii.tolist(), jj.tolist(), strict=True)
-        if x.varValue is not None and x.varValue > 0.5
+        if found and x.varValue is not None and x.varValue > 0.5
     ]
     path = _as_path(picked, nodes - 1)
     # a solver stopped without a solution may leave any values (PuLP 4: "an infeasible point"):
