@@ -404,19 +404,28 @@ def test_a_2d_npy_is_not_called_tab_separated(tmp_path):
     assert "tab" not in str(e.value)
 
 
+def _entry_taken(tmp_path, text="3\n5\n5\n9\n12\n", *options):
+    """``precompute``'s argv over a lengths file of ``text``, and its cache entry, stored once
+    and then taken by a directory (the user's: a CacheWarning says a solve is not stored)."""
+    from bucketloader.cli import main
+
+    lengths = tmp_path / "l.txt"
+    lengths.write_text(text)
+    cache = tmp_path / "c"
+    argv = ["precompute", str(lengths), "-k", "2", *options, "--cache-dir", str(cache)]
+    assert main(argv) == 0
+    (entry,) = cache.glob("*.json")
+    entry.unlink()
+    entry.mkdir()
+    return argv, entry
+
+
 def test_warning_options_of_the_user_decide_what_the_command_prints(tmp_path, capsys, monkeypatch):
     """``precompute`` prints each warning of its solve as one ``bucketloader: warning:`` line;
     under ``PYTHONWARNINGS=ignore`` (or ``-W ignore``) it printed them all the same."""
     from bucketloader.cli import main
 
-    lengths = tmp_path / "l.txt"
-    lengths.write_text("3\n5\n5\n9\n12\n")
-    cache = tmp_path / "c"
-    argv = ["precompute", str(lengths), "-k", "2", "--cache-dir", str(cache)]
-    assert main(argv) == 0
-    (entry,) = cache.glob("*.json")
-    entry.unlink()
-    entry.mkdir()  # (the user's: a CacheWarning says the solve is not stored)
+    argv, entry = _entry_taken(tmp_path)
     capsys.readouterr()
     assert main(argv) == 2
     assert "bucketloader: warning: cache entry path" in capsys.readouterr().err
@@ -434,14 +443,7 @@ def test_warnings_made_errors_by_the_user_are_one_error_line(tmp_path, capsys, m
     characters note are raised: ``main`` ended in a traceback (status 1)."""
     from bucketloader.cli import main
 
-    lengths = tmp_path / "l.txt"
-    lengths.write_text("3\n5\n5\n9\n12\n")
-    cache = tmp_path / "c"
-    argv = ["precompute", str(lengths), "-k", "2", "--cache-dir", str(cache)]
-    assert main(argv) == 0
-    (entry,) = cache.glob("*.json")
-    entry.unlink()
-    entry.mkdir()
+    argv, entry = _entry_taken(tmp_path)
     capsys.readouterr()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -459,14 +461,8 @@ def test_the_not_stored_error_points_at_a_warning_only_when_one_says_why(tmp_pat
     from bucketloader.cache import CacheWarning
     from bucketloader.cli import main
 
-    lengths = tmp_path / "l.txt"
-    lengths.write_text("\n".join(str(x) for x in range(1, 1003)) + "\n")
-    cache = tmp_path / "c"
-    argv = ["precompute", str(lengths), "-k", "2", "--strategy", "lp", "--cache-dir", str(cache)]
-    assert main(argv) == 0
-    (entry,) = cache.glob("*.json")
-    entry.unlink()
-    entry.mkdir()
+    text = "\n".join(str(x) for x in range(1, 1003)) + "\n"
+    argv, entry = _entry_taken(tmp_path, text, "--strategy", "lp")
     capsys.readouterr()
     with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
         warnings.simplefilter("ignore", CacheWarning)
