@@ -197,6 +197,16 @@ def test_solver_by_name_and_real_time_limit():
     assert r.boundaries.tolist() == [2, 10] and r.status == "optimal"
 
 
+def test_a_solver_object_that_cannot_run_here_is_one_error(tmp_path):
+    """A PuLP solver object whose program is missing (PuLP 4's CBC is ``COIN_CMD``, without
+    ``pulp[cbc]``) failed inside PuLP: ``PulpSolverError: Pulp: cannot execute ...``."""
+    missing = pulp.COIN_CMD(path=str(tmp_path / "cbc"), msg=False)
+    with pytest.raises(
+        ValueError, match=rf"solver=COIN_CMD\(\.\.\.\) is not available here .*'{NAMED}'"
+    ):
+        lp([1, 2, 9, 10], 2, solver=missing)
+
+
 @pytest.mark.parametrize(
     ("options", "kind", "message"),
     [
