@@ -404,6 +404,31 @@ def test_a_2d_npy_is_not_called_tab_separated(tmp_path):
     assert "tab" not in str(e.value)
 
 
+def test_warning_options_of_the_user_decide_what_the_command_prints(tmp_path, capsys, monkeypatch):
+    """``precompute`` prints each warning of its solve as one ``bucketloader: warning:`` line;
+    under ``PYTHONWARNINGS=ignore`` (or ``-W ignore``) it printed them all the same."""
+    from bucketloader.cli import main
+
+    lengths = tmp_path / "l.txt"
+    lengths.write_text("3\n5\n5\n9\n12\n")
+    cache = tmp_path / "c"
+    argv = ["precompute", str(lengths), "-k", "2", "--cache-dir", str(cache)]
+    assert main(argv) == 0
+    (entry,) = cache.glob("*.json")
+    entry.unlink()
+    entry.mkdir()  # (the user's: a CacheWarning says the solve is not stored)
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert "bucketloader: warning: cache entry path" in capsys.readouterr().err
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        monkeypatch.setattr(sys, "warnoptions", ["ignore"])
+        assert main(argv) == 2  # (what happened is still said: "(not stored)", exit 2)
+    out, err = capsys.readouterr()
+    assert "(not stored)" in out and "bucketloader: warning" not in err
+    assert f"at its entry {entry}; the warning that says why was filtered out by -W" in err
+
+
 def test_a_text_column_says_it_measures_characters(tmp_path, capsys):
     pytest.importorskip("pyarrow")
     import pyarrow as pa
@@ -542,6 +567,20 @@ def test_a_txt_written_by_savetxt_with_a_header_reads_as_np_loadtxt_reads_it(tmp
     (tmp_path / "only.txt").write_text("# nothing but a header\n")
     assert main(["report", str(tmp_path / "only.txt")]) == 2
     assert "holds no lengths" in capsys.readouterr().err
+
+
+def test_a_csv_written_by_savetxt_with_a_header_names_its_columns(tmp_path):
+    """``np.savetxt(path, a, delimiter=",", header="src,tgt")`` writes ``# src,tgt`` first:
+    the first column was named ``# src`` (``--column src``: unknown column)."""
+    p = tmp_path / "pairs.csv"
+    np.savetxt(p, np.c_[LENGTHS, LENGTHS[::-1]], fmt="%d", delimiter=",", header="src,tgt")
+    assert p.read_text().startswith("# src,tgt")
+    assert read_lengths(p, "src").tolist() == LENGTHS
+    assert read_lengths(p, "tgt").tolist() == LENGTHS[::-1]
+    (tmp_path / "hash.csv").write_text("#id,n\nu0,5\n")  # (a name that starts with #: kept)
+    assert read_lengths(tmp_path / "hash.csv", "n").tolist() == [5]
+    with pytest.raises(LengthFileError, match=r"the file has columns \['#id', 'n'\]"):
+        read_lengths(tmp_path / "hash.csv", "id")
 
 
 @pytest.mark.parametrize("kind", ["directory", "symlink"])

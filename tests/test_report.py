@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import load_real
 
-from bucketloader import compute_boundaries
+from bucketloader import LengthHistogram, compute_boundaries
 from bucketloader.analysis.report import DEFAULT_STRATEGIES, analyze
 from bucketloader.boundaries import padding_ratio
 
@@ -66,6 +66,22 @@ def test_dynamic_padding_baseline_matches_a_direct_count():
         int(b.max() * b.size - b.sum()) for b in np.array_split(srt, range(10, 103, 10))
     )
     assert d["padding_ratio"] >= best_case / lengths.sum()
+
+
+def test_dynamic_padding_baseline_does_not_depend_on_the_input_order():
+    """The baseline drew its random batches from the input's order: the same lengths from a file
+    and from a histogram of them (its Parquet shards, an engine) reported different paddings."""
+    lengths = load_real("gsm8k")[:3000, 0]
+    want = analyze(lengths, num_buckets=[2], batch_size=16).dynamic
+    for other in (lengths[::-1], np.sort(lengths), LengthHistogram.from_lengths(lengths)):
+        assert analyze(other, num_buckets=[2], batch_size=16).dynamic == want
+    # still a count over random batches: a direct count of the same draw
+    perm = np.sort(lengths)
+    np.random.default_rng(np.random.SeedSequence([0, 0])).shuffle(perm)
+    full = perm[: perm.size // 16 * 16].reshape(-1, 16)
+    rest = perm[full.size :]
+    pad = int((full.max(axis=1)[:, None] - full).sum()) + int((rest.max() - rest).sum())
+    assert want["padding_ratio"] == pad / lengths.sum()
 
 
 class _Toy:

@@ -317,7 +317,7 @@ def analyze(
         padding_target=padding_target,
         **run,
     )
-    dynamic = None if batch_size is None else _dynamic_padding(hist, lengths, batch_size)
+    dynamic = None if batch_size is None else _dynamic_padding(hist, batch_size)
     return DynamicityReport(
         source,
         hist,
@@ -340,16 +340,19 @@ def _is_iterable_dataset(data: Any) -> bool:
     )
 
 
-def _dynamic_padding(
-    hist: LengthHistogram, lengths: np.ndarray | None, batch_size: int
-) -> dict[str, Any]:
-    """Random batches (seeded) padded to their own longest sample: padding and shape count."""
-    if lengths is None:  # a histogram given (NOTE [ A histogram stays a histogram ])
-        why = f"batch_size={batch_size} (the dynamic-padding baseline simulates random batches)"
-        lengths = every_length(hist, why, "pass batch_size=None to skip the baseline")
-    flat = lengths
-    rng = np.random.default_rng(np.random.SeedSequence([0, 0]))
-    perm = flat[rng.permutation(flat.size)]
+def _dynamic_padding(hist: LengthHistogram, batch_size: int) -> dict[str, Any]:
+    """Random batches (seeded) padded to their own longest sample: padding and shape count.
+
+    The batches are drawn from the histogram's samples, not from ``lengths`` in their order, so
+    the same lengths in any order (a ``.txt``, its Parquet shards, an engine's histogram) get
+    the same baseline: drawn from the input's order, one file's lengths gave 108.9 % and its
+    Parquet shards' histogram 105.3 % (session 15). The shuffle is in place: one array of the
+    samples, where a permutation took two.
+    """
+    # (a histogram given, or lengths: NOTE [ A histogram stays a histogram ])
+    why = f"batch_size={batch_size} (the dynamic-padding baseline simulates random batches)"
+    perm = every_length(hist, why, "pass batch_size=None to skip the baseline")
+    np.random.default_rng(np.random.SeedSequence([0, 0])).shuffle(perm)
     n_full = perm.size // batch_size
     shapes: set[tuple[int, int]] = set()
     pad = 0

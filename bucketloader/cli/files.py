@@ -4,7 +4,8 @@ Formats (by suffix): ``.txt`` (one length per line, or columns separated by tabs
 ``np.savetxt`` writes them, no header row; ``#`` starts a comment, as in ``np.loadtxt``, so
 ``np.savetxt``'s ``header=`` is skipped; ``column`` is a 0-based index), ``.npy`` (1-D, or 2-D
 with a column index; never unpickled),
-``.csv`` / ``.tsv`` (a header row; ``column`` is a name), ``.jsonl`` (one object per line),
+``.csv`` / ``.tsv`` (a header row, where ``np.savetxt``'s ``# `` before the first name is
+not part of it; ``column`` is a name), ``.jsonl`` (one object per line),
 ``.parquet``, and a directory written by ``datasets.Dataset.save_to_disk``. In the last four a
 column may hold lengths (ints) or lists, whose lengths are taken. Every problem raises
 :class:`LengthFileError` with the file, the line when there is one, and the fix.
@@ -192,6 +193,8 @@ def _read_csv(lines: list[str], name: str, column: str | int | None, sep: str) -
     if not header or not any(h.strip() for h in header):
         raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")
     header = [h.strip() for h in header]
+    if header[0].startswith("# "):  # (np.savetxt's header=, after its comments="# ")
+        header[0] = header[0][2:].strip()
     if column is None:
         if len(header) != 1:
             raise LengthFileError(f"{name} has columns {header}; choose one with --column NAME")

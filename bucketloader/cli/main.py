@@ -14,6 +14,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import glob
 import json
@@ -22,7 +23,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -196,14 +197,24 @@ def _closed_stdout() -> int:
 def _read_lengths(args: argparse.Namespace) -> Any:
     """``read_lengths`` with its notes (a text column measured in characters) printed as
     ``bucketloader: note: ...`` lines on stderr."""
-    with warnings.catch_warnings(record=True) as notes:
-        warnings.simplefilter("always")
+    with _recording() as notes:
         from bucketloader.cli.files import read_lengths
 
         lengths = read_lengths(args.file, args.column)
     for note in notes:
         print(f"bucketloader: note: {note.message}", file=sys.stderr)
     return lengths
+
+
+@contextlib.contextmanager
+def _recording() -> Iterator[list[warnings.WarningMessage]]:
+    """The warnings raised inside, recorded to be printed as one ``bucketloader:`` line each:
+    every one of them, unless the user chose which with ``-W`` or ``PYTHONWARNINGS`` (then
+    those filters decide, so ``PYTHONWARNINGS=ignore`` prints none)."""
+    with warnings.catch_warnings(record=True) as caught:
+        if not sys.warnoptions:
+            warnings.simplefilter("always")
+        yield caught
 
 
 def _read(args: argparse.Namespace) -> np.ndarray | LengthHistogram:
@@ -391,8 +402,7 @@ def _precompute(args: argparse.Namespace) -> int:
     key = cache.key(hist, name, params)
     many = "s" if hist.num_values != 1 else ""
     label = f"strategy {name!r}, k={args.num_buckets}, {hist.num_values:,} distinct length{many}"
-    with _Ticker(f"solving ({label})"), warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _Ticker(f"solving ({label})"), _recording() as caught:
         sol = solve_boundaries(
             hist,
             args.num_buckets,
@@ -426,10 +436,16 @@ def _precompute(args: argparse.Namespace) -> int:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
         print(f"written to {args.json}")
     if not stored:  # precompute's one job: the entry a later run finds
+        why = (
+            "the warning above says why"
+            if caught
+            else f"at its entry {where}; the warning that says why was filtered out by -W or "
+            "PYTHONWARNINGS"
+        )
         return _fail(
             f"the boundaries were solved but not stored in the cache directory {cache.directory} "
-            "(the warning above says why); fix that, or point --cache-dir or "
-            "BUCKETLOADER_CACHE_DIR at a writable directory"
+            f"({why}); fix that, or point --cache-dir or BUCKETLOADER_CACHE_DIR at a writable "
+            "directory"
         )
     return 0
 

@@ -22,14 +22,16 @@ without the coupling, or one spare bucket) were measured to keep 40-70 % of the 
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 
-#: PuLP 4 dropped the bundled CBC (it ships no solver at all) and rebuilt its modelling API
-#: (``LpVariable`` is made by a problem, expressions from lists fail): every model here was
-#: written and tested against PuLP 2.7-3.3, so a later major version is refused by name.
-PULP_BELOW = 4
+#: PuLP 4 dropped the bundled CBC (it ships no solver; HiGHS comes with ``pip install highspy``)
+#: and rebuilt its modelling API (variables made by a problem, ``solve`` returning the outcome,
+#: no ``LpStatus``): the models here speak both (:func:`new_variable`, :func:`linear`,
+#: :func:`outcome`), tested on PuLP 2.7-3.3 and 4.2. A later major version is refused by name.
+PULP_BELOW = 5
 
 
 def import_pulp() -> Any:
@@ -44,12 +46,64 @@ def import_pulp() -> Any:
     major = version.split(".")[0]
     if major.isdigit() and int(major) >= PULP_BELOW:
         raise ImportError(
-            f"bucketloader's PuLP models (strategy='lp', solve_joint(solver='pulp')) need PuLP "
-            f"< {PULP_BELOW}, got pulp {version}: PuLP {PULP_BELOW} ships no CBC solver and "
-            f"a new modelling API: install it with pip install 'pulp>=2.7,<{PULP_BELOW}', or use "
-            "strategy='optimal' (the same boundaries, no PuLP) / solve_joint(solver='highs')"
+            f"bucketloader's PuLP models (strategy='lp', solve_joint(solver='pulp')) were "
+            f"written for PuLP 2.7-4.x, got pulp {version}: install it with pip install "
+            f"'pulp>=2.7,<{PULP_BELOW}', or use strategy='optimal' (the same boundaries, no "
+            "PuLP) / solve_joint(solver='highs')"
         )
     return pulp
+
+
+def has_cbc(pulp: Any) -> bool:
+    """Whether this PuLP bundles CBC (``PULP_CBC_CMD``): PuLP before 4."""
+    return hasattr(pulp, "PULP_CBC_CMD")
+
+
+def default_solver(pulp: Any, time_limit: float, warm_start: bool) -> Any:
+    """PuLP's bundled CBC (PuLP < 4), else HiGHS through ``highspy`` (PuLP 4 bundles none),
+    with ``time_limit`` seconds, proving optimality to the last unit (costs are integers)."""
+    with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC for 4.0
+        warnings.simplefilter("ignore", DeprecationWarning)
+        if has_cbc(pulp):
+            return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, warmStart=warm_start)
+        if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
+            raise ImportError(
+                f"strategy='lp' needs a MIP solver, and pulp {pulp.__version__} bundles none "
+                "(PuLP 4 dropped CBC): install HiGHS with pip install highspy, pass solver= "
+                "another of pulp.listSolvers(onlyAvailable=True), or use strategy='optimal' "
+                "(the same boundaries, no PuLP)"
+            )
+        return pulp.HiGHS(msg=False, timeLimit=time_limit, warmStart=warm_start, gapRel=0.0)
+
+
+def new_variable(pulp: Any, prob: Any, name: str, binary: bool) -> Any:
+    """A variable in ``[0, 1]`` of ``prob`` (PuLP >= 3.3 makes it through the problem)."""
+    cat = pulp.LpBinary if binary else pulp.LpContinuous
+    if hasattr(prob, "add_variable"):
+        return prob.add_variable(name, 0, 1, cat=cat)
+    return pulp.LpVariable(name, 0, 1, cat=cat)  # pragma: no cover - PuLP < 3.3
+
+
+def linear(pulp: Any, terms: list[tuple[Any, float]]) -> Any:
+    """``Σ coef · var`` over ``terms`` (PuLP 4 builds no expression from a list of pairs)."""
+    if has_cbc(pulp):
+        return pulp.LpAffineExpression(terms)
+    return pulp.lpDot([c for _, c in terms], [v for v, _ in terms])
+
+
+def outcome(pulp: Any, prob: Any, solved: Any) -> tuple[str, bool]:
+    """The solver's status text and whether it proved optimality, from ``prob.solve(...)``'s
+    return (PuLP 4: the outcome itself) or the problem's statuses (PuLP < 4: the status and,
+    where there is one, the solution status, since CBC stopped by its time limit with a plan
+    says "Optimal" with ``sol_status`` "integer feasible")."""
+    if hasattr(pulp, "LpSolveStatus") and not isinstance(solved, int):
+        status = solved.status
+        return str(getattr(solved, "status_str", status)), status == pulp.LpSolveStatus.Optimal
+    text = pulp.LpStatus.get(prob.status, str(prob.status))
+    proved = prob.status == pulp.LpStatusOptimal and (
+        getattr(prob, "sol_status", pulp.LpSolutionOptimal) == pulp.LpSolutionOptimal
+    )
+    return text, proved
 
 
 def build_and_solve(
@@ -69,18 +123,9 @@ def build_and_solve(
     nodes = w.shape[0]
     ii, jj = np.nonzero(keep)
     prob = pulp.LpProblem("bucketloader_boundaries", pulp.LpMinimize)
-    if hasattr(prob, "add_variable"):  # PuLP >= 3.3 (LpVariable(...) is deprecated there)
-        xs = [
-            prob.add_variable(f"x_{i}_{j}", 0, 1, cat=pulp.LpBinary)
-            for i, j in zip(ii, jj, strict=True)
-        ]
-    else:  # pragma: no cover - older PuLP
-        xs = [
-            pulp.LpVariable(f"x_{i}_{j}", 0, 1, cat=pulp.LpBinary)
-            for i, j in zip(ii, jj, strict=True)
-        ]
+    xs = [new_variable(pulp, prob, f"x_{i}_{j}", True) for i, j in zip(ii, jj, strict=True)]
     # integral costs (exact in float64 below 2**53) let CBC use an objective increment of 1
-    prob += pulp.LpAffineExpression(list(zip(xs, w[ii, jj].tolist(), strict=True)))
+    prob += linear(pulp, list(zip(xs, w[ii, jj].tolist(), strict=True)))
     out_arcs: list[list[Any]] = [[] for _ in range(nodes)]
     in_arcs: list[list[Any]] = [[] for _ in range(nodes)]
     for x, i, j in zip(xs, ii.tolist(), jj.tolist(), strict=True):
@@ -91,8 +136,8 @@ def build_and_solve(
     for node in range(1, nodes - 1):
         if out_arcs[node] or in_arcs[node]:
             prob += (
-                pulp.LpAffineExpression(
-                    [(x, 1.0) for x in in_arcs[node]] + [(x, -1.0) for x in out_arcs[node]]
+                linear(
+                    pulp, [(x, 1.0) for x in in_arcs[node]] + [(x, -1.0) for x in out_arcs[node]]
                 )
                 == 0,
                 f"flow_{node}",
@@ -101,11 +146,10 @@ def build_and_solve(
     chosen = set(incumbent)
     for x, i, j in zip(xs, ii.tolist(), jj.tolist(), strict=True):
         x.setInitialValue(1 if (i, j) in chosen else 0)
-    prob.solve(solver)
+    text, proved = outcome(pulp, prob, prob.solve(solver))
     details = {
-        "solver_status": pulp.LpStatus.get(prob.status, str(prob.status)),
-        "proved": prob.status == pulp.LpStatusOptimal
-        and getattr(prob, "sol_status", pulp.LpSolutionOptimal) == pulp.LpSolutionOptimal,
+        "solver_status": text,
+        "proved": proved,
         "variables": len(xs),
         "constraints": prob.numConstraints(),
     }

@@ -22,7 +22,7 @@ from bucketloader._validation import check_choice, check_float, check_int
 from bucketloader.boundaries import padding_cost
 from bucketloader.histogram import LengthHistogram
 from bucketloader.strategies import _dense
-from bucketloader.strategies._lp_model import build_and_solve, import_pulp
+from bucketloader.strategies._lp_model import build_and_solve, default_solver, import_pulp
 from bucketloader.strategies._registry import StrategyResult, register_strategy, strategy_input
 from bucketloader.strategies.optimal import optimal
 
@@ -58,7 +58,8 @@ def lp(
         max_values: above this many distinct lengths the histogram is coarsened (rounded up to a
             bin width) first, with a warning, and the result has ``status="coarsened"``. The
             dense bounds take O(k·U²) time and 8·U² bytes (8 MB at U = 1,000).
-        solver: ``None`` (CBC bundled with PuLP), a solver name from ``pulp.listSolvers()`` or a
+        solver: ``None`` (CBC bundled with PuLP before 4; with PuLP 4, HiGHS through
+            ``highspy``), a solver name from ``pulp.listSolvers()`` or a
             PuLP solver object (used as given: set its own time limit).
         warm_start: start the solver from the DP's solution.
 
@@ -173,9 +174,7 @@ def _make_solver(solver: Any, time_limit: float, warm_start: bool) -> Any:
     pulp = import_pulp()
 
     if solver is None:
-        with warnings.catch_warnings():  # PuLP 3.3 deprecates its bundled CBC for 4.0
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit, warmStart=warm_start)
+        return default_solver(pulp, time_limit, warm_start)
     if isinstance(solver, str):
         available = pulp.listSolvers(onlyAvailable=True)
         if solver not in available:

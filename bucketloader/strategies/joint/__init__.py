@@ -71,7 +71,7 @@ from bucketloader._validation import (
 from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.histogram import JointHistogram, LengthHistogram
 from bucketloader.solution import JointSolution
-from bucketloader.strategies._lp_model import import_pulp
+from bucketloader.strategies._lp_model import has_cbc, import_pulp
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors
 from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values
 from bucketloader.strategies.joint._ilp import (
@@ -170,8 +170,13 @@ def _solve(hist: JointHistogram, params: dict[str, Any]) -> JointSolution:
                 f"({exc}); install it with pip install 'bucketloader[joint]', or pass "
                 "exact=False (the search and its bound need numpy only)"
             ) from exc
-        if params["solver"] == "pulp":
-            import_pulp()
+        if params["solver"] == "pulp" and not has_cbc(pulp := import_pulp()):
+            raise ImportError(
+                f"solve_joint(solver='pulp') runs PuLP's bundled CBC (warm-started from the "
+                f"search's plan), which pulp {pulp.__version__} does not ship (PuLP 4 dropped "
+                "it): use solver='highs' (the default: the same model in SciPy's HiGHS), or pip "
+                "install 'pulp>=2.7,<4'"
+            )
     start = time.perf_counter()
     k, size = params["max_shapes"], params["size"]
     rows, counts = hist.rows, hist.counts
