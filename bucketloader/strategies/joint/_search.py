@@ -162,6 +162,8 @@ in the repository) and found none more than 0.4 % below the plans of ``benchmark
   search: 45 candidates for prod K = 8, 60 for sum K = 16; points merged by their covering
   cells, Elloumi's sorted formulation, HiGHS): its proved optimum is the best local optimum
   itself (15,106,463 in 41 s, 147,067 in 92 s; prod K = 16, 51 candidates: 9,316,818 in 13 s).
+  Over the 40 best (prod K = 16, 121 candidates) HiGHS found nothing usable in 240 s, and its
+  bound over those cells, 9,204,142, proves nothing about them.
   Session 16's restricted master (the last LP's 162 support cells plus the plan's, 240 s)
   found 148,363 for sum K = 16; session 10's exact two-cell re-optimisation and LP-support
   program found nothing below 147,067 either.
