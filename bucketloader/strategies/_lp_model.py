@@ -85,8 +85,9 @@ def new_variable(pulp: Any, prob: Any, name: str, binary: bool) -> Any:
 
 
 def linear(pulp: Any, terms: list[tuple[Any, float]]) -> Any:
-    """``Σ coef · var`` over ``terms`` (PuLP 4 builds no expression from a list of pairs)."""
-    if has_cbc(pulp):
+    """``Σ coef · var`` over ``terms`` (PuLP 4, the API with ``LpSolveStatus``, builds no
+    expression from a list of pairs; its ``cbc`` extra does not bring the old API back)."""
+    if not hasattr(pulp, "LpSolveStatus"):
         return pulp.LpAffineExpression(terms)
     return pulp.lpDot([c for _, c in terms], [v for v, _ in terms])
 
