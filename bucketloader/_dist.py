@@ -11,6 +11,7 @@ the CPU).
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,68 @@ def resolve_ranks(num_replicas: Any, rank: Any) -> tuple[int, int]:
             f"each process its own rank in 0..{replicas - 1}"
         )
     return replicas, rank
+
+
+def joins_group(num_replicas: Any, rank: Any, replicas: int) -> bool:
+    """Whether a sampler built with the arguments ``num_replicas`` / ``rank`` (resolved to
+    ``replicas`` ranks) took its ranks from the initialised process group, and so must agree
+    with the group's other ranks (:func:`gather_arguments`). Ranks simulated in one process
+    (``num_replicas=`` and ``rank=`` both given) join no collective: one process builds them
+    all."""
+    return (num_replicas is None or rank is None) and replicas > 1 and dist_ready(replicas)
+
+
+def gather_arguments(owner: str, arguments: dict[str, str], num_replicas: int, rank: int) -> None:
+    """Every rank's ``arguments`` (each spelled as a string), by one ``all_gather_object`` of
+    JSON, checked on every rank: a rank built with other arguments is an error on *every* rank,
+    naming it and the argument, instead of a silent other plan (other shapes at a step, other
+    samples) or a hang in the job's next collective."""
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * num_replicas
+    dist.all_gather_object(gathered, json.dumps({"rank": rank, "arguments": arguments}))
+    check_agreement(owner, [json.loads(p) for p in gathered], num_replicas)
+
+
+#: What a differing argument means, added to :func:`check_agreement`'s error.
+_AGREEMENT_HINTS = {
+    "seed": "seed is the plan's seed and must be the same on every rank (seed per-rank "
+    "randomness, such as augmentation, elsewhere)",
+    "plan_digest": "the plans differ: pass every rank the same lengths (of the whole data set, "
+    "in the same order) and the same options (a rank that holds only its own shard's lengths "
+    "needs bucketloader.sharded.ShardedSampler)",
+}
+
+
+def check_agreement(owner: str, items: list[dict[str, Any]], num_replicas: int) -> None:
+    """``items`` (each rank's ``rank`` and ``arguments``) sorted by rank, or one error naming
+    the ranks whose arguments differ from rank 0's, and how.
+
+    Example:
+        >>> items = [{"rank": r, "arguments": {"seed": str(r)}} for r in (1, 0)]
+        >>> check_agreement("BucketSampler", items, 2)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: rank(s) [1] built their BucketSampler with ... seed=1 (rank 0: 0); ...
+    """
+    ranks = [it["rank"] for it in items]
+    if sorted(ranks) != list(range(num_replicas)):
+        raise ValueError(f"ranks {ranks} do not number 0..{num_replicas - 1}; pass rank= once each")
+    items.sort(key=lambda it: it["rank"])
+    first = items[0]["arguments"]
+    odd = [it for it in items if it["arguments"] != first]
+    if odd:
+        theirs = odd[0]["arguments"]
+        keys = [k for k in sorted(set(first) | set(theirs)) if first.get(k) != theirs.get(k)]
+        diff = [
+            f"{k}={theirs.get(k, '(not given)')} (rank 0: {first.get(k, '(not given)')})"
+            for k in keys
+        ]
+        hints = "".join(f"; {_AGREEMENT_HINTS[k]}" for k in keys if k in _AGREEMENT_HINTS)
+        raise ValueError(
+            f"rank(s) {[it['rank'] for it in odd]} built their {owner} with other "
+            f"arguments than rank 0: rank {odd[0]['rank']} has {', '.join(diff)}{hints}; "
+            "build it with the same arguments on every rank"
+        )
 
 
 def borrow_sample(own: Any) -> Any:

@@ -109,6 +109,13 @@ def length_of(value: Any, *, what: str = "the value") -> int:
         return len(value)
     if shape is not None:  # a 0-d array or tensor holding the length
         return length_of(value.item(), what=what)
+    if value is None:  # a null in a table (a Hugging Face dataset's missing value)
+        field = what[len("sample") :] if what.startswith("sample[") else "[<the field>]"
+        raise TypeError(
+            f"{what} is None (a null: a missing value in the data set), which has no length; "
+            f"filter those samples out first, e.g. dataset.filter(lambda s: s{field} is not "
+            "None), or pass a length_fn that gives them a length"
+        )
     raise TypeError(
         f"{what} has no length: got {type(value).__name__}; lengths are taken from sequences "
         "(lists, arrays, tensors, strings), decoded audio dicts or int values"
@@ -149,6 +156,13 @@ def sample_length(sample: Any, key: Any = None, *, arg: str = "key") -> int:
         if LENGTH_KEY in sample:
             return length_of(sample[LENGTH_KEY], what=f"sample[{LENGTH_KEY!r}]")
         sized = [k for k, v in sample.items() if _sized(v)]
+        nulls = [k for k, v in sample.items() if v is None]
+        if not sized and nulls:  # a null row of the one sequence field, not a missing option
+            raise ValueError(
+                f"a sample has None (a null: a missing value in the data set) in {nulls[:8]}, "
+                f"so nothing to measure; filter those samples out first, e.g. "
+                f"dataset.filter(lambda s: s[{nulls[0]!r}] is not None)"
+            )
         if len(sized) != 1:
             found = "none is" if not sized else f"{sized} are"
             raise ValueError(

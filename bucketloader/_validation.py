@@ -163,10 +163,22 @@ def check_folder(name: str, value: Any) -> Path:
 
 
 def describe(value: Any) -> str:
-    """A short description of a value for error messages (tensors by dtype and shape)."""
+    """A short description of a value for error messages (arrays by kind, dtype and shape).
+
+    Example:
+        >>> describe(np.zeros((2, 3), dtype=np.float32))
+        'a numpy array of dtype float32 and shape (2, 3)'
+    """
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if shape is not None and dtype is not None:
-        kind = "tensor" if hasattr(value, "device") else "array"
+        # (by type, not by a .device attribute: numpy 2 arrays have one too)
+        kind = (
+            "numpy array"
+            if isinstance(value, np.ndarray)
+            else "tensor"
+            if type(value).__module__.split(".")[0] == "torch"
+            else "array"
+        )
         return f"a {kind} of dtype {dtype} and shape {tuple(shape)}"
     return f"{type(value).__name__} {value!r}"
 
@@ -538,7 +550,8 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
     except (ValueError, TypeError, OverflowError, RecursionError):
         raise ValueError(
             f"{name} must be a rectangular array of non-negative ints (one per sample), got "
-            f"a ragged or deeply nested {type(lengths).__name__}; give every sample one length"
+            f"a ragged or deeply nested {type(lengths).__name__}; give every sample one length "
+            f"(rows of tokens or samples? pass their lengths, e.g. [len(x) for x in rows])"
         ) from None
     if arr.ndim == 0 and arr.dtype.kind == "O":  # an object numpy reads as one opaque item
         has = getattr(lengths, "lengths", None) is not None  # a sampler, a spec, a SplitDataset
@@ -666,6 +679,14 @@ def _from_objects(arr: np.ndarray, name: str) -> np.ndarray:
             raise TypeError(
                 f"{name} must hold integer lengths, got the string {item!r} at index "
                 f"{_fmt(idx)}; {_TO_INTS.format(name=name)}"
+            )
+        if isinstance(item, Mapping):  # a dataset's sample (a Hugging Face Dataset's rows)
+            raise TypeError(
+                f"{name} must hold integer lengths, got a sample at index {_fmt(idx)} (a "
+                f"{type(item).__name__} with keys {list(item)[:8]}): {name} holds one length per "
+                f"sample, not the samples; measure them first, e.g. "
+                f"bucketloader.hf.lengths(dataset, 'input_ids') for a Hugging Face dataset, or "
+                f"[len(sample['input_ids']) for sample in dataset]"
             )
         if isinstance(item, (bool, np.bool_)) or not isinstance(item, numbers.Real):
             raise TypeError(f"{name} must hold integer lengths, got {item!r} at index {_fmt(idx)}")

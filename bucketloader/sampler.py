@@ -30,6 +30,22 @@ wins (calling it every epoch, as ``DistributedSampler`` users do, behaves as bef
 ``set_epoch(e)`` before a pass repeats epoch ``e`` on purpose). Every rank makes the same passes,
 so ranks stay on the same epoch. A pass left early (``break``) is not finished: the next pass
 restarts the same epoch.
+
+NOTE [ Ranks agree on the plan ]
+Every rank plans the whole epoch from its own arguments and takes its slot of every step, so the
+ranks stay in step only if they plan the same epoch: the same lengths, options and ``seed``. A
+rank given another seed (``seed=base + rank``, a common habit for augmentation seeds) or other
+lengths (measured on its own shard) plans other steps: other shapes at step ``i`` (a recompile,
+or a hang in a collective that expects one shape), other step counts (a hang at the epoch's
+end), and samples lost and repeated across ranks, silently; a stream's ranks follow one
+schedule drawn from the seed, boundaries and batch sizes, and miss it the same way. So a
+sampler (or a stream: ``BucketIterable``, ``PackIterable``) that takes its ranks from the
+initialised process group (``num_replicas`` or ``rank`` left out) gathers its arguments once,
+in the constructor (one ``all_gather_object`` of a few hundred bytes of JSON,
+as ``ShardedSampler`` does), and a rank that differs is an error on every rank, naming it and the
+argument. Build the sampler on every rank, then: iteration, ``plan()`` and ``state_dict()`` call
+no collective. Ranks simulated in one process (``num_replicas=`` and ``rank=`` both given) join
+none.
 """
 
 from __future__ import annotations
@@ -46,7 +62,7 @@ import numpy as np
 from torch.utils.data import ConcatDataset, IterableDataset, Sampler
 from typing_extensions import Unpack
 
-from bucketloader._dist import resolve_ranks, world_size
+from bucketloader._dist import gather_arguments, joins_group, resolve_ranks, world_size
 from bucketloader._types import LazyModule
 from bucketloader._validation import (
     check_bool,
@@ -122,6 +138,14 @@ class EpochSampler(Sampler[list[int]]):
 
     def _make_plan(self, epoch: int) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def _agree_with_group(self, num_replicas: Any, rank: Any, arguments: dict[str, Any]) -> None:
+        """NOTE [ Ranks agree on the plan ]: under the process group the ranks came from (the
+        constructor's ``num_replicas`` / ``rank`` arguments, as given), one gather of
+        ``arguments`` checked on every rank."""
+        if joins_group(num_replicas, rank, self.num_replicas):
+            spelled = {k: v if isinstance(v, str) else repr(v) for k, v in arguments.items()}
+            gather_arguments(type(self).__name__, spelled, self.num_replicas, self.rank)
 
     def _coordinates(self, epoch: int, rank: int | None = None) -> dict[str, Any]:
         """Where a plan sits: the ``seed``, ``epoch``, ``shuffle`` and ranks keywords every
@@ -486,6 +510,20 @@ class BucketSampler(SpecShapes, EpochSampler):
             spec, promotion = promoted_spec(given, self.num_replicas)
             if promotion.num_promoted:  # else the even plan is the same plan
                 self._even, self.spec, self.promotion = self.spec, spec, promotion
+        self._agree_with_group(
+            num_replicas,
+            rank,
+            {
+                "seed": self.seed,
+                "shuffle": self.shuffle,
+                "weights": self.weights if self.weights is None else self.weights.tolist(),
+                "longest_first": self.longest_first,
+                "accumulate": self.accumulate,
+                "last_batch": self.last_batch,
+                "num_samples": int(self.spec.cell_of_sample.size),
+                "plan_digest": self._plan_digest(),
+            },
+        )
         self._warn_losses()
         self._warn_empty_shapes()
         self._warn_filler_rows()
@@ -880,6 +918,19 @@ def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, i
                 f"state['config'] has no {key!r} (its keys: {sorted(saved)}): the state was saved "
                 f"by another kind of sampler or another version of bucketloader; pass a state "
                 f"from {owner}.state_dict()"
+            )
+        if saved[key] != value and key == "num_replicas" and isinstance(state.get("epoch"), int):
+            epoch = state["epoch"]
+            raise ValueError(
+                f"state is from a different configuration: num_replicas={saved[key]!r} in the "
+                f"state but num_replicas={value!r} in this sampler. An epoch's plan splits every "
+                "step over the ranks, so a state resumes its epoch only on as many ranks as "
+                "saved it (the state holds no rank: any rank's state fits every rank). Resume on "
+                f"{saved[key]!r} ranks to finish epoch {epoch} exactly, or go on with the next "
+                f"epoch on {value!r} rank(s) instead of load_state_dict: "
+                f"sampler.set_epoch({epoch + 1}) "
+                f"(the rest of epoch {epoch} is then not seen; set_epoch({epoch}) runs the "
+                "whole epoch again)"
             )
         if saved[key] != value:
             hint = (

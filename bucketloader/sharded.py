@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader
 
-from bucketloader._dist import initialised, world_size
+from bucketloader._dist import check_agreement, gather_arguments, initialised, world_size
 from bucketloader._samples import DatasetView, load_samples
 from bucketloader._validation import (
     MAX_LENGTH,
@@ -1181,36 +1181,9 @@ def _gather_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _gather_arguments(arguments: dict[str, str], num_replicas: int, rank: int) -> None:
-    """Every rank's arguments, by one ``all_gather_object``, checked on every rank (so a
-    mismatch is an error everywhere, never a hang in a later collective)."""
-    import torch.distributed as dist
-
-    gathered: list[Any] = [None] * num_replicas
-    dist.all_gather_object(gathered, json.dumps({"rank": rank, "arguments": arguments}))
-    _check_agreement([json.loads(p) for p in gathered], num_replicas)
-
-
-def _check_agreement(items: list[dict[str, Any]], num_replicas: int) -> None:
-    """``items`` (each rank's ``rank`` and ``arguments``) sorted by rank, or one error naming
-    the ranks whose arguments differ from rank 0's, and how."""
-    ranks = [it["rank"] for it in items]
-    if sorted(ranks) != list(range(num_replicas)):
-        raise ValueError(f"ranks {ranks} do not number 0..{num_replicas - 1}; pass rank= once each")
-    items.sort(key=lambda it: it["rank"])
-    first = items[0]["arguments"]
-    odd = [it for it in items if it["arguments"] != first]
-    if odd:
-        theirs = odd[0]["arguments"]
-        diff = [
-            f"{k}={theirs.get(k, '(not given)')} (rank 0: {first.get(k, '(not given)')})"
-            for k in sorted(set(first) | set(theirs))
-            if first.get(k) != theirs.get(k)
-        ]
-        raise ValueError(
-            f"rank(s) {[it['rank'] for it in odd]} built their ShardedSampler with other "
-            f"arguments than rank 0: rank {odd[0]['rank']} has {', '.join(diff)}; build it with "
-            "the same arguments on every rank"
-        )
+    """Every rank's arguments, checked on every rank
+    (:func:`~bucketloader._dist.gather_arguments`)."""
+    gather_arguments("ShardedSampler", arguments, num_replicas, rank)
 
 
 def _gather_histograms(
@@ -1251,7 +1224,7 @@ def _gather_histograms(
     gathered: list[Any] = [None] * num_replicas
     dist.all_gather_object(gathered, payload)
     items = [json.loads(p) for p in gathered]
-    _check_agreement(items, num_replicas)
+    check_agreement("ShardedSampler", items, num_replicas)
     empty = [it["rank"] for it in items if not it["values"]]
     if empty and (not exchange or len(empty) == num_replicas):
         raise ValueError(_empty_message(empty))

@@ -419,19 +419,28 @@ def test_a_2d_npy_is_not_called_tab_separated(tmp_path):
     assert "tab" not in str(e.value)
 
 
+def _entry_taken(tmp_path, text="3\n5\n5\n9\n12\n", *options):
+    """``precompute``'s argv over a lengths file of ``text``, and its cache entry, stored once
+    and then taken by a directory (the user's: a CacheWarning says a solve is not stored)."""
+    from bucketloader.cli import main
+
+    lengths = tmp_path / "l.txt"
+    lengths.write_text(text)
+    cache = tmp_path / "c"
+    argv = ["precompute", str(lengths), "-k", "2", *options, "--cache-dir", str(cache)]
+    assert main(argv) == 0
+    (entry,) = cache.glob("*.json")
+    entry.unlink()
+    entry.mkdir()
+    return argv, entry
+
+
 def test_warning_options_of_the_user_decide_what_the_command_prints(tmp_path, capsys, monkeypatch):
     """``precompute`` prints each warning of its solve as one ``bucketloader: warning:`` line;
     under ``PYTHONWARNINGS=ignore`` (or ``-W ignore``) it printed them all the same."""
     from bucketloader.cli import main
 
-    lengths = tmp_path / "l.txt"
-    lengths.write_text("3\n5\n5\n9\n12\n")
-    cache = tmp_path / "c"
-    argv = ["precompute", str(lengths), "-k", "2", "--cache-dir", str(cache)]
-    assert main(argv) == 0
-    (entry,) = cache.glob("*.json")
-    entry.unlink()
-    entry.mkdir()  # (the user's: a CacheWarning says the solve is not stored)
+    argv, entry = _entry_taken(tmp_path)
     capsys.readouterr()
     assert main(argv) == 2
     assert "bucketloader: warning: cache entry path" in capsys.readouterr().err
@@ -441,6 +450,42 @@ def test_warning_options_of_the_user_decide_what_the_command_prints(tmp_path, ca
         assert main(argv) == 2  # (what happened is still said: "(not stored)", exit 2)
     out, err = capsys.readouterr()
     assert "(not stored)" in out and "bucketloader: warning" not in err
+    assert f"at its entry {entry}; the warning that says why was filtered out by -W" in err
+
+
+def test_warnings_made_errors_by_the_user_are_one_error_line(tmp_path, capsys, monkeypatch):
+    """Under ``-W error`` (``PYTHONWARNINGS=error``) the solve's CacheWarning and a read's
+    characters note are raised: ``main`` ended in a traceback (status 1)."""
+    from bucketloader.cli import main
+
+    argv, entry = _entry_taken(tmp_path)
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        monkeypatch.setattr(sys, "warnoptions", ["error"])
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bucketloader: error: cache entry path {entry} is a directory")
+    assert "(CacheWarning, an error under -W / PYTHONWARNINGS)" in err
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_the_not_stored_error_points_at_a_warning_only_when_one_says_why(tmp_path, capsys):
+    """With the CacheWarning filtered out but another warning of the solve printed (lp's
+    coarsening), the error said "the warning above says why" of a warning that does not."""
+    from bucketloader.cache import CacheWarning
+    from bucketloader.cli import main
+
+    text = "\n".join(str(x) for x in range(1, 1003)) + "\n"
+    argv, entry = _entry_taken(tmp_path, text, "--strategy", "lp")
+    capsys.readouterr()
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        warnings.simplefilter("ignore", CacheWarning)
+        mp.setattr(sys, "warnoptions", ["ignore::bucketloader.cache.CacheWarning"])
+        assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "bucketloader: warning: lp: 1002 distinct lengths exceed max_values=1000" in err
+    assert "the warning above" not in err
     assert f"at its entry {entry}; the warning that says why was filtered out by -W" in err
 
 
@@ -632,6 +677,33 @@ def test_a_csv_written_by_savetxt_with_a_header_names_its_columns(tmp_path):
     assert read_lengths(tmp_path / "hash.csv", "n").tolist() == [5]
     with pytest.raises(LengthFileError, match=r"the file has columns \['#id', 'n'\]"):
         read_lengths(tmp_path / "hash.csv", "id")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_a_csv_written_by_savetxt_with_header_lines_and_a_footer_reads(tmp_path, suffix):
+    """np.savetxt writes each line of ``header=`` and ``footer=`` after ``# ``: a header of
+    several lines named the columns by its first (``unknown column 'src'; the file has columns
+    ['made by x']``) and a footer was read as a length (``got '# end'``)."""
+    p = tmp_path / f"pairs{suffix}"
+    sep = "\t" if suffix == ".tsv" else ","
+    table = np.c_[LENGTHS, LENGTHS[::-1]]
+    np.savetxt(p, table, fmt="%d", delimiter=sep, header=f"made by x\n\nsrc{sep}tgt\n")
+    np.savetxt(
+        p.with_name(f"f{suffix}"),
+        table,
+        fmt="%d",
+        delimiter=sep,
+        header=f"src{sep}tgt",
+        footer="end\ntotal 0",
+    )
+    for path in (p, p.with_name(f"f{suffix}")):
+        assert read_lengths(path, "src").tolist() == LENGTHS
+        assert read_lengths(path, "tgt").tolist() == LENGTHS[::-1]
+    p.write_text(p.read_text().replace(f"\n3{sep}", f"\nx{sep}", 1))  # (the 3rd row)
+    with pytest.raises(LengthFileError, match=rf"pairs\{suffix} line 7: .*got 'x'"):
+        read_lengths(p, "src")  # (lines keep their numbers)
+    (tmp_path / "q.csv").write_text('# made by "x\n# "n"\n5\n')  # (a quote spans no line)
+    assert read_lengths(tmp_path / "q.csv").tolist() == [5]
 
 
 @pytest.mark.parametrize("kind", ["directory", "symlink"])

@@ -29,7 +29,9 @@ def _run_world(
         lambda r: [__file__, script, str(r), str(world), str(port), str(tmp_path), policies],
         world,
         timeout=TIMEOUT_S,
-        preload=("datasets",) if script == "stream_worker" else (),  # (its ranks read HF shards)
+        preload={"stream_worker": ("datasets",), "agree_worker": ("bucketloader.stream",)}.get(
+            script, ()
+        ),  # (modules its ranks import: HF shards, the streams)
     )
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
 
@@ -271,7 +273,72 @@ def _stream_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> No
     dist.destroy_process_group()
 
 
+@pytest.mark.timeout(2 * TIMEOUT_S)
+def test_ranks_built_with_another_seed_or_other_lengths_are_named_on_every_rank(tmp_path):
+    """NOTE [ Ranks agree on the plan ]: a rank given seed=rank (or lengths of its own) planned
+    another epoch, silently: other shapes at a step, samples lost and repeated over the ranks;
+    a stream given another seed or row_length, other shapes at a step. Now the constructor's
+    one gather names the rank and the argument on every rank; ranks simulated in one process
+    (num_replicas= and rank= given) join no collective."""
+    runs = _run_world(tmp_path, np.arange(1, 201), 2, "", script="agree_worker")
+    for r in runs:
+        assert "rank 1 has seed=1 (rank 0: 0)" in r["seed"], r
+        assert "rank 1 has num_samples=150 (rank 0: 200), plan_digest=" in r["lengths"], r
+        assert "PackSampler" in r["pack"] and "rank 1 has seed=1 (rank 0: 0)" in r["pack"], r
+        assert "BucketIterable" in r["stream"] and "rank 1 has seed=1" in r["stream"], r
+        assert "rank 1 has max_documents=1024 (rank 0: 512), row_length=512" in r["pack_stream"]
+        assert r["simulated"] == "ok" and r["same"] == runs[0]["same"], r
+
+
+def _agree_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> None:
+    import warnings
+
+    import torch.distributed as dist
+
+    from bucketloader import BucketSampler, PackSampler
+    from bucketloader.stream import BucketIterable, PackIterable
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        timeout=timedelta(seconds=120),
+    )  # fmt: skip
+    lengths = np.load(Path(out_dir) / "lengths.npy")
+    stream = [[1] * int(n) for n in lengths[rank::2]]  # each rank its own shard
+    out = {}
+    cases = {
+        "seed": lambda: BucketSampler(lengths, num_buckets=4, batch_size=8, seed=rank),
+        "lengths": lambda: BucketSampler(lengths[: 200 - 50 * rank], num_buckets=4, batch_size=8),
+        "pack": lambda: PackSampler(lengths, row_length=256, batch_size=2, seed=rank),
+        "stream": lambda: BucketIterable(
+            stream, boundaries=[50, 100, 200], max_tokens=800, steps_per_epoch=4, seed=rank
+        ),
+        "pack_stream": lambda: PackIterable(
+            stream, row_length=256 * (rank + 1), batch_size=2, steps_per_epoch=4
+        ),
+    }
+    for name, build in cases.items():
+        try:
+            build()
+            out[name] = "built"
+        except ValueError as exc:
+            out[name] = str(exc)
+        dist.monitored_barrier(timeout=timedelta(seconds=60))  # no rank went on alone
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        simulated = [
+            BucketSampler(lengths, num_replicas=2, rank=r, seed=r, batch_size=8) for r in (0, 1)
+        ]
+    out["simulated"] = "ok" if len(simulated) == 2 else "?"
+    same = BucketSampler(lengths, num_buckets=4, batch_size=8, seed=3)
+    out["same"] = [len(b) for b in same]
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(out))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "worker":
     _worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
 if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "stream_worker":
     _stream_worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
+if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "agree_worker":
+    _agree_worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])

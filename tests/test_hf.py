@@ -1042,3 +1042,46 @@ def test_for_audio_pads_a_decoded_audio_column_with_pad_value():
                      num_buckets=1, batch_size=2)  # fmt: skip
     batch = b.collator([b.dataset[0], b.dataset[1]])
     assert batch["input_values"].tolist() == [[0.5, 0.5, -1.0, -1.0], [0.5] * 4]
+
+
+def test_a_dataset_or_its_token_rows_passed_as_lengths_is_refused_with_the_fix():
+    """BucketSampler(ds["input_ids"]) over rows padded to one length (tokenizer(...,
+    padding="max_length")) read every row as 16 "input lengths": one shape of 17 dimensions made
+    of token ids, silently. The dataset itself printed a whole sample as "not an integer"."""
+    from bucketloader import BucketSampler
+
+    padded = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * 16] * 24, "attention_mask": [[1] * 16] * 24}
+    )
+    with pytest.raises(ValueError, match=r"shape \(24, 16\) reads as 16 inputs per sample"):
+        BucketSampler(padded["input_ids"], num_buckets=2, batch_size=8)
+    with pytest.raises(TypeError, match=r"got a sample at index 0 \(a dict with keys "):
+        BucketSampler(padded, num_buckets=2, batch_size=8)
+    ragged = datasets.Dataset.from_dict({"input_ids": [[5] * (1 + i % 5) for i in range(24)]})
+    with pytest.raises(ValueError, match=r"ragged .* pass their lengths, e.g. \[len\(x\)"):
+        BucketSampler(ragged["input_ids"], num_buckets=2, batch_size=8)
+    # two inputs per sample (source and target lengths) are still two inputs
+    sampler = BucketSampler(np.array([[3, 4], [5, 6]] * 8), num_buckets=2, batch_size=4)
+    assert all(len(shape) == 3 for shape in sampler.shapes)
+    assert BucketSampler(hf.lengths(padded, "input_ids"), num_buckets=1, batch_size=8).shapes == [
+        (8, 16)
+    ]
+
+
+@pytest.mark.parametrize("length_fn", [None, "input_ids"])
+def test_a_null_row_in_a_stream_is_named_a_null_with_the_filter(length_fn):
+    """An IterableDataset with a null token list: the stream said "none is sequence-valued;
+    pass length_fn='input_ids'" (the one list field, and the other rows are lists), and with
+    that option "has no length: got NoneType". Both now name the null and the filter."""
+    from bucketloader.stream import BucketIterable, PackIterable
+
+    rows = {"input_ids": [[1] * 3, None, [1] * 5, [1] * 2] * 5, "label": [0, 1] * 10}
+    source = datasets.Dataset.from_dict(rows).to_iterable_dataset()
+    kw = {} if length_fn is None else {"length_fn": length_fn}
+    for stream in (
+        BucketIterable(source, boundaries=[4, 8], batch_size=4, **kw),
+        PackIterable(source, row_length=16, batch_size=2, **kw),
+    ):
+        with pytest.raises((TypeError, ValueError), match=r"None \(a null: a missing value") as e:
+            list(stream)
+        assert "dataset.filter(lambda s: s['input_ids'] is not None)" in str(e.value)

@@ -38,22 +38,49 @@ def brute_force(lengths, k, cost="linear", min_fraction=0.0, multiple_of=1):
     return best
 
 
+#: the solver this PuLP runs by name: its bundled CBC (PuLP < 4), else HiGHS (PuLP 4)
+NAMED = "PULP_CBC_CMD" if hasattr(pulp, "PULP_CBC_CMD") else "HiGHS"
+
+
+def _stopped(solver, lp, found):
+    """A time limit's outcome in the installed PuLP's API, with a solution (``found``: the
+    variables' values) or without."""
+    if hasattr(pulp, "LpSolveStatus"):  # PuLP 4: solve returns the outcome
+        from pulp.apis.core import clocks
+
+        return solver.buildStats(lp, pulp.LpSolveStatus.TimeLimit, found, start=clocks())
+    if found:  # (CBC stopped with a plan says "Optimal", the plan "integer feasible")
+        lp.assignStatus(pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible)
+    else:
+        lp.assignStatus(pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound)
+    return lp.status
+
+
 class _StopsWithIncumbent(pulp.LpSolver):
     """Pretends to hit a time limit: returns the warm start as 'integer feasible'."""
 
     def actualSolve(self, lp, **kwargs):
-        lp.assignStatus(pulp.LpStatusOptimal, pulp.LpSolutionIntegerFeasible)
-        return lp.status
+        return _stopped(self, lp, True)
 
 
 class _FindsNothing(pulp.LpSolver):
-    """Pretends to stop before finding any solution."""
+    """Pretends to stop before finding any solution (PuLP 4 keeps the warm start's values)."""
 
     def actualSolve(self, lp, **kwargs):
         for v in lp.variables():
             v.varValue = None
-        lp.assignStatus(pulp.LpStatusNotSolved, pulp.LpSolutionNoSolutionFound)
-        return lp.status
+        return _stopped(self, lp, False)
+
+
+class _LeavesEveryArc(pulp.LpSolver):
+    """Stops without a solution, its variables holding leftovers (PuLP 4's docs: maybe an
+    infeasible point): here one bucket per distinct length."""
+
+    def actualSolve(self, lp, **kwargs):
+        for v in lp.variables():
+            i, j = map(int, v.name.split("_")[1:])
+            v.varValue = 1.0 if j == i + 1 else 0.0
+        return _stopped(self, lp, False)
 
 
 small = st.lists(st.integers(0, 30), min_size=1, max_size=10)
@@ -155,9 +182,29 @@ def test_time_limit_is_reported_never_optimal():
         compute_boundaries(h, 3, strategy="lp", solver=_FindsNothing())
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.1])
+def test_leftover_values_past_the_bucket_budget_are_no_solution(fraction):
+    """Such leftovers form a path of 8 buckets, less padding than any 3: it was returned for
+    k=3 (boundaries [1, 2, 3, 5, 8, 13, 21, 34], "solution_from": "solver")."""
+    h = LengthHistogram.from_lengths([1, 2, 3, 5, 8, 13, 21, 34])
+    r = lp(h, 3, solver=_LeavesEveryArc(), min_bucket_fraction=fraction)
+    assert r.info["solution_from"] in ("dp-incumbent", "exact-dp")
+    assert r.boundaries.tolist() == optimal(h, 3).boundaries.tolist() and r.status == "time_limit"
+
+
 def test_solver_by_name_and_real_time_limit():
-    r = lp([1, 2, 9, 10], 2, solver="PULP_CBC_CMD", time_limit=5.0, warm_start=False)
+    r = lp([1, 2, 9, 10], 2, solver=NAMED, time_limit=5.0, warm_start=False)
     assert r.boundaries.tolist() == [2, 10] and r.status == "optimal"
+
+
+def test_a_solver_object_that_cannot_run_here_is_one_error(tmp_path):
+    """A PuLP solver object whose program is missing (PuLP 4's CBC is ``COIN_CMD``, without
+    ``pulp[cbc]``) failed inside PuLP: ``PulpSolverError: Pulp: cannot execute ...``."""
+    missing = pulp.COIN_CMD(path=str(tmp_path / "cbc"), msg=False)
+    with pytest.raises(
+        ValueError, match=rf"solver=COIN_CMD\(\.\.\.\) is not available here .*'{NAMED}'"
+    ):
+        lp([1, 2, 9, 10], 2, solver=missing)
 
 
 @pytest.mark.parametrize(
@@ -173,7 +220,7 @@ def test_solver_by_name_and_real_time_limit():
             ValueError,
             "multiple_of must be an int >= 1, got pad_to_multiple_of=0",
         ),
-        ({"solver": "NOPE"}, ValueError, r"available solver names .*'PULP_CBC_CMD'.*NOPE"),
+        ({"solver": "NOPE"}, ValueError, rf"available solver names .*'{NAMED}'.*NOPE"),
         ({"solver": 3}, TypeError, "solver must be None, a solver name or a PuLP solver"),
         ({"warm_start": "yes"}, TypeError, "warm_start must be True or False"),
     ],
@@ -307,7 +354,7 @@ def test_without_a_bundled_cbc_the_lp_strategy_solves_with_highs(monkeypatch):
     pytest.importorskip("highspy")
     from bucketloader.strategies.joint import solve_joint
 
-    monkeypatch.delattr(pulp, "PULP_CBC_CMD")
+    monkeypatch.delattr(pulp, "PULP_CBC_CMD", raising=False)  # (PuLP 4 has none)
     lengths = load_real("librispeech")[:3000] // 320
     got = lp(LengthHistogram.from_lengths(lengths), 8)
     assert got.status == "optimal" and got.info["solution_from"] == "solver"

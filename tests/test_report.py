@@ -84,6 +84,29 @@ def test_dynamic_padding_baseline_does_not_depend_on_the_input_order():
     assert want["padding_ratio"] == pad / lengths.sum()
 
 
+def test_dynamic_padding_baseline_holds_one_array_of_the_samples():
+    """Its docstring says one array of the samples; the padding of the full batches was counted
+    through a second one (``longest[:, None] - full``), a MemoryError inside numpy when only
+    the first fits."""
+    import tracemalloc
+
+    from bucketloader.analysis.report import _dynamic_padding
+
+    lengths = np.random.default_rng(3).integers(1, 5000, 1_000_000)
+    hist = LengthHistogram.from_lengths(lengths)
+    tracemalloc.start()
+    try:
+        got = _dynamic_padding(hist, 32)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.25 * lengths.nbytes
+    perm = np.sort(lengths)
+    np.random.default_rng(np.random.SeedSequence([0, 0])).shuffle(perm)
+    full = perm.reshape(-1, 32)  # (1,000,000 = 31,250 batches of 32)
+    assert got["padding_ratio"] == int((full.max(axis=1)[:, None] - full).sum()) / lengths.sum()
+
+
 class _Toy:
     """A map-style dataset of dict items with a variable-length tensor."""
 

@@ -197,3 +197,23 @@ def test_malformed_states_are_refused():
         sampler.load_state_dict({**good, "epoch": -1})
     with pytest.raises(TypeError, match="state must be a dict"):
         sampler.load_state_dict([1, 2])
+
+
+def test_a_state_from_another_world_size_names_what_resumes():
+    """A job restarted on 2 ranks with a state saved on 4 was told to "build the sampler exactly
+    as when the state was saved", which it cannot: the error now says a state resumes its
+    epoch on as many ranks as saved it, and names the set_epoch that goes on."""
+    lengths = load_real("ecoli")[:600]
+    saved = BucketSampler(lengths, num_replicas=4, rank=3, num_buckets=4, batch_size=8, seed=1)
+    saved.set_epoch(2)
+    next(iter(saved))
+    state = roundtrip(saved.state_dict())
+    other = BucketSampler(lengths, num_replicas=2, rank=0, num_buckets=4, batch_size=8, seed=1)
+    with pytest.raises(ValueError, match="num_replicas=4 in the state but num_replicas=2") as exc:
+        other.load_state_dict(state)
+    assert "resumes its epoch only on as many ranks" in str(exc.value)
+    assert "sampler.set_epoch(3)" in str(exc.value) and "set_epoch(2) runs" in str(exc.value)
+    # the state holds no rank: rank 3's state resumes rank 0 on 4 ranks
+    same = BucketSampler(lengths, num_replicas=4, rank=0, num_buckets=4, batch_size=8, seed=1)
+    same.load_state_dict(state)
+    assert len(list(same)) == len(same) - 1

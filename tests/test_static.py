@@ -453,6 +453,14 @@ BAD_CALLS = [
     # was torch's TypeError; a range error with the fix (s8-polish)
     (dict(seed=2**70), ValueError, r"seed must be an int in \[-2\*\*63, .*=1180.*% 2\*\*63"),
     (dict(seed=-(2**63) - 1), ValueError, r"seed must be an int in \[-2\*\*63"),
+    # numpy 2 arrays have .device: they were described as "a tensor" (s16-user)
+    (
+        dict(values=np.zeros((2, 10, 3), dtype=np.float32)),
+        TypeError,
+        r"values must be a tensor .*got a numpy array of dtype float32 and shape \(2, 10, 3\); "
+        r"convert it with torch.from_numpy",
+    ),
+    (dict(mask=np.ones((2, 10), dtype=bool)), TypeError, r"got a numpy array of dtype bool"),
 ]
 
 

@@ -346,8 +346,9 @@ def _dynamic_padding(hist: LengthHistogram, batch_size: int) -> dict[str, Any]:
     The batches are drawn from the histogram's samples, not from ``lengths`` in their order, so
     the same lengths in any order (a ``.txt``, its Parquet shards, an engine's histogram) get
     the same baseline: drawn from the input's order, one file's lengths gave 108.9 % and its
-    Parquet shards' histogram 105.3 % (session 15). The shuffle is in place: one array of the
-    samples, where a permutation took two.
+    Parquet shards' histogram 105.3 % (session 15). One array of the samples is all it holds:
+    shuffled in place (a permutation took a second one), the padding counted from sums (the
+    padded batch minus its lengths took a third).
     """
     # (a histogram given, or lengths: NOTE [ A histogram stays a histogram ])
     why = f"batch_size={batch_size} (the dynamic-padding baseline simulates random batches)"
@@ -359,7 +360,7 @@ def _dynamic_padding(hist: LengthHistogram, batch_size: int) -> dict[str, Any]:
     if n_full:
         full = perm[: n_full * batch_size].reshape(n_full, batch_size)
         longest = full.max(axis=1)
-        pad += int((longest[:, None] - full).sum())
+        pad += int(longest.sum()) * batch_size - int(full.sum())
         shapes.update((batch_size, int(m)) for m in np.unique(longest))
     rest = perm[n_full * batch_size :]
     if rest.size:

@@ -4,8 +4,9 @@ Formats (by suffix): ``.txt`` (one length per line, or columns separated by tabs
 ``np.savetxt`` writes them, no header row; ``#`` starts a comment, as in ``np.loadtxt``, so
 ``np.savetxt``'s ``header=`` is skipped; ``column`` is a 0-based index), ``.npy`` (1-D, or 2-D
 with a column index; never unpickled),
-``.csv`` / ``.tsv`` (a header row, where ``np.savetxt``'s ``# `` before the first name is
-not part of it; ``column`` is a name), ``.jsonl`` (one object per line),
+``.csv`` / ``.tsv`` (a header row; ``column`` is a name; a file written by ``np.savetxt`` with
+``header=`` reads its names from the header's last line, after the ``# ``, and skips the ``# ``
+lines of a ``footer=``), ``.jsonl`` (one object per line),
 ``.parquet``, and a directory written by ``datasets.Dataset.save_to_disk``. In the last four a
 column may hold lengths (ints) or lists, whose lengths are taken. Every problem raises
 :class:`LengthFileError` with the file, the line when there is one, and the fix.
@@ -187,14 +188,33 @@ def _measure(value: Any, where: str, column: str) -> int:
     return _int_token(str(value), where)
 
 
+def _savetxt_comment(line: str) -> bool:
+    """A line ``np.savetxt`` writes for ``header=`` / ``footer=`` (its ``comments="# "``)."""
+    text = line.strip()
+    return text == "#" or text.startswith("# ")
+
+
 def _read_csv(lines: list[str], name: str, column: str | int | None, sep: str) -> np.ndarray:
+    names = 0  # the header row's index
+    if lines and lines[0].strip().startswith("# "):
+        # np.savetxt(header=...) wrote each header line after "# " (comments=), the names
+        # last; its footer= is more such lines at the end. All are blanked but the names, so
+        # every line keeps its number and a quote in one spans no other
+        block = 1
+        while block < len(lines) and _savetxt_comment(lines[block]):
+            block += 1
+        names = max(i for i in range(block) if lines[i].strip() != "#")
+        lines = [
+            lines[i].lstrip()[2:] if i == names else "" if _savetxt_comment(x) else x
+            for i, x in enumerate(lines)
+        ]
     reader = csv.reader(lines, delimiter=sep)
+    for _ in range(names):
+        next(reader)
     header = next(reader, None)
     if not header or not any(h.strip() for h in header):
         raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")
     header = [h.strip() for h in header]
-    if header[0].startswith("# "):  # (np.savetxt's header=, after its comments="# ")
-        header[0] = header[0][2:].strip()
     if column is None:
         if len(header) != 1:
             raise LengthFileError(f"{name} has columns {header}; choose one with --column NAME")

@@ -180,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _closed_stdout()  # e.g. a cache entry, is done)
     except (ValueError, TypeError, KeyError, OSError, ImportError) as exc:
         return _fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
+    except Warning as exc:  # -W error / PYTHONWARNINGS=error (the user decides: _recording)
+        return _fail(f"{exc} ({type(exc).__name__}, an error under -W / PYTHONWARNINGS)")
 
 
 def _closed_stdout() -> int:
@@ -365,7 +367,7 @@ def _zero_lengths(lengths: Any) -> str | None:
 def _precompute(args: argparse.Namespace) -> int:
     from bucketloader._files import folder_blocker, os_reason
     from bucketloader._validation import check_folder, check_int
-    from bucketloader.cache import BucketCache, default_cache_dir
+    from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
     from bucketloader.histogram import LengthHistogram
     from bucketloader.plan.budget import BatchRule
     from bucketloader.solve import resolve_params, solve_boundaries
@@ -438,7 +440,7 @@ def _precompute(args: argparse.Namespace) -> int:
     if not stored:  # precompute's one job: the entry a later run finds
         why = (
             "the warning above says why"
-            if caught
+            if any(issubclass(w.category, CacheWarning) for w in caught)
             else f"at its entry {where}; the warning that says why was filtered out by -W or "
             "PYTHONWARNINGS"
         )

@@ -110,6 +110,7 @@ class PackSampler(EpochSampler):
                 UserWarning,
                 stacklevel=2,
             )
+        self._agree_with_group(num_replicas, rank, self._config())  # NOTE [ Ranks agree ... ]
         self._warn_losses()
         self._warn_padding_rows()
 

@@ -775,7 +775,23 @@ def parse_lengths(
         return arr, arr[:, None], ("length",)
     if arr.shape[1] == 0:
         raise ValueError(f"lengths of shape {arr.shape} has no inputs; give (N, D) with D >= 1")
+    if arr.shape[1] > MAX_INPUTS:
+        raise ValueError(
+            f"lengths of shape {arr.shape} reads as {arr.shape[1]} inputs per sample (batches of "
+            f"{arr.shape[1] + 1} dimensions), more than {MAX_INPUTS}: lengths are one int per "
+            "sample, or one per input (source and target, say). If these rows are the samples "
+            "themselves (token ids padded to one length), pass their lengths instead: "
+            "[len(x) for x in rows], attention_mask.sum(1), or "
+            "bucketloader.hf.lengths(dataset, 'input_ids')"
+        )
     return arr, arr, tuple(str(d) for d in range(arr.shape[1]))
+
+
+#: The most inputs a sample's lengths may name (``(N, D)`` lengths, ``D <= MAX_INPUTS``): a
+#: batch has ``D + 1`` dimensions, and a table wider than this is the samples themselves (token
+#: rows padded to one length, ``tokenizer(..., padding="max_length")``) read as lengths, whose
+#: plan was a single shape of one dimension per token, silently (s16-user).
+MAX_INPUTS = 8
 
 
 def parse_groups(groups: Any, n: int) -> tuple[np.ndarray | None, tuple[int, ...]]:

@@ -238,7 +238,7 @@ def masked_select_k(
         (True, [[True, True], [False, False]])
     """
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.dim() < 1:
-        raise TypeError(f"mask must be a bool tensor of shape [..., N], got {describe(mask)}")
+        raise TypeError(f"mask must be a bool tensor of shape [..., N], got {_got(mask)}")
     k = _check_count("k", k)
     *batch, n = mask.shape
     rows = math.prod(batch)
@@ -350,11 +350,18 @@ def _check_padding(name: str, k: object, n: object, rows: object, width: object)
         )
 
 
+def _got(value: object) -> str:
+    """:func:`describe` of a bad argument, with the conversion when it is a numpy array (whose
+    dtype and shape may be right)."""
+    fix = "; convert it with torch.from_numpy(...)" if isinstance(value, np.ndarray) else ""
+    return describe(value) + fix
+
+
 def _check_pair(values: object, labels: object) -> None:
     if not isinstance(values, Tensor) or values.dim() < 2:
-        raise TypeError(f"values must be a tensor of shape [..., N, F], got {describe(values)}")
+        raise TypeError(f"values must be a tensor of shape [..., N, F], got {_got(values)}")
     if not isinstance(labels, Tensor):
-        raise TypeError(f"labels must be a tensor of shape [..., N], got {describe(labels)}")
+        raise TypeError(f"labels must be a tensor of shape [..., N], got {_got(labels)}")
     if labels.shape != values.shape[:-1]:
         raise ValueError(
             f"labels must have shape values.shape[:-1]={tuple(values.shape[:-1])}, got "
@@ -384,7 +391,7 @@ def _check_mask(mask: object, labels: Tensor) -> Tensor | None:
     if mask is None:
         return None
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise TypeError(f"mask must be None or a bool tensor like labels, got {describe(mask)}")
+        raise TypeError(f"mask must be None or a bool tensor like labels, got {_got(mask)}")
     if mask.shape != labels.shape or mask.device != labels.device:
         raise ValueError(
             f"mask must have labels.shape={tuple(labels.shape)} on {labels.device}, got "
@@ -398,9 +405,9 @@ def _check_reduction(
 ) -> tuple[int | tuple[int, ...] | None, bool]:
     """Check a masked reduction's arguments; return ``dim`` and ``keepdim`` as torch takes them."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"x must be a tensor, got {describe(x)}")
+        raise TypeError(f"x must be a tensor, got {_got(x)}")
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a bool tensor broadcastable to x, got {describe(mask)}")
+        raise TypeError(f"mask must be a bool tensor broadcastable to x, got {_got(mask)}")
     try:  # (the same shape, the common case, needs no broadcast)
         shape = x.shape if mask.shape == x.shape else torch.broadcast_shapes(x.shape, mask.shape)
     except RuntimeError:

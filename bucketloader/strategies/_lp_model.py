@@ -85,25 +85,29 @@ def new_variable(pulp: Any, prob: Any, name: str, binary: bool) -> Any:
 
 
 def linear(pulp: Any, terms: list[tuple[Any, float]]) -> Any:
-    """``Σ coef · var`` over ``terms`` (PuLP 4 builds no expression from a list of pairs)."""
-    if has_cbc(pulp):
+    """``Σ coef · var`` over ``terms`` (PuLP 4, the API with ``LpSolveStatus``, builds no
+    expression from a list of pairs; its ``cbc`` extra does not bring the old API back)."""
+    if not hasattr(pulp, "LpSolveStatus"):
         return pulp.LpAffineExpression(terms)
     return pulp.lpDot([c for _, c in terms], [v for v, _ in terms])
 
 
-def outcome(pulp: Any, prob: Any, solved: Any) -> tuple[str, bool]:
-    """The solver's status text and whether it proved optimality, from ``prob.solve(...)``'s
-    return (PuLP 4: the outcome itself) or the problem's statuses (PuLP < 4: the status and,
-    where there is one, the solution status, since CBC stopped by its time limit with a plan
-    says "Optimal" with ``sol_status`` "integer feasible")."""
+def outcome(pulp: Any, prob: Any, solved: Any) -> tuple[str, bool, bool]:
+    """The solver's status text, whether it proved optimality and whether it handed back a
+    solution, from ``prob.solve(...)``'s return (PuLP 4: the outcome itself, whose variables
+    hold leftovers when it has no solution) or the problem's statuses (PuLP < 4: the status
+    and, where there is one, the solution status, since CBC stopped by its time limit with a
+    plan says "Optimal" with ``sol_status`` "integer feasible"; the values are read either way,
+    then checked)."""
     if hasattr(pulp, "LpSolveStatus") and not isinstance(solved, int):
-        status = solved.status
-        return str(getattr(solved, "status_str", status)), status == pulp.LpSolveStatus.Optimal
+        status, found = solved.status, bool(getattr(solved, "has_solution", True))
+        text = str(getattr(solved, "status_str", status))
+        return text, status == pulp.LpSolveStatus.Optimal and found, found
     text = pulp.LpStatus.get(prob.status, str(prob.status))
     proved = prob.status == pulp.LpStatusOptimal and (
         getattr(prob, "sol_status", pulp.LpSolutionOptimal) == pulp.LpSolutionOptimal
     )
-    return text, proved
+    return text, proved, True
 
 
 def build_and_solve(
@@ -146,7 +150,7 @@ def build_and_solve(
     chosen = set(incumbent)
     for x, i, j in zip(xs, ii.tolist(), jj.tolist(), strict=True):
         x.setInitialValue(1 if (i, j) in chosen else 0)
-    text, proved = outcome(pulp, prob, prob.solve(solver))
+    text, proved, found = outcome(pulp, prob, prob.solve(solver))
     details = {
         "solver_status": text,
         "proved": proved,
@@ -156,9 +160,12 @@ def build_and_solve(
     picked = [
         (i, j)
         for x, i, j in zip(xs, ii.tolist(), jj.tolist(), strict=True)
-        if x.varValue is not None and x.varValue > 0.5
+        if found and x.varValue is not None and x.varValue > 0.5
     ]
-    return (_as_path(picked, nodes - 1), details)
+    path = _as_path(picked, nodes - 1)
+    # a solver stopped without a solution may leave any values (PuLP 4: "an infeasible point"):
+    # a path over kept arcs is feasible but for the bucket budget, checked here
+    return (path if path is not None and len(path) <= k else None, details)
 
 
 def _as_path(arcs: list[tuple[int, int]], end: int) -> list[tuple[int, int]] | None:

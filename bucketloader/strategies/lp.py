@@ -60,7 +60,8 @@ def lp(
             dense bounds take O(k·U²) time and 8·U² bytes (8 MB at U = 1,000).
         solver: ``None`` (CBC bundled with PuLP before 4; with PuLP 4, HiGHS through
             ``highspy``), a solver name from ``pulp.listSolvers()`` or a
-            PuLP solver object (used as given: set its own time limit).
+            PuLP solver object (used as given: set its own time limit; one whose
+            ``available()`` is false is refused).
         warm_start: start the solver from the DP's solution.
 
     Example:
@@ -187,6 +188,17 @@ def _make_solver(solver: Any, time_limit: float, warm_start: bool) -> Any:
             warnings.simplefilter("ignore", DeprecationWarning)
             return pulp.getSolver(solver, msg=False, timeLimit=time_limit, warmStart=warm_start)
     if isinstance(solver, pulp.LpSolver):
+        try:
+            usable = solver.available()
+        except NotImplementedError:  # (a solver class of the user's own that does not say)
+            usable = True
+        if not usable:  # (it failed inside PuLP: "cannot execute cbc")
+            listed = ", ".join(repr(s) for s in sorted(pulp.listSolvers(onlyAvailable=True)))
+            raise ValueError(
+                f"solver={type(solver).__name__}(...) is not available here (its available() "
+                f"is false: its program or package is missing); install it, or pass one of the "
+                f"available solver names {listed or '(none)'} or solver=None"
+            )
         return solver
     raise TypeError(
         f"solver must be None, a solver name or a PuLP solver object, got solver={solver!r}"

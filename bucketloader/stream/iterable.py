@@ -32,6 +32,8 @@ from bucketloader._dist import (
     borrow_sample,
     broadcast_lists,
     dist_ready,
+    gather_arguments,
+    joins_group,
     resolve_ranks,
 )
 from bucketloader._types import LazyModule, LengthFn
@@ -233,6 +235,18 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         self.batch_sizes = tuple(int(x) for x in self.cells.batch)
         self.boundaries: Any = dict(zip(names, bounds, strict=True)) if multi else bounds[0]
         self._covers = _covers(self.cells.lengths)
+        if joins_group(num_replicas, rank, self.num_replicas):  # NOTE [ Ranks agree on the plan ]
+            # (before the schedule's all_reduce, whose tensor has one entry per cell)
+            agreed = {
+                "boundaries": [b.tolist() for b in bounds],
+                "batch_sizes": list(self.batch_sizes),
+                "last_batch": self.last_batch,
+                "seed": self.seed,
+                "steps_per_epoch": self.steps_per_epoch,
+                "limits": self.limits.config() if self.limits.active else None,
+            }
+            spelled = {k: repr(v) for k, v in agreed.items()}
+            gather_arguments(type(self).__name__, spelled, self.num_replicas, self.rank)
         self._shares = (
             None if steps_per_epoch is None else self._schedule_shares(boundaries, bounds)
         )

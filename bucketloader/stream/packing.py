@@ -41,7 +41,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from bucketloader._dist import resolve_ranks
+from bucketloader._dist import gather_arguments, joins_group, resolve_ranks
 from bucketloader._types import LazyModule
 from bucketloader._validation import check_choice, check_collator_options, check_int, checks_options
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable, check_row_length
@@ -202,6 +202,10 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         self.epoch = 0
         self._resume: dict[str, Any] | None = None
         self._engine: RowPass | None = None
+        if joins_group(num_replicas, rank, self.num_replicas):  # NOTE [ Ranks agree on the plan ]
+            shard = source_config(self.source)  # (each rank reads its own files)
+            agreed = {k: repr(v) for k, v in self._config().items() if k not in shard}
+            gather_arguments(type(self).__name__, agreed, self.num_replicas, self.rank)
 
     @functools.cached_property
     def table(self) -> PackTable:

@@ -94,8 +94,9 @@ BUNDLE_SHARE = 0.5
 #: ... and of Polyak's subgradient steps where gains are not exact by rows (NOTE [ Bounds
 #: without rows ]): session 4's share, which measured better there than the bundle's.
 SUBGRADIENT_SHARE = 0.1
-#: Bump when the joint solver's answer for the same inputs changes (part of the cache key).
-JOINT_FORMAT = 5
+#: Bump when the joint solver's answer for the same inputs changes (part of the cache key; 6:
+#: under ``work_limit`` the shakes run every counted table, NOTE [ Work instead of seconds ]).
+JOINT_FORMAT = 6
 #: The LP rounds' share of the time left after the bundle ascent; the rest goes to the search
 #: from the LP's cells, the integer program, or the shakes (NOTE [ Shakes ]). 0.85 until the
 #: shakes; at 0.7 four GSM8K K = 8/16 solves of 30 s (side by side, load 4) ended with the same
@@ -239,7 +240,8 @@ def _search_and_bound(
         grid, k, math.inf if work is not None else t0 + SEARCH * budget
     )
     if work:
-        cells, info["shakes"] = iterate(grid, k, cells, math.inf, steps=work)
+        # the count alone stops them: no patience (NOTE [ Work instead of seconds ])
+        cells, info["shakes"] = iterate(grid, k, cells, math.inf, patience=math.inf, steps=work)
     if work is not None:
         deadline = time.perf_counter() + params["time_limit"]  # the bound's own time
     _, reach = grid.assign(cells)
@@ -394,9 +396,10 @@ class Joint:
         solver: the integer program's solver, ``"highs"`` or ``"pulp"``
             (NOTE [ Two solvers for the integer program ]).
         work_limit: ``None`` (the default: the clock bounds the search), or the number of
-            exchange tables the shakes may count, which makes the cells the same on every
-            machine and load; ``time_limit`` then bounds the bound alone, after the search
-            (NOTE [ Work instead of seconds ]).
+            exchange tables the shakes run (every one: up to about 30 ms each on GSM8K at
+            K = 16), which makes the cells the same on every machine and load;
+            ``time_limit`` then bounds the bound alone, after the search (NOTE [ Work instead
+            of seconds ]).
 
     Example:
         >>> from bucketloader import BucketSampler

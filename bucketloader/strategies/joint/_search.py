@@ -105,7 +105,8 @@ replace ``r`` random cells of the best plan by random candidates (the covering c
 if a sample lost its cell), :func:`descend`, keep the result when it pads less and set ``r`` to 1,
 else try ``r + 1`` next (up to K / 2, then 1 again: a variable neighbourhood). It stops at the
 deadline or after ``4 K`` shakes in a row that found nothing (on easy cases the plan is optimal
-or nearly, and the solve should not use its whole time limit for nothing). The random draws
+or nearly, and the solve should not use its whole time limit for nothing; under ``work_limit``
+only the count stops them, NOTE [ Work instead of seconds ]). The random draws
 come from a fixed seed, so a solve is repeatable given the same number of shakes (the clock
 decides that). Measured (GSM8K, 15 s of shakes from the plan of the greedy and lattice starts,
 machine at load 6-8): sum K = 8 / 16 0.29 / 0.30 % less padding, prod K = 8 / 16 0.72 / 1.57 %;
@@ -123,7 +124,7 @@ different cells from the same arguments (seen in 1 of 2 runs in session 5's tria
 of one process group share rank 0's plan, NOTE [ One joint plan for every rank ]).
 ``work_limit=N`` bounds the search by counted work instead: both starts are swapped and descended
 to local optima whatever the time, the shakes stop after ``N`` exchange tables (one per
-:func:`descend` step) or their patience, and no plan of the bound replaces the result. Each
+:func:`descend` step), and no plan of the bound replaces the result. Each
 step is a function of the histogram alone (the sums are of integer-valued floats, exact below
 2^53; the shakes' seed is fixed), so the cells are the same on every machine and load;
 ``time_limit`` then bounds the bound alone, after the search (its value, the gap and the status
@@ -133,6 +134,47 @@ seeds depend on the clock even when they do. Cost, measured on GSM8K K = 8 / 16 
 (``/tmp/s6j/detcpu.py``): 100 tables take 0.6-1.5 s after the swaps and plan as well as a
 default 5 s solve (sum 220,063 / 147,112; prod 15,110,839 / 9,396,394 against 15,106,463-
 15,110,646 / 9,395,278-9,396,394); the bound then runs for its own ``time_limit``.
+
+Until ``JOINT_FORMAT`` 6 the counted shakes also kept the patience of NOTE [ Shakes ] (``4 K``
+shakes in a row without a better plan). A caller who counts the work has chosen what to
+spend, and on the hard cases better plans lie beyond that patience (NOTE [ How good the plans
+are ]): on GSM8K prod K = 16 with ``N = 3000`` the patience ended the shakes at
+9,362,366 against 9,316,818 when they run every table (``benchmarks/joint_plans.py``,
+``benchmarks/results/joint_plans.md``). Since the shakes from one seed are one sequence, the
+plan without patience is never worse than with it at the same ``N``; the price is that an easy
+case spends all ``N`` tables too (up to about 30 ms each on ``tests/data``; at ``N = 1000``
+the 24 cases of ``benchmarks/joint.py`` kept their plans and took 0.9-22 s of CPU against
+0.04-8 s with the patience, session 16 offline, load 8), so ``N`` should be sized to the time
+one can spend. The time-limited shakes keep their patience.
+
+NOTE [ How good the plans are ]
+On the three GSM8K cases no certified bound brings within 1 % (sum K = 16, prod K = 8 and 16:
+``benchmarks/results/joint.md``), the LP's value lies 1.1-2.2 % below the plans
+(``benchmarks/results/joint_lp.md``), so the optimum could in principle be that much below
+them. Session 16 looked for such plans (CPU seconds, machine at load 5-15, offline scripts not
+in the repository) and found none more than 0.4 % below the plans of ``benchmarks/joint.py``:
+
+* **Long shakes** (:func:`iterate`'s moves without patience, 150-240 s, 6,700-18,000 tables,
+  760-3,300 shakes per run): sum K = 16 147,067 (at 109 s; the 30 s solve 147,079-147,159, the best
+  plan any earlier search found 147,067), prod K = 8 15,106,463 (after 7 shakes, nothing in
+  the 3,270 after; 15,110,646 from the solver's seed), prod K = 16 9,316,818 (at 68 s; the
+  30 s solves 9,332,238-9,349,976; a second seed found the same plan at 61 s). Moving cells to
+  random candidates within 6 grid steps instead (prod K = 16, 240 s) stopped at 9,349,233.
+* **Fusion** (the integer program over the cells of the 15 best local optima of a long
+  search: 45 candidates for prod K = 8, 60 for sum K = 16; points merged by their covering
+  cells, Elloumi's sorted formulation, HiGHS): its proved optimum is the best local optimum
+  itself (15,106,463 in 41 s, 147,067 in 92 s; prod K = 16, 51 candidates: 9,316,818 in 13 s).
+  Over the 40 best (prod K = 16, 121 candidates) HiGHS found nothing usable in 240 s, and its
+  bound over those cells, 9,204,142, proves nothing about them.
+  Session 16's restricted master (the last LP's 162 support cells plus the plan's, 240 s)
+  found 148,363 for sum K = 16; session 10's exact two-cell re-optimisation and LP-support
+  program found nothing below 147,067 either.
+
+So the plans are probably near-optimal (no proof: every method here is a search), and what keeps
+these cases above 1 % is the bound (NOTE [ Stronger relaxations, measured ] in :mod:`._bound`):
+prod K = 16 at 9,316,818 is still 2.4 % above its 30 s bound (9,099,567). What the search can
+add is the last 0.2-0.5 % on prod K = 16, for about a minute of counted work
+(``work_limit=3000``, NOTE [ Work instead of seconds ]).
 """
 
 from __future__ import annotations
@@ -448,13 +490,14 @@ def iterate(
     cells: np.ndarray,
     deadline: float,
     seed: int = 0,
-    patience: int = 4,
+    patience: float = 4,
     steps: float = np.inf,
 ) -> tuple[np.ndarray, int]:
     """Iterated local search from the local optimum ``cells`` until ``deadline`` or ``steps``
     exchange tables (NOTE [ Work instead of seconds ]): replace ``r`` random cells by random
     candidates, :func:`descend`, keep the result when it pads less (``r`` back to 1) or try one
-    more cell next time (NOTE [ Shakes ]). Returns the best cells and the number of shakes."""
+    more cell next time (NOTE [ Shakes ]); ``patience`` (shakes per cell) without a better plan
+    also stops it (``math.inf``: never). Returns the best cells and the number of shakes."""
     rng = np.random.default_rng(seed)
     top = grid.point.max(axis=0)
     cover_all = int(grid.cand_of_flat[np.ravel_multi_index(tuple(top), grid.shape)])
