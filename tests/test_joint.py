@@ -639,6 +639,14 @@ def test_max_shapes_alone_plans_jointly_only_for_several_inputs():
     more inputs; one input keeps the per-input lattice (documented)."""
     lengths = np.array([3, 5, 9, 12, 20, 31, 40, 41])
     assert BucketSpec.build(lengths, max_shapes=3, batch_size=2).joint is None
+    # one input and a shape budget alone: that many buckets, fitted (the default 8 fitted and
+    # merged down to max_shapes padded more: LibriSpeech at 4, 16.3% against 14.7%)
+    speech = load_real("librispeech")
+    for k in (2, 4, 12):
+        got = BucketSpec.build(speech, max_shapes=k, batch_size=8)
+        want = BucketSpec.build(speech, num_buckets=k, batch_size=8)
+        assert got.cells.lengths.tolist() == want.cells.lengths.tolist()
+        assert len(got.cells.lengths) == k
     pairs = np.stack([lengths, lengths[::-1]], axis=1)
     assert BucketSpec.build(pairs, max_shapes=3, batch_size=2).joint is not None
 

@@ -328,7 +328,8 @@ class BucketSpec:
                 ``"truncate"`` (planned at ``max_length``; the collator cuts them).
             max_shapes: at most this many cells per group. With ``num_buckets`` (or a per-input
                 ``strategy`` / ``boundaries``): merge rare lattice cells into covering ones (see
-                :func:`~bucketloader.plan.cells.merge_cells`). Alone, with several inputs and
+                :func:`~bucketloader.plan.cells.merge_cells`). Alone with one input: that many
+                buckets (``num_buckets=max_shapes``). Alone, with several inputs and
                 ``size`` ``"sum"`` / ``"prod"``: the joint plan, which picks every input's
                 boundaries itself (``strategy="joint"``; docs/joint-shapes.md).
             groups: ``(N,)`` int group id per sample (e.g. the dataset of a
@@ -384,9 +385,17 @@ class BucketSpec:
             raise ValueError(
                 "pass either boundaries (precomputed) or num_buckets/strategy (fitted), not both"
             )
-        ks_in = per_input(
-            "num_buckets", DEFAULT_NUM_BUCKETS if num_buckets is None else num_buckets, names
-        )
+        default_k = DEFAULT_NUM_BUCKETS
+        if (
+            num_buckets is None
+            and boundaries is None
+            and max_shapes is not None
+            and len(names) == 1
+        ):
+            # one input and a shape budget alone: fit that many buckets (fitting the default 8 and
+            # merging them down padded more: LibriSpeech at max_shapes=4, 16.3% against 14.7%)
+            default_k = max_shapes
+        ks_in = per_input("num_buckets", default_k if num_buckets is None else num_buckets, names)
         ks_in = [check_int("num_buckets", k, minimum=1) for k in ks_in]
         strategies = per_input(
             "strategy", "optimal" if strategy is None else strategy, names, scalar=(str,)
