@@ -1085,3 +1085,15 @@ def test_a_null_row_in_a_stream_is_named_a_null_with_the_filter(length_fn):
         with pytest.raises((TypeError, ValueError), match=r"None \(a null: a missing value") as e:
             list(stream)
         assert "dataset.filter(lambda s: s['input_ids'] is not None)" in str(e.value)
+
+
+def test_an_empty_or_all_null_column_says_so():
+    """``Dataset.from_dict({"input_ids": []})`` (no rows) and a column of only ``None`` are typed
+    ``null`` by datasets: both said "has type null; lengths come from a list column ...", a
+    type problem the user does not have. An empty one reads as no lengths, as a typed empty
+    dataset does (the sampler then names the empty lengths); only nulls is the null error."""
+    assert hf.lengths(datasets.Dataset.from_dict({"ids": []}), "ids").tolist() == []
+    typed = datasets.Dataset.from_dict({"ids": [[1, 2]]}).select([])
+    assert hf.lengths(typed, "ids").tolist() == []
+    with pytest.raises(ValueError, match=r"column 'ids' holds only nulls \(2 rows, .*filter"):
+        hf.lengths(datasets.Dataset.from_dict({"ids": [None, None]}), "ids")

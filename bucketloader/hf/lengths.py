@@ -260,6 +260,14 @@ def column_lengths(arr: Any, path: str) -> np.ndarray:
         measure = text_lengths
     elif pa.types.is_integer(t) or pa.types.is_floating(t):
         measure = None
+    elif pa.types.is_null(t):  # (what datasets infers from no values: no rows, or only None)
+        if len(arr) == 0:
+            return np.zeros(0, dtype=np.int64)  # (an empty dataset: no lengths, as when typed)
+        raise ValueError(
+            f"column {path!r} holds only nulls ({len(arr):,} rows, so datasets typed it null); "
+            "fill or filter the missing rows first (dataset.filter(...)) or pass fn= to "
+            "measure them"
+        )
     else:
         raise TypeError(
             f"column {path!r} has type {t}; lengths come from a list column (token ids, audio "
