@@ -98,15 +98,16 @@ def joins_group(num_replicas: Any, rank: Any, replicas: int) -> bool:
     return (num_replicas is None or rank is None) and replicas > 1 and dist_ready(replicas)
 
 
-def gather_arguments(owner: str, arguments: dict[str, str], num_replicas: int, rank: int) -> None:
-    """Every rank's ``arguments`` (each spelled as a string), by one ``all_gather_object`` of
-    JSON, checked on every rank: a rank built with other arguments is an error on *every* rank,
-    naming it and the argument, instead of a silent other plan (other shapes at a step, other
-    samples) or a hang in the job's next collective."""
+def gather_arguments(owner: str, arguments: dict[str, Any], num_replicas: int, rank: int) -> None:
+    """Every rank's ``arguments`` (each spelled as itself if a string, else its ``repr``), by
+    one ``all_gather_object`` of JSON, checked on every rank: a rank built with other arguments
+    is an error on *every* rank, naming it and the argument, instead of a silent other plan
+    (other shapes at a step, other samples) or a hang in the job's next collective."""
     import torch.distributed as dist
 
+    spelled = {k: v if isinstance(v, str) else repr(v) for k, v in arguments.items()}
     gathered: list[Any] = [None] * num_replicas
-    dist.all_gather_object(gathered, json.dumps({"rank": rank, "arguments": arguments}))
+    dist.all_gather_object(gathered, json.dumps({"rank": rank, "arguments": spelled}))
     check_agreement(owner, [json.loads(p) for p in gathered], num_replicas)
 
 

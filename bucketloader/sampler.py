@@ -144,8 +144,7 @@ class EpochSampler(Sampler[list[int]]):
         constructor's ``num_replicas`` / ``rank`` arguments, as given), one gather of
         ``arguments`` checked on every rank."""
         if joins_group(num_replicas, rank, self.num_replicas):
-            spelled = {k: v if isinstance(v, str) else repr(v) for k, v in arguments.items()}
-            gather_arguments(type(self).__name__, spelled, self.num_replicas, self.rank)
+            gather_arguments(type(self).__name__, arguments, self.num_replicas, self.rank)
 
     def _coordinates(self, epoch: int, rank: int | None = None) -> dict[str, Any]:
         """Where a plan sits: the ``seed``, ``epoch``, ``shuffle`` and ranks keywords every

@@ -247,7 +247,7 @@ class ShardedSampler(EpochSampler):
             # (rank= and num_replicas= both given) join none: one process builds them all
             joins = (rank is None or num_replicas is None) and self.num_replicas > 1
             if joins and initialised() and world_size() == self.num_replicas:
-                _gather_arguments(self._arguments(), self.num_replicas, self.rank)
+                gather_arguments("ShardedSampler", self._arguments(), self.num_replicas, self.rank)
         self.histogram = merge_histograms([h for h in hists if h is not None])
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
         self.even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]
@@ -1178,12 +1178,6 @@ def _gather_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
     gathered: list[Any] = [None] * world_size()
     dist.all_gather_object(gathered, payload)
     return gathered
-
-
-def _gather_arguments(arguments: dict[str, str], num_replicas: int, rank: int) -> None:
-    """Every rank's arguments, checked on every rank
-    (:func:`~bucketloader._dist.gather_arguments`)."""
-    gather_arguments("ShardedSampler", arguments, num_replicas, rank)
 
 
 def _gather_histograms(

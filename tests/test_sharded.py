@@ -337,7 +337,7 @@ def test_ranks_simulated_in_one_process_join_no_collective(monkeypatch):
 
     monkeypatch.setattr(sharded, "initialised", lambda: True)
     monkeypatch.setattr(sharded, "world_size", lambda: 2)
-    monkeypatch.setattr(sharded, "_gather_arguments", gather)
+    monkeypatch.setattr(sharded, "gather_arguments", gather)
     lengths = np.arange(1, 41)
     samplers = _samplers(lengths, np.array_split(np.arange(40), 2), num_buckets=2, batch_size=2)
     assert [len(s) for s in samplers] == [10, 10]

@@ -245,8 +245,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 "steps_per_epoch": self.steps_per_epoch,
                 "limits": self.limits.config() if self.limits.active else None,
             }
-            spelled = {k: repr(v) for k, v in agreed.items()}
-            gather_arguments(type(self).__name__, spelled, self.num_replicas, self.rank)
+            gather_arguments(type(self).__name__, agreed, self.num_replicas, self.rank)
         self._shares = (
             None if steps_per_epoch is None else self._schedule_shares(boundaries, bounds)
         )

@@ -204,7 +204,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         self._engine: RowPass | None = None
         if joins_group(num_replicas, rank, self.num_replicas):  # NOTE [ Ranks agree on the plan ]
             shard = source_config(self.source)  # (each rank reads its own files)
-            agreed = {k: repr(v) for k, v in self._config().items() if k not in shard}
+            agreed = {k: v for k, v in self._config().items() if k not in shard}
             gather_arguments(type(self).__name__, agreed, self.num_replicas, self.rank)
 
     @functools.cached_property
