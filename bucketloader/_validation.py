@@ -172,13 +172,12 @@ def describe(value: Any) -> str:
     shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
     if shape is not None and dtype is not None:
         # (by type, not by a .device attribute: numpy 2 arrays have one too)
-        kind = (
-            "numpy array"
-            if isinstance(value, np.ndarray)
-            else "tensor"
-            if type(value).__module__.split(".")[0] == "torch"
-            else "array"
-        )
+        if isinstance(value, np.ndarray):
+            kind = "numpy array"
+        elif type(value).__module__.split(".")[0] == "torch":
+            kind = "tensor"
+        else:
+            kind = "array"
         return f"a {kind} of dtype {dtype} and shape {tuple(shape)}"
     return f"{type(value).__name__} {value!r}"
 
