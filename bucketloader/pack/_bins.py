@@ -377,17 +377,20 @@ and saved states stand (tests/test_pack_bfd.py: every loop against the step-by-s
 plan, and array for array on random histograms; no solver version change).
 
 ``best_fit`` takes it for at most ``_BY_DOCUMENT`` = 65,536 documents (each ``insort`` moves
-``O(n)`` of the list: at 1M distinct sizes in rows of 2**24 a sorted list of rooms takes 18.6 s,
-the keyed loop 1.5 s) where there are at most 1.5 documents per distinct size
+``O(n)`` of the list: at 1M distinct sizes in rows of 2**24 a sorted list of rooms takes 19.3 s,
+the keyed loop 1.7 s) where there are at most 1.5 documents per distinct size
 (``_DOCS_PER_SIZES``). benchmarks/bfd_paths.py races the three loops (results/bfd_paths.md,
 session 17, load 4-5): at one document a size the per-document loop takes 0.40-0.82x the faster
 bulk loop's time (375 to 8,000 sizes, rows of 16,384 to 2**24); at up to 1.55 documents a size
 0.52-0.94x from 1,000 sizes on, 0.54-1.54x at 375 (its numpy pass is a fixed cost); at 2.1-2.4
-documents a size 0.93-1.49x, and more above, where a bulk step places several documents. Against the
-benchmark's per-document BFD over a sorted list of rooms (``bfd_sorted``, which records no row)
-the loop alone costs about the same (0.85-1.15x): ``PackSpec.build`` stays above it at a few
-hundred documents by its fixed costs (validation, histogram, the numpy pass: about 0.1 ms),
-benchmarks/results/small_costs.md section 2b.
+documents a size 0.93-1.49x, and more above, where a bulk step places several documents.
+Against benchmarks/small_costs.py's per-document BFD over a sorted list of rooms
+(``bfd_sorted``, which counts rows and records none) ``PackSpec.build(search="never")`` now
+takes 2.5-3.7x its time at 375 documents, 1.1-2.1x at 2,000 and 1.0-1.3x at 10,000 in rows of
+2**20 + 3 and 2**24 (results/small_costs.md section 2b, load 7-8; before, 3.6-4.5x, 2.3-2.8x and
+1.2-1.9x): the loop costs about what that BFD's does, and at a few hundred documents, where that
+BFD takes 0.14-0.27 ms, a plan's fixed costs (validation, the histogram, the numpy pass that
+makes the patterns) keep it above.
 
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
