@@ -367,8 +367,8 @@ holds ``s``, and of the rows of that room the one whose room was left last, whic
 the bulk loops take (the latest of a room's groups: a group's rows get their room within its
 own step, after every older group's); where the new key sorts where the old one was it replaces
 it in place, else one ``del`` and one ``insort`` within the list's head; a document that no
-room holds opens a row without a ``bisect``. The
-loop records each document's row and each row's last document; numpy then orders the rows by
+room holds opens a row without a ``bisect``. The loop records each document's row and each
+row's last document; numpy then orders the rows by
 their last documents, which is the order of the bulk loops' groups (each group's rows get
 their last documents within its step), reads a size's documents in a row as one item and
 groups identical rows into one pattern (only rows whose every size holds several documents can
@@ -380,7 +380,7 @@ plan, and array for array on random histograms; no solver version change).
 ``O(n)`` of the list: at 1M distinct sizes in rows of 2**24 a sorted list of rooms takes 19.3 s,
 the keyed loop 1.7 s) where there are at most 1.5 documents per distinct size
 (``_DOCS_PER_SIZES``). benchmarks/bfd_paths.py races the three loops (results/bfd_paths.md,
-session 17, load 4-5): at one document a size the per-document loop takes 0.40-0.82x the faster
+session 17, load about 5): at one document a size the per-document loop takes 0.40-0.82x the faster
 bulk loop's time (375 to 8,000 sizes, rows of 16,384 to 2**24); at up to 1.55 documents a size
 0.52-0.94x from 1,000 sizes on, 0.54-1.54x at 375 (its numpy pass is a fixed cost); at 2.1-2.4
 documents a size 0.93-1.49x, and more above, where a bulk step places several documents.
@@ -388,7 +388,7 @@ Against benchmarks/small_costs.py's per-document BFD over a sorted list of rooms
 (``bfd_sorted``, which counts rows and records none) ``PackSpec.build(search="never")`` now
 takes 2.5-3.7x its time at 375 documents, 1.1-2.1x at 2,000 and 1.0-1.3x at 10,000 in rows of
 2**20 + 3 and 2**24 (results/small_costs.md section 2b, load 7-8; before, 3.6-4.5x, 2.3-2.8x and
-1.2-1.9x): the loop costs about what that BFD's does, and at a few hundred documents, where that
+1.2-1.9x): the loop does about the work of that BFD's, and at a few hundred documents, where that
 BFD takes 0.14-0.27 ms, a plan's fixed costs (validation, the histogram, the numpy pass that
 makes the patterns) keep it above.
 
