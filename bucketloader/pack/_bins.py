@@ -380,10 +380,11 @@ plan, and array for array on random histograms; no solver version change).
 ``O(n)`` of the list: at 1M distinct sizes in rows of 2**24 a sorted list of rooms takes 19.3 s,
 the keyed loop 1.7 s) where there are at most 1.5 documents per distinct size
 (``_DOCS_PER_SIZES``). benchmarks/bfd_paths.py races the three loops (results/bfd_paths.md,
-session 17, load about 5): at one document a size the per-document loop takes 0.40-0.82x the faster
-bulk loop's time (375 to 8,000 sizes, rows of 16,384 to 2**24); at up to 1.55 documents a size
-0.52-0.94x from 1,000 sizes on, 0.54-1.54x at 375 (its numpy pass is a fixed cost); at 2.1-2.4
-documents a size 0.93-1.49x, and more above, where a bulk step places several documents.
+session 17, load about 5): at one document a size the per-document loop takes 0.40-0.82x the
+faster bulk loop's time (375 to 8,000 sizes, rows of 16,384 to 2**24); at up to 1.55
+documents a size 0.52-0.94x from 1,000 sizes on, 0.54-1.54x at 375 (its numpy pass is a fixed
+cost); at 2.1-2.4 documents a size 0.93-1.49x, and more above, where a bulk step places several
+documents.
 Against benchmarks/small_costs.py's per-document BFD over a sorted list of rooms
 (``bfd_sorted``, which counts rows and records none) ``PackSpec.build(search="never")`` now
 takes 2.5-3.7x its time at 375 documents, 1.1-2.1x at 2,000 and 1.0-1.3x at 10,000 in rows of
