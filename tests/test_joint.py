@@ -189,6 +189,26 @@ def test_a_highs_stop_at_its_limit_is_no_proof(monkeypatch):
     assert details["bound"] == pytest.approx(value - 5.0)
 
 
+def test_an_lp_stopped_at_its_limit_gives_no_duals(monkeypatch):
+    """NOTE [ LP rounds on time ] in _bound: HiGHS stopped by its limit (status 1) may still
+    hand back a point, but not the optimum, so neither its value nor its duals are used."""
+    import scipy.optimize
+
+    real = scipy.optimize.linprog
+    args = (np.array([1.0, 2.0]), np.array([0, 0]), np.array([0, 1]), np.array([1.0, 1.0]))
+    args += (np.array(["E"]), np.array([1.5]), 5.0)
+    assert solve_lp(*args) is not None
+
+    def stopped(*a, **kw):
+        res = real(*a, **kw)
+        assert res.x is not None  # (a point is there: only the status says it is no optimum)
+        res.status = 1
+        return res
+
+    monkeypatch.setattr(scipy.optimize, "linprog", stopped)
+    assert solve_lp(*args) is None
+
+
 @needs_cbc
 def test_pulp_leaves_no_files_and_a_missing_cbc_is_a_status(tmp_path, monkeypatch):
     """PuLP's model files go to the solve's own temporary directory (none left in the system
