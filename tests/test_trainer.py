@@ -526,6 +526,36 @@ def test_accumulation_under_the_older_trainers_rule_steps_as_under_the_newer(tmp
     assert not torch.allclose(plain, newer)  # (the rule alone scales the step by 1/2)
 
 
+def test_the_older_rule_is_undone_for_either_scaling():
+    """NOTE [ Losses already scaled for accumulation, on older transformers ], case by case:
+    the older rule divides by the accumulation steps unless the model takes loss kwargs and
+    the step counted its items, or a compute_loss_func is set; a scaled loss is multiplied back
+    where it divides, a per-batch mean divided where it does not (by this accumulation's own
+    steps when the trainer says them: the epoch's last may be shorter)."""
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(gradient_accumulation_steps=4)
+
+    def trainer(kwargs, func=None, current=None):
+        return SimpleNamespace(
+            model_accepts_loss_kwargs=kwargs,
+            compute_loss_func=func,
+            current_gradient_accumulation_steps=current,
+            args=args,
+        )
+
+    def undo(t, scaled, items):
+        return float(trainer_module._as_older_trainer_scales(t, torch.tensor(12.0), scaled, items))
+
+    # the rule divides: no loss kwargs, or no count of items
+    assert undo(trainer(False), True, 7) == undo(trainer(True), True, None) == 48.0
+    assert undo(trainer(False), False, 7) == 12.0
+    # it does not: loss kwargs and a count, or a compute_loss_func
+    assert undo(trainer(True), False, 7) == undo(trainer(False, func=len), False, 7) == 3.0
+    assert undo(trainer(True), True, 7) == 12.0
+    assert undo(trainer(False, current=2), True, 7) == 24.0
+
+
 def test_a_transformers_older_than_tested_is_refused_by_name_with_the_upgrade():
     trainer_module._check_transformers("BucketTrainer", "5.17.0")
     trainer_module._check_transformers("BucketTrainer", "5.25.0.dev0")
