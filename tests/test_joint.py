@@ -729,8 +729,16 @@ def test_counted_shakes_repeat_and_never_lose_the_plan():
     cells = greedy(grid, 6)
     start = total(grid, grid.assign(cells)[1])
     one, n1 = iterate(grid, 6, cells, np.inf, steps=15)
-    two, n2 = iterate(grid, 6, cells, np.inf, steps=15)
-    assert one.tolist() == two.tolist() and n1 == n2 >= 1
+    covered = []  # NOTE [ Shakes ]: a shake that left a sample without a cell gets the covering
+
+    def spy(grid, start, *args, **kwargs):  # cell back before it descends
+        covered.append(bool(np.isfinite(grid.assign(start)[1]).all()))
+        return descend(grid, start, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_search, "descend", spy)
+        two, n2 = iterate(grid, 6, cells, np.inf, steps=15)
+    assert one.tolist() == two.tolist() and n1 == n2 >= 1 and len(covered) == n2 and all(covered)
     assert total(grid, grid.assign(one)[1]) <= start
     # NOTE [ The search under load ]: the first plan that pads least of the four phases, in
     # session 6's order; with no time, the greedy start itself (not a local optimum)
@@ -741,6 +749,10 @@ def test_counted_shakes_repeat_and_never_lose_the_plan():
     best, local, converged = first_plan(grid, 6, np.inf)
     assert local and converged and len(best) <= 6
     assert best.tolist() == plans[int(np.argmin(values))].tolist()
+    # ties go to the first plan found, a start only when it pads less: with one cell (the
+    # covering one) every phase ends where it starts, so the plan is a local optimum
+    cover, local, converged = first_plan(grid, 1, np.inf)
+    assert cover.tolist() == greedy(grid, 1).tolist() and local and converged
     late, local, converged = first_plan(grid, 6, 0.0)
     assert late.tolist() == cells.tolist() and not local and not converged
     # a lattice start not built in its share of the time: the greedy start's phases only
