@@ -729,16 +729,21 @@ def test_counted_shakes_repeat_and_never_lose_the_plan():
     cells = greedy(grid, 6)
     start = total(grid, grid.assign(cells)[1])
     one, n1 = iterate(grid, 6, cells, np.inf, steps=15)
-    covered = []  # NOTE [ Shakes ]: a shake that left a sample without a cell gets the covering
+    covered, tables = [], []  # NOTE [ Shakes ]: a shake that left a sample without a cell
 
-    def spy(grid, start, *args, **kwargs):  # cell back before it descends
+    def spy(grid, start, *args, **kwargs):  # gets the covering cell back before it descends
         covered.append(bool(np.isfinite(grid.assign(start)[1]).all()))
-        return descend(grid, start, *args, **kwargs)
+        out = descend(grid, start, *args, **kwargs)
+        tables.append(out[2])
+        return out
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_search, "descend", spy)
         two, n2 = iterate(grid, 6, cells, np.inf, steps=15)
     assert one.tolist() == two.tolist() and n1 == n2 >= 1 and len(covered) == n2 and all(covered)
+    assert len(tables) > 1 and sum(tables) <= 15  # the shakes' descents share the 15 tables
+    # the patience counts shakes since the last better plan (one was found here), not in all
+    assert iterate(grid, 6, cells, np.inf, patience=1)[1] > 6
     assert total(grid, grid.assign(one)[1]) <= start
     # NOTE [ The search under load ]: the first plan that pads least of the four phases, in
     # session 6's order; with no time, the greedy start itself (not a local optimum)
