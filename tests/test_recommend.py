@@ -340,6 +340,26 @@ def test_calibrate_reads_the_time_model_off_its_clock(
     want_step = float(np.mean(steps)) if want_step is None else want_step
     assert cal.seconds_per_step == pytest.approx(want_step, abs=1e-12)
     assert clock.calls == {s: 1 + repeats + 2 for s in shapes}  # every timed call ran after_call
+    if per_step == 0.5:  # warm=False: no warm pass, no warm cost (and none to pass on)
+        clock = _StepClock(shapes, per_step, per_token, [3.0, 7.0, 1.0], [0.0] * 3, repeats)
+        monkeypatch.setattr(calibration, "time", clock)
+        cold = calibrate(
+            torch.nn.Identity(),
+            example_shapes=shapes,
+            repeats=repeats,
+            compile_kwargs={"backend": "eager"},
+            after_call=clock.after_call,
+            warm=False,
+        )
+        assert cold.warm_compile_seconds_per_shape is None
+        assert clock.calls == {s: 1 + repeats for s in shapes}
+        assert sorted(cold.as_kwargs()) == [
+            "compile_seconds_per_shape",
+            "seconds_per_step",
+            "seconds_per_token",
+        ]
+        with pytest.raises(ValueError, match="has no warm cost; measure it with calibrate"):
+            cold.warm()
 
 
 @pytest.mark.parametrize(
@@ -353,6 +373,10 @@ def test_calibrate_rejects_bad_example_shapes(shapes):
 def test_calibrate_rejects_a_non_callable():
     with pytest.raises(TypeError, match="model_fn must be callable"):
         calibrate(3, example_shapes=[(1, 2), (1, 3)])
+    with pytest.raises(TypeError, match="after_call must be callable or None, got after_call=3"):
+        calibrate(abs, example_shapes=[(1, 2), (1, 3)], after_call=3)
+    with pytest.raises(ValueError, match="repeats must be an int >= 1, got repeats=0"):
+        calibrate(abs, example_shapes=[(1, 2), (1, 3)], repeats=0)
 
 
 def test_a_k_that_pads_exactly_the_target_meets_it():
