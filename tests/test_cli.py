@@ -397,7 +397,7 @@ def test_demo_runs_on_the_shipped_data(tmp_path):
     )
     assert out.returncode == 0, out.stderr
     text = out.stdout
-    assert "28,539 utterances" in text and "recommended (*)" in text
+    assert "28,539 utterances, 100.6 h of 16 kHz audio" in text and "recommended (*)" in text
     assert "bucketloader, optimal k=16" in text and "all planned" in text
     assert "dynamic padding, batch 32" in text
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -729,12 +729,13 @@ def test_counted_shakes_repeat_and_never_lose_the_plan():
     cells = greedy(grid, 6)
     start = total(grid, grid.assign(cells)[1])
     one, n1 = iterate(grid, 6, cells, np.inf, steps=15)
-    covered, tables = [], []  # NOTE [ Shakes ]: a shake that left a sample without a cell
+    covered, tables, runs = [], [], []  # NOTE [ Shakes ]: a shake that left a sample without
 
-    def spy(grid, start, *args, **kwargs):  # gets the covering cell back before it descends
+    def spy(grid, start, *args, **kwargs):  # a cell gets the covering cell back, then descends
         covered.append(bool(np.isfinite(grid.assign(start)[1]).all()))
         out = descend(grid, start, *args, **kwargs)
         tables.append(out[2])
+        runs.append((set(start.tolist()), out[0]))
         return out
 
     with pytest.MonkeyPatch.context() as mp:
@@ -743,7 +744,18 @@ def test_counted_shakes_repeat_and_never_lose_the_plan():
     assert one.tolist() == two.tolist() and n1 == n2 >= 1 and len(covered) == n2 and all(covered)
     assert len(tables) > 1 and sum(tables) <= 15  # the shakes' descents share the 15 tables
     # the patience counts shakes since the last better plan (one was found here), not in all
-    assert iterate(grid, 6, cells, np.inf, patience=1)[1] > 6
+    runs.clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_search, "descend", spy)
+        assert iterate(grid, 6, cells, np.inf, patience=1)[1] > 6
+    best, value, moved = set(cells.tolist()), start, []
+    for shaken, found in runs:  # after a better plan, the next shake moves one cell again
+        moved.append(len(shaken - best))
+        if _padded(grid, found) < value:
+            best, value = set(found.tolist()), _padded(grid, found)
+            moved.append(None)
+    after = [moved[i + 1] for i, m in enumerate(moved[:-1]) if m is None]
+    assert max(m for m in moved if m is not None) > 1 and after and max(after) <= 1
     assert total(grid, grid.assign(one)[1]) <= start
     # NOTE [ The search under load ]: the first plan that pads least of the four phases, in
     # session 6's order; with no time, the greedy start itself (not a local optimum)
