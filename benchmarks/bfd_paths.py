@@ -1,23 +1,28 @@
-"""Which of ``best_fit``'s two loops is faster where: the sorted rooms or the keyed open groups.
+"""Which of ``best_fit``'s three loops is faster where: the documents one at a time, the sorted
+rooms or the keyed open groups.
 
-``bucketloader.pack._bins.best_fit`` (bulk best-fit decreasing over a length histogram) has two
-loops that make the same plan (NOTE [ Two solvers, the tighter plan ]): ``_fit_by_room`` keeps
-the open rooms in a sorted list (``bisect`` and ``insort``: each insert moves ``O(n)`` of it),
-``_fit_by_key`` keeps the open groups as integer keys in a stack and a heap (``O(log n)`` a step,
-big-integer keys) and places runs of sizes that hold one document each by a per-document loop.
-Per case: CPU time of each loop (best of 7 alternating rounds of about 10 ms of calls each), the
-ratio keyed / sorted rooms, and the loop ``best_fit`` picks (``_MANY``, ``_SINGLE``).
+``bucketloader.pack._bins.best_fit`` (best-fit decreasing over a length histogram) has three
+loops that make the same plan (NOTE [ Two solvers, the tighter plan ], NOTE [ Few documents a
+size ]): ``_fit_by_document`` places one document at a time over a sorted list of the open rows'
+keys (``bisect``; each insert moves ``O(n)`` of it) and groups the rows into patterns in numpy
+afterwards; ``_fit_by_room`` keeps the open rooms of groups of rows in a sorted list, one step per
+group and size; ``_fit_by_key`` keeps the open groups as integer keys in a stack and a heap
+(``O(log n)`` a step, big-integer keys) and places runs of sizes that hold one document each by a
+per-document loop. Per case: CPU time of each loop (best of 7 rounds in turn, in an order that
+changes every round, of about 10 ms of calls each), the ratios to the per-document loop, and the
+loop ``best_fit`` picks (``_BY_DOCUMENT``, ``_DOCS_PER_SIZES``, ``_MANY``, ``_SINGLE``).
 
 Cases: ``N`` distinct document sizes in rows of ``L``, a share of them (``singletons``) holding
 one document each and the others 2-5; uniform in (L/16, L/2] or lognormal up to L.
 
-Run: ``PYTHONPATH=$PWD python benchmarks/bfd_paths.py`` (about a minute; ``--quick``: three
+Run: ``PYTHONPATH=$PWD python benchmarks/bfd_paths.py`` (a few minutes; ``--quick``: three
 cases, printed, not written). Writes ``benchmarks/results/bfd_paths.md``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -49,12 +54,21 @@ def histogram(rng: np.random.Generator, n: int, length: int, singletons: float, 
     return sizes, counts
 
 
-def race(sizes, counts, length: int, rounds: int = 7) -> tuple[float, float]:
-    """Best CPU time per call of the keyed loop and of the sorted rooms', in alternating rounds."""
-    loops = (_bins._fit_by_key, _bins._fit_by_room)
-    best = [float("inf"), float("inf")]
+#: The loops raced, by name: the plan is the same (tests/test_pack_bfd.py).
+LOOPS = {
+    "per document": _bins._fit_by_document,
+    "sorted rooms": _bins._fit_by_room,
+    "keyed": _bins._fit_by_key,
+}
+
+
+def race(sizes, counts, length: int, rounds: int = 7) -> list[float]:
+    """Best CPU time per call of each of :data:`LOOPS`, in rounds of one turn each."""
+    loops = list(LOOPS.values())
+    best = [float("inf")] * len(loops)
     for r in range(rounds):
-        for i in (0, 1) if r % 2 == 0 else (1, 0):
+        for i in range(len(loops)):
+            i = (i + r) % len(loops)  # (who goes first changes every round)
             calls, start = 0, time.thread_time()
             while True:
                 loops[i](sizes, counts, (length,))
@@ -62,11 +76,15 @@ def race(sizes, counts, length: int, rounds: int = 7) -> tuple[float, float]:
                 if time.thread_time() - start > 0.01:
                     break
             best[i] = min(best[i], (time.thread_time() - start) / calls)
-    return best[0], best[1]
+    return best
 
 
 def picks(sizes, counts) -> str:
     """The loop ``best_fit`` runs on this histogram."""
+    docs = int(counts.sum())
+    low, high = _bins._DOCS_PER_SIZES
+    if docs <= _bins._BY_DOCUMENT and low * docs <= high * len(sizes):
+        return "per document"
     several = int(np.count_nonzero(counts != 1))
     room = len(sizes) < _bins._MANY and _bins._SINGLE * several > len(sizes)
     return "sorted rooms" if room else "keyed"
@@ -81,47 +99,57 @@ def main() -> None:
         (n, length, share, shape)
         for length in (2**14, 2**20 + 3, 2**24)
         for n in (375, 1_000, 3_000, 8_000)
-        for share in (1.0, 0.99, 0.95, 0.9, 0.8, 0.5)
+        for share in (1.0, 0.99, 0.95, 0.9, 0.8, 0.5, 0.25, 0.0)
         for shape in ("uniform", "lognormal")
     ]
     if args.quick:
         cases = [(375, 2**14, 1.0, "uniform"), (1_000, 2**20 + 3, 0.9, "lognormal"),
                  (3_000, 2**24, 0.5, "uniform")]  # fmt: skip
     rows = []
+    names = list(LOOPS)
     for n, length, share, shape in cases:
         sizes, counts = histogram(rng, n, length, share, shape)
-        key, room = race(sizes, counts, length)
+        times = race(sizes, counts, length)
         single = float(np.mean(counts == 1))
-        rows.append((shape, length, len(sizes), single, key, room, picks(sizes, counts)))
-        print(f"{shape} L={length} sizes={len(sizes)} single={single:.2f} "
-              f"keyed/rooms={key / room:.2f}x picks={rows[-1][-1]}", flush=True)  # fmt: skip
+        per = float(counts.sum()) / len(sizes)
+        pick = picks(sizes, counts)
+        rows.append((shape, length, len(sizes), single, per, times, pick))
+        print(f"{shape} L={length} sizes={len(sizes)} single={single:.2f} per size={per:.2f} "
+              f"rooms/doc={times[1] / times[0]:.2f}x keyed/doc={times[2] / times[0]:.2f}x "
+              f"picks={pick}", flush=True)  # fmt: skip
     if args.quick:
         return
-    # the picked loop's time over the faster loop's, per case
-    over = [(r[4] if r[6] == "keyed" else r[5]) / min(r[4], r[5]) for r in rows]
+    # the picked loop's time over the fastest loop's, per case
+    over = [r[5][names.index(r[6])] / min(r[5]) for r in rows]
     lines = [
-        "# best_fit's two loops: sorted rooms or keyed open groups (benchmarks/bfd_paths.py)",
+        "# best_fit's three loops: per document, sorted rooms or keyed open groups "
+        "(benchmarks/bfd_paths.py)",
         "",
         f"`PYTHONPATH=$PWD python benchmarks/bfd_paths.py` on {platform.machine()}, Python "
         f"{platform.python_version()}, numpy {np.__version__}, "
-        f"{time.strftime('%Y-%m-%d')}; a shared 2-core machine: CPU time of the thread, best of "
-        "7 alternating rounds of about 10 ms of calls. Both loops make the same plan (tests/"
-        "test_pack_bfd.py). *keyed / rooms* below 1: the keyed loop is faster; *picks*: the loop "
-        f"`best_fit` runs (sorted rooms below `_MANY` = {_bins._MANY} sizes unless all but one "
-        f"in `_SINGLE` = {_bins._SINGLE} hold one document).",
+        f"{time.strftime('%Y-%m-%d')}; a shared 2-core machine (load average "
+        f"{os.getloadavg()[0]:.1f} at the end): CPU time of the thread, best of 7 rounds of "
+        "about 10 ms of calls, each round every loop in turn. All three make the same plan "
+        "(tests/test_pack_bfd.py). *rooms / doc* and *keyed / doc* above 1: the per-document "
+        "loop is faster; *picks*: the loop `best_fit` runs (per document where the documents "
+        f"are at most `_BY_DOCUMENT` = {_bins._BY_DOCUMENT:,} and at most "
+        f"{_bins._DOCS_PER_SIZES[1] / _bins._DOCS_PER_SIZES[0]:g} per distinct size, else "
+        f"sorted rooms below `_MANY` = {_bins._MANY} sizes unless all but one in `_SINGLE` = "
+        f"{_bins._SINGLE} hold one document, else keyed).",
         "",
-        "| lengths | L | sizes | one document | keyed ms | sorted rooms ms | keyed / rooms "
-        "| picks |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| lengths | L | sizes | one document | documents per size | per document ms | "
+        "sorted rooms ms | keyed ms | rooms / doc | keyed / doc | picks |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for shape, length, n, single, key, room, pick in rows:
+    for shape, length, n, single, per, (doc, room, key), pick in rows:
         lines.append(
-            f"| {shape} | {length:,} | {n:,} | {single:.0%} | {key * 1e3:.3f} | "
-            f"{room * 1e3:.3f} | {key / room:.2f}x | {pick} |"
+            f"| {shape} | {length:,} | {n:,} | {single:.0%} | {per:.2f} | {doc * 1e3:.3f} | "
+            f"{room * 1e3:.3f} | {key * 1e3:.3f} | {room / doc:.2f}x | {key / doc:.2f}x | "
+            f"{pick} |"
         )
     lines += [
         "",
-        f"The loop `best_fit` picks takes at most **{max(over):.2f}x** the faster loop's time "
+        f"The loop `best_fit` picks takes at most **{max(over):.2f}x** the fastest loop's time "
         f"(median {np.median(over):.2f}x) over these {len(rows)} cases.",
         "",
     ]

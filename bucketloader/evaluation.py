@@ -396,7 +396,7 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
 
         Raises ``ValueError`` if ``state`` comes from another configuration, naming both values.
         """
-        _, pos = check_state(state, self._config(), type(self).__name__)
+        _, pos = check_state(state, self._config(), type(self).__name__, epochs=False)
         self._start = self._yielded = pos
 
     def _config(self) -> dict[str, Any]:

@@ -890,10 +890,14 @@ class GroupedDataset(ConcatDataset):
 _STATE_VERSION = 1
 
 
-def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, int]:
+def _check_state(
+    state: Any, config: dict[str, Any], owner: str, *, epochs: bool = True
+) -> tuple[int, int]:
     """Validate ``state`` against this sampler's ``config``; return ``(epoch, batches_yielded)``.
 
-    Every mismatch names the key, the saved value and the current one.
+    Every mismatch names the key, the saved value and the current one. ``epochs=False``: the
+    sampler's batches are the same in every epoch (an evaluation), so a state from another
+    number of ranks says to evaluate again rather than to go on with the next epoch.
     """
     if not isinstance(state, dict):
         raise TypeError(f"state must be a dict from {owner}.state_dict(), got {state!r}")
@@ -917,6 +921,14 @@ def _check_state(state: Any, config: dict[str, Any], owner: str) -> tuple[int, i
                 f"state['config'] has no {key!r} (its keys: {sorted(saved)}): the state was saved "
                 f"by another kind of sampler or another version of bucketloader; pass a state "
                 f"from {owner}.state_dict()"
+            )
+        if saved[key] != value and key == "num_replicas" and not epochs:
+            raise ValueError(
+                f"state is from a different configuration: num_replicas={saved[key]!r} in the "
+                f"state but num_replicas={value!r} in this sampler. The evaluation's plan splits "
+                "every step over the ranks, so a state resumes it only on as many ranks as saved "
+                f"it. Resume on {saved[key]!r} ranks, or evaluate again from the start on "
+                f"{value!r} rank(s) (no load_state_dict)"
             )
         if saved[key] != value and key == "num_replicas" and isinstance(state.get("epoch"), int):
             epoch = state["epoch"]

@@ -1038,13 +1038,14 @@ def _plan(p):
 
 def _plans(sizes, counts, rows, paths):
     """``best_fit``'s plans (checked) by each of ``paths``: ``_RUN`` and ``_WALK`` set, and the
-    keyed or the sorted rooms' loop (``"key"``, ``"room"``) called whatever ``best_fit`` would
-    pick: each code path forced."""
+    keyed, the sorted rooms' or the per-document loop (``"key"``, ``"room"``, ``"doc"``) called
+    whatever ``best_fit`` would pick: each code path forced."""
+    loops = {"key": _bins._fit_by_key, "room": _bins._fit_by_room, "doc": _bins._fit_by_document}
     for run, walk, path in paths:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(_bins, "_RUN", run)
             mp.setattr(_bins, "_WALK", walk)
-            fit = (_bins._fit_by_key if path == "key" else _bins._fit_by_room)(sizes, counts, rows)
+            fit = loops[path](sizes, counts, rows)
         _check_patterns(fit, sizes, counts, rows)
         yield _plan(fit)
 
@@ -1061,14 +1062,15 @@ def test_bulk_best_fit_makes_the_same_plan_step_by_step(docs, repeat, rows, scal
     the same digests): sizes mostly distinct (one document each: its per-document loop, from
     runs of ``_RUN`` sizes; 1 here, so every run takes it) with some repeated (groups of several
     rows, which that loop splits one row at a time), scaled down to share rows with many
-    documents, in one to three row lengths; its codes read by the walk and in numpy; and by
-    its sorted rooms."""
+    documents, in one to three row lengths; its codes read by the walk and in numpy; by its
+    sorted rooms; and one document at a time."""
     docs = [max(1, min(d // scale, rows[-1])) for d in docs]
     docs += [docs[j % len(docs)] for j in repeat]
     sizes, counts = np.unique(docs, return_counts=True)
     sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
     want = reference_plan(sizes, counts, rows)
-    for plan in _plans(sizes, counts, rows, ((1, 1 << 30, "key"), (8, 0, "key"), (8, 0, "room"))):
+    paths = ((1, 1 << 30, "key"), (8, 0, "key"), (8, 0, "room"), (8, 0, "doc"))
+    for plan in _plans(sizes, counts, rows, paths):
         assert plan == want
 
 
@@ -1090,15 +1092,17 @@ def test_bulk_best_fit_breaks_ties_as_the_step_by_step_plan(docs, counts, rows):
     counts = np.array(counts[: len(sizes)])
     want = reference_plan(sizes, counts, rows)
     paths = ((1, 1 << 30, "key"), (1, 0, "key"), (1 << 30, 0, "key"), (8, 0, "room"))
-    for plan in _plans(sizes, counts, rows, paths):
+    for plan in _plans(sizes, counts, rows, (*paths, (8, 0, "doc"))):
         assert plan == want
 
 
 def test_bulk_best_fit_on_distinct_sizes_is_the_per_document_bfd():
     """Thousands of documents of distinct sizes (their own rows' last pattern each) in rows of
-    2**20 + 3 and 2**24, and with three row lengths: the step-by-step plan, and the rows of a
-    per-document BFD over a sorted list of rooms (the benchmark's ``bfd_sorted``); a size of
-    several documents (a group of three rows) that the per-document loop splits row by row."""
+    2**20 + 3 and 2**24, and with three row lengths: the step-by-step plan, by the keyed loop
+    and one document at a time (what ``best_fit`` picks there, NOTE [ Few documents a size ]),
+    and the rows of a per-document BFD over a sorted list of rooms (the benchmark's
+    ``bfd_sorted``); a size of several documents (a group of three rows) that the keyed loop's
+    per-document steps split row by row."""
     rng = np.random.default_rng(13)
     cases = []
     for length in (1 << 20 | 3, 1 << 24):
@@ -1112,9 +1116,13 @@ def test_bulk_best_fit_on_distinct_sizes_is_the_per_document_bfd():
         sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(_bins, "_MANY", 0)  # (the last case has 4 sizes of 17 of several)
-            fit = best_fit(sizes, counts, rows)
-        _check_patterns(fit, sizes, counts, rows)
-        assert _plan(fit) == reference_plan(sizes, counts, rows)
+            mp.setattr(_bins, "_BY_DOCUMENT", 0)
+            keyed = best_fit(sizes, counts, rows)
+        fit = best_fit(sizes, counts, rows)
+        want = reference_plan(sizes, counts, rows)
+        for plan in (keyed, fit):
+            _check_patterns(plan, sizes, counts, rows)
+            assert _plan(plan) == want
         if len(rows) == 1:
             assert fit.num_rows == _sorted_rooms_bfd(docs.tolist(), rows[0])
 
@@ -1244,3 +1252,36 @@ def test_per_document_steps_keep_a_room_as_long_as_the_shortest_document():
     rows = (50, 100)
     p = best_fit(sizes, np.ones(sizes.size, dtype=np.int64), rows)
     assert _rows(p, rows) == per_document_bfd(sizes.tolist(), rows)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    docs=st.lists(st.integers(1, 1 << 20), min_size=1, max_size=200),
+    repeat=st.lists(st.integers(0, 199), max_size=60),
+    rows=st.sampled_from([(1024,), (1 << 20,), (4096, 1 << 20), (300, 1000, 1 << 20)]),
+    scale=st.sampled_from([1, 256, 1 << 14]),
+)
+def test_best_fit_one_document_at_a_time_is_the_bulk_plan_array_for_array(
+    docs, repeat, rows, scale
+):
+    """Where ``best_fit`` places the documents one at a time (at most 1.5 documents per
+    distinct size, NOTE [ Few documents a size ]) its plan is the bulk loops' plan, array for
+    array and type for type (so the digests and saved states of earlier versions stand): equal
+    rooms, repeated sizes, identical rows grouped into one pattern, one to three row lengths;
+    and it is the one ``best_fit`` picks there."""
+    docs = [max(1, min(d // scale, rows[-1])) for d in docs]
+    docs += [docs[j % len(docs)] for j in repeat]
+    sizes, counts = np.unique(docs, return_counts=True)
+    sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+    got = _bins._fit_by_document(sizes, counts, rows)
+    _check_patterns(got, sizes, counts, rows)
+    for loop in (_bins._fit_by_room, _bins._fit_by_key):
+        want = loop(sizes, counts, rows)
+        for name in ("sizes", "kind", "reps", "offsets", "items", "mult"):
+            a, b = getattr(got, name), getattr(want, name)
+            assert a.dtype == b.dtype and np.array_equal(a, b), name
+    calls: list[tuple] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_bins, "_fit_by_document", lambda *a: calls.append(a) or got)
+        best_fit(sizes, counts, rows)
+    assert bool(calls) == (2 * len(docs) <= 3 * len(sizes))

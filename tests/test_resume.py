@@ -12,6 +12,7 @@ from conftest import load_real
 from torch.utils.data import DataLoader
 
 from bucketloader._types import LAST_BATCH
+from bucketloader.evaluation import EvalSampler
 from bucketloader.plan import BucketSpec, TokenBudget
 from bucketloader.sampler import BucketSampler
 
@@ -217,3 +218,11 @@ def test_a_state_from_another_world_size_names_what_resumes():
     same = BucketSampler(lengths, num_replicas=4, rank=0, num_buckets=4, batch_size=8, seed=1)
     same.load_state_dict(state)
     assert len(list(same)) == len(same) - 1
+    # an evaluation's batches are the same every epoch: it says to evaluate again
+    ev = EvalSampler(lengths, num_replicas=4, rank=3, num_buckets=4, batch_size=8)
+    next(iter(ev))
+    other_ev = EvalSampler(lengths, num_replicas=2, rank=0, num_buckets=4, batch_size=8)
+    with pytest.raises(ValueError, match="num_replicas=4 in the state but num_replicas=2") as exc:
+        other_ev.load_state_dict(roundtrip(ev.state_dict()))
+    assert "evaluate again from the start" in str(exc.value)
+    assert "set_epoch" not in str(exc.value)

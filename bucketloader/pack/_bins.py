@@ -356,6 +356,43 @@ searches where BFD misses its promise; the caller can still choose (``search``, 
 - ``"always"``: the search runs wherever BFD is not within 0.1% of the L2 bound (C2), MBS over
   every document too unless the repacked rows are.
 
+NOTE [ Few documents a size ]
+The bulk loops cost one step per group and size (about 1.2 us of bookkeeping each in session
+15's profile), which pays where a size holds many documents. Where most sizes hold one (a
+fine-tuning set of 1k-3k documents; long rows, where nearly every document has its own
+length) a step places one document, and a per-document loop needs less: best-fit decreasing
+over a sorted list of the open rows' keys, ``room << _AT | (_TAIL - j)``, ``j`` the document that
+left the row that room (:func:`_fit_by_document`): ``bisect_left`` finds the tightest room that
+holds ``s``, and of the rows of that room the one whose room was left last, which is the group
+the bulk loops take (the latest of a room's groups: a group's rows get their room within its
+own step, after every older group's); where the new key sorts where the old one was it replaces
+it in place, else one ``del`` and one ``insort`` within the list's head; a document that no
+room holds opens a row without a ``bisect``. The loop records each document's row and each
+row's last document; numpy then orders the rows by
+their last documents, which is the order of the bulk loops' groups (each group's rows get
+their last documents within its step), reads a size's documents in a row as one item and
+groups identical rows into one pattern (only rows whose every size holds several documents can
+repeat: a dict over those alone). So the plan is the bulk loops' array for array, and digests
+and saved states stand (tests/test_pack_bfd.py: every loop against the step-by-step reference
+plan, and array for array on random histograms; no solver version change).
+
+``best_fit`` takes it for at most ``_BY_DOCUMENT`` = 65,536 documents (each ``insort`` moves
+``O(n)`` of the list: at 1M distinct sizes in rows of 2**24 a sorted list of rooms takes 19.3 s,
+the keyed loop 1.7 s) where there are at most 1.5 documents per distinct size
+(``_DOCS_PER_SIZES``). benchmarks/bfd_paths.py races the three loops (results/bfd_paths.md,
+session 17, load about 5): at one document a size the per-document loop takes 0.40-0.82x the
+faster bulk loop's time (375 to 8,000 sizes, rows of 16,384 to 2**24); at up to 1.55
+documents a size 0.52-0.94x from 1,000 sizes on, 0.54-1.54x at 375 (its numpy pass is a fixed
+cost); at 2.1-2.4 documents a size 0.93-1.49x, and more above, where a bulk step places several
+documents.
+Against benchmarks/small_costs.py's per-document BFD over a sorted list of rooms
+(``bfd_sorted``, which counts rows and records none) ``PackSpec.build(search="never")`` now
+takes 2.5-3.7x its time at 375 documents, 1.1-2.1x at 2,000 and 1.0-1.3x at 10,000 in rows of
+2**20 + 3 and 2**24 (results/small_costs.md section 2b, load 7-8; before, 3.6-4.5x, 2.3-2.8x and
+1.2-1.9x): the loop does about the work of that BFD's, and at a few hundred documents, where that
+BFD takes 0.14-0.27 ms, a plan's fixed costs (validation, the histogram, the numpy pass that
+makes the patterns) keep it above.
+
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
 which the Martello & Toth (1990) bound L2 adds: for ``0 <= a <= L / 2``, with
@@ -824,6 +861,9 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
         >>> p.num_rows, sorted(p.fill.tolist())
         (3, [4, 8])
     """
+    docs = int(np.asarray(counts).sum())
+    if 0 < docs <= _BY_DOCUMENT and _DOCS_PER_SIZES[0] * docs <= _DOCS_PER_SIZES[1] * len(sizes):
+        return _fit_by_document(sizes, counts, row_lengths)  # (NOTE [ Few documents a size ])
     if len(sizes) < _MANY and _SINGLE * int(np.count_nonzero(np.asarray(counts) != 1)) > len(sizes):
         return _fit_by_room(sizes, counts, row_lengths)
     return _fit_by_key(sizes, counts, row_lengths)
@@ -980,6 +1020,123 @@ def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, 
             gid += 1
             add_rows(k)
     return _tuple_patterns(sizes, contents, rows)
+
+
+def _fit_by_document(
+    sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
+) -> Patterns:
+    """:func:`best_fit` one document at a time (NOTE [ Few documents a size ]): the open rows'
+    keys ``room << _AT | (_TAIL - j)`` (``j``: the document that left the row that room) in a
+    sorted list, so the tightest room that holds ``s``, and of its rows the one whose room was
+    left last (the group :func:`_fit_by_room` takes), is one ``bisect`` away.
+
+    Example:
+        >>> p = _fit_by_document(np.array([5, 3, 2]), np.array([1, 1, 2]), (8,))
+        >>> p.reps.tolist(), p.items.tolist(), p.mult.tolist()
+        ([1, 1], [0, 1, 2], [1, 1, 2])
+    """
+    lens = [int(x) for x in row_lengths]
+    cnt = np.asarray(counts, dtype=np.int64)
+    docs = int(cnt.sum())
+    index = np.repeat(np.arange(cnt.size, dtype=np.int64), cnt)  # each document's size index
+    shifted = (np.asarray(sizes, dtype=np.int64)[index] << _AT).tolist()
+    least, high, first = int(sizes[-1]) << _AT, -1 << _AT, lens[0] << _AT
+    keys = [-1]  # (a sentinel below every key: keys[-1] and keys[at - 1] always exist)
+    placed: list[int] = []  # each document's row (rows numbered as opened)
+    last: list[int] = []  # each row's last document's tail
+    kinds: list[int] = []  # each row's row length index
+    put, opened = placed.append, last.append
+    for tail, s in zip(range(_TAIL, _TAIL - docs, -1), shifted, strict=True):
+        if keys[-1] >= s:  # the tightest room that holds s, of its rows the last left
+            at = bisect_left(keys, s)
+            key = keys[at]
+            row = placed[_TAIL - (key & _TAIL)]
+            put(row)
+            last[row] = tail
+            left = (key - s) & high
+            if left < least:  # (a room no document fits: not kept)
+                del keys[at]
+            elif keys[at - 1] > left | tail:
+                del keys[at]
+                insort(keys, left | tail, 1, at)
+            else:  # (the new key sorts where the old one was)
+                keys[at] = left | tail
+        else:  # a new row of the shortest row length that holds s
+            kind = 0 if s <= first else next(k for k, x in enumerate(lens) if x << _AT >= s)
+            kinds.append(kind)
+            put(len(last))
+            opened(tail)
+            left = (lens[kind] << _AT) - s
+            if left >= least:
+                insort(keys, left | tail)
+    return _document_patterns(sizes, cnt, index, placed, last, kinds)
+
+
+def _document_patterns(
+    sizes: np.ndarray,
+    counts: np.ndarray,
+    index: np.ndarray,
+    placed: list[int],
+    last: list[int],
+    kinds: list[int],
+) -> Patterns:
+    """:func:`_fit_by_document`'s rows as :func:`best_fit`'s patterns: rows in the order of
+    their last documents (the order of :func:`_fit_by_room`'s groups), a size's documents in a
+    row as one item, identical rows as one pattern."""
+    row = np.array(placed, dtype=np.int64)
+    n = len(last)
+    by = np.argsort(np.array(last, dtype=np.int64))[::-1]  # (tails fall as documents go on)
+    rank = np.empty(n, dtype=np.int64)
+    rank[by] = np.arange(n)
+    item = index[np.argsort(rank[row], kind="stable")]  # documents row by row, in order
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(row, minlength=n)[by], out=offsets[1:])
+    kind = np.array(kinds, dtype=np.int64)[by]
+    reps = np.ones(n, dtype=np.int64)
+    if int(counts.max()) == 1:  # (every item one document, every row its own)
+        mult = np.ones(item.size, dtype=np.int64)
+        return Patterns(np.asarray(sizes, dtype=np.int64), kind, reps, offsets, item, mult)
+    run = np.ones(item.size, dtype=bool)  # (a document that starts an item)
+    np.not_equal(item[1:], item[:-1], out=run[1:])
+    run[offsets[:-1]] = True
+    at = np.flatnonzero(run)
+    mult = np.empty(at.size, dtype=np.int64)
+    np.subtract(at[1:], at[:-1], out=mult[:-1])
+    mult[-1] = item.size - at[-1]
+    offsets = np.searchsorted(at, offsets)
+    reps, offsets, items, mult, kind = _same_rows(counts, reps, offsets, item[at], mult, kind)
+    return Patterns(np.asarray(sizes, dtype=np.int64), kind, reps, offsets, items, mult)
+
+
+def _same_rows(
+    counts: np.ndarray,
+    reps: np.ndarray,
+    offsets: np.ndarray,
+    items: np.ndarray,
+    mult: np.ndarray,
+    kind: np.ndarray,
+) -> tuple[np.ndarray, ...]:
+    """Rows with the same contents and row length as one pattern (at the first), the others
+    left out: only rows of sizes held by several documents each can repeat."""
+    single = np.add.reduceat((counts[items] == 1).astype(np.int64), offsets[:-1]) > 0
+    can = np.flatnonzero(~single).tolist()
+    if not can:
+        return reps, offsets, items, mult, kind
+    bounds, it, mu, kd = offsets.tolist(), items.tolist(), mult.tolist(), kind.tolist()
+    first: dict[tuple[int, ...], int] = {}
+    keep = np.ones(reps.size, dtype=bool)
+    for r in can:
+        a, b = bounds[r], bounds[r + 1]
+        key = (kd[r], *it[a:b], *mu[a:b])
+        p = first.setdefault(key, r)
+        if p != r:
+            reps[p] += 1
+            keep[r] = False
+    width = np.diff(offsets)[keep]
+    inner = np.repeat(keep, np.diff(offsets))
+    out = np.zeros(width.size + 1, dtype=np.int64)
+    np.cumsum(width, out=out[1:])
+    return reps[keep], out, items[inner], mult[inner], kind[keep]
 
 
 def _tuple_patterns(
@@ -1155,6 +1312,16 @@ _RUN = 8
 #: fast or faster (0.5-1.0x) where nearly all do.
 _MANY = 4096
 _SINGLE = 100
+#: :func:`best_fit` places the documents one at a time (:func:`_fit_by_document`) where they
+#: are at most ``_BY_DOCUMENT`` and at most ``_DOCS_PER_SIZES[1] / _DOCS_PER_SIZES[0]`` (1.5)
+#: per distinct size (NOTE [ Few documents a size ]).
+_BY_DOCUMENT = 1 << 16
+_DOCS_PER_SIZES = (2, 3)
+#: :func:`_fit_by_document`'s keys of open rows: ``room << _AT | (_TAIL - j)``, ``j`` the
+#: document that left that room (below ``2**_AT``: at most ``_BY_DOCUMENT``; a key of a row of
+#: up to 8,192 tokens fits in 30 bits, one digit of a Python integer).
+_AT = 17
+_TAIL = (1 << _AT) - 1
 
 
 def _patterns(sizes: np.ndarray, state: _Open) -> Patterns:
