@@ -129,7 +129,7 @@ def ray_bucket_ids(
     """
     ray = require("ray", "ray")
     require("ray.data", "ray")
-    if False:
+    if column is not None and not isinstance(column, str):
         raise TypeError(
             f"column must be one column name, got column={column!r}; for several inputs add "
             "one bucket column per input (call once per column with its own name=)"

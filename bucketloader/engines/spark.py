@@ -141,7 +141,7 @@ def spark_bucket_ids(
             f"column must be one column, got column={column!r}; for several inputs add one "
             "bucket column per input (call once per column with its own name=)"
         )
-    b = np.asarray(boundaries, dtype=np.int64)
+    b = check_boundaries(boundaries)
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty column name, got name={name!r}")
     if name in df.columns:
