@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -237,6 +238,7 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         ),
         "cache dir empty": ([*pre, "--cache-dir", ""], "--cache-dir must be a folder, got"),
         "demo batch of 37 GiB": (["demo", "--batch-size", "100000"], "use at most batch_size="),
+        "demo no batch": (["demo", "--max-batches", "0"], "max_batches must be an int >= 1"),
         "length 2**70": (["report", str(d / "huge.txt")], "line 2: lengths must be < 2**62"),
         "csv length 2**63": (["report", str(d / "huge.csv")], "line 3: lengths must be < 2**62"),
         "jsonl 1e400": (["report", str(d / "huge.jsonl"), "--column", "n"], "must be < 2**62"),
@@ -396,10 +398,39 @@ def test_demo_runs_on_the_shipped_data(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr()
     assert code == 0, out.err
     text = out.out
-    assert "28,539 utterances" in text and "recommended (*)" in text
+    assert "28,539 utterances, 100.6 h of 16 kHz audio" in text and "recommended (*)" in text
     assert "bucketloader, optimal k=16" in text and "all planned" in text
     assert "dynamic padding, batch 32" in text
     assert (tmp_path / "demo.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the report has a column for the demo's own k; the closing line says the table's figures
+    assert re.search(r"strategy +k=4 +k=8 +k=16 +k=32\n", text)
+    ours, rule = (
+        float(re.search(rf"bucketloader, {name} k=16 +16 +([\d.]+)%", text)[1])
+        for name in ("optimal", "percentile")
+    )
+    assert ours < rule  # (each loader plans with its own strategy)
+    summary = f"bucketloader pads {ours:.2f}% with 16 shapes; the percentile rule pads {rule:.2f}%"
+    more = re.search(rf"{re.escape(summary)} with 16 \(([\d.]+)x more\)", text)
+    assert more and abs(float(more[1]) - rule / ours) < 0.06  # (of the unrounded figures)
+
+
+def test_demo_counts_its_epoch_and_builds_its_batches():
+    """The demo's pieces, cheaply: one epoch's distinct shapes and padded / real frames of its
+    index batches, the lazy items (seeded by their index) and the dynamic-padding collate
+    (batch, time, features)."""
+    from bucketloader.cli.demo import SyntheticFeatures, epoch_stats, pad_to_longest
+
+    frames = np.array([3, 5, 4, 2])
+    stats = epoch_stats([[0, 1], [2], [3, 0]], frames, lambda n: (n.size, int(n.max())))
+    # shapes (2, 5), (1, 4), (2, 3): 10 + 4 + 6 padded frames for 3 + 5 + 4 + 2 + 3 real
+    assert stats == {"shapes": 3, "padding": (20 - 17) / 17, "batches": 3}
+    data = SyntheticFeatures(frames, dim=2)
+    assert len(data) == 4 and data[1]["features"].shape == (5, 2)
+    assert data[0]["features"].equal(data[0]["features"])
+    assert not data[0]["features"].equal(data[2]["features"][:3])
+    batch = pad_to_longest([data[0], data[1]])["features"]
+    assert batch.shape == (2, 5, 2) and batch[0, 3:].abs().sum() == 0
+    assert batch[1].equal(data[1]["features"])
 
 
 # -- issue 22, trap 7: what a newcomer's files look like ----------------------------------------

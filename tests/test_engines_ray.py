@@ -101,8 +101,10 @@ def test_nulls_tensor_column_and_bucket_ids(cluster):
     # lazy like any map_batches: the bad length fails the job when it runs, named in Ray's error
     with pytest.raises(ray.exceptions.RayTaskError, match="length 5 exceeds the last boundary 4"):
         ray_bucket_ids(ds, [2, 4], "x").take_all()
-    with pytest.raises(ray.exceptions.RayTaskError, match=r"null row.* without the column reads"):
+    with pytest.raises(ray.exceptions.RayTaskError, match=r"1 null row.* without the column reads"):
         ray_bucket_ids(ds, [2, 5], "ids").take_all()  # nulls="raise" names both causes
+    with pytest.raises(ray.exceptions.RayTaskError, match="must return one length per row here"):
+        ray_bucket_ids(ds, [5], length_fn=lambda b: [[1, 2]] * len(b["x"])).take_all()
 
 
 def test_null_rows_of_one_block_are_each_counted(cluster):
@@ -130,6 +132,12 @@ def test_bad_input_one_clear_error(cluster):
         ray_histogram(ds)
     with pytest.raises(ValueError, match="already has a column 'n'"):
         ray_bucket_ids(ds, [4], "n", name="n")
+    with pytest.raises(TypeError, match=r"name must be a non-empty column name, got name=''"):
+        ray_bucket_ids(ds, [4], "n", name="")
+    with pytest.raises(TypeError, match=r"column must be one column name, got column=\['n'\]"):
+        ray_bucket_ids(ds, [4], ["n"])
+    with pytest.raises(ValueError, match="boundaries must be strictly increasing, got 4 then 2"):
+        ray_bucket_ids(ds, [4, 2], "n")
     with pytest.raises(ValueError, match=r"not below 2\*\*62"):
         ray_histogram(ray.data.from_items([{"n": 2**62}, {"n": None}]), "n", nulls="skip")
     with pytest.raises(ValueError, match="has no rows"):

@@ -105,6 +105,14 @@ def test_bad_input_one_clear_error(spark):
         spark_histogram([1, 2], "n")
     with pytest.raises(ValueError, match="already has a column 'f'"):
         spark_bucket_ids(df, [4], "neg", name="f")
+    with pytest.raises(TypeError, match=r"name must be a non-empty column name, got name=''"):
+        spark_bucket_ids(df, [4], "neg", name="")
+    with pytest.raises(TypeError, match=r"column must be one column, got column=\['neg'\]"):
+        spark_bucket_ids(df, [4], ["neg"])
+    with pytest.raises(ValueError, match="boundaries must be strictly increasing, got 4 then 2"):
+        spark_bucket_ids(df, [4, 2], "neg")
+    with pytest.raises(TypeError, match=r"df must be a pyspark\.sql\.DataFrame, got list"):
+        spark_bucket_ids([1, 2], [4], "n")
     stream = spark.readStream.format("rate").load()  # never started: no job runs
     with pytest.raises(ValueError, match="streaming DataFrame, which never ends"):
         spark_histogram(stream, "value")

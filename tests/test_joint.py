@@ -189,6 +189,26 @@ def test_a_highs_stop_at_its_limit_is_no_proof(monkeypatch):
     assert details["bound"] == pytest.approx(value - 5.0)
 
 
+def test_an_lp_stopped_at_its_limit_gives_no_duals(monkeypatch):
+    """NOTE [ LP rounds on time ] in _bound: HiGHS stopped by its limit (status 1) may still
+    hand back a point, but not the optimum, so neither its value nor its duals are used."""
+    import scipy.optimize
+
+    real = scipy.optimize.linprog
+    args = (np.array([1.0, 2.0]), np.array([0, 0]), np.array([0, 1]), np.array([1.0, 1.0]))
+    args += (np.array(["E"]), np.array([1.5]), 5.0)
+    assert solve_lp(*args) is not None
+
+    def stopped(*a, **kw):
+        res = real(*a, **kw)
+        assert res.x is not None  # (a point is there: only the status says it is no optimum)
+        res.status = 1
+        return res
+
+    monkeypatch.setattr(scipy.optimize, "linprog", stopped)
+    assert solve_lp(*args) is None
+
+
 @needs_cbc
 def test_pulp_leaves_no_files_and_a_missing_cbc_is_a_status(tmp_path, monkeypatch):
     """PuLP's model files go to the solve's own temporary directory (none left in the system
@@ -709,8 +729,33 @@ def test_counted_shakes_repeat_and_never_lose_the_plan():
     cells = greedy(grid, 6)
     start = total(grid, grid.assign(cells)[1])
     one, n1 = iterate(grid, 6, cells, np.inf, steps=15)
-    two, n2 = iterate(grid, 6, cells, np.inf, steps=15)
-    assert one.tolist() == two.tolist() and n1 == n2 >= 1
+    covered, tables, runs = [], [], []  # NOTE [ Shakes ]: a shake that left a sample without
+
+    def spy(grid, start, *args, **kwargs):  # a cell gets the covering cell back, then descends
+        covered.append(bool(np.isfinite(grid.assign(start)[1]).all()))
+        out = descend(grid, start, *args, **kwargs)
+        tables.append(out[2])
+        runs.append((set(start.tolist()), out[0]))
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_search, "descend", spy)
+        two, n2 = iterate(grid, 6, cells, np.inf, steps=15)
+    assert one.tolist() == two.tolist() and n1 == n2 >= 1 and len(covered) == n2 and all(covered)
+    assert len(tables) > 1 and sum(tables) <= 15  # the shakes' descents share the 15 tables
+    # the patience counts shakes since the last better plan (one was found here), not in all
+    runs.clear()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_search, "descend", spy)
+        assert iterate(grid, 6, cells, np.inf, patience=1)[1] > 6
+    best, value, moved = set(cells.tolist()), start, []
+    for shaken, found in runs:  # after a better plan, the next shake moves one cell again
+        moved.append(len(shaken - best))
+        if _padded(grid, found) < value:
+            best, value = set(found.tolist()), _padded(grid, found)
+            moved.append(None)
+    after = [moved[i + 1] for i, m in enumerate(moved[:-1]) if m is None]
+    assert max(m for m in moved if m is not None) > 1 and after and max(after) <= 1
     assert total(grid, grid.assign(one)[1]) <= start
     # NOTE [ The search under load ]: the first plan that pads least of the four phases, in
     # session 6's order; with no time, the greedy start itself (not a local optimum)
@@ -721,6 +766,10 @@ def test_counted_shakes_repeat_and_never_lose_the_plan():
     best, local, converged = first_plan(grid, 6, np.inf)
     assert local and converged and len(best) <= 6
     assert best.tolist() == plans[int(np.argmin(values))].tolist()
+    # ties go to the first plan found, a start only when it pads less: with one cell (the
+    # covering one) every phase ends where it starts, so the plan is a local optimum
+    cover, local, converged = first_plan(grid, 1, np.inf)
+    assert cover.tolist() == greedy(grid, 1).tolist() and local and converged
     late, local, converged = first_plan(grid, 6, 0.0)
     assert late.tolist() == cells.tolist() and not local and not converged
     # a lattice start not built in its share of the time: the greedy start's phases only

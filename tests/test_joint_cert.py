@@ -45,4 +45,22 @@ def test_certificate_is_never_above_the_oracle(points, k, size, spread, delta):
     )
     assert cert <= best + 1e-6, details
     if delta <= 0:  # the program is exact here: a target at or below the optimum is proved
-        assert cert >= target - 1e-6, details
+        assert cert >= target - 1e-6 and details["proved"], details
+
+
+def test_a_bound_that_reaches_the_target_fixes_every_pair():
+    """NOTE [ Certifying a target by fixing pairs ]: forcing a candidate open never lowers the
+    bound (``L - g_c + g_(K) >= L``), so a bound already above the target leaves no pair and
+    proves it without a program; at the bound's own value (within rounding) pairs stay."""
+    rows = np.array([[1, 1], [1, 6], [2, 3], [3, 7], [4, 1], [4, 6], [2, 7]], dtype=np.int64)
+    counts = np.array([3, 1, 2, 1, 2, 3, 1], dtype=np.int64)
+    grid = Grid.build(rows, counts, [np.unique(rows[:, d]) for d in range(2)], "sum")
+    value, gains, reach = evaluate(grid, grid.point_size * 1.5, 2)
+    bound = Bound(value, reach, gains, 1)
+    assert np.ptp(gains) > 1.0  # candidates gain unequally: forcing some raises the bound
+    ids, keep = fix_pairs(grid, [bound], 2, value - 0.01)
+    assert ids.size == 0 and keep.shape == (0, grid.weight.size)
+    cert, details = certify(grid, [bound], 2, value - 0.01, time.perf_counter() + 30)
+    assert cert == value and details["proved"] and details["solver_status"] == "no pair left"
+    ids, keep = fix_pairs(grid, [bound], 2, value)
+    assert ids.size and keep.any(axis=1).all()

@@ -278,7 +278,93 @@ def test_calibrate_measures_every_shape_past_the_recompile_limit():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("shapes", [[(2, 8)], [(2, 8), (4, 4)], [(0, 8), (2, 4)], "ab", [(2,)]])
+class _StepClock:
+    """A ``perf_counter`` that only ``after_call`` advances, by a time model of each shape:
+    ``per_step + per_token * rows * length`` a step, plus ``cold[i]`` on the first call of
+    shape ``i`` and ``warm[i]`` on its first call again after the cold pass (the calls of one
+    shape come in that order: 1 + repeats cold, then 2 warm)."""
+
+    def __init__(self, shapes, per_step, per_token, cold, warm, repeats):
+        self.now, self.calls = 0.0, {}
+        self.shapes, self.repeats = [tuple(s) for s in shapes], repeats
+        self.per_step, self.per_token, self.cold, self.warm = per_step, per_token, cold, warm
+
+    def perf_counter(self):
+        return self.now
+
+    def after_call(self, out):
+        shape = tuple(out.shape)
+        if shape not in self.shapes:  # the warm-up shape: not measured
+            return
+        i, n = self.shapes.index(shape), self.calls.get(shape, 0)
+        self.calls[shape] = n + 1
+        self.now += self.per_step + self.per_token * shape[0] * shape[1]
+        self.now += self.cold[i] if n == 0 else self.warm[i] if n == 1 + self.repeats else 0.0
+
+
+@pytest.mark.parametrize(
+    ("per_step", "per_token", "want_step", "want_token"),
+    [
+        (0.5, 0.01, 0.5, 0.01),  # the least-squares line through the steps
+        (2.0, -0.01, None, 0.0),  # steps that shrink with tokens: all of it per step (the mean)
+        (-0.1, 0.01, 0.0, 0.01),  # a negative intercept is no cost
+    ],
+)
+def test_calibrate_reads_the_time_model_off_its_clock(
+    monkeypatch, per_step, per_token, want_step, want_token
+):
+    """What calibrate computes from its timings, on a clock that only the timed calls advance:
+    each shape's compile excess (clamped at 0) and its median, the steady steps (``after_call``
+    timed with the call), the fitted line and its clamps, the warm excess."""
+    import torch
+
+    from bucketloader.analysis import calibration
+
+    shapes, repeats = [(2, 8), (4, 16), (8, 16)], 3
+    clock = _StepClock(shapes, per_step, per_token, [3.0, 7.0, -0.5], [0.25, 1.5, 0.5], repeats)
+    monkeypatch.setattr(calibration, "time", clock)
+    cal = calibrate(
+        torch.nn.Identity(),
+        example_shapes=shapes,
+        repeats=repeats,
+        compile_kwargs={"backend": "eager"},
+        after_call=clock.after_call,
+    )
+    steps = [per_step + per_token * r * n for r, n in shapes]
+    assert [m[:2] for m in cal.measurements] == shapes
+    assert [m[2] for m in cal.measurements] == pytest.approx([3.0, 7.0, 0.0])  # clamped at 0
+    assert [m[3] for m in cal.measurements] == pytest.approx(steps)
+    assert cal.compile_seconds_per_shape == pytest.approx(3.0)  # the median, not the mean
+    assert cal.warm_compile_seconds_per_shape == pytest.approx(0.5)
+    assert cal.seconds_per_token == pytest.approx(want_token, abs=1e-12)
+    want_step = float(np.mean(steps)) if want_step is None else want_step
+    assert cal.seconds_per_step == pytest.approx(want_step, abs=1e-12)
+    assert clock.calls == {s: 1 + repeats + 2 for s in shapes}  # every timed call ran after_call
+    if per_step == 0.5:  # warm=False: no warm pass, no warm cost (and none to pass on)
+        clock = _StepClock(shapes, per_step, per_token, [3.0, 7.0, 1.0], [0.0] * 3, repeats)
+        monkeypatch.setattr(calibration, "time", clock)
+        cold = calibrate(
+            torch.nn.Identity(),
+            example_shapes=shapes,
+            repeats=repeats,
+            compile_kwargs={"backend": "eager"},
+            after_call=clock.after_call,
+            warm=False,
+        )
+        assert cold.warm_compile_seconds_per_shape is None
+        assert clock.calls == {s: 1 + repeats for s in shapes}
+        assert sorted(cold.as_kwargs()) == [
+            "compile_seconds_per_shape",
+            "seconds_per_step",
+            "seconds_per_token",
+        ]
+        with pytest.raises(ValueError, match="has no warm cost; measure it with calibrate"):
+            cold.warm()
+
+
+@pytest.mark.parametrize(
+    "shapes", [[(2, 8)], [(2, 8), (4, 4)], [(0, 8), (2, 4)], "ab", [(2,)], [(2.5, 8), (4, 16)]]
+)
 def test_calibrate_rejects_bad_example_shapes(shapes):
     with pytest.raises(ValueError, match="example_shapes must be"):
         calibrate(lambda x: x, example_shapes=shapes)
@@ -287,6 +373,10 @@ def test_calibrate_rejects_bad_example_shapes(shapes):
 def test_calibrate_rejects_a_non_callable():
     with pytest.raises(TypeError, match="model_fn must be callable"):
         calibrate(3, example_shapes=[(1, 2), (1, 3)])
+    with pytest.raises(TypeError, match="after_call must be callable or None, got after_call=3"):
+        calibrate(abs, example_shapes=[(1, 2), (1, 3)], after_call=3)
+    with pytest.raises(ValueError, match="repeats must be an int >= 1, got repeats=0"):
+        calibrate(abs, example_shapes=[(1, 2), (1, 3)], repeats=0)
 
 
 def test_a_k_that_pads_exactly_the_target_meets_it():

@@ -253,6 +253,57 @@ def test_plot_with_dataloader_shapes(tmp_path):
     _assert_png(analyze(loader).plot(tmp_path / "b.png"))  # shapes only
 
 
+def test_plot_draws_the_reports_numbers():
+    """What each panel draws is the report's own figures: the recommended boundaries and the
+    percentile rule's at the same k, each strategy's padding (in %) at every k on a log scale,
+    the target and the dynamic baseline at their heights, the most common batch shape; labels
+    and axes say them in the report's words (pct, the count formatter)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+    import torch
+
+    from bucketloader.analysis._plot import _count_formatter, _frontier, _histogram, _shapes, pct
+
+    assert [pct(x) for x in (0.0, 0.0483, 0.0999, 0.391)] == ["0%", "4.83%", "9.99%", "39.1%"]
+    fmt = _count_formatter()
+    assert [fmt(v, None) for v in (900, 5000, 20000, 3e6)] == ["900", "5000", "20k", "3M"]
+    ks = [2, 4, 8]  # k = 4 is recommended: its percentile row is drawn, not k = 8's
+    r = analyze([3, 5, 7, 9, 12, 40, 41, 90], num_buckets=ks, batch_size=2)
+    best, tick = r.recommended, r.row("percentile", 4)
+    assert (best.strategy, best.num_buckets) == ("optimal", 4) and r.padding_target == 0.05
+    loader = torch.utils.data.DataLoader(
+        _Toy([5, 5, 5, 5, 9, 1]), batch_size=2, collate_fn=_pad_collate
+    )
+    flat = analyze([512] * 6, num_buckets=[1, 2])  # no padding at any k: a linear scale
+    fig, (hist, front, shapes, zero) = plt.subplots(1, 4)
+    try:
+        _histogram(hist, r)
+        lines, ticks = ([s[0][0] for s in c.get_segments()] for c in hist.collections)
+        assert lines == list(best.boundaries) and ticks == list(tick.boundaries)
+        assert [t.get_text() for t in hist.get_legend().get_texts()] == [
+            f"optimal, k=4: {pct(best.padding_ratio)} padding",
+            f"percentile, k=4: {pct(tick.padding_ratio)} (top ticks)",
+        ]
+        _frontier(front, r)
+        drawn = {line.get_label(): line.get_ydata() for line in front.lines}
+        for name in dict.fromkeys(row.strategy for row in r.rows):
+            pad = np.array([r.row(name, k).padding_ratio for k in ks])
+            # in %; no padding is a gap on the log scale (optimal at k = 8)
+            np.testing.assert_allclose(drawn[name], np.where(pad > 0, 100 * pad, np.nan))
+        assert np.isnan(drawn["optimal"][-1])
+        heights = [line.get_ydata()[0] for line in front.lines if line.get_label()[0] == "_"]
+        assert heights == pytest.approx([5.0, 100 * r.dynamic["padding_ratio"]])
+        target = next(t for t in front.texts if t.get_text().startswith("target"))
+        assert target.get_text() == "target 5.00%" and target.xy == (2, pytest.approx(5.0))
+        assert front.get_yscale() == "log"
+        _frontier(zero, flat)
+        assert zero.get_yscale() == "linear"
+        _shapes(shapes, analyze(loader, column="x", num_buckets=[2]))
+        assert shapes.texts[0].get_text() == "2  (most common (2, 5, 3) x2)"
+    finally:
+        plt.close(fig)
+
+
 def test_hugging_face_dataset_is_measured_from_arrow():
     datasets = pytest.importorskip("datasets")
     ds = datasets.Dataset.from_dict({"ids": [[1] * n for n in (3, 1, 4, 1, 5)], "y": [0] * 5})

@@ -526,6 +526,61 @@ def test_accumulation_under_the_older_trainers_rule_steps_as_under_the_newer(tmp
     assert not torch.allclose(plain, newer)  # (the rule alone scales the step by 1/2)
 
 
+def test_the_older_rule_is_undone_for_either_scaling():
+    """NOTE [ Losses already scaled for accumulation, on older transformers ], case by case:
+    the older rule divides by the accumulation steps unless the model takes loss kwargs and
+    the step counted its items, or a compute_loss_func is set; a scaled loss is multiplied back
+    where it divides, a per-batch mean divided where it does not (by this accumulation's own
+    steps when the trainer says them: the epoch's last may be shorter)."""
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(gradient_accumulation_steps=4)
+
+    def trainer(kwargs, func=None, current=None):
+        return SimpleNamespace(
+            model_accepts_loss_kwargs=kwargs,
+            compute_loss_func=func,
+            current_gradient_accumulation_steps=current,
+            args=args,
+        )
+
+    def undo(t, scaled, items):
+        return float(trainer_module._as_older_trainer_scales(t, torch.tensor(12.0), scaled, items))
+
+    # the rule divides: no loss kwargs, or no count of items
+    assert undo(trainer(False), True, 7) == undo(trainer(True), True, None) == 48.0
+    assert undo(trainer(False), False, 7) == 12.0
+    # it does not: loss kwargs and a count, or a compute_loss_func
+    assert undo(trainer(True), False, 7) == undo(trainer(False, func=len), False, 7) == 3.0
+    assert undo(trainer(True), True, 7) == 12.0
+    assert undo(trainer(False, current=2), True, 7) == 24.0
+
+
+def test_row_losses_count_the_ranks_and_a_step_of_no_real_row(tmp_path, monkeypatch):
+    """NOTE [ Filler rows and the loss, per head ]: in training a per-row head's loss is the
+    real rows' sum over the step's real rows (every rank's, with
+    average_tokens_across_devices), times the ranks, as DDP averages their gradients; a step of
+    no real row anywhere is 0, not 0 / 0."""
+    model, ds, bucketing = LOSS_HEADS["bert-regression"](np.random.default_rng(0))
+    args = _args(tmp_path, average_tokens_across_devices=True, seed=7)
+    trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds, bucketing=bucketing)
+    batch = dict(next(iter(trainer.get_train_dataloader())))
+    assert trainer.bucketing.sampler.seed == 7  # (the Trainer's seed orders the epochs)
+    model.train()
+
+    def loss(rows, ranks):
+        trainer._step_rows = torch.tensor(rows)
+        with monkeypatch.context() as mp:
+            mp.setattr(type(trainer.args), "world_size", property(lambda self: ranks))
+            torch.manual_seed(0)  # (the same dropout)
+            return float(trainer.compute_loss(model, dict(batch)).detach())
+
+    assert loss(10, 2) == pytest.approx(2 * loss(10, 1)) and loss(10, 1) > 0
+    assert loss(10, 1) == pytest.approx(loss(5, 1) / 2)
+    batch["sample_mask"] = torch.zeros_like(batch["sample_mask"])
+    assert loss(0, 1) == 0.0
+
+
 def test_a_transformers_older_than_tested_is_refused_by_name_with_the_upgrade():
     trainer_module._check_transformers("BucketTrainer", "5.17.0")
     trainer_module._check_transformers("BucketTrainer", "5.25.0.dev0")
@@ -595,6 +650,20 @@ def test_eval_bucketing_options_and_batch_size_defaults(tmp_path):
     )
     budget.get_eval_dataloader()
     assert all(b * n <= 300 and b == 300 // n for b, n in budget.eval_bucketing.sampler.shapes)
+    # a training budget gives way to evaluation's own batch size (not both at once)
+    rows = hf.BucketTrainer(
+        model=model,
+        args=args,
+        eval_dataset=ds,
+        bucketing={"num_buckets": 2, "max_tokens": 300},
+        eval_bucketing={"batch_size": 3},
+    )
+    rows.get_eval_dataloader()
+    assert {s[0] for s in rows.eval_bucketing.sampler.shapes} <= {1, 2, 3}
+    # another dataset passed under the same key is bucketed anew, not served from the cache
+    half = ds.select(range(len(ds) // 2))
+    trainer.get_eval_dataloader(half)
+    assert trainer.eval_bucketing.sampler.num_samples == len(half) < len(ds)
 
 
 # -- the user's data_collator (NOTE [ The user's data_collator ]) ------------------------------
