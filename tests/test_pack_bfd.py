@@ -1312,3 +1312,24 @@ def test_best_fit_keeps_the_bulk_loop_where_many_documents_hold_a_row_open(rows)
         want = _bins._fit_by_key(sizes, counts, rows)
         got = _bins._fit_by_document(sizes, counts, rows)
         assert _plan(got) == _plan(want)
+
+
+@pytest.mark.parametrize("rows", [(8,), (5, 8), (3, 7, 16), (2, 3, 4, 6)])
+def test_best_fit_one_document_at_a_time_at_the_row_lengths(rows):
+    """Documents exactly as long as each row length (a full row of that length, not of the next)
+    and one token shorter (equal rooms in rows of different lengths), sizes of 1 and 2, at
+    exactly 1.5 documents a size (``best_fit`` goes one document at a time) and one document
+    more (it does not): the step-by-step plan, from the bulk loops and one at a time."""
+    sizes = np.array(sorted({1, 2, *rows, *(x - 1 for x in rows if x > 1)}, reverse=True))
+    n = sizes.size - sizes.size % 2  # (an even number of sizes: 1.5 a size, whole documents)
+    sizes = sizes[:n]
+    counts = np.ones(n, dtype=np.int64)
+    counts[::2] = 2  # every other size twice: 1.5 documents a size
+    for extra, picked in ((0, True), (1, False)):
+        counts[-1] += extra
+        want = reference_plan(sizes, counts, rows)
+        for plan in _plans(sizes, counts, rows, ((8, 0, "key"), (8, 0, "room"), (8, 0, "doc"))):
+            assert plan == want
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_bins, "_fit_by_document", lambda *a: "doc")
+            assert (best_fit(sizes, counts, rows) == "doc") == picked
