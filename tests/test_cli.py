@@ -383,18 +383,19 @@ def test_help_and_import_leave_torch_unimported():
 
 
 @pytest.mark.slow
-def test_demo_runs_on_the_shipped_data(tmp_path):
+def test_demo_runs_on_the_shipped_data(tmp_path, capsys, monkeypatch):
+    """In this process (``main(argv)``, as the console script calls it): a subprocess would add
+    only its interpreter start and imports (~3 CPU-s); the script itself is run for real by
+    the report, precompute and bad-input tests above, ``python -m`` by the entry-point test."""
     pytest.importorskip("matplotlib")
-    out = subprocess.run(
-        _cmd("demo", "--max-batches", "2", "--plot", str(tmp_path / "demo.png")),
-        capture_output=True,
-        text=True,
-        env=_env(tmp_path),
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert out.returncode == 0, out.stderr
-    text = out.stdout
+    from bucketloader.cli import main
+
+    monkeypatch.chdir(tmp_path)  # the shipped data is found from any directory
+    monkeypatch.setenv("BUCKETLOADER_CACHE_DIR", str(tmp_path / "cache"))
+    code = main(["demo", "--max-batches", "2", "--plot", str(tmp_path / "demo.png")])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    text = out.out
     assert "28,539 utterances" in text and "recommended (*)" in text
     assert "bucketloader, optimal k=16" in text and "all planned" in text
     assert "dynamic padding, batch 32" in text

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import sys
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,8 +17,11 @@ from bucketloader.histogram import JointHistogram, LengthHistogram
 from bucketloader.solve import compute_boundaries
 from tests.conftest import load_real
 
-ray = pytest.importorskip("ray")
-pytest.importorskip("ray.data")
+# Ray is imported by the cluster fixture, not at collection: under ``pytest -n`` every worker
+# collects this file, but only the one that runs it needs Ray (~1 CPU-s of imports).
+if importlib.util.find_spec("ray") is None:
+    pytest.skip("could not import 'ray'", allow_module_level=True)
+ray: Any = None
 
 
 #: Ray Data's Parquet reader (DataSourceV2, Ray >= 2.5x) starts 32 footer-reading actors, one
@@ -30,6 +35,9 @@ RAY_ENV = {"RAY_DATA_PARQUET_FOOTER_NUM_ACTORS": "1"}
 
 @pytest.fixture(scope="module")
 def cluster():
+    global ray
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("ray.data")
     with pytest.MonkeyPatch.context() as mp:
         for name, value in RAY_ENV.items():
             mp.setenv(name, value)

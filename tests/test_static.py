@@ -7,15 +7,17 @@ import math
 import numpy as np
 import pytest
 import torch
-import torch._dynamo.testing
+import torch._dynamo
 from conftest import run_snippet
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy import stats
 
 from bucketloader import static
 from bucketloader.static import _select
 from bucketloader.static._select import _geometry, _round_keys, feistel, feistel_tabulated
+
+# scipy.stats (~1 CPU-s of imports) and torch._dynamo.testing are imported by the tests that use
+# them: every pytest-xdist worker collects this file, only the one that runs it needs them.
 
 # --- an independent oracle for the counts ------------------------------------------------------
 
@@ -153,6 +155,8 @@ def test_masked_select_k_counts():
 
 
 def test_each_candidate_equally_likely_and_order_random():
+    from scipy import stats
+
     rows, n, k = 24000, 20, 6
     labels = torch.zeros(rows, n, dtype=torch.bool)
     labels[:, 3:11] = True  # 8 positives (3 chosen), 12 negatives (3 chosen)
@@ -173,6 +177,8 @@ def chisquare_without_replacement(hits, p):
     """p-value that ``hits`` (per-candidate counts, each Binomial(rows, p), fixed total) are
     uniform: Pearson's statistic divided by ``1 - p`` is chi-square with ``len(hits) - 1``
     degrees of freedom (plain ``chisquare`` assumes ``1 - p ~ 1`` and would never fail)."""
+    from scipy import stats
+
     expected = hits.mean()
     statistic = float(((hits - expected) ** 2 / expected).sum()) / (1 - p)
     return stats.chi2.sf(statistic, len(hits) - 1)
@@ -200,6 +206,8 @@ def test_uniform_on_the_permutation_path(n, rows):
 
 
 def test_ordered_subsets_uniform_small_n():
+    from scipy import stats
+
     rows, n, k = 40000, 12, 2  # all 132 ordered pairs equally likely
     idx, _ = static.masked_select_k(torch.ones(rows, n, dtype=torch.bool), k, seed=7)
     code = idx[:, 0] * n + idx[:, 1]
@@ -212,6 +220,8 @@ def test_ordered_subsets_uniform_small_n():
 @pytest.mark.parametrize("n", [10**4, 10**6])
 def test_large_permutation_pairs_look_independent(n):
     """Elements in the same grid column (the Feistel's weakest pair) land independently."""
+    from scipy import stats
+
     rows = 100000
     a, b, s = _geometry(n)
     keys = (_round_keys(torch.tensor(99), rows, 6) & 0xFFFF).int()
@@ -347,6 +357,8 @@ def test_blocked_scans_equal_the_single_cumsum(monkeypatch):
 
 def test_compiled_dynamic_batch_unseeded():
     """dynamic=True: fresh randomness drawn inside the graph; a new batch size reuses the graph."""
+    import torch._dynamo.testing
+
     torch._dynamo.reset()
     counter = torch._dynamo.testing.CompileCounterWithBackend("eager")  # counts graphs
     compiled = torch.compile(
