@@ -10,7 +10,8 @@ group and size; ``_fit_by_key`` keeps the open groups as integer keys in a stack
 (``O(log n)`` a step, big-integer keys) and places runs of sizes that hold one document each by a
 per-document loop. Per case: CPU time of each loop (best of 7 rounds in turn, in an order that
 changes every round, of about 10 ms of calls each), the ratios to the per-document loop, and the
-loop ``best_fit`` picks (``_BY_DOCUMENT``, ``_DOCS_PER_SIZES``, ``_MANY``, ``_SINGLE``).
+loop ``best_fit`` picks (``_BY_DOCUMENT``, ``_DOCS_PER_SIZES``, ``_HELD_OPEN``, ``_MANY``,
+``_SINGLE``).
 
 Cases: ``N`` distinct document sizes in rows of ``L``, a share of them (``singletons``) holding
 one document each and the others 2-5; uniform in (L/16, L/2] or lognormal up to L.
@@ -79,11 +80,12 @@ def race(sizes, counts, length: int, rounds: int = 7) -> list[float]:
     return best
 
 
-def picks(sizes, counts) -> str:
+def picks(sizes, counts, length: int) -> str:
     """The loop ``best_fit`` runs on this histogram."""
     docs = int(counts.sum())
     low, high = _bins._DOCS_PER_SIZES
-    if docs <= _bins._BY_DOCUMENT and low * docs <= high * len(sizes):
+    held = _bins._held_open(sizes, counts, length)
+    if docs <= _bins._BY_DOCUMENT and low * docs <= high * len(sizes) and held <= _bins._HELD_OPEN:
         return "per document"
     several = int(np.count_nonzero(counts != 1))
     room = len(sizes) < _bins._MANY and _bins._SINGLE * several > len(sizes)
@@ -112,7 +114,7 @@ def main() -> None:
         times = race(sizes, counts, length)
         single = float(np.mean(counts == 1))
         per = float(counts.sum()) / len(sizes)
-        pick = picks(sizes, counts)
+        pick = picks(sizes, counts, length)
         rows.append((shape, length, len(sizes), single, per, times, pick))
         print(f"{shape} L={length} sizes={len(sizes)} single={single:.2f} per size={per:.2f} "
               f"rooms/doc={times[1] / times[0]:.2f}x keyed/doc={times[2] / times[0]:.2f}x "
@@ -133,7 +135,8 @@ def main() -> None:
         "(tests/test_pack_bfd.py). *rooms / doc* and *keyed / doc* above 1: the per-document "
         "loop is faster; *picks*: the loop `best_fit` runs (per document where the documents "
         f"are at most `_BY_DOCUMENT` = {_bins._BY_DOCUMENT:,} and at most "
-        f"{_bins._DOCS_PER_SIZES[1] / _bins._DOCS_PER_SIZES[0]:g} per distinct size, else "
+        f"{_bins._DOCS_PER_SIZES[1] / _bins._DOCS_PER_SIZES[0]:g} per distinct size, at most "
+        f"`_HELD_OPEN` = {_bins._HELD_OPEN:,} of them longer than L/2, else "
         f"sorted rooms below `_MANY` = {_bins._MANY} sizes unless all but one in `_SINGLE` = "
         f"{_bins._SINGLE} hold one document, else keyed).",
         "",

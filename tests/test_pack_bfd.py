@@ -1285,3 +1285,51 @@ def test_best_fit_one_document_at_a_time_is_the_bulk_plan_array_for_array(
         mp.setattr(_bins, "_fit_by_document", lambda *a: calls.append(a) or got)
         best_fit(sizes, counts, rows)
     assert bool(calls) == (2 * len(docs) <= 3 * len(sizes))
+
+
+@pytest.mark.parametrize("rows", [(1 << 24,), (1 << 20, 1 << 24)])
+def test_best_fit_keeps_the_bulk_loop_where_many_documents_hold_a_row_open(rows):
+    """More than ``_HELD_OPEN`` documents longer than half the shortest row length each hold a
+    row open, a long sorted list whose inserts move much of it (NOTE [ Few documents a size ]:
+    up to 3.8x the keyed loop's time): ``best_fit`` keeps the bulk loop there, one document
+    fewer still goes one at a time, and both make the same plan."""
+    length = rows[0]
+    rng = np.random.default_rng(3)
+    held = _bins._HELD_OPEN
+    long = length // 2 + 1 + rng.choice(length - length // 2, held + 1, replace=False)
+    short = 1 + rng.choice(length // 2, held, replace=False)
+    for docs, picked in (
+        (np.concatenate([long, short]), False),
+        (np.concatenate([long[1:], short]), True),
+    ):
+        sizes = np.sort(docs)[::-1].copy()
+        counts = np.ones(sizes.size, dtype=np.int64)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_bins, "_fit_by_document", lambda *a: "doc")
+            mp.setattr(_bins, "_fit_by_key", lambda *a: "key")
+            mp.setattr(_bins, "_fit_by_room", lambda *a: "room")
+            assert best_fit(sizes, counts, rows) == ("doc" if picked else "key")
+        want = _bins._fit_by_key(sizes, counts, rows)
+        got = _bins._fit_by_document(sizes, counts, rows)
+        assert _plan(got) == _plan(want)
+
+
+@pytest.mark.parametrize("rows", [(8,), (5, 8), (3, 7, 16), (2, 3, 4, 6)])
+def test_best_fit_one_document_at_a_time_at_the_row_lengths(rows):
+    """Documents exactly as long as each row length (a full row of that length, not of the next)
+    and one token shorter (equal rooms in rows of different lengths), sizes of 1 and 2, at
+    exactly 1.5 documents a size (``best_fit`` goes one document at a time) and one document
+    more (it does not): the step-by-step plan, from the bulk loops and one at a time."""
+    sizes = np.array(sorted({1, 2, *rows, *(x - 1 for x in rows if x > 1)}, reverse=True))
+    n = sizes.size - sizes.size % 2  # (an even number of sizes: 1.5 a size, whole documents)
+    sizes = sizes[:n]
+    counts = np.ones(n, dtype=np.int64)
+    counts[::2] = 2  # every other size twice: 1.5 documents a size
+    for extra, picked in ((0, True), (1, False)):
+        counts[-1] += extra
+        want = reference_plan(sizes, counts, rows)
+        for plan in _plans(sizes, counts, rows, ((8, 0, "key"), (8, 0, "room"), (8, 0, "doc"))):
+            assert plan == want
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(_bins, "_fit_by_document", lambda *a: "doc")
+            assert (best_fit(sizes, counts, rows) == "doc") == picked

@@ -379,7 +379,14 @@ plan, and array for array on random histograms; no solver version change).
 ``best_fit`` takes it for at most ``_BY_DOCUMENT`` = 65,536 documents (each ``insort`` moves
 ``O(n)`` of the list: at 1M distinct sizes in rows of 2**24 a sorted list of rooms takes 19.3 s,
 the keyed loop 1.7 s) where there are at most 1.5 documents per distinct size
-(``_DOCS_PER_SIZES``). benchmarks/bfd_paths.py races the three loops (results/bfd_paths.md,
+(``_DOCS_PER_SIZES``) and at most ``_HELD_OPEN`` = 2,048 documents longer than half the
+shortest row length (:func:`_held_open`). Each of those holds a row open, so the list is at
+least that long, and the rooms that smaller documents leave sort far below the rooms they came
+from, so each insert moves much of it (benchmarks/bfd_held.py, results/bfd_held.md: distinct
+sizes uniform in ``(0, L]``, rows of 2**24, the per-document loop takes 0.72x the keyed loop's
+time at 2,000 documents, 992 of them longer than L/2; 1.04x at 4,000, 1,997 longer; 1.37x at
+8,000 and 3.8x at 65,536; in ``(L/8, L/2]``, none longer, 0.61-0.87x up to 65,536).
+benchmarks/bfd_paths.py races the three loops (results/bfd_paths.md,
 session 17, load about 5): at one document a size the per-document loop takes 0.40-0.82x the
 faster bulk loop's time (375 to 8,000 sizes, rows of 16,384 to 2**24); at up to 1.55
 documents a size 0.52-0.94x from 1,000 sizes on, 0.54-1.54x at 375 (its numpy pass is a fixed
@@ -862,11 +869,28 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
         (3, [4, 8])
     """
     docs = int(np.asarray(counts).sum())
-    if 0 < docs <= _BY_DOCUMENT and _DOCS_PER_SIZES[0] * docs <= _DOCS_PER_SIZES[1] * len(sizes):
+    if (
+        0 < docs <= _BY_DOCUMENT
+        and _DOCS_PER_SIZES[0] * docs <= _DOCS_PER_SIZES[1] * len(sizes)
+        and _held_open(sizes, counts, row_lengths[0]) <= _HELD_OPEN
+    ):
         return _fit_by_document(sizes, counts, row_lengths)  # (NOTE [ Few documents a size ])
     if len(sizes) < _MANY and _SINGLE * int(np.count_nonzero(np.asarray(counts) != 1)) > len(sizes):
         return _fit_by_room(sizes, counts, row_lengths)
     return _fit_by_key(sizes, counts, row_lengths)
+
+
+def _held_open(sizes: np.ndarray, counts: np.ndarray, length: int) -> int:
+    """The documents longer than half of ``length`` (the shortest row length): no two of them
+    share a row of that length, so most keep a row, and its key in :func:`_fit_by_document`'s
+    sorted list, to the end (NOTE [ Few documents a size ]).
+
+    Example:
+        >>> _held_open(np.array([7, 5, 4, 2]), np.array([1, 2, 1, 3]), 8)
+        3
+    """
+    longer = int(np.count_nonzero(np.asarray(sizes) > length // 2))  # (sizes fall)
+    return int(np.asarray(counts)[:longer].sum())
 
 
 def _fit_by_key(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:
@@ -1317,6 +1341,9 @@ _SINGLE = 100
 #: per distinct size (NOTE [ Few documents a size ]).
 _BY_DOCUMENT = 1 << 16
 _DOCS_PER_SIZES = (2, 3)
+#: ... and where at most this many documents are longer than half the shortest row length
+#: (:func:`_held_open`; NOTE [ Few documents a size ]).
+_HELD_OPEN = 2048
 #: :func:`_fit_by_document`'s keys of open rows: ``room << _AT | (_TAIL - j)``, ``j`` the
 #: document that left that room (below ``2**_AT``: at most ``_BY_DOCUMENT``; a key of a row of
 #: up to 8,192 tokens fits in 30 bits, one digit of a Python integer).
