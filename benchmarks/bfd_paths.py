@@ -82,14 +82,10 @@ def race(sizes, counts, length: int, rounds: int = 7) -> list[float]:
 
 def picks(sizes, counts, length: int) -> str:
     """The loop ``best_fit`` runs on this histogram."""
-    docs = int(counts.sum())
-    low, high = _bins._DOCS_PER_SIZES
-    held = _bins._held_open(sizes, counts, length)
-    if docs <= _bins._BY_DOCUMENT and low * docs <= high * len(sizes) and held <= _bins._HELD_OPEN:
-        return "per document"
-    several = int(np.count_nonzero(counts != 1))
-    room = len(sizes) < _bins._MANY and _bins._SINGLE * several > len(sizes)
-    return "sorted rooms" if room else "keyed"
+    loop = _bins._best_fit_loop(sizes, counts, length)
+    return {_bins._fit_by_document: "per document", _bins._fit_by_room: "sorted rooms"}.get(
+        loop, "keyed"
+    )
 
 
 def main() -> None:

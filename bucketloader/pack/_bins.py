@@ -868,16 +868,31 @@ def best_fit(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
         >>> p.num_rows, sorted(p.fill.tolist())
         (3, [4, 8])
     """
+    return _best_fit_loop(sizes, counts, row_lengths[0])(sizes, counts, row_lengths)
+
+
+def _best_fit_loop(
+    sizes: np.ndarray, counts: np.ndarray, shortest: int
+) -> Callable[[np.ndarray, np.ndarray, tuple[int, ...]], Patterns]:
+    """Which of the three equal loops :func:`best_fit` runs on this histogram (rows of
+    ``shortest`` tokens at least): per document where the documents are few per size and few
+    hold a row open (NOTE [ Few documents a size ]), else by rooms where few sizes hold one
+    document, else by keys. (benchmarks/bfd_paths.py names the pick from it.)
+
+    Example:
+        >>> _best_fit_loop(np.array([5, 3, 2]), np.array([1, 1, 1]), 8).__name__
+        '_fit_by_document'
+    """
     docs = int(np.asarray(counts).sum())
     if (
         0 < docs <= _BY_DOCUMENT
         and _DOCS_PER_SIZES[0] * docs <= _DOCS_PER_SIZES[1] * len(sizes)
-        and _held_open(sizes, counts, row_lengths[0]) <= _HELD_OPEN
+        and _held_open(sizes, counts, shortest) <= _HELD_OPEN
     ):
-        return _fit_by_document(sizes, counts, row_lengths)  # (NOTE [ Few documents a size ])
+        return _fit_by_document
     if len(sizes) < _MANY and _SINGLE * int(np.count_nonzero(np.asarray(counts) != 1)) > len(sizes):
-        return _fit_by_room(sizes, counts, row_lengths)
-    return _fit_by_key(sizes, counts, row_lengths)
+        return _fit_by_room
+    return _fit_by_key
 
 
 def _held_open(sizes: np.ndarray, counts: np.ndarray, length: int) -> int:
