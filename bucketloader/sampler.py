@@ -922,26 +922,23 @@ def _check_state(
                 f"by another kind of sampler or another version of bucketloader; pass a state "
                 f"from {owner}.state_dict()"
             )
-        if saved[key] != value and key == "num_replicas" and not epochs:
-            raise ValueError(
-                f"state is from a different configuration: num_replicas={saved[key]!r} in the "
-                f"state but num_replicas={value!r} in this sampler. The evaluation's plan splits "
-                "every step over the ranks, so a state resumes it only on as many ranks as saved "
-                f"it. Resume on {saved[key]!r} ranks, or evaluate again from the start on "
-                f"{value!r} rank(s) (no load_state_dict)"
+        epoch = state.get("epoch")
+        if saved[key] != value and key == "num_replicas" and isinstance(epoch, int):
+            how = (
+                f"An epoch's plan splits every step over the ranks, so a state resumes its epoch "
+                "only on as many ranks as saved it (the state holds no rank: any rank's state "
+                f"fits every rank). Resume on {saved[key]!r} ranks to finish epoch {epoch} "
+                f"exactly, or go on with the next epoch on {value!r} rank(s) instead of "
+                f"load_state_dict: sampler.set_epoch({epoch + 1}) (the rest of epoch {epoch} is "
+                f"then not seen; set_epoch({epoch}) runs the whole epoch again)"
+                if epochs
+                else "The evaluation's plan splits every step over the ranks, so a state resumes "
+                f"it only on as many ranks as saved it. Resume on {saved[key]!r} ranks, or "
+                f"evaluate again from the start on {value!r} rank(s) (no load_state_dict)"
             )
-        if saved[key] != value and key == "num_replicas" and isinstance(state.get("epoch"), int):
-            epoch = state["epoch"]
             raise ValueError(
                 f"state is from a different configuration: num_replicas={saved[key]!r} in the "
-                f"state but num_replicas={value!r} in this sampler. An epoch's plan splits every "
-                "step over the ranks, so a state resumes its epoch only on as many ranks as "
-                "saved it (the state holds no rank: any rank's state fits every rank). Resume on "
-                f"{saved[key]!r} ranks to finish epoch {epoch} exactly, or go on with the next "
-                f"epoch on {value!r} rank(s) instead of load_state_dict: "
-                f"sampler.set_epoch({epoch + 1}) "
-                f"(the rest of epoch {epoch} is then not seen; set_epoch({epoch}) runs the "
-                "whole epoch again)"
+                f"state but num_replicas={value!r} in this sampler. {how}"
             )
         if saved[key] != value:
             hint = (
