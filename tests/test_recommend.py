@@ -321,15 +321,20 @@ def test_calibrate_reads_the_time_model_off_its_clock(
     from bucketloader.analysis import calibration
 
     shapes, repeats = [(2, 8), (4, 16), (8, 16)], 3
+
+    def on_clock(clock, **options):
+        monkeypatch.setattr(calibration, "time", clock)
+        return calibrate(
+            torch.nn.Identity(),
+            example_shapes=shapes,
+            repeats=repeats,
+            compile_kwargs={"backend": "eager"},
+            after_call=clock.after_call,
+            **options,
+        )
+
     clock = _StepClock(shapes, per_step, per_token, [3.0, 7.0, -0.5], [0.25, 1.5, 0.5], repeats)
-    monkeypatch.setattr(calibration, "time", clock)
-    cal = calibrate(
-        torch.nn.Identity(),
-        example_shapes=shapes,
-        repeats=repeats,
-        compile_kwargs={"backend": "eager"},
-        after_call=clock.after_call,
-    )
+    cal = on_clock(clock)
     steps = [per_step + per_token * r * n for r, n in shapes]
     assert [m[:2] for m in cal.measurements] == shapes
     assert [m[2] for m in cal.measurements] == pytest.approx([3.0, 7.0, 0.0])  # clamped at 0
@@ -342,15 +347,7 @@ def test_calibrate_reads_the_time_model_off_its_clock(
     assert clock.calls == {s: 1 + repeats + 2 for s in shapes}  # every timed call ran after_call
     if per_step == 0.5:  # warm=False: no warm pass, no warm cost (and none to pass on)
         clock = _StepClock(shapes, per_step, per_token, [3.0, 7.0, 1.0], [0.0] * 3, repeats)
-        monkeypatch.setattr(calibration, "time", clock)
-        cold = calibrate(
-            torch.nn.Identity(),
-            example_shapes=shapes,
-            repeats=repeats,
-            compile_kwargs={"backend": "eager"},
-            after_call=clock.after_call,
-            warm=False,
-        )
+        cold = on_clock(clock, warm=False)
         assert cold.warm_compile_seconds_per_shape is None
         assert clock.calls == {s: 1 + repeats for s in shapes}
         assert sorted(cold.as_kwargs()) == [
