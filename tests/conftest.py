@@ -269,10 +269,31 @@ def pytest_unconfigure(config):
     _RankForker.close()
 
 
+def _skip_the_teardown_of_modules() -> None:
+    """An xdist worker's last exit handler, after its results reached the controller: the
+    handlers registered after it (at import or use: Ray's shutdown, multiprocessing's,
+    inductor's pool, weakref finalizers) have run; it flushes the logs and the standard
+    streams, then leaves without the interpreter's teardown of its modules, which took 2-4 s a
+    worker with torch, transformers, Ray and pyspark loaded, at the end of the run, where the
+    controller waits for both (``make test``'s wall). Never in the controller, whose exit status
+    is the run's."""
+    import logging
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 def pytest_configure(config):
     """Under ``pytest -n N`` (``make test``), each worker's torch gets its share of the cores
     (at least one thread), so N workers do not each start a thread per core. Set before any
-    test imports torch, and inherited by the processes a test starts (gloo ranks set their own)."""
+    test imports torch, and inherited by the processes a test starts (gloo ranks set their own).
+    A worker skips the teardown of its modules at exit (:func:`_skip_the_teardown_of_modules`)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import atexit
+
+        atexit.register(_skip_the_teardown_of_modules)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers:
         threads = str(max(1, (os.cpu_count() or 1) // workers))
