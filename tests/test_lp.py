@@ -405,3 +405,26 @@ def test_a_quiet_highs_prints_nothing_on_the_process_standard_output():
     lines = [run.splitlines() for run in runs]
     assert lines[0][0] == "before" and lines[0][1].startswith("[") and len(lines[0]) == 2, runs
     assert "Running HiGHS" in runs[1] and lines[1][-1] == lines[0][1], runs
+
+
+def test_a_quiet_highs_solves_in_a_process_without_a_standard_output():
+    """A process started with file descriptor 1 closed (a daemon's ``>&-``; Python then sets
+    ``sys.stdout`` to ``None``): the banner's absorber has nothing to redirect and leaves the
+    solve alone (it raised ``AttributeError`` from ``sys.stdout.flush()``, or ``OSError`` from
+    ``os.dup(1)``, out of the strategy)."""
+    import subprocess
+    import sys
+
+    if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
+        pytest.skip("no HiGHS (highspy) here")
+    code = (
+        "import os, sys\n"
+        "os.close(1)\n"
+        "sys.stdout = None\n"  # (what Python sets when fd 1 is closed at its start)
+        "import numpy as np\n"
+        "from bucketloader import compute_boundaries\n"
+        "r = compute_boundaries(np.arange(1, 300), num_buckets=3, strategy='lp', solver='HiGHS')\n"
+        "sys.stderr.write(str(r.tolist()))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stderr == "[100, 199, 299]", done.stderr[-2000:]

@@ -96,12 +96,18 @@ def quiet_highs(solver: Any) -> None:
     import sys
 
     _QUIET[0] = True
-    sys.stdout.flush()
-    saved = os.dup(1)
+    if sys.stdout is not None:  # (None where the process started with fd 1 closed)
+        sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no file descriptor 1: the banner has nowhere to land
+        return
     try:
         with open(os.devnull, "wb") as null:
             os.dup2(null.fileno(), 1)
             highspy.Highs()
+    except OSError:  # (no /dev/null: the banner is printed, as before; the solve goes on)
+        pass
     finally:
         os.dup2(saved, 1)
         os.close(saved)
