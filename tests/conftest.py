@@ -290,7 +290,8 @@ def pytest_configure(config):
     (at least one thread), so N workers do not each start a thread per core. Set before any
     test imports torch, and inherited by the processes a test starts (gloo ranks set their own).
     A worker skips the teardown of its modules at exit (:func:`_skip_the_teardown_of_modules`)."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
+    if hasattr(config, "workerinput"):  # (an xdist worker; not the environment variable,
+        # which a pytest started from a test inherits: its exit status would be 0)
         import atexit
 
         atexit.register(_skip_the_teardown_of_modules)

@@ -1,0 +1,62 @@
+"""The test suite's own machinery (tests/conftest.py): what it promises the runs that use it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+#: A test file for a nested pytest: one failure; at exit, an exit handler registered by a test
+#: and an object torn down with its module each leave a file.
+_NESTED = """
+import atexit, os
+from pathlib import Path
+
+OUT = Path(os.environ["NESTED_OUT"])
+
+
+class _Teardown:  # (what __del__ needs, kept: the module's globals may be gone by then)
+    def __init__(self):
+        self.path, self.open = str(OUT / "module_teardown"), open
+
+    def __del__(self):
+        with self.open(self.path, "w") as f:
+            f.write("ran")
+
+
+KEPT = _Teardown()
+
+
+def test_fails():
+    atexit.register(lambda: (OUT / "exit_handler").write_text("ran"))
+    assert False, "planted"
+"""
+
+
+def _nested(tmp_path: Path, *args: str, env: dict[str, str]) -> tuple[int, set[str]]:
+    """Exit status of a pytest of :data:`_NESTED` (with this conftest) and the files it left."""
+    tmp_path.mkdir()
+    (tmp_path / "test_nested.py").write_text(_NESTED)
+    out = tmp_path / "out"
+    out.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
+         "--rootdir", str(tmp_path), *args, str(tmp_path / "test_nested.py")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={**os.environ, **env, "NESTED_OUT": str(out),
+             "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])},
+    )  # fmt: skip
+    assert "1 failed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.returncode, {p.name for p in out.iterdir()}
+
+
+def test_a_worker_skips_its_teardown_and_a_nested_pytest_keeps_its_exit_status(tmp_path):
+    # an xdist worker: the exit handlers run (the test's), the modules' teardown does not, and
+    # the failure still fails the run
+    status, left = _nested(tmp_path / "worker", "-n", "1", env={})
+    assert status == 1 and left == {"exit_handler"}, (status, left)
+    # a pytest started from a worker's test inherits PYTEST_XDIST_WORKER but is no worker: its
+    # teardown runs, its exit status stays its own (was 0 here: the worker's early exit)
+    status, left = _nested(tmp_path / "nested", env={"PYTEST_XDIST_WORKER": "gw0"})
+    assert status == 1 and left == {"exit_handler", "module_teardown"}, (status, left)
