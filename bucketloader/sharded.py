@@ -42,6 +42,7 @@ from torch.utils.data import DataLoader
 
 from bucketloader._dist import (
     check_agreement,
+    default_ranks,
     gather_arguments,
     initialised,
     send_error,
@@ -228,7 +229,13 @@ class ShardedSampler(EpochSampler):
         gather: Callable[[dict[str, Any]], Sequence[dict[str, Any]]] | None = None,
         **options: Any,
     ) -> None:
-        super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        try:
+            super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        except Exception as exc:  # (this rank's seed, shuffle or rank refused: the ranks that
+            # take their number from the group wait for it in the first gather, below)
+            if num_replicas is None and initialised() and world_size() > 1:
+                send_error(exc, world_size(), default_ranks()[1])
+            raise
         # the ranks gather before any other collective: the histograms, or with shard_histograms
         # given the arguments (a rank built with another exchange= would otherwise never join
         # the exchange's gather); ranks simulated in one process (rank= and num_replicas= both

@@ -834,17 +834,21 @@ def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
         ("twice", "row(s) [6] appear twice in rank 1's own rows"),
         # rank 1's own shard refused before the first gather (shard_histograms left out, then
         # given), then its own histogram in shard_histograms (rank 1's list only, rank from
-        # the group): its error reaches the others in that gather, none waits for the timeout
+        # the group), then its seed: its error reaches the others in that gather, none waits
+        # for the timeout
         ("bad", "shard_lengths must be non-negative, got -5 at index 0"),
     ):
         runs = _run(tmp_path, 3, mode)
         assert all(match in r["error"] for r in runs), runs
         if mode == "bad":
             named = "RuntimeError: rank(s) [1] could not build their ShardedSampler: rank 1 raised"
-            assert [r["error"].count(named) for r in runs] == [3, 0, 3], runs
+            assert [r["error"].count(named) for r in runs] == [4, 0, 4], runs
             assert runs[1]["error"].count("ValueError: shard_lengths") == 2, runs
             other = "shard_histograms[1] (LengthHistogram(num_samples=667"
             assert all(other in r["error"] for r in runs), runs
+            assert all(
+                "ValueError: seed must be an int >= 0, got seed=-1" in r["error"] for r in runs
+            )
         if mode == "twice":
             assert [r["alone"] for r in runs] == ["planned 2"] * 3, runs  # every rank's 2 steps
 
@@ -900,14 +904,16 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
         bad[0] = -5 if rank == 1 else bad[0]
         hists = [LengthHistogram.from_lengths(lengths[x]) for x in shards]
         wrong = [hists[0] if (rank, r) == (1, 1) else h for r, h in enumerate(hists)]
-        for shard, given in ((bad, None), (bad, hists), (own, wrong)):
+        minus = -1 if rank == 1 else seed
+        cases = ((bad, None, seed), (bad, hists, seed), (own, wrong, seed), (own, None, minus))
+        for shard, given, at in cases:
             try:
                 ShardedSampler(
-                    shard, shard_histograms=given, seed=seed, num_buckets=6, max_tokens=2048
+                    shard, shard_histograms=given, seed=at, num_buckets=6, max_tokens=2048
                 )
             except (ValueError, RuntimeError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
-        result = {"error": " | ".join(errors) if len(errors) == 3 else ""}
+        result = {"error": " | ".join(errors) if len(errors) == 4 else ""}
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
         dist.destroy_process_group()
         return
