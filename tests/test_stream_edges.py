@@ -1,7 +1,8 @@
 """Streams over ranks at the edges (issue 21 item 4), in real gloo process groups: a rank whose
 shard is empty and a rank with a 1-sample shard behind 2 DataLoader workers take the same steps,
 with the same shapes, as the others (padding-only steps), without a hang, and count them; a
-packing stream's state taken before its first batch resumes behind 2 workers.
+packing stream's state taken before its first batch resumes behind 2 workers; a rank whose
+head is refused stops every rank, named.
 
 The multi-process test runs this file as a script (``python test_stream_edges.py worker RANK
 WORLD PORT DIR``), one process per rank."""
@@ -145,6 +146,47 @@ def test_an_empty_and_a_one_sample_shard_keep_step_under_gloo(tmp_path):
         assert runs[2][kind]["read"] == 1, kind
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(2 * TIMEOUT_S)
+def test_a_rank_whose_head_is_refused_stops_every_rank_with_its_name(tmp_path):
+    """A stream split over ranks counts the head of each rank's shard and sums the counts (one
+    all_reduce): rank 1's head holds a negative length, so it raises its own error, and the
+    other ranks a RuntimeError naming it, where they used to wait for it in the sum."""
+    port = free_port()
+    run_ranks(
+        lambda r: [__file__, "refused", str(r), str(WORLD), str(port), str(tmp_path)],
+        WORLD,
+        timeout=TIMEOUT_S,
+    )
+    errors = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    named = "RuntimeError: rank(s) [1] could not count the first samples of their shard"
+    assert [e.startswith(named) for e in errors] == [True, False, True], errors
+    assert errors[1].startswith("ValueError: ") and "-3" in errors[1], errors
+
+
+def _refused(rank: int, world: int, port: int, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        timeout=timedelta(seconds=120),
+    )  # fmt: skip
+    shard = [{"n": 5 + (i + rank) % 40} for i in range(50)]
+    if rank == 1:
+        shard[7]["n"] = -3
+    error = ""
+    try:
+        BucketIterable(
+            shard, length_fn=lambda s: s["n"], boundaries=[16, 32, 64], batch_size=4,
+            steps_per_epoch=5,
+        )  # fmt: skip
+    except (ValueError, RuntimeError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    dist.monitored_barrier(timeout=timedelta(seconds=20))  # a rank left behind would wait here
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(error))
+    dist.destroy_process_group()
+
+
 def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
     import torch.distributed as dist
 
@@ -198,9 +240,10 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "worker":
+if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] in ("worker", "refused"):
     sys.path.insert(0, str(Path(__file__).parent))
-    _worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    main = _worker if sys.argv[1] == "worker" else _refused
+    main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
 
 
 def test_a_state_of_another_kind_or_worker_count_says_which():

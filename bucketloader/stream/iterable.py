@@ -363,6 +363,20 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 "BucketSampler or BucketSpec built on a sample of the lengths (its counts set "
                 "the schedule)"
             )
+        counts = np.zeros(self.cells.num_cells, dtype=np.int64)
+        try:  # (this rank's own shard: an error here reaches the other ranks in the sum)
+            self._count_head(bounds, counts)
+        except Exception:
+            if self.num_replicas > 1:
+                all_reduce_counts(counts, owner=type(self).__name__, failed=True)
+            raise
+        if self.num_replicas > 1:
+            counts = all_reduce_counts(counts, owner=type(self).__name__)
+        return step_shares(counts, self.cells.batch)
+
+    def _count_head(self, bounds: list[np.ndarray], counts: np.ndarray) -> None:
+        """Count the first :data:`SCHEDULE_HEAD` samples of this rank's shard into ``counts``
+        (one per cell), as the stream would bucket them."""
         if self._prefix is not None:
             head = self._prefix[:SCHEDULE_HEAD]
         else:
@@ -370,7 +384,6 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             head = list(itertools.islice(it, SCHEDULE_HEAD))
             if it is self.source:
                 self._prefix, self._rest = head, it
-        counts = np.zeros(self.cells.num_cells, dtype=np.int64)
         lo = [0 if m is None else m for m in self.limits.min_length]
         for i, sample in enumerate(head):
             got = self._length(sample)
@@ -382,9 +395,6 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 continue
             row = [min(n, m) for n, m in zip(row, self._maximum, strict=True)]
             counts[int(lattice_codes(bounds, np.array([row]))[0])] += 1
-        if self.num_replicas > 1:
-            counts = all_reduce_counts(counts)
-        return step_shares(counts, self.cells.batch)
 
     def _borrow_template(self) -> Any:
         """The first sample of this rank's shard, else (with a process group) another rank's:
