@@ -123,7 +123,8 @@ _AGREEMENT_HINTS = {
 
 def check_agreement(owner: str, items: list[dict[str, Any]], num_replicas: int) -> None:
     """``items`` (each rank's ``rank`` and ``arguments``) sorted by rank, or one error naming
-    the ranks whose arguments differ from rank 0's, and how.
+    the ranks whose arguments differ from rank 0's, and how, or the ranks that sent an
+    ``error`` instead (:func:`send_error`).
 
     Example:
         >>> items = [{"rank": r, "arguments": {"seed": str(r)}} for r in (1, 0)]
@@ -131,6 +132,14 @@ def check_agreement(owner: str, items: list[dict[str, Any]], num_replicas: int) 
         Traceback (most recent call last):
         ValueError: rank(s) [1] built their BucketSampler with ... seed=1 (rank 0: 0); ...
     """
+    failed = [it for it in items if "error" in it]
+    if failed:
+        failed.sort(key=lambda it: it["rank"])
+        raise RuntimeError(
+            f"rank(s) {[it['rank'] for it in failed]} could not build their {owner}: rank "
+            f"{failed[0]['rank']} raised {failed[0]['error']}; every rank stops here rather "
+            "than wait for it in the next collective (fix that rank's input)"
+        )
     ranks = [it["rank"] for it in items]
     if sorted(ranks) != list(range(num_replicas)):
         raise ValueError(f"ranks {ranks} do not number 0..{num_replicas - 1}; pass rank= once each")
@@ -150,6 +159,20 @@ def check_agreement(owner: str, items: list[dict[str, Any]], num_replicas: int) 
             f"arguments than rank 0: rank {odd[0]['rank']} has {', '.join(diff)}{hints}; "
             "build it with the same arguments on every rank"
         )
+
+
+def send_error(error: BaseException, num_replicas: int, rank: int) -> None:
+    """What a rank that failed before the group's gather of arguments (:func:`gather_arguments`,
+    or a gather whose items :func:`check_agreement` reads) sends in that gather instead: its
+    error's type and text, so :func:`check_agreement` raises on every other rank, naming it,
+    where they would have waited for it in the gather (until the backend's timeout, or an
+    opaque "connection closed" once its process exited). The caller then raises its own
+    error."""
+    import torch.distributed as dist
+
+    text = f"{type(error).__name__}: {error}"
+    gathered: list[Any] = [None] * num_replicas
+    dist.all_gather_object(gathered, json.dumps({"rank": rank, "error": text}))
 
 
 def borrow_sample(own: Any) -> Any:

@@ -40,7 +40,13 @@ from typing import Any
 import numpy as np
 from torch.utils.data import DataLoader
 
-from bucketloader._dist import check_agreement, gather_arguments, initialised, world_size
+from bucketloader._dist import (
+    check_agreement,
+    gather_arguments,
+    initialised,
+    send_error,
+    world_size,
+)
 from bucketloader._samples import DatasetView, load_samples
 from bucketloader._validation import (
     MAX_LENGTH,
@@ -223,31 +229,41 @@ class ShardedSampler(EpochSampler):
         **options: Any,
     ) -> None:
         super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
-        self.options = _check_options(options)
-        self.exchange = bool(self.options.get("exchange", False))
-        self.last_batch = str(self.options.get("last_batch", "pad"))
-        self.fill = self.last_batch == "fill"  # NOTE [ Sharded plan ] 9
-        lengths = _shard_array(shard_lengths)
-        ids = _shard_ids(shard_indices, lengths.size, self.exchange)
-        # rows the dataset must hold, and whether they are global ids (any larger dataset fits)
-        self._dataset_rows = (
-            (lengths.size, False) if ids is None else (int(ids.max()) + 1 if ids.size else 0, True)
-        )
-        own = _histogram(lengths) if lengths.size else None
+        # the ranks gather before any other collective: the histograms, or with shard_histograms
+        # given the arguments (a rank built with another exchange= would otherwise never join
+        # the exchange's gather); ranks simulated in one process (rank= and num_replicas= both
+        # given, with shard_histograms) join none: one process builds them all
+        joins = self.num_replicas > 1 and initialised() and world_size() == self.num_replicas
+        joins = joins and (shard_histograms is None or rank is None or num_replicas is None)
+        try:  # (this rank's own input: an error here reaches the other ranks in that gather)
+            self.options = _check_options(options)
+            self.exchange = bool(self.options.get("exchange", False))
+            self.last_batch = str(self.options.get("last_batch", "pad"))
+            self.fill = self.last_batch == "fill"  # NOTE [ Sharded plan ] 9
+            lengths = _shard_array(shard_lengths)
+            ids = _shard_ids(shard_indices, lengths.size, self.exchange)
+            # rows the dataset must hold, and whether they are global ids (any larger dataset
+            # fits)
+            self._dataset_rows = (
+                (lengths.size, False)
+                if ids is None
+                else (int(ids.max()) + 1 if ids.size else 0, True)
+            )
+            own = _histogram(lengths) if lengths.size else None
+            if shard_histograms is not None:
+                hists = _check_histograms(
+                    shard_histograms, own, self.num_replicas, self.rank, exchange=self.exchange
+                )
+        except Exception as exc:
+            if joins:
+                send_error(exc, self.num_replicas, self.rank)
+            raise
         if shard_histograms is None:
             hists = _gather_histograms(
                 own, self._arguments(), self.num_replicas, self.rank, exchange=self.exchange
             )
-        else:
-            hists = _check_histograms(
-                shard_histograms, own, self.num_replicas, self.rank, exchange=self.exchange
-            )
-            # the ranks agree before any other collective (a rank built with another exchange=
-            # would otherwise never join the exchange's gather); ranks simulated in one process
-            # (rank= and num_replicas= both given) join none: one process builds them all
-            joins = (rank is None or num_replicas is None) and self.num_replicas > 1
-            if joins and initialised() and world_size() == self.num_replicas:
-                gather_arguments("ShardedSampler", self._arguments(), self.num_replicas, self.rank)
+        elif joins:
+            gather_arguments("ShardedSampler", self._arguments(), self.num_replicas, self.rank)
         self.histogram = merge_histograms([h for h in hists if h is not None])
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
         self.even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]

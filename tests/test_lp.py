@@ -376,3 +376,32 @@ def test_without_a_bundled_cbc_the_lp_strategy_solves_with_highs(monkeypatch):
         ImportError, match=r"bundles none .*pip install highspy.*strategy='optimal'"
     ):
         lp(LengthHistogram.from_lengths(short), 3)
+
+
+def test_a_quiet_highs_prints_nothing_on_the_process_standard_output():
+    """HiGHS prints a two-line banner on file descriptor 1 when a process makes its first
+    model, before PuLP's ``msg=False`` can turn its output off (PuLP 4's default solver, or
+    ``solver="HiGHS"``): the strategy absorbs it (``_lp_model.quiet_highs``). A fresh process,
+    since the banner comes once per process; with the absorber off, the banner is there."""
+    import subprocess
+    import sys
+
+    if "HiGHS" not in pulp.listSolvers(onlyAvailable=True):
+        pytest.skip("no HiGHS (highspy) here")
+    code = (
+        "import numpy as np, bucketloader.strategies._lp_model as m\n"
+        "from bucketloader import compute_boundaries\n"
+        "m._QUIET[0] = {off}\n"
+        "print('before', flush=True)\n"
+        "r = compute_boundaries(np.arange(1, 300), num_buckets=3, strategy='lp', solver='HiGHS')\n"
+        "print(r.tolist())\n"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", code.format(off=off)], capture_output=True, text=True, check=True
+        ).stdout
+        for off in (False, True)
+    ]
+    lines = [run.splitlines() for run in runs]
+    assert lines[0][0] == "before" and lines[0][1].startswith("[") and len(lines[0]) == 2, runs
+    assert "Running HiGHS" in runs[1] and lines[1][-1] == lines[0][1], runs

@@ -832,9 +832,16 @@ def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
         # in the constructor (over the default collective and over a gather= hook), none waits
         # in the barrier; with disjoint shards and a gather= hook, rank 0 then plans alone
         ("twice", "row(s) [6] appear twice in rank 1's own rows"),
+        # rank 1's own shard refused before the first gather (shard_histograms left out, then
+        # given): its error reaches the others in that gather, none waits for the timeout
+        ("bad", "shard_lengths must be non-negative, got -5 at index 0"),
     ):
         runs = _run(tmp_path, 3, mode)
         assert all(match in r["error"] for r in runs), runs
+        if mode == "bad":
+            named = "RuntimeError: rank(s) [1] could not build their ShardedSampler: rank 1 raised"
+            assert [r["error"].count(named) for r in runs] == [2, 0, 2], runs
+            assert runs[1]["error"].count("ValueError: shard_lengths") == 2, runs
         if mode == "twice":
             assert [r["alone"] for r in runs] == ["planned 2"] * 3, runs  # every rank's 2 steps
 
@@ -884,6 +891,22 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
         own = own[:0]
     seed = 7 if (mode == "seed" and rank == 1) else 3
     result = {}
+    if mode == "bad":
+        errors = []
+        bad = own.copy()
+        bad[0] = -5 if rank == 1 else bad[0]
+        hists = [LengthHistogram.from_lengths(lengths[x]) for x in shards]
+        for given in (None, hists):
+            try:
+                ShardedSampler(
+                    bad, shard_histograms=given, seed=seed, num_buckets=6, max_tokens=2048
+                )
+            except (ValueError, RuntimeError) as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+        result = {"error": " | ".join(errors) if len(errors) == 2 else ""}
+        Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.destroy_process_group()
+        return
     try:
         if mode == "exchange":
             hists = [LengthHistogram.from_lengths(lengths[x]) for x in shards]

@@ -76,6 +76,41 @@ def default_solver(pulp: Any, time_limit: float, warm_start: bool) -> Any:
         return pulp.HiGHS(msg=False, timeLimit=time_limit, warmStart=warm_start, gapRel=0.0)
 
 
+def quiet_highs(solver: Any) -> None:
+    """Before a quiet (``msg=False``) PuLP ``HiGHS`` solver first runs in this process, one
+    ``highspy.Highs()`` made with the process's standard output (file descriptor 1) pointed
+    at ``/dev/null``: HiGHS prints a two-line banner there when a process makes its first
+    model, before any option can silence it, which landed in the middle of a user's own output
+    (a CLI's JSON, a notebook cell). Once per process; nothing for another solver.
+
+    >>> import pulp
+    >>> quiet_highs(pulp.PULP_CBC_CMD(msg=False))  # (not HiGHS: nothing to do)
+    """
+    if type(solver).__name__ != "HiGHS" or getattr(solver, "msg", True) or _QUIET[0]:
+        return
+    try:
+        import highspy
+    except ImportError:  # (PuLP says why when it runs it)
+        return
+    import os
+    import sys
+
+    _QUIET[0] = True
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+#: Whether :func:`quiet_highs` has made this process's first HiGHS model.
+_QUIET = [False]
+
+
 def new_variable(pulp: Any, prob: Any, name: str, binary: bool) -> Any:
     """A variable in ``[0, 1]`` of ``prob`` (PuLP >= 3.3 makes it through the problem)."""
     cat = pulp.LpBinary if binary else pulp.LpContinuous

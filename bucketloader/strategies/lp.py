@@ -22,7 +22,12 @@ from bucketloader._validation import check_choice, check_float, check_int
 from bucketloader.boundaries import padding_cost
 from bucketloader.histogram import LengthHistogram
 from bucketloader.strategies import _dense
-from bucketloader.strategies._lp_model import build_and_solve, default_solver, import_pulp
+from bucketloader.strategies._lp_model import (
+    build_and_solve,
+    default_solver,
+    import_pulp,
+    quiet_highs,
+)
 from bucketloader.strategies._registry import StrategyResult, register_strategy, strategy_input
 from bucketloader.strategies.optimal import optimal
 
@@ -80,6 +85,7 @@ def lp(
     if not isinstance(warm_start, (bool, np.bool_)):
         raise TypeError(f"warm_start must be True or False, got warm_start={warm_start!r}")
     solver_obj = _make_solver(solver, time_limit, bool(warm_start))
+    quiet_highs(solver_obj)
     fine = (
         LengthHistogram.from_lengths(hist, bin_width=pad_to_multiple_of)
         if pad_to_multiple_of > 1
