@@ -121,18 +121,24 @@ def test_a_packing_state_before_the_first_batch_resumes_behind_two_workers():
         assert ids(again, 2) == whole
 
 
+def _run_ranks(tmp_path: Path, mode: str) -> list:
+    """Run this file as ``mode`` (``worker`` or ``refused``) on WORLD gloo ranks; what each
+    rank wrote to ``rank{r}.json`` in ``tmp_path``."""
+    port = free_port()
+    run_ranks(
+        lambda r: [__file__, mode, str(r), str(WORLD), str(port), str(tmp_path)],
+        WORLD,
+        timeout=TIMEOUT_S,
+    )
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(2 * TIMEOUT_S)
 def test_an_empty_and_a_one_sample_shard_keep_step_under_gloo(tmp_path):
     lengths = load_real("gsm8k")[:400, 0] % 250 + 1
     np.save(tmp_path / "lengths.npy", np.asarray(lengths))
-    port = free_port()
-    run_ranks(
-        lambda r: [__file__, "worker", str(r), str(WORLD), str(port), str(tmp_path)],
-        WORLD,
-        timeout=TIMEOUT_S,
-    )
-    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    runs = _run_ranks(tmp_path, "worker")
     for kind in ("bucket", "pack"):
         shapes = [r[kind]["shapes"] for r in runs]
         assert all(len(s) == STEPS for s in shapes), kind
@@ -152,13 +158,7 @@ def test_a_rank_whose_head_is_refused_stops_every_rank_with_its_name(tmp_path):
     """A stream split over ranks counts the head of each rank's shard and sums the counts (one
     all_reduce): rank 1's head holds a negative length, so it raises its own error, and the
     other ranks a RuntimeError naming it, where they used to wait for it in the sum."""
-    port = free_port()
-    run_ranks(
-        lambda r: [__file__, "refused", str(r), str(WORLD), str(port), str(tmp_path)],
-        WORLD,
-        timeout=TIMEOUT_S,
-    )
-    errors = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    errors = _run_ranks(tmp_path, "refused")
     named = "RuntimeError: rank(s) [1] could not count the first samples of their shard"
     assert [e.startswith(named) for e in errors] == [True, False, True], errors
     assert errors[1].startswith("ValueError: ") and "-3" in errors[1], errors
