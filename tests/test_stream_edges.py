@@ -22,7 +22,7 @@ import torch
 from conftest import free_port, load_real, run_ranks
 
 from bucketloader import BucketIterable
-from bucketloader.stream import PackIterable
+from bucketloader.stream import PackIterable, estimate
 
 TIMEOUT_S = 150
 WORLD = 3
@@ -156,12 +156,17 @@ def test_an_empty_and_a_one_sample_shard_keep_step_under_gloo(tmp_path):
 @pytest.mark.timeout(2 * TIMEOUT_S)
 def test_a_rank_whose_head_is_refused_stops_every_rank_with_its_name(tmp_path):
     """A stream split over ranks counts the head of each rank's shard and sums the counts (one
-    all_reduce): rank 1's head holds a negative length, so it raises its own error, and the
-    other ranks a RuntimeError naming it, where they used to wait for it in the sum."""
-    errors = _run_ranks(tmp_path, "refused")
-    named = "RuntimeError: rank(s) [1] could not count the first samples of their shard"
-    assert [e.startswith(named) for e in errors] == [True, False, True], errors
-    assert errors[1].startswith("ValueError: ") and "-3" in errors[1], errors
+    all_reduce), and with boundaries=estimate(...) estimates on every rank's head before rank 0
+    sends its boundaries: rank 1's head holds a negative length, so it raises its own error,
+    and the other ranks a RuntimeError naming it, where they used to wait for it."""
+    runs = _run_ranks(tmp_path, "refused")
+    for i, task in enumerate(("count the first samples", "estimate the boundaries from the head")):
+        named = (
+            f"RuntimeError: rank(s) [1] could not {task} of their shard for their BucketIterable"
+        )
+        errors = [r[i] for r in runs]
+        assert [e.startswith(named) for e in errors] == [True, False, True], errors
+        assert errors[1].startswith("ValueError: ") and "-3" in errors[1], errors
 
 
 def _refused(rank: int, world: int, port: int, out_dir: str) -> None:
@@ -174,16 +179,20 @@ def _refused(rank: int, world: int, port: int, out_dir: str) -> None:
     shard = [{"n": 5 + (i + rank) % 40} for i in range(50)]
     if rank == 1:
         shard[7]["n"] = -3
-    error = ""
-    try:
-        BucketIterable(
-            shard, length_fn=lambda s: s["n"], boundaries=[16, 32, 64], batch_size=4,
-            steps_per_epoch=5,
-        )  # fmt: skip
-    except (ValueError, RuntimeError) as exc:
-        error = f"{type(exc).__name__}: {exc}"
-    dist.monitored_barrier(timeout=timedelta(seconds=20))  # a rank left behind would wait here
-    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(error))
+    errors = []
+    # the schedule's counts of the head (given boundaries), then boundaries=estimate(...): rank 0
+    # would send its estimate to ranks that never receive it
+    for bounds in ([16, 32, 64], estimate(3, sample_size=30)):
+        try:
+            BucketIterable(
+                shard, length_fn=lambda s: s["n"], boundaries=bounds, batch_size=4,
+                steps_per_epoch=5,
+            )  # fmt: skip
+            errors.append("")
+        except (ValueError, RuntimeError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+        dist.monitored_barrier(timeout=timedelta(seconds=20))  # a rank left behind waits here
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(errors))
     dist.destroy_process_group()
 
 

@@ -304,7 +304,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
     def _estimate(
         self, est: Estimate, names: tuple[str, ...], multi: bool, multiples: list[int]
     ) -> list[np.ndarray]:
-        """Estimate the boundaries from the head (on rank 0, sent to every rank, when split)."""
+        """Estimate the boundaries from the head (on rank 0, sent to every rank, when split;
+        a rank whose own head fails the estimate first stops every rank, named)."""
         options = dict(est.options)
         for m in set(multiples) - {1}:
             if options.setdefault("pad_to_multiple_of", m) != m or len(set(multiples)) > 1:
@@ -316,20 +317,27 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         if est.max_length is None and len(tops) == 1 and None not in self.limits.max_length:
             est = dataclasses.replace(est, max_length=tops.pop())
         est = dataclasses.replace(est, options=options)
-        it = iter(self.source)
-        head = list(itertools.islice(it, est.sample_size))
-        if it is self.source:  # a one-shot iterator: replay the head in the first pass
-            self._prefix, self._rest = head, it
         if self.num_replicas > 1 and not dist_ready(self.num_replicas):
             raise ValueError(
                 f"boundaries=estimate(...) on {self.num_replicas} ranks needs an initialised "
                 "torch.distributed process group (rank 0 estimates, every rank receives its "
                 "boundaries); without one, pass the same boundaries to every rank"
             )
-        solutions = solve_head(est, head, self._length, len(names))
+        task = "estimate the boundaries from the head of their shard"
+        try:  # (this rank's own shard: an error here reaches the other ranks before the send)
+            it = iter(self.source)
+            head = list(itertools.islice(it, est.sample_size))
+            if it is self.source:  # a one-shot iterator: replay the head in the first pass
+                self._prefix, self._rest = head, it
+            solutions = solve_head(est, head, self._length, len(names))
+        except Exception:
+            if self.num_replicas > 1:
+                all_reduce_counts(np.zeros(0), owner=type(self).__name__, failed=True, task=task)
+            raise
         self.solution = dict(zip(names, solutions, strict=True)) if multi else solutions[0]
         bounds = [sol.boundaries.tolist() for sol in solutions]
         if self.num_replicas > 1:
+            all_reduce_counts(np.zeros(0), owner=type(self).__name__, task=task)
             bounds = broadcast_lists(bounds)
         return [check_boundaries(b) for b in bounds]
 
