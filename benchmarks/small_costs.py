@@ -745,7 +745,7 @@ def packing(quick: bool, repeats: int) -> list[str]:
         "it does less work than any plan); and issue 26's own baseline, "
         "**BFD per document** (`bfd_documents`: per-document best-fit decreasing with a "
         "free-space bitset over row capacities, the documents largest first by `np.argsort`, "
-        "returning every document's row; about 5 s a call at 10M documents). "
+        "returning every document's row; seconds a call at 10M documents, its column below). "
         '`PackSpec.build` runs with the default `search="auto"` '
         "(where BFD pads more than 0.5 points above the bound, the search repacks BFD's rows "
         "with the most room: towards the L2 bound, or towards that 0.5-point promise where the "
@@ -795,7 +795,7 @@ def packing(quick: bool, repeats: int) -> list[str]:
         )
         auto, never = builds["auto"](), builds["never"]()
         doc_cell = ratio_cell = auto_doc_cell = "-"
-        # issue 26's per-document BFD (10M: ~5 s a call, one call a round)
+        # issue 26's per-document BFD (10M: 9-13 s a call here, one call a round)
         row_of, doc_rows = bfd_documents(lengths, row_length)
         fill = np.bincount(row_of, weights=lengths, minlength=doc_rows)
         assert doc_rows == never.num_rows and fill.max() <= row_length, label
@@ -803,7 +803,7 @@ def packing(quick: bool, repeats: int) -> list[str]:
             builds["never"],
             builds["auto"],
             functools.partial(bfd_documents, lengths, row_length),
-            budget_s=0.01 if lengths.size <= 10_000 else 0.0,  # (one call: 40 ms-5 s)
+            budget_s=0.01 if lengths.size <= 10_000 else 0.0,  # (one call: 40 ms-13 s)
             rounds=3,
         )
         doc_cell, ratio_cell = f"{doc_t * 1e3:.3g}", f"{never_d / doc_t:.3g}x"

@@ -208,14 +208,36 @@ def comm_device() -> torch.device:
     return torch.device("cpu")
 
 
-def all_reduce_counts(counts: np.ndarray) -> np.ndarray:
-    """Sum ``counts`` over the ranks of the default process group."""
+def all_reduce_counts(
+    counts: np.ndarray,
+    *,
+    owner: str,
+    failed: bool = False,
+    task: str = "count the first samples of their shard",
+) -> np.ndarray:
+    """Sum ``counts`` over the ranks of the default process group, and one flag per rank: a
+    rank that could not do its ``task`` on its own samples calls it with ``failed=True`` (its
+    counts are not sent; it then raises its own error), and every other rank raises a
+    ``RuntimeError`` naming it, where they would have waited for it in their next collective
+    (until the backend's timeout, or an opaque "connection closed" once its process exited).
+    Empty ``counts``: the flags alone."""
     import torch
     import torch.distributed as dist
 
-    t = torch.as_tensor(np.asarray(counts, dtype=np.int64), device=comm_device())
+    flags = np.zeros(world_size(), dtype=np.int64)
+    flags[default_ranks()[1]] = int(failed)
+    own = np.zeros(len(counts), dtype=np.int64) if failed else np.asarray(counts, np.int64)
+    t = torch.as_tensor(np.concatenate([own, flags]), device=comm_device())
     dist.all_reduce(t)
-    return t.cpu().numpy()  # type: ignore[no-any-return]
+    out = t.cpu().numpy()
+    stopped = np.flatnonzero(out[len(counts) :]).tolist()
+    if stopped and not failed:
+        raise RuntimeError(
+            f"rank(s) {stopped} could not {task} for their {owner} (their own error is in "
+            "their output); every rank stops here rather than wait for them in the next "
+            "collective (fix that rank's samples or length_fn)"
+        )
+    return out[: len(counts)]  # type: ignore[no-any-return]
 
 
 def broadcast_lists(values: list[list[int]]) -> list[list[int]]:

@@ -88,20 +88,26 @@ class LazyModule:
     annotation names an optional or heavy package through a module bound to a ``LazyModule``
     at run time (``if TYPE_CHECKING: import pyarrow as pa`` / ``else: pa = LazyModule("pyarrow")``):
     importing bucketloader still imports nothing of it, and evaluating the annotation imports it
-    then and gives the real class, or ``Any`` where the optional package is not installed.
+    then and gives the real class, or ``Any`` where the optional package is not installed. A
+    name with a leading underscore is not looked up (``AttributeError``, nothing imported): such
+    names are tools' probes of every module attribute, pytest's ``_mock_name`` when it collects
+    a module (which imported Ray Data, pandas and pyspark into every test process) and
+    IPython's ``_repr_html_``, never a name the annotations use.
 
     Example:
         >>> LazyModule("collections").OrderedDict.__name__
         'OrderedDict'
         >>> LazyModule("no_such_package_here").Table
         typing.Any
+        >>> hasattr(LazyModule("collections"), "_mock_name")
+        False
     """
 
     def __init__(self, name: str) -> None:
         self._name = name
 
     def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
+        if attr.startswith("_"):  # (probes, not the module's API: NOTE above)
             raise AttributeError(attr)
         try:
             module = importlib.import_module(self._name)

@@ -217,6 +217,25 @@ def test_public_annotations_evaluate(monkeypatch):
     assert typing.get_type_hints(parquet_histogram)["source"] is not None
 
 
+def test_collecting_the_engines_imports_no_engine():
+    """pytest probes every module attribute for ``_mock_name`` when it collects a module (here
+    the doctests of the engines): the annotations' lazy modules imported Ray Data, pandas and
+    pyspark into every test process at collection (about 1 s of CPU). A fresh process, since
+    this one may have imported them for other tests."""
+    code = (
+        "import sys, pytest\n"
+        "pytest.main(['--collect-only', '-q', '-p', 'no:cacheprovider', "
+        "'bucketloader/engines/ray.py', 'bucketloader/engines/spark.py'])\n"
+        "heavy = ('ray', 'ray.data', 'pyspark', 'pandas')\n"
+        "print('IMPORTED', sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT.parent, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "IMPORTED []" in out, out
+
+
 def test_public_classes_live_in_public_modules():
     from bucketloader import collate, compile, hf, pack, plan, sampler, sharded, stream
 

@@ -1,7 +1,8 @@
 """Streams over ranks at the edges (issue 21 item 4), in real gloo process groups: a rank whose
 shard is empty and a rank with a 1-sample shard behind 2 DataLoader workers take the same steps,
 with the same shapes, as the others (padding-only steps), without a hang, and count them; a
-packing stream's state taken before its first batch resumes behind 2 workers.
+packing stream's state taken before its first batch resumes behind 2 workers; a rank whose
+head is refused stops every rank, named.
 
 The multi-process test runs this file as a script (``python test_stream_edges.py worker RANK
 WORLD PORT DIR``), one process per rank."""
@@ -21,7 +22,7 @@ import torch
 from conftest import free_port, load_real, run_ranks
 
 from bucketloader import BucketIterable
-from bucketloader.stream import PackIterable
+from bucketloader.stream import PackIterable, estimate
 
 TIMEOUT_S = 150
 WORLD = 3
@@ -120,18 +121,24 @@ def test_a_packing_state_before_the_first_batch_resumes_behind_two_workers():
         assert ids(again, 2) == whole
 
 
+def _run_ranks(tmp_path: Path, mode: str) -> list:
+    """Run this file as ``mode`` (``worker`` or ``refused``) on WORLD gloo ranks; what each
+    rank wrote to ``rank{r}.json`` in ``tmp_path``."""
+    port = free_port()
+    run_ranks(
+        lambda r: [__file__, mode, str(r), str(WORLD), str(port), str(tmp_path)],
+        WORLD,
+        timeout=TIMEOUT_S,
+    )
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(2 * TIMEOUT_S)
 def test_an_empty_and_a_one_sample_shard_keep_step_under_gloo(tmp_path):
     lengths = load_real("gsm8k")[:400, 0] % 250 + 1
     np.save(tmp_path / "lengths.npy", np.asarray(lengths))
-    port = free_port()
-    run_ranks(
-        lambda r: [__file__, "worker", str(r), str(WORLD), str(port), str(tmp_path)],
-        WORLD,
-        timeout=TIMEOUT_S,
-    )
-    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    runs = _run_ranks(tmp_path, "worker")
     for kind in ("bucket", "pack"):
         shapes = [r[kind]["shapes"] for r in runs]
         assert all(len(s) == STEPS for s in shapes), kind
@@ -143,6 +150,50 @@ def test_an_empty_and_a_one_sample_shard_keep_step_under_gloo(tmp_path):
         assert real[2] + left[2] == 1, (kind, real, left)  # used, or counted as left over
         assert runs[1][kind]["padded_rows"] > 0 and runs[1][kind]["read"] == 0, kind
         assert runs[2][kind]["read"] == 1, kind
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2 * TIMEOUT_S)
+def test_a_rank_whose_head_is_refused_stops_every_rank_with_its_name(tmp_path):
+    """A stream split over ranks counts the head of each rank's shard and sums the counts (one
+    all_reduce), and with boundaries=estimate(...) estimates on every rank's head before rank 0
+    sends its boundaries: rank 1's head holds a negative length, so it raises its own error,
+    and the other ranks a RuntimeError naming it, where they used to wait for it."""
+    runs = _run_ranks(tmp_path, "refused")
+    for i, task in enumerate(("count the first samples", "estimate the boundaries from the head")):
+        named = (
+            f"RuntimeError: rank(s) [1] could not {task} of their shard for their BucketIterable"
+        )
+        errors = [r[i] for r in runs]
+        assert [e.startswith(named) for e in errors] == [True, False, True], errors
+        assert errors[1].startswith("ValueError: ") and "-3" in errors[1], errors
+
+
+def _refused(rank: int, world: int, port: int, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+        timeout=timedelta(seconds=120),
+    )  # fmt: skip
+    shard = [{"n": 5 + (i + rank) % 40} for i in range(50)]
+    if rank == 1:
+        shard[7]["n"] = -3
+    errors = []
+    # the schedule's counts of the head (given boundaries), then boundaries=estimate(...): rank 0
+    # would send its estimate to ranks that never receive it
+    for bounds in ([16, 32, 64], estimate(3, sample_size=30)):
+        try:
+            BucketIterable(
+                shard, length_fn=lambda s: s["n"], boundaries=bounds, batch_size=4,
+                steps_per_epoch=5,
+            )  # fmt: skip
+            errors.append("")
+        except (ValueError, RuntimeError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+        dist.monitored_barrier(timeout=timedelta(seconds=20))  # a rank left behind waits here
+    (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(errors))
+    dist.destroy_process_group()
 
 
 def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
@@ -198,9 +249,10 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] == "worker":
+if __name__ == "__main__" and len(sys.argv) == 6 and sys.argv[1] in ("worker", "refused"):
     sys.path.insert(0, str(Path(__file__).parent))
-    _worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    main = _worker if sys.argv[1] == "worker" else _refused
+    main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
 
 
 def test_a_state_of_another_kind_or_worker_count_says_which():

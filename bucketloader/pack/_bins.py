@@ -336,9 +336,9 @@ placed by a per-document loop that records only the key it took (:func:`_single_
 :mod:`bucketloader.pack.spec`). The MBS search over every document costs about 0.05-0.1 ms per
 pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); repacking only
 BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2% of
-the rows on GSM8K-like lengths in 0.79-1.05x a per-document BFD's time on 1k-2k documents, 0.23x
-at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, session 9, load 6.8-7.6;
-session 8 at load 1.8-2.1: 0.76-0.93x; session 7: 0.73-1.07x on 1k-2k documents), so the default
+the rows on GSM8K-like lengths in 0.697-0.926x a per-document BFD's time on 1k-2k documents,
+0.216x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, session 18; the
+runs of sessions 7-17 measured 0.73-1.15x on 1k-2k documents), so the default
 searches where BFD misses its promise; the caller can still choose (``search``, a
 :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
 

@@ -304,7 +304,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
     def _estimate(
         self, est: Estimate, names: tuple[str, ...], multi: bool, multiples: list[int]
     ) -> list[np.ndarray]:
-        """Estimate the boundaries from the head (on rank 0, sent to every rank, when split)."""
+        """Estimate the boundaries from the head (on rank 0, sent to every rank, when split;
+        a rank whose own head fails the estimate first stops every rank, named)."""
         options = dict(est.options)
         for m in set(multiples) - {1}:
             if options.setdefault("pad_to_multiple_of", m) != m or len(set(multiples)) > 1:
@@ -316,20 +317,27 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         if est.max_length is None and len(tops) == 1 and None not in self.limits.max_length:
             est = dataclasses.replace(est, max_length=tops.pop())
         est = dataclasses.replace(est, options=options)
-        it = iter(self.source)
-        head = list(itertools.islice(it, est.sample_size))
-        if it is self.source:  # a one-shot iterator: replay the head in the first pass
-            self._prefix, self._rest = head, it
         if self.num_replicas > 1 and not dist_ready(self.num_replicas):
             raise ValueError(
                 f"boundaries=estimate(...) on {self.num_replicas} ranks needs an initialised "
                 "torch.distributed process group (rank 0 estimates, every rank receives its "
                 "boundaries); without one, pass the same boundaries to every rank"
             )
-        solutions = solve_head(est, head, self._length, len(names))
+        task = "estimate the boundaries from the head of their shard"
+        try:  # (this rank's own shard: an error here reaches the other ranks before the send)
+            it = iter(self.source)
+            head = list(itertools.islice(it, est.sample_size))
+            if it is self.source:  # a one-shot iterator: replay the head in the first pass
+                self._prefix, self._rest = head, it
+            solutions = solve_head(est, head, self._length, len(names))
+        except Exception:
+            if self.num_replicas > 1:
+                all_reduce_counts(np.zeros(0), owner=type(self).__name__, failed=True, task=task)
+            raise
         self.solution = dict(zip(names, solutions, strict=True)) if multi else solutions[0]
         bounds = [sol.boundaries.tolist() for sol in solutions]
         if self.num_replicas > 1:
+            all_reduce_counts(np.zeros(0), owner=type(self).__name__, task=task)
             bounds = broadcast_lists(bounds)
         return [check_boundaries(b) for b in bounds]
 
@@ -363,6 +371,20 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 "BucketSampler or BucketSpec built on a sample of the lengths (its counts set "
                 "the schedule)"
             )
+        counts = np.zeros(self.cells.num_cells, dtype=np.int64)
+        try:  # (this rank's own shard: an error here reaches the other ranks in the sum)
+            self._count_head(bounds, counts)
+        except Exception:
+            if self.num_replicas > 1:
+                all_reduce_counts(counts, owner=type(self).__name__, failed=True)
+            raise
+        if self.num_replicas > 1:
+            counts = all_reduce_counts(counts, owner=type(self).__name__)
+        return step_shares(counts, self.cells.batch)
+
+    def _count_head(self, bounds: list[np.ndarray], counts: np.ndarray) -> None:
+        """Count the first :data:`SCHEDULE_HEAD` samples of this rank's shard into ``counts``
+        (one per cell), as the stream would bucket them."""
         if self._prefix is not None:
             head = self._prefix[:SCHEDULE_HEAD]
         else:
@@ -370,7 +392,6 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             head = list(itertools.islice(it, SCHEDULE_HEAD))
             if it is self.source:
                 self._prefix, self._rest = head, it
-        counts = np.zeros(self.cells.num_cells, dtype=np.int64)
         lo = [0 if m is None else m for m in self.limits.min_length]
         for i, sample in enumerate(head):
             got = self._length(sample)
@@ -382,9 +403,6 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 continue
             row = [min(n, m) for n, m in zip(row, self._maximum, strict=True)]
             counts[int(lattice_codes(bounds, np.array([row]))[0])] += 1
-        if self.num_replicas > 1:
-            counts = all_reduce_counts(counts)
-        return step_shares(counts, self.cells.batch)
 
     def _borrow_template(self) -> Any:
         """The first sample of this rank's shard, else (with a process group) another rank's:
