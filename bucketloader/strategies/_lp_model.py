@@ -78,39 +78,27 @@ def default_solver(pulp: Any, time_limit: float, warm_start: bool) -> Any:
 
 def quiet_highs(solver: Any) -> None:
     """Before a quiet (``msg=False``) PuLP ``HiGHS`` solver first runs in this process, one
-    ``highspy.Highs()`` made with the process's standard output (file descriptor 1) pointed
-    at ``/dev/null``: HiGHS prints a two-line banner there when a process makes its first
-    model, before any option can silence it, which landed in the middle of a user's own output
-    (a CLI's JSON, a notebook cell). Once per process; nothing for another solver.
+    empty HiGHS model run with its console log off: HiGHS prints a two-line banner on the
+    process's standard output when a process first logs, which ``highspy.Highs()`` does as it
+    is made, before any option can silence it; the banner landed in the middle of a user's own
+    output (a CLI's JSON, a notebook cell). The core class (``highspy._Highs``, in highspy's
+    ``__all__``) waits for ``run()`` to log, so the banner goes nowhere and no later model
+    prints it. Nothing is redirected (no file descriptor is touched, so no other thread's
+    output is lost); once per process; nothing for another solver, or where highspy has no
+    core class (the banner is printed, as before).
 
-    >>> import pulp
-    >>> quiet_highs(pulp.PULP_CBC_CMD(msg=False))  # (not HiGHS: nothing to do)
+    >>> quiet_highs(object())  # (not HiGHS: nothing to do)
     """
     if type(solver).__name__ != "HiGHS" or getattr(solver, "msg", True) or _QUIET[0]:
         return
-    try:
-        import highspy
-    except ImportError:  # (PuLP says why when it runs it)
-        return
-    import os
-    import sys
-
     _QUIET[0] = True
-    if sys.stdout is not None:  # (None where the process started with fd 1 closed)
-        sys.stdout.flush()
     try:
-        saved = os.dup(1)
-    except OSError:  # no file descriptor 1: the banner has nowhere to land
+        from highspy import _Highs
+    except ImportError:  # (no highspy: PuLP says why when it runs; or no core class)
         return
-    try:
-        with open(os.devnull, "wb") as null:
-            os.dup2(null.fileno(), 1)
-            highspy.Highs()
-    except OSError:  # (no /dev/null: the banner is printed, as before; the solve goes on)
-        pass
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
+    model = _Highs()
+    model.setOptionValue("log_to_console", False)
+    model.run()
 
 
 #: Whether :func:`quiet_highs` has made this process's first HiGHS model.
