@@ -93,7 +93,7 @@ def quiet_highs(solver: Any) -> None:
         return
     _QUIET[0] = True
     try:
-        from highspy import _Highs
+        from highspy import _Highs  # type: ignore[attr-defined]
     except ImportError:  # (no highspy: PuLP says why when it runs; or no core class)
         return
     model = _Highs()
