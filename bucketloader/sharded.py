@@ -240,9 +240,15 @@ class ShardedSampler(EpochSampler):
         # given the arguments (a rank built with another exchange= would otherwise never join
         # the exchange's gather); ranks simulated in one process (rank= and num_replicas= both
         # given, with shard_histograms) join none: one process builds them all
-        joins = self.num_replicas > 1 and initialised() and world_size() == self.num_replicas
+        # (a rank given another num_replicas than the group's size still joins the histograms'
+        # gather, which the others hold over the whole group, to send its error)
+        world = world_size() if initialised() else 1
+        joins = world > 1 and self.num_replicas > 1
+        joins = joins and (world == self.num_replicas or shard_histograms is None)
         joins = joins and (shard_histograms is None or rank is None or num_replicas is None)
         try:  # (this rank's own input: an error here reaches the other ranks in that gather)
+            if shard_histograms is None and self.num_replicas > 1:
+                _check_world(self.num_replicas)
             self.options = _check_options(options)
             self.exchange = bool(self.options.get("exchange", False))
             self.last_batch = str(self.options.get("last_batch", "pad"))
@@ -263,7 +269,7 @@ class ShardedSampler(EpochSampler):
                 )
         except Exception as exc:
             if joins:
-                send_error(exc, self.num_replicas, self.rank)
+                send_error(exc, world, self.rank)
             raise
         if shard_histograms is None:
             hists = _gather_histograms(
@@ -1203,6 +1209,22 @@ def _gather_rows(payload: dict[str, Any]) -> list[dict[str, Any]]:
     return gathered
 
 
+def _check_world(num_replicas: int) -> None:
+    """The process group :func:`_gather_histograms` gathers over, for ``num_replicas > 1``
+    ranks and no ``shard_histograms``: initialised, and of that many ranks."""
+    if not initialised():
+        raise ValueError(
+            f"shard_histograms is required with num_replicas={num_replicas} and no initialised "
+            "torch.distributed process group; pass every rank's LengthHistogram"
+        )
+    world = world_size()
+    if world != num_replicas:
+        raise ValueError(
+            f"num_replicas={num_replicas} differs from the process group's world size "
+            f"{world}; leave num_replicas out or pass shard_histograms"
+        )
+
+
 def _gather_histograms(
     own: LengthHistogram | None,
     arguments: dict[str, str],
@@ -1219,17 +1241,7 @@ def _gather_histograms(
         if own is None:
             raise ValueError(_empty_message([rank]))
         return [own]
-    if not initialised():
-        raise ValueError(
-            f"shard_histograms is required with num_replicas={num_replicas} and no initialised "
-            "torch.distributed process group; pass every rank's LengthHistogram"
-        )
-    world = world_size()
-    if world != num_replicas:
-        raise ValueError(
-            f"num_replicas={num_replicas} differs from the process group's world size "
-            f"{world}; leave num_replicas out or pass shard_histograms"
-        )
+    _check_world(num_replicas)
     payload = json.dumps(
         {
             "rank": rank,

@@ -842,13 +842,15 @@ def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
         assert all(match in r["error"] for r in runs), runs
         if mode == "bad":
             named = "RuntimeError: rank(s) [1] could not build their ShardedSampler: rank 1 raised"
-            assert [r["error"].count(named) for r in runs] == [4, 0, 4], runs
+            assert [r["error"].count(named) for r in runs] == [5, 0, 5], runs
             assert runs[1]["error"].count("ValueError: shard_lengths") == 2, runs
             other = "shard_histograms[1] (LengthHistogram(num_samples=667"
             assert all(other in r["error"] for r in runs), runs
             assert all(
                 "ValueError: seed must be an int >= 0, got seed=-1" in r["error"] for r in runs
             )
+            four = "ValueError: num_replicas=4 differs from the process group's world size 3"
+            assert all(four in r["error"] for r in runs), runs
         if mode == "twice":
             assert [r["alone"] for r in runs] == ["planned 2"] * 3, runs  # every rank's 2 steps
 
@@ -905,15 +907,22 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
         hists = [LengthHistogram.from_lengths(lengths[x]) for x in shards]
         wrong = [hists[0] if (rank, r) == (1, 1) else h for r, h in enumerate(hists)]
         minus = -1 if rank == 1 else seed
-        cases = ((bad, None, seed), (bad, hists, seed), (own, wrong, seed), (own, None, minus))
-        for shard, given, at in cases:
+        four = {"num_replicas": 4} if rank == 1 else {}  # (in a group of 3)
+        cases = (
+            (bad, None, seed, {}),
+            (bad, hists, seed, {}),
+            (own, wrong, seed, {}),
+            (own, None, minus, {}),
+            (own, None, seed, four),
+        )
+        for shard, given, at, extra in cases:
             try:
                 ShardedSampler(
-                    shard, shard_histograms=given, seed=at, num_buckets=6, max_tokens=2048
+                    shard, shard_histograms=given, seed=at, num_buckets=6, max_tokens=2048, **extra
                 )
             except (ValueError, RuntimeError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
-        result = {"error": " | ".join(errors) if len(errors) == 4 else ""}
+        result = {"error": " | ".join(errors) if len(errors) == 5 else ""}
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
         dist.destroy_process_group()
         return
