@@ -236,16 +236,17 @@ class ShardedSampler(EpochSampler):
             if num_replicas is None and initialised() and world_size() > 1:
                 send_error(exc, world_size(), default_ranks()[1])
             raise
-        # the ranks gather before any other collective: the histograms, or with shard_histograms
-        # given the arguments (a rank built with another exchange= would otherwise never join
-        # the exchange's gather); ranks simulated in one process (rank= and num_replicas= both
-        # given, with shard_histograms) join none: one process builds them all
-        # (a rank given another num_replicas than the group's size still joins the histograms'
-        # gather, which the others hold over the whole group, to send its error)
+        # the ranks gather before any other collective, where this rank's own error goes: the
+        # histograms, over the whole group (a rank given another num_replicas than its size
+        # joins it too, to send that error), or with shard_histograms given the arguments (a
+        # rank built with another exchange= would otherwise never join the exchange's gather);
+        # ranks simulated in one process (rank= and num_replicas= both given, with
+        # shard_histograms) join none: one process builds them all
         world = world_size() if initialised() else 1
-        joins = world > 1 and self.num_replicas > 1
-        joins = joins and (world == self.num_replicas or shard_histograms is None)
-        joins = joins and (shard_histograms is None or rank is None or num_replicas is None)
+        if shard_histograms is None:
+            joins = world > 1 and self.num_replicas > 1
+        else:
+            joins = world == self.num_replicas > 1 and (rank is None or num_replicas is None)
         try:  # (this rank's own input: an error here reaches the other ranks in that gather)
             if shard_histograms is None and self.num_replicas > 1:
                 _check_world(self.num_replicas)
