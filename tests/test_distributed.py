@@ -8,6 +8,7 @@ The worker is this file run as a script (``python test_distributed.py worker ...
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from datetime import timedelta
@@ -76,6 +77,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str, policies: str) -> No
     lengths = np.load(Path(out_dir) / "lengths.npy")
     results = {p: _train_epoch(rank, world, lengths, p) for p in policies.split(",")}
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(results))
+    gc.collect()  # the epochs' DDP models, before the group goes (see _stream_worker's end)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -269,6 +271,12 @@ def _stream_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> No
         == int(sampler.spec.cell_lengths[sampler.plan().cells, 0].max()),  # the epoch's largest
     }
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(out))
+    # DDP's reducer released while the group is still registered: were it the group's last
+    # holder, its dealloc would destroy the group holding the GIL, joining gloo's thread,
+    # which may need the GIL to free a finished work's tensors (a rank hung so once;
+    # pytorch/pytorch#56297)
+    del model, opt
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 

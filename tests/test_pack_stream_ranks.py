@@ -11,6 +11,7 @@ hard timeouts, as in ``tests/test_distributed.py``.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -455,6 +456,12 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         "stats_batches": stream.stats["batches"],
     }
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(out))
+    # DDP's reducer released while the group is still registered: were it the group's last
+    # holder, its dealloc would destroy the group holding the GIL, joining gloo's thread,
+    # which may need the GIL to free a finished work's tensors (a rank hung so once;
+    # pytorch/pytorch#56297)
+    del model, opt
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
 
