@@ -275,7 +275,7 @@ def _stream_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> No
     # holder, its dealloc would destroy the group holding the GIL, joining gloo's thread,
     # which may need the GIL to free a finished work's tensors (a rank hung so once;
     # pytorch/pytorch#56297)
-    del model, opt
+    model = opt = None
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()

@@ -460,7 +460,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
     # holder, its dealloc would destroy the group holding the GIL, joining gloo's thread,
     # which may need the GIL to free a finished work's tensors (a rank hung so once;
     # pytorch/pytorch#56297)
-    del model, opt
+    model = opt = None
     gc.collect()
     dist.barrier()
     dist.destroy_process_group()
