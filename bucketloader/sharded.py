@@ -169,7 +169,8 @@ class ShardedSampler(EpochSampler):
             from every rank over the initialised ``torch.distributed`` process group (or this
             shard's alone in a single process). Given, with ``rank`` or ``num_replicas`` taken
             from an initialised group, the ranks' arguments are still gathered once and checked;
-            with both given (ranks simulated in one process) nothing is gathered.
+            with both given (ranks simulated in one process) nothing is gathered, unless
+            ``exchange=True`` moves rows by torch's collective (``gather`` left out).
         shuffle: shuffle within cells and the step interleave.
         seed: randomness only from ``SeedSequence([seed, epoch, ...])``; the same on every rank.
         num_replicas: ranks (default: the ``torch.distributed`` world size, else 1).
@@ -241,12 +242,17 @@ class ShardedSampler(EpochSampler):
         # joins it too, to send that error), or with shard_histograms given the arguments (a
         # rank built with another exchange= would otherwise never join the exchange's gather);
         # ranks simulated in one process (rank= and num_replicas= both given, with
-        # shard_histograms) join none: one process builds them all
+        # shard_histograms) join none: one process builds them all. With exchange=True and no
+        # gather= the rows move by torch's collective, which simulated ranks cannot call: such
+        # ranks are real whatever they were given, and join (else a rank refused here left the
+        # others in the exchange's gather until the group's timeout)
         world = world_size() if initialised() else 1
         if shard_histograms is None:
             joins = world > 1 and self.num_replicas > 1
         else:
-            joins = world == self.num_replicas > 1 and (rank is None or num_replicas is None)
+            real = rank is None or num_replicas is None
+            real = real or (bool(options.get("exchange", False)) and gather is None)
+            joins = world == self.num_replicas > 1 and real
         try:  # (this rank's own input: an error here reaches the other ranks in that gather)
             if shard_histograms is None and self.num_replicas > 1:
                 _check_world(self.num_replicas)

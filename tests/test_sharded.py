@@ -834,16 +834,16 @@ def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
         ("twice", "row(s) [6] appear twice in rank 1's own rows"),
         # rank 1's own shard refused before the first gather (shard_histograms left out, then
         # given), then its own histogram in shard_histograms (rank 1's list only, rank from
-        # the group), then its seed: its error reaches the others in that gather, none waits
-        # for the timeout
+        # the group), then its seed, then with rank= and num_replicas= given and exchange=True:
+        # its error reaches the others in that gather, none waits for the timeout
         ("bad", "shard_lengths must be non-negative, got -5 at index 0"),
     ):
         runs = _run(tmp_path, 3, mode)
         assert all(match in r["error"] for r in runs), runs
         if mode == "bad":
             named = "RuntimeError: rank(s) [1] could not build their ShardedSampler: rank 1 raised"
-            assert [r["error"].count(named) for r in runs] == [5, 0, 5], runs
-            assert runs[1]["error"].count("ValueError: shard_lengths") == 2, runs
+            assert [r["error"].count(named) for r in runs] == [6, 0, 6], runs
+            assert runs[1]["error"].count("ValueError: shard_lengths") == 3, runs
             other = "shard_histograms[1] (LengthHistogram(num_samples=667"
             assert all(other in r["error"] for r in runs), runs
             assert all(
@@ -908,12 +908,16 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
         wrong = [hists[0] if (rank, r) == (1, 1) else h for r, h in enumerate(hists)]
         minus = -1 if rank == 1 else seed
         four = {"num_replicas": 4} if rank == 1 else {}  # (in a group of 3)
+        exchange = {"exchange": True, "shard_indices": shards[rank]}
         cases = (
             (bad, None, seed, {}),
             (bad, hists, seed, {}),
             (own, wrong, seed, {}),
             (own, None, minus, {}),
             (own, None, seed, four),
+            # rank= and num_replicas= both given, but exchange=True over torch's collective:
+            # real ranks, which join the first gather
+            (bad, hists, seed, {"rank": rank, "num_replicas": world, **exchange}),
         )
         for shard, given, at, extra in cases:
             try:
@@ -922,7 +926,7 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
                 )
             except (ValueError, RuntimeError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
-        result = {"error": " | ".join(errors) if len(errors) == 5 else ""}
+        result = {"error": " | ".join(errors) if len(errors) == 6 else ""}
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
         dist.destroy_process_group()
         return
