@@ -270,14 +270,17 @@ def pytest_unconfigure(config):
     _RankForker.close()
 
 
-def _skip_the_teardown_of_modules() -> None:
+def _skip_the_teardown_of_modules(worker: int) -> None:
     """An xdist worker's last exit handler, after its results reached the controller: the
     handlers registered after it (at import or use: Ray's shutdown, multiprocessing's,
     inductor's pool, weakref finalizers) have run; it flushes the logs and the standard
     streams, then leaves without the interpreter's teardown of its modules, which took 2-4 s a
     worker with torch, transformers, Ray and pyspark loaded, at the end of the run, where the
     controller waits for both (``make test``'s wall). Never in the controller, whose exit status
-    is the run's."""
+    is the run's, nor in a process a test forked from the worker (``worker`` is the worker's
+    pid): such a child inherits the handler, and its exit status is its own."""
+    if os.getpid() != worker:
+        return
     import logging
 
     logging.shutdown()
@@ -295,7 +298,7 @@ def pytest_configure(config):
         # which a pytest started from a test inherits: its exit status would be 0)
         import atexit
 
-        atexit.register(_skip_the_teardown_of_modules)
+        atexit.register(_skip_the_teardown_of_modules, os.getpid())
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers:
         threads = str(max(1, (os.cpu_count() or 1) // workers))

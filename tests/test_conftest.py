@@ -31,6 +31,16 @@ KEPT = _Teardown()
 def test_fails():
     atexit.register(lambda: (OUT / "exit_handler").write_text("ran"))
     assert False, "planted"
+
+
+def test_a_forked_child_keeps_its_exit_status():
+    pid = os.fork()
+    if pid == 0:  # the child's exit handlers run as at an interpreter's exit, then its status
+        try:
+            atexit._run_exitfuncs()
+        finally:
+            os._exit(3)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 3
 """
 
 
