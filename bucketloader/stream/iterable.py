@@ -100,10 +100,12 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             iterable. Re-iterable sources give one pass per epoch; a one-shot iterator gives one.
             Split over ranks, it is *this rank's* shard (``split_dataset_by_node``, or
             ``samples[rank::world]``).
-        length_fn: ``None`` (``len(sample)``), a key (``len(sample[key])``, audio dicts measure
-            their ``"array"``), a callable ``sample -> int``, or a tuple of keys to bucket
-            several inputs jointly (e.g. ``("input_ids", "labels")``: a batch's cell is its
-            bucket per input, ``B = max_tokens // (L_src + L_tgt)``).
+        length_fn: ``None`` (``len(sample)``; a dict by its ``"length"`` entry or its only
+            sequence field, where ``len`` would count its keys and is refused), a key
+            (``len(sample[key])``, audio dicts measure their ``"array"``), a callable
+            ``sample -> int``, or a tuple of keys to bucket several inputs jointly (e.g.
+            ``("input_ids", "labels")``: a batch's cell is its bucket per input,
+            ``B = max_tokens // (L_src + L_tgt)``).
         boundaries: the boundaries (array, a ``Solution``, a ``BucketSampler`` or
             ``BucketSpec`` — anything with ``.boundaries``; several inputs: a mapping key → array
             or a list in key order), or :func:`estimate` to estimate them from the head of the
