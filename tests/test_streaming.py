@@ -12,6 +12,7 @@ import torch
 from conftest import load_real
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils.data import DataLoader
 
 from bucketloader.boundaries import assign_buckets
 from bucketloader.solve import compute_boundaries
@@ -211,6 +212,12 @@ def test_validation_errors():
             list(stream)
     lists = BucketIterable([[1] * 3, [1] * 7], length_fn=len, boundaries=[4, 8], batch_size=1)
     assert [len(b) for b in lists] == [1, 1]  # len() of a list sample is still its length
+    # s19-user: left at torch's batch_size=1, a DataLoader handed the collator a list of one
+    # batch: a stream of tensors came out as fields 0, 1 of one row (no "inputs"), silently
+    tensors = BucketIterable([torch.ones(n) for n in (3, 2)], boundaries=[4], batch_size=2)
+    with pytest.raises(TypeError, match=r"batches them again .*DataLoader\(stream, batch_size=No"):
+        list(DataLoader(tensors, collate_fn=tensors.collator()))
+    assert len(list(DataLoader(tensors, collate_fn=lambda b: b))) == 1  # a collate_fn of one's own
     # s8-polish: a length past 2**62 (or max_length) was numpy's OverflowError in estimate()
     with pytest.raises(ValueError, match=r"returned 1180591620717411303424 .* < 2\*\*62"):
         list(BucketIterable([2**70, 3], length_fn=int, boundaries=estimate(2), batch_size=2))
