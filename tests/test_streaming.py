@@ -191,6 +191,10 @@ def test_estimate_from_head_and_one_shot_iterator(europarl):
 def test_validation_errors():
     with pytest.raises(ValueError, match=r"exactly one of batch_size \(.*\) or max_tokens"):
         BucketIterable([[1]], boundaries=[4])
+    # s19-user: no boundaries was Python's "missing 1 required keyword-only argument", also
+    # where num_buckets= was given
+    with pytest.raises(TypeError, match=r"needs boundaries=: .*boundaries=estimate\(8\) \(from b"):
+        BucketIterable([[1]], num_buckets=8, batch_size=2)
     with pytest.raises(ValueError, match="last_batch must be one of"):
         BucketIterable([[1]], boundaries=[4], batch_size=2, last_batch="partial")
     with pytest.raises(

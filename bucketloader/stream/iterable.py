@@ -165,7 +165,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         source: Iterable[Any],
         *,
         length_fn: LengthFn = None,
-        boundaries: Any,
+        boundaries: Any = None,
         shuffle_buffer: int = 0,
         seed: int = 0,
         num_replicas: int | None = None,
@@ -174,6 +174,14 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         checkpoint_dir: str | os.PathLike[str] | None = None,
         **options: Unpack[ShapeOptions],
     ) -> None:
+        if boundaries is None:  # (was Python's "missing ... argument", also beside num_buckets=)
+            k = options.get("num_buckets")  # type: ignore[typeddict-item]
+            raise TypeError(
+                "BucketIterable needs boundaries=: a stream's lengths are not known up front, so "
+                f"pass boundaries=estimate({'num_buckets' if k is None else repr(k)}) (from "
+                "bucketloader.stream: solved on the head of the stream), the boundaries "
+                "themselves, or a BucketSpec built on a sample of the lengths"
+            )
         self.source = check_source(source)
         self._length = make_length_fn(length_fn)
         self._measured_by_callable = callable(length_fn)
