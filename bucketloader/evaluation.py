@@ -591,10 +591,17 @@ def restore_order(outputs: Any, index: Any, *, num_samples: int | None = None) -
     if got.size != n or (got != np.arange(n)).any():
         dup = got[1:][got[1:] == got[:-1]]
         missing = np.setdiff1d(np.arange(n), got)
+        # an index past num_samples was listed as "repeated: [], missing: []" (s19-user)
+        beyond = np.unique(got[got >= n])
+        past = f", past {n - 1}: {beyond[:5].tolist()}" if beyond.size else ""
+        why = (
+            f"is num_samples={n} the dataset's size?"
+            if beyond.size and num_samples is not None
+            else "were the outputs gathered in the order the index describes?"
+        )
         raise ValueError(
             f"index must hold every sample 0..{n - 1} exactly once besides -1 fillers; "
-            f"repeated: {dup[:5].tolist()}, missing: {missing[:5].tolist()} (were the outputs "
-            "gathered in the order the index describes?)"
+            f"repeated: {dup[:5].tolist()}, missing: {missing[:5].tolist()}{past} ({why})"
         )
     return _take(outputs, perm, idx.size)
 
