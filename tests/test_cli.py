@@ -160,6 +160,7 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
     (d / "blank.txt").write_text("\n\n  \n")
     (d / "ragged.txt").write_text("4\t5\n6\n")
     (d / "bad.csv").write_text("n\n4\n5\nx\n")
+    (d / "nohdr.csv").write_text("4\n5\n6\n")  # np.savetxt(path, lengths, fmt="%d")
     (d / "bad.jsonl").write_text('{"n": 4}\n{"n": 5\n')
     (d / "strs.jsonl").write_text('{"n": "a"}\n')
     (d / "lengths.xyz").write_text("4\n")
@@ -185,6 +186,7 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "blank file": (["report", str(d / "blank.txt")], "holds no lengths"),
         "ragged": (["report", str(d / "ragged.txt"), "--column", "0"], "line 2: expected 2"),
         "csv bad value": (["report", str(d / "bad.csv"), "--column", "n"], "line 4"),
+        "csv without header": (["report", str(d / "nohdr.csv")], "['4'] holds numbers, not"),
         "jsonl bad line": (["report", str(d / "bad.jsonl"), "--column", "n"], "line 2: not valid"),
         "jsonl strings": (["report", str(d / "strs.jsonl"), "--column", "n"], "ints) or lists"),
         "unknown suffix": (["report", str(d / "lengths.xyz")], "unknown file type '.xyz'"),

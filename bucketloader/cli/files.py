@@ -215,6 +215,14 @@ def _read_csv(lines: list[str], name: str, column: str | int | None, sep: str) -
     if not header or not any(h.strip() for h in header):
         raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")
     header = [h.strip() for h in header]
+    if all(h.lstrip("+-").isdigit() for h in header) and str(column) not in header:
+        # np.savetxt(path, lengths, fmt="%d") writes no header: its first length was read as
+        # the column's name and left out, silently (s19-user)
+        raise LengthFileError(
+            f"{name}: the first row {header} holds numbers, not column names; a {sep!r}-"
+            f"separated file starts with a header row: add one (e.g. 'length'), or name the "
+            f"file .txt, which is read without one"
+        )
     if column is None:
         if len(header) != 1:
             raise LengthFileError(f"{name} has columns {header}; choose one with --column NAME")
