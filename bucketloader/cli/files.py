@@ -172,7 +172,15 @@ def _parse_text(
                 f"{len(fields)}"
             )
         for j, tok in enumerate(fields):
-            value = _int_token(tok, f"{name} line {n}")
+            try:
+                value = _int_token(tok, f"{name} line {n}")
+            except LengthFileError as exc:
+                if i or any(c.isdigit() for c in tok):
+                    raise
+                raise LengthFileError(  # a header row, most likely (s19-user)
+                    f"{exc}; a .txt file has no header row: start that line with '#', or "
+                    "name the file .csv / .tsv"
+                ) from None
             if j == idx:
                 out[i] = value
     return out
