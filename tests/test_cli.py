@@ -701,6 +701,18 @@ def test_a_txt_written_by_savetxt_with_a_header_reads_as_np_loadtxt_reads_it(tmp
     assert "holds no lengths" in capsys.readouterr().err
 
 
+def test_a_csv_of_pandas_numbered_columns_keeps_its_header(tmp_path):
+    """``DataFrame(lengths).to_csv(index=False)`` names its column ``0``: a header, while a first
+    row of other numbers is data with no header (s19-user), refused."""
+    (tmp_path / "pd.csv").write_text("0\n5\n7\n")
+    assert read_lengths(tmp_path / "pd.csv").tolist() == [5, 7]
+    (tmp_path / "pd2.csv").write_text("0,1\n5,6\n")
+    assert read_lengths(tmp_path / "pd2.csv", "1").tolist() == [6]
+    (tmp_path / "data.csv").write_text("3,4\n5,6\n")
+    with pytest.raises(LengthFileError, match=r"first row \['3', '4'\] holds numbers"):
+        read_lengths(tmp_path / "data.csv", "0")
+
+
 def test_a_csv_written_by_savetxt_with_a_header_names_its_columns(tmp_path):
     """``np.savetxt(path, a, delimiter=",", header="src,tgt")`` writes ``# src,tgt`` first:
     the first column was named ``# src`` (``--column src``: unknown column)."""
