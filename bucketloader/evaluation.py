@@ -60,7 +60,7 @@ from bucketloader.plan.budget import even_batch, size_values
 from bucketloader.plan.limits import warn_zero_lengths
 from bucketloader.plan.report import LEFT_OUT_BY, SamplingReport
 from bucketloader.plan.spec import SpecShapes
-from bucketloader.sampler import check_state, spec_or_build
+from bucketloader.sampler import check_not_in_batch_sampler, check_state, spec_or_build
 
 __all__ = ["EvalBatch", "EvalCollator", "EvalDataset", "EvalSampler", "restore_order"]
 
@@ -344,6 +344,9 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         return self._rows(steps, ranks)
 
     def __iter__(self) -> Iterator[list[int]]:
+        # (DataLoader(data, sampler=...) was torch's "list indices must be integers or slices,
+        # not EvalBatch"; s19-user)
+        check_not_in_batch_sampler(type(self).__name__)
         plan, order = self._plan, self.spec.by_cell
         r = self.rank
         cells, batch = plan["cell"], self.spec.cells.batch
