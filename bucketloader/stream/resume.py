@@ -661,7 +661,10 @@ def _check_not_batched_again(owner: str) -> None:
         from torch.utils.data._utils.fetch import _IterableDatasetFetcher
     except ImportError:  # pragma: no cover - a torch that moved it: no check
         return
-    frame = sys._getframe(2)  # (1: the stream's __iter__; 2: whoever called iter() on it)
+    try:
+        frame = sys._getframe(2)  # (1: the stream's __iter__; 2: whoever called iter() on it)
+    except ValueError:  # pragma: no cover - no Python frame above __iter__
+        return
     try:
         if frame.f_code is not _IterableDatasetFetcher.__init__.__code__:
             return
