@@ -508,9 +508,21 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             "lengths, or give ShardedSampler each rank's own lengths and shard_histograms="
         )
     if isinstance(lengths, text) or not hasattr(lengths, "__len__"):
+        fix = ""  # (s19-user: a generator or a stream was named, with no way forward)
+        if not isinstance(lengths, text) and hasattr(lengths, "__next__"):
+            fix = (
+                f"; an iterator has no length up front: materialise it first, "
+                f"list({name}) or np.fromiter({name}, dtype=np.int64)"
+            )
+        elif not isinstance(lengths, text) and hasattr(lengths, "__iter__"):
+            fix = (
+                "; an iterable without len() (a stream, e.g. an IterableDataset) cannot be "
+                "planned up front: measure its samples into a list, or bucket the stream "
+                "itself with bucketloader.BucketIterable (PackIterable to pack)"
+            )
         raise TypeError(
             f"{name} must be a list, numpy array or torch tensor of non-negative ints, "
-            f"got {type(lengths).__name__}"
+            f"got {type(lengths).__name__}{fix}"
         )
     if isinstance(lengths, (Set, Mapping)):  # (numpy reads either as one object: shape ())
         fix = (
@@ -547,10 +559,16 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             # the exact values and check them one by one below
             arr = np.asarray(lengths, dtype=object)
     except (ValueError, TypeError, OverflowError, RecursionError):
+        hf = (  # a datasets Column of token lists (s19-user)
+            "; a Hugging Face dataset's column: bucketloader.hf.lengths(dataset, column) reads "
+            "them from Arrow, with no row scan"
+            if type(lengths).__module__.split(".")[0] == "datasets"
+            else ""
+        )
         raise ValueError(
             f"{name} must be a rectangular array of non-negative ints (one per sample), got "
             f"a ragged or deeply nested {type(lengths).__name__}; give every sample one length "
-            f"(rows of tokens or samples? pass their lengths, e.g. [len(x) for x in rows])"
+            f"(rows of tokens or samples? pass their lengths, e.g. [len(x) for x in rows]){hf}"
         ) from None
     if arr.ndim == 0 and arr.dtype.kind == "O":  # an object numpy reads as one opaque item
         has = getattr(lengths, "lengths", None) is not None  # a sampler, a spec, a SplitDataset

@@ -60,7 +60,7 @@ from bucketloader.plan.budget import even_batch, size_values
 from bucketloader.plan.limits import warn_zero_lengths
 from bucketloader.plan.report import LEFT_OUT_BY, SamplingReport
 from bucketloader.plan.spec import SpecShapes
-from bucketloader.sampler import check_state, spec_or_build
+from bucketloader.sampler import check_not_in_batch_sampler, check_state, spec_or_build
 
 __all__ = ["EvalBatch", "EvalCollator", "EvalDataset", "EvalSampler", "restore_order"]
 
@@ -344,6 +344,9 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         return self._rows(steps, ranks)
 
     def __iter__(self) -> Iterator[list[int]]:
+        # (DataLoader(data, sampler=...) was torch's "list indices must be integers or slices,
+        # not EvalBatch"; s19-user)
+        check_not_in_batch_sampler(type(self).__name__)
         plan, order = self._plan, self.spec.by_cell
         r = self.rank
         cells, batch = plan["cell"], self.spec.cells.batch
@@ -591,10 +594,17 @@ def restore_order(outputs: Any, index: Any, *, num_samples: int | None = None) -
     if got.size != n or (got != np.arange(n)).any():
         dup = got[1:][got[1:] == got[:-1]]
         missing = np.setdiff1d(np.arange(n), got)
+        # an index past num_samples was listed as "repeated: [], missing: []" (s19-user)
+        beyond = np.unique(got[got >= n])
+        past = f", past {n - 1}: {beyond[:5].tolist()}" if beyond.size else ""
+        why = (
+            f"is num_samples={n} the dataset's size?"
+            if beyond.size and num_samples is not None
+            else "were the outputs gathered in the order the index describes?"
+        )
         raise ValueError(
             f"index must hold every sample 0..{n - 1} exactly once besides -1 fillers; "
-            f"repeated: {dup[:5].tolist()}, missing: {missing[:5].tolist()} (were the outputs "
-            "gathered in the order the index describes?)"
+            f"repeated: {dup[:5].tolist()}, missing: {missing[:5].tolist()}{past} ({why})"
         )
     return _take(outputs, perm, idx.size)
 

@@ -185,7 +185,7 @@ class EpochSampler(Sampler[list[int]]):
         return plan
 
     def __iter__(self) -> Iterator[list[int]]:
-        _check_not_in_batch_sampler(type(self).__name__)
+        check_not_in_batch_sampler(type(self).__name__)
         self._advance_if_finished()
         if self._passes.by_loader:  # a ResumableDataLoader counts this pass
             self._passes.by_loader = False
@@ -401,7 +401,7 @@ def _pulled_by_workers() -> bool:
     return _called_from(_MultiProcessingDataLoaderIter._try_put_index)
 
 
-def _check_not_in_batch_sampler(owner: str) -> None:
+def check_not_in_batch_sampler(owner: str) -> None:
     """``DataLoader(dataset, sampler=sampler)`` wraps a batch sampler in torch's
     ``BatchSampler``, which then hands the dataset lists of indices ("list indices must be
     integers"): say which argument to use instead."""

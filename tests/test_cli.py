@@ -160,6 +160,8 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
     (d / "blank.txt").write_text("\n\n  \n")
     (d / "ragged.txt").write_text("4\t5\n6\n")
     (d / "bad.csv").write_text("n\n4\n5\nx\n")
+    (d / "nohdr.csv").write_text("4\n5\n6\n")  # np.savetxt(path, lengths, fmt="%d")
+    (d / "hdr.txt").write_text("length\n4\n5\n")
     (d / "bad.jsonl").write_text('{"n": 4}\n{"n": 5\n')
     (d / "strs.jsonl").write_text('{"n": "a"}\n')
     (d / "lengths.xyz").write_text("4\n")
@@ -185,6 +187,8 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "blank file": (["report", str(d / "blank.txt")], "holds no lengths"),
         "ragged": (["report", str(d / "ragged.txt"), "--column", "0"], "line 2: expected 2"),
         "csv bad value": (["report", str(d / "bad.csv"), "--column", "n"], "line 4"),
+        "csv without header": (["report", str(d / "nohdr.csv")], "['4'] holds numbers, not"),
+        "txt with a header": (["report", str(d / "hdr.txt")], "'length'; a .txt file has no h"),
         "jsonl bad line": (["report", str(d / "bad.jsonl"), "--column", "n"], "line 2: not valid"),
         "jsonl strings": (["report", str(d / "strs.jsonl"), "--column", "n"], "ints) or lists"),
         "unknown suffix": (["report", str(d / "lengths.xyz")], "unknown file type '.xyz'"),
@@ -695,6 +699,18 @@ def test_a_txt_written_by_savetxt_with_a_header_reads_as_np_loadtxt_reads_it(tmp
     (tmp_path / "only.txt").write_text("# nothing but a header\n")
     assert main(["report", str(tmp_path / "only.txt")]) == 2
     assert "holds no lengths" in capsys.readouterr().err
+
+
+def test_a_csv_of_pandas_numbered_columns_keeps_its_header(tmp_path):
+    """``DataFrame(lengths).to_csv(index=False)`` names its column ``0``: a header, while a first
+    row of other numbers is data with no header (s19-user), refused."""
+    (tmp_path / "pd.csv").write_text("0\n5\n7\n")
+    assert read_lengths(tmp_path / "pd.csv").tolist() == [5, 7]
+    (tmp_path / "pd2.csv").write_text("0,1\n5,6\n")
+    assert read_lengths(tmp_path / "pd2.csv", "1").tolist() == [6]
+    (tmp_path / "data.csv").write_text("3,4\n5,6\n")
+    with pytest.raises(LengthFileError, match=r"first row \['3', '4'\] holds numbers"):
+        read_lengths(tmp_path / "data.csv", "0")
 
 
 def test_a_csv_written_by_savetxt_with_a_header_names_its_columns(tmp_path):

@@ -164,8 +164,12 @@ def test_errors_name_the_fix():
         EvalSampler(spec, batch_size=2)
     with pytest.raises(ValueError, match=r"repeated: \[1\], missing: \[2\]"):
         restore_order(np.zeros(4), [0, 1, 1, -1], num_samples=3)
+    with pytest.raises(ValueError, match=r"past 1: \[2\] \(is num_samples=2 the dataset"):
+        restore_order(np.zeros(4), [0, 1, 2, -1], num_samples=2)  # (was: repeated [], missing [])
     with pytest.raises(ValueError, match="one row per index entry"):
         restore_order(np.zeros(3), [0, 1, -1, 2])
+    with pytest.raises(TypeError, match=r"EvalSampler yields whole batches .*batch_sampler="):
+        next(iter(DataLoader([1, 2], sampler=EvalSampler([1, 2], batch_size=1))))
     sampler = EvalSampler([1, 2, 3], batch_size=2, num_replicas=2, rank=0)
     with pytest.raises(ValueError, match="one output per rank"):
         sampler.restore_ranks([np.zeros(2)])

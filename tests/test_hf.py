@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 datasets = pytest.importorskip("datasets")
 
-from bucketloader import hf  # noqa: E402
+from bucketloader import BucketSampler, hf  # noqa: E402
 
 
 def _token_ds(lens, **extra):
@@ -749,6 +749,9 @@ def test_what_is_not_a_dataset_is_told_how_to_make_one():
         for data, found in cases:
             with pytest.raises(TypeError, match=rf"^{call.__name__} reads rows .*{found}"):
                 call(data, pad_token_id=0, batch_size=2, **options)
+    # s19-user: the sampler given the token column was told [len(x) for x in rows] only
+    with pytest.raises(ValueError, match=r"ragged .*Column; .*hf\.lengths\(dataset, column\)"):
+        BucketSampler(ds["input_ids"], num_buckets=2, batch_size=2)
 
 
 def test_lengths_of_a_string_view_column_are_its_characters():

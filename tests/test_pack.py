@@ -743,6 +743,13 @@ def test_split_dataset_packs_pieces():
     pieces = sorted(got.values(), key=lambda p: (p[0], len(p)))
     assert sum(len(p) for p in pieces) == int(lengths.sum())
     assert split[int(np.flatnonzero(split.start == 512)[0])]["input_ids"][0] == 512
+    # s19-user: a document longer than its given length lost its tail, silently; a dict with no
+    # field of that length was not cut at all
+    short = SplitDataset([[7] * 20], [10], max_length=8)
+    with pytest.raises(ValueError, match=r"document 0 of the dataset has 20 tokens, but lengths"):
+        short[1]
+    with pytest.raises(ValueError, match=r"has no field of 10 tokens \(its fields: \{'ids': 20"):
+        SplitDataset([{"ids": [7] * 20}], [10], max_length=8)[0]
 
 
 # --- masks ---------------------------------------------------------------------------------

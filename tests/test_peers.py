@@ -88,6 +88,8 @@ def test_explicit_shapes_one_input_rounding_and_conflicts():
         BucketSpec.build(ONE, shapes=[100, 700], num_buckets=3, batch_size=4)
     with pytest.raises(ValueError, match=r"2 padded length\(s\)"):
         BucketSpec.build(PAIRS, shapes=[(10, 10, 10)], batch_size=4)
+    with pytest.raises(ValueError, match=r"got \(16, 700\); .* batch size comes from batch_s"):
+        BucketSpec.build(ONE, shapes=[(16, 700)], batch_size=4)  # (B, L), as NeMo's lists
     state = json.loads(json.dumps(sampler.state_dict()))
     other = BucketSampler(ONE, shapes=[100, 250, 800], batch_size=4, pad_to_multiple_of=64)
     with pytest.raises(ValueError, match="different configuration"):

@@ -225,7 +225,11 @@ def test_distributed_defaults_without_process_group():
     "kwargs, exc, match",
     [
         ({}, ValueError, "pass exactly one of batch_size .* or max_tokens"),
-        ({"batch_size": 2, "max_tokens": 50}, ValueError, "pass exactly one of batch_size"),
+        (
+            {"batch_size": 2, "max_tokens": 50},
+            ValueError,
+            r"pass exactly one of batch_size .*max_tokens=TokenBudget\(50, max_batch_size=2\)$",
+        ),
         ({"max_tokens": 9}, ValueError, "max_tokens=9 is below .* index 2 with length 40"),
         ({"batch_size": True}, TypeError, "batch_size must be an int >= 1, got batch_size=True"),
         (

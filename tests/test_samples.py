@@ -62,6 +62,7 @@ def test_the_rule_on_every_kind_of_sample():
         ({"a": [1]}, "b", ValueError, r"k='b' is not in the samples \(a sample has \['a'\]\)"),
         (3.5, None, TypeError, "has no length: got float"),
         ({"x": -2}, "x", ValueError, "negative length"),
+        ({"x": [1, 2]}, len, TypeError, r"k=len measures a dict sample by its number of keys"),
     ],
 )
 def test_errors_name_the_argument_and_the_fix(sample, key, error, match):

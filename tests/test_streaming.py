@@ -12,10 +12,11 @@ import torch
 from conftest import load_real
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch.utils.data import DataLoader
 
 from bucketloader.boundaries import assign_buckets
 from bucketloader.solve import compute_boundaries
-from bucketloader.stream import BucketIterable, estimate
+from bucketloader.stream import BucketIterable, PackIterable, estimate
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -190,6 +191,10 @@ def test_estimate_from_head_and_one_shot_iterator(europarl):
 def test_validation_errors():
     with pytest.raises(ValueError, match=r"exactly one of batch_size \(.*\) or max_tokens"):
         BucketIterable([[1]], boundaries=[4])
+    # s19-user: no boundaries was Python's "missing 1 required keyword-only argument", also
+    # where num_buckets= was given
+    with pytest.raises(TypeError, match=r"needs boundaries=: .*boundaries=estimate\(8\) \(from b"):
+        BucketIterable([[1]], num_buckets=8, batch_size=2)
     with pytest.raises(ValueError, match="last_batch must be one of"):
         BucketIterable([[1]], boundaries=[4], batch_size=2, last_batch="partial")
     with pytest.raises(
@@ -200,6 +205,23 @@ def test_validation_errors():
         list(BucketIterable([{"a": [1], "b": [2]}], boundaries=[4], batch_size=1))
     with pytest.raises(ValueError, match="length_fn returned -1 for sample 0"):
         list(BucketIterable([[1]], length_fn=lambda s: -1, boundaries=[4], batch_size=1))
+    # s19-user: len() of a dict counts its keys, so every sample had length 1 and went to the
+    # first bucket (the collator then refused the batch); getting-started.md showed length_fn=len
+    dicts = [{"input_ids": [1] * n} for n in (3, 7)]
+    for stream in (
+        BucketIterable(dicts, length_fn=len, boundaries=[4, 8], batch_size=2),
+        PackIterable(dicts, length_fn=len, row_length=8, batch_size=1),
+    ):
+        with pytest.raises(TypeError, match=r"length_fn=len .* its number of keys \(1\), .*pass"):
+            list(stream)
+    lists = BucketIterable([[1] * 3, [1] * 7], length_fn=len, boundaries=[4, 8], batch_size=1)
+    assert [len(b) for b in lists] == [1, 1]  # len() of a list sample is still its length
+    # s19-user: left at torch's batch_size=1, a DataLoader handed the collator a list of one
+    # batch: a stream of tensors came out as fields 0, 1 of one row (no "inputs"), silently
+    tensors = BucketIterable([torch.ones(n) for n in (3, 2)], boundaries=[4], batch_size=2)
+    with pytest.raises(TypeError, match=r"batches them again .*DataLoader\(stream, batch_size=No"):
+        list(DataLoader(tensors, collate_fn=tensors.collator()))
+    assert len(list(DataLoader(tensors, collate_fn=lambda b: b))) == 1  # a collate_fn of one's own
     # s8-polish: a length past 2**62 (or max_length) was numpy's OverflowError in estimate()
     with pytest.raises(ValueError, match=r"returned 1180591620717411303424 .* < 2\*\*62"):
         list(BucketIterable([2**70, 3], length_fn=int, boundaries=estimate(2), batch_size=2))

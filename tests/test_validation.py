@@ -63,6 +63,11 @@ def test_as_lengths_2d_when_allowed():
         as_lengths(np.zeros((2, 2, 2), dtype=int), ndim=(1, 2))
 
 
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        yield 3
+
+
 @pytest.mark.parametrize(
     ("bad", "kind", "message"),
     [
@@ -93,6 +98,9 @@ def test_as_lengths_2d_when_allowed():
         # (were "must be 1-D ..., got an array of shape ()": numpy reads them as one object)
         ({3, 5}, TypeError, r"got a set; a set has no order: pass a list in sample order"),
         ({0: 3, 1: 5}, TypeError, r"got a dict; pass a list .*\(list\(lengths\.values\(\)\)"),
+        # s19-user: a generator or a stream was named with no way forward
+        ((n for n in [3, 5]), TypeError, r"got generator; an iterator .*, list\(lengths\) or np"),
+        (_Stream(), TypeError, r"got _Stream; an iterable without len\(\) .*BucketIterable"),
     ],
 )
 def test_as_lengths_rejects(bad, kind, message):

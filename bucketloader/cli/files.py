@@ -172,7 +172,15 @@ def _parse_text(
                 f"{len(fields)}"
             )
         for j, tok in enumerate(fields):
-            value = _int_token(tok, f"{name} line {n}")
+            try:
+                value = _int_token(tok, f"{name} line {n}")
+            except LengthFileError as exc:
+                if i or any(c.isdigit() for c in tok):
+                    raise
+                raise LengthFileError(  # a header row, most likely (s19-user)
+                    f"{exc}; a .txt file has no header row: start that line with '#', or "
+                    "name the file .csv / .tsv"
+                ) from None
             if j == idx:
                 out[i] = value
     return out
@@ -215,6 +223,17 @@ def _read_csv(lines: list[str], name: str, column: str | int | None, sep: str) -
     if not header or not any(h.strip() for h in header):
         raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")
     header = [h.strip() for h in header]
+    # np.savetxt(path, lengths, fmt="%d") writes no header: its first length was read as the
+    # column's name and left out, silently (s19-user). pandas names an array's columns 0, 1, ...
+    # (DataFrame(a).to_csv(index=False) writes "0,1"): such a header is kept.
+    numbered = header == [str(i) for i in range(len(header))]
+    numbers = all(h.lstrip("+-").isdigit() for h in header)
+    if numbers and not numbered and str(column) not in header:
+        raise LengthFileError(
+            f"{name}: the first row {header} holds numbers, not column names; a {sep!r}-"
+            f"separated file starts with a header row: add one (e.g. 'length'), or name the "
+            f"file .txt, which is read without one"
+        )
     if column is None:
         if len(header) != 1:
             raise LengthFileError(f"{name} has columns {header}; choose one with --column NAME")

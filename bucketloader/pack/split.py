@@ -68,8 +68,39 @@ class SplitDataset(Dataset):
         n = int(self._doc_len[i])
         if n <= self.max_length:
             return sample
+        _check_cuttable(sample, n, i)
         a = int(self.start[index])
         return cut(sample, n, a, a + int(self.lengths[index]))
+
+
+def _size(value: Any) -> int | None:
+    """``len(value)`` of a sequence field (not a string), else ``None``."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__getitem__"):
+        return None
+    try:
+        return len(value)
+    except TypeError:
+        return None
+
+
+def _check_cuttable(sample: Any, length: int, i: int) -> None:
+    """A document is cut by its given length: where no field of the sample has it, the pieces
+    lost tokens (a bare sample longer than given) or repeated none of a dict's fields, silently
+    (s19-user). One error naming the document and the lengths instead."""
+    if isinstance(sample, Mapping):
+        sizes = {k: _size(v) for k, v in sample.items()}
+        if length in sizes.values():
+            return
+        found = f"no field of {length} tokens (its fields: {sizes})"
+    else:
+        size = _size(sample)
+        if size == length:
+            return
+        found = f"{size} tokens"
+    raise ValueError(
+        f"document {i} of the dataset has {found}, but lengths[{i}] is {length}; SplitDataset "
+        "cuts every document by its given length, so pass each document's true token count"
+    )
 
 
 def cut(sample: Any, length: int, start: int, stop: int) -> Any:

@@ -150,10 +150,16 @@ class BatchRule:
         """Exactly one of ``batch_size`` (an int or per-cell sizes) and ``max_tokens`` (an int or
         a :class:`TokenBudget`), validated."""
         if (batch_size is None) == (max_tokens is None):
+            cap = (  # both, as fairseq's --max-tokens with --max-sentences (s19-user)
+                "; for a token budget with at most batch_size rows per batch, pass "
+                f"max_tokens=TokenBudget({max_tokens!r}, max_batch_size={batch_size!r})"
+                if isinstance(batch_size, int) and isinstance(max_tokens, int)
+                else ""
+            )
             raise ValueError(
                 "pass exactly one of batch_size (same batch size for every bucket) or max_tokens "
                 f"(batch size = max_tokens // padded size), got batch_size={batch_size!r} and "
-                f"max_tokens={max_tokens!r}"
+                f"max_tokens={max_tokens!r}{cap}"
             )
         if max_tokens is not None:
             if isinstance(max_tokens, TokenBudget):

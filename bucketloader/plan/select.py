@@ -77,9 +77,15 @@ def parse_shapes(shapes: Any, names: tuple[str, ...], multiples: Sequence[int]) 
         if len(row) != d or not all(
             isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 1 for x in row
         ):
+            batch = (  # NeMo's (batch, length) habit (s19-user)
+                "; a shape here is padded lengths only: the batch size comes from batch_size= "
+                "or max_tokens="
+                if len(row) == d + 1
+                else ""
+            )
             raise ValueError(
                 f"shapes must give {d} padded length(s) >= 1 per shape (inputs {list(names)}), "
-                f"got {s!r}"
+                f"got {s!r}{batch}"
             )
         rows.append([int(x) for x in row])
     if not rows:

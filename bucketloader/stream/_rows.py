@@ -110,7 +110,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._samples import length_reader
+from bucketloader._samples import length_reader, stream_len
 from bucketloader.pack.spec import SOLVER_VERSION, pack_rows
 from bucketloader.pack.split import cut
 from bucketloader.plan import PlannedBatch
@@ -144,6 +144,8 @@ def make_length_fn(length_fn: Any) -> Callable[[Any], int]:
     if length_fn is None or isinstance(length_fn, str):
         return length_reader(length_fn, arg="length_fn")
     if callable(length_fn):
+        if length_fn is len:  # a dict's len() counts its keys (NOTE [ len of a dict sample ])
+            return stream_len
         return length_fn  # type: ignore[no-any-return]
     raise TypeError(
         f"length_fn must be None, a key of the samples or a callable sample -> int, got "

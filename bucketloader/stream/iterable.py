@@ -100,10 +100,12 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             iterable. Re-iterable sources give one pass per epoch; a one-shot iterator gives one.
             Split over ranks, it is *this rank's* shard (``split_dataset_by_node``, or
             ``samples[rank::world]``).
-        length_fn: ``None`` (``len(sample)``), a key (``len(sample[key])``, audio dicts measure
-            their ``"array"``), a callable ``sample -> int``, or a tuple of keys to bucket
-            several inputs jointly (e.g. ``("input_ids", "labels")``: a batch's cell is its
-            bucket per input, ``B = max_tokens // (L_src + L_tgt)``).
+        length_fn: ``None`` (``len(sample)``; a dict by its ``"length"`` entry or its only
+            sequence field, where ``len`` would count its keys and is refused), a key
+            (``len(sample[key])``, audio dicts measure their ``"array"``), a callable
+            ``sample -> int``, or a tuple of keys to bucket several inputs jointly (e.g.
+            ``("input_ids", "labels")``: a batch's cell is its bucket per input,
+            ``B = max_tokens // (L_src + L_tgt)``).
         boundaries: the boundaries (array, a ``Solution``, a ``BucketSampler`` or
             ``BucketSpec`` — anything with ``.boundaries``; several inputs: a mapping key → array
             or a list in key order), or :func:`estimate` to estimate them from the head of the
@@ -163,7 +165,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         source: Iterable[Any],
         *,
         length_fn: LengthFn = None,
-        boundaries: Any,
+        boundaries: Any = None,
         shuffle_buffer: int = 0,
         seed: int = 0,
         num_replicas: int | None = None,
@@ -172,6 +174,14 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         checkpoint_dir: str | os.PathLike[str] | None = None,
         **options: Unpack[ShapeOptions],
     ) -> None:
+        if boundaries is None:  # (was Python's "missing ... argument", also beside num_buckets=)
+            k = options.get("num_buckets")  # type: ignore[typeddict-item]
+            raise TypeError(
+                "BucketIterable needs boundaries=: a stream's lengths are not known up front, so "
+                f"pass boundaries=estimate({'num_buckets' if k is None else repr(k)}) (from "
+                "bucketloader.stream: solved on the head of the stream), the boundaries "
+                "themselves, or a BucketSpec built on a sample of the lengths"
+            )
         self.source = check_source(source)
         self._length = make_length_fn(length_fn)
         self._measured_by_callable = callable(length_fn)

@@ -100,7 +100,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             iterable. Re-iterable sources give one pass per epoch (``set_epoch`` is passed on to
             a source that has it, e.g. ``IterableDataset.shuffle``). Split over ranks, it is
             *this rank's* shard (``split_dataset_by_node``, or ``documents[rank::world]``).
-        length_fn: ``None`` (``len(sample)``; a dict's only sequence field), a key
+        length_fn: ``None`` (``len(sample)``; a dict's only sequence field, where ``len`` would
+            count its keys and is refused), a key
             (``len(sample[key])``) or a callable ``sample -> tokens``.
         row_length: tokens per row ``L``.
         batch_size: rows per batch ``B``; or

@@ -641,6 +641,45 @@ def split_round_robin(consumed: int, totals: list[int | None]) -> tuple[list[int
     return got, 0
 
 
+def _check_not_batched_again(owner: str) -> None:
+    """NOTE [ A stream under a DataLoader's batch_size ]
+    A stream yields whole batches, so a DataLoader takes it with ``batch_size=None``. Left at
+    torch's default ``batch_size=1`` the loader hands its ``collate_fn`` a list of one batch,
+    which the stream's collator read as one sample: a stream of tensors came out as fields
+    ``0, 1, ...`` of one padded row and no ``inputs``, silently, and dict or token-list samples
+    failed with errors about the fields ("field 0 is padded but holds dict", "token ids must
+    be integers ... holds [1, 1, ...]") (s19-user). torch's iterable fetcher calls ``iter()``
+    on the stream from its ``__init__``, whose ``auto_collation`` says whether it batches; the
+    check reads that one local and its ``collate_fn`` (code objects compared, no frame kept),
+    and refuses only where the batches would reach this library's collators or torch's
+    ``default_collate``: a ``collate_fn`` of the user's own may group batches on purpose."""
+    import sys
+
+    from torch.utils.data import default_collate
+
+    try:
+        from torch.utils.data._utils.fetch import _IterableDatasetFetcher
+    except ImportError:  # pragma: no cover - a torch that moved it: no check
+        return
+    try:
+        frame = sys._getframe(2)  # (1: the stream's __iter__; 2: whoever called iter() on it)
+    except ValueError:  # pragma: no cover - no Python frame above __iter__
+        return
+    try:
+        if frame.f_code is not _IterableDatasetFetcher.__init__.__code__:
+            return
+        batched, collate = frame.f_locals.get("auto_collation"), frame.f_locals.get("collate_fn")
+    finally:
+        del frame
+    ours = type(collate).__module__.startswith("bucketloader.") or collate is default_collate
+    if batched and ours:
+        raise TypeError(
+            f"{owner} yields whole batches, but the DataLoader batches them again (its "
+            "batch_size is not None; torch's default is 1), so the collator would get a list "
+            "of batches; pass DataLoader(stream, batch_size=None, collate_fn=stream.collator())"
+        )
+
+
 class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     """What both streams (:class:`~bucketloader.BucketIterable`,
     :class:`~bucketloader.stream.PackIterable`) share: the epoch, the length with
@@ -709,6 +748,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         return self.steps_per_epoch
 
     def __iter__(self) -> Iterator[Any]:
+        _check_not_batched_again(type(self).__name__)
         info = torch.utils.data.get_worker_info()
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
         state, self._resume = self._resume, None
