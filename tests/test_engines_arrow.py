@@ -118,6 +118,28 @@ def test_nulls_are_counted_never_dropped(tmp_path):
         parquet_histogram(only_nulls, "ids", nulls="skip")
 
 
+def test_files_are_scanned_one_at_a_time_not_read_ahead(tmp_path, monkeypatch):
+    """NOTE [ One file at a time ]: a consumer slower than the reader (each batch's histogram)
+    let the dataset scanner buffer the files ahead, memory growing with the rows (before: the
+    peak held all 512 KB of this data set; now about one file's batches)."""
+    import time
+
+    from bucketloader.engines import _common
+
+    for i in range(8):
+        pq.write_table(pa.table({"n": np.arange(8192, dtype=np.int64)}), tmp_path / f"{i}.parquet")
+    peak, add = [0], _common.Accumulator.add
+
+    def slow_add(self, lengths, num_nulls=0):
+        time.sleep(0.001)
+        peak[0] = max(peak[0], pa.total_allocated_bytes())
+        return add(self, lengths, num_nulls)
+
+    monkeypatch.setattr(_common.Accumulator, "add", slow_add)
+    assert parquet_histogram(tmp_path, "n", batch_size=2048).num_rows == 8 * 8192
+    assert peak[0] < 8 * 8192 * 8 // 2, peak[0]
+
+
 def test_progress_bar_counts_rows(tmp_path, capsys):
     pytest.importorskip("tqdm")
     pq.write_table(pa.table({"n": list(range(300))}), tmp_path / "x.parquet")
