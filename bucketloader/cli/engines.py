@@ -109,7 +109,12 @@ def _engine_histogram(
 
         sql = _import("pyspark.sql", "spark")
         spark = sql.SparkSession.builder.appName("bucketloader").getOrCreate()
-        result = spark_histogram(spark.read.parquet(*read), column, nulls=nulls)
+        reader = spark.read
+        if _integer_widths(read, column) > 1:  # int32 lengths in one shard, int64 in another:
+            # Spark reads every file as the one file's type it took and fails on a wider one
+            # (the local and Ray engines widen); given bigint, it reads them all
+            reader = reader.schema(f"`{column.replace('`', '``')}` bigint")
+        result = spark_histogram(reader.parquet(*read), column, nulls=nulls)
     else:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got --engine {engine}")
     from bucketloader.histogram import LengthHistogram
@@ -135,6 +140,23 @@ def _empty_files(files: list[str]) -> tuple[str, ...]:
     import pyarrow.parquet as pq
 
     return tuple(f for f in files if pq.read_metadata(f).num_rows == 0)
+
+
+def _integer_widths(files: list[str], column: str) -> int:
+    """How many integer types ``column`` has over ``files`` (their footers), 0 where a file
+    holds it as anything else (Spark's own read then stands, and its errors)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    types = set()
+    for f in files:
+        schema = pq.read_schema(f)
+        if column in schema.names:
+            t = schema.field(column).type
+            if not pa.types.is_integer(t):
+                return 0
+            types.add(t)
+    return len(types)
 
 
 def _import(module: str, extra: str) -> Any:
