@@ -222,3 +222,18 @@ def test_cli_engine_ray_reads_parquet_shards(cluster, tmp_path, capsys):
     got = json.loads(js.read_text())["solution"]["boundaries"]
     assert got == compute_boundaries(arr, 4).tolist()
     assert "5,000 lengths" in capsys.readouterr().out
+
+
+def test_cli_engine_ray_names_the_file_whose_column_type_disagrees(cluster, tmp_path, capsys):
+    """s19: a length column of int64 in one shard and string in another ended `report --engine
+    ray` in pyarrow's "Unable to merge: Field n has incompatible types" (no file, no fix)."""
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"n": ["x", "y"]}), tmp_path / "b.parquet")
+    assert main(["report", str(tmp_path), "--column", "n", "-k", "2", "--engine", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert "b.parquet: column 'n' is string in this file but int64 in " in err, err
+    assert "write it again with the same type (e.g. int64)" in err
