@@ -472,6 +472,28 @@ def test_a_glob_or_file_that_is_not_parquet_names_the_file(tmp_path):
         parquet_histogram([tmp_path / "part-000.parquet", tmp_path / "lengths.txt"], "n")
 
 
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        (
+            "lang=*/",
+            r"matches 2 directories \(.*lang=a/, .*lang=b/\) and no file; .*lang=\*/\*\.parquet",
+        ),
+        ("*", r"matches 2 directories \(.*lang=a, .*lang=b\); .*name them all \(.*/\*\*/\*"),
+    ],
+)
+def test_a_glob_that_matches_directories_names_them(tmp_path, pattern, message):
+    """s19: a glob's directories are not read; 'data/lang=*/' said "no file matches the glob"
+    (it matches two), and 'data/*' beside partition folders read the top file alone, the
+    folders' rows left out without a word."""
+    for part in ("a", "b"):
+        _write_shards(tmp_path / f"lang={part}", pa.table({"n": [1, 2]}), 1)
+    pq.write_table(pa.table({"n": [3]}), tmp_path / "top.parquet")
+    with pytest.raises(FileNotFoundError, match=message):
+        parquet_histogram(f"{tmp_path}/{pattern}", "n")
+    assert parquet_histogram(str(tmp_path / "**"), "n").num_rows == 5  # (every folder's files)
+
+
 def test_the_stream_source_lists_a_directory_by_the_same_rule(tmp_path):
     from bucketloader.stream.arrow import ArrowRows
 
