@@ -167,6 +167,12 @@ def test_progress_counts_every_fragment_of_a_file(tmp_path, capsys):
     [
         (lambda p: pa.table({"n": pa.array([], pa.int64())}), "n", ValueError, r"has no rows"),
         (lambda p: pa.table({"n": [1, 2]}), "m", ValueError, r"column 'm' not found.*\['n'\]"),
+        (  # s19: a path into a struct column said 'not found' and named no way to it
+            lambda p: pa.table({"meta": [{"n": 3}]}),
+            "meta.n",
+            ValueError,
+            r"struct column 'meta'.*\{'meta\.n': pyarrow\.compute\.field\('meta', 'n'\)\}",
+        ),
         (lambda p: pa.table({"f": [1.0, 2.5]}), "f", TypeError, r"holds double numbers.*int64"),
         (
             lambda p: pa.table({"d": pa.array([decimal.Decimal(3)], pa.decimal128(5, 0))}),

@@ -91,6 +91,9 @@ def test_bad_input_one_clear_error(spark):
     )
     with pytest.raises(ValueError, match=r"column 'm' not found; the DataFrame has columns"):
         spark_histogram(df, "m")
+    nested = spark.createDataFrame([((3,),)], "s struct<x:int>")  # (s19: a path into a struct)
+    with pytest.raises(ValueError, match=r"'s\.x' is a field of the struct column 's'.*F\.col"):
+        spark_histogram(nested, "s.x")
     with pytest.raises(TypeError, match=r"holds double numbers"):
         spark_histogram(df, "f")
     with pytest.raises(TypeError, match=r"nested array"):

@@ -32,6 +32,7 @@ from bucketloader.engines._common import (
     check_nulls,
     describe_columns,
     missing_column,
+    nested_field,
     require,
     table_lengths,
 )
@@ -106,8 +107,16 @@ def parquet_histogram(
     schema, batches, total, what, rows = _open(pa, source, columns, batch_size, nulls)
     missing = [c for c in columns if c not in schema.names]
     if missing:
+        path = ", ".join(repr(part) for part in missing[0].split("."))
+        fix = (  # (a projection of the field, read batch by batch: still out of core)
+            "measure the field as a column of its own record batches, "
+            f"parquet_histogram(pyarrow.dataset.dataset(path).to_batches(columns={{"
+            f"{missing[0]!r}: pyarrow.compute.field({path})}}), {missing[0]!r}), or "
+            "write it to a column of its own"
+        )
         raise MissingKeyError(
             f"column {missing[0]!r} not found in {what}; it has columns {schema.names}"
+            + nested_field(missing[0], [f.name for f in schema if pa.types.is_struct(f.type)], fix)
         )
     for c in columns:
         check_arrow_type(schema.field(c).type, c, other=WITHOUT_LENGTH_FN)

@@ -26,6 +26,7 @@ from bucketloader.engines._common import (
     check_columns,
     check_nulls,
     missing_column,
+    nested_field,
     require,
 )
 
@@ -383,8 +384,14 @@ def _length_expr(df: Any, column: Any) -> Any:
     else:
         check_columns(column)
         if column not in df.columns:
+            fix = f"pass it as a Column, F.col({column!r})"
             raise MissingKeyError(
                 f"column {column!r} not found; the DataFrame has columns {df.columns}"
+                + nested_field(
+                    column,
+                    [f.name for f in df.schema.fields if isinstance(f.dataType, T.StructType)],
+                    fix,
+                )
             )
         col, label = F.col(_quoted(column)), column
         dtype = df.schema[column].dataType
