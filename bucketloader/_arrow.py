@@ -6,6 +6,7 @@ The Parquet files a path names are listed here too, once, for the engines and th
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any
 
@@ -147,7 +148,26 @@ def scan_parquet(source: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
 
     text = os.fspath(source)
     if glob.has_magic(text):
-        files = sorted(f for f in glob.glob(text, recursive=True) if os.path.isfile(f))
+        matched = glob.glob(text, recursive=True)
+        files = sorted(f for f in matched if os.path.isfile(f))
+        left = _unread_directories(matched, files)
+        if left:
+            # a glob names files: a directory it matches is not read, and where none of its
+            # files matched too ('data/lang=*/', 'data/*' beside partition folders) its rows were
+            # left out unsaid, or the error said that no file matched
+            shown = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+            base = _glob_base(text)
+            fix = (
+                f"name the files ({os.path.join(text.rstrip('/' + os.sep), '*.parquet')})"
+                if not files
+                else f"name them all ({os.path.join(base, '**', '*.parquet')})"
+            )
+            raise FileNotFoundError(
+                f"the glob {text} matches {len(left)} director{'y' if len(left) == 1 else 'ies'} "
+                f"({shown}){' and no file' if not files else ''}; a glob names files and a "
+                f"directory it matches is not read, so its rows would be left out: {fix}, or "
+                f"pass the directory that holds them ({base})"
+            )
         if not files:
             raise FileNotFoundError(f"no file matches the glob {text}")
         for f in files:
@@ -167,6 +187,29 @@ def scan_parquet(source: str | os.PathLike[str]) -> tuple[list[str], list[str]]:
         check_parquet(text)
         return [text], []
     raise FileNotFoundError(f"{text}: no such file, directory or glob")
+
+
+def _unread_directories(matched: list[str], files: list[str]) -> list[str]:
+    """The directories of a glob's matches that hold none of its matched files (their files
+    would not be read; ``data/**`` matches every folder and its files too: none)."""
+    covered: set[str] = set()
+    for f in files:
+        d = os.path.dirname(os.path.abspath(f))
+        while d not in covered:
+            covered.add(d)
+            d, up = os.path.dirname(d), d
+            if d == up:
+                break
+    return sorted(d for d in matched if os.path.isdir(d) and os.path.abspath(d) not in covered)
+
+
+def _glob_base(pattern: str) -> str:
+    """The directory a glob starts from: its components before the first with a wildcard."""
+    import glob
+
+    parts = pattern.replace(os.sep, "/").split("/")
+    fixed = list(itertools.takewhile(lambda p: not glob.has_magic(p), parts))
+    return "/".join(fixed) or "."
 
 
 def skipped_note(source: str | os.PathLike[str], files: list[str], skipped: list[str]) -> str:

@@ -1171,6 +1171,9 @@ def _check_histograms(
                 else "; build one with LengthHistogram.from_lengths(shard) (or an engine's "
                 "scan: parquet_histogram, ray_histogram, spark_histogram)"
                 if isinstance(h, (np.ndarray, list, tuple))
+                else "; an engine's scan returns a ScanResult: pass its .histogram "
+                "(shard_histograms=[result.histogram for result in results])"
+                if isinstance(getattr(h, "histogram", None), LengthHistogram)
                 else ""
             )
             raise TypeError(

@@ -118,6 +118,28 @@ def test_nulls_are_counted_never_dropped(tmp_path):
         parquet_histogram(only_nulls, "ids", nulls="skip")
 
 
+def test_files_are_scanned_one_at_a_time_not_read_ahead(tmp_path, monkeypatch):
+    """NOTE [ One file at a time ]: a consumer slower than the reader (each batch's histogram)
+    let the dataset scanner buffer the files ahead, memory growing with the rows (before: the
+    peak held all 512 KB of this data set; now about one file's batches)."""
+    import time
+
+    from bucketloader.engines import _common
+
+    for i in range(8):
+        pq.write_table(pa.table({"n": np.arange(8192, dtype=np.int64)}), tmp_path / f"{i}.parquet")
+    peak, add = [0], _common.Accumulator.add
+
+    def slow_add(self, lengths, num_nulls=0):
+        time.sleep(0.001)
+        peak[0] = max(peak[0], pa.total_allocated_bytes())
+        return add(self, lengths, num_nulls)
+
+    monkeypatch.setattr(_common.Accumulator, "add", slow_add)
+    assert parquet_histogram(tmp_path, "n", batch_size=2048).num_rows == 8 * 8192
+    assert peak[0] < 8 * 8192 * 8 // 2, peak[0]
+
+
 def test_progress_bar_counts_rows(tmp_path, capsys):
     pytest.importorskip("tqdm")
     pq.write_table(pa.table({"n": list(range(300))}), tmp_path / "x.parquet")
@@ -145,6 +167,12 @@ def test_progress_counts_every_fragment_of_a_file(tmp_path, capsys):
     [
         (lambda p: pa.table({"n": pa.array([], pa.int64())}), "n", ValueError, r"has no rows"),
         (lambda p: pa.table({"n": [1, 2]}), "m", ValueError, r"column 'm' not found.*\['n'\]"),
+        (  # s19: a path into a struct column said 'not found' and named no way to it
+            lambda p: pa.table({"meta": [{"n": 3}]}),
+            "meta.n",
+            ValueError,
+            r"struct column 'meta'.*\{'meta\.n': pyarrow\.compute\.field\('meta', 'n'\)\}",
+        ),
         (lambda p: pa.table({"f": [1.0, 2.5]}), "f", TypeError, r"holds double numbers.*int64"),
         (
             lambda p: pa.table({"d": pa.array([decimal.Decimal(3)], pa.decimal128(5, 0))}),
@@ -448,6 +476,28 @@ def test_a_glob_or_file_that_is_not_parquet_names_the_file(tmp_path):
         parquet_histogram(tmp_path / "lengths.txt", "n")
     with pytest.raises(ValueError, match=r"lengths\.txt is not a Parquet file"):  # in a list too
         parquet_histogram([tmp_path / "part-000.parquet", tmp_path / "lengths.txt"], "n")
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        (
+            "lang=*/",
+            r"matches 2 directories \(.*lang=a/, .*lang=b/\) and no file; .*lang=\*/\*\.parquet",
+        ),
+        ("*", r"matches 2 directories \(.*lang=a, .*lang=b\); .*name them all \(.*/\*\*/\*"),
+    ],
+)
+def test_a_glob_that_matches_directories_names_them(tmp_path, pattern, message):
+    """s19: a glob's directories are not read; 'data/lang=*/' said "no file matches the glob"
+    (it matches two), and 'data/*' beside partition folders read the top file alone, the
+    folders' rows left out without a word."""
+    for part in ("a", "b"):
+        _write_shards(tmp_path / f"lang={part}", pa.table({"n": [1, 2]}), 1)
+    pq.write_table(pa.table({"n": [3]}), tmp_path / "top.parquet")
+    with pytest.raises(FileNotFoundError, match=message):
+        parquet_histogram(f"{tmp_path}/{pattern}", "n")
+    assert parquet_histogram(str(tmp_path / "**"), "n").num_rows == 5  # (every folder's files)
 
 
 def test_the_stream_source_lists_a_directory_by_the_same_rule(tmp_path):

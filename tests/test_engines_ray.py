@@ -126,6 +126,9 @@ def test_bad_input_one_clear_error(cluster):
     ds = ray.data.from_items([{"n": 1, "f": 1.5, "nested": [[1], [2]]}])
     with pytest.raises(ValueError, match=r"column 'm' not found; the Ray dataset has columns"):
         ray_histogram(ds, "m")
+    nested = ray.data.from_items([{"s": {"x": 3}}])  # (s19: a path into a struct)
+    with pytest.raises(ValueError, match=r"'s\.x' is a field of the struct column 's'.*length_fn"):
+        ray_histogram(nested, "s.x")
     with pytest.raises(TypeError, match=r"holds double numbers"):
         ray_histogram(ds, "f")
     with pytest.raises(TypeError, match=r"nested list"):
@@ -222,3 +225,18 @@ def test_cli_engine_ray_reads_parquet_shards(cluster, tmp_path, capsys):
     got = json.loads(js.read_text())["solution"]["boundaries"]
     assert got == compute_boundaries(arr, 4).tolist()
     assert "5,000 lengths" in capsys.readouterr().out
+
+
+def test_cli_engine_ray_names_the_file_whose_column_type_disagrees(cluster, tmp_path, capsys):
+    """s19: a length column of int64 in one shard and string in another ended `report --engine
+    ray` in pyarrow's "Unable to merge: Field n has incompatible types" (no file, no fix)."""
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"n": ["x", "y"]}), tmp_path / "b.parquet")
+    assert main(["report", str(tmp_path), "--column", "n", "-k", "2", "--engine", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert "b.parquet: column 'n' is string in this file but int64 in " in err, err
+    assert "write it again with the same type (e.g. int64)" in err

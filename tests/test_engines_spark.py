@@ -91,6 +91,9 @@ def test_bad_input_one_clear_error(spark):
     )
     with pytest.raises(ValueError, match=r"column 'm' not found; the DataFrame has columns"):
         spark_histogram(df, "m")
+    nested = spark.createDataFrame([((3,),)], "s struct<x:int>")  # (s19: a path into a struct)
+    with pytest.raises(ValueError, match=r"'s\.x' is a field of the struct column 's'.*F\.col"):
+        spark_histogram(nested, "s.x")
     with pytest.raises(TypeError, match=r"holds double numbers"):
         spark_histogram(df, "f")
     with pytest.raises(TypeError, match=r"nested array"):
@@ -204,6 +207,29 @@ def test_cli_engine_spark_reads_past_an_untyped_empty_first_shard(spark, tmp_pat
     out = capsys.readouterr()
     assert "note: 1 of the 2 Parquet files holds no rows (part-0.parquet)" in out.err
     assert "recommended" in out.out, out.err
+
+
+def test_int32_and_int64_shards_read_on_the_cli_and_are_named_in_python(spark, tmp_path, capsys):
+    """s19: shards whose lengths are int32 in one file and int64 in another (two writers) ended
+    `report --engine spark` in a Py4JJavaError and 170 lines of Java (Spark reads every file as
+    the type of the one it took the schema from: PARQUET_COLUMN_DATA_TYPE_MISMATCH), where the
+    local and Ray engines read them; the CLI now gives Spark bigint, and the Python API names
+    the file, both types and that fix."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    pq.write_table(pa.table({"n": pa.array([3, 4], pa.int32())}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"n": pa.array([5, 6], pa.int64())}), tmp_path / "b.parquet")
+    assert main(["report", str(tmp_path), "--column", "n", "-k", "2", "--engine", "spark"]) == 0
+    assert "samples 4 " in capsys.readouterr().out
+    with pytest.raises(
+        ValueError,
+        match=r"b\.parquet: column 'n' is Parquet INT64 in this file"
+        r" but int .*spark\.read\.schema\('n bigint'\)",
+    ):
+        spark_histogram(spark.read.parquet(str(tmp_path)), "n")
 
 
 def test_python_api_names_an_untyped_empty_first_shard_and_the_fix(spark, tmp_path):

@@ -1157,7 +1157,10 @@ def test_an_empty_shard_receives_rows_under_exchange(last_batch):
 
 def test_shard_histograms_of_the_wrong_kind_name_how_to_make_one():
     """A worker's ``to_json()`` text (what docs/engines.md has workers send) or a shard's raw
-    lengths in ``shard_histograms`` was refused as 'got str' / 'got ndarray', no fix named."""
+    lengths in ``shard_histograms`` was refused as 'got str' / 'got ndarray', no fix named; an
+    engine's ``ScanResult`` as 'got ScanResult' (s19)."""
+    from bucketloader.engines import ScanResult
+
     shards = [np.array([3, 5, 5, 9]), np.array([4, 9, 12])]
     hists = [LengthHistogram.from_lengths(s) for s in shards]
     kw = {"num_replicas": 2, "rank": 0, "num_buckets": 2, "batch_size": 2}
@@ -1165,6 +1168,9 @@ def test_shard_histograms_of_the_wrong_kind_name_how_to_make_one():
         ShardedSampler(shards[0], shard_histograms=[hists[0], hists[1].to_json()], **kw)
     with pytest.raises(TypeError, match=r"\[0\] must be .*got ndarray; .*from_lengths\(shard\)"):
         ShardedSampler(shards[0], shard_histograms=shards, **kw)
+    scans = [ScanResult(h, h.num_samples, 0, "arrow") for h in hists]  # (s19) an engine's
+    with pytest.raises(TypeError, match=r"got ScanResult; .*pass its \.histogram"):
+        ShardedSampler(shards[0], shard_histograms=scans, **kw)
     text = [h.to_json() for h in hists]  # the fix, as named
     fixed = [LengthHistogram.from_json(t) for t in text]
     assert len(ShardedSampler(shards[0], shard_histograms=fixed, **kw)) > 0

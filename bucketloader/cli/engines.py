@@ -99,17 +99,29 @@ def _engine_histogram(
         ray.data.DataContext.get_current().enable_progress_bars = False
         import pyarrow.fs
 
-        ds = ray.data.read_parquet(
-            [str(Path(f).resolve()) for f in read],
-            filesystem=pyarrow.fs.LocalFileSystem(),  # local paths (and no fsspec/http probing)
-        ).select_columns([column])
+        try:
+            ds = ray.data.read_parquet(
+                [str(Path(f).resolve()) for f in read],
+                filesystem=pyarrow.fs.LocalFileSystem(),  # local paths (no fsspec/http probing)
+            ).select_columns([column])
+        except pyarrow.ArrowTypeError as exc:  # Ray unifies the files' schemas as it reads:
+            # "Unable to merge: Field n has incompatible types: int64 vs string", no file named
+            found = _disagreeing_file(read, column)
+            if found is None:
+                raise
+            raise ValueError(f"{found} (Ray: {exc})") from None
         result = ray_histogram(ds, column, nulls=nulls)
     elif engine == "spark":
         from bucketloader.engines import spark_histogram
 
         sql = _import("pyspark.sql", "spark")
         spark = sql.SparkSession.builder.appName("bucketloader").getOrCreate()
-        result = spark_histogram(spark.read.parquet(*read), column, nulls=nulls)
+        reader = spark.read
+        if _integer_widths(read, column) > 1:  # int32 lengths in one shard, int64 in another:
+            # Spark reads every file as the one file's type it took and fails on a wider one
+            # (the local and Ray engines widen); given bigint, it reads them all
+            reader = reader.schema(f"`{column.replace('`', '``')}` bigint")
+        result = spark_histogram(reader.parquet(*read), column, nulls=nulls)
     else:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got --engine {engine}")
     from bucketloader.histogram import LengthHistogram
@@ -135,6 +147,52 @@ def _empty_files(files: list[str]) -> tuple[str, ...]:
     import pyarrow.parquet as pq
 
     return tuple(f for f in files if pq.read_metadata(f).num_rows == 0)
+
+
+def _disagreeing_file(files: list[str], column: str) -> str | None:
+    """The error naming the first of ``files`` whose ``column`` has a type that does not unify
+    with the earlier files' (an ``int64`` length column and a ``string`` one), or ``None``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    first: tuple[str, Any] | None = None
+    for f in files:
+        schema = pq.read_schema(f)
+        if column not in schema.names:
+            continue
+        t = schema.field(column).type
+        if first is None:
+            first = (f, t)
+            continue
+        try:
+            pa.unify_schemas(
+                [pa.schema([(column, first[1])]), pa.schema([(column, t)])],
+                promote_options="permissive",
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return (
+                f"{f}: column {column!r} is {t} in this file but {first[1]} in {first[0]}; "
+                "every file must hold the measured column with one type: write it again with "
+                f"the same type (e.g. {first[1]}), or leave the file out"
+            )
+    return None
+
+
+def _integer_widths(files: list[str], column: str) -> int:
+    """How many integer types ``column`` has over ``files`` (their footers), 0 where a file
+    holds it as anything else (Spark's own read then stands, and its errors)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    types = set()
+    for f in files:
+        schema = pq.read_schema(f)
+        if column in schema.names:
+            t = schema.field(column).type
+            if not pa.types.is_integer(t):
+                return 0
+            types.add(t)
+    return len(types)
 
 
 def _import(module: str, extra: str) -> Any:

@@ -220,6 +220,27 @@ and leaves them out)
     return None
 
 
+def nested_field(name: str, structs: Sequence[str], fix: str) -> str:
+    """The end of a missing-column error where ``name`` is a path into a struct column
+    (``'meta.n'``, where ``structs``, the struct columns, hold ``'meta'``): columns are matched
+    by name, not by path, so the error says so and gives the engine's ``fix``; ``""`` for any
+    other name.
+
+    Example:
+        >>> nested_field("meta.n", ["meta", "ids"], "FIX")
+        "; 'meta.n' is a field of the struct column 'meta', and a column is named, not a path: FIX"
+        >>> nested_field("n", ["meta"], "FIX")
+        ''
+    """
+    head = name.split(".", 1)[0]
+    if "." not in name or head not in structs:
+        return ""
+    return (
+        f"; {name!r} is a field of the struct column {head!r}, and a column is named, not a "
+        f"path: {fix}"
+    )
+
+
 def describe_columns(columns: list[str] | None) -> str:
     if columns is None:
         return "length_fn"

@@ -29,6 +29,7 @@ from bucketloader.engines._common import (
     check_nulls,
     describe_columns,
     missing_column,
+    nested_field,
     require,
     table_lengths,
 )
@@ -175,7 +176,14 @@ def _check_args(
     names = list(schema.names)
     for c in columns:  # type: ignore[union-attr]
         if c not in names:
-            raise MissingKeyError(f"column {c!r} not found; the Ray dataset has columns {names}")
+            fix = (
+                "pass length_fn= reading it from each batch's struct column, or add it as a "
+                "column of its own with ds.map_batches"
+            )
+            raise MissingKeyError(
+                f"column {c!r} not found; the Ray dataset has columns {names}"
+                + nested_field(c, _structs(schema), fix)
+            )
     base = getattr(schema, "base_schema", None)
     import pyarrow as pa
 
@@ -280,6 +288,17 @@ def _lengths_from_fn(fn: Callable[[dict[str, np.ndarray]], Any], batch: dict[str
     out = as_lengths(fn(batch), name="length_fn(batch)", ndim=(1, 2))
     example = "length_fn=lambda batch: [len(x) for x in batch['tokens']]"
     return batch_lengths(out, n, name="length_fn(batch)", example=example)
+
+
+def _structs(schema: Any) -> list[str]:
+    """The struct columns of a Ray schema (whose types are Arrow types where it has them)."""
+    import pyarrow as pa
+
+    return [
+        n
+        for n, t in zip(schema.names, schema.types, strict=True)
+        if isinstance(t, pa.DataType) and pa.types.is_struct(t)
+    ]
 
 
 class _BlockHistogram:

@@ -26,6 +26,7 @@ from bucketloader.engines._common import (
     check_columns,
     check_nulls,
     missing_column,
+    nested_field,
     require,
 )
 
@@ -74,8 +75,8 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
     what = f"the Spark DataFrame ({_describe(items)})"
     try:
         rows = measured.groupBy(*names).count().collect()
-    except Exception:  # NOTE [ An empty shard with a column of type null ]
-        found = _untyped_empty_file(df, items)
+    except Exception as exc:  # NOTE [ An empty shard with a column of type null ]
+        found = _untyped_empty_file(df, items) or _type_mismatch(exc)
         if found is None:
             raise
         raise ValueError(f"{what}: {found}") from None
@@ -291,6 +292,41 @@ def _untyped_empty_file(df: Any, items: list[Any]) -> str | None:
     )
 
 
+#: Spark's error for a file whose column has another type than the DataFrame's (Spark 4).
+_MISMATCH = re.compile(
+    r"reading file (\S+?)\. Data type mismatches when reading Parquet column \[(.+?)\]\. "
+    r"Expected Spark type (\w+), actual Parquet type (\w+)"
+)
+
+#: Spark's type for a Parquet integer's physical type (the width a reader schema must give).
+_WIDER = {"INT64": "bigint", "INT32": "int"}
+
+
+def _type_mismatch(exc: Exception) -> str | None:
+    """Why Spark could not read a file, when its column has another type than the DataFrame's,
+    whose schema Spark took from one file (shards from two writers: ``int32`` lengths in one,
+    ``int64`` in another). Spark fails inside its reader with a Java trace of about 170 lines
+    (``FAILED_READ_FILE.PARQUET_COLUMN_DATA_TYPE_MISMATCH``); this names the file, the column,
+    both types and the fix. ``None`` for any other error (Spark's then stands)."""
+    found = _MISMATCH.search(str(exc))
+    if found is None:
+        return None
+    path, column, expected, actual = found.groups()
+    name = column if _PLAIN.fullmatch(column) else _quoted(column)
+    wider = _WIDER.get(actual)
+    fix = (
+        f"read the files with the wider type, spark.read.schema({f'{name} {wider}'!r})"
+        ".parquet(...), or write the column with one type in every file"
+        if wider is not None and expected in ("tinyint", "smallint", "int")
+        else "write the column with one type in every file"
+    )
+    return (
+        f"{path}: column {column!r} is Parquet {actual} in this file but {expected} in the "
+        f"DataFrame's schema (Spark took it from another file), and Spark does not convert it. "
+        f"Fix: {fix}"
+    )
+
+
 def _reads_as(spark: Any, path: str, column: str, ddl: str) -> bool:
     """Whether Spark reads the empty file ``path`` given the schema ``ddl``: it does where its
     column of type null is read as a primitive, an array of one or a map of them, and fails
@@ -348,8 +384,14 @@ def _length_expr(df: Any, column: Any) -> Any:
     else:
         check_columns(column)
         if column not in df.columns:
+            fix = f"pass it as a Column, F.col({column!r})"
             raise MissingKeyError(
                 f"column {column!r} not found; the DataFrame has columns {df.columns}"
+                + nested_field(
+                    column,
+                    [f.name for f in df.schema.fields if isinstance(f.dataType, T.StructType)],
+                    fix,
+                )
             )
         col, label = F.col(_quoted(column)), column
         dtype = df.schema[column].dataType
