@@ -214,13 +214,14 @@ def all_reduce_counts(
     owner: str,
     failed: bool = False,
     task: str = "count the first samples of their shard",
+    fix: str = "fix that rank's samples or length_fn",
 ) -> np.ndarray:
     """Sum ``counts`` over the ranks of the default process group, and one flag per rank: a
     rank that could not do its ``task`` on its own samples calls it with ``failed=True`` (its
     counts are not sent; it then raises its own error), and every other rank raises a
     ``RuntimeError`` naming it, where they would have waited for it in their next collective
-    (until the backend's timeout, or an opaque "connection closed" once its process exited).
-    Empty ``counts``: the flags alone."""
+    (until the backend's timeout, or an opaque "connection closed" once its process exited);
+    ``fix`` ends their message. Empty ``counts``: the flags alone."""
     import torch
     import torch.distributed as dist
 
@@ -235,7 +236,7 @@ def all_reduce_counts(
         raise RuntimeError(
             f"rank(s) {stopped} could not {task} for their {owner} (their own error is in "
             "their output); every rank stops here rather than wait for them in the next "
-            "collective (fix that rank's samples or length_fn)"
+            f"collective ({fix})"
         )
     return out[: len(counts)]  # type: ignore[no-any-return]
 
