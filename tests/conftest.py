@@ -59,11 +59,40 @@ def librispeech() -> np.ndarray:
 
 
 # -- several processes (gloo ranks) ----------------------------------------------------------------
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel picks a port from for ``bind(0)`` and ``connect()`` (Linux's
+    ``ip_local_port_range``; its default elsewhere)."""
+    try:
+        lo, hi = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    return lo, hi
+
+
 def free_port() -> int:
-    """A free TCP port on the loopback interface (for a process group's rendezvous)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free TCP port on the loopback interface (for a process group's rendezvous), from the
+    16384 ports just below the kernel's ephemeral range (:func:`ephemeral_ports`).
+
+    It stays free until rank 0's store listens on it, a fork and an import later (0.1-1 s): a
+    port of the ephemeral range (``bind(0)``'s, as before) could meanwhile go to any ``bind(0)``
+    on the machine, such as a gloo rank's listener of a test running beside it; rank 0 then
+    fails with EADDRINUSE and the other ranks connect to that listener and wait for the store's
+    answer in ``TCPStore::ping``, past the group's timeout (seen: still there after 70 s with a
+    40 s timeout), until the forker kills them (150-300 s). The kernel never picks a port below
+    the range by itself; the draw is the system's, not ``random``'s (a test may seed that)."""
+    import random
+
+    lo, _ = ephemeral_ports()
+    draw = random.SystemRandom()
+    for _ in range(100):
+        port = draw.randint(max(1024, lo - 16384), lo - 1)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # taken (a service, or another test's store)
+                continue
+            return port
+    raise RuntimeError(f"no free port among 100 drawn below {lo}")
 
 
 def run_snippet(code: str, *, warm: tuple[str, ...] | None = None) -> None:
