@@ -82,17 +82,19 @@ def free_port() -> int:
     the range by itself; the draw is the system's, not ``random``'s (a test may seed that)."""
     import random
 
-    lo, _ = ephemeral_ports()
+    lo, hi = ephemeral_ports()
+    # (a range reaching down to 1024 leaves the ports above it)
+    first, last = (max(1024, lo - 16384), lo - 1) if lo > 2048 else (hi + 1, 65535)
     draw = random.SystemRandom()
     for _ in range(100):
-        port = draw.randint(max(1024, lo - 16384), lo - 1)
+        port = draw.randint(first, last)
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:  # taken (a service, or another test's store)
                 continue
             return port
-    raise RuntimeError(f"no free port among 100 drawn below {lo}")
+    raise RuntimeError(f"no free port among 100 drawn from {first}..{last}")
 
 
 def run_snippet(code: str, *, warm: tuple[str, ...] | None = None) -> None:
@@ -192,8 +194,8 @@ def _run_fresh(argvs: list[list[str]], timeout: float) -> tuple[list[int], list[
 #: line on stdin: the ranks' argv, their log files, a timeout, a grace), forks one child per rank,
 #: which runs its script as ``__main__`` with its output in its log, waits for them (killing any
 #: left at the timeout, or ``grace`` seconds after one failed) and answers with their exit codes
-#: and the order they exited in. It never runs a test itself, so every rank
-#: starts from the same clean state. EOF on stdin ends it.
+#: and the order they exited in. It never runs a test itself, so every rank starts from the same
+#: clean state. EOF on stdin ends it.
 _FORKER = r"""
 import json, os, runpy, signal, sys, time, traceback
 sys.path.insert(0, sys.argv[1])
