@@ -150,6 +150,8 @@ def run_ranks(
         raise AssertionError(
             f"rank {r} failed (exit {codes[r]}){f' first (then {then})' if then else ''}:\n"
             f"{logs[r][-3000:]}"
+            # (a rank killed, -9, ends its log with its threads' Python stacks: where it hung)
+            + "".join(f"\n-- rank {k} (exit {codes[k]}):\n{logs[k][-1500:]}" for k in failed[1:])
         )
     return logs
 
@@ -193,11 +195,12 @@ def _run_fresh(argvs: list[list[str]], timeout: float) -> tuple[list[int], list[
 #: The warm interpreter: imports what the rank scripts import, then, for each request (one JSON
 #: line on stdin: the ranks' argv, their log files, a timeout, a grace), forks one child per rank,
 #: which runs its script as ``__main__`` with its output in its log, waits for them (killing any
-#: left at the timeout, or ``grace`` seconds after one failed) and answers with their exit codes
-#: and the order they exited in. It never runs a test itself, so every rank starts from the same
+#: left at the timeout, or ``grace`` seconds after one failed, after a SIGUSR1 that has
+#: faulthandler write their Python stacks to their logs) and answers with their exit codes and
+#: the order they exited in. It never runs a test itself, so every rank starts from the same
 #: clean state. EOF on stdin ends it.
 _FORKER = r"""
-import json, os, runpy, signal, sys, time, traceback
+import faulthandler, json, os, runpy, signal, sys, time, traceback
 sys.path.insert(0, sys.argv[1])
 import numpy, torch, torch.distributed, torch.nn.parallel, torch.utils.data  # noqa
 import bucketloader, bucketloader.stream, bucketloader.sharded, bucketloader.compile  # noqa
@@ -220,6 +223,7 @@ for line in sys.stdin:
                 os.dup2(fd, 1)
                 os.dup2(fd, 2)
                 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+                faulthandler.register(signal.SIGUSR1, all_threads=True)  # (stacks, to the log)
                 sys.argv = list(argv)
                 sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
                 runpy.run_path(argv[0], run_name="__main__")
@@ -245,10 +249,13 @@ for line in sys.stdin:
                         deadline = min(deadline, time.monotonic() + job["grace"])
         if len(codes) < len(pids):
             if time.monotonic() > deadline:
-                for pid in pids:
-                    if pid not in codes:
-                        os.kill(pid, signal.SIGKILL)
-                        codes[pid] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+                left = [pid for pid in pids if pid not in codes]
+                for pid in left:  # where each one waits, into its log, before it goes
+                    os.kill(pid, signal.SIGUSR1)
+                time.sleep(0.5)
+                for pid in left:
+                    os.kill(pid, signal.SIGKILL)
+                    codes[pid] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             time.sleep(0.02)
     print(json.dumps([[codes[p] for p in pids], [pids.index(p) for p in codes]]), flush=True)
 os._exit(0)  # (EOF: every rank was waited for; no teardown of torch's modules to wait for)
