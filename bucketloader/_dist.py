@@ -175,20 +175,32 @@ def send_error(error: BaseException, num_replicas: int, rank: int) -> None:
     dist.all_gather_object(gathered, json.dumps({"rank": rank, "error": text}))
 
 
-def borrow_sample(own: Any) -> Any:
+def borrow_sample(own: Any, *, owner: str = "stream", failed: bool = False) -> Any:
     """A sample every rank can stand in with: ``own``, or, on a rank without one, the first
     sample of the lowest rank that has one (``None`` when no rank has any). Every rank of the
     default process group must call it (NOTE [ A stream split over ranks ] in
     :mod:`bucketloader.stream._schedule`); samples travel as pickles (``broadcast_object_list``)
-    only when some rank has none."""
+    only when some rank has none. A rank that could not read its first sample calls it with
+    ``failed=True`` (it then raises its own error), and every other rank raises a
+    ``RuntimeError`` naming it, where they would have waited for it (:func:`all_reduce_counts`)."""
     import torch
     import torch.distributed as dist
 
     world, rank = default_ranks()
-    flag = torch.tensor([0 if own is None else 1], dtype=torch.int64, device=comm_device())
+    mine = 2 if failed else 0 if own is None else 1
+    flag = torch.tensor([mine], dtype=torch.int64, device=comm_device())
     flags = [torch.zeros_like(flag) for _ in range(world)]
     dist.all_gather(flags, flag)
     has = [int(f.item()) for f in flags]
+    stopped = [r for r, h in enumerate(has) if h == 2]
+    if stopped:
+        if failed:
+            return None
+        raise RuntimeError(
+            f"rank(s) {stopped} could not read the first sample of their shard for their "
+            f"{owner} (their own error is in their output); every rank stops here rather than "
+            "wait for them in the next collective (fix that rank's source)"
+        )
     if all(has) or not any(has):
         return own
     donor = has.index(1)
@@ -214,13 +226,14 @@ def all_reduce_counts(
     owner: str,
     failed: bool = False,
     task: str = "count the first samples of their shard",
+    fix: str = "fix that rank's samples or length_fn",
 ) -> np.ndarray:
     """Sum ``counts`` over the ranks of the default process group, and one flag per rank: a
     rank that could not do its ``task`` on its own samples calls it with ``failed=True`` (its
     counts are not sent; it then raises its own error), and every other rank raises a
     ``RuntimeError`` naming it, where they would have waited for it in their next collective
-    (until the backend's timeout, or an opaque "connection closed" once its process exited).
-    Empty ``counts``: the flags alone."""
+    (until the backend's timeout, or an opaque "connection closed" once its process exited);
+    ``fix`` ends their message. Empty ``counts``: the flags alone."""
     import torch
     import torch.distributed as dist
 
@@ -235,7 +248,7 @@ def all_reduce_counts(
         raise RuntimeError(
             f"rank(s) {stopped} could not {task} for their {owner} (their own error is in "
             "their output); every rank stops here rather than wait for them in the next "
-            "collective (fix that rank's samples or length_fn)"
+            f"collective ({fix})"
         )
     return out[: len(counts)]  # type: ignore[no-any-return]
 

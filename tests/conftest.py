@@ -59,11 +59,42 @@ def librispeech() -> np.ndarray:
 
 
 # -- several processes (gloo ranks) ----------------------------------------------------------------
+def ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel picks a port from for ``bind(0)`` and ``connect()`` (Linux's
+    ``ip_local_port_range``; its default elsewhere)."""
+    try:
+        lo, hi = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    return lo, hi
+
+
 def free_port() -> int:
-    """A free TCP port on the loopback interface (for a process group's rendezvous)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free TCP port on the loopback interface (for a process group's rendezvous), from the
+    16384 ports just below the kernel's ephemeral range (:func:`ephemeral_ports`).
+
+    It stays free until rank 0's store listens on it, a fork and an import later (0.1-1 s): a
+    port of the ephemeral range (``bind(0)``'s, as before) could meanwhile go to any ``bind(0)``
+    on the machine, such as a gloo rank's listener of a test running beside it; rank 0 then
+    fails with EADDRINUSE and the other ranks connect to that listener and wait for the store's
+    answer in ``TCPStore::ping``, past the group's timeout (seen: still there after 70 s with a
+    40 s timeout), until the forker kills them (150-300 s). The kernel never picks a port below
+    the range by itself; the draw is the system's, not ``random``'s (a test may seed that)."""
+    import random
+
+    lo, hi = ephemeral_ports()
+    # (a range reaching down to 1024 leaves the ports above it)
+    first, last = (max(1024, lo - 16384), lo - 1) if lo > 2048 else (hi + 1, 65535)
+    draw = random.SystemRandom()
+    for _ in range(100):
+        port = draw.randint(first, last)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # taken (a service, or another test's store)
+                continue
+            return port
+    raise RuntimeError(f"no free port among 100 drawn from {first}..{last}")
 
 
 def run_snippet(code: str, *, warm: tuple[str, ...] | None = None) -> None:
@@ -89,7 +120,7 @@ def run_snippet(code: str, *, warm: tuple[str, ...] | None = None) -> None:
         script = os.path.join(tmp, "snippet.py")
         with open(script, "w") as f:
             f.write(code)
-        (status,), (log,) = forker.run([[script]], 300, warm)
+        (status,), (log,), _ = forker.run([[script]], 300, warm)
     assert status == 0 and "ok" in log.splitlines(), log[-2000:]
 
 
@@ -97,8 +128,9 @@ def run_ranks(
     argv: Callable[[int], list[str]], world: int, *, timeout: float, preload: tuple[str, ...] = ()
 ) -> list[str]:
     """Run ``python *argv(rank)`` for every rank at once (gloo on loopback), wait for all, kill
-    any left after ``timeout`` seconds, and fail with the end of the log of the first rank that
-    failed; return every rank's log (stdout and stderr).
+    any left after ``timeout`` seconds (forked ranks: or :data:`FAILED_RANK_GRACE_S` after one
+    failed), and fail with the end of the log of the rank that failed first; return every
+    rank's log (stdout and stderr).
 
     The ranks are real processes, each forked from a warm interpreter that has imported torch
     and bucketloader once per test session (:class:`_RankForker`), instead of a fresh
@@ -109,19 +141,34 @@ def run_ranks(
     argvs = [[str(a) for a in argv(r)] for r in range(world)]
     forker = _RankForker.get()
     if forker is not None:
-        codes, logs = forker.run(argvs, timeout, preload)
+        codes, logs, exited = forker.run(argvs, timeout, preload)
     else:
-        codes, logs = _run_fresh(argvs, timeout)
-    for r, (code, log) in enumerate(zip(codes, logs, strict=True)):
-        assert code == 0, f"rank {r} failed (exit {code}):\n{log[-3000:]}"
+        codes, logs, exited = _run_fresh(argvs, timeout)
+    failed = [r for r in exited if codes[r] != 0]
+    if failed:
+        r, then = failed[0], ", ".join(f"rank {k} exit {codes[k]}" for k in failed[1:])
+        raise AssertionError(
+            f"rank {r} failed (exit {codes[r]}){f' first (then {then})' if then else ''}:\n"
+            f"{logs[r][-3000:]}"
+            # (a rank killed, -9, ends its log with its threads' Python stacks: where it hung)
+            + "".join(f"\n-- rank {k} (exit {codes[k]}):\n{logs[k][-1500:]}" for k in failed[1:])
+        )
     return logs
+
+
+#: How long the other ranks may go on once one failed (its error reaches theirs at once through
+#: gloo's closed connections) before the forker kills them: a rank that failed before the
+#: rendezvous left the others waiting in it for the group's whole timeout (64.7 s of a 60 s
+#: timeout; the tests give 120-300 s), and the failure shown was theirs (the store's timeout),
+#: not its own.
+FAILED_RANK_GRACE_S = 10.0
 
 
 #: What every rank gets in its environment (one thread each, gloo on the loopback interface).
 RANK_ENV = {"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
 
 
-def _run_fresh(argvs: list[list[str]], timeout: float) -> tuple[list[int], list[str]]:
+def _run_fresh(argvs: list[list[str]], timeout: float) -> tuple[list[int], list[str], list[int]]:
     env = {**os.environ, **RANK_ENV}
     procs = [
         subprocess.Popen(
@@ -142,16 +189,18 @@ def _run_fresh(argvs: list[list[str]], timeout: float) -> tuple[list[int], list[
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    return [p.returncode for p in procs], logs
+    return [p.returncode for p in procs], logs, list(range(len(procs)))
 
 
 #: The warm interpreter: imports what the rank scripts import, then, for each request (one JSON
-#: line on stdin: the ranks' argv, their log files, a timeout), forks one child per rank, which
-#: runs its script as ``__main__`` with its output in its log, waits for them (killing any left
-#: at the timeout) and answers with their exit codes. It never runs a test itself, so every rank
-#: starts from the same clean state. EOF on stdin ends it.
+#: line on stdin: the ranks' argv, their log files, a timeout, a grace), forks one child per rank,
+#: which runs its script as ``__main__`` with its output in its log, waits for them (killing any
+#: left at the timeout, or ``grace`` seconds after one failed, after a SIGUSR1 that has
+#: faulthandler write their Python stacks to their logs) and answers with their exit codes and
+#: the order they exited in. It never runs a test itself, so every rank starts from the same
+#: clean state. EOF on stdin ends it.
 _FORKER = r"""
-import json, os, runpy, signal, sys, time, traceback
+import faulthandler, json, os, runpy, signal, sys, time, traceback
 sys.path.insert(0, sys.argv[1])
 import numpy, torch, torch.distributed, torch.nn.parallel, torch.utils.data  # noqa
 import bucketloader, bucketloader.stream, bucketloader.sharded, bucketloader.compile  # noqa
@@ -174,6 +223,7 @@ for line in sys.stdin:
                 os.dup2(fd, 1)
                 os.dup2(fd, 2)
                 os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+                faulthandler.register(signal.SIGUSR1, all_threads=True)  # (stacks, to the log)
                 sys.argv = list(argv)
                 sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
                 runpy.run_path(argv[0], run_name="__main__")
@@ -195,14 +245,19 @@ for line in sys.stdin:
                 done, status = os.waitpid(pid, os.WNOHANG)
                 if done:
                     codes[pid] = os.waitstatus_to_exitcode(status)
+                    if codes[pid] != 0:
+                        deadline = min(deadline, time.monotonic() + job["grace"])
         if len(codes) < len(pids):
             if time.monotonic() > deadline:
-                for pid in pids:
-                    if pid not in codes:
-                        os.kill(pid, signal.SIGKILL)
-                        codes[pid] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+                left = [pid for pid in pids if pid not in codes]
+                for pid in left:  # where each one waits, into its log, before it goes
+                    os.kill(pid, signal.SIGUSR1)
+                time.sleep(0.5)
+                for pid in left:
+                    os.kill(pid, signal.SIGKILL)
+                    codes[pid] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
             time.sleep(0.02)
-    print(json.dumps([codes[p] for p in pids]), flush=True)
+    print(json.dumps([[codes[p] for p in pids], [pids.index(p) for p in codes]]), flush=True)
 os._exit(0)  # (EOF: every rank was waited for; no teardown of torch's modules to wait for)
 """
 
@@ -238,12 +293,14 @@ class _RankForker:
 
     def run(
         self, argvs: list[list[str]], timeout: float, preload: tuple[str, ...] = ()
-    ) -> tuple[list[int], list[str]]:
+    ) -> tuple[list[int], list[str], list[int]]:
+        """Every rank's exit code and log, and the ranks in the order they exited."""
         import tempfile
 
         with tempfile.TemporaryDirectory(prefix="ranks") as tmp:
             logs = [os.path.join(tmp, f"rank{r}.log") for r in range(len(argvs))]
             job = {"argvs": argvs, "logs": logs, "timeout": timeout, "preload": list(preload)}
+            job["grace"] = FAILED_RANK_GRACE_S
             self.proc.stdin.write(json.dumps(job) + "\n")  # type: ignore[union-attr]
             self.proc.stdin.flush()  # type: ignore[union-attr]
             answer = self.proc.stdout.readline()  # type: ignore[union-attr]
@@ -253,7 +310,8 @@ class _RankForker:
             for log in logs:
                 with open(log, errors="replace") as f:
                     texts.append(f.read())
-        return json.loads(answer), texts
+        codes, exited = json.loads(answer)
+        return codes, texts, exited
 
     @classmethod
     def close(cls) -> None:

@@ -520,6 +520,9 @@ def test_two_ranks_split_the_shapes_share_and_load_all(tmp_path):
         owner = {"x".join(map(str, s)): by for s, phase, by, _ in rows}
         assert run["collective"]["written_by"] == {k: str(v) for k, v in owner.items()}
         assert run["collective"]["received"] == sum(phase == "load" for _, phase, _, _ in rows)
+    named = "RuntimeError: rank(s) [1] could not compile their share of the shapes"
+    assert runs[0]["failing"].startswith(named), runs[0]["failing"]
+    assert runs[1]["failing"].startswith("ValueError: no shape ["), runs[1]["failing"]
 
 
 def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
@@ -569,6 +572,21 @@ def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
             "new_graphs_in_training": backend.graphs - graphs,
             "written_by": written,
         }
+
+    # a step that raises on rank 1's share: rank 1 raises its own error, rank 0 one naming rank 1
+    # (it waited in the sharing's first collective, until the group's timeout)
+    def failing(batch):
+        if dist.get_rank() == 1:
+            raise ValueError(f"no shape {list(batch['input_ids'].shape)} on rank 1")
+
+    try:
+        precompile(
+            failing, sampler, example=data, restore=[], cache=tmp / "failing", progress=False
+        )
+        out["failing"] = "no error"
+    except (ValueError, RuntimeError) as exc:
+        out["failing"] = f"{type(exc).__name__}: {exc}"
+    dist.monitored_barrier(timeout=timedelta(seconds=20))  # a rank left behind waits here
     (tmp / f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()
     dist.destroy_process_group()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from conftest import ephemeral_ports, free_port
 
 #: A test file for a nested pytest: one failure; at exit, an exit handler registered by a test
 #: and an object torn down with its module each leave a file.
@@ -70,3 +73,13 @@ def test_a_worker_skips_its_teardown_and_a_nested_pytest_keeps_its_exit_status(t
     # teardown runs, its exit status stays its own (was 0 here: the worker's early exit)
     status, left = _nested(tmp_path / "nested", env={"PYTEST_XDIST_WORKER": "gw0"})
     assert status == 1 and left == {"exit_handler", "module_teardown"}, (status, left)
+
+
+def test_a_rendezvous_port_is_free_and_one_the_kernel_never_hands_out_itself():
+    # (a bind(0) port, as before: any bind(0) on the machine could take it before rank 0's
+    # store listens on it, and the other ranks then wait on that listener past every timeout)
+    lo, hi = ephemeral_ports()
+    ports = [free_port() for _ in range(20)]
+    assert all(1024 <= p < lo or hi < p for p in ports) and len(set(ports)) > 1, (ports, lo, hi)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", ports[-1]))

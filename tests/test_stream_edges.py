@@ -22,6 +22,7 @@ import torch
 from conftest import free_port, load_real, run_ranks
 
 from bucketloader import BucketIterable
+from bucketloader.plan import BucketSpec
 from bucketloader.stream import PackIterable, estimate
 
 TIMEOUT_S = 150
@@ -158,7 +159,9 @@ def test_a_rank_whose_head_is_refused_stops_every_rank_with_its_name(tmp_path):
     """A stream split over ranks counts the head of each rank's shard and sums the counts (one
     all_reduce), and with boundaries=estimate(...) estimates on every rank's head before rank 0
     sends its boundaries: rank 1's head holds a negative length, so it raises its own error,
-    and the other ranks a RuntimeError naming it, where they used to wait for it."""
+    and the other ranks a RuntimeError naming it, where they used to wait for it. With a spec's
+    boundaries (no head counted), a shard that cannot be read fails at its first sample, which
+    the ranks then share: named too (the others waited in that gather)."""
     runs = _run_ranks(tmp_path, "refused")
     for i, task in enumerate(("count the first samples", "estimate the boundaries from the head")):
         named = (
@@ -167,6 +170,12 @@ def test_a_rank_whose_head_is_refused_stops_every_rank_with_its_name(tmp_path):
         errors = [r[i] for r in runs]
         assert [e.startswith(named) for e in errors] == [True, False, True], errors
         assert errors[1].startswith("ValueError: ") and "-3" in errors[1], errors
+    # boundaries from a BucketSpec (its counts set the schedule: no head is read to count), and
+    # rank 1's shard cannot be read: its first sample, the padding template, is read alone
+    named = "RuntimeError: rank(s) [1] could not read the first sample of their shard"
+    errors = [r[2] for r in runs]
+    assert [e.startswith(named) for e in errors] == [True, False, True], errors
+    assert errors[1] == "OSError: rank 1 cannot open its shard", errors
 
 
 def _refused(rank: int, world: int, port: int, out_dir: str) -> None:
@@ -180,16 +189,24 @@ def _refused(rank: int, world: int, port: int, out_dir: str) -> None:
     if rank == 1:
         shard[7]["n"] = -3
     errors = []
+
+    class Unreadable:
+        def __iter__(self):
+            raise OSError("rank 1 cannot open its shard")
+
+    spec = BucketSpec.build([5, 9, 20, 33, 40], boundaries=[16, 32, 64], batch_size=4)
     # the schedule's counts of the head (given boundaries), then boundaries=estimate(...): rank 0
-    # would send its estimate to ranks that never receive it
-    for bounds in ([16, 32, 64], estimate(3, sample_size=30)):
+    # would send its estimate to ranks that never receive it; then a spec's boundaries and rank
+    # 1's shard unreadable: the others waited for its first sample (the padding template)
+    for bounds in ([16, 32, 64], estimate(3, sample_size=30), spec):
+        source = Unreadable() if bounds is spec and rank == 1 else shard
         try:
             BucketIterable(
-                shard, length_fn=lambda s: s["n"], boundaries=bounds, batch_size=4,
+                source, length_fn=lambda s: s["n"], boundaries=bounds, batch_size=4,
                 steps_per_epoch=5,
             )  # fmt: skip
             errors.append("")
-        except (ValueError, RuntimeError) as exc:
+        except (ValueError, RuntimeError, OSError) as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
         dist.monitored_barrier(timeout=timedelta(seconds=20))  # a rank left behind waits here
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(errors))

@@ -21,8 +21,12 @@ the inductor directory (fxgraph, aotautograd, kernels) are sent to all ranks wit
 ``all_gather_object`` and written where missing (``share="collective"`` forces this). After
 ``precompile`` returns, every rank holds every shape's graph in memory: no compile stall at any
 step. Shapes that every rank's cache has a record of are loaded by every rank, compiled by none.
-A rank whose step raises leaves the others waiting at the next collective until the process
-group's timeout, as with any collective.
+A rank whose step raises on a shape of its share says so before the sharing (one flag per rank,
+one ``all_reduce``): every other rank raises a ``RuntimeError`` naming it, where they waited for it
+in the sharing's first collective until the process group's timeout (30 minutes by default; a
+two-rank gloo check with a 60 s timeout waited 61 s), or failed with gloo's opaque "Connection
+closed by peer" once its process exited. A rank that raises before the assignment, or in the
+load phase, still leaves the others waiting in their next collective, as with any collective.
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 
+from bucketloader._dist import all_reduce_counts
 from bucketloader._validation import check_bool, check_folder, checks_options
 from bucketloader.compile import _dist
 from bucketloader.compile._key import batch_signature, check_torch, digest, key_document
@@ -276,10 +282,16 @@ def precompile(
             _dist.artifact_files(store.inductor_dir) if store is not None and size > 1 else set()
         )
         run = _Runner(step, dev, store, key, document, signatures, records, owners, snapshot)
-        for i in _bar(mine, show, "precompile" if size == 1 else f"compile (rank {rank})"):
-            rows.append(run(i, targets[i], "compile"))
+        try:
+            for i in _bar(mine, show, "precompile" if size == 1 else f"compile (rank {rank})"):
+                rows.append(run(i, targets[i], "compile"))
+        except Exception:
+            if size > 1:  # (the others stop, naming this rank, rather than wait in the sharing)
+                _share_failed(failed=True)
+            raise
         if size > 1 and store is not None:
             t0 = time.perf_counter()
+            _share_failed(failed=False)  # NOTE [ Sharing across ranks ]: a rank's step raised
             shared = store.share == "filesystem" or (
                 store.share == "auto" and _dist.sees_shared_directory(store.directory)
             )
@@ -508,6 +520,19 @@ def raise_recompile_limit(n: int) -> int:
     if hasattr(config, acc):
         setattr(config, acc, max(int(getattr(config, acc)), 4 * limit))
     return limit
+
+
+def _share_failed(*, failed: bool) -> None:
+    """Every rank's flag: whether its step raised on its share of the shapes; a rank that did not
+    raises a ``RuntimeError`` naming those that did (:func:`~bucketloader._dist.all_reduce_counts`).
+    """
+    all_reduce_counts(
+        np.zeros(0, dtype=np.int64),
+        owner="precompile call",
+        failed=failed,
+        task="compile their share of the shapes",
+        fix="that rank's step raised on a planned batch shape: fix the step or the plan",
+    )
 
 
 def _assign(targets: list[tuple[tuple[int, ...], Any]], records: list[Any], size: int) -> list[int]:

@@ -421,13 +421,19 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         if self._prefix is not None:
             own = self._prefix[0] if self._prefix else None
         else:
-            it = iter(self.source)
-            head = list(itertools.islice(it, 1))
+            try:  # (this rank's own shard, read first here when a spec set the schedule: an
+                # error here reaches the other ranks in the borrowing's gather)
+                it = iter(self.source)
+                head = list(itertools.islice(it, 1))
+            except Exception:
+                if dist_ready(self.num_replicas):
+                    borrow_sample(None, owner=type(self).__name__, failed=True)
+                raise
             if it is self.source:  # a one-shot iterator: replay the sample in the first pass
                 self._prefix, self._rest = head, it
             own = head[0] if head else None
         if dist_ready(self.num_replicas):
-            return borrow_sample(own)
+            return borrow_sample(own, owner=type(self).__name__)
         return own
 
     @property
