@@ -495,8 +495,12 @@ def test_a_glob_that_matches_directories_names_them(tmp_path, pattern, message):
     for part in ("a", "b"):
         _write_shards(tmp_path / f"lang={part}", pa.table({"n": [1, 2]}), 1)
     pq.write_table(pa.table({"n": [3]}), tmp_path / "top.parquet")
+    for folder in ("empty", "_temporary", "logs"):  # no Parquet to leave out: not named
+        (tmp_path / folder).mkdir()
+    (tmp_path / "logs" / "run.log").write_text("hi")
     with pytest.raises(FileNotFoundError, match=message):
         parquet_histogram(f"{tmp_path}/{pattern}", "n")
+    (tmp_path / "logs" / "run.log").unlink()  # (** matches it, a file that is not Parquet)
     assert parquet_histogram(str(tmp_path / "**"), "n").num_rows == 5  # (every folder's files)
 
 
