@@ -162,6 +162,7 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
     (d / "bad.csv").write_text("n\n4\n5\nx\n")
     (d / "nohdr.csv").write_text("4\n5\n6\n")  # np.savetxt(path, lengths, fmt="%d")
     (d / "hdr.txt").write_text("length\n4\n5\n")
+    np.savetxt(d / "floats.csv", [512, 7, 9])  # (its default fmt: 5.120000000000000000e+02)
     (d / "bad.jsonl").write_text('{"n": 4}\n{"n": 5\n')
     (d / "strs.jsonl").write_text('{"n": "a"}\n')
     (d / "lengths.xyz").write_text("4\n")
@@ -188,6 +189,7 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "ragged": (["report", str(d / "ragged.txt"), "--column", "0"], "line 2: expected 2"),
         "csv bad value": (["report", str(d / "bad.csv"), "--column", "n"], "line 4"),
         "csv without header": (["report", str(d / "nohdr.csv")], "['4'] holds numbers, not"),
+        "csv of floats without header": (["report", str(d / "floats.csv")], "e+02'] holds numbers"),
         "txt with a header": (["report", str(d / "hdr.txt")], "'length'; a .txt file has no h"),
         "jsonl bad line": (["report", str(d / "bad.jsonl"), "--column", "n"], "line 2: not valid"),
         "jsonl strings": (["report", str(d / "strs.jsonl"), "--column", "n"], "ints) or lists"),

@@ -750,6 +750,7 @@ def test_split_dataset_packs_pieces():
         short[1]
     with pytest.raises(ValueError, match=r"has no field of 10 tokens \(its fields: \{'ids': 20"):
         SplitDataset([{"ids": [7] * 20}], [10], max_length=8)[0]
+    assert SplitDataset([b"abcdefghij"], [10], max_length=8)[1] == b"ij"  # (bytes: ByT5)
 
 
 # --- masks ---------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import decimal
 import json
+import re
 import warnings
 from importlib import resources
 from pathlib import Path
@@ -92,6 +93,11 @@ def read_lengths(path: str | Path, column: str | int | None = None) -> np.ndarra
     if suffix == ".jsonl":
         return _read_jsonl(lines, str(p), column)
     return _read_csv(lines, str(p), column, "\t" if suffix == ".tsv" else ",")
+
+
+#: A number as a header cell: np.savetxt(path, lengths) with its default fmt="%.18e" writes
+#: 5.120000000000000000e+02, whose first length was read as the column's name (s19-review).
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 def _int_token(token: str, where: str) -> int:
@@ -227,7 +233,7 @@ def _read_csv(lines: list[str], name: str, column: str | int | None, sep: str) -
     # column's name and left out, silently (s19-user). pandas names an array's columns 0, 1, ...
     # (DataFrame(a).to_csv(index=False) writes "0,1"): such a header is kept.
     numbered = header == [str(i) for i in range(len(header))]
-    numbers = all(h.lstrip("+-").isdigit() for h in header)
+    numbers = all(_NUMBER.fullmatch(h) for h in header)  # (np.savetxt's default fmt is %.18e)
     if numbers and not numbered and str(column) not in header:
         raise LengthFileError(
             f"{name}: the first row {header} holds numbers, not column names; a {sep!r}-"

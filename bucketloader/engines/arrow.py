@@ -183,19 +183,24 @@ def _open(
         # 60 M rows with 3 ms of work per batch). Scanning the files we listed one fragment at
         # a time, cast to the dataset's schema, holds one batch: 143 MB and a 3 MB pool at
         # 60 M rows, as fast. A user's dataset keeps its own scan (its filter, its partitions).
-        batches = (
-            (
-                b
-                for f in source.get_fragments()
-                for b in f.to_batches(schema=source.schema, fragment_readahead=1, **options)
-            )
-            if own
-            else source.to_batches(fragment_readahead=1, **options)
-        )
+        # Small files go together, up to a batch's rows a scan (s19-review: one scanner per
+        # file cost 0.1 to 0.2 ms a file, 0.35 -> 0.74 s for 2,000 files of 50 rows; grouped,
+        # as before, while a scan still holds about one batch).
         rows = (
             _rows_per_file(pa, source, what, footers=own)
             if isinstance(source, pads.FileSystemDataset)
             else {}
+        )
+        batches = (
+            (
+                b
+                for group in _file_groups(source, rows, batch_size)
+                for b in pads.FileSystemDataset(
+                    group, source.schema, source.format, source.filesystem
+                ).to_batches(fragment_readahead=1, **options)
+            )
+            if own
+            else source.to_batches(fragment_readahead=1, **options)
         )
         total = sum(rows.values()) if rows else None
         checked = _checked_batches(pa, batches, what, source, present)
@@ -291,6 +296,22 @@ def _typed(
         return pads.dataset(files, format="parquet", schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
         raise ValueError(f"{what}: the files' schemas do not agree ({exc})") from None
+
+
+def _file_groups(dataset: Any, rows: dict[str, int], limit: int) -> Iterator[list[Any]]:
+    """The fragments of ``dataset`` in order, in runs of at most ``limit`` rows (a larger file
+    alone): what one scan may read ahead (NOTE [ One file at a time ])."""
+    group: list[Any] = []
+    held = 0
+    for f in dataset.get_fragments():
+        n = rows.get(f.path, 0)
+        if group and held + n > limit:
+            yield group
+            group, held = [], 0
+        group.append(f)
+        held += n
+    if group:
+        yield group
 
 
 def _rows_per_file(pa: Any, dataset: Any, what: str, *, footers: bool) -> dict[str, int]:

@@ -92,11 +92,14 @@ def _check_cuttable(sample: Any, length: int, i: int) -> None:
         if length in sizes.values():
             return
         found = f"no field of {length} tokens (its fields: {sizes})"
-    else:
-        size = _size(sample)
+    else:  # (a bare sample is sliced whatever it is: bytes of a byte-level model too)
+        try:
+            size: int | None = len(sample)
+        except TypeError:
+            size = None
         if size == length:
             return
-        found = f"{size} tokens"
+        found = f"{size} tokens" if size is not None else f"no length (a {type(sample).__name__})"
     raise ValueError(
         f"document {i} of the dataset has {found}, but lengths[{i}] is {length}; SplitDataset "
         "cuts every document by its given length, so pass each document's true token count"
