@@ -566,6 +566,12 @@ def test_row_losses_count_the_ranks_and_a_step_of_no_real_row(tmp_path, monkeypa
     trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds, bucketing=bucketing)
     batch = dict(next(iter(trainer.get_train_dataloader())))
     assert trainer.bucketing.sampler.seed == 7  # (the Trainer's seed orders the epochs)
+    assert trainer.bucketing.sampler.last_batch == "pad"
+    # s19-user: dataloader_drop_last=True was ignored (every bucket's last batch padded)
+    args = _args(tmp_path, dataloader_drop_last=True)
+    dropping = hf.BucketTrainer(model=model, args=args, train_dataset=ds, bucketing=bucketing)
+    dropping.get_train_dataloader()
+    assert dropping.bucketing.sampler.last_batch == "drop"
     model.train()
 
     def loss(rows, ranks):

@@ -191,6 +191,8 @@ class _BucketMixin:
             )
         if not evaluation:
             opts.setdefault("seed", self.args.seed)
+            if self.args.dataloader_drop_last:  # (evaluation keeps every sample, in order)
+                opts.setdefault("last_batch", "drop")
         opts.setdefault("num_replicas", self.args.world_size)
         opts.setdefault("rank", self.args.process_index)
         opts.setdefault("decoder_attention_mask", "decoder_attention_mask" in self.model_inputs())
@@ -1006,7 +1008,8 @@ class BucketTrainer(_BucketMixin, transformers.Trainer):
             ``pad_to_multiple_of``, ``target_length``, ...) applied to each dataset after the
             unused columns are removed. Defaults: ``column`` = the model's
             ``main_input_name``, ``batch_size`` = ``per_device_train_batch_size`` (unless
-            ``max_tokens``), ``seed`` = ``args.seed``, rank and world size from ``args``, pad id
+            ``max_tokens``), ``seed`` = ``args.seed``, ``last_batch="drop"`` with
+            ``args.dataloader_drop_last`` (training only), rank and world size from ``args``, pad id
             and side from ``processing_class`` (else the model config's ``pad_token_id``).
         eval_bucketing: options that differ for evaluation and prediction (e.g. a larger
             ``max_tokens``, or ``balance=False``); the training options apply otherwise, except
