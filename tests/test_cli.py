@@ -340,11 +340,26 @@ def test_bad_options_fail_before_any_work(tmp_path, files, capsys):
         ["--cost", "cubic"],
         ["--max-tokens", "39"],
         ["--json", str(tmp_path)],
+        ["--option", "max_values"],  # (NAME=VALUE)
+        ["--option", "max_values=9"],  # (not an option of strategy 'optimal')
+        ["--option", "cost=quadratic"],  # (its own flag)
+        ["--strategy", "lp", "--option", "max_values=9", "--option", "max_values=8"],
     ]
     for bad in bads:
         assert main(["precompute", one, "-k", "2", "--cache-dir", str(cache), *bad]) == 2, bad
         assert "solving" not in capsys.readouterr().err
         assert not cache.exists(), bad  # no solve, no entry written
+    # s19: a strategy's own options from the command line (the LP's coarsening warning says
+    # "raise max_values", which the CLI could not)
+    lp = ["--strategy", "lp", "--option", "max_values=3", "--option", "warm_start=False"]
+    out = tmp_path / "lp.json"
+    assert (
+        main(["precompute", one, "-k", "2", "--cache-dir", str(cache), *lp, "--json", str(out)])
+        == 0
+    )
+    params = json.loads(out.read_text())["solution"]["params"]
+    assert (params["max_values"], params["warm_start"]) == (3, False)
+    assert "max_values=3" in capsys.readouterr().err  # (the warning, one line)
 
 
 def test_report_plot_of_a_single_distinct_length(tmp_path):

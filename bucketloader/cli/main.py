@@ -129,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--cost", default="linear", help="linear (default) or quadratic")
     c.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an option of the strategy, as its Python keyword (repeatable), e.g. "
+        "--strategy lp --option max_values=5000 --option time_limit=60",
+    )
+    c.add_argument(
         "--cache-dir",
         help="cache directory (default: $BUCKETLOADER_CACHE_DIR or the user cache directory)",
     )
@@ -206,6 +214,40 @@ def _read_lengths(args: argparse.Namespace) -> Any:
     for note in notes:
         print(f"bucketloader: note: {note.message}", file=sys.stderr)
     return lengths
+
+
+def _strategy_options(given: Sequence[str]) -> dict[str, Any]:
+    """``--option NAME=VALUE`` arguments as the strategy's keywords: each value a Python literal
+    where it is one (``5000``, ``60.0``, ``True``, ``None``), else the string; the names are
+    checked against the strategy's own with its other options (``resolve_params``).
+
+    Example:
+        >>> _strategy_options(["max_values=5000", "solver=HiGHS", "warm_start=False"])
+        {'max_values': 5000, 'solver': 'HiGHS', 'warm_start': False}
+    """
+    import ast
+
+    options: dict[str, Any] = {}
+    texts: dict[str, str] = {}
+    for text in given:
+        name, sep, value = text.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise ValueError(
+                f"--option must be NAME=VALUE with the strategy's keyword as NAME, got "
+                f"{text!r}; e.g. --option max_values=5000"
+            )
+        if name in ("cost", "pad_to_multiple_of", "num_buckets"):
+            flag = "-k" if name == "num_buckets" else "--" + name.replace("_", "-")
+            raise ValueError(f"--option {name}=... has its own flag: pass {flag} instead")
+        if name in options:
+            raise ValueError(f"--option {name} is given twice ({texts[name]!r} and {text!r})")
+        texts[name] = text
+        try:
+            options[name] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            options[name] = value.strip()
+    return options
 
 
 @contextlib.contextmanager
@@ -378,8 +420,11 @@ def _precompute(args: argparse.Namespace) -> int:
     check_int("num_buckets", args.num_buckets, minimum=1)
     if args.batch_size is not None or args.max_tokens is not None:
         BatchRule.parse(args.batch_size, args.max_tokens)
+    options = _strategy_options(args.option)
     params = resolve_params(
-        fn, args.num_buckets, {"cost": args.cost, "pad_to_multiple_of": args.pad_to_multiple_of}
+        fn,
+        args.num_buckets,
+        {"cost": args.cost, "pad_to_multiple_of": args.pad_to_multiple_of, **options},
     )
     _check_output("--json", args.json, args.file)
     given = args.cache_dir
@@ -412,6 +457,7 @@ def _precompute(args: argparse.Namespace) -> int:
             cache=cache,
             cost=args.cost,
             pad_to_multiple_of=args.pad_to_multiple_of,
+            **options,
         )
     for w in caught:  # (a CacheWarning says why an entry was not stored: one line each)
         print(f"bucketloader: warning: {w.message}", file=sys.stderr)
