@@ -229,8 +229,8 @@ def plan_report(
         batches=len(plans[rank]),
         padded_rows=int(alloc.sum() - sizes.sum()),
     )
-    if promotion is not None:
-        totals["promoted"] = promotion.num_promoted
+    # (0 where nothing is promoted: batch_size plans, promote=False; a key every report has)
+    totals["promoted"] = promotion.num_promoted if promotion is not None else 0
     cell_rows = tuple(
         {
             "shape": tuple(int(x) for x in (spec.cell_batch[c], *spec.cell_lengths[c])),
