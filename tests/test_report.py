@@ -205,6 +205,26 @@ def test_bad_arguments(kwargs, match):
         analyze([1, 2, 3], **kwargs)
 
 
+def test_a_padding_target_above_one_is_said_once_as_a_percentage(tmp_path, capsys):
+    """s19-user: padding_target=5 (meaning 5 %) was read as 500 % without a word."""
+    from bucketloader.analysis import recommend_num_buckets
+    from bucketloader.cli import main
+
+    say = r"padding_target=5 is 500% padding .*; for 5% pass padding_target=0\.05"
+    with pytest.warns(UserWarning, match=say) as caught:
+        analyze([1, 2, 3], num_buckets=[1], padding_target=5)
+    assert len(caught) == 1 and caught[0].filename == __file__  # (once, at the caller's line)
+    with pytest.warns(UserWarning, match=say):
+        recommend_num_buckets([1, 2, 3], num_buckets=(1,), padding_target=5)
+    (tmp_path / "l.txt").write_text("1\n2\n3\n")
+    assert main(["report", str(tmp_path / "l.txt"), "-k", "1", "--padding-target", "5"]) == 0
+    err = capsys.readouterr().err
+    assert (
+        "bucketloader: warning: --padding-target 5 is 500%" in err
+        and "pass --padding-target 0.05" in err
+    )
+
+
 def _assert_png(path):
     data = path.read_bytes()
     assert data[:8] == PNG_MAGIC and len(data) > 10_000

@@ -41,6 +41,7 @@ the batches of a bucket but changes none of these totals, so they hold for every
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -177,6 +178,26 @@ class Recommendation:
         return "\n".join(lines)
 
 
+def check_padding_target(value: Any, stacklevel: int = 3) -> float:
+    """``padding_target`` as a float >= 0 (pad elements per real element), with a warning
+    above 1: a target of more padding than data is most often a percentage given as a number
+    (``5`` for 5 %, which reads as 500 %).
+
+    Example:
+        >>> check_padding_target(0.05)
+        0.05
+    """
+    target = check_float("padding_target", value, minimum=0.0, maximum=1e9)
+    if target > 1:
+        warnings.warn(
+            f"padding_target={target:g} is {target:.0%} padding (pad elements per real "
+            f"element); for {target:g}% pass padding_target={target / 100:g}",
+            UserWarning,
+            stacklevel=stacklevel,  # (the caller's caller: the user's line)
+        )
+    return target
+
+
 def recommend_num_buckets(
     lengths: LengthsLike | LengthHistogram,
     *,
@@ -253,7 +274,7 @@ def recommend_num_buckets(
     )
     ks = check_num_buckets(num_buckets)
     strategies = check_strategies(strategy)
-    padding_target = check_float("padding_target", padding_target, minimum=0.0, maximum=1e9)
+    padding_target = check_padding_target(padding_target)
     cost = _check_costs(costs)
     warm = _check_compiled(compiled_shapes)
     budget = (

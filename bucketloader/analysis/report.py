@@ -9,6 +9,7 @@ k (padding ratio and shape count), with a recommended k under a stated rule and 
 from __future__ import annotations
 
 import os
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,6 @@ from bucketloader._validation import (
     MissingKeyError,
     as_lengths,
     check_bool,
-    check_float,
     check_int,
     checks_options,
 )
@@ -34,6 +34,7 @@ from bucketloader.analysis.calibration import Calibration
 from bucketloader.analysis.recommend import (
     Candidate,
     check_num_buckets,
+    check_padding_target,
     check_strategies,
     every_length,
     recommend_num_buckets,
@@ -254,7 +255,7 @@ def analyze(
     if strategy is None:
         strategy = [s for s in DEFAULT_STRATEGIES if s in STRATEGIES]
     check_strategies(strategy)
-    padding_target = check_float("padding_target", padding_target, minimum=0.0, maximum=1e9)
+    padding_target = check_padding_target(padding_target, stacklevel=4)  # (checks_options)
     if batch_size is not None:
         batch_size = check_int("batch_size", batch_size, minimum=1)
     if max_batches is not None:
@@ -309,14 +310,16 @@ def analyze(
             costs = dict(costs)
             run = {k: costs.pop(k) for k in ("num_epochs", "num_steps") if k in costs}
         run["batch_size"] = batch_size
-    rec = recommend_num_buckets(
-        hist,
-        num_buckets=num_buckets,
-        strategy=strategy,
-        costs=costs,
-        padding_target=padding_target,
-        **run,
-    )
+    with warnings.catch_warnings():  # (said once, above, at the caller's line)
+        warnings.filterwarnings("ignore", "padding_target=", UserWarning)
+        rec = recommend_num_buckets(
+            hist,
+            num_buckets=num_buckets,
+            strategy=strategy,
+            costs=costs,
+            padding_target=padding_target,
+            **run,
+        )
     dynamic = None if batch_size is None else _dynamic_padding(hist, batch_size)
     return DynamicityReport(
         source,

@@ -369,13 +369,21 @@ def _report(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         batch_size = None
-    report = analyze(
-        lengths,
-        num_buckets=args.num_buckets,
-        strategy=args.strategy,
-        batch_size=batch_size,
-        padding_target=args.padding_target,
-    )
+    with warnings.catch_warnings(record=True) as caught:  # (the target's, said as the flag)
+        warnings.filterwarnings("always", "padding_target=", UserWarning)
+        report = analyze(
+            lengths,
+            num_buckets=args.num_buckets,
+            strategy=args.strategy,
+            batch_size=batch_size,
+            padding_target=args.padding_target,
+        )
+    for w in caught:
+        if str(w.message).startswith("padding_target="):
+            text = str(w.message).replace("padding_target=", "--padding-target ")
+            print(f"bucketloader: warning: {text}", file=sys.stderr)
+        else:  # (the others as they were: shown by the user's filters)
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     report = dataclasses.replace(report, source=Path(args.file).name)
     print(report)
     note = _zero_lengths(lengths)
