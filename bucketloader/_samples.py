@@ -147,6 +147,12 @@ def sample_length(sample: Any, key: Any = None, *, arg: str = "key") -> int:
                 f"{list(sample)[:8]}), or leave {arg} out: a dict is then measured by its "
                 f"{LENGTH_KEY!r} entry or its only sequence-valued field"
             )
+        if key is len and _fields_tuple(sample):  # (the same for a tuple of fields, s19-review)
+            raise TypeError(
+                f"{arg}=len measures a tuple sample such as (input_ids, label) by its number of "
+                f"items ({len(sample)}), not by its length; pass {arg}=0 (the position of the "
+                f"sequence), or leave {arg} out: such a tuple is then measured by its first item"
+            )
         return length_of(key(sample), what=f"{arg}(sample)")
     if key is not None:
         if not isinstance(sample, Mapping) and kind_of(sample) != "tuple":
@@ -180,20 +186,31 @@ def sample_length(sample: Any, key: Any = None, *, arg: str = "key") -> int:
                 f"pass {arg}=<key> (e.g. {arg}='input_ids') or a callable sample -> length"
             )
         return length_of(sample[sized[0]], what=f"sample[{sized[0]!r}]")
-    if isinstance(sample, tuple) and sample and _sized(sample[0]) and not is_flat_list(sample):
+    if _fields_tuple(sample):
         return length_of(sample[0], what="the first element of the sample")
     return length_of(sample, what="the sample")
 
 
+def _fields_tuple(sample: Any) -> bool:
+    """A tuple of fields whose first is the sequence, such as ``(input_ids, label)``: measured
+    by that first item, never by ``len()`` (its number of items)."""
+    return (
+        isinstance(sample, tuple)
+        and bool(sample)
+        and _sized(sample[0])
+        and not is_flat_list(sample)
+    )
+
+
 def stream_len(sample: Any) -> int:
-    """A stream's ``length_fn=len``: ``len(sample)``, but a dict sample is refused with the fix
-    (NOTE [ len of a dict sample ]). A plain function, so that it pickles.
+    """A stream's ``length_fn=len``: ``len(sample)``, but a dict sample, or a tuple of fields, is
+    refused with the fix (NOTE [ len of a dict sample ]). A plain function, so that it pickles.
 
     Example:
         >>> stream_len([5, 6, 7])
         3
     """
-    if isinstance(sample, Mapping):
+    if isinstance(sample, Mapping) or _fields_tuple(sample):
         return sample_length(sample, len, arg="length_fn")  # raises
     return len(sample)
 

@@ -214,8 +214,16 @@ def test_validation_errors():
     ):
         with pytest.raises(TypeError, match=r"length_fn=len .* its number of keys \(1\), .*pass"):
             list(stream)
+    # (s19-review: and a tuple of fields, (input_ids, label), by its 2 items)
+    pairs = BucketIterable(
+        [([1] * n, 0) for n in (3, 7)], length_fn=len, boundaries=[4, 8], batch_size=2
+    )
+    with pytest.raises(TypeError, match=r"length_fn=len .* number of items \(2\), .*length_fn=0"):
+        list(pairs)
     lists = BucketIterable([[1] * 3, [1] * 7], length_fn=len, boundaries=[4, 8], batch_size=1)
     assert [len(b) for b in lists] == [1, 1]  # len() of a list sample is still its length
+    tokens = BucketIterable([(1, 2, 3), (1,) * 7], length_fn=len, boundaries=[4, 8], batch_size=1)
+    assert [len(b) for b in tokens] == [1, 1]  # and of a tuple of token ids
     # s19-user: left at torch's batch_size=1, a DataLoader handed the collator a list of one
     # batch: a stream of tensors came out as fields 0, 1 of one row (no "inputs"), silently
     tensors = BucketIterable([torch.ones(n) for n in (3, 2)], boundaries=[4], batch_size=2)
