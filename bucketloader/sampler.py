@@ -81,7 +81,7 @@ from bucketloader.plan.epoch import (
 )
 from bucketloader.plan.limits import warn_zero_lengths
 from bucketloader.plan.promote import Promotion, promoted_spec, promotes
-from bucketloader.plan.report import LEFT_OUT_BY, LOSS_WARNING, plan_report
+from bucketloader.plan.report import LEFT_OUT_BY, LOSS_WARNING, DataLossWarning, plan_report
 from bucketloader.plan.shapes import SpecOptions
 from bucketloader.plan.spec import SpecShapes
 
@@ -647,7 +647,7 @@ class BucketSampler(SpecShapes, EpochSampler):
             warnings.warn(
                 f"this BucketSampler leaves out {lost:,} of {n:,} samples ({lost / n:.1%}) "
                 f"every epoch on {self.num_replicas} rank(s): {listed}{hint}",
-                UserWarning,
+                DataLossWarning,
                 stacklevel=3,
             )
 

@@ -13,6 +13,7 @@ import torch
 
 from bucketloader import BucketIterable, BucketSampler
 from bucketloader._validation import MissingKeyError
+from bucketloader.plan import DataLossWarning
 
 
 # -- missing keys speak the library's voice (MissingKeyError: a ValueError and a KeyError) --------
@@ -372,7 +373,7 @@ def test_a_stream_that_leaves_samples_out_warns_with_the_counts():
     stream = BucketIterable(
         rows, length_fn="a", boundaries=[4], batch_size=2, overflow="drop", last_batch="drop"
     )
-    with pytest.warns(UserWarning) as caught:
+    with pytest.warns(DataLossWarning) as caught:  # (its own category, s19)
         kept = _ids_of(list(stream))
     assert str(caught[0].message) == (
         "this BucketIterable leaves out 2 samples dropped by overflow='drop', 1 sample dropped "

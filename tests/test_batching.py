@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from test_plan import check_plan_invariants
 
 from bucketloader import BucketSampler, TokenBudget, compute_boundaries
-from bucketloader.plan import BucketSpec, batch_sizes
+from bucketloader.plan import BucketSpec, DataLossWarning, batch_sizes
 from bucketloader.plan.budget import MAX_BATCH_ELEMENTS
 from bucketloader.stream import BucketIterable
 
@@ -169,7 +169,7 @@ def test_empty_samples_batch_like_the_shortest_bucket():
         strategy="percentile",
     )
     assert min(capped.shapes, key=lambda s: s[1]) == (100, 0)
-    with pytest.warns(UserWarning, match=r"leaves out 2,889 of 20,000 samples \(14.4%\)"):
+    with pytest.warns(DataLossWarning, match=r"leaves out 2,889 of 20,000 samples \(14.4%\)"):
         filtered = BucketSampler(
             lengths, num_buckets=8, max_tokens=16384, min_length=1, overflow="drop"
         )

@@ -17,7 +17,7 @@ import torch
 from bucketloader import BucketSampler, EvalSampler, PackSampler, static
 from bucketloader.cli.files import LengthFileError, read_lengths
 from bucketloader.evaluation import restore_order
-from bucketloader.plan import TokenBudget
+from bucketloader.plan import DataLossWarning, TokenBudget
 from bucketloader.sampler import GroupedDataset
 
 
@@ -35,6 +35,8 @@ def test_pack_overflow_drop_counts_and_warns_once():
         lambda: PackSampler(lengths, row_length=8, batch_size=2, overflow="drop", seed=0)
     )
     assert len(msgs) == 1 and "3 by overflow='drop'" in msgs[0]
+    with pytest.warns(DataLossWarning, match="this PackSampler leaves out 3 of 6"):  # (s19)
+        PackSampler(lengths, row_length=8, batch_size=2, overflow="drop", seed=0)
     # s14: it read "leaves out documents every epoch on 1 rank(s), of 6: 3 by ..."
     assert msgs[0].startswith("this PackSampler leaves out 3 of 6 documents (50.0%) every epoch")
     totals = sampler.report().totals

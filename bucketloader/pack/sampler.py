@@ -19,7 +19,7 @@ from bucketloader._validation import ALIASES, check_bool, check_collator_options
 from bucketloader.pack._work import WORK_VERSION
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
 from bucketloader.pack.spec import PackSpec, PackTable
-from bucketloader.plan.report import SamplingReport
+from bucketloader.plan.report import DataLossWarning, SamplingReport
 from bucketloader.sampler import LOSS_WARNING, EpochSampler, spec_or_build
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -252,7 +252,7 @@ class PackSampler(EpochSampler):
                 f"this PackSampler leaves out {about}{lost:,} of {n:,} documents "
                 f"({lost / n:.1%}) every epoch on {self.num_replicas} rank(s): {listed} "
                 f"(report() counts each epoch exactly){hint}",
-                UserWarning,
+                DataLossWarning,
                 stacklevel=3,
             )
 

@@ -10,13 +10,14 @@ keeps; :class:`SamplingReport` says what an epoch did with the data.
 from bucketloader.plan.budget import TokenBudget, batch_sizes
 from bucketloader.plan.cells import Cells
 from bucketloader.plan.epoch import EpochPlan, plan_epoch
-from bucketloader.plan.report import SamplingReport
+from bucketloader.plan.report import DataLossWarning, SamplingReport
 from bucketloader.plan.spec import BucketSpec
 from bucketloader.plan.table import PlannedBatch, ShapeTable
 
 __all__ = [
     "BucketSpec",
     "Cells",
+    "DataLossWarning",
     "EpochPlan",
     "PlannedBatch",
     "SamplingReport",

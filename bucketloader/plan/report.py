@@ -25,6 +25,22 @@ from bucketloader.plan.spec import BucketSpec
 
 #: Warn when a plan (or a stream's pass) leaves out more than this fraction of its samples.
 LOSS_WARNING = 0.01
+
+
+class DataLossWarning(UserWarning):
+    """The category of the warnings that a sampler or a stream leaves samples out (more than
+    :data:`LOSS_WARNING` of them: a filter, ``overflow="drop"``, ``last_batch="drop"``, ...),
+    with their count. Where dropping them was your choice, silence exactly these:
+
+    Example:
+        >>> import warnings
+        >>> from bucketloader.plan import DataLossWarning
+        >>> warnings.filterwarnings("ignore", category=DataLossWarning)
+        >>> issubclass(DataLossWarning, UserWarning)
+        True
+    """
+
+
 #: The option that left samples out of a plan, by its key in a spec's ``filtered`` (the
 #: samplers' warnings name it: NOTE [ Warning about silent losses ] in
 #: :mod:`bucketloader.sampler`).

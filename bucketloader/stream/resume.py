@@ -61,7 +61,7 @@ import torch.utils.data
 
 from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import check_int
-from bucketloader.plan.report import LOSS_WARNING
+from bucketloader.plan.report import LOSS_WARNING, DataLossWarning
 from bucketloader.stream.counters import MAX_LANES, LaneCounters
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
@@ -297,7 +297,7 @@ def _warn_at_end(
         warnings.warn(
             f"this {owner} leaves out {', '.join(parts)}; its pass read {engine.read:,} samples "
             f"in epoch {epoch} (report() counts them by kind)",
-            UserWarning,
+            DataLossWarning,
             stacklevel=2,
         )
     if empty and engine.read == 0:
