@@ -34,8 +34,12 @@ class DataLossWarning(UserWarning):
 
     Example:
         >>> import warnings
+        >>> from bucketloader import BucketSampler
         >>> from bucketloader.plan import DataLossWarning
-        >>> warnings.filterwarnings("ignore", category=DataLossWarning)
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("error")  # (any other warning would raise here)
+        ...     warnings.filterwarnings("ignore", category=DataLossWarning)
+        ...     s = BucketSampler([3, 4, 5, 9, 30], num_buckets=2, batch_size=2, last_batch="drop")
         >>> issubclass(DataLossWarning, UserWarning)
         True
     """
