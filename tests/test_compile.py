@@ -523,6 +523,11 @@ def test_two_ranks_split_the_shapes_share_and_load_all(tmp_path):
     named = "RuntimeError: rank(s) [1] could not compile their share of the shapes"
     assert runs[0]["failing"].startswith(named), runs[0]["failing"]
     assert runs[1]["failing"].startswith("ValueError: no shape ["), runs[1]["failing"]
+    # rank 1 without a usable cache: each rank compiles every shape alone, none waits
+    shapes = len(runs[0]["shapes"])
+    assert [r["unusable"][:2] for r in runs] == [[1, shapes], [1, shapes]], runs
+    assert any("compile cache of rank(s) [1] is not usable" in w for w in runs[0]["unusable"][2])
+    assert not any("rank(s) [1]" in w for w in runs[1]["unusable"][2])  # (its own says why)
 
 
 def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
@@ -587,6 +592,17 @@ def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
     except (ValueError, RuntimeError) as exc:
         out["failing"] = f"{type(exc).__name__}: {exc}"
     dist.monitored_barrier(timeout=timedelta(seconds=20))  # a rank left behind waits here
+    # s19: rank 1's cache directory is unusable (a file stands in its way): it joined no
+    # sharing, rank 0 waited for it in the sharing's first collective; now neither shares
+    (tmp / "blocked").write_text("a file")
+    where = tmp / ("blocked" if rank == 1 else "usable") / "cache"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        alone = precompile(
+            lambda batch: None, sampler, example=data, restore=[], cache=where, progress=False
+        )
+    out["unusable"] = [alone.world_size, len(alone.rows), [str(w.message)[:60] for w in caught]]
+    dist.monitored_barrier(timeout=timedelta(seconds=20))
     (tmp / f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()
     dist.destroy_process_group()

@@ -25,8 +25,12 @@ A rank whose step raises on a shape of its share says so before the sharing (one
 one ``all_reduce``): every other rank raises a ``RuntimeError`` naming it, where they waited for it
 in the sharing's first collective until the process group's timeout (30 minutes by default; a
 two-rank gloo check with a 60 s timeout waited 61 s), or failed with gloo's opaque "Connection
-closed by peer" once its process exited. A rank that raises before the assignment, or in the
-load phase, still leaves the others waiting in their next collective, as with any collective.
+closed by peer" once its process exited. A rank whose cache directory is not usable (one
+warning on that rank) takes part in no sharing: the ranks learn it first (one more flag per
+rank), and then none shares, each compiling every shape itself, with one warning naming that
+rank (before, the others waited for it in the sharing's first collective until the timeout). A
+rank that raises before the assignment, or in the load phase, still leaves the others waiting in
+their next collective, as with any collective.
 """
 
 from __future__ import annotations
@@ -256,8 +260,20 @@ def precompile(
     objects = found if restore is None else check_restorable(restore)
     keyed = list({id(o): o for o in [*objects, *found]}.values())
 
+    sharing = store is not None and store.distributed and _dist.world()[0] > 1
     if store is not None and not _at_caller(store.activate):
         store = None  # unusable directory: one warning, then as cache=False
+    if sharing:  # every rank knows whether one lacks its cache, before any sharing collective
+        lacking = _dist.unusable_ranks(store is not None)
+        if lacking and store is not None:
+            warnings.warn(
+                f"precompile: the compile cache of rank(s) {lacking} is not usable (their own "
+                "warning says why), so no rank shares its compiles: each compiles every "
+                "planned shape itself; give every rank a writable cache directory",
+                CompileCacheWarning,
+                stacklevel=3,
+            )
+        sharing = not lacking
     document = key_document(step, keyed, to_device(targets[0][1], dev), compiled)
     key = digest(document)
     signatures = [batch_signature(to_device(b, dev)) for _, b in targets]
@@ -267,7 +283,7 @@ def precompile(
     ]
     limit = raise_recompile_limit(len(targets))
 
-    size, rank = _dist.world() if store is not None and store.distributed else (1, 0)
+    size, rank = _dist.world() if store is not None and sharing else (1, 0)
     owners = _assign(targets, records, size)
     mine = [i for i, owner in enumerate(owners) if owner == rank]
     rest = [i for i, owner in enumerate(owners) if owner != rank]
