@@ -137,22 +137,8 @@ def sample_length(sample: Any, key: Any = None, *, arg: str = "key") -> int:
         1
     """
     if callable(key):
-        if key is len and isinstance(sample, Mapping):
-            # NOTE [ len of a dict sample ]: len() of a dict counts its keys, so every sample
-            # had the same length (1 or 2) and a stream put them all in its first bucket; the
-            # collator then refused the batch as not from its sampler (s19-user).
-            raise TypeError(
-                f"{arg}=len measures a dict sample by its number of keys ({len(sample)}), not "
-                f"by its length; pass {arg}=<the key to measure> (a sample has keys "
-                f"{list(sample)[:8]}), or leave {arg} out: a dict is then measured by its "
-                f"{LENGTH_KEY!r} entry or its only sequence-valued field"
-            )
-        if key is len and _fields_tuple(sample):  # (the same for a tuple of fields, s19-review)
-            raise TypeError(
-                f"{arg}=len measures a tuple sample such as (input_ids, label) by its number of "
-                f"items ({len(sample)}), not by its length; pass {arg}=0 (the position of the "
-                f"sequence), or leave {arg} out: such a tuple is then measured by its first item"
-            )
+        if key is len:
+            _check_len_measures(sample, arg)
         return length_of(key(sample), what=f"{arg}(sample)")
     if key is not None:
         if not isinstance(sample, Mapping) and kind_of(sample) != "tuple":
@@ -191,6 +177,28 @@ def sample_length(sample: Any, key: Any = None, *, arg: str = "key") -> int:
     return length_of(sample, what="the sample")
 
 
+def _check_len_measures(sample: Any, arg: str) -> None:
+    """NOTE [ len of a dict sample ]
+    ``len()`` of a dict counts its keys, and of a tuple of fields such as ``(input_ids, label)``
+    its items, so every sample had the same length (1 or 2) and a stream put them all in its
+    first bucket; the collator then refused the batch as not from its sampler (s19-user,
+    s19-review). ``length_fn=len`` on such a sample is one error with the fix; on a list, a tuple of
+    token ids or an array it is the length."""
+    if isinstance(sample, Mapping):
+        raise TypeError(
+            f"{arg}=len measures a dict sample by its number of keys ({len(sample)}), not "
+            f"by its length; pass {arg}=<the key to measure> (a sample has keys "
+            f"{list(sample)[:8]}), or leave {arg} out: a dict is then measured by its "
+            f"{LENGTH_KEY!r} entry or its only sequence-valued field"
+        )
+    if _fields_tuple(sample):
+        raise TypeError(
+            f"{arg}=len measures a tuple sample such as (input_ids, label) by its number of "
+            f"items ({len(sample)}), not by its length; pass {arg}=0 (the position of the "
+            f"sequence), or leave {arg} out: such a tuple is then measured by its first item"
+        )
+
+
 def _fields_tuple(sample: Any) -> bool:
     """A tuple of fields whose first is the sequence, such as ``(input_ids, label)``: measured
     by that first item, never by ``len()`` (its number of items)."""
@@ -210,8 +218,7 @@ def stream_len(sample: Any) -> int:
         >>> stream_len([5, 6, 7])
         3
     """
-    if isinstance(sample, Mapping) or _fields_tuple(sample):
-        return sample_length(sample, len, arg="length_fn")  # raises
+    _check_len_measures(sample, "length_fn")
     return len(sample)
 
 

@@ -144,7 +144,7 @@ def make_length_fn(length_fn: Any) -> Callable[[Any], int]:
     if length_fn is None or isinstance(length_fn, str):
         return length_reader(length_fn, arg="length_fn")
     if callable(length_fn):
-        if length_fn is len:  # a dict's len() counts its keys (NOTE [ len of a dict sample ])
+        if length_fn is len:  # (not of a dict or a tuple of fields: NOTE [ len of a dict sample ])
             return stream_len
         return length_fn  # type: ignore[no-any-return]
     raise TypeError(

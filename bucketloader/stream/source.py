@@ -70,7 +70,9 @@ def make_length_fn(length_fn: Any) -> Callable[[Any], Any]:
     ``None``, a key or a callable; a tuple of keys gives a tuple of lengths (several inputs)."""
     if length_fn is None or isinstance(length_fn, str) or callable(length_fn):
         if callable(length_fn):
-            if length_fn is len:  # a dict's len() counts its keys (NOTE [ len of a dict sample ])
+            if (
+                length_fn is len
+            ):  # (not of a dict or a tuple of fields: NOTE [ len of a dict sample ])
                 return stream_len
             return length_fn  # a callable returns the length itself (checked per sample)
         return length_reader(length_fn, arg="length_fn")
