@@ -321,7 +321,7 @@ def test_empty_shards_are_counted_and_told_and_an_untyped_one_still_reads(tmp_pa
     empty list (column type null) sorted first made every other file fail to cast, a raw
     ArrowNotImplementedError (a traceback from the CLI). Both read now; the scan names the
     empty files and the CLI says how many."""
-    from bucketloader.cli.engines import _empty_files
+    from bucketloader.cli.engines import _footers
     from bucketloader.cli.main import main
 
     typed = pa.schema([("ids", pa.list_(pa.int64()))])
@@ -339,7 +339,7 @@ def test_empty_shards_are_counted_and_told_and_an_untyped_one_still_reads(tmp_pa
         err = capsys.readouterr().err
         assert "note: 2 of the 3 Parquet files hold no rows (part-0.parquet, part-2.parquet)" in err
         files = [str(p) for p in sorted(d.iterdir())]
-        assert _empty_files(files) == r.empty_files  # what --engine ray / spark tell
+        assert _footers(files, "ids")[0] == r.empty_files  # what --engine ray / spark tell
     full = tmp_path / "typed" / "part-1.parquet"
     assert parquet_histogram(full, "ids").empty_files == ()  # nothing to tell
     assert main(["report", str(full), "-k", "2"]) == 0

@@ -81,7 +81,7 @@ def _engine_histogram(
         print(f"bucketloader: note: {skipped_note(path, files, skipped)}", file=sys.stderr)
     if column is None:
         column = _only_column(files[0])
-    empty: tuple[str, ...] = _empty_files(files) if engine in ("ray", "spark") else ()
+    empty, widths = _footers(files, column) if engine in ("ray", "spark") else ((), 0)
     # Ray and Spark read only the files that hold rows (they add nothing else): an empty shard
     # written from an empty list has columns of type null, and Spark, whose schema then came from
     # it, failed on the others with a Java traceback ("Invalid Spark read type")
@@ -117,7 +117,7 @@ def _engine_histogram(
         sql = _import("pyspark.sql", "spark")
         spark = sql.SparkSession.builder.appName("bucketloader").getOrCreate()
         reader = spark.read
-        if _integer_widths(read, column) > 1:  # int32 lengths in one shard, int64 in another:
+        if widths > 1:  # int32 lengths in one shard, int64 in another:
             # Spark reads every file as the one file's type it took and fails on a wider one
             # (the local and Ray engines widen); given bigint, it reads them all
             reader = reader.schema(f"`{column.replace('`', '``')}` bigint")
@@ -141,12 +141,26 @@ def _engine_histogram(
     return hist, result.num_nulls
 
 
-def _empty_files(files: list[str]) -> tuple[str, ...]:
-    """The files whose Parquet footer counts no row (what ``parquet_histogram`` tells the
-    local engine's scan)."""
+def _footers(files: list[str], column: str) -> tuple[tuple[str, ...], int]:
+    """Each file's Parquet footer, read once: the files that count no row (what
+    ``parquet_histogram`` tells the local engine's scan), and how many integer types ``column``
+    has over the others (0 where a file holds it as anything else: Spark's own read then
+    stands, and its errors)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    return tuple(f for f in files if pq.read_metadata(f).num_rows == 0)
+    empty, types, other = [], set(), False
+    for f in files:
+        meta = pq.read_metadata(f)
+        if meta.num_rows == 0:
+            empty.append(f)
+            continue
+        schema = meta.schema.to_arrow_schema()
+        if column in schema.names:
+            t = schema.field(column).type
+            other = other or not pa.types.is_integer(t)
+            types.add(t)
+    return tuple(empty), 0 if other else len(types)
 
 
 def _disagreeing_file(files: list[str], column: str) -> str | None:
@@ -176,23 +190,6 @@ def _disagreeing_file(files: list[str], column: str) -> str | None:
                 f"the same type (e.g. {first[1]}), or leave the file out"
             )
     return None
-
-
-def _integer_widths(files: list[str], column: str) -> int:
-    """How many integer types ``column`` has over ``files`` (their footers), 0 where a file
-    holds it as anything else (Spark's own read then stands, and its errors)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    types = set()
-    for f in files:
-        schema = pq.read_schema(f)
-        if column in schema.names:
-            t = schema.field(column).type
-            if not pa.types.is_integer(t):
-                return 0
-            types.add(t)
-    return len(types)
 
 
 def _import(module: str, extra: str) -> Any:
