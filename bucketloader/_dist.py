@@ -234,23 +234,43 @@ def all_reduce_counts(
     ``RuntimeError`` naming it, where they would have waited for it in their next collective
     (until the backend's timeout, or an opaque "connection closed" once its process exited);
     ``fix`` ends their message. Empty ``counts``: the flags alone."""
-    import torch
-    import torch.distributed as dist
-
-    flags = np.zeros(world_size(), dtype=np.int64)
-    flags[default_ranks()[1]] = int(failed)
     own = np.zeros(len(counts), dtype=np.int64) if failed else np.asarray(counts, np.int64)
-    t = torch.as_tensor(np.concatenate([own, flags]), device=comm_device())
-    dist.all_reduce(t)
-    out = t.cpu().numpy()
-    stopped = np.flatnonzero(out[len(counts) :]).tolist()
+    out, stopped = _sum_and_flags(own, failed)
     if stopped and not failed:
         raise RuntimeError(
             f"rank(s) {stopped} could not {task} for their {owner} (their own error is in "
             "their output); every rank stops here rather than wait for them in the next "
             f"collective ({fix})"
         )
-    return out[: len(counts)]  # type: ignore[no-any-return]
+    return out
+
+
+def flagged_ranks(flag: bool) -> list[int]:
+    """The ranks of the default process group that call this with ``flag`` true (one flag per
+    rank, one ``all_reduce``; every rank must call it): what a rank tells the others before they
+    would wait for it in a collective it will not join.
+
+    Example:
+        >>> flagged_ranks(True)  # (no process group: this process alone)
+        [0]
+    """
+    if not initialised():
+        return [0] if flag else []
+    return _sum_and_flags(np.zeros(0, dtype=np.int64), flag)[1]
+
+
+def _sum_and_flags(values: np.ndarray, flag: bool) -> tuple[np.ndarray, list[int]]:
+    """``values`` summed over the ranks, and the ranks whose ``flag`` is set, in one
+    ``all_reduce``."""
+    import torch
+    import torch.distributed as dist
+
+    flags = np.zeros(world_size(), dtype=np.int64)
+    flags[default_ranks()[1]] = int(flag)
+    t = torch.as_tensor(np.concatenate([values, flags]), device=comm_device())
+    dist.all_reduce(t)
+    out = t.cpu().numpy()
+    return out[: len(values)], np.flatnonzero(out[len(values) :]).tolist()
 
 
 def broadcast_lists(values: list[list[int]]) -> list[list[int]]:

@@ -31,20 +31,6 @@ def world() -> tuple[int, int]:
     return default_ranks()
 
 
-def unusable_ranks(usable: bool) -> list[int]:
-    """The ranks whose compile cache is not usable (one flag per rank, one ``all_reduce``; every
-    rank of the group must call it): a rank without its cache takes part in no sharing, so the
-    others must know before they wait for it in the sharing's collectives."""
-    import torch
-    import torch.distributed as dist
-
-    size, rank = world()
-    flags = torch.zeros(size, dtype=torch.int64, device=comm_device())
-    flags[rank] = int(not usable)
-    dist.all_reduce(flags)
-    return [int(r) for r in torch.nonzero(flags.cpu()).flatten().tolist()]
-
-
 def _encode(obj: Any) -> Any:
     """JSON-ready: ``bytes`` as ``{"b64": ...}``, tuples as lists."""
     if isinstance(obj, bytes):

@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from bucketloader._dist import all_reduce_counts
+from bucketloader._dist import all_reduce_counts, flagged_ranks
 from bucketloader._validation import check_bool, check_folder, checks_options
 from bucketloader.compile import _dist
 from bucketloader.compile._key import batch_signature, check_torch, digest, key_document
@@ -264,7 +264,7 @@ def precompile(
     if store is not None and not _at_caller(store.activate):
         store = None  # unusable directory: one warning, then as cache=False
     if sharing:  # every rank knows whether one lacks its cache, before any sharing collective
-        lacking = _dist.unusable_ranks(store is not None)
+        lacking = flagged_ranks(store is None)
         if lacking and store is not None:
             warnings.warn(
                 f"precompile: the compile cache of rank(s) {lacking} is not usable (their own "
