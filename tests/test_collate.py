@@ -171,6 +171,42 @@ def test_filler_rows_of_fixed_fields_hold_their_pad_value():
     assert out["score"].tolist() == [2.5, 0.0] and out["speaker"][1].tolist() == [0, 0, 0]
 
 
+@pytest.mark.parametrize("pad_value", [0, 7, {"input_ids": 7}])
+def test_integer_labels_pad_with_ignore_index(pad_value):
+    """NOTE [ Label fields pad with -100 ]: an integer ``label*`` field pads with -100 on its
+    padding positions and on filler rows (a class label's too), whatever the scalar pad value,
+    in the general and the short dict paths, so the natural loss leaves both out; a mapping that
+    names the field, a Field's own pad value, floats, bools and unsigned dtypes keep theirs."""
+    sampler = BucketSampler([4, 3, 4, 2, 4], num_buckets=1, batch_size=3, last_batch="pad")
+    collate = sampler.collator(pad_value=pad_value)
+    pad = 7 if pad_value else 0
+
+    def row(n, c):
+        return {"input_ids": [1] * n, "labels": [c] * n, "label": c, "score": float(c)}
+
+    full = collate([row(4, 1), row(3, 2), row(2, 3)])  # a full batch: the general path
+    again = collate([row(4, 1), row(3, 2), row(2, 3)])  # the same keys: the short dict path
+    last = collate([row(4, 4), row(4, 5)])  # the bucket's last batch: one filler row
+    for out in (full, again):
+        assert out["input_ids"].tolist() == [[1, 1, 1, 1], [1, 1, 1, pad], [1, 1, pad, pad]]
+        assert out["labels"].tolist() == [[1, 1, 1, 1], [2, 2, 2, -100], [3, 3, -100, -100]]
+    assert last["labels"][2].tolist() == [-100] * 4 and last["label"].tolist() == [4, 5, -100]
+    assert last["input_ids"][2].tolist() == [pad] * 4 and last["score"].tolist() == [4, 5, 0]
+    logits = torch.randn(3, 6)  # cross_entropy's default ignore_index: the real rows alone
+    loss = torch.nn.functional.cross_entropy(logits, last["label"])
+    assert torch.allclose(loss, torch.nn.functional.cross_entropy(logits[:2], last["label"][:2]))
+    kept = sampler.collator(pad_value={"labels": 0, "label": 9})([row(4, 4), row(2, 5)])
+    assert kept["labels"][1].tolist() == [5, 5, 0, 0] and kept["label"].tolist() == [4, 5, 9]
+    own = sampler.collator(fields={"labels": Field(pad_value=-1)})
+    assert own([{"labels": [3, 3]}])["labels"].tolist() == [[3, 3, -1, -1]] * 1 + [[-1] * 4] * 2
+    for value in (torch.ones(2), np.ones(2, np.uint8), torch.ones(2, dtype=torch.bool)):
+        out = sampler.collator()([{"labels": value}])
+        assert (out["labels"][1:] == 0).all(), value.dtype
+    for value in (np.ones(2, np.int32), torch.ones(2, dtype=torch.int8), np.int16(1)):
+        out = sampler.collator()([{"labels": value, "x": [1, 2]}])
+        assert (out["labels"][1:] == -100).all(), value.dtype
+
+
 def test_dict_samples_per_key_pad_values_and_fixed_fields():
     lengths = load_real("gsm8k")[:200, 0]
     sampler = BucketSampler(lengths, num_buckets=3, batch_size=16, last_batch="pad")

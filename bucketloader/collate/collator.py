@@ -27,6 +27,23 @@ non-tensor results such as lists of strings keep one entry per real sample).
 A sample field named ``attention_mask`` (a tokenizer's) is padded with 0 and returned as is,
 instead of the mask the collator would build.
 
+NOTE [ Label fields pad with -100 ]
+A field whose key starts with ``label`` (``label``, ``labels``, ``label_ids``: Hugging Face's
+names) and whose values are signed integers pads with -100 unless ``pad_value`` is a mapping
+that names it (or its :class:`Field` has a ``pad_value``): on a token-list ``labels``' padding
+positions and on the filler rows of ``last_batch="pad"``, a class ``label``'s and a token list's
+alike. -100 is the ``ignore_index`` of ``torch.nn.functional.cross_entropy`` and ``nll_loss``
+and the label pad of Hugging Face's collators (``DataCollatorForSeq2Seq``, the language-model
+collators) and of this library's Hugging Face and packing paths, so a model's natural loss,
+``cross_entropy(logits, batch["label"])`` or a Hugging Face model's own, leaves out padding and
+filler rows. Until session 20 such fields padded with ``pad_value`` (0 by default): 0 is a real
+class and a real token id, and session 19's new-user trial found the filler rows of every
+bucket's last batch trained on as class 0 by exactly that loss. A scalar ``pad_value`` (a
+tokenizer's pad id) is the inputs' pad, as ``DataCollatorForSeq2Seq`` separates the pad token
+from ``label_pad_token_id``; ``pad_value={"labels": 0}`` keeps the old padding. Float labels
+(regression targets) and other fields keep ``pad_value``: no value is ignored by every loss,
+so their filler rows are masked by ``sample_mask`` (docs/loops.md, "Losses over filler rows").
+
 NOTE [ Cutting samples the plan truncates ]
 A plan built with ``overflow="truncate"`` (NOTE [ Length filters ] in
 :mod:`bucketloader.plan.limits`) placed every sample longer than ``max_length`` in a bucket *as
@@ -105,7 +122,8 @@ class PadCollator:
         fields: ``None`` (rules in the module NOTE), a mapping key -> :class:`Field` or input
             name, or one :class:`Field` for bare samples.
         pad_value: pad value for every field, or a mapping key -> pad value (others pad with 0);
-            a :class:`Field`'s own ``pad_value`` wins.
+            a :class:`Field`'s own ``pad_value`` wins. Integer label fields (``label*`` keys)
+            pad with -100 unless the mapping names them (NOTE [ Label fields pad with -100 ]).
         side: ``"right"`` or ``"left"`` (decoder-only prompts).
         group_key: dict key holding each sample's group when the plan buckets per group
             (default ``"dataset"``, the key :class:`~bucketloader.sampler.GroupedDataset` adds).
@@ -195,12 +213,28 @@ class PadCollator:
         self._shapes_of_cells: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._learned: dict[Any, tuple[tuple[int, ...], bool]] = {}  # NOTE [ Which dim varies ]
 
-    def _pad_for(self, key: Any, own: Any = None) -> Any:
+    def _pad_for(self, key: Any, own: Any = None, value: Any = None) -> Any:
+        """The pad value of field ``key`` (``value``: a sample's): a :class:`Field`'s own, else
+        ``pad_value[key]`` where the mapping names it, else -100 for an integer label (NOTE
+        [ Label fields pad with -100 ]), else the scalar ``pad_value`` (0 for a mapping, and for
+        a sample's ``attention_mask``)."""
         if own is not None:
             return own
-        if isinstance(self.pad_value, Mapping):
-            return self.pad_value.get(key, 0)
-        return 0 if key == cf.MASK_KEY else self.pad_value
+        pads = self.pad_value
+        if isinstance(pads, Mapping) and key in pads:
+            return pads[key]
+        if cf.is_int_label(key, value):
+            return cf.LABEL_PAD
+        return 0 if isinstance(pads, Mapping) or key == cf.MASK_KEY else pads
+
+    def _fill_for(self, key: Any, column: torch.Tensor) -> Any:
+        """The value of a fixed-size field ``key`` on filler rows (``column``: its collated
+        rows): ``pad_value[key]`` where the mapping names it, else -100 for an integer label
+        (NOTE [ Label fields pad with -100 ]), else 0."""
+        pads = self.pad_value
+        if isinstance(pads, Mapping) and key in pads:
+            return pads[key]
+        return cf.LABEL_PAD if cf.is_int_label(key, column) else 0
 
     def variable_fields(self, sample: Any) -> dict[Any, tuple[tuple[int, ...], tuple[int, ...]]]:
         """The fields of ``sample`` this collator pads: key -> (input indices, dims).
@@ -245,7 +279,10 @@ class PadCollator:
             )
         if self.fields is None:
             found = cf.infer_fields(sample, kind, names, self.group_key)
-            specs = [cf.Spec(k, inp, dims, self._pad_for(k)) for k, (inp, dims) in found.items()]
+            specs = [
+                cf.Spec(k, inp, dims, self._pad_for(k, None, cf.column([sample], k, kind)[0]))
+                for k, (inp, dims) in found.items()
+            ]
             if not specs:
                 raise ValueError(
                     f"samples have no field to pad: none of the {kind} sample's fields "
@@ -264,7 +301,7 @@ class PadCollator:
                     k,
                     tuple(names.index(x) for x in (f.input or names)),
                     (f.dims,) if isinstance(f.dims, int) else f.dims,
-                    self._pad_for(k, f.pad_value),
+                    self._pad_for(k, f.pad_value, cf.column([sample], k, kind)[0]),
                 )
                 for k, f in self.fields.items()
             ]
@@ -412,8 +449,7 @@ class PadCollator:
         for key in keys:  # fixed-size fields: the fill of last_batch="pad" rows
             value = out.get(key)
             if key not in padded and isinstance(value, torch.Tensor):
-                fill = self.pad_value.get(key, 0) if isinstance(self.pad_value, Mapping) else 0
-                value[lo:hi] = fill
+                value[lo:hi] = self._fill_for(key, value)
         out["lengths"][lo:hi] = 0
         masks = out[cf.MASK_KEY]
         for m in masks.values() if isinstance(masks, dict) else (masks,):
@@ -848,8 +884,7 @@ class PadCollator:
                 "varies in length, list it in fields={...}"
             ) from None
         if isinstance(res, torch.Tensor) and rows > len(values):
-            pad = self.pad_value.get(key, 0) if isinstance(self.pad_value, Mapping) else 0
-            fill = res.new_full((rows - len(values), *res.shape[1:]), pad)
+            fill = res.new_full((rows - len(values), *res.shape[1:]), self._fill_for(key, res))
             res = torch.cat([res, fill])
         return res
 

@@ -38,6 +38,39 @@ import numpy as np
 from bucketloader._samples import BARE_KEY, is_flat_list, is_sequence, kind_of
 from bucketloader._validation import MissingKeyError
 
+#: The pad value of integer label fields (NOTE [ Label fields pad with -100 ] in
+#: :mod:`bucketloader.collate.collator`): torch's ``ignore_index`` (``cross_entropy``,
+#: ``nll_loss``), and Hugging Face's label pad.
+LABEL_PAD = -100
+
+
+def is_int_label(key: Any, value: Any) -> bool:
+    """Whether ``value`` (a sample's field ``key``, or a collated column) is an integer label:
+    a key that starts with ``label`` (``label``, ``labels``, ``label_ids``, as Hugging Face
+    names them) and signed integer values (a Python ``int``, or a list, array or tensor of
+    them; bool and unsigned dtypes, which cannot hold -100, and floats are not).
+
+    Example:
+        >>> is_int_label("labels", [3, 1]), is_int_label("label", 2.5), is_int_label("ids", [3])
+        (True, False, False)
+    """
+    if not (isinstance(key, str) and key.startswith("label")):
+        return False
+    while isinstance(value, (list, tuple)):  # (a list's first number: nested lists too)
+        value = value[0] if value else None
+    if type(value) is int or isinstance(value, np.signedinteger):
+        return True
+    dtype = getattr(value, "dtype", None)
+    if isinstance(dtype, np.dtype):
+        return bool(np.issubdtype(dtype, np.signedinteger))
+    return (
+        dtype is not None
+        and getattr(dtype, "is_signed", False)
+        and not getattr(dtype, "is_floating_point", True)
+        and not getattr(dtype, "is_complex", True)
+    )
+
+
 #: Output keys the collator adds; a sample field may not use them (``attention_mask`` excepted).
 RESERVED = ("lengths", "sample_mask")
 MASK_KEY = "attention_mask"

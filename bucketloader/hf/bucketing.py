@@ -76,7 +76,7 @@ from bucketloader._validation import (
 )
 from bucketloader.boundaries import round_up
 from bucketloader.collate import Field, PadCollator
-from bucketloader.collate.fields import RESERVED
+from bucketloader.collate.fields import LABEL_PAD, RESERVED
 from bucketloader.evaluation import EvalCollator, EvalSampler, EvalSamples, check_collate_fn
 from bucketloader.hf.lengths import lengths, resolve_column, table_and_indices
 from bucketloader.loader import ResumableDataLoader, check_loader_options
@@ -85,7 +85,6 @@ from bucketloader.sampler import BucketSampler, GroupedDataset, sampler_options
 
 __all__ = ["Bucketing", "ModelInputs", "Targets", "for_audio", "for_text"]
 
-LABEL_PAD = -100
 #: The targets of question-answering heads, ignored at the sequence length (NOTE [ Filler rows ]).
 QA_POSITIONS = ("start_positions", "end_positions")
 #: Batch keys the trainer needs besides the model inputs (see ModelInputs ``bookkeeping``).
