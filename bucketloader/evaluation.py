@@ -24,7 +24,10 @@ ranks ``q..R-1`` have no sample at that step (at most ``R - 1`` such batches per
 batch is an empty :class:`EvalBatch` whose :attr:`EvalBatch.fill` names a sample of the cell to
 load as filler data, so that the collator can still build the planned shape. That row keeps the
 fill sample's data, ``attention_mask`` and ``lengths`` (so that a model runs on it as on any
-sample); only ``sample_mask`` and ``index`` mark it. Only :meth:`EvalSampler.wrap` (or
+sample); ``sample_mask`` and ``index`` mark it, and under a
+:class:`~bucketloader.PadCollator` its integer label fields hold what every filler row's hold
+(-100, NOTE [ Label fields pad with -100 ] in :mod:`bucketloader.collate.collator`), so that
+the natural loss does not count the fill sample twice. Only :meth:`EvalSampler.wrap` (or
 :meth:`EvalSampler.dataloader`) loads it; a plain dataset gets an empty list, which a collator
 rejects loudly instead of counting a repeat.
 
@@ -55,6 +58,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from bucketloader._dist import resolve_ranks
 from bucketloader._samples import DatasetView, load_samples
 from bucketloader._validation import check_bool, check_collator_options, check_int
+from bucketloader.collate import PadCollator
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import even_batch, size_values
 from bucketloader.plan.limits import warn_zero_lengths
@@ -565,6 +569,13 @@ class EvalCollator:
                 f"the collator returned {got} rows but the EvalSampler planned {rows.size}; build "
                 "it on sampler.shape_table (sampler.collator()) so that filler rows are padded"
             )
+        fill = np.flatnonzero(rows[: len(samples)] < 0)  # an empty rank's loaded row
+        if fill.size and isinstance(self.collator, PadCollator):
+            for key, value in out.items():  # its labels: a filler row's (NOTE [ Evaluation plan ])
+                if isinstance(value, torch.Tensor) and value.ndim and value.shape[0] == rows.size:
+                    pad = self.collator._label_fill(key, value)
+                    if pad is not None:
+                        value[fill] = pad
         out["sample_mask"] = torch.from_numpy(rows >= 0)
         out["index"] = torch.from_numpy(np.array(rows, dtype=np.int64))
         return out

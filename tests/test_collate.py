@@ -207,6 +207,26 @@ def test_integer_labels_pad_with_ignore_index(pad_value):
         assert (out["labels"][1:] == -100).all(), value.dtype
 
 
+def test_label_pad_by_name_and_from_a_batchs_first_non_empty_label():
+    """NOTE [ Label fields pad with -100 ]: only ``label``, ``labels`` and ``label_ids`` pad
+    with -100 (a prefix also took CTC's ``label_lengths``, which ``ctc_loss`` refuses at -100,
+    and a ``labels_mask``, True at -100); an empty first label list says nothing of its type
+    (it made the pad 0 for good, in whichever DataLoader worker drew it first)."""
+    sampler = BucketSampler([4, 3, 4, 2, 4], num_buckets=1, batch_size=3, last_batch="pad")
+    row = {"input_ids": [1, 2], "labels": [3, 4], "label_lengths": 2, "labels_mask": [1, 1]}
+    out = sampler.collator()([row])
+    assert out["labels"][0].tolist() == [3, 4, -100, -100]
+    assert out["label_lengths"].tolist() == [2, 0, 0]  # (a filler row's target length: 0)
+    assert out["labels_mask"].tolist() == [[1, 1, 0, 0], [0] * 4, [0] * 4]
+    collate = sampler.collator()
+    empty, two = {"input_ids": [], "labels": []}, {"input_ids": [1, 2], "labels": [3, 4]}
+    assert collate([empty, two])["labels"].tolist() == [[-100] * 4, [3, 4, -100, -100], [-100] * 4]
+    assert collate([two, empty, two])["labels"][1].tolist() == [-100] * 4  # (the short path)
+    collate = sampler.collator()
+    assert collate([empty])["labels"].tolist() == [[-100] * 4] * 3  # empty lists: int64
+    assert collate([{"input_ids": [1], "labels": [2.5]}])["labels"][0].tolist() == [2.5, 0, 0, 0]
+
+
 def test_dict_samples_per_key_pad_values_and_fixed_fields():
     lengths = load_real("gsm8k")[:200, 0]
     sampler = BucketSampler(lengths, num_buckets=3, batch_size=16, last_batch="pad")

@@ -133,6 +133,20 @@ def test_a_rank_with_no_sample_loads_filler_data_and_masks_it():
     assert sorted(len(b) for b in raw) == [0, 1]
 
 
+def test_the_fill_row_of_a_rank_with_no_sample_has_ignored_labels():
+    """NOTE [ Evaluation plan ]: the fill row keeps its sample's data but its integer labels are
+    -100, as every filler row's, so that cross_entropy does not count that sample twice (it
+    held the sample's real label)."""
+    lengths = [3, 4, 2]
+    data = [{"input_ids": [1] * n, "label": i, "labels": [i] * n} for i, n in enumerate(lengths)]
+    ranks = all_ranks(lengths, 4, num_buckets=1, batch_size=4)
+    batches = [b for sampler in ranks for b in sampler.dataloader(data)]
+    fill = batches[3]
+    assert fill["sample_mask"].tolist() == [False] and fill["input_ids"][0, 0] == 1
+    assert fill["label"].tolist() == [-100] and (fill["labels"] == -100).all()
+    assert [b["label"].tolist() for b in batches[:3]] == [[0], [1], [2]]
+
+
 @pytest.mark.slow
 def test_batches_pickle_into_workers():
     lengths = load_real("gsm8k")[:300, 0]

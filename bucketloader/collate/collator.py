@@ -21,28 +21,37 @@ features and of ``(C, T)`` audio alike); see NOTE [ Which dim varies ] in
 Fields that follow the same input must have the same length in each sample (that is the sample's
 length for the input), which is how a fixed-size vector mistaken for a variable field is caught.
 Fixed-size fields go through ``torch.utils.data.default_collate`` (tensor results get rows of 0,
-or of ``pad_value[key]`` when the mapping names the key, appended under ``last_batch="pad"``;
-non-tensor results such as lists of strings keep one entry per real sample).
+of -100 for an integer label (NOTE [ Label fields pad with -100 ]), or of ``pad_value[key]`` when
+the mapping names the key, appended under ``last_batch="pad"``; non-tensor results such as lists
+of strings keep one entry per real sample).
 
 A sample field named ``attention_mask`` (a tokenizer's) is padded with 0 and returned as is,
 instead of the mask the collator would build.
 
 NOTE [ Label fields pad with -100 ]
-A field whose key starts with ``label`` (``label``, ``labels``, ``label_ids``: Hugging Face's
-names) and whose values are signed integers pads with -100 unless ``pad_value`` is a mapping
-that names it (or its :class:`Field` has a ``pad_value``): on a token-list ``labels``' padding
-positions and on the filler rows of ``last_batch="pad"``, a class ``label``'s and a token list's
-alike. -100 is the ``ignore_index`` of ``torch.nn.functional.cross_entropy`` and ``nll_loss``
-and the label pad of Hugging Face's collators (``DataCollatorForSeq2Seq``, the language-model
-collators) and of this library's Hugging Face and packing paths, so a model's natural loss,
-``cross_entropy(logits, batch["label"])`` or a Hugging Face model's own, leaves out padding and
-filler rows. Until session 20 such fields padded with ``pad_value`` (0 by default): 0 is a real
-class and a real token id, and session 19's new-user trial found the filler rows of every
-bucket's last batch trained on as class 0 by exactly that loss. A scalar ``pad_value`` (a
-tokenizer's pad id) is the inputs' pad, as ``DataCollatorForSeq2Seq`` separates the pad token
-from ``label_pad_token_id``; ``pad_value={"labels": 0}`` keeps the old padding. Float labels
-(regression targets) and other fields keep ``pad_value``: no value is ignored by every loss,
-so their filler rows are masked by ``sample_mask`` (docs/loops.md, "Losses over filler rows").
+A field named ``label``, ``labels`` or ``label_ids`` (Hugging Face's names) whose values are
+signed integers pads with -100 unless ``pad_value`` is a mapping that names it (or its
+:class:`Field` has a ``pad_value``): on a token-list ``labels``' padding positions and on the
+filler rows of ``last_batch="pad"``, a class ``label``'s and a token list's alike. -100 is the
+``ignore_index`` of ``torch.nn.functional.cross_entropy`` and ``nll_loss`` and the label pad of
+Hugging Face's collators (``DataCollatorForSeq2Seq``, the language-model collators) and of this
+library's Hugging Face and packing paths, so a model's natural loss, ``cross_entropy(logits,
+batch["label"])`` or a Hugging Face model's own, leaves out padding and filler rows. Until
+session 20 such fields padded with ``pad_value`` (0 by default): 0 is a real class and a real
+token id, and session 19's new-user trial found the filler rows of every bucket's last batch
+trained on as class 0 by exactly that loss. A scalar ``pad_value`` (a tokenizer's pad id) is the
+inputs' pad, as ``DataCollatorForSeq2Seq`` separates the pad token from ``label_pad_token_id``;
+``pad_value={"labels": 0}`` keeps the old padding. Float labels (regression targets) and other
+fields keep ``pad_value``: no value is ignored by every loss, so their filler rows are masked by
+``sample_mask`` (docs/loops.md, "Losses over filler rows"). The names are exact, not a ``label``
+prefix: ``label_lengths`` (CTC's target lengths; ``ctc_loss`` refuses -100) and a
+``labels_mask`` (-100 reads True) are integers that -100 breaks. The type is read from the first
+sample's value, and the field's pad cached with the keys' specs; an empty list says nothing of
+it, so a label field's first non-empty value in the batch decides, and a batch of empty ones
+pads with -100 (empty lists collate to int64) without caching (session 20's review: an empty
+first list made the pad 0 for good, in whichever worker drew one first).
+:class:`~bucketloader.evaluation.EvalCollator` gives an empty rank's fill row the same labels
+(NOTE [ Evaluation plan ]).
 
 NOTE [ Cutting samples the plan truncates ]
 A plan built with ``overflow="truncate"`` (NOTE [ Length filters ] in
@@ -122,8 +131,9 @@ class PadCollator:
         fields: ``None`` (rules in the module NOTE), a mapping key -> :class:`Field` or input
             name, or one :class:`Field` for bare samples.
         pad_value: pad value for every field, or a mapping key -> pad value (others pad with 0);
-            a :class:`Field`'s own ``pad_value`` wins. Integer label fields (``label*`` keys)
-            pad with -100 unless the mapping names them (NOTE [ Label fields pad with -100 ]).
+            a :class:`Field`'s own ``pad_value`` wins. Integer ``label``, ``labels`` and
+            ``label_ids`` fields pad with -100 unless the mapping names them (NOTE [ Label
+            fields pad with -100 ]).
         side: ``"right"`` or ``"left"`` (decoder-only prompts).
         group_key: dict key holding each sample's group when the plan buckets per group
             (default ``"dataset"``, the key :class:`~bucketloader.sampler.GroupedDataset` adds).
@@ -236,6 +246,19 @@ class PadCollator:
             return pads[key]
         return cf.LABEL_PAD if cf.is_int_label(key, column) else 0
 
+    def _label_fill(self, key: Any, column: torch.Tensor) -> Any:
+        """What filler rows hold in field ``key`` (``column``: its collated rows) when it is an
+        integer label (NOTE [ Label fields pad with -100 ]), else ``None``: for
+        :class:`~bucketloader.evaluation.EvalCollator`, whose empty rank's row is a loaded
+        sample the collator counted as real."""
+        if not cf.is_int_label(key, column):
+            return None
+        for specs in self._specs_cache.values():
+            for spec in specs:
+                if spec.key == key:
+                    return spec.pad_value
+        return self._fill_for(key, column)
+
     def variable_fields(self, sample: Any) -> dict[Any, tuple[tuple[int, ...], tuple[int, ...]]]:
         """The fields of ``sample`` this collator pads: key -> (input indices, dims).
 
@@ -265,12 +288,31 @@ class PadCollator:
             out[spec.key] = (spec.inputs, dims)
         return out
 
-    def _specs(self, sample: Any, kind: str, keys: list[Any]) -> list[cf.Spec]:
+    def _specs(self, sample: Any, kind: str, keys: list[Any], samples: Any = None) -> list[cf.Spec]:
+        """The field specs of samples like ``sample`` (``samples``: its batch, where a label
+        field's type is read from its first non-empty value), cached per kind and keys."""
         cache_key = (kind, tuple(keys))
         specs = self._specs_cache.get(cache_key)
         if specs is not None:
             return specs
         names = self._names
+        unread: list[Any] = []  # label fields whose values were all empty lists
+
+        def value_of(key: Any) -> Any:
+            """A value of field ``key`` from which its pad is read (NOTE [ Label fields pad
+            with -100 ]): an empty list says nothing of a label's type, so a label field's
+            first non-empty value in the batch; all empty, a list of ints (what empty lists
+            collate to), and the specs are not cached (a later batch reads the type)."""
+            value = cf.column([sample], key, kind)[0]
+            if kind != "dict" or key not in cf.LABEL_KEYS or not _is_empty_list(value):
+                return value
+            for other in samples if samples is not None else ():
+                value = other.get(key) if isinstance(other, Mapping) else None
+                if not _is_empty_list(value):
+                    return value
+            unread.append(key)
+            return [0]
+
         clash = [k for k in keys if k in cf.RESERVED]
         if clash:
             raise ValueError(
@@ -280,7 +322,7 @@ class PadCollator:
         if self.fields is None:
             found = cf.infer_fields(sample, kind, names, self.group_key)
             specs = [
-                cf.Spec(k, inp, dims, self._pad_for(k, None, cf.column([sample], k, kind)[0]))
+                cf.Spec(k, inp, dims, self._pad_for(k, None, value_of(k)))
                 for k, (inp, dims) in found.items()
             ]
             if not specs:
@@ -301,7 +343,7 @@ class PadCollator:
                     k,
                     tuple(names.index(x) for x in (f.input or names)),
                     (f.dims,) if isinstance(f.dims, int) else f.dims,
-                    self._pad_for(k, f.pad_value, cf.column([sample], k, kind)[0]),
+                    self._pad_for(k, f.pad_value, value_of(k)),
                 )
                 for k, f in self.fields.items()
             ]
@@ -316,7 +358,8 @@ class PadCollator:
                 )
         if self.group_key is not None and kind != "dict":
             raise TypeError(f"group_key={self.group_key!r} needs dict samples, got {kind} samples")
-        self._specs_cache[cache_key] = specs
+        if not unread:
+            self._specs_cache[cache_key] = specs
         return specs
 
     # --- collation -------------------------------------------------------------------------
@@ -365,7 +408,7 @@ class PadCollator:
         kind = kind_of(first)
         keys = cf.keys_of(first, kind)
         cf.check_structure(samples, kind, keys)
-        specs = self._specs(first, kind, keys)
+        specs = self._specs(first, kind, keys, samples)
         try:
             lengths, columns, dims = cf.measure(
                 samples, kind, specs, len(self._names), self._learned
@@ -919,6 +962,10 @@ class PadCollator:
 _NDIM = operator.attrgetter("ndim")
 _ONE_D = {1}
 _DICT = {dict}
+
+
+def _is_empty_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and not value
 
 
 def attend_fillers(mask: Any, real: int, side: str) -> None:

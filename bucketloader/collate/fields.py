@@ -42,19 +42,26 @@ from bucketloader._validation import MissingKeyError
 #: :mod:`bucketloader.collate.collator`): torch's ``ignore_index`` (``cross_entropy``,
 #: ``nll_loss``), and Hugging Face's label pad.
 LABEL_PAD = -100
+#: The keys of label fields: Hugging Face's names (``default_data_collator`` reads ``label`` and
+#: ``label_ids``, models take ``labels``). Exact names, not a ``label`` prefix: ``label_lengths``
+#: (CTC's target lengths: ``ctc_loss`` refuses a length of -100) and ``labels_mask`` (-100 is
+#: True as a mask) are integers that -100 breaks.
+LABEL_KEYS = frozenset({"label", "labels", "label_ids"})
 
 
 def is_int_label(key: Any, value: Any) -> bool:
     """Whether ``value`` (a sample's field ``key``, or a collated column) is an integer label:
-    a key that starts with ``label`` (``label``, ``labels``, ``label_ids``, as Hugging Face
-    names them) and signed integer values (a Python ``int``, or a list, array or tensor of
-    them; bool and unsigned dtypes, which cannot hold -100, and floats are not).
+    a key in :data:`LABEL_KEYS` (``label``, ``labels``, ``label_ids``, as Hugging Face names
+    them) and signed integer values (a Python ``int``, or a list, array or tensor of them; bool
+    and unsigned dtypes, which cannot hold -100, and floats are not).
 
     Example:
         >>> is_int_label("labels", [3, 1]), is_int_label("label", 2.5), is_int_label("ids", [3])
         (True, False, False)
+        >>> is_int_label("label_lengths", 3)  # a label's length, not a label
+        False
     """
-    if not (isinstance(key, str) and key.startswith("label")):
+    if not (isinstance(key, str) and key in LABEL_KEYS):
         return False
     while isinstance(value, (list, tuple)):  # (a list's first number: nested lists too)
         value = value[0] if value else None
@@ -86,7 +93,8 @@ class Field:
         dims: the variable dim(s) of the field, one per input (negative counts from the end);
             ``None`` (default) infers the one variable dim of a field that follows one input
             (NOTE [ Which dim varies ]).
-        pad_value: value of padding elements; ``None`` uses the collator's ``pad_value``.
+        pad_value: value of padding elements; ``None`` uses the collator's ``pad_value`` (-100
+            for an integer label field, NOTE [ Label fields pad with -100 ]).
 
     Example:
         >>> Field(input=("1", "0"), dims=(-2, -1))  # images (C, H, W), lengths (W, H)
