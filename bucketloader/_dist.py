@@ -213,8 +213,12 @@ STEPS = {
     3: "precompile's assignment of shapes to ranks",
     4: "precompile's sharing of the shapes each rank compiled",
     5: "the end of precompile (every rank ran every shape)",
+    6: "the stream's boundaries, estimated on rank 0's head and sent to every rank",
+    7: "the stream's schedule, counted on the head of every rank's shard",
+    8: "the stream's padding template, the first sample of a shard",
 }
 ARGUMENTS, CACHE_LOOKUP, PRECOMPILE_ASSIGN, PRECOMPILE_SHARE, PRECOMPILE_END = 1, 2, 3, 4, 5
+STREAM_ESTIMATE, STREAM_SCHEDULE, STREAM_TEMPLATE = 6, 7, 8
 
 
 def told(error: BaseException) -> BaseException:
@@ -341,37 +345,27 @@ def _error_texts(text: str | None, world: int, rank: int) -> list[str | None]:
     return out
 
 
-def borrow_sample(own: Any, *, owner: str = "stream", failed: bool = False) -> Any:
+def borrow_sample(own: Any) -> Any:
     """A sample every rank can stand in with: ``own``, or, on a rank without one, the first
     sample of the lowest rank that has one (``None`` when no rank has any). Every rank of the
     default process group must call it (NOTE [ A stream split over ranks ] in
-    :mod:`bucketloader.stream._schedule`); samples travel as pickles (``broadcast_object_list``)
-    only when some rank has none. A rank that could not read its first sample calls it with
-    ``failed=True`` (it then raises its own error), and every other rank raises a
-    ``RuntimeError`` naming it, where they would have waited for it (:func:`all_reduce_counts`)."""
+    :mod:`bucketloader.stream._schedule`), after a :func:`checkpoint` (a rank that could not
+    read its first sample tells the others there); samples travel as pickles
+    (``broadcast_object_list``) only when some rank has none."""
     import torch
     import torch.distributed as dist
 
     world, rank = default_ranks()
-    mine = 2 if failed else 0 if own is None else 1
-    flag = torch.tensor([mine], dtype=torch.int64, device=comm_device())
+    flag = torch.tensor([0 if own is None else 1], dtype=torch.int64, device=comm_device())
     flags = [torch.zeros_like(flag) for _ in range(world)]
-    dist.all_gather(flags, flag)
-    has = [int(f.item()) for f in flags]
-    stopped = [r for r, h in enumerate(has) if h == 2]
-    if stopped:
-        if failed:
-            return None
-        raise RuntimeError(
-            f"rank(s) {stopped} could not read the first sample of their shard for their "
-            f"{owner} (their own error is in their output); every rank stops here rather than "
-            "wait for them in the next collective (fix that rank's source)"
-        )
-    if all(has) or not any(has):
-        return own
-    donor = has.index(1)
-    box = [own if rank == donor else None]
-    dist.broadcast_object_list(box, src=donor)
+    with collectives():
+        dist.all_gather(flags, flag)
+        has = [int(f.item()) for f in flags]
+        if all(has) or not any(has):
+            return own
+        donor = has.index(1)
+        box = [own if rank == donor else None]
+        dist.broadcast_object_list(box, src=donor)
     return own if own is not None else box[0]
 
 
@@ -386,57 +380,16 @@ def comm_device() -> torch.device:
     return torch.device("cpu")
 
 
-def all_reduce_counts(
-    counts: np.ndarray,
-    *,
-    owner: str,
-    failed: bool = False,
-    task: str = "count the first samples of their shard",
-    fix: str = "fix that rank's samples or length_fn",
-) -> np.ndarray:
-    """Sum ``counts`` over the ranks of the default process group, and one flag per rank: a
-    rank that could not do its ``task`` on its own samples calls it with ``failed=True`` (its
-    counts are not sent; it then raises its own error), and every other rank raises a
-    ``RuntimeError`` naming it, where they would have waited for it in their next collective
-    (until the backend's timeout, or an opaque "connection closed" once its process exited);
-    ``fix`` ends their message. Empty ``counts``: the flags alone."""
-    own = np.zeros(len(counts), dtype=np.int64) if failed else np.asarray(counts, np.int64)
-    out, stopped = _sum_and_flags(own, failed)
-    if stopped and not failed:
-        raise RuntimeError(
-            f"rank(s) {stopped} could not {task} for their {owner} (their own error is in "
-            "their output); every rank stops here rather than wait for them in the next "
-            f"collective ({fix})"
-        )
-    return out
-
-
-def flagged_ranks(flag: bool) -> list[int]:
-    """The ranks of the default process group that call this with ``flag`` true (one flag per
-    rank, one ``all_reduce``; every rank must call it): what a rank tells the others before they
-    would wait for it in a collective it will not join.
-
-    Example:
-        >>> flagged_ranks(True)  # (no process group: this process alone)
-        [0]
-    """
-    if not initialised():
-        return [0] if flag else []
-    return _sum_and_flags(np.zeros(0, dtype=np.int64), flag)[1]
-
-
-def _sum_and_flags(values: np.ndarray, flag: bool) -> tuple[np.ndarray, list[int]]:
-    """``values`` summed over the ranks, and the ranks whose ``flag`` is set, in one
-    ``all_reduce``."""
+def all_reduce_sum(counts: np.ndarray) -> np.ndarray:
+    """``counts`` summed over the ranks of the default process group (one ``all_reduce``;
+    every rank must call it, after a :func:`checkpoint`)."""
     import torch
     import torch.distributed as dist
 
-    flags = np.zeros(world_size(), dtype=np.int64)
-    flags[default_ranks()[1]] = int(flag)
-    t = torch.as_tensor(np.concatenate([values, flags]), device=comm_device())
-    dist.all_reduce(t)
-    out = t.cpu().numpy()
-    return out[: len(values)], np.flatnonzero(out[len(values) :]).tolist()
+    t = torch.as_tensor(np.asarray(counts, np.int64), device=comm_device())
+    with collectives():
+        dist.all_reduce(t)
+    return t.cpu().numpy()  # type: ignore[no-any-return]
 
 
 def broadcast_lists(values: list[list[int]]) -> list[list[int]]:
