@@ -22,6 +22,7 @@ import torch
 from conftest import free_port, load_real, run_ranks
 
 from bucketloader import BucketIterable
+from bucketloader.cache import BucketCache
 from bucketloader.plan import BucketSpec
 from bucketloader.stream import PackIterable, estimate
 
@@ -184,6 +185,9 @@ def test_a_rank_whose_head_is_refused_stops_every_rank_with_its_name(tmp_path):
         errors = [r[i] for r in runs]
         assert [e.startswith(named) for e in errors] == [True, False, True], errors
         assert errors[1].startswith(refused) and f"rank 1 raised {refused}" in errors[0], errors
+    # s20: estimate(cache=...) over ranks, each its own head: the cache's shared lookup met other
+    # keys (a ValueError on every rank); each rank's head is now looked up alone
+    assert [r[5] for r in runs] == [""] * 3, runs
 
 
 def _refused(rank: int, world: int, port: int, out_dir: str) -> None:
@@ -226,6 +230,11 @@ def _refused(rank: int, world: int, port: int, out_dir: str) -> None:
         lambda: PackIterable(
             shard, length_fn=lambda s: s["n"], row_length=64, batch_size=2, steps_per_epoch=5,
             open_rows=0 if rank == 1 else 4,
+        ),
+        lambda: BucketIterable(
+            [{"n": 5 + (i + rank) % 40} for i in range(50)], length_fn=lambda s: s["n"],
+            batch_size=4, steps_per_epoch=5,
+            boundaries=estimate(3, sample_size=30, cache=BucketCache(Path(out_dir) / "c")),
         ),
     ):  # fmt: skip
         try:

@@ -17,6 +17,7 @@ behind DataLoader workers ] in :mod:`bucketloader.stream.resume`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import itertools
@@ -344,6 +345,9 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         if est.max_length is None and len(tops) == 1 and None not in self.limits.max_length:
             est = dataclasses.replace(est, max_length=tops.pop())
         est = dataclasses.replace(est, options=options)
+        if self.num_replicas > 1:  # each rank's own head: the cache's shared lookup expects one
+            # key on every rank (a ValueError on every rank, s20), and rank 0's answer is sent
+            est = dataclasses.replace(est, cache=_local_cache(est.cache))
         if self.num_replicas > 1 and not dist_ready(self.num_replicas):
             raise ValueError(
                 f"boundaries=estimate(...) on {self.num_replicas} ranks needs an initialised "
@@ -647,6 +651,20 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 f"state's buffers do not fit this BucketIterable ({k} buckets, {read} samples "
                 "read): pass a dict from BucketIterable.state_dict(), unedited"
             )
+
+
+def _local_cache(cache: Any) -> Any:
+    """``cache``, looked up by this rank alone (a :class:`~bucketloader.cache.BucketCache` with
+    ``distributed=False``): what a rank's estimate on its own head uses."""
+    from bucketloader.cache import BucketCache
+
+    if cache is True:
+        return BucketCache(distributed=False)
+    if isinstance(cache, BucketCache) and cache.distributed:
+        local = copy.copy(cache)
+        local.distributed = False
+        return local
+    return cache
 
 
 def _refuse_merged_cells(given: Any, bounds: list[np.ndarray]) -> None:
