@@ -118,6 +118,9 @@ def gather_arguments(owner: str, arguments: dict[str, Any], num_replicas: int, r
 _AGREEMENT_HINTS = {
     "seed": "seed is the plan's seed and must be the same on every rank (seed per-rank "
     "randomness, such as augmentation, elsewhere)",
+    "num_draws": "num_draws is WeightedBucketSampler's num_samples= (the draws of an epoch)",
+    "sample_weights": "the per-sample weights differ (a digest of each rank's): pass every rank "
+    "the same weights, of the whole data set",
     "plan_digest": "the plans differ: pass every rank the same lengths (of the whole data set, "
     "in the same order) and the same options (a rank that holds only its own shard's lengths "
     "needs bucketloader.sharded.ShardedSampler)",

@@ -538,6 +538,7 @@ class BucketSampler(SpecShapes, EpochSampler):
                     "last_batch": self.last_batch,
                     "num_samples": int(self.spec.cell_of_sample.size),
                     "plan_digest": self._plan_digest(),
+                    **self._own_arguments(),
                 },
             )
         self._warn_losses()
@@ -546,6 +547,12 @@ class BucketSampler(SpecShapes, EpochSampler):
         counted = getattr(spec_options.get("strategy"), "work_limit", None) is not None
         if given is not lengths and spec_options.get("cache") in (None, False) and not counted:
             self._warn_joint_alone()  # (a work_limit plans the same cells on every rank)
+
+    def _own_arguments(self) -> dict[str, Any]:
+        """A subclass's own arguments, checked (and set) before the ranks' check of arguments,
+        and what of them every rank must share (:meth:`_agree_with_group`): a rank refused on
+        them stops the others there, and a rank given others is named."""
+        return {}
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property

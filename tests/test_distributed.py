@@ -304,6 +304,10 @@ def test_ranks_built_with_another_seed_or_other_lengths_are_named_on_every_rank(
         assert f"rank 1 raised {refused}" in runs[0][name], runs[0][name]
     assert runs[1]["pack_refused"] == "ValueError: seed must be an int >= 0, got seed=-1"
     assert "rank 1 raised ValueError: seed must be" in runs[0]["pack_refused"]
+    for r in runs:  # (silently 8 steps on rank 0, 12 on rank 1)
+        assert "rank 1 has num_draws=150 (rank 0: 100); num_draws is" in r["draws"], r["draws"]
+    refused = "ValueError: weights must be finite numbers >= 0, got -1.0 at index 0"
+    assert runs[1]["weights"] == refused and f"rank 1 raised {refused}" in runs[0]["weights"]
     for r in runs:  # (a broadcast paired with a gather: the timeout)
         assert "rank(s) [1] at the check of arguments every rank makes; rank(s) [0] at the " \
             "bucket cache's shared lookup" in r["one_cache"], r["one_cache"]  # fmt: skip
@@ -317,6 +321,7 @@ def _agree_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> Non
     from bucketloader import BucketSampler, PackSampler
     from bucketloader.cache import BucketCache
     from bucketloader.stream import BucketIterable, PackIterable
+    from bucketloader.weighted import WeightedBucketSampler
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
@@ -343,6 +348,11 @@ def _agree_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> Non
         "one_cache": lambda: BucketSampler(
             lengths, num_buckets=4, batch_size=8, cache=cache if rank == 0 else None
         ),
+        # a weighted sampler's own arguments: rank 1's num_samples, then its weights refused
+        "draws": lambda: WeightedBucketSampler(
+            lengths, np.ones(200), num_samples=100 + 50 * rank, batch_size=8
+        ),
+        "weights": lambda: WeightedBucketSampler(lengths, np.ones(200) - 2 * rank, batch_size=8),
     }
     bad = lengths if rank == 0 else np.where(np.arange(lengths.size) == 5, -1, lengths)
     cache = BucketCache(Path(out_dir) / f"cache{rank}")
