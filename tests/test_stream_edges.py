@@ -188,6 +188,12 @@ def test_a_rank_whose_head_is_refused_stops_every_rank_with_its_name(tmp_path):
     # s20: estimate(cache=...) over ranks, each its own head: the cache's shared lookup met other
     # keys (a ValueError on every rank); each rank's head is now looked up alone
     assert [r[5] for r in runs] == [""] * 3, runs
+    # rank= and num_replicas= both given (no check of arguments), rank 1 refused before the
+    # schedule's sum, which the others entered
+    named = "RuntimeError: rank(s) [1] raised before the stream's schedule"
+    errors = [r[6] for r in runs]
+    assert [e.startswith(named) for e in errors] == [True, False, True], errors
+    assert errors[1].startswith("ValueError: max_length=100 is beyond"), errors
 
 
 def _refused(rank: int, world: int, port: int, out_dir: str) -> None:
@@ -235,6 +241,11 @@ def _refused(rank: int, world: int, port: int, out_dir: str) -> None:
             [{"n": 5 + (i + rank) % 40} for i in range(50)], length_fn=lambda s: s["n"],
             batch_size=4, steps_per_epoch=5,
             boundaries=estimate(3, sample_size=30, cache=BucketCache(Path(out_dir) / "c")),
+        ),
+        lambda: BucketIterable(
+            [{"n": 5 + (i + rank) % 40} for i in range(50)], length_fn=lambda s: s["n"],
+            boundaries=[16, 32, 64], batch_size=4, steps_per_epoch=5, max_length=top, rank=rank,
+            num_replicas=world,
         ),
     ):  # fmt: skip
         try:

@@ -40,9 +40,10 @@ from bucketloader._dist import (
     dist_ready,
     failing_together,
     gather_arguments,
+    initialised,
     joins_group,
     resolve_ranks,
-    tell_failure,
+    world_size,
     would_join,
 )
 from bucketloader._types import LazyModule, LengthFn
@@ -185,7 +186,10 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
     ) -> None:
         # (up to its last collective: a rank refused before one stops the others there, named;
         # NOTE [ Checkpoints before a collective ] in bucketloader._dist)
-        with failing_together(would_join(num_replicas, rank)):
+        joins = would_join(num_replicas, rank) or _collects(
+            num_replicas, boundaries, steps_per_epoch
+        )
+        with failing_together(joins):
             # (was Python's "missing ... argument", also beside num_buckets=)
             if boundaries is None:
                 k = options.get("num_buckets")  # type: ignore[typeddict-item]
@@ -354,16 +358,13 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 "torch.distributed process group (rank 0 estimates, every rank receives its "
                 "boundaries); without one, pass the same boundaries to every rank"
             )
-        try:  # (this rank's own shard: an error here reaches the other ranks before the send)
-            it = iter(self.source)
-            head = list(itertools.islice(it, est.sample_size))
-            if it is self.source:  # a one-shot iterator: replay the head in the first pass
-                self._prefix, self._rest = head, it
-            solutions = solve_head(est, head, self._length, len(names))
-        except Exception as exc:
-            if self.num_replicas > 1:  # (also ranks given both rank= and num_replicas=)
-                tell_failure(exc)
-            raise
+        # (this rank's own shard: an error here reaches the others at the checkpoint below,
+        # told by the constructor)
+        it = iter(self.source)
+        head = list(itertools.islice(it, est.sample_size))
+        if it is self.source:  # a one-shot iterator: replay the head in the first pass
+            self._prefix, self._rest = head, it
+        solutions = solve_head(est, head, self._length, len(names))
         self.solution = dict(zip(names, solutions, strict=True)) if multi else solutions[0]
         bounds = [sol.boundaries.tolist() for sol in solutions]
         if self.num_replicas > 1:
@@ -402,12 +403,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 "the schedule)"
             )
         counts = np.zeros(self.cells.num_cells, dtype=np.int64)
-        try:  # (this rank's own shard: an error here reaches the other ranks before the sum)
-            self._count_head(bounds, counts)
-        except Exception as exc:
-            if self.num_replicas > 1:
-                tell_failure(exc)
-            raise
+        self._count_head(bounds, counts)  # (an error: told at the checkpoint, as above)
         if self.num_replicas > 1:
             checkpoint(STREAM_SCHEDULE)
             counts = all_reduce_sum(counts)
@@ -442,14 +438,10 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         if self._prefix is not None:
             own = self._prefix[0] if self._prefix else None
         else:
-            try:  # (this rank's own shard, read first here when a spec set the schedule: an
-                # error here reaches the other ranks in the borrowing's gather)
-                it = iter(self.source)
-                head = list(itertools.islice(it, 1))
-            except Exception as exc:
-                if dist_ready(self.num_replicas):
-                    tell_failure(exc)
-                raise
+            # (this rank's own shard, read first here when a spec set the schedule: an error
+            # is told at the checkpoint, as above)
+            it = iter(self.source)
+            head = list(itertools.islice(it, 1))
             if it is self.source:  # a one-shot iterator: replay the sample in the first pass
                 self._prefix, self._rest = head, it
             own = head[0] if head else None
@@ -651,6 +643,16 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 f"state's buffers do not fit this BucketIterable ({k} buckets, {read} samples "
                 "read): pass a dict from BucketIterable.state_dict(), unedited"
             )
+
+
+def _collects(num_replicas: Any, boundaries: Any, steps_per_epoch: Any) -> bool:
+    """Whether a stream given ``rank=`` and ``num_replicas=`` both (no check of arguments) makes
+    collectives all the same: the group's ranks, with an estimate (rank 0's boundaries are sent)
+    or a schedule (the heads' counts are summed, the padding template shared)."""
+    if not initialised() or num_replicas is None or world_size() <= 1:
+        return False
+    steps = isinstance(boundaries, Estimate) or steps_per_epoch is not None
+    return bool(num_replicas == world_size()) and steps
 
 
 def _local_cache(cache: Any) -> Any:
