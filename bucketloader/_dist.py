@@ -294,8 +294,11 @@ def tell_failure(error: BaseException) -> None:
     if is_told(error) or world == 1:
         return
     told(error)
-    _codes(FAILED)
-    _error_texts(f"{type(error).__name__}: {error}", world, rank)
+    try:
+        _codes(FAILED)
+        _error_texts(f"{type(error).__name__}: {error}", world, rank)
+    except Exception:  # the group itself failed (a peer gone, a timeout): this rank's own
+        pass  # error, raised next, says more than the group's
 
 
 @contextlib.contextmanager
