@@ -893,6 +893,7 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
                 result["alone"] = f"planned {len(list(built))}"
         result["error"] = " | ".join(result["errors"]) if len(result["errors"]) == 2 else ""
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()  # (as every other rank worker: no rank tears the group down early)
         dist.destroy_process_group()
         return
     lengths = np.asarray(load_real("gsm8k"))[:, 0]
@@ -934,6 +935,7 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
                 errors.append(f"{type(exc).__name__}: {exc}")
         result = {"error": " | ".join(errors) if len(errors) == 8 else ""}
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()  # (as every other rank worker: no rank tears the group down early)
         dist.destroy_process_group()
         return
     try:
@@ -1028,6 +1030,7 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
     except ValueError as exc:
         result = {"error": str(exc)}
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    dist.barrier()
     dist.destroy_process_group()
 
 
