@@ -11,8 +11,10 @@ the CPU).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -107,7 +109,8 @@ def gather_arguments(owner: str, arguments: dict[str, Any], num_replicas: int, r
 
     spelled = {k: v if isinstance(v, str) else repr(v) for k, v in arguments.items()}
     gathered: list[Any] = [None] * num_replicas
-    dist.all_gather_object(gathered, json.dumps({"rank": rank, "arguments": spelled}))
+    with collectives():
+        dist.all_gather_object(gathered, json.dumps({"rank": rank, "arguments": spelled}))
     check_agreement(owner, [json.loads(p) for p in gathered], num_replicas)
 
 
@@ -115,6 +118,9 @@ def gather_arguments(owner: str, arguments: dict[str, Any], num_replicas: int, r
 _AGREEMENT_HINTS = {
     "seed": "seed is the plan's seed and must be the same on every rank (seed per-rank "
     "randomness, such as augmentation, elsewhere)",
+    "num_draws": "num_draws is WeightedBucketSampler's num_samples= (the draws of an epoch)",
+    "sample_weights": "the per-sample weights differ (a digest of each rank's): pass every rank "
+    "the same weights, of the whole data set",
     "plan_digest": "the plans differ: pass every rank the same lengths (of the whole data set, "
     "in the same order) and the same options (a rank that holds only its own shard's lengths "
     "needs bucketloader.sharded.ShardedSampler)",
@@ -135,14 +141,18 @@ def check_agreement(owner: str, items: list[dict[str, Any]], num_replicas: int) 
     failed = [it for it in items if "error" in it]
     if failed:
         failed.sort(key=lambda it: it["rank"])
-        raise RuntimeError(
-            f"rank(s) {[it['rank'] for it in failed]} could not build their {owner}: rank "
-            f"{failed[0]['rank']} raised {failed[0]['error']}; every rank stops here rather "
-            "than wait for it in the next collective (fix that rank's input)"
+        raise told(
+            RuntimeError(
+                f"rank(s) {[it['rank'] for it in failed]} could not build their {owner}: rank "
+                f"{failed[0]['rank']} raised {failed[0]['error']}; every rank stops here rather "
+                "than wait for it in the next collective (fix that rank's input)"
+            )
         )
     ranks = [it["rank"] for it in items]
     if sorted(ranks) != list(range(num_replicas)):
-        raise ValueError(f"ranks {ranks} do not number 0..{num_replicas - 1}; pass rank= once each")
+        raise told(
+            ValueError(f"ranks {ranks} do not number 0..{num_replicas - 1}; pass rank= once each")
+        )
     items.sort(key=lambda it: it["rank"])
     first = items[0]["arguments"]
     odd = [it for it in items if it["arguments"] != first]
@@ -154,10 +164,12 @@ def check_agreement(owner: str, items: list[dict[str, Any]], num_replicas: int) 
             for k in keys
         ]
         hints = "".join(f"; {_AGREEMENT_HINTS[k]}" for k in keys if k in _AGREEMENT_HINTS)
-        raise ValueError(
-            f"rank(s) {[it['rank'] for it in odd]} built their {owner} with other "
-            f"arguments than rank 0: rank {odd[0]['rank']} has {', '.join(diff)}{hints}; "
-            "build it with the same arguments on every rank"
+        raise told(
+            ValueError(
+                f"rank(s) {[it['rank'] for it in odd]} built their {owner} with other "
+                f"arguments than rank 0: rank {odd[0]['rank']} has {', '.join(diff)}{hints}; "
+                "build it with the same arguments on every rank"
+            )
         )
 
 
@@ -175,37 +187,195 @@ def send_error(error: BaseException, num_replicas: int, rank: int) -> None:
     dist.all_gather_object(gathered, json.dumps({"rank": rank, "error": text}))
 
 
-def borrow_sample(own: Any, *, owner: str = "stream", failed: bool = False) -> Any:
-    """A sample every rank can stand in with: ``own``, or, on a rank without one, the first
-    sample of the lowest rank that has one (``None`` when no rank has any). Every rank of the
-    default process group must call it (NOTE [ A stream split over ranks ] in
-    :mod:`bucketloader.stream._schedule`); samples travel as pickles (``broadcast_object_list``)
-    only when some rank has none. A rank that could not read its first sample calls it with
-    ``failed=True`` (it then raises its own error), and every other rank raises a
-    ``RuntimeError`` naming it, where they would have waited for it (:func:`all_reduce_counts`)."""
+# -- checkpoints: a rank that fails before a collective stops every rank, named --------------------
+#: NOTE [ Checkpoints before a collective ]
+#: A rank that raises before a collective its peers enter leaves them waiting in it until the
+#: group's timeout (30 minutes by default), or failing with gloo's opaque "Connection closed by
+#: peer" once its process exits. Where the collectives a constructor makes depend on its path
+#: (a ``BucketSampler`` whose spec is solved through a shared ``BucketCache`` makes the cache's
+#: broadcast before its check of arguments; one built without a cache makes only the check), a
+#: failed rank cannot send its error *in* the collective the others wait in: it does not know
+#: which one that is, and a gather paired with a broadcast is undefined. So every such step
+#: starts with a checkpoint of one fixed shape, :func:`checkpoint` (one ``all_reduce`` of an
+#: ``int64`` per rank: the step's code, or :data:`FAILED`), and a failed rank sends that same
+#: message (:func:`tell_failure`), which meets the others at their next checkpoint, whichever it
+#: is; then, on that path only, one gather of the failed ranks' error texts. Every rank raises
+#: there: the failed ones their own error, the others a ``RuntimeError`` naming the ranks and the
+#: first one's error. Ranks at different steps (built with different arguments, such as a cache on
+#: one rank only) raise a ``ValueError`` naming the steps, where they would have paired a
+#: broadcast with a gather. An error every rank raises alike after a collective (a checkpoint's,
+#: :func:`check_agreement`'s, the cache's) is marked as told (:func:`told`), so no rank sends it
+#: again. A failed rank tells only while its peers still have a checkpoint ahead: up to its last
+#: collective (after it, a rank's own error waits for nobody). Two gloo ranks, rank 1's lengths
+#: refused, a 15 s timeout (s20): rank 0 raised after 15.2 s (gloo's timeout), now 0.1 s. The
+#: cost, on the healthy path: one ``all_reduce`` of ``world`` int64s per step. (``ShardedSampler``
+#: keeps its own way: its first collective is a gather that carries a failed rank's error,
+#: :func:`send_error`, and what follows it is computed from what every rank gathered.)
+FAILED = -1
+
+#: The steps that start with a checkpoint: code → what the messages call it.
+STEPS = {
+    1: "the check of arguments every rank makes",
+    2: "the bucket cache's shared lookup of the boundaries",
+    3: "precompile's assignment of shapes to ranks",
+    4: "precompile's sharing of the shapes each rank compiled",
+    5: "the end of precompile (every rank ran every shape)",
+    6: "the stream's boundaries, estimated on rank 0's head and sent to every rank",
+    7: "the stream's schedule, counted on the head of every rank's shard",
+    8: "the stream's padding template, the first sample of a shard",
+}
+ARGUMENTS, CACHE_LOOKUP, PRECOMPILE_ASSIGN, PRECOMPILE_SHARE, PRECOMPILE_END = 1, 2, 3, 4, 5
+STREAM_ESTIMATE, STREAM_SCHEDULE, STREAM_TEMPLATE = 6, 7, 8
+
+
+def told(error: BaseException) -> BaseException:
+    """``error``, marked as known to every rank (raised alike after a collective), so that
+    :func:`tell_failure` does not send it again; returns it, for ``raise told(...)``."""
+    with contextlib.suppress(AttributeError, TypeError):  # (an exception without a __dict__)
+        error.__dict__["_bucketloader_told"] = True
+    return error
+
+
+@contextlib.contextmanager
+def collectives() -> Iterator[None]:
+    """Around collectives: an error raised in them is told (:func:`told`): every rank raises it
+    alike, or the group itself failed (a timeout, a closed connection), and a rank then sends
+    nothing more (another collective would wait for the group's timeout once again)."""
+    try:
+        yield
+    except Exception as exc:
+        told(exc)
+        raise
+
+
+def is_told(error: BaseException) -> bool:
+    """Whether ``error`` is known to every rank already (:func:`told`)."""
+    return bool(getattr(error, "__dict__", {}).get("_bucketloader_told", False))
+
+
+def checkpoint(step: int, *, flag: bool = False) -> list[int]:
+    """NOTE [ Checkpoints before a collective ]: every rank of the default process group (of
+    more than one rank) says it is at ``step`` (one of :data:`STEPS`), with one ``flag`` of its
+    own; returns the ranks whose flag is set. Raises on every rank when a rank failed before it
+    (:func:`tell_failure`; a ``RuntimeError`` naming it and its error) or is at another step (a
+    ``ValueError`` naming the steps)."""
+    world, rank = default_ranks()
+    if world == 1:
+        return [0] if flag else []
+    codes = _codes(2 * step + int(flag))
+    failed = [r for r, c in enumerate(codes) if c == FAILED]
+    if failed:
+        texts = _error_texts(None, world, rank)
+        raise told(
+            RuntimeError(
+                f"rank(s) {failed} raised before {STEPS[step]} (this is rank {rank}): rank "
+                f"{failed[0]} raised {texts[failed[0]]}; every rank stops here rather than "
+                "wait for it in the collective (fix that rank's input)"
+            )
+        )
+    steps = [c // 2 for c in codes]
+    if len(set(steps)) > 1:
+        at = "; ".join(
+            f"rank(s) {[r for r, s in enumerate(steps) if s == k]} at {STEPS.get(k, k)}"
+            for k in sorted(set(steps))
+        )
+        raise told(
+            ValueError(
+                f"the ranks reached different collectives (this is rank {rank}): {at}; they were "
+                "built with different arguments (a cache= on some ranks only, other lengths or "
+                "options): build it with the same arguments on every rank"
+            )
+        )
+    return [r for r, c in enumerate(codes) if c % 2]
+
+
+def tell_failure(error: BaseException) -> None:
+    """What a rank that raised ``error`` before a collective its peers enter sends instead
+    (NOTE [ Checkpoints before a collective ]): :data:`FAILED` at their next
+    :func:`checkpoint`, then its error's text; marks ``error`` as told. The caller then raises
+    it. Nothing is sent for an error already told, or without a process group."""
+    world, rank = default_ranks()
+    if is_told(error) or world == 1:
+        return
+    told(error)
+    try:
+        _codes(FAILED)
+        _error_texts(f"{type(error).__name__}: {error}", world, rank)
+    except Exception:  # the group itself failed (a peer gone, a timeout): this rank's own
+        pass  # error, raised next, says more than the group's
+
+
+@contextlib.contextmanager
+def failing_together(joins: bool) -> Iterator[None]:
+    """Around the part of a constructor up to its last collective: an error raised in it is
+    told to the other ranks (:func:`tell_failure`) when ``joins`` (this rank takes part in the
+    constructor's collectives), then raised."""
+    try:
+        yield
+    except Exception as exc:
+        if joins:
+            tell_failure(exc)
+        raise
+
+
+def would_join(num_replicas: Any, rank: Any) -> bool:
+    """Whether a sampler built with these arguments joins the default process group's
+    collectives (:func:`joins_group`), decided before they are checked (a rank whose arguments
+    are refused tells the others, :func:`tell_failure`, only if it would have joined)."""
+    if not initialised() or (num_replicas is not None and rank is not None):
+        return False
+    world = world_size()
+    return world > 1 and (num_replicas is None or bool(num_replicas == world))
+
+
+def _codes(code: int) -> list[int]:
+    """Every rank's ``code``, by one ``all_reduce`` of one ``int64`` per rank."""
     import torch
     import torch.distributed as dist
 
     world, rank = default_ranks()
-    mine = 2 if failed else 0 if own is None else 1
-    flag = torch.tensor([mine], dtype=torch.int64, device=comm_device())
+    t = torch.zeros(world, dtype=torch.int64, device=comm_device())
+    t[rank] = code
+    with collectives():
+        dist.all_reduce(t)
+    return [int(c) for c in t.cpu().tolist()]
+
+
+def _error_texts(text: str | None, world: int, rank: int) -> list[str | None]:
+    """Every rank's error text (``None`` for a rank that did not fail), by one
+    ``all_gather_object`` of JSON."""
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * world
+    with collectives():
+        dist.all_gather_object(gathered, json.dumps({"rank": rank, "error": text}))
+    out: list[str | None] = [None] * world
+    for item in map(json.loads, gathered):
+        out[int(item["rank"])] = item["error"]
+    return out
+
+
+def borrow_sample(own: Any) -> Any:
+    """A sample every rank can stand in with: ``own``, or, on a rank without one, the first
+    sample of the lowest rank that has one (``None`` when no rank has any). Every rank of the
+    default process group must call it (NOTE [ A stream split over ranks ] in
+    :mod:`bucketloader.stream._schedule`), after a :func:`checkpoint` (a rank that could not
+    read its first sample tells the others there); samples travel as pickles
+    (``broadcast_object_list``) only when some rank has none."""
+    import torch
+    import torch.distributed as dist
+
+    world, rank = default_ranks()
+    flag = torch.tensor([0 if own is None else 1], dtype=torch.int64, device=comm_device())
     flags = [torch.zeros_like(flag) for _ in range(world)]
-    dist.all_gather(flags, flag)
-    has = [int(f.item()) for f in flags]
-    stopped = [r for r, h in enumerate(has) if h == 2]
-    if stopped:
-        if failed:
-            return None
-        raise RuntimeError(
-            f"rank(s) {stopped} could not read the first sample of their shard for their "
-            f"{owner} (their own error is in their output); every rank stops here rather than "
-            "wait for them in the next collective (fix that rank's source)"
-        )
-    if all(has) or not any(has):
-        return own
-    donor = has.index(1)
-    box = [own if rank == donor else None]
-    dist.broadcast_object_list(box, src=donor)
+    with collectives():
+        dist.all_gather(flags, flag)
+        has = [int(f.item()) for f in flags]
+        if all(has) or not any(has):
+            return own
+        donor = has.index(1)
+        box = [own if rank == donor else None]
+        dist.broadcast_object_list(box, src=donor)
     return own if own is not None else box[0]
 
 
@@ -220,57 +390,16 @@ def comm_device() -> torch.device:
     return torch.device("cpu")
 
 
-def all_reduce_counts(
-    counts: np.ndarray,
-    *,
-    owner: str,
-    failed: bool = False,
-    task: str = "count the first samples of their shard",
-    fix: str = "fix that rank's samples or length_fn",
-) -> np.ndarray:
-    """Sum ``counts`` over the ranks of the default process group, and one flag per rank: a
-    rank that could not do its ``task`` on its own samples calls it with ``failed=True`` (its
-    counts are not sent; it then raises its own error), and every other rank raises a
-    ``RuntimeError`` naming it, where they would have waited for it in their next collective
-    (until the backend's timeout, or an opaque "connection closed" once its process exited);
-    ``fix`` ends their message. Empty ``counts``: the flags alone."""
-    own = np.zeros(len(counts), dtype=np.int64) if failed else np.asarray(counts, np.int64)
-    out, stopped = _sum_and_flags(own, failed)
-    if stopped and not failed:
-        raise RuntimeError(
-            f"rank(s) {stopped} could not {task} for their {owner} (their own error is in "
-            "their output); every rank stops here rather than wait for them in the next "
-            f"collective ({fix})"
-        )
-    return out
-
-
-def flagged_ranks(flag: bool) -> list[int]:
-    """The ranks of the default process group that call this with ``flag`` true (one flag per
-    rank, one ``all_reduce``; every rank must call it): what a rank tells the others before they
-    would wait for it in a collective it will not join.
-
-    Example:
-        >>> flagged_ranks(True)  # (no process group: this process alone)
-        [0]
-    """
-    if not initialised():
-        return [0] if flag else []
-    return _sum_and_flags(np.zeros(0, dtype=np.int64), flag)[1]
-
-
-def _sum_and_flags(values: np.ndarray, flag: bool) -> tuple[np.ndarray, list[int]]:
-    """``values`` summed over the ranks, and the ranks whose ``flag`` is set, in one
-    ``all_reduce``."""
+def all_reduce_sum(counts: np.ndarray) -> np.ndarray:
+    """``counts`` summed over the ranks of the default process group (one ``all_reduce``;
+    every rank must call it, after a :func:`checkpoint`)."""
     import torch
     import torch.distributed as dist
 
-    flags = np.zeros(world_size(), dtype=np.int64)
-    flags[default_ranks()[1]] = int(flag)
-    t = torch.as_tensor(np.concatenate([values, flags]), device=comm_device())
-    dist.all_reduce(t)
-    out = t.cpu().numpy()
-    return out[: len(values)], np.flatnonzero(out[len(values) :]).tolist()
+    t = torch.as_tensor(np.asarray(counts, np.int64), device=comm_device())
+    with collectives():
+        dist.all_reduce(t)
+    return t.cpu().numpy()  # type: ignore[no-any-return]
 
 
 def broadcast_lists(values: list[list[int]]) -> list[list[int]]:

@@ -43,9 +43,13 @@ sampler (or a stream: ``BucketIterable``, ``PackIterable``) that takes its ranks
 initialised process group (``num_replicas`` or ``rank`` left out) gathers its arguments once,
 in the constructor (one ``all_gather_object`` of a few hundred bytes of JSON,
 as ``ShardedSampler`` does), and a rank that differs is an error on every rank, naming it and the
-argument. Build the sampler on every rank, then: iteration, ``plan()`` and ``state_dict()`` call
-no collective. Ranks simulated in one process (``num_replicas=`` and ``rank=`` both given) join
-none.
+argument. A rank refused before that gather (its own lengths, seed, options) tells the others
+at its checkpoint, or at the shared cache's, whichever they reached first (NOTE [ Checkpoints
+before a collective ] in :mod:`bucketloader._dist`), and they raise naming it and its error. Build
+the sampler on every rank, then: iteration, ``plan()`` and ``state_dict()`` call no collective.
+Ranks simulated in one process (``num_replicas=`` and ``rank=`` both given) join none (their
+cache lookup, when a shared ``BucketCache`` solves their spec, is still a collective, and a rank
+refused before it does not tell the others).
 """
 
 from __future__ import annotations
@@ -62,7 +66,16 @@ import numpy as np
 from torch.utils.data import ConcatDataset, IterableDataset, Sampler
 from typing_extensions import Unpack
 
-from bucketloader._dist import gather_arguments, joins_group, resolve_ranks, world_size
+from bucketloader._dist import (
+    ARGUMENTS,
+    checkpoint,
+    failing_together,
+    gather_arguments,
+    joins_group,
+    resolve_ranks,
+    world_size,
+    would_join,
+)
 from bucketloader._types import LazyModule
 from bucketloader._validation import (
     check_bool,
@@ -144,6 +157,7 @@ class EpochSampler(Sampler[list[int]]):
         constructor's ``num_replicas`` / ``rank`` arguments, as given), one gather of
         ``arguments`` checked on every rank."""
         if joins_group(num_replicas, rank, self.num_replicas):
+            checkpoint(ARGUMENTS)  # NOTE [ Checkpoints before a collective ] in bucketloader._dist
             gather_arguments(type(self).__name__, arguments, self.num_replicas, self.rank)
 
     def _coordinates(self, epoch: int, rank: int | None = None) -> dict[str, Any]:
@@ -493,42 +507,52 @@ class BucketSampler(SpecShapes, EpochSampler):
         accumulate: int = 1,
         **spec_options: Unpack[SpecOptions],
     ) -> None:
-        given: BucketSpec = spec_or_build(lengths, spec_options, BucketSpec)
-        super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
-        # max_tokens: each bucket's batches hold its samples evenly (NOTE [ Even batches ])
-        self.spec: BucketSpec = given.for_replicas(self.num_replicas)
-        self._given = given
-        self.weights = resolve_weights(self.spec, weights)
-        if self.weights is not None:
-            check_weights(self.spec, self.weights, self.num_replicas)  # at construction
-        self.longest_first = check_bool("longest_first", longest_first)
-        self.accumulate = check_accumulate(accumulate, self.spec, self.weights)
-        # leftovers fill longer cells' spare rows (NOTE [ Promotion of leftovers ])
-        self.promotion: Promotion | None = None
-        if self._promotes and promotes(given) and self.weights is None and self.accumulate == 1:
-            spec, promotion = promoted_spec(given, self.num_replicas)
-            if promotion.num_promoted:  # else the even plan is the same plan
-                self._even, self.spec, self.promotion = self.spec, spec, promotion
-        self._agree_with_group(
-            num_replicas,
-            rank,
-            {
-                "seed": self.seed,
-                "shuffle": self.shuffle,
-                "weights": self.weights if self.weights is None else self.weights.tolist(),
-                "longest_first": self.longest_first,
-                "accumulate": self.accumulate,
-                "last_batch": self.last_batch,
-                "num_samples": int(self.spec.cell_of_sample.size),
-                "plan_digest": self._plan_digest(),
-            },
-        )
+        # (up to its last collective, the check of arguments: a rank refused before it stops the
+        # others there, named; NOTE [ Checkpoints before a collective ] in bucketloader._dist)
+        with failing_together(would_join(num_replicas, rank)):
+            given: BucketSpec = spec_or_build(lengths, spec_options, BucketSpec)
+            super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+            # max_tokens: each bucket's batches hold its samples evenly (NOTE [ Even batches ])
+            self.spec: BucketSpec = given.for_replicas(self.num_replicas)
+            self._given = given
+            self.weights = resolve_weights(self.spec, weights)
+            if self.weights is not None:
+                check_weights(self.spec, self.weights, self.num_replicas)  # at construction
+            self.longest_first = check_bool("longest_first", longest_first)
+            self.accumulate = check_accumulate(accumulate, self.spec, self.weights)
+            # leftovers fill longer cells' spare rows (NOTE [ Promotion of leftovers ])
+            self.promotion: Promotion | None = None
+            if self._promotes and promotes(given) and self.weights is None and self.accumulate == 1:
+                spec, promotion = promoted_spec(given, self.num_replicas)
+                if promotion.num_promoted:  # else the even plan is the same plan
+                    self._even, self.spec, self.promotion = self.spec, spec, promotion
+            self._agree_with_group(
+                num_replicas,
+                rank,
+                {
+                    "seed": self.seed,
+                    "shuffle": self.shuffle,
+                    "weights": self.weights if self.weights is None else self.weights.tolist(),
+                    "longest_first": self.longest_first,
+                    "accumulate": self.accumulate,
+                    "last_batch": self.last_batch,
+                    "num_samples": int(self.spec.cell_of_sample.size),
+                    "plan_digest": self._plan_digest(),
+                    **self._own_arguments(),
+                },
+            )
         self._warn_losses()
         self._warn_empty_shapes()
         self._warn_filler_rows()
         counted = getattr(spec_options.get("strategy"), "work_limit", None) is not None
         if given is not lengths and spec_options.get("cache") in (None, False) and not counted:
             self._warn_joint_alone()  # (a work_limit plans the same cells on every rank)
+
+    def _own_arguments(self) -> dict[str, Any]:
+        """A subclass's own arguments, checked (and set) before the ranks' check of arguments,
+        and what of them every rank must share (:meth:`_agree_with_group`): a rank refused on
+        them stops the others there, and a rank given others is named."""
+        return {}
 
     # -- what the sampler promises ------------------------------------------------------------
     @functools.cached_property

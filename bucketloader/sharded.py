@@ -230,13 +230,6 @@ class ShardedSampler(EpochSampler):
         gather: Callable[[dict[str, Any]], Sequence[dict[str, Any]]] | None = None,
         **options: Any,
     ) -> None:
-        try:
-            super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
-        except Exception as exc:  # (this rank's seed, shuffle or rank refused: the ranks that
-            # take their number from the group wait for it in the first gather, below)
-            if num_replicas is None and initialised() and world_size() > 1:
-                send_error(exc, world_size(), default_ranks()[1])
-            raise
         # the ranks gather before any other collective, where this rank's own error goes: the
         # histograms, over the whole group (a rank given another num_replicas than its size
         # joins it too, to send that error), or with shard_histograms given the arguments (a
@@ -245,14 +238,24 @@ class ShardedSampler(EpochSampler):
         # shard_histograms) join none: one process builds them all. With exchange=True and no
         # gather= the rows move by torch's collective, which simulated ranks cannot call: such
         # ranks are real whatever they were given, and join (else a rank refused here left the
-        # others in the exchange's gather until the group's timeout)
+        # others in the exchange's gather until the group's timeout). Decided from the
+        # arguments as given, before they are checked (s20: a rank given num_replicas= whose
+        # seed was refused sent nothing, and the others waited in the gather until the timeout)
         world = world_size() if initialised() else 1
+        replicas = world if num_replicas is None else num_replicas
         if shard_histograms is None:
-            joins = world > 1 and self.num_replicas > 1
+            joins = world > 1 and not (isinstance(replicas, int) and replicas <= 1)
         else:
             real = rank is None or num_replicas is None
             real = real or (bool(options.get("exchange", False)) and gather is None)
-            joins = world == self.num_replicas > 1 and real
+            joins = world > 1 and replicas == world and real
+        try:
+            super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        except Exception as exc:  # (this rank's seed, shuffle or rank refused: the others wait
+            # for it in the first gather, below)
+            if joins:
+                send_error(exc, world, default_ranks()[1])
+            raise
         try:  # (this rank's own input: an error here reaches the other ranks in that gather)
             if shard_histograms is None and self.num_replicas > 1:
                 _check_world(self.num_replicas)
@@ -720,6 +723,11 @@ class ShardedSampler(EpochSampler):
         out = {"seed": repr(self.seed), "shuffle": repr(self.shuffle)}
         out["num_replicas"] = repr(self.num_replicas)
         out.update((k, _portable(v)) for k, v in sorted(self.options.items()) if k != "cache")
+        if self.options.get("boundaries") is None:  # (solved: through a cache shared by the
+            # ranks, its lookup is a collective; on some ranks only, the others left it alone)
+            cache = self.options.get("cache")
+            shared = cache not in (None, False) and getattr(cache, "distributed", True)
+            out["cache"] = "shared" if shared else "none"
         return out
 
     def _config(self) -> dict[str, Any]:

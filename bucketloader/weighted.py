@@ -82,7 +82,16 @@ class WeightedBucketSampler(BucketSampler):
     ) -> None:
         if "weights" in options:  # pragma: no cover - the positional argument takes it
             raise TypeError("weights is the per-sample weights here")
+        self._weighting = (weights, num_samples, replacement)  # (_own_arguments checks them)
         super().__init__(lengths, **options)
+        del self._weighting
+
+    def _own_arguments(self) -> dict[str, Any]:
+        """The weights, ``num_samples`` and ``replacement``, checked before the ranks' check of
+        arguments, which they join: a rank given other weights or another ``num_samples`` drew
+        other samples, in another number of steps, silently (s20: 8 steps on one rank, 12 on
+        the other), and a rank whose weights were refused stopped alone."""
+        weights, num_samples, replacement = self._weighting
         self.replacement = check_bool("replacement", replacement)
         self.sample_weights = _check_sample_weights(weights, self.spec)
         planned = self.spec.num_planned
@@ -92,6 +101,12 @@ class WeightedBucketSampler(BucketSampler):
             else check_int("num_samples", num_samples, minimum=1, maximum=MAX_DRAWS)
         )
         self.draws = self._draws_per_cell()
+        digest = hashlib.sha256(np.ascontiguousarray(self.sample_weights, "<f8").tobytes())
+        return {
+            "sample_weights": digest.hexdigest()[:16],
+            "num_draws": self.num_samples,
+            "replacement": self.replacement,
+        }
 
     # -- the fixed draws per cell -------------------------------------------------------------
     def _draws_per_cell(self) -> np.ndarray:

@@ -520,9 +520,20 @@ def test_two_ranks_split_the_shapes_share_and_load_all(tmp_path):
         owner = {"x".join(map(str, s)): by for s, phase, by, _ in rows}
         assert run["collective"]["written_by"] == {k: str(v) for k, v in owner.items()}
         assert run["collective"]["received"] == sum(phase == "load" for _, phase, _, _ in rows)
-    named = "RuntimeError: rank(s) [1] could not compile their share of the shapes"
+    named = "RuntimeError: rank(s) [1] raised before precompile's sharing of the shapes"
     assert runs[0]["failing"].startswith(named), runs[0]["failing"]
+    assert "rank 1 raised ValueError: no shape [" in runs[0]["failing"], runs[0]["failing"]
     assert runs[1]["failing"].startswith("ValueError: no shape ["), runs[1]["failing"]
+    # s20: rank 1 refused before the assignment (its own argument), or raising in the load
+    # phase (rank 0 went on to training's first collective and waited there)
+    named = "RuntimeError: rank(s) [1] raised before precompile's assignment of shapes"
+    assert runs[0]["refused"].startswith(named), runs[0]["refused"]
+    assert "rank 1 raised TypeError: progress must be" in runs[0]["refused"], runs[0]["refused"]
+    assert runs[1]["refused"].startswith("TypeError: progress must be"), runs[1]["refused"]
+    named = "RuntimeError: rank(s) [1] raised before the end of precompile"
+    assert runs[0]["loading"].startswith(named), runs[0]["loading"]
+    assert "rank 1 raised ValueError: no shape [" in runs[0]["loading"], runs[0]["loading"]
+    assert runs[1]["loading"].startswith("ValueError: no shape ["), runs[1]["loading"]
     # rank 1 without a usable cache: each rank compiles every shape alone, none waits
     shapes = len(runs[0]["shapes"])
     assert [r["unusable"][:2] for r in runs] == [[1, shapes], [1, shapes]], runs
@@ -592,6 +603,22 @@ def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
     except (ValueError, RuntimeError) as exc:
         out["failing"] = f"{type(exc).__name__}: {exc}"
     dist.monitored_barrier(timeout=timedelta(seconds=20))  # a rank left behind waits here
+    theirs = {r.shape for r in report.rows if r.phase == "load"}  # (the other rank's share)
+
+    def loading(batch):
+        if dist.get_rank() == 1 and tuple(batch["input_ids"].shape) in theirs:
+            raise ValueError(f"no shape {list(batch['input_ids'].shape)} on rank 1")
+
+    for name, fn, progress in (
+        ("refused", lambda b: None, [False, "no"][rank]),
+        ("loading", loading, False),
+    ):
+        try:
+            precompile(fn, sampler, example=data, restore=[], cache=tmp / name, progress=progress)
+            out[name] = "no error"
+        except (ValueError, TypeError, RuntimeError) as exc:
+            out[name] = f"{type(exc).__name__}: {exc}"
+        dist.monitored_barrier(timeout=timedelta(seconds=20))
     # s19: rank 1's cache directory is unusable (a file stands in its way): it joined no
     # sharing, rank 0 waited for it in the sharing's first collective; now neither shares
     (tmp / "blocked").write_text("a file")

@@ -296,6 +296,21 @@ def test_ranks_built_with_another_seed_or_other_lengths_are_named_on_every_rank(
         assert "BucketIterable" in r["stream"] and "rank 1 has seed=1" in r["stream"], r
         assert "rank 1 has max_documents=1024 (rank 0: 512), row_length=512" in r["pack_stream"]
         assert r["simulated"] == "ok" and r["same"] == runs[0]["same"], r
+    # NOTE [ Checkpoints before a collective ]: rank 0 waited for rank 1 until the timeout
+    refused = "ValueError: lengths must be non-negative, got -1 at index 5"
+    for name, step in ("refused", "check of arguments"), ("refused_cache", "bucket cache's"):
+        assert runs[1][name].startswith(refused), runs[1][name]
+        assert runs[0][name].startswith(f"RuntimeError: rank(s) [1] raised before the {step}")
+        assert f"rank 1 raised {refused}" in runs[0][name], runs[0][name]
+    assert runs[1]["pack_refused"] == "ValueError: seed must be an int >= 0, got seed=-1"
+    assert "rank 1 raised ValueError: seed must be" in runs[0]["pack_refused"]
+    for r in runs:  # (silently 8 steps on rank 0, 12 on rank 1)
+        assert "rank 1 has num_draws=150 (rank 0: 100); num_draws is" in r["draws"], r["draws"]
+    refused = "ValueError: weights must be finite numbers >= 0, got -1.0 at index 0"
+    assert runs[1]["weights"] == refused and f"rank 1 raised {refused}" in runs[0]["weights"]
+    for r in runs:  # (a broadcast paired with a gather: the timeout)
+        assert "rank(s) [1] at the check of arguments every rank makes; rank(s) [0] at the " \
+            "bucket cache's shared lookup" in r["one_cache"], r["one_cache"]  # fmt: skip
 
 
 def _agree_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> None:
@@ -304,7 +319,9 @@ def _agree_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> Non
     import torch.distributed as dist
 
     from bucketloader import BucketSampler, PackSampler
+    from bucketloader.cache import BucketCache
     from bucketloader.stream import BucketIterable, PackIterable
+    from bucketloader.weighted import WeightedBucketSampler
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
@@ -323,13 +340,28 @@ def _agree_worker(rank: int, world: int, port: int, out_dir: str, _: str) -> Non
         "pack_stream": lambda: PackIterable(
             stream, row_length=256 * (rank + 1), batch_size=2, steps_per_epoch=4
         ),
+        # rank 1 refused before the check of arguments (its lengths, its seed), with a cache
+        # whose shared lookup is rank 0's first collective, or a cache on rank 0 only
+        "refused": lambda: BucketSampler(bad, num_buckets=4, batch_size=8),
+        "refused_cache": lambda: BucketSampler(bad, num_buckets=4, batch_size=8, cache=cache),
+        "pack_refused": lambda: PackSampler(lengths, row_length=256, batch_size=2, seed=-rank),
+        "one_cache": lambda: BucketSampler(
+            lengths, num_buckets=4, batch_size=8, cache=cache if rank == 0 else None
+        ),
+        # a weighted sampler's own arguments: rank 1's num_samples, then its weights refused
+        "draws": lambda: WeightedBucketSampler(
+            lengths, np.ones(200), num_samples=100 + 50 * rank, batch_size=8
+        ),
+        "weights": lambda: WeightedBucketSampler(lengths, np.ones(200) - 2 * rank, batch_size=8),
     }
+    bad = lengths if rank == 0 else np.where(np.arange(lengths.size) == 5, -1, lengths)
+    cache = BucketCache(Path(out_dir) / f"cache{rank}")
     for name, build in cases.items():
         try:
             build()
             out[name] = "built"
-        except ValueError as exc:
-            out[name] = str(exc)
+        except (ValueError, RuntimeError) as exc:
+            out[name] = f"{type(exc).__name__}: {exc}"
         dist.monitored_barrier(timeout=timedelta(seconds=60))  # no rank went on alone
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)

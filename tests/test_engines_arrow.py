@@ -376,10 +376,20 @@ def test_an_untyped_empty_first_shard_unifies_only_the_measured_columns(tmp_path
 def test_an_out_of_range_value_for_the_first_files_type_is_a_failed_cast(tmp_path, given):
     """s10: the first file's int32 length column set the dataset's type, and a later file's int64
     value past 2**31 failed the cast: the error said the file "could not be read as Parquet". It
-    says what happened: the column, the file, the value, both types, and the fix (which reads)."""
+    says what happened: the column, the file, the value, both types, and the fix (which reads).
+    s20: files listed here read, widened to int64 (exact); a user's dataset keeps its schema."""
     pq.write_table(pa.table({"n": pa.array([3, 4], pa.int32())}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"n": pa.array([5, 2**40, 7], pa.int64())}), tmp_path / "b.parquet")
-    source = tmp_path if given == "files" else pads.dataset(tmp_path)
+    if given == "files":
+        for source in (tmp_path, [tmp_path / "a.parquet", tmp_path / "b.parquet"]):
+            r = parquet_histogram(source, "n")
+            assert (r.histogram.values.tolist(), r.num_rows) == ([3, 4, 5, 7, 2**40], 5)
+        pq.write_table(pa.table({"n": pa.array([2**8], pa.uint16())}), tmp_path / "c.parquet")
+        pq.write_table(pa.table({"m": [1]}), tmp_path / "d.parquet")  # (no n: skipped)
+        r = parquet_histogram(tmp_path, "n", nulls="skip")
+        assert (r.histogram.values.tolist(), r.num_nulls) == ([3, 4, 5, 7, 256, 2**40], 1)
+        return
+    source = pads.dataset(tmp_path)
     with pytest.raises(ValueError) as info:
         parquet_histogram(source, "n")
     message = str(info.value)
@@ -411,6 +421,10 @@ def test_a_failed_cast_names_the_file_that_holds_the_bad_value(
     pq.write_table(pa.table({"n": pa.array([3, 4], first)}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"n": fine}), tmp_path / "b.parquet")
     pq.write_table(pa.table({"n": bad}), tmp_path / "c.parquet")
+    if given == "files" and pa.types.is_integer(bad.type) and pa.types.is_integer(fine.type):
+        got = parquet_histogram(tmp_path, "n").histogram.values.tolist()  # (s20: widened)
+        assert got == sorted([3, 4, *fine.to_pylist(), *bad.to_pylist()])
+        return
     with pytest.raises(ValueError) as info:
         parquet_histogram(tmp_path if given == "files" else pads.dataset(tmp_path), "n")
     message = str(info.value)

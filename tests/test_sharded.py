@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bucketloader import BucketSampler, LengthHistogram, compute_boundaries
+from bucketloader.cache import BucketCache
 from bucketloader.plan import TokenBudget
 from bucketloader.plan.sharded import (
     dealt_histogram,
@@ -842,7 +843,7 @@ def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
         assert all(match in r["error"] for r in runs), runs
         if mode == "bad":
             named = "RuntimeError: rank(s) [1] could not build their ShardedSampler: rank 1 raised"
-            assert [r["error"].count(named) for r in runs] == [6, 0, 6], runs
+            assert [r["error"].count(named) for r in runs] == [7, 0, 7], runs
             assert runs[1]["error"].count("ValueError: shard_lengths") == 3, runs
             other = "shard_histograms[1] (LengthHistogram(num_samples=667"
             assert all(other in r["error"] for r in runs), runs
@@ -851,6 +852,7 @@ def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
             )
             four = "ValueError: num_replicas=4 differs from the process group's world size 3"
             assert all(four in r["error"] for r in runs), runs
+            assert all("rank 1 has cache=none (rank 0: shared)" in r["error"] for r in runs)
         if mode == "twice":
             assert [r["alone"] for r in runs] == ["planned 2"] * 3, runs  # every rank's 2 steps
 
@@ -891,6 +893,7 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
                 result["alone"] = f"planned {len(list(built))}"
         result["error"] = " | ".join(result["errors"]) if len(result["errors"]) == 2 else ""
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()  # (as every other rank worker: no rank tears the group down early)
         dist.destroy_process_group()
         return
     lengths = np.asarray(load_real("gsm8k"))[:, 0]
@@ -918,6 +921,10 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
             # rank= and num_replicas= both given, but exchange=True over torch's collective:
             # real ranks, which join the first gather
             (bad, hists, seed, {"rank": rank, "num_replicas": world, **exchange}),
+            # s20: num_replicas= given (the rank from the group) and rank 1's seed refused; a
+            # shared cache on rank 0 only (its lookup a collective the others never join)
+            (own, None, minus, {"num_replicas": world}),
+            (own, None, seed, {"cache": BucketCache(Path(out) / "c") if rank == 0 else None}),
         )
         for shard, given, at, extra in cases:
             try:
@@ -926,8 +933,9 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
                 )
             except (ValueError, RuntimeError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
-        result = {"error": " | ".join(errors) if len(errors) == 6 else ""}
+        result = {"error": " | ".join(errors) if len(errors) == 8 else ""}
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()  # (as every other rank worker: no rank tears the group down early)
         dist.destroy_process_group()
         return
     try:
@@ -1022,6 +1030,7 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
     except ValueError as exc:
         result = {"error": str(exc)}
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    dist.barrier()
     dist.destroy_process_group()
 
 

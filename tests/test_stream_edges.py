@@ -22,6 +22,7 @@ import torch
 from conftest import free_port, load_real, run_ranks
 
 from bucketloader import BucketIterable
+from bucketloader.cache import BucketCache
 from bucketloader.plan import BucketSpec
 from bucketloader.stream import PackIterable, estimate
 
@@ -161,21 +162,38 @@ def test_a_rank_whose_head_is_refused_stops_every_rank_with_its_name(tmp_path):
     sends its boundaries: rank 1's head holds a negative length, so it raises its own error,
     and the other ranks a RuntimeError naming it, where they used to wait for it. With a spec's
     boundaries (no head counted), a shard that cannot be read fails at its first sample, which
-    the ranks then share: named too (the others waited in that gather)."""
+    the ranks then share: named too (the others waited in that gather). s20: a rank refused by
+    its own argument before the check of arguments (a bucket or a packing stream) is named too,
+    and every message says the failed rank's error (NOTE [ Checkpoints before a collective ])."""
     runs = _run_ranks(tmp_path, "refused")
-    for i, task in enumerate(("count the first samples", "estimate the boundaries from the head")):
-        named = (
-            f"RuntimeError: rank(s) [1] could not {task} of their shard for their BucketIterable"
-        )
+    for i, step in enumerate(("schedule, counted on the head", "boundaries, estimated on rank 0")):
+        named = f"RuntimeError: rank(s) [1] raised before the stream's {step}"
         errors = [r[i] for r in runs]
         assert [e.startswith(named) for e in errors] == [True, False, True], errors
         assert errors[1].startswith("ValueError: ") and "-3" in errors[1], errors
+        assert f"rank 1 raised {errors[1]}" in errors[0], errors
     # boundaries from a BucketSpec (its counts set the schedule: no head is read to count), and
     # rank 1's shard cannot be read: its first sample, the padding template, is read alone
-    named = "RuntimeError: rank(s) [1] could not read the first sample of their shard"
+    named = "RuntimeError: rank(s) [1] raised before the stream's padding template"
     errors = [r[2] for r in runs]
     assert [e.startswith(named) for e in errors] == [True, False, True], errors
     assert errors[1] == "OSError: rank 1 cannot open its shard", errors
+    # s20: rank 1 refused by its own argument before the check of arguments (its max_length
+    # beyond the last boundary; a packing stream's open_rows=0): the others waited in that gather
+    named = "RuntimeError: rank(s) [1] raised before the check of arguments every rank makes"
+    for i, refused in ((3, "ValueError: max_length=100 is beyond"), (4, "ValueError: open_rows")):
+        errors = [r[i] for r in runs]
+        assert [e.startswith(named) for e in errors] == [True, False, True], errors
+        assert errors[1].startswith(refused) and f"rank 1 raised {refused}" in errors[0], errors
+    # s20: estimate(cache=...) over ranks, each its own head: the cache's shared lookup met other
+    # keys (a ValueError on every rank); each rank's head is now looked up alone
+    assert [r[5] for r in runs] == [""] * 3, runs
+    # rank= and num_replicas= both given (no check of arguments), rank 1 refused before the
+    # schedule's sum, which the others entered
+    named = "RuntimeError: rank(s) [1] raised before the stream's schedule"
+    errors = [r[6] for r in runs]
+    assert [e.startswith(named) for e in errors] == [True, False, True], errors
+    assert errors[1].startswith("ValueError: max_length=100 is beyond"), errors
 
 
 def _refused(rank: int, world: int, port: int, out_dir: str) -> None:
@@ -209,6 +227,33 @@ def _refused(rank: int, world: int, port: int, out_dir: str) -> None:
         except (ValueError, RuntimeError, OSError) as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
         dist.monitored_barrier(timeout=timedelta(seconds=20))  # a rank left behind waits here
+    top = 100 if rank == 1 else None
+    for build in (
+        lambda: BucketIterable(
+            shard, length_fn=lambda s: s["n"], boundaries=[16, 32, 64], batch_size=4,
+            steps_per_epoch=5, max_length=top,
+        ),
+        lambda: PackIterable(
+            shard, length_fn=lambda s: s["n"], row_length=64, batch_size=2, steps_per_epoch=5,
+            open_rows=0 if rank == 1 else 4,
+        ),
+        lambda: BucketIterable(
+            [{"n": 5 + (i + rank) % 40} for i in range(50)], length_fn=lambda s: s["n"],
+            batch_size=4, steps_per_epoch=5,
+            boundaries=estimate(3, sample_size=30, cache=BucketCache(Path(out_dir) / "c")),
+        ),
+        lambda: BucketIterable(
+            [{"n": 5 + (i + rank) % 40} for i in range(50)], length_fn=lambda s: s["n"],
+            boundaries=[16, 32, 64], batch_size=4, steps_per_epoch=5, max_length=top, rank=rank,
+            num_replicas=world,
+        ),
+    ):  # fmt: skip
+        try:
+            build()
+            errors.append("")
+        except (ValueError, RuntimeError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+        dist.monitored_barrier(timeout=timedelta(seconds=20))
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(errors))
     dist.destroy_process_group()
 

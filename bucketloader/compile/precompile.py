@@ -21,16 +21,18 @@ the inductor directory (fxgraph, aotautograd, kernels) are sent to all ranks wit
 ``all_gather_object`` and written where missing (``share="collective"`` forces this). After
 ``precompile`` returns, every rank holds every shape's graph in memory: no compile stall at any
 step. Shapes that every rank's cache has a record of are loaded by every rank, compiled by none.
-A rank whose step raises on a shape of its share says so before the sharing (one flag per rank,
-one ``all_reduce``): every other rank raises a ``RuntimeError`` naming it, where they waited for it
-in the sharing's first collective until the process group's timeout (30 minutes by default; a
-two-rank gloo check with a 60 s timeout waited 61 s), or failed with gloo's opaque "Connection
-closed by peer" once its process exited. A rank whose cache directory is not usable (one
-warning on that rank) takes part in no sharing: the ranks learn it first (one more flag per
-rank), and then none shares, each compiling every shape itself, with one warning naming that
-rank (before, the others waited for it in the sharing's first collective until the timeout). A
-rank that raises before the assignment, or in the load phase, still leaves the others waiting in
-their next collective, as with any collective.
+A rank that raises (a refused argument, its step on a shape of its share or of the load phase)
+says so at the others' next checkpoint (NOTE [ Checkpoints before a collective ] in
+:mod:`bucketloader._dist`: one ``all_reduce`` of a code per rank before the assignment, before
+the sharing and at the end): every other rank raises a ``RuntimeError`` naming it and its error,
+where they waited for it in the sharing's first collective (or, after a load phase that raised,
+in training's first) until the process group's timeout (30 minutes by default; a two-rank gloo
+check with a 60 s timeout waited 61 s), or failed with gloo's opaque "Connection closed by peer"
+once its process exited. A rank whose cache directory is not usable (one warning on that rank)
+takes part in no sharing: the ranks learn it at the first checkpoint (one flag per rank), and
+then none shares, each compiling every shape itself, with one warning naming that rank (before,
+the others waited for it in the sharing's first collective until the timeout). An error inside
+the sharing's own collectives (they catch the filesystem's) is not told.
 """
 
 from __future__ import annotations
@@ -44,10 +46,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
 import torch
 
-from bucketloader._dist import all_reduce_counts, flagged_ranks
+from bucketloader._dist import (
+    PRECOMPILE_ASSIGN,
+    PRECOMPILE_END,
+    PRECOMPILE_SHARE,
+    checkpoint,
+    collectives,
+    tell_failure,
+)
 from bucketloader._validation import check_bool, check_folder, checks_options
 from bucketloader.compile import _dist
 from bucketloader.compile._key import batch_signature, check_torch, digest, key_document
@@ -238,89 +246,105 @@ def precompile(
     """
     start = time.perf_counter()
     check_torch("precompile")
-    if not callable(step):
-        raise TypeError(
-            f"step must be callable (your torch.compile'd train step or model), got step={step!r}"
-        )
-    progress = check_bool("progress", progress)
-    dev = _check_device(device)
-    store = _at_caller(lambda: _check_cache(cache))
-    source = _source(plan, example, collate_fn)
-    targets = _batches(source)  # as collated; moved to the device one at a time
-    found, compiled, unproven = discover(step)
-    if restore is None and unproven:
-        raise ValueError(
-            "precompile cannot prove it found everything step changes ("
-            + "; ".join(unproven)
-            + "), so running it on synthetic batches could train your model; pass "
-            "restore=[model, optimizer, ...] listing every module, optimizer and object with "
-            "state_dict() that step changes (NOTE [ Finding what a step can change ] in "
-            "bucketloader.compile._state)"
-        )
-    objects = found if restore is None else check_restorable(restore)
-    keyed = list({id(o): o for o in [*objects, *found]}.values())
-
-    sharing = store is not None and store.distributed and _dist.world()[0] > 1
-    if store is not None and not _at_caller(store.activate):
-        store = None  # unusable directory: one warning, then as cache=False
-    if sharing:  # every rank knows whether one lacks its cache, before any sharing collective
-        lacking = flagged_ranks(store is None)
-        if lacking and store is not None:
-            warnings.warn(
-                f"precompile: the compile cache of rank(s) {lacking} is not usable (their own "
-                "warning says why), so no rank shares its compiles: each compiles every "
-                "planned shape itself; give every rank a writable cache directory",
-                CompileCacheWarning,
-                stacklevel=3,
-            )
-        sharing = not lacking
-    document = key_document(step, keyed, to_device(targets[0][1], dev), compiled)
-    key = digest(document)
-    signatures = [batch_signature(to_device(b, dev)) for _, b in targets]
-    records = [
-        store.get(key, shape, sig) if store is not None else None
-        for (shape, _), sig in zip(targets, signatures, strict=True)
-    ]
-    limit = raise_recompile_limit(len(targets))
-
-    size, rank = _dist.world() if store is not None and sharing else (1, 0)
-    owners = _assign(targets, records, size)
-    mine = [i for i, owner in enumerate(owners) if owner == rank]
-    rest = [i for i, owner in enumerate(owners) if owner != rank]
-    show = progress and rank == 0
-
-    rows: list[ShapeTiming] = []
-    frames0 = _frames()
-    snapshot = Snapshot(objects)
-    shared_by, wait, received = None, 0.0, 0
+    # NOTE [ Checkpoints before a collective ] in bucketloader._dist: while the others have one
+    # ahead (not during the sharing's own collectives, nor after the end's), a rank that raises
+    # tells them, and they raise naming it, where they waited for it
+    gate = _Gate(
+        _dist.world()[0] > 1 and cache is not False and getattr(cache, "distributed", True)
+    )
     try:
-        before = (
-            _dist.artifact_files(store.inductor_dir) if store is not None and size > 1 else set()
-        )
-        run = _Runner(step, dev, store, key, document, signatures, records, owners, snapshot)
+        if not callable(step):
+            raise TypeError(
+                "step must be callable (your torch.compile'd train step or model), got "
+                f"step={step!r}"
+            )
+        progress = check_bool("progress", progress)
+        dev = _check_device(device)
+        store = _at_caller(lambda: _check_cache(cache))
+        source = _source(plan, example, collate_fn)
+        targets = _batches(source)  # as collated; moved to the device one at a time
+        found, compiled, unproven = discover(step)
+        if restore is None and unproven:
+            raise ValueError(
+                "precompile cannot prove it found everything step changes ("
+                + "; ".join(unproven)
+                + "), so running it on synthetic batches could train your model; pass "
+                "restore=[model, optimizer, ...] listing every module, optimizer and object "
+                "with state_dict() that step changes (NOTE [ Finding what a step can change ] "
+                "in bucketloader.compile._state)"
+            )
+        objects = found if restore is None else check_restorable(restore)
+        keyed = list({id(o): o for o in [*objects, *found]}.values())
+
+        sharing = store is not None and store.distributed and _dist.world()[0] > 1
+        if store is not None and not _at_caller(store.activate):
+            store = None  # unusable directory: one warning, then as cache=False
+        document = key_document(step, keyed, to_device(targets[0][1], dev), compiled)
+        key = digest(document)
+        signatures = [batch_signature(to_device(b, dev)) for _, b in targets]
+        records = [
+            store.get(key, shape, sig) if store is not None else None
+            for (shape, _), sig in zip(targets, signatures, strict=True)
+        ]
+        limit = raise_recompile_limit(len(targets))
+        ended = sharing  # (every rank that checks in here checks in at the end)
+        if sharing:  # every rank knows whether one lacks its cache, before any sharing collective
+            lacking = checkpoint(PRECOMPILE_ASSIGN, flag=store is None)
+            if lacking and store is not None:
+                warnings.warn(
+                    f"precompile: the compile cache of rank(s) {lacking} is not usable (their "
+                    "own warning says why), so no rank shares its compiles: each compiles "
+                    "every planned shape itself; give every rank a writable cache directory",
+                    CompileCacheWarning,
+                    stacklevel=3,
+                )
+            sharing = not lacking
+
+        size, rank = _dist.world() if store is not None and sharing else (1, 0)
+        with collectives():  # (their own failure is the group's: nothing more is sent)
+            owners = _assign(targets, records, size)
+        mine = [i for i, owner in enumerate(owners) if owner == rank]
+        rest = [i for i, owner in enumerate(owners) if owner != rank]
+        show = progress and rank == 0
+
+        rows: list[ShapeTiming] = []
+        frames0 = _frames()
+        snapshot = Snapshot(objects)
+        shared_by, wait, received = None, 0.0, 0
         try:
+            before = (
+                _dist.artifact_files(store.inductor_dir)
+                if store is not None and size > 1
+                else set()
+            )
+            run = _Runner(step, dev, store, key, document, signatures, records, owners, snapshot)
             for i in _bar(mine, show, "precompile" if size == 1 else f"compile (rank {rank})"):
                 rows.append(run(i, targets[i], "compile"))
-        except Exception:
-            if size > 1:  # (the others stop, naming this rank, rather than wait in the sharing)
-                _share_failed(failed=True)
-            raise
-        if size > 1 and store is not None:
-            t0 = time.perf_counter()
-            _share_failed(failed=False)  # NOTE [ Sharing across ranks ]: a rank's step raised
-            shared = store.share == "filesystem" or (
-                store.share == "auto" and _dist.sees_shared_directory(store.directory)
-            )
-            if not shared:
-                new = _dist.artifact_files(store.inductor_dir) - before
-                received = _dist.exchange(store.inductor_dir, new)
-            _dist.barrier()
-            shared_by = "filesystem" if shared else "collective"
-            wait = time.perf_counter() - t0
-        for i in _bar(rest, show, "load"):
-            rows.append(run(i, targets[i], "load"))
-    finally:
-        snapshot.restore()
+            if size > 1 and store is not None:
+                t0 = time.perf_counter()
+                checkpoint(PRECOMPILE_SHARE)  # NOTE [ Sharing across ranks ]: a rank's step raised
+                gate.open = False  # (the sharing's collectives: every rank takes part in each)
+                shared = store.share == "filesystem" or (
+                    store.share == "auto" and _dist.sees_shared_directory(store.directory)
+                )
+                if not shared:
+                    new = _dist.artifact_files(store.inductor_dir) - before
+                    received = _dist.exchange(store.inductor_dir, new)
+                _dist.barrier()
+                gate.open = ended
+                shared_by = "filesystem" if shared else "collective"
+                wait = time.perf_counter() - t0
+            for i in _bar(rest, show, "load"):
+                rows.append(run(i, targets[i], "load"))
+        finally:
+            snapshot.restore()
+        if ended:  # a rank whose load phase raised is named here, not in training's collectives
+            gate.open = False
+            checkpoint(PRECOMPILE_END)
+    except Exception as exc:
+        if gate.open:
+            tell_failure(exc)
+        raise
     if _frames() == frames0 and not compiled:
         warnings.warn(
             "precompile ran step on every planned shape but torch.compile saw no frame: step is "
@@ -538,17 +562,12 @@ def raise_recompile_limit(n: int) -> int:
     return limit
 
 
-def _share_failed(*, failed: bool) -> None:
-    """Every rank's flag: whether its step raised on its share of the shapes; a rank that did not
-    raises a ``RuntimeError`` naming those that did (:func:`~bucketloader._dist.all_reduce_counts`).
-    """
-    all_reduce_counts(
-        np.zeros(0, dtype=np.int64),
-        owner="precompile call",
-        failed=failed,
-        task="compile their share of the shapes",
-        fix="that rank's step raised on a planned batch shape: fix the step or the plan",
-    )
+class _Gate:
+    """Whether a rank that raises now tells the others (NOTE [ Checkpoints before a collective ]
+    in :mod:`bucketloader._dist`): while they have a checkpoint ahead."""
+
+    def __init__(self, open: bool) -> None:
+        self.open = bool(open)
 
 
 def _assign(targets: list[tuple[tuple[int, ...], Any]], records: list[Any], size: int) -> list[int]:

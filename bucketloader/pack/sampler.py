@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bucketloader._dist import failing_together, would_join
 from bucketloader._types import LazyModule
 from bucketloader._validation import ALIASES, check_bool, check_collator_options, check_int
 from bucketloader.pack._work import WORK_VERSION
@@ -90,27 +91,30 @@ class PackSampler(EpochSampler):
         balance: bool = False,
         **spec_options: Any,
     ) -> None:
-        if not isinstance(lengths, PackSpec) and "row_length" not in spec_options:
-            meant = [k for k in spec_options if "row_length" in ALIASES.get(k, ((), ""))[0]]
-            raise TypeError(
-                "PackSampler needs row_length=<tokens per row> (or a PackSpec); e.g. "
-                "PackSampler(lengths, row_length=2048, batch_size=8)"
-                + "".join(
-                    f"; got {k}={spec_options[k]!r}: did you mean row_length={spec_options[k]!r}?"
-                    for k in meant[:1]
+        # (up to its last collective: NOTE [ Checkpoints before a collective ] in _dist)
+        with failing_together(would_join(num_replicas, rank)):
+            if not isinstance(lengths, PackSpec) and "row_length" not in spec_options:
+                meant = [k for k in spec_options if "row_length" in ALIASES.get(k, ((), ""))[0]]
+                raise TypeError(
+                    "PackSampler needs row_length=<tokens per row> (or a PackSpec); e.g. "
+                    "PackSampler(lengths, row_length=2048, batch_size=8)"
+                    + "".join(
+                        f"; got {k}={spec_options[k]!r}: did you mean "
+                        f"row_length={spec_options[k]!r}?"
+                        for k in meant[:1]
+                    )
                 )
-            )
-        self.spec: PackSpec = spec_or_build(lengths, spec_options, PackSpec)
-        super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
-        self.balance = check_bool("balance", balance) and self.num_replicas > 1
-        if balance and not self.balance:
-            warnings.warn(
-                "balance=True has no effect on a single rank (num_replicas=1): there are no "
-                "other ranks to wait for, so the plan is unchanged",
-                UserWarning,
-                stacklevel=2,
-            )
-        self._agree_with_group(num_replicas, rank, self._config())  # NOTE [ Ranks agree ... ]
+            self.spec: PackSpec = spec_or_build(lengths, spec_options, PackSpec)
+            super().__init__(shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+            self.balance = check_bool("balance", balance) and self.num_replicas > 1
+            if balance and not self.balance:
+                warnings.warn(
+                    "balance=True has no effect on a single rank (num_replicas=1): there are no "
+                    "other ranks to wait for, so the plan is unchanged",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            self._agree_with_group(num_replicas, rank, self._config())  # NOTE [ Ranks agree ... ]
         self._warn_losses()
         self._warn_padding_rows()
 

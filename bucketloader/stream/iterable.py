@@ -17,6 +17,7 @@ behind DataLoader workers ] in :mod:`bucketloader.stream.resume`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import itertools
@@ -28,13 +29,22 @@ import numpy as np
 from typing_extensions import Unpack
 
 from bucketloader._dist import (
-    all_reduce_counts,
+    ARGUMENTS,
+    STREAM_ESTIMATE,
+    STREAM_SCHEDULE,
+    STREAM_TEMPLATE,
+    all_reduce_sum,
     borrow_sample,
     broadcast_lists,
+    checkpoint,
     dist_ready,
+    failing_together,
     gather_arguments,
+    initialised,
     joins_group,
     resolve_ranks,
+    world_size,
+    would_join,
 )
 from bucketloader._types import LazyModule, LengthFn
 from bucketloader._validation import (
@@ -174,92 +184,104 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         checkpoint_dir: str | os.PathLike[str] | None = None,
         **options: Unpack[ShapeOptions],
     ) -> None:
-        if boundaries is None:  # (was Python's "missing ... argument", also beside num_buckets=)
-            k = options.get("num_buckets")  # type: ignore[typeddict-item]
-            raise TypeError(
-                "BucketIterable needs boundaries=: a stream's lengths are not known up front, so "
-                f"pass boundaries=estimate({'num_buckets' if k is None else repr(k)}) (from "
-                "bucketloader.stream: solved on the head of the stream), the boundaries "
-                "themselves, or a BucketSpec built on a sample of the lengths"
-            )
-        self.source = check_source(source)
-        self._length = make_length_fn(length_fn)
-        self._measured_by_callable = callable(length_fn)
-        multi = isinstance(length_fn, (tuple, list))
-        self._keys: tuple[Any, ...] = (
-            tuple(length_fn)
-            if isinstance(length_fn, (tuple, list))
-            else (length_fn if isinstance(length_fn, str) else None,)
+        # (up to its last collective: a rank refused before one stops the others there, named;
+        # NOTE [ Checkpoints before a collective ] in bucketloader._dist)
+        joins = would_join(num_replicas, rank) or _collects(
+            num_replicas, boundaries, steps_per_epoch
         )
-        names = tuple(self._keys) if multi else ("length",)
-        check_options("BucketIterable", options, [*keyword_options(BucketIterable), *SHAPE_OPTIONS])
-        shaping = Shaping.parse(names, allow_callable=True, **options)
-        self.last_batch = shaping.last_batch
-        self.shuffle_buffer = check_int("shuffle_buffer", shuffle_buffer, minimum=0)
-        self.seed = check_int("seed", seed, minimum=0)
-        self.limits = shaping.limits
-        self.overflow = self.limits.overflow
-        if self.overflow == "truncate" and callable(length_fn):
-            raise ValueError(
-                "overflow='truncate' cuts samples by their length_fn key or len(); with a "
-                "custom length_fn pass overflow=callable(sample, max_length) -> sample"
+        with failing_together(joins):
+            # (was Python's "missing ... argument", also beside num_buckets=)
+            if boundaries is None:
+                k = options.get("num_buckets")  # type: ignore[typeddict-item]
+                raise TypeError(
+                    "BucketIterable needs boundaries=: a stream's lengths are not known up front, "
+                    f"so pass boundaries=estimate({'num_buckets' if k is None else repr(k)}) (from "
+                    "bucketloader.stream: solved on the head of the stream), the boundaries "
+                    "themselves, or a BucketSpec built on a sample of the lengths"
+                )
+            self.source = check_source(source)
+            self._length = make_length_fn(length_fn)
+            self._measured_by_callable = callable(length_fn)
+            multi = isinstance(length_fn, (tuple, list))
+            self._keys: tuple[Any, ...] = (
+                tuple(length_fn)
+                if isinstance(length_fn, (tuple, list))
+                else (length_fn if isinstance(length_fn, str) else None,)
             )
-        self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
-        self.steps_per_epoch = check_steps(
-            steps_per_epoch,
-            self.num_replicas,
-            self.last_batch,
-            per_step="samples per rank / mean batch size (report() shows left_over and "
-            "padded_rows to tune it)",
-            pad="short batches get masked rows",
-        )
-        # the head a one-shot source gave the constructor (estimate, schedule, template), replayed
-        # first in its one pass; never set for a re-iterable source, which is read again
-        self._prefix: list[Any] | None = None
-        self._rest: Iterator[Any] | None = None
-        self.solution: Any = None
-        bounds = self._resolve(boundaries, shaping, multi)
-        ks = [b.size for b in bounds]
-        if int(np.prod(ks)) > MAX_CELLS:
-            raise ValueError(
-                f"{' x '.join(map(str, ks))} buckets per input make {int(np.prod(ks))} shapes "
-                f"(more than {MAX_CELLS}); use fewer buckets"
+            names = tuple(self._keys) if multi else ("length",)
+            check_options(
+                "BucketIterable", options, [*keyword_options(BucketIterable), *SHAPE_OPTIONS]
             )
-        self._maximum = self._limits_within(bounds, names)
-        _refuse_merged_cells(boundaries, bounds)
-        rule = shaping.rule
-        # A stream cannot know which cells its samples will fill: every lattice point is planned.
-        self.cells = plan_shapes(shaping, [bounds])
-        usable = self.cells.batch > 0
-        if not usable.all() and (rule.oversize == "error" or not usable.any()):
-            c = int(np.argmin(usable))
-            need = int(self.cells.lengths[c].sum())
-            raise ValueError(
-                f"max_tokens={rule.budget.max_tokens if rule.budget else None} fits no sample of "
-                f"padded length(s) {self.cells.lengths[c].tolist()}; raise max_tokens to at "
-                f"least {int(self.cells.lengths.sum(axis=1).max())}, lower max_length, or pass "
-                f"max_tokens=TokenBudget(..., oversize='single' | 'drop') (at least {need} for "
-                "this bucket)"
+            shaping = Shaping.parse(names, allow_callable=True, **options)
+            self.last_batch = shaping.last_batch
+            self.shuffle_buffer = check_int("shuffle_buffer", shuffle_buffer, minimum=0)
+            self.seed = check_int("seed", seed, minimum=0)
+            self.limits = shaping.limits
+            self.overflow = self.limits.overflow
+            if self.overflow == "truncate" and callable(length_fn):
+                raise ValueError(
+                    "overflow='truncate' cuts samples by their length_fn key or len(); with a "
+                    "custom length_fn pass overflow=callable(sample, max_length) -> sample"
+                )
+            self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
+            self.steps_per_epoch = check_steps(
+                steps_per_epoch,
+                self.num_replicas,
+                self.last_batch,
+                per_step="samples per rank / mean batch size (report() shows left_over and "
+                "padded_rows to tune it)",
+                pad="short batches get masked rows",
             )
-        self._lookups = tuple(BucketLookup(b) for b in bounds)
-        self.batch_sizes = tuple(int(x) for x in self.cells.batch)
-        self.boundaries: Any = dict(zip(names, bounds, strict=True)) if multi else bounds[0]
-        self._covers = _covers(self.cells.lengths)
-        if joins_group(num_replicas, rank, self.num_replicas):  # NOTE [ Ranks agree on the plan ]
-            # (before the schedule's all_reduce, whose tensor has one entry per cell)
-            agreed = {
-                "boundaries": [b.tolist() for b in bounds],
-                "batch_sizes": list(self.batch_sizes),
-                "last_batch": self.last_batch,
-                "seed": self.seed,
-                "steps_per_epoch": self.steps_per_epoch,
-                "limits": self.limits.config() if self.limits.active else None,
-            }
-            gather_arguments(type(self).__name__, agreed, self.num_replicas, self.rank)
-        self._shares = (
-            None if steps_per_epoch is None else self._schedule_shares(boundaries, bounds)
-        )
-        self._template = None if steps_per_epoch is None else self._borrow_template()
+            # the head a one-shot source gave the constructor (estimate, schedule, template),
+            # replayed first in its one pass; never set for a re-iterable source, read again
+            self._prefix: list[Any] | None = None
+            self._rest: Iterator[Any] | None = None
+            self.solution: Any = None
+            bounds = self._resolve(boundaries, shaping, multi)
+            ks = [b.size for b in bounds]
+            if int(np.prod(ks)) > MAX_CELLS:
+                raise ValueError(
+                    f"{' x '.join(map(str, ks))} buckets per input make {int(np.prod(ks))} shapes "
+                    f"(more than {MAX_CELLS}); use fewer buckets"
+                )
+            self._maximum = self._limits_within(bounds, names)
+            _refuse_merged_cells(boundaries, bounds)
+            rule = shaping.rule
+            # A stream cannot know which cells its samples will fill: every lattice point is
+            # planned.
+            self.cells = plan_shapes(shaping, [bounds])
+            usable = self.cells.batch > 0
+            if not usable.all() and (rule.oversize == "error" or not usable.any()):
+                c = int(np.argmin(usable))
+                need = int(self.cells.lengths[c].sum())
+                raise ValueError(
+                    f"max_tokens={rule.budget.max_tokens if rule.budget else None} fits no sample "
+                    f"of padded length(s) {self.cells.lengths[c].tolist()}; raise max_tokens to at "
+                    f"least {int(self.cells.lengths.sum(axis=1).max())}, lower max_length, or pass "
+                    f"max_tokens=TokenBudget(..., oversize='single' | 'drop') (at least {need} for "
+                    "this bucket)"
+                )
+            self._lookups = tuple(BucketLookup(b) for b in bounds)
+            self.batch_sizes = tuple(int(x) for x in self.cells.batch)
+            self.boundaries: Any = dict(zip(names, bounds, strict=True)) if multi else bounds[0]
+            self._covers = _covers(self.cells.lengths)
+            if joins_group(num_replicas, rank, self.num_replicas):
+                # NOTE [ Ranks agree on the plan ]: before the schedule's all_reduce, whose
+                # tensor has one entry per cell
+                agreed = {
+                    "boundaries": [b.tolist() for b in bounds],
+                    "batch_sizes": list(self.batch_sizes),
+                    "last_batch": self.last_batch,
+                    "seed": self.seed,
+                    "steps_per_epoch": self.steps_per_epoch,
+                    "limits": self.limits.config() if self.limits.active else None,
+                }
+                checkpoint(ARGUMENTS)
+                gather_arguments(type(self).__name__, agreed, self.num_replicas, self.rank)
+            self._shares = (
+                None if steps_per_epoch is None else self._schedule_shares(boundaries, bounds)
+            )
+            self._template = None if steps_per_epoch is None else self._borrow_template()
         self._counters = LaneCounters(STATS, self.cells.num_cells)
         self._lane_states = lane_states(checkpoint_dir)
         self.epoch = 0
@@ -327,27 +349,26 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         if est.max_length is None and len(tops) == 1 and None not in self.limits.max_length:
             est = dataclasses.replace(est, max_length=tops.pop())
         est = dataclasses.replace(est, options=options)
+        if self.num_replicas > 1:  # each rank's own head: the cache's shared lookup expects one
+            # key on every rank (a ValueError on every rank, s20), and rank 0's answer is sent
+            est = dataclasses.replace(est, cache=_local_cache(est.cache))
         if self.num_replicas > 1 and not dist_ready(self.num_replicas):
             raise ValueError(
                 f"boundaries=estimate(...) on {self.num_replicas} ranks needs an initialised "
                 "torch.distributed process group (rank 0 estimates, every rank receives its "
                 "boundaries); without one, pass the same boundaries to every rank"
             )
-        task = "estimate the boundaries from the head of their shard"
-        try:  # (this rank's own shard: an error here reaches the other ranks before the send)
-            it = iter(self.source)
-            head = list(itertools.islice(it, est.sample_size))
-            if it is self.source:  # a one-shot iterator: replay the head in the first pass
-                self._prefix, self._rest = head, it
-            solutions = solve_head(est, head, self._length, len(names))
-        except Exception:
-            if self.num_replicas > 1:
-                all_reduce_counts(np.zeros(0), owner=type(self).__name__, failed=True, task=task)
-            raise
+        # (this rank's own shard: an error here reaches the others at the checkpoint below,
+        # told by the constructor)
+        it = iter(self.source)
+        head = list(itertools.islice(it, est.sample_size))
+        if it is self.source:  # a one-shot iterator: replay the head in the first pass
+            self._prefix, self._rest = head, it
+        solutions = solve_head(est, head, self._length, len(names))
         self.solution = dict(zip(names, solutions, strict=True)) if multi else solutions[0]
         bounds = [sol.boundaries.tolist() for sol in solutions]
         if self.num_replicas > 1:
-            all_reduce_counts(np.zeros(0), owner=type(self).__name__, task=task)
+            checkpoint(STREAM_ESTIMATE)
             bounds = broadcast_lists(bounds)
         return [check_boundaries(b) for b in bounds]
 
@@ -382,14 +403,10 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 "the schedule)"
             )
         counts = np.zeros(self.cells.num_cells, dtype=np.int64)
-        try:  # (this rank's own shard: an error here reaches the other ranks in the sum)
-            self._count_head(bounds, counts)
-        except Exception:
-            if self.num_replicas > 1:
-                all_reduce_counts(counts, owner=type(self).__name__, failed=True)
-            raise
+        self._count_head(bounds, counts)  # (an error: told at the checkpoint, as above)
         if self.num_replicas > 1:
-            counts = all_reduce_counts(counts, owner=type(self).__name__)
+            checkpoint(STREAM_SCHEDULE)
+            counts = all_reduce_sum(counts)
         return step_shares(counts, self.cells.batch)
 
     def _count_head(self, bounds: list[np.ndarray], counts: np.ndarray) -> None:
@@ -421,19 +438,16 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         if self._prefix is not None:
             own = self._prefix[0] if self._prefix else None
         else:
-            try:  # (this rank's own shard, read first here when a spec set the schedule: an
-                # error here reaches the other ranks in the borrowing's gather)
-                it = iter(self.source)
-                head = list(itertools.islice(it, 1))
-            except Exception:
-                if dist_ready(self.num_replicas):
-                    borrow_sample(None, owner=type(self).__name__, failed=True)
-                raise
+            # (this rank's own shard, read first here when a spec set the schedule: an error
+            # is told at the checkpoint, as above)
+            it = iter(self.source)
+            head = list(itertools.islice(it, 1))
             if it is self.source:  # a one-shot iterator: replay the sample in the first pass
                 self._prefix, self._rest = head, it
             own = head[0] if head else None
         if dist_ready(self.num_replicas):
-            return borrow_sample(own, owner=type(self).__name__)
+            checkpoint(STREAM_TEMPLATE)
+            return borrow_sample(own)
         return own
 
     @property
@@ -629,6 +643,30 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
                 f"state's buffers do not fit this BucketIterable ({k} buckets, {read} samples "
                 "read): pass a dict from BucketIterable.state_dict(), unedited"
             )
+
+
+def _collects(num_replicas: Any, boundaries: Any, steps_per_epoch: Any) -> bool:
+    """Whether a stream given ``rank=`` and ``num_replicas=`` both (no check of arguments) makes
+    collectives all the same: the group's ranks, with an estimate (rank 0's boundaries are sent)
+    or a schedule (the heads' counts are summed, the padding template shared)."""
+    if not initialised() or num_replicas is None or world_size() <= 1:
+        return False
+    steps = isinstance(boundaries, Estimate) or steps_per_epoch is not None
+    return bool(num_replicas == world_size()) and steps
+
+
+def _local_cache(cache: Any) -> Any:
+    """``cache``, looked up by this rank alone (a :class:`~bucketloader.cache.BucketCache` with
+    ``distributed=False``): what a rank's estimate on its own head uses."""
+    from bucketloader.cache import BucketCache
+
+    if cache is True:
+        return BucketCache(distributed=False)
+    if isinstance(cache, BucketCache) and cache.distributed:
+        local = copy.copy(cache)
+        local.distributed = False
+        return local
+    return cache
 
 
 def _refuse_merged_cells(given: Any, bounds: list[np.ndarray]) -> None:

@@ -41,7 +41,15 @@ import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from bucketloader._dist import gather_arguments, joins_group, resolve_ranks
+from bucketloader._dist import (
+    ARGUMENTS,
+    checkpoint,
+    failing_together,
+    gather_arguments,
+    joins_group,
+    resolve_ranks,
+    would_join,
+)
 from bucketloader._types import LazyModule
 from bucketloader._validation import check_choice, check_collator_options, check_int, checks_options
 from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable, check_row_length
@@ -169,44 +177,49 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         steps_per_epoch: int | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.source = check_source(source)
-        self.length_fn = length_fn
-        self._measure = make_length_fn(length_fn)
-        self.row_length = check_row_length(row_length)
-        # the sampler's batch-size rule
-        (self.batch_size,) = row_batch_sizes(batch_size, max_tokens, (self.row_length,))
-        self.open_rows = check_int("open_rows", open_rows, minimum=1)
-        self.overflow = check_choice("overflow", overflow, STREAM_OVERFLOW)
-        self.last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
-        default = self.batch_size * self.row_length
-        self.max_documents = check_int(
-            "max_documents",
-            default if max_documents is None else max_documents,
-            minimum=self.batch_size,
-        )
-        if self.max_documents > default:  # a larger bound only lengthens every cu_seqlens
-            raise ValueError(
-                f"max_documents must be <= batch_size * row_length = {default} (one document per "
-                f"token at most), got max_documents={self.max_documents}"
+        # (up to its one collective: a rank refused before it stops the others there, named)
+        with failing_together(would_join(num_replicas, rank)):
+            self.source = check_source(source)
+            self.length_fn = length_fn
+            self._measure = make_length_fn(length_fn)
+            self.row_length = check_row_length(row_length)
+            # the sampler's batch-size rule
+            (self.batch_size,) = row_batch_sizes(batch_size, max_tokens, (self.row_length,))
+            self.open_rows = check_int("open_rows", open_rows, minimum=1)
+            self.overflow = check_choice("overflow", overflow, STREAM_OVERFLOW)
+            self.last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)
+            default = self.batch_size * self.row_length
+            self.max_documents = check_int(
+                "max_documents",
+                default if max_documents is None else max_documents,
+                minimum=self.batch_size,
             )
-        self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
-        self.steps_per_epoch = check_steps(
-            steps_per_epoch,
-            self.num_replicas,
-            self.last_batch,
-            per_step=f"tokens per rank / (batch_size * row_length) = tokens per rank / {default} "
-            "(stats shows left_over and padded_rows to tune it)",
-            pad="short batches get all-padding rows",
-        )
-        self._counters = LaneCounters((*STATS, *TAIL_FIELDS))
-        self._lane_states = lane_states(checkpoint_dir)
-        self.epoch = 0
-        self._resume: dict[str, Any] | None = None
-        self._engine: RowPass | None = None
-        if joins_group(num_replicas, rank, self.num_replicas):  # NOTE [ Ranks agree on the plan ]
-            shard = source_config(self.source)  # (each rank reads its own files)
-            agreed = {k: v for k, v in self._config().items() if k not in shard}
-            gather_arguments(type(self).__name__, agreed, self.num_replicas, self.rank)
+            if self.max_documents > default:  # a larger bound only lengthens every cu_seqlens
+                raise ValueError(
+                    f"max_documents must be <= batch_size * row_length = {default} (one document "
+                    f"per token at most), got max_documents={self.max_documents}"
+                )
+            self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
+            self.steps_per_epoch = check_steps(
+                steps_per_epoch,
+                self.num_replicas,
+                self.last_batch,
+                per_step="tokens per rank / (batch_size * row_length) = tokens per rank / "
+                f"{default} (stats shows left_over and padded_rows to tune it)",
+                pad="short batches get all-padding rows",
+            )
+            self._counters = LaneCounters((*STATS, *TAIL_FIELDS))
+            self._lane_states = lane_states(checkpoint_dir)
+            self.epoch = 0
+            self._resume: dict[str, Any] | None = None
+            self._engine: RowPass | None = None
+            if joins_group(
+                num_replicas, rank, self.num_replicas
+            ):  # NOTE [ Ranks agree on the plan ]
+                shard = source_config(self.source)  # (each rank reads its own files)
+                agreed = {k: v for k, v in self._config().items() if k not in shard}
+                checkpoint(ARGUMENTS)  # NOTE [ Checkpoints before a collective ] in _dist
+                gather_arguments(type(self).__name__, agreed, self.num_replicas, self.rank)
 
     @functools.cached_property
     def table(self) -> PackTable:
