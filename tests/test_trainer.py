@@ -933,3 +933,24 @@ def test_unconcatenated_evaluation_outputs_come_back_per_sample_in_dataset_order
     record.index = [np.array([2, 0]), np.array([1, -1])]
     outputs = [torch.tensor([20.0, 0.0]), torch.tensor([10.0, 99.0])]
     assert [float(x) for x in record.restore(outputs)] == [0.0, 10.0, 20.0]
+
+
+def test_batch_eval_metrics_get_compute_result_at_the_last_batch(tmp_path):
+    """``batch_eval_metrics=True``: ``Trainer`` sets ``compute_result`` from accelerate's loader
+    (``gradient_state.end_of_dataloader``), which the plain DataLoader never sets, so
+    ``evaluate()`` returned none of the user's metrics; True at the last planned batch now, and
+    the per-batch rows add up to every sample once (filler rows dropped)."""
+    model, ds, _, _ = _build("bert-sequence")
+    calls: list[tuple[int, bool]] = []
+
+    def metrics(pred, compute_result=False):
+        calls.append((len(pred.label_ids), compute_result))
+        return {"rows": sum(n for n, _ in calls)} if compute_result else {}
+
+    args = _args(tmp_path, batch_eval_metrics=True, per_device_eval_batch_size=7)
+    trainer = hf.BucketTrainer(
+        model=model, args=args, compute_metrics=metrics, bucketing={"num_buckets": 2}
+    )
+    out = trainer.evaluate(ds)
+    assert out["eval_rows"] == len(ds)
+    assert [done for _, done in calls] == [False] * (len(calls) - 1) + [True]

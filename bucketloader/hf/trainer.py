@@ -26,10 +26,12 @@ at every step, in the order ``evaluation_loop`` gathers the logits and labels; s
 is not accelerate's, ``gather_for_metrics`` would have nothing to truncate, so the plain
 ``gather`` is used (as ``Seq2SeqTrainer`` does) and the filler rows are dropped by index instead.
 ``compute_metrics`` receives predictions and ``label_ids`` already in dataset order without filler
-rows (per batch, filler rows dropped, with ``batch_eval_metrics``), and ``evaluate`` /
-``predict`` return them in dataset order (with ``eval_do_concat_batches=False``: a list with one
-entry per sample). ``eval_loss`` is the mean of the batches' losses over their real rows, weighted
-by real rows (``Trainer`` weighs every batch by ``eval_batch_size``, filler rows included).
+rows (per batch, filler rows dropped, with ``batch_eval_metrics``, and ``compute_result`` True
+at the planned last batch: ``Trainer`` reads it from accelerate's loader, which this is not), and
+``evaluate`` / ``predict`` return them in dataset order (with ``eval_do_concat_batches=False``: a
+list with one entry per sample). ``eval_loss`` is the mean of the batches' losses over their real
+rows, weighted by real rows (``Trainer`` weighs every batch by ``eval_batch_size``, filler rows
+included).
 
 NOTE [ torch.compile and the planned shapes ]
 ``TrainingArguments(torch_compile=True)`` normally has accelerate wrap the model in
@@ -622,6 +624,7 @@ class _BucketMixin:
             sampler.num_samples,
             concat=self.args.eval_do_concat_batches,
             positions=sampler.positions,
+            steps=len(sampler),
         )
         user_metrics = self.compute_metrics
         if user_metrics is not None:
@@ -783,10 +786,16 @@ class _EvalRecord:
     """Per step: the gathered ``index`` of the rows, and (loss x real rows, real rows)."""
 
     def __init__(
-        self, num_samples: int, *, concat: bool, positions: Callable[[Any], np.ndarray]
+        self,
+        num_samples: int,
+        *,
+        concat: bool,
+        positions: Callable[[Any], np.ndarray],
+        steps: int,
     ) -> None:
         self.num_samples = num_samples
         self.concat = concat
+        self.steps = steps  # the loader's batches: the last one completes batch_eval_metrics
         self.positions = positions  # dataset index -> position among the evaluated samples
         self.index: list[np.ndarray] = []
         self.losses: list[torch.Tensor] = []
@@ -823,6 +832,10 @@ class _EvalRecord:
             if batch_mode:
                 keep = np.flatnonzero(self.index[-1] >= 0)
                 fix: Callable[[Any], Any] = lambda x: _rows(x, keep)  # noqa: E731
+                # Trainer reads the last step from accelerate's loader (gradient_state.
+                # end_of_dataloader), never set by this plain one: compute_result was always
+                # False and evaluate() returned none of the user's metrics.
+                kwargs["compute_result"] = len(self.index) >= self.steps
             else:
                 fix = self.restore
             return user(
