@@ -921,7 +921,7 @@ def test_the_evaluation_loss_weighs_each_batch_by_its_real_rows():
     """The evaluation loss is the mean over real samples: a batch mean of 2.0 over 2 real rows
     and one of 5.0 over 1 give (4 + 5) / 3 = 3.0, not the mean of the batches (3.5) nor their
     sum over the batch count (4.5)."""
-    record = trainer_module._EvalRecord(3, concat=True, positions=lambda index: index)
+    record = trainer_module._EvalRecord(3, concat=True, positions=lambda index: index, steps=2)
     record.losses = [torch.tensor([[2.0 * 2, 2.0]]), torch.tensor([[5.0 * 1, 1.0]])]
     assert record.loss() == 3.0
 
@@ -929,7 +929,7 @@ def test_the_evaluation_loss_weighs_each_batch_by_its_real_rows():
 def test_unconcatenated_evaluation_outputs_come_back_per_sample_in_dataset_order():
     """``eval_do_concat_batches=False``: each batch's rows go back to their samples by index,
     dataset row 0 included, filler rows (-1) dropped."""
-    record = trainer_module._EvalRecord(3, concat=False, positions=lambda index: index)
+    record = trainer_module._EvalRecord(3, concat=False, positions=lambda index: index, steps=2)
     record.index = [np.array([2, 0]), np.array([1, -1])]
     outputs = [torch.tensor([20.0, 0.0]), torch.tensor([10.0, 99.0])]
     assert [float(x) for x in record.restore(outputs)] == [0.0, 10.0, 20.0]
