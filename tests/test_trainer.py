@@ -954,3 +954,18 @@ def test_batch_eval_metrics_get_compute_result_at_the_last_batch(tmp_path):
     out = trainer.evaluate(ds)
     assert out["eval_rows"] == len(ds)
     assert [done for _, done in calls] == [False] * (len(calls) - 1) + [True]
+
+
+def test_filler_rows_carry_no_target_under_other_label_names(tmp_path):
+    """``label_names=["target"]``: the filler rows copied the real row's ``target``, so a loss that
+    ignores -100 counted that row twice; it is -100 on filler rows now, as ``label*`` keys are."""
+    model, ds, _, _ = _build("bert-sequence")
+    ds = ds.rename_column("label", "target")
+    args = _args(tmp_path, label_names=["target"], per_device_train_batch_size=5)
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=ds, bucketing={"num_buckets": 3}
+    )
+    batches = list(trainer.get_train_dataloader())
+    filler = torch.cat([b["target"][~b["sample_mask"]] for b in batches])
+    real = torch.cat([b["target"][b["sample_mask"]] for b in batches])
+    assert filler.numel() and (filler == -100).all() and (real >= 0).all()

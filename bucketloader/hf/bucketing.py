@@ -39,12 +39,13 @@ NOTE [ Filler rows ]
 ``last_batch="pad"`` (the default) and evaluation add *filler rows* so that a batch keeps its
 planned shape. :class:`ModelInputs` makes them copies of real rows of the same batch (real
 inputs: no all-zero attention mask, which gives ``Wav2Vec2ForCTC`` an input length of -1 and an
-SDPA row with no key to attend to) and sets every ``label*`` column to -100 on them, so the
-cross-entropy losses of ``transformers`` heads ignore them. Question-answering heads take
-``start_positions`` / ``end_positions`` instead, clamp them to ``[0, L]`` and ignore ``L`` (the
-sequence length), where -100 would become a real target 0: on filler rows they are set to ``L``.
-``sample_mask`` (kept with
-``sample_mask=True``) is False on them. Heads whose loss still counts such a row (CTC, regression,
+SDPA row with no key to attend to) and sets every ``label*`` column to -100 on them (and the
+``Trainer``'s other ``label_names``, e.g. ``target``: copied, they counted a real row twice in a
+loss that ignores -100), so the cross-entropy losses of ``transformers`` heads ignore them.
+Question-answering heads take ``start_positions`` / ``end_positions`` instead, clamp them to
+``[0, L]`` and ignore ``L`` (the sequence length), where -100 would become a real target 0: on
+filler rows they are set to ``L``. ``sample_mask`` (kept with ``sample_mask=True``) is False on
+them. Heads whose loss still counts such a row (CTC, regression,
 multi-label) need the loss masked by rows: :func:`bucketloader.hf.masked_loss` and
 :class:`~bucketloader.hf.BucketTrainer` do it (NOTE [ Filler rows and the loss, per head ] in
 :mod:`bucketloader.hf.loss`).
@@ -187,6 +188,8 @@ class ModelInputs:
         decoder_input: the bucketed input whose mask is ``decoder_attention_mask``, if any.
         decoder_attention_mask: return ``decoder_attention_mask`` (targets or ``decoder_input``).
         bookkeeping: keep ``sample_mask`` (and ``index`` for evaluation) in the batch.
+        label_keys: more keys that are labels (a ``Trainer``'s ``label_names``, e.g.
+            ``["target"]``): -100 on filler rows, as every ``label*`` key.
     """
 
     def __init__(
@@ -199,6 +202,7 @@ class ModelInputs:
         decoder_input: str | None = None,
         decoder_attention_mask: bool = False,
         bookkeeping: bool = False,
+        label_keys: Sequence[str] = (),
     ) -> None:
         self.collator = collator
         self.keep = None if keep is None else frozenset(keep)
@@ -207,6 +211,7 @@ class ModelInputs:
         self.decoder_input = decoder_input
         self.decoder_attention_mask = bool(decoder_attention_mask)
         self.bookkeeping = bool(bookkeeping)
+        self.label_keys = tuple(k for k in label_keys if k not in QA_POSITIONS)
 
     def replace(self, **changes: Any) -> ModelInputs:
         """A copy with some options changed."""
@@ -217,6 +222,7 @@ class ModelInputs:
             "decoder_input": self.decoder_input,
             "decoder_attention_mask": self.decoder_attention_mask,
             "bookkeeping": self.bookkeeping,
+            "label_keys": self.label_keys,
         }
         return ModelInputs(self.collator, **{**opts, **changes})
 
@@ -262,7 +268,7 @@ class ModelInputs:
             if old in out and "labels" not in out:
                 out["labels"] = out.pop(old)
         if not bool(real.all()):
-            _fill_rows(out, real, n, rows)
+            _fill_rows(out, real, n, rows, self.label_keys)
         if self.keep is not None:
             out = {k: v for k, v in out.items() if k in self.keep}
         if self.bookkeeping:
@@ -275,9 +281,11 @@ class ModelInputs:
         return f"ModelInputs({self.collator!r}, targets={self.targets!r})"
 
 
-def _fill_rows(out: dict[str, Any], real: torch.Tensor, n: int, rows: int) -> None:
-    """Filler rows: padded rows (``>= n``) copy real data rows; ``label*`` -100 on every filler
-    row (NOTE [ Filler rows ])."""
+def _fill_rows(
+    out: dict[str, Any], real: torch.Tensor, n: int, rows: int, label_keys: Sequence[str] = ()
+) -> None:
+    """Filler rows: padded rows (``>= n``) copy real data rows; ``label*`` (and ``label_keys``)
+    -100 on every filler row (NOTE [ Filler rows ])."""
     src = torch.arange(rows - n) % n if rows > n else None
     filler = ~real
     mask = out.get("attention_mask")
@@ -285,7 +293,7 @@ def _fill_rows(out: dict[str, Any], real: torch.Tensor, n: int, rows: int) -> No
     for key, v in out.items():
         if not isinstance(v, torch.Tensor) or v.ndim == 0 or v.shape[0] != rows:
             continue
-        if str(key).startswith("label"):
+        if str(key).startswith("label") or key in label_keys:
             v[filler] = LABEL_PAD
         elif key in QA_POSITIONS and width is not None:
             v[filler] = width  # the QA heads' ignore_index (NOTE [ Filler rows ])

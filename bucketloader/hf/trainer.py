@@ -230,7 +230,9 @@ class _BucketMixin:
         collate = b.collator
         if isinstance(collate, ModelInputs):
             keep = self.model_inputs() if self.args.remove_unused_columns else None
-            collate = collate.replace(keep=keep, bookkeeping=True)
+            collate = collate.replace(
+                keep=keep, bookkeeping=True, label_keys=tuple(self.label_names)
+            )
         if self._lm is not None and not _packed(collate, self._lm, type(self).__name__):
             collate = LanguageModelingLabels(collate, self._lm)
         workers = self.args.dataloader_num_workers
