@@ -1098,5 +1098,11 @@ def test_an_empty_or_all_null_column_says_so():
     assert hf.lengths(datasets.Dataset.from_dict({"ids": []}), "ids").tolist() == []
     typed = datasets.Dataset.from_dict({"ids": [[1, 2]]}).select([])
     assert hf.lengths(typed, "ids").tolist() == []
+    # fn= and add_lengths read an empty split too (a KeyError and a numpy reshape error were)
+    assert hf.lengths(typed, fn=lambda b: [len(x) for x in b["ids"]]).tolist() == []
+    added = hf.add_lengths(typed, "ids")
+    assert added.features["length"].dtype == "int64" and hf.lengths(added).tolist() == []
+    with pytest.raises(ValueError, match=r"for_text plans .* but dataset\[1\] has no rows"):
+        hf.for_text([datasets.Dataset.from_dict({"ids": [[1]]}), typed], "ids", pad_token_id=0)
     with pytest.raises(ValueError, match=r"column 'ids' holds only nulls \(2 rows, .*filter"):
         hf.lengths(datasets.Dataset.from_dict({"ids": [None, None]}), "ids")

@@ -881,6 +881,13 @@ def test_an_iterable_train_dataset_is_refused_naming_train_dataset(tmp_path):
     again = datasets.Dataset.from_generator(lambda: iter(stream))  # the fix the error names
     trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=again)
     assert len(trainer.get_train_dataloader()) > 0
+    # an empty dataset is named by its argument (it was "lengths['input_ids'] must not be empty")
+    empty = ds.select([])
+    trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=empty)
+    with pytest.raises(ValueError, match=r"got train_dataset with no rows \(len\(train_dataset"):
+        trainer.get_train_dataloader()
+    with pytest.raises(ValueError, match=r"got test_dataset with no rows"):
+        trainer.predict(empty)
 
 
 def test_bucketing_options_are_checked_when_the_trainer_is_built(tmp_path):

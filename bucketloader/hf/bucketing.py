@@ -937,4 +937,12 @@ def dataset_list(dataset: Any, owner: str) -> list[Any]:
         raise TypeError(
             f"{owner} reads rows by index, so dataset must be a datasets.Dataset, got {got}; {fix}"
         )
+    for i, d in enumerate(many):  # (else: "lengths['input_ids'] must not be empty", unnamed)
+        if len(d) == 0:
+            name = f"dataset[{i}]" if isinstance(dataset, (list, tuple)) else "dataset"
+            raise ValueError(
+                f"{owner} plans batches from the rows' lengths, but {name} has no rows "
+                f"(len({name}) == 0); pass a dataset with rows (did a filter, select or map "
+                "leave none?)"
+            )
     return many

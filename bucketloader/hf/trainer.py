@@ -248,6 +248,7 @@ class _BucketMixin:
         if self.bucketing is None:
             if self.train_dataset is None:
                 raise ValueError("Trainer: training requires a train_dataset.")
+            self._check_rows(self.train_dataset, "train_dataset")
             self.bucketing = self._build_bucketing(self.train_dataset, evaluation=False)
         self._plan_compiled_shapes()
         return self._loader(self.bucketing)
@@ -288,11 +289,23 @@ class _BucketMixin:
         cached = self._eval_cache.get(key)
         if cached is not None and cached[0] is dataset:
             return cached[1]
+        names = {"eval": "eval_dataset", "test": "test_dataset"}
+        self._check_rows(dataset, names.get(key, f"eval_dataset[{key!r}]"))
         b = self._build_bucketing(dataset, evaluation=True)
         self._eval_cache[key] = (dataset, b)
         self._note_unlabelled_eval(dataset, key)
         self._note_eval_batch(b)
         return b
+
+    def _check_rows(self, dataset: Any, argument: str) -> None:
+        """An empty dataset, named by the argument it came in (for_text would say only that
+        ``lengths['input_ids']`` is empty; Trainer's own loaders fail or report no loss)."""
+        if isinstance(dataset, datasets.Dataset) and len(dataset) == 0:
+            raise ValueError(
+                f"{type(self).__name__} got {argument} with no rows (len({argument}) == 0), so "
+                "there is no batch to plan; pass a dataset with rows (did a filter, select or "
+                "map leave none?)"
+            )
 
     # -- compiling the planned shapes (NOTE [ torch.compile and the planned shapes ]) -----------
     def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
