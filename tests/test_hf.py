@@ -295,6 +295,9 @@ def test_float_token_ids_and_loose_flags_are_refused_when_built():
     )  # (s9-read: a fixed-size list, Sequence(length=3), was let through)
     with pytest.raises(TypeError, match="holds float values"):
         hf.for_text(fixed, pad_token_id=0, batch_size=2)
+    tokens = datasets.Dataset.from_dict({"input_ids": [["w1", "w2"], ["w3"]]})  # .tokenize()'s
+    with pytest.raises(TypeError, match=r"holds lists of string \(tokens, not their ids\); map"):
+        hf.for_text(tokens, pad_token_id=0, batch_size=2)  # (it failed at the first batch)
     import decimal
 
     import pyarrow as pa

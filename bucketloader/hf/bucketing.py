@@ -62,7 +62,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from bucketloader._arrow import is_list, is_text
+from bucketloader._arrow import is_bytes, is_list, is_text
 from bucketloader._types import SIDES
 from bucketloader._validation import (
     MAX_LENGTH,
@@ -470,15 +470,24 @@ def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: s
 
 
 def check_token_ids(datasets_: Sequence[Any], names: Sequence[str], owner: str) -> None:
-    """Refuse a token-id column of float values (lists of any depth, fixed-size ones too):
-    padded as floats, it fails in the model's embedding. ``names``: the columns padded as token
-    ids (``for_text``: the bucketed inputs and ``*input_ids``; ``for_packing``: the packed column
-    and ``labels``); a column missing from a dataset is skipped. Checked on the schema, once:
+    """Refuse a token-id column of float values (lists of any depth, fixed-size ones too;
+    padded as floats, it fails in the model's embedding) or of strings (tokens, not ids).
+    ``names``: the columns padded as token ids (``for_text``: the bucketed inputs and
+    ``*input_ids``; ``for_packing``: the packed column and ``labels``); a column missing from a
+    dataset is skipped. Checked on the schema, once:
     ``PackCollator`` refuses float ids again per batch, ``PadCollator`` pads any dtype."""
     for dataset in datasets_:
         schema = table_and_indices(dataset)[0].schema
         for name in (n for n in names if n in schema.names):
             leaf = _leaf_type(schema.field(name).type)
+            if is_text(leaf) or is_bytes(leaf):  # (tokenizer.tokenize's tokens: the first
+                # batch failed in the padding kernel, "holds list (not a tensor, ...)")
+                raise TypeError(
+                    f"{owner} pads column {name!r} as token ids, but it holds lists of "
+                    f"{leaf} (tokens, not their ids); map them to ids first, e.g. dataset = "
+                    f"dataset.map(lambda row: {{{name!r}: tokenizer.convert_tokens_to_ids("
+                    f"row[{name!r}])}}), or tokenize with tokenizer(text)"
+                )
             if pa.types.is_floating(leaf) or pa.types.is_decimal(leaf):
                 raise TypeError(
                     f"{owner} pads column {name!r} as token ids, but it holds {leaf} values; "
