@@ -366,6 +366,13 @@ def test_for_text_rejects_a_ragged_column_it_cannot_pad():
     ds = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]], "words": [["a"], ["b", "c"]]})
     with pytest.raises(ValueError, match="list column 'words' holds string values and its row"):
         hf.for_text(ds, pad_token_id=0, batch_size=2)
+    # string class labels reached the model as a list (BucketTrainer: "'list' object has no
+    # attribute 'dtype'" inside BERT's loss; filler rows had no -100): refused when built
+    named = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]], "label": ["pos", "neg"]})
+    with pytest.raises(TypeError, match=r"column 'label' holds string .*class_encode_column"):
+        hf.for_text(named, pad_token_id=0, batch_size=2)
+    encoded = hf.for_text(named.class_encode_column("label"), pad_token_id=0, batch_size=2)
+    assert next(iter(encoded.dataloader()))["labels"].dtype == torch.int64
 
 
 def test_for_audio_struct_and_list_columns():

@@ -528,6 +528,13 @@ def split_columns(
         if c in follows or c in skip:
             continue
         t = table.schema.field(c).type
+        if c.startswith("label") and (is_text(t) or is_bytes(t)):  # (a list of strings reached
+            # the model: "'list' object has no attribute 'dtype'" inside its loss)
+            raise TypeError(
+                f"column {c!r} holds {t} values, but label columns go to the model as class ids "
+                f"(-100 on filler rows); encode them first: dataset = dataset.class_encode_column"
+                f"({c!r}) (or map them to ints), or drop the column"
+            )
         if not is_list(t):  # (fixed-size lists and list views too: NOTE [ Target columns ])
             continue
         own = [lengths(d, c) for d in datasets_]
