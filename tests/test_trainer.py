@@ -778,6 +778,13 @@ def test_bucket_trainer_refuses_collators_it_would_drop(tmp_path):
     padding = transformers.DataCollatorWithPadding(tokenizer)
     hf.BucketTrainer(**common, data_collator=padding)
     hf.BucketTrainer(model, _args(tmp_path), transformers.default_data_collator, ds)
+    # ... keeping its pad multiple, for training and evaluation (it was dropped with it)
+    eight = transformers.DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)
+    trainer = hf.BucketTrainer(**common, data_collator=eight, bucketing={"num_buckets": 3})
+    trainer.get_train_dataloader()
+    trainer.get_eval_dataloader(ds)
+    shapes = trainer.bucketing.sampler.shapes + trainer.eval_bucketing.sampler.shapes
+    assert all(length % 8 == 0 for _, length in shapes)
 
 
 def test_question_answering_train_evaluate_predict_in_dataset_order(tmp_path):

@@ -150,6 +150,11 @@ class _BucketMixin:
         self._lm = _language_modeling(user_collator, type(self).__name__)
         super().__init__(*args, **kwargs)
         self._bucketing_options = dict(bucketing) if isinstance(bucketing, dict) else {}
+        multiple = getattr(user_collator, "pad_to_multiple_of", None)
+        if multiple is not None and not isinstance(bucketing, Bucketing):
+            # The replaced collator's pad multiple (DataCollatorWithPadding(tokenizer,
+            # pad_to_multiple_of=8), ...) was dropped with it: shapes of 21 and 59 tokens.
+            self._bucketing_options.setdefault("pad_to_multiple_of", multiple)
         self._precompile_on_train = bool(self._bucketing_options.pop("precompile", False))
         self._compile_noted = False
         self._precompiled = False
@@ -890,7 +895,8 @@ def _row(tree: Any, row: int) -> Any:
 # ``Trainer`` collates with ``data_collator``; BucketTrainer collates every batch at a planned
 # shape instead, so a collator whose job is padding (``DataCollatorWithPadding``,
 # ``DataCollatorForSeq2Seq``, ``DataCollatorForTokenClassification``, ``DefaultDataCollator``,
-# ``default_data_collator``) is replaced by it, silently. A ``DataCollatorForLanguageModeling``
+# ``default_data_collator``) is replaced by it, silently, keeping its ``pad_to_multiple_of`` as the
+# default of ``bucketing``'s. A ``DataCollatorForLanguageModeling``
 # does more than pad: it makes the labels. Its work is kept: after the batch is laid out at its
 # planned shape, ``mlm=True`` masks tokens with the collator's own ``torch_mask_tokens`` (never
 # padding, special tokens or filler rows) and ``mlm=False`` copies ``input_ids`` to ``labels``
