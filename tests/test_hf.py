@@ -593,6 +593,9 @@ def test_an_untokenised_text_column_is_refused_when_planned():
         r"have \(its columns: \['text'\]\); .*" + fix,
     ):
         hf.for_text(text, pad_token_id=0, num_buckets=2, batch_size=2)
+    lazy = text.with_transform(lambda b: {"input_ids": [[5] * len(t) for t in b["text"]]})
+    with pytest.raises(KeyError, match=r"the dataset's transform \(set_transform .*dataset.map"):
+        hf.for_text(lazy, pad_token_id=0, num_buckets=2, batch_size=2)  # (said: tokenize first)
     with pytest.raises(
         TypeError,
         match=r"^for_packing pads column 'text' as token ids, but it "

@@ -443,9 +443,17 @@ def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: s
                     (c for c in table.column_names if is_text(table.schema.field(c).type)),
                     "text",
                 )
+                transformed = getattr(dataset, "format", {}).get("type") == "custom"
+                why = (  # (set_transform: rows are made as they are read, after the planning)
+                    "; the dataset's transform (set_transform / with_transform) makes its rows "
+                    "only as they are read, but the lengths are planned from the stored "
+                    "columns before any is read: tokenize with dataset.map instead"
+                    if transformed
+                    else ""
+                )
                 raise MissingKeyError(
                     f"{owner} pads the token column {name!r}, which the dataset does not have "
-                    f"(its columns: {table.column_names}); name the token column with "
+                    f"(its columns: {table.column_names}){why}; name the token column with "
                     f"column=..., or {tokenize.format(text=text)}"
                 )
             kind = table.schema.field(name).type

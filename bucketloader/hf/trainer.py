@@ -941,7 +941,8 @@ def _language_modeling(collator: Any, owner: str) -> Any:
     raise ValueError(
         f"{owner} collates every batch at a planned shape, so data_collator={name} would not "
         "be used; pass no data_collator (or a padding collator, which it replaces), move "
-        "per-sample work into the dataset (datasets.Dataset.set_transform), or pass "
+        "per-sample work into the dataset (datasets.Dataset.set_transform, keeping the token "
+        "column's lengths: they are planned from the stored column), or pass "
         "bucketing=Bucketing(sampler, your_collator, dataset), with no data_collator, and a "
         "collator that pads to the sampler's shapes"
     )
