@@ -876,6 +876,9 @@ def test_masked_loss_of_a_batch_with_no_real_row_is_zero():
     assert float(loss.detach()) == 0.0
     with pytest.raises(TypeError, match=r"batch must be the collated batch .* got Tensor"):
         hf.masked_loss(model, batch["input_ids"])  # (was dict()'s "update sequence element")
+    unlabelled = {k: v for k, v in batch.items() if k != "labels"}
+    with pytest.raises(ValueError, match=r"masked_loss needs the batch's labels, .* keys \["):
+        hf.masked_loss(model, unlabelled)  # (was KeyError: 'loss')
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
