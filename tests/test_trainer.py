@@ -986,3 +986,29 @@ def test_filler_rows_carry_no_target_under_other_label_names(tmp_path):
     filler = torch.cat([b["target"][~b["sample_mask"]] for b in batches])
     real = torch.cat([b["target"][b["sample_mask"]] for b in batches])
     assert filler.numel() and (filler == -100).all() and (real >= 0).all()
+
+
+@pytest.mark.parametrize("budget", [False, True])
+def test_auto_find_batch_size_plans_smaller_batches_after_out_of_memory(
+    budget, tmp_path, monkeypatch
+):
+    """NOTE [ auto_find_batch_size ]: the bucketing was built once, so each retry after an
+    out-of-memory error ran the same batches, down to "No executable batch size found"; it is
+    planned anew at the lowered batch size (a token budget scaled with it)."""
+    import accelerate.utils.memory
+
+    monkeypatch.setattr(accelerate.utils.memory, "clear_device_cache", lambda **kw: None)  # (gc)
+    model, ds, _, _ = _build("bert-sequence")
+
+    def out_of_memory_above_4_rows(module, args, kwargs):
+        if kwargs["input_ids"].shape[0] > 4:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. (simulated)")
+
+    model.register_forward_pre_hook(out_of_memory_above_4_rows, with_kwargs=True)
+    longest = max(map(len, ds["input_ids"]))
+    bucketing = {"num_buckets": 2, **({"max_tokens": 5 * longest} if budget else {})}
+    args = _args(tmp_path, auto_find_batch_size=True, per_device_train_batch_size=5)
+    trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds, bucketing=bucketing)
+    trainer.train()  # a whole epoch: every planned batch has at most 4 rows
+    assert trainer._train_batch_size < 5
+    assert max(rows for rows, _ in trainer.bucketing.sampler.shapes) <= 4

@@ -53,6 +53,7 @@ exactly as ``Trainer`` runs them (``get_batch_samples``'s ``num_items_in_batch``
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import warnings
@@ -86,7 +87,7 @@ from bucketloader.hf.loss import (
     settle_problem_type,
     zero_loss,
 )
-from bucketloader.plan import BucketSpec
+from bucketloader.plan import BucketSpec, TokenBudget
 from bucketloader.sampler import BucketSampler
 
 __all__ = ["BucketSeq2SeqTrainer", "BucketTrainer"]
@@ -162,6 +163,16 @@ class _BucketMixin:
         self._note_overrides()
         self._eval_options = dict(eval_bucketing or {})
         self.bucketing: Bucketing | None = bucketing if isinstance(bucketing, Bucketing) else None
+        self._built_rows: int | None = None  # the _train_batch_size of the bucketing built
+        if self.bucketing is not None and self.args.auto_find_batch_size:
+            warnings.warn(
+                f"{type(self).__name__}: auto_find_batch_size=True cannot shrink the batches of "
+                "a prebuilt bucketing=Bucketing(...) after an out-of-memory error (it would "
+                "retry the same batches down to 'No executable batch size found'); pass "
+                "bucketing as a dict of options, which is planned anew at each batch size",
+                UserWarning,
+                stacklevel=2,
+            )
         #: The bucketing of the latest evaluation or prediction (its ``sampler.shapes``).
         self.eval_bucketing: Bucketing | None = None
         self._eval_cache: dict[str, tuple[Any, Bucketing]] = {}
@@ -192,6 +203,9 @@ class _BucketMixin:
             keep = {*self.model_inputs(), *columns}
             unused = [c for c in dataset.column_names if c not in keep]
             dataset = dataset.remove_columns(unused) if unused else dataset
+        if not evaluation:
+            self._built_rows = self._train_batch_size
+            _shrink_to_found_batch_size(opts, self._train_batch_size / self.args.train_batch_size)
         if "max_tokens" not in opts:
             opts.setdefault(
                 "batch_size", self.args.eval_batch_size if evaluation else self._train_batch_size
@@ -250,6 +264,8 @@ class _BucketMixin:
 
     def get_train_dataloader(self) -> Any:
         """A plain ``DataLoader`` over the bucket sampler (NOTE [ Why the DataLoaders ... ])."""
+        if self.bucketing is not None and self._built_rows not in (None, self._train_batch_size):
+            self.bucketing = None  # auto_find_batch_size lowered the batch size: plan anew
         if self.bucketing is None:
             if self.train_dataset is None:
                 raise ValueError("Trainer: training requires a train_dataset.")
@@ -687,6 +703,35 @@ _TRAINER_TAKES_SCALED = hasattr(transformers.Trainer, "loss_is_scaled_for_ga")
 #: The oldest transformers the trainers are tested with (5.17 and the newest, by the suite);
 #: 4.57 failed 9 of the trainer tests (other arguments and hooks), the versions between untested.
 MIN_TRANSFORMERS = (5, 17)
+
+
+# NOTE [ auto_find_batch_size ]
+# ``TrainingArguments(auto_find_batch_size=True)`` reruns the training loop after an out-of-memory
+# error with ``_train_batch_size`` halved, and each run calls ``get_train_dataloader``. The
+# bucketing is built once and kept, so every retry ran the same batches (16 rows, 16 rows, ...)
+# until accelerate gave up: "No executable batch size found, reached zero". It is now planned
+# anew when ``_train_batch_size`` changed: the default ``batch_size`` is the new one, and a
+# ``batch_size`` or ``max_tokens`` given in ``bucketing`` is scaled by the same ratio (a token
+# budget halved as the batch size is). A prebuilt ``Bucketing`` cannot be re-planned: a warning
+# says so when the trainer is built.
+def _shrink_to_found_batch_size(opts: dict[str, Any], ratio: float) -> None:
+    """Scale an explicit ``batch_size`` or ``max_tokens`` of ``bucketing`` by ``ratio``, the
+    batch size ``auto_find_batch_size`` settled on over ``per_device_train_batch_size``
+    (NOTE [ auto_find_batch_size ]); 1 leaves them as given."""
+    if ratio >= 1:
+        return
+    size = opts.get("batch_size")
+    if isinstance(size, int) and not isinstance(size, bool):
+        opts["batch_size"] = max(1, int(size * ratio))
+    elif isinstance(size, (list, tuple)) and all(isinstance(b, int) for b in size):
+        opts["batch_size"] = [max(1, int(b * ratio)) for b in size]
+    budget = opts.get("max_tokens")
+    if isinstance(budget, TokenBudget):
+        opts["max_tokens"] = dataclasses.replace(
+            budget, max_tokens=max(1, int(budget.max_tokens * ratio))
+        )
+    elif isinstance(budget, int) and not isinstance(budget, bool):
+        opts["max_tokens"] = max(1, int(budget * ratio))
 
 
 def _check_bucketing_options(bucketing: Any, eval_bucketing: Any) -> None:
