@@ -1012,3 +1012,18 @@ def test_auto_find_batch_size_plans_smaller_batches_after_out_of_memory(
     trainer.train()  # a whole epoch: every planned batch has at most 4 rows
     assert trainer._train_batch_size < 5
     assert max(rows for rows, _ in trainer.bucketing.sampler.shapes) <= 4
+
+
+def test_non_padding_tokens_seen_are_the_real_rows_tokens(tmp_path):
+    """``include_num_input_tokens_seen="non_padding"`` summed ``attention_mask``, whose filler
+    rows (copies of real rows) counted their tokens again."""
+    model, ds, _, _ = _build("bert-sequence")
+    ds = ds.select(range(21))
+    args = _args(
+        tmp_path, include_num_input_tokens_seen="non_padding", num_train_epochs=1, logging_steps=99
+    )
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=ds, bucketing={"num_buckets": 3, "batch_size": 5}
+    )
+    trainer.train()  # one epoch: every sample once
+    assert trainer.state.num_input_tokens_seen == sum(map(len, ds["input_ids"]))

@@ -534,6 +534,22 @@ class _BucketMixin:
                 self._step_rows = rows.reshape(())
         return batches, num_items
 
+    def _track_num_input_tokens(self, inputs: Any) -> Any:
+        """As ``Trainer``'s; ``include_num_input_tokens_seen="non_padding"`` counts the real
+        rows' tokens only (filler rows copy real rows, masks included: 820 tokens counted for
+        700 on 21 samples in 3 buckets of 4 rows)."""
+        rows = inputs.get("sample_mask") if isinstance(inputs, Mapping) else None
+        mask = inputs.get("attention_mask") if isinstance(inputs, Mapping) else None
+        if (
+            self.args.include_num_input_tokens_seen == "non_padding"
+            and isinstance(rows, torch.Tensor)
+            and isinstance(mask, torch.Tensor)
+            and mask.ndim == 2
+        ):
+            real = rows.to(mask.device, mask.dtype)[:, None]
+            inputs = {**inputs, "attention_mask": mask * real}
+        return super()._track_num_input_tokens(inputs)  # type: ignore[misc]
+
     def _no_targets(self, batch: Any) -> bool:
         """Whether a training batch has nothing to learn from: no real row (``sample_mask``
         all False), or integer ``labels`` with no target that the model's loss counts (as
