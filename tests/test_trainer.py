@@ -1027,3 +1027,15 @@ def test_non_padding_tokens_seen_are_the_real_rows_tokens(tmp_path):
     )
     trainer.train()  # one epoch: every sample once
     assert trainer.state.num_input_tokens_seen == sum(map(len, ds["input_ids"]))
+
+
+def test_the_training_order_follows_data_seed_as_trainers_does(tmp_path):
+    """``TrainingArguments(data_seed=)`` fixes Trainer's data order whatever ``seed`` is; the
+    bucket sampler took ``seed`` alone, so a new model seed also reshuffled the data."""
+    model, ds, _, _ = _build("bert-sequence")
+    orders = []
+    for seed in (1, 2):
+        args = _args(tmp_path, seed=seed, data_seed=7)
+        trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds)
+        orders.append([list(b) for b in trainer.get_train_dataloader().batch_sampler])
+    assert orders[0] == orders[1] and trainer.bucketing.sampler.seed == 7

@@ -211,7 +211,8 @@ class _BucketMixin:
                 "batch_size", self.args.eval_batch_size if evaluation else self._train_batch_size
             )
         if not evaluation:
-            opts.setdefault("seed", self.args.seed)
+            data_seed = self.args.data_seed  # (Trainer's data order follows it when set)
+            opts.setdefault("seed", self.args.seed if data_seed is None else data_seed)
             if self.args.dataloader_drop_last:  # (evaluation keeps every sample, in order)
                 opts.setdefault("last_batch", "drop")
         opts.setdefault("num_replicas", self.args.world_size)
@@ -1107,9 +1108,10 @@ class BucketTrainer(_BucketMixin, transformers.Trainer):
             ``pad_to_multiple_of``, ``target_length``, ...) applied to each dataset after the
             unused columns are removed. Defaults: ``column`` = the model's
             ``main_input_name``, ``batch_size`` = ``per_device_train_batch_size`` (unless
-            ``max_tokens``), ``seed`` = ``args.seed``, ``last_batch="drop"`` with
-            ``args.dataloader_drop_last`` (training only), rank and world size from ``args``, pad id
-            and side from ``processing_class`` (else the model config's ``pad_token_id``).
+            ``max_tokens``), ``seed`` = ``args.data_seed`` (else ``args.seed``),
+            ``last_batch="drop"`` with ``args.dataloader_drop_last`` (training only), rank and
+            world size from ``args``, pad id and side from ``processing_class`` (else the model
+            config's ``pad_token_id``).
         eval_bucketing: options that differ for evaluation and prediction (e.g. a larger
             ``max_tokens``, or ``balance=False``); the training options apply otherwise, except
             ``shuffle``, ``seed``, ``last_batch`` and ``batch_size`` (which defaults to
