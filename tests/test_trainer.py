@@ -771,6 +771,9 @@ def test_bucket_trainer_refuses_collators_it_would_drop(tmp_path):
     common = {"model": model, "args": _args(tmp_path), "train_dataset": ds}
     with pytest.raises(ValueError, match="data_collator=<lambda>"):
         hf.BucketTrainer(**common, data_collator=lambda samples: samples)
+    flat = transformers.DataCollatorWithFlattening(return_seq_idx=True)
+    with pytest.raises(ValueError, match=r"packs with bucketing=hf.for_packing.*return_seq_idx"):
+        hf.BucketTrainer(**common, data_collator=flat)  # (was the generic "would not be used")
     wwm = transformers.DataCollatorForLanguageModeling(tokenizer, whole_word_mask=True)
     with pytest.raises(ValueError, match="whole-word masking"):
         hf.BucketTrainer(**common, data_collator=wwm)

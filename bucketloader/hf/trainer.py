@@ -1000,6 +1000,22 @@ def _language_modeling(collator: Any, owner: str) -> Any:
         return collator
     if name in _PADDING_COLLATORS or type(collator).__name__ in _PADDING_COLLATORS:
         return None
+    if isinstance(collator, transformers.DataCollatorWithFlattening):
+        extra = "".join(
+            f", {option}"
+            for flag, option in (
+                (getattr(collator, "return_flash_attn_kwargs", False), "attention='flash'"),
+                (getattr(collator, "return_seq_idx", False), "return_seq_idx=True"),
+            )
+            if flag
+        )
+        raise ValueError(
+            f"{owner} packs with bucketing=hf.for_packing(...), not with data_collator="
+            f"{name}: pass bucketing=hf.for_packing(train_dataset, tokenizer=tokenizer, "
+            f"row_length=<tokens per row>, batch_size=<rows>{extra}) and no data_collator; its "
+            "rows carry the same labels (-100 at each document's first token) and restarting "
+            "position_ids, at one planned shape (batch_size, row_length)"
+        )
     raise ValueError(
         f"{owner} collates every batch at a planned shape, so data_collator={name} would not "
         "be used; pass no data_collator (or a padding collator, which it replaces), move "
