@@ -211,6 +211,11 @@ class _BucketMixin:
                 "batch_size", self.args.eval_batch_size if evaluation else self._train_batch_size
             )
         if not evaluation:
+            strategy = self._sampling_strategy()  # (NOTE [ The Trainer's sampling strategy ])
+            if strategy == "sequential":
+                opts.setdefault("shuffle", False)
+            elif strategy == "group_by_length":
+                opts.setdefault("longest_first", True)
             data_seed = self.args.data_seed  # (Trainer's data order follows it when set)
             opts.setdefault("seed", self.args.seed if data_seed is None else data_seed)
             if self.args.dataloader_drop_last:  # (evaluation keeps every sample, in order)
@@ -473,12 +478,25 @@ class _BucketMixin:
         return super().train(*args, **kwargs)  # type: ignore[misc]
 
     # -- saying what is overridden (issue 22, trap 6) ---------------------------------------------
+    def _sampling_strategy(self) -> str | None:
+        """``args.train_sampling_strategy`` (``group_by_length=True`` before transformers 5)."""
+        if getattr(self.args, "group_by_length", False):
+            return "group_by_length"
+        return getattr(self.args, "train_sampling_strategy", None)
+
     def _note_overrides(self) -> None:
-        strategy = getattr(self.args, "train_sampling_strategy", None)
-        if strategy == "group_by_length" or getattr(self.args, "group_by_length", False):
+        strategy = self._sampling_strategy()
+        if strategy == "group_by_length":
             _log.info(
-                "%s: train_sampling_strategy='group_by_length' is not used: the bucket sampler "
-                "already groups samples by length, at planned shapes",
+                "%s: train_sampling_strategy='group_by_length': the bucket sampler groups "
+                "samples by length at planned shapes, and starts each epoch with a batch of the "
+                "largest shape (longest_first=True), as LengthGroupedSampler does",
+                type(self).__name__,
+            )
+        elif strategy == "batch_rebalance":
+            _log.info(
+                "%s: train_sampling_strategy='batch_rebalance' is not used: the bucket sampler "
+                "plans the batches (balance=True spreads each bucket evenly over its steps)",
                 type(self).__name__,
             )
 
@@ -722,6 +740,14 @@ _TRAINER_TAKES_SCALED = hasattr(transformers.Trainer, "loss_is_scaled_for_ga")
 MIN_TRANSFORMERS = (5, 17)
 
 
+# NOTE [ The Trainer's sampling strategy ]
+# ``TrainingArguments(train_sampling_strategy=...)`` picks Trainer's training sampler. The bucket
+# sampler replaces it and takes its meaning where it has one: ``"sequential"`` (no shuffling) is
+# ``shuffle=False``, which was ignored (every epoch shuffled); ``"group_by_length"``
+# (``LengthGroupedSampler``: batches of similar lengths, the longest first, so an out-of-memory
+# error comes at step 1) is ``longest_first=True``, docs/coming-from.md's mapping, which only
+# an info line mentioned. ``"batch_rebalance"`` has no counterpart (an info line says so).
+# ``bucketing=`` options override both.
 # NOTE [ auto_find_batch_size ]
 # ``TrainingArguments(auto_find_batch_size=True)`` reruns the training loop after an out-of-memory
 # error with ``_train_batch_size`` halved, and each run calls ``get_train_dataloader``. The
