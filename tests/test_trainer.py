@@ -666,6 +666,11 @@ def test_eval_bucketing_options_and_batch_size_defaults(tmp_path):
     )
     rows.get_eval_dataloader()
     assert {s[0] for s in rows.eval_bucketing.sampler.shapes} <= {1, 2, 3}
+    # training-only options stay out of evaluation (longest_first made evaluate() raise)
+    first = hf.BucketTrainer(
+        model=model, args=args, eval_dataset=ds, bucketing={"num_buckets": 2, "longest_first": True}
+    )
+    assert first.get_eval_dataloader().batch_sampler.num_samples == len(ds)
     # another dataset passed under the same key is bucketed anew, not served from the cache
     half = ds.select(range(len(ds) // 2))
     trainer.get_eval_dataloader(half)

@@ -95,7 +95,8 @@ __all__ = ["BucketSeq2SeqTrainer", "BucketTrainer"]
 _log = logging.getLogger(__name__)
 
 #: Options that only shape training epochs (not used for evaluation batches).
-_TRAIN_ONLY = ("shuffle", "seed", "last_batch", "accumulate")
+#: (``longest_first`` and ``weights`` were missing: evaluate() refused them from ``bucketing``.)
+_TRAIN_ONLY = ("shuffle", "seed", "last_batch", "accumulate", "longest_first", "weights")
 
 
 class _BucketMixin:
@@ -1156,8 +1157,8 @@ class BucketTrainer(_BucketMixin, transformers.Trainer):
             config's ``pad_token_id``).
         eval_bucketing: options that differ for evaluation and prediction (e.g. a larger
             ``max_tokens``, or ``balance=False``); the training options apply otherwise, except
-            ``shuffle``, ``seed``, ``last_batch`` and ``batch_size`` (which defaults to
-            ``per_device_eval_batch_size``).
+            ``shuffle``, ``seed``, ``last_batch``, ``longest_first``, ``weights``,
+            ``accumulate`` and ``batch_size`` (which defaults to ``per_device_eval_batch_size``).
         **kwargs: as ``transformers.Trainer``.
 
     After the first ``get_train_dataloader()``, ``trainer.bucketing`` holds the training sampler
