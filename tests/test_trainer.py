@@ -901,11 +901,15 @@ def test_an_iterable_train_dataset_is_refused_naming_train_dataset(tmp_path):
     assert len(trainer.get_train_dataloader()) > 0
     # an empty dataset is named by its argument (it was "lengths['input_ids'] must not be empty")
     empty = ds.select([])
-    trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=empty)
-    with pytest.raises(ValueError, match=r"got train_dataset with no rows \(len\(train_dataset"):
-        trainer.get_train_dataloader()
+    with pytest.raises(ValueError, match=r"but train_dataset has no rows \(len\(train_dataset"):
+        hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=empty)
+    trainer = hf.BucketTrainer(model=model, args=_args(tmp_path))
     with pytest.raises(ValueError, match=r"got test_dataset with no rows"):
         trainer.predict(empty)
+    # other datasets are named too, with their fix (a torch Dataset got the stream's advice)
+    rows = torch.utils.data.Subset(ds, range(4))
+    with pytest.raises(TypeError, match=r"so train_dataset must be .*Dataset.from_list\(\[train"):
+        hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=rows)
 
 
 def test_bucketing_options_are_checked_when_the_trainer_is_built(tmp_path):

@@ -917,19 +917,19 @@ def _has_table(dataset: Any) -> bool:
     return isinstance(getattr(data, "table", data), pa.Table)
 
 
-def dataset_list(dataset: Any, owner: str) -> list[Any]:
+def dataset_list(dataset: Any, owner: str, argument: str = "dataset") -> list[Any]:
     """The dataset(s) as a non-empty list; a ``pyarrow.Table`` is refused (``hf.lengths`` reads
     one, but a loader reads rows by index, which a table does not have: its first batch failed
-    inside pyarrow with ``IndexError``)."""
+    inside pyarrow with ``IndexError``). ``argument``: the name the errors give it."""
     many = list(dataset) if isinstance(dataset, (list, tuple)) else [dataset]
     if not many:
-        raise ValueError("dataset must be a Dataset or a non-empty list of them, got []")
+        raise ValueError(f"{argument} must be a Dataset or a non-empty list of them, got []")
     table = next((d for d in many if isinstance(d, pa.Table)), None)
     if table is not None:
         views = [f.name for f in table.schema if "list_view" in str(f.type)]  # (large, nested)
         cast = f", after casting the list-view columns {views} to lists" if views else ""
         raise TypeError(
-            f"{owner} reads rows by index, so dataset must be a datasets.Dataset, got a "
+            f"{owner} reads rows by index, so {argument} must be a datasets.Dataset, got a "
             f"pyarrow.Table; wrap it: datasets.Dataset(table){cast}"
         )
     for d in many:  # (hf.lengths' own check lists a pyarrow.Table, which this refuses)
@@ -950,20 +950,28 @@ def dataset_list(dataset: Any, owner: str) -> list[Any]:
                 "datasets.Dataset.from_dict({'input_ids': rows}) (token lists)"
             )
         elif isinstance(d, Mapping) and d and all(map(_has_table, d.values())):
-            fix = f"pick a split, e.g. dataset[{next(iter(d))!r}]"
+            fix = f"pick a split, e.g. {argument}[{next(iter(d))!r}]"
         elif isinstance(d, Mapping):
-            fix = "a dict of columns: datasets.Dataset.from_dict(dataset)"
+            fix = f"a dict of columns: datasets.Dataset.from_dict({argument})"
+        elif hasattr(d, "__getitem__") and hasattr(d, "__len__"):  # (a torch map-style Dataset
+            # got the stream's advice)
+            fix = (
+                f"copy its rows into one: datasets.Dataset.from_list([{argument}[i] for i in "
+                f"range(len({argument}))]), or bucket it yourself: BucketSampler(lengths) and a "
+                "collator of yours (docs: loops.md)"
+            )
         else:
             fix = (
                 "for a stream (an IterableDataset) use bucketloader.stream.PackIterable to "
                 "pack or BucketIterable to bucket"
             )
         raise TypeError(
-            f"{owner} reads rows by index, so dataset must be a datasets.Dataset, got {got}; {fix}"
+            f"{owner} reads rows by index, so {argument} must be a datasets.Dataset, got {got}; "
+            f"{fix}"
         )
     for i, d in enumerate(many):  # (else: "lengths['input_ids'] must not be empty", unnamed)
         if len(d) == 0:
-            name = f"dataset[{i}]" if isinstance(dataset, (list, tuple)) else "dataset"
+            name = f"{argument}[{i}]" if isinstance(dataset, (list, tuple)) else argument
             raise ValueError(
                 f"{owner} plans batches from the rows' lengths, but {name} has no rows "
                 f"(len({name}) == 0); pass a dataset with rows (did a filter, select or map "

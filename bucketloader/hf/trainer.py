@@ -76,6 +76,7 @@ from bucketloader.hf.bucketing import (
     Bucketing,
     ModelInputs,
     check_entry_options,
+    dataset_list,
     for_audio,
     for_text,
 )
@@ -148,6 +149,8 @@ class _BucketMixin:
                 "own loader, or a loop over a bucketloader.stream.BucketIterable (docs: "
                 "streams.md)"
             )
+        if not isinstance(bucketing, Bucketing) and train is not None:
+            dataset_list(train, type(self).__name__, "train_dataset")  # (named, with the fix)
         user_collator = args[2] if len(args) > 2 else kwargs.get("data_collator")
         self._lm = _language_modeling(user_collator, type(self).__name__)
         super().__init__(*args, **kwargs)
