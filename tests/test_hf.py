@@ -366,6 +366,14 @@ def test_for_text_rejects_a_ragged_column_it_cannot_pad():
     ds = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]], "words": [["a"], ["b", "c"]]})
     with pytest.raises(ValueError, match="list column 'words' holds string values and its row"):
         hf.for_text(ds, pad_token_id=0, batch_size=2)
+    # an attention_mask shorter than its tokens was padded as a target: a real token masked
+    short = datasets.Dataset.from_dict(
+        {"input_ids": [[1, 2], [3, 4, 5]], "attention_mask": [[1, 1], [1, 1]]}
+    )
+    with pytest.raises(
+        ValueError, match=r"'attention_mask' pads along .* row 1 has 2 values for 3"
+    ):
+        hf.for_text(short, pad_token_id=0, batch_size=2)
     # string class labels reached the model as a list (BucketTrainer: "'list' object has no
     # attribute 'dtype'" inside BERT's loss; filler rows had no -100): refused when built
     named = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]], "label": ["pos", "neg"]})

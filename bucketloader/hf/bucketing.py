@@ -89,6 +89,8 @@ __all__ = ["Bucketing", "ModelInputs", "Targets", "for_audio", "for_text"]
 LABEL_PAD = -100
 #: The targets of question-answering heads, ignored at the sequence length (NOTE [ Filler rows ]).
 QA_POSITIONS = ("start_positions", "end_positions")
+#: Per-token columns a tokenizer returns beside ``input_ids``: never targets (split_columns).
+_ALIGNED = ("attention_mask", "token_type_ids", "position_ids", "special_tokens_mask")
 #: Batch keys the trainer needs besides the model inputs (see ModelInputs ``bookkeeping``).
 BOOKKEEPING = ("sample_mask", "index")
 
@@ -525,10 +527,14 @@ class Columns(NamedTuple):
 
 
 def split_columns(
-    datasets_: Sequence[Any], inputs: Mapping[str, list[np.ndarray]], skip: Sequence[str] = ()
+    datasets_: Sequence[Any],
+    inputs: Mapping[str, list[np.ndarray]],
+    skip: Sequence[str] = (),
+    aligned: Sequence[str] = _ALIGNED,
 ) -> Columns:
     """Every list column follows the bucketed input of equal row lengths, or is a target
-    (NOTE [ Which columns are padded, and with what ], NOTE [ Target columns ])."""
+    (NOTE [ Which columns are padded, and with what ], NOTE [ Target columns ]); an
+    ``aligned`` column (a tokenizer's per-token outputs) must follow one."""
     table, _ = table_and_indices(datasets_[0])
     follows = {name: name for name in inputs if name in table.column_names}
     targets: list[str] = []
@@ -557,6 +563,21 @@ def split_columns(
         if match is not None:
             follows[c] = match
             continue
+        if c in aligned:  # (was padded as a target: a short mask hid real tokens, silently)
+            name, per = next(iter(inputs.items()))
+            k, i = next(
+                (k, int(np.flatnonzero(a != b)[0]))
+                for k, (a, b) in enumerate(zip(own, per, strict=True))
+                if not np.array_equal(a, b)
+            )
+            where = f"row {i}" if len(own) == 1 else f"row {i} of dataset {k}"
+            built = ": the mask is built from the lengths" if c == "attention_mask" else ""
+            raise ValueError(
+                f"column {c!r} pads along with the tokens, so each row must be as long as its "
+                f"{name!r}, but {where} has {int(own[k][i])} values for {int(per[k][i])} tokens; "
+                f"re-tokenize (tokenizer(text) returns both), or drop it (dataset."
+                f"remove_columns({c!r})){built}"
+            )
         leaf = t.value_type
         if is_list(leaf):
             raise ValueError(
@@ -846,7 +867,7 @@ def for_audio(
     plan = Plan(
         inputs=[name],
         per=[per_input[name][i][:, None] for i in range(len(many))],
-        columns=split_columns(many, per_input, skip=[head] if head else []),
+        columns=split_columns(many, per_input, skip=[head] if head else [], aligned=()),
         pads=pads,
         side=check_choice("side", side, SIDES),
         multiple=pad_to_multiple_of,
