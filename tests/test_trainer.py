@@ -793,6 +793,8 @@ def test_bucket_trainer_refuses_collators_it_would_drop(tmp_path):
     trainer.get_eval_dataloader(ds)
     shapes = trainer.bucketing.sampler.shapes + trainer.eval_bucketing.sampler.shapes
     assert all(length % 8 == 0 for _, length in shapes)
+    listed = hf.BucketTrainer(**common, data_collator=eight, bucketing={"shapes": [30, 99]})
+    assert [n for _, n in listed.get_train_dataloader().batch_sampler.shapes] == [30, 99]
 
 
 def test_question_answering_train_evaluate_predict_in_dataset_order(tmp_path):

@@ -156,9 +156,11 @@ class _BucketMixin:
         super().__init__(*args, **kwargs)
         self._bucketing_options = dict(bucketing) if isinstance(bucketing, dict) else {}
         multiple = getattr(user_collator, "pad_to_multiple_of", None)
-        if multiple is not None and not isinstance(bucketing, Bucketing):
+        explicit = {"shapes", "boundaries"} & self._bucketing_options.keys()
+        if multiple is not None and not isinstance(bucketing, Bucketing) and not explicit:
             # The replaced collator's pad multiple (DataCollatorWithPadding(tokenizer,
             # pad_to_multiple_of=8), ...) was dropped with it: shapes of 21 and 59 tokens.
+            # (Lengths listed in bucketing= are the user's choice: not rounded up.)
             self._bucketing_options.setdefault("pad_to_multiple_of", multiple)
         self._precompile_on_train = bool(self._bucketing_options.pop("precompile", False))
         self._compile_noted = False
