@@ -995,11 +995,10 @@ def _row(tree: Any, row: int) -> Any:
 # planned shape, ``mlm=True`` masks tokens with the collator's own ``torch_mask_tokens`` (never
 # padding, special tokens or filler rows) and ``mlm=False`` copies ``input_ids`` to ``labels``
 # with -100 on padding, read from ``attention_mask`` (the collator masks every token equal to
-# the pad id, so with pad = EOS it also unlabels each real EOS: 4.38 against 4.61 eval_loss on a
-# tiny GPT-2 whose samples end in EOS; here the EOS is learned). Filler rows get labels -100
-# either way, so the loss of a padded batch is the loss of its real rows. Whole-word masking
-# needs the tokens' offsets and is refused, as is any other collator (it would be dropped
-# without a word).
+# the pad id, so with pad = EOS it also unlabels each real EOS; here the EOS is learned).
+# Filler rows get labels -100 either way, so the loss of a padded batch is the loss of its real
+# rows. Whole-word masking needs the tokens' offsets and is refused, as is any other collator
+# (it would be dropped without a word).
 # Packed rows (``bucketing=hf.for_packing(...)``) already carry causal labels: -100 on each
 # document's first token (no target across a document boundary) and the dataset's own
 # ``labels`` (a masked prompt). ``mlm=False`` leaves those training batches as they are and
