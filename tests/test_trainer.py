@@ -912,6 +912,11 @@ def test_an_iterable_train_dataset_is_refused_naming_train_dataset(tmp_path):
     rows = torch.utils.data.Subset(ds, range(4))
     with pytest.raises(TypeError, match=r"so train_dataset must be .*Dataset.from_list\(\[train"):
         hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=rows)
+    # a prebuilt bucketing trains on its own dataset: another train_dataset was ignored
+    built = hf.for_text(ds, pad_token_id=0, batch_size=4)
+    with pytest.raises(ValueError, match=r"dataset of bucketing=Bucketing\(...\) \(48 rows\), but"):
+        hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=again, bucketing=built)
+    hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=ds, bucketing=built)
 
 
 def test_bucketing_options_are_checked_when_the_trainer_is_built(tmp_path):

@@ -135,6 +135,18 @@ class _BucketMixin:
                 f"and prediction batches, got {type(eval_bucketing).__name__}"
             )
         _check_bucketing_options(bucketing, eval_bucketing)
+        given = args[3] if len(args) > 3 else kwargs.get("train_dataset")
+        if (
+            isinstance(bucketing, Bucketing)
+            and given is not None
+            and given is not bucketing.dataset
+        ):
+            raise ValueError(  # (the loader trained on bucketing.dataset, train_dataset ignored)
+                f"{type(self).__name__} trains on the dataset of bucketing=Bucketing(...) "
+                f"({_rows_of(bucketing.dataset)}), but got another train_dataset "
+                f"({_rows_of(given)}); leave train_dataset out (or pass bucketing.dataset), or "
+                "build the bucketing on the dataset you mean: hf.for_text(train_dataset, ...)"
+            )
         if isinstance(bucketing, Bucketing) and kwargs.get("train_dataset") is None:
             kwargs["train_dataset"] = bucketing.dataset
         train = args[3] if len(args) > 3 else kwargs.get("train_dataset")
@@ -843,6 +855,14 @@ def _as_older_trainer_scales(
 class _NoTargets(dict):  # type: ignore[type-arg]
     """A training batch with no real row or target (NOTE [ A step with no real row ]); a
     ``dict`` subclass, so the mark survives ``Trainer._prepare_inputs``."""
+
+
+def _rows_of(dataset: Any) -> str:
+    """``"N rows"`` of a dataset, or its type where it has no length."""
+    try:
+        return f"{len(dataset):,} rows"
+    except TypeError:
+        return type(dataset).__name__
 
 
 def _is_stream(dataset: Any) -> bool:
