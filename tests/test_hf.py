@@ -295,6 +295,9 @@ def test_float_token_ids_and_loose_flags_are_refused_when_built():
     )  # (s9-read: a fixed-size list, Sequence(length=3), was let through)
     with pytest.raises(TypeError, match="holds float values"):
         hf.for_text(fixed, pad_token_id=0, batch_size=2)
+    tokens = datasets.Dataset.from_dict({"input_ids": [["w1", "w2"], ["w3"]]})  # .tokenize()'s
+    with pytest.raises(TypeError, match=r"holds lists of string \(tokens, not their ids\); map"):
+        hf.for_text(tokens, pad_token_id=0, batch_size=2)  # (it failed at the first batch)
     import decimal
 
     import pyarrow as pa
@@ -363,6 +366,21 @@ def test_for_text_rejects_a_ragged_column_it_cannot_pad():
     ds = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]], "words": [["a"], ["b", "c"]]})
     with pytest.raises(ValueError, match="list column 'words' holds string values and its row"):
         hf.for_text(ds, pad_token_id=0, batch_size=2)
+    # an attention_mask shorter than its tokens was padded as a target: a real token masked
+    short = datasets.Dataset.from_dict(
+        {"input_ids": [[1, 2], [3, 4, 5]], "attention_mask": [[1, 1], [1, 1]]}
+    )
+    with pytest.raises(
+        ValueError, match=r"'attention_mask' pads along .* row 1 has 2 values for 3"
+    ):
+        hf.for_text(short, pad_token_id=0, batch_size=2)
+    # string class labels reached the model as a list (BucketTrainer: "'list' object has no
+    # attribute 'dtype'" inside BERT's loss; filler rows had no -100): refused when built
+    named = datasets.Dataset.from_dict({"input_ids": [[1, 2], [3]], "label": ["pos", "neg"]})
+    with pytest.raises(TypeError, match=r"column 'label' holds string .*class_encode_column"):
+        hf.for_text(named, pad_token_id=0, batch_size=2)
+    encoded = hf.for_text(named.class_encode_column("label"), pad_token_id=0, batch_size=2)
+    assert next(iter(encoded.dataloader()))["labels"].dtype == torch.int64
 
 
 def test_for_audio_struct_and_list_columns():
@@ -583,6 +601,9 @@ def test_an_untokenised_text_column_is_refused_when_planned():
         r"have \(its columns: \['text'\]\); .*" + fix,
     ):
         hf.for_text(text, pad_token_id=0, num_buckets=2, batch_size=2)
+    lazy = text.with_transform(lambda b: {"input_ids": [[5] * len(t) for t in b["text"]]})
+    with pytest.raises(KeyError, match=r"the dataset's transform \(set_transform .*dataset.map"):
+        hf.for_text(lazy, pad_token_id=0, num_buckets=2, batch_size=2)  # (said: tokenize first)
     with pytest.raises(
         TypeError,
         match=r"^for_packing pads column 'text' as token ids, but it "
@@ -1098,5 +1119,11 @@ def test_an_empty_or_all_null_column_says_so():
     assert hf.lengths(datasets.Dataset.from_dict({"ids": []}), "ids").tolist() == []
     typed = datasets.Dataset.from_dict({"ids": [[1, 2]]}).select([])
     assert hf.lengths(typed, "ids").tolist() == []
+    # fn= and add_lengths read an empty split too (a KeyError and a numpy reshape error were)
+    assert hf.lengths(typed, fn=lambda b: [len(x) for x in b["ids"]]).tolist() == []
+    added = hf.add_lengths(typed, "ids")
+    assert added.features["length"].dtype == "int64" and hf.lengths(added).tolist() == []
+    with pytest.raises(ValueError, match=r"for_text plans .* but dataset\[1\] has no rows"):
+        hf.for_text([datasets.Dataset.from_dict({"ids": [[1]]}), typed], "ids", pad_token_id=0)
     with pytest.raises(ValueError, match=r"column 'ids' holds only nulls \(2 rows, .*filter"):
         hf.lengths(datasets.Dataset.from_dict({"ids": [None, None]}), "ids")

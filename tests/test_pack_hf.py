@@ -152,5 +152,5 @@ def test_an_empty_dataset_is_named_empty():
     """s14: ``Dataset.from_dict({"input_ids": []})`` (a null column) was 'null values, not lists
     of token ids; name the token column (column='input_ids')', the column it had named."""
     empty = datasets.Dataset.from_dict({"input_ids": []})
-    with pytest.raises(TypeError, match=r"holds no values \(no rows\); pass a dataset with"):
+    with pytest.raises(ValueError, match=r"but dataset has no rows \(len\(dataset\) == 0\)"):
         hf.for_packing(empty, pad_token_id=0, row_length=8, batch_size=1)

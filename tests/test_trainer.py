@@ -666,6 +666,11 @@ def test_eval_bucketing_options_and_batch_size_defaults(tmp_path):
     )
     rows.get_eval_dataloader()
     assert {s[0] for s in rows.eval_bucketing.sampler.shapes} <= {1, 2, 3}
+    # training-only options stay out of evaluation (longest_first made evaluate() raise)
+    first = hf.BucketTrainer(
+        model=model, args=args, eval_dataset=ds, bucketing={"num_buckets": 2, "longest_first": True}
+    )
+    assert first.get_eval_dataloader().batch_sampler.num_samples == len(ds)
     # another dataset passed under the same key is bucketed anew, not served from the cache
     half = ds.select(range(len(ds) // 2))
     trainer.get_eval_dataloader(half)
@@ -771,6 +776,9 @@ def test_bucket_trainer_refuses_collators_it_would_drop(tmp_path):
     common = {"model": model, "args": _args(tmp_path), "train_dataset": ds}
     with pytest.raises(ValueError, match="data_collator=<lambda>"):
         hf.BucketTrainer(**common, data_collator=lambda samples: samples)
+    flat = transformers.DataCollatorWithFlattening(return_seq_idx=True)
+    with pytest.raises(ValueError, match=r"packs with bucketing=hf.for_packing.*return_seq_idx"):
+        hf.BucketTrainer(**common, data_collator=flat)  # (was the generic "would not be used")
     wwm = transformers.DataCollatorForLanguageModeling(tokenizer, whole_word_mask=True)
     with pytest.raises(ValueError, match="whole-word masking"):
         hf.BucketTrainer(**common, data_collator=wwm)
@@ -778,6 +786,15 @@ def test_bucket_trainer_refuses_collators_it_would_drop(tmp_path):
     padding = transformers.DataCollatorWithPadding(tokenizer)
     hf.BucketTrainer(**common, data_collator=padding)
     hf.BucketTrainer(model, _args(tmp_path), transformers.default_data_collator, ds)
+    # ... keeping its pad multiple, for training and evaluation (it was dropped with it)
+    eight = transformers.DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)
+    trainer = hf.BucketTrainer(**common, data_collator=eight, bucketing={"num_buckets": 3})
+    trainer.get_train_dataloader()
+    trainer.get_eval_dataloader(ds)
+    shapes = trainer.bucketing.sampler.shapes + trainer.eval_bucketing.sampler.shapes
+    assert all(length % 8 == 0 for _, length in shapes)
+    listed = hf.BucketTrainer(**common, data_collator=eight, bucketing={"shapes": [30, 99]})
+    assert [n for _, n in listed.get_train_dataloader().batch_sampler.shapes] == [30, 99]
 
 
 def test_question_answering_train_evaluate_predict_in_dataset_order(tmp_path):
@@ -869,6 +886,9 @@ def test_masked_loss_of_a_batch_with_no_real_row_is_zero():
     assert float(loss.detach()) == 0.0
     with pytest.raises(TypeError, match=r"batch must be the collated batch .* got Tensor"):
         hf.masked_loss(model, batch["input_ids"])  # (was dict()'s "update sequence element")
+    unlabelled = {k: v for k, v in batch.items() if k != "labels"}
+    with pytest.raises(ValueError, match=r"masked_loss needs the batch's labels, .* keys \["):
+        hf.masked_loss(model, unlabelled)  # (was KeyError: 'loss')
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 
@@ -881,6 +901,22 @@ def test_an_iterable_train_dataset_is_refused_naming_train_dataset(tmp_path):
     again = datasets.Dataset.from_generator(lambda: iter(stream))  # the fix the error names
     trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=again)
     assert len(trainer.get_train_dataloader()) > 0
+    # an empty dataset is named by its argument (it was "lengths['input_ids'] must not be empty")
+    empty = ds.select([])
+    with pytest.raises(ValueError, match=r"but train_dataset has no rows \(len\(train_dataset"):
+        hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=empty)
+    trainer = hf.BucketTrainer(model=model, args=_args(tmp_path))
+    with pytest.raises(ValueError, match=r"got test_dataset with no rows"):
+        trainer.predict(empty)
+    # other datasets are named too, with their fix (a torch Dataset got the stream's advice)
+    rows = torch.utils.data.Subset(ds, range(4))
+    with pytest.raises(TypeError, match=r"so train_dataset must be .*Dataset.from_list\(\[train"):
+        hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=rows)
+    # a prebuilt bucketing trains on its own dataset: another train_dataset was ignored
+    built = hf.for_text(ds, pad_token_id=0, batch_size=4)
+    with pytest.raises(ValueError, match=r"dataset of bucketing=Bucketing\(...\) \(48 rows\), but"):
+        hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=again, bucketing=built)
+    hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=ds, bucketing=built)
 
 
 def test_bucketing_options_are_checked_when_the_trainer_is_built(tmp_path):
@@ -921,7 +957,7 @@ def test_the_evaluation_loss_weighs_each_batch_by_its_real_rows():
     """The evaluation loss is the mean over real samples: a batch mean of 2.0 over 2 real rows
     and one of 5.0 over 1 give (4 + 5) / 3 = 3.0, not the mean of the batches (3.5) nor their
     sum over the batch count (4.5)."""
-    record = trainer_module._EvalRecord(3, concat=True, positions=lambda index: index)
+    record = trainer_module._EvalRecord(3, concat=True, positions=lambda index: index, steps=2)
     record.losses = [torch.tensor([[2.0 * 2, 2.0]]), torch.tensor([[5.0 * 1, 1.0]])]
     assert record.loss() == 3.0
 
@@ -929,7 +965,96 @@ def test_the_evaluation_loss_weighs_each_batch_by_its_real_rows():
 def test_unconcatenated_evaluation_outputs_come_back_per_sample_in_dataset_order():
     """``eval_do_concat_batches=False``: each batch's rows go back to their samples by index,
     dataset row 0 included, filler rows (-1) dropped."""
-    record = trainer_module._EvalRecord(3, concat=False, positions=lambda index: index)
+    record = trainer_module._EvalRecord(3, concat=False, positions=lambda index: index, steps=2)
     record.index = [np.array([2, 0]), np.array([1, -1])]
     outputs = [torch.tensor([20.0, 0.0]), torch.tensor([10.0, 99.0])]
     assert [float(x) for x in record.restore(outputs)] == [0.0, 10.0, 20.0]
+
+
+def test_batch_eval_metrics_get_compute_result_at_the_last_batch(tmp_path):
+    """``batch_eval_metrics=True``: ``Trainer`` sets ``compute_result`` from accelerate's loader
+    (``gradient_state.end_of_dataloader``), which the plain DataLoader never sets, so
+    ``evaluate()`` returned none of the user's metrics; True at the last planned batch now, and
+    the per-batch rows add up to every sample once (filler rows dropped)."""
+    model, ds, _, _ = _build("bert-sequence")
+    calls: list[tuple[int, bool]] = []
+
+    def metrics(pred, compute_result=False):
+        calls.append((len(pred.label_ids), compute_result))
+        return {"rows": sum(n for n, _ in calls)} if compute_result else {}
+
+    args = _args(tmp_path, batch_eval_metrics=True, per_device_eval_batch_size=7)
+    trainer = hf.BucketTrainer(
+        model=model, args=args, compute_metrics=metrics, bucketing={"num_buckets": 2}
+    )
+    out = trainer.evaluate(ds)
+    assert out["eval_rows"] == len(ds)
+    assert [done for _, done in calls] == [False] * (len(calls) - 1) + [True]
+
+
+def test_filler_rows_carry_no_target_under_other_label_names(tmp_path):
+    """``label_names=["target"]``: the filler rows copied the real row's ``target``, so a loss that
+    ignores -100 counted that row twice; it is -100 on filler rows now, as ``label*`` keys are."""
+    model, ds, _, _ = _build("bert-sequence")
+    ds = ds.rename_column("label", "target")
+    args = _args(tmp_path, label_names=["target"], per_device_train_batch_size=5)
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=ds, bucketing={"num_buckets": 3}
+    )
+    batches = list(trainer.get_train_dataloader())
+    filler = torch.cat([b["target"][~b["sample_mask"]] for b in batches])
+    real = torch.cat([b["target"][b["sample_mask"]] for b in batches])
+    assert filler.numel() and (filler == -100).all() and (real >= 0).all()
+
+
+@pytest.mark.parametrize("budget", [False, True])
+def test_auto_find_batch_size_plans_smaller_batches_after_out_of_memory(
+    budget, tmp_path, monkeypatch
+):
+    """NOTE [ auto_find_batch_size ]: the bucketing was built once, so each retry after an
+    out-of-memory error ran the same batches, down to "No executable batch size found"; it is
+    planned anew at the lowered batch size (a token budget scaled with it)."""
+    import accelerate.utils.memory
+
+    monkeypatch.setattr(accelerate.utils.memory, "clear_device_cache", lambda **kw: None)  # (gc)
+    model, ds, _, _ = _build("bert-sequence")
+
+    def out_of_memory_above_4_rows(module, args, kwargs):
+        if kwargs["input_ids"].shape[0] > 4:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. (simulated)")
+
+    model.register_forward_pre_hook(out_of_memory_above_4_rows, with_kwargs=True)
+    longest = max(map(len, ds["input_ids"]))
+    bucketing = {"num_buckets": 2, **({"max_tokens": 5 * longest} if budget else {})}
+    args = _args(tmp_path, auto_find_batch_size=True, per_device_train_batch_size=5)
+    trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds, bucketing=bucketing)
+    trainer.train()  # a whole epoch: every planned batch has at most 4 rows
+    assert trainer._train_batch_size < 5
+    assert max(rows for rows, _ in trainer.bucketing.sampler.shapes) <= 4
+
+
+def test_non_padding_tokens_seen_are_the_real_rows_tokens(tmp_path):
+    """``include_num_input_tokens_seen="non_padding"`` summed ``attention_mask``, whose filler
+    rows (copies of real rows) counted their tokens again."""
+    model, ds, _, _ = _build("bert-sequence")
+    ds = ds.select(range(21))
+    args = _args(
+        tmp_path, include_num_input_tokens_seen="non_padding", num_train_epochs=1, logging_steps=99
+    )
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=ds, bucketing={"num_buckets": 3, "batch_size": 5}
+    )
+    trainer.train()  # one epoch: every sample once
+    assert trainer.state.num_input_tokens_seen == sum(map(len, ds["input_ids"]))
+
+
+def test_the_training_order_follows_data_seed_as_trainers_does(tmp_path):
+    """``TrainingArguments(data_seed=)`` fixes Trainer's data order whatever ``seed`` is; the
+    bucket sampler took ``seed`` alone, so a new model seed also reshuffled the data."""
+    model, ds, _, _ = _build("bert-sequence")
+    orders = []
+    for seed in (1, 2):
+        args = _args(tmp_path, seed=seed, data_seed=7)
+        trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds)
+        orders.append([list(b) for b in trainer.get_train_dataloader().batch_sampler])
+    assert orders[0] == orders[1] and trainer.bucketing.sampler.seed == 7

@@ -194,6 +194,16 @@ def test_silent_overrides_get_one_info_line_each(tmp_path, caplog):
     assert sum("group_by_length" in m for m in messages) == 1
     assert sum("per_device_eval_batch_size=16" in m for m in messages) == 1
     assert max(s[0] for s in trainer.eval_bucketing.sampler.shapes) < 16
+    # NOTE [ The Trainer's sampling strategy ]: group_by_length starts with the largest batch,
+    # sequential does not shuffle (both were ignored)
+    assert trainer.get_train_dataloader().batch_sampler.longest_first
+    sequential = hf.BucketTrainer(
+        model=_model(),
+        args=_args(tmp_path, train_sampling_strategy="sequential", max_steps=1),
+        train_dataset=_data(),
+        bucketing={"num_buckets": 4, "pad_token_id": 0},
+    )
+    assert not sequential.get_train_dataloader().batch_sampler.shuffle
 
 
 def test_accumulation_groups_through_the_trainer(tmp_path):

@@ -39,12 +39,13 @@ NOTE [ Filler rows ]
 ``last_batch="pad"`` (the default) and evaluation add *filler rows* so that a batch keeps its
 planned shape. :class:`ModelInputs` makes them copies of real rows of the same batch (real
 inputs: no all-zero attention mask, which gives ``Wav2Vec2ForCTC`` an input length of -1 and an
-SDPA row with no key to attend to) and sets every ``label*`` column to -100 on them, so the
-cross-entropy losses of ``transformers`` heads ignore them. Question-answering heads take
-``start_positions`` / ``end_positions`` instead, clamp them to ``[0, L]`` and ignore ``L`` (the
-sequence length), where -100 would become a real target 0: on filler rows they are set to ``L``.
-``sample_mask`` (kept with
-``sample_mask=True``) is False on them. Heads whose loss still counts such a row (CTC, regression,
+SDPA row with no key to attend to) and sets every ``label*`` column to -100 on them (and the
+``Trainer``'s other ``label_names``, e.g. ``target``: copied, they counted a real row twice in a
+loss that ignores -100), so the cross-entropy losses of ``transformers`` heads ignore them.
+Question-answering heads take ``start_positions`` / ``end_positions`` instead, clamp them to
+``[0, L]`` and ignore ``L`` (the sequence length), where -100 would become a real target 0: on
+filler rows they are set to ``L``. ``sample_mask`` (kept with ``sample_mask=True``) is False on
+them. Heads whose loss still counts such a row (CTC, regression,
 multi-label) need the loss masked by rows: :func:`bucketloader.hf.masked_loss` and
 :class:`~bucketloader.hf.BucketTrainer` do it (NOTE [ Filler rows and the loss, per head ] in
 :mod:`bucketloader.hf.loss`).
@@ -61,7 +62,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from bucketloader._arrow import is_list, is_text
+from bucketloader._arrow import is_bytes, is_list, is_text
 from bucketloader._types import SIDES
 from bucketloader._validation import (
     MAX_LENGTH,
@@ -87,6 +88,8 @@ __all__ = ["Bucketing", "ModelInputs", "Targets", "for_audio", "for_text"]
 
 #: The targets of question-answering heads, ignored at the sequence length (NOTE [ Filler rows ]).
 QA_POSITIONS = ("start_positions", "end_positions")
+#: Per-token columns a tokenizer returns beside ``input_ids``: never targets (split_columns).
+_ALIGNED = ("attention_mask", "token_type_ids", "position_ids", "special_tokens_mask")
 #: Batch keys the trainer needs besides the model inputs (see ModelInputs ``bookkeeping``).
 BOOKKEEPING = ("sample_mask", "index")
 
@@ -186,6 +189,8 @@ class ModelInputs:
         decoder_input: the bucketed input whose mask is ``decoder_attention_mask``, if any.
         decoder_attention_mask: return ``decoder_attention_mask`` (targets or ``decoder_input``).
         bookkeeping: keep ``sample_mask`` (and ``index`` for evaluation) in the batch.
+        label_keys: more keys that are labels (a ``Trainer``'s ``label_names``, e.g.
+            ``["target"]``): -100 on filler rows, as every ``label*`` key.
     """
 
     def __init__(
@@ -198,6 +203,7 @@ class ModelInputs:
         decoder_input: str | None = None,
         decoder_attention_mask: bool = False,
         bookkeeping: bool = False,
+        label_keys: Sequence[str] = (),
     ) -> None:
         self.collator = collator
         self.keep = None if keep is None else frozenset(keep)
@@ -206,6 +212,7 @@ class ModelInputs:
         self.decoder_input = decoder_input
         self.decoder_attention_mask = bool(decoder_attention_mask)
         self.bookkeeping = bool(bookkeeping)
+        self.label_keys = tuple(k for k in label_keys if k not in QA_POSITIONS)
 
     def replace(self, **changes: Any) -> ModelInputs:
         """A copy with some options changed."""
@@ -216,6 +223,7 @@ class ModelInputs:
             "decoder_input": self.decoder_input,
             "decoder_attention_mask": self.decoder_attention_mask,
             "bookkeeping": self.bookkeeping,
+            "label_keys": self.label_keys,
         }
         return ModelInputs(self.collator, **{**opts, **changes})
 
@@ -261,7 +269,7 @@ class ModelInputs:
             if old in out and "labels" not in out:
                 out["labels"] = out.pop(old)
         if not bool(real.all()):
-            _fill_rows(out, real, n, rows)
+            _fill_rows(out, real, n, rows, self.label_keys)
         if self.keep is not None:
             out = {k: v for k, v in out.items() if k in self.keep}
         if self.bookkeeping:
@@ -274,9 +282,11 @@ class ModelInputs:
         return f"ModelInputs({self.collator!r}, targets={self.targets!r})"
 
 
-def _fill_rows(out: dict[str, Any], real: torch.Tensor, n: int, rows: int) -> None:
-    """Filler rows: padded rows (``>= n``) copy real data rows; ``label*`` -100 on every filler
-    row (NOTE [ Filler rows ])."""
+def _fill_rows(
+    out: dict[str, Any], real: torch.Tensor, n: int, rows: int, label_keys: Sequence[str] = ()
+) -> None:
+    """Filler rows: padded rows (``>= n``) copy real data rows; ``label*`` (and ``label_keys``)
+    -100 on every filler row (NOTE [ Filler rows ])."""
     src = torch.arange(rows - n) % n if rows > n else None
     filler = ~real
     mask = out.get("attention_mask")
@@ -284,7 +294,7 @@ def _fill_rows(out: dict[str, Any], real: torch.Tensor, n: int, rows: int) -> No
     for key, v in out.items():
         if not isinstance(v, torch.Tensor) or v.ndim == 0 or v.shape[0] != rows:
             continue
-        if str(key).startswith("label"):
+        if str(key).startswith("label") or key in label_keys:
             v[filler] = LABEL_PAD
         elif key in QA_POSITIONS and width is not None:
             v[filler] = width  # the QA heads' ignore_index (NOTE [ Filler rows ])
@@ -434,9 +444,17 @@ def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: s
                     (c for c in table.column_names if is_text(table.schema.field(c).type)),
                     "text",
                 )
+                transformed = getattr(dataset, "format", {}).get("type") == "custom"
+                why = (  # (set_transform: rows are made as they are read, after the planning)
+                    "; the dataset's transform (set_transform / with_transform) makes its rows "
+                    "only as they are read, but the lengths are planned from the stored "
+                    "columns before any is read: tokenize with dataset.map instead"
+                    if transformed
+                    else ""
+                )
                 raise MissingKeyError(
                     f"{owner} pads the token column {name!r}, which the dataset does not have "
-                    f"(its columns: {table.column_names}); name the token column with "
+                    f"(its columns: {table.column_names}){why}; name the token column with "
                     f"column=..., or {tokenize.format(text=text)}"
                 )
             kind = table.schema.field(name).type
@@ -461,15 +479,24 @@ def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: s
 
 
 def check_token_ids(datasets_: Sequence[Any], names: Sequence[str], owner: str) -> None:
-    """Refuse a token-id column of float values (lists of any depth, fixed-size ones too):
-    padded as floats, it fails in the model's embedding. ``names``: the columns padded as token
-    ids (``for_text``: the bucketed inputs and ``*input_ids``; ``for_packing``: the packed column
-    and ``labels``); a column missing from a dataset is skipped. Checked on the schema, once:
+    """Refuse a token-id column of float values (lists of any depth, fixed-size ones too;
+    padded as floats, it fails in the model's embedding) or of strings (tokens, not ids).
+    ``names``: the columns padded as token ids (``for_text``: the bucketed inputs and
+    ``*input_ids``; ``for_packing``: the packed column and ``labels``); a column missing from a
+    dataset is skipped. Checked on the schema, once:
     ``PackCollator`` refuses float ids again per batch, ``PadCollator`` pads any dtype."""
     for dataset in datasets_:
         schema = table_and_indices(dataset)[0].schema
         for name in (n for n in names if n in schema.names):
             leaf = _leaf_type(schema.field(name).type)
+            if is_text(leaf) or is_bytes(leaf):  # (tokenizer.tokenize's tokens: the first
+                # batch failed in the padding kernel, "holds list (not a tensor, ...)")
+                raise TypeError(
+                    f"{owner} pads column {name!r} as token ids, but it holds lists of "
+                    f"{leaf} (tokens, not their ids); map them to ids first, e.g. dataset = "
+                    f"dataset.map(lambda row: {{{name!r}: tokenizer.convert_tokens_to_ids("
+                    f"row[{name!r}])}}), or tokenize with tokenizer(text)"
+                )
             if pa.types.is_floating(leaf) or pa.types.is_decimal(leaf):
                 raise TypeError(
                     f"{owner} pads column {name!r} as token ids, but it holds {leaf} values; "
@@ -499,10 +526,14 @@ class Columns(NamedTuple):
 
 
 def split_columns(
-    datasets_: Sequence[Any], inputs: Mapping[str, list[np.ndarray]], skip: Sequence[str] = ()
+    datasets_: Sequence[Any],
+    inputs: Mapping[str, list[np.ndarray]],
+    skip: Sequence[str] = (),
+    aligned: Sequence[str] = _ALIGNED,
 ) -> Columns:
     """Every list column follows the bucketed input of equal row lengths, or is a target
-    (NOTE [ Which columns are padded, and with what ], NOTE [ Target columns ])."""
+    (NOTE [ Which columns are padded, and with what ], NOTE [ Target columns ]); an
+    ``aligned`` column (a tokenizer's per-token outputs) must follow one."""
     table, _ = table_and_indices(datasets_[0])
     follows = {name: name for name in inputs if name in table.column_names}
     targets: list[str] = []
@@ -510,6 +541,13 @@ def split_columns(
         if c in follows or c in skip:
             continue
         t = table.schema.field(c).type
+        if c.startswith("label") and (is_text(t) or is_bytes(t)):  # (a list of strings reached
+            # the model: "'list' object has no attribute 'dtype'" inside its loss)
+            raise TypeError(
+                f"column {c!r} holds {t} values, but label columns go to the model as class ids "
+                f"(-100 on filler rows); encode them first: dataset = dataset.class_encode_column"
+                f"({c!r}) (or map them to ints), or drop the column"
+            )
         if not is_list(t):  # (fixed-size lists and list views too: NOTE [ Target columns ])
             continue
         own = [lengths(d, c) for d in datasets_]
@@ -524,6 +562,21 @@ def split_columns(
         if match is not None:
             follows[c] = match
             continue
+        if c in aligned:  # (was padded as a target: a short mask hid real tokens, silently)
+            name, per = next(iter(inputs.items()))
+            k, i = next(
+                (k, int(np.flatnonzero(a != b)[0]))
+                for k, (a, b) in enumerate(zip(own, per, strict=True))
+                if not np.array_equal(a, b)
+            )
+            where = f"row {i}" if len(own) == 1 else f"row {i} of dataset {k}"
+            built = ": the mask is built from the lengths" if c == "attention_mask" else ""
+            raise ValueError(
+                f"column {c!r} pads along with the tokens, so each row must be as long as its "
+                f"{name!r}, but {where} has {int(own[k][i])} values for {int(per[k][i])} tokens; "
+                f"re-tokenize (tokenizer(text) returns both), or drop it (dataset."
+                f"remove_columns({c!r})){built}"
+            )
         leaf = t.value_type
         if is_list(leaf):
             raise ValueError(
@@ -813,7 +866,7 @@ def for_audio(
     plan = Plan(
         inputs=[name],
         per=[per_input[name][i][:, None] for i in range(len(many))],
-        columns=split_columns(many, per_input, skip=[head] if head else []),
+        columns=split_columns(many, per_input, skip=[head] if head else [], aligned=()),
         pads=pads,
         side=check_choice("side", side, SIDES),
         multiple=pad_to_multiple_of,
@@ -884,19 +937,19 @@ def _has_table(dataset: Any) -> bool:
     return isinstance(getattr(data, "table", data), pa.Table)
 
 
-def dataset_list(dataset: Any, owner: str) -> list[Any]:
+def dataset_list(dataset: Any, owner: str, argument: str = "dataset") -> list[Any]:
     """The dataset(s) as a non-empty list; a ``pyarrow.Table`` is refused (``hf.lengths`` reads
     one, but a loader reads rows by index, which a table does not have: its first batch failed
-    inside pyarrow with ``IndexError``)."""
+    inside pyarrow with ``IndexError``). ``argument``: the name the errors give it."""
     many = list(dataset) if isinstance(dataset, (list, tuple)) else [dataset]
     if not many:
-        raise ValueError("dataset must be a Dataset or a non-empty list of them, got []")
+        raise ValueError(f"{argument} must be a Dataset or a non-empty list of them, got []")
     table = next((d for d in many if isinstance(d, pa.Table)), None)
     if table is not None:
         views = [f.name for f in table.schema if "list_view" in str(f.type)]  # (large, nested)
         cast = f", after casting the list-view columns {views} to lists" if views else ""
         raise TypeError(
-            f"{owner} reads rows by index, so dataset must be a datasets.Dataset, got a "
+            f"{owner} reads rows by index, so {argument} must be a datasets.Dataset, got a "
             f"pyarrow.Table; wrap it: datasets.Dataset(table){cast}"
         )
     for d in many:  # (hf.lengths' own check lists a pyarrow.Table, which this refuses)
@@ -917,15 +970,31 @@ def dataset_list(dataset: Any, owner: str) -> list[Any]:
                 "datasets.Dataset.from_dict({'input_ids': rows}) (token lists)"
             )
         elif isinstance(d, Mapping) and d and all(map(_has_table, d.values())):
-            fix = f"pick a split, e.g. dataset[{next(iter(d))!r}]"
+            fix = f"pick a split, e.g. {argument}[{next(iter(d))!r}]"
         elif isinstance(d, Mapping):
-            fix = "a dict of columns: datasets.Dataset.from_dict(dataset)"
+            fix = f"a dict of columns: datasets.Dataset.from_dict({argument})"
+        elif hasattr(d, "__getitem__") and hasattr(d, "__len__"):  # (a torch map-style Dataset
+            # got the stream's advice)
+            fix = (
+                f"copy its rows into one: datasets.Dataset.from_list([{argument}[i] for i in "
+                f"range(len({argument}))]), or bucket it yourself: BucketSampler(lengths) and a "
+                "collator of yours (docs: loops.md)"
+            )
         else:
             fix = (
                 "for a stream (an IterableDataset) use bucketloader.stream.PackIterable to "
                 "pack or BucketIterable to bucket"
             )
         raise TypeError(
-            f"{owner} reads rows by index, so dataset must be a datasets.Dataset, got {got}; {fix}"
+            f"{owner} reads rows by index, so {argument} must be a datasets.Dataset, got {got}; "
+            f"{fix}"
         )
+    for i, d in enumerate(many):  # (else: "lengths['input_ids'] must not be empty", unnamed)
+        if len(d) == 0:
+            name = f"{argument}[{i}]" if isinstance(dataset, (list, tuple)) else argument
+            raise ValueError(
+                f"{owner} plans batches from the rows' lengths, but {name} has no rows "
+                f"(len({name}) == 0); pass a dataset with rows (did a filter, select or map "
+                "leave none?)"
+            )
     return many

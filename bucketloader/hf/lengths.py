@@ -182,14 +182,21 @@ def add_lengths(
         )
     if not all(names):
         raise ValueError(f"name must be a non-empty column name, got name={name!r}")
-    cols = values.reshape(len(values), -1).T
+    cols = values.T if values.ndim == 2 else values.reshape(1, -1)
+    if not len(values):  # an empty split: one empty column per name (a 0-row reshape failed)
+        cols = np.zeros((len(names), 0), dtype=np.int64)
     if len(names) != len(cols):
         raise ValueError(f"name must give {len(cols)} column names, got name={name!r}")
     drop = [n for n in names if n in dataset.column_names]
     if drop:
         dataset = dataset.remove_columns(drop)
     for n, col in zip(names, cols, strict=True):
-        dataset = dataset.add_column(n, col.tolist())
+        if len(col):
+            dataset = dataset.add_column(n, col.tolist())
+        else:  # (typed: an empty list would make a null column, which lengths() refuses)
+            import datasets
+
+            dataset = dataset.add_column(n, [], feature=datasets.Value("int64"))
     return dataset
 
 
@@ -296,6 +303,8 @@ def lengths_from_fn(dataset: Any, fn: Callable, *, num_proc: int | None, batch_s
         raise TypeError(f"fn must be callable as fn(batch) -> lengths, got fn={fn!r}")
     if not hasattr(dataset, "map"):
         raise TypeError(f"fn= needs a datasets.Dataset, got {type(dataset).__name__}")
+    if len(dataset) == 0:  # (map never calls fn, so no column comes back to read)
+        return np.zeros(0, dtype=np.int64)
     key = "__bucketloader_length__"
 
     def measure(batch: dict[str, Any]) -> dict[str, Any]:

@@ -236,6 +236,13 @@ def masked_loss(model: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, Any
             "sample_mask=True) (or evaluation=True)"
         )
     labels = inputs.get("labels")
+    targets = [k for k in inputs if "label" in str(k) or str(k).endswith("_positions")]
+    if labels is None and not targets:
+        raise ValueError(  # (the model then returns no loss: it was KeyError: 'loss')
+            f"masked_loss needs the batch's labels, from which the model computes its loss, but "
+            f"the batch has keys {sorted(inputs)}; give the dataset a 'label' / 'labels' column "
+            "(for_text renames 'label' to 'labels'), or run model(**batch) for outputs alone"
+        )
     policy = loss_policy(model, labels)
     if policy not in ROW_POLICIES or labels is None:
         outputs = model(**inputs)

@@ -26,10 +26,12 @@ at every step, in the order ``evaluation_loop`` gathers the logits and labels; s
 is not accelerate's, ``gather_for_metrics`` would have nothing to truncate, so the plain
 ``gather`` is used (as ``Seq2SeqTrainer`` does) and the filler rows are dropped by index instead.
 ``compute_metrics`` receives predictions and ``label_ids`` already in dataset order without filler
-rows (per batch, filler rows dropped, with ``batch_eval_metrics``), and ``evaluate`` /
-``predict`` return them in dataset order (with ``eval_do_concat_batches=False``: a list with one
-entry per sample). ``eval_loss`` is the mean of the batches' losses over their real rows, weighted
-by real rows (``Trainer`` weighs every batch by ``eval_batch_size``, filler rows included).
+rows (per batch, filler rows dropped, with ``batch_eval_metrics``, and ``compute_result`` True
+at the planned last batch: ``Trainer`` reads it from accelerate's loader, which this is not), and
+``evaluate`` / ``predict`` return them in dataset order (with ``eval_do_concat_batches=False``: a
+list with one entry per sample). ``eval_loss`` is the mean of the batches' losses over their real
+rows, weighted by real rows (``Trainer`` weighs every batch by ``eval_batch_size``, filler rows
+included).
 
 NOTE [ torch.compile and the planned shapes ]
 ``TrainingArguments(torch_compile=True)`` normally has accelerate wrap the model in
@@ -51,6 +53,7 @@ exactly as ``Trainer`` runs them (``get_batch_samples``'s ``num_items_in_batch``
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import warnings
@@ -73,6 +76,7 @@ from bucketloader.hf.bucketing import (
     Bucketing,
     ModelInputs,
     check_entry_options,
+    dataset_list,
     for_audio,
     for_text,
 )
@@ -84,7 +88,7 @@ from bucketloader.hf.loss import (
     settle_problem_type,
     zero_loss,
 )
-from bucketloader.plan import BucketSpec
+from bucketloader.plan import BucketSpec, TokenBudget
 from bucketloader.sampler import BucketSampler
 
 __all__ = ["BucketSeq2SeqTrainer", "BucketTrainer"]
@@ -92,7 +96,8 @@ __all__ = ["BucketSeq2SeqTrainer", "BucketTrainer"]
 _log = logging.getLogger(__name__)
 
 #: Options that only shape training epochs (not used for evaluation batches).
-_TRAIN_ONLY = ("shuffle", "seed", "last_batch", "accumulate")
+#: (``longest_first`` and ``weights`` were missing: evaluate() refused them from ``bucketing``.)
+_TRAIN_ONLY = ("shuffle", "seed", "last_batch", "accumulate", "longest_first", "weights")
 
 
 class _BucketMixin:
@@ -130,6 +135,18 @@ class _BucketMixin:
                 f"and prediction batches, got {type(eval_bucketing).__name__}"
             )
         _check_bucketing_options(bucketing, eval_bucketing)
+        given = args[3] if len(args) > 3 else kwargs.get("train_dataset")
+        if (
+            isinstance(bucketing, Bucketing)
+            and given is not None
+            and given is not bucketing.dataset
+        ):
+            raise ValueError(  # (the loader trained on bucketing.dataset, train_dataset ignored)
+                f"{type(self).__name__} trains on the dataset of bucketing=Bucketing(...) "
+                f"({_rows_of(bucketing.dataset)}), but got another train_dataset "
+                f"({_rows_of(given)}); leave train_dataset out (or pass bucketing.dataset), or "
+                "build the bucketing on the dataset you mean: hf.for_text(train_dataset, ...)"
+            )
         if isinstance(bucketing, Bucketing) and kwargs.get("train_dataset") is None:
             kwargs["train_dataset"] = bucketing.dataset
         train = args[3] if len(args) > 3 else kwargs.get("train_dataset")
@@ -144,10 +161,19 @@ class _BucketMixin:
                 "own loader, or a loop over a bucketloader.stream.BucketIterable (docs: "
                 "streams.md)"
             )
+        if not isinstance(bucketing, Bucketing) and train is not None:
+            dataset_list(train, type(self).__name__, "train_dataset")  # (named, with the fix)
         user_collator = args[2] if len(args) > 2 else kwargs.get("data_collator")
         self._lm = _language_modeling(user_collator, type(self).__name__)
         super().__init__(*args, **kwargs)
         self._bucketing_options = dict(bucketing) if isinstance(bucketing, dict) else {}
+        multiple = getattr(user_collator, "pad_to_multiple_of", None)
+        explicit = {"shapes", "boundaries"} & self._bucketing_options.keys()
+        if multiple is not None and not isinstance(bucketing, Bucketing) and not explicit:
+            # The replaced collator's pad multiple (DataCollatorWithPadding(tokenizer,
+            # pad_to_multiple_of=8), ...) was dropped with it: shapes of 21 and 59 tokens.
+            # (Lengths listed in bucketing= are the user's choice: not rounded up.)
+            self._bucketing_options.setdefault("pad_to_multiple_of", multiple)
         self._precompile_on_train = bool(self._bucketing_options.pop("precompile", False))
         self._compile_noted = False
         self._precompiled = False
@@ -155,6 +181,16 @@ class _BucketMixin:
         self._note_overrides()
         self._eval_options = dict(eval_bucketing or {})
         self.bucketing: Bucketing | None = bucketing if isinstance(bucketing, Bucketing) else None
+        self._built_rows: int | None = None  # the _train_batch_size of the bucketing built
+        if self.bucketing is not None and self.args.auto_find_batch_size:
+            warnings.warn(
+                f"{type(self).__name__}: auto_find_batch_size=True cannot shrink the batches of "
+                "a prebuilt bucketing=Bucketing(...) after an out-of-memory error (it would "
+                "retry the same batches down to 'No executable batch size found'); pass "
+                "bucketing as a dict of options, which is planned anew at each batch size",
+                UserWarning,
+                stacklevel=2,
+            )
         #: The bucketing of the latest evaluation or prediction (its ``sampler.shapes``).
         self.eval_bucketing: Bucketing | None = None
         self._eval_cache: dict[str, tuple[Any, Bucketing]] = {}
@@ -185,12 +221,21 @@ class _BucketMixin:
             keep = {*self.model_inputs(), *columns}
             unused = [c for c in dataset.column_names if c not in keep]
             dataset = dataset.remove_columns(unused) if unused else dataset
+        if not evaluation:
+            self._built_rows = self._train_batch_size
+            _shrink_to_found_batch_size(opts, self._train_batch_size / self.args.train_batch_size)
         if "max_tokens" not in opts:
             opts.setdefault(
                 "batch_size", self.args.eval_batch_size if evaluation else self._train_batch_size
             )
         if not evaluation:
-            opts.setdefault("seed", self.args.seed)
+            strategy = self._sampling_strategy()  # (NOTE [ The Trainer's sampling strategy ])
+            if strategy == "sequential":
+                opts.setdefault("shuffle", False)
+            elif strategy == "group_by_length":
+                opts.setdefault("longest_first", True)
+            data_seed = self.args.data_seed  # (Trainer's data order follows it when set)
+            opts.setdefault("seed", self.args.seed if data_seed is None else data_seed)
             if self.args.dataloader_drop_last:  # (evaluation keeps every sample, in order)
                 opts.setdefault("last_batch", "drop")
         opts.setdefault("num_replicas", self.args.world_size)
@@ -228,7 +273,9 @@ class _BucketMixin:
         collate = b.collator
         if isinstance(collate, ModelInputs):
             keep = self.model_inputs() if self.args.remove_unused_columns else None
-            collate = collate.replace(keep=keep, bookkeeping=True)
+            collate = collate.replace(
+                keep=keep, bookkeeping=True, label_keys=tuple(self.label_names)
+            )
         if self._lm is not None and not _packed(collate, self._lm, type(self).__name__):
             collate = LanguageModelingLabels(collate, self._lm)
         workers = self.args.dataloader_num_workers
@@ -241,9 +288,12 @@ class _BucketMixin:
 
     def get_train_dataloader(self) -> Any:
         """A plain ``DataLoader`` over the bucket sampler (NOTE [ Why the DataLoaders ... ])."""
+        if self.bucketing is not None and self._built_rows not in (None, self._train_batch_size):
+            self.bucketing = None  # auto_find_batch_size lowered the batch size: plan anew
         if self.bucketing is None:
             if self.train_dataset is None:
                 raise ValueError("Trainer: training requires a train_dataset.")
+            self._check_rows(self.train_dataset, "train_dataset")
             self.bucketing = self._build_bucketing(self.train_dataset, evaluation=False)
         self._plan_compiled_shapes()
         return self._loader(self.bucketing)
@@ -284,11 +334,23 @@ class _BucketMixin:
         cached = self._eval_cache.get(key)
         if cached is not None and cached[0] is dataset:
             return cached[1]
+        names = {"eval": "eval_dataset", "test": "test_dataset"}
+        self._check_rows(dataset, names.get(key, f"eval_dataset[{key!r}]"))
         b = self._build_bucketing(dataset, evaluation=True)
         self._eval_cache[key] = (dataset, b)
         self._note_unlabelled_eval(dataset, key)
         self._note_eval_batch(b)
         return b
+
+    def _check_rows(self, dataset: Any, argument: str) -> None:
+        """An empty dataset, named by the argument it came in (for_text would say only that
+        ``lengths['input_ids']`` is empty; Trainer's own loaders fail or report no loss)."""
+        if isinstance(dataset, datasets.Dataset) and len(dataset) == 0:
+            raise ValueError(
+                f"{type(self).__name__} got {argument} with no rows (len({argument}) == 0), so "
+                "there is no batch to plan; pass a dataset with rows (did a filter, select or "
+                "map leave none?)"
+            )
 
     # -- compiling the planned shapes (NOTE [ torch.compile and the planned shapes ]) -----------
     def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
@@ -434,12 +496,25 @@ class _BucketMixin:
         return super().train(*args, **kwargs)  # type: ignore[misc]
 
     # -- saying what is overridden (issue 22, trap 6) ---------------------------------------------
+    def _sampling_strategy(self) -> str | None:
+        """``args.train_sampling_strategy`` (``group_by_length=True`` before transformers 5)."""
+        if getattr(self.args, "group_by_length", False):
+            return "group_by_length"
+        return getattr(self.args, "train_sampling_strategy", None)
+
     def _note_overrides(self) -> None:
-        strategy = getattr(self.args, "train_sampling_strategy", None)
-        if strategy == "group_by_length" or getattr(self.args, "group_by_length", False):
+        strategy = self._sampling_strategy()
+        if strategy == "group_by_length":
             _log.info(
-                "%s: train_sampling_strategy='group_by_length' is not used: the bucket sampler "
-                "already groups samples by length, at planned shapes",
+                "%s: train_sampling_strategy='group_by_length': the bucket sampler groups "
+                "samples by length at planned shapes, and starts each epoch with a batch of the "
+                "largest shape (longest_first=True), as LengthGroupedSampler does",
+                type(self).__name__,
+            )
+        elif strategy == "batch_rebalance":
+            _log.info(
+                "%s: train_sampling_strategy='batch_rebalance' is not used: the bucket sampler "
+                "plans the batches (balance=True spreads each bucket evenly over its steps)",
                 type(self).__name__,
             )
 
@@ -495,6 +570,22 @@ class _BucketMixin:
                     rows = self.accelerator.gather(rows).sum()
                 self._step_rows = rows.reshape(())
         return batches, num_items
+
+    def _track_num_input_tokens(self, inputs: Any) -> Any:
+        """As ``Trainer``'s; ``include_num_input_tokens_seen="non_padding"`` counts the real
+        rows' tokens only (filler rows copy real rows, masks included: 820 tokens counted for
+        700 on 21 samples in 3 buckets of 4 rows)."""
+        rows = inputs.get("sample_mask") if isinstance(inputs, Mapping) else None
+        mask = inputs.get("attention_mask") if isinstance(inputs, Mapping) else None
+        if (
+            self.args.include_num_input_tokens_seen == "non_padding"
+            and isinstance(rows, torch.Tensor)
+            and isinstance(mask, torch.Tensor)
+            and mask.ndim == 2
+        ):
+            real = rows.to(mask.device, mask.dtype)[:, None]
+            inputs = {**inputs, "attention_mask": mask * real}
+        return super()._track_num_input_tokens(inputs)  # type: ignore[misc]
 
     def _no_targets(self, batch: Any) -> bool:
         """Whether a training batch has nothing to learn from: no real row (``sample_mask``
@@ -622,6 +713,7 @@ class _BucketMixin:
             sampler.num_samples,
             concat=self.args.eval_do_concat_batches,
             positions=sampler.positions,
+            steps=len(sampler),
         )
         user_metrics = self.compute_metrics
         if user_metrics is not None:
@@ -664,6 +756,43 @@ _TRAINER_TAKES_SCALED = hasattr(transformers.Trainer, "loss_is_scaled_for_ga")
 #: The oldest transformers the trainers are tested with (5.17 and the newest, by the suite);
 #: 4.57 failed 9 of the trainer tests (other arguments and hooks), the versions between untested.
 MIN_TRANSFORMERS = (5, 17)
+
+
+# NOTE [ The Trainer's sampling strategy ]
+# ``TrainingArguments(train_sampling_strategy=...)`` picks Trainer's training sampler. The bucket
+# sampler replaces it and takes its meaning where it has one: ``"sequential"`` (no shuffling) is
+# ``shuffle=False``, which was ignored (every epoch shuffled); ``"group_by_length"``
+# (``LengthGroupedSampler``: batches of similar lengths, the longest first, so an out-of-memory
+# error comes at step 1) is ``longest_first=True``, docs/coming-from.md's mapping, which only
+# an info line mentioned. ``"batch_rebalance"`` has no counterpart (an info line says so).
+# ``bucketing=`` options override both.
+# NOTE [ auto_find_batch_size ]
+# ``TrainingArguments(auto_find_batch_size=True)`` reruns the training loop after an out-of-memory
+# error with ``_train_batch_size`` halved, and each run calls ``get_train_dataloader``. The
+# bucketing is built once and kept, so every retry ran the same batches (16 rows, 16 rows, ...)
+# until accelerate gave up: "No executable batch size found, reached zero". It is now planned
+# anew when ``_train_batch_size`` changed: the default ``batch_size`` is the new one, and a
+# ``batch_size`` or ``max_tokens`` given in ``bucketing`` is scaled by the same ratio (a token
+# budget halved as the batch size is). A prebuilt ``Bucketing`` cannot be re-planned: a warning
+# says so when the trainer is built.
+def _shrink_to_found_batch_size(opts: dict[str, Any], ratio: float) -> None:
+    """Scale an explicit ``batch_size`` or ``max_tokens`` of ``bucketing`` by ``ratio``, the
+    batch size ``auto_find_batch_size`` settled on over ``per_device_train_batch_size``
+    (NOTE [ auto_find_batch_size ]); 1 leaves them as given."""
+    if ratio >= 1:
+        return
+    size = opts.get("batch_size")
+    if isinstance(size, int) and not isinstance(size, bool):
+        opts["batch_size"] = max(1, int(size * ratio))
+    elif isinstance(size, (list, tuple)) and all(isinstance(b, int) for b in size):
+        opts["batch_size"] = [max(1, int(b * ratio)) for b in size]
+    budget = opts.get("max_tokens")
+    if isinstance(budget, TokenBudget):
+        opts["max_tokens"] = dataclasses.replace(
+            budget, max_tokens=max(1, int(budget.max_tokens * ratio))
+        )
+    elif isinstance(budget, int) and not isinstance(budget, bool):
+        opts["max_tokens"] = max(1, int(budget * ratio))
 
 
 def _check_bucketing_options(bucketing: Any, eval_bucketing: Any) -> None:
@@ -728,6 +857,14 @@ class _NoTargets(dict):  # type: ignore[type-arg]
     ``dict`` subclass, so the mark survives ``Trainer._prepare_inputs``."""
 
 
+def _rows_of(dataset: Any) -> str:
+    """``"N rows"`` of a dataset, or its type where it has no length."""
+    try:
+        return f"{len(dataset):,} rows"
+    except TypeError:
+        return type(dataset).__name__
+
+
 def _is_stream(dataset: Any) -> bool:
     """Whether ``dataset`` is iterable only (``datasets.IterableDataset``, a torch
     ``IterableDataset``): no lengths to plan an epoch from."""
@@ -783,10 +920,16 @@ class _EvalRecord:
     """Per step: the gathered ``index`` of the rows, and (loss x real rows, real rows)."""
 
     def __init__(
-        self, num_samples: int, *, concat: bool, positions: Callable[[Any], np.ndarray]
+        self,
+        num_samples: int,
+        *,
+        concat: bool,
+        positions: Callable[[Any], np.ndarray],
+        steps: int,
     ) -> None:
         self.num_samples = num_samples
         self.concat = concat
+        self.steps = steps  # the loader's batches: the last one completes batch_eval_metrics
         self.positions = positions  # dataset index -> position among the evaluated samples
         self.index: list[np.ndarray] = []
         self.losses: list[torch.Tensor] = []
@@ -823,6 +966,10 @@ class _EvalRecord:
             if batch_mode:
                 keep = np.flatnonzero(self.index[-1] >= 0)
                 fix: Callable[[Any], Any] = lambda x: _rows(x, keep)  # noqa: E731
+                # Trainer reads the last step from accelerate's loader (gradient_state.
+                # end_of_dataloader), never set by this plain one: compute_result was always
+                # False and evaluate() returned none of the user's metrics.
+                kwargs["compute_result"] = len(self.index) >= self.steps
             else:
                 fix = self.restore
             return user(
@@ -862,13 +1009,16 @@ def _row(tree: Any, row: int) -> Any:
 # ``Trainer`` collates with ``data_collator``; BucketTrainer collates every batch at a planned
 # shape instead, so a collator whose job is padding (``DataCollatorWithPadding``,
 # ``DataCollatorForSeq2Seq``, ``DataCollatorForTokenClassification``, ``DefaultDataCollator``,
-# ``default_data_collator``) is replaced by it, silently. A ``DataCollatorForLanguageModeling``
+# ``default_data_collator``) is replaced by it, silently, keeping its ``pad_to_multiple_of`` as the
+# default of ``bucketing``'s. A ``DataCollatorForLanguageModeling``
 # does more than pad: it makes the labels. Its work is kept: after the batch is laid out at its
 # planned shape, ``mlm=True`` masks tokens with the collator's own ``torch_mask_tokens`` (never
 # padding, special tokens or filler rows) and ``mlm=False`` copies ``input_ids`` to ``labels``
-# with -100 on padding, as the collator does. Filler rows get labels -100 either way, so the
-# loss of a padded batch is the loss of its real rows. Whole-word masking needs the tokens'
-# offsets and is refused, as is any other collator (it would be dropped without a word).
+# with -100 on padding, read from ``attention_mask`` (the collator masks every token equal to
+# the pad id, so with pad = EOS it also unlabels each real EOS; here the EOS is learned).
+# Filler rows get labels -100 either way, so the loss of a padded batch is the loss of its real
+# rows. Whole-word masking needs the tokens' offsets and is refused, as is any other collator
+# (it would be dropped without a word).
 # Packed rows (``bucketing=hf.for_packing(...)``) already carry causal labels: -100 on each
 # document's first token (no target across a document boundary) and the dataset's own
 # ``labels`` (a masked prompt). ``mlm=False`` leaves those training batches as they are and
@@ -901,10 +1051,27 @@ def _language_modeling(collator: Any, owner: str) -> Any:
         return collator
     if name in _PADDING_COLLATORS or type(collator).__name__ in _PADDING_COLLATORS:
         return None
+    if isinstance(collator, transformers.DataCollatorWithFlattening):
+        extra = "".join(
+            f", {option}"
+            for flag, option in (
+                (getattr(collator, "return_flash_attn_kwargs", False), "attention='flash'"),
+                (getattr(collator, "return_seq_idx", False), "return_seq_idx=True"),
+            )
+            if flag
+        )
+        raise ValueError(
+            f"{owner} packs with bucketing=hf.for_packing(...), not with data_collator="
+            f"{name}: pass bucketing=hf.for_packing(train_dataset, tokenizer=tokenizer, "
+            f"row_length=<tokens per row>, batch_size=<rows>{extra}) and no data_collator; its "
+            "rows carry the same labels (-100 at each document's first token) and restarting "
+            "position_ids, at one planned shape (batch_size, row_length)"
+        )
     raise ValueError(
         f"{owner} collates every batch at a planned shape, so data_collator={name} would not "
         "be used; pass no data_collator (or a padding collator, which it replaces), move "
-        "per-sample work into the dataset (datasets.Dataset.set_transform), or pass "
+        "per-sample work into the dataset (datasets.Dataset.set_transform, keeping the token "
+        "column's lengths: they are planned from the stored column), or pass "
         "bucketing=Bucketing(sampler, your_collator, dataset), with no data_collator, and a "
         "collator that pads to the sampler's shapes"
     )
@@ -1008,13 +1175,14 @@ class BucketTrainer(_BucketMixin, transformers.Trainer):
             ``pad_to_multiple_of``, ``target_length``, ...) applied to each dataset after the
             unused columns are removed. Defaults: ``column`` = the model's
             ``main_input_name``, ``batch_size`` = ``per_device_train_batch_size`` (unless
-            ``max_tokens``), ``seed`` = ``args.seed``, ``last_batch="drop"`` with
-            ``args.dataloader_drop_last`` (training only), rank and world size from ``args``, pad id
-            and side from ``processing_class`` (else the model config's ``pad_token_id``).
+            ``max_tokens``), ``seed`` = ``args.data_seed`` (else ``args.seed``),
+            ``last_batch="drop"`` with ``args.dataloader_drop_last`` (training only), rank and
+            world size from ``args``, pad id and side from ``processing_class`` (else the model
+            config's ``pad_token_id``).
         eval_bucketing: options that differ for evaluation and prediction (e.g. a larger
             ``max_tokens``, or ``balance=False``); the training options apply otherwise, except
-            ``shuffle``, ``seed``, ``last_batch`` and ``batch_size`` (which defaults to
-            ``per_device_eval_batch_size``).
+            ``shuffle``, ``seed``, ``last_batch``, ``longest_first``, ``weights``,
+            ``accumulate`` and ``batch_size`` (which defaults to ``per_device_eval_batch_size``).
         **kwargs: as ``transformers.Trainer``.
 
     After the first ``get_train_dataloader()``, ``trainer.bucketing`` holds the training sampler
