@@ -795,6 +795,9 @@ def test_bucket_trainer_refuses_collators_it_would_drop(tmp_path):
     assert all(length % 8 == 0 for _, length in shapes)
     listed = hf.BucketTrainer(**common, data_collator=eight, bucketing={"shapes": [30, 99]})
     assert [n for _, n in listed.get_train_dataloader().batch_sampler.shapes] == [30, 99]
+    # ... nor those listed in eval_bucketing= (s20: planned 32 and 104)
+    listed = hf.BucketTrainer(**common, data_collator=eight, eval_bucketing={"shapes": [30, 99]})
+    assert sorted(n for _, n in listed.get_eval_dataloader(ds).batch_sampler.shapes) == [30, 99]
 
 
 def test_question_answering_train_evaluate_predict_in_dataset_order(tmp_path):

@@ -167,13 +167,13 @@ class _BucketMixin:
         self._lm = _language_modeling(user_collator, type(self).__name__)
         super().__init__(*args, **kwargs)
         self._bucketing_options = dict(bucketing) if isinstance(bucketing, dict) else {}
+        # The replaced collator's pad multiple (DataCollatorWithPadding(tokenizer,
+        # pad_to_multiple_of=8), ...) was dropped with it: shapes of 21 and 59 tokens. It is the
+        # default of each build's pad_to_multiple_of, except where that build's options list
+        # shapes or boundaries (the user's choice: not rounded up; s20: eval_bucketing=
+        # {"shapes": [30, 99]} planned 32 and 104).
         multiple = getattr(user_collator, "pad_to_multiple_of", None)
-        explicit = {"shapes", "boundaries"} & self._bucketing_options.keys()
-        if multiple is not None and not isinstance(bucketing, Bucketing) and not explicit:
-            # The replaced collator's pad multiple (DataCollatorWithPadding(tokenizer,
-            # pad_to_multiple_of=8), ...) was dropped with it: shapes of 21 and 59 tokens.
-            # (Lengths listed in bucketing= are the user's choice: not rounded up.)
-            self._bucketing_options.setdefault("pad_to_multiple_of", multiple)
+        self._collator_multiple = None if isinstance(bucketing, Bucketing) else multiple
         self._precompile_on_train = bool(self._bucketing_options.pop("precompile", False))
         self._compile_noted = False
         self._precompiled = False
@@ -215,6 +215,8 @@ class _BucketMixin:
             drop = (*_TRAIN_ONLY, "batch_size", *(("max_tokens",) if own_budget else ()))
             opts = {k: v for k, v in opts.items() if k not in drop}
             opts.update(self._eval_options)
+        if self._collator_multiple is not None and not {"shapes", "boundaries"} & opts.keys():
+            opts.setdefault("pad_to_multiple_of", self._collator_multiple)
         column = opts.pop("column", None) or getattr(self.model, "main_input_name", "input_ids")
         columns = [column] if isinstance(column, str) else list(column)
         if isinstance(dataset, datasets.Dataset) and self.args.remove_unused_columns:

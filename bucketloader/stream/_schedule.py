@@ -13,10 +13,12 @@ so both come from a rule every rank evaluates alone; nothing is communicated per
   ``(j + u) / n_c`` from ``SeedSequence([seed, epoch, TAG])``. The counts are measured once, when
   the stream is built: from the spec's counts when ``boundaries=`` is a ``BucketSampler`` or
   ``BucketSpec``, else from the first :data:`SCHEDULE_HEAD` samples of each rank's shard, summed
-  over ranks by one ``all_reduce`` of ``K`` ints and one flag per rank (the only collective, at
-  construction, in the main process): a rank that cannot count its head (a refused length, a
-  failing ``length_fn``) raises its own error and sends its flag, and every other rank raises one
-  naming it, instead of waiting for it in a later collective. The top cell always gets a share,
+  over ranks by one ``all_reduce`` of ``K`` ints after a checkpoint (one ``all_reduce`` of a code
+  per rank; collectives only at construction, in the main process): a rank that cannot count its
+  head (a refused length, a failing ``length_fn``) raises its own error and tells the others at
+  that checkpoint, and every other rank raises one naming it and its error, instead of waiting
+  for it in a later collective (NOTE [ Checkpoints before a collective ] in
+  :mod:`bucketloader._dist`). The top cell always gets a share,
   so no sample is ever without a cell to leave in.
 * **DataLoader workers.** A rank's ``W`` workers are lanes: worker ``w`` makes the steps
   ``w, w + W, ...``; the DataLoader hands them out round-robin, so the rank's step ``t`` is
