@@ -298,9 +298,14 @@ def tell_failure(error: BaseException) -> None:
     if is_told(error) or world == 1:
         return
     told(error)
+    try:  # (the text first: an error whose str() raises after FAILED was sent left the others
+        # in the gather of texts until the group's timeout)
+        text = f"{type(error).__name__}: {error}"
+    except Exception:
+        text = f"{type(error).__name__} (its message could not be read)"
     try:
         _codes(FAILED)
-        _error_texts(f"{type(error).__name__}: {error}", world, rank)
+        _error_texts(text, world, rank)
     except Exception:  # the group itself failed (a peer gone, a timeout): this rank's own
         pass  # error, raised next, says more than the group's
 

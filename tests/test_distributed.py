@@ -382,3 +382,21 @@ if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "stream_work
     _stream_worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
 if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "agree_worker":
     _agree_worker(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6])
+
+
+def test_tell_failure_sends_the_text_of_an_error_whose_message_raises(monkeypatch):
+    """A failed rank sends FAILED, then its error's text: an error whose ``str()`` raised between
+    the two left the other ranks in the gather of texts until the group's timeout (s20 review)."""
+    from bucketloader import _dist
+
+    sent: list = []
+    monkeypatch.setattr(_dist, "default_ranks", lambda: (2, 1))
+    monkeypatch.setattr(_dist, "_codes", lambda code: sent.append(code) or [0, code])
+    monkeypatch.setattr(_dist, "_error_texts", lambda text, world, rank: sent.append(text))
+
+    class Unreadable(ValueError):
+        def __str__(self) -> str:
+            raise RuntimeError("no message")
+
+    _dist.tell_failure(Unreadable())
+    assert sent == [_dist.FAILED, "Unreadable (its message could not be read)"]
