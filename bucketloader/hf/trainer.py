@@ -139,7 +139,7 @@ class _BucketMixin:
         if (
             isinstance(bucketing, Bucketing)
             and given is not None
-            and given is not bucketing.dataset
+            and not _same_rows(given, bucketing.dataset)
         ):
             raise ValueError(  # (the loader trained on bucketing.dataset, train_dataset ignored)
                 f"{type(self).__name__} trains on the dataset of bucketing=Bucketing(...) "
@@ -857,6 +857,25 @@ def _as_older_trainer_scales(
 class _NoTargets(dict):  # type: ignore[type-arg]
     """A training batch with no real row or target (NOTE [ A step with no real row ]); a
     ``dict`` subclass, so the mark survives ``Trainer._prepare_inputs``."""
+
+
+def _same_rows(given: Any, built: Any) -> bool:
+    """Whether ``given`` (a ``train_dataset``) holds the rows of ``built`` (a ``Bucketing``'s
+    dataset): the same object, or a view of the same Arrow table and indices (``for_audio``'s
+    ``dataset.with_format("torch")`` or ``AudioRows``: ``train_dataset=ds`` beside
+    ``bucketing=hf.for_audio(ds, ...)`` was refused as another dataset)."""
+    if given is built:
+        return True
+    built = getattr(built, "dataset", built)  # (AudioRows wraps the formatted dataset)
+    try:
+        (a, ia), (b, ib) = table_and_indices(given), table_and_indices(built)
+    except TypeError:  # (not an Arrow-backed dataset: only the same object is the same rows)
+        return False
+    if a is not b:
+        return False
+    return (ia is None and ib is None) or (
+        ia is not None and ib is not None and np.array_equal(ia, ib)
+    )
 
 
 def _rows_of(dataset: Any) -> str:
