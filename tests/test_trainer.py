@@ -1064,3 +1064,10 @@ def test_the_training_order_follows_data_seed_as_trainers_does(tmp_path):
         trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds)
         orders.append([list(b) for b in trainer.get_train_dataloader().batch_sampler])
     assert orders[0] == orders[1] and trainer.bucketing.sampler.seed == 7
+    # a batch_size given in bucketing= is scaled only by auto_find_batch_size's lowering, not
+    # by arguments changed after the trainer was built (hyperparameter_search's setattr)
+    trainer = hf.BucketTrainer(
+        model=model, args=_args(tmp_path), train_dataset=ds, bucketing={"batch_size": 4}
+    )
+    trainer.args.per_device_train_batch_size = 16
+    assert {rows for rows, _ in trainer.get_train_dataloader().batch_sampler.shapes} == {4}

@@ -225,7 +225,11 @@ class _BucketMixin:
             dataset = dataset.remove_columns(unused) if unused else dataset
         if not evaluation:
             self._built_rows = self._train_batch_size
-            _shrink_to_found_batch_size(opts, self._train_batch_size / self.args.train_batch_size)
+            if self.args.auto_find_batch_size:  # (else the two differ only when args changed
+                # after the trainer was built, as hyperparameter_search sets them: the batch_size
+                # given in bucketing= was scaled down by their ratio)
+                ratio = self._train_batch_size / self.args.train_batch_size
+                _shrink_to_found_batch_size(opts, ratio)
         if "max_tokens" not in opts:
             opts.setdefault(
                 "batch_size", self.args.eval_batch_size if evaluation else self._train_batch_size
