@@ -161,8 +161,11 @@ class _BucketMixin:
                 "own loader, or a loop over a bucketloader.stream.BucketIterable (docs: "
                 "streams.md)"
             )
-        if not isinstance(bucketing, Bucketing) and train is not None:
-            dataset_list(train, type(self).__name__, "train_dataset")  # (named, with the fix)
+        # (the type named with its fix when built; an empty dataset only when training, as
+        # Trainer: a trainer built only to evaluate may be given an empty train_dataset)
+        empty = isinstance(train, datasets.Dataset) and len(train) == 0
+        if not isinstance(bucketing, Bucketing) and train is not None and not empty:
+            dataset_list(train, type(self).__name__, "train_dataset")
         user_collator = args[2] if len(args) > 2 else kwargs.get("data_collator")
         self._lm = _language_modeling(user_collator, type(self).__name__)
         super().__init__(*args, **kwargs)
