@@ -984,6 +984,14 @@ def test_a_batch_where_no_dim_varies_and_a_contradiction_later():
     assert learned([torch.ones(2, 4), torch.ones(2, 4)])["inputs"].shape == (2, 2, 4)
     with pytest.raises(ValueError, match="follows several inputs"):
         Field(input=("a", "b"))
+    # torchaudio's (1, T) / (2, T) audio alone in a long bucket's one-row batch (max_tokens) is
+    # padded along T, the dim with which it is a full batch (session 20: dim 0 gave a (2, 4, 9)
+    # batch with lengths [1, 0], silently)
+    audio = BucketSampler([3, 4, 9], num_buckets=2, max_tokens=9, shuffle=False)
+    assert audio.shapes == [(1, 9), (2, 4)]
+    for channels in (1, 2):
+        out = audio.collator()([torch.ones(channels, 9)])
+        assert out["inputs"].shape == (1, channels, 9) and out["lengths"].tolist() == [9]
 
 
 def test_a_target_of_its_own_length_names_the_fix():
