@@ -1067,6 +1067,11 @@ def check_batch(
         col = lengths[:, 0]
         q, p = int(col.argmin()), int(col.argmax())
         shape = _cell(table, lengths, p, group, memo)
+        # a short sample alone is refused, not in a batch whose longest one passes (NOTE [ A
+        # batch shorter than every planned sample ] in bucketloader.plan.table)
+        floor = getattr(table, "shortest", None)
+        if floor is not None and 2 * col[q] < floor[0]:
+            lengths = np.maximum(lengths, floor[0])
         low = shape if col[q] == col[p] else _cell(table, lengths, q, group, memo)
         if low[1:] != shape[1:] and (
             not getattr(table, "promoted", False) or _cell(table, lengths, 0, group, memo) != shape

@@ -384,8 +384,10 @@ def measure(
                 hint = (
                     f"; a target of its own length such as {target!r} (a transcript, a "
                     "translation) cannot follow the input: bucket it as an input of its own "
-                    "(lengths={'...': ..., " + repr(target) + ": ...}), or let "
-                    "bucketloader.hf.for_text / for_audio pad it to a planned length per bucket"
+                    "(lengths={'...': ..., " + repr(target) + ": ...}), let "
+                    "bucketloader.hf.for_text / for_audio pad it to a planned length per bucket, "
+                    "or take it out of the samples before this collator (a CTC loss takes the "
+                    "targets concatenated: docs/audio.md, 'Plain PyTorch')"
                     if target is not None
                     else ""
                 )
