@@ -826,7 +826,7 @@ class PadCollator:
                 rows = self.shape_table.target(np.full(n, size, np.int64))[0]
             except ValueError:  # longer than the plan holds (or no cell takes it)
                 return (False, False, False)
-            return (True, rows == n, sizes[d] > 1 or max(sizes) == 1)
+            return (True, sizes[d] > 1 or max(sizes) == 1, rows == n)
 
         return max(range(len(sizes)), key=score)  # ties keep the first dim (time-major)
 

@@ -16,9 +16,10 @@ need no configuration:
    one, and the collator remembers it for the field;
 3. a batch in which no dim differs (one sample, or equal lengths) uses the dim remembered from an
    earlier batch, else the collator's guess (``guess``, one bucketed input): the first dim whose
-   size the plan can hold (no longer than the last boundary), with which the batch is a full
-   one of its cell, and which is not a size-1 axis beside a longer one, in that order of
-   preference; else the first dim (time-major, as NOTE [ The length of a sample ] measures).
+   size the plan can hold (no longer than the last boundary, not under half the shortest
+   planned length), which is not a size-1 axis beside a longer one, and with which the batch is
+   a full one of its cell, in that order of preference; else the first dim (time-major, as
+   NOTE [ The length of a sample ] measures).
    Session 20 found torchaudio's ``(1, T)`` mono waveforms in a one-sample first batch (the
    long buckets of a ``max_tokens`` plan hold one row) padded along the channel dim: a
    ``(2, 9016, 9404)`` batch from a 9,404-sample utterance, with ``lengths`` 2, silently, until a
