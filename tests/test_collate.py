@@ -212,7 +212,7 @@ def test_label_pad_by_name_and_from_a_batchs_first_non_empty_label():
     with -100 (a prefix also took CTC's ``label_lengths``, which ``ctc_loss`` refuses at -100,
     and a ``labels_mask``, True at -100); an empty first label list says nothing of its type
     (it made the pad 0 for good, in whichever DataLoader worker drew it first)."""
-    sampler = BucketSampler([4, 3, 4, 2, 4], num_buckets=1, batch_size=3, last_batch="pad")
+    sampler = BucketSampler([4, 3, 4, 0, 1], num_buckets=1, batch_size=3, last_batch="pad")
     row = {"input_ids": [1, 2], "labels": [3, 4], "label_lengths": 2, "labels_mask": [1, 1]}
     out = sampler.collator()([row])
     assert out["labels"][0].tolist() == [3, 4, -100, -100]
@@ -410,6 +410,13 @@ def test_actual_length_disagreeing_with_the_declared_one(small):
         collate([torch.ones(2), torch.ones(3), torch.ones(9)])
     with pytest.raises(ValueError, match=r"position 1 .*length 17, beyond the longest planned"):
         collate([torch.ones(12), torch.ones(17)])
+    # the first cell has no lower edge: a batch shorter than every planned sample (lengths in
+    # audio samples, a dataset of frames) was padded to the first shape, silently (session 20)
+    audio = BucketSampler([1600, 3200, 4800, 6400], num_buckets=2, batch_size=2)
+    with pytest.raises(ValueError, match=r"below half of 1600, the shortest .*longest here is 30"):
+        audio.collator()([torch.ones(10, 80), torch.ones(30, 80)])
+    assert audio.collator()([torch.ones(100), torch.ones(1700)])["inputs"].shape == (2, 3200)
+    assert audio.collator()([torch.ones(1500)])["inputs"].shape == (2, 3200)
     tokens = BucketSampler([10] * 8 + [100] * 8, num_buckets=2, max_tokens=400)
     with pytest.raises(
         ValueError,
@@ -973,17 +980,28 @@ def test_a_batch_where_no_dim_varies_and_a_contradiction_later():
     frames = sampler.collator()
     assert frames([torch.ones(4, 3), torch.ones(4, 3)])["inputs"].shape == (2, 4, 3)
     assert frames([torch.ones(9, 3), torch.ones(8, 3)])["inputs"].shape == (2, 9, 3)
-    # channel-first samples whose first batch had no varying dim: the later batch names the fix
+    # channel-first samples whose first batch had no varying dim, both dims a planned length:
+    # the later batch names the fix
     chans = sampler.collator()
-    chans([torch.ones(2, 4), torch.ones(2, 4)])
+    chans([torch.ones(4, 4), torch.ones(4, 4)])
     with pytest.raises(ValueError, match=r"along dim 1 .* fields=\{'inputs': Field\(dims=-1\)"):
-        chans([torch.ones(2, 9), torch.ones(2, 8)])
+        chans([torch.ones(4, 9), torch.ones(4, 8)])
+    # ... a mono channel dim, shorter than every planned sample, is not the time dim
+    assert sampler.collator()([torch.ones(1, 4)] * 2)["inputs"].shape == (2, 1, 4)
     # learned first, then an ambiguous batch reuses what was learned
     learned = sampler.collator()
     assert learned([torch.ones(2, 9), torch.ones(2, 8)])["inputs"].shape == (2, 2, 9)
     assert learned([torch.ones(2, 4), torch.ones(2, 4)])["inputs"].shape == (2, 2, 4)
     with pytest.raises(ValueError, match="follows several inputs"):
         Field(input=("a", "b"))
+    # torchaudio's (1, T) / (2, T) audio alone in a long bucket's one-row batch (max_tokens) is
+    # padded along T, the dim with which it is a full batch (session 20: dim 0 gave a (2, 4, 9)
+    # batch with lengths [1, 0], silently)
+    audio = BucketSampler([3, 4, 9], num_buckets=2, max_tokens=9, shuffle=False)
+    assert audio.shapes == [(1, 9), (2, 4)]
+    for channels in (1, 2):
+        out = audio.collator()([torch.ones(channels, 9)])
+        assert out["inputs"].shape == (1, channels, 9) and out["lengths"].tolist() == [9]
 
 
 def test_a_target_of_its_own_length_names_the_fix():

@@ -167,14 +167,14 @@ def _pin_batches():
     """Batches of every output route: audio rows allocated by numpy (``least``=0) or torch,
     ``(T, F)`` features, and dict samples with a fixed-size label and a string."""
     lengths = np.array([20000, 19000, 18000, 17000, 300, 310, 320, 330])
-    sampler = BucketSampler(lengths, num_buckets=2, batch_size=4, shuffle=False)
-    makers = [
-        lambda i, n: torch.full((n,), float(i)),
-        lambda i, n: torch.full((n // 100, 80), float(i)),
-        lambda i, n: {"x": torch.full((n,), i), "label": i, "name": f"s{i}"},
+    makers = [  # (lengths // per: frames of 100 samples, the sample)
+        (1, lambda i, n: torch.full((n,), float(i))),
+        (100, lambda i, n: torch.full((n, 80), float(i))),
+        (1, lambda i, n: {"x": torch.full((n,), i), "label": i, "name": f"s{i}"}),
     ]
-    for make in makers:
-        data = [make(i, int(n)) for i, n in enumerate(lengths)]
+    for per, make in makers:
+        sampler = BucketSampler(lengths // per, num_buckets=2, batch_size=4, shuffle=False)
+        data = [make(i, int(n)) for i, n in enumerate(lengths // per)]
         yield sampler, data, sampler.collator()
 
 

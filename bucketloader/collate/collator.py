@@ -411,7 +411,12 @@ class PadCollator:
         specs = self._specs(first, kind, keys, samples)
         try:
             lengths, columns, dims = cf.measure(
-                samples, kind, specs, len(self._names), self._learned
+                samples,
+                kind,
+                specs,
+                len(self._names),
+                self._learned,
+                self._guess_dim if len(self._names) == 1 else None,
             )
         except RuntimeError as exc:  # a nested sample has no shape: named
             for spec in specs:
@@ -808,6 +813,23 @@ class PadCollator:
         lens = np.array(sizes, dtype=np.int64)
         return self._bare_batch(inputs, lens, entry[2], size, _TRUE[:n].copy())
 
+    def _guess_dim(self, shapes: list[Any]) -> int:
+        """The variable dim of a field's samples of one shape (a batch in which no dim varies,
+        before any batch showed one varying): NOTE [ Which dim varies ] in
+        :mod:`bucketloader.collate.fields`, rule 3."""
+        n, sizes = len(shapes), tuple(shapes[0])
+        cut = None if self._cut is None else int(self._cut[0])
+
+        def score(d: int) -> tuple[bool, bool, bool]:
+            size = sizes[d] if cut is None else min(sizes[d], cut)
+            try:
+                rows = self.shape_table.target(np.full(n, size, np.int64))[0]
+            except ValueError:  # longer than the plan holds (or no cell takes it)
+                return (False, False, False)
+            return (True, sizes[d] > 1 or max(sizes) == 1, rows == n)
+
+        return max(range(len(sizes)), key=score)  # ties keep the first dim (time-major)
+
     def _first_dim_varies(self, samples: Any, ndims: set[int]) -> tuple[tuple[int, ...], list[int]]:
         """The trailing dims ``F, ...`` and the lengths ``T`` of ``(T, F, ...)`` samples whose
         ``T`` alone differs, where the general path would pad along ``T`` (NOTE [ Which dim
@@ -1045,6 +1067,11 @@ def check_batch(
         col = lengths[:, 0]
         q, p = int(col.argmin()), int(col.argmax())
         shape = _cell(table, lengths, p, group, memo)
+        # a short sample alone is refused, not in a batch whose longest one passes (NOTE [ A
+        # batch shorter than every planned sample ] in bucketloader.plan.table)
+        floor = getattr(table, "shortest", None)
+        if floor is not None and 2 * col[q] < floor[0]:
+            lengths = np.maximum(lengths, floor[0])
         low = shape if col[q] == col[p] else _cell(table, lengths, q, group, memo)
         if low[1:] != shape[1:] and (
             not getattr(table, "promoted", False) or _cell(table, lengths, 0, group, memo) != shape

@@ -15,10 +15,17 @@ need no configuration:
 2. otherwise, the one dim whose size differs between the samples of the batch is the variable
    one, and the collator remembers it for the field;
 3. a batch in which no dim differs (one sample, or equal lengths) uses the dim remembered from an
-   earlier batch, else the first dim (time-major, as NOTE [ The length of a sample ] measures);
-   a later batch that shows another dim varying is then an error naming the fix, because that
-   earlier batch was padded along the wrong dim. Channel-first samples whose first batches may
-   hold one sample each should say ``Field(dims=-1)``;
+   earlier batch, else the collator's guess (``guess``, one bucketed input): the first dim whose
+   size the plan can hold (no longer than the last boundary, not under half the shortest
+   planned length), which is not a size-1 axis beside a longer one, and with which the batch is
+   a full one of its cell, in that order of preference; else the first dim (time-major, as
+   NOTE [ The length of a sample ] measures).
+   Session 20 found torchaudio's ``(1, T)`` mono waveforms in a one-sample first batch (the
+   long buckets of a ``max_tokens`` plan hold one row) padded along the channel dim: a
+   ``(2, 9016, 9404)`` batch from a 9,404-sample utterance, with ``lengths`` 2, silently, until a
+   later batch raised. A later batch that shows another dim varying is still an error naming the
+   fix, because that earlier batch was padded along the wrong dim: channel-first samples whose
+   first batches may hold one sample each should say ``Field(dims=-1)``;
 4. several dims differing is an error that names the fix (``Field(dims=...)``, or a second
    bucketed input for 2-D buckets such as images).
 
@@ -29,7 +36,7 @@ not something sizes can tell).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -341,16 +348,18 @@ def measure(
     specs: list[Spec],
     num_inputs: int,
     learned: dict[Any, tuple[tuple[int, ...], bool]] | None = None,
+    guess: Callable[[list[Any]], int] | None = None,
 ) -> tuple[np.ndarray, dict[Any, list[Any]], dict[Any, tuple[int, ...]]]:
     """Per-sample sizes of each input (n, D), each field's values and its non-negative dims.
 
     Fields that follow the same input must agree on its size in every sample. ``learned`` is the
-    collator's memory of inferred dims (key -> (dims, seen varying)), NOTE [ Which dim varies ].
+    collator's memory of inferred dims (key -> (dims, seen varying)), and ``guess`` its choice
+    for a batch in which no dim varies, NOTE [ Which dim varies ].
     """
     if len(specs) == 1 and len(specs[0].inputs) == num_inputs == 1:
         spec = specs[0]
         vals = column(samples, spec.key, kind)
-        sizes, dims = _sizes(vals, spec, learned)
+        sizes, dims = _sizes(vals, spec, learned, guess)
         return sizes, {spec.key: vals}, {spec.key: dims}
     n = len(samples)
     lengths = np.full((n, num_inputs), -1, dtype=np.int64)
@@ -360,7 +369,7 @@ def measure(
     for spec in specs:
         vals = column(samples, spec.key, kind)
         columns[spec.key] = vals
-        sizes, dims = _sizes(vals, spec, learned)
+        sizes, dims = _sizes(vals, spec, learned, guess)
         ndims[spec.key] = dims
         for j, inp in enumerate(spec.inputs):
             if inp not in owner:
@@ -376,8 +385,10 @@ def measure(
                 hint = (
                     f"; a target of its own length such as {target!r} (a transcript, a "
                     "translation) cannot follow the input: bucket it as an input of its own "
-                    "(lengths={'...': ..., " + repr(target) + ": ...}), or let "
-                    "bucketloader.hf.for_text / for_audio pad it to a planned length per bucket"
+                    "(lengths={'...': ..., " + repr(target) + ": ...}), let "
+                    "bucketloader.hf.for_text / for_audio pad it to a planned length per bucket, "
+                    "or take it out of the samples before this collator (a CTC loss takes the "
+                    "targets concatenated: docs/audio.md, 'Plain PyTorch')"
                     if target is not None
                     else ""
                 )
@@ -391,7 +402,10 @@ def measure(
 
 
 def _sizes(
-    vals: list[Any], spec: Spec, learned: dict[Any, tuple[tuple[int, ...], bool]] | None = None
+    vals: list[Any],
+    spec: Spec,
+    learned: dict[Any, tuple[tuple[int, ...], bool]] | None = None,
+    guess: Callable[[list[Any]], int] | None = None,
 ) -> tuple[np.ndarray, tuple[int, ...]]:
     first = vals[0]
     if not is_sequence(first):
@@ -422,7 +436,7 @@ def _sizes(
             f"{_describe(vals[p])} but at position 0 it is {_describe(first)}"
         )
     if spec.dims is None:
-        dims = _infer_dim(spec.key, shapes, learned)
+        dims = _infer_dim(spec.key, shapes, learned, guess)
     else:
         dims = tuple(d + ndim if d < 0 else d for d in spec.dims)
         if any(d < 0 or d >= ndim for d in dims):
@@ -461,7 +475,10 @@ def _varying(shapes: list[Any]) -> list[int]:
 
 
 def _infer_dim(
-    key: Any, shapes: list[Any], learned: dict[Any, tuple[tuple[int, ...], bool]] | None
+    key: Any,
+    shapes: list[Any],
+    learned: dict[Any, tuple[tuple[int, ...], bool]] | None,
+    guess: Callable[[list[Any]], int] | None = None,
 ) -> tuple[int, ...]:
     """The variable dim of a field following one input (NOTE [ Which dim varies ])."""
     ndim = len(shapes[0])
@@ -484,8 +501,9 @@ def _infer_dim(
     if not varying:
         if before is not None:
             return before[0]
-        memory[key] = ((0,), False)
-        return (0,)
+        dims = (0,) if guess is None else (guess(shapes),)
+        memory[key] = (dims, False)
+        return dims
     p = next(p for p, s in enumerate(shapes) if s[varying[0]] != shapes[0][varying[0]])
     raise ValueError(
         f"field {key!r} varies along dims {tuple(varying)} (shape {tuple(shapes[p])} at batch "

@@ -270,7 +270,17 @@ class BucketSpec:
             shapes=tuple(sorted(shapes)),
             last_batch=self.last_batch,
             truncate=self.truncate,
+            shortest=self._shortest(),
         )
+
+    def _shortest(self) -> tuple[int, ...] | None:
+        """Per input, the shortest planned length (NOTE [ A batch shorter than every planned
+        sample ] in :mod:`bucketloader.plan.table`); ``None`` when the plan holds no sample."""
+        planned = self.lengths[self.cell_of_sample >= 0]
+        if planned.size == 0:
+            return None
+        planned = planned.reshape(len(planned), -1)
+        return tuple(int(x) for x in planned.min(axis=0))
 
     @classmethod
     @checks_options

@@ -32,6 +32,9 @@ class ShapeTable:
             leftovers ] in :mod:`bucketloader.plan.promote`): only then may a batch mix cells
             when its first sample's cell covers the rest; the collator refuses such a batch
             of any other plan.
+        shortest: per input, the shortest length the plan holds (a sampler's; ``None`` for a
+            stream, which has not seen its lengths). A batch whose every sample is shorter is
+            refused by :meth:`target` (NOTE [ A batch shorter than every planned sample ]).
 
     Example:
         >>> from bucketloader.plan import BucketSpec
@@ -48,6 +51,7 @@ class ShapeTable:
     last_batch: str
     truncate: tuple[int | None, ...] | None = None
     promoted: bool = False
+    shortest: tuple[int, ...] | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -61,6 +65,20 @@ class ShapeTable:
 
     def target(self, lengths: ArrayLike, *, group: Any = None) -> tuple[int, ...]:
         """The planned full batch shape ``(B, L_1, ..., L_D)`` for a batch with these lengths.
+
+        NOTE [ A batch shorter than every planned sample ]
+        A sample longer than the last boundary is caught by the boundary itself, but the first
+        cell has no lower edge: a dataset whose samples are all shorter than the lengths the
+        sampler was given maps every batch into the first cell, a planned shape, which every
+        other check accepts. Session 20 gave a sampler LibriSpeech's lengths in audio samples
+        and a dataset of ``(T, 80)`` frames (160 times shorter): every batch came out
+        ``(10, 174560, 80)``, 558 MB of which about 1% was data, silently. A sampler's table
+        therefore keeps the shortest planned length per input, and a batch whose *longest*
+        sample is below half of it is refused. No batch of the plan can be below it at all; the
+        half leaves room for lengths declared a little off (durations rounded, a 0.9x speed
+        perturbation, BOS/EOS counted in the lengths but not in the sample), which the other
+        checks accept where they keep the sample in its cell, while units that differ by 4
+        (characters and tokens) or 160 (audio samples and 10 ms frames) are caught.
 
         ``B`` is the planned full batch size of the cell even when the batch holds fewer samples
         (the collator pads rows under ``last_batch="pad"``). Samples of one planned batch share a
@@ -101,6 +119,17 @@ class ShapeTable:
                     "the sampler was planned on other lengths: rebuild it on the lengths your "
                     "dataset actually produces"
                 )
+        if self.shortest is not None:  # NOTE [ A batch shorter than every planned sample ]
+            for j, low in enumerate(self.shortest):
+                if 2 * arr[:, j].max() < low:
+                    name = "" if d == 1 else f"input {cells.input_names[j]!r} "
+                    raise ValueError(
+                        f"every sample of the batch has {name}length below half of {low}, the "
+                        f"shortest length the sampler was planned on (the longest here is "
+                        f"{int(arr[:, j].max())}); the sampler was planned on other lengths "
+                        "(audio samples where the dataset yields feature frames?): rebuild it "
+                        "on the lengths your dataset actually produces"
+                    )
         ids = cells.cell_of(arr, gi)
         cell = int(ids[0])
         if cell < 0 or ((ids != cell).any() and (arr > cells.lengths[cell]).any()):
