@@ -417,6 +417,11 @@ def test_actual_length_disagreeing_with_the_declared_one(small):
         audio.collator()([torch.ones(10, 80), torch.ones(30, 80)])
     assert audio.collator()([torch.ones(100), torch.ones(1700)])["inputs"].shape == (2, 3200)
     assert audio.collator()([torch.ones(1500)])["inputs"].shape == (2, 3200)
+    # BOS / EOS counted in the lengths, not in the samples: a 1-token sample declared 3 is kept
+    special = BucketSampler([3, 3, 8, 12], num_buckets=2, batch_size=2)
+    assert special.collator()([torch.ones(1), torch.ones(1)])["inputs"].shape == (2, 3)
+    with pytest.raises(ValueError, match=r"below half of 12, the shortest"):  # (slack: 4)
+        BucketSampler([12, 40], num_buckets=1, batch_size=2).collator()([torch.ones(5)])
     tokens = BucketSampler([10] * 8 + [100] * 8, num_buckets=2, max_tokens=400)
     with pytest.raises(
         ValueError,

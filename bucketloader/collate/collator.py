@@ -103,6 +103,7 @@ from bucketloader.collate._pad import (
 )
 from bucketloader.collate.fields import Field, bind_fields, check_pad, read_group
 from bucketloader.plan import ShapeTable
+from bucketloader.plan.table import below_plan
 
 __all__ = ["PadCollator"]
 
@@ -1070,7 +1071,7 @@ def check_batch(
         # a short sample alone is refused, not in a batch whose longest one passes (NOTE [ A
         # batch shorter than every planned sample ] in bucketloader.plan.table)
         floor = getattr(table, "shortest", None)
-        if floor is not None and 2 * col[q] < floor[0]:
+        if floor is not None and below_plan(int(col[q]), floor[0]):
             lengths = np.maximum(lengths, floor[0])
         low = shape if col[q] == col[p] else _cell(table, lengths, q, group, memo)
         if low[1:] != shape[1:] and (

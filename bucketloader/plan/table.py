@@ -11,6 +11,22 @@ from numpy.typing import ArrayLike
 
 from bucketloader.plan.cells import Cells
 
+#: Tokens a length may count that its sample does not hold (BOS / EOS and a few special tokens)
+#: before a batch below half the shortest planned length is refused (NOTE [ A batch shorter
+#: than every planned sample ]).
+SHORT_SLACK = 4
+
+
+def below_plan(longest: int, shortest: int) -> bool:
+    """Whether a batch whose longest sample has ``longest`` elements is too short for a plan
+    whose shortest sample has ``shortest`` (NOTE [ A batch shorter than every planned sample ]).
+
+    Example:
+        >>> below_plan(1_000, 160_000), below_plan(1, 3), below_plan(60, 100)
+        (True, False, False)
+    """
+    return 2 * longest < shortest and shortest - longest > SHORT_SLACK
+
 
 @dataclass(frozen=True, eq=False)
 class ShapeTable:
@@ -74,11 +90,13 @@ class ShapeTable:
         and a dataset of ``(T, 80)`` frames (160 times shorter): every batch came out
         ``(10, 174560, 80)``, 558 MB of which about 1% was data, silently. A sampler's table
         therefore keeps the shortest planned length per input, and a batch whose *longest*
-        sample is below half of it is refused. No batch of the plan can be below it at all; the
-        half leaves room for lengths declared a little off (durations rounded, a 0.9x speed
-        perturbation, BOS/EOS counted in the lengths but not in the sample), which the other
-        checks accept where they keep the sample in its cell, while units that differ by 4
-        (characters and tokens) or 160 (audio samples and 10 ms frames) are caught.
+        sample is below half of it, and more than ``SHORT_SLACK`` = 4 elements below it, is
+        refused. No batch of the plan can be below it at all; the half leaves room for lengths
+        declared a little off (durations rounded, a 0.9x speed perturbation), and the slack for
+        BOS / EOS counted in the lengths but not in the sample (a shortest length of 3 for a
+        1-token sample: half alone refused it), which the other checks accept where they keep
+        the sample in its cell, while units that differ by 4 (characters and tokens) or 160
+        (audio samples and 10 ms frames) are caught.
 
         ``B`` is the planned full batch size of the cell even when the batch holds fewer samples
         (the collator pads rows under ``last_batch="pad"``). Samples of one planned batch share a
@@ -119,9 +137,10 @@ class ShapeTable:
                     "the sampler was planned on other lengths: rebuild it on the lengths your "
                     "dataset actually produces"
                 )
-        if self.shortest is not None:  # NOTE [ A batch shorter than every planned sample ]
-            for j, low in enumerate(self.shortest):
-                if 2 * arr[:, j].max() < low:
+        shortest = getattr(self, "shortest", None)  # (None in a table pickled before it)
+        if shortest is not None:  # NOTE [ A batch shorter than every planned sample ]
+            for j, low in enumerate(shortest):
+                if below_plan(int(arr[:, j].max()), low):
                     name = "" if d == 1 else f"input {cells.input_names[j]!r} "
                     raise ValueError(
                         f"every sample of the batch has {name}length below half of {low}, the "
