@@ -1078,15 +1078,21 @@ def _fit_by_document(
     cnt = np.asarray(counts, dtype=np.int64)
     docs = int(cnt.sum())
     index = np.repeat(np.arange(cnt.size, dtype=np.int64), cnt)  # each document's size index
-    shifted = (np.asarray(sizes, dtype=np.int64)[index] << _AT).tolist()
+    each = np.asarray(sizes, dtype=np.int64)[index]
     least, high, first, tmask = int(sizes[-1]) << _AT, -1 << _AT, lens[0] << _AT, _TAIL
-    keys = [-1]  # (a sentinel below every key: keys[-1] and keys[at - 1] always exist)
-    placed: list[int] = []  # each document's row (rows numbered as opened)
-    kinds: list[int] = []  # each row's row length index
+    # with one row length, the documents longer than half of it open a row each, in order (a
+    # room one leaves holds no other): their rows and keys made in bulk, as the loop would
+    roots = 0 if len(lens) > 1 else int(np.count_nonzero(each > lens[0] // 2))  # (sizes fall)
+    rooms = (lens[0] - each[:roots]) << _AT | np.arange(_TAIL, _TAIL - roots, -1)
+    keys = [-1, *np.sort(rooms[rooms >= least]).tolist()]  # (-1: a sentinel below every key,
+    # so keys[-1] and keys[at - 1] always exist)
+    placed = list(range(roots))  # each document's row (rows numbered as opened)
+    kinds = [0] * roots  # each row's row length index
     put = placed.append
     # (each row's last document, which orders the patterns, is found from ``placed`` in
     # numpy afterwards: a store per document here was 8% of the loop, measured in session 21)
-    for tail, s in zip(range(_TAIL, _TAIL - docs, -1), shifted, strict=True):
+    shifted = (each[roots:] << _AT).tolist()
+    for tail, s in zip(range(_TAIL - roots, _TAIL - docs, -1), shifted, strict=True):
         if keys[-1] >= s:  # the tightest room that holds s, of its rows the last left
             at = bisect_left(keys, s)
             key = keys[at]
