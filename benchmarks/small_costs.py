@@ -620,12 +620,41 @@ def bfd_sorted(lengths: np.ndarray, row_length: int) -> int:
     return rows
 
 
+def bfd_sorted_documents(lengths: np.ndarray, row_length: int) -> tuple[np.ndarray, int]:
+    """:func:`bfd_sorted` returning what a packing needs, as :func:`bfd_documents` does: every
+    document's row. Each open row's key is its room and its row id in one integer (``room <<
+    shift | row``), so ``bisect`` finds the tightest room that holds ``s`` and its row at once
+    (of equal rooms, the row opened first); the documents largest first by a stable
+    ``np.argsort``."""
+    order = np.argsort(-lengths, kind="stable")
+    shift = max(int(lengths.size).bit_length(), 1)
+    mask = (1 << shift) - 1
+    keys: list[int] = []
+    placed: list[int] = []
+    put = placed.append
+    rows = 0
+    for s in lengths[order].tolist():
+        i = bisect_left(keys, s << shift)
+        if i < len(keys):
+            key = keys.pop(i)
+            row, left = key & mask, (key >> shift) - s
+        else:
+            row, left = rows, row_length - s
+            rows += 1
+        put(row)
+        if left:
+            insort(keys, left << shift | row)
+    row_of = np.empty(lengths.size, dtype=np.int64)
+    row_of[order] = placed
+    return row_of, rows
+
+
 def long_rows(repeats: int) -> list[str]:
     """Section 2b: the plan against a per-document BFD whose cost does not grow with L."""
     torch.set_num_threads(1)
     cases = []
     for length in (2**20 + 3, 2**24):
-        for n in (375, 2_000, 10_000):
+        for n in (375, 1_000, 2_000, 10_000):
             rng = np.random.default_rng(n)
             for low in (8, 5):
                 docs = rng.integers(length // low + 1, length // 2 + 1, n)
@@ -650,50 +679,69 @@ def long_rows(repeats: int) -> list[str]:
         "over a sorted list of the open rows' rooms, `bisect` for the tightest that holds each "
         "document, largest first; no bitset, so its cost does not grow with the row length, "
         "where section 2's per-document baseline shifts a bitset of L bits per document: about "
-        "0.85 s for 375 documents at L = 2**24). Rows longer than 16,384 tokens are repacked "
-        "in units of L // 1024 tokens (NOTE [ Repacking long rows in units ]; `version` is the "
-        "solver version of the default's plan, 12 where that search ran). Times: the median "
-        f"over {repeats} repeats of the best of 5 alternating rounds of the three, each round "
-        "about 10 ms of calls (at least one; CPU time); the ratios are time / BFD sorted's "
-        "from the same race. `never`'s rows are BFD sorted's (asserted). The last four cases: "
-        "every document its own size (drawn without replacement), 100k and 1M documents, one "
-        "call each, no race (BFD sorted inserts into a list of up to some 300k rooms: seconds "
-        "a call).",
+        "0.85 s for 375 documents at L = 2**24; it returns the row count only, so it does less "
+        "work than any packing) and **BFD sorted, per document** (`bfd_sorted_documents`: the "
+        "same loop returning every document's row, as section 2's per-document baseline does, "
+        "each open row's key its room and its row id in one integer). Rows longer than 16,384 "
+        "tokens are repacked in units of L // 1024 tokens (NOTE [ Repacking long rows in "
+        "units ]; `version` is the solver version of the default's plan, 12 where that "
+        "search ran). Times: the median "
+        f"over {repeats} repeats of the best of 5 alternating rounds of the four, each round "
+        "about 10 ms of calls (at least one; CPU time); the ratios are time / a baseline's "
+        "from the same race. `never`'s rows are both baselines' (asserted). The last four "
+        "cases: every document its own size (drawn without replacement), 100k and 1M "
+        "documents, one call each, no race (BFD sorted inserts into a list of up to some 300k "
+        "rooms: seconds a call).",
         "",
         "| lengths | L | bound L2 | rows auto | rows never = BFD | version | auto ms | never ms | "
-        "BFD sorted ms | auto / BFD sorted | never / BFD sorted |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "BFD sorted ms | BFD sorted, per document ms | auto / BFD sorted | never / BFD sorted | "
+        "auto / per document | never / per document |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    worst = {"auto": 0.0, "never": 0.0}
+    worst = {(side, base, n): 0.0 for side in ("auto", "never") for base in (0, 1) for n in (0, 1)}
     for label, lengths, row_length in cases:
         builds = plan_builds(lengths, row_length)
         base = functools.partial(bfd_sorted, lengths, row_length)
+        each = functools.partial(bfd_sorted_documents, lengths, row_length)
         if lengths.size > 10_000:  # (one call each: BFD sorted takes seconds)
-            (auto_t, auto), (never_t, never), (base_t, rows) = (
-                timed(f) for f in (builds["auto"], builds["never"], base)
+            (auto_t, auto), (never_t, never), (base_t, rows), (each_t, (_, each_rows)) = (
+                timed(f) for f in (builds["auto"], builds["never"], base, each)
             )
         else:
-            auto_t, never_t, base_t = side_by_side(
-                builds["auto"], builds["never"], base, budget_s=0.01, repeats=repeats, rounds=5
+            auto_t, never_t, base_t, each_t = side_by_side(
+                builds["auto"],
+                builds["never"],
+                base,
+                each,
+                budget_s=0.01,
+                repeats=repeats,
+                rounds=5,
             )
-            auto, never, rows = builds["auto"](), builds["never"](), base()
-        assert never.num_rows == rows and auto.num_rows <= rows, (label, row_length)
+            auto, never, rows, (_, each_rows) = builds["auto"](), builds["never"](), base(), each()
+        assert never.num_rows == rows == each_rows and auto.num_rows <= rows, (label, row_length)
         flags = list(inspect.signature(solver_version).parameters)[1:]  # (searched, ...)
         version = solver_version(auto.row_lengths, **{f: getattr(auto.patterns, f) for f in flags})
         sizes, counts = np.unique(lengths, return_counts=True)
         bound = lower_bound(sizes, counts, row_length)[1]
-        worst["auto"] = max(worst["auto"], auto_t / base_t)
-        worst["never"] = max(worst["never"], never_t / base_t)
+        for side, t in (("auto", auto_t), ("never", never_t)):
+            for b, bt in enumerate((base_t, each_t)):
+                for key in {(side, b, 0), (side, b, int(lengths.size >= 1_000))}:
+                    worst[key] = max(worst[key], t / bt)
         lines.append(
             f"| {label} | {row_length:,} | {bound:,} | {auto.num_rows:,} | {rows:,} | "
             f"{version} | {auto_t * 1e3:.3g} | {never_t * 1e3:.3g} | {base_t * 1e3:.3g} | "
-            f"{auto_t / base_t:.2f}x | {never_t / base_t:.2f}x |"
+            f"{each_t * 1e3:.3g} | {auto_t / base_t:.2f}x | {never_t / base_t:.2f}x | "
+            f"{auto_t / each_t:.2f}x | {never_t / each_t:.2f}x |"
         )
         print(lines[-1], flush=True)
     lines += [
         "",
-        f'Largest time ratio: `search="auto"` / BFD sorted **{worst["auto"]:.2f}x**, '
-        f'`search="never"` / BFD sorted **{worst["never"]:.2f}x**; rows: `never` = BFD\'s, '
+        "Largest time ratio, every case (from 1,000 documents, issue 26's range, in brackets): "
+        f'`search="never"` / BFD sorted **{worst["never", 0, 0]:.2f}x** '
+        f"({worst['never', 0, 1]:.2f}x), / BFD sorted per document **{worst['never', 1, 0]:.2f}x** "
+        f'({worst["never", 1, 1]:.2f}x); `search="auto"` / BFD sorted '
+        f"**{worst['auto', 0, 0]:.2f}x** ({worst['auto', 0, 1]:.2f}x), / per document "
+        f"**{worst['auto', 1, 0]:.2f}x** ({worst['auto', 1, 1]:.2f}x); rows: `never` = BFD's, "
         "`auto` <= BFD's everywhere (asserted).",
         "",
     ]
