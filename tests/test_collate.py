@@ -422,6 +422,12 @@ def test_actual_length_disagreeing_with_the_declared_one(small):
     assert special.collator()([torch.ones(1), torch.ones(1)])["inputs"].shape == (2, 3)
     with pytest.raises(ValueError, match=r"below half of 12, the shortest"):  # (slack: 4)
         BucketSampler([12, 40], num_buckets=1, batch_size=2).collator()([torch.ones(5)])
+    # under overflow="truncate" the shortest planned length is the cut one: a dataset that cuts
+    # its samples to max_length itself (a tokenizer's truncation) was refused (session 21)
+    cut = BucketSampler(
+        [50, 60, 70, 80], num_buckets=1, batch_size=2, max_length=20, overflow="truncate"
+    )
+    assert cut.collator()([torch.ones(20), torch.ones(20)])["inputs"].shape == (2, 20)
     tokens = BucketSampler([10] * 8 + [100] * 8, num_buckets=2, max_tokens=400)
     with pytest.raises(
         ValueError,

@@ -274,13 +274,17 @@ class BucketSpec:
         )
 
     def _shortest(self) -> tuple[int, ...] | None:
-        """Per input, the shortest planned length (NOTE [ A batch shorter than every planned
-        sample ] in :mod:`bucketloader.plan.table`); ``None`` when the plan holds no sample."""
+        """Per input, the shortest planned length, as cut under ``overflow="truncate"`` (NOTE [ A
+        batch shorter than every planned sample ] in :mod:`bucketloader.plan.table`); ``None``
+        when the plan holds no sample."""
         planned = self.lengths[self.cell_of_sample >= 0]
         if planned.size == 0:
             return None
-        planned = planned.reshape(len(planned), -1)
-        return tuple(int(x) for x in planned.min(axis=0))
+        least = planned.reshape(len(planned), -1).min(axis=0)
+        cut = self.truncate or (None,) * least.size  # (a sample cut to max_length is that long)
+        return tuple(
+            int(x) if c is None else min(int(x), c) for x, c in zip(least, cut, strict=True)
+        )
 
     @classmethod
     @checks_options
