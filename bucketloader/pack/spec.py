@@ -150,8 +150,8 @@ class PackTable:
                 return len(self.row_lengths) - 1
             raise ValueError(
                 f"a document of {longest} tokens is longer than the longest planned row length "
-                f"{self.limit}; the sampler was planned on other lengths (or pass "
-                "overflow='truncate')"
+                f"{self.limit}; the samples disagree with the lengths they were planned on (a "
+                "sampler's lengths or a stream's length_fn): give each document's true token count"
             )
         for i, n in enumerate(self.row_lengths):
             if longest <= n:
