@@ -323,8 +323,8 @@ def _warn_dry(engine: Any, owner: str, epoch: int) -> None:
             f"{engine.read:,}, {dry:,} of its {total:,} steps find no new sample (from step "
             f"{engine.batches - engine.dry + 1:,} on: padding rows, or repeats with "
             "last_batch='fill'), so steps_per_epoch is too high for this source (this rank's "
-            "shard, this worker's share); lower it to about the samples per rank / the mean "
-            "batch size (report() counts the padded rows)",
+            f"shard, this worker's share); lower it to about {engine.STEPS_HINT} (report() "
+            "counts the padded rows)",
             UserWarning,
             stacklevel=3,
         )
