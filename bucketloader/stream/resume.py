@@ -220,9 +220,17 @@ def check_source(source: Any) -> Any:
     if isinstance(source, (str, bytes)) or not (
         isinstance(source, Iterable) or hasattr(source, "__getitem__")
     ):
+        # (a generator function is not iterable: its calls are; docs speak of "generator
+        # factories", objects whose __iter__ makes a new generator each pass)
+        hint = (
+            "; for a new pass each epoch, pass an object whose __iter__ calls it (class Docs: "
+            "def __iter__(self): return make()), or make() itself for one pass"
+            if callable(source)
+            else ""
+        )
         raise TypeError(
             f"source must be an iterable of samples (a list, a generator, an HF or torch "
-            f"IterableDataset), got {type(source).__name__} {source!r:.60}"
+            f"IterableDataset), got {type(source).__name__} {source!r:.60}{hint}"
         )
     if isinstance(source, Mapping):  # (iterated, a dict gives its keys: one "sample" per key)
         raise TypeError(
