@@ -404,6 +404,9 @@ def test_validation_errors():
         PackSampler([3, 4], batch_size=2)
     with pytest.raises(ValueError, match=r"longer .* 8 .* add a longer row length \(row_length="):
         PackSampler([3, 9], row_length=8, batch_size=2)
+    # s21: it suggested row_length=(8, 9), losing the 4 given, and said "1 documents are"
+    with pytest.raises(ValueError, match=r"^1 document is longer .* \(row_length=\(4, 8, 9\)\)"):
+        PackSampler([3, 9], row_length=(4, 8), batch_size=2)
     # s14: past the longest row a plan may have, it suggested row_length=(8, 2**40), refused
     with pytest.raises(ValueError, match=r"'truncate', or split them first") as info:
         PackSampler([3, 2**40], row_length=8, batch_size=2)
