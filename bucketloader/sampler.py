@@ -656,12 +656,28 @@ class BucketSampler(SpecShapes, EpochSampler):
             for k, v in (spec.filtered or {}).items()
             if v and k in LEFT_OUT_BY
         }
+        never = ""
         if spec.last_batch == "drop":
-            _, q = spec.cell_steps(self.num_replicas)
+            full, q = spec.cell_steps(self.num_replicas)
             if int(q.sum()):
                 reasons["last_batch='drop'"] = int(q.sum())
+            # a bucket with fewer samples than one step makes no batch (no promotion under
+            # "drop"): its samples are never seen, the same ones every epoch, said whatever
+            # their number (s21-pack: 5 of 1,005 samples, silently)
+            dead = np.flatnonzero((full == 0) & (q > 0) & self._batches_the_spec)
+            if dead.size:
+                shapes = ", ".join(
+                    f"{tuple(int(x) for x in spec.cells.lengths[c])} ({int(q[c]):,} of a step's "
+                    f"{int(spec.cells.batch[c]) * self.num_replicas:,})"
+                    for c in dead[:4]
+                )
+                never = (
+                    f"; {len(dead)} bucket(s) hold fewer samples than one step takes, padded "
+                    f"lengths {shapes}{', ...' if len(dead) > 4 else ''}, so their "
+                    f"{int(q[dead].sum()):,} samples are never seen, the same ones every epoch"
+                )
         lost = sum(reasons.values())
-        if lost > LOSS_WARNING * n:
+        if lost > LOSS_WARNING * n or never:
             listed = ", ".join(f"{v:,} by {k}" for k, v in reasons.items())
             hint = (
                 "; last_batch='pad' keeps every sample at the planned shapes"
@@ -670,7 +686,7 @@ class BucketSampler(SpecShapes, EpochSampler):
             )
             warnings.warn(
                 f"this BucketSampler leaves out {lost:,} of {n:,} samples ({lost / n:.1%}) "
-                f"every epoch on {self.num_replicas} rank(s): {listed}{hint}",
+                f"every epoch on {self.num_replicas} rank(s): {listed}{never}{hint}",
                 DataLossWarning,
                 stacklevel=3,
             )

@@ -576,6 +576,8 @@ def test_steps_per_epoch_far_past_the_shard_warns_once_when_the_shard_runs_dry(k
         f"its {10**6:,} steps find no new sample (from step {full + 1} on: "
     )
     assert "steps_per_epoch is too high" in str(note.message)
+    hint = "samples per rank / the mean batch size" if kind == "bucket" else "tokens per rank / ("
+    assert f"lower it to about the {hint}" in str(note.message)  # (s21: a stream's own unit)
 
     with warnings.catch_warnings(record=True) as caught:  # a whole pass: one note, its count
         warnings.simplefilter("always")

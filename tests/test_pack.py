@@ -404,6 +404,9 @@ def test_validation_errors():
         PackSampler([3, 4], batch_size=2)
     with pytest.raises(ValueError, match=r"longer .* 8 .* add a longer row length \(row_length="):
         PackSampler([3, 9], row_length=8, batch_size=2)
+    # s21: it suggested row_length=(8, 9), losing the 4 given, and said "1 documents are"
+    with pytest.raises(ValueError, match=r"^1 document is longer .* \(row_length=\(4, 8, 9\)\)"):
+        PackSampler([3, 9], row_length=(4, 8), batch_size=2)
     # s14: past the longest row a plan may have, it suggested row_length=(8, 2**40), refused
     with pytest.raises(ValueError, match=r"'truncate', or split them first") as info:
         PackSampler([3, 2**40], row_length=8, batch_size=2)
@@ -647,11 +650,16 @@ def _rows(lens, width):
 
 def test_collator_errors_and_truncation():
     collate = PackCollator(_table(rows=1, width=8, docs=4))
+    # (s21: both named a sampler's lengths only, and the second suggested overflow='truncate',
+    # which does not help a document declared shorter than it is; a stream's is its length_fn)
     with pytest.raises(
-        ValueError, match="need 2 rows of 8 in the order given, more than the planned 1"
+        ValueError,
+        match=r"need 2 rows of 8 in the order given, more than the planned 1; .* length_fn",
     ):
         collate([[1] * 5, [1] * 5])
-    with pytest.raises(ValueError, match="longer than the longest planned row length 8"):
+    with pytest.raises(
+        ValueError, match=r"longer than the longest planned row length 8; .* length_fn\): give"
+    ):
         collate([[1] * 9])
     with pytest.raises(ValueError, match="exceeds the 4 a batch"):
         collate([[1]] * 5)

@@ -303,6 +303,8 @@ def test_validation_at_the_call():
         PackIterable(docs, steps_per_epoch=3, last_batch="drop", **kw)
     with pytest.raises(TypeError, match=r"source must be an iterable of samples .* got int 5"):
         PackIterable(5, **kw)
+    with pytest.raises(TypeError, match=r"got function .*whose __iter__ calls it"):  # (s21)
+        PackIterable(lambda: iter(docs), **kw)
     with pytest.raises(TypeError, match="pass steps_per_epoch for a length"):
         len(PackIterable(docs, **kw))
     split = PackIterable(docs, num_replicas=2, rank=0, steps_per_epoch=3, **kw)

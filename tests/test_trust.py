@@ -63,6 +63,28 @@ def test_pack_last_batch_drop_over_ranks_is_counted_exactly(ranks):
         assert s.report().totals == totals
 
 
+def test_last_batch_drop_of_a_whole_row_length_or_bucket_names_what_is_never_seen():
+    # s21-pack: the 2 rows of 16 are fewer than a step (4), so the two 12-token documents (only
+    # those rows hold them) were never seen in any epoch, without a word (0.5% < LOSS_WARNING)
+    lengths = [4] * 402 + [12] * 2
+    sampler, (msg,) = _warned(
+        lambda: PackSampler(lengths, row_length=(8, 16), batch_size=4, last_batch="drop")
+    )
+    assert "2 row(s) of 16 tokens (a step takes 4) make no batch" in msg
+    assert "so 2 document(s) of 12 tokens are never seen, the same ones every epoch" in msg
+    assert sampler.shapes == [(4, 8)] and {402, 403}.isdisjoint(i for b in sampler for i in b)
+    # its twin in BucketSampler: a bucket with fewer samples than one step makes no batch
+    lengths = [5] * 1000 + [30] * 5
+    sampler, (msg,) = _warned(
+        lambda: BucketSampler(lengths, boundaries=[5, 30], batch_size=8, last_batch="drop")
+    )
+    assert (
+        "1 bucket(s) hold fewer samples than one step takes, padded lengths (30,) (5 of a "
+        "step's 8), so their 5 samples are never seen, the same ones every epoch"
+    ) in msg
+    assert sampler.shapes == [(8, 5)]
+
+
 def test_eval_sampler_with_a_filter_is_whole_over_the_kept_samples():
     lengths = [3, 4, 9, 10, 12, 8, 2]
     samplers, msgs = _warned(

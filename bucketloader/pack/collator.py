@@ -300,8 +300,8 @@ class PackCollator:
         if n > table.max_documents[shape]:
             raise ValueError(
                 f"batch of {n} documents exceeds the {table.max_documents[shape]} a batch of "
-                f"shape {(rows, width)} can hold for the lengths the sampler was planned on; "
-                "the dataset's samples disagree with the sampler's lengths"
+                f"shape {(rows, width)} can hold for the lengths it was planned on; the "
+                "samples disagree with those lengths (a sampler's lengths or a stream's length_fn)"
                 + _dims_hint(typed_ids[0])
             )
         spans = _next_fit(lens, width)
@@ -309,8 +309,9 @@ class PackCollator:
             raise ValueError(
                 f"the batch's {n} documents ({sum(lens)} tokens) need {len(spans)} rows of "
                 f"{width} in the order given, more than the planned {rows}; the dataset's "
-                "samples disagree with the lengths the sampler was planned on (or the batch "
-                "did not come from this collator's sampler)" + _dims_hint(typed_ids[0])
+                "samples disagree with the lengths they were planned on (a sampler's lengths or "
+                "a stream's length_fn, or the batch did not come from this collator's sampler "
+                "or stream)" + _dims_hint(typed_ids[0])
             )
         typed_labels = None if labels is None else (labels, label_kinds or set())
         try:

@@ -222,7 +222,10 @@ class PackSampler(EpochSampler):
     def _warn_losses(self) -> None:
         """NOTE [ Warning about silent losses ] in :mod:`bucketloader.sampler`: documents that
         ``overflow="drop"`` leaves out, and the rows ``last_batch="drop"`` leaves out of every
-        epoch (their documents change per epoch; :meth:`report` counts them exactly)."""
+        epoch (their documents change per epoch; :meth:`report` counts them exactly). A row
+        length whose rows are fewer than one step makes no batch under ``last_batch="drop"``:
+        the documents no other row holds are then never seen, the same ones every epoch, which
+        is warned about whatever their number (:func:`_never_seen`)."""
         spec = self.spec
         n = spec.num_documents
         if len(self) == 0 and spec.num_rows:  # only last_batch="drop" can empty a plan
@@ -236,17 +239,18 @@ class PackSampler(EpochSampler):
         reasons = {}
         if spec.overflow == "drop" and spec.dropped.size:
             reasons["overflow='drop' (longer than the longest row)"] = int(spec.dropped.size)
-        rows_lost = 0
+        rows_lost, never = 0, ""
         if spec.last_batch == "drop":
-            _, q = spec.steps(self.num_replicas)
+            full, q = spec.steps(self.num_replicas)
             rows_lost = int(q.sum())
             if rows_lost:
                 per_row = spec.kept.size / max(spec.num_rows, 1)
                 reasons[f"last_batch='drop' ({rows_lost:,} of {spec.num_rows:,} rows)"] = max(
                     1, round(rows_lost * per_row)
                 )
+            never = _never_seen(spec, full, self.num_replicas)
         lost = sum(reasons.values())
-        if lost > LOSS_WARNING * n:
+        if lost > LOSS_WARNING * n or never:
             listed = ", ".join(
                 f"{'about ' if 'rows' in k else ''}{v:,} by {k}" for k, v in reasons.items()
             )
@@ -255,7 +259,7 @@ class PackSampler(EpochSampler):
             warnings.warn(
                 f"this PackSampler leaves out {about}{lost:,} of {n:,} documents "
                 f"({lost / n:.1%}) every epoch on {self.num_replicas} rank(s): {listed} "
-                f"(report() counts each epoch exactly){hint}",
+                f"(report() counts each epoch exactly){never}{hint}",
                 DataLossWarning,
                 stacklevel=3,
             )
@@ -311,3 +315,34 @@ class PackSampler(EpochSampler):
             f"PackSampler(shapes={self.shapes}, batches={len(self)}, rows={self.spec.num_rows}, "
             f"row_padding={self.spec.row_padding:.2%}, rank={self.rank}/{self.num_replicas})"
         )
+
+
+def _never_seen(spec: PackSpec, full: np.ndarray, num_replicas: int) -> str:
+    """Under ``last_batch="drop"``, the documents that no epoch sees: a row length with fewer
+    rows than one step (``full[k] == 0``) makes no batch, and a document size whose every slot
+    is in such rows is never dealt into a row that is trained on (documents are dealt only
+    among the slots of their own size, NOTE [ Packed epochs ] in
+    :mod:`bucketloader.pack.epoch`). These are the longest documents, the same ones every epoch,
+    so this is said whatever their number (``""`` when there are none)."""
+    p = spec.patterns
+    dead = full[p.kind] == 0  # per pattern
+    if not dead.any():
+        return ""
+    per_entry = np.repeat(dead, np.diff(p.offsets))
+    live = np.zeros(p.sizes.size, dtype=bool)
+    live[p.items[~per_entry]] = True
+    unseen = p.sizes[~live]
+    count = int(np.isin(spec.sizes[spec.kept], unseen).sum())
+    if not count:
+        return ""
+    rows = spec.rows_per_length
+    what = ", ".join(
+        f"{int(rows[k]):,} row(s) of {spec.row_lengths[k]:,} tokens (a step takes "
+        f"{spec.batch_sizes[k] * num_replicas:,})"
+        for k in np.flatnonzero((full == 0) & (rows > 0)).tolist()
+    )
+    lo, hi = int(unseen.min()), int(unseen.max())
+    return (
+        f"; {what} make no batch, so {count:,} document(s) of {lo:,}"
+        f"{f' to {hi:,}' if hi > lo else ''} tokens are never seen, the same ones every epoch"
+    )

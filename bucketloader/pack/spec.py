@@ -150,8 +150,8 @@ class PackTable:
                 return len(self.row_lengths) - 1
             raise ValueError(
                 f"a document of {longest} tokens is longer than the longest planned row length "
-                f"{self.limit}; the sampler was planned on other lengths (or pass "
-                "overflow='truncate')"
+                f"{self.limit}; the samples disagree with the lengths they were planned on (a "
+                "sampler's lengths or a stream's length_fn): give each document's true token count"
             )
         for i, n in enumerate(self.row_lengths):
             if longest <= n:
@@ -547,7 +547,7 @@ class PackSpec:
             declared = as_lengths(lengths).copy() if arr is lengths else arr.astype(np.int64)
             if (declared == 0).any():
                 _refuse_empty(declared)
-            sizes = _cut(declared, limit, overflow)
+            sizes = _cut(declared, rows, overflow)
             histogram = _histogram_of(np.bincount(sizes, minlength=limit + 1), limit)
             declared.setflags(write=False)
         else:
@@ -727,21 +727,24 @@ def _refuse_empty(lengths: np.ndarray) -> None:
     )
 
 
-def _cut(declared: np.ndarray, limit: int, overflow: str) -> np.ndarray:
-    """The sizes when some documents are longer than ``limit``: ``overflow`` applied
-    (``"error"`` raises), as a read-only narrow array."""
+def _cut(declared: np.ndarray, rows: tuple[int, ...], overflow: str) -> np.ndarray:
+    """The sizes when some documents are longer than the longest row length: ``overflow``
+    applied (``"error"`` raises), as a read-only narrow array."""
+    limit = rows[-1]
     over = declared > limit
     i = int(np.argmax(over))
     if overflow == "error":
         longest = int(declared.max())
-        longer = (  # (not past the longest row a plan may have: that is refused)
-            f"add a longer row length (row_length=({limit}, {longest})), "
+        longer = (  # (not past the longest row a plan may have: that is refused; the row
+            # lengths given are kept: (200, 300) said row_length=(300, 301), losing the 200)
+            f"add a longer row length (row_length={(*rows, longest)}), "
             if longest <= MAX_ROW_LENGTH
             else ""
         )
+        count = int(over.sum())
         raise ValueError(
-            f"{int(over.sum())} documents are longer than the longest row length "
-            f"{limit} (the first: index {i}, {int(declared[i])} tokens); pass "
+            f"{count} {'documents are' if count > 1 else 'document is'} longer than the longest "
+            f"row length {limit} (the first: index {i}, {int(declared[i])} tokens); pass "
             f"overflow='drop' or 'truncate', {longer}or split them first "
             "(bucketloader.pack.SplitDataset)"
         )

@@ -22,7 +22,8 @@ class SplitDataset(Dataset):
     can only name dataset indices, so the pieces get indices of their own here. Piece ``k`` of a
     document holds its tokens ``k * max_length`` up to ``(k + 1) * max_length``; each piece is
     packed as a document of its own (positions restart, attention stays within it, as Megatron's
-    concat-and-chunk would cut it but without sharing a row segment with another document).
+    concat-and-chunk would cut it but without sharing a row segment with another document), so
+    its first token takes no loss, as every document's first token: one label fewer per cut.
 
     Args:
         dataset: the map-style dataset (samples: token sequences, or dicts whose fields of the

@@ -43,6 +43,9 @@ class Pass:
 
     #: The format of this filler's exact state.
     STATE_FORMAT: ClassVar[int]
+    #: The steps one rank's shard fills, named in the warning that ``steps_per_epoch`` is too
+    #: high (``stream.resume._warn_dry``).
+    STEPS_HINT: ClassVar[str] = "the samples per rank / the mean batch size"
 
     def __init__(
         self,

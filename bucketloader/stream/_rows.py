@@ -190,6 +190,7 @@ class RowPass(Pass):
     """Open rows and closed rows of one pass; :meth:`run` is the generator of batches."""
 
     STATE_FORMAT = STATE_FORMAT
+    STEPS_HINT = "the tokens per rank / (batch_size * row_length)"
 
     def __init__(
         self, cfg: PackConfig, epoch: int, worker: tuple[int, int], *, skip: int = 0

@@ -140,7 +140,9 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             newest (NOTE [ Worker checkpoints ] in :mod:`bucketloader.stream.resume`).
 
     Under a ``DataLoader`` with workers each worker packs its own shard (the stream's rule:
-    torch and HF iterable datasets shard themselves, other iterables are split round-robin).
+    an HF ``IterableDataset`` splits its shards, a torch ``IterableDataset`` must shard itself
+    by ``torch.utils.data.get_worker_info()`` or every worker reads all of it, other iterables
+    are split round-robin).
     ``state_dict()`` / ``load_state_dict()`` resume mid-epoch exactly, in one process or behind
     workers (NOTE [ Resuming a packing stream behind DataLoader workers ]); :attr:`stats` counts
     what the pass did, also from the main process.

@@ -220,9 +220,17 @@ def check_source(source: Any) -> Any:
     if isinstance(source, (str, bytes)) or not (
         isinstance(source, Iterable) or hasattr(source, "__getitem__")
     ):
+        # (a generator function is not iterable: its calls are; docs speak of "generator
+        # factories", objects whose __iter__ makes a new generator each pass)
+        hint = (
+            "; for a new pass each epoch, pass an object whose __iter__ calls it (class Docs: "
+            "def __iter__(self): return make()), or make() itself for one pass"
+            if callable(source)
+            else ""
+        )
         raise TypeError(
             f"source must be an iterable of samples (a list, a generator, an HF or torch "
-            f"IterableDataset), got {type(source).__name__} {source!r:.60}"
+            f"IterableDataset), got {type(source).__name__} {source!r:.60}{hint}"
         )
     if isinstance(source, Mapping):  # (iterated, a dict gives its keys: one "sample" per key)
         raise TypeError(
@@ -323,8 +331,8 @@ def _warn_dry(engine: Any, owner: str, epoch: int) -> None:
             f"{engine.read:,}, {dry:,} of its {total:,} steps find no new sample (from step "
             f"{engine.batches - engine.dry + 1:,} on: padding rows, or repeats with "
             "last_batch='fill'), so steps_per_epoch is too high for this source (this rank's "
-            "shard, this worker's share); lower it to about the samples per rank / the mean "
-            "batch size (report() counts the padded rows)",
+            f"shard, this worker's share); lower it to about {engine.STEPS_HINT} (report() "
+            "counts the padded rows)",
             UserWarning,
             stacklevel=3,
         )
