@@ -62,7 +62,7 @@ from bucketloader.collate import PadCollator
 from bucketloader.plan import BucketSpec, ShapeTable
 from bucketloader.plan.budget import even_batch, size_values
 from bucketloader.plan.limits import warn_zero_lengths
-from bucketloader.plan.report import LEFT_OUT_BY, SamplingReport
+from bucketloader.plan.report import LEFT_OUT_BY, SamplingReport, warn_truncated
 from bucketloader.plan.spec import SpecShapes
 from bucketloader.sampler import check_not_in_batch_sampler, check_state, spec_or_build
 
@@ -171,6 +171,14 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         if self.balance:
             self.spec = _balanced(self.spec, self.num_replicas)
         self._warn_filtered()
+        cut = int((self.spec.filtered or {}).get("truncated", 0))
+        if cut:  # (kept, but cut to max_length: the metrics never see the rest)
+            n, kept = int(self.spec.cell_of_sample.size), self.spec.cell_of_sample >= 0
+            declared = self.spec.lengths.reshape(n, -1)[kept].astype(np.int64)
+            lost = int((declared - self.spec.planned_lengths()[kept]).sum())
+            warn_truncated(
+                "EvalSampler", cut, n, lost=lost, total=int(declared.sum()), stacklevel=2
+            )
         warn_zero_lengths(self.spec, "EvalSampler", stacklevel=2)
 
     def _warn_filtered(self) -> None:

@@ -94,7 +94,13 @@ from bucketloader.plan.epoch import (
 )
 from bucketloader.plan.limits import warn_zero_lengths
 from bucketloader.plan.promote import Promotion, promoted_spec, promotes
-from bucketloader.plan.report import LEFT_OUT_BY, LOSS_WARNING, DataLossWarning, plan_report
+from bucketloader.plan.report import (
+    LEFT_OUT_BY,
+    LOSS_WARNING,
+    DataLossWarning,
+    plan_report,
+    warn_truncated,
+)
 from bucketloader.plan.shapes import SpecOptions
 from bucketloader.plan.spec import SpecShapes
 
@@ -689,6 +695,14 @@ class BucketSampler(SpecShapes, EpochSampler):
                 f"every epoch on {self.num_replicas} rank(s): {listed}{never}{hint}",
                 DataLossWarning,
                 stacklevel=3,
+            )
+        cut = int((spec.filtered or {}).get("truncated", 0))
+        if cut:  # (kept, but cut to max_length: the elements past it are lost)
+            kept = spec.cell_of_sample >= 0
+            declared = spec.lengths.reshape(n, -1)[kept].astype(np.int64)
+            lost = int((declared - spec.planned_lengths()[kept]).sum())
+            warn_truncated(
+                type(self).__name__, cut, n, lost=lost, total=int(declared.sum()), stacklevel=3
             )
 
     def _warn_empty_shapes(self) -> None:

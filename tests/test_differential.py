@@ -79,6 +79,11 @@ NEVER_SEEN = (
     "every epoch: its leaves-out warning now says so and counts them (warned whatever their "
     "share, was silent under 1%); batches, states and reports unchanged"
 )
+TRUNCATED = (
+    "session 21: overflow='truncate' cutting more than 1% of the samples (or documents) is "
+    "warned about (DataLossWarning, with the elements past the cut), as leaving them out is; "
+    "batches, states and reports unchanged"
+)
 #: Cases whose behaviour changed on purpose: case -> why.
 EMPTY_EPOCH = (
     "s5-polish: a sampler whose plan has no batch (last_batch='drop' leaving out every sample) "
@@ -139,13 +144,13 @@ CHANGED: dict[str, str] = {
     "sampler-77": BFD_FIRST,
     "sampler-80": BFD_FIRST,
     "sampler-81": EVEN_BATCHES + "; " + COUNTER_SHUFFLE + "; " + PROMOTION,
-    "sampler-83": EVEN_BATCHES + "; " + COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
+    "sampler-83": EVEN_BATCHES + "; " + COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + TRUNCATED,
     "sampler-88": BFD_FIRST,
     "sampler-91": BFD_FIRST,
     "sampler-96": EVEN_BATCHES + "; " + COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-99": EVEN_BATCHES + "; " + COUNTER_SHUFFLE + "; " + PROMOTION,
     "sampler-105": EVEN_BATCHES + "; " + COUNTER_SHUFFLE + "; " + PROMOTION,
-    "sampler-110": BFD_FIRST,
+    "sampler-110": BFD_FIRST + "; " + TRUNCATED,
     "sampler-113": EVEN_BATCHES + "; " + REPORT_PROMOTED,
     "sampler-114": BFD_FIRST,
     "sampler-117": EVEN_BATCHES + "; " + REPORT_PROMOTED,
@@ -272,7 +277,7 @@ CHANGED: dict[str, str] = {
     "sampler-22": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-23": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-25": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
-    "sampler-28": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
+    "sampler-28": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + TRUNCATED,
     "sampler-30": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-33": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-34": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
@@ -283,7 +288,7 @@ CHANGED: dict[str, str] = {
     "sampler-45": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-46": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-57": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
-    "sampler-60": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
+    "sampler-60": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + TRUNCATED,
     "sampler-70": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + NEVER_SEEN,
     "sampler-78": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-79": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,

@@ -44,6 +44,41 @@ def test_pack_overflow_drop_counts_and_warns_once():
     assert sorted(i for b in sampler for i in b) == [0, 2, 4]
 
 
+def test_truncation_past_one_percent_is_warned_with_the_elements_cut():
+    # overflow="truncate" keeps the samples but loses what is past the cut: it was counted in
+    # report() only, never warned (s21-pack: GSM8K in rows of 200, 964 tokens, silently)
+    lengths = [10] * 97 + [30, 40, 50]  # 3 of 100 cut to 20: 10 + 20 + 30 elements of 1,090
+    for make, unit in (
+        (
+            lambda: BucketSampler(
+                lengths, num_buckets=2, batch_size=4, max_length=20, overflow="truncate"
+            ),
+            "samples",
+        ),
+        (
+            lambda: EvalSampler(
+                lengths, num_buckets=2, batch_size=4, max_length=20, overflow="truncate"
+            ),
+            "samples",
+        ),
+        (
+            lambda: PackSampler(lengths, row_length=20, batch_size=4, overflow="truncate"),
+            "documents",
+        ),
+    ):
+        _, msgs = _warned(make)
+        assert [m for m in msgs if "cuts" in m] == [
+            f"this {make().__class__.__name__} cuts 3 of 100 {unit} (3.0%) (overflow='truncate'): "
+            "60 of the 1,090 elements declared (5.5%) are past the cut and never seen, every "
+            "epoch; report()['truncated'] counts the samples. A longer max_length / row length "
+            "keeps them whole (filter DataLossWarning where the cut is what you want)"
+        ]
+    _, msgs = _warned(
+        lambda: PackSampler([10] * 199 + [30], row_length=20, batch_size=4, overflow="truncate")
+    )
+    assert not [m for m in msgs if "cuts" in m]  # (1 of 200: at most 1%, as leaving out)
+
+
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_pack_last_batch_drop_over_ranks_is_counted_exactly(ranks):
     lengths = [4] * 101  # 51 rows: 3 left over at 2 x 2 and at 3 x 2 rows per step

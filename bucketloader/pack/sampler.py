@@ -20,7 +20,7 @@ from bucketloader._validation import ALIASES, check_bool, check_collator_options
 from bucketloader.pack._work import WORK_VERSION
 from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
 from bucketloader.pack.spec import PackSpec, PackTable
-from bucketloader.plan.report import DataLossWarning, SamplingReport
+from bucketloader.plan.report import DataLossWarning, SamplingReport, warn_truncated
 from bucketloader.sampler import LOSS_WARNING, EpochSampler, spec_or_build
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -261,6 +261,19 @@ class PackSampler(EpochSampler):
                 f"({lost / n:.1%}) every epoch on {self.num_replicas} rank(s): {listed} "
                 f"(report() counts each epoch exactly){never}{hint}",
                 DataLossWarning,
+                stacklevel=3,
+            )
+        kept = spec.sizes > 0
+        cut = kept & (spec.sizes < spec.lengths)
+        if cut.any():  # (overflow="truncate": packed at the longest row length, the rest lost)
+            lengths = spec.lengths.astype(np.int64)
+            warn_truncated(
+                "PackSampler",
+                int(cut.sum()),
+                n,
+                lost=int((lengths - spec.sizes)[cut].sum()),
+                total=int(lengths[kept].sum()),
+                unit="documents",
                 stacklevel=3,
             )
 

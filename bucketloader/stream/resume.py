@@ -301,9 +301,16 @@ def _warn_at_end(
     counts = [(int(stats.get(k) or 0), why) for k, why in _LEFT_OUT.items()]
     parts = [f"{n:,} {'sample' if n == 1 else 'samples'} {why}" for n, why in counts if n]
     left_out = sum(n for n, _ in counts)  # each engine counts its own
-    if parts and left_out > LOSS_WARNING * engine.read:
+    said = [f"leaves out {', '.join(parts)}"] if left_out > LOSS_WARNING * engine.read else []
+    cut = int(stats.get("truncated") or 0)  # (kept, but cut to max_length: the rest is lost)
+    if cut > LOSS_WARNING * engine.read:
+        said.append(
+            f"cuts {cut:,} {'sample' if cut == 1 else 'samples'} (overflow='truncate': what is "
+            "past the cut is never seen)"
+        )
+    if said:
         warnings.warn(
-            f"this {owner} leaves out {', '.join(parts)}; its pass read {engine.read:,} samples "
+            f"this {owner} {' and '.join(said)}; its pass read {engine.read:,} samples "
             f"in epoch {epoch} (report() counts them by kind)",
             DataLossWarning,
             stacklevel=2,
