@@ -83,7 +83,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 from torch.utils.data import default_collate
 
-from bucketloader._samples import BARE_KEY, check_readable, kind_of
+from bucketloader._samples import BARE_KEY, check_readable, convert_hint, kind_of
 from bucketloader._types import SIDES
 from bucketloader._validation import MissingKeyError, check_choice, checks_options
 from bucketloader.collate import fields as cf
@@ -327,10 +327,13 @@ class PadCollator:
                 for k, (inp, dims) in found.items()
             ]
             if not specs:
+                hints = [(k, convert_hint(cf.column([sample], k, kind)[0])) for k in keys]
+                hint = next((f"; {k!r} holds no array{h}" for k, h in hints if h), "")
                 raise ValueError(
                     f"samples have no field to pad: none of the {kind} sample's fields "
                     f"{[str(k) for k in keys][:8]} is a tensor or array with a dim or a flat list "
                     "of numbers; name the variable-length field with fields={key: input_name}"
+                    + hint
                 )
         else:
             unknown = [k for k in self.fields if k not in keys]
@@ -418,6 +421,7 @@ class PadCollator:
                 len(self._names),
                 self._learned,
                 self._guess_dim if len(self._names) == 1 else None,
+                self._names,
             )
         except RuntimeError as exc:  # a nested sample has no shape: named
             for spec in specs:
@@ -1085,7 +1089,10 @@ def check_batch(
         if col[p] > shape[1]:  # the cell of the longest sample covers every sample
             _raise_over(lengths, np.asarray(shape[1:]), shape, names)
     else:
-        shape = _target(table, lengths, group)
+        try:
+            shape = _target(table, lengths, group)
+        except ValueError as exc:
+            raise ValueError(f"{exc}{_swap_hint(table, lengths, group, names)}") from None
         _check_cells(shape, lengths, names, "the sampler's target")
     if n > shape[0]:
         p = int(np.argmax(lengths.sum(axis=1)))
@@ -1095,6 +1102,33 @@ def check_batch(
             f"for {shape[0]} samples; {_HINT}"
         )
     return shape
+
+
+def _swap_hint(table: Any, lengths: np.ndarray, group: Any, names: tuple[str, ...]) -> str:
+    """For a batch of two inputs no planned cell holds: the fix when it fits with the inputs
+    swapped ("" otherwise).
+
+    NOTE [ Width and height swapped ]
+    A field follows its inputs in order along its dims, so lengths given as (width, height)
+    (COCO's order, and the order of the sizes file in tests/data) and (C, H, W) images padded
+    with ``Field(dims=(-2, -1))`` measure each image's height as its width. Session 21 found
+    that silent where the plan's cells come in both orientations (COCO: the batch takes the
+    transposed cell, whose shape is planned too), and, for landscape-only data, an error that
+    said only to rebuild the sampler. Where the swapped lengths fit, the error now names the
+    order.
+    """
+    if lengths.shape[1] != 2:
+        return ""
+    try:
+        table.target(lengths[:, ::-1], group=group)
+    except ValueError:
+        return ""
+    return (
+        "; the batch fits the plan with the two inputs swapped: a field follows the inputs in "
+        f"order along its dims (Field(dims=(-2, -1)) pads {names[0]!r} along dim -2, the height "
+        "of a (C, H, W) image); if that is the mix-up, pass "
+        f"Field(input=({names[1]!r}, {names[0]!r}), dims=(-2, -1))"
+    )
 
 
 def check_planned(
