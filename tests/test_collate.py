@@ -357,6 +357,9 @@ def test_image_mistakes_name_their_fix():
         collate([img(4, 6), img(5, 5, c=1)])
     with pytest.raises(TypeError, match=r"grayscale .* x\[None\]"):
         collate([img(4, 6), {"image": torch.zeros(5, 5), "label": 1}])
+    boxes = [{**img(4, 6), "boxes": torch.zeros(1, 4)}, {**img(5, 5), "boxes": torch.zeros(2, 4)}]
+    with pytest.raises(ValueError, match=r"a count no input buckets \(detection boxes"):
+        collate(boxes)  # (the fix said only to list it in fields)
 
     class Picture:  # PIL.Image.Image exports its pixels like this, but is no array
         __array_interface__ = None

@@ -951,7 +951,10 @@ class PadCollator:
             check_readable(values, key, exc)
             raise ValueError(
                 f"field {key!r} is treated as fixed-size but cannot be stacked ({exc}); if it "
-                "varies in length, list it in fields={...}"
+                "varies in length, list it in fields={...} with the input that buckets that "
+                "length; a count no input buckets (detection boxes (n, 4) per image) must be "
+                "padded to one fixed size in the dataset (with a mask of the real entries: "
+                "static shapes), or taken out of the samples before this collator"
             ) from None
         if isinstance(res, torch.Tensor) and rows > len(values):
             fill = res.new_full((rows - len(values), *res.shape[1:]), self._fill_for(key, res))
