@@ -56,6 +56,7 @@ from bucketloader._validation import (
 )
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
+from bucketloader.plan.budget import size_values
 from bucketloader.plan.cells import lattice_codes
 from bucketloader.plan.shapes import SHAPE_OPTIONS, ShapeOptions, Shaping, plan_shapes
 from bucketloader.stream._buckets import STATE_FORMAT, STATS, BucketConfig, BucketPass
@@ -248,16 +249,22 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             _refuse_merged_cells(boundaries, bounds)
             rule = shaping.rule
             # A stream cannot know which cells its samples will fill: every lattice point is
-            # planned.
-            self.cells = plan_shapes(shaping, [bounds])
+            # planned. NOTE [ A stream counts max_tokens as its spec does ]: a BucketSpec (or
+            # sampler) given as boundaries= carries its size rule; session 21's image stream
+            # took a spec planned with size="prod" (pixels) and counted max_tokens as height +
+            # width, so every batch held about 20 times the pixels the spec planned.
+            planned = getattr(boundaries, "spec", boundaries)
+            size = planned.size if isinstance(planned, BucketSpec) else "sum"
+            self.cells = plan_shapes(shaping, [bounds], size=size)
             usable = self.cells.batch > 0
             if not usable.all() and (rule.oversize == "error" or not usable.any()):
                 c = int(np.argmin(usable))
-                need = int(self.cells.lengths[c].sum())
+                sizes = size_values(self.cells.lengths, size)
+                need = int(sizes[c])
                 raise ValueError(
                     f"max_tokens={rule.budget.max_tokens if rule.budget else None} fits no sample "
                     f"of padded length(s) {self.cells.lengths[c].tolist()}; raise max_tokens to at "
-                    f"least {int(self.cells.lengths.sum(axis=1).max())}, lower max_length, or pass "
+                    f"least {int(sizes.max())}, lower max_length, or pass "
                     f"max_tokens=TokenBudget(..., oversize='single' | 'drop') (at least {need} for "
                     "this bucket)"
                 )
