@@ -46,7 +46,7 @@ from bucketloader._dist import (
     world_size,
     would_join,
 )
-from bucketloader._types import LazyModule, LengthFn
+from bucketloader._types import LazyModule, LengthFn, Size
 from bucketloader._validation import (
     MissingKeyError,
     check_collator_options,
@@ -254,7 +254,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             # took a spec planned with size="prod" (pixels) and counted max_tokens as height +
             # width, so every batch held about 20 times the pixels the spec planned.
             planned = getattr(boundaries, "spec", boundaries)
-            size = planned.size if isinstance(planned, BucketSpec) else "sum"
+            size: Size = planned.size if isinstance(planned, BucketSpec) else "sum"
             self.cells = plan_shapes(shaping, [bounds], size=size)
             usable = self.cells.batch > 0
             if not usable.all() and (rule.oversize == "error" or not usable.any()):
