@@ -116,7 +116,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             (``len(sample[key])``, audio dicts measure their ``"array"``), a callable
             ``sample -> int``, or a tuple of keys to bucket several inputs jointly (e.g.
             ``("input_ids", "labels")``: a batch's cell is its bucket per input,
-            ``B = max_tokens // (L_src + L_tgt)``).
+            ``B = max_tokens // (L_src + L_tgt)``, or as a ``BucketSpec`` given as
+            ``boundaries`` counts a cell: ``size="prod"`` for images' height x width).
         boundaries: the boundaries (array, a ``Solution``, a ``BucketSampler`` or
             ``BucketSpec`` — anything with ``.boundaries``; several inputs: a mapping key → array
             or a list in key order), or :func:`estimate` to estimate them from the head of the
