@@ -355,6 +355,8 @@ def test_image_mistakes_name_their_fix():
         collate([{"image": torch.zeros(4, 6, 3)}, {"image": torch.zeros(5, 5, 3)}])
     with pytest.raises(ValueError, match=r"dim 0 is not padded but its size differs"):
         collate([img(4, 6), img(5, 5, c=1)])
+    with pytest.raises(ValueError, match=r"dim 0 is not padded but its size differs"):
+        collate([img(4, 6), img(5, 6, c=1)])  # (not a channels-last image: its last dim is 6)
     with pytest.raises(TypeError, match=r"grayscale .* x\[None\]"):
         collate([img(4, 6), {"image": torch.zeros(5, 5), "label": 1}])
     boxes = [{**img(4, 6), "boxes": torch.zeros(1, 4)}, {**img(5, 5), "boxes": torch.zeros(2, 4)}]

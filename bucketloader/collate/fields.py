@@ -484,7 +484,9 @@ def _sizes(
                     f"({tuple(d - ndim for d in varying)} from the end), channels-last "
                     "(H, W, C) images for example: give the field "
                     f"dims={tuple(d - ndim for d in varying)}, or permute the samples to (C, H, W)"
-                    if len(varying) == len(dims) > 1 and ndim - 1 not in varying
+                    if len(varying) == len(dims) > 1
+                    and ndim - 1 not in varying
+                    and first.shape[-1] <= 4  # (1, 3 or 4 channels last)
                     # session 21: images of 1 and 3 channels
                     else f"; dim {fixed_diff[0]} is not padded but its size differs (images of "
                     "1 and 3 channels for example): make it the same in every sample, e.g. "
