@@ -129,8 +129,10 @@ class PadCollator:
 
     Args:
         shape_table: the sampler's ``ShapeTable`` (``BucketSampler.shape_table``).
-        fields: ``None`` (rules in the module NOTE), a mapping key -> :class:`Field` or input
-            name, or one :class:`Field` for bare samples.
+        fields: ``None`` (rules in the module NOTE), a mapping key -> :class:`Field`, input
+            name or tuple of input names (one per trailing dim, in order: ``{"image":
+            ("height", "width")}`` pads an image ``(C, H, W)`` along dims -2 and -1), or one
+            :class:`Field` for bare samples.
         pad_value: pad value for every field, or a mapping key -> pad value (others pad with 0);
             a :class:`Field`'s own ``pad_value`` wins. Integer ``label``, ``labels`` and
             ``label_ids`` fields pad with -100 unless the mapping names them (NOTE [ Label
