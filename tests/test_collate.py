@@ -376,6 +376,16 @@ def test_image_mistakes_name_their_fix():
     )
     with pytest.raises(ValueError, match=r"two inputs swapped.*input=\('height', 'width'\)"):
         wide.collator(fields=Field(dims=(-2, -1)))([torch.zeros(3, 4, 8), torch.zeros(3, 4, 8)])
+    # ... and where the transposed cell is planned but holds fewer rows (max_tokens)
+    both = BucketSampler(
+        {"width": [8] * 5 + [5] * 4, "height": [4] * 5 + [8] * 4},
+        num_buckets=2,
+        size="prod",
+        max_tokens=160,
+    )
+    assert both.shapes == [(4, 5, 8), (5, 8, 4)]
+    with pytest.raises(ValueError, match=r"planned for 4 samples; .*two inputs swapped"):
+        both.collator(fields=Field(dims=(-2, -1)))([torch.zeros(3, 4, 8)] * 5)
 
 
 # --- groups, policies, pickling -------------------------------------------------------------

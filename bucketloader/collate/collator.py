@@ -1105,13 +1105,14 @@ def check_batch(
             f"batch of {n} samples does not fit its target shape {shape}: the sample at batch "
             f"position {p} has length {_fmt(lengths[p])}, which puts the batch in a cell planned "
             f"for {shape[0]} samples; {_HINT}"
+            + (_swap_hint(table, lengths, group, names) if d == 2 else "")
         )
     return shape
 
 
 def _swap_hint(table: Any, lengths: np.ndarray, group: Any, names: tuple[str, ...]) -> str:
-    """For a batch of two inputs no planned cell holds: the fix when it fits with the inputs
-    swapped ("" otherwise).
+    """For a batch of two inputs no planned cell holds (or whose cell holds fewer rows): the fix
+    when it fits with the inputs swapped ("" otherwise).
 
     NOTE [ Width and height swapped ]
     A field follows its inputs in order along its dims, so lengths given as (width, height)
@@ -1119,14 +1120,18 @@ def _swap_hint(table: Any, lengths: np.ndarray, group: Any, names: tuple[str, ..
     with ``Field(dims=(-2, -1))`` measure each image's height as its width. Session 21 found
     that silent where the plan's cells come in both orientations (COCO: the batch takes the
     transposed cell, whose shape is planned too), and, for landscape-only data, an error that
-    said only to rebuild the sampler. Where the swapped lengths fit, the error now names the
-    order.
+    said only to rebuild the sampler. Under ``max_tokens`` the transposed cell can also hold
+    fewer rows (COCO / 8, 8 shapes: 17 of 220 batches refused as too many samples, with the
+    hint that the samples disagree with the lengths). Where the swapped lengths fit, rows and
+    all, the error now names the order.
     """
     if lengths.shape[1] != 2:
         return ""
     try:
-        table.target(lengths[:, ::-1], group=group)
+        swapped = table.target(lengths[:, ::-1], group=group)
     except ValueError:
+        return ""
+    if len(lengths) > swapped[0]:
         return ""
     return (
         "; the batch fits the plan with the two inputs swapped: a field follows the inputs in "
