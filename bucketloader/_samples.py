@@ -68,6 +68,32 @@ def is_sequence(x: Any) -> bool:
     return is_flat_list(x)
 
 
+def convert_hint(x: Any) -> str:
+    """How to turn ``x`` into a paddable array, for an error about it ("" for anything else).
+
+    Objects that export an array (``__array_interface__``, ``__array__``: a PIL image, a pandas
+    series) are not arrays, so the collator cannot pad them. Session 21 gave it PIL images:
+    the error said to leave the field out of ``fields``, which drops the image itself.
+
+    Example:
+        >>> class Image:  # a stand-in for PIL.Image.Image
+        ...     __array_interface__ = {}
+        >>> convert_hint(Image()).startswith("; convert it to a tensor")
+        True
+        >>> convert_hint(3)
+        ''
+    """
+    if isinstance(x, array_types()) or not (
+        hasattr(x, "__array_interface__") or hasattr(x, "__array__")
+    ):
+        return ""  # (a 0-d array is an array already: it has no dim to pad)
+    return (
+        "; convert it to a tensor or numpy array in the dataset: torch.as_tensor(np.asarray(x)) "
+        "(a PIL image is (H, W, C): add .permute(2, 0, 1) for (C, H, W), as torchvision's "
+        "pil_to_tensor does)"
+    )
+
+
 def kind_of(sample: Any) -> str:
     """``"dict"``, ``"bare"`` or ``"tuple"`` (see the module docstring).
 
@@ -83,7 +109,7 @@ def kind_of(sample: Any) -> str:
         return "tuple"
     raise TypeError(
         f"samples must be tensors, numpy arrays, lists of numbers, tuples or dicts, "
-        f"got {type(sample).__name__}"
+        f"got {type(sample).__name__}{convert_hint(sample)}"
     )
 
 

@@ -485,6 +485,15 @@ def _is_histogram(value: Any) -> bool:
     )
 
 
+def _per_input(lengths: Mapping[Any, Any]) -> bool:
+    """Whether a mapping holds one length array per input (str keys, sized non-text values)."""
+    values = list(lengths.values())
+    return bool(values) and all(
+        isinstance(k, str) and hasattr(v, "__len__") and not isinstance(v, (str, bytes))
+        for k, v in zip(lengths, values, strict=True)
+    )
+
+
 def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndarray:
     """:func:`as_lengths` of anything but already checked :class:`Lengths`."""
     if _is_tensor(lengths):
@@ -528,6 +537,11 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
         fix = (
             "a set has no order: pass a list in sample order"
             if isinstance(lengths, Set)
+            # (session 21: an image's {"height": ..., "width": ...}, as BucketSampler takes it)
+            else f"it holds a length array per input {list(lengths)[:4]}, which the samplers "
+            "plan together (an image's height and width: BucketSampler({...}, max_shapes=K), "
+            "whose report() gives each K's padding); here pass one input's lengths"
+            if _per_input(lengths)
             else f"pass a list in sample order (list({name}.values()) if its keys are the "
             "sample indices in order)"
         )

@@ -690,6 +690,16 @@ class BucketSampler(SpecShapes, EpochSampler):
                 if "last_batch='drop'" in reasons
                 else ""
             )
+            if list(reasons) == [f"{LEFT_OUT_BY['no_shape']} (no shape)"]:
+                # (session 21: a fixed list of image resolutions, SDXL-style, that misses some)
+                rows = spec.lengths.reshape(len(spec.cell_of_sample), -1)  # (one input: (N,))
+                out = rows[spec.cell_of_sample < 0].max(axis=0).tolist()
+                top = out[0] if len(out) == 1 else tuple(out)
+                hint += (
+                    f"; the samples left out reach {top} (inputs "
+                    f"{list(spec.cells.input_names)}): add a shape at least that large to keep "
+                    "them all"
+                )
             warnings.warn(
                 f"this BucketSampler leaves out {lost:,} of {n:,} samples ({lost / n:.1%}) "
                 f"every epoch on {self.num_replicas} rank(s): {listed}{never}{hint}",

@@ -461,6 +461,8 @@ def test_txt_columns_written_by_np_savetxt_are_read(tmp_path):
     assert read_lengths(tmp_path / "sp.txt", 1).tolist() == [2 * x for x in LENGTHS]
     with pytest.raises(LengthFileError, match="2 whitespace-separated columns; choose one"):
         read_lengths(tmp_path / "sp.txt")
+    with pytest.raises(LengthFileError, match=r"planned jointly in Python: BucketSampler"):
+        read_lengths(tmp_path / "sp.txt")  # (session 21: an image's width and height)
     np.savetxt(tmp_path / "tab.txt", table, fmt="%d", delimiter="\t")
     assert read_lengths(tmp_path / "tab.txt", "0").tolist() == LENGTHS
 

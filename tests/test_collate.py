@@ -338,6 +338,56 @@ def test_images_with_two_variable_dims():
             assert torch.equal(out["inputs"][r, :, : img.shape[1], : img.shape[2]], img)
 
 
+def test_image_mistakes_name_their_fix():
+    """Session 21: each mistake a vision user makes with (C, H, W) images gets its fix."""
+    hw = np.array([[4, 6], [6, 4], [5, 5], [6, 6]] * 3)
+    sampler = BucketSampler({"height": hw[:, 0], "width": hw[:, 1]}, num_buckets=3, batch_size=2)
+    collate = sampler.collator(fields={"image": ("height", "width")})
+
+    def img(h, w, c=3):
+        return {"image": torch.zeros(c, h, w), "label": 1}
+
+    with pytest.raises(ValueError, match=r"fields=\{'image': \('height', 'width'\)\}"):
+        sampler.collator()([img(4, 6), img(5, 5)])  # (the hint named two text fields)
+    with pytest.raises(ValueError, match=r"Field\(input=\('height', 'width'\), dims=\(-2, -1"):
+        sampler.collator()([(torch.zeros(3, 4, 6), 1), (torch.zeros(3, 5, 5), 0)])
+    with pytest.raises(ValueError, match=r"channels-last .* dims=\(-3, -2\)"):
+        collate([{"image": torch.zeros(4, 6, 3)}, {"image": torch.zeros(5, 5, 3)}])
+    with pytest.raises(ValueError, match=r"dim 0 is not padded but its size differs"):
+        collate([img(4, 6), img(5, 5, c=1)])
+    with pytest.raises(ValueError, match=r"dim 0 is not padded but its size differs"):
+        collate([img(4, 6), img(5, 6, c=1)])  # (not a channels-last image: its last dim is 6)
+    with pytest.raises(TypeError, match=r"grayscale .* x\[None\]"):
+        collate([img(4, 6), {"image": torch.zeros(5, 5), "label": 1}])
+    boxes = [{**img(4, 6), "boxes": torch.zeros(1, 4)}, {**img(5, 5), "boxes": torch.zeros(2, 4)}]
+    with pytest.raises(ValueError, match=r"a count no input buckets \(detection boxes"):
+        collate(boxes)  # (the fix said only to list it in fields)
+
+    class Picture:  # PIL.Image.Image exports its pixels like this, but is no array
+        __array_interface__ = None
+
+    with pytest.raises(TypeError, match=r"holds Picture .* pil_to_tensor"):  # was: leave it out
+        collate([{"image": Picture()}, {"image": Picture()}])
+    with pytest.raises(TypeError, match=r"got Picture; convert it"):
+        sampler.collator(fields=Field(dims=(-2, -1)))([Picture()])
+    # (width, height) lengths, (C, H, W) images padded along dims (-2, -1) in that order
+    wide = BucketSampler(
+        {"width": [8, 8, 9, 9], "height": [4, 4, 5, 5]}, num_buckets=2, batch_size=2
+    )
+    with pytest.raises(ValueError, match=r"two inputs swapped.*input=\('height', 'width'\)"):
+        wide.collator(fields=Field(dims=(-2, -1)))([torch.zeros(3, 4, 8), torch.zeros(3, 4, 8)])
+    # ... and where the transposed cell is planned but holds fewer rows (max_tokens)
+    both = BucketSampler(
+        {"width": [8] * 5 + [5] * 4, "height": [4] * 5 + [8] * 4},
+        num_buckets=2,
+        size="prod",
+        max_tokens=160,
+    )
+    assert both.shapes == [(4, 5, 8), (5, 8, 4)]
+    with pytest.raises(ValueError, match=r"planned for 4 samples; .*two inputs swapped"):
+        both.collator(fields=Field(dims=(-2, -1)))([torch.zeros(3, 4, 8)] * 5)
+
+
 # --- groups, policies, pickling -------------------------------------------------------------
 def test_groups_come_from_the_sample_field():
     from bucketloader.sampler import GroupedDataset

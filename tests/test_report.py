@@ -186,6 +186,8 @@ def test_map_style_dataset_lengths():
     assert analyze(pairs, column="tgt").histogram.max == 3
     with pytest.raises(ValueError, match=r"column='nope' is not in the samples"):
         analyze(ds, column="nope")
+    with pytest.raises(TypeError, match=r"one input's lengths: .*max_shapes=K"):
+        analyze({"height": [3, 5], "width": [4, 6]})  # (session 21: an image's two sizes)
 
 
 @pytest.mark.parametrize(

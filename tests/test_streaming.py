@@ -519,6 +519,22 @@ def test_per_input_buckets_for_seq2seq_streams(last_batch):
         assert n == n2 and (n, ls, lt) in stream.shapes
 
 
+def test_a_stream_counts_max_tokens_as_its_spec_does():
+    """Session 21: an image stream given a spec planned in pixels (size="prod") counted
+    max_tokens as height + width, about 20 times the pixels per batch the spec planned."""
+    from bucketloader import BucketSpec
+
+    wh = load_real("coco")[:300] // 16  # (width, height)
+    budget = 40 * 40 * 16
+    spec = BucketSpec.build(
+        {"height": wh[:, 1], "width": wh[:, 0]}, num_buckets=[2, 2], size="prod", max_tokens=budget
+    )
+    rows = [{"height": int(h), "width": int(w)} for w, h in wh]
+    stream = BucketIterable(rows, length_fn=("height", "width"), boundaries=spec, max_tokens=budget)
+    assert stream.shapes == list(spec.shape_table().shapes)  # (16, 40, 40), ...: was (320, 40, 40)
+    assert max(b * h * w for b, h, w in stream.shapes) <= budget
+
+
 @pytest.mark.filterwarnings("ignore:this BucketIterable keeps samples of length 0")  # (length 0)
 def test_per_input_overflow_resume_and_errors():
     pairs = load_real("europarl")[:400]

@@ -98,6 +98,11 @@ class _Stream(torch.utils.data.IterableDataset):
         # (were "must be 1-D ..., got an array of shape ()": numpy reads them as one object)
         ({3, 5}, TypeError, r"got a set; a set has no order: pass a list in sample order"),
         ({0: 3, 1: 5}, TypeError, r"got a dict; pass a list .*\(list\(lengths\.values\(\)\)"),
+        (  # session 21: an image's height and width, as BucketSampler takes them
+            {"height": [3, 5], "width": [4, 6]},
+            TypeError,
+            r"length array per input \['height', 'width'\], .*max_shapes=K",
+        ),
         # s19-user: a generator or a stream was named with no way forward
         ((n for n in [3, 5]), TypeError, r"got generator; an iterator .*, list\(lengths\) or np"),
         (_Stream(), TypeError, r"got _Stream; an iterable without len\(\) .*BucketIterable"),

@@ -275,7 +275,9 @@ def analyze(
         raise TypeError(
             f"data must be lengths, a LengthHistogram, a map-style dataset or a DataLoader, got "
             f"a {type(data).__name__} with keys {list(data)[:5]}; pass one of its values (e.g. "
-            "one split of a DatasetDict)"
+            "one split of a DatasetDict, or one input's lengths: the lengths of several inputs, "
+            "an image's height and width, are planned together by BucketSampler({...}, "
+            "max_shapes=K), whose report() gives each K's padding)"
         )
     if _is_iterable_dataset(data):  # (no len, no index: only its batches can be scanned)
         raise TypeError(

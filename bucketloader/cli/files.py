@@ -137,8 +137,11 @@ def _column_index(
     if column is None:
         if ncols == 1:
             return 0
-        raise LengthFileError(
-            f"{where} has {ncols} {kind}; choose one with --column 0..{ncols - 1}"
+        raise LengthFileError(  # (session 21: COCO's width and height, in a vision user's hands)
+            f"{where} has {ncols} {kind}; choose one with --column 0..{ncols - 1} (the report "
+            "covers one length per sample; lengths that are padded together, such as an image's "
+            "width and height, are planned jointly in Python: BucketSampler({'height': ..., "
+            "'width': ...}, max_shapes=K, size='prod'), docs/joint-shapes.md)"
         )
     try:
         idx = int(column)

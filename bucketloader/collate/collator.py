@@ -83,7 +83,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 from torch.utils.data import default_collate
 
-from bucketloader._samples import BARE_KEY, check_readable, kind_of
+from bucketloader._samples import BARE_KEY, check_readable, convert_hint, kind_of
 from bucketloader._types import SIDES
 from bucketloader._validation import MissingKeyError, check_choice, checks_options
 from bucketloader.collate import fields as cf
@@ -129,8 +129,10 @@ class PadCollator:
 
     Args:
         shape_table: the sampler's ``ShapeTable`` (``BucketSampler.shape_table``).
-        fields: ``None`` (rules in the module NOTE), a mapping key -> :class:`Field` or input
-            name, or one :class:`Field` for bare samples.
+        fields: ``None`` (rules in the module NOTE), a mapping key -> :class:`Field`, input
+            name or tuple of input names (one per trailing dim, in order: ``{"image":
+            ("height", "width")}`` pads an image ``(C, H, W)`` along dims -2 and -1), or one
+            :class:`Field` for bare samples.
         pad_value: pad value for every field, or a mapping key -> pad value (others pad with 0);
             a :class:`Field`'s own ``pad_value`` wins. Integer ``label``, ``labels`` and
             ``label_ids`` fields pad with -100 unless the mapping names them (NOTE [ Label
@@ -327,10 +329,13 @@ class PadCollator:
                 for k, (inp, dims) in found.items()
             ]
             if not specs:
+                hints = [(k, convert_hint(cf.column([sample], k, kind)[0])) for k in keys]
+                hint = next((f"; {k!r} holds no array{h}" for k, h in hints if h), "")
                 raise ValueError(
                     f"samples have no field to pad: none of the {kind} sample's fields "
                     f"{[str(k) for k in keys][:8]} is a tensor or array with a dim or a flat list "
                     "of numbers; name the variable-length field with fields={key: input_name}"
+                    + hint
                 )
         else:
             unknown = [k for k in self.fields if k not in keys]
@@ -418,6 +423,7 @@ class PadCollator:
                 len(self._names),
                 self._learned,
                 self._guess_dim if len(self._names) == 1 else None,
+                self._names,
             )
         except RuntimeError as exc:  # a nested sample has no shape: named
             for spec in specs:
@@ -947,7 +953,10 @@ class PadCollator:
             check_readable(values, key, exc)
             raise ValueError(
                 f"field {key!r} is treated as fixed-size but cannot be stacked ({exc}); if it "
-                "varies in length, list it in fields={...}"
+                "varies in length, list it in fields={...} with the input that buckets that "
+                "length; a count no input buckets (detection boxes (n, 4) per image) must be "
+                "padded to one fixed size in the dataset (with a mask of the real entries: "
+                "static shapes), or taken out of the samples before this collator"
             ) from None
         if isinstance(res, torch.Tensor) and rows > len(values):
             fill = res.new_full((rows - len(values), *res.shape[1:]), self._fill_for(key, res))
@@ -1085,7 +1094,10 @@ def check_batch(
         if col[p] > shape[1]:  # the cell of the longest sample covers every sample
             _raise_over(lengths, np.asarray(shape[1:]), shape, names)
     else:
-        shape = _target(table, lengths, group)
+        try:
+            shape = _target(table, lengths, group)
+        except ValueError as exc:
+            raise ValueError(f"{exc}{_swap_hint(table, lengths, group, names)}") from None
         _check_cells(shape, lengths, names, "the sampler's target")
     if n > shape[0]:
         p = int(np.argmax(lengths.sum(axis=1)))
@@ -1093,8 +1105,40 @@ def check_batch(
             f"batch of {n} samples does not fit its target shape {shape}: the sample at batch "
             f"position {p} has length {_fmt(lengths[p])}, which puts the batch in a cell planned "
             f"for {shape[0]} samples; {_HINT}"
+            + (_swap_hint(table, lengths, group, names) if d == 2 else "")
         )
     return shape
+
+
+def _swap_hint(table: Any, lengths: np.ndarray, group: Any, names: tuple[str, ...]) -> str:
+    """For a batch of two inputs no planned cell holds (or whose cell holds fewer rows): the fix
+    when it fits with the inputs swapped ("" otherwise).
+
+    NOTE [ Width and height swapped ]
+    A field follows its inputs in order along its dims, so lengths given as (width, height)
+    (COCO's order, and the order of the sizes file in tests/data) and (C, H, W) images padded
+    with ``Field(dims=(-2, -1))`` measure each image's height as its width. Session 21 found
+    that silent where the plan's cells come in both orientations (COCO: the batch takes the
+    transposed cell, whose shape is planned too), and, for landscape-only data, an error that
+    said only to rebuild the sampler. Under ``max_tokens`` the transposed cell can also hold
+    fewer rows (COCO / 8, 8 shapes: 17 of 220 batches refused as too many samples, with the
+    hint that the samples disagree with the lengths). Where the swapped lengths fit, rows and
+    all, the error now names the order.
+    """
+    if lengths.shape[1] != 2:
+        return ""
+    try:
+        swapped = table.target(lengths[:, ::-1], group=group)
+    except ValueError:
+        return ""
+    if len(lengths) > swapped[0]:
+        return ""
+    return (
+        "; the batch fits the plan with the two inputs swapped: a field follows the inputs in "
+        f"order along its dims (Field(dims=(-2, -1)) pads {names[0]!r} along dim -2, the height "
+        "of a (C, H, W) image); if that is the mix-up, pass "
+        f"Field(input=({names[1]!r}, {names[0]!r}), dims=(-2, -1))"
+    )
 
 
 def check_planned(

@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from bucketloader._samples import BARE_KEY, is_flat_list, is_sequence, kind_of
+from bucketloader._samples import BARE_KEY, convert_hint, is_flat_list, is_sequence, kind_of
 from bucketloader._validation import MissingKeyError
 
 #: The pad value of integer label fields (NOTE [ Label fields pad with -100 ] in
@@ -334,10 +334,19 @@ def infer_fields(
             )
         return named
     if d != 1:
+        # an image (C, H, W) follows several inputs in one field (session 21: the text example
+        # alone sent a vision user to two fields)
+        wide = [k for k, v in sample.items() if k != group_key and getattr(v, "ndim", 0) >= d]
+        one = (
+            f", or for one field that follows every input along its last {d} dims (an image "
+            f"(C, H, W) with inputs named in that order) fields={{{wide[0]!r}: {input_names!r}}}"
+            if wide
+            else ""
+        )
         raise ValueError(
             f"the sampler buckets {d} inputs {input_names} but no sample key is named after one; "
             "say which key follows which input, e.g. fields={'input_ids': "
-            f"{input_names[0]!r}, 'labels': {input_names[1]!r}}}"
+            f"{input_names[0]!r}, 'labels': {input_names[1]!r}}}{one}"
         )
     return {k: ((0,), None) for k, v in sample.items() if k != group_key and is_sequence(v)}
 
@@ -349,12 +358,14 @@ def measure(
     num_inputs: int,
     learned: dict[Any, tuple[tuple[int, ...], bool]] | None = None,
     guess: Callable[[list[Any]], int] | None = None,
+    names: tuple[str, ...] = (),
 ) -> tuple[np.ndarray, dict[Any, list[Any]], dict[Any, tuple[int, ...]]]:
     """Per-sample sizes of each input (n, D), each field's values and its non-negative dims.
 
     Fields that follow the same input must agree on its size in every sample. ``learned`` is the
     collator's memory of inferred dims (key -> (dims, seen varying)), and ``guess`` its choice
-    for a batch in which no dim varies, NOTE [ Which dim varies ].
+    for a batch in which no dim varies, NOTE [ Which dim varies ]; ``names`` (the sampler's
+    input names) go into the fixes errors suggest.
     """
     if len(specs) == 1 and len(specs[0].inputs) == num_inputs == 1:
         spec = specs[0]
@@ -369,7 +380,7 @@ def measure(
     for spec in specs:
         vals = column(samples, spec.key, kind)
         columns[spec.key] = vals
-        sizes, dims = _sizes(vals, spec, learned, guess)
+        sizes, dims = _sizes(vals, spec, learned, guess, names)
         ndims[spec.key] = dims
         for j, inp in enumerate(spec.inputs):
             if inp not in owner:
@@ -406,12 +417,14 @@ def _sizes(
     spec: Spec,
     learned: dict[Any, tuple[tuple[int, ...], bool]] | None = None,
     guess: Callable[[list[Any]], int] | None = None,
+    names: tuple[str, ...] = (),
 ) -> tuple[np.ndarray, tuple[int, ...]]:
     first = vals[0]
     if not is_sequence(first):
         raise TypeError(
             f"field {spec.key!r} is padded but holds {type(first).__name__} "
-            "(not a tensor, array or flat list of numbers); leave it out of fields"
+            "(not a tensor, array or flat list of numbers)"
+            + (convert_hint(first) or "; leave it out of fields")
         )
     if isinstance(first, (list, tuple)):
         if spec.dims not in (None, (-1,), (0,)):
@@ -431,12 +444,22 @@ def _sizes(
     shapes = [v.shape for v in vals] if len(set(map(type, vals))) == 1 else None
     if shapes is None or set(map(len, shapes)) != {ndim}:
         p = next(p for p, v in enumerate(vals) if type(v) is not t0 or len(v.shape) != ndim)
+        other = vals[p]
+        fix = (
+            "; convert the field to one type in the dataset (torch.as_tensor)"
+            if type(other) is not t0
+            else "; every sample's field needs the same number of dims, e.g. give a grayscale "
+            "(H, W) image the channel dim of the (C, H, W) ones: x[None], or x.expand(3, -1, -1) "
+            "beside RGB images"
+            if abs(len(other.shape) - ndim) == 1
+            else ""
+        )
         raise TypeError(
             f"field {spec.key!r} of the sample at batch position {p} is "
-            f"{_describe(vals[p])} but at position 0 it is {_describe(first)}"
+            f"{_describe(other)} but at position 0 it is {_describe(first)}{fix}"
         )
     if spec.dims is None:
-        dims = _infer_dim(spec.key, shapes, learned, guess)
+        dims = _infer_dim(spec.key, shapes, learned, guess, names)
     else:
         dims = tuple(d + ndim if d < 0 else d for d in spec.dims)
         if any(d < 0 or d >= ndim for d in dims):
@@ -450,11 +473,26 @@ def _sizes(
         for p, s in enumerate(shapes):
             if [s[d] for d in fixed] != ref:
                 varying = _varying(shapes)
+                fixed_diff = [d for d in fixed if d in varying]
                 fix = (
                     f"; the size that differs is dim {varying[0]} ({varying[0] - ndim} from the "
                     f"end): pass fields={{{spec.key!r}: Field(dims={varying[0] - ndim})}}, or "
                     "leave dims unset to infer it"
                     if len(varying) == 1 and len(dims) == 1
+                    # session 21: channels-last images (H, W, C), dims (-2, -1), had no fix
+                    else f"; the sizes that differ are dims {tuple(varying)} "
+                    f"({tuple(d - ndim for d in varying)} from the end), channels-last "
+                    "(H, W, C) images for example: give the field "
+                    f"dims={tuple(d - ndim for d in varying)}, or permute the samples to (C, H, W)"
+                    if len(varying) == len(dims) > 1
+                    and ndim - 1 not in varying
+                    and first.shape[-1] <= 4  # (1, 3 or 4 channels last)
+                    # session 21: images of 1 and 3 channels
+                    else f"; dim {fixed_diff[0]} is not padded but its size differs (images of "
+                    "1 and 3 channels for example): make it the same in every sample, e.g. "
+                    "x.expand(3, -1, -1) for a grayscale (1, H, W) image, or PIL's "
+                    "image.convert('RGB')"
+                    if fixed_diff
                     else ""
                 )
                 raise ValueError(
@@ -479,8 +517,10 @@ def _infer_dim(
     shapes: list[Any],
     learned: dict[Any, tuple[tuple[int, ...], bool]] | None,
     guess: Callable[[list[Any]], int] | None = None,
+    names: tuple[str, ...] = (),
 ) -> tuple[int, ...]:
-    """The variable dim of a field following one input (NOTE [ Which dim varies ])."""
+    """The variable dim of a field following one input (NOTE [ Which dim varies ]); ``names``:
+    the sampler's inputs, for the fix of a field that varies along several dims."""
     ndim = len(shapes[0])
     if ndim == 1:
         return (0,)
@@ -505,12 +545,19 @@ def _infer_dim(
         memory[key] = (dims, False)
         return dims
     p = next(p for p, s in enumerate(shapes) if s[varying[0]] != shapes[0][varying[0]])
+    ends = tuple(d - ndim for d in varying)
+    one = f"fields={{{key!r}: Field(dims={varying[0] - ndim})}}"
+    fix = (  # session 21: (image, label) tuples under a (height, width) sampler
+        "let it follow the sampler's inputs along those dims, one input per dim in order: "
+        f"fields={{{key!r}: Field(input={tuple(names[: len(varying)])!r}, dims={ends})}}, or "
+        f"say which one dim follows its input, e.g. {one}"
+        if len(names) >= len(varying)
+        else f"say which dim follows the lengths, e.g. {one}, or bucket one input per varying "
+        f"dim (lengths of shape (N, {len(varying)})) with Field(dims={ends})"
+    )
     raise ValueError(
         f"field {key!r} varies along dims {tuple(varying)} (shape {tuple(shapes[p])} at batch "
-        f"position {p}, {tuple(shapes[0])} at position 0) but follows one bucketed input; say "
-        f"which dim follows the lengths, e.g. fields={{{key!r}: Field(dims={varying[0] - ndim})}}, "
-        "or bucket one input per varying dim (lengths of shape (N, 2)) with "
-        f"Field(dims={tuple(d - ndim for d in varying)})"
+        f"position {p}, {tuple(shapes[0])} at position 0) but follows one bucketed input; {fix}"
     )
 
 

@@ -46,7 +46,7 @@ from bucketloader._dist import (
     world_size,
     would_join,
 )
-from bucketloader._types import LazyModule, LengthFn
+from bucketloader._types import LazyModule, LengthFn, Size
 from bucketloader._validation import (
     MissingKeyError,
     check_collator_options,
@@ -56,6 +56,7 @@ from bucketloader._validation import (
 )
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
+from bucketloader.plan.budget import size_values
 from bucketloader.plan.cells import lattice_codes
 from bucketloader.plan.shapes import SHAPE_OPTIONS, ShapeOptions, Shaping, plan_shapes
 from bucketloader.stream._buckets import STATE_FORMAT, STATS, BucketConfig, BucketPass
@@ -115,7 +116,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             (``len(sample[key])``, audio dicts measure their ``"array"``), a callable
             ``sample -> int``, or a tuple of keys to bucket several inputs jointly (e.g.
             ``("input_ids", "labels")``: a batch's cell is its bucket per input,
-            ``B = max_tokens // (L_src + L_tgt)``).
+            ``B = max_tokens // (L_src + L_tgt)``, or as a ``BucketSpec`` given as
+            ``boundaries`` counts a cell: ``size="prod"`` for images' height x width).
         boundaries: the boundaries (array, a ``Solution``, a ``BucketSampler`` or
             ``BucketSpec`` — anything with ``.boundaries``; several inputs: a mapping key → array
             or a list in key order), or :func:`estimate` to estimate them from the head of the
@@ -248,16 +250,22 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             _refuse_merged_cells(boundaries, bounds)
             rule = shaping.rule
             # A stream cannot know which cells its samples will fill: every lattice point is
-            # planned.
-            self.cells = plan_shapes(shaping, [bounds])
+            # planned. NOTE [ A stream counts max_tokens as its spec does ]: a BucketSpec (or
+            # sampler) given as boundaries= carries its size rule; session 21's image stream
+            # took a spec planned with size="prod" (pixels) and counted max_tokens as height +
+            # width, so every batch held about 20 times the pixels the spec planned.
+            planned = getattr(boundaries, "spec", boundaries)
+            size: Size = planned.size if isinstance(planned, BucketSpec) else "sum"
+            self.cells = plan_shapes(shaping, [bounds], size=size)
             usable = self.cells.batch > 0
             if not usable.all() and (rule.oversize == "error" or not usable.any()):
                 c = int(np.argmin(usable))
-                need = int(self.cells.lengths[c].sum())
+                sizes = size_values(self.cells.lengths, size)
+                need = int(sizes[c])
                 raise ValueError(
                     f"max_tokens={rule.budget.max_tokens if rule.budget else None} fits no sample "
                     f"of padded length(s) {self.cells.lengths[c].tolist()}; raise max_tokens to at "
-                    f"least {int(self.cells.lengths.sum(axis=1).max())}, lower max_length, or pass "
+                    f"least {int(sizes.max())}, lower max_length, or pass "
                     f"max_tokens=TokenBudget(..., oversize='single' | 'drop') (at least {need} for "
                     "this bucket)"
                 )
