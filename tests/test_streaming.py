@@ -533,6 +533,20 @@ def test_a_stream_counts_max_tokens_as_its_spec_does():
     stream = BucketIterable(rows, length_fn=("height", "width"), boundaries=spec, max_tokens=budget)
     assert stream.shapes == list(spec.shape_table().shapes)  # (16, 40, 40), ...: was (320, 40, 40)
     assert max(b * h * w for b, h, w in stream.shapes) <= budget
+    # plain boundaries: size= says what max_tokens counts (a stream had no size= of its own)
+    bounds = dict(zip(("height", "width"), spec.boundaries[0], strict=True))
+    plain = BucketIterable(
+        rows, length_fn=("height", "width"), boundaries=bounds, max_tokens=budget, size="prod"
+    )
+    assert plain.shapes == stream.shapes
+    with pytest.raises(ValueError, match=r"size='sum' contradicts the BucketSpec .* size='prod'"):
+        BucketIterable(
+            rows, length_fn=("height", "width"), boundaries=spec, max_tokens=budget, size="sum"
+        )
+    with pytest.raises(ValueError, match="size must be one of"):
+        BucketIterable(
+            rows, length_fn=("height", "width"), boundaries=bounds, max_tokens=budget, size="pixels"
+        )
 
 
 @pytest.mark.filterwarnings("ignore:this BucketIterable keeps samples of length 0")  # (length 0)

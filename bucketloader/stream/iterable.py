@@ -56,7 +56,7 @@ from bucketloader._validation import (
 )
 from bucketloader.boundaries import BucketLookup, check_boundaries
 from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
-from bucketloader.plan.budget import size_values
+from bucketloader.plan.budget import resolve_size, size_values
 from bucketloader.plan.cells import lattice_codes
 from bucketloader.plan.shapes import SHAPE_OPTIONS, ShapeOptions, Shaping, plan_shapes
 from bucketloader.stream._buckets import STATE_FORMAT, STATS, BucketConfig, BucketPass
@@ -116,8 +116,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             (``len(sample[key])``, audio dicts measure their ``"array"``), a callable
             ``sample -> int``, or a tuple of keys to bucket several inputs jointly (e.g.
             ``("input_ids", "labels")``: a batch's cell is its bucket per input,
-            ``B = max_tokens // (L_src + L_tgt)``, or as a ``BucketSpec`` given as
-            ``boundaries`` counts a cell: ``size="prod"`` for images' height x width).
+            ``B = max_tokens // (L_src + L_tgt)``, or as ``size=`` says).
         boundaries: the boundaries (array, a ``Solution``, a ``BucketSampler`` or
             ``BucketSpec`` — anything with ``.boundaries``; several inputs: a mapping key → array
             or a list in key order), or :func:`estimate` to estimate them from the head of the
@@ -129,6 +128,11 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         max_tokens: ``B_i = max_tokens // b_i`` padded elements per batch, an int or a
             :class:`~bucketloader.plan.TokenBudget` (``max_batch_size``, ``multiple_of``,
             ``oversize``; NOTE [ The batch-size rule ]).
+        size: with several inputs, what ``max_tokens`` counts of a cell: ``"sum"`` of its padded
+            lengths (default), ``"prod"`` (images' height x width: pixels) or a callable on the
+            padded lengths tuple, as for :meth:`BucketSpec.build
+            <bucketloader.plan.BucketSpec.build>`; a ``BucketSpec`` (or sampler) given as
+            ``boundaries`` brings its own, which a different ``size=`` contradicts (an error).
         last_batch: the partial batches left at the end of the stream: ``"pad"`` (yielded short;
             the collator pads rows, masked), ``"fill"`` (topped up with repeats from the same
             bucket), ``"drop"`` or ``"keep"`` (yielded short: smaller batch sizes, listed in
@@ -184,6 +188,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         rank: int | None = None,
         steps_per_epoch: int | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None,
+        size: Size | None = None,
         **options: Unpack[ShapeOptions],
     ) -> None:
         # (up to its last collective: a rank refused before one stops the others there, named;
@@ -255,7 +260,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             # took a spec planned with size="prod" (pixels) and counted max_tokens as height +
             # width, so every batch held about 20 times the pixels the spec planned.
             planned = getattr(boundaries, "spec", boundaries)
-            size: Size = planned.size if isinstance(planned, BucketSpec) else "sum"
+            size = _stream_size(size, planned.size if isinstance(planned, BucketSpec) else None)
             self.cells = plan_shapes(shaping, [bounds], size=size)
             usable = self.cells.batch > 0
             if not usable.all() and (rule.oversize == "error" or not usable.any()):
@@ -675,6 +680,27 @@ def _local_cache(cache: Any) -> Any:
         local.distributed = False
         return local
     return cache
+
+
+def _stream_size(size: Any, planned: Size | None) -> Size:
+    """What ``max_tokens`` counts of a stream's cell: ``size=``, else the ``BucketSpec``'s given
+    as ``boundaries`` (NOTE [ A stream counts max_tokens as its spec does ]), else ``"sum"``;
+    the two given and different are refused.
+
+    Example:
+        >>> _stream_size(None, "prod"), _stream_size("prod", None), _stream_size(None, None)
+        ('prod', 'prod', 'sum')
+    """
+    if size is None:
+        return planned or "sum"
+    size = resolve_size(size)
+    if planned is not None and size != planned:
+        raise ValueError(
+            f"size={size!r} contradicts the BucketSpec given as boundaries, planned with "
+            f"size={planned!r} (what max_tokens counts of a cell): leave size= out, or build the "
+            f"spec with size={size!r}"
+        )
+    return size
 
 
 def _refuse_merged_cells(given: Any, bounds: list[np.ndarray]) -> None:
