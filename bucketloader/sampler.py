@@ -979,6 +979,14 @@ def _check_state(
     saved = state["config"]
     if not isinstance(saved, dict):
         raise ValueError(f"state['config'] must be a dict, got {saved!r}")
+    drawn = [k for k in _DRAW_KEYS if k in saved and k not in config]
+    if drawn:  # (s21: loaded with a warning only, and resumed other samples: 136 of 2,000 twice)
+        raise ValueError(
+            "state was saved by a WeightedBucketSampler (its config has "
+            f"{', '.join(f'{k}={saved[k]!r}' for k in drawn)}), whose epochs batch weighted "
+            f"draws, not this {owner}'s samples; resume it with a WeightedBucketSampler built as "
+            f"when it was saved, or pass a state from {owner}.state_dict()"
+        )
     for key, value in config.items():
         if key not in saved:
             raise ValueError(
@@ -1028,6 +1036,9 @@ def _check_state(
 
 
 _STATE_KEYS = frozenset({"version", "epoch", "batches_yielded", "config"})
+#: Config entries only a WeightedBucketSampler writes: a sampler without them cannot resume its
+#: epochs (they batch the draws, in other batches), though every key they share may match.
+_DRAW_KEYS = ("sample_weights", "draws", "replacement")
 #: Config entries that follow from the plan itself (a re-solved joint plan changes them).
 _PLAN_KEYS = frozenset({"plan_digest", "num_batches"})
 

@@ -179,6 +179,20 @@ def test_weighted_resume_is_exact_and_ranks_agree():
     assert len(both) >= 900 and cells.num_cells >= 2  # the epoch's 900 draws, split over ranks
 
 
+def test_weighted_state_is_refused_by_a_plain_sampler():
+    """Uniform draws without replacement share every config key a BucketSampler writes (same
+    plan digest, batches, samples), so its state loaded with a warning and resumed other
+    batches: 136 of 2,000 samples twice in the epoch (s21)."""
+    opts = dict(num_buckets=4, batch_size=16, seed=1)
+    from bucketloader.weighted import WeightedBucketSampler
+
+    weighted = WeightedBucketSampler(ONE, np.ones(ONE.size), replacement=False, **opts)
+    it = iter(weighted)
+    next(it)
+    with pytest.raises(ValueError, match=r"saved by a WeightedBucketSampler .*draws=3000"):
+        BucketSampler(ONE, **opts).load_state_dict(weighted.state_dict())
+
+
 # -- gradient-accumulation groups (fairseq update_freq) --------------------------------------------
 @pytest.mark.parametrize("last_batch, replicas", [("pad", 1), ("fill", 2), ("drop", 3)])
 def test_accumulation_groups_are_k_batches_of_one_shape_on_every_rank(last_batch, replicas):
