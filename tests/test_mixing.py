@@ -96,6 +96,12 @@ def test_weights_are_deterministic_validated_and_resumable(mixture):
         BucketSampler([3, 4, 5], batch_size=2, weights=[1])
     with pytest.raises(TypeError, match="weights must be a sequence"):
         BucketSampler(spec, weights="uniform")
+    import torch  # a tensor of weights, as WeightedBucketSampler takes, was a TypeError (s21)
+
+    tensor = BucketSampler(spec, seed=3, weights=torch.tensor([3.0, 1.0, 1.0]))
+    assert (
+        tensor.plan().indices == BucketSampler(spec, seed=3, weights=[3, 1, 1]).plan().indices
+    ).all()
 
 
 def test_weights_through_grouped_dataset_and_report():

@@ -237,7 +237,8 @@ def _grouped(spec: BucketSpec, at: _Place, longest_first: bool, k: int) -> Epoch
 def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
     """Validated sampling weights, one per group in ``spec.group_values`` order (or ``None``).
 
-    ``weights`` is a sequence (one per group, in group-id order) or a mapping group id → weight;
+    ``weights`` is a sequence, array or tensor (one per group, in group-id order) or a mapping
+    group id → weight;
     weights are finite, >= 0, and not all 0.
 
     Example:
@@ -253,6 +254,8 @@ def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
             "weights are per dataset: pass groups=... (e.g. GroupedDataset(...).groups) with "
             f"one weight per group, got weights={weights!r} and no groups"
         )
+    if hasattr(weights, "detach"):  # a tensor, as WeightedBucketSampler's weights may be (s21)
+        weights = weights.detach().cpu().tolist()
     if isinstance(weights, Mapping):
         unknown = [k for k in weights if k not in gvals]
         missing = [g for g in gvals if g not in weights]
