@@ -238,8 +238,7 @@ def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
     """Validated sampling weights, one per group in ``spec.group_values`` order (or ``None``).
 
     ``weights`` is a sequence, array or tensor (one per group, in group-id order) or a mapping
-    group id → weight;
-    weights are finite, >= 0, and not all 0.
+    group id → weight; weights are finite, >= 0, and not all 0.
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10], groups=[0, 0, 1, 1], batch_size=1)
