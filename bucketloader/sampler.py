@@ -1013,15 +1013,19 @@ def _check_state(
                 f"state but num_replicas={value!r} in this sampler. {how}"
             )
         if saved[key] != value:
-            hint = (
-                " (the lengths, boundaries, row lengths, batch sizes or policies differ)"
-                if key == "plan_digest"
-                else ""
+            hint = _CONFIG_HINTS.get(key, "")
+            # (s21: a job whose dataset grew, or whose batch_size changed, was only told to build
+            # the sampler as before; it cannot, and the way on is the next epoch)
+            on = (
+                f"go on with the changed sampler from the next epoch instead of load_state_dict: "
+                f"sampler.set_epoch({epoch + 1}) (the rest of epoch {epoch} is then not seen)"
+                if epochs and isinstance(epoch, int) and not isinstance(epoch, bool)
+                else "start again with the changed sampler (no load_state_dict)"
             )
             raise ValueError(
                 f"state is from a different configuration: {key}={saved[key]!r} in the state "
                 f"but {key}={value!r} in this sampler{hint}; build the sampler exactly as when "
-                "the state was saved"
+                f"the state was saved to resume it exactly, or {on}"
             )
     epoch, pos = state["epoch"], state["batches_yielded"]
     for name, val in (("epoch", epoch), ("batches_yielded", pos)):
@@ -1036,6 +1040,12 @@ def _check_state(
 
 
 _STATE_KEYS = frozenset({"version", "epoch", "batches_yielded", "config"})
+#: What a config entry's mismatch usually means (num_batches: the argument the user changed).
+_CONFIG_HINTS = {
+    "plan_digest": " (the lengths, boundaries, row lengths, batch sizes or policies differ)",
+    "num_batches": " (batch_size, max_tokens, num_buckets, the lengths or the policies differ)",
+    "num_samples": " (the dataset has another number of samples)",
+}
 #: Config entries only a WeightedBucketSampler writes: a sampler without them cannot resume its
 #: epochs (they batch the draws, in other batches), though every key they share may match.
 _DRAW_KEYS = ("sample_weights", "draws", "replacement")
