@@ -663,8 +663,17 @@ class BucketSampler(SpecShapes, EpochSampler):
             if v and k in LEFT_OUT_BY
         }
         never = ""
+        # a dataset given weight 0 makes no batch: its samples are never seen (s21: counted by
+        # report() as dropped, not said; a filter that leaves them out is)
+        unseen = np.zeros(spec.cells.num_cells, dtype=bool)
+        if self.weights is not None and not self.weights.all():
+            unseen = self.weights[spec.cell_group] == 0
+            kept = spec.cell_of_sample[spec.cell_of_sample >= 0]
+            zero = [spec.group_values[g] for g in np.flatnonzero(self.weights == 0).tolist()]
+            reasons[f"weights=0 (group(s) {zero})"] = int(unseen[kept].sum())
         if spec.last_batch == "drop":
             full, q = spec.cell_steps(self.num_replicas)
+            q = np.where(unseen, 0, q)  # (counted above)
             if int(q.sum()):
                 reasons["last_batch='drop'"] = int(q.sum())
             # a bucket with fewer samples than one step makes no batch (no promotion under

@@ -96,6 +96,13 @@ def test_weights_are_deterministic_validated_and_resumable(mixture):
         BucketSampler([3, 4, 5], batch_size=2, weights=[1])
     with pytest.raises(TypeError, match="weights must be a sequence"):
         BucketSampler(spec, weights="uniform")
+    # a dataset of weight 0 is never seen: warned and counted like a filter's samples (s21)
+    zero = int((spec.groups == 1).sum())
+    with pytest.warns(
+        UserWarning, match=rf"leaves out {zero:,} of .*{zero:,} by weights=0 \(group"
+    ):
+        sampler = BucketSampler(spec, weights=[1, 0, 1])
+    assert not (spec.groups[np.concatenate(list(sampler))] == 1).any()
     import torch  # a tensor of weights, as WeightedBucketSampler takes, was a TypeError (s21)
 
     tensor = BucketSampler(spec, seed=3, weights=torch.tensor([3.0, 1.0, 1.0]))
