@@ -278,8 +278,17 @@ def _check_sample_weights(weights: Any, spec: BucketSpec) -> np.ndarray:
             f"{type(weights).__name__}"
         )
     if arr.shape != (n,):
+        per_group = spec.groups is not None and arr.shape == (len(spec.group_values),)
         raise ValueError(
             f"weights must give one weight per sample ({n} samples), got shape {arr.shape}"
+            + (
+                # (s21: a mixture's per-dataset weights, the natural first try with groups=)
+                f", one per group {list(spec.group_values)}: for a share of each epoch per "
+                "dataset pass them to BucketSampler(lengths, groups=..., weights=...), or give "
+                "each sample its dataset's weight over the dataset's size here"
+                if per_group
+                else ""
+            )
         )
     bad = ~np.isfinite(arr) | (arr < 0)
     if bad.any():

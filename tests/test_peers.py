@@ -155,6 +155,11 @@ def test_weighted_without_replacement_has_no_repeats_and_checks_num_samples():
         from bucketloader.weighted import WeightedBucketSampler
 
         WeightedBucketSampler(ONE, [1.0, 2.0], batch_size=4)
+    groups = np.arange(ONE.size) % 2
+    with pytest.raises(
+        ValueError, match=r"one per group \[0, 1\]: .*BucketSampler\(lengths, groups"
+    ):
+        WeightedBucketSampler(ONE, [1.0, 2.0], groups=groups, batch_size=4)
     with pytest.raises(ValueError, match=r"num_samples must be an int >= 1 and <= 1099511627776"):
         _weighted(num_samples=2**70)  # (was numpy's OverflowError; s8-polish)
 
