@@ -92,6 +92,11 @@ def test_weights_are_deterministic_validated_and_resumable(mixture):
     ]:
         with pytest.raises(ValueError, match=match):
             BucketSampler(spec, weights=weights)
+    # an empty dataset of a GroupedDataset has no group: its weight is named, not "one too many"
+    holes = BucketSampler([3, 4, 9, 10], groups=[0, 0, 2, 2], batch_size=2)
+    for weights in ([1, 1, 1], {0: 1, 1: 1, 2: 1}):
+        with pytest.raises(ValueError, match=r"group\(s\) \[1\] have no samples"):
+            BucketSampler(holes.spec, weights=weights)
     with pytest.raises(ValueError, match="weights are per dataset: pass groups="):
         BucketSampler([3, 4, 5], batch_size=2, weights=[1])
     with pytest.raises(TypeError, match="weights must be a sequence"):

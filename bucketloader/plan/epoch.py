@@ -255,12 +255,16 @@ def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
         )
     if hasattr(weights, "detach"):  # a tensor, as WeightedBucketSampler's weights may be (s21)
         weights = weights.detach().cpu().tolist()
+    # group ids below the largest with no sample: an empty dataset of a GroupedDataset, whose
+    # weight (one per dataset, the natural list) was refused as "one too many" (s21)
+    empty = sorted(set(range(max(gvals, default=-1) + 1)) - set(gvals))
     if isinstance(weights, Mapping):
         unknown = [k for k in weights if k not in gvals]
         missing = [g for g in gvals if g not in weights]
         if unknown or missing:
             raise ValueError(
                 f"weights must give one weight per group {list(gvals)}, got keys {list(weights)}"
+                + _no_samples(empty, unknown)
             )
         vals = [weights[g] for g in gvals]
     elif isinstance(weights, (list, tuple, np.ndarray)):
@@ -269,6 +273,7 @@ def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
             raise ValueError(
                 f"weights must give one weight per group ({len(gvals)}: {list(gvals)}), got "
                 f"{len(vals)} weights: {weights!r}"
+                + _no_samples(empty, range(len(vals)) if len(vals) > len(gvals) else [])
             )
     else:
         raise TypeError(
@@ -285,6 +290,18 @@ def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
     if total <= 0:
         raise ValueError(f"weights must not all be 0, got weights={weights!r}")
     return np.array([v / total for v in out])
+
+
+def _no_samples(empty: list[int], asked: Any) -> str:
+    """Why weights named groups the plan has none of: they have no samples."""
+    named = [g for g in asked if g in empty]
+    if not named:
+        return ""
+    return (
+        f"; group(s) {named} have no samples (an empty dataset?) and take no share: give the "
+        "weights of the groups that have samples, in group-id order, or a mapping "
+        "{group: weight} of those"
+    )
 
 
 def check_weights(
