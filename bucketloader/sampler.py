@@ -663,8 +663,17 @@ class BucketSampler(SpecShapes, EpochSampler):
             if v and k in LEFT_OUT_BY
         }
         never = ""
+        # a dataset given weight 0 makes no batch: its samples are never seen (s21: counted by
+        # report() as dropped, not said; a filter that leaves them out is)
+        unseen = np.zeros(spec.cells.num_cells, dtype=bool)
+        if self.weights is not None and not self.weights.all():
+            unseen = self.weights[spec.cell_group] == 0
+            kept = spec.cell_of_sample[spec.cell_of_sample >= 0]
+            zero = [spec.group_values[g] for g in np.flatnonzero(self.weights == 0).tolist()]
+            reasons[f"weights=0 (group(s) {zero})"] = int(unseen[kept].sum())
         if spec.last_batch == "drop":
             full, q = spec.cell_steps(self.num_replicas)
+            q = np.where(unseen, 0, q)  # (counted above)
             if int(q.sum()):
                 reasons["last_batch='drop'"] = int(q.sum())
             # a bucket with fewer samples than one step makes no batch (no promotion under
@@ -979,6 +988,14 @@ def _check_state(
     saved = state["config"]
     if not isinstance(saved, dict):
         raise ValueError(f"state['config'] must be a dict, got {saved!r}")
+    drawn = [k for k in _DRAW_KEYS if k in saved and k not in config]
+    if drawn:  # (s21: loaded with a warning only, and resumed other samples: 136 of 2,000 twice)
+        raise ValueError(
+            "state was saved by a WeightedBucketSampler (its config has "
+            f"{', '.join(f'{k}={saved[k]!r}' for k in drawn)}), whose epochs batch weighted "
+            f"draws, not this {owner}'s samples; resume it with a WeightedBucketSampler built as "
+            f"when it was saved, or pass a state from {owner}.state_dict()"
+        )
     for key, value in config.items():
         if key not in saved:
             raise ValueError(
@@ -1005,15 +1022,19 @@ def _check_state(
                 f"state but num_replicas={value!r} in this sampler. {how}"
             )
         if saved[key] != value:
-            hint = (
-                " (the lengths, boundaries, row lengths, batch sizes or policies differ)"
-                if key == "plan_digest"
-                else ""
+            hint = _CONFIG_HINTS.get(key, "")
+            # (s21: a job whose dataset grew, or whose batch_size changed, was only told to build
+            # the sampler as before; it cannot, and the way on is the next epoch)
+            on = (
+                f"go on with the changed sampler from the next epoch instead of load_state_dict: "
+                f"sampler.set_epoch({epoch + 1}) (the rest of epoch {epoch} is then not seen)"
+                if epochs and isinstance(epoch, int) and not isinstance(epoch, bool)
+                else "start again with the changed sampler (no load_state_dict)"
             )
             raise ValueError(
                 f"state is from a different configuration: {key}={saved[key]!r} in the state "
                 f"but {key}={value!r} in this sampler{hint}; build the sampler exactly as when "
-                "the state was saved"
+                f"the state was saved to resume it exactly, or {on}"
             )
     epoch, pos = state["epoch"], state["batches_yielded"]
     for name, val in (("epoch", epoch), ("batches_yielded", pos)):
@@ -1028,6 +1049,15 @@ def _check_state(
 
 
 _STATE_KEYS = frozenset({"version", "epoch", "batches_yielded", "config"})
+#: What a config entry's mismatch usually means (num_batches: the argument the user changed).
+_CONFIG_HINTS = {
+    "plan_digest": " (the lengths, boundaries, row lengths, batch sizes or policies differ)",
+    "num_batches": " (batch_size, max_tokens, num_buckets, the lengths or the policies differ)",
+    "num_samples": " (the dataset has another number of samples)",
+}
+#: Config entries only a WeightedBucketSampler writes: a sampler without them cannot resume its
+#: epochs (they batch the draws, in other batches), though every key they share may match.
+_DRAW_KEYS = ("sample_weights", "draws", "replacement")
 #: Config entries that follow from the plan itself (a re-solved joint plan changes them).
 _PLAN_KEYS = frozenset({"plan_digest", "num_batches"})
 

@@ -24,6 +24,7 @@ import dataclasses
 import functools
 import hashlib
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
 from bucketloader.plan.epoch import apportion
-from bucketloader.plan.report import plan_report
+from bucketloader.plan.report import LOSS_WARNING, plan_report
 from bucketloader.sampler import BucketSampler
 
 __all__ = ["WeightedBucketSampler"]
@@ -55,7 +56,8 @@ class WeightedBucketSampler(BucketSampler):
             sequence, array or tensor.
         num_samples: draws per epoch (default: the planned samples).
         replacement: draw with replacement (``True``, torch's default); without, a sample is
-            drawn at most once per epoch.
+            drawn at most once per epoch (a warning counts the draws that then go to other
+            samples than the weights ask).
         **options: :class:`~bucketloader.BucketSampler`'s options (``shuffle``, ``seed``, ranks,
             ``longest_first``, ``accumulate``) and the spec options (``num_buckets``,
             ``batch_size`` / ``max_tokens``, ``last_batch``, ...); not per-dataset ``weights``.
@@ -85,6 +87,30 @@ class WeightedBucketSampler(BucketSampler):
         self._weighting = (weights, num_samples, replacement)  # (_own_arguments checks them)
         super().__init__(lengths, **options)
         del self._weighting
+        self._warn_capped_draws()
+
+    def _warn_capped_draws(self) -> None:
+        """Without replacement a sample is drawn at most once an epoch, so weights that ask more
+        of it (``num_samples * w_i / W > 1``) give its excess draws to the other samples: a
+        dataset of 600 samples weighted 0.5 against 3,000 got 30% of 2,000 draws, silently
+        (s21). Warn when more than ``LOSS_WARNING`` of the draws move so."""
+        if self.replacement:
+            return
+        w = np.where(self.spec.cell_of_sample >= 0, self.sample_weights, 0.0)
+        asked = self.num_samples * w / w.sum()
+        over = asked > 1.0
+        moved = float((asked[over] - 1.0).sum())
+        if moved > LOSS_WARNING * self.num_samples:
+            warnings.warn(
+                f"WeightedBucketSampler(replacement=False): weights ask {int(over.sum()):,} "
+                f"samples for more than one of the {self.num_samples:,} draws per epoch (up to "
+                f"{float(asked.max()):.2f}), but without replacement each is drawn at most once; "
+                f"about {moved:,.0f} draws ({moved / self.num_samples:.0%}) go to the other "
+                "samples instead, so those samples' share falls short of their weight; pass "
+                "replacement=True to follow the weights, or a lower num_samples",
+                UserWarning,
+                stacklevel=3,
+            )
 
     def _own_arguments(self) -> dict[str, Any]:
         """The weights, ``num_samples`` and ``replacement``, checked before the ranks' check of
@@ -252,8 +278,17 @@ def _check_sample_weights(weights: Any, spec: BucketSpec) -> np.ndarray:
             f"{type(weights).__name__}"
         )
     if arr.shape != (n,):
+        per_group = spec.groups is not None and arr.shape == (len(spec.group_values),)
         raise ValueError(
             f"weights must give one weight per sample ({n} samples), got shape {arr.shape}"
+            + (
+                # (s21: a mixture's per-dataset weights, the natural first try with groups=)
+                f", one per group {list(spec.group_values)}: for a share of each epoch per "
+                "dataset pass them to BucketSampler(lengths, groups=..., weights=...), or give "
+                "each sample its dataset's weight over the dataset's size here"
+                if per_group
+                else ""
+            )
         )
     bad = ~np.isfinite(arr) | (arr < 0)
     if bad.any():

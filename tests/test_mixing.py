@@ -92,10 +92,28 @@ def test_weights_are_deterministic_validated_and_resumable(mixture):
     ]:
         with pytest.raises(ValueError, match=match):
             BucketSampler(spec, weights=weights)
+    # an empty dataset of a GroupedDataset has no group: its weight is named, not "one too many"
+    holes = BucketSampler([3, 4, 9, 10], groups=[0, 0, 2, 2], batch_size=2)
+    for weights in ([1, 1, 1], {0: 1, 1: 1, 2: 1}):
+        with pytest.raises(ValueError, match=r"group\(s\) \[1\] have no samples"):
+            BucketSampler(holes.spec, weights=weights)
     with pytest.raises(ValueError, match="weights are per dataset: pass groups="):
         BucketSampler([3, 4, 5], batch_size=2, weights=[1])
     with pytest.raises(TypeError, match="weights must be a sequence"):
         BucketSampler(spec, weights="uniform")
+    # a dataset of weight 0 is never seen: warned and counted like a filter's samples (s21)
+    zero = int((spec.groups == 1).sum())
+    with pytest.warns(
+        UserWarning, match=rf"leaves out {zero:,} of .*{zero:,} by weights=0 \(group"
+    ):
+        sampler = BucketSampler(spec, weights=[1, 0, 1])
+    assert not (spec.groups[np.concatenate(list(sampler))] == 1).any()
+    import torch  # a tensor of weights, as WeightedBucketSampler takes, was a TypeError (s21)
+
+    tensor = BucketSampler(spec, seed=3, weights=torch.tensor([3.0, 1.0, 1.0]))
+    assert (
+        tensor.plan().indices == BucketSampler(spec, seed=3, weights=[3, 1, 1]).plan().indices
+    ).all()
 
 
 def test_weights_through_grouped_dataset_and_report():

@@ -325,6 +325,10 @@ def test_validation_at_the_call():
     other = PackIterable(docs, num_replicas=2, rank=0, steps_per_epoch=4, **kw)
     with pytest.raises(ValueError, match=r"steps_per_epoch=3, but this PackIterable has .*=4"):
         other.load_state_dict(good)
+    # (s21: a job restarted on other ranks was told only to build the stream as before)
+    wider = PackIterable(docs, num_replicas=4, rank=0, steps_per_epoch=3, **kw)
+    with pytest.raises(ValueError, match=r"num_replicas=2, .* own shard.*stream.set_epoch\(1\)"):
+        wider.load_state_dict(good)
     with pytest.raises(ValueError, match="batches_consumed must be an int"):
         split.state_dict(batches_consumed=1)  # nothing was handed out yet
     collate = split.collator()

@@ -139,7 +139,8 @@ def test_weighted_draws_follow_the_weights_and_keep_the_shapes():
 
 
 def test_weighted_without_replacement_has_no_repeats_and_checks_num_samples():
-    sampler, weights = _weighted(num_samples=1500, replacement=False)
+    with pytest.warns(UserWarning, match="without replacement each is drawn at most once"):
+        sampler, weights = _weighted(num_samples=1500, replacement=False)  # (weight 3: 1.17)
     for epoch in range(3):
         sampler.set_epoch(epoch)
         drawn = [i for b in sampler for i in b]
@@ -154,6 +155,11 @@ def test_weighted_without_replacement_has_no_repeats_and_checks_num_samples():
         from bucketloader.weighted import WeightedBucketSampler
 
         WeightedBucketSampler(ONE, [1.0, 2.0], batch_size=4)
+    groups = np.arange(ONE.size) % 2
+    with pytest.raises(
+        ValueError, match=r"one per group \[0, 1\]: .*BucketSampler\(lengths, groups"
+    ):
+        WeightedBucketSampler(ONE, [1.0, 2.0], groups=groups, batch_size=4)
     with pytest.raises(ValueError, match=r"num_samples must be an int >= 1 and <= 1099511627776"):
         _weighted(num_samples=2**70)  # (was numpy's OverflowError; s8-polish)
 
@@ -177,6 +183,41 @@ def test_weighted_resume_is_exact_and_ranks_agree():
     assert (other.plan().cells == sampler.plan().cells).all()  # same shape at every step
     both = [i for b in theirs + full for i in b]
     assert len(both) >= 900 and cells.num_cells >= 2  # the epoch's 900 draws, split over ranks
+
+
+def test_weighted_draws_without_replacement_warn_when_weights_ask_more():
+    """A small dataset weighted 0.5 against one five times its size got 25% of the draws
+    without replacement (each of its samples drawn at most once), silently (s21)."""
+    import warnings
+
+    from bucketloader.weighted import WeightedBucketSampler
+
+    groups = np.repeat([0, 1], [2500, 500])
+    weights = np.where(groups == 1, 0.5 / 500, 0.5 / 2500)
+    opts = dict(num_buckets=4, batch_size=16, seed=1, num_samples=2000)
+    with pytest.warns(
+        UserWarning, match=r"ask 500 samples .*\(up to 2.00\).* about 500 draws \(25%\)"
+    ):
+        sampler = WeightedBucketSampler(ONE, weights, replacement=False, **opts)
+    drawn = np.concatenate(list(sampler))
+    assert abs(np.mean(groups[drawn] == 1) - 0.25) < 0.01  # 0.2475, where 0.5 was asked
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # with replacement the weights are followed: no warning
+        WeightedBucketSampler(ONE, weights, replacement=True, **opts)
+
+
+def test_weighted_state_is_refused_by_a_plain_sampler():
+    """Uniform draws without replacement share every config key a BucketSampler writes (same
+    plan digest, batches, samples), so its state loaded with a warning and resumed other
+    batches: 136 of 2,000 samples twice in the epoch (s21)."""
+    opts = dict(num_buckets=4, batch_size=16, seed=1)
+    from bucketloader.weighted import WeightedBucketSampler
+
+    weighted = WeightedBucketSampler(ONE, np.ones(ONE.size), replacement=False, **opts)
+    it = iter(weighted)
+    next(it)
+    with pytest.raises(ValueError, match=r"saved by a WeightedBucketSampler .*draws=3000"):
+        BucketSampler(ONE, **opts).load_state_dict(weighted.state_dict())
 
 
 # -- gradient-accumulation groups (fairseq update_freq) --------------------------------------------

@@ -164,8 +164,12 @@ def test_resume_behind_a_prefetching_dataloader():
         ({"shuffle": False}, "shuffle=True in the state but shuffle=False"),
         ({"num_replicas": 2, "rank": 1}, "num_replicas=1 in the state but num_replicas=2"),
         ({"last_batch": "drop"}, "last_batch='pad' in the state but last_batch='drop'"),
-        ({"lengths": True}, "num_samples=4391 in the state but num_samples=4390"),
-        ({"max_tokens": 7000}, "num_batches=332 in the state but num_batches=285"),
+        # (s21: a grown dataset or a new max_tokens named no argument and no way on)
+        ({"lengths": True}, r"num_samples=4390 .*another number of samples.*set_epoch\(1\)"),
+        (
+            {"max_tokens": 7000},
+            r"num_batches=285 in this sampler \(batch_size, max_tokens.*set_epoch",
+        ),
         ({"reverse": True}, r"plan_digest=.* \(the lengths, boundaries, row lengths, batch sizes"),
         ({"longest_first": True}, "longest_first=False in the state but longest_first=True"),
     ],

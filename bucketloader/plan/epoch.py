@@ -237,8 +237,8 @@ def _grouped(spec: BucketSpec, at: _Place, longest_first: bool, k: int) -> Epoch
 def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
     """Validated sampling weights, one per group in ``spec.group_values`` order (or ``None``).
 
-    ``weights`` is a sequence (one per group, in group-id order) or a mapping group id → weight;
-    weights are finite, >= 0, and not all 0.
+    ``weights`` is a sequence, array or tensor (one per group, in group-id order) or a mapping
+    group id → weight; weights are finite, >= 0, and not all 0.
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10], groups=[0, 0, 1, 1], batch_size=1)
@@ -253,12 +253,18 @@ def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
             "weights are per dataset: pass groups=... (e.g. GroupedDataset(...).groups) with "
             f"one weight per group, got weights={weights!r} and no groups"
         )
+    if hasattr(weights, "detach"):  # a tensor, as WeightedBucketSampler's weights may be (s21)
+        weights = weights.detach().cpu().tolist()
+    # group ids below the largest with no sample: an empty dataset of a GroupedDataset, whose
+    # weight (one per dataset, the natural list) was refused as "one too many" (s21)
+    empty = sorted(set(range(max(gvals, default=-1) + 1)) - set(gvals))
     if isinstance(weights, Mapping):
         unknown = [k for k in weights if k not in gvals]
         missing = [g for g in gvals if g not in weights]
         if unknown or missing:
             raise ValueError(
                 f"weights must give one weight per group {list(gvals)}, got keys {list(weights)}"
+                + _no_samples(empty, unknown)
             )
         vals = [weights[g] for g in gvals]
     elif isinstance(weights, (list, tuple, np.ndarray)):
@@ -267,6 +273,7 @@ def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
             raise ValueError(
                 f"weights must give one weight per group ({len(gvals)}: {list(gvals)}), got "
                 f"{len(vals)} weights: {weights!r}"
+                + _no_samples(empty, range(len(vals)) if len(vals) > len(gvals) else [])
             )
     else:
         raise TypeError(
@@ -283,6 +290,18 @@ def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
     if total <= 0:
         raise ValueError(f"weights must not all be 0, got weights={weights!r}")
     return np.array([v / total for v in out])
+
+
+def _no_samples(empty: list[int], asked: Any) -> str:
+    """Why weights named groups the plan has none of: they have no samples."""
+    named = [g for g in asked if g in empty]
+    if not named:
+        return ""
+    return (
+        f"; group(s) {named} have no samples (an empty dataset?) and take no share: give the "
+        "weights of the groups that have samples, in group-id order, or a mapping "
+        "{group: weight} of those"
+    )
 
 
 def check_weights(

@@ -511,15 +511,25 @@ def check_config(
         )
     for key, value in theirs.items():
         if mine.get(key) != value:
-            hint = (
-                " (boundaries=estimate(...) solves on the head of the source: it must read the "
-                "same samples first)"
-                if key == "boundaries"
+            hint = {
+                "boundaries": " (boundaries=estimate(...) solves on the head of the source: it "
+                "must read the same samples first)",
+                "num_replicas": " (a rank's state holds the positions in its own shard, and the "
+                "ranks' shards and schedule change with their number)",
+            }.get(key, "")
+            epoch = state.get("epoch")
+            # (s21: a job restarted on 2 ranks from a state saved on 4 was told only to build
+            # the stream as before, which it cannot; the way on is the next epoch)
+            on = (
+                f"; to go on with these options instead, skip load_state_dict and start the next "
+                f"epoch: stream.set_epoch({epoch + 1})"
+                if isinstance(epoch, int) and not isinstance(epoch, bool)
                 else ""
             )
             raise ValueError(
                 f"state has {key}={value!r}, but this {owner} has {key}={mine.get(key)!r}; "
-                f"build the stream with the options of the one that saved the state{hint}"
+                f"build the stream with the options of the one that saved the state{hint} to "
+                f"resume it exactly{on}"
             )
 
 
