@@ -297,6 +297,42 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path, files):
     assert len(list((tmp_path / "cache").glob("*.json"))) == 1  # what was asked is done
 
 
+class _ClosedAfter:
+    """A standard output whose reader leaves after its first write (``| head -1``) and that runs
+    unbuffered (``PYTHONUNBUFFERED=1``): the next write raises BrokenPipeError."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        if self.writes > 1:
+            raise BrokenPipeError(32, "Broken pipe")
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        raise OSError("no file descriptor")
+
+
+@pytest.mark.parametrize("command", ["precompute", "report"])
+def test_a_reader_that_stops_early_still_gets_the_json_written(
+    tmp_path, files, monkeypatch, command
+):
+    # `bucketloader precompute ... --json out.json | head -1` under PYTHONUNBUFFERED=1 exited
+    # 141 with no out.json: the first print past the reader came before the file was written
+    from bucketloader.cli import main
+
+    monkeypatch.setenv("BUCKETLOADER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "stdout", _ClosedAfter())
+    out = tmp_path / "out.json"
+    args = [command, str(files / "one.txt"), "-k", "3", "--json", str(out)]
+    assert main(args) == 141
+    assert json.loads(out.read_text())  # the file asked for, whole
+
+
 def test_bad_inputs_exit_2_with_one_clear_line_in_a_real_process(tmp_path, files):
     cases = _bad_cases(tmp_path, files)
     env = _env(tmp_path)

@@ -385,16 +385,27 @@ def _report(args: argparse.Namespace) -> int:
         else:  # (the others as they were: shown by the user's filters)
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     report = dataclasses.replace(report, source=Path(args.file).name)
+    # the files first: NOTE [ Outputs before the printout ]
+    plotted = report.plot(args.plot) if args.plot else None
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
     print(report)
     note = _zero_lengths(lengths)
     if note is not None:  # (the boundaries above may start at 0: NOTE [ Samples of length 0 ])
         print(f"\nwarning: {note}")
-    if args.plot:
-        print(f"\nplot written to {report.plot(args.plot)}")
+    if plotted is not None:
+        print(f"\nplot written to {plotted}")
     if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
         print(f"report written to {args.json}")
     return 0
+
+
+# NOTE [ Outputs before the printout ]
+# ``--json`` and ``--plot`` are written before the text is printed: standard output closed by
+# its reader (``bucketloader precompute ... --json out.json | head -4``) ends the command at the
+# first print past what the reader took (BrokenPipeError, :data:`EXIT_PIPE`), and under
+# ``PYTHONUNBUFFERED=1`` (common in containers and job scripts) that print came before the file
+# was written: the command exited 141 with no out.json.
 
 
 def _zero_lengths(lengths: Any) -> str | None:
@@ -474,13 +485,8 @@ def _precompute(args: argparse.Namespace) -> int:
     # the entry itself, read back as a later run reads it: a directory or a symbolic link at
     # its path is the user's, never replaced, so nothing was stored (exists() said it was)
     stored = cache.get(key) is not None
-    print(f"{Path(args.file).name}: {hist.num_samples:,} lengths, {label}")
-    print(f"cache: {state}; key {key[:16]}… {'at ' + str(where) if stored else '(not stored)'}")
-    print(f"status: {sol.status}; padding {sol.padding_ratio:.2%} (pad / real elements)")
-    print(f"boundaries: {[int(b) for b in sol.boundaries]}")
     rows = bucket_table(lengths, sol.boundaries, args.batch_size, args.max_tokens)
-    print(format_table(rows, args.batch_size, args.max_tokens))
-    if args.json:
+    if args.json:  # the file first: NOTE [ Outputs before the printout ]
         out = {
             "file": str(args.file),
             "key": key,
@@ -490,6 +496,12 @@ def _precompute(args: argparse.Namespace) -> int:
             "shapes": sorted({tuple(r["shape"]) for r in rows if r["shape"]}),
         }
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"{Path(args.file).name}: {hist.num_samples:,} lengths, {label}")
+    print(f"cache: {state}; key {key[:16]}… {'at ' + str(where) if stored else '(not stored)'}")
+    print(f"status: {sol.status}; padding {sol.padding_ratio:.2%} (pad / real elements)")
+    print(f"boundaries: {[int(b) for b in sol.boundaries]}")
+    print(format_table(rows, args.batch_size, args.max_tokens))
+    if args.json:
         print(f"written to {args.json}")
     if not stored:  # precompute's one job: the entry a later run finds
         why = (
