@@ -604,6 +604,13 @@ def test_a_text_column_says_it_measures_characters(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "column 'text' holds text: its lengths are measured in characters" in err
     assert "samples 12 |" in out
+    # a datasets save_to_disk directory: the same note (it was silent)
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"text": words}).save_to_disk(tmp_path / "saved")
+    assert main(["report", str(tmp_path / "saved"), "--column", "text", "-k", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "saved column 'text' holds text: its lengths are measured in characters" in err
+    assert "samples 12 |" in out
 
 
 def test_a_csv_with_a_byte_order_mark_reads_by_column_name(tmp_path):

@@ -375,7 +375,10 @@ def _from_table(table: Any, name: str, column: str | int | None) -> np.ndarray:
 def _note_characters(table: Any, column: str, name: str) -> None:
     """A string column's lengths are characters: say so (a UserWarning the CLI prints as a note),
     since bucketing usually wants tokens."""
-    note = characters_note(getattr(table, "schema", None), column, name)
+    # (a pyarrow Table has .schema; a datasets.Dataset from save_to_disk has its table's, on
+    # .data: read only from .schema, a saved dataset's text column had no note)
+    schema = getattr(table, "schema", None) or getattr(getattr(table, "data", None), "schema", None)
+    note = characters_note(schema, column, name)
     if note is not None:
         warnings.warn(note, UserWarning, stacklevel=3)
 
