@@ -702,6 +702,29 @@ def test_report_on_a_hub_layout_reads_the_shards_and_notes_the_rest(tmp_path, ca
     assert "is not a Parquet file" in err
 
 
+@pytest.mark.parametrize("option, name", [("--json", "r.json"), ("--plot", "r.png")])
+def test_a_full_disk_leaves_the_previous_output_whole(
+    tmp_path, files, capsys, monkeypatch, option, name
+):
+    # write_text / savefig truncated the file first: a rerun on a full disk left the previous
+    # report empty, and the error (`[Errno 28] No space left on device`) named no file
+    pytest.importorskip("matplotlib")
+    from bucketloader.cli import main
+
+    previous = tmp_path / name
+    previous.write_bytes(b"the previous report")
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["report", str(files / "one.txt"), "-k", "2", option, str(previous)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: {option} {previous}: could not write it (No space left on device)" in err
+    assert previous.read_bytes() == b"the previous report"
+    assert [p.name for p in tmp_path.iterdir()] == [name, "in"]  # (no temporary file left)
+
+
 def test_plot_and_json_write_into_existing_directories_only(tmp_path, files, capsys):
     from bucketloader.cli import main
 

@@ -386,9 +386,9 @@ def _report(args: argparse.Namespace) -> int:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     report = dataclasses.replace(report, source=Path(args.file).name)
     # the files first: NOTE [ Outputs before the printout ]
-    plotted = report.plot(args.plot) if args.plot else None
+    plotted = _plot(report, args.plot) if args.plot else None
     if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
+        _write_json("--json", args.json, report.to_dict())
     print(report)
     note = _zero_lengths(lengths)
     if note is not None:  # (the boundaries above may start at 0: NOTE [ Samples of length 0 ])
@@ -495,7 +495,7 @@ def _precompute(args: argparse.Namespace) -> int:
             "buckets": rows,
             "shapes": sorted({tuple(r["shape"]) for r in rows if r["shape"]}),
         }
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+        _write_json("--json", args.json, out)
     print(f"{Path(args.file).name}: {hist.num_samples:,} lengths, {label}")
     print(f"cache: {state}; key {key[:16]}… {'at ' + str(where) if stored else '(not stored)'}")
     print(f"status: {sol.status}; padding {sol.padding_ratio:.2%} (pad / real elements)")
@@ -561,6 +561,38 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.samefile(a, b)
     except OSError:  # one does not exist (yet): the same path
         return Path(a).resolve() == Path(b).resolve()
+
+
+def _write_json(option: str, path: str, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` all or nothing: a full disk or a killed command leaves
+    the file that was there as it was (``write_text`` truncated it first: a rerun on a full disk
+    left the previous ``plan.json`` empty, and the error, ``[Errno 28] No space left on device``,
+    named no file). A link is followed: its target is the file replaced."""
+    from bucketloader._files import NotAFile, os_reason, write_atomic
+
+    data = (json.dumps(obj, indent=1) + "\n").encode()
+    try:
+        write_atomic(Path(path).resolve(), data, clean=False)  # (the user's folder: no sweep)
+    except NotAFile as exc:
+        raise ValueError(f"{option} {path} is {exc}; name a regular file") from None
+    except OSError as exc:
+        raise OSError(
+            f"{option} {path}: could not write it ({os_reason(exc)}); any file there is left as "
+            "it was: free some space, or name a file where you can write"
+        ) from None
+
+
+def _plot(report: Any, path: str) -> Path:
+    """``report.plot(path)``, its OS error naming ``--plot`` and the path."""
+    from bucketloader._files import os_reason
+
+    try:
+        return Path(report.plot(path))
+    except OSError as exc:
+        raise OSError(
+            f"--plot {path}: could not write it ({os_reason(exc)}); any file there is left as "
+            "it was: free some space, or name a file where you can write"
+        ) from None
 
 
 def _check_plot(path: str | None) -> None:
