@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bucketloader._files import NotAFile, write_atomic
+from bucketloader._files import NotAFile, os_reason, write_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.analysis.report import DynamicityReport
@@ -69,6 +69,12 @@ def plot_report(r: DynamicityReport, path: Path, *, dpi: int) -> Path:
         write_atomic(path.resolve(), image.getvalue(), clean=False)  # (a link: its target)
     except NotAFile as exc:
         raise ValueError(f"cannot write the plot to {path}: it is {exc}; name a file") from None
+    except OSError as exc:  # (its own text names the temporary file, not the plot)
+        raise OSError(
+            exc.errno,
+            f"cannot write the plot to {path} ({os_reason(exc)}); any file there is "
+            "left as it was: free some space, or name a file where you can write",
+        ) from None
     return path
 
 

@@ -583,16 +583,12 @@ def _write_json(option: str, path: str, obj: Any) -> None:
 
 
 def _plot(report: Any, path: str) -> Path:
-    """``report.plot(path)``, its OS error naming ``--plot`` and the path."""
-    from bucketloader._files import os_reason
-
+    """``report.plot(path)``, its OS error naming ``--plot`` (the path, the reason and the fix
+    are in the error's own text)."""
     try:
         return Path(report.plot(path))
     except OSError as exc:
-        raise OSError(
-            f"--plot {path}: could not write it ({os_reason(exc)}); any file there is left as "
-            "it was: free some space, or name a file where you can write"
-        ) from None
+        raise OSError(f"--plot: {exc.strerror or exc}") from None
 
 
 def _check_plot(path: str | None) -> None:
