@@ -91,7 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
     r.add_argument("--engine", choices=ENGINES, help=engine_help)
     r.add_argument("--nulls", choices=NULLS, help=nulls_help)
-    r.add_argument("-k", "--num-buckets", type=int, nargs="+", default=[4, 8, 16, 32])
+    r.add_argument(
+        "-k",
+        "--num-buckets",
+        type=int,
+        nargs="+",
+        default=[4, 8, 16, 32],
+        help="the shape budgets k to compare (default: 4 8 16 32)",
+    )
     r.add_argument(
         "--strategy", nargs="+", help="strategies to compare (default: all the fast ones)"
     )
@@ -101,7 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=32,
         help="batch size of the dynamic-padding baseline (default 32)",
     )
-    r.add_argument("--padding-target", type=float, default=0.05, help="default 0.05 (5%%)")
+    r.add_argument(
+        "--padding-target",
+        type=float,
+        default=0.05,
+        help="the recommended k is the smallest whose best strategy pads at most this (padding "
+        "elements per real element; default 0.05, 5%%)",
+    )
     r.add_argument(
         "--plot", metavar="PNG", help="write the report's plot here (in an existing directory)"
     )
@@ -147,8 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     d = sub.add_parser("demo", help="the whole idea on LibriSpeech lengths, in under a minute")
-    d.add_argument("-k", "--num-buckets", type=int, default=16)
-    d.add_argument("--batch-size", type=int, default=32)
+    d.add_argument("-k", "--num-buckets", type=int, default=16, help="shape budget k (default 16)")
+    d.add_argument("--batch-size", type=int, default=32, help="batch size (default 32)")
     d.add_argument("--max-batches", type=int, default=20, help="batches materialised per loader")
     d.add_argument(
         "--plot",
