@@ -333,6 +333,22 @@ def test_a_reader_that_stops_early_still_gets_the_json_written(
     assert json.loads(out.read_text())  # the file asked for, whole
 
 
+def test_ctrl_c_is_one_line_and_status_130_not_a_traceback(tmp_path, files, capsys, monkeypatch):
+    import bucketloader.cli.files as cli_files
+    from bucketloader.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_files, "read_lengths", interrupted)
+    try:
+        status = main(["report", str(files / "one.txt")])
+    except KeyboardInterrupt:  # (caught: it would stop the whole test run)
+        pytest.fail("Ctrl-C escaped main(): the command printed a traceback")
+    assert status == 130  # 128 + SIGINT, as a shell reports it
+    assert capsys.readouterr().err == "\nbucketloader: interrupted\n"
+
+
 def test_bad_inputs_exit_2_with_one_clear_line_in_a_real_process(tmp_path, files):
     cases = _bad_cases(tmp_path, files)
     env = _env(tmp_path)

@@ -42,6 +42,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # the subcommands that use them (benchmarks/startup.py measures it).
 
 EXIT_USAGE = 2
+#: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
+EXIT_INTERRUPTED = 130
 #: Standard output closed by its reader (``... | head``): 128 + SIGPIPE, as git and coreutils.
 EXIT_PIPE = 141
 #: Above this many samples (a histogram from ``--engine``), ``report`` skips the dynamic-padding
@@ -203,6 +205,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     except Warning as exc:  # -W error / PYTHONWARNINGS=error (the user decides: _recording)
         return _fail(f"{exc} ({type(exc).__name__}, an error under -W / PYTHONWARNINGS)")
+    except KeyboardInterrupt:  # Ctrl-C in a long solve printed a 20-line traceback of numpy
+        print("\nbucketloader: interrupted", file=sys.stderr)  # (cache and --json writes are
+        return EXIT_INTERRUPTED  # all or nothing: a file there is whole, or the one before)
 
 
 def _closed_stdout() -> int:
@@ -643,7 +648,8 @@ class _Ticker:
         self._thread.join()
         if self._shown:
             elapsed = time.perf_counter() - self._start
-            print(f"{self.what}: done in {elapsed:.1f} s", file=sys.stderr)
+            how = "done" if exc[0] is None else "stopped"  # (Ctrl-C said "done" too)
+            print(f"{self.what}: {how} in {elapsed:.1f} s", file=sys.stderr)
 
 
 def bucket_table(
