@@ -382,8 +382,8 @@ def _report(args: argparse.Namespace) -> int:
     if isinstance(lengths, LengthHistogram) and lengths.num_samples > MAX_BASELINE_SAMPLES:
         # the dynamic-padding baseline simulates random batches over every sample (N int64s)
         print(
-            f"note: {lengths.num_samples:,} samples: the dynamic-padding baseline is skipped "
-            f"above {MAX_BASELINE_SAMPLES:,} (it would hold every length in memory)",
+            f"bucketloader: note: {lengths.num_samples:,} samples: the dynamic-padding baseline "
+            f"is skipped above {MAX_BASELINE_SAMPLES:,} (it would hold every length in memory)",
             file=sys.stderr,
         )
         batch_size = None
