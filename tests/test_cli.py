@@ -745,6 +745,19 @@ def test_a_full_disk_leaves_the_previous_output_whole(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "in"])  # (no temp file)
 
 
+def test_json_under_a_tilde_is_written_in_the_home_directory(tmp_path, files, monkeypatch):
+    # its directory was checked with ~ expanded, and the write then failed on '~/r.json' (as
+    # --plot and --cache-dir expand it)
+    from bucketloader.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("BUCKETLOADER_CACHE_DIR", str(tmp_path / "cache"))
+    for command in ("report", "precompute"):
+        assert main([command, str(files / "one.txt"), "-k", "2", "--json", "~/r.json"]) == 0
+        assert json.loads((tmp_path / "r.json").read_text())
+        (tmp_path / "r.json").unlink()
+
+
 def test_plot_and_json_write_into_existing_directories_only(tmp_path, files, capsys):
     from bucketloader.cli import main
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -70,10 +71,11 @@ def plot_report(r: DynamicityReport, path: Path, *, dpi: int) -> Path:
     except NotAFile as exc:
         raise ValueError(f"cannot write the plot to {path}: it is {exc}; name a file") from None
     except OSError as exc:  # (its own text names the temporary file, not the plot)
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
         raise OSError(
             exc.errno,
-            f"cannot write the plot to {path} ({os_reason(exc)}); any file there is "
-            "left as it was: free some space, or name a file where you can write",
+            f"cannot write the plot to {path} ({os_reason(exc)}); any file there is left as it "
+            f"was: {'free some space, or ' if full else ''}name a file where you can write",
         ) from None
     return path
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import glob
 import json
 import os
@@ -540,7 +541,7 @@ def _check_output(option: str, path: str | None, source: str | None = None) -> N
     """An output path must not be an existing directory, nor a file the input reads (checked
     before any work: ``--json lengths.txt`` replaced the lengths with the report, and ``--json``
     naming a shard of a glob or folder of Parquet files replaced that shard)."""
-    if path is not None and Path(path).is_dir():
+    if path is not None and Path(path).expanduser().is_dir():
         raise ValueError(f"{option} must name a file, got the directory {path}")
     if path is not None:
         from bucketloader.analysis.report import check_parent
@@ -589,14 +590,15 @@ def _write_json(option: str, path: str, obj: Any) -> None:
     from bucketloader._files import NotAFile, os_reason, write_atomic
 
     data = (json.dumps(obj, indent=1) + "\n").encode()
-    try:
-        write_atomic(Path(path).resolve(), data, clean=False)  # (the user's folder: no sweep)
+    try:  # (~ expanded, as check_parent and --plot expand it: '~/r.json' failed to be written)
+        write_atomic(Path(path).expanduser().resolve(), data, clean=False)  # (no sweep there)
     except NotAFile as exc:
         raise ValueError(f"{option} {path} is {exc}; name a regular file") from None
     except OSError as exc:
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
         raise OSError(
             f"{option} {path}: could not write it ({os_reason(exc)}); any file there is left as "
-            "it was: free some space, or name a file where you can write"
+            f"it was: {'free some space, or ' if full else ''}name a file where you can write"
         ) from None
 
 
