@@ -756,6 +756,10 @@ def test_json_under_a_tilde_is_written_in_the_home_directory(tmp_path, files, mo
         assert main([command, str(files / "one.txt"), "-k", "2", "--json", "~/r.json"]) == 0
         assert json.loads((tmp_path / "r.json").read_text())
         (tmp_path / "r.json").unlink()
+    (tmp_path / "one.txt").write_text("3\n5\n")  # an input under ~, and --json naming it
+    assert main(["report", "~/one.txt", "-k", "1"]) == 0
+    assert main(["report", str(tmp_path / "one.txt"), "--json", "~/one.txt"]) == 2
+    assert (tmp_path / "one.txt").read_text() == "3\n5\n"
 
 
 def test_plot_and_json_write_into_existing_directories_only(tmp_path, files, capsys):

@@ -183,6 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
+        for name in ("file", "json", "plot", "cache_dir"):  # '~/...' quoted past the shell:
+            value = getattr(args, name, None)  # one path, whichever option names it (an input
+            if isinstance(value, str):  # '~/lengths.txt' was not found, and --json
+                setattr(args, name, os.path.expanduser(value))  # '~/lengths.txt' replaced it)
         if args.command == "report":
             return _report(args)
         if args.command == "precompute":
