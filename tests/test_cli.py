@@ -72,6 +72,28 @@ def test_readers_agree_on_every_format(files):
         read_lengths(files / "two.npy", 2)
 
 
+def test_a_file_of_one_length_per_line_is_parsed_whole(tmp_path, monkeypatch):
+    # NOTE [ One length per line ]: split per line it held ~400 bytes a length (788 MB for 2 M)
+    import bucketloader.cli.files as cli_files
+
+    p = tmp_path / "l.txt"
+    np.savetxt(p, LENGTHS, fmt="%d")
+    real = cli_files._parse_text
+    monkeypatch.setattr(cli_files, "_parse_text", None)  # (not called: parsed whole)
+    assert read_lengths(p).tolist() == read_lengths(p, 0).tolist() == LENGTHS
+    monkeypatch.setattr(cli_files, "_parse_text", real)
+    for text, error in (  # anything else is read (or named by its line) as before
+        ("5 6\n\n", "has 2 whitespace-separated columns"),
+        ("3\n-4\n", "line 2: lengths must be non-negative"),
+        ("3\n\n7.5\n", "line 3: expected a whole number"),
+    ):
+        p.write_text(text)
+        with pytest.raises(LengthFileError, match=error):
+            read_lengths(p)
+    p.write_text("# n\n3\n\n1e3\n")
+    assert read_lengths(p).tolist() == [3, 1000]
+
+
 def test_arrow_formats(files):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
