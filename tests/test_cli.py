@@ -784,6 +784,20 @@ def test_json_under_a_tilde_is_written_in_the_home_directory(tmp_path, files, mo
     assert (tmp_path / "one.txt").read_text() == "3\n5\n"
 
 
+def test_plot_without_matplotlib_fails_before_any_work(tmp_path, files, capsys, monkeypatch):
+    from bucketloader.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # (import matplotlib: ImportError)
+    out = tmp_path / "r.png"
+    assert main(["report", str(files / "one.txt"), "--plot", str(out)]) == 2
+    stdout, err = capsys.readouterr()
+    assert stdout == ""
+    assert err == (
+        f"bucketloader: error: --plot {out} needs matplotlib: pip install 'bucketloader[plot]', "
+        "or leave out --plot\n"
+    )
+
+
 def test_plot_and_json_write_into_existing_directories_only(tmp_path, files, capsys):
     from bucketloader.cli import main
 

@@ -377,6 +377,14 @@ def _report(args: argparse.Namespace) -> int:
 
     _check_output("--json", args.json, args.file)
     _check_plot(args.plot)
+    if args.plot:  # before any work (the plot is drawn before the text is printed)
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ImportError(
+                f"--plot {args.plot} needs matplotlib: pip install 'bucketloader[plot]', or "
+                "leave out --plot"
+            ) from None
     if args.json and args.plot and _same_file(args.json, args.plot):
         raise ValueError(  # (the report replaced the plot it had just written)
             f"--json {args.json} and --plot {args.plot} name the same file; name two files, "
