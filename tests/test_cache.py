@@ -433,6 +433,29 @@ def test_read_only_directory_warns_once_per_directory_per_process(tmp_path, monk
         compute_boundaries(LENGTHS, 3, cache=BucketCache(other))
 
 
+def test_an_entry_this_user_cannot_read_is_named_not_the_directory(tmp_path, monkeypatch):
+    """Another user's entry written under umask 077 (0600) was told as "cache directory ... is
+    not usable ...; solutions are computed without caching", and then this user's solution was
+    stored in that directory: the entry is the problem, named with the fix."""
+    import bucketloader.cache.store as store
+
+    cache = BucketCache(tmp_path)
+    compute_boundaries(LENGTHS, 3, cache=cache)
+    (entry,) = tmp_path.glob("*.json")
+
+    def refused(path):  # (root reads a 0600 file: the refusal is simulated)
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(store, "read_entry", refused)
+    cache = BucketCache(tmp_path)
+    with pytest.warns(CacheWarning) as record:
+        compute_boundaries(LENGTHS, 3, cache=cache)
+    (message,) = [str(w.message) for w in record]
+    assert f"ignoring unreadable cache entry {entry} (Permission denied;" in message
+    assert "umask 022 or 002" in message and "not usable" not in message
+    assert (cache.hits, cache.misses) == (0, 1)
+
+
 @pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
 def test_entries_honour_the_umask(tmp_path, umask):
     """mkstemp made every entry 0600, unreadable on a shared cache directory."""

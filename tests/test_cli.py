@@ -72,6 +72,28 @@ def test_readers_agree_on_every_format(files):
         read_lengths(files / "two.npy", 2)
 
 
+def test_a_file_of_one_length_per_line_is_parsed_whole(tmp_path, monkeypatch):
+    # NOTE [ One length per line ]: split per line it held ~400 bytes a length (788 MB for 2 M)
+    import bucketloader.cli.files as cli_files
+
+    p = tmp_path / "l.txt"
+    np.savetxt(p, LENGTHS, fmt="%d")
+    real = cli_files._parse_text
+    monkeypatch.setattr(cli_files, "_parse_text", None)  # (not called: parsed whole)
+    assert read_lengths(p).tolist() == read_lengths(p, 0).tolist() == LENGTHS
+    monkeypatch.setattr(cli_files, "_parse_text", real)
+    for text, error in (  # anything else is read (or named by its line) as before
+        ("5 6\n\n", "has 2 whitespace-separated columns"),
+        ("3\n-4\n", "line 2: lengths must be non-negative"),
+        ("3\n\n7.5\n", "line 3: expected a whole number"),
+    ):
+        p.write_text(text)
+        with pytest.raises(LengthFileError, match=error):
+            read_lengths(p)
+    p.write_text("# n\n3\n\n1e3\n")
+    assert read_lengths(p).tolist() == [3, 1000]
+
+
 def test_arrow_formats(files):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
@@ -295,6 +317,58 @@ def test_a_reader_that_stops_early_is_no_error(tmp_path, files):
         os.close(write)
     assert (proc.returncode, proc.stderr) == (141, "")  # 128 + SIGPIPE, as git, nothing told
     assert len(list((tmp_path / "cache").glob("*.json"))) == 1  # what was asked is done
+
+
+class _ClosedAfter:
+    """A standard output whose reader leaves after its first write (``| head -1``) and that runs
+    unbuffered (``PYTHONUNBUFFERED=1``): the next write raises BrokenPipeError."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        if self.writes > 1:
+            raise BrokenPipeError(32, "Broken pipe")
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def fileno(self) -> int:
+        raise OSError("no file descriptor")
+
+
+@pytest.mark.parametrize("command", ["precompute", "report"])
+def test_a_reader_that_stops_early_still_gets_the_json_written(
+    tmp_path, files, monkeypatch, command
+):
+    # `bucketloader precompute ... --json out.json | head -1` under PYTHONUNBUFFERED=1 exited
+    # 141 with no out.json: the first print past the reader came before the file was written
+    from bucketloader.cli import main
+
+    monkeypatch.setenv("BUCKETLOADER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "stdout", _ClosedAfter())
+    out = tmp_path / "out.json"
+    args = [command, str(files / "one.txt"), "-k", "3", "--json", str(out)]
+    assert main(args) == 141
+    assert json.loads(out.read_text())  # the file asked for, whole
+
+
+def test_ctrl_c_is_one_line_and_status_130_not_a_traceback(tmp_path, files, capsys, monkeypatch):
+    import bucketloader.cli.files as cli_files
+    from bucketloader.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_files, "read_lengths", interrupted)
+    try:
+        status = main(["report", str(files / "one.txt")])
+    except KeyboardInterrupt:  # (caught: it would stop the whole test run)
+        pytest.fail("Ctrl-C escaped main(): the command printed a traceback")
+    assert status == 130  # 128 + SIGINT, as a shell reports it
+    assert capsys.readouterr().err == "\nbucketloader: interrupted\n"
 
 
 def test_bad_inputs_exit_2_with_one_clear_line_in_a_real_process(tmp_path, files):
@@ -568,6 +642,13 @@ def test_a_text_column_says_it_measures_characters(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "column 'text' holds text: its lengths are measured in characters" in err
     assert "samples 12 |" in out
+    # a datasets save_to_disk directory: the same note (it was silent)
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"text": words}).save_to_disk(tmp_path / "saved")
+    assert main(["report", str(tmp_path / "saved"), "--column", "text", "-k", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "saved column 'text' holds text: its lengths are measured in characters" in err
+    assert "samples 12 |" in out
 
 
 def test_a_csv_with_a_byte_order_mark_reads_by_column_name(tmp_path):
@@ -657,6 +738,64 @@ def test_report_on_a_hub_layout_reads_the_shards_and_notes_the_rest(tmp_path, ca
     err = capsys.readouterr().err
     assert err.startswith(f"bucketloader: error: the glob {glob} matched {d / 'README.md'}, which")
     assert "is not a Parquet file" in err
+
+
+@pytest.mark.parametrize("option, name", [("--json", "r.json"), ("--plot", "r.png")])
+def test_a_full_disk_leaves_the_previous_output_whole(
+    tmp_path, files, capsys, monkeypatch, option, name
+):
+    # write_text / savefig truncated the file first: a rerun on a full disk left the previous
+    # report empty, and the error (`[Errno 28] No space left on device`) named no file
+    pytest.importorskip("matplotlib")
+    from bucketloader.cli import main
+
+    previous = tmp_path / name
+    previous.write_bytes(b"the previous report")
+
+    def full(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    assert main(["report", str(files / "one.txt"), "-k", "2", option, str(previous)]) == 2
+    err = capsys.readouterr().err
+    said = {
+        "--json": f"--json {previous}: could not write it",
+        "--plot": f"--plot: cannot write the plot to {previous}",
+    }[option]
+    assert f"error: {said} (No space left on device); any file there is left as it was" in err
+    assert previous.read_bytes() == b"the previous report"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "in"])  # (no temp file)
+
+
+def test_json_under_a_tilde_is_written_in_the_home_directory(tmp_path, files, monkeypatch):
+    # its directory was checked with ~ expanded, and the write then failed on '~/r.json' (as
+    # --plot and --cache-dir expand it)
+    from bucketloader.cli import main
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("BUCKETLOADER_CACHE_DIR", str(tmp_path / "cache"))
+    for command in ("report", "precompute"):
+        assert main([command, str(files / "one.txt"), "-k", "2", "--json", "~/r.json"]) == 0
+        assert json.loads((tmp_path / "r.json").read_text())
+        (tmp_path / "r.json").unlink()
+    (tmp_path / "one.txt").write_text("3\n5\n")  # an input under ~, and --json naming it
+    assert main(["report", "~/one.txt", "-k", "1"]) == 0
+    assert main(["report", str(tmp_path / "one.txt"), "--json", "~/one.txt"]) == 2
+    assert (tmp_path / "one.txt").read_text() == "3\n5\n"
+
+
+def test_plot_without_matplotlib_fails_before_any_work(tmp_path, files, capsys, monkeypatch):
+    from bucketloader.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # (import matplotlib: ImportError)
+    out = tmp_path / "r.png"
+    assert main(["report", str(files / "one.txt"), "--plot", str(out)]) == 2
+    stdout, err = capsys.readouterr()
+    assert stdout == ""
+    assert err == (
+        f"bucketloader: error: --plot {out} needs matplotlib: pip install 'bucketloader[plot]', "
+        "or leave out --plot\n"
+    )
 
 
 def test_plot_and_json_write_into_existing_directories_only(tmp_path, files, capsys):

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from bucketloader._files import NotAFile, os_reason, write_atomic
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.analysis.report import DynamicityReport
@@ -57,9 +61,30 @@ def plot_report(r: DynamicityReport, path: Path, *, dpi: int) -> Path:
             {"hist": _histogram, "frontier": _frontier, "shapes": _shapes}[panel](ax, r)
         fig.suptitle(f"bucketloader dynamicity report: {r.source}", fontsize=12, x=0.01, ha="left")
         fig.tight_layout()
-        fig.savefig(path, dpi=dpi)
-        plt.close(fig)
+        image = io.BytesIO()  # drawn whole first: NOTE [ An image written all or nothing ]
+        try:
+            fig.savefig(image, dpi=dpi, format=path.suffix[1:].lower())
+        finally:
+            plt.close(fig)
+    try:
+        write_atomic(path.resolve(), image.getvalue(), clean=False)  # (a link: its target)
+    except NotAFile as exc:
+        raise ValueError(f"cannot write the plot to {path}: it is {exc}; name a file") from None
+    except OSError as exc:  # (its own text names the temporary file, not the plot)
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise OSError(
+            exc.errno,
+            f"cannot write the plot to {path} ({os_reason(exc)}); any file there is left as it "
+            f"was: {'free some space, or ' if full else ''}name a file where you can write",
+        ) from None
     return path
+
+
+# NOTE [ An image written all or nothing ]
+# ``savefig(path)`` truncated the file before drawing into it: on a full disk a rerun left the
+# previous report's image empty (and a new path an empty file), with an error naming no file.
+# The image is drawn into memory (a few hundred KB at the default dpi) and replaces the file in
+# one ``os.replace``, as the cache writes its entries.
 
 
 def _histogram(ax: Any, r: DynamicityReport) -> None:

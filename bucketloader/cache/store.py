@@ -299,8 +299,16 @@ class BucketCache:
             self._warn_foreign(path, str(exc))
             return None, None
         except PermissionError as exc:
-            self._warn_unusable(exc)
-            return None, None
+            if not _exists(path):  # the directory refuses: unusable
+                self._warn_unusable(exc)
+                return None, None
+            # the entry alone: said as the directory's ("not usable ... computed without
+            # caching") while the entry was then solved and stored, readable to this user
+            return None, (
+                f"ignoring unreadable cache entry {path} ({os_reason(exc)}; another user's, "
+                "written under a private umask such as 077?). A cache shared by several users "
+                "needs entries all of them can read: write them under umask 022 or 002"
+            )
         except (OSError, ValueError) as exc:
             return None, f"ignoring unusable cache entry {path} ({exc})"
         # an entry is untrusted input: whatever it holds, it is a miss, never an exception
@@ -378,6 +386,15 @@ def _is_joint(hist: Any) -> bool:
         and hasattr(hist, "counts")
         and callable(getattr(hist, "digest", None))
     )
+
+
+def _exists(path: Path) -> bool:
+    """Whether something is at ``path`` (a search of its directory, no read of it)."""
+    try:
+        os.lstat(path)
+    except OSError:
+        return False
+    return True
 
 
 def _dir_id(directory: Path) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import glob
 import json
 import os
@@ -42,6 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # the subcommands that use them (benchmarks/startup.py measures it).
 
 EXIT_USAGE = 2
+#: Interrupted (Ctrl-C): 128 + SIGINT, as a shell reports it.
+EXIT_INTERRUPTED = 130
 #: Standard output closed by its reader (``... | head``): 128 + SIGPIPE, as git and coreutils.
 EXIT_PIPE = 141
 #: Above this many samples (a histogram from ``--engine``), ``report`` skips the dynamic-padding
@@ -91,7 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
     r.add_argument("--engine", choices=ENGINES, help=engine_help)
     r.add_argument("--nulls", choices=NULLS, help=nulls_help)
-    r.add_argument("-k", "--num-buckets", type=int, nargs="+", default=[4, 8, 16, 32])
+    r.add_argument(
+        "-k",
+        "--num-buckets",
+        type=int,
+        nargs="+",
+        default=[4, 8, 16, 32],
+        help="the shape budgets k to compare (default: 4 8 16 32)",
+    )
     r.add_argument(
         "--strategy", nargs="+", help="strategies to compare (default: all the fast ones)"
     )
@@ -101,7 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=32,
         help="batch size of the dynamic-padding baseline (default 32)",
     )
-    r.add_argument("--padding-target", type=float, default=0.05, help="default 0.05 (5%%)")
+    r.add_argument(
+        "--padding-target",
+        type=float,
+        default=0.05,
+        help="the recommended k is the smallest whose best strategy pads at most this (padding "
+        "elements per real element; default 0.05, 5%%)",
+    )
     r.add_argument(
         "--plot", metavar="PNG", help="write the report's plot here (in an existing directory)"
     )
@@ -147,8 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     d = sub.add_parser("demo", help="the whole idea on LibriSpeech lengths, in under a minute")
-    d.add_argument("-k", "--num-buckets", type=int, default=16)
-    d.add_argument("--batch-size", type=int, default=32)
+    d.add_argument("-k", "--num-buckets", type=int, default=16, help="shape budget k (default 16)")
+    d.add_argument("--batch-size", type=int, default=32, help="batch size (default 32)")
     d.add_argument("--max-batches", type=int, default=20, help="batches materialised per loader")
     d.add_argument(
         "--plot",
@@ -167,6 +183,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
+        for name in ("file", "json", "plot", "cache_dir"):  # '~/...' quoted past the shell:
+            value = getattr(args, name, None)  # one path, whichever option names it (an input
+            if isinstance(value, str):  # '~/lengths.txt' was not found, and --json
+                setattr(args, name, os.path.expanduser(value))  # '~/lengths.txt' replaced it)
         if args.command == "report":
             return _report(args)
         if args.command == "precompute":
@@ -190,6 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     except Warning as exc:  # -W error / PYTHONWARNINGS=error (the user decides: _recording)
         return _fail(f"{exc} ({type(exc).__name__}, an error under -W / PYTHONWARNINGS)")
+    except KeyboardInterrupt:  # Ctrl-C in a long solve printed a 20-line traceback of numpy
+        print("\nbucketloader: interrupted", file=sys.stderr)  # (cache and --json writes are
+        return EXIT_INTERRUPTED  # all or nothing: a file there is whole, or the one before)
 
 
 def _closed_stdout() -> int:
@@ -354,6 +377,14 @@ def _report(args: argparse.Namespace) -> int:
 
     _check_output("--json", args.json, args.file)
     _check_plot(args.plot)
+    if args.plot:  # before any work (the plot is drawn before the text is printed)
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise ImportError(
+                f"--plot {args.plot} needs matplotlib: pip install 'bucketloader[plot]', or "
+                "leave out --plot"
+            ) from None
     if args.json and args.plot and _same_file(args.json, args.plot):
         raise ValueError(  # (the report replaced the plot it had just written)
             f"--json {args.json} and --plot {args.plot} name the same file; name two files, "
@@ -364,8 +395,8 @@ def _report(args: argparse.Namespace) -> int:
     if isinstance(lengths, LengthHistogram) and lengths.num_samples > MAX_BASELINE_SAMPLES:
         # the dynamic-padding baseline simulates random batches over every sample (N int64s)
         print(
-            f"note: {lengths.num_samples:,} samples: the dynamic-padding baseline is skipped "
-            f"above {MAX_BASELINE_SAMPLES:,} (it would hold every length in memory)",
+            f"bucketloader: note: {lengths.num_samples:,} samples: the dynamic-padding baseline "
+            f"is skipped above {MAX_BASELINE_SAMPLES:,} (it would hold every length in memory)",
             file=sys.stderr,
         )
         batch_size = None
@@ -385,16 +416,27 @@ def _report(args: argparse.Namespace) -> int:
         else:  # (the others as they were: shown by the user's filters)
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     report = dataclasses.replace(report, source=Path(args.file).name)
+    # the files first: NOTE [ Outputs before the printout ]
+    plotted = _plot(report, args.plot) if args.plot else None
+    if args.json:
+        _write_json("--json", args.json, report.to_dict())
     print(report)
     note = _zero_lengths(lengths)
     if note is not None:  # (the boundaries above may start at 0: NOTE [ Samples of length 0 ])
         print(f"\nwarning: {note}")
-    if args.plot:
-        print(f"\nplot written to {report.plot(args.plot)}")
+    if plotted is not None:
+        print(f"\nplot written to {plotted}")
     if args.json:
-        Path(args.json).write_text(json.dumps(report.to_dict(), indent=1) + "\n")
         print(f"report written to {args.json}")
     return 0
+
+
+# NOTE [ Outputs before the printout ]
+# ``--json`` and ``--plot`` are written before the text is printed: standard output closed by
+# its reader (``bucketloader precompute ... --json out.json | head -4``) ends the command at the
+# first print past what the reader took (BrokenPipeError, :data:`EXIT_PIPE`), and under
+# ``PYTHONUNBUFFERED=1`` (common in containers and job scripts) that print came before the file
+# was written: the command exited 141 with no out.json.
 
 
 def _zero_lengths(lengths: Any) -> str | None:
@@ -474,13 +516,8 @@ def _precompute(args: argparse.Namespace) -> int:
     # the entry itself, read back as a later run reads it: a directory or a symbolic link at
     # its path is the user's, never replaced, so nothing was stored (exists() said it was)
     stored = cache.get(key) is not None
-    print(f"{Path(args.file).name}: {hist.num_samples:,} lengths, {label}")
-    print(f"cache: {state}; key {key[:16]}… {'at ' + str(where) if stored else '(not stored)'}")
-    print(f"status: {sol.status}; padding {sol.padding_ratio:.2%} (pad / real elements)")
-    print(f"boundaries: {[int(b) for b in sol.boundaries]}")
     rows = bucket_table(lengths, sol.boundaries, args.batch_size, args.max_tokens)
-    print(format_table(rows, args.batch_size, args.max_tokens))
-    if args.json:
+    if args.json:  # the file first: NOTE [ Outputs before the printout ]
         out = {
             "file": str(args.file),
             "key": key,
@@ -489,7 +526,13 @@ def _precompute(args: argparse.Namespace) -> int:
             "buckets": rows,
             "shapes": sorted({tuple(r["shape"]) for r in rows if r["shape"]}),
         }
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
+        _write_json("--json", args.json, out)
+    print(f"{Path(args.file).name}: {hist.num_samples:,} lengths, {label}")
+    print(f"cache: {state}; key {key[:16]}… {'at ' + str(where) if stored else '(not stored)'}")
+    print(f"status: {sol.status}; padding {sol.padding_ratio:.2%} (pad / real elements)")
+    print(f"boundaries: {[int(b) for b in sol.boundaries]}")
+    print(format_table(rows, args.batch_size, args.max_tokens))
+    if args.json:
         print(f"written to {args.json}")
     if not stored:  # precompute's one job: the entry a later run finds
         why = (
@@ -510,7 +553,7 @@ def _check_output(option: str, path: str | None, source: str | None = None) -> N
     """An output path must not be an existing directory, nor a file the input reads (checked
     before any work: ``--json lengths.txt`` replaced the lengths with the report, and ``--json``
     naming a shard of a glob or folder of Parquet files replaced that shard)."""
-    if path is not None and Path(path).is_dir():
+    if path is not None and Path(path).expanduser().is_dir():
         raise ValueError(f"{option} must name a file, got the directory {path}")
     if path is not None:
         from bucketloader.analysis.report import check_parent
@@ -549,6 +592,35 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.samefile(a, b)
     except OSError:  # one does not exist (yet): the same path
         return Path(a).resolve() == Path(b).resolve()
+
+
+def _write_json(option: str, path: str, obj: Any) -> None:
+    """Write ``obj`` as JSON to ``path`` all or nothing: a full disk or a killed command leaves
+    the file that was there as it was (``write_text`` truncated it first: a rerun on a full disk
+    left the previous ``plan.json`` empty, and the error, ``[Errno 28] No space left on device``,
+    named no file). A link is followed: its target is the file replaced."""
+    from bucketloader._files import NotAFile, os_reason, write_atomic
+
+    data = (json.dumps(obj, indent=1) + "\n").encode()
+    try:  # (~ expanded, as check_parent and --plot expand it: '~/r.json' failed to be written)
+        write_atomic(Path(path).expanduser().resolve(), data, clean=False)  # (no sweep there)
+    except NotAFile as exc:
+        raise ValueError(f"{option} {path} is {exc}; name a regular file") from None
+    except OSError as exc:
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise OSError(
+            f"{option} {path}: could not write it ({os_reason(exc)}); any file there is left as "
+            f"it was: {'free some space, or ' if full else ''}name a file where you can write"
+        ) from None
+
+
+def _plot(report: Any, path: str) -> Path:
+    """``report.plot(path)``, its OS error naming ``--plot`` (the path, the reason and the fix
+    are in the error's own text)."""
+    try:
+        return Path(report.plot(path))
+    except OSError as exc:
+        raise OSError(f"--plot: {exc.strerror or exc}") from None
 
 
 def _check_plot(path: str | None) -> None:
@@ -590,7 +662,8 @@ class _Ticker:
         self._thread.join()
         if self._shown:
             elapsed = time.perf_counter() - self._start
-            print(f"{self.what}: done in {elapsed:.1f} s", file=sys.stderr)
+            how = "done" if exc[0] is None else "stopped"  # (Ctrl-C said "done" too)
+            print(f"{self.what}: {how} in {elapsed:.1f} s", file=sys.stderr)
 
 
 def bucket_table(
