@@ -22,7 +22,7 @@ import numpy as np
 from bucketloader._types import LAST_BATCH, PerInput, Size
 from bucketloader._validation import check_choice, check_int, check_options
 from bucketloader.boundaries import check_boundaries, round_up
-from bucketloader.plan.budget import MAX_BATCH_ELEMENTS, BatchRule, TokenBudget
+from bucketloader.plan.budget import MAX_BATCH_ELEMENTS, BatchRule, TokenBudget, resolve_size
 from bucketloader.plan.cells import Cells
 from bucketloader.plan.limits import LengthLimits
 
@@ -57,6 +57,7 @@ class ShapeOptions(TypedDict, total=False):
     min_length: PerInput | None
     max_length: PerInput | None
     pad_to_multiple_of: PerInput
+    size: Size
 
 
 class SpecOptions(ShapeOptions, total=False):
@@ -67,7 +68,6 @@ class SpecOptions(ShapeOptions, total=False):
     num_buckets: PerInput | None
     strategy: Any
     boundaries: Any
-    size: Size
     max_shapes: int | None
     groups: Any
     cache: Any
@@ -89,6 +89,8 @@ class Shaping:
         limits: the :class:`~bucketloader.plan.limits.LengthLimits` (with the overflow policy).
         multiples: per input, boundaries are multiples of this.
         last_batch: the last-batch policy.
+        size: what ``max_tokens`` counts of a cell with several inputs (``"sum"``, ``"prod"``
+            or a callable on the padded lengths tuple).
 
     Example:
         >>> s = Shaping.parse(("length",), batch_size=4, pad_to_multiple_of=8)
@@ -101,6 +103,7 @@ class Shaping:
     limits: LengthLimits
     multiples: tuple[int, ...]
     last_batch: str
+    size: Size = "sum"
 
     @classmethod
     def parse(
@@ -126,8 +129,14 @@ class Shaping:
             check_int("pad_to_multiple_of", m, minimum=1)
             for m in per_input("pad_to_multiple_of", options.get("pad_to_multiple_of", 1), names)
         )
+        size = resolve_size(options.get("size", "sum"))
         return cls(
-            names=names, rule=rule, limits=limits, multiples=multiples, last_batch=last_batch
+            names=names,
+            rule=rule,
+            limits=limits,
+            multiples=multiples,
+            last_batch=last_batch,
+            size=size,
         )
 
     def label(self, d: int, group: str = "") -> str:

@@ -380,6 +380,7 @@ class BucketSpec:
             min_length=min_length,
             max_length=max_length,
             pad_to_multiple_of=pad_to_multiple_of,
+            size=size,
         )
         rule, limits, multiples = shaping.rule, shaping.limits, shaping.multiples
         if max_shapes is not None:

@@ -188,7 +188,6 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         rank: int | None = None,
         steps_per_epoch: int | None = None,
         checkpoint_dir: str | os.PathLike[str] | None = None,
-        size: Size | None = None,
         **options: Unpack[ShapeOptions],
     ) -> None:
         # (up to its last collective: a rank refused before one stops the others there, named;
@@ -260,7 +259,9 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             # took a spec planned with size="prod" (pixels) and counted max_tokens as height +
             # width, so every batch held about 20 times the pixels the spec planned.
             planned = getattr(boundaries, "spec", boundaries)
-            size = _stream_size(size, planned.size if isinstance(planned, BucketSpec) else None)
+            size = _stream_size(
+                options.get("size"), planned.size if isinstance(planned, BucketSpec) else None
+            )
             self.cells = plan_shapes(shaping, [bounds], size=size)
             usable = self.cells.batch > 0
             if not usable.all() and (rule.oversize == "error" or not usable.any()):
