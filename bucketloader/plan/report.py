@@ -63,17 +63,20 @@ def warn_truncated(
         >>> print(w[0].message)  # doctest: +NORMALIZE_WHITESPACE
         this BucketSampler cuts 3 of 100 samples (3.0%) (overflow='truncate'): 50 of the 2,000
         elements declared (2.5%) are past the cut and never seen, every epoch;
-        report()['truncated'] counts the samples. A longer max_length / row length keeps them
-        whole (filter DataLossWarning where the cut is what you want)
+        report().totals['truncated'] counts them. A longer max_length keeps them whole (filter
+        bucketloader.plan.DataLossWarning where the cut is what you want)
     """
     if cut <= LOSS_WARNING * n:
         return
     share = f" ({lost / total:.1%})" if total else ""
+    # (the hint names what works: report() is a SamplingReport, not subscriptable, and
+    # DataLossWarning is not importable from bucketloader itself; s21-rev)
+    longer = "row_length" if unit == "documents" else "max_length"
     warnings.warn(
         f"this {owner} cuts {cut:,} of {n:,} {unit} ({cut / n:.1%}) (overflow='truncate'): "
         f"{lost:,} of the {total:,} elements declared{share} are past the cut and never seen, "
-        "every epoch; report()['truncated'] counts the samples. A longer max_length / row length "
-        "keeps them whole (filter DataLossWarning where the cut is what you want)",
+        f"every epoch; report().totals['truncated'] counts them. A longer {longer} keeps them "
+        "whole (filter bucketloader.plan.DataLossWarning where the cut is what you want)",
         DataLossWarning,
         stacklevel=stacklevel + 1,
     )
