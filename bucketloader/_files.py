@@ -331,3 +331,53 @@ def write_atomic(
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_output(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write a user's output file (a report's ``--json``, a plot) all or nothing where it can
+    be (:func:`write_atomic`; a link: its target is replaced), keeping what the file was to its
+    user (NOTE [ Replacing a user's output ]).
+
+    Raises:
+        NotAFile: ``path`` is a directory (left alone).
+        OSError: the file cannot be written (a regular file there is left as it was).
+    """
+    try:
+        st = os.stat(path)  # (links followed: their target is the file written)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise NotAFile(file_kind(st.st_mode))
+    if st is not None and (not stat.S_ISREG(st.st_mode) or _a_stream(path)):
+        with open(path, "wb") as f:
+            f.write(data)
+        return
+    target = Path(path).resolve()
+    try:
+        write_atomic(
+            target, data, mode=None if st is None else stat.S_IMODE(st.st_mode), clean=False
+        )
+    except PermissionError:
+        if st is None or not os.access(target, os.W_OK):
+            raise
+        with open(target, "wb") as f:  # (a file it may write in a folder it may not)
+            f.write(data)
+
+
+def _a_stream(path: str | os.PathLike[str]) -> bool:
+    """``path`` names a process's open file, not a file (``/dev/stdout``, ``/dev/fd/3``,
+    ``/proc/self/fd/1``): replacing its target (``> out.txt``) would leave the output in a file
+    the process no longer writes to."""
+    return os.path.abspath(path).startswith(("/dev/", "/proc/"))
+
+
+# NOTE [ Replacing a user's output ]
+# ``write_text`` / ``savefig`` wrote into the file the user named; replacing it whole (so that a
+# full disk leaves the previous one as it was, session 21) must not refuse or change what that
+# write did (s21-rev): ``--json /dev/stdout`` (or /dev/null, or a shell's ``>(jq ...)``) printed
+# the JSON and is now streamed into the device or pipe as before (there was nothing to keep
+# whole; resolved, /dev/stdout named a missing 'pipe:[...]' and the command failed, and under
+# ``> out.txt`` the file was replaced, the text printed after it lost); a file
+# kept private (0600) stays so (a new temporary file took 0666 less the umask: 0644, readable
+# by every user); and a file the user may write in a folder where they may not create one (no
+# temporary file there) is written in place, as before, instead of refused.

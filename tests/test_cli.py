@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import warnings
@@ -765,6 +766,50 @@ def test_a_full_disk_leaves_the_previous_output_whole(
     assert f"error: {said} (No space left on device); any file there is left as it was" in err
     assert previous.read_bytes() == b"the previous report"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "in"])  # (no temp file)
+
+
+@pytest.mark.skipif(not Path("/dev/stdout").exists(), reason="needs /dev/stdout")
+def test_json_to_a_device_or_pipe_is_written_and_a_private_file_stays_private(
+    tmp_path, files, capfd, monkeypatch
+):
+    # s21-rev: the all-or-nothing write refused what write_text did: '--json /dev/stdout'
+    # (resolved to a missing 'pipe:[...]' or a tty) and '--json /dev/null' (a character device),
+    # it made a 0600 report 0644 (a new file at 0666 less the umask), and it refused a file the
+    # user may write in a folder where they may not create one
+    from bucketloader.cli import main
+
+    for device in ("/dev/stdout", "/dev/null"):
+        assert main(["report", str(files / "one.txt"), "-k", "2", "--json", device]) == 0
+        out, err = capfd.readouterr()
+        assert "error" not in err and ('"boundaries"' in out) == (device == "/dev/stdout")
+    private = tmp_path / "r.json"
+    private.write_text("the previous report")
+    private.chmod(0o600)
+    assert (
+        main(
+            [
+                "precompute",
+                str(files / "one.txt"),
+                "-k",
+                "2",
+                "--json",
+                str(private),
+                "--cache-dir",
+                str(tmp_path / "c"),
+            ]
+        )
+        == 0
+    )
+    assert json.loads(private.read_text()) and stat.S_IMODE(private.stat().st_mode) == 0o600
+    import bucketloader._files as files_module
+
+    def no_new_file(directory):  # (a folder the user may not create a file in)
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(files_module, "create_temp", no_new_file)
+    private.write_text("the previous report")  # (a file they may write: written in place)
+    assert main(["report", str(files / "one.txt"), "-k", "2", "--json", str(private)]) == 0
+    assert json.loads(private.read_text())
 
 
 def test_json_under_a_tilde_is_written_in_the_home_directory(tmp_path, files, monkeypatch):

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bucketloader._files import NotAFile, os_reason, write_atomic
+from bucketloader._files import NotAFile, os_reason, write_output
 
 if TYPE_CHECKING:  # pragma: no cover
     from bucketloader.analysis.report import DynamicityReport
@@ -67,7 +67,7 @@ def plot_report(r: DynamicityReport, path: Path, *, dpi: int) -> Path:
         finally:
             plt.close(fig)
     try:
-        write_atomic(path.resolve(), image.getvalue(), clean=False)  # (a link: its target)
+        write_output(path, image.getvalue())  # (NOTE [ Replacing a user's output ])
     except NotAFile as exc:
         raise ValueError(f"cannot write the plot to {path}: it is {exc}; name a file") from None
     except OSError as exc:  # (its own text names the temporary file, not the plot)

@@ -599,11 +599,11 @@ def _write_json(option: str, path: str, obj: Any) -> None:
     the file that was there as it was (``write_text`` truncated it first: a rerun on a full disk
     left the previous ``plan.json`` empty, and the error, ``[Errno 28] No space left on device``,
     named no file). A link is followed: its target is the file replaced."""
-    from bucketloader._files import NotAFile, os_reason, write_atomic
+    from bucketloader._files import NotAFile, os_reason, write_output
 
     data = (json.dumps(obj, indent=1) + "\n").encode()
     try:  # (~ expanded, as check_parent and --plot expand it: '~/r.json' failed to be written)
-        write_atomic(Path(path).expanduser().resolve(), data, clean=False)  # (no sweep there)
+        write_output(Path(path).expanduser(), data)  # (NOTE [ Replacing a user's output ])
     except NotAFile as exc:
         raise ValueError(f"{option} {path} is {exc}; name a regular file") from None
     except OSError as exc:
