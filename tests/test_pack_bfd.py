@@ -1287,6 +1287,26 @@ def test_best_fit_one_document_at_a_time_is_the_bulk_plan_array_for_array(
     assert bool(calls) == (2 * len(docs) <= 3 * len(sizes))
 
 
+@pytest.mark.parametrize("length", [8, 9, 1024, 1025])
+def test_one_document_at_a_time_around_half_the_row_is_the_bulk_plan(length):
+    """The per-document loop opens the rows of documents longer than half of one row length in
+    bulk (s21): at exactly ``L // 2`` (two share a row) and ``L // 2 + 1`` (they cannot), with
+    duplicates, full rows and small fillers, its plan is the bulk loops' array for array
+    (s21-rev: checked also against the loop before that change, 3,400 random histograms)."""
+    rng = np.random.default_rng(length)
+    half = length // 2
+    for _ in range(20):
+        docs = rng.choice([half, half + 1, half - 1, half + 2, length, 1, 2, 3], 40)
+        sizes, counts = np.unique(docs, return_counts=True)
+        sizes, counts = sizes[::-1].copy(), counts[::-1].copy()
+        got = _bins._fit_by_document(sizes, counts, (length,))
+        _check_patterns(got, sizes, counts, (length,))
+        want = _bins._fit_by_key(sizes, counts, (length,))
+        for name in ("sizes", "kind", "reps", "offsets", "items", "mult"):
+            a, b = getattr(got, name), getattr(want, name)
+            assert a.dtype == b.dtype and np.array_equal(a, b), name
+
+
 @pytest.mark.parametrize("rows", [(1 << 24,), (1 << 20, 1 << 24)])
 def test_best_fit_keeps_the_bulk_loop_where_many_documents_hold_a_row_open(rows):
     """More than ``_HELD_OPEN`` documents longer than half the shortest row length each hold a
