@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from bucketloader.boundaries import assign_buckets
+from bucketloader.plan import DataLossWarning
 from bucketloader.solve import compute_boundaries
 from bucketloader.stream import BucketIterable, PackIterable, estimate
 
@@ -159,7 +161,15 @@ def test_overflow_policies():
         return {**sample, "input_ids": sample["input_ids"][: limit // 2]}
 
     custom = BucketIterable(samples, overflow=halve, **kw)
-    assert sorted(len(b[0]["input_ids"]) for b in custom) == [3, 5, 5, 5, 7]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert sorted(len(b[0]["input_ids"]) for b in custom) == [3, 5, 5, 5, 7]
+    # a callable is the user's policy (a resize loses nothing): not said to cut (s21-rev: it was
+    # "cuts 2 samples (overflow='truncate': what is past the cut is never seen)"), while
+    # overflow="truncate" itself is
+    assert not [w for w in caught if "cuts" in str(w.message)]
+    with pytest.warns(DataLossWarning, match=r"cuts 2 samples \(overflow='truncate'"):
+        list(BucketIterable(samples, overflow="truncate", **kw))
     with pytest.raises(ValueError, match="overflow='truncate' cuts samples"):
         BucketIterable(samples, overflow="truncate", **{**kw, "length_fn": len})
 

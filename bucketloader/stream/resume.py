@@ -284,7 +284,7 @@ _LEFT_OUT = {
 
 
 def _warn_at_end(
-    batches: Iterator[Any], engine: Any, owner: str, epoch: int, empty: bool
+    batches: Iterator[Any], engine: Any, owner: str, epoch: int, empty: bool, *, cuts: bool = True
 ) -> Iterator[Any]:
     """The pass's batches, then one warning with the counts when it left out more than
     :data:`~bucketloader.plan.report.LOSS_WARNING` of the samples it read, as the samplers warn
@@ -303,7 +303,9 @@ def _warn_at_end(
     left_out = sum(n for n, _ in counts)  # each engine counts its own
     said = [f"leaves out {', '.join(parts)}"] if left_out > LOSS_WARNING * engine.read else []
     cut = int(stats.get("truncated") or 0)  # (kept, but cut to max_length: the rest is lost)
-    if cut > LOSS_WARNING * engine.read:
+    # (``cuts``: overflow="truncate" itself; a callable overflow also counts as "truncated",
+    # but what it does is the user's, a resized image loses nothing: not said as a cut, s21-rev)
+    if cuts and cut > LOSS_WARNING * engine.read:
         said.append(
             f"cuts {cut:,} {'sample' if cut == 1 else 'samples'} (overflow='truncate': what is "
             "past the cut is never seen)"
@@ -797,7 +799,10 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         else:
             it = self._open(worker)
         empty = state is None and worker == (0, 1) and self.steps_per_epoch is None
-        return _warn_at_end(engine.run(it), engine, type(self).__name__, self.epoch, empty)
+        cuts = getattr(self, "overflow", None) == "truncate"  # (not a callable policy)
+        return _warn_at_end(
+            engine.run(it), engine, type(self).__name__, self.epoch, empty, cuts=cuts
+        )
 
     def _replay_state(self, batches_consumed: int | None) -> dict[str, Any]:
         """The state of a resume by replay after ``batches_consumed`` batches (module NOTE)."""
