@@ -260,7 +260,9 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             # width, so every batch held about 20 times the pixels the spec planned.
             planned = getattr(boundaries, "spec", boundaries)
             size = _stream_size(
-                options.get("size"), planned.size if isinstance(planned, BucketSpec) else None
+                options.get("size"),
+                planned.size if isinstance(planned, BucketSpec) else None,
+                len(names),
             )
             self.cells = plan_shapes(shaping, [bounds], size=size)
             usable = self.cells.batch > 0
@@ -683,19 +685,23 @@ def _local_cache(cache: Any) -> Any:
     return cache
 
 
-def _stream_size(size: Any, planned: Size | None) -> Size:
+def _stream_size(size: Any, planned: Size | None, inputs: int = 2) -> Size:
     """What ``max_tokens`` counts of a stream's cell: ``size=``, else the ``BucketSpec``'s given
     as ``boundaries`` (NOTE [ A stream counts max_tokens as its spec does ]), else ``"sum"``;
-    the two given and different are refused.
+    the two given and different are refused (with one input ``"sum"`` and ``"prod"`` agree).
 
     Example:
         >>> _stream_size(None, "prod"), _stream_size("prod", None), _stream_size(None, None)
         ('prod', 'prod', 'sum')
+        >>> _stream_size("prod", "sum", inputs=1)
+        'sum'
     """
     if size is None:
         return planned or "sum"
     size = resolve_size(size)
     if planned is not None and size != planned:
+        if inputs == 1 and {size, planned} <= {"sum", "prod"}:
+            return planned  # (one length: its sum is its product)
         raise ValueError(
             f"size={size!r} contradicts the BucketSpec given as boundaries, planned with "
             f"size={planned!r} (what max_tokens counts of a cell): leave size= out, or build the "
