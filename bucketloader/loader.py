@@ -76,6 +76,16 @@ _CALLABLES = {
 }
 
 
+def _drop_last_hint(sampler: Any) -> str:
+    """What ``drop_last=True`` asks, in the sampler's own terms (s21-pack: the refusal did not
+    name ``last_batch``)."""
+    from bucketloader.evaluation import EvalSampler  # (at call time: no import cycle)
+
+    if isinstance(sampler, EvalSampler):
+        return " (an evaluation keeps every sample: its last batch is padded, never dropped)"
+    return " (drop_last=True is its last_batch='drop')"
+
+
 def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any]:
     """The ``DataLoader`` options of ``sampler.dataloader(dataset, **options)``, checked in the
     library's voice (torch's own errors name ``batch_sampler``, which the user never passed, or
@@ -96,8 +106,8 @@ def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any
             raise TypeError(
                 f"dataloader() got {name}={options[name]!r}, which the {kind} decides (its "
                 f"batches are the loader's); set the batch size and order when you make the "
-                f"{kind}, and pass only other DataLoader options here (num_workers=, "
-                "pin_memory=, ...)"
+                f"{kind}{_drop_last_hint(sampler) if name == 'drop_last' else ''}, and pass only "
+                "other DataLoader options here (num_workers=, pin_memory=, ...)"
             )
     check_options("dataloader()", options, _LOADER_OPTIONS)  # (torch: no closest name)
     out = dict(options)

@@ -283,6 +283,10 @@ def test_dataloader_options_are_checked_in_one_voice():
         name = type(sampler).__name__
         with pytest.raises(TypeError, match=rf"got batch_size=4, which the {name} decides"):
             sampler.dataloader(data, batch_size=4)
+        # drop_last names the sampler's own option (s21-pack: it named none)
+        own = "keeps every sample" if name == "EvalSampler" else "is its last_batch='drop'"
+        with pytest.raises(TypeError, match=rf"drop_last=True, which .*{own}"):
+            sampler.dataloader(data, drop_last=True)
         for bad, error in [(2.5, TypeError), (float("nan"), TypeError), (None, TypeError),
                            (-1, ValueError)]:  # fmt: skip
             with pytest.raises(error, match=r"num_workers must be an int >= 0, got num_workers="):
