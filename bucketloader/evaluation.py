@@ -147,6 +147,9 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         [0, 10, 40, 50, 60, 70, 20]
     """
 
+    #: What ``dataloader(drop_last=True)``'s refusal says (:mod:`bucketloader.loader`).
+    _drop_last_hint = " (an evaluation keeps every sample: its last batch is padded, never dropped)"
+
     def __init__(
         self,
         lengths: Any,

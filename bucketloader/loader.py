@@ -78,12 +78,8 @@ _CALLABLES = {
 
 def _drop_last_hint(sampler: Any) -> str:
     """What ``drop_last=True`` asks, in the sampler's own terms (s21-pack: the refusal did not
-    name ``last_batch``)."""
-    from bucketloader.evaluation import EvalSampler  # (at call time: no import cycle)
-
-    if isinstance(sampler, EvalSampler):
-        return " (an evaluation keeps every sample: its last batch is padded, never dropped)"
-    return " (drop_last=True is its last_batch='drop')"
+    name ``last_batch``); a sampler without that option says its own (``EvalSampler``)."""
+    return str(getattr(sampler, "_drop_last_hint", " (drop_last=True is its last_batch='drop')"))
 
 
 def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any]:
