@@ -176,12 +176,9 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         self._warn_filtered()
         cut = int((self.spec.filtered or {}).get("truncated", 0))
         if cut:  # (kept, but cut to max_length: the metrics never see the rest)
-            n, kept = int(self.spec.cell_of_sample.size), self.spec.cell_of_sample >= 0
-            declared = self.spec.lengths.reshape(n, -1)[kept].astype(np.int64)
-            lost = int((declared - self.spec.planned_lengths()[kept]).sum())
-            warn_truncated(
-                "EvalSampler", cut, n, lost=lost, total=int(declared.sum()), stacklevel=2
-            )
+            lost, total = self.spec.cut_elements()
+            n = int(self.spec.cell_of_sample.size)
+            warn_truncated("EvalSampler", cut, n, lost=lost, total=total, stacklevel=2)
         warn_zero_lengths(self.spec, "EvalSampler", stacklevel=2)
 
     def _warn_filtered(self) -> None:

@@ -717,12 +717,8 @@ class BucketSampler(SpecShapes, EpochSampler):
             )
         cut = int((spec.filtered or {}).get("truncated", 0))
         if cut:  # (kept, but cut to max_length: the elements past it are lost)
-            kept = spec.cell_of_sample >= 0
-            declared = spec.lengths.reshape(n, -1)[kept].astype(np.int64)
-            lost = int((declared - spec.planned_lengths()[kept]).sum())
-            warn_truncated(
-                type(self).__name__, cut, n, lost=lost, total=int(declared.sum()), stacklevel=3
-            )
+            lost, total = spec.cut_elements()
+            warn_truncated(type(self).__name__, cut, n, lost=lost, total=total, stacklevel=3)
 
     def _warn_empty_shapes(self) -> None:
         """Warn once about samples of length 0 the plan keeps (NOTE [ Samples of length 0 ] in

@@ -186,6 +186,14 @@ class BucketSpec:
         top = np.iinfo(np.int64).max
         return np.minimum(table, np.array([top if c is None else c for c in cut])[None, :])
 
+    def cut_elements(self) -> tuple[int, int]:
+        """``(elements past the cut, elements declared)`` of the planned samples: what
+        ``overflow="truncate"`` leaves out of them (``0`` without it), for the samplers' warning
+        (:func:`~bucketloader.plan.report.warn_truncated`)."""
+        kept = self.cell_of_sample >= 0
+        declared = self.lengths.reshape(kept.size, -1)[kept].astype(np.int64)
+        return int((declared - self.planned_lengths()[kept]).sum()), int(declared.sum())
+
     @functools.cached_property
     def digest(self) -> str:
         """Short SHA-256 of everything that shapes an epoch (for strict state loading)."""
