@@ -324,12 +324,11 @@ benchmarks/small_costs.py races a careful bulk BFD that outputs the packing in t
 form, and one that counts rows only, from 1k to 10M documents). The bulk BFD here is that BFD
 with the group contents kept: one group per step of its loop (a remainder of fewer than
 ``room // s`` documents is the next step's, which finds the same row), no call per step, the
-documents longer than ``L / 2`` opening their rows at once. With sorted rooms a group's contents
-are one tuple of packed codes (its parent's plus one; a row's first code carries its row
-length), read into the plan's arrays in one pass. With keys
-(NOTE [ Two solvers, the tighter plan ]) a group is its parent and one packed code (copying the
-parent's tuple is quadratic in the documents of a row), the live groups' codes read once at the
-end by walking their parents (in numpy a level at a time past ``_WALK`` groups), and runs of
+documents longer than ``L / 2`` opening their rows at once. A group is its parent and one
+packed code (a row's first code carries its row length), the live groups' codes read once at
+the end by walking their parents (with keys, NOTE [ Two solvers, the tighter plan ], in numpy a
+level at a time past ``_WALK`` groups; until session 22 the sorted rooms' loop copied its
+parent's tuple of codes at each step instead: 1.01-1.17x the time of this, same plans), and runs of
 sizes of one document each (where nearly every document has its own length, as in long rows) are
 placed by a per-document loop that records only the key it took (:func:`_single_steps`).
 ``PackSpec.build`` reads the lengths once (NOTE [ One pass over the lengths ] in
@@ -959,17 +958,18 @@ def _lists(
 def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:
     """:func:`best_fit` where few sizes hold one document each: the rooms with a group kept
     sorted (one ``bisect`` per size, its index right across the size's steps) and the groups
-    of a room in a stack, each group's contents a tuple (its parent's plus one code)."""
+    of a room in a stack, each group its parent and one code."""
     vals, cnt, lens, gid = _lists(sizes, counts, row_lengths)
-    # a group: rows with the same contents and room; its contents, a tuple of codes
-    # (_code: size index and mult, and in the first code the row length index), are its parent
-    # group's plus one; by_room[room] = live group ids; open_rooms = their rooms, sorted. The
-    # loop is inlined on purpose, appends bound once: it is the whole cost of a plan (NOTE
-    # [ Planning at the speed of best-fit decreasing ]); each step splits k rows off one group
-    # (or opens k rows).
-    contents: list[tuple[int, ...]] = [(g << _MULT | 1,) for g in range(gid)]
+    # a group: rows with the same contents and room; its contents are its parent group's
+    # (parent[g], -1 for new rows) plus one code (code[g]: size index and mult, and in a row's
+    # first code the row length index); by_room[room] = live group ids; open_rooms = their
+    # rooms, sorted. The loop is inlined on purpose, appends bound once: it is the whole cost
+    # of a plan (NOTE [ Planning at the speed of best-fit decreasing ]); each step splits k
+    # rows off one group (or opens k rows).
+    parent = [-1] * gid
+    code = list(range(1, gid << _MULT | 1, 1 << _MULT))
     rows = cnt[:gid]
-    add_contents, add_rows = contents.append, rows.append
+    add_parent, add_code, add_rows = parent.append, code.append, rows.append
     by_room: dict[int, list[int]] = {lens[0] - s: [g] for g, s in enumerate(vals[:gid])}
     room_of = by_room.get
     open_rooms = sorted(by_room)  # the rooms some group has, increasing
@@ -992,11 +992,13 @@ def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, 
                     if not stack:
                         del by_room[room], open_rooms[at]
                         n_open -= 1
-                add_contents(contents[g] + (here | 1,))
+                add_parent(g)
+                add_code(here | 1)
             else:
                 kind = 0 if s <= lens[0] else next(j for j, x in enumerate(lens) if x >= s)
                 room = lens[kind]
-                add_contents((kind << _KIND | here | 1,))
+                add_parent(-1)
+                add_code(kind << _KIND | here | 1)
             left = room - s
             if left:
                 other = room_of(left)
@@ -1029,7 +1031,8 @@ def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, 
                         del by_room[room]
                         del open_rooms[at]
                         n_open -= 1
-                add_contents(contents[g] + (here | m,))
+                add_parent(g)
+                add_code(here | m)
             elif s > lens[0]:  # new rows of the smallest row length that holds s
                 kind = next(j for j, x in enumerate(lens) if x >= s)
                 room = lens[kind]
@@ -1037,14 +1040,16 @@ def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, 
                 k = c // m
                 if not k:
                     m, k = c, 1
-                add_contents((kind << _KIND | here | m,))
+                add_parent(-1)
+                add_code(kind << _KIND | here | m)
             else:  # no open row holds s: new rows of the shortest row length
                 room = lens[0]
                 m = room // s
                 k = c // m
                 if not k:
                     m, k = c, 1
-                add_contents((here | m,))
+                add_parent(-1)
+                add_code(here | m)
             c -= k * m
             left = room - m * s  # (below s: the next step looks again)
             if left:  # (a full row is never chosen again: not a room)
@@ -1058,7 +1063,7 @@ def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, 
                     other.append(gid)
             gid += 1
             add_rows(k)
-    return _tuple_patterns(sizes, contents, rows)
+    return _group_patterns(sizes, rows, parent, code)
 
 
 def _fit_by_document(
@@ -1195,17 +1200,15 @@ def _same_rows(
     return reps[keep], out, items[inner], mult[inner], kind[keep]
 
 
-def _tuple_patterns(
-    sizes: np.ndarray, contents: list[tuple[int, ...]], rows: list[int]
+def _group_patterns(
+    sizes: np.ndarray, rows: list[int], parent: list[int], code: list[int]
 ) -> Patterns:
     """The live groups of :func:`_fit_by_room` (those with rows) as patterns, in group order."""
-    chains = list(itertools.compress(contents, rows))
-    n = len(chains)
-    reps = np.fromiter(filter(None, rows), np.int64, n)
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.fromiter(map(len, chains), np.int64, n).cumsum(out=offsets[1:])
-    packed = np.fromiter(itertools.chain.from_iterable(chains), np.int64, int(offsets[-1]))
-    return _decoded(sizes, reps, offsets, packed)
+    # (walked in Python at any count: a row here holds few groups, and numpy's walk a level at
+    # a time was 1.02-1.07x slower even at 1.5k-3.7k live groups, measured in session 22)
+    live = list(itertools.compress(range(len(rows)), rows))
+    packed, offsets = _walked(live, parent, code)
+    return _decoded(sizes, np.fromiter(filter(None, rows), np.int64, len(live)), offsets, packed)
 
 
 def _decoded(
