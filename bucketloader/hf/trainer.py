@@ -78,6 +78,7 @@ from bucketloader.hf.bucketing import (
     check_entry_options,
     dataset_list,
     for_audio,
+    for_images,
     for_text,
 )
 from bucketloader.hf.lengths import resolve_column, table_and_indices
@@ -127,7 +128,7 @@ class _BucketMixin:
         if bucketing is not None and not isinstance(bucketing, (Bucketing, dict)):
             raise TypeError(
                 "bucketing must be a Bucketing (bucketloader.hf.for_text(...)) or a dict of "
-                f"for_text / for_audio options, got {type(bucketing).__name__}"
+                f"for_text / for_audio / for_images options, got {type(bucketing).__name__}"
             )
         if eval_bucketing is not None and not isinstance(eval_bucketing, dict):
             raise TypeError(
@@ -254,6 +255,9 @@ class _BucketMixin:
         opts["sample_mask"] = True  # compute_loss masks the loss of the per-row heads by it
         tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
         config_pad = getattr(getattr(self.model, "config", None), "pad_token_id", None)
+        if _is_image(dataset, columns[0]):  # (before audio: float lists too)
+            opts.pop("decoder_attention_mask", None)
+            return for_images(dataset, columns[0], **opts)
         if _is_audio(dataset, columns[0]):
             extractor = getattr(self.processing_class, "feature_extractor", self.processing_class)
             padding = getattr(extractor, "padding_value", None)
@@ -808,7 +812,9 @@ def _check_bucketing_options(bucketing: Any, eval_bucketing: Any) -> None:
     """The keys of ``bucketing`` / ``eval_bucketing`` dicts, checked as ``for_text`` checks them
     (``for_audio``'s own and ``column`` pass; ``precompile`` for training), when the trainer is
     built: not at the first loader, after the model and ``TrainingArguments`` are set up."""
-    own = {"column", *keyword_options(for_audio)} - set(keyword_options(for_text))
+    own = {"column", *keyword_options(for_audio), *keyword_options(for_images)} - set(
+        keyword_options(for_text)
+    )
     for options, evaluation in ((bucketing, False), (eval_bucketing, True)):
         if isinstance(options, dict):
             rest = {k: v for k, v in options.items() if k not in own and k != "precompile"}
@@ -1163,6 +1169,18 @@ class LanguageModelingLabels:
         return out
 
 
+def _is_image(dataset: Any, column: str) -> bool:
+    """Images: a column of ``(C, H, W)`` number lists (an image processor's ``pixel_values``)."""
+    try:
+        t = table_and_indices(dataset)[0].schema.field(column).type
+    except (TypeError, KeyError):
+        return False
+    depth = 0
+    while is_list(t):
+        t, depth = t.value_type, depth + 1
+    return depth == 3 and bool(pa.types.is_floating(t) or pa.types.is_integer(t))
+
+
 def _is_audio(dataset: Any, column: str) -> bool:
     """Audio: a struct (decoded audio) column or a list column of floats (values, frames)."""
     try:
@@ -1189,19 +1207,21 @@ class BucketTrainer(_BucketMixin, transformers.Trainer):
     and the loss, per head ] in :mod:`bucketloader.hf.loss`). Text columns go through
     :func:`~bucketloader.hf.for_text`, audio (a decoded-audio struct, or float lists such as
     ``input_values`` or ``(T, 80)`` ``input_features``) through
-    :func:`~bucketloader.hf.for_audio`; targets (``labels`` of other lengths) are padded per
-    bucket; ``decoder_attention_mask`` is added when the model takes one; the tokenizer's
-    ``padding_side`` decides the side. A padding ``data_collator`` is replaced by the planned
-    collation; a ``DataCollatorForLanguageModeling``'s masking (or causal labels) is applied to
-    each planned batch; any other collator is refused (NOTE [ The user's data_collator ]).
+    :func:`~bucketloader.hf.for_audio`, images (``(C, H, W)`` ``pixel_values``) through
+    :func:`~bucketloader.hf.for_images` (``pixel_mask`` for a model that takes it); targets
+    (``labels`` of other lengths) are padded per bucket; ``decoder_attention_mask`` is added
+    when the model takes one; the tokenizer's ``padding_side`` decides the side. A padding
+    ``data_collator`` is replaced by the planned collation; a ``DataCollatorForLanguageModeling``'s
+    masking (or causal labels) is applied to each planned batch; any other collator is refused
+    (NOTE [ The user's data_collator ]).
 
     Args:
         *args: as ``transformers.Trainer``.
         bucketing: a prebuilt :class:`~bucketloader.hf.Bucketing` for training (from
-            :func:`~bucketloader.hf.for_text` / ``for_audio``), or a dict of their options
-            (``column``, ``num_buckets``, ``max_tokens``, ``last_batch``, ``pad_token_id``,
-            ``pad_to_multiple_of``, ``target_length``, ...) applied to each dataset after the
-            unused columns are removed. Defaults: ``column`` = the model's
+            :func:`~bucketloader.hf.for_text` / ``for_audio`` / ``for_images``), or a dict of
+            their options (``column``, ``num_buckets``, ``max_tokens``, ``last_batch``,
+            ``pad_token_id``, ``pad_to_multiple_of``, ``target_length``, ...) applied to each
+            dataset after the unused columns are removed. Defaults: ``column`` = the model's
             ``main_input_name``, ``batch_size`` = ``per_device_train_batch_size`` (unless
             ``max_tokens``), ``seed`` = ``args.data_seed`` (else ``args.seed``),
             ``last_batch="drop"`` with ``args.dataloader_drop_last`` (training only), rank and
