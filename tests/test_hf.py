@@ -1214,6 +1214,17 @@ def test_for_images_plans_height_and_width_and_returns_pixel_mask():
         h, w = sizes[idx[r]]
         corner = batch["pixel_mask"][r, 0, 0] if side == "right" else batch["pixel_mask"][r, -1, -1]
         assert corner == 1 and int(batch["pixel_mask"][r].sum()) == h * w
+    # segmentation maps (H, W) pad with the image (-100: labels), evaluation's filler rows too
+    seg = datasets.Dataset.from_dict(
+        {
+            "pixel_values": [np.zeros((3, h, w)).tolist() for h, w in sizes[:5]],
+            "labels": [np.ones((h, w), np.int64).tolist() for h, w in sizes[:5]],
+        }
+    )
+    ev = hf.for_images(seg, max_shapes=2, batch_size=2, evaluation=True)
+    for batch in ev.dataloader():
+        assert torch.equal(batch["labels"] == 1, batch["pixel_mask"] == 1)
+        assert not batch["pixel_mask"][~batch["sample_mask"]].any()
     # channels-last, mixed channels, not images: refused when built, with the fix
     hwc = datasets.Dataset.from_dict(
         {"pixel_values": [np.zeros((h, w, 3)).tolist() for h, w in sizes[:3]]}

@@ -1038,7 +1038,8 @@ def for_images(
         if c == column or not is_list(t):
             continue
         if is_list(t.value_type) and all(
-            np.array_equal(_list_sizes(d, c), hw[:, 1:]) for d, hw in zip(many, sizes, strict=True)
+            np.array_equal(_list_sizes(d, c)[:, :2], hw[:, 1:])
+            for d, hw in zip(many, sizes, strict=True)
         ):
             follows[c] = IMAGE_INPUTS  # ((H, W) per image: a segmentation map, a pixel_mask)
             continue
