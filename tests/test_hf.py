@@ -1229,8 +1229,13 @@ def test_for_images_plans_height_and_width_and_returns_pixel_mask():
     hwc = datasets.Dataset.from_dict(
         {"pixel_values": [np.zeros((h, w, 3)).tolist() for h, w in sizes[:3]]}
     )
-    with pytest.raises(ValueError, match=r"channels-last \(H, W, C\), C=3: permute"):
+    with pytest.raises(ValueError, match=r"channels-last \(H, W, C\), C=3: dim 0 is 5 at"):
         hf.for_images(hwc, batch_size=2)
+    one_height = datasets.Dataset.from_dict(  # (dim 0 alike: planned on (W, C) before)
+        {"pixel_values": [np.zeros((8, w, 3)).tolist() for w in (5, 7)]}
+    )
+    with pytest.raises(ValueError, match=r"C=3: dim 0 is 8 at row 0; permute them to \(C, H"):
+        hf.for_images(one_height, batch_size=2)
     mixed = datasets.Dataset.from_list(_image_rows([(4, 4)]) + _image_rows([(5, 5)], channels=1))
     with pytest.raises(
         ValueError, match=r"differs: 3 at row 0, 1 at row 1; make the channel count the"
