@@ -1118,14 +1118,14 @@ def test_detr_family_gets_the_pixel_mask_its_processor_makes(tmp_path):
     input's (B, H) mask as attention_mask, which raised. NOTE [ Images: pixel_mask ]."""
     from bucketloader.hf.trainer import _is_audio, _is_image
 
-    sizes = [(64, 96), (96, 64), (64, 64), (96, 96), (64, 32), (32, 96), (96, 128), (128, 96)]
+    sizes = [(64, 96), (96, 64), (64, 32), (32, 96), (32, 32), (96, 96)]
     g = torch.Generator().manual_seed(0)
     images = [torch.randn(3, h, w, generator=g) for h, w in sizes]
     ds = datasets.Dataset.from_dict(
         {
             "pixel_values": [x.tolist() for x in images],
             "labels": [
-                {"class_labels": [i % 3], "boxes": [[0.5, 0.5, 0.2, 0.2]]} for i in range(8)
+                {"class_labels": [i % 3], "boxes": [[0.5, 0.5, 0.2, 0.2]]} for i in range(6)
             ],
         }
     )
@@ -1143,7 +1143,7 @@ def test_detr_family_gets_the_pixel_mask_its_processor_makes(tmp_path):
         )
         loader = trainer.get_train_dataloader()
         assert all(len(s) == 3 for s in trainer.bucketing.sampler.shapes)
-        sampler = trainer.bucketing.sampler
+        sampler, padded = trainer.bucketing.sampler, 0
         for idx, batch in zip(sampler, loader, strict=True):
             assert set(batch) == {"pixel_values", "pixel_mask", "labels", "sample_mask"}
             pv, pm = batch["pixel_values"], batch["pixel_mask"]
@@ -1168,8 +1168,25 @@ def test_detr_family_gets_the_pixel_mask_its_processor_makes(tmp_path):
                         torch.testing.assert_close(got, getattr(alone, key)[0], atol=1e-5, rtol=0)
                     if sizes[i] != (h, w):  # padded: without the mask, another output
                         assert (unmasked.logits[r] - alone.logits[0]).abs().max() > 1e-3
+                        padded += 1
+        assert padded >= 3
         model.train()
         assert torch.isfinite(model(**{k: v for k, v in batch.items() if k != "sample_mask"}).loss)
+    # prediction in dataset order: DETR's per-batch loss_dict and the per-image label dicts
+    # failed at the end of the loop (IndexError, or "one row per index entry")
+    with pytest.raises(ValueError, match=r"keys_to_ignore_at_inference = \['loss_dict'\]"):
+        trainer.predict(ds)
+    model.config.keys_to_ignore_at_inference = ["loss_dict"]
+    with pytest.raises(ValueError, match=r"pass TrainingArguments\(eval_do_concat_batches=False"):
+        trainer.predict(ds)
+    trainer.args.eval_do_concat_batches = False
+    out = trainer.predict(ds)
+    assert [len(t["class_labels"]) for t in out.label_ids] == [1] * 6
+    assert [int(t["class_labels"][0]) for t in out.label_ids] == [i % 3 for i in range(6)]
+    assert len(out.predictions) == 6 and out.predictions[0][0].shape == (
+        5,
+        3,
+    )  # (Conditional DETR: no "no object" class)
     # a model whose forward takes no pixel_mask gets none (nor the (B, H) mask it raised on)
     vit = transformers.ViTForImageClassification(
         transformers.ViTConfig(
@@ -1185,7 +1202,7 @@ def test_detr_family_gets_the_pixel_mask_its_processor_makes(tmp_path):
     trainer = hf.BucketTrainer(
         model=vit,
         args=_args(tmp_path, per_device_train_batch_size=3),
-        train_dataset=ds.remove_columns("labels").add_column("labels", [0, 1, 2] * 2 + [0, 1]),
+        train_dataset=ds.remove_columns("labels").add_column("labels", [0, 1, 2] * 2),
         bucketing={"max_shapes": 2, "seed": 0},
     )
     batch = next(iter(trainer.get_train_dataloader()))

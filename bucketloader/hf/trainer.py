@@ -29,9 +29,12 @@ is not accelerate's, ``gather_for_metrics`` would have nothing to truncate, so t
 rows (per batch, filler rows dropped, with ``batch_eval_metrics``, and ``compute_result`` True
 at the planned last batch: ``Trainer`` reads it from accelerate's loader, which this is not), and
 ``evaluate`` / ``predict`` return them in dataset order (with ``eval_do_concat_batches=False``: a
-list with one entry per sample). ``eval_loss`` is the mean of the batches' losses over their real
-rows, weighted by real rows (``Trainer`` weighs every batch by ``eval_batch_size``, filler rows
-included).
+list with one entry per sample; a list of dicts, one per row, such as detection labels, is
+taken row by row, and needs that option: concatenation merges different batches' rows).
+Every output must have a row per sample: a per-batch value (DETR's ``loss_dict``) is refused
+at its batch, naming ``keys_to_ignore_at_inference``. ``eval_loss`` is the mean of the
+batches' losses over their real rows, weighted by real rows (``Trainer`` weighs every batch by
+``eval_batch_size``, filler rows included).
 
 NOTE [ torch.compile and the planned shapes ]
 ``TrainingArguments(torch_compile=True)`` normally has accelerate wrap the model in
@@ -700,6 +703,7 @@ class _BucketMixin:
         finally:
             self._eval_mask = None
         if self._eval_record is not None and index is not None:
+            _check_per_row(logits, int(index.shape[0]), type(model).__name__)
             self._eval_record.add(self, index, mask, loss)
         return loss, logits, labels
 
@@ -988,6 +992,17 @@ class _EvalRecord:
         if outputs is None or not self.index:
             return outputs
         if self.concat:
+            if _per_row(outputs) or (
+                isinstance(outputs, (list, tuple)) and any(map(_per_row, outputs))
+            ):
+                raise ValueError(
+                    "evaluation outputs hold a list of dicts, one per image (detection labels), "
+                    "which Trainer's eval_do_concat_batches=True concatenates position by "
+                    "position across batches (row i of one batch with row i of the next); pass "
+                    "TrainingArguments(eval_do_concat_batches=False), as transformers' object "
+                    "detection example does: outputs then come one entry per sample, in "
+                    "dataset order"
+                )
             return restore_order(outputs, np.concatenate(self.index), num_samples=self.num_samples)
         per_sample: list[Any] = [None] * self.num_samples
         for batch, index in zip(outputs, self.index, strict=True):
@@ -1019,9 +1034,38 @@ class _EvalRecord:
         return compute_metrics
 
 
+def _check_per_row(logits: Any, rows: int, model: str) -> None:
+    """Every output of an evaluation batch must have a row per sample, to be put in dataset
+    order; a value per batch (DETR's ``loss_dict`` of 0-d losses, which ``prediction_step``
+    keeps beside the logits) is refused here, naming it and the fix (it failed at the end of
+    the loop: "every output must have one row per index entry (7), got ndarray of shape (3,)",
+    or an ``IndexError`` with ``eval_do_concat_batches=False``)."""
+    outputs = logits if isinstance(logits, (list, tuple)) else [logits]
+    for i, value in enumerate(outputs):
+        leaves = value.items() if isinstance(value, Mapping) else [(None, value)]
+        for key, leaf in leaves:
+            if isinstance(leaf, torch.Tensor) and (leaf.ndim == 0 or leaf.shape[0] != rows):
+                what = f"output {i}" + (f" (a dict; its {key!r})" if key is not None else "")
+                raise ValueError(
+                    f"{model}'s evaluation outputs hold a value of shape {tuple(leaf.shape)} at "
+                    f"{what}, not one row per sample ({rows} rows), so they cannot be put in "
+                    "dataset order; leave that output out of the predictions by its key in "
+                    "the model's output: model.config.keys_to_ignore_at_inference = "
+                    "['loss_dict'] (DETR's losses), or trainer.predict(..., ignore_keys=[...])"
+                )
+
+
+def _per_row(tree: Any) -> bool:
+    """A list of dicts, one per row (detection labels: NOTE [ Images: pixel_mask ] in
+    :mod:`bucketloader.hf.bucketing`), not a list of outputs that each have rows."""
+    return isinstance(tree, list) and bool(tree) and all(isinstance(x, Mapping) for x in tree)
+
+
 def _rows(tree: Any, keep: np.ndarray) -> Any:
     if tree is None:
         return None
+    if _per_row(tree):
+        return [tree[i] for i in keep.tolist()]
     if isinstance(tree, Mapping):
         return type(tree)({k: _rows(v, keep) for k, v in tree.items()})  # type: ignore[call-arg]
     if isinstance(tree, (list, tuple)):
@@ -1032,6 +1076,8 @@ def _rows(tree: Any, keep: np.ndarray) -> Any:
 
 
 def _row(tree: Any, row: int) -> Any:
+    if _per_row(tree):
+        return tree[row]
     if isinstance(tree, Mapping):
         return type(tree)({k: _row(v, row) for k, v in tree.items()})  # type: ignore[call-arg]
     if isinstance(tree, (list, tuple)):
