@@ -1127,3 +1127,119 @@ def test_an_empty_or_all_null_column_says_so():
         hf.for_text([datasets.Dataset.from_dict({"ids": [[1]]}), typed], "ids", pad_token_id=0)
     with pytest.raises(ValueError, match=r"column 'ids' holds only nulls \(2 rows, .*filter"):
         hf.lengths(datasets.Dataset.from_dict({"ids": [None, None]}), "ids")
+
+
+def _image_rows(sizes, channels=3, seed=0):
+    """Rows of (C, H, W) pixel_values (nested lists, as dataset.map stores a processor's) with
+    detection labels: image i has i % 3 boxes (none for i % 3 == 0)."""
+    rng = np.random.default_rng(seed)
+    return [
+        {
+            "pixel_values": rng.random((channels, h, w), dtype=np.float32).tolist(),
+            "labels": {
+                "class_labels": list(range(i % 3)),
+                "boxes": rng.random((i % 3, 4)).tolist(),
+            },
+        }
+        for i, (h, w) in enumerate(sizes)
+    ]
+
+
+def test_for_images_plans_height_and_width_and_returns_pixel_mask():
+    """s22: the hf path had no image route: a 2-D plan's batch had the height input's (B, H)
+    mask as attention_mask (ViTForImageClassification raised on it; DETR, given no pixel_mask,
+    attended the padding), detection labels (a dict per image) failed to stack, and
+    BucketTrainer planned (C, H, W) pixel_values on their channel count, as audio.
+    NOTE [ Images: pixel_mask ]."""
+    sizes = [(5, 7), (6, 4), (3, 3), (8, 6), (7, 8), (4, 8), (8, 8), (2, 5), (6, 6), (7, 3)]
+    rows = _image_rows(sizes)
+    # two Arrow chunks and an indices mapping: sizes come from the offsets in logical order
+    ds = datasets.concatenate_datasets(
+        [datasets.Dataset.from_list(rows[:4]), datasets.Dataset.from_list(rows[4:])]
+    ).shuffle(seed=0)
+    order = [int(i) for i in ds._indices.column(0).to_pylist()]
+    assert len(ds.data.table.column("pixel_values").chunks) == 2
+    b = hf.for_images(ds, max_shapes=2, batch_size=3, seed=0)
+    shapes = set(b.sampler.shapes)
+    assert len(shapes) == 2 and all(len(s) == 3 for s in shapes)
+    assert np.asarray(b.sampler.spec.lengths).tolist() == [list(sizes[i]) for i in order]
+    seen, fillers = 0, 0
+    for idx in b.sampler:
+        batch = b.collator([b.dataset[i] for i in idx])
+        assert set(batch) == {"pixel_values", "pixel_mask", "labels"}  # no (B, H) mask
+        pv, pm, labels = batch["pixel_values"], batch["pixel_mask"], batch["labels"]
+        rows_, _, h_, w_ = pv.shape
+        assert (rows_, h_, w_) in shapes and pm.shape == (rows_, h_, w_)
+        assert pm.dtype == torch.int64  # as DetrImageProcessor returns it
+        assert isinstance(labels, list) and len(labels) == rows_
+        for r in range(rows_):
+            if r >= len(idx):  # a filler row: all padding, no object
+                assert not pm[r].any()
+                assert labels[r]["class_labels"].shape == (0,)
+                assert labels[r]["boxes"].shape == (0, 4)
+                fillers += 1
+                continue
+            i = order[idx[r]]
+            h, w = sizes[i]
+            want = torch.zeros(h_, w_, dtype=torch.int64)
+            want[:h, :w] = 1  # bottom/right padding
+            assert torch.equal(pm[r], want)
+            assert torch.equal(pv[r, :, :h, :w], torch.tensor(rows[i]["pixel_values"]))
+            assert not pv[r][:, want == 0].any()
+            n = i % 3
+            assert labels[r]["class_labels"].dtype == torch.long
+            assert labels[r]["class_labels"].tolist() == list(range(n))
+            assert labels[r]["boxes"].shape == (n, 4)  # (no box: (0, 4), not a list)
+            seen += 1
+    assert seen == len(sizes) and fillers > 0
+    # a user's own 2-D plan through ModelInputs: the same mask, top/left with side="left"
+    sampler = BucketSampler(
+        {"height": [h for h, _ in sizes], "width": [w for _, w in sizes]},
+        max_shapes=2,
+        size="prod",
+        batch_size=3,
+    )
+    samples = [
+        {"pixel_values": torch.ones(3, h, w), "label": i % 2} for i, (h, w) in enumerate(sizes)
+    ]
+    for side in ("right", "left"):
+        collate = hf.ModelInputs(
+            sampler.collator(fields={"pixel_values": ("height", "width")}, side=side)
+        )
+        idx = next(iter(sampler))
+        batch = collate([samples[i] for i in idx])
+        assert set(batch) == {"pixel_values", "pixel_mask", "labels"}
+        assert torch.equal(batch["pixel_mask"], batch["pixel_values"][:, 0].long())
+        r = len(idx) - 1
+        h, w = sizes[idx[r]]
+        corner = batch["pixel_mask"][r, 0, 0] if side == "right" else batch["pixel_mask"][r, -1, -1]
+        assert corner == 1 and int(batch["pixel_mask"][r].sum()) == h * w
+    # segmentation maps (H, W) pad with the image (-100: labels), evaluation's filler rows too
+    seg = datasets.Dataset.from_dict(
+        {
+            "pixel_values": [np.zeros((3, h, w)).tolist() for h, w in sizes[:5]],
+            "labels": [np.ones((h, w), np.int64).tolist() for h, w in sizes[:5]],
+        }
+    )
+    ev = hf.for_images(seg, max_shapes=2, batch_size=2, evaluation=True)
+    for batch in ev.dataloader():
+        assert torch.equal(batch["labels"] == 1, batch["pixel_mask"] == 1)
+        assert not batch["pixel_mask"][~batch["sample_mask"]].any()
+    # channels-last, mixed channels, not images: refused when built, with the fix
+    hwc = datasets.Dataset.from_dict(
+        {"pixel_values": [np.zeros((h, w, 3)).tolist() for h, w in sizes[:3]]}
+    )
+    with pytest.raises(ValueError, match=r"channels-last \(H, W, C\), C=3: dim 0 is 5 at"):
+        hf.for_images(hwc, batch_size=2)
+    one_height = datasets.Dataset.from_dict(  # (dim 0 alike: planned on (W, C) before)
+        {"pixel_values": [np.zeros((8, w, 3)).tolist() for w in (5, 7)]}
+    )
+    with pytest.raises(ValueError, match=r"C=3: dim 0 is 8 at row 0; permute them to \(C, H"):
+        hf.for_images(one_height, batch_size=2)
+    mixed = datasets.Dataset.from_list(_image_rows([(4, 4)]) + _image_rows([(5, 5)], channels=1))
+    with pytest.raises(
+        ValueError, match=r"differs: 3 at row 0, 1 at row 1; make the channel count the"
+    ):
+        hf.for_images(mixed, batch_size=2)
+    with pytest.raises(TypeError, match=r"holds 2-level lists of double; store channels-first"):
+        hf.for_images(datasets.Dataset.from_dict({"pixel_values": [[[0.5]]]}), batch_size=2)

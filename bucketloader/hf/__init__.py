@@ -12,7 +12,9 @@ Needs ``datasets`` (``pip install 'bucketloader[hf]'``); ``BucketTrainer`` also 
     trainer.train()  # every batch has a shape in trainer.bucketing.sampler.shapes
     trainer.predict(test)  # every sample once, predictions in dataset order
 
-Seq2seq with ``predict_with_generate``: ``BucketSeq2SeqTrainer``. Custom loops:
+Images of different sizes (``pixel_values`` and ``pixel_mask``, DETR-family detectors):
+``for_images`` (``(B, H, W)`` cells; docs: images.md). Seq2seq with
+``predict_with_generate``: ``BucketSeq2SeqTrainer``. Custom loops:
 ``for_text(..., sample_mask=True)`` and :func:`masked_loss` (the loss of the real rows), or
 ``for_text(..., evaluation=True)`` and :func:`bucketloader.evaluation.restore_order`.
 
@@ -33,7 +35,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
         "pip install 'bucketloader[hf]'"
     ) from None
 
-from bucketloader.hf.bucketing import Bucketing, ModelInputs, for_audio, for_text
+from bucketloader.hf.bucketing import Bucketing, ModelInputs, for_audio, for_images, for_text
 from bucketloader.hf.lengths import LENGTH_COLUMN, add_lengths, lengths
 from bucketloader.hf.loss import loss_policy, masked_loss
 from bucketloader.hf.packing import PackedInputs, for_packing
@@ -47,6 +49,7 @@ __all__ = [
     "PackedInputs",
     "add_lengths",
     "for_audio",
+    "for_images",
     "for_packing",
     "for_text",
     "lengths",

@@ -29,9 +29,12 @@ is not accelerate's, ``gather_for_metrics`` would have nothing to truncate, so t
 rows (per batch, filler rows dropped, with ``batch_eval_metrics``, and ``compute_result`` True
 at the planned last batch: ``Trainer`` reads it from accelerate's loader, which this is not), and
 ``evaluate`` / ``predict`` return them in dataset order (with ``eval_do_concat_batches=False``: a
-list with one entry per sample). ``eval_loss`` is the mean of the batches' losses over their real
-rows, weighted by real rows (``Trainer`` weighs every batch by ``eval_batch_size``, filler rows
-included).
+list with one entry per sample; a list of dicts, one per row, such as detection labels, is
+taken row by row, and needs that option: concatenation merges different batches' rows).
+Every output must have a row per sample: a per-batch value (DETR's ``loss_dict``) is refused
+at its batch, naming ``keys_to_ignore_at_inference``. ``eval_loss`` is the mean of the
+batches' losses over their real rows, weighted by real rows (``Trainer`` weighs every batch by
+``eval_batch_size``, filler rows included).
 
 NOTE [ torch.compile and the planned shapes ]
 ``TrainingArguments(torch_compile=True)`` normally has accelerate wrap the model in
@@ -78,6 +81,7 @@ from bucketloader.hf.bucketing import (
     check_entry_options,
     dataset_list,
     for_audio,
+    for_images,
     for_text,
 )
 from bucketloader.hf.lengths import resolve_column, table_and_indices
@@ -127,7 +131,7 @@ class _BucketMixin:
         if bucketing is not None and not isinstance(bucketing, (Bucketing, dict)):
             raise TypeError(
                 "bucketing must be a Bucketing (bucketloader.hf.for_text(...)) or a dict of "
-                f"for_text / for_audio options, got {type(bucketing).__name__}"
+                f"for_text / for_audio / for_images options, got {type(bucketing).__name__}"
             )
         if eval_bucketing is not None and not isinstance(eval_bucketing, dict):
             raise TypeError(
@@ -254,6 +258,9 @@ class _BucketMixin:
         opts["sample_mask"] = True  # compute_loss masks the loss of the per-row heads by it
         tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
         config_pad = getattr(getattr(self.model, "config", None), "pad_token_id", None)
+        if _is_image(dataset, columns[0]):  # (before audio: float lists too)
+            opts.pop("decoder_attention_mask", None)
+            return for_images(dataset, columns[0], **opts)
         if _is_audio(dataset, columns[0]):
             extractor = getattr(self.processing_class, "feature_extractor", self.processing_class)
             padding = getattr(extractor, "padding_value", None)
@@ -696,6 +703,7 @@ class _BucketMixin:
         finally:
             self._eval_mask = None
         if self._eval_record is not None and index is not None:
+            _check_per_row(logits, int(index.shape[0]), type(model).__name__)
             self._eval_record.add(self, index, mask, loss)
         return loss, logits, labels
 
@@ -808,7 +816,9 @@ def _check_bucketing_options(bucketing: Any, eval_bucketing: Any) -> None:
     """The keys of ``bucketing`` / ``eval_bucketing`` dicts, checked as ``for_text`` checks them
     (``for_audio``'s own and ``column`` pass; ``precompile`` for training), when the trainer is
     built: not at the first loader, after the model and ``TrainingArguments`` are set up."""
-    own = {"column", *keyword_options(for_audio)} - set(keyword_options(for_text))
+    own = {"column", *keyword_options(for_audio), *keyword_options(for_images)} - set(
+        keyword_options(for_text)
+    )
     for options, evaluation in ((bucketing, False), (eval_bucketing, True)):
         if isinstance(options, dict):
             rest = {k: v for k, v in options.items() if k not in own and k != "precompile"}
@@ -982,6 +992,17 @@ class _EvalRecord:
         if outputs is None or not self.index:
             return outputs
         if self.concat:
+            if _per_row(outputs) or (
+                isinstance(outputs, (list, tuple)) and any(map(_per_row, outputs))
+            ):
+                raise ValueError(
+                    "evaluation outputs hold a list of dicts, one per image (detection labels), "
+                    "which Trainer's eval_do_concat_batches=True concatenates position by "
+                    "position across batches (row i of one batch with row i of the next); pass "
+                    "TrainingArguments(eval_do_concat_batches=False), as transformers' object "
+                    "detection example does: outputs then come one entry per sample, in "
+                    "dataset order"
+                )
             return restore_order(outputs, np.concatenate(self.index), num_samples=self.num_samples)
         per_sample: list[Any] = [None] * self.num_samples
         for batch, index in zip(outputs, self.index, strict=True):
@@ -1013,9 +1034,38 @@ class _EvalRecord:
         return compute_metrics
 
 
+def _check_per_row(logits: Any, rows: int, model: str) -> None:
+    """Every output of an evaluation batch must have a row per sample, to be put in dataset
+    order; a value per batch (DETR's ``loss_dict`` of 0-d losses, which ``prediction_step``
+    keeps beside the logits) is refused here, naming it and the fix (it failed at the end of
+    the loop: "every output must have one row per index entry (7), got ndarray of shape (3,)",
+    or an ``IndexError`` with ``eval_do_concat_batches=False``)."""
+    outputs = logits if isinstance(logits, (list, tuple)) else [logits]
+    for i, value in enumerate(outputs):
+        leaves = value.items() if isinstance(value, Mapping) else [(None, value)]
+        for key, leaf in leaves:
+            if isinstance(leaf, torch.Tensor) and (leaf.ndim == 0 or leaf.shape[0] != rows):
+                what = f"output {i}" + (f" (a dict; its {key!r})" if key is not None else "")
+                raise ValueError(
+                    f"{model}'s evaluation outputs hold a value of shape {tuple(leaf.shape)} at "
+                    f"{what}, not one row per sample ({rows} rows), so they cannot be put in "
+                    "dataset order; leave that output out of the predictions by its key in "
+                    "the model's output: model.config.keys_to_ignore_at_inference = "
+                    "['loss_dict'] (DETR's losses), or trainer.predict(..., ignore_keys=[...])"
+                )
+
+
+def _per_row(tree: Any) -> bool:
+    """A list of dicts, one per row (detection labels: NOTE [ Images: pixel_mask ] in
+    :mod:`bucketloader.hf.bucketing`), not a list of outputs that each have rows."""
+    return isinstance(tree, list) and bool(tree) and all(isinstance(x, Mapping) for x in tree)
+
+
 def _rows(tree: Any, keep: np.ndarray) -> Any:
     if tree is None:
         return None
+    if _per_row(tree):
+        return [tree[i] for i in keep.tolist()]
     if isinstance(tree, Mapping):
         return type(tree)({k: _rows(v, keep) for k, v in tree.items()})  # type: ignore[call-arg]
     if isinstance(tree, (list, tuple)):
@@ -1026,6 +1076,8 @@ def _rows(tree: Any, keep: np.ndarray) -> Any:
 
 
 def _row(tree: Any, row: int) -> Any:
+    if _per_row(tree):
+        return tree[row]
     if isinstance(tree, Mapping):
         return type(tree)({k: _row(v, row) for k, v in tree.items()})  # type: ignore[call-arg]
     if isinstance(tree, (list, tuple)):
@@ -1163,6 +1215,18 @@ class LanguageModelingLabels:
         return out
 
 
+def _is_image(dataset: Any, column: str) -> bool:
+    """Images: a column of ``(C, H, W)`` number lists (an image processor's ``pixel_values``)."""
+    try:
+        t = table_and_indices(dataset)[0].schema.field(column).type
+    except (TypeError, KeyError):
+        return False
+    depth = 0
+    while is_list(t):
+        t, depth = t.value_type, depth + 1
+    return depth == 3 and bool(pa.types.is_floating(t) or pa.types.is_integer(t))
+
+
 def _is_audio(dataset: Any, column: str) -> bool:
     """Audio: a struct (decoded audio) column or a list column of floats (values, frames)."""
     try:
@@ -1189,19 +1253,21 @@ class BucketTrainer(_BucketMixin, transformers.Trainer):
     and the loss, per head ] in :mod:`bucketloader.hf.loss`). Text columns go through
     :func:`~bucketloader.hf.for_text`, audio (a decoded-audio struct, or float lists such as
     ``input_values`` or ``(T, 80)`` ``input_features``) through
-    :func:`~bucketloader.hf.for_audio`; targets (``labels`` of other lengths) are padded per
-    bucket; ``decoder_attention_mask`` is added when the model takes one; the tokenizer's
-    ``padding_side`` decides the side. A padding ``data_collator`` is replaced by the planned
-    collation; a ``DataCollatorForLanguageModeling``'s masking (or causal labels) is applied to
-    each planned batch; any other collator is refused (NOTE [ The user's data_collator ]).
+    :func:`~bucketloader.hf.for_audio`, images (``(C, H, W)`` ``pixel_values``) through
+    :func:`~bucketloader.hf.for_images` (``pixel_mask`` for a model that takes it); targets
+    (``labels`` of other lengths) are padded per bucket; ``decoder_attention_mask`` is added
+    when the model takes one; the tokenizer's ``padding_side`` decides the side. A padding
+    ``data_collator`` is replaced by the planned collation; a ``DataCollatorForLanguageModeling``'s
+    masking (or causal labels) is applied to each planned batch; any other collator is refused
+    (NOTE [ The user's data_collator ]).
 
     Args:
         *args: as ``transformers.Trainer``.
         bucketing: a prebuilt :class:`~bucketloader.hf.Bucketing` for training (from
-            :func:`~bucketloader.hf.for_text` / ``for_audio``), or a dict of their options
-            (``column``, ``num_buckets``, ``max_tokens``, ``last_batch``, ``pad_token_id``,
-            ``pad_to_multiple_of``, ``target_length``, ...) applied to each dataset after the
-            unused columns are removed. Defaults: ``column`` = the model's
+            :func:`~bucketloader.hf.for_text` / ``for_audio`` / ``for_images``), or a dict of
+            their options (``column``, ``num_buckets``, ``max_tokens``, ``last_batch``,
+            ``pad_token_id``, ``pad_to_multiple_of``, ``target_length``, ...) applied to each
+            dataset after the unused columns are removed. Defaults: ``column`` = the model's
             ``main_input_name``, ``batch_size`` = ``per_device_train_batch_size`` (unless
             ``max_tokens``), ``seed`` = ``args.data_seed`` (else ``args.seed``),
             ``last_batch="drop"`` with ``args.dataloader_drop_last`` (training only), rank and
