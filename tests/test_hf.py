@@ -1225,6 +1225,17 @@ def test_for_images_plans_height_and_width_and_returns_pixel_mask():
     for batch in ev.dataloader():
         assert torch.equal(batch["labels"] == 1, batch["pixel_mask"] == 1)
         assert not batch["pixel_mask"][~batch["sample_mask"]].any()
+    # the model's ignore index (SegFormer: 255) for the pads and the filler rows, as 'label' too
+    for seg_ in (seg, seg.rename_column("labels", "label")):
+        ev = hf.for_images(seg_, max_shapes=2, batch_size=2, evaluation=True, label_pad_value=255)
+        fillers = 0
+        for batch in ev.dataloader():
+            assert torch.equal(batch["labels"] == 1, batch["pixel_mask"] == 1)
+            assert bool((batch["labels"][batch["pixel_mask"] == 0] == 255).all())
+            fillers += int((~batch["sample_mask"]).sum())
+        assert fillers > 0
+    with pytest.raises(TypeError, match="label_pad_value"):
+        hf.for_images(seg, batch_size=2, label_pad_value=255.0)
     # channels-last, mixed channels, not images: refused when built, with the fix
     hwc = datasets.Dataset.from_dict(
         {"pixel_values": [np.zeros((h, w, 3)).tolist() for h, w in sizes[:3]]}

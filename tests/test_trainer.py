@@ -1209,3 +1209,37 @@ def test_detr_family_gets_the_pixel_mask_its_processor_makes(tmp_path):
     assert set(batch) == {"pixel_values", "labels", "sample_mask"}
     out = vit(pixel_values=batch["pixel_values"], interpolate_pos_encoding=True)
     assert out.logits.shape == (3, 3)
+
+
+def test_segmentation_maps_pad_with_the_models_ignore_index(tmp_path):
+    """s22-rev: for_images padded an (H, W) label map, and filled its filler rows, with -100:
+    SegFormer's loss (ignore index 255, as BEiT, DPT, MobileViT, UperNet) raised "Target -100 is
+    out of bounds" at the first batch. BucketTrainer passes the model's ignore index."""
+    sizes = [(32, 64), (64, 32), (64, 64)]
+    ds = datasets.Dataset.from_dict(
+        {
+            "pixel_values": [np.ones((3, h, w)).tolist() for h, w in sizes],
+            "labels": [np.ones((h, w), np.int64).tolist() for h, w in sizes],
+        }
+    )
+    model = transformers.SegformerForSemanticSegmentation(
+        transformers.SegformerConfig(
+            num_labels=3,
+            hidden_sizes=[8, 8, 8, 8],
+            depths=[1, 1, 1, 1],
+            num_attention_heads=[1, 1, 1, 1],
+            decoder_hidden_size=8,
+        )
+    )
+    trainer = hf.BucketTrainer(
+        model=model,
+        args=_args(tmp_path, per_device_train_batch_size=4),
+        train_dataset=ds,
+        bucketing={"max_shapes": 1, "seed": 0},
+    )
+    batch = next(iter(trainer.get_train_dataloader()))
+    labels = batch["labels"]
+    assert labels.shape == (4, 64, 64) and not batch["sample_mask"][3]
+    assert sorted(labels.unique().tolist()) == [1, 255]  # (padding and the filler row)
+    assert torch.equal(labels[:3] == 1, batch["pixel_values"][:3, 0] == 1)
+    assert bool((labels[3] == 255).all())

@@ -319,7 +319,7 @@ class ModelInputs:
             if old in out and "labels" not in out:
                 out["labels"] = out.pop(old)
         if not bool(real.all()):
-            _fill_rows(out, real, n, rows, self.label_keys)
+            _fill_rows(out, real, n, rows, self.label_keys, _map_pads(self.pad_collator))
         if pixels is not None:  # (after _fill_rows, which copies real rows)
             pixels[~real] = 0
             out["pixel_mask"] = pixels
@@ -338,10 +338,16 @@ class ModelInputs:
 
 
 def _fill_rows(
-    out: dict[str, Any], real: torch.Tensor, n: int, rows: int, label_keys: Sequence[str] = ()
+    out: dict[str, Any],
+    real: torch.Tensor,
+    n: int,
+    rows: int,
+    label_keys: Sequence[str] = (),
+    label_pads: Mapping[str, Any] | None = None,
 ) -> None:
     """Filler rows: padded rows (``>= n``) copy real data rows; ``label*`` (and ``label_keys``)
-    -100 on every filler row (NOTE [ Filler rows ])."""
+    -100 on every filler row (NOTE [ Filler rows ]), or ``label_pads[key]`` (an image's label
+    map: its pad, the model's ignore index)."""
     src = torch.arange(rows - n) % n if rows > n else None
     filler = ~real
     mask = out.get("attention_mask")
@@ -350,7 +356,7 @@ def _fill_rows(
         if not isinstance(v, torch.Tensor) or v.ndim == 0 or v.shape[0] != rows:
             continue
         if str(key).startswith("label") or key in label_keys:
-            v[filler] = LABEL_PAD
+            v[filler] = (label_pads or {}).get(key, LABEL_PAD)
         elif key in QA_POSITIONS and width is not None:
             v[filler] = width  # the QA heads' ignore_index (NOTE [ Filler rows ])
         elif src is not None:
@@ -371,6 +377,20 @@ def _image_inputs(collator: Any) -> tuple[str, str] | None:
     field = two.get("pixel_values", next(iter(two.values())))
     ordered = sorted(zip(field.dims, field.input, strict=True))
     return ordered[0][1], ordered[1][1]
+
+
+def _map_pads(collator: Any) -> dict[str, Any]:
+    """The pads of the ``label*`` fields padded along two inputs (an image's segmentation map:
+    ``for_images``' ``label_pad_value``), which filler rows take instead of -100."""
+    fields = getattr(collator, "fields", None) or {}
+    pads = getattr(collator, "pad_value", None)
+    if not isinstance(pads, Mapping):
+        return {}
+    return {
+        "labels" if k in ("label", "label_ids") else k: pads[k]  # (renamed as ModelInputs does)
+        for k, f in fields.items()
+        if k.startswith("label") and k in pads and isinstance(f.input, tuple) and len(f.input) == 2
+    }
 
 
 def _per_image_rows(values: list[Any], real: torch.Tensor, n: int, rows: int) -> list[Any]:
@@ -993,6 +1013,7 @@ def for_images(
     pad_to_multiple_of: int | None = None,
     evaluation: bool = False,
     sample_mask: bool = False,
+    label_pad_value: int = LABEL_PAD,
     **options: Any,
 ) -> Any:
     """A ready sampler + collator for images of different sizes: heights and widths bucketed.
@@ -1004,7 +1025,7 @@ def for_images(
     int64, as ``DetrImageProcessor(do_pad=True)`` returns them (NOTE [ Images: pixel_mask ]);
     detection ``labels`` (a dict per image) come as a list, one dict per row; an ``(H, W)``
     list column of the image's size (segmentation labels, a stored ``pixel_mask``) is padded
-    with it.
+    with it (a ``label*`` map with ``label_pad_value``, on filler rows too).
 
     Args:
         dataset: a ``datasets.Dataset`` (or a list of them, bucketed per dataset) whose
@@ -1015,6 +1036,10 @@ def for_images(
         side: ``"right"`` (bottom/right, as image processors) or ``"left"`` (top/left).
         pad_to_multiple_of, evaluation, sample_mask: as :func:`for_text` (a multiple of 32 for a
             ResNet backbone's stride, the patch size for a ViT).
+        label_pad_value: the pad (and filler-row value) of an ``(H, W)`` ``label*`` map, the
+            model's ignore index: -100 by default, 255 for SegFormer, BEiT, DPT, MobileViT and
+            UperNet (``config.semantic_loss_ignore_index``; their loss raised "Target -100 is
+            out of bounds" on -100). ``BucketTrainer`` passes the model's own.
         **options: ``BucketSampler`` options: ``max_shapes`` (cells for the whole dataset),
             ``batch_size`` or ``max_tokens`` (pixels per batch), ``size``, ...
 
@@ -1034,6 +1059,7 @@ def for_images(
         ([36, 0], [1, -100])
     """
     check_entry_options(for_images, options, BucketSampler, BucketSpec, evaluation=evaluation)
+    check_int("label_pad_value", label_pad_value)
     many = dataset_list(dataset, "for_images")
     sizes = [_image_sizes(d, column) for d in many]
     per_input = {name: [hw[:, k + 1] for hw in sizes] for k, name in enumerate(IMAGE_INPUTS)}
@@ -1063,7 +1089,11 @@ def for_images(
         inputs=list(IMAGE_INPUTS),
         per=[np.stack([per_input[c][i] for c in IMAGE_INPUTS], axis=1) for i in range(len(many))],
         columns=Columns(follows, []),
-        pads={**pad_values(flat, [], 0), column: pad_value},
+        pads={
+            **pad_values(flat, [], 0),
+            **{k: label_pad_value for k in follows if k != column and k.startswith("label")},
+            column: pad_value,
+        },
         side=check_choice("side", side, SIDES),
         multiple=pad_to_multiple_of,
         target_length=None,

@@ -260,6 +260,13 @@ class _BucketMixin:
         config_pad = getattr(getattr(self.model, "config", None), "pad_token_id", None)
         if _is_image(dataset, columns[0]):  # (before audio: float lists too)
             opts.pop("decoder_attention_mask", None)
+            config = getattr(self.model, "config", None)
+            for name in ("semantic_loss_ignore_index", "loss_ignore_index"):  # (SegFormer...,
+                # UperNet: 255; their loss raised "Target -100 is out of bounds" on -100)
+                ignore = getattr(config, name, None)
+                if isinstance(ignore, int) and not isinstance(ignore, bool):
+                    opts.setdefault("label_pad_value", ignore)
+                    break
             return for_images(dataset, columns[0], **opts)
         if _is_audio(dataset, columns[0]):
             extractor = getattr(self.processing_class, "feature_extractor", self.processing_class)
