@@ -1236,6 +1236,15 @@ def test_for_images_plans_height_and_width_and_returns_pixel_mask():
         assert fillers > 0
     with pytest.raises(TypeError, match="label_pad_value"):
         hf.for_images(seg, batch_size=2, label_pad_value=255.0)
+    # a list of datasets: the same columns (one only in the second failed mid-epoch, or in
+    # pyarrow with KeyError when it was the first's)
+    bare = seg.remove_columns("labels")
+    for pair, only in (
+        ((bare, seg), r"only in 1: \['labels'\]; only in 0: \[\]"),
+        ((seg, bare), r"only in 1: \[\]; only in 0: \['labels'\]"),
+    ):
+        with pytest.raises(ValueError, match=rf"dataset 1's differ from dataset 0's \({only}"):
+            hf.for_images(list(pair), batch_size=2)
     # channels-last, mixed channels, not images: refused when built, with the fix
     hwc = datasets.Dataset.from_dict(
         {"pixel_values": [np.zeros((h, w, 3)).tolist() for h, w in sizes[:3]]}

@@ -1062,6 +1062,7 @@ def for_images(
     check_int("label_pad_value", label_pad_value)
     many = dataset_list(dataset, "for_images")
     sizes = [_image_sizes(d, column) for d in many]
+    _same_columns(many)
     per_input = {name: [hw[:, k + 1] for hw in sizes] for k, name in enumerate(IMAGE_INPUTS)}
     follows: dict[str, Any] = {column: IMAGE_INPUTS}
     table = table_and_indices(many[0])[0]
@@ -1106,6 +1107,22 @@ def for_images(
 
 #: The sampler inputs of :func:`for_images`, in the order of an image's last two dims.
 IMAGE_INPUTS = ("height", "width")
+
+
+def _same_columns(many: list[Any]) -> None:
+    """Datasets bucketed together have the same columns: the columns are read from the first
+    (a column only in another failed at that dataset's first batch, mid-epoch, or with
+    pyarrow's KeyError when the plan was built)."""
+    first = table_and_indices(many[0])[0].column_names
+    for i, d in enumerate(many[1:], 1):
+        cols = table_and_indices(d)[0].column_names
+        if set(cols) != set(first):
+            extra, missing = sorted(set(cols) - set(first)), sorted(set(first) - set(cols))
+            raise ValueError(
+                f"for_images pads the datasets' columns alike, but dataset {i}'s differ from "
+                f"dataset 0's (only in {i}: {extra}; only in 0: {missing}); give them the same "
+                "columns (dataset.remove_columns([...]))"
+            )
 
 
 def _starts_sizes(arr: Any) -> tuple[np.ndarray, np.ndarray]:
