@@ -28,7 +28,7 @@ from conftest import free_port, run_ranks
 from torch import nn
 from torch.utils.data import DataLoader
 
-from bucketloader import BucketIterable, BucketSampler
+from bucketloader import BucketIterable, BucketSampler, EvalSampler
 from bucketloader.analysis import recommend_num_buckets
 from bucketloader.collate import Field
 from bucketloader.compile import (
@@ -319,6 +319,30 @@ def test_example_batches_have_the_structure_of_real_batches():
     assert sorted(real) == source.shapes  # "keep" lists partial shapes too: all are made
     for shape in source.shapes:
         assert batch_signature(source.make_batch(shape)) == real[shape], shape
+
+
+def test_an_eval_sampler_precompiles_and_evaluation_compiles_nothing():
+    """s22-compile: an EvalSampler's collator reads which rows are real from the samples the
+    dataloader gives it; precompile gave it a plain list, so every EvalSampler was refused (with
+    "is example a sample of the dataset this plan was built on?")."""
+    lengths = _lengths(120)
+    data = _dataset(lengths)
+    sampler = EvalSampler(lengths, num_buckets=3, batch_size=16)
+    model, backend = Net(), Counting()
+    compiled = torch.compile(model.eval(), backend=backend, dynamic=False)
+
+    def step(batch):
+        with torch.no_grad():
+            return compiled(batch["input_ids"], batch["attention_mask"])
+
+    report = precompile(step, sampler, example=data, restore=[model], cache=False, progress=False)
+    assert report.shapes == sampler.shapes and backend.graphs == len(sampler.shapes) == 3
+    real = _signatures(sampler.dataloader(data))
+    for shape in report.shapes:  # the same fields (sample_mask, index), dtypes and sizes
+        assert batch_signature(ExampleBatches(sampler, data).make_batch(shape)) == real[shape]
+    for batch in sampler.dataloader(data):
+        step(batch)
+    assert backend.graphs == 3
 
 
 def test_example_batches_for_two_inputs_groups_and_streams():

@@ -209,8 +209,9 @@ def precompile(
         step: the compiled callable training calls on each batch, ``step(batch)``; e.g. a
             ``torch.compile``'d train step, or ``lambda b: compiled_model(**b).loss.backward()``.
             Compile it with ``dynamic=False``: one static graph per planned shape.
-        plan: what training iterates: a :class:`~bucketloader.BucketSampler`, a
-            :class:`~bucketloader.BucketIterable`, a packing plan (``.shapes`` and
+        plan: what training iterates: a :class:`~bucketloader.BucketSampler`, an
+            :class:`~bucketloader.EvalSampler` (an evaluation step: its batches have every row
+            real), a :class:`~bucketloader.BucketIterable`, a packing plan (``.shapes`` and
             ``.collator()``), or any batch source with ``.shapes`` and ``.make_batch(shape)``
             (NOTE [ The batch-source protocol ] in :mod:`bucketloader.compile.batches`).
         example: one real sample, or the dataset (its first sample of each group is used);
