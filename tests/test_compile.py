@@ -563,6 +563,13 @@ def test_two_ranks_split_the_shapes_share_and_load_all(tmp_path):
     assert [r["unusable"][:2] for r in runs] == [[1, shapes], [1, shapes]], runs
     assert any("compile cache of rank(s) [1] is not usable" in w for w in runs[0]["unusable"][2])
     assert not any("rank(s) [1]" in w for w in runs[1]["unusable"][2])  # (its own says why)
+    # ranks that planned other shapes: each rank compiled its own shape of the index it was
+    # given and said it loaded the other rank's (rank 1's 4th shape failed in zip())
+    for run in runs:
+        assert run["other_shapes"].startswith(
+            "precompile splits the planned shapes among the 2 ranks, but rank(s) [1] planned "
+            "other shapes than rank 0: rank 1 planned 4 shapes, rank 0 3"
+        ), run["other_shapes"]
 
 
 def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
@@ -653,6 +660,14 @@ def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
             lambda batch: None, sampler, example=data, restore=[], cache=where, progress=False
         )
     out["unusable"] = [alone.world_size, len(alone.rows), [str(w.message)[:60] for w in caught]]
+    dist.monitored_barrier(timeout=timedelta(seconds=20))
+    # s22: each rank planned alone (num_replicas=1), so their shapes differ
+    own = BucketSampler(lengths, num_buckets=3 + rank, batch_size=8, num_replicas=1, rank=0)
+    try:
+        precompile(lambda b: None, own, example=data, restore=[], cache=tmp / "own", progress=False)
+        out["other_shapes"] = "no error"
+    except ValueError as exc:
+        out["other_shapes"] = str(exc)
     dist.monitored_barrier(timeout=timedelta(seconds=20))
     (tmp / f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()

@@ -21,6 +21,8 @@ the inductor directory (fxgraph, aotautograd, kernels) are sent to all ranks wit
 ``all_gather_object`` and written where missing (``share="collective"`` forces this). After
 ``precompile`` returns, every rank holds every shape's graph in memory: no compile stall at any
 step. Shapes that every rank's cache has a record of are loaded by every rank, compiled by none.
+The ranks must plan the same shapes (the split is by index): other plans are one ``ValueError``
+on every rank at the assignment, naming the first shape that differs.
 A rank that raises (a refused argument, its step on a shape of its share or of the load phase)
 says so at the others' next checkpoint (NOTE [ Checkpoints before a collective ] in
 :mod:`bucketloader._dist`: one ``all_reduce`` of a code per rank before the assignment, before
@@ -577,8 +579,10 @@ def _assign(targets: list[tuple[tuple[int, ...], Any]], records: list[Any], size
     (ranks on other nodes may have other directories); rank 0 decides, so every rank agrees."""
     if size == 1:
         return [0 if r is None else -1 for r in records]
-    gathered = _dist.all_gather([r is not None for r in records])
-    have = [all(col) for col in zip(*gathered, strict=True)]
+    shapes = [list(shape) for shape, _ in targets]
+    gathered = _dist.all_gather([shapes, [r is not None for r in records]])
+    _check_same_shapes([g[0] for g in gathered])
+    have = [all(col) for col in zip(*(g[1] for g in gathered), strict=True)]
     order = sorted(
         (i for i, recorded in enumerate(have) if not recorded),
         key=lambda i: (-math.prod(targets[i][0]), targets[i][0], i),
@@ -587,6 +591,34 @@ def _assign(targets: list[tuple[tuple[int, ...], Any]], records: list[Any], size
     for n, i in enumerate(order):
         owners[i] = n % size
     return list(_dist.broadcast(owners))
+
+
+def _check_same_shapes(planned: list[list[list[int]]]) -> None:
+    """Every rank planned the same shapes (the same on each rank: the gathered lists), else one
+    error. Shapes are split among the ranks by index, so with other plans a rank compiled its own
+    shape where the others counted on another one, and reported it loaded ("compiled by rank 1")
+    when it had compiled it itself; a rank with more shapes failed in ``zip()``."""
+    differ = [r for r, shapes in enumerate(planned) if shapes != planned[0]]
+    if not differ:
+        return
+    r = differ[0]
+    first = next(
+        (i for i, (a, b) in enumerate(zip(planned[0], planned[r], strict=False)) if a != b),
+        min(len(planned[0]), len(planned[r])),
+    )
+
+    def at(shapes: list[list[int]]) -> str:
+        return str(tuple(shapes[first])) if first < len(shapes) else "none"
+
+    raise ValueError(
+        f"precompile splits the planned shapes among the {len(planned)} ranks, but rank(s) "
+        f"{differ} planned other shapes than rank 0: rank {r} planned {len(planned[r])} "
+        f"shapes, rank 0 {len(planned[0])}, the first that differs is {at(planned[r])} on rank "
+        f"{r} and {at(planned[0])} on rank 0; build every rank's plan from the whole data set's "
+        "lengths with the same options (a rank with its own shard's lengths only: "
+        "bucketloader.sharded.ShardedSampler), or pass cache=CompileCache(distributed=False) to "
+        "have each rank compile its own shapes alone"
+    )
 
 
 def _bar(items: list[int], show: bool, desc: str) -> Iterable[int]:
