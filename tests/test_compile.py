@@ -406,7 +406,9 @@ class PackedRows:
 
 def test_a_batch_source_plugs_in_without_a_collator():
     backend = Counting()
-    step = torch.compile(lambda b: (b["input_ids"] + b["position_ids"]).sum(), backend=backend)
+    step = torch.compile(
+        lambda b: (b["input_ids"] + b["position_ids"]).sum(), backend=backend, dynamic=False
+    )
     report = precompile(step, PackedRows(), cache=False, progress=False)
     assert report.shapes == PackedRows.shapes and backend.graphs == 2
 
@@ -767,6 +769,29 @@ def test_an_uncompiled_step_is_reported():
     assert {r.cache for r in report.rows} == {"memory"}
     # the warning points at the caller's line, through checks_options' wrapper
     assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
+
+
+@pytest.mark.parametrize("dynamic", [None, False])
+def test_a_step_compiled_with_dynamic_none_is_told(dynamic):
+    """s22-compile: under torch.compile's default dynamic=None the second planned shape compiled
+    a dynamic-shape graph that ran the rest, and precompile said nothing (rows "memory")."""
+    sampler = BucketSampler([3, 5, 8, 8, 12, 20], num_buckets=3, batch_size=2)
+    model, backend = nn.Embedding(VOCAB, 4), Counting()
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = inspect.currentframe().f_lineno + 1
+        report = precompile(
+            lambda b: compiled(b["inputs"]).sum().backward(),
+            sampler, example=[1, 2, 3], restore=[model], cache=False, progress=False,
+        )  # fmt: skip
+    told = [w for w in caught if "dynamic=None" in str(w.message)]
+    if dynamic is None:
+        assert [r.graphs for r in report.rows] == [1, 1, 0]  # (the second graph is dynamic)
+        assert [(w.filename, w.lineno) for w in told] == [(__file__, line)]
+        assert "2 graph(s) for 3 planned shapes" in str(told[0].message)
+    else:
+        assert [r.graphs for r in report.rows] == [1, 1, 1] and not told
 
 
 def test_an_unusable_cache_directory_is_named_at_the_callers_line(tmp_path):

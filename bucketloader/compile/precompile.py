@@ -60,7 +60,13 @@ from bucketloader._dist import (
 )
 from bucketloader._validation import check_bool, check_folder, checks_options
 from bucketloader.compile import _dist
-from bucketloader.compile._key import batch_signature, check_torch, digest, key_document
+from bucketloader.compile._key import (
+    batch_signature,
+    check_torch,
+    compile_options,
+    digest,
+    key_document,
+)
 from bucketloader.compile._state import (
     Snapshot,
     check_restorable,
@@ -90,7 +96,8 @@ class ShapeTiming:
         cache: ``"cold"`` (inductor generated and compiled code: a cache miss), ``"warm"`` (every
             graph came from the cache directory), ``"traced"`` (graphs compiled by a backend
             without on-disk artifacts, such as ``"eager"`` or ``"aot_eager"``), ``"memory"`` (no
-            new graph: this process had compiled the shape already).
+            new graph: this process had compiled the shape already, or a dynamic-shape graph
+            runs it: NOTE [ dynamic=None and the planned shapes ]).
         cached: the cache held a record of this shape before the call (a predicted warm start).
         phase: ``"compile"`` (this rank's share) or ``"load"`` (shapes other ranks compiled, or
             recorded ones).
@@ -348,6 +355,17 @@ def precompile(
         if gate.open:
             tell_failure(exc)
         raise
+    if _dynamic_default(compiled) and len({shape for shape, _ in targets}) > 1:
+        warnings.warn(
+            "precompile: step is compiled with dynamic=None (torch.compile's default), so at "
+            "the second planned shape dynamo made the changing dims dynamic and compiled one "
+            "dynamic-shape graph, which runs every later shape (their rows show no new graph): "
+            f"{sum(r.graphs for r in rows)} graph(s) for {len(targets)} planned shapes. Pass "
+            "torch.compile(..., dynamic=False) for one static graph per planned shape (NOTE "
+            "[ dynamic=None and the planned shapes ] in bucketloader.compile.precompile)",
+            UserWarning,
+            stacklevel=3,  # (2 is checks_options' wrapper: the caller's line is 3)
+        )
     if _frames() == frames0 and not compiled:
         warnings.warn(
             "precompile ran step on every planned shape but torch.compile saw no frame: step is "
@@ -454,6 +472,23 @@ def _cache_counters() -> tuple[int, int]:
         + aot["autograd_cache_bypass"]
     )
     return hits, misses
+
+
+def _dynamic_default(compiled: list[Any]) -> bool:
+    """NOTE [ dynamic=None and the planned shapes ]
+    ``torch.compile``'s default, ``dynamic=None``, compiles the first shape static and, at the
+    first guard failure on a size (the second planned shape), recompiles with that dim dynamic
+    (``automatic_dynamic_shapes``): one symbolic graph then runs every later shape. precompile
+    reported that quietly, its rows "memory" (no new graph) as if the shapes had been compiled
+    before; on 4 planned shapes: 2 graphs, the second dynamic, against 4 static ones with
+    ``dynamic=False``. Static shapes are what a bucketloader plan is for (CUDA graphs record
+    one per shape; inductor specialises kernels to sizes), so precompile says so. Read from
+    the ``torch.compile`` wrappers the step reaches (the compile key's options)."""
+    import torch._dynamo.config as config
+
+    if not getattr(config, "automatic_dynamic_shapes", True):
+        return False
+    return any(o.get("dynamic") == "None" for o in compile_options(compiled))
 
 
 def _frames() -> int:
