@@ -714,6 +714,11 @@ def test_recommender_charges_warm_costs_for_compiled_shapes():
         (lambda s: precompile(print, s, example=[1], device="nope"), ValueError, "device must"),
         (lambda s: precompile(print, s, example=[1], collate_fn=3), TypeError, "collate_fn must"),
         (lambda s: precompile(print, s, example=object()), TypeError, "samples must be"),
+        (  # s22: a one-shot iterator lost its first sample to precompile (a stream's source)
+            lambda s: precompile(print, s, example=iter([[1, 2], [3]])),
+            TypeError,
+            r"got a one-shot iterator \(list_iterator\), whose first sample precompile would",
+        ),
         (lambda s: ExampleBatches(s, [1]).make_batch((3, 3)), ValueError, "one of the plan's"),
         (
             lambda s: ExampleBatches(

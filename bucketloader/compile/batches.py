@@ -328,6 +328,15 @@ def _examples(plan: Any, example: Any, table: Any) -> dict[Any, Any]:
         if len(example) == 0:
             raise ValueError("example is an empty dataset; pass a real sample instead")
         return {None: example[0]}
+    if iter(example) is example:
+        # a generator, an open file, an iterator over a dataset: the sample taken here is gone
+        # (a BucketIterable over the same iterator then trained on 199 of 200 rows, silently)
+        raise TypeError(
+            f"example must be a sample or a dataset that can be iterated again, got a one-shot "
+            f"iterator ({type(example).__name__}), whose first sample precompile would take "
+            "away from training; pass one sample instead, e.g. example=first (kept aside and "
+            "chained back: itertools.chain([first], rest)), or the dataset itself"
+        )
     first = next(iter(itertools.islice(example, 1)), None)
     if first is None:
         raise ValueError("example is an empty iterable; pass a real sample instead")

@@ -223,8 +223,9 @@ def precompile(
             real), a :class:`~bucketloader.BucketIterable`, a packing plan (``.shapes`` and
             ``.collator()``), or any batch source with ``.shapes`` and ``.make_batch(shape)``
             (NOTE [ The batch-source protocol ] in :mod:`bucketloader.compile.batches`).
-        example: one real sample, or the dataset (its first sample of each group is used);
-            required unless ``plan`` is a batch source.
+        example: one real sample, or the dataset (its first sample of each group is used; a
+            one-shot iterator is refused: the sample taken would be lost to training); required
+            unless ``plan`` is a batch source.
         collate_fn: the collator your ``DataLoader`` uses (default ``plan.collator()``).
         device: where the training loop moves each batch before calling ``step`` (``None``: the
             batch stays as collated).
