@@ -235,6 +235,47 @@ def test_precompile_leaves_model_optimizer_and_rngs_bit_identical(tmp_path, resu
     assert backend.graphs - graphs == (0 if resumed else 1)
 
 
+def _generators() -> dict:
+    return {
+        "torch": torch.Generator().manual_seed(0),
+        "numpy": np.random.default_rng(0),
+        "legacy": np.random.RandomState(0),
+        "python": random.Random(0),
+    }
+
+
+def _draw(gens: dict) -> list:
+    return [
+        torch.rand(2, generator=gens["torch"]).tolist(),
+        gens["numpy"].random(),
+        gens["legacy"].rand(),
+        gens["python"].random(),
+    ]
+
+
+def test_the_generators_a_step_draws_from_are_put_back():
+    """s22-compile: the walk skipped a step's own generators as library objects, so precompile
+    left each one advanced by a draw per planned shape (a static subsampler's generator=, an
+    augmentation's numpy Generator)."""
+    sampler = BucketSampler([3, 5, 8, 8, 12, 20], num_buckets=3, batch_size=2)
+    model = nn.Embedding(VOCAB, 4)
+    compiled = torch.compile(model, backend="eager", dynamic=False)
+    gens, twins = _generators(), _generators()
+
+    def step(batch):
+        scale = sum(_draw(gens)[1:])
+        noise = torch.rand(batch["inputs"].shape, generator=gens["torch"]) * scale
+        (compiled(batch["inputs"]) * noise[..., None]).sum().backward()
+
+    report = precompile(step, sampler, example=[1, 2, 3], cache=False, progress=False)
+    kinds = {"Generator (random state)", "RandomState (random state)", "Random (random state)"}
+    assert kinds <= set(report.restored), report.restored
+    assert _draw(gens) == _draw(twins)
+    restore = [model, *gens.values()]  # restore= takes generators too
+    precompile(step, sampler, example=[1, 2, 3], restore=restore, cache=False, progress=False)
+    assert _draw(gens) == _draw(twins)
+
+
 def test_precompile_on_eval_mode_and_a_failing_step_restores_too():
     lengths = _lengths(200)
     sampler = BucketSampler(lengths, num_buckets=3, batch_size=8, seed=0)
