@@ -89,9 +89,16 @@ def _fresh_dynamo(monkeypatch):
     # precompile points TORCHINDUCTOR_CACHE_DIR at its cache for the process: undo it after
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    # precompile raises dynamo's recompile limits for the process (NOTE [ The recompile limit
+    # over several plans ]): put them back, so that no later test file starts above the default
+    import torch._dynamo.config as config
+
+    limits = {n: getattr(config, n) for n in ("recompile_limit", "accumulated_recompile_limit")}
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+    for name, value in limits.items():
+        setattr(config, name, value)
 
 
 def _graphs() -> int:
@@ -148,6 +155,25 @@ def test_more_shapes_than_the_default_recompile_limit(tmp_path):
         assert backend.graphs == len(sampler.shapes)
         assert torch._dynamo.config.recompile_limit >= len(sampler.shapes)
     assert report.key is None and report.cache_dir is None
+
+
+def test_a_second_plan_on_the_same_model_stays_under_the_recompile_limit():
+    """s22-compile: precompiling evaluation after training raised the limit to the evaluation's
+    own count, so the model's frame, holding the training graphs too, ran the evaluation shapes
+    past the limit eagerly (graphs [1, 1, 1, 0, 0] here), in precompile and ever after."""
+    lengths = _lengths(200)
+    train = BucketSampler(lengths, num_buckets=5, batch_size=16, seed=0)
+    evaluation = EvalSampler(lengths, num_buckets=5, batch_size=8)
+    backend = Counting()
+    compiled = torch.compile(lambda ids: ids * 2, backend=backend, dynamic=False)
+    data = _dataset(lengths)
+    with torch._dynamo.config.patch(recompile_limit=8):
+        precompile(lambda b: compiled(b["input_ids"]), train, example=data, cache=False,
+                   progress=False)  # fmt: skip
+        report = precompile(lambda b: compiled(b["input_ids"] + 1), evaluation, example=data,
+                            cache=False, progress=False)  # fmt: skip
+        assert [r.graphs for r in report.rows] == [1] * 5 and backend.graphs == 10
+        assert report.recompile_limit >= 12
 
 
 # -- the user's state ---------------------------------------------------------------------------

@@ -130,7 +130,8 @@ class PrecompileReport:
         wait_seconds: time spent waiting for the other ranks and exchanging artifacts.
         files_received: artifact files written from other ranks (``"collective"`` only).
         recompile_limit: ``torch._dynamo.config.recompile_limit`` after the call (raised to the
-            number of planned shapes, if it was lower).
+            number of planned shapes plus the graphs compiled before the call, if it was lower:
+            NOTE [ The recompile limit over several plans ]).
     """
 
     rows: tuple[ShapeTiming, ...]
@@ -212,7 +213,8 @@ def precompile(
     :class:`CompileCache` (next to the bucket cache by default), so a rerun loads them instead of
     compiling; on several ranks each compiles its share and all load all (NOTE [ Sharing across
     ranks ] in :mod:`bucketloader.compile.precompile`). The recompile limit is raised to the
-    number of planned shapes if it is lower (past it, dynamo falls back to eager).
+    number of planned shapes (plus the graphs compiled before, such as another plan's) if it is
+    lower (past it, dynamo falls back to eager).
 
     Args:
         step: the compiled callable training calls on each batch, ``step(batch)``; e.g. a
@@ -297,7 +299,8 @@ def precompile(
             store.get(key, shape, sig) if store is not None else None
             for (shape, _), sig in zip(targets, signatures, strict=True)
         ]
-        limit = raise_recompile_limit(len(targets))
+        # NOTE [ The recompile limit over several plans ]
+        limit = raise_recompile_limit(_graphs() + len(targets))
         ended = sharing  # (every rank that checks in here checks in at the end)
         if sharing:  # every rank knows whether one lacks its cache, before any sharing collective
             lacking = checkpoint(PRECOMPILE_ASSIGN, flag=store is None)
@@ -584,6 +587,20 @@ def _batches(source: Any) -> list[tuple[tuple[int, ...], Any]]:
             raise ValueError(f"the batch source made no batch for shape {shape}")
         out.extend((shape, b) for b in batches)
     return out
+
+
+def _graphs() -> int:
+    """NOTE [ The recompile limit over several plans ]
+    Dynamo's recompile limit counts the graphs of one frame, whatever step traced them. A model
+    compiled once and precompiled for training (6 shapes) and then for evaluation (6 more, under
+    ``no_grad``) holds 12 graphs in its forward's frame, but each call raised the limit to its
+    own count (8): the evaluation call compiled 2 of its shapes and ran the other 4 eagerly,
+    reported as rows of no new graph, and evaluation ran them eagerly ever after. So the limit
+    also covers the graphs dynamo compiled before the call (``unique_graphs``, over every frame:
+    more than one frame needs is harmless, a limit is not a size)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def raise_recompile_limit(n: int) -> int:
