@@ -774,6 +774,12 @@ def test_recommender_charges_warm_costs_for_compiled_shapes():
     [
         (lambda s: precompile(3, s, example=[1]), TypeError, "step must be callable"),
         (lambda s: precompile(print, object(), example=[1]), TypeError, "plan must be"),
+        (  # s22: the loader training iterates is refused naming what to pass instead
+            lambda s: precompile(print, s.dataloader([[1] * n for n in (3, 5, 8, 8, 12)])),
+            TypeError,
+            "got ResumableDataLoader; pass plan=loader.batch_sampler, example=loader.dataset, "
+            "collate_fn=loader.collate_fn",
+        ),
         (lambda s: precompile(print, s), ValueError, "example must be a real sample"),
         (lambda s: precompile(print, s, example=[1], restore=[3]), TypeError, "restore must"),
         (lambda s: precompile(print, s, example=[1], cache=3), TypeError, "cache must be"),

@@ -570,9 +570,16 @@ def _source(plan: Any, example: Any, collate_fn: Any) -> Any:
         check_shapes(getattr(plan, "shapes", None), what="plan.shapes")
         return plan
     if getattr(plan, "shapes", None) is None:
+        fix = ""
+        if isinstance(plan, torch.utils.data.DataLoader):  # what training iterates, one level up
+            if hasattr(plan.batch_sampler, "shapes"):
+                fix = "plan=loader.batch_sampler, example=loader.dataset"
+            elif hasattr(plan.dataset, "shapes"):  # a stream
+                fix = "plan=loader.dataset, example=<one sample>"
+            fix = f"; pass {fix}, collate_fn=loader.collate_fn" if fix else ""
         raise TypeError(
-            f"plan must be a BucketSampler, BucketIterable, packing plan or batch source (with "
-            f".shapes), got {type(plan).__name__}"
+            f"plan must be a BucketSampler, EvalSampler, BucketIterable, packing plan or batch "
+            f"source (with .shapes), got {type(plan).__name__}{fix}"
         )
     return ExampleBatches(plan, example, collate_fn=collate_fn)
 
