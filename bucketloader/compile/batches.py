@@ -33,6 +33,7 @@ stay in range; an empty field is filled with zeros. Fixed-size fields are kept a
 
 from __future__ import annotations
 
+import importlib
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -72,9 +73,9 @@ class ExampleBatches:
     it whose samples have another structure.
 
     Args:
-        plan: a :class:`~bucketloader.BucketSampler`, :class:`~bucketloader.BucketIterable`, a
-            packing plan: anything with ``.shapes`` (and ``.collator()`` when ``collate_fn`` is not
-            given).
+        plan: a :class:`~bucketloader.BucketSampler`, :class:`~bucketloader.EvalSampler`,
+            :class:`~bucketloader.BucketIterable`, a packing plan: anything with ``.shapes``
+            (and ``.collator()`` when ``collate_fn`` is not given).
         example: one real sample (a dict, tuple or bare tensor / array / token list, as the
             dataset returns it); or the dataset itself (a ``torch.utils.data.Dataset``, a Hugging
             Face dataset, an iterable, a list with one sample per planned length, or a list of
@@ -129,6 +130,9 @@ class ExampleBatches:
         self._table = table
         self._group_key = getattr(self._pad or collate_fn, "group_key", None)
         self._examples = _examples(plan, example, table)
+        # an EvalSampler's collator reads which rows are real from the samples it is given (the
+        # dataloader's EvalSamples): a plain list was refused, and precompile blamed the example
+        self._eval = _is_eval(plan, collate_fn)
 
     # -- the protocol ---------------------------------------------------------------------------
     def make_batch(self, shape: tuple[int, ...]) -> Any:
@@ -147,6 +151,8 @@ class ExampleBatches:
             seen.add(signature)
             try:
                 samples = self.samples(shape, group=group)  # asks the collator for its fields
+                if self._eval:  # every row real, as in a full evaluation batch
+                    samples = _eval_samples(samples)
                 batch = self.collate_fn(samples)
             except (ValueError, TypeError, KeyError) as exc:
                 raise ValueError(
@@ -255,6 +261,23 @@ def to_device(batch: Any, device: torch.device | str | None) -> Any:
     return batch
 
 
+def _is_eval(plan: Any, collate_fn: Any) -> bool:
+    ev = _evaluation()
+    return isinstance(plan, ev.EvalSampler) or isinstance(collate_fn, ev.EvalCollator)
+
+
+def _eval_samples(samples: list[Any]) -> list[Any]:
+    """``samples`` as an evaluation batch's, every row real."""
+    return _evaluation().EvalSamples(samples, np.arange(len(samples), dtype=np.int64))
+
+
+def _evaluation() -> Any:
+    """:mod:`bucketloader.evaluation`. (By name: an ``import`` statement, even in a function, closes
+    a cycle for mypy, evaluation -> sampler -> the package's ``TYPE_CHECKING`` names -> compile,
+    on which mypy 1.x reports ``bucketloader.precompile`` defined twice.)"""
+    return importlib.import_module("bucketloader.evaluation")
+
+
 # -- examples -----------------------------------------------------------------------------------
 def _is_dataset(example: Any, plan: Any) -> bool:
     if isinstance(example, (Mapping, str, bytes, torch.Tensor, np.ndarray)):
@@ -305,6 +328,15 @@ def _examples(plan: Any, example: Any, table: Any) -> dict[Any, Any]:
         if len(example) == 0:
             raise ValueError("example is an empty dataset; pass a real sample instead")
         return {None: example[0]}
+    if iter(example) is example:
+        # a generator, an open file, an iterator over a dataset: the sample taken here is gone
+        # (a BucketIterable over the same iterator then trained on 199 of 200 rows, silently)
+        raise TypeError(
+            f"example must be a sample or a dataset that can be iterated again, got a one-shot "
+            f"iterator ({type(example).__name__}), whose first sample precompile would take "
+            "away from training; pass one sample instead, e.g. example=first (kept aside and "
+            "chained back: itertools.chain([first], rest)), or the dataset itself"
+        )
     first = next(iter(itertools.islice(example, 1)), None)
     if first is None:
         raise ValueError("example is an empty iterable; pass a real sample instead")
