@@ -33,7 +33,6 @@ stay in range; an empty field is filled with zeros. Fixed-size fields are kept a
 
 from __future__ import annotations
 
-import importlib
 import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -262,20 +261,24 @@ def to_device(batch: Any, device: torch.device | str | None) -> Any:
 
 
 def _is_eval(plan: Any, collate_fn: Any) -> bool:
-    ev = _evaluation()
-    return isinstance(plan, ev.EvalSampler) or isinstance(collate_fn, ev.EvalCollator)
+    """Whether the batches' samples carry which rows are real (``rows_in_samples``: an
+    :class:`~bucketloader.EvalSampler` and its :class:`~bucketloader.evaluation.EvalCollator`),
+    read as an attribute so that this module does not import the evaluation module (which
+    imports the sampler, whose package names import this one: a cycle)."""
+    return any(getattr(x, "rows_in_samples", False) for x in (plan, collate_fn))
+
+
+class _AllReal(list):  # type: ignore[type-arg]
+    """Example samples with every row real: the ``rows`` an evaluation collator reads."""
+
+    rows: np.ndarray
 
 
 def _eval_samples(samples: list[Any]) -> list[Any]:
     """``samples`` as an evaluation batch's, every row real."""
-    return _evaluation().EvalSamples(samples, np.arange(len(samples), dtype=np.int64))
-
-
-def _evaluation() -> Any:
-    """:mod:`bucketloader.evaluation`. (By name: an ``import`` statement, even in a function, closes
-    a cycle for mypy, evaluation -> sampler -> the package's ``TYPE_CHECKING`` names -> compile,
-    on which mypy 1.x reports ``bucketloader.precompile`` defined twice.)"""
-    return importlib.import_module("bucketloader.evaluation")
+    out = _AllReal(samples)
+    out.rows = np.arange(len(samples), dtype=np.int64)
+    return out
 
 
 # -- examples -----------------------------------------------------------------------------------
