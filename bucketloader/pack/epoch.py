@@ -19,7 +19,9 @@ The ``q < num_replicas * B`` rows of a row length's last step follow ``last_batc
 splits them as evenly as possible over the ranks and the collator completes each batch with
 all-padding rows (a rank that would get no row repeats one of the step, so no batch is empty:
 ``num_replicas - q`` repeats when ``q < num_replicas``); ``"fill"`` tops the step up with
-``num_replicas * B - q`` repeated rows of the epoch (no padding rows; documents repeat);
+``num_replicas * B - q`` repeated rows of that row length, from the start of its shuffled rows
+(no padding rows; documents repeat; a row length with fewer rows than one step repeats all of
+them, several times: NOTE [ What fill repeats ] in :mod:`bucketloader.plan.epoch`);
 ``"drop"`` leaves the ``q`` rows out (a different random set each epoch).
 
 NOTE [ Balancing ranks ]
