@@ -44,15 +44,18 @@ samples than one step (``n_c < R·B_c``) repeats all of them, up to ``ceil(R·B_
 every epoch; such a cell is usually the longest one (the tail of the lengths), so the model
 trains on its longest samples several times an epoch. The repeats must keep the cell's shape, so
 they cannot be drawn from other cells without padding them (what ``"pad"`` does with masked
-rows instead). Measured (s22-fill, ``/work/notes/s22-fill-repros/measure_fill.py``, per epoch,
-all ranks): BucketSampler on GSM8K, 8 buckets of 32: 111 repeats on 1 rank (each once), 1,487
-(19.9%) on 8, the 50 samples of the 336-token bucket up to 6 times; LibriSpeech: 1,413 on 8,
-up to 5 times; PackSampler on LibriSpeech frames at ``(1024, 2048)``, 8 rows: the one row of
-2,048 up to 8 times on 1 rank and 64 times on 8. Both samplers therefore warn (one
-``UserWarning``, :func:`~bucketloader.plan.report.warn_fill_repeats`) when the repeats exceed
-5% of the samples or some sample is trained 3 times or more an epoch, with the count, the
-cells and the way out (``"pad"``); ``report().totals["repeated"]`` counts every epoch exactly.
-A few random repeats (every config above on 1 rank but the small cells) stay silent.
+rows instead). Measured (s22-fill, ``benchmarks/fill_repeats.py``, per epoch, all ranks):
+BucketSampler on GSM8K, 8 buckets of 32: 111 repeats on 1 rank (each once), 1,487 (19.9%) on
+8, the 50 samples of the 336-token bucket up to 6 times, the same ones every epoch;
+LibriSpeech: 1,413 on 8, up to 5 times; under ``max_tokens`` (even batches: NOTE [ Even
+batches ]) none of these sets repeats a sample more than once. PackSampler on LibriSpeech
+frames at ``(1024, 2048)``, 8 rows: the one row of 2,048 up to 8 times on 1 rank, 64 on 8;
+torch's ``DistributedSampler`` repeats 5-7 samples over 8 ranks. Both samplers therefore warn
+(one ``UserWarning``, :func:`~bucketloader.plan.report.warn_fill_repeats`) when the repeats
+pass 5% of the samples or some sample is trained 3 times or more an epoch, with the count, the
+small cells and the way out (``"pad"``, or smaller batches); ``report().totals["repeated"]``
+counts every epoch exactly. A few random repeats, each once (every configuration measured on 1
+rank without a small cell), stay silent.
 
 NOTE [ Weighted epochs ]  (``weights``: one per group, i.e. per dataset of a ``GroupedDataset``)
 Each group ``g`` has its *natural* global steps per pass over its data, ``S_g`` (the sum of its

@@ -120,7 +120,8 @@ def warn_fill_repeats(
         (0.3% of 1,000), some of them up to 4 times an epoch: the model trains on those more
         often than on the rest; report().totals['repeated'] counts each epoch exactly.
         last_batch='pad' completes the short steps with masked padding rows instead (it repeats
-        samples only for a rank that would get none)
+        samples only for a rank that would get none); a smaller batch_size or max_tokens needs
+        fewer repeats
     """
     if repeated <= FILL_WARNING * n and most < FILL_TIMES:
         return
@@ -131,7 +132,7 @@ def warn_fill_repeats(
         f"{times}{small}: the model trains on those more often than on the rest; "
         "report().totals['repeated'] counts each epoch exactly. last_batch='pad' completes the "
         f"short steps with masked padding rows instead (it repeats {unit[:-1]}s only for a rank "
-        "that would get none)",
+        "that would get none); a smaller batch_size or max_tokens needs fewer repeats",
         UserWarning,
         stacklevel=stacklevel + 1,
     )
