@@ -484,10 +484,12 @@ class BucketSampler(SpecShapes, EpochSampler):
     hold, each bucket ends with one last step of ``num_replicas`` batches holding what is left
     (``q`` samples, fewer than ``num_replicas * B_i``): ``"pad"`` drops nothing and repeats a
     sample only on ranks that would otherwise get none (``num_replicas - q`` repeats when
-    ``q < num_replicas``); ``"fill"`` repeats ``num_replicas * B_i - q`` samples of the bucket;
-    ``"keep"`` repeats at most ``num_replicas - 1``; ``"drop"`` drops the ``q`` samples (a
-    different random set each epoch). With one replica only ``"fill"`` repeats and only
-    ``"drop"`` drops (NOTE [ last_batch and replicas ] in :mod:`bucketloader.plan.epoch`).
+    ``q < num_replicas``); ``"fill"`` repeats ``num_replicas * B_i - q`` samples of the bucket
+    (all of a bucket with fewer samples than that, several times an epoch: a warning says so,
+    NOTE [ What fill repeats ]); ``"keep"`` repeats at most ``num_replicas - 1``; ``"drop"``
+    drops the ``q`` samples (a different random set each epoch). With one replica only
+    ``"fill"`` repeats and only ``"drop"`` drops (NOTE [ last_batch and replicas ] in
+    :mod:`bucketloader.plan.epoch`).
 
     Example:
         >>> sampler = BucketSampler([3, 4, 9, 10, 10], num_buckets=2, batch_size=2, seed=1)

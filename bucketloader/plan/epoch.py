@@ -29,10 +29,10 @@ NOTE [ last_batch and replicas ]  (``q = n_c mod (R·B_c)`` samples left in a ce
   cell, listed in :attr:`ShapeTable.shapes`); ``R·ceil(q/R) − q <= R − 1`` samples repeat.
 
 With ``R = 1`` this is the single-process rule: the partial batch is padded, filled, dropped or
-kept. Repeats are taken cyclically from the start of the cell's (shuffled) order. A sampler with a
-token budget and ``"pad"`` plans its steps with a promotion schedule instead (NOTE [ Promotion
-of leftovers ] in :mod:`bucketloader.plan.promote`): its batches are dealt evenly, and a cell's
-spare rows hold samples of the shorter cells it covers.
+kept. Repeats are taken cyclically from the start of the cell's (shuffled) order (NOTE [ What
+fill repeats ]). A sampler with a token budget and ``"pad"`` plans its steps with a promotion
+schedule instead (NOTE [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`): its
+batches are dealt evenly, and a cell's spare rows hold samples of the shorter cells it covers.
 
 NOTE [ What fill repeats ]
 ``"fill"`` repeats ``R·B_c − q`` samples of a cell (rows of a row length, for
