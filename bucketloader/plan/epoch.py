@@ -42,14 +42,17 @@ different part each epoch, as torch's ``DistributedSampler(drop_last=False)`` wr
 start of its shuffled list (it repeats fewer than ``R`` samples in all). A cell with *fewer*
 samples than one step (``n_c < R·B_c``) repeats all of them, up to ``ceil(R·B_c / n_c)`` times,
 every epoch; such a cell is usually the longest one (the tail of the lengths), so the model
-trains on its longest samples several times an epoch. The repeats must keep the cell's shape, so
-they cannot be drawn from other cells without padding them (what ``"pad"`` does with masked
-rows instead). Measured (s22-fill, ``benchmarks/fill_repeats.py``, per epoch, all ranks):
+trains on its longest samples several times an epoch. :class:`~bucketloader.pack.PackSampler`
+fills such a step with shorter rows drawn at random instead (NOTE [ Filling a small row length ]
+in :mod:`bucketloader.pack.epoch`); BucketSampler still repeats the cell's own samples (shorter
+samples padded to its shape would change the batch's padding and promotion bookkeeping: not
+done yet). Measured (s22-fill, ``benchmarks/fill_repeats.py``, per epoch, all ranks):
 BucketSampler on GSM8K, 8 buckets of 32: 111 repeats on 1 rank (each once), 1,487 (19.9%) on
 8, the 50 samples of the 336-token bucket up to 6 times, the same ones every epoch;
 LibriSpeech: 1,413 on 8, up to 5 times; under ``max_tokens`` (even batches: NOTE [ Even
 batches ]) none of these sets repeats a sample more than once. PackSampler on LibriSpeech
-frames at ``(1024, 2048)``, 8 rows: the one row of 2,048 up to 8 times on 1 rank, 64 on 8;
+frames at ``(1024, 2048)``, 8 rows, repeated its one row of 2,048 up to 8 times on 1 rank, 64
+on 8 (now once on 1 rank, 8 times on 8: one per rank);
 torch's ``DistributedSampler`` repeats 5-7 samples over 8 ranks. Both samplers therefore warn
 (one ``UserWarning``, :func:`~bucketloader.plan.report.warn_fill_repeats`) when the repeats
 pass 5% of the samples or some sample is trained 3 times or more an epoch, with the count, the
