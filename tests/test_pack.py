@@ -232,11 +232,16 @@ def test_bucketed_packing_puts_long_documents_in_long_rows():
     lengths=st.lists(st.integers(1, 30), min_size=5, max_size=60),
     cut=st.integers(0, 30),
     replicas=st.integers(1, 2),
+    fill=st.booleans(),
 )
-def test_resume_yields_exactly_the_remaining_batches(lengths, cut, replicas):
+def test_resume_yields_exactly_the_remaining_batches(lengths, cut, replicas, fill):
+    # fill: two row lengths, the longer one often smaller than a step, whose step shorter rows
+    # fill (NOTE [ Filling a small row length ]; s22-fill)
+    opts = {"row_length": (16, 32), "last_batch": "fill"} if fill else {"row_length": 32}
+
     def make():
         s = PackSampler(
-            lengths, row_length=32, batch_size=2, seed=5, num_replicas=replicas, rank=replicas - 1
+            lengths, batch_size=2, seed=5, num_replicas=replicas, rank=replicas - 1, **opts
         )
         s.set_epoch(2)
         return s
