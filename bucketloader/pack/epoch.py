@@ -31,8 +31,8 @@ it with. ``"fill"`` repeated its ``n`` rows cyclically, so the same longest docu
 trained up to ``ceil(num_replicas * B / n)`` times an epoch (GSM8K's first 4,000 pairs at
 ``(256, 512)``, ``batch_size=16``: the 16 documents of the 6 rows of 512 up to 22 times an
 epoch on 8 ranks; LibriSpeech frames at ``(1024, 2048)``, ``batch_size=8``: the row of 2,048
-64 times; s21-pack, s22-fill). Since plan version ``fill=2`` (:class:`~bucketloader.pack.
-PackSampler`'s ``plan_digest``):
+64 times; s21-pack, s22-fill). Since ``fill=2`` (the ``/fill=2`` in PackSampler's
+``plan_digest``):
 
 * the ``n`` rows are split over the ranks as ``"pad"`` splits a last step (``n // R`` or
   ``n // R + 1`` each; a rank that would get none repeats one, so every batch holds a row only
@@ -40,17 +40,19 @@ PackSampler`'s ``plan_digest``):
 * the rest of each batch is *shorter* rows of the epoch, drawn at random
   (``SeedSequence([seed, epoch])``'s fifth child, the same draw on every rank) from the rows
   of the shorter row lengths that hold at most as many documents as a row of this length
-  (so ``cu_seqlens`` keeps its planned size); those rows appear twice in the epoch, their
-  documents a random set each epoch, padded to the longer row length.
+  (so ``cu_seqlens`` keeps its planned size) and that their own row length's last step does not
+  repeat already; those rows appear twice in the epoch, their documents a random set each
+  epoch, padded to the longer row length.
 
 The shapes, steps and ``len`` are unchanged; where no shorter row qualifies (the shortest row
 length is the small one) the own rows repeat as before. Measured (``benchmarks/fill_repeats.py``,
-8 ranks), the most times a document is trained in an epoch: GSM8K's first 4,000 22 -> 3; GSM8K
-at ``(128, 256, 512)``, ``max_tokens=16384``, 20 -> 3; at ``(256, 512)`` 10 -> 3; LibriSpeech
-64 -> 8 (one row of 2,048 for 8 ranks, as under ``"pad"``). The price is padding, as the
-shorter rows are padded to the longer row length: ``report().padding`` 0.4% -> 4.1% (GSM8K at
-``(256, 512)``; ``"pad"``: 11.0%), 8.7% -> 19.3% (``(128, 256, 512)``; ``"pad"``: 42.0%),
-0.4% -> 7.6% (the first 4,000; ``"pad"``: 16.6%); on one rank 0.4% -> 1.1% at most.
+8 ranks), the most times a document is trained in an epoch: GSM8K's first 4,000 22 -> 2; GSM8K
+at ``(128, 256, 512)``, ``max_tokens=16384``, 20 -> 2; at ``(256, 512)`` 10 -> 2; Europarl at
+``(64, 128, 256)`` 5 -> 2; LibriSpeech 64 -> 8 (one row of 2,048 for 8 ranks, as under
+``"pad"``). The price is padding, as the shorter rows are padded to the longer row length:
+``report().padding`` 0.4% -> 4.2% (GSM8K at ``(256, 512)``; ``"pad"``: 11.0%), 8.7% -> 19.2%
+(``(128, 256, 512)``; ``"pad"``: 42.0%), 0.4% -> 7.7% (the first 4,000; ``"pad"``: 16.6%); on
+one rank 0.4% -> 1.1% at most.
 
 NOTE [ Balancing ranks ]
 Attention costs each row about the sum of its documents' squared lengths (its *work*), and a
@@ -241,19 +243,31 @@ def plan_pack_epoch(
 
 
 def fill_pools(
-    spec: PackSpec, num_replicas: int, row_offsets: np.ndarray, row_kind: np.ndarray
+    spec: PackSpec,
+    num_replicas: int,
+    row_offsets: np.ndarray,
+    row_kind: np.ndarray,
+    by_kind: np.ndarray | None = None,
 ) -> dict[int, np.ndarray]:
     """Under ``last_batch="fill"``, per small row length (fewer rows than one step on
     ``num_replicas`` ranks) that has shorter rows to fill its step with: those rows, in layout
-    order (NOTE [ Filling a small row length ]). Empty under another policy."""
+    order (NOTE [ Filling a small row length ]). Empty under another policy. With the epoch's
+    ``by_kind`` (rows by row length, in the epoch's order), the rows that a longer row length's
+    own last step already repeats are left out, so no filler is trained three times."""
     if spec.last_batch != "fill":
         return {}
     full, q = spec.steps(num_replicas)
     ndoc = np.diff(row_offsets)
+    fits = np.ones(ndoc.size, dtype=bool)
+    if by_kind is not None:  # a last step of a larger row length repeats its first rows
+        per_step = np.asarray(spec.batch_sizes, dtype=np.int64) * num_replicas
+        start = np.concatenate([[0], np.cumsum(spec.rows_per_length)[:-1]])
+        for j in np.flatnonzero((full > 0) & (q > 0)).tolist():
+            fits[by_kind[start[j] : start[j] + per_step[j] - q[j]]] = False
     out = {}
     for k in np.flatnonzero((full == 0) & (q > 0)).tolist():
         cap = spec.max_documents[k] // spec.batch_sizes[k]  # (the most a row of k holds)
-        pool = np.flatnonzero((row_kind < k) & (ndoc <= cap))
+        pool = np.flatnonzero((row_kind < k) & (ndoc <= cap) & fits)
         if pool.size:  # (else the shortest row length: its own rows repeat, as before)
             out[k] = pool
     return out
@@ -282,7 +296,7 @@ def _small_fills(
     """Rank ``rank``'s batch of every small row length that :func:`fill_pools` fills:
     ``(row length index, its own rows, the filling rows)``; ``ss=None`` (no shuffle) takes the
     filling rows in layout order."""
-    pools = fill_pools(spec, num_replicas, row_offsets, row_kind)
+    pools = fill_pools(spec, num_replicas, row_offsets, row_kind, by_kind)
     rng = None if ss is None or not pools else np.random.default_rng(ss)
     _, q = spec.steps(num_replicas)
     out = []
