@@ -220,6 +220,33 @@ def test_fill_that_makes_a_batch_of_copies_is_said():
     assert max(got.values()) == 1 and said == []
 
 
+def test_fill_repeats_a_shorter_cells_batch_at_the_longer_cells_batch_size():
+    # a lane's step of a long cell that finds nothing repeats a shorter cell's last batch; under
+    # max_tokens that batch holds more samples than the long cell's batch size: 4 samples for
+    # a planned (2, 8) raised in the collator mid-epoch (s22-fill: LibriSpeech, 32 buckets, 16
+    # ranks, steps_per_epoch 30% over the sampler's count: 16 such batches)
+    from bucketloader import BucketSampler
+
+    spec = BucketSampler([2] * 16 + [7] * 8, boundaries=[4, 8], max_tokens=16).spec
+    stream = BucketIterable(
+        _samples([2] * 4),
+        length_fn="input_ids",
+        boundaries=spec,
+        max_tokens=16,
+        last_batch="fill",
+        num_replicas=2,
+        rank=0,
+        steps_per_epoch=6,
+    )
+    collate = stream.collator()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batches = list(stream)
+    assert [b.planned_shape for b in batches].count((2, 8)) == 3
+    for b in batches:
+        assert collate(b)["input_ids"].shape == b.planned_shape
+
+
 def test_estimate_from_head_and_one_shot_iterator(europarl):
     head = europarl[:500]
     stream = BucketIterable(

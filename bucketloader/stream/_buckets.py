@@ -463,9 +463,11 @@ class BucketPass(Pass):
         elif fill:  # the shard is dry: repeat a recent batch that fits
             for other in (cell, *self.o.covers[cell]):
                 if self._last.get(other):
-                    batch = [x for x, _ in self._last[other]]
-                    lens = [n for _, n in self._last[other]]
-                    at = self._last_pos.get(other, [])
+                    # (at most this cell's batch size: a shorter cell's batch can hold more,
+                    # which no collator lays out at this shape; s22-fill)
+                    batch = [x for x, _ in self._last[other][:need]]
+                    lens = [n for _, n in self._last[other][:need]]
+                    at = self._last_pos.get(other, [])[:need]
                     self.stats["repeated"] += len(batch)
                     break
         real = len(batch)
