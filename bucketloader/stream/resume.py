@@ -56,7 +56,7 @@ count): on two of the ranks one utterance (675, 677 frames) made two batches of 
 itself, 64 appearances in the epoch; on one rank, one pass, a tail batch of 2 real samples
 made 16 copies of each. Every copy was counted in ``report()`` (``repeated``), silently
 (s22-fill). The pass now says it, once, at its end, when one sample appeared
-:data:`FILL_TIMES` times or more, or the repeats pass :data:`FILL_SHARE` of what it read; a few
+``FILL_TIMES`` times or more, or the repeats pass ``FILL_WARNING`` of what it read; a few
 scattered repeats (what ``"fill"`` is for) stay silent. Samples are told apart by stream
 position (a split document's pieces apart); the count restarts with a pass resumed from an
 exact state. The batches are unchanged: completing a short batch from the bucket's earlier
@@ -79,7 +79,7 @@ import torch.utils.data
 
 from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import check_int
-from bucketloader.plan.report import LOSS_WARNING, DataLossWarning
+from bucketloader.plan.report import FILL_TIMES, FILL_WARNING, LOSS_WARNING, DataLossWarning
 from bucketloader.stream.counters import MAX_LANES, LaneCounters
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
@@ -346,18 +346,12 @@ def _warn_at_end(
         )
 
 
-#: One sample (a document) this many times in a pass, or repeats past :data:`FILL_SHARE` of what
-#: it read: the pass warns (NOTE [ What a stream's fill repeats ]).
-FILL_TIMES = 3
-FILL_SHARE = 0.05
-
-
 def _warn_fill(engine: Any, owner: str, epoch: int) -> None:
-    """One warning when ``last_batch="fill"`` repeated one sample :data:`FILL_TIMES` times or
-    more in the pass, or more than :data:`FILL_SHARE` of what it read (NOTE [ What a stream's
+    """One warning when ``last_batch="fill"`` repeated one sample ``FILL_TIMES`` times or
+    more in the pass, or more than ``FILL_WARNING`` of what it read (NOTE [ What a stream's
     fill repeats ]). ``stacklevel`` as :func:`_warn_at_end`'s own warnings (it runs there)."""
     extra, most = engine.fill_repeats()
-    if most < FILL_TIMES and extra <= FILL_SHARE * engine.read:
+    if most < FILL_TIMES and extra <= FILL_WARNING * engine.read:
         return
     unit, how = engine.FILL_HOW
     warnings.warn(
