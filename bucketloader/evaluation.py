@@ -149,6 +149,8 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
 
     #: What ``dataloader(drop_last=True)``'s refusal says (:mod:`bucketloader.loader`).
     _drop_last_hint = " (an evaluation keeps every sample: its last batch is padded, never dropped)"
+    #: Its batches' samples carry which rows are real (:class:`EvalCollator`).
+    rows_in_samples = True
 
     def __init__(
         self,
@@ -555,6 +557,10 @@ class EvalCollator:
     sets ``sample_mask`` (``(B,)`` bool) True exactly on real rows and adds ``index`` (``(B,)``
     int64, the dataset index of each row, -1 on filler rows). Picklable.
     """
+
+    #: Its samples carry which rows are real (``rows``): read by
+    #: :class:`~bucketloader.compile.ExampleBatches`, which makes such samples for precompile.
+    rows_in_samples = True
 
     def __init__(self, collator: Callable[[Any], Any]) -> None:
         self.collator = collator

@@ -99,6 +99,7 @@ from bucketloader.plan.report import (
     LOSS_WARNING,
     DataLossWarning,
     plan_report,
+    warn_fill_repeats,
     warn_truncated,
 )
 from bucketloader.plan.shapes import SpecOptions
@@ -483,10 +484,12 @@ class BucketSampler(SpecShapes, EpochSampler):
     hold, each bucket ends with one last step of ``num_replicas`` batches holding what is left
     (``q`` samples, fewer than ``num_replicas * B_i``): ``"pad"`` drops nothing and repeats a
     sample only on ranks that would otherwise get none (``num_replicas - q`` repeats when
-    ``q < num_replicas``); ``"fill"`` repeats ``num_replicas * B_i - q`` samples of the bucket;
-    ``"keep"`` repeats at most ``num_replicas - 1``; ``"drop"`` drops the ``q`` samples (a
-    different random set each epoch). With one replica only ``"fill"`` repeats and only
-    ``"drop"`` drops (NOTE [ last_batch and replicas ] in :mod:`bucketloader.plan.epoch`).
+    ``q < num_replicas``); ``"fill"`` repeats ``num_replicas * B_i - q`` samples of the bucket
+    (all of a bucket with fewer samples than that, several times an epoch: a warning says so,
+    NOTE [ What fill repeats ]); ``"keep"`` repeats at most ``num_replicas - 1``; ``"drop"``
+    drops the ``q`` samples (a different random set each epoch). With one replica only
+    ``"fill"`` repeats and only ``"drop"`` drops (NOTE [ last_batch and replicas ] in
+    :mod:`bucketloader.plan.epoch`).
 
     Example:
         >>> sampler = BucketSampler([3, 4, 9, 10, 10], num_buckets=2, batch_size=2, seed=1)
@@ -548,6 +551,7 @@ class BucketSampler(SpecShapes, EpochSampler):
                 },
             )
         self._warn_losses()
+        self._warn_fill_repeats()
         self._warn_empty_shapes()
         self._warn_filler_rows()
         counted = getattr(spec_options.get("strategy"), "work_limit", None) is not None
@@ -719,6 +723,45 @@ class BucketSampler(SpecShapes, EpochSampler):
         if cut:  # (kept, but cut to max_length: the elements past it are lost)
             lost, total = spec.cut_elements()
             warn_truncated(type(self).__name__, cut, n, lost=lost, total=total, stacklevel=3)
+
+    def _warn_fill_repeats(self) -> None:
+        """Under ``last_batch="fill"``, one warning when the repeats are a large share of the
+        samples or concentrated (NOTE [ What fill repeats ] in :mod:`bucketloader.plan.epoch`):
+        a bucket with fewer samples than one step repeats all of them, the same ones every
+        epoch, up to ``ceil(R * B / n)`` times (LibriSpeech, 8 buckets of 32 over 8 ranks:
+        samples up to 5 times an epoch, silently; s22-fill)."""
+        spec = self.spec
+        if spec.last_batch != "fill" or self.weights is not None or not self._batches_the_spec:
+            return  # (weighted epochs cycle through passes: report() counts them)
+        full, q = spec.cell_steps(self.num_replicas)
+        per_step = spec.cells.batch * self.num_replicas
+        counts = spec.counts
+        repeated = int(np.where(q > 0, per_step - q, 0).sum())
+        small = np.flatnonzero((full == 0) & (q > 0))
+        most = (
+            int((-(-per_step[small] // counts[small])).max()) if small.size else 1 + (repeated > 0)
+        )
+        said = ""
+        if small.size:
+            shapes = ", ".join(
+                f"{tuple(int(x) for x in spec.cells.lengths[c])} ({int(q[c]):,} of a step's "
+                f"{int(per_step[c]):,})"
+                for c in small[:4]
+            )
+            said = (
+                f"; {small.size} bucket(s) hold fewer samples than one step takes, padded "
+                f"lengths {shapes}{', ...' if small.size > 4 else ''}, so all their "
+                f"{int(q[small].sum()):,} samples repeat, the same ones every epoch"
+            )
+        warn_fill_repeats(
+            type(self).__name__,
+            repeated,
+            int(counts.sum()),
+            most=most,
+            small=said,
+            num_replicas=self.num_replicas,
+            stacklevel=3,
+        )
 
     def _warn_empty_shapes(self) -> None:
         """Warn once about samples of length 0 the plan keeps (NOTE [ Samples of length 0 ] in

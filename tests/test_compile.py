@@ -28,7 +28,7 @@ from conftest import free_port, run_ranks
 from torch import nn
 from torch.utils.data import DataLoader
 
-from bucketloader import BucketIterable, BucketSampler
+from bucketloader import BucketIterable, BucketSampler, EvalSampler
 from bucketloader.analysis import recommend_num_buckets
 from bucketloader.collate import Field
 from bucketloader.compile import (
@@ -89,9 +89,16 @@ def _fresh_dynamo(monkeypatch):
     # precompile points TORCHINDUCTOR_CACHE_DIR at its cache for the process: undo it after
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""))
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    # precompile raises dynamo's recompile limits for the process (NOTE [ The recompile limit
+    # over several plans ]): put them back, so that no later test file starts above the default
+    import torch._dynamo.config as config
+
+    limits = {n: getattr(config, n) for n in ("recompile_limit", "accumulated_recompile_limit")}
     torch._dynamo.reset()
     yield
     torch._dynamo.reset()
+    for name, value in limits.items():
+        setattr(config, name, value)
 
 
 def _graphs() -> int:
@@ -148,6 +155,25 @@ def test_more_shapes_than_the_default_recompile_limit(tmp_path):
         assert backend.graphs == len(sampler.shapes)
         assert torch._dynamo.config.recompile_limit >= len(sampler.shapes)
     assert report.key is None and report.cache_dir is None
+
+
+def test_a_second_plan_on_the_same_model_stays_under_the_recompile_limit():
+    """s22-compile: precompiling evaluation after training raised the limit to the evaluation's
+    own count, so the model's frame, holding the training graphs too, ran the evaluation shapes
+    past the limit eagerly (graphs [1, 1, 1, 0, 0] here), in precompile and ever after."""
+    lengths = _lengths(200)
+    train = BucketSampler(lengths, num_buckets=5, batch_size=16, seed=0)
+    evaluation = EvalSampler(lengths, num_buckets=5, batch_size=8)
+    backend = Counting()
+    compiled = torch.compile(lambda ids: ids * 2, backend=backend, dynamic=False)
+    data = _dataset(lengths)
+    with torch._dynamo.config.patch(recompile_limit=8):
+        precompile(lambda b: compiled(b["input_ids"]), train, example=data, cache=False,
+                   progress=False)  # fmt: skip
+        report = precompile(lambda b: compiled(b["input_ids"] + 1), evaluation, example=data,
+                            cache=False, progress=False)  # fmt: skip
+        assert [r.graphs for r in report.rows] == [1] * 5 and backend.graphs == 10
+        assert report.recompile_limit >= 12
 
 
 # -- the user's state ---------------------------------------------------------------------------
@@ -233,6 +259,47 @@ def test_precompile_leaves_model_optimizer_and_rngs_bit_identical(tmp_path, resu
     # NOTE [ A compiled optimizer step and a fresh optimizer ]: a fresh optimizer's graph is
     # traced again once (its state did not exist); per-shape graphs never are
     assert backend.graphs - graphs == (0 if resumed else 1)
+
+
+def _generators() -> dict:
+    return {
+        "torch": torch.Generator().manual_seed(0),
+        "numpy": np.random.default_rng(0),
+        "legacy": np.random.RandomState(0),
+        "python": random.Random(0),
+    }
+
+
+def _draw(gens: dict) -> list:
+    return [
+        torch.rand(2, generator=gens["torch"]).tolist(),
+        gens["numpy"].random(),
+        gens["legacy"].rand(),
+        gens["python"].random(),
+    ]
+
+
+def test_the_generators_a_step_draws_from_are_put_back():
+    """s22-compile: the walk skipped a step's own generators as library objects, so precompile
+    left each one advanced by a draw per planned shape (a static subsampler's generator=, an
+    augmentation's numpy Generator)."""
+    sampler = BucketSampler([3, 5, 8, 8, 12, 20], num_buckets=3, batch_size=2)
+    model = nn.Embedding(VOCAB, 4)
+    compiled = torch.compile(model, backend="eager", dynamic=False)
+    gens, twins = _generators(), _generators()
+
+    def step(batch):
+        scale = sum(_draw(gens)[1:])
+        noise = torch.rand(batch["inputs"].shape, generator=gens["torch"]) * scale
+        (compiled(batch["inputs"]) * noise[..., None]).sum().backward()
+
+    report = precompile(step, sampler, example=[1, 2, 3], cache=False, progress=False)
+    kinds = {"Generator (random state)", "RandomState (random state)", "Random (random state)"}
+    assert kinds <= set(report.restored), report.restored
+    assert _draw(gens) == _draw(twins)
+    restore = [model, *gens.values()]  # restore= takes generators too
+    precompile(step, sampler, example=[1, 2, 3], restore=restore, cache=False, progress=False)
+    assert _draw(gens) == _draw(twins)
 
 
 def test_precompile_on_eval_mode_and_a_failing_step_restores_too():
@@ -321,6 +388,30 @@ def test_example_batches_have_the_structure_of_real_batches():
         assert batch_signature(source.make_batch(shape)) == real[shape], shape
 
 
+def test_an_eval_sampler_precompiles_and_evaluation_compiles_nothing():
+    """s22-compile: an EvalSampler's collator reads which rows are real from the samples the
+    dataloader gives it; precompile gave it a plain list, so every EvalSampler was refused (with
+    "is example a sample of the dataset this plan was built on?")."""
+    lengths = _lengths(120)
+    data = _dataset(lengths)
+    sampler = EvalSampler(lengths, num_buckets=3, batch_size=16)
+    model, backend = Net(), Counting()
+    compiled = torch.compile(model.eval(), backend=backend, dynamic=False)
+
+    def step(batch):
+        with torch.no_grad():
+            return compiled(batch["input_ids"], batch["attention_mask"])
+
+    report = precompile(step, sampler, example=data, restore=[model], cache=False, progress=False)
+    assert report.shapes == sampler.shapes and backend.graphs == len(sampler.shapes) == 3
+    real = _signatures(sampler.dataloader(data))
+    for shape in report.shapes:  # the same fields (sample_mask, index), dtypes and sizes
+        assert batch_signature(ExampleBatches(sampler, data).make_batch(shape)) == real[shape]
+    for batch in sampler.dataloader(data):
+        step(batch)
+    assert backend.graphs == 3
+
+
 def test_example_batches_for_two_inputs_groups_and_streams():
     rng = np.random.default_rng(0)
     src = _lengths(300)
@@ -382,7 +473,9 @@ class PackedRows:
 
 def test_a_batch_source_plugs_in_without_a_collator():
     backend = Counting()
-    step = torch.compile(lambda b: (b["input_ids"] + b["position_ids"]).sum(), backend=backend)
+    step = torch.compile(
+        lambda b: (b["input_ids"] + b["position_ids"]).sum(), backend=backend, dynamic=False
+    )
     report = precompile(step, PackedRows(), cache=False, progress=False)
     assert report.shapes == PackedRows.shapes and backend.graphs == 2
 
@@ -539,6 +632,13 @@ def test_two_ranks_split_the_shapes_share_and_load_all(tmp_path):
     assert [r["unusable"][:2] for r in runs] == [[1, shapes], [1, shapes]], runs
     assert any("compile cache of rank(s) [1] is not usable" in w for w in runs[0]["unusable"][2])
     assert not any("rank(s) [1]" in w for w in runs[1]["unusable"][2])  # (its own says why)
+    # ranks that planned other shapes: each rank compiled its own shape of the index it was
+    # given and said it loaded the other rank's (rank 1's 4th shape failed in zip())
+    for run in runs:
+        assert run["other_shapes"].startswith(
+            "precompile splits the planned shapes among the 2 ranks, but rank(s) [1] planned "
+            "other shapes than rank 0: rank 1 planned 4 shapes, rank 0 3"
+        ), run["other_shapes"]
 
 
 def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
@@ -630,6 +730,14 @@ def _worker(rank: int, world: int, port: int, tmp: Path) -> None:
         )
     out["unusable"] = [alone.world_size, len(alone.rows), [str(w.message)[:60] for w in caught]]
     dist.monitored_barrier(timeout=timedelta(seconds=20))
+    # s22: each rank planned alone (num_replicas=1), so their shapes differ
+    own = BucketSampler(lengths, num_buckets=3 + rank, batch_size=8, num_replicas=1, rank=0)
+    try:
+        precompile(lambda b: None, own, example=data, restore=[], cache=tmp / "own", progress=False)
+        out["other_shapes"] = "no error"
+    except ValueError as exc:
+        out["other_shapes"] = str(exc)
+    dist.monitored_barrier(timeout=timedelta(seconds=20))
     (tmp / f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()
     dist.destroy_process_group()
@@ -666,6 +774,12 @@ def test_recommender_charges_warm_costs_for_compiled_shapes():
     [
         (lambda s: precompile(3, s, example=[1]), TypeError, "step must be callable"),
         (lambda s: precompile(print, object(), example=[1]), TypeError, "plan must be"),
+        (  # s22: the loader training iterates is refused naming what to pass instead
+            lambda s: precompile(print, s.dataloader([[1] * n for n in (3, 5, 8, 8, 12)])),
+            TypeError,
+            "got ResumableDataLoader; pass plan=loader.batch_sampler, example=loader.dataset, "
+            "collate_fn=loader.collate_fn",
+        ),
         (lambda s: precompile(print, s), ValueError, "example must be a real sample"),
         (lambda s: precompile(print, s, example=[1], restore=[3]), TypeError, "restore must"),
         (lambda s: precompile(print, s, example=[1], cache=3), TypeError, "cache must be"),
@@ -673,6 +787,11 @@ def test_recommender_charges_warm_costs_for_compiled_shapes():
         (lambda s: precompile(print, s, example=[1], device="nope"), ValueError, "device must"),
         (lambda s: precompile(print, s, example=[1], collate_fn=3), TypeError, "collate_fn must"),
         (lambda s: precompile(print, s, example=object()), TypeError, "samples must be"),
+        (  # s22: a one-shot iterator lost its first sample to precompile (a stream's source)
+            lambda s: precompile(print, s, example=iter([[1, 2], [3]])),
+            TypeError,
+            r"got a one-shot iterator \(list_iterator\), whose first sample precompile would",
+        ),
         (lambda s: ExampleBatches(s, [1]).make_batch((3, 3)), ValueError, "one of the plan's"),
         (
             lambda s: ExampleBatches(
@@ -728,6 +847,29 @@ def test_an_uncompiled_step_is_reported():
     assert {r.cache for r in report.rows} == {"memory"}
     # the warning points at the caller's line, through checks_options' wrapper
     assert [(w.filename, w.lineno) for w in caught] == [(__file__, line)]
+
+
+@pytest.mark.parametrize("dynamic", [None, False])
+def test_a_step_compiled_with_dynamic_none_is_told(dynamic):
+    """s22-compile: under torch.compile's default dynamic=None the second planned shape compiled
+    a dynamic-shape graph that ran the rest, and precompile said nothing (rows "memory")."""
+    sampler = BucketSampler([3, 5, 8, 8, 12, 20], num_buckets=3, batch_size=2)
+    model, backend = nn.Embedding(VOCAB, 4), Counting()
+    compiled = torch.compile(model, backend=backend, dynamic=dynamic)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = inspect.currentframe().f_lineno + 1
+        report = precompile(
+            lambda b: compiled(b["inputs"]).sum().backward(),
+            sampler, example=[1, 2, 3], restore=[model], cache=False, progress=False,
+        )  # fmt: skip
+    told = [w for w in caught if "dynamic=None" in str(w.message)]
+    if dynamic is None:
+        assert [r.graphs for r in report.rows] == [1, 1, 0]  # (the second graph is dynamic)
+        assert [(w.filename, w.lineno) for w in told] == [(__file__, line)]
+        assert "2 graph(s) for 3 planned shapes" in str(told[0].message)
+    else:
+        assert [r.graphs for r in report.rows] == [1, 1, 1] and not told
 
 
 def test_an_unusable_cache_directory_is_named_at_the_callers_line(tmp_path):

@@ -84,6 +84,12 @@ TRUNCATED = (
     "warned about (DataLossWarning, with the elements past the cut), as leaving them out is; "
     "batches, states and reports unchanged"
 )
+FILL_REPEATS = (
+    "s22-fill: under last_batch='fill' a sampler whose repeats pass 5% of the samples (documents) "
+    "or train some 3 times or more an epoch (a bucket or row length with fewer samples than one "
+    "step repeats all of them) warns with the count and last_batch='pad' as the way out "
+    "(NOTE [ What fill repeats ]); batches, states and reports unchanged"
+)
 #: Cases whose behaviour changed on purpose: case -> why.
 EMPTY_EPOCH = (
     "s5-polish: a sampler whose plan has no batch (last_batch='drop' leaving out every sample) "
@@ -132,14 +138,20 @@ CHANGED: dict[str, str] = {
     "sampler-44": EVEN_BATCHES + "; " + COUNTER_SHUFFLE + "; " + PROMOTION,
     "sampler-47": EVEN_BATCHES + "; " + PROMOTION,
     "sampler-50": BFD_FIRST,
-    "sampler-52": EVEN_BATCHES + "; " + COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
+    "sampler-52": EVEN_BATCHES
+    + "; "
+    + COUNTER_SHUFFLE
+    + "; "
+    + REPORT_PROMOTED
+    + "; "
+    + FILL_REPEATS,
     "sampler-54": BFD_FIRST,
     "sampler-55": EVEN_BATCHES + "; " + COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-56": EVEN_BATCHES + "; " + REPORT_PROMOTED,
     "sampler-63": BFD_FIRST,
     "sampler-67": BFD_FIRST,
     "sampler-74": BFD_FIRST,
-    "sampler-75": EVEN_BATCHES + "; " + REPORT_PROMOTED,
+    "sampler-75": EVEN_BATCHES + "; " + REPORT_PROMOTED + "; " + FILL_REPEATS,
     "sampler-76": BFD_FIRST,
     "sampler-77": BFD_FIRST,
     "sampler-80": BFD_FIRST,
@@ -274,8 +286,8 @@ CHANGED: dict[str, str] = {
     "sampler-18": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-19": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-20": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
-    "sampler-22": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
-    "sampler-23": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
+    "sampler-22": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + FILL_REPEATS,
+    "sampler-23": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + FILL_REPEATS,
     "sampler-25": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-28": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + TRUNCATED,
     "sampler-30": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
@@ -287,14 +299,14 @@ CHANGED: dict[str, str] = {
     "sampler-40": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-45": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-46": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
-    "sampler-57": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
+    "sampler-57": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + FILL_REPEATS,
     "sampler-60": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + TRUNCATED,
     "sampler-70": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + NEVER_SEEN,
     "sampler-78": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-79": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-82": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-85": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
-    "sampler-86": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
+    "sampler-86": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + FILL_REPEATS,
     "sampler-87": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-89": COUNTER_SHUFFLE + "; " + EMPTY_EPOCH,
     "sampler-92": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
@@ -305,12 +317,12 @@ CHANGED: dict[str, str] = {
     "sampler-103": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + NEVER_SEEN,
     "sampler-106": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-107": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
-    "sampler-108": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
+    "sampler-108": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + FILL_REPEATS,
     "sampler-111": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-112": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-115": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-119": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
-    "sampler-120": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
+    "sampler-120": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + FILL_REPEATS,
     "sampler-123": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-126": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-134": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
@@ -404,7 +416,7 @@ CHANGED: dict[str, str] = {
     "sampler-51": REPORT_PROMOTED,
     "sampler-53": REPORT_PROMOTED,
     "sampler-58": REPORT_PROMOTED,
-    "sampler-59": REPORT_PROMOTED,
+    "sampler-59": REPORT_PROMOTED + "; " + FILL_REPEATS,
     "sampler-62": REPORT_PROMOTED,
     "sampler-65": REPORT_PROMOTED,
     "sampler-66": REPORT_PROMOTED,

@@ -232,11 +232,16 @@ def test_bucketed_packing_puts_long_documents_in_long_rows():
     lengths=st.lists(st.integers(1, 30), min_size=5, max_size=60),
     cut=st.integers(0, 30),
     replicas=st.integers(1, 2),
+    fill=st.booleans(),
 )
-def test_resume_yields_exactly_the_remaining_batches(lengths, cut, replicas):
+def test_resume_yields_exactly_the_remaining_batches(lengths, cut, replicas, fill):
+    # fill: two row lengths, the longer one often smaller than a step, whose step shorter rows
+    # fill (NOTE [ Filling a small row length ]; s22-fill)
+    opts = {"row_length": (16, 32), "last_batch": "fill"} if fill else {"row_length": 32}
+
     def make():
         s = PackSampler(
-            lengths, row_length=32, batch_size=2, seed=5, num_replicas=replicas, rank=replicas - 1
+            lengths, batch_size=2, seed=5, num_replicas=replicas, rank=replicas - 1, **opts
         )
         s.set_epoch(2)
         return s
@@ -713,7 +718,6 @@ def test_an_epoch_mostly_of_padding_rows_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         PackSampler(lengths, row_length=2048, max_tokens=4096)  # (the fix it names)
-        PackSampler(lengths, row_length=2048, batch_size=4096, last_batch="fill")
         PackSampler([5, 3], row_length=8, batch_size=2)  # half the rows: no warning
         # a small dataset over ranks pads most rows, but each batch fits in the epoch's rows:
         # nothing in batch_size to fix (it warned in tiny tests over 3 and 4 ranks)
@@ -723,6 +727,9 @@ def test_an_epoch_mostly_of_padding_rows_warns():
         PackSampler([30] * 6, row_length=(8, 64), max_tokens=64)
     with pytest.warns(UserWarning, match=r"^5 of .* 9 rows .* up to 9 rows, more than twice the 4"):
         PackSampler([8] * 4, row_length=8, batch_size=9)
+    # "fill" repeats the 310 rows instead, each up to 14 times an epoch: said too (s22-fill)
+    with pytest.warns(UserWarning, match=r"^last_batch='fill' .* up to 14 times an epoch; 310 row"):
+        PackSampler(lengths, row_length=2048, batch_size=4096, last_batch="fill")
 
 
 def test_dataloader_with_workers_and_a_hf_dataset():

@@ -174,6 +174,79 @@ def test_overflow_policies():
         BucketIterable(samples, overflow="truncate", **{**kw, "length_fn": len})
 
 
+def _fill_notes(stream):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = Counter(s["id"] for b in stream for s in b)
+    return got, [str(w.message) for w in caught if "last_batch='fill'" in str(w.message)]
+
+
+def test_fill_that_makes_a_batch_of_copies_is_said():
+    # NOTE [ What a stream's fill repeats ]: a bucket's lone sample completed to a batch of 8
+    # made 8 copies of it, counted in report() but not said (s22-fill: LibriSpeech, 8 ranks, one
+    # utterance 64 times an epoch); a few scattered repeats (1 of 39 here) stay silent
+    lens = [2] * 39 + [9]
+    kw = dict(length_fn="input_ids", boundaries=[4, 10], batch_size=8, last_batch="fill")
+    got, said = _fill_notes(BucketIterable(_samples(lens), **kw))
+    assert got[39] == 8 and len(said) == 1
+    assert (
+        "hand out 8 repeats of samples in epoch 0 (20.0% of the 40 it read), one sample 8 times"
+        in said[0]
+    )
+    assert "last_batch='pad'" in said[0]
+    got, said = _fill_notes(BucketIterable(_samples(lens[:39]), **kw))
+    assert max(got.values()) == 2 and said == []  # 1 repeat of 39
+    # a stream split over ranks: rank 1's last steps (3 samples and a copy, then that batch
+    # again once its shard is dry)
+    from bucketloader import BucketSampler
+
+    spec = BucketSampler(lens, boundaries=[4, 10], batch_size=4).spec
+    s = BucketIterable(
+        _samples(lens)[1::2],
+        **{**kw, "boundaries": spec, "batch_size": 4},
+        num_replicas=2,
+        rank=1,
+        steps_per_epoch=6,
+    )
+    got, said = _fill_notes(s)
+    assert got[33] == 4 and len(said) == 1 and "5 repeats of samples" in said[0]
+    assert "one sample 4 times" in said[0]
+    # a packing stream's last batch: one row (one document of 6 tokens) completed to 4 rows
+    docs = [{"id": i, "input_ids": [1] * 6} for i in range(9)]
+    pk = dict(length_fn="input_ids", row_length=10, batch_size=4, last_batch="fill")
+    got, said = _fill_notes(PackIterable(docs, **pk))
+    assert got[8] == 4 and len(said) == 1 and "one document 4 times" in said[0]
+    got, said = _fill_notes(PackIterable(docs[:8], **pk))
+    assert max(got.values()) == 1 and said == []
+
+
+def test_fill_repeats_a_shorter_cells_batch_at_the_longer_cells_batch_size():
+    # a lane's step of a long cell that finds nothing repeats a shorter cell's last batch; under
+    # max_tokens that batch holds more samples than the long cell's batch size: 4 samples for
+    # a planned (2, 8) raised in the collator mid-epoch (s22-fill: LibriSpeech, 32 buckets, 16
+    # ranks, steps_per_epoch 30% over the sampler's count: 16 such batches)
+    from bucketloader import BucketSampler
+
+    spec = BucketSampler([2] * 16 + [7] * 8, boundaries=[4, 8], max_tokens=16).spec
+    stream = BucketIterable(
+        _samples([2] * 4),
+        length_fn="input_ids",
+        boundaries=spec,
+        max_tokens=16,
+        last_batch="fill",
+        num_replicas=2,
+        rank=0,
+        steps_per_epoch=6,
+    )
+    collate = stream.collator()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        batches = list(stream)
+    assert [b.planned_shape for b in batches].count((2, 8)) == 3
+    for b in batches:
+        assert collate(b)["input_ids"].shape == b.planned_shape
+
+
 def test_estimate_from_head_and_one_shot_iterator(europarl):
     head = europarl[:500]
     stream = BucketIterable(

@@ -129,6 +129,65 @@ def test_last_batch_drop_of_a_whole_row_length_or_bucket_names_what_is_never_see
     assert sampler.shapes == [(8, 5)]
 
 
+def test_last_batch_fill_of_a_small_row_length_or_bucket_says_what_it_repeats():
+    # s22-fill: a row length (bucket) with fewer rows (samples) than one step repeated all of
+    # them, up to ceil(R * B / n) times an epoch, the longest documents, without a word (s21-pack
+    # saw GSM8K's 16 documents of its 6 rows of 512 trained up to 22 times an epoch on 8 ranks).
+    # Now shorter rows drawn at random fill that step (NOTE [ Filling a small row length ]): the
+    # two 12-token documents once each (they were 4 times), random 4-token ones twice
+    lengths = [4] * 402 + [12] * 2
+    samplers, msgs = _warned(
+        lambda: [
+            PackSampler(lengths, row_length=(8, 16), batch_size=4, last_batch="fill",
+                        num_replicas=2, rank=r)
+            for r in (0, 1)
+        ]
+    )  # fmt: skip
+    assert msgs == []  # (12 repeats, 3.0%, none more than twice)
+    appear = np.bincount([i for s in samplers for b in s for i in b], minlength=404)
+    assert appear[402:].tolist() == [1, 1] and appear.max() == 2
+    assert samplers[0].report().totals["repeated"] == int(appear.sum()) - 404 == 12
+    for s in samplers:  # the small step keeps its shape on both ranks
+        collate, plan = s.collator(), s.plan()
+        (i,) = np.flatnonzero(plan.kinds == 1)
+        out = collate([[1] * lengths[j] for j in plan.batch(int(i))])
+        assert tuple(out["input_ids"].shape) == (4, 16)
+    state = samplers[0].state_dict()
+    state["config"]["plan_digest"] = samplers[0]._older_digest  # (a state of the older plan)
+    with pytest.raises(ValueError, match=r"cannot resume its epoch exactly. Start that epoch"):
+        samplers[0].load_state_dict(state)
+    # the shortest row length has no shorter rows: its own rows repeat, said
+    _, (msg,) = _warned(
+        lambda: PackSampler([12] * 3, row_length=16, batch_size=4, last_batch="fill",
+                            num_replicas=2, rank=0)
+    )  # fmt: skip
+    assert "repeat about 5 documents per epoch on 2 rank(s)" in msg
+    assert "some of them up to 3 times an epoch" in msg
+    assert (
+        "3 row(s) of 16 tokens (a step takes 8) are fewer than one step takes, so all of them "
+        "repeat, with their 3 document(s) of 12 tokens, every epoch"
+    ) in msg
+    assert "last_batch='pad' completes the short steps with masked padding rows" in msg
+    lengths = [5] * 1000 + [30] * 5
+    samplers, msgs = _warned(
+        lambda: [
+            BucketSampler(lengths, boundaries=[5, 30], batch_size=8, last_batch="fill",
+                          num_replicas=2, rank=r)
+            for r in (0, 1)
+        ]
+    )  # fmt: skip
+    (msg,) = set(msgs)
+    assert "repeat 19 samples per epoch on 2 rank(s) (1.9% of 1,005)" in msg
+    assert "up to 4 times an epoch; 1 bucket(s) hold fewer samples than one step takes" in msg
+    assert "padded lengths (30,) (5 of a step's 16), so all their 5 samples repeat" in msg
+    assert samplers[0].report().totals["repeated"] == 19
+    appear = np.bincount([i for s in samplers for b in s for i in b], minlength=1005)
+    assert appear[1000:].max() == 4
+    # a few random repeats, each once (what DistributedSampler does), stay silent
+    _, msgs = _warned(lambda: BucketSampler(lengths[:1000], batch_size=8, last_batch="fill"))
+    assert msgs == []
+
+
 def test_eval_sampler_with_a_filter_is_whole_over_the_kept_samples():
     lengths = [3, 4, 9, 10, 12, 8, 2]
     samplers, msgs = _warned(

@@ -15,7 +15,11 @@ snapshotted before and restored after, *in place*, keeping every tensor's identi
   ``betas``, a tensor ``lr`` in place).
 * other stateful objects (LR schedulers, ``GradScaler``): ``load_state_dict(deepcopy(state))``.
 * random number generators: torch's CPU and CUDA generators, Python's ``random`` and numpy's
-  global generator, so dropout masks and data order after precompile are those without it.
+  global generator, so dropout masks and data order after precompile are those without it; and
+  the generators the step reaches (a ``torch.Generator``, numpy's ``Generator`` or
+  ``RandomState``, a ``random.Random``): the walk skipped them as library objects, so a step
+  that drew from its own generator (``static.balanced_subsample(..., generator=g)``, an
+  augmentation) left it advanced by one draw per planned shape (s22-compile).
 
 Snapshots of accelerator tensors are kept on the CPU (precompile must not double the GPU memory a
 model needs). The restore is bit-exact: ``tests/test_compile.py`` compares every parameter,
@@ -160,7 +164,7 @@ def _children(obj: Any, found: Discovery, unproven: Callable[[str], None]) -> li
             else:  # hooks are user code even on torch's modules
                 out.extend(v for k, v in vars(sub).items() if k.endswith("hooks"))
         return out
-    if isinstance(obj, torch.Tensor):
+    if isinstance(obj, torch.Tensor) or is_generator(obj):
         found.objects.setdefault(id(obj), obj)
         return out
     if isinstance(obj, torch.optim.Optimizer) or _is_stateful(obj):
@@ -333,6 +337,36 @@ def _library(obj: Any) -> bool:
     return (module or "").split(".")[0] in _LIBRARIES
 
 
+#: Random number generators a step may own and draw from (their state is restored).
+_GENERATORS = (torch.Generator, np.random.Generator, np.random.RandomState, random.Random)
+
+
+def is_generator(obj: Any) -> bool:
+    """A random number generator whose state :class:`Snapshot` keeps."""
+    return isinstance(obj, _GENERATORS)
+
+
+def _generator_state(g: Any) -> Any:
+    if isinstance(g, torch.Generator):
+        return g.get_state()  # (a copy)
+    if isinstance(g, np.random.Generator):
+        return g.bit_generator.state  # (a fresh dict)
+    if isinstance(g, np.random.RandomState):
+        return g.get_state()
+    return g.getstate()
+
+
+def _set_generator_state(g: Any, state: Any) -> None:
+    if isinstance(g, torch.Generator):
+        g.set_state(state)
+    elif isinstance(g, np.random.Generator):
+        g.bit_generator.state = state
+    elif isinstance(g, np.random.RandomState):
+        g.set_state(state)
+    else:
+        g.setstate(state)
+
+
 def _is_stateful(obj: Any) -> bool:
     return (
         not isinstance(obj, type)
@@ -347,6 +381,8 @@ def describe(obj: Any) -> str:
         kind = "module"
     elif isinstance(obj, torch.optim.Optimizer):
         kind = "optimizer"
+    elif is_generator(obj):
+        kind = "random state"
     elif isinstance(obj, torch.Tensor):
         return f"tensor {tuple(obj.shape)} (values)"
     elif _is_stateful(obj):
@@ -371,12 +407,12 @@ def check_restorable(objects: Any) -> list[Any]:
         if isinstance(obj, torch.nn.Module):
             orig = getattr(obj, "_orig_mod", None)
             out.append(orig if isinstance(orig, torch.nn.Module) else obj)
-        elif isinstance(obj, torch.optim.Optimizer) or _is_stateful(obj):
+        elif isinstance(obj, torch.optim.Optimizer) or _is_stateful(obj) or is_generator(obj):
             out.append(obj)
         else:
             raise TypeError(
-                f"restore must list modules, optimizers and objects with state_dict() and "
-                f"load_state_dict(), got {type(obj).__name__} at position {pos}"
+                f"restore must list modules, optimizers, random generators and objects with "
+                f"state_dict() and load_state_dict(), got {type(obj).__name__} at position {pos}"
             )
     return out
 
@@ -409,6 +445,7 @@ class Snapshot:
         self._loose: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._attrs: list[tuple[Any, dict[str, Any], dict[str, Any]]] = []
         self._contents: list[tuple[Any, Any]] = []
+        self._generators: list[tuple[Any, Any]] = []
         seen: set[int] = set()
         for obj in objects:
             if isinstance(obj, torch.nn.Module):
@@ -423,6 +460,8 @@ class Snapshot:
                     if obj.requires_grad:
                         g = obj.grad
                         self._grads.append((obj, g, None if g is None else _keep(g)))
+            elif is_generator(obj):
+                self._generators.append((obj, _generator_state(obj)))
             elif isinstance(obj, torch.optim.Optimizer):
                 self._optim.append((obj, *self._optimizer(obj)))
             elif _is_stateful(obj):
@@ -532,6 +571,8 @@ class Snapshot:
                     group[k] = _restored(ref, saved)
         for obj, saved in self._stateful:
             obj.load_state_dict(copy.deepcopy(saved))
+        for g, saved in self._generators:
+            _set_generator_state(g, saved)
         _set_rng_state(self._rng)
 
 

@@ -72,9 +72,9 @@ class ExampleBatches:
     it whose samples have another structure.
 
     Args:
-        plan: a :class:`~bucketloader.BucketSampler`, :class:`~bucketloader.BucketIterable`, a
-            packing plan: anything with ``.shapes`` (and ``.collator()`` when ``collate_fn`` is not
-            given).
+        plan: a :class:`~bucketloader.BucketSampler`, :class:`~bucketloader.EvalSampler`,
+            :class:`~bucketloader.BucketIterable`, a packing plan: anything with ``.shapes``
+            (and ``.collator()`` when ``collate_fn`` is not given).
         example: one real sample (a dict, tuple or bare tensor / array / token list, as the
             dataset returns it); or the dataset itself (a ``torch.utils.data.Dataset``, a Hugging
             Face dataset, an iterable, a list with one sample per planned length, or a list of
@@ -129,6 +129,9 @@ class ExampleBatches:
         self._table = table
         self._group_key = getattr(self._pad or collate_fn, "group_key", None)
         self._examples = _examples(plan, example, table)
+        # an EvalSampler's collator reads which rows are real from the samples it is given (the
+        # dataloader's EvalSamples): a plain list was refused, and precompile blamed the example
+        self._eval = _is_eval(plan, collate_fn)
 
     # -- the protocol ---------------------------------------------------------------------------
     def make_batch(self, shape: tuple[int, ...]) -> Any:
@@ -147,6 +150,8 @@ class ExampleBatches:
             seen.add(signature)
             try:
                 samples = self.samples(shape, group=group)  # asks the collator for its fields
+                if self._eval:  # every row real, as in a full evaluation batch
+                    samples = _eval_samples(samples)
                 batch = self.collate_fn(samples)
             except (ValueError, TypeError, KeyError) as exc:
                 raise ValueError(
@@ -255,6 +260,27 @@ def to_device(batch: Any, device: torch.device | str | None) -> Any:
     return batch
 
 
+def _is_eval(plan: Any, collate_fn: Any) -> bool:
+    """Whether the batches' samples carry which rows are real (``rows_in_samples``: an
+    :class:`~bucketloader.EvalSampler` and its :class:`~bucketloader.evaluation.EvalCollator`),
+    read as an attribute so that this module does not import the evaluation module (which
+    imports the sampler, whose package names import this one: a cycle)."""
+    return any(getattr(x, "rows_in_samples", False) for x in (plan, collate_fn))
+
+
+class _AllReal(list):  # type: ignore[type-arg]
+    """Example samples with every row real: the ``rows`` an evaluation collator reads."""
+
+    rows: np.ndarray
+
+
+def _eval_samples(samples: list[Any]) -> list[Any]:
+    """``samples`` as an evaluation batch's, every row real."""
+    out = _AllReal(samples)
+    out.rows = np.arange(len(samples), dtype=np.int64)
+    return out
+
+
 # -- examples -----------------------------------------------------------------------------------
 def _is_dataset(example: Any, plan: Any) -> bool:
     if isinstance(example, (Mapping, str, bytes, torch.Tensor, np.ndarray)):
@@ -305,6 +331,15 @@ def _examples(plan: Any, example: Any, table: Any) -> dict[Any, Any]:
         if len(example) == 0:
             raise ValueError("example is an empty dataset; pass a real sample instead")
         return {None: example[0]}
+    if iter(example) is example:
+        # a generator, an open file, an iterator over a dataset: the sample taken here is gone
+        # (a BucketIterable over the same iterator then trained on 199 of 200 rows, silently)
+        raise TypeError(
+            f"example must be a sample or a dataset that can be iterated again, got a one-shot "
+            f"iterator ({type(example).__name__}), whose first sample precompile would take "
+            "away from training; pass one sample instead, e.g. example=first (kept aside and "
+            "chained back: itertools.chain([first], rest)), or the dataset itself"
+        )
     first = next(iter(itertools.islice(example, 1)), None)
     if first is None:
         raise ValueError("example is an empty iterable; pass a real sample instead")

@@ -21,6 +21,8 @@ the inductor directory (fxgraph, aotautograd, kernels) are sent to all ranks wit
 ``all_gather_object`` and written where missing (``share="collective"`` forces this). After
 ``precompile`` returns, every rank holds every shape's graph in memory: no compile stall at any
 step. Shapes that every rank's cache has a record of are loaded by every rank, compiled by none.
+The ranks must plan the same shapes (the split is by index): other plans are one ``ValueError``
+on every rank at the assignment, naming the first shape that differs.
 A rank that raises (a refused argument, its step on a shape of its share or of the load phase)
 says so at the others' next checkpoint (NOTE [ Checkpoints before a collective ] in
 :mod:`bucketloader._dist`: one ``all_reduce`` of a code per rank before the assignment, before
@@ -58,7 +60,13 @@ from bucketloader._dist import (
 )
 from bucketloader._validation import check_bool, check_folder, checks_options
 from bucketloader.compile import _dist
-from bucketloader.compile._key import batch_signature, check_torch, digest, key_document
+from bucketloader.compile._key import (
+    batch_signature,
+    check_torch,
+    compile_options,
+    digest,
+    key_document,
+)
 from bucketloader.compile._state import (
     Snapshot,
     check_restorable,
@@ -88,7 +96,8 @@ class ShapeTiming:
         cache: ``"cold"`` (inductor generated and compiled code: a cache miss), ``"warm"`` (every
             graph came from the cache directory), ``"traced"`` (graphs compiled by a backend
             without on-disk artifacts, such as ``"eager"`` or ``"aot_eager"``), ``"memory"`` (no
-            new graph: this process had compiled the shape already).
+            new graph: this process had compiled the shape already, or a dynamic-shape graph
+            runs it: NOTE [ dynamic=None and the planned shapes ]).
         cached: the cache held a record of this shape before the call (a predicted warm start).
         phase: ``"compile"`` (this rank's share) or ``"load"`` (shapes other ranks compiled, or
             recorded ones).
@@ -121,7 +130,8 @@ class PrecompileReport:
         wait_seconds: time spent waiting for the other ranks and exchanging artifacts.
         files_received: artifact files written from other ranks (``"collective"`` only).
         recompile_limit: ``torch._dynamo.config.recompile_limit`` after the call (raised to the
-            number of planned shapes, if it was lower).
+            number of planned shapes plus the graphs compiled before the call, if it was lower:
+            NOTE [ The recompile limit over several plans ]).
     """
 
     rows: tuple[ShapeTiming, ...]
@@ -203,18 +213,21 @@ def precompile(
     :class:`CompileCache` (next to the bucket cache by default), so a rerun loads them instead of
     compiling; on several ranks each compiles its share and all load all (NOTE [ Sharing across
     ranks ] in :mod:`bucketloader.compile.precompile`). The recompile limit is raised to the
-    number of planned shapes if it is lower (past it, dynamo falls back to eager).
+    number of planned shapes (plus the graphs compiled before, such as another plan's) if it is
+    lower (past it, dynamo falls back to eager).
 
     Args:
         step: the compiled callable training calls on each batch, ``step(batch)``; e.g. a
             ``torch.compile``'d train step, or ``lambda b: compiled_model(**b).loss.backward()``.
             Compile it with ``dynamic=False``: one static graph per planned shape.
-        plan: what training iterates: a :class:`~bucketloader.BucketSampler`, a
-            :class:`~bucketloader.BucketIterable`, a packing plan (``.shapes`` and
+        plan: what training iterates: a :class:`~bucketloader.BucketSampler`, an
+            :class:`~bucketloader.EvalSampler` (an evaluation step: its batches have every row
+            real), a :class:`~bucketloader.BucketIterable`, a packing plan (``.shapes`` and
             ``.collator()``), or any batch source with ``.shapes`` and ``.make_batch(shape)``
             (NOTE [ The batch-source protocol ] in :mod:`bucketloader.compile.batches`).
-        example: one real sample, or the dataset (its first sample of each group is used);
-            required unless ``plan`` is a batch source.
+        example: one real sample, or the dataset (its first sample of each group is used; a
+            one-shot iterator is refused: the sample taken would be lost to training); required
+            unless ``plan`` is a batch source.
         collate_fn: the collator your ``DataLoader`` uses (default ``plan.collator()``).
         device: where the training loop moves each batch before calling ``step`` (``None``: the
             batch stays as collated).
@@ -286,7 +299,8 @@ def precompile(
             store.get(key, shape, sig) if store is not None else None
             for (shape, _), sig in zip(targets, signatures, strict=True)
         ]
-        limit = raise_recompile_limit(len(targets))
+        # NOTE [ The recompile limit over several plans ]
+        limit = raise_recompile_limit(_graphs() + len(targets))
         ended = sharing  # (every rank that checks in here checks in at the end)
         if sharing:  # every rank knows whether one lacks its cache, before any sharing collective
             lacking = checkpoint(PRECOMPILE_ASSIGN, flag=store is None)
@@ -345,6 +359,17 @@ def precompile(
         if gate.open:
             tell_failure(exc)
         raise
+    if _dynamic_default(compiled) and len({shape for shape, _ in targets}) > 1:
+        warnings.warn(
+            "precompile: step is compiled with dynamic=None (torch.compile's default), so at "
+            "the second planned shape dynamo made the changing dims dynamic and compiled one "
+            "dynamic-shape graph, which runs every later shape (their rows show no new graph): "
+            f"{sum(r.graphs for r in rows)} graph(s) for {len(targets)} planned shapes. Pass "
+            "torch.compile(..., dynamic=False) for one static graph per planned shape (NOTE "
+            "[ dynamic=None and the planned shapes ] in bucketloader.compile.precompile)",
+            UserWarning,
+            stacklevel=3,  # (2 is checks_options' wrapper: the caller's line is 3)
+        )
     if _frames() == frames0 and not compiled:
         warnings.warn(
             "precompile ran step on every planned shape but torch.compile saw no frame: step is "
@@ -453,6 +478,23 @@ def _cache_counters() -> tuple[int, int]:
     return hits, misses
 
 
+def _dynamic_default(compiled: list[Any]) -> bool:
+    """NOTE [ dynamic=None and the planned shapes ]
+    ``torch.compile``'s default, ``dynamic=None``, compiles the first shape static and, at the
+    first guard failure on a size (the second planned shape), recompiles with that dim dynamic
+    (``automatic_dynamic_shapes``): one symbolic graph then runs every later shape. precompile
+    reported that quietly, its rows "memory" (no new graph) as if the shapes had been compiled
+    before; on 4 planned shapes: 2 graphs, the second dynamic, against 4 static ones with
+    ``dynamic=False``. Static shapes are what a bucketloader plan is for (CUDA graphs record
+    one per shape; inductor specialises kernels to sizes), so precompile says so. Read from
+    the ``torch.compile`` wrappers the step reaches (the compile key's options)."""
+    import torch._dynamo.config as config
+
+    if not getattr(config, "automatic_dynamic_shapes", True):
+        return False
+    return any(o.get("dynamic") == "None" for o in compile_options(compiled))
+
+
 def _frames() -> int:
     from torch._dynamo.utils import counters
 
@@ -528,9 +570,16 @@ def _source(plan: Any, example: Any, collate_fn: Any) -> Any:
         check_shapes(getattr(plan, "shapes", None), what="plan.shapes")
         return plan
     if getattr(plan, "shapes", None) is None:
+        fix = ""
+        if isinstance(plan, torch.utils.data.DataLoader):  # what training iterates, one level up
+            if hasattr(plan.batch_sampler, "shapes"):
+                fix = "plan=loader.batch_sampler, example=loader.dataset"
+            elif hasattr(plan.dataset, "shapes"):  # a stream
+                fix = "plan=loader.dataset, example=<one sample>"
+            fix = f"; pass {fix}, collate_fn=loader.collate_fn" if fix else ""
         raise TypeError(
-            f"plan must be a BucketSampler, BucketIterable, packing plan or batch source (with "
-            f".shapes), got {type(plan).__name__}"
+            f"plan must be a BucketSampler, EvalSampler, BucketIterable, packing plan or batch "
+            f"source (with .shapes), got {type(plan).__name__}{fix}"
         )
     return ExampleBatches(plan, example, collate_fn=collate_fn)
 
@@ -545,6 +594,20 @@ def _batches(source: Any) -> list[tuple[tuple[int, ...], Any]]:
             raise ValueError(f"the batch source made no batch for shape {shape}")
         out.extend((shape, b) for b in batches)
     return out
+
+
+def _graphs() -> int:
+    """NOTE [ The recompile limit over several plans ]
+    Dynamo's recompile limit counts the graphs of one frame, whatever step traced them. A model
+    compiled once and precompiled for training (6 shapes) and then for evaluation (6 more, under
+    ``no_grad``) holds 12 graphs in its forward's frame, but each call raised the limit to its
+    own count (8): the evaluation call compiled 2 of its shapes and ran the other 4 eagerly,
+    reported as rows of no new graph, and evaluation ran them eagerly ever after. So the limit
+    also covers the graphs dynamo compiled before the call (``unique_graphs``, over every frame:
+    more than one frame needs is harmless, a limit is not a size)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def raise_recompile_limit(n: int) -> int:
@@ -576,8 +639,10 @@ def _assign(targets: list[tuple[tuple[int, ...], Any]], records: list[Any], size
     (ranks on other nodes may have other directories); rank 0 decides, so every rank agrees."""
     if size == 1:
         return [0 if r is None else -1 for r in records]
-    gathered = _dist.all_gather([r is not None for r in records])
-    have = [all(col) for col in zip(*gathered, strict=True)]
+    shapes = [list(shape) for shape, _ in targets]
+    gathered = _dist.all_gather([shapes, [r is not None for r in records]])
+    _check_same_shapes([g[0] for g in gathered])
+    have = [all(col) for col in zip(*(g[1] for g in gathered), strict=True)]
     order = sorted(
         (i for i, recorded in enumerate(have) if not recorded),
         key=lambda i: (-math.prod(targets[i][0]), targets[i][0], i),
@@ -586,6 +651,34 @@ def _assign(targets: list[tuple[tuple[int, ...], Any]], records: list[Any], size
     for n, i in enumerate(order):
         owners[i] = n % size
     return list(_dist.broadcast(owners))
+
+
+def _check_same_shapes(planned: list[list[list[int]]]) -> None:
+    """Every rank planned the same shapes (the same on each rank: the gathered lists), else one
+    error. Shapes are split among the ranks by index, so with other plans a rank compiled its own
+    shape where the others counted on another one, and reported it loaded ("compiled by rank 1")
+    when it had compiled it itself; a rank with more shapes failed in ``zip()``."""
+    differ = [r for r, shapes in enumerate(planned) if shapes != planned[0]]
+    if not differ:
+        return
+    r = differ[0]
+    first = next(
+        (i for i, (a, b) in enumerate(zip(planned[0], planned[r], strict=False)) if a != b),
+        min(len(planned[0]), len(planned[r])),
+    )
+
+    def at(shapes: list[list[int]]) -> str:
+        return str(tuple(shapes[first])) if first < len(shapes) else "none"
+
+    raise ValueError(
+        f"precompile splits the planned shapes among the {len(planned)} ranks, but rank(s) "
+        f"{differ} planned other shapes than rank 0: rank {r} planned {len(planned[r])} "
+        f"shapes, rank 0 {len(planned[0])}, the first that differs is {at(planned[r])} on rank "
+        f"{r} and {at(planned[0])} on rank 0; build every rank's plan from the whole data set's "
+        "lengths with the same options (a rank with its own shard's lengths only: "
+        "bucketloader.sharded.ShardedSampler), or pass cache=CompileCache(distributed=False) to "
+        "have each rank compile its own shapes alone"
+    )
 
 
 def _bar(items: list[int], show: bool, desc: str) -> Iterable[int]:

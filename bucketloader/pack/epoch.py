@@ -19,8 +19,40 @@ The ``q < num_replicas * B`` rows of a row length's last step follow ``last_batc
 splits them as evenly as possible over the ranks and the collator completes each batch with
 all-padding rows (a rank that would get no row repeats one of the step, so no batch is empty:
 ``num_replicas - q`` repeats when ``q < num_replicas``); ``"fill"`` tops the step up with
-``num_replicas * B - q`` repeated rows of the epoch (no padding rows; documents repeat);
+``num_replicas * B - q`` repeated rows of that row length, from the start of its shuffled rows
+(no padding rows; documents repeat; a longer row length with fewer rows than one step takes
+shorter rows instead: NOTE [ Filling a small row length ]);
 ``"drop"`` leaves the ``q`` rows out (a different random set each epoch).
+
+NOTE [ Filling a small row length ]
+A row length with fewer rows than one step (``n < num_replicas * B``; the longest row length,
+whose rows hold the documents no shorter row can) has one step and nothing of its own to fill
+it with. ``"fill"`` repeated its ``n`` rows cyclically, so the same longest documents were
+trained up to ``ceil(num_replicas * B / n)`` times an epoch (GSM8K's first 4,000 pairs at
+``(256, 512)``, ``batch_size=16``: the 16 documents of the 6 rows of 512 up to 22 times an
+epoch on 8 ranks; LibriSpeech frames at ``(1024, 2048)``, ``batch_size=8``: the row of 2,048
+64 times; s21-pack, s22-fill). Since ``fill=2`` (the ``/fill=2`` in PackSampler's
+``plan_digest``):
+
+* the ``n`` rows are split over the ranks as ``"pad"`` splits a last step (``n // R`` or
+  ``n // R + 1`` each; a rank that would get none repeats one, so every batch holds a row only
+  that row length can hold, and the collator lays it out at that row length on every rank);
+* the rest of each batch is *shorter* rows of the epoch, drawn at random
+  (``SeedSequence([seed, epoch])``'s fifth child, the same draw on every rank) from the rows
+  of the shorter row lengths that hold at most as many documents as a row of this length
+  (so ``cu_seqlens`` keeps its planned size) and that their own row length's last step does not
+  repeat already; those rows appear twice in the epoch, their documents a random set each
+  epoch, padded to the longer row length.
+
+The shapes, steps and ``len`` are unchanged; where no shorter row qualifies (the shortest row
+length is the small one) the own rows repeat as before. Measured (``benchmarks/fill_repeats.py``,
+8 ranks), the most times a document is trained in an epoch: GSM8K's first 4,000 22 -> 2; GSM8K
+at ``(128, 256, 512)``, ``max_tokens=16384``, 20 -> 2; at ``(256, 512)`` 10 -> 2; Europarl at
+``(64, 128, 256)`` 5 -> 2; LibriSpeech 64 -> 8 (one row of 2,048 for 8 ranks, as under
+``"pad"``). The price is padding, as the shorter rows are padded to the longer row length:
+``report().padding`` 0.4% -> 4.2% (GSM8K at ``(256, 512)``; ``"pad"``: 11.0%), 8.7% -> 19.2%
+(``(128, 256, 512)``; ``"pad"``: 42.0%), 0.4% -> 7.7% (the first 4,000; ``"pad"``: 16.6%); on
+one rank 0.4% -> 1.1% at most.
 
 NOTE [ Balancing ranks ]
 Attention costs each row about the sum of its documents' squared lengths (its *work*), and a
@@ -132,7 +164,8 @@ def plan_pack_epoch(
     num_replicas = check_int("num_replicas", num_replicas, minimum=1, maximum=MAX_REPLICAS)
     rank = check_int("rank", rank, minimum=0, maximum=num_replicas - 1)
     balance = check_bool("balance", balance)
-    deal_ss, row_ss, key_ss, balance_ss = np.random.SeedSequence([seed, epoch]).spawn(4)
+    # (children by index: a fifth leaves the first four, and so every other draw, unchanged)
+    deal_ss, row_ss, key_ss, balance_ss, fill_ss = np.random.SeedSequence([seed, epoch]).spawn(5)
     balance = balance and num_replicas > 1
     if balance:
         slots, row_offsets, row_kind, work, lifted = spec.balanced_layout(num_replicas)
@@ -188,6 +221,12 @@ def plan_pack_epoch(
     within = np.arange(batch_rows[-1]) - np.repeat(batch_rows[:-1], size)
     pos = (np.repeat(start, size) + within) % np.repeat(counts[sk], size)  # repeats wrap around
     rows = by_kind[pos + np.repeat(kind_start[sk], size)]
+    if spec.last_batch == "fill":  # NOTE [ Filling a small row length ]
+        ss = fill_ss if shuffle else None
+        where = (by_kind, kind_start, row_offsets, row_kind)
+        for k, own, fill in _small_fills(spec, num_replicas, *where, ss, rank):
+            i = int(np.flatnonzero(sk == k)[0])  # (its one step)
+            rows[batch_rows[i] : batch_rows[i + 1]] = np.concatenate([own, fill])
     # documents of those rows, in order
     lo_doc = row_offsets[rows]
     ndoc = row_offsets[rows + 1] - lo_doc
@@ -201,6 +240,76 @@ def plan_pack_epoch(
         batch_rows=batch_rows,
         kinds=sk,
     )
+
+
+def fill_pools(
+    spec: PackSpec,
+    num_replicas: int,
+    row_offsets: np.ndarray,
+    row_kind: np.ndarray,
+    by_kind: np.ndarray | None = None,
+) -> dict[int, np.ndarray]:
+    """Under ``last_batch="fill"``, per small row length (fewer rows than one step on
+    ``num_replicas`` ranks) that has shorter rows to fill its step with: those rows, in layout
+    order (NOTE [ Filling a small row length ]). Empty under another policy. With the epoch's
+    ``by_kind`` (rows by row length, in the epoch's order), the rows that a longer row length's
+    own last step already repeats are left out, so no filler is trained three times."""
+    if spec.last_batch != "fill":
+        return {}
+    full, q = spec.steps(num_replicas)
+    ndoc = np.diff(row_offsets)
+    fits = np.ones(ndoc.size, dtype=bool)
+    if by_kind is not None:  # a last step of a larger row length repeats its first rows
+        per_step = np.asarray(spec.batch_sizes, dtype=np.int64) * num_replicas
+        start = np.concatenate([[0], np.cumsum(spec.rows_per_length)[:-1]])
+        for j in np.flatnonzero((full > 0) & (q > 0)).tolist():
+            fits[by_kind[start[j] : start[j] + per_step[j] - q[j]]] = False
+    out = {}
+    for k in np.flatnonzero((full == 0) & (q > 0)).tolist():
+        cap = spec.max_documents[k] // spec.batch_sizes[k]  # (the most a row of k holds)
+        pool = np.flatnonzero((row_kind < k) & (ndoc <= cap) & fits)
+        if pool.size:  # (else the shortest row length: its own rows repeat, as before)
+            out[k] = pool
+    return out
+
+
+def own_rows(n: int, num_replicas: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, count)`` per rank: the ``n < num_replicas * B`` rows of a small row length's
+    one step split as ``"pad"`` splits a last step (a rank that would get none takes row
+    ``rank % n``; NOTE [ Filling a small row length ])."""
+    lo, extra = divmod(n, num_replicas)
+    r = np.arange(num_replicas)
+    take = lo + (r < extra)
+    return np.where(take > 0, r * lo + np.minimum(r, extra), r), np.maximum(take, 1)
+
+
+def _small_fills(
+    spec: PackSpec,
+    num_replicas: int,
+    by_kind: np.ndarray,
+    kind_start: np.ndarray,
+    row_offsets: np.ndarray,
+    row_kind: np.ndarray,
+    ss: np.random.SeedSequence | None,
+    rank: int,
+) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """Rank ``rank``'s batch of every small row length that :func:`fill_pools` fills:
+    ``(row length index, its own rows, the filling rows)``; ``ss=None`` (no shuffle) takes the
+    filling rows in layout order."""
+    pools = fill_pools(spec, num_replicas, row_offsets, row_kind, by_kind)
+    rng = None if ss is None or not pools else np.random.default_rng(ss)
+    _, q = spec.steps(num_replicas)
+    out = []
+    for k, pool in pools.items():
+        if rng is not None:  # (one draw per small row length, on every rank alike)
+            pool = rng.permutation(pool)
+        b, n = spec.batch_sizes[k], int(q[k])
+        first, owns = own_rows(n, num_replicas)
+        own = by_kind[kind_start[k] + (first[rank] + np.arange(owns[rank])) % n]
+        before = int((b - owns[:rank]).sum())  # (fill slots of the ranks before this one)
+        fill = pool[(before + np.arange(b - owns[rank])) % pool.size]
+        out.append((k, own, fill))
+    return out
 
 
 def _balance(

@@ -18,9 +18,14 @@ from bucketloader._dist import failing_together, would_join
 from bucketloader._types import LazyModule
 from bucketloader._validation import ALIASES, check_bool, check_collator_options, check_int
 from bucketloader.pack._work import WORK_VERSION
-from bucketloader.pack.epoch import PackPlan, plan_pack_epoch
+from bucketloader.pack.epoch import PackPlan, fill_pools, own_rows, plan_pack_epoch
 from bucketloader.pack.spec import PackSpec, PackTable
-from bucketloader.plan.report import DataLossWarning, SamplingReport, warn_truncated
+from bucketloader.plan.report import (
+    DataLossWarning,
+    SamplingReport,
+    warn_fill_repeats,
+    warn_truncated,
+)
 from bucketloader.sampler import LOSS_WARNING, EpochSampler, spec_or_build
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -116,6 +121,7 @@ class PackSampler(EpochSampler):
                 )
             self._agree_with_group(num_replicas, rank, self._config())  # NOTE [ Ranks agree ... ]
         self._warn_losses()
+        self._warn_fill_repeats()
         self._warn_padding_rows()
 
     # -- what the sampler promises ------------------------------------------------------------
@@ -277,6 +283,66 @@ class PackSampler(EpochSampler):
                 stacklevel=3,
             )
 
+    def _warn_fill_repeats(self) -> None:
+        """Under ``last_batch="fill"``, one warning when the repeated rows' documents are a
+        large share or concentrated (NOTE [ What fill repeats ] in
+        :mod:`bucketloader.plan.epoch`). A small row length (fewer rows than one step) above
+        the shortest has its step filled with shorter rows drawn at random (NOTE [ Filling a
+        small row length ] in :mod:`bucketloader.pack.epoch`; its own rows repeat only for a
+        rank that would get none); the shortest, if small, repeats all its rows, up to
+        ``ceil(R * B / rows)`` times an epoch. The count of documents is about (the rows
+        repeated change per epoch); :meth:`report` counts each epoch exactly."""
+        spec = self.spec
+        if spec.last_batch != "fill" or not spec.num_rows:
+            return
+        full, q = spec.steps(self.num_replicas)
+        per_step = np.asarray(spec.batch_sizes, dtype=np.int64) * self.num_replicas
+        rows = spec.rows_per_length
+        _, row_offsets, row_kind = spec.layout
+        ndoc = np.diff(row_offsets)
+        docs = np.bincount(row_kind, weights=ndoc, minlength=rows.size)
+        per_row = docs / np.maximum(rows, 1)
+        again = np.where(q > 0, per_step - q, 0).astype(np.float64)
+        repeated, most = 0.0, 1 + bool(again.any())  # (a larger row length: at most once more)
+        pools = fill_pools(spec, self.num_replicas, row_offsets, row_kind)
+        for k, pool in pools.items():  # its own rows for ranks without one, then shorter rows
+            n = int(q[k])
+            owns = int(own_rows(n, self.num_replicas)[1].sum())
+            fill = int(per_step[k]) - owns
+            repeated += (owns - n) * per_row[k] + fill * float(ndoc[pool].mean())
+            most = max(most, -(-self.num_replicas // n), 1 + -(-fill // pool.size))
+            again[k] = 0
+        repeated = round(repeated + float((again * per_row).sum()))
+        small = np.flatnonzero((full == 0) & (q > 0))
+        small = small[~np.isin(small, list(pools))]  # (the shortest: its own rows repeat)
+        said = ""
+        if small.size:
+            most = max(most, int((-(-per_step[small] // rows[small])).max()))
+            entry_kind = np.repeat(spec.patterns.kind, np.diff(spec.patterns.offsets))
+            held = spec.patterns.sizes[spec.patterns.items[np.isin(entry_kind, small)]]
+            lo, hi = int(held.min()), int(held.max())
+            what = ", ".join(
+                f"{int(rows[k]):,} row(s) of {spec.row_lengths[k]:,} tokens (a step takes "
+                f"{int(per_step[k]):,})"
+                for k in small.tolist()
+            )
+            said = (
+                f"; {what} are fewer than one step takes, so all of them repeat, with their "
+                f"{int(docs[small].sum()):,} document(s) of {lo:,}"
+                f"{f' to {hi:,}' if hi > lo else ''} tokens, every epoch"
+            )
+        warn_fill_repeats(
+            "PackSampler",
+            repeated,
+            spec.num_documents,
+            most=most,
+            small=said,
+            num_replicas=self.num_replicas,
+            unit="documents",
+            about=True,
+            stacklevel=3,
+        )
+
     def _warn_padding_rows(self) -> None:
         """One warning when one batch holds more than twice the rows that the whole epoch's
         documents fill (so more than half of the epoch's rows are all padding, on any number of
@@ -320,8 +386,49 @@ class PackSampler(EpochSampler):
     @property
     def _digest(self) -> str:
         """The spec's digest; with ``balance=True`` also the version of the work-aware rows
-        (NOTE [ Work-aware rows ] in :mod:`bucketloader.pack._work`), part of the plan."""
+        (NOTE [ Work-aware rows ] in :mod:`bucketloader.pack._work`), part of the plan; and
+        ``/fill=2`` where ``last_batch="fill"`` fills a small row length's step with shorter
+        rows (NOTE [ Filling a small row length ] in :mod:`bucketloader.pack.epoch`)."""
+        return self._older_digest + ("/fill=2" if self._fills_small else "")
+
+    @property
+    def _older_digest(self) -> str:
+        """The digest without the fill version: a state saved before it planned the small row
+        lengths' steps of ``"fill"`` with repeats of their own rows."""
         return f"{self.spec.digest}/w{WORK_VERSION}" if self.balance else self.spec.digest
+
+    @property
+    def _fills_small(self) -> bool:
+        """Whether ``last_batch="fill"`` has a small row length (fewer rows than one step)
+        above the shortest, whose step shorter rows fill (NOTE [ Filling a small row
+        length ])."""
+        spec = self.spec
+        if spec.last_batch != "fill":
+            return False
+        full, q = spec.steps(self.num_replicas)
+        return bool(((full == 0) & (q > 0))[1:].any())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next ``__iter__`` yields exactly the remaining batches of the saved
+        epoch. Raises ``ValueError`` if ``state`` comes from another configuration, naming both
+        values, or from a plan that filled a small row length's step with repeats of its own
+        rows (before NOTE [ Filling a small row length ]): its batches differ."""
+        saved = state.get("config") if isinstance(state, dict) else None
+        if (
+            isinstance(saved, dict)
+            and self._fills_small
+            and saved.get("plan_digest") == self._older_digest
+        ):
+            raise ValueError(
+                "state was saved by a PackSampler whose last_batch='fill' topped up the step of "
+                "a row length with fewer rows than one step with repeats of its own rows (the "
+                "longest documents, many times an epoch); this one fills it with shorter rows "
+                "drawn at random (plan_digest '/fill=2', NOTE [ Filling a small row length ] in "
+                "bucketloader.pack.epoch): the same steps and shapes, other rows in that step, so "
+                "the state cannot resume its epoch exactly. Start that epoch over with "
+                f"sampler.set_epoch({state.get('epoch')!r}), or go on with the next one"
+            )
+        super().load_state_dict(state)
 
     def __repr__(self) -> str:
         return (

@@ -506,7 +506,9 @@ class PackSpec:
                 (cut to the longest row length, by the collator).
             last_batch: the rows of a row length's last global step, fewer than
                 ``num_replicas * B``: ``"pad"`` (default: the collator adds all-padding rows),
-                ``"fill"`` (topped up with repeated rows of the epoch) or ``"drop"``.
+                ``"fill"`` (topped up with repeated rows of that row length; a longer row
+                length with fewer rows than one step, with shorter rows drawn at random: NOTE
+                [ Filling a small row length ] in :mod:`bucketloader.pack.epoch`) or ``"drop"``.
             search: planning time against tightness (NOTE [ Planning at the speed of best-fit
                 decreasing ] in :mod:`bucketloader.pack._bins`). ``"auto"`` (default): best-fit
                 decreasing, and a search for tighter rows where BFD pads more than 0.5

@@ -29,10 +29,36 @@ NOTE [ last_batch and replicas ]  (``q = n_c mod (R·B_c)`` samples left in a ce
   cell, listed in :attr:`ShapeTable.shapes`); ``R·ceil(q/R) − q <= R − 1`` samples repeat.
 
 With ``R = 1`` this is the single-process rule: the partial batch is padded, filled, dropped or
-kept. Repeats are taken cyclically from the start of the cell's (shuffled) order. A sampler with a
-token budget and ``"pad"`` plans its steps with a promotion schedule instead (NOTE [ Promotion
-of leftovers ] in :mod:`bucketloader.plan.promote`): its batches are dealt evenly, and a cell's
-spare rows hold samples of the shorter cells it covers.
+kept. Repeats are taken cyclically from the start of the cell's (shuffled) order (NOTE [ What
+fill repeats ]). A sampler with a token budget and ``"pad"`` plans its steps with a promotion
+schedule instead (NOTE [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`): its
+batches are dealt evenly, and a cell's spare rows hold samples of the shorter cells it covers.
+
+NOTE [ What fill repeats ]
+``"fill"`` repeats ``R·B_c − q`` samples of a cell (rows of a row length, for
+:class:`~bucketloader.pack.PackSampler`) so that its last step is full. A cell with at least one
+full step has ``n_c >= R·B_c``: its repeats are a random part of it, each at most once more, a
+different part each epoch, as torch's ``DistributedSampler(drop_last=False)`` wraps around to the
+start of its shuffled list (it repeats fewer than ``R`` samples in all). A cell with *fewer*
+samples than one step (``n_c < R·B_c``) repeats all of them, up to ``ceil(R·B_c / n_c)`` times,
+every epoch; such a cell is usually the longest one (the tail of the lengths), so the model
+trains on its longest samples several times an epoch. :class:`~bucketloader.pack.PackSampler`
+fills such a step with shorter rows drawn at random instead (NOTE [ Filling a small row length ]
+in :mod:`bucketloader.pack.epoch`); BucketSampler still repeats the cell's own samples (shorter
+samples padded to its shape would change the batch's padding and promotion bookkeeping: not
+done yet). Measured (s22-fill, ``benchmarks/fill_repeats.py``, per epoch, all ranks):
+BucketSampler on GSM8K, 8 buckets of 32: 111 repeats on 1 rank (each once), 1,487 (19.9%) on
+8, the 50 samples of the 336-token bucket up to 6 times, the same ones every epoch;
+LibriSpeech: 1,413 on 8, up to 5 times; under ``max_tokens`` (even batches: NOTE [ Even
+batches ]) none of these sets repeats a sample more than once. PackSampler on LibriSpeech
+frames at ``(1024, 2048)``, 8 rows, repeated its one row of 2,048 up to 8 times on 1 rank, 64
+on 8 (now once on 1 rank, 8 times on 8: one per rank);
+torch's ``DistributedSampler`` repeats 5-7 samples over 8 ranks. Both samplers therefore warn
+(one ``UserWarning``, :func:`~bucketloader.plan.report.warn_fill_repeats`) when the repeats
+pass 5% of the samples or some sample is trained 3 times or more an epoch, with the count, the
+small cells and the way out (``"pad"``, or smaller batches); ``report().totals["repeated"]``
+counts every epoch exactly. A few random repeats, each once (every configuration measured on 1
+rank without a small cell), stay silent.
 
 NOTE [ Weighted epochs ]  (``weights``: one per group, i.e. per dataset of a ``GroupedDataset``)
 Each group ``g`` has its *natural* global steps per pass over its data, ``S_g`` (the sum of its

@@ -82,6 +82,62 @@ def warn_truncated(
     )
 
 
+#: Warn when ``last_batch="fill"`` repeats more than this fraction of an epoch's samples (or
+#: documents), or trains any of them :data:`FILL_TIMES` times or more in an epoch (NOTE [ What
+#: fill repeats ] in :mod:`bucketloader.plan.epoch`).
+FILL_WARNING = 0.05
+FILL_TIMES = 3
+
+
+def warn_fill_repeats(
+    owner: str,
+    repeated: int,
+    n: int,
+    *,
+    most: int,
+    small: str,
+    num_replicas: int,
+    unit: str = "samples",
+    about: bool = False,
+    stacklevel: int,
+) -> None:
+    """Warn once when ``last_batch="fill"`` repeats more than :data:`FILL_WARNING` of the ``n``
+    samples (or documents) per epoch, or trains some ``most >= FILL_TIMES`` times an epoch
+    (``small``: the shapes with fewer samples than one step, whose samples all repeat, the same
+    ones every epoch). Repeating is the option's purpose, so a few random repeats (what
+    torch's ``DistributedSampler`` does) are silent; a large or concentrated share changes what
+    the model trains on, which is said with the count and the way out (NOTE [ What fill
+    repeats ] in :mod:`bucketloader.plan.epoch`).
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as w:
+        ...     warnings.simplefilter("always")
+        ...     warn_fill_repeats("BucketSampler", 3, 1_000, most=4, small="", num_replicas=8,
+        ...                       stacklevel=2)
+        >>> print(w[0].message)  # doctest: +NORMALIZE_WHITESPACE
+        last_batch='fill' makes this BucketSampler repeat 3 samples per epoch on 8 rank(s)
+        (0.3% of 1,000), some of them up to 4 times an epoch: the model trains on those more
+        often than on the rest; report().totals['repeated'] counts each epoch exactly.
+        last_batch='pad' completes the short steps with masked padding rows instead (it repeats
+        samples only for a rank that would get none); a smaller batch_size or max_tokens needs
+        fewer repeats
+    """
+    if repeated <= FILL_WARNING * n and most < FILL_TIMES:
+        return
+    times = f", some of them up to {most:,} times an epoch" if most >= FILL_TIMES else ""
+    warnings.warn(
+        f"last_batch='fill' makes this {owner} repeat {'about ' if about else ''}{repeated:,} "
+        f"{unit} per epoch on {num_replicas} rank(s) ({repeated / max(n, 1):.1%} of {n:,})"
+        f"{times}{small}: the model trains on those more often than on the rest; "
+        "report().totals['repeated'] counts each epoch exactly. last_batch='pad' completes the "
+        f"short steps with masked padding rows instead (it repeats {unit[:-1]}s only for a rank "
+        "that would get none); a smaller batch_size or max_tokens needs fewer repeats",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
 #: The option that left samples out of a plan, by its key in a spec's ``filtered`` (the
 #: samplers' warnings name it: NOTE [ Warning about silent losses ] in
 #: :mod:`bucketloader.sampler`).

@@ -358,7 +358,8 @@ class BucketSpec:
                 :class:`~bucketloader.sampler.GroupedDataset`): boundaries are fitted per group
                 and batches never mix groups.
             last_batch: ``"pad"``, ``"fill"``, ``"drop"`` or ``"keep"`` (NOTE [ last_batch and
-                replicas ] in :mod:`bucketloader.plan.epoch`).
+                replicas ] and, for the repeats of ``"fill"``, NOTE [ What fill repeats ] in
+                :mod:`bucketloader.plan.epoch`).
             cache: passed to :func:`~bucketloader.compute_boundaries`: ``None`` (solve every
                 time), ``True`` (the default :class:`~bucketloader.BucketCache`) or a cache; a
                 slow strategy (``"lp"``) is then solved once per job and dataset.

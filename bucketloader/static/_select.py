@@ -101,7 +101,10 @@ def _geometry(n: int) -> tuple[int, int, int]:
     """``(a, b, s)`` with ``b = 2**s`` close to ``sqrt(n)`` and ``a = ceil(n / b)``."""
     # b ~ sqrt(n) keeps the two halves balanced (better mixing); float log2 keeps dynamic shapes
     # symbolic under torch.compile(dynamic=True).
-    n = int(n)  # specialise: symbolic log2/pow index maths makes dynamic compiles take minutes
+    # int() was meant to specialise n ("symbolic log2/pow index maths makes dynamic compiles
+    # take minutes"); torch 2.13's dynamo keeps it symbolic, no guard on its value, and one
+    # dynamic graph for N = 100, 200 and 1000 compiled in 17 s under inductor (s22-compile)
+    n = int(n)
     s = math.floor(math.log2(n) * 0.5 + 0.5)
     b = 2**s
     return (n + b - 1) // b, b, s

@@ -24,10 +24,13 @@ for fresh randomness. A Python int seed is a constant to the compiler: each new 
 Argument errors raised while Dynamo traces with ``fullgraph=True`` reach the caller wrapped in
 ``torch._dynamo.exc.Unsupported`` ("Observed exception"), our message in its debug context;
 :class:`BalancedSubsampler` checks ``num_samples`` and ``positive_fraction`` when it is built,
-outside any trace. The row length ``N`` is specialised (the grid geometry is computed in
-Python), so with ``dynamic=True`` the batch dimensions stay symbolic and a new ``N`` compiles a
-new graph. Compiling costs 7-10 s per shape on 2 CPU cores (inductor's codegen of the integer
-rounds), against about 2.5 s for two ``topk``.
+outside any trace. With ``dynamic=True`` the batch dimensions and the row length ``N`` stay
+symbolic: dynamo guards ``N`` into the ranges the algorithm branches on (``N <= 64``: sorted
+keys; ``64 < N <= 4096``: 10 Feistel rounds; longer: 6; and ``K > N`` or not), so a new ``N``
+in a range reuses the graph (torch 2.13, inductor: one graph for ``N`` = 100, 200 and 1000, equal
+to eager bit for bit, compiled in 17 s against 11 s for the first static shape and 4 s for each
+further one; this text said a new ``N`` compiled a new graph). Compiling costs 7-10 s per shape
+on 2 CPU cores (inductor's codegen of the integer rounds), against about 2.5 s for two ``topk``.
 """
 
 from __future__ import annotations

@@ -456,22 +456,27 @@ class BucketPass(Pass):
             self._gather(cell, need, batch, lens, at)
         self.dry += not batch and not self.buffered and not self.shuffle  # (nothing left at all)
         fill = self.o.last_batch == "fill"
+        fresh = bool(batch)
         if batch:
             self._last[cell] = list(zip(batch, lens, strict=True))
             self._last_pos[cell] = at
         elif fill:  # the shard is dry: repeat a recent batch that fits
             for other in (cell, *self.o.covers[cell]):
                 if self._last.get(other):
-                    batch = [x for x, _ in self._last[other]]
-                    lens = [n for _, n in self._last[other]]
+                    # (at most this cell's batch size: a shorter cell's batch can hold more,
+                    # which no collator lays out at this shape; s22-fill)
+                    batch = [x for x, _ in self._last[other][:need]]
+                    lens = [n for _, n in self._last[other][:need]]
+                    at = self._last_pos.get(other, [])[:need]
                     self.stats["repeated"] += len(batch)
                     break
         real = len(batch)
-        if real and real < need and fill:
+        if real and fill and (real < need or not fresh):
             extra = need - real
             batch += [batch[k % real] for k in range(extra)]
             lens += [lens[k % real] for k in range(extra)]
             self.stats["repeated"] += extra
+            self._note_fill(at, need, fresh=fresh)
             real = need
         if not batch:  # nothing real fits: stand-ins the collator turns into padding rows
             stand_in = self._stand_in(cell)
@@ -505,7 +510,7 @@ class BucketPass(Pass):
         for i, batch in enumerate(self.bsam):
             if not batch:
                 continue
-            lens = self.blen[i]
+            lens, positions = self.blen[i], self.bpos[i]
             real = sum(lens)
             self.bsam[i], self.bpos[i], self.blen[i] = [], [], []
             if policy == "drop":
@@ -517,6 +522,7 @@ class BucketPass(Pass):
                 batch += [batch[k % n] for k in range(extra)]
                 real += sum(lens[k % n] for k in range(extra))
                 self.stats["repeated"] += extra
+                self._note_fill(positions, sizes[i], fresh=True)
             self._count(i, len(batch), real, sizes[i] if policy != "keep" else rows)
             self.batches += 1
             yield batch

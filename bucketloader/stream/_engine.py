@@ -46,6 +46,12 @@ class Pass:
     #: The steps one rank's shard fills, named in the warning that ``steps_per_epoch`` is too
     #: high (``stream.resume._warn_dry``).
     STEPS_HINT: ClassVar[str] = "the samples per rank / the mean batch size"
+    #: What ``last_batch="fill"`` repeats and how, named in the warning that it repeated many
+    #: (``stream.resume._warn_fill``): the unit, then how.
+    FILL_HOW: ClassVar[tuple[str, str]] = (
+        "samples",
+        "a bucket's short batch is completed with copies of its own samples",
+    )
 
     def __init__(
         self,
@@ -70,10 +76,38 @@ class Pass:
         #: repeats; once one has, every later one does), for the "ran out of samples" note; not in
         #: the state or the report
         self.dry = 0
+        #: NOTE [ What a stream's fill repeats ]: the most appearances of one sample (a
+        #: document, for packing) that ``last_batch="fill"`` made in this pass, and the
+        #: appearances so far of each sample it repeated (by stream position); not in the state
+        #: or the report (a pass resumed from an exact state counts from there)
+        self.fill_most = 1
+        self._copies: dict[Any, int] = {}
         self.phase = "stream"
         self.stats = dict.fromkeys(stats, 0)
         self.snaps: list[tuple[int, Any]] = [(0, None)]
         self.every = every  # a source checkpoint every this many samples
+
+    def _note_fill(self, keys: Sequence[Any], n: int, *, fresh: bool) -> None:
+        """Count a batch that ``last_batch="fill"`` completed: its ``n`` entries are ``keys``
+        (stream positions) taken cyclically; ``fresh``: ``keys`` appear here for the first time
+        (a short batch topped up), else they were handed out before (a batch repeated)."""
+        if not keys:
+            return
+        copies = self._copies
+        times: dict[Any, int] = {}
+        for k in range(n):
+            key = keys[k % len(keys)]
+            times[key] = times.get(key, 0) + 1
+        for key, t in times.items():
+            total = t + (0 if fresh else copies.get(key, 1))
+            if total > 1:
+                copies[key] = total
+                self.fill_most = max(self.fill_most, total)
+
+    def fill_repeats(self) -> tuple[int, int]:
+        """``(extra appearances, most appearances of one)`` of the samples that
+        ``last_batch="fill"`` repeated in this pass (NOTE [ What a stream's fill repeats ])."""
+        return sum(self._copies.values()) - len(self._copies), self.fill_most
 
     def lane_steps(self) -> int:
         """This lane's share of ``steps_per_epoch`` (0 without it)."""

@@ -191,6 +191,7 @@ class RowPass(Pass):
 
     STATE_FORMAT = STATE_FORMAT
     STEPS_HINT = "the tokens per rank / (batch_size * row_length)"
+    FILL_HOW = ("documents", "a short batch is completed with copies of its own rows")
 
     def __init__(
         self, cfg: PackConfig, epoch: int, worker: tuple[int, int], *, skip: int = 0
@@ -295,6 +296,8 @@ class RowPass(Pass):
             take = take + [take[k % len(take)] for k in range(short)]
             out = [s for _, samples in take for s in samples]
             self.stats["repeated_rows"] += short
+            docs = [x for items, _ in take for x in items]
+            self._note_fill(docs, len(docs), fresh=True)
         elif short:
             self.stats["padded_rows"] += short
         self._last = take
@@ -356,6 +359,8 @@ class RowPass(Pass):
             elif o.last_batch == "fill" and self._last:  # dry: repeat the lane's last batch
                 batch = [s for _, samples in self._last for s in samples]
                 self.stats["repeated_rows"] += len(self._last)
+                docs = [x for items, _ in self._last for x in items]
+                self._note_fill(docs, len(docs), fresh=False)
                 self.batches += 1
                 self.dry += 1
             else:  # dry: a padding-only step (the collator writes B all-padding rows)

@@ -43,6 +43,24 @@ A new DataLoader starts its round-robin at worker 0, while the next batch may be
 shards itself by worker id (HF or torch ``IterableDataset``) cannot be rotated: ``state_dict`` then
 asks for a count that is a multiple of ``num_workers`` (checkpoint every ``N`` steps with ``N`` a
 multiple of it), rather than resume in a different order.
+
+NOTE [ What a stream's fill repeats ]
+A stream's ``last_batch="fill"`` completes a short batch with copies of its own samples (a
+bucket's tail, or its scheduled batch when the shard has only a few of that bucket left; a
+packing stream's last rows), and a lane whose shard is dry repeats its last batch. A sampler's
+fill draws its repeats from the whole bucket (NOTE [ last_batch and replicas ] in
+:mod:`bucketloader.plan.epoch`: each at most once more when the bucket fills a step), but a
+stream knows only what it holds, so one sample can make a whole batch: LibriSpeech frames, 8
+buckets of 32, 8 ranks each on its ``[rank::8]`` shard, ``steps_per_epoch=117`` (the sampler's
+count): on two of the ranks one utterance (675, 677 frames) made two batches of 32 copies of
+itself, 64 appearances in the epoch; on one rank, one pass, a tail batch of 2 real samples
+made 16 copies of each. Every copy was counted in ``report()`` (``repeated``), silently
+(s22-fill). The pass now says it, once, at its end, when one sample appeared
+``FILL_TIMES`` times or more, or the repeats pass ``FILL_WARNING`` of what it read; a few
+scattered repeats (what ``"fill"`` is for) stay silent. Samples are told apart by stream
+position (a split document's pieces apart); the count restarts with a pass resumed from an
+exact state. The batches are unchanged: completing a short batch from the bucket's earlier
+samples instead would need their positions in the exact state (a new state format).
 """
 
 from __future__ import annotations
@@ -61,7 +79,7 @@ import torch.utils.data
 
 from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import check_int
-from bucketloader.plan.report import LOSS_WARNING, DataLossWarning
+from bucketloader.plan.report import FILL_TIMES, FILL_WARNING, LOSS_WARNING, DataLossWarning
 from bucketloader.stream.counters import MAX_LANES, LaneCounters
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
@@ -317,6 +335,7 @@ def _warn_at_end(
             DataLossWarning,
             stacklevel=2,
         )
+    _warn_fill(engine, owner, epoch)
     if empty and engine.read == 0:
         warnings.warn(
             f"{owner} read no sample from its source in epoch {epoch}, so it yielded no batch; "
@@ -325,6 +344,26 @@ def _warn_at_end(
             UserWarning,
             stacklevel=2,
         )
+
+
+def _warn_fill(engine: Any, owner: str, epoch: int) -> None:
+    """One warning when ``last_batch="fill"`` repeated one sample ``FILL_TIMES`` times or
+    more in the pass, or more than ``FILL_WARNING`` of what it read (NOTE [ What a stream's
+    fill repeats ]). ``stacklevel`` as :func:`_warn_at_end`'s own warnings (it runs there)."""
+    extra, most = engine.fill_repeats()
+    if most < FILL_TIMES and extra <= FILL_WARNING * engine.read:
+        return
+    unit, how = engine.FILL_HOW
+    warnings.warn(
+        f"last_batch='fill' made this {owner} hand out {extra:,} repeats of {unit} in epoch "
+        f"{epoch} ({extra / max(engine.read, 1):.1%} of the {engine.read:,} it read), one "
+        f"{unit[:-1]} {most:,} times in all: {how} (and a dry shard repeats its last batch), so "
+        "the model trains "
+        "on those more often than on the rest; report() counts the repeats, and "
+        "last_batch='pad' completes a short batch with masked padding rows instead",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def _warn_dry(engine: Any, owner: str, epoch: int) -> None:
