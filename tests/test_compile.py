@@ -457,6 +457,16 @@ def test_example_batches_for_two_inputs_groups_and_streams():
         tuple(s) for s in stream.shapes
     ]
 
+    class Reiterable:  # (a DataLoader: each iter() starts its workers)
+        calls = 0
+
+        def __iter__(self):
+            Reiterable.calls += 1
+            return iter([[1, 2, 3]])
+
+    ExampleBatches(stream, Reiterable())  # s22-rev: the one-shot check called iter() twice
+    assert Reiterable.calls == 1
+
 
 class PackedRows:
     """A packing plan's own batch source (the protocol): rows of documents, position ids."""

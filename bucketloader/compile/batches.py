@@ -33,7 +33,6 @@ stay in range; an empty field is filled with zeros. Fixed-size fields are kept a
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -331,7 +330,8 @@ def _examples(plan: Any, example: Any, table: Any) -> dict[Any, Any]:
         if len(example) == 0:
             raise ValueError("example is an empty dataset; pass a real sample instead")
         return {None: example[0]}
-    if iter(example) is example:
+    it = iter(example)  # (once: a DataLoader's iter() starts its workers)
+    if it is example:
         # a generator, an open file, an iterator over a dataset: the sample taken here is gone
         # (a BucketIterable over the same iterator then trained on 199 of 200 rows, silently)
         raise TypeError(
@@ -340,7 +340,7 @@ def _examples(plan: Any, example: Any, table: Any) -> dict[Any, Any]:
             "away from training; pass one sample instead, e.g. example=first (kept aside and "
             "chained back: itertools.chain([first], rest)), or the dataset itself"
         )
-    first = next(iter(itertools.islice(example, 1)), None)
+    first = next(it, None)
     if first is None:
         raise ValueError("example is an empty iterable; pass a real sample instead")
     return {None: first}
