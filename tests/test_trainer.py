@@ -380,6 +380,9 @@ def test_seq2seq_generate_in_dataset_order(tmp_path):
     _check_labels_in_dataset_order(
         out.label_ids[:, :6], ds.map(lambda r: {"labels": r["labels"][:6]})
     )
+    # s22-rev: several sequences per sample were refused blaming DETR's loss_dict
+    with pytest.raises(ValueError, match=r"2 rows per sample at output 0 .* num_return_seq"):
+        trainer.predict(ds, num_beams=2, num_return_sequences=2)
     model.eval()
     for i in (3, 20):
         alone = model.generate(input_ids=torch.tensor([ds[i]["input_ids"]]), max_length=6)[0]

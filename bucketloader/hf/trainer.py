@@ -1053,6 +1053,15 @@ def _check_per_row(logits: Any, rows: int, model: str) -> None:
         for key, leaf in leaves:
             if isinstance(leaf, torch.Tensor) and (leaf.ndim == 0 or leaf.shape[0] != rows):
                 what = f"output {i}" + (f" (a dict; its {key!r})" if key is not None else "")
+                per = leaf.shape[0] // rows if leaf.ndim and rows else 0
+                if per > 1 and leaf.shape[0] == per * rows:  # (not DETR's loss_dict: sequences)
+                    raise ValueError(
+                        f"{model}'s evaluation outputs hold {per} rows per sample at {what} "
+                        f"(shape {tuple(leaf.shape)} for {rows} rows), as generate makes them "
+                        f"with num_return_sequences={per}; putting predictions in dataset order "
+                        "needs one per sample: predict with num_return_sequences=1 (the "
+                        "default), or call model.generate on the bucketed batches yourself"
+                    )
                 raise ValueError(
                     f"{model}'s evaluation outputs hold a value of shape {tuple(leaf.shape)} at "
                     f"{what}, not one row per sample ({rows} rows), so they cannot be put in "
