@@ -188,6 +188,32 @@ def test_last_batch_fill_of_a_small_row_length_or_bucket_says_what_it_repeats():
     assert msgs == []
 
 
+def test_two_small_row_lengths_fill_from_the_least_repeated_shorter_rows():
+    # s22-rev: a row of 32 and a row of 64 (each fewer than a step of 6 x 4) both filled their
+    # step from the rows of 16 left after leaving out the 22 their own last step repeats: the
+    # same 4 rows were drawn by both, a document 14 times an epoch (the warning said 6)
+    lengths = [7, 3, 14, 7, 10, 6, 15, 2, 2, 7, 9, 10, 14, 6, 15, 11, 9, 4, 12, 3, 1, 12, 4]
+    lengths += [11, 9, 7, 7, 3, 5, 10, 6, 12, 15, 3, 3, 11, 4, 6, 14, 14, 14, 12, 1, 5, 10]
+    lengths += [15, 4, 1, 11, 3, 14, 4, 27, 49]
+    for shuffle in (False, True):
+        samplers, msgs = _warned(
+            lambda shuffle=shuffle: [
+                PackSampler(lengths, row_length=(16, 32, 64), batch_size=4, last_batch="fill",
+                            num_replicas=6, rank=r, shuffle=shuffle)
+                for r in range(6)
+            ]
+        )  # fmt: skip
+        appear = np.bincount([i for s in samplers for b in s for i in b], minlength=54)
+        slots, offsets, kind = samplers[0].spec.layout
+        docs = samplers[0].spec.by_size[slots]
+        long = [d for r in np.flatnonzero(kind > 0) for d in docs[offsets[r] : offsets[r + 1]]]
+        if not shuffle:  # (shuffled, a short document can share the repeated rows of 32, 64)
+            assert np.delete(appear, long).max() == 4
+        (msg,) = set(msgs)
+        assert f"some of them up to {appear.max()} times an epoch" in msg
+        assert samplers[0].report().totals["repeated"] == int(appear.sum()) - 54
+
+
 def test_eval_sampler_with_a_filter_is_whole_over_the_kept_samples():
     lengths = [3, 4, 9, 10, 12, 8, 2]
     samplers, msgs = _warned(

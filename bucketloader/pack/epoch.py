@@ -40,9 +40,13 @@ epoch on 8 ranks; LibriSpeech frames at ``(1024, 2048)``, ``batch_size=8``: the 
 * the rest of each batch is *shorter* rows of the epoch, drawn at random
   (``SeedSequence([seed, epoch])``'s fifth child, the same draw on every rank) from the rows
   of the shorter row lengths that hold at most as many documents as a row of this length
-  (so ``cu_seqlens`` keeps its planned size) and that their own row length's last step does not
-  repeat already; those rows appear twice in the epoch, their documents a random set each
-  epoch, padded to the longer row length.
+  (so ``cu_seqlens`` keeps its planned size), those the epoch repeats least so far first
+  (:func:`fill_draws`: not those their own row length's last step repeats, nor those another
+  small row length drew, while others are left); those rows appear twice in the epoch, their
+  documents a random set each epoch, padded to the longer row length. (Until s22-rev the rows
+  a last step repeats were left out of the draw and two small row lengths drew alike: on 6
+  ranks, rows of ``(16, 32, 64)`` with one row of 32 and one of 64, both drew the same 4 of 26
+  rows of 16, their documents up to 14 times an epoch with ``shuffle=False``; now 4.)
 
 The shapes, steps and ``len`` are unchanged; where no shorter row qualifies (the shortest row
 length is the small one) the own rows repeat as before. Measured (``benchmarks/fill_repeats.py``,
@@ -50,8 +54,8 @@ length is the small one) the own rows repeat as before. Measured (``benchmarks/f
 at ``(128, 256, 512)``, ``max_tokens=16384``, 20 -> 2; at ``(256, 512)`` 10 -> 2; Europarl at
 ``(64, 128, 256)`` 5 -> 2; LibriSpeech 64 -> 8 (one row of 2,048 for 8 ranks, as under
 ``"pad"``). The price is padding, as the shorter rows are padded to the longer row length:
-``report().padding`` 0.4% -> 4.2% (GSM8K at ``(256, 512)``; ``"pad"``: 11.0%), 8.7% -> 19.2%
-(``(128, 256, 512)``; ``"pad"``: 42.0%), 0.4% -> 7.7% (the first 4,000; ``"pad"``: 16.6%); on
+``report().padding`` 0.4% -> 4.1% (GSM8K at ``(256, 512)``; ``"pad"``: 11.0%), 8.7% -> 19.1%
+(``(128, 256, 512)``; ``"pad"``: 42.0%), 0.4% -> 7.6% (the first 4,000; ``"pad"``: 16.6%); on
 one rank 0.4% -> 1.1% at most.
 
 NOTE [ Balancing ranks ]
@@ -243,31 +247,19 @@ def plan_pack_epoch(
 
 
 def fill_pools(
-    spec: PackSpec,
-    num_replicas: int,
-    row_offsets: np.ndarray,
-    row_kind: np.ndarray,
-    by_kind: np.ndarray | None = None,
+    spec: PackSpec, num_replicas: int, row_offsets: np.ndarray, row_kind: np.ndarray
 ) -> dict[int, np.ndarray]:
     """Under ``last_batch="fill"``, per small row length (fewer rows than one step on
     ``num_replicas`` ranks) that has shorter rows to fill its step with: those rows, in layout
-    order (NOTE [ Filling a small row length ]). Empty under another policy. With the epoch's
-    ``by_kind`` (rows by row length, in the epoch's order), the rows that a longer row length's
-    own last step already repeats are left out, so no filler is trained three times."""
+    order (NOTE [ Filling a small row length ]). Empty under another policy."""
     if spec.last_batch != "fill":
         return {}
     full, q = spec.steps(num_replicas)
     ndoc = np.diff(row_offsets)
-    fits = np.ones(ndoc.size, dtype=bool)
-    if by_kind is not None:  # a last step of a larger row length repeats its first rows
-        per_step = np.asarray(spec.batch_sizes, dtype=np.int64) * num_replicas
-        start = np.concatenate([[0], np.cumsum(spec.rows_per_length)[:-1]])
-        for j in np.flatnonzero((full > 0) & (q > 0)).tolist():
-            fits[by_kind[start[j] : start[j] + per_step[j] - q[j]]] = False
     out = {}
     for k in np.flatnonzero((full == 0) & (q > 0)).tolist():
         cap = spec.max_documents[k] // spec.batch_sizes[k]  # (the most a row of k holds)
-        pool = np.flatnonzero((row_kind < k) & (ndoc <= cap) & fits)
+        pool = np.flatnonzero((row_kind < k) & (ndoc <= cap))
         if pool.size:  # (else the shortest row length: its own rows repeat, as before)
             out[k] = pool
     return out
@@ -283,6 +275,48 @@ def own_rows(n: int, num_replicas: int) -> tuple[np.ndarray, np.ndarray]:
     return np.where(take > 0, r * lo + np.minimum(r, extra), r), np.maximum(take, 1)
 
 
+def fill_draws(
+    spec: PackSpec,
+    num_replicas: int,
+    by_kind: np.ndarray,
+    row_offsets: np.ndarray,
+    row_kind: np.ndarray,
+    ss: np.random.SeedSequence | None,
+) -> tuple[dict[int, np.ndarray], np.ndarray]:
+    """The filling rows of every small row length's step, over all ranks in rank order, and
+    each row's appearances in the epoch beyond its first (NOTE [ Filling a small row length ]):
+    each step takes the shorter rows the epoch repeats least so far (a random order among
+    equals; ``ss=None``: layout order), so the rows a longer row length's last step repeats, or
+    that another small row length drew, are drawn only when no other is left."""
+    pools = fill_pools(spec, num_replicas, row_offsets, row_kind)
+    extra = np.zeros(row_kind.size, dtype=np.int64)
+    q = spec.steps(num_replicas)[1]
+    per_step = np.asarray(spec.batch_sizes, dtype=np.int64) * num_replicas
+    start = np.concatenate([[0], np.cumsum(spec.rows_per_length)[:-1]])
+    for j in np.flatnonzero(q > 0).tolist():  # the repeats of the row lengths' own last steps
+        mine = by_kind[start[j] : start[j] + spec.rows_per_length[j]]
+        n = int(q[j])
+        if j in pools:  # its own rows, split over the ranks (one repeated for a rank without)
+            first, owns = own_rows(n, num_replicas)
+            taken = [(f + np.arange(c)) % n for f, c in zip(first, owns, strict=True)]
+            np.add.at(extra, mine[np.concatenate(taken)], 1)
+            extra[mine] -= 1
+        else:  # the last step wraps round to the start of the row length's rows (all of
+            # them, several times, where they are fewer than a step)
+            np.add.at(extra, mine[np.arange(int(per_step[j]) - n) % mine.size], 1)
+    rng = None if ss is None or not pools else np.random.default_rng(ss)
+    draws = {}
+    for k, pool in pools.items():  # (increasing k; one draw per small row length, every rank)
+        if rng is not None:
+            pool = rng.permutation(pool)
+        pool = pool[np.argsort(extra[pool], kind="stable")]  # the least repeated first
+        owned = int(own_rows(int(q[k]), num_replicas)[1].sum())
+        take = pool[np.arange(int(per_step[k]) - owned) % pool.size]
+        np.add.at(extra, take, 1)
+        draws[k] = take
+    return draws, extra
+
+
 def _small_fills(
     spec: PackSpec,
     num_replicas: int,
@@ -294,21 +328,16 @@ def _small_fills(
     rank: int,
 ) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """Rank ``rank``'s batch of every small row length that :func:`fill_pools` fills:
-    ``(row length index, its own rows, the filling rows)``; ``ss=None`` (no shuffle) takes the
-    filling rows in layout order."""
-    pools = fill_pools(spec, num_replicas, row_offsets, row_kind, by_kind)
-    rng = None if ss is None or not pools else np.random.default_rng(ss)
+    ``(row length index, its own rows, the filling rows)``, from :func:`fill_draws`."""
+    draws, _ = fill_draws(spec, num_replicas, by_kind, row_offsets, row_kind, ss)
     _, q = spec.steps(num_replicas)
     out = []
-    for k, pool in pools.items():
-        if rng is not None:  # (one draw per small row length, on every rank alike)
-            pool = rng.permutation(pool)
+    for k, take in draws.items():
         b, n = spec.batch_sizes[k], int(q[k])
         first, owns = own_rows(n, num_replicas)
         own = by_kind[kind_start[k] + (first[rank] + np.arange(owns[rank])) % n]
         before = int((b - owns[:rank]).sum())  # (fill slots of the ranks before this one)
-        fill = pool[(before + np.arange(b - owns[rank])) % pool.size]
-        out.append((k, own, fill))
+        out.append((k, own, take[before : before + b - owns[rank]]))
     return out
 
 

@@ -18,7 +18,13 @@ from bucketloader._dist import failing_together, would_join
 from bucketloader._types import LazyModule
 from bucketloader._validation import ALIASES, check_bool, check_collator_options, check_int
 from bucketloader.pack._work import WORK_VERSION
-from bucketloader.pack.epoch import PackPlan, fill_pools, own_rows, plan_pack_epoch
+from bucketloader.pack.epoch import (
+    PackPlan,
+    fill_draws,
+    fill_pools,
+    own_rows,
+    plan_pack_epoch,
+)
 from bucketloader.pack.spec import PackSpec, PackTable
 from bucketloader.plan.report import (
     DataLossWarning,
@@ -303,15 +309,19 @@ class PackSampler(EpochSampler):
         docs = np.bincount(row_kind, weights=ndoc, minlength=rows.size)
         per_row = docs / np.maximum(rows, 1)
         again = np.where(q > 0, per_step - q, 0).astype(np.float64)
-        repeated, most = 0.0, 1 + bool(again.any())  # (a larger row length: at most once more)
+        repeated = 0.0
         pools = fill_pools(spec, self.num_replicas, row_offsets, row_kind)
         for k, pool in pools.items():  # its own rows for ranks without one, then shorter rows
             n = int(q[k])
             owns = int(own_rows(n, self.num_replicas)[1].sum())
             fill = int(per_step[k]) - owns
             repeated += (owns - n) * per_row[k] + fill * float(ndoc[pool].mean())
-            most = max(most, -(-self.num_replicas // n), 1 + -(-fill // pool.size))
             again[k] = 0
+        # the most appearances of a row, on the layout's order standing in for an epoch's (a
+        # row drawn by two small row lengths, or repeated by its own last step, counts each)
+        by_kind = np.argsort(row_kind, kind="stable")
+        extra = fill_draws(spec, self.num_replicas, by_kind, row_offsets, row_kind, None)[1]
+        most = 1 + int(extra.max())
         repeated = round(repeated + float((again * per_row).sum()))
         small = np.flatnonzero((full == 0) & (q > 0))
         small = small[~np.isin(small, list(pools))]  # (the shortest: its own rows repeat)
