@@ -4,7 +4,8 @@ Run: ``.venv/bin/python benchmarks/pack_balance.py`` (about a minute on 2 shared
 ``benchmarks/results/pack_balance.md``.
 
 For every text column of tests/data (a document is tokens + 2 special tokens; prompt + response
-+ 2 for the paired files, as in ``benchmarks/packing.py``), ``PackSampler`` plans 3 epochs
++ 2 for the paired files, as in ``benchmarks/packing.py``) and LibriSpeech's utterances in 20 ms
+frames (rows of 2,048: one or two utterances a row), ``PackSampler`` plans 3 epochs
 (seeds 0, 1, 2 at epoch 0) at 8 and 64 simulated ranks, ``balance=False`` (before) and
 ``balance=True`` (after), all else equal. A rank's *work* at a step is the sum of its batch's
 squared document lengths (attention FLOPs up to a constant), its *tokens* the sum of lengths.
@@ -60,7 +61,15 @@ def columns() -> dict[str, np.ndarray]:
         "europarl_en": e[:, 0] + 2,
         "europarl_pair": e.sum(1) + 2,
         "gsm8k_qa": g.sum(1) + 2,
+        # audio frames (16 kHz samples / 320: 20 ms frames), rows of one or two utterances:
+        # the exchanges' candidate grid over every token count took minutes here (s22)
+        "librispeech_frames": load("librispeech_train_clean_100_samples.txt") // 320,
     }
+
+
+#: Columns planned at other (row length, B) than CONFIGS: LibriSpeech's utterances run to
+#: 1,226 frames, so rows of 2,048 (one or two utterances each).
+OWN_CONFIGS = {"librispeech_frames": ((2048, 1),)}
 
 
 def per_step(spec: PackSpec, ranks: int, balance: bool, seed: int) -> tuple[np.ndarray, ...]:
@@ -135,7 +144,7 @@ def main() -> None:
     ]
     summary: dict[tuple[int, bool], list[float]] = {}
     for name, lengths in columns().items():
-        for row_length, b in CONFIGS:
+        for row_length, b in OWN_CONFIGS.get(name, CONFIGS):
             spec = PackSpec.build(lengths, row_length=row_length, batch_size=b, overflow="drop")
             for ranks in RANKS:
                 res = {}

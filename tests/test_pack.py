@@ -333,6 +333,28 @@ def test_work_aware_rows_balance_one_row_per_rank_at_64_ranks():
     assert head + list(resumed) == everything
 
 
+def test_work_aware_exchanges_of_long_documents_look_at_the_counts_they_reach(monkeypatch):
+    """s22: an exchange between rows of one or two long documents looked at every token count
+    out of one row against every shift into the other (about L x 2L cells: 1,700 x 2,000 at
+    L = 2,048), so PackSampler(balance=True) over LibriSpeech frames at (1024, 2048) on 8
+    ranks ran for minutes; only the counts some subset reaches are candidates (here 3 x 4)."""
+    from bucketloader.pack import _work
+
+    seen = []
+    real = _work._candidates
+
+    def record(*args):
+        out = real(*args)
+        seen.append(out[3].shape)
+        return out
+
+    monkeypatch.setattr(_work, "_candidates", record)
+    pair = _work._exchange([1100, 600], [700, 500], 2048, 8, 2048, 150_000, 400_000)
+    assert pair is not None  # (the 600 and the 500 change places)
+    assert sorted(pair[0] + pair[1]) == [500, 600, 700, 1100]
+    assert seen and max(a * b for a, b in seen) <= 4 * 4
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     rows=st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=6), min_size=2, max_size=12),
