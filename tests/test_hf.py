@@ -360,6 +360,25 @@ def test_for_text_per_dataset_groups_never_mix():
         assert len(set(ids[ids != 0].tolist())) == 1
         seen += int(batch["sample_mask"].sum())
     assert seen == len(a) + len(g)
+    # datasets with other columns: refused when built, as for_images does (s22: a column only in
+    # the second failed at a batch, "cannot be stacked"; only in the first, "column not found")
+    labelled = dg.add_column("labels", [[3] * n for n in g])
+    for pair, only in (
+        ((da, labelled), r"\['labels'\]; only in 0: \[\]"),
+        ((labelled, da), r"\[\]; only in 0: \['labels'\]"),
+    ):
+        with pytest.raises(ValueError, match=rf"for_text pads .* dataset 1's differ .*{only}"):
+            hf.for_text(list(pair), pad_token_id=0, num_buckets=3, batch_size=8)
+    with pytest.raises(ValueError, match=r"for_audio pads .* dataset 1's differ"):
+        hf.for_audio(
+            [
+                da.rename_column("input_ids", "input_values"),
+                labelled.rename_column("input_ids", "input_values"),
+            ],
+            column="input_values",
+            num_buckets=3,
+            batch_size=8,
+        )
 
 
 def test_for_text_rejects_a_ragged_column_it_cannot_pad():

@@ -904,6 +904,7 @@ def for_text(
     check_entry_options(for_text, options, BucketSampler, BucketSpec, evaluation=evaluation)
     pad = pad_token_id_of(pad_token_id, tokenizer)
     many = dataset_list(dataset, "for_text")
+    _same_columns(many, "for_text")
     inputs = _check_columns(column)
     check_token_columns(many, inputs, "for_text")
     per_input = {name: [lengths(d, name) for d in many] for name in inputs}
@@ -972,6 +973,7 @@ def for_audio(
     """
     check_entry_options(for_audio, options, BucketSampler, BucketSpec, evaluation=evaluation)
     many = dataset_list(dataset, "for_audio")
+    _same_columns(many, "for_audio")
     table, _ = table_and_indices(many[0])
     path = _audio_column(table, column)
     pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None, "for_audio")
@@ -1062,7 +1064,7 @@ def for_images(
     check_int("label_pad_value", label_pad_value)
     many = dataset_list(dataset, "for_images")
     sizes = [_image_sizes(d, column) for d in many]
-    _same_columns(many)
+    _same_columns(many, "for_images")
     per_input = {name: [hw[:, k + 1] for hw in sizes] for k, name in enumerate(IMAGE_INPUTS)}
     follows: dict[str, Any] = {column: IMAGE_INPUTS}
     table = table_and_indices(many[0])[0]
@@ -1109,17 +1111,18 @@ def for_images(
 IMAGE_INPUTS = ("height", "width")
 
 
-def _same_columns(many: list[Any]) -> None:
+def _same_columns(many: list[Any], owner: str) -> None:
     """Datasets bucketed together have the same columns: the columns are read from the first
     (a column only in another failed at that dataset's first batch, mid-epoch, or with
-    pyarrow's KeyError when the plan was built)."""
+    pyarrow's KeyError when the plan was built; s22-rev for images, the same for text and
+    audio)."""
     first = table_and_indices(many[0])[0].column_names
     for i, d in enumerate(many[1:], 1):
         cols = table_and_indices(d)[0].column_names
         if set(cols) != set(first):
             extra, missing = sorted(set(cols) - set(first)), sorted(set(first) - set(cols))
             raise ValueError(
-                f"for_images pads the datasets' columns alike, but dataset {i}'s differ from "
+                f"{owner} pads the datasets' columns alike, but dataset {i}'s differ from "
                 f"dataset 0's (only in {i}: {extra}; only in 0: {missing}); give them the same "
                 "columns (dataset.remove_columns([...]))"
             )
