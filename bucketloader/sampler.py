@@ -685,14 +685,9 @@ class BucketSampler(SpecShapes, EpochSampler):
             # their number (s21-pack: 5 of 1,005 samples, silently)
             dead = np.flatnonzero((full == 0) & (q > 0) & self._batches_the_spec)
             if dead.size:
-                shapes = ", ".join(
-                    f"{tuple(int(x) for x in spec.cells.lengths[c])} ({int(q[c]):,} of a step's "
-                    f"{int(spec.cells.batch[c]) * self.num_replicas:,})"
-                    for c in dead[:4]
-                )
+                per_step = spec.cells.batch * self.num_replicas
                 never = (
-                    f"; {len(dead)} bucket(s) hold fewer samples than one step takes, padded "
-                    f"lengths {shapes}{', ...' if len(dead) > 4 else ''}, so their "
+                    f"; {_small_buckets(spec, dead, q, per_step)}, so their "
                     f"{int(q[dead].sum()):,} samples are never seen, the same ones every epoch"
                 )
         lost = sum(reasons.values())
@@ -743,14 +738,8 @@ class BucketSampler(SpecShapes, EpochSampler):
         )
         said = ""
         if small.size:
-            shapes = ", ".join(
-                f"{tuple(int(x) for x in spec.cells.lengths[c])} ({int(q[c]):,} of a step's "
-                f"{int(per_step[c]):,})"
-                for c in small[:4]
-            )
             said = (
-                f"; {small.size} bucket(s) hold fewer samples than one step takes, padded "
-                f"lengths {shapes}{', ...' if small.size > 4 else ''}, so all their "
+                f"; {_small_buckets(spec, small, q, per_step)}, so all their "
                 f"{int(q[small].sum()):,} samples repeat, the same ones every epoch"
             )
         warn_fill_repeats(
@@ -1000,6 +989,27 @@ class GroupedDataset(ConcatDataset):
 
 
 _STATE_VERSION = 1
+
+
+def _small_buckets(spec: Any, cells: np.ndarray, q: np.ndarray, per_step: np.ndarray) -> str:
+    """The warnings' words for the buckets ``cells`` that hold fewer samples (``q``) than one
+    global step takes (``per_step``): their count and up to four padded lengths.
+
+    Example:
+        >>> spec = BucketSpec.build([3, 5, 9], boundaries=[4, 9], batch_size=2)
+        >>> _small_buckets(spec, np.array([0]), np.array([1, 2]), np.array([2, 2]))
+        "1 bucket(s) hold fewer samples than one step takes, padded lengths (4,) (1 of a step's 2)"
+    """
+    shapes = ", ".join(
+        f"{tuple(int(x) for x in spec.cells.lengths[c])} ({int(q[c]):,} of a step's "
+        f"{int(per_step[c]):,})"
+        for c in cells[:4]
+    )
+    more = ", ..." if len(cells) > 4 else ""
+    return (
+        f"{len(cells)} bucket(s) hold fewer samples than one step takes, padded lengths "
+        f"{shapes}{more}"
+    )
 
 
 def _check_state(
