@@ -622,6 +622,16 @@ def test_a_stream_counts_max_tokens_as_its_spec_does():
         rows, length_fn=("height", "width"), boundaries=bounds, max_tokens=budget, size="prod"
     )
     assert plain.shapes == stream.shapes
+    # the spec's batch rule too, when the stream is given none (s22: "pass exactly one of
+    # batch_size or max_tokens" asked for what the spec was planned with); one given wins
+    inherit = BucketIterable(rows, length_fn=("height", "width"), boundaries=spec)
+    assert inherit.shapes == stream.shapes
+    fixed = BucketSpec.build({"height": wh[:, 1], "width": wh[:, 0]}, num_buckets=2, batch_size=4)
+    assert set(
+        BucketIterable(rows, length_fn=("height", "width"), boundaries=fixed).batch_sizes
+    ) == {4}
+    own = BucketIterable(rows, length_fn=("height", "width"), boundaries=fixed, batch_size=3)
+    assert set(own.batch_sizes) == {3}
     with pytest.raises(ValueError, match=r"size='sum' contradicts the BucketSpec .* size='prod'"):
         BucketIterable(
             rows, length_fn=("height", "width"), boundaries=spec, max_tokens=budget, size="sum"

@@ -218,6 +218,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             check_options(
                 "BucketIterable", options, [*keyword_options(BucketIterable), *SHAPE_OPTIONS]
             )
+            options = _spec_batch_rule(boundaries, options)
             shaping = Shaping.parse(names, allow_callable=True, **options)
             self.last_batch = shaping.last_batch
             self.shuffle_buffer = check_int("shuffle_buffer", shuffle_buffer, minimum=0)
@@ -683,6 +684,29 @@ def _local_cache(cache: Any) -> Any:
         local.distributed = False
         return local
     return cache
+
+
+def _spec_batch_rule(boundaries: Any, options: Any) -> Any:
+    """``options`` with the batch rule of a :class:`BucketSpec` (or a sampler's) given as
+    ``boundaries=`` when neither ``batch_size`` nor ``max_tokens`` is: the spec was planned with
+    it, and a stream asked for it again ("pass exactly one of batch_size or max_tokens", found by
+    s22-fill-second). Per-bucket batch sizes stay the caller's to give: a stream plans every
+    lattice point, which a spec's own cells need not be.
+
+    Example:
+        >>> spec = BucketSpec.build([3, 5, 9], boundaries=[4, 9], max_tokens=36)
+        >>> _spec_batch_rule(spec, {})["max_tokens"].max_tokens
+        36
+    """
+    planned = getattr(boundaries, "spec", boundaries)
+    rule = planned.rule if isinstance(planned, BucketSpec) else None
+    if rule is None or "batch_size" in options or "max_tokens" in options:
+        return options
+    if rule.batch_size is not None:
+        return {**options, "batch_size": rule.batch_size}
+    if rule.budget is not None:
+        return {**options, "max_tokens": rule.budget}
+    return options
 
 
 def _stream_size(size: Any, planned: Size | None, inputs: int = 2) -> Size:
