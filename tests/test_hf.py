@@ -1194,6 +1194,9 @@ def test_for_images_plans_height_and_width_and_returns_pixel_mask():
         for r in range(rows_):
             if r >= len(idx):  # a filler row: all padding, no object
                 assert not pm[r].any()
+                # (a blank image, as its target says: a copy of a real image with no object
+                # taught the detector that image holds none; s22)
+                assert not pv[r].any()
                 assert labels[r]["class_labels"].shape == (0,)
                 assert labels[r]["boxes"].shape == (0, 4)
                 fillers += 1

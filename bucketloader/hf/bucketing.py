@@ -37,7 +37,9 @@ processors return them) have a count per image that no input buckets: they are t
 the collator and returned as a list, one dict per row, as ``transformers``' detection examples
 collate them; a filler row gets its source row's dict with no object (``DETECTION_KEYS`` cut to
 0 entries), which DETR's loss still counts as "no object" queries (its head is not one that
-ignores -100: ``loss_policy`` warns and names ``last_batch='fill'``).
+ignores -100: ``loss_policy`` warns and names ``last_batch='fill'``), and a blank image (the
+pad value: a copy of its source row's image, as text filler rows are, with no object in its
+target taught the detector that a real image holds none; s22).
 
 NOTE [ Target columns ]
 Decoder or CTC labels (a translation, a transcript) have lengths of their own. Bucketing them
@@ -323,6 +325,12 @@ class ModelInputs:
         if pixels is not None:  # (after _fill_rows, which copies real rows)
             pixels[~real] = 0
             out["pixel_mask"] = pixels
+        if per_image and pixels is not None and not bool(real.all()):
+            # a filler row's target has no object: its image is blank too, so the detector is
+            # not taught that a real image holds none (NOTE [ Images: pixel_mask ])
+            for key, pad in _image_pads(self.pad_collator).items():
+                if isinstance(out.get(key), torch.Tensor):
+                    out[key][~real] = pad
         for key, values in per_image.items():
             out["labels" if key == "label" else key] = _per_image_rows(values, real, n, rows)
         if self.keep is not None:
@@ -390,6 +398,18 @@ def _map_pads(collator: Any) -> dict[str, Any]:
         "labels" if k in ("label", "label_ids") else k: pads[k]  # (renamed as ModelInputs does)
         for k, f in fields.items()
         if k.startswith("label") and k in pads and isinstance(f.input, tuple) and len(f.input) == 2
+    }
+
+
+def _image_pads(collator: Any) -> dict[str, Any]:
+    """The pad values of the fields padded along two inputs that are not ``label*`` (the image,
+    and whatever is laid out with it), to blank a detection filler row."""
+    fields = getattr(collator, "fields", None) or {}
+    pads = getattr(collator, "pad_value", 0)
+    return {
+        k: (pads.get(k, 0) if isinstance(pads, Mapping) else pads)
+        for k, f in fields.items()
+        if not k.startswith("label") and isinstance(f.input, tuple) and len(f.input) == 2
     }
 
 
