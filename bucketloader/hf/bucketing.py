@@ -80,6 +80,7 @@ multi-label) need the loss masked by rows: :func:`bucketloader.hf.masked_loss` a
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -265,6 +266,11 @@ class ModelInputs:
             inner = inner.collator
         return inner
 
+    @functools.cached_property
+    def _images(self) -> _ImageFields:
+        """The pad collator's fields padded along two inputs, read once (not per batch)."""
+        return _image_fields(self.pad_collator)
+
     def __call__(self, samples: list[Any]) -> dict[str, Any]:
         n = len(samples)
         group_key = getattr(self.pad_collator, "group_key", None)
@@ -273,9 +279,7 @@ class ModelInputs:
         if self.targets is not None:
             cols = self.targets.columns
             tvals = {k: [s[k] for s in samples] for k in cols}
-            stripped = [{k: v for k, v in s.items() if k not in cols} for s in samples]
-            rows_attr = getattr(samples, "rows", None)
-            samples = EvalSamples(stripped, rows_attr) if rows_attr is not None else stripped
+            samples = _without(samples, cols)
         per_image: dict[str, list[Any]] = {}
         if samples and isinstance(samples[0], Mapping):
             per_image = {
@@ -284,9 +288,7 @@ class ModelInputs:
                 if isinstance(samples[0].get(k), Mapping)
             }
         if per_image:  # (detection targets: NOTE [ Images: pixel_mask ])
-            stripped = [{k: v for k, v in s.items() if k not in per_image} for s in samples]
-            rows_attr = getattr(samples, "rows", None)
-            samples = EvalSamples(stripped, rows_attr) if rows_attr is not None else stripped
+            samples = _without(samples, per_image)
         out = dict(self.collator(samples))
         real = out.pop("sample_mask")
         index = out.pop("index", None)
@@ -301,9 +303,9 @@ class ModelInputs:
                 out.pop("decoder_attention_mask", None)
         mask = out.get("attention_mask")
         pixels = None
+        image = self._images.inputs
         if isinstance(mask, Mapping):
             main = self.main_input or next(iter(mask))
-            image = _image_inputs(self.pad_collator)
             if image is not None:
                 if "pixel_mask" not in out:
                     a, b = (mask[name].to(torch.long) for name in image)
@@ -320,15 +322,16 @@ class ModelInputs:
         for old in ("label", "label_ids"):
             if old in out and "labels" not in out:
                 out["labels"] = out.pop(old)
-        if not bool(real.all()):
-            _fill_rows(out, real, n, rows, self.label_keys, _map_pads(self.pad_collator))
+        fillers = not bool(real.all())
+        if fillers:
+            _fill_rows(out, real, n, rows, self.label_keys, self._images.label_pads)
         if pixels is not None:  # (after _fill_rows, which copies real rows)
             pixels[~real] = 0
             out["pixel_mask"] = pixels
-        if per_image and pixels is not None and not bool(real.all()):
+        if per_image and pixels is not None and fillers:
             # a filler row's target has no object: its image is blank too, so the detector is
             # not taught that a real image holds none (NOTE [ Images: pixel_mask ])
-            for key, pad in _image_pads(self.pad_collator).items():
+            for key, pad in self._images.pads.items():
                 if isinstance(out.get(key), torch.Tensor):
                     out[key][~real] = pad
         for key, values in per_image.items():
@@ -371,9 +374,18 @@ def _fill_rows(
             v[n:] = v[src]
 
 
-def _image_inputs(collator: Any) -> tuple[str, str] | None:
-    """The two inputs, in the order of the dims, of the collator's image field: the field padded
-    along two inputs (``pixel_values`` first), or ``None`` (NOTE [ Images: pixel_mask ])."""
+class _ImageFields(NamedTuple):
+    """The fields a collator pads along two inputs (an image, and what is laid out with it;
+    NOTE [ Images: pixel_mask ])."""
+
+    inputs: tuple[str, str] | None  # the image's two inputs, in the order of its dims
+    label_pads: dict[str, Any]  # label* maps' pads (their filler rows take them, not -100)
+    pads: dict[str, Any]  # the other fields' pads (a detection filler row is blanked with them)
+
+
+def _image_fields(collator: Any) -> _ImageFields:
+    """:class:`_ImageFields` of ``collator`` (``inputs`` from ``pixel_values``, else the first
+    such field; label keys renamed as :class:`ModelInputs` renames them)."""
     fields = getattr(collator, "fields", None) or {}
     two = {
         k: f
@@ -381,36 +393,30 @@ def _image_inputs(collator: Any) -> tuple[str, str] | None:
         if isinstance(f.input, tuple) and len(f.input) == 2 and isinstance(f.dims, tuple)
     }
     if not two:
-        return None
+        return _ImageFields(None, {}, {})
     field = two.get("pixel_values", next(iter(two.values())))
     ordered = sorted(zip(field.dims, field.input, strict=True))
-    return ordered[0][1], ordered[1][1]
-
-
-def _map_pads(collator: Any) -> dict[str, Any]:
-    """The pads of the ``label*`` fields padded along two inputs (an image's segmentation map:
-    ``for_images``' ``label_pad_value``), which filler rows take instead of -100."""
-    fields = getattr(collator, "fields", None) or {}
-    pads = getattr(collator, "pad_value", None)
-    if not isinstance(pads, Mapping):
-        return {}
-    return {
-        "labels" if k in ("label", "label_ids") else k: pads[k]  # (renamed as ModelInputs does)
-        for k, f in fields.items()
-        if k.startswith("label") and k in pads and isinstance(f.input, tuple) and len(f.input) == 2
-    }
-
-
-def _image_pads(collator: Any) -> dict[str, Any]:
-    """The pad values of the fields padded along two inputs that are not ``label*`` (the image,
-    and whatever is laid out with it), to blank a detection filler row."""
-    fields = getattr(collator, "fields", None) or {}
     pads = getattr(collator, "pad_value", 0)
-    return {
-        k: (pads.get(k, 0) if isinstance(pads, Mapping) else pads)
-        for k, f in fields.items()
-        if not k.startswith("label") and isinstance(f.input, tuple) and len(f.input) == 2
-    }
+
+    def pad(k: str) -> Any:
+        return pads.get(k, 0) if isinstance(pads, Mapping) else pads
+
+    return _ImageFields(
+        (ordered[0][1], ordered[1][1]),
+        {
+            "labels" if k in ("label", "label_ids") else k: pads[k]
+            for k in two
+            if k.startswith("label") and isinstance(pads, Mapping) and k in pads
+        },
+        {k: pad(k) for k in two if not k.startswith("label")},
+    )
+
+
+def _without(samples: Any, keys: Any) -> Any:
+    """``samples`` (dicts) without ``keys``; an evaluation batch's keep their ``rows``."""
+    stripped = [{k: v for k, v in s.items() if k not in keys} for s in samples]
+    rows = getattr(samples, "rows", None)
+    return stripped if rows is None else EvalSamples(stripped, rows)
 
 
 def _per_image_rows(values: list[Any], real: torch.Tensor, n: int, rows: int) -> list[Any]:
