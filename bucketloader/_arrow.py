@@ -25,6 +25,21 @@ def is_list(t: Any) -> bool:
     )
 
 
+def nesting(t: Any) -> tuple[int, Any]:
+    """``(depth, leaf type)`` of an Arrow type: how many list levels (fixed-size lists and list
+    views too) wrap which values.
+
+    Example:
+        >>> import pyarrow as pa
+        >>> nesting(pa.list_(pa.list_(pa.float32())))
+        (2, DataType(float))
+    """
+    depth = 0
+    while is_list(t):
+        t, depth = t.value_type, depth + 1
+    return depth, t
+
+
 def is_text(t: Any) -> bool:
     """Does the Arrow type ``t`` hold strings (plain, large or a string view): text, where a
     column of token ids or samples was expected?

@@ -90,7 +90,7 @@ import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from bucketloader._arrow import is_bytes, is_list, is_text
+from bucketloader._arrow import is_bytes, is_list, is_text, nesting
 from bucketloader._types import SIDES
 from bucketloader._validation import (
     MAX_LENGTH,
@@ -1202,9 +1202,7 @@ def _image_sizes(dataset: Any, column: str) -> np.ndarray:
             "processor's output first: dataset = dataset.map(lambda b: processor(b['image'], "
             "do_pad=False), batched=True)"
         )
-    t, depth = table.schema.field(column).type, 0
-    while is_list(t):
-        t, depth = t.value_type, depth + 1
+    depth, t = nesting(table.schema.field(column).type)
     if depth != 3 or not (pa.types.is_floating(t) or pa.types.is_integer(t)):
         found = f"{depth}-level lists of {t}" if depth else f"{t} values (undecoded images?)"
         raise TypeError(

@@ -70,7 +70,7 @@ import torch
 import transformers
 from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 
-from bucketloader._arrow import is_list
+from bucketloader._arrow import nesting
 from bucketloader._samples import load_samples
 from bucketloader._validation import keyword_options, release
 from bucketloader.evaluation import EvalSampler, restore_order
@@ -1237,10 +1237,8 @@ def _is_image(dataset: Any, column: str) -> bool:
         t = table_and_indices(dataset)[0].schema.field(column).type
     except (TypeError, KeyError):
         return False
-    depth = 0
-    while is_list(t):
-        t, depth = t.value_type, depth + 1
-    return depth == 3 and bool(pa.types.is_floating(t) or pa.types.is_integer(t))
+    depth, leaf = nesting(t)
+    return depth == 3 and bool(pa.types.is_floating(leaf) or pa.types.is_integer(leaf))
 
 
 def _is_audio(dataset: Any, column: str) -> bool:
@@ -1252,10 +1250,7 @@ def _is_audio(dataset: Any, column: str) -> bool:
         return False
     if path != column:
         return True
-    leaf = arr.type
-    while is_list(leaf):  # (fixed-size lists and list views too)
-        leaf = leaf.value_type
-    return bool(pa.types.is_floating(leaf))
+    return bool(pa.types.is_floating(nesting(arr.type)[1]))
 
 
 class BucketTrainer(_BucketMixin, transformers.Trainer):
