@@ -391,3 +391,17 @@ transform)
                 f"{where} has layout={v.layout}; the collators read dense tensors: call "
                 ".to_dense() on it (in the dataset's __getitem__ or a transform)"
             ) from exc
+
+
+class EvalSamples(list):  # type: ignore[type-arg]
+    """The samples of an evaluation batch (a plain list) with the batch's planned ``rows``
+    (:class:`~bucketloader.evaluation.EvalBatch`; the dataset index of each row, -1 on filler
+    rows), which :class:`~bucketloader.evaluation.EvalCollator` reads. Here, below the samplers,
+    so that :mod:`bucketloader.compile` makes such batches without importing the evaluation
+    module (a cycle)."""
+
+    rows: np.ndarray
+
+    def __init__(self, samples: Any, rows: np.ndarray) -> None:
+        super().__init__(samples)
+        self.rows = rows

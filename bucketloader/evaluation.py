@@ -56,7 +56,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from bucketloader._dist import resolve_ranks
-from bucketloader._samples import DatasetView, load_samples
+from bucketloader._samples import DatasetView, EvalSamples, load_samples
 from bucketloader._validation import check_bool, check_collator_options, check_int
 from bucketloader.collate import PadCollator
 from bucketloader.plan import BucketSpec, ShapeTable
@@ -91,16 +91,6 @@ class EvalBatch(list):  # type: ignore[type-arg]
     def __repr__(self) -> str:
         extra = f", fill={self.fill}" if self.fill is not None else ""
         return f"EvalBatch({list(self)!r}, rows={self.rows.tolist()!r}{extra})"
-
-
-class EvalSamples(list):  # type: ignore[type-arg]
-    """The samples of an :class:`EvalBatch` (a plain list) with the batch's planned ``rows``."""
-
-    rows: np.ndarray
-
-    def __init__(self, samples: Any, rows: np.ndarray) -> None:
-        super().__init__(samples)
-        self.rows = rows
 
 
 class EvalSampler(SpecShapes, Sampler[list[int]]):

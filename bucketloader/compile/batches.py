@@ -39,7 +39,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from bucketloader._samples import is_sequence, kind_of
+from bucketloader._samples import EvalSamples, is_sequence, kind_of
 from bucketloader._validation import checks_options
 from bucketloader.collate import PadCollator
 from bucketloader.collate.fields import keys_of
@@ -267,17 +267,9 @@ def _is_eval(plan: Any, collate_fn: Any) -> bool:
     return any(getattr(x, "rows_in_samples", False) for x in (plan, collate_fn))
 
 
-class _AllReal(list):  # type: ignore[type-arg]
-    """Example samples with every row real: the ``rows`` an evaluation collator reads."""
-
-    rows: np.ndarray
-
-
 def _eval_samples(samples: list[Any]) -> list[Any]:
     """``samples`` as an evaluation batch's, every row real."""
-    out = _AllReal(samples)
-    out.rows = np.arange(len(samples), dtype=np.int64)
-    return out
+    return EvalSamples(samples, np.arange(len(samples), dtype=np.int64))
 
 
 # -- examples -----------------------------------------------------------------------------------
