@@ -135,16 +135,22 @@ def _w2v_config():
     )
 
 
+#: The tiny encoder-decoder sizes of the config-built models here (seq2seq, DETR-family).
+TINY_ENCODER_DECODER = {
+    "d_model": 16,
+    "encoder_layers": 1,
+    "decoder_layers": 1,
+    "encoder_attention_heads": 2,
+    "decoder_attention_heads": 2,
+    "encoder_ffn_dim": 32,
+    "decoder_ffn_dim": 32,
+}
+
+
 def _seq2seq_config(cls, **kw):
     return cls(
         vocab_size=60,
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
+        **TINY_ENCODER_DECODER,
         pad_token_id=1,
         bos_token_id=0,
         eos_token_id=2,
@@ -1089,13 +1095,7 @@ def _tiny_detr(cls_name):
         backbone_config=transformers.ResNetConfig(
             embedding_size=8, hidden_sizes=[8, 8, 8, 16], depths=[1, 1, 1, 1], layer_type="basic"
         ),
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
+        **TINY_ENCODER_DECODER,
         num_queries=5,
         num_labels=3,
     )
