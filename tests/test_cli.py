@@ -420,10 +420,32 @@ def test_bad_options_fail_before_any_work(tmp_path, files, capsys):
         ["--option", "cost=quadratic"],  # (its own flag)
         ["--strategy", "lp", "--option", "max_values=9", "--option", "max_values=8"],
     ]
+    bads += [  # s23: a strategy's option values, before the lengths are read
+        ["--strategy", "lp", "--option", "time_limit=-1"],
+        ["--strategy", "lp", "--option", "solver='nope'"],
+    ]
     for bad in bads:
         assert main(["precompute", one, "-k", "2", "--cache-dir", str(cache), *bad]) == 2, bad
         assert "solving" not in capsys.readouterr().err
         assert not cache.exists(), bad  # no solve, no entry written
+    # ... and before the lengths are read (an engine's scan can take minutes): an input that
+    # does not exist is not what the error names, the flag and its value are
+    gone = str(tmp_path / "gone.txt")
+    for bad, said in [
+        (["-k", "0"], "-k/--num-buckets: num_buckets must be an int >= 1"),
+        (["-k", "2", "--strategy", "nope"], "--strategy: strategy must be one of"),
+        (["-k", "2", "--strategy", "lp", "--option", "time_limit=-1"], "--option time_limit=-1"),
+    ]:
+        assert main(["precompute", gone, "--cache-dir", str(cache), *bad]) == 2, bad
+        assert said in capsys.readouterr().err, bad
+    for bad, said in [
+        (["-k", "4", "0"], "-k/--num-buckets: num_buckets must be an int >= 1"),
+        (["--strategy", "nope"], "--strategy: strategy must be one of"),
+        (["--batch-size", "0"], "--batch-size: batch_size must be an int >= 1"),
+        (["--padding-target", "-1"], "--padding-target: padding_target must be a number"),
+    ]:
+        assert main(["report", gone, *bad]) == 2, bad
+        assert said in capsys.readouterr().err, bad
     # s19: a strategy's own options from the command line (the LP's coarsening warning says
     # "raise max_values", which the CLI could not)
     lp = ["--strategy", "lp", "--option", "max_values=3", "--option", "warm_start=False"]

@@ -274,6 +274,37 @@ def _strategy_options(given: Sequence[str]) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
+def _flag(flag: str) -> Iterator[None]:
+    """A check of the value of ``flag``: its error names the flag too (``-k/--num-buckets:
+    num_buckets must be an int >= 1, got num_buckets=0``), as the user typed the flag."""
+    try:
+        yield
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"{flag}: {exc}") from None
+
+
+def _check_option_values(
+    name: str | None, fn: Any, given: Sequence[str], options: dict[str, Any]
+) -> None:
+    """The values of ``--option`` checked before the lengths are read: the strategy runs once
+    on three lengths with them (milliseconds: every built-in strategy checks its options
+    first), and an error that names one of them is the user's (``--option time_limit=-1``
+    was found only after an engine's scan of the data). Any other error of that run (a
+    custom strategy that needs more lengths) is left to the real solve."""
+    from bucketloader.solve import solve_boundaries
+
+    if not options:
+        return
+    try:
+        solve_boundaries([1, 2, 3], 2, strategy=fn, **options)
+    except (ValueError, TypeError) as exc:
+        text = str(exc.__cause__ or exc)
+        bad = [g for g, key in zip(given, options, strict=True) if f"{key}=" in text]
+        if bad:
+            raise type(exc)(f"--option {bad[0]}: {text} (strategy {name or fn!r})") from None
+
+
+@contextlib.contextmanager
 def _recording() -> Iterator[list[warnings.WarningMessage]]:
     """The warnings raised inside, recorded to be printed as one ``bucketloader:`` line each:
     every one of them, unless the user chose which with ``-W`` or ``PYTHONWARNINGS`` (then
@@ -372,9 +403,22 @@ def _fail(message: str) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from bucketloader._validation import check_float, check_int
     from bucketloader.analysis import analyze
+    from bucketloader.analysis.recommend import check_num_buckets, check_strategies
     from bucketloader.histogram import LengthHistogram
 
+    # every option is checked before the lengths are read (an engine's scan of a large
+    # dataset can take minutes; analyze() checks them again, after the scan)
+    with _flag("-k/--num-buckets"):
+        check_num_buckets(args.num_buckets)
+    with _flag("--strategy"):
+        if args.strategy is not None:
+            check_strategies(args.strategy)
+    with _flag("--batch-size"):
+        check_int("batch_size", args.batch_size, minimum=1)
+    with _flag("--padding-target"):  # (its warning above 1 comes from analyze, once)
+        check_float("padding_target", args.padding_target, minimum=0.0, maximum=1e9)
     _check_output("--json", args.json, args.file)
     _check_plot(args.plot)
     if args.plot:  # before any work (the plot is drawn before the text is printed)
@@ -466,8 +510,10 @@ def _precompute(args: argparse.Namespace) -> int:
     from bucketloader.strategies import resolve_strategy
 
     # every option is checked before any work: a bad one never costs a solve or a cache write
-    name, fn = resolve_strategy(args.strategy)
-    check_int("num_buckets", args.num_buckets, minimum=1)
+    with _flag("--strategy"):
+        name, fn = resolve_strategy(args.strategy)
+    with _flag("-k/--num-buckets"):
+        check_int("num_buckets", args.num_buckets, minimum=1)
     if args.batch_size is not None or args.max_tokens is not None:
         BatchRule.parse(args.batch_size, args.max_tokens)
     options = _strategy_options(args.option)
@@ -476,6 +522,7 @@ def _precompute(args: argparse.Namespace) -> int:
         args.num_buckets,
         {"cost": args.cost, "pad_to_multiple_of": args.pad_to_multiple_of, **options},
     )
+    _check_option_values(name, fn, args.option, options)
     _check_output("--json", args.json, args.file)
     given = args.cache_dir
     directory = default_cache_dir() if given is None else check_folder("--cache-dir", given)
