@@ -90,6 +90,8 @@ from bucketloader.plan.epoch import (
     PLAN_VERSION,
     check_accumulate,
     check_weights,
+    fill_extra,
+    fill_pools,
     resolve_weights,
 )
 from bucketloader.plan.limits import warn_zero_lengths
@@ -485,8 +487,10 @@ class BucketSampler(SpecShapes, EpochSampler):
     (``q`` samples, fewer than ``num_replicas * B_i``): ``"pad"`` drops nothing and repeats a
     sample only on ranks that would otherwise get none (``num_replicas - q`` repeats when
     ``q < num_replicas``); ``"fill"`` repeats ``num_replicas * B_i - q`` samples of the bucket
-    (all of a bucket with fewer samples than that, several times an epoch: a warning says so,
-    NOTE [ What fill repeats ]); ``"keep"`` repeats at most ``num_replicas - 1``; ``"drop"``
+    (a bucket with at most half a step of samples keeps each of its own once and takes shorter
+    samples drawn at random, padded to its shape: NOTE [ Filling a small bucket ]; a warning
+    says when the repeats pass 5% or train a sample 3 times an epoch, NOTE [ What fill
+    repeats ]); ``"keep"`` repeats at most ``num_replicas - 1``; ``"drop"``
     drops the ``q`` samples (a different random set each epoch). With one replica only
     ``"fill"`` repeats and only ``"drop"`` drops (NOTE [ last_batch and replicas ] in
     :mod:`bucketloader.plan.epoch`).
@@ -569,11 +573,22 @@ class BucketSampler(SpecShapes, EpochSampler):
     def shape_table(self) -> ShapeTable:
         """The promised shapes, small and picklable (what the collator keeps)."""
         table = self.spec.shape_table(self.num_replicas)
+        if self._fill_pools:  # a filled cell's batch holds shorter samples after its own
+            return dataclasses.replace(table, promoted=True)
         if self.promotion is None:
             return table
         steps = self.promotion.steps  # a cell promoted away has no steps and no shape
         shapes = {s for s, m in zip(self.spec.cells.shapes, steps.tolist(), strict=True) if m}
         return dataclasses.replace(table, shapes=tuple(sorted(shapes)), promoted=True)
+
+    @functools.cached_property
+    def _fill_pools(self) -> dict[int, np.ndarray]:
+        """The cells whose ``last_batch="fill"`` step shorter samples fill, and the cells they
+        draw from (NOTE [ Filling a small bucket ] in :mod:`bucketloader.plan.epoch`; plain
+        epochs only: not weighted ones, nor accumulation groups, nor a subclass's draws)."""
+        if not self._batches_the_spec or self.weights is not None or self.accumulate != 1:
+            return {}
+        return fill_pools(self.spec, self.num_replicas)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -722,20 +737,32 @@ class BucketSampler(SpecShapes, EpochSampler):
     def _warn_fill_repeats(self) -> None:
         """Under ``last_batch="fill"``, one warning when the repeats are a large share of the
         samples or concentrated (NOTE [ What fill repeats ] in :mod:`bucketloader.plan.epoch`):
-        a bucket with fewer samples than one step repeats all of them, the same ones every
+        a bucket with fewer samples than one step repeated all of them, the same ones every
         epoch, up to ``ceil(R * B / n)`` times (LibriSpeech, 8 buckets of 32 over 8 ranks:
-        samples up to 5 times an epoch, silently; s22-fill)."""
+        samples up to 5 times an epoch, silently; s22-fill). Such a bucket's step is now filled
+        with shorter samples drawn at random (NOTE [ Filling a small bucket ]); the shortest
+        bucket of a group, if small, still repeats its own. The count and the most
+        appearances are exact: the most from this epoch's draws, the same in every epoch for
+        one input (nested pools; a joint plan's draws can differ by one between epochs)."""
         spec = self.spec
         if spec.last_batch != "fill" or self.weights is not None or not self._batches_the_spec:
             return  # (weighted epochs cycle through passes: report() counts them)
-        full, q = spec.cell_steps(self.num_replicas)
-        per_step = spec.cells.batch * self.num_replicas
+        r = self.num_replicas
+        full, q = spec.cell_steps(r)
+        per_step = spec.cell_batch * r
         counts = spec.counts
+        # (a filled bucket's step holds as many appearances as before: R * B - q repeats)
         repeated = int(np.where(q > 0, per_step - q, 0).sum())
-        small = np.flatnonzero((full == 0) & (q > 0))
-        most = (
-            int((-(-per_step[small] // counts[small])).max()) if small.size else 1 + (repeated > 0)
-        )
+        pools = self._fill_pools
+        filled = np.isin(np.arange(counts.size), list(pools))
+        small = np.flatnonzero((full == 0) & (q > 0) & ~filled)
+        most = 1 + bool((q[~filled] > 0).any())
+        if small.size:
+            most = max(most, int((-(-per_step[small] // counts[small])).max()))
+        if pools:  # own samples for ranks without one, and the draws (this epoch's)
+            most = max(most, *(-(-r // int(q[c])) for c in pools))
+            extra = fill_extra(spec, pools, **self._coordinates(self.epoch))
+            most = max(most, 1 + int(extra.max(initial=0)))
         said = ""
         if small.size:
             said = (
@@ -748,7 +775,7 @@ class BucketSampler(SpecShapes, EpochSampler):
             int(counts.sum()),
             most=most,
             small=said,
-            num_replicas=self.num_replicas,
+            num_replicas=r,
             stacklevel=3,
         )
 
@@ -810,7 +837,8 @@ class BucketSampler(SpecShapes, EpochSampler):
 
         Raises ``ValueError`` if ``state`` comes from another configuration, naming both values;
         a state saved before even batches (NOTE [ Even batches ]) is refused with the option that
-        resumes it exactly.
+        resumes it exactly, one saved before NOTE [ Filling a small bucket ] (its small buckets'
+        steps held other samples) with the epoch to start over.
         """
         saved = state.get("config") if isinstance(state, dict) else None
         if (
@@ -849,6 +877,20 @@ class BucketSampler(SpecShapes, EpochSampler):
                 f"bucket (plan version {PLAN_VERSION}, NOTE [ Counter-based shuffle ] in "
                 "bucketloader.plan.permute): the same steps and shapes, other samples in each "
                 "batch, so the state cannot resume its epoch exactly. Start that epoch over with "
+                f"sampler.set_epoch({state.get('epoch')!r}), or go on with the next one"
+            )
+        if (
+            isinstance(saved, dict)
+            and self._fill_pools
+            and saved.get("plan_digest") == self._plan_digest(fill=False)
+        ):
+            raise ValueError(
+                "state was saved by a BucketSampler whose last_batch='fill' topped up the step of "
+                "a bucket with at most half a step of samples with repeats of its own samples "
+                "(the longest samples, several times an epoch); this one fills it with shorter "
+                "samples drawn at random (plan_digest '/fill=2', NOTE [ Filling a small bucket ] "
+                "in bucketloader.plan.epoch): the same steps and shapes, other samples in that "
+                "step, so the state cannot resume its epoch exactly. Start that epoch over with "
                 f"sampler.set_epoch({state.get('epoch')!r}), or go on with the next one"
             )
         if isinstance(saved, dict) and self.spec.joint:
@@ -903,10 +945,14 @@ class BucketSampler(SpecShapes, EpochSampler):
             "plan_digest": self._plan_digest(),
         }
 
-    def _plan_digest(self, plan_version: int = PLAN_VERSION, spec: Any = None) -> str:
-        """The digest of ``spec`` (default: the planned one), the accumulation, the promotion
-        and, with ``shuffle``, the version of the within-bucket shuffle (NOTE [ Counter-based
-        shuffle ]); version 1 had no suffix."""
+    def _plan_digest(
+        self, plan_version: int = PLAN_VERSION, spec: Any = None, *, fill: bool = True
+    ) -> str:
+        """The digest of ``spec`` (default: the planned one), the accumulation, the promotion,
+        with ``shuffle`` the version of the within-bucket shuffle (NOTE [ Counter-based
+        shuffle ]; version 1 had no suffix) and ``/fill=2`` where ``last_batch="fill"`` fills a
+        small bucket's step with shorter samples (NOTE [ Filling a small bucket ];
+        ``fill=False``: the digest a state saved before that carries)."""
         promoted = spec is None and self.promotion is not None  # (another spec: not promoted)
         digest = (self.spec if spec is None else spec).digest
         if self.accumulate != 1:
@@ -915,6 +961,8 @@ class BucketSampler(SpecShapes, EpochSampler):
             digest += "/promote"
         if self.shuffle and plan_version > 1:
             digest += f"/shuffle={plan_version}"
+        if fill and spec is None and self._fill_pools:
+            digest += "/fill=2"
         return digest
 
 

@@ -217,6 +217,7 @@ class WeightedBucketSampler(BucketSampler):
             **self._coordinates(epoch, rank),
             longest_first=self.longest_first,
             accumulate=self.accumulate,
+            fill_shorter=False,  # (its draws' small cells repeat their own: not done for draws)
         )
 
     def report(self, epoch: int | None = None) -> SamplingReport:
@@ -231,6 +232,7 @@ class WeightedBucketSampler(BucketSampler):
             longest_first=self.longest_first,
             batches_done=self._batches_done() if current else 0,
             accumulate=self.accumulate,
+            fill_shorter=False,
         )
         everything = np.concatenate(
             [drawn[self._virtual_plan(drawn, e, r).indices] for r in range(self.num_replicas)]

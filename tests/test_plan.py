@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from bucketloader._types import LAST_BATCH
 from bucketloader.boundaries import assign_buckets
 from bucketloader.plan import BucketSpec, TokenBudget, batch_sizes, plan_epoch
+from bucketloader.plan.epoch import fill_pools
 from bucketloader.solve import compute_boundaries
 
 
@@ -32,6 +33,7 @@ def check_plan_invariants(spec, num_replicas, *, seed=0, epoch=0, shuffle=True):
     expected_steps = full + ((q > 0) & (policy != "drop"))
     assert n_steps == int(expected_steps.sum())
     table2d = spec.planned_lengths()  # cut to max_length under overflow="truncate"
+    pools = fill_pools(spec, num_replicas)  # NOTE [ Filling a small bucket ]
     seen = Counter()
     for i in range(n_steps):
         cells = {int(p.cells[i]) for p in plans}
@@ -50,7 +52,11 @@ def check_plan_invariants(spec, num_replicas, *, seed=0, epoch=0, shuffle=True):
         assert tuple(shape) in table.shapes
         for b in batches:
             assert 1 <= len(b) <= bsz
-            assert (spec.cell_of_sample[b] == c).all(), "a batch never mixes cells"
+            if c in pools:  # its own sample first, then samples of the cells it covers
+                assert spec.cell_of_sample[b[0]] == c
+                assert np.isin(spec.cell_of_sample[b], [c, *pools[c].tolist()]).all()
+            else:
+                assert (spec.cell_of_sample[b] == c).all(), "a batch never mixes cells"
             assert (table2d[b] <= spec.cell_lengths[c]).all()
             assert table.target(table2d[b], group=_group(spec, b))[1:] == shape[1:]
             seen.update(b)

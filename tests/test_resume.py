@@ -93,6 +93,23 @@ def test_resume_multi_input_groups(position):
     check_resume(lambda: BucketSampler(spec, seed=3, num_replicas=2, rank=1), position)
 
 
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("joint", [False, True])
+def test_resume_fill_of_a_small_bucket(joint, position):
+    # NOTE [ Filling a small bucket ]: the shorter samples drawn into the longest bucket's step
+    # are part of the pure plan (one input; two inputs with groups)
+    if joint:
+        pairs = load_real("gsm8k")[:3000]
+        spec = BucketSpec.build(pairs, num_buckets=3, batch_size=48, max_shapes=5,
+                                groups=np.arange(3000) % 2, last_batch="fill")  # fmt: skip
+    else:
+        spec = BucketSpec.build(load_real("ecoli")[:2000], num_buckets=6, batch_size=32,
+                                last_batch="fill")  # fmt: skip
+    make = functools.partial(BucketSampler, spec, seed=5, num_replicas=4, rank=3)
+    assert make()._fill_pools
+    check_resume(make, position)
+
+
 @pytest.fixture(scope="module")
 def mixed_spec():
     """Every shaping option of issues 12 and 14 at once: filters, truncation, a capped token

@@ -168,24 +168,70 @@ def test_last_batch_fill_of_a_small_row_length_or_bucket_says_what_it_repeats():
         "repeat, with their 3 document(s) of 12 tokens, every epoch"
     ) in msg
     assert "last_batch='pad' completes the short steps with masked padding rows" in msg
-    lengths = [5] * 1000 + [30] * 5
-    samplers, msgs = _warned(
-        lambda: [
-            BucketSampler(lengths, boundaries=[5, 30], batch_size=8, last_batch="fill",
-                          num_replicas=2, rank=r)
-            for r in (0, 1)
-        ]
-    )  # fmt: skip
-    (msg,) = set(msgs)
-    assert "repeat 19 samples per epoch on 2 rank(s) (1.9% of 1,005)" in msg
-    assert "up to 4 times an epoch; 1 bucket(s) hold fewer samples than one step takes" in msg
-    assert "padded lengths (30,) (5 of a step's 16), so all their 5 samples repeat" in msg
-    assert samplers[0].report().totals["repeated"] == 19
-    appear = np.bincount([i for s in samplers for b in s for i in b], minlength=1005)
-    assert appear[1000:].max() == 4
     # a few random repeats, each once (what DistributedSampler does), stay silent
+    lengths = [5] * 1000 + [30] * 5
     _, msgs = _warned(lambda: BucketSampler(lengths[:1000], batch_size=8, last_batch="fill"))
     assert msgs == []
+
+
+def test_last_batch_fill_of_a_small_bucket_takes_shorter_samples():
+    # s23-bucketfill: a bucket with fewer samples than one step repeated all of them, up to
+    # ceil(R * B / n) times an epoch, the same longest samples every epoch (GSM8K, 8 buckets of
+    # 32 on 8 ranks: up to 6 times; s22-fill). Now its samples are split over the ranks and
+    # shorter samples drawn at random fill the step (NOTE [ Filling a small bucket ])
+    def fill(lengths, ranks, **opts):
+        return _warned(
+            lambda: [
+                BucketSampler(lengths, batch_size=8, last_batch="fill", num_replicas=ranks,
+                              rank=r, **opts)
+                for r in range(ranks)
+            ]
+        )  # fmt: skip
+
+    def appearances(samplers, n):
+        return np.bincount([i for s in samplers for b in s for i in b], minlength=n)
+
+    lengths = [5] * 200 + [12] * 100 + [40] * 3  # a tiny longest bucket, 4 ranks
+    samplers, msgs = fill(lengths, 4, boundaries=[5, 12, 40])
+    appear = appearances(samplers, 303)
+    assert appear.min() == 1 and appear.max() == 2  # (the 3 samples of 40 were up to 11 times)
+    assert sorted(appear[300:].tolist()) == [1, 1, 2]  # (a rank without one of its own repeats one)
+    (msg,) = set(msgs)  # (81 repeats: 27% of the samples, said; none 3 times)
+    assert "repeat 81 samples per epoch on 4 rank(s)" in msg and "times an epoch" not in msg
+    assert samplers[0].report().totals["repeated"] == int(appear.sum()) - 303 == 81
+    for s in samplers:  # the small bucket's batch keeps its shape, its own sample first
+        collate, plan = s.collator(), s.plan()
+        (i,) = np.flatnonzero(plan.cells == 2)
+        batch = plan.batch(int(i))
+        assert batch[0] >= 300 and tuple(
+            collate([[1] * lengths[j] for j in batch])["inputs"].shape
+        ) == (8, 40)
+    state = samplers[1].state_dict()
+    state["config"]["plan_digest"] = samplers[1]._plan_digest(fill=False)  # (an older state)
+    with pytest.raises(ValueError, match=r"cannot resume its epoch exactly. Start that epoch"):
+        samplers[1].load_state_dict(state)
+    lengths = [5] * 1000 + [30] * 5  # 2 ranks: no longer said (19 repeats, none 3 times)
+    samplers, msgs = fill(lengths, 2, boundaries=[5, 30])
+    appear = appearances(samplers, 1005)
+    assert msgs == [] and appear[1000:].tolist() == [1] * 5 and appear.max() == 2
+    assert samplers[0].report().totals["repeated"] == int(appear.sum()) - 1005 == 19
+    # a group's shortest bucket has no shorter sample of its own group: it repeats its own, said
+    groups = [0] * 100 + [1] * 3
+    samplers, msgs = fill([5] * 100 + [30] * 3, 2, groups=groups, num_buckets=1)
+    appear = appearances(samplers, 103)
+    assert all(len({groups[i] for i in b}) == 1 for s in samplers for b in s)
+    (msg,) = set(msgs)
+    assert "up to 6 times an epoch; 1 bucket(s) hold fewer samples than one step takes" in msg
+    assert "padded lengths (30,) (3 of a step's 16), so all their 3 samples repeat" in msg
+    assert appear[100:].max() == 6
+    # two inputs: a sample fills a cell's step only if the cell covers it in every input
+    w = [3] * 100 + [3] * 100 + [40, 45, 50]
+    h = [3] * 100 + [30] * 100 + [3, 5, 9]
+    samplers, _ = fill({"w": w, "h": h}, 4, boundaries={"w": [10, 50], "h": [10, 50]})
+    for s in samplers:
+        plan = s.plan()
+        (i,) = np.flatnonzero(plan.cells == 2)
+        assert {(w[j], h[j]) for j in plan.batch(int(i))[1:]} <= {(3, 3), (40, 3), (45, 5), (50, 9)}
 
 
 def test_two_small_row_lengths_fill_from_the_least_repeated_shorter_rows():

@@ -23,7 +23,9 @@ NOTE [ last_batch and replicas ]  (``q = n_c mod (R·B_c)`` samples left in a ce
   step; each keeps the full shape ``(B_c, ...)`` and the collator pads rows with masked padding.
   Nothing is dropped; when ``q < R`` the ranks without a sample repeat one (``R − q`` repeats).
 - ``"fill"``: one last step of ``R`` full batches, topped up with ``R·B_c − q`` repeats of samples
-  of the same cell (taken in the epoch's shuffled order, so random repeats).
+  of the same cell (taken in the epoch's shuffled order, so random repeats); a cell whose step
+  would repeat all of its samples takes shorter samples instead (NOTE [ Filling a small
+  bucket ]).
 - ``"drop"``: the ``q`` samples are dropped this epoch (a different random set each epoch).
 - ``"keep"``: one last step of ``R`` smaller batches of ``ceil(q / R)`` samples (an extra shape per
   cell, listed in :attr:`ShapeTable.shapes`); ``R·ceil(q/R) − q <= R − 1`` samples repeat.
@@ -40,17 +42,18 @@ NOTE [ What fill repeats ]
 full step has ``n_c >= R·B_c``: its repeats are a random part of it, each at most once more, a
 different part each epoch, as torch's ``DistributedSampler(drop_last=False)`` wraps around to the
 start of its shuffled list (it repeats fewer than ``R`` samples in all). A cell with *fewer*
-samples than one step (``n_c < R·B_c``) repeats all of them, up to ``ceil(R·B_c / n_c)`` times,
-every epoch; such a cell is usually the longest one (the tail of the lengths), so the model
-trains on its longest samples several times an epoch. :class:`~bucketloader.pack.PackSampler`
-fills such a step with shorter rows drawn at random instead (NOTE [ Filling a small row length ]
-in :mod:`bucketloader.pack.epoch`); BucketSampler still repeats the cell's own samples (shorter
-samples padded to its shape would change the batch's padding and promotion bookkeeping: not
-done yet). Measured (s22-fill, ``benchmarks/fill_repeats.py``, per epoch, all ranks):
+samples than one step (``n_c < R·B_c``) repeats ``R·B_c − n_c`` of them; at ``n_c <= R·B_c / 2``
+all of them, up to ``ceil(R·B_c / n_c)`` times, every epoch; such a cell is usually the longest
+one (the tail of the lengths), so the model trained on its longest samples several times an
+epoch. Both samplers now fill such a step with shorter rows or samples drawn at random instead
+(NOTE [ Filling a small row length ] in :mod:`bucketloader.pack.epoch`, NOTE [ Filling a small
+bucket ] below); only the shortest cell of a group (no shorter sample to take) still repeats its
+own. Measured before that (s22-fill, ``benchmarks/fill_repeats.py``, per epoch, all ranks):
 BucketSampler on GSM8K, 8 buckets of 32: 111 repeats on 1 rank (each once), 1,487 (19.9%) on
 8, the 50 samples of the 336-token bucket up to 6 times, the same ones every epoch;
-LibriSpeech: 1,413 on 8, up to 5 times; under ``max_tokens`` (even batches: NOTE [ Even
-batches ]) none of these sets repeats a sample more than once. PackSampler on LibriSpeech
+LibriSpeech: 1,413 on 8, up to 5 times (now: the same counts, none more than twice); under
+``max_tokens`` (even batches: NOTE [ Even batches ]) none of these sets repeats a sample more
+than once. PackSampler on LibriSpeech
 frames at ``(1024, 2048)``, 8 rows, repeated its one row of 2,048 up to 8 times on 1 rank, 64
 on 8 (now once on 1 rank, 8 times on 8: one per rank);
 torch's ``DistributedSampler`` repeats 5-7 samples over 8 ranks. Both samplers therefore warn
@@ -59,6 +62,40 @@ pass 5% of the samples or some sample is trained 3 times or more an epoch, with 
 small cells and the way out (``"pad"``, or smaller batches); ``report().totals["repeated"]``
 counts every epoch exactly. A few random repeats, each once (every configuration measured on 1
 rank without a small cell), stay silent.
+
+NOTE [ Filling a small bucket ]
+Under ``"fill"`` a cell whose step would repeat every one of its samples (no full step and
+``q <= R·B / 2``: usually the longest cell, the tail of the lengths) repeated them cyclically, up
+to ``ceil(R·B / q)`` times an epoch, the same longest samples every epoch: GSM8K, 8 buckets of
+32 on 8 ranks, the 50 samples of the 336-token bucket up to 6 times; LibriSpeech (wav2vec2
+frames) 8x32 up to 5; Common Voice 16x64 up to 9 (s22-fill). Now (BucketSampler's
+``plan_digest`` gains ``/fill=2``), as PackSampler does for a small row length:
+
+* the ``q`` samples are split over the ranks as ``"pad"`` splits a last step (``q // R`` or
+  ``q // R + 1`` each, first in the batch; a rank that would get none repeats one), so every
+  batch starts with a sample only that cell's shape holds, and the collator's target (the first
+  sample's cell, when it covers the batch: :meth:`ShapeTable.target
+  <bucketloader.plan.ShapeTable.target>`, ``promoted`` set in the sampler's table) is that
+  cell's shape on every rank;
+* the rest of each batch is samples of the cells it *covers* (the same group, every padded
+  length at most its own: for two inputs a sample fits only if it is covered in both), drawn
+  at random from ``SeedSequence([seed, epoch])``'s third child (the first two, hence the
+  shuffles and the interleave, unchanged), the same draw on every rank, smallest cell first,
+  each taking those samples the epoch repeats least so far (not those another cell's wrapped
+  last step or an earlier draw repeats, while others are left: :func:`fill_draws`).
+
+A cell with more than half a step repeats a random part of itself once, as any last step does,
+and keeps doing so (no padding to pay). Steps, shapes, ``len()`` and the repeats' count
+(``R·B − q`` per such cell) are unchanged; ``report()`` counts the filling samples as repeats
+and their padding to the longer shape. Only plain epochs: weighted epochs, accumulation groups
+(whose extra steps repeat a cell's own samples by design) and ``WeightedBucketSampler``'s draws
+(``fill_shorter=False``) repeat the cell's own samples as before. Measured
+(``benchmarks/fill_repeats.py``, 8 ranks, epochs 0-3), the most times one sample is trained in
+an epoch: GSM8K 8x32 6 -> 2, LibriSpeech 8x32 5 -> 2, Common Voice 16x64 9 -> 2 (the same
+repeat counts: 1,487, 1,413, 3,211); unchanged on 1 rank and under ``max_tokens`` (even
+batches leave no such cell). The price is the shorter samples' padding to the longer shape,
+``report().padding``: GSM8K 12.9% -> 16.9% (``"pad"``: 43.3%), LibriSpeech 7.1% -> 7.4%
+(``"pad"``: 11.9%), Common Voice 5.5% -> 6.7% (``"pad"``: 13.6%).
 
 NOTE [ Weighted epochs ]  (``weights``: one per group, i.e. per dataset of a ``GroupedDataset``)
 Each group ``g`` has its *natural* global steps per pass over its data, ``S_g`` (the sum of its
@@ -87,6 +124,7 @@ the same step, so shapes stay in sync.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 from collections.abc import Mapping
@@ -152,6 +190,7 @@ def plan_epoch(
     longest_first: bool = False,
     accumulate: int = 1,
     promotion: Promotion | None = None,
+    fill_shorter: bool = True,
 ) -> EpochPlan:
     """Rank ``rank``'s batches for ``epoch`` (see NOTE [ Epoch plan ] in this module).
 
@@ -161,7 +200,10 @@ def plan_epoch(
     [ Longest batch first ]). ``accumulate=k`` plans groups of ``k`` consecutive steps of one
     cell (NOTE [ Accumulation groups ] in :mod:`bucketloader.plan.accumulate`). ``promotion``
     (from :func:`~bucketloader.plan.promote.promote`) batches leftovers in longer cells (NOTE
-    [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`).
+    [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`). Under ``last_batch="fill"``
+    a cell with at most half a step of samples fills its step with shorter samples (NOTE
+    [ Filling a small bucket ]; unweighted plans with ``accumulate=1``); ``fill_shorter=False``
+    repeats its own samples instead, as before (the plan of a ``WeightedBucketSampler``'s draws).
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
@@ -196,15 +238,21 @@ def plan_epoch(
         return _promoted(spec, promotion, at, longest_first)
     if accumulate > 1:
         return _grouped(spec, at, longest_first, accumulate)
-    if w is None:
-        order, cell_start, key = at.keyed_order(spec)
-        sc, sj = _interleave(spec, None, num_replicas, key)
-        seg = cell_start[sc]
-    else:
+    if w is not None:
         order, sc, sj, seg = _weighted(spec, w, seed, epoch, shuffle, num_replicas)
+        if longest_first and sc.size:
+            sc, sj, seg = _longest_first(spec, num_replicas, sc, sj, seg)
+        return _materialize(spec, num_replicas, rank, order, sc, sj, seg)
+    order, cell_start, key = at.keyed_order(spec)
+    sc, sj = _interleave(spec, None, num_replicas, key)
+    seg = cell_start[sc]
     if longest_first and sc.size:
         sc, sj, seg = _longest_first(spec, num_replicas, sc, sj, seg)
-    return _materialize(spec, num_replicas, rank, order, sc, sj, seg)
+    plan = _materialize(spec, num_replicas, rank, order, sc, sj, seg)
+    pools = fill_pools(spec, num_replicas) if check_bool("fill_shorter", fill_shorter) else {}
+    if pools:  # NOTE [ Filling a small bucket ]
+        plan = _fill_small(spec, plan, at, order, cell_start, pools)
+    return plan
 
 
 class _Place(NamedTuple):
@@ -536,6 +584,164 @@ def _gather(
             out[slot] = order.take(int(sid[group[0]]), pos)
         first = last
     return out
+
+
+def fill_pools(spec: BucketSpec, num_replicas: int) -> dict[int, np.ndarray]:
+    """Under ``last_batch="fill"``, per cell whose step shorter samples fill (NOTE [ Filling a
+    small bucket ]): the cells it covers (same group, every padded length at most its own) that
+    hold samples. A cell qualifies when its step would repeat every one of its samples
+    (``R·B - q >= q``: no full step, at most half of one) and a rank's batch has room left
+    after its own share (``max(q, R) < R·B``; not single-row batches). Empty under another
+    policy.
+
+    Example:
+        >>> spec = BucketSpec.build([5] * 40 + [30] * 3, boundaries=[5, 30], batch_size=8,
+        ...                         last_batch="fill")
+        >>> {c: cells.tolist() for c, cells in fill_pools(spec, 2).items()}
+        {1: [0]}
+    """
+    if spec.last_batch != "fill":
+        return {}
+    full, q = spec.cell_steps(num_replicas)
+    per_step = spec.cell_batch * num_replicas
+    small = (full == 0) & (q > 0) & (2 * q <= per_step) & (np.maximum(q, num_replicas) < per_step)
+    lengths, group, counts = spec.cell_lengths, spec.cell_group, spec.counts
+    out = {}
+    for c in np.flatnonzero(small).tolist():
+        covered = (lengths <= lengths[c]).all(axis=1) & (group == group[c]) & (counts > 0)
+        covered[c] = False
+        if covered.any():  # (else the shortest cell of its group: its own samples repeat)
+            out[c] = np.flatnonzero(covered)
+    return out
+
+
+def own_slots(q: int, num_replicas: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, count)`` per rank: a filled cell's ``q`` samples split over the ranks as
+    ``"pad"`` splits a last step (a rank that would get none takes position ``rank % q``), so
+    every rank's batch starts with a sample of the cell (NOTE [ Filling a small bucket ]).
+
+    Example:
+        >>> [a.tolist() for a in own_slots(5, 2)], [a.tolist() for a in own_slots(2, 3)]
+        ([[0, 3], [3, 2]], [[0, 1, 2], [1, 1, 1]])
+    """
+    lo, extra = divmod(q, num_replicas)
+    r = np.arange(num_replicas)
+    take = lo + (r < extra)
+    return np.where(take > 0, r * lo + np.minimum(r, extra), r), np.maximum(take, 1)
+
+
+def fill_draws(
+    spec: BucketSpec,
+    num_replicas: int,
+    order: ShuffledOrder,
+    cell_start: np.ndarray,
+    pools: dict[int, np.ndarray],
+    ss: np.random.SeedSequence | None,
+) -> tuple[dict[int, np.ndarray], np.ndarray, np.ndarray]:
+    """The filling samples of every cell of ``pools`` (over all ranks, in rank order) and the
+    extra appearances in the epoch of the samples of the cells they draw from: ``(draws, ids,
+    extra)`` (NOTE [ Filling a small bucket ]). Cells draw smallest first; each takes the samples
+    its pool repeats least so far (a cell's wrapped last step, a filled cell's own sample for a
+    rank without one, an earlier draw), in a random order among equals (``ss=None``: in
+    ``by_cell`` order), the same on every rank."""
+    _, q = spec.cell_steps(num_replicas)
+    per_step = spec.cell_batch * num_replicas
+    counts, by_cell = spec.counts, spec.by_cell
+    base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
+    drawn_from = np.zeros(counts.size, dtype=bool)
+    for cells in pools.values():
+        drawn_from[cells] = True
+    parts = []  # one entry per extra appearance, of samples some pool holds
+    for c in np.flatnonzero(drawn_from & (q > 0)).tolist():
+        n, s = int(counts[c]), int(cell_start[c])
+        if c in pools:  # its own samples split over the ranks: repeats for ranks without one
+            first, own = own_slots(int(q[c]), num_replicas)
+            pos = np.concatenate([(f + np.arange(k)) % n for f, k in zip(first, own, strict=True)])
+            parts.append(order[s + pos[n:]] if pos.size > n else by_cell[:0])
+        else:  # the last step wraps round to the start of the cell's shuffled order
+            parts.append(order[s + np.arange(int(per_step[c]) - int(q[c])) % n])
+    rng = None if ss is None or not pools else np.random.default_rng(ss)
+    size = size_values(spec.cell_lengths, spec.size)
+    draws = {}
+    for c in sorted(pools, key=lambda c: (int(size[c]), c)):  # the smallest cell first
+        cells = pools[c]
+        need = int(per_step[c]) - int(own_slots(int(q[c]), num_replicas)[1].sum())
+        seen, times = np.unique(np.concatenate([by_cell[:0], *parts]), return_counts=True)
+        held = np.isin(spec.cell_of_sample[seen], cells)
+        seen, times = seen[held], times[held]
+        ends = np.cumsum(counts[cells])
+        total = int(ends[-1])
+
+        def sample(pos: np.ndarray, cells: np.ndarray = cells, ends: np.ndarray = ends) -> Any:
+            at = np.searchsorted(ends, pos, side="right")  # pool position -> its cell
+            return by_cell[base[cells[at]] + pos - (ends - counts[cells])[at]]
+
+        if total >= need + seen.size:  # enough never-repeated samples: draw among them
+            k = need + seen.size
+            pos = rng.choice(total, size=k, replace=False) if rng is not None else np.arange(k)
+            ids = sample(pos)
+            take = ids[~np.isin(ids, seen)][:need]
+        else:  # a small pool: all of it, the least repeated first, cyclically
+            ids = sample(np.arange(total))
+            extra = np.zeros(total, dtype=np.int64)
+            extra[np.isin(ids, seen)] = times[np.searchsorted(seen, ids[np.isin(ids, seen)])]
+            perm = rng.permutation(total) if rng is not None else np.arange(total)
+            ranked = perm[np.argsort(extra[perm], kind="stable")]
+            take = ids[ranked[np.arange(need) % total]]
+        draws[c] = take
+        parts.append(take)
+    ids, extra = np.unique(np.concatenate([by_cell[:0], *parts]), return_counts=True)
+    return draws, ids, extra
+
+
+def fill_extra(
+    spec: BucketSpec,
+    pools: dict[int, np.ndarray],
+    *,
+    seed: int,
+    epoch: int,
+    shuffle: bool,
+    num_replicas: int,
+    rank: int = 0,
+) -> np.ndarray:
+    """The extra appearances in ``epoch`` (over all ranks) of each sample that appears more than
+    once among the cells the ``pools`` draw from (:func:`fill_draws`; ``rank`` is unused: every
+    rank draws alike)."""
+    at = _Place(seed, epoch, shuffle, num_replicas, rank)
+    order, cell_start, _ = at.keyed_order(spec)
+    return fill_draws(spec, num_replicas, order, cell_start, pools, _fill_key(at))[2]
+
+
+def _fill_key(at: _Place) -> np.random.SeedSequence | None:
+    """The key of the epoch's fill draws: ``SeedSequence([seed, epoch])``'s third child (the
+    first two shuffle the cells and key the interleave, unchanged); ``None`` without shuffle."""
+    return np.random.SeedSequence([at.seed, at.epoch]).spawn(3)[2] if at.shuffle else None
+
+
+def _fill_small(
+    spec: BucketSpec,
+    plan: EpochPlan,
+    at: _Place,
+    order: ShuffledOrder,
+    cell_start: np.ndarray,
+    pools: dict[int, np.ndarray],
+) -> EpochPlan:
+    """``plan`` with each pooled cell's one batch on this rank made of its own samples, split
+    over the ranks, then its share of the filling samples (NOTE [ Filling a small bucket ]).
+    Batches keep their size (``B``), so the offsets are unchanged."""
+    draws, _, _ = fill_draws(spec, at.num_replicas, order, cell_start, pools, _fill_key(at))
+    _, q = spec.cell_steps(at.num_replicas)
+    indices = plan.indices.copy()
+    for c, take in draws.items():
+        (i,) = np.flatnonzero(plan.cells == c)  # (its one step)
+        b, n = int(spec.cell_batch[c]), int(q[c])
+        first, own = own_slots(n, at.num_replicas)
+        r = at.rank
+        mine = order[int(cell_start[c]) + (first[r] + np.arange(own[r])) % n]
+        before = int((b - own[:r]).sum())  # (filling slots of the ranks before this one)
+        lo = int(plan.offsets[i])
+        indices[lo : lo + b] = np.concatenate([mine, take[before : before + b - own[r]]])
+    return dataclasses.replace(plan, indices=indices)
 
 
 def _promoted(spec: BucketSpec, p: Promotion, at: _Place, longest_first: bool) -> EpochPlan:

@@ -289,6 +289,7 @@ def plan_report(
     batches_done: int = 0,
     accumulate: int = 1,
     promotion: Promotion | None = None,
+    fill_shorter: bool = True,
 ) -> SamplingReport:
     """The exact report of one epoch of ``spec``, from the plans of all ranks."""
     plans = [
@@ -303,6 +304,7 @@ def plan_report(
             longest_first=longest_first,
             accumulate=accumulate,
             promotion=promotion,
+            fill_shorter=fill_shorter,
         )
         for r in range(num_replicas)
     ]
