@@ -869,7 +869,7 @@ class BucketSampler(SpecShapes, EpochSampler):
             isinstance(saved, dict)
             and self.shuffle
             and saved.get("shuffle") is True
-            and saved.get("plan_digest") == self._plan_digest(plan_version=1)
+            and saved.get("plan_digest") == self._plan_digest(plan_version=1, fill=False)
         ):
             raise ValueError(
                 "state was saved by a sampler that shuffled each bucket with numpy's Fisher-Yates "
