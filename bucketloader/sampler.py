@@ -737,13 +737,14 @@ class BucketSampler(SpecShapes, EpochSampler):
     def _warn_fill_repeats(self) -> None:
         """Under ``last_batch="fill"``, one warning when the repeats are a large share of the
         samples or concentrated (NOTE [ What fill repeats ] in :mod:`bucketloader.plan.epoch`):
-        a bucket with fewer samples than one step repeated all of them, the same ones every
+        a bucket with at most half a step of samples repeated all of them, the same ones every
         epoch, up to ``ceil(R * B / n)`` times (LibriSpeech, 8 buckets of 32 over 8 ranks:
         samples up to 5 times an epoch, silently; s22-fill). Such a bucket's step is now filled
         with shorter samples drawn at random (NOTE [ Filling a small bucket ]); the shortest
         bucket of a group, if small, still repeats its own. The count and the most
-        appearances are exact: the most from this epoch's draws, the same in every epoch for
-        one input (nested pools; a joint plan's draws can differ by one between epochs)."""
+        appearances are exact, the most from this epoch's draws: the same in every epoch for
+        one input (each bucket's pool holds the shorter ones' pools), while a joint plan's
+        overlapping pools can make it differ between epochs."""
         spec = self.spec
         if spec.last_batch != "fill" or self.weights is not None or not self._batches_the_spec:
             return  # (weighted epochs cycle through passes: report() counts them)
