@@ -151,6 +151,24 @@ def test_masked_select_k_counts():
     assert idx.shape == (3, 1, 7) and valid.sum(-1).flatten().tolist() == [3, 0, 5]
 
 
+def test_positions_up_to_the_limit_come_back_whole(monkeypatch):
+    """s23: a position and its class share one int32 (``(j << 2) | class``), so positions past
+    2**29 came back negative, and the limit was 2**30. The packing is checked at the limit with
+    a stand-in permutation (a real row of 2**29 needs ~18 GB), the limit on meta tensors."""
+    top = static.subsample.MAX_CANDIDATES - 1
+    j = torch.tensor([[0, 1, 2, top]], dtype=torch.int32)
+    fake = (torch.arange(4, dtype=torch.int32).view(1, 4), j)  # the identity order, j's labels
+    monkeypatch.setattr(_select, "permuted_positions", lambda seed, rows, n: fake)
+    mask, one = torch.tensor([[False, False, False, True]]), torch.tensor([[1]])
+    assert _select.quota_select(mask, None, one, None, 1, torch.tensor(0))[0].tolist() == [[top]]
+    monkeypatch.undo()
+    too_long = torch.empty(2**29 + 1, dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match=r"at most 2\*\*29 entries, got N=536870913; split"):
+        static.masked_select_k(too_long, 4)
+    with pytest.raises(ValueError, match=r"at most 2\*\*29 entries, got N=536870913"):
+        static.balanced_subsample(torch.empty(2**29 + 1, 1, device="meta"), too_long, 4)
+
+
 # --- uniformity and random order -----------------------------------------------------------------
 
 

@@ -324,14 +324,17 @@ def _check_fraction(value: object) -> float:
     )
 
 
-#: Row length limit: positions are int32 and each Feistel half must stay below 2**15.
-MAX_CANDIDATES = 2**30
+#: Row length limit: the selection packs a position and its class into one int32
+#: (``(j << 2) | class`` in ``_first_in_order``), so positions must stay below 2**29 (each
+#: Feistel half stays below 2**15 too). s23: this was 2**30, and a chosen position at or past
+#: 2**29 came back negative (``(2**29 << 2) >> 2 == -2**29`` in int32).
+MAX_CANDIDATES = 2**29
 
 
 def _check_length(n: int) -> None:
     if n > MAX_CANDIDATES:
         raise ValueError(
-            f"the candidate dimension must hold at most 2**30 entries, got N={n}; "
+            f"the candidate dimension must hold at most 2**29 entries, got N={n}; "
             "split the rows into a leading batch dimension"
         )
 
