@@ -450,6 +450,14 @@ def test_masked_reductions_match_boolean_indexing():
     assert torch.allclose(got, x[:, [0, 2, 4]].sum(1, keepdim=True))
     assert static.masked_mean(x, torch.zeros_like(mask)).isnan()  # like x[empty].mean()
     assert static.masked_sum(torch.arange(6), torch.arange(6) > 3).item() == 9
+    # s23, NOTE [ Half-precision means ]: the float16 sum overflowed (inf), bfloat16 gave 100.5
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.full((2, 3000), 100.0, dtype=dtype)
+        mask = torch.ones_like(x, dtype=torch.bool)
+        mask[:, ::3] = False
+        for dim in (None, -1):
+            got = static.masked_mean(x, mask, dim=dim)
+            assert got.dtype == dtype and (got == 100).all(), (dtype, dim, got)
 
 
 # --- bad input: one voice, naming argument, value and fix ----------------------------------------

@@ -298,13 +298,18 @@ def masked_mean(
             "cast it first, e.g. x.float()"
         )
     count = mask.expand(x.shape).sum(dim=dim, keepdim=keepdim)
-    return _sum_where(x, mask, dim, keepdim) / count  # (checked once, above)
+    # NOTE [ Half-precision means ]
+    # float16 and bfloat16 sum in float32 and divide there, as torch.mean does: a float16 sum
+    # rounded to float16 first overflowed (10^4 values of 100: inf, where x[mask].mean() gives
+    # 100) and a bfloat16 one lost the mean's precision (100.5 for a row of 100s). s23.
+    wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else None
+    return (_sum_where(x, mask, dim, keepdim, wide) / count).to(x.dtype)  # (checked, above)
 
 
-def _sum_where(x: Tensor, mask: Tensor, dim: Any, keepdim: bool) -> Tensor:
-    """:func:`masked_sum` of checked arguments."""
+def _sum_where(x: Tensor, mask: Tensor, dim: Any, keepdim: bool, dtype: Any = None) -> Tensor:
+    """:func:`masked_sum` of checked arguments (accumulated in ``dtype``, if given)."""
     return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(
-        dim=dim, keepdim=keepdim
+        dim=dim, keepdim=keepdim, dtype=dtype
     )
 
 
