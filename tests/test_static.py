@@ -465,6 +465,10 @@ def test_masked_reductions_match_boolean_indexing():
 
 BAD_CALLS = [
     (dict(values=torch.zeros(5)), TypeError, r"values must be a tensor of shape \[\.\.\., N, F\]"),
+    # s23: the fixes (a feature dimension, a bool mask, a fixed capacity) were not said
+    (dict(values=torch.zeros(10)), TypeError, r"shape \(10,\); for one value per candidate pass"),
+    (dict(mask=torch.ones(2, 10, dtype=torch.int64)), TypeError, r"convert it with mask.bool\(\)"),
+    (dict(num_samples=torch.tensor(4)), TypeError, r"got num_samples=tensor\(4\), a tensor: it is"),
     (dict(labels=[1, 0]), TypeError, r"labels must be a tensor of shape \[\.\.\., N\], got list"),
     (
         dict(labels=torch.zeros(2, 9)),
@@ -526,6 +530,12 @@ def test_bad_input_module_and_helpers():
         static.masked_select_k(torch.ones(3), 2)
     with pytest.raises(ValueError, match="k must be an int >= 1, got k=0"):
         static.masked_select_k(torch.ones(3, dtype=torch.bool), 0)
+    with pytest.raises(TypeError, match=r"torch.int64 and shape \(3,\); convert it with mask.bool"):
+        static.masked_select_k(torch.ones(3, dtype=torch.int64), 2)  # an attention mask, say
+    with pytest.raises(TypeError, match=r"k must be a Python int >= 1, got k=tensor\(2\), a tens"):
+        static.masked_select_k(torch.ones(3, dtype=torch.bool), torch.tensor(2))
+    with pytest.raises(ValueError, match=r"mask must be on x.device=cpu, got mask.device=meta; "):
+        static.masked_mean(torch.ones(3), torch.ones(3, dtype=torch.bool, device="meta"))
     with pytest.raises(ValueError, match=r"mask must be broadcastable to x.shape=\(2, 3\)"):
         static.masked_sum(torch.ones(2, 3), torch.ones(3, 2, dtype=torch.bool))
     with pytest.raises(TypeError, match="mask must be a bool tensor broadcastable to x"):

@@ -241,7 +241,9 @@ def masked_select_k(
         (True, [[True, True], [False, False]])
     """
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.dim() < 1:
-        raise TypeError(f"mask must be a bool tensor of shape [..., N], got {_got(mask)}")
+        raise TypeError(
+            f"mask must be a bool tensor of shape [..., N], got {_got(mask)}{_as_bool(mask)}"
+        )
     k = _check_count("k", k)
     *batch, n = mask.shape
     rows = math.prod(batch)
@@ -320,6 +322,12 @@ def _sum_where(x: Tensor, mask: Tensor, dim: Any, keepdim: bool, dtype: Any = No
 
 
 def _check_count(name: str, value: object) -> int:
+    if isinstance(value, Tensor):  # torch.topk takes a 0-d tensor k; a shape here cannot
+        raise TypeError(
+            f"{name} must be a Python int >= 1, got {name}={value!r}, a tensor: it is the output "
+            "length, which must not depend on the data; pass a fixed capacity (an int chosen "
+            "outside the model)"
+        )
     return check_int(name, value, minimum=1, symbolic=(torch.SymInt,))
 
 
@@ -361,6 +369,13 @@ def _check_padding(name: str, k: object, n: object, rows: object, width: object)
         )
 
 
+def _as_bool(mask: object) -> str:
+    """The fix for a mask of another dtype (an attention mask of 0/1 ints, say)."""
+    if isinstance(mask, Tensor) and mask.dtype != torch.bool:
+        return "; convert it with mask.bool() (or mask != 0)"
+    return ""
+
+
 def _got(value: object) -> str:
     """:func:`describe` of a bad argument, with the conversion when it is a numpy array (whose
     dtype and shape may be right)."""
@@ -370,7 +385,10 @@ def _got(value: object) -> str:
 
 def _check_pair(values: object, labels: object) -> None:
     if not isinstance(values, Tensor) or values.dim() < 2:
-        raise TypeError(f"values must be a tensor of shape [..., N, F], got {_got(values)}")
+        fix = ""
+        if isinstance(values, Tensor):  # one value per candidate: a feature dimension of 1
+            fix = "; for one value per candidate pass values.unsqueeze(-1)"
+        raise TypeError(f"values must be a tensor of shape [..., N, F], got {_got(values)}{fix}")
     if not isinstance(labels, Tensor):
         raise TypeError(f"labels must be a tensor of shape [..., N], got {_got(labels)}")
     if labels.shape != values.shape[:-1]:
@@ -402,7 +420,9 @@ def _check_mask(mask: object, labels: Tensor) -> Tensor | None:
     if mask is None:
         return None
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise TypeError(f"mask must be None or a bool tensor like labels, got {_got(mask)}")
+        raise TypeError(
+            f"mask must be None or a bool tensor like labels, got {_got(mask)}{_as_bool(mask)}"
+        )
     if mask.shape != labels.shape or mask.device != labels.device:
         raise ValueError(
             f"mask must have labels.shape={tuple(labels.shape)} on {labels.device}, got "
@@ -418,7 +438,14 @@ def _check_reduction(
     if not isinstance(x, Tensor):
         raise TypeError(f"x must be a tensor, got {_got(x)}")
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a bool tensor broadcastable to x, got {_got(mask)}")
+        raise TypeError(
+            f"mask must be a bool tensor broadcastable to x, got {_got(mask)}{_as_bool(mask)}"
+        )
+    if mask.device != x.device:  # (torch.where's own error names neither argument)
+        raise ValueError(
+            f"mask must be on x.device={x.device}, got mask.device={mask.device}; move it first, "
+            "e.g. mask.to(x.device)"
+        )
     try:  # (the same shape, the common case, needs no broadcast)
         shape = x.shape if mask.shape == x.shape else torch.broadcast_shapes(x.shape, mask.shape)
     except RuntimeError:
