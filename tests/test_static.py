@@ -589,3 +589,22 @@ def test_module_wraps_function():
     want = static.balanced_subsample(values, labels, 6, positive_fraction=0.25, mask=mask, seed=3)
     assert all(torch.equal(x, y) for x, y in zip(got, want, strict=True))
     assert list(sampler.parameters()) == [] and list(sampler.buffers()) == []
+
+
+def test_a_seed_tensor_reaches_the_cpu_by_a_blocking_copy():
+    """s23: a GPU seed tensor for CPU data was copied with non_blocking=True, and a non-blocking
+    device-to-host copy may be read before it lands. (Spied: no GPU here; the copy a GPU run
+    takes, to a GPU, stays non-blocking: test_cuda_no_sync.)"""
+    copies = []
+
+    class Spy(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.to and "non_blocking" in (kwargs or {}):
+                copies.append(kwargs["non_blocking"])
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    got = static.masked_select_k(mask, 3, seed=torch.tensor(3).as_subclass(Spy)).indices
+    assert copies == [False]
+    assert torch.equal(got.as_subclass(torch.Tensor), static.masked_select_k(mask, 3, seed=3)[0])

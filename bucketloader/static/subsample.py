@@ -521,8 +521,11 @@ def _resolve_seed(
                 raise TypeError(
                     f"seed must be an int or a 0-d integer tensor, got {describe(seed)}"
                 )
-            # non_blocking: a blocking host-to-device copy synchronises the stream
-            return seed.reshape(()).to(device=device, dtype=torch.int64, non_blocking=True)
+            # non_blocking: a blocking host-to-device copy synchronises the stream; but not to
+            # the CPU: a non-blocking device-to-host copy may be read before it lands (s23)
+            return seed.reshape(()).to(
+                device=device, dtype=torch.int64, non_blocking=torch.device(device).type != "cpu"
+            )
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
             raise TypeError(f"seed must be an int or a 0-d integer tensor, got seed={seed!r}")
         if not INT64_MIN <= seed <= INT64_MAX:
