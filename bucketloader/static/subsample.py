@@ -21,6 +21,9 @@ seed return the same samples. Without ``seed`` the seed is drawn on the data's d
 "Failed to convert args/kwargs to proxy"), so inside a compiled region pass ``seed=`` as a 0-d
 integer tensor drawn outside (e.g. ``torch.randint(2**62, ())``) for reproducibility, or nothing
 for fresh randomness. A Python int seed is a constant to the compiler: each new value recompiles.
+Unseeded, ``torch.manual_seed`` makes eager runs and compiled runs reproducible, but inductor draws
+the seed from its own generator, so the two differ (s23, torch 2.13; with
+``torch._inductor.config.fallback_random = True`` they agree).
 Argument errors raised while Dynamo traces with ``fullgraph=True`` reach the caller wrapped in
 ``torch._dynamo.exc.Unsupported`` ("Observed exception"), our message in its debug context;
 :class:`BalancedSubsampler` checks ``num_samples`` and ``positive_fraction`` when it is built,
