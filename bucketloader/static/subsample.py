@@ -36,7 +36,9 @@ further one; this text said a new ``N`` compiled a new graph). Compiling costs 7
 on 2 CPU cores (inductor's codegen of the integer rounds), against about 2.5 s for two ``topk``.
 With ``dynamic=False`` each new ``(batch, N)`` compiles a graph; with the default
 ``dynamic=None`` the second ``N`` compiles the dynamic graph and later ones reuse it (s23, torch
-2.13: 2 graphs for ``N`` = 100, 200, 300 and 1000, each output equal to eager).
+2.13: 2 graphs for ``N`` = 100, 200, 300 and 1000, each output equal to eager). ``K`` and
+``positive_fraction`` are constants with ``dynamic=False`` (three fractions and two ``K``: 4
+graphs) and symbols with ``dynamic=True`` (the same calls: 1 graph, each equal to eager).
 ``torch.export.export`` works with static shapes (s23, torch 2.13: the exported program equals
 eager bit for bit with a seed tensor) and a dynamic leading (batch) dimension; a dynamic ``N``
 does not export: the non-strict export specialises it where the permutation grid is sized
