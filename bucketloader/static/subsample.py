@@ -32,8 +32,10 @@ symbolic: dynamo guards ``N`` into the ranges the algorithm branches on (``N <= 
 keys; ``64 < N <= 4096``: 10 Feistel rounds; longer: 6; and ``K > N`` or not), so a new ``N``
 in a range reuses the graph (torch 2.13, inductor: one graph for ``N`` = 100, 200 and 1000, equal
 to eager bit for bit, compiled in 17 s against 11 s for the first static shape and 4 s for each
-further one; this text said a new ``N`` compiled a new graph). Compiling costs 7-10 s per shape
-on 2 CPU cores (inductor's codegen of the integer rounds), against about 2.5 s for two ``topk``.
+further one; this text said a new ``N`` compiled a new graph). Compiling costs 3.8-6.1 s per shape
+on 2 CPU cores, one thread (inductor's codegen of the integer rounds), against 1.3-3.0 s for two
+``topk`` (benchmarks/results/subsampler.md; this text said 7-10 s against 2.5 s); the first
+compile in a process pays inductor's start-up on top (s23: 8.5 s, then 4.5 s for the next shape).
 With ``dynamic=False`` each new ``(batch, N)`` compiles a graph; with the default
 ``dynamic=None`` the second ``N`` compiles the dynamic graph and later ones reuse it (s23, torch
 2.13: 2 graphs for ``N`` = 100, 200, 300 and 1000, each output equal to eager). ``K`` and
