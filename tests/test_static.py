@@ -534,6 +534,13 @@ def test_bad_input_module_and_helpers():
         static.masked_select_k(torch.ones(3, dtype=torch.int64), 2)  # an attention mask, say
     with pytest.raises(TypeError, match=r"k must be a Python int >= 1, got k=tensor\(2\), a tens"):
         static.masked_select_k(torch.ones(3, dtype=torch.bool), torch.tensor(2))
+    with pytest.raises(
+        ValueError, match=r"device meta, .*=cpu; create it with torch.Generator\('meta'\)"
+    ):
+        # s23: the fix read torch.Generator(device(type='meta')), not code to run
+        static.masked_select_k(
+            torch.ones(3, dtype=torch.bool, device="meta"), 2, generator=torch.Generator()
+        )
     with pytest.raises(ValueError, match=r"mask must be on x.device=cpu, got mask.device=meta; "):
         static.masked_mean(torch.ones(3), torch.ones(3, dtype=torch.bool, device="meta"))
     with pytest.raises(ValueError, match=r"mask must be broadcastable to x.shape=\(2, 3\)"):

@@ -551,7 +551,7 @@ def _resolve_seed(
             raise TypeError(f"generator must be a torch.Generator, got {describe(generator)}")
         if generator.device.type != torch.device(device).type:
             raise ValueError(
-                f"generator must be on the data's device {device}, got "
-                f"generator.device={generator.device}; create it with torch.Generator({device!r})"
+                f"generator must be on the data's device {device}, got generator.device="
+                f"{generator.device}; create it with torch.Generator({str(device)!r})"
             )
     return draw_seed(generator, device)
