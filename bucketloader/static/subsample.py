@@ -465,7 +465,9 @@ def _check_reduction(
         raise TypeError(
             f"mask must be a bool tensor broadcastable to x, got {_got(mask)}{_as_bool(mask)}"
         )
-    if mask.device != x.device:  # (torch.where's own error names neither argument)
+    # (torch.where's own error names neither argument; a 0-d mask is left to torch, which may
+    # take a CPU scalar with device tensors)
+    if mask.device != x.device and mask.dim() > 0:
         raise ValueError(
             f"mask must be on x.device={x.device}, got mask.device={mask.device}; move it first, "
             "e.g. mask.to(x.device)"
