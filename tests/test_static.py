@@ -151,6 +151,24 @@ def test_masked_select_k_counts():
     assert idx.shape == (3, 1, 7) and valid.sum(-1).flatten().tolist() == [3, 0, 5]
 
 
+def test_positions_up_to_the_limit_come_back_whole(monkeypatch):
+    """s23: a position and its class share one int32 (``(j << 2) | class``), so positions past
+    2**29 came back negative, and the limit was 2**30. The packing is checked at the limit with
+    a stand-in permutation (a real row of 2**29 needs ~18 GB), the limit on meta tensors."""
+    top = static.subsample.MAX_CANDIDATES - 1
+    j = torch.tensor([[0, 1, 2, top]], dtype=torch.int32)
+    fake = (torch.arange(4, dtype=torch.int32).view(1, 4), j)  # the identity order, j's labels
+    monkeypatch.setattr(_select, "permuted_positions", lambda seed, rows, n: fake)
+    mask, one = torch.tensor([[False, False, False, True]]), torch.tensor([[1]])
+    assert _select.quota_select(mask, None, one, None, 1, torch.tensor(0))[0].tolist() == [[top]]
+    monkeypatch.undo()
+    too_long = torch.empty(2**29 + 1, dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match=r"at most 2\*\*29 entries, got N=536870913; split"):
+        static.masked_select_k(too_long, 4)
+    with pytest.raises(ValueError, match=r"at most 2\*\*29 entries, got N=536870913"):
+        static.balanced_subsample(torch.empty(2**29 + 1, 1, device="meta"), too_long, 4)
+
+
 # --- uniformity and random order -----------------------------------------------------------------
 
 
@@ -432,6 +450,14 @@ def test_masked_reductions_match_boolean_indexing():
     assert torch.allclose(got, x[:, [0, 2, 4]].sum(1, keepdim=True))
     assert static.masked_mean(x, torch.zeros_like(mask)).isnan()  # like x[empty].mean()
     assert static.masked_sum(torch.arange(6), torch.arange(6) > 3).item() == 9
+    # s23, NOTE [ Half-precision means ]: the float16 sum overflowed (inf), bfloat16 gave 100.5
+    for dtype in (torch.float16, torch.bfloat16):
+        x = torch.full((2, 3000), 100.0, dtype=dtype)
+        mask = torch.ones_like(x, dtype=torch.bool)
+        mask[:, ::3] = False
+        for dim in (None, -1):
+            got = static.masked_mean(x, mask, dim=dim)
+            assert got.dtype == dtype and (got == 100).all(), (dtype, dim, got)
 
 
 # --- bad input: one voice, naming argument, value and fix ----------------------------------------
@@ -439,6 +465,10 @@ def test_masked_reductions_match_boolean_indexing():
 
 BAD_CALLS = [
     (dict(values=torch.zeros(5)), TypeError, r"values must be a tensor of shape \[\.\.\., N, F\]"),
+    # s23: the fixes (a feature dimension, a bool mask, a fixed capacity) were not said
+    (dict(values=torch.zeros(10)), TypeError, r"shape \(10,\); for one value per candidate pass"),
+    (dict(mask=torch.ones(2, 10, dtype=torch.int64)), TypeError, r"convert it with mask.bool\(\)"),
+    (dict(num_samples=torch.tensor(4)), TypeError, r"got num_samples=tensor\(4\), a tensor: it is"),
     (dict(labels=[1, 0]), TypeError, r"labels must be a tensor of shape \[\.\.\., N\], got list"),
     (
         dict(labels=torch.zeros(2, 9)),
@@ -500,6 +530,19 @@ def test_bad_input_module_and_helpers():
         static.masked_select_k(torch.ones(3), 2)
     with pytest.raises(ValueError, match="k must be an int >= 1, got k=0"):
         static.masked_select_k(torch.ones(3, dtype=torch.bool), 0)
+    with pytest.raises(TypeError, match=r"torch.int64 and shape \(3,\); convert it with mask.bool"):
+        static.masked_select_k(torch.ones(3, dtype=torch.int64), 2)  # an attention mask, say
+    with pytest.raises(TypeError, match=r"k must be a Python int >= 1, got k=tensor\(2\), a tens"):
+        static.masked_select_k(torch.ones(3, dtype=torch.bool), torch.tensor(2))
+    with pytest.raises(
+        ValueError, match=r"device meta, .*=cpu; create it with torch.Generator\('meta'\)"
+    ):
+        # s23: the fix read torch.Generator(device(type='meta')), not code to run
+        static.masked_select_k(
+            torch.ones(3, dtype=torch.bool, device="meta"), 2, generator=torch.Generator()
+        )
+    with pytest.raises(ValueError, match=r"mask must be on x.device=cpu, got mask.device=meta; "):
+        static.masked_mean(torch.ones(3), torch.ones(3, dtype=torch.bool, device="meta"))
     with pytest.raises(ValueError, match=r"mask must be broadcastable to x.shape=\(2, 3\)"):
         static.masked_sum(torch.ones(2, 3), torch.ones(3, 2, dtype=torch.bool))
     with pytest.raises(TypeError, match="mask must be a bool tensor broadcastable to x"):
@@ -553,3 +596,22 @@ def test_module_wraps_function():
     want = static.balanced_subsample(values, labels, 6, positive_fraction=0.25, mask=mask, seed=3)
     assert all(torch.equal(x, y) for x, y in zip(got, want, strict=True))
     assert list(sampler.parameters()) == [] and list(sampler.buffers()) == []
+
+
+def test_a_seed_tensor_reaches_the_cpu_by_a_blocking_copy():
+    """s23: a GPU seed tensor for CPU data was copied with non_blocking=True, and a non-blocking
+    device-to-host copy may be read before it lands. (Spied: no GPU here; the copy a GPU run
+    takes, to a GPU, stays non-blocking: test_cuda_no_sync.)"""
+    copies = []
+
+    class Spy(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.to and "non_blocking" in (kwargs or {}):
+                copies.append(kwargs["non_blocking"])
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    got = static.masked_select_k(mask, 3, seed=torch.tensor(3).as_subclass(Spy)).indices
+    assert copies == [False]
+    assert torch.equal(got.as_subclass(torch.Tensor), static.masked_select_k(mask, 3, seed=3)[0])

@@ -246,7 +246,8 @@ def _first_in_order(
         code = code + c * mask.to(torch.int32)
     code = torch.nn.functional.pad(code, (0, d - n))  # padding slots: class 0, never chosen
     # Scatter "where each element goes" to get the sequence in permuted order: each slot is written
-    # exactly once (q is a permutation), carrying the element index and its class in one int32.
+    # exactly once (q is a permutation), carrying the element index and its class in one int32
+    # (so j < 2**29: subsample.MAX_CANDIDATES; padding slots past N may wrap, they are never read).
     seq = torch.empty(rows, d, dtype=torch.int32, device=first.device)
     seq = seq.scatter_(1, q.to(torch.int64), (j << 2) | code)
     cls = seq & 3

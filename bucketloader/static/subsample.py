@@ -21,6 +21,9 @@ seed return the same samples. Without ``seed`` the seed is drawn on the data's d
 "Failed to convert args/kwargs to proxy"), so inside a compiled region pass ``seed=`` as a 0-d
 integer tensor drawn outside (e.g. ``torch.randint(2**62, ())``) for reproducibility, or nothing
 for fresh randomness. A Python int seed is a constant to the compiler: each new value recompiles.
+Unseeded, ``torch.manual_seed`` makes eager runs and compiled runs reproducible, but inductor draws
+the seed from its own generator, so the two differ (s23, torch 2.13; with
+``torch._inductor.config.fallback_random = True`` they agree).
 Argument errors raised while Dynamo traces with ``fullgraph=True`` reach the caller wrapped in
 ``torch._dynamo.exc.Unsupported`` ("Observed exception"), our message in its debug context;
 :class:`BalancedSubsampler` checks ``num_samples`` and ``positive_fraction`` when it is built,
@@ -29,8 +32,19 @@ symbolic: dynamo guards ``N`` into the ranges the algorithm branches on (``N <= 
 keys; ``64 < N <= 4096``: 10 Feistel rounds; longer: 6; and ``K > N`` or not), so a new ``N``
 in a range reuses the graph (torch 2.13, inductor: one graph for ``N`` = 100, 200 and 1000, equal
 to eager bit for bit, compiled in 17 s against 11 s for the first static shape and 4 s for each
-further one; this text said a new ``N`` compiled a new graph). Compiling costs 7-10 s per shape
-on 2 CPU cores (inductor's codegen of the integer rounds), against about 2.5 s for two ``topk``.
+further one; this text said a new ``N`` compiled a new graph). Compiling costs 3.8-6.1 s per shape
+on 2 CPU cores, one thread (inductor's codegen of the integer rounds), against 1.3-3.0 s for two
+``topk`` (benchmarks/results/subsampler.md; this text said 7-10 s against 2.5 s); the first
+compile in a process pays inductor's start-up on top (s23: 8.5 s, then 4.5 s for the next shape).
+With ``dynamic=False`` each new ``(batch, N)`` compiles a graph; with the default
+``dynamic=None`` the second ``N`` compiles the dynamic graph and later ones reuse it (s23, torch
+2.13: 2 graphs for ``N`` = 100, 200, 300 and 1000, each output equal to eager). ``K`` and
+``positive_fraction`` are constants with ``dynamic=False`` (three fractions and two ``K``: 4
+graphs) and symbols with ``dynamic=True`` (the same calls: 1 graph, each equal to eager).
+``torch.export.export`` works with static shapes (s23, torch 2.13: the exported program equals
+eager bit for bit with a seed tensor) and a dynamic leading (batch) dimension; a dynamic ``N``
+does not export: the non-strict export specialises it where the permutation grid is sized
+(``_geometry``), the strict one refuses ``math.log2`` of a symbol.
 """
 
 from __future__ import annotations
@@ -220,7 +234,10 @@ def masked_select_k(
     """Up to ``k`` uniformly random positions where ``mask`` is true, in random order.
 
     The fixed-shape replacement for ``torch.nonzero(mask)`` / ``x[mask]``: gather with the indices
-    and use ``valid`` wherever the count matters.
+    and use ``valid`` wherever the count matters. Unlike ``nonzero``, the positions come in random
+    order, and padding slots hold index 0, a real position: for ``nonzero``'s ascending order sort
+    with the padding last (below), and write results back with ``scatter_add`` of values zeroed
+    at the padding, not ``scatter_``, whose padding writes to index 0 race the real one's.
 
     Args:
         mask: ``[..., N]`` bool; leading dimensions are independent rows.
@@ -239,9 +256,18 @@ def masked_select_k(
         >>> idx, valid = masked_select_k(scores > 0.5, 2, seed=0)
         >>> sorted(idx[0].tolist()) in ([0, 2], [0, 3], [2, 3]), valid.tolist()
         (True, [[True, True], [False, False]])
+        >>> mask = torch.tensor([[False, True, True, False, True]])  # e.g. the real tokens
+        >>> idx, valid = masked_select_k(mask, 4, seed=0)  # all 3, and one padding slot
+        >>> torch.where(valid, idx, 5).sort(-1).values.tolist()  # nonzero's order, N=5 last
+        [[1, 2, 4, 5]]
+        >>> y = torch.ones(1, 4) * valid  # one result per slot, zero at the padding
+        >>> torch.zeros(1, 5).scatter_add(1, idx, y).tolist()  # back in place
+        [[0.0, 1.0, 1.0, 0.0, 1.0]]
     """
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.dim() < 1:
-        raise TypeError(f"mask must be a bool tensor of shape [..., N], got {_got(mask)}")
+        raise TypeError(
+            f"mask must be a bool tensor of shape [..., N], got {_got(mask)}{_as_bool(mask)}"
+        )
     k = _check_count("k", k)
     *batch, n = mask.shape
     rows = math.prod(batch)
@@ -298,13 +324,18 @@ def masked_mean(
             "cast it first, e.g. x.float()"
         )
     count = mask.expand(x.shape).sum(dim=dim, keepdim=keepdim)
-    return _sum_where(x, mask, dim, keepdim) / count  # (checked once, above)
+    # NOTE [ Half-precision means ]
+    # float16 and bfloat16 sum in float32 and divide there, as torch.mean does: a float16 sum
+    # rounded to float16 first overflowed (10^4 values of 100: inf, where x[mask].mean() gives
+    # 100) and a bfloat16 one lost the mean's precision (100.5 for a row of 100s). s23.
+    wide = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else None
+    return (_sum_where(x, mask, dim, keepdim, wide) / count).to(x.dtype)  # (checked, above)
 
 
-def _sum_where(x: Tensor, mask: Tensor, dim: Any, keepdim: bool) -> Tensor:
-    """:func:`masked_sum` of checked arguments."""
+def _sum_where(x: Tensor, mask: Tensor, dim: Any, keepdim: bool, dtype: Any = None) -> Tensor:
+    """:func:`masked_sum` of checked arguments (accumulated in ``dtype``, if given)."""
     return torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum(
-        dim=dim, keepdim=keepdim
+        dim=dim, keepdim=keepdim, dtype=dtype
     )
 
 
@@ -315,6 +346,12 @@ def _sum_where(x: Tensor, mask: Tensor, dim: Any, keepdim: bool) -> Tensor:
 
 
 def _check_count(name: str, value: object) -> int:
+    if isinstance(value, Tensor):  # torch.topk takes a 0-d tensor k; a shape here cannot
+        raise TypeError(
+            f"{name} must be a Python int >= 1, got {name}={value!r}, a tensor: it is the output "
+            "length, which must not depend on the data; pass a fixed capacity (an int chosen "
+            "outside the model)"
+        )
     return check_int(name, value, minimum=1, symbolic=(torch.SymInt,))
 
 
@@ -324,14 +361,17 @@ def _check_fraction(value: object) -> float:
     )
 
 
-#: Row length limit: positions are int32 and each Feistel half must stay below 2**15.
-MAX_CANDIDATES = 2**30
+#: Row length limit: the selection packs a position and its class into one int32
+#: (``(j << 2) | class`` in ``_first_in_order``), so positions must stay below 2**29 (each
+#: Feistel half stays below 2**15 too). s23: this was 2**30, and a chosen position at or past
+#: 2**29 came back negative (``(2**29 << 2) >> 2 == -2**29`` in int32).
+MAX_CANDIDATES = 2**29
 
 
 def _check_length(n: int) -> None:
     if n > MAX_CANDIDATES:
         raise ValueError(
-            f"the candidate dimension must hold at most 2**30 entries, got N={n}; "
+            f"the candidate dimension must hold at most 2**29 entries, got N={n}; "
             "split the rows into a leading batch dimension"
         )
 
@@ -353,6 +393,13 @@ def _check_padding(name: str, k: object, n: object, rows: object, width: object)
         )
 
 
+def _as_bool(mask: object) -> str:
+    """The fix for a mask of another dtype (an attention mask of 0/1 ints, say)."""
+    if isinstance(mask, Tensor) and mask.dtype != torch.bool:
+        return "; convert it with mask.bool() (or mask != 0)"
+    return ""
+
+
 def _got(value: object) -> str:
     """:func:`describe` of a bad argument, with the conversion when it is a numpy array (whose
     dtype and shape may be right)."""
@@ -362,7 +409,10 @@ def _got(value: object) -> str:
 
 def _check_pair(values: object, labels: object) -> None:
     if not isinstance(values, Tensor) or values.dim() < 2:
-        raise TypeError(f"values must be a tensor of shape [..., N, F], got {_got(values)}")
+        fix = ""
+        if isinstance(values, Tensor):  # one value per candidate: a feature dimension of 1
+            fix = "; for one value per candidate pass values.unsqueeze(-1)"
+        raise TypeError(f"values must be a tensor of shape [..., N, F], got {_got(values)}{fix}")
     if not isinstance(labels, Tensor):
         raise TypeError(f"labels must be a tensor of shape [..., N], got {_got(labels)}")
     if labels.shape != values.shape[:-1]:
@@ -394,7 +444,9 @@ def _check_mask(mask: object, labels: Tensor) -> Tensor | None:
     if mask is None:
         return None
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise TypeError(f"mask must be None or a bool tensor like labels, got {_got(mask)}")
+        raise TypeError(
+            f"mask must be None or a bool tensor like labels, got {_got(mask)}{_as_bool(mask)}"
+        )
     if mask.shape != labels.shape or mask.device != labels.device:
         raise ValueError(
             f"mask must have labels.shape={tuple(labels.shape)} on {labels.device}, got "
@@ -410,7 +462,16 @@ def _check_reduction(
     if not isinstance(x, Tensor):
         raise TypeError(f"x must be a tensor, got {_got(x)}")
     if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a bool tensor broadcastable to x, got {_got(mask)}")
+        raise TypeError(
+            f"mask must be a bool tensor broadcastable to x, got {_got(mask)}{_as_bool(mask)}"
+        )
+    # (torch.where's own error names neither argument; a 0-d mask is left to torch, which may
+    # take a CPU scalar with device tensors)
+    if mask.device != x.device and mask.dim() > 0:
+        raise ValueError(
+            f"mask must be on x.device={x.device}, got mask.device={mask.device}; move it first, "
+            "e.g. mask.to(x.device)"
+        )
     try:  # (the same shape, the common case, needs no broadcast)
         shape = x.shape if mask.shape == x.shape else torch.broadcast_shapes(x.shape, mask.shape)
     except RuntimeError:
@@ -469,8 +530,11 @@ def _resolve_seed(
                 raise TypeError(
                     f"seed must be an int or a 0-d integer tensor, got {describe(seed)}"
                 )
-            # non_blocking: a blocking host-to-device copy synchronises the stream
-            return seed.reshape(()).to(device=device, dtype=torch.int64, non_blocking=True)
+            # non_blocking: a blocking host-to-device copy synchronises the stream; but not to
+            # the CPU: a non-blocking device-to-host copy may be read before it lands (s23)
+            return seed.reshape(()).to(
+                device=device, dtype=torch.int64, non_blocking=torch.device(device).type != "cpu"
+            )
         if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
             raise TypeError(f"seed must be an int or a 0-d integer tensor, got seed={seed!r}")
         if not INT64_MIN <= seed <= INT64_MAX:
@@ -489,7 +553,7 @@ def _resolve_seed(
             raise TypeError(f"generator must be a torch.Generator, got {describe(generator)}")
         if generator.device.type != torch.device(device).type:
             raise ValueError(
-                f"generator must be on the data's device {device}, got "
-                f"generator.device={generator.device}; create it with torch.Generator({device!r})"
+                f"generator must be on the data's device {device}, got generator.device="
+                f"{generator.device}; create it with torch.Generator({str(device)!r})"
             )
     return draw_seed(generator, device)
