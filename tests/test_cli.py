@@ -457,6 +457,14 @@ def test_bad_options_fail_before_any_work(tmp_path, files, capsys):
     params = json.loads(out.read_text())["solution"]["params"]
     assert (params["max_values"], params["warm_start"]) == (3, False)
     assert "max_values=3" in capsys.readouterr().err  # (the warning, one line)
+    # the check of --option values runs the strategy on three lengths: its warnings are not the
+    # data's (s23-rev: "lp: 3 distinct lengths exceed max_values=2" printed by Python)
+    lp = ["--strategy", "lp", "--option", "max_values=2"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["precompute", one, "-k", "2", "--cache-dir", str(cache), *lp]) == 0
+    said = [str(w.message) for w in caught] + [capsys.readouterr().err]
+    assert not any("3 distinct lengths" in x for x in said), said
 
 
 def test_report_plot_of_a_single_distinct_length(tmp_path):
