@@ -543,6 +543,12 @@ def test_bad_input_module_and_helpers():
         )
     with pytest.raises(ValueError, match=r"mask must be on x.device=cpu, got mask.device=meta; "):
         static.masked_mean(torch.ones(3), torch.ones(3, dtype=torch.bool, device="meta"))
+    # a 0-d CPU mask is left to torch, which takes it with x elsewhere: masked_mean too
+    # (s23-rev: its count stayed on the CPU, "Tensor on device cpu is not on the expected
+    # device meta!" where masked_sum worked)
+    on_meta = torch.ones(2, 3, device="meta")
+    for reduce in (static.masked_sum, static.masked_mean):
+        assert reduce(on_meta, torch.tensor(True), dim=-1).shape == (2,)
     with pytest.raises(ValueError, match=r"mask must be broadcastable to x.shape=\(2, 3\)"):
         static.masked_sum(torch.ones(2, 3), torch.ones(3, 2, dtype=torch.bool))
     with pytest.raises(TypeError, match="mask must be a bool tensor broadcastable to x"):

@@ -323,7 +323,9 @@ def masked_mean(
             f"x must be a floating-point tensor for masked_mean, got x.dtype={x.dtype}; "
             "cast it first, e.g. x.float()"
         )
-    count = mask.expand(x.shape).sum(dim=dim, keepdim=keepdim)
+    # (on x's device: a 0-d CPU mask, which torch.where takes with x on a GPU, counts on the
+    # CPU, and a count with dimensions there failed the division; s23-rev)
+    count = mask.expand(x.shape).sum(dim=dim, keepdim=keepdim).to(x.device)
     # NOTE [ Half-precision means ]
     # float16 and bfloat16 sum in float32 and divide there, as torch.mean does: a float16 sum
     # rounded to float16 first overflowed (10^4 values of 100: inf, where x[mask].mean() gives
