@@ -752,14 +752,17 @@ class BucketSampler(SpecShapes, EpochSampler):
         full, q = spec.cell_steps(r)
         per_step = spec.cell_batch * r
         counts = spec.counts
-        # (a filled bucket's step holds as many appearances as before: R * B - q repeats)
-        repeated = int(np.where(q > 0, per_step - q, 0).sum())
+        # appearances per bucket: its steps (rounded up to whole accumulation groups, whose
+        # extra steps wrap round its samples too: s23-rev, the count said 1 of 5 repeats for 3
+        # samples in batches of 4 with accumulate=2) of R * B; a filled bucket's step holds as
+        # many appearances as before (R * B - q repeats), its own samples each once or more
+        slots = grouped_steps(full + (q > 0), self.accumulate) * per_step
+        repeated = int(np.where(counts > 0, slots - counts, 0).sum())
         pools = self._fill_pools
         filled = np.isin(np.arange(counts.size), list(pools))
         small = np.flatnonzero((full == 0) & (q > 0) & ~filled)
-        most = 1 + bool((q[~filled] > 0).any())
-        if small.size:
-            most = max(most, int((-(-per_step[small] // counts[small])).max()))
+        wraps = (counts > 0) & ~filled  # (each sample ceil(slots / n) times at most)
+        most = int((-(-slots[wraps] // counts[wraps])).max(initial=1))
         if pools:  # own samples for ranks without one, and the draws (this epoch's)
             most = max(most, *(-(-r // int(q[c])) for c in pools))
             extra = fill_extra(spec, pools, **self._coordinates(self.epoch))

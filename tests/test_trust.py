@@ -172,6 +172,14 @@ def test_last_batch_fill_of_a_small_row_length_or_bucket_says_what_it_repeats():
     lengths = [5] * 1000 + [30] * 5
     _, msgs = _warned(lambda: BucketSampler(lengths[:1000], batch_size=8, last_batch="fill"))
     assert msgs == []
+    # accumulation groups round a bucket's steps up: their extra steps repeat too, counted
+    # (s23-rev: 3 samples in batches of 4, accumulate=2, said 1 repeat of 5, each once)
+    s, (msg,) = _warned(
+        lambda: BucketSampler([5] * 3, batch_size=4, last_batch="fill", accumulate=2)
+    )
+    appear = np.bincount([i for b in s for i in b])
+    assert s.report().totals["repeated"] == int(appear.sum()) - 3 == 5 and appear.max() == 3
+    assert "repeat 5 samples per epoch" in msg and "up to 3 times an epoch" in msg
 
 
 def test_last_batch_fill_of_a_small_bucket_takes_shorter_samples():
