@@ -35,6 +35,11 @@ from bucketloader.stream._schedule import lane_cells
 from bucketloader.stream.source import check_length
 
 STATE_FORMAT = 2
+#: How ``last_batch="fill"`` completes a short batch, recorded in a fill stream's state
+#: ``config`` (``"fill"``; absent: 1, copies of the batch's own samples; 2: the samples the
+#: bucket handed out last first, NOTE [ What a stream's fill repeats ] in
+#: :mod:`bucketloader.stream.resume`). A state of another version is refused.
+FILL_VERSION = 2
 _BLOCK = 1024
 #: The counters of a pass (NOTE [ Where the report's numbers come from ]).
 STATS = (
@@ -183,7 +188,12 @@ class BucketPass(Pass):
         self._lo = max(owner.minimum[0] if owner.minimum else 0, 1)
         self._hi = owner.limits[0]
         self._oversize = any(b == 0 for b in owner.batch_sizes)
-        self._last: dict[int, list[Any]] = {}  # a lane's last batch per cell (repeats)
+        # a lane's last batch per cell, and with last_batch="fill" also a one-pass stream's
+        # (NOTE [ What a stream's fill repeats ] in bucketloader.stream.resume): (sample, size)
+        self._last: dict[int, list[tuple[Any, int]]] = {}
+        self._fills = owner.last_batch == "fill"
+        self._once: dict[int, int] = {}  # per cell: its last batch's first entries seen once
+        self._keep_last = self._fills and owner.schedule is None  # (scheduled: always kept)
         self._template: Any = None  # the first sample of the pass (stand-in rows)
         self._fits: dict[int, Any] = {}  # the first sample of each cell (stand-in rows)
         # their stream positions (the exact state of a scheduled pass over a seekable source)
@@ -294,6 +304,10 @@ class BucketPass(Pass):
         """Hand out the full buffer of ``bucket`` as a batch (the caller checked it is full)."""
         buf = self.bsam[bucket]
         self._count(bucket, len(buf), sum(self.blen[bucket]), self.sizes[bucket])
+        if self._keep_last:  # what the tail's fill tops up from (a copy: buf is the user's)
+            self._last[bucket] = list(zip(buf, self.blen[bucket], strict=True))
+            self._last_pos[bucket] = self.bpos[bucket]
+            self._once[bucket] = len(buf)
         self.bsam[bucket], self.bpos[bucket], self.blen[bucket] = [], [], []
         self.batches += 1
         return buf
@@ -455,35 +469,99 @@ class BucketPass(Pass):
             self._pull()
             self._gather(cell, need, batch, lens, at)
         self.dry += not batch and not self.buffered and not self.shuffle  # (nothing left at all)
-        fill = self.o.last_batch == "fill"
-        fresh = bool(batch)
-        if batch:
+        fill = self._fills
+        if fill:  # a short batch, or none (the shard is dry): topped up with repeats
+            self._top_up(cell, need, batch, lens, at)
+        elif batch:
             self._last[cell] = list(zip(batch, lens, strict=True))
             self._last_pos[cell] = at
-        elif fill:  # the shard is dry: repeat a recent batch that fits
-            for other in (cell, *self.o.covers[cell]):
-                if self._last.get(other):
-                    # (at most this cell's batch size: a shorter cell's batch can hold more,
-                    # which no collator lays out at this shape; s22-fill)
-                    batch = [x for x, _ in self._last[other][:need]]
-                    lens = [n for _, n in self._last[other][:need]]
-                    at = self._last_pos.get(other, [])[:need]
-                    self.stats["repeated"] += len(batch)
-                    break
         real = len(batch)
-        if real and fill and (real < need or not fresh):
-            extra = need - real
-            batch += [batch[k % real] for k in range(extra)]
-            lens += [lens[k % real] for k in range(extra)]
-            self.stats["repeated"] += extra
-            self._note_fill(at, need, fresh=fresh)
-            real = need
         if not batch:  # nothing real fits: stand-ins the collator turns into padding rows
             stand_in = self._stand_in(cell)
             batch = [] if stand_in is None else [stand_in] * (need if fill else 1)
             lens = [0] * len(batch)
         self._count(cell, real, sum(lens[:real]), need)
         return batch, real
+
+    def _pool(self, cell: int, want: int, skip: list[int]) -> list[tuple[int, int]]:
+        """Up to ``want`` samples handed out before that a fill may repeat in a batch of
+        ``cell``, as ``(cell kept in, index in its last batch)``: those seen once first, then
+        the others; each from the cell's last batch, then from the last batches of the cells
+        it covers (nearest first; their samples fit its shape); each position once and none of
+        ``skip`` (NOTE [ What a stream's fill repeats ] in :mod:`bucketloader.stream.resume`)."""
+        seen = set(skip)
+        out: list[tuple[int, int]] = []
+        cells = [c for c in (cell, *self.o.covers[cell]) if self._last.get(c)]
+        for once in (True, False):
+            for other in cells:
+                ps, n = self._last_pos[other], self._once.get(other, 0)
+                for i in range(0, n) if once else range(n, len(ps)):
+                    if len(out) == want:
+                        return out
+                    if ps[i] not in seen:
+                        seen.add(ps[i])
+                        out.append((other, i))
+        return out
+
+    def _top_up(
+        self, cell: int, need: int, batch: list[Any], lens: list[int], at: list[int]
+    ) -> None:
+        """``last_batch="fill"``: complete ``batch`` (the samples of ``cell`` read for it, in
+        place; none when the shard is dry) to ``need`` samples: first with samples handed
+        out before (:meth:`_pool`), each once, moved out of the last batch that held them,
+        then with copies of what the batch then holds, in turn; count the repeats and keep
+        the batch (each sample once, those seen once first) as the cell's last. Nothing to
+        repeat at all leaves ``batch`` empty."""
+        fresh = len(batch)
+        took = self._pool(cell, need - fresh, at) if fresh < need else []
+        for other, i in took:
+            x, n = self._last[other][i]
+            batch.append(x)
+            lens.append(n)
+            at.append(self._last_pos[other][i])
+        distinct = len(batch)
+        if not distinct:
+            return
+        for k in range(need - distinct):  # (at most this cell's batch size: s22-fill)
+            batch.append(batch[k % distinct])
+            lens.append(lens[k % distinct])
+            at.append(at[k % distinct])
+        if fresh < need:
+            self.stats["repeated"] += need - fresh
+            self._note_batch(at, set(at[fresh:distinct]))
+        new = list(zip(batch[:distinct], lens[:distinct], strict=True))
+        if fresh == need:  # a full batch of new samples (every step but the last few)
+            self._last[cell], self._last_pos[cell], self._once[cell] = new, at[:distinct], need
+            return
+        gone: dict[int, set[int]] = {c: set() for c in self._last}  # repeated in this batch
+        for other, i in took:
+            gone[other].add(i)
+        for other, idx in gone.items():  # a covered cell keeps them, as seen more than once
+            if not idx or other == cell:  # (the cell's own: below)
+                continue
+            once, n = self._once.get(other, 0), len(self._last[other])
+            first = [i for i in range(once) if i not in idx]
+            order = [*first, *(i for i in range(once, n) if i not in idx), *sorted(idx)]
+            self._once[other] = len(first)
+            self._last[other] = [self._last[other][i] for i in order]
+            self._last_pos[other] = [self._last_pos[other][i] for i in order]
+        # the cell's last: this batch, with the cell's earlier samples it did not repeat, those
+        # seen once first (else a sample of them seen once would be lost to later fills); the
+        # new samples were seen once unless the batch holds copies of them
+        once, idx = self._once.get(cell, 0), gone.get(cell, set())
+        old = list(zip(self._last.get(cell, []), self._last_pos.get(cell, []), strict=True))
+        kept = [(i < once, e) for i, e in enumerate(old) if i not in idx]
+        seen_once = [*zip(new[:fresh], at[:fresh], strict=True)] if distinct == need else []
+        entries = [
+            *seen_once,
+            *(e for one, e in kept if one),
+            *(zip(new[:fresh], at[:fresh], strict=True) if not seen_once else ()),
+            *zip(new[fresh:], at[fresh:distinct], strict=True),
+            *(e for one, e in kept if not one),
+        ][: 2 * need]  # (bounded: the state names them)
+        self._last[cell] = [e for e, _ in entries]
+        self._last_pos[cell] = [p for _, p in entries]
+        self._once[cell] = min(len(seen_once) + sum(one for one, _ in kept), len(entries))
 
     def _stand_in(self, cell: int) -> Any:
         """A sample that fits ``cell`` (one seen in it or in a cell it covers, else the first
@@ -517,12 +595,9 @@ class BucketPass(Pass):
                 self.stats["tail_dropped"] += len(batch)
                 continue
             rows = len(batch)
-            if policy == "fill":
-                n, extra = len(batch), sizes[i] - len(batch)
-                batch += [batch[k % n] for k in range(extra)]
-                real += sum(lens[k % n] for k in range(extra))
-                self.stats["repeated"] += extra
-                self._note_fill(positions, sizes[i], fresh=True)
+            if policy == "fill":  # (lens, positions: this cell's old lists, no longer shared)
+                self._top_up(i, sizes[i], batch, lens, positions)
+                real = sum(lens)
             self._count(i, len(batch), real, sizes[i] if policy != "keep" else rows)
             self.batches += 1
             yield batch
@@ -532,9 +607,10 @@ class BucketPass(Pass):
         return [e[0] for e in self.shuffle] + [p for b in self.bpos for p in b]
 
     def _stand_ins(self) -> list[int]:
+        last = [p for ps in self._last_pos.values() for p in ps]
         if self.o.schedule is None:
-            return []
-        return [*self._fit_pos.values(), *(p for ps in self._last_pos.values() for p in ps)]
+            return last  # (kept with last_batch="fill" only)
+        return [*self._fit_pos.values(), *last]
 
     def _filler_state(self) -> dict[str, Any]:
         out = {
@@ -549,6 +625,12 @@ class BucketPass(Pass):
                 "last": [[c, list(ps)] for c, ps in self._last_pos.items()],
                 "exhausted": self._exhausted,
             }
+        if self._fills:  # NOTE [ What a stream's fill repeats ] in stream.resume
+            once = [[c, n] for c, n in self._once.items()]
+            fill: dict[str, Any] = {"once": once}
+            if self._keep_last:  # a one-pass stream's last batches (the tail tops up from them)
+                fill["last"] = [[c, list(ps)] for c, ps in self._last_pos.items()]
+            out["fill"] = fill
         return out
 
     def _wanted(self, state: dict[str, Any]) -> set[int]:
@@ -557,6 +639,7 @@ class BucketPass(Pass):
         if scheduled:
             wanted |= {int(p) for _, p in scheduled["fits"]}
             wanted |= {int(p) for _, ps in scheduled["last"] for p in ps}
+        wanted |= {int(p) for _, ps in state.get("fill", {}).get("last", ()) for p in ps}
         return wanted
 
     def _take_back(self, pos: int, sample: Any) -> None:
@@ -581,6 +664,8 @@ class BucketPass(Pass):
             self._fits = {c: got[p][0] for c, p in self._fit_pos.items()}
             self._template = next(iter(self._fits.values()), None)
             self._last_pos = {int(c): [int(p) for p in ps] for c, ps in scheduled["last"]}
-            self._last = {
-                c: [(got[p][0], got[p][2]) for p in ps] for c, ps in self._last_pos.items()
-            }
+        fill = state.get("fill", {})
+        if "last" in fill:
+            self._last_pos = {int(c): [int(p) for p in ps] for c, ps in fill["last"]}
+        self._once = {int(c): int(n) for c, n in fill.get("once", ())}
+        self._last = {c: [(got[p][0], got[p][2]) for p in ps] for c, ps in self._last_pos.items()}
