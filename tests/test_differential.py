@@ -91,15 +91,15 @@ FILL_REPEATS = (
     "(NOTE [ What fill repeats ]); batches, states and reports unchanged"
 )
 STREAM_FILL = (
-    "s23-streamfill: a BucketIterable under last_batch='fill' completes a short batch (or, once "
-    "a lane's shard is dry, a step) with the samples it handed out last, its bucket's and then "
-    "the covered buckets', those seen once first, before copies of the batch's own samples "
+    "s23-streamfill: a BucketIterable under last_batch='fill' completes a short batch (or a "
+    "step that finds nothing new) with the least seen of the samples it handed out last (its "
+    "bucket's, then the covered buckets') and of the batch's own, before copying its own "
     "(fill version 2, NOTE [ What a stream's fill repeats ]): other samples in those fill "
     "batches and so other real elements per cell (report cells, state cell_stats) and other last "
     "batches in a split stream's state; same shapes, batch sizes, num_real, steps and repeat "
     "counts (checked case by case against main fd8b8fa). Every fill stream's state records "
-    "config['fill'] = 2, and a one-pass one also its buckets' last batches (state 'fill'), both "
-    "in state_versions"
+    "config['fill'] = 2 and the appearances of its repeated samples, a one-pass one also its "
+    "buckets' last samples (state 'fill'), all in state_versions"
 )
 #: Cases whose behaviour changed on purpose: case -> why.
 EMPTY_EPOCH = (
@@ -444,21 +444,22 @@ CHANGED: dict[str, str] = {
     "sampler-133": REPORT_PROMOTED,
     "sampler-141": REPORT_PROMOTED + "; " + NEVER_SEEN,
     "sampler-149": REPORT_PROMOTED,
-    "stream-3": STREAM_FILL,
-    "stream-8": STREAM_FILL,
-    "stream-46": STREAM_FILL,
-    "stream-55": STREAM_FILL,
-    "stream-76": STREAM_FILL,
     "stream-112": STREAM_FILL,
     "stream-115": STREAM_FILL,
     "stream-116": STREAM_FILL,
     "stream-132": STREAM_FILL,
     "stream-144": STREAM_FILL,
     "stream-161": STREAM_FILL,
+    "stream-184": STREAM_FILL,
     "stream-232": STREAM_FILL,
     "stream-234": STREAM_FILL,
     "stream-270": STREAM_FILL,
-    "stream-284": STREAM_FILL,
+    "stream-3": STREAM_FILL,
+    "stream-43": STREAM_FILL,
+    "stream-46": STREAM_FILL,
+    "stream-55": STREAM_FILL,
+    "stream-76": STREAM_FILL,
+    "stream-8": STREAM_FILL,
 }
 
 

@@ -20,6 +20,7 @@ holds ints only (JSON-serialisable), plus the source's own states.
 
 from __future__ import annotations
 
+import heapq
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -192,7 +193,8 @@ class BucketPass(Pass):
         # (NOTE [ What a stream's fill repeats ] in bucketloader.stream.resume): (sample, size)
         self._last: dict[int, list[tuple[Any, int]]] = {}
         self._fills = owner.last_batch == "fill"
-        self._once: dict[int, int] = {}  # per cell: its last batch's first entries seen once
+        # appearances in this pass of the samples a fill repeated (by position; others: 1)
+        self._seen: dict[int, int] = {}
         self._keep_last = self._fills and owner.schedule is None  # (scheduled: always kept)
         self._template: Any = None  # the first sample of the pass (stand-in rows)
         self._fits: dict[int, Any] = {}  # the first sample of each cell (stand-in rows)
@@ -305,9 +307,7 @@ class BucketPass(Pass):
         buf = self.bsam[bucket]
         self._count(bucket, len(buf), sum(self.blen[bucket]), self.sizes[bucket])
         if self._keep_last:  # what the tail's fill tops up from (a copy: buf is the user's)
-            self._last[bucket] = list(zip(buf, self.blen[bucket], strict=True))
-            self._last_pos[bucket] = self.bpos[bucket]
-            self._once[bucket] = len(buf)
+            self._keep(bucket, list(zip(buf, self.blen[bucket], strict=True)), self.bpos[bucket])
         self.bsam[bucket], self.bpos[bucket], self.blen[bucket] = [], [], []
         self.batches += 1
         return buf
@@ -483,85 +483,85 @@ class BucketPass(Pass):
         self._count(cell, real, sum(lens[:real]), need)
         return batch, real
 
-    def _pool(self, cell: int, want: int, skip: list[int]) -> list[tuple[int, int]]:
-        """Up to ``want`` samples handed out before that a fill may repeat in a batch of
-        ``cell``, as ``(cell kept in, index in its last batch)``: those seen once first, then
-        the others; each from the cell's last batch, then from the last batches of the cells
-        it covers (nearest first; their samples fit its shape); each position once and none of
-        ``skip`` (NOTE [ What a stream's fill repeats ] in :mod:`bucketloader.stream.resume`)."""
-        seen = set(skip)
-        out: list[tuple[int, int]] = []
-        cells = [c for c in (cell, *self.o.covers[cell]) if self._last.get(c)]
-        for once in (True, False):
-            for other in cells:
-                ps, n = self._last_pos[other], self._once.get(other, 0)
-                for i in range(0, n) if once else range(n, len(ps)):
-                    if len(out) == want:
-                        return out
-                    if ps[i] not in seen:
-                        seen.add(ps[i])
-                        out.append((other, i))
-        return out
+    def _keep(self, cell: int, batch: list[tuple[Any, int]], at: list[int]) -> None:
+        """Keep a full batch of new samples as the first of ``cell``'s last samples, before
+        the earlier ones (at most ``2 B`` in all: its last two batches, the state names them)."""
+        cap = 2 * len(batch)
+        self._last[cell] = batch + self._last.get(cell, [])[: cap - len(batch)]
+        self._last_pos[cell] = list(at) + self._last_pos.get(cell, [])[: cap - len(batch)]
+
+    def _pool(self, cell: int, want: int, skip: list[int]) -> list[tuple[int, int, Any, int]]:
+        """The samples handed out before that a fill may repeat in a batch of ``cell``, as
+        ``(appearances, position, sample, size)``, least seen first: the cell's last ones, then
+        those of the cells it covers (nearest first; they fit its shape), each position once and
+        none of ``skip``; the search stops once ``want`` of them were seen only once (NOTE
+        [ What a stream's fill repeats ] in :mod:`bucketloader.stream.resume`)."""
+        seen, counts = set(skip), self._seen
+        out: list[tuple[int, int, int, Any, int]] = []
+        ones = 0
+        for other in (cell, *self.o.covers[cell]):
+            got = self._last.get(other)
+            if not got:
+                continue
+            for (x, n), p in zip(got, self._last_pos[other], strict=True):
+                if p in seen:
+                    continue
+                seen.add(p)
+                t = counts.get(p, 1)
+                out.append((t, len(out), p, x, n))
+                ones += t == 1
+                if ones == want:
+                    break
+            if ones == want:
+                break
+        out.sort(key=lambda e: e[:2])
+        return [(t, p, x, n) for t, _, p, x, n in out]
 
     def _top_up(
         self, cell: int, need: int, batch: list[Any], lens: list[int], at: list[int]
     ) -> None:
         """``last_batch="fill"``: complete ``batch`` (the samples of ``cell`` read for it, in
-        place; none when the shard is dry) to ``need`` samples: first with samples handed
-        out before (:meth:`_pool`), each once, moved out of the last batch that held them,
-        then with copies of what the batch then holds, in turn; count the repeats and keep
-        the batch (each sample once, those seen once first) as the cell's last. Nothing to
-        repeat at all leaves ``batch`` empty."""
+        place; none when the shard is dry) to ``need`` samples, each slot with the least seen
+        of the samples handed out before (:meth:`_pool`) and the batch's own, a sample handed
+        out before ahead of the batch's own at equal counts; count the repeats and keep the
+        cell's last samples (this batch's first), least seen first. Nothing to repeat at all
+        leaves ``batch`` empty."""
         fresh = len(batch)
-        took = self._pool(cell, need - fresh, at) if fresh < need else []
-        for other, i in took:
-            x, n = self._last[other][i]
+        if fresh == need:  # a full batch of new samples (every step but the last few)
+            self._keep(cell, list(zip(batch, lens, strict=True)), at)
+            return
+        pool = self._pool(cell, need - fresh, at)
+        heap = [(t, 0, i, p, x, n) for i, (t, p, x, n) in enumerate(pool)]
+        heap += [(1, 1, i, at[i], batch[i], lens[i]) for i in range(fresh)]
+        if not heap:
+            return
+        heapq.heapify(heap)
+        counts = self._seen
+        for _ in range(need - fresh):
+            t, kind, i, p, x, n = heapq.heappop(heap)
             batch.append(x)
             lens.append(n)
-            at.append(self._last_pos[other][i])
-        distinct = len(batch)
-        if not distinct:
-            return
-        for k in range(need - distinct):  # (at most this cell's batch size: s22-fill)
-            batch.append(batch[k % distinct])
-            lens.append(lens[k % distinct])
-            at.append(at[k % distinct])
-        if fresh < need:
-            self.stats["repeated"] += need - fresh
-            self._note_batch(at, set(at[fresh:distinct]))
-        new = list(zip(batch[:distinct], lens[:distinct], strict=True))
-        if fresh == need:  # a full batch of new samples (every step but the last few)
-            self._last[cell], self._last_pos[cell], self._once[cell] = new, at[:distinct], need
-            return
-        gone: dict[int, set[int]] = {c: set() for c in self._last}  # repeated in this batch
-        for other, i in took:
-            gone[other].add(i)
-        for other, idx in gone.items():  # a covered cell keeps them, as seen more than once
-            if not idx or other == cell:  # (the cell's own: below)
-                continue
-            once, n = self._once.get(other, 0), len(self._last[other])
-            first = [i for i in range(once) if i not in idx]
-            order = [*first, *(i for i in range(once, n) if i not in idx), *sorted(idx)]
-            self._once[other] = len(first)
-            self._last[other] = [self._last[other][i] for i in order]
-            self._last_pos[other] = [self._last_pos[other][i] for i in order]
-        # the cell's last: this batch, with the cell's earlier samples it did not repeat, those
-        # seen once first (else a sample of them seen once would be lost to later fills); the
-        # new samples were seen once unless the batch holds copies of them
-        once, idx = self._once.get(cell, 0), gone.get(cell, set())
-        old = list(zip(self._last.get(cell, []), self._last_pos.get(cell, []), strict=True))
-        kept = [(i < once, e) for i, e in enumerate(old) if i not in idx]
-        seen_once = [*zip(new[:fresh], at[:fresh], strict=True)] if distinct == need else []
-        entries = [
-            *seen_once,
-            *(e for one, e in kept if one),
-            *(zip(new[:fresh], at[:fresh], strict=True) if not seen_once else ()),
-            *zip(new[fresh:], at[fresh:distinct], strict=True),
-            *(e for one, e in kept if not one),
-        ][: 2 * need]  # (bounded: the state names them)
+            at.append(p)
+            counts[p] = t + 1
+            heapq.heappush(heap, (t + 1, kind, i, p, x, n))
+        self.stats["repeated"] += need - fresh
+        self._note_batch(at, {p for _, p, _, _ in pool})
+        # the cell's last: this batch's samples, then its earlier ones, least seen first
+        # (bounded: the state names them)
+        mine = {p for p in at}
+        old = [
+            (x, p)
+            for x, p in zip(self._last.get(cell, []), self._last_pos.get(cell, []), strict=True)
+            if p not in mine
+        ]
+        here: dict[int, tuple[Any, int]] = {}
+        for x, n, p in zip(batch, lens, at, strict=True):
+            here.setdefault(p, (x, n))
+        entries = sorted(
+            [*((e, p) for p, e in here.items()), *old], key=lambda ep: counts.get(ep[1], 1)
+        )[: 2 * need]
         self._last[cell] = [e for e, _ in entries]
         self._last_pos[cell] = [p for _, p in entries]
-        self._once[cell] = min(len(seen_once) + sum(one for one, _ in kept), len(entries))
 
     def _stand_in(self, cell: int) -> Any:
         """A sample that fits ``cell`` (one seen in it or in a cell it covers, else the first
@@ -626,8 +626,9 @@ class BucketPass(Pass):
                 "exhausted": self._exhausted,
             }
         if self._fills:  # NOTE [ What a stream's fill repeats ] in stream.resume
-            once = [[c, n] for c, n in self._once.items()]
-            fill: dict[str, Any] = {"once": once}
+            kept = {p for ps in self._last_pos.values() for p in ps}
+            seen = [[p, t] for p, t in self._seen.items() if p in kept]  # (the rest: unused)
+            fill: dict[str, Any] = {"seen": seen}
             if self._keep_last:  # a one-pass stream's last batches (the tail tops up from them)
                 fill["last"] = [[c, list(ps)] for c, ps in self._last_pos.items()]
             out["fill"] = fill
@@ -667,5 +668,5 @@ class BucketPass(Pass):
         fill = state.get("fill", {})
         if "last" in fill:
             self._last_pos = {int(c): [int(p) for p in ps] for c, ps in fill["last"]}
-        self._once = {int(c): int(n) for c, n in fill.get("once", ())}
+        self._seen = {int(p): int(t) for p, t in fill.get("seen", ())}
         self._last = {c: [(got[p][0], got[p][2]) for p in ps] for c, ps in self._last_pos.items()}

@@ -688,21 +688,21 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         read, k = state["read"], self.cells.num_cells
         held = [state["shuffle"], *state["buckets"]] if len(state["buckets"]) == k else None
         fill = state.get("fill", {})  # (last_batch="fill": NOTE [ What a stream's fill
-        # repeats ] in stream.resume; a one-pass stream's last batches, and per cell how many
-        # of its last batch's samples were seen once)
+        # repeats ] in stream.resume: a one-pass stream's last batches, and the appearances
+        # of the samples repeated)
         last = fill.get("last", []) if isinstance(fill, dict) else None
-        once = fill.get("once", []) if isinstance(fill, dict) else None
-        if not isinstance(last, list) or not isinstance(once, list):
+        seen = fill.get("seen", []) if isinstance(fill, dict) else None
+        if not isinstance(last, list) or not isinstance(seen, list):
             held = None
         else:
-            pairs = [(x, list) for x in last] + [(x, int) for x in once]
+            pairs = [(x, k, list) for x in last] + [(x, read, int) for x in seen]
             if held is not None and all(
                 isinstance(x, list)
                 and len(x) == 2
                 and isinstance(x[0], int)
-                and 0 <= x[0] < k
+                and 0 <= x[0] < top
                 and isinstance(x[1], kind)
-                for x, kind in pairs
+                for x, top, kind in pairs
             ):
                 held += [x[1] for x in last]
             else:

@@ -58,29 +58,31 @@ bucket, finding nothing new, repeated that batch: 64 appearances in the epoch; o
 pass, a tail batch of 2 real samples made 16 copies of each (s22-fill).
 
 So a :class:`~bucketloader.BucketIterable` (fill version 2, ``FILL_VERSION`` in
-:mod:`bucketloader.stream._buckets`) keeps, per bucket, the samples it handed out last (its last
-batch, with the earlier ones that batch did not repeat, at most ``2 B``), those seen once first,
-and completes a short batch (or a step that found nothing) from them before it copies any: the
-bucket's own, then those of the buckets it covers, nearest first (they fit its shape; the batch
-keeps its first sample's bucket), each at most once per batch, those seen once before any seen
-more. Only when all of them are too few does it copy what the batch then holds, in turn. A
-sample a longer bucket repeated stays in its own bucket's list, moved behind those seen once.
-Measured (``benchmarks/fill_repeats.py``: the most appearances of one sample in an epoch,
-epochs 0-3, a shuffle buffer of 256; 8 simulated ranks / one pass): LibriSpeech 8 x 32 64 -> 2
-/ 16 -> 2, LibriSpeech ``max_tokens=16000`` 21 -> 3 / 6 -> 2, Common Voice 16 x 64 64 -> 2 /
-7 -> 2, GSM8K 8 x 32 64 -> 3 / 5 -> 2 (3: a bucket whose shard runs out several steps before
-its last one repeats more than the ``2 B`` samples kept). The number of repeats is the same (a
-batch's shape and count do not change), and ``report()``'s ``repeated`` still counts each.
-The one-pass stream keeps each bucket's last batch only under ``"fill"`` (memory: one more
-batch per bucket). An exact state names those samples
-by position (``"fill"``: per bucket how many were seen once, and a one-pass stream's last
-batches; a split stream's are in ``"scheduled"`` already), so a resume reproduces the repeats;
-it reaches back to them through the source's checkpoints like the buffered samples. A state
-records the version in its ``config`` (``"fill"``); one saved by another version (or before
-it was recorded, the copies of version 1) resumes into other batches, so ``load_state_dict``
-refuses it, naming ``set_epoch`` as the way on, except a replay state from before the epoch's
-first batch. :class:`~bucketloader.stream.PackIterable` still completes its last batch with
-copies of its own rows (documents up to 4 times in the tests' tiny case, 3 on GSM8K[:4000]).
+:mod:`bucketloader.stream._buckets`) keeps, per bucket, the samples it handed out last: its
+last two batches, and after a short batch that batch's samples before the earlier ones not
+repeated in it, at most ``2 B``; and how often each sample it repeated has appeared in the pass.
+A short batch (or a step that found nothing new) gets each missing slot from the least seen of
+those samples, its bucket's and then those of the buckets it covers, nearest first (they fit
+its shape; the batch keeps its first sample's bucket), and of the batch's own samples; at equal
+counts a sample handed out before goes ahead of the batch's own, so the batch's own are copied
+only when every other candidate has been seen as often. Measured (``benchmarks/fill_repeats.py``:
+the most appearances of one sample in an epoch, epochs 0-3, a shuffle buffer of 256; 8
+simulated ranks / one pass): LibriSpeech 8 x 32 64 -> 2 / 16 -> 2, LibriSpeech
+``max_tokens=16000`` 21 -> 3 / 6 -> 2, Common Voice 16 x 64 64 -> 2 / 7 -> 2, GSM8K 8 x 32
+64 -> 2 / 5 -> 2. The number of repeats is the same (a batch's shape and count do not change),
+and ``report()``'s ``repeated`` still counts each. Where a lane has far fewer samples than steps
+(``steps_per_epoch`` well above its shard, or a tiny set) a sample still repeats many times,
+less than before (a fuzz over 150 small random cases: the worst lane 40 -> 24).
+The one-pass stream keeps these samples only under ``"fill"`` (memory: two batches per bucket
+besides the buffers). An exact state names them by position (``"fill"``: a one-pass stream's
+kept samples, a split stream's are in ``"scheduled"``, and the appearances of those repeated),
+so a resume reproduces the repeats; it reaches back to them through the source's checkpoints
+like the buffered samples. A state records the version in its ``config`` (``"fill"``); one
+saved by another version (or before it was recorded: version 1's copies) resumes into other
+batches, so ``load_state_dict`` refuses it, naming ``set_epoch`` as the way on, except a replay
+state from before the epoch's first batch. :class:`~bucketloader.stream.PackIterable` still
+completes its last batch with copies of its own rows (3 appearances of a document on
+GSM8K[:4000] in one pass).
 
 The pass says it, once, at its end, when one sample appeared ``FILL_TIMES`` times or more, or
 the repeats pass ``FILL_WARNING`` of what it read; a few scattered repeats (what ``"fill"`` is
