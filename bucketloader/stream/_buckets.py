@@ -193,6 +193,8 @@ class BucketPass(Pass):
         # (NOTE [ What a stream's fill repeats ] in bucketloader.stream.resume): (sample, size)
         self._last: dict[int, list[tuple[Any, int]]] = {}
         self._fills = owner.last_batch == "fill"
+        # a one-pass stream's last two batches per cell, newest first, not yet in _last
+        self._pending: dict[int, list[tuple[list[Any], list[int]]]] = {}
         # appearances in this pass of the samples a fill repeated (by position; others: 1)
         self._seen: dict[int, int] = {}
         self._keep_last = self._fills and owner.schedule is None  # (scheduled: always kept)
@@ -306,8 +308,12 @@ class BucketPass(Pass):
         """Hand out the full buffer of ``bucket`` as a batch (the caller checked it is full)."""
         buf = self.bsam[bucket]
         self._count(bucket, len(buf), sum(self.blen[bucket]), self.sizes[bucket])
-        if self._keep_last:  # what the tail's fill tops up from (a copy: buf is the user's)
-            self._keep(bucket, list(zip(buf, self.blen[bucket], strict=True)), self.bpos[bucket])
+        if self._keep_last:  # what the tail's fill tops up from (a copy: buf is the user's);
+            # the samples are paired with their sizes only when the tail needs them (_settle)
+            pending = self._pending.get(bucket, [])
+            self._pending[bucket] = [(list(buf), self.blen[bucket]), *pending[:1]]
+            kept = self._last_pos.get(bucket, [])[: len(buf)]
+            self._last_pos[bucket] = self.bpos[bucket] + kept
         self.bsam[bucket], self.bpos[bucket], self.blen[bucket] = [], [], []
         self.batches += 1
         return buf
@@ -582,9 +588,18 @@ class BucketPass(Pass):
             return sample
         return o.cut(sample, lengths, shape)
 
+    def _settle(self) -> None:
+        """Pair the batches :meth:`_emit` kept with their sizes into ``_last`` (as
+        ``_last_pos``: newest first, at most two batches)."""
+        for c, raws in self._pending.items():
+            pairs = [pair for x, n in raws for pair in zip(x, n, strict=True)]
+            self._last[c] = (pairs + self._last.get(c, []))[: len(self._last_pos[c])]
+        self._pending = {}
+
     def _tail(self) -> Iterator[list[Any]]:
         """The partial batches left at the end, by ``last_batch`` (the sampler's meanings)."""
         policy, sizes = self.o.last_batch, self.sizes
+        self._settle()
         for i, batch in enumerate(self.bsam):
             if not batch:
                 continue
