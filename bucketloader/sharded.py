@@ -27,12 +27,14 @@ data is named on every rank instead of hanging a collective later).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import functools
 import hashlib
 import json
 import numbers
 import warnings
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -1252,7 +1254,20 @@ def _gather_histograms(
     exchange: bool,
 ) -> list[LengthHistogram | None]:
     """Every rank's shard histogram, by one ``all_gather`` (JSON), with the configuration
-    digests checked on every rank (so a mismatch is an error everywhere, never a hang)."""
+    digests checked on every rank (so a mismatch is an error everywhere, never a hang).
+
+    NOTE [ Gathered histograms ]
+    Every rank receives every rank's histogram, so what one costs is paid ``ranks`` times on
+    every rank. Lengths with many distinct values (audio in samples: ~335 k distinct per
+    1 M-clip shard) made the JSON lists of ints the largest thing a rank held: the payloads
+    came to 29 MB over 8 ranks and parsing them to Python ints raised the peak RSS by 173 MB
+    (375 MB at 16 ranks, growing with ranks x distinct lengths, not with the rank's shard).
+    The values (as differences, mostly small) and counts now travel as ``int64`` bytes, zlib'd
+    and base64'd inside the JSON (:func:`_pack`): 4.2 MB gathered, 37 MB peak at 8 ranks (85 MB
+    at 16), which is the decoded arrays themselves (16 bytes per distinct length per rank,
+    held for the table and the envelope). Measured in session 23: this function on rank 0 of
+    8 and 16, ``all_gather_object`` replaced by the ranks' real payloads.
+    """
     import torch.distributed as dist
 
     if num_replicas == 1:
@@ -1264,15 +1279,32 @@ def _gather_histograms(
         {
             "rank": rank,
             "arguments": arguments,
-            "values": [] if own is None else own.values.tolist(),
-            "counts": [] if own is None else own.counts.tolist(),
+            "values": "" if own is None else _pack(np.diff(own.values, prepend=0)),
+            "counts": "" if own is None else _pack(own.counts),
         }
     )
     gathered: list[Any] = [None] * num_replicas
     dist.all_gather_object(gathered, payload)
     items = [json.loads(p) for p in gathered]
+    del gathered
     check_agreement("ShardedSampler", items, num_replicas)
     empty = [it["rank"] for it in items if not it["values"]]
     if empty and (not exchange or len(empty) == num_replicas):
         raise ValueError(_empty_message(empty))
-    return [LengthHistogram(it["values"], it["counts"]) if it["values"] else None for it in items]
+    out: list[LengthHistogram | None] = []
+    for it in items:  # (each payload decoded, then dropped: one rank's arrays at a time)
+        values, counts = it.pop("values"), it.pop("counts")
+        out.append(LengthHistogram(np.cumsum(_unpack(values)), _unpack(counts)) if values else None)
+    return out
+
+
+def _pack(a: np.ndarray) -> str:
+    """NOTE [ Gathered histograms ]: an ``int64`` array as JSON-safe text (little-endian bytes,
+    zlib, base64)."""
+    raw = np.ascontiguousarray(a, dtype="<i8").tobytes()
+    return base64.b64encode(zlib.compress(raw, 1)).decode("ascii")
+
+
+def _unpack(text: str) -> np.ndarray:
+    """The array :func:`_pack` wrote."""
+    return np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype="<i8").astype(np.int64)

@@ -344,6 +344,38 @@ def test_ranks_simulated_in_one_process_join_no_collective(monkeypatch):
     assert [len(s) for s in samplers] == [10, 10]
 
 
+def test_gathered_histograms_travel_compact_and_exact(monkeypatch):
+    """Regression (s23, NOTE [ Gathered histograms ]): every rank's histogram travelled as JSON
+    lists of ints, parsed to Python ints on every rank: 173 MB more peak RSS per rank at 8
+    ranks of 335 k distinct lengths (audio in samples), growing with ranks x distinct lengths.
+    Now int64 bytes, zlib'd and base64'd in the JSON, decoded exactly."""
+    import torch.distributed as dist
+
+    import bucketloader.sharded as sharded
+
+    rng = np.random.default_rng(0)
+    lengths = rng.choice(10**6, 20_000, replace=False).repeat(rng.integers(1, 4, 20_000))
+    sent = []
+
+    def all_gather_object(out, payload):  # rank 1 holds the same shard
+        sent.append(payload)
+        out[:] = [payload, json.dumps({**json.loads(payload), "rank": 1})]
+
+    monkeypatch.setattr(sharded, "initialised", lambda: True)
+    monkeypatch.setattr(sharded, "world_size", lambda: 2)
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    s = ShardedSampler(lengths, num_replicas=2, rank=0, boundaries=[10**6], batch_size=64)
+    own = LengthHistogram.from_lengths(lengths)
+    assert s.histogram == own + own and len(s) == -(-lengths.size // 64)
+    as_lists = json.dumps({"values": own.values.tolist(), "counts": own.counts.tolist()})
+    assert len(sent) == 1 and len(sent[0]) < len(as_lists) / 2  # (lists: 218 KB, packed: 63 KB)
+    edge = np.array([0, 1, 2**40, 2**62 - 1], dtype=np.int64)
+    assert sharded._unpack(sharded._pack(edge)).tolist() == edge.tolist()
+    assert np.cumsum(sharded._unpack(sharded._pack(np.diff(edge, prepend=0)))).tolist() == (
+        edge.tolist()
+    )
+
+
 def test_bad_input_names_the_rank_and_the_fix():
     lengths = np.array([3, 4, 9, 10])
     h = [LengthHistogram.from_lengths(lengths[:2]), LengthHistogram.from_lengths(lengths[2:])]
