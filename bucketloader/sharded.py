@@ -192,7 +192,8 @@ class ShardedSampler(EpochSampler):
         **options: ``num_buckets`` (default 8) and ``strategy`` (default ``"optimal"``), or
             ``boundaries``; ``batch_size`` or ``max_tokens`` (an int or a
             :class:`~bucketloader.plan.TokenBudget`, its ``oversize`` ``"error"`` or
-            ``"single"``; it always promotes, so ``promote=False`` is refused);
+            ``"single"``, since every sample is planned (``"drop"`` is refused once a bucket
+            is above ``max_tokens``); it always promotes, so ``promote=False`` is refused);
             ``pad_to_multiple_of``; ``cache`` (as
             :func:`~bucketloader.compute_boundaries`); ``defer`` (default ``0``: every sample
             in every epoch, the slots follow the fullest rank): a share in ``[0, 1)``, the most
@@ -661,10 +662,21 @@ class ShardedSampler(EpochSampler):
         cells = Cells.build([(b,)], ("length",), occupancy=[occupancy], rule=rule)
         if (cells.batch < 1).any():
             worst = int(cells.lengths[np.argmax(cells.batch < 1), 0])
+            limit = rule.budget.max_tokens if rule.budget else None
+            if rule.budget is not None and rule.budget.oversize == "drop":  # (s23: the error
+                # below told a user who asked for 'drop' to pass 'single', without saying why)
+                raise ValueError(
+                    f"ShardedSampler cannot honour TokenBudget(oversize='drop'): the bucket of "
+                    f"padded length {worst} is above max_tokens={limit}, and every sample of "
+                    "every shard is planned (a step is one shape on every rank; NOTE [ Sharded "
+                    f"plan ] 3); pass oversize='single' (batches of one sample), raise "
+                    f"max_tokens to at least {worst}, or leave the samples longer than {limit} "
+                    "out of the shards and their histograms"
+                )
             raise ValueError(
-                f"max_tokens={rule.budget.max_tokens if rule.budget else None} is below the "  # type: ignore[union-attr]
-                f"padded length {worst} of a bucket; raise max_tokens to at least {worst}, or "
-                "pass max_tokens=TokenBudget(..., oversize='single')"
+                f"max_tokens={limit} is below the padded length {worst} of a bucket; raise "
+                f"max_tokens to at least {worst}, or pass max_tokens=TokenBudget(..., "
+                "oversize='single')"
             )
         lookup = cells.lookup[0]
         table = np.stack([_cell_counts(h, b, lookup, cells.num_cells) for h in hists])
