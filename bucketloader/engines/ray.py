@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -36,6 +36,7 @@ from bucketloader.engines._common import (
 from bucketloader.histogram import JointHistogram, LengthHistogram
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from ray import data as ray_data
 else:  # NOTE [ Annotations that introspection can evaluate ] in bucketloader._types
     ray_data = LazyModule("ray.data")
@@ -86,19 +87,28 @@ def ray_histogram(
         )
     else:
         mapped = ds.map_batches(_BlockHistogram(None, fn), batch_format="numpy", batch_size=None)
-    tables = _run(ray, lambda: ray.get(mapped.to_arrow_refs()))
     acc = Accumulator(columns, nulls, "ray")
-    for t in tables:
-        if t.num_rows == 0:
-            continue
-        keys = np.stack(
-            [t.column(n).to_numpy() for n in t.column_names if n != "count"], axis=1
-        ).astype(np.int64)
-        counts = t.column("count").to_numpy().astype(np.int64)
-        null = keys[:, 0] == _NULL_ROW
-        num_nulls = int(counts[null].sum())
-        # Ray may bundle several blocks' outputs into one table: from_counts
-        acc.add_counts(keys[~null], counts[~null], num_nulls)
+
+    def scan() -> None:
+        # each block's table as it finishes, merged every few dozen (Accumulator), so the
+        # driver's memory does not grow with the blocks: ray.get(mapped.to_arrow_refs()) held
+        # every block's table at once (in the driver and the object store): driver RSS +135,
+        # +202 and +375 MB for 200, 400 and 800 blocks of 20 k distinct lengths (4, 8, 16 M
+        # rows); streamed +92, +105 and +109 MB, in the same time (s23, ray.init(num_cpus=1))
+        for t in mapped.iter_batches(batch_size=None, batch_format="pyarrow"):
+            t = cast("pa.Table", t)  # (batch_format="pyarrow": a table, not a dict)
+            if t.num_rows == 0:
+                continue
+            keys = np.stack(
+                [t.column(n).to_numpy() for n in t.column_names if n != "count"], axis=1
+            ).astype(np.int64)
+            counts = t.column("count").to_numpy().astype(np.int64)
+            null = keys[:, 0] == _NULL_ROW
+            num_nulls = int(counts[null].sum())
+            # Ray may bundle several blocks' outputs into one table: from_counts
+            acc.add_counts(keys[~null], counts[~null], num_nulls)
+
+    _run(ray, scan)
     if acc.num_nulls and nulls == "raise" and columns is not None:
         found = _file_without_column(ds, columns)  # NOTE [ A file without the column ]
         if found is not None:
