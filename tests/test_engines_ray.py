@@ -247,3 +247,24 @@ def test_cli_engine_ray_names_the_file_whose_column_type_disagrees(cluster, tmp_
     err = capsys.readouterr().err
     assert "b.parquet: column 'n' is string in this file but int64 in " in err, err
     assert "write it again with the same type (e.g. int64)" in err
+
+
+def test_cli_engine_ray_with_a_dead_ray_address_says_so_at_once(
+    cluster, tmp_path, monkeypatch, capsys
+):
+    """s23: RAY_ADDRESS naming a host:port where no cluster runs left `report --engine ray` in
+    ray.init's 20 connection retries, silent for minutes (still waiting after 200 s)."""
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+    from tests.conftest import free_port
+
+    pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
+    address = f"127.0.0.1:{free_port()}"  # (nothing listens there)
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # (as in a fresh CLI process)
+    monkeypatch.setattr(ray, "init", lambda **kw: pytest.fail("ray.init tried to connect"))
+    assert main(["report", str(tmp_path), "--column", "n", "-k", "2", "--engine", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert f"RAY_ADDRESS={address} names, but nothing answers at {address}" in err, err
+    assert "unset it to start a local cluster" in err

@@ -95,6 +95,7 @@ def _engine_histogram(
 
         ray = _import("ray.data", "ray")
         if not ray.is_initialized():
+            _check_ray_address()
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
         import pyarrow.fs
@@ -190,6 +191,30 @@ def _disagreeing_file(files: list[str], column: str) -> str | None:
                 f"the same type (e.g. {first[1]}), or leave the file out"
             )
     return None
+
+
+def _check_ray_address() -> None:
+    """``--engine ray`` joins the cluster ``RAY_ADDRESS`` names. Where nothing answers at its
+    ``host:port``, ``ray.init`` retried the connection 20 times, each waiting out a timeout, and
+    said nothing for minutes (still waiting after 200 s; Ray 2.60), so one TCP connect (5 s)
+    says it at once. Other forms (``auto``, ``local``) are Ray's to read, and fail fast."""
+    import os
+    import re
+    import socket
+
+    address = os.environ.get("RAY_ADDRESS", "").strip()
+    found = re.fullmatch(r"(?:ray://)?\[?([^\[\]/]+?)\]?:(\d+)/?", address)
+    if found is None:
+        return
+    host, port = found.group(1), int(found.group(2))
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as exc:
+        raise ValueError(
+            f"--engine ray joins the Ray cluster RAY_ADDRESS={address} names, but nothing "
+            f"answers at {host}:{port} ({exc.strerror or type(exc).__name__}); start it there "
+            "(ray start --head), fix RAY_ADDRESS, or unset it to start a local cluster"
+        ) from None
 
 
 def _import(module: str, extra: str) -> Any:
