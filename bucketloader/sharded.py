@@ -1180,9 +1180,16 @@ def _check_histograms(
         )
     hists = list(hists)
     if len(hists) != num_replicas:
+        fix = "pass one histogram per rank, in rank order"
+        if not initialised():  # (s23: a simulated rank without num_replicas= had no fix)
+            fix += (
+                f", with num_replicas= the number of ranks and rank= this rank's (no process "
+                f"group is initialised to give them): num_replicas={len(hists)} for these "
+                f"{len(hists)}"
+            )
         raise ValueError(
             f"shard_histograms must hold one histogram per rank (num_replicas={num_replicas}), "
-            f"got {len(hists)}"
+            f"got {len(hists)}; {fix}"
         )
     for r, h in enumerate(hists):
         if not isinstance(h, LengthHistogram) and not (exchange and h is None):

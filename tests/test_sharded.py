@@ -410,6 +410,8 @@ def test_bad_input_names_the_rank_and_the_fix():
         ShardedSampler([3, 5], shard_histograms=h, num_replicas=2, rank=0, batch_size=2)
     with pytest.raises(ValueError, match="one histogram per rank"):
         ShardedSampler([3, 4], shard_histograms=h[:1], num_replicas=2, rank=0, batch_size=2)
+    with pytest.raises(ValueError, match=r"got 2; .*num_replicas=2 for these 2"):  # (s23)
+        ShardedSampler([3, 4], shard_histograms=h, batch_size=2)  # num_replicas= forgotten
     with pytest.raises(TypeError, match=r"did you mean num_buckets=\?"):
         ShardedSampler([3, 4], shard_histograms=h, num_replicas=2, rank=0, num_bucket=2)
     with pytest.raises(ValueError, match="not both"):
