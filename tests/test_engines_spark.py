@@ -142,6 +142,17 @@ def test_bad_input_one_clear_error(spark):
     stream = spark.readStream.format("rate").load()  # never started: no job runs
     with pytest.raises(ValueError, match="streaming DataFrame, which never ends"):
         spark_histogram(stream, "value")
+    # s23: a frame of a stopped session gave pyspark's bare AssertionError (as after
+    # spark.stop(), which sets the context's _jsc to None; the module's session stays up)
+    frame = spark.createDataFrame([(3,)], "n long")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spark.sparkContext, "_jsc", None)
+        for call in (
+            lambda: spark_histogram(frame, "n"),
+            lambda: spark_bucket_ids(frame, [4], "n"),
+        ):
+            with pytest.raises(ValueError, match=r"SparkSession that was stopped \(spark\.stop"):
+                call()
 
 
 def test_engine_not_installed_names_the_extra(monkeypatch):

@@ -207,6 +207,15 @@ def _check_frame(df: Any) -> None:
         ok = isinstance(df, connect.DataFrame)
     if not ok:
         raise TypeError(f"df must be a pyspark.sql.DataFrame, got {type(df).__name__}")
+    session = getattr(df, "sparkSession", None)  # (a classic frame: its context; Connect has none)
+    context = getattr(session, "_sc", None)
+    if context is not None and getattr(context, "_jsc", True) is None:  # (s23: pyspark's bare
+        # AssertionError from F.col, no message, was all a user saw)
+        raise ValueError(
+            "df belongs to a SparkSession that was stopped (spark.stop()), so Spark cannot run "
+            "its job; compute the histogram before stopping the session, or read the data "
+            "again on a live one (SparkSession.builder.getOrCreate())"
+        )
     if df.isStreaming:
         raise ValueError(
             "df is a streaming DataFrame, which never ends; compute the histogram of a batch "
