@@ -195,9 +195,9 @@ def _disagreeing_file(files: list[str], column: str) -> str | None:
 
 def _check_ray_address() -> None:
     """``--engine ray`` joins the cluster ``RAY_ADDRESS`` names. Where nothing answers at its
-    ``host:port``, ``ray.init`` retried the connection 20 times, each waiting out a timeout, and
-    said nothing for minutes (still waiting after 200 s; Ray 2.60), so one TCP connect (5 s)
-    says it at once. Other forms (``auto``, ``local``) are Ray's to read, and fail fast."""
+    ``host:port``, ``ray.init`` retried the connection 20 times, each waiting out a timeout,
+    silent (still waiting when stopped after 590 s; Ray 2.60), so one TCP connect (5 s) says
+    it at once. Other forms (``auto``, ``local``) are Ray's to read, and fail fast."""
     import os
     import re
     import socket
