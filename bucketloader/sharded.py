@@ -284,12 +284,17 @@ class ShardedSampler(EpochSampler):
             if joins:
                 send_error(exc, world, self.rank)
             raise
+        # both gathers are one all_gather_object, so a rank given shard_histograms pairs with
+        # one that gathers them: each says which it did, and every rank names the odd one (s23:
+        # the gathering rank raised KeyError 'values', the other went on to its next collective)
         if shard_histograms is None:
+            arguments = {**self._arguments(), "shard_histograms": "gathered"}
             hists = _gather_histograms(
-                own, self._arguments(), self.num_replicas, self.rank, exchange=self.exchange
+                own, arguments, self.num_replicas, self.rank, exchange=self.exchange
             )
         elif joins:
-            gather_arguments("ShardedSampler", self._arguments(), self.num_replicas, self.rank)
+            arguments = {**self._arguments(), "shard_histograms": "given"}
+            gather_arguments("ShardedSampler", arguments, self.num_replicas, self.rank)
         self.histogram = merge_histograms([h for h in hists if h is not None])
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
         self.even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]

@@ -916,6 +916,8 @@ def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
             four = "ValueError: num_replicas=4 differs from the process group's world size 3"
             assert all(four in r["error"] for r in runs), runs
             assert all("rank 1 has cache=none (rank 0: shared)" in r["error"] for r in runs)
+            mixed = "rank 1 has shard_histograms=given (rank 0: gathered)"
+            assert all(mixed in r["error"] for r in runs), runs
         if mode == "twice":
             assert [r["alone"] for r in runs] == ["planned 2"] * 3, runs  # every rank's 2 steps
 
@@ -988,6 +990,10 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
             # shared cache on rank 0 only (its lookup a collective the others never join)
             (own, None, minus, {"num_replicas": world}),
             (own, None, seed, {"cache": BucketCache(Path(out) / "c") if rank == 0 else None}),
+            # s23: shard_histograms given on rank 1 only: its gather of arguments paired with
+            # the others' gather of histograms, where rank 0 and 2 raised KeyError 'values'
+            # and rank 1 went on
+            (own, hists if rank == 1 else None, seed, {}),
         )
         for shard, given, at, extra in cases:
             try:
@@ -996,7 +1002,7 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
                 )
             except (ValueError, RuntimeError) as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
-        result = {"error": " | ".join(errors) if len(errors) == 8 else ""}
+        result = {"error": " | ".join(errors) if len(errors) == 9 else ""}
         Path(out, f"rank{rank}.json").write_text(json.dumps(result))
         dist.barrier()  # (as every other rank worker: no rank tears the group down early)
         dist.destroy_process_group()
