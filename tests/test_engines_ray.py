@@ -252,14 +252,16 @@ def test_cli_engine_ray_names_the_file_whose_column_type_disagrees(cluster, tmp_
 def test_cli_engine_ray_with_a_dead_ray_address_says_so_at_once(
     cluster, tmp_path, monkeypatch, capsys
 ):
-    """s23: RAY_ADDRESS naming a host:port where no cluster runs left `report --engine ray` in
-    ray.init's 20 connection retries, silent (still waiting when stopped after 590 s)."""
+    """s23: RAY_ADDRESS naming a host:port where no cluster runs left `report --engine ray` (and
+    ray_histogram, whose Ray Data starts Ray) in ray.init's 20 connection retries, silent (still
+    waiting when stopped after 590 s)."""
     import pyarrow.parquet as pq
 
     from bucketloader.cli.main import main
     from tests.conftest import free_port
 
     pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
+    ds = ray.data.from_items([{"n": 3}])  # (made on the live cluster, before the patches)
     address = f"127.0.0.1:{free_port()}"  # (nothing listens there)
     monkeypatch.setenv("RAY_ADDRESS", address)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)  # (as in a fresh CLI process)
@@ -268,3 +270,8 @@ def test_cli_engine_ray_with_a_dead_ray_address_says_so_at_once(
     err = capsys.readouterr().err
     assert f"RAY_ADDRESS={address} names, but nothing answers at {address}" in err, err
     assert "unset it to start a local cluster" in err
+    # the Python API: Ray Data starts Ray on first use, joining RAY_ADDRESS's cluster alike
+    with pytest.raises(
+        ValueError, match=f"ray_histogram joins the Ray cluster RAY_ADDRESS={address}"
+    ):
+        ray_histogram(ds, "n")

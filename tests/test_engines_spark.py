@@ -327,3 +327,33 @@ def test_the_schema_fix_is_offered_only_where_it_reads(spark, tmp_path):
     assert "leave the empty files out" in message and "even given the schema" in message
     r = spark_histogram(spark.read.parquet(str(tmp_path / "part-1.parquet")), "conv")
     assert r.histogram.values.tolist() == [1, 2, 3]
+
+
+def test_cli_engine_spark_names_a_session_that_cannot_start(tmp_path, monkeypatch, capsys):
+    """s23: a master that does not answer (PYSPARK_SUBMIT_ARGS='--master spark://...') ended
+    `report --engine spark`, after Spark's 3 tries (68 s), in a 200-line Py4JJavaError
+    traceback with exit 1. (The failure is simulated: no session starts here.)"""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import SparkSession
+
+    from bucketloader.cli.main import main
+
+    pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
+    java = (
+        "An error occurred while calling None.org.apache.spark.sql.classic.SparkSession.\n"
+        ": java.lang.IllegalStateException: Cannot call methods on a stopped SparkContext.\n"
+        "This stopped SparkContext was created at:"
+    )
+
+    def get_or_create(self):
+        raise RuntimeError(java)  # (what a Py4JJavaError's text holds)
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", get_or_create)
+    submit = "--master spark://127.0.0.1:7077 pyspark-shell"
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", submit)
+    argv = ["report", str(tmp_path), "--column", "n", "-k", "2", "--engine", "spark"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "could not start a Spark session (java.lang.IllegalStateException: Cannot" in err, err
+    assert f"PYSPARK_SUBMIT_ARGS={submit!r}" in err and err.count("\n") == 1

@@ -95,7 +95,9 @@ def _engine_histogram(
 
         ray = _import("ray.data", "ray")
         if not ray.is_initialized():
-            _check_ray_address()
+            from bucketloader.engines.ray import check_ray_address
+
+            check_ray_address("--engine ray")
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
         import pyarrow.fs
@@ -116,7 +118,11 @@ def _engine_histogram(
         from bucketloader.engines import spark_histogram
 
         sql = _import("pyspark.sql", "spark")
-        spark = sql.SparkSession.builder.appName("bucketloader").getOrCreate()
+        try:
+            spark = sql.SparkSession.builder.appName("bucketloader").getOrCreate()
+        except Exception as exc:  # (s23: a master that does not answer ended the CLI, after
+            # Spark's 3 tries (68 s), in a 200-line Py4JJavaError traceback, exit 1)
+            raise ValueError(_no_session(exc)) from None
         reader = spark.read
         if widths > 1:  # int32 lengths in one shard, int64 in another:
             # Spark reads every file as the one file's type it took and fails on a wider one
@@ -193,28 +199,22 @@ def _disagreeing_file(files: list[str], column: str) -> str | None:
     return None
 
 
-def _check_ray_address() -> None:
-    """``--engine ray`` joins the cluster ``RAY_ADDRESS`` names. Where nothing answers at its
-    ``host:port``, ``ray.init`` retried the connection 20 times, each waiting out a timeout,
-    silent (still waiting when stopped after 590 s; Ray 2.60), so one TCP connect (5 s) says
-    it at once. Other forms (``auto``, ``local``) are Ray's to read, and fail fast."""
+def _no_session(exc: BaseException) -> str:
+    """The one-line error for a Spark session that could not start: the Java exception's own
+    line where there is one, and where the master came from."""
     import os
     import re
-    import socket
 
-    address = os.environ.get("RAY_ADDRESS", "").strip()
-    found = re.fullmatch(r"(?:ray://)?\[?([^\[\]/]+?)\]?:(\d+)/?", address)
-    if found is None:
-        return
-    host, port = found.group(1), int(found.group(2))
-    try:
-        socket.create_connection((host, port), timeout=5).close()
-    except OSError as exc:
-        raise ValueError(
-            f"--engine ray joins the Ray cluster RAY_ADDRESS={address} names, but nothing "
-            f"answers at {host}:{port} ({exc.strerror or type(exc).__name__}); start it there "
-            "(ray start --head), fix RAY_ADDRESS, or unset it to start a local cluster"
-        ) from None
+    text = str(exc)
+    java = re.search(r"^: ([\w.$]+(?:Exception|Error)\b.*)$", text, re.MULTILINE)
+    what = java.group(1) if java else (text.strip().splitlines() or [type(exc).__name__])[0]
+    submit = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    where = f" (here PYSPARK_SUBMIT_ARGS={submit!r})" if submit else ""
+    return (
+        f"--engine spark could not start a Spark session ({what[:300]}); its master comes from "
+        f"spark-submit, PYSPARK_SUBMIT_ARGS{where} or spark-defaults.conf: start the master it "
+        "names, or leave them out to run Spark on this machine"
+    )
 
 
 def _import(module: str, extra: str) -> Any:

@@ -9,7 +9,9 @@ most one row per distinct length. Needs ``pip install 'bucketloader[ray]'``.
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, cast
@@ -79,6 +81,8 @@ def ray_histogram(
     ray = require("ray", "ray")
     require("ray.data", "ray")
     columns, fn, nulls = _check_args(ray, ds, column, length_fn, nulls)
+    if not ray.is_initialized():  # (Ray Data starts Ray on first use: joins RAY_ADDRESS's)
+        check_ray_address("ray_histogram")
     what = f"the Ray dataset ({describe_columns(columns)})"
     if columns is not None:
         ds = ds.select_columns(columns)
@@ -269,6 +273,27 @@ def _file_without_column(ds: Any, columns: list[str]) -> str | None:
 def _schema_names(ds: Any) -> list[str] | None:
     schema = ds.schema()
     return None if schema is None else list(schema.names)
+
+
+def check_ray_address(who: str) -> None:
+    """``who`` (``ray_histogram``, ``--engine ray``) is about to start Ray, which joins the
+    cluster ``RAY_ADDRESS`` names. Where nothing answers at its ``host:port``, ``ray.init``
+    retried the connection 20 times, each waiting out a timeout, silent (still waiting when
+    stopped after 590 s; Ray 2.60), so one TCP connect (5 s) says it at once. Other forms
+    (``auto``, ``local``) are Ray's to read, and fail fast."""
+    address = os.environ.get("RAY_ADDRESS", "").strip()
+    found = re.fullmatch(r"(?:ray://)?\[?([^\[\]/]+?)\]?:(\d+)/?", address)
+    if found is None:
+        return
+    host, port = found.group(1), int(found.group(2))
+    try:
+        socket.create_connection((host, port), timeout=5).close()
+    except OSError as exc:
+        raise ValueError(
+            f"{who} joins the Ray cluster RAY_ADDRESS={address} names, but nothing "
+            f"answers at {host}:{port} ({exc.strerror or type(exc).__name__}); start it there "
+            "(ray start --head), fix RAY_ADDRESS, or unset it to start a local cluster"
+        ) from None
 
 
 def _run(ray: Any, job: Callable[[], Any]) -> Any:
