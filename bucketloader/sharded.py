@@ -917,6 +917,8 @@ _OPTIONS = (
 
 
 _CHUNK = 1 << 20
+#: Options whose ``None`` means "not given" (:func:`_check_options`).
+_UNSET = ("num_buckets", "strategy", "boundaries")
 #: The shards' envelope replaces the global solve when it pads at least this share of the real
 #: elements less (0.1 percentage points; NOTE [ Sharded plan ] 6).
 _ENVELOPE_GAIN = 0.001
@@ -1096,6 +1098,10 @@ def _cells_of(lengths: np.ndarray, boundaries: np.ndarray, lookup: np.ndarray) -
 
 def _check_options(options: dict[str, Any]) -> dict[str, Any]:
     check_options("ShardedSampler", options, [*_OPTIONS, *keyword_options(ShardedSampler.__init__)])
+    # None is "not given", as BucketSampler reads it (s23: boundaries= with num_buckets=None,
+    # as a config that fills every key writes it, was refused as both), and one spelling keeps
+    # the ranks' arguments alike
+    options = {k: v for k, v in options.items() if v is not None or k not in _UNSET}
     if options.get("boundaries") is not None and (
         "num_buckets" in options or "strategy" in options
     ):

@@ -418,6 +418,12 @@ def test_bad_input_names_the_rank_and_the_fix():
         ShardedSampler(
             [3, 4], shard_histograms=h, num_replicas=2, rank=0, boundaries=[10], num_buckets=2
         )
+    none = {"num_buckets": None, "strategy": None}  # (s23: "not both", as BucketSampler reads
+    # None as not given)
+    kw = {"shard_histograms": h, "num_replicas": 2, "rank": 0, "batch_size": 2}
+    assert ShardedSampler([3, 4], boundaries=[10], **none, **kw).shapes == [(2, 10)]
+    with pytest.warns(UserWarning, match="no sample of length <= 4"):  # (shards by length)
+        assert ShardedSampler([3, 4], boundaries=None, num_buckets=2, **kw).boundaries.size == 2
     with pytest.raises(ValueError, match="shard_histograms is required"):
         ShardedSampler([3, 4], num_replicas=2, rank=0, batch_size=2)
     # s23: 'drop' was told to pass 'single', with no word that it cannot drop
