@@ -678,9 +678,15 @@ class ShardedSampler(EpochSampler):
                     f"max_tokens to at least {worst}, or leave the samples longer than {limit} "
                     "out of the shards and their histograms"
                 )
+            m = int(self.options.get("pad_to_multiple_of", 1))
+            rounded = (  # (s23: lengths within max_tokens, a bucket over it, and no word why)
+                f" (its lengths rounded up to a multiple of pad_to_multiple_of={m})"
+                if m > 1 and worst - m < (limit or 0)
+                else ""
+            )
             raise ValueError(
-                f"max_tokens={limit} is below the padded length {worst} of a bucket; raise "
-                f"max_tokens to at least {worst}, or pass max_tokens=TokenBudget(..., "
+                f"max_tokens={limit} is below the padded length {worst} of a bucket{rounded}; "
+                f"raise max_tokens to at least {worst}, or pass max_tokens=TokenBudget(..., "
                 "oversize='single')"
             )
         lookup = cells.lookup[0]

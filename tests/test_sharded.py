@@ -427,6 +427,10 @@ def test_bad_input_names_the_rank_and_the_fix():
     with pytest.raises(ValueError, match="shard_histograms is required"):
         ShardedSampler([3, 4], num_replicas=2, rank=0, batch_size=2)
     # s23: 'drop' was told to pass 'single', with no word that it cannot drop
+    with pytest.raises(ValueError, match=r"length 16 of a bucket \(its lengths rounded up to a "):
+        ShardedSampler(  # (s23: 10 <= max_tokens, rounded to 16 by pad_to_multiple_of)
+            [3, 4], shard_histograms=h, num_replicas=2, rank=0, max_tokens=12, pad_to_multiple_of=8
+        )
     drop = TokenBudget(8, oversize="drop")
     with pytest.raises(ValueError, match=r"cannot honour TokenBudget\(oversize='drop'\).*length 9"):
         ShardedSampler([3, 4], shard_histograms=h, num_replicas=2, rank=0, max_tokens=drop)
