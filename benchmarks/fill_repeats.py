@@ -10,7 +10,14 @@ repeated in every one of the 4 epochs, and whether the sampler warns (NOTE [ Wha
 repeats ] in ``bucketloader/plan/epoch.py``). Lengths: LibriSpeech in wav2vec2 frames (samples /
 320), Common Voice in 20 ms frames, GSM8K question + answer + 2, Europarl en + fr + 2.
 
-Run: ``PYTHONPATH=$PWD python benchmarks/fill_repeats.py`` (about 10 s); writes
+The streams (``BucketIterable``, ``PackIterable``) are measured the same way: one pass over
+the whole set on 1 rank, and on 8 ranks each rank's ``[rank::8]`` shard with ``steps_per_epoch``
+the sampler's step count; the bucket streams on the boundaries of the sampler's spec with a
+shuffle buffer of 256 (so their epochs differ; a packing stream's are all alike); NOTE [ What
+a stream's fill repeats ] in ``bucketloader/stream/resume.py``. "warns" is the stream's
+end-of-pass note on any rank.
+
+Run: ``PYTHONPATH=$PWD python benchmarks/fill_repeats.py`` (about 30 s); writes
 ``benchmarks/results/fill_repeats.md``.
 """
 
@@ -27,6 +34,7 @@ import numpy as np  # noqa: E402
 from torch.utils.data import DistributedSampler  # noqa: E402
 
 from bucketloader import BucketSampler, PackSampler  # noqa: E402
+from bucketloader.stream import BucketIterable, PackIterable  # noqa: E402
 from tests.conftest import load_real  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "fill_repeats.md"
@@ -58,6 +66,59 @@ CONFIGS = [
     (BucketSampler, "gsm8k", {"num_buckets": 8, "batch_size": 32}),
     (BucketSampler, "gsm8k", {"num_buckets": 8, "max_tokens": 8192}),
 ]
+
+
+#: Streams: (stream, data, the sampler options whose spec and step count it takes).
+STREAMS = [
+    (BucketIterable, "librispeech", {"num_buckets": 8, "batch_size": 32}),
+    (BucketIterable, "librispeech", {"num_buckets": 8, "max_tokens": 16000}),
+    (BucketIterable, "commonvoice", {"num_buckets": 16, "batch_size": 64}),
+    (BucketIterable, "gsm8k", {"num_buckets": 8, "batch_size": 32}),
+    (PackIterable, "gsm8k[:4000]", {"row_length": 512, "batch_size": 16}),
+]
+SHUFFLE = 256
+
+
+def stream_counts(
+    cls: type, lens: np.ndarray, opts: dict[str, object], r: int
+) -> tuple[list[np.ndarray], bool]:
+    """Appearances of each sample per epoch (epochs 0-3) over ``r`` simulated ranks, and
+    whether any rank's pass warned about its fill."""
+    planner = PackSampler if cls is PackIterable else BucketSampler
+    samples = [(i, int(n)) for i, n in enumerate(lens)]
+    steps = len(planner(lens, num_replicas=r, rank=0, last_batch="fill", **opts))  # type: ignore[operator]
+    shape: dict[str, object] = dict(opts)
+    if cls is BucketIterable:
+        spec = BucketSampler(lens, **opts).spec  # type: ignore[arg-type]
+        shape = {k: v for k, v in opts.items() if k != "num_buckets"}
+        shape["boundaries"] = spec
+        shape["shuffle_buffer"] = SHUFFLE  # (a packing stream has none: the same every epoch)
+    split = {} if r == 1 else {"num_replicas": r, "steps_per_epoch": steps}
+    counts, warned = [], False
+    for e in range(EPOCHS):
+        c = np.zeros(lens.size, dtype=np.int64)
+        repeated = 0
+        for k in range(r):
+            stream = cls(
+                samples[k::r],
+                length_fn=lambda s: s[1],
+                last_batch="fill",
+                **({"rank": k} if r > 1 else {}),
+                **split,
+                **shape,
+            )
+            stream.set_epoch(e)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                for batch in stream:
+                    np.add.at(c, np.fromiter((x[0] for x in batch), dtype=np.int64), 1)
+            warned |= any("last_batch='fill'" in str(w.message) for w in caught)
+            if cls is BucketIterable:
+                repeated += stream.report().totals["repeated"]
+        if cls is BucketIterable:
+            assert int((c - (c > 0)).sum()) == repeated
+        counts.append(c)
+    return counts, warned
 
 
 def summary(lens: np.ndarray, counts: list[np.ndarray]) -> dict[str, object]:
@@ -94,6 +155,12 @@ def measure() -> list[tuple[str, str, int, dict[str, object], str]]:
                 c = np.bincount(idx, minlength=lens.size)
                 assert int((c - (c > 0)).sum()) == ss[0].report(e).totals["repeated"]
                 counts.append(c)
+            label = f"{cls.__name__} {opts}"
+            rows.append((label, name, r, summary(lens, counts), "yes" if warned else "no"))
+    for cls, name, opts in STREAMS:
+        lens = sets[name]
+        for r in (1, 8):
+            counts, warned = stream_counts(cls, lens, opts, r)
             label = f"{cls.__name__} {opts}"
             rows.append((label, name, r, summary(lens, counts), "yes" if warned else "no"))
     for name in ("gsm8k", "librispeech"):

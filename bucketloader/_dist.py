@@ -121,6 +121,9 @@ _AGREEMENT_HINTS = {
     "num_draws": "num_draws is WeightedBucketSampler's num_samples= (the draws of an epoch)",
     "sample_weights": "the per-sample weights differ (a digest of each rank's): pass every rank "
     "the same weights, of the whole data set",
+    "shard_histograms": "ShardedSampler's shard_histograms= was given on some ranks only: pass "
+    "every rank's histograms on every rank, or leave it out on every rank (they are then "
+    "gathered)",
     "plan_digest": "the plans differ: pass every rank the same lengths (of the whole data set, "
     "in the same order) and the same options (a rank that holds only its own shard's lengths "
     "needs bucketloader.sharded.ShardedSampler)",

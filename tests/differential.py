@@ -307,12 +307,15 @@ def stream_case(case: int) -> dict[str, Any]:
         state = json.loads(json.dumps(state))
         # the solver version a packing stream's state records (NOTE [ A state across solver
         # versions ]), the record of the tails a worker packed (the digests a replay compares,
-        # session 10) and an exact state's own "tail" (session 11) postdate the golden states:
-        # they go to their own record key, which golden_digest leaves out and the re-recorded
-        # digests of the changed cases compare
-        later = {k: state[k] for k in ("tails", "tail") if k in state}
-        if "solver" in state["config"]:
-            later["solver"] = state["config"]["solver"]
+        # session 10), an exact state's own "tail" (session 11) and a bucket stream's fill
+        # version and record of what its fill tops up from ("fill", s23-streamfill, NOTE
+        # [ What a stream's fill repeats ]) postdate the golden states: they go to their own
+        # record key, which golden_digest leaves out and the re-recorded digests of the changed
+        # cases compare
+        later = {k: state[k] for k in ("tails", "tail", "fill") if k in state}
+        for name in ("solver", "fill"):
+            if name in state["config"]:
+                later[f"config/{name}" if name == "fill" else name] = state["config"][name]
         kept = {k: v for k, v in state.items() if k not in later}
         rec["state"] = _canon({**kept, "config": _without_versions(state["config"])})
         if later:
@@ -328,7 +331,7 @@ def stream_case(case: int) -> dict[str, Any]:
 
 def _without_versions(config: dict[str, Any]) -> dict[str, Any]:
     """A state's ``config`` without the keys that record library versions, not options."""
-    return {k: v for k, v in config.items() if k != "solver"}
+    return {k: v for k, v in config.items() if k not in ("solver", "fill")}
 
 
 # -- sampler cases -----------------------------------------------------------------------------

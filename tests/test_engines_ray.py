@@ -55,7 +55,14 @@ def _blocks(table, n):
     return ray.data.from_arrow([table.slice(a, b - a) for a, b in itertools.pairwise(bounds)])
 
 
-def test_exact_per_block_histograms_merged(cluster):
+def test_exact_per_block_histograms_merged(cluster, monkeypatch):
+    def every_block(*args, **kwargs):
+        raise AssertionError("the scan held every block's table at once")
+
+    # s23: the block histograms stream to the driver; ray.get(to_arrow_refs()) held them all
+    # at once (driver RSS +375 MB for 800 blocks of 20 k distinct lengths, growing with them)
+    for name in ("to_arrow_refs", "materialize", "take_all", "to_pandas"):
+        monkeypatch.setattr(ray.data.Dataset, name, every_block)
     ecoli = load_real("ecoli")  # 4,391 proteins
     pairs = load_real("gsm8k")[: len(ecoli)]  # (question, answer) pairs
     table = pa.table(
@@ -240,3 +247,31 @@ def test_cli_engine_ray_names_the_file_whose_column_type_disagrees(cluster, tmp_
     err = capsys.readouterr().err
     assert "b.parquet: column 'n' is string in this file but int64 in " in err, err
     assert "write it again with the same type (e.g. int64)" in err
+
+
+def test_cli_engine_ray_with_a_dead_ray_address_says_so_at_once(
+    cluster, tmp_path, monkeypatch, capsys
+):
+    """s23: RAY_ADDRESS naming a host:port where no cluster runs left `report --engine ray` (and
+    ray_histogram, whose Ray Data starts Ray) in ray.init's 20 connection retries, silent (still
+    waiting when stopped after 590 s)."""
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+    from tests.conftest import free_port
+
+    pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
+    ds = ray.data.from_items([{"n": 3}])  # (made on the live cluster, before the patches)
+    address = f"127.0.0.1:{free_port()}"  # (nothing listens there)
+    monkeypatch.setenv("RAY_ADDRESS", address)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)  # (as in a fresh CLI process)
+    monkeypatch.setattr(ray, "init", lambda **kw: pytest.fail("ray.init tried to connect"))
+    assert main(["report", str(tmp_path), "--column", "n", "-k", "2", "--engine", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert f"RAY_ADDRESS={address} names, but nothing answers at {address}" in err, err
+    assert "unset it to start a local cluster" in err
+    # the Python API: Ray Data starts Ray on first use, joining RAY_ADDRESS's cluster alike
+    with pytest.raises(
+        ValueError, match=f"ray_histogram joins the Ray cluster RAY_ADDRESS={address}"
+    ):
+        ray_histogram(ds, "n")

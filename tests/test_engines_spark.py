@@ -39,10 +39,15 @@ def spark():
     signal.signal(signal.SIGINT, previous)
 
 
-def test_exact_reduce_by_spark(spark):
+def test_exact_reduce_by_spark(spark, monkeypatch):
+    def collect(self):  # s23: a Row and Python ints per distinct length (+199 MB at 600 k)
+        raise AssertionError("the counts came back by collect(), not as one Arrow table")
+
     pairs = load_real("multi30k")[:1500]  # (en, de) token counts
     rows = [([0] * int(a), "x" * int(b), int(a) + int(b)) for a, b in pairs]
     df = spark.createDataFrame(rows, "ids array<tinyint>, text string, n long").repartition(4)
+    if hasattr(df, "toArrow"):  # (the counts: pyspark 4's toArrow)
+        monkeypatch.setattr(type(df), "collect", collect)
     r = spark_histogram(df, "ids")
     values, counts = np.unique(pairs[:, 0], return_counts=True)
     assert r.histogram.values.tolist() == values.tolist()
@@ -51,6 +56,24 @@ def test_exact_reduce_by_spark(spark):
     joint = spark_histogram(df, ["ids", "text", "n"]).histogram
     both = np.column_stack([pairs, pairs.sum(axis=1)])
     assert isinstance(joint, JointHistogram) and joint == JointHistogram.from_lengths(both)
+
+
+def test_counts_by_collect_where_pyspark_has_no_to_arrow():
+    """pyspark < 4 (no DataFrame.toArrow) or no pyarrow: the counts come back by collect(),
+    null lengths counted apart, the same keys and counts as the Arrow path."""
+    from pyspark.sql import Row
+
+    from bucketloader.engines.spark import _grouped_counts
+
+    class Grouped:  # (a groupBy(...).count() of pyspark 3: collect() only)
+        def collect(self):
+            return [Row(a=3, b=1, count=2), Row(a=None, b=4, count=5), Row(a=0, b=7, count=1)]
+
+    keys, counts, nulls = _grouped_counts(Grouped(), ["a", "b"])
+    assert keys.tolist() == [[3, 1], [0, 7]] and keys.dtype == np.int64
+    assert counts.tolist() == [2, 1] and nulls == 5
+    keys, counts, nulls = _grouped_counts(type("Empty", (), {"collect": lambda self: []})(), ["a"])
+    assert keys.shape == (0, 1) and counts.size == 0 and nulls == 0
 
 
 def test_nulls_expressions_and_bucket_ids(spark):
@@ -119,6 +142,17 @@ def test_bad_input_one_clear_error(spark):
     stream = spark.readStream.format("rate").load()  # never started: no job runs
     with pytest.raises(ValueError, match="streaming DataFrame, which never ends"):
         spark_histogram(stream, "value")
+    # s23: a frame of a stopped session gave pyspark's bare AssertionError (as after
+    # spark.stop(), which sets the context's _jsc to None; the module's session stays up)
+    frame = spark.createDataFrame([(3,)], "n long")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spark.sparkContext, "_jsc", None)
+        for call in (
+            lambda: spark_histogram(frame, "n"),
+            lambda: spark_bucket_ids(frame, [4], "n"),
+        ):
+            with pytest.raises(ValueError, match=r"SparkSession that was stopped \(spark\.stop"):
+                call()
 
 
 def test_engine_not_installed_names_the_extra(monkeypatch):
@@ -293,3 +327,33 @@ def test_the_schema_fix_is_offered_only_where_it_reads(spark, tmp_path):
     assert "leave the empty files out" in message and "even given the schema" in message
     r = spark_histogram(spark.read.parquet(str(tmp_path / "part-1.parquet")), "conv")
     assert r.histogram.values.tolist() == [1, 2, 3]
+
+
+def test_cli_engine_spark_names_a_session_that_cannot_start(tmp_path, monkeypatch, capsys):
+    """s23: a master that does not answer (PYSPARK_SUBMIT_ARGS='--master spark://...') ended
+    `report --engine spark`, after Spark's 3 tries (68 s), in a 200-line Py4JJavaError
+    traceback with exit 1. (The failure is simulated: no session starts here.)"""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pyspark.sql import SparkSession
+
+    from bucketloader.cli.main import main
+
+    pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
+    java = (
+        "An error occurred while calling None.org.apache.spark.sql.classic.SparkSession.\n"
+        ": java.lang.IllegalStateException: Cannot call methods on a stopped SparkContext.\n"
+        "This stopped SparkContext was created at:"
+    )
+
+    def get_or_create(self):
+        raise RuntimeError(java)  # (what a Py4JJavaError's text holds)
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", get_or_create)
+    submit = "--master spark://127.0.0.1:7077 pyspark-shell"
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", submit)
+    argv = ["report", str(tmp_path), "--column", "n", "-k", "2", "--engine", "spark"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "could not start a Spark session (java.lang.IllegalStateException: Cannot" in err, err
+    assert f"PYSPARK_SUBMIT_ARGS={submit!r}" in err and err.count("\n") == 1

@@ -95,6 +95,9 @@ def _engine_histogram(
 
         ray = _import("ray.data", "ray")
         if not ray.is_initialized():
+            from bucketloader.engines.ray import check_ray_address
+
+            check_ray_address("--engine ray")
             ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
         import pyarrow.fs
@@ -115,7 +118,11 @@ def _engine_histogram(
         from bucketloader.engines import spark_histogram
 
         sql = _import("pyspark.sql", "spark")
-        spark = sql.SparkSession.builder.appName("bucketloader").getOrCreate()
+        try:
+            spark = sql.SparkSession.builder.appName("bucketloader").getOrCreate()
+        except Exception as exc:  # (s23: a master that does not answer ended the CLI, after
+            # Spark's 3 tries (68 s), in a 200-line Py4JJavaError traceback, exit 1)
+            raise ValueError(_no_session(exc)) from None
         reader = spark.read
         if widths > 1:  # int32 lengths in one shard, int64 in another:
             # Spark reads every file as the one file's type it took and fails on a wider one
@@ -190,6 +197,24 @@ def _disagreeing_file(files: list[str], column: str) -> str | None:
                 f"the same type (e.g. {first[1]}), or leave the file out"
             )
     return None
+
+
+def _no_session(exc: BaseException) -> str:
+    """The one-line error for a Spark session that could not start: the Java exception's own
+    line where there is one, and where the master came from."""
+    import os
+    import re
+
+    text = str(exc)
+    java = re.search(r"^: ([\w.$]+(?:Exception|Error)\b.*)$", text, re.MULTILINE)
+    what = java.group(1) if java else (text.strip().splitlines() or [type(exc).__name__])[0]
+    submit = os.environ.get("PYSPARK_SUBMIT_ARGS")
+    where = f" (here PYSPARK_SUBMIT_ARGS={submit!r})" if submit else ""
+    return (
+        f"--engine spark could not start a Spark session ({what[:300]}); its master comes from "
+        f"spark-submit, PYSPARK_SUBMIT_ARGS{where} or spark-defaults.conf: start the master it "
+        "names, or leave them out to run Spark on this machine"
+    )
 
 
 def _import(module: str, extra: str) -> Any:

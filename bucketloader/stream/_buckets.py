@@ -20,6 +20,7 @@ holds ints only (JSON-serialisable), plus the source's own states.
 
 from __future__ import annotations
 
+import heapq
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +36,11 @@ from bucketloader.stream._schedule import lane_cells
 from bucketloader.stream.source import check_length
 
 STATE_FORMAT = 2
+#: How ``last_batch="fill"`` completes a short batch, recorded in a fill stream's state
+#: ``config`` (``"fill"``; absent: 1, copies of the batch's own samples; 2: the samples the
+#: bucket handed out last first, NOTE [ What a stream's fill repeats ] in
+#: :mod:`bucketloader.stream.resume`). A state of another version is refused.
+FILL_VERSION = 2
 _BLOCK = 1024
 #: The counters of a pass (NOTE [ Where the report's numbers come from ]).
 STATS = (
@@ -183,7 +189,15 @@ class BucketPass(Pass):
         self._lo = max(owner.minimum[0] if owner.minimum else 0, 1)
         self._hi = owner.limits[0]
         self._oversize = any(b == 0 for b in owner.batch_sizes)
-        self._last: dict[int, list[Any]] = {}  # a lane's last batch per cell (repeats)
+        # a lane's last batch per cell, and with last_batch="fill" also a one-pass stream's
+        # (NOTE [ What a stream's fill repeats ] in bucketloader.stream.resume): (sample, size)
+        self._last: dict[int, list[tuple[Any, int]]] = {}
+        self._fills = owner.last_batch == "fill"
+        # a one-pass stream's last two batches per cell, newest first, not yet in _last
+        self._pending: dict[int, list[tuple[list[Any], list[int]]]] = {}
+        # appearances in this pass of the samples a fill repeated (by position; others: 1)
+        self._seen: dict[int, int] = {}
+        self._keep_last = self._fills and owner.schedule is None  # (scheduled: always kept)
         self._template: Any = None  # the first sample of the pass (stand-in rows)
         self._fits: dict[int, Any] = {}  # the first sample of each cell (stand-in rows)
         # their stream positions (the exact state of a scheduled pass over a seekable source)
@@ -294,6 +308,12 @@ class BucketPass(Pass):
         """Hand out the full buffer of ``bucket`` as a batch (the caller checked it is full)."""
         buf = self.bsam[bucket]
         self._count(bucket, len(buf), sum(self.blen[bucket]), self.sizes[bucket])
+        if self._keep_last:  # what the tail's fill tops up from (a copy: buf is the user's);
+            # the samples are paired with their sizes only when the tail needs them (_settle)
+            pending = self._pending.get(bucket, [])
+            self._pending[bucket] = [(list(buf), self.blen[bucket]), *pending[:1]]
+            kept = self._last_pos.get(bucket, [])[: len(buf)]
+            self._last_pos[bucket] = self.bpos[bucket] + kept
         self.bsam[bucket], self.bpos[bucket], self.blen[bucket] = [], [], []
         self.batches += 1
         return buf
@@ -455,35 +475,99 @@ class BucketPass(Pass):
             self._pull()
             self._gather(cell, need, batch, lens, at)
         self.dry += not batch and not self.buffered and not self.shuffle  # (nothing left at all)
-        fill = self.o.last_batch == "fill"
-        fresh = bool(batch)
-        if batch:
+        fill = self._fills
+        if fill:  # a short batch, or none (the shard is dry): topped up with repeats
+            self._top_up(cell, need, batch, lens, at)
+        elif batch:
             self._last[cell] = list(zip(batch, lens, strict=True))
             self._last_pos[cell] = at
-        elif fill:  # the shard is dry: repeat a recent batch that fits
-            for other in (cell, *self.o.covers[cell]):
-                if self._last.get(other):
-                    # (at most this cell's batch size: a shorter cell's batch can hold more,
-                    # which no collator lays out at this shape; s22-fill)
-                    batch = [x for x, _ in self._last[other][:need]]
-                    lens = [n for _, n in self._last[other][:need]]
-                    at = self._last_pos.get(other, [])[:need]
-                    self.stats["repeated"] += len(batch)
-                    break
         real = len(batch)
-        if real and fill and (real < need or not fresh):
-            extra = need - real
-            batch += [batch[k % real] for k in range(extra)]
-            lens += [lens[k % real] for k in range(extra)]
-            self.stats["repeated"] += extra
-            self._note_fill(at, need, fresh=fresh)
-            real = need
         if not batch:  # nothing real fits: stand-ins the collator turns into padding rows
             stand_in = self._stand_in(cell)
             batch = [] if stand_in is None else [stand_in] * (need if fill else 1)
             lens = [0] * len(batch)
         self._count(cell, real, sum(lens[:real]), need)
         return batch, real
+
+    def _keep(self, cell: int, batch: list[tuple[Any, int]], at: list[int]) -> None:
+        """Keep a full batch of new samples as the first of ``cell``'s last samples, before
+        the earlier ones (at most ``2 B`` in all: its last two batches, the state names them)."""
+        cap = 2 * len(batch)
+        self._last[cell] = batch + self._last.get(cell, [])[: cap - len(batch)]
+        self._last_pos[cell] = list(at) + self._last_pos.get(cell, [])[: cap - len(batch)]
+
+    def _pool(self, cell: int, want: int, skip: list[int]) -> list[tuple[int, int, Any, int]]:
+        """The samples handed out before that a fill may repeat in a batch of ``cell``, as
+        ``(appearances, position, sample, size)``, least seen first: the cell's last ones, then
+        those of the cells it covers (nearest first; they fit its shape), each position once and
+        none of ``skip``; the search stops once ``want`` of them were seen only once (NOTE
+        [ What a stream's fill repeats ] in :mod:`bucketloader.stream.resume`)."""
+        seen, counts = set(skip), self._seen
+        out: list[tuple[int, int, int, Any, int]] = []
+        ones = 0
+        for other in (cell, *self.o.covers[cell]):
+            got = self._last.get(other)
+            if not got:
+                continue
+            for (x, n), p in zip(got, self._last_pos[other], strict=True):
+                if p in seen:
+                    continue
+                seen.add(p)
+                t = counts.get(p, 1)
+                out.append((t, len(out), p, x, n))
+                ones += t == 1
+                if ones == want:
+                    break
+            if ones == want:
+                break
+        out.sort(key=lambda e: e[:2])
+        return [(t, p, x, n) for t, _, p, x, n in out]
+
+    def _top_up(
+        self, cell: int, need: int, batch: list[Any], lens: list[int], at: list[int]
+    ) -> None:
+        """``last_batch="fill"``: complete ``batch`` (the samples of ``cell`` read for it, in
+        place; none when the shard is dry) to ``need`` samples, each slot with the least seen
+        of the samples handed out before (:meth:`_pool`) and the batch's own, a sample handed
+        out before ahead of the batch's own at equal counts; count the repeats and keep the
+        cell's last samples (this batch's first), least seen first. Nothing to repeat at all
+        leaves ``batch`` empty."""
+        fresh = len(batch)
+        if fresh == need:  # a full batch of new samples (every step but the last few)
+            self._keep(cell, list(zip(batch, lens, strict=True)), at)
+            return
+        pool = self._pool(cell, need - fresh, at)
+        heap = [(t, 0, i, p, x, n) for i, (t, p, x, n) in enumerate(pool)]
+        heap += [(1, 1, i, at[i], batch[i], lens[i]) for i in range(fresh)]
+        if not heap:
+            return
+        heapq.heapify(heap)
+        counts = self._seen
+        for _ in range(need - fresh):
+            t, kind, i, p, x, n = heapq.heappop(heap)
+            batch.append(x)
+            lens.append(n)
+            at.append(p)
+            counts[p] = t + 1
+            heapq.heappush(heap, (t + 1, kind, i, p, x, n))
+        self.stats["repeated"] += need - fresh
+        self._note_batch(at, {p for _, p, _, _ in pool})
+        # the cell's last: this batch's samples, then its earlier ones, least seen first
+        # (bounded: the state names them)
+        mine = {p for p in at}
+        old = [
+            (x, p)
+            for x, p in zip(self._last.get(cell, []), self._last_pos.get(cell, []), strict=True)
+            if p not in mine
+        ]
+        here: dict[int, tuple[Any, int]] = {}
+        for x, n, p in zip(batch, lens, at, strict=True):
+            here.setdefault(p, (x, n))
+        entries = sorted(
+            [*((e, p) for p, e in here.items()), *old], key=lambda ep: counts.get(ep[1], 1)
+        )[: 2 * need]
+        self._last[cell] = [e for e, _ in entries]
+        self._last_pos[cell] = [p for _, p in entries]
 
     def _stand_in(self, cell: int) -> Any:
         """A sample that fits ``cell`` (one seen in it or in a cell it covers, else the first
@@ -504,9 +588,18 @@ class BucketPass(Pass):
             return sample
         return o.cut(sample, lengths, shape)
 
+    def _settle(self) -> None:
+        """Pair the batches :meth:`_emit` kept with their sizes into ``_last`` (as
+        ``_last_pos``: newest first, at most two batches)."""
+        for c, raws in self._pending.items():
+            pairs = [pair for x, n in raws for pair in zip(x, n, strict=True)]
+            self._last[c] = (pairs + self._last.get(c, []))[: len(self._last_pos[c])]
+        self._pending = {}
+
     def _tail(self) -> Iterator[list[Any]]:
         """The partial batches left at the end, by ``last_batch`` (the sampler's meanings)."""
         policy, sizes = self.o.last_batch, self.sizes
+        self._settle()
         for i, batch in enumerate(self.bsam):
             if not batch:
                 continue
@@ -517,12 +610,9 @@ class BucketPass(Pass):
                 self.stats["tail_dropped"] += len(batch)
                 continue
             rows = len(batch)
-            if policy == "fill":
-                n, extra = len(batch), sizes[i] - len(batch)
-                batch += [batch[k % n] for k in range(extra)]
-                real += sum(lens[k % n] for k in range(extra))
-                self.stats["repeated"] += extra
-                self._note_fill(positions, sizes[i], fresh=True)
+            if policy == "fill":  # (lens, positions: this cell's old lists, no longer shared)
+                self._top_up(i, sizes[i], batch, lens, positions)
+                real = sum(lens)
             self._count(i, len(batch), real, sizes[i] if policy != "keep" else rows)
             self.batches += 1
             yield batch
@@ -532,9 +622,10 @@ class BucketPass(Pass):
         return [e[0] for e in self.shuffle] + [p for b in self.bpos for p in b]
 
     def _stand_ins(self) -> list[int]:
+        last = [p for ps in self._last_pos.values() for p in ps]
         if self.o.schedule is None:
-            return []
-        return [*self._fit_pos.values(), *(p for ps in self._last_pos.values() for p in ps)]
+            return last  # (kept with last_batch="fill" only)
+        return [*self._fit_pos.values(), *last]
 
     def _filler_state(self) -> dict[str, Any]:
         out = {
@@ -549,6 +640,13 @@ class BucketPass(Pass):
                 "last": [[c, list(ps)] for c, ps in self._last_pos.items()],
                 "exhausted": self._exhausted,
             }
+        if self._fills:  # NOTE [ What a stream's fill repeats ] in stream.resume
+            kept = {p for ps in self._last_pos.values() for p in ps}
+            seen = [[p, t] for p, t in self._seen.items() if p in kept]  # (the rest: unused)
+            fill: dict[str, Any] = {"seen": seen}
+            if self._keep_last:  # a one-pass stream's last batches (the tail tops up from them)
+                fill["last"] = [[c, list(ps)] for c, ps in self._last_pos.items()]
+            out["fill"] = fill
         return out
 
     def _wanted(self, state: dict[str, Any]) -> set[int]:
@@ -557,6 +655,7 @@ class BucketPass(Pass):
         if scheduled:
             wanted |= {int(p) for _, p in scheduled["fits"]}
             wanted |= {int(p) for _, ps in scheduled["last"] for p in ps}
+        wanted |= {int(p) for _, ps in state.get("fill", {}).get("last", ()) for p in ps}
         return wanted
 
     def _take_back(self, pos: int, sample: Any) -> None:
@@ -581,6 +680,8 @@ class BucketPass(Pass):
             self._fits = {c: got[p][0] for c, p in self._fit_pos.items()}
             self._template = next(iter(self._fits.values()), None)
             self._last_pos = {int(c): [int(p) for p in ps] for c, ps in scheduled["last"]}
-            self._last = {
-                c: [(got[p][0], got[p][2]) for p in ps] for c, ps in self._last_pos.items()
-            }
+        fill = state.get("fill", {})
+        if "last" in fill:
+            self._last_pos = {int(c): [int(p) for p in ps] for c, ps in fill["last"]}
+        self._seen = {int(p): int(t) for p, t in fill.get("seen", ())}
+        self._last = {c: [(got[p][0], got[p][2]) for p in ps] for c, ps in self._last_pos.items()}

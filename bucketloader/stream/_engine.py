@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -50,7 +50,8 @@ class Pass:
     #: (``stream.resume._warn_fill``): the unit, then how.
     FILL_HOW: ClassVar[tuple[str, str]] = (
         "samples",
-        "a bucket's short batch is completed with copies of its own samples",
+        "a bucket's short batch is completed with the samples it (or a shorter bucket) handed "
+        "out last, and with copies of its own where there are too few",
     )
 
     def __init__(
@@ -93,13 +94,19 @@ class Pass:
         (a short batch topped up), else they were handed out before (a batch repeated)."""
         if not keys:
             return
+        entries = [keys[k % len(keys)] for k in range(n)]
+        self._note_batch(entries, () if fresh else set(keys))
+
+    def _note_batch(self, entries: Sequence[Any], old: Container[Any]) -> None:
+        """Count a batch that ``last_batch="fill"`` completed, entry by entry (stream
+        positions, a key once per appearance in the batch); the keys in ``old`` were handed
+        out before this batch, the others appear here for the first time."""
         copies = self._copies
         times: dict[Any, int] = {}
-        for k in range(n):
-            key = keys[k % len(keys)]
+        for key in entries:
             times[key] = times.get(key, 0) + 1
         for key, t in times.items():
-            total = t + (0 if fresh else copies.get(key, 1))
+            total = t + (copies.get(key, 1) if key in old else 0)
             if total > 1:
                 copies[key] = total
                 self.fill_most = max(self.fill_most, total)

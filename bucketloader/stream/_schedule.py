@@ -30,7 +30,9 @@ so both come from a rule every rank evaluates alone; nothing is communicated per
   (shorter in every input), nearest first: they fit ``c``'s shape with more padding
   (``promoted``); (3) if that is still short of ``B_c``, keeps the batch short: the collator pads
   its rows, masked (``last_batch="pad"``, counted in ``padded_rows``), or tops it up with repeats
-  of its own samples (``"fill"``, ``repeated``). A batch that would hold no sample reads on past
+  (``"fill"``, ``repeated``): of the samples the lane handed out last in ``c`` and the cells it
+  covers, then of its own (NOTE [ What a stream's fill repeats ] in
+  :mod:`bucketloader.stream.resume`). A batch that would hold no sample reads on past
   the capacity until one fits. Every batch is a :class:`~bucketloader.plan.PlannedBatch` that
   carries the step's shape, so the collator pads to it even when every sample came from a
   shorter cell.
@@ -38,8 +40,8 @@ so both come from a rule every rank evaluates alone; nothing is communicated per
   the step still happens, as padding only: one stand-in sample (a sample the lane saw that fits
   the bucket, else its first sample cut to it) that the collator turns into masked rows
   (``num_real=0``: ``sample_mask`` False, zero attention), so the rank adds nothing to the
-  gradients; under ``"fill"`` the lane repeats its last batch of ``c`` (or of a cell ``c``
-  covers) instead, when it has one.
+  gradients; under ``"fill"`` the lane repeats samples it handed out last in ``c`` or a cell
+  ``c`` covers instead, when it has some (the same NOTE).
 * **A lane with no sample at all** (a rank whose shard is empty, or a DataLoader worker whose
   share of a tiny shard is empty) still takes its steps as padding only, like the packing
   stream: its stand-in is the stream's *template*, a sample taken when the stream is built (in

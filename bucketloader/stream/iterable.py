@@ -59,7 +59,13 @@ from bucketloader.plan import BucketSpec, SamplingReport, ShapeTable
 from bucketloader.plan.budget import resolve_size, size_values
 from bucketloader.plan.cells import lattice_codes
 from bucketloader.plan.shapes import SHAPE_OPTIONS, ShapeOptions, Shaping, plan_shapes
-from bucketloader.stream._buckets import STATE_FORMAT, STATS, BucketConfig, BucketPass
+from bucketloader.stream._buckets import (
+    FILL_VERSION,
+    STATE_FORMAT,
+    STATS,
+    BucketConfig,
+    BucketPass,
+)
 from bucketloader.stream._schedule import SCHEDULE_HEAD, step_shares
 from bucketloader.stream.counters import LaneCounters
 from bucketloader.stream.estimate import Estimate, solve_head
@@ -134,9 +140,11 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             <bucketloader.plan.BucketSpec.build>`; a ``BucketSpec`` (or sampler) given as
             ``boundaries`` brings its own, which a different ``size=`` contradicts (an error).
         last_batch: the partial batches left at the end of the stream: ``"pad"`` (yielded short;
-            the collator pads rows, masked), ``"fill"`` (topped up with repeats from the same
-            bucket), ``"drop"`` or ``"keep"`` (yielded short: smaller batch sizes, listed in
-            :attr:`shapes`). With ``steps_per_epoch``: ``"pad"`` or ``"fill"``.
+            the collator pads rows, masked), ``"fill"`` (topped up with repeats: the samples
+            the bucket, then the buckets it covers, handed out last, then its own; NOTE
+            [ What a stream's fill repeats ]), ``"drop"`` or ``"keep"`` (yielded short:
+            smaller batch sizes, listed in :attr:`shapes`). With ``steps_per_epoch``: ``"pad"``
+            or ``"fill"``.
         shuffle_buffer: samples held in a bounded shuffle buffer before bucketing (0 = off).
         seed: randomness only from ``SeedSequence([seed, epoch, worker])``.
         overflow: samples outside ``min_length`` / ``max_length`` (and longer than the last
@@ -175,6 +183,9 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         >>> [[len(s) for s in batch] for batch in stream]
         [[3, 2], [7, 8], [4, 1]]
     """
+
+    #: The fill version in a state's ``config`` (:meth:`_check_versions`), not an option.
+    VERSION_KEYS = ("fill",)
 
     def __init__(
         self,
@@ -637,6 +648,8 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         }
         if self.limits.active:
             config["limits"] = self.limits.config()
+        if self.last_batch == "fill":  # NOTE [ What a stream's fill repeats ] in stream.resume
+            config["fill"] = FILL_VERSION
         if self.steps_per_epoch is not None:
             config.update(
                 num_replicas=self.num_replicas,
@@ -646,9 +659,54 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         return {**config, **source_config(self.source)}  # (NOTE [ A stream state names
         # the files it read ] in stream.arrow)
 
+    def _check_versions(self, state: dict[str, Any]) -> None:
+        """Refuse a state whose ``last_batch="fill"`` completed short batches another way
+        (:data:`~bucketloader.stream._buckets.FILL_VERSION`; NOTE [ What a stream's fill
+        repeats ] in :mod:`bucketloader.stream.resume`): the rest of its epoch would be other
+        batches than the saved run's. A replay state from before the epoch's first batch
+        starts the pass over, which any version does alike."""
+        saved = state["config"].get("fill")
+        if self.last_batch != "fill" or saved == FILL_VERSION:
+            return
+        if state["format"] == self.REPLAY_FORMAT and not any(state["skip"]):
+            return
+        epoch = state["epoch"]
+        how = (
+            "copies of its own samples (a bucketloader before fill versions were recorded)"
+            if saved is None
+            else f"fill version {saved!r}"
+        )
+        raise ValueError(
+            f"state was saved by a BucketIterable whose last_batch='fill' completed a short "
+            f"batch with {how}; this one completes it with the samples the bucket handed out "
+            f"last first (fill version {FILL_VERSION}), so the rest of epoch {epoch} would not "
+            "be the batches the saved run made. Start that epoch over: skip load_state_dict "
+            f"and call stream.set_epoch({epoch}) (or set_epoch({epoch + 1}) for the next one)"
+        )
+
     def _check_buffers(self, state: dict[str, Any]) -> None:
         read, k = state["read"], self.cells.num_cells
         held = [state["shuffle"], *state["buckets"]] if len(state["buckets"]) == k else None
+        fill = state.get("fill", {})  # (last_batch="fill": NOTE [ What a stream's fill
+        # repeats ] in stream.resume: a one-pass stream's last batches, and the appearances
+        # of the samples repeated)
+        last = fill.get("last", []) if isinstance(fill, dict) else None
+        seen = fill.get("seen", []) if isinstance(fill, dict) else None
+        if not isinstance(last, list) or not isinstance(seen, list):
+            held = None
+        else:
+            pairs = [(x, k, list) for x in last] + [(x, read, int) for x in seen]
+            if held is not None and all(
+                isinstance(x, list)
+                and len(x) == 2
+                and isinstance(x[0], int)
+                and 0 <= x[0] < top
+                and isinstance(x[1], kind)
+                for x, top, kind in pairs
+            ):
+                held += [x[1] for x in last]
+            else:
+                held = None
         draws = state["draws"]
         if (
             held is None

@@ -45,22 +45,49 @@ asks for a count that is a multiple of ``num_workers`` (checkpoint every ``N`` s
 multiple of it), rather than resume in a different order.
 
 NOTE [ What a stream's fill repeats ]
-A stream's ``last_batch="fill"`` completes a short batch with copies of its own samples (a
-bucket's tail, or its scheduled batch when the shard has only a few of that bucket left; a
-packing stream's last rows), and a lane whose shard is dry repeats its last batch. A sampler's
-fill draws its repeats from the whole bucket (NOTE [ last_batch and replicas ] in
+A stream's ``last_batch="fill"`` completes a short batch with repeats (a bucket's tail, or its
+scheduled batch when the shard has only a few of that bucket left; a packing stream's last
+rows), and a lane whose shard is dry repeats what it handed out. A sampler's fill draws its
+repeats from the whole bucket (NOTE [ last_batch and replicas ] in
 :mod:`bucketloader.plan.epoch`: each at most once more when the bucket fills a step), but a
-stream knows only what it holds, so one sample can make a whole batch: LibriSpeech frames, 8
-buckets of 32, 8 ranks each on its ``[rank::8]`` shard, ``steps_per_epoch=117`` (the sampler's
-count): on two of the ranks one utterance (675, 677 frames) made two batches of 32 copies of
-itself, 64 appearances in the epoch; on one rank, one pass, a tail batch of 2 real samples
-made 16 copies of each. Every copy was counted in ``report()`` (``repeated``), silently
-(s22-fill). The pass now says it, once, at its end, when one sample appeared
-``FILL_TIMES`` times or more, or the repeats pass ``FILL_WARNING`` of what it read; a few
-scattered repeats (what ``"fill"`` is for) stay silent. Samples are told apart by stream
-position (a split document's pieces apart); the count restarts with a pass resumed from an
-exact state. The batches are unchanged: completing a short batch from the bucket's earlier
-samples instead would need their positions in the exact state (a new state format).
+stream knows only what it holds. Completing a batch with copies of *its own* samples let one
+sample make a whole batch: LibriSpeech frames, 8 buckets of 32, 8 ranks each on its
+``[rank::8]`` shard, ``steps_per_epoch=117`` (the sampler's count): on two of the ranks one
+utterance (675, 677 frames) made a batch of 32 copies of itself, and the next step of that
+bucket, finding nothing new, repeated that batch: 64 appearances in the epoch; on one rank, one
+pass, a tail batch of 2 real samples made 16 copies of each (s22-fill).
+
+So a :class:`~bucketloader.BucketIterable` (fill version 2, ``FILL_VERSION`` in
+:mod:`bucketloader.stream._buckets`) keeps, per bucket, the samples it handed out last: its
+last two batches, and after a short batch that batch's samples before the earlier ones not
+repeated in it, at most ``2 B``; and how often each sample it repeated has appeared in the pass.
+A short batch (or a step that found nothing new) gets each missing slot from the least seen of
+those samples, its bucket's and then those of the buckets it covers, nearest first (they fit
+its shape; the batch keeps its first sample's bucket), and of the batch's own samples; at equal
+counts a sample handed out before goes ahead of the batch's own, so the batch's own are copied
+only when every other candidate has been seen as often. Measured (``benchmarks/fill_repeats.py``:
+the most appearances of one sample in an epoch, epochs 0-3, a shuffle buffer of 256; 8
+simulated ranks / one pass): LibriSpeech 8 x 32 64 -> 2 / 16 -> 2, LibriSpeech
+``max_tokens=16000`` 21 -> 3 / 6 -> 2, Common Voice 16 x 64 64 -> 2 / 7 -> 2, GSM8K 8 x 32
+64 -> 2 / 5 -> 2. The number of repeats is the same (a batch's shape and count do not change),
+and ``report()``'s ``repeated`` still counts each. Where a lane has far fewer samples than steps
+(``steps_per_epoch`` well above its shard, or a tiny set) a sample still repeats many times,
+less than before (a fuzz over 150 small random cases: the worst lane 40 -> 24).
+The one-pass stream keeps these samples only under ``"fill"`` (memory: two batches per bucket
+besides the buffers). An exact state names them by position (``"fill"``: a one-pass stream's
+kept samples, a split stream's are in ``"scheduled"``, and the appearances of those repeated),
+so a resume reproduces the repeats; it reaches back to them through the source's checkpoints
+like the buffered samples. A state records the version in its ``config`` (``"fill"``); one
+saved by another version (or before it was recorded: version 1's copies) resumes into other
+batches, so ``load_state_dict`` refuses it, naming ``set_epoch`` as the way on, except a replay
+state from before the epoch's first batch. :class:`~bucketloader.stream.PackIterable` still
+completes its last batch with copies of its own rows (3 appearances of a document on
+GSM8K[:4000] in one pass).
+
+The pass says it, once, at its end, when one sample appeared ``FILL_TIMES`` times or more, or
+the repeats pass ``FILL_WARNING`` of what it read; a few scattered repeats (what ``"fill"`` is
+for) stay silent. Samples are told apart by stream position (a split document's pieces apart);
+the count restarts with a pass resumed from an exact state.
 """
 
 from __future__ import annotations
@@ -914,6 +941,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         owner = type(self).__name__
         check_state(state, owner=owner, keys=self.STATE_KEYS, replay_format=self.REPLAY_FORMAT)
         check_config(state, self._config(), owner=owner, versions=self.VERSION_KEYS)
+        self._check_versions(state)
         if self._one_shot():
             raise ValueError(
                 "cannot resume a one-shot iterator (it cannot be read again from the start); "
@@ -932,6 +960,10 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
                 )
         self.epoch = int(state["epoch"])
         self._resume = state
+
+    def _check_versions(self, state: dict[str, Any]) -> None:
+        """Refuse a ``state`` whose :attr:`VERSION_KEYS` say its resume cannot be exact here,
+        where :meth:`load_state_dict` can tell (none here: the pass decides)."""
 
     def _check_buffers(self, state: dict[str, Any]) -> None:
         """Refuse an exact ``state`` whose buffers do not fit this stream (an edited state),
