@@ -278,6 +278,14 @@ def test_fill_tops_up_from_the_samples_handed_out_before():
                 resumed.load_state_dict(json.loads(json.dumps(again.state_dict())))
                 assert _ids(resumed) == batches[k:], (rank, k)
     assert len(shapes[0]) == steps and all(s == shapes[0] for s in shapes)
+    # a one-pass stream's tail batch carries no planned shape: its collator takes the shape of
+    # its first sample's bucket (s23-rev: refused, "samples of one batch fall in different
+    # buckets", when the top-up took a shorter bucket's samples)
+    ten_and_thirty = _samples(np.array([10] * 8 + [30] * 3))
+    stream = BucketIterable(ten_and_thirty, **{**kw, "boundaries": [10, 30], "batch_size": 4})
+    collate = stream.collator()
+    got = [(sorted(len(x["input_ids"]) for x in b), collate(b)["input_ids"].shape) for b in stream]
+    assert got[-1] == ([10, 30, 30, 30], (4, 30))
 
 
 def test_fill_repeats_a_shorter_cells_batch_at_the_longer_cells_batch_size():

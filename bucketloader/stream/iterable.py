@@ -499,6 +499,11 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             cells=self.cells,
             shapes=tuple(sorted(full)),
             last_batch=self.last_batch,
+            # a fill tops a short batch up with shorter samples after its own (NOTE [ What a
+            # stream's fill repeats ] in bucketloader.stream.resume): the batch takes its first
+            # sample's cell (s23-rev: a one-pass stream's tail, whose batches carry no planned
+            # shape, was refused as "samples of one batch fall in different buckets")
+            promoted=self.last_batch == "fill",
         )
 
     def collator(self, **kwargs: Any) -> collate.PadCollator:
