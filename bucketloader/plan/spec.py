@@ -82,7 +82,8 @@ class BucketSpec:
         rule: the :class:`~bucketloader.plan.budget.BatchRule` that sized the batches.
         size: how a padded shape was counted (``"sum"``, ``"prod"`` or a callable).
         joint: with a joint plan (``strategy="joint"``), per group the solve's ``status``,
-            ``objective`` (padding), certified ``lower_bound``, ``gap`` and ``seconds``.
+            ``objective`` (padding), ``padding_ratio`` (per real element), certified
+            ``lower_bound``, ``gap`` and ``seconds``.
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
@@ -770,6 +771,7 @@ def _fit_joint(
     summary = {
         "status": sol.status,
         "objective": sol.objective,
+        "padding_ratio": sol.padding_ratio,
         "lower_bound": sol.lower_bound,
         "gap": sol.gap,
         "seconds": sol.solve_seconds,
@@ -795,7 +797,11 @@ def parse_lengths(
         sizes = {c.size for c in cols}
         if len(sizes) > 1:
             listed = ", ".join(f"{k!r}: {c.size}" for k, c in zip(names, cols, strict=True))
-            raise ValueError(f"every input in lengths needs one length per sample, got {listed}")
+            raise ValueError(
+                f"every input in lengths needs one length per sample, got {listed}; give each "
+                "input the lengths of the same samples, in the same order (sample i's source "
+                "and target at position i)"
+            )
         table = np.stack(cols, axis=1)
         table.setflags(write=False)
         return table, table, names
@@ -871,6 +877,20 @@ def _raise_small_budget(
     value = table[longest].tolist()
     names = cells.input_names
     shown = value[0] if len(names) == 1 else dict(zip(names, value, strict=True))
+    own = exact_sizes(table[longest : longest + 1], size)[0]
+    if len(names) > 1 and own <= max_tokens:
+        # every sample fits, their cell does not: it pads each input to the longest of its
+        # samples there (GSM8K[:2000], max_tokens=299, its longest pair; 4 joint cells: (158, 205))
+        cell = tuple(int(x) for x in cells.lengths[worst])
+        raise ValueError(
+            f"max_tokens={max_tokens} is below the padded size {need} of the cell {cell}, "
+            f"though each of its samples fits (the largest, index {longest} with length "
+            f"{shown}, has size {own}): a cell pads every input to the longest of its samples "
+            f"there. Raise max_tokens to at least {need}, or plan more, tighter cells "
+            "(max_shapes=, or num_buckets= per input: the cells are not chosen by max_tokens), "
+            "or give those samples batches of one: max_tokens=TokenBudget(..., "
+            "oversize='single') ('drop' would leave them out)"
+        )
     raise ValueError(
         f"max_tokens={max_tokens} is below the padded size {need} of the largest "
         f"bucket; its longest sample is index {longest} with length {shown}. Raise max_tokens "
