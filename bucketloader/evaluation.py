@@ -276,6 +276,8 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
             cells=rows,
             batches_left=len(self),
             samples_left=int(plan["size"][:, self.rank].sum()),
+            # the joint plan's padding, bound and gap, as a sampler's report shows them
+            extra={"joint": [dict(j) for j in spec.joint]} if spec.joint else {},
         )
 
     def __len__(self) -> int:

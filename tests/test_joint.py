@@ -576,6 +576,17 @@ def test_a_cell_over_max_tokens_whose_samples_fit_says_so(how):
         BucketSpec.build([[90, 5], [5, 90]], max_tokens=100, **how)
 
 
+def test_an_eval_samplers_report_shows_the_joint_plan():
+    """EvalSampler's report() left the joint plan out (session 23): no padding, bound or gap."""
+    from bucketloader.evaluation import EvalSampler
+
+    pairs = [[3, 4], [4, 3], [10, 12], [12, 10], [11, 11], [5, 9]]
+    sampler = EvalSampler(pairs, strategy=Joint(exact=False), max_shapes=2, batch_size=2)
+    report = sampler.report()
+    assert report.as_dict()["joint"] == [dict(j) for j in sampler.spec.joint]
+    assert "joint plan (group 0): 2 cells, padding" in str(report)
+
+
 def test_joint_class_for_strategy_names_the_fix():
     """``strategy=Joint`` (the class, callable) used to run as a 1-D strategy on each input and
     fail with ``time_limit must be ..., got time_limit=LengthHistogram(...)``."""
