@@ -576,6 +576,17 @@ def test_a_cell_over_max_tokens_whose_samples_fit_says_so(how):
         BucketSpec.build([[90, 5], [5, 90]], max_tokens=100, **how)
 
 
+def test_solve_joint_takes_the_samplers_mapping_and_says_what_one_length_is():
+    """solve_joint({"src": ..., "tgt": ...}) was a TypeError pointing at the samplers, and 1-D
+    lengths said "must be 2-D (one length per sample, or (N, D))" (session 23)."""
+    sol = solve_joint({"src": [3, 5], "tgt": [4, 2]}, 1, exact=False)
+    assert sol.cells.tolist() == [[5, 4]]
+    with pytest.raises(ValueError, match=r"got 'src': 3, 'tgt': 2; give each input"):
+        solve_joint({"src": [3, 5, 4], "tgt": [4, 2]}, 1)
+    with pytest.raises(ValueError, match=r"must be \(N, D\).*compute_boundaries\(lengths, K\)"):
+        solve_joint([3, 4, 5], 1)
+
+
 def test_an_eval_samplers_report_shows_the_joint_plan():
     """EvalSampler's report() left the joint plan out (session 23): no padding, bound or gap."""
     from bucketloader.evaluation import EvalSampler

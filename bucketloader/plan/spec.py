@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike
 from bucketloader._types import Cache, LengthsLike, PerInput, Size, Strategy
 from bucketloader._validation import MAX_REPLICAS, Lengths, as_lengths, check_int, checks_options
 from bucketloader.boundaries import round_up
-from bucketloader.histogram import LengthHistogram, length_counts
+from bucketloader.histogram import LengthHistogram, input_table, length_counts
 from bucketloader.plan.budget import BatchRule, even_batch, exact_sizes, resolve_size, size_values
 from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
@@ -790,19 +790,8 @@ def parse_lengths(
 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     """(declared lengths, (N, D) table, input names)."""
     if isinstance(lengths, Mapping):
-        if not lengths:
-            raise ValueError("lengths must not be an empty mapping; give name → lengths")
         names = tuple(str(k) for k in lengths)
-        cols = [as_lengths(v, name=f"lengths[{k!r}]") for k, v in lengths.items()]
-        sizes = {c.size for c in cols}
-        if len(sizes) > 1:
-            listed = ", ".join(f"{k!r}: {c.size}" for k, c in zip(names, cols, strict=True))
-            raise ValueError(
-                f"every input in lengths needs one length per sample, got {listed}; give each "
-                "input the lengths of the same samples, in the same order (sample i's source "
-                "and target at position i)"
-            )
-        table = np.stack(cols, axis=1)
+        table = input_table(lengths)
         table.setflags(write=False)
         return table, table, names
     held = isinstance(lengths, np.ndarray) and lengths.ndim == 1  # NOTE [ A lean build ]

@@ -123,7 +123,8 @@ def solve_joint(
     """At most ``max_shapes`` cells with the least padding, and a certified lower bound.
 
     Args:
-        lengths: ``(N, D)`` lengths (D inputs) or a :class:`JointHistogram`.
+        lengths: ``(N, D)`` lengths (D inputs), ``{name: lengths}`` (one input each, as the
+            samplers take them) or a :class:`JointHistogram`.
         max_shapes: the shape budget K (>= 1).
         size: ``"sum"`` (padding per input, summed) or ``"prod"`` (padded elements of the
             product shape, e.g. height x width).
