@@ -223,6 +223,11 @@ ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
     "block_size": (("row_length",), "the packed row length"),
     "max_length": (("row_length",), "the packed row length"),
     "row_length": (("max_length",), "the longest piece or sample; PackSampler packs rows"),
+    # the joint plan's solver options, given to a sampler (session 23: listed its options only)
+    **{
+        name: (("strategy",), f"the joint plan's: strategy=Joint({name}=...) with max_shapes=K")
+        for name in ("time_limit", "work_limit", "solver", "tolerance")
+    },
 }
 
 
