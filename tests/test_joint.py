@@ -559,6 +559,9 @@ def test_solve_joint_bad_input(kwargs, match):
         ({"strategy": Joint(), "max_shapes": 2, "boundaries": [[2, 4], [2, 4]]}, "drop bound"),
         # session 23: the list left "joint" out, and a misspelt name got no suggestion
         ({"strategy": "jiont", "max_shapes": 2}, r"'joint'.*did you mean strategy='joint'\?"),
+        # ... "needs max_shapes", then with it "max_shapes merges fitted cells; drop it"
+        ({"strategy": "joint", "shapes": [(1, 3, 4)]}, r"joint' chooses the cells.*drop shapes"),
+        ({"strategy": {"0": "joint", "1": "optimal"}, "max_shapes": 2}, "pass it once"),
     ],
 )
 def test_spec_joint_bad_input(kwargs, match):

@@ -403,6 +403,7 @@ class BucketSpec:
             boundaries=boundaries,
             num_inputs=len(names),
             size=size,
+            shapes=shapes,
         )
         if joint is not None:
             strategy = None

@@ -55,6 +55,7 @@ import math
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -501,6 +502,7 @@ def resolve_joint(
     boundaries: Any,
     num_inputs: int,
     size: Any,
+    shapes: Any = None,
 ) -> Joint | None:
     """The joint options a spec uses, or ``None`` for the per-input lattice.
 
@@ -516,7 +518,19 @@ def resolve_joint(
             f"strategy={strategy.__name__}() (or {strategy.__name__}(time_limit=...)), or "
             "strategy='joint'"
         )
+    if isinstance(strategy, Mapping) and any(
+        isinstance(v, Joint) or (isinstance(v, str) and v == "joint") for v in strategy.values()
+    ):
+        raise ValueError(
+            f"strategy={dict(strategy)!r} names the joint plan for one input, but it plans every "
+            "input at once: pass it once, strategy='joint' (or Joint(...)), with max_shapes=K"
+        )
     explicit = isinstance(strategy, Joint) or (isinstance(strategy, str) and strategy == "joint")
+    if explicit and shapes is not None:  # (was "needs max_shapes", then "drop max_shapes")
+        raise ValueError(
+            "strategy='joint' chooses the cells itself; drop shapes=..., or drop strategy "
+            "and max_shapes to batch at the shapes you give"
+        )
     if isinstance(strategy, str) and not explicit:
         resolve_strategy(strategy, also=("joint",))  # a misspelt name: the list names "joint" too
     if not explicit:
