@@ -559,8 +559,11 @@ class BucketSampler(SpecShapes, EpochSampler):
         self._warn_empty_shapes()
         self._warn_filler_rows()
         counted = getattr(spec_options.get("strategy"), "work_limit", None) is not None
-        if given is not lengths and spec_options.get("cache") in (None, False) and not counted:
-            self._warn_joint_alone()  # (a work_limit plans the same cells on every rank)
+        solved = any(not j.get("cached") for j in self.spec.joint or ())
+        if given is not lengths and solved and not counted:
+            # (a work_limit plans the same cells on every rank; an entry read from cache= is the
+            # one every rank reads; a miss there is solved by each rank at once, session 23)
+            self._warn_joint_alone(spec_options.get("cache") not in (None, False))
 
     def _own_arguments(self) -> dict[str, Any]:
         """A subclass's own arguments, checked (and set) before the ranks' check of arguments,
@@ -815,7 +818,7 @@ class BucketSampler(SpecShapes, EpochSampler):
             stacklevel=3,
         )
 
-    def _warn_joint_alone(self) -> None:
+    def _warn_joint_alone(self, missed: bool) -> None:
         """Warn when several ranks each solve a joint plan on their own (NOTE [ One joint plan
         for every rank ] in :mod:`bucketloader.strategies.joint`): a time-limited solve depends
         on the machine's load, so two ranks can plan different shapes from the same arguments."""
@@ -826,8 +829,14 @@ class BucketSampler(SpecShapes, EpochSampler):
             "its joint plan on its own, with no torch.distributed process group: the solve is "
             "time-limited, so another rank can plan other shapes from the same arguments. "
             "Build the sampler after init_process_group (rank 0 then solves for every rank), "
-            "or solve once and give every rank the same BucketSpec (or the same cache= entry), "
-            "or pass strategy=Joint(work_limit=100): every rank then plans the same cells",
+            "or solve once and give every rank the same BucketSpec (or the same cache= entry"
+            + (
+                ", written before the ranks start: the cache= given had none, so every rank "
+                "solved it at once"
+                if missed
+                else ""
+            )
+            + "), or pass strategy=Joint(work_limit=100): every rank then plans the same cells",
             UserWarning,
             stacklevel=3,
         )

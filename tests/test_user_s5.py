@@ -138,6 +138,26 @@ def test_ranks_solving_alone_are_warned_also_with_no_cache(cache):
         BucketSampler(pairs, max_shapes=3, batch_size=4, num_replicas=2, rank=1, cache=cache)
 
 
+def test_ranks_solving_alone_at_a_cache_miss_are_warned_and_a_hit_says_cached(tmp_path):
+    """s23-joint: with cache= given nothing warned, though at a miss every rank solves at once
+    (no lock) and can plan other cells; an entry read is the same on every rank."""
+    import warnings
+
+    from bucketloader import BucketCache
+    from bucketloader.strategies.joint import Joint
+
+    pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
+    kw = {"strategy": Joint(exact=False), "max_shapes": 3, "batch_size": 4, "num_replicas": 2}
+    with pytest.warns(UserWarning, match=r"on its own.*written before the ranks start: the cac"):
+        first = BucketSampler(pairs, rank=0, cache=BucketCache(tmp_path), **kw)
+    assert first.spec.joint[0]["cached"] is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = BucketSampler(pairs, rank=1, cache=BucketCache(tmp_path), **kw)
+    assert again.spec.joint[0]["cached"] is True and again.shapes == first.shapes
+    assert ", cached)" in str(again.report()) and ", cached)" not in str(first.report())
+
+
 def test_ranks_solving_alone_with_a_work_limit_are_not_warned():
     """A counted search plans the same cells on every rank: nothing to warn about."""
     import warnings

@@ -265,7 +265,7 @@ class SamplingReport:
             lines.append(
                 f"  joint plan (group {j['group']}): {j['cells']} cells, padding "
                 f"{j['objective']:,}{_ratio(j)} >= bound {j['lower_bound']:,} (gap {j['gap']:.2%}, "
-                f"{j['status']}, {j['seconds']:.2f} s)"
+                f"{j['status']}, {j['seconds']:.2f} s{', cached' if j.get('cached') else ''})"
             )
         lines.append(f"  {'shape':<24} {'batches':>9} {'rows':>10} {'padding':>9}")
         for c in self.cells:

@@ -83,7 +83,9 @@ class BucketSpec:
         size: how a padded shape was counted (``"sum"``, ``"prod"`` or a callable).
         joint: with a joint plan (``strategy="joint"``), per group the solve's ``status``,
             ``objective`` (padding), ``padding_ratio`` (per real element), certified
-            ``lower_bound``, ``gap`` and ``seconds``.
+            ``lower_bound``, ``gap``, ``seconds`` (of the solve, also when read from the
+            cache) and ``cached`` (read from ``cache=``, or another rank's under a process
+            group).
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
@@ -766,6 +768,11 @@ def _fit_joint(
 ) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
     """One group's joint plan: per-input boundaries, the cells as index tuples, a summary."""
     table = np.stack([round_up(sub[:, d], m) for d, m in enumerate(multiples)], axis=1)
+    if cache is True:
+        from bucketloader.cache import BucketCache
+
+        cache = BucketCache()
+    hits = getattr(cache, "hits", None)  # (whether this plan was read: report() and the ranks)
     sol = joint.solve(table, int(max_shapes or 1), size=size, cache=cache)
     bs = tuple(np.unique(sol.cells[:, d]) for d in range(sol.cells.shape[1]))
     idx = np.stack([np.searchsorted(b, sol.cells[:, d]) for d, b in enumerate(bs)], axis=1)
@@ -777,6 +784,7 @@ def _fit_joint(
         "gap": sol.gap,
         "seconds": sol.solve_seconds,
         "cells": len(sol.cells),
+        "cached": isinstance(hits, int) and cache.hits > hits,
     }
     return bs, idx, summary
 
