@@ -131,6 +131,18 @@ def test_masked_loss_with_no_real_row_has_finite_gradients_for_a_masked_mean_mod
     assert zero.requires_grad and float(zero.detach()) == 0.0
 
 
+def test_eval_ranks_solving_alone_are_warned():
+    """s23-joint: an EvalSampler's ranks each solved their joint plan without a word."""
+    from bucketloader.evaluation import EvalSampler
+
+    pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
+    with pytest.warns(UserWarning, match=r"this EvalSampler \(rank 1 of num_replicas=2\) solved"):
+        e = EvalSampler(pairs, max_shapes=3, batch_size=4, num_replicas=2, rank=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        EvalSampler(e.spec, num_replicas=2, rank=0)  # the same plan on every rank
+
+
 @pytest.mark.parametrize("cache", [None, False])
 def test_ranks_solving_alone_are_warned_also_with_no_cache(cache):
     pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
