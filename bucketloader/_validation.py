@@ -223,6 +223,17 @@ ALIASES: dict[str, tuple[tuple[str, ...], str]] = {
     "block_size": (("row_length",), "the packed row length"),
     "max_length": (("row_length",), "the packed row length"),
     "row_length": (("max_length",), "the longest piece or sample; PackSampler packs rows"),
+    # the joint plan's solver options, given to a sampler (session 23: listed its options only)
+    **{
+        name: (("strategy",), f"the joint plan's: strategy=Joint({name}=...) with max_shapes=K")
+        for name in ("time_limit", "work_limit", "solver", "tolerance")
+    },
+}
+#: Aliases suggested only where the entry point also takes this option: the joint solver's
+#: options go to ``strategy=Joint(...)`` of a sampler (``max_shapes``), not to a 1-D
+#: ``strategy`` such as ``stream.estimate``'s.
+ALIAS_NEEDS: dict[str, str] = {
+    name: "max_shapes" for name in ("time_limit", "work_limit", "solver", "tolerance")
 }
 
 
@@ -283,6 +294,9 @@ def check_options(owner: str, options: Any, allowed: Iterable[str]) -> None:
         if name in names:
             continue
         targets, note = ALIASES.get(name, ((), ""))
+        needs = ALIAS_NEEDS.get(name)
+        if needs is not None and needs not in names:
+            targets = ()
         alias = next((t for t in targets if t in names), None)
         close = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
         if alias is not None:

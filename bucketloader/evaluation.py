@@ -64,7 +64,13 @@ from bucketloader.plan.budget import even_batch, size_values
 from bucketloader.plan.limits import warn_zero_lengths
 from bucketloader.plan.report import LEFT_OUT_BY, SamplingReport, warn_truncated
 from bucketloader.plan.spec import SpecShapes
-from bucketloader.sampler import check_not_in_batch_sampler, check_state, spec_or_build
+from bucketloader.sampler import (
+    check_not_in_batch_sampler,
+    check_state,
+    joint_solved_here,
+    spec_or_build,
+    warn_joint_alone,
+)
 
 __all__ = ["EvalBatch", "EvalCollator", "EvalDataset", "EvalSampler", "restore_order"]
 
@@ -160,6 +166,10 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
                 )
         self.spec = spec_or_build(lengths, spec_options, BucketSpec)
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
+        if self.spec is not getattr(lengths, "spec", lengths) and joint_solved_here(
+            spec_options, self.spec
+        ):  # (session 23: an EvalSampler's ranks solved alone without a word)
+            warn_joint_alone(self, spec_options.get("cache") not in (None, False), stacklevel=3)
         self.balance = check_bool("balance", balance)
         self._start = self._yielded = 0
         self.epoch = 0
@@ -276,6 +286,8 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
             cells=rows,
             batches_left=len(self),
             samples_left=int(plan["size"][:, self.rank].sum()),
+            # the joint plan's padding, bound and gap, as a sampler's report shows them
+            extra={"joint": [dict(j) for j in spec.joint]} if spec.joint else {},
         )
 
     def __len__(self) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -383,15 +383,27 @@ class JointHistogram:
 
     @classmethod
     def from_lengths(cls, lengths: Any) -> JointHistogram:
-        """Histogram of ``(N, D)`` per-sample lengths (one column per input).
+        """Histogram of ``(N, D)`` per-sample lengths (one column per input), or of a
+        ``{name: lengths}`` mapping (one column per input, in its order: what the samplers take).
 
         Example:
             >>> JointHistogram.from_lengths([[1, 2], [1, 2]]).counts.tolist()
             [2]
+            >>> JointHistogram.from_lengths({"src": [1, 1], "tgt": [2, 2]}).rows.tolist()
+            [[1, 2]]
         """
         if isinstance(lengths, JointHistogram):
             return lengths
-        arr = as_lengths(lengths, ndim=2)
+        if isinstance(lengths, Mapping):
+            lengths = input_table(lengths)
+        arr = as_lengths(lengths, ndim=(1, 2))
+        if arr.ndim == 1:
+            raise ValueError(
+                f"lengths for a joint plan must be (N, D), one row per sample and one column per "
+                f"input (or {{name: lengths}}), got shape {arr.shape}; one length per sample is "
+                "the 1-D plan: compute_boundaries(lengths, K) or BucketSampler(lengths, "
+                "max_shapes=K) (or pass np.asarray(lengths)[:, None])"
+            )
         if arr.shape[1] < 1:
             raise ValueError(f"lengths must have at least one column, got shape {arr.shape}")
         rows, counts = _merge([arr], [np.ones(arr.shape[0], dtype=np.int64)], None)
@@ -718,3 +730,19 @@ def length_counts(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         values = np.flatnonzero(counts)
         return values + lo, counts[values]
     return np.unique(arr, return_counts=True)
+
+
+def input_table(lengths: Mapping[Any, Any]) -> np.ndarray:
+    """``{name: lengths}`` as an ``(N, D)`` table, one column per input in the mapping's order
+    (the samplers' and :meth:`JointHistogram.from_lengths`' one reading of it)."""
+    if not lengths:
+        raise ValueError("lengths must not be an empty mapping; give name → lengths")
+    cols = [as_lengths(v, name=f"lengths[{k!r}]") for k, v in lengths.items()]
+    if len({c.size for c in cols}) > 1:
+        listed = ", ".join(f"{str(k)!r}: {c.size}" for k, c in zip(lengths, cols, strict=True))
+        raise ValueError(
+            f"every input in lengths needs one length per sample, got {listed}; give each "
+            "input the lengths of the same samples, in the same order (sample i's source "
+            "and target at position i)"
+        )
+    return np.stack(cols, axis=1)

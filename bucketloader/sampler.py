@@ -384,6 +384,40 @@ def sampler_options(sampler_type: type, spec_type: Any) -> list[str]:
     return keyword_options(spec_type.build, *inits)
 
 
+def joint_solved_here(spec_options: Mapping[str, Any], spec: Any) -> bool:
+    """Whether this process solved a joint plan whose cells can differ from another rank's: not
+    under a ``work_limit`` (the same cells on every rank), and not read from ``cache=`` (the
+    entry every rank reads; at a miss every rank solves at once, session 23)."""
+    counted = getattr(spec_options.get("strategy"), "work_limit", None) is not None
+    return not counted and any(not j.get("cached") for j in spec.joint or ())
+
+
+def warn_joint_alone(owner: Any, missed: bool, *, stacklevel: int) -> None:
+    """Warn when several ranks each solve a joint plan on their own (NOTE [ One joint plan for
+    every rank ] in :mod:`bucketloader.strategies.joint`): a time-limited solve depends on the
+    machine's load, so two ranks can plan different shapes from the same arguments (``owner``:
+    a sampler with ``spec``, ``num_replicas`` and ``rank``; ``missed``: ``cache=`` was given
+    and had no entry)."""
+    if owner.spec.joint is None or owner.num_replicas == 1 or world_size() > 1:
+        return  # (under a process group rank 0 solves for every rank, whatever num_replicas)
+    warnings.warn(
+        f"this {type(owner).__name__} (rank {owner.rank} of num_replicas={owner.num_replicas}) "
+        "solved its joint plan on its own, with no torch.distributed process group: the solve "
+        "is time-limited, so another rank can plan other shapes from the same arguments. "
+        "Build the sampler after init_process_group (rank 0 then solves for every rank), "
+        "or solve once and give every rank the same BucketSpec (or the same cache= entry"
+        + (
+            ", written before the ranks start: the cache= given had none, so every rank "
+            "solved it at once"
+            if missed
+            else ""
+        )
+        + "), or pass strategy=Joint(work_limit=100): every rank then plans the same cells",
+        UserWarning,
+        stacklevel=stacklevel,
+    )
+
+
 class _Passes:
     """Where this sampler's passes stand (NOTEs [ Exact resume behind DataLoader workers ] and
     [ A new pass without set_epoch ])."""
@@ -558,9 +592,8 @@ class BucketSampler(SpecShapes, EpochSampler):
         self._warn_fill_repeats()
         self._warn_empty_shapes()
         self._warn_filler_rows()
-        counted = getattr(spec_options.get("strategy"), "work_limit", None) is not None
-        if given is not lengths and spec_options.get("cache") in (None, False) and not counted:
-            self._warn_joint_alone()  # (a work_limit plans the same cells on every rank)
+        if given is not lengths and joint_solved_here(spec_options, self.spec):
+            warn_joint_alone(self, spec_options.get("cache") not in (None, False), stacklevel=3)
 
     def _own_arguments(self) -> dict[str, Any]:
         """A subclass's own arguments, checked (and set) before the ranks' check of arguments,
@@ -814,23 +847,6 @@ class BucketSampler(SpecShapes, EpochSampler):
             f"{largest:,} rows, more than the {spec.num_planned:,} samples of the whole epoch "
             f"({self.num_replicas} rank(s)); batch_size counts samples per batch: lower it, or "
             "pass max_tokens=<tokens per batch> to size batches from a token budget",
-            UserWarning,
-            stacklevel=3,
-        )
-
-    def _warn_joint_alone(self) -> None:
-        """Warn when several ranks each solve a joint plan on their own (NOTE [ One joint plan
-        for every rank ] in :mod:`bucketloader.strategies.joint`): a time-limited solve depends
-        on the machine's load, so two ranks can plan different shapes from the same arguments."""
-        if self.spec.joint is None or self.num_replicas == 1 or world_size() > 1:
-            return  # (under a process group rank 0 solves for every rank, whatever num_replicas)
-        warnings.warn(
-            f"this BucketSampler (rank {self.rank} of num_replicas={self.num_replicas}) solved "
-            "its joint plan on its own, with no torch.distributed process group: the solve is "
-            "time-limited, so another rank can plan other shapes from the same arguments. "
-            "Build the sampler after init_process_group (rank 0 then solves for every rank), "
-            "or solve once and give every rank the same BucketSpec (or the same cache= entry), "
-            "or pass strategy=Joint(work_limit=100): every rank then plans the same cells",
             UserWarning,
             stacklevel=3,
         )

@@ -119,6 +119,13 @@ class JointSolution(_HowFound):
             return f"its solution has {self.cells.shape[0]} cells for max_shapes={k}"
         if self.lower_bound > self.objective or self.lower_bound < 0:
             return "its lower bound is above its objective"
+        # the gap and the status are what the spec and report() show: they must follow from
+        # the objective and the bound (a hand-edited entry said gap 0.0 with an open gap)
+        gap = (self.objective - self.lower_bound) / self.objective if self.objective else 0.0
+        if self.gap is None or abs(self.gap - gap) > 1e-9:
+            return f"its gap {self.gap!r} is not (objective - lower_bound) / objective"
+        if self.status == "optimal" and self.lower_bound != self.objective:
+            return "it is called optimal with its lower bound below its objective"
         if hist is None:
             return None
         rows = np.asarray(hist.rows)

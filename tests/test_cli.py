@@ -435,6 +435,8 @@ def test_bad_options_fail_before_any_work(tmp_path, files, capsys):
         (["-k", "0"], "-k/--num-buckets: num_buckets must be an int >= 1"),
         (["-k", "2", "--strategy", "nope"], "--strategy: strategy must be one of"),
         (["-k", "2", "--strategy", "lp", "--option", "time_limit=-1"], "--option time_limit=-1"),
+        # session 23: 'joint' was "not one of" the names, with no word of where it runs
+        (["-k", "2", "--strategy", "joint"], "in Python only: solve_joint(pairs, K, cache=True)"),
     ]:
         assert main(["precompute", gone, "--cache-dir", str(cache), *bad]) == 2, bad
         assert said in capsys.readouterr().err, bad

@@ -261,7 +261,7 @@ def test_merge_counts_stay_exact_beyond_float():
             ValueError,
             r"lexicographic order",
         ),
-        (lambda: JointHistogram.from_lengths([1, 2]), ValueError, r"lengths must be 2-D"),
+        (lambda: JointHistogram.from_lengths([1, 2]), ValueError, r"must be \(N, D\)"),
     ],
 )
 def test_merge_errors(call, kind, message):

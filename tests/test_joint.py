@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -411,6 +412,10 @@ def test_sampler_picks_boundaries_from_max_shapes_alone():
     report = sampler.report()
     assert report.as_dict()["joint"][0]["lower_bound"] == info["lower_bound"]
     assert "joint plan (group 0)" in str(report)
+    # the plan's padding as a ratio too, to read beside the epoch's headline (session 23)
+    real = int(np.prod(pairs, axis=1).sum())
+    assert info["padding_ratio"] == info["objective"] / real
+    assert f"padding {info['objective']:,} ({info['objective'] / real:.2%}) >= bound" in str(report)
     json.dumps(report.as_dict())
     check_plan_invariants(spec, 2, seed=1)
     # the existing lattice path is kept when num_buckets is given
@@ -461,6 +466,22 @@ def test_joint_solution_is_cached_under_all_parameters():
             body["params"],
             lambda: solve_joint(pairs, **_args(body["params"])),
         )
+
+
+def test_a_cached_gap_or_status_that_does_not_follow_is_refused():
+    """The spec and report() show the entry's gap and status: an entry whose gap is not
+    (objective - lower_bound) / objective, or that says "optimal" over an open gap, is not used
+    (session 23: both were served as they were)."""
+    pairs = [[3, 4], [4, 3], [10, 12], [12, 10], [11, 11], [5, 9]]
+    sol = solve_joint(pairs, 2, time_limit=0.2, exact=False)
+    hist = JointHistogram.from_lengths(pairs)
+    assert sol.problem(sol.params, hist) is None and sol.objective > 0
+    weaker = dataclasses.replace(sol, lower_bound=sol.objective - 1)  # a valid, weaker bound
+    assert "its gap" in weaker.problem(sol.params, hist)
+    open_gap = dataclasses.replace(weaker, gap=1 / sol.objective, status="optimal")
+    assert "called optimal" in open_gap.problem(sol.params, hist)
+    fair = dataclasses.replace(open_gap, status="heuristic")
+    assert fair.problem(sol.params, hist) is None
 
 
 def _args(params):
@@ -536,6 +557,11 @@ def test_solve_joint_bad_input(kwargs, match):
         ({"strategy": "joint", "max_shapes": 2, "num_buckets": 3}, "drop num_buckets"),
         ({"strategy": "joint", "max_shapes": 2, "size": lambda s: s[0]}, "size='sum' or"),
         ({"strategy": Joint(), "max_shapes": 2, "boundaries": [[2, 4], [2, 4]]}, "drop bound"),
+        # session 23: the list left "joint" out, and a misspelt name got no suggestion
+        ({"strategy": "jiont", "max_shapes": 2}, r"'joint'.*did you mean strategy='joint'\?"),
+        # ... "needs max_shapes", then with it "max_shapes merges fitted cells; drop it"
+        ({"strategy": "joint", "shapes": [(1, 3, 4)]}, r"joint' chooses the cells.*drop shapes"),
+        ({"strategy": {"0": "joint", "1": "optimal"}, "max_shapes": 2}, "pass it once"),
     ],
 )
 def test_spec_joint_bad_input(kwargs, match):
@@ -543,9 +569,53 @@ def test_spec_joint_bad_input(kwargs, match):
         BucketSpec.build([[1, 2], [3, 4]], batch_size=1, **kwargs)
 
 
+@pytest.mark.parametrize(
+    "how", [{"strategy": Joint(exact=False), "max_shapes": 1}, {"num_buckets": 1}]
+)
+def test_a_cell_over_max_tokens_whose_samples_fit_says_so(how):
+    """(90, 5) and (5, 90) each fit max_tokens=100, their one cell (90, 90) does not: the error
+    said "filter the longest samples" (session 23: GSM8K's longest pair at 4 joint cells)."""
+    with pytest.raises(ValueError, match=r"cell \(90, 90\), though each of its samples fits"):
+        BucketSpec.build([[90, 5], [5, 90]], max_tokens=100, **how)
+
+
+def test_solve_joint_takes_the_samplers_mapping_and_says_what_one_length_is():
+    """solve_joint({"src": ..., "tgt": ...}) was a TypeError pointing at the samplers, and 1-D
+    lengths said "must be 2-D (one length per sample, or (N, D))" (session 23)."""
+    sol = solve_joint({"src": [3, 5], "tgt": [4, 2]}, 1, exact=False)
+    assert sol.cells.tolist() == [[5, 4]]
+    with pytest.raises(ValueError, match=r"got 'src': 3, 'tgt': 2; give each input"):
+        solve_joint({"src": [3, 5, 4], "tgt": [4, 2]}, 1)
+    with pytest.raises(ValueError, match=r"must be \(N, D\).*compute_boundaries\(lengths, K\)"):
+        solve_joint([3, 4, 5], 1)
+
+
+def test_an_eval_samplers_report_shows_the_joint_plan():
+    """EvalSampler's report() left the joint plan out (session 23): no padding, bound or gap."""
+    from bucketloader.evaluation import EvalSampler
+
+    pairs = [[3, 4], [4, 3], [10, 12], [12, 10], [11, 11], [5, 9]]
+    sampler = EvalSampler(pairs, strategy=Joint(exact=False), max_shapes=2, batch_size=2)
+    report = sampler.report()
+    assert report.as_dict()["joint"] == [dict(j) for j in sampler.spec.joint]
+    assert "joint plan (group 0): 2 cells, padding" in str(report)
+
+
+def test_joint_class_for_strategy_names_the_fix():
+    """``strategy=Joint`` (the class, callable) used to run as a 1-D strategy on each input and
+    fail with ``time_limit must be ..., got time_limit=LengthHistogram(...)``."""
+    with pytest.raises(TypeError, match=r"strategy=Joint is the options' class.*Joint\(\)"):
+        BucketSpec.build([[1, 2], [3, 4]], batch_size=1, strategy=Joint, max_shapes=2)
+
+
 def test_joint_options_are_checked_once():
     with pytest.raises(ValueError, match="time_limit must be"):
         Joint(time_limit=-1)
+    # the fix is named (session 23), and inf (no limit) is refused with the largest value
+    with pytest.raises(ValueError, match=r"got time_limit=inf, .* pass time_limit=1e6 for no"):
+        Joint(time_limit=float("inf"))
+    with pytest.raises(TypeError, match=r"^Joint got an unexpected option time_limt=1; did you"):
+        Joint(time_limt=1)  # Python's bare "unexpected keyword argument" before session 23
     with pytest.raises(ValueError, match=r"solver must be one of .*'highs'.*got solver='CBC'"):
         Joint(solver="CBC")
     with pytest.raises(

@@ -213,7 +213,9 @@ def test_spec_errors(kwargs, match):
 
 
 def test_spec_input_errors():
-    with pytest.raises(ValueError, match="one length per sample, got 'a': 2, 'b': 3"):
+    with pytest.raises(
+        ValueError, match="one length per sample, got 'a': 2, 'b': 3; give each input"
+    ):
         BucketSpec.build({"a": [1, 2], "b": [1, 2, 3]}, batch_size=2)
     with pytest.raises(ValueError, match="must not be empty"):
         BucketSpec.build([], batch_size=2)

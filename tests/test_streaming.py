@@ -346,6 +346,10 @@ def test_validation_errors():
     # where num_buckets= was given
     with pytest.raises(TypeError, match=r"needs boundaries=: .*boundaries=estimate\(8\) \(from b"):
         BucketIterable([[1]], num_buckets=8, batch_size=2)
+    # s23-joint: max_shapes= was "needs boundaries=", with them "did you mean max_tokens=?"
+    for options in ({}, {"boundaries": [[4], [4]]}):
+        with pytest.raises(TypeError, match=r"got max_shapes=4, a sampler's plan: .*BucketSampler"):
+            BucketIterable([[1]], length_fn=("a", "b"), max_shapes=4, batch_size=2, **options)
     with pytest.raises(ValueError, match="last_batch must be one of"):
         BucketIterable([[1]], boundaries=[4], batch_size=2, last_batch="partial")
     with pytest.raises(

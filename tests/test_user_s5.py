@@ -131,11 +131,43 @@ def test_masked_loss_with_no_real_row_has_finite_gradients_for_a_masked_mean_mod
     assert zero.requires_grad and float(zero.detach()) == 0.0
 
 
+def test_eval_ranks_solving_alone_are_warned():
+    """s23-joint: an EvalSampler's ranks each solved their joint plan without a word."""
+    from bucketloader.evaluation import EvalSampler
+
+    pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
+    with pytest.warns(UserWarning, match=r"this EvalSampler \(rank 1 of num_replicas=2\) solved"):
+        e = EvalSampler(pairs, max_shapes=3, batch_size=4, num_replicas=2, rank=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        EvalSampler(e.spec, num_replicas=2, rank=0)  # the same plan on every rank
+
+
 @pytest.mark.parametrize("cache", [None, False])
 def test_ranks_solving_alone_are_warned_also_with_no_cache(cache):
     pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
     with pytest.warns(UserWarning, match=r"solved its joint plan on its own"):
         BucketSampler(pairs, max_shapes=3, batch_size=4, num_replicas=2, rank=1, cache=cache)
+
+
+def test_ranks_solving_alone_at_a_cache_miss_are_warned_and_a_hit_says_cached(tmp_path):
+    """s23-joint: with cache= given nothing warned, though at a miss every rank solves at once
+    (no lock) and can plan other cells; an entry read is the same on every rank."""
+    import warnings
+
+    from bucketloader import BucketCache
+    from bucketloader.strategies.joint import Joint
+
+    pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
+    kw = {"strategy": Joint(exact=False), "max_shapes": 3, "batch_size": 4, "num_replicas": 2}
+    with pytest.warns(UserWarning, match=r"on its own.*written before the ranks start: the cac"):
+        first = BucketSampler(pairs, rank=0, cache=BucketCache(tmp_path), **kw)
+    assert first.spec.joint[0]["cached"] is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = BucketSampler(pairs, rank=1, cache=BucketCache(tmp_path), **kw)
+    assert again.spec.joint[0]["cached"] is True and again.shapes == first.shapes
+    assert ", cached)" in str(again.report()) and ", cached)" not in str(first.report())
 
 
 def test_ranks_solving_alone_with_a_work_limit_are_not_warned():

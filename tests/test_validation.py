@@ -136,6 +136,12 @@ def test_an_unknown_option_suggests_the_alias_or_the_closest_name():
         sampler.collator(padding_side="left")
     with pytest.raises(TypeError, match=r"drop_last=True; did you mean last_batch=\? \(torch's"):
         BucketSampler([3, 5], num_buckets=2, batch_size=2, drop_last=True)
+    # s23-joint: the joint solver's options given to the sampler listed its options only
+    with pytest.raises(TypeError, match=r"time_limit=2; did you mean strategy=\? \(the joint pl"):
+        BucketSampler([[3, 4], [5, 2]], max_shapes=2, batch_size=2, time_limit=2)
+    # ... but not where strategy is a 1-D one (no max_shapes): stream.estimate's
+    with pytest.raises(TypeError, match=r"time_limit=2; its options"):
+        check_options("estimate", {"time_limit": 2}, ["strategy", "num_buckets"])
     with pytest.raises(TypeError, match=r"tokens_per_batch=64; did you mean max_tokens=\?"):
         BucketSampler([3, 5], num_buckets=2, tokens_per_batch=64)
     with pytest.raises(TypeError, match=r"did you mean batch_size=\?"):  # difflib

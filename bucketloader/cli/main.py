@@ -513,6 +513,13 @@ def _precompute(args: argparse.Namespace) -> int:
 
     # every option is checked before any work: a bad one never costs a solve or a cache write
     with _flag("--strategy"):
+        if args.strategy == "joint":  # (a name the samplers take, not the registry)
+            raise ValueError(
+                "strategy='joint' plans several lengths per sample at once, in Python only: "
+                "solve_joint(pairs, K, cache=True) (bucketloader.strategies.joint) writes the "
+                "entry that BucketSampler(pairs, max_shapes=K, cache=True) with the same options "
+                "reads (docs/joint-shapes.md); here, one length per sample: --strategy optimal"
+            )
         name, fn = resolve_strategy(args.strategy)
     with _flag("-k/--num-buckets"):
         check_int("num_buckets", args.num_buckets, minimum=1)

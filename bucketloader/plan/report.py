@@ -264,8 +264,8 @@ class SamplingReport:
         for j in self.extra.get("joint") or ():
             lines.append(
                 f"  joint plan (group {j['group']}): {j['cells']} cells, padding "
-                f"{j['objective']:,} >= bound {j['lower_bound']:,} (gap {j['gap']:.2%}, "
-                f"{j['status']}, {j['seconds']:.2f} s)"
+                f"{j['objective']:,}{_ratio(j)} >= bound {j['lower_bound']:,} (gap {j['gap']:.2%}, "
+                f"{j['status']}, {j['seconds']:.2f} s{', cached' if j.get('cached') else ''})"
             )
         lines.append(f"  {'shape':<24} {'batches':>9} {'rows':>10} {'padding':>9}")
         for c in self.cells:
@@ -274,6 +274,13 @@ class SamplingReport:
             shape = "x".join(map(str, c["shape"]))
             lines.append(f"  {shape:<24} {int(c['batches']):>9,} {int(c['rows']):>10,} {pad:>9}")
         return "\n".join(lines)
+
+
+def _ratio(joint: Mapping[str, Any]) -> str:
+    """`` (45.18%)``: a joint plan's padding per real element, beside the epoch's headline
+    (which also counts promoted samples and filler rows: docs/joint-shapes.md)."""
+    ratio = joint.get("padding_ratio")
+    return "" if ratio is None else f" ({ratio:.2%})"
 
 
 def plan_report(

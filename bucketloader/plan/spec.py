@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike
 from bucketloader._types import Cache, LengthsLike, PerInput, Size, Strategy
 from bucketloader._validation import MAX_REPLICAS, Lengths, as_lengths, check_int, checks_options
 from bucketloader.boundaries import round_up
-from bucketloader.histogram import LengthHistogram, length_counts
+from bucketloader.histogram import LengthHistogram, input_table, length_counts
 from bucketloader.plan.budget import BatchRule, even_batch, exact_sizes, resolve_size, size_values
 from bucketloader.plan.cells import Cells, lattice_codes
 from bucketloader.plan.limits import LengthLimits
@@ -82,7 +82,10 @@ class BucketSpec:
         rule: the :class:`~bucketloader.plan.budget.BatchRule` that sized the batches.
         size: how a padded shape was counted (``"sum"``, ``"prod"`` or a callable).
         joint: with a joint plan (``strategy="joint"``), per group the solve's ``status``,
-            ``objective`` (padding), certified ``lower_bound``, ``gap`` and ``seconds``.
+            ``objective`` (padding), ``padding_ratio`` (per real element), certified
+            ``lower_bound``, ``gap``, ``seconds`` (of the solve, also when read from the
+            cache) and ``cached`` (read from ``cache=``, or another rank's under a process
+            group).
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
@@ -402,6 +405,7 @@ class BucketSpec:
             boundaries=boundaries,
             num_inputs=len(names),
             size=size,
+            shapes=shapes,
         )
         if joint is not None:
             strategy = None
@@ -764,16 +768,23 @@ def _fit_joint(
 ) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
     """One group's joint plan: per-input boundaries, the cells as index tuples, a summary."""
     table = np.stack([round_up(sub[:, d], m) for d, m in enumerate(multiples)], axis=1)
+    if cache is True:
+        from bucketloader.cache import BucketCache
+
+        cache = BucketCache()
+    hits = getattr(cache, "hits", None)  # (whether this plan was read: report() and the ranks)
     sol = joint.solve(table, int(max_shapes or 1), size=size, cache=cache)
     bs = tuple(np.unique(sol.cells[:, d]) for d in range(sol.cells.shape[1]))
     idx = np.stack([np.searchsorted(b, sol.cells[:, d]) for d, b in enumerate(bs)], axis=1)
     summary = {
         "status": sol.status,
         "objective": sol.objective,
+        "padding_ratio": sol.padding_ratio,
         "lower_bound": sol.lower_bound,
         "gap": sol.gap,
         "seconds": sol.solve_seconds,
         "cells": len(sol.cells),
+        "cached": isinstance(hits, int) and cache.hits > hits,
     }
     return bs, idx, summary
 
@@ -788,15 +799,8 @@ def parse_lengths(
 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
     """(declared lengths, (N, D) table, input names)."""
     if isinstance(lengths, Mapping):
-        if not lengths:
-            raise ValueError("lengths must not be an empty mapping; give name → lengths")
         names = tuple(str(k) for k in lengths)
-        cols = [as_lengths(v, name=f"lengths[{k!r}]") for k, v in lengths.items()]
-        sizes = {c.size for c in cols}
-        if len(sizes) > 1:
-            listed = ", ".join(f"{k!r}: {c.size}" for k, c in zip(names, cols, strict=True))
-            raise ValueError(f"every input in lengths needs one length per sample, got {listed}")
-        table = np.stack(cols, axis=1)
+        table = input_table(lengths)
         table.setflags(write=False)
         return table, table, names
     held = isinstance(lengths, np.ndarray) and lengths.ndim == 1  # NOTE [ A lean build ]
@@ -871,6 +875,20 @@ def _raise_small_budget(
     value = table[longest].tolist()
     names = cells.input_names
     shown = value[0] if len(names) == 1 else dict(zip(names, value, strict=True))
+    own = exact_sizes(table[longest : longest + 1], size)[0]
+    if len(names) > 1 and own <= max_tokens:
+        # every sample fits, their cell does not: it pads each input to the longest of its
+        # samples there (GSM8K[:2000], max_tokens=299, its longest pair; 4 joint cells: (158, 205))
+        cell = tuple(int(x) for x in cells.lengths[worst])
+        raise ValueError(
+            f"max_tokens={max_tokens} is below the padded size {need} of the cell {cell}, "
+            f"though each of its samples fits (the largest, index {longest} with length "
+            f"{shown}, has size {own}): a cell pads every input to the longest of its samples "
+            f"there. Raise max_tokens to at least {need}, or plan more, tighter cells "
+            "(max_shapes=, or num_buckets= per input: the cells are not chosen by max_tokens), "
+            "or give those samples batches of one: max_tokens=TokenBudget(..., "
+            "oversize='single') ('drop' would leave them out)"
+        )
     raise ValueError(
         f"max_tokens={max_tokens} is below the padded size {need} of the largest "
         f"bucket; its longest sample is index {longest} with length {shown}. Raise max_tokens "

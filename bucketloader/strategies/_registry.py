@@ -8,6 +8,7 @@ array of at most ``num_buckets`` strictly increasing ints whose last one covers 
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -100,15 +101,35 @@ def register_strategy(name: str, fn: Strategy | None = None, *, overwrite: bool 
     return deco if fn is None else deco(fn)
 
 
-def resolve_strategy(strategy: str | Strategy) -> tuple[str | None, Strategy]:
-    """Return ``(registered name or None, function)`` for a name or a callable."""
+def resolve_strategy(
+    strategy: str | Strategy, *, also: tuple[str, ...] = ()
+) -> tuple[str | None, Strategy]:
+    """Return ``(registered name or None, function)`` for a name or a callable.
+
+    ``also``: names the caller handles itself (``"joint"`` for a sampler of several inputs),
+    listed in the error beside the registry's.
+
+    Example:
+        >>> resolve_strategy("optimal")[0]
+        'optimal'
+        >>> try:
+        ...     resolve_strategy("jiont", also=("joint",))
+        ... except ValueError as exc:
+        ...     print(str(exc).split("; ")[-1])
+        did you mean strategy='joint'?
+    """
     if callable(strategy):
         names = [n for n, f in STRATEGIES.items() if f is strategy]
         return (names[0] if names else None), strategy
     if isinstance(strategy, str) and strategy in STRATEGIES:
         return strategy, STRATEGIES[strategy]
-    listed = ", ".join(repr(n) for n in sorted(STRATEGIES))
-    raise ValueError(f"strategy must be one of {listed} or a callable, got strategy={strategy!r}")
+    known = sorted({*STRATEGIES, *also})
+    listed = ", ".join(repr(n) for n in known)
+    close = difflib.get_close_matches(strategy, known, n=1) if isinstance(strategy, str) else []
+    hint = f"; did you mean strategy={close[0]!r}?" if close else ""
+    raise ValueError(
+        f"strategy must be one of {listed} or a callable, got strategy={strategy!r}{hint}"
+    )
 
 
 def strategy_defaults(fn: Strategy) -> tuple[dict[str, Any], bool]:

@@ -207,6 +207,17 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
             num_replicas, boundaries, steps_per_epoch
         )
         with failing_together(joins):
+            given = {k: v for k, v in options.items() if k in ("max_shapes", "strategy")}
+            if given:  # (was "needs boundaries=", then "did you mean max_tokens=?")
+                given_s = ", ".join(f"{k}={v!r}" for k, v in given.items())
+                raise TypeError(
+                    f"BucketIterable got {given_s}, a sampler's plan: a stream plans every point "
+                    "of its lattice (it cannot know which cells its samples will fill), so pass "
+                    "boundaries=estimate(num_buckets) (from bucketloader.stream) or a BucketSpec "
+                    "with few buckets per input (num_buckets=[k1, k2]: k1 * k2 shapes); for a "
+                    "joint plan of max_shapes cells use a BucketSampler on a map-style dataset "
+                    "(docs/streams.md)"
+                )
             # (was Python's "missing ... argument", also beside num_buckets=)
             if boundaries is None:
                 k = options.get("num_buckets")  # type: ignore[typeddict-item]

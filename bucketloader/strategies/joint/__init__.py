@@ -55,6 +55,7 @@ import math
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -67,11 +68,13 @@ from bucketloader._validation import (
     check_float,
     check_int,
     check_options,
+    checks_options,
 )
 from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.histogram import JointHistogram, LengthHistogram
 from bucketloader.solution import JointSolution
 from bucketloader.strategies._lp_model import has_cbc, import_pulp
+from bucketloader.strategies._registry import resolve_strategy
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors
 from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values
 from bucketloader.strategies.joint._ilp import (
@@ -94,6 +97,10 @@ BUNDLE_SHARE = 0.5
 #: ... and of Polyak's subgradient steps where gains are not exact by rows (NOTE [ Bounds
 #: without rows ]): session 4's share, which measured better there than the bundle's.
 SUBGRADIENT_SHARE = 0.1
+#: ``time_limit``'s range in seconds: below a millisecond only the fixed steps (the grid, the
+#: greedy plan, one bound evaluation) run anyway; ``inf`` is refused (a deadline must be a
+#: number), so "no limit" is the largest value, about 11.6 days.
+MIN_TIME, MAX_TIME = 1e-3, 1e6
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key; 6:
 #: under ``work_limit`` the shakes run every counted table, NOTE [ Work instead of seconds ]).
 JOINT_FORMAT = 6
@@ -117,7 +124,8 @@ def solve_joint(
     """At most ``max_shapes`` cells with the least padding, and a certified lower bound.
 
     Args:
-        lengths: ``(N, D)`` lengths (D inputs) or a :class:`JointHistogram`.
+        lengths: ``(N, D)`` lengths (D inputs), ``{name: lengths}`` (one input each, as the
+            samplers take them) or a :class:`JointHistogram`.
         max_shapes: the shape budget K (>= 1).
         size: ``"sum"`` (padding per input, summed) or ``"prod"`` (padded elements of the
             product shape, e.g. height x width).
@@ -380,6 +388,7 @@ def _sizes(rows: np.ndarray, size: str) -> np.ndarray:
     return r.sum(axis=1) if size == "sum" else r.prod(axis=1)
 
 
+@checks_options
 @dataclass(frozen=True)
 class Joint:
     """``strategy=Joint(...)`` for :class:`~bucketloader.BucketSampler` / ``BucketSpec.build``:
@@ -416,7 +425,13 @@ class Joint:
     work_limit: int | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        check_float("time_limit", self.time_limit, minimum=1e-3, maximum=1e6)
+        try:
+            check_float("time_limit", self.time_limit, minimum=MIN_TIME, maximum=MAX_TIME)
+        except (TypeError, ValueError) as exc:  # (the fix, which the generic check cannot name)
+            raise type(exc)(
+                f"{exc}, the solver's seconds per group (default 5.0); pass time_limit=1e6 for "
+                "no limit, or work_limit=N for cells that do not depend on the clock"
+            ) from None
         check_float("tolerance", self.tolerance, minimum=0.0, maximum=1.0)
         check_bool("exact", self.exact)
         check_choice("solver", self.solver, SOLVERS)
@@ -487,6 +502,7 @@ def resolve_joint(
     boundaries: Any,
     num_inputs: int,
     size: Any,
+    shapes: Any = None,
 ) -> Joint | None:
     """The joint options a spec uses, or ``None`` for the per-input lattice.
 
@@ -495,7 +511,28 @@ def resolve_joint(
     ``boundaries`` and ``size`` is ``"sum"`` or ``"prod"`` (a callable ``size`` keeps the lattice
     with the default ``num_buckets``).
     """
+    if isinstance(strategy, type) and issubclass(strategy, Joint):
+        # the class is callable, so it would pass for a 1-D strategy and fail on a histogram
+        raise TypeError(
+            f"strategy={strategy.__name__} is the options' class; pass an instance, "
+            f"strategy={strategy.__name__}() (or {strategy.__name__}(time_limit=...)), or "
+            "strategy='joint'"
+        )
+    if isinstance(strategy, Mapping) and any(
+        isinstance(v, Joint) or (isinstance(v, str) and v == "joint") for v in strategy.values()
+    ):
+        raise ValueError(
+            f"strategy={dict(strategy)!r} names the joint plan for one input, but it plans every "
+            "input at once: pass it once, strategy='joint' (or Joint(...)), with max_shapes=K"
+        )
     explicit = isinstance(strategy, Joint) or (isinstance(strategy, str) and strategy == "joint")
+    if explicit and shapes is not None:  # (was "needs max_shapes", then "drop max_shapes")
+        raise ValueError(
+            "strategy='joint' chooses the cells itself; drop shapes=..., or drop strategy "
+            "and max_shapes to batch at the shapes you give"
+        )
+    if isinstance(strategy, str) and not explicit:
+        resolve_strategy(strategy, also=("joint",))  # a misspelt name: the list names "joint" too
     if not explicit:
         implicit = (
             strategy is None
