@@ -550,6 +550,13 @@ def test_solve_joint_bad_input(kwargs, match):
         solve_joint([[1, 2], [3, 4]], **kwargs)
 
 
+def test_a_cache_path_is_named_as_in_the_1d_solve(tmp_path):
+    # s23-rev: cache="dir" reached cache.get_or_solve, AttributeError "'str' object has no
+    # attribute 'get_or_solve'"; the 1-D solve's TypeError names BucketCache(directory)
+    with pytest.raises(TypeError, match=r"cache must be None, True .*BucketCache\(directory\)"):
+        BucketSpec.build([[1, 2], [3, 4]], batch_size=1, max_shapes=1, cache=str(tmp_path))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -473,6 +473,11 @@ class Joint:
             >>> Joint(time_limit=1).solve([[3, 4], [4, 3], [10, 12]], 2).objective
             2
         """
+        from bucketloader.solve import check_cache
+
+        # (a path given as cache= reached cache.get_or_solve: AttributeError 'str' object has
+        # no attribute 'get_or_solve'; the 1-D solve names the fix; s23-rev)
+        cache = check_cache(cache)
         params = self.params(max_shapes, size)
         if isinstance(lengths, JointHistogram):
             hist = lengths
