@@ -61,16 +61,26 @@ def test_weighted_error_shows_a_plain_number():
         )
 
 
-def test_ranks_solving_a_joint_plan_alone_are_warned():
+@pytest.mark.parametrize("kind", ["BucketSampler", "EvalSampler"])
+def test_ranks_solving_a_joint_plan_alone_are_warned(kind):
     """s5-user R1: ranks without a process group each solve a time-limited joint plan, which can
-    differ; the sampler says so and how to share one plan (a spec given to every rank: silent)."""
+    differ; the sampler says so and how to share one plan (a spec given to every rank: silent).
+    s23-joint: an EvalSampler's ranks solved theirs without a word."""
+    from bucketloader.evaluation import EvalSampler
+
+    sampler = {"BucketSampler": BucketSampler, "EvalSampler": EvalSampler}[kind]
     pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
-    with pytest.warns(UserWarning, match=r"rank 1 of num_replicas=2\) solved its joint plan"):
-        s = BucketSampler(pairs, max_shapes=3, batch_size=4, num_replicas=2, rank=1)
+    said = (
+        rf"this {kind} \(rank 1 of num_replicas=2\) solved"
+        if kind == "EvalSampler"
+        else (r"rank 1 of num_replicas=2\) solved its joint plan")
+    )
+    with pytest.warns(UserWarning, match=said):
+        s = sampler(pairs, max_shapes=3, batch_size=4, num_replicas=2, rank=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        BucketSampler(s.spec, num_replicas=2, rank=0)  # the same plan on every rank
-        BucketSampler(pairs, max_shapes=3, batch_size=4)  # one process
+        sampler(s.spec, num_replicas=2, rank=0)  # the same plan on every rank
+        sampler(pairs, max_shapes=3, batch_size=4)  # one process
 
 
 def test_a_shape_of_width_zero_is_warned_with_the_fix():
@@ -129,18 +139,6 @@ def test_masked_loss_with_no_real_row_has_finite_gradients_for_a_masked_mean_mod
     logits = torch.nn.Linear(2, 3)(torch.ones(1, 2))
     zero = zero_loss((logits,))
     assert zero.requires_grad and float(zero.detach()) == 0.0
-
-
-def test_eval_ranks_solving_alone_are_warned():
-    """s23-joint: an EvalSampler's ranks each solved their joint plan without a word."""
-    from bucketloader.evaluation import EvalSampler
-
-    pairs = np.stack([np.arange(40) % 7 + 3, np.arange(40) % 5 + 2], axis=1)
-    with pytest.warns(UserWarning, match=r"this EvalSampler \(rank 1 of num_replicas=2\) solved"):
-        e = EvalSampler(pairs, max_shapes=3, batch_size=4, num_replicas=2, rank=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        EvalSampler(e.spec, num_replicas=2, rank=0)  # the same plan on every rank
 
 
 @pytest.mark.parametrize("cache", [None, False])

@@ -99,6 +99,7 @@ import numpy as np
 
 from bucketloader._validation import MAX_REPLICAS, check_bool, check_int, checks_options
 from bucketloader.pack.spec import PackSpec
+from bucketloader.plan.epoch import own_slots
 
 __all__ = ["PackPlan", "plan_pack_epoch"]
 
@@ -265,16 +266,6 @@ def fill_pools(
     return out
 
 
-def own_rows(n: int, num_replicas: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(first, count)`` per rank: the ``n < num_replicas * B`` rows of a small row length's
-    one step split as ``"pad"`` splits a last step (a rank that would get none takes row
-    ``rank % n``; NOTE [ Filling a small row length ])."""
-    lo, extra = divmod(n, num_replicas)
-    r = np.arange(num_replicas)
-    take = lo + (r < extra)
-    return np.where(take > 0, r * lo + np.minimum(r, extra), r), np.maximum(take, 1)
-
-
 def fill_draws(
     spec: PackSpec,
     num_replicas: int,
@@ -297,7 +288,7 @@ def fill_draws(
         mine = by_kind[start[j] : start[j] + spec.rows_per_length[j]]
         n = int(q[j])
         if j in pools:  # its own rows, split over the ranks (one repeated for a rank without)
-            first, owns = own_rows(n, num_replicas)
+            first, owns = own_slots(n, num_replicas)
             taken = [(f + np.arange(c)) % n for f, c in zip(first, owns, strict=True)]
             np.add.at(extra, mine[np.concatenate(taken)], 1)
             extra[mine] -= 1
@@ -310,7 +301,7 @@ def fill_draws(
         if rng is not None:
             pool = rng.permutation(pool)
         pool = pool[np.argsort(extra[pool], kind="stable")]  # the least repeated first
-        owned = int(own_rows(int(q[k]), num_replicas)[1].sum())
+        owned = int(own_slots(int(q[k]), num_replicas)[1].sum())
         take = pool[np.arange(int(per_step[k]) - owned) % pool.size]
         np.add.at(extra, take, 1)
         draws[k] = take
@@ -334,7 +325,7 @@ def _small_fills(
     out = []
     for k, take in draws.items():
         b, n = spec.batch_sizes[k], int(q[k])
-        first, owns = own_rows(n, num_replicas)
+        first, owns = own_slots(n, num_replicas)
         own = by_kind[kind_start[k] + (first[rank] + np.arange(owns[rank])) % n]
         before = int((b - owns[:rank]).sum())  # (fill slots of the ranks before this one)
         out.append((k, own, take[before : before + b - owns[rank]]))

@@ -22,10 +22,10 @@ from bucketloader.pack.epoch import (
     PackPlan,
     fill_draws,
     fill_pools,
-    own_rows,
     plan_pack_epoch,
 )
 from bucketloader.pack.spec import PackSpec, PackTable
+from bucketloader.plan.epoch import own_slots
 from bucketloader.plan.report import (
     DataLossWarning,
     SamplingReport,
@@ -313,7 +313,7 @@ class PackSampler(EpochSampler):
         pools = fill_pools(spec, self.num_replicas, row_offsets, row_kind)
         for k, pool in pools.items():  # its own rows for ranks without one, then shorter rows
             n = int(q[k])
-            owns = int(own_rows(n, self.num_replicas)[1].sum())
+            owns = int(own_slots(n, self.num_replicas)[1].sum())
             fill = int(per_step[k]) - owns
             repeated += (owns - n) * per_row[k] + fill * float(ndoc[pool].mean())
             again[k] = 0
