@@ -76,6 +76,30 @@ def test_counts_by_collect_where_pyspark_has_no_to_arrow():
     assert keys.shape == (0, 1) and counts.size == 0 and nulls == 0
 
 
+def test_counts_by_collect_where_pyspark_refuses_the_installed_pyarrow(monkeypatch):
+    """s23-rev2: pyspark's toArrow() checks its own pyarrow floor first (4.3: >= 18), above the
+    pyarrow>=14 of bucketloader's extras; with pyarrow 17 spark_histogram raised pyspark's
+    PySparkImportError where collect() (the path before s23) reads the same counts."""
+    import pyarrow
+    from pyspark.sql import Row
+
+    from bucketloader.engines.spark import _grouped_counts
+
+    utils = pytest.importorskip("pyspark.sql.pandas.utils")
+    monkeypatch.setattr(pyarrow, "__version__", "1.0.0")  # (below every pyspark's floor)
+
+    class Grouped:  # pyspark 4's toArrow: the version check, then the job
+        def toArrow(self):
+            utils.require_minimum_pyarrow_version()
+            raise AssertionError("toArrow ran its job with a pyarrow it refuses")
+
+        def collect(self):
+            return [Row(a=3, count=2), Row(a=None, count=5)]
+
+    keys, counts, nulls = _grouped_counts(Grouped(), ["a"])
+    assert keys.tolist() == [[3]] and counts.tolist() == [2] and nulls == 5
+
+
 def test_nulls_expressions_and_bucket_ids(spark):
     from pyspark.sql import functions as F
 

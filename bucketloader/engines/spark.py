@@ -109,13 +109,22 @@ def _grouped_counts(grouped: Any, names: list[str]) -> tuple[np.ndarray, np.ndar
     As one Arrow table where pyspark has ``DataFrame.toArrow`` (4.0 on) and pyarrow is
     installed: ``collect()`` made a ``Row`` and Python ints per distinct length, +199 MB of
     driver RSS and 5.4 s for 600 k distinct lengths (audio in samples; 2 M rows,
-    ``local[1]``), where ``toArrow()`` took +24 MB and 2.1 s (s23). Else by ``collect()``."""
+    ``local[1]``), where ``toArrow()`` took +24 MB and 2.1 s (s23). Else by ``collect()``,
+    also where pyspark refuses the pyarrow installed: its floor rises with pyspark (4.3:
+    ``pyarrow>=18``, above the ``pyarrow>=14`` of bucketloader's extras), and ``toArrow()``
+    raises ``PySparkImportError`` before running the job, where ``collect()`` reads the same
+    counts (s23-rev2: spark_histogram failed there)."""
     import importlib.util
 
     width = len(names)
     to_arrow = getattr(grouped, "toArrow", None)
+    table = None
     if to_arrow is not None and importlib.util.find_spec("pyarrow") is not None:
-        table = to_arrow()
+        try:
+            table = to_arrow()
+        except ImportError:  # (PySparkImportError: pyarrow older than this pyspark takes)
+            table = None
+    if table is not None:
         null = np.zeros(table.num_rows, dtype=bool)
         for n in names:
             null |= table.column(n).is_null().to_numpy(zero_copy_only=False)
