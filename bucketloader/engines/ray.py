@@ -80,9 +80,11 @@ def ray_histogram(
     """
     ray = require("ray", "ray")
     require("ray.data", "ray")
-    columns, fn, nulls = _check_args(ray, ds, column, length_fn, nulls)
-    if not ray.is_initialized():  # (Ray Data starts Ray on first use: joins RAY_ADDRESS's)
+    if not ray.is_initialized():  # (before ds.schema() in _check_args, which may start Ray:
+        # rare here, as making the dataset started Ray already, hanging there on a dead
+        # RAY_ADDRESS; s23-rev2: from_items still waiting after 25 s, docs/engines.md)
         check_ray_address("ray_histogram")
+    columns, fn, nulls = _check_args(ray, ds, column, length_fn, nulls)
     what = f"the Ray dataset ({describe_columns(columns)})"
     if columns is not None:
         ds = ds.select_columns(columns)
