@@ -914,3 +914,21 @@ def test_the_report_skips_the_dynamic_baseline_above_its_sample_limit(
     monkeypatch.setattr(cli, "MAX_BASELINE_SAMPLES", 7)
     assert cli.main(["report", str(tmp_path), "--column", "n", "-k", "2", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["dynamic"] is not None
+
+
+def test_shards_of_another_lengths_shape_are_one_error_naming_it():
+    """s23-rev2: ray_histogram's length_fn giving 1-D lengths for one batch and (n, 2) for
+    another (its blocks stream into one Accumulator) ended in 'LengthHistogram.merge takes
+    LengthHistogram objects, got JointHistogram ...; load JSON with LengthHistogram.from_json'."""
+    from bucketloader.engines import _common
+
+    acc = _common.Accumulator(None, "raise", "ray")
+    acc.add_counts(np.array([[3], [4]]), np.array([1, 2]), 0)
+    with pytest.raises(ValueError, match=r"changed shape between shards: 1 per row in one, 2 in"):
+        acc.add_counts(np.array([[3, 4]]), np.array([1]), 0)
+    acc = _common.Accumulator(None, "raise", "ray")
+    acc.add_counts(np.array([[3, 4]]), np.array([1]), 0)
+    with pytest.raises(ValueError, match=r"2 per row in one, 3 in another"):
+        acc.add_counts(np.array([[3, 4, 5]]), np.array([1]), 0)
+    acc.add_counts(np.array([[1, 2]]), np.array([2]), 0)  # (the same shape: merged)
+    assert acc.result("x").histogram.counts.tolist() == [2, 1]

@@ -115,6 +115,17 @@ class Accumulator:
 
     def add_histogram(self, hist: Any, num_nulls: int, *, count_rows: bool = False) -> None:
         """Add one shard's histogram (its rows counted too if ``count_rows``) and null count."""
+        if self._parts and _kind(hist) != _kind(self._parts[0]):
+            # (s23-rev2: a length_fn giving 1-D lengths for one Ray batch and (n, 2) for
+            # another ended in "LengthHistogram.merge takes LengthHistogram objects, got
+            # JointHistogram ...; load JSON with LengthHistogram.from_json")
+            a, b = _kind(self._parts[0])[1], _kind(hist)[1]
+            raise ValueError(
+                f"the {self.engine} scan's lengths changed shape between shards: {a} per row in "
+                f"one, {b} in another (1: a 1-D array of one length per row; D: an (n, D) "
+                "array); return the same shape for every batch, e.g. length_fn=lambda batch: "
+                "np.stack([src, tgt], axis=1) for every batch of a joint histogram"
+            )
         if count_rows:
             self.num_rows += hist.num_samples
             self.add_nulls(num_nulls)
@@ -371,3 +382,8 @@ def table_lengths(table: Any, columns: list[str]) -> tuple[np.ndarray, int]:
     if valid is None:
         return out, 0
     return out[valid], int(valid.size - np.count_nonzero(valid))
+
+
+def _kind(hist: Any) -> tuple[type, int]:
+    """A shard histogram's class and lengths per row (1 for a ``LengthHistogram``, else D)."""
+    return type(hist), 1 if isinstance(hist, LengthHistogram) else int(hist.num_inputs)
