@@ -249,6 +249,21 @@ def test_cli_engine_ray_names_the_file_whose_column_type_disagrees(cluster, tmp_
     assert "write it again with the same type (e.g. int64)" in err
 
 
+def test_a_ray_address_whose_port_is_no_tcp_port_is_named(monkeypatch):
+    """s23-rev2: RAY_ADDRESS=host:99999 was checked at port 99999 % 65536 = 34463 (getaddrinfo
+    wraps it), so the error named a port it had not tried, or the check passed where something
+    listened on 34463."""
+    import socket
+
+    from bucketloader.engines.ray import check_ray_address
+
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("connected"))
+    for address in ("127.0.0.1:99999", "ray://head:0"):
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        with pytest.raises(ValueError, match=r"is not a TCP port \(1 to 65535\)"):
+            check_ray_address("ray_histogram")
+
+
 def test_cli_engine_ray_with_a_dead_ray_address_says_so_at_once(
     cluster, tmp_path, monkeypatch, capsys
 ):

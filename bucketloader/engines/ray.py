@@ -288,6 +288,13 @@ def check_ray_address(who: str) -> None:
     if found is None:
         return
     host, port = found.group(1), int(found.group(2))
+    if not 0 < port < 65536:  # (s23-rev2: getaddrinfo took 99999 as 99999 % 65536, so the
+        # check tried port 34463 and named 99999)
+        raise ValueError(
+            f"{who} joins the Ray cluster RAY_ADDRESS={address} names, but {port} is not a "
+            "TCP port (1 to 65535); fix RAY_ADDRESS (the head's port, 6379 by default), or "
+            "unset it to start a local cluster"
+        )
     try:
         socket.create_connection((host, port), timeout=5).close()
     except OSError as exc:
