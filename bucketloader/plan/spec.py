@@ -84,8 +84,9 @@ class BucketSpec:
         joint: with a joint plan (``strategy="joint"``), per group the solve's ``status``,
             ``objective`` (padding), ``padding_ratio`` (per real element), certified
             ``lower_bound``, ``gap``, ``seconds`` (of the solve, also when read from the
-            cache) and ``cached`` (read from ``cache=``, or another rank's under a process
-            group).
+            cache) and ``cached`` (read from ``cache=``: an entry written before, or rank 0's
+            under a process group; without ``cache=`` the ranks share rank 0's plan through a
+            temporary cache, and ``cached`` is ``False``).
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
