@@ -679,9 +679,11 @@ class ShardedSampler(EpochSampler):
                     "out of the shards and their histograms"
                 )
             m = int(self.options.get("pad_to_multiple_of", 1))
+            values = self.histogram.values
+            longest = int(values[values <= worst].max(initial=0))  # (its longest real length)
             rounded = (  # (s23: lengths within max_tokens, a bucket over it, and no word why)
                 f" (its lengths rounded up to a multiple of pad_to_multiple_of={m})"
-                if m > 1 and worst - m < (limit or 0)
+                if m > 1 and longest <= (limit or 0)
                 else ""
             )
             raise ValueError(

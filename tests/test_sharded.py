@@ -431,6 +431,11 @@ def test_bad_input_names_the_rank_and_the_fix():
         ShardedSampler(  # (s23: 10 <= max_tokens, rounded to 16 by pad_to_multiple_of)
             [3, 4], shard_histograms=h, num_replicas=2, rank=0, max_tokens=12, pad_to_multiple_of=8
         )
+    with pytest.raises(ValueError, match=r"length 16 of a bucket; raise") as err:
+        ShardedSampler(  # (s23-rev2: a real length, 10, above max_tokens: not the rounding's)
+            [3, 4], shard_histograms=h, num_replicas=2, rank=0, max_tokens=9, pad_to_multiple_of=8
+        )
+    assert "rounded" not in str(err.value)
     drop = TokenBudget(8, oversize="drop")
     with pytest.raises(ValueError, match=r"cannot honour TokenBudget\(oversize='drop'\).*length 9"):
         ShardedSampler([3, 4], shard_histograms=h, num_replicas=2, rank=0, max_tokens=drop)
