@@ -381,3 +381,15 @@ def test_cli_engine_spark_names_a_session_that_cannot_start(tmp_path, monkeypatc
     err = capsys.readouterr().err
     assert "could not start a Spark session (java.lang.IllegalStateException: Cannot" in err, err
     assert f"PYSPARK_SUBMIT_ARGS={submit!r}" in err and err.count("\n") == 1
+    # s23-rev2: no Java (JAVA_HOME without one) was blamed on the master: pyspark's own error
+    from pyspark.errors import PySparkRuntimeError
+
+    def no_java(self):
+        raise PySparkRuntimeError(errorClass="JAVA_GATEWAY_EXITED", messageParameters={})
+
+    monkeypatch.setattr(SparkSession.Builder, "getOrCreate", no_java)
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "could not start Spark's Java process ([JAVA_GATEWAY_EXITED]" in err, err
+    assert "Java 17 or later" in err and "JAVA_HOME='/nonexistent'" in err and "master" not in err

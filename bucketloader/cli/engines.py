@@ -208,6 +208,15 @@ def _no_session(exc: BaseException) -> str:
     text = str(exc)
     java = re.search(r"^: ([\w.$]+(?:Exception|Error)\b.*)$", text, re.MULTILINE)
     what = java.group(1) if java else (text.strip().splitlines() or [type(exc).__name__])[0]
+    if "JAVA_GATEWAY_EXITED" in text:  # (s23-rev2: no Java, or a JAVA_HOME without one, was
+        # blamed on the master; spark-class's own lines on stderr above say which)
+        home = os.environ.get("JAVA_HOME")
+        here = f" (here JAVA_HOME={home!r})" if home else ""
+        return (
+            f"--engine spark could not start Spark's Java process ({what[:300]}): Spark needs "
+            f"Java 17 or later; install it, or point JAVA_HOME{here} at one, or use --engine "
+            "local (no Java)"
+        )
     submit = os.environ.get("PYSPARK_SUBMIT_ARGS")
     where = f" (here PYSPARK_SUBMIT_ARGS={submit!r})" if submit else ""
     return (
