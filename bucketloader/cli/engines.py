@@ -210,20 +210,17 @@ def _no_session(exc: BaseException) -> str:
     what = java.group(1) if java else (text.strip().splitlines() or [type(exc).__name__])[0]
     if "JAVA_GATEWAY_EXITED" in text:  # (s23-rev2: no Java, or a JAVA_HOME without one, was
         # blamed on the master; spark-class's own lines on stderr above say which)
-        home = os.environ.get("JAVA_HOME")
-        here = f" (here JAVA_HOME={home!r})" if home else ""
-        return (
-            f"--engine spark could not start Spark's Java process ({what[:300]}): Spark needs "
-            f"Java 17 or later; install it, or point JAVA_HOME{here} at one, or use --engine "
-            "local (no Java)"
+        failed, name, hint = "Spark's Java process", "JAVA_HOME", ": Spark needs Java 17 or later"
+        fix = "install it, or point JAVA_HOME{} at one, or use --engine local (no Java)"
+    else:
+        failed, name, hint = "a Spark session", "PYSPARK_SUBMIT_ARGS", ""
+        fix = (
+            "its master comes from spark-submit, PYSPARK_SUBMIT_ARGS{} or spark-defaults.conf: "
+            "start the master it names, or leave them out to run Spark on this machine"
         )
-    submit = os.environ.get("PYSPARK_SUBMIT_ARGS")
-    where = f" (here PYSPARK_SUBMIT_ARGS={submit!r})" if submit else ""
-    return (
-        f"--engine spark could not start a Spark session ({what[:300]}); its master comes from "
-        f"spark-submit, PYSPARK_SUBMIT_ARGS{where} or spark-defaults.conf: start the master it "
-        "names, or leave them out to run Spark on this machine"
-    )
+    value = os.environ.get(name)
+    here = f" (here {name}={value!r})" if value else ""
+    return f"--engine spark could not start {failed} ({what[:300]}){hint}; {fix.format(here)}"
 
 
 def _import(module: str, extra: str) -> Any:
