@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 import os
 import subprocess
 import sys
@@ -46,9 +47,12 @@ PULP_SOLVERS = ["pulp"] if has_cbc(import_pulp()) else []
 needs_cbc = pytest.mark.skipif(not PULP_SOLVERS, reason="this PuLP bundles no CBC")
 
 
-def oracle(rows, counts, k, size):
-    """The least padding over every set of at most k cells of the value grid (all K-subsets)."""
+def oracle(rows, counts, k, size, max_size=None):
+    """The least padding over every set of at most k cells of the value grid (all K-subsets),
+    each cell's size at most ``max_size`` (``None``: none if no such set covers every row)."""
     grid = list(itertools.product(*[np.unique(rows[:, d]) for d in range(rows.shape[1])]))
+    if max_size is not None:
+        grid = [c for c in grid if (sum(c) if size == "sum" else math.prod(c)) <= max_size]
     best = None
     for m in range(1, k + 1):
         for subset in itertools.combinations(grid, m):
@@ -82,6 +86,70 @@ def test_bound_and_plan_bracket_the_oracle(points, k, size):
     exact = solve_joint(table, k, size=size, exact=True)
     assert exact.objective == best == exact.lower_bound
     assert exact.status == "optimal" and exact.gap == 0.0
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    points=tiny,
+    k=st.integers(1, 4),
+    size=st.sampled_from(["sum", "prod"]),
+    cut=st.floats(0.0, 1.0),
+)
+def test_a_size_limit_brackets_the_oracle_of_cells_within_it(points, k, size, cut):
+    """NOTE [ Cells within a size limit ]: with ``max_size`` between the largest sample and the
+    cell over everything, the plan's cells are within it, the bound is at most the least
+    padding of such plans and the plan at least it (equal with exact=True); below the fewest
+    covering cells, one error with that count (the oracle finds no plan there either)."""
+    # (1, 7) and (4, 1) in every case, (4, 7) in none: the cell over everything is above
+    # every sample, and the limit between them
+    points = [p for p in points if p[:2] not in ((1, 7), (4, 1), (4, 7))] + [(1, 7, 1), (4, 1, 2)]
+    rows = np.array([p[:2] for p in points], dtype=np.int64)
+    counts = np.array([p[2] for p in points], dtype=np.int64)
+    table = np.repeat(rows, counts, axis=0)
+    sizes = rows.sum(axis=1) if size == "sum" else rows.prod(axis=1)
+    top = 11 if size == "sum" else 28
+    cap = int(sizes.max() + cut * (top - 1 - sizes.max()))
+    best = oracle(rows, counts, k, size, cap)
+    fewest = next(
+        m for m in range(1, len(rows) + 1) if oracle(rows, counts, m, size, cap) is not None
+    )
+    grid = Grid.build(rows, counts, [np.unique(rows[:, d]) for d in range(2)], size, cap)
+    assert grid.cover.size == fewest
+    if best is None:
+        with pytest.raises(ValueError, match=f"below the {fewest} cells within max_size={cap}"):
+            solve_joint(table, k, size=size, max_size=cap)
+        return
+    for exact in (False, True):
+        sol = solve_joint(table, k, size=size, max_size=cap, exact=exact)
+        csize = sol.cells.sum(axis=1) if size == "sum" else sol.cells.prod(axis=1)
+        assert csize.max() <= cap and len(sol.cells) <= k
+        assert (joint_assign(table, sol.cells, size) >= 0).all()
+        assert sol.lower_bound <= best <= sol.objective
+        if exact:
+            assert sol.objective == best == sol.lower_bound
+
+
+def test_shakes_and_starts_keep_a_size_limit_on_real_pairs():
+    """The greedy and lattice starts, the descents and the shakes under a limit (GSM8K's first
+    2,000 pairs, max_size = their longest pair, 299: the cell over everything is 363): every
+    plan within it and covering every sample; three inputs take a greedy cover."""
+    pairs = np.asarray(load_real("gsm8k")[:2000], dtype=np.int64)
+    hist = JointHistogram.from_lengths(pairs)
+    grid = Grid.build(
+        hist.rows, hist.counts, [np.unique(hist.rows[:, d]) for d in (0, 1)], "sum", 299
+    )
+    assert grid.cand_size.max() <= 299 and grid.cover.size == 3
+    start = greedy(grid, 4)
+    lattice = lattice_drop(grid, 4)
+    shaken, shakes = iterate(grid, 4, start, math.inf, patience=math.inf, steps=30)
+    assert shakes > 0
+    for cells in (start, lattice, shaken):
+        assert cells.size <= 4 and np.isfinite(grid.assign(cells)[1]).all()
+        assert grid.cand_size[cells].max() <= 299
+    three = np.stack([pairs[:300, 0], pairs[:300, 1], pairs[:300, 0] % 7 + 1], axis=1)
+    cap = int(three.sum(axis=1).max())
+    sol = solve_joint(three, 6, max_size=cap, time_limit=0.5)
+    assert sol.cells.sum(axis=1).max() <= cap and (joint_assign(three, sol.cells, "sum") >= 0).all()
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -581,9 +649,34 @@ def test_spec_joint_bad_input(kwargs, match):
 )
 def test_a_cell_over_max_tokens_whose_samples_fit_says_so(how):
     """(90, 5) and (5, 90) each fit max_tokens=100, their one cell (90, 90) does not: the error
-    said "filter the longest samples" (session 23: GSM8K's longest pair at 4 joint cells)."""
+    said "filter the longest samples" (session 23: GSM8K's longest pair at 4 joint cells). The
+    joint plan takes cells within the budget (NOTE [ Cells within a size limit ]), so there it
+    says how many cells that needs."""
+    if "strategy" in how:
+        with pytest.raises(ValueError, match=r"at least 2 cells within max_tokens. Pass max_sha"):
+            BucketSpec.build([[90, 5], [5, 90]], max_tokens=100, **how)
+        return
     with pytest.raises(ValueError, match=r"cell \(90, 90\), though each of its samples fits"):
         BucketSpec.build([[90, 5], [5, 90]], max_tokens=100, **how)
+
+
+def test_joint_cells_stay_within_max_tokens():
+    """Session 23 left it: the joint plan of GSM8K's first 2,000 pairs at max_tokens=299 (their
+    longest pair) had a cell of 158 + 205 = 363 and failed (or dropped 125 samples with
+    'drop'); now every cell fits, nothing is dropped, and a budget above the cell over
+    everything plans what it planned before."""
+    pairs = np.asarray(load_real("gsm8k")[:2000], dtype=np.int64)
+    lengths = {"q": pairs[:, 0], "a": pairs[:, 1]}
+    rule = TokenBudget(299, oversize="drop")
+    quick = Joint(exact=False, time_limit=0.3)
+    spec = BucketSpec.build(lengths, max_tokens=rule, max_shapes=4, strategy=quick)
+    assert spec.filtered["oversize"] == 0
+    assert spec.cells.lengths.sum(axis=1).max() <= 299 and (spec.cells.batch >= 1).all()
+    big = Joint(exact=False, work_limit=5)
+    wide = BucketSpec.build(lengths, max_tokens=4096, max_shapes=4, strategy=big)
+    free = BucketSpec.build(lengths, batch_size=8, max_shapes=4, strategy=big)
+    assert wide.cells.lengths.tolist() == free.cells.lengths.tolist()
+    assert wide.cells.lengths.sum(axis=1).max() == 363
 
 
 def test_solve_joint_takes_the_samplers_mapping_and_says_what_one_length_is():

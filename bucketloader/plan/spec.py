@@ -47,7 +47,7 @@ from bucketloader.plan.shapes import BatchSize, MaxTokens, Shaping, per_input, p
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
 from bucketloader.strategies import resolve_strategy, strategy_defaults
-from bucketloader.strategies.joint import Joint, resolve_joint
+from bucketloader.strategies.joint import Joint, TooFewCells, resolve_joint
 
 #: Samples left out by ``filter=`` and by ``shapes=`` (NOTEs in :mod:`bucketloader.plan.select`).
 LEFT_OUT = ("filter", "no_shape")
@@ -516,7 +516,9 @@ class BucketSpec:
                 sub = planned[sel]
                 given = group_boundaries(boundaries, gval, gvals, names)
                 if joint is not None:
-                    jb, idx, summary = _fit_joint(sub, joint, max_shapes, size, multiples, cache)
+                    jb, idx, summary = _fit_joint(
+                        sub, joint, max_shapes, size, multiples, cache, rule
+                    )
                     all_b.append(jb)
                     joint_cells.append(idx)
                     joint_info.append({"group": gval, **summary})
@@ -766,6 +768,7 @@ def _fit_joint(
     size: Any,
     multiples: Sequence[int],
     cache: Any,
+    rule: BatchRule,
 ) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
     """One group's joint plan: per-input boundaries, the cells as index tuples, a summary."""
     table = np.stack([round_up(sub[:, d], m) for d, m in enumerate(multiples)], axis=1)
@@ -774,7 +777,38 @@ def _fit_joint(
 
         cache = BucketCache()
     hits = getattr(cache, "hits", None)  # (whether this plan was read: report() and the ranks)
-    sol = joint.solve(table, int(max_shapes or 1), size=size, cache=cache)
+    # NOTE [ Cells within a size limit ]: under max_tokens, cells within it where the cell of
+    # every input's longest would not fit (and every sample does: samples that do not are
+    # left out or batched alone before, and "single" keeps such a sample's own cell; the
+    # limit is then no part of the key, and the plans of budgets above it are unchanged)
+    budget = rule.budget
+    cap = None
+    if budget is not None and isinstance(size, str):
+        top = exact_sizes(table.max(axis=0, keepdims=True), size)[0]
+        if top > budget.max_tokens and size_values(table, size).max() <= budget.max_tokens:
+            cap = budget.max_tokens
+    k = int(max_shapes or 1)
+    try:
+        sol = joint.solve(table, k, size=size, cache=cache, max_size=cap)
+    except TooFewCells as exc:
+        if budget is not None and budget.oversize != "error":
+            # too few cells to fit every sample: as before the limit, the plan over every
+            # sample, the samples of its cells above the budget dropped or batched alone
+            sol = joint.solve(table, k, size=size, cache=cache)
+            return _joint_summary(sol, cache, hits)
+        raise ValueError(
+            f"max_tokens={cap} leaves no plan of max_shapes={k} cells: a cell pads every input "
+            f"to the longest of its samples there, and covering every sample takes at least "
+            f"{exc.need} cells within max_tokens. Pass max_shapes={exc.need} or more, or raise "
+            "max_tokens"
+        ) from None
+    return _joint_summary(sol, cache, hits)
+
+
+def _joint_summary(
+    sol: Any, cache: Any, hits: Any
+) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
+    """:func:`_fit_joint`'s answer from the solution ``sol``."""
     bs = tuple(np.unique(sol.cells[:, d]) for d in range(sol.cells.shape[1]))
     idx = np.stack([np.searchsorted(b, sol.cells[:, d]) for d, b in enumerate(bs)], axis=1)
     summary = {
@@ -886,7 +920,8 @@ def _raise_small_budget(
             f"though each of its samples fits (the largest, index {longest} with length "
             f"{shown}, has size {own}): a cell pads every input to the longest of its samples "
             f"there. Raise max_tokens to at least {need}, or plan more, tighter cells "
-            "(max_shapes=, or num_buckets= per input: the cells are not chosen by max_tokens), "
+            "(max_shapes=, or num_buckets= per input: the lattice's cells are not chosen by "
+            "max_tokens), "
             "or give those samples batches of one: max_tokens=TokenBudget(..., "
             "oversize='single') ('drop' would leave them out)"
         )

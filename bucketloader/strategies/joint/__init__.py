@@ -76,7 +76,7 @@ from bucketloader.solution import JointSolution
 from bucketloader.strategies._lp_model import has_cbc, import_pulp
 from bucketloader.strategies._registry import resolve_strategy
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors
-from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values
+from bucketloader.strategies.joint._grid import MAX_GRID, Grid, TooFewCells, coarse_values
 from bucketloader.strategies.joint._ilp import (
     MAX_PAIRS,
     SOLVERS,
@@ -86,7 +86,14 @@ from bucketloader.strategies.joint._ilp import (
 )
 from bucketloader.strategies.joint._search import first_plan, greedy, improve, iterate, total
 
-__all__ = ["Joint", "JointHistogram", "JointSolution", "resolve_joint", "solve_joint"]
+__all__ = [
+    "Joint",
+    "JointHistogram",
+    "JointSolution",
+    "TooFewCells",
+    "resolve_joint",
+    "solve_joint",
+]
 
 #: The share of the time left after the search that the Lagrangian's bundle ascent gets before the
 #: LP rounds (NOTE [ The LP bound by columns ]); with ``exact=False`` the shakes get the rest,
@@ -119,7 +126,13 @@ SHAKE_MIN = 0.02
 
 
 def solve_joint(
-    lengths: Any, max_shapes: int, *, size: str = "sum", cache: Any = None, **options: Any
+    lengths: Any,
+    max_shapes: int,
+    *,
+    size: str = "sum",
+    cache: Any = None,
+    max_size: float | None = None,
+    **options: Any,
 ) -> JointSolution:
     """At most ``max_shapes`` cells with the least padding, and a certified lower bound.
 
@@ -132,6 +145,10 @@ def solve_joint(
         cache: ``None`` (solve every time), ``True`` (the default
             :class:`~bucketloader.BucketCache`) or a cache: keyed by SHA256 of the histogram and
             every parameter.
+        max_size: ``None`` (any cell), or the largest size (by ``size``) a cell may have, as a
+            token budget needs (``max_tokens``: NOTE [ Cells within a size limit ]); every
+            sample must be within it, and ``max_shapes`` at least the fewest cells within it
+            that cover every sample (else :class:`ValueError` naming that count).
         **options: the solve's options, the fields of :class:`Joint` with their defaults:
             ``time_limit=5.0`` (seconds for the search, the bound and the integer program
             together, NOTE [ Joint time limit and fallbacks ]; the best plan so far is returned
@@ -156,7 +173,7 @@ def solve_joint(
         ([[4, 4], [12, 12]], 8, 8, 'optimal')
     """
     check_options("solve_joint", options, [f.name for f in fields(Joint)])
-    return Joint(**options).solve(lengths, max_shapes, size=size, cache=cache)
+    return Joint(**options).solve(lengths, max_shapes, size=size, cache=cache, max_size=max_size)
 
 
 def _joint(sol: Any) -> JointSolution:
@@ -237,8 +254,14 @@ def _search_and_bound(
     tol = params["tolerance"]
     values = coarse_values(rows, counts, MAX_GRID)
     coarsened = any(v.size < np.unique(rows[:, d]).size for d, v in enumerate(values))
-    grid = Grid.build(rows, counts, values, size)
+    # (a coarsened grid rounds samples up, maybe past the limit: no limit there, documented)
+    cap = None if coarsened else params.get("max_size")
+    grid = Grid.build(rows, counts, values, size, cap)
     info.update(grid=int(np.prod(grid.shape)), candidates=int(grid.cand.shape[0]))
+    if cap is not None:
+        info["cover"] = int(grid.cover.size)
+        if k < grid.cover.size:
+            raise TooFewCells(k, int(grid.cover.size), cap, exact=rows.shape[1] == 2)
     const = float((grid.weight * grid.point_size).sum())
     t0 = time.perf_counter()
     budget = deadline - t0
@@ -439,7 +462,7 @@ class Joint:
             limit = check_int("work_limit", self.work_limit, minimum=0, maximum=10**9)
             object.__setattr__(self, "work_limit", int(limit))
 
-    def params(self, max_shapes: int, size: str) -> dict[str, Any]:
+    def params(self, max_shapes: int, size: str, max_size: float | None = None) -> dict[str, Any]:
         """Every parameter that determines a joint solution, checked, in canonical form (the
         cache key includes all of them and :data:`JOINT_FORMAT`).
 
@@ -462,10 +485,18 @@ class Joint:
         }
         if self.work_limit is not None:  # (absent by default: the keys written before it
             params["work_limit"] = int(self.work_limit)  # existed are still read)
+        if max_size is not None:  # (absent by default too)
+            params["max_size"] = check_float("max_size", max_size, minimum=1.0, maximum=1e300)
         return params
 
     def solve(
-        self, lengths: Any, max_shapes: int, *, size: str = "sum", cache: Any = None
+        self,
+        lengths: Any,
+        max_shapes: int,
+        *,
+        size: str = "sum",
+        cache: Any = None,
+        max_size: float | None = None,
     ) -> JointSolution:
         """:func:`solve_joint` with these options.
 
@@ -478,7 +509,7 @@ class Joint:
         # (a path given as cache= reached cache.get_or_solve: AttributeError 'str' object has
         # no attribute 'get_or_solve'; the 1-D solve names the fix; s23-rev)
         cache = check_cache(cache)
-        params = self.params(max_shapes, size)
+        params = self.params(max_shapes, size, max_size)
         if isinstance(lengths, JointHistogram):
             hist = lengths
         else:

@@ -9,6 +9,19 @@ candidates; that keeps every optimum and drops most of the grid. A grid point is
 ``d`` when some sample has exactly its length ``d`` and at most its other lengths (a cumulative
 OR of the occupancy along every other axis).
 
+NOTE [ Cells within a size limit ]
+Under a token budget (``max_tokens``) a cell is usable only if its padded size fits it, although
+a cell whose samples each fit can exceed it: it pads every input to the longest of its samples
+there (GSM8K[:2000], ``max_tokens=299``, its longest pair, K = 4: a cell of 158 + 205 = 363 in
+the unlimited plan). With ``max_size`` the candidates are the tight points within it, so every
+plan the search, the bound and the integer program consider is within it (the bound is then the
+bound of those plans). The cell covering everything is usually not among them, so what the
+starts keep instead is a *cover*: cells within the limit that cover every point together. With
+two inputs the points no other dominates form a staircase (x rising, y falling) and a cell
+covers a contiguous run of it, the smallest for a run from ``i`` to ``j`` being ``(x_j, y_i)``:
+taking each run as long as its cell fits gives the fewest cells (an interval cover), and a K
+below that count has no plan (:class:`TooFewCells`). With more inputs a greedy cover stands in.
+
 NOTE [ Gains by prefix sums ]
 The heuristic and the bound both need, for every candidate ``c``, a sum over the samples it
 covers of ``w_i · max(0, r_i − size(c))`` where ``r_i`` is one of a few *levels* (the size of a
@@ -61,6 +74,20 @@ MAX_GRID = 1 << 18
 _GAIN_CHUNK = 1 << 22
 
 
+class TooFewCells(ValueError):
+    """``max_shapes`` below the fewest cells within ``max_size`` that cover every sample
+    (NOTE [ Cells within a size limit ]); ``need``: that count (with more than two inputs, a
+    greedy cover's: at most that many)."""
+
+    def __init__(self, k: int, need: int, max_size: float, exact: bool) -> None:
+        self.need = need
+        fewest = "the fewest cells" if exact else "a greedy cover's cells"
+        super().__init__(
+            f"max_shapes={k} is below the {need} cells within max_size={max_size:g} that cover "
+            f"every sample ({fewest}): pass max_shapes={need} or more, or a larger max_size"
+        )
+
+
 def sizes_of(coords: np.ndarray, size: str) -> np.ndarray:
     """Size of each row of ``coords`` (``(M, D)`` lengths) as float64: ``"sum"`` or ``"prod"``."""
     coords = np.asarray(coords, dtype=np.float64)
@@ -100,6 +127,10 @@ class Grid:
         size: ``"sum"`` or ``"prod"``.
         by_size: the candidate ids from the smallest size to the largest.
         sorted_size: ``cand_size[by_size]`` (kept: every gains round searches it).
+        cover: candidate ids that together cover every point (the starts keep them; NOTE
+            [ Cells within a size limit ]): the cell covering everything, or with
+            ``max_size`` the fewest cells within it (two inputs; a greedy cover with more).
+        max_size: the largest size a candidate may have (``None``: any).
     """
 
     values: tuple[np.ndarray, ...]
@@ -115,13 +146,22 @@ class Grid:
     size: str
     by_size: np.ndarray
     sorted_size: np.ndarray
+    cover: np.ndarray
+    max_size: float | None = None
 
     @classmethod
     def build(
-        cls, rows: np.ndarray, counts: np.ndarray, values: list[np.ndarray], size: str
+        cls,
+        rows: np.ndarray,
+        counts: np.ndarray,
+        values: list[np.ndarray],
+        size: str,
+        max_size: float | None = None,
     ) -> Grid:
         """The grid of ``values`` with the rows (``(n, D)``, each at most the last value of its
-        input) rounded up onto it, and the tight candidates (NOTE [ Candidate cells ])."""
+        input) rounded up onto it, and the tight candidates (NOTE [ Candidate cells ]) of size
+        at most ``max_size`` (NOTE [ Cells within a size limit ]; every point must be within
+        it)."""
         d = rows.shape[1]
         idx = np.stack([np.searchsorted(values[k], rows[:, k]) for k in range(d)], axis=1)
         shape = tuple(int(v.size) for v in values)
@@ -140,17 +180,31 @@ class Grid:
             tight &= t
         cand_flat = np.flatnonzero(tight)
         cand = np.stack(np.unravel_index(cand_flat, shape), axis=1).astype(np.int64)
+        cand_size = sizes_of(cls._coords(values, cand), size)
+        point_size = sizes_of(cls._coords(values, point), size)
+        if max_size is not None:
+            if point_size.max() > max_size:
+                raise ValueError(
+                    f"max_size={max_size:g} is below the size {point_size.max():g} of a sample "
+                    "on the grid: no cell within it covers that sample"
+                )
+            within = cand_size <= max_size
+            cand_flat, cand, cand_size = cand_flat[within], cand[within], cand_size[within]
         cand_of_flat = np.full(int(np.prod(shape)), -1, dtype=np.int64)
         cand_of_flat[cand_flat] = np.arange(cand_flat.size)
-        cand_size = sizes_of(cls._coords(values, cand), size)
         by_size = np.argsort(cand_size, kind="stable")
+        if max_size is None:  # the cell covering everything (a tight point: each input's top)
+            top = np.ravel_multi_index(tuple(point.max(axis=0)), shape)
+            cover = cand_of_flat[[top]]
+        else:
+            cover = _cover(point, cand, cand_of_flat, shape, point_size)
         return cls(
             values=tuple(values),
             shape=shape,
             weight=weight,
             point=point,
             point_flat=uflat,
-            point_size=sizes_of(cls._coords(values, point), size),
+            point_size=point_size,
             cand=cand,
             cand_flat=cand_flat,
             cand_size=cand_size,
@@ -158,6 +212,8 @@ class Grid:
             size=size,
             by_size=by_size,
             sorted_size=cand_size[by_size],
+            cover=cover,
+            max_size=max_size,
         )
 
     @staticmethod
@@ -368,6 +424,50 @@ class Grid:
         for d in range(1, corner.shape[1]):
             out &= corner[:, d, None] >= self.point[None, :, d]
         return out
+
+
+def _cover(
+    point: np.ndarray,
+    cand: np.ndarray,
+    cand_of_flat: np.ndarray,
+    shape: tuple[int, ...],
+    point_size: np.ndarray,
+) -> np.ndarray:
+    """Candidate ids that together cover every point (NOTE [ Cells within a size limit ]): with
+    two inputs the fewest, from the staircase of the points no other dominates; with more, a
+    greedy cover (each time the largest uncovered point, by the candidate over it that covers
+    the most uncovered points)."""
+    if point.shape[1] == 2:
+        # the staircase: x rising, y falling (a point with a larger y at an x at or above its
+        # own dominates it)
+        order = np.lexsort((-point[:, 1], -point[:, 0]))  # x falling, y falling among ties
+        y = point[order, 1]
+        top = np.maximum.accumulate(y)
+        keep = np.ones(y.size, dtype=bool)
+        keep[1:] = y[1:] > top[:-1]
+        stair = point[order[keep]][::-1]
+        out = []
+        i = 0
+        while i < len(stair):
+            j, yi = i, stair[i, 1]
+            while (
+                j + 1 < len(stair)
+                and cand_of_flat[np.ravel_multi_index((stair[j + 1, 0], yi), shape)] >= 0
+            ):
+                j += 1
+            out.append(int(cand_of_flat[np.ravel_multi_index((stair[j, 0], yi), shape)]))
+            i = j + 1
+        return np.array(sorted(out), dtype=np.int64)
+    left = np.ones(point.shape[0], dtype=bool)
+    picked: list[int] = []
+    while left.any():
+        p = int(np.flatnonzero(left)[np.argmax(point_size[left])])
+        over = np.flatnonzero((cand >= point[p]).all(axis=1))
+        gain = [int(((point[left] <= cand[c]).all(axis=1)).sum()) for c in over]
+        best = int(over[int(np.argmax(gain))])
+        picked.append(best)
+        left &= ~(point <= cand[best]).all(axis=1)
+    return np.array(sorted(picked), dtype=np.int64)
 
 
 def coarse_values(rows: np.ndarray, counts: np.ndarray, limit: int) -> list[np.ndarray]:

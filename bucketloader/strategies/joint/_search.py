@@ -102,11 +102,12 @@ The swaps stop in a local optimum, and on GSM8K at K = 8-16 several plans a few 
 percent to 1.5 % better sit a few exchanges away. So where the integer program cannot run (too
 many survivors) and the gap is still open, the time left goes to an iterated local search:
 replace ``r`` random cells of the best plan by random candidates (the covering cell comes back
-if a sample lost its cell), :func:`descend`, keep the result when it pads less and set ``r`` to 1,
-else try ``r + 1`` next (up to K / 2, then 1 again: a variable neighbourhood). It stops at the
-deadline or after ``4 K`` shakes in a row that found nothing (on easy cases the plan is optimal
-or nearly, and the solve should not use its whole time limit for nothing; under ``work_limit``
-only the count stops them, NOTE [ Work instead of seconds ]). The random draws
+if a sample lost its cell; under a size limit, the cells of the cover over the lost samples,
+NOTE [ Cells within a size limit ]), :func:`descend`, keep the result when it pads less and set
+``r`` to 1, else try ``r + 1`` next (up to K / 2, then 1 again: a variable neighbourhood). It
+stops at the deadline or after ``4 K`` shakes in a row that found nothing (on easy cases the
+plan is optimal or nearly, and the solve should not use its whole time limit for nothing; under
+``work_limit`` only the count stops them, NOTE [ Work instead of seconds ]). The random draws
 come from a fixed seed, so a solve is repeatable given the same number of shakes (the clock
 decides that). Measured (GSM8K, 15 s of shakes from the plan of the greedy and lattice starts,
 machine at load 6-8): sum K = 8 / 16 0.29 / 0.30 % less padding, prod K = 8 / 16 0.72 / 1.57 %;
@@ -215,9 +216,9 @@ def _levels(size: np.ndarray, big: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def greedy(grid: Grid, k: int) -> np.ndarray:
-    """K cells by greedy addition from the covering cell (candidate ids)."""
-    top = grid.point.max(axis=0)
-    cells = [int(grid.cand_of_flat[np.ravel_multi_index(tuple(top), grid.shape)])]
+    """K cells by greedy addition from the covering cell, or the cover within a size limit
+    (candidate ids; NOTE [ Cells within a size limit ])."""
+    cells = [int(c) for c in grid.cover]
     _, size = grid.assign(np.array(cells))
     while len(cells) < k:
         gain = grid.gains(*_levels(size, 0.0))
@@ -261,30 +262,31 @@ def lattice_drop(
             for j in range(int(group.max()) + 1)
         ]
     )
-    return drop_to(grid, cells, k, deadline)
+    # (a lattice cell above a size limit is no candidate, -1: drop_to adds the cover instead)
+    return drop_to(grid, cells[cells >= 0], k, deadline)
 
 
 def drop_to(grid: Grid, cells: np.ndarray, k: int, deadline: float = np.inf) -> np.ndarray | None:
     """Remove cells, each time the one whose samples lose least, until at most ``k`` remain (the
-    cell covering everything is added first and kept, so every sample stays covered); ``None``
-    once ``time.perf_counter()`` passes ``deadline`` (with three inputs the removals can cost
-    hundreds of greedy starts: s7-rev3)."""
-    top = grid.point.max(axis=0)
+    cell covering everything, or the cover within a size limit, is added first and kept, so
+    every sample stays covered); ``None`` once ``time.perf_counter()`` passes ``deadline``
+    (with three inputs the removals can cost hundreds of greedy starts: s7-rev3)."""
     cells = np.asarray(cells, dtype=np.int64)
     if cells.size <= k:
         return cells
-    cover_all = int(grid.cand_of_flat[np.ravel_multi_index(tuple(top), grid.shape)])
-    cells = np.union1d(cells, [cover_all])
+    cells = np.union1d(cells, grid.cover)
+    kept = np.isin(cells, grid.cover)
     cost = np.where(grid.covers(cells), grid.cand_size[cells][:, None], np.inf)
-    while cells.size > k:  # the covering cell stays: every other removal is then feasible
+    while cells.size > k:  # the cover stays: every other removal is then feasible
         if time.perf_counter() > deadline:
             return None
         two = np.partition(cost, 1, axis=0)  # each point's cheapest and next cheapest cell
         slot = cost.argmin(axis=0)
         extra = np.bincount(slot, weights=grid.weight * (two[1] - two[0]), minlength=cells.size)
-        extra[cells == cover_all] = np.inf
+        extra[kept] = np.inf
         drop = int(np.argmin(extra))
         cells, cost = np.delete(cells, drop), np.delete(cost, drop, axis=0)
+        kept = np.delete(kept, drop)
     return cells
 
 
@@ -499,8 +501,7 @@ def iterate(
     more cell next time (NOTE [ Shakes ]); ``patience`` (shakes per cell) without a better plan
     also stops it (``math.inf``: never). Returns the best cells and the number of shakes."""
     rng = np.random.default_rng(seed)
-    top = grid.point.max(axis=0)
-    cover_all = int(grid.cand_of_flat[np.ravel_multi_index(tuple(top), grid.shape)])
+    cover = grid.covers(grid.cover)
     best = np.asarray(cells, dtype=np.int64)
     _, size = grid.assign(best)
     big = float(grid.cand_size.max()) * 4.0 + 1.0
@@ -517,8 +518,11 @@ def iterate(
         trial = best.copy()
         which = rng.choice(trial.size, size=min(r, trial.size), replace=False)
         trial[which] = rng.integers(0, grid.cand.shape[0], size=which.size)
-        if not np.isfinite(grid.assign(trial)[1]).all():
-            trial[which[0]] = cover_all  # every sample stays covered
+        lost = ~np.isfinite(grid.assign(trial)[1])
+        if lost.any():  # every sample stays covered: the cover's cells over the lost samples
+            back = grid.cover[cover[:, lost].any(axis=1)]
+            trial[which[: back.size]] = back[: which.size]
+            trial = np.concatenate([trial, back[which.size :]])  # (drop_to keeps k of them)
         trial, cost, spent, _ = descend(grid, np.unique(trial), k, deadline, cost, steps - used)
         used += spent
         _, size = grid.assign(trial)
