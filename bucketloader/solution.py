@@ -126,6 +126,12 @@ class JointSolution(_HowFound):
             return f"its gap {self.gap!r} is not (objective - lower_bound) / objective"
         if self.status == "optimal" and self.lower_bound != self.objective:
             return "it is called optimal with its lower bound below its objective"
+        cap = params.get("max_size")
+        if cap is not None:  # NOTE [ Cells within a size limit ]
+            sized = self.cells.astype(object)
+            per = sized.sum(axis=1) if params.get("size", "sum") == "sum" else sized.prod(axis=1)
+            if max(per) > cap:
+                return f"a cell of its solution has size {max(per)}, above max_size={cap:g}"
         if hist is None:
             return None
         rows = np.asarray(hist.rows)

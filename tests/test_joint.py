@@ -550,6 +550,10 @@ def test_a_cached_gap_or_status_that_does_not_follow_is_refused():
     assert "called optimal" in open_gap.problem(sol.params, hist)
     fair = dataclasses.replace(open_gap, status="heuristic")
     assert fair.problem(sol.params, hist) is None
+    # an entry for a size limit whose cells break it (NOTE [ Cells within a size limit ])
+    assert "above max_size=20" in sol.problem({**sol.params, "max_size": 20.0}, hist)
+    capped = solve_joint(pairs, 3, time_limit=0.2, exact=False, max_size=22)
+    assert capped.problem(capped.params, hist) is None and capped.params["max_size"] == 22
 
 
 def _args(params):
