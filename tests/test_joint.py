@@ -152,6 +152,25 @@ def test_shakes_and_starts_keep_a_size_limit_on_real_pairs():
     assert sol.cells.sum(axis=1).max() <= cap and (joint_assign(three, sol.cells, "sum") >= 0).all()
 
 
+def test_a_coarsened_grid_that_rounds_a_sample_past_the_limit_says_so():
+    """Three inputs of 300 values each coarsen the grid (samples rounded up onto quantiles):
+    where that puts a sample above ``max_size`` no cell within it covers it, one error naming
+    the fix; a sampler then plans as without the limit (its cells above the budget dropped
+    with oversize='drop')."""
+    rows = np.random.default_rng(5).integers(1, 300, size=(300, 3))
+    cap = int(rows.prod(axis=1).max()) + 10
+    with pytest.raises(ValueError, match=r"rounded up onto the grid's values.*a larger max_size"):
+        solve_joint(rows, 6, size="prod", max_size=cap, time_limit=0.1)
+    spec = BucketSpec.build(
+        {"a": rows[:, 0], "b": rows[:, 1], "c": rows[:, 2]},
+        max_tokens=TokenBudget(cap, oversize="drop"),
+        size="prod",
+        max_shapes=6,
+        strategy=Joint(exact=False, time_limit=0.1),
+    )
+    assert spec.joint[0]["status"] == "coarsened" and spec.filtered["oversize"] > 0
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(points=tiny, k=st.integers(1, 3), size=st.sampled_from(["sum", "prod"]))
 def test_bound_without_rows_brackets_the_oracle(points, k, size):

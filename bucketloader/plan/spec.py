@@ -47,7 +47,7 @@ from bucketloader.plan.shapes import BatchSize, MaxTokens, Shaping, per_input, p
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
 from bucketloader.strategies import resolve_strategy, strategy_defaults
-from bucketloader.strategies.joint import Joint, TooFewCells, resolve_joint
+from bucketloader.strategies.joint import Joint, OverLimit, TooFewCells, resolve_joint
 
 #: Samples left out by ``filter=`` and by ``shapes=`` (NOTEs in :mod:`bucketloader.plan.select`).
 LEFT_OUT = ("filter", "no_shape")
@@ -791,17 +791,21 @@ def _fit_joint(
     try:
         sol = joint.solve(table, k, size=size, cache=cache, max_size=cap)
     except TooFewCells as exc:
-        if budget is not None and budget.oversize != "error":
-            # too few cells to fit every sample: as before the limit, the plan over every
-            # sample, the samples of its cells above the budget dropped or batched alone
-            sol = joint.solve(table, k, size=size, cache=cache)
-            return _joint_summary(sol, cache, hits)
-        raise ValueError(
-            f"max_tokens={cap} leaves no plan of max_shapes={k} cells: a cell pads every input "
-            f"to the longest of its samples there, and covering every sample takes at least "
-            f"{exc.need} cells within max_tokens. Pass max_shapes={exc.need} or more, or raise "
-            "max_tokens"
-        ) from None
+        if budget is not None and budget.oversize == "error":
+            raise ValueError(
+                f"max_tokens={cap} leaves no plan of max_shapes={k} cells: a cell pads every "
+                "input to the longest of its samples there, and covering every sample takes at "
+                f"least {exc.need} cells within max_tokens. Pass max_shapes={exc.need} or more, "
+                "or raise max_tokens"
+            ) from None
+        # too few cells to fit every sample: as before the limit, the plan over every sample,
+        # the samples of its cells above the budget dropped or batched alone
+        sol = joint.solve(table, k, size=size, cache=cache)
+    except OverLimit:
+        # a coarsened grid rounds a sample past the budget: the plan over every sample, as
+        # before the limit (a cell above the budget is then the error that names it, or its
+        # samples dropped or batched alone)
+        sol = joint.solve(table, k, size=size, cache=cache)
     return _joint_summary(sol, cache, hits)
 
 

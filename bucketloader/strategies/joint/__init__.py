@@ -76,7 +76,13 @@ from bucketloader.solution import JointSolution
 from bucketloader.strategies._lp_model import has_cbc, import_pulp
 from bucketloader.strategies._registry import resolve_strategy
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors
-from bucketloader.strategies.joint._grid import MAX_GRID, Grid, TooFewCells, coarse_values
+from bucketloader.strategies.joint._grid import (
+    MAX_GRID,
+    Grid,
+    OverLimit,
+    TooFewCells,
+    coarse_values,
+)
 from bucketloader.strategies.joint._ilp import (
     MAX_PAIRS,
     SOLVERS,
@@ -90,6 +96,7 @@ __all__ = [
     "Joint",
     "JointHistogram",
     "JointSolution",
+    "OverLimit",
     "TooFewCells",
     "resolve_joint",
     "solve_joint",
@@ -254,8 +261,7 @@ def _search_and_bound(
     tol = params["tolerance"]
     values = coarse_values(rows, counts, MAX_GRID)
     coarsened = any(v.size < np.unique(rows[:, d]).size for d, v in enumerate(values))
-    # (a coarsened grid rounds samples up, maybe past the limit: no limit there, documented)
-    cap = None if coarsened else params.get("max_size")
+    cap = params.get("max_size")  # (a coarsened grid rounds samples up: OverLimit if past it)
     grid = Grid.build(rows, counts, values, size, cap)
     info.update(grid=int(np.prod(grid.shape)), candidates=int(grid.cand.shape[0]))
     if cap is not None:

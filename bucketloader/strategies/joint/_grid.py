@@ -21,6 +21,8 @@ two inputs the points no other dominates form a staircase (x rising, y falling) 
 covers a contiguous run of it, the smallest for a run from ``i`` to ``j`` being ``(x_j, y_i)``:
 taking each run as long as its cell fits gives the fewest cells (an interval cover), and a K
 below that count has no plan (:class:`TooFewCells`). With more inputs a greedy cover stands in.
+A coarsened grid rounds the samples up onto its values; where that puts one above the limit no
+cell within it covers that sample (:class:`OverLimit`; a sampler then plans without the limit).
 
 NOTE [ Gains by prefix sums ]
 The heuristic and the bound both need, for every candidate ``c``, a sum over the samples it
@@ -74,6 +76,16 @@ MAX_GRID = 1 << 18
 _GAIN_CHUNK = 1 << 22
 
 
+def _shown(x: float) -> str:
+    """A size as the user wrote it: ``299``, not ``299.0`` or ``2.4e+07``."""
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+class OverLimit(ValueError):
+    """A sample above ``max_size`` where it sits on the grid (rounded up onto a coarsened grid,
+    NOTE [ Joint time limit and fallbacks ]): no cell within the limit covers it."""
+
+
 class TooFewCells(ValueError):
     """``max_shapes`` below the fewest cells within ``max_size`` that cover every sample
     (NOTE [ Cells within a size limit ]); ``need``: that count (with more than two inputs, a
@@ -83,8 +95,8 @@ class TooFewCells(ValueError):
         self.need = need
         fewest = "the fewest cells" if exact else "a greedy cover's cells"
         super().__init__(
-            f"max_shapes={k} is below the {need} cells within max_size={max_size:g} that cover "
-            f"every sample ({fewest}): pass max_shapes={need} or more, or a larger max_size"
+            f"max_shapes={k} is below the {need} cells within max_size={_shown(max_size)} that "
+            f"cover every sample ({fewest}): pass max_shapes={need} or more, or a larger max_size"
         )
 
 
@@ -184,9 +196,13 @@ class Grid:
         point_size = sizes_of(cls._coords(values, point), size)
         if max_size is not None:
             if point_size.max() > max_size:
-                raise ValueError(
-                    f"max_size={max_size:g} is below the size {point_size.max():g} of a sample "
-                    "on the grid: no cell within it covers that sample"
+                raise OverLimit(
+                    f"max_size={_shown(max_size)} is below the size {_shown(point_size.max())} "
+                    "of a sample "
+                    "where it sits on the grid (rounded up onto the grid's values, which a grid "
+                    f"of more than {MAX_GRID:,} points coarsens): no cell within it covers that "
+                    "sample; pass a larger max_size, or fewer distinct lengths "
+                    "(pad_to_multiple_of)"
                 )
             within = cand_size <= max_size
             cand_flat, cand, cand_size = cand_flat[within], cand[within], cand_size[within]

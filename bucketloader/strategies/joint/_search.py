@@ -262,8 +262,9 @@ def lattice_drop(
             for j in range(int(group.max()) + 1)
         ]
     )
-    # (a lattice cell above a size limit is no candidate, -1: drop_to adds the cover instead)
-    return drop_to(grid, cells[cells >= 0], k, deadline)
+    if (cells < 0).any():  # (a lattice cell above a size limit is no candidate: the cover
+        cells = np.union1d(cells[cells >= 0], grid.cover)  # stands in, as drop_to keeps it)
+    return drop_to(grid, cells, k, deadline)
 
 
 def drop_to(grid: Grid, cells: np.ndarray, k: int, deadline: float = np.inf) -> np.ndarray | None:
