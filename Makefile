@@ -64,6 +64,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/scale.py
 	$(PY) benchmarks/engines.py
 	$(PY) benchmarks/joint.py
+	$(PY) benchmarks/joint_budget.py
 	$(PY) benchmarks/pareto.py
 	$(PY) benchmarks/filler.py
 	$(PY) benchmarks/small_costs.py
