@@ -475,12 +475,18 @@ def _cover(
             i = j + 1
         return np.array(sorted(out), dtype=np.int64)
     left = np.ones(point.shape[0], dtype=bool)
+    flat = np.ravel_multi_index(tuple(point.T), shape)
+    cand_flat = np.ravel_multi_index(tuple(cand.T), shape)
     picked: list[int] = []
     while left.any():
         p = int(np.flatnonzero(left)[np.argmax(point_size[left])])
         over = np.flatnonzero((cand >= point[p]).all(axis=1))
-        gain = [int(((point[left] <= cand[c]).all(axis=1)).sum()) for c in over]
-        best = int(over[int(np.argmax(gain))])
+        # the uncovered points each candidate covers: one prefix sum of the grid per pick
+        grid = np.zeros(shape, dtype=np.int64)
+        grid.ravel()[flat[left]] = 1
+        for ax in range(grid.ndim):
+            np.cumsum(grid, axis=ax, out=grid)
+        best = int(over[int(np.argmax(grid.ravel()[cand_flat[over]]))])
         picked.append(best)
         left &= ~(point <= cand[best]).all(axis=1)
     return np.array(sorted(picked), dtype=np.int64)
