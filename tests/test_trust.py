@@ -216,6 +216,19 @@ def test_a_rank_without_a_row_of_a_small_row_length_repeats_one_document():
     state["config"]["plan_digest"] = samplers[1]._older_digest + "/fill=2"
     with pytest.raises(ValueError, match=r"a copy of a whole row .*set_epoch\(0\)"):
         samplers[1].load_state_dict(state)
+    # a row holding three documents only it can hold: the 3 ranks without one take them in
+    # turn, twice each (main: the row 4 times, all three 4 times), so it is not said
+    lengths = [4] * 402 + [10] * 3
+    samplers, msgs = _warned(
+        lambda: [
+            PackSampler(lengths, row_length=(8, 32), batch_size=4, last_batch="fill",
+                        num_replicas=4, rank=r)
+            for r in range(4)
+        ]
+    )  # fmt: skip
+    appear = np.bincount([i for s in samplers for b in s for i in b], minlength=405)
+    assert appear[402:].tolist() == [2, 2, 2] and appear.max() == 2
+    assert "up to" not in msgs[0] and "fewer than the 4 ranks" not in msgs[0]
     # as many rows as ranks: each rank its own, the plan of '/fill=2'
     two = PackSampler([*lengths, 12], row_length=(8, 16), batch_size=4, last_batch="fill",
                       num_replicas=2, rank=0)  # fmt: skip

@@ -305,14 +305,14 @@ class PackSampler(EpochSampler):
         full, q = spec.steps(self.num_replicas)
         per_step = np.asarray(spec.batch_sizes, dtype=np.int64) * self.num_replicas
         rows = spec.rows_per_length
-        _, row_offsets, row_kind = spec.layout
+        slots, row_offsets, row_kind = spec.layout
         ndoc = np.diff(row_offsets)
         docs = np.bincount(row_kind, weights=ndoc, minlength=rows.size)
         per_row = docs / np.maximum(rows, 1)
         again = np.where(q > 0, per_step - q, 0).astype(np.float64)
         repeated = 0.0
         pools = fill_pools(spec, self.num_replicas, row_offsets, row_kind)
-        lone = []  # the small row lengths with fewer rows than ranks
+        lone = {}  # small row lengths with fewer rows than ranks: the most of one document
         for k, pool in pools.items():  # its own rows (a rank without one: one document of
             # one), then shorter rows
             n = int(q[k])
@@ -320,13 +320,21 @@ class PackSampler(EpochSampler):
             fill = int(per_step[k]) - owns
             repeated += (owns - n) + fill * float(ndoc[pool].mean())
             again[k] = 0
-            if -(-self.num_replicas // n) >= FILL_TIMES:
-                lone.append(k)
+            if n < self.num_replicas:  # a row repeated by up to ceil(R / n) - 1 ranks, each
+                # taking the next of its documents longer than the shorter row length
+                mine = np.flatnonzero(row_kind == k)
+                longer = spec.sizes[spec.by_size[slots]] > spec.row_lengths[k - 1]
+                c = np.concatenate([[0], np.cumsum(longer)])
+                fewest = int((c[row_offsets[mine + 1]] - c[row_offsets[mine]]).min())
+                turns = -(-self.num_replicas // n) - 1
+                lone[k] = 1 + -(-turns // max(fewest, 1))
         # the most appearances of a row, on the layout's order standing in for an epoch's (a
-        # row drawn by two small row lengths, or repeated by its own last step, counts each)
+        # row drawn by two small row lengths, or repeated by its own last step, counts each;
+        # a row of one of the lone row lengths: its documents, above)
         by_kind = np.argsort(row_kind, kind="stable")
         extra = fill_draws(spec, self.num_replicas, by_kind, row_offsets, row_kind, None)[1]
-        most = 1 + int(extra.max())
+        extra[np.isin(row_kind, list(lone))] = 0
+        most = max(1 + int(extra.max()), *lone.values(), 1)
         repeated = round(repeated + float((again * per_row).sum()))
         small = np.flatnonzero((full == 0) & (q > 0))
         small = small[~np.isin(small, list(pools))]  # (the shortest: its own rows repeat)
@@ -346,16 +354,18 @@ class PackSampler(EpochSampler):
                 f"{int(docs[small].sum()):,} document(s) of {lo:,}"
                 f"{f' to {hi:,}' if hi > lo else ''} tokens, every epoch"
             )
-        for k in lone:  # (NOTE [ Filling a small row length ]: the floor of its repeats)
+        for k, times in lone.items():  # (NOTE [ Filling a small row length ]: the floor)
+            if times < FILL_TIMES:
+                continue
             n, shorter = int(q[k]), spec.row_lengths[k - 1]
             said += (
                 f"; {n:,} row(s) of {spec.row_lengths[k]:,} tokens are fewer than the "
                 f"{self.num_replicas} ranks, and each rank's batch of that step must hold a "
                 f"document longer than {shorter:,} tokens (the collator takes a batch's row "
-                "length from its longest document), so a rank without a row repeats the "
-                f"longest document of one, up to {-(-self.num_replicas // n)} times an epoch "
-                f"(last_batch='pad' too); one row length, or documents cut to {shorter:,} tokens "
-                "(overflow='truncate', SplitDataset), avoids it"
+                "length from its longest document), so a rank without a row repeats one of "
+                f"theirs, up to {times} times an epoch (last_batch='pad' too); one row "
+                f"length, or documents cut to {shorter:,} tokens (overflow='truncate', "
+                "SplitDataset), avoids it"
             )
         warn_fill_repeats(
             "PackSampler",
@@ -439,8 +449,9 @@ class PackSampler(EpochSampler):
     @functools.cached_property
     def _fill(self) -> int:
         """The fill version of the plan where :attr:`_fills_small`: 3 where a row length whose
-        step shorter rows fill has fewer rows than ranks (a rank without one repeats only its
-        longest document; version 2 repeated the whole row), else 2 (the plans agree)."""
+        step shorter rows fill has fewer rows than ranks (a rank without one repeats one
+        document of one that no shorter row length holds; version 2 repeated the whole row),
+        else 2 (the plans agree)."""
         _, row_offsets, row_kind = self.spec.layout
         q = self.spec.steps(self.num_replicas)[1]
         pools = fill_pools(self.spec, self.num_replicas, row_offsets, row_kind)
@@ -476,9 +487,9 @@ class PackSampler(EpochSampler):
             raise ValueError(
                 "state was saved by a PackSampler whose last_batch='fill' gave a rank without a "
                 "row of its own, in the step of a row length with fewer rows than ranks, a copy "
-                "of a whole row (plan_digest '/fill=2'); this one repeats only the row's longest "
-                "document (the one no shorter row length holds; '/fill=3', NOTE [ Filling a "
-                "small row length ] in bucketloader.pack.epoch): the same steps and shapes, "
+                "of a whole row (plan_digest '/fill=2'); this one repeats one document of the "
+                "row that no shorter row length holds ('/fill=3', NOTE [ Filling a small row "
+                "length ] in bucketloader.pack.epoch): the same steps and shapes, "
                 "other documents in that step, so the state cannot resume its epoch exactly. "
                 f"Start that epoch over with sampler.set_epoch({state.get('epoch')!r}), or go "
                 "on with the next one"
