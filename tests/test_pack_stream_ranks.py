@@ -148,8 +148,11 @@ def test_fill_repeats_instead_of_padding(gsm8k):
         )
     )
     assert 1 < len(alone) < 20 and _ids(dry[: len(alone)]) == alone
-    assert all(b == alone[-1] for b in _ids(dry[len(alone) :]))  # the lane's last batch again
-    assert {d["id"] for b in dry for d in b} == {d["id"] for d in shards[0]}
+    # the dry steps take the least seen of the rows handed out last (NOTE [ What a stream's fill
+    # repeats ], fill version 2), its last two batches' 8 rows of the shard's 9: each about
+    # 80 / 8 times; the lane's last batch again made its 6 documents 72 times each
+    seen = Counter(d["id"] for b in dry for d in b)
+    assert set(seen) == {d["id"] for d in shards[0]} and max(seen.values()) == 10
 
 
 @settings(max_examples=25, deadline=None)
@@ -186,8 +189,10 @@ def test_any_shards_any_steps_stay_in_step(
         tail = _ids(run[n:])
         if last_batch == "pad" or not alone:
             assert all(not b for b in tail)
-        else:
-            assert all(b == alone[-1] for b in tail)
+        else:  # the least seen of the rows handed out last (fill version 2): those of its
+            # last two full batches and of a short last one
+            last = {i for b in alone[-3:] for i, _ in b}
+            assert all(i in last for b in tail for i, _ in b)
         for b in run:
             assert tuple(collate(b)["input_ids"].shape) == (batch, 32)
     for s in streams:

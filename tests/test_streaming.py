@@ -222,10 +222,15 @@ def test_fill_that_makes_a_batch_of_copies_is_said():
     assert max(got.values()) == 2 and len(said) == 1 and "5 repeats of samples" in said[0]
     assert "one sample 2 times" in said[0]
     # a packing stream's last batch: one row (one document of 6 tokens) completed to 4 rows
+    # with the least seen of the rows handed out last (fill version 2; it was 4 copies of its
+    # own row): 3 documents twice, yet 33% of what it read
     docs = [{"id": i, "input_ids": [1] * 6} for i in range(9)]
     pk = dict(length_fn="input_ids", row_length=10, batch_size=4, last_batch="fill")
     got, said = _fill_notes(PackIterable(docs, **pk))
-    assert got[8] == 4 and len(said) == 1 and "one document 4 times" in said[0]
+    assert got[8] == 1 and max(got.values()) == 2 and len(said) == 1
+    assert "3 repeats of documents" in said[0] and "one document 2 times" in said[0]
+    got, said = _fill_notes(PackIterable(docs[:1], **pk))  # nothing before it: its own row
+    assert got[0] == 4 and len(said) == 1 and "one document 4 times" in said[0]
     got, said = _fill_notes(PackIterable(docs[:8], **pk))
     assert max(got.values()) == 1 and said == []
 
@@ -522,6 +527,63 @@ def test_a_state_of_another_fill_version_is_refused(europarl):
         make().load_state_dict({**state, "fill": {"last": [[7, [0]]], "seen": []}})
     with pytest.raises(ValueError, match="state's buffers do not fit"):
         make().load_state_dict({**state, "fill": {**state["fill"], "seen": [[0, "twice"]]}})
+
+
+def test_a_packing_stream_fills_from_the_rows_it_handed_out_last():
+    # NOTE [ What a stream's fill repeats ]: PackIterable completed its last batch with copies
+    # of its own rows and a dry lane repeated its last batch (GSM8K[:4000], one pass: a document
+    # 3 times). Fill version 2 takes the least seen of the rows handed out last (its last two
+    # batches) and its own; a state in the fills resumes to the same batches; a state of
+    # another version is refused with the way on, a replay state from before the first batch
+    # loads
+    docs = [{"id": i, "input_ids": [1] * 6} for i in range(9)]  # one document a row
+    pk = dict(length_fn="input_ids", row_length=10, batch_size=4, last_batch="fill")
+
+    def make(split):
+        if not split:
+            return PackIterable(docs, **pk)
+        return PackIterable(docs, **pk, num_replicas=2, rank=0, steps_per_epoch=7)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for split in (False, True):
+            batches = _ids(make(split))
+            got = Counter(i for b in batches for i in b)
+            assert len(got) == 9 and batches[2][0] == 8, split
+            # one pass: 8 once, 3 of the 8 rows before it twice (main: 8 four times); split, 4
+            # dry steps more: 28 rows over the 8 rows kept (at most two batches) and the one
+            # left behind, 2 to 4 times each (main: 8 twenty times)
+            want = [1] * 6 + [2] * 3 if not split else [2] + [3] * 6 + [4] * 2
+            assert sorted(got.values()) == want
+            for k in range(1, len(batches)):
+                first = make(split)
+                it = iter(first)
+                for _ in range(k):
+                    next(it)
+                state = json.loads(json.dumps(first.state_dict()))
+                assert state["config"]["fill"] == 2 and "last" not in state
+                again = make(split)
+                again.load_state_dict(state)
+                assert _ids(again) == batches[k:], (split, k)
+    s = make(False)
+    fresh = s.state_dict()
+    it = iter(s)
+    next(it)
+    state = json.loads(json.dumps(s.state_dict()))
+    assert state["fill"]["last"] == [[[i, 0]] for i in range(4)] and state["fill"]["seen"] == []
+    old = {**state, "config": {k: v for k, v in state["config"].items() if k != "fill"}}
+    old = {k: v for k, v in old.items() if k != "fill"}
+    with pytest.raises(ValueError, match=r"copies of its own rows.*set_epoch\(0\)"):
+        make(False).load_state_dict(old)
+    with pytest.raises(ValueError, match="fill version 3"):
+        make(False).load_state_dict({**state, "config": {**state["config"], "fill": 3}})
+    make(False).load_state_dict(
+        {**fresh, "config": {k: v for k, v in fresh["config"].items() if k != "fill"}}
+    )
+    with pytest.raises(ValueError, match="state's fill record"):
+        make(False).load_state_dict({**state, "fill": {"last": [[[99, 0]]], "seen": []}})
+    with pytest.raises(ValueError, match="state's fill record"):
+        make(False).load_state_dict({**state, "fill": {**state["fill"], "seen": [[0, 0, 0]]}})
 
 
 def test_resume_checks_config(europarl):

@@ -182,6 +182,59 @@ def test_last_batch_fill_of_a_small_row_length_or_bucket_says_what_it_repeats():
     assert "repeat 5 samples per epoch" in msg and "up to 3 times an epoch" in msg
 
 
+def test_a_rank_without_a_row_of_a_small_row_length_repeats_one_document():
+    # s24-packfill: LibriSpeech frames at (1024, 2048), batch_size=8, on 8 ranks: the one row of
+    # 2,048 (the only document longer than 1,024 frames, 1,226, and a row-mate of 822) went to
+    # every rank, both 8 times an epoch. Each rank's batch of that step must hold a document
+    # longer than 1,024 for the collator to lay it out at 2,048, so that one repeats; its
+    # row-mate need not (NOTE [ Filling a small row length ], plan_digest '/fill=3')
+    lengths = [4] * 402 + [12]  # one row of 16: the 12 and a 4
+    samplers, msgs = _warned(
+        lambda: [
+            PackSampler(lengths, row_length=(8, 16), batch_size=4, last_batch="fill",
+                        num_replicas=4, rank=r)
+            for r in range(4)
+        ]
+    )  # fmt: skip
+    appear = np.bincount([i for s in samplers for b in s for i in b], minlength=403)
+    assert appear[402] == 4 and appear[:402].max() == 2  # (main: its row-mate 4 times too)
+    assert samplers[0].report().totals["repeated"] == int(appear.sum()) - 403
+    for s in samplers:  # the step keeps its shape on every rank
+        plan = s.plan()
+        (i,) = np.flatnonzero(plan.kinds == 1)
+        out = s.collator()([[1] * lengths[j] for j in plan.batch(int(i))])
+        assert tuple(out["input_ids"].shape) == (4, 16)
+    msg = msgs[0]  # (each rank's sampler says it)
+    assert len(msgs) == 4 and "some of them up to 4 times an epoch" in msg
+    assert (
+        "1 row(s) of 16 tokens are fewer than the 4 ranks, and each rank's batch of that step "
+        "must hold a document longer than 8 tokens"
+    ) in msg
+    assert "one row length, or documents cut to 8 tokens" in msg
+    state = samplers[1].state_dict()
+    assert state["config"]["plan_digest"].endswith("/fill=3")
+    state["config"]["plan_digest"] = samplers[1]._older_digest + "/fill=2"
+    with pytest.raises(ValueError, match=r"a copy of a whole row .*set_epoch\(0\)"):
+        samplers[1].load_state_dict(state)
+    # a row holding three documents only it can hold: the 3 ranks without one take them in
+    # turn, twice each (main: the row 4 times, all three 4 times), so it is not said
+    lengths = [4] * 402 + [10] * 3
+    samplers, msgs = _warned(
+        lambda: [
+            PackSampler(lengths, row_length=(8, 32), batch_size=4, last_batch="fill",
+                        num_replicas=4, rank=r)
+            for r in range(4)
+        ]
+    )  # fmt: skip
+    appear = np.bincount([i for s in samplers for b in s for i in b], minlength=405)
+    assert appear[402:].tolist() == [2, 2, 2] and appear.max() == 2
+    assert "up to" not in msgs[0] and "fewer than the 4 ranks" not in msgs[0]
+    # as many rows as ranks: each rank its own, the plan of '/fill=2'
+    two = PackSampler([*lengths, 12], row_length=(8, 16), batch_size=4, last_batch="fill",
+                      num_replicas=2, rank=0)  # fmt: skip
+    assert two.state_dict()["config"]["plan_digest"].endswith("/fill=2")
+
+
 def test_last_batch_fill_of_a_small_bucket_takes_shorter_samples():
     # s23-bucketfill: a bucket with fewer samples than one step repeated all of them, up to
     # ceil(R * B / n) times an epoch, the same longest samples every epoch (GSM8K, 8 buckets of

@@ -32,11 +32,12 @@ trained up to ``ceil(num_replicas * B / n)`` times an epoch (GSM8K's first 4,000
 ``(256, 512)``, ``batch_size=16``: the 16 documents of the 6 rows of 512 up to 22 times an
 epoch on 8 ranks; LibriSpeech frames at ``(1024, 2048)``, ``batch_size=8``: the row of 2,048
 64 times; s21-pack, s22-fill). Since ``fill=2`` (the ``/fill=2`` in PackSampler's
-``plan_digest``):
+``plan_digest``; ``/fill=3`` where the row length has fewer rows than ranks, below):
 
 * the ``n`` rows are split over the ranks as ``"pad"`` splits a last step (``n // R`` or
-  ``n // R + 1`` each; a rank that would get none repeats one, so every batch holds a row only
-  that row length can hold, and the collator lays it out at that row length on every rank);
+  ``n // R + 1`` each; a rank that would get none repeats one document of one that no shorter
+  row length holds, so every batch holds such a document, and the collator, which takes a
+  batch's row length from its longest document, lays it out at that row length on every rank);
 * the rest of each batch is *shorter* rows of the epoch, drawn at random
   (``SeedSequence([seed, epoch])``'s fifth child, the same draw on every rank) from the rows
   of the shorter row lengths that hold at most as many documents as a row of this length
@@ -53,10 +54,25 @@ length is the small one) the own rows repeat as before. Measured (``benchmarks/f
 8 ranks), the most times a document is trained in an epoch: GSM8K's first 4,000 22 -> 2; GSM8K
 at ``(128, 256, 512)``, ``max_tokens=16384``, 20 -> 2; at ``(256, 512)`` 10 -> 2; Europarl at
 ``(64, 128, 256)`` 5 -> 2; LibriSpeech 64 -> 8 (one row of 2,048 for 8 ranks, as under
-``"pad"``). The price is padding, as the shorter rows are padded to the longer row length:
-``report().padding`` 0.4% -> 4.1% (GSM8K at ``(256, 512)``; ``"pad"``: 11.0%), 8.7% -> 19.1%
-(``(128, 256, 512)``; ``"pad"``: 42.0%), 0.4% -> 7.6% (the first 4,000; ``"pad"``: 16.6%); on
-one rank 0.4% -> 1.1% at most.
+``"pad"``: the floor said below). The price is padding, as the shorter rows are padded to the
+longer row length: ``report().padding`` 0.4% -> 4.1% (GSM8K at ``(256, 512)``; ``"pad"``:
+11.0%), 8.7% -> 19.1% (``(128, 256, 512)``; ``"pad"``: 42.0%), 0.4% -> 7.6% (the first 4,000;
+``"pad"``: 16.6%); on one rank 0.4% -> 1.1% at most.
+
+With fewer rows than ranks (``n < R``) the documents only that row length holds are as few as
+its rows (one a row where a row length is at most twice the next shorter one), and every rank's
+batch needs one, so they repeat up to ``ceil(R / n)`` times an epoch whatever fills the rest:
+LibriSpeech frames at ``(1024, 2048)``, ``batch_size=8``, on 8 ranks have one row of 2,048,
+whose 1,226-frame utterance is the only one longer than 1,024, trained 8 times an epoch (under
+``"pad"`` too; ``PackSampler`` warns, naming the way out: one row length, here 2,048, repeats
+at most twice and pads 0.5% against 30%; or documents cut to the shorter row length). Until
+``fill=3`` (s24-packfill) such a rank repeated the whole row, its row-mates too (the 822-frame
+utterance 8 times as well): now one document of the row, padded to the row length, one that
+only this row length holds, the longest first and the next ranks repeating that row the
+others in turn (:func:`_lone_document`; where a row holds several, as rows of 32 beside rows
+of 8 can, they share the repeats: a row of three 10-token documents on 4 ranks, 4 -> 2 each).
+LibriSpeech: 88 -> 81 repeats an epoch; the most, 8, is the floor. A row length with at least
+as many rows as ranks plans as under ``fill=2`` (and its ``plan_digest`` says so).
 
 NOTE [ Balancing ranks ]
 Attention costs each row about the sum of its documents' squared lengths (its *work*), and a
@@ -226,15 +242,22 @@ def plan_pack_epoch(
     within = np.arange(batch_rows[-1]) - np.repeat(batch_rows[:-1], size)
     pos = (np.repeat(start, size) + within) % np.repeat(counts[sk], size)  # repeats wrap around
     rows = by_kind[pos + np.repeat(kind_start[sk], size)]
+    lone: list[tuple[int, int, int]] = []  # (row, row length, turn): one document of the row
     if spec.last_batch == "fill":  # NOTE [ Filling a small row length ]
         ss = fill_ss if shuffle else None
         where = (by_kind, kind_start, row_offsets, row_kind)
         for k, own, fill in _small_fills(spec, num_replicas, *where, ss, rank):
             i = int(np.flatnonzero(sk == k)[0])  # (its one step)
             rows[batch_rows[i] : batch_rows[i + 1]] = np.concatenate([own, fill])
+            n = int(q[k])
+            if rank >= n:  # no row of its own: a repeat of row rank % n, its (rank // n)-th
+                lone.append((int(batch_rows[i]), k, rank // n - 1))
     # documents of those rows, in order
     lo_doc = row_offsets[rows]
     ndoc = row_offsets[rows + 1] - lo_doc
+    for j, k, turn in lone:  # one document no shorter row length holds, each in turn
+        lo_doc[j] += _lone_document(spec, slots[lo_doc[j] : lo_doc[j] + ndoc[j]], k, turn)
+        ndoc[j] = 1
     my_row_offsets = np.concatenate([[0], np.cumsum(ndoc)])
     flat = np.repeat(lo_doc - my_row_offsets[:-1], ndoc) + np.arange(my_row_offsets[-1])
     indices = pools[slots[flat]]
@@ -245,6 +268,18 @@ def plan_pack_epoch(
         batch_rows=batch_rows,
         kinds=sk,
     )
+
+
+def _lone_document(spec: PackSpec, row_slots: np.ndarray, k: int, turn: int) -> int:
+    """The position in a row of row length ``k`` of the document that a rank without a row of
+    its own repeats at its ``turn`` (0 for the first such rank repeating the row): the row's
+    documents longer than the next shorter row length (those only ``k`` holds, so the collator
+    lays the batch out at ``k``), longest first, in turn (NOTE [ Filling a small row
+    length ])."""
+    sizes = spec.sizes[spec.by_size[row_slots]]
+    order = np.argsort(-sizes, kind="stable")
+    longer = order[sizes[order] > spec.row_lengths[k - 1]]
+    return int(longer[turn % longer.size]) if longer.size else int(order[0])
 
 
 def fill_pools(

@@ -27,6 +27,7 @@ from bucketloader.pack.epoch import (
 from bucketloader.pack.spec import PackSpec, PackTable
 from bucketloader.plan.epoch import own_slots
 from bucketloader.plan.report import (
+    FILL_TIMES,
     DataLossWarning,
     SamplingReport,
     warn_fill_repeats,
@@ -304,24 +305,36 @@ class PackSampler(EpochSampler):
         full, q = spec.steps(self.num_replicas)
         per_step = np.asarray(spec.batch_sizes, dtype=np.int64) * self.num_replicas
         rows = spec.rows_per_length
-        _, row_offsets, row_kind = spec.layout
+        slots, row_offsets, row_kind = spec.layout
         ndoc = np.diff(row_offsets)
         docs = np.bincount(row_kind, weights=ndoc, minlength=rows.size)
         per_row = docs / np.maximum(rows, 1)
         again = np.where(q > 0, per_step - q, 0).astype(np.float64)
         repeated = 0.0
         pools = fill_pools(spec, self.num_replicas, row_offsets, row_kind)
-        for k, pool in pools.items():  # its own rows for ranks without one, then shorter rows
+        lone = {}  # small row lengths with fewer rows than ranks: the most of one document
+        for k, pool in pools.items():  # its own rows (a rank without one: one document of
+            # one), then shorter rows
             n = int(q[k])
             owns = int(own_slots(n, self.num_replicas)[1].sum())
             fill = int(per_step[k]) - owns
-            repeated += (owns - n) * per_row[k] + fill * float(ndoc[pool].mean())
+            repeated += (owns - n) + fill * float(ndoc[pool].mean())
             again[k] = 0
+            if n < self.num_replicas:  # a row repeated by up to ceil(R / n) - 1 ranks, each
+                # taking the next of its documents longer than the shorter row length
+                mine = np.flatnonzero(row_kind == k)
+                longer = spec.sizes[spec.by_size[slots]] > spec.row_lengths[k - 1]
+                c = np.concatenate([[0], np.cumsum(longer)])
+                fewest = int((c[row_offsets[mine + 1]] - c[row_offsets[mine]]).min())
+                turns = -(-self.num_replicas // n) - 1
+                lone[k] = 1 + -(-turns // max(fewest, 1))
         # the most appearances of a row, on the layout's order standing in for an epoch's (a
-        # row drawn by two small row lengths, or repeated by its own last step, counts each)
+        # row drawn by two small row lengths, or repeated by its own last step, counts each;
+        # a row of one of the lone row lengths: its documents, above)
         by_kind = np.argsort(row_kind, kind="stable")
         extra = fill_draws(spec, self.num_replicas, by_kind, row_offsets, row_kind, None)[1]
-        most = 1 + int(extra.max())
+        extra[np.isin(row_kind, list(lone))] = 0
+        most = max(1 + int(extra.max()), *lone.values(), 1)
         repeated = round(repeated + float((again * per_row).sum()))
         small = np.flatnonzero((full == 0) & (q > 0))
         small = small[~np.isin(small, list(pools))]  # (the shortest: its own rows repeat)
@@ -340,6 +353,19 @@ class PackSampler(EpochSampler):
                 f"; {what} are fewer than one step takes, so all of them repeat, with their "
                 f"{int(docs[small].sum()):,} document(s) of {lo:,}"
                 f"{f' to {hi:,}' if hi > lo else ''} tokens, every epoch"
+            )
+        for k, times in lone.items():  # (NOTE [ Filling a small row length ]: the floor)
+            if times < FILL_TIMES:
+                continue
+            n, shorter = int(q[k]), spec.row_lengths[k - 1]
+            said += (
+                f"; {n:,} row(s) of {spec.row_lengths[k]:,} tokens are fewer than the "
+                f"{self.num_replicas} ranks, and each rank's batch of that step must hold a "
+                f"document longer than {shorter:,} tokens (the collator takes a batch's row "
+                "length from its longest document), so a rank without a row repeats one of "
+                f"theirs, up to {times} times an epoch (last_batch='pad' too); one row "
+                f"length, or documents cut to {shorter:,} tokens (overflow='truncate', "
+                "SplitDataset), avoids it"
             )
         warn_fill_repeats(
             "PackSampler",
@@ -398,8 +424,10 @@ class PackSampler(EpochSampler):
         """The spec's digest; with ``balance=True`` also the version of the work-aware rows
         (NOTE [ Work-aware rows ] in :mod:`bucketloader.pack._work`), part of the plan; and
         ``/fill=2`` where ``last_batch="fill"`` fills a small row length's step with shorter
-        rows (NOTE [ Filling a small row length ] in :mod:`bucketloader.pack.epoch`)."""
-        return self._older_digest + ("/fill=2" if self._fills_small else "")
+        rows, ``/fill=3`` where such a row length also has fewer rows than ranks (a rank
+        without a row of its own repeats one document of one, not the whole row; NOTE
+        [ Filling a small row length ] in :mod:`bucketloader.pack.epoch`)."""
+        return self._older_digest + ("" if not self._fills_small else f"/fill={self._fill}")
 
     @property
     def _older_digest(self) -> str:
@@ -418,11 +446,23 @@ class PackSampler(EpochSampler):
         full, q = spec.steps(self.num_replicas)
         return bool(((full == 0) & (q > 0))[1:].any())
 
+    @functools.cached_property
+    def _fill(self) -> int:
+        """The fill version of the plan where :attr:`_fills_small`: 3 where a row length whose
+        step shorter rows fill has fewer rows than ranks (a rank without one repeats one
+        document of one that no shorter row length holds; version 2 repeated the whole row),
+        else 2 (the plans agree)."""
+        _, row_offsets, row_kind = self.spec.layout
+        q = self.spec.steps(self.num_replicas)[1]
+        pools = fill_pools(self.spec, self.num_replicas, row_offsets, row_kind)
+        return 3 if any(q[k] < self.num_replicas for k in pools) else 2
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next ``__iter__`` yields exactly the remaining batches of the saved
         epoch. Raises ``ValueError`` if ``state`` comes from another configuration, naming both
-        values, or from a plan that filled a small row length's step with repeats of its own
-        rows (before NOTE [ Filling a small row length ]): its batches differ."""
+        values, or from a plan that filled a small row length's step another way (before NOTE
+        [ Filling a small row length ], or a rank without a row of its own repeating the whole
+        row): its batches differ."""
         saved = state.get("config") if isinstance(state, dict) else None
         if (
             isinstance(saved, dict)
@@ -433,10 +473,26 @@ class PackSampler(EpochSampler):
                 "state was saved by a PackSampler whose last_batch='fill' topped up the step of "
                 "a row length with fewer rows than one step with repeats of its own rows (the "
                 "longest documents, many times an epoch); this one fills it with shorter rows "
-                "drawn at random (plan_digest '/fill=2', NOTE [ Filling a small row length ] in "
-                "bucketloader.pack.epoch): the same steps and shapes, other rows in that step, so "
-                "the state cannot resume its epoch exactly. Start that epoch over with "
-                f"sampler.set_epoch({state.get('epoch')!r}), or go on with the next one"
+                f"drawn at random (plan_digest '/fill={self._fill}', NOTE [ Filling a small row "
+                "length ] in bucketloader.pack.epoch): the same steps and shapes, other rows in "
+                "that step, so the state cannot resume its epoch exactly. Start that epoch over "
+                f"with sampler.set_epoch({state.get('epoch')!r}), or go on with the next one"
+            )
+        if (
+            isinstance(saved, dict)
+            and self._fills_small
+            and self._fill == 3
+            and saved.get("plan_digest") == f"{self._older_digest}/fill=2"
+        ):
+            raise ValueError(
+                "state was saved by a PackSampler whose last_batch='fill' gave a rank without a "
+                "row of its own, in the step of a row length with fewer rows than ranks, a copy "
+                "of a whole row (plan_digest '/fill=2'); this one repeats one document of the "
+                "row that no shorter row length holds ('/fill=3', NOTE [ Filling a small row "
+                "length ] in bucketloader.pack.epoch): the same steps and shapes, "
+                "other documents in that step, so the state cannot resume its epoch exactly. "
+                f"Start that epoch over with sampler.set_epoch({state.get('epoch')!r}), or go "
+                "on with the next one"
             )
         super().load_state_dict(state)
 

@@ -88,15 +88,6 @@ class Pass:
         self.snaps: list[tuple[int, Any]] = [(0, None)]
         self.every = every  # a source checkpoint every this many samples
 
-    def _note_fill(self, keys: Sequence[Any], n: int, *, fresh: bool) -> None:
-        """Count a batch that ``last_batch="fill"`` completed: its ``n`` entries are ``keys``
-        (stream positions) taken cyclically; ``fresh``: ``keys`` appear here for the first time
-        (a short batch topped up), else they were handed out before (a batch repeated)."""
-        if not keys:
-            return
-        entries = [keys[k % len(keys)] for k in range(n)]
-        self._note_batch(entries, () if fresh else set(keys))
-
     def _note_batch(self, entries: Sequence[Any], old: Container[Any]) -> None:
         """Count a batch that ``last_batch="fill"`` completed, entry by entry (stream
         positions, a key once per appearance in the batch); the keys in ``old`` were handed

@@ -47,8 +47,9 @@ every rank evaluates without any communication, at construction or per step:
   over a bounded buffer ]) until ``B`` rows have closed, and hands them out: its steps are the
   one-pass batches of its shard, in order. When the shard ends, the documents of the open rows
   are packed again offline and the last, short batch is completed with all-padding rows
-  (``last_batch="pad"``; counted in ``padded_rows``) or with repeats of its own rows
-  (``"fill"``; ``repeated_rows``).
+  (``last_batch="pad"``; counted in ``padded_rows``) or with repeats (``"fill"``;
+  ``repeated_rows``): the least seen of the rows the lane handed out last and of its own (NOTE
+  [ What a stream's fill repeats ] in :mod:`bucketloader.stream.resume`).
 * **A shard that runs dry** still takes its remaining steps. Under ``"pad"`` each is a
   padding-only batch: an empty ``PlannedBatch`` (``num_real=0``), which
   :class:`~bucketloader.pack.PackCollator` lays out as ``B`` all-padding rows (``input_ids``
@@ -57,8 +58,9 @@ every rank evaluates without any communication, at construction or per step:
   so the rank adds nothing to the gradients *if the loss is normalised by the target tokens of
   the whole step across ranks* (``Trainer``'s ``num_items_in_batch`` with
   ``average_tokens_across_devices``), not by the batch's own count, which is 0 (a per-batch
-  mean is 0/0 = NaN). Under ``"fill"`` the lane repeats its last batch instead (documents
-  repeat; every target is real). Packing needs no stand-in sample for a padding row, so even a
+  mean is 0/0 = NaN). Under ``"fill"`` each such step takes instead the least seen of the rows
+  the lane handed out last (documents repeat, spread over its last two batches' rows; every
+  target is real). Packing needs no stand-in sample for a padding row, so even a
   lane whose shard is empty takes its steps, as padding only.
 * **The end.** After its last step a lane stops. The documents still in its open rows and in
   closed rows not yet handed out are not used this epoch (``left_over`` counts them, a piece of
@@ -69,7 +71,8 @@ every rank evaluates without any communication, at construction or per step:
 
 Under ``"pad"`` every document of a rank's shard is in at most one batch of the epoch, so
 disjoint shards give every document at most once over the ranks. A split stream's exact state
-also names its last batch and the step it reached; it resumes by seeking or from the source's
+also names its last batch (under ``"fill"``: the rows a fill repeats) and the step it reached;
+it resumes by seeking or from the source's
 checkpoints where the source allows (NOTE [ Seeking a source ] in
 :mod:`bucketloader.stream.source`), else by replay (NOTE [ Resuming a packing stream behind
 DataLoader workers ] in :mod:`bucketloader.stream.packing`): each lane's count of batches
@@ -103,6 +106,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import heapq
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -118,6 +122,12 @@ from bucketloader.stream._engine import Pass
 from bucketloader.stream.source import check_length
 
 STATE_FORMAT = 1
+#: How ``last_batch="fill"`` completes a short batch (and a dry lane's step), recorded in a fill
+#: stream's state ``config`` (``"fill"``; absent: 1, copies of the batch's own rows, and a dry
+#: lane's last batch again; 2: the least seen of the rows handed out last and of the batch's
+#: own, NOTE [ What a stream's fill repeats ] in :mod:`bucketloader.stream.resume`). A state of
+#: another version is refused.
+FILL_VERSION = 2
 
 #: A lane writes all its counters every this many batches (and at the end of its pass).
 #: The counters of a pass, as :attr:`PackIterable.stats <bucketloader.stream.PackIterable.stats>`
@@ -191,7 +201,10 @@ class RowPass(Pass):
 
     STATE_FORMAT = STATE_FORMAT
     STEPS_HINT = "the tokens per rank / (batch_size * row_length)"
-    FILL_HOW = ("documents", "a short batch is completed with copies of its own rows")
+    FILL_HOW = (
+        "documents",
+        "a short batch is completed with the least seen of the rows handed out last and of its own",
+    )
 
     def __init__(
         self, cfg: PackConfig, epoch: int, worker: tuple[int, int], *, skip: int = 0
@@ -207,7 +220,14 @@ class RowPass(Pass):
         self.ready: list[tuple[list[tuple[int, int]], list[Any]]] = []
         self._got: dict[tuple[int, int], tuple[Any, int]] = {}  # taken back by a resume
         self._src: Iterator[Any] = iter(())
-        self._last: list[tuple[list[tuple[int, int]], list[Any]]] = []  # "fill" repeats it
+        self._last: list[tuple[list[tuple[int, int]], list[Any]]] = []  # (a split stream's)
+        # last_batch="fill" (NOTE [ What a stream's fill repeats ] in stream.resume): the rows
+        # handed out last (at most 2 B: the last two batches; after a fill, least seen first),
+        # and the appearances in this pass of the rows a fill repeated (by their first
+        # document's [position, piece]; others: 1)
+        self._fills = cfg.last_batch == "fill"
+        self._kept: list[tuple[list[tuple[int, int]], list[Any]]] = []
+        self._seen: dict[tuple[int, int], int] = {}
         self.tail: tuple[int, int, int] | None = None  # (start, batches, digest) once packed
 
     # -- per document -----------------------------------------------------------------------
@@ -284,23 +304,60 @@ class RowPass(Pass):
     def _batch(self) -> list[Any]:
         """The next batch: up to ``B`` closed rows; a short one (the end of the shard) is
         completed by ``last_batch``: all-padding rows (``"pad"``, by the collator) or repeats
-        of its own rows (``"fill"``)."""
+        (``"fill"``: :meth:`_top_up`)."""
         bsz = self.o.batch_size
         take, self.ready = self.ready[:bsz], self.ready[bsz:]
         self.batches += 1
         self.stats["rows"] += len(take)
         out = [s for _, samples in take for s in samples]
         self.stats["tokens"] += sum(self.o.measure(s) for s in out)
-        short = bsz - len(take)
-        if short and self.o.last_batch == "fill":
-            take = take + [take[k % len(take)] for k in range(short)]
-            out = [s for _, samples in take for s in samples]
-            self.stats["repeated_rows"] += short
-            docs = [x for items, _ in take for x in items]
-            self._note_fill(docs, len(docs), fresh=True)
-        elif short:
-            self.stats["padded_rows"] += short
+        if self._fills:
+            take = self._top_up(take)
+            return [s for _, samples in take for s in samples]
+        if len(take) < bsz:
+            self.stats["padded_rows"] += bsz - len(take)
         self._last = take
+        return out
+
+    def _top_up(
+        self, take: list[tuple[list[tuple[int, int]], list[Any]]]
+    ) -> list[tuple[list[tuple[int, int]], list[Any]]]:
+        """``last_batch="fill"``: ``take`` (the batch's new rows; none on a dry step) completed
+        to ``B`` rows, each slot with the least seen of the rows handed out last (the kept
+        ones) and the batch's own, a row handed out before ahead of the batch's own at equal
+        counts (NOTE [ What a stream's fill repeats ] in :mod:`bucketloader.stream.resume`);
+        count the repeats and keep the rows handed out last. Nothing to repeat at all (a lane
+        that never had a row) leaves it empty."""
+        bsz, kept, seen = self.o.batch_size, self._kept, self._seen
+        need = bsz - len(take)
+        if not need:  # a full batch of new rows: the first of the kept ones (two batches)
+            self._kept = take + kept[:bsz]
+            return take
+        heap = [(seen.get(r[0][0], 1), 0, i, r) for i, r in enumerate(kept)]
+        heap += [(1, 1, i, r) for i, r in enumerate(take)]
+        if not heap:
+            return take
+        heapq.heapify(heap)
+        picks = []
+        after = len(heap)  # a row taken goes after the others of its count (round robin)
+        for _ in range(need):
+            t, kind, _, row = heapq.heappop(heap)
+            picks.append(row)
+            seen[row[0][0]] = t + 1
+            heapq.heappush(heap, (t + 1, kind, after, row))
+            after += 1
+        self.stats["repeated_rows"] += need
+        out = take + picks
+        self._note_batch(
+            [x for items, _ in out for x in items], {x for items, _ in kept for x in items}
+        )
+        # kept: this batch's rows, then the earlier ones, least seen first (at most 2 B; the
+        # state names them)
+        here = {row[0][0]: row for row in out}
+        rows = [*here.values(), *(r for r in kept if r[0][0] not in here)]
+        self._kept = sorted(rows, key=lambda r: seen.get(r[0][0], 1))[: 2 * bsz]
+        held = {r[0][0] for r in self._kept}
+        self._seen = {k: t for k, t in seen.items() if k in held}  # (the rest: never again)
         return out
 
     # -- the pass ---------------------------------------------------------------------------
@@ -356,11 +413,8 @@ class RowPass(Pass):
             self._fill()
             if self.ready:
                 batch = self._batch()
-            elif o.last_batch == "fill" and self._last:  # dry: repeat the lane's last batch
-                batch = [s for _, samples in self._last for s in samples]
-                self.stats["repeated_rows"] += len(self._last)
-                docs = [x for items, _ in self._last for x in items]
-                self._note_fill(docs, len(docs), fresh=False)
+            elif self._fills and self._kept:  # dry: the least seen of the rows handed out last
+                batch = [s for _, samples in self._top_up([]) for s in samples]
                 self.batches += 1
                 self.dry += 1
             else:  # dry: a padding-only step (the collator writes B all-padding rows)
@@ -466,6 +520,8 @@ class RowPass(Pass):
         ]
 
     def _stand_ins(self) -> list[int]:
+        if self._fills:  # the rows a fill repeats (a one-pass stream's tail tops up from them)
+            return [p for items, _ in self._kept for p, _ in items]
         if not self.o.steps:  # a one-pass stream repeats nothing once dry
             return []
         return [p for items, _ in self._last for p, _ in items]
@@ -477,7 +533,12 @@ class RowPass(Pass):
             "open": [[rid, row[3], [list(x) for x in row[1]]] for rid, row in self.rows.items()],
             "ready": [[list(x) for x in items] for items, _ in self.ready],
         }
-        if self.o.steps:  # the last batch, repeated once the shard is dry (last_batch="fill")
+        if self._fills:  # NOTE [ What a stream's fill repeats ] in stream.resume
+            kept = [[list(x) for x in items] for items, _ in self._kept]
+            keys = {items[0] for items, _ in self._kept}
+            seen = [[*k, t] for k, t in self._seen.items() if k in keys]  # (the rest: unused)
+            out["fill"] = {"last": kept, "seen": seen}
+        elif self.o.steps:  # the last batch (a fill version 1 state repeated it once dry)
             out["last"] = [[list(x) for x in items] for items, _ in self._last]
         if self.tail is not None:  # packed: a pass resumed from here records it too
             out["tail"] = list(self.tail)
@@ -486,6 +547,7 @@ class RowPass(Pass):
     def _wanted(self, state: dict[str, Any]) -> set[int]:
         wanted = {int(p) for _, _, items in state["open"] for p, _ in items}
         wanted |= {int(p) for items in state.get("last", ()) for p, _ in items}
+        wanted |= {int(p) for items in state.get("fill", {}).get("last", ()) for p, _ in items}
         return wanted | {int(p) for items in state["ready"] for p, _ in items}
 
     def _take_back(self, pos: int, sample: Any) -> None:
@@ -540,5 +602,11 @@ class RowPass(Pass):
             ([(int(x[0]), int(x[1])) for x in items], [sample_of(x)[0] for x in items])
             for items in state.get("last", ())
         ]
+        fill = state.get("fill", {})
+        self._kept = [
+            ([(int(x[0]), int(x[1])) for x in items], [sample_of(x)[0] for x in items])
+            for items in fill.get("last", ())
+        ]
+        self._seen = {(int(p), int(j)): int(t) for p, j, t in fill.get("seen", ())}
         tail = state.get("tail")  # (a state saved before it was recorded: none)
         self.tail = None if tail is None else (int(tail[0]), int(tail[1]), int(tail[2]))

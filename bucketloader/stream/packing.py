@@ -56,6 +56,7 @@ from bucketloader.pack.spec import PACK_LAST_BATCH, PackTable, check_row_length
 from bucketloader.plan import SamplingReport
 from bucketloader.plan.shapes import row_batch_sizes
 from bucketloader.stream._rows import (
+    FILL_VERSION,
     SOLVER_VERSION,
     STATE_FORMAT,
     STATS,
@@ -120,7 +121,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             ``"split"`` (pieces of ``L`` tokens; dict samples have every field of the
             document's length cut alike), counted in :attr:`stats`.
         last_batch: the last, short batch: ``"pad"`` (the collator adds all-padding rows),
-            ``"fill"`` (topped up with repeats of its own rows) or ``"drop"``. With
+            ``"fill"`` (topped up with repeats: the least seen of the rows handed out last,
+            then its own; NOTE [ What a stream's fill repeats ]) or ``"drop"``. With
             ``steps_per_epoch``: ``"pad"`` or ``"fill"``.
         max_documents: at most this many documents per batch (``cu_seqlens`` has
             ``max_documents + B + 1`` entries), between ``B`` and ``B * L`` (the default: any
@@ -160,7 +162,9 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         ([[5, 3], [2, 6], []], 3)
     """
 
-    VERSION_KEYS = ("solver",)  # NOTE [ A state across solver versions ] in stream._rows
+    #: NOTE [ A state across solver versions ] in stream._rows; the fill version in a state's
+    #: ``config`` (:meth:`_check_versions`), not an option.
+    VERSION_KEYS = ("solver", "fill")
 
     def __init__(
         self,
@@ -343,6 +347,8 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             "max_documents": self.max_documents,
             "solver": SOLVER_VERSION,  # NOTE [ A state across solver versions ] in _rows
         }
+        if self.last_batch == "fill":  # NOTE [ What a stream's fill repeats ] in stream.resume
+            config["fill"] = FILL_VERSION
         if self.steps_per_epoch is not None:
             config.update(num_replicas=self.num_replicas, steps_per_epoch=self.steps_per_epoch)
         return {**config, **source_config(self.source)}  # (NOTE [ A stream state names
@@ -374,6 +380,33 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
                 )
         super().load_state_dict(state)
 
+    def _check_versions(self, state: dict[str, Any]) -> None:
+        """Refuse a state whose ``last_batch="fill"`` completed short batches another way
+        (:data:`~bucketloader.stream._rows.FILL_VERSION`; NOTE [ What a stream's fill
+        repeats ] in :mod:`bucketloader.stream.resume`): the rest of its epoch would be other
+        batches than the saved run's. A replay state from before the epoch's first batch
+        starts the pass over, which any version does alike."""
+        saved = state["config"].get("fill")
+        if self.last_batch != "fill" or saved == FILL_VERSION:
+            return
+        if state["format"] == self.REPLAY_FORMAT and not any(state["skip"]):
+            return
+        epoch = state["epoch"]
+        how = (
+            "copies of its own rows, and a dry step with its last batch again (a bucketloader "
+            "before PackIterable recorded its fill version)"
+            if saved is None
+            else f"fill version {saved!r}"
+        )
+        raise ValueError(
+            f"state was saved by a PackIterable whose last_batch='fill' completed a short "
+            f"batch with {how}; this one completes it with the least seen of the rows it "
+            f"handed out last (fill version {FILL_VERSION}), so the rest of epoch {epoch} would "
+            "not be the batches the saved run made. Start that epoch over: skip "
+            f"load_state_dict and call stream.set_epoch({epoch}) (or set_epoch({epoch + 1}) "
+            "for the next one)"
+        )
+
     def _check_buffers(self, state: dict[str, Any]) -> None:
         read = state["read"]
 
@@ -390,6 +423,28 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             isinstance(r, list) and len(r) == 3 and isinstance(r[0], int) and docs(r[2])
             for r in state["open"]
         )
+        fill = state.get("fill", {})  # (last_batch="fill": the rows handed out last and the
+        # appearances of those repeated; NOTE [ What a stream's fill repeats ] in stream.resume)
+        fill_ok = (
+            isinstance(fill, dict)
+            and isinstance(fill.get("last", []), list)
+            and all(docs(r) and r for r in fill.get("last", []))
+            and isinstance(fill.get("seen", []), list)
+            and all(
+                isinstance(x, list)
+                and len(x) == 3
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in x)
+                and 0 <= x[0] < read
+                and x[2] >= 1
+                for x in fill.get("seen", [])
+            )
+        )
+        if not fill_ok:
+            raise ValueError(
+                f"state's fill record (the rows handed out last, and the appearances of those "
+                f"repeated) does not fit this PackIterable ({read} samples read): pass a dict "
+                "from PackIterable.state_dict(), unedited"
+            )
         if not rows_ok or not all(docs(r) for r in state["ready"]):
             raise ValueError(
                 f"state's open and ready rows do not fit this PackIterable ({read} samples "

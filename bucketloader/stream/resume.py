@@ -80,9 +80,26 @@ so a resume reproduces the repeats; it reaches back to them through the source's
 like the buffered samples. A state records the version in its ``config`` (``"fill"``); one
 saved by another version (or before it was recorded: version 1's copies) resumes into other
 batches, so ``load_state_dict`` refuses it, naming ``set_epoch`` as the way on, except a replay
-state from before the epoch's first batch. :class:`~bucketloader.stream.PackIterable` still
-completes its last batch with copies of its own rows (3 appearances of a document on
-GSM8K[:4000] in one pass).
+state from before the epoch's first batch.
+
+A :class:`~bucketloader.stream.PackIterable` (its own fill version 2, ``FILL_VERSION`` in
+:mod:`bucketloader.stream._rows`) does the same with rows: it completed its last batch with
+copies of its own rows, and a dry lane repeated its last batch at every step left (GSM8K's
+first 4,000 pairs in rows of 512, 16 a batch, one pass: a tail of a few rows made 3 copies
+of some of them; a lane of 9 rows dry for 17 of 20 steps: 6 documents 72 times each,
+s24-packfill). It keeps the rows it handed out last (its last two batches, at most ``2 B``
+rows; after a fill, its batch's rows before the earlier ones, least seen first) and how often
+each row it repeated has appeared; a short batch, or a dry step, takes each missing row from
+the least seen of those and of the batch's own (a row handed out before ahead of the batch's
+own at equal counts, and a row just taken after the others of its new count, so a step
+repeats a row only when every other has been seen as often). Every row holds at most
+``max_documents // B`` documents of at most ``L`` tokens, so the batch keeps its shape and its
+``cu_seqlens`` size. Measured (``benchmarks/fill_repeats.py``, GSM8K[:4000], one pass / 8
+simulated ranks): the most appearances of a document 3 -> 2 / 2 -> 2, repeats 67 -> 55 /
+17 -> 16 an epoch (the rows taken hold other documents than the tail's own); that lane of 9
+rows: at most 10. The state names the kept rows and the counts of those repeated (``"fill"``,
+in place of a split stream's ``"last"``) and records the version in ``config``; a state of
+another version is refused as the bucket stream's is.
 
 The pass says it, once, at its end, when one sample appeared ``FILL_TIMES`` times or more, or
 the repeats pass ``FILL_WARNING`` of what it read; a few scattered repeats (what ``"fill"`` is
@@ -384,7 +401,7 @@ def _warn_fill(engine: Any, owner: str, epoch: int) -> None:
     warnings.warn(
         f"last_batch='fill' made this {owner} hand out {extra:,} repeats of {unit} in epoch "
         f"{epoch} ({extra / max(engine.read, 1):.1%} of the {engine.read:,} it read), one "
-        f"{unit[:-1]} {most:,} times in all: {how} (and a dry shard repeats its last batch), so "
+        f"{unit[:-1]} {most:,} times in all: {how} (and so is every step of a dry shard), so "
         "the model trains "
         "on those more often than on the rest; report() counts the repeats, and "
         "last_batch='pad' completes a short batch with masked padding rows instead",
