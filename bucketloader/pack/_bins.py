@@ -50,9 +50,10 @@ groups are keys (the room, then the latest group first, :class:`_Open`): those w
 size in hand on a stack, the tightest on top (a room moved up is below all on it, and a step's new
 room below the one it came from), the others in a heap, the largest room first, moved up as the
 sizes fall: a step costs ``O(log n)``, but its keys are big integers, and its per-document loop for
-sizes of one document breaks at every repeated size (below 4k sizes, 1.1-1.5x the sorted rooms' time
-where most but not nearly all sizes hold one document: ``benchmarks/bfd_paths.py``, which also shows
-which loop ``best_fit`` picks where). Both make the same plan. The bits of one Python integer, as in
+sizes of one document breaks at every repeated size (below 4k sizes, 1.5-2.0x the sorted rooms' time
+where most but not nearly all sizes hold one document, 1.2-1.5x where nearly all do, and 1.3-1.8x at
+6k-8k sizes, in session 24's run: ``benchmarks/bfd_paths.py``, which also shows which loop
+``best_fit`` picks where). Both make the same plan. The bits of one Python integer, as in
 the benchmark's baselines, cost three big-integer operations per step, 10-20% of the loop. A row
 chosen for size ``s`` stays the tightest until its room drops below ``s``, so it takes ``room // s``
 documents at once, and all the rows of a group take them together (exactly per-document BFD, in one
@@ -395,7 +396,12 @@ session 17, load about 5): at one document a size the per-document loop takes 0.
 faster bulk loop's time (375 to 8,000 sizes, rows of 16,384 to 2**24); at up to 1.55
 documents a size 0.52-0.94x from 1,000 sizes on, 0.54-1.54x at 375 (its numpy pass is a fixed
 cost); at 2.1-2.4 documents a size 0.93-1.49x, and more above, where a bulk step places several
-documents.
+documents. Rerun in session 24 (load about 4), after the sorted rooms' loop got faster (NOTE
+[ Two solvers, the tighter plan ]): 0.65-0.79x at one document a size, 0.65-1.16x up to 1.55
+from 1,000 sizes on and 0.73-1.18x at 375, 1.18-1.45x at 2.1-2.4; the loop ``best_fit`` picks
+takes at most 1.78x the fastest loop's time (median 1.00x; more than 1.1x in 25 of 192 cases,
+most of them keyed at 6k-8k sizes, where the sorted rooms are now faster): the thresholds are
+session 17's, not tuned again.
 Against benchmarks/small_costs.py's per-document BFD over a sorted list of rooms
 (``bfd_sorted``, which counts rows and records none) ``PackSpec.build(search="never")`` now
 takes 2.5-3.7x its time at 375 documents, 1.1-2.1x at 2,000 and 1.0-1.3x at 10,000 in rows of
@@ -1405,10 +1411,12 @@ _LAST = (1 << (_ROOM - 1)) - 1
 _RUN = 8
 #: :func:`best_fit` keeps the rooms sorted (:func:`_fit_by_room`) below ``_MANY`` sizes unless
 #: all but one in ``_SINGLE`` of them hold one document each; else it keys the open groups
-#: (:func:`_fit_by_key`). Measured by ``benchmarks/bfd_paths.py`` (results/bfd_paths.md): with
-#: fewer than 4k sizes the keyed path is 1.1-1.5x the sorted rooms' time where 80-97% of the
-#: sizes hold one document (its per-document loop breaks at every repeated size), and about as
-#: fast or faster (0.5-1.0x) where nearly all do.
+#: (:func:`_fit_by_key`). Measured by ``benchmarks/bfd_paths.py`` (results/bfd_paths.md) in
+#: session 17: with fewer than 4k sizes the keyed path was 1.1-1.5x the sorted rooms' time where
+#: 80-97% of the sizes hold one document (its per-document loop breaks at every repeated size),
+#: and about as fast or faster (0.5-1.0x) where nearly all do. Since session 24's faster rooms
+#: loop it is 1.5-2.0x and 1.2-1.5x, and 1.3-1.8x at 6k-8k sizes (so these could rise; the
+#: keys still guard the ``O(n)`` inserts at hundreds of thousands of sizes).
 _MANY = 4096
 _SINGLE = 100
 #: :func:`_fit_by_room` keeps its stacks' tops by room in a list of ``L + 1`` slots (``L`` the
