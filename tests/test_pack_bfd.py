@@ -1039,12 +1039,16 @@ def _plan(p):
 def _plans(sizes, counts, rows, paths):
     """``best_fit``'s plans (checked) by each of ``paths``: ``_RUN`` and ``_WALK`` set, and the
     keyed, the sorted rooms' or the per-document loop (``"key"``, ``"room"``, ``"doc"``) called
-    whatever ``best_fit`` would pick: each code path forced."""
+    whatever ``best_fit`` would pick: each code path forced (``"room, dict"``: the sorted
+    rooms' loop with its rooms in a dict, as in rows long for the sizes, ``_ROOM_SLOTS``)."""
     loops = {"key": _bins._fit_by_key, "room": _bins._fit_by_room, "doc": _bins._fit_by_document}
+    loops["room, dict"] = _bins._fit_by_room
     for run, walk, path in paths:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(_bins, "_RUN", run)
             mp.setattr(_bins, "_WALK", walk)
+            if path == "room, dict":
+                mp.setattr(_bins, "_ROOM_SLOTS", 0)
             fit = loops[path](sizes, counts, rows)
         _check_patterns(fit, sizes, counts, rows)
         yield _plan(fit)
@@ -1081,6 +1085,7 @@ def test_bulk_best_fit_makes_the_same_plan_step_by_step(docs, repeat, rows, scal
     rows=st.sampled_from([(5,), (12,), (13,), (30,), (7, 20), (5, 24, 64)]),
 )
 @example(docs=[4, 2, 1], counts=[1, 2, 1], rows=(5,))  # (two groups of room 1 for the 1)
+@example(docs=[4, 2, 1], counts=[1, 2, 2], rows=(5,))  # (... and both taken, the latest first)
 @example(docs=[3, 2, 1], counts=[1, 1, 1], rows=(6,))  # (room 1 left by 3 + 2, one by one)
 @example(docs=[2, 1], counts=[1, 2], rows=(4,))  # (a new row's room 2 holds two 1s)
 def test_bulk_best_fit_breaks_ties_as_the_step_by_step_plan(docs, counts, rows):
@@ -1092,6 +1097,8 @@ def test_bulk_best_fit_breaks_ties_as_the_step_by_step_plan(docs, counts, rows):
     counts = np.array(counts[: len(sizes)])
     want = reference_plan(sizes, counts, rows)
     paths = ((1, 1 << 30, "key"), (1, 0, "key"), (1 << 30, 0, "key"), (8, 0, "room"))
+    # (the rows here are short: the sorted rooms' loop keeps a list of rooms, unless forced)
+    paths = (*paths, (8, 0, "room, dict"))
     for plan in _plans(sizes, counts, rows, (*paths, (8, 0, "doc"))):
         assert plan == want
 

@@ -28,37 +28,43 @@ times a BFD, so the default plan runs it over every document only where repackin
 rows with room falls short (NOTE [ Repacking the rows with room ]).
 
 NOTE [ Two solvers, the tighter plan ]
-MBS searches a subset sum per *pattern*, so its cost grows with the distinct patterns: on a
-small file (2k documents, nearly every row its own pattern) or a long-tailed one it is slower
-than best-fit decreasing, and on long-tailed lengths it can leave more rows (the largest
-documents, placed first with the closest fill, strand mid-sized ones). Best-fit decreasing runs
-first, in bulk over the histogram: the rows with the same contents and the same room form one
-group. Where there are fewer than ``_MANY`` sizes, more than one in ``_SINGLE`` of them held by
-several documents (:func:`_fit_by_room`), the rooms with a group are kept sorted, so "the
-tightest row that holds ``s``" is one ``bisect`` away, once per size: its index stays right
-across the size's steps (a room that empties is deleted at that index, and a new room, below
-``s``, is inserted before it). Elsewhere (:func:`_fit_by_key`) that list grows with the open
-rows and each insert moves ``O(n)`` of it (1M documents of about 900k distinct sizes in rows of
-2**24 took 10.7 s in session 12), so the open groups are keys (the room, then the latest group
-first, :class:`_Open`): those whose room holds the size in hand on a stack, the tightest on top
-(a room moved up is below all on it, and a step's new room below the one it came from), the
-others in a heap, the largest room first, moved up as the sizes fall: a step costs ``O(log n)``,
-but its keys are big integers, and its per-document loop for sizes of one document breaks at
-every repeated size (below 4k sizes, 1.1-1.5x the sorted rooms' time where most but not nearly
-all sizes hold one document: ``benchmarks/bfd_paths.py``, which also shows which loop
-``best_fit`` picks where). Both make the same plan. The bits of one Python integer, as in the
-benchmark's baselines, cost three big-integer operations per step, 10-20% of the loop. A row
-chosen for size ``s`` stays the tightest until its room drops below ``s``, so it takes
-``room // s`` documents at once, and all the rows of a group take them together (exactly
-per-document BFD, in one step per group and size). When
-its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can do better, and within
-0.1% of it an MBS search (up to a second at 1M long-tailed documents) could save at most that
-0.1%: the search is skipped; it is also skipped on too few documents per distinct size (NOTE
-[ Planning at the speed of best-fit decreasing ]). Otherwise BFD's rows with room are repacked
-first (NOTE [ Repacking the rows with room ]), and only where that is not within 0.1% of the
-bound (or, by default, within the promise) MBS runs over every document too; the plan with the
-fewest row tokens is kept (BFD on a tie, then the repacked rows), so the plan is never looser
-than best-fit decreasing. With several row lengths the same tests run on row tokens, against
+MBS searches a subset sum per *pattern*, so its cost grows with the distinct patterns: on a small
+file (2k documents, nearly every row its own pattern) or a long-tailed one it is slower than
+best-fit decreasing, and on long-tailed lengths it can leave more rows (the largest documents,
+placed first with the closest fill, strand mid-sized ones). Best-fit decreasing runs first, in bulk
+over the histogram: the rows with the same contents and the same room form one group. Where there
+are fewer than ``_MANY`` sizes, more than one in ``_SINGLE`` of them held by several documents
+(:func:`_fit_by_room`), the rooms with a group are kept sorted (those the smallest size fits: the
+others are never chosen), so "the tightest row that holds ``s``" is one ``bisect`` away, at most
+once per size: its index stays right across the size's steps and on to the next size (a room that
+empties is deleted at that index, a new room below ``s`` is inserted before it, one of ``s`` or more
+after it), so a smaller size needs a ``bisect`` only where some room lies between it and the size
+before. The groups of a room are a stack: its top by room (a list of ``L + 1`` slots, or a dict
+where that would be more than ``_ROOM_SLOTS`` slots a size), each group below the top found from the
+one above it. Session 24 made it so (before: every room kept, a list per room in a dict, a
+``bisect`` per size): 0.71-0.91x that loop's time on 1k-1M documents (code-like, GSM8K-like, uniform
+lengths; 0.55x on 10,000 in (L/4, L/2] in rows of 16,384), the same plans. Elsewhere
+(:func:`_fit_by_key`) that list grows with the open rows and each insert moves ``O(n)`` of it (1M
+documents of about 900k distinct sizes in rows of 2**24 took 10.7 s in session 12), so the open
+groups are keys (the room, then the latest group first, :class:`_Open`): those whose room holds the
+size in hand on a stack, the tightest on top (a room moved up is below all on it, and a step's new
+room below the one it came from), the others in a heap, the largest room first, moved up as the
+sizes fall: a step costs ``O(log n)``, but its keys are big integers, and its per-document loop for
+sizes of one document breaks at every repeated size (below 4k sizes, 1.5-2.0x the sorted rooms' time
+where most but not nearly all sizes hold one document, 1.2-1.5x where nearly all do, and 1.3-1.8x at
+6k-8k sizes, in session 24's run: ``benchmarks/bfd_paths.py``, which also shows which loop
+``best_fit`` picks where). Both make the same plan. The bits of one Python integer, as in
+the benchmark's baselines, cost three big-integer operations per step, 10-20% of the loop. A row
+chosen for size ``s`` stays the tightest until its room drops below ``s``, so it takes ``room // s``
+documents at once, and all the rows of a group take them together (exactly per-document BFD, in one
+step per group and size). When its rows meet the L2 lower bound (NOTE [ Lower bounds ]) nothing can
+do better, and within 0.1% of it an MBS search (up to a second at 1M long-tailed documents) could
+save at most that 0.1%: the search is skipped; it is also skipped on too few documents per distinct
+size (NOTE [ Planning at the speed of best-fit decreasing ]). Otherwise BFD's rows with room are
+repacked first (NOTE [ Repacking the rows with room ]), and only where that is not within 0.1% of
+the bound (or, by default, within the promise) MBS runs over every document too; the plan with the
+fewest row tokens is kept (BFD on a tie, then the repacked rows), so the plan is never looser than
+best-fit decreasing. With several row lengths the same tests run on row tokens, against
 :func:`capacity_bound`.
 
 NOTE [ Repacking the rows with room ]
@@ -320,26 +326,26 @@ version 11 (the flag ``filled``).
 
 NOTE [ Planning at the speed of best-fit decreasing ]
 A plan should not cost more than the best-fit decreasing a user could write (issue 26:
-benchmarks/small_costs.py races a careful bulk BFD that outputs the packing in this module's
-form, and one that counts rows only, from 1k to 10M documents). The bulk BFD here is that BFD
-with the group contents kept: one group per step of its loop (a remainder of fewer than
-``room // s`` documents is the next step's, which finds the same row), no call per step, the
-documents longer than ``L / 2`` opening their rows at once. A group is its parent and one
-packed code (a row's first code carries its row length), the live groups' codes read once at
-the end by walking their parents (with keys, NOTE [ Two solvers, the tighter plan ], in numpy a
-level at a time past ``_WALK`` groups; until session 22 the sorted rooms' loop copied its
-parent's tuple of codes at each step instead: 1.01-1.17x the time of this, same plans), and runs of
-sizes of one document each (where nearly every document has its own length, as in long rows) are
-placed by a per-document loop that records only the key it took (:func:`_single_steps`).
-``PackSpec.build`` reads the lengths once (NOTE [ One pass over the lengths ] in
-:mod:`bucketloader.pack.spec`). The MBS search over every document costs about 0.05-0.1 ms per
-pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k documents (session 6); repacking only
-BFD's rows with the most room (NOTE [ Repacking the rows with room ]) saves the same 0.5-1.2% of
-the rows on GSM8K-like lengths in 0.697-0.926x a per-document BFD's time on 1k-2k documents,
-0.216x at 10k and under 0.05x from 100k on (benchmarks/results/small_costs.md, session 18; the
-runs of sessions 7-17 measured 0.73-1.15x on 1k-2k documents), so the default
-searches where BFD misses its promise; the caller can still choose (``search``, a
-:meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
+benchmarks/small_costs.py races a careful bulk BFD that outputs the packing in this module's form,
+and one that counts rows only, from 1k to 10M documents). The bulk BFD here is that BFD with the
+group contents kept: one group per step of its loop (a remainder of fewer than ``room // s``
+documents is the next step's, which finds the same row), no call per step, the documents longer than
+``L / 2`` opening their rows at once. A group is its parent and one packed code (a row's first code
+carries its row length; in :func:`_fit_by_room` its row length plus one, so that it also marks where
+its pattern starts and the walk records no offsets), the live groups' codes read once at the end by
+walking their parents (with keys, NOTE [ Two solvers, the tighter plan ], in numpy a level at a time
+past ``_WALK`` groups; until session 22 the sorted rooms' loop copied its parent's tuple of codes at
+each step instead: 1.01-1.17x the time of this, same plans), and runs of sizes of one document each
+(where nearly every document has its own length, as in long rows) are placed by a per-document loop
+that records only the key it took (:func:`_single_steps`). ``PackSpec.build`` reads the lengths once
+(NOTE [ One pass over the lengths ] in :mod:`bucketloader.pack.spec`). The MBS search over every
+document costs about 0.05-0.1 ms per pattern in Python, 5.6-7.5x a per-document BFD on 1k-2k
+documents (session 6); repacking only BFD's rows with the most room (NOTE
+[ Repacking the rows with room ]) saves the same 0.5-1.2% of the rows on GSM8K-like lengths in
+0.697-0.926x a per-document BFD's time on 1k-2k documents, 0.216x at 10k and under 0.05x from 100k
+on (benchmarks/results/small_costs.md, session 18; the runs of sessions 7-17 measured 0.73-1.15x on
+1k-2k documents), so the default searches where BFD misses its promise; the caller can still choose
+(``search``, a :meth:`PackSpec.build <bucketloader.pack.PackSpec.build>` option):
 
 - ``"auto"`` (default): the search runs when BFD's padding is more than 0.5 percentage points
   above the ``ceil(tokens / L)`` bound's (the packing promise of issue 25, e.g. GSM8K at
@@ -390,7 +396,12 @@ session 17, load about 5): at one document a size the per-document loop takes 0.
 faster bulk loop's time (375 to 8,000 sizes, rows of 16,384 to 2**24); at up to 1.55
 documents a size 0.52-0.94x from 1,000 sizes on, 0.54-1.54x at 375 (its numpy pass is a fixed
 cost); at 2.1-2.4 documents a size 0.93-1.49x, and more above, where a bulk step places several
-documents.
+documents. Rerun in session 24 (load about 4), after the sorted rooms' loop got faster (NOTE
+[ Two solvers, the tighter plan ]): 0.65-0.79x at one document a size, 0.65-1.16x up to 1.55
+from 1,000 sizes on and 0.73-1.18x at 375, 1.18-1.45x at 2.1-2.4; the loop ``best_fit`` picks
+takes at most 1.78x the fastest loop's time (median 1.00x; more than 1.1x in 25 of 192 cases,
+most of them keyed at 6k-8k sizes, where the sorted rooms are now faster): the thresholds are
+session 17's, not tuned again.
 Against benchmarks/small_costs.py's per-document BFD over a sorted list of rooms
 (``bfd_sorted``, which counts rows and records none) ``PackSpec.build(search="never")`` now
 takes 2.5-3.7x its time at 375 documents, 1.1-2.1x at 2,000 and 1.0-1.3x at 10,000 in rows of
@@ -445,6 +456,7 @@ from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -957,40 +969,52 @@ def _lists(
 
 def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]) -> Patterns:
     """:func:`best_fit` where few sizes hold one document each: the rooms with a group kept
-    sorted (one ``bisect`` per size, its index right across the size's steps) and the groups
-    of a room in a stack, each group its parent and one code."""
+    sorted (at most one ``bisect`` per size, its index right across the size's steps and on
+    to the next size) and the groups of a room in a stack, each group its parent and one
+    code."""
     vals, cnt, lens, gid = _lists(sizes, counts, row_lengths)
     # a group: rows with the same contents and room; its contents are its parent group's
     # (parent[g], -1 for new rows) plus one code (code[g]: size index and mult, and in a row's
-    # first code the row length index); by_room[room] = live group ids; open_rooms = their
-    # rooms, sorted. The loop is inlined on purpose, appends bound once: it is the whole cost
-    # of a plan (NOTE [ Planning at the speed of best-fit decreasing ]); each step splits k
-    # rows off one group (or opens k rows).
+    # first code the row length index plus one, so that it marks where a pattern starts:
+    # :func:`_group_patterns`); open_rooms = the rooms with a group, sorted (at: the first
+    # that holds s, kept right from size to size). The loop is inlined on purpose, appends
+    # bound once: it is the whole cost of a plan (NOTE [ Planning at the speed of best-fit
+    # decreasing ]); each step splits k rows off one group (or opens k rows).
     parent = [-1] * gid
-    code = list(range(1, gid << _MULT | 1, 1 << _MULT))
+    code = list(range(_FIRST | 1, _FIRST | gid << _MULT | 1, 1 << _MULT))
     rows = cnt[:gid]
     add_parent, add_code, add_rows = parent.append, code.append, rows.append
-    by_room: dict[int, list[int]] = {lens[0] - s: [g] for g, s in enumerate(vals[:gid])}
-    room_of = by_room.get
-    open_rooms = sorted(by_room)  # the rooms some group has, increasing
-    n_open = len(open_rooms)
+    least = vals[-1]  # (a room below the smallest size holds no document: not kept)
+    # by_room[room]: the top group of the room's stack (None: none, also once emptied); a
+    # group pushed on another is linked to it (under); a list of L + 1 slots where that is at
+    # most _ROOM_SLOTS slots a size (its subscripts cost less than a dict's), else a dict
+    listed = lens[-1] <= _ROOM_SLOTS * len(vals)
+    by_room: Any = [None] * (lens[-1] + 1) if listed else {}
+    room_of = by_room.__getitem__ if listed else by_room.get
+    open_rooms = [lens[0] - s for s in vals[:gid] if lens[0] - s >= least]  # (increasing)
+    for g, room in enumerate(open_rooms, gid - len(open_rooms)):
+        by_room[room] = g
+    under: dict[int, int] = {}
+    under_of = under.get
+    n_open = at = len(open_rooms)  # (the rooms from at on hold the last size, no others)
     codes = range(gid << _MULT, len(cnt) << _MULT, 1 << _MULT)  # (a size's index, as a code)
     for here, s, c in zip(codes, vals[gid:], cnt[gid:], strict=True):
-        at = bisect_left(open_rooms, s)
+        if at and open_rooms[at - 1] >= s:  # (else at is right: no room between the sizes)
+            at = bisect_left(open_rooms, s, 0, at - 1)
         # one document: the loop's one step below with m = k = 1, unrolled because at small N
         # most sizes hold one document and the general step's arithmetic was most of their
         # time (profiled in session 15; the plans are the loop's)
         if c == 1:
             if at < n_open:
                 room = open_rooms[at]
-                stack = by_room[room]
-                g = stack[-1]
+                g = by_room[room]
                 n = rows[g]
                 rows[g] = n - 1
                 if n == 1:  # (the group's last row: closed)
-                    stack.pop()
-                    if not stack:
-                        del by_room[room], open_rooms[at]
+                    t = under_of(g)
+                    by_room[room] = t
+                    if t is None:
+                        del open_rooms[at]
                         n_open -= 1
                 add_parent(g)
                 add_code(here | 1)
@@ -998,24 +1022,25 @@ def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, 
                 kind = 0 if s <= lens[0] else next(j for j, x in enumerate(lens) if x >= s)
                 room = lens[kind]
                 add_parent(-1)
-                add_code(kind << _KIND | here | 1)
+                add_code((kind + 1) << _KIND | here | 1)
             left = room - s
-            if left:
-                other = room_of(left)
-                if other is None:
-                    by_room[left] = [gid]
+            if left >= least:
+                t = room_of(left)
+                by_room[left] = gid
+                if t is None:
                     insort(open_rooms, left)
                     n_open += 1
+                    if left < s:
+                        at += 1
                 else:
-                    other.append(gid)
+                    under[gid] = t
             gid += 1
             add_rows(1)
             continue
         while c:  # one group per step: m documents of size s in each of k rows
             if at < n_open:  # the tightest open row that holds s: rows of group g
                 room = open_rooms[at]
-                stack = by_room[room]
-                g = stack[-1]
+                g = by_room[room]
                 n = rows[g]
                 m = room // s  # the row stays the tightest until its room drops below s
                 k = c // m
@@ -1026,9 +1051,9 @@ def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, 
                 n -= k
                 rows[g] = n
                 if not n:
-                    stack.pop()
-                    if not stack:
-                        del by_room[room]
+                    t = under_of(g)
+                    by_room[room] = t
+                    if t is None:
                         del open_rooms[at]
                         n_open -= 1
                 add_parent(g)
@@ -1041,7 +1066,7 @@ def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, 
                 if not k:
                     m, k = c, 1
                 add_parent(-1)
-                add_code(kind << _KIND | here | m)
+                add_code((kind + 1) << _KIND | here | m)
             else:  # no open row holds s: new rows of the shortest row length
                 room = lens[0]
                 m = room // s
@@ -1049,18 +1074,19 @@ def _fit_by_room(sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, 
                 if not k:
                     m, k = c, 1
                 add_parent(-1)
-                add_code(here | m)
+                add_code(_FIRST | here | m)
             c -= k * m
             left = room - m * s  # (below s: the next step looks again)
-            if left:  # (a full row is never chosen again: not a room)
-                other = room_of(left)
-                if other is None:
-                    by_room[left] = [gid]
+            if left >= least:  # (nor is a room no document fits: not kept)
+                t = room_of(left)
+                by_room[left] = gid
+                if t is None:
                     insort(open_rooms, left)
                     n_open += 1
-                    at += 1  # (left < s: inserted before the rooms that hold s)
+                    if left < s:
+                        at += 1  # (inserted before the rooms that hold s)
                 else:
-                    other.append(gid)
+                    under[gid] = t
             gid += 1
             add_rows(k)
     return _group_patterns(sizes, rows, parent, code)
@@ -1203,12 +1229,30 @@ def _same_rows(
 def _group_patterns(
     sizes: np.ndarray, rows: list[int], parent: list[int], code: list[int]
 ) -> Patterns:
-    """The live groups of :func:`_fit_by_room` (those with rows) as patterns, in group order."""
+    """The live groups of :func:`_fit_by_room` (those with rows) as patterns, in group order:
+    each group's codes from its own up to its row's first, the last group first, turned round
+    (:func:`_walked`, with no offsets: a row's first code, ``_FIRST`` or more, starts each)."""
     # (walked in Python at any count: a row here holds few groups, and numpy's walk a level at
     # a time was 1.02-1.07x slower even at 1.5k-3.7k live groups, measured in session 22)
-    live = list(itertools.compress(range(len(rows)), rows))
-    packed, offsets = _walked(live, parent, code)
-    return _decoded(sizes, np.fromiter(filter(None, rows), np.int64, len(live)), offsets, packed)
+    flat: list[int] = []
+    put = flat.append
+    for g in itertools.compress(range(len(rows) - 1, -1, -1), reversed(rows)):
+        while g >= 0:
+            put(code[g])
+            g = parent[g]
+    flat.reverse()
+    packed = np.fromiter(flat, np.int64, len(flat))
+    starts = (packed >= _FIRST).nonzero()[0]
+    kind = packed[starts] >> _KIND
+    kind -= 1
+    return Patterns(
+        sizes=np.asarray(sizes, dtype=np.int64),
+        kind=kind,
+        reps=np.fromiter(filter(None, rows), np.int64, starts.size),
+        offsets=np.append(starts, packed.size),
+        items=(packed >> _MULT) & ((1 << (_KIND - _MULT)) - 1),
+        mult=packed & ((1 << _MULT) - 1),
+    )
 
 
 def _decoded(
@@ -1356,6 +1400,8 @@ def _single_steps(state: _Open, vals: list[int], length: int, lo: int, hi: int, 
 #: length, 2**24; a size index below that), and a row's first code adds ``kind << _KIND``.
 _MULT = 25
 _KIND = 2 * _MULT
+#: :func:`_fit_by_room`'s row's first code: ``(kind + 1) << _KIND | ...`` (so at least this).
+_FIRST = 1 << _KIND
 #: :func:`best_fit`'s keys of open groups: ``room << _ROOM | (_LAST - group id) << 1 | multi``
 #: (a room is at most 2**24: a key fits in 63 bits).
 _ROOM = 38
@@ -1365,12 +1411,20 @@ _LAST = (1 << (_ROOM - 1)) - 1
 _RUN = 8
 #: :func:`best_fit` keeps the rooms sorted (:func:`_fit_by_room`) below ``_MANY`` sizes unless
 #: all but one in ``_SINGLE`` of them hold one document each; else it keys the open groups
-#: (:func:`_fit_by_key`). Measured by ``benchmarks/bfd_paths.py`` (results/bfd_paths.md): with
-#: fewer than 4k sizes the keyed path is 1.1-1.5x the sorted rooms' time where 80-97% of the
-#: sizes hold one document (its per-document loop breaks at every repeated size), and about as
-#: fast or faster (0.5-1.0x) where nearly all do.
+#: (:func:`_fit_by_key`). Measured by ``benchmarks/bfd_paths.py`` (results/bfd_paths.md) in
+#: session 17: with fewer than 4k sizes the keyed path was 1.1-1.5x the sorted rooms' time where
+#: 80-97% of the sizes hold one document (its per-document loop breaks at every repeated size),
+#: and about as fast or faster (0.5-1.0x) where nearly all do. Since session 24's faster rooms
+#: loop it is 1.5-2.0x and 1.2-1.5x, and 1.3-1.8x at 6k-8k sizes (so these could rise; the
+#: keys still guard the ``O(n)`` inserts at hundreds of thousands of sizes).
 _MANY = 4096
 _SINGLE = 100
+#: :func:`_fit_by_room` keeps its stacks' tops by room in a list of ``L + 1`` slots (``L`` the
+#: longest row length) where ``L`` is at most this many times the distinct sizes, else in a
+#: dict: the list saves about 5% of the loop (1,000 documents in (L/8, L/2], L = 1,024: 267 us
+#: against 280, session 24) and costs 0.45 ns a slot to make (``[None] * 16385``: 6.3 us), so
+#: at most 7 ns a size, where the loop spends 0.5-1.4 us a size.
+_ROOM_SLOTS = 16
 #: :func:`best_fit` places the documents one at a time (:func:`_fit_by_document`) where they
 #: are at most ``_BY_DOCUMENT`` and at most ``_DOCS_PER_SIZES[1] / _DOCS_PER_SIZES[0]`` (1.5)
 #: per distinct size (NOTE [ Few documents a size ]).
