@@ -1133,22 +1133,30 @@ def _dense_merge(
     so the envelope is :func:`envelope_histogram`'s (which counts over the merged lengths)."""
     total = np.zeros(hi - lo + 1, dtype=np.int64)
     most = np.zeros_like(total) if envelope else None
+    mine = np.zeros_like(total) if envelope else None
     for h in hists:
         if h is None:
             continue
         at = h.values - lo
         total[at] += h.counts  # (a rank's values are distinct: exact)
-        if most is not None:
-            mine = np.zeros_like(total)
+        if most is not None and mine is not None:
+            mine[:] = 0
             mine[at] = h.counts
-            np.maximum(most, np.cumsum(mine[::-1])[::-1], out=most)
+            above = mine[::-1]  # (the rank's samples at or above every length, in place)
+            np.cumsum(above, out=above)
+            np.maximum(most, mine, out=most)
+    del mine
     values = np.flatnonzero(total)
-    merged = LengthHistogram(values + lo, total[values])
+    counts = total[values]
+    del total
+    values += lo
+    merged = LengthHistogram(values, counts)
+    del values, counts
     if most is None:
         return merged, None
-    counts = most - np.append(most[1:], 0)
-    keep = np.flatnonzero(counts > 0)
-    return merged, LengthHistogram(keep + lo, counts[keep])
+    most[:-1] -= most[1:]  # (the envelope's count at each length)
+    keep = np.flatnonzero(most)
+    return merged, LengthHistogram(keep + lo, most[keep])
 
 
 def _rank_cells(
@@ -1483,4 +1491,5 @@ def _unpack(text: str) -> np.ndarray:
 
 def _inflate(raw: bytes) -> np.ndarray:
     """The array :func:`_pack` wrote, from its zlib'd bytes (the base64 undone)."""
-    return np.frombuffer(zlib.decompress(raw), dtype="<i8").astype(np.int64)
+    # (read-only, no copy on a little-endian machine: the callers copy what they keep)
+    return np.frombuffer(zlib.decompress(raw), dtype="<i8").astype(np.int64, copy=False)
