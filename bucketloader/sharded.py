@@ -1419,7 +1419,8 @@ def _gather_histograms(
         {
             "rank": rank,
             "arguments": arguments,
-            "values": "" if own is None else _pack(np.diff(own.values, prepend=0)),
+            # (the gaps from the shortest length: small, so mostly 1 or 2 bytes each)
+            "values": "" if own is None else _pack(np.diff(own.values, prepend=own.min)),
             "counts": "" if own is None else _pack(own.counts),
             # shortest and longest length and distinct lengths: the span every rank's
             # histogram is counted over before any is decoded (_merged)
@@ -1436,11 +1437,19 @@ def _gather_histograms(
     empty = [it["rank"] for it in items if not it["values"]]
     if empty and (not exchange or len(empty) == num_replicas):
         raise ValueError(_empty_message(empty))
+    odd = [
+        it["rank"]
+        for it in items
+        if it["values"] and ("span" not in it or it["values"][:1] not in _WIDTHS)
+    ]
+    if odd:  # (the same payloads on every rank: every rank raises this)
+        raise ValueError(
+            f"rank(s) {odd} sent their shard histogram in another format than rank {rank}'s "
+            "(an older bucketloader); every rank must run the same version of bucketloader"
+        )
     spans = [it["span"] if it["values"] else None for it in items]
     packed = [
-        (base64.b64decode(it.pop("values")), base64.b64decode(it.pop("counts")))
-        if it["values"]
-        else None
+        (_split(it.pop("values")), _split(it.pop("counts"))) if it["values"] else None
         for it in items
     ]
     return _Packed(packed, spans)
@@ -1453,7 +1462,9 @@ class _Packed(Sequence["LengthHistogram | None"]):
     distinct lengths (``None`` for an empty shard), checked against its arrays when read."""
 
     def __init__(
-        self, packed: list[tuple[bytes, bytes] | None], spans: list[list[int] | None]
+        self,
+        packed: list[tuple[tuple[str, bytes], tuple[str, bytes]] | None],
+        spans: list[list[int] | None],
     ) -> None:
         self._packed = packed
         self.spans = spans
@@ -1465,31 +1476,53 @@ class _Packed(Sequence["LengthHistogram | None"]):
         item = self._packed[i]
         if item is None:
             return None
-        values, counts = (_inflate(x) for x in item)
-        h = LengthHistogram(np.cumsum(values), counts)
-        span = [h.min, h.max, int(h.values.size)]
-        if span != self.spans[i]:  # (the dense counters of _merged trust it)
+        span = self.spans[i]
+        gaps, counts = (_inflate(x) for x in item)
+        if span is None or gaps.size != span[2]:
             raise ValueError(
-                f"rank {i}'s gathered histogram spans {span} (shortest, longest, distinct "
-                f"lengths), but its payload says {self.spans[i]}; every rank must run the same "
-                "version of bucketloader"
+                f"rank {i}'s gathered histogram has {gaps.size} distinct lengths, but its payload "
+                f"says {span}; every rank must run the same version of bucketloader"
+            )
+        h = LengthHistogram(np.cumsum(gaps) + span[0], counts)
+        if h.max != span[1]:  # (the dense counters of _merged trust the span)
+            raise ValueError(
+                f"rank {i}'s gathered histogram ends at length {h.max}, but its payload says "
+                f"{span[1]}; every rank must run the same version of bucketloader"
             )
         return h
 
 
+#: NOTE [ Gathered histograms ]: the first character of a packed array names the type of its
+#: bytes, the narrowest that holds every entry.
+_WIDTHS = {"1": "u1", "2": "<u2", "4": "<u4", "8": "<i8"}
+
+
 def _pack(a: np.ndarray) -> str:
-    """NOTE [ Gathered histograms ]: an ``int64`` array as JSON-safe text (little-endian bytes,
-    zlib, base64)."""
-    raw = np.ascontiguousarray(a, dtype="<i8").tobytes()
-    return base64.b64encode(zlib.compress(raw, 1)).decode("ascii")
+    """NOTE [ Gathered histograms ]: an ``int64`` array as JSON-safe text: one character for
+    the bytes per entry (1, 2 or 4 unsigned where every entry fits, else 8 signed), then the
+    little-endian bytes, zlib'd and base64'd."""
+    a = np.asarray(a, dtype=np.int64)
+    width = "8"
+    if a.size and int(a.min()) >= 0:
+        top = int(a.max())
+        width = "1" if top < 2**8 else "2" if top < 2**16 else "4" if top < 2**32 else "8"
+    raw = np.ascontiguousarray(a, dtype=_WIDTHS[width]).tobytes()
+    return width + base64.b64encode(zlib.compress(raw, 1)).decode("ascii")
 
 
 def _unpack(text: str) -> np.ndarray:
     """The array :func:`_pack` wrote."""
-    return _inflate(base64.b64decode(text))
+    return _inflate(_split(text))
 
 
-def _inflate(raw: bytes) -> np.ndarray:
-    """The array :func:`_pack` wrote, from its zlib'd bytes (the base64 undone)."""
-    # (read-only, no copy on a little-endian machine: the callers copy what they keep)
-    return np.frombuffer(zlib.decompress(raw), dtype="<i8").astype(np.int64, copy=False)
+def _split(text: str) -> tuple[str, bytes]:
+    """:func:`_pack`'s text as its width and its zlib'd bytes (the base64 undone: what
+    :class:`_Packed` holds, three quarters of the text)."""
+    return text[:1], base64.b64decode(text[1:])
+
+
+def _inflate(packed: tuple[str, bytes]) -> np.ndarray:
+    """The array :func:`_pack` wrote, from :func:`_split`'s parts."""
+    width, raw = packed
+    # (read-only, no copy where the bytes are already int64: the callers copy what they keep)
+    return np.frombuffer(zlib.decompress(raw), dtype=_WIDTHS[width]).astype(np.int64, copy=False)

@@ -452,8 +452,6 @@ def test_gathered_merge_and_envelope_match_the_held_ones():
     """NOTE [ Gathered histograms ]: the ranks' packed histograms, read one at a time, merge
     and envelope (NOTE [ Sharded plan ] 6) exactly as the histograms held at once do, over a
     narrow span of lengths (dense counters) and a wide one (a running merge)."""
-    import base64
-
     import bucketloader.sharded as sharded
     from bucketloader.plan.sharded import envelope_histogram
 
@@ -467,8 +465,8 @@ def test_gathered_merge_and_envelope_match_the_held_ones():
             packed = sharded._Packed(
                 [
                     tuple(
-                        base64.b64decode(sharded._pack(a))
-                        for a in (np.diff(h.values, prepend=0), h.counts)
+                        sharded._split(sharded._pack(a))
+                        for a in (np.diff(h.values, prepend=h.min), h.counts)
                     )
                     for h in hists
                 ],
