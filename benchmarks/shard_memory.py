@@ -8,14 +8,19 @@ group is started: ``all_gather_object`` is replaced by a function that hands eve
 payload (captured from that rank's own call) to rank 0, which is then built as it is in a job,
 with ``shard_histograms`` left out. The payloads are made before the measurement, so the peak
 (``tracemalloc``, from the start of the constructor to its end) leaves out what
-``all_gather_object`` delivers and counts what the sampler decodes and builds from it. Time is
-the constructor's wall time (the median of ``REPEATS`` builds; on a shared 2-core host the
-figures are relative). Configurations: the default (the global solve and the envelope's,
-NOTE [ Sharded plan ] 6), ``defer=0.5`` (per-rank cell means, 7) and ``exchange=True`` (8;
-measured up to the gather of the rows it moves, which the histograms do not enter).
+``all_gather_object`` delivers and counts what the sampler parses (about the gathered bytes
+again), decodes and builds from it. Time is the constructor's wall time (the median of
+``REPEATS`` builds; on a shared 2-core host the figures are relative). Held: what the
+constructor leaves allocated (``tracemalloc``'s current size at its end, the sampler alive).
+Configurations: the default (the global solve and the envelope's, NOTE [ Sharded plan ] 6),
+``defer=0.5`` (per-rank cell means, 7) and ``exchange=True`` (8; measured up to the gather of
+the rows it moves, which the histograms do not enter; no held figure).
 
-Run: ``PYTHONPATH=$PWD python benchmarks/shard_memory.py`` (about 3 minutes; ``--ranks 8`` for
-one world size); writes ``benchmarks/results/shard_memory.md``.
+Run: ``PYTHONPATH=$PWD python benchmarks/shard_memory.py`` (about 4 minutes; ``--ranks 8`` for
+one world size); writes ``benchmarks/results/shard_memory.md``. ``--before FILE`` adds the
+gathered bytes, peak and time of a results file it wrote on an earlier commit (session 24: main
+at b29b431, written to a scratch file with ``--out``, then this commit with ``--before`` that
+file).
 """
 
 from __future__ import annotations
@@ -145,7 +150,7 @@ def measure(world: int) -> list[dict[str, Any]]:
             item = json.loads(delivered[i])
             item["arguments"] = args
             delivered[i] = json.dumps(item)
-        times, peaks = [], []
+        times, peaks, held = [], [], []
         for _ in range(REPEATS):
             tracemalloc.start()
             t = time.perf_counter()
@@ -154,7 +159,9 @@ def measure(world: int) -> list[dict[str, Any]]:
             except _Captured:  # (exchange: its rows' gather)
                 s = None
             times.append(time.perf_counter() - t)
-            peaks.append(tracemalloc.get_traced_memory()[1] / 1e6)
+            now, peak = tracemalloc.get_traced_memory()
+            peaks.append(peak / 1e6)
+            held.append(now / 1e6)
             tracemalloc.stop()
             del s
         rows.append(
@@ -164,6 +171,7 @@ def measure(world: int) -> list[dict[str, Any]]:
                 "distinct": int(own.values.size),
                 "gathered_mb": gathered_mb,
                 "peak_mb": max(peaks),
+                "held_mb": max(held) if opts.get("exchange") is None else None,
                 "seconds": statistics.median(times),
             }
         )
@@ -175,7 +183,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", type=int, nargs="*", default=[8, 64])
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="a results file this script wrote on an earlier commit: its peak and time are "
+        "shown beside these",
+    )
     args = parser.parse_args()
+    before = _read(args.before) if args.before else {}
     rows = [row for world in args.ranks for row in measure(world)]
     lines = [
         "# ShardedSampler construction with gathered histograms: peak memory and time",
@@ -187,16 +202,42 @@ def main() -> None:
         "Peak: `tracemalloc`, the constructor alone. Time: the constructor's median of "
         f"{REPEATS} (shared host: relative).",
         "",
-        "| ranks | options | gathered MB | peak MB | construction s |",
-        "|---|---|---|---|---|",
     ]
+    if before:
+        lines += [
+            f"Before: the same measurement on {args.before.name} (an earlier commit, "
+            "run on the same host in the same session).",
+            "",
+        ]
+    head = "| ranks | options | gathered MB | peak MB | held MB | construction s |"
+    rule = "|---|---|---|---|---|---|"
+    if before:
+        head += " gathered MB before | peak MB before | construction s before |"
+        rule += "---|---|---|"
+    lines += [head, rule]
     for r in rows:
-        lines.append(
+        held = "-" if r["held_mb"] is None else f"{r['held_mb']:.1f}"
+        line = (
             f"| {r['ranks']} | {r['options']} | {r['gathered_mb']:.1f} | {r['peak_mb']:.1f} | "
-            f"{r['seconds']:.2f} |"
+            f"{held} | {r['seconds']:.2f} |"
         )
+        if before:
+            old = before.get((str(r["ranks"]), r["options"]))
+            line += " " + " | ".join(old or ("-", "-", "-")) + " |"
+        lines.append(line)
     args.out.write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
+
+
+def _read(path: Path) -> dict[tuple[str, str], tuple[str, str, str]]:
+    """Gathered bytes, peak and time by (ranks, options) from a results file this script
+    wrote (its first six columns)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 6 and cells[0].isdigit():
+            out[(cells[0], cells[1])] = (cells[2], cells[3], cells[5])
+    return out
 
 
 if __name__ == "__main__":

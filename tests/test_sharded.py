@@ -448,6 +448,33 @@ def test_gathered_histograms_are_decoded_one_rank_at_a_time(monkeypatch):
     assert large - small < 14 * decoded / 4  # (before: 6.7 MB more; now 0.3 MB)
 
 
+def test_a_rank_with_the_older_payload_format_is_named(monkeypatch):
+    """NOTE [ Gathered histograms ] (s24): the payload's arrays start with their width and it
+    names its span; a rank that sends session 23's format (plain base64, no span) is named on
+    every rank, not decoded as garbage."""
+    import base64
+    import zlib
+
+    import torch.distributed as dist
+
+    import bucketloader.sharded as sharded
+
+    def all_gather_object(out, payload):
+        item = json.loads(payload)
+        old = {**item, "rank": 1}
+        del old["span"]
+        for key in ("values", "counts"):  # (what session 23's _pack wrote)
+            raw = sharded._unpack(item[key]).astype("<i8").tobytes()
+            old[key] = base64.b64encode(zlib.compress(raw, 1)).decode("ascii")
+        out[:] = [payload, json.dumps(old)]
+
+    monkeypatch.setattr(sharded, "initialised", lambda: True)
+    monkeypatch.setattr(sharded, "world_size", lambda: 2)
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    with pytest.raises(ValueError, match=r"rank\(s\) \[1\] sent .* another format"):
+        ShardedSampler([3, 5, 5, 9], num_replicas=2, rank=0, batch_size=2)
+
+
 def test_gathered_merge_and_envelope_match_the_held_ones():
     """NOTE [ Gathered histograms ]: the ranks' packed histograms, read one at a time, merge
     and envelope (NOTE [ Sharded plan ] 6) exactly as the histograms held at once do, over a
