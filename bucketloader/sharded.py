@@ -1472,10 +1472,11 @@ def _gather_histograms(
 
 
 class _Packed(Sequence["LengthHistogram | None"]):
-    """Every rank's gathered histogram, kept packed (zlib'd ``int64`` bytes, NOTE [ Gathered
-    histograms ]) and decoded when read: a pass over the ranks holds one rank's arrays at a
-    time, never every rank's. ``spans``: each rank's shortest and longest length and number of
-    distinct lengths (``None`` for an empty shard), checked against its arrays when read."""
+    """Every rank's gathered histogram, kept packed (:func:`_split`'s width and zlib'd bytes of
+    each array, NOTE [ Gathered histograms ]) and decoded when read: a pass over the ranks
+    holds one rank's arrays at a time, never every rank's. ``spans``: each rank's shortest and
+    longest length and number of distinct lengths (``None`` for an empty shard), checked
+    against its arrays when read."""
 
     def __init__(
         self,
