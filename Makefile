@@ -62,6 +62,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/stream_ranks.py
 	$(PY) benchmarks/hf_models.py
 	$(PY) benchmarks/scale.py
+	$(PY) benchmarks/shard_memory.py
 	$(PY) benchmarks/engines.py
 	$(PY) benchmarks/joint.py
 	$(PY) benchmarks/joint_budget.py

@@ -71,6 +71,7 @@ from bucketloader.plan.sharded import (
     dealt_histogram,
     defer_table,
     envelope_histogram,
+    envelope_of,
     exchange_cells,
     exchange_moves,
     exchange_table,
@@ -276,6 +277,7 @@ class ShardedSampler(EpochSampler):
                 else (int(ids.max()) + 1 if ids.size else 0, True)
             )
             own = _histogram(lengths) if lengths.size else None
+            hists: Sequence[LengthHistogram | None]
             if shard_histograms is not None:
                 hists = _check_histograms(
                     shard_histograms, own, self.num_replicas, self.rank, exchange=self.exchange
@@ -295,12 +297,24 @@ class ShardedSampler(EpochSampler):
         elif joins:
             arguments = {**self._arguments(), "shard_histograms": "given"}
             gather_arguments("ShardedSampler", arguments, self.num_replicas, self.rank)
-        self.histogram = merge_histograms([h for h in hists if h is not None])
+        # NOTE [ Sharded plan ] 6: fitted boundaries over shards that keep their samples try
+        # the shards' envelope too
+        wants_envelope = self.options.get("boundaries") is None and len(hists) > 1
+        wants_envelope = wants_envelope and not self.exchange
+        self.histogram, envelope = _merged(hists, envelope=wants_envelope)
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
         self.even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]
         self._rule = rule
         self.defer = float(self.options.get("defer", 0.0))
-        plans = [self._layout(b, hists) for b in self._candidate_boundaries(hists)]
+        candidates = [(b, self._cells(b)) for b in self._candidate_boundaries(len(hists), envelope)]
+        del envelope
+        # per rank, what the plans read of its histogram: its samples (and, where deferral or
+        # fill count them, mean length) in every cell of every candidate, in one pass over the
+        # ranks (NOTE [ Gathered histograms ])
+        means = (self.defer > 0 or self.fill) and not self.exchange
+        tables = _rank_cells(hists, [(b, c.lookup[0], c.num_cells) for b, c in candidates], means)
+        del hists
+        plans = [self._layout(b, c, *t) for (b, c), t in zip(candidates, tables, strict=True)]
         # NOTE [ Sharded plan ] 6: the global solve unless the shards' envelope pads less
         best = plans[0]
         if len(plans) > 1 and plans[1].padding < plans[0].padding - _ENVELOPE_GAIN:
@@ -598,27 +612,26 @@ class ShardedSampler(EpochSampler):
         b: np.ndarray,
         lookup: np.ndarray,
         deferred: np.ndarray,
-        hists: list[LengthHistogram | None],
+        means: list[np.ndarray] | None,
         repeats: np.ndarray | None = None,
     ) -> float:
         """Real elements an epoch shows over all ranks: every length, less each rank's
-        deferred samples at the mean length of that rank's samples of their cell (exact when
-        nothing is deferred; which samples wait changes every epoch), plus with fill (NOTE
-        [ Sharded plan ] 9) the ``(R, K)`` ``repeats`` at that mean (with exchange: the
-        cell's mean over all ranks, a rank's rows being no longer its own)."""
+        deferred samples at the mean length of that rank's samples of their cell (``means``,
+        :func:`_cell_mean` of every rank; exact when nothing is deferred; which samples wait
+        changes every epoch), plus with fill (NOTE [ Sharded plan ] 9) the ``(R, K)``
+        ``repeats`` at that mean (with exchange: the cell's mean over all ranks, a rank's rows
+        being no longer its own)."""
         shown = float(self.histogram.total)
         k = deferred.shape[1]
         busy = deferred.any(axis=1) | (False if repeats is None else repeats.any(axis=1))
         if not busy.any():
             return shown
         every = _cell_mean(self.histogram, b, lookup, k)  # where a rank has none of a cell
-        if self.exchange:  # a rank's rows are no longer its own: the cell's mean
-            means = [every] * len(hists)
+        if self.exchange or means is None:  # a rank's rows are no longer its own: the cell's
+            # mean (means is None only then: busy needs deferral or fill)
+            means = [every] * deferred.shape[0]
         else:
-            means = [
-                np.where(m > 0, m, every)
-                for m in (_cell_mean(h, b, lookup, k) for h in hists if h is not None)
-            ]
+            means = [np.where(m > 0, m, every) for m in means]
         for r, mean in enumerate(means):
             shown -= float((deferred[r] * mean).sum())
             if repeats is not None:
@@ -646,21 +659,24 @@ class ShardedSampler(EpochSampler):
         )
 
     # -- configuration ------------------------------------------------------------------------
-    def _candidate_boundaries(self, hists: list[LengthHistogram | None]) -> list[np.ndarray]:
+    def _candidate_boundaries(
+        self, ranks: int, envelope: LengthHistogram | None
+    ) -> list[np.ndarray]:
         """The global solve, and (fitted boundaries, several ranks) the solve over the shards'
-        envelope (NOTE [ Sharded plan ] 6), or with exchange over the dealt shares (8)."""
+        ``envelope`` (NOTE [ Sharded plan ] 6), or with exchange over the dealt shares (8)."""
         first = self._fit_boundaries(self.histogram)
-        if self.options.get("boundaries") is not None or len(hists) < 2:
+        if self.options.get("boundaries") is not None or ranks < 2:
             return [first]
         if self.exchange:  # NOTE [ Sharded plan ] 8: the ranks' shares, dealt
-            other = self._fit_boundaries(dealt_histogram(self.histogram, len(hists)))
+            other = self._fit_boundaries(dealt_histogram(self.histogram, ranks))
         else:
-            other = self._fit_boundaries(envelope_histogram([h for h in hists if h is not None]))
+            if envelope is None:  # (_merged gives it whenever it is read here)
+                raise ValueError("internal error: the shards' envelope was not computed")
+            other = self._fit_boundaries(envelope)
         return [first] if np.array_equal(other, first) else [first, other]
 
-    def _layout(self, b: np.ndarray, hists: list[LengthHistogram | None]) -> _Layout:
-        """Boundaries ``b``'s cells, ``ranks x K`` table, what the ranks plan (less deferred
-        samples, NOTE [ Sharded plan ] 7, or exchanged, 8), its schedule and padding."""
+    def _cells(self, b: np.ndarray) -> Cells:
+        """Boundaries ``b``'s cells (shapes from the global histogram's occupancy)."""
         occupancy = np.zeros(b.size, dtype=np.int64)
         np.add.at(occupancy, assign_buckets(self.histogram.values, b), self.histogram.counts)
         rule = self._rule
@@ -691,8 +707,16 @@ class ShardedSampler(EpochSampler):
                 f"raise max_tokens to at least {worst}, or pass max_tokens=TokenBudget(..., "
                 "oversize='single')"
             )
+        return cells
+
+    def _layout(
+        self, b: np.ndarray, cells: Cells, table: np.ndarray, means: list[np.ndarray] | None
+    ) -> _Layout:
+        """Boundaries ``b``'s plan from its cells and ``ranks x K`` table (and, with deferral
+        or fill, every rank's mean length per cell: :meth:`_shown`): what the ranks plan (less
+        deferred samples, NOTE [ Sharded plan ] 7, or exchanged, 8), its schedule and
+        padding."""
         lookup = cells.lookup[0]
-        table = np.stack([_cell_counts(h, b, lookup, cells.num_cells) for h in hists])
         deferred = defer_table(table, self.defer) if self.defer else np.zeros_like(table)
         copies = np.zeros_like(table)
         if self.exchange and self.fill:  # NOTE [ Sharded plan ] 9: every cell dealt alone
@@ -706,8 +730,8 @@ class ShardedSampler(EpochSampler):
             planned = table - deferred
             moves = np.zeros((0, 4), dtype=np.int64), np.zeros(0, dtype=bool)
         s = self._schedule(planned, cells)
-        padded = int((s.steps * s.rows * cells.lengths[:, 0]).sum()) * len(hists)
-        real = self._shown(b, lookup, deferred, hists, s.filler + copies if self.fill else None)
+        padded = int((s.steps * s.rows * cells.lengths[:, 0]).sum()) * table.shape[0]
+        real = self._shown(b, lookup, deferred, means, s.filler + copies if self.fill else None)
         pad = (padded - real) / real
         return _Layout(b, cells, table, deferred, planned, s, pad, real, copies, *moves)
 
@@ -1074,9 +1098,98 @@ def _fill_moves(
     return both[order], kind[order].astype(bool)
 
 
+def _merged(
+    hists: Sequence[LengthHistogram | None], *, envelope: bool
+) -> tuple[LengthHistogram, LengthHistogram | None]:
+    """The global histogram and, with ``envelope``, the shards' envelope (NOTE [ Sharded plan ]
+    6). Histograms the caller holds (``shard_histograms`` given) are merged at once; gathered
+    ones (:class:`_Packed`) are read one rank at a time (NOTE [ Gathered histograms ]): in one
+    pass into dense counters over the span of lengths their payloads name, where that span is
+    small next to a shard's distinct lengths, else a pass into the running merge and one for
+    the envelope. Exact integer sums either way (NOTE [ Exact merge ])."""
+    if not isinstance(hists, _Packed):
+        shards = [h for h in hists if h is not None]
+        return merge_histograms(shards), envelope_histogram(shards) if envelope else None
+    spans = [s for s in hists.spans if s is not None]
+    if not spans:  # (_gather_histograms refuses ranks that are all empty)
+        raise ValueError(_empty_message(list(range(len(hists)))))
+    lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
+    if hi - lo <= 2 * max(s[2] for s in spans) + 1024:
+        return _dense_merge(hists, lo, hi, envelope=envelope)
+    each = (h for h in hists if h is not None)
+    merged = next(each)
+    for h in each:
+        merged = LengthHistogram.merge(merged, h)
+    each = (h for h in hists if h is not None)
+    return merged, envelope_of(each, merged.values) if envelope else None
+
+
+def _dense_merge(
+    hists: Sequence[LengthHistogram | None], lo: int, hi: int, *, envelope: bool
+) -> tuple[LengthHistogram, LengthHistogram | None]:
+    """:func:`_merged` in one pass over the ranks, every length in ``lo..hi``: the merged
+    counts and (``envelope``) the most samples any rank has at or above each length, each one
+    ``int64`` counter per length of the span. A length no rank has adds no envelope count,
+    so the envelope is :func:`envelope_histogram`'s (which counts over the merged lengths)."""
+    total = np.zeros(hi - lo + 1, dtype=np.int64)
+    most = np.zeros_like(total) if envelope else None
+    mine = np.zeros_like(total) if envelope else None
+    for h in hists:
+        if h is None:
+            continue
+        at = h.values - lo
+        total[at] += h.counts  # (a rank's values are distinct: exact)
+        if most is not None and mine is not None:
+            mine[:] = 0
+            mine[at] = h.counts
+            above = mine[::-1]  # (the rank's samples at or above every length, in place)
+            np.cumsum(above, out=above)
+            np.maximum(most, mine, out=most)
+    del mine
+    values = np.flatnonzero(total)
+    counts = total[values]
+    del total
+    values += lo
+    merged = LengthHistogram(values, counts)
+    del values, counts
+    if most is None:
+        return merged, None
+    most[:-1] -= most[1:]  # (the envelope's count at each length)
+    keep = np.flatnonzero(most)
+    return merged, LengthHistogram(keep + lo, most[keep])
+
+
+def _rank_cells(
+    hists: Sequence[LengthHistogram | None],
+    candidates: list[tuple[np.ndarray, np.ndarray, int]],
+    means: bool,
+) -> list[tuple[np.ndarray, list[np.ndarray] | None]]:
+    """For every candidate ``(boundaries, lookup, K)``, the ``ranks x K`` table (every rank's
+    samples per cell) and, with ``means``, every rank's :func:`_cell_mean`: all the plans read
+    of the ranks' histograms, in one pass that holds one rank's at a time (NOTE [ Gathered
+    histograms ])."""
+    tables: list[list[np.ndarray]] = [[] for _ in candidates]
+    avgs: list[list[np.ndarray]] = [[] for _ in candidates]
+    for h in hists:
+        for i, (b, lookup, k) in enumerate(candidates):
+            out = np.zeros(k, dtype=np.int64)
+            tables[i].append(out)
+            if h is None:  # an empty shard under exchange (it only receives)
+                continue
+            cell = lookup[assign_buckets(h.values, b)]
+            np.add.at(out, cell, h.counts)
+            if means:
+                avgs[i].append(_mean_of(h, cell, k))
+    return [(np.stack(t), a if means else None) for t, a in zip(tables, avgs, strict=True)]
+
+
 def _cell_mean(hist: LengthHistogram, b: np.ndarray, lookup: np.ndarray, k: int) -> np.ndarray:
     """``(K,)`` mean length of ``hist``'s samples in every cell (0 where it has none)."""
-    cell = lookup[assign_buckets(hist.values, b)]
+    return _mean_of(hist, lookup[assign_buckets(hist.values, b)], k)
+
+
+def _mean_of(hist: LengthHistogram, cell: np.ndarray, k: int) -> np.ndarray:
+    """:func:`_cell_mean`, given the cell of every value of ``hist``."""
     n = np.bincount(cell, weights=hist.counts, minlength=k)
     total = np.bincount(cell, weights=hist.counts * hist.values.astype(np.float64), minlength=k)
     return np.divide(total, n, out=np.zeros(k), where=n > 0)
@@ -1174,17 +1287,6 @@ def _check_options(options: dict[str, Any]) -> dict[str, Any]:
             "batches that never promote"
         )
     return options
-
-
-def _cell_counts(
-    hist: LengthHistogram | None, boundaries: np.ndarray, lookup: np.ndarray, k: int
-) -> np.ndarray:
-    out = np.zeros(k, dtype=np.int64)
-    if hist is None:  # an empty shard under exchange (it only receives)
-        return out
-    cells = lookup[assign_buckets(hist.values, boundaries)]
-    np.add.at(out, cells, hist.counts)
-    return out
 
 
 def _check_histograms(
@@ -1290,7 +1392,7 @@ def _gather_histograms(
     rank: int,
     *,
     exchange: bool,
-) -> list[LengthHistogram | None]:
+) -> Sequence[LengthHistogram | None]:
     """Every rank's shard histogram, by one ``all_gather`` (JSON), with the configuration
     digests checked on every rank (so a mismatch is an error everywhere, never a hang).
 
@@ -1300,11 +1402,27 @@ def _gather_histograms(
     1 M-clip shard) made the JSON lists of ints the largest thing a rank held: the payloads
     came to 29 MB over 8 ranks and parsing them to Python ints raised the peak RSS by 173 MB
     (375 MB at 16 ranks, growing with ranks x distinct lengths, not with the rank's shard).
-    The values (as differences, mostly small) and counts now travel as ``int64`` bytes, zlib'd
-    and base64'd inside the JSON (:func:`_pack`): 4.2 MB gathered, 37 MB peak at 8 ranks (85 MB
-    at 16), which is the decoded arrays themselves (16 bytes per distinct length per rank,
-    held for the table and the envelope). Measured in session 23: this function on rank 0 of
-    8 and 16, ``all_gather_object`` replaced by the ranks' real payloads.
+    Since session 23 the values and counts travel as bytes, zlib'd and base64'd inside the JSON
+    (:func:`_pack`); since session 24 each array in the narrowest of 1, 2, 4 or 8 bytes per
+    entry (the values as gaps from the shortest length, which the payload's ``span`` names with
+    the longest and the number of distinct lengths): 2.6 MB gathered at 8 ranks (4.2 MB as
+    ``int64``), 20.7 MB at 64.
+
+    Decoded, a rank's histogram is 16 bytes per distinct length (5.4 MB here). Until session 24
+    the constructor decoded every rank's at once and held them all for the merge, the envelope,
+    the ``ranks x K`` tables and the per-rank cell means: 88 MB peak at 8 ranks, 393 MB at 64,
+    growing with ranks x distinct lengths. Now they stay packed (:class:`_Packed`, the base64
+    undone) and are decoded one rank at a time in two passes: the merge and the envelope in
+    one (dense counters over the span the payloads name, before any is decoded; where that
+    span is wide next to a shard's distinct lengths, a running merge, then an envelope pass),
+    then every candidate's table and, with deferral or fill, mean lengths (all a plan reads of
+    a rank's histogram: ``K`` counts and means per rank per candidate). Peak 50 MB at 8 ranks,
+    70 MB at 64 (the 20 MB more is the payloads, parsed); two decodes of the narrow bytes cost
+    less than the one of ``int64`` did: 1.4 s to build at 64 ranks, 2.8 s before (a shared
+    host; with ``defer=0.5`` built side by side, 3.6 s before and 2.4 s now). After the
+    constructor a rank keeps the merged histogram and the table (13 MB held at 8 and at 64,
+    before and after). Measured in session 24: ``benchmarks/shard_memory.py`` (rank 0,
+    ``all_gather_object`` replaced by the ranks' real payloads).
     """
     import torch.distributed as dist
 
@@ -1317,32 +1435,111 @@ def _gather_histograms(
         {
             "rank": rank,
             "arguments": arguments,
-            "values": "" if own is None else _pack(np.diff(own.values, prepend=0)),
+            # (the gaps from the shortest length: small, so mostly 1 or 2 bytes each)
+            "values": "" if own is None else _pack(np.diff(own.values, prepend=own.min)),
             "counts": "" if own is None else _pack(own.counts),
+            # shortest and longest length and distinct lengths: the span every rank's
+            # histogram is counted over before any is decoded (_merged)
+            "span": None if own is None else [own.min, own.max, int(own.values.size)],
         }
     )
     gathered: list[Any] = [None] * num_replicas
     dist.all_gather_object(gathered, payload)
-    items = [json.loads(p) for p in gathered]
-    del gathered
+    items = []
+    for i in range(num_replicas):  # (each payload parsed, then let go: one copy of each)
+        items.append(json.loads(gathered[i]))
+        gathered[i] = None
     check_agreement("ShardedSampler", items, num_replicas)
     empty = [it["rank"] for it in items if not it["values"]]
     if empty and (not exchange or len(empty) == num_replicas):
         raise ValueError(_empty_message(empty))
-    out: list[LengthHistogram | None] = []
-    for it in items:  # (each payload decoded, then dropped: one rank's arrays at a time)
-        values, counts = it.pop("values"), it.pop("counts")
-        out.append(LengthHistogram(np.cumsum(_unpack(values)), _unpack(counts)) if values else None)
-    return out
+    odd = [
+        it["rank"]
+        for it in items
+        if it["values"] and ("span" not in it or it["values"][:1] not in _WIDTHS)
+    ]
+    if odd:  # (the same payloads on every rank: every rank raises this)
+        raise ValueError(
+            f"rank(s) {odd} sent their shard histogram in another format than rank {rank}'s "
+            "(an older bucketloader); every rank must run the same version of bucketloader"
+        )
+    spans = [it["span"] if it["values"] else None for it in items]
+    packed = [
+        (_split(it.pop("values")), _split(it.pop("counts"))) if it["values"] else None
+        for it in items
+    ]
+    return _Packed(packed, spans)
+
+
+class _Packed(Sequence["LengthHistogram | None"]):
+    """Every rank's gathered histogram, kept packed (:func:`_split`'s width and zlib'd bytes of
+    each array, NOTE [ Gathered histograms ]) and decoded when read: a pass over the ranks
+    holds one rank's arrays at a time, never every rank's. ``spans``: each rank's shortest and
+    longest length and number of distinct lengths (``None`` for an empty shard), checked
+    against its arrays when read."""
+
+    def __init__(
+        self,
+        packed: list[tuple[tuple[str, bytes], tuple[str, bytes]] | None],
+        spans: list[list[int] | None],
+    ) -> None:
+        self._packed = packed
+        self.spans = spans
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+    def __getitem__(self, i: int) -> LengthHistogram | None:  # type: ignore[override]
+        item = self._packed[i]
+        if item is None:
+            return None
+        span = self.spans[i]
+        gaps, counts = (_inflate(x) for x in item)
+        if span is None or gaps.size != span[2]:
+            raise ValueError(
+                f"rank {i}'s gathered histogram has {gaps.size} distinct lengths, but its payload "
+                f"says {span}; every rank must run the same version of bucketloader"
+            )
+        h = LengthHistogram(np.cumsum(gaps) + span[0], counts)
+        if h.max != span[1]:  # (the dense counters of _merged trust the span)
+            raise ValueError(
+                f"rank {i}'s gathered histogram ends at length {h.max}, but its payload says "
+                f"{span[1]}; every rank must run the same version of bucketloader"
+            )
+        return h
+
+
+#: NOTE [ Gathered histograms ]: the first character of a packed array names the type of its
+#: bytes, the narrowest that holds every entry.
+_WIDTHS = {"1": "u1", "2": "<u2", "4": "<u4", "8": "<i8"}
 
 
 def _pack(a: np.ndarray) -> str:
-    """NOTE [ Gathered histograms ]: an ``int64`` array as JSON-safe text (little-endian bytes,
-    zlib, base64)."""
-    raw = np.ascontiguousarray(a, dtype="<i8").tobytes()
-    return base64.b64encode(zlib.compress(raw, 1)).decode("ascii")
+    """NOTE [ Gathered histograms ]: an ``int64`` array as JSON-safe text: one character for
+    the bytes per entry (1, 2 or 4 unsigned where every entry fits, else 8 signed), then the
+    little-endian bytes, zlib'd and base64'd."""
+    a = np.asarray(a, dtype=np.int64)
+    width = "8"
+    if a.size and int(a.min()) >= 0:
+        top = int(a.max())
+        width = "1" if top < 2**8 else "2" if top < 2**16 else "4" if top < 2**32 else "8"
+    raw = np.ascontiguousarray(a, dtype=_WIDTHS[width]).tobytes()
+    return width + base64.b64encode(zlib.compress(raw, 1)).decode("ascii")
 
 
 def _unpack(text: str) -> np.ndarray:
     """The array :func:`_pack` wrote."""
-    return np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype="<i8").astype(np.int64)
+    return _inflate(_split(text))
+
+
+def _split(text: str) -> tuple[str, bytes]:
+    """:func:`_pack`'s text as its width and its zlib'd bytes (the base64 undone: what
+    :class:`_Packed` holds, three quarters of the text)."""
+    return text[:1], base64.b64decode(text[1:])
+
+
+def _inflate(packed: tuple[str, bytes]) -> np.ndarray:
+    """The array :func:`_pack` wrote, from :func:`_split`'s parts."""
+    width, raw = packed
+    # (read-only, no copy where the bytes are already int64: the callers copy what they keep)
+    return np.frombuffer(zlib.decompress(raw), dtype=_WIDTHS[width]).astype(np.int64, copy=False)

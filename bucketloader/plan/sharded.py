@@ -121,7 +121,7 @@ global ids).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,7 +155,14 @@ def envelope_histogram(histograms: Sequence[LengthHistogram]) -> LengthHistogram
     # every length any rank has: the merge's values (one dense counter where the ranks' values
     # span few lengths; np.unique of the concatenation held every rank's values twice: 91 MB
     # peak for 32 ranks of 169 k distinct lengths, 24 MB this way)
-    values = LengthHistogram.merge(histograms).values
+    return envelope_of(histograms, LengthHistogram.merge(histograms).values)
+
+
+def envelope_of(histograms: Iterable[LengthHistogram], values: np.ndarray) -> LengthHistogram:
+    """:func:`envelope_histogram` given ``values``, every length of the histograms (the
+    merge's values), reading the histograms once, in order (one at a time from a generator:
+    the sharded sampler's gathered ones, NOTE [ Gathered histograms ] in
+    :mod:`bucketloader.sharded`)."""
     most = np.zeros(values.size, dtype=np.int64)
     for h in histograms:
         at = np.zeros(values.size, dtype=np.int64)
