@@ -174,7 +174,9 @@ in the repository) and found none more than 0.4 % below the plans of ``benchmark
   bundle's reaches, plus the cells of three seeds' plans after 300 tables each (156
   candidates, 358 thousand pairs): HiGHS's best plan after 135 s padded 15,248,609 (the
   seeds' best: 15,106,463), its bound over those cells 14,857,281; over 402 candidates (905
-  thousand pairs) it had no usable plan after 136 s. Not a polish step for seconds.
+  thousand pairs) it had no usable plan after 136 s. Prod K = 16, 100 such candidates plus
+  the seeds' cells (118, 246 thousand pairs): 9,410,350 after 135 s (the seeds' best
+  9,338,167), bound over them 9,189,822. Not a polish step for seconds.
 * **Where the optimum is proved** (GSM8K with every length rounded up to a multiple of 6-16
   tokens, ``benchmarks/results/joint_gap.md``, NOTE [ The integrality gap, measured ] in
   :mod:`._bound`): the 5 s solve's plan is the optimum in 9 of the 10 proved cases (0.51 %
