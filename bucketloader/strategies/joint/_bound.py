@@ -148,6 +148,30 @@ LP opens 4 cells at 1/2 (96 against the optimum 98), the p-median's half-integra
 Multi30k (prod, K = 16) the LP's value is 915,758 where the optimum, proved by the integer
 program, is 919,388.
 
+NOTE [ The integrality gap, measured ]
+Is the optimum of the three open GSM8K cases near the LP (our plans 1-3.5 % off) or near our
+plans (an integrality gap)? Measured where the optimum can be proved (session 24,
+``benchmarks/joint_gap.py``, ``benchmarks/results/joint_gap.md``): GSM8K with every length
+rounded up to a multiple of s = 16, 8 or 6 tokens (87-374 distinct points, up to 124 thousand
+covering pairs), the explicit LP, then HiGHS on the pairs its duals leave against the best
+plan (NOTE [ Certifying a target by fixing pairs ] in :mod:`._cert`), up to 600 s. In the 10
+cases HiGHS proved (s = 16 and 8, and s = 6 at sum) the LP lies below the optimum by
+0.25-0.61 % at sum K = 8, 0.80-1.50 % at sum K = 16, 2.14-2.66 % at prod K = 8 and
+1.47-1.64 % at prod K = 16: the same order and size as from the LP to the best plans known
+on the real histogram (0.62 % at sum K = 8 from ``benchmarks/results/joint.md``'s bound;
+1.11, 2.00 and 2.19 % in the table above). And in 9 of those 10 the 5 s solve's plan *was*
+the optimum (s = 6, sum K = 16: 0.51 % above it) with the LP's value as its bound: its whole
+reported gap (up to 2.15 %) was the integrality gap. At s = 6, prod, HiGHS proved nothing in
+540 s (70-78 thousand pairs left); its best plans there pad 0.40 % (K = 8) and 0.09 %
+(K = 16) less than the 5 s solve's (0.21 / 1.42 % less than the search alone with
+``work_limit=300``), and the LP lies 0.32-2.94 % (K = 8) and 0.39-2.15 % (K = 16) below the
+optimum. So the open cases' gaps are mostly the LP's (the plans may hold a few tenths of a
+percent at prod), and only integer reasoning (branching, cuts) certifies them: HiGHS's
+branch-and-cut needed 8-301 s on the proved models of s = 8 and 6 (6.9-36 thousand pairs
+left), where the real histogram has 29.6 million pairs (7.6 million left after fixing,
+``benchmarks/results/joint_cert.md``). No bound of that kind in seconds is known here (the
+attempts below and NOTE [ Stronger relaxations, measured ]).
+
 Tried offline, not shipped: a Lagrangian branch-and-bound on top of the bundle (nodes fix cells
 open or closed; ``L`` at a node subtracts the forced cells' gains and the largest allowed
 others; reduced-cost fixing at every node, best bound first, branching on the cell that the

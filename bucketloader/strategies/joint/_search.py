@@ -170,6 +170,20 @@ in the repository) and found none more than 0.4 % below the plans of ``benchmark
   Session 16's restricted master (the last LP's 162 support cells plus the plan's, 240 s)
   found 148,363 for sum K = 16; session 10's exact two-cell re-optimisation and LP-support
   program found nothing below 147,067 either.
+* **A restricted program by reduced costs** (session 24, offline, prod K = 8): the 150
+  candidates with the least forced bound (NOTE [ Fixing candidates by the bound ]) at a 20 s
+  bundle's reaches, plus the cells of three seeds' plans after 300 tables each (156
+  candidates, 358 thousand pairs): HiGHS's best plan after 135 s padded 15,248,609 (the
+  seeds' best: 15,106,463), its bound over those cells 14,857,281; over 402 candidates (905
+  thousand pairs) it had no usable plan after 136 s. Prod K = 16, 100 such candidates plus
+  the seeds' cells (118, 246 thousand pairs): 9,410,350 after 135 s (the seeds' best
+  9,338,167), bound over them 9,189,822. Not a polish step for seconds.
+* **Where the optimum is proved** (GSM8K with every length rounded up to a multiple of 6-16
+  tokens, ``benchmarks/results/joint_gap.md``, NOTE [ The integrality gap, measured ] in
+  :mod:`._bound`): the 5 s solve's plan is the optimum in 9 of the 10 proved cases (0.51 %
+  above it in the tenth), the search alone with ``work_limit=300`` at it or 0.01-0.91 %
+  above; where HiGHS proved nothing (s = 6, prod) its plans after 540 s pad 0.09-0.40 % less
+  than the 5 s solve's.
 
 So the plans are probably near-optimal (no proof: every method here is a search), and what keeps
 these cases above 1 % is the bound (NOTE [ Stronger relaxations, measured ] in :mod:`._bound`):
