@@ -702,6 +702,22 @@ def test_joint_cells_stay_within_max_tokens():
     assert wide.cells.lengths.sum(axis=1).max() == 363
 
 
+def test_a_sample_rounded_past_max_tokens_leaves_the_cells_within_it():
+    """(150, 149) fits max_tokens=300, rounded up to pad_to_multiple_of=8 it is (152, 152) = 304:
+    no cell holds it within the budget. Left in the plan it kept the joint cells within the
+    limit off (NOTE [ Cells within a size limit ]): 'drop' left out a row-mate too (400 random
+    400 pairs: 107 for that one), and 'error' said each sample fits and to plan tighter cells,
+    which cannot help."""
+    rows = [[150, 149], [150, 20], [20, 150], [100, 100], [60, 140], [140, 60], [30, 30]]
+    lengths = {"a": [r[0] for r in rows], "b": [r[1] for r in rows]}
+    kw = dict(pad_to_multiple_of=8, max_shapes=3, strategy=Joint(exact=False, time_limit=0.1))
+    spec = BucketSpec.build(lengths, max_tokens=TokenBudget(300, oversize="drop"), **kw)
+    assert spec.filtered["oversize"] == 1 and spec.cell_of_sample[0] == -1
+    assert spec.cells.lengths.sum(axis=1).max() <= 300 and (spec.cell_of_sample[1:] >= 0).all()
+    with pytest.raises(ValueError, match=r"of size 299, 304 rounded up to pad_to_multiple_of"):
+        BucketSpec.build(lengths, max_tokens=300, **kw)
+
+
 def test_solve_joint_takes_the_samplers_mapping_and_says_what_one_length_is():
     """solve_joint({"src": ..., "tgt": ...}) was a TypeError pointing at the samplers, and 1-D
     lengths said "must be 2-D (one length per sample, or (N, D))" (session 23)."""

@@ -490,7 +490,12 @@ class BucketSpec:
             boundaries = lattice[0] if len(names) == 1 else lattice
         filtered["oversize"] = 0
         if budget is not None and budget.oversize == "drop":
-            alone = size_values(planned, size) > budget.max_tokens  # cannot fit even unpadded
+            own = planned
+            if joint is not None:  # a joint cell is a multiple: a sample rounded past the
+                # budget fits none, and left in, it kept the cells within it off (NOTE [ Cells
+                # within a size limit ]: 107 of 400 dropped for one such sample, s24-rev)
+                own = np.stack([round_up(planned[:, d], m) for d, m in enumerate(multiples)], 1)
+            alone = size_values(own, size) > budget.max_tokens  # cannot fit even unpadded
             filtered["oversize"] = int((alone & keep).sum())
             keep = keep & ~alone
         if not keep.any():
@@ -572,7 +577,7 @@ class BucketSpec:
             if not (cells.batch < 1).any():
                 break
             if rule.oversize != "drop":
-                _raise_small_budget(cells, cell_of, planned, size, rule)
+                _raise_small_budget(cells, cell_of, planned, size, rule, multiples)
             # padding (a pad multiple, a joint cell) pushed a cell past the budget: leave its
             # samples out too, and plan the rest again on the same boundaries
             out = cell_of >= 0
@@ -902,7 +907,12 @@ def group_boundaries(
 
 
 def _raise_small_budget(
-    cells: Cells, cell_of: np.ndarray, table: np.ndarray, size: Size, rule: BatchRule
+    cells: Cells,
+    cell_of: np.ndarray,
+    table: np.ndarray,
+    size: Size,
+    rule: BatchRule,
+    multiples: Sequence[int],
 ) -> None:
     budget = rule.budget
     max_tokens = budget.max_tokens if budget is not None else 0
@@ -915,7 +925,9 @@ def _raise_small_budget(
     names = cells.input_names
     shown = value[0] if len(names) == 1 else dict(zip(names, value, strict=True))
     own = exact_sizes(table[longest : longest + 1], size)[0]
-    if len(names) > 1 and own <= max_tokens:
+    padded = [int(round_up(x, m)) for x, m in zip(value, multiples, strict=True)]
+    rounded = exact_sizes(np.array([padded]), size)[0]
+    if len(names) > 1 and rounded <= max_tokens:
         # every sample fits, their cell does not: it pads each input to the longest of its
         # samples there (GSM8K[:2000], max_tokens=299, its longest pair; 4 joint cells: (158, 205))
         cell = tuple(int(x) for x in cells.lengths[worst])
@@ -929,6 +941,8 @@ def _raise_small_budget(
             "or give those samples batches of one: max_tokens=TokenBudget(..., "
             "oversize='single') ('drop' would leave them out)"
         )
+    if rounded > own:  # (it fits, but not rounded up: no cell within the budget holds it)
+        shown = f"{shown}, of size {own}, {rounded} rounded up to pad_to_multiple_of"
     raise ValueError(
         f"max_tokens={max_tokens} is below the padded size {need} of the largest "
         f"bucket; its longest sample is index {longest} with length {shown}. Raise max_tokens "
