@@ -718,6 +718,21 @@ def test_a_sample_rounded_past_max_tokens_leaves_the_cells_within_it():
         BucketSpec.build(lengths, max_tokens=300, **kw)
 
 
+def test_samples_above_max_tokens_take_a_cell_of_their_own_with_single():
+    """oversize='single': (150, 149) is above max_tokens=290, the rest fit it but not their cell
+    over everything (150, 150). Planned over every sample, the cell taking (150, 149) took two
+    samples that fit too, each then in batches of one (GSM8K[:2000] at 290, K = 4: 125 for
+    one sample of 299); now it takes that sample alone and the rest K - 1 cells within it."""
+    rows = [[150, 149], [150, 20], [20, 150], [100, 100], [60, 140], [140, 60], [30, 30]]
+    rows.append([145, 140])
+    lengths = {"a": [r[0] for r in rows], "b": [r[1] for r in rows]}
+    rule = TokenBudget(290, oversize="single")
+    spec = BucketSpec.build(lengths, max_tokens=rule, max_shapes=3, strategy=Joint(exact=False))
+    sizes = spec.cells.lengths.sum(axis=1)
+    assert len(sizes) == 3 and spec.filtered["oversize"] == 0
+    assert np.flatnonzero(sizes[spec.cell_of_sample] > 290).tolist() == [0]
+
+
 def test_solve_joint_takes_the_samplers_mapping_and_says_what_one_length_is():
     """solve_joint({"src": ..., "tgt": ...}) was a TypeError pointing at the samplers, and 1-D
     lengths said "must be 2-D (one length per sample, or (N, D))" (session 23)."""

@@ -784,15 +784,31 @@ def _fit_joint(
     hits = getattr(cache, "hits", None)  # (whether this plan was read: report() and the ranks)
     # NOTE [ Cells within a size limit ]: under max_tokens, cells within it where the cell of
     # every input's longest would not fit (and every sample does: samples that do not are
-    # left out or batched alone before, and "single" keeps such a sample's own cell; the
-    # limit is then no part of the key, and the plans of budgets above it are unchanged)
+    # left out before with "drop"; the limit is then no part of the key, and the plans of
+    # budgets above it are unchanged). With "single", the samples above it take one cell of
+    # their own (each input's longest of them: batches of one) and the rest K - 1 within it;
+    # planned over every sample, their cell took others too (GSM8K[:2000], max_tokens=290, K =
+    # 4: one sample of 299 put 125 in batches of one in a cell of 158 + 205; s24-rev)
     budget = rule.budget
     cap = None
-    if budget is not None and isinstance(size, str):
-        top = exact_sizes(table.max(axis=0, keepdims=True), size)[0]
-        if top > budget.max_tokens and size_values(table, size).max() <= budget.max_tokens:
-            cap = budget.max_tokens
+    alone: np.ndarray | None = None
     k = int(max_shapes or 1)
+    if budget is not None and isinstance(size, str):
+        big = size_values(table, size) > budget.max_tokens
+        rest = table[~big]
+        if rest.size and exact_sizes(rest.max(axis=0, keepdims=True), size)[0] > budget.max_tokens:
+            if not big.any():
+                cap = budget.max_tokens
+            elif k > 1:  # (oversize="single": "drop" left them out, "error" names them later)
+                alone = big
+    if alone is not None and budget is not None:
+        try:
+            sol = joint.solve(rest, k - 1, size=size, cache=cache, max_size=budget.max_tokens)
+        except (TooFewCells, OverLimit):
+            pass  # (the plan over every sample, as below)
+        else:
+            own = table[alone].max(axis=0, keepdims=True)
+            return _joint_summary(sol, cache, hits, np.concatenate([sol.cells, own]))
     try:
         sol = joint.solve(table, k, size=size, cache=cache, max_size=cap)
     except TooFewCells as exc:
@@ -811,15 +827,16 @@ def _fit_joint(
         # before the limit (a cell above the budget is then the error that names it, or its
         # samples dropped or batched alone)
         sol = joint.solve(table, k, size=size, cache=cache)
-    return _joint_summary(sol, cache, hits)
+    return _joint_summary(sol, cache, hits, sol.cells)
 
 
 def _joint_summary(
-    sol: Any, cache: Any, hits: Any
+    sol: Any, cache: Any, hits: Any, cells: np.ndarray
 ) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
-    """:func:`_fit_joint`'s answer from the solution ``sol``."""
-    bs = tuple(np.unique(sol.cells[:, d]) for d in range(sol.cells.shape[1]))
-    idx = np.stack([np.searchsorted(b, sol.cells[:, d]) for d, b in enumerate(bs)], axis=1)
+    """:func:`_fit_joint`'s answer: the ``cells`` (``sol``'s, and one for samples above the
+    budget with oversize="single"), the rest from the solution ``sol``."""
+    bs = tuple(np.unique(cells[:, d]) for d in range(cells.shape[1]))
+    idx = np.stack([np.searchsorted(b, cells[:, d]) for d, b in enumerate(bs)], axis=1)
     summary = {
         "status": sol.status,
         "objective": sol.objective,
@@ -827,7 +844,7 @@ def _joint_summary(
         "lower_bound": sol.lower_bound,
         "gap": sol.gap,
         "seconds": sol.solve_seconds,
-        "cells": len(sol.cells),
+        "cells": len(cells),
         "cached": isinstance(hits, int) and cache.hits > hits,
     }
     return bs, idx, summary
