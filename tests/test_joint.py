@@ -678,6 +678,12 @@ def test_a_cell_over_max_tokens_whose_samples_fit_says_so(how):
     if "strategy" in how:
         with pytest.raises(ValueError, match=r"at least 2 cells within max_tokens. Pass max_sha"):
             BucketSpec.build([[90, 5], [5, 90]], max_tokens=100, **how)
+        # with 'drop' the plan over every sample leaves every one out: that error said only
+        # "no bucket fits" (s24-rev)
+        with pytest.raises(ValueError, match=r"max_shapes=1 do not. Pass max_shapes=2 or more"):
+            BucketSpec.build(
+                [[90, 5], [5, 90]], max_tokens=TokenBudget(100, oversize="drop"), **how
+            )
         return
     with pytest.raises(ValueError, match=r"cell \(90, 90\), though each of its samples fits"):
         BucketSpec.build([[90, 5], [5, 90]], max_tokens=100, **how)

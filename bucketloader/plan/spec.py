@@ -522,7 +522,7 @@ class BucketSpec:
                 given = group_boundaries(boundaries, gval, gvals, names)
                 if joint is not None:
                     jb, idx, summary = _fit_joint(
-                        sub, joint, max_shapes, size, multiples, cache, rule
+                        sub, joint, max_shapes, size, multiples, cache, rule, too_few
                     )
                     all_b.append(jb)
                     joint_cells.append(idx)
@@ -553,6 +553,7 @@ class BucketSpec:
 
         joint_cells: list[np.ndarray] = []
         joint_info: list[dict[str, Any]] = []
+        too_few: list[int] = []  # (the cells within max_tokens that K fell short of, per group)
         all_b, codes, sels = fit()
         while True:
             occupancy = [
@@ -585,9 +586,17 @@ class BucketSpec:
             filtered["oversize"] += int(out.sum())
             keep = keep & ~out
             if not keep.any():
+                fix = ""
+                if too_few:  # (the joint plan over every sample: K below the cells within it)
+                    fix = (
+                        f": a cell pads every input to the longest of its samples there, and "
+                        f"{max(too_few)} cells within max_tokens cover them, max_shapes="
+                        f"{max_shapes} do not. Pass max_shapes={max(too_few)} or more, or raise "
+                        "max_tokens"
+                    )
                 raise ValueError(
                     f"no bucket fits {rule.describe()}; every sample is left out "
-                    f"({_left_out(filtered)})"
+                    f"({_left_out(filtered)}){fix}"
                 )
             kept_codes, kept_sels = [], []
             for sel, code in zip(sels, codes, strict=True):
@@ -774,8 +783,11 @@ def _fit_joint(
     multiples: Sequence[int],
     cache: Any,
     rule: BatchRule,
+    too_few: list[int] | None = None,
 ) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
-    """One group's joint plan: per-input boundaries, the cells as index tuples, a summary."""
+    """One group's joint plan: per-input boundaries, the cells as index tuples, a summary
+    (``too_few`` gets the cells within max_tokens that ``max_shapes`` fell short of, where the
+    plan is then made over every sample)."""
     table = np.stack([round_up(sub[:, d], m) for d, m in enumerate(multiples)], axis=1)
     if cache is True:
         from bucketloader.cache import BucketCache
@@ -821,6 +833,8 @@ def _fit_joint(
             ) from None
         # too few cells to fit every sample: as before the limit, the plan over every sample,
         # the samples of its cells above the budget dropped or batched alone
+        if too_few is not None:
+            too_few.append(exc.need)
         sol = joint.solve(table, k, size=size, cache=cache)
     except OverLimit:
         # a coarsened grid rounds a sample past the budget: the plan over every sample, as
