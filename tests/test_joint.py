@@ -161,6 +161,10 @@ def test_a_coarsened_grid_that_rounds_a_sample_past_the_limit_says_so():
     cap = int(rows.prod(axis=1).max()) + 10
     with pytest.raises(ValueError, match=r"rounded up onto the grid's values.*a larger max_size"):
         solve_joint(rows, 6, size="prod", max_size=cap, time_limit=0.1)
+    # a sample above the limit itself: that said "rounded up onto the grid's values, which a
+    # grid of more than 262,144 points coarsens" of a grid of 4 points (s24-rev)
+    with pytest.raises(ValueError, match=r"size 10 of a sample \(lengths \[5, 5\]\): no cell"):
+        solve_joint([[5, 5], [1, 1]], 2, max_size=8)
     spec = BucketSpec.build(
         {"a": rows[:, 0], "b": rows[:, 1], "c": rows[:, 2]},
         max_tokens=TokenBudget(cap, oversize="drop"),
