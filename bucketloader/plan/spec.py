@@ -825,11 +825,15 @@ def _fit_joint(
         sol = joint.solve(table, k, size=size, cache=cache, max_size=cap)
     except TooFewCells as exc:
         if budget is not None and budget.oversize == "error":
+            takes = (  # (with more than two inputs the count is a greedy cover's)
+                f"takes at least {exc.need} cells within max_tokens"
+                if exc.exact
+                else f"takes more cells within max_tokens (a greedy cover: {exc.need})"
+            )
             raise ValueError(
                 f"max_tokens={cap} leaves no plan of max_shapes={k} cells: a cell pads every "
-                "input to the longest of its samples there, and covering every sample takes at "
-                f"least {exc.need} cells within max_tokens. Pass max_shapes={exc.need} or more, "
-                "or raise max_tokens"
+                f"input to the longest of its samples there, and covering every sample {takes}. "
+                f"Pass max_shapes={exc.need} or more, or raise max_tokens"
             ) from None
         # too few cells to fit every sample: as before the limit, the plan over every sample,
         # the samples of its cells above the budget dropped or batched alone

@@ -92,7 +92,7 @@ class TooFewCells(ValueError):
     greedy cover's: at most that many)."""
 
     def __init__(self, k: int, need: int, max_size: float, exact: bool) -> None:
-        self.need = need
+        self.need, self.exact = need, exact
         fewest = "the fewest cells" if exact else "a greedy cover's cells"
         super().__init__(
             f"max_shapes={k} is below the {need} cells within max_size={_shown(max_size)} that "
