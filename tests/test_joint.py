@@ -688,6 +688,9 @@ def test_a_cell_over_max_tokens_whose_samples_fit_says_so(how):
             BucketSpec.build(
                 [[90, 5], [5, 90]], max_tokens=TokenBudget(100, oversize="drop"), **how
             )
+        # three inputs: a greedy cover's count, not "at least" (s24-rev)
+        with pytest.raises(ValueError, match=r"more cells within max_tokens \(a greedy cover: 3"):
+            BucketSpec.build([[90, 5, 5], [5, 90, 5], [5, 5, 90]], max_tokens=110, **how)
         return
     with pytest.raises(ValueError, match=r"cell \(90, 90\), though each of its samples fits"):
         BucketSpec.build([[90, 5], [5, 90]], max_tokens=100, **how)
