@@ -161,6 +161,10 @@ def test_a_coarsened_grid_that_rounds_a_sample_past_the_limit_says_so():
     cap = int(rows.prod(axis=1).max()) + 10
     with pytest.raises(ValueError, match=r"rounded up onto the grid's values.*a larger max_size"):
         solve_joint(rows, 6, size="prod", max_size=cap, time_limit=0.1)
+    # a sample above the limit itself: that said "rounded up onto the grid's values, which a
+    # grid of more than 262,144 points coarsens" of a grid of 4 points (s24-rev)
+    with pytest.raises(ValueError, match=r"size 10 of a sample \(lengths \[5, 5\]\): no cell"):
+        solve_joint([[5, 5], [1, 1]], 2, max_size=8)
     spec = BucketSpec.build(
         {"a": rows[:, 0], "b": rows[:, 1], "c": rows[:, 2]},
         max_tokens=TokenBudget(cap, oversize="drop"),
@@ -680,6 +684,15 @@ def test_a_cell_over_max_tokens_whose_samples_fit_says_so(how):
     if "strategy" in how:
         with pytest.raises(ValueError, match=r"at least 2 cells within max_tokens. Pass max_sha"):
             BucketSpec.build([[90, 5], [5, 90]], max_tokens=100, **how)
+        # with 'drop' the plan over every sample leaves every one out: that error said only
+        # "no bucket fits" (s24-rev)
+        with pytest.raises(ValueError, match=r"max_shapes=1 do not. Pass max_shapes=2 or more"):
+            BucketSpec.build(
+                [[90, 5], [5, 90]], max_tokens=TokenBudget(100, oversize="drop"), **how
+            )
+        # three inputs: a greedy cover's count, not "at least" (s24-rev)
+        with pytest.raises(ValueError, match=r"more cells within max_tokens \(a greedy cover: 3"):
+            BucketSpec.build([[90, 5, 5], [5, 90, 5], [5, 5, 90]], max_tokens=110, **how)
         return
     with pytest.raises(ValueError, match=r"cell \(90, 90\), though each of its samples fits"):
         BucketSpec.build([[90, 5], [5, 90]], max_tokens=100, **how)
@@ -702,6 +715,37 @@ def test_joint_cells_stay_within_max_tokens():
     free = BucketSpec.build(lengths, batch_size=8, max_shapes=4, strategy=big)
     assert wide.cells.lengths.tolist() == free.cells.lengths.tolist()
     assert wide.cells.lengths.sum(axis=1).max() == 363
+
+
+def test_a_sample_rounded_past_max_tokens_leaves_the_cells_within_it():
+    """(150, 149) fits max_tokens=300, rounded up to pad_to_multiple_of=8 it is (152, 152) = 304:
+    no cell holds it within the budget. Left in the plan it kept the joint cells within the
+    limit off (NOTE [ Cells within a size limit ]): 'drop' left out a row-mate too (400 random
+    400 pairs: 107 for that one), and 'error' said each sample fits and to plan tighter cells,
+    which cannot help."""
+    rows = [[150, 149], [150, 20], [20, 150], [100, 100], [60, 140], [140, 60], [30, 30]]
+    lengths = {"a": [r[0] for r in rows], "b": [r[1] for r in rows]}
+    kw = dict(pad_to_multiple_of=8, max_shapes=3, strategy=Joint(exact=False, time_limit=0.1))
+    spec = BucketSpec.build(lengths, max_tokens=TokenBudget(300, oversize="drop"), **kw)
+    assert spec.filtered["oversize"] == 1 and spec.cell_of_sample[0] == -1
+    assert spec.cells.lengths.sum(axis=1).max() <= 300 and (spec.cell_of_sample[1:] >= 0).all()
+    with pytest.raises(ValueError, match=r"of size 299, 304 rounded up to pad_to_multiple_of"):
+        BucketSpec.build(lengths, max_tokens=300, **kw)
+
+
+def test_samples_above_max_tokens_take_a_cell_of_their_own_with_single():
+    """oversize='single': (150, 149) is above max_tokens=290, the rest fit it but not their cell
+    over everything (150, 150). Planned over every sample, the cell taking (150, 149) took two
+    samples that fit too, each then in batches of one (GSM8K[:2000] at 290, K = 4: 125 for
+    one sample of 299); now it takes that sample alone and the rest K - 1 cells within it."""
+    rows = [[150, 149], [150, 20], [20, 150], [100, 100], [60, 140], [140, 60], [30, 30]]
+    rows.append([145, 140])
+    lengths = {"a": [r[0] for r in rows], "b": [r[1] for r in rows]}
+    rule = TokenBudget(290, oversize="single")
+    spec = BucketSpec.build(lengths, max_tokens=rule, max_shapes=3, strategy=Joint(exact=False))
+    sizes = spec.cells.lengths.sum(axis=1)
+    assert len(sizes) == 3 and spec.filtered["oversize"] == 0
+    assert np.flatnonzero(sizes[spec.cell_of_sample] > 290).tolist() == [0]
 
 
 def test_solve_joint_takes_the_samplers_mapping_and_says_what_one_length_is():

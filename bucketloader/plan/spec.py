@@ -490,7 +490,12 @@ class BucketSpec:
             boundaries = lattice[0] if len(names) == 1 else lattice
         filtered["oversize"] = 0
         if budget is not None and budget.oversize == "drop":
-            alone = size_values(planned, size) > budget.max_tokens  # cannot fit even unpadded
+            own = planned
+            if joint is not None:  # a joint cell is a multiple: a sample rounded past the
+                # budget fits none, and left in, it kept the cells within it off (NOTE [ Cells
+                # within a size limit ]: 107 of 400 dropped for one such sample, s24-rev)
+                own = np.stack([round_up(planned[:, d], m) for d, m in enumerate(multiples)], 1)
+            alone = size_values(own, size) > budget.max_tokens  # cannot fit even unpadded
             filtered["oversize"] = int((alone & keep).sum())
             keep = keep & ~alone
         if not keep.any():
@@ -517,7 +522,7 @@ class BucketSpec:
                 given = group_boundaries(boundaries, gval, gvals, names)
                 if joint is not None:
                     jb, idx, summary = _fit_joint(
-                        sub, joint, max_shapes, size, multiples, cache, rule
+                        sub, joint, max_shapes, size, multiples, cache, rule, too_few
                     )
                     all_b.append(jb)
                     joint_cells.append(idx)
@@ -548,6 +553,7 @@ class BucketSpec:
 
         joint_cells: list[np.ndarray] = []
         joint_info: list[dict[str, Any]] = []
+        too_few: list[int] = []  # (the cells within max_tokens that K fell short of, per group)
         all_b, codes, sels = fit()
         while True:
             occupancy = [
@@ -572,7 +578,7 @@ class BucketSpec:
             if not (cells.batch < 1).any():
                 break
             if rule.oversize != "drop":
-                _raise_small_budget(cells, cell_of, planned, size, rule)
+                _raise_small_budget(cells, cell_of, planned, size, rule, multiples)
             # padding (a pad multiple, a joint cell) pushed a cell past the budget: leave its
             # samples out too, and plan the rest again on the same boundaries
             out = cell_of >= 0
@@ -580,9 +586,17 @@ class BucketSpec:
             filtered["oversize"] += int(out.sum())
             keep = keep & ~out
             if not keep.any():
+                fix = ""
+                if too_few:  # (the joint plan over every sample: K below the cells within it)
+                    fix = (
+                        f": a cell pads every input to the longest of its samples there, and "
+                        f"{max(too_few)} cells within max_tokens cover them, max_shapes="
+                        f"{max_shapes} do not. Pass max_shapes={max(too_few)} or more, or raise "
+                        "max_tokens"
+                    )
                 raise ValueError(
                     f"no bucket fits {rule.describe()}; every sample is left out "
-                    f"({_left_out(filtered)})"
+                    f"({_left_out(filtered)}){fix}"
                 )
             kept_codes, kept_sels = [], []
             for sel, code in zip(sels, codes, strict=True):
@@ -769,8 +783,11 @@ def _fit_joint(
     multiples: Sequence[int],
     cache: Any,
     rule: BatchRule,
+    too_few: list[int] | None = None,
 ) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
-    """One group's joint plan: per-input boundaries, the cells as index tuples, a summary."""
+    """One group's joint plan: per-input boundaries, the cells as index tuples, a summary
+    (``too_few`` gets the cells within max_tokens that ``max_shapes`` fell short of, where the
+    plan is then made over every sample)."""
     table = np.stack([round_up(sub[:, d], m) for d, m in enumerate(multiples)], axis=1)
     if cache is True:
         from bucketloader.cache import BucketCache
@@ -779,42 +796,65 @@ def _fit_joint(
     hits = getattr(cache, "hits", None)  # (whether this plan was read: report() and the ranks)
     # NOTE [ Cells within a size limit ]: under max_tokens, cells within it where the cell of
     # every input's longest would not fit (and every sample does: samples that do not are
-    # left out or batched alone before, and "single" keeps such a sample's own cell; the
-    # limit is then no part of the key, and the plans of budgets above it are unchanged)
+    # left out before with "drop"; the limit is then no part of the key, and the plans of
+    # budgets above it are unchanged). With "single", the samples above it take one cell of
+    # their own (each input's longest of them: batches of one) and the rest K - 1 within it;
+    # planned over every sample, their cell took others too (GSM8K[:2000], max_tokens=290, K =
+    # 4: one sample of 299 put 125 in batches of one in a cell of 158 + 205; s24-rev)
     budget = rule.budget
     cap = None
-    if budget is not None and isinstance(size, str):
-        top = exact_sizes(table.max(axis=0, keepdims=True), size)[0]
-        if top > budget.max_tokens and size_values(table, size).max() <= budget.max_tokens:
-            cap = budget.max_tokens
+    alone: np.ndarray | None = None
     k = int(max_shapes or 1)
+    if budget is not None and isinstance(size, str):
+        big = size_values(table, size) > budget.max_tokens
+        rest = table[~big]
+        if rest.size and exact_sizes(rest.max(axis=0, keepdims=True), size)[0] > budget.max_tokens:
+            if not big.any():
+                cap = budget.max_tokens
+            elif k > 1:  # (oversize="single": "drop" left them out, "error" names them later)
+                alone = big
+    if alone is not None and budget is not None:
+        try:
+            sol = joint.solve(rest, k - 1, size=size, cache=cache, max_size=budget.max_tokens)
+        except (TooFewCells, OverLimit):
+            pass  # (the plan over every sample, as below)
+        else:
+            own = table[alone].max(axis=0, keepdims=True)
+            return _joint_summary(sol, cache, hits, np.concatenate([sol.cells, own]))
     try:
         sol = joint.solve(table, k, size=size, cache=cache, max_size=cap)
     except TooFewCells as exc:
         if budget is not None and budget.oversize == "error":
+            takes = (  # (with more than two inputs the count is a greedy cover's)
+                f"takes at least {exc.need} cells within max_tokens"
+                if exc.exact
+                else f"takes more cells within max_tokens (a greedy cover: {exc.need})"
+            )
             raise ValueError(
                 f"max_tokens={cap} leaves no plan of max_shapes={k} cells: a cell pads every "
-                "input to the longest of its samples there, and covering every sample takes at "
-                f"least {exc.need} cells within max_tokens. Pass max_shapes={exc.need} or more, "
-                "or raise max_tokens"
+                f"input to the longest of its samples there, and covering every sample {takes}. "
+                f"Pass max_shapes={exc.need} or more, or raise max_tokens"
             ) from None
         # too few cells to fit every sample: as before the limit, the plan over every sample,
         # the samples of its cells above the budget dropped or batched alone
+        if too_few is not None:
+            too_few.append(exc.need)
         sol = joint.solve(table, k, size=size, cache=cache)
     except OverLimit:
         # a coarsened grid rounds a sample past the budget: the plan over every sample, as
         # before the limit (a cell above the budget is then the error that names it, or its
         # samples dropped or batched alone)
         sol = joint.solve(table, k, size=size, cache=cache)
-    return _joint_summary(sol, cache, hits)
+    return _joint_summary(sol, cache, hits, sol.cells)
 
 
 def _joint_summary(
-    sol: Any, cache: Any, hits: Any
+    sol: Any, cache: Any, hits: Any, cells: np.ndarray
 ) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
-    """:func:`_fit_joint`'s answer from the solution ``sol``."""
-    bs = tuple(np.unique(sol.cells[:, d]) for d in range(sol.cells.shape[1]))
-    idx = np.stack([np.searchsorted(b, sol.cells[:, d]) for d, b in enumerate(bs)], axis=1)
+    """:func:`_fit_joint`'s answer: the ``cells`` (``sol``'s, and one for samples above the
+    budget with oversize="single"), the rest from the solution ``sol``."""
+    bs = tuple(np.unique(cells[:, d]) for d in range(cells.shape[1]))
+    idx = np.stack([np.searchsorted(b, cells[:, d]) for d, b in enumerate(bs)], axis=1)
     summary = {
         "status": sol.status,
         "objective": sol.objective,
@@ -822,7 +862,7 @@ def _joint_summary(
         "lower_bound": sol.lower_bound,
         "gap": sol.gap,
         "seconds": sol.solve_seconds,
-        "cells": len(sol.cells),
+        "cells": len(cells),
         "cached": isinstance(hits, int) and cache.hits > hits,
     }
     return bs, idx, summary
@@ -902,7 +942,12 @@ def group_boundaries(
 
 
 def _raise_small_budget(
-    cells: Cells, cell_of: np.ndarray, table: np.ndarray, size: Size, rule: BatchRule
+    cells: Cells,
+    cell_of: np.ndarray,
+    table: np.ndarray,
+    size: Size,
+    rule: BatchRule,
+    multiples: Sequence[int],
 ) -> None:
     budget = rule.budget
     max_tokens = budget.max_tokens if budget is not None else 0
@@ -915,7 +960,9 @@ def _raise_small_budget(
     names = cells.input_names
     shown = value[0] if len(names) == 1 else dict(zip(names, value, strict=True))
     own = exact_sizes(table[longest : longest + 1], size)[0]
-    if len(names) > 1 and own <= max_tokens:
+    padded = [int(round_up(x, m)) for x, m in zip(value, multiples, strict=True)]
+    rounded = exact_sizes(np.array([padded]), size)[0]
+    if len(names) > 1 and rounded <= max_tokens:
         # every sample fits, their cell does not: it pads each input to the longest of its
         # samples there (GSM8K[:2000], max_tokens=299, its longest pair; 4 joint cells: (158, 205))
         cell = tuple(int(x) for x in cells.lengths[worst])
@@ -929,6 +976,8 @@ def _raise_small_budget(
             "or give those samples batches of one: max_tokens=TokenBudget(..., "
             "oversize='single') ('drop' would leave them out)"
         )
+    if rounded > own:  # (it fits, but not rounded up: no cell within the budget holds it)
+        shown = f"{shown}, of size {own}, {rounded} rounded up to pad_to_multiple_of"
     raise ValueError(
         f"max_tokens={max_tokens} is below the padded size {need} of the largest "
         f"bucket; its longest sample is index {longest} with length {shown}. Raise max_tokens "

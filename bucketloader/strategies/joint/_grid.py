@@ -92,7 +92,7 @@ class TooFewCells(ValueError):
     greedy cover's: at most that many)."""
 
     def __init__(self, k: int, need: int, max_size: float, exact: bool) -> None:
-        self.need = need
+        self.need, self.exact = need, exact
         fewest = "the fewest cells" if exact else "a greedy cover's cells"
         super().__init__(
             f"max_shapes={k} is below the {need} cells within max_size={_shown(max_size)} that "
@@ -195,6 +195,14 @@ class Grid:
         cand_size = sizes_of(cls._coords(values, cand), size)
         point_size = sizes_of(cls._coords(values, point), size)
         if max_size is not None:
+            own = sizes_of(rows, size)
+            if own.max() > max_size:  # (the sample itself, not its place on a coarsened grid)
+                raise OverLimit(
+                    f"max_size={_shown(max_size)} is below the size {_shown(own.max())} of a "
+                    f"sample (lengths {rows[int(np.argmax(own))].tolist()}): no cell "
+                    "within it holds that sample; leave out the samples above it first, or "
+                    "pass a larger max_size"
+                )
             if point_size.max() > max_size:
                 raise OverLimit(
                     f"max_size={_shown(max_size)} is below the size {_shown(point_size.max())} "
