@@ -262,13 +262,6 @@ def _search_and_bound(
     values = coarse_values(rows, counts, MAX_GRID)
     coarsened = any(v.size < np.unique(rows[:, d]).size for d, v in enumerate(values))
     cap = params.get("max_size")  # (a coarsened grid rounds samples up: OverLimit if past it)
-    if cap is not None and (own := _sizes(rows, size)).max() > cap:
-        worst = rows[int(np.argmax(own))].tolist()
-        raise ValueError(
-            f"max_size={int(cap) if cap.is_integer() else cap} is below the size "
-            f"{int(own.max())} of the sample {worst} ({size!r}): no cell within it covers "
-            f"that sample; pass max_size={int(own.max())} or more, or leave such samples out"
-        )
     grid = Grid.build(rows, counts, values, size, cap)
     info.update(grid=int(np.prod(grid.shape)), candidates=int(grid.cand.shape[0]))
     if cap is not None:
