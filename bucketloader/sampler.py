@@ -616,12 +616,12 @@ class BucketSampler(SpecShapes, EpochSampler):
 
     @functools.cached_property
     def _fill_pools(self) -> dict[int, np.ndarray]:
-        """The cells whose ``last_batch="fill"`` step shorter samples fill, and the cells they
+        """The cells whose ``last_batch="fill"`` steps shorter samples fill, and the cells they
         draw from (NOTE [ Filling a small bucket ] in :mod:`bucketloader.plan.epoch`; plain
-        epochs only: not weighted ones, nor accumulation groups, nor a subclass's draws)."""
-        if not self._batches_the_spec or self.weights is not None or self.accumulate != 1:
+        epochs and accumulation groups: not weighted ones, nor a subclass's draws)."""
+        if not self._batches_the_spec or self.weights is not None:
             return {}
-        return fill_pools(self.spec, self.num_replicas)
+        return fill_pools(self.spec, self.num_replicas, self.accumulate)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -796,9 +796,11 @@ class BucketSampler(SpecShapes, EpochSampler):
         small = np.flatnonzero((full == 0) & (q > 0) & ~filled)
         wraps = (counts > 0) & ~filled  # (each sample ceil(slots / n) times at most)
         most = int((-(-slots[wraps] // counts[wraps])).max(initial=1))
-        if pools:  # own samples for ranks without one, and the draws (this epoch's)
-            most = max(most, *(-(-r // int(q[c])) for c in pools))
-            extra = fill_extra(spec, pools, **self._coordinates(self.epoch))
+        if pools:  # own samples for batches without one, and the draws (this epoch's)
+            batches = slots // spec.cell_batch  # (R per step)
+            most = max(most, *(-(-int(batches[c]) // int(counts[c])) for c in pools))
+            k = self.accumulate
+            extra = fill_extra(spec, pools, **self._coordinates(self.epoch), accumulate=k)
             most = max(most, 1 + int(extra.max(initial=0)))
         said = ""
         if small.size:
@@ -904,13 +906,20 @@ class BucketSampler(SpecShapes, EpochSampler):
             and self._fill_pools
             and saved.get("plan_digest") == self._plan_digest(fill=False)
         ):
+            k = self.accumulate
+            small = (
+                "the step of a bucket with at most half a step of samples"
+                if k == 1
+                else f"the accumulation groups (accumulate={k}) of a bucket whose steps take at "
+                "least twice its samples"
+            )
             raise ValueError(
-                "state was saved by a BucketSampler whose last_batch='fill' topped up the step of "
-                "a bucket with at most half a step of samples with repeats of its own samples "
-                "(the longest samples, several times an epoch); this one fills it with shorter "
-                "samples drawn at random (plan_digest '/fill=2', NOTE [ Filling a small bucket ] "
-                "in bucketloader.plan.epoch): the same steps and shapes, other samples in that "
-                "step, so the state cannot resume its epoch exactly. Start that epoch over with "
+                f"state was saved by a BucketSampler whose last_batch='fill' topped up {small} "
+                "with repeats of its own samples (the longest samples, several times an epoch); "
+                "this one fills them with shorter samples drawn at random (plan_digest "
+                "'/fill=2', NOTE [ Filling a small bucket ] in bucketloader.plan.epoch): the same "
+                "steps and shapes, other samples in those steps, so the state cannot resume its "
+                "epoch exactly. Start that epoch over with "
                 f"sampler.set_epoch({state.get('epoch')!r}), or go on with the next one"
             )
         if isinstance(saved, dict) and self.spec.joint:

@@ -237,8 +237,9 @@ def plan_epoch(
                 f"accumulate={accumulate}; plan those without promotion"
             )
         return _promoted(spec, promotion, at, longest_first)
+    shorter = check_bool("fill_shorter", fill_shorter)
     if accumulate > 1:
-        return _grouped(spec, at, longest_first, accumulate)
+        return _grouped(spec, at, longest_first, accumulate, shorter)
     if w is not None:
         order, sc, sj, seg = _weighted(spec, w, seed, epoch, shuffle, num_replicas)
         if longest_first and sc.size:
@@ -250,9 +251,9 @@ def plan_epoch(
     if longest_first and sc.size:
         sc, sj, seg = _longest_first(spec, num_replicas, sc, sj, seg)
     plan = _materialize(spec, num_replicas, rank, order, sc, sj, seg)
-    pools = fill_pools(spec, num_replicas) if check_bool("fill_shorter", fill_shorter) else {}
+    pools = fill_pools(spec, num_replicas) if shorter else {}
     if pools:  # NOTE [ Filling a small bucket ]
-        plan = _fill_small(spec, plan, at, order, cell_start, pools)
+        plan = _fill_small(spec, plan, sj, at, order, cell_start, pools, 1)
     return plan
 
 
@@ -297,8 +298,12 @@ def check_accumulate(accumulate: Any, spec: BucketSpec, weights: Any) -> int:
     return k
 
 
-def _grouped(spec: BucketSpec, at: _Place, longest_first: bool, k: int) -> EpochPlan:
-    """An epoch in accumulation groups of ``k`` steps (NOTE [ Accumulation groups ])."""
+def _grouped(
+    spec: BucketSpec, at: _Place, longest_first: bool, k: int, fill_shorter: bool
+) -> EpochPlan:
+    """An epoch in accumulation groups of ``k`` steps (NOTE [ Accumulation groups ]); under
+    ``"fill"`` a cell whose groups would repeat all of its samples fills them with shorter
+    samples (NOTE [ Filling a small bucket ], ``fill_shorter``)."""
     order, cell_start, key = at.keyed_order(spec)
     steps = grouped_steps(spec.num_steps(at.num_replicas), k)
     sc, sj = interleave_groups(steps, k, None if key is None else np.random.default_rng(key))
@@ -306,7 +311,11 @@ def _grouped(spec: BucketSpec, at: _Place, longest_first: bool, k: int) -> Epoch
     if longest_first and sc.size:
         best = _largest_cell(spec, sc, spec.cell_batch)
         sc, sj, seg = longest_group_first(best, k, sc, sj, seg)
-    return _materialize(spec, at.num_replicas, at.rank, order, sc, sj, seg)
+    plan = _materialize(spec, at.num_replicas, at.rank, order, sc, sj, seg)
+    pools = fill_pools(spec, at.num_replicas, k) if fill_shorter else {}
+    if pools:
+        plan = _fill_small(spec, plan, sj, at, order, cell_start, pools, k)
+    return plan
 
 
 def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
@@ -587,13 +596,14 @@ def _gather(
     return out
 
 
-def fill_pools(spec: BucketSpec, num_replicas: int) -> dict[int, np.ndarray]:
-    """Under ``last_batch="fill"``, per cell whose step shorter samples fill (NOTE [ Filling a
+def fill_pools(spec: BucketSpec, num_replicas: int, accumulate: int = 1) -> dict[int, np.ndarray]:
+    """Under ``last_batch="fill"``, per cell whose steps shorter samples fill (NOTE [ Filling a
     small bucket ]): the cells it covers (same group, every padded length at most its own) that
-    hold samples. A cell qualifies when its step would repeat every one of its samples
-    (``R·B - q >= q``: no full step, at most half of one) and a rank's batch has room left
-    after its own share (``max(q, R) < R·B``; not single-row batches). Empty under another
-    policy.
+    hold samples. A cell of ``n`` samples whose steps (rounded up to whole accumulation groups
+    of ``accumulate``) take ``T`` samples qualifies when they would repeat every one of its
+    samples (``T - n >= n``; without accumulation: no full step, at most half of one) and its
+    batches have room left after its own share (``max(n, batches) < T``; not single-row
+    batches). Empty under another policy.
 
     Example:
         >>> spec = BucketSpec.build([5] * 40 + [30] * 3, boundaries=[5, 30], batch_size=8,
@@ -603,9 +613,9 @@ def fill_pools(spec: BucketSpec, num_replicas: int) -> dict[int, np.ndarray]:
     """
     if spec.last_batch != "fill":
         return {}
-    full, q = spec.cell_steps(num_replicas)
-    per_step = spec.cell_batch * num_replicas
-    small = (full == 0) & (q > 0) & (2 * q <= per_step) & (np.maximum(q, num_replicas) < per_step)
+    counts, (steps, slots) = spec.counts, fill_slots(spec, num_replicas, accumulate)
+    batches = steps * num_replicas
+    small = (counts > 0) & (2 * counts <= slots) & (np.maximum(counts, batches) < slots)
     lengths, group, counts = spec.cell_lengths, spec.cell_group, spec.counts
     out = {}
     for c in np.flatnonzero(small).tolist():
@@ -616,10 +626,29 @@ def fill_pools(spec: BucketSpec, num_replicas: int) -> dict[int, np.ndarray]:
     return out
 
 
+def fill_slots(
+    spec: BucketSpec, num_replicas: int, accumulate: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell under ``"fill"``: ``(steps, slots)``, its global steps (rounded up to whole
+    accumulation groups: NOTE [ Accumulation groups ]) and the samples they take (``steps·R·B``,
+    every batch full).
+
+    Example:
+        >>> spec = BucketSpec.build([5] * 40 + [30] * 3, boundaries=[5, 30], batch_size=8,
+        ...                         last_batch="fill")
+        >>> [a.tolist() for a in fill_slots(spec, 2, accumulate=2)]
+        [[4, 2], [64, 32]]
+    """
+    steps = grouped_steps(spec.num_steps(num_replicas), accumulate)
+    return steps, steps * spec.cell_batch * num_replicas
+
+
 def own_slots(q: int, num_replicas: int) -> tuple[np.ndarray, np.ndarray]:
     """``(first, count)`` per rank: a filled cell's ``q`` samples split over the ranks as
     ``"pad"`` splits a last step (a rank that would get none takes position ``rank % q``), so
-    every rank's batch starts with a sample of the cell (NOTE [ Filling a small bucket ]).
+    every rank's batch starts with a sample of the cell (NOTE [ Filling a small bucket ]). Under
+    accumulation, ``num_replicas`` counts the cell's batches over its steps (``steps·R``, batch
+    ``j·R + rank`` of step ``j``).
 
     Example:
         >>> [a.tolist() for a in own_slots(5, 2)], [a.tolist() for a in own_slots(2, 3)]
@@ -638,29 +667,31 @@ def fill_draws(
     cell_start: np.ndarray,
     pools: dict[int, np.ndarray],
     ss: np.random.SeedSequence | None,
+    accumulate: int = 1,
 ) -> tuple[dict[int, np.ndarray], np.ndarray, np.ndarray]:
-    """The filling samples of every cell of ``pools`` (over all ranks, in rank order) and the
-    extra appearances in the epoch of the samples of the cells they draw from: ``(draws, ids,
+    """The filling samples of every cell of ``pools`` (over all ranks and, under
+    ``accumulate``, its steps, in batch order: step by step, rank by rank) and the extra
+    appearances in the epoch of the samples of the cells they draw from: ``(draws, ids,
     extra)`` (NOTE [ Filling a small bucket ]). Cells draw smallest first; each takes the samples
-    its pool repeats least so far (a cell's wrapped last step, a filled cell's own sample for a
-    rank without one, an earlier draw), in a random order among equals (``ss=None``: in
-    ``by_cell`` order), the same on every rank."""
-    _, q = spec.cell_steps(num_replicas)
-    per_step = spec.cell_batch * num_replicas
+    its pool repeats least so far (a cell's wrapped last step or extra steps, a filled cell's own
+    sample for a batch without one, an earlier draw), in a random order among equals
+    (``ss=None``: in ``by_cell`` order), the same on every rank."""
+    steps, slots = fill_slots(spec, num_replicas, accumulate)
     counts, by_cell, cell_of = spec.counts, spec.by_cell, spec.cell_of_sample
     base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     drawn_from = np.zeros(counts.size, dtype=bool)
     for cells in pools.values():
         drawn_from[cells] = True
-    parts = []  # one entry per extra appearance, of samples some pool holds
-    for c in np.flatnonzero(drawn_from & (q > 0)).tolist():
+    drawn_from[list(pools)] = True  # (under accumulate a filled cell's own samples fill too)
+    parts = []  # one entry per extra appearance, of samples some pool or filled cell holds
+    for c in np.flatnonzero(drawn_from & (slots > counts)).tolist():
         n, s = int(counts[c]), int(cell_start[c])
-        if c in pools:  # its own samples split over the ranks: repeats for ranks without one
-            first, own = own_slots(int(q[c]), num_replicas)
+        if c in pools:  # its own samples split over its batches: repeats for those without one
+            first, own = own_slots(n, int(steps[c]) * num_replicas)
             pos = _ranges(first, own) % n
             parts.append(order[s + pos[n:]] if pos.size > n else by_cell[:0])
-        else:  # the last step wraps round to the start of the cell's shuffled order
-            parts.append(order[s + np.arange(int(per_step[c]) - int(q[c])) % n])
+        else:  # the last step (and extra steps) wrap round to the start of its shuffled order
+            parts.append(order[s + np.arange(int(slots[c]) - n) % n])
     # the extra appearances so far, counted per sample, and per cell how many of its samples
     # have one: a cell's draw among the samples not repeated yet costs about its need, by
     # rejection, and only a pool mostly repeated already is read whole (s23-rev: each cell ran
@@ -674,7 +705,8 @@ def fill_draws(
     draws = {}
     for c in sorted(pools, key=lambda c: (int(size[c]), c)):  # the smallest cell first
         cells = pools[c]
-        need = int(per_step[c]) - int(own_slots(int(q[c]), num_replicas)[1].sum())
+        owned = own_slots(int(counts[c]), int(steps[c]) * num_replicas)[1].sum()
+        need = int(slots[c]) - int(owned)
         ends = np.cumsum(counts[cells])
         total = int(ends[-1])
         fresh = total - int(times.in_cell[cells].sum())  # (samples of the pool not repeated yet)
@@ -688,7 +720,13 @@ def fill_draws(
         else:  # most of the pool repeats, or the need takes much of the rest: all of it,
             # the least repeated first, cyclically
             ids = by_cell[_ranges(base[cells], counts[cells])]
-            take = _least_repeated(rng, need, ids, times(ids))
+            if accumulate == 1:  # (the plans of /fill=2, kept)
+                take = _least_repeated(rng, need, ids, times(ids))
+            else:  # its own samples too, after the pool's at equal counts; levelled
+                own = by_cell[base[c] : base[c] + counts[c]]
+                last = np.repeat([False, True], [total, own.size])
+                ids = np.concatenate([ids, own])
+                take = _levelled(rng, need, ids, times(ids), last)
         draws[c] = take
         times.add(take)
     return (draws, *times.merged())
@@ -787,6 +825,46 @@ def _least_repeated(
     return ids[ranked[np.arange(need) % n]]  # type: ignore[no-any-return]
 
 
+def _levelled(
+    rng: np.random.Generator | None,
+    need: int,
+    ids: np.ndarray,
+    times: np.ndarray,
+    last: np.ndarray,
+) -> np.ndarray:
+    """``need`` draws of ``ids`` (with ``times`` extra appearances each so far) that raise the
+    least repeated first, one appearance at a time: every one below a level ``L`` up to it, then
+    the rest among those at ``L``, the ``last`` ones (a filled cell's own samples) after the
+    others, at random among equals (``rng=None``: in ``ids`` order). Returned round by round
+    (lowest count first), so a sample's draws lie about ``len(ids)`` apart. Unlike
+    :func:`_least_repeated`'s cyclic pass, a sample repeated more than the others is not drawn
+    again while they catch up.
+
+    Example:
+        >>> ids, last = np.array([10, 11, 12]), np.array([False, False, True])
+        >>> _levelled(None, 5, ids, np.array([3, 0, 0]), last).tolist()
+        [11, 12, 11, 12, 11]
+    """
+    t = times.astype(np.int64)
+    lo, hi = int(t.min()), int(t.min()) + need  # the level: the largest L with fill(L) <= need
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if int(np.maximum(mid - t, 0).sum()) <= need:
+            lo = mid
+        else:
+            hi = mid - 1
+    reps = np.maximum(lo - t, 0)
+    rest = need - int(reps.sum())  # (fewer than those at the level L)
+    perm = rng.permutation(ids.size) if rng is not None else np.arange(ids.size)
+    at = perm[np.lexsort((last[perm], np.maximum(t, lo)[perm]))]  # (those at L first)
+    reps[at[:rest]] += 1
+    who = np.repeat(np.arange(ids.size), reps)
+    level = t[who] + _ranges(np.zeros(ids.size, dtype=np.int64), reps)
+    rank = np.empty(ids.size, dtype=np.int64)
+    rank[perm] = np.arange(ids.size)
+    return ids[who[np.lexsort((rank[who], last[who], level))]]  # type: ignore[no-any-return]
+
+
 def fill_extra(
     spec: BucketSpec,
     pools: dict[int, np.ndarray],
@@ -796,13 +874,14 @@ def fill_extra(
     shuffle: bool,
     num_replicas: int,
     rank: int = 0,
+    accumulate: int = 1,
 ) -> np.ndarray:
     """The extra appearances in ``epoch`` (over all ranks) of each sample that appears more than
     once among the cells the ``pools`` draw from (:func:`fill_draws`; ``rank`` is unused: every
     rank draws alike)."""
     at = _Place(seed, epoch, shuffle, num_replicas, rank)
     order, cell_start, _ = at.keyed_order(spec)
-    return _epoch_draws(spec, at, order, cell_start, pools)[2]
+    return _epoch_draws(spec, at, order, cell_start, pools, accumulate)[2]
 
 
 def _fill_key(at: _Place) -> np.random.SeedSequence | None:
@@ -821,6 +900,7 @@ def _epoch_draws(
     order: ShuffledOrder,
     cell_start: np.ndarray,
     pools: dict[int, np.ndarray],
+    accumulate: int,
 ) -> tuple[dict[int, np.ndarray], np.ndarray, np.ndarray]:
     """:func:`fill_draws` of the epoch at ``at``, the same on every rank, so kept for the next
     call (read-only): ``report()`` plans every rank (s23-rev: 1M samples, 64 buckets x 32 on 64
@@ -832,12 +912,14 @@ def _epoch_draws(
         at.epoch,
         at.shuffle,
         at.num_replicas,
+        accumulate,
         [(c, v.tolist()) for c, v in pools.items()],
     )
     last = _LAST_DRAWS  # (one read: another thread may replace it)
     if last is not None and last[0] == key and last[1]() is spec:
         return last[2]  # type: ignore[no-any-return]
-    draws = fill_draws(spec, at.num_replicas, order, cell_start, pools, _fill_key(at))
+    ss = _fill_key(at)
+    draws = fill_draws(spec, at.num_replicas, order, cell_start, pools, ss, accumulate)
     for a in (*draws[0].values(), draws[1], draws[2]):
         a.flags.writeable = False
     _LAST_DRAWS = (key, weakref.ref(spec), draws)
@@ -847,26 +929,30 @@ def _epoch_draws(
 def _fill_small(
     spec: BucketSpec,
     plan: EpochPlan,
+    sj: np.ndarray,
     at: _Place,
     order: ShuffledOrder,
     cell_start: np.ndarray,
     pools: dict[int, np.ndarray],
+    accumulate: int,
 ) -> EpochPlan:
-    """``plan`` with each pooled cell's one batch on this rank made of its own samples, split
-    over the ranks, then its share of the filling samples (NOTE [ Filling a small bucket ]).
-    Batches keep their size (``B``), so the offsets are unchanged."""
-    draws, _, _ = _epoch_draws(spec, at, order, cell_start, pools)
-    _, q = spec.cell_steps(at.num_replicas)
+    """``plan`` (whose batch ``i`` is step ``sj[i]`` of its cell) with each pooled cell's
+    batches on this rank made of its own samples, split over its batches (its steps' ``R``
+    each), then their share of the filling samples (NOTE [ Filling a small bucket ]). Batches
+    keep their size (``B``), so the offsets are unchanged."""
+    draws, _, _ = _epoch_draws(spec, at, order, cell_start, pools, accumulate)
+    steps, _ = fill_slots(spec, at.num_replicas, accumulate)
     indices = plan.indices.copy()
     for c, take in draws.items():
-        (i,) = np.flatnonzero(plan.cells == c)  # (its one step)
-        b, n = int(spec.cell_batch[c]), int(q[c])
-        first, own = own_slots(n, at.num_replicas)
-        r = at.rank
-        mine = order[int(cell_start[c]) + (first[r] + np.arange(own[r])) % n]
-        before = int((b - own[:r]).sum())  # (filling slots of the ranks before this one)
-        lo = int(plan.offsets[i])
-        indices[lo : lo + b] = np.concatenate([mine, take[before : before + b - own[r]]])
+        i = np.flatnonzero(plan.cells == c)  # (its steps on this rank)
+        b, n = int(spec.cell_batch[c]), int(spec.counts[c])
+        first, own = own_slots(n, int(steps[c]) * at.num_replicas)
+        k = sj[i] * at.num_replicas + at.rank  # (which of the cell's batches: step, then rank)
+        before = k * b - (np.cumsum(own) - own)[k]  # (filling slots of the batches before)
+        lo, mine = plan.offsets[i], own[k]
+        at_own = order[int(cell_start[c]) + _ranges(first[k], mine) % n]
+        indices[_ranges(lo, mine)] = at_own
+        indices[_ranges(lo + mine, b - mine)] = take[_ranges(before, b - mine)]
     return dataclasses.replace(plan, indices=indices)
 
 
