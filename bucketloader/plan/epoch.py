@@ -836,33 +836,38 @@ def _levelled(
     least repeated first, one appearance at a time: every one below a level ``L`` up to it, then
     the rest among those at ``L``, the ``last`` ones (a filled cell's own samples) after the
     others, at random among equals (``rng=None``: in ``ids`` order). Returned round by round
-    (lowest count first), so a sample's draws lie about ``len(ids)`` apart. Unlike
-    :func:`_least_repeated`'s cyclic pass, a sample repeated more than the others is not drawn
-    again while they catch up.
+    (lowest count first, in a random order within a round), so a sample's draws lie about
+    ``len(ids)`` apart. Unlike :func:`_least_repeated`'s cyclic pass, a sample repeated more
+    than the others is not drawn again while they catch up. ``O(len(ids))`` per round.
 
     Example:
         >>> ids, last = np.array([10, 11, 12]), np.array([False, False, True])
         >>> _levelled(None, 5, ids, np.array([3, 0, 0]), last).tolist()
         [11, 12, 11, 12, 11]
     """
-    t = times.astype(np.int64)
-    lo, hi = int(t.min()), int(t.min()) + need  # the level: the largest L with fill(L) <= need
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if int(np.maximum(mid - t, 0).sum()) <= need:
-            lo = mid
-        else:
-            hi = mid - 1
-    reps = np.maximum(lo - t, 0)
-    rest = need - int(reps.sum())  # (fewer than those at the level L)
-    perm = rng.permutation(ids.size) if rng is not None else np.arange(ids.size)
-    at = perm[np.lexsort((last[perm], np.maximum(t, lo)[perm]))]  # (those at L first)
-    reps[at[:rest]] += 1
-    who = np.repeat(np.arange(ids.size), reps)
-    level = t[who] + _ranges(np.zeros(ids.size, dtype=np.int64), reps)
-    rank = np.empty(ids.size, dtype=np.int64)
-    rank[perm] = np.arange(ids.size)
-    return ids[who[np.lexsort((rank[who], last[who], level))]]  # type: ignore[no-any-return]
+    low = int(times.min())
+    below = np.cumsum(np.bincount(times - low))  # (samples below each level above the lowest)
+    fill = np.concatenate([[0], np.cumsum(below)])  # (draws that raise all to each level)
+    j = int(np.searchsorted(fill, need, side="right")) - 1
+    if j == below.size:  # (above every count: each round takes them all)
+        j += (need - int(fill[-1])) // ids.size
+    level = low + j  # the highest level every sample below reaches
+    at = np.flatnonzero(times <= level)  # (the only ones drawn: at most need + those at it)
+    t = times[at].astype(np.int64)
+    reps = level - t
+    rest = need - int(reps.sum())  # (fewer than the samples at the level)
+    if rest:
+        lo, hi = np.flatnonzero(~last[at]), np.flatnonzero(last[at])
+        if rng is not None:
+            lo, hi = rng.permutation(lo), rng.permutation(hi)
+        reps[np.concatenate([lo, hi])[:rest]] += 1
+    rounds = []
+    for r in range(low, level + (rest > 0)):
+        now = np.flatnonzero((t <= r) & (t + reps > r))
+        if rng is not None:
+            now = rng.permutation(now)
+        rounds.append(at[now[np.argsort(last[at[now]], kind="stable")]])
+    return ids[np.concatenate(rounds)]  # type: ignore[no-any-return]
 
 
 def fill_extra(
