@@ -506,7 +506,9 @@ class BucketSampler(SpecShapes, EpochSampler):
         accumulate: gradient-accumulation groups (fairseq's ``update_freq``): ``k``
             consecutive batches of one shape on every rank, so an accumulation step never mixes
             shapes; each bucket's batches are rounded up to whole groups with repeats of its own
-            samples (NOTE [ Accumulation groups ] in :mod:`bucketloader.plan.accumulate`).
+            samples (NOTE [ Accumulation groups ] in :mod:`bucketloader.plan.accumulate`), or
+            under ``last_batch="fill"`` of shorter ones where its groups take at least twice its
+            samples (NOTE [ Filling a small bucket ]).
         **spec_options: :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options
             (not allowed with a ready spec). The common ones: ``num_buckets`` (default 8),
             ``strategy`` (default ``"optimal"``), ``batch_size`` (or per-bucket sizes) or
@@ -773,7 +775,8 @@ class BucketSampler(SpecShapes, EpochSampler):
         a bucket with at most half a step of samples repeated all of them, the same ones every
         epoch, up to ``ceil(R * B / n)`` times (LibriSpeech, 8 buckets of 32 over 8 ranks:
         samples up to 5 times an epoch, silently; s22-fill). Such a bucket's step is now filled
-        with shorter samples drawn at random (NOTE [ Filling a small bucket ]); the shortest
+        with shorter samples drawn at random (NOTE [ Filling a small bucket ]; with
+        ``accumulate``, a bucket whose groups take at least twice its samples); the shortest
         bucket of a group, if small, still repeats its own. The count and the most
         appearances are exact, the most from this epoch's draws: the same in every epoch for
         one input (each bucket's pool holds the shorter ones' pools), while a joint plan's

@@ -87,15 +87,42 @@ frames) 8x32 up to 5; Common Voice 16x64 up to 9 (s22-fill). Now (BucketSampler'
 A cell with more than half a step repeats a random part of itself once, as any last step does,
 and keeps doing so (no padding to pay). Steps, shapes, ``len()`` and the repeats' count
 (``R·B − q`` per such cell) are unchanged; ``report()`` counts the filling samples as repeats
-and their padding to the longer shape. Only plain epochs: weighted epochs, accumulation groups
-(whose extra steps repeat a cell's own samples by design) and ``WeightedBucketSampler``'s draws
-(``fill_shorter=False``) repeat the cell's own samples as before. Measured
+and their padding to the longer shape. Weighted epochs and ``WeightedBucketSampler``'s draws
+(``fill_shorter=False``) repeat the cell's own samples as before; accumulation groups: below.
+Measured
 (``benchmarks/fill_repeats.py``, 8 ranks, epochs 0-3), the most times one sample is trained in
 an epoch: GSM8K 8x32 6 -> 2, LibriSpeech 8x32 5 -> 2, Common Voice 16x64 9 -> 2 (the same
 repeat counts: 1,487, 1,413, 3,211); unchanged on 1 rank and under ``max_tokens`` (even
 batches leave no such cell). The price is the shorter samples' padding to the longer shape,
 ``report().padding``: GSM8K 12.9% -> 16.9% (``"pad"``: 43.3%), LibriSpeech 7.1% -> 7.4%
 (``"pad"``: 11.9%), Common Voice 5.5% -> 6.7% (``"pad"``: 13.6%).
+
+Accumulation groups (``accumulate=k``, s24-accfill; NOTE [ Accumulation groups ] in
+:mod:`bucketloader.plan.accumulate`) round a cell's ``S`` steps up to ``ceil(S / k)·k``, whose
+``T = steps·R·B`` slots all wrapped round its ``n`` samples: GSM8K 8x32 on 8 ranks,
+``accumulate=4``, the 336-token bucket's 50 samples in 4 steps of 256, up to 21 times an epoch;
+LibriSpeech 8x32 ``accumulate=4`` 19; Common Voice 16x64 ``accumulate=2`` 17. The same rule now
+covers them (:func:`fill_pools` with ``accumulate``; ``plan_digest`` gains ``/fill=2`` there,
+as no accumulating sampler had it): a cell with ``2·n <= T`` splits its samples over its
+``steps·R`` batches (batch ``j·R + r`` of step ``j``, ``own_slots``), one first in every batch
+(a batch without one repeats one: up to ``ceil(steps·R / n)`` times), and the rest is drawn
+from its pool *and then its own samples*, levelled (:func:`_levelled`: the least repeated
+first, a pool sample before an own one at the same count, and a sample not drawn again while
+others catch up). Its own samples join because a pool can be smaller than ``T`` (a tiny
+shorter cell): drawn from the pool alone, the cyclic pass of :func:`_least_repeated` put 194
+appearances on one sample of a 25-sample set where the old wrap had 144 (random small sets of
+20-400 samples, ``accumulate`` 2 and 4: worse than the old wrap in 18 and 29 of 150 sets;
+levelled with its own samples, none, 94 and 102 better; s24-accfill ``vs_main.py``).
+``accumulate=1`` keeps the ``/fill=2`` draws exactly. Measured (``benchmarks/fill_repeats.py``,
+8 ranks), the most times one sample is
+trained an epoch: GSM8K 8x32 ``accumulate=4`` 21 -> 2, LibriSpeech 19 -> 2, Common Voice 17 ->
+2, GSM8K ``max_tokens=8192`` ``accumulate=4`` 5 -> 3 (its shortest bucket's own groups: 1,627
+samples in 3,264 slots); the repeat counts unchanged. The price is more padding than
+``accumulate=1``'s fill (epoch 0, ``report().padding``, before -> after, ``"pad"``): GSM8K
+15.6% -> 36.7% (34.2%), LibriSpeech 8.5% -> 9.5% (12.9%), Common Voice 6.2% -> 8.7% (13.7%),
+GSM8K ``max_tokens`` 12.7% -> 23.5% (13.7%): four steps of shorter samples at the longest
+shape. Under ``"pad"`` the extra steps still repeat the cell's own samples (GSM8K 8x32: up to
+17 times).
 
 NOTE [ Weighted epochs ]  (``weights``: one per group, i.e. per dataset of a ``GroupedDataset``)
 Each group ``g`` has its *natural* global steps per pass over its data, ``S_g`` (the sum of its
@@ -203,7 +230,7 @@ def plan_epoch(
     (from :func:`~bucketloader.plan.promote.promote`) batches leftovers in longer cells (NOTE
     [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`). Under ``last_batch="fill"``
     a cell with at most half a step of samples fills its step with shorter samples (NOTE
-    [ Filling a small bucket ]; unweighted plans with ``accumulate=1``); ``fill_shorter=False``
+    [ Filling a small bucket ]; unweighted plans, accumulation groups too); ``fill_shorter=False``
     repeats its own samples instead, as before (the plan of a ``WeightedBucketSampler``'s draws).
 
     Example:
