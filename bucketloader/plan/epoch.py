@@ -112,7 +112,8 @@ others catch up). Its own samples join because a pool can be smaller than ``T`` 
 shorter cell): drawn from the pool alone, the cyclic pass of :func:`_least_repeated` put 194
 appearances on one sample of a 25-sample set where the old wrap had 144 (random small sets of
 20-400 samples, ``accumulate`` 2 and 4: worse than the old wrap in 18 and 29 of 150 sets;
-levelled with its own samples, none, 94 and 102 better; s24-accfill ``vs_main.py``).
+levelled with its own samples, 94 and 102 better, one two-input set worse by one
+appearance, 8 against 7; s24-accfill ``vs_main.py``).
 ``accumulate=1`` keeps the ``/fill=2`` draws exactly. Measured (``benchmarks/fill_repeats.py``,
 8 ranks), the most times one sample is
 trained an epoch: GSM8K 8x32 ``accumulate=4`` 21 -> 2, LibriSpeech 19 -> 2, Common Voice 17 ->
