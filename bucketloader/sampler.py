@@ -575,6 +575,7 @@ class BucketSampler(SpecShapes, EpochSampler):
                 spec, promotion = promoted_spec(given, self.num_replicas)
                 if promotion.num_promoted:  # else the even plan is the same plan
                     self._even, self.spec, self.promotion = self.spec, spec, promotion
+            own = self._own_arguments()  # (before the digest: a subclass's plan needs them)
             self._agree_with_group(
                 num_replicas,
                 rank,
@@ -587,7 +588,7 @@ class BucketSampler(SpecShapes, EpochSampler):
                     "last_batch": self.last_batch,
                     "num_samples": int(self.spec.cell_of_sample.size),
                     "plan_digest": self._plan_digest(),
-                    **self._own_arguments(),
+                    **own,
                 },
             )
         self._warn_losses()
@@ -619,9 +620,10 @@ class BucketSampler(SpecShapes, EpochSampler):
     @functools.cached_property
     def _fill_pools(self) -> dict[int, np.ndarray]:
         """The cells whose ``last_batch="fill"`` steps shorter samples fill, and the cells they
-        draw from (NOTE [ Filling a small bucket ] in :mod:`bucketloader.plan.epoch`; plain
-        epochs and accumulation groups: not weighted ones, nor a subclass's draws)."""
-        if not self._batches_the_spec or self.weights is not None:
+        draw from (NOTE [ Filling a small bucket ] in :mod:`bucketloader.plan.epoch`: plain
+        epochs, accumulation groups, weighted epochs' passes; a subclass whose epochs batch
+        other samples, its own)."""
+        if not self._batches_the_spec:
             return {}
         return fill_pools(self.spec, self.num_replicas, self.accumulate)
 

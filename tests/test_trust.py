@@ -276,6 +276,39 @@ def test_last_batch_fill_of_a_small_bucket_in_accumulation_groups():
         samplers[1].load_state_dict(state)
 
 
+def test_last_batch_fill_of_a_small_bucket_in_weighted_epochs_and_draws():
+    # s24-accfill: weighted epochs (each pass over a dataset a plain plan of it) and
+    # WeightedBucketSampler's draws repeated a small bucket's own samples: the 3 samples of 40
+    # up to 22 and 21 times an epoch on 4 ranks. Now their steps take shorter samples too
+    from bucketloader.weighted import WeightedBucketSampler
+
+    lengths = [5] * 200 + [40] * 3 + [7] * 100
+    opts = {"boundaries": [5, 7, 40], "batch_size": 8, "last_batch": "fill", "num_replicas": 4}
+    weighted = [
+        BucketSampler(lengths, groups=[0] * 203 + [1] * 100, weights=[1, 1], rank=r, **opts)
+        for r in range(4)
+    ]
+    drawn = [WeightedBucketSampler(lengths, [1.0] * 303, rank=r, **opts) for r in range(4)]
+    for samplers, epoch in ((weighted, 1), (drawn, 0)):
+        plans = [s.plan(epoch) for s in samplers]
+        appear = np.bincount(np.concatenate([p.indices for p in plans]), minlength=303)
+        assert appear[200:203].max() <= 3 and appear.max() <= 6
+        repeated = samplers[0].report(epoch).totals["repeated"]
+        assert repeated == int(appear.sum() - (appear > 0).sum())
+        for s, plan in zip(samplers, plans, strict=True):
+            long = s.spec.cell_of_sample[200]  # (the bucket of 40: its own sample first)
+            for i in np.flatnonzero(plan.cells == long).tolist():
+                batch = plan.batch(i)
+                group = None if s.spec.groups is None else 0
+                shape = s.shape_table.target(np.asarray(lengths)[batch], group=group)
+                assert 200 <= batch[0] < 203 and shape == (8, 40)
+    # the draws' shortest planned length is the data's: a batch of short draws in a bucket whose
+    # first sample is long was refused as other units ('below half of 20')
+    s = WeightedBucketSampler([20] + [3] * 50, [1.0] * 51, boundaries=[20], batch_size=4)
+    batch = next(b for b in s if 0 not in b)
+    assert tuple(s.collator()([[1] * 3 for _ in batch])["inputs"].shape) == (4, 20)
+
+
 def test_two_small_row_lengths_fill_from_the_least_repeated_shorter_rows():
     # s22-rev: a row of 32 and a row of 64 (each fewer than a step of 6 x 4) both filled their
     # step from the rows of 16 left after leaving out the 22 their own last step repeats: the

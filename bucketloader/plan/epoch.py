@@ -87,9 +87,9 @@ frames) 8x32 up to 5; Common Voice 16x64 up to 9 (s22-fill). Now (BucketSampler'
 A cell with more than half a step repeats a random part of itself once, as any last step does,
 and keeps doing so (no padding to pay). Steps, shapes, ``len()`` and the repeats' count
 (``R·B − q`` per such cell) are unchanged; ``report()`` counts the filling samples as repeats
-and their padding to the longer shape. Weighted epochs and ``WeightedBucketSampler``'s draws
-(``fill_shorter=False``) repeat the cell's own samples as before; accumulation groups: below.
-Measured
+and their padding to the longer shape. Accumulation groups, weighted epochs and
+``WeightedBucketSampler``'s draws: below (``fill_shorter=False`` repeats the cell's own samples
+as before). Measured
 (``benchmarks/fill_repeats.py``, 8 ranks, epochs 0-3), the most times one sample is trained in
 an epoch: GSM8K 8x32 6 -> 2, LibriSpeech 8x32 5 -> 2, Common Voice 16x64 9 -> 2 (the same
 repeat counts: 1,487, 1,413, 3,211); unchanged on 1 rank and under ``max_tokens`` (even
@@ -124,6 +124,19 @@ samples in 3,264 slots); the repeat counts unchanged. The price is more padding 
 GSM8K ``max_tokens`` 12.7% -> 23.5% (13.7%): four steps of shorter samples at the longest
 shape. Under ``"pad"`` the extra steps still repeat the cell's own samples (GSM8K 8x32: up to
 17 times).
+
+Weighted epochs (NOTE [ Weighted epochs ], s24-accfill) are passes over each dataset, each a
+plain plan of it, so each pass fills its small cells as a plain epoch does (:func:`_fill_runs`:
+the pass's order, its draws from ``SeedSequence([seed, pass, MIX, group])``'s third child, so a
+pass split over two epochs draws alike in both); ``plan_digest`` gains ``/fill=2`` there too.
+``WeightedBucketSampler`` fills its draws' small cells the same way (the draws per cell are the
+same every epoch, so are the filled cells; the least repeated are the least repeated draws).
+Measured (s24-accfill ``weighted.py``: the data as two datasets, every third sample in the
+first; WeightedBucketSampler with weight 2 on every third sample), the most times one sample
+is trained an epoch on 8 ranks, before -> after: GSM8K 8x32 weights 2:1 24 -> 6, 1:1 16 -> 5;
+LibriSpeech 8x32 8 -> 5, 8 -> 4; Common Voice 16x64 42 -> 6, 28 -> 4; WeightedBucketSampler
+GSM8K 25 -> 12, LibriSpeech 19 -> 10, Common Voice 56 -> 14. On 1 rank unchanged (4-5 weighted,
+7-9 drawn: an up-weighted dataset's passes, draws with replacement).
 
 NOTE [ Weighted epochs ]  (``weights``: one per group, i.e. per dataset of a ``GroupedDataset``)
 Each group ``g`` has its *natural* global steps per pass over its data, ``S_g`` (the sum of its
@@ -231,8 +244,8 @@ def plan_epoch(
     (from :func:`~bucketloader.plan.promote.promote`) batches leftovers in longer cells (NOTE
     [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`). Under ``last_batch="fill"``
     a cell with at most half a step of samples fills its step with shorter samples (NOTE
-    [ Filling a small bucket ]; unweighted plans, accumulation groups too); ``fill_shorter=False``
-    repeats its own samples instead, as before (the plan of a ``WeightedBucketSampler``'s draws).
+    [ Filling a small bucket ]; accumulation groups and weighted epochs too);
+    ``fill_shorter=False`` repeats its own samples instead, as before.
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
@@ -269,10 +282,15 @@ def plan_epoch(
     if accumulate > 1:
         return _grouped(spec, at, longest_first, accumulate, shorter)
     if w is not None:
-        order, sc, sj, seg = _weighted(spec, w, seed, epoch, shuffle, num_replicas)
+        order, sc, sj, seg, run, runs = _weighted(spec, w, seed, epoch, shuffle, num_replicas)
         if longest_first and sc.size:
-            sc, sj, seg = _longest_first(spec, num_replicas, sc, sj, seg)
-        return _materialize(spec, num_replicas, rank, order, sc, sj, seg)
+            sc, sj, move = _longest_first(spec, num_replicas, sc, sj, np.arange(sc.size))
+            seg, run = seg[move], run[move]
+        plan = _materialize(spec, num_replicas, rank, order, sc, sj, seg)
+        pools = fill_pools(spec, num_replicas) if shorter else {}
+        if pools:  # NOTE [ Filling a small bucket ], pass by pass
+            plan = _fill_runs(spec, plan, at, pools, runs, run)
+        return plan
     order, cell_start, key = at.keyed_order(spec)
     sc, sj = _interleave(spec, None, num_replicas, key)
     seg = cell_start[sc]
@@ -486,10 +504,20 @@ def _interleave(
     return interleave_steps(steps, None if key_ss is None else np.random.default_rng(key_ss))
 
 
+class _Pass(NamedTuple):
+    """One pass over a group's data in a weighted epoch (NOTE [ Weighted epochs ])."""
+
+    order: ShuffledOrder
+    cell_start: np.ndarray
+    group: int
+    number: int
+
+
 def _weighted(
     spec: BucketSpec, w: np.ndarray, seed: int, epoch: int, shuffle: bool, num_replicas: int
-) -> tuple[ShuffledOrder, np.ndarray, np.ndarray, np.ndarray]:
-    """(order, step cells, step j, segment start per step) of a weighted epoch."""
+) -> tuple[ShuffledOrder, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[_Pass]]:
+    """(order, step cells, step j, segment start per step, pass per step, the passes) of a
+    weighted epoch."""
     per_group, live = check_weights(spec, w, num_replicas)
     ngroups = len(spec.group_values)
     total = int(per_group.sum())
@@ -499,6 +527,7 @@ def _weighted(
     orders: list[ShuffledOrder] = []
     offset = 0
     parts_c, parts_j, parts_seg, parts_g, parts_t = [], [], [], [], []
+    passes: list[_Pass] = []
     for g in range(ngroups):
         n_g, s_g = int(share[g]), int(per_group[g])
         if n_g == 0:
@@ -518,17 +547,20 @@ def _weighted(
             parts_g.append(np.full(sc.size, g))
             parts_t.append(np.arange(t0, t0 + sc.size))
             t0 += sc.size
+            passes.append(_Pass(order, start, g, p))
             orders.append(order)
             offset += order.size
     if not parts_c:
         empty = np.zeros(0, dtype=np.int64)
-        return ShuffledOrder(spec.by_cell, [], [], []), empty, empty, empty
+        return ShuffledOrder(spec.by_cell, [], [], []), empty, empty, empty, empty, []
     sc, sj, seg = np.concatenate(parts_c), np.concatenate(parts_j), np.concatenate(parts_seg)
+    run = np.repeat(np.arange(len(passes)), [c.size for c in parts_c])
     grp, t = np.concatenate(parts_g), np.concatenate(parts_t)
     key_ss = np.random.SeedSequence([seed, epoch, _MIX])
     u = np.random.default_rng(key_ss).random(sc.size) if shuffle else 0.5
     pick = np.lexsort((grp, (t + u) / share[grp]))
-    return ShuffledOrder.concat(orders, spec.by_cell), sc[pick], sj[pick], seg[pick]
+    order = ShuffledOrder.concat(orders, spec.by_cell)
+    return order, sc[pick], sj[pick], seg[pick], run[pick], passes
 
 
 def _largest_cell(spec: BucketSpec, sc: np.ndarray, rows: np.ndarray) -> int:
@@ -986,6 +1018,38 @@ def _fill_small(
         at_own = order[int(cell_start[c]) + _ranges(first[k], mine) % n]
         indices[_ranges(lo, mine)] = at_own
         indices[_ranges(lo + mine, b - mine)] = take[_ranges(before, b - mine)]
+    return dataclasses.replace(plan, indices=indices)
+
+
+def _fill_runs(
+    spec: BucketSpec,
+    plan: EpochPlan,
+    at: _Place,
+    pools: dict[int, np.ndarray],
+    passes: list[_Pass],
+    run: np.ndarray,
+) -> EpochPlan:
+    """A weighted epoch's ``plan`` (batch ``i`` from ``passes[run[i]]``) with each pooled cell's
+    batch filled as :func:`_fill_small` fills a plain epoch's, from its pass's draws: a pass
+    is a plain plan of its group (NOTE [ Weighted epochs ]), drawn from
+    ``SeedSequence([seed, pass, MIX, group])``'s third child (the first two shuffle and key
+    it), so a pass split over two epochs draws alike in both."""
+    indices, r = plan.indices.copy(), at.rank
+    pooled = np.isin(plan.cells, list(pools))
+    for u in np.unique(run[pooled]).tolist():
+        order, cell_start, g, p = passes[u]
+        mine = {c: v for c, v in pools.items() if spec.cell_group[c] == g}
+        ss = np.random.SeedSequence([at.seed, p, _MIX, g]).spawn(3)[2] if at.shuffle else None
+        draws, _, _ = fill_draws(spec, at.num_replicas, order, cell_start, mine, ss)
+        _, q = spec.cell_steps(at.num_replicas)
+        for i in np.flatnonzero(pooled & (run == u)).tolist():
+            c = int(plan.cells[i])
+            b, n = int(spec.cell_batch[c]), int(q[c])
+            first, own = own_slots(n, at.num_replicas)
+            ids = order[int(cell_start[c]) + (first[r] + np.arange(own[r])) % n]
+            before = int((b - own[:r]).sum())
+            lo = int(plan.offsets[i])
+            indices[lo : lo + b] = np.concatenate([ids, draws[c][before : before + b - own[r]]])
     return dataclasses.replace(plan, indices=indices)
 
 
