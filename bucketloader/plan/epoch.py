@@ -107,23 +107,26 @@ as no accumulating sampler had it): a cell with ``2·n <= T`` splits its samples
 ``steps·R`` batches (batch ``j·R + r`` of step ``j``, ``own_slots``), one first in every batch
 (a batch without one repeats one: up to ``ceil(steps·R / n)`` times), and the rest is drawn
 from its pool *and then its own samples*, levelled (:func:`_levelled`: the least repeated
-first, a pool sample before an own one at the same count, and a sample not drawn again while
-others catch up). Its own samples join because a pool can be smaller than ``T`` (a tiny
-shorter cell): drawn from the pool alone, the cyclic pass of :func:`_least_repeated` put 194
-appearances on one sample of a 25-sample set where the old wrap had 144 (random small sets of
-20-400 samples, ``accumulate`` 2 and 4: worse than the old wrap in 18 and 29 of 150 sets;
-levelled with its own samples, 94 and 102 better, one two-input set worse by one
-appearance, 8 against 7; s24-accfill ``vs_main.py``).
-``accumulate=1`` keeps the ``/fill=2`` draws exactly. Measured (``benchmarks/fill_repeats.py``,
-8 ranks), the most times one sample is
-trained an epoch: GSM8K 8x32 ``accumulate=4`` 21 -> 2, LibriSpeech 19 -> 2, Common Voice 17 ->
-2, GSM8K ``max_tokens=8192`` ``accumulate=4`` 5 -> 3 (its shortest bucket's own groups: 1,627
-samples in 3,264 slots); the repeat counts unchanged. The price is more padding than
-``accumulate=1``'s fill (epoch 0, ``report().padding``, before -> after, ``"pad"``): GSM8K
-15.6% -> 36.7% (34.2%), LibriSpeech 8.5% -> 9.5% (12.9%), Common Voice 6.2% -> 8.7% (13.7%),
-GSM8K ``max_tokens`` 12.7% -> 23.5% (13.7%): four steps of shorter samples at the longest
-shape. Under ``"pad"`` the extra steps still repeat the cell's own samples (GSM8K 8x32: up to
-17 times).
+first, and a sample not drawn again while others catch up), among equals the samples of the
+longest covered cell first, then the next, its own last (:func:`_closest_first`: the least
+padding; at random within a cell). Its own samples join because a pool can be smaller than
+``T`` (a tiny shorter cell): drawn from the pool alone, the cyclic pass of
+:func:`_least_repeated` put 194 appearances on one sample of a 25-sample set where the old wrap
+had 144 (random small sets of 20-400 samples, ``accumulate`` 2 and 4: worse than the old wrap
+in 18 and 29 of 150 sets; levelled with its own samples, 94 and 102 better, one two-input set
+worse by one appearance, 8 against 7; s24-accfill ``vs_main.py``). ``accumulate=1`` keeps the
+``/fill=2`` draws exactly. Measured (``benchmarks/fill_repeats.py``, 8 ranks), the most times
+one sample is trained an epoch: GSM8K 8x32 ``accumulate=4`` 21 -> 2, LibriSpeech 19 -> 2,
+Common Voice 17 -> 2, GSM8K ``max_tokens=8192`` ``accumulate=4`` 5 -> 3 (its shortest bucket's
+own groups: 1,627 samples in 3,264 slots); the repeat counts unchanged. The price is padding
+(epoch 0, ``report().padding``, before -> after; drawn from the whole pool at random instead of
+the closest cells first; ``"pad"``): GSM8K 15.6% -> 28.9% (36.7%; 34.2%), LibriSpeech 8.5% ->
+8.8% (9.5%; 12.9%), Common Voice 6.2% -> 7.3% (8.7%; 13.7%), GSM8K ``max_tokens`` 12.7% ->
+18.0% (23.5%; 13.7%): up to ``k`` steps of shorter samples at the longest shape. And the
+closest cells fill every epoch: samples repeated in each of epochs 0-3, GSM8K 1,064 (the old
+wrap), 3,351 (at random from the whole pool: 1,737), of 7,473, each at most twice an epoch.
+Under ``"pad"`` the extra steps still repeat the cell's own samples (GSM8K 8x32: up to 17
+times).
 
 Weighted epochs (NOTE [ Weighted epochs ], s24-accfill) are passes over each dataset, each a
 plain plan of it, so each pass fills its small cells as a plain epoch does (:func:`_fill_runs`:
@@ -778,18 +781,14 @@ def fill_draws(
             at = np.searchsorted(ends, pos, side="right")  # pool position -> its cell
             return by_cell[base[cells[at]] + pos - (ends - counts[cells])[at]]
 
-        if 4 * fresh >= total and 2 * need <= fresh:  # draw among those, by rejection
+        if accumulate > 1:  # the longest covered first, then its own (less padding)
+            take = _closest_first(rng, need, c, cells, fresh, size, spec, base, times)
+        elif 4 * fresh >= total and 2 * need <= fresh:  # draw among those, by rejection
             take = _draw_fresh(rng, need, total, fresh, sample, times)
         else:  # most of the pool repeats, or the need takes much of the rest: all of it,
             # the least repeated first, cyclically
             ids = by_cell[_ranges(base[cells], counts[cells])]
-            if accumulate == 1:  # (the plans of /fill=2, kept)
-                take = _least_repeated(rng, need, ids, times(ids))
-            else:  # its own samples too, after the pool's at equal counts; levelled
-                own = by_cell[base[c] : base[c] + counts[c]]
-                last = np.repeat([False, True], [total, own.size])
-                ids = np.concatenate([ids, own])
-                take = _levelled(rng, need, ids, times(ids), last)
+            take = _least_repeated(rng, need, ids, times(ids))
         draws[c] = take
         times.add(take)
     return (draws, *times.merged())
@@ -888,24 +887,64 @@ def _least_repeated(
     return ids[ranked[np.arange(need) % n]]  # type: ignore[no-any-return]
 
 
+def _closest_first(
+    rng: np.random.Generator | None,
+    need: int,
+    c: int,
+    cells: np.ndarray,
+    fresh: int,
+    size: np.ndarray,
+    spec: BucketSpec,
+    base: np.ndarray,
+    times: Any,
+) -> np.ndarray:
+    """Under accumulation, ``need`` samples to fill cell ``c``'s batches from its pool
+    ``cells`` (``fresh`` of their samples not repeated yet) and then its own: the least
+    repeated first (:func:`_levelled`), and among equals those of the longest covered cell
+    first, the least padding to ``c``'s shape (GSM8K 8x32 on 8 ranks, ``accumulate=4``: 36.7%
+    padding drawn from the whole pool at random, 28.9% so; s24-accfill), at random within a
+    cell. When the pool's unrepeated samples cover the need only the closest cells are read."""
+    counts, by_cell = spec.counts, spec.by_cell
+    by_gap = cells[np.lexsort((cells, size[c] - size[cells]))]  # (the closest cell first)
+    if fresh >= need:  # level 0: the unrepeated samples of the closest cells
+        parts, left = [], need
+        for cc in by_gap.tolist():
+            ids = by_cell[base[cc] : base[cc] + counts[cc]]
+            ids = ids[times(ids) == 0]
+            if rng is not None and ids.size > left:
+                ids = rng.choice(ids, left, replace=False)
+            parts.append(ids[:left])
+            left -= parts[-1].size
+            if not left:
+                break
+        take = np.concatenate(parts)
+        return rng.permutation(take) if rng is not None else take  # type: ignore[no-any-return]
+    order = np.concatenate([by_gap, [c]])  # (then its own samples)
+    ids = by_cell[_ranges(base[order], counts[order])]
+    small = np.uint16 if order.size <= 1 << 16 else np.int64  # (a radix sort in _levelled)
+    rank = np.repeat(np.arange(order.size, dtype=small), counts[order])
+    return _levelled(rng, need, ids, times(ids), rank)
+
+
 def _levelled(
     rng: np.random.Generator | None,
     need: int,
     ids: np.ndarray,
     times: np.ndarray,
-    last: np.ndarray,
+    rank: np.ndarray,
 ) -> np.ndarray:
     """``need`` draws of ``ids`` (with ``times`` extra appearances each so far) that raise the
     least repeated first, one appearance at a time: every one below a level ``L`` up to it, then
-    the rest among those at ``L``, the ``last`` ones (a filled cell's own samples) after the
-    others, at random among equals (``rng=None``: in ``ids`` order). Returned round by round
+    the rest among those at ``L``, the lower ``rank`` first (a filled cell's closest covered
+    cell first, its own samples last), at random among equals (``rng=None``: in ``ids``
+    order). Returned round by round
     (lowest count first, in a random order within a round), so a sample's draws lie about
     ``len(ids)`` apart. Unlike :func:`_least_repeated`'s cyclic pass, a sample repeated more
     than the others is not drawn again while they catch up. ``O(len(ids))`` per round.
 
     Example:
-        >>> ids, last = np.array([10, 11, 12]), np.array([False, False, True])
-        >>> _levelled(None, 5, ids, np.array([3, 0, 0]), last).tolist()
+        >>> ids, rank = np.array([10, 11, 12]), np.array([0, 0, 1])
+        >>> _levelled(None, 5, ids, np.array([3, 0, 0]), rank).tolist()
         [11, 12, 11, 12, 11]
     """
     low = int(times.min())
@@ -920,16 +959,14 @@ def _levelled(
     reps = level - t
     rest = need - int(reps.sum())  # (fewer than the samples at the level)
     if rest:
-        lo, hi = np.flatnonzero(~last[at]), np.flatnonzero(last[at])
-        if rng is not None:
-            lo, hi = rng.permutation(lo), rng.permutation(hi)
-        reps[np.concatenate([lo, hi])[:rest]] += 1
+        perm = rng.permutation(at.size) if rng is not None else np.arange(at.size)
+        reps[perm[np.argsort(rank[at][perm], kind="stable")][:rest]] += 1
     rounds = []
     for r in range(low, level + (rest > 0)):
         now = np.flatnonzero((t <= r) & (t + reps > r))
         if rng is not None:
             now = rng.permutation(now)
-        rounds.append(at[now[np.argsort(last[at[now]], kind="stable")]])
+        rounds.append(at[now])
     return ids[np.concatenate(rounds)]  # type: ignore[no-any-return]
 
 
