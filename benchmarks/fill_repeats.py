@@ -65,6 +65,12 @@ CONFIGS = [
     (BucketSampler, "commonvoice", {"num_buckets": 16, "batch_size": 64}),
     (BucketSampler, "gsm8k", {"num_buckets": 8, "batch_size": 32}),
     (BucketSampler, "gsm8k", {"num_buckets": 8, "max_tokens": 8192}),
+    # accumulation groups round each bucket's steps up to whole groups (NOTE [ Accumulation
+    # groups ]): their extra steps are filled too (NOTE [ Filling a small bucket ])
+    (BucketSampler, "librispeech", {"num_buckets": 8, "batch_size": 32, "accumulate": 4}),
+    (BucketSampler, "commonvoice", {"num_buckets": 16, "batch_size": 64, "accumulate": 2}),
+    (BucketSampler, "gsm8k", {"num_buckets": 8, "batch_size": 32, "accumulate": 4}),
+    (BucketSampler, "gsm8k", {"num_buckets": 8, "max_tokens": 8192, "accumulate": 4}),
 ]
 
 

@@ -506,7 +506,9 @@ class BucketSampler(SpecShapes, EpochSampler):
         accumulate: gradient-accumulation groups (fairseq's ``update_freq``): ``k``
             consecutive batches of one shape on every rank, so an accumulation step never mixes
             shapes; each bucket's batches are rounded up to whole groups with repeats of its own
-            samples (NOTE [ Accumulation groups ] in :mod:`bucketloader.plan.accumulate`).
+            samples (NOTE [ Accumulation groups ] in :mod:`bucketloader.plan.accumulate`), or
+            under ``last_batch="fill"`` of shorter ones where its groups take at least twice its
+            samples (NOTE [ Filling a small bucket ]).
         **spec_options: :meth:`BucketSpec.build <bucketloader.plan.BucketSpec.build>` options
             (not allowed with a ready spec). The common ones: ``num_buckets`` (default 8),
             ``strategy`` (default ``"optimal"``), ``batch_size`` (or per-bucket sizes) or
@@ -573,6 +575,7 @@ class BucketSampler(SpecShapes, EpochSampler):
                 spec, promotion = promoted_spec(given, self.num_replicas)
                 if promotion.num_promoted:  # else the even plan is the same plan
                     self._even, self.spec, self.promotion = self.spec, spec, promotion
+            own = self._own_arguments()  # (before the digest: a subclass's plan needs them)
             self._agree_with_group(
                 num_replicas,
                 rank,
@@ -585,7 +588,7 @@ class BucketSampler(SpecShapes, EpochSampler):
                     "last_batch": self.last_batch,
                     "num_samples": int(self.spec.cell_of_sample.size),
                     "plan_digest": self._plan_digest(),
-                    **self._own_arguments(),
+                    **own,
                 },
             )
         self._warn_losses()
@@ -616,12 +619,13 @@ class BucketSampler(SpecShapes, EpochSampler):
 
     @functools.cached_property
     def _fill_pools(self) -> dict[int, np.ndarray]:
-        """The cells whose ``last_batch="fill"`` step shorter samples fill, and the cells they
-        draw from (NOTE [ Filling a small bucket ] in :mod:`bucketloader.plan.epoch`; plain
-        epochs only: not weighted ones, nor accumulation groups, nor a subclass's draws)."""
-        if not self._batches_the_spec or self.weights is not None or self.accumulate != 1:
+        """The cells whose ``last_batch="fill"`` steps shorter samples fill, and the cells they
+        draw from (NOTE [ Filling a small bucket ] in :mod:`bucketloader.plan.epoch`: plain
+        epochs, accumulation groups, weighted epochs' passes; a subclass whose epochs batch
+        other samples, its own)."""
+        if not self._batches_the_spec:
             return {}
-        return fill_pools(self.spec, self.num_replicas)
+        return fill_pools(self.spec, self.num_replicas, self.accumulate)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -773,7 +777,8 @@ class BucketSampler(SpecShapes, EpochSampler):
         a bucket with at most half a step of samples repeated all of them, the same ones every
         epoch, up to ``ceil(R * B / n)`` times (LibriSpeech, 8 buckets of 32 over 8 ranks:
         samples up to 5 times an epoch, silently; s22-fill). Such a bucket's step is now filled
-        with shorter samples drawn at random (NOTE [ Filling a small bucket ]); the shortest
+        with shorter samples drawn at random (NOTE [ Filling a small bucket ]; with
+        ``accumulate``, a bucket whose groups take at least twice its samples); the shortest
         bucket of a group, if small, still repeats its own. The count and the most
         appearances are exact, the most from this epoch's draws: the same in every epoch for
         one input (each bucket's pool holds the shorter ones' pools), while a joint plan's
@@ -796,9 +801,11 @@ class BucketSampler(SpecShapes, EpochSampler):
         small = np.flatnonzero((full == 0) & (q > 0) & ~filled)
         wraps = (counts > 0) & ~filled  # (each sample ceil(slots / n) times at most)
         most = int((-(-slots[wraps] // counts[wraps])).max(initial=1))
-        if pools:  # own samples for ranks without one, and the draws (this epoch's)
-            most = max(most, *(-(-r // int(q[c])) for c in pools))
-            extra = fill_extra(spec, pools, **self._coordinates(self.epoch))
+        if pools:  # own samples for batches without one, and the draws (this epoch's)
+            batches = slots // spec.cell_batch  # (R per step)
+            most = max(most, *(-(-int(batches[c]) // int(counts[c])) for c in pools))
+            k = self.accumulate
+            extra = fill_extra(spec, pools, **self._coordinates(self.epoch), accumulate=k)
             most = max(most, 1 + int(extra.max(initial=0)))
         said = ""
         if small.size:
@@ -904,13 +911,20 @@ class BucketSampler(SpecShapes, EpochSampler):
             and self._fill_pools
             and saved.get("plan_digest") == self._plan_digest(fill=False)
         ):
+            k = self.accumulate
+            small = (
+                "the step of a bucket with at most half a step of samples"
+                if k == 1
+                else f"the accumulation groups (accumulate={k}) of a bucket whose steps take at "
+                "least twice its samples"
+            )
             raise ValueError(
-                "state was saved by a BucketSampler whose last_batch='fill' topped up the step of "
-                "a bucket with at most half a step of samples with repeats of its own samples "
-                "(the longest samples, several times an epoch); this one fills it with shorter "
-                "samples drawn at random (plan_digest '/fill=2', NOTE [ Filling a small bucket ] "
-                "in bucketloader.plan.epoch): the same steps and shapes, other samples in that "
-                "step, so the state cannot resume its epoch exactly. Start that epoch over with "
+                f"state was saved by a BucketSampler whose last_batch='fill' topped up {small} "
+                "with repeats of its own samples (the longest samples, several times an epoch); "
+                "this one fills them with shorter samples drawn at random (plan_digest "
+                "'/fill=2', NOTE [ Filling a small bucket ] in bucketloader.plan.epoch): the same "
+                "steps and shapes, other samples in those steps, so the state cannot resume its "
+                "epoch exactly. Start that epoch over with "
                 f"sampler.set_epoch({state.get('epoch')!r}), or go on with the next one"
             )
         if isinstance(saved, dict) and self.spec.joint:

@@ -32,7 +32,7 @@ import numpy as np
 from bucketloader._validation import check_bool, check_int
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
-from bucketloader.plan.epoch import apportion
+from bucketloader.plan.epoch import apportion, fill_pools
 from bucketloader.plan.report import LOSS_WARNING, plan_report
 from bucketloader.sampler import BucketSampler
 
@@ -199,7 +199,21 @@ class WeightedBucketSampler(BucketSampler):
     @functools.cached_property
     def shape_table(self) -> ShapeTable:
         """The promised shapes of the draws (same cells as the spec)."""
-        return self._template.shape_table(self.num_replicas)
+        table = self._template.shape_table(self.num_replicas)
+        # the shortest planned length is the data's, not the template's (one sample per cell:
+        # a batch of draws all below half of that one's length was refused as other units,
+        # lengths [20] + [3] * 50 in one bucket; s24-accfill)
+        table = dataclasses.replace(table, shortest=self.spec._shortest())
+        if self._fill_pools:  # a filled cell's batch holds shorter draws after its own
+            return dataclasses.replace(table, promoted=True)
+        return table
+
+    @functools.cached_property
+    def _fill_pools(self) -> dict[int, np.ndarray]:
+        """The cells whose ``last_batch="fill"`` steps shorter draws fill (NOTE [ Filling a
+        small bucket ] in :mod:`bucketloader.plan.epoch`): every epoch draws the same count per
+        cell, so the same cells."""
+        return fill_pools(self._template, self.num_replicas, self.accumulate)
 
     @functools.cached_property
     def _len(self) -> int:
@@ -217,7 +231,6 @@ class WeightedBucketSampler(BucketSampler):
             **self._coordinates(epoch, rank),
             longest_first=self.longest_first,
             accumulate=self.accumulate,
-            fill_shorter=False,  # (its draws' small cells repeat their own: not done for draws)
         )
 
     def report(self, epoch: int | None = None) -> SamplingReport:
@@ -232,7 +245,6 @@ class WeightedBucketSampler(BucketSampler):
             longest_first=self.longest_first,
             batches_done=self._batches_done() if current else 0,
             accumulate=self.accumulate,
-            fill_shorter=False,
         )
         everything = np.concatenate(
             [drawn[self._virtual_plan(drawn, e, r).indices] for r in range(self.num_replicas)]

@@ -3,6 +3,7 @@ batch first ]): deterministic, rank-synchronous, and what an epoch means with we
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 import numpy as np
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from bucketloader import BucketSampler
 from bucketloader.plan import BucketSpec, plan_epoch
 from bucketloader.plan.budget import size_values
-from bucketloader.plan.epoch import apportion
+from bucketloader.plan.epoch import apportion, fill_pools
 from bucketloader.sampler import GroupedDataset
 
 
@@ -162,6 +163,7 @@ def test_weighted_plans_keep_ranks_in_step(sizes, weights, num_replicas, policy,
     assert len({len(p) for p in plans}) == 1
     assert len(plans[0]) == int(spec.num_steps(num_replicas).sum())
     table = spec.shape_table(num_replicas)
+    pools = fill_pools(spec, num_replicas)  # NOTE [ Filling a small bucket ], pass by pass
     for i in range(len(plans[0])):
         assert len({int(p.cells[i]) for p in plans}) == 1
         sizes_i = {len(p.batch(i)) for p in plans}
@@ -170,7 +172,12 @@ def test_weighted_plans_keep_ranks_in_step(sizes, weights, num_replicas, policy,
         c = int(plans[0].cells[i])
         for p in plans:
             b = p.batch(i)
-            assert (spec.cell_of_sample[b] == c).all()
+            if c in pools:  # its own sample first, then samples of the cells it covers
+                assert spec.cell_of_sample[b[0]] == c
+                assert np.isin(spec.cell_of_sample[b], [c, *pools[c].tolist()]).all()
+                table = dataclasses.replace(table, promoted=True)
+            else:
+                assert (spec.cell_of_sample[b] == c).all()
             shape = table.target(lengths[b], group=int(groups[b[0]]))
             assert shape[1:] == tuple(spec.cell_lengths[c])
     if longest and len(plans[0]):  # NOTE [ Longest batch first ]: a full step when there is one

@@ -94,18 +94,26 @@ def test_resume_multi_input_groups(position):
 
 
 @pytest.mark.parametrize("position", POSITIONS)
-@pytest.mark.parametrize("joint", [False, True])
-def test_resume_fill_of_a_small_bucket(joint, position):
+@pytest.mark.parametrize(
+    "joint, accumulate, weights", [(False, 1, None), (True, 1, None), (False, 3, None),
+                                   (False, 1, [1, 2])]
+)  # fmt: skip
+def test_resume_fill_of_a_small_bucket(joint, accumulate, weights, position):
     # NOTE [ Filling a small bucket ]: the shorter samples drawn into the longest bucket's step
-    # are part of the pure plan (one input; two inputs with groups)
-    if joint:
+    # are part of the pure plan (one input; two inputs with groups; accumulation groups, the
+    # longest group first; a weighted epoch's passes over two datasets)
+    if weights is not None:
+        spec = BucketSpec.build(load_real("ecoli")[:2000], num_buckets=6, batch_size=32,
+                                groups=np.arange(2000) % 2, last_batch="fill")  # fmt: skip
+    elif joint:
         pairs = load_real("gsm8k")[:3000]
         spec = BucketSpec.build(pairs, num_buckets=3, batch_size=48, max_shapes=5,
                                 groups=np.arange(3000) % 2, last_batch="fill")  # fmt: skip
     else:
         spec = BucketSpec.build(load_real("ecoli")[:2000], num_buckets=6, batch_size=32,
                                 last_batch="fill")  # fmt: skip
-    make = functools.partial(BucketSampler, spec, seed=5, num_replicas=4, rank=3)
+    make = functools.partial(BucketSampler, spec, seed=5, num_replicas=4, rank=3, weights=weights,
+                             accumulate=accumulate, longest_first=accumulate > 1)  # fmt: skip
     assert make()._fill_pools
     check_resume(make, position)
 

@@ -295,6 +295,73 @@ def test_last_batch_fill_of_a_small_bucket_takes_shorter_samples():
         assert {(w[j], h[j]) for j in plan.batch(int(i))[1:]} <= {(3, 3), (40, 3), (45, 5), (50, 9)}
 
 
+def test_last_batch_fill_of_a_small_bucket_in_accumulation_groups():
+    # s24-accfill: accumulate=k rounds a bucket's steps up to whole groups of k, whose extra
+    # steps repeated its own samples: 20 samples of 40 in 4 steps of 4 x 8, each up to 7 times
+    # (GSM8K, 8 buckets of 32 on 8 ranks, accumulate=4: up to 21). Now shorter samples fill
+    # them too, the least repeated first, with one of its own first in every batch
+    lengths = [5] * 200 + [12] * 100 + [40] * 20
+    samplers, msgs = _warned(
+        lambda: [
+            BucketSampler(lengths, boundaries=[5, 12, 40], batch_size=8, last_batch="fill",
+                          accumulate=4, num_replicas=4, rank=r)
+            for r in range(4)
+        ]
+    )  # fmt: skip
+    plans = [s.plan() for s in samplers]
+    appear = np.bincount(np.concatenate([p.indices for p in plans]), minlength=320)
+    assert appear.min() == 1 and appear.max() == 2 and appear[300:].tolist() == [1] * 20
+    assert samplers[0].report().totals["repeated"] == int(appear.sum()) - 320 == 192
+    (msg,) = set(msgs)
+    assert "repeat 192 samples per epoch on 4 rank(s)" in msg and "times an epoch" not in msg
+    cells = plans[0].cells
+    assert (cells.reshape(-1, 4) == cells[::4, None]).all()  # (groups of 4 steps of one bucket)
+    for s, plan in zip(samplers, plans, strict=True):
+        assert (plan.cells == plans[0].cells).all()
+        for i in np.flatnonzero(plan.cells == 2).tolist():
+            batch = plan.batch(i)
+            assert batch[0] >= 300 and tuple(
+                s.collator()([[1] * lengths[j] for j in batch])["inputs"].shape
+            ) == (8, 40)
+    state = samplers[1].state_dict()
+    state["config"]["plan_digest"] = samplers[1]._plan_digest(fill=False)  # (an older state)
+    with pytest.raises(ValueError, match=r"accumulation groups \(accumulate=4\) of a bucket"):
+        samplers[1].load_state_dict(state)
+
+
+def test_last_batch_fill_of_a_small_bucket_in_weighted_epochs_and_draws():
+    # s24-accfill: weighted epochs (each pass over a dataset a plain plan of it) and
+    # WeightedBucketSampler's draws repeated a small bucket's own samples: the 3 samples of 40
+    # up to 22 and 21 times an epoch on 4 ranks. Now their steps take shorter samples too
+    from bucketloader.weighted import WeightedBucketSampler
+
+    lengths = [5] * 200 + [40] * 3 + [7] * 100
+    opts = {"boundaries": [5, 7, 40], "batch_size": 8, "last_batch": "fill", "num_replicas": 4}
+    weighted = [
+        BucketSampler(lengths, groups=[0] * 203 + [1] * 100, weights=[1, 1], rank=r, **opts)
+        for r in range(4)
+    ]
+    drawn = [WeightedBucketSampler(lengths, [1.0] * 303, rank=r, **opts) for r in range(4)]
+    for samplers, epoch in ((weighted, 1), (drawn, 0)):
+        plans = [s.plan(epoch) for s in samplers]
+        appear = np.bincount(np.concatenate([p.indices for p in plans]), minlength=303)
+        assert appear[200:203].max() <= 3 and appear.max() <= 6
+        repeated = samplers[0].report(epoch).totals["repeated"]
+        assert repeated == int(appear.sum() - (appear > 0).sum())
+        for s, plan in zip(samplers, plans, strict=True):
+            long = s.spec.cell_of_sample[200]  # (the bucket of 40: its own sample first)
+            for i in np.flatnonzero(plan.cells == long).tolist():
+                batch = plan.batch(i)
+                group = None if s.spec.groups is None else 0
+                shape = s.shape_table.target(np.asarray(lengths)[batch], group=group)
+                assert 200 <= batch[0] < 203 and shape == (8, 40)
+    # the draws' shortest planned length is the data's: a batch of short draws in a bucket whose
+    # first sample is long was refused as other units ('below half of 20')
+    s = WeightedBucketSampler([20] + [3] * 50, [1.0] * 51, boundaries=[20], batch_size=4)
+    batch = next(b for b in s if 0 not in b)
+    assert tuple(s.collator()([[1] * 3 for _ in batch])["inputs"].shape) == (4, 20)
+
+
 def test_two_small_row_lengths_fill_from_the_least_repeated_shorter_rows():
     # s22-rev: a row of 32 and a row of 64 (each fewer than a step of 6 x 4) both filled their
     # step from the rows of 16 left after leaving out the 22 their own last step repeats: the

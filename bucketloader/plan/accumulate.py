@@ -6,7 +6,9 @@ cell, so the ``k`` batches a training loop accumulates into one optimizer step s
 every rank (an accumulation step never mixes shapes, and a compiled step sees one shape per
 update). Each cell's ``S_c`` steps are rounded up to ``ceil(S_c / k) * k``: the extra steps are
 full batches of the cell's own samples, repeated cyclically from the start of its shuffled order
-(counted as ``repeated`` in ``report()``), so nothing is dropped and every group is whole. Groups,
+(counted as ``repeated`` in ``report()``), so nothing is dropped and every group is whole. Under
+``last_batch="fill"`` a cell whose groups take at least twice its samples fills them with shorter
+samples instead (NOTE [ Filling a small bucket ] in :mod:`bucketloader.plan.epoch`). Groups,
 not steps, are interleaved across cells (key ``(g + u) / G_c`` for group ``g`` of ``G_c``), so
 step ``t`` of the epoch belongs to group ``t // k``, aligned with the loop's accumulation windows
 (``step % k``) from the epoch start. ``len()`` is ``sum_c ceil(S_c / k) * k`` on every rank, and a

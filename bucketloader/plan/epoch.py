@@ -87,15 +87,62 @@ frames) 8x32 up to 5; Common Voice 16x64 up to 9 (s22-fill). Now (BucketSampler'
 A cell with more than half a step repeats a random part of itself once, as any last step does,
 and keeps doing so (no padding to pay). Steps, shapes, ``len()`` and the repeats' count
 (``R·B − q`` per such cell) are unchanged; ``report()`` counts the filling samples as repeats
-and their padding to the longer shape. Only plain epochs: weighted epochs, accumulation groups
-(whose extra steps repeat a cell's own samples by design) and ``WeightedBucketSampler``'s draws
-(``fill_shorter=False``) repeat the cell's own samples as before. Measured
+and their padding to the longer shape. Accumulation groups, weighted epochs and
+``WeightedBucketSampler``'s draws: below (``fill_shorter=False`` repeats the cell's own samples
+as before). Measured
 (``benchmarks/fill_repeats.py``, 8 ranks, epochs 0-3), the most times one sample is trained in
 an epoch: GSM8K 8x32 6 -> 2, LibriSpeech 8x32 5 -> 2, Common Voice 16x64 9 -> 2 (the same
 repeat counts: 1,487, 1,413, 3,211); unchanged on 1 rank and under ``max_tokens`` (even
 batches leave no such cell). The price is the shorter samples' padding to the longer shape,
 ``report().padding``: GSM8K 12.9% -> 16.9% (``"pad"``: 43.3%), LibriSpeech 7.1% -> 7.4%
 (``"pad"``: 11.9%), Common Voice 5.5% -> 6.7% (``"pad"``: 13.6%).
+
+Accumulation groups (``accumulate=k``, s24-accfill; NOTE [ Accumulation groups ] in
+:mod:`bucketloader.plan.accumulate`) round a cell's ``S`` steps up to ``ceil(S / k)·k``, whose
+``T = steps·R·B`` slots all wrapped round its ``n`` samples: GSM8K 8x32 on 8 ranks,
+``accumulate=4``, the 336-token bucket's 50 samples in 4 steps of 256, up to 21 times an epoch;
+LibriSpeech 8x32 ``accumulate=4`` 19; Common Voice 16x64 ``accumulate=2`` 17. The same rule now
+covers them (:func:`fill_pools` with ``accumulate``; ``plan_digest`` gains ``/fill=2`` there,
+as no accumulating sampler had it): a cell with ``2·n <= T`` splits its samples over its
+``steps·R`` batches (batch ``j·R + r`` of step ``j``, ``own_slots``), one first in every batch
+(a batch without one repeats one: up to ``ceil(steps·R / n)`` times), and the rest is drawn
+from its pool *and then its own samples*, levelled (:func:`_levelled`: the least repeated
+first, and a sample not drawn again while others catch up), among equals the samples of the
+longest covered cell first, then the next, its own last (:func:`_closest_first`: the least
+padding; at random within a cell). Its own samples join because a pool can be smaller than
+``T`` (a tiny shorter cell): drawn from the pool alone, the cyclic pass of
+:func:`_least_repeated` put 194 appearances on one sample of a 25-sample set where the old wrap
+had 144 (random small sets of 20-400 samples, ``accumulate`` 2 and 4: worse than the old wrap
+in 18 and 29 of 150 sets; levelled with its own samples, 94 and 102 better, one two-input set
+worse by one appearance, 8 against 7; s24-accfill ``vs_main.py``). ``accumulate=1`` keeps the
+``/fill=2`` draws exactly. Measured (``benchmarks/fill_repeats.py``, 8 ranks), the most times
+one sample is trained an epoch: GSM8K 8x32 ``accumulate=4`` 21 -> 2, LibriSpeech 19 -> 2,
+Common Voice 17 -> 2, GSM8K ``max_tokens=8192`` ``accumulate=4`` 5 -> 3 (its shortest bucket's
+own groups: 1,627 samples in 3,264 slots); the repeat counts unchanged. The price is padding
+(epoch 0, ``report().padding``, before -> after; drawn from the whole pool at random instead of
+the closest cells first; ``"pad"``): GSM8K 15.6% -> 28.9% (36.7%; 34.2%), LibriSpeech 8.5% ->
+8.8% (9.5%; 12.9%), Common Voice 6.2% -> 7.3% (8.7%; 13.7%), GSM8K ``max_tokens`` 12.7% ->
+18.0% (23.5%; 13.7%): up to ``k`` steps of shorter samples at the longest shape. And the
+closest cells fill every epoch: samples repeated in each of epochs 0-3, GSM8K 1,064 (the old
+wrap), 3,351 (at random from the whole pool: 1,737), of 7,473, each at most twice an epoch.
+Under ``"pad"`` the extra steps still repeat the cell's own samples (GSM8K 8x32: up to 17
+times).
+
+Weighted epochs (NOTE [ Weighted epochs ], s24-accfill) are passes over each dataset, each a
+plain plan of it, so each pass fills its small cells as a plain epoch does (:func:`_fill_runs`:
+the pass's order, its draws from ``SeedSequence([seed, pass, MIX, group])``'s third child, so a
+pass split over two epochs draws alike in both); ``plan_digest`` gains ``/fill=2`` there too.
+``WeightedBucketSampler`` fills its draws' small cells the same way (the draws per cell are the
+same every epoch, so are the filled cells; the least repeated are the least repeated draws).
+Measured (s24-accfill ``weighted.py``: the data as two datasets, every third sample in the
+first; WeightedBucketSampler with weight 2 on every third sample), the most times one sample
+is trained an epoch on 8 ranks, before -> after: GSM8K 8x32 weights 2:1 24 -> 6, 1:1 16 -> 5;
+LibriSpeech 8x32 8 -> 5, 8 -> 4; Common Voice 16x64 42 -> 6, 28 -> 4; WeightedBucketSampler
+GSM8K 25 -> 12, LibriSpeech 19 -> 10, Common Voice 56 -> 14. On 1 rank unchanged (4-5 weighted,
+7-9 drawn: an up-weighted dataset's passes, draws with replacement). The padding price
+(``report().padding``, epoch 0, 8 ranks; ``weighted_padding.py``), weights 2:1 / drawn, before
+-> after (``"pad"``): GSM8K 13.3% -> 24.0% / 13.2% -> 16.9% (51.6% / 43.4%), LibriSpeech 6.9% ->
+7.2% / 7.1% -> 7.4% (15.9% / 11.9%), Common Voice 5.3% -> 8.9% / 5.4% -> 6.7% (24.1% / 14.4%).
 
 NOTE [ Weighted epochs ]  (``weights``: one per group, i.e. per dataset of a ``GroupedDataset``)
 Each group ``g`` has its *natural* global steps per pass over its data, ``S_g`` (the sum of its
@@ -203,8 +250,8 @@ def plan_epoch(
     (from :func:`~bucketloader.plan.promote.promote`) batches leftovers in longer cells (NOTE
     [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`). Under ``last_batch="fill"``
     a cell with at most half a step of samples fills its step with shorter samples (NOTE
-    [ Filling a small bucket ]; unweighted plans with ``accumulate=1``); ``fill_shorter=False``
-    repeats its own samples instead, as before (the plan of a ``WeightedBucketSampler``'s draws).
+    [ Filling a small bucket ]; accumulation groups and weighted epochs too);
+    ``fill_shorter=False`` repeats its own samples instead, as before.
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
@@ -237,22 +284,28 @@ def plan_epoch(
                 f"accumulate={accumulate}; plan those without promotion"
             )
         return _promoted(spec, promotion, at, longest_first)
+    shorter = check_bool("fill_shorter", fill_shorter)
     if accumulate > 1:
-        return _grouped(spec, at, longest_first, accumulate)
+        return _grouped(spec, at, longest_first, accumulate, shorter)
     if w is not None:
-        order, sc, sj, seg = _weighted(spec, w, seed, epoch, shuffle, num_replicas)
+        order, sc, sj, seg, run, runs = _weighted(spec, w, seed, epoch, shuffle, num_replicas)
         if longest_first and sc.size:
-            sc, sj, seg = _longest_first(spec, num_replicas, sc, sj, seg)
-        return _materialize(spec, num_replicas, rank, order, sc, sj, seg)
+            sc, sj, move = _longest_first(spec, num_replicas, sc, sj, np.arange(sc.size))
+            seg, run = seg[move], run[move]
+        plan = _materialize(spec, num_replicas, rank, order, sc, sj, seg)
+        pools = fill_pools(spec, num_replicas) if shorter else {}
+        if pools:  # NOTE [ Filling a small bucket ], pass by pass
+            plan = _fill_runs(spec, plan, at, pools, runs, run)
+        return plan
     order, cell_start, key = at.keyed_order(spec)
     sc, sj = _interleave(spec, None, num_replicas, key)
     seg = cell_start[sc]
     if longest_first and sc.size:
         sc, sj, seg = _longest_first(spec, num_replicas, sc, sj, seg)
     plan = _materialize(spec, num_replicas, rank, order, sc, sj, seg)
-    pools = fill_pools(spec, num_replicas) if check_bool("fill_shorter", fill_shorter) else {}
+    pools = fill_pools(spec, num_replicas) if shorter else {}
     if pools:  # NOTE [ Filling a small bucket ]
-        plan = _fill_small(spec, plan, at, order, cell_start, pools)
+        plan = _fill_small(spec, plan, sj, at, order, cell_start, pools, 1)
     return plan
 
 
@@ -297,8 +350,12 @@ def check_accumulate(accumulate: Any, spec: BucketSpec, weights: Any) -> int:
     return k
 
 
-def _grouped(spec: BucketSpec, at: _Place, longest_first: bool, k: int) -> EpochPlan:
-    """An epoch in accumulation groups of ``k`` steps (NOTE [ Accumulation groups ])."""
+def _grouped(
+    spec: BucketSpec, at: _Place, longest_first: bool, k: int, fill_shorter: bool
+) -> EpochPlan:
+    """An epoch in accumulation groups of ``k`` steps (NOTE [ Accumulation groups ]); under
+    ``"fill"`` a cell whose groups would repeat all of its samples fills them with shorter
+    samples (NOTE [ Filling a small bucket ], ``fill_shorter``)."""
     order, cell_start, key = at.keyed_order(spec)
     steps = grouped_steps(spec.num_steps(at.num_replicas), k)
     sc, sj = interleave_groups(steps, k, None if key is None else np.random.default_rng(key))
@@ -306,7 +363,11 @@ def _grouped(spec: BucketSpec, at: _Place, longest_first: bool, k: int) -> Epoch
     if longest_first and sc.size:
         best = _largest_cell(spec, sc, spec.cell_batch)
         sc, sj, seg = longest_group_first(best, k, sc, sj, seg)
-    return _materialize(spec, at.num_replicas, at.rank, order, sc, sj, seg)
+    plan = _materialize(spec, at.num_replicas, at.rank, order, sc, sj, seg)
+    pools = fill_pools(spec, at.num_replicas, k) if fill_shorter else {}
+    if pools:
+        plan = _fill_small(spec, plan, sj, at, order, cell_start, pools, k)
+    return plan
 
 
 def resolve_weights(spec: BucketSpec, weights: Any) -> np.ndarray | None:
@@ -449,10 +510,20 @@ def _interleave(
     return interleave_steps(steps, None if key_ss is None else np.random.default_rng(key_ss))
 
 
+class _Pass(NamedTuple):
+    """One pass over a group's data in a weighted epoch (NOTE [ Weighted epochs ])."""
+
+    order: ShuffledOrder
+    cell_start: np.ndarray
+    group: int
+    number: int
+
+
 def _weighted(
     spec: BucketSpec, w: np.ndarray, seed: int, epoch: int, shuffle: bool, num_replicas: int
-) -> tuple[ShuffledOrder, np.ndarray, np.ndarray, np.ndarray]:
-    """(order, step cells, step j, segment start per step) of a weighted epoch."""
+) -> tuple[ShuffledOrder, np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[_Pass]]:
+    """(order, step cells, step j, segment start per step, pass per step, the passes) of a
+    weighted epoch."""
     per_group, live = check_weights(spec, w, num_replicas)
     ngroups = len(spec.group_values)
     total = int(per_group.sum())
@@ -462,6 +533,7 @@ def _weighted(
     orders: list[ShuffledOrder] = []
     offset = 0
     parts_c, parts_j, parts_seg, parts_g, parts_t = [], [], [], [], []
+    passes: list[_Pass] = []
     for g in range(ngroups):
         n_g, s_g = int(share[g]), int(per_group[g])
         if n_g == 0:
@@ -481,17 +553,20 @@ def _weighted(
             parts_g.append(np.full(sc.size, g))
             parts_t.append(np.arange(t0, t0 + sc.size))
             t0 += sc.size
+            passes.append(_Pass(order, start, g, p))
             orders.append(order)
             offset += order.size
     if not parts_c:
         empty = np.zeros(0, dtype=np.int64)
-        return ShuffledOrder(spec.by_cell, [], [], []), empty, empty, empty
+        return ShuffledOrder(spec.by_cell, [], [], []), empty, empty, empty, empty, []
     sc, sj, seg = np.concatenate(parts_c), np.concatenate(parts_j), np.concatenate(parts_seg)
+    run = np.repeat(np.arange(len(passes)), [c.size for c in parts_c])
     grp, t = np.concatenate(parts_g), np.concatenate(parts_t)
     key_ss = np.random.SeedSequence([seed, epoch, _MIX])
     u = np.random.default_rng(key_ss).random(sc.size) if shuffle else 0.5
     pick = np.lexsort((grp, (t + u) / share[grp]))
-    return ShuffledOrder.concat(orders, spec.by_cell), sc[pick], sj[pick], seg[pick]
+    order = ShuffledOrder.concat(orders, spec.by_cell)
+    return order, sc[pick], sj[pick], seg[pick], run[pick], passes
 
 
 def _largest_cell(spec: BucketSpec, sc: np.ndarray, rows: np.ndarray) -> int:
@@ -587,13 +662,14 @@ def _gather(
     return out
 
 
-def fill_pools(spec: BucketSpec, num_replicas: int) -> dict[int, np.ndarray]:
-    """Under ``last_batch="fill"``, per cell whose step shorter samples fill (NOTE [ Filling a
+def fill_pools(spec: BucketSpec, num_replicas: int, accumulate: int = 1) -> dict[int, np.ndarray]:
+    """Under ``last_batch="fill"``, per cell whose steps shorter samples fill (NOTE [ Filling a
     small bucket ]): the cells it covers (same group, every padded length at most its own) that
-    hold samples. A cell qualifies when its step would repeat every one of its samples
-    (``R·B - q >= q``: no full step, at most half of one) and a rank's batch has room left
-    after its own share (``max(q, R) < R·B``; not single-row batches). Empty under another
-    policy.
+    hold samples. A cell of ``n`` samples whose steps (rounded up to whole accumulation groups
+    of ``accumulate``) take ``T`` samples qualifies when they would repeat every one of its
+    samples (``T - n >= n``; without accumulation: no full step, at most half of one) and its
+    batches have room left after its own share (``max(n, batches) < T``; not single-row
+    batches). Empty under another policy.
 
     Example:
         >>> spec = BucketSpec.build([5] * 40 + [30] * 3, boundaries=[5, 30], batch_size=8,
@@ -603,9 +679,9 @@ def fill_pools(spec: BucketSpec, num_replicas: int) -> dict[int, np.ndarray]:
     """
     if spec.last_batch != "fill":
         return {}
-    full, q = spec.cell_steps(num_replicas)
-    per_step = spec.cell_batch * num_replicas
-    small = (full == 0) & (q > 0) & (2 * q <= per_step) & (np.maximum(q, num_replicas) < per_step)
+    counts, (steps, slots) = spec.counts, fill_slots(spec, num_replicas, accumulate)
+    batches = steps * num_replicas
+    small = (counts > 0) & (2 * counts <= slots) & (np.maximum(counts, batches) < slots)
     lengths, group, counts = spec.cell_lengths, spec.cell_group, spec.counts
     out = {}
     for c in np.flatnonzero(small).tolist():
@@ -616,10 +692,29 @@ def fill_pools(spec: BucketSpec, num_replicas: int) -> dict[int, np.ndarray]:
     return out
 
 
+def fill_slots(
+    spec: BucketSpec, num_replicas: int, accumulate: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell under ``"fill"``: ``(steps, slots)``, its global steps (rounded up to whole
+    accumulation groups: NOTE [ Accumulation groups ]) and the samples they take (``steps·R·B``,
+    every batch full).
+
+    Example:
+        >>> spec = BucketSpec.build([5] * 40 + [30] * 3, boundaries=[5, 30], batch_size=8,
+        ...                         last_batch="fill")
+        >>> [a.tolist() for a in fill_slots(spec, 2, accumulate=2)]
+        [[4, 2], [64, 32]]
+    """
+    steps = grouped_steps(spec.num_steps(num_replicas), accumulate)
+    return steps, steps * spec.cell_batch * num_replicas
+
+
 def own_slots(q: int, num_replicas: int) -> tuple[np.ndarray, np.ndarray]:
     """``(first, count)`` per rank: a filled cell's ``q`` samples split over the ranks as
     ``"pad"`` splits a last step (a rank that would get none takes position ``rank % q``), so
-    every rank's batch starts with a sample of the cell (NOTE [ Filling a small bucket ]).
+    every rank's batch starts with a sample of the cell (NOTE [ Filling a small bucket ]). Under
+    accumulation, ``num_replicas`` counts the cell's batches over its steps (``steps·R``, batch
+    ``j·R + rank`` of step ``j``).
 
     Example:
         >>> [a.tolist() for a in own_slots(5, 2)], [a.tolist() for a in own_slots(2, 3)]
@@ -638,29 +733,31 @@ def fill_draws(
     cell_start: np.ndarray,
     pools: dict[int, np.ndarray],
     ss: np.random.SeedSequence | None,
+    accumulate: int = 1,
 ) -> tuple[dict[int, np.ndarray], np.ndarray, np.ndarray]:
-    """The filling samples of every cell of ``pools`` (over all ranks, in rank order) and the
-    extra appearances in the epoch of the samples of the cells they draw from: ``(draws, ids,
+    """The filling samples of every cell of ``pools`` (over all ranks and, under
+    ``accumulate``, its steps, in batch order: step by step, rank by rank) and the extra
+    appearances in the epoch of the samples of the cells they draw from: ``(draws, ids,
     extra)`` (NOTE [ Filling a small bucket ]). Cells draw smallest first; each takes the samples
-    its pool repeats least so far (a cell's wrapped last step, a filled cell's own sample for a
-    rank without one, an earlier draw), in a random order among equals (``ss=None``: in
-    ``by_cell`` order), the same on every rank."""
-    _, q = spec.cell_steps(num_replicas)
-    per_step = spec.cell_batch * num_replicas
+    its pool repeats least so far (a cell's wrapped last step or extra steps, a filled cell's own
+    sample for a batch without one, an earlier draw), in a random order among equals
+    (``ss=None``: in ``by_cell`` order), the same on every rank."""
+    steps, slots = fill_slots(spec, num_replicas, accumulate)
     counts, by_cell, cell_of = spec.counts, spec.by_cell, spec.cell_of_sample
     base = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
     drawn_from = np.zeros(counts.size, dtype=bool)
     for cells in pools.values():
         drawn_from[cells] = True
-    parts = []  # one entry per extra appearance, of samples some pool holds
-    for c in np.flatnonzero(drawn_from & (q > 0)).tolist():
+    drawn_from[list(pools)] = True  # (under accumulate a filled cell's own samples fill too)
+    parts = []  # one entry per extra appearance, of samples some pool or filled cell holds
+    for c in np.flatnonzero(drawn_from & (slots > counts)).tolist():
         n, s = int(counts[c]), int(cell_start[c])
-        if c in pools:  # its own samples split over the ranks: repeats for ranks without one
-            first, own = own_slots(int(q[c]), num_replicas)
+        if c in pools:  # its own samples split over its batches: repeats for those without one
+            first, own = own_slots(n, int(steps[c]) * num_replicas)
             pos = _ranges(first, own) % n
             parts.append(order[s + pos[n:]] if pos.size > n else by_cell[:0])
-        else:  # the last step wraps round to the start of the cell's shuffled order
-            parts.append(order[s + np.arange(int(per_step[c]) - int(q[c])) % n])
+        else:  # the last step (and extra steps) wrap round to the start of its shuffled order
+            parts.append(order[s + np.arange(int(slots[c]) - n) % n])
     # the extra appearances so far, counted per sample, and per cell how many of its samples
     # have one: a cell's draw among the samples not repeated yet costs about its need, by
     # rejection, and only a pool mostly repeated already is read whole (s23-rev: each cell ran
@@ -674,7 +771,8 @@ def fill_draws(
     draws = {}
     for c in sorted(pools, key=lambda c: (int(size[c]), c)):  # the smallest cell first
         cells = pools[c]
-        need = int(per_step[c]) - int(own_slots(int(q[c]), num_replicas)[1].sum())
+        owned = own_slots(int(counts[c]), int(steps[c]) * num_replicas)[1].sum()
+        need = int(slots[c]) - int(owned)
         ends = np.cumsum(counts[cells])
         total = int(ends[-1])
         fresh = total - int(times.in_cell[cells].sum())  # (samples of the pool not repeated yet)
@@ -683,7 +781,9 @@ def fill_draws(
             at = np.searchsorted(ends, pos, side="right")  # pool position -> its cell
             return by_cell[base[cells[at]] + pos - (ends - counts[cells])[at]]
 
-        if 4 * fresh >= total and 2 * need <= fresh:  # draw among those, by rejection
+        if accumulate > 1:  # the longest covered first, then its own (less padding)
+            take = _closest_first(rng, need, c, cells, fresh, size, spec, base, times)
+        elif 4 * fresh >= total and 2 * need <= fresh:  # draw among those, by rejection
             take = _draw_fresh(rng, need, total, fresh, sample, times)
         else:  # most of the pool repeats, or the need takes much of the rest: all of it,
             # the least repeated first, cyclically
@@ -787,6 +887,89 @@ def _least_repeated(
     return ids[ranked[np.arange(need) % n]]  # type: ignore[no-any-return]
 
 
+def _closest_first(
+    rng: np.random.Generator | None,
+    need: int,
+    c: int,
+    cells: np.ndarray,
+    fresh: int,
+    size: np.ndarray,
+    spec: BucketSpec,
+    base: np.ndarray,
+    times: Any,
+) -> np.ndarray:
+    """Under accumulation, ``need`` samples to fill cell ``c``'s batches from its pool
+    ``cells`` (``fresh`` of their samples not repeated yet) and then its own: the least
+    repeated first (:func:`_levelled`), and among equals those of the longest covered cell
+    first, the least padding to ``c``'s shape (GSM8K 8x32 on 8 ranks, ``accumulate=4``: 36.7%
+    padding drawn from the whole pool at random, 28.9% so; s24-accfill), at random within a
+    cell. When the pool's unrepeated samples cover the need only the closest cells are read."""
+    counts, by_cell = spec.counts, spec.by_cell
+    by_gap = cells[np.lexsort((cells, size[c] - size[cells]))]  # (the closest cell first)
+    if fresh >= need:  # level 0: the unrepeated samples of the closest cells
+        parts, left = [], need
+        for cc in by_gap.tolist():
+            ids = by_cell[base[cc] : base[cc] + counts[cc]]
+            ids = ids[times(ids) == 0]
+            if rng is not None and ids.size > left:
+                ids = rng.choice(ids, left, replace=False)
+            parts.append(ids[:left])
+            left -= parts[-1].size
+            if not left:
+                break
+        take = np.concatenate(parts)
+        return rng.permutation(take) if rng is not None else take  # type: ignore[no-any-return]
+    order = np.concatenate([by_gap, [c]])  # (then its own samples)
+    ids = by_cell[_ranges(base[order], counts[order])]
+    small = np.uint16 if order.size <= 1 << 16 else np.int64  # (a radix sort in _levelled)
+    rank = np.repeat(np.arange(order.size, dtype=small), counts[order])
+    return _levelled(rng, need, ids, times(ids), rank)
+
+
+def _levelled(
+    rng: np.random.Generator | None,
+    need: int,
+    ids: np.ndarray,
+    times: np.ndarray,
+    rank: np.ndarray,
+) -> np.ndarray:
+    """``need`` draws of ``ids`` (with ``times`` extra appearances each so far) that raise the
+    least repeated first, one appearance at a time: every one below a level ``L`` up to it, then
+    the rest among those at ``L``, the lower ``rank`` first (a filled cell's closest covered
+    cell first, its own samples last), at random among equals (``rng=None``: in ``ids``
+    order). Returned round by round
+    (lowest count first, in a random order within a round), so a sample's draws lie about
+    ``len(ids)`` apart. Unlike :func:`_least_repeated`'s cyclic pass, a sample repeated more
+    than the others is not drawn again while they catch up. ``O(len(ids))`` per round.
+
+    Example:
+        >>> ids, rank = np.array([10, 11, 12]), np.array([0, 0, 1])
+        >>> _levelled(None, 5, ids, np.array([3, 0, 0]), rank).tolist()
+        [11, 12, 11, 12, 11]
+    """
+    low = int(times.min())
+    below = np.cumsum(np.bincount(times - low))  # (samples below each level above the lowest)
+    fill = np.concatenate([[0], np.cumsum(below)])  # (draws that raise all to each level)
+    j = int(np.searchsorted(fill, need, side="right")) - 1
+    if j == below.size:  # (above every count: each round takes them all)
+        j += (need - int(fill[-1])) // ids.size
+    level = low + j  # the highest level every sample below reaches
+    at = np.flatnonzero(times <= level)  # (the only ones drawn: at most need + those at it)
+    t = times[at].astype(np.int64)
+    reps = level - t
+    rest = need - int(reps.sum())  # (fewer than the samples at the level)
+    if rest:
+        perm = rng.permutation(at.size) if rng is not None else np.arange(at.size)
+        reps[perm[np.argsort(rank[at][perm], kind="stable")][:rest]] += 1
+    rounds = []
+    for r in range(low, level + (rest > 0)):
+        now = np.flatnonzero((t <= r) & (t + reps > r))
+        if rng is not None:
+            now = rng.permutation(now)
+        rounds.append(at[now])
+    return ids[np.concatenate(rounds)]  # type: ignore[no-any-return]
+
+
 def fill_extra(
     spec: BucketSpec,
     pools: dict[int, np.ndarray],
@@ -796,13 +979,14 @@ def fill_extra(
     shuffle: bool,
     num_replicas: int,
     rank: int = 0,
+    accumulate: int = 1,
 ) -> np.ndarray:
     """The extra appearances in ``epoch`` (over all ranks) of each sample that appears more than
     once among the cells the ``pools`` draw from (:func:`fill_draws`; ``rank`` is unused: every
     rank draws alike)."""
     at = _Place(seed, epoch, shuffle, num_replicas, rank)
     order, cell_start, _ = at.keyed_order(spec)
-    return _epoch_draws(spec, at, order, cell_start, pools)[2]
+    return _epoch_draws(spec, at, order, cell_start, pools, accumulate)[2]
 
 
 def _fill_key(at: _Place) -> np.random.SeedSequence | None:
@@ -821,6 +1005,7 @@ def _epoch_draws(
     order: ShuffledOrder,
     cell_start: np.ndarray,
     pools: dict[int, np.ndarray],
+    accumulate: int,
 ) -> tuple[dict[int, np.ndarray], np.ndarray, np.ndarray]:
     """:func:`fill_draws` of the epoch at ``at``, the same on every rank, so kept for the next
     call (read-only): ``report()`` plans every rank (s23-rev: 1M samples, 64 buckets x 32 on 64
@@ -832,12 +1017,14 @@ def _epoch_draws(
         at.epoch,
         at.shuffle,
         at.num_replicas,
+        accumulate,
         [(c, v.tolist()) for c, v in pools.items()],
     )
     last = _LAST_DRAWS  # (one read: another thread may replace it)
     if last is not None and last[0] == key and last[1]() is spec:
         return last[2]  # type: ignore[no-any-return]
-    draws = fill_draws(spec, at.num_replicas, order, cell_start, pools, _fill_key(at))
+    ss = _fill_key(at)
+    draws = fill_draws(spec, at.num_replicas, order, cell_start, pools, ss, accumulate)
     for a in (*draws[0].values(), draws[1], draws[2]):
         a.flags.writeable = False
     _LAST_DRAWS = (key, weakref.ref(spec), draws)
@@ -847,26 +1034,62 @@ def _epoch_draws(
 def _fill_small(
     spec: BucketSpec,
     plan: EpochPlan,
+    sj: np.ndarray,
     at: _Place,
     order: ShuffledOrder,
     cell_start: np.ndarray,
     pools: dict[int, np.ndarray],
+    accumulate: int,
 ) -> EpochPlan:
-    """``plan`` with each pooled cell's one batch on this rank made of its own samples, split
-    over the ranks, then its share of the filling samples (NOTE [ Filling a small bucket ]).
-    Batches keep their size (``B``), so the offsets are unchanged."""
-    draws, _, _ = _epoch_draws(spec, at, order, cell_start, pools)
-    _, q = spec.cell_steps(at.num_replicas)
+    """``plan`` (whose batch ``i`` is step ``sj[i]`` of its cell) with each pooled cell's
+    batches on this rank made of its own samples, split over its batches (its steps' ``R``
+    each), then their share of the filling samples (NOTE [ Filling a small bucket ]). Batches
+    keep their size (``B``), so the offsets are unchanged."""
+    draws, _, _ = _epoch_draws(spec, at, order, cell_start, pools, accumulate)
+    steps, _ = fill_slots(spec, at.num_replicas, accumulate)
     indices = plan.indices.copy()
     for c, take in draws.items():
-        (i,) = np.flatnonzero(plan.cells == c)  # (its one step)
-        b, n = int(spec.cell_batch[c]), int(q[c])
-        first, own = own_slots(n, at.num_replicas)
-        r = at.rank
-        mine = order[int(cell_start[c]) + (first[r] + np.arange(own[r])) % n]
-        before = int((b - own[:r]).sum())  # (filling slots of the ranks before this one)
-        lo = int(plan.offsets[i])
-        indices[lo : lo + b] = np.concatenate([mine, take[before : before + b - own[r]]])
+        i = np.flatnonzero(plan.cells == c)  # (its steps on this rank)
+        b, n = int(spec.cell_batch[c]), int(spec.counts[c])
+        first, own = own_slots(n, int(steps[c]) * at.num_replicas)
+        k = sj[i] * at.num_replicas + at.rank  # (which of the cell's batches: step, then rank)
+        before = k * b - (np.cumsum(own) - own)[k]  # (filling slots of the batches before)
+        lo, mine = plan.offsets[i], own[k]
+        at_own = order[int(cell_start[c]) + _ranges(first[k], mine) % n]
+        indices[_ranges(lo, mine)] = at_own
+        indices[_ranges(lo + mine, b - mine)] = take[_ranges(before, b - mine)]
+    return dataclasses.replace(plan, indices=indices)
+
+
+def _fill_runs(
+    spec: BucketSpec,
+    plan: EpochPlan,
+    at: _Place,
+    pools: dict[int, np.ndarray],
+    passes: list[_Pass],
+    run: np.ndarray,
+) -> EpochPlan:
+    """A weighted epoch's ``plan`` (batch ``i`` from ``passes[run[i]]``) with each pooled cell's
+    batch filled as :func:`_fill_small` fills a plain epoch's, from its pass's draws: a pass
+    is a plain plan of its group (NOTE [ Weighted epochs ]), drawn from
+    ``SeedSequence([seed, pass, MIX, group])``'s third child (the first two shuffle and key
+    it), so a pass split over two epochs draws alike in both."""
+    indices, r = plan.indices.copy(), at.rank
+    pooled = np.isin(plan.cells, list(pools))
+    for u in np.unique(run[pooled]).tolist():
+        order, cell_start, g, p = passes[u]
+        mine = {c: v for c, v in pools.items() if spec.cell_group[c] == g}
+        ss = np.random.SeedSequence([at.seed, p, _MIX, g]).spawn(3)[2] if at.shuffle else None
+        draws, _, _ = fill_draws(spec, at.num_replicas, order, cell_start, mine, ss)
+        _, q = spec.cell_steps(at.num_replicas)
+        for i in np.flatnonzero(pooled & (run == u)).tolist():
+            c = int(plan.cells[i])
+            b, n = int(spec.cell_batch[c]), int(q[c])
+            first, own = own_slots(n, at.num_replicas)
+            ids = order[int(cell_start[c]) + (first[r] + np.arange(own[r])) % n]
+            before = int((b - own[:r]).sum())
+            lo = int(plan.offsets[i])
+            indices[lo : lo + b] = np.concatenate([ids, draws[c][before : before + b - own[r]]])
     return dataclasses.replace(plan, indices=indices)
 
 
