@@ -1402,6 +1402,10 @@ _MULT = 25
 _KIND = 2 * _MULT
 #: :func:`_fit_by_room`'s row's first code: ``(kind + 1) << _KIND | ...`` (so at least this).
 _FIRST = 1 << _KIND
+#: The most row lengths a plan may have: a code is an int64, so ``kind + 1`` has 63 - ``_KIND``
+#: = 13 bits (8,192 row lengths raised ``OverflowError`` in :func:`_fit_by_room` until session
+#: 24; ``PackSpec.build`` now refuses them up front).
+MAX_ROW_LENGTHS = (1 << (63 - _KIND)) - 1
 #: :func:`best_fit`'s keys of open groups: ``room << _ROOM | (_LAST - group id) << 1 | multi``
 #: (a room is at most 2**24: a key fits in 63 bits).
 _ROOM = 38
