@@ -53,7 +53,9 @@ sizes fall: a step costs ``O(log n)``, but its keys are big integers, and its pe
 sizes of one document breaks at every repeated size (below 4k sizes, 1.5-2.0x the sorted rooms' time
 where most but not nearly all sizes hold one document, 1.2-1.5x where nearly all do, and 1.3-1.8x at
 6k-8k sizes, in session 24's run: ``benchmarks/bfd_paths.py``, which also shows which loop
-``best_fit`` picks where). Both make the same plan. The bits of one Python integer, as in
+``best_fit`` picks where; 1.1-1.5x at 16k-50k sizes, 0.8-1.2x at 120k and 0.5-1.0x at 400k, in
+rows of 2**20 + 3 and 2**24, so the sorted rooms run below ``_MANY`` = 65,536 sizes). Both make
+the same plan. The bits of one Python integer, as in
 the benchmark's baselines, cost three big-integer operations per step, 10-20% of the loop. A row
 chosen for size ``s`` stays the tightest until its room drops below ``s``, so it takes ``room // s``
 documents at once, and all the rows of a group take them together (exactly per-document BFD, in one
@@ -399,9 +401,14 @@ cost); at 2.1-2.4 documents a size 0.93-1.49x, and more above, where a bulk step
 documents. Rerun in session 24 (load about 4), after the sorted rooms' loop got faster (NOTE
 [ Two solvers, the tighter plan ]): 0.65-0.79x at one document a size, 0.65-1.16x up to 1.55
 from 1,000 sizes on and 0.73-1.18x at 375, 1.18-1.45x at 2.1-2.4; the loop ``best_fit`` picks
-takes at most 1.78x the fastest loop's time (median 1.00x; more than 1.1x in 25 of 192 cases,
-most of them keyed at 6k-8k sizes, where the sorted rooms are now faster): the thresholds are
-session 17's, not tuned again.
+took at most 1.78x the fastest loop's time (median 1.00x; more than 1.1x in 25 of 192 cases,
+most of them keyed at 6k-8k sizes, where the sorted rooms are now faster). With ``_MANY`` raised
+from 4,096 to 65,536 (the rest as in session 17), rerun (load about 2.6): 0.63-0.79x at one
+document a size, 0.63-1.14x up to 1.55 from 1,000 sizes on and 0.73-1.16x at 375, 1.17-1.50x at
+2.1-2.4; the loop ``best_fit`` picks takes at most 1.16x the fastest loop's time (median
+1.00x; above 1.1x in 3 cases, all at 1.46-1.51 documents a size, where the per-document and
+sorted rooms' loops cross: per document at 375 sizes 0.87-0.93x the rooms' time, at 8,000 sizes
+1.05-1.16x: a threshold by the number of sizes would gain at most that).
 Against benchmarks/small_costs.py's per-document BFD over a sorted list of rooms
 (``bfd_sorted``, which counts rows and records none) ``PackSpec.build(search="never")`` now
 takes 2.5-3.7x its time at 375 documents, 1.1-2.1x at 2,000 and 1.0-1.3x at 10,000 in rows of
@@ -1419,9 +1426,15 @@ _RUN = 8
 #: session 17: with fewer than 4k sizes the keyed path was 1.1-1.5x the sorted rooms' time where
 #: 80-97% of the sizes hold one document (its per-document loop breaks at every repeated size),
 #: and about as fast or faster (0.5-1.0x) where nearly all do. Since session 24's faster rooms
-#: loop it is 1.5-2.0x and 1.2-1.5x, and 1.3-1.8x at 6k-8k sizes (so these could rise; the
-#: keys still guard the ``O(n)`` inserts at hundreds of thousands of sizes).
-_MANY = 4096
+#: loop it is 1.5-2.0x and 1.2-1.5x, and 1.3-1.8x at 6k-8k sizes, so ``_MANY`` went from 4,096
+#: to 65,536: in rows of 2**24 with 0-90% of the sizes holding one document (the others 2-5;
+#: bfd_paths' histograms, side by side, session 24) keyed / rooms was 1.34-1.53x at 16k sizes,
+#: 1.07-1.31x at 50k (also in rows of 2**20 + 3), 0.79-1.21x at 120k and 0.48-0.96x at 400k,
+#: where the rooms' ``O(n)`` inserts take over. ``_SINGLE`` is session 17's: it only decides
+#: where nearly every size holds one document yet the per-document loop is not taken (more than
+#: ``_HELD_OPEN`` documents longer than L/2), where keyed / rooms was 1.3-1.6x in rows of 16,384
+#: and 0.8-1.1x in rows of 2**24 (3k-30k sizes), which bfd_paths does not measure.
+_MANY = 1 << 16
 _SINGLE = 100
 #: :func:`_fit_by_room` keeps its stacks' tops by room in a list of ``L + 1`` slots (``L`` the
 #: longest row length) where ``L`` is at most this many times the distinct sizes, else in a
