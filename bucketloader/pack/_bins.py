@@ -368,8 +368,12 @@ The bulk loops cost one step per group and size (about 1.2 us of bookkeeping eac
 15's profile), which pays where a size holds many documents. Where most sizes hold one (a
 fine-tuning set of 1k-3k documents; long rows, where nearly every document has its own
 length) a step places one document, and a per-document loop needs less: best-fit decreasing
-over a sorted list of the open rows' keys, ``room << _AT | (_TAIL - j)``, ``j`` the document that
-left the row that room (:func:`_fit_by_document`): ``bisect_left`` finds the tightest room that
+over a sorted list of the open rows' keys, ``room << b | (2**b - 1 - j)``, ``j`` the document
+that left the row that room, ``b`` the bits of the count of documents (as few as they need, so
+that more keys are one 30-bit digit of a Python integer: session 24, side by side against 17
+bits, 0.86-0.89x the loop's time in rows of 2**20 + 3 at 375-1k documents, 0.93x in rows of
+16,384 at 375-3k, the same at 2**24, where a key takes two digits either way)
+(:func:`_fit_by_document`): ``bisect_left`` finds the tightest room that
 holds ``s``, and of the rows of that room the one whose room was left last, which is the group
 the bulk loops take (the latest of a room's groups: a group's rows get their room within its
 own step, after every older group's); where the new key sorts where the old one was it replaces
@@ -1103,9 +1107,10 @@ def _fit_by_document(
     sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
 ) -> Patterns:
     """:func:`best_fit` one document at a time (NOTE [ Few documents a size ]): the open rows'
-    keys ``room << _AT | (_TAIL - j)`` (``j``: the document that left the row that room) in a
-    sorted list, so the tightest room that holds ``s``, and of its rows the one whose room was
-    left last (the group :func:`_fit_by_room` takes), is one ``bisect`` away.
+    keys ``room << b | (2**b - 1 - j)`` (``j``: the document that left the row that room; ``b``
+    the bits of the count of documents) in a sorted list, so the tightest room that holds
+    ``s``, and of its rows the one whose room was left last (the group :func:`_fit_by_room`
+    takes), is one ``bisect`` away.
 
     Example:
         >>> p = _fit_by_document(np.array([5, 3, 2]), np.array([1, 1, 2]), (8,))
@@ -1117,11 +1122,17 @@ def _fit_by_document(
     docs = int(cnt.sum())
     index = np.repeat(np.arange(cnt.size, dtype=np.int64), cnt)  # each document's size index
     each = np.asarray(sizes, dtype=np.int64)[index]
-    least, high, first, tmask = int(sizes[-1]) << _AT, -1 << _AT, lens[0] << _AT, _TAIL
+    # a key's low bits: as few as the documents need (their count's bits, at most 17), so that
+    # more keys fit in one 30-bit digit of a Python integer (rows of up to 2**20 at 1k
+    # documents, 16,384 at 65k): multi-digit keys cost more in every add, mask and compare
+    # (NOTE [ Few documents a size ])
+    bits = docs.bit_length()
+    tmask = (1 << bits) - 1
+    least, high, first = int(sizes[-1]) << bits, -1 << bits, lens[0] << bits
     # with one row length, the documents longer than half of it open a row each, in order (a
     # room one leaves holds no other): their rows and keys made in bulk, as the loop would
     roots = 0 if len(lens) > 1 else int(np.count_nonzero(each > lens[0] // 2))  # (sizes fall)
-    rooms = (lens[0] - each[:roots]) << _AT | np.arange(_TAIL, _TAIL - roots, -1)
+    rooms = (lens[0] - each[:roots]) << bits | np.arange(tmask, tmask - roots, -1)
     keys = [-1, *np.sort(rooms[rooms >= least]).tolist()]  # (-1: a sentinel below every key,
     # so keys[-1] and keys[at - 1] always exist)
     placed = list(range(roots))  # each document's row (rows numbered as opened)
@@ -1129,8 +1140,8 @@ def _fit_by_document(
     put = placed.append
     # (each row's last document, which orders the patterns, is found from ``placed`` in
     # numpy afterwards: a store per document here was 8% of the loop, measured in session 21)
-    shifted = (each[roots:] << _AT).tolist()
-    for tail, s in zip(range(_TAIL - roots, _TAIL - docs, -1), shifted, strict=True):
+    shifted = (each[roots:] << bits).tolist()
+    for tail, s in zip(range(tmask - roots, tmask - docs, -1), shifted, strict=True):
         if keys[-1] >= s:  # the tightest room that holds s, of its rows the last left
             at = bisect_left(keys, s)
             key = keys[at]
@@ -1146,10 +1157,10 @@ def _fit_by_document(
                 else:  # (the new key sorts where the old one was)
                     keys[at] = new
         else:  # a new row of the shortest row length that holds s
-            kind = 0 if s <= first else next(k for k, x in enumerate(lens) if x << _AT >= s)
+            kind = 0 if s <= first else next(k for k, x in enumerate(lens) if x << bits >= s)
             put(len(kinds))
             kinds.append(kind)
-            left = (lens[kind] << _AT) - s
+            left = (lens[kind] << bits) - s
             if left >= least:
                 insort(keys, left | tail)
     return _document_patterns(sizes, cnt, index, placed, kinds)
@@ -1450,11 +1461,6 @@ _DOCS_PER_SIZES = (2, 3)
 #: ... and where at most this many documents are longer than half the shortest row length
 #: (:func:`_held_open`; NOTE [ Few documents a size ]).
 _HELD_OPEN = 2048
-#: :func:`_fit_by_document`'s keys of open rows: ``room << _AT | (_TAIL - j)``, ``j`` the
-#: document that left that room (below ``2**_AT``: at most ``_BY_DOCUMENT``; a key of a row of
-#: up to 8,192 tokens fits in 30 bits, one digit of a Python integer).
-_AT = 17
-_TAIL = (1 << _AT) - 1
 
 
 def _patterns(sizes: np.ndarray, state: _Open) -> Patterns:
