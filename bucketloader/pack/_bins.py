@@ -419,7 +419,15 @@ takes 2.5-3.7x its time at 375 documents, 1.1-2.1x at 2,000 and 1.0-1.3x at 10,0
 2**20 + 3 and 2**24 (results/small_costs.md section 2b, load 7-8; before, 3.6-4.5x, 2.3-2.8x and
 1.2-1.9x): the loop does about the work of that BFD's, and at a few hundred documents, where that
 BFD takes 0.14-0.27 ms, a plan's fixed costs (validation, the histogram, the numpy pass that
-makes the patterns) keep it above.
+makes the patterns) keep it above. Session 24's rerun (load about 2, keys of as few bits as the
+documents need): 1.56-2.41x at 375, 0.91-1.15x at 2,000, 0.66-0.89x at 10,000; against the same
+BFD returning every document's row (``bfd_sorted_documents``) at most 1.18x from 1,000
+documents (lognormal lengths at 1,000 in rows of 2**24; 1.07x in rows of 2**20 + 3, 1.22x
+before the narrower keys). There :func:`_fit_by_document` takes 0.32 ms against the
+baseline's 0.28-0.29 (side by side), of which :func:`_document_patterns` is about 70 us
+(:func:`_same_rows` about half, for 25 rows of one document of ``L`` tokens), so the loop
+itself is below the baseline's; with the build's own costs outside it (~35 us) that is the
+remaining 1.18x: not trimmed.
 
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
