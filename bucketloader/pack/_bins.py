@@ -407,12 +407,13 @@ documents. Rerun in session 24 (load about 4), after the sorted rooms' loop got 
 from 1,000 sizes on and 0.73-1.18x at 375, 1.18-1.45x at 2.1-2.4; the loop ``best_fit`` picks
 took at most 1.78x the fastest loop's time (median 1.00x; more than 1.1x in 25 of 192 cases,
 most of them keyed at 6k-8k sizes, where the sorted rooms are now faster). With ``_MANY`` raised
-from 4,096 to 65,536 (the rest as in session 17), rerun (load about 2.6): 0.63-0.79x at one
-document a size, 0.63-1.14x up to 1.55 from 1,000 sizes on and 0.73-1.16x at 375, 1.17-1.50x at
-2.1-2.4; the loop ``best_fit`` picks takes at most 1.16x the fastest loop's time (median
-1.00x; above 1.1x in 3 cases, all at 1.46-1.51 documents a size, where the per-document and
-sorted rooms' loops cross: per document at 375 sizes 0.87-0.93x the rooms' time, at 8,000 sizes
-1.05-1.16x: a threshold by the number of sizes would gain at most that).
+from 4,096 to 65,536 (the rest as in session 17) and the per-document keys narrowed, rerun (load
+about 3): 0.60-0.78x at one document a size, 0.60-1.05x up to 1.55 from 1,000 sizes on and
+0.66-1.15x at 375, 1.09-1.38x at 2.1-2.4; the loop ``best_fit`` picks takes at most 1.15x the
+fastest loop's time (median 1.00x; was 1.78x; above 1.1x in 4 cases, all at 1.46-1.54 documents
+a size, where the per-document and sorted rooms' loops cross: at 375 sizes the rooms take
+0.87-0.91x the per-document loop's time, at 1,000 sizes 1.11-1.12x: a threshold by the number of
+sizes would gain at most that, and the crossing moves with the load).
 Against benchmarks/small_costs.py's per-document BFD over a sorted list of rooms
 (``bfd_sorted``, which counts rows and records none) ``PackSpec.build(search="never")`` now
 takes 2.5-3.7x its time at 375 documents, 1.1-2.1x at 2,000 and 1.0-1.3x at 10,000 in rows of
