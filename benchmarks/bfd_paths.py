@@ -133,7 +133,7 @@ def main() -> None:
         f"are at most `_BY_DOCUMENT` = {_bins._BY_DOCUMENT:,} and at most "
         f"{_bins._DOCS_PER_SIZES[1] / _bins._DOCS_PER_SIZES[0]:g} per distinct size, at most "
         f"`_HELD_OPEN` = {_bins._HELD_OPEN:,} of them longer than L/2, else "
-        f"sorted rooms below `_MANY` = {_bins._MANY} sizes unless all but one in `_SINGLE` = "
+        f"sorted rooms below `_MANY` = {_bins._MANY:,} sizes unless all but one in `_SINGLE` = "
         f"{_bins._SINGLE} hold one document, else keyed).",
         "",
         "| lengths | L | sizes | one document | documents per size | per document ms | "

@@ -442,6 +442,14 @@ def test_validation_errors():
         PackSpec.build([3, 0], row_length=8, batch_size=2)
     with pytest.raises(ValueError, match="strictly increasing"):
         PackSpec.build([3], row_length=(8, 8), batch_size=2)
+    # s24: 8,192 row lengths raised OverflowError in the sorted rooms' BFD loop (its codes hold
+    # a row length's index in 13 bits); 8,191 plan
+    many = list(range(1, 8_193))
+    with pytest.raises(
+        ValueError, match=r"^row_length has 8,192 row lengths \(1, 2, \.\.\., 8192\);"
+    ):
+        PackSpec.build([8_192] * 3 + [2] * 5, row_length=many, batch_size=1, search="never")
+    assert PackSpec.build([8_191] * 3 + [2] * 5, row_length=many[:-1], batch_size=1).num_rows == 8
     with pytest.raises(ValueError, match="last_batch must be one of 'drop', 'fill', 'pad'"):
         PackSpec.build([3], row_length=8, batch_size=2, last_batch="keep")
     with pytest.raises(ValueError, match="exactly one of batch_size"):

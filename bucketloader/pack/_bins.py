@@ -53,7 +53,9 @@ sizes fall: a step costs ``O(log n)``, but its keys are big integers, and its pe
 sizes of one document breaks at every repeated size (below 4k sizes, 1.5-2.0x the sorted rooms' time
 where most but not nearly all sizes hold one document, 1.2-1.5x where nearly all do, and 1.3-1.8x at
 6k-8k sizes, in session 24's run: ``benchmarks/bfd_paths.py``, which also shows which loop
-``best_fit`` picks where). Both make the same plan. The bits of one Python integer, as in
+``best_fit`` picks where; 1.1-1.5x at 16k-50k sizes, 0.8-1.2x at 120k and 0.5-1.0x at 400k, in
+rows of 2**20 + 3 and 2**24, so the sorted rooms run below ``_MANY`` = 65,536 sizes). Both make
+the same plan. The bits of one Python integer, as in
 the benchmark's baselines, cost three big-integer operations per step, 10-20% of the loop. A row
 chosen for size ``s`` stays the tightest until its room drops below ``s``, so it takes ``room // s``
 documents at once, and all the rows of a group take them together (exactly per-document BFD, in one
@@ -366,8 +368,12 @@ The bulk loops cost one step per group and size (about 1.2 us of bookkeeping eac
 15's profile), which pays where a size holds many documents. Where most sizes hold one (a
 fine-tuning set of 1k-3k documents; long rows, where nearly every document has its own
 length) a step places one document, and a per-document loop needs less: best-fit decreasing
-over a sorted list of the open rows' keys, ``room << _AT | (_TAIL - j)``, ``j`` the document that
-left the row that room (:func:`_fit_by_document`): ``bisect_left`` finds the tightest room that
+over a sorted list of the open rows' keys, ``room << b | (2**b - 1 - j)``, ``j`` the document
+that left the row that room, ``b`` the bits of the count of documents (as few as they need, so
+that more keys are one 30-bit digit of a Python integer: session 24, side by side against 17
+bits, 0.86-0.89x the loop's time in rows of 2**20 + 3 at 375-1k documents, 0.93x in rows of
+16,384 at 375-3k, the same at 2**24, where a key takes two digits either way)
+(:func:`_fit_by_document`): ``bisect_left`` finds the tightest room that
 holds ``s``, and of the rows of that room the one whose room was left last, which is the group
 the bulk loops take (the latest of a room's groups: a group's rows get their room within its
 own step, after every older group's); where the new key sorts where the old one was it replaces
@@ -399,16 +405,30 @@ cost); at 2.1-2.4 documents a size 0.93-1.49x, and more above, where a bulk step
 documents. Rerun in session 24 (load about 4), after the sorted rooms' loop got faster (NOTE
 [ Two solvers, the tighter plan ]): 0.65-0.79x at one document a size, 0.65-1.16x up to 1.55
 from 1,000 sizes on and 0.73-1.18x at 375, 1.18-1.45x at 2.1-2.4; the loop ``best_fit`` picks
-takes at most 1.78x the fastest loop's time (median 1.00x; more than 1.1x in 25 of 192 cases,
-most of them keyed at 6k-8k sizes, where the sorted rooms are now faster): the thresholds are
-session 17's, not tuned again.
+took at most 1.78x the fastest loop's time (median 1.00x; more than 1.1x in 25 of 192 cases,
+most of them keyed at 6k-8k sizes, where the sorted rooms are now faster). With ``_MANY`` raised
+from 4,096 to 65,536 (the rest as in session 17) and the per-document keys narrowed, rerun (load
+about 3): 0.60-0.78x at one document a size, 0.60-1.05x up to 1.55 from 1,000 sizes on and
+0.66-1.15x at 375, 1.09-1.38x at 2.1-2.4; the loop ``best_fit`` picks takes at most 1.15x the
+fastest loop's time (median 1.00x; was 1.78x; above 1.1x in 4 cases, all at 1.46-1.54 documents
+a size, where the per-document and sorted rooms' loops cross: at 375 sizes the rooms take
+0.87-0.91x the per-document loop's time, at 1,000 sizes 1.11-1.12x: a threshold by the number of
+sizes would gain at most that, and the crossing moves with the load).
 Against benchmarks/small_costs.py's per-document BFD over a sorted list of rooms
 (``bfd_sorted``, which counts rows and records none) ``PackSpec.build(search="never")`` now
 takes 2.5-3.7x its time at 375 documents, 1.1-2.1x at 2,000 and 1.0-1.3x at 10,000 in rows of
 2**20 + 3 and 2**24 (results/small_costs.md section 2b, load 7-8; before, 3.6-4.5x, 2.3-2.8x and
 1.2-1.9x): the loop does about the work of that BFD's, and at a few hundred documents, where that
 BFD takes 0.14-0.27 ms, a plan's fixed costs (validation, the histogram, the numpy pass that
-makes the patterns) keep it above.
+makes the patterns) keep it above. Session 24's rerun (load about 2, keys of as few bits as the
+documents need): 1.56-2.41x at 375, 0.91-1.15x at 2,000, 0.66-0.89x at 10,000; against the same
+BFD returning every document's row (``bfd_sorted_documents``) at most 1.18x from 1,000
+documents (lognormal lengths at 1,000 in rows of 2**24; 1.07x in rows of 2**20 + 3, 1.22x
+before the narrower keys). There :func:`_fit_by_document` takes 0.32 ms against the
+baseline's 0.28-0.29 (side by side), of which :func:`_document_patterns` is about 70 us
+(:func:`_same_rows` about half, for 25 rows of one document of ``L`` tokens), so the loop
+itself is below the baseline's; with the build's own costs outside it (~35 us) that is the
+remaining 1.18x: not trimmed.
 
 NOTE [ Lower bounds ]
 ``ceil(tokens / L)`` rows (L1) always holds. Documents longer than ``L / 2`` cannot share a row,
@@ -1096,9 +1116,10 @@ def _fit_by_document(
     sizes: np.ndarray, counts: np.ndarray, row_lengths: tuple[int, ...]
 ) -> Patterns:
     """:func:`best_fit` one document at a time (NOTE [ Few documents a size ]): the open rows'
-    keys ``room << _AT | (_TAIL - j)`` (``j``: the document that left the row that room) in a
-    sorted list, so the tightest room that holds ``s``, and of its rows the one whose room was
-    left last (the group :func:`_fit_by_room` takes), is one ``bisect`` away.
+    keys ``room << b | (2**b - 1 - j)`` (``j``: the document that left the row that room; ``b``
+    the bits of the count of documents) in a sorted list, so the tightest room that holds
+    ``s``, and of its rows the one whose room was left last (the group :func:`_fit_by_room`
+    takes), is one ``bisect`` away.
 
     Example:
         >>> p = _fit_by_document(np.array([5, 3, 2]), np.array([1, 1, 2]), (8,))
@@ -1110,11 +1131,17 @@ def _fit_by_document(
     docs = int(cnt.sum())
     index = np.repeat(np.arange(cnt.size, dtype=np.int64), cnt)  # each document's size index
     each = np.asarray(sizes, dtype=np.int64)[index]
-    least, high, first, tmask = int(sizes[-1]) << _AT, -1 << _AT, lens[0] << _AT, _TAIL
+    # a key's low bits: as few as the documents need (their count's bits, at most 17), so that
+    # more keys fit in one 30-bit digit of a Python integer (rows of up to 2**20 at 1k
+    # documents, 16,384 at 65k): multi-digit keys cost more in every add, mask and compare
+    # (NOTE [ Few documents a size ])
+    bits = docs.bit_length()
+    tmask = (1 << bits) - 1
+    least, high, first = int(sizes[-1]) << bits, -1 << bits, lens[0] << bits
     # with one row length, the documents longer than half of it open a row each, in order (a
     # room one leaves holds no other): their rows and keys made in bulk, as the loop would
     roots = 0 if len(lens) > 1 else int(np.count_nonzero(each > lens[0] // 2))  # (sizes fall)
-    rooms = (lens[0] - each[:roots]) << _AT | np.arange(_TAIL, _TAIL - roots, -1)
+    rooms = (lens[0] - each[:roots]) << bits | np.arange(tmask, tmask - roots, -1)
     keys = [-1, *np.sort(rooms[rooms >= least]).tolist()]  # (-1: a sentinel below every key,
     # so keys[-1] and keys[at - 1] always exist)
     placed = list(range(roots))  # each document's row (rows numbered as opened)
@@ -1122,8 +1149,8 @@ def _fit_by_document(
     put = placed.append
     # (each row's last document, which orders the patterns, is found from ``placed`` in
     # numpy afterwards: a store per document here was 8% of the loop, measured in session 21)
-    shifted = (each[roots:] << _AT).tolist()
-    for tail, s in zip(range(_TAIL - roots, _TAIL - docs, -1), shifted, strict=True):
+    shifted = (each[roots:] << bits).tolist()
+    for tail, s in zip(range(tmask - roots, tmask - docs, -1), shifted, strict=True):
         if keys[-1] >= s:  # the tightest room that holds s, of its rows the last left
             at = bisect_left(keys, s)
             key = keys[at]
@@ -1139,10 +1166,10 @@ def _fit_by_document(
                 else:  # (the new key sorts where the old one was)
                     keys[at] = new
         else:  # a new row of the shortest row length that holds s
-            kind = 0 if s <= first else next(k for k, x in enumerate(lens) if x << _AT >= s)
+            kind = 0 if s <= first else next(k for k, x in enumerate(lens) if x << bits >= s)
             put(len(kinds))
             kinds.append(kind)
-            left = (lens[kind] << _AT) - s
+            left = (lens[kind] << bits) - s
             if left >= least:
                 insort(keys, left | tail)
     return _document_patterns(sizes, cnt, index, placed, kinds)
@@ -1402,6 +1429,10 @@ _MULT = 25
 _KIND = 2 * _MULT
 #: :func:`_fit_by_room`'s row's first code: ``(kind + 1) << _KIND | ...`` (so at least this).
 _FIRST = 1 << _KIND
+#: The most row lengths a plan may have: a code is an int64, so ``kind + 1`` has 63 - ``_KIND``
+#: = 13 bits (8,192 row lengths raised ``OverflowError`` in :func:`_fit_by_room` until session
+#: 24; ``PackSpec.build`` now refuses them up front).
+MAX_ROW_LENGTHS = (1 << (63 - _KIND)) - 1
 #: :func:`best_fit`'s keys of open groups: ``room << _ROOM | (_LAST - group id) << 1 | multi``
 #: (a room is at most 2**24: a key fits in 63 bits).
 _ROOM = 38
@@ -1415,9 +1446,15 @@ _RUN = 8
 #: session 17: with fewer than 4k sizes the keyed path was 1.1-1.5x the sorted rooms' time where
 #: 80-97% of the sizes hold one document (its per-document loop breaks at every repeated size),
 #: and about as fast or faster (0.5-1.0x) where nearly all do. Since session 24's faster rooms
-#: loop it is 1.5-2.0x and 1.2-1.5x, and 1.3-1.8x at 6k-8k sizes (so these could rise; the
-#: keys still guard the ``O(n)`` inserts at hundreds of thousands of sizes).
-_MANY = 4096
+#: loop it is 1.5-2.0x and 1.2-1.5x, and 1.3-1.8x at 6k-8k sizes, so ``_MANY`` went from 4,096
+#: to 65,536: in rows of 2**24 with 0-90% of the sizes holding one document (the others 2-5;
+#: bfd_paths' histograms, side by side, session 24) keyed / rooms was 1.34-1.53x at 16k sizes,
+#: 1.07-1.31x at 50k (also in rows of 2**20 + 3), 0.79-1.21x at 120k and 0.48-0.96x at 400k,
+#: where the rooms' ``O(n)`` inserts take over. ``_SINGLE`` is session 17's: it only decides
+#: where nearly every size holds one document yet the per-document loop is not taken (more than
+#: ``_HELD_OPEN`` documents longer than L/2), where keyed / rooms was 1.3-1.6x in rows of 16,384
+#: and 0.8-1.1x in rows of 2**24 (3k-30k sizes), which bfd_paths does not measure.
+_MANY = 1 << 16
 _SINGLE = 100
 #: :func:`_fit_by_room` keeps its stacks' tops by room in a list of ``L + 1`` slots (``L`` the
 #: longest row length) where ``L`` is at most this many times the distinct sizes, else in a
@@ -1433,11 +1470,6 @@ _DOCS_PER_SIZES = (2, 3)
 #: ... and where at most this many documents are longer than half the shortest row length
 #: (:func:`_held_open`; NOTE [ Few documents a size ]).
 _HELD_OPEN = 2048
-#: :func:`_fit_by_document`'s keys of open rows: ``room << _AT | (_TAIL - j)``, ``j`` the
-#: document that left that room (below ``2**_AT``: at most ``_BY_DOCUMENT``; a key of a row of
-#: up to 8,192 tokens fits in 30 bits, one digit of a Python integer).
-_AT = 17
-_TAIL = (1 << _AT) - 1
 
 
 def _patterns(sizes: np.ndarray, state: _Open) -> Patterns:

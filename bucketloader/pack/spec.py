@@ -83,7 +83,14 @@ from bucketloader._validation import (
     check_int,
     checks_options,
 )
-from bucketloader.pack._bins import SEARCH, Patterns, lower_bound, solve, solver_version
+from bucketloader.pack._bins import (
+    MAX_ROW_LENGTHS,
+    SEARCH,
+    Patterns,
+    lower_bound,
+    solve,
+    solver_version,
+)
 from bucketloader.pack._bins import SOLVER_VERSION as SOLVER_VERSION  # (pack_rows' version)
 from bucketloader.pack._work import even_rows, lift_rows
 from bucketloader.plan.shapes import row_batch_sizes
@@ -824,6 +831,13 @@ def _row_lengths(row_length: Any) -> tuple[int, ...]:
             raise ValueError(
                 f"row_length must be an int >= 1 or strictly increasing ints, got "
                 f"row_length={tuple(row_length)!r}"
+            )
+        if len(rows) > MAX_ROW_LENGTHS:
+            raise ValueError(
+                f"row_length has {len(rows):,} row lengths ({rows[0]}, {rows[1]}, ..., "
+                f"{rows[-1]}); a plan may have at most {MAX_ROW_LENGTHS:,} (best-fit's codes hold "
+                "a row length's index in 13 bits of an int64); pass fewer, e.g. every 8th or "
+                "multiples of 64, plus the longest"
             )
         return rows
     return (check_row_length(row_length),)
