@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks._data import DATA, FILES  # noqa: E402
 from benchmarks.joint import _load  # noqa: E402
 from bucketloader.strategies.joint import JointHistogram, solve_joint  # noqa: E402
-from bucketloader.strategies.joint._bound import Bound, evaluate  # noqa: E402
+from bucketloader.strategies.joint._bound import Bound, evaluate, lp_model  # noqa: E402
 from bucketloader.strategies.joint._cert import fix_pairs  # noqa: E402
 from bucketloader.strategies.joint._grid import MAX_GRID, Grid, coarse_values  # noqa: E402
 from bucketloader.strategies.joint._ilp import _highs, _Model, num_pairs  # noqa: E402
@@ -70,14 +70,10 @@ def explicit_lp(grid: Grid, k: int, limit: float) -> tuple[float, np.ndarray]:
     inv = inv.ravel()
     weight = np.bincount(inv, weights=grid.weight)
     ci, ki = np.nonzero(full[:, first])
-    nr, npair, ncls = full.shape[0], ci.size, first.size
-    pair = np.arange(npair)
-    rows = np.concatenate([ki, ncls + pair, ncls + pair, np.full(nr, ncls + npair)])
-    cols = np.concatenate([nr + pair, nr + pair, ci, np.arange(nr)])
-    vals = np.concatenate([np.ones(npair), np.ones(npair), -np.ones(npair), np.ones(nr)])
-    sense = np.array(["E"] * ncls + ["L"] * (npair + 1))
-    rhs = np.concatenate([np.ones(ncls), np.zeros(npair), [float(k)]])
-    cost = np.concatenate([np.zeros(nr), weight[ki] * grid.cand_size[ci]])
+    nr, ncls = full.shape[0], first.size
+    cost, rows, cols, vals, sense, rhs = lp_model(
+        ci, ki, nr, ncls, weight[ki] * grid.cand_size[ci], k
+    )
     solved = solve_lp(cost, rows, cols, vals, sense, rhs, limit)
     if solved is None:
         raise RuntimeError(f"the explicit LP did not solve in {limit} s")

@@ -382,29 +382,13 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
 
     def _check_versions(self, state: dict[str, Any]) -> None:
         """Refuse a state whose ``last_batch="fill"`` completed short batches another way
-        (:data:`~bucketloader.stream._rows.FILL_VERSION`; NOTE [ What a stream's fill
-        repeats ] in :mod:`bucketloader.stream.resume`): the rest of its epoch would be other
-        batches than the saved run's. A replay state from before the epoch's first batch
-        starts the pass over, which any version does alike."""
-        saved = state["config"].get("fill")
-        if self.last_batch != "fill" or saved == FILL_VERSION:
-            return
-        if state["format"] == self.REPLAY_FORMAT and not any(state["skip"]):
-            return
-        epoch = state["epoch"]
-        how = (
+        (:data:`~bucketloader.stream._rows.FILL_VERSION`)."""
+        self._check_fill_version(
+            state,
+            FILL_VERSION,
             "copies of its own rows, and a dry step with its last batch again (a bucketloader "
-            "before PackIterable recorded its fill version)"
-            if saved is None
-            else f"fill version {saved!r}"
-        )
-        raise ValueError(
-            f"state was saved by a PackIterable whose last_batch='fill' completed a short "
-            f"batch with {how}; this one completes it with the least seen of the rows it "
-            f"handed out last (fill version {FILL_VERSION}), so the rest of epoch {epoch} would "
-            "not be the batches the saved run made. Start that epoch over: skip "
-            f"load_state_dict and call stream.set_epoch({epoch}) (or set_epoch({epoch + 1}) "
-            "for the next one)"
+            "before PackIterable recorded its fill version)",
+            "the least seen of the rows it handed out last",
         )
 
     def _check_buffers(self, state: dict[str, Any]) -> None:

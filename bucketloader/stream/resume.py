@@ -982,6 +982,27 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         """Refuse a ``state`` whose :attr:`VERSION_KEYS` say its resume cannot be exact here,
         where :meth:`load_state_dict` can tell (none here: the pass decides)."""
 
+    def _check_fill_version(self, state: dict[str, Any], version: int, old: str, new: str) -> None:
+        """Refuse a state whose ``last_batch="fill"`` completed short batches another way than
+        fill ``version`` (its ``config["fill"]``; ``old``: how a state without one filled,
+        ``new``: how this stream fills; NOTE [ What a stream's fill repeats ]): the rest of its
+        epoch would be other batches than the saved run's. A replay state from before the
+        epoch's first batch starts the pass over, which any version does alike."""
+        saved = state["config"].get("fill")
+        if self.last_batch != "fill" or saved == version:  # type: ignore[attr-defined]
+            return
+        if state["format"] == self.REPLAY_FORMAT and not any(state["skip"]):
+            return
+        epoch = state["epoch"]
+        how = old if saved is None else f"fill version {saved!r}"
+        raise ValueError(
+            f"state was saved by a {type(self).__name__} whose last_batch='fill' completed a "
+            f"short batch with {how}; this one completes it with {new} (fill version "
+            f"{version}), so the rest of epoch {epoch} would not be the batches the saved run "
+            "made. Start that epoch over: skip load_state_dict and call "
+            f"stream.set_epoch({epoch}) (or set_epoch({epoch + 1}) for the next one)"
+        )
+
     def _check_buffers(self, state: dict[str, Any]) -> None:
         """Refuse an exact ``state`` whose buffers do not fit this stream (an edited state),
         before :meth:`load_state_dict` takes it: the stream is left as it was."""

@@ -656,14 +656,9 @@ def lp_bound(
             break
         if log and log[-1][3] * npair / max(log[-1][2], 1) > left:
             break  # this round would not end in time (NOTE [ LP rounds on time ])
-        pair = np.arange(npair)
-        # columns: y (nr), then x (npair); rows: send (ncls), open (npair), max_shapes (1)
-        rows = np.concatenate([ki, ncls + pair, ncls + pair, np.full(nr, ncls + npair)])
-        cols = np.concatenate([nr + pair, nr + pair, ci, np.arange(nr)])
-        vals = np.concatenate([np.ones(npair), np.ones(npair), -np.ones(npair), np.ones(nr)])
-        sense = np.array(["E"] * ncls + ["L"] * (npair + 1))
-        rhs = np.concatenate([np.ones(ncls), np.zeros(npair), [float(k)]])
-        cost = np.concatenate([np.zeros(nr), weight[ki] * grid.cand_size[rset][ci]])
+        cost, rows, cols, vals, sense, rhs = lp_model(
+            ci, ki, nr, ncls, weight[ki] * grid.cand_size[rset][ci], k
+        )
         t0 = time.perf_counter()
         solved = solve_lp(cost, rows, cols, vals, sense, rhs, left)
         log.append([int(nr), int(ncls), int(npair), round(time.perf_counter() - t0, 3)])
@@ -722,6 +717,30 @@ def lp_bound(
         if _add_pairs(grid, pairs, out[np.argsort(g[out])[::-1]], reach, batch) == 0:
             break  # the restricted LP's duals price out every pair: the LP bound
     return best, seed
+
+
+def lp_model(
+    ci: np.ndarray, ki: np.ndarray, nr: int, ncls: int, pair_cost: np.ndarray, k: int
+) -> tuple[np.ndarray, ...]:
+    """The LP relaxation's arrays for :func:`~bucketloader.strategies.joint._lp.solve_lp`:
+    ``(cost, rows, cols, vals, sense, rhs)`` over ``nr`` candidates and the covering pairs
+    ``(ci[j], ki[j])`` (candidate, point class; ``ncls`` classes) with their costs. Columns: y
+    (``nr``), then x (one per pair); rows: send (``ncls``), open (one per pair), max_shapes (1).
+
+    Example:
+        >>> cost, *_, rhs = lp_model(np.array([0, 1]), np.array([0, 0]), 2, 1, np.ones(2), 1)
+        >>> cost.tolist(), rhs.tolist()
+        ([0.0, 0.0, 1.0, 1.0], [1.0, 0.0, 0.0, 1.0])
+    """
+    npair = ci.size
+    pair = np.arange(npair)
+    rows = np.concatenate([ki, ncls + pair, ncls + pair, np.full(nr, ncls + npair)])
+    cols = np.concatenate([nr + pair, nr + pair, ci, np.arange(nr)])
+    vals = np.concatenate([np.ones(npair), np.ones(npair), -np.ones(npair), np.ones(nr)])
+    sense = np.array(["E"] * ncls + ["L"] * (npair + 1))
+    rhs = np.concatenate([np.ones(ncls), np.zeros(npair), [float(k)]])
+    cost = np.concatenate([np.zeros(nr), pair_cost])
+    return cost, rows, cols, vals, sense, rhs
 
 
 def _add_pairs(
