@@ -746,6 +746,19 @@ def test_samples_above_max_tokens_take_a_cell_of_their_own_with_single():
     sizes = spec.cells.lengths.sum(axis=1)
     assert len(sizes) == 3 and spec.filtered["oversize"] == 0
     assert np.flatnonzero(sizes[spec.cell_of_sample] > 290).tolist() == [0]
+    # the summary is the plan's, over every sample (it was the K - 1 cells' alone)
+    info = spec.joint[0]
+    table = np.array(rows)
+    assert info["objective"] == joint_padding(table, np.ones(len(rows)), spec.cells.lengths, "sum")
+    assert info["lower_bound"] <= info["objective"] and info["cells"] == 3
+    assert info["padding_ratio"] == info["objective"] / int(table.sum())
+    # two samples above the budget share their cell (150, 150), padding 1 each: counted
+    rows.append([149, 150])
+    lengths = {"a": [r[0] for r in rows], "b": [r[1] for r in rows]}
+    spec = BucketSpec.build(lengths, max_tokens=rule, max_shapes=3, strategy=Joint(exact=False))
+    table = np.array(rows)
+    real = joint_padding(table, np.ones(len(rows)), spec.cells.lengths, "sum")
+    assert spec.joint[0]["objective"] == real and real >= 2
 
 
 def test_solve_joint_takes_the_samplers_mapping_and_says_what_one_length_is():

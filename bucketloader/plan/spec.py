@@ -37,7 +37,7 @@ from numpy.typing import ArrayLike
 
 from bucketloader._types import Cache, LengthsLike, PerInput, Size, Strategy
 from bucketloader._validation import MAX_REPLICAS, Lengths, as_lengths, check_int, checks_options
-from bucketloader.boundaries import round_up
+from bucketloader.boundaries import joint_padding, round_up
 from bucketloader.histogram import LengthHistogram, input_table, length_counts
 from bucketloader.plan.budget import BatchRule, even_batch, exact_sizes, resolve_size, size_values
 from bucketloader.plan.cells import Cells, lattice_codes
@@ -820,6 +820,19 @@ def _fit_joint(
             pass  # (the plan over every sample, as below)
         else:
             own = table[alone].max(axis=0, keepdims=True)
+            # the summary over every sample: the K - 1 cells' padding and bound plus what the
+            # samples above the budget pad in their own cell (the bound is then that of plans
+            # that give them one, as "single" does)
+            extra = joint_padding(table[alone], np.ones(int(alone.sum()), np.int64), own, size)
+            objective, lower = sol.objective + extra, sol.lower_bound + extra
+            real = sum(exact_sizes(table, size))
+            sol = dataclasses.replace(
+                sol,
+                objective=objective,
+                lower_bound=lower,
+                gap=(objective - lower) / objective if objective else 0.0,
+                padding_ratio=objective / real if real else 0.0,
+            )
             return _joint_summary(sol, cache, hits, np.concatenate([sol.cells, own]))
     try:
         sol = joint.solve(table, k, size=size, cache=cache, max_size=cap)
