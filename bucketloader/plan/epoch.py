@@ -955,7 +955,7 @@ def _cells_drawn(need: int, levels: np.ndarray) -> np.ndarray | None:
     5.7 s reading the whole pool per cell, 0.20 s so; 100k in 255 x 8 on 128 ranks 0.40 ->
     0.09 s (CPU time, one host, s24-accfill's perf script)."""
     tot = levels.sum(axis=0)
-    if tot[-1]:
+    if tot[-1] or not tot.any():
         return None
     low = int(np.flatnonzero(tot)[0])
     below = np.cumsum(tot[low:])  # (samples at or below each level from the lowest)
