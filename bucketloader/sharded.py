@@ -1313,6 +1313,8 @@ def _check_histograms(
             f"got {len(hists)}; {fix}"
         )
     for r, h in enumerate(hists):
+        if h is None and not exchange:  # (an empty shard: what it needs, not a type error)
+            raise ValueError(_empty_message([r]))
         if not isinstance(h, LengthHistogram) and not (exchange and h is None):
             empty = " (or None for an empty shard, with exchange=True)" if exchange else ""
             fix = (  # (what a worker sends: docs/engines.md)

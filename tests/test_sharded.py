@@ -1370,6 +1370,10 @@ def test_shard_histograms_of_the_wrong_kind_name_how_to_make_one():
     text = [h.to_json() for h in hists]  # the fix, as named
     fixed = [LengthHistogram.from_json(t) for t in text]
     assert len(ShardedSampler(shards[0], shard_histograms=fixed, **kw)) > 0
+    # an empty shard's None without exchange said "[1] must be a LengthHistogram, got
+    # NoneType" (s24): it says what an empty shard needs and the way on
+    with pytest.raises(ValueError, match=r"rank\(s\) \[1\] is empty.*exchange=True"):
+        ShardedSampler(shards[0], shard_histograms=[hists[0], None], **kw)
 
 
 def test_fill_repeats_never_a_batchs_own_sample_when_the_cell_has_enough():
