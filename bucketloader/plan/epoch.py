@@ -1122,12 +1122,12 @@ def _fill_runs(
     it), so a pass split over two epochs draws alike in both."""
     indices, r = plan.indices.copy(), at.rank
     pooled = np.isin(plan.cells, list(pools))
+    q = spec.cell_steps(at.num_replicas)[1]
     for u in np.unique(run[pooled]).tolist():
         order, cell_start, g, p = passes[u]
         mine = {c: v for c, v in pools.items() if spec.cell_group[c] == g}
         ss = np.random.SeedSequence([at.seed, p, _MIX, g]).spawn(3)[2] if at.shuffle else None
         draws, _, _ = fill_draws(spec, at.num_replicas, order, cell_start, mine, ss)
-        _, q = spec.cell_steps(at.num_replicas)
         for i in np.flatnonzero(pooled & (run == u)).tolist():
             c = int(plan.cells[i])
             b, n = int(spec.cell_batch[c]), int(q[c])
