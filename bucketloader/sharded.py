@@ -70,7 +70,6 @@ from bucketloader.plan.sharded import (
     ShardSchedule,
     dealt_histogram,
     defer_table,
-    envelope_histogram,
     envelope_of,
     exchange_cells,
     exchange_moves,
@@ -1109,7 +1108,8 @@ def _merged(
     the envelope. Exact integer sums either way (NOTE [ Exact merge ])."""
     if not isinstance(hists, _Packed):
         shards = [h for h in hists if h is not None]
-        return merge_histograms(shards), envelope_histogram(shards) if envelope else None
+        merged = merge_histograms(shards)  # (envelope_histogram would merge them again)
+        return merged, envelope_of(shards, merged.values) if envelope else None
     spans = [s for s in hists.spans if s is not None]
     if not spans:  # (_gather_histograms refuses ranks that are all empty)
         raise ValueError(_empty_message(list(range(len(hists)))))

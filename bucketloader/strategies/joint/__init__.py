@@ -82,6 +82,7 @@ from bucketloader.strategies.joint._grid import (
     OverLimit,
     TooFewCells,
     coarse_values,
+    sizes_of,
 )
 from bucketloader.strategies.joint._ilp import (
     MAX_PAIRS,
@@ -293,7 +294,7 @@ def _search_and_bound(
         lcells = greedy(lgrid, k)
         _, lreach = lgrid.assign(lcells)
         bound = lagrangian(lgrid, k, lreach, total(lgrid, lreach), deadline, tol)
-        exact_const = float(np.dot(_sizes(rows, size), counts))
+        exact_const = float(np.dot(sizes_of(rows, size), counts))
         lower = bound.value - exact_const
     else:
         share = BUNDLE_SHARE if grid.by_rows else SUBGRADIENT_SHARE
@@ -410,11 +411,6 @@ def _real(rows: np.ndarray, counts: np.ndarray, size: str) -> int:
     r = rows.astype(object)
     per = r.sum(axis=1) if size == "sum" else r.prod(axis=1)
     return int(np.dot(per, counts.astype(object)))
-
-
-def _sizes(rows: np.ndarray, size: str) -> np.ndarray:
-    r = rows.astype(np.float64)
-    return r.sum(axis=1) if size == "sum" else r.prod(axis=1)
 
 
 @checks_options
