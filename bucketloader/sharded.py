@@ -1414,7 +1414,7 @@ def _gather_histograms(
     the constructor decoded every rank's at once and held them all for the merge, the envelope,
     the ``ranks x K`` tables and the per-rank cell means: 88 MB peak at 8 ranks, 393 MB at 64,
     growing with ranks x distinct lengths. Now they stay packed (:class:`_Packed`, the base64
-    undone) and are decoded one rank at a time in two passes: the merge and the envelope in
+    undone), decoded one rank at a time in two passes (three if wide): the merge and envelope in
     one (dense counters over the span the payloads name, before any is decoded; where that
     span is wide next to a shard's distinct lengths, a running merge, then an envelope pass),
     then every candidate's table and, with deferral or fill, mean lengths (all a plan reads of
