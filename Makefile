@@ -66,6 +66,7 @@ bench: $(VENV)/.installed
 	$(PY) benchmarks/engines.py
 	$(PY) benchmarks/joint.py
 	$(PY) benchmarks/joint_budget.py
+	$(PY) benchmarks/joint_dropfew.py
 	$(PY) benchmarks/pareto.py
 	$(PY) benchmarks/filler.py
 	$(PY) benchmarks/small_costs.py

@@ -750,6 +750,14 @@ class BucketSampler(SpecShapes, EpochSampler):
                 if "last_batch='drop'" in reasons
                 else ""
             )
+            need = max((int(j.get("cover", 0)) for j in spec.joint or ()), default=0)
+            if need and spec.filtered and spec.filtered.get("oversize"):
+                # (NOTE [ Covering the most samples within a size limit ]: the fewest lost)
+                hint += (
+                    "; the joint plan's max_shapes cells within max_tokens hold the most "
+                    f"samples they can, and {need} cells would hold them all: pass "
+                    f"max_shapes={need} or more, or raise max_tokens"
+                )
             if list(reasons) == [f"{LEFT_OUT_BY['no_shape']} (no shape)"]:
                 # (session 21: a fixed list of image resolutions, SDXL-style, that misses some)
                 rows = spec.lengths.reshape(len(spec.cell_of_sample), -1)  # (one input: (N,))

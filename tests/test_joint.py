@@ -25,7 +25,14 @@ from bucketloader.boundaries import joint_assign, joint_padding
 from bucketloader.plan import BucketSpec, TokenBudget
 from bucketloader.solve import compute_boundaries
 from bucketloader.strategies._lp_model import has_cbc, import_pulp
-from bucketloader.strategies.joint import Joint, JointHistogram, _grid, _search, solve_joint
+from bucketloader.strategies.joint import (
+    Joint,
+    JointHistogram,
+    _grid,
+    _search,
+    cover_most,
+    solve_joint,
+)
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound
 from bucketloader.strategies.joint._grid import Grid
 from bucketloader.strategies.joint._ilp import _watchdog, solve_ilp
@@ -684,12 +691,12 @@ def test_a_cell_over_max_tokens_whose_samples_fit_says_so(how):
     if "strategy" in how:
         with pytest.raises(ValueError, match=r"at least 2 cells within max_tokens. Pass max_sha"):
             BucketSpec.build([[90, 5], [5, 90]], max_tokens=100, **how)
-        # with 'drop' the plan over every sample leaves every one out: that error said only
-        # "no bucket fits" (s24-rev)
-        with pytest.raises(ValueError, match=r"max_shapes=1 do not. Pass max_shapes=2 or more"):
-            BucketSpec.build(
-                [[90, 5], [5, 90]], max_tokens=TokenBudget(100, oversize="drop"), **how
-            )
+        # with 'drop' the plan over every sample left every one out (s24-rev: the error said
+        # only "no bucket fits"); one cell within the budget keeps one (NOTE [ Covering the
+        # most samples within a size limit ])
+        rule = TokenBudget(100, oversize="drop")
+        spec = BucketSpec.build([[90, 5], [5, 90]], max_tokens=rule, **how)
+        assert spec.filtered["oversize"] == 1 and spec.joint[0]["cover"] == 2
         # three inputs: a greedy cover's count, not "at least" (s24-rev)
         with pytest.raises(ValueError, match=r"more cells within max_tokens \(a greedy cover: 3"):
             BucketSpec.build([[90, 5, 5], [5, 90, 5], [5, 5, 90]], max_tokens=110, **how)
@@ -759,6 +766,110 @@ def test_samples_above_max_tokens_take_a_cell_of_their_own_with_single():
     table = np.array(rows)
     real = joint_padding(table, np.ones(len(rows)), spec.cells.lengths, "sum")
     assert spec.joint[0]["objective"] == real and real >= 2
+
+
+def most_held(table, k, cap, size):
+    """The most samples of ``table`` (2 inputs) ``k`` cells within ``cap`` hold: by brute force
+    over every subset of the maximal cells within ``cap`` (every cell on the grid of the
+    lengths, those no other within ``cap`` dominates)."""
+    xs, ys = np.unique(table[:, 0]), np.unique(table[:, 1])
+    within = [(x, y) for x in xs for y in ys if (x + y if size == "sum" else x * y) <= cap]
+    stair = [c for c in within if not any(d != c and d[0] >= c[0] and d[1] >= c[1] for d in within)]
+    best = 0
+    for cells in itertools.combinations(stair, min(k, len(stair))):
+        held = (table[:, None, :] <= np.array(cells)[None]).all(axis=2).any(axis=1)
+        best = max(best, int(held.sum()))
+    return best
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(points=tiny, k=st.integers(1, 3), size=st.sampled_from(["sum", "prod"]), cut=st.floats(0, 1))
+def test_cover_most_holds_as_many_as_the_oracle(points, k, size, cut):
+    """NOTE [ Covering the most samples within a size limit ]: the K cells within the limit
+    that hold the most samples (weighted by count), exactly, with two inputs."""
+    rows = np.array([p[:2] for p in points], dtype=np.int64)
+    table = np.repeat(rows, [p[2] for p in points], axis=0)
+    sizes = table.sum(axis=1) if size == "sum" else table.prod(axis=1)
+    top = table.max(axis=0)
+    top = int(top.sum() if size == "sum" else top.prod())
+    cap = int(sizes.max() + cut * (top - sizes.max()))
+    kept = cover_most(table, k, size=size, max_size=cap)
+    assert int(kept.sum()) == most_held(table, k, cap, size)
+    # the kept samples' cover is at most K: the plan of them within the limit exists
+    sol = solve_joint(table[kept], k, size=size, max_size=cap, exact=False, time_limit=0.05)
+    assert len(sol.cells) <= k
+
+
+def test_max_shapes_below_the_cover_drops_the_fewest_samples(tmp_path):
+    """oversize='drop' with max_shapes below the cells within max_tokens that cover every
+    sample: the plan over every sample left out those of its cells above the budget (s24-rev:
+    51 of 120 random pairs at K = 2; all 120 of these, an error); now those the K cells
+    holding the most leave out (the brute-force oracle's count), with that count in the
+    warning and report()."""
+    rng = np.random.default_rng(5)
+    table = rng.integers(1, 60, size=(120, 2))
+    rule = TokenBudget(70, oversize="drop")
+    cache = BucketCache(tmp_path)
+    kw = dict(max_tokens=rule, max_shapes=2, strategy=Joint(exact=False, time_limit=0.1))
+    with pytest.warns(UserWarning, match=r"leaves out 57 of 120 .* max_shapes=9 or more"):
+        sampler = BucketSampler(table, cache=cache, **kw)
+    spec = sampler.spec
+    assert spec.filtered["oversize"] == 120 - most_held(table, 2, 70, "sum") == 57
+    assert sampler.report().totals["oversize"] == 57 and spec.joint[0]["cover"] == 9
+    kept = spec.cell_of_sample >= 0
+    assert spec.cells.lengths.sum(axis=1).max() <= 70 and (spec.cells.batch >= 1).all()
+    # the summary is the plan of the kept samples, and the cache keys it by them
+    padding = joint_padding(table[kept], np.ones(int(kept.sum())), spec.cells.lengths, "sum")
+    assert spec.joint[0]["objective"] == padding
+    again = BucketSpec.build(table, cache=cache, **kw)
+    assert again.joint[0]["cached"] and again.cells.lengths.tolist() == spec.cells.lengths.tolist()
+    # per group: each group's fewest, counted together
+    groups = np.arange(120) % 2
+    both = BucketSpec.build(table, groups=groups, **kw)
+    fewest = sum(
+        int((groups == g).sum()) - most_held(table[groups == g], 2, 70, "sum") for g in (0, 1)
+    )
+    assert both.filtered["oversize"] == fewest == int((both.cell_of_sample < 0).sum())
+
+
+def test_max_shapes_below_the_cover_batches_the_fewest_alone_with_single():
+    """oversize='single' promises batches of one for what exceeds the budget and drops nothing:
+    below the cover, K - 1 cells within max_tokens hold the most samples and one cell above it
+    the rest, each alone (a cell above the budget is needed for them, and every other cell is
+    best spent within it). The plan over every sample batched alone those of its cells above
+    the budget (all 120 of these at K = 3); now 120 minus what the best 2 cells hold."""
+    rng = np.random.default_rng(5)
+    table = rng.integers(1, 60, size=(120, 2))
+    rule = TokenBudget(70, oversize="single")
+    spec = BucketSpec.build(
+        table, max_tokens=rule, max_shapes=3, strategy=Joint(exact=False, time_limit=0.1)
+    )
+    sizes = spec.cells.lengths.sum(axis=1)
+    assert spec.filtered["oversize"] == 0 and (spec.cell_of_sample >= 0).all()
+    assert sorted(sizes > 70) == [False, False, True] and spec.cells.batch[sizes > 70] == 1
+    alone = int((sizes[spec.cell_of_sample] > 70).sum())
+    assert alone == 120 - most_held(table, 2, 70, "sum") == 57
+    assert BucketSampler(spec).report().totals["single"] == alone
+    padding = joint_padding(table, np.ones(120), spec.cells.lengths, "sum")
+    assert spec.joint[0]["objective"] == padding and spec.joint[0]["cover"] == 9
+    # every sample within the budget, three cells to cover them, K = 2: (35, 35) holds four,
+    # (60, 10) and (10, 60) go alone in a cell of their own (the plan over every sample: all)
+    rows = [[60, 10], [10, 60], [35, 35]] + [[20, 20]] * 3
+    spec = BucketSpec.build(rows, max_tokens=rule, max_shapes=2, strategy=Joint(exact=False))
+    assert spec.cells.lengths.tolist() == [[35, 35], [60, 60]] and spec.cells.batch[1] == 1
+    assert spec.cell_of_sample.tolist() == [1, 1, 0, 0, 0, 0] and spec.joint[0]["cover"] == 3
+
+
+def test_max_shapes_below_the_cover_of_three_inputs_keeps_a_greedy_most():
+    """Three inputs: the greedy max-coverage (each cell the one holding the most samples not
+    yet held): a cell such as (90, 10, 10) holds a long sample and the five short ones, another
+    one more long sample; only one is left out (the plan over every sample: all three)."""
+    table = np.array([[90, 5, 5], [5, 90, 5], [5, 5, 90]] + [[10, 10, 10]] * 5)
+    rule = TokenBudget(110, oversize="drop")
+    spec = BucketSpec.build(table, max_tokens=rule, max_shapes=2, strategy=Joint(exact=False))
+    left_out = np.flatnonzero(spec.cell_of_sample < 0).tolist()
+    assert spec.filtered["oversize"] == 1 and left_out in ([0], [1], [2])
+    assert spec.cells.lengths.sum(axis=1).max() <= 110 and spec.joint[0]["cover"] == 3
 
 
 def test_solve_joint_takes_the_samplers_mapping_and_says_what_one_length_is():

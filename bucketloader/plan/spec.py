@@ -47,7 +47,13 @@ from bucketloader.plan.shapes import BatchSize, MaxTokens, Shaping, per_input, p
 from bucketloader.plan.table import ShapeTable
 from bucketloader.solve import compute_boundaries
 from bucketloader.strategies import resolve_strategy, strategy_defaults
-from bucketloader.strategies.joint import Joint, OverLimit, TooFewCells, resolve_joint
+from bucketloader.strategies.joint import (
+    Joint,
+    OverLimit,
+    TooFewCells,
+    cover_most,
+    resolve_joint,
+)
 
 #: Samples left out by ``filter=`` and by ``shapes=`` (NOTEs in :mod:`bucketloader.plan.select`).
 LEFT_OUT = ("filter", "no_shape")
@@ -86,7 +92,10 @@ class BucketSpec:
             ``lower_bound``, ``gap``, ``seconds`` (of the solve, also when read from the
             cache) and ``cached`` (read from ``cache=``: an entry written before, or rank 0's
             under a process group; without ``cache=`` the ranks share rank 0's plan through a
-            temporary cache, and ``cached`` is ``False``).
+            temporary cache, and ``cached`` is ``False``); under ``max_tokens`` with
+            ``max_shapes`` below the cells within it that cover every sample, ``cover``: that
+            count (the plan holds the samples ``max_shapes`` cells within it hold, the most:
+            NOTE [ Covering the most samples within a size limit ]).
 
     Example:
         >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
@@ -509,6 +518,7 @@ class BucketSpec:
             codes: list[np.ndarray] = []
             joint_cells.clear()
             joint_info.clear()
+            uncovered.clear()
             sels: list[np.ndarray] = []
             for gi, gval in enumerate(gvals):
                 member = keep if gids is None else keep & (gids == gi)
@@ -521,9 +531,13 @@ class BucketSpec:
                 sub = planned[sel]
                 given = group_boundaries(boundaries, gval, gvals, names)
                 if joint is not None:
-                    jb, idx, summary = _fit_joint(
+                    jb, idx, summary, lost = _fit_joint(
                         sub, joint, max_shapes, size, multiples, cache, rule, too_few
                     )
+                    if lost is not None:  # (NOTE [ Covering the most samples within a size
+                        # limit ]: the samples K cells within max_tokens do not hold)
+                        uncovered.append(sel[lost])
+                        sel, sub = sel[~lost], sub[~lost]
                     all_b.append(jb)
                     joint_cells.append(idx)
                     joint_info.append({"group": gval, **summary})
@@ -554,7 +568,13 @@ class BucketSpec:
         joint_cells: list[np.ndarray] = []
         joint_info: list[dict[str, Any]] = []
         too_few: list[int] = []  # (the cells within max_tokens that K fell short of, per group)
+        uncovered: list[np.ndarray] = []  # (left out by them, oversize="drop")
         all_b, codes, sels = fit()
+        if uncovered:
+            keep = keep.copy()
+            for out in uncovered:
+                keep[out] = False
+                filtered["oversize"] += int(out.size)
         while True:
             occupancy = [
                 np.bincount(
@@ -784,10 +804,11 @@ def _fit_joint(
     cache: Any,
     rule: BatchRule,
     too_few: list[int] | None = None,
-) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
-    """One group's joint plan: per-input boundaries, the cells as index tuples, a summary
-    (``too_few`` gets the cells within max_tokens that ``max_shapes`` fell short of, where the
-    plan is then made over every sample)."""
+) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any], np.ndarray | None]:
+    """One group's joint plan: per-input boundaries, the cells as index tuples, a summary, and
+    the samples of ``sub`` left out (``oversize="drop"`` where ``max_shapes`` is below the
+    cells within max_tokens that cover every sample, whose count ``too_few`` gets; else
+    ``None``)."""
     table = np.stack([round_up(sub[:, d], m) for d, m in enumerate(multiples)], axis=1)
     if cache is True:
         from bucketloader.cache import BucketCache
@@ -800,7 +821,9 @@ def _fit_joint(
     # budgets above it are unchanged). With "single", the samples above it take one cell of
     # their own (each input's longest of them: batches of one) and the rest K - 1 within it;
     # planned over every sample, their cell took others too (GSM8K[:2000], max_tokens=290, K =
-    # 4: one sample of 299 put 125 in batches of one in a cell of 158 + 205; s24-rev)
+    # 4: one sample of 299 put 125 in batches of one in a cell of 158 + 205; s24-rev). A K
+    # below the cells within it that cover every sample keeps the samples K cells hold, the
+    # most (NOTE [ Covering the most samples within a size limit ])
     budget = rule.budget
     cap = None
     alone: np.ndarray | None = None
@@ -814,26 +837,10 @@ def _fit_joint(
             elif k > 1:  # (oversize="single": "drop" left them out, "error" names them later)
                 alone = big
     if alone is not None and budget is not None:
-        try:
-            sol = joint.solve(rest, k - 1, size=size, cache=cache, max_size=budget.max_tokens)
-        except (TooFewCells, OverLimit):
-            pass  # (the plan over every sample, as below)
-        else:
-            own = table[alone].max(axis=0, keepdims=True)
-            # the summary over every sample: the K - 1 cells' padding and bound plus what the
-            # samples above the budget pad in their own cell (the bound is then that of plans
-            # that give them one, as "single" does)
-            extra = joint_padding(table[alone], np.ones(int(alone.sum()), np.int64), own, size)
-            objective, lower = sol.objective + extra, sol.lower_bound + extra
-            real = sum(exact_sizes(table, size))
-            sol = dataclasses.replace(
-                sol,
-                objective=objective,
-                lower_bound=lower,
-                gap=(objective - lower) / objective if objective else 0.0,
-                padding_ratio=objective / real if real else 0.0,
-            )
-            return _joint_summary(sol, cache, hits, np.concatenate([sol.cells, own]))
+        fewest = budget.oversize == "single"  # ("error" names the samples above it later)
+        planned = _fit_alone(table, alone, joint, k, size, cache, budget.max_tokens, fewest)
+        if planned is not None:
+            return (*_joint_summary(*planned, cache, hits), None)
     try:
         sol = joint.solve(table, k, size=size, cache=cache, max_size=cap)
     except TooFewCells as exc:
@@ -848,24 +855,109 @@ def _fit_joint(
                 f"input to the longest of its samples there, and covering every sample {takes}. "
                 f"Pass max_shapes={exc.need} or more, or raise max_tokens"
             ) from None
-        # too few cells to fit every sample: as before the limit, the plan over every sample,
-        # the samples of its cells above the budget dropped or batched alone
         if too_few is not None:
             too_few.append(exc.need)
+        # NOTE [ Covering the most samples within a size limit ]: "drop" keeps the samples K
+        # cells within the budget hold, chosen to hold the most; "single" batches alone those
+        # K - 1 such cells do not hold (a K-th cell above the budget holds them)
+        held = None
+        if budget is not None and cap is not None:
+            held = _fit_fewest(table, joint, k, size, cache, cap, budget)
+        if held is not None:
+            sol, cells, lost = held
+            return (*_joint_summary(sol, cells, exc.need, cache, hits), lost)
+        # as before the limit (K = 1 with "single", or a fallback): the plan over every
+        # sample, the samples of its cells above the budget dropped or batched alone
         sol = joint.solve(table, k, size=size, cache=cache)
     except OverLimit:
         # a coarsened grid rounds a sample past the budget: the plan over every sample, as
         # before the limit (a cell above the budget is then the error that names it, or its
         # samples dropped or batched alone)
         sol = joint.solve(table, k, size=size, cache=cache)
-    return _joint_summary(sol, cache, hits, sol.cells)
+    return (*_joint_summary(sol, sol.cells, 0, cache, hits), None)
+
+
+def _fit_fewest(
+    table: np.ndarray,
+    joint: Joint,
+    k: int,
+    size: str,
+    cache: Any,
+    cap: float,
+    budget: Any,
+) -> tuple[Any, np.ndarray, np.ndarray | None] | None:
+    """:func:`_fit_joint` where K cells within ``cap`` cannot hold every sample: the solution,
+    the cells, and with "drop" the samples left out (the plan is over the rest; "single":
+    :func:`_fit_alone`, nothing left out); ``None`` where neither applies (K = 1 with
+    "single", or a grid that rounds a sample past ``cap``)."""
+    try:
+        if budget.oversize == "drop":
+            lost = ~cover_most(table, k, size=size, max_size=cap)
+            sol = joint.solve(table[~lost], k, size=size, cache=cache, max_size=cap)
+            return sol, sol.cells, lost
+    except (TooFewCells, OverLimit):
+        return None
+    if k == 1:
+        return None
+    none = np.zeros(table.shape[0], dtype=bool)
+    planned = _fit_alone(table, none, joint, k, size, cache, cap, True)
+    return None if planned is None else (*planned[:2], None)
+
+
+def _fit_alone(
+    table: np.ndarray,
+    alone: np.ndarray,
+    joint: Joint,
+    k: int,
+    size: str,
+    cache: Any,
+    cap: float,
+    fewest: bool,
+) -> tuple[Any, np.ndarray, int] | None:
+    """With oversize="single", the samples ``alone`` (above the budget ``cap``) in one cell of
+    their own and the rest in ``k - 1`` cells within it; where those cannot hold the rest, the
+    samples the ``k - 1`` cells holding the most leave out go alone too, with ``fewest``
+    (NOTE [ Covering the most samples within a size limit ]). Returns the solution with its
+    summary over every sample, the cells and the cells within ``cap`` that cover every sample
+    (0 where ``k - 1`` do), or ``None`` (a coarsened grid rounds a sample past ``cap``: the
+    plan over every sample)."""
+    need = 0
+    try:
+        try:
+            sol = joint.solve(table[~alone], k - 1, size=size, cache=cache, max_size=cap)
+        except TooFewCells as exc:
+            if not fewest:
+                raise
+            need = exc.need
+            alone = alone.copy()
+            alone[~alone] = ~cover_most(table[~alone], k - 1, size=size, max_size=cap)
+            sol = joint.solve(table[~alone], k - 1, size=size, cache=cache, max_size=cap)
+    except (TooFewCells, OverLimit):
+        return None
+    own = table[alone].max(axis=0, keepdims=True)
+    # the summary over every sample: the K - 1 cells' padding and bound plus what the samples
+    # above the budget pad in their own cell (the bound is then that of plans that give them
+    # one, as "single" does)
+    extra = joint_padding(table[alone], np.ones(int(alone.sum()), np.int64), own, size)
+    objective, lower = sol.objective + extra, sol.lower_bound + extra
+    real = sum(exact_sizes(table, size))
+    sol = dataclasses.replace(
+        sol,
+        objective=objective,
+        lower_bound=lower,
+        gap=(objective - lower) / objective if objective else 0.0,
+        padding_ratio=objective / real if real else 0.0,
+    )
+    return sol, np.concatenate([sol.cells, own]), need
 
 
 def _joint_summary(
-    sol: Any, cache: Any, hits: Any, cells: np.ndarray
+    sol: Any, cells: np.ndarray, need: int, cache: Any, hits: Any
 ) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any]]:
     """:func:`_fit_joint`'s answer: the ``cells`` (``sol``'s, and one for samples above the
-    budget with oversize="single"), the rest from the solution ``sol``."""
+    budget with oversize="single"), the rest from the solution ``sol`` (``need``: the cells
+    within max_tokens that cover every sample, where ``max_shapes`` fell short of them, else
+    0)."""
     bs = tuple(np.unique(cells[:, d]) for d in range(cells.shape[1]))
     idx = np.stack([np.searchsorted(b, cells[:, d]) for d, b in enumerate(bs)], axis=1)
     summary = {
@@ -878,6 +970,8 @@ def _joint_summary(
         "cells": len(cells),
         "cached": isinstance(hits, int) and cache.hits > hits,
     }
+    if need:  # (K below it: the plan holds the samples K cells within the budget hold most)
+        summary["cover"] = need
     return bs, idx, summary
 
 

@@ -17,6 +17,8 @@ How (one module per part):
 * :mod:`._lp`: the LP rounds of the bound, in HiGHS (NOTE [ Why HiGHS for the LP ]);
 * :mod:`._ilp`: the exact facility-location program for small histograms, in HiGHS or PuLP/CBC
   (NOTE [ The joint integer program ], NOTE [ Two solvers for the integer program ]).
+* :mod:`._coverage`: the cells within a size limit covering the most samples, where fewer
+  than the cover are allowed (NOTE [ Covering the most samples within a size limit ]);
 * :mod:`._cert`: an offline certificate (pairs fixed against a target, then the program over
   the rest; NOTE [ Certifying a target by fixing pairs ]), used only by
   ``benchmarks/joint_cert.py``.
@@ -71,16 +73,18 @@ from bucketloader._validation import (
     checks_options,
 )
 from bucketloader.boundaries import joint_assign, joint_padding
-from bucketloader.histogram import JointHistogram, LengthHistogram
+from bucketloader.histogram import JointHistogram, LengthHistogram, input_table
 from bucketloader.solution import JointSolution
 from bucketloader.strategies._lp_model import has_cbc, import_pulp
 from bucketloader.strategies._registry import resolve_strategy
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors
+from bucketloader.strategies.joint._coverage import most_covered
 from bucketloader.strategies.joint._grid import (
     MAX_GRID,
     Grid,
     OverLimit,
     TooFewCells,
+    _cover,
     coarse_values,
     sizes_of,
 )
@@ -99,6 +103,7 @@ __all__ = [
     "JointSolution",
     "OverLimit",
     "TooFewCells",
+    "cover_most",
     "resolve_joint",
     "solve_joint",
 ]
@@ -182,6 +187,60 @@ def solve_joint(
     """
     check_options("solve_joint", options, [f.name for f in fields(Joint)])
     return Joint(**options).solve(lengths, max_shapes, size=size, cache=cache, max_size=max_size)
+
+
+def cover_most(lengths: Any, max_shapes: int, *, size: str = "sum", max_size: float) -> np.ndarray:
+    """Which samples at most ``max_shapes`` cells within ``max_size`` hold, chosen to hold the
+    most: where ``max_shapes`` is below the cells within it that cover every sample
+    (:class:`TooFewCells`), the samples to plan so that the fewest are lost (NOTE [ Covering
+    the most samples within a size limit ]). Exact with two inputs; a greedy choice with more.
+    :func:`solve_joint` with that ``max_size`` plans the samples kept in ``max_shapes`` cells.
+
+    Args:
+        lengths: ``(N, D)`` lengths or ``{name: lengths}``, each sample's size (by ``size``)
+            within ``max_size`` (else :class:`OverLimit`, as :func:`solve_joint` says).
+        max_shapes: the number of cells K (>= 1).
+        size: ``"sum"`` or ``"prod"``, as for :func:`solve_joint`.
+        max_size: the largest size a cell may have.
+
+    Returns:
+        ``(N,)`` bool: the samples kept (held by the K cells).
+
+    Example:
+        >>> pairs = [[150, 20], [20, 150], [100, 100], [90, 90], [10, 10]]
+        >>> cover_most(pairs, 1, max_size=200).tolist()
+        [False, False, True, True, True]
+    """
+    k = check_int("max_shapes", max_shapes, minimum=1)
+    size = check_choice("size", size, ("prod", "sum"))
+    cap = check_float("max_size", max_size, minimum=1.0, maximum=math.inf)
+    table = input_table(lengths) if isinstance(lengths, Mapping) else np.asarray(lengths)
+    hist = JointHistogram.from_lengths(table)
+    table = np.asarray(table, dtype=np.int64).reshape(-1, hist.num_inputs)
+
+    def grid_of(keep: np.ndarray) -> Grid:
+        rows, counts = hist.rows[keep], hist.counts[keep]
+        return Grid.build(rows, counts, coarse_values(rows, counts, MAX_GRID), size, cap)
+
+    def held(cells: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        out = np.zeros(rows.shape[0], dtype=bool)
+        for cell in cells:
+            out |= (rows <= cell).all(axis=1)
+        return out
+
+    grid = grid_of(np.ones(hist.rows.shape[0], dtype=bool))
+    cells = grid.lengths(most_covered(grid, k))
+    keep = held(cells, hist.rows)
+    out = held(cells, table)
+    # the cover the plan's grid takes of them (a greedy one with more than two inputs, or on
+    # a coarsened grid) can need more cells than the K that hold them: then the samples of its
+    # first K cells too (whose own cover makes the same first picks; the staircase's exact
+    # count never needs this)
+    sub = grid_of(keep)
+    if sub.cover.size > k:
+        first = _cover(sub.point, sub.cand, sub.cand_of_flat, sub.shape, sub.point_size, k)
+        out &= held(sub.lengths(first), table)
+    return out
 
 
 def _joint(sol: Any) -> JointSolution:

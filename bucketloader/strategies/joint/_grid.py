@@ -20,7 +20,9 @@ starts keep instead is a *cover*: cells within the limit that cover every point 
 two inputs the points no other dominates form a staircase (x rising, y falling) and a cell
 covers a contiguous run of it, the smallest for a run from ``i`` to ``j`` being ``(x_j, y_i)``:
 taking each run as long as its cell fits gives the fewest cells (an interval cover), and a K
-below that count has no plan (:class:`TooFewCells`). With more inputs a greedy cover stands in.
+below that count has no plan (:class:`TooFewCells`; a sampler then plans the samples K cells
+hold, the most: NOTE [ Covering the most samples within a size limit ]). With more inputs a
+greedy cover stands in.
 A coarsened grid rounds the samples up onto its values; where that puts one above the limit no
 cell within it covers that sample (:class:`OverLimit`; a sampler then plans without the limit).
 
@@ -456,11 +458,13 @@ def _cover(
     cand_of_flat: np.ndarray,
     shape: tuple[int, ...],
     point_size: np.ndarray,
+    most: int | None = None,
 ) -> np.ndarray:
     """Candidate ids that together cover every point (NOTE [ Cells within a size limit ]): with
     two inputs the fewest, from the staircase of the points no other dominates; with more, a
     greedy cover (each time the largest uncovered point, by the candidate over it that covers
-    the most uncovered points)."""
+    the most uncovered points). ``most``: only the first that many (left to right along the
+    staircase, or in the greedy's order)."""
     if point.shape[1] == 2:
         # the staircase: x rising, y falling (a point with a larger y at an x at or above its
         # own dominates it)
@@ -470,9 +474,9 @@ def _cover(
         keep = np.ones(y.size, dtype=bool)
         keep[1:] = y[1:] > top[:-1]
         stair = point[order[keep]][::-1]
-        out = []
+        out: list[int] = []
         i = 0
-        while i < len(stair):
+        while i < len(stair) and len(out) != most:
             j, yi = i, stair[i, 1]
             while (
                 j + 1 < len(stair)
@@ -486,7 +490,7 @@ def _cover(
     flat = np.ravel_multi_index(tuple(point.T), shape)
     cand_flat = np.ravel_multi_index(tuple(cand.T), shape)
     picked: list[int] = []
-    while left.any():
+    while left.any() and len(picked) != most:
         p = int(np.flatnonzero(left)[np.argmax(point_size[left])])
         over = np.flatnonzero((cand >= point[p]).all(axis=1))
         # the uncovered points each candidate covers: one prefix sum of the grid per pick
