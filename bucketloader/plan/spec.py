@@ -890,18 +890,18 @@ def _fit_fewest(
     the cells, and with "drop" the samples left out (the plan is over the rest; "single":
     :func:`_fit_alone`, nothing left out); ``None`` where neither applies (K = 1 with
     "single", or a grid that rounds a sample past ``cap``)."""
+    if budget.oversize == "single":
+        if k == 1:
+            return None
+        none = np.zeros(table.shape[0], dtype=bool)
+        planned = _fit_alone(table, none, joint, k, size, cache, cap, True)
+        return None if planned is None else (*planned[:2], None)
     try:
-        if budget.oversize == "drop":
-            lost = ~cover_most(table, k, size=size, max_size=cap)
-            sol = joint.solve(table[~lost], k, size=size, cache=cache, max_size=cap)
-            return sol, sol.cells, lost
+        lost = ~cover_most(table, k, size=size, max_size=cap)
+        sol = joint.solve(table[~lost], k, size=size, cache=cache, max_size=cap)
     except (TooFewCells, OverLimit):
         return None
-    if k == 1:
-        return None
-    none = np.zeros(table.shape[0], dtype=bool)
-    planned = _fit_alone(table, none, joint, k, size, cache, cap, True)
-    return None if planned is None else (*planned[:2], None)
+    return sol, sol.cells, lost
 
 
 def _fit_alone(
