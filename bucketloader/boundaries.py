@@ -11,12 +11,13 @@ through :func:`assign_buckets`, so this convention lives here and nowhere else.
 from __future__ import annotations
 
 import bisect
+import math
 from typing import Any
 
 import numpy as np
 
 from bucketloader._types import COSTS
-from bucketloader._validation import MAX_LENGTH, as_lengths, check_choice, check_int
+from bucketloader._validation import INT64_MAX, MAX_LENGTH, as_lengths, check_choice, check_int
 from bucketloader.histogram import LengthHistogram
 
 #: Lengths up to this are looked up in a table (one gather) instead of a binary search.
@@ -241,10 +242,32 @@ def joint_padding(rows: Any, counts: Any, cells: Any, size: str = "sum") -> int:
     if (which < 0).any():
         bad = rows[int(np.flatnonzero(which < 0)[0])].tolist()
         raise ValueError(f"the row {bad} fits no cell; add a cell covering it")
-    padded = cells[which].astype(object)
-    real = rows.astype(object)
+    padded = np.array(row_sizes(cells[which], size), dtype=object)  # Python ints: no overflow
+    real = np.array(row_sizes(rows, size), dtype=object)
+    return int(np.dot(padded - real, counts.astype(object)))
+
+
+def row_sizes(rows: Any, size: str) -> list[int]:
+    """The size of each row of lengths (``(M, D)``), ``"sum"`` or else ``"prod"`` of its lengths,
+    as exact Python ints: int64 where no row can wrap it, else per row in Python.
+
+    Example:
+        >>> row_sizes([[3, 9], [2**32, 2**32]], "prod")
+        [27, 18446744073709551616]
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    if fits_int64(rows, size):
+        return (rows.sum(axis=1) if size == "sum" else rows.prod(axis=1)).tolist()
+    fn = sum if size == "sum" else math.prod
+    return [fn(row) for row in rows.tolist()]
+
+
+def fits_int64(rows: np.ndarray, size: str) -> bool:
+    """Whether int64 holds the ``"sum"`` (else ``"prod"``) of every row of ``rows`` (``(M, D)``)."""
+    if rows.size == 0:
+        return True
+    top = int(rows.max())
+    d = rows.shape[1]
     if size == "sum":
-        diff = padded.sum(axis=1) - real.sum(axis=1)
-    else:
-        diff = padded.prod(axis=1) - real.prod(axis=1)
-    return int(np.dot(diff, counts.astype(object)))
+        return top <= (INT64_MAX // max(d, 1))
+    return top <= 1 or d * math.log2(top) < 62

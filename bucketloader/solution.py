@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader.boundaries import check_boundaries, joint_padding
+from bucketloader.boundaries import check_boundaries, joint_padding, row_sizes
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -128,8 +128,7 @@ class JointSolution(_HowFound):
             return "it is called optimal with its lower bound below its objective"
         cap = params.get("max_size")
         if cap is not None:  # NOTE [ Cells within a size limit ]
-            sized = self.cells.astype(object)
-            per = sized.sum(axis=1) if params.get("size", "sum") == "sum" else sized.prod(axis=1)
+            per = row_sizes(self.cells, params.get("size", "sum"))
             if max(per) > cap:
                 return f"a cell of its solution has size {max(per)}, above max_size={cap:g}"
         if hist is None:

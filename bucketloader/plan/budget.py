@@ -54,7 +54,6 @@ leftovers ] in :mod:`bucketloader.plan.promote`; ``TokenBudget(promote=False)`` 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,6 +62,7 @@ import numpy as np
 
 from bucketloader._types import OVERSIZE, SIZES, Size
 from bucketloader._validation import INT64_MAX, check_bool, check_choice, check_int, checks_options
+from bucketloader.boundaries import fits_int64, row_sizes
 
 #: A planned batch may hold at most this many padded elements: 2**40, a tebi-element, which
 #: is more than any single accelerator holds even at one byte per element.
@@ -342,23 +342,9 @@ def even_batch(counts: Any, batch: Any, num_replicas: int = 1, multiple_of: int 
 
 def exact_sizes(padded: np.ndarray, size: Any) -> list[int]:
     """Size of each padded shape row as exact Python ints (no int64 wrap-around)."""
-    padded = np.asarray(padded, dtype=np.int64)
     if size in ("sum", "prod"):
-        if _fits_int64(padded, size):
-            return size_values(padded, size).tolist()
-        fn = sum if size == "sum" else math.prod
-        return [fn(int(x) for x in row) for row in padded]
+        return row_sizes(padded, size)
     return size_values(padded, size).tolist()
-
-
-def _fits_int64(padded: np.ndarray, size: str) -> bool:
-    if padded.size == 0:
-        return True
-    top = int(padded.max())
-    d = padded.shape[1]
-    if size == "sum":
-        return top <= (INT64_MAX // max(d, 1))
-    return top <= 1 or d * math.log2(top) < 62
 
 
 def call_rule(name: str, fn: Any, row: tuple[int, ...]) -> Any:
@@ -382,9 +368,9 @@ def size_values(padded: np.ndarray, size: Any) -> np.ndarray:
     """
     padded = np.asarray(padded, dtype=np.int64)
     if size in ("sum", "prod"):
-        if _fits_int64(padded, size):
+        if fits_int64(padded, size):
             return padded.sum(axis=1) if size == "sum" else padded.prod(axis=1)
-        return np.array([min(s, INT64_MAX) for s in exact_sizes(padded, size)], dtype=np.int64)
+        return np.array([min(s, INT64_MAX) for s in row_sizes(padded, size)], dtype=np.int64)
     out = np.empty(padded.shape[0], dtype=np.int64)
     for i, row in enumerate(padded.tolist()):
         value = call_rule("size", size, tuple(row))

@@ -72,7 +72,7 @@ from bucketloader._validation import (
     check_options,
     checks_options,
 )
-from bucketloader.boundaries import joint_assign, joint_padding
+from bucketloader.boundaries import joint_assign, joint_padding, row_sizes
 from bucketloader.histogram import JointHistogram, LengthHistogram, input_table
 from bucketloader.solution import JointSolution
 from bucketloader.strategies._lp_model import has_cbc, import_pulp
@@ -285,7 +285,7 @@ def _solve(hist: JointHistogram, params: dict[str, Any]) -> JointSolution:
     lower_bound = objective if lower is None else min(objective, max(0, lower))
     if lower_bound == objective and status != "coarsened":
         status = "optimal"
-    real = _real(rows, counts, size)
+    real = int(np.dot(np.array(row_sizes(rows, size), dtype=object), counts.astype(object)))
     gap = (objective - lower_bound) / objective if objective else 0.0
     return JointSolution(
         cells=cells,
@@ -463,13 +463,6 @@ def _best_search(
         if value < best_value:
             best, best_value = cells, value
     return best, converged
-
-
-def _real(rows: np.ndarray, counts: np.ndarray, size: str) -> int:
-    """Real elements of the rows (counted by ``size``), exact."""
-    r = rows.astype(object)
-    per = r.sum(axis=1) if size == "sum" else r.prod(axis=1)
-    return int(np.dot(per, counts.astype(object)))
 
 
 @checks_options
