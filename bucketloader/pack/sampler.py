@@ -311,7 +311,7 @@ class PackSampler(EpochSampler):
         per_row = docs / np.maximum(rows, 1)
         again = np.where(q > 0, per_step - q, 0).astype(np.float64)
         repeated = 0.0
-        pools = fill_pools(spec, self.num_replicas, row_offsets, row_kind)
+        pools = self._fill_pools
         lone = {}  # small row lengths with fewer rows than ranks: the most of one document
         for k, pool in pools.items():  # its own rows (a rank without one: one document of
             # one), then shorter rows
@@ -452,10 +452,15 @@ class PackSampler(EpochSampler):
         step shorter rows fill has fewer rows than ranks (a rank without one repeats one
         document of one that no shorter row length holds; version 2 repeated the whole row),
         else 2 (the plans agree)."""
-        _, row_offsets, row_kind = self.spec.layout
         q = self.spec.steps(self.num_replicas)[1]
-        pools = fill_pools(self.spec, self.num_replicas, row_offsets, row_kind)
-        return 3 if any(q[k] < self.num_replicas for k in pools) else 2
+        return 3 if any(q[k] < self.num_replicas for k in self._fill_pools) else 2
+
+    @functools.cached_property
+    def _fill_pools(self) -> dict[int, np.ndarray]:
+        """The small row lengths whose step shorter rows fill, and those rows (the unbalanced
+        layout's; NOTE [ Filling a small row length ] in :mod:`bucketloader.pack.epoch`)."""
+        _, row_offsets, row_kind = self.spec.layout
+        return fill_pools(self.spec, self.num_replicas, row_offsets, row_kind)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next ``__iter__`` yields exactly the remaining batches of the saved
