@@ -394,6 +394,8 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
             (5, True)
         """
         self.epoch = check_int("epoch", epoch, minimum=0)
+        if self._start == 0:  # no resume pending: the next pass starts over, and so does the
+            self._yielded = 0  # state (it said the last pass's end or stop: s25-user)
 
     # -- resumption ----------------------------------------------------------------------------
     def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:

@@ -196,6 +196,12 @@ class EpochSampler(Sampler[list[int]]):
         if epoch != self.epoch:
             self.epoch, self._start, self._yielded = epoch, 0, 0
             self._passes.handed = None
+        elif self._start == 0:
+            # the same epoch again, no resume pending: its next pass starts over, so a state
+            # saved before it must too (s25-user: after a finished pass the state still said
+            # the epoch was done, and a resume from it skipped the whole repeated epoch)
+            self._yielded = 0
+            self._passes.handed = None
         self._passes.finished = False  # an explicit epoch: no auto-advance before its pass
 
     def plan(self, epoch: int | None = None) -> Any:

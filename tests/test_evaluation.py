@@ -201,5 +201,7 @@ def test_set_epoch_is_accepted_and_changes_no_batch():
     fresh.load_state_dict(state)
     fresh.set_epoch(1)  # a pending resume position survives set_epoch
     assert [list(b) for b in fresh] == before[2:]
+    fresh.set_epoch(2)  # after a pass, the next one starts over, and so does the state
+    assert fresh.state_dict()["batches_yielded"] == 0  # (s25-user: it was the pass's end)
     with pytest.raises(ValueError, match="epoch"):
         sampler.set_epoch(-1)

@@ -869,6 +869,11 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         self.epoch = check_int("epoch", epoch, minimum=0)
         if self._resume is not None and self._resume["epoch"] != self.epoch:
             self._resume = None
+        if self._resume is None:  # the next pass starts the epoch: forget an earlier pass's
+            # position (s25-user: after a pass of this same epoch, state_dict() still gave its
+            # end or its stop, and a resume skipped the repeated epoch)
+            self._engine = None
+            self._counters.reset()
 
     def __len__(self) -> int:
         if self.steps_per_epoch is None:
