@@ -161,7 +161,7 @@ TOTALS = {
     "truncated": "planned at max_length and cut (overflow='truncate')",
     "single": "in batches of one because they exceed max_tokens (oversize='single')",
     "seen": "distinct samples in the epoch's batches",
-    "repeated": "extra appearances of samples (last_batch 'fill'/'pad' across ranks, weights)",
+    "repeated": "extra appearances of samples ('fill', 'pad' over ranks, weights, accumulate)",
     "dropped": "admitted but not in this epoch (last_batch='drop', weights, a stream's tail)",
     "promoted": "samples batched in a longer bucket (a sampler's leftovers, a stream's ranks)",
     "left_over": "stream: samples still buffered when the epoch's steps ran out",
