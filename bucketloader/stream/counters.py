@@ -33,8 +33,10 @@ therefore holds the main process's epoch and its count of ``load_state_dict`` ca
 takes the epoch from it at the start of each pass, as ``datasets.IterableDataset`` shares its
 epoch with persistent workers, and refuses a pass when the main process loaded a state that its
 copy never saw (a state cannot travel through the table: a new DataLoader must copy it). Only a
-copy in another process than the one that built the stream follows the row (a stream built inside
-a worker, or a test simulating workers in one process, keeps its own epoch). One row
+DataLoader worker's copy from another process than the one that built the stream follows the row
+(a stream built inside a worker, or a test simulating workers in one process, keeps its own
+epoch), and every other copy writes it (a DDP rank's, pickled from its launcher, for its own
+workers). One row
 of the existing table, not a shared tensor of its own: each ``share_memory_()`` keeps a file
 descriptor open for the tensor's life.
 """

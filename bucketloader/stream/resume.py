@@ -843,8 +843,10 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         if "_owner" not in self.__dict__:  # the first set, in __init__: the building process
             self._owner = os.getpid()
         counters = getattr(self, "_counters", None)
-        if counters is not None and self._owner == os.getpid():
-            counters.publish(epoch, self._loads)  # (its DataLoader workers read it)
+        if counters is not None and (
+            self._owner == os.getpid() or torch.utils.data.get_worker_info() is None
+        ):  # (a process's own stream, or a copy outside a DataLoader worker, e.g. a DDP rank's
+            counters.publish(epoch, self._loads)  # from its launcher: its workers read it)
 
     def _config(self) -> dict[str, Any]:
         """The options a state is only valid for."""
