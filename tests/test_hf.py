@@ -426,6 +426,9 @@ def test_for_audio_struct_and_list_columns():
     # s14: its pad id errors named for_text (the default owner); a negative one is refused
     with pytest.raises(ValueError, match=r"^for_audio writes pad_token_id .* got pad_token_id=-1"):
         hf.for_audio(flat, "input_values", num_buckets=4, batch_size=8, pad_token_id=-1)
+    # s25-user: key= on a list column was ignored (the batches kept 'input_values')
+    with pytest.raises(ValueError, match=r"column 'input_values' is a list column.*rename_column"):
+        hf.for_audio(flat, "input_values", key="input_features", num_buckets=4, batch_size=8)
 
 
 def test_trainer_resume_path_keeps_planned_batches():

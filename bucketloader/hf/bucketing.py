@@ -1004,6 +1004,13 @@ def for_audio(
     path = _audio_column(table, column)
     pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None, "for_audio")
     if path == column:  # a plain list column: samples as they are
+        if key != "input_values" and key != column:  # (was ignored: the batches kept `column`)
+            raise ValueError(
+                f"for_audio's key= names the output of a struct (decoded audio) column's array, "
+                f"but column {column!r} is a list column, whose batches keep its name, so "
+                f"key={key!r} would be ignored; rename the column first "
+                f"(dataset.rename_column({column!r}, {key!r})) and drop key="
+            )
         per_input = {column: [lengths(d, column) for d in many]}
         pads = {**pad_values(many[0].column_names, [], pad), column: pad_value}
         head, view = None, (lambda d: d.with_format("torch"))
