@@ -106,6 +106,12 @@ def test_real_lengths_four_ranks_through_dataloaders_and_restore():
         assert torch.equal(index[-1], torch.from_numpy(s.row_index()))
     restored = samplers[0].restore_ranks(outs)
     assert restored.tolist() == list(range(lengths.size))
+    # lists of one entry per row (generated text; s25-user: restore_ranks failed inside numpy,
+    # "zero-dimensional arrays cannot be concatenated", and restore said "got str")
+    texts = [[f"s{int(i)}" for i in o] for o in outs]
+    assert samplers[0].restore_ranks(texts) == [f"s{i}" for i in range(lengths.size)]
+    flat_texts = [t for rank in texts for t in rank]
+    assert restore_order(flat_texts, torch.cat(index), num_samples=500)[:3] == ["s0", "s1", "s2"]
     # the index carried by the batches restores outputs gathered in any order
     order = torch.randperm(sum(len(o) for o in outs), generator=torch.Generator().manual_seed(0))
     flat_out, flat_index = torch.cat(outs)[order], torch.cat(index)[order]
