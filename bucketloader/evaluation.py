@@ -164,6 +164,13 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
                     f"pads the rows a batch lacks (masked filler rows); drop {name}="
                     f"{spec_options[name]!r}"
                 )
+        for name in ("shuffle", "seed"):  # (was "unexpected option", listing last_batch among
+            if name in spec_options:  # the options it refuses: s25-user)
+                raise TypeError(
+                    f"EvalSampler takes no {name}: its batches are deterministic (every sample "
+                    "once, the same batches on every run, in an order restore() puts back); "
+                    f"drop {name}={spec_options[name]!r}"
+                )
         self.spec = spec_or_build(lengths, spec_options, BucketSpec)
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
         if self.spec is not getattr(lengths, "spec", lengths) and joint_solved_here(

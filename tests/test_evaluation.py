@@ -177,6 +177,8 @@ def test_same_shapes_as_training_when_given_its_boundaries():
 def test_errors_name_the_fix():
     with pytest.raises(TypeError, match="EvalSampler takes no last_batch"):
         EvalSampler([1, 2], batch_size=1, last_batch="drop")
+    with pytest.raises(TypeError, match=r"EvalSampler takes no shuffle: its batches are determ"):
+        EvalSampler([1, 2], batch_size=1, shuffle=True)  # (s25-user: "unexpected option")
     with pytest.raises(ValueError, match="rank must be an int >= 0 and < num_replicas=2"):
         EvalSampler([1, 2], batch_size=1, num_replicas=2, rank=2)
     spec = BucketSpec.build([1, 2], batch_size=1)
