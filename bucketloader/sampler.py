@@ -829,6 +829,7 @@ class BucketSampler(SpecShapes, EpochSampler):
             most=most,
             small=said,
             num_replicas=r,
+            accumulate=self.accumulate,
             stacklevel=3,
         )
 

@@ -299,3 +299,6 @@ def test_accumulation_repeats_under_pad_are_warned_as_fill_repeats_are():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         BucketSampler(lengths, num_buckets=4, batch_size=8, accumulate=2)  # 24 repeats (4.8%)
+    # and "fill"'s warning no longer offers "pad" as free of repeats under accumulate
+    with pytest.warns(UserWarning, match=r"With accumulate=16, last_batch='pad' repeats samples"):
+        BucketSampler(lengths, num_buckets=4, batch_size=8, accumulate=16, last_batch="fill")
