@@ -421,12 +421,12 @@ def _sizes(
 ) -> tuple[np.ndarray, tuple[int, ...]]:
     first = vals[0]
     if not is_sequence(first):
-        what = type(first).__name__
+        what = f"{type(first).__name__} (not a tensor, array or flat list of numbers)"
         if getattr(first, "ndim", None) == 0:  # (was "holds Tensor (not a tensor, ...)")
-            what = f"a 0-d {what} (a scalar, with no dim to pad)"
+            what = f"a 0-d {type(first).__name__}: a scalar, with no dim to pad"
         raise TypeError(
-            f"field {spec.key!r} is padded but holds {what}, not a tensor or array with a dim "
-            "or a flat list of numbers" + (convert_hint(first) or "; leave it out of fields")
+            f"field {spec.key!r} is padded but holds {what}"
+            + (convert_hint(first) or "; leave it out of fields")
         )
     if isinstance(first, (list, tuple)):
         if spec.dims not in (None, (-1,), (0,)):
