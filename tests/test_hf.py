@@ -626,6 +626,11 @@ def test_an_untokenised_text_column_is_refused_when_planned():
     lazy = text.with_transform(lambda b: {"input_ids": [[5] * len(t) for t in b["text"]]})
     with pytest.raises(KeyError, match=r"the dataset's transform \(set_transform .*dataset.map"):
         hf.for_text(lazy, pad_token_id=0, num_buckets=2, batch_size=2)  # (said: tokenize first)
+    with pytest.raises(KeyError, match=r"transform .* measure through it with fn=lambda batch"):
+        hf.lengths(lazy, "input_ids")  # (s25-user: only "column 'input_ids' not found")
+    assert hf.lengths(lazy, fn=lambda b: [len(x) for x in b["input_ids"]]).tolist() == [
+        len(t) for t in text["text"]
+    ]
     with pytest.raises(
         TypeError,
         match=r"^for_packing pads column 'text' as token ids, but it "
