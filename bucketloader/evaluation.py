@@ -164,6 +164,13 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
                     f"pads the rows a batch lacks (masked filler rows); drop {name}="
                     f"{spec_options[name]!r}"
                 )
+        for name in ("shuffle", "seed"):  # (was "unexpected option", listing last_batch among
+            if name in spec_options:  # the options it refuses: s25-user)
+                raise TypeError(
+                    f"EvalSampler takes no {name}: its batches are deterministic (every sample "
+                    "once, the same batches on every run, in an order restore() puts back); "
+                    f"drop {name}={spec_options[name]!r}"
+                )
         self.spec = spec_or_build(lengths, spec_options, BucketSpec)
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank)
         if self.spec is not getattr(lengths, "spec", lengths) and joint_solved_here(
@@ -394,6 +401,8 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
             (5, True)
         """
         self.epoch = check_int("epoch", epoch, minimum=0)
+        if self._start == 0:  # no resume pending: the next pass starts over, and so does the
+            self._yielded = 0  # state (it said the last pass's end or stop: s25-user)
 
     # -- resumption ----------------------------------------------------------------------------
     def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
@@ -498,9 +507,13 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
                 f"outputs must be a list of one output per rank ({self.num_replicas}), got "
                 f"{type(outputs).__name__} of length {size}"
             )
-        index = np.concatenate([self.row_index(r) for r in range(self.num_replicas)])
-        index = self.positions(index)
-        return restore_order(_concat(list(outputs)), index, num_samples=self.num_samples)
+        rows = [self.row_index(r) for r in range(self.num_replicas)]
+        index = self.positions(np.concatenate(rows))
+        if all(_per_row(o, r.size) for o, r in zip(outputs, rows, strict=True)):
+            merged: Any = [x for o in outputs for x in o]  # (lists of one entry per row)
+        else:
+            merged = _concat(list(outputs))
+        return restore_order(merged, index, num_samples=self.num_samples)
 
     def __repr__(self) -> str:
         return (
@@ -605,7 +618,8 @@ def restore_order(outputs: Any, index: Any, *, num_samples: int | None = None) -
 
     Args:
         outputs: a numpy array or torch tensor whose first dim follows ``index``, or a nested
-            tuple/list/dict of them (``None`` passes through).
+            tuple/list/dict of them (``None`` passes through), or a list with one entry per
+            row (decoded strings, ragged token lists).
         index: ``(M,)`` dataset index of every row, -1 on filler rows.
         num_samples: if given, every index ``0..num_samples-1`` must appear exactly once.
 
@@ -662,18 +676,31 @@ def _check_index(index: Any) -> np.ndarray:
     return idx
 
 
+def _per_row(tree: Any, rows: int) -> bool:
+    """Whether ``tree`` is a list of one entry per row (generated text, ragged token lists), not
+    a list of outputs that each have ``rows`` rows: ``restore`` took such a list for outputs and
+    said "got str of shape None", and ``restore_ranks`` failed inside numpy ("zero-dimensional
+    arrays cannot be concatenated"; s25-user)."""
+    if not isinstance(tree, list) or len(tree) != rows:
+        return False
+    return not all(tuple(getattr(v, "shape", ()))[:1] == (rows,) for v in tree)
+
+
 def _take(tree: Any, perm: np.ndarray, rows: int) -> Any:
     if tree is None:
         return None
     if isinstance(tree, Mapping):
         return type(tree)({k: _take(v, perm, rows) for k, v in tree.items()})  # type: ignore[call-arg]
+    if _per_row(tree, rows):
+        return [tree[i] for i in perm.tolist()]
     if isinstance(tree, (list, tuple)):
         return type(tree)(_take(v, perm, rows) for v in tree)
     shape = getattr(tree, "shape", None)
     if shape is None or len(shape) == 0 or shape[0] != rows:
         raise ValueError(
             f"every output must have one row per index entry ({rows}), got "
-            f"{type(tree).__name__} of shape {tuple(shape) if shape is not None else None}"
+            f"{type(tree).__name__} of shape {tuple(shape) if shape is not None else None} (a "
+            f"list of per-row values, such as decoded strings, needs {rows} entries)"
         )
     if isinstance(tree, torch.Tensor):
         return tree.index_select(0, torch.as_tensor(perm, device=tree.device))

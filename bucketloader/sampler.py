@@ -97,6 +97,8 @@ from bucketloader.plan.epoch import (
 from bucketloader.plan.limits import warn_zero_lengths
 from bucketloader.plan.promote import Promotion, promoted_spec, promotes
 from bucketloader.plan.report import (
+    FILL_TIMES,
+    FILL_WARNING,
     LEFT_OUT_BY,
     LOSS_WARNING,
     DataLossWarning,
@@ -195,6 +197,12 @@ class EpochSampler(Sampler[list[int]]):
         epoch = check_int("epoch", epoch, minimum=0)
         if epoch != self.epoch:
             self.epoch, self._start, self._yielded = epoch, 0, 0
+            self._passes.handed = None
+        elif self._start == 0:
+            # the same epoch again, no resume pending: its next pass starts over, so a state
+            # saved before it must too (s25-user: after a finished pass the state still said
+            # the epoch was done, and a resume from it skipped the whole repeated epoch)
+            self._yielded = 0
             self._passes.handed = None
         self._passes.finished = False  # an explicit epoch: no auto-advance before its pass
 
@@ -593,6 +601,7 @@ class BucketSampler(SpecShapes, EpochSampler):
             )
         self._warn_losses()
         self._warn_fill_repeats()
+        self._warn_group_repeats()
         self._warn_empty_shapes()
         self._warn_filler_rows()
         if given is not lengths and joint_solved_here(spec_options, self.spec):
@@ -828,6 +837,44 @@ class BucketSampler(SpecShapes, EpochSampler):
             most=most,
             small=said,
             num_replicas=r,
+            accumulate=self.accumulate,
+            stacklevel=3,
+        )
+
+    def _warn_group_repeats(self) -> None:
+        """Under ``last_batch="pad"`` with ``accumulate=k``, one warning when the repeats that
+        round each bucket's steps up to whole groups (NOTE [ Accumulation groups ] in
+        :mod:`bucketloader.plan.accumulate`) pass the thresholds ``"fill"`` warns at. They were
+        silent: 500 samples in 4 buckets of 8 with ``accumulate=16`` repeated 248 (50%), and
+        ``max_tokens=2048`` on 2 ranks 1,050 (210%, one sample 6 times an epoch), while
+        ``"fill"``, which repeats on purpose, said so (s25-user). The count is exact for the
+        groups (a rank without a sample of a bucket's last step adds at most ``R - 1`` more, as
+        ``report()`` counts)."""
+        spec, k = self.spec, self.accumulate
+        if spec.last_batch != "pad" or k == 1 or self.weights is not None:
+            return
+        if not self._batches_the_spec:
+            return
+        r = self.num_replicas
+        full, q = spec.cell_steps(r)
+        steps = full + (q > 0)
+        extra = (grouped_steps(steps, k) - steps) * spec.cell_batch * r
+        counts = spec.counts
+        real = counts > 0
+        repeated, n = int(extra[real].sum()), int(counts.sum())
+        most = 1 + int((-(-extra[real] // counts[real])).max(initial=0))
+        if repeated <= FILL_WARNING * n and most < FILL_TIMES:
+            return
+        times = f", some of them up to {most:,} times an epoch" if most >= FILL_TIMES else ""
+        warnings.warn(
+            f"accumulate={k} rounds each bucket's steps up to whole groups of {k} with repeats "
+            f"of its own samples: this {type(self).__name__} repeats {repeated:,} samples per "
+            f"epoch on {r} rank(s) ({repeated / max(n, 1):.1%} of {n:,}){times}: the model "
+            "trains on those more often than on the rest; report().totals['repeated'] counts "
+            "each epoch exactly. A smaller accumulate, fewer buckets or smaller batches need "
+            "fewer repeats; last_batch='fill' tops up a bucket whose groups take at least twice "
+            "its samples with shorter samples instead",
+            UserWarning,
             stacklevel=3,
         )
 

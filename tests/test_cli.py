@@ -223,7 +223,11 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "unknown report strategy": (["report", one, "--strategy", "magic"], "must be one of"),
         "k zero": (["report", one, "-k", "0"], "num_buckets must be an int >= 1"),
         "precompute k zero": (["precompute", one, "-k", "0"], "num_buckets must be an int >= 1"),
-        "bad cost": ([*pre, "--cost", "cubic"], "cost must be one of"),
+        "bad cost": ([*pre, "--cost", "cubic"], "--cost: cost must be one of"),
+        "multiple of zero": (  # (s25-user: each flag named as typed)
+            [*pre, "--pad-to-multiple-of", "0"],
+            "--pad-to-multiple-of: pad_to_multiple_of must be an int >= 1",
+        ),
         "max tokens too small": ([*pre, "--max-tokens", "10"], "raise --max-tokens to at least 40"),
         "both batch options": ([*pre, "--max-tokens", "99", "--batch-size", "2"], "not allowed"),
         "k missing": (["precompute", one], "required: -k"),
@@ -267,12 +271,13 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         ),
         "cache dir empty": ([*pre, "--cache-dir", ""], "--cache-dir must be a folder, got"),
         "demo batch of 37 GiB": (["demo", "--batch-size", "100000"], "use at most batch_size="),
-        "demo no batch": (["demo", "--max-batches", "0"], "max_batches must be an int >= 1"),
+        "demo no batch": (["demo", "--max-batches", "0"], "--max-batches: max_batches must be"),
+        "demo k zero": (["demo", "-k", "0"], "-k/--num-buckets: num_buckets must be an int >= 1"),
         "length 2**70": (["report", str(d / "huge.txt")], "line 2: lengths must be < 2**62"),
         "csv length 2**63": (["report", str(d / "huge.csv")], "line 3: lengths must be < 2**62"),
         "jsonl 1e400": (["report", str(d / "huge.jsonl"), "--column", "n"], "must be < 2**62"),
         "jsonl nested": (["report", str(d / "deep.jsonl"), "--column", "n"], "nested too deep"),
-        "batch size zero": ([*pre, "--batch-size", "0"], "batch_size must be an int >= 1"),
+        "batch size zero": ([*pre, "--batch-size", "0"], "--batch-size: batch_size must be an"),
         "no command": ([], ""),
     }
 

@@ -881,8 +881,10 @@ def test_mixed_dtypes_promote_without_losing_a_value(three, batch, dtype, values
         ([np.arange(3), np.ma.array(np.arange(3), mask=[0, 0, 1])], TypeError,
          r"position 1 is a MaskedArray of shape \(3,\) but at position 0 it is a ndarray"),
         # 0-d samples: worded by the general path (the (T, F) lean path raised IndexError)
-        ([np.array(1.0), np.array(2.0)], TypeError, r"field 'inputs' is padded but holds ndarray"),
-        ([torch.tensor(1), torch.tensor(2)], TypeError, r"is padded but holds Tensor"),
+        ([np.array(1.0), np.array(2.0)], TypeError,
+         r"field 'inputs' is padded but holds a 0-d ndarray: a scalar, with no dim to pad"),
+        # (s25-user: it said "holds Tensor (not a tensor, array or flat list of numbers)")
+        ([torch.tensor(1), torch.tensor(2)], TypeError, r"is padded but holds a 0-d Tensor: a sc"),
     ],
 )  # fmt: skip
 def test_values_that_cannot_be_kept_raise_naming_the_field(three, batch, kind, message):

@@ -216,6 +216,8 @@ def test_example_list_of_tensors_is_the_dataset_and_devices_are_checked():
             continue
         with pytest.raises(ValueError, match=f"device={bad!r}"):
             precompile(step, sampler, example=[1, 2], device=bad, cache=False, progress=False)
+    with pytest.raises(ValueError, match=r"example=\[\] is empty: an empty dataset"):
+        precompile(step, sampler, example=[], cache=False, progress=False, restore=[])
 
 
 # -- the compile cache --------------------------------------------------------------------------

@@ -106,6 +106,12 @@ def test_real_lengths_four_ranks_through_dataloaders_and_restore():
         assert torch.equal(index[-1], torch.from_numpy(s.row_index()))
     restored = samplers[0].restore_ranks(outs)
     assert restored.tolist() == list(range(lengths.size))
+    # lists of one entry per row (generated text; s25-user: restore_ranks failed inside numpy,
+    # "zero-dimensional arrays cannot be concatenated", and restore said "got str")
+    texts = [[f"s{int(i)}" for i in o] for o in outs]
+    assert samplers[0].restore_ranks(texts) == [f"s{i}" for i in range(lengths.size)]
+    flat_texts = [t for rank in texts for t in rank]
+    assert restore_order(flat_texts, torch.cat(index), num_samples=500)[:3] == ["s0", "s1", "s2"]
     # the index carried by the batches restores outputs gathered in any order
     order = torch.randperm(sum(len(o) for o in outs), generator=torch.Generator().manual_seed(0))
     flat_out, flat_index = torch.cat(outs)[order], torch.cat(index)[order]
@@ -171,6 +177,8 @@ def test_same_shapes_as_training_when_given_its_boundaries():
 def test_errors_name_the_fix():
     with pytest.raises(TypeError, match="EvalSampler takes no last_batch"):
         EvalSampler([1, 2], batch_size=1, last_batch="drop")
+    with pytest.raises(TypeError, match=r"EvalSampler takes no shuffle: its batches are determ"):
+        EvalSampler([1, 2], batch_size=1, shuffle=True)  # (s25-user: "unexpected option")
     with pytest.raises(ValueError, match="rank must be an int >= 0 and < num_replicas=2"):
         EvalSampler([1, 2], batch_size=1, num_replicas=2, rank=2)
     spec = BucketSpec.build([1, 2], batch_size=1)
@@ -201,5 +209,7 @@ def test_set_epoch_is_accepted_and_changes_no_batch():
     fresh.load_state_dict(state)
     fresh.set_epoch(1)  # a pending resume position survives set_epoch
     assert [list(b) for b in fresh] == before[2:]
+    fresh.set_epoch(2)  # after a pass, the next one starts over, and so does the state
+    assert fresh.state_dict()["batches_yielded"] == 0  # (s25-user: it was the pass's end)
     with pytest.raises(ValueError, match="epoch"):
         sampler.set_epoch(-1)

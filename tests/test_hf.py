@@ -426,6 +426,9 @@ def test_for_audio_struct_and_list_columns():
     # s14: its pad id errors named for_text (the default owner); a negative one is refused
     with pytest.raises(ValueError, match=r"^for_audio writes pad_token_id .* got pad_token_id=-1"):
         hf.for_audio(flat, "input_values", num_buckets=4, batch_size=8, pad_token_id=-1)
+    # s25-user: key= on a list column was ignored (the batches kept 'input_values')
+    with pytest.raises(ValueError, match=r"column 'input_values' is a list column.*rename_column"):
+        hf.for_audio(flat, "input_values", key="input_features", num_buckets=4, batch_size=8)
 
 
 def test_trainer_resume_path_keeps_planned_batches():
@@ -623,6 +626,11 @@ def test_an_untokenised_text_column_is_refused_when_planned():
     lazy = text.with_transform(lambda b: {"input_ids": [[5] * len(t) for t in b["text"]]})
     with pytest.raises(KeyError, match=r"the dataset's transform \(set_transform .*dataset.map"):
         hf.for_text(lazy, pad_token_id=0, num_buckets=2, batch_size=2)  # (said: tokenize first)
+    with pytest.raises(KeyError, match=r"transform .* measure through it with fn=lambda batch"):
+        hf.lengths(lazy, "input_ids")  # (s25-user: only "column 'input_ids' not found")
+    assert hf.lengths(lazy, fn=lambda b: [len(x) for x in b["input_ids"]]).tolist() == [
+        len(t) for t in text["text"]
+    ]
     with pytest.raises(
         TypeError,
         match=r"^for_packing pads column 'text' as token ids, but it "
@@ -1283,5 +1291,7 @@ def test_for_images_plans_height_and_width_and_returns_pixel_mask():
         ValueError, match=r"differs: 3 at row 0, 1 at row 1; make the channel count the"
     ):
         hf.for_images(mixed, batch_size=2)
-    with pytest.raises(TypeError, match=r"holds 2-level lists of double; store channels-first"):
+    with pytest.raises(  # (s25-user: a grayscale image's fix, [None], was not named)
+        TypeError, match=r"holds 2-level lists of double; store channels-first.*\)\[None\]$"
+    ):
         hf.for_images(datasets.Dataset.from_dict({"pixel_values": [[[0.5]]]}), batch_size=2)

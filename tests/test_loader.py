@@ -152,6 +152,21 @@ def test_set_epoch_every_pass_behaves_as_before():
         runs.append(list(sampler))
     assert runs[0] != runs[1] and runs[1] == runs[2]  # set_epoch(1) twice repeats on purpose
     assert sampler.epoch == 1
+    # a state saved after set_epoch(1) again (its pass finished, or left early) is the epoch's
+    # start, as the next pass is (s25-user: it said the finished pass's position, and a resume
+    # skipped the repeated epoch); a pending resume in that epoch is kept
+    for stop in (None, 3):
+        for i, _ in enumerate(sampler):
+            if i == stop:
+                break
+        sampler.set_epoch(1)
+        resumed = BucketSampler(LENGTHS, **OPTIONS)
+        resumed.load_state_dict(sampler.state_dict())
+        assert list(resumed) == runs[1]
+    resumed = BucketSampler(LENGTHS, **OPTIONS)
+    resumed.load_state_dict({**sampler.state_dict(), "batches_yielded": 2})
+    resumed.set_epoch(1)
+    assert resumed.state_dict()["batches_yielded"] == 2 and list(resumed) == runs[1][2:]
 
 
 def test_a_pass_left_early_restarts_the_same_epoch():

@@ -440,6 +440,9 @@ def test_validation_errors():
     assert "row_length=(" not in str(info.value)
     with pytest.raises(ValueError, match=r"lengths must be >= 1 to pack, got 0 at index 1"):
         PackSpec.build([3, 0], row_length=8, batch_size=2)
+    # s25-user: PackIterable's overflow="split" was refused with the choices alone
+    with pytest.raises(ValueError, match=r"overflow='split': .*SplitDataset\(dataset, lengths"):
+        PackSampler([3, 9], row_length=8, batch_size=2, overflow="split")
     with pytest.raises(ValueError, match="strictly increasing"):
         PackSpec.build([3], row_length=(8, 8), batch_size=2)
     # s24: 8,192 row lengths raised OverflowError in the sorted rooms' BFD loop (its codes hold

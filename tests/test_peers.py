@@ -6,6 +6,7 @@ replacement (torch's WeightedRandomSampler) and gradient-accumulation groups (fa
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -277,3 +278,27 @@ def test_accumulation_resume_mid_group_and_strict_state():
         make(accumulate=2, last_batch="keep")
     with pytest.raises(ValueError, match="accumulate must be an int >= 1"):
         make(accumulate=0)
+
+
+def test_accumulation_repeats_under_pad_are_warned_as_fill_repeats_are():
+    """s25-user: under the default last_batch="pad" the groups' extra steps repeated half of a
+    small data set (and 210% of it over 2 ranks under max_tokens) without a word, while "fill"
+    warned at 5%. Now the same thresholds, with the exact count report() gives."""
+    lengths = np.random.default_rng(0).integers(1, 300, 500)
+    with pytest.warns(
+        UserWarning,
+        match=r"^accumulate=16 rounds each bucket's steps .* repeats 248 samples per epoch on 1 "
+        r"rank\(s\) \(49\.6% of 500\):",
+    ):
+        sampler = BucketSampler(lengths, num_buckets=4, batch_size=8, accumulate=16)
+    assert sampler.report().totals["repeated"] == 248
+    with pytest.warns(UserWarning, match=r"repeats 1,050 samples .* up to 6 times an epoch"):
+        BucketSampler(
+            lengths, num_buckets=4, max_tokens=2048, accumulate=16, num_replicas=2, rank=0
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BucketSampler(lengths, num_buckets=4, batch_size=8, accumulate=2)  # 24 repeats (4.8%)
+    # and "fill"'s warning no longer offers "pad" as free of repeats under accumulate
+    with pytest.warns(UserWarning, match=r"With accumulate=16, last_batch='pad' repeats samples"):
+        BucketSampler(lengths, num_buckets=4, batch_size=8, accumulate=16, last_batch="fill")

@@ -378,6 +378,14 @@ def test_calibrate_rejects_a_non_callable():
         calibrate(abs, example_shapes=[(1, 2), (1, 3)], after_call=3)
     with pytest.raises(ValueError, match="repeats must be an int >= 1, got repeats=0"):
         calibrate(abs, example_shapes=[(1, 2), (1, 3)], repeats=0)
+    # s25-user: Python's "dictionary update sequence element #0 has length 1"; dynamic=True
+    # measured one dynamic graph as a graph per shape; a bare tensor was unpacked into model_fn
+    with pytest.raises(TypeError, match=r"compile_kwargs must be a dict .*got compile_kwargs='"):
+        calibrate(abs, example_shapes=[(1, 2), (1, 3)], compile_kwargs="eager")
+    with pytest.raises(ValueError, match=r"one static graph per shape .*\['dynamic'\]=True"):
+        calibrate(abs, example_shapes=[(1, 2), (1, 3)], compile_kwargs={"dynamic": True})
+    with pytest.raises(TypeError, match=r"make_inputs\(1, 3\) must return a tuple .* got ndarray"):
+        calibrate(abs, example_shapes=[(1, 2), (1, 3)], make_inputs=lambda r, n: np.ones((r, n)))
 
 
 def test_a_k_that_pads_exactly_the_target_meets_it():

@@ -476,3 +476,12 @@ def test_an_iterable_dataset_names_the_dataloader_that_scans_it():
     hub = datasets.Dataset.from_dict({"ids": [[1, 2], [3]]}).to_iterable_dataset()
     with pytest.raises(TypeError, match=r"iterable dataset \(IterableDataset\)"):
         analyze(hub, column="ids")
+    # a bucketloader stream yields batches: its fix is batch_size=None and its collator (the
+    # named batch_size=... was refused by the stream itself; s25-user)
+    from bucketloader import BucketIterable
+
+    stream = BucketIterable([[1] * n for n in (3, 5, 5)], boundaries=[5], batch_size=2)
+    with pytest.raises(TypeError, match=r"batch_size=None, collate_fn=data\.collator\(\)"):
+        analyze(stream)
+    r = analyze(DataLoader(stream, batch_size=None, collate_fn=stream.collator()))
+    assert sorted(r.batch_shapes["inputs"]) == [(2, 5)]

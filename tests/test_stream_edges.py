@@ -94,6 +94,42 @@ def test_a_state_behind_running_workers_without_batches_consumed_warns(kind):
         first.state_dict()  # once an epoch, not once a stream
 
 
+def test_persistent_workers_follow_set_epoch_and_refuse_a_late_load():
+    """s25-user: under ``persistent_workers=True`` the workers keep the stream copied at the
+    first pass, so ``set_epoch(1)`` reached only the main process's copy: epoch 1 repeated epoch
+    0's shuffle, silently, and ``report()`` found no row of epoch 1. The workers now take the
+    main process's epoch from the shared table, and refuse a pass after a ``load_state_dict``
+    they never saw."""
+    docs = _docs([1 + i % 9 for i in range(80)])
+
+    def make():
+        return BucketIterable(
+            docs, length_fn="input_ids", boundaries=[3, 6, 9], batch_size=4, shuffle_buffer=16
+        )
+
+    def ids(loader):
+        return [[d["id"] for d in b] for b in loader]
+
+    stream = make()
+    loader = torch.utils.data.DataLoader(
+        stream, batch_size=None, num_workers=1, persistent_workers=True, collate_fn=list
+    )
+    epochs = []
+    for epoch in range(2):
+        stream.set_epoch(epoch)
+        epochs.append(ids(loader))
+    fresh = make()  # what a new DataLoader (workers copied at the pass) makes in epoch 1
+    fresh.set_epoch(1)
+    assert epochs[1] == ids(
+        torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=1, collate_fn=list)
+    )
+    assert epochs[0] != epochs[1]
+    assert stream.report().totals["batches"] == len(epochs[1])  # epoch 1's workers' rows
+    stream.load_state_dict(stream.state_dict(batches_consumed=3))
+    with pytest.raises(RuntimeError, match="after the DataLoader's persistent workers took"):
+        next(iter(loader))
+
+
 def _shards(lengths):
     """Rank 0: many documents; rank 1: none; rank 2: one."""
     docs = _docs(lengths)

@@ -430,6 +430,16 @@ def test_state_after_set_epoch_is_the_new_epochs_start(kind):
     dump = lambda batches: [json.dumps(b, default=lambda a: a.tolist()) for b in batches]  # noqa: E731
     want = dump(fresh)
     assert want and dump(resumed) == want
+    # set_epoch(1) again after a pass of epoch 1 (run to its end, or left early): the state is
+    # still epoch 1's start (s25-user: it was that pass's end or stop, and a resume skipped it)
+    for stop in (None, 2):
+        for i, _ in enumerate(resumed):
+            if i == stop:
+                break
+        resumed.set_epoch(1)
+        again = make()
+        again.load_state_dict(resumed.state_dict())
+        assert dump(again) == want
 
 
 def test_a_workers_first_checkpoint_of_an_epoch_keeps_the_other_workers_of_that_epoch(tmp_path):

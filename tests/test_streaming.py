@@ -864,3 +864,43 @@ def test_streams_pickle_into_spawned_workers():
         collate_fn=stream.collator(),
     )
     assert sum(int(b["sample_mask"].sum()) for b in loader) == len(data)
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_pass_that_leaves_out_every_sample_says_so_while_it_reads(monkeypatch, kind):
+    """s25-user: where the filters leave out every sample, a pass read its whole source before
+    its first batch without a word, and an endless source hung silently, also with
+    steps_per_epoch. Now the ALL_LEFT_OUT-th sample left out, after only such, warns (here as
+    an error, which ends the endless read); a run of them followed by a kept one does not."""
+    from bucketloader.stream import _engine
+
+    monkeypatch.setattr(_engine, "ALL_LEFT_OUT", 50)
+
+    class Endless:
+        def __init__(self, short_from=None):
+            self.short_from = short_from
+
+        def __iter__(self):
+            i = 0
+            while True:
+                n = 5 if self.short_from is not None and i >= self.short_from else 100
+                yield {"input_ids": [1] * n}
+                i += 1
+
+    def make(source):
+        if kind == "bucket":
+            return BucketIterable(
+                source, length_fn="input_ids", boundaries=[10], batch_size=2, overflow="drop",
+                steps_per_epoch=3,
+            )  # fmt: skip
+        return PackIterable(
+            source, length_fn="input_ids", row_length=10, batch_size=2, overflow="drop",
+            steps_per_epoch=3,
+        )  # fmt: skip
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*left out every one")
+        said = r"the first 50 samples of epoch 0 and left out every one \(50 (too_long|overflow_d)"
+        with pytest.raises(UserWarning, match=said):
+            next(iter(make(Endless())))
+        assert len(list(make(Endless(short_from=49)))) == 3  # a kept 50th sample: silent

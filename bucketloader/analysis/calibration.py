@@ -7,7 +7,7 @@ import dataclasses
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,9 +137,26 @@ def calibrate(
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     shapes = _check_shapes(example_shapes)
     repeats = check_int("repeats", repeats, minimum=1)
-    make = make_inputs or _default_inputs
+    if make_inputs is not None and not callable(make_inputs):
+        raise TypeError(
+            f"make_inputs must be callable as make_inputs(rows, length) -> tuple of model_fn's "
+            f"inputs, or None, got make_inputs={make_inputs!r}"
+        )
+    make = _as_tuple(make_inputs) if make_inputs is not None else _default_inputs
+    # (s25-user: a str was Python's "dictionary update sequence element #0 has length 1", and
+    # dynamic=True measured one dynamic graph as if it were a graph per shape, silently)
+    if compile_kwargs is not None and not isinstance(compile_kwargs, Mapping):
+        raise TypeError(
+            f"compile_kwargs must be a dict of torch.compile arguments, e.g. "
+            f"{{'backend': 'eager'}}, got compile_kwargs={compile_kwargs!r}"
+        )
     kwargs = dict(compile_kwargs or {})
-    kwargs.setdefault("dynamic", False)
+    if kwargs.get("dynamic", False) not in (False, None):
+        raise ValueError(
+            f"calibrate measures the compile of one static graph per shape (dynamic=False), got "
+            f"compile_kwargs['dynamic']={kwargs['dynamic']!r}; leave dynamic out"
+        )
+    kwargs["dynamic"] = False
     warmup, warm = check_bool("warmup", warmup), check_bool("warm", warm)
     rows_out = []
     warm_out = []
@@ -152,8 +169,9 @@ def calibrate(
         _inductor_cache(tmp),
     ):
         if warmup:  # a shape not measured: one-time costs of the process are paid here
+            inputs = make(shapes[0][0], shapes[0][1] + 1)  # (checked before any compile)
             torch._dynamo.reset()
-            after(torch.compile(model_fn, **kwargs)(*make(shapes[0][0], shapes[0][1] + 1)))
+            after(torch.compile(model_fn, **kwargs)(*inputs))
             sync()
         for phase in ("cold", "warm") if warm else ("cold",):
             torch._dynamo.reset()
@@ -188,6 +206,23 @@ def calibrate(
         measurements=tuple(rows_out),
         warm_compile_seconds_per_shape=float(statistics.median(warm_out)) if warm_out else None,
     )
+
+
+def _as_tuple(make_inputs: Callable[[int, int], Any]) -> Callable[[int, int], tuple[Any, ...]]:
+    """``make_inputs`` whose result must be a tuple (or list) of ``model_fn``'s positional
+    inputs: a bare tensor was unpacked row by row into ``model_fn(*x)``, and torch said
+    "forward() takes 2 positional arguments but 3 were given" (s25-user)."""
+
+    def make(rows: int, length: int) -> tuple[Any, ...]:
+        got = make_inputs(rows, length)
+        if not isinstance(got, (tuple, list)):
+            raise TypeError(
+                f"make_inputs({rows}, {length}) must return a tuple of model_fn's positional "
+                f"inputs, got {type(got).__name__}; return (x,) for one input"
+            )
+        return tuple(got)
+
+    return make
 
 
 def _inductor_cache(directory: str) -> Any:

@@ -280,11 +280,16 @@ def analyze(
             "max_shapes=K), whose report() gives each K's padding)"
         )
     if _is_iterable_dataset(data):  # (no len, no index: only its batches can be scanned)
+        # a stream yields whole batches: batch_size=... was refused by the stream (s25-user)
+        loader = (
+            "DataLoader(data, batch_size=None, collate_fn=data.collator())"
+            if callable(getattr(data, "collator", None))
+            else "DataLoader(data, batch_size=...)"
+        )
         raise TypeError(
             f"data is an iterable dataset ({type(data).__name__}), which has no length and no "
-            "index to measure items by; pass a DataLoader over it "
-            "(analyze(DataLoader(data, batch_size=...)) counts the shapes of its batches) or "
-            "its per-sample lengths"
+            f"index to measure items by; pass a DataLoader over it (analyze({loader}) counts "
+            "the shapes of its batches) or its per-sample lengths"
         )
     if isinstance(data, LengthHistogram):
         hist, source = data, "histogram"

@@ -192,6 +192,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "precompute":
             return _precompute(args)
         _check_plot(args.plot)
+        from bucketloader._validation import check_int
+
+        for flag, name in (  # (named as typed; run_demo's own errors name its arguments)
+            ("-k/--num-buckets", "num_buckets"),
+            ("--batch-size", "batch_size"),
+            ("--max-batches", "max_batches"),
+        ):
+            with _flag(flag):
+                check_int(name, getattr(args, name), minimum=1)
         from bucketloader.cli.demo import run_demo  # imports the DataLoader machinery
 
         return run_demo(
@@ -504,7 +513,8 @@ def _zero_lengths(lengths: Any) -> str | None:
 
 def _precompute(args: argparse.Namespace) -> int:
     from bucketloader._files import folder_blocker, os_reason
-    from bucketloader._validation import check_folder, check_int
+    from bucketloader._types import COSTS
+    from bucketloader._validation import check_choice, check_folder, check_int
     from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
     from bucketloader.histogram import LengthHistogram
     from bucketloader.plan.budget import BatchRule
@@ -523,6 +533,17 @@ def _precompute(args: argparse.Namespace) -> int:
         name, fn = resolve_strategy(args.strategy)
     with _flag("-k/--num-buckets"):
         check_int("num_buckets", args.num_buckets, minimum=1)
+    # each flag named as typed (s25-user: "pad_to_multiple_of must be ..." named no flag)
+    with _flag("--pad-to-multiple-of"):
+        check_int("pad_to_multiple_of", args.pad_to_multiple_of, minimum=1)
+    with _flag("--cost"):
+        check_choice("cost", args.cost, COSTS)
+    if args.batch_size is not None:
+        with _flag("--batch-size"):
+            check_int("batch_size", args.batch_size, minimum=1)
+    if args.max_tokens is not None:
+        with _flag("--max-tokens"):
+            check_int("max_tokens", args.max_tokens, minimum=1)
     if args.batch_size is not None or args.max_tokens is not None:
         BatchRule.parse(args.batch_size, args.max_tokens)
     options = _strategy_options(args.option)

@@ -421,9 +421,11 @@ def _sizes(
 ) -> tuple[np.ndarray, tuple[int, ...]]:
     first = vals[0]
     if not is_sequence(first):
+        what = f"{type(first).__name__} (not a tensor, array or flat list of numbers)"
+        if getattr(first, "ndim", None) == 0:  # (was "holds Tensor (not a tensor, ...)")
+            what = f"a 0-d {type(first).__name__}: a scalar, with no dim to pad"
         raise TypeError(
-            f"field {spec.key!r} is padded but holds {type(first).__name__} "
-            "(not a tensor, array or flat list of numbers)"
+            f"field {spec.key!r} is padded but holds {what}"
             + (convert_hint(first) or "; leave it out of fields")
         )
     if isinstance(first, (list, tuple)):

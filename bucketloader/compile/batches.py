@@ -308,6 +308,13 @@ def _examples(plan: Any, example: Any, table: Any) -> dict[Any, Any]:
             "example must be a real sample (e.g. example=dataset[0]) or the dataset, got "
             "example=None; precompile builds batches of every planned shape from it"
         )
+    if isinstance(example, (list, tuple)) and not example:
+        # (s25-user: [] was taken as a sample of no tokens, and every shape compiled on int64
+        # zeros: an empty dataset, or a sample that shows no field's dtype)
+        raise ValueError(
+            f"example={example!r} is empty: an empty dataset, or a sample with no element to "
+            "show its dtype; pass a real sample (example=dataset[0]) or a dataset with rows"
+        )
     if not _is_dataset(example, plan):
         kind_of(example)  # one clear TypeError for what cannot be a sample
         return {None: example}

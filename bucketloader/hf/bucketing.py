@@ -1004,6 +1004,13 @@ def for_audio(
     path = _audio_column(table, column)
     pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None, "for_audio")
     if path == column:  # a plain list column: samples as they are
+        if key != "input_values" and key != column:  # (was ignored: the batches kept `column`)
+            raise ValueError(
+                f"for_audio's key= names the output of a struct (decoded audio) column's array, "
+                f"but column {column!r} is a list column, whose batches keep its name, so "
+                f"key={key!r} would be ignored; rename the column first "
+                f"(dataset.rename_column({column!r}, {key!r})) and drop key="
+            )
         per_input = {column: [lengths(d, column) for d in many]}
         pads = {**pad_values(many[0].column_names, [], pad), column: pad_value}
         head, view = None, (lambda d: d.with_format("torch"))
@@ -1205,11 +1212,16 @@ def _image_sizes(dataset: Any, column: str) -> np.ndarray:
     depth, t = nesting(table.schema.field(column).type)
     if depth != 3 or not (pa.types.is_floating(t) or pa.types.is_integer(t)):
         found = f"{depth}-level lists of {t}" if depth else f"{t} values (undecoded images?)"
+        gray = (  # (s25-user: it named only transpose(2, 0, 1), which a 2-D image cannot take)
+            "; a grayscale (H, W) image needs its channel dim: np.asarray(image)[None]"
+            if depth == 2
+            else ""
+        )
         raise TypeError(
             f"for_images pads column {column!r} as (C, H, W) images, but it holds {found}; "
             "store channels-first pixel values first: dataset = dataset.map(lambda b: "
             "processor(b['image'], do_pad=False), batched=True) (an image processor's "
-            "pixel_values), or np.asarray(image).transpose(2, 0, 1)"
+            f"pixel_values), or np.asarray(image).transpose(2, 0, 1){gray}"
         )
     sizes = _list_sizes(dataset, column)
     channels, first = np.unique(sizes[:, 0], return_index=True)

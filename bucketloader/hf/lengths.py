@@ -130,7 +130,17 @@ def lengths(
         )
     cols = []
     for name in names:
-        arr, path = resolve_column(table, name)
+        try:
+            arr, path = resolve_column(table, name)
+        except MissingKeyError as exc:  # (s25-user: a transform's column was only "not found")
+            if getattr(dataset, "format", {}).get("type") != "custom":
+                raise
+            raise MissingKeyError(
+                f"{exc.args[0]}; the dataset's transform (set_transform / with_transform) makes "
+                "its rows only as they are read, and lengths are read from the stored columns: "
+                f"measure through it with fn=lambda batch: [len(x) for x in batch[{name!r}]], "
+                "or tokenize with dataset.map"
+            ) from None
         cols.append(column_lengths(arr, path))
     out = cols[0] if isinstance(column, str) else np.stack(cols, axis=1)
     return out if indices is None else out[indices]

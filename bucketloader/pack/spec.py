@@ -539,6 +539,13 @@ class PackSpec:
             ... ]
             [5, 4]
         """
+        if overflow == "split":  # (PackIterable's; a plan of lengths cannot cut documents)
+            raise ValueError(
+                "overflow must be one of 'drop', 'error', 'truncate', got overflow='split': a "
+                "plan of lengths cannot cut its documents into pieces; cut them first with "
+                "bucketloader.pack.SplitDataset(dataset, lengths, max_length=row_length) and "
+                "plan its lengths (a PackIterable stream takes overflow='split')"
+            )
         overflow = check_choice("overflow", overflow, PACK_OVERFLOW)
         search = check_choice("search", search, SEARCH)
         last_batch = check_choice("last_batch", last_batch, PACK_LAST_BATCH)

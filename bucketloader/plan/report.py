@@ -99,6 +99,7 @@ def warn_fill_repeats(
     num_replicas: int,
     unit: str = "samples",
     about: bool = False,
+    accumulate: int = 1,
     stacklevel: int,
 ) -> None:
     """Warn once when ``last_batch="fill"`` repeats more than :data:`FILL_WARNING` of the ``n``
@@ -126,13 +127,19 @@ def warn_fill_repeats(
     if repeated <= FILL_WARNING * n and most < FILL_TIMES:
         return
     times = f", some of them up to {most:,} times an epoch" if most >= FILL_TIMES else ""
+    pad = (
+        f"last_batch='pad' completes the short steps with masked padding rows instead (it "
+        f"repeats {unit[:-1]}s only for a rank that would get none)"
+        if accumulate == 1  # (its accumulation groups repeat samples too: s25-user)
+        else f"With accumulate={accumulate}, last_batch='pad' repeats samples too (the groups' "
+        "extra steps), and a smaller accumulate needs fewer"
+    )
     warnings.warn(
         f"last_batch='fill' makes this {owner} repeat {'about ' if about else ''}{repeated:,} "
         f"{unit} per epoch on {num_replicas} rank(s) ({repeated / max(n, 1):.1%} of {n:,})"
         f"{times}{small}: the model trains on those more often than on the rest; "
-        "report().totals['repeated'] counts each epoch exactly. last_batch='pad' completes the "
-        f"short steps with masked padding rows instead (it repeats {unit[:-1]}s only for a rank "
-        "that would get none); a smaller batch_size or max_tokens needs fewer repeats",
+        f"report().totals['repeated'] counts each epoch exactly. {pad}; a smaller batch_size or "
+        "max_tokens needs fewer repeats",
         UserWarning,
         stacklevel=stacklevel + 1,
     )
@@ -161,7 +168,7 @@ TOTALS = {
     "truncated": "planned at max_length and cut (overflow='truncate')",
     "single": "in batches of one because they exceed max_tokens (oversize='single')",
     "seen": "distinct samples in the epoch's batches",
-    "repeated": "extra appearances of samples (last_batch 'fill'/'pad' across ranks, weights)",
+    "repeated": "extra appearances of samples ('fill', 'pad' over ranks, weights, accumulate)",
     "dropped": "admitted but not in this epoch (last_batch='drop', weights, a stream's tail)",
     "promoted": "samples batched in a longer bucket (a sampler's leftovers, a stream's ranks)",
     "left_over": "stream: samples still buffered when the epoch's steps ran out",

@@ -353,6 +353,7 @@ class BucketPass(Pass):
                     self._snapshot()
                 got = prepare(pos, sample)
                 if got is None:
+                    self.left_out()
                     continue
                 if size:  # through the shuffle buffer: add the sample it swaps out
                     entry = (pos, *got)
@@ -409,6 +410,7 @@ class BucketPass(Pass):
                 self._snapshot()
             got = self.prepare(pos, sample)
             if got is None:
+                self.left_out()
                 continue
             entry = (pos, *got)
             if size:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import warnings
 from collections.abc import Container, Iterator, Sequence
 from typing import Any, ClassVar
 
@@ -32,6 +33,12 @@ from bucketloader.stream.source import (
     resume_point,
     trim_snapshots,
 )
+
+#: Samples a pass reads, every one left out, before it says so (NOTE [ A pass that keeps
+#: nothing ] at :meth:`Pass.left_out`).
+ALL_LEFT_OUT = 10_000
+#: The counters of samples a pass left out by a filter or an overflow policy.
+LEFT_OUT_KEYS = ("too_short", "too_long", "oversize", "overflow_dropped")
 
 
 class Pass:
@@ -111,6 +118,38 @@ class Pass:
         """This lane's share of ``steps_per_epoch`` (0 without it)."""
         lane, lanes = self.worker
         return len(lane_steps(self.o.steps, lane, lanes))
+
+    def left_out(self) -> None:
+        """A sample was left out (a filter, an overflow policy); called after it is counted.
+
+        NOTE [ A pass that keeps nothing ]
+        A pass reads until a sample fits a batch. Where the filters leave out every sample
+        (``max_length`` below every document's length with ``overflow="drop"``, boundaries
+        planned on other data), it read its whole source before its first batch, with nothing
+        said until the pass's end, and an endless source (a generator, a streaming dataset
+        repeated) hung with no word at all, also with ``steps_per_epoch`` (s25-user: a
+        ``BucketIterable`` of 100-token samples, ``boundaries=[10]``, ``overflow="drop"``,
+        ``steps_per_epoch=5``). So when the :data:`ALL_LEFT_OUT`-th sample read is left out
+        and so was every one before it, the pass warns once, with the counts by reason: it
+        goes on reading (a data set sorted by length can start with many samples a filter
+        leaves out), and the user sees why no batch comes."""
+        if self.read != ALL_LEFT_OUT:
+            return
+        stats = self.stats
+        counts = {k: stats[k] for k in LEFT_OUT_KEYS if stats.get(k)}
+        if sum(counts.values()) < self.read:
+            return
+        owner = "PackIterable" if "overflow_dropped" in stats else "BucketIterable"
+        said = ", ".join(f"{n:,} {k}" for k, n in counts.items())
+        warnings.warn(
+            f"this {owner} has read the first {self.read:,} samples of epoch {self.epoch} and "
+            f"left out every one ({said}): it reads on until a sample fits, so no batch comes "
+            "until then, and never from a source of such samples only; check min_length / "
+            "max_length, the boundaries (or row_length) and max_tokens against the data's "
+            "lengths, or the overflow policy",
+            UserWarning,
+            stacklevel=2,
+        )
 
     # -- what a filler gives ----------------------------------------------------------------
     def _batches(self, it: Iterator[Any]) -> Iterator[list[Any]]:

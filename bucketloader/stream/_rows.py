@@ -258,6 +258,7 @@ class RowPass(Pass):
             )
         if o.overflow == "drop":
             self.stats["overflow_dropped"] += 1
+            self.left_out()
             return []
         if o.overflow == "truncate":
             self.stats["truncated"] += 1

@@ -21,6 +21,24 @@ is all a resume needs (NOTE [ Resuming a stream behind DataLoader workers ] in
 
 Both streams (:class:`~bucketloader.BucketIterable`, :class:`~bucketloader.stream.PackIterable`)
 keep their counters in a :class:`LaneCounters` table with their own field names.
+
+NOTE [ The main process's epoch, for persistent workers ]
+A DataLoader with ``persistent_workers=True`` copies the stream into its workers once, at its
+first pass, and keeps them: ``set_epoch`` (or ``load_state_dict``) in the main process changed
+only the main process's copy, so every later epoch replayed epoch 0's shuffle and worker split,
+silently, and ``report()`` / ``state_dict()`` looked for the rows of an epoch no worker ran
+(s25-user: a ``BucketIterable`` with ``shuffle_buffer=32`` over 2 persistent workers gave the
+same 54 batches in epochs 0 and 1). The table's last row (:data:`MAIN`, after the workers' rows)
+therefore holds the main process's epoch and its count of ``load_state_dict`` calls; a worker
+takes the epoch from it at the start of each pass, as ``datasets.IterableDataset`` shares its
+epoch with persistent workers, and refuses a pass when the main process loaded a state that its
+copy never saw (a state cannot travel through the table: a new DataLoader must copy it). Only a
+DataLoader worker's copy from another process than the one that built the stream follows the row
+(a stream built inside a worker, or a test simulating workers in one process, keeps its own
+epoch), and every other copy writes it (a DDP rank's, pickled from its launcher, for its own
+workers). One row
+of the existing table, not a shared tensor of its own: each ``share_memory_()`` keeps a file
+descriptor open for the tensor's life.
 """
 
 from __future__ import annotations
@@ -35,6 +53,9 @@ __all__ = ["FLUSH_EVERY", "MAX_LANES", "LaneCounters", "hand_out"]
 
 #: Workers (lanes) per stream with a row in the table.
 MAX_LANES = 64
+#: The row of the main process's epoch and load count (NOTE [ The main process's epoch, for
+#: persistent workers ]), after the lanes' rows.
+MAIN = MAX_LANES
 #: A lane writes all its counters to the shared table every this many batches (and at the end).
 FLUSH_EVERY = 32
 #: Fields every lane row starts with (where the lane stands).
@@ -64,7 +85,7 @@ class LaneCounters:
         self.fields = (*LANE_FIELDS, *stats)
         self.num_cells = int(num_cells)
         width = len(self.fields) + len(PER_CELL) * self.num_cells
-        self.table = torch.zeros((MAX_LANES, width), dtype=torch.int64).share_memory_()
+        self.table = torch.zeros((MAX_LANES + 1, width), dtype=torch.int64).share_memory_()
         self._setup()
         self.reset()
 
@@ -109,14 +130,24 @@ class LaneCounters:
 
     def reset(self) -> None:
         """Forget every lane (a new pass starts)."""
-        self.view[:] = 0
-        self.view[:, self._index["epoch"]] = -1
+        self.view[:MAX_LANES] = 0
+        self.view[:MAX_LANES, self._index["epoch"]] = -1
+
+    def publish(self, epoch: int, loads: int) -> None:
+        """The main process's epoch and ``load_state_dict`` count, for its workers (NOTE [ The
+        main process's epoch, for persistent workers ])."""
+        self.view[MAIN, :2] = (epoch, loads)
+
+    def published(self) -> tuple[int, int]:
+        """What :meth:`publish` last wrote: ``(epoch, loads)``."""
+        epoch, loads = self.view[MAIN, :2]
+        return int(epoch), int(loads)
 
     def lanes(self, epoch: int) -> list[dict[str, int]]:
         """The rows written for ``epoch``, in lane order, each with its ``lane`` (rows of an
         earlier pass with more workers are left out)."""
         out = []
-        for lane, r in enumerate(self.view.copy()):
+        for lane, r in enumerate(self.view[:MAX_LANES].copy()):
             row = {name: int(r[i]) for name, i in self._index.items()}
             if row["epoch"] == epoch and lane < row["lanes"]:
                 out.append(row | {"lane": lane})
@@ -124,7 +155,7 @@ class LaneCounters:
 
     def cells(self, epoch: int) -> np.ndarray:
         """Per-cell columns summed over the lanes of ``epoch``, ``(4, num_cells)``."""
-        rows = self.view.copy()
+        rows = self.view[:MAX_LANES].copy()
         keep = [lane["lane"] for lane in self.lanes(epoch)]
         mine = rows[keep, len(self.fields) :]
         return mine.sum(axis=0).reshape(len(PER_CELL), self.num_cells)

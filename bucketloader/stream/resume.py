@@ -790,6 +790,12 @@ def _check_not_batched_again(owner: str) -> None:
         )
 
 
+def _raising(error: Exception) -> Iterator[Any]:
+    """A pass that raises ``error`` at its first batch."""
+    raise error
+    yield  # (a generator)
+
+
 class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     """What both streams (:class:`~bucketloader.BucketIterable`,
     :class:`~bucketloader.stream.PackIterable`) share: the epoch, the length with
@@ -818,11 +824,29 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             cls.STATE_FORMAT, cls.REPLAY_FORMAT = list(state_keys)
 
     source: Any
-    epoch: int
     steps_per_epoch: int | None
     _resume: dict[str, Any] | None
     _engine: Any
     _counters: LaneCounters
+    #: ``load_state_dict`` calls on this copy (NOTE [ The main process's epoch, for persistent
+    #: workers ] in :mod:`bucketloader.stream.counters`).
+    _loads: int = 0
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the next pass (:meth:`set_epoch`)."""
+        return self._epoch
+
+    @epoch.setter
+    def epoch(self, epoch: int) -> None:
+        self._epoch = epoch
+        if "_owner" not in self.__dict__:  # the first set, in __init__: the building process
+            self._owner = os.getpid()
+        counters = getattr(self, "_counters", None)
+        if counters is not None and (
+            self._owner == os.getpid() or torch.utils.data.get_worker_info() is None
+        ):  # (a process's own stream, or a copy outside a DataLoader worker, e.g. a DDP rank's
+            counters.publish(epoch, self._loads)  # from its launcher: its workers read it)
 
     def _config(self) -> dict[str, Any]:
         """The options a state is only valid for."""
@@ -847,6 +871,11 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         self.epoch = check_int("epoch", epoch, minimum=0)
         if self._resume is not None and self._resume["epoch"] != self.epoch:
             self._resume = None
+        if self._resume is None:  # the next pass starts the epoch: forget an earlier pass's
+            # position (s25-user: after a pass of this same epoch, state_dict() still gave its
+            # end or its stop, and a resume skipped the repeated epoch)
+            self._engine = None
+            self._counters.reset()
 
     def __len__(self) -> int:
         if self.steps_per_epoch is None:
@@ -861,6 +890,11 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         _check_not_batched_again(type(self).__name__)
         info = torch.utils.data.get_worker_info()
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is not None and self._owner != os.getpid():  # a worker's copy, perhaps a
+            refused = self._follow_main()  # persistent one made passes ago
+            if refused is not None:  # (raised at the first batch: torch re-raises that in the
+                return _raising(refused)  # main process, but an iter() that raises in a
+                # persistent worker kills it: "DataLoader worker exited unexpectedly")
         state, self._resume = self._resume, None
         skip = 0
         replay = state if state is not None and state["format"] == self.REPLAY_FORMAT else None
@@ -975,8 +1009,24 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
                     f"state['batches']={state['batches']} is more than the epoch's "
                     f"steps_per_epoch={steps}; pass a dict from {owner}.state_dict(), unedited"
                 )
+        self._loads += 1
         self.epoch = int(state["epoch"])
         self._resume = state
+
+    def _follow_main(self) -> RuntimeError | None:
+        """In a DataLoader worker: take the main process's epoch; the error that refuses a
+        pass after a ``load_state_dict`` this copy never saw (NOTE [ The main process's epoch,
+        for persistent workers ] in :mod:`bucketloader.stream.counters`)."""
+        epoch, loads = self._counters.published()
+        if loads != self._loads:
+            return RuntimeError(
+                f"load_state_dict was called on this {type(self).__name__} after the "
+                "DataLoader's persistent workers took their copy of it, so they cannot see the "
+                f"state and would start epoch {epoch} over; build a new DataLoader after "
+                "load_state_dict (or pass persistent_workers=False)"
+            )
+        self._epoch = epoch
+        return None
 
     def _check_versions(self, state: dict[str, Any]) -> None:
         """Refuse a ``state`` whose :attr:`VERSION_KEYS` say its resume cannot be exact here,
