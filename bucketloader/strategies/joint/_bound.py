@@ -267,6 +267,17 @@ slower than the plan's own, and on the real GSM8K (prod K = 16) the reaches of a
 (9,100,259) leave 2.39 million pairs with ``size(c) < r_i`` (of 29.6 million), where 14
 thousand took HiGHS 8-83 s. Not usable in seconds.
 
+Relaxing only the shape budget (a price λ per open cell: uncapacitated facility location, bound
+max_λ UFL(λ) − λK) gives the lower convex envelope of OPT(k) at K, if UFL(λ) is solved exactly.
+Measured (session 25) on GSM8K rounded to s = 16, k = 4-20 (OPT(k) proved by the integer program
+for k = 6-20; at k = 5 the plan equals the LP): OPT(k) lies on that envelope at every k = 6-19
+for both costs, so the envelope is OPT(K) itself there (the LP lies 0-2.66 % below it). But then
+the UFL's optimum at the right λ is the K-cell optimum, so an exact UFL is as hard as the plan;
+its LP (whose best λ gives the LP's value) has the same absolute gap at that λ, and no exact
+algorithm for UFL over 2-D dominance (a DP over the staircase of maximal cells would need the
+whole staircase as its state: each dearer open cell sticks out of the region the cheaper ones
+cover) is known here. Not pursued.
+
 Generic cuts, for scale (an offline script, not in the repository): HiGHS's root node
 (``node_limit=1``) on 150 random GSM8K rows (prod K = 8, 1,703 candidates, 117 thousand
 pairs, seed 0) lifted the LP's 411,183 to 414,464 against its best plan 418,913, 42 % of
