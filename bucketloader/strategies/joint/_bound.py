@@ -244,6 +244,40 @@ histograms: 150, 60 and 200 hypothesis examples). None of them gets near the tar
   LP should be integral (an interval matrix), and then the decomposition's maximum is the
   LP's value: splitting into one-input problems gains nothing, as measured.
 
+A relaxation with no integrality gap at all, measured (session 25, offline scripts not in the
+repository): Beltran, Tadonki and Vial's *semi-Lagrangian* relaxation (Comput. Optim. Appl. 35,
+2006). Keep "every point is sent at most once" in the subproblem and relax only "at least once":
+
+    φ(r) = Σ_i w_i r_i − max_{|S| ≤ K} Σ_i w_i · max(0, r_i − min_{c ∈ S covers i} size(c))
+
+is at most the optimum for every ``r`` (a plan's cost is ``Σ w_i r_i`` minus its own term),
+never below ``L(r)`` (``L`` lets a point gain from every cell), nondecreasing in each ``r_i``
+(its supergradient is ``w_i`` for a point the maximiser leaves unserved, else 0), and equal to
+the optimum once ``r`` is large enough; checked against brute force on 300 tiny histograms
+(1,500 random ``r``). The catch is the maximum: a K-cell coverage problem as hard as the plan,
+over the pairs with ``size(c) < r_i``. Ascent from the LP's duals, raising each unserved
+point's ``r_i`` to the third next cell size above it, each maximum by HiGHS (GSM8K rounded
+up to multiples of s tokens, NOTE [ The integrality gap, measured ]): at s = 16 all four cases
+reach the proved optimum (8,061 / 3,188 / 41,196 / 18,082) within 22 s (4-20 programs;
+HiGHS proves them directly in 0-2 s); at s = 8, sum K = 8 reaches 21,764 (the optimum) in 17 s
+(direct: 8 s), prod K = 8 closes 96 % of the LP's gap in 771 s (201,337 against the optimum
+201,499; 17 programs of 8-83 s; direct: 87 s), prod K = 16 94 % in 449 s (110,205 against
+110,309; direct: 75 s). So it closes the integrality gap, but only through integer programs
+slower than the plan's own, and on the real GSM8K (prod K = 16) the reaches of a 30 s bound
+(9,100,259) leave 2.39 million pairs with ``size(c) < r_i`` (of 29.6 million), where 14
+thousand took HiGHS 8-83 s. Not usable in seconds.
+
+Relaxing only the shape budget (a price λ per open cell: uncapacitated facility location, bound
+max_λ UFL(λ) − λK) gives the lower convex envelope of OPT(k) at K, if UFL(λ) is solved exactly.
+Measured (session 25) on GSM8K rounded to s = 16, k = 4-20 (OPT(k) proved by the integer program
+for k = 6-20; at k = 5 the plan equals the LP): OPT(k) lies on that envelope at every k = 6-19
+for both costs, so the envelope is OPT(K) itself there (the LP lies 0-2.66 % below it). But then
+the UFL's optimum at the right λ is the K-cell optimum, so an exact UFL is as hard as the plan;
+its LP (whose best λ gives the LP's value) has the same absolute gap at that λ, and no exact
+algorithm for UFL over 2-D dominance (a DP over the staircase of maximal cells would need the
+whole staircase as its state: each dearer open cell sticks out of the region the cheaper ones
+cover) is known here. Not pursued.
+
 Generic cuts, for scale (an offline script, not in the repository): HiGHS's root node
 (``node_limit=1``) on 150 random GSM8K rows (prod K = 8, 1,703 candidates, 117 thousand
 pairs, seed 0) lifted the LP's 411,183 to 414,464 against its best plan 418,913, 42 % of

@@ -190,6 +190,23 @@ these cases above 1 % is the bound (NOTE [ Stronger relaxations, measured ] in :
 prod K = 16 at 9,316,818 is still 2.4 % above its 30 s bound (9,099,567). What the search can
 add is the last 0.2-0.5 % on prod K = 16, for about a minute of counted work
 (``work_limit=3000``, NOTE [ Work instead of seconds ]).
+
+Why the 5 s solve misses 9,316,818 on prod K = 16 (session 25, offline, quiet machine, CPU
+seconds): the shakes from the first plan (9,537,544 at 1.1 s) pass 9,403,079 at 1.5 s and
+9,362,366 at 5.4 s, and reach 9,316,818 only at 14.2 s (seed 0; 3,000 tables are 347 shakes, 26
+s). A 5 s solve spends 1.1 s on the first search, 3.4 s on the bound (bundle, LP rounds, a
+search from the LP's cells) and 0.5 s (8 shakes) on the shakes; it ended at 9,349,213-9,401,081
+in five runs (the benchmark's: 9,416,251), the spread being what the short search from the LP's
+cells reaches in its time. The LP rounds add only 0.07-0.11 % to the bundle's bound on the three
+open cases in 1.2-2.1 s, but handing that time to the shakes would lower the bound of sum K = 16
+and prod K = 8 for no better plan (theirs are within 0.03 % of the best known at 5 s). The other
+start of that search, the K largest gains at the bound's reaches, covered every sample in no
+GSM8K case measured (the cell covering everything gains little) and :func:`improve` does not
+repair a start, so it pads ``inf`` and is never kept. Repaired (the covering cell in place of
+the smallest gainer) it planned 9.40-9.52 M (improve) and 9.33-9.44 M (descend) at prod K = 16,
+15.15-16.09 M at prod K = 8 and 148.5-154.2 thousand at sum K = 16 from the LP rounds' reaches,
+and 9.39-11.6 M, 15.11-21.0 M and 148.6-156.7 thousand from the bundle's after 0.2-2 s: a
+lottery mostly worse than the plan it would replace, so it was left as it is.
 """
 
 from __future__ import annotations
