@@ -200,11 +200,13 @@ in five runs (the benchmark's: 9,416,251), the spread being what the short searc
 cells reaches in its time. The LP rounds add only 0.07-0.11 % to the bundle's bound on the three
 open cases in 1.2-2.1 s, but handing that time to the shakes would lower the bound of sum K = 16
 and prod K = 8 for no better plan (theirs are within 0.03 % of the best known at 5 s). The other
-start of that search, the K largest gains at the bound's reaches, covered every sample in no
-GSM8K case measured (the cell covering everything gains little) and :func:`improve` does not
-repair a start, so it pads ``inf`` and is never kept. Repaired (the covering cell in place of
-the smallest gainer) it planned 9.40-9.52 M (improve) and 9.33-9.44 M (descend) at prod K = 16,
-15.15-16.09 M at prod K = 8 and 148.5-154.2 thousand at sum K = 16 from the LP rounds' reaches,
+start of that search, the K largest gains at the bound's reaches, mostly misses a sample (the
+cell covering everything gains little; :func:`improve` does not repair a start): then it pads
+``inf`` after 4-9 ms and is never kept (one later 5 s run of the four GSM8K cases: it covered
+everything only at prod K = 16, 28.68 M against the LP start's 28.46 M). Repaired (the
+covering cell in place of the smallest gainer) it planned 9.40-9.52 M (improve) and 9.33-9.44 M
+(descend) at prod K = 16, 15.15-16.09 M at prod K = 8 and 148.5-154.2 thousand at sum K = 16
+from the LP rounds' reaches,
 and 9.39-11.6 M, 15.11-21.0 M and 148.6-156.7 thousand from the bundle's after 0.2-2 s: a
 lottery mostly worse than the plan it would replace, so it was left as it is.
 """
