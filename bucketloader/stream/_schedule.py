@@ -39,7 +39,7 @@ so both come from a rule every rank evaluates alone; nothing is communicated per
   share and a large batch, early in a pass: LibriSpeech in 8 ranks' shards with ``max_tokens=
   16000`` (benchmarks/results/fill_repeats.md, "most" 3), rank 4's second step is the shortest
   cell's, ``B_c = 62``, but the 442 buffered plus 256 shuffled samples read by then hold 28 of
-  it (6.5 % of the samples): the batch is topped up with two more copies of each (session 25).
+  it (6.5 % of the samples): 34 copies top the batch up, six samples three times (session 25).
   Filling it would take about 950 reads, a capacity twice as large for every lane and cell.
 * **A shard that runs dry, or has nothing short enough** (no sample left that fits the step):
   the step still happens, as padding only: one stand-in sample (a sample the lane saw that fits
