@@ -391,7 +391,8 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
     def set_epoch(self, epoch: int) -> None:
         """Accepted as on every sampler (the HF ``Trainer``, ``accelerate`` and training loops
         call ``set_epoch`` on each one): evaluation is deterministic, so the batches are the same
-        in every epoch and this only records :attr:`epoch`; a pending resume position is kept.
+        in every epoch and this records :attr:`epoch` and starts the next pass over (a state
+        saved now is the start; a pending resume position is kept).
 
         Example:
             >>> sampler = EvalSampler([3, 4, 9, 10], num_buckets=2, batch_size=2)
