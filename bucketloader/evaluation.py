@@ -391,7 +391,8 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
     def set_epoch(self, epoch: int) -> None:
         """Accepted as on every sampler (the HF ``Trainer``, ``accelerate`` and training loops
         call ``set_epoch`` on each one): evaluation is deterministic, so the batches are the same
-        in every epoch and this only records :attr:`epoch`; a pending resume position is kept.
+        in every epoch and this records :attr:`epoch` and starts the next pass over (a state
+        saved now is the start; a pending resume position is kept).
 
         Example:
             >>> sampler = EvalSampler([3, 4, 9, 10], num_buckets=2, batch_size=2)
@@ -683,7 +684,20 @@ def _per_row(tree: Any, rows: int) -> bool:
     arrays cannot be concatenated"; s25-user)."""
     if not isinstance(tree, list) or len(tree) != rows:
         return False
-    return not all(tuple(getattr(v, "shape", ()))[:1] == (rows,) for v in tree)
+    return not all(_rows_first(v, rows) for v in tree)
+
+
+def _rows_first(tree: Any, rows: int) -> bool:
+    """Whether ``tree`` is an output of ``rows`` rows: an array with ``rows`` first, ``None``,
+    or a dict / tuple / list of such. (A list of outputs as long as the rows, ``[logits,
+    None]`` on 2 rows, was taken for per-row values and its entries swapped: s25-rev.)"""
+    if tree is None:
+        return True
+    if isinstance(tree, Mapping):
+        return all(_rows_first(v, rows) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return bool(tree) and all(_rows_first(v, rows) for v in tree)
+    return tuple(getattr(tree, "shape", ()))[:1] == (rows,)
 
 
 def _take(tree: Any, perm: np.ndarray, rows: int) -> Any:

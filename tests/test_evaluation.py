@@ -112,6 +112,13 @@ def test_real_lengths_four_ranks_through_dataloaders_and_restore():
     assert samplers[0].restore_ranks(texts) == [f"s{i}" for i in range(lengths.size)]
     flat_texts = [t for rank in texts for t in rank]
     assert restore_order(flat_texts, torch.cat(index), num_samples=500)[:3] == ["s0", "s1", "s2"]
+    # ... but a list of outputs as long as the rows is outputs (s25-rev: [logits, None] on 2
+    # rows had its two entries swapped, the logits left in batch order)
+    two = torch.tensor([1, 0])
+    got = restore_order([torch.tensor([10, 11]), None], two)
+    assert got[0].tolist() == [11, 10] and got[1] is None
+    assert restore_order([{"a": torch.tensor([10, 11])}] * 2, two)[1]["a"].tolist() == [11, 10]
+    assert restore_order([{"text": "b"}, {"text": "a"}], two) == [{"text": "a"}, {"text": "b"}]
     # the index carried by the batches restores outputs gathered in any order
     order = torch.randperm(sum(len(o) for o in outs), generator=torch.Generator().manual_seed(0))
     flat_out, flat_index = torch.cat(outs)[order], torch.cat(index)[order]

@@ -858,6 +858,12 @@ def test_max_shapes_below_the_cover_batches_the_fewest_alone_with_single():
     spec = BucketSpec.build(rows, max_tokens=rule, max_shapes=2, strategy=Joint(exact=False))
     assert spec.cells.lengths.tolist() == [[35, 35], [60, 60]] and spec.cells.batch[1] == 1
     assert spec.cell_of_sample.tolist() == [1, 1, 0, 0, 0, 0] and spec.joint[0]["cover"] == 3
+    # the rest within one cell within the budget: the sample above it still takes a cell of its
+    # own (s25-rev: planned over every sample, (100, 35) took (5, 35) too, batched alone)
+    rows = [[100, 5], [5, 35]] + [[35, 5]] * 4
+    spec = BucketSpec.build(rows, max_tokens=rule, max_shapes=2, strategy=Joint(exact=False))
+    assert spec.cells.lengths.tolist() == [[35, 35], [100, 5]] and spec.cells.batch[1] == 1
+    assert spec.cell_of_sample.tolist() == [1, 0, 0, 0, 0, 0]
 
 
 def test_max_shapes_below_the_cover_of_three_inputs_keeps_a_greedy_most():

@@ -130,6 +130,46 @@ def test_persistent_workers_follow_set_epoch_and_refuse_a_late_load():
         next(iter(loader))
 
 
+class _Forwarding(torch.utils.data.IterableDataset):
+    """A wrapper that passes its epoch and a state on to the stream in its ``__iter__``, where
+    that runs (a DataLoader worker), as ``datasets.IterableDataset``-style wrappers do."""
+
+    def __init__(self, stream, epoch=0, state=None):
+        self.stream, self.epoch, self.state = stream, epoch, state
+
+    def __iter__(self):
+        self.stream.set_epoch(self.epoch)
+        if self.state is not None:
+            self.stream.load_state_dict(self.state)
+        return iter(self.stream)
+
+
+def test_a_worker_that_sets_the_epoch_itself_keeps_it():
+    """s25-rev: since workers follow the main process's epoch (NOTE [ The main process's
+    epoch, for persistent workers ]), a wrapper that sets the epoch (or loads a state) in the
+    worker got epoch 0's batches in every epoch (the main process's copy was never set), and a
+    load there was refused as a load the worker never saw."""
+    docs = _docs([1 + i % 9 for i in range(60)])
+
+    def make():
+        return BucketIterable(
+            docs, length_fn="input_ids", boundaries=[3, 6, 9], batch_size=4, shuffle_buffer=16
+        )
+
+    def ids(batches):
+        return [[d["id"] for d in b] for b in batches]
+
+    def loader(data):
+        return torch.utils.data.DataLoader(data, batch_size=None, num_workers=1, collate_fn=list)
+
+    fresh = make()
+    fresh.set_epoch(1)
+    want = ids(fresh)
+    assert ids(loader(_Forwarding(make(), epoch=1))) == want != ids(make())
+    state = fresh.state_dict(batches_consumed=2)
+    assert ids(loader(_Forwarding(make(), epoch=1, state=state))) == want[2:]
+
+
 def _shards(lengths):
     """Rank 0: many documents; rank 1: none; rank 2: one."""
     docs = _docs(lengths)

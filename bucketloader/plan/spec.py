@@ -836,6 +836,12 @@ def _fit_joint(
                 cap = budget.max_tokens
             elif k > 1:  # (oversize="single": "drop" left them out, "error" names them later)
                 alone = big
+        elif rest.size and big.any() and k > 1 and budget.oversize == "single":
+            # the rest within one cell within the budget: still their own cell for the samples
+            # above it, K - 1 for the rest; planned over every sample (no limit), their cell
+            # took samples within the budget too, each alone (5,000 pairs up to 900 + 900 and 5
+            # of 5,000 + x, max_tokens=4096, K = 2: 221 in batches of one, now the 5; s25-rev)
+            alone = big
     if alone is not None and budget is not None:
         fewest = budget.oversize == "single"  # ("error" names the samples above it later)
         planned = _fit_alone(table, alone, joint, k, size, cache, budget.max_tokens, fewest)

@@ -35,10 +35,11 @@ epoch with persistent workers, and refuses a pass when the main process loaded a
 copy never saw (a state cannot travel through the table: a new DataLoader must copy it). Only a
 DataLoader worker's copy from another process than the one that built the stream follows the row
 (a stream built inside a worker, or a test simulating workers in one process, keeps its own
-epoch), and every other copy writes it (a DDP rank's, pickled from its launcher, for its own
-workers). One row
-of the existing table, not a shared tensor of its own: each ``share_memory_()`` keeps a file
-descriptor open for the tensor's life.
+epoch, and so does a copy whose epoch was set in the worker itself: a wrapper dataset that
+forwards its epoch or a state to the stream in its ``__iter__``, which following the row put in
+epoch 0 every time; s25-rev), and every other copy writes it (a DDP rank's, pickled from its
+launcher, for its own workers). One row of the existing table, not a shared tensor of its
+own: each ``share_memory_()`` keeps a file descriptor open for the tensor's life.
 """
 
 from __future__ import annotations

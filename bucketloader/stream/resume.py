@@ -842,6 +842,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         self._epoch = epoch
         if "_owner" not in self.__dict__:  # the first set, in __init__: the building process
             self._owner = os.getpid()
+        self._epoch_set_in = os.getpid()  # (a worker that sets it keeps it: _follow_main)
         counters = getattr(self, "_counters", None)
         if counters is not None and (
             self._owner == os.getpid() or torch.utils.data.get_worker_info() is None
@@ -899,7 +900,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         skip = 0
         replay = state if state is not None and state["format"] == self.REPLAY_FORMAT else None
         if state is not None:
-            self.epoch = int(state["epoch"])
+            self._epoch = int(state["epoch"])  # (load_state_dict's: no set_epoch of this process)
             worker, skip = resume_lane(state, worker, replay_format=self.REPLAY_FORMAT)
             if state["format"] == self.REPLAY_FORMAT and state.get("lanes"):
                 mine = state["lanes"][worker[0]]  # NOTE [ Worker checkpoints ]
@@ -1009,7 +1010,8 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
                     f"state['batches']={state['batches']} is more than the epoch's "
                     f"steps_per_epoch={steps}; pass a dict from {owner}.state_dict(), unedited"
                 )
-        self._loads += 1
+        if self._owner == os.getpid() or torch.utils.data.get_worker_info() is None:
+            self._loads += 1  # (a worker's own load, a wrapper's in its __iter__, is its own)
         self.epoch = int(state["epoch"])
         self._resume = state
 
@@ -1025,7 +1027,11 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
                 f"state and would start epoch {epoch} over; build a new DataLoader after "
                 "load_state_dict (or pass persistent_workers=False)"
             )
-        self._epoch = epoch
+        if self.__dict__.get("_epoch_set_in") != os.getpid():  # set_epoch called in this worker
+            # (a wrapper dataset that forwards its epoch in its __iter__, as datasets'
+            # IterableDataset does) is kept: following the main process's epoch, which such a
+            # wrapper never sets there, repeated epoch 0 in every epoch (s25-rev)
+            self._epoch = epoch
         return None
 
     def _check_versions(self, state: dict[str, Any]) -> None:
