@@ -159,27 +159,58 @@ def test_shakes_and_starts_keep_a_size_limit_on_real_pairs():
     assert sol.cells.sum(axis=1).max() <= cap and (joint_assign(three, sol.cells, "sum") >= 0).all()
 
 
+def test_a_coarsened_grid_keeps_the_samples_within_max_size_within_it():
+    """A grid of more than MAX_GRID points rounds the samples up onto per-input quantiles; under
+    ``max_size`` the values also hold the lengths of the samples within it that would round
+    past it (NOTE [ Cells within a size limit ]). Before, such a sample raised OverLimit and a
+    sampler planned without the limit: 2,000 random pairs of over 1,100 distinct lengths per
+    input, max_tokens at their 99th percentile: at the cover an error, at K = 2 with 'drop'
+    1,070 within the budget lost (now 23: what 2 cells within it cannot hold)."""
+    rows = np.random.default_rng(0).integers(1, 1500, size=(2000, 2))
+    assert min(np.unique(rows[:, d]).size for d in (0, 1)) > 512  # (so the grid is coarsened)
+    cap = int(np.quantile(rows.sum(axis=1), 0.99))
+    within = rows.sum(axis=1) <= cap
+    fast = Joint(exact=False, time_limit=0.05)
+    # at the cover (9 cells): no error, every cell within the budget, every sample held
+    spec = BucketSpec.build(rows[within], max_tokens=cap, max_shapes=9, strategy=fast)
+    assert spec.joint[0]["status"] == "coarsened" and spec.joint[0].get("cover") is None
+    assert spec.cells.lengths.sum(axis=1).max() <= cap and (spec.cell_of_sample >= 0).all()
+    # below it: only what 2 cells within the budget cannot hold is lost
+    rule = TokenBudget(cap, oversize="drop")
+    spec = BucketSpec.build(rows, max_tokens=rule, max_shapes=2, strategy=fast)
+    assert spec.joint[0]["cover"] == 9 and spec.cells.lengths.sum(axis=1).max() <= cap
+    assert spec.filtered["oversize"] - int((~within).sum()) == 23
+
+
 def test_a_coarsened_grid_that_rounds_a_sample_past_the_limit_says_so():
-    """Three inputs of 300 values each coarsen the grid (samples rounded up onto quantiles):
-    where that puts a sample above ``max_size`` no cell within it covers it, one error naming
-    the fix; a sampler then plans as without the limit (its cells above the budget dropped
-    with oversize='drop')."""
+    """Three inputs of 300 values each coarsen the grid; the samples the quantiles would round
+    past ``max_size`` add their lengths (the plan of K = 6 within it, where before an error and
+    a plan without the limit that dropped samples within it). Where those lengths do not fit
+    the grid (MAX_GRID lowered to 8 here), the error names the fix; a sampler then plans as
+    without the limit (its cells above the budget dropped with oversize='drop')."""
+    import bucketloader.strategies.joint as joint
+
     rows = np.random.default_rng(5).integers(1, 300, size=(300, 3))
     cap = int(rows.prod(axis=1).max()) + 10
-    with pytest.raises(ValueError, match=r"rounded up onto the grid's values.*a larger max_size"):
-        solve_joint(rows, 6, size="prod", max_size=cap, time_limit=0.1)
+    sol = solve_joint(rows, 6, size="prod", max_size=cap, exact=False, time_limit=0.05)
+    assert sol.status == "coarsened" and sol.cells.prod(axis=1).max() <= cap
+    assert (joint_assign(rows, sol.cells, "prod") >= 0).all()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(joint, "MAX_GRID", 8)
+        with pytest.raises(ValueError, match=r"rounded up onto the grid's values.*larger max_size"):
+            solve_joint(rows, 6, size="prod", max_size=cap, time_limit=0.1)
+        spec = BucketSpec.build(
+            {"a": rows[:, 0], "b": rows[:, 1], "c": rows[:, 2]},
+            max_tokens=TokenBudget(cap, oversize="drop"),
+            size="prod",
+            max_shapes=6,
+            strategy=Joint(exact=False, time_limit=0.1),
+        )
+        assert spec.joint[0]["status"] == "coarsened" and spec.filtered["oversize"] > 0
     # a sample above the limit itself: that said "rounded up onto the grid's values, which a
     # grid of more than 262,144 points coarsens" of a grid of 4 points (s24-rev)
     with pytest.raises(ValueError, match=r"size 10 of a sample \(lengths \[5, 5\]\): no cell"):
         solve_joint([[5, 5], [1, 1]], 2, max_size=8)
-    spec = BucketSpec.build(
-        {"a": rows[:, 0], "b": rows[:, 1], "c": rows[:, 2]},
-        max_tokens=TokenBudget(cap, oversize="drop"),
-        size="prod",
-        max_shapes=6,
-        strategy=Joint(exact=False, time_limit=0.1),
-    )
-    assert spec.joint[0]["status"] == "coarsened" and spec.filtered["oversize"] > 0
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -122,8 +122,10 @@ SUBGRADIENT_SHARE = 0.1
 #: number), so "no limit" is the largest value, about 11.6 days.
 MIN_TIME, MAX_TIME = 1e-3, 1e6
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key; 6:
-#: under ``work_limit`` the shakes run every counted table, NOTE [ Work instead of seconds ]).
-JOINT_FORMAT = 6
+#: under ``work_limit`` the shakes run every counted table, NOTE [ Work instead of seconds ]; 7:
+#: under ``max_size`` a coarsened grid holds the undominated samples' lengths too, NOTE [ Cells
+#: within a size limit ]).
+JOINT_FORMAT = 7
 #: The LP rounds' share of the time left after the bundle ascent; the rest goes to the search
 #: from the LP's cells, the integer program, or the shakes (NOTE [ Shakes ]). 0.85 until the
 #: shakes; at 0.7 four GSM8K K = 8/16 solves of 30 s (side by side, load 4) ended with the same
@@ -220,7 +222,8 @@ def cover_most(lengths: Any, max_shapes: int, *, size: str = "sum", max_size: fl
 
     def grid_of(keep: np.ndarray) -> Grid:
         rows, counts = hist.rows[keep], hist.counts[keep]
-        return Grid.build(rows, counts, coarse_values(rows, counts, MAX_GRID), size, cap)
+        values = coarse_values(rows, counts, MAX_GRID, size, cap)
+        return Grid.build(rows, counts, values, size, cap)
 
     def held(cells: np.ndarray, rows: np.ndarray) -> np.ndarray:
         out = np.zeros(rows.shape[0], dtype=bool)
@@ -319,9 +322,9 @@ def _search_and_bound(
     k, size = params["max_shapes"], params["size"]
     deadline = start + params["time_limit"]
     tol = params["tolerance"]
-    values = coarse_values(rows, counts, MAX_GRID)
+    cap = params.get("max_size")  # (a coarsened grid keeps every sample within it there)
+    values = coarse_values(rows, counts, MAX_GRID, size, cap)
     coarsened = any(v.size < np.unique(rows[:, d]).size for d, v in enumerate(values))
-    cap = params.get("max_size")  # (a coarsened grid rounds samples up: OverLimit if past it)
     grid = Grid.build(rows, counts, values, size, cap)
     info.update(grid=int(np.prod(grid.shape)), candidates=int(grid.cand.shape[0]))
     if cap is not None:
