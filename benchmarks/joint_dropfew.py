@@ -28,6 +28,14 @@ keeping only the samples ``j <= K`` cells within the budget hold (the most, by
 :func:`~bucketloader.strategies.joint.cover_most`) loses more of them but leaves ``K - j``
 cells free for the rest, and the plan of K cells then pads less (``j = K``: what a sampler
 plans now).
+
+A third table is data past :data:`~bucketloader.strategies.joint.MAX_GRID` grid points
+(20,000 seeded lognormal pairs of about 720 distinct lengths per input, as long paired
+sequences have), whose grid is coarsened onto quantiles: *before*, a sample within the budget
+rounded past it, and the sampler planned without the limit (what *drop, before* counts);
+*after*, the grid also holds the lengths NOTE [ Cells within a size limit ] adds; *fewest*:
+the fewest any K cells within the budget lose, by :func:`cover_most` on the exact grid
+(``MAX_GRID`` raised for it).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import argparse
 import os
 import platform
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -46,13 +55,14 @@ sys.path.insert(0, str(ROOT))
 
 from bucketloader.boundaries import joint_assign  # noqa: E402
 from bucketloader.plan import BucketSpec, TokenBudget  # noqa: E402
+from bucketloader.strategies import joint  # noqa: E402
 from bucketloader.strategies.joint import (  # noqa: E402
     Joint,
     JointHistogram,
     cover_most,
     solve_joint,
 )
-from bucketloader.strategies.joint._grid import Grid, coarse_values  # noqa: E402
+from bucketloader.strategies.joint._grid import Grid, coarse_values, sizes_of  # noqa: E402
 
 DATA = ROOT / "tests" / "data"  # provenance: tests/data/SOURCES.md
 SETS = {
@@ -72,23 +82,73 @@ def cover_count(table: np.ndarray, budget: int) -> int:
     return int(Grid.build(hist.rows, hist.counts, values, "sum", budget).cover.size)
 
 
-def over_budget(table: np.ndarray, k: int, budget: int, time_limit: float) -> int:
+def over_budget(
+    table: np.ndarray, k: int, budget: int, time_limit: float, size: str = "sum"
+) -> int:
     """Samples of ``table`` in the cells above ``budget`` of the plan without the limit (what
     both policies did before)."""
-    free = solve_joint(table, k, time_limit=time_limit)
-    over = free.cells.sum(axis=1) > budget
-    return int(over[joint_assign(table, free.cells, "sum")].sum())
+    free = solve_joint(table, k, size=size, time_limit=time_limit)
+    over = sizes_of(free.cells, size) > budget
+    return int(over[joint_assign(table, free.cells, size)].sum())
 
 
-def built(table: np.ndarray, k: int, budget: int, how: str, time_limit: float) -> BucketSpec:
+def built(
+    table: np.ndarray, k: int, budget: int, how: str, time_limit: float, size: str = "sum"
+) -> BucketSpec:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return BucketSpec.build(
             table,
             max_tokens=TokenBudget(budget, oversize=how),
+            size=size,
             max_shapes=k,
             strategy=Joint(time_limit=time_limit),
         )
+
+
+def large_grid(time_limit: float) -> list[str]:
+    """The third table: pairs past ``MAX_GRID`` grid points (see the module's docstring)."""
+    rng = np.random.default_rng(0)
+    table = np.round(rng.lognormal(5, 0.6, size=(20_000, 2))).astype(np.int64) + 1
+    distinct = [int(np.unique(table[:, d]).size) for d in (0, 1)]
+    lines = [
+        "",
+        f"Past {joint.MAX_GRID:,} grid points: 20,000 lognormal pairs (seed 0; {distinct[0]} "
+        f"and {distinct[1]} distinct lengths), budget at the 99th percentile of the size, "
+        "'drop'. Lost: past *above*; *before*: the plan without the limit (as a sample "
+        "rounded past the budget made it), *after*: now, *fewest*: the fewest any K cells "
+        "within the budget lose (exact grid).",
+        "",
+        "| size | budget | K | grid values (before -> after) | above | before | after | fewest "
+        "| padding | time (s) |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for size in ("sum", "prod"):
+        sizes = sizes_of(table, size)
+        budget = int(np.percentile(sizes, 99))
+        within = table[sizes <= budget]
+        hist = JointHistogram.from_lengths(within)
+        old = coarse_values(hist.rows, hist.counts, joint.MAX_GRID)
+        new = coarse_values(hist.rows, hist.counts, joint.MAX_GRID, size, budget)
+        shown = " x ".join(str(v.size) for v in old) + " -> " + " x ".join(str(v.size) for v in new)
+        for k in (2, 8):
+            start = time.perf_counter()
+            drop = built(table, k, budget, "drop", time_limit, size)
+            took = time.perf_counter() - start
+            above = len(table) - len(within)
+            saved, joint.MAX_GRID = joint.MAX_GRID, 1 << 20  # (the exact grid)
+            try:
+                fewest = int((~cover_most(within, k, size=size, max_size=budget)).sum())
+            finally:
+                joint.MAX_GRID = saved
+            lines.append(
+                f"| {size} | {budget:,} | {k} | {shown} | {above:,} | "
+                f"{over_budget(within, k, budget, time_limit, size):,} | "
+                f"{drop.filtered['oversize'] - above:,} | {fewest:,} | "
+                f"{drop.joint[0]['padding_ratio']:.2%} | {took:.1f} |"
+            )
+            print(lines[-1], flush=True)
+    return lines
 
 
 def main() -> None:
@@ -156,6 +216,7 @@ def main() -> None:
         sol = solve_joint(within[kept], k, max_size=budget, time_limit=tl)
         lines.append(f"| {j} | {int((~kept).sum()):,} | {sol.padding_ratio:.2%} | {sol.gap:.2%} |")
         print(lines[-1], flush=True)
+    lines += large_grid(tl)
     lines += [
         "",
         f"Of {len(np.loadtxt(DATA / SETS['multi30k (en/de)']))} Multi30k, "

@@ -136,6 +136,49 @@ def test_a_size_limit_brackets_the_oracle_of_cells_within_it(points, k, size, cu
             assert sol.objective == best == sol.lower_bound
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    points=st.lists(
+        st.tuples(st.integers(1, 20), st.integers(1, 20), st.integers(1, 3)),
+        min_size=4,
+        max_size=8,
+        unique_by=lambda t: t[:2],
+    ),
+    k=st.integers(1, 2),
+    size=st.sampled_from(["sum", "prod"]),
+    cut=st.floats(0.7, 1.0),
+    limit=st.integers(9, 24),
+)
+def test_a_coarsened_grid_under_a_size_limit_brackets_the_oracle(points, k, size, cut, limit):
+    """NOTE [ Cells within a size limit ] on a coarsened grid (MAX_GRID lowered to ``limit``):
+    the lengths added within the limit keep the plan's cells within it, every sample held,
+    and the bound (samples rounded down onto the grid) at most the least padding of any plan
+    within it; where no such lengths fit, the one OverLimit error."""
+    import bucketloader.strategies.joint as joint
+
+    rows = np.array([p[:2] for p in points], dtype=np.int64)
+    counts = np.array([p[2] for p in points], dtype=np.int64)
+    table = np.repeat(rows, counts, axis=0)
+    sizes = rows.sum(axis=1) if size == "sum" else rows.prod(axis=1)
+    cap = int(np.quantile(sizes, cut))
+    keep = sizes <= cap
+    rows, counts = rows[keep], counts[keep]
+    table = np.repeat(rows, counts, axis=0)
+    best = oracle(rows, counts, k, size, cap)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(joint, "MAX_GRID", limit)
+        try:
+            sol = solve_joint(table, k, size=size, max_size=cap, exact=False, time_limit=0.02)
+        except ValueError as e:  # (too few cells, or no room for the lengths within the limit)
+            assert best is None or "rounded up onto the grid's values" in str(e)
+            return
+    assert best is not None
+    csize = sol.cells.sum(axis=1) if size == "sum" else sol.cells.prod(axis=1)
+    assert csize.max() <= cap and len(sol.cells) <= k
+    assert (joint_assign(table, sol.cells, size) >= 0).all()
+    assert sol.lower_bound <= best <= sol.objective
+
+
 def test_shakes_and_starts_keep_a_size_limit_on_real_pairs():
     """The greedy and lattice starts, the descents and the shakes under a limit (GSM8K's first
     2,000 pairs, max_size = their longest pair, 299: the cell over everything is 363): every

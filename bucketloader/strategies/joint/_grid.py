@@ -31,13 +31,15 @@ cover's cells are on the grid (and its count is exact). Where they are more, it 
 the samples *at risk* (rounded past the limit) no other at risk dominates, each then sitting
 exactly (more values only lower the places: none is newly at risk); where even those are too
 many (three inputs), one length per sample at risk, greedily. Fewer quantiles make room where
-the grid outgrows :data:`MAX_GRID`. 20,000 lognormal pairs (about 950 distinct lengths per
-input), the budget at their 99th percentile: 52-57 samples at risk, 20-25 values added per
-input; with oversize="drop" and K = 2 (the cover is 20-27) a sampler lost 3,198-3,382 of the
-pairs within the budget, as it then planned without the limit, now 276-300 (269-297 on the
-exact grid; at the cover, an error before, none now). Only where no such values fit (three
-inputs, a budget well inside the data: 20,000 random triples at the 90th percentile) is a
-sample still rounded past the limit (:class:`OverLimit`; a sampler then plans without it).
+the grid outgrows :data:`MAX_GRID`. benchmarks/joint_dropfew.py (its third table: 20,000
+lognormal pairs of about 720 distinct lengths per input, the budget at the 99th percentile of
+the size, oversize="drop"): the sampler planned without the limit and lost, past the samples
+above the budget, 3,488 pairs at K = 2 with size="sum", now 357, where the fewest any two cells
+within the budget lose is 354 (K = 8: 961 -> 46, fewest 43; "prod" K = 2: all 19,800, an
+error, -> 691, fewest 679; K = 8: 2,121 -> 98, fewest 90); the grid grows from 313 x 311
+values to 333 x 338. At the cover: an error before, none now. Only where no such values fit
+(three inputs, a budget well inside the data: 20,000 random triples at the 90th percentile) is
+a sample still rounded past the limit (:class:`OverLimit`; a sampler then plans without it).
 
 NOTE [ Gains by prefix sums ]
 The heuristic and the bound both need, for every candidate ``c``, a sum over the samples it
