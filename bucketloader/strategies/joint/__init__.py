@@ -330,7 +330,7 @@ def _search_and_bound(
     if cap is not None:
         info["cover"] = int(grid.cover.size)
         if k < grid.cover.size:
-            raise TooFewCells(k, int(grid.cover.size), cap, exact=rows.shape[1] == 2)
+            raise TooFewCells(k, int(grid.cover.size), cap, exact=grid.cover_exact)
     const = float((grid.weight * grid.point_size).sum())
     t0 = time.perf_counter()
     budget = deadline - t0

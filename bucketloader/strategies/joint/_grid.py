@@ -110,7 +110,7 @@ class TooFewCells(ValueError):
 
     def __init__(self, k: int, need: int, max_size: float, exact: bool) -> None:
         self.need, self.exact = need, exact
-        fewest = "the fewest cells" if exact else "a greedy cover's cells"
+        fewest = "the fewest cells" if exact else "a cover, not proved the fewest"
         super().__init__(
             f"max_shapes={k} is below the {need} cells within max_size={_shown(max_size)} that "
             f"cover every sample ({fewest}): pass max_shapes={need} or more, or a larger max_size"
@@ -158,8 +158,11 @@ class Grid:
         sorted_size: ``cand_size[by_size]`` (kept: every gains round searches it).
         cover: candidate ids that together cover every point (the starts keep them; NOTE
             [ Cells within a size limit ]): the cell covering everything, or with
-            ``max_size`` the fewest cells within it (two inputs; a greedy cover with more).
+            ``max_size`` the fewest cells within it (two inputs; with more, a greedy cover or
+            the integer program's where it has fewer cells).
         max_size: the largest size a candidate may have (``None``: any).
+        cover_exact: whether ``cover`` is proved the fewest (the integer program, with more
+            than two inputs, may stop at its node limit).
     """
 
     values: tuple[np.ndarray, ...]
@@ -177,6 +180,7 @@ class Grid:
     sorted_size: np.ndarray
     cover: np.ndarray
     max_size: float | None = None
+    cover_exact: bool = True
 
     @classmethod
     def build(
@@ -234,11 +238,19 @@ class Grid:
         cand_of_flat = np.full(int(np.prod(shape)), -1, dtype=np.int64)
         cand_of_flat[cand_flat] = np.arange(cand_flat.size)
         by_size = np.argsort(cand_size, kind="stable")
+        cover_exact = True
         if max_size is None:  # the cell covering everything (a tight point: each input's top)
             top = np.ravel_multi_index(tuple(point.max(axis=0)), shape)
             cover = cand_of_flat[[top]]
         else:
             cover = _cover(point, cand, cand_of_flat, shape, point_size)
+            # a greedy cover of one or two cells is the fewest (one cell over every point is
+            # over the largest, and covers the most: the greedy's first pick)
+            if d > 2 and cover.size > 2:
+                fewer, proved = _fewest_cover(point, cand, cand_of_flat, shape)
+                cover_exact = proved
+                if fewer is not None and fewer.size < cover.size:
+                    cover = fewer
         return cls(
             values=tuple(values),
             shape=shape,
@@ -255,6 +267,7 @@ class Grid:
             sorted_size=cand_size[by_size],
             cover=cover,
             max_size=max_size,
+            cover_exact=cover_exact,
         )
 
     @staticmethod
@@ -478,8 +491,8 @@ def _cover(
     """Candidate ids that together cover every point (NOTE [ Cells within a size limit ]): with
     two inputs the fewest, from the staircase of the points no other dominates; with more, a
     greedy cover (each time the largest uncovered point, by the candidate over it that covers
-    the most uncovered points). ``most``: only the first that many (left to right along the
-    staircase, or in the greedy's order)."""
+    the most uncovered points; :meth:`Grid.build` then tries :func:`_fewest_cover`). ``most``:
+    only the first that many (left to right along the staircase, or in the greedy's order)."""
     if point.shape[1] == 2:
         # the staircase: x rising, y falling (a point with a larger y at an x at or above its
         # own dominates it)
@@ -517,6 +530,65 @@ def _cover(
         picked.append(best)
         left &= ~(point <= cand[best]).all(axis=1)
     return np.array(sorted(picked), dtype=np.int64)
+
+
+#: The exact cover with more than two inputs (:func:`_fewest_cover`): its largest model
+#: (undominated points x maximal candidates) and the branch-and-bound nodes HiGHS may take (a
+#: count, not seconds, so every rank gets the same cover).
+COVER_MODEL, COVER_NODES = 4_000_000, 500
+
+
+def _maximal(on: np.ndarray) -> np.ndarray:
+    """Of the ``True`` points of the boolean grid ``on``, those no other ``True`` point is at
+    least as long as in every input (flat indices): a point is dominated where the box above it,
+    one step further along some input, holds one (suffix ORs, one per input)."""
+    above = on.copy()
+    for ax in range(on.ndim):
+        above = np.flip(np.logical_or.accumulate(np.flip(above, ax), axis=ax), ax)
+    dominated = np.zeros(on.shape, dtype=bool)
+    for ax in range(on.ndim):
+        step = [slice(None)] * on.ndim
+        step[ax] = slice(1, None)
+        head = [slice(None)] * on.ndim
+        head[ax] = slice(None, -1)
+        dominated[tuple(head)] |= above[tuple(step)]
+    return np.flatnonzero(on & ~dominated)
+
+
+def _fewest_cover(
+    point: np.ndarray, cand: np.ndarray, cand_of_flat: np.ndarray, shape: tuple[int, ...]
+) -> tuple[np.ndarray | None, bool]:
+    """The fewest candidates covering every point, with more than two inputs (NOTE [ Cells
+    within a size limit ]): a set cover of the points no other dominates by the candidates no
+    other dominates, an integer program in SciPy's HiGHS, and whether HiGHS proved it the
+    fewest; ``None`` where the model is larger than :data:`COVER_MODEL`, SciPy is missing, or
+    HiGHS finds no cover within :data:`COVER_NODES` nodes."""
+    try:
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import csr_array
+    except ImportError:
+        return None, False
+    grid = np.zeros(shape, dtype=bool)
+    grid.ravel()[np.ravel_multi_index(tuple(point.T), shape)] = True
+    top = np.stack(np.unravel_index(_maximal(grid), shape), axis=1)
+    grid[:] = False
+    grid.ravel()[np.ravel_multi_index(tuple(cand.T), shape)] = True
+    best = np.stack(np.unravel_index(_maximal(grid), shape), axis=1)
+    if top.shape[0] * best.shape[0] > COVER_MODEL:
+        return None, False
+    covers = (top[:, None, :] <= best[None, :, :]).all(axis=2)
+    res = milp(
+        np.ones(best.shape[0]),
+        constraints=LinearConstraint(csr_array(covers.astype(np.float64)), lb=1.0),
+        integrality=np.ones(best.shape[0]),
+        bounds=Bounds(0.0, 1.0),
+        options={"node_limit": COVER_NODES},
+    )
+    if res.x is None:
+        return None, False
+    picked = best[np.flatnonzero(res.x > 0.5)]
+    cells = np.sort(cand_of_flat[np.ravel_multi_index(tuple(picked.T), shape)])
+    return cells, bool(res.status == 0)
 
 
 def coarse_values(
