@@ -106,11 +106,11 @@ class OverLimit(ValueError):
 class TooFewCells(ValueError):
     """``max_shapes`` below the fewest cells within ``max_size`` that cover every sample
     (NOTE [ Cells within a size limit ]); ``need``: that count (with more than two inputs, a
-    greedy cover's: at most that many)."""
+    greedy cover's, or on a coarsened grid: at most that many)."""
 
     def __init__(self, k: int, need: int, max_size: float, exact: bool) -> None:
         self.need, self.exact = need, exact
-        fewest = "the fewest cells" if exact else "a greedy cover's cells"
+        fewest = "the fewest cells" if exact else "a cover, not proved the fewest"
         super().__init__(
             f"max_shapes={k} is below the {need} cells within max_size={_shown(max_size)} that "
             f"cover every sample ({fewest}): pass max_shapes={need} or more, or a larger max_size"
