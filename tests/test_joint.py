@@ -16,7 +16,7 @@ from unittest import mock
 import numpy as np
 import pytest
 from conftest import load_real
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from test_plan import check_plan_invariants
 
@@ -149,6 +149,22 @@ def test_a_size_limit_brackets_the_oracle_of_cells_within_it(points, k, size, cu
     cut=st.floats(0.7, 1.0),
     limit=st.integers(9, 24),
 )
+@example(  # (CI: a grid too small for the staircase, whose cover needs 3 cells, not 2)
+    points=[
+        (1, 1, 1),
+        (1, 2, 1),
+        (1, 3, 1),
+        (1, 4, 2),
+        (1, 12, 1),
+        (3, 1, 1),
+        (3, 2, 1),
+        (4, 1, 1),
+    ],
+    k=2,
+    size="sum",
+    cut=0.875,
+    limit=9,
+)
 def test_a_coarsened_grid_under_a_size_limit_brackets_the_oracle(points, k, size, cut, limit):
     """NOTE [ Cells within a size limit ] on a coarsened grid (MAX_GRID lowered to ``limit``):
     the lengths added within the limit keep the plan's cells within it, every sample held,
@@ -170,7 +186,14 @@ def test_a_coarsened_grid_under_a_size_limit_brackets_the_oracle(points, k, size
         try:
             sol = solve_joint(table, k, size=size, max_size=cap, exact=False, time_limit=0.02)
         except ValueError as e:  # (too few cells, or no room for the lengths within the limit)
-            assert best is None or "rounded up onto the grid's values" in str(e)
+            # on a grid too small for the staircase within the limit, the samples round up onto
+            # quantiles and their cover can need more cells than the exact one
+            front = _grid._undominated(rows, int(limit**0.5) // 2) is not None
+            assert (
+                best is None
+                or "rounded up onto the grid's values" in str(e)
+                or (not front and "not proved the fewest" in str(e))
+            )
             return
     assert best is not None
     csize = sol.cells.sum(axis=1) if size == "sum" else sol.cells.prod(axis=1)
@@ -772,7 +795,7 @@ def test_a_cell_over_max_tokens_whose_samples_fit_says_so(how):
         spec = BucketSpec.build([[90, 5], [5, 90]], max_tokens=rule, **how)
         assert spec.filtered["oversize"] == 1 and spec.joint[0]["cover"] == 2
         # three inputs: a greedy cover's count, not "at least" (s24-rev)
-        with pytest.raises(ValueError, match=r"more cells within max_tokens \(a greedy cover: 3"):
+        with pytest.raises(ValueError, match=r"found no plan .* took 3 cells within max_tokens in"):
             BucketSpec.build([[90, 5, 5], [5, 90, 5], [5, 5, 90]], max_tokens=110, **how)
         return
     with pytest.raises(ValueError, match=r"cell \(90, 90\), though each of its samples fits"):

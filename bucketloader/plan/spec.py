@@ -851,13 +851,17 @@ def _fit_joint(
         sol = joint.solve(table, k, size=size, cache=cache, max_size=cap)
     except TooFewCells as exc:
         if budget is not None and budget.oversize == "error":
-            takes = (  # (with more than two inputs the count is a greedy cover's)
-                f"takes at least {exc.need} cells within max_tokens"
+            takes, leaves = (  # (with more than two inputs, or a coarsened grid, the count is
+                (f"takes at least {exc.need} cells within max_tokens", "leaves")  # a cover's)
                 if exc.exact
-                else f"takes more cells within max_tokens (a greedy cover: {exc.need})"
+                else (
+                    f"took {exc.need} cells within max_tokens in the cover found (not proved "
+                    "the fewest)",
+                    "found",
+                )
             )
             raise ValueError(
-                f"max_tokens={cap} leaves no plan of max_shapes={k} cells: a cell pads every "
+                f"max_tokens={cap} {leaves} no plan of max_shapes={k} cells: a cell pads every "
                 f"input to the longest of its samples there, and covering every sample {takes}. "
                 f"Pass max_shapes={exc.need} or more, or raise max_tokens"
             ) from None

@@ -330,7 +330,10 @@ def _search_and_bound(
     if cap is not None:
         info["cover"] = int(grid.cover.size)
         if k < grid.cover.size:
-            raise TooFewCells(k, int(grid.cover.size), cap, exact=grid.cover_exact)
+            # (a coarsened grid without the staircase's lengths rounds the samples up: its
+            # cover can need more cells than theirs)
+            proved = grid.cover_exact and not coarsened
+            raise TooFewCells(k, int(grid.cover.size), cap, exact=proved)
     const = float((grid.weight * grid.point_size).sum())
     t0 = time.perf_counter()
     budget = deadline - t0

@@ -106,7 +106,7 @@ class OverLimit(ValueError):
 class TooFewCells(ValueError):
     """``max_shapes`` below the fewest cells within ``max_size`` that cover every sample
     (NOTE [ Cells within a size limit ]); ``need``: that count (with more than two inputs, a
-    greedy cover's: at most that many)."""
+    greedy cover's, or on a coarsened grid: at most that many)."""
 
     def __init__(self, k: int, need: int, max_size: float, exact: bool) -> None:
         self.need, self.exact = need, exact
