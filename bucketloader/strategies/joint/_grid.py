@@ -22,7 +22,13 @@ covers a contiguous run of it, the smallest for a run from ``i`` to ``j`` being 
 taking each run as long as its cell fits gives the fewest cells (an interval cover), and a K
 below that count has no plan (:class:`TooFewCells`; a sampler then plans the samples K cells
 hold, the most: NOTE [ Covering the most samples within a size limit ]). With more inputs a
-greedy cover stands in.
+greedy cover (each time the largest sample left, by the cell over it holding the most) can take
+more cells than needed, and a K below its count was refused though a plan existed (2,993 random
+cases of 3-8 triples: the greedy above the fewest in 22), so where it takes three or more an
+integer program finds the fewest (:func:`_fewest_cover`: a set cover of the points no other
+dominates by the candidates no other dominates, in HiGHS under a node limit, the same on every
+rank). On 20,000 lognormal triples at the 99th percentile it took 0.3 s beside the greedy's
+0.2 s (94 cells for the greedy's 95; "prod" 137 for 138) and proved them the fewest.
 A coarsened grid rounds the samples up onto its values, which can put a sample within the limit
 above it, where no cell within the limit covers it. So under a limit :func:`coarse_values` adds
 the lengths of the samples no other dominates (with two inputs the staircase above) where they
