@@ -124,8 +124,8 @@ MIN_TIME, MAX_TIME = 1e-3, 1e6
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key; 6:
 #: under ``work_limit`` the shakes run every counted table, NOTE [ Work instead of seconds ]; 7:
 #: under ``max_size`` a coarsened grid holds the undominated samples' lengths too, NOTE [ Cells
-#: within a size limit ]).
-JOINT_FORMAT = 7
+#: within a size limit ]; 8: with more than two inputs the cover there is the fewest cells).
+JOINT_FORMAT = 8
 #: The LP rounds' share of the time left after the bundle ascent; the rest goes to the search
 #: from the LP's cells, the integer program, or the shakes (NOTE [ Shakes ]). 0.85 until the
 #: shakes; at 0.7 four GSM8K K = 8/16 solves of 30 s (side by side, load 4) ended with the same
