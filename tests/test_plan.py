@@ -11,6 +11,7 @@ from conftest import load_real
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bucketloader import BucketSampler
 from bucketloader._types import LAST_BATCH
 from bucketloader.boundaries import assign_buckets
 from bucketloader.plan import BucketSpec, TokenBudget, batch_sizes, plan_epoch
@@ -435,3 +436,14 @@ def test_precomputed_boundaries_per_group_and_per_input():
             boundaries={0: [[9], [30]], 1: [[30], [40]]},
             batch_size=2,
         )
+
+
+def test_a_spec_lists_its_shapes_as_a_sampler_does():
+    """``spec.shapes`` (one rank), as ``sampler.shapes``; it was ``spec.shape_table().shapes``
+    only (s25-user: an AttributeError)."""
+    lengths = [3, 4, 9, 10, 10, 17, 30]
+    for options in ({"batch_size": 2, "last_batch": "keep"}, {"max_tokens": 40}):
+        spec = BucketSpec.build(lengths, num_buckets=3, **options)
+        assert spec.shapes == list(spec.shape_table().shapes)
+        sampler = BucketSampler(lengths, num_buckets=3, **options)
+        assert sampler.spec.shapes == sampler.shapes

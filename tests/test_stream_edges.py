@@ -94,6 +94,30 @@ def test_a_state_behind_running_workers_without_batches_consumed_warns(kind):
         first.state_dict()  # once an epoch, not once a stream
 
 
+def test_a_new_pass_without_set_epoch_warns_once_where_it_repeats_a_shuffle():
+    """NOTE [ A stream's new pass without set_epoch ]: a second pass of a finished epoch, with
+    no set_epoch, repeats the shuffle (samplers move on by themselves): one warning, not two;
+    none after set_epoch of the same epoch (a repeat on purpose), none without a shuffle, none
+    after a pass left early (it is not finished)."""
+    src = [list(range(n)) for n in [3, 5, 7, 9, 11, 2, 4] * 6]
+    stream = BucketIterable(src, boundaries=[4, 8, 12], batch_size=4, shuffle_buffer=16)
+    first = [list(map(len, b)) for b in stream]
+    with pytest.warns(UserWarning, match=r"another pass of epoch 0, which a pass already fin"):
+        again = [list(map(len, b)) for b in stream]
+    assert again == first  # (what the warning says)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        list(stream)  # (once per stream)
+        fresh = BucketIterable(src, boundaries=[4, 8, 12], batch_size=4, shuffle_buffer=16)
+        list(fresh)
+        fresh.set_epoch(0)
+        next(iter(fresh))  # (left early: not finished)
+        list(fresh)
+        plain = BucketIterable(src, boundaries=[4, 8, 12], batch_size=4)
+        list(plain)
+        list(plain)
+
+
 def test_persistent_workers_follow_set_epoch_and_refuse_a_late_load():
     """s25-user: under ``persistent_workers=True`` the workers keep the stream copied at the
     first pass, so ``set_epoch(1)`` reached only the main process's copy: epoch 1 repeated epoch

@@ -267,6 +267,18 @@ class BucketSpec:
                 out.__dict__[name] = self.__dict__[name]
         return out
 
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """Every batch shape ``(B, L_1, ..., L_D)`` on one rank, sorted, as a sampler's
+        ``shapes`` (with several ranks: ``shape_table(num_replicas).shapes``, which can add
+        the smaller last batches of ``last_batch="keep"``).
+
+        Example:
+            >>> BucketSpec.build([3, 4, 9, 10], num_buckets=2, batch_size=2).shapes
+            [(2, 4), (2, 10)]
+        """
+        return list(self.shape_table().shapes)
+
     def shape_table(self, num_replicas: int = 1) -> ShapeTable:
         """The :class:`ShapeTable` this spec promises when split over ``num_replicas`` ranks.
 

@@ -653,6 +653,9 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         )
 
     # -- state ------------------------------------------------------------------------------
+    def _varies_by_epoch(self) -> bool:
+        return self.shuffle_buffer > 0 or super()._varies_by_epoch()
+
     def _config(self) -> dict[str, Any]:
         blists = [lookup.boundaries.tolist() for lookup in self._lookups]
         config = {

@@ -105,6 +105,20 @@ The pass says it, once, at its end, when one sample appeared ``FILL_TIMES`` time
 the repeats pass ``FILL_WARNING`` of what it read; a few scattered repeats (what ``"fill"`` is
 for) stay silent. Samples are told apart by stream position (a split document's pieces apart);
 the count restarts with a pass resumed from an exact state.
+
+NOTE [ A stream's new pass without set_epoch ]
+A sampler iterated again after a finished pass moves to the next epoch by itself (NOTE [ A new
+pass without set_epoch ] in :mod:`bucketloader.sampler`). A stream cannot: under a DataLoader
+with workers the main process's copy never iterates (each pass gets a copy of it, or persistent
+workers follow its epoch), so it would not learn of the pass, and its ``state_dict()`` would
+name an epoch the workers left. So a stream repeats the epoch, as ``DistributedSampler`` and
+``datasets.IterableDataset`` do, and says so: a pass that starts over an epoch whose pass every
+worker finished (the shared counters' rows all done), with no ``set_epoch`` since (which clears
+them) and no state loaded, warns once per copy, from worker 0, where the order depends on the
+epoch: a shuffle buffer, or a source of the user's with ``set_epoch`` (a ``datasets``
+``IterableDataset`` has one whether shuffled or not, so it is not counted: an evaluation
+stream over one is read again on purpose). ``set_epoch(e)`` before a pass of ``e`` repeats it
+without a word, as for the samplers.
 """
 
 from __future__ import annotations
@@ -897,6 +911,8 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
                 return _raising(refused)  # main process, but an iter() that raises in a
                 # persistent worker kills it: "DataLoader worker exited unexpectedly")
         state, self._resume = self._resume, None
+        if state is None and worker[0] == 0:
+            self._warn_if_repeated()
         skip = 0
         replay = state if state is not None and state["format"] == self.REPLAY_FORMAT else None
         if state is not None:
@@ -920,6 +936,36 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         cuts = getattr(self, "overflow", None) == "truncate"  # (not a callable policy)
         return _warn_at_end(
             engine.run(it), engine, type(self).__name__, self.epoch, empty, cuts=cuts
+        )
+
+    #: Whether this copy warned that a pass repeats a finished epoch (once per copy).
+    _warned_repeat: bool = False
+
+    def _varies_by_epoch(self) -> bool:
+        """Whether another epoch gives another order (a shuffle of this stream's own, or a
+        source with ``set_epoch`` of the user's; not a ``datasets.IterableDataset``, which has
+        one whether shuffled or not, and an evaluation stream over one is read again on
+        purpose)."""
+        if not callable(getattr(self.source, "set_epoch", None)):
+            return False
+        return not type(self.source).__module__.startswith("datasets.")
+
+    def _warn_if_repeated(self) -> None:
+        """NOTE [ A stream's new pass without set_epoch ]: one warning when a pass starts over
+        an epoch whose pass every worker finished, with no ``set_epoch`` since."""
+        if self._warned_repeat or not self._varies_by_epoch():
+            return
+        lanes = self._counters.lanes(self.epoch)
+        if not lanes or len(lanes) != lanes[0]["lanes"] or not all(x["done"] for x in lanes):
+            return
+        self._warned_repeat = True
+        warnings.warn(
+            f"this {type(self).__name__} starts another pass of epoch {self.epoch}, which a "
+            "pass already finished, with no set_epoch() since: it repeats that epoch's order "
+            "(shuffle, source and worker split). Call set_epoch(epoch) before each pass for a "
+            "new order (set_epoch of the same epoch repeats it on purpose, without this warning)",
+            UserWarning,
+            stacklevel=3,
         )
 
     def _replay_state(self, batches_consumed: int | None) -> dict[str, Any]:
