@@ -269,9 +269,10 @@ class BucketSpec:
 
     @property
     def shapes(self) -> list[tuple[int, ...]]:
-        """Every batch shape ``(B, L_1, ..., L_D)`` on one rank, sorted, as a sampler's
-        ``shapes`` (with several ranks: ``shape_table(num_replicas).shapes``, which can add
-        the smaller last batches of ``last_batch="keep"``).
+        """Every batch shape ``(B, L_1, ..., L_D)`` of this spec on one rank, sorted (with
+        several ranks: ``shape_table(num_replicas).shapes``, which can add the smaller last
+        batches of ``last_batch="keep"``). A sampler plans with :meth:`for_replicas`, whose
+        cells under a token budget can take fewer rows: its ``shapes`` are that spec's.
 
         Example:
             >>> BucketSpec.build([3, 4, 9, 10], num_buckets=2, batch_size=2).shapes
