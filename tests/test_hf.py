@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -1053,6 +1054,24 @@ def test_a_struct_with_several_list_fields_and_no_array_is_ambiguous():
     with pytest.raises(TypeError, match=r"column 's' is a struct .* with no single list field"):
         hf.lengths(table, "s")
     assert hf.lengths(table, "s.b").tolist() == [1]
+
+
+def test_target_length_without_a_target_column_says_it_does_nothing():
+    """target_length pads target columns; with labels bucketed as an input (or no labels) there
+    are none, and it was ignored silently (s25-user): one warning naming the inputs and the
+    fix; none for evaluation (BucketTrainer passes it on to predict, often without labels)."""
+    import datasets
+
+    ds = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * 3, [5] * 4, [5] * 6], "labels": [[1] * 2, [1] * 3, [1]]}
+    )
+    with pytest.warns(UserWarning, match=r"target_length=8 pads the target columns .* \['input"):
+        hf.for_text(ds, ["input_ids", "labels"], pad_token_id=0, batch_size=2, target_length=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hf.for_text(ds, pad_token_id=0, batch_size=2, target_length=8)  # (labels: a target)
+        hf.for_text(ds, ["input_ids", "labels"], pad_token_id=0, batch_size=2,
+                    target_length=8, evaluation=True)  # fmt: skip
 
 
 def test_target_length_and_the_decoder_mask_of_several_targets():

@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import functools
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -755,6 +756,13 @@ def pad_values(keys: Sequence[str], inputs: Sequence[str], pad_id: Any) -> dict[
     return out
 
 
+def describe_inputs(plan: Plan) -> str:
+    """The bucketed inputs and the columns that follow them, for a message."""
+    follow = sorted(plan.columns.follows)
+    out = f"{plan.inputs} are bucketed"
+    return out + (f" and {follow} follow them" if follow else "")
+
+
 class Plan(NamedTuple):
     """What :func:`build` needs besides the datasets."""
 
@@ -816,6 +824,16 @@ def build(datasets_: list[Any], plan: Plan, *, view: Any = None, options: dict[s
     targets = None
     if plan.columns.targets:
         targets = plan_targets(datasets_, plan, sampler.spec, table)
+    elif plan.target_length is not None and not plan.evaluation:  # (BucketTrainer passes the
+        # user's target_length on to predict, whose datasets often have no labels: quiet there)
+        warnings.warn(
+            f"target_length={plan.target_length} pads the target columns (list columns that "
+            "follow no bucketed input, NOTE [ Target columns ]), and these datasets have none: "
+            f"{describe_inputs(plan)}, so it does nothing. Drop it, or bucket only the input "
+            "(column='input_ids') to pad the other list columns as targets",
+            UserWarning,
+            stacklevel=3,
+        )
     decoder_input = next((c for c in plan.inputs[1:] if c in ("labels", "decoder_input_ids")), None)
     model_inputs = ModelInputs(
         collator,
