@@ -49,9 +49,11 @@ cell's samples (rounded up to ``pad_to_multiple_of``), read from the Arrow lengt
 sampler is built. The batch shape is then still one per cell, ``(B, L)`` for the input and
 ``(B, T_cell)`` for the target, and a target's padded length follows its input's length (they
 correlate strongly in translation and speech). ``target_length=<int>`` pads every target to one
-fixed length instead. Targets are padded on the right (decoders read them from position 0) with
--100 (``label*``), the pad id (``*input_ids``) or 0; ``decoder_attention_mask=True`` adds the
-target's 1/0 mask as ``decoder_attention_mask``. The maximum of a bucket follows its outliers:
+fixed length instead (with no target column, labels bucketed as an input or none at all, it does
+nothing, and says so once, except for evaluation). Targets are padded on the right (decoders read
+them from position 0) with -100 (``label*``), the pad id (``*input_ids``) or 0;
+``decoder_attention_mask=True`` adds the target's 1/0 mask as ``decoder_attention_mask``. The
+maximum of a bucket follows its outliers:
 where targets vary widely for one input length (translation), joint cells merged back to a shape
 budget (``column=["input_ids", "labels"], max_shapes=k``) pad less in total for the same number
 of shapes (``benchmarks/results/hf_models.md``). A fixed-size list column (``Sequence(...,
