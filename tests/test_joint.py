@@ -217,6 +217,35 @@ def test_three_inputs_take_the_fewest_covering_cells_within_max_size():
         solve_joint(rows, 1, max_size=17)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    points=st.lists(st.tuples(*[st.integers(1, 9)] * 3), min_size=3, max_size=8, unique=True),
+    cut=st.floats(0.6, 1.0),
+)
+def test_three_inputs_cover_with_the_fewest_cells(points, cut):
+    """The cover within max_size with three inputs (:func:`_grid._fewest_cover`) is never above
+    a brute force's fewest (checked up to two cells: where the greedy took three, the most
+    common miss) and every point is covered."""
+    rows = np.array(points, dtype=np.int64)
+    cap = float(np.quantile(rows.sum(axis=1), cut))
+    rows = rows[rows.sum(axis=1) <= cap]
+    values = [np.unique(rows[:, d]) for d in range(3)]
+    grid = _grid.Grid.build(rows, np.ones(len(rows)), values, "sum", cap)
+    covers = (grid.point[:, None, :] <= grid.cand[None, :, :]).all(axis=2)
+    assert covers[:, grid.cover].any(axis=1).all()
+    fewest = next(
+        (
+            m
+            for m in (1, 2)
+            for sub in itertools.combinations(range(len(grid.cand)), m)
+            if covers[:, list(sub)].any(axis=1).all()
+        ),
+        None,
+    )
+    if fewest is not None:
+        assert grid.cover.size == fewest and grid.cover_exact
+
+
 def test_shakes_and_starts_keep_a_size_limit_on_real_pairs():
     """The greedy and lattice starts, the descents and the shakes under a limit (GSM8K's first
     2,000 pairs, max_size = their longest pair, 299: the cell over everything is 363): every
