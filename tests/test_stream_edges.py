@@ -9,7 +9,9 @@ WORLD PORT DIR``), one process per rank."""
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 import sys
 import time
 import warnings
@@ -118,7 +120,8 @@ def test_a_new_pass_without_set_epoch_warns_once_where_it_repeats_a_shuffle():
         list(plain)
 
 
-def test_persistent_workers_follow_set_epoch_and_refuse_a_late_load():
+@pytest.mark.parametrize("copied", [None, copy.deepcopy, lambda s: pickle.loads(pickle.dumps(s))])
+def test_persistent_workers_follow_set_epoch_and_refuse_a_late_load(copied):
     """s25-user: under ``persistent_workers=True`` the workers keep the stream copied at the
     first pass, so ``set_epoch(1)`` reached only the main process's copy: epoch 1 repeated epoch
     0's shuffle, silently, and ``report()`` found no row of epoch 1. The workers now take the
@@ -134,8 +137,8 @@ def test_persistent_workers_follow_set_epoch_and_refuse_a_late_load():
     def ids(loader):
         return [[d["id"] for d in b] for b in loader]
 
-    stream = make()
-    loader = torch.utils.data.DataLoader(
+    stream = make() if copied is None else copied(make())  # s26-defects: a copy's own table
+    loader = torch.utils.data.DataLoader(  # was private, so its workers missed set_epoch
         stream, batch_size=None, num_workers=1, persistent_workers=True, collate_fn=list
     )
     epochs = []

@@ -38,7 +38,10 @@ DataLoader worker's copy from another process than the one that built the stream
 epoch, and so does a copy whose epoch was set in the worker itself: a wrapper dataset that
 forwards its epoch or a state to the stream in its ``__iter__``, which following the row put in
 epoch 0 every time; s25-rev), and every other copy writes it (a DDP rank's, pickled from its
-launcher, for its own workers). One row of the existing table, not a shared tensor of its
+launcher, for its own workers). A copy made by plain ``pickle`` or ``copy.deepcopy`` gets a
+table of its own, put in shared memory as it is unpickled: a private one was copied into forked
+persistent workers, so they missed the copy's ``set_epoch`` and replayed epoch 0 (s26-defects).
+One row of the existing table, not a shared tensor of its
 own: each ``share_memory_()`` keeps a file descriptor open for the tensor's life.
 """
 
@@ -103,6 +106,11 @@ class LaneCounters:
             state["num_cells"],
             state["table"],
         )
+        if not self.table.is_shared():  # a plain pickle / copy.deepcopy made a private table:
+            # its DataLoader's forked persistent workers would not see this copy's set_epoch
+            # and replayed epoch 0 every epoch, silently (s26-defects; a DataLoader's own
+            # pickling, spawn included, shares the storage and keeps the original's table)
+            self.table.share_memory_()
         self._setup()
 
     @property
