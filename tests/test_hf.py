@@ -1072,6 +1072,15 @@ def test_target_length_without_a_target_column_says_it_does_nothing():
         hf.for_text(ds, pad_token_id=0, batch_size=2, target_length=8)  # (labels: a target)
         hf.for_text(ds, ["input_ids", "labels"], pad_token_id=0, batch_size=2,
                     target_length=8, evaluation=True)  # fmt: skip
+    # decoder_attention_mask=True with neither a target nor a bucketed labels (s26b)
+    plain = ds.remove_columns("labels")
+    with pytest.warns(UserWarning, match=r"decoder_attention_mask=True returns .* neither"):
+        hf.for_text(plain, pad_token_id=0, batch_size=2, decoder_attention_mask=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hf.for_text(ds, pad_token_id=0, batch_size=2, decoder_attention_mask=True)
+        hf.for_text(plain, pad_token_id=0, batch_size=2, decoder_attention_mask=True,
+                    evaluation=True)  # fmt: skip
 
 
 def test_target_length_and_the_decoder_mask_of_several_targets():

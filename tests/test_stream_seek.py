@@ -442,6 +442,30 @@ def test_state_after_set_epoch_is_the_new_epochs_start(kind):
         assert dump(again) == want
 
 
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_set_epoch_of_the_epoch_in_flight_keeps_its_position(kind):
+    """set_epoch(e) inside a pass of epoch e (a loop that calls it at every step) leaves that
+    pass's position: a checkpoint after it resumes after the batches handed out (s26b: it read
+    the epoch's start for the rest of the pass, and a resume repeated them)."""
+    data = [[1] * n for n in [3, 5, 9, 4, 7, 2, 8, 6] * 8]
+
+    def make():
+        if kind == "bucket":
+            return BucketIterable(data, boundaries=[4, 9], batch_size=4, shuffle_buffer=8, seed=3)
+        return PackIterable(data, row_length=16, batch_size=2)
+
+    dump = lambda batches: [json.dumps(b, default=lambda a: a.tolist()) for b in batches]  # noqa: E731
+    want = dump(make())
+    stream = make()
+    it = iter(stream)
+    for _ in range(3):
+        next(it)
+        stream.set_epoch(0)
+    resumed = make()
+    resumed.load_state_dict(stream.state_dict())
+    assert len(want) > 3 and dump(resumed) == want[3:]
+
+
 def test_a_workers_first_checkpoint_of_an_epoch_keeps_the_other_workers_of_that_epoch(tmp_path):
     """NOTE [ Worker checkpoints ]: the workers share one directory; a worker's first write of
     an epoch removes the earlier epochs' files, never a file of its own epoch that another

@@ -837,6 +837,16 @@ def build(datasets_: list[Any], plan: Plan, *, view: Any = None, options: dict[s
             stacklevel=3,
         )
     decoder_input = next((c for c in plan.inputs[1:] if c in ("labels", "decoder_input_ids")), None)
+    if plan.decoder_attention_mask and targets is None and decoder_input is None:
+        if not plan.evaluation:  # (quiet on predict, as target_length above)
+            warnings.warn(
+                "decoder_attention_mask=True returns the mask of the target columns or of a "
+                "bucketed 'labels'/'decoder_input_ids', and these datasets have neither: "
+                f"{describe_inputs(plan)}, so no batch has one. Drop it, or keep 'labels' "
+                "as a target or bucketed input",
+                UserWarning,
+                stacklevel=3,
+            )
     model_inputs = ModelInputs(
         collator,
         targets=targets,

@@ -368,11 +368,15 @@ def _warn_at_end(
     (an empty or exhausted source: an epoch of no step); at its first step that finds the shard
     dry, :func:`_warn_dry`."""
     checked = False
-    for batch in batches:
-        if engine.dry and not checked:  # (the shard's end: every later step is dry too)
-            checked = True
-            _warn_dry(engine, owner, epoch)
-        yield batch
+    engine.live = True  # (a pass in flight: set_epoch of its epoch keeps its position)
+    try:
+        for batch in batches:
+            if engine.dry and not checked:  # (the shard's end: every later step is dry too)
+                checked = True
+                _warn_dry(engine, owner, epoch)
+            yield batch
+    finally:  # (its end, or its iterator closed: a loop left with break in CPython)
+        engine.live = False
     stats = engine.stats
     counts = [(int(stats.get(k) or 0), why) for k, why in _LEFT_OUT.items()]
     parts = [f"{n:,} {'sample' if n == 1 else 'samples'} {why}" for n, why in counts if n]
@@ -886,6 +890,11 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         self.epoch = check_int("epoch", epoch, minimum=0)
         if self._resume is not None and self._resume["epoch"] != self.epoch:
             self._resume = None
+        engine = self._engine
+        if engine is not None and engine.epoch == self.epoch and getattr(engine, "live", False):
+            return  # a pass of this epoch in flight (set_epoch called again inside the loop):
+            # it goes on, and so does its position (s26b: state_dict() read the epoch's start
+            # for the rest of the pass, and a resume from it repeated the batches handed out)
         if self._resume is None:  # the next pass starts the epoch: forget an earlier pass's
             # position (s25-user: after a pass of this same epoch, state_dict() still gave its
             # end or its stop, and a resume skipped the repeated epoch)
