@@ -9,6 +9,7 @@ real length distributions of tests/data (GSM8K, Europarl, LibriSpeech), subsampl
 from __future__ import annotations
 
 import os
+import warnings
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -1246,3 +1247,19 @@ def test_segmentation_maps_pad_with_the_models_ignore_index(tmp_path):
     assert sorted(labels.unique().tolist()) == [1, 255]  # (padding and the filler row)
     assert torch.equal(labels[:3] == 1, batch["pixel_values"][:3, 0] == 1)
     assert bool((labels[3] == 255).all())
+
+
+def test_a_labelless_training_set_gets_no_decoder_mask_it_did_not_ask_for(tmp_path):
+    """BucketTrainer asks for decoder_attention_mask where the model takes one; on a set with
+    no labels there is none to give, and asking warned (s26b) for an option the user never set:
+    the trainer asks only where the set has labels."""
+    model, ds, bucketing, _ = bart(np.random.default_rng(0))
+    trainer = hf.BucketTrainer(
+        model=model,
+        args=_args(tmp_path, remove_unused_columns=False),
+        train_dataset=ds.remove_columns("labels"),
+        bucketing=bucketing,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        trainer.get_train_dataloader()

@@ -760,7 +760,7 @@ def pad_values(keys: Sequence[str], inputs: Sequence[str], pad_id: Any) -> dict[
 
 def describe_inputs(plan: Plan) -> str:
     """The bucketed inputs and the columns that follow them, for a message."""
-    follow = sorted(plan.columns.follows)
+    follow = sorted(c for c in plan.columns.follows if c not in plan.inputs)
     out = f"{plan.inputs} are bucketed"
     return out + (f" and {follow} follow them" if follow else "")
 

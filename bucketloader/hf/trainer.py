@@ -253,7 +253,14 @@ class _BucketMixin:
                 opts.setdefault("last_batch", "drop")
         opts.setdefault("num_replicas", self.args.world_size)
         opts.setdefault("rank", self.args.process_index)
-        opts.setdefault("decoder_attention_mask", "decoder_attention_mask" in self.model_inputs())
+        names = getattr(dataset, "column_names", None)  # (a labelless set: no decoder mask
+        # to give, and asking for one warns in hf, for an option the user never set)
+        labelled = names is None or any(
+            n in names for n in ("labels", "decoder_input_ids", *self.label_names)
+        )
+        opts.setdefault(
+            "decoder_attention_mask", labelled and "decoder_attention_mask" in self.model_inputs()
+        )
         opts["evaluation"] = evaluation
         opts["sample_mask"] = True  # compute_loss masks the loss of the per-row heads by it
         tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
