@@ -53,7 +53,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import torch
 
-__all__ = ["FLUSH_EVERY", "MAX_LANES", "LaneCounters", "hand_out"]
+__all__ = ["FLUSH_EVERY", "MAX_LANES", "LaneCounters", "finished", "hand_out"]
 
 #: Workers (lanes) per stream with a row in the table.
 MAX_LANES = 64
@@ -67,6 +67,12 @@ LANE_FIELDS = ("epoch", "lanes", "done", "read", "batches")
 #: Per-cell columns, after the named fields: ``PER_CELL[j]`` of cell ``c`` is at
 #: ``len(fields) + j * num_cells + c``.
 PER_CELL = ("batches", "rows", "real", "padded")
+
+
+def finished(lanes: Sequence[dict[str, int]]) -> bool:
+    """Whether ``lanes`` (:meth:`LaneCounters.lanes` of an epoch) hold every worker's row, each
+    at its pass's end: the epoch's pass is over."""
+    return bool(lanes) and len(lanes) == lanes[0]["lanes"] and all(x["done"] for x in lanes)
 
 
 class LaneCounters:

@@ -67,7 +67,7 @@ from bucketloader.stream._buckets import (
     BucketPass,
 )
 from bucketloader.stream._schedule import SCHEDULE_HEAD, step_shares
-from bucketloader.stream.counters import LaneCounters
+from bucketloader.stream.counters import LaneCounters, finished
 from bucketloader.stream.estimate import Estimate, solve_head
 from bucketloader.stream.resume import (
     ResumableStream,
@@ -636,8 +636,7 @@ class BucketIterable(ResumableStream, state_keys=_STATE_KEYS):
         if self.steps_per_epoch is not None:
             left: int | None = self.steps_per_epoch - done
         else:
-            finished = bool(lanes) and all(lane["done"] for lane in lanes)
-            left = 0 if finished and len(lanes) == lanes[0]["lanes"] else None
+            left = 0 if finished(lanes) else None
         return SamplingReport(
             epoch=self.epoch,
             totals=totals,

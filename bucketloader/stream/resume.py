@@ -138,7 +138,7 @@ import torch.utils.data
 from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import check_int
 from bucketloader.plan.report import FILL_TIMES, FILL_WARNING, LOSS_WARNING, DataLossWarning
-from bucketloader.stream.counters import MAX_LANES, LaneCounters
+from bucketloader.stream.counters import MAX_LANES, LaneCounters, finished
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
 __all__ = [
@@ -964,8 +964,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         an epoch whose pass every worker finished, with no ``set_epoch`` since."""
         if self._warned_repeat or not self._varies_by_epoch():
             return
-        lanes = self._counters.lanes(self.epoch)
-        if not lanes or len(lanes) != lanes[0]["lanes"] or not all(x["done"] for x in lanes):
+        if not finished(self._counters.lanes(self.epoch)):
             return
         self._warned_repeat = True
         warnings.warn(
@@ -1030,7 +1029,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         lanes = self._counters.lanes(self.epoch)
         if not lanes or self._warned_ahead == self.epoch:
             return
-        if len(lanes) == lanes[0]["lanes"] and all(lane["done"] for lane in lanes):
+        if finished(lanes):
             return  # every worker's pass ended: the count is the whole epoch
         self._warned_ahead = self.epoch
         made = sum(lane["batches"] for lane in lanes)
