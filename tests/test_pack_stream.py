@@ -235,8 +235,13 @@ def test_dataloader_workers_each_pack_their_shard(gsm8k, kind):
     assert sorted(i for b in a for i, _ in b) == list(range(len(lens)))
     collate = stream.collator()
     loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=2, collate_fn=collate)
+    batches = sum(1 for _ in loader)
     assert {tuple(b["input_ids"].shape) for b in loader} == {(4, 512)}
     assert np.isclose(sum(n for b in a for _, n in b), lens.sum())
+    # s27: without steps_per_epoch report() said batches_left=None after the pass had ended
+    # (BucketIterable said 0); the main process never iterated
+    report = stream.report()
+    assert (report.batches_done, report.batches_left) == (batches, 0)
 
 
 def test_rows_held_stay_within_the_documented_bound(gsm8k):

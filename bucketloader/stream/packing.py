@@ -65,7 +65,7 @@ from bucketloader.stream._rows import (
     RowPass,
     make_length_fn,
 )
-from bucketloader.stream.counters import LaneCounters
+from bucketloader.stream.counters import LaneCounters, finished
 from bucketloader.stream.resume import (
     ResumableStream,
     check_source,
@@ -297,14 +297,15 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         yielded (``dropped``: the tail under ``last_batch="drop"``; ``left_over``), padding rows,
         batches done and, with ``steps_per_epoch``, left; the one shape's rows, real tokens and
         padded tokens. :attr:`stats` keeps the packing counters (``split``, ``repeated_rows``).
+        Without ``steps_per_epoch`` batches left are unknown (``None``) until the pass ends (0).
 
         Example:
             >>> stream = PackIterable([[1] * n for n in [5, 3, 2, 6, 2, 4]], row_length=8,
             ...                       batch_size=2)
             >>> _ = list(stream)
             >>> r = stream.report()
-            >>> r.totals["samples"], r.batches_done, r.cells[0]["real"], r.cells[0]["padded"]
-            (6, 2, 22, 32)
+            >>> r.totals["samples"], r.batches_done, r.batches_left, r.cells[0]["real"]
+            (6, 2, 0, 22)
         """
         st = self.stats
         done = int(st.get("batches", 0))
@@ -324,7 +325,10 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
             "real": int(st.get("tokens", 0)),
             "padded": done * self.batch_size * self.row_length,
         }
-        left = None if self.steps_per_epoch is None else self.steps_per_epoch - done
+        if self.steps_per_epoch is not None:
+            left: int | None = self.steps_per_epoch - done
+        else:  # known once every worker's pass has ended, as BucketIterable.report
+            left = 0 if finished(self._counters.lanes(self.epoch)) else None
         return SamplingReport(
             epoch=self.epoch,
             totals=totals,
