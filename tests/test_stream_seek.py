@@ -408,6 +408,7 @@ def test_a_worker_checkpoint_too_large_or_failing_is_skipped(tmp_path, monkeypat
     assert os.listdir(store.path) == []
 
 
+@pytest.mark.filterwarnings("ignore:this \\w+ starts another pass of epoch")  # on purpose
 @pytest.mark.parametrize("kind", ["bucket", "pack"])
 def test_state_after_set_epoch_is_the_new_epochs_start(kind):
     """A finished pass of epoch 0, then set_epoch(1): the state is epoch 1's start (before,

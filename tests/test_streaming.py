@@ -464,6 +464,7 @@ RESUME_CASES = {
 }
 
 
+@pytest.mark.filterwarnings("ignore:this \\w+ starts another pass of epoch")  # on purpose
 @pytest.mark.parametrize("case", sorted(RESUME_CASES))
 def test_resume_yields_exactly_the_remaining_batches(europarl, case):
     lens = europarl[:700]
@@ -609,6 +610,7 @@ def _loader_ids(stream, workers):
     return _ids(loader)
 
 
+@pytest.mark.filterwarnings("ignore:this \\w+ starts another pass of epoch")  # on purpose
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["hf", "list"])
 def test_dataloader_workers_each_bucket_their_shard(europarl, kind):
