@@ -158,6 +158,7 @@ class PackIterable(ResumableStream, state_keys=_STATE_KEYS):
         [[5, 3, 2, 6], [4, 2]]
         >>> ranked = PackIterable([[1] * n for n in [5, 3, 2, 6]], row_length=8, batch_size=1,
         ...                       num_replicas=2, rank=0, steps_per_epoch=3)
+        >>> # (its third step finds no document: an empty batch, and a warning at the end)
         >>> [[len(doc) for doc in batch] for batch in ranked], len(ranked)
         ([[5, 3], [2, 6], []], 3)
     """
