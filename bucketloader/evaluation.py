@@ -554,6 +554,12 @@ class EvalDataset(DatasetView, Dataset):
     ``__getitems__`` (what ``DataLoader`` calls for a batch) returns :class:`EvalSamples` that
     carry the batch's ``rows``; for an empty batch it loads the :attr:`EvalBatch.fill` sample
     as filler data. Single items and ``len`` pass through.
+
+    Example:
+        >>> sampler = EvalSampler([3, 4, 9, 2], num_buckets=1, batch_size=3, balance=False)
+        >>> dataset = sampler.wrap(["a", "bb", "ccc", "d"])  # an EvalDataset
+        >>> [(list(s), s.rows.tolist()) for s in map(dataset.__getitems__, sampler)]
+        [(['a', 'bb', 'ccc'], [0, 1, 2]), (['d'], [3, -1, -1])]
     """
 
     def __getitems__(self, batch: Sequence[int]) -> list[Any]:
@@ -572,6 +578,16 @@ class EvalCollator:
     :class:`~bucketloader.PadCollator` on :attr:`EvalSampler.shape_table`) and returns a dict;
     sets ``sample_mask`` (``(B,)`` bool) True exactly on real rows and adds ``index`` (``(B,)``
     int64, the dataset index of each row, -1 on filler rows). Picklable.
+
+    Example:
+        >>> import torch
+        >>> lengths = [3, 4, 9, 10, 10, 8, 2]
+        >>> sampler = EvalSampler(lengths, num_buckets=2, batch_size=4, balance=False)
+        >>> dataset = sampler.wrap([torch.ones(n) for n in lengths])
+        >>> collate = sampler.collator()  # an EvalCollator
+        >>> out = collate(dataset.__getitems__(next(iter(sampler))))
+        >>> tuple(out["inputs"].shape), out["sample_mask"].tolist(), out["index"].tolist()
+        ((4, 4), [True, True, True, False], [0, 1, 6, -1])
     """
 
     #: Its samples carry which rows are real (``rows``): read by

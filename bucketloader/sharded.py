@@ -133,6 +133,13 @@ class ShardReport:
     With fill it counts the repeats as real elements, as ``BucketSampler``'s report does, each
     at the mean length of its rank's samples of its bucket (the bucket's mean with exchange):
     an estimate too, since which samples repeat changes every epoch.
+
+    Example:
+        >>> sampler = ShardedSampler([3, 4, 9, 10, 5, 6], num_buckets=2, batch_size=2,
+        ...                          num_replicas=1, rank=0)
+        >>> r = sampler.report()  # a ShardReport
+        >>> r.num_samples, r.steps, r.promoted, r.filler_rows, round(r.padding_ratio, 3)
+        (6, 3, 0, 0, 0.189)
     """
 
     rank: int

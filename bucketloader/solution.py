@@ -82,6 +82,12 @@ class JointSolution(_HowFound):
         gap: ``(objective - lower_bound) / objective`` (0.0 when both are 0).
         info: solver details.
         solve_seconds: wall time of the solve.
+
+    Example:
+        >>> from bucketloader.strategies.joint import solve_joint
+        >>> sol = solve_joint([[3, 5], [4, 9], [10, 2], [9, 8]], 2)  # a JointSolution
+        >>> sol.cells.tolist(), sol.objective, sol.lower_bound, sol.status
+        ([[4, 9], [10, 8]], 12, 12, 'optimal')
     """
 
     cells: np.ndarray

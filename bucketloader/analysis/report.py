@@ -68,6 +68,13 @@ class DynamicityReport:
         dynamic: dynamic-padding baseline (random batches padded to their longest), if asked.
         batch_shapes: field → Counter of batch shapes, from scanning a DataLoader.
         num_batches: batches scanned.
+
+    Example:
+        >>> report = analyze([3, 4, 4, 9, 10, 31] * 10, num_buckets=[1, 2])
+        >>> len(report.rows), report.recommended.num_buckets
+        (12, 2)
+        >>> print(str(report).splitlines()[1])
+          samples 60 | distinct lengths 5 | min 3 | median 4 | max 31 | mean 10.2
     """
 
     source: str

@@ -40,6 +40,13 @@ def default_cache_dir() -> Path:
     Linux: ``$XDG_CACHE_HOME/bucketloader`` (``~/.cache/bucketloader``; a relative
     ``XDG_CACHE_HOME`` is ignored, as the XDG Base Directory spec requires); macOS:
     ``~/Library/Caches/bucketloader``; Windows: ``%LOCALAPPDATA%\\bucketloader\\Cache``.
+
+    Example:
+        >>> import os
+        >>> from unittest import mock
+        >>> with mock.patch.dict(os.environ, {"BUCKETLOADER_CACHE_DIR": "/tmp/my-plans"}):
+        ...     print(default_cache_dir().as_posix())
+        /tmp/my-plans
     """
     env = os.environ.get("BUCKETLOADER_CACHE_DIR")
     if env:

@@ -225,6 +225,18 @@ class ModelInputs:
         bookkeeping: keep ``sample_mask`` (and ``index`` for evaluation) in the batch.
         label_keys: more keys that are labels (a ``Trainer``'s ``label_names``, e.g.
             ``["target"]``): -100 on filler rows, as every ``label*`` key.
+
+    Example:
+        >>> from bucketloader import BucketSampler
+        >>> samples = [{"input_ids": [7] * n, "label": n % 2} for n in (3, 5, 6, 9, 10)]
+        >>> sampler = BucketSampler([3, 5, 6, 9, 10], boundaries=[6, 10], batch_size=3,
+        ...                         shuffle=False)
+        >>> [list(b) for b in sampler]
+        [[0, 1, 2], [3, 4]]
+        >>> collate = ModelInputs(sampler.collator(pad_value=0))
+        >>> batch = collate([samples[3], samples[4]])  # two samples and a filler row
+        >>> sorted(batch), tuple(batch["input_ids"].shape), batch["labels"].tolist()
+        (['attention_mask', 'input_ids', 'labels'], (3, 10), [1, 0, -100])
     """
 
     def __init__(
@@ -461,6 +473,17 @@ class Bucketing(NamedTuple):
         collator: a :class:`ModelInputs` around the sampler's ``PadCollator``.
         dataset: the dataset to load from (several datasets: a ``GroupedDataset`` over them;
             evaluation: wrapped by ``EvalSampler.wrap``).
+
+    Example:
+        >>> import datasets
+        >>> from bucketloader import hf
+        >>> data = datasets.Dataset.from_dict({"input_ids": [[7] * n for n in (3, 5, 6, 9, 10, 4)]})
+        >>> bucketing = hf.for_text(data, pad_token_id=0, num_buckets=2, batch_size=2)
+        >>> bucketing.sampler.shapes
+        [(2, 6), (2, 10)]
+        >>> sorted(tuple(b["input_ids"].shape) for b in bucketing.dataloader())
+        [(2, 6), (2, 6), (2, 10)]
+        >>> sampler, collator, dataset = bucketing  # or as a tuple
     """
 
     sampler: Any

@@ -221,6 +221,22 @@ def masked_loss(model: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, Any
     Args:
         model: the ``transformers`` model.
         batch: the collated batch (``labels`` and ``sample_mask`` included).
+
+    Example:
+        >>> import torch
+        >>> class TinyForSequenceClassification(torch.nn.Module):  # a regression head
+        ...     config = type("Config", (), {"num_labels": 1, "problem_type": "regression"})()
+        ...     def forward(self, inputs, labels=None):
+        ...         return {"logits": inputs.sum(-1, keepdim=True)}
+        >>> batch = {"inputs": torch.tensor([[1.0, 2.0], [5.0, 5.0]]),
+        ...          "labels": torch.tensor([1.0, 0.0]),
+        ...          "sample_mask": torch.tensor([True, False])}  # row 2: a filler row
+        >>> loss, outputs = masked_loss(TinyForSequenceClassification(), batch)
+        >>> loss  # (3 - 1) ** 2, the real row's alone (the filler row's would be 100)
+        tensor(4.)
+        >>> batch["sample_mask"] = torch.tensor([False, False])  # a step with no real row
+        >>> masked_loss(TinyForSequenceClassification(), batch)[0]
+        tensor(0.)
     """
     if not isinstance(batch, Mapping):
         raise TypeError(

@@ -69,7 +69,19 @@ class PackedInputs:
     causal LM takes: ``input_ids``, ``labels``, ``position_ids``, plus the mask or the varlen
     arguments of ``attention`` (NOTE [ How transformers models take a packed batch ]).
     Picklable (DataLoader workers). ``return_seq_idx=True`` also keeps ``seq_idx`` (the
-    collator must be built with ``seq_idx=True``)."""
+    collator must be built with ``seq_idx=True``).
+
+    Example:
+        >>> from bucketloader.pack import PackSampler
+        >>> docs = [[5] * n for n in (3, 5, 2, 6)]
+        >>> sampler = PackSampler([3, 5, 2, 6], row_length=8, batch_size=2)
+        >>> collate = PackedInputs(sampler.collator(pad_token_id=0))
+        >>> batch = collate([docs[i] for i in next(iter(sampler))])
+        >>> sorted(batch), tuple(batch["input_ids"].shape)
+        (['input_ids', 'labels', 'position_ids'], (2, 8))
+        >>> sorted(batch["position_ids"].tolist())  # each document's positions start at 0
+        [[0, 1, 2, 3, 4, 0, 1, 2], [0, 1, 2, 3, 4, 5, 0, 1]]
+    """
 
     def __init__(
         self,

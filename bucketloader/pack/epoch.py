@@ -130,6 +130,14 @@ class PackPlan:
         row_offsets: row ``j`` (over the whole epoch) is ``indices[row_offsets[j]:...[j + 1]]``.
         batch_rows: batch ``i`` holds rows ``batch_rows[i]:batch_rows[i + 1]``.
         kinds: row-length index of every batch.
+
+    Example:
+        >>> spec = PackSpec.build([5, 3, 2, 5, 3, 2], row_length=8, batch_size=2)
+        >>> plan = plan_pack_epoch(spec, shuffle=False)  # a PackPlan
+        >>> plan.indices.tolist(), plan.offsets.tolist(), plan.row_offsets.tolist()
+        ([0, 1, 3, 4, 2, 5], [0, 4, 6], [0, 2, 4, 6])
+        >>> len(plan), plan.batch(0), plan.rows(0)
+        (2, [0, 1, 3, 4], [[0, 1], [3, 4]])
     """
 
     indices: np.ndarray

@@ -207,6 +207,14 @@ class EpochPlan:
         offsets: batch ``i`` is ``indices[offsets[i]:offsets[i + 1]]``.
         cells: cell id of every batch.
         partial: whether each batch is its cell's last-step batch (smaller under ``"keep"``).
+
+    Example:
+        >>> spec = BucketSpec.build([3, 4, 9, 10, 10], num_buckets=2, batch_size=2)
+        >>> plan = plan_epoch(spec, shuffle=False)  # an EpochPlan
+        >>> plan.indices.tolist(), plan.offsets.tolist(), plan.cells.tolist()
+        ([2, 3, 0, 1, 4], [0, 2, 4, 5], [1, 0, 1])
+        >>> len(plan), plan.batch(2), plan.partial.tolist()
+        (3, [4], [False, False, True])
     """
 
     indices: np.ndarray

@@ -79,7 +79,17 @@ __all__ = [
 
 
 class Subsample(NamedTuple):
-    """What :func:`balanced_subsample` returns; padded rows (``valid`` false) hold zeros."""
+    """What :func:`balanced_subsample` returns; padded rows (``valid`` false) hold zeros.
+
+    Example:
+        >>> import torch
+        >>> values, labels = torch.arange(8.0).reshape(4, 2), torch.tensor([1, 0, 0, 0])
+        >>> out = balanced_subsample(values, labels, 6, seed=0)  # a Subsample
+        >>> out.values.shape, out.valid.tolist()  # 4 rows for 6 slots: 2 padded, last
+        (torch.Size([6, 2]), [True, True, True, True, False, False])
+        >>> int(out.labels.sum()), out.values[4:].tolist()  # its 1 positive; padding: zeros
+        (1, [[0.0, 0.0], [0.0, 0.0]])
+    """
 
     values: Tensor  #: ``[..., K, F]``
     labels: Tensor  #: ``[..., K]``, same dtype as the input labels
@@ -88,7 +98,14 @@ class Subsample(NamedTuple):
 
 
 class Selection(NamedTuple):
-    """What :func:`masked_select_k` returns; padded slots hold index 0 and ``valid`` false."""
+    """What :func:`masked_select_k` returns; padded slots hold index 0 and ``valid`` false.
+
+    Example:
+        >>> import torch
+        >>> out = masked_select_k(torch.tensor([False, True, False, False]), 2, seed=0)
+        >>> out.indices.tolist(), out.valid.tolist()  # one true entry: one padded slot
+        ([1, 0], [True, False])
+    """
 
     indices: Tensor  #: ``[..., k]`` int64
     valid: Tensor  #: ``[..., k]`` bool
