@@ -411,3 +411,19 @@ def pytest_collection_modifyitems(config, items):
         fn._hypothesis_internal_use_settings = settings(
             current, max_examples=quick_examples(current.max_examples)
         )
+
+
+def run_skipped_examples(functions, globs):
+    """Run the ``Example`` of each of ``functions`` whose lines are ``# doctest: +SKIP`` in the
+    package's doctests (they need a Ray or Spark runtime that a test has started): every
+    docstring example runs somewhere."""
+    import doctest
+
+    for fn in functions:
+        doc = fn.__doc__.replace("# doctest: +SKIP", "")
+        test = doctest.DocTestParser().get_doctest(doc, dict(globs), fn.__qualname__, None, 0)
+        assert test.examples, f"{fn.__qualname__} has no example"
+        runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+        out: list[str] = []
+        runner.run(test, out=out.append)
+        assert runner.failures == 0, "".join(out)

@@ -15,7 +15,7 @@ from bucketloader.boundaries import assign_buckets
 from bucketloader.engines import ray_bucket_ids, ray_histogram
 from bucketloader.histogram import JointHistogram, LengthHistogram
 from bucketloader.solve import compute_boundaries
-from tests.conftest import load_real
+from tests.conftest import load_real, run_skipped_examples
 
 # Ray is imported by the cluster fixture, not at collection: under ``pytest -n`` every worker
 # collects this file, but only the one that runs it needs Ray (~1 CPU-s of imports).
@@ -89,6 +89,15 @@ def test_exact_per_block_histograms_merged(cluster, monkeypatch):
     rows = r"length_fn\(batch\) must return one length per row of the batch .*e\.g\. length_fn="
     with pytest.raises(ValueError, match=rows):
         ray_histogram(ds, length_fn=lambda b: b["q"][:1])
+
+
+def test_the_docstring_examples_run(cluster):
+    """ray_histogram's and ray_bucket_ids's examples skip in the package's doctests (no Ray
+    there): they run here, on the test cluster."""
+    run_skipped_examples(
+        [ray_histogram, ray_bucket_ids],
+        {"ray_histogram": ray_histogram, "ray_bucket_ids": ray_bucket_ids},
+    )
 
 
 def test_nulls_tensor_column_and_bucket_ids(cluster):

@@ -11,7 +11,7 @@ import pytest
 from bucketloader.boundaries import assign_buckets
 from bucketloader.engines import spark_bucket_ids, spark_histogram
 from bucketloader.histogram import JointHistogram
-from tests.conftest import load_real
+from tests.conftest import load_real, run_skipped_examples
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -98,6 +98,15 @@ def test_counts_by_collect_where_pyspark_refuses_the_installed_pyarrow(monkeypat
 
     keys, counts, nulls = _grouped_counts(Grouped(), ["a"])
     assert keys.tolist() == [[3]] and counts.tolist() == [2] and nulls == 5
+
+
+def test_the_docstring_examples_run(spark):
+    """spark_histogram's and spark_bucket_ids's examples skip in the package's doctests (no
+    SparkSession there): they run here, on the test session."""
+    names = {"spark": spark, "spark_histogram": spark_histogram}
+    run_skipped_examples(
+        [spark_histogram, spark_bucket_ids], {**names, "spark_bucket_ids": spark_bucket_ids}
+    )
 
 
 def test_nulls_expressions_and_bucket_ids(spark):

@@ -71,7 +71,7 @@ def ray_histogram(
     Returns:
         a :class:`~bucketloader.engines.ScanResult`.
 
-    Example (needs a Ray runtime, started on first use)::
+    Example (needs a Ray runtime, started on first use; run by ``tests/test_engines_ray.py``)::
 
         >>> import ray  # doctest: +SKIP
         >>> ds = ray.data.from_items([{"ids": [1, 2, 3]}, {"ids": [4]}])  # doctest: +SKIP
@@ -138,8 +138,9 @@ def ray_bucket_ids(
     group rows by shape. Lazy like any ``map_batches``; a length above the last boundary fails
     the job with the length named. With ``nulls="skip"`` a null row gets a null bucket.
 
-    Example (needs a Ray runtime)::
+    Example (needs a Ray runtime; run by ``tests/test_engines_ray.py``)::
 
+        >>> import ray  # doctest: +SKIP
         >>> ds = ray.data.from_items([{"ids": [1, 2]}])  # doctest: +SKIP
         >>> ray_bucket_ids(ds, [1, 4], "ids").take_all()  # doctest: +SKIP
         [{'ids': [1, 2], 'bucket': 1}]

@@ -56,7 +56,8 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
     Returns:
         a :class:`~bucketloader.engines.ScanResult`.
 
-    Example (needs a SparkSession; ``tests/test_engines.py`` starts one)::
+    Example (needs a SparkSession ``spark``; ``tests/test_engines_spark.py`` starts one and runs
+    this)::
 
         >>> df = spark.createDataFrame([([1, 2, 3],), ([4],)], "ids array<int>")  # doctest: +SKIP
         >>> spark_histogram(df, "ids").histogram.values.tolist()  # doctest: +SKIP
@@ -160,8 +161,9 @@ def spark_bucket_ids(
     UDF); a length above the last boundary (or a null row with ``nulls="raise"``) fails the
     job with Spark's ``raise_error``; with ``nulls="skip"`` a null row gets a null bucket.
 
-    Example (needs a SparkSession)::
+    Example (needs a SparkSession ``spark``; run by ``tests/test_engines_spark.py``)::
 
+        >>> df = spark.createDataFrame([([1, 2, 3],), ([4],)], "ids array<int>")  # doctest: +SKIP
         >>> spark_bucket_ids(df, [1, 4], "ids").collect()  # doctest: +SKIP
         [Row(ids=[1, 2, 3], bucket=1), Row(ids=[4], bucket=0)]
     """
