@@ -134,12 +134,19 @@ class ShardReport:
     at the mean length of its rank's samples of its bucket (the bucket's mean with exchange):
     an estimate too, since which samples repeat changes every epoch.
 
+    It also speaks the report protocol of the other producers
+    (:class:`~bucketloader.plan.SamplingReport`): :attr:`padding`, :attr:`totals` (this rank's
+    counts under their names there), ``epoch``, ``batches_done`` and ``batches_left`` (this
+    rank's position), :meth:`as_dict` and a readable ``str()``.
+
     Example:
         >>> sampler = ShardedSampler([3, 4, 9, 10, 5, 6], num_buckets=2, batch_size=2,
         ...                          num_replicas=1, rank=0)
         >>> r = sampler.report()  # a ShardReport
         >>> r.num_samples, r.steps, r.promoted, r.filler_rows, round(r.padding_ratio, 3)
         (6, 3, 0, 0, 0.189)
+        >>> r.batches_done, r.batches_left, r.totals["padded_rows"], round(r.padding, 3)
+        (0, 3, 0, 0.189)
     """
 
     rank: int
@@ -158,6 +165,55 @@ class ShardReport:
     moved_all: int = 0
     repeated: int = 0
     repeated_all: int = 0
+    epoch: int = 0
+    batches_done: int = 0
+    batches_left: int | None = None
+
+    @property
+    def padding(self) -> float:
+        """:attr:`padding_ratio`, under the name every producer's report uses."""
+        return self.padding_ratio
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """This rank's counts under :data:`~bucketloader.plan.report.TOTALS`' names:
+        ``samples`` (its shard), ``promoted``, ``repeated``, ``dropped`` (deferred to the next
+        epoch), ``batches`` and ``padded_rows`` (filler rows)."""
+        return {
+            "samples": self.num_samples,
+            "promoted": self.promoted,
+            "repeated": self.repeated,
+            "dropped": self.deferred,
+            "batches": self.steps,
+            "padded_rows": self.filler_rows,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict: every field, ``padding`` and ``totals``."""
+        return {**dataclasses.asdict(self), "padding": self.padding, "totals": self.totals}
+
+    def __str__(self) -> str:
+        left = "?" if self.batches_left is None else f"{self.batches_left:,}"
+        lines = [
+            f"epoch {self.epoch} (sharded plan, rank {self.rank}): padding {self.padding:.2%} "
+            "over all ranks",
+            f"  {'':<12} {'this rank':>12} {'all ranks':>12}",
+        ]
+        for name, mine, every in (
+            ("promoted", self.promoted, self.promoted_all),
+            ("filler rows", self.filler_rows, self.filler_rows_all),
+            ("deferred", self.deferred, self.deferred_all),
+            ("repeated", self.repeated, self.repeated_all),
+        ):
+            lines.append(f"  {name:<12} {mine:>12,} {every:>12,}")
+        if self.moved_all:
+            lines.append(f"  moved out {self.moved_out:,}, in {self.moved_in:,} (all ranks: "
+                         f"{self.moved_all:,})")  # fmt: skip
+        lines.append(
+            f"  samples {self.num_samples:,} in {self.steps:,} steps ({self.stand_in_batches:,} "
+            f"stand-in batches); batches done {self.batches_done:,}, left {left}"
+        )
+        return "\n".join(lines)
 
 
 class ShardedSampler(EpochSampler):
@@ -584,7 +640,7 @@ class ShardedSampler(EpochSampler):
 
     def report(self) -> ShardReport:
         """Promotions, filler rows and padding of an epoch (the same every epoch: they depend
-        on the counts only)."""
+        on the counts only), and this rank's position in the current one."""
         s = self.schedule
         rows = s.steps * self.cells.batch
         padded = int((rows * self.cells.lengths[:, 0]).sum()) * self.num_replicas
@@ -611,6 +667,9 @@ class ShardedSampler(EpochSampler):
             moved_all=int(moves[:, 3].sum()),
             repeated=filler * (1 - empty) + int(lent[lent[:, 2] == self.rank, 3].sum()),
             repeated_all=filler_all * (1 - empty) + int(lent[:, 3].sum()),
+            epoch=self.epoch,
+            batches_done=(done := self._batches_done()),
+            batches_left=s.num_steps - done,
         )
 
     def _shown(

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader
 
 from bucketloader import BucketSampler, PackSampler
 from bucketloader.loader import ResumableDataLoader
+from bucketloader.sharded import ShardedSampler
 
 N = 3000
 LENGTHS = np.random.default_rng(0).integers(5, 400, N)
@@ -247,8 +248,10 @@ def test_iterating_directly_after_a_loader_pass_counts_again():
         lambda: BucketSampler(LENGTHS, **OPTIONS),
         # s14: PackSampler.report() counted the batches the workers had prefetched (10 here)
         lambda: PackSampler(LENGTHS, row_length=512, batch_size=8, seed=3),
+        # s27: ShardedSampler's report had no position (nor padding, totals, as_dict, str)
+        lambda: ShardedSampler(LENGTHS, num_replicas=1, rank=0, **OPTIONS),
     ],
-    ids=["bucket", "pack"],
+    ids=["bucket", "pack", "sharded"],
 )
 def test_report_counts_what_the_loop_received(make):
     sampler = make()
@@ -270,6 +273,12 @@ def test_report_counts_what_the_loop_received(make):
     assert again.report().batches_done == 0
     next(iter(again))
     assert again.report().batches_done == 1
+    # the protocol every producer's report speaks
+    report = again.report()
+    assert report.epoch == 1 and report.batches_left == len(again) - 1
+    assert 0 < report.padding < 1 and report.totals["batches"] == len(again)
+    assert json.loads(json.dumps(report.as_dict()))["batches_done"] == 1
+    assert str(report).startswith("epoch 1 (") and f"padding {report.padding:.2%}" in str(report)
 
 
 @pytest.mark.parametrize(
