@@ -242,7 +242,8 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
 
     def report(self) -> SamplingReport:
         """What evaluation does with the data, exactly: samples, filtered (left out), seen
-        (each once), filler rows, and padding per shape, over all ranks.
+        (each once), filler rows, and padding per shape, over all ranks; this rank's batches
+        done and left in the current pass (the position :meth:`state_dict` records).
 
         Example:
             >>> import warnings
@@ -253,6 +254,9 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
             >>> r = s.report()
             >>> r.totals["samples"], r.totals["too_long"], r.totals["seen"], s.kept.tolist()
             (5, 1, 4, [0, 1, 2, 3])
+            >>> _ = next(iter(s))
+            >>> s.report().batches_done, s.report().batches_left
+            (1, 1)
         """
         spec, plan = self.spec, self._plan
         n, k = int(spec.cell_of_sample.size), spec.cells.num_cells
@@ -287,12 +291,14 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
             for c in range(k)
             if spec.counts[c]
         )
+        done = min(self._yielded, len(self))  # (the position a state_dict records)
         return SamplingReport(
-            epoch=0,
+            epoch=self.epoch,
             totals=totals,
             cells=rows,
-            batches_left=len(self),
-            samples_left=int(plan["size"][:, self.rank].sum()),
+            batches_done=done,
+            batches_left=len(self) - done,
+            samples_left=int(plan["size"][done:, self.rank].sum()),
             # the joint plan's padding, bound and gap, as a sampler's report shows them
             extra={"joint": [dict(j) for j in spec.joint]} if spec.joint else {},
         )

@@ -215,7 +215,12 @@ def test_set_epoch_is_accepted_and_changes_no_batch():
     fresh = EvalSampler(lengths, num_buckets=3, batch_size=16, num_replicas=2, rank=1)
     fresh.load_state_dict(state)
     fresh.set_epoch(1)  # a pending resume position survives set_epoch
+    # s27: report() said epoch 0 and every batch left, whatever the position
+    report = fresh.report()
+    assert (report.epoch, report.batches_done, report.batches_left) == (1, 2, len(before) - 2)
+    assert report.samples_left == sum(map(len, before[2:]))
     assert [list(b) for b in fresh] == before[2:]
+    assert (fresh.report().batches_done, fresh.report().batches_left) == (len(before), 0)
     fresh.set_epoch(2)  # after a pass, the next one starts over, and so does the state
     assert fresh.state_dict()["batches_yielded"] == 0  # (s25-user: it was the pass's end)
     with pytest.raises(ValueError, match="epoch"):
