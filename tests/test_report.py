@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 from conftest import load_real
 
 from bucketloader import LengthHistogram, compute_boundaries
@@ -420,6 +421,9 @@ def test_the_summary_says_one_shape_not_one_shapes():
     assert "0% padding, 1 shape" in text
     text = analyze([3, 4, 5], num_buckets=[2], batch_size=2).summary()
     assert "unbucketed: 3 distinct lengths, so up to 3 distinct shapes (" in text
+    # s27: a scanned DataLoader's field of one shape said "1 distinct shapes"
+    loader = torch.utils.data.DataLoader([torch.ones(3)] * 4, batch_size=2)
+    assert "    batch: 1 distinct shape; (2, 3) x2" in analyze(loader).summary()
 
 
 def test_a_histogram_of_more_samples_than_memory_is_analysed_from_its_counts():

@@ -450,7 +450,7 @@ def _summary(r: DynamicityReport) -> str:
         for name, counts in r.batch_shapes.items():
             common = ", ".join(f"{tuple(s)} x{c}" for s, c in counts.most_common(3))
             more = f", ... ({len(counts) - 3} more)" if len(counts) > 3 else ""
-            out.append(f"    {name}: {len(counts):,} distinct shapes; {common}{more}")
+            out.append(f"    {name}: {_count(len(counts), 'distinct shape')}; {common}{more}")
     return "\n".join(out)
 
 
