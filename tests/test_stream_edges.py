@@ -152,7 +152,23 @@ def test_persistent_workers_follow_set_epoch_and_refuse_a_late_load(copied):
     )
     assert epochs[0] != epochs[1]
     assert stream.report().totals["batches"] == len(epochs[1])  # epoch 1's workers' rows
+    end_of_1 = stream.state_dict()  # a checkpoint at epoch 1's end
     stream.load_state_dict(stream.state_dict(batches_consumed=3))
+    with pytest.raises(RuntimeError, match="after the DataLoader's persistent workers took"):
+        next(iter(loader))
+    # s27: a loaded state that set_epoch forgets (another epoch's) leaves nothing for the
+    # workers to miss: they follow the new epoch (they refused it), until the next load
+    for epoch in (2, 3):
+        stream.load_state_dict(end_of_1)
+        stream.set_epoch(epoch)
+        fresh = make()
+        fresh.set_epoch(epoch)
+        assert ids(loader) == ids(
+            torch.utils.data.DataLoader(fresh, batch_size=None, num_workers=1, collate_fn=list)
+        )
+        stream.set_epoch(epoch + 5)  # and later epochs too, with no load since
+        assert len(ids(loader)) == len(epochs[0])
+    stream.load_state_dict(stream.state_dict(batches_consumed=2))  # a state that is pending
     with pytest.raises(RuntimeError, match="after the DataLoader's persistent workers took"):
         next(iter(loader))
 

@@ -32,7 +32,10 @@ same 54 batches in epochs 0 and 1). The table's last row (:data:`MAIN`, after th
 therefore holds the main process's epoch and its count of ``load_state_dict`` calls; a worker
 takes the epoch from it at the start of each pass, as ``datasets.IterableDataset`` shares its
 epoch with persistent workers, and refuses a pass when the main process loaded a state that its
-copy never saw (a state cannot travel through the table: a new DataLoader must copy it). Only a
+copy never saw (a state cannot travel through the table: a new DataLoader must copy it). A
+state that ``set_epoch`` then forgets (another epoch's: a checkpoint taken at an epoch's end,
+the loop going on with the next) is no longer pending, so the row then says so (the count as
+``-1 - loads``) and the workers follow the epoch until the next load (they refused it: s27). Only a
 DataLoader worker's copy from another process than the one that built the stream follows the row
 (a stream built inside a worker, or a test simulating workers in one process, keeps its own
 epoch, and so does a copy whose epoch was set in the worker itself: a wrapper dataset that

@@ -849,6 +849,9 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
     #: ``load_state_dict`` calls on this copy (NOTE [ The main process's epoch, for persistent
     #: workers ] in :mod:`bucketloader.stream.counters`).
     _loads: int = 0
+    #: Whether ``set_epoch`` forgot the state of the last ``load_state_dict`` (another epoch's):
+    #: no state is then pending, so a worker copy that never saw the loads may follow the epoch.
+    _forgotten: bool = False
 
     @property
     def epoch(self) -> int:
@@ -861,11 +864,21 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         if "_owner" not in self.__dict__:  # the first set, in __init__: the building process
             self._owner = os.getpid()
         self._epoch_set_in = os.getpid()  # (a worker that sets it keeps it: _follow_main)
-        counters = getattr(self, "_counters", None)
-        if counters is not None and (
+        if self._publishes():  # (a process's own stream, or a copy outside a DataLoader
+            self._publish()  # worker, e.g. a DDP rank's from its launcher: its workers read it)
+
+    def _publishes(self) -> bool:
+        """Whether this copy writes the epoch its workers follow (not a worker's own copy)."""
+        return getattr(self, "_counters", None) is not None and (
             self._owner == os.getpid() or torch.utils.data.get_worker_info() is None
-        ):  # (a process's own stream, or a copy outside a DataLoader worker, e.g. a DDP rank's
-            counters.publish(epoch, self._loads)  # from its launcher: its workers read it)
+        )
+
+    def _publish(self) -> None:
+        """Write the epoch and the load count (``-1 - loads`` once ``set_epoch`` forgot the last
+        load's state) for the workers (NOTE [ The main process's epoch, for persistent
+        workers ])."""
+        loads = -1 - self._loads if self._forgotten else self._loads
+        self._counters.publish(self._epoch, loads)
 
     def _config(self) -> dict[str, Any]:
         """The options a state is only valid for."""
@@ -890,6 +903,9 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         self.epoch = check_int("epoch", epoch, minimum=0)
         if self._resume is not None and self._resume["epoch"] != self.epoch:
             self._resume = None
+            if self._publishes():  # no state is pending now: workers copied before the load
+                self._forgotten = True  # need none, and may follow this epoch (s27: they
+                self._publish()  # refused it, e.g. after a state saved at an epoch's end)
         engine = self._engine
         if engine is not None and engine.epoch == self.epoch and getattr(engine, "live", False):
             return  # a pass of this epoch in flight (set_epoch called again inside the loop):
@@ -1066,6 +1082,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
                 )
         if self._owner == os.getpid() or torch.utils.data.get_worker_info() is None:
             self._loads += 1  # (a worker's own load, a wrapper's in its __iter__, is its own)
+            self._forgotten = False
         self.epoch = int(state["epoch"])
         self._resume = state
 
@@ -1074,6 +1091,8 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         pass after a ``load_state_dict`` this copy never saw (NOTE [ The main process's epoch,
         for persistent workers ] in :mod:`bucketloader.stream.counters`)."""
         epoch, loads = self._counters.published()
+        if loads < 0:  # the main process forgot its last load's state (set_epoch of another
+            loads = self._loads = -1 - loads  # epoch): nothing to see, so follow its epoch
         if loads != self._loads:
             return RuntimeError(
                 f"load_state_dict was called on this {type(self).__name__} after the "
