@@ -85,6 +85,48 @@ def test_bucket_trainer_trains_with_planned_shapes_only(tmp_path):
     assert all(b[1] <= 183 for b in sampler.shapes)
 
 
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_run_resumed_from_a_checkpoint_trains_on_the_batches_it_would_have(tmp_path, accumulate):
+    """``train(resume_from_checkpoint=...)``: Trainer sets the sampler's epoch and skips the
+    batches already trained (accelerate's ``skip_first_batches``); the resumed run trains on
+    exactly the batches, in the order and shapes, that the uninterrupted run did after the
+    checkpoint (saved mid-epoch, in epoch 0 and in epoch 1; per micro-batch with accumulation)."""
+    lens = load_real("gsm8k")[:90, 0] // 2 + 3  # (ids 5-94: the vocabulary has 100)
+    data = datasets.Dataset.from_dict(
+        {  # each sample's first token is its id, so a batch's samples can be read back
+            "input_ids": [[5 + i] + [7] * (int(n) - 1) for i, n in enumerate(lens)],
+            "label": [i % 2 for i in range(len(lens))],
+        }
+    )
+
+    class Recording(hf.BucketTrainer):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            ids = tuple(inputs["input_ids"][:, 0].tolist())
+            self.seen.append((self.state.global_step, tuple(inputs["input_ids"].shape), ids))
+            return super().training_step(model, inputs, num_items_in_batch)
+
+    def run(resume=None):
+        torch.manual_seed(0)
+        args = _args(tmp_path, num_train_epochs=2, save_strategy="steps", save_steps=5,
+                     logging_steps=100, seed=3, gradient_accumulation_steps=accumulate)  # fmt: skip
+        trainer = Recording(
+            model=transformers.BertForSequenceClassification(_bert_config()),
+            args=args,
+            train_dataset=data,
+            bucketing={"num_buckets": 3, "max_tokens": 256, "pad_token_id": 0},
+        )
+        trainer.seen = []
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer.seen
+
+    whole = run()
+    per_epoch = len(whole) // 2 // accumulate  # optimizer steps per epoch
+    for step in sorted({5, 5 * (per_epoch // 5 + 1)}):  # in epoch 0, and in epoch 1
+        assert step < len(whole) // accumulate
+        rest = run(resume=str(tmp_path / f"checkpoint-{step}"))
+        assert [b[1:] for b in rest] == [b[1:] for b in whole if b[0] >= step], step
+
+
 # -- tiny models and their data ------------------------------------------------------------------
 def _args(tmp_path, cls=None, **kw):
     base = {
