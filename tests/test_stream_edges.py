@@ -449,6 +449,18 @@ def test_a_state_of_another_kind_or_worker_count_says_which():
 
     with pytest.raises(ValueError, match=r"^state is a sampler's \(BucketSampler / PackSampler"):
         make().load_state_dict(PackSampler([5, 3], row_length=8, batch_size=1).state_dict())
+    # s27: the other stream's state said "format 1 or 2, got format 3" (or named a missing key)
+    bucket = BucketIterable(docs, length_fn="input_ids", boundaries=[4, 8], batch_size=2)
+    next(iter(bucket))
+    for state in (bucket.state_dict(), bucket.state_dict(batches_consumed=1)):
+        with pytest.raises(ValueError, match=r"^state is a BucketIterable's \(its config has bo"):
+            make().load_state_dict(state)
+    pack = make()
+    next(iter(pack))
+    with pytest.raises(ValueError, match=r"^state is a PackIterable's \(its config has row_le"):
+        BucketIterable(
+            docs, length_fn="input_ids", boundaries=[4, 8], batch_size=2
+        ).load_state_dict(pack.state_dict())
     stream = make()
     it = iter(torch.utils.data.DataLoader(stream, batch_size=None, num_workers=2, collate_fn=len))
     next(it), next(it)

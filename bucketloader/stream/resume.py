@@ -480,6 +480,18 @@ def check_state(
         raise TypeError(
             f"state must be a dict from {owner}.state_dict(), got {type(state).__name__}"
         )
+    config = state.get("config")
+    saved = None
+    if isinstance(config, dict):  # (the two streams' formats overlap: name the other one)
+        saved = "PackIterable" if "row_length" in config else None
+        saved = "BucketIterable" if "boundaries" in config and saved is None else saved
+    if saved is not None and saved != owner and owner in ("BucketIterable", "PackIterable"):
+        raise ValueError(
+            f"state is a {saved}'s (its config has "
+            f"{'row_length' if saved == 'PackIterable' else 'boundaries'}), not a {owner}'s; "
+            f"load it into a {saved}, and pass {owner}.load_state_dict a dict from "
+            f"{owner}.state_dict()"
+        )
     fmt = state.get("format")
     if fmt is None and "batches_yielded" in state:  # (the samplers' states have no format)
         raise ValueError(
