@@ -421,6 +421,7 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
             pos = check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
         return {
             "version": 1,
+            "sampler": type(self).__name__,
             "epoch": 0,
             "batches_yielded": int(pos),
             "config": self._config(),

@@ -339,7 +339,8 @@ class EpochSampler(Sampler[list[int]]):
         return ResumableDataLoader(dataset, batch_sampler=self, **kwargs)
 
     def state_dict(self, *, batches_consumed: int | None = None) -> dict[str, Any]:
-        """Small JSON-serialisable state: epoch, position and the configuration it belongs to.
+        """Small JSON-serialisable state: epoch, position, the configuration it belongs to and
+        the sampler's name (``"sampler"``: another kind of sampler refuses it by name).
 
         Args:
             batches_consumed: batches of the current epoch your loop has consumed, when it lags
@@ -350,6 +351,7 @@ class EpochSampler(Sampler[list[int]]):
         pos = self._position(batches_consumed)
         return {
             "version": _STATE_VERSION,
+            "sampler": type(self).__name__,
             "epoch": int(self.epoch),
             "batches_yielded": int(pos),
             "config": dict(self._config()),
@@ -1149,6 +1151,22 @@ def _small_buckets(spec: Any, cells: np.ndarray, q: np.ndarray, per_step: np.nda
     )
 
 
+#: The samplers whose states name them (``state["sampler"]``); a state of one is refused by
+#: another with both names (a user's subclass, named otherwise, is not checked by name).
+SAMPLER_KINDS = (
+    "BucketSampler",
+    "EvalSampler",
+    "PackSampler",
+    "ShardedSampler",
+    "WeightedBucketSampler",
+)
+
+
+def _a(name: str) -> str:
+    """``"a BucketSampler"``, ``"an EvalSampler"``."""
+    return f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
+
+
 def _check_state(
     state: Any, config: dict[str, Any], owner: str, *, epochs: bool = True
 ) -> tuple[int, int]:
@@ -1181,6 +1199,13 @@ def _check_state(
             f"{', '.join(f'{k}={saved[k]!r}' for k in drawn)}), whose epochs batch weighted "
             f"draws, not this {owner}'s samples; resume it with a WeightedBucketSampler built as "
             f"when it was saved, or pass a state from {owner}.state_dict()"
+        )
+    kind = state.get("sampler")  # (a state saved before it was recorded has none)
+    if kind in SAMPLER_KINDS and owner in SAMPLER_KINDS and kind != owner:
+        raise ValueError(  # (s27: a BucketSampler's state in a ShardedSampler said num_batches
+            # differed, in an EvalSampler that plan_digest did)
+            f"state is {_a(kind)}'s (state['sampler']), not {_a(owner)}'s; load it into the {kind} "
+            f"that saved it, and pass {owner}.load_state_dict a dict from {owner}.state_dict()"
         )
     for key, value in config.items():
         if key not in saved:
@@ -1234,7 +1259,7 @@ def _check_state(
     return epoch, pos
 
 
-_STATE_KEYS = frozenset({"version", "epoch", "batches_yielded", "config"})
+_STATE_KEYS = frozenset({"version", "sampler", "epoch", "batches_yielded", "config"})
 #: What a config entry's mismatch usually means (num_batches: the argument the user changed).
 _CONFIG_HINTS = {
     "plan_digest": " (the lengths, boundaries, row lengths, batch sizes or policies differ)",

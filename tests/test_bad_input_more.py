@@ -5,6 +5,7 @@ sample without a count and a warning; never a silently wrong resume.
 
 from __future__ import annotations
 
+import itertools
 import re
 
 import numpy as np
@@ -503,19 +504,43 @@ def test_a_mapping_source_is_refused_not_read_as_its_keys(kind):
 
 def test_a_sampler_state_of_another_kind_says_so():
     """PackSampler.load_state_dict(a BucketSampler state) said "it was saved by another
-    version"."""
+    version"; s27: a state names its sampler, and another kind is refused by both names (a
+    BucketSampler's state in a ShardedSampler said num_batches differed, in an EvalSampler that
+    plan_digest did); a state saved before it named its sampler still says what it can."""
     from bucketloader import PackSampler
+    from bucketloader.evaluation import EvalSampler
+    from bucketloader.sharded import ShardedSampler
 
-    bucket = BucketSampler([3, 5, 8, 8], num_buckets=2, batch_size=2)
-    pack = PackSampler([3, 5, 8, 8], row_length=16, batch_size=2)
+    lengths = [3, 5, 8, 8]
+    samplers = {
+        "BucketSampler": BucketSampler(lengths, num_buckets=2, batch_size=2),
+        "PackSampler": PackSampler(lengths, row_length=16, batch_size=2),
+        "EvalSampler": EvalSampler(lengths, num_buckets=2, batch_size=2),
+        "ShardedSampler": ShardedSampler(
+            lengths, num_buckets=2, batch_size=2, num_replicas=1, rank=0
+        ),
+    }
+    for saved, other in itertools.permutations(samplers, 2):
+        article = "an" if saved[0] == "E" else "a"
+        with pytest.raises(
+            ValueError,
+            match=rf"^state is {article} {saved}'s \(state\['sampler'\]\), not an? {other}'s; "
+            rf"load it into the {saved} that saved it, and pass {other}\.load_state_dict a dict "
+            rf"from {other}\.state_dict\(\)$",
+        ):
+            samplers[other].load_state_dict(samplers[saved].state_dict())
+    for sampler in samplers.values():
+        sampler.load_state_dict(sampler.state_dict())  # its own kind loads
+    bucket, pack = samplers["BucketSampler"], samplers["PackSampler"]
     for sampler, state, owner in [(pack, bucket, "PackSampler"), (bucket, pack, "BucketSampler")]:
+        old = {k: v for k, v in state.state_dict().items() if k != "sampler"}
         with pytest.raises(
             ValueError,
             match=r"^state\['config'\] has no '\w+' \(its keys: \[.*\]\): the state was saved "
             rf"by another kind of sampler or another version of bucketloader; pass a state from "
             rf"{owner}\.state_dict\(\)$",
         ):
-            sampler.load_state_dict(state.state_dict())
+            sampler.load_state_dict(old)
 
 
 def test_a_failing_custom_strategy_names_itself_and_its_input():
