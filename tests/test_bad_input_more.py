@@ -531,6 +531,11 @@ def test_a_sampler_state_of_another_kind_says_so():
             samplers[other].load_state_dict(samplers[saved].state_dict())
     for sampler in samplers.values():
         sampler.load_state_dict(sampler.state_dict())  # its own kind loads
+    # a stream's state said "state is missing ['version', 'batches_yielded']"
+    stream = BucketIterable([[1] * n for n in lengths], boundaries=[4, 8], batch_size=2)
+    next(iter(stream))
+    with pytest.raises(ValueError, match=r"^state is a stream's \(BucketIterable\.state_dict\(\)"):
+        samplers["BucketSampler"].load_state_dict(stream.state_dict())
     bucket, pack = samplers["BucketSampler"], samplers["PackSampler"]
     for sampler, state, owner in [(pack, bucket, "PackSampler"), (bucket, pack, "BucketSampler")]:
         old = {k: v for k, v in state.state_dict().items() if k != "sampler"}
