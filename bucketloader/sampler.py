@@ -1180,9 +1180,9 @@ def _check_state(
         raise TypeError(f"state must be a dict from {owner}.state_dict(), got {state!r}")
     missing = [k for k in ("version", "epoch", "batches_yielded", "config") if k not in state]
     if missing and "format" in state:  # (the streams' states have one, the samplers' none)
-        config = state.get("config") if isinstance(state.get("config"), dict) else {}
-        stream = "PackIterable" if "row_length" in config else "BucketIterable / PackIterable"
-        stream = "BucketIterable" if "boundaries" in config else stream
+        its = state["config"] if isinstance(state.get("config"), dict) else {}
+        stream = "PackIterable" if "row_length" in its else "BucketIterable / PackIterable"
+        stream = "BucketIterable" if "boundaries" in its else stream
         raise ValueError(
             f"state is a stream's ({stream}.state_dict(): it has 'format' and no "
             f"'batches_yielded'), not {_a(owner)}'s; load it into the stream that saved it, and "

@@ -297,6 +297,26 @@ def test_int32_and_int64_shards_read_on_the_cli_and_are_named_in_python(spark, t
         r" but int .*spark\.read\.schema\('n bigint'\)",
     ):
         spark_histogram(spark.read.parquet(str(tmp_path)), "n")
+    # s27: token-list shards, int32 ids in one file and int64 in the other: the fix offered
+    # the schema '`ids, list, element` bigint' (Spark's name of the Parquet path), unreadable
+    lists = tmp_path / "lists"
+    lists.mkdir()
+    pq.write_table(
+        pa.table({"ids": pa.array([[1, 2], [3]], pa.list_(pa.int32()))}), lists / "a.parquet"
+    )
+    pq.write_table(
+        pa.table({"ids": pa.array([[1, 2, 3, 4]], pa.list_(pa.int64()))}), lists / "b.parquet"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"b\.parquet: the list elements of column 'ids' are Parquet INT64 in this file but "
+        r"int .*spark\.read\.schema\('ids array<bigint>'\)",
+    ):
+        spark_histogram(spark.read.parquet(str(lists)), "ids")
+    r = spark_histogram(spark.read.schema("ids array<bigint>").parquet(str(lists)), "ids")
+    assert (r.histogram.values.tolist(), r.histogram.counts.tolist()) == ([1, 2, 4], [1, 1, 1])
+    assert main(["report", str(lists), "--column", "ids", "-k", "2", "--engine", "spark"]) == 0
+    assert "samples 3 " in capsys.readouterr().out
 
 
 def test_python_api_names_an_untyped_empty_first_shard_and_the_fix(spark, tmp_path):

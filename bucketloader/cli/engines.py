@@ -81,7 +81,7 @@ def _engine_histogram(
         print(f"bucketloader: note: {skipped_note(path, files, skipped)}", file=sys.stderr)
     if column is None:
         column = _only_column(files[0])
-    empty, widths = _footers(files, column) if engine in ("ray", "spark") else ((), 0)
+    empty, wider = _footers(files, column) if engine in ("ray", "spark") else ((), None)
     # Ray and Spark read only the files that hold rows (they add nothing else): an empty shard
     # written from an empty list has columns of type null, and Spark, whose schema then came from
     # it, failed on the others with a Java traceback ("Invalid Spark read type")
@@ -124,10 +124,10 @@ def _engine_histogram(
             # Spark's 3 tries (68 s), in a 200-line Py4JJavaError traceback, exit 1)
             raise ValueError(_no_session(exc)) from None
         reader = spark.read
-        if widths > 1:  # int32 lengths in one shard, int64 in another:
+        if wider is not None:  # int32 lengths (or token ids) in one shard, int64 in another:
             # Spark reads every file as the one file's type it took and fails on a wider one
             # (the local and Ray engines widen); given bigint, it reads them all
-            reader = reader.schema(f"`{column.replace('`', '``')}` bigint")
+            reader = reader.schema(f"`{column.replace('`', '``')}` {wider}")
         result = spark_histogram(reader.parquet(*read), column, nulls=nulls)
     else:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got --engine {engine}")
@@ -148,15 +148,16 @@ def _engine_histogram(
     return hist, result.num_nulls
 
 
-def _footers(files: list[str], column: str) -> tuple[tuple[str, ...], int]:
+def _footers(files: list[str], column: str) -> tuple[tuple[str, ...], str | None]:
     """Each file's Parquet footer, read once: the files that count no row (what
-    ``parquet_histogram`` tells the local engine's scan), and how many integer types ``column``
-    has over the others (0 where a file holds it as anything else: Spark's own read then
-    stands, and its errors)."""
+    ``parquet_histogram`` tells the local engine's scan), and the Spark type that reads
+    ``column`` in every other file where they hold it as integers of several widths
+    (``bigint``), or lists of them (``array<bigint>``: token ids written by two writers; s27),
+    else ``None`` (Spark's own read then stands, and its errors)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    empty, types, other = [], set(), False
+    empty, types = [], set()
     for f in files:
         meta = pq.read_metadata(f)
         if meta.num_rows == 0:
@@ -164,10 +165,14 @@ def _footers(files: list[str], column: str) -> tuple[tuple[str, ...], int]:
             continue
         schema = meta.schema.to_arrow_schema()
         if column in schema.names:
-            t = schema.field(column).type
-            other = other or not pa.types.is_integer(t)
-            types.add(t)
-    return tuple(empty), 0 if other else len(types)
+            types.add(schema.field(column).type)
+    lists = [t.value_type for t in types if pa.types.is_list(t) or pa.types.is_large_list(t)]
+    if len(types) > 1 and all(pa.types.is_integer(t) for t in types):
+        return tuple(empty), "bigint"
+    if len(lists) == len(types) and len(set(lists)) > 1:
+        if all(pa.types.is_integer(t) for t in lists):
+            return tuple(empty), "array<bigint>"
+    return tuple(empty), None
 
 
 def _disagreeing_file(files: list[str], column: str) -> str | None:

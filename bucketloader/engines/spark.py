@@ -356,16 +356,22 @@ def _type_mismatch(exc: Exception) -> str | None:
     if found is None:
         return None
     path, column, expected, actual = found.groups()
-    name = column if _PLAIN.fullmatch(column) else _quoted(column)
+    # a list column's elements: Spark names the Parquet path "ids, list, element" (s27: the fix
+    # then offered the schema '`ids, list, element` bigint', which Spark cannot read)
+    element = re.fullmatch(r"(.+), list, element", column)
+    top = element.group(1) if element is not None else column
+    name = top if _PLAIN.fullmatch(top) else _quoted(top)
     wider = _WIDER.get(actual)
+    ddl = f"{name} array<{wider}>" if element is not None else f"{name} {wider}"
     fix = (
-        f"read the files with the wider type, spark.read.schema({f'{name} {wider}'!r})"
+        f"read the files with the wider type, spark.read.schema({ddl!r})"
         ".parquet(...), or write the column with one type in every file"
-        if wider is not None and expected in ("tinyint", "smallint", "int")
+        if wider is not None and expected in ("tinyint", "smallint", "int") and ", " not in top
         else "write the column with one type in every file"
     )
+    what = f"the list elements of column {top!r} are" if element else f"column {top!r} is"
     return (
-        f"{path}: column {column!r} is Parquet {actual} in this file but {expected} in the "
+        f"{path}: {what} Parquet {actual} in this file but {expected} in the "
         f"DataFrame's schema (Spark took it from another file), and Spark does not convert it. "
         f"Fix: {fix}"
     )
