@@ -73,10 +73,13 @@ def test_bucket_trainer_trains_with_planned_shapes_only(tmp_path):
         processing_class=tokenizer,  # the pad id comes from here
         bucketing={"num_buckets": 3, "max_tokens": 640, "last_batch": "pad"},
     )
+    # s27: the plan can be read before training (it was None until get_train_dataloader)
+    planned = trainer.bucketing
+    assert planned is not None and len(planned.sampler.shapes) >= 3
     loader = trainer.get_train_dataloader()
     assert type(loader).__name__ == "EpochDataLoader"  # not re-wrapped by accelerate
     sampler = trainer.bucketing.sampler
-    assert len(loader) == len(sampler)
+    assert sampler is planned.sampler and len(loader) == len(sampler)
     out = trainer.train()
     assert len(seen) == 4
     assert set(seen) <= set(sampler.shapes), (seen, sampler.shapes)
@@ -964,6 +967,7 @@ def test_an_iterable_train_dataset_is_refused_naming_train_dataset(tmp_path):
     empty = ds.select([])
     trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=empty)
     assert trainer.predict(ds.select(range(3))).predictions.shape[0] == 3
+    assert trainer.bucketing is None  # (no plan to read, and no error for reading it)
     with pytest.raises(ValueError, match=r"got train_dataset with no rows \(len\(train_dataset"):
         trainer.train()
     with pytest.raises(ValueError, match=r"got test_dataset with no rows"):

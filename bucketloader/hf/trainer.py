@@ -187,9 +187,9 @@ class _BucketMixin:
         self._compile_in_place()
         self._note_overrides()
         self._eval_options = dict(eval_bucketing or {})
-        self.bucketing: Bucketing | None = bucketing if isinstance(bucketing, Bucketing) else None
+        self._bucketing: Bucketing | None = bucketing if isinstance(bucketing, Bucketing) else None
         self._built_rows: int | None = None  # the _train_batch_size of the bucketing built
-        if self.bucketing is not None and self.args.auto_find_batch_size:
+        if self._bucketing is not None and self.args.auto_find_batch_size:
             warnings.warn(
                 f"{type(self).__name__}: auto_find_batch_size=True cannot shrink the batches of "
                 "a prebuilt bucketing=Bucketing(...) after an out-of-memory error (it would "
@@ -316,17 +316,35 @@ class _BucketMixin:
             prefetch_factor=self.args.dataloader_prefetch_factor if workers else None,
         )
 
-    def get_train_dataloader(self) -> Any:
-        """A plain ``DataLoader`` over the bucket sampler (NOTE [ Why the DataLoaders ... ])."""
-        if self.bucketing is not None and self._built_rows not in (None, self._train_batch_size):
-            self.bucketing = None  # auto_find_batch_size lowered the batch size: plan anew
-        if self.bucketing is None:
+    @property
+    def bucketing(self) -> Bucketing | None:
+        """The training sampler (its ``shapes`` are every batch shape training sees), collator
+        and dataset: planned on first use (this, or training), ``None`` without a non-empty
+        ``train_dataset`` (s27: it was ``None`` until the first ``get_train_dataloader()``)."""
+        if self._bucketing is None and _has_rows(self.train_dataset):
+            self._bucketing = self._train_bucketing()
+        return self._bucketing
+
+    @bucketing.setter
+    def bucketing(self, value: Bucketing | None) -> None:
+        self._bucketing = value
+
+    def _train_bucketing(self) -> Bucketing:
+        """The training plan, built anew (when none is, or the batch size changed)."""
+        if self._bucketing is not None and self._built_rows not in (None, self._train_batch_size):
+            self._bucketing = None  # auto_find_batch_size lowered the batch size: plan anew
+        if self._bucketing is None:
             if self.train_dataset is None:
                 raise ValueError("Trainer: training requires a train_dataset.")
             self._check_rows(self.train_dataset, "train_dataset")
-            self.bucketing = self._build_bucketing(self.train_dataset, evaluation=False)
+            self._bucketing = self._build_bucketing(self.train_dataset, evaluation=False)
+        return self._bucketing
+
+    def get_train_dataloader(self) -> Any:
+        """A plain ``DataLoader`` over the bucket sampler (NOTE [ Why the DataLoaders ... ])."""
+        bucketing = self._train_bucketing()
         self._plan_compiled_shapes()
-        return self._loader(self.bucketing)
+        return self._loader(bucketing)
 
     def get_eval_dataloader(self, eval_dataset: str | Any = None) -> Any:
         """A plain ``DataLoader`` over an ``EvalSampler`` (every sample once, dataset order)."""
@@ -424,7 +442,7 @@ class _BucketMixin:
             return
         for key, dataset in self._eval_datasets().items():
             self._eval_bucketing_of(dataset, key)
-        train = len(self.bucketing.sampler.shapes) if self.bucketing is not None else 0
+        train = len(self._bucketing.sampler.shapes) if self._bucketing is not None else 0
         evals = sum(len(b.sampler.shapes) for _, b in self._eval_cache.values())
         import torch._dynamo.config as config
 
@@ -554,7 +572,7 @@ class _BucketMixin:
         ``evaluate()`` reports no ``eval_loss``: say so once per evaluation set."""
         from bucketloader.hf.packing import PackedInputs
 
-        train = self.bucketing.collator if self.bucketing is not None else None
+        train = self._bucketing.collator if self._bucketing is not None else None
         if key == "test" or self._lm is not None or not isinstance(train, PackedInputs):
             return
         if "labels" in dataset.column_names:
@@ -915,6 +933,14 @@ def _rows_of(dataset: Any) -> str:
         return f"{len(dataset):,} rows"
     except TypeError:
         return type(dataset).__name__
+
+
+def _has_rows(dataset: Any) -> bool:
+    """Whether ``dataset`` is a training set with rows (not ``None``, not empty)."""
+    try:
+        return dataset is not None and len(dataset) > 0
+    except TypeError:
+        return True  # (no length: training's own check names it)
 
 
 def _is_stream(dataset: Any) -> bool:
@@ -1297,9 +1323,10 @@ class BucketTrainer(_BucketMixin, transformers.Trainer):
             ``accumulate`` and ``batch_size`` (which defaults to ``per_device_eval_batch_size``).
         **kwargs: as ``transformers.Trainer``.
 
-    After the first ``get_train_dataloader()``, ``trainer.bucketing`` holds the training sampler
-    (its ``shapes`` are every batch shape training sees) and collator; after ``evaluate`` or
-    ``predict``, ``trainer.eval_bucketing`` holds theirs.
+    ``trainer.bucketing`` holds the training sampler (its ``shapes`` are every batch shape
+    training sees) and collator, planned on first use (reading it plans training's epochs
+    before ``train()``); after ``evaluate`` or ``predict``, ``trainer.eval_bucketing`` holds
+    theirs.
 
     ``TrainingArguments(torch_compile=True)`` compiles one static graph per planned shape, the
     recompile limit is raised to the planned train + eval shapes, and :meth:`precompile` (or
