@@ -49,7 +49,18 @@ def check_dataset_size(sampler: Any, dataset: Any, planned: int, *, at_least: bo
     """Refuse a dataset whose size disagrees with the ``planned`` lengths, either way: one too
     short fails deep in a worker, one too long trains silently on its first ``planned`` samples
     (s10-user). ``at_least``: the dataset only has to hold ``planned`` rows (indices are global
-    row ids). A dataset without ``__len__`` is not checked."""
+    row ids). A dataset without ``__len__`` is not checked.
+
+    Example:
+        >>> from bucketloader import BucketSampler
+        >>> sampler = BucketSampler([3, 4, 9], num_buckets=2, batch_size=2)
+        >>> check_dataset_size(sampler, ["a", "b", "c"], 3)  # one sample per length: quiet
+        >>> try:
+        ...     check_dataset_size(sampler, ["a", "b", "c", "d"], 3)
+        ... except ValueError as exc:
+        ...     print(str(exc)[:74])
+        dataset has 4 samples but this BucketSampler was planned on lengths for 3;
+    """
     if not hasattr(dataset, "__len__"):
         return
     size = len(dataset)

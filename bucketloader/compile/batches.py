@@ -230,7 +230,12 @@ class ExampleBatches:
 
 
 def check_shapes(shapes: Any, *, what: str = "shapes") -> list[tuple[int, ...]]:
-    """A plan's shapes as a sorted list of distinct int tuples ``(B, L_1, ...)``, each >= 1."""
+    """A plan's shapes as a sorted list of distinct int tuples ``(B, L_1, ...)``, each >= 1.
+
+    Example:
+        >>> check_shapes([[2, 8], (2, 8), (4, 3)])
+        [(2, 8), (4, 3)]
+    """
     try:
         out = sorted({tuple(int(x) for x in s) for s in shapes})
         ok = bool(out) and all(len(s) >= 2 and min(s) >= 1 for s in out)
@@ -245,7 +250,13 @@ def check_shapes(shapes: Any, *, what: str = "shapes") -> list[tuple[int, ...]]:
 
 
 def to_device(batch: Any, device: torch.device | str | None) -> Any:
-    """``batch`` with every tensor (in dicts, lists and tuples) moved to ``device``."""
+    """``batch`` with every tensor (in dicts, lists and tuples) moved to ``device``.
+
+    Example:
+        >>> batch = to_device({"x": torch.ones(2), "rows": [torch.zeros(1)], "n": 3}, "cpu")
+        >>> batch["x"].device.type, batch["rows"][0].device.type, batch["n"]
+        ('cpu', 'cpu', 3)
+    """
     if device is None:
         return batch
     if isinstance(batch, torch.Tensor):

@@ -109,7 +109,14 @@ def _check_cuttable(sample: Any, length: int, i: int) -> None:
 
 def cut(sample: Any, length: int, start: int, stop: int) -> Any:
     """``sample[start:stop]``; a dict has every sequence entry of the sample's length cut (so
-    ``input_ids``, ``attention_mask`` and ``labels`` stay aligned)."""
+    ``input_ids``, ``attention_mask`` and ``labels`` stay aligned).
+
+    Example:
+        >>> sample = {"input_ids": [1, 2, 3, 4], "attention_mask": [1, 1, 1, 1], "label": 7,
+        ...           "text": "abcd"}  # (a string is not cut, even of the sample's length)
+        >>> cut(sample, 4, 1, 3)
+        {'input_ids': [2, 3], 'attention_mask': [1, 1], 'label': 7, 'text': 'abcd'}
+    """
     if isinstance(sample, Mapping):
         out = dict(sample)
         for k, v in sample.items():

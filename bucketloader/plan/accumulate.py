@@ -59,7 +59,14 @@ def longest_group_first(
     best: int, k: int, sc: np.ndarray, sj: np.ndarray, seg: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Move the first whole group of cell ``best`` to the front (NOTE [ Longest batch first ]
-    in :mod:`bucketloader.plan.epoch`, by groups)."""
+    in :mod:`bucketloader.plan.epoch`, by groups).
+
+    Example:
+        >>> sc = np.array([0, 0, 1, 1, 0, 0])  # the batches' cells, in groups of k = 2
+        >>> sc2, sj2, _ = longest_group_first(1, 2, sc, np.arange(6), np.arange(6))
+        >>> sc2.tolist(), sj2.tolist()
+        ([1, 1, 0, 0, 0, 0], [2, 3, 0, 1, 4, 5])
+    """
     starts = np.flatnonzero(sc[::k] == best) * k
     if starts.size == 0 or starts[0] == 0:
         return sc, sj, seg

@@ -133,7 +133,13 @@ def resolve_strategy(
 
 
 def strategy_defaults(fn: Strategy) -> tuple[dict[str, Any], bool]:
-    """Keyword-only options of ``fn`` with their defaults, and whether it takes ``**kwargs``."""
+    """Keyword-only options of ``fn`` with their defaults, and whether it takes ``**kwargs``.
+
+    Example:
+        >>> def mine(hist, k, *, alpha=0.5, **kwargs): ...
+        >>> strategy_defaults(mine)
+        ({'alpha': 0.5}, True)
+    """
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):

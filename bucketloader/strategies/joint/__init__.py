@@ -606,6 +606,13 @@ def resolve_joint(
     more inputs when ``max_shapes`` is given without ``num_buckets``, ``strategy`` or
     ``boundaries`` and ``size`` is ``"sum"`` or ``"prod"`` (a callable ``size`` keeps the lattice
     with the default ``num_buckets``).
+
+    Example:
+        >>> options = dict(boundaries=None, num_inputs=2, size="sum")
+        >>> resolve_joint(None, max_shapes=8, num_buckets=None, **options).time_limit
+        5.0
+        >>> resolve_joint(None, max_shapes=8, num_buckets=[3, 3], **options) is None  # lattice
+        True
     """
     if isinstance(strategy, type) and issubclass(strategy, Joint):
         # the class is callable, so it would pass for a 1-D strategy and fail on a histogram
