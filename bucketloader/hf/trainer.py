@@ -1332,6 +1332,25 @@ class BucketTrainer(_BucketMixin, transformers.Trainer):
     recompile limit is raised to the planned train + eval shapes, and :meth:`precompile` (or
     ``bucketing={"precompile": True}``) compiles them all before step 1 (NOTE [ torch.compile
     and the planned shapes ]).
+
+    Example:
+        >>> import datasets, tempfile, transformers
+        >>> lengths = range(3, 43)
+        >>> data = datasets.Dataset.from_dict(
+        ...     {"input_ids": [[5] * n for n in lengths], "label": [n % 2 for n in lengths]})
+        >>> model = transformers.BertForSequenceClassification(transformers.BertConfig(
+        ...     vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+        ...     intermediate_size=16, pad_token_id=0))
+        >>> args = transformers.TrainingArguments(tempfile.mkdtemp(), max_steps=2, use_cpu=True,
+        ...     report_to=[], save_strategy="no", disable_tqdm=True, logging_strategy="no")
+        >>> trainer = BucketTrainer(model=model, args=args, train_dataset=data,
+        ...     bucketing={"num_buckets": 4, "batch_size": 8, "pad_token_id": 0})
+        >>> trainer.bucketing.sampler.shapes  # every batch shape training will see
+        [(8, 12), (8, 22), (8, 32), (8, 42)]
+        >>> out = trainer.train()  # doctest: +ELLIPSIS
+        {'train_runtime': ...}
+        >>> out.global_step
+        2
     """
 
 
@@ -1341,6 +1360,29 @@ class BucketSeq2SeqTrainer(_BucketMixin, transformers.Seq2SeqTrainer):
     Generation itself grows the output token by token (its shapes are ``generate``'s); the
     encoder inputs are at planned shapes and the generated tokens come back in dataset order,
     padded to the generation ``max_length`` as ``Seq2SeqTrainer`` pads them.
+
+    Example:
+        >>> import datasets, tempfile, transformers
+        >>> pairs = [(3 + i % 9, 2 + i % 5) for i in range(24)]
+        >>> data = datasets.Dataset.from_dict({"input_ids": [[5] * s for s, _ in pairs],
+        ...                                    "labels": [[6] * t for _, t in pairs]})
+        >>> model = transformers.BartForConditionalGeneration(transformers.BartConfig(
+        ...     vocab_size=16, d_model=8, encoder_layers=1, decoder_layers=1,
+        ...     encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=16,
+        ...     decoder_ffn_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        ...     decoder_start_token_id=2, max_position_embeddings=32))
+        >>> args = transformers.Seq2SeqTrainingArguments(tempfile.mkdtemp(), max_steps=1,
+        ...     use_cpu=True, report_to=[], save_strategy="no", disable_tqdm=True,
+        ...     predict_with_generate=True, generation_max_length=8)
+        >>> trainer = BucketSeq2SeqTrainer(model=model, args=args, train_dataset=data,
+        ...     bucketing={"column": ["input_ids", "labels"], "max_shapes": 3, "batch_size": 4,
+        ...                "pad_token_id": 0})
+        >>> trainer.bucketing.sampler.shapes  # joint (batch, input, target) cells
+        [(4, 6, 4), (4, 8, 6), (4, 11, 5)]
+        >>> out = trainer.train()  # doctest: +ELLIPSIS
+        {'train_runtime': ...}
+        >>> trainer.predict(data.select(range(5))).predictions.shape[0]  # dataset order
+        5
     """
 
     def _prepare_prediction(
