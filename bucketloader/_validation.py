@@ -162,6 +162,16 @@ def check_folder(name: str, value: Any) -> Path:
     return Path(os.fspath(value)).expanduser()
 
 
+def a_kind(name: str) -> str:
+    """A class name with its article, for messages.
+
+    Example:
+        >>> a_kind("BucketSampler"), a_kind("EvalSampler")
+        ('a BucketSampler', 'an EvalSampler')
+    """
+    return f"{'an' if name[:1] in ('A', 'E', 'I', 'O', 'U') else 'a'} {name}"
+
+
 def describe(value: Any) -> str:
     """A short description of a value for error messages (arrays by kind, dtype and shape).
 

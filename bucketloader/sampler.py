@@ -78,6 +78,7 @@ from bucketloader._dist import (
 )
 from bucketloader._types import LazyModule
 from bucketloader._validation import (
+    a_kind,
     check_bool,
     check_collator_options,
     check_int,
@@ -1162,11 +1163,6 @@ SAMPLER_KINDS = (
 )
 
 
-def _a(name: str) -> str:
-    """``"a BucketSampler"``, ``"an EvalSampler"``."""
-    return f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
-
-
 def _check_state(
     state: Any, config: dict[str, Any], owner: str, *, epochs: bool = True
 ) -> tuple[int, int]:
@@ -1185,8 +1181,8 @@ def _check_state(
         stream = "BucketIterable" if "boundaries" in its else stream
         raise ValueError(
             f"state is a stream's ({stream}.state_dict(): it has 'format' and no "
-            f"'batches_yielded'), not {_a(owner)}'s; load it into the stream that saved it, and "
-            f"pass {owner}.load_state_dict a dict from {owner}.state_dict()"
+            f"'batches_yielded'), not {a_kind(owner)}'s; load it into the stream that saved "
+            f"it, and pass {owner}.load_state_dict a dict from {owner}.state_dict()"
         )
     if missing:
         raise ValueError(
@@ -1213,8 +1209,9 @@ def _check_state(
     if kind in SAMPLER_KINDS and owner in SAMPLER_KINDS and kind != owner:
         raise ValueError(  # (s27: a BucketSampler's state in a ShardedSampler said num_batches
             # differed, in an EvalSampler that plan_digest did)
-            f"state is {_a(kind)}'s (state['sampler']), not {_a(owner)}'s; load it into the {kind} "
-            f"that saved it, and pass {owner}.load_state_dict a dict from {owner}.state_dict()"
+            f"state is {a_kind(kind)}'s (state['sampler']), not {a_kind(owner)}'s; load it into "
+            f"the {kind} that saved it, and pass {owner}.load_state_dict a dict from "
+            f"{owner}.state_dict()"
         )
     for key, value in config.items():
         if key not in saved:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -169,6 +170,54 @@ def test_both_streams_give_the_same_report():
         assert report.padding >= 0 and {tuple(c["shape"]) for c in report.cells} <= set(
             stream.shapes
         )
+
+
+def test_every_producer_speaks_the_one_protocol():
+    """DESIGN: every producer speaks one protocol (shapes, collator(), report(), state_dict() /
+    load_state_dict(), set_epoch()). s27: ShardedSampler's report had no padding, totals,
+    position, as_dict() or str(); EvalSampler's said epoch 0 and every batch left; PackIterable's
+    said batches_left=None after its pass."""
+    import json
+
+    from bucketloader import BucketSampler, PackSampler
+    from bucketloader.evaluation import EvalSampler
+    from bucketloader.sharded import ShardedSampler
+
+    lengths = [5, 3, 2, 6, 2, 4, 7, 1, 8, 3, 5, 6]
+    docs = [{"input_ids": [1] * n} for n in lengths]
+    make = {
+        "BucketSampler": lambda: BucketSampler(lengths, num_buckets=2, batch_size=2),
+        "EvalSampler": lambda: EvalSampler(lengths, num_buckets=2, batch_size=2),
+        "PackSampler": lambda: PackSampler(lengths, row_length=8, batch_size=2),
+        "ShardedSampler": lambda: ShardedSampler(
+            lengths, num_buckets=2, batch_size=2, num_replicas=1, rank=0
+        ),
+        "BucketIterable": lambda: BucketIterable(
+            docs, length_fn="input_ids", boundaries=[4, 8], batch_size=2
+        ),
+        "PackIterable": lambda: PackIterable(
+            docs, length_fn="input_ids", row_length=8, batch_size=2
+        ),
+    }
+    states = {}
+    for name, producer in ((name, new()) for name, new in make.items()):
+        assert producer.shapes and callable(producer.collator())
+        producer.set_epoch(1)
+        it = iter(producer)
+        next(it)
+        report = producer.report()
+        assert (report.epoch, report.batches_done) == (1, 1), name
+        rest = sum(1 for _ in it)
+        report = producer.report()
+        assert (report.batches_done, report.batches_left) == (rest + 1, 0), name
+        assert report.padding >= 0 and report.totals["batches"] == rest + 1, name
+        assert json.loads(json.dumps(report.as_dict()))["batches_done"] == rest + 1, name
+        assert str(report).startswith("epoch 1 ("), name
+        states[name] = json.loads(json.dumps(producer.state_dict()))
+        make[name]().load_state_dict(states[name])  # its own kind loads
+    for saved, other in itertools.permutations(make, 2):  # another kind: named
+        with pytest.raises(ValueError, match=rf"^state is (an? {saved}|a stream)'s"):
+            make[other]().load_state_dict(states[saved])
 
 
 def _public_callables():

@@ -447,8 +447,12 @@ def test_a_state_of_another_kind_or_worker_count_says_which():
     def make():
         return PackIterable(docs, length_fn="input_ids", row_length=8, batch_size=1)
 
+    state = PackSampler([5, 3], row_length=8, batch_size=1).state_dict()
+    with pytest.raises(ValueError, match=r"^state is a PackSampler's \(PackSampler\.state_dict"):
+        make().load_state_dict(state)
+    del state["sampler"]  # (a state saved before it named its sampler)
     with pytest.raises(ValueError, match=r"^state is a sampler's \(BucketSampler / PackSampler"):
-        make().load_state_dict(PackSampler([5, 3], row_length=8, batch_size=1).state_dict())
+        make().load_state_dict(state)
     # s27: the other stream's state said "format 1 or 2, got format 3" (or named a missing key)
     bucket = BucketIterable(docs, length_fn="input_ids", boundaries=[4, 8], batch_size=2)
     next(iter(bucket))

@@ -136,7 +136,7 @@ from typing import Any, ClassVar
 import torch.utils.data
 
 from bucketloader._files import NotAFile, write_atomic
-from bucketloader._validation import check_int
+from bucketloader._validation import a_kind, check_int
 from bucketloader.plan.report import FILL_TIMES, FILL_WARNING, LOSS_WARNING, DataLossWarning
 from bucketloader.stream.counters import MAX_LANES, LaneCounters, finished
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
@@ -494,8 +494,11 @@ def check_state(
         )
     fmt = state.get("format")
     if fmt is None and "batches_yielded" in state:  # (the samplers' states have no format)
+        kind = state.get("sampler")  # (its name, in a state saved since s27)
+        named = kind if isinstance(kind, str) and kind.isidentifier() else None
         raise ValueError(
-            f"state is a sampler's (BucketSampler / PackSampler.state_dict(): it has "
+            f"state is {a_kind(named) if named else 'a sampler'}'s "
+            f"({named or 'BucketSampler / PackSampler'}.state_dict(): it has "
             f"'batches_yielded' and no 'format'), not a {owner}'s; load it into the sampler "
             f"that saved it, and pass {owner}.load_state_dict a dict from {owner}.state_dict()"
         )
