@@ -173,6 +173,46 @@ def test_precompute_miss_then_hit_and_shapes_match_the_sampler(tmp_path, files):
     assert len(list((tmp_path / "cache").glob("*.json"))) == 1
 
 
+def test_precompute_a_joint_plan_that_the_sampler_reads(tmp_path, capsys):
+    """s27: a joint plan (source and target lengths, K cells) was precomputed only from Python;
+    `--column src,tgt --max-shapes K` solves and stores what BucketSampler(pairs,
+    max_shapes=K, ...) with the same options reads, and says the plan's bound and gap."""
+    from conftest import load_real
+
+    from bucketloader import BucketSampler
+    from bucketloader.cache import BucketCache
+    from bucketloader.cli.main import main
+
+    pairs = load_real("multi30k")[:3000]
+    data = tmp_path / "pairs.tsv"
+    data.write_text("src\ttgt\n" + "".join(f"{a}\t{b}\n" for a, b in pairs))
+    cache, out = tmp_path / "cache", tmp_path / "plan.json"
+    cache.mkdir()
+    args = ["precompute", str(data), "--column", "src,tgt", "--max-shapes", "6"]
+    args += ["--max-tokens", "1024", "--cache-dir", str(cache)]
+    assert main([*args, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "cache: miss; stored in" in printed and "6 cells, padding" in printed
+    assert "certified bound" in printed
+    body = json.loads(out.read_text())
+    assert body["columns"] == ["src", "tgt"] and body["joint"][0]["cells"] == 6
+    reader = BucketCache(cache)
+    sampler = BucketSampler(pairs, max_shapes=6, max_tokens=1024, cache=reader)
+    assert reader.hits >= 1  # the sampler solved nothing
+    assert [tuple(s) for s in body["shapes"]] == sampler.shapes
+    assert main(args) == 0 and "cache: hit" in capsys.readouterr().out
+    # one clear line for what does not fit a joint plan, before any reading or solving
+    for bad, said in [
+        (["--column", "src", "--max-shapes", "4"], "name their columns, --column src,tgt"),
+        (["--column", "src,tgt", "-k", "4"], "needs --max-shapes K (the number of cells)"),
+        (["--column", "src,tgt", "--max-shapes", "4", "--engine", "ray"], "--engine ray does n"),
+        (["--column", "src,src", "--max-shapes", "4"], "must name distinct columns"),
+        (["--column", "src", "--size", "prod", "-k", "3"], "--size prod sizes a joint plan's"),
+    ]:
+        assert main(["precompute", str(tmp_path / "gone.tsv"), *bad]) == 2, bad
+        assert said in capsys.readouterr().err, bad
+
+
 def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
     d = tmp_path / "bad"
     d.mkdir()
@@ -230,7 +270,7 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         ),
         "max tokens too small": ([*pre, "--max-tokens", "10"], "raise --max-tokens to at least 40"),
         "both batch options": ([*pre, "--max-tokens", "99", "--batch-size", "2"], "not allowed"),
-        "k missing": (["precompute", one], "required: -k"),
+        "k missing": (["precompute", one], "precompute needs -k/--num-buckets K"),
         "not an int": (["report", one, "-k", "four"], "invalid int value"),
         "plot unwritable": (["report", one, "--plot", str(d / "file" / "x.png")], "file"),
         "plot in a missing directory": (  # (was created silently; s10-user)
@@ -440,8 +480,9 @@ def test_bad_options_fail_before_any_work(tmp_path, files, capsys):
         (["-k", "0"], "-k/--num-buckets: num_buckets must be an int >= 1"),
         (["-k", "2", "--strategy", "nope"], "--strategy: strategy must be one of"),
         (["-k", "2", "--strategy", "lp", "--option", "time_limit=-1"], "--option time_limit=-1"),
-        # session 23: 'joint' was "not one of" the names, with no word of where it runs
-        (["-k", "2", "--strategy", "joint"], "in Python only: solve_joint(pairs, K, cache=True)"),
+        # session 23: 'joint' was "not one of" the names, with no word of where it runs; s27:
+        # it runs here, over several columns
+        (["-k", "2", "--strategy", "joint"], "--column A,B --max-shapes K"),
     ]:
         assert main(["precompute", gone, "--cache-dir", str(cache), *bad]) == 2, bad
         assert said in capsys.readouterr().err, bad

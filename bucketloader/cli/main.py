@@ -129,14 +129,31 @@ def build_parser() -> argparse.ArgumentParser:
         "precompute",
         help="solve boundaries once and store them in the cache",
         usage="bucketloader precompute FILE -k K [--strategy S] [--max-tokens T | --batch-size B] "
-        "[--cache-dir D] [--json out.json] [options]",
+        "[--cache-dir D] [--json out.json] [options]\n"
+        "       bucketloader precompute FILE --column A,B --max-shapes K [--size sum|prod] "
+        "[--max-tokens T | --batch-size B] [options]",
     )
     c.add_argument("file", metavar="FILE", help=inputs)
-    c.add_argument("--column", help="column (index for .txt/.npy, name otherwise)")
+    c.add_argument(
+        "--column",
+        help="column (index for .txt/.npy, name otherwise); several, comma-separated, for a "
+        "joint plan (--max-shapes)",
+    )
     c.add_argument("--engine", choices=ENGINES, help=engine_help)
     c.add_argument("--nulls", choices=NULLS, help=nulls_help)
     c.add_argument("--strategy", default="optimal", help="strategy name (default: optimal)")
-    c.add_argument("-k", "--num-buckets", type=int, required=True, help="shape budget k")
+    c.add_argument("-k", "--num-buckets", type=int, help="shape budget k")
+    c.add_argument(
+        "--max-shapes",
+        type=int,
+        help="with several --column: the K joint cells with the least padding (solve_joint), "
+        "the entry BucketSampler(lengths, max_shapes=K, cache=...) reads",
+    )
+    c.add_argument(
+        "--size",
+        choices=("sum", "prod"),
+        help="a joint cell's size: sum of its lengths (default) or their product",
+    )
     size = c.add_mutually_exclusive_group()
     size.add_argument("--max-tokens", type=int, help="padded elements per batch: B = T // b")
     size.add_argument("--batch-size", type=int, help="the same batch size for every bucket")
@@ -522,14 +539,17 @@ def _precompute(args: argparse.Namespace) -> int:
     from bucketloader.strategies import resolve_strategy
 
     # every option is checked before any work: a bad one never costs a solve or a cache write
+    columns = _columns(args.column)
+    if args.max_shapes is not None or len(columns) > 1 or args.strategy == "joint":
+        return _precompute_joint(args, columns)
+    if args.num_buckets is None:
+        raise _UsageError(
+            "precompute needs -k/--num-buckets K (the shape budget), or several --column names "
+            "with --max-shapes K for a joint plan"
+        )
+    if args.size is not None:
+        raise _UsageError(f"--size {args.size} sizes a joint plan's cells: it needs --max-shapes")
     with _flag("--strategy"):
-        if args.strategy == "joint":  # (a name the samplers take, not the registry)
-            raise ValueError(
-                "strategy='joint' plans several lengths per sample at once, in Python only: "
-                "solve_joint(pairs, K, cache=True) (bucketloader.strategies.joint) writes the "
-                "entry that BucketSampler(pairs, max_shapes=K, cache=True) with the same options "
-                "reads (docs/joint-shapes.md); here, one length per sample: --strategy optimal"
-            )
         name, fn = resolve_strategy(args.strategy)
     with _flag("-k/--num-buckets"):
         check_int("num_buckets", args.num_buckets, minimum=1)
@@ -620,6 +640,162 @@ def _precompute(args: argparse.Namespace) -> int:
         )
         return _fail(
             f"the boundaries were solved but not stored in the cache directory {cache.directory} "
+            f"({why}); fix that, or point --cache-dir or BUCKETLOADER_CACHE_DIR at a writable "
+            "directory"
+        )
+    return 0
+
+
+def _columns(column: str | None) -> list[str]:
+    """``--column``'s names: ``"src,tgt"`` names two (a joint plan's inputs)."""
+    if column is None or "," not in column:
+        return [] if column is None else [column]
+    names = [c.strip() for c in column.split(",")]
+    if not all(names) or len(set(names)) != len(names):
+        raise _UsageError(
+            f"--column {column!r} must name distinct columns separated by commas, e.g. "
+            "--column src,tgt"
+        )
+    return names
+
+
+def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
+    """``precompute --column A,B --max-shapes K``: the joint plan of several lengths per sample,
+    solved and stored as ``BucketSpec.build`` (what a sampler builds) solves it, so
+    ``BucketSampler(lengths, max_shapes=K, ...)`` with the same options reads the entries."""
+    from bucketloader._files import folder_blocker, os_reason
+    from bucketloader._validation import check_folder, check_int
+    from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
+    from bucketloader.cli.engines import is_parquet_set
+    from bucketloader.strategies.joint import Joint
+
+    if args.max_shapes is None:
+        raise _UsageError(
+            f"--column {args.column} names {len(columns)} columns: a joint plan of them needs "
+            "--max-shapes K (the number of cells); one column takes -k"
+            if len(columns) > 1
+            else "--strategy joint plans several columns at once: --column A,B --max-shapes K"
+        )
+    with _flag("--max-shapes"):
+        k = check_int("max_shapes", args.max_shapes, minimum=1)
+    if len(columns) < 2:
+        raise _UsageError(
+            f"--max-shapes {k} plans several lengths per sample at once: name their columns, "
+            "--column src,tgt (one column: -k K)"
+        )
+    refused = [
+        flag
+        for flag, given in (
+            (f"-k {args.num_buckets}", args.num_buckets is not None),
+            (f"--strategy {args.strategy}", args.strategy not in ("optimal", "joint")),
+            (f"--cost {args.cost}", args.cost != "linear"),
+            (f"--engine {args.engine}", args.engine is not None),
+            (f"--nulls {args.nulls}", args.nulls is not None),
+        )
+        if given
+    ]
+    if refused:
+        raise _UsageError(
+            f"{refused[0]} does not apply to a joint plan (--max-shapes): its K cells are "
+            "solved together (--size sizes them; --option passes solve_joint's time_limit, "
+            "tolerance, ...); leave it out"
+        )
+    if is_parquet_set(args.file) and not str(args.file).endswith(".parquet"):
+        raise _UsageError(
+            f"a joint plan reads one file of per-sample lengths (.txt, .csv, .tsv, .jsonl, .npy, "
+            f".parquet or a saved dataset), got {args.file}; for Parquet shards, solve it in "
+            "Python: solve_joint(parquet_histogram(files, [A, B]).histogram, K, cache=True)"
+        )
+    with _flag("--pad-to-multiple-of"):
+        check_int("pad_to_multiple_of", args.pad_to_multiple_of, minimum=1)
+    if args.max_tokens is not None:
+        with _flag("--max-tokens"):
+            check_int("max_tokens", args.max_tokens, minimum=1)
+    options = _strategy_options(args.option)
+    with _flag("--option"):
+        strategy: Any = Joint(**options)  # (BucketSpec.build takes it as its strategy)
+    size: Any = args.size or "sum"
+    budget = {"max_tokens": args.max_tokens} if args.max_tokens is not None else {}
+    if args.batch_size is not None:
+        with _flag("--batch-size"):
+            budget["batch_size"] = check_int("batch_size", args.batch_size, minimum=1)
+    _check_output("--json", args.json, args.file)
+    given = args.cache_dir
+    directory = default_cache_dir() if given is None else check_folder("--cache-dir", given)
+    blocker = folder_blocker(directory)
+    if blocker is not None:
+        return _fail(
+            f"the cache directory {directory} is not usable ({os_reason(blocker)}); "
+            "point --cache-dir or BUCKETLOADER_CACHE_DIR at a writable directory"
+        )
+    table = {}
+    for name in columns:
+        args.column = name
+        table[name] = _read_lengths(args)
+    counts = {name: int(v.size) for name, v in table.items()}
+    if len(set(counts.values())) > 1:
+        raise ValueError(
+            f"{args.file}: the columns hold different numbers of lengths, {counts}; every row "
+            "needs a length in each column"
+        )
+
+    from bucketloader.sampler import BucketSampler  # (torch: the one-rank sampler itself)
+
+    def build(cache: BucketCache) -> BucketSampler:  # what the user's sampler will build
+        return BucketSampler(
+            table,
+            max_shapes=k,
+            size=size,
+            strategy=strategy,
+            pad_to_multiple_of=args.pad_to_multiple_of,
+            cache=cache,
+            num_replicas=1,
+            rank=0,
+            **budget,
+        )
+
+    label = f"joint, K={k}, size={size!r}, columns {columns}"
+    with _Ticker(f"solving ({label})"), _recording() as caught:
+        sampler = build(BucketCache(directory))
+        again = build(BucketCache(directory)).spec  # read back, as a later run reads it
+    spec = sampler.spec
+    for message in dict.fromkeys(str(w.message) for w in caught):  # (each once: two builds)
+        print(f"bucketloader: warning: {message}", file=sys.stderr)
+    joint = [dict(j) for j in spec.joint or ()]
+    shapes = [tuple(int(x) for x in s) for s in sampler.shapes]
+    stored = bool(again.joint) and all(j["cached"] for j in again.joint or ())
+    if args.json:  # the file first: NOTE [ Outputs before the printout ]
+        out = {
+            "file": str(args.file),
+            "columns": columns,
+            "max_shapes": k,
+            "size": size,
+            "cache_dir": str(directory) if stored else None,
+            "joint": joint,
+            "shapes": [list(s) for s in shapes],  # (one rank's sampler: its even rows)
+        }
+        _write_json("--json", args.json, out)
+    n = next(iter(counts.values()))
+    state = "hit" if all(j["cached"] for j in joint) else "miss"
+    print(f"{Path(args.file).name}: {n:,} samples, {label}")
+    print(f"cache: {state}; {'stored in ' + str(directory) if stored else '(not stored)'}")
+    for j in joint:
+        print(
+            f"status: {j['status']}; {j['cells']} cells, padding {j['objective']:,} "
+            f"({j['padding_ratio']:.2%}) >= certified bound {j['lower_bound']:,} (gap "
+            f"{j['gap']:.2%}), {j['seconds']:.2f} s"
+        )
+    print(f"shapes of a one-rank BucketSampler ({len(shapes)}): {shapes}")
+    if args.json:
+        print(f"written to {args.json}")
+    if not stored:
+        why = (
+            "the warning above says why"
+            if any(issubclass(w.category, CacheWarning) for w in caught)
+            else "the warning that says why was filtered out by -W or PYTHONWARNINGS"
+        )
+        return _fail(
+            f"the joint plan was solved but not stored in the cache directory {directory} "
             f"({why}); fix that, or point --cache-dir or BUCKETLOADER_CACHE_DIR at a writable "
             "directory"
         )
