@@ -211,6 +211,8 @@ def test_precompute_a_joint_plan_that_the_sampler_reads(tmp_path, capsys):
     ]:
         assert main(["precompute", str(tmp_path / "gone.tsv"), *bad]) == 2, bad
         assert said in capsys.readouterr().err, bad
+    assert main(["report", str(data), "--column", "src,tgt"]) == 2  # (it said unknown column)
+    assert "report measures one column" in capsys.readouterr().err
 
 
 def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:

@@ -438,6 +438,12 @@ def _report(args: argparse.Namespace) -> int:
 
     # every option is checked before the lengths are read (an engine's scan of a large
     # dataset can take minutes; analyze() checks them again, after the scan)
+    if len(_columns(args.column)) > 1:
+        raise _UsageError(
+            f"report measures one column, got --column {args.column}; report each column, or "
+            f"plan them jointly: bucketloader precompute FILE --column {args.column} "
+            "--max-shapes K"
+        )
     with _flag("-k/--num-buckets"):
         check_num_buckets(args.num_buckets)
     with _flag("--strategy"):
