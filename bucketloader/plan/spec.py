@@ -818,6 +818,45 @@ def _fit_joint(
     rule: BatchRule,
     too_few: list[int] | None = None,
 ) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any], np.ndarray | None]:
+    """:func:`_fit_rounded`, its summary in the real lengths' terms.
+
+    NOTE [ A joint plan's padding on multiples ]: with ``pad_to_multiple_of`` the plan is
+    solved on the lengths rounded up, so its objective and bound counted the padding above
+    them: a multiple of 8 seemed to cut padding (300 random pairs, K = 4: 33.3% against 42.7%
+    without, where the batches padded 51.5%; s27). The rounding's own padding is the same for
+    every plan on those multiples, so adding it to both keeps the bound certified (for such
+    plans) and the gap's numerator; the ratio is then over the real elements, as the report's.
+    """
+    bs, idx, summary, lost = _fit_rounded(
+        sub, joint, max_shapes, size, multiples, cache, rule, too_few
+    )
+    if any(m > 1 for m in multiples):
+        kept = sub if lost is None else sub[~lost]
+        rounded = np.stack([round_up(kept[:, d], m) for d, m in enumerate(multiples)], axis=1)
+        real = sum(exact_sizes(kept, size))
+        extra = sum(exact_sizes(rounded, size)) - real
+        objective = summary["objective"] + extra
+        lower = summary["lower_bound"] + extra
+        summary.update(
+            objective=objective,
+            lower_bound=lower,
+            padding_ratio=objective / real if real else 0.0,
+            gap=(objective - lower) / objective if objective else 0.0,
+            rounding=extra,
+        )
+    return bs, idx, summary, lost
+
+
+def _fit_rounded(
+    sub: np.ndarray,
+    joint: Joint,
+    max_shapes: int | None,
+    size: Any,
+    multiples: Sequence[int],
+    cache: Any,
+    rule: BatchRule,
+    too_few: list[int] | None = None,
+) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any], np.ndarray | None]:
     """One group's joint plan: per-input boundaries, the cells as index tuples, a summary, and
     the samples of ``sub`` left out (``oversize="drop"`` where ``max_shapes`` is below the
     cells within max_tokens that cover every sample, whose count ``too_few`` gets; else
