@@ -249,6 +249,21 @@ def test_consumed_reader_or_generator_and_bad_options(tmp_path):
         parquet_histogram(tmp_path / "cut.parquet", "n")
 
 
+def test_a_corrupt_file_among_shards_is_named_on_every_engine(tmp_path):
+    """s27-eng: a corrupt shard in a directory escaped as pyarrow's ArrowInvalid (local), and
+    `report --engine ray|spark` said only "Parquet file size is 15 bytes, ..." with no file."""
+    from bucketloader.cli.engines import _footers
+
+    pq.write_table(pa.table({"n": [7, 3]}), tmp_path / "a.parquet")
+    (tmp_path / "b.parquet").write_bytes(b"PAR1garbagePAR1")
+    files = [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+    for call in (lambda: parquet_histogram(tmp_path, "n"), lambda: _footers(files, "n")):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value).startswith(f"{files[1]}: not readable as Parquet (")
+        assert "leave this file out" in str(info.value)
+
+
 def test_engine_not_installed_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ImportError, match=r"pip install 'bucketloader\[arrow\]'"):

@@ -358,6 +358,18 @@ def _kind(pa: Any, t: Any) -> str | None:
     return str(t)
 
 
+def _footer(pa: Any, fragment: Any) -> Any:
+    """The schema of one file of a dataset made here; a file that is not Parquet (a truncated
+    or corrupt ``.parquet``) is named with a fix, where pyarrow's own ArrowInvalid came first."""
+    try:
+        return fragment.physical_schema
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ValueError(
+            f"{fragment.path}: not readable as Parquet ({exc}); leave this file out (list the "
+            f"others) or write it again"
+        ) from None
+
+
 def _check_kinds(pa: Any, dataset: Any, columns: list[str]) -> None:
     """Refuse a file (of a dataset of files listed here) whose measured column is of another
     kind than the dataset's type, the first file's (NOTE [ A file of another kind ])."""
@@ -375,7 +387,7 @@ def _check_kinds(pa: Any, dataset: Any, columns: list[str]) -> None:
         if want not in ("integer", "list", "text", "binary"):
             continue  # (nulls only: typed by _typed; another type: the scan refuses it)
         for fragment in dataset.get_fragments():
-            own = fragment.physical_schema
+            own = _footer(pa, fragment)
             if c not in own.names:
                 continue
             have = _kind(pa, own.field(c).type)
