@@ -249,6 +249,21 @@ def test_consumed_reader_or_generator_and_bad_options(tmp_path):
         parquet_histogram(tmp_path / "cut.parquet", "n")
 
 
+def test_a_corrupt_file_among_shards_is_named_on_every_engine(tmp_path):
+    """s27-eng: a corrupt shard in a directory escaped as pyarrow's ArrowInvalid (local), and
+    `report --engine ray|spark` said only "Parquet file size is 15 bytes, ..." with no file."""
+    from bucketloader.cli.engines import _footers
+
+    pq.write_table(pa.table({"n": [7, 3]}), tmp_path / "a.parquet")
+    (tmp_path / "b.parquet").write_bytes(b"PAR1garbagePAR1")
+    files = [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+    for call in (lambda: parquet_histogram(tmp_path, "n"), lambda: _footers(files, "n")):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert str(info.value).startswith(f"{files[1]}: not readable as Parquet (")
+        assert "leave this file out" in str(info.value)
+
+
 def test_engine_not_installed_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with pytest.raises(ImportError, match=r"pip install 'bucketloader\[arrow\]'"):
@@ -438,12 +453,40 @@ def test_a_failed_cast_names_the_file_that_holds_the_bad_value(
         got = parquet_histogram(tmp_path, "n").histogram.values.tolist()  # (s20: widened)
         assert got == sorted([3, 4, *fine.to_pylist(), *bad.to_pylist()])
         return
+    if given == "files":  # a file of another kind is refused before any cast (s27-eng)
+        with pytest.raises(ValueError) as info:
+            parquet_histogram(tmp_path, "n")
+        other = "c" if pa.types.is_integer(fine.type) else "b"
+        assert f"{other}.parquet: column 'n' is " in str(info.value), str(info.value)
+        assert "would cast this file's values" in str(info.value)
+        return
     with pytest.raises(ValueError) as info:
-        parquet_histogram(tmp_path if given == "files" else pads.dataset(tmp_path), "n")
+        parquet_histogram(pads.dataset(tmp_path), "n")
     message = str(info.value)
     assert "c.parquet" in message and "b.parquet" not in message, message
     assert f"is {first} in the dataset's schema" in message and arrow in message
     assert "the cast to the dataset's type failed" in message
+
+
+@pytest.mark.parametrize(
+    "other",
+    [pa.array(["12"]), pa.array([2.0]), pa.array([True]), pa.array([3], pa.decimal128(5, 0))],
+    ids=["string", "double", "bool", "decimal"],
+)
+@pytest.mark.parametrize("int_first", [True, False])
+def test_a_file_of_another_kind_is_refused_not_cast(tmp_path, other, int_first):
+    """s27-eng: an int64 file then a string file of "12" counted the length 12 (alone, "12" is
+    2 characters); in the other order the int 7 was cast to "7" and counted 1; a double 2.0 or
+    a bool after the int file read as 2 / 1, where it first is refused (NOTE [ A file of
+    another kind ])."""
+    first, second = (pa.array([7]), other) if int_first else (other, pa.array([7]))
+    pq.write_table(pa.table({"n": first}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"n": second}), tmp_path / "b.parquet")
+    with pytest.raises((ValueError, TypeError)) as info:
+        parquet_histogram(tmp_path, "n")
+    message = str(info.value)
+    if int_first or pa.types.is_string(other.type):  # (else the first file's type is refused)
+        assert "b.parquet: column 'n' is " in message and "one type in every file" in message
 
 
 def test_a_directory_reads_its_parquet_files_only(tmp_path, caplog):

@@ -159,7 +159,14 @@ def _footers(files: list[str], column: str) -> tuple[tuple[str, ...], str | None
 
     empty, types = [], set()
     for f in files:
-        meta = pq.read_metadata(f)
+        try:
+            meta = pq.read_metadata(f)
+        except (ValueError, OSError) as exc:  # (pyarrow's ArrowInvalid is a ValueError) Ray's
+            # and Spark's runs read these footers first, and pyarrow's message named no file
+            raise ValueError(
+                f"{f}: not readable as Parquet ({exc}); leave this file out (list the others) "
+                f"or write it again"
+            ) from None
         if meta.num_rows == 0:
             empty.append(f)
             continue

@@ -20,7 +20,14 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from bucketloader._arrow import parquet_files, scan_parquet, skipped_note
+from bucketloader._arrow import (
+    is_bytes,
+    is_list,
+    is_text,
+    parquet_files,
+    scan_parquet,
+    skipped_note,
+)
 from bucketloader._types import LazyModule
 from bucketloader._validation import MissingKeyError, check_bool, check_int, checks_options
 from bucketloader.engines._common import (
@@ -172,6 +179,7 @@ def _open(
         present = [c for c in columns if c in source.schema.names]
         if len(files) > 1 and present:  # (the footers, read here, are read once)
             source = _widened(pa, pads, source, present)
+            _check_kinds(pa, source, present)
         if len(files) > 1 and nulls == "raise" and present:  # the schema is the first file's
             # (NOTE [ A file without the column ] in bucketloader.engines._common)
             footers = ((f.path, f.physical_schema.names) for f in source.get_fragments())
@@ -329,6 +337,70 @@ def _widened(pa: Any, pads: Any, dataset: Any, columns: list[str]) -> Any:
     if schema.equals(dataset.schema):
         return dataset
     return pads.FileSystemDataset(fragments, schema, dataset.format, dataset.filesystem)
+
+
+def _kind(pa: Any, t: Any) -> str | None:
+    """How a length is read from a column of Arrow type ``t``: ``None`` for a column of nulls
+    only (an empty shard's), else its number, list, text, ... (a dictionary's by its values)."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_null(t):
+        return None
+    for kind, test in (
+        ("integer", pa.types.is_integer),
+        ("list", is_list),
+        ("text", is_text),
+        ("binary", is_bytes),
+        ("float or decimal", lambda t: pa.types.is_floating(t) or pa.types.is_decimal(t)),
+    ):
+        if test(t):
+            return kind
+    return str(t)
+
+
+def _footer(pa: Any, fragment: Any) -> Any:
+    """The schema of one file of a dataset made here; a file that is not Parquet (a truncated
+    or corrupt ``.parquet``) is named with a fix, where pyarrow's own ArrowInvalid came first."""
+    try:
+        return fragment.physical_schema
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ValueError(
+            f"{fragment.path}: not readable as Parquet ({exc}); leave this file out (list the "
+            f"others) or write it again"
+        ) from None
+
+
+def _check_kinds(pa: Any, dataset: Any, columns: list[str]) -> None:
+    """Refuse a file (of a dataset of files listed here) whose measured column is of another
+    kind than the dataset's type, the first file's (NOTE [ A file of another kind ])."""
+    # NOTE [ A file of another kind ]: a dataset casts every file's column to its schema's
+    # type (the first file's), so a later file's column is cast, not measured, wherever the
+    # cast succeeds (s27-eng): an int64 file then a string file of "12" counted the length 12
+    # (the string alone is 2 characters), in the other order the int 7 was cast to "7" and
+    # counted 1; a double 2.0 or a bool after an int64 file read as 2 and 1, where either file
+    # first (or alone) is refused. The result hung on the files' names. Widths of one kind
+    # (int32 / int64, string / large_string, list / large_list) read the same either way and
+    # still read; the footers are the ones _widened just read.
+    schema = dataset.schema
+    for c in columns:
+        want = _kind(pa, schema.field(c).type)
+        if want not in ("integer", "list", "text", "binary"):
+            continue  # (nulls only: typed by _typed; another type: the scan refuses it)
+        for fragment in dataset.get_fragments():
+            own = _footer(pa, fragment)
+            if c not in own.names:
+                continue
+            have = _kind(pa, own.field(c).type)
+            if have is not None and have != want:
+                of = f" ({have})" if have != str(own.field(c).type) else ""
+                raise ValueError(
+                    f"{fragment.path}: column {c!r} is {own.field(c).type}{of} there but "
+                    f"{schema.field(c).type} ({want}) in the dataset's schema (its first "
+                    f"file's): the scan would cast this file's values to it, not measure them, "
+                    f"and the lengths would depend on the files' order. Fix: write the column "
+                    f"with one type in every file (the length column as an integer), or leave "
+                    f"this file out"
+                )
 
 
 def _holder(rows: dict[str, int], columns: list[str]) -> str | None:
