@@ -120,6 +120,34 @@ def test_a_new_pass_without_set_epoch_warns_once_where_it_repeats_a_shuffle():
         list(plain)
 
 
+def test_a_repeated_pass_warns_when_worker_0_starts_last(monkeypatch):
+    """s27-rev: only worker 0 looked at the table, and a worker writes its row of the new pass
+    (done=0) at its first batch, so a worker 1 at its first batch before worker 0's iter() hid
+    the finished pass: no warning on any pass (a DataLoader of 2 workers, worker 0 late). Two
+    lanes run in this process here (get_worker_info patched), worker 1 first; one warning."""
+    src = [list(range(n)) for n in [3, 5, 7, 9, 11, 2, 4] * 6]
+    stream = BucketIterable(src, boundaries=[4, 8, 12], batch_size=4, shuffle_buffer=16)
+    lane = [0]
+    monkeypatch.setattr(
+        torch.utils.data,
+        "get_worker_info",
+        lambda: type("Info", (), {"id": lane[0], "num_workers": 2})(),
+    )
+    for lane[0] in (0, 1):  # the first pass: both lanes done
+        list(stream)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        lane[0] = 1
+        it = iter(stream)
+        next(it)  # (worker 1's row of the new pass: not done)
+        lane[0] = 0
+        list(stream)
+        lane[0] = 1
+        list(it)
+    repeats = [w for w in seen if "another pass of epoch 0" in str(w.message)]
+    assert len(repeats) == 1
+
+
 @pytest.mark.parametrize("copied", [None, copy.deepcopy, lambda s: pickle.loads(pickle.dumps(s))])
 def test_persistent_workers_follow_set_epoch_and_refuse_a_late_load(copied):
     """s25-user: under ``persistent_workers=True`` the workers keep the stream copied at the

@@ -63,6 +63,9 @@ MAX_LANES = 64
 #: The row of the main process's epoch and load count (NOTE [ The main process's epoch, for
 #: persistent workers ]), after the lanes' rows.
 MAIN = MAX_LANES
+#: The column of the :data:`MAIN` row holding :meth:`LaneCounters.claim_repeat`'s claim (after
+#: ``publish``'s epoch and load count; the row has at least the lane fields' five columns).
+REPEAT = 2
 #: A lane writes all its counters to the shared table every this many batches (and at the end).
 FLUSH_EVERY = 32
 #: Fields every lane row starts with (where the lane stands).
@@ -147,9 +150,19 @@ class LaneCounters:
             self.view[lane, self._index["batches"]] = batches
 
     def reset(self) -> None:
-        """Forget every lane (a new pass starts)."""
+        """Forget every lane (a new pass starts), and :meth:`claim_repeat`'s claim."""
         self.view[:MAX_LANES] = 0
         self.view[:MAX_LANES, self._index["epoch"]] = -1
+        self.view[MAIN, REPEAT] = 0
+
+    def claim_repeat(self, epoch: int) -> bool:
+        """Whether the caller is the first copy, of every worker's, to warn that a pass repeats
+        the finished ``epoch`` (NOTE [ A stream's new pass without set_epoch ]) since the last
+        :meth:`reset` (check then write: two workers in the same instant may both warn)."""
+        if int(self.view[MAIN, REPEAT]) == epoch + 1:
+            return False
+        self.view[MAIN, REPEAT] = epoch + 1
+        return True
 
     def publish(self, epoch: int, loads: int) -> None:
         """The main process's epoch and ``load_state_dict`` count, for its workers (NOTE [ The

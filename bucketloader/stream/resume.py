@@ -114,11 +114,13 @@ workers follow its epoch), so it would not learn of the pass, and its ``state_di
 name an epoch the workers left. So a stream repeats the epoch, as ``DistributedSampler`` and
 ``datasets.IterableDataset`` do, and says so: a pass that starts over an epoch whose pass every
 worker finished (the shared counters' rows all done), with no ``set_epoch`` since (which clears
-them) and no state loaded, warns once per copy, from worker 0, where the order depends on the
-epoch: a shuffle buffer, or a source of the user's with ``set_epoch`` (a ``datasets``
-``IterableDataset`` has one whether shuffled or not, so it is not counted: an evaluation
-stream over one is read again on purpose). ``set_epoch(e)`` before a pass of ``e`` repeats it
-without a word, as for the samplers.
+them) and no state loaded, warns once until the next ``set_epoch``, from the first worker
+to look (each looks as its pass starts: worker 0 alone missed the repeat where another worker's
+first batch, which writes its row of the new pass, came before worker 0 started; s27-rev),
+where the order depends on the epoch: a shuffle buffer, or a source of the user's with
+``set_epoch`` (a ``datasets`` ``IterableDataset`` has one whether shuffled or not, so it is
+not counted: an evaluation stream over one is read again on purpose). ``set_epoch(e)`` before
+a pass of ``e`` repeats it without a word, as for the samplers.
 """
 
 from __future__ import annotations
@@ -951,7 +953,9 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
                 return _raising(refused)  # main process, but an iter() that raises in a
                 # persistent worker kills it: "DataLoader worker exited unexpectedly")
         state, self._resume = self._resume, None
-        if state is None and worker[0] == 0:
+        if state is None:  # (every worker: one that reached its first batch before worker 0's
+            # iter() wrote its row of this pass, not done, which hid the finished pass from
+            # worker 0, and no pass warned; s27-rev)
             self._warn_if_repeated()
         skip = 0
         replay = state if state is not None and state["format"] == self.REPLAY_FORMAT else None
@@ -978,7 +982,7 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             engine.run(it), engine, type(self).__name__, self.epoch, empty, cuts=cuts
         )
 
-    #: Whether this copy warned that a pass repeats a finished epoch (once per copy).
+    #: Whether this copy looked and found a pass repeating a finished epoch (it looks once).
     _warned_repeat: bool = False
 
     def _varies_by_epoch(self) -> bool:
@@ -998,6 +1002,8 @@ class ResumableStream(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         if not finished(self._counters.lanes(self.epoch)):
             return
         self._warned_repeat = True
+        if not self._counters.claim_repeat(self.epoch):
+            return  # (another worker's copy, or an earlier pass's, said it)
         warnings.warn(
             f"this {type(self).__name__} starts another pass of epoch {self.epoch}, which a "
             "pass already finished, with no set_epoch() since: it repeats that epoch's order "
