@@ -553,6 +553,7 @@ class BucketSpec:
                         sel, sub = sel[~lost], sub[~lost]
                     all_b.append(jb)
                     joint_cells.append(idx)
+                    summary = _in_real_terms(summary, sub, size, multiples)
                     joint_info.append({"group": gval, **summary})
                     codes.append(lattice_codes(jb, sub))
                     sels.append(sel)
@@ -808,17 +809,11 @@ def budget_options(strategy: Any, rule: BatchRule, size: Any, inputs: int) -> di
     return opts
 
 
-def _fit_joint(
-    sub: np.ndarray,
-    joint: Joint,
-    max_shapes: int | None,
-    size: Any,
-    multiples: Sequence[int],
-    cache: Any,
-    rule: BatchRule,
-    too_few: list[int] | None = None,
-) -> tuple[tuple[np.ndarray, ...], np.ndarray, dict[str, Any], np.ndarray | None]:
-    """:func:`_fit_rounded`, its summary in the real lengths' terms.
+def _in_real_terms(
+    summary: dict[str, Any], sub: np.ndarray, size: Any, multiples: Sequence[int]
+) -> dict[str, Any]:
+    """A joint plan's ``summary`` over the samples ``sub`` it planned, in the real lengths'
+    terms where ``multiples`` rounded them up.
 
     NOTE [ A joint plan's padding on multiples ]: with ``pad_to_multiple_of`` the plan is
     solved on the lengths rounded up, so its objective and bound counted the padding above
@@ -827,27 +822,24 @@ def _fit_joint(
     every plan on those multiples, so adding it to both keeps the bound certified (for such
     plans) and the gap's numerator; the ratio is then over the real elements, as the report's.
     """
-    bs, idx, summary, lost = _fit_rounded(
-        sub, joint, max_shapes, size, multiples, cache, rule, too_few
-    )
-    if any(m > 1 for m in multiples):
-        kept = sub if lost is None else sub[~lost]
-        rounded = np.stack([round_up(kept[:, d], m) for d, m in enumerate(multiples)], axis=1)
-        real = sum(exact_sizes(kept, size))
-        extra = sum(exact_sizes(rounded, size)) - real
-        objective = summary["objective"] + extra
-        lower = summary["lower_bound"] + extra
-        summary.update(
-            objective=objective,
-            lower_bound=lower,
-            padding_ratio=objective / real if real else 0.0,
-            gap=(objective - lower) / objective if objective else 0.0,
-            rounding=extra,
-        )
-    return bs, idx, summary, lost
+    if all(m == 1 for m in multiples):
+        return summary
+    rounded = np.stack([round_up(sub[:, d], m) for d, m in enumerate(multiples)], axis=1)
+    real = sum(exact_sizes(sub, size))
+    extra = sum(exact_sizes(rounded, size)) - real
+    objective = summary["objective"] + extra
+    lower = summary["lower_bound"] + extra
+    return {
+        **summary,
+        "objective": objective,
+        "lower_bound": lower,
+        "padding_ratio": objective / real if real else 0.0,
+        "gap": (objective - lower) / objective if objective else 0.0,
+        "rounding": extra,
+    }
 
 
-def _fit_rounded(
+def _fit_joint(
     sub: np.ndarray,
     joint: Joint,
     max_shapes: int | None,
