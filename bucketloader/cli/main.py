@@ -253,13 +253,13 @@ def _closed_stdout() -> int:
     return EXIT_PIPE
 
 
-def _read_lengths(args: argparse.Namespace) -> Any:
-    """``read_lengths`` with its notes (a text column measured in characters) printed as
-    ``bucketloader: note: ...`` lines on stderr."""
+def _read_lengths(args: argparse.Namespace, column: str | None = None) -> Any:
+    """``read_lengths`` of ``column`` (default: ``--column``) with its notes (a text column
+    measured in characters) printed as ``bucketloader: note: ...`` lines on stderr."""
     with _recording() as notes:
         from bucketloader.cli.files import read_lengths
 
-        lengths = read_lengths(args.file, args.column)
+        lengths = read_lengths(args.file, args.column if column is None else column)
     for note in notes:
         print(f"bucketloader: note: {note.message}", file=sys.stderr)
     return lengths
@@ -667,8 +667,9 @@ def _columns(column: str | None) -> list[str]:
 
 def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
     """``precompute --column A,B --max-shapes K``: the joint plan of several lengths per sample,
-    solved and stored as ``BucketSpec.build`` (what a sampler builds) solves it, so
-    ``BucketSampler(lengths, max_shapes=K, ...)`` with the same options reads the entries."""
+    solved and stored by building the one-rank ``BucketSampler`` those options make, so
+    ``BucketSampler(lengths, max_shapes=K, ...)`` with the same options reads every entry it
+    solves (under ``max_tokens`` there can be several: NOTE [ Cells within a size limit ])."""
     from bucketloader._files import folder_blocker, os_reason
     from bucketloader._validation import check_folder, check_int
     from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
@@ -719,7 +720,7 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
             check_int("max_tokens", args.max_tokens, minimum=1)
     options = _strategy_options(args.option)
     with _flag("--option"):
-        strategy: Any = Joint(**options)  # (BucketSpec.build takes it as its strategy)
+        strategy: Any = Joint(**options)  # (the sampler takes it as its strategy)
     size: Any = args.size or "sum"
     budget = {"max_tokens": args.max_tokens} if args.max_tokens is not None else {}
     if args.batch_size is not None:
@@ -734,10 +735,7 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
             f"the cache directory {directory} is not usable ({os_reason(blocker)}); "
             "point --cache-dir or BUCKETLOADER_CACHE_DIR at a writable directory"
         )
-    table = {}
-    for name in columns:
-        args.column = name
-        table[name] = _read_lengths(args)
+    table = {name: _read_lengths(args, name) for name in columns}
     counts = {name: int(v.size) for name, v in table.items()}
     if len(set(counts.values())) > 1:
         raise ValueError(
