@@ -172,6 +172,23 @@ def a_kind(name: str) -> str:
     return f"{'an' if name[:1] in ('A', 'E', 'I', 'O', 'U') else 'a'} {name}"
 
 
+def stream_of(state: Any) -> str | None:
+    """Which stream saved ``state``, read from its config (the two streams' state formats
+    overlap): ``"PackIterable"`` (a ``row_length``), ``"BucketIterable"`` (``boundaries``), else
+    ``None``.
+
+    Example:
+        >>> stream_of({"config": {"row_length": 8}}), stream_of({"config": {}})
+        ('PackIterable', None)
+    """
+    config = state.get("config") if isinstance(state, dict) else None
+    if not isinstance(config, dict):
+        return None
+    if "row_length" in config:
+        return "PackIterable"
+    return "BucketIterable" if "boundaries" in config else None
+
+
 def describe(value: Any) -> str:
     """A short description of a value for error messages (arrays by kind, dtype and shape).
 

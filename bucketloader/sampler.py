@@ -84,6 +84,7 @@ from bucketloader._validation import (
     check_int,
     check_options,
     keyword_options,
+    stream_of,
 )
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
 from bucketloader.plan.accumulate import grouped_steps
@@ -1176,9 +1177,7 @@ def _check_state(
         raise TypeError(f"state must be a dict from {owner}.state_dict(), got {state!r}")
     missing = [k for k in ("version", "epoch", "batches_yielded", "config") if k not in state]
     if missing and "format" in state:  # (the streams' states have one, the samplers' none)
-        its = state["config"] if isinstance(state.get("config"), dict) else {}
-        stream = "PackIterable" if "row_length" in its else "BucketIterable / PackIterable"
-        stream = "BucketIterable" if "boundaries" in its else stream
+        stream = stream_of(state) or "BucketIterable / PackIterable"
         raise ValueError(
             f"state is a stream's ({stream}.state_dict(): it has 'format' and no "
             f"'batches_yielded'), not {a_kind(owner)}'s; load it into the stream that saved "

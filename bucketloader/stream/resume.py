@@ -138,7 +138,7 @@ from typing import Any, ClassVar
 import torch.utils.data
 
 from bucketloader._files import NotAFile, write_atomic
-from bucketloader._validation import a_kind, check_int
+from bucketloader._validation import a_kind, check_int, stream_of
 from bucketloader.plan.report import FILL_TIMES, FILL_WARNING, LOSS_WARNING, DataLossWarning
 from bucketloader.stream.counters import MAX_LANES, LaneCounters, finished
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
@@ -482,11 +482,7 @@ def check_state(
         raise TypeError(
             f"state must be a dict from {owner}.state_dict(), got {type(state).__name__}"
         )
-    config = state.get("config")
-    saved = None
-    if isinstance(config, dict):  # (the two streams' formats overlap: name the other one)
-        saved = "PackIterable" if "row_length" in config else None
-        saved = "BucketIterable" if "boundaries" in config and saved is None else saved
+    saved = stream_of(state)  # (the two streams' formats overlap: name the other one)
     if saved is not None and saved != owner and owner in ("BucketIterable", "PackIterable"):
         raise ValueError(
             f"state is a {saved}'s (its config has "
