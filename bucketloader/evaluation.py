@@ -83,7 +83,16 @@ class EvalBatch(list):  # type: ignore[type-arg]
             rows (the first ``len(self)`` entries are this list).
         fill: for an empty batch (a rank with no sample at this step), the index of a sample of
             the same cell whose data the collator pads as filler; ``None`` otherwise.
-        cell: the planned cell (shape) of the batch.
+        cell: the batch's planned cell: its shape is ``sampler.spec.cells.shapes[cell]``.
+
+    Example:
+        >>> sampler = EvalSampler([3, 5, 8, 8, 12], num_buckets=2, batch_size=2, num_replicas=2,
+        ...                       rank=1)
+        >>> sampler.shapes, list(sampler)  # rank 1 has no sample at the second step
+        ([(1, 12), (2, 8)], [EvalBatch([2, 3], rows=[2, 3]), EvalBatch([], rows=[-1], fill=4)])
+        >>> last = list(sampler)[-1]
+        >>> sampler.spec.cells.shapes[last.cell], last.fill, last.rows.tolist()  # filler
+        ((1, 12), 4, [-1])
     """
 
     rows: np.ndarray

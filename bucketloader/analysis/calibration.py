@@ -31,6 +31,11 @@ class Calibration:
             compile cache (dynamo traces again; AOTAutograd, code generation and the C++ compiler
             are skipped), ``None`` if not measured. What a rerun pays for each shape
             :func:`~bucketloader.compile.precompile` compiled before.
+
+    Example:
+        >>> cal = Calibration(30.0, 1e-6, 0.01, ((8, 128, 30.0, 0.02),))
+        >>> cal.as_kwargs()  # what recommend_num_buckets(costs=...) takes
+        {'compile_seconds_per_shape': 30.0, 'seconds_per_token': 1e-06, 'seconds_per_step': 0.01}
     """
 
     compile_seconds_per_shape: float

@@ -97,6 +97,11 @@ class Candidate:
             ``warm_compile_seconds_per_shape`` per shape already compiled (``None`` without costs).
         compute_seconds: ``steps * seconds_per_step + padded_tokens * seconds_per_token``.
         warm_shapes: how many of the shapes are already compiled (``compiled_shapes``).
+
+    Example:
+        >>> c = recommend_num_buckets([10] * 90 + [100] * 10, num_buckets=(1, 2)).table[0]
+        >>> c.strategy, c.num_buckets, c.boundaries, round(c.padding_ratio, 3), c.num_shapes
+        ('optimal', 1, (100,), 4.263, 1)
     """
 
     strategy: str
@@ -138,6 +143,13 @@ class Recommendation:
         rule: the rule, in words.
         predicted_seconds: its predicted total time (``None`` under the padding rule).
         table: every candidate, in the order tried (strategies, then k ascending).
+
+    Example:
+        >>> r = recommend_num_buckets([10] * 90 + [100] * 10, num_buckets=(1, 2, 4))
+        >>> r.num_buckets, r.boundaries, r.best.padding_ratio, r.predicted_seconds
+        (2, (10, 100), 0.0, None)
+        >>> print(r.to_markdown().splitlines()[3])  # the recommended row is starred
+        | optimal * | 2 | 2 | 0.0% |
     """
 
     num_buckets: int

@@ -52,6 +52,15 @@ class BatchSource(Protocol):
     """What :func:`~bucketloader.compile.precompile` needs: the shapes and a batch of each.
 
     See NOTE [ The batch-source protocol ] in :mod:`bucketloader.compile.batches`.
+
+    Example:
+        >>> import torch
+        >>> class Zeros:  # a batch source of your own: zero batches of two planned shapes
+        ...     shapes = [(4, 16), (2, 32)]
+        ...     def make_batch(self, shape):
+        ...         return {"inputs": torch.zeros(shape, dtype=torch.long)}
+        >>> isinstance(Zeros(), BatchSource), Zeros().make_batch((2, 32))["inputs"].shape
+        (True, torch.Size([2, 32]))
     """
 
     shapes: Sequence[tuple[int, ...]]

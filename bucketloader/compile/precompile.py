@@ -102,6 +102,16 @@ class ShapeTiming:
         phase: ``"compile"`` (this rank's share) or ``"load"`` (shapes other ranks compiled, or
             recorded ones).
         compiled_by: the rank assigned to compile the shape (``-1``: recorded before this run).
+
+    Example:
+        >>> import torch
+        >>> from bucketloader import BucketSampler
+        >>> compiled = torch.compile(torch.nn.Embedding(16, 4), backend="eager", dynamic=False)
+        >>> sampler = BucketSampler([3, 7, 7], num_buckets=2, batch_size=3)
+        >>> rows = precompile(lambda b: compiled(b["inputs"]), sampler, example=[1, 2],
+        ...                   cache=False, progress=False).rows
+        >>> [(r.shape, r.cache, r.phase, r.compiled_by) for r in rows]
+        [((3, 3), 'traced', 'compile', 0), ((3, 7), 'traced', 'compile', 0)]
     """
 
     shape: tuple[int, ...]
@@ -132,6 +142,18 @@ class PrecompileReport:
         recompile_limit: ``torch._dynamo.config.recompile_limit`` after the call (raised to the
             number of planned shapes plus the graphs compiled before the call, if it was lower:
             NOTE [ The recompile limit over several plans ]).
+
+    Example:
+        >>> import torch
+        >>> from bucketloader import BucketSampler
+        >>> compiled = torch.compile(torch.nn.Embedding(16, 4), backend="eager", dynamic=False)
+        >>> sampler = BucketSampler([5, 9, 9], num_buckets=2, batch_size=3)
+        >>> report = precompile(lambda b: compiled(b["inputs"]), sampler, example=[1, 2],
+        ...                     cache=False, progress=False)
+        >>> report.shapes, report.key, report.world_size, report.restored
+        ([(3, 5), (3, 9)], None, 1, ('Embedding (module)',))
+        >>> print(str(report).splitlines()[1])  # str(): a summary line and a table per shape
+        | shape | phase | compiled by | cache | recorded before | graphs | seconds |
     """
 
     rows: tuple[ShapeTiming, ...]

@@ -103,6 +103,19 @@ class ShapeRecord:
         cold_seconds: the last cold compile of this shape (``None`` if never seen cold).
         warm_seconds: the last load of this shape from the cache (``None`` if never seen warm).
         updated: Unix time of the last update.
+
+    Example:
+        >>> import tempfile, torch
+        >>> from bucketloader import BucketSampler
+        >>> from bucketloader.compile import precompile
+        >>> compiled = torch.compile(torch.nn.Embedding(16, 4), backend="eager", dynamic=False)
+        >>> sampler = BucketSampler([2, 6, 6], num_buckets=2, batch_size=3)
+        >>> cache = CompileCache(tempfile.mkdtemp())
+        >>> key = precompile(lambda b: compiled(b["inputs"]), sampler, example=[1, 2],
+        ...                  cache=cache, progress=False).key
+        >>> rec = cache.compiled_shapes(key)[(3, 6)]  # what a rerun would load warm
+        >>> rec.shape, rec.cold_seconds > 0, rec.warm_seconds
+        ((3, 6), True, None)
     """
 
     shape: tuple[int, ...]

@@ -44,6 +44,14 @@ class StrategyResult:
             stopped early; see ``gap``) or ``"coarsened"`` (solved exactly on a binned histogram).
         gap: relative optimality gap when known (0.0 for a proved optimum).
         info: free-form solver details (iterations, variables, coarsening width, ...).
+
+    Example:
+        >>> from bucketloader import compute_boundaries
+        >>> def halves(hist, num_buckets):  # a strategy of your own, saying how it solved
+        ...     top = int(hist.values.max())
+        ...     return StrategyResult(np.array([top // 2, top]), status="heuristic")
+        >>> compute_boundaries([3, 5, 8, 12], 2, strategy=halves).tolist()
+        [6, 12]
     """
 
     boundaries: np.ndarray

@@ -18,7 +18,13 @@ from bucketloader.stream.source import check_length
 
 @dataclass(frozen=True)
 class Estimate:
-    """Boundaries to estimate from the head of the stream (build it with :func:`estimate`)."""
+    """Boundaries to estimate from the head of the stream (build it with :func:`estimate`).
+
+    Example:
+        >>> estimate(4, sample_size=1000)
+        Estimate(num_buckets=4, sample_size=1000, strategy='optimal', max_length=None, \
+cache=None, options={})
+    """
 
     num_buckets: int
     sample_size: int = 10_000

@@ -106,13 +106,32 @@ def _shown(x: float) -> str:
 
 class OverLimit(ValueError):
     """A sample above ``max_size`` where it sits on the grid (rounded up onto a coarsened grid,
-    NOTE [ Joint time limit and fallbacks ]): no cell within the limit covers it."""
+    NOTE [ Joint time limit and fallbacks ]): no cell within the limit covers it.
+
+    Example:
+        >>> from bucketloader.strategies.joint import solve_joint
+        >>> try:
+        ...     solve_joint([[3, 100], [50, 50]], max_shapes=2, size="prod", max_size=1000)
+        ... except OverLimit as exc:
+        ...     print(str(exc).split(":")[0])
+        max_size=1000 is below the size 2500 of a sample (lengths [50, 50])
+    """
 
 
 class TooFewCells(ValueError):
     """``max_shapes`` below the fewest cells within ``max_size`` that cover every sample
     (NOTE [ Cells within a size limit ]); ``need``: that count (with more than two inputs, a
-    greedy cover's, or on a coarsened grid: at most that many)."""
+    greedy cover's, or on a coarsened grid: at most that many).
+
+    Example:
+        >>> from bucketloader.strategies.joint import solve_joint
+        >>> try:
+        ...     solve_joint([[3, 100], [100, 3], [50, 50]], max_shapes=1, size="prod",
+        ...                 max_size=5000)
+        ... except TooFewCells as exc:
+        ...     print(exc.need, exc.exact)
+        2 True
+    """
 
     def __init__(self, k: int, need: int, max_size: float, exact: bool) -> None:
         self.need, self.exact = need, exact
