@@ -192,9 +192,13 @@ def sample_length(sample: Any, key: Any = None, *, arg: str = "key") -> int:
                 f"dataset.filter(lambda s: s[{nulls[0]!r}] is not None)"
             )
         if len(sized) != 1:
-            found = "none is" if not sized else f"{sized} are"
+            found = (
+                "none of them sequence-valued, so none gives a length"
+                if not sized
+                else f"of which {sized} are sequence-valued: which one is the length is ambiguous"
+            )
             raise ValueError(
-                f"samples are dicts with keys {list(sample)[:8]} and {found} sequence-valued; "
+                f"samples are dicts with keys {list(sample)[:8]}, {found}; "
                 f"pass {arg}=<key> (e.g. {arg}='input_ids') or a callable sample -> length"
             )
         return length_of(sample[sized[0]], what=f"sample[{sized[0]!r}]")

@@ -57,8 +57,18 @@ def test_the_rule_on_every_kind_of_sample():
 @pytest.mark.parametrize(
     ("sample", "key", "error", "match"),
     [
-        ({"a": [1], "b": [2]}, None, ValueError, r"\['a', 'b'\] are sequence-valued; pass k="),
-        ({"label": 3.5}, None, ValueError, "none is sequence-valued; pass k="),
+        (
+            {"a": [1], "b": [2]},
+            None,
+            ValueError,
+            r"\['a', 'b'\] are sequence-valued: which one is the length is ambiguous; pass k=",
+        ),
+        (
+            {"label": 3.5},
+            None,
+            ValueError,
+            "none of them sequence-valued, so none gives a length; pass k=",
+        ),
         ({"a": [1]}, "b", ValueError, r"k='b' is not in the samples \(a sample has \['a'\]\)"),
         (3.5, None, TypeError, "has no length: got float"),
         ({"x": -2}, "x", ValueError, "negative length"),

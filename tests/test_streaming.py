@@ -361,7 +361,11 @@ def test_validation_errors():
         ValueError, match=r"max_tokens=10 fits no sample of padded length\(s\) \[16\]"
     ):
         BucketIterable([[1]], boundaries=[4, 16], max_tokens=10)
-    with pytest.raises(ValueError, match=r"\['a', 'b'\] are sequence-valued; pass length_fn="):
+    with pytest.raises(
+        ValueError,
+        match=r"\['a', 'b'\] are sequence-valued: which one is the length is ambiguous; "
+        r"pass length_fn=",
+    ):
         list(BucketIterable([{"a": [1], "b": [2]}], boundaries=[4], batch_size=1))
     with pytest.raises(ValueError, match="length_fn returned -1 for sample 0"):
         list(BucketIterable([[1]], length_fn=lambda s: -1, boundaries=[4], batch_size=1))
