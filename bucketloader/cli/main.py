@@ -64,7 +64,13 @@ class _UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``bucketloader`` (three subcommands)."""
+    """The argument parser of ``bucketloader`` (three subcommands).
+
+    Example:
+        >>> args = build_parser().parse_args(["precompute", "lengths.txt", "--num-buckets", "8"])
+        >>> args.command, args.file, args.num_buckets, args.strategy
+        ('precompute', 'lengths.txt', 8, 'optimal')
+    """
     p = _Parser(
         prog="bucketloader",
         description="Static-shape length bucketing: see how dynamic your data is, precompute "
@@ -193,7 +199,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status.
+
+    Example:
+        >>> import pathlib, tempfile
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (folder / "lengths.txt").write_text("3\\n5\\n8\\n8\\n12\\n")
+        >>> main(["precompute", str(folder / "lengths.txt"), "--num-buckets", "2",
+        ...       "--cache-dir", str(folder)])  # doctest: +ELLIPSIS
+        lengths.txt: 5 lengths, strategy 'optimal', k=2, 4 distinct lengths
+        cache: miss, solved in ...
+        boundaries: [8, 12]
+        ...
+        0
+    """
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
