@@ -590,6 +590,25 @@ def test_demo_runs_on_the_shipped_data(tmp_path, capsys, monkeypatch):
     assert more and abs(float(more[1]) - rule / ours) < 0.06  # (of the unrounded figures)
 
 
+def test_demo_without_matplotlib_skips_its_default_plot(tmp_path, capsys, monkeypatch):
+    """A core install ('pip install bucketloader', no plot extra): the demo ran to its end,
+    then failed on the default plot (exit 2, 'report.plot() needs matplotlib'). It now skips
+    the default plot and says how to get it; an explicit --plot is refused before any work."""
+    import bucketloader.cli.demo as demo
+    from bucketloader.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # 'import matplotlib' fails
+    monkeypatch.chdir(tmp_path)
+    asked = []
+    monkeypatch.setattr(demo, "run_demo", lambda **kw: asked.append(kw["plot"]) or 0)
+    assert main(["demo"]) == 0
+    assert asked == [None] and not list(tmp_path.iterdir())
+    assert "(no plot: pip install 'bucketloader[plot]' to draw" in capsys.readouterr().out
+    assert main(["demo", "--plot", "mine.png"]) == 2 and asked == [None]
+    err = capsys.readouterr().err
+    assert "--plot mine.png needs matplotlib: pip install 'bucketloader[plot]'" in err
+
+
 def test_demo_counts_its_epoch_and_builds_its_batches():
     """The demo's pieces, cheaply: one epoch's distinct shapes and padded / real frames of its
     index batches, the lazy items (seeded by their index) and the dynamic-padding collate

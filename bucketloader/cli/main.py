@@ -47,6 +47,8 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 #: Standard output closed by its reader (``... | head``): 128 + SIGPIPE, as git and coreutils.
 EXIT_PIPE = 141
+#: The plot ``demo`` writes when matplotlib is installed and no ``--plot`` is given.
+DEMO_PLOT = "bucketloader-demo.png"
 #: Above this many samples (a histogram from ``--engine``), ``report`` skips the dynamic-padding
 #: baseline, which simulates batches over every sample.
 MAX_BASELINE_SAMPLES = 100_000_000
@@ -192,8 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--plot",
         metavar="PNG",
-        default="bucketloader-demo.png",
-        help="write the plot here (in an existing directory; default bucketloader-demo.png)",
+        help=f"write the plot here (in an existing directory; default {DEMO_PLOT}, when "
+        "matplotlib is installed)",
     )
     return p
 
@@ -228,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "precompute":
             return _precompute(args)
         _check_plot(args.plot)
+        if args.plot:
+            _need_matplotlib(args.plot)
         from bucketloader._validation import check_int
 
         for flag, name in (  # (named as typed; run_demo's own errors name its arguments)
@@ -239,12 +243,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 check_int(name, getattr(args, name), minimum=1)
         from bucketloader.cli.demo import run_demo  # imports the DataLoader machinery
 
-        return run_demo(
+        # the default plot only where matplotlib is: 'pip install bucketloader' then
+        # 'bucketloader demo' ran the whole demo and then failed on the plot (exit 2; s28)
+        drawn = args.plot or (DEMO_PLOT if _has_matplotlib() else None)
+        code = run_demo(
             num_buckets=args.num_buckets,
             batch_size=args.batch_size,
             max_batches=args.max_batches,
-            plot=args.plot,
+            plot=drawn,
         )
+        if drawn is None:
+            print(f"(no plot: pip install 'bucketloader[plot]' to draw {DEMO_PLOT})")
+        return code
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
     except _UsageError as exc:
@@ -475,13 +485,7 @@ def _report(args: argparse.Namespace) -> int:
     _check_output("--json", args.json, args.file)
     _check_plot(args.plot)
     if args.plot:  # before any work (the plot is drawn before the text is printed)
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise ImportError(
-                f"--plot {args.plot} needs matplotlib: pip install 'bucketloader[plot]', or "
-                "leave out --plot"
-            ) from None
+        _need_matplotlib(args.plot)
     if args.json and args.plot and _same_file(args.json, args.plot):
         raise ValueError(  # (the report replaced the plot it had just written)
             f"--json {args.json} and --plot {args.plot} name the same file; name two files, "
@@ -897,6 +901,23 @@ def _plot(report: Any, path: str) -> Path:
         return Path(report.plot(path))
     except OSError as exc:
         raise OSError(f"--plot: {exc.strerror or exc}") from None
+
+
+def _has_matplotlib() -> bool:
+    """Whether matplotlib can be imported (the ``plot`` extra)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _need_matplotlib(path: str) -> None:
+    """``--plot`` given without matplotlib: one error before any work."""
+    if not _has_matplotlib():
+        raise ImportError(
+            f"--plot {path} needs matplotlib: pip install 'bucketloader[plot]', or leave out --plot"
+        )
 
 
 def _check_plot(path: str | None) -> None:
