@@ -942,6 +942,26 @@ def test_plot_without_matplotlib_fails_before_any_work(tmp_path, files, capsys, 
     )
 
 
+def test_a_missing_optional_package_names_its_extra(tmp_path, capsys, monkeypatch):
+    """A core install reading Parquet shards said only "No module named 'pyarrow'"; a saved
+    dataset needs bucketloader.hf (datasets), whose own error names its extra."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli import main
+
+    pq.write_table(pa.table({"n": [3, 5, 8]}), tmp_path / "a.parquet")
+    datasets = pytest.importorskip("datasets")
+    datasets.Dataset.from_dict({"n": [3, 5, 8]}).save_to_disk(str(tmp_path / "saved"))
+    for name in ("pyarrow", "datasets"):
+        monkeypatch.setitem(sys.modules, name, None)  # (import: ModuleNotFoundError)
+    monkeypatch.delitem(sys.modules, "bucketloader.hf", raising=False)  # (its own error)
+    for source, extra in ((str(tmp_path / "*.parquet"), "arrow"), (tmp_path / "saved", "hf")):
+        assert main(["report", str(source), "--column", "n"]) == 2
+        err = capsys.readouterr().err
+        assert f"install it with pip install 'bucketloader[{extra}]'" in err, err
+
+
 def test_plot_and_json_write_into_existing_directories_only(tmp_path, files, capsys):
     from bucketloader.cli import main
 

@@ -346,7 +346,15 @@ def _checked(arr: np.ndarray, name: str) -> np.ndarray:
         raise LengthFileError(str(exc)) from None
 
 
+def _need_hf() -> None:
+    """A Parquet file or a saved dataset is read by :mod:`bucketloader.hf` (``datasets``, which
+    brings pyarrow): imported first, its error names the extra (a core install said "No module
+    named 'pyarrow'")."""
+    import bucketloader.hf  # noqa: F401
+
+
 def _read_arrow(p: Path, column: str | int | None) -> np.ndarray:
+    _need_hf()
     import pyarrow.parquet as pq
 
     try:
@@ -357,6 +365,7 @@ def _read_arrow(p: Path, column: str | int | None) -> np.ndarray:
 
 
 def _read_saved_dataset(p: Path, column: str | int | None) -> np.ndarray:
+    _need_hf()
     import datasets
 
     try:

@@ -261,13 +261,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     except BrokenPipeError:  # the reader stopped reading: no error to tell (what was asked,
         return _closed_stdout()  # e.g. a cache entry, is done)
-    except (ValueError, TypeError, KeyError, OSError, ImportError) as exc:
+    except ImportError as exc:
+        return _fail(_missing_package(exc))
+    except (ValueError, TypeError, KeyError, OSError) as exc:
         return _fail(str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc))
     except Warning as exc:  # -W error / PYTHONWARNINGS=error (the user decides: _recording)
         return _fail(f"{exc} ({type(exc).__name__}, an error under -W / PYTHONWARNINGS)")
     except KeyboardInterrupt:  # Ctrl-C in a long solve printed a 20-line traceback of numpy
         print("\nbucketloader: interrupted", file=sys.stderr)  # (cache and --json writes are
         return EXIT_INTERRUPTED  # all or nothing: a file there is whole, or the one before)
+
+
+#: The extra that installs each optional package a command may import.
+_EXTRAS = {
+    "datasets": "hf",
+    "matplotlib": "plot",
+    "pyarrow": "arrow",
+    "pyspark": "spark",
+    "ray": "ray",
+    "scipy": "joint",
+    "tqdm": "arrow",
+    "transformers": "hf",
+}
+
+
+def _missing_package(exc: ImportError) -> str:
+    """An ``ImportError``'s message, naming the extra to install where it is a bare "No module
+    named 'pyarrow'" of an optional package (a shard glob on a core install said only that)."""
+    root = (exc.name or "").split(".")[0]
+    if root not in _EXTRAS or "pip install" in str(exc):
+        return str(exc)
+    return (
+        f"this needs {root!r} ({exc}); install it with pip install 'bucketloader[{_EXTRAS[root]}]'"
+    )
 
 
 def _closed_stdout() -> int:
