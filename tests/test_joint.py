@@ -1437,14 +1437,14 @@ def test_a_cut_descent_that_pads_more_than_the_greedy_start_is_not_the_plan(
 
 
 def test_exact_solver_without_scipy_names_the_extra(monkeypatch):
-    """SciPy is the `joint` extra, not a core dependency: without it the exact solver (the
-    default) says how to get it, instead of a ModuleNotFoundError from inside the solve, and
-    exact=False still solves."""
+    """SciPy is a core dependency (the `joint` extra until s28), but an environment can still
+    lack it: the exact solver (the default) then says how to get it, instead of a
+    ModuleNotFoundError from inside the solve, and exact=False still solves."""
     monkeypatch.setitem(sys.modules, "scipy", None)
     monkeypatch.setitem(sys.modules, "scipy.optimize", None)
     pairs = [[3, 4], [4, 3], [10, 12], [12, 10], [11, 11]]
     with pytest.raises(
-        ImportError, match=r"needs SciPy's HiGHS .*pip install 'bucketloader\[joint\]'"
+        ImportError, match=r"needs SciPy's HiGHS .*pip install 'scipy>=1.11'.*Joint\(exact=False\)"
     ):
         solve_joint(pairs, 2)
     assert solve_joint(pairs, 2, exact=False, time_limit=1).cells.shape[1] == 2

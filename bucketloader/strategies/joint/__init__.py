@@ -262,8 +262,9 @@ def _solve(hist: JointHistogram, params: dict[str, Any]) -> JointSolution:
         except ImportError as exc:
             raise ImportError(
                 "the exact joint solver (exact=True, the default) needs SciPy's HiGHS "
-                f"({exc}); install it with pip install 'bucketloader[joint]', or pass "
-                "exact=False (the search and its bound need numpy only)"
+                f"({exc}), a dependency of bucketloader: install it with pip install "
+                "'scipy>=1.11', or pass exact=False (strategy=Joint(exact=False) to a sampler: "
+                "the search and its bound need numpy only)"
             ) from exc
         if params["solver"] == "pulp" and not has_cbc(pulp := import_pulp()):
             raise ImportError(
