@@ -104,14 +104,9 @@ class ShapeTiming:
         compiled_by: the rank assigned to compile the shape (``-1``: recorded before this run).
 
     Example:
-        >>> import torch
-        >>> from bucketloader import BucketSampler
-        >>> compiled = torch.compile(torch.nn.Embedding(16, 4), backend="eager", dynamic=False)
-        >>> sampler = BucketSampler([3, 7, 7], num_buckets=2, batch_size=3)
-        >>> rows = precompile(lambda b: compiled(b["inputs"]), sampler, example=[1, 2],
-        ...                   cache=False, progress=False).rows
-        >>> [(r.shape, r.cache, r.phase, r.compiled_by) for r in rows]
-        [((3, 3), 'traced', 'compile', 0), ((3, 7), 'traced', 'compile', 0)]
+        >>> row = ShapeTiming((8, 128), 41.5, 1, "cold", False, "compile", 0)  # one of report.rows
+        >>> f"{row.shape}: compiled by rank {row.compiled_by}, {row.cache}, {row.seconds} s"
+        '(8, 128): compiled by rank 0, cold, 41.5 s'
     """
 
     shape: tuple[int, ...]
@@ -152,6 +147,8 @@ class PrecompileReport:
         ...                     cache=False, progress=False)
         >>> report.shapes, report.key, report.world_size, report.restored
         ([(3, 5), (3, 9)], None, 1, ('Embedding (module)',))
+        >>> [(r.shape, r.cache, r.phase, r.compiled_by) for r in report.rows]  # ShapeTiming
+        [((3, 5), 'traced', 'compile', 0), ((3, 9), 'traced', 'compile', 0)]
         >>> print(str(report).splitlines()[1])  # str(): a summary line and a table per shape
         | shape | phase | compiled by | cache | recorded before | graphs | seconds |
     """
