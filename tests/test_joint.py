@@ -187,7 +187,7 @@ def test_a_coarsened_grid_under_a_size_limit_brackets_the_oracle(points, k, size
             sol = solve_joint(table, k, size=size, max_size=cap, exact=False, time_limit=0.02)
         except ValueError as e:  # (too few cells, or no room for the lengths within the limit)
             # on a grid too small for the staircase within the limit, the samples round up onto
-            # quantiles and their cover can need more cells than the exact one
+            # values and their cover can need more cells than the exact one
             front = _grid._undominated(rows, int(limit**0.5) // 2) is not None
             assert (
                 best is None
@@ -270,7 +270,7 @@ def test_shakes_and_starts_keep_a_size_limit_on_real_pairs():
 
 
 def test_a_coarsened_grid_keeps_the_samples_within_max_size_within_it():
-    """A grid of more than MAX_GRID points rounds the samples up onto per-input quantiles; under
+    """A grid of more than MAX_GRID points rounds the samples up onto per-input values; under
     ``max_size`` the values also hold the lengths of the samples within it that would round
     past it (NOTE [ Cells within a size limit ]). Before, such a sample raised OverLimit and a
     sampler planned without the limit: 2,000 random pairs of over 1,100 distinct lengths per
@@ -293,7 +293,7 @@ def test_a_coarsened_grid_keeps_the_samples_within_max_size_within_it():
 
 
 def test_a_coarsened_grid_that_rounds_a_sample_past_the_limit_says_so():
-    """Three inputs of 300 values each coarsen the grid; the samples the quantiles would round
+    """Three inputs of 300 values each coarsen the grid; the samples the values would round
     past ``max_size`` add their lengths (the plan of K = 6 within it, where before an error and
     a plan without the limit that dropped samples within it). Where those lengths do not fit
     the grid (MAX_GRID lowered to 8 here), the error names the fix; a sampler then plans as
@@ -1137,20 +1137,66 @@ if __name__ == "__main__" and len(__import__("sys").argv) == 5:
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(points=tiny, k=st.integers(1, 3), size=st.sampled_from(["sum", "prod"]))
-def test_coarsened_grid_keeps_a_certified_bound(points, k, size):
-    """NOTE [ Joint time limit and fallbacks ]: a pre-binned grid rounds samples down for the
-    bound, so it stays below the true optimum."""
+@given(
+    points=tiny,
+    k=st.integers(1, 3),
+    size=st.sampled_from(["sum", "prod"]),
+    limit=st.sampled_from([4, 9]),
+)
+def test_coarsened_grid_keeps_a_certified_bound(points, k, size, limit):
+    """NOTE [ A coarsened grid's values ]: a pre-binned grid rounds samples down for the
+    bound, so it stays below the true optimum (limit 9: the bound's first grid has 2 values
+    per input, the second 3, the plan's)."""
     import bucketloader.strategies.joint as joint
 
     rows = np.array([p[:2] for p in points], dtype=np.int64)
     counts = np.array([p[2] for p in points], dtype=np.int64)
     best = oracle(rows, counts, k, size)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(joint, "MAX_GRID", 4)
+        mp.setattr(joint, "MAX_GRID", limit)
         sol = solve_joint(np.repeat(rows, counts, axis=0), k, size=size)
     assert sol.lower_bound <= best <= sol.objective
     assert (joint_assign(rows, sol.cells, size) >= 0).all() and len(sol.cells) <= k
+
+
+def _rounding(values, weights, grid, down):
+    """Σ w · |l - the grid value it rounds to| (up, or down), the grid covering every l."""
+    grid = np.asarray(sorted(grid))
+    if down:
+        at = grid[np.searchsorted(grid, values, side="right") - 1]
+        return int((weights * (values - at)).sum())
+    return int((weights * (grid[np.searchsorted(grid, values)] - values)).sum())
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    marginal=st.dictionaries(st.integers(1, 30), st.integers(1, 9), min_size=1, max_size=9),
+    per=st.integers(2, 5),
+    down=st.booleans(),
+)
+def test_a_coarsened_grids_values_round_least(marginal, per, down):
+    """NOTE [ A coarsened grid's values ]: per input, ``per`` values placed by the 1-D DP (the
+    mirrored lengths' for ``down``) round that input's lengths up (down) no more than the best
+    ``per`` values that cover every length (brute force), and the shortest and the longest are
+    kept (at most one value more: no less than the best ``per + 1``)."""
+    values = np.array(sorted(marginal), dtype=np.int64)
+    weights = np.array([marginal[v] for v in values], dtype=np.int64)
+    rows = values[:, None]
+    got = _grid.placed_values(rows, weights, [values], per, down=down)[0]
+    assert got[0] == values[0] and got[-1] == values[-1] and got.size <= per + 1
+    assert np.isin(got, values).all()
+    ours = _rounding(values, weights, got, down)
+    end = values[0] if down else values[-1]  # (the value every grid must hold)
+    rest = [v for v in values if v != end]
+
+    def best(m):
+        return min(
+            _rounding(values, weights, [end, *extra], down)
+            for r in range(min(m - 1, len(rest)) + 1)
+            for extra in itertools.combinations(rest, r)
+        )
+
+    assert best(per + 1) <= ours <= best(per)
 
 
 def test_a_coarsened_grid_says_so_even_when_its_bound_meets_the_plan():

@@ -38,9 +38,10 @@ solvers' modules are imported before the clock starts (a cold ``scipy.optimize``
 6 s on a loaded machine, once per process: an import, not the solve). A
 histogram with one input is solved exactly by the 1-D DP (``"optimal"``), whatever the options.
 A grid of more than :data:`._grid.MAX_GRID` points (three inputs, or very many distinct
-lengths) is pre-binned: the cells sit on per-input quantiles (``status="coarsened"``) and the
-bound comes from the same quantiles with every sample rounded *down* (a relaxation), so it
-stays certified. ``max_shapes`` at least the number of distinct rows gives every row its own
+lengths) is pre-binned: the cells sit on per-input values placed by the 1-D DP
+(``status="coarsened"``) and the bound comes from grids of their own with every sample rounded
+*down* (a relaxation), so it stays certified (NOTE [ A coarsened grid's values ] in
+:mod:`._grid`). ``max_shapes`` at least the number of distinct rows gives every row its own
 cell (no padding).
 
 NOTE [ One joint plan for every rank ]
@@ -72,7 +73,7 @@ from bucketloader._validation import (
     check_options,
     checks_options,
 )
-from bucketloader.boundaries import joint_assign, joint_padding, row_sizes
+from bucketloader.boundaries import joint_assign, joint_padding, weighted_size
 from bucketloader.histogram import JointHistogram, LengthHistogram, input_table
 from bucketloader.solution import JointSolution
 from bucketloader.strategies._lp_model import has_cbc, import_pulp
@@ -80,12 +81,14 @@ from bucketloader.strategies._registry import resolve_strategy
 from bucketloader.strategies.joint._bound import lagrangian, lp_bound, survivors
 from bucketloader.strategies.joint._coverage import most_covered
 from bucketloader.strategies.joint._grid import (
+    COARSE_GRID,
     MAX_GRID,
     Grid,
     OverLimit,
     TooFewCells,
     _cover,
     coarse_values,
+    placed_values,
     sizes_of,
 )
 from bucketloader.strategies.joint._ilp import (
@@ -124,8 +127,14 @@ MIN_TIME, MAX_TIME = 1e-3, 1e6
 #: Bump when the joint solver's answer for the same inputs changes (part of the cache key; 6:
 #: under ``work_limit`` the shakes run every counted table, NOTE [ Work instead of seconds ]; 7:
 #: under ``max_size`` a coarsened grid holds the undominated samples' lengths too, NOTE [ Cells
-#: within a size limit ]; 8: with more than two inputs the cover there is the fewest cells).
-JOINT_FORMAT = 8
+#: within a size limit ]; 8: with more than two inputs the cover there is the fewest cells; 9: a
+#: coarsened grid's values placed by the 1-D DP, its bound on a ladder of its own grids, NOTE
+#: [ A coarsened grid's values ] in :mod:`._grid`).
+JOINT_FORMAT = 9
+#: A coarsened grid's bound: the share of the time left that the coarser grid's ascent gets
+#: first, and how many evaluations of the finer grid must be predicted to fit before it starts
+#: (NOTE [ A coarsened grid's values ] in :mod:`._grid`).
+LADDER_PROBE, LADDER_EVALS = 0.25, 20
 #: The LP rounds' share of the time left after the bundle ascent; the rest goes to the search
 #: from the LP's cells, the integer program, or the shakes (NOTE [ Shakes ]). 0.85 until the
 #: shakes; at 0.7 four GSM8K K = 8/16 solves of 30 s (side by side, load 4) ended with the same
@@ -283,13 +292,17 @@ def _solve(hist: JointHistogram, params: dict[str, Any]) -> JointSolution:
         lower = None
     else:
         cells, lower, status = _search_and_bound(rows, counts, params, start, info)
-    cells = cells[np.unique(joint_assign(rows, cells, size))]  # drop cells nobody uses
+    which = joint_assign(rows, cells, size)
+    if (which < 0).any():
+        joint_padding(rows, counts, cells, size)  # (its error names the row)
+    used, which = np.unique(which, return_inverse=True)
+    cells = cells[used]  # drop cells nobody uses
     cells.setflags(write=False)
-    objective = joint_padding(rows, counts, cells, size)
+    real = weighted_size(rows, counts, size)
+    objective = weighted_size(cells[which.ravel()], counts, size) - real
     lower_bound = objective if lower is None else min(objective, max(0, lower))
     if lower_bound == objective and status != "coarsened":
         status = "optimal"
-    real = int(np.dot(np.array(row_sizes(rows, size), dtype=object), counts.astype(object)))
     gap = (objective - lower_bound) / objective if objective else 0.0
     return JointSolution(
         cells=cells,
@@ -324,7 +337,7 @@ def _search_and_bound(
     deadline = start + params["time_limit"]
     tol = params["tolerance"]
     cap = params.get("max_size")  # (a coarsened grid keeps every sample within it there)
-    values = coarse_values(rows, counts, MAX_GRID, size, cap)
+    values = coarse_values(rows, counts, MAX_GRID, size, cap, coarse=COARSE_GRID)
     coarsened = any(v.size < np.unique(rows[:, d]).size for d, v in enumerate(values))
     grid = Grid.build(rows, counts, values, size, cap)
     info.update(grid=int(np.prod(grid.shape)), candidates=int(grid.cand.shape[0]))
@@ -352,16 +365,8 @@ def _search_and_bound(
     upper = total(grid, reach)
     info["search_seconds"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    if coarsened:  # the bound from a relaxation: every sample rounded down onto the values
-        low = np.stack(
-            [values[d][np.searchsorted(values[d], rows[:, d], side="right") - 1]
-             for d in range(rows.shape[1])], axis=1)  # fmt: skip
-        lgrid = Grid.build(low, counts, values, size)
-        lcells = greedy(lgrid, k)
-        _, lreach = lgrid.assign(lcells)
-        bound = lagrangian(lgrid, k, lreach, total(lgrid, lreach), deadline, tol)
-        exact_const = float(np.dot(sizes_of(rows, size), counts))
-        lower = bound.value - exact_const
+    if coarsened:  # the bound of relaxations: every sample rounded down onto a grid's values
+        lower, bound, info["bound_values"] = _ladder(rows, counts, size, k, deadline, tol)
     else:
         share = BUNDLE_SHARE if grid.by_rows else SUBGRADIENT_SHARE
         soon = min(deadline, t0 + share * (deadline - t0))
@@ -429,6 +434,60 @@ def _search_and_bound(
     out = out[np.lexsort(out.T[::-1])]
     out.setflags(write=False)
     return out, lower_int, status
+
+
+def _ladder(
+    rows: np.ndarray, counts: np.ndarray, size: str, k: int, deadline: float, tol: float
+) -> tuple[float, Any, int]:
+    """NOTE [ A coarsened grid's values ] in :mod:`._grid`: the bound on the padding from a grid
+    onto whose values every sample is rounded down (placed to round down least). With two
+    inputs: half as many values per input as the plan's grid for a :data:`LADDER_PROBE` share
+    of the time left before ``deadline``, then as many as the plan's where :data:`LADDER_EVALS`
+    of its evaluations are predicted to fit, else the first grid's ascent resumed; with more
+    (no bundle to resume), as many as the plan's until ``deadline``. The better bound, with its
+    Lagrangian run and values per input."""
+    d = rows.shape[1]
+    exact = [np.unique(rows[:, j]) for j in range(d)]
+    real = float(np.dot(sizes_of(rows, size), counts))
+    fine = max(2, int(min(COARSE_GRID, MAX_GRID) ** (1.0 / d)))
+    per = max(2, fine // 2) if d == 2 else fine
+    t0 = time.perf_counter()
+    grid, reach, finest = _rounded_down(rows, counts, exact, per, size, k)
+    t1 = time.perf_counter()
+    share = LADDER_PROBE if per < fine else 1.0
+    bound = lagrangian(grid, k, reach, total(grid, reach), t1 + share * (deadline - t1), tol)
+    best = bound.value
+    t2 = time.perf_counter()
+    # the finer grid has about 2**d times the points: its set-up and evaluations too
+    need = 2**d * ((t1 - t0) + LADDER_EVALS * (t2 - t1) / max(bound.iterations, 1))
+    if not finest and per < fine and t2 + need <= deadline:
+        grid, reach, _ = _rounded_down(rows, counts, exact, fine, size, k)
+        fine_bound = lagrangian(grid, k, reach, total(grid, reach), deadline, tol)
+        if fine_bound.value > best:
+            return fine_bound.value - real, fine_bound, fine
+    elif (bundle := bound.bundle) is not None and time.perf_counter() < deadline:
+        bound = bundle.run(deadline, tol)  # (the best so far: never lower)
+        best = max(best, bound.value)
+    return best - real, bound, per
+
+
+def _rounded_down(
+    rows: np.ndarray, counts: np.ndarray, exact: list[np.ndarray], per: int, size: str, k: int
+) -> tuple[Grid, np.ndarray, bool]:
+    """The grid of every sample rounded down onto ``per`` values per input (placed to round
+    down least), the greedy plan's reaches there, and whether the values are the exact
+    lengths (nothing rounded)."""
+    values = placed_values(rows, counts, exact, per, down=True)
+    low = np.stack(
+        [
+            values[j][np.searchsorted(values[j], rows[:, j], side="right") - 1]
+            for j in range(len(values))
+        ],
+        axis=1,
+    )
+    grid = Grid.build(low, counts, values, size)
+    _, reach = grid.assign(greedy(grid, k))
+    return grid, reach, all(v.size == e.size for v, e in zip(values, exact, strict=True))
 
 
 def _ilp_subset(

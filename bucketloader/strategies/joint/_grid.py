@@ -36,7 +36,7 @@ take at most half the values: every sample then rounds to at most one of them, s
 cover's cells are on the grid (and its count is exact). Where they are more, it adds those of
 the samples *at risk* (rounded past the limit) no other at risk dominates, each then sitting
 exactly (more values only lower the places: none is newly at risk); where even those are too
-many (three inputs), one length per sample at risk, greedily. Fewer quantiles make room where
+many (three inputs), one length per sample at risk, greedily. Fewer values make room where
 the grid outgrows :data:`MAX_GRID`. benchmarks/joint_dropfew.py (its third table: 20,000
 lognormal pairs of about 720 distinct lengths per input, the budget at the 99th percentile of
 the size, oversize="drop"): the sampler planned without the limit and lost, past the samples
@@ -46,6 +46,31 @@ error, -> 691, fewest 679; K = 8: 2,121 -> 98, fewest 90); the grid grows from 3
 values to 333 x 338. At the cover: an error before, none now. Only where no such values fit
 (three inputs, a budget well inside the data: 20,000 random triples at the 90th percentile) is
 a sample still rounded past the limit (:class:`OverLimit`; a sampler then plans without it).
+
+NOTE [ A coarsened grid's values ]
+A grid of more than :data:`MAX_GRID` points (very many distinct lengths, or three inputs) is
+pre-binned: per input a few values, every sample rounded *up* onto them for the plan (its cells
+sit on them) and *down* for the bound (a relaxation: every cell covering a sample covers the
+rounded sample, and a cell off the values can be lowered onto them, so the least padding of
+the rounded samples, less what the rounding took from each, is at most any plan's). Until
+JOINT_FORMAT 9 the values were weighted quantiles (up to 512 per input), the same for both.
+Quantiles put few values where few samples are, but a long tail's few samples carry much of
+the padding: the plan's cells could only sit on values hundreds apart there. Now each input's
+values are the 1-D optimal boundaries of that input's own histogram (:func:`placed_values`,
+the exact DP: the values that round its lengths up least), about ``COARSE_GRID ** (1 / D)`` of
+them (128 with two inputs), so the search's grid is small and fast; the bound's are the
+boundaries of the mirrored lengths (``top - length``), which round them *down* least. The
+bound is the Lagrangian of such a rounded-down grid (``_ladder`` in
+:mod:`bucketloader.strategies.joint`): with two inputs first half as many values per input for
+a share of the time (it converges fast; its ascent measures an evaluation's cost), then as
+many as the plan's where enough of its evaluations are predicted to fit (a finer grid's bound
+is higher once it has run a few dozen steps), else the first grid's ascent resumed; with three
+inputs (no bundle to resume) one grid of the plan's count. benchmarks/results/joint_large.md
+(K = 16, 5 s; padding now / before, and the gap before -> now): 1,000,000 translation-like
+lognormal pairs 0.883 (67.8% -> 17.7%), with ``size="prod"`` 0.593 (87.0% -> 40.5%); 1,000,000
+uniform pairs 0.986 (49.7% -> 16.2%); LibriSpeech's real durations with synthetic transcripts
+0.966 (61.2% -> 23.6%); 1,000,000 triples 0.732 (76.1% -> 55.4%), with ``"prod"`` 0.281 (96.2%
+-> 83.4%).
 
 NOTE [ Gains by prefix sums ]
 The heuristic and the bound both need, for every candidate ``c``, a sum over the samples it
@@ -90,9 +115,14 @@ from functools import cached_property
 
 import numpy as np
 
+from bucketloader.histogram import LengthHistogram
+from bucketloader.strategies.optimal import optimal
+
 #: Grids with more points than this are pre-binned (coordinates kept per input, see
 #: :func:`coarse_values`).
 MAX_GRID = 1 << 18
+#: A pre-binned grid's points, about (NOTE [ A coarsened grid's values ]).
+COARSE_GRID = 1 << 14
 #: Bound the (levels, grid) temporary of :func:`gains` to this many float64 values, and the
 #: (row, point) pairs kept by NOTE [ Gains by rows ] (near the cap: about 160 MB per grid, and
 #: as much again in temporaries per evaluation).
@@ -622,20 +652,22 @@ def coarse_values(
     limit: int,
     size: str = "sum",
     max_size: float | None = None,
+    *,
+    coarse: int | None = None,
 ) -> list[np.ndarray]:
     """Per-input grid coordinates whose product is about ``limit`` at most: every distinct length
-    where that fits, else weighted quantiles per input, the shortest and the longest always kept
-    (samples round up onto them for the plan, down for the bound). With ``max_size`` (of
-    ``size``), also the lengths of the samples within it that no other dominates, or where they
-    are too many of those the quantiles would round past it, with fewer quantiles to stay
-    within ``limit`` (NOTE [ Cells within a size limit ])."""
+    where that fits, else, for a grid of about ``coarse`` points (default ``limit``), the
+    values the 1-D DP places per input (NOTE [ A coarsened grid's values ]; samples round up
+    onto them for the plan). With ``max_size`` (of ``size``), also the lengths of the samples
+    within it that no other dominates, or where they are too many of those the values would
+    round past it, with fewer values to stay within ``limit`` (NOTE [ Cells within a size
+    limit ])."""
     d = rows.shape[1]
     exact = [np.unique(rows[:, k]) for k in range(d)]
     if int(np.prod([float(v.size) for v in exact])) <= limit:
         return exact
-    per = max(2, int(limit ** (1.0 / d)))
-    orders = [np.argsort(rows[:, k], kind="stable") for k in range(d)]
-    first = _quantiles(rows, counts, exact, orders, per)
+    per = max(2, int(min(limit, coarse or limit) ** (1.0 / d)))
+    first = placed_values(rows, counts, exact, per)
     if max_size is None:
         return first
     fits = sizes_of(rows, size) <= max_size
@@ -663,13 +695,13 @@ def coarse_values(
             fixed = _one_length_each(rows, fits, out, size, max_size, limit)
             if fixed is not None:
                 return fixed
-            grid = float(limit) * 2.0**d  # (half the quantiles next)
+            grid = float(limit) * 2.0**d  # (half the values next)
         if grid <= limit:
             return out
-        if per == 2:  # no room: the quantiles alone (Grid.build then raises OverLimit)
+        if per == 2:  # no room: the placed values alone (Grid.build then raises OverLimit)
             return first
         per = max(2, min(per - 1, int(per * (limit / grid) ** (1.0 / d))))
-        out = _quantiles(rows, counts, exact, orders, per)
+        out = placed_values(rows, counts, exact, per)
 
 
 def _one_length_each(
@@ -700,25 +732,31 @@ def _one_length_each(
             return None
 
 
-def _quantiles(
+def placed_values(
     rows: np.ndarray,
     counts: np.ndarray,
     exact: list[np.ndarray],
-    orders: list[np.ndarray],
     per: int,
+    *,
+    down: bool = False,
 ) -> list[np.ndarray]:
-    """:func:`coarse_values`' weighted quantiles, ``per`` per input (``orders``: each input's
-    sorting order of ``rows``)."""
+    """NOTE [ A coarsened grid's values ]: ``per`` values per input (``exact``: its distinct
+    lengths, kept where they are no more), the shortest and the longest always among them: the
+    1-D optimal boundaries of the input's own histogram, which round its lengths up least; with
+    ``down``, those of the mirrored lengths, which round them *down* least (the bound's)."""
     out = []
     for k in range(rows.shape[1]):
-        if exact[k].size <= per:
-            out.append(exact[k])
+        values = exact[k]
+        if values.size <= per:
+            out.append(values)
             continue
-        order = orders[k]
-        cum = np.cumsum(counts[order])
-        qs = np.searchsorted(cum, np.linspace(0, cum[-1], per + 1)[1:], side="left")
-        picked = rows[order[np.minimum(qs, order.size - 1)], k]
-        out.append(np.unique(np.concatenate([picked, exact[k][[0, -1]]])))
+        weight = np.zeros(values.size, dtype=np.int64)
+        np.add.at(weight, np.searchsorted(values, rows[:, k]), counts)
+        top = values[-1]
+        lengths = top - values[::-1] if down else values
+        hist = LengthHistogram(lengths, weight[::-1] if down else weight)
+        b = np.asarray(optimal(hist, per).boundaries, dtype=values.dtype)
+        out.append(np.unique(np.concatenate([top - b if down else b, values[[0, -1]]])))
     return out
 
 
