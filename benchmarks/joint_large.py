@@ -14,6 +14,8 @@ is that checkout, one right after the other (the same load). The cases:
 
 * **translation**: 1,000,000 lognormal source lengths (``lognormal(4, 0.7)``), each target the
   source times ``lognormal(0, 0.3)`` (a language pair's length ratio);
+* **translation 20k**: 20,000 pairs made the same way from ``lognormal(4.5, 0.8)`` (about
+  700 distinct lengths per input: a grid just past the limit);
 * **uniform**: 1,000,000 pairs uniform in 1..1999 (every pair about equally likely: the
   hardest case for a grid);
 * **speech**: LibriSpeech train-clean-100's real utterance lengths (``tests/data``, 28,539
@@ -45,6 +47,8 @@ OUT = ROOT / "benchmarks" / "results" / "joint_large.md"
 CASES = [
     ("translation", "sum", 16),
     ("translation", "prod", 16),
+    ("translation 20k", "sum", 16),
+    ("translation 20k", "prod", 16),
     ("uniform", "sum", 16),
     ("speech", "sum", 16),
     ("triples", "sum", 16),
@@ -65,6 +69,10 @@ if name == "translation" or name == "triples":
     tgt = (src * rng.lognormal(0, 0.3, n)).astype(np.int64) + 1
     cols = [src, tgt] + ([rng.integers(1, 300, n)] if name == "triples" else [])
     lengths = np.stack(cols, axis=1)
+elif name == "translation 20k":
+    src = rng.lognormal(4.5, 0.8, 20_000).astype(np.int64) + 1
+    tgt = (src * rng.lognormal(0, 0.35, src.size)).astype(np.int64) + 1
+    lengths = np.stack([src, tgt], axis=1)
 elif name == "uniform":
     lengths = rng.integers(1, 2000, (n, 2))
 else:

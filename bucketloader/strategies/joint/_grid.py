@@ -67,12 +67,14 @@ many as the plan's where enough of its evaluations are predicted to fit (a finer
 is higher once it has run a few dozen steps), else the first grid's ascent resumed; with three
 inputs (no bundle to resume) one grid of the plan's count. benchmarks/results/joint_large.md
 (K = 16, 5 s; padding now / before, and the gap before -> now): 1,000,000 translation-like
-lognormal pairs 0.885 (67.9% -> 26.8%; 17.7% in an earlier run at a lower load, where the
-finer grid had time to run), with ``size="prod"`` 0.596 (87.0% -> 40.0%); 1,000,000 uniform
-pairs 0.974 (49.7% -> 14.0%); LibriSpeech's real durations with synthetic transcripts 0.966
-(61.2% -> 23.5%); 1,000,000 triples 0.726 (76.1% -> 55.0%), with ``"prod"`` 0.281 (96.2% ->
-83.4%). A gap this large is mostly the bound's (what rounding down to about 128 values per
-input takes, and the time): the plans' padding hardly moves with more time.
+lognormal pairs 0.886 (52.2% -> 19.7%; 17.7-26.8% in two earlier runs: the finer grid runs
+only where the load leaves it time), with ``size="prod"`` 0.595 (81.2% -> 30.5%); 20,000 such
+pairs (about 700 distinct lengths per input) 0.966 (51.4% -> 26.9%) and 0.852 (73.8% ->
+25.8%); 1,000,000 uniform pairs 0.983 (49.7% -> 17.1%); LibriSpeech's real durations with
+synthetic transcripts 0.964 (61.3% -> 23.7%); 1,000,000 triples 0.726 (76.1% -> 55.0%), with
+``"prod"`` 0.281 (96.2% -> 83.4%). A gap this large is mostly the bound's (what rounding down
+to about 128 values per input takes, and the time): the plans' padding hardly moves with more
+time (the first case at 30 s: 0.6% less padding, gap 11.9%).
 
 NOTE [ Gains by prefix sums ]
 The heuristic and the bound both need, for every candidate ``c``, a sum over the samples it
