@@ -128,8 +128,10 @@ def large_grid(time_limit: float) -> list[str]:
         budget = int(np.percentile(sizes, 99))
         within = table[sizes <= budget]
         hist = JointHistogram.from_lengths(within)
-        old = coarse_values(hist.rows, hist.counts, joint.MAX_GRID)
-        new = coarse_values(hist.rows, hist.counts, joint.MAX_GRID, size, budget)
+        old = coarse_values(hist.rows, hist.counts, joint.MAX_GRID, coarse=joint.COARSE_GRID)
+        new = coarse_values(
+            hist.rows, hist.counts, joint.MAX_GRID, size, budget, coarse=joint.COARSE_GRID
+        )
         shown = " x ".join(str(v.size) for v in old) + " -> " + " x ".join(str(v.size) for v in new)
         for k in (2, 8):
             start = time.perf_counter()

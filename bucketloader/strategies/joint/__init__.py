@@ -231,8 +231,8 @@ def cover_most(lengths: Any, max_shapes: int, *, size: str = "sum", max_size: fl
 
     def grid_of(keep: np.ndarray) -> Grid:
         rows, counts = hist.rows[keep], hist.counts[keep]
-        values = coarse_values(rows, counts, MAX_GRID, size, cap)
-        return Grid.build(rows, counts, values, size, cap)
+        values = coarse_values(rows, counts, MAX_GRID, size, cap, coarse=COARSE_GRID)
+        return Grid.build(rows, counts, values, size, cap)  # (the plan's own grid)
 
     def held(cells: np.ndarray, rows: np.ndarray) -> np.ndarray:
         out = np.zeros(rows.shape[0], dtype=bool)

@@ -43,9 +43,11 @@ the size, oversize="drop"): the sampler planned without the limit and lost, past
 above the budget, 3,488 pairs at K = 2 with size="sum", now 357, where the fewest any two cells
 within the budget lose is 354 (K = 8: 961 -> 46, fewest 43; "prod" K = 2: all 19,800, an
 error, -> 691, fewest 679; K = 8: 2,121 -> 98, fewest 90); the grid grows from 313 x 311
-values to 333 x 338. At the cover: an error before, none now. Only where no such values fit
-(three inputs, a budget well inside the data: 20,000 random triples at the 90th percentile) is
-a sample still rounded past the limit (:class:`OverLimit`; a sampler then plans without it).
+values to 333 x 338 (with JOINT_FORMAT 9's placed values, NOTE [ A coarsened grid's values ]:
+129 x 129 to 156 x 161, and 357, 47, 688 and 95 lost). At the cover: an error before, none
+now. Only where no such values fit (three inputs, a budget well inside the data: 20,000 random
+triples at the 90th percentile) is a sample still rounded past the limit (:class:`OverLimit`;
+a sampler then plans without it).
 
 NOTE [ A coarsened grid's values ]
 A grid of more than :data:`MAX_GRID` points (very many distinct lengths, or three inputs) is
