@@ -147,8 +147,8 @@ class PrecompileReport:
         ...                     cache=False, progress=False)
         >>> report.shapes, report.key, report.world_size, report.restored
         ([(3, 5), (3, 9)], None, 1, ('Embedding (module)',))
-        >>> [(r.shape, r.cache, r.phase, r.compiled_by) for r in report.rows]  # ShapeTiming
-        [((3, 5), 'traced', 'compile', 0), ((3, 9), 'traced', 'compile', 0)]
+        >>> [(r.shape, r.phase, r.compiled_by) for r in report.rows]  # ShapeTiming
+        [((3, 5), 'compile', 0), ((3, 9), 'compile', 0)]
         >>> print(str(report).splitlines()[1])  # str(): a summary line and a table per shape
         | shape | phase | compiled by | cache | recorded before | graphs | seconds |
     """

@@ -105,17 +105,12 @@ class ShapeRecord:
         updated: Unix time of the last update.
 
     Example:
-        >>> import tempfile, torch
-        >>> from bucketloader import BucketSampler
-        >>> from bucketloader.compile import precompile
-        >>> compiled = torch.compile(torch.nn.Embedding(16, 4), backend="eager", dynamic=False)
-        >>> sampler = BucketSampler([2, 6, 6], num_buckets=2, batch_size=3)
-        >>> cache = CompileCache(tempfile.mkdtemp())
-        >>> key = precompile(lambda b: compiled(b["inputs"]), sampler, example=[1, 2],
-        ...                  cache=cache, progress=False).key
-        >>> rec = cache.compiled_shapes(key)[(3, 6)]  # what a rerun would load warm
-        >>> rec.shape, rec.cold_seconds > 0, rec.warm_seconds
-        ((3, 6), True, None)
+        >>> rec = ShapeRecord((8, 128), "9f86d0" + "0" * 58, 41.5, 0.8, 1764374400.0)
+        >>> f"{rec.shape}: {rec.cold_seconds} s cold, {rec.warm_seconds} s from the cache"
+        '(8, 128): 41.5 s cold, 0.8 s from the cache'
+
+        A cache's records, after :func:`~bucketloader.compile.precompile` with ``cache=``:
+        ``cache.compiled_shapes(report.key)`` (shape -> record).
     """
 
     shape: tuple[int, ...]
