@@ -215,6 +215,28 @@ def test_precompute_a_joint_plan_that_the_sampler_reads(tmp_path, capsys):
     assert "report measures one column" in capsys.readouterr().err
 
 
+def test_a_joint_plan_without_scipy_names_the_flag_that_solves_without_it(
+    tmp_path, capsys, monkeypatch
+):
+    """s28-rev: without SciPy, precompute --max-shapes said the solver's fix as a sampler's user
+    passes it ("pass exact=False (strategy=Joint(exact=False) to a sampler: ..."), which the
+    command line has no place for; it says --option exact=False, and that solves."""
+    from bucketloader.cli.main import main
+
+    data = tmp_path / "pairs.tsv"
+    data.write_text("src\ttgt\n3\t4\n4\t3\n10\t12\n12\t10\n11\t11\n")
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)
+    args = ["precompute", str(data), "--column", "src,tgt", "--max-shapes", "2"]
+    args += ["--batch-size", "2", "--cache-dir", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'scipy>=1.11', or pass --option exact=False (the search and its" in err
+    assert "Joint(" not in err and err.count("\n") == 1, err
+    assert main([*args, "--option", "exact=False"]) == 0
+    assert "2 cells, padding" in capsys.readouterr().out
+
+
 def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
     d = tmp_path / "bad"
     d.mkdir()

@@ -827,7 +827,13 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
 
     label = f"joint, K={k}, size={size!r}, columns {columns}"
     with _Ticker(f"solving ({label})"), _recording() as caught:
-        sampler = build(BucketCache(directory))
+        try:
+            sampler = build(BucketCache(directory))
+        except ImportError as exc:  # (without SciPy: its fix, as the command line spells it)
+            if _JOINT_EXACT_FIX not in str(exc):
+                raise
+            fix = "pass --option exact=False ("
+            raise ImportError(str(exc).replace(_JOINT_EXACT_FIX, fix)) from None
         again = build(BucketCache(directory)).spec  # read back, as a later run reads it
     spec = sampler.spec
     for message in dict.fromkeys(str(w.message) for w in caught):  # (each once: two builds)
@@ -871,6 +877,11 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
             "directory"
         )
     return 0
+
+
+#: The exact joint solver's fix without SciPy, as a sampler's user passes it (its ImportError in
+#: bucketloader.strategies.joint); the command line passes it as --option exact=False.
+_JOINT_EXACT_FIX = "pass exact=False (strategy=Joint(exact=False) to a sampler: "
 
 
 def _check_output(option: str, path: str | None, source: str | None = None) -> None:
