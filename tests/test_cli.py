@@ -215,6 +215,28 @@ def test_precompute_a_joint_plan_that_the_sampler_reads(tmp_path, capsys):
     assert "report measures one column" in capsys.readouterr().err
 
 
+def test_a_joint_plan_without_scipy_names_the_flag_that_solves_without_it(
+    tmp_path, capsys, monkeypatch
+):
+    """s28-rev: without SciPy, precompute --max-shapes said the solver's fix as a sampler's user
+    passes it ("pass exact=False (strategy=Joint(exact=False) to a sampler: ..."), which the
+    command line has no place for; it says --option exact=False, and that solves."""
+    from bucketloader.cli.main import main
+
+    data = tmp_path / "pairs.tsv"
+    data.write_text("src\ttgt\n3\t4\n4\t3\n10\t12\n12\t10\n11\t11\n")
+    monkeypatch.setitem(sys.modules, "scipy", None)
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)
+    args = ["precompute", str(data), "--column", "src,tgt", "--max-shapes", "2"]
+    args += ["--batch-size", "2", "--cache-dir", str(tmp_path)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'scipy>=1.11', or pass --option exact=False (the search and its" in err
+    assert "Joint(" not in err and err.count("\n") == 1, err
+    assert main([*args, "--option", "exact=False"]) == 0
+    assert "2 cells, padding" in capsys.readouterr().out
+
+
 def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
     d = tmp_path / "bad"
     d.mkdir()
@@ -607,6 +629,69 @@ def test_demo_without_matplotlib_skips_its_default_plot(tmp_path, capsys, monkey
     assert main(["demo", "--plot", "mine.png"]) == 2 and asked == [None]
     err = capsys.readouterr().err
     assert "--plot mine.png needs matplotlib: pip install 'bucketloader[plot]'" in err
+
+
+def test_a_matplotlib_that_fails_to_import_is_told_before_any_work(
+    tmp_path, files, capsys, monkeypatch
+):
+    """s28-rev: an installed matplotlib whose pyplot fails to import (a missing shared library)
+    passed the check ('import matplotlib'), so the demo ran to its end and then failed on its
+    default plot (exit 2, "report.plot() needs matplotlib: pip install ...", which changes
+    nothing there). The check imports what the plot imports, and the message keeps the cause."""
+    import bucketloader.cli.demo as demo
+    from bucketloader.cli import main
+
+    pytest.importorskip("matplotlib")
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)  # (installed, fails to import)
+    (here := tmp_path / "here").mkdir()
+    monkeypatch.chdir(here)
+    asked = []
+    monkeypatch.setattr(demo, "run_demo", lambda **kw: asked.append(kw["plot"]) or 0)
+    assert main(["demo"]) == 0
+    assert asked == [None] and not list(here.iterdir())
+    out = capsys.readouterr().out
+    assert "(no plot: matplotlib is installed but failed to import (" in out, out
+    assert "matplotlib.pyplot" in out and "repair it to draw bucketloader-demo.png)" in out
+    for argv in (["demo"], ["report", str(files / "one.txt")]):
+        assert main([*argv, "--plot", "mine.png"]) == 2 and asked == [None]
+        stdout, err = capsys.readouterr()
+        assert stdout == "" and err.startswith(
+            "bucketloader: error: --plot mine.png needs matplotlib, which is installed but "
+            "failed to import ("
+        ), err
+        assert err.endswith("): repair its install, or leave out --plot\n"), err
+
+
+def test_only_a_package_not_installed_is_told_to_be_installed(monkeypatch):
+    """s28-rev: every ImportError naming an optional package got "install it with pip install
+    'bucketloader[...]'", also from an installed package that fails to import, where installing
+    changes nothing; and SciPy, a core dependency now, was sent to the old joint extra."""
+    from bucketloader.cli.main import _missing_package
+
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("scipy")
+    kept = [
+        ImportError("cannot import name 'milp' from 'scipy.optimize'", name="scipy.optimize"),
+        ModuleNotFoundError("No module named 'pyarrow._parquet'", name="pyarrow._parquet"),
+        ImportError("libarrow.so.1400: cannot open shared object file", name="pyarrow.lib"),
+        ModuleNotFoundError("No module named 'six'", name="six"),  # (not an optional one)
+        ImportError("no name"),  # (exc.name is None)
+        ModuleNotFoundError("already says: pip install 'bucketloader[hf]'", name="datasets"),
+    ]
+    for exc in kept:
+        assert _missing_package(exc) == str(exc)
+    for name in ("pyarrow", "scipy"):
+        monkeypatch.setitem(sys.modules, name, None)  # (not installed)
+    told = {
+        "pyarrow": "this needs 'pyarrow' (No module named 'pyarrow'); install it with pip "
+        "install 'bucketloader[arrow]'",
+        "scipy.sparse": "this needs 'scipy' (No module named 'scipy.sparse'); install it with "
+        "pip install 'scipy>=1.11'",
+    }
+    for name, message in told.items():
+        assert _missing_package(ModuleNotFoundError(f"No module named {name!r}", name=name)) == (
+            message
+        )
 
 
 def test_demo_counts_its_epoch_and_builds_its_batches():

@@ -243,17 +243,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 check_int(name, getattr(args, name), minimum=1)
         from bucketloader.cli.demo import run_demo  # imports the DataLoader machinery
 
-        # the default plot only where matplotlib is: 'pip install bucketloader' then
+        # the default plot only where matplotlib draws: 'pip install bucketloader' then
         # 'bucketloader demo' ran the whole demo and then failed on the plot (exit 2; s28)
-        drawn = args.plot or (DEMO_PLOT if _has_matplotlib() else None)
+        broken = None if args.plot else _matplotlib_error()
+        drawn = args.plot or (DEMO_PLOT if broken is None else None)
         code = run_demo(
             num_buckets=args.num_buckets,
             batch_size=args.batch_size,
             max_batches=args.max_batches,
             plot=drawn,
         )
-        if drawn is None:
+        if broken is not None and _not_installed(broken):
             print(f"(no plot: pip install 'bucketloader[plot]' to draw {DEMO_PLOT})")
+        elif broken is not None:
+            print(
+                f"(no plot: matplotlib is installed but failed to import ({broken}); repair it "
+                f"to draw {DEMO_PLOT})"
+            )
         return code
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
@@ -272,28 +278,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED  # all or nothing: a file there is whole, or the one before)
 
 
-#: The extra that installs each optional package a command may import.
+#: What installs each optional package a command may import (``pip install`` this): its extra,
+#: or for SciPy, a core dependency since s28, the package itself.
 _EXTRAS = {
-    "datasets": "hf",
-    "matplotlib": "plot",
-    "pyarrow": "arrow",
-    "pyspark": "spark",
-    "ray": "ray",
-    "scipy": "joint",
-    "tqdm": "arrow",
-    "transformers": "hf",
+    "datasets": "bucketloader[hf]",
+    "matplotlib": "bucketloader[plot]",
+    "pyarrow": "bucketloader[arrow]",
+    "pyspark": "bucketloader[spark]",
+    "ray": "bucketloader[ray]",
+    "scipy": "scipy>=1.11",
+    "tqdm": "bucketloader[arrow]",
+    "transformers": "bucketloader[hf]",
 }
 
 
 def _missing_package(exc: ImportError) -> str:
-    """An ``ImportError``'s message, naming the extra to install where it is a bare "No module
-    named 'pyarrow'" of an optional package (a shard glob on a core install said only that)."""
+    """An ``ImportError``'s message, naming what to install where it is a bare "No module named
+    'pyarrow'" of an optional package that is not installed (a shard glob on a core install said
+    only that). An installed package that fails to import (a missing shared library, a name an
+    old version lacks, a build without a submodule) keeps its own message: installing the extra
+    would change nothing."""
     root = (exc.name or "").split(".")[0]
-    if root not in _EXTRAS or "pip install" in str(exc):
+    if root not in _EXTRAS or "pip install" in str(exc) or _installed(root):
         return str(exc)
-    return (
-        f"this needs {root!r} ({exc}); install it with pip install 'bucketloader[{_EXTRAS[root]}]'"
-    )
+    return f"this needs {root!r} ({exc}); install it with pip install '{_EXTRAS[root]}'"
+
+
+def _installed(package: str) -> bool:
+    """Whether the top-level ``package`` is installed (found, whether or not it imports)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # (a module in sys.modules without a spec)
+        return True
 
 
 def _closed_stdout() -> int:
@@ -809,7 +827,13 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
 
     label = f"joint, K={k}, size={size!r}, columns {columns}"
     with _Ticker(f"solving ({label})"), _recording() as caught:
-        sampler = build(BucketCache(directory))
+        try:
+            sampler = build(BucketCache(directory))
+        except ImportError as exc:  # (without SciPy: its fix, as the command line spells it)
+            if _JOINT_EXACT_FIX not in str(exc):
+                raise
+            fix = "pass --option exact=False ("
+            raise ImportError(str(exc).replace(_JOINT_EXACT_FIX, fix)) from None
         again = build(BucketCache(directory)).spec  # read back, as a later run reads it
     spec = sampler.spec
     for message in dict.fromkeys(str(w.message) for w in caught):  # (each once: two builds)
@@ -853,6 +877,11 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
             "directory"
         )
     return 0
+
+
+#: The exact joint solver's fix without SciPy, as a sampler's user passes it (its ImportError in
+#: bucketloader.strategies.joint); the command line passes it as --option exact=False.
+_JOINT_EXACT_FIX = "pass exact=False (strategy=Joint(exact=False) to a sampler: "
 
 
 def _check_output(option: str, path: str | None, source: str | None = None) -> None:
@@ -929,21 +958,39 @@ def _plot(report: Any, path: str) -> Path:
         raise OSError(f"--plot: {exc.strerror or exc}") from None
 
 
-def _has_matplotlib() -> bool:
-    """Whether matplotlib can be imported (the ``plot`` extra)."""
+def _matplotlib_error() -> Exception | None:
+    """``None`` where a plot can be drawn, else why not: matplotlib and its pyplot imported as
+    ``report.plot()`` imports them (an installed matplotlib whose pyplot failed, e.g. on a
+    missing shared library, ran the whole demo, then failed on its default plot)."""
     try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot
+    except Exception as exc:  # (a broken install may raise more than ImportError)
+        return exc
+    return None
+
+
+def _not_installed(exc: Exception) -> bool:
+    """Whether :func:`_matplotlib_error`'s ``exc`` means matplotlib is not installed (the fix:
+    the ``plot`` extra), not an installed one that fails to import (the extra changes nothing)."""
+    return isinstance(exc, ImportError) and not _installed("matplotlib")
 
 
 def _need_matplotlib(path: str) -> None:
-    """``--plot`` given without matplotlib: one error before any work."""
-    if not _has_matplotlib():
+    """``--plot`` given where no plot can be drawn: one error before any work."""
+    exc = _matplotlib_error()
+    if exc is None:
+        return
+    if _not_installed(exc):
         raise ImportError(
             f"--plot {path} needs matplotlib: pip install 'bucketloader[plot]', or leave out --plot"
         )
+    raise ImportError(
+        f"--plot {path} needs matplotlib, which is installed but failed to import ({exc}): "
+        "repair its install, or leave out --plot"
+    )
 
 
 def _check_plot(path: str | None) -> None:
