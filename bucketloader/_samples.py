@@ -195,7 +195,8 @@ def sample_length(sample: Any, key: Any = None, *, arg: str = "key") -> int:
             found = (
                 "none of them sequence-valued, so none gives a length"
                 if not sized
-                else f"of which {sized} are sequence-valued: which one is the length is ambiguous"
+                else f"of which {sized[:8]} are sequence-valued: which one is the length is "
+                "ambiguous"
             )
             raise ValueError(
                 f"samples are dicts with keys {list(sample)[:8]}, {found}; "
