@@ -278,7 +278,8 @@ class EpochSampler(Sampler[list[int]]):
     def _position(self, batches_consumed: int | None) -> int:
         """The resume position ``state_dict`` records (and the warning when it may run ahead)."""
         if batches_consumed is not None:
-            return check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
+            consumed = check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
+            return check_consumed(self, consumed, self._batches_done(), f"in epoch {self.epoch}")
         passes = self._passes
         if passes.handed is not None:
             return min(passes.begin + passes.handed, len(self))
@@ -442,6 +443,21 @@ class _Passes:
         self.begin = 0  # the position the loader's pass started from
         self.handed: int | None = None  # batches a ResumableDataLoader handed out in this pass
         self.by_loader = False  # the next __iter__ is a ResumableDataLoader's pass
+
+
+def check_consumed(owner: Any, consumed: int, handed: int, where: str) -> int:
+    """``state_dict(batches_consumed=...)``: at most the ``handed`` batches of the epoch the
+    sampler handed out (with a pending resume, its position). More would resume past batches no
+    loop received, which are then never seen that epoch: a global step, a sample count or a count
+    taken after ``set_epoch(next epoch)`` passed by mistake was accepted silently (s28-user)."""
+    if consumed > handed:
+        raise ValueError(
+            f"batches_consumed={consumed} is more than the {handed} batches this "
+            f"{type(owner).__name__} has handed out {where}; pass the batches your loop consumed "
+            "in the current epoch (not a global step or a sample count), before set_epoch() "
+            "moves to the next one"
+        )
+    return consumed
 
 
 def _called_from(fn: Any, depth: int = 5) -> bool:
