@@ -622,6 +622,7 @@ class BucketSampler(SpecShapes, EpochSampler):
         self._warn_losses()
         self._warn_fill_repeats()
         self._warn_group_repeats()
+        self._warn_rank_repeats()
         self._warn_empty_shapes()
         self._warn_filler_rows()
         if given is not lengths and joint_solved_here(spec_options, self.spec):
@@ -894,6 +895,45 @@ class BucketSampler(SpecShapes, EpochSampler):
             "each epoch exactly. A smaller accumulate, fewer buckets or smaller batches need "
             "fewer repeats; last_batch='fill' tops up a bucket whose groups take at least twice "
             "its samples with shorter samples instead",
+            UserWarning,
+            stacklevel=3,
+        )
+
+    def _warn_rank_repeats(self) -> None:
+        """Under ``last_batch="pad"`` or ``"keep"`` over ``R`` ranks, one warning when the repeats
+        that give every rank a sample of a bucket's last step (NOTE [ last_batch and replicas ]
+        in :mod:`bucketloader.plan.epoch`: up to ``R - 1`` per bucket) pass the share
+        ``"fill"`` warns at. They were silent: 100 samples in 8 buckets on 16 ranks repeated 28
+        (28%), on 1,000 ranks 7,900 (each sample about 80 times an epoch), while ``"fill"`` and
+        ``accumulate`` said so (s28-user). The count is exact, as ``report()`` counts it (with
+        promotion, a cell's ``R * steps`` batches beyond its own samples each repeat one: NOTE
+        [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`). A bucket's one sample
+        repeated on 8 ranks is a few rows of a large set, as ``DistributedSampler`` pads: not
+        warned about."""
+        spec, r = self.spec, self.num_replicas
+        if r == 1 or spec.last_batch not in ("pad", "keep") or self.accumulate != 1:
+            return  # (accumulate: _warn_group_repeats; weighted epochs: report() counts them)
+        if self.weights is not None or not self._batches_the_spec:
+            return
+        if self.promotion is not None:
+            p = self.promotion
+            repeated = int(np.where(p.steps > 0, np.maximum(r * p.steps - p.stay, 0), 0).sum())
+        else:
+            _, q = spec.cell_steps(r)
+            if spec.last_batch == "pad":
+                repeated = int(np.where(q > 0, np.maximum(r - q, 0), 0).sum())
+            else:  # ("keep": one last step of ceil(q / R) rows per rank)
+                repeated = int((r * -(-q // r) - q).sum())
+        n = int(spec.counts.sum())
+        if repeated <= FILL_WARNING * n:
+            return
+        warnings.warn(
+            f"this {type(self).__name__} repeats {repeated:,} samples per epoch over "
+            f"{r:,} ranks ({repeated / max(n, 1):.1%} of {n:,}): the last step of each of its "
+            f"{int(spec.num_steps(r).astype(bool).sum()):,} buckets gives every rank without a "
+            "sample of its own a repeat, so the model trains on those more often than on the "
+            "rest; report().totals['repeated'] counts each epoch exactly. Fewer num_buckets "
+            "(or fewer ranks) need fewer repeats",
             UserWarning,
             stacklevel=3,
         )
