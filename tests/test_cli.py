@@ -342,6 +342,10 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "jsonl 1e400": (["report", str(d / "huge.jsonl"), "--column", "n"], "must be < 2**62"),
         "jsonl nested": (["report", str(d / "deep.jsonl"), "--column", "n"], "nested too deep"),
         "batch size zero": ([*pre, "--batch-size", "0"], "--batch-size: batch_size must be an"),
+        "max tokens past int64": (  # (s28-user: the flag was not named)
+            [*pre, "--max-tokens", str(2**64)],
+            "--max-tokens: max_tokens must be an int >= 1 and <= 9223372036854775807",
+        ),
         "no command": ([], ""),
     }
 

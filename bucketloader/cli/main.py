@@ -571,7 +571,8 @@ def _precompute(args: argparse.Namespace) -> int:
         with _flag("--max-tokens"):
             check_int("max_tokens", args.max_tokens, minimum=1)
     if args.batch_size is not None or args.max_tokens is not None:
-        BatchRule.parse(args.batch_size, args.max_tokens)
+        with _flag("--max-tokens" if args.max_tokens is not None else "--batch-size"):
+            BatchRule.parse(args.batch_size, args.max_tokens)  # (its bounds: the flag named)
     options = _strategy_options(args.option)
     params = resolve_params(
         fn,
