@@ -228,8 +228,6 @@ def test_precompute_a_joint_plan_that_the_sampler_reads(tmp_path, capsys):
         (["--column", "src,tgt", "--max-shapes", "4", "--engine", "ray"], "--engine ray does n"),
         (["--column", "src,src", "--max-shapes", "4"], "must name distinct columns"),
         (["--column", "src", "--size", "prod", "-k", "3"], "--size prod sizes a joint plan's"),
-        # (s28-user: it said batch_size=None and max_tokens=None, the Python keywords)
-        (["--column", "src,tgt", "--max-shapes", "4"], "pass --max-tokens T (padded elements"),
     ]:
         assert main(["precompute", str(tmp_path / "gone.tsv"), *bad]) == 2, bad
         assert said in capsys.readouterr().err, bad

@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         usage="bucketloader precompute FILE -k K [--strategy S] [--max-tokens T | --batch-size B] "
         "[--cache-dir D] [--json out.json] [options]\n"
         "       bucketloader precompute FILE --column A,B --max-shapes K [--size sum|prod] "
-        "(--max-tokens T | --batch-size B) [options]",
+        "[--max-tokens T | --batch-size B] [options]",
     )
     c.add_argument("file", metavar="FILE", help=inputs)
     c.add_argument(
@@ -716,12 +716,6 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
             f"a joint plan reads one file of per-sample lengths (.txt, .csv, .tsv, .jsonl, .npy, "
             f".parquet or a saved dataset), got {args.file}; for Parquet shards, solve it in "
             "Python: solve_joint(parquet_histogram(files, [A, B]).histogram, K, cache=True)"
-        )
-    if args.max_tokens is None and args.batch_size is None:  # (the sampler's error named the
-        raise _UsageError(  # Python keywords, batch_size=None and max_tokens=None: s28-user)
-            f"a joint plan (--max-shapes {k}) is solved with its batches, as the BucketSampler "
-            "that reads it solves it: pass --max-tokens T (padded elements per batch) or "
-            "--batch-size B, the sampler's max_tokens= or batch_size="
         )
     with _flag("--pad-to-multiple-of"):
         check_int("pad_to_multiple_of", args.pad_to_multiple_of, minimum=1)
