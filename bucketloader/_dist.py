@@ -65,6 +65,8 @@ def resolve_ranks(num_replicas: Any, rank: Any) -> tuple[int, int]:
         >>> resolve_ranks(4, None)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ValueError: rank is required with num_replicas=4 when no torch.distributed process group...
+
+    Under a process group, ``num_replicas`` other than its world size needs ``rank=`` too.
     """
     world, me = default_ranks()
     replicas = check_int(
@@ -81,6 +83,18 @@ def resolve_ranks(num_replicas: Any, rank: Any) -> tuple[int, int]:
             f"group is initialised (each process would otherwise plan rank 0's batches); pass "
             f"rank= (each process its own, 0..{replicas - 1}), or call "
             "torch.distributed.init_process_group() before making the sampler"
+        )
+    if rank is None and replicas != world and initialised():
+        # the group's rank is a rank of `world` processes, not of `replicas`: with more
+        # replicas the ranks past the world never run and their samples are left out, silently
+        # (4 replicas over 2 processes: half the data); with fewer (tensor parallelism) the
+        # group's ranks past them were refused, naming no process group (s28-user)
+        raise ValueError(
+            f"num_replicas={replicas} differs from the process group's world size {world}, so "
+            f"rank= is required: the group's rank {me} is a rank of {world} processes, not of "
+            f"{replicas} replicas; pass rank= too (each "
+            f"replica its own, 0..{replicas - 1}: the data-parallel rank under tensor or "
+            "pipeline parallelism), or leave num_replicas out to use the whole group"
         )
     rank = check_int("rank", me if rank is None else rank)
     if not 0 <= rank < replicas:

@@ -741,6 +741,18 @@ def _tensor_to_numpy(t: Any, name: str) -> np.ndarray:
         ) from None
 
 
+def _sized(item: Any) -> bool:
+    """Whether an object array's ``item`` is a sequence (a list, a 1-D array or tensor): a
+    sample, not a length. A 0-d array or tensor has ``__len__`` but no length."""
+    if isinstance(item, numbers.Real) or not hasattr(item, "__len__"):
+        return False
+    try:
+        len(item)
+    except TypeError:
+        return False
+    return True
+
+
 def _from_objects(arr: np.ndarray, name: str) -> np.ndarray:
     """Exact int64 lengths from an object array (big Python ints, mixed ints and floats)."""
     out = np.empty(arr.shape, dtype=np.int64)
@@ -759,6 +771,14 @@ def _from_objects(arr: np.ndarray, name: str) -> np.ndarray:
                 f"sample, not the samples; measure them first, e.g. "
                 f"bucketloader.hf.lengths(dataset, 'input_ids') for a Hugging Face dataset, or "
                 f"[len(sample['input_ids']) for sample in dataset]"
+            )
+        if _sized(item):  # (a pandas column of token lists, df["input_ids"].values: it
+            # printed the whole array and no way on, s28-user)
+            raise TypeError(
+                f"{name} must hold integer lengths, got a {type(item).__name__} of "
+                f"{len(item):,} elements at index {_fmt(idx)} (a sample's tokens?): {name} holds "
+                f"one length per sample, not the samples; pass their lengths, e.g. "
+                f"[len(x) for x in rows]"
             )
         if isinstance(item, (bool, np.bool_)) or not isinstance(item, numbers.Real):
             raise TypeError(f"{name} must hold integer lengths, got {item!r} at index {_fmt(idx)}")

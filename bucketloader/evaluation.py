@@ -65,6 +65,7 @@ from bucketloader.plan.limits import warn_zero_lengths
 from bucketloader.plan.report import LEFT_OUT_BY, SamplingReport, warn_truncated
 from bucketloader.plan.spec import SpecShapes
 from bucketloader.sampler import (
+    check_consumed,
     check_not_in_batch_sampler,
     check_state,
     joint_solved_here,
@@ -428,6 +429,7 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         pos = self._yielded
         if batches_consumed is not None:
             pos = check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
+            pos = check_consumed(self, pos, self._yielded, "in this pass")
         return {
             "version": 1,
             "sampler": type(self).__name__,

@@ -278,7 +278,8 @@ class EpochSampler(Sampler[list[int]]):
     def _position(self, batches_consumed: int | None) -> int:
         """The resume position ``state_dict`` records (and the warning when it may run ahead)."""
         if batches_consumed is not None:
-            return check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
+            consumed = check_int("batches_consumed", batches_consumed, minimum=0, maximum=len(self))
+            return check_consumed(self, consumed, self._batches_done(), f"in epoch {self.epoch}")
         passes = self._passes
         if passes.handed is not None:
             return min(passes.begin + passes.handed, len(self))
@@ -444,6 +445,21 @@ class _Passes:
         self.by_loader = False  # the next __iter__ is a ResumableDataLoader's pass
 
 
+def check_consumed(owner: Any, consumed: int, handed: int, where: str) -> int:
+    """``state_dict(batches_consumed=...)``: at most the ``handed`` batches of the epoch the
+    sampler handed out (with a pending resume, its position). More would resume past batches no
+    loop received, which are then never seen that epoch: a global step, a sample count or a count
+    taken after ``set_epoch(next epoch)`` passed by mistake was accepted silently (s28-user)."""
+    if consumed > handed:
+        raise ValueError(
+            f"batches_consumed={consumed} is more than the {handed} batches this "
+            f"{type(owner).__name__} has handed out {where}; pass the batches your loop consumed "
+            "in the current epoch (not a global step or a sample count), before set_epoch() "
+            "moves to the next one"
+        )
+    return consumed
+
+
 def _called_from(fn: Any, depth: int = 5) -> bool:
     """Whether ``fn``'s code is among the ``depth`` frames above the caller. Code objects only:
     reading a live frame's locals would keep a DataLoader iterator alive (its workers then stall
@@ -606,6 +622,7 @@ class BucketSampler(SpecShapes, EpochSampler):
         self._warn_losses()
         self._warn_fill_repeats()
         self._warn_group_repeats()
+        self._warn_rank_repeats()
         self._warn_empty_shapes()
         self._warn_filler_rows()
         if given is not lengths and joint_solved_here(spec_options, self.spec):
@@ -878,6 +895,45 @@ class BucketSampler(SpecShapes, EpochSampler):
             "each epoch exactly. A smaller accumulate, fewer buckets or smaller batches need "
             "fewer repeats; last_batch='fill' tops up a bucket whose groups take at least twice "
             "its samples with shorter samples instead",
+            UserWarning,
+            stacklevel=3,
+        )
+
+    def _warn_rank_repeats(self) -> None:
+        """Under ``last_batch="pad"`` or ``"keep"`` over ``R`` ranks, one warning when the repeats
+        that give every rank a sample of a bucket's last step (NOTE [ last_batch and replicas ]
+        in :mod:`bucketloader.plan.epoch`: up to ``R - 1`` per bucket) pass the share
+        ``"fill"`` warns at. They were silent: 100 samples in 8 buckets on 16 ranks repeated 28
+        (28%), on 1,000 ranks 7,900 (each sample about 80 times an epoch), while ``"fill"`` and
+        ``accumulate`` said so (s28-user). The count is exact, as ``report()`` counts it (with
+        promotion, a cell's ``R * steps`` batches beyond its own samples each repeat one: NOTE
+        [ Promotion of leftovers ] in :mod:`bucketloader.plan.promote`). A bucket's one sample
+        repeated on 8 ranks is a few rows of a large set, as ``DistributedSampler`` pads: not
+        warned about."""
+        spec, r = self.spec, self.num_replicas
+        if r == 1 or spec.last_batch not in ("pad", "keep") or self.accumulate != 1:
+            return  # (accumulate: _warn_group_repeats; weighted epochs: report() counts them)
+        if self.weights is not None or not self._batches_the_spec:
+            return
+        if self.promotion is not None:
+            p = self.promotion
+            repeated = int(np.where(p.steps > 0, np.maximum(r * p.steps - p.stay, 0), 0).sum())
+        else:
+            _, q = spec.cell_steps(r)
+            if spec.last_batch == "pad":
+                repeated = int(np.where(q > 0, np.maximum(r - q, 0), 0).sum())
+            else:  # ("keep": one last step of ceil(q / R) rows per rank)
+                repeated = int((r * -(-q // r) - q).sum())
+        n = int(spec.counts.sum())
+        if repeated <= FILL_WARNING * n:
+            return
+        warnings.warn(
+            f"this {type(self).__name__} repeats {repeated:,} samples per epoch over "
+            f"{r:,} ranks ({repeated / max(n, 1):.1%} of {n:,}): the last step of each of its "
+            f"{int(spec.num_steps(r).astype(bool).sum()):,} buckets gives every rank without a "
+            "sample of its own a repeat, so the model trains on those more often than on the "
+            "rest; report().totals['repeated'] counts each epoch exactly. Fewer num_buckets "
+            "(or fewer ranks) need fewer repeats",
             UserWarning,
             stacklevel=3,
         )

@@ -155,6 +155,11 @@ def _solve(
             exc.add_note(f"(raised by strategy {label!r} on {hist!r})")
         raise
     seconds = time.perf_counter() - start
+    if raw is None:  # (a missing return: numpy read it as a 0-d array, "got a ndarray": s28-user)
+        raise ValueError(
+            f"strategy {label!r} returned None on {hist!r}; a strategy returns its boundaries "
+            "(strictly increasing ints, the last >= the longest length) or a StrategyResult"
+        )
     result = raw if isinstance(raw, StrategyResult) else StrategyResult(np.asarray(raw))
     try:
         b = check_boundaries(

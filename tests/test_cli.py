@@ -173,6 +173,26 @@ def test_precompute_miss_then_hit_and_shapes_match_the_sampler(tmp_path, files):
     assert len(list((tmp_path / "cache").glob("*.json"))) == 1
 
 
+def test_samples_of_length_0_are_warned_about_by_report_and_precompute(tmp_path, capsys):
+    """s28-user: precompute planned a (2, 0) shape for samples of length 0 without a word, where
+    report (and the samplers) warn with the count and the fix (NOTE [ Samples of length 0 ])."""
+    from bucketloader.cli.main import main
+
+    data = tmp_path / "zeros.txt"
+    data.write_text("0\n0\n5\n6\n7\n")
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    for argv in (
+        ["report", str(data), "-k", "2"],
+        ["precompute", str(data), "-k", "2", "--batch-size", "2", *cache],
+    ):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "\nwarning: 2 of 5 samples of length 0: each is a real row" in out, argv
+    data.write_text("4\n5\n6\n7\n")
+    assert main(["precompute", str(data), "-k", "2", *cache]) == 0
+    assert "length 0" not in capsys.readouterr().out
+
+
 def test_precompute_a_joint_plan_that_the_sampler_reads(tmp_path, capsys):
     """s27: a joint plan (source and target lengths, K cells) was precomputed only from Python;
     `--column src,tgt --max-shapes K` solves and stores what BucketSampler(pairs,
@@ -342,6 +362,10 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "jsonl 1e400": (["report", str(d / "huge.jsonl"), "--column", "n"], "must be < 2**62"),
         "jsonl nested": (["report", str(d / "deep.jsonl"), "--column", "n"], "nested too deep"),
         "batch size zero": ([*pre, "--batch-size", "0"], "--batch-size: batch_size must be an"),
+        "max tokens past int64": (  # (s28-user: the flag was not named)
+            [*pre, "--max-tokens", str(2**64)],
+            "--max-tokens: max_tokens must be an int >= 1 and <= 9223372036854775807",
+        ),
         "no command": ([], ""),
     }
 

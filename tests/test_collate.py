@@ -412,6 +412,12 @@ def test_groups_come_from_the_sample_field():
         other_key([data[0]])
     with pytest.raises(KeyError, match="has no group_key 'dataset'"):
         sampler.collator()([{"x": torch.ones(3)}])  # samples that do not carry their group
+    # s28-user: both errors said what was missing but not why, nor how samples carry a group
+    fix = r"the plan has groups= .*GroupedDataset\(\[a, b\]\).*collator\(group_key=<that key>\)"
+    with pytest.raises(KeyError, match=fix):
+        sampler.collator()([{"x": torch.ones(3)}])
+    with pytest.raises(TypeError, match=r"needs dict samples, got bare samples: " + fix):
+        sampler.collator()([torch.ones(3)])  # groups= beside a dataset of bare tensors
 
 
 @pytest.mark.parametrize("last_batch", ["pad", "fill", "drop", "keep"])

@@ -127,6 +127,11 @@ REPORT_PROMOTED = (
     "plans, promote=False); it was absent there, so totals['promoted'], which the docs point "
     "to, raised KeyError; batches, states and every other report key unchanged"
 )
+RANK_REPEATS = (
+    "s28-user: under last_batch 'pad' or 'keep' over several ranks, a sampler whose repeats for "
+    "ranks without a sample of a bucket's last step pass 5% of the samples warns with the count "
+    "and the way out (fewer num_buckets or ranks); batches, states and reports unchanged"
+)
 CHANGED: dict[str, str] = {
     "sampler-42": EMPTY_EPOCH,
     "stream-13": EMPTY_SHARD + "; " + SEEK_RANKS + "; " + ZERO_LENGTH_COUNT,
@@ -317,7 +322,7 @@ CHANGED: dict[str, str] = {
     "sampler-36": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + NEVER_SEEN,
     "sampler-37": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-38": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
-    "sampler-40": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
+    "sampler-40": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + RANK_REPEATS,
     "sampler-45": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-46": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED,
     "sampler-57": COUNTER_SHUFFLE + "; " + REPORT_PROMOTED + "; " + FILL_REPEATS,
@@ -435,12 +440,12 @@ CHANGED: dict[str, str] = {
     "sampler-35": REPORT_PROMOTED,
     "sampler-48": REPORT_PROMOTED,
     "sampler-51": REPORT_PROMOTED,
-    "sampler-53": REPORT_PROMOTED,
+    "sampler-53": REPORT_PROMOTED + "; " + RANK_REPEATS,
     "sampler-58": REPORT_PROMOTED,
     "sampler-59": REPORT_PROMOTED + "; " + FILL_REPEATS,
     "sampler-62": REPORT_PROMOTED,
     "sampler-65": REPORT_PROMOTED,
-    "sampler-66": REPORT_PROMOTED,
+    "sampler-66": REPORT_PROMOTED + "; " + RANK_REPEATS,
     "sampler-68": REPORT_PROMOTED,
     "sampler-72": REPORT_PROMOTED,
     "sampler-73": REPORT_PROMOTED,

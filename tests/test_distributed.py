@@ -400,3 +400,25 @@ def test_tell_failure_sends_the_text_of_an_error_whose_message_raises(monkeypatc
 
     _dist.tell_failure(Unreadable())
     assert sent == [_dist.FAILED, "Unreadable (its message could not be read)"]
+
+
+@pytest.mark.parametrize("given", [4, 1])
+def test_num_replicas_other_than_the_groups_size_needs_rank(monkeypatch, given):
+    """s28-user: under a group of 2, ``BucketSampler(..., num_replicas=4)`` took the group's
+    rank (0 or 1) as a rank of 4: ranks 2 and 3 never ran and half the data was left out every
+    epoch, silently (with fewer replicas than processes, the ranks past them were refused naming
+    no process group). Now every rank says rank= is needed; with rank= it plans as asked."""
+    from bucketloader import _dist
+    from bucketloader.sampler import BucketSampler
+
+    monkeypatch.setattr(_dist, "initialised", lambda: True)
+    monkeypatch.setattr(_dist, "default_ranks", lambda: (2, 1))
+    lengths = np.arange(1, 101)
+    with pytest.raises(
+        ValueError,
+        match=rf"^num_replicas={given} differs from the process group's world size 2, so rank= "
+        rf"is required: the group's rank 1 is a rank of 2 processes, not of {given} replicas",
+    ):
+        BucketSampler(lengths, num_buckets=2, batch_size=4, num_replicas=given)
+    sampler = BucketSampler(lengths, num_buckets=2, batch_size=4, num_replicas=given, rank=0)
+    assert (sampler.num_replicas, sampler.rank) == (given, 0)

@@ -182,6 +182,30 @@ def test_resume_behind_a_prefetching_dataloader():
     assert consumed + list(resumed) == list(ref)
 
 
+def test_batches_consumed_past_the_batches_handed_out_is_refused():
+    """s28-user: ``state_dict(batches_consumed=5)`` after 2 batches was accepted, and the resume
+    skipped 3 batches no loop had received (24 of 200 samples never seen that epoch): a global
+    step, a sample count or a count taken after ``set_epoch`` passed by mistake."""
+    lengths = list(range(1, 201))
+    sampler = BucketSampler(lengths, num_buckets=4, batch_size=8, seed=0)
+    it = iter(sampler)
+    next(it), next(it)
+    with pytest.raises(ValueError, match=r"batches_consumed=5 is more than the 2 batches this "):
+        sampler.state_dict(batches_consumed=5)
+    assert sampler.state_dict(batches_consumed=2)["batches_yielded"] == 2
+    list(it)
+    sampler.set_epoch(1)  # the next epoch: nothing of it handed out yet
+    with pytest.raises(ValueError, match=r"handed out in epoch 1"):
+        sampler.state_dict(batches_consumed=len(sampler))
+    resumed = BucketSampler(lengths, num_buckets=4, batch_size=8, seed=0)
+    resumed.load_state_dict({**sampler.state_dict(), "epoch": 0, "batches_yielded": 3})
+    assert resumed.state_dict(batches_consumed=3)["batches_yielded"] == 3  # the resume point
+    evaluation = EvalSampler(lengths, num_buckets=4, batch_size=8)
+    next(iter(evaluation))
+    with pytest.raises(ValueError, match=r"the 1 batches this EvalSampler has handed out"):
+        evaluation.state_dict(batches_consumed=2)
+
+
 @pytest.mark.parametrize(
     "change, match",
     [

@@ -433,3 +433,25 @@ def test_a_token_count_as_batch_size_is_warned_about_once():
             warnings.simplefilter("error")
             warnings.filterwarnings("ignore", message=r".*last_batch='drop'")
             BucketSampler(lengths, **options)
+
+
+@pytest.mark.parametrize("last_batch", ["pad", "keep"])
+@pytest.mark.parametrize("budget", [{"batch_size": 8}, {"max_tokens": 2400}])
+def test_repeats_for_ranks_without_a_sample_are_warned_about(last_batch, budget):
+    """s28-user: 100 samples in 8 buckets over 16 ranks repeated 28 of them an epoch (over 1,000
+    ranks 7,900, each sample about 80 times), silently, where "fill" and accumulate warn at 5%.
+    The warning's count is report()'s; real sets over 8 ranks repeat a few rows: no warning."""
+    lengths = np.random.default_rng(0).integers(5, 200, size=100)
+    options = dict(num_buckets=8, last_batch=last_batch, num_replicas=16, rank=3, **budget)
+    with pytest.warns(UserWarning, match=r"repeats [\d,]+ samples per epoch over 16 ranks") as got:
+        sampler = BucketSampler(lengths, **options)
+    said = [str(w.message) for w in got if "over 16 ranks" in str(w.message)]
+    assert len(said) == 1 and "Fewer num_buckets (or fewer ranks)" in said[0]
+    assert f"repeats {sampler.report().totals['repeated']:,} samples" in said[0]
+    for quiet in (
+        dict(lengths=lengths, num_buckets=8, num_replicas=2, rank=1),  # no repeat at all
+        dict(lengths=load_real("ecoli"), num_buckets=16, num_replicas=8, rank=0),  # 6 (0.14%)
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            BucketSampler(**quiet, last_batch=last_batch, **budget)

@@ -183,6 +183,17 @@ def test_user_callable_breaking_the_convention_is_named(returned, message):
     assert message in str(e.value)
 
 
+def test_a_user_callable_without_a_return_is_named():
+    """s28-user: a strategy that forgot its ``return`` was told "boundaries must be a list, numpy
+    array or torch tensor of non-negative ints, got a ndarray" (numpy's reading of None)."""
+
+    def forgot(hist, num_buckets):
+        hist.values[-1:]  # (computed, not returned)
+
+    with pytest.raises(ValueError, match=r"^strategy 'forgot' returned None on LengthHistogram"):
+        compute_boundaries([1, 5, 9], 2, strategy=forgot)
+
+
 def test_inner_failures_are_wrapped_with_the_input():
     def fails(hist, num_buckets):
         raise ValueError("boom")

@@ -435,6 +435,27 @@ def test_strings_in_an_object_array_name_the_conversion_too():
         as_lengths(np.array([5, "17"], dtype=object))
 
 
+def test_samples_in_an_object_array_say_to_pass_their_lengths():
+    """s28-user: a pandas column of token lists (``df["input_ids"].values``, an object array of
+    lists) was told "got [0, 1, 2, ...] at index 0", the whole sample and no way on; a 0-d
+    array or tensor in such an array (no length) keeps its message."""
+    column = np.empty(3, dtype=object)
+    column[:] = [list(range(n)) for n in (3, 5, 700)]
+    for samples, kind in (
+        (column, "list"),
+        (np.array([np.arange(4), np.arange(2)], object), "ndarray"),
+    ):
+        with pytest.raises(
+            TypeError,
+            match=rf"^lengths must hold integer lengths, got a {kind} of \d+ elements at index 0 "
+            r"\(a sample's tokens\?\): lengths holds one length per sample, not the samples; pass "
+            r"their lengths, e.g. \[len\(x\) for x in rows\]$",
+        ):
+            as_lengths(samples)
+    with pytest.raises(TypeError, match=r"^lengths must hold integer lengths, got tensor\(3\) at"):
+        as_lengths(np.array([torch.tensor(3), torch.tensor(4)], dtype=object))
+
+
 def test_pack_sampler_without_row_length_names_the_alias_given_instead():
     """PackSampler(max_seq_len=2048) said only "needs row_length=", ignoring the option the user
     gave for it (s11-rev1)."""

@@ -638,7 +638,8 @@ def _precompute(args: argparse.Namespace) -> int:
         with _flag("--max-tokens"):
             check_int("max_tokens", args.max_tokens, minimum=1)
     if args.batch_size is not None or args.max_tokens is not None:
-        BatchRule.parse(args.batch_size, args.max_tokens)
+        with _flag("--max-tokens" if args.max_tokens is not None else "--batch-size"):
+            BatchRule.parse(args.batch_size, args.max_tokens)  # (its bounds: the flag named)
     options = _strategy_options(args.option)
     params = resolve_params(
         fn,
@@ -702,6 +703,9 @@ def _precompute(args: argparse.Namespace) -> int:
     print(f"status: {sol.status}; padding {sol.padding_ratio:.2%} (pad / real elements)")
     print(f"boundaries: {[int(b) for b in sol.boundaries]}")
     print(format_table(rows, args.batch_size, args.max_tokens))
+    note = _zero_lengths(hist)  # (s28-user: a (B, 0) shape above was planned without a word)
+    if note is not None:  # as report says it: NOTE [ Samples of length 0 ]
+        print(f"\nwarning: {note}")
     if args.json:
         print(f"written to {args.json}")
     if not stored:  # precompute's one job: the entry a later run finds

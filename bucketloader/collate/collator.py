@@ -101,7 +101,7 @@ from bucketloader.collate._pad import (
     sequence_mask,
     torch_dtype,
 )
-from bucketloader.collate.fields import Field, bind_fields, check_pad, read_group
+from bucketloader.collate.fields import GROUP_FIX, Field, bind_fields, check_pad, read_group
 from bucketloader.plan import ShapeTable
 from bucketloader.plan.table import below_plan
 
@@ -363,7 +363,11 @@ class PadCollator:
                     "(bucketloader.hf.BucketTrainer does)"
                 )
         if self.group_key is not None and kind != "dict":
-            raise TypeError(f"group_key={self.group_key!r} needs dict samples, got {kind} samples")
+            raise TypeError(  # (s28-user: it named no cause and no way on)
+                f"group_key={self.group_key!r} needs dict samples, got {kind} samples: the plan "
+                "has groups= (boundaries per group), so each batch's group is read from its "
+                f"samples; {GROUP_FIX}"
+            )
         if not unread:
             self._specs_cache[cache_key] = specs
         return specs

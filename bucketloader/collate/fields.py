@@ -222,6 +222,14 @@ def bind_fields(fields: Any, names: tuple[str, ...], group_key: Any) -> dict[Any
     return bound
 
 
+#: How samples carry their group, for the errors of a plan with ``groups=`` whose samples do not.
+GROUP_FIX = (
+    "wrap the datasets in GroupedDataset([a, b]) and pass its .groups (it adds 'dataset' to "
+    "every dict sample), or give every sample (a dict, e.g. {'inputs': x}) its group id "
+    "under a key and pass collator(group_key=<that key>)"
+)
+
+
 def read_group(samples: Sequence[Any], group_key: Any) -> Any:
     """The one group id shared by every sample of a batch (``None`` without ``group_key``)."""
     if group_key is None:
@@ -231,7 +239,8 @@ def read_group(samples: Sequence[Any], group_key: Any) -> Any:
         if group_key not in s:
             raise MissingKeyError(
                 f"sample at batch position {pos} has no group_key {group_key!r}; "
-                f"its keys are {list(s.keys())}"
+                f"its keys are {list(s.keys())}: the plan has groups= (boundaries per group), so "
+                f"each batch's group is read from its samples; {GROUP_FIX}"
             )
         g = s[group_key]
         values.append(g.item() if hasattr(g, "item") else g)
