@@ -8,6 +8,7 @@ from conftest import real_columns
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bucketloader import BucketSampler
 from bucketloader.boundaries import padding_cost
 from bucketloader.histogram import LengthHistogram
 from bucketloader.solve import compute_boundaries, solve_boundaries
@@ -119,6 +120,14 @@ def test_more_buckets_than_values_is_zero_padding():
 def test_unknown_strategy_lists_the_registry():
     with pytest.raises(ValueError, match=r"strategy must be one of .*'lp'.*'optimal'.*nope"):
         compute_boundaries([1, 2, 3], 2, strategy="nope")
+
+
+@pytest.mark.parametrize("strategy", ["nope", 5])
+def test_a_samplers_unknown_strategy_lists_joint_too(strategy):
+    """A sampler also plans ``strategy="joint"``: its list names it whatever the bad value's
+    type (``strategy=5`` listed every name but "joint"; s28-user)."""
+    with pytest.raises(ValueError, match=r"strategy must be one of .*'joint'.*, got strategy="):
+        BucketSampler([1, 2, 3], num_buckets=2, batch_size=1, strategy=strategy)
 
 
 def test_unknown_option_lists_what_exists():

@@ -694,8 +694,10 @@ def resolve_joint(
             "strategy='joint' chooses the cells itself; drop shapes=..., or drop strategy "
             "and max_shapes to batch at the shapes you give"
         )
-    if isinstance(strategy, str) and not explicit:
-        resolve_strategy(strategy, also=("joint",))  # a misspelt name: the list names "joint" too
+    if not (explicit or strategy is None or callable(strategy) or isinstance(strategy, Mapping)):
+        # a misspelt name or a value of another type: the list names "joint" too (strategy=5
+        # listed every name but it; s28-user)
+        resolve_strategy(strategy, also=("joint",))
     if not explicit:
         implicit = (
             strategy is None
