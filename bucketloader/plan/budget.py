@@ -157,8 +157,8 @@ class BatchRule:
                 else ""
             )
             raise ValueError(
-                "pass exactly one of batch_size (same batch size for every bucket) or max_tokens "
-                f"(batch size = max_tokens // padded size), got batch_size={batch_size!r} and "
+                "pass exactly one of batch_size (the same number of rows in every batch) or "
+                f"max_tokens (rows = max_tokens // padded size), got batch_size={batch_size!r} and "
                 f"max_tokens={max_tokens!r}{cap}"
             )
         if max_tokens is not None:
