@@ -422,3 +422,35 @@ def test_cli_engine_spark_names_a_session_that_cannot_start(tmp_path, monkeypatc
     err = capsys.readouterr().err
     assert "could not start Spark's Java process ([JAVA_GATEWAY_EXITED]" in err, err
     assert "Java 17 or later" in err and "JAVA_HOME='/nonexistent'" in err and "master" not in err
+
+
+def test_cli_engine_spark_says_only_the_error(tmp_path):
+    """s28: `report --engine spark` on a bad input (int64 lengths in one shard, strings in
+    another) printed Java's start-up lines, log4j warnings, progress bars and each failed
+    task's Java stack trace (103 lines) before its one-line error; now stderr is that line
+    (NOTE [ A quiet Spark session ]). No Java at JAVA_HOME: the launch script's own line is in
+    the error (it went to the quiet session's log)."""
+    import os
+    import subprocess
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"n": ["x", "yy"]}), tmp_path / "b.parquet")
+    argv = [sys.executable, "-m", "bucketloader.cli", "report", str(tmp_path), "--column", "n"]
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": "--master local[2] pyspark-shell"}
+    done = subprocess.run(
+        [*argv, "--engine", "spark"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith("bucketloader: error: ") and "b.parquet: column 'n'" in lines[0]
+    assert "\tat org.apache" not in done.stderr and "WARN" not in done.stderr
+    env["JAVA_HOME"] = str(tmp_path / "no-java")
+    done = subprocess.run(
+        [*argv, "--engine", "spark"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "it said: " in done.stderr and "no-java/bin/java" in done.stderr, done.stderr

@@ -10,9 +10,12 @@ histogram comes back, never the per-sample lengths.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import importlib
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,12 +120,7 @@ def _engine_histogram(
     elif engine == "spark":
         from bucketloader.engines import spark_histogram
 
-        sql = _import("pyspark.sql", "spark")
-        try:
-            spark = sql.SparkSession.builder.appName("bucketloader").getOrCreate()
-        except Exception as exc:  # (s23: a master that does not answer ended the CLI, after
-            # Spark's 3 tries (68 s), in a 200-line Py4JJavaError traceback, exit 1)
-            raise ValueError(_no_session(exc)) from None
+        spark = _spark_session(_import("pyspark.sql", "spark"))
         reader = spark.read
         if wider is not None:  # int32 lengths (or token ids) in one shard, int64 in another:
             # Spark reads every file as the one file's type it took and fails on a wider one
@@ -211,17 +209,64 @@ def _disagreeing_file(files: list[str], column: str) -> str | None:
     return None
 
 
-def _no_session(exc: BaseException) -> str:
+# NOTE [ A quiet Spark session ]
+# The CLI's Spark session says nothing on stderr of its own: a bad input printed Java's
+# start-up lines, log4j warnings, progress bars and, for an error Spark met in a task, each
+# task's Java stack trace at ERROR (~100 lines) before the command's one-line error (s28). Where
+# the CLI starts Spark's Java process, that process's stderr goes to an unlinked temporary file
+# (what it said is read back only to explain a start that failed); the log level is OFF for the
+# job either way (a session that spark-submit started keeps its stderr: its own start-up lines
+# came before the CLI ran). Every failure still reaches the user as the Python-side error.
+
+
+def _spark_session(sql: Any) -> Any:
+    """The CLI's Spark session, quiet (NOTE [ A quiet Spark session ]); one error line where it
+    cannot start."""
+    import tempfile
+
+    launched = "PYSPARK_GATEWAY_PORT" not in os.environ  # (else spark-submit's Java process)
+    builder = sql.SparkSession.builder.appName("bucketloader")
+    with tempfile.TemporaryFile(prefix="bucketloader-spark-") as log:
+        try:
+            with _stderr_to(log) if launched else contextlib.nullcontext():
+                spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
+        except Exception as exc:  # (s23: a master that does not answer ended the CLI, after
+            # Spark's 3 tries (68 s), in a 200-line Py4JJavaError traceback, exit 1)
+            log.seek(0)
+            raise ValueError(_no_session(exc, log.read().decode(errors="replace"))) from None
+    spark.sparkContext.setLogLevel("OFF")
+    return spark
+
+
+@contextlib.contextmanager
+def _stderr_to(log: Any) -> Iterator[None]:
+    """File descriptor 2 written to ``log`` inside (and by the processes started there, for
+    their life); this process's own stderr is back on exit."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _no_session(exc: BaseException, said: str = "") -> str:
     """The one-line error for a Spark session that could not start: the Java exception's own
-    line where there is one, and where the master came from."""
-    import os
+    line where there is one, and where the master came from. ``said``: what Spark's Java
+    process (or its launch script) wrote on stderr."""
     import re
 
     text = str(exc)
     java = re.search(r"^: ([\w.$]+(?:Exception|Error)\b.*)$", text, re.MULTILINE)
     what = java.group(1) if java else (text.strip().splitlines() or [type(exc).__name__])[0]
     if "JAVA_GATEWAY_EXITED" in text:  # (s23-rev2: no Java, or a JAVA_HOME without one, was
-        # blamed on the master; spark-class's own lines on stderr above say which)
+        # blamed on the master; the launch script's first line says which, e.g. "JAVA_HOME is
+        # not set" or ".../spark-class: line 71: /opt/jdk/bin/java: No such file or directory")
+        first = [line.strip() for line in said.splitlines() if line.strip()][:1]
+        what += f"; it said: {first[0][:200]}" if first else ""
         failed, name, hint = "Spark's Java process", "JAVA_HOME", ": Spark needs Java 17 or later"
         fix = "install it, or point JAVA_HOME{} at one, or use --engine local (no Java)"
     else:
