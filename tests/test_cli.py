@@ -205,7 +205,7 @@ def test_precompute_a_joint_plan_that_the_sampler_reads(tmp_path, capsys):
     for bad, said in [
         (["--column", "src", "--max-shapes", "4"], "name their columns, --column src,tgt"),
         (["--column", "src,tgt", "-k", "4"], "needs --max-shapes K (the number of cells)"),
-        (["--column", "src,tgt", "--max-shapes", "4", "--engine", "ray"], "--engine ray does n"),
+        (["--column", "src,tgt", "--max-shapes", "4", "--engine", "ray"], "--engine ray reads Pa"),
         (["--column", "src,src", "--max-shapes", "4"], "must name distinct columns"),
         (["--column", "src", "--size", "prod", "-k", "3"], "--size prod sizes a joint plan's"),
     ]:
@@ -1081,3 +1081,11 @@ def test_nulls_on_a_file_that_is_not_parquet_is_refused_not_ignored(tmp_path, ca
     assert "--nulls skip applies to Parquet shards (a directory of .parquet files, a quoted " in err
     assert f"got {tmp_path / 'a.jsonl'}; leave out --nulls" in err
     assert not (tmp_path / "c").exists() or not list((tmp_path / "c").glob("*.json"))
+
+
+def test_precompute_a_joint_plan_of_parquet_shards(tmp_path, capsys):
+    """s28: a joint plan of Parquet shards (a directory) was refused ("solve it in Python");
+    it is read as the one-column precompute reads them (the local engine by default)."""
+    from conftest import check_joint_precompute_of_shards
+
+    check_joint_precompute_of_shards(tmp_path, capsys)

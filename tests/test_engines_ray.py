@@ -299,3 +299,11 @@ def test_cli_engine_ray_with_a_dead_ray_address_says_so_at_once(
         ValueError, match=f"ray_histogram joins the Ray cluster RAY_ADDRESS={address}"
     ):
         ray_histogram(ds, "n")
+
+
+def test_cli_joint_precompute_of_shards_on_ray(cluster, tmp_path, capsys):
+    """s28: `precompute SHARDS --column src,tgt --max-shapes K --engine ray` was refused
+    ("--engine ray does not apply to a joint plan"); Ray computes the pairs' histogram."""
+    from tests.conftest import check_joint_precompute_of_shards
+
+    check_joint_precompute_of_shards(tmp_path, capsys, "--engine", "ray")

@@ -454,3 +454,26 @@ def test_cli_engine_spark_says_only_the_error(tmp_path):
     )
     assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
     assert "it said: " in done.stderr and "no-java/bin/java" in done.stderr, done.stderr
+
+
+def test_cli_joint_precompute_of_shards_on_spark(spark, tmp_path, capsys):
+    """s28: `precompute SHARDS --column src,tgt --max-shapes K --engine spark` was refused
+    ("--engine spark does not apply to a joint plan"); Spark reduces the pairs' histogram.
+    Shards whose lengths are int32 in one file and int64 in another read too (Spark is given
+    bigint for that column and the other column's own type)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+    from tests.conftest import check_joint_precompute_of_shards
+
+    check_joint_precompute_of_shards(tmp_path, capsys, "--engine", "spark")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    pq.write_table(
+        pa.table({"a": pa.array([3, 4], pa.int32()), "b": [[1], [2, 3]]}), mixed / "0.parquet"
+    )
+    pq.write_table(pa.table({"a": pa.array([5], pa.int64()), "b": [[4]]}), mixed / "1.parquet")
+    argv = ["precompute", str(mixed), "--column", "a,b", "--max-shapes", "2", "--batch-size", "2"]
+    assert main([*argv, "--engine", "spark", "--cache-dir", str(tmp_path / "c2")]) == 0
+    assert "mixed: 3 samples" in capsys.readouterr().out

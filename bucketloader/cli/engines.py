@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from bucketloader.histogram import LengthHistogram
+    from bucketloader.histogram import JointHistogram, LengthHistogram
 
 ENGINES = ("local", "ray", "spark")
 #: ``--nulls``: the engines' ``nulls=`` choices.
@@ -54,9 +54,11 @@ def is_saved_dataset(directory: Path) -> bool:
 
 
 def engine_histogram(
-    path: str, column: str | None, engine: str, nulls: str = "raise"
-) -> tuple[LengthHistogram, int]:
-    """The exact histogram of ``column`` over the Parquet shards ``path``, and the null count.
+    path: str, column: str | list[str] | None, engine: str, nulls: str = "raise"
+) -> tuple[LengthHistogram | JointHistogram, int]:
+    """The exact histogram of ``column`` over the Parquet shards ``path``, and the null count;
+    several columns (a joint plan's) give the :class:`JointHistogram` of their rows (a row
+    with any of them null is one null row).
 
     ``nulls`` is the engines' (``--nulls``); their errors name the command's option where they
     name the Python one. Files that hold no row are told on stderr with their count (a note:
@@ -75,16 +77,16 @@ def engine_histogram(
 
 
 def _engine_histogram(
-    path: str, column: str | None, engine: str, nulls: str
-) -> tuple[LengthHistogram, int]:
+    path: str, column: str | list[str] | None, engine: str, nulls: str
+) -> tuple[LengthHistogram | JointHistogram, int]:
     from bucketloader._arrow import scan_parquet, skipped_note
 
     files, skipped = scan_parquet(path)
     if skipped:  # (a README.md beside the shards is normal: said, not refused)
         print(f"bucketloader: note: {skipped_note(path, files, skipped)}", file=sys.stderr)
-    if column is None:
-        column = _only_column(files[0])
-    empty, wider = _footers(files, column) if engine in ("ray", "spark") else ((), None)
+    columns = [_only_column(files[0])] if column is None else _as_list(column)
+    measured: str | list[str] = columns[0] if len(columns) == 1 else columns  # (the engines')
+    empty, wider = _footers(files, columns) if engine in ("ray", "spark") else ((), {})
     # Ray and Spark read only the files that hold rows (they add nothing else): an empty shard
     # written from an empty list has columns of type null, and Spark, whose schema then came from
     # it, failed on the others with a Java traceback ("Invalid Spark read type")
@@ -92,7 +94,7 @@ def _engine_histogram(
     if engine == "local":
         from bucketloader.engines import parquet_histogram
 
-        result = parquet_histogram(files, column, nulls=nulls)
+        result = parquet_histogram(files, measured, nulls=nulls)
     elif engine == "ray":
         from bucketloader.engines import ray_histogram
 
@@ -109,28 +111,35 @@ def _engine_histogram(
             ds = ray.data.read_parquet(
                 [str(Path(f).resolve()) for f in read],
                 filesystem=pyarrow.fs.LocalFileSystem(),  # local paths (no fsspec/http probing)
-            ).select_columns([column])
+            ).select_columns(columns)
         except pyarrow.ArrowTypeError as exc:  # Ray unifies the files' schemas as it reads:
             # "Unable to merge: Field n has incompatible types: int64 vs string", no file named
-            found = _disagreeing_file(read, column)
+            found = next(filter(None, (_disagreeing_file(read, c) for c in columns)), None)
             if found is None:
                 raise
             raise ValueError(f"{found} (Ray: {exc})") from None
-        result = ray_histogram(ds, column, nulls=nulls)
+        result = ray_histogram(ds, measured, nulls=nulls)
     elif engine == "spark":
         from bucketloader.engines import spark_histogram
 
         spark = _spark_session(_import("pyspark.sql", "spark"))
         reader = spark.read
-        if wider is not None:  # int32 lengths (or token ids) in one shard, int64 in another:
-            # Spark reads every file as the one file's type it took and fails on a wider one
-            # (the local and Ray engines widen); given bigint, it reads them all
-            reader = reader.schema(f"`{column.replace('`', '``')}` {wider}")
-        result = spark_histogram(reader.parquet(*read), column, nulls=nulls)
+        if wider:  # int32 lengths (or token ids) in one shard, int64 in another: Spark reads
+            # every file as the one file's type it took and fails on a wider one (the local and
+            # Ray engines widen); given bigint, it reads them all (the other measured columns
+            # as Spark reads them)
+            taken = (  # (a column that no file holds is left to spark_histogram's error)
+                {}
+                if len(wider) == len(columns)
+                else {f.name: f.dataType.simpleString() for f in reader.parquet(*read).schema}
+            )
+            types = {c: wider.get(c) or taken.get(c) for c in columns}
+            reader = reader.schema(
+                ", ".join(f"`{c.replace('`', '``')}` {t}" for c, t in types.items() if t)
+            )
+        result = spark_histogram(reader.parquet(*read), measured, nulls=nulls)
     else:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got --engine {engine}")
-    from bucketloader.histogram import LengthHistogram
-
     empty = result.empty_files if engine == "local" else empty
     if empty:
         names = ", ".join(Path(f).name for f in empty[:3]) + (", ..." if len(empty) > 3 else "")
@@ -140,22 +149,25 @@ def _engine_histogram(
             "the rows of the others",
             file=sys.stderr,
         )
-    hist = result.histogram
-    if not isinstance(hist, LengthHistogram):  # pragma: no cover - one column gives 1-D
-        raise TypeError("the command line measures one column")
-    return hist, result.num_nulls
+    return result.histogram, result.num_nulls
 
 
-def _footers(files: list[str], column: str) -> tuple[tuple[str, ...], str | None]:
+def _as_list(column: str | list[str]) -> list[str]:
+    return [column] if isinstance(column, str) else list(column)
+
+
+def _footers(files: list[str], columns: str | list[str]) -> tuple[tuple[str, ...], dict[str, str]]:
     """Each file's Parquet footer, read once: the files that count no row (what
-    ``parquet_histogram`` tells the local engine's scan), and the Spark type that reads
-    ``column`` in every other file where they hold it as integers of several widths
-    (``bigint``), or lists of them (``array<bigint>``: token ids written by two writers; s27),
-    else ``None`` (Spark's own read then stands, and its errors)."""
+    ``parquet_histogram`` tells the local engine's scan), and per column of ``columns`` the
+    Spark type that reads it in every other file where they hold it as integers of several
+    widths (``bigint``), or lists of them (``array<bigint>``: token ids written by two
+    writers; s27); a column Spark's own read takes is not listed (its errors then stand)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    empty, types = [], set()
+    columns = _as_list(columns)
+    empty: list[str] = []
+    types: dict[str, set[Any]] = {c: set() for c in columns}
     for f in files:
         try:
             meta = pq.read_metadata(f)
@@ -169,15 +181,18 @@ def _footers(files: list[str], column: str) -> tuple[tuple[str, ...], str | None
             empty.append(f)
             continue
         schema = meta.schema.to_arrow_schema()
-        if column in schema.names:
-            types.add(schema.field(column).type)
-    lists = [t.value_type for t in types if pa.types.is_list(t) or pa.types.is_large_list(t)]
-    if len(types) > 1 and all(pa.types.is_integer(t) for t in types):
-        return tuple(empty), "bigint"
-    if len(lists) == len(types) and len(set(lists)) > 1:
-        if all(pa.types.is_integer(t) for t in lists):
-            return tuple(empty), "array<bigint>"
-    return tuple(empty), None
+        for c in columns:
+            if c in schema.names:
+                types[c].add(schema.field(c).type)
+    wider = {}
+    for c, seen in types.items():
+        lists = [t.value_type for t in seen if pa.types.is_list(t) or pa.types.is_large_list(t)]
+        if len(seen) > 1 and all(pa.types.is_integer(t) for t in seen):
+            wider[c] = "bigint"
+        elif len(lists) == len(seen) and len(set(lists)) > 1:
+            if all(pa.types.is_integer(t) for t in lists):
+                wider[c] = "array<bigint>"
+    return tuple(empty), wider
 
 
 def _disagreeing_file(files: list[str], column: str) -> str | None:
