@@ -205,7 +205,13 @@ def test_precompute_a_joint_plan_that_the_sampler_reads(tmp_path, capsys):
     for bad, said in [
         (["--column", "src", "--max-shapes", "4"], "name their columns, --column src,tgt"),
         (["--column", "src,tgt", "-k", "4"], "needs --max-shapes K (the number of cells)"),
-        (["--column", "src,tgt", "--max-shapes", "4", "--engine", "ray"], "--engine ray reads Pa"),
+        (
+            ["--column", "src,tgt", "--max-shapes", "4", "--engine", "ray", "--batch-size", "4"],
+            "--engine ray reads Pa",
+        ),
+        # s28: read (or the shards scanned), then the sampler's "got batch_size=None and
+        # max_tokens=None", naming no flag
+        (["--column", "src,tgt", "--max-shapes", "4"], "pass --max-tokens T or --batch-size B"),
         (["--column", "src,src", "--max-shapes", "4"], "must name distinct columns"),
         (["--column", "src", "--size", "prod", "-k", "3"], "--size prod sizes a joint plan's"),
     ]:
@@ -1083,9 +1089,17 @@ def test_nulls_on_a_file_that_is_not_parquet_is_refused_not_ignored(tmp_path, ca
     assert not (tmp_path / "c").exists() or not list((tmp_path / "c").glob("*.json"))
 
 
-def test_precompute_a_joint_plan_of_parquet_shards(tmp_path, capsys):
+def test_precompute_a_joint_plan_of_parquet_shards(tmp_path, capsys, monkeypatch):
     """s28: a joint plan of Parquet shards (a directory) was refused ("solve it in Python");
     it is read as the one-column precompute reads them (the local engine by default)."""
     from conftest import check_joint_precompute_of_shards
 
+    from bucketloader.cli.main import main
+
     check_joint_precompute_of_shards(tmp_path, capsys)
+    # the pairs are held in memory, as the sampler holds them: past the limit, said at once
+    monkeypatch.setattr(sys.modules["bucketloader.cli.main"], "MAX_BASELINE_SAMPLES", 100)
+    argv = ["precompute", str(tmp_path / "shards"), "--column", "src,tgt", "--max-shapes", "3"]
+    assert main([*argv, "--batch-size", "4", "--nulls", "skip", "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "the shards hold 301 samples" in err and "BucketSampler(lengths, max_shapes=K" in err

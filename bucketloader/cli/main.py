@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
         usage="bucketloader precompute FILE -k K [--strategy S] [--max-tokens T | --batch-size B] "
         "[--cache-dir D] [--json out.json] [options]\n"
         "       bucketloader precompute FILE --column A,B --max-shapes K [--size sum|prod] "
-        "[--max-tokens T | --batch-size B] [options]",
+        "(--max-tokens T | --batch-size B) [options]",
     )
     c.add_argument("file", metavar="FILE", help=inputs)
     c.add_argument(
@@ -742,6 +742,11 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
     if args.batch_size is not None:
         with _flag("--batch-size"):
             budget["batch_size"] = check_int("batch_size", args.batch_size, minimum=1)
+    if not budget:  # (the sampler said so after the read, in its own words: batch_size=None)
+        raise _UsageError(
+            "a joint plan is stored by building the BucketSampler that reads it, which sizes "
+            "its batches: pass --max-tokens T or --batch-size B, as the sampler will have"
+        )
     _check_output("--json", args.json, args.file)
     given = args.cache_dir
     directory = default_cache_dir() if given is None else check_folder("--cache-dir", given)
