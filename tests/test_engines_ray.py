@@ -307,3 +307,28 @@ def test_cli_joint_precompute_of_shards_on_ray(cluster, tmp_path, capsys):
     from tests.conftest import check_joint_precompute_of_shards
 
     check_joint_precompute_of_shards(tmp_path, capsys, "--engine", "ray")
+
+
+def test_cli_engine_ray_says_only_the_error(tmp_path):
+    """s28: `report --engine ray` on a bad input (a negative length) printed Ray's token
+    authentication notice, Ray Data's INFO lines, its progress-bar WARNING and the failed
+    task's ERROR lines (8 lines) before its one-line error; now stderr is that line (NOTE
+    [ A quiet Ray ]). Its own Ray, started by the command."""
+    import os
+    import subprocess
+
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"n": [5, -6]}), tmp_path / "b.parquet")
+    argv = [sys.executable, "-m", "bucketloader.cli", "report", str(tmp_path), "--column", "n"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run(
+        [*argv, "--engine", "ray"], capture_output=True, text=True, env={**env, **RAY_ENV},
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "bucketloader: error: column 'n' holds the negative length -6; lengths count elements, "
+        "so fix or filter those rows"
+    ], done.stderr

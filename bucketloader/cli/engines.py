@@ -99,26 +99,29 @@ def _engine_histogram(
         from bucketloader.engines import ray_histogram
 
         ray = _import("ray.data", "ray")
-        if not ray.is_initialized():
-            from bucketloader.engines.ray import check_ray_address
+        with _quiet_ray():  # NOTE [ A quiet Ray ]
+            if not ray.is_initialized():
+                from bucketloader.engines.ray import check_ray_address
 
-            check_ray_address("--engine ray")
-            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-        ray.data.DataContext.get_current().enable_progress_bars = False
-        import pyarrow.fs
+                check_ray_address("--engine ray")
+                ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+            context = ray.data.DataContext.get_current()
+            context.enable_progress_bars = False
+            context.print_on_execution_start = False
+            import pyarrow.fs
 
-        try:
-            ds = ray.data.read_parquet(
-                [str(Path(f).resolve()) for f in read],
-                filesystem=pyarrow.fs.LocalFileSystem(),  # local paths (no fsspec/http probing)
-            ).select_columns(columns)
-        except pyarrow.ArrowTypeError as exc:  # Ray unifies the files' schemas as it reads:
-            # "Unable to merge: Field n has incompatible types: int64 vs string", no file named
-            found = next(filter(None, (_disagreeing_file(read, c) for c in columns)), None)
-            if found is None:
-                raise
-            raise ValueError(f"{found} (Ray: {exc})") from None
-        result = ray_histogram(ds, measured, nulls=nulls)
+            try:
+                ds = ray.data.read_parquet(
+                    [str(Path(f).resolve()) for f in read],
+                    filesystem=pyarrow.fs.LocalFileSystem(),  # local paths (no fsspec/http probing)
+                ).select_columns(columns)
+            except pyarrow.ArrowTypeError as exc:  # Ray unifies the files' schemas as it reads:
+                # "Unable to merge: Field n has incompatible types: int64 vs string", no file named
+                found = next(filter(None, (_disagreeing_file(read, c) for c in columns)), None)
+                if found is None:
+                    raise
+                raise ValueError(f"{found} (Ray: {exc})") from None
+            result = ray_histogram(ds, measured, nulls=nulls)
     elif engine == "spark":
         from bucketloader.engines import spark_histogram
 
@@ -222,6 +225,40 @@ def _disagreeing_file(files: list[str], column: str) -> str | None:
                 f"the same type (e.g. {first[1]}), or leave the file out"
             )
     return None
+
+
+# NOTE [ A quiet Ray ]
+# Ray's console lines are the CLI's noise: the token authentication notice of ray.init, Ray
+# Data's INFO lines (the execution's start, plan and end), its WARNING that progress bars are
+# off (the CLI turns them off) and, for a bad input, ERROR lines of the failed task before the
+# command's own error (s28). They are muted on the console while the CLI starts Ray and scans
+# (``print_on_execution_start`` off too); Ray Data's log file (its session's logs/ray-data)
+# keeps every line, and every failure reaches the user as the Python-side error.
+
+
+@contextlib.contextmanager
+def _quiet_ray() -> Iterator[None]:
+    """Ray's console lines muted inside (NOTE [ A quiet Ray ]): the ``ray`` logger's (whose
+    handler ``ray.init`` removes: Python's last-resort handler then printed them) and the
+    console handlers of ``ray.data``'s (its file handler keeps every line)."""
+    import logging
+
+    top = logging.getLogger("ray")
+    level = top.level
+    muted = [
+        (h, h.level)
+        for h in logging.getLogger("ray.data").handlers
+        if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+    ]
+    top.setLevel(logging.CRITICAL + 1)
+    for h, _ in muted:
+        h.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        top.setLevel(level)
+        for h, was in muted:
+            h.setLevel(was)
 
 
 # NOTE [ A quiet Spark session ]
