@@ -332,3 +332,38 @@ def test_cli_engine_ray_says_only_the_error(tmp_path):
         "bucketloader: error: column 'n' holds the negative length -6; lengths count elements, "
         "so fix or filter those rows"
     ], done.stderr
+
+
+def test_cli_engine_ray_errors_name_the_files_and_the_commands_fixes(cluster, tmp_path, capsys):
+    """s28: a column no shard holds was "not found; the Ray dataset has columns []" (the files
+    have ['m']); int64 shards beside a double one were all "double numbers", no file named; and
+    a column of floats named a fix the command has no flag for ("or pass length_fn="); a
+    struct's field keeps its hint."""
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    for name, table in [
+        ("missing", pa.table({"m": [3, 4], "meta": [{"n": 1}, {"n": 2}]})),
+        ("floats", pa.table({"n": [3.0, 4.5]})),
+    ]:
+        (tmp_path / name).mkdir()
+        pq.write_table(table, tmp_path / name / "a.parquet")
+    pq.write_table(pa.table({"n": [5, 6]}), tmp_path / "floats" / "0.parquet")  # (sorted first)
+    argv = ["report", "--engine", "ray", "--column"]
+    assert main([*argv, "n", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert f"column 'n' not found in {tmp_path / 'missing' / 'a.parquet'}, nor in the" in err
+    assert "it has columns ['m', 'meta']: choose one with --column NAME" in err, err
+    assert main([*argv, "meta.n", str(tmp_path / "missing")]) == 2
+    assert "is a field of the struct column 'meta'" in capsys.readouterr().err
+    assert main([*argv, "n", str(tmp_path / "floats")]) == 2  # (Ray: all "double numbers")
+    err = capsys.readouterr().err
+    assert (
+        f"{tmp_path / 'floats' / 'a.parquet'}: column 'n' is double in this file but int64 in"
+        in err
+    )
+    (tmp_path / "floats" / "0.parquet").unlink()
+    assert main([*argv, "n", str(tmp_path / "floats")]) == 2
+    err = capsys.readouterr().err
+    assert "length_fn" not in err and "to an integer column and measure that" in err, err

@@ -477,3 +477,24 @@ def test_cli_joint_precompute_of_shards_on_spark(spark, tmp_path, capsys):
     argv = ["precompute", str(mixed), "--column", "a,b", "--max-shapes", "2", "--batch-size", "2"]
     assert main([*argv, "--engine", "spark", "--cache-dir", str(tmp_path / "c2")]) == 0
     assert "mixed: 3 samples" in capsys.readouterr().out
+
+
+def test_cli_engine_spark_errors_name_the_files_and_the_commands_fixes(spark, tmp_path, capsys):
+    """s28: a column of floats named a fix the command has no flag for ("or pass a Column
+    expression of lengths"); a column no shard holds is named with the files, before Spark
+    runs, as on the other engines."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    for name, table in [("missing", pa.table({"m": [3, 4]})), ("floats", pa.table({"n": [3.5]}))]:
+        (tmp_path / name).mkdir()
+        pq.write_table(table, tmp_path / name / "a.parquet")
+    argv = ["report", "--engine", "spark", "--column", "n"]
+    assert main([*argv, str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert f"column 'n' not found in {tmp_path / 'missing' / 'a.parquet'}, nor in the" in err
+    assert main([*argv, str(tmp_path / "floats")]) == 2
+    err = capsys.readouterr().err
+    assert "Column expression" not in err and "to an integer column and measure that" in err, err

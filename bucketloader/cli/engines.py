@@ -64,16 +64,24 @@ def engine_histogram(
     name the Python one. Files that hold no row are told on stderr with their count (a note:
     nothing is lost, but a writer that left empty shards may have lost rows upstream).
     """
+    from bucketloader.engines._common import WITH_LENGTH_FN, WITHOUT_LENGTH_FN
+
     try:
         return _engine_histogram(path, column, engine, nulls)
-    except ValueError as exc:
-        text = str(exc)
-        if "nulls='skip'" not in text:
+    except (ValueError, TypeError) as exc:
+        text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        said = text
+        for python, command in (  # (s28: Python's fixes, which the command has no flag for)
+            ("nulls='skip'", "--nulls skip"),
+            ("(they are then counted in ScanResult.num_nulls)", "(a note counts them)"),
+            (WITH_LENGTH_FN, WITHOUT_LENGTH_FN),  # Ray's
+            ("pass a Column expression of lengths", WITHOUT_LENGTH_FN),  # Spark's
+            ("pass a Column expression", WITHOUT_LENGTH_FN),
+        ):
+            text = text.replace(python, command)
+        if text == said:
             raise
-        text = text.replace(
-            "(they are then counted in ScanResult.num_nulls)", "(a note counts them)"
-        )
-        raise ValueError(text.replace("nulls='skip'", "--nulls skip")) from None
+        raise type(exc)(text) from None
 
 
 def _engine_histogram(
@@ -121,7 +129,13 @@ def _engine_histogram(
                 if found is None:
                     raise
                 raise ValueError(f"{found} (Ray: {exc})") from None
-            result = ray_histogram(ds, measured, nulls=nulls)
+            try:
+                result = ray_histogram(ds, measured, nulls=nulls)
+            except TypeError:  # ("holds double numbers": Ray widened int64 shards to double)
+                found = next(filter(None, (_disagreeing_file(read, c) for c in columns)), None)
+                if found is None:
+                    raise
+                raise ValueError(found) from None
     elif engine == "spark":
         from bucketloader.engines import spark_histogram
 
@@ -168,8 +182,12 @@ def _footers(files: list[str], columns: str | list[str]) -> tuple[tuple[str, ...
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from bucketloader._validation import MissingKeyError
+    from bucketloader.engines._common import nested_field
+
     columns = _as_list(columns)
     empty: list[str] = []
+    held: set[str] = set()
     types: dict[str, set[Any]] = {c: set() for c in columns}
     for f in files:
         try:
@@ -180,13 +198,24 @@ def _footers(files: list[str], columns: str | list[str]) -> tuple[tuple[str, ...
                 f"{f}: not readable as Parquet ({exc}); leave this file out (list the others) "
                 f"or write it again"
             ) from None
+        schema = meta.schema.to_arrow_schema()
+        held.update(schema.names)
         if meta.num_rows == 0:
             empty.append(f)
             continue
-        schema = meta.schema.to_arrow_schema()
         for c in columns:
             if c in schema.names:
                 types[c].add(schema.field(c).type)
+    for c in columns:  # (Ray said "not found; the Ray dataset has columns []"; a partition
+        if c not in held and f"{c}=" not in files[0]:  # key, name=value in a path, is no file's)
+            first = pq.read_schema(files[0])
+            structs = [x.name for x in first if pa.types.is_struct(x.type)]
+            fix = "write the field to a column of its own and measure that"
+            raise MissingKeyError(
+                f"column {c!r} not found in {files[0]}, nor in the other Parquet files there; "
+                f"it has columns {first.names}: choose one with --column NAME"
+                + nested_field(c, structs, fix)
+            )
     wider = {}
     for c, seen in types.items():
         lists = [t.value_type for t in seen if pa.types.is_list(t) or pa.types.is_large_list(t)]
@@ -200,9 +229,14 @@ def _footers(files: list[str], columns: str | list[str]) -> tuple[tuple[str, ...
 
 def _disagreeing_file(files: list[str], column: str) -> str | None:
     """The error naming the first of ``files`` whose ``column`` has a type that does not unify
-    with the earlier files' (an ``int64`` length column and a ``string`` one), or ``None``."""
+    with the earlier files' (an ``int64`` length column and a ``string`` one), or that unifies
+    by turning integers into floats (``int64`` and ``double``: Ray read them all as ``double``,
+    refused as "holds double numbers" with no file named; s28), or ``None``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
+    def floats(t: Any) -> bool:
+        return bool(pa.types.is_floating(t) or pa.types.is_decimal(t))
 
     first: tuple[str, Any] | None = None
     for f in files:
@@ -218,7 +252,11 @@ def _disagreeing_file(files: list[str], column: str) -> str | None:
                 [pa.schema([(column, first[1])]), pa.schema([(column, t)])],
                 promote_options="permissive",
             )
+            ints = [pa.types.is_integer(x) for x in (first[1], t)]
+            agree = not (any(ints) and any(floats(x) for x in (first[1], t)))
         except (pa.ArrowInvalid, pa.ArrowTypeError):
+            agree = False
+        if not agree:
             return (
                 f"{f}: column {column!r} is {t} in this file but {first[1]} in {first[0]}; "
                 "every file must hold the measured column with one type: write it again with "
