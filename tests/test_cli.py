@@ -231,6 +231,7 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
     (d / "blank.txt").write_text("\n\n  \n")
     (d / "ragged.txt").write_text("4\t5\n6\n")
     (d / "bad.csv").write_text("n\n4\n5\nx\n")
+    (d / "gap.csv").write_text("id,n\na,4\nb,\nc,5\n")  # (a missing value)
     (d / "nohdr.csv").write_text("4\n5\n6\n")  # np.savetxt(path, lengths, fmt="%d")
     (d / "hdr.txt").write_text("length\n4\n5\n")
     np.savetxt(d / "floats.csv", [512, 7, 9])  # (its default fmt: 5.120000000000000000e+02)
@@ -259,6 +260,10 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "blank file": (["report", str(d / "blank.txt")], "holds no lengths"),
         "ragged": (["report", str(d / "ragged.txt"), "--column", "0"], "line 2: expected 2"),
         "csv bad value": (["report", str(d / "bad.csv"), "--column", "n"], "line 4"),
+        "csv empty cell": (  # (s28: "expected a non-negative integer, got ''")
+            ["report", str(d / "gap.csv"), "--column", "n"],
+            "line 3: an empty field where a length belongs (a missing value); fill in",
+        ),
         "csv without header": (["report", str(d / "nohdr.csv")], "['4'] holds numbers, not"),
         "csv of floats without header": (["report", str(d / "floats.csv")], "e+02'] holds numbers"),
         "txt with a header": (["report", str(d / "hdr.txt")], "'length'; a .txt file has no h"),

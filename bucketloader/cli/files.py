@@ -105,6 +105,11 @@ _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 def _int_token(token: str, where: str) -> int:
     tok = token.strip()
+    if not tok:  # (a missing value in a table, a null: "got ''" said neither; s28)
+        raise LengthFileError(
+            f"{where}: an empty field where a length belongs (a missing value); fill in that "
+            "row's length or remove the row"
+        )
     try:
         value = int(tok)
     except ValueError:
