@@ -349,6 +349,7 @@ def test_cli_engine_ray_errors_name_the_files_and_the_commands_fixes(cluster, tm
     ]:
         (tmp_path / name).mkdir()
         pq.write_table(table, tmp_path / name / "a.parquet")
+    pq.write_table(pa.table({"m": [5]}), tmp_path / "missing" / "b.parquet")
     pq.write_table(pa.table({"n": [5, 6]}), tmp_path / "floats" / "0.parquet")  # (sorted first)
     argv = ["report", "--engine", "ray", "--column"]
     assert main([*argv, "n", str(tmp_path / "missing")]) == 2

@@ -491,6 +491,7 @@ def test_cli_engine_spark_errors_name_the_files_and_the_commands_fixes(spark, tm
     for name, table in [("missing", pa.table({"m": [3, 4]})), ("floats", pa.table({"n": [3.5]}))]:
         (tmp_path / name).mkdir()
         pq.write_table(table, tmp_path / name / "a.parquet")
+    pq.write_table(pa.table({"m": [5]}), tmp_path / "missing" / "b.parquet")
     argv = ["report", "--engine", "spark", "--column", "n"]
     assert main([*argv, str(tmp_path / "missing")]) == 2
     err = capsys.readouterr().err

@@ -212,8 +212,9 @@ def _footers(files: list[str], columns: str | list[str]) -> tuple[tuple[str, ...
             structs = [x.name for x in first if pa.types.is_struct(x.type)]
             fix = "write the field to a column of its own and measure that"
             raise MissingKeyError(
-                f"column {c!r} not found in {files[0]}, nor in the other Parquet files there; "
-                f"it has columns {first.names}: choose one with --column NAME"
+                f"column {c!r} not found in {files[0]}"
+                + (", nor in the other Parquet files there" if len(files) > 1 else "")
+                + f"; it has columns {first.names}: choose one with --column NAME"
                 + nested_field(c, structs, fix)
             )
     wider = {}
