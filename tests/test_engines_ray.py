@@ -368,3 +368,22 @@ def test_cli_engine_ray_errors_name_the_files_and_the_commands_fixes(cluster, tm
     assert main([*argv, "n", str(tmp_path / "floats")]) == 2
     err = capsys.readouterr().err
     assert "length_fn" not in err and "to an integer column and measure that" in err, err
+
+
+def test_cli_engine_ray_names_a_shard_with_damaged_pages(cluster, tmp_path, capsys):
+    """s28: a shard whose footer reads but whose pages are damaged ended `--engine ray` in an
+    error whose text was Ray's worker traceback (68 lines); one line names the file, Ray's
+    message and the fix."""
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    shard = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"n": list(range(1000))}), shard, compression="snappy")
+    data = bytearray(shard.read_bytes())
+    data[40:2000] = b"\xab" * 1960  # the pages, not the footer
+    shard.write_bytes(bytes(data))
+    assert main(["report", str(tmp_path), "--engine", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "File " not in err, err
+    assert f"--engine ray failed reading {shard} (OSError: " in err and "--engine local" in err

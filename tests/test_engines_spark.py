@@ -499,3 +499,24 @@ def test_cli_engine_spark_errors_name_the_files_and_the_commands_fixes(spark, tm
     assert main([*argv, str(tmp_path / "floats")]) == 2
     err = capsys.readouterr().err
     assert "Column expression" not in err and "to an integer column and measure that" in err, err
+
+
+def test_cli_engine_spark_names_a_shard_with_damaged_pages(spark, tmp_path, capsys):
+    """s28: a shard whose footer reads but whose pages are damaged ended `--engine spark` in a
+    190-line Py4JJavaError traceback, exit 1; one line names the file, Spark's error class,
+    the root cause and the fix."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    shard = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"n": list(range(1000))}), shard, compression="snappy")
+    data = bytearray(shard.read_bytes())
+    data[40:2000] = b"\xab" * 1960  # the pages, not the footer
+    shard.write_bytes(bytes(data))
+    assert main(["report", str(tmp_path), "--engine", "spark"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\tat " not in err, err
+    assert f"--engine spark failed reading file://{shard} ([FAILED_READ_FILE" in err, err
+    assert "caused by java.io.IOException" in err and "--engine local" in err

@@ -136,6 +136,9 @@ def _engine_histogram(
                 if found is None:
                     raise
                 raise ValueError(found) from None
+            except ray.exceptions.RayError as exc:  # (its worker's traceback was the text of
+                # the command's error: 68 lines)
+                raise ValueError(_engine_failure("ray", exc)) from None
     elif engine == "spark":
         from bucketloader.engines import spark_histogram
 
@@ -154,7 +157,12 @@ def _engine_histogram(
             reader = reader.schema(
                 ", ".join(f"`{c.replace('`', '``')}` {t}" for c, t in types.items() if t)
             )
-        result = spark_histogram(reader.parquet(*read), measured, nulls=nulls)
+        try:
+            result = spark_histogram(reader.parquet(*read), measured, nulls=nulls)
+        except (ValueError, TypeError, KeyError):
+            raise  # (bucketloader's own errors, and pyspark's of the same kinds: one line)
+        except Exception as exc:  # a Py4JJavaError: 190 lines of Java, exit 1
+            raise ValueError(_engine_failure("spark", exc)) from None
     else:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got --engine {engine}")
     empty = result.empty_files if engine == "local" else empty
@@ -226,6 +234,36 @@ def _footers(files: list[str], columns: str | list[str]) -> tuple[tuple[str, ...
             if all(pa.types.is_integer(t) for t in lists):
                 wider[c] = "array<bigint>"
     return tuple(empty), wider
+
+
+def _engine_failure(engine: str, exc: BaseException) -> str:
+    """One line for a failure inside Ray or Spark that is no error of bucketloader's: the file
+    the engine names, its message and (Spark's) root cause, and the fix. A shard whose footer
+    reads but whose pages are damaged ended ``--engine spark`` in a 190-line Py4JJavaError
+    traceback (exit 1), and ``--engine ray`` in an error whose text was Ray's worker traceback
+    (68 lines; s28); the local scan names such a file and its problem in one line.
+
+    Example:
+        >>> text = "ray::Read()\\nOSError: Corrupt data.\\nFailed to read fragment /d/a.parquet"
+        >>> print(_engine_failure("ray", RuntimeError(text)))  # doctest: +NORMALIZE_WHITESPACE
+        --engine ray failed reading /d/a.parquet (OSError: Corrupt data.); if that file is
+        damaged, leave it out or write it again (--engine local reads the shards on this
+        machine and names a file it cannot read, and why)
+    """
+    import re
+
+    text = str(exc)
+    where = re.search(r"(?:reading file|read fragment) (\S+?)\.?(?:\s|$)", text)
+    spark = re.search(r"\[[A-Z][A-Z_.]+\] [^\n]+?(?=\s+SQLSTATE|$)", text, re.MULTILINE)
+    errors = re.findall(r"^(?:Caused by: )?([\w.$]+(?:Error|Exception): [^\n]+)$", text, re.M)
+    what = spark.group(0) if spark else errors[-1] if errors else text.strip().split("\n")[0]
+    cause = errors[-1] if spark and errors and errors[-1] not in what else ""
+    return (
+        f"--engine {engine} failed reading {where.group(1) if where else 'the shards'} "
+        f"({what[:300]}{'; caused by ' + cause[:200] if cause else ''}); if that file is "
+        "damaged, leave it out or write it again (--engine local reads the shards on this "
+        "machine and names a file it cannot read, and why)"
+    )
 
 
 def _disagreeing_file(files: list[str], column: str) -> str | None:
