@@ -237,6 +237,8 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
     np.savetxt(d / "floats.csv", [512, 7, 9])  # (its default fmt: 5.120000000000000000e+02)
     (d / "bad.jsonl").write_text('{"n": 4}\n{"n": 5\n')
     (d / "strs.jsonl").write_text('{"n": "a"}\n')
+    (d / "null.jsonl").write_text('{"n": 3}\n{"n": null}\n')
+    np.save(d / "strs.npy", np.array(["3", "4"]))
     (d / "lengths.xyz").write_text("4\n")
     np.save(d / "objects.npy", np.array([[1], "x"], dtype=object), allow_pickle=True)
     (d / "notads").mkdir()
@@ -269,6 +271,14 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "txt with a header": (["report", str(d / "hdr.txt")], "'length'; a .txt file has no h"),
         "jsonl bad line": (["report", str(d / "bad.jsonl"), "--column", "n"], "line 2: not valid"),
         "jsonl strings": (["report", str(d / "strs.jsonl"), "--column", "n"], "ints) or lists"),
+        "jsonl null": (  # (s28: "must hold lengths (ints) or lists, got None")
+            ["report", str(d / "null.jsonl"), "--column", "n"],
+            "line 2: column 'n' is null (a missing value, no length); fill in",
+        ),
+        "npy of strings": (  # (s28: the fix was "strs.npy = [int(x) for x in strs.npy]")
+            ["report", str(d / "strs.npy")],
+            "holds strings (numpy dtype <U1), e.g. '3', not integer lengths; save the lengths",
+        ),
         "unknown suffix": (["report", str(d / "lengths.xyz")], "unknown file type '.xyz'"),
         "pickled npy": (["report", str(d / "objects.npy")], "not a readable .npy"),
         "not a saved dataset": (["report", str(d / "notads")], "save_to_disk"),

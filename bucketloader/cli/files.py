@@ -224,6 +224,11 @@ def _parse_text(
 def _measure(value: Any, where: str, column: str) -> int:
     if isinstance(value, list):
         return len(value)
+    if value is None:  # (s28: "must hold lengths (ints) or lists, got None")
+        raise LengthFileError(
+            f"{where}: column {column!r} is null (a missing value, no length); fill in that "
+            "row's length or remove the row"
+        )
     if isinstance(value, bool) or not isinstance(value, (int, float, decimal.Decimal)):
         raise LengthFileError(
             f"{where}: column {column!r} must hold lengths (ints) or lists, got {value!r:.60}"
@@ -335,6 +340,13 @@ def _read_npy(p: Path, column: str | int | None) -> np.ndarray:
 
 
 def _checked(arr: np.ndarray, name: str) -> np.ndarray:
+    if arr.dtype.kind in "US" and arr.size:  # (s28: the fix was Python on the file's name,
+        # "strs.npy = [int(x) for x in strs.npy]")
+        raise LengthFileError(
+            f"{name}: holds strings (numpy dtype {arr.dtype}), e.g. {arr.flat[0].item()!r}, not "
+            "integer lengths; save the lengths as integers, np.save(path, "
+            "np.asarray(lengths, dtype=np.int64))"
+        )
     if arr.dtype.kind == "f" and arr.size:
         exact = 2 ** (np.finfo(arr.dtype).nmant + 1)  # past it, neighbouring ints share a float
         finite = arr[np.isfinite(arr)]
