@@ -120,6 +120,12 @@ def test_arrow_formats(files):
     splits.save_to_disk(str(files / "splits"))
     with pytest.raises(LengthFileError, match=r"holds a DatasetDict with splits \['train'\]; "):
         read_lengths(files / "splits", "ids")
+    # s28: a null named a fix of Python's only ("or pass fn= to measure them")
+    datasets.Dataset.from_dict({"n": [3, None]}).save_to_disk(str(files / "holes"))
+    with pytest.raises(LengthFileError) as info:
+        read_lengths(files / "holes", "n")
+    assert "has a null at physical row 1; fill or filter" in str(info.value)
+    assert "fn=" not in str(info.value) and "then save it again" in str(info.value)
 
 
 def test_default_lengths_match_the_shared_copy(librispeech):

@@ -403,8 +403,9 @@ def _from_table(table: Any, name: str, column: str | int | None) -> np.ndarray:
         out = lengths(table, str(column))
     except KeyError as exc:
         raise LengthFileError(f"{name}: unknown column {column!r} ({exc.args[0]})") from None
-    except (TypeError, ValueError) as exc:
-        raise LengthFileError(f"{name}: {exc}") from None
+    except (TypeError, ValueError) as exc:  # (s28: the command has no fn=, hf.lengths' fix)
+        text = str(exc).replace(" or pass fn= to measure them", ", then save it again")
+        raise LengthFileError(f"{name}: {text}") from None
     if out.size == 0:
         raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")
     return _checked(out, f"{name} column {column!r}")
