@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -428,3 +429,42 @@ def run_skipped_examples(functions, globs):
         out: list[str] = []
         runner.run(test, out=out.append)
         assert runner.failures == 0, "".join(out)
+
+
+def check_joint_precompute_of_shards(tmp_path: Path, capsys: Any, *engine: str) -> str:
+    """s28: `precompute SHARDS --column src,tgt --max-shapes 3` (on ``engine``: ``--engine
+    ray`` ...) stores the joint plan that ``BucketSampler(pairs, max_shapes=3, batch_size=16,
+    cache=...)`` reads (no solve there); the engine brings back only the histogram of the pairs
+    (NOTE [ A joint plan of Parquet shards ]). A null pair is one null row (``--nulls skip``:
+    told on stderr, left out). Returns stderr of the last run."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader import BucketCache, BucketSampler
+    from bucketloader.cli.main import main
+
+    pairs = np.random.default_rng(3).integers(1, 9, size=(300, 2))
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    for i, part in enumerate(np.array_split(pairs, 3)):
+        pq.write_table(pa.table({"src": part[:, 0], "tgt": part[:, 1]}), shards / f"{i}.parquet")
+    cache, out = tmp_path / "cache", tmp_path / "plan.json"
+    argv = ["precompute", str(shards), "--column", "src,tgt", "--max-shapes", "3"]
+    argv += ["--batch-size", "16", "--cache-dir", str(cache), *engine]
+    assert main([*argv, "--json", str(out)]) == 0, capsys.readouterr().err
+    printed = capsys.readouterr().out
+    assert "shards: 300 samples, joint, K=3" in printed and "cache: miss; stored" in printed
+    reader = BucketCache(cache)
+    sampler = BucketSampler(pairs, max_shapes=3, batch_size=16, cache=reader)
+    assert (reader.hits, reader.misses) == (1, 0)  # the sampler solved nothing
+    assert [tuple(s) for s in json.loads(out.read_text())["shapes"]] == sampler.shapes
+    # a null target: one null row, refused with its count, or left out and told
+    tail = pa.table({"src": pa.array([4, 5]), "tgt": pa.array([None, 6], pa.int64())})
+    pq.write_table(tail, shards / "3.parquet")
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "has 1 null row(s) out of 302" in err and "pass --nulls skip" in err, err
+    assert main([*argv, "--nulls", "skip"]) == 0
+    err = capsys.readouterr().err
+    assert "--nulls skip left out 1 null row(s) of 302" in err, err
+    return err

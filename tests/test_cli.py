@@ -120,6 +120,12 @@ def test_arrow_formats(files):
     splits.save_to_disk(str(files / "splits"))
     with pytest.raises(LengthFileError, match=r"holds a DatasetDict with splits \['train'\]; "):
         read_lengths(files / "splits", "ids")
+    # s28: a null named a fix of Python's only ("or pass fn= to measure them")
+    datasets.Dataset.from_dict({"n": [3, None]}).save_to_disk(str(files / "holes"))
+    with pytest.raises(LengthFileError) as info:
+        read_lengths(files / "holes", "n")
+    assert "has a null at physical row 1; fill or filter" in str(info.value)
+    assert "fn=" not in str(info.value) and "then save it again" in str(info.value)
 
 
 def test_default_lengths_match_the_shared_copy(librispeech):
@@ -225,7 +231,13 @@ def test_precompute_a_joint_plan_that_the_sampler_reads(tmp_path, capsys):
     for bad, said in [
         (["--column", "src", "--max-shapes", "4"], "name their columns, --column src,tgt"),
         (["--column", "src,tgt", "-k", "4"], "needs --max-shapes K (the number of cells)"),
-        (["--column", "src,tgt", "--max-shapes", "4", "--engine", "ray"], "--engine ray does n"),
+        (
+            ["--column", "src,tgt", "--max-shapes", "4", "--engine", "ray", "--batch-size", "4"],
+            "--engine ray reads Pa",
+        ),
+        # s28: read (or the shards scanned), then the sampler's "got batch_size=None and
+        # max_tokens=None", naming no flag
+        (["--column", "src,tgt", "--max-shapes", "4"], "pass --max-tokens T or --batch-size B"),
         (["--column", "src,src", "--max-shapes", "4"], "must name distinct columns"),
         (["--column", "src", "--size", "prod", "-k", "3"], "--size prod sizes a joint plan's"),
     ]:
@@ -267,11 +279,14 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
     (d / "blank.txt").write_text("\n\n  \n")
     (d / "ragged.txt").write_text("4\t5\n6\n")
     (d / "bad.csv").write_text("n\n4\n5\nx\n")
+    (d / "gap.csv").write_text("id,n\na,4\nb,\nc,5\n")  # (a missing value)
     (d / "nohdr.csv").write_text("4\n5\n6\n")  # np.savetxt(path, lengths, fmt="%d")
     (d / "hdr.txt").write_text("length\n4\n5\n")
     np.savetxt(d / "floats.csv", [512, 7, 9])  # (its default fmt: 5.120000000000000000e+02)
     (d / "bad.jsonl").write_text('{"n": 4}\n{"n": 5\n')
     (d / "strs.jsonl").write_text('{"n": "a"}\n')
+    (d / "null.jsonl").write_text('{"n": 3}\n{"n": null}\n')
+    np.save(d / "strs.npy", np.array(["3", "4"]))
     (d / "lengths.xyz").write_text("4\n")
     np.save(d / "objects.npy", np.array([[1], "x"], dtype=object), allow_pickle=True)
     (d / "notads").mkdir()
@@ -295,11 +310,23 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "blank file": (["report", str(d / "blank.txt")], "holds no lengths"),
         "ragged": (["report", str(d / "ragged.txt"), "--column", "0"], "line 2: expected 2"),
         "csv bad value": (["report", str(d / "bad.csv"), "--column", "n"], "line 4"),
+        "csv empty cell": (  # (s28: "expected a non-negative integer, got ''")
+            ["report", str(d / "gap.csv"), "--column", "n"],
+            "line 3: an empty field where a length belongs (a missing value); fill in",
+        ),
         "csv without header": (["report", str(d / "nohdr.csv")], "['4'] holds numbers, not"),
         "csv of floats without header": (["report", str(d / "floats.csv")], "e+02'] holds numbers"),
         "txt with a header": (["report", str(d / "hdr.txt")], "'length'; a .txt file has no h"),
         "jsonl bad line": (["report", str(d / "bad.jsonl"), "--column", "n"], "line 2: not valid"),
         "jsonl strings": (["report", str(d / "strs.jsonl"), "--column", "n"], "ints) or lists"),
+        "jsonl null": (  # (s28: "must hold lengths (ints) or lists, got None")
+            ["report", str(d / "null.jsonl"), "--column", "n"],
+            "line 2: column 'n' is null (a missing value, no length); fill in",
+        ),
+        "npy of strings": (  # (s28: the fix was "strs.npy = [int(x) for x in strs.npy]")
+            ["report", str(d / "strs.npy")],
+            "holds strings (numpy dtype <U1), e.g. '3', not integer lengths; save the lengths",
+        ),
         "unknown suffix": (["report", str(d / "lengths.xyz")], "unknown file type '.xyz'"),
         "pickled npy": (["report", str(d / "objects.npy")], "not a readable .npy"),
         "not a saved dataset": (["report", str(d / "notads")], "save_to_disk"),
@@ -1229,3 +1256,19 @@ def test_nulls_on_a_file_that_is_not_parquet_is_refused_not_ignored(tmp_path, ca
     assert "--nulls skip applies to Parquet shards (a directory of .parquet files, a quoted " in err
     assert f"got {tmp_path / 'a.jsonl'}; leave out --nulls" in err
     assert not (tmp_path / "c").exists() or not list((tmp_path / "c").glob("*.json"))
+
+
+def test_precompute_a_joint_plan_of_parquet_shards(tmp_path, capsys, monkeypatch):
+    """s28: a joint plan of Parquet shards (a directory) was refused ("solve it in Python");
+    it is read as the one-column precompute reads them (the local engine by default)."""
+    from conftest import check_joint_precompute_of_shards
+
+    from bucketloader.cli.main import main
+
+    check_joint_precompute_of_shards(tmp_path, capsys)
+    # the pairs are held in memory, as the sampler holds them: past the limit, said at once
+    monkeypatch.setattr(sys.modules["bucketloader.cli.main"], "MAX_BASELINE_SAMPLES", 100)
+    argv = ["precompute", str(tmp_path / "shards"), "--column", "src,tgt", "--max-shapes", "3"]
+    assert main([*argv, "--batch-size", "4", "--nulls", "skip", "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "the shards hold 301 samples" in err and "BucketSampler(lengths, max_shapes=K" in err

@@ -975,3 +975,24 @@ def test_shards_of_another_lengths_shape_are_one_error_naming_it():
         acc.add_counts(np.array([[3, 4, 5]]), np.array([1]), 0)
     acc.add_counts(np.array([[1, 2]]), np.array([2]), 0)  # (the same shape: merged)
     assert acc.result("x").histogram.counts.tolist() == [2, 1]
+
+
+def test_a_shard_with_damaged_pages_is_named(tmp_path, capsys):
+    """s28: a shard whose footer reads but whose pages are damaged, among others, was "2 files:
+    a file could not be read as Parquet (Corrupt snappy compressed data.)": neither the file
+    nor the fix. The scan names the file (the one of the files it was reading that fails
+    alone), on the command line too."""
+    from bucketloader.cli.main import main
+
+    pq.write_table(pa.table({"n": list(range(50))}), tmp_path / "0.parquet")
+    shard = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"n": list(range(1000))}), shard, compression="snappy")
+    data = bytearray(shard.read_bytes())
+    data[40:2000] = b"\xab" * 1960  # the pages, not the footer
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ValueError) as info:
+        parquet_histogram(tmp_path, "n")
+    assert str(info.value).startswith(f"{shard}: could not be read as Parquet (")
+    assert str(info.value).endswith("; leave this file out or write it again")
+    assert main(["report", str(tmp_path)]) == 2
+    assert f"error: {shard}: could not be read as Parquet" in capsys.readouterr().err

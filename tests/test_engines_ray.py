@@ -299,3 +299,91 @@ def test_cli_engine_ray_with_a_dead_ray_address_says_so_at_once(
         ValueError, match=f"ray_histogram joins the Ray cluster RAY_ADDRESS={address}"
     ):
         ray_histogram(ds, "n")
+
+
+def test_cli_joint_precompute_of_shards_on_ray(cluster, tmp_path, capsys):
+    """s28: `precompute SHARDS --column src,tgt --max-shapes K --engine ray` was refused
+    ("--engine ray does not apply to a joint plan"); Ray computes the pairs' histogram."""
+    from tests.conftest import check_joint_precompute_of_shards
+
+    check_joint_precompute_of_shards(tmp_path, capsys, "--engine", "ray")
+
+
+def test_cli_engine_ray_says_only_the_error(tmp_path):
+    """s28: `report --engine ray` on a bad input (a negative length) printed Ray's token
+    authentication notice, Ray Data's INFO lines, its progress-bar WARNING and the failed
+    task's ERROR lines (8 lines) before its one-line error; now stderr is that line (NOTE
+    [ A quiet Ray ]). Its own Ray, started by the command."""
+    import os
+    import subprocess
+
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"n": [5, -6]}), tmp_path / "b.parquet")
+    argv = [sys.executable, "-m", "bucketloader.cli", "report", str(tmp_path), "--column", "n"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run(
+        [*argv, "--engine", "ray"], capture_output=True, text=True, env={**env, **RAY_ENV},
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "bucketloader: error: column 'n' holds the negative length -6; lengths count elements, "
+        "so fix or filter those rows"
+    ], done.stderr
+
+
+def test_cli_engine_ray_errors_name_the_files_and_the_commands_fixes(cluster, tmp_path, capsys):
+    """s28: a column no shard holds was "not found; the Ray dataset has columns []" (the files
+    have ['m']); int64 shards beside a double one were all "double numbers", no file named; and
+    a column of floats named a fix the command has no flag for ("or pass length_fn="); a
+    struct's field keeps its hint."""
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    for name, table in [
+        ("missing", pa.table({"m": [3, 4], "meta": [{"n": 1}, {"n": 2}]})),
+        ("floats", pa.table({"n": [3.0, 4.5]})),
+    ]:
+        (tmp_path / name).mkdir()
+        pq.write_table(table, tmp_path / name / "a.parquet")
+    pq.write_table(pa.table({"m": [5]}), tmp_path / "missing" / "b.parquet")
+    pq.write_table(pa.table({"n": [5, 6]}), tmp_path / "floats" / "0.parquet")  # (sorted first)
+    argv = ["report", "--engine", "ray", "--column"]
+    assert main([*argv, "n", str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert f"column 'n' not found in {tmp_path / 'missing' / 'a.parquet'}, nor in the" in err
+    assert "it has columns ['m', 'meta']: choose one with --column NAME" in err, err
+    assert main([*argv, "meta.n", str(tmp_path / "missing")]) == 2
+    assert "is a field of the struct column 'meta'" in capsys.readouterr().err
+    assert main([*argv, "n", str(tmp_path / "floats")]) == 2  # (Ray: all "double numbers")
+    err = capsys.readouterr().err
+    assert (
+        f"{tmp_path / 'floats' / 'a.parquet'}: column 'n' is double in this file but int64 in"
+        in err
+    )
+    (tmp_path / "floats" / "0.parquet").unlink()
+    assert main([*argv, "n", str(tmp_path / "floats")]) == 2
+    err = capsys.readouterr().err
+    assert "length_fn" not in err and "to an integer column and measure that" in err, err
+
+
+def test_cli_engine_ray_names_a_shard_with_damaged_pages(cluster, tmp_path, capsys):
+    """s28: a shard whose footer reads but whose pages are damaged ended `--engine ray` in an
+    error whose text was Ray's worker traceback (68 lines); one line names the file, Ray's
+    message and the fix."""
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    shard = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"n": list(range(1000))}), shard, compression="snappy")
+    data = bytearray(shard.read_bytes())
+    data[40:2000] = b"\xab" * 1960  # the pages, not the footer
+    shard.write_bytes(bytes(data))
+    assert main(["report", str(tmp_path), "--engine", "ray"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "File " not in err, err
+    assert f"--engine ray failed reading {shard} (OSError: " in err and "--engine local" in err

@@ -422,3 +422,101 @@ def test_cli_engine_spark_names_a_session_that_cannot_start(tmp_path, monkeypatc
     err = capsys.readouterr().err
     assert "could not start Spark's Java process ([JAVA_GATEWAY_EXITED]" in err, err
     assert "Java 17 or later" in err and "JAVA_HOME='/nonexistent'" in err and "master" not in err
+
+
+def test_cli_engine_spark_says_only_the_error(tmp_path):
+    """s28: `report --engine spark` on a bad input (int64 lengths in one shard, strings in
+    another) printed Java's start-up lines, log4j warnings, progress bars and each failed
+    task's Java stack trace (103 lines) before its one-line error; now stderr is that line
+    (NOTE [ A quiet Spark session ]). No Java at JAVA_HOME: the launch script's own line is in
+    the error (it went to the quiet session's log)."""
+    import os
+    import subprocess
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"n": ["x", "yy"]}), tmp_path / "b.parquet")
+    argv = [sys.executable, "-m", "bucketloader.cli", "report", str(tmp_path), "--column", "n"]
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": "--master local[2] pyspark-shell"}
+    done = subprocess.run(
+        [*argv, "--engine", "spark"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith("bucketloader: error: ") and "b.parquet: column 'n'" in lines[0]
+    assert "\tat org.apache" not in done.stderr and "WARN" not in done.stderr
+    env["JAVA_HOME"] = str(tmp_path / "no-java")
+    done = subprocess.run(
+        [*argv, "--engine", "spark"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "it said: " in done.stderr and "no-java/bin/java" in done.stderr, done.stderr
+
+
+def test_cli_joint_precompute_of_shards_on_spark(spark, tmp_path, capsys):
+    """s28: `precompute SHARDS --column src,tgt --max-shapes K --engine spark` was refused
+    ("--engine spark does not apply to a joint plan"); Spark reduces the pairs' histogram.
+    Shards whose lengths are int32 in one file and int64 in another read too (Spark is given
+    bigint for that column and the other column's own type)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+    from tests.conftest import check_joint_precompute_of_shards
+
+    check_joint_precompute_of_shards(tmp_path, capsys, "--engine", "spark")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    pq.write_table(
+        pa.table({"a": pa.array([3, 4], pa.int32()), "b": [[1], [2, 3]]}), mixed / "0.parquet"
+    )
+    pq.write_table(pa.table({"a": pa.array([5], pa.int64()), "b": [[4]]}), mixed / "1.parquet")
+    argv = ["precompute", str(mixed), "--column", "a,b", "--max-shapes", "2", "--batch-size", "2"]
+    assert main([*argv, "--engine", "spark", "--cache-dir", str(tmp_path / "c2")]) == 0
+    assert "mixed: 3 samples" in capsys.readouterr().out
+
+
+def test_cli_engine_spark_errors_name_the_files_and_the_commands_fixes(spark, tmp_path, capsys):
+    """s28: a column of floats named a fix the command has no flag for ("or pass a Column
+    expression of lengths"); a column no shard holds is named with the files, before Spark
+    runs, as on the other engines."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    for name, table in [("missing", pa.table({"m": [3, 4]})), ("floats", pa.table({"n": [3.5]}))]:
+        (tmp_path / name).mkdir()
+        pq.write_table(table, tmp_path / name / "a.parquet")
+    pq.write_table(pa.table({"m": [5]}), tmp_path / "missing" / "b.parquet")
+    argv = ["report", "--engine", "spark", "--column", "n"]
+    assert main([*argv, str(tmp_path / "missing")]) == 2
+    err = capsys.readouterr().err
+    assert f"column 'n' not found in {tmp_path / 'missing' / 'a.parquet'}, nor in the" in err
+    assert main([*argv, str(tmp_path / "floats")]) == 2
+    err = capsys.readouterr().err
+    assert "Column expression" not in err and "to an integer column and measure that" in err, err
+
+
+def test_cli_engine_spark_names_a_shard_with_damaged_pages(spark, tmp_path, capsys):
+    """s28: a shard whose footer reads but whose pages are damaged ended `--engine spark` in a
+    190-line Py4JJavaError traceback, exit 1; one line names the file, Spark's error class,
+    the root cause and the fix."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from bucketloader.cli.main import main
+
+    shard = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"n": list(range(1000))}), shard, compression="snappy")
+    data = bytearray(shard.read_bytes())
+    data[40:2000] = b"\xab" * 1960  # the pages, not the footer
+    shard.write_bytes(bytes(data))
+    assert main(["report", str(tmp_path), "--engine", "spark"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "\tat " not in err, err
+    assert f"--engine spark failed reading file://{shard} ([FAILED_READ_FILE" in err, err
+    assert "caused by java.io.IOException" in err and "--engine local" in err

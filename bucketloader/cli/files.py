@@ -105,6 +105,11 @@ _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 def _int_token(token: str, where: str) -> int:
     tok = token.strip()
+    if not tok:  # (a missing value in a table, a null: "got ''" said neither; s28)
+        raise LengthFileError(
+            f"{where}: an empty field where a length belongs (a missing value); fill in that "
+            "row's length or remove the row"
+        )
     try:
         value = int(tok)
     except ValueError:
@@ -219,6 +224,11 @@ def _parse_text(
 def _measure(value: Any, where: str, column: str) -> int:
     if isinstance(value, list):
         return len(value)
+    if value is None:  # (s28: "must hold lengths (ints) or lists, got None")
+        raise LengthFileError(
+            f"{where}: column {column!r} is null (a missing value, no length); fill in that "
+            "row's length or remove the row"
+        )
     if isinstance(value, bool) or not isinstance(value, (int, float, decimal.Decimal)):
         raise LengthFileError(
             f"{where}: column {column!r} must hold lengths (ints) or lists, got {value!r:.60}"
@@ -330,6 +340,13 @@ def _read_npy(p: Path, column: str | int | None) -> np.ndarray:
 
 
 def _checked(arr: np.ndarray, name: str) -> np.ndarray:
+    if arr.dtype.kind in "US" and arr.size:  # (s28: the fix was Python on the file's name,
+        # "strs.npy = [int(x) for x in strs.npy]")
+        raise LengthFileError(
+            f"{name}: holds strings (numpy dtype {arr.dtype}), e.g. {arr.flat[0].item()!r}, not "
+            "integer lengths; save the lengths as integers, np.save(path, "
+            "np.asarray(lengths, dtype=np.int64))"
+        )
     if arr.dtype.kind == "f" and arr.size:
         exact = 2 ** (np.finfo(arr.dtype).nmant + 1)  # past it, neighbouring ints share a float
         finite = arr[np.isfinite(arr)]
@@ -395,8 +412,9 @@ def _from_table(table: Any, name: str, column: str | int | None) -> np.ndarray:
         out = lengths(table, str(column))
     except KeyError as exc:
         raise LengthFileError(f"{name}: unknown column {column!r} ({exc.args[0]})") from None
-    except (TypeError, ValueError) as exc:
-        raise LengthFileError(f"{name}: {exc}") from None
+    except (TypeError, ValueError) as exc:  # (s28: the command has no fn=, hf.lengths' fix)
+        text = str(exc).replace(" or pass fn= to measure them", ", then save it again")
+        raise LengthFileError(f"{name}: {text}") from None
     if out.size == 0:
         raise LengthFileError(f"{name}: the file holds no lengths (it is empty)")
     return _checked(out, f"{name} column {column!r}")

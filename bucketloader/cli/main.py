@@ -34,7 +34,7 @@ from bucketloader.cli.engines import ENGINES, NULLS
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from bucketloader.histogram import LengthHistogram
+    from bucketloader.histogram import JointHistogram, LengthHistogram
     from bucketloader.plan import BucketSpec
 
 # NOTE [ What --help imports ]
@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
         usage="bucketloader precompute FILE -k K [--strategy S] [--max-tokens T | --batch-size B] "
         "[--cache-dir D] [--json out.json] [options]\n"
         "       bucketloader precompute FILE --column A,B --max-shapes K [--size sum|prod] "
-        "[--max-tokens T | --batch-size B] [options]",
+        "(--max-tokens T | --batch-size B) [options]",
     )
     c.add_argument("file", metavar="FILE", help=inputs)
     c.add_argument(
@@ -418,22 +418,46 @@ def _recording() -> Iterator[list[warnings.WarningMessage]]:
 
 def _read(args: argparse.Namespace) -> np.ndarray | LengthHistogram:
     """Lengths from a file, or the exact histogram of Parquet shards on ``--engine``."""
-    from bucketloader.cli.engines import engine_histogram, is_parquet_set
+    from bucketloader.histogram import LengthHistogram
 
-    if not is_parquet_set(args.file):
-        shards = "Parquet shards (a directory of .parquet files, a quoted glob or a .parquet file)"
-        if args.engine is not None:
-            raise ValueError(f"--engine {args.engine} reads {shards}, got {args.file}")
-        if args.nulls is not None:  # (it was accepted and ignored: a null was still refused)
-            raise ValueError(
-                f"--nulls {args.nulls} applies to {shards}, got {args.file}; leave out --nulls "
-                "(and fill or drop that file's rows without a length)"
-            )
+    if not _shards(args):
         return _read_lengths(args)
-    _check_shards(args.file)
-    _note_parquet_text(args.file, args.column)
+    hist = _engine_read(args, args.column)
+    if not isinstance(hist, LengthHistogram):  # pragma: no cover - one column gives 1-D
+        raise TypeError("report and precompute -k measure one column")
+    return hist
+
+
+def _shards(args: argparse.Namespace) -> bool:
+    """Whether the input is Parquet shards (read on ``--engine``); ``--engine`` and ``--nulls``
+    on any other file are errors."""
+    from bucketloader.cli.engines import is_parquet_set
+
+    if is_parquet_set(args.file):
+        _check_shards(args.file)
+        return True
+    shards = "Parquet shards (a directory of .parquet files, a quoted glob or a .parquet file)"
+    if args.engine is not None:
+        raise ValueError(f"--engine {args.engine} reads {shards}, got {args.file}")
+    if args.nulls is not None:  # (it was accepted and ignored: a null was still refused)
+        raise ValueError(
+            f"--nulls {args.nulls} applies to {shards}, got {args.file}; leave out --nulls "
+            "(and fill or drop that file's rows without a length)"
+        )
+    return False
+
+
+def _engine_read(
+    args: argparse.Namespace, column: str | list[str] | None
+) -> LengthHistogram | JointHistogram:
+    """The exact histogram of ``column`` (several: their joint one) over the Parquet shards, on
+    ``--engine`` with ``--nulls``; rows left out as null are told on stderr."""
+    from bucketloader.cli.engines import engine_histogram
+
+    for name in [column] if not isinstance(column, list) else column:
+        _note_parquet_text(args.file, name)
     engine, nulls = args.engine or "local", args.nulls or "raise"
-    hist, num_nulls = engine_histogram(args.file, args.column, engine, nulls)
+    hist, num_nulls = engine_histogram(args.file, column, engine, nulls)
     if num_nulls:  # (--nulls skip: rows left out are told, never lost silently)
         total = hist.num_samples + num_nulls
         print(
@@ -740,11 +764,11 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
     """``precompute --column A,B --max-shapes K``: the joint plan of several lengths per sample,
     solved and stored by building the one-rank ``BucketSampler`` those options make, so
     ``BucketSampler(lengths, max_shapes=K, ...)`` with the same options reads every entry it
-    solves (under ``max_tokens`` there can be several: NOTE [ Cells within a size limit ])."""
+    solves (under ``max_tokens`` there can be several: NOTE [ Cells within a size limit ]).
+    Parquet shards are measured on ``--engine`` (NOTE [ A joint plan of Parquet shards ])."""
     from bucketloader._files import folder_blocker, os_reason
     from bucketloader._validation import check_folder, check_int
     from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
-    from bucketloader.cli.engines import is_parquet_set
     from bucketloader.strategies.joint import Joint
 
     if args.max_shapes is None:
@@ -767,8 +791,6 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
             (f"-k {args.num_buckets}", args.num_buckets is not None),
             (f"--strategy {args.strategy}", args.strategy not in ("optimal", "joint")),
             (f"--cost {args.cost}", args.cost != "linear"),
-            (f"--engine {args.engine}", args.engine is not None),
-            (f"--nulls {args.nulls}", args.nulls is not None),
         )
         if given
     ]
@@ -777,12 +799,6 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
             f"{refused[0]} does not apply to a joint plan (--max-shapes): its K cells are "
             "solved together (--size sizes them; --option passes solve_joint's time_limit, "
             "tolerance, ...); leave it out"
-        )
-    if is_parquet_set(args.file) and not str(args.file).endswith(".parquet"):
-        raise _UsageError(
-            f"a joint plan reads one file of per-sample lengths (.txt, .csv, .tsv, .jsonl, .npy, "
-            f".parquet or a saved dataset), got {args.file}; for Parquet shards, solve it in "
-            "Python: solve_joint(parquet_histogram(files, [A, B]).histogram, K, cache=True)"
         )
     with _flag("--pad-to-multiple-of"):
         check_int("pad_to_multiple_of", args.pad_to_multiple_of, minimum=1)
@@ -797,6 +813,11 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
     if args.batch_size is not None:
         with _flag("--batch-size"):
             budget["batch_size"] = check_int("batch_size", args.batch_size, minimum=1)
+    if not budget:  # (the sampler said so after the read, in its own words: batch_size=None)
+        raise _UsageError(
+            "a joint plan is stored by building the BucketSampler that reads it, which sizes "
+            "its batches: pass --max-tokens T or --batch-size B, as the sampler will have"
+        )
     _check_output("--json", args.json, args.file)
     given = args.cache_dir
     directory = default_cache_dir() if given is None else check_folder("--cache-dir", given)
@@ -806,7 +827,10 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
             f"the cache directory {directory} is not usable ({os_reason(blocker)}); "
             "point --cache-dir or BUCKETLOADER_CACHE_DIR at a writable directory"
         )
-    table = {name: _read_lengths(args, name) for name in columns}
+    if _shards(args):  # the engine's histogram of the rows, as the sampler's lengths
+        table = _joint_rows(_engine_read(args, columns), columns)
+    else:
+        table = {name: _read_lengths(args, name) for name in columns}
     counts = {name: int(v.size) for name, v in table.items()}
     if len(set(counts.values())) > 1:
         raise ValueError(
@@ -886,6 +910,41 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
 #: The exact joint solver's fix without SciPy, as a sampler's user passes it (its ImportError in
 #: bucketloader.strategies.joint); the command line passes it as --option exact=False.
 _JOINT_EXACT_FIX = "pass exact=False (strategy=Joint(exact=False) to a sampler: "
+
+
+def _joint_rows(hist: LengthHistogram | JointHistogram, columns: list[str]) -> dict[str, Any]:
+    """Per-sample lengths, column by column, with the joint histogram ``hist`` of Parquet
+    shards: each distinct row repeated its count (in their order, which no plan depends on).
+
+    NOTE [ A joint plan of Parquet shards ]
+    The joint precompute stores what the user's ``BucketSampler(lengths, max_shapes=K, ...)``
+    reads by building that sampler, which plans from every sample's lengths (under
+    ``max_tokens`` it may solve several plans, each keyed by the histogram it solves: NOTE
+    [ Cells within a size limit ]). An engine brings back only the distinct rows and their
+    counts; repeated, they are the same multiset, so the same plans and entries. They take
+    ``8 * D`` bytes a sample here, as in the training job's sampler: above
+    :data:`MAX_BASELINE_SAMPLES` samples that is refused, naming the Python alternative.
+
+    Example:
+        >>> from bucketloader.histogram import JointHistogram
+        >>> rows = _joint_rows(JointHistogram.from_lengths([[3, 4], [5, 6], [3, 4]]), ["a", "b"])
+        >>> {k: v.tolist() for k, v in rows.items()}
+        {'a': [3, 3, 5], 'b': [4, 4, 6]}
+    """
+    import numpy as np
+
+    from bucketloader.histogram import JointHistogram
+
+    if not isinstance(hist, JointHistogram):  # pragma: no cover - several columns give 2-D
+        raise TypeError("a joint plan measures several columns")
+    if hist.num_samples > MAX_BASELINE_SAMPLES:
+        raise ValueError(
+            f"--column {','.join(columns)}: the shards hold {hist.num_samples:,} samples; a "
+            f"joint plan is built as the BucketSampler that reads it builds it, from every "
+            f"sample's lengths in memory, done here up to {MAX_BASELINE_SAMPLES:,}. Plan it in "
+            "Python where the sampler runs: BucketSampler(lengths, max_shapes=K, cache=True)"
+        )
+    return {name: np.repeat(hist.rows[:, i], hist.counts) for i, name in enumerate(columns)}
 
 
 def _check_output(option: str, path: str | None, source: str | None = None) -> None:

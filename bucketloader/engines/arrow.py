@@ -204,10 +204,17 @@ def _open(
             if isinstance(source, pads.FileSystemDataset)
             else {}
         )
+        reading: list[Any] = []  # (the files being read: a damaged one is named)
+
+        def groups() -> Iterator[list[Any]]:
+            for group in _file_groups(source, rows, batch_size):
+                reading[:] = group
+                yield group
+
         batches = (
             (
                 b
-                for group in _file_groups(source, rows, batch_size)
+                for group in groups()
                 for b in pads.FileSystemDataset(
                     group, source.schema, source.format, source.filesystem
                 ).to_batches(fragment_readahead=1, **options)
@@ -216,7 +223,7 @@ def _open(
             else source.to_batches(fragment_readahead=1, **options)
         )
         total = sum(rows.values()) if rows else None
-        checked = _checked_batches(pa, batches, what, source, present)
+        checked = _checked_batches(pa, batches, what, source, present, reading)
         return source.schema, checked, total, what, rows
     if isinstance(source, pa.Table):
         return (
@@ -481,17 +488,39 @@ def _once(batches: Iterator[Any], what: str) -> Iterator[Any]:
 
 
 def _checked_batches(
-    pa: Any, batches: Iterator[Any], what: str, dataset: Any, columns: list[str]
+    pa: Any,
+    batches: Iterator[Any],
+    what: str,
+    dataset: Any,
+    columns: list[str],
+    reading: list[Any] | None = None,
 ) -> Iterator[Any]:
-    """Re-raise a corrupt file's Arrow error as one ValueError naming the source, and a failed
+    """Re-raise a corrupt file's Arrow error as one ValueError naming the file (the one of
+    ``reading``, the fragments being read, that fails alone) or else the source, and a failed
     cast to the dataset's type as what it is (:func:`_failed_cast`)."""
     try:
         yield from batches
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         cast = None if isinstance(exc, OSError) else _failed_cast(pa, dataset, columns, exc)
-        raise ValueError(
-            f"{what}: {cast}" if cast else f"{what}: a file could not be read as Parquet ({exc})"
+        if cast:
+            raise ValueError(f"{what}: {cast}") from None
+        bad = _damaged(reading or [], columns)  # (s28: "2 files: a file could not be read
+        raise ValueError(  # as Parquet (Corrupt snappy compressed data.)", no file named)
+            f"{bad or what}: {'a file ' if bad is None else ''}could not be read as Parquet "
+            f"({exc}); leave {'it' if bad is None else 'this file'} out or write it again"
         ) from None
+
+
+def _damaged(fragments: list[Any], columns: list[str]) -> str | None:
+    """The path of the first of ``fragments`` whose ``columns`` fail to read alone (a file
+    whose footer reads but whose pages are damaged), or ``None``. Error path only: the files
+    of one scan (one file, or small files up to a batch's rows)."""
+    for f in fragments:
+        try:
+            f.to_table(columns=columns)
+        except Exception:  # (pyarrow's ArrowInvalid / OSError, whichever the damage gives)
+            return str(f.path)
+    return None
 
 
 def _failed_cast(pa: Any, dataset: Any, columns: list[str], exc: Exception) -> str | None:
