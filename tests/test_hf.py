@@ -580,6 +580,28 @@ def test_for_text_evaluation_every_sample_once_in_dataset_order():
         hf.for_text(ds, pad_token_id=0, evaluation=True, batch_size=4, shuffle=False)
 
 
+def test_evaluation_cuts_what_overflow_truncate_planned_as_training_does():
+    # (s28-hf: EvalSampler's shape table had no cut lengths, so the first batch refused a
+    # sample the plan had placed at max_length: "length 20, beyond the longest planned 10")
+    ds = _token_ds([3, 9, 20, 8, 30])
+    for evaluation in (False, True):
+        with pytest.warns(Warning, match="truncate"):
+            b = hf.for_text(
+                ds,
+                pad_token_id=0,
+                num_buckets=2,
+                batch_size=2,
+                max_length=10,
+                overflow="truncate",
+                evaluation=evaluation,
+            )
+        batches = list(b.dataloader())
+        assert {tuple(x["input_ids"].shape) for x in batches} <= set(b.sampler.shapes)
+        rows = sum(int(x["sample_mask"].sum()) for x in batches) if evaluation else 5
+        assert rows == 5  # every sample once, the long ones cut to 10
+        assert max(int(x["attention_mask"].sum(1).max()) for x in batches) == 10
+
+
 def test_a_collator_built_before_columns_were_removed_names_the_fix():
     """Regression (issue 13, 1): the library's collator under a plain Trainer's eval failed with
     a bare KeyError once the Trainer had removed the unused 'text' column."""
