@@ -1003,6 +1003,51 @@ def test_bucketing_options_are_checked_when_the_trainer_is_built(tmp_path):
     assert trainer._bucketing_options["num_buckets"] == 2
 
 
+def test_a_plan_longer_than_the_models_positions_is_refused_with_the_cut(tmp_path):
+    """A sample longer than BERT's max_position_embeddings failed at its first batch, inside the
+    model ("The expanded size of the tensor (119) must match the existing size (64)"), and an
+    evaluation set's only after training (s28-hf)."""
+    torch.manual_seed(0)
+    _, ds = bert_sequence(np.random.default_rng(0))[:2]
+    longest = max(len(x) for x in ds["input_ids"])
+    config = _bert_config()
+    config.max_position_embeddings = 36
+    model = transformers.BertForSequenceClassification(config)
+    assert longest > 36
+    args = _args(tmp_path, max_steps=1)
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=ds, bucketing={"pad_to_multiple_of": 8}
+    )
+    planned = -(-longest // 8) * 8
+    match = rf"at most 36 positions .* train_dataset plans 'input_ids' batches {planned} long "
+    with pytest.raises(ValueError, match=match + r".*'max_length': 32, 'overflow': 'truncate'"):
+        trainer.train()
+    cut = {"pad_to_multiple_of": 8, "max_length": 32, "overflow": "truncate"}
+    with pytest.warns(Warning, match="truncate"):
+        trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds, bucketing=cut)
+        trainer.train()
+    assert max(s[1] for s in trainer.bucketing.sampler.shapes) == 32
+    short = ds.filter(lambda row: len(row["input_ids"]) <= 32)
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=short, eval_dataset={"long": ds}
+    )
+    with pytest.raises(ValueError, match=r"eval_dataset\['long'\] plans .*eval_bucketing="):
+        trainer.evaluate(eval_dataset="long")
+    # the rows a table reserves; models without a table (relative, rotary) are not checked
+    config = transformers.RobertaConfig(**{**_bert_config().to_dict(), "pad_token_id": 1})
+    config.max_position_embeddings = 34
+    roberta = transformers.RobertaModel(config)
+    assert trainer_module._position_limit(roberta)[0] == 32
+    bart = transformers.BartModel(
+        _seq2seq_config(transformers.BartConfig, max_position_embeddings=40)
+    )
+    assert trainer_module._position_limit(bart)[0] == 40
+    t5 = transformers.T5Model(
+        transformers.T5Config(vocab_size=60, d_model=8, d_kv=4, d_ff=16, num_layers=1, num_heads=2)
+    )
+    assert trainer_module._position_limit(t5) == (None, "")
+
+
 def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():
     """NOTE [ A step with no real row ]: a causal LM's loss shifts the labels (transformers sets
     ``_loss_shifts_labels``), so a label at position 0 alone is no target: the batch is marked

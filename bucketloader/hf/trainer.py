@@ -84,7 +84,7 @@ from bucketloader.hf.bucketing import (
     for_images,
     for_text,
 )
-from bucketloader.hf.lengths import resolve_column, table_and_indices
+from bucketloader.hf.lengths import lengths, resolve_column, table_and_indices
 from bucketloader.hf.loss import (
     ROW_POLICIES,
     loss_policy,
@@ -337,7 +337,9 @@ class _BucketMixin:
             if self.train_dataset is None:
                 raise ValueError("Trainer: training requires a train_dataset.")
             self._check_rows(self.train_dataset, "train_dataset")
-            self._bucketing = self._build_bucketing(self.train_dataset, evaluation=False)
+            built = self._build_bucketing(self.train_dataset, evaluation=False)
+            self._check_positions(built, self.train_dataset, "train_dataset")
+            self._bucketing = built
         return self._bucketing
 
     def get_train_dataloader(self) -> Any:
@@ -383,8 +385,10 @@ class _BucketMixin:
         if cached is not None and cached[0] is dataset:
             return cached[1]
         names = {"eval": "eval_dataset", "test": "test_dataset"}
-        self._check_rows(dataset, names.get(key, f"eval_dataset[{key!r}]"))
+        argument = names.get(key, f"eval_dataset[{key!r}]")
+        self._check_rows(dataset, argument)
         b = self._build_bucketing(dataset, evaluation=True)
+        self._check_positions(b, dataset, argument)
         self._eval_cache[key] = (dataset, b)
         self._note_unlabelled_eval(dataset, key)
         self._note_eval_batch(b)
@@ -399,6 +403,43 @@ class _BucketMixin:
                 "there is no batch to plan; pass a dataset with rows (did a filter, select or "
                 "map leave none?)"
             )
+
+    def _check_positions(self, b: Bucketing, dataset: Any, argument: str) -> None:
+        """Refuse a text plan longer than the model's learned position table (BERT's
+        ``max_position_embeddings``, GPT-2's ``n_positions``): it failed at the first such batch,
+        inside the model ("The expanded size of the tensor (119) must match the existing size
+        (64)"), or at evaluation, after training. Models without one (rotary, relative) pass."""
+        collate = b.collator
+        main = getattr(collate, "main_input", None)
+        if not isinstance(collate, ModelInputs) or main is None:
+            return
+        if _is_image(dataset, main) or _is_audio(dataset, main):
+            return
+        limit, table = _position_limit(self.model)
+        if limit is None:
+            return
+        names = b.sampler.shape_table.input_names
+        planned = {c: np.array([s[d + 1] for s in b.sampler.shapes]) for d, c in enumerate(names)}
+        config = getattr(self.model, "config", None)
+        if collate.targets is not None and getattr(config, "is_encoder_decoder", False):
+            decoder = ("labels", "decoder_input_ids")  # (a decoder's positions: BART's own table)
+            planned.update({c: v for c, v in collate.targets.lengths.items() if c in decoder})
+        column, lens = max(planned.items(), key=lambda kv: int(kv[1].max()))
+        longest = int(lens.max())
+        if longest <= limit:
+            return
+        fit = limit - limit % int(np.gcd.reduce(lens))  # (a multiple of pad_to_multiple_of)
+        rows = lengths(dataset, column)
+        i = int(rows.argmax())
+        option = "bucketing" if argument == "train_dataset" else "eval_bucketing"
+        raise ValueError(
+            f"{type(self).__name__}: {type(self.model).__name__} embeds at most {limit} "
+            f"positions ({table}), but {argument} plans {column!r} batches {longest} long (its "
+            f"longest row, {i}, has {int(rows[i])}), which would fail inside the model; truncate "
+            f"when tokenizing (tokenizer(..., truncation=True, max_length={fit})), or have the "
+            f"sampler cut or leave out the long rows: {option}={{'max_length': "
+            f"{fit}, 'overflow': 'truncate'}} (or 'drop')"
+        )
 
     # -- compiling the planned shapes (NOTE [ torch.compile and the planned shapes ]) -----------
     def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
@@ -1262,6 +1303,30 @@ class LanguageModelingLabels:
             labels[padding] = LABEL_PAD
         out["labels"] = labels
         return out
+
+
+#: Names of learned absolute position tables in ``transformers`` models (BERT, RoBERTa, GPT-2,
+#: BART, OPT...); rotary and relative positions (Llama, T5) have none.
+_POSITION_TABLES = ("position_embeddings", "wpe", "embed_positions")
+
+
+def _position_limit(model: Any) -> tuple[int | None, str]:
+    """The longest sequence ``model``'s position tables embed, and the shortest table's name;
+    ``(None, "")`` without one. A table's first ids may be reserved: RoBERTa's positions start
+    after its ``padding_idx`` (514 rows, 512 tokens), BART's after an ``offset`` of 2."""
+    best: tuple[int | None, str] = (None, "")
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Embedding):
+            continue
+        if name.rsplit(".", 1)[-1] not in _POSITION_TABLES:
+            continue
+        pad = module.padding_idx
+        offset = getattr(module, "offset", 0)
+        reserved = (offset if isinstance(offset, int) else 0) + (0 if pad is None else pad + 1)
+        limit = module.num_embeddings - reserved
+        if best[0] is None or limit < best[0]:
+            best = (limit, f"{name}: {module.num_embeddings} rows")
+    return best
 
 
 def _is_image(dataset: Any, column: str) -> bool:
