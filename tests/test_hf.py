@@ -432,6 +432,26 @@ def test_for_audio_struct_and_list_columns():
         hf.for_audio(flat, "input_values", key="input_features", num_buckets=4, batch_size=8)
 
 
+def test_for_audio_reads_a_struct_field_named_by_its_path():
+    """s28-hf: column='audio.array' (the path hf.lengths documents) was taken for a plain list
+    column and failed in the collator ("fields must be None, a Field, ... got fields={}"); a
+    struct whose list field is not 'array' failed on row['array'], then on 'sampling_rate'."""
+    audio = [{"array": [0.5] * n, "sampling_rate": 16000} for n in (3, 9, 4, 8)]
+    clip = [{"samples": [0.5] * n, "sr": 8000} for n in (3, 9, 4, 8)]
+    ds = datasets.Dataset.from_dict({"audio": audio, "clip": clip, "label": [0, 1, 0, 1]})
+    for column, drop in [
+        ("audio", "clip"),
+        ("audio.array", "clip"),
+        ("clip", "audio"),
+        ("clip.samples", "audio"),
+    ]:
+        b = hf.for_audio(ds.remove_columns(drop), column, num_buckets=2, batch_size=2)
+        batches = list(b.dataloader())
+        assert sorted(tuple(x["input_values"].shape) for x in batches) == [(2, 4), (2, 9)]
+        assert sum(int(x["attention_mask"].sum()) for x in batches) == 24
+        assert ("sampling_rate" in batches[0]) == (drop == "clip")
+
+
 def test_trainer_resume_path_keeps_planned_batches():
     """transformers.Trainer resumes mid-epoch with accelerate.skip_first_batches: the skipped
     loader must still yield the sampler's remaining planned batches (see _hf_trainer NOTE)."""

@@ -509,9 +509,12 @@ class AudioRows(Dataset):
     ``{key: tensor(float32), "sampling_rate": sr, ...}`` (torch format, so no Python lists).
     """
 
-    def __init__(self, dataset: Any, column: str, key: str) -> None:
+    def __init__(
+        self, dataset: Any, column: str, key: str, field: Sequence[str] = ("array",)
+    ) -> None:
         self.dataset = dataset.with_format("torch")
         self.column, self.key = column, key
+        self.field = tuple(field)  # the path to the samples inside the struct
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -519,7 +522,10 @@ class AudioRows(Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         row = dict(self.dataset[index])
         audio = row.pop(self.column)
-        out = {self.key: torch.as_tensor(audio["array"], dtype=torch.float32)}
+        array = audio
+        for part in self.field:
+            array = array[part]
+        out = {self.key: torch.as_tensor(array, dtype=torch.float32)}
         if "sampling_rate" in audio:
             out["sampling_rate"] = audio["sampling_rate"]
         return {**out, **row}
@@ -1056,7 +1062,8 @@ def for_audio(
     table, _ = table_and_indices(many[0])
     path = _audio_column(table, column)
     pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None, "for_audio")
-    if path == column:  # a plain list column: samples as they are
+    if path in table.column_names:  # a plain list column: samples as they are ("audio.array",
+        # a struct's field named by its path, is not one: its rows are read through the struct)
         if key != "input_values" and key != column:  # (was ignored: the batches kept `column`)
             raise ValueError(
                 f"for_audio's key= names the output of a struct (decoded audio) column's array, "
@@ -1072,8 +1079,10 @@ def for_audio(
         head = path.split(".")[0]
         per_input = {key: [lengths(d, path) for d in many]}
         rest = [c for c in many[0].column_names if c != head]
-        pads = {**pad_values(rest, [], pad), "sampling_rate": 0, key: pad_value}
-        view = lambda d: AudioRows(d, head, key)  # noqa: E731
+        stored = table.schema.field(head).type
+        rate = {"sampling_rate": 0} if stored.get_field_index("sampling_rate") >= 0 else {}
+        pads = {**pad_values(rest, [], pad), **rate, key: pad_value}
+        view = lambda d: AudioRows(d, head, key, path.split(".")[1:])  # noqa: E731
         name = key
     plan = Plan(
         inputs=[name],
