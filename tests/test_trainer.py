@@ -1048,6 +1048,37 @@ def test_a_plan_longer_than_the_models_positions_is_refused_with_the_cut(tmp_pat
     assert trainer_module._position_limit(t5) == (None, "")
 
 
+def test_removing_unused_columns_hides_neither_the_text_nor_the_audio_column(tmp_path):
+    """s28-hf: remove_unused_columns removed what the model does not take before the bucketed
+    column was looked up, so a missing one's error listed the columns left ('label') and told
+    to tokenize 'text', not the dataset's 'sentence'; a decoded-audio column was "tokenize
+    first" for a wav2vec2 (its main input 'input_values'), and column='audio.array' removed
+    'audio' itself."""
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    raw = ds.remove_columns("input_ids").add_column("sentence", ["w2 w3"] * len(ds))
+    trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=raw)
+    with pytest.raises(KeyError, match=r"columns: \['label', 'sentence'\].*batch\['sentence'\]"):
+        trainer.get_train_dataloader()
+    rng = np.random.default_rng(0)
+    lens = rng.integers(400, 1200, 8)
+    audio = [{"array": rng.standard_normal(n).tolist(), "sampling_rate": 16000} for n in lens]
+    speech = datasets.Dataset.from_dict(
+        {"audio": audio, "labels": [[1, 2, 3]] * 8, "text": ["a b c"] * 8}
+    )
+    torch.manual_seed(0)
+    ctc = transformers.Wav2Vec2ForCTC(_w2v_config())
+    args = _args(tmp_path, max_steps=1, per_device_train_batch_size=4)
+    trainer = hf.BucketTrainer(model=ctc, args=args, train_dataset=speech)
+    with pytest.raises(
+        KeyError, match=r"main input 'input_values' .* bucketing=\{'column': 'audio'\}"
+    ):
+        trainer.train()
+    for column in ("audio", "audio.array"):
+        bucketing = {"column": column, "num_buckets": 2}
+        trainer = hf.BucketTrainer(model=ctc, args=args, train_dataset=speech, bucketing=bucketing)
+        assert trainer.train().global_step == 1
+
+
 def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():
     """NOTE [ A step with no real row ]: a causal LM's loss shifts the labels (transformers sets
     ``_loss_shifts_labels``), so a label at position 0 alone is no target: the batch is marked

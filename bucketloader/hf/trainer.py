@@ -72,7 +72,7 @@ from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 
 from bucketloader._arrow import nesting
 from bucketloader._samples import load_samples
-from bucketloader._validation import keyword_options, release
+from bucketloader._validation import MissingKeyError, keyword_options, release
 from bucketloader.evaluation import EvalSampler, restore_order
 from bucketloader.hf.bucketing import (
     LABEL_PAD,
@@ -224,10 +224,20 @@ class _BucketMixin:
             opts.update(self._eval_options)
         if self._collator_multiple is not None and not {"shapes", "boundaries"} & opts.keys():
             opts.setdefault("pad_to_multiple_of", self._collator_multiple)
-        column = opts.pop("column", None) or getattr(self.model, "main_input_name", "input_ids")
+        given = opts.pop("column", None)
+        column = given or getattr(self.model, "main_input_name", "input_ids")
         columns = [column] if isinstance(column, str) else list(column)
-        if isinstance(dataset, datasets.Dataset) and self.args.remove_unused_columns:
-            keep = {*self.model_inputs(), *columns}
+        heads = [c.split(".")[0] if isinstance(c, str) else c for c in columns]  # ("audio.array")
+        names = getattr(dataset, "column_names", None)
+        if given is None and names is not None and column not in names:
+            _refuse_decoded_audio(dataset, column, type(self).__name__)
+        if (
+            isinstance(dataset, datasets.Dataset)
+            and self.args.remove_unused_columns
+            and all(h in dataset.column_names for h in heads)  # (else the error that follows
+            # listed the columns left after the removal, and the text column was among them)
+        ):
+            keep = {*self.model_inputs(), *heads}
             unused = [c for c in dataset.column_names if c not in keep]
             dataset = dataset.remove_columns(unused) if unused else dataset
         if not evaluation:
@@ -1303,6 +1313,30 @@ class LanguageModelingLabels:
             labels[padding] = LABEL_PAD
         out["labels"] = labels
         return out
+
+
+def _refuse_decoded_audio(dataset: Any, column: str, owner: str) -> None:
+    """The model's main input (the default ``column``) is missing, and a decoded-audio struct
+    column is there: name it (for_text's error said "tokenize first" of a speech dataset, and
+    listed its columns without the audio, which ``remove_unused_columns`` had removed)."""
+    schema = table_and_indices(dataset)[0].schema
+    audio = [
+        f.name
+        for f in schema
+        if pa.types.is_struct(f.type)
+        and f.type.get_field_index("array") >= 0
+        and nesting(f.type.field("array").type)[0] > 0
+    ]
+    if not audio:
+        return
+    raise MissingKeyError(
+        f"{owner} buckets the model's main input {column!r} (model.main_input_name), which the "
+        f"dataset does not have, but its column {audio[0]!r} holds decoded audio; name it: "
+        f"bucketing={{'column': {audio[0]!r}}} (its arrays reach the model as 'input_values', "
+        "raw waveforms), or store the feature extractor's output first: dataset = dataset.map("
+        f"lambda row: extractor(row[{audio[0]!r}]['array'], sampling_rate=16000), "
+        f"remove_columns=[{audio[0]!r}])"
+    )
 
 
 #: Names of learned absolute position tables in ``transformers`` models (BERT, RoBERTa, GPT-2,
