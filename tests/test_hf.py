@@ -1226,6 +1226,27 @@ def test_an_empty_or_all_null_column_says_so():
         hf.lengths(datasets.Dataset.from_dict({"ids": [None, None]}), "ids")
 
 
+def test_a_label_column_with_none_is_refused_when_planned_not_at_its_batch():
+    """s28-hf: a None label failed at the batch that drew it, mid-epoch (or mid-predict), with
+    "field 'label' is treated as fixed-size but cannot be stacked (... NoneType)"; an all-None
+    label column (an unlabelled test split) at the first batch; a string column too."""
+    labels = [0, 1, None, 1, 0, None]
+    ds = _token_ds([3, 5, 6, 9, 10, 4], label=labels, note=["a", "b", "c", "d", None, "f"])
+    with pytest.raises(ValueError, match=r"'label' is None in 2 of its 6 rows \(the first: row 2"):
+        hf.for_text(ds, pad_token_id=0, batch_size=2)
+    with pytest.raises(ValueError, match=r"'note' is None in 1 of its 4 rows \(the first: row 3"):
+        hf.for_text(ds.select([0, 1, 3, 4]), pad_token_id=0, batch_size=2)
+    ds = ds.remove_columns("note")
+    with pytest.raises(ValueError, match=r"'label' .*the first: row 1\).*dataset.filter"):
+        hf.for_text(ds.select([0, 5, 1]), pad_token_id=0, batch_size=2, evaluation=True)
+    kept = ds.select([0, 1, 3, 4])  # (the None rows are left out by the indices mapping)
+    b = hf.for_text(kept, pad_token_id=0, batch_size=2, evaluation=True)
+    assert sum(int(x["sample_mask"].sum()) for x in b.dataloader()) == 4
+    unlabelled = _token_ds([3, 5], label=[None, None])
+    with pytest.raises(ValueError, match=r"no values \(all 2 rows None.*remove_columns\('label'\)"):
+        hf.for_text(unlabelled, pad_token_id=0, batch_size=2, evaluation=True)
+
+
 def _image_rows(sizes, channels=3, seed=0):
     """Rows of (C, H, W) pixel_values (nested lists, as dataset.map stores a processor's) with
     detection labels: image i has i % 3 boxes (none for i % 3 == 0)."""

@@ -728,6 +728,8 @@ def split_columns(
                 f"({c!r}) (or map them to ints), or drop the column"
             )
         if not is_list(t):  # (fixed-size lists and list views too: NOTE [ Target columns ])
+            if not pa.types.is_struct(t):
+                _check_no_nulls(datasets_, c)
             continue
         own = [lengths(d, c) for d in datasets_]
         match = next(
@@ -772,6 +774,34 @@ def split_columns(
             )
         targets.append(c)
     return Columns(follows, targets)
+
+
+def _check_no_nulls(datasets_: Sequence[Any], column: str) -> None:
+    """A column with ``None`` rows (a class label, a score, a string) cannot be batched: it failed
+    at the batch that drew one, mid-epoch or mid-evaluation, with "field 'label' is treated as
+    fixed-size but cannot be stacked (... NoneType)". Refused when planned, with the row."""
+    for k, dataset in enumerate(datasets_):
+        table, indices = table_and_indices(dataset)
+        arr = table.column(column)
+        if not (pa.types.is_null(arr.type) or arr.null_count):
+            continue
+        nulls = arr.is_null().to_numpy(zero_copy_only=False)
+        nulls = nulls if indices is None else nulls[indices]
+        if not nulls.any():
+            continue
+        where = "" if len(datasets_) == 1 else f" of dataset {k}"
+        if nulls.all():  # (datasets types a column of only None as null)
+            raise ValueError(
+                f"column {column!r}{where} holds no values (all {nulls.size:,} rows None: an "
+                f"unlabelled split?), which cannot be batched; drop it: dataset = "
+                f"dataset.remove_columns({column!r})"
+            )
+        raise ValueError(
+            f"column {column!r}{where} is None in {int(nulls.sum()):,} of its {nulls.size:,} "
+            f"rows (the first: row {int(nulls.argmax())}), which cannot be batched; fill "
+            f"them, or leave those rows out: dataset = dataset.filter(lambda row: "
+            f"row[{column!r}] is not None)"
+        )
 
 
 def pad_values(keys: Sequence[str], inputs: Sequence[str], pad_id: Any) -> dict[str, Any]:
@@ -1165,6 +1195,8 @@ def for_images(
     table = table_and_indices(many[0])[0]
     for c in table.column_names:
         t = table.schema.field(c).type
+        if c != column and not is_list(t) and not pa.types.is_struct(t):
+            _check_no_nulls(many, c)
         if c == column or not is_list(t):
             continue
         if is_list(t.value_type) and all(
