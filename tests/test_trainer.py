@@ -1001,6 +1001,16 @@ def test_bucketing_options_are_checked_when_the_trainer_is_built(tmp_path):
         model=model, args=args, train_dataset=ds, bucketing=ok, eval_bucketing={"max_tokens": 512}
     )
     assert trainer._bucketing_options["num_buckets"] == 2
+    # s28-hf: num_replicas=2 on one process trained on half of the data, without a word, and
+    # predict() failed after its loop ("index must hold every sample ... missing: [6, 7, 8]")
+    for kw, match in [
+        ({"bucketing": {"num_replicas": 2}}, r"^bucketing has num_replicas=2, but the run.s is 1"),
+        ({"eval_bucketing": {"rank": 1}}, r"^eval_bucketing has rank=1, but the run.s is 0"),
+    ]:
+        with pytest.raises(ValueError, match=match + r" .*drop"):
+            hf.BucketTrainer(model=model, args=args, train_dataset=ds, **kw)
+    ok = {"num_replicas": 1, "rank": 0}  # (the run's own: the defaults, given)
+    hf.BucketTrainer(model=model, args=args, train_dataset=ds, bucketing=ok, eval_bucketing=ok)
 
 
 def test_a_plan_longer_than_the_models_positions_is_refused_with_the_cut(tmp_path):

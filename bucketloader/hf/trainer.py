@@ -173,6 +173,8 @@ class _BucketMixin:
         user_collator = args[2] if len(args) > 2 else kwargs.get("data_collator")
         self._lm = _language_modeling(user_collator, type(self).__name__)
         super().__init__(*args, **kwargs)
+        for argument, options in (("bucketing", bucketing), ("eval_bucketing", eval_bucketing)):
+            _check_ranks(argument, options, self.args)
         self._bucketing_options = dict(bucketing) if isinstance(bucketing, dict) else {}
         # The replaced collator's pad multiple (DataCollatorWithPadding(tokenizer,
         # pad_to_multiple_of=8), ...) was dropped with it: shapes of 21 and 59 tokens. It is the
@@ -906,6 +908,25 @@ def _check_bucketing_options(bucketing: Any, eval_bucketing: Any) -> None:
         if isinstance(options, dict):
             rest = {k: v for k, v in options.items() if k not in own and k != "precompile"}
             check_entry_options(for_text, rest, BucketSampler, BucketSpec, evaluation=evaluation)
+
+
+def _check_ranks(argument: str, options: Any, args: Any) -> None:
+    """``num_replicas`` / ``rank`` in a ``bucketing`` dict must be the run's own (``args``, which
+    are their defaults): on one process, ``num_replicas=2`` trained on half of the data without a
+    word, and ``predict`` failed after the whole loop ("index must hold every sample ...")."""
+    if not isinstance(options, dict):
+        return
+    run = {"num_replicas": args.world_size, "rank": args.process_index}
+    for key, value in run.items():
+        if key in options and options[key] != value:
+            raise ValueError(
+                f"{argument} has {key}={options[key]!r}, but the run's is {value} "
+                f"(TrainingArguments: world_size={args.world_size}, process_index="
+                f"{args.process_index}), so each sampler would plan another run's share of the "
+                f"samples (and leave the rest out); drop {key} from {argument}: BucketTrainer "
+                "takes both from TrainingArguments (start N processes with torchrun "
+                "--nproc_per_node=N)"
+            )
 
 
 def _check_transformers(name: str, version: str = transformers.__version__) -> None:
