@@ -1089,6 +1089,20 @@ def test_removing_unused_columns_hides_neither_the_text_nor_the_audio_column(tmp
         assert trainer.train().global_step == 1
 
 
+def test_predicting_a_dataset_dict_names_a_split(tmp_path):
+    """s28-hf: predict(DatasetDict) warned to convert it with Dataset.from_list, then failed
+    inside datasets ("Invalid key: 0. Please first select a split")."""
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    splits = datasets.DatasetDict({"validation": ds.select(range(4)), "test": ds.select([5])})
+    trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=ds)
+    with pytest.raises(TypeError, match=r"test_dataset is a DatasetDict .* test_dataset\['val"):
+        trainer.predict(splits)
+    with pytest.warns(RuntimeWarning, match=r"from_generator"):  # (a stream: not from_list)
+        same = datasets.Dataset.from_dict({"input_ids": [[5] * 7] * 4, "label": [0, 1, 0, 1]})
+        out = trainer.predict(same.to_iterable_dataset())  # (one length: Trainer's collator)
+    assert out.predictions.shape[0] == 4
+
+
 def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():
     """NOTE [ A step with no real row ]: a causal LM's loss shifts the labels (transformers sets
     ``_loss_shifts_labels``), so a label at position 0 alone is no target: the batch is marked

@@ -378,11 +378,32 @@ class _BucketMixin:
         return self._eval_loader(test_dataset, "test", lambda: parent(test_dataset))
 
     def _eval_loader(self, dataset: Any, key: str, fallback: Callable[[], Any]) -> Any:
+        splits = (datasets.Dataset, datasets.IterableDataset)
+        if (
+            isinstance(dataset, Mapping)
+            and dataset
+            and all(isinstance(d, splits) for d in dataset.values())
+        ):
+            # (a DatasetDict: the warning below told to convert it with from_list, and the
+            # Trainer's loader then failed inside datasets: "Invalid key: 0. Please first select
+            # a split")
+            argument = "test_dataset" if key == "test" else "eval_dataset"
+            raise TypeError(
+                f"{type(self).__name__} evaluates one dataset at a time, but {argument} is a "
+                f"{type(dataset).__name__} of splits {list(dataset)}; pick one, e.g. "
+                f"{argument}[{next(iter(dataset))!r}] (evaluate() takes such a dict as "
+                "eval_dataset, and reports each split)"
+            )
         if not isinstance(dataset, datasets.Dataset):
+            convert = (
+                "datasets.Dataset.from_generator(lambda: iter(stream))"
+                if _is_stream(dataset)
+                else "datasets.Dataset.from_list"
+            )
             warnings.warn(
                 f"{type(self).__name__} buckets evaluation of a datasets.Dataset only; "
                 f"{type(dataset).__name__} goes through the Trainer's own loader, with its "
-                "shapes (convert it with datasets.Dataset.from_list to bucket it)",
+                f"shapes (convert it with {convert} to bucket it)",
                 RuntimeWarning,
                 stacklevel=3,
             )
