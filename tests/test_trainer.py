@@ -16,6 +16,7 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import dataclasses
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -1056,6 +1057,12 @@ def test_a_plan_longer_than_the_models_positions_is_refused_with_the_cut(tmp_pat
         transformers.T5Config(vocab_size=60, d_model=8, d_kv=4, d_ff=16, num_layers=1, num_heads=2)
     )
     assert trainer_module._position_limit(t5) == (None, "")
+    composite = torch.nn.Module()  # (an audio or image tower's table bounds no text)
+    composite.tower, composite.config = (
+        transformers.BertModel(_bert_config()),
+        types.SimpleNamespace(),
+    )
+    assert trainer_module._position_limit(composite) == (None, "")
 
 
 def test_removing_unused_columns_hides_neither_the_text_nor_the_audio_column(tmp_path):

@@ -1389,8 +1389,13 @@ _POSITION_TABLES = ("position_embeddings", "wpe", "embed_positions")
 def _position_limit(model: Any) -> tuple[int | None, str]:
     """The longest sequence ``model``'s position tables embed, and the shortest table's name;
     ``(None, "")`` without one. A table's first ids may be reserved: RoBERTa's positions start
-    after its ``padding_idx`` (514 rows, 512 tokens), BART's after an ``offset`` of 2."""
+    after its ``padding_idx`` (514 rows, 512 tokens), BART's after an ``offset`` of 2. Only a
+    model whose config has ``max_position_embeddings`` (GPT-2's ``n_positions`` reads as it)
+    is looked at: a composite one's (an audio tower beside a rotary LLM) bounds no text."""
     best: tuple[int | None, str] = (None, "")
+    config = getattr(model, "config", None)  # (wrappers, PEFT's too, forward it)
+    if not isinstance(getattr(config, "max_position_embeddings", None), int):
+        return best
     for name, module in model.named_modules():
         if not isinstance(module, torch.nn.Embedding):
             continue
