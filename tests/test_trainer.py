@@ -1044,6 +1044,23 @@ def test_a_plan_longer_than_the_models_positions_is_refused_with_the_cut(tmp_pat
     )
     with pytest.raises(ValueError, match=r"eval_dataset\['long'\] plans .*eval_bucketing="):
         trainer.evaluate(eval_dataset="long")
+    # a prebuilt Bucketing too, and a packed document (GPT-2: "index out of range in self")
+    with pytest.raises(ValueError, match=r"bucketing plans .* hf.for_text\(\.\.\., max_length=36"):
+        hf.BucketTrainer(
+            model=model, args=args, bucketing=hf.for_text(ds, pad_token_id=0, batch_size=4)
+        )
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=100, n_embd=16, n_layer=1, n_head=2, n_positions=36)
+    )
+    docs = ds.remove_columns("label")
+    packed = hf.for_packing(docs, pad_token_id=0, row_length=longest, batch_size=2)
+    with pytest.raises(ValueError, match=rf"packs documents of up to {longest} tokens"):
+        hf.BucketTrainer(model=gpt2, args=args, bucketing=packed)
+    with pytest.warns(Warning, match="cut|truncat"):  # (the documents over 36 tokens, cut)
+        packed = hf.for_packing(
+            docs, pad_token_id=0, row_length=36, batch_size=2, overflow="truncate"
+        )
+    assert hf.BucketTrainer(model=gpt2, args=args, bucketing=packed).train().global_step == 1
     # the rows a table reserves; models without a table (relative, rotary) are not checked
     config = transformers.RobertaConfig(**{**_bert_config().to_dict(), "pad_token_id": 1})
     config.max_position_embeddings = 34

@@ -190,6 +190,8 @@ class _BucketMixin:
         self._note_overrides()
         self._eval_options = dict(eval_bucketing or {})
         self._bucketing: Bucketing | None = bucketing if isinstance(bucketing, Bucketing) else None
+        if self._bucketing is not None:
+            self._check_positions(self._bucketing, self._bucketing.dataset, "bucketing")
         self._built_rows: int | None = None  # the _train_batch_size of the bucketing built
         if self._bucketing is not None and self.args.auto_find_batch_size:
             warnings.warn(
@@ -441,16 +443,38 @@ class _BucketMixin:
         """Refuse a text plan longer than the model's learned position table (BERT's
         ``max_position_embeddings``, GPT-2's ``n_positions``): it failed at the first such batch,
         inside the model ("The expanded size of the tensor (119) must match the existing size
-        (64)"), or at evaluation, after training. Models without one (rotary, relative) pass."""
+        (64)"), or at evaluation, after training; a packed document too (GPT-2: "index out of
+        range in self"), whose positions restart at 0. Models without one (rotary, relative)
+        pass."""
+        from bucketloader.hf.packing import PackedInputs
+
         collate = b.collator
-        main = getattr(collate, "main_input", None)
-        if not isinstance(collate, ModelInputs) or main is None:
-            return
-        if _is_image(dataset, main) or _is_audio(dataset, main):
+        main = getattr(collate, "main_input", None) or ""
+        packed = isinstance(collate, PackedInputs)
+        if not packed and (
+            not isinstance(collate, ModelInputs)
+            or not main
+            or not isinstance(dataset, datasets.Dataset)  # (a prebuilt one's audio rows...)
+            or _is_image(dataset, main)
+            or _is_audio(dataset, main)
+        ):
             return
         limit, table = _position_limit(self.model)
         if limit is None:
             return
+        if packed:  # (positions restart at 0 in each document of a packed row)
+            sizes = b.sampler.spec.sizes
+            if not sizes.size or int(sizes.max()) <= limit:
+                return
+            i = int(sizes.argmax())
+            raise ValueError(
+                f"{type(self).__name__}: {type(self.model).__name__} embeds at most {limit} "
+                f"positions ({table}), but {argument} packs documents of up to {int(sizes[i])} "
+                f"tokens (document {i}), whose positions reach {int(sizes[i]) - 1}, which would "
+                f"fail inside the model; cut or split the documents to {limit} tokens in the "
+                "dataset (dataset.map), or pack rows of at most that many tokens with "
+                "overflow='truncate' (or 'drop')"
+            )
         names = b.sampler.shape_table.input_names
         planned = {c: np.array([s[d + 1] for s in b.sampler.shapes]) for d, c in enumerate(names)}
         config = getattr(self.model, "config", None)
@@ -464,14 +488,17 @@ class _BucketMixin:
         fit = limit - limit % int(np.gcd.reduce(lens))  # (a multiple of pad_to_multiple_of)
         rows = lengths(dataset, column)
         i = int(rows.argmax())
-        option = "bucketing" if argument == "train_dataset" else "eval_bucketing"
+        cut = f"'max_length': {fit}, 'overflow': 'truncate'"
+        option = {
+            "train_dataset": f"bucketing={{{cut}}}",
+            "bucketing": f"hf.for_text(..., max_length={fit}, overflow='truncate')",
+        }.get(argument, f"eval_bucketing={{{cut}}}")
         raise ValueError(
             f"{type(self).__name__}: {type(self.model).__name__} embeds at most {limit} "
             f"positions ({table}), but {argument} plans {column!r} batches {longest} long (its "
             f"longest row, {i}, has {int(rows[i])}), which would fail inside the model; truncate "
             f"when tokenizing (tokenizer(..., truncation=True, max_length={fit})), or have the "
-            f"sampler cut or leave out the long rows: {option}={{'max_length': "
-            f"{fit}, 'overflow': 'truncate'}} (or 'drop')"
+            f"sampler cut or leave out the long rows: {option} (or 'drop')"
         )
 
     # -- compiling the planned shapes (NOTE [ torch.compile and the planned shapes ]) -----------
