@@ -1127,6 +1127,24 @@ def test_predicting_a_dataset_dict_names_a_split(tmp_path):
     assert out.predictions.shape[0] == 4
 
 
+def test_token_labels_of_another_length_than_the_tokens_are_refused_by_row(tmp_path):
+    """s28-hf: one row's labels a token short made 'labels' a target, padded on its own: the
+    run trained without a word (its shapes happened to agree); labels per word, not per token,
+    failed inside the loss ("Expected input batch_size (424) to match target batch_size")."""
+    model, ds = bert_tokens(np.random.default_rng(0))[:2]
+    labels = list(ds["labels"])
+    labels[7] = labels[7][:-1]
+    short = ds.remove_columns("labels").add_column("labels", labels)
+    args = _args(tmp_path, max_steps=1)
+    n = len(ds[7]["input_ids"])
+    match = rf"^BucketTrainer: .* 1 of {len(ds)} rows \(the first: row 7, {n - 1} labels for {n} "
+    with pytest.raises(ValueError, match=match):
+        hf.BucketTrainer(model=model, args=args, train_dataset=short).train()
+    trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds)
+    with pytest.raises(ValueError, match=r"test_dataset's 'labels' differ .*row 7"):
+        trainer.predict(short)
+
+
 def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():
     """NOTE [ A step with no real row ]: a causal LM's loss shifts the labels (transformers sets
     ``_loss_shifts_labels``), so a label at position 0 alone is no target: the batch is marked

@@ -191,7 +191,7 @@ class _BucketMixin:
         self._eval_options = dict(eval_bucketing or {})
         self._bucketing: Bucketing | None = bucketing if isinstance(bucketing, Bucketing) else None
         if self._bucketing is not None:
-            self._check_positions(self._bucketing, self._bucketing.dataset, "bucketing")
+            self._check_against_model(self._bucketing, self._bucketing.dataset, "bucketing")
         self._built_rows: int | None = None  # the _train_batch_size of the bucketing built
         if self._bucketing is not None and self.args.auto_find_batch_size:
             warnings.warn(
@@ -352,7 +352,7 @@ class _BucketMixin:
                 raise ValueError("Trainer: training requires a train_dataset.")
             self._check_rows(self.train_dataset, "train_dataset")
             built = self._build_bucketing(self.train_dataset, evaluation=False)
-            self._check_positions(built, self.train_dataset, "train_dataset")
+            self._check_against_model(built, self.train_dataset, "train_dataset")
             self._bucketing = built
         return self._bucketing
 
@@ -423,7 +423,7 @@ class _BucketMixin:
         argument = names.get(key, f"eval_dataset[{key!r}]")
         self._check_rows(dataset, argument)
         b = self._build_bucketing(dataset, evaluation=True)
-        self._check_positions(b, dataset, argument)
+        self._check_against_model(b, dataset, argument)
         self._eval_cache[key] = (dataset, b)
         self._note_unlabelled_eval(dataset, key)
         self._note_eval_batch(b)
@@ -437,6 +437,44 @@ class _BucketMixin:
                 f"{type(self).__name__} got {argument} with no rows (len({argument}) == 0), so "
                 "there is no batch to plan; pass a dataset with rows (did a filter, select or "
                 "map leave none?)"
+            )
+
+    def _check_against_model(self, b: Bucketing, dataset: Any, argument: str) -> None:
+        """What the model cannot take from a plan, refused when it is built (not at a batch)."""
+        self._check_positions(b, dataset, argument)
+        self._check_token_labels(b, dataset, argument)
+
+    def _check_token_labels(self, b: Bucketing, dataset: Any, argument: str) -> None:
+        """A token-classification head takes one label per token, so its labels must follow the
+        input; one row of another length made them a target (NOTE [ Target columns ]), padded
+        on its own: shapes that happened to agree trained silently (misaligned under left
+        padding), others failed inside the loss ("Expected input batch_size (424) to match
+        target batch_size (208)")."""
+        collate = b.collator
+        targets = getattr(collate, "targets", None)
+        main = getattr(collate, "main_input", None)
+        if (
+            not type(self.model).__name__.endswith("ForTokenClassification")
+            or targets is None
+            or not isinstance(main, str)
+            or not isinstance(dataset, datasets.Dataset)
+        ):
+            return
+        for column in targets.columns:
+            if not (column.startswith("label") or column in self.label_names):
+                continue
+            own, tokens = lengths(dataset, column), lengths(dataset, main)
+            bad = np.flatnonzero(own != tokens)
+            if not bad.size:
+                continue
+            i = int(bad[0])
+            raise ValueError(
+                f"{type(self).__name__}: {type(self.model).__name__} takes one label per token, "
+                f"but {argument}'s {column!r} differ in length from its {main!r} in {bad.size:,} "
+                f"of {own.size:,} rows (the first: row {i}, {int(own[i])} labels for "
+                f"{int(tokens[i])} tokens); "
+                "align the labels with the tokens (tokenizer(words, is_split_into_words=True)"
+                ".word_ids(), -100 on special tokens), or leave those rows out"
             )
 
     def _check_positions(self, b: Bucketing, dataset: Any, argument: str) -> None:
