@@ -16,6 +16,7 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import dataclasses
+import re
 import types
 from collections.abc import Callable
 from typing import Any
@@ -1143,6 +1144,44 @@ def test_token_labels_of_another_length_than_the_tokens_are_refused_by_row(tmp_p
     trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds)
     with pytest.raises(ValueError, match=r"test_dataset's 'labels' differ .*row 7"):
         trainer.predict(short)
+
+
+def test_a_custom_loss_on_a_per_row_head_is_told_of_the_filler_rows(tmp_path):
+    """s28-hf: compute_loss_func got whole planned batches, and a regression head's filler rows
+    carry the target -100: an MSE of 385 for 0.5, silently. Said once, with the count."""
+    _, ds = bert_sequence(np.random.default_rng(0))[:2]
+    ds = ds.remove_columns("label").add_column("labels", [0.5] * len(ds))
+    torch.manual_seed(0)
+    config = _bert_config(num_labels=1)
+
+    def mse(outputs, labels, num_items_in_batch=None):
+        return torch.nn.functional.mse_loss(outputs.logits.squeeze(-1), labels)
+
+    for options, warns in [({}, True), ({"last_batch": "fill"}, False)]:
+        model = transformers.BertForSequenceClassification(config)
+        trainer = hf.BucketTrainer(
+            model=model,
+            args=_args(tmp_path, num_train_epochs=1),
+            train_dataset=ds,
+            compute_loss_func=mse,
+            bucketing={"num_buckets": 3, **options},
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.train()
+        said = [
+            w for w in caught if "compute_loss_func gets whole planned batches" in str(w.message)
+        ]
+        assert len(said) == warns  # (once)
+        if warns:
+            assert re.search(
+                r"filler rows included \(\d+ of this batch's 8 rows", str(said[0].message)
+            )
+    trainer = hf.BucketTrainer(
+        model=model, args=_args(tmp_path), compute_loss_func=mse, bucketing={"num_buckets": 1}
+    )  # (11 samples in batches of 6 and 5 + a filler row)
+    with pytest.warns(UserWarning, match=r"\(1 of this batch's 6 rows, their labels -100\)"):
+        trainer.predict(ds.select(range(11)))
 
 
 def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():

@@ -209,6 +209,7 @@ class _BucketMixin:
         self._eval_mask: torch.Tensor | None = None
         self._step_rows: torch.Tensor | None = None
         self._scaled_default = getattr(self, "loss_is_scaled_for_ga", None)
+        self._custom_loss_warned = False
 
     # -- building the batches -----------------------------------------------------------------
     def model_inputs(self) -> list[str]:
@@ -752,11 +753,36 @@ class _BucketMixin:
         self._step_rows = None
         if batches and isinstance(batches[0], Mapping) and "sample_mask" in batches[0]:
             if loss_policy(self.model, batches[0].get("labels")) in ROW_POLICIES:
+                for b in batches:
+                    self._warn_custom_loss_fillers(b["sample_mask"])
                 rows = sum(b["sample_mask"].sum() for b in batches).reshape(1).to(device)
                 if self.args.average_tokens_across_devices and self.args.world_size > 1:
                     rows = self.accelerator.gather(rows).sum()
                 self._step_rows = rows.reshape(())
         return batches, num_items
+
+    def _warn_custom_loss_fillers(self, mask: Any) -> None:
+        """A ``compute_loss_func`` gets whole planned batches: on a per-row head (regression,
+        multi-label, CTC) a filler row's label -100 is a target value (an MSE to -100: a loss
+        of 385 for 0.5, silently). Said once, with the count, from a CPU batch (no sync)."""
+        if self._custom_loss_warned or self.compute_loss_func is None:
+            return
+        if not isinstance(mask, torch.Tensor) or mask.device.type != "cpu":
+            return
+        fillers = int((~mask.bool()).sum())
+        if not fillers:
+            return
+        self._custom_loss_warned = True
+        warnings.warn(
+            f"{type(self).__name__}: compute_loss_func gets whole planned batches, filler rows "
+            f"included ({fillers} of this batch's {mask.numel()} rows, their labels -100), and "
+            f"{type(self.model).__name__}'s loss does not ignore -100 by itself (per row: "
+            "regression, multi-label, CTC); mask them in your loss (keep = labels != -100 "
+            "per row), or drop compute_loss_func (BucketTrainer then averages the real rows), "
+            "or train without filler rows: bucketing={'last_batch': 'fill'}",
+            UserWarning,
+            stacklevel=2,
+        )
 
     def _track_num_input_tokens(self, inputs: Any) -> Any:
         """As ``Trainer``'s; ``include_num_input_tokens_seen="non_padding"`` counts the real
@@ -867,6 +893,8 @@ class _BucketMixin:
         index = inputs.pop("index", None)
         mask = inputs.pop("sample_mask", None)
         self._eval_mask = mask
+        if loss_policy(model, inputs.get("labels")) in ROW_POLICIES:
+            self._warn_custom_loss_fillers(mask)
         try:
             loss, logits, labels = super().prediction_step(  # type: ignore[misc]
                 model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs
