@@ -1247,6 +1247,21 @@ def test_a_label_column_with_none_is_refused_when_planned_not_at_its_batch():
         hf.for_text(unlabelled, pad_token_id=0, batch_size=2, evaluation=True)
 
 
+def test_columns_a_format_hides_are_not_planned():
+    """s28-hf: set_format("torch", columns=[...]) hides columns from the rows, not from the Arrow
+    table the columns were read from: a hidden attention_mask failed at the first batch ("fields
+    names ['attention_mask'] but the samples (dict) have fields ['label', 'input_ids'])."""
+    ds = _token_ds([3, 5, 6, 9], label=[0, 1, 0, 1], note=["a", "b", "c", "d"])
+    ds = ds.add_column("attention_mask", [[1] * n for n in (3, 5, 6, 9)])
+    ds.set_format("torch", columns=["input_ids", "label"])
+    for evaluation in (False, True):
+        b = hf.for_text(ds, pad_token_id=0, batch_size=2, evaluation=evaluation)
+        batch = next(iter(b.dataloader()))
+        assert {"input_ids", "attention_mask", "labels"} <= set(batch)
+        assert not {"row", "note"} & set(batch)  # (hidden: not in the batches)
+    assert ds.format["columns"] == ["input_ids", "label"]  # (the user's dataset is untouched)
+
+
 def _image_rows(sizes, channels=3, seed=0):
     """Rows of (C, H, W) pixel_values (nested lists, as dataset.map stores a processor's) with
     detection labels: image i has i % 3 boxes (none for i % 3 == 0)."""

@@ -1457,4 +1457,17 @@ def dataset_list(dataset: Any, owner: str, argument: str = "dataset") -> list[An
                 f"(len({name}) == 0); pass a dataset with rows (did a filter, select or map "
                 "leave none?)"
             )
-    return many
+    return [_shown_columns(d) for d in many]
+
+
+def _shown_columns(dataset: Any) -> Any:
+    """``dataset`` without the columns its format hides (``set_format("torch", columns=[...])``):
+    the columns are read from the Arrow table, the rows from the format, so a hidden
+    ``attention_mask`` failed at the first batch ("fields names ['attention_mask'] but the
+    samples (dict) have fields ['label', 'input_ids']; fix the names in fields={...}")."""
+    fmt = getattr(dataset, "format", None) or {}
+    shown = fmt.get("columns")
+    if shown is None or fmt.get("output_all_columns"):
+        return dataset
+    hidden = [c for c in dataset.column_names if c not in shown]
+    return dataset.remove_columns(hidden) if hidden else dataset
