@@ -1062,6 +1062,16 @@ def test_a_plan_longer_than_the_models_positions_is_refused_with_the_cut(tmp_pat
             docs, pad_token_id=0, row_length=36, batch_size=2, overflow="truncate"
         )
     assert hf.BucketTrainer(model=gpt2, args=args, bucketing=packed).train().global_step == 1
+    # a decoder's targets (padded per cell, not cut by the sampler: truncated when tokenized)
+    pairs = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * 10] * 4, "labels": [[6] * n for n in (5, 10, 20, 40)]}
+    )
+    bart = transformers.BartForConditionalGeneration(
+        _seq2seq_config(transformers.BartConfig, max_position_embeddings=32)
+    )
+    trainer = hf.BucketTrainer(model=bart, args=args, train_dataset=pairs)
+    with pytest.raises(ValueError, match=r"'labels' batches 40 .*text_target=.*max_length=32"):
+        trainer.get_train_dataloader()
     # the rows a table reserves; models without a table (relative, rotary) are not checked
     config = transformers.RobertaConfig(**{**_bert_config().to_dict(), "pad_token_id": 1})
     config.max_position_embeddings = 34

@@ -524,20 +524,30 @@ class _BucketMixin:
         longest = int(lens.max())
         if longest <= limit:
             return
-        fit = limit - limit % int(np.gcd.reduce(lens))  # (a multiple of pad_to_multiple_of)
+        step = int(np.gcd.reduce(lens)) if len(set(lens.tolist())) > 1 else 1
+        fit = limit - limit % step if step <= limit else limit  # (pad_to_multiple_of's, if any)
         rows = lengths(dataset, column)
         i = int(rows.argmax())
-        cut = f"'max_length': {fit}, 'overflow': 'truncate'"
-        option = {
-            "train_dataset": f"bucketing={{{cut}}}",
-            "bucketing": f"hf.for_text(..., max_length={fit}, overflow='truncate')",
-        }.get(argument, f"eval_bucketing={{{cut}}}")
+        if column not in names:  # a target: padded per cell, never cut by the sampler
+            fix = (
+                f"truncate the targets when tokenizing (tokenizer(text_target=..., "
+                f"truncation=True, max_length={fit})), or leave the long rows out: dataset = "
+                f"dataset.filter(lambda row: len(row[{column!r}]) <= {fit})"
+            )
+        else:
+            cut = f"'max_length': {fit}, 'overflow': 'truncate'"
+            option = {
+                "train_dataset": f"bucketing={{{cut}}}",
+                "bucketing": f"hf.for_text(..., max_length={fit}, overflow='truncate')",
+            }.get(argument, f"eval_bucketing={{{cut}}}")
+            fix = (
+                f"truncate when tokenizing (tokenizer(..., truncation=True, max_length={fit})), "
+                f"or have the sampler cut or leave out the long rows: {option} (or 'drop')"
+            )
         raise ValueError(
             f"{type(self).__name__}: {type(self.model).__name__} embeds at most {limit} "
             f"positions ({table}), but {argument} plans {column!r} batches {longest} long (its "
-            f"longest row, {i}, has {int(rows[i])}), which would fail inside the model; truncate "
-            f"when tokenizing (tokenizer(..., truncation=True, max_length={fit})), or have the "
-            f"sampler cut or leave out the long rows: {option} (or 'drop')"
+            f"longest row, {i}, has {int(rows[i])}), which would fail inside the model; {fix}"
         )
 
     # -- compiling the planned shapes (NOTE [ torch.compile and the planned shapes ]) -----------
