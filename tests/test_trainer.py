@@ -1122,6 +1122,21 @@ def test_removing_unused_columns_hides_neither_the_text_nor_the_audio_column(tmp
         bucketing = {"column": column, "num_buckets": 2}
         trainer = hf.BucketTrainer(model=ctc, args=args, train_dataset=speech, bucketing=bucketing)
         assert trainer.train().global_step == 1
+    vit = transformers.ViTForImageClassification(
+        transformers.ViTConfig(
+            image_size=32,
+            patch_size=16,
+            hidden_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=16,
+            num_labels=2,
+        )
+    )
+    images = datasets.Dataset.from_dict({"image": ["a.png", "b.png"], "label": [0, 1]})
+    trainer = hf.BucketTrainer(model=vit, args=args, train_dataset=images)
+    with pytest.raises(KeyError, match=r"main input 'pixel_values' .*'image', 'label'\]\); store"):
+        trainer.train()
 
 
 def test_predicting_a_dataset_dict_names_a_split(tmp_path):

@@ -235,7 +235,7 @@ class _BucketMixin:
         heads = [c.split(".")[0] if isinstance(c, str) else c for c in columns]  # ("audio.array")
         names = getattr(dataset, "column_names", None)
         if given is None and names is not None and column not in names:
-            _refuse_decoded_audio(dataset, column, type(self).__name__)
+            _refuse_missing_main_input(dataset, column, type(self).__name__)
         if (
             isinstance(dataset, datasets.Dataset)
             and self.args.remove_unused_columns
@@ -1460,10 +1460,11 @@ class LanguageModelingLabels:
         return out
 
 
-def _refuse_decoded_audio(dataset: Any, column: str, owner: str) -> None:
+def _refuse_missing_main_input(dataset: Any, column: str, owner: str) -> None:
     """The model's main input (the default ``column``) is missing, and a decoded-audio struct
     column is there: name it (for_text's error said "tokenize first" of a speech dataset, and
-    listed its columns without the audio, which ``remove_unused_columns`` had removed)."""
+    listed its columns without the audio, which ``remove_unused_columns`` had removed); an
+    image model's ``pixel_values``: say how to store them."""
     schema = table_and_indices(dataset)[0].schema
     audio = [
         f.name
@@ -1473,6 +1474,14 @@ def _refuse_decoded_audio(dataset: Any, column: str, owner: str) -> None:
         and nesting(f.type.field("array").type)[0] > 0
     ]
     if not audio:
+        if column == "pixel_values":  # (an image model: for_text's "tokenize first" too)
+            raise MissingKeyError(
+                f"{owner} buckets the model's main input 'pixel_values' (model.main_input_name), "
+                f"which the dataset does not have (its columns: {schema.names}); store the "
+                "image processor's output first: dataset = dataset.map(lambda batch: "
+                "processor(batch['image'], do_pad=False), batched=True), channels-first "
+                "(C, H, W) pixel_values of each image's own size"
+            )
         return
     raise MissingKeyError(
         f"{owner} buckets the model's main input {column!r} (model.main_input_name), which the "
