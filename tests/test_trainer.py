@@ -1011,6 +1011,10 @@ def test_bucketing_options_are_checked_when_the_trainer_is_built(tmp_path):
     ]:
         with pytest.raises(ValueError, match=match + r" .*drop"):
             hf.BucketTrainer(model=model, args=args, train_dataset=ds, **kw)
+    # s28-hf: an evaluation plan as the training one trained on one fixed order, every epoch
+    plan = hf.for_text(ds, pad_token_id=0, batch_size=8, evaluation=True)
+    with pytest.raises(ValueError, match=r"holds an EvalSampler .* without evaluation=True"):
+        hf.BucketTrainer(model=model, args=args, bucketing=plan)
     ok = {"num_replicas": 1, "rank": 0}  # (the run's own: the defaults, given)
     hf.BucketTrainer(model=model, args=args, train_dataset=ds, bucketing=ok, eval_bucketing=ok)
 

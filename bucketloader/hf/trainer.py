@@ -139,6 +139,14 @@ class _BucketMixin:
                 f"and prediction batches, got {type(eval_bucketing).__name__}"
             )
         _check_bucketing_options(bucketing, eval_bucketing)
+        if isinstance(bucketing, Bucketing) and isinstance(bucketing.sampler, EvalSampler):
+            raise ValueError(  # (it trained on one fixed order, every epoch, without a word)
+                f"{type(self).__name__} trains on bucketing=Bucketing(...), but it holds an "
+                "EvalSampler (built with evaluation=True: every sample once, in one fixed order, "
+                "every epoch, never shuffled); build the training plan without evaluation=True. "
+                "Evaluation and prediction batches are planned by the trainer itself "
+                "(eval_bucketing={...} for options of their own)"
+            )
         given = args[3] if len(args) > 3 else kwargs.get("train_dataset")
         if (
             isinstance(bucketing, Bucketing)
