@@ -1213,6 +1213,26 @@ def test_a_custom_loss_on_a_per_row_head_is_told_of_the_filler_rows(tmp_path):
         trainer.predict(ds.select(range(11)))
 
 
+def test_an_evaluation_past_trainings_token_budget_names_eval_bucketing(tmp_path):
+    """s28-hf: evaluation follows bucketing's max_tokens; a test row longer than it said "Raise
+    max_tokens", and the user raised training's budget. The error names both now."""
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    short = ds.filter(lambda row: len(row["input_ids"]) <= 40)
+    trainer = hf.BucketTrainer(
+        model=model, args=_args(tmp_path), train_dataset=short, bucketing={"max_tokens": 64}
+    )
+    with pytest.raises(ValueError, match=r"^test_dataset: max_tokens=64 is below .*eval_bucketing"):
+        trainer.predict(ds)
+    trainer = hf.BucketTrainer(
+        model=model,
+        args=_args(tmp_path),
+        train_dataset=short,
+        bucketing={"max_tokens": 64},
+        eval_bucketing={"max_tokens": 1024},
+    )
+    assert trainer.predict(ds).predictions.shape[0] == len(ds)
+
+
 def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():
     """NOTE [ A step with no real row ]: a causal LM's loss shifts the labels (transformers sets
     ``_loss_shifts_labels``), so a label at position 0 alone is no target: the batch is marked

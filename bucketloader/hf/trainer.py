@@ -431,7 +431,16 @@ class _BucketMixin:
         names = {"eval": "eval_dataset", "test": "test_dataset"}
         argument = names.get(key, f"eval_dataset[{key!r}]")
         self._check_rows(dataset, argument)
-        b = self._build_bucketing(dataset, evaluation=True)
+        try:
+            b = self._build_bucketing(dataset, evaluation=True)
+        except ValueError as exc:
+            budget = self._bucketing_options.get("max_tokens")
+            if budget is None or "max_tokens" in self._eval_options or "max_tokens" not in str(exc):
+                raise
+            raise ValueError(  # (it said "raise max_tokens": the user raised training's)
+                f"{argument}: {exc} (max_tokens={budget!r} is training's, from bucketing=, which "
+                "evaluation follows unless given its own: eval_bucketing={'max_tokens': ...})"
+            ) from None
         self._check_against_model(b, dataset, argument)
         self._eval_cache[key] = (dataset, b)
         self._note_unlabelled_eval(dataset, key)
