@@ -234,7 +234,9 @@ class EvalSampler(SpecShapes, Sampler[list[int]]):
         cells = self.spec.cells
         used = np.flatnonzero(self.spec.counts > 0)
         shapes = tuple(sorted({cells.shapes[int(c)] for c in used}))
-        return ShapeTable(cells=cells, shapes=shapes, last_batch="pad")
+        # (truncate: the collator cuts the samples planned at max_length, as training's does;
+        # without it, overflow="truncate" planned them and the first batch refused them)
+        return ShapeTable(cells=cells, shapes=shapes, last_batch="pad", truncate=self.spec.truncate)
 
     @property
     def num_samples(self) -> int:

@@ -432,6 +432,26 @@ def test_for_audio_struct_and_list_columns():
         hf.for_audio(flat, "input_values", key="input_features", num_buckets=4, batch_size=8)
 
 
+def test_for_audio_reads_a_struct_field_named_by_its_path():
+    """s28-hf: column='audio.array' (the path hf.lengths documents) was taken for a plain list
+    column and failed in the collator ("fields must be None, a Field, ... got fields={}"); a
+    struct whose list field is not 'array' failed on row['array'], then on 'sampling_rate'."""
+    audio = [{"array": [0.5] * n, "sampling_rate": 16000} for n in (3, 9, 4, 8)]
+    clip = [{"samples": [0.5] * n, "sr": 8000} for n in (3, 9, 4, 8)]
+    ds = datasets.Dataset.from_dict({"audio": audio, "clip": clip, "label": [0, 1, 0, 1]})
+    for column, drop in [
+        ("audio", "clip"),
+        ("audio.array", "clip"),
+        ("clip", "audio"),
+        ("clip.samples", "audio"),
+    ]:
+        b = hf.for_audio(ds.remove_columns(drop), column, num_buckets=2, batch_size=2)
+        batches = list(b.dataloader())
+        assert sorted(tuple(x["input_values"].shape) for x in batches) == [(2, 4), (2, 9)]
+        assert sum(int(x["attention_mask"].sum()) for x in batches) == 24
+        assert ("sampling_rate" in batches[0]) == (drop == "clip")
+
+
 def test_trainer_resume_path_keeps_planned_batches():
     """transformers.Trainer resumes mid-epoch with accelerate.skip_first_batches: the skipped
     loader must still yield the sampler's remaining planned batches (see _hf_trainer NOTE)."""
@@ -578,6 +598,28 @@ def test_for_text_evaluation_every_sample_once_in_dataset_order():
     assert restored.tolist() == [i % 97 for i in range(len(ds))]
     with pytest.raises(TypeError, match="evaluation batches are deterministic"):
         hf.for_text(ds, pad_token_id=0, evaluation=True, batch_size=4, shuffle=False)
+
+
+def test_evaluation_cuts_what_overflow_truncate_planned_as_training_does():
+    # (s28-hf: EvalSampler's shape table had no cut lengths, so the first batch refused a
+    # sample the plan had placed at max_length: "length 20, beyond the longest planned 10")
+    ds = _token_ds([3, 9, 20, 8, 30])
+    for evaluation in (False, True):
+        with pytest.warns(Warning, match="truncate"):
+            b = hf.for_text(
+                ds,
+                pad_token_id=0,
+                num_buckets=2,
+                batch_size=2,
+                max_length=10,
+                overflow="truncate",
+                evaluation=evaluation,
+            )
+        batches = list(b.dataloader())
+        assert {tuple(x["input_ids"].shape) for x in batches} <= set(b.sampler.shapes)
+        rows = sum(int(x["sample_mask"].sum()) for x in batches) if evaluation else 5
+        assert rows == 5  # every sample once, the long ones cut to 10
+        assert max(int(x["attention_mask"].sum(1).max()) for x in batches) == 10
 
 
 def test_a_collator_built_before_columns_were_removed_names_the_fix():
@@ -1182,6 +1224,42 @@ def test_an_empty_or_all_null_column_says_so():
         hf.for_text([datasets.Dataset.from_dict({"ids": [[1]]}), typed], "ids", pad_token_id=0)
     with pytest.raises(ValueError, match=r"column 'ids' holds only nulls \(2 rows, .*filter"):
         hf.lengths(datasets.Dataset.from_dict({"ids": [None, None]}), "ids")
+
+
+def test_a_label_column_with_none_is_refused_when_planned_not_at_its_batch():
+    """s28-hf: a None label failed at the batch that drew it, mid-epoch (or mid-predict), with
+    "field 'label' is treated as fixed-size but cannot be stacked (... NoneType)"; an all-None
+    label column (an unlabelled test split) at the first batch; a string column too."""
+    labels = [0, 1, None, 1, 0, None]
+    ds = _token_ds([3, 5, 6, 9, 10, 4], label=labels, note=["a", "b", "c", "d", None, "f"])
+    with pytest.raises(ValueError, match=r"'label' is None in 2 of its 6 rows \(the first: row 2"):
+        hf.for_text(ds, pad_token_id=0, batch_size=2)
+    with pytest.raises(ValueError, match=r"'note' is None in 1 of its 4 rows \(the first: row 3"):
+        hf.for_text(ds.select([0, 1, 3, 4]), pad_token_id=0, batch_size=2)
+    ds = ds.remove_columns("note")
+    with pytest.raises(ValueError, match=r"'label' .*the first: row 1\).*dataset.filter"):
+        hf.for_text(ds.select([0, 5, 1]), pad_token_id=0, batch_size=2, evaluation=True)
+    kept = ds.select([0, 1, 3, 4])  # (the None rows are left out by the indices mapping)
+    b = hf.for_text(kept, pad_token_id=0, batch_size=2, evaluation=True)
+    assert sum(int(x["sample_mask"].sum()) for x in b.dataloader()) == 4
+    unlabelled = _token_ds([3, 5], label=[None, None])
+    with pytest.raises(ValueError, match=r"no values \(all 2 rows None.*remove_columns\('label'\)"):
+        hf.for_text(unlabelled, pad_token_id=0, batch_size=2, evaluation=True)
+
+
+def test_columns_a_format_hides_are_not_planned():
+    """s28-hf: set_format("torch", columns=[...]) hides columns from the rows, not from the Arrow
+    table the columns were read from: a hidden attention_mask failed at the first batch ("fields
+    names ['attention_mask'] but the samples (dict) have fields ['label', 'input_ids'])."""
+    ds = _token_ds([3, 5, 6, 9], label=[0, 1, 0, 1], note=["a", "b", "c", "d"])
+    ds = ds.add_column("attention_mask", [[1] * n for n in (3, 5, 6, 9)])
+    ds.set_format("torch", columns=["input_ids", "label"])
+    for evaluation in (False, True):
+        b = hf.for_text(ds, pad_token_id=0, batch_size=2, evaluation=evaluation)
+        batch = next(iter(b.dataloader()))
+        assert {"input_ids", "attention_mask", "labels"} <= set(batch)
+        assert not {"row", "note"} & set(batch)  # (hidden: not in the batches)
+    assert ds.format["columns"] == ["input_ids", "label"]  # (the user's dataset is untouched)
 
 
 def _image_rows(sizes, channels=3, seed=0):

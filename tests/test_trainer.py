@@ -16,6 +16,8 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import dataclasses
+import re
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -1001,6 +1003,234 @@ def test_bucketing_options_are_checked_when_the_trainer_is_built(tmp_path):
         model=model, args=args, train_dataset=ds, bucketing=ok, eval_bucketing={"max_tokens": 512}
     )
     assert trainer._bucketing_options["num_buckets"] == 2
+    # s28-hf: num_replicas=2 on one process trained on half of the data, without a word, and
+    # predict() failed after its loop ("index must hold every sample ... missing: [6, 7, 8]")
+    for kw, match in [
+        ({"bucketing": {"num_replicas": 2}}, r"^bucketing has num_replicas=2, but the run.s is 1"),
+        ({"eval_bucketing": {"rank": 1}}, r"^eval_bucketing has rank=1, but the run.s is 0"),
+    ]:
+        with pytest.raises(ValueError, match=match + r" .*drop"):
+            hf.BucketTrainer(model=model, args=args, train_dataset=ds, **kw)
+    # s28-hf: an evaluation plan as the training one trained on one fixed order, every epoch
+    plan = hf.for_text(ds, pad_token_id=0, batch_size=8, evaluation=True)
+    with pytest.raises(ValueError, match=r"holds an EvalSampler .* without evaluation=True"):
+        hf.BucketTrainer(model=model, args=args, bucketing=plan)
+    ok = {"num_replicas": 1, "rank": 0}  # (the run's own: the defaults, given)
+    hf.BucketTrainer(model=model, args=args, train_dataset=ds, bucketing=ok, eval_bucketing=ok)
+
+
+def test_a_plan_longer_than_the_models_positions_is_refused_with_the_cut(tmp_path):
+    """A sample longer than BERT's max_position_embeddings failed at its first batch, inside the
+    model ("The expanded size of the tensor (119) must match the existing size (64)"), and an
+    evaluation set's only after training (s28-hf)."""
+    torch.manual_seed(0)
+    _, ds = bert_sequence(np.random.default_rng(0))[:2]
+    longest = max(len(x) for x in ds["input_ids"])
+    config = _bert_config()
+    config.max_position_embeddings = 36
+    model = transformers.BertForSequenceClassification(config)
+    assert longest > 36
+    args = _args(tmp_path, max_steps=1)
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=ds, bucketing={"pad_to_multiple_of": 8}
+    )
+    planned = -(-longest // 8) * 8
+    match = rf"at most 36 positions .* train_dataset plans 'input_ids' batches {planned} long "
+    with pytest.raises(ValueError, match=match + r".*'max_length': 32, 'overflow': 'truncate'"):
+        trainer.train()
+    cut = {"pad_to_multiple_of": 8, "max_length": 32, "overflow": "truncate"}
+    with pytest.warns(Warning, match="truncate"):
+        trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds, bucketing=cut)
+        trainer.train()
+    assert max(s[1] for s in trainer.bucketing.sampler.shapes) == 32
+    short = ds.filter(lambda row: len(row["input_ids"]) <= 32)
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=short, eval_dataset={"long": ds}
+    )
+    with pytest.raises(ValueError, match=r"eval_dataset\['long'\] plans .*eval_bucketing="):
+        trainer.evaluate(eval_dataset="long")
+    # a prebuilt Bucketing too, and a packed document (GPT-2: "index out of range in self")
+    with pytest.raises(ValueError, match=r"bucketing plans .* hf.for_text\(\.\.\., max_length=36"):
+        hf.BucketTrainer(
+            model=model, args=args, bucketing=hf.for_text(ds, pad_token_id=0, batch_size=4)
+        )
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=100, n_embd=16, n_layer=1, n_head=2, n_positions=36)
+    )
+    docs = ds.remove_columns("label")
+    packed = hf.for_packing(docs, pad_token_id=0, row_length=longest, batch_size=2)
+    with pytest.raises(ValueError, match=rf"packs documents of up to {longest} tokens"):
+        hf.BucketTrainer(model=gpt2, args=args, bucketing=packed)
+    with pytest.warns(Warning, match="cut|truncat"):  # (the documents over 36 tokens, cut)
+        packed = hf.for_packing(
+            docs, pad_token_id=0, row_length=36, batch_size=2, overflow="truncate"
+        )
+    assert hf.BucketTrainer(model=gpt2, args=args, bucketing=packed).train().global_step == 1
+    # a decoder's targets (padded per cell, not cut by the sampler: truncated when tokenized)
+    pairs = datasets.Dataset.from_dict(
+        {"input_ids": [[5] * 10] * 4, "labels": [[6] * n for n in (5, 10, 20, 40)]}
+    )
+    bart = transformers.BartForConditionalGeneration(
+        _seq2seq_config(transformers.BartConfig, max_position_embeddings=32)
+    )
+    trainer = hf.BucketTrainer(model=bart, args=args, train_dataset=pairs)
+    with pytest.raises(ValueError, match=r"'labels' batches 40 .*text_target=.*max_length=32"):
+        trainer.get_train_dataloader()
+    # the rows a table reserves; models without a table (relative, rotary) are not checked
+    config = transformers.RobertaConfig(**{**_bert_config().to_dict(), "pad_token_id": 1})
+    config.max_position_embeddings = 34
+    roberta = transformers.RobertaModel(config)
+    assert trainer_module._position_limit(roberta)[0] == 32
+    bart = transformers.BartModel(
+        _seq2seq_config(transformers.BartConfig, max_position_embeddings=40)
+    )
+    assert trainer_module._position_limit(bart)[0] == 40
+    t5 = transformers.T5Model(
+        transformers.T5Config(vocab_size=60, d_model=8, d_kv=4, d_ff=16, num_layers=1, num_heads=2)
+    )
+    assert trainer_module._position_limit(t5) == (None, "")
+    composite = torch.nn.Module()  # (an audio or image tower's table bounds no text)
+    composite.tower, composite.config = (
+        transformers.BertModel(_bert_config()),
+        types.SimpleNamespace(),
+    )
+    assert trainer_module._position_limit(composite) == (None, "")
+
+
+def test_removing_unused_columns_hides_neither_the_text_nor_the_audio_column(tmp_path):
+    """s28-hf: remove_unused_columns removed what the model does not take before the bucketed
+    column was looked up, so a missing one's error listed the columns left ('label') and told
+    to tokenize 'text', not the dataset's 'sentence'; a decoded-audio column was "tokenize
+    first" for a wav2vec2 (its main input 'input_values'), and column='audio.array' removed
+    'audio' itself."""
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    raw = ds.remove_columns("input_ids").add_column("sentence", ["w2 w3"] * len(ds))
+    trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=raw)
+    with pytest.raises(KeyError, match=r"columns: \['label', 'sentence'\].*batch\['sentence'\]"):
+        trainer.get_train_dataloader()
+    rng = np.random.default_rng(0)
+    lens = rng.integers(400, 1200, 8)
+    audio = [{"array": rng.standard_normal(n).tolist(), "sampling_rate": 16000} for n in lens]
+    speech = datasets.Dataset.from_dict(
+        {"audio": audio, "labels": [[1, 2, 3]] * 8, "text": ["a b c"] * 8}
+    )
+    torch.manual_seed(0)
+    ctc = transformers.Wav2Vec2ForCTC(_w2v_config())
+    args = _args(tmp_path, max_steps=1, per_device_train_batch_size=4)
+    trainer = hf.BucketTrainer(model=ctc, args=args, train_dataset=speech)
+    with pytest.raises(
+        KeyError, match=r"main input 'input_values' .* bucketing=\{'column': 'audio'\}"
+    ):
+        trainer.train()
+    for column in ("audio", "audio.array"):
+        bucketing = {"column": column, "num_buckets": 2}
+        trainer = hf.BucketTrainer(model=ctc, args=args, train_dataset=speech, bucketing=bucketing)
+        assert trainer.train().global_step == 1
+    vit = transformers.ViTForImageClassification(
+        transformers.ViTConfig(
+            image_size=32,
+            patch_size=16,
+            hidden_size=8,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=16,
+            num_labels=2,
+        )
+    )
+    images = datasets.Dataset.from_dict({"image": ["a.png", "b.png"], "label": [0, 1]})
+    trainer = hf.BucketTrainer(model=vit, args=args, train_dataset=images)
+    with pytest.raises(KeyError, match=r"main input 'pixel_values' .*'image', 'label'\]\); store"):
+        trainer.train()
+
+
+def test_predicting_a_dataset_dict_names_a_split(tmp_path):
+    """s28-hf: predict(DatasetDict) warned to convert it with Dataset.from_list, then failed
+    inside datasets ("Invalid key: 0. Please first select a split")."""
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    splits = datasets.DatasetDict({"validation": ds.select(range(4)), "test": ds.select([5])})
+    trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=ds)
+    with pytest.raises(TypeError, match=r"test_dataset is a DatasetDict .* test_dataset\['val"):
+        trainer.predict(splits)
+    with pytest.warns(RuntimeWarning, match=r"from_generator"):  # (a stream: not from_list)
+        same = datasets.Dataset.from_dict({"input_ids": [[5] * 7] * 4, "label": [0, 1, 0, 1]})
+        out = trainer.predict(same.to_iterable_dataset())  # (one length: Trainer's collator)
+    assert out.predictions.shape[0] == 4
+
+
+def test_token_labels_of_another_length_than_the_tokens_are_refused_by_row(tmp_path):
+    """s28-hf: one row's labels a token short made 'labels' a target, padded on its own: the
+    run trained without a word (its shapes happened to agree); labels per word, not per token,
+    failed inside the loss ("Expected input batch_size (424) to match target batch_size")."""
+    model, ds = bert_tokens(np.random.default_rng(0))[:2]
+    labels = list(ds["labels"])
+    labels[7] = labels[7][:-1]
+    short = ds.remove_columns("labels").add_column("labels", labels)
+    args = _args(tmp_path, max_steps=1)
+    n = len(ds[7]["input_ids"])
+    match = rf"^BucketTrainer: .* 1 of {len(ds)} rows \(the first: row 7, {n - 1} labels for {n} "
+    with pytest.raises(ValueError, match=match):
+        hf.BucketTrainer(model=model, args=args, train_dataset=short).train()
+    trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds)
+    with pytest.raises(ValueError, match=r"test_dataset's 'labels' differ .*row 7"):
+        trainer.predict(short)
+
+
+def test_a_custom_loss_on_a_per_row_head_is_told_of_the_filler_rows(tmp_path):
+    """s28-hf: compute_loss_func got whole planned batches, and a regression head's filler rows
+    carry the target -100: an MSE of 385 for 0.5, silently. Said once, with the count."""
+    _, ds = bert_sequence(np.random.default_rng(0))[:2]
+    ds = ds.remove_columns("label").add_column("labels", [0.5] * len(ds))
+    torch.manual_seed(0)
+    config = _bert_config(num_labels=1)
+
+    def mse(outputs, labels, num_items_in_batch=None):
+        return torch.nn.functional.mse_loss(outputs.logits.squeeze(-1), labels)
+
+    for options, warns in [({}, True), ({"last_batch": "fill"}, False)]:
+        model = transformers.BertForSequenceClassification(config)
+        trainer = hf.BucketTrainer(
+            model=model,
+            args=_args(tmp_path, num_train_epochs=1),
+            train_dataset=ds,
+            compute_loss_func=mse,
+            bucketing={"num_buckets": 3, **options},
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.train()
+        said = [
+            w for w in caught if "compute_loss_func gets whole planned batches" in str(w.message)
+        ]
+        assert len(said) == warns  # (once)
+        if warns:
+            assert re.search(
+                r"filler rows included \(\d+ of this batch's 8 rows", str(said[0].message)
+            )
+    trainer = hf.BucketTrainer(
+        model=model, args=_args(tmp_path), compute_loss_func=mse, bucketing={"num_buckets": 1}
+    )  # (11 samples in batches of 6 and 5 + a filler row)
+    with pytest.warns(UserWarning, match=r"\(1 of this batch's 6 rows, their labels -100\)"):
+        trainer.predict(ds.select(range(11)))
+
+
+def test_an_evaluation_past_trainings_token_budget_names_eval_bucketing(tmp_path):
+    """s28-hf: evaluation follows bucketing's max_tokens; a test row longer than it said "Raise
+    max_tokens", and the user raised training's budget. The error names both now."""
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    short = ds.filter(lambda row: len(row["input_ids"]) <= 40)
+    trainer = hf.BucketTrainer(
+        model=model, args=_args(tmp_path), train_dataset=short, bucketing={"max_tokens": 64}
+    )
+    with pytest.raises(ValueError, match=r"^test_dataset: max_tokens=64 is below .*eval_bucketing"):
+        trainer.predict(ds)
+    trainer = hf.BucketTrainer(
+        model=model,
+        args=_args(tmp_path),
+        train_dataset=short,
+        bucketing={"max_tokens": 64},
+        eval_bucketing={"max_tokens": 1024},
+    )
+    assert trainer.predict(ds).predictions.shape[0] == len(ds)
 
 
 def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():

@@ -509,9 +509,12 @@ class AudioRows(Dataset):
     ``{key: tensor(float32), "sampling_rate": sr, ...}`` (torch format, so no Python lists).
     """
 
-    def __init__(self, dataset: Any, column: str, key: str) -> None:
+    def __init__(
+        self, dataset: Any, column: str, key: str, field: Sequence[str] = ("array",)
+    ) -> None:
         self.dataset = dataset.with_format("torch")
         self.column, self.key = column, key
+        self.field = tuple(field)  # the path to the samples inside the struct
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -519,7 +522,10 @@ class AudioRows(Dataset):
     def __getitem__(self, index: int) -> dict[str, Any]:
         row = dict(self.dataset[index])
         audio = row.pop(self.column)
-        out = {self.key: torch.as_tensor(audio["array"], dtype=torch.float32)}
+        array = audio
+        for part in self.field:
+            array = array[part]
+        out = {self.key: torch.as_tensor(array, dtype=torch.float32)}
         if "sampling_rate" in audio:
             out["sampling_rate"] = audio["sampling_rate"]
         return {**out, **row}
@@ -722,6 +728,8 @@ def split_columns(
                 f"({c!r}) (or map them to ints), or drop the column"
             )
         if not is_list(t):  # (fixed-size lists and list views too: NOTE [ Target columns ])
+            if not pa.types.is_struct(t):
+                _check_no_nulls(datasets_, c)
             continue
         own = [lengths(d, c) for d in datasets_]
         match = next(
@@ -766,6 +774,34 @@ def split_columns(
             )
         targets.append(c)
     return Columns(follows, targets)
+
+
+def _check_no_nulls(datasets_: Sequence[Any], column: str) -> None:
+    """A column with ``None`` rows (a class label, a score, a string) cannot be batched: it failed
+    at the batch that drew one, mid-epoch or mid-evaluation, with "field 'label' is treated as
+    fixed-size but cannot be stacked (... NoneType)". Refused when planned, with the row."""
+    for k, dataset in enumerate(datasets_):
+        table, indices = table_and_indices(dataset)
+        arr = table.column(column)
+        if not (pa.types.is_null(arr.type) or arr.null_count):
+            continue
+        nulls = arr.is_null().to_numpy(zero_copy_only=False)
+        nulls = nulls if indices is None else nulls[indices]
+        if not nulls.any():
+            continue
+        where = "" if len(datasets_) == 1 else f" of dataset {k}"
+        if nulls.all():  # (datasets types a column of only None as null)
+            raise ValueError(
+                f"column {column!r}{where} holds no values (all {nulls.size:,} rows None: an "
+                f"unlabelled split?), which cannot be batched; drop it: dataset = "
+                f"dataset.remove_columns({column!r})"
+            )
+        raise ValueError(
+            f"column {column!r}{where} is None in {int(nulls.sum()):,} of its {nulls.size:,} "
+            f"rows (the first: row {int(nulls.argmax())}), which cannot be batched; fill "
+            f"them, or leave those rows out: dataset = dataset.filter(lambda row: "
+            f"row[{column!r}] is not None)"
+        )
 
 
 def pad_values(keys: Sequence[str], inputs: Sequence[str], pad_id: Any) -> dict[str, Any]:
@@ -1056,7 +1092,8 @@ def for_audio(
     table, _ = table_and_indices(many[0])
     path = _audio_column(table, column)
     pad = 0 if pad_token_id is None else pad_token_id_of(pad_token_id, None, "for_audio")
-    if path == column:  # a plain list column: samples as they are
+    if path in table.column_names:  # a plain list column: samples as they are ("audio.array",
+        # a struct's field named by its path, is not one: its rows are read through the struct)
         if key != "input_values" and key != column:  # (was ignored: the batches kept `column`)
             raise ValueError(
                 f"for_audio's key= names the output of a struct (decoded audio) column's array, "
@@ -1072,8 +1109,10 @@ def for_audio(
         head = path.split(".")[0]
         per_input = {key: [lengths(d, path) for d in many]}
         rest = [c for c in many[0].column_names if c != head]
-        pads = {**pad_values(rest, [], pad), "sampling_rate": 0, key: pad_value}
-        view = lambda d: AudioRows(d, head, key)  # noqa: E731
+        stored = table.schema.field(head).type
+        rate = {"sampling_rate": 0} if stored.get_field_index("sampling_rate") >= 0 else {}
+        pads = {**pad_values(rest, [], pad), **rate, key: pad_value}
+        view = lambda d: AudioRows(d, head, key, path.split(".")[1:])  # noqa: E731
         name = key
     plan = Plan(
         inputs=[name],
@@ -1156,6 +1195,8 @@ def for_images(
     table = table_and_indices(many[0])[0]
     for c in table.column_names:
         t = table.schema.field(c).type
+        if c != column and not is_list(t) and not pa.types.is_struct(t):
+            _check_no_nulls(many, c)
         if c == column or not is_list(t):
             continue
         if is_list(t.value_type) and all(
@@ -1416,4 +1457,17 @@ def dataset_list(dataset: Any, owner: str, argument: str = "dataset") -> list[An
                 f"(len({name}) == 0); pass a dataset with rows (did a filter, select or map "
                 "leave none?)"
             )
-    return many
+    return [_shown_columns(d) for d in many]
+
+
+def _shown_columns(dataset: Any) -> Any:
+    """``dataset`` without the columns its format hides (``set_format("torch", columns=[...])``):
+    the columns are read from the Arrow table, the rows from the format, so a hidden
+    ``attention_mask`` failed at the first batch ("fields names ['attention_mask'] but the
+    samples (dict) have fields ['label', 'input_ids']; fix the names in fields={...}")."""
+    fmt = getattr(dataset, "format", None) or {}
+    shown = fmt.get("columns")
+    if shown is None or fmt.get("output_all_columns"):
+        return dataset
+    hidden = [c for c in dataset.column_names if c not in shown]
+    return dataset.remove_columns(hidden) if hidden else dataset

@@ -72,7 +72,7 @@ from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 
 from bucketloader._arrow import nesting
 from bucketloader._samples import load_samples
-from bucketloader._validation import keyword_options, release
+from bucketloader._validation import MissingKeyError, keyword_options, release
 from bucketloader.evaluation import EvalSampler, restore_order
 from bucketloader.hf.bucketing import (
     LABEL_PAD,
@@ -84,7 +84,7 @@ from bucketloader.hf.bucketing import (
     for_images,
     for_text,
 )
-from bucketloader.hf.lengths import resolve_column, table_and_indices
+from bucketloader.hf.lengths import lengths, resolve_column, table_and_indices
 from bucketloader.hf.loss import (
     ROW_POLICIES,
     loss_policy,
@@ -139,6 +139,14 @@ class _BucketMixin:
                 f"and prediction batches, got {type(eval_bucketing).__name__}"
             )
         _check_bucketing_options(bucketing, eval_bucketing)
+        if isinstance(bucketing, Bucketing) and isinstance(bucketing.sampler, EvalSampler):
+            raise ValueError(  # (it trained on one fixed order, every epoch, without a word)
+                f"{type(self).__name__} trains on bucketing=Bucketing(...), but it holds an "
+                "EvalSampler (built with evaluation=True: every sample once, in one fixed order, "
+                "every epoch, never shuffled); build the training plan without evaluation=True. "
+                "Evaluation and prediction batches are planned by the trainer itself "
+                "(eval_bucketing={...} for options of their own)"
+            )
         given = args[3] if len(args) > 3 else kwargs.get("train_dataset")
         if (
             isinstance(bucketing, Bucketing)
@@ -173,6 +181,8 @@ class _BucketMixin:
         user_collator = args[2] if len(args) > 2 else kwargs.get("data_collator")
         self._lm = _language_modeling(user_collator, type(self).__name__)
         super().__init__(*args, **kwargs)
+        for argument, options in (("bucketing", bucketing), ("eval_bucketing", eval_bucketing)):
+            _check_ranks(argument, options, self.args)
         self._bucketing_options = dict(bucketing) if isinstance(bucketing, dict) else {}
         # The replaced collator's pad multiple (DataCollatorWithPadding(tokenizer,
         # pad_to_multiple_of=8), ...) was dropped with it: shapes of 21 and 59 tokens. It is the
@@ -188,6 +198,8 @@ class _BucketMixin:
         self._note_overrides()
         self._eval_options = dict(eval_bucketing or {})
         self._bucketing: Bucketing | None = bucketing if isinstance(bucketing, Bucketing) else None
+        if self._bucketing is not None:
+            self._check_against_model(self._bucketing, self._bucketing.dataset, "bucketing")
         self._built_rows: int | None = None  # the _train_batch_size of the bucketing built
         if self._bucketing is not None and self.args.auto_find_batch_size:
             warnings.warn(
@@ -205,6 +217,7 @@ class _BucketMixin:
         self._eval_mask: torch.Tensor | None = None
         self._step_rows: torch.Tensor | None = None
         self._scaled_default = getattr(self, "loss_is_scaled_for_ga", None)
+        self._custom_loss_warned = False
 
     # -- building the batches -----------------------------------------------------------------
     def model_inputs(self) -> list[str]:
@@ -224,10 +237,20 @@ class _BucketMixin:
             opts.update(self._eval_options)
         if self._collator_multiple is not None and not {"shapes", "boundaries"} & opts.keys():
             opts.setdefault("pad_to_multiple_of", self._collator_multiple)
-        column = opts.pop("column", None) or getattr(self.model, "main_input_name", "input_ids")
+        given = opts.pop("column", None)
+        column = given or getattr(self.model, "main_input_name", "input_ids")
         columns = [column] if isinstance(column, str) else list(column)
-        if isinstance(dataset, datasets.Dataset) and self.args.remove_unused_columns:
-            keep = {*self.model_inputs(), *columns}
+        heads = [c.split(".")[0] if isinstance(c, str) else c for c in columns]  # ("audio.array")
+        names = getattr(dataset, "column_names", None)
+        if given is None and names is not None and column not in names:
+            _refuse_missing_main_input(dataset, column, type(self).__name__)
+        if (
+            isinstance(dataset, datasets.Dataset)
+            and self.args.remove_unused_columns
+            and all(h in dataset.column_names for h in heads)  # (else the error that follows
+            # listed the columns left after the removal, and the text column was among them)
+        ):
+            keep = {*self.model_inputs(), *heads}
             unused = [c for c in dataset.column_names if c not in keep]
             dataset = dataset.remove_columns(unused) if unused else dataset
         if not evaluation:
@@ -337,7 +360,9 @@ class _BucketMixin:
             if self.train_dataset is None:
                 raise ValueError("Trainer: training requires a train_dataset.")
             self._check_rows(self.train_dataset, "train_dataset")
-            self._bucketing = self._build_bucketing(self.train_dataset, evaluation=False)
+            built = self._build_bucketing(self.train_dataset, evaluation=False)
+            self._check_against_model(built, self.train_dataset, "train_dataset")
+            self._bucketing = built
         return self._bucketing
 
     def get_train_dataloader(self) -> Any:
@@ -364,11 +389,32 @@ class _BucketMixin:
         return self._eval_loader(test_dataset, "test", lambda: parent(test_dataset))
 
     def _eval_loader(self, dataset: Any, key: str, fallback: Callable[[], Any]) -> Any:
+        splits = (datasets.Dataset, datasets.IterableDataset)
+        if (
+            isinstance(dataset, Mapping)
+            and dataset
+            and all(isinstance(d, splits) for d in dataset.values())
+        ):
+            # (a DatasetDict: the warning below told to convert it with from_list, and the
+            # Trainer's loader then failed inside datasets: "Invalid key: 0. Please first select
+            # a split")
+            argument = "test_dataset" if key == "test" else "eval_dataset"
+            raise TypeError(
+                f"{type(self).__name__} evaluates one dataset at a time, but {argument} is a "
+                f"{type(dataset).__name__} of splits {list(dataset)}; pick one, e.g. "
+                f"{argument}[{next(iter(dataset))!r}] (evaluate() takes such a dict as "
+                "eval_dataset, and reports each split)"
+            )
         if not isinstance(dataset, datasets.Dataset):
+            convert = (
+                "datasets.Dataset.from_generator(lambda: iter(stream))"
+                if _is_stream(dataset)
+                else "datasets.Dataset.from_list"
+            )
             warnings.warn(
                 f"{type(self).__name__} buckets evaluation of a datasets.Dataset only; "
                 f"{type(dataset).__name__} goes through the Trainer's own loader, with its "
-                "shapes (convert it with datasets.Dataset.from_list to bucket it)",
+                f"shapes (convert it with {convert} to bucket it)",
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -383,8 +429,19 @@ class _BucketMixin:
         if cached is not None and cached[0] is dataset:
             return cached[1]
         names = {"eval": "eval_dataset", "test": "test_dataset"}
-        self._check_rows(dataset, names.get(key, f"eval_dataset[{key!r}]"))
-        b = self._build_bucketing(dataset, evaluation=True)
+        argument = names.get(key, f"eval_dataset[{key!r}]")
+        self._check_rows(dataset, argument)
+        try:
+            b = self._build_bucketing(dataset, evaluation=True)
+        except ValueError as exc:
+            budget = self._bucketing_options.get("max_tokens")
+            if budget is None or "max_tokens" in self._eval_options or "max_tokens" not in str(exc):
+                raise
+            raise ValueError(  # (it said "raise max_tokens": the user raised training's)
+                f"{argument}: {exc} (max_tokens={budget!r} is training's, from bucketing=, which "
+                "evaluation follows unless given its own: eval_bucketing={'max_tokens': ...})"
+            ) from None
+        self._check_against_model(b, dataset, argument)
         self._eval_cache[key] = (dataset, b)
         self._note_unlabelled_eval(dataset, key)
         self._note_eval_batch(b)
@@ -399,6 +456,116 @@ class _BucketMixin:
                 "there is no batch to plan; pass a dataset with rows (did a filter, select or "
                 "map leave none?)"
             )
+
+    def _check_against_model(self, b: Bucketing, dataset: Any, argument: str) -> None:
+        """What the model cannot take from a plan, refused when it is built (not at a batch)."""
+        self._check_positions(b, dataset, argument)
+        self._check_token_labels(b, dataset, argument)
+
+    def _check_token_labels(self, b: Bucketing, dataset: Any, argument: str) -> None:
+        """A token-classification head takes one label per token, so its labels must follow the
+        input; one row of another length made them a target (NOTE [ Target columns ]), padded
+        on its own: shapes that happened to agree trained silently (misaligned under left
+        padding), others failed inside the loss ("Expected input batch_size (424) to match
+        target batch_size (208)")."""
+        collate = b.collator
+        targets = getattr(collate, "targets", None)
+        main = getattr(collate, "main_input", None)
+        if (
+            not type(self.model).__name__.endswith("ForTokenClassification")
+            or targets is None
+            or not isinstance(main, str)
+            or not isinstance(dataset, datasets.Dataset)
+        ):
+            return
+        for column in targets.columns:
+            if not (column.startswith("label") or column in self.label_names):
+                continue
+            own, tokens = lengths(dataset, column), lengths(dataset, main)
+            bad = np.flatnonzero(own != tokens)
+            if not bad.size:
+                continue
+            i = int(bad[0])
+            raise ValueError(
+                f"{type(self).__name__}: {type(self.model).__name__} takes one label per token, "
+                f"but {argument}'s {column!r} differ in length from its {main!r} in {bad.size:,} "
+                f"of {own.size:,} rows (the first: row {i}, {int(own[i])} labels for "
+                f"{int(tokens[i])} tokens); "
+                "align the labels with the tokens (tokenizer(words, is_split_into_words=True)"
+                ".word_ids(), -100 on special tokens), or leave those rows out"
+            )
+
+    def _check_positions(self, b: Bucketing, dataset: Any, argument: str) -> None:
+        """Refuse a text plan longer than the model's learned position table (BERT's
+        ``max_position_embeddings``, GPT-2's ``n_positions``): it failed at the first such batch,
+        inside the model ("The expanded size of the tensor (119) must match the existing size
+        (64)"), or at evaluation, after training; a packed document too (GPT-2: "index out of
+        range in self"), whose positions restart at 0. Models without one (rotary, relative)
+        pass."""
+        from bucketloader.hf.packing import PackedInputs
+
+        collate = b.collator
+        main = getattr(collate, "main_input", None) or ""
+        packed = isinstance(collate, PackedInputs)
+        if not packed and (
+            not isinstance(collate, ModelInputs)
+            or not main
+            or not isinstance(dataset, datasets.Dataset)  # (a prebuilt one's audio rows...)
+            or _is_image(dataset, main)
+            or _is_audio(dataset, main)
+        ):
+            return
+        limit, table = _position_limit(self.model)
+        if limit is None:
+            return
+        if packed:  # (positions restart at 0 in each document of a packed row)
+            sizes = b.sampler.spec.sizes
+            if not sizes.size or int(sizes.max()) <= limit:
+                return
+            i = int(sizes.argmax())
+            raise ValueError(
+                f"{type(self).__name__}: {type(self.model).__name__} embeds at most {limit} "
+                f"positions ({table}), but {argument} packs documents of up to {int(sizes[i])} "
+                f"tokens (document {i}), whose positions reach {int(sizes[i]) - 1}, which would "
+                f"fail inside the model; cut or split the documents to {limit} tokens in the "
+                "dataset (dataset.map), or pack rows of at most that many tokens with "
+                "overflow='truncate' (or 'drop')"
+            )
+        names = b.sampler.shape_table.input_names
+        planned = {c: np.array([s[d + 1] for s in b.sampler.shapes]) for d, c in enumerate(names)}
+        config = getattr(self.model, "config", None)
+        if collate.targets is not None and getattr(config, "is_encoder_decoder", False):
+            decoder = ("labels", "decoder_input_ids")  # (a decoder's positions: BART's own table)
+            planned.update({c: v for c, v in collate.targets.lengths.items() if c in decoder})
+        column, lens = max(planned.items(), key=lambda kv: int(kv[1].max()))
+        longest = int(lens.max())
+        if longest <= limit:
+            return
+        step = int(np.gcd.reduce(lens)) if len(set(lens.tolist())) > 1 else 1
+        fit = limit - limit % step if step <= limit else limit  # (pad_to_multiple_of's, if any)
+        rows = lengths(dataset, column)
+        i = int(rows.argmax())
+        if column not in names:  # a target: padded per cell, never cut by the sampler
+            fix = (
+                f"truncate the targets when tokenizing (tokenizer(text_target=..., "
+                f"truncation=True, max_length={fit})), or leave the long rows out: dataset = "
+                f"dataset.filter(lambda row: len(row[{column!r}]) <= {fit})"
+            )
+        else:
+            cut = f"'max_length': {fit}, 'overflow': 'truncate'"
+            option = {
+                "train_dataset": f"bucketing={{{cut}}}",
+                "bucketing": f"hf.for_text(..., max_length={fit}, overflow='truncate')",
+            }.get(argument, f"eval_bucketing={{{cut}}}")
+            fix = (
+                f"truncate when tokenizing (tokenizer(..., truncation=True, max_length={fit})), "
+                f"or have the sampler cut or leave out the long rows: {option} (or 'drop')"
+            )
+        raise ValueError(
+            f"{type(self).__name__}: {type(self.model).__name__} embeds at most {limit} "
+            f"positions ({table}), but {argument} plans {column!r} batches {longest} long (its "
+            f"longest row, {i}, has {int(rows[i])}), which would fail inside the model; {fix}"
+        )
 
     # -- compiling the planned shapes (NOTE [ torch.compile and the planned shapes ]) -----------
     def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
@@ -613,11 +780,36 @@ class _BucketMixin:
         self._step_rows = None
         if batches and isinstance(batches[0], Mapping) and "sample_mask" in batches[0]:
             if loss_policy(self.model, batches[0].get("labels")) in ROW_POLICIES:
+                for b in batches:
+                    self._warn_custom_loss_fillers(b["sample_mask"])
                 rows = sum(b["sample_mask"].sum() for b in batches).reshape(1).to(device)
                 if self.args.average_tokens_across_devices and self.args.world_size > 1:
                     rows = self.accelerator.gather(rows).sum()
                 self._step_rows = rows.reshape(())
         return batches, num_items
+
+    def _warn_custom_loss_fillers(self, mask: Any) -> None:
+        """A ``compute_loss_func`` gets whole planned batches: on a per-row head (regression,
+        multi-label, CTC) a filler row's label -100 is a target value (an MSE to -100: a loss
+        of 385 for 0.5, silently). Said once, with the count, from a CPU batch (no sync)."""
+        if self._custom_loss_warned or self.compute_loss_func is None:
+            return
+        if not isinstance(mask, torch.Tensor) or mask.device.type != "cpu":
+            return
+        fillers = int((~mask.bool()).sum())
+        if not fillers:
+            return
+        self._custom_loss_warned = True
+        warnings.warn(
+            f"{type(self).__name__}: compute_loss_func gets whole planned batches, filler rows "
+            f"included ({fillers} of this batch's {mask.numel()} rows, their labels -100), and "
+            f"{type(self.model).__name__}'s loss does not ignore -100 by itself (per row: "
+            "regression, multi-label, CTC); mask them in your loss (keep = labels != -100 "
+            "per row), or drop compute_loss_func (BucketTrainer then averages the real rows), "
+            "or train without filler rows: bucketing={'last_batch': 'fill'}",
+            UserWarning,
+            stacklevel=2,
+        )
 
     def _track_num_input_tokens(self, inputs: Any) -> Any:
         """As ``Trainer``'s; ``include_num_input_tokens_seen="non_padding"`` counts the real
@@ -728,6 +920,8 @@ class _BucketMixin:
         index = inputs.pop("index", None)
         mask = inputs.pop("sample_mask", None)
         self._eval_mask = mask
+        if loss_policy(model, inputs.get("labels")) in ROW_POLICIES:
+            self._warn_custom_loss_fillers(mask)
         try:
             loss, logits, labels = super().prediction_step(  # type: ignore[misc]
                 model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs
@@ -855,6 +1049,25 @@ def _check_bucketing_options(bucketing: Any, eval_bucketing: Any) -> None:
         if isinstance(options, dict):
             rest = {k: v for k, v in options.items() if k not in own and k != "precompile"}
             check_entry_options(for_text, rest, BucketSampler, BucketSpec, evaluation=evaluation)
+
+
+def _check_ranks(argument: str, options: Any, args: Any) -> None:
+    """``num_replicas`` / ``rank`` in a ``bucketing`` dict must be the run's own (``args``, which
+    are their defaults): on one process, ``num_replicas=2`` trained on half of the data without a
+    word, and ``predict`` failed after the whole loop ("index must hold every sample ...")."""
+    if not isinstance(options, dict):
+        return
+    run = {"num_replicas": args.world_size, "rank": args.process_index}
+    for key, value in run.items():
+        if key in options and options[key] != value:
+            raise ValueError(
+                f"{argument} has {key}={options[key]!r}, but the run's is {value} "
+                f"(TrainingArguments: world_size={args.world_size}, process_index="
+                f"{args.process_index}), so each sampler would plan another run's share of the "
+                f"samples (and leave the rest out); drop {key} from {argument}: BucketTrainer "
+                "takes both from TrainingArguments (start N processes with torchrun "
+                "--nproc_per_node=N)"
+            )
 
 
 def _check_transformers(name: str, version: str = transformers.__version__) -> None:
@@ -1262,6 +1475,68 @@ class LanguageModelingLabels:
             labels[padding] = LABEL_PAD
         out["labels"] = labels
         return out
+
+
+def _refuse_missing_main_input(dataset: Any, column: str, owner: str) -> None:
+    """The model's main input (the default ``column``) is missing, and a decoded-audio struct
+    column is there: name it (for_text's error said "tokenize first" of a speech dataset, and
+    listed its columns without the audio, which ``remove_unused_columns`` had removed); an
+    image model's ``pixel_values``: say how to store them."""
+    schema = table_and_indices(dataset)[0].schema
+    audio = [
+        f.name
+        for f in schema
+        if pa.types.is_struct(f.type)
+        and f.type.get_field_index("array") >= 0
+        and nesting(f.type.field("array").type)[0] > 0
+    ]
+    if not audio:
+        if column == "pixel_values":  # (an image model: for_text's "tokenize first" too)
+            raise MissingKeyError(
+                f"{owner} buckets the model's main input 'pixel_values' (model.main_input_name), "
+                f"which the dataset does not have (its columns: {schema.names}); store the "
+                "image processor's output first: dataset = dataset.map(lambda batch: "
+                "processor(batch['image'], do_pad=False), batched=True), channels-first "
+                "(C, H, W) pixel_values of each image's own size"
+            )
+        return
+    raise MissingKeyError(
+        f"{owner} buckets the model's main input {column!r} (model.main_input_name), which the "
+        f"dataset does not have, but its column {audio[0]!r} holds decoded audio; name it: "
+        f"bucketing={{'column': {audio[0]!r}}} (its arrays reach the model as 'input_values', "
+        "raw waveforms), or store the feature extractor's output first: dataset = dataset.map("
+        f"lambda row: extractor(row[{audio[0]!r}]['array'], sampling_rate=16000), "
+        f"remove_columns=[{audio[0]!r}])"
+    )
+
+
+#: Names of learned absolute position tables in ``transformers`` models (BERT, RoBERTa, GPT-2,
+#: BART, OPT...); rotary and relative positions (Llama, T5) have none.
+_POSITION_TABLES = ("position_embeddings", "wpe", "embed_positions")
+
+
+def _position_limit(model: Any) -> tuple[int | None, str]:
+    """The longest sequence ``model``'s position tables embed, and the shortest table's name;
+    ``(None, "")`` without one. A table's first ids may be reserved: RoBERTa's positions start
+    after its ``padding_idx`` (514 rows, 512 tokens), BART's after an ``offset`` of 2. Only a
+    model whose config has ``max_position_embeddings`` (GPT-2's ``n_positions`` reads as it)
+    is looked at: a composite one's (an audio tower beside a rotary LLM) bounds no text."""
+    best: tuple[int | None, str] = (None, "")
+    config = getattr(model, "config", None)  # (wrappers, PEFT's too, forward it)
+    if not isinstance(getattr(config, "max_position_embeddings", None), int):
+        return best
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Embedding):
+            continue
+        if name.rsplit(".", 1)[-1] not in _POSITION_TABLES:
+            continue
+        pad = module.padding_idx
+        offset = getattr(module, "offset", 0)
+        reserved = (offset if isinstance(offset, int) else 0) + (0 if pad is None else pad + 1)
+        limit = module.num_embeddings - reserved
+        if best[0] is None or limit < best[0]:
+            best = (limit, f"{name}: {module.num_embeddings} rows")
+    return best
 
 
 def _is_image(dataset: Any, column: str) -> bool:
