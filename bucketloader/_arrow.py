@@ -8,7 +8,34 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Sequence
 from typing import Any
+
+#: The last resort a type error names where the engine takes ``length_fn=`` (Ray), and where it
+#: does not (a Parquet scan, the command line, which rewrites the first into the second).
+WITH_LENGTH_FN = "pass length_fn="
+WITHOUT_LENGTH_FN = "write each row's length to an integer column and measure that"
+
+
+def nested_field(name: str, structs: Sequence[str], fix: str) -> str:
+    """The end of a missing-column error where ``name`` is a path into a struct column
+    (``'meta.n'``, where ``structs``, the struct columns, hold ``'meta'``): columns are matched
+    by name, not by path, so the error says so and gives the engine's ``fix``; ``""`` for any
+    other name.
+
+    Example:
+        >>> nested_field("meta.n", ["meta", "ids"], "FIX")
+        "; 'meta.n' is a field of the struct column 'meta', and a column is named, not a path: FIX"
+        >>> nested_field("n", ["meta"], "FIX")
+        ''
+    """
+    head = name.split(".", 1)[0]
+    if "." not in name or head not in structs:
+        return ""
+    return (
+        f"; {name!r} is a field of the struct column {head!r}, and a column is named, not a "
+        f"path: {fix}"
+    )
 
 
 def is_list(t: Any) -> bool:

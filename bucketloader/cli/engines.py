@@ -64,7 +64,7 @@ def engine_histogram(
     name the Python one. Files that hold no row are told on stderr with their count (a note:
     nothing is lost, but a writer that left empty shards may have lost rows upstream).
     """
-    from bucketloader.engines._common import WITH_LENGTH_FN, WITHOUT_LENGTH_FN
+    from bucketloader._arrow import WITH_LENGTH_FN, WITHOUT_LENGTH_FN
 
     try:
         return _engine_histogram(path, column, engine, nulls)
@@ -190,8 +190,8 @@ def _footers(files: list[str], columns: str | list[str]) -> tuple[tuple[str, ...
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from bucketloader._arrow import nested_field
     from bucketloader._validation import MissingKeyError
-    from bucketloader.engines._common import nested_field
 
     columns = _as_list(columns)
     empty: list[str] = []

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from bucketloader._arrow import is_bytes, is_list, is_text, text_lengths
+from bucketloader._arrow import WITH_LENGTH_FN, is_bytes, is_list, is_text, text_lengths
 from bucketloader._validation import MAX_LENGTH, check_choice
 from bucketloader.histogram import JointHistogram, LengthHistogram
 
@@ -231,27 +231,6 @@ and leaves them out)
     return None
 
 
-def nested_field(name: str, structs: Sequence[str], fix: str) -> str:
-    """The end of a missing-column error where ``name`` is a path into a struct column
-    (``'meta.n'``, where ``structs``, the struct columns, hold ``'meta'``): columns are matched
-    by name, not by path, so the error says so and gives the engine's ``fix``; ``""`` for any
-    other name.
-
-    Example:
-        >>> nested_field("meta.n", ["meta", "ids"], "FIX")
-        "; 'meta.n' is a field of the struct column 'meta', and a column is named, not a path: FIX"
-        >>> nested_field("n", ["meta"], "FIX")
-        ''
-    """
-    head = name.split(".", 1)[0]
-    if "." not in name or head not in structs:
-        return ""
-    return (
-        f"; {name!r} is a field of the struct column {head!r}, and a column is named, not a "
-        f"path: {fix}"
-    )
-
-
 def describe_columns(columns: list[str] | None) -> str:
     if columns is None:
         return "length_fn"
@@ -259,12 +238,6 @@ def describe_columns(columns: list[str] | None) -> str:
 
 
 # --- Arrow ------------------------------------------------------------------------------------
-
-
-#: The last resort a type error names where the engine takes ``length_fn=`` (Ray), and where it
-#: does not (a Parquet scan, the command line).
-WITH_LENGTH_FN = "pass length_fn="
-WITHOUT_LENGTH_FN = "write each row's length to an integer column and measure that"
 
 
 def check_arrow_type(t: Any, name: str, *, other: str = WITH_LENGTH_FN) -> None:

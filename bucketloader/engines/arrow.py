@@ -21,9 +21,11 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from bucketloader._arrow import (
+    WITHOUT_LENGTH_FN,
     is_bytes,
     is_list,
     is_text,
+    nested_field,
     parquet_files,
     scan_parquet,
     skipped_note,
@@ -31,7 +33,6 @@ from bucketloader._arrow import (
 from bucketloader._types import LazyModule
 from bucketloader._validation import MissingKeyError, check_bool, check_int, checks_options
 from bucketloader.engines._common import (
-    WITHOUT_LENGTH_FN,
     Accumulator,
     ScanResult,
     check_arrow_type,
@@ -39,7 +40,6 @@ from bucketloader.engines._common import (
     check_nulls,
     describe_columns,
     missing_column,
-    nested_field,
     require,
     table_lengths,
 )

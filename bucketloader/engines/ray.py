@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 from numpy.typing import ArrayLike
 
+from bucketloader._arrow import nested_field
 from bucketloader._types import LazyModule
 from bucketloader._validation import MissingKeyError, as_lengths, batch_lengths, check_choice
 from bucketloader.boundaries import check_boundaries
@@ -31,7 +32,6 @@ from bucketloader.engines._common import (
     check_nulls,
     describe_columns,
     missing_column,
-    nested_field,
     require,
     table_lengths,
 )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import numpy as np
 from numpy.typing import ArrayLike
 
+from bucketloader._arrow import nested_field
 from bucketloader._types import LazyModule
 from bucketloader._validation import MAX_LENGTH, MissingKeyError
 from bucketloader.boundaries import check_boundaries
@@ -26,7 +27,6 @@ from bucketloader.engines._common import (
     check_columns,
     check_nulls,
     missing_column,
-    nested_field,
     require,
 )
 
