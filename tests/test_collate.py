@@ -535,10 +535,21 @@ def test_mismatched_structures(small):
         r"may vary between samples; the size that differs is dim 0 .* Field\(dims=-2\)",
     ):
         small.collator(fields=Field(dims=-1))([torch.ones(2, 2), torch.ones(3, 2)])
-    with pytest.raises(ValueError, match="treated as fixed-size but cannot be stacked"):
+    with pytest.raises(
+        ValueError,
+        match=r"'b' is treated as fixed-size but cannot be stacked: sample 0 holds a tensor of "
+        r"shape \(2,\) there and sample 1 a tensor of shape \(3,\); if it varies",
+    ):
         small.collator(fields={"a": "length"})(
             [{"a": [1, 2], "b": torch.ones(2)}, {"a": [1, 2], "b": torch.ones(3)}]
         )
+    # the kinds, not torch's words: a label 0 beside [1, 2] said "'list' object cannot be
+    # interpreted as an integer", a dict beside a tensor leaked an IndexError (test_fuzz_pipeline)
+    collate = small.collator(fields={"a": "length"})
+    with pytest.raises(ValueError, match="sample 0 holds an int there and sample 1 a list of 2"):
+        collate([{"a": [1, 2], "label": 0}, {"a": [1, 2], "label": [1, 2]}])
+    with pytest.raises(ValueError, match=r"holds a dict with keys \['x'\] there and sample 1 a"):
+        collate([{"a": [1, 2], "b": {"x": torch.ones(1)}}, {"a": [1, 2], "b": torch.ones(1)}])
 
 
 def test_argument_errors(small):

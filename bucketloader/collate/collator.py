@@ -956,10 +956,19 @@ class PadCollator:
     def _fixed(self, values: list[Any], key: Any, rows: int) -> Any:
         try:
             res = default_collate(values)
-        except (RuntimeError, TypeError) as exc:
+        except (RuntimeError, TypeError, IndexError, KeyError) as exc:
             check_readable(values, key, exc)
+            kinds = [_shape_of(v) for v in values]
+            # (torch's own words were internal ones: "'list' object cannot be interpreted as
+            # an integer" of a label 0 beside [1, 2], an IndexError of a dict beside a tensor)
+            other = next((i for i, k in enumerate(kinds) if k != kinds[0]), None)
+            why = (
+                f"sample 0 holds {kinds[0]} there and sample {other} {kinds[other]}"
+                if other is not None
+                else f"every sample holds {kinds[0]} there, which torch does not stack"
+            )
             raise ValueError(
-                f"field {key!r} is treated as fixed-size but cannot be stacked ({exc}); if it "
+                f"field {key!r} is treated as fixed-size but cannot be stacked: {why}; if it "
                 "varies in length, list it in fields={...} with the input that buckets that "
                 "length; a count no input buckets (detection boxes (n, 4) per image) must be "
                 "padded to one fixed size in the dataset (with a mask of the real entries: "
@@ -1233,3 +1242,21 @@ def _cell(
 
 def _fmt(row: np.ndarray) -> str:
     return str(int(row[0])) if row.size == 1 else str(tuple(int(x) for x in row))
+
+
+def _shape_of(value: Any) -> str:
+    """A fixed-size field's value as an error names it: its type and shape or length.
+
+    Example:
+        >>> _shape_of(torch.zeros(2, 3)), _shape_of([1, 2]), _shape_of(0), _shape_of({"a": 1})
+        ('a tensor of shape (2, 3)', 'a list of 2', 'an int', "a dict with keys ['a']")
+    """
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        kind = "tensor" if isinstance(value, torch.Tensor) else "array"
+        return f"a {kind} of shape {tuple(value.shape)}"
+    if isinstance(value, Mapping):
+        return f"a dict with keys {sorted(map(str, value))[:8]}"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)}"
+    name = type(value).__name__
+    return f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
