@@ -431,6 +431,20 @@ def run_skipped_examples(functions, globs):
         assert runner.failures == 0, "".join(out)
 
 
+def damaged_shard(folder: Path) -> Path:
+    """A Parquet file in ``folder`` whose footer reads but whose data pages are damaged (the
+    engines' "failed reading" errors must name it)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    shard = folder / "a.parquet"
+    pq.write_table(pa.table({"n": list(range(1000))}), shard, compression="snappy")
+    data = bytearray(shard.read_bytes())
+    data[40:2000] = b"\xab" * 1960  # the pages, not the footer
+    shard.write_bytes(bytes(data))
+    return shard
+
+
 def check_joint_precompute_of_shards(tmp_path: Path, capsys: Any, *engine: str) -> str:
     """s28: `precompute SHARDS --column src,tgt --max-shapes 3` (on ``engine``: ``--engine
     ray`` ...) stores the joint plan that ``BucketSampler(pairs, max_shapes=3, batch_size=16,

@@ -982,14 +982,12 @@ def test_a_shard_with_damaged_pages_is_named(tmp_path, capsys):
     a file could not be read as Parquet (Corrupt snappy compressed data.)": neither the file
     nor the fix. The scan names the file (the one of the files it was reading that fails
     alone), on the command line too."""
+    from conftest import damaged_shard
+
     from bucketloader.cli.main import main
 
     pq.write_table(pa.table({"n": list(range(50))}), tmp_path / "0.parquet")
-    shard = tmp_path / "a.parquet"
-    pq.write_table(pa.table({"n": list(range(1000))}), shard, compression="snappy")
-    data = bytearray(shard.read_bytes())
-    data[40:2000] = b"\xab" * 1960  # the pages, not the footer
-    shard.write_bytes(bytes(data))
+    shard = damaged_shard(tmp_path)
     with pytest.raises(ValueError) as info:
         parquet_histogram(tmp_path, "n")
     assert str(info.value).startswith(f"{shard}: could not be read as Parquet (")

@@ -374,15 +374,11 @@ def test_cli_engine_ray_names_a_shard_with_damaged_pages(cluster, tmp_path, caps
     """s28: a shard whose footer reads but whose pages are damaged ended `--engine ray` in an
     error whose text was Ray's worker traceback (68 lines); one line names the file, Ray's
     message and the fix."""
-    import pyarrow.parquet as pq
+    from conftest import damaged_shard
 
     from bucketloader.cli.main import main
 
-    shard = tmp_path / "a.parquet"
-    pq.write_table(pa.table({"n": list(range(1000))}), shard, compression="snappy")
-    data = bytearray(shard.read_bytes())
-    data[40:2000] = b"\xab" * 1960  # the pages, not the footer
-    shard.write_bytes(bytes(data))
+    shard = damaged_shard(tmp_path)
     assert main(["report", str(tmp_path), "--engine", "ray"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "File " not in err, err

@@ -505,16 +505,11 @@ def test_cli_engine_spark_names_a_shard_with_damaged_pages(spark, tmp_path, caps
     """s28: a shard whose footer reads but whose pages are damaged ended `--engine spark` in a
     190-line Py4JJavaError traceback, exit 1; one line names the file, Spark's error class,
     the root cause and the fix."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from conftest import damaged_shard
 
     from bucketloader.cli.main import main
 
-    shard = tmp_path / "a.parquet"
-    pq.write_table(pa.table({"n": list(range(1000))}), shard, compression="snappy")
-    data = bytearray(shard.read_bytes())
-    data[40:2000] = b"\xab" * 1960  # the pages, not the footer
-    shard.write_bytes(bytes(data))
+    shard = damaged_shard(tmp_path)
     assert main(["report", str(tmp_path), "--engine", "spark"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "\tat " not in err, err
