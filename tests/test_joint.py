@@ -1181,8 +1181,8 @@ def test_a_coarsened_grids_values_round_least(marginal, per, down):
     kept (at most one value more: no less than the best ``per + 1``)."""
     values = np.array(sorted(marginal), dtype=np.int64)
     weights = np.array([marginal[v] for v in values], dtype=np.int64)
-    rows = values[:, None]
-    got = _grid.placed_values(rows, weights, [values], per, down=down)[0]
+    hists = _grid.marginals(values[:, None], weights)
+    got = _grid.placed_values(hists, per, down=down)[0]
     assert got[0] == values[0] and got[-1] == values[-1] and got.size <= per + 1
     assert np.isin(got, values).all()
     ours = _rounding(values, weights, got, down)

@@ -88,6 +88,7 @@ from bucketloader.strategies.joint._grid import (
     TooFewCells,
     _cover,
     coarse_values,
+    marginals,
     placed_values,
     sizes_of,
 )
@@ -447,12 +448,12 @@ def _ladder(
     (no bundle to resume), as many as the plan's until ``deadline``. The better bound, with its
     Lagrangian run and values per input."""
     d = rows.shape[1]
-    exact = [np.unique(rows[:, j]) for j in range(d)]
+    hists = marginals(rows, counts)
     real = float(np.dot(sizes_of(rows, size), counts))
     fine = max(2, int(min(COARSE_GRID, MAX_GRID) ** (1.0 / d)))
     per = max(2, fine // 2) if d == 2 else fine
     t0 = time.perf_counter()
-    grid, reach, finest = _rounded_down(rows, counts, exact, per, size, k)
+    grid, reach, finest = _rounded_down(rows, counts, hists, per, size, k)
     t1 = time.perf_counter()
     share = LADDER_PROBE if per < fine else 1.0
     bound = lagrangian(grid, k, reach, total(grid, reach), t1 + share * (deadline - t1), tol)
@@ -461,7 +462,7 @@ def _ladder(
     # the finer grid has about 2**d times the points: its set-up and evaluations too
     need = 2**d * ((t1 - t0) + LADDER_EVALS * (t2 - t1) / max(bound.iterations, 1))
     if not finest and per < fine and t2 + need <= deadline:
-        grid, reach, _ = _rounded_down(rows, counts, exact, fine, size, k)
+        grid, reach, _ = _rounded_down(rows, counts, hists, fine, size, k)
         fine_bound = lagrangian(grid, k, reach, total(grid, reach), deadline, tol)
         if fine_bound.value > best:
             return fine_bound.value - real, fine_bound, fine
@@ -472,12 +473,12 @@ def _ladder(
 
 
 def _rounded_down(
-    rows: np.ndarray, counts: np.ndarray, exact: list[np.ndarray], per: int, size: str, k: int
+    rows: np.ndarray, counts: np.ndarray, hists: list[Any], per: int, size: str, k: int
 ) -> tuple[Grid, np.ndarray, bool]:
     """The grid of every sample rounded down onto ``per`` values per input (placed to round
-    down least), the greedy plan's reaches there, and whether the values are the exact
-    lengths (nothing rounded)."""
-    values = placed_values(rows, counts, exact, per, down=True)
+    down least; ``hists``: each input's histogram), the greedy plan's reaches there, and
+    whether the values are the exact lengths (nothing rounded)."""
+    values = placed_values(hists, per, down=True)
     low = np.stack(
         [
             values[j][np.searchsorted(values[j], rows[:, j], side="right") - 1]
@@ -487,7 +488,7 @@ def _rounded_down(
     )
     grid = Grid.build(low, counts, values, size)
     _, reach = grid.assign(greedy(grid, k))
-    return grid, reach, all(v.size == e.size for v, e in zip(values, exact, strict=True))
+    return grid, reach, all(v.size == h.num_values for v, h in zip(values, hists, strict=True))
 
 
 def _ilp_subset(

@@ -672,8 +672,9 @@ def coarse_values(
     exact = [np.unique(rows[:, k]) for k in range(d)]
     if int(np.prod([float(v.size) for v in exact])) <= limit:
         return exact
+    hists = marginals(rows, counts)
     per = max(2, int(min(limit, coarse or limit) ** (1.0 / d)))
-    first = placed_values(rows, counts, exact, per)
+    first = placed_values(hists, per)
     if max_size is None:
         return first
     fits = sizes_of(rows, size) <= max_size
@@ -707,7 +708,7 @@ def coarse_values(
         if per == 2:  # no room: the placed values alone (Grid.build then raises OverLimit)
             return first
         per = max(2, min(per - 1, int(per * (limit / grid) ** (1.0 / d))))
-        out = placed_values(rows, counts, exact, per)
+        out = placed_values(hists, per)
 
 
 def _one_length_each(
@@ -738,29 +739,33 @@ def _one_length_each(
             return None
 
 
+def marginals(rows: np.ndarray, counts: np.ndarray) -> list[LengthHistogram]:
+    """Each input's own histogram (``rows``: ``(M, D)`` lengths with ``counts``), exact.
+
+    Example:
+        >>> [h.counts.tolist() for h in marginals(np.array([[1, 5], [2, 5]]), np.array([1, 2]))]
+        [[1, 2], [3]]
+    """
+    return [LengthHistogram.from_counts(rows[:, k], counts) for k in range(rows.shape[1])]
+
+
 def placed_values(
-    rows: np.ndarray,
-    counts: np.ndarray,
-    exact: list[np.ndarray],
-    per: int,
-    *,
-    down: bool = False,
+    hists: list[LengthHistogram], per: int, *, down: bool = False
 ) -> list[np.ndarray]:
-    """NOTE [ A coarsened grid's values ]: ``per`` values per input (``exact``: its distinct
-    lengths, kept where they are no more), the shortest and the longest always among them: the
-    1-D optimal boundaries of the input's own histogram, which round its lengths up least; with
-    ``down``, those of the mirrored lengths, which round them *down* least (the bound's)."""
+    """NOTE [ A coarsened grid's values ]: ``per`` values per input (``hists``: each input's
+    histogram, :func:`marginals`; its distinct lengths kept where they are no more), the
+    shortest and the longest always among them: the 1-D optimal boundaries of that histogram,
+    which round its lengths up least; with ``down``, those of the mirrored lengths, which round
+    them *down* least (the bound's)."""
     out = []
-    for k in range(rows.shape[1]):
-        values = exact[k]
+    for hist in hists:
+        values = hist.values
         if values.size <= per:
             out.append(values)
             continue
-        weight = np.zeros(values.size, dtype=np.int64)
-        np.add.at(weight, np.searchsorted(values, rows[:, k]), counts)
         top = values[-1]
-        lengths = top - values[::-1] if down else values
-        hist = LengthHistogram(lengths, weight[::-1] if down else weight)
+        if down:
+            hist = LengthHistogram(top - values[::-1], hist.counts[::-1])
         b = np.asarray(optimal(hist, per).boundaries, dtype=values.dtype)
         out.append(np.unique(np.concatenate([top - b if down else b, values[[0, -1]]])))
     return out
