@@ -538,7 +538,8 @@ def test_mismatched_structures(small):
     with pytest.raises(
         ValueError,
         match=r"'b' is treated as fixed-size but cannot be stacked: sample 0 holds a tensor of "
-        r"shape \(2,\) there and sample 1 a tensor of shape \(3,\); if it varies",
+        r"dtype torch.float32 and shape \(2,\) there and sample 1 a tensor of dtype "
+        r"torch.float32 and shape \(3,\); if it varies",
     ):
         small.collator(fields={"a": "length"})(
             [{"a": [1, 2], "b": torch.ones(2)}, {"a": [1, 2], "b": torch.ones(3)}]

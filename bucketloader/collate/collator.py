@@ -85,7 +85,7 @@ from torch.utils.data import default_collate
 
 from bucketloader._samples import BARE_KEY, check_readable, convert_hint, kind_of
 from bucketloader._types import SIDES
-from bucketloader._validation import MissingKeyError, check_choice, checks_options
+from bucketloader._validation import MissingKeyError, check_choice, checks_options, describe
 from bucketloader.collate import fields as cf
 from bucketloader.collate._pad import (
     NUMPY_MIN_BYTES,
@@ -1245,15 +1245,17 @@ def _fmt(row: np.ndarray) -> str:
 
 
 def _shape_of(value: Any) -> str:
-    """A fixed-size field's value as an error names it: its type and shape or length.
+    """A fixed-size field's value as an error names it: an array as :func:`describe` does, else
+    its type and length or keys (not its values: a long list would fill the message).
 
     Example:
-        >>> _shape_of(torch.zeros(2, 3)), _shape_of([1, 2]), _shape_of(0), _shape_of({"a": 1})
-        ('a tensor of shape (2, 3)', 'a list of 2', 'an int', "a dict with keys ['a']")
+        >>> _shape_of(torch.zeros(2))
+        'a tensor of dtype torch.float32 and shape (2,)'
+        >>> _shape_of([1, 2]), _shape_of(0), _shape_of({"a": 1})
+        ('a list of 2', 'an int', "a dict with keys ['a']")
     """
     if isinstance(value, (torch.Tensor, np.ndarray)):
-        kind = "tensor" if isinstance(value, torch.Tensor) else "array"
-        return f"a {kind} of shape {tuple(value.shape)}"
+        return describe(value)
     if isinstance(value, Mapping):
         return f"a dict with keys {sorted(map(str, value))[:8]}"
     if isinstance(value, (list, tuple)):
