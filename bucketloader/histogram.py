@@ -10,6 +10,14 @@ partition), shipped as JSON (:meth:`~LengthHistogram.to_json`, never pickle) and
 machine into exactly the histogram of all the lengths; every strategy sees only the histogram, so
 the boundaries are the same bit for bit. :class:`JointHistogram` does the same for ``(N, D)``
 lengths of several inputs (source and target, height and width): distinct rows and their counts.
+
+NOTE [ Rows by one key ]
+A joint histogram's rows sort in lexicographic order (first input first). Where the product of
+the inputs' spans (longest - shortest + 1) is below ``2**63``, every row is one ``int64`` in
+mixed radix, ``(L_1 - lo_1) * span_2 * ... + (L_D - lo_D)``, in the same order: one sort of
+those keys and a decode of the distinct ones replace the sort of the rows. 1,000,000
+lognormal (source, target) pairs: 0.49 s -> 0.05 s; uniform pairs in 1..1999 (884,815
+distinct): 0.52 s -> 0.07 s (one run each, load 1). Wider spans keep the sort of the rows.
 """
 
 from __future__ import annotations
@@ -592,22 +600,63 @@ def _merge(
             return at + lo, acc[at]
     k = np.concatenate(keys) if len(keys) > 1 else keys[0]
     c = np.concatenate(counts) if len(counts) > 1 else counts[0]
-    if k.ndim == 1:
-        order = np.argsort(k, kind="stable")
-        k = k[order]
-        change = k[1:] != k[:-1]
-    else:
-        order = np.lexsort(k.T[::-1])
-        k = k[order]
-        change = (k[1:] != k[:-1]).any(axis=1)
+    packed = _row_key(k) if k.ndim == 2 else None
+    if packed is not None:  # NOTE [ Rows by one key ]
+        key, first, span = packed
+        if (c == 1).all():  # one sample per entry: sorted keys, no order kept
+            key = np.sort(key)
+            starts = np.concatenate(([0], np.flatnonzero(key[1:] != key[:-1]) + 1))
+            sums = np.diff(np.append(starts, key.size))
+            return _unkey(key[starts], first, span), sums.astype(np.int64)
+        # (the sums do not depend on the order of equal keys: any sort will do)
+        order = np.argsort(key)
+        key = key[order]
+        starts = np.concatenate(([0], np.flatnonzero(key[1:] != key[:-1]) + 1))
+        return _unkey(key[starts], first, span), np.add.reduceat(c[order], starts)
+    order = np.argsort(k) if k.ndim == 1 else np.lexsort(k.T[::-1])
+    k = k[order]
+    change = k[1:] != k[:-1] if k.ndim == 1 else (k[1:] != k[:-1]).any(axis=1)
     starts = np.concatenate(([0], np.flatnonzero(change) + 1))
     return k[starts], np.add.reduceat(c[order], starts)
+
+
+def _row_key(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, list[int]] | None:
+    """NOTE [ Rows by one key ]: each row of ``(M, D)`` non-negative lengths as one ``int64``
+    in the same order (the lexicographic, first input first), with each input's shortest length
+    and span; ``None`` where the spans' product reaches ``2**63``."""
+    if rows.shape[0] == 0:
+        return None
+    # (column by column: a reduction along axis 0 of a C-ordered table is several times slower)
+    cols = range(rows.shape[1])
+    lo = np.array([rows[:, d].min() for d in cols], dtype=np.int64)
+    span = [int(rows[:, d].max()) - int(lo[d]) + 1 for d in cols]
+    total = 1
+    for s in span:
+        total *= s
+    if total >= 2**63:
+        return None
+    key = rows[:, 0] - lo[0]
+    for d in range(1, rows.shape[1]):
+        key = key * span[d] + (rows[:, d] - lo[d])
+    return key, lo, span
+
+
+def _unkey(key: np.ndarray, lo: np.ndarray, span: list[int]) -> np.ndarray:
+    """The rows of keys :func:`_row_key` made with ``lo`` and ``span``."""
+    out = np.empty((key.size, len(span)), dtype=np.int64)
+    for d in range(len(span) - 1, 0, -1):
+        key, out[:, d] = np.divmod(key, span[d])
+    out[:, 0] = key
+    return out + lo
 
 
 def _lex_increasing(rows: np.ndarray) -> bool:
     """Whether consecutive rows strictly increase in lexicographic order."""
     if rows.shape[0] < 2:
         return True
+    packed = _row_key(rows)
+    if packed is not None:  # (a tenth of the time on 1,000,000 rows)
+        return bool((packed[0][1:] > packed[0][:-1]).all())
     diff = rows[1:] - rows[:-1]
     nz = diff != 0
     first = np.argmax(nz, axis=1)

@@ -223,6 +223,37 @@ def test_joint_merge_marginals_and_json(shards, k):
         )
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 4).flatmap(
+        lambda d: st.lists(
+            st.lists(
+                st.sampled_from([0, 1, 2, 7, 2**20, 2**31 - 1, 2**40, 2**62 - 1]),
+                min_size=d,
+                max_size=d,
+            ),
+            min_size=1,
+            max_size=40,
+        )
+    ),
+    st.integers(1, 3),
+)
+def test_joint_rows_by_one_key_or_by_the_rows_agree_with_numpy(table, repeat):
+    # NOTE [ Rows by one key ]: spans whose product fits an int64 take one key per row, wider
+    # ones (2**62 in two inputs) the sort of the rows; both must give numpy's distinct rows
+    flat = np.array(table * repeat, dtype=np.int64)
+    rows, counts = np.unique(flat, axis=0, return_counts=True)
+    for hist in (
+        JointHistogram.from_lengths(flat),
+        JointHistogram.from_counts(flat, np.ones(len(flat), dtype=np.int64)),
+        JointHistogram.merge(
+            [JointHistogram.from_lengths(flat[:1]), JointHistogram.from_lengths(flat)]
+        ),
+    ):
+        assert hist.rows.tolist() == rows.tolist()
+    assert JointHistogram.from_lengths(flat).counts.tolist() == counts.tolist()
+
+
 def test_merge_counts_stay_exact_beyond_float():
     big = 2**61 - 1  # not representable in float64
     a = LengthHistogram(np.array([7]), np.array([big]))
