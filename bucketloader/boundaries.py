@@ -197,6 +197,11 @@ def round_up(values: np.ndarray, multiple_of: int) -> np.ndarray:
     return -(-np.asarray(values, dtype=np.int64) // multiple_of) * multiple_of
 
 
+#: :func:`joint_assign` takes the cells one by one (cheapest first) from this many rows on, else
+#: all the cells at once per chunk of rows.
+_CELL_BY_CELL = 4096
+
+
 def joint_assign(rows: Any, cells: Any, size: str = "sum") -> np.ndarray:
     """The cell of every row of several inputs: the cheapest cell covering it (``-1``: none).
 
@@ -216,6 +221,22 @@ def joint_assign(rows: Any, cells: Any, size: str = "sum") -> np.ndarray:
         return out
     weight = cells.astype(np.float64).sum(1) if size == "sum" else cells.astype(np.float64).prod(1)
     order = np.argsort(weight, kind="stable")
+    if rows.shape[0] >= _CELL_BY_CELL:
+        # cell by cell, cheapest first, over the rows no cell took yet (column by column): 1.1 M
+        # rows, 16 cells: 0.62 s -> 0.05 s; a Python step per cell, so not for a few rows
+        cols = [np.ascontiguousarray(rows[:, d]) for d in range(rows.shape[1])]
+        left = np.arange(rows.shape[0])
+        for j in order.tolist():
+            fits = cols[0] <= cells[j, 0]
+            for d in range(1, len(cols)):
+                fits &= cols[d] <= cells[j, d]
+            out[left[fits]] = j
+            if fits.all():
+                break
+            if fits.any():
+                keep = ~fits
+                left, cols = left[keep], [c[keep] for c in cols]
+        return out
     step = max(1, (1 << 22) // max(1, cells.size))
     for lo in range(0, rows.shape[0], step):
         part = rows[lo : lo + step]
@@ -256,7 +277,7 @@ def weighted_size(rows: Any, counts: Any, size: str) -> int:
     rows = np.asarray(rows, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.int64)
     if rows.shape[0] and fits_int64(rows, size):
-        sizes = rows.sum(axis=1) if size == "sum" else rows.prod(axis=1)
+        sizes = _by_columns(rows, size)
         if float(sizes.max()) * float(counts.sum()) < 2.0**62:
             return int(np.dot(sizes, counts))
     return int(np.dot(np.array(row_sizes(rows, size), dtype=object), counts.astype(object)))
@@ -272,9 +293,22 @@ def row_sizes(rows: Any, size: str) -> list[int]:
     """
     rows = np.asarray(rows, dtype=np.int64)
     if fits_int64(rows, size):
-        return (rows.sum(axis=1) if size == "sum" else rows.prod(axis=1)).tolist()
+        return _by_columns(rows, size).tolist() if rows.shape[0] else []
     fn = sum if size == "sum" else math.prod
     return [fn(row) for row in rows.tolist()]
+
+
+def _by_columns(rows: np.ndarray, size: str) -> np.ndarray:
+    """The ``"sum"`` (else ``"prod"``) of every row of ``(M, D)`` int64 ``rows`` (``M >= 1``;
+    :func:`fits_int64` checked), column by column: ``rows.sum(axis=1)`` took 7x as long (35 ms
+    on 884,000 pairs)."""
+    out = rows[:, 0].copy()
+    for d in range(1, rows.shape[1]):
+        if size == "sum":
+            out += rows[:, d]
+        else:
+            out *= rows[:, d]
+    return out
 
 
 def fits_int64(rows: np.ndarray, size: str) -> bool:

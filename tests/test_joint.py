@@ -71,6 +71,27 @@ def oracle(rows, counts, k, size, max_size=None):
     return best
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=30),
+    cells=st.lists(st.tuples(st.integers(0, 6), st.integers(0, 6)), min_size=1, max_size=6),
+    size=st.sampled_from(["sum", "prod"]),
+)
+def test_joint_assign_cell_by_cell_is_the_first_cheapest_cover(rows, cells, size):
+    # the rule (the cheapest covering cell, the first on ties; -1: none) by hand, and both ways
+    # of joint_assign (cell by cell from _CELL_BY_CELL rows on, else all cells per chunk)
+    def cost(c):
+        return sum(c) if size == "sum" else math.prod(c)
+
+    want = []
+    for r in rows:
+        fit = [j for j, c in enumerate(cells) if all(a <= b for a, b in zip(r, c, strict=True))]
+        want.append(min(fit, key=lambda j: (cost(cells[j]), j)) if fit else -1)
+    for threshold in (0, 10**9):
+        with mock.patch("bucketloader.boundaries._CELL_BY_CELL", threshold):
+            assert joint_assign(rows, cells, size).tolist() == want
+
+
 tiny = st.lists(
     st.tuples(st.integers(1, 4), st.sampled_from([1, 3, 6, 7]), st.integers(1, 3)),
     min_size=1,

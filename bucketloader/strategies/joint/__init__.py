@@ -296,7 +296,8 @@ def _solve(hist: JointHistogram, params: dict[str, Any]) -> JointSolution:
     which = joint_assign(rows, cells, size)
     if (which < 0).any():
         joint_padding(rows, counts, cells, size)  # (its error names the row)
-    used, which = np.unique(which, return_inverse=True)
+    held = np.bincount(which, minlength=cells.shape[0]) > 0
+    used, which = np.flatnonzero(held), (np.cumsum(held) - 1)[which]
     cells = cells[used]  # drop cells nobody uses
     cells.setflags(write=False)
     real = weighted_size(rows, counts, size)
