@@ -339,8 +339,9 @@ def _search_and_bound(
     deadline = start + params["time_limit"]
     tol = params["tolerance"]
     cap = params.get("max_size")  # (a coarsened grid keeps every sample within it there)
-    values = coarse_values(rows, counts, MAX_GRID, size, cap, coarse=COARSE_GRID)
-    coarsened = any(v.size < np.unique(rows[:, d]).size for d, v in enumerate(values))
+    hists = marginals(rows, counts)  # (each input's own histogram: the grid's and the bound's)
+    values = coarse_values(rows, counts, MAX_GRID, size, cap, coarse=COARSE_GRID, hists=hists)
+    coarsened = any(v.size < h.num_values for v, h in zip(values, hists, strict=True))
     grid = Grid.build(rows, counts, values, size, cap)
     info.update(grid=int(np.prod(grid.shape)), candidates=int(grid.cand.shape[0]))
     if cap is not None:
@@ -368,7 +369,7 @@ def _search_and_bound(
     info["search_seconds"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     if coarsened:  # the bound of relaxations: every sample rounded down onto a grid's values
-        lower, bound, info["bound_values"] = _ladder(rows, counts, size, k, deadline, tol)
+        lower, bound, info["bound_values"] = _ladder(rows, counts, hists, size, k, deadline, tol)
     else:
         share = BUNDLE_SHARE if grid.by_rows else SUBGRADIENT_SHARE
         soon = min(deadline, t0 + share * (deadline - t0))
@@ -439,7 +440,13 @@ def _search_and_bound(
 
 
 def _ladder(
-    rows: np.ndarray, counts: np.ndarray, size: str, k: int, deadline: float, tol: float
+    rows: np.ndarray,
+    counts: np.ndarray,
+    hists: list[LengthHistogram],
+    size: str,
+    k: int,
+    deadline: float,
+    tol: float,
 ) -> tuple[float, Any, int]:
     """NOTE [ A coarsened grid's values ] in :mod:`._grid`: the bound on the padding from a grid
     onto whose values every sample is rounded down (placed to round down least). With two
@@ -447,9 +454,8 @@ def _ladder(
     of the time left before ``deadline``, then as many as the plan's where :data:`LADDER_EVALS`
     of its evaluations are predicted to fit, else the first grid's ascent resumed; with more
     (no bundle to resume), as many as the plan's until ``deadline``. The better bound, with its
-    Lagrangian run and values per input."""
+    Lagrangian run and values per input (``hists``: each input's histogram, :func:`marginals`)."""
     d = rows.shape[1]
-    hists = marginals(rows, counts)
     real = float(np.dot(sizes_of(rows, size), counts))
     fine = max(2, int(min(COARSE_GRID, MAX_GRID) ** (1.0 / d)))
     per = max(2, fine // 2) if d == 2 else fine
