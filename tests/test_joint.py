@@ -113,6 +113,10 @@ def test_bound_and_plan_bracket_the_oracle(points, k, size):
     assert (joint_assign(table, quick.cells, size) >= 0).all()
     exact = solve_joint(table, k, size=size, exact=True)
     assert exact.objective == best == exact.lower_bound
+    for sol in (quick, exact):  # (the rows' cells came through the grid: joint_assign's)
+        assert np.unique(joint_assign(rows, sol.cells, size)).tolist() == list(
+            range(len(sol.cells))
+        )
     assert exact.status == "optimal" and exact.gap == 0.0
 
 
@@ -799,6 +803,46 @@ def test_time_limit_is_honoured():
     assert 0 <= sol.lower_bound <= sol.objective
 
 
+def _slow_histogram(seconds):
+    """JointHistogram.from_lengths taking ``seconds`` longer (a histogram of many lengths)."""
+    real = JointHistogram.from_lengths
+
+    def slow(lengths):
+        time.sleep(seconds)
+        return real(lengths)
+
+    return mock.patch.object(JointHistogram, "from_lengths", side_effect=slow)
+
+
+def test_time_limit_covers_the_histogram():
+    """NOTE [ Joint time limit and fallbacks ]: the histogram's time comes off the limit (the
+    slack is for a loaded CI machine), and ``solve_seconds`` counts it."""
+    pairs = load_real("gsm8k")
+    with _slow_histogram(1.0):
+        start = time.perf_counter()
+        sol = solve_joint(pairs, 16, size="prod", time_limit=1.5)
+        wall = time.perf_counter() - start - sol.info["import_seconds"]  # (its clock stops)
+    assert wall < 1.5 + 0.75 and 1.0 <= sol.solve_seconds <= wall  # (not 1.0 + 1.5)
+    assert sol.info["setup_seconds"] >= 1.0
+    assert 0 <= sol.lower_bound <= sol.objective and len(sol.cells) <= 16
+
+
+def test_time_limit_floor_after_a_slow_histogram():
+    """... down to a floor: a histogram that took the whole limit still leaves the search and
+    the bound ``FLOOR`` of it (so the call returns about that much late), with a valid plan and
+    a bound below it."""
+    import bucketloader.strategies.joint as joint
+
+    pairs = load_real("gsm8k")
+    with _slow_histogram(1.0):
+        start = time.perf_counter()
+        sol = solve_joint(pairs, 16, size="prod", time_limit=1.0)
+        wall = time.perf_counter() - start - sol.info["import_seconds"]
+    assert wall >= 1.0 + joint.FLOOR * 1.0 and wall < 1.0 + joint.FLOOR + 0.75
+    assert sol.info["search_seconds"] > 0 and sol.status in ("time_limit", "heuristic")
+    assert 0 <= sol.lower_bound <= sol.objective and 0 < sol.gap <= 1
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -1178,6 +1222,9 @@ def test_coarsened_grid_keeps_a_certified_bound(points, k, size, limit):
         sol = solve_joint(np.repeat(rows, counts, axis=0), k, size=size)
     assert sol.lower_bound <= best <= sol.objective
     assert (joint_assign(rows, sol.cells, size) >= 0).all() and len(sol.cells) <= k
+    # the rows' cells came through the grid's points: joint_assign's, every cell used
+    assert sol.objective == joint_padding(rows, counts, sol.cells, size)
+    assert np.unique(joint_assign(rows, sol.cells, size)).tolist() == list(range(len(sol.cells)))
 
 
 def _rounding(values, weights, grid, down):

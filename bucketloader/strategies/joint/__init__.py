@@ -24,25 +24,36 @@ How (one module per part):
   ``benchmarks/joint_cert.py``.
 
 NOTE [ Joint time limit and fallbacks ]
-``time_limit`` covers the swaps, the bound, the LP, the integer program and the shakes (which
-start only with :data:`SHAKE_MIN` of the limit left, NOTE [ Shakes ]): every loop reads
-the clock before each step and starts one only when its last measured cost still fits, and the
-solvers (HiGHS, or CBC for ``solver="pulp"``) get the time left. What always runs on top is the
-grid, the greedy plan, one bound evaluation and the final assignment, so even a tiny limit
+``time_limit`` covers the whole call, from the moment :func:`solve_joint` (or :meth:`Joint.solve`,
+which the samplers call with the lengths) starts: the histogram of the lengths, the grid, the
+search, the bound, the LP, the integer program, the shakes (which start only with
+:data:`SHAKE_MIN` of the limit left, NOTE [ Shakes ]) and each row's cell. What the histogram and
+the grid took comes off the deadline, but the search and the bound get at least :data:`FLOOR` of
+the limit after them, so a large histogram under a small limit still gets a searched plan (and
+returns that much late). Every loop reads the clock before each step and starts one only when its
+last measured cost still fits, and the solvers (HiGHS, or CBC for ``solver="pulp"``) get the time
+left. What always runs on top is the greedy plan and one bound evaluation, so even a tiny limit
 returns a valid plan with a valid bound (``status="time_limit"``), late by those fixed costs:
 measured on GSM8K at 0.001-0.05 s limits, up to 0.1 s at load 1 and 0.29 s at load 3-7 (K = 16,
-prod); at 5 s every solve of ``benchmarks/results/joint.md`` returned before its limit. Where
-gains are not exact by rows, each evaluation's cost is predicted before it starts (NOTE
-[ Bounds without rows ] in :mod:`._bound`). The
-solvers' modules are imported before the clock starts (a cold ``scipy.optimize`` took up to
-6 s on a loaded machine, once per process: an import, not the solve). A
-histogram with one input is solved exactly by the 1-D DP (``"optimal"``), whatever the options.
-A grid of more than :data:`._grid.MAX_GRID` points (three inputs, or very many distinct
-lengths) is pre-binned: the cells sit on per-input values placed by the 1-D DP
-(``status="coarsened"``) and the bound comes from grids of their own with every sample rounded
-*down* (a relaxation), so it stays certified (NOTE [ A coarsened grid's values ] in
-:mod:`._grid`). ``max_shapes`` at least the number of distinct rows gives every row its own
-cell (no padding).
+prod); at 5 s every solve of ``benchmarks/results/joint.md`` returned before its limit. After the
+deadline only each row's cell is found (through its grid point: one lookup per row, tens of
+milliseconds for 1,000,000 distinct rows) and the padding counted. Before, the clock started after
+the histogram and stopped before that assignment, and both were slow: 1,000,000 pairs took 5.5-6.5
+s at 5 s (the histogram's sort of the rows up to 0.7 s, the assignment up to 1 s; session 29), now
+about 5.0-5.3 s (``benchmarks/results/joint_large.md``). The clock stops while the solvers'
+modules are imported (``info["import_seconds"]``): a cold ``scipy.optimize`` took up to 6 s on a
+loaded machine, once per process, and is an import, not the solve; counted, it would leave the
+first solve of every process the floor's plan. Nor does the limit cover writing the plan to a
+cache (``cache=``) or, under ``torch.distributed``, the other ranks' wait for rank 0's plan
+(NOTE [ One joint plan for every rank ]). ``solve_seconds`` is the call's time the limit covers.
+Where gains are not exact by rows, each evaluation's cost is predicted before it starts
+(NOTE [ Bounds without rows ] in :mod:`._bound`). A histogram with one input is solved exactly by
+the 1-D DP (``"optimal"``), whatever the options. A grid of more than :data:`._grid.MAX_GRID`
+points (three inputs, or very many distinct lengths) is pre-binned: the cells sit on per-input
+values placed by the 1-D DP (``status="coarsened"``) and the bound comes from grids of their own
+with every sample rounded *down* (a relaxation), so it stays certified
+(NOTE [ A coarsened grid's values ] in :mod:`._grid`). ``max_shapes`` at least the number of
+distinct rows gives every row its own cell (no padding).
 
 NOTE [ One joint plan for every rank ]
 A time limit makes the plan depend on the machine's speed, and ranks must agree on their
@@ -145,6 +156,9 @@ LP_SHARE = 0.7
 #: lattice starts, cheapest first (NOTE [ The search under load ]; session 6 ended the
 #: descents at this share too).
 SEARCH = 0.45
+#: The least share of the time limit the search and the bound get after the histogram and the
+#: grid, however long those took (NOTE [ Joint time limit and fallbacks ]).
+FLOOR = 0.2
 #: The shakes start only when this share of the time limit is left (their first step's cost
 #: is not known yet; NOTE [ Joint time limit and fallbacks ]).
 SHAKE_MIN = 0.02
@@ -175,9 +189,10 @@ def solve_joint(
             sample must be within it, and ``max_shapes`` at least the fewest cells within it
             that cover every sample (else :class:`ValueError` naming that count).
         **options: the solve's options, the fields of :class:`Joint` with their defaults:
-            ``time_limit=5.0`` (seconds for the search, the bound and the integer program
-            together, NOTE [ Joint time limit and fallbacks ]; the best plan so far is returned
-            with its gap when it runs out), ``tolerance=0.001`` (stop once the relative gap
+            ``time_limit=5.0`` (seconds for the whole call: the histogram, the search, the
+            bound and the integer program, not a first import of SciPy; NOTE [ Joint time
+            limit and fallbacks ]; the best plan so far is returned with its gap when it runs
+            out), ``tolerance=0.001`` (stop once the relative gap
             ``(objective - bound) / objective`` is at most this), ``exact=True`` (solve the LP
             relaxation and the integer program when the model is small enough and the gap is
             still above ``tolerance``) and ``solver="highs"`` (the integer program's solver:
@@ -262,9 +277,15 @@ def _joint(sol: Any) -> JointSolution:
     return sol
 
 
-def _solve(hist: JointHistogram, params: dict[str, Any]) -> JointSolution:
+def _solve(
+    hist: JointHistogram, params: dict[str, Any], started: float | None = None
+) -> JointSolution:
+    """The solve; ``started``: when the call began (``perf_counter``; default now), the start of
+    ``time_limit``'s clock, which stops during the imports below (NOTE [ Joint time limit and
+    fallbacks ])."""
+    importing = time.perf_counter()
     if params["exact"] and hist.rows.shape[1] > 1:
-        # the solvers' modules, imported before the clock starts: a cold ``scipy.optimize``
+        # the solvers' modules, imported while the clock stops: a cold ``scipy.optimize``
         # took up to 6 s on a loaded machine, once per process, and is no part of the solve
         # (NOTE [ Joint time limit and fallbacks ])
         try:
@@ -283,17 +304,18 @@ def _solve(hist: JointHistogram, params: dict[str, Any]) -> JointSolution:
                 "it): use solver='highs' (the default: the same model in SciPy's HiGHS), or pip "
                 "install 'pulp>=2.7,<4'"
             )
-    start = time.perf_counter()
+    now = time.perf_counter()
+    start = now - (importing - (now if started is None else started))  # (the imports left out)
     k, size = params["max_shapes"], params["size"]
     rows, counts = hist.rows, hist.counts
     info: dict[str, Any] = {"inputs": int(rows.shape[1]), "rows": int(rows.shape[0])}
+    info["import_seconds"] = now - importing
     if rows.shape[1] == 1:
         cells, status = _one_input(rows, counts, k), "optimal"
         info["method"] = "dp"
-        lower = None
+        lower, which = None, joint_assign(rows, cells, size)
     else:
-        cells, lower, status = _search_and_bound(rows, counts, params, start, info)
-    which = joint_assign(rows, cells, size)
+        cells, lower, status, which = _search_and_bound(rows, counts, params, start, info)
     if (which < 0).any():
         joint_padding(rows, counts, cells, size)  # (its error names the row)
     held = np.bincount(which, minlength=cells.shape[0]) > 0
@@ -334,9 +356,10 @@ def _one_input(rows: np.ndarray, counts: np.ndarray, k: int) -> np.ndarray:
 
 def _search_and_bound(
     rows: np.ndarray, counts: np.ndarray, params: dict[str, Any], start: float, info: dict
-) -> tuple[np.ndarray, int, str]:
+) -> tuple[np.ndarray, int, str, np.ndarray]:
+    """The cells (lexicographic order), the lower bound, the status and each row's cell."""
     k, size = params["max_shapes"], params["size"]
-    deadline = start + params["time_limit"]
+    limit = params["time_limit"]
     tol = params["tolerance"]
     cap = params.get("max_size")  # (a coarsened grid keeps every sample within it there)
     hists = marginals(rows, counts)  # (each input's own histogram: the grid's and the bound's)
@@ -353,6 +376,9 @@ def _search_and_bound(
             raise TooFewCells(k, int(grid.cover.size), cap, exact=proved)
     const = float((grid.weight * grid.point_size).sum())
     t0 = time.perf_counter()
+    # what the call took so far (the histogram, the grid) comes off the limit, down to a floor
+    deadline = max(start + limit, t0 + FLOOR * limit)
+    info["setup_seconds"] = t0 - start
     budget = deadline - t0
     work = params.get("work_limit")  # no clock decides the cells (NOTE [ Work instead of seconds ])
     # both starts' descents and swaps, cheapest first (NOTE [ The search under load ])
@@ -363,7 +389,7 @@ def _search_and_bound(
         # the count alone stops them: no patience (NOTE [ Work instead of seconds ])
         cells, info["shakes"] = iterate(grid, k, cells, math.inf, patience=math.inf, steps=work)
     if work is not None:
-        deadline = time.perf_counter() + params["time_limit"]  # the bound's own time
+        deadline = time.perf_counter() + limit  # the bound's own time
     _, reach = grid.assign(cells)
     upper = total(grid, reach)
     info["search_seconds"] = time.perf_counter() - t0
@@ -434,9 +460,13 @@ def _search_and_bound(
     scale = max(1.0, abs(upper))
     lower_int = math.ceil(lower - 1e-10 * scale - 1e-6)  # float sums: never round up past it
     out = grid.lengths(cells)
-    out = out[np.lexsort(out.T[::-1])]
+    order = np.lexsort(out.T[::-1])
+    out = out[order]
     out.setflags(write=False)
-    return out, lower_int, status
+    # each row's cell through its grid point, as joint_assign rules (a cell on the grid's values
+    # covers a row iff it covers the row's point; the same sizes, the first cell on ties)
+    slot, _ = grid.assign(np.asarray(cells, dtype=np.int64)[order])
+    return out, lower_int, status, slot[grid.row_point]
 
 
 def _ladder(
@@ -550,7 +580,8 @@ class Joint:
     (and so each input's boundaries) come from :func:`solve_joint`, per group.
 
     Attributes:
-        time_limit: seconds per solve (NOTE [ Joint time limit and fallbacks ]).
+        time_limit: seconds per solve, the histogram of the lengths included (NOTE [ Joint
+            time limit and fallbacks ]).
         tolerance: stop once the relative gap is at most this.
         exact: try the LP relaxation and the integer program when the model is small.
         solver: the integer program's solver, ``"highs"`` or ``"pulp"``
@@ -634,6 +665,8 @@ class Joint:
         """
         from bucketloader.solve import check_cache
 
+        # the limit covers the whole call (NOTE [ Joint time limit and fallbacks ])
+        started = time.perf_counter()
         # (a path given as cache= reached cache.get_or_solve: AttributeError 'str' object has
         # no attribute 'get_or_solve'; the 1-D solve names the fix; s23-rev)
         cache = check_cache(cache)
@@ -646,16 +679,20 @@ class Joint:
 
         if cache is None or cache is False:
             if "torch" not in sys.modules or default_ranks()[0] == 1:
-                return _solve(hist, params)
+                return _solve(hist, params, started)
             # NOTE [ One joint plan for every rank ]
             with tempfile.TemporaryDirectory(prefix="bucketloader-joint-") as tmp:
                 fresh = BucketCache(tmp)
                 return _joint(
-                    fresh.get_or_solve(hist, "joint", params, lambda: _solve(hist, params))
+                    fresh.get_or_solve(hist, "joint", params, lambda: _solve(hist, params, started))
                 )
         if cache is True:
             cache = BucketCache()
-        return _joint(cache.get_or_solve(hist, "joint", params, lambda: _solve(hist, params)))
+
+        def solve() -> JointSolution:
+            return _solve(hist, params, started)
+
+        return _joint(cache.get_or_solve(hist, "joint", params, solve))
 
 
 def resolve_joint(

@@ -221,6 +221,7 @@ class Grid:
             [ Cells within a size limit ]): the cell covering everything, or with
             ``max_size`` the fewest cells within it (two inputs; with more, a greedy cover or
             the integer program's where it has fewer cells).
+        row_point: ``(M,)`` the point of each row :meth:`build` was given.
         max_size: the largest size a candidate may have (``None``: any).
         cover_exact: whether ``cover`` is proved the fewest (the integer program, with more
             than two inputs, may stop at its node limit).
@@ -240,6 +241,7 @@ class Grid:
     by_size: np.ndarray
     sorted_size: np.ndarray
     cover: np.ndarray
+    row_point: np.ndarray
     max_size: float | None = None
     cover_exact: bool = True
 
@@ -329,6 +331,7 @@ class Grid:
             cover=cover,
             max_size=max_size,
             cover_exact=cover_exact,
+            row_point=inv.ravel(),
         )
 
     @staticmethod
