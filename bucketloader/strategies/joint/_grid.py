@@ -262,8 +262,12 @@ class Grid:
         idx = np.stack([np.searchsorted(values[k], rows[:, k]) for k in range(d)], axis=1)
         shape = tuple(int(v.size) for v in values)
         flat = np.ravel_multi_index(tuple(idx.T), shape)
-        uflat, inv = np.unique(flat, return_inverse=True)
-        weight = np.bincount(inv.ravel(), weights=counts.astype(np.float64))
+        # the occupied points by one count per grid point, not a sort of the rows (the grid has
+        # at most MAX_GRID points; 884,548 rows: 0.10 -> 0.02 s)
+        held = np.bincount(flat, minlength=int(np.prod(shape))) > 0
+        uflat = np.flatnonzero(held)
+        inv = (np.cumsum(held) - 1)[flat]
+        weight = np.bincount(inv, weights=counts.astype(np.float64), minlength=uflat.size)
         point = np.stack(np.unravel_index(uflat, shape), axis=1).astype(np.int64)
         occ = np.zeros(shape, dtype=bool)
         occ.ravel()[uflat] = True
@@ -331,7 +335,7 @@ class Grid:
             cover=cover,
             max_size=max_size,
             cover_exact=cover_exact,
-            row_point=inv.ravel(),
+            row_point=inv,
         )
 
     @staticmethod
