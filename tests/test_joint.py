@@ -803,6 +803,18 @@ def test_time_limit_is_honoured():
     assert 0 <= sol.lower_bound <= sol.objective
 
 
+@pytest.mark.parametrize("many", [2**50, 2**60])
+@pytest.mark.parametrize("size", ["sum", "prod"])
+def test_padding_is_exact_by_cells_below_and_above_2_53_samples(many, size):
+    # the padding sums the samples per cell (float counts, exact below 2**53 samples), else
+    # the sizes of every row's cell; both equal joint_padding's, and every cell is used
+    hist = JointHistogram([[1, 2], [3, 4], [5, 1]], [many, 1, 3])
+    for k in (1, 2, 3):
+        sol = solve_joint(hist, k, size=size)
+        assert sol.objective == joint_padding(hist.rows, hist.counts, sol.cells, size)
+        assert np.unique(joint_assign(hist.rows, sol.cells, size)).size == len(sol.cells)
+
+
 def _slow_histogram(seconds):
     """JointHistogram.from_lengths taking ``seconds`` longer (a histogram of many lengths)."""
     real = JointHistogram.from_lengths

@@ -84,7 +84,7 @@ from bucketloader._validation import (
     check_options,
     checks_options,
 )
-from bucketloader.boundaries import joint_assign, joint_padding, weighted_size
+from bucketloader.boundaries import joint_assign, joint_padding, row_sizes, weighted_size
 from bucketloader.histogram import JointHistogram, LengthHistogram, input_table
 from bucketloader.solution import JointSolution
 from bucketloader.strategies._lp_model import has_cbc, import_pulp
@@ -310,6 +310,7 @@ def _solve(
     rows, counts = hist.rows, hist.counts
     info: dict[str, Any] = {"inputs": int(rows.shape[1]), "rows": int(rows.shape[0])}
     info["import_seconds"] = now - importing
+    real = weighted_size(rows, counts, size)
     if rows.shape[1] == 1:
         cells, status = _one_input(rows, counts, k), "optimal"
         info["method"] = "dp"
@@ -318,12 +319,17 @@ def _solve(
         cells, lower, status, which = _search_and_bound(rows, counts, params, start, info)
     if (which < 0).any():
         joint_padding(rows, counts, cells, size)  # (its error names the row)
-    held = np.bincount(which, minlength=cells.shape[0]) > 0
-    used, which = np.flatnonzero(held), (np.cumsum(held) - 1)[which]
-    cells = cells[used]  # drop cells nobody uses
+    if hist.num_samples < 2**53:  # the samples per cell: float sums of integers, exact below it
+        per_cell = np.bincount(which, weights=counts, minlength=cells.shape[0]).astype(np.int64)
+        cells = cells[per_cell > 0]  # drop cells nobody uses
+        held = [int(n) for n in per_cell[per_cell > 0]]
+        objective = sum(s * n for s, n in zip(row_sizes(cells, size), held, strict=True)) - real
+    else:
+        held_mask = np.bincount(which, minlength=cells.shape[0]) > 0
+        which = (np.cumsum(held_mask) - 1)[which]
+        cells = cells[held_mask]
+        objective = weighted_size(cells[which], counts, size) - real
     cells.setflags(write=False)
-    real = weighted_size(rows, counts, size)
-    objective = weighted_size(cells[which.ravel()], counts, size) - real
     lower_bound = objective if lower is None else min(objective, max(0, lower))
     if lower_bound == objective and status != "coarsened":
         status = "optimal"
