@@ -38,20 +38,20 @@ measured on GSM8K at 0.001-0.05 s limits, up to 0.1 s at load 1 and 0.29 s at lo
 prod); at 5 s every solve of ``benchmarks/results/joint.md`` returned before its limit. After the
 deadline only each row's cell is found (through its grid point: one lookup per row, tens of
 milliseconds for 1,000,000 distinct rows) and the padding counted. Before, the clock started after
-the histogram and stopped before that assignment, and both were slow: 1,000,000 pairs took 5.5-6.5
-s at 5 s (the histogram's sort of the rows up to 0.7 s, the assignment up to 1 s; session 29), now
-about 5.0-5.3 s (``benchmarks/results/joint_large.md``). The clock stops while the solvers'
-modules are imported (``info["import_seconds"]``): a cold ``scipy.optimize`` took up to 6 s on a
-loaded machine, once per process, and is an import, not the solve; counted, it would leave the
-first solve of every process the floor's plan. Nor does the limit cover writing the plan to a
-cache (``cache=``) or, under ``torch.distributed``, the other ranks' wait for rank 0's plan
-(NOTE [ One joint plan for every rank ]). ``solve_seconds`` is the call's time the limit covers.
-Where gains are not exact by rows, each evaluation's cost is predicted before it starts
-(NOTE [ Bounds without rows ] in :mod:`._bound`). A histogram with one input is solved exactly by
-the 1-D DP (``"optimal"``), whatever the options. A grid of more than :data:`._grid.MAX_GRID`
-points (three inputs, or very many distinct lengths) is pre-binned: the cells sit on per-input
-values placed by the 1-D DP (``status="coarsened"``) and the bound comes from grids of their own
-with every sample rounded *down* (a relaxation), so it stays certified
+the histogram and stopped before that assignment, and both were slow: 1,000,000 pairs took
+5.5-6.9 s at 5 s, triples up to 9.3 s (the histogram's sort of the rows up to 0.7 s, the
+assignment up to 1 s; session 29), now 5.0-5.1 s (``benchmarks/results/joint_large.md``). The
+clock stops while the solvers' modules are imported (``info["import_seconds"]``): a cold
+``scipy.optimize`` took up to 6 s on a loaded machine, once per process, and is an import, not the
+solve; counted, it would leave the first solve of every process the floor's plan. Nor does the
+limit cover writing the plan to a cache (``cache=``) or, under ``torch.distributed``, the other
+ranks' wait for rank 0's plan (NOTE [ One joint plan for every rank ]). ``solve_seconds`` is the
+call's time the limit covers. Where gains are not exact by rows, each evaluation's cost is
+predicted before it starts (NOTE [ Bounds without rows ] in :mod:`._bound`). A histogram with one
+input is solved exactly by the 1-D DP (``"optimal"``), whatever the options. A grid of more than
+:data:`._grid.MAX_GRID` points (three inputs, or very many distinct lengths) is pre-binned: the
+cells sit on per-input values placed by the 1-D DP (``status="coarsened"``) and the bound comes
+from grids of their own with every sample rounded *down* (a relaxation), so it stays certified
 (NOTE [ A coarsened grid's values ] in :mod:`._grid`). ``max_shapes`` at least the number of
 distinct rows gives every row its own cell (no padding).
 
