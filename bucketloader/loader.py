@@ -117,6 +117,17 @@ def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any
                 "other DataLoader options here (num_workers=, pin_memory=, ...)"
             )
     check_options("dataloader()", options, _LOADER_OPTIONS)  # (torch: no closest name)
+    if "in_order" in options and not (options["in_order"] is True or options["in_order"] is None):
+        # s29-user: torch >= 2.6 then hands batches to the loop as workers finish them; the
+        # state counts the first n batches of the plan as the ones trained, so a resume skipped
+        # a slow batch and repeated another, silently (an EvalSampler's outputs, in step order,
+        # would be restored to the wrong samples)
+        raise ValueError(
+            f"dataloader() got in_order={options['in_order']!r}: this loader hands its batches "
+            "to the loop in the sampler's order, which its state_dict() (the first n batches of "
+            "the epoch) and the ranks' shape at each step rely on; out of order, a resume skips "
+            "some batches and repeats others. Leave in_order out (True)"
+        )
     out = dict(options)
     if "num_workers" in out:
         out["num_workers"] = check_int("num_workers", out["num_workers"], minimum=0)

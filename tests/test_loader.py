@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import inspect
 import json
 import logging
 import warnings
@@ -217,6 +218,29 @@ def test_a_dataloader_typo_names_the_closest_option():
         r"num_workers=\?; its options: .*pin_memory",
     ):
         sampler.dataloader(list(range(len(LENGTHS))), num_worker=2)
+
+
+@pytest.mark.parametrize("which", ["bucket", "pack", "sharded", "eval"])
+def test_dataloader_refuses_batches_out_of_order(which):
+    # s29-user: in_order=False (torch >= 2.6) hands the loop a slow batch after later ones;
+    # the state counted the first n batches of the plan, so a resume after batches 0, 1, 3, 4
+    # skipped batch 2 and repeated batch 4 (8 samples each), silently
+    if "in_order" not in inspect.signature(DataLoader.__init__).parameters:
+        pytest.skip("this torch's DataLoader has no in_order option")
+    from bucketloader import EvalSampler
+
+    make = {
+        "bucket": lambda: BucketSampler(LENGTHS, **OPTIONS),
+        "pack": lambda: PackSampler(LENGTHS, row_length=400, batch_size=4),
+        "sharded": lambda: ShardedSampler(LENGTHS, num_buckets=4, batch_size=32),
+        "eval": lambda: EvalSampler(LENGTHS, num_buckets=4, batch_size=32),
+    }[which]
+    dataset = [[1] * int(n) for n in LENGTHS]
+    with pytest.raises(
+        ValueError, match=r"^dataloader\(\) got in_order=False: .*Leave in_order out \(True\)$"
+    ):
+        make().dataloader(dataset, num_workers=2, in_order=False)
+    assert make().dataloader(dataset, num_workers=2, in_order=True) is not None
 
 
 def test_dataloader_sampler_instead_of_batch_sampler_says_which_argument():
