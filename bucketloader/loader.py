@@ -220,10 +220,37 @@ class _Counted:
         return self
 
     def __next__(self) -> Any:
-        batch = next(self._inner)
+        try:
+            batch = next(self._inner)
+        except StopIteration:
+            raise
+        except Exception:
+            self._count = self._received()
+            self._handed(self._count)
+            raise
         self._count += 1
         self._handed(self._count)
         return batch
+
+    def _received(self) -> int:
+        """The batches of this pass the loader has used up after ``next`` raised.
+
+        NOTE [ A batch that raised is used up ]
+        A ``__getitem__`` or collate_fn that raises for one batch (a corrupt sample) raises in
+        the loop, and torch's iterator has moved past that batch: a loop that catches the error
+        and goes on gets the next batch. The batch counts as handed out, or a state saved
+        later resumes one batch early and trains the batch before it twice (s29-user).
+        torch's multi-process iterator counts what it has received, an error included
+        (``_rcvd_idx``), and not a batch it is still waiting for (a worker that died, a
+        ``timeout``); the single-process iterator drew the batch from the sampler before the
+        fetch that raised.
+        """
+        received = getattr(self._inner, "_rcvd_idx", None)
+        if isinstance(received, int) and not isinstance(received, bool):
+            return max(self._count, received)
+        if getattr(self._inner, "_num_workers", None) == 0:
+            return self._count + 1
+        return self._count
 
     def __len__(self) -> int:
         return len(self._inner)

@@ -253,6 +253,59 @@ def test_dataloader_sampler_instead_of_batch_sampler_says_which_argument():
     assert len(next(iter(loader))) == 32  # no batching by torch: left alone
 
 
+class _OneBadSample(torch.utils.data.Dataset):
+    """A dataset whose sample ``bad`` is corrupt (module level: picklable for the workers)."""
+
+    def __init__(self, bad):
+        self.bad = bad
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            raise ValueError(f"corrupt sample {i}")
+        return i
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_batch_that_raised_is_used_up_and_a_later_state_repeats_nothing(workers):
+    # s29-user: a loop that skips the batch holding a corrupt sample got the next batch from
+    # torch's iterator, but the count left the failed batch out: a state saved 10 trained
+    # batches later resumed one batch early and trained the batch before it again, silently
+    plan = [list(b) for b in BucketSampler(LENGTHS, **OPTIONS)]
+    bad = plan[3][0]
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    it = iter(sampler.dataloader(_OneBadSample(bad), num_workers=workers, collate_fn=collate))
+    trained = []
+    while len(trained) < 10:
+        try:
+            trained.append(next(it))
+        except ValueError as exc:
+            assert "corrupt sample" in str(exc)
+    state = sampler.state_dict()
+    assert state["batches_yielded"] == 11  # 10 trained, 1 raised
+    del it
+    resumed = BucketSampler(LENGTHS, **OPTIONS)
+    resumed.load_state_dict(state)
+    assert trained + [list(b) for b in resumed] == plan[:3] + plan[4:]
+
+
+def test_a_dead_worker_does_not_count_the_batch_it_never_made():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    loader = sampler.dataloader(list(range(N)), num_workers=2, collate_fn=collate, timeout=5)
+    it = iter(loader)
+    got = [next(it) for _ in range(2)]
+    for worker in it._inner._workers:
+        worker.kill()
+        worker.join()
+    with pytest.raises(RuntimeError, match="DataLoader worker"):
+        while True:  # (the batches already made may still come)
+            got.append(next(it))
+    assert sampler.state_dict()["batches_yielded"] == len(got)
+    del it
+
+
 def test_iterating_directly_after_a_loader_pass_counts_again():
     sampler = BucketSampler(LENGTHS, **OPTIONS)
     loader = sampler.dataloader(list(range(N)), collate_fn=collate)
