@@ -910,3 +910,28 @@ def test_a_pass_that_leaves_out_every_sample_says_so_while_it_reads(monkeypatch,
         with pytest.raises(UserWarning, match=said):
             next(iter(make(Endless())))
         assert len(list(make(Endless(short_from=49)))) == 3  # a kept 50th sample: silent
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_state_saved_before_its_epochs_first_batch_names_that_epoch_as_the_way_on(kind):
+    """s29-user: a stream state saved after set_epoch(2), before a batch, loaded into a stream
+    built with another option was told "start the next epoch: stream.set_epoch(3)", which
+    skips all of epoch 2. It now names set_epoch(2); a state saved mid-epoch still names 3."""
+    rows = [{"input_ids": [1] * (1 + i % 9)} for i in range(40)]
+
+    def make(**changed):
+        if kind == "pack":
+            return PackIterable(rows, row_length=changed.get("row_length", 9), batch_size=2)
+        return BucketIterable(
+            rows, length_fn="input_ids", boundaries=[3, 6, 9], batch_size=4, **changed
+        )
+
+    other = {"row_length": 10} if kind == "pack" else {"seed": 3}
+    stream = make()
+    stream.set_epoch(2)
+    with pytest.raises(ValueError, match=r"run epoch 2 whole: stream.set_epoch\(2\)"):
+        make(**other).load_state_dict(json.loads(json.dumps(stream.state_dict())))
+    it = iter(stream)
+    next(it)
+    with pytest.raises(ValueError, match=r"start the next epoch: stream.set_epoch\(3\)$"):
+        make(**other).load_state_dict(json.loads(json.dumps(stream.state_dict())))
