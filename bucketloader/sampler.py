@@ -1306,11 +1306,11 @@ def _check_state(
             how = (
                 f"An epoch's plan splits every step over the ranks, so a state resumes its epoch "
                 "only on as many ranks as saved it (the state holds no rank: any rank's state "
-                f"fits every rank). Resume on {saved[key]!r} ranks to finish epoch {epoch} "
+                f"fits every rank). Resume on {saved[key]!r} rank(s) to finish epoch {epoch} "
                 f"exactly, or {_go_on(state, f'on {value!r} rank(s)', again=True)}"
                 if epochs
                 else "The evaluation's plan splits every step over the ranks, so a state resumes "
-                f"it only on as many ranks as saved it. Resume on {saved[key]!r} ranks, or "
+                f"it only on as many ranks as saved it. Resume on {saved[key]!r} rank(s), or "
                 f"evaluate again from the start on {value!r} rank(s) (no load_state_dict)"
             )
             raise ValueError(
