@@ -299,7 +299,12 @@ def create_temp(directory: Path) -> tuple[int, Path]:
 
 
 def write_atomic(
-    path: str | os.PathLike[str], data: bytes, *, mode: int | None = None, clean: bool = True
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    mode: int | None = None,
+    clean: bool = True,
+    replace: bool = True,
 ) -> None:
     """Write ``data`` to ``path`` all or nothing (NOTE [ Writing a cache file ]).
 
@@ -308,9 +313,14 @@ def write_atomic(
         data: the whole contents.
         mode: permissions to set on the file (``None``: ``0o666`` less the umask).
         clean: first remove dead writers' temporary files from the directory.
+        replace: replace an entry already at ``path``; ``False``: keep it and raise
+            ``FileExistsError`` (the whole file is linked in, which never replaces; on a
+            filesystem without hard links, an entry that appears between the check and the
+            rename is still replaced).
 
     Raises:
         NotAFile: ``path`` holds something other than a regular file (left alone).
+        FileExistsError: ``replace=False`` and ``path`` holds an entry (left alone).
         OSError: the directory cannot take the file (nothing is left behind).
     """
     path = Path(path)
@@ -327,10 +337,22 @@ def write_atomic(
             os.fsync(f.fileno())
         if mode is not None:
             os.chmod(tmp, mode)
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+            return
+        try:
+            os.link(tmp, path)  # atomic, and never over an existing entry
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here: replace, unless an entry is there now
+            if os.path.lexists(path):
+                raise FileExistsError(errno.EEXIST, "an entry is stored", str(path)) from None
+            os.replace(tmp, path)
+            return
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    tmp.unlink(missing_ok=True)  # (linked: the entry keeps the file)
 
 
 def write_output(path: str | os.PathLike[str], data: bytes) -> None:

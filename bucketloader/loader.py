@@ -117,6 +117,17 @@ def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any
                 "other DataLoader options here (num_workers=, pin_memory=, ...)"
             )
     check_options("dataloader()", options, _LOADER_OPTIONS)  # (torch: no closest name)
+    if "in_order" in options and not (options["in_order"] is True or options["in_order"] is None):
+        # s29-user: torch >= 2.6 then hands batches to the loop as workers finish them; the
+        # state counts the first n batches of the plan as the ones trained, so a resume skipped
+        # a slow batch and repeated another, silently (an EvalSampler's outputs, in step order,
+        # would be restored to the wrong samples)
+        raise ValueError(
+            f"dataloader() got in_order={options['in_order']!r}: this loader hands its batches "
+            "to the loop in the sampler's order, which its state_dict() (the first n batches of "
+            "the epoch) and the ranks' shape at each step rely on; out of order, a resume skips "
+            "some batches and repeats others. Leave in_order out (True)"
+        )
     out = dict(options)
     if "num_workers" in out:
         out["num_workers"] = check_int("num_workers", out["num_workers"], minimum=0)
@@ -209,10 +220,37 @@ class _Counted:
         return self
 
     def __next__(self) -> Any:
-        batch = next(self._inner)
+        try:
+            batch = next(self._inner)
+        except StopIteration:
+            raise
+        except Exception:
+            self._count = self._received()
+            self._handed(self._count)
+            raise
         self._count += 1
         self._handed(self._count)
         return batch
+
+    def _received(self) -> int:
+        """The batches of this pass the loader has used up after ``next`` raised.
+
+        NOTE [ A batch that raised is used up ]
+        A ``__getitem__`` or collate_fn that raises for one batch (a corrupt sample) raises in
+        the loop, and torch's iterator has moved past that batch: a loop that catches the error
+        and goes on gets the next batch. The batch counts as handed out, or a state saved
+        later resumes one batch early and trains the batch before it twice (s29-user).
+        torch's multi-process iterator counts what it has received, an error included
+        (``_rcvd_idx``), and not a batch it is still waiting for (a worker that died, a
+        ``timeout``); the single-process iterator drew the batch from the sampler before the
+        fetch that raised.
+        """
+        received = getattr(self._inner, "_rcvd_idx", None)
+        if isinstance(received, int) and not isinstance(received, bool):
+            return max(self._count, received)
+        if getattr(self._inner, "_num_workers", None) == 0:
+            return self._count + 1
+        return self._count
 
     def __len__(self) -> int:
         return len(self._inner)

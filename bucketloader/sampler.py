@@ -1220,6 +1220,32 @@ SAMPLER_KINDS = (
 )
 
 
+def _go_on(state: dict[str, Any], how: str, *, again: bool = False) -> str:
+    """The way on from a state this sampler cannot resume exactly (another configuration or
+    number of ranks): the next epoch, unless the state was saved before its epoch's first
+    batch, whose epoch then runs whole (s29-user: such a state, saved at an epoch boundary
+    after ``set_epoch(e)``, was told ``set_epoch(e + 1)``, which skips all of epoch ``e``)."""
+    epoch, done = state["epoch"], state.get("batches_yielded")
+    total = state["config"].get("num_batches")
+    if isinstance(done, int) and not isinstance(done, bool) and done == 0:
+        return (
+            f"go on {how} instead of load_state_dict: sampler.set_epoch({epoch}) (the state "
+            f"was saved before the first batch of epoch {epoch}, which then runs whole)"
+        )
+    if isinstance(done, int) and isinstance(total, int) and not isinstance(done, bool):
+        if done >= total > 0:
+            return (
+                f"go on {how} with the next epoch instead of load_state_dict: "
+                f"sampler.set_epoch({epoch + 1}) (the state was saved after the last batch of "
+                f"epoch {epoch})"
+            )
+    return (
+        f"go on {how} from the next epoch instead of load_state_dict: "
+        f"sampler.set_epoch({epoch + 1}) (the rest of epoch {epoch} is then not seen"
+        + (f"; set_epoch({epoch}) runs the whole epoch again)" if again else ")")
+    )
+
+
 def _check_state(
     state: Any, config: dict[str, Any], owner: str, *, epochs: bool = True
 ) -> tuple[int, int]:
@@ -1280,13 +1306,11 @@ def _check_state(
             how = (
                 f"An epoch's plan splits every step over the ranks, so a state resumes its epoch "
                 "only on as many ranks as saved it (the state holds no rank: any rank's state "
-                f"fits every rank). Resume on {saved[key]!r} ranks to finish epoch {epoch} "
-                f"exactly, or go on with the next epoch on {value!r} rank(s) instead of "
-                f"load_state_dict: sampler.set_epoch({epoch + 1}) (the rest of epoch {epoch} is "
-                f"then not seen; set_epoch({epoch}) runs the whole epoch again)"
+                f"fits every rank). Resume on {saved[key]!r} rank(s) to finish epoch {epoch} "
+                f"exactly, or {_go_on(state, f'on {value!r} rank(s)', again=True)}"
                 if epochs
                 else "The evaluation's plan splits every step over the ranks, so a state resumes "
-                f"it only on as many ranks as saved it. Resume on {saved[key]!r} ranks, or "
+                f"it only on as many ranks as saved it. Resume on {saved[key]!r} rank(s), or "
                 f"evaluate again from the start on {value!r} rank(s) (no load_state_dict)"
             )
             raise ValueError(
@@ -1298,8 +1322,7 @@ def _check_state(
             # (s21: a job whose dataset grew, or whose batch_size changed, was only told to build
             # the sampler as before; it cannot, and the way on is the next epoch)
             on = (
-                f"go on with the changed sampler from the next epoch instead of load_state_dict: "
-                f"sampler.set_epoch({epoch + 1}) (the rest of epoch {epoch} is then not seen)"
+                _go_on(state, "with the changed sampler")
                 if epochs and isinstance(epoch, int) and not isinstance(epoch, bool)
                 else "start again with the changed sampler (no load_state_dict)"
             )

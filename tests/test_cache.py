@@ -614,6 +614,44 @@ def _hammer(directory: str, worker: int, rounds: int, queue) -> None:
         queue.put((worker, f"{type(exc).__name__}: {exc}"))
 
 
+def test_the_first_solution_stored_wins_over_a_later_solve_of_the_same_key(tmp_path):
+    """s29-user: two processes missing one key at once both solved, and the last writer
+    replaced the first's entry; a time-limited (joint) solve gives each another plan, so the
+    cache held a plan the first job had not trained with and its checkpoints were refused at
+    the restart meant to read its plan back. An entry stored while this process solved is now
+    kept, and this process takes its solution."""
+    import dataclasses
+
+    ours = solve_boundaries(LENGTHS, 3)
+    b = np.array([4, 10, 31])  # another valid answer to the same question (not the optimum)
+    theirs = dataclasses.replace(
+        ours,
+        boundaries=b,
+        objective=int(padding_cost(hist(), b)),
+        padding_ratio=padding_cost(hist(), b) / int(np.sum(LENGTHS)),
+    )
+    assert theirs.boundaries.tolist() != ours.boundaries.tolist()
+
+    def solve_while_another_process_stores():
+        BucketCache(tmp_path).put(hist(), theirs)  # the other process finished first
+        return ours
+
+    cache = BucketCache(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = cache.get_or_solve(hist(), "optimal", PARAMS, solve_while_another_process_stores)
+    assert got.boundaries.tolist() == [4, 10, 31]  # theirs, as every later reader gets
+    assert BucketCache(tmp_path).get(GOLDEN_KEY).boundaries.tolist() == [4, 10, 31]
+    assert (cache.hits, cache.misses) == (0, 1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{GOLDEN_KEY}.json"]  # no temp left
+    # an unusable entry found at the lookup is still replaced by the solve
+    cache.path_for(GOLDEN_KEY).write_bytes(b"{")
+    with pytest.warns(CacheWarning, match="recomputing and replacing it"):
+        got = BucketCache(tmp_path).get_or_solve(hist(), "optimal", PARAMS, Counting())
+    assert got.boundaries.tolist() == ours.boundaries.tolist()
+    assert BucketCache(tmp_path).get(GOLDEN_KEY).boundaries.tolist() == ours.boundaries.tolist()
+
+
 def test_eight_processes_hammering_one_key(tmp_path):
     ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
     queue = ctx.Queue()

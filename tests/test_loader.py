@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import inspect
 import json
 import logging
 import warnings
@@ -219,6 +220,29 @@ def test_a_dataloader_typo_names_the_closest_option():
         sampler.dataloader(list(range(len(LENGTHS))), num_worker=2)
 
 
+@pytest.mark.parametrize("which", ["bucket", "pack", "sharded", "eval"])
+def test_dataloader_refuses_batches_out_of_order(which):
+    # s29-user: in_order=False (torch >= 2.6) hands the loop a slow batch after later ones;
+    # the state counted the first n batches of the plan, so a resume after batches 0, 1, 3, 4
+    # skipped batch 2 and repeated batch 4 (8 samples each), silently
+    if "in_order" not in inspect.signature(DataLoader.__init__).parameters:
+        pytest.skip("this torch's DataLoader has no in_order option")
+    from bucketloader import EvalSampler
+
+    make = {
+        "bucket": lambda: BucketSampler(LENGTHS, **OPTIONS),
+        "pack": lambda: PackSampler(LENGTHS, row_length=400, batch_size=4),
+        "sharded": lambda: ShardedSampler(LENGTHS, num_buckets=4, batch_size=32),
+        "eval": lambda: EvalSampler(LENGTHS, num_buckets=4, batch_size=32),
+    }[which]
+    dataset = [[1] * int(n) for n in LENGTHS]
+    with pytest.raises(
+        ValueError, match=r"^dataloader\(\) got in_order=False: .*Leave in_order out \(True\)$"
+    ):
+        make().dataloader(dataset, num_workers=2, in_order=False)
+    assert make().dataloader(dataset, num_workers=2, in_order=True) is not None
+
+
 def test_dataloader_sampler_instead_of_batch_sampler_says_which_argument():
     sampler = BucketSampler(LENGTHS, **OPTIONS)
     loader = DataLoader(list(range(N)), sampler=sampler, collate_fn=collate)
@@ -227,6 +251,59 @@ def test_dataloader_sampler_instead_of_batch_sampler_says_which_argument():
     data = np.arange(N)  # a dataset that takes a list of indices (as a datasets.Dataset does)
     loader = DataLoader(data, sampler=sampler, batch_size=None, collate_fn=collate)
     assert len(next(iter(loader))) == 32  # no batching by torch: left alone
+
+
+class _OneBadSample(torch.utils.data.Dataset):
+    """A dataset whose sample ``bad`` is corrupt (module level: picklable for the workers)."""
+
+    def __init__(self, bad):
+        self.bad = bad
+
+    def __len__(self):
+        return N
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            raise ValueError(f"corrupt sample {i}")
+        return i
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_batch_that_raised_is_used_up_and_a_later_state_repeats_nothing(workers):
+    # s29-user: a loop that skips the batch holding a corrupt sample got the next batch from
+    # torch's iterator, but the count left the failed batch out: a state saved 10 trained
+    # batches later resumed one batch early and trained the batch before it again, silently
+    plan = [list(b) for b in BucketSampler(LENGTHS, **OPTIONS)]
+    bad = plan[3][0]
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    it = iter(sampler.dataloader(_OneBadSample(bad), num_workers=workers, collate_fn=collate))
+    trained = []
+    while len(trained) < 10:
+        try:
+            trained.append(next(it))
+        except ValueError as exc:
+            assert "corrupt sample" in str(exc)
+    state = sampler.state_dict()
+    assert state["batches_yielded"] == 11  # 10 trained, 1 raised
+    del it
+    resumed = BucketSampler(LENGTHS, **OPTIONS)
+    resumed.load_state_dict(state)
+    assert trained + [list(b) for b in resumed] == plan[:3] + plan[4:]
+
+
+def test_a_dead_worker_does_not_count_the_batch_it_never_made():
+    sampler = BucketSampler(LENGTHS, **OPTIONS)
+    loader = sampler.dataloader(list(range(N)), num_workers=2, collate_fn=collate, timeout=5)
+    it = iter(loader)
+    got = [next(it) for _ in range(2)]
+    for worker in it._inner._workers:
+        worker.kill()
+        worker.join()
+    with pytest.raises(RuntimeError, match="DataLoader worker"):
+        while True:  # (the batches already made may still come)
+            got.append(next(it))
+    assert sampler.state_dict()["batches_yielded"] == len(got)
+    del it
 
 
 def test_iterating_directly_after_a_loader_pass_counts_again():

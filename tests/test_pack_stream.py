@@ -291,6 +291,12 @@ def test_a_state_with_rows_or_documents_removed_is_refused():
         resumed = PackIterable(docs, **kw)
         resumed.load_state_dict(state)
         assert sum(len(b) for b in resumed) > 0
+    # s29-user: an unedited state over a source with a document inserted before its positions
+    # (they name other documents now) was refused as an edited state, with no way on
+    resumed = PackIterable([[1] * 4, *docs], **kw)
+    resumed.load_state_dict(states[3])
+    with pytest.raises(ValueError, match=r"or the source holds other documents .*set_epoch\(1\)"):
+        list(resumed)
 
 
 @pytest.mark.parametrize("overflow", ["truncate", "split"])

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from bucketloader._types import LAST_BATCH
 from bucketloader.evaluation import EvalSampler
+from bucketloader.pack import PackSampler
 from bucketloader.plan import BucketSpec, TokenBudget
 from bucketloader.sampler import BucketSampler
 
@@ -213,8 +214,13 @@ def test_batches_consumed_past_the_batches_handed_out_is_refused():
         ({"shuffle": False}, "shuffle=True in the state but shuffle=False"),
         ({"num_replicas": 2, "rank": 1}, "num_replicas=1 in the state but num_replicas=2"),
         ({"last_batch": "drop"}, "last_batch='pad' in the state but last_batch='drop'"),
-        # (s21: a grown dataset or a new max_tokens named no argument and no way on)
-        ({"lengths": True}, r"num_samples=4390 .*another number of samples.*set_epoch\(1\)"),
+        # (s21: a grown dataset or a new max_tokens named no argument and no way on; s29: the
+        # state is saved before epoch 0's first batch, so the way on is epoch 0, not 1)
+        (
+            {"lengths": True},
+            r"num_samples=4390 .*another number of samples.*set_epoch\(0\) \(the state was "
+            "saved before",
+        ),
         (
             {"max_tokens": 7000},
             r"num_batches=285 in this sampler \(batch_size, max_tokens.*set_epoch",
@@ -279,3 +285,41 @@ def test_a_state_from_another_world_size_names_what_resumes():
         other_ev.load_state_dict(roundtrip(ev.state_dict()))
     assert "evaluate again from the start" in str(exc.value)
     assert "set_epoch" not in str(exc.value)
+
+
+@pytest.mark.parametrize("change", ["num_replicas", "seed", "num_samples"])
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_state_at_an_epoch_boundary_names_the_epoch_that_goes_on(change, kind):
+    """s29-user: a checkpoint taken after set_epoch(2), before its first batch, then loaded on
+    another number of ranks (or with another seed or dataset) was told to go on with
+    set_epoch(3), "the rest of epoch 2 is then not seen": all of epoch 2, skipped by following
+    the error's advice. Such a state now names set_epoch(2); one saved after the epoch's last
+    batch names set_epoch(3) and says nothing is left of epoch 2."""
+    lengths = load_real("ecoli")[:600]
+
+    def make(replicas=2, seed=1, n=600):
+        options = dict(num_replicas=replicas, rank=0, seed=seed)
+        if kind == "pack":
+            return PackSampler(lengths[:n], row_length=4_096, batch_size=4, **options)
+        return BucketSampler(lengths[:n], num_buckets=4, batch_size=8, **options)
+
+    other = {"num_replicas": dict(replicas=1), "seed": dict(seed=2), "num_samples": dict(n=599)}
+    saved = make()
+    saved.set_epoch(2)
+    at_start = roundtrip(saved.state_dict())
+    assert at_start["batches_yielded"] == 0
+    with pytest.raises(ValueError, match=rf"{change}.*in the state but") as exc:
+        make(**other[change]).load_state_dict(at_start)
+    assert "sampler.set_epoch(2) (the state was saved before the first batch" in str(exc.value)
+    assert "set_epoch(3)" not in str(exc.value)
+    list(saved)  # the whole epoch, then a checkpoint before set_epoch(3)
+    at_end = roundtrip(saved.state_dict())
+    with pytest.raises(ValueError, match=rf"{change}.*in the state but") as exc:
+        make(**other[change]).load_state_dict(at_end)
+    assert "sampler.set_epoch(3) (the state was saved after the last batch of epoch 2)" in str(
+        exc.value
+    )
+    saved.set_epoch(2)
+    next(iter(saved))  # mid-epoch: the next epoch, and what it leaves out
+    with pytest.raises(ValueError, match="the rest of epoch 2 is then not seen"):
+        make(**other[change]).load_state_dict(roundtrip(saved.state_dict()))

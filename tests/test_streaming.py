@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import warnings
 from collections import Counter
 
@@ -910,3 +911,57 @@ def test_a_pass_that_leaves_out_every_sample_says_so_while_it_reads(monkeypatch,
         with pytest.raises(UserWarning, match=said):
             next(iter(make(Endless())))
         assert len(list(make(Endless(short_from=49)))) == 3  # a kept 50th sample: silent
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_state_saved_before_its_epochs_first_batch_names_that_epoch_as_the_way_on(kind):
+    """s29-user: a stream state saved after set_epoch(2), before a batch, loaded into a stream
+    built with another option was told "start the next epoch: stream.set_epoch(3)", which
+    skips all of epoch 2. It now names set_epoch(2); a state saved mid-epoch still names 3."""
+    rows = [{"input_ids": [1] * (1 + i % 9)} for i in range(40)]
+
+    def make(**changed):
+        if kind == "pack":
+            return PackIterable(rows, row_length=changed.get("row_length", 9), batch_size=2)
+        return BucketIterable(
+            rows, length_fn="input_ids", boundaries=[3, 6, 9], batch_size=4, **changed
+        )
+
+    other = {"row_length": 10} if kind == "pack" else {"seed": 3}
+    stream = make()
+    stream.set_epoch(2)
+    with pytest.raises(ValueError, match=r"run epoch 2 whole: stream.set_epoch\(2\)"):
+        make(**other).load_state_dict(json.loads(json.dumps(stream.state_dict())))
+    it = iter(stream)
+    next(it)
+    with pytest.raises(ValueError, match=r"start the next epoch: stream.set_epoch\(3\)$"):
+        make(**other).load_state_dict(json.loads(json.dumps(stream.state_dict())))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+def test_a_pass_that_raised_says_it_is_over_and_counts_what_it_read(kind, workers):
+    """s29-user: a loop that catches a bad sample's error and calls next() again got the end of
+    the pass (of that worker's share behind workers): 80 of 599 samples, no word, and report()
+    said samples=0 after 10 batches. The error now says the pass ends there, and the counters
+    hold what it read."""
+    rows = [{"id": i, "input_ids": [1] * (1 + i % 9)} for i in range(200)]
+    rows[120] = {"id": 120, "text": "no input_ids"}
+    if kind == "pack":
+        stream = PackIterable(rows, length_fn="input_ids", row_length=9, batch_size=2)
+    else:
+        stream = BucketIterable(rows, length_fn="input_ids", boundaries=[3, 6, 9], batch_size=4)
+    it = iter(DataLoader(stream, batch_size=None, collate_fn=list, num_workers=workers))
+    received = 0
+    with pytest.raises(ValueError, match="length_fn='input_ids' is not in the samples") as exc:
+        while True:
+            next(it)
+            received += 1
+    said = str(exc.value) + "".join(getattr(exc.value, "__notes__", ()))
+    if sys.version_info >= (3, 11):
+        assert "this stream's pass" in said and "ends here" in said
+        assert ("DataLoader worker" in said) == (workers > 0)
+    if workers == 0:
+        assert next(it, None) is None  # the pass is over: the rest of the source is not read
+        assert stream.report().totals["samples"] == 121  # (was 0: flushed only at the end)
+    assert received > 0

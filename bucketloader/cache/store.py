@@ -19,9 +19,11 @@ recomputed and replaced. Only regular files of at most 4 MiB are read, without b
 without following symbolic links; anything else at an entry path (a FIFO, a directory, a link,
 a device) is the user's, never read, replaced or deleted: that solution is computed uncached.
 Writes go to a temporary file in the same directory (mode ``0o666`` less the umask, so a shared
-cache stays readable), then ``os.replace`` (atomic on POSIX and Windows), so a reader sees a
-whole entry or none; a writer killed mid-write leaves a temporary file that the next write
-removes, and so does each cache object's first lookup, a hit included (NOTE [ Writing a cache
+cache stays readable), then ``os.replace`` (atomic on POSIX and Windows; a fresh solve links the
+file in instead, which never replaces an entry another process stored meanwhile: NOTE [ The
+first stored solution wins ]), so a reader sees a whole entry or none; a writer killed
+mid-write leaves a temporary file that the next write removes, and so does each cache
+object's first lookup, a hit included (NOTE [ Writing a cache
 file ] in :mod:`bucketloader._files`, the one reader and writer both caches use: only the files of
 writers that no longer run, or of anyone's after an hour; a live writer's file is never touched;
 a debug log on the ``bucketloader.cache.store`` logger counts them). Between the check that an
@@ -176,6 +178,13 @@ class BucketCache:
 
         Evicts the oldest entries if the write takes the directory over ``max_size``.
         """
+        return self._put(hist, solution, replace=True)[0]
+
+    def _put(
+        self, hist: Any, solution: Solution | JointSolution, *, replace: bool
+    ) -> tuple[str | None, bool]:
+        """:meth:`put`, and whether an entry stored meanwhile was kept (``replace=False``:
+        NOTE [ The first stored solution wins ])."""
         key = self.key(hist, solution.strategy, solution.params)
         body = {
             "format": ENTRY_TAG,
@@ -201,12 +210,14 @@ class BucketCache:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             self._warn_unusable(exc)
-            return None
+            return None, False
         try:
-            write_atomic(path, data)
+            write_atomic(path, data, replace=replace)
         except NotAFile as exc:
             self._warn_foreign(path, str(exc))
-            return None
+            return None, False
+        except FileExistsError:
+            return key, True
         except OSError as exc:
             if isinstance(exc, PermissionError) or not os.access(self.directory, os.W_OK):
                 self._warn_unusable(exc)
@@ -216,7 +227,7 @@ class BucketCache:
                     "computed without caching",
                     once=("store", str(path)),
                 )
-            return None
+            return None, False
         try:
             if self.max_size is not None:
                 self._evict(keep=path)
@@ -226,7 +237,7 @@ class BucketCache:
                 f"({os_reason(exc)}); it may grow past max_size={self.max_size}",
                 once=("evict", _dir_id(self.directory)),
             )
-        return key
+        return key, False
 
     def get_or_solve(
         self,
@@ -261,7 +272,21 @@ class BucketCache:
             self._warn(f"{problem}; recomputing and replacing it", once=("entry", problem))
         self.misses += 1
         sol = solve_fn()
-        self.put(hist, sol)
+        # NOTE [ The first stored solution wins ]
+        # Two processes that miss the same key at once (two jobs, ranks without a process group,
+        # a precompute beside a job) both solve. A time-limited solve (a joint plan) can give
+        # each another answer, and the last writer used to replace the first: the cache then
+        # held a plan that the first job had not trained with, and its checkpoints were refused
+        # at the restart that was to read its plan back (s29-user: two processes, Joint with
+        # time_limit=0.3, two plan digests, one entry). So an entry stored while this process
+        # solved is kept, and this process takes its solution: every process that misses at
+        # once ends with the plan stored first. An unusable entry found before (``problem``)
+        # is replaced, as before.
+        _, kept = self._put(hist, sol, replace=problem is not None)
+        if kept:
+            theirs, _ = self._read(key, hist=hist)
+            if theirs is not None:
+                return dataclasses.replace(theirs, params=dict(params))
         return sol
 
     # -- maintenance ------------------------------------------------------------------------------

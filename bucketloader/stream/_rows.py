@@ -577,11 +577,18 @@ class RowPass(Pass):
         )
         cut = self.stats.get("truncated", 0) or self.stats.get("split", 0)
         if state["phase"] != "done" and not cut and self.tokens_read != self.stats["tokens"] + held:
+            # (s29-user: a document inserted into a list source before the resume shifts the
+            # positions the state names, and the source's documents then fail this count too;
+            # the message blamed an edited state only)
             raise ValueError(
                 f"state's rows hold {held} tokens and its batches handed out "
                 f"{self.stats['tokens']}, but it placed tokens_read={self.tokens_read} in rows: "
-                "rows or documents were removed from (or added to) the state, which would lose "
-                "documents; pass a dict from PackIterable.state_dict(), unedited"
+                "rows or documents were removed from (or added to) the state, or the source "
+                "holds other documents at the positions the state names (documents inserted or "
+                "removed since it was saved), which would lose documents. Resume over the "
+                "source the state was saved over, with a dict from PackIterable.state_dict(), "
+                "unedited; to go on over this source instead, skip load_state_dict and start "
+                f"the next epoch: stream.set_epoch({int(state['epoch']) + 1})"
             )
         self.rows, self.caps = {}, []
         for rid, opened, items in state["open"]:  # oldest first, as saved

@@ -609,6 +609,19 @@ def _check_source(theirs: Any, mine: Any, owner: str) -> None:
         )
 
 
+def _before_first_batch(state: dict[str, Any]) -> bool:
+    """Whether ``state`` was saved before its epoch's first batch (a replay state that skips
+    nothing, or an exact state of a pass that made none): its whole epoch is still to run."""
+
+    def count(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value == 0
+
+    if "batches" in state:
+        return count(state["batches"])
+    skip = state.get("skip")
+    return isinstance(skip, list) and all(count(k) for k in skip) and count(state.get("first"))
+
+
 def check_config(
     state: dict[str, Any], mine: dict[str, Any], *, owner: str, versions: tuple[str, ...] = ()
 ) -> None:
@@ -642,6 +655,12 @@ def check_config(
                 if isinstance(epoch, int) and not isinstance(epoch, bool)
                 else ""
             )
+            if on and _before_first_batch(state):  # (s29-user: the next epoch skipped this one)
+                on = (
+                    f"; to go on with these options instead, skip load_state_dict and run epoch "
+                    f"{epoch} whole: stream.set_epoch({epoch}) (the state was saved before its "
+                    "first batch)"
+                )
             raise ValueError(
                 f"state has {key}={value!r}, but this {owner} has {key}={mine.get(key)!r}; "
                 f"build the stream with the options of the one that saved the state{hint} to "
