@@ -311,11 +311,12 @@ def stream_case(case: int) -> dict[str, Any]:
         # version and record of what its fill tops up from ("fill", s23-streamfill, NOTE
         # [ What a stream's fill repeats ]) postdate the golden states: they go to their own
         # record key, which golden_digest leaves out and the re-recorded digests of the changed
-        # cases compare
+        # cases compare; so does the source's length (s29: NOTE [ A stream state names its
+        # source's size ])
         later = {k: state[k] for k in ("tails", "tail", "fill") if k in state}
-        for name in ("solver", "fill"):
+        for name in ("solver", "fill", "samples"):
             if name in state["config"]:
-                later[f"config/{name}" if name == "fill" else name] = state["config"][name]
+                later[name if name == "solver" else f"config/{name}"] = state["config"][name]
         kept = {k: v for k, v in state.items() if k not in later}
         rec["state"] = _canon({**kept, "config": _without_versions(state["config"])})
         if later:
@@ -331,7 +332,7 @@ def stream_case(case: int) -> dict[str, Any]:
 
 def _without_versions(config: dict[str, Any]) -> dict[str, Any]:
     """A state's ``config`` without the keys that record library versions, not options."""
-    return {k: v for k, v in config.items() if k not in ("solver", "fill")}
+    return {k: v for k, v in config.items() if k not in ("solver", "fill", "samples")}
 
 
 # -- sampler cases -----------------------------------------------------------------------------

@@ -965,3 +965,43 @@ def test_a_pass_that_raised_says_it_is_over_and_counts_what_it_read(kind, worker
         assert next(it, None) is None  # the pass is over: the rest of the source is not read
         assert stream.report().totals["samples"] == 121  # (was 0: flushed only at the end)
     assert received > 0
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+@pytest.mark.parametrize("source", ["list", "hf"])
+def test_a_state_over_a_source_of_another_length_is_refused(kind, source):
+    # s29-user: one sample inserted at the front of 600 before the resume: the state's
+    # positions named the next samples, 17 repeated and 17 never seen that epoch, silently
+    lengths = np.random.default_rng(0).integers(3, 120, size=600)
+    rows = [{"id": i, "input_ids": [1] * int(n)} for i, n in enumerate(lengths)]
+
+    def make(data):
+        if source == "hf":
+            import datasets
+
+            data = datasets.Dataset.from_list(data)
+        if kind == "bucket":
+            return BucketIterable(
+                data, length_fn="input_ids", boundaries=[16, 40, 80, 120], batch_size=8
+            )
+        return PackIterable(data, length_fn="input_ids", row_length=128, batch_size=4)
+
+    stream = make(rows)
+    it = iter(stream)
+    head = [[x["id"] for x in next(it)] for _ in range(20)] if kind == "bucket" else None
+    for _ in range(20 if kind == "pack" else 0):
+        next(it)
+    state = json.loads(json.dumps(stream.state_dict()))
+    assert state["config"]["samples"] == 600
+    grown = make([{"id": 600, "input_ids": [1] * 50}, *rows])
+    with pytest.raises(ValueError, match=r"source of 600 samples.* has 601: .*set_epoch\(1\)"):
+        grown.load_state_dict(state)
+    old = {**state, "config": {k: v for k, v in state["config"].items() if k != "samples"}}
+    make(rows).load_state_dict(old)  # saved before the length was recorded: taken as before
+    again = make(rows)
+    again.load_state_dict(state)
+    if head is not None:  # the same source resumes exactly: every sample once
+        seen = Counter(i for b in head + [[x["id"] for x in b] for b in again] for i in b)
+        assert set(seen) == set(range(600)) and set(seen.values()) == {1}
+    with pytest.raises(ValueError, match=r"state\['config'\]\['samples'\] must be"):
+        make(rows).load_state_dict({**state, "config": {**state["config"], "samples": "600"}})

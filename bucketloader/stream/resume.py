@@ -559,13 +559,85 @@ def _check_exact(state: dict[str, Any], owner: str) -> None:
 
 
 def source_config(source: Any) -> dict[str, Any]:
-    """The configuration key that records the files ``source`` reads (``{"source": ...}`` for
-    a source with ``fingerprint()``, such as :class:`~bucketloader.stream.arrow.ArrowRows` over
-    Parquet files; else nothing): NOTE [ A stream state names the files it read ] in
-    :mod:`bucketloader.stream.arrow`."""
+    """The configuration key that records what ``source`` reads: ``{"source": ...}`` for a
+    source with ``fingerprint()``, such as :class:`~bucketloader.stream.arrow.ArrowRows` over
+    Parquet files (NOTE [ A stream state names the files it read ] in
+    :mod:`bucketloader.stream.arrow`); else ``{"samples": len(source)}`` for a source with a
+    length (NOTE [ A stream state names its source's size ]); else nothing.
+
+    Example:
+        >>> source_config([{"x": [1]}] * 3)
+        {'samples': 3}
+    """
     fingerprint = getattr(source, "fingerprint", None)
     record = fingerprint() if callable(fingerprint) else None
-    return {} if record is None else {"source": record}
+    if record is not None:
+        return {"source": record}
+    size = _size_of(source)
+    return {} if size is None else {"samples": size}
+
+
+def _size_of(source: Any) -> int | None:
+    """``len(source)`` where ``source`` has a length (a list, a ``datasets.Dataset``, a map-style
+    torch ``Dataset`` with ``__len__``); ``None`` for an iterable without one (a generator, a
+    ``datasets.IterableDataset``), or whose ``len`` fails."""
+    if not callable(getattr(type(source), "__len__", None)):
+        return None
+    try:
+        size = len(source)
+    except Exception:  # (an IterableDataset wrapper whose __len__ raises TypeError: no length)
+        return None
+    return size if isinstance(size, int) and size >= 0 else None
+
+
+def _check_size(state: dict[str, Any], mine: Any, owner: str) -> None:
+    """NOTE [ A stream state names its source's size ]
+
+    A stream over a source read by index (a list, a ``datasets.Dataset``) resumes by position:
+    the state says how far each worker read. With a sample added or removed before that point
+    (s29-user: one row inserted at the front of 600), every position names the next or the
+    previous sample: 17 samples repeated and 17 never seen that epoch, silently, where the
+    samplers refuse the same change (their ``num_samples``). So the state records the source's
+    length, where it has one, and a resume over a source of another length is refused, naming
+    both lengths and the way on. A state saved before the length was recorded is taken as
+    before; a source without a length (a generator, a ``datasets.IterableDataset``) records
+    nothing and is not compared, so a change of its contents is not caught: load its state only
+    over the same data. A change that keeps the length (a sample edited in place) is not caught
+    either."""
+    theirs = state["config"].get("samples")
+    if theirs is None:
+        return
+    if not isinstance(theirs, int) or isinstance(theirs, bool) or theirs < 0:
+        raise ValueError(
+            f"state['config']['samples'] must be the source's length (an int >= 0), got "
+            f"{theirs!r:.120}; pass the state the stream saved"
+        )
+    if mine is None or mine == theirs:  # (a source without a length: nothing to compare)
+        return
+    raise ValueError(
+        f"state was saved over a source of {theirs:,} samples, but this {owner}'s source has "
+        f"{mine:,}: "
+        f"the state's positions would name other samples (some repeated, some never seen). "
+        f"Resume over the source the state was saved over{_way_on(state)}"
+    )
+
+
+def _way_on(state: dict[str, Any]) -> str:
+    """How to go on without the state: the next epoch, or this one whole when the state was
+    saved before its first batch (s29-user: the next epoch skipped it)."""
+    epoch = state.get("epoch")
+    if not isinstance(epoch, int) or isinstance(epoch, bool):
+        return ""
+    if _before_first_batch(state):
+        return (
+            f"; to go on with these options instead, skip load_state_dict and run epoch "
+            f"{epoch} whole: stream.set_epoch({epoch}) (the state was saved before its "
+            "first batch)"
+        )
+    return (
+        f"; to go on with these options instead, skip load_state_dict and start the next "
+        f"epoch: stream.set_epoch({epoch + 1})"
+    )
 
 
 def _check_source(theirs: Any, mine: Any, owner: str) -> None:
@@ -630,7 +702,8 @@ def check_config(
     (absent from a state saved before they were recorded). ``"source"`` records the files the
     source reads (:func:`source_config`), checked on its own."""
     _check_source(state["config"].get("source"), mine.get("source"), owner)
-    versions = (*versions, "source")
+    _check_size(state, mine.get("samples"), owner)
+    versions = (*versions, "source", "samples")
     theirs = {k: v for k, v in state["config"].items() if k not in versions}
     mine = {k: v for k, v in mine.items() if k not in versions}
     if set(theirs) != set(mine):
@@ -646,21 +719,9 @@ def check_config(
                 "num_replicas": " (a rank's state holds the positions in its own shard, and the "
                 "ranks' shards and schedule change with their number)",
             }.get(key, "")
-            epoch = state.get("epoch")
             # (s21: a job restarted on 2 ranks from a state saved on 4 was told only to build
             # the stream as before, which it cannot; the way on is the next epoch)
-            on = (
-                f"; to go on with these options instead, skip load_state_dict and start the next "
-                f"epoch: stream.set_epoch({epoch + 1})"
-                if isinstance(epoch, int) and not isinstance(epoch, bool)
-                else ""
-            )
-            if on and _before_first_batch(state):  # (s29-user: the next epoch skipped this one)
-                on = (
-                    f"; to go on with these options instead, skip load_state_dict and run epoch "
-                    f"{epoch} whole: stream.set_epoch({epoch}) (the state was saved before its "
-                    "first batch)"
-                )
+            on = _way_on(state)
             raise ValueError(
                 f"state has {key}={value!r}, but this {owner} has {key}={mine.get(key)!r}; "
                 f"build the stream with the options of the one that saved the state{hint} to "
