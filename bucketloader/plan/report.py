@@ -145,6 +145,55 @@ def warn_fill_repeats(
     )
 
 
+def warn_rank_repeats(
+    owner: str,
+    repeated: int,
+    n: int,
+    *,
+    num_replicas: int,
+    parts: str,
+    fix: str,
+    rows: int | None = None,
+    stacklevel: int,
+) -> None:
+    """Warn once when the repeats that give every rank without a sample (or, packed, a row) of
+    a last step one of its own (``last_batch="pad"`` or ``"keep"``: NOTE [ last_batch and
+    replicas ] in :mod:`bucketloader.plan.epoch`) pass :data:`FILL_WARNING` of the ``n``
+    samples per epoch, the share ``"fill"`` warns at (:func:`warn_fill_repeats`). ``parts``
+    says which last steps (``"8 buckets"``); ``rows``, for a packing plan, the rows repeated
+    (exact), and then ``repeated`` is their documents, about (which rows repeat changes per
+    epoch); ``fix`` what needs fewer repeats. A bucket's one sample repeated on 8 ranks is a
+    few rows of a large set, as ``DistributedSampler`` pads: not warned about (s28-user: 100
+    samples in 8 buckets on 16 ranks repeated 28, silently).
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as w:
+        ...     warnings.simplefilter("always")
+        ...     warn_rank_repeats("PackSampler", 120, 40, num_replicas=64, parts="1 row length",
+        ...                       fix="Fewer ranks", rows=48, stacklevel=2)
+        >>> print(w[0].message)  # doctest: +NORMALIZE_WHITESPACE
+        this PackSampler repeats 48 rows (about 120 documents) per epoch over 64 ranks (300.0%
+        of 40): the last step of its 1 row length gives every rank without a row of its own a
+        repeat, so the model trains on those more often than on the rest;
+        report().totals['repeated'] counts each epoch exactly. Fewer ranks need fewer repeats
+    """
+    if repeated <= FILL_WARNING * n:
+        return
+    unit, item = ("documents", "row") if rows is not None else ("samples", "sample")
+    what = f"{repeated:,} {unit}" if rows is None else f"{rows:,} rows (about {repeated:,} {unit})"
+    each = "its" if parts.startswith("1 ") else "each of its"
+    warnings.warn(
+        f"this {owner} repeats {what} per epoch over {num_replicas:,} ranks "
+        f"({repeated / max(n, 1):.1%} of {n:,}): the last step of {each} {parts} gives every "
+        f"rank without a {item} of its own a repeat, so the model trains on those more often "
+        "than on the rest; report().totals['repeated'] counts each epoch exactly. "
+        f"{fix} need fewer repeats",
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
 #: The option that left samples out of a plan, by its key in a spec's ``filtered`` (the
 #: samplers' warnings name it: NOTE [ Warning about silent losses ] in
 #: :mod:`bucketloader.sampler`).
