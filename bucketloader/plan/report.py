@@ -100,14 +100,17 @@ def warn_fill_repeats(
     unit: str = "samples",
     about: bool = False,
     accumulate: int = 1,
+    counted: str = "report().totals['repeated'] counts each epoch exactly",
+    instead: str | None = None,
     stacklevel: int,
 ) -> None:
     """Warn once when ``last_batch="fill"`` repeats more than :data:`FILL_WARNING` of the ``n``
     samples (or documents) per epoch, or trains some ``most >= FILL_TIMES`` times an epoch
     (``small``: the shapes with fewer samples than one step, whose samples all repeat, the same
-    ones every epoch). Repeating is the option's purpose, so a few random repeats (what
-    torch's ``DistributedSampler`` does) are silent; a large or concentrated share changes what
-    the model trains on, which is said with the count and the way out (NOTE [ What fill
+    ones every epoch; ``counted``: where the count is; ``instead``: the way out, where it is not
+    ``"pad"``'s and a smaller batch's). Repeating is the option's purpose, so a few random
+    repeats (what torch's ``DistributedSampler`` does) are silent; a large or concentrated share
+    changes what the model trains on, which is said with the count and the way out (NOTE [ What fill
     repeats ] in :mod:`bucketloader.plan.epoch`).
 
     Example:
@@ -137,9 +140,8 @@ def warn_fill_repeats(
     warnings.warn(
         f"last_batch='fill' makes this {owner} repeat {'about ' if about else ''}{repeated:,} "
         f"{unit} per epoch on {num_replicas} rank(s) ({repeated / max(n, 1):.1%} of {n:,})"
-        f"{times}{small}: the model trains on those more often than on the rest; "
-        f"report().totals['repeated'] counts each epoch exactly. {pad}; a smaller batch_size or "
-        "max_tokens needs fewer repeats",
+        f"{times}{small}: the model trains on those more often than on the rest; {counted}. "
+        + (instead or f"{pad}; a smaller batch_size or max_tokens needs fewer repeats"),
         UserWarning,
         stacklevel=stacklevel + 1,
     )
