@@ -1233,6 +1233,35 @@ def test_an_evaluation_past_trainings_token_budget_names_eval_bucketing(tmp_path
     assert trainer.predict(ds).predictions.shape[0] == len(ds)
 
 
+def test_a_plan_error_names_the_dataset_it_came_in(tmp_path):
+    """s28-hf: for_text's own errors (a column the set lacks, a None label) named the set's
+    columns but not which of train_dataset, eval_dataset (or which of a dict of them) and
+    test_dataset it was; each now starts with the argument, as the checks after the plan do."""
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    raw = ds.remove_columns("input_ids").add_column("sentence", ["w2 w3"] * len(ds))
+    unlabelled = ds.remove_columns("label").add_column("label", [None, *[1] * (len(ds) - 1)])
+    evals = {"dev": ds, "other": raw}
+    trainer = hf.BucketTrainer(
+        model=model, args=_args(tmp_path), train_dataset=ds, eval_dataset=evals
+    )
+    missing = r": for_text pads the token column 'input_ids', which the dataset does not have"
+    with pytest.raises(KeyError, match=r"^eval_dataset\['other'\]" + missing):
+        trainer.get_eval_dataloader("other")
+    assert trainer.get_eval_dataloader("dev") is not None
+    with pytest.raises(KeyError, match=r"^test_dataset" + missing):
+        trainer.predict(raw)
+    with pytest.raises(ValueError, match=r"^test_dataset: column 'label' is None in 1 of its 48"):
+        trainer.predict(unlabelled)
+    trainer = hf.BucketTrainer(
+        model=model, args=_args(tmp_path), train_dataset=raw, eval_dataset=ds
+    )
+    with pytest.raises(KeyError, match=r"^train_dataset" + missing):
+        trainer.get_train_dataloader()
+    trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=ds)
+    with pytest.raises(ValueError, match=r"^eval_dataset: column 'label' is None in 1 of its"):
+        trainer.evaluate(unlabelled)
+
+
 def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():
     """NOTE [ A step with no real row ]: a causal LM's loss shifts the labels (transformers sets
     ``_loss_shifts_labels``), so a label at position 0 alone is no target: the batch is marked

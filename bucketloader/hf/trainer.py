@@ -56,11 +56,12 @@ exactly as ``Trainer`` runs them (``get_batch_samples``'s ``num_items_in_batch``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import datasets
@@ -360,7 +361,8 @@ class _BucketMixin:
             if self.train_dataset is None:
                 raise ValueError("Trainer: training requires a train_dataset.")
             self._check_rows(self.train_dataset, "train_dataset")
-            built = self._build_bucketing(self.train_dataset, evaluation=False)
+            with _naming("train_dataset"):
+                built = self._build_bucketing(self.train_dataset, evaluation=False)
             self._check_against_model(built, self.train_dataset, "train_dataset")
             self._bucketing = built
         return self._bucketing
@@ -432,13 +434,14 @@ class _BucketMixin:
         argument = names.get(key, f"eval_dataset[{key!r}]")
         self._check_rows(dataset, argument)
         try:
-            b = self._build_bucketing(dataset, evaluation=True)
+            with _naming(argument):
+                b = self._build_bucketing(dataset, evaluation=True)
         except ValueError as exc:
             budget = self._bucketing_options.get("max_tokens")
             if budget is None or "max_tokens" in self._eval_options or "max_tokens" not in str(exc):
                 raise
             raise ValueError(  # (it said "raise max_tokens": the user raised training's)
-                f"{argument}: {exc} (max_tokens={budget!r} is training's, from bucketing=, which "
+                f"{exc} (max_tokens={budget!r} is training's, from bucketing=, which "
                 "evaluation follows unless given its own: eval_bucketing={'max_tokens': ...})"
             ) from None
         self._check_against_model(b, dataset, argument)
@@ -999,6 +1002,28 @@ _TRAINER_TAKES_SCALED = hasattr(transformers.Trainer, "loss_is_scaled_for_ga")
 #: The oldest transformers the trainers are tested with (5.17 and the newest, by the suite);
 #: 4.57 failed 9 of the trainer tests (other arguments and hooks), the versions between untested.
 MIN_TRANSFORMERS = (5, 17)
+
+
+@contextlib.contextmanager
+def _naming(argument: str) -> Iterator[None]:
+    """An error of planning a dataset (for_text's, for_audio's, for_images' or the trainer's
+    own checks of its columns) starts with the argument it came in, as the checks after the
+    plan do: a trainer given ``train_dataset``, ``eval_dataset`` (or a dict of them) and
+    ``test_dataset`` said "the dataset does not have 'input_ids'" without saying which
+    (s28-hf). The type and the traceback are kept; a text that already starts with the
+    argument is left as it is."""
+    try:
+        yield
+    except (ValueError, TypeError, KeyError) as exc:
+        plain_key = isinstance(exc, KeyError) and not isinstance(exc, MissingKeyError)
+        text = str(exc.args[0] if exc.args else "") if plain_key else str(exc)  # (unquoted)
+        if text.startswith(f"{argument}: "):
+            raise
+        try:
+            named = type(exc)(f"{argument}: {text}")
+        except Exception:  # (an exception type that takes other arguments: left as it is)
+            raise exc from None
+        raise named.with_traceback(exc.__traceback__) from None
 
 
 # NOTE [ The Trainer's sampling strategy ]
