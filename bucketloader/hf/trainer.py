@@ -194,6 +194,7 @@ class _BucketMixin:
         self._collator_multiple = None if isinstance(bucketing, Bucketing) else multiple
         self._precompile_on_train = bool(self._bucketing_options.pop("precompile", False))
         self._compile_noted = False
+        self._interpolate_noted = False  # (NOTE [ Images at other sizes than the model's ])
         self._precompiled = False
         self._compile_in_place()
         self._note_overrides()
@@ -864,6 +865,7 @@ class _BucketMixin:
         inputs = dict(inputs)
         mask = inputs.pop("sample_mask", None)
         inputs.pop("index", None)
+        self._complete_inputs(inputs)
         if mask is None:
             mask = self._eval_mask
         labels = inputs.get("labels")
@@ -920,6 +922,7 @@ class _BucketMixin:
         """As ``Trainer``'s, with ``index`` and ``sample_mask`` taken out of the batch first
         (NOTE [ Evaluation and prediction in dataset order ])."""
         self._prepare_prediction(model, inputs, prediction_loss_only)
+        self._complete_inputs(inputs)
         index = inputs.pop("index", None)
         mask = inputs.pop("sample_mask", None)
         self._eval_mask = mask
@@ -935,6 +938,44 @@ class _BucketMixin:
             _check_per_row(logits, int(index.shape[0]), type(model).__name__)
             self._eval_record.add(self, index, mask, loss)
         return loss, logits, labels
+
+    def _complete_inputs(self, inputs: dict[str, Any]) -> None:
+        """NOTE [ Images at other sizes than the model's ]
+        A ViT (DeiT, BEiT, Swin, CLIP's vision tower, ...) has position embeddings for
+        ``config.image_size`` and refuses any other size unless its ``forward`` is given
+        ``interpolate_pos_encoding=True`` ("Input image size (32*64) doesn't match model
+        (32*32)" at the first batch of another size; s28-hf), and a plan of images of several
+        sizes has batches of other sizes by design. So a batch whose ``pixel_values`` are not
+        ``image_size`` gets ``interpolate_pos_encoding=True`` where the model's ``forward`` takes
+        it and the batch does not set it (its embeddings are interpolated to the batch's patch
+        grid: what the option is for); a batch at ``image_size`` is left as it was (no change
+        for models trained at one size), and a model that takes no such option (DETR, YOLOS,
+        ResNet: any size) is not touched. Said once in an info line. The check reads the
+        tensor's shape only (no device sync)."""
+        if "interpolate_pos_encoding" in inputs:
+            return
+        pixels = inputs.get("pixel_values")
+        if not isinstance(pixels, torch.Tensor) or pixels.dim() != 4:
+            return
+        size = getattr(getattr(self.model, "config", None), "image_size", None)
+        if isinstance(size, int) and not isinstance(size, bool):
+            size = (size, size)
+        if not isinstance(size, (tuple, list)) or tuple(pixels.shape[-2:]) == tuple(size):
+            return
+        if "interpolate_pos_encoding" not in self.model_inputs():
+            return
+        inputs["interpolate_pos_encoding"] = True
+        if not self._interpolate_noted:
+            self._interpolate_noted = True
+            _log.info(
+                "%s: passing interpolate_pos_encoding=True to %s for batches of images other "
+                "than its image_size %s (here %s): its position embeddings are interpolated to "
+                "the batch's size",
+                type(self).__name__,
+                type(self.model).__name__,
+                "x".join(map(str, size)),
+                "x".join(map(str, pixels.shape[-2:])),
+            )
 
     def _prepare_prediction(
         self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool
