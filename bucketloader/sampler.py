@@ -932,7 +932,7 @@ class BucketSampler(SpecShapes, EpochSampler):
             int(spec.counts.sum()),
             num_replicas=r,
             parts=f"{buckets:,} bucket{'s' if buckets != 1 else ''}",
-            fix="Fewer num_buckets (or fewer ranks)",
+            fix="Fewer num_buckets (or fewer ranks) need fewer repeats",
             stacklevel=3,
         )
 

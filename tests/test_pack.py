@@ -786,6 +786,10 @@ def test_repeated_rows_for_ranks_without_a_row_are_warned_about(balance):
     ]
     assert rows == sum(len(p.row_offsets) - 1 for p in plans) - sampler.spec.num_rows > 0
     assert abs(docs - sampler.report().totals["repeated"]) <= 0.1 * docs
+    assert "last_batch='drop'" not in said[0]  # (a row length without a full step: all out)
+    europarl = load_real("europarl")[:4000, 0] + 2  # (rows of ~31 documents: 15 rows, 465)
+    with pytest.warns(UserWarning, match=r"about 465 doc.*; last_batch='drop' leaves the 1 row "):
+        PackSampler(europarl, row_length=512, batch_size=1, num_replicas=16, rank=0)
     for quiet in (
         dict(lengths=lengths, row_length=64, batch_size=2, num_replicas=4),  # no repeat at all
         dict(lengths=load_real("gsm8k").sum(axis=1), row_length=512, batch_size=8, num_replicas=8),

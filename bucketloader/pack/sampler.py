@@ -394,19 +394,26 @@ class PackSampler(EpochSampler):
         spec, r = self.spec, self.num_replicas
         if r == 1 or spec.last_batch != "pad" or not spec.num_rows:
             return
-        _, q = spec.steps(r)
+        full, q = spec.steps(r)
         extra = np.where(q > 0, np.maximum(r - q, 0), 0)
         _, row_offsets, row_kind = spec.layout
         docs = np.bincount(row_kind, weights=np.diff(row_offsets), minlength=q.size)
         per_row = docs / np.maximum(spec.rows_per_length, 1)
         kinds = int(spec.num_steps(r).astype(bool).sum())
+        left = int(q[extra > 0].sum())
+        drop = (  # (not where a row length has no full step: "drop" would leave it all out)
+            f"; last_batch='drop' leaves the {left:,} row{'s' if left != 1 else ''} of those "
+            "last steps out instead (other rows each epoch)"
+            if (full[extra > 0] > 0).all()
+            else ""
+        )
         warn_rank_repeats(
             "PackSampler",
             round(float((extra * per_row).sum())),
             spec.num_documents,
             num_replicas=r,
             parts=f"{kinds:,} row length{'s' if kinds != 1 else ''}",
-            fix="Fewer row lengths (or fewer ranks)",
+            fix="Fewer row lengths (or fewer ranks) need fewer repeats" + drop,
             rows=int(extra.sum()),
             stacklevel=3,
         )

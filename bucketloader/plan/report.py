@@ -164,16 +164,16 @@ def warn_rank_repeats(
     samples per epoch, the share ``"fill"`` warns at (:func:`warn_fill_repeats`). ``parts``
     says which last steps (``"8 buckets"``); ``rows``, for a packing plan, the rows repeated
     (exact), and then ``repeated`` is their documents, about (which rows repeat changes per
-    epoch); ``fix`` what needs fewer repeats. A bucket's one sample repeated on 8 ranks is a
-    few rows of a large set, as ``DistributedSampler`` pads: not warned about (s28-user: 100
-    samples in 8 buckets on 16 ranks repeated 28, silently).
+    epoch); ``fix`` the closing sentence: what needs fewer repeats. A bucket's one sample
+    repeated on 8 ranks is a few rows of a large set, as ``DistributedSampler`` pads: not warned
+    about (s28-user: 100 samples in 8 buckets on 16 ranks repeated 28, silently).
 
     Example:
         >>> import warnings
         >>> with warnings.catch_warnings(record=True) as w:
         ...     warnings.simplefilter("always")
         ...     warn_rank_repeats("PackSampler", 120, 40, num_replicas=64, parts="1 row length",
-        ...                       fix="Fewer ranks", rows=48, stacklevel=2)
+        ...                       fix="Fewer ranks need fewer repeats", rows=48, stacklevel=2)
         >>> print(w[0].message)  # doctest: +NORMALIZE_WHITESPACE
         this PackSampler repeats 48 rows (about 120 documents) per epoch over 64 ranks (300.0%
         of 40): the last step of its 1 row length gives every rank without a row of its own a
@@ -190,7 +190,7 @@ def warn_rank_repeats(
         f"({repeated / max(n, 1):.1%} of {n:,}): the last step of {each} {parts} gives every "
         f"rank without a {item} of its own a repeat, so the model trains on those more often "
         "than on the rest; report().totals['repeated'] counts each epoch exactly. "
-        f"{fix} need fewer repeats",
+        f"{fix}",
         UserWarning,
         stacklevel=stacklevel + 1,
     )
