@@ -386,8 +386,8 @@ class PackSampler(EpochSampler):
         rank without a row of a row length's last step one of its own (``R - q`` rows where
         ``q < R`` are left: NOTE [ Packed epochs ] in :mod:`bucketloader.pack.epoch`) repeat
         more than the share ``"fill"`` warns at, as BucketSampler warns
-        (:func:`~bucketloader.plan.report.warn_rank_repeats`): 40 documents in 16 rows over 64
-        ranks repeated 48 rows, 120 documents an epoch, silently (s28-user). The rows are
+        (:func:`~bucketloader.plan.report.warn_rank_repeats`): 150 documents over 64 ranks
+        repeated 50 rows, 83 documents an epoch (55%), silently (s28-user). The rows are
         exact; their documents about (each row length's mean per row: which rows repeat changes
         per epoch; :meth:`report` counts each epoch exactly). ``"fill"``'s own warning counts
         these repeats too."""

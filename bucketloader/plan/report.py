@@ -182,8 +182,11 @@ def warn_rank_repeats(
     """
     if repeated <= FILL_WARNING * n:
         return
-    unit, item = ("documents", "row") if rows is not None else ("samples", "sample")
-    what = f"{repeated:,} {unit}" if rows is None else f"{rows:,} rows (about {repeated:,} {unit})"
+    unit, item = ("document", "row") if rows is not None else ("sample", "sample")
+    unit += "s" if repeated != 1 else ""
+    what = f"{repeated:,} {unit}"
+    if rows is not None:  # (a packing plan: the rows exact, their documents about)
+        what = f"{rows:,} row{'s' if rows != 1 else ''} (about {what})"
     each = "its" if parts.startswith("1 ") else "each of its"
     warnings.warn(
         f"this {owner} repeats {what} per epoch over {num_replicas:,} ranks "
