@@ -1245,8 +1245,10 @@ def test_a_plan_error_names_the_dataset_it_came_in(tmp_path):
         model=model, args=_args(tmp_path), train_dataset=ds, eval_dataset=evals
     )
     missing = r": for_text pads the token column 'input_ids', which the dataset does not have"
-    with pytest.raises(KeyError, match=r"^eval_dataset\['other'\]" + missing):
+    with pytest.raises(KeyError, match=r"^eval_dataset\['other'\]" + missing) as err:
         trainer.get_eval_dataloader("other")
+    # (and for_text's column=... as the trainer takes it)
+    assert "name the token column with eval_bucketing={'column': ...}, or" in str(err.value)
     assert trainer.get_eval_dataloader("dev") is not None
     with pytest.raises(KeyError, match=r"^test_dataset" + missing):
         trainer.predict(raw)
@@ -1255,8 +1257,10 @@ def test_a_plan_error_names_the_dataset_it_came_in(tmp_path):
     trainer = hf.BucketTrainer(
         model=model, args=_args(tmp_path), train_dataset=raw, eval_dataset=ds
     )
-    with pytest.raises(KeyError, match=r"^train_dataset" + missing):
+    with pytest.raises(KeyError, match=r"^train_dataset" + missing) as err:
         trainer.get_train_dataloader()
+    said = str(err.value)
+    assert "with bucketing={'column': ...}, or" in said and "column=" not in said
     trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=ds)
     with pytest.raises(ValueError, match=r"^eval_dataset: column 'label' is None in 1 of its"):
         trainer.evaluate(unlabelled)

@@ -362,7 +362,7 @@ class _BucketMixin:
             if self.train_dataset is None:
                 raise ValueError("Trainer: training requires a train_dataset.")
             self._check_rows(self.train_dataset, "train_dataset")
-            with _naming("train_dataset"):
+            with _naming("train_dataset", "bucketing"):
                 built = self._build_bucketing(self.train_dataset, evaluation=False)
             self._check_against_model(built, self.train_dataset, "train_dataset")
             self._bucketing = built
@@ -435,7 +435,7 @@ class _BucketMixin:
         argument = names.get(key, f"eval_dataset[{key!r}]")
         self._check_rows(dataset, argument)
         try:
-            with _naming(argument):
+            with _naming(argument, "eval_bucketing"):
                 b = self._build_bucketing(dataset, evaluation=True)
         except ValueError as exc:
             budget = self._bucketing_options.get("max_tokens")
@@ -1046,18 +1046,24 @@ MIN_TRANSFORMERS = (5, 17)
 
 
 @contextlib.contextmanager
-def _naming(argument: str) -> Iterator[None]:
+def _naming(argument: str, option: str) -> Iterator[None]:
     """An error of planning a dataset (for_text's, for_audio's, for_images' or the trainer's
     own checks of its columns) starts with the argument it came in, as the checks after the
     plan do: a trainer given ``train_dataset``, ``eval_dataset`` (or a dict of them) and
     ``test_dataset`` said "the dataset does not have 'input_ids'" without saying which
-    (s28-hf). The type and the traceback are kept; a text that already starts with the
-    argument is left as it is."""
+    (s28-hf). for_text's ``column=...`` fix is said as the trainer's ``option`` (``bucketing``
+    or ``eval_bucketing``) takes it. The type and the traceback are kept; a text that already
+    starts with the argument is left as it is."""
     try:
         yield
     except (ValueError, TypeError, KeyError) as exc:
         plain_key = isinstance(exc, KeyError) and not isinstance(exc, MissingKeyError)
         text = str(exc.args[0] if exc.args else "") if plain_key else str(exc)  # (unquoted)
+        for python, trainer in (  # (for_text's words; the trainer takes them in option=)
+            ("name the token column with column=...", f"{option}={{'column': ...}}"),
+            ("(column='input_ids')", f"({option}={{'column': 'input_ids'}})"),
+        ):
+            text = text.replace(python, python.split("column=")[0] + trainer)
         if text.startswith(f"{argument}: "):
             raise
         try:
