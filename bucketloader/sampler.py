@@ -106,6 +106,7 @@ from bucketloader.plan.report import (
     DataLossWarning,
     plan_report,
     warn_fill_repeats,
+    warn_rank_repeats,
     warn_truncated,
 )
 from bucketloader.plan.shapes import SpecOptions
@@ -924,17 +925,14 @@ class BucketSampler(SpecShapes, EpochSampler):
                 repeated = int(np.where(q > 0, np.maximum(r - q, 0), 0).sum())
             else:  # ("keep": one last step of ceil(q / R) rows per rank)
                 repeated = int((r * -(-q // r) - q).sum())
-        n = int(spec.counts.sum())
-        if repeated <= FILL_WARNING * n:
-            return
-        warnings.warn(
-            f"this {type(self).__name__} repeats {repeated:,} samples per epoch over "
-            f"{r:,} ranks ({repeated / max(n, 1):.1%} of {n:,}): the last step of each of its "
-            f"{int(spec.num_steps(r).astype(bool).sum()):,} buckets gives every rank without a "
-            "sample of its own a repeat, so the model trains on those more often than on the "
-            "rest; report().totals['repeated'] counts each epoch exactly. Fewer num_buckets "
-            "(or fewer ranks) need fewer repeats",
-            UserWarning,
+        buckets = int(spec.num_steps(r).astype(bool).sum())
+        warn_rank_repeats(
+            type(self).__name__,
+            repeated,
+            int(spec.counts.sum()),
+            num_replicas=r,
+            parts=f"{buckets:,} bucket{'s' if buckets != 1 else ''}",
+            fix="Fewer num_buckets (or fewer ranks) need fewer repeats",
             stacklevel=3,
         )
 

@@ -65,6 +65,7 @@ from bucketloader.boundaries import assign_buckets, check_boundaries, round_up
 from bucketloader.histogram import LengthHistogram
 from bucketloader.plan.budget import BatchRule
 from bucketloader.plan.cells import Cells
+from bucketloader.plan.report import warn_fill_repeats
 from bucketloader.plan.sharded import (
     ShardEpochPlan,
     ShardSchedule,
@@ -458,6 +459,20 @@ class ShardedSampler(EpochSampler):
                 "samples); no sample is lost (ShardedSampler.report() has the counts). "
                 "Balance the shards to pad less",
                 UserWarning,
+                stacklevel=2,
+            )
+        elif self.fill:  # NOTE [ Sharded plan ] 9: the filler rows are repeats, trained on
+            warn_fill_repeats(
+                "ShardedSampler",
+                self.report().repeated_all,
+                self.histogram.num_samples,
+                most=1,  # (how often one sample repeats is not derived from the counts)
+                small="",
+                num_replicas=self.num_replicas,
+                counted="report().repeated_all counts them (the same every epoch)",
+                instead="last_batch='pad' leaves those slots as masked padding rows instead "
+                "(it repeats nothing); larger shards, exchange=True or fewer num_buckets need "
+                "fewer repeats",
                 stacklevel=2,
             )
 

@@ -243,6 +243,19 @@ def test_precompute_a_joint_plan_that_the_sampler_reads(tmp_path, capsys):
     ]:
         assert main(["precompute", str(tmp_path / "gone.tsv"), *bad]) == 2, bad
         assert said in capsys.readouterr().err, bad
+    # ... and, after the read, a batch rule that no device or no bucket holds, in the flags
+    # (s29: "batch_size=10**20 ...; lower batch_size", "Raise max_tokens ... TokenBudget(...)")
+    for bad, said in [
+        (["--batch-size", str(10**20)], f"error: --batch-size {10**20} plans batches of shape"),
+        (["--max-tokens", str(2**62)], "any device can hold; lower --max-tokens\n"),
+        (["--max-tokens", "20"], "error: --max-tokens 20 is below the padded size "),
+        (["--max-tokens", "20"], "; raise --max-tokens to at least "),
+    ]:
+        assert (
+            main(["precompute", str(data), "--column", "src,tgt", "--max-shapes", "4", *bad]) == 2
+        )
+        err = capsys.readouterr().err
+        assert said in err and "_" not in err.split("error: ")[1].split(" of shape")[0], err
     assert main(["report", str(data), "--column", "src,tgt"]) == 2  # (it said unknown column)
     assert "report measures one column" in capsys.readouterr().err
 
@@ -381,7 +394,11 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
             "name the same file",
         ),
         "cache dir empty": ([*pre, "--cache-dir", ""], "--cache-dir must be a folder, got"),
-        "demo batch of 37 GiB": (["demo", "--batch-size", "100000"], "use at most batch_size="),
+        "demo batch of 37 GiB": (  # (s29: it said "batch_size=100000 ... batch_size=2734")
+            ["demo", "--batch-size", "100000"],
+            "error: --batch-size 100000 makes demo batches of up to 100,000 x 1227 frames x 80 "
+            "features, 36.6 GiB of float32 each; use at most --batch-size 2734",
+        ),
         "demo no batch": (["demo", "--max-batches", "0"], "--max-batches: max_batches must be"),
         "demo k zero": (["demo", "-k", "0"], "-k/--num-buckets: num_buckets must be an int >= 1"),
         "length 2**70": (["report", str(d / "huge.txt")], "line 2: lengths must be < 2**62"),
@@ -389,6 +406,15 @@ def _bad_cases(tmp_path: Path, files: Path) -> dict[str, tuple[list[str], str]]:
         "jsonl 1e400": (["report", str(d / "huge.jsonl"), "--column", "n"], "must be < 2**62"),
         "jsonl nested": (["report", str(d / "deep.jsonl"), "--column", "n"], "nested too deep"),
         "batch size zero": ([*pre, "--batch-size", "0"], "--batch-size: batch_size must be an"),
+        "a batch no device holds": (  # (s29: "batch_size=10**20 ...; lower batch_size")
+            [*pre, "--batch-size", str(10**20)],
+            f"error: --batch-size {10**20} plans batches of shape ({10**20}, ",
+        ),
+        "a budget no device holds": (  # (and "lower max_tokens, or ... TokenBudget(...)")
+            [*pre, "--max-tokens", str(2**62)],
+            "padded elements, more than the 1099511627776 (2**40) any device can hold; lower "
+            "--max-tokens",
+        ),
         "max tokens past int64": (  # (s28-user: the flag was not named)
             [*pre, "--max-tokens", str(2**64)],
             "--max-tokens: max_tokens must be an int >= 1 and <= 9223372036854775807",

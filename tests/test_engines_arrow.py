@@ -937,6 +937,26 @@ def test_nulls_skip_reads_a_file_without_the_column_as_null_rows(tmp_path):
     assert r.histogram.values.tolist() == [1, 2] and (r.num_rows, r.num_nulls) == (3, 1)
 
 
+def test_a_first_file_without_the_column_is_named_too(tmp_path):
+    """s28-eng: the dataset's schema is its first file's, so a first file without the measured
+    column made the scan say "column 'b' not found in 2 files; it has columns ['a']" while the
+    second held it; now the column is taken from a file that holds it (an int32 / int64 column
+    beside it widened as before), so the first file is named, or its rows skipped."""
+    pq.write_table(pa.table({"a": pa.array([3, 4, 5], pa.int32())}), tmp_path / "0.parquet")
+    pq.write_table(
+        pa.table({"a": pa.array([6, 2**40], pa.int64()), "b": [2, 3]}), tmp_path / "1.parquet"
+    )
+    for columns in ("b", ["a", "b"]):
+        with pytest.raises(ValueError, match=r"0\.parquet: no column 'b' \(the file has col"):
+            parquet_histogram(tmp_path, columns)
+    r = parquet_histogram(tmp_path, "b", nulls="skip")
+    assert r.histogram.values.tolist() == [2, 3] and (r.num_rows, r.num_nulls) == (5, 3)
+    r = parquet_histogram(tmp_path, ["a", "b"], nulls="skip")
+    assert r.histogram.num_samples == 2 and r.num_nulls == 3
+    with pytest.raises(KeyError, match=r"column 'c' not found in .*; it has columns"):  # (none)
+        parquet_histogram(tmp_path, "c")
+
+
 def test_the_report_skips_the_dynamic_baseline_above_its_sample_limit(
     tmp_path, capsys, monkeypatch
 ):

@@ -477,6 +477,19 @@ def test_cli_joint_precompute_of_shards_on_spark(spark, tmp_path, capsys):
     argv = ["precompute", str(mixed), "--column", "a,b", "--max-shapes", "2", "--batch-size", "2"]
     assert main([*argv, "--engine", "spark", "--cache-dir", str(tmp_path / "c2")]) == 0
     assert "mixed: 3 samples" in capsys.readouterr().out
+    # s28-eng: a column the first file (by path: Spark's schema) lacks, beside one to widen,
+    # was "column 'b' not found; the DataFrame has columns ['a']" while 1.parquet held it: the
+    # file without it is named (or its rows skipped), as the other engines do
+    pq.write_table(pa.table({"a": pa.array([7, 8], pa.int32())}), mixed / "0-first.parquet")
+    for engine in ("spark", "local"):
+        args = [*argv, "--engine", engine, "--cache-dir", str(tmp_path / "c3")]
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert "0-first.parquet: no column 'b' (the file has columns ['a']); every file" in err
+        assert main([*args, "--nulls", "skip"]) == 0
+        assert "--nulls skip left out 2 null row(s) of 5" in capsys.readouterr().err
+    assert main(["report", str(mixed), "--column", "b", "--engine", "spark"]) == 2
+    assert "0-first.parquet: no column 'b'" in capsys.readouterr().err
 
 
 def test_cli_engine_spark_errors_name_the_files_and_the_commands_fixes(spark, tmp_path, capsys):

@@ -765,6 +765,40 @@ def test_an_epoch_mostly_of_padding_rows_warns():
         PackSampler(lengths, row_length=2048, batch_size=4096, last_batch="fill")
 
 
+@pytest.mark.parametrize("balance", [False, True])
+def test_repeated_rows_for_ranks_without_a_row_are_warned_about(balance):
+    """s28-user: under last_batch="pad" a rank without a row of a row length's last step
+    repeats one; 150 documents over 64 ranks repeated 50 rows, 83 documents an epoch (55%),
+    silently, where BucketSampler warns at 5%. Its rows are exact (counted here from every
+    rank's plan), its documents about (report() counts each epoch); real sets are quiet."""
+    import warnings
+
+    lengths = np.random.default_rng(4).integers(1, 64, size=150)
+    options = dict(row_length=(32, 64), batch_size=3, num_replicas=64, balance=balance)
+    with pytest.warns(UserWarning, match=r"repeats (\d+) rows \(about (\d+) docum") as got:
+        sampler = PackSampler(lengths, rank=0, **options)
+    said = [str(w.message) for w in got if "without a row of its own" in str(w.message)]
+    assert len(said) == 1 and "of each of its 2 row lengths" in said[0], said
+    assert "Fewer row lengths (or fewer ranks) need fewer repeats" in said[0]
+    rows, docs = map(int, re.search(r"repeats (\d+) rows \(about (\d+) doc", said[0]).groups())
+    plans = [
+        plan_pack_epoch(sampler.spec, num_replicas=64, rank=r, balance=balance) for r in range(64)
+    ]
+    assert rows == sum(len(p.row_offsets) - 1 for p in plans) - sampler.spec.num_rows > 0
+    assert abs(docs - sampler.report().totals["repeated"]) <= 0.1 * docs
+    assert "last_batch='drop'" not in said[0]  # (a row length without a full step: all out)
+    europarl = load_real("europarl")[:4000, 0] + 2  # (rows of ~31 documents: 15 rows, 465)
+    with pytest.warns(UserWarning, match=r"about 465 doc.*; last_batch='drop' leaves the 1 row "):
+        PackSampler(europarl, row_length=512, batch_size=1, num_replicas=16, rank=0)
+    for quiet in (
+        dict(lengths=lengths, row_length=64, batch_size=2, num_replicas=4),  # no repeat at all
+        dict(lengths=load_real("gsm8k").sum(axis=1), row_length=512, batch_size=8, num_replicas=8),
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            PackSampler(**quiet, rank=0)
+
+
 def test_dataloader_with_workers_and_a_hf_dataset():
     datasets = pytest.importorskip("datasets")
     lengths = load_real("europarl")[:600, 1] + 2

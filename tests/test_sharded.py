@@ -555,6 +555,43 @@ def test_unequal_shards_warn_with_the_counts():
     assert len(s) == 10 and s.report().filler_rows == 36 and s.report().stand_in_batches == 6
 
 
+@pytest.mark.filterwarnings(r"ignore:rank\(s\) \[5\] have no sample of length <= 134")
+def test_fill_repeats_past_a_twentieth_warn_with_the_count():
+    """s29: last_batch="fill" turns the slots a rank's samples leave empty into repeats that are
+    trained on (NOTE [ Sharded plan ] 9): 8 equal shards of 50 in 16 buckets repeated 48 of 400
+    samples (12%) an epoch, silently, where BucketSampler and PackSampler warn at 5% (through
+    the same warn_fill_repeats). "pad" leaves those slots as masked padding rows and repeats
+    nothing, so it has no repeats to warn about; large real shards repeat little: quiet."""
+    lengths = np.random.default_rng(3).integers(1, 2000, 400)
+    shards = np.array_split(np.arange(400), 8)
+    hists = [LengthHistogram.from_lengths(lengths[s]) for s in shards]
+    opts = dict(shard_histograms=hists, num_replicas=8, rank=2, num_buckets=16, batch_size=8)
+    with pytest.warns(UserWarning, match=r"^last_batch='fill' makes this ShardedSampler repe") as w:
+        s = ShardedSampler(lengths[shards[2]], last_batch="fill", **opts)
+    said = [str(x.message) for x in w if "ShardedSampler repeat" in str(x.message)]
+    assert len(said) == 1 and s.report().repeated_all == 48
+    assert said[0].startswith("last_batch='fill' makes this ShardedSampler repeat 48 samples")
+    assert "report().repeated_all counts them" in said[0] and "(it repeats nothing)" in said[0]
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        pad = ShardedSampler(lengths[shards[2]], **opts)  # (48 masked filler rows instead)
+    assert pad.report().repeated_all == 0 and not [x for x in w if "repeat" in str(x.message)]
+    real = np.asarray(load_real("multi30k"))[:, 0]  # 185 of 28,999 repeated: quiet
+    shards = np.array_split(np.random.default_rng(2).permutation(real.size), 8)
+    hists = [LengthHistogram.from_lengths(real[s]) for s in shards]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ShardedSampler(
+            real[shards[0]],
+            shard_histograms=hists,
+            num_replicas=8,
+            rank=0,
+            num_buckets=8,
+            batch_size=32,
+            last_batch="fill",
+        )
+
+
 def _resumes_exactly(build, epoch=3, head=7):
     """A sampler stopped ``head`` batches into ``epoch`` and a fresh one (``build()``) loading
     its JSON state yield exactly the epoch's batches; the sampler and the state."""

@@ -1233,6 +1233,39 @@ def test_an_evaluation_past_trainings_token_budget_names_eval_bucketing(tmp_path
     assert trainer.predict(ds).predictions.shape[0] == len(ds)
 
 
+def test_a_plan_error_names_the_dataset_it_came_in(tmp_path):
+    """s28-hf: for_text's own errors (a column the set lacks, a None label) named the set's
+    columns but not which of train_dataset, eval_dataset (or which of a dict of them) and
+    test_dataset it was; each now starts with the argument, as the checks after the plan do."""
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    raw = ds.remove_columns("input_ids").add_column("sentence", ["w2 w3"] * len(ds))
+    unlabelled = ds.remove_columns("label").add_column("label", [None, *[1] * (len(ds) - 1)])
+    evals = {"dev": ds, "other": raw}
+    trainer = hf.BucketTrainer(
+        model=model, args=_args(tmp_path), train_dataset=ds, eval_dataset=evals
+    )
+    missing = r": for_text pads the token column 'input_ids', which the dataset does not have"
+    with pytest.raises(KeyError, match=r"^eval_dataset\['other'\]" + missing) as err:
+        trainer.get_eval_dataloader("other")
+    # (and for_text's column=... as the trainer takes it)
+    assert "name the token column with eval_bucketing={'column': ...}, or" in str(err.value)
+    assert trainer.get_eval_dataloader("dev") is not None
+    with pytest.raises(KeyError, match=r"^test_dataset" + missing):
+        trainer.predict(raw)
+    with pytest.raises(ValueError, match=r"^test_dataset: column 'label' is None in 1 of its 48"):
+        trainer.predict(unlabelled)
+    trainer = hf.BucketTrainer(
+        model=model, args=_args(tmp_path), train_dataset=raw, eval_dataset=ds
+    )
+    with pytest.raises(KeyError, match=r"^train_dataset" + missing) as err:
+        trainer.get_train_dataloader()
+    said = str(err.value)
+    assert "with bucketing={'column': ...}, or" in said and "column=" not in said
+    trainer = hf.BucketTrainer(model=model, args=_args(tmp_path), train_dataset=ds)
+    with pytest.raises(ValueError, match=r"^eval_dataset: column 'label' is None in 1 of its"):
+        trainer.evaluate(unlabelled)
+
+
 def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():
     """NOTE [ A step with no real row ]: a causal LM's loss shifts the labels (transformers sets
     ``_loss_shifts_labels``), so a label at position 0 alone is no target: the batch is marked
@@ -1489,6 +1522,52 @@ def test_detr_family_gets_the_pixel_mask_its_processor_makes(tmp_path):
     assert set(batch) == {"pixel_values", "labels", "sample_mask"}
     out = vit(pixel_values=batch["pixel_values"], interpolate_pos_encoding=True)
     assert out.logits.shape == (3, 3)
+
+
+def test_a_vit_gets_interpolated_positions_for_images_of_other_sizes(tmp_path):
+    """s28-hf: a ViT on a plan of several image sizes failed at its first batch of another size
+    than config.image_size ("Input image size (32*64) doesn't match model (32*32)") in
+    training, evaluation and prediction: BucketTrainer did not pass interpolate_pos_encoding.
+    It does now for exactly those batches (NOTE [ Images at other sizes than the model's ]);
+    a batch at image_size, and a model that takes no such option, are left as they were."""
+    sizes = [(32, 48), (48, 32), (32, 32), (48, 48), (32, 64), (64, 64), (32, 32), (32, 32)]
+    g = torch.Generator().manual_seed(0)
+    ds = datasets.Dataset.from_dict(
+        {
+            "pixel_values": [torch.randn(3, h, w, generator=g).tolist() for h, w in sizes],
+            "labels": [0, 1, 2, 0, 1, 2, 0, 1],
+        }
+    )
+    config = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    vit = transformers.ViTForImageClassification(
+        transformers.ViTConfig(**config, image_size=32, patch_size=16, num_labels=3)
+    )
+    seen: list[tuple[tuple[int, int], Any]] = []
+    vit.register_forward_pre_hook(
+        lambda _m, _a, kw: seen.append(
+            (tuple(kw["pixel_values"].shape[-2:]), kw.get("interpolate_pos_encoding"))
+        ),
+        with_kwargs=True,
+    )
+    args = _args(tmp_path, max_steps=4, per_device_train_batch_size=2, eval_strategy="no")
+    trainer = hf.BucketTrainer(
+        model=vit, args=args, train_dataset=ds, bucketing={"max_shapes": 4, "seed": 0}
+    )
+    assert (32, 32) in {s[1:] for s in trainer.bucketing.sampler.shapes}
+    assert trainer.train().global_step == 4
+    out = trainer.predict(ds)
+    assert out.predictions.shape == (8, 3) and np.isfinite(out.predictions).all()
+    assert {size for size, _ in seen} > {(32, 32)}  # (other sizes were run, and 32 x 32)
+    assert all((flag is True) == (size != (32, 32)) for size, flag in seen), seen
+    # its logits are the model's own with the option (the image's row of its padded batch)
+    batch = trainer.get_test_dataloader(ds)
+    first = next(iter(batch))
+    vit.eval()
+    with torch.no_grad():
+        direct = vit(pixel_values=first["pixel_values"], interpolate_pos_encoding=True).logits
+    rows = first["index"][first["sample_mask"]]
+    real = direct[first["sample_mask"]].numpy()
+    np.testing.assert_allclose(out.predictions[rows.numpy()], real, rtol=1e-5, atol=1e-6)
 
 
 def test_segmentation_maps_pad_with_the_models_ignore_index(tmp_path):

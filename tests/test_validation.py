@@ -469,6 +469,32 @@ def test_pack_sampler_without_row_length_names_the_alias_given_instead():
         PackSampler([3, 5], max_seq_len=8, batch_size=2)
 
 
+def test_a_packing_plan_without_a_batch_rule_speaks_of_rows():
+    """PackSampler(lengths, row_length=...) without batch_size or max_tokens was told of a bucket
+    plan's "padded size" (before 05129ec, "the same batch size for every bucket"); a packing
+    plan (sampler, spec or stream) now names rows of row_length tokens, with an example at its
+    row length (s28-user). Both given keeps the TokenBudget way out; buckets keep their words."""
+    from bucketloader import BucketSampler
+    from bucketloader.pack import PackSampler, PackSpec
+    from bucketloader.stream import PackIterable
+
+    rows = r"^pass exactly one of batch_size \(rows of row_length tokens per batch\) or max_tokens "
+    rows += r"\(rows = max_tokens // row length\), got batch_size=None and max_tokens=None; "
+    for build, length in [
+        (lambda: PackSampler([3, 5], row_length=(8, 2048)), "2,048"),
+        (lambda: PackSpec.build([3, 5], row_length=2048), "2,048"),
+        (lambda: PackIterable([[1, 2]], row_length=16), "16"),
+    ]:
+        example = rf"e\.g\. batch_size=8 \(8 rows of {length} tokens a batch\) or max_tokens="
+        with pytest.raises(ValueError, match=rows + example) as err:
+            build()
+        assert "padded" not in str(err.value) and "bucket" not in str(err.value)
+    with pytest.raises(ValueError, match=r"// row length\), got batch_size=2 and max_tokens=64; "):
+        PackSampler([3, 5], row_length=8, batch_size=2, max_tokens=64)
+    with pytest.raises(ValueError, match=r"\(rows = max_tokens // padded size\), got batch_size"):
+        BucketSampler([3, 5], num_buckets=1)
+
+
 def test_a_histogram_where_sample_lengths_are_needed_names_the_way_to_plan_from_it():
     """An engine's histogram handed to a sampler (the natural next step after ray_histogram)
     was refused as 'got LengthHistogram', with no way forward."""

@@ -94,7 +94,7 @@ def _engine_histogram(
         print(f"bucketloader: note: {skipped_note(path, files, skipped)}", file=sys.stderr)
     columns = [_only_column(files[0])] if column is None else _as_list(column)
     measured: str | list[str] = columns[0] if len(columns) == 1 else columns  # (the engines')
-    empty, wider = _footers(files, columns) if engine in ("ray", "spark") else ((), {})
+    empty, wider, partial = _footers(files, columns) if engine in ("ray", "spark") else ((), {}, {})
     # Ray and Spark read only the files that hold rows (they add nothing else): an empty shard
     # written from an empty list has columns of type null, and Spark, whose schema then came from
     # it, failed on the others with a Java traceback ("Invalid Spark read type")
@@ -144,15 +144,22 @@ def _engine_histogram(
 
         spark = _spark_session(_import("pyspark.sql", "spark"))
         reader = spark.read
-        if wider:  # int32 lengths (or token ids) in one shard, int64 in another: Spark reads
-            # every file as the one file's type it took and fails on a wider one (the local and
-            # Ray engines widen); given bigint, it reads them all (the other measured columns
-            # as Spark reads them)
+        if wider or partial:  # int32 lengths (or token ids) in one shard, int64 in another:
+            # Spark reads every file as the one file's type it took and fails on a wider one
+            # (the local and Ray engines widen); given bigint, it reads them all (the other
+            # measured columns as Spark reads them). A column that the file Spark takes its
+            # schema from lacks (the first by path) was "not found" (s28-eng): its type is
+            # read from a file that holds it, and the file without it is then named, or its
+            # rows skipped (NOTE [ A file without the column ] in engines._common)
             taken = (  # (a column that no file holds is left to spark_histogram's error)
                 {}
                 if len(wider) == len(columns)
                 else {f.name: f.dataType.simpleString() for f in reader.parquet(*read).schema}
             )
+            for c, holder in partial.items():
+                if c not in wider and c not in taken:
+                    field = reader.parquet(holder).schema[c]
+                    taken[c] = field.dataType.simpleString()
             types = {c: wider.get(c) or taken.get(c) for c in columns}
             reader = reader.schema(
                 ", ".join(f"`{c.replace('`', '``')}` {t}" for c, t in types.items() if t)
@@ -181,12 +188,16 @@ def _as_list(column: str | list[str]) -> list[str]:
     return [column] if isinstance(column, str) else list(column)
 
 
-def _footers(files: list[str], columns: str | list[str]) -> tuple[tuple[str, ...], dict[str, str]]:
+def _footers(
+    files: list[str], columns: str | list[str]
+) -> tuple[tuple[str, ...], dict[str, str], dict[str, str]]:
     """Each file's Parquet footer, read once: the files that count no row (what
-    ``parquet_histogram`` tells the local engine's scan), and per column of ``columns`` the
+    ``parquet_histogram`` tells the local engine's scan), per column of ``columns`` the
     Spark type that reads it in every other file where they hold it as integers of several
     widths (``bigint``), or lists of them (``array<bigint>``: token ids written by two
-    writers; s27); a column Spark's own read takes is not listed (its errors then stand)."""
+    writers; s27); a column Spark's own read takes is not listed (its errors then stand); and
+    per column that some file with rows lacks while another holds it, the first that holds
+    it (NOTE [ A file without the column ] in :mod:`bucketloader.engines._common`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -197,6 +208,8 @@ def _footers(files: list[str], columns: str | list[str]) -> tuple[tuple[str, ...
     empty: list[str] = []
     held: set[str] = set()
     types: dict[str, set[Any]] = {c: set() for c in columns}
+    holders: dict[str, str] = {}  # (the first file with rows that holds each column)
+    lacked: set[str] = set()  # (the columns some file with rows lacks)
     for f in files:
         try:
             meta = pq.read_metadata(f)
@@ -214,6 +227,9 @@ def _footers(files: list[str], columns: str | list[str]) -> tuple[tuple[str, ...
         for c in columns:
             if c in schema.names:
                 types[c].add(schema.field(c).type)
+                holders.setdefault(c, f)
+            else:
+                lacked.add(c)
     for c in columns:  # (Ray said "not found; the Ray dataset has columns []"; a partition
         if c not in held and f"{c}=" not in files[0]:  # key, name=value in a path, is no file's)
             first = pq.read_schema(files[0])
@@ -233,7 +249,8 @@ def _footers(files: list[str], columns: str | list[str]) -> tuple[tuple[str, ...
         elif len(lists) == len(seen) and len(set(lists)) > 1:
             if all(pa.types.is_integer(t) for t in lists):
                 wider[c] = "array<bigint>"
-    return tuple(empty), wider
+    partial = {c: holders[c] for c in columns if c in lacked and c in holders}
+    return tuple(empty), wider, partial
 
 
 def _engine_failure(engine: str, exc: BaseException) -> str:

@@ -20,6 +20,7 @@ import errno
 import glob
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -247,12 +248,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # 'bucketloader demo' ran the whole demo and then failed on the plot (exit 2; s28)
         broken = None if args.plot else _matplotlib_error()
         drawn = args.plot or (DEMO_PLOT if broken is None else None)
-        code = run_demo(
-            num_buckets=args.num_buckets,
-            batch_size=args.batch_size,
-            max_batches=args.max_batches,
-            plot=drawn,
-        )
+        with _as_flags():  # (its batch of the longest utterance: --batch-size named)
+            code = run_demo(
+                num_buckets=args.num_buckets,
+                batch_size=args.batch_size,
+                max_batches=args.max_batches,
+                plot=drawn,
+            )
         if broken is not None and _not_installed(broken):
             print(f"(no plot: pip install 'bucketloader[plot]' to draw {DEMO_PLOT})")
         elif broken is not None:
@@ -380,6 +382,45 @@ def _flag(flag: str) -> Iterator[None]:
         yield
     except (ValueError, TypeError) as exc:
         raise type(exc)(f"{flag}: {exc}") from None
+
+
+#: The batch rule's errors that need the data (``check_elements``: a batch no device can hold;
+#: the demo's batch of its longest utterance), as the command says them: the flags as typed,
+#: and no TokenBudget, which the command line has no flag for. Only these: the rule's other
+#: errors name Python options the command line lacks, and a half-translated text is worse.
+_RULE_WORDS = (
+    (r"^batch_size=(\d+) (.*); lower batch_size$", r"--batch-size \1 \2; lower --batch-size"),
+    (
+        r"^max_tokens=(\d+) (.*); lower max_tokens, or cap the rows with "
+        r"max_tokens=TokenBudget\(\.\.\., max_batch_size=\.\.\.\)$",
+        r"--max-tokens \1 \2; lower --max-tokens",
+    ),
+    (  # (a joint plan's: the filters and the oversize policies have no flag)
+        r"^max_tokens=(\d+) (is below the padded size .*)\. Raise max_tokens to at least "
+        r"(\d+), filter the longest samples .*$",
+        r"--max-tokens \1 \2; raise --max-tokens to at least \3",
+    ),
+    (
+        r"^batch_size=(\d+) (makes demo batches .*); use at most batch_size=(\d+)$",
+        r"--batch-size \1 \2; use at most --batch-size \3",
+    ),
+)
+
+
+@contextlib.contextmanager
+def _as_flags() -> Iterator[None]:
+    """A check of the batch rule that needs the data (a batch of ``--batch-size`` rows of the
+    longest bucket, known after the read) speaks in the flags as typed, as :func:`_flag` names
+    a flag: ``--batch-size 100000000000000000000 plans batches of shape ...; lower
+    --batch-size`` (s28-user: it said ``batch_size=...; lower batch_size``)."""
+    try:
+        yield
+    except ValueError as exc:
+        for python, command in _RULE_WORDS:
+            text, n = re.subn(python, command, str(exc), flags=re.DOTALL)
+            if n:
+                raise ValueError(text) from None
+        raise
 
 
 def _check_option_values(
@@ -687,7 +728,7 @@ def _precompute(args: argparse.Namespace) -> int:
     longest = -(-hist.max // m) * m  # the last boundary of every built-in strategy
     if args.max_tokens is not None and args.max_tokens < longest:
         raise ValueError(
-            f"max_tokens={args.max_tokens} is smaller than the bucket length {longest} of the "
+            f"--max-tokens {args.max_tokens} is smaller than the bucket length {longest} of the "
             f"longest sample, so that bucket's batch would be empty; raise --max-tokens to at "
             f"least {longest}"
         )
@@ -711,7 +752,8 @@ def _precompute(args: argparse.Namespace) -> int:
     # the entry itself, read back as a later run reads it: a directory or a symbolic link at
     # its path is the user's, never replaced, so nothing was stored (exists() said it was)
     stored = cache.get(key) is not None
-    rows = bucket_table(lengths, sol.boundaries, args.batch_size, args.max_tokens)
+    with _as_flags():
+        rows = bucket_table(lengths, sol.boundaries, args.batch_size, args.max_tokens)
     if args.json:  # the file first: NOTE [ Outputs before the printout ]
         out = {
             "file": str(args.file),
@@ -854,7 +896,7 @@ def _precompute_joint(args: argparse.Namespace, columns: list[str]) -> int:
         )
 
     label = f"joint, K={k}, size={size!r}, columns {columns}"
-    with _Ticker(f"solving ({label})"), _recording() as caught:
+    with _Ticker(f"solving ({label})"), _recording() as caught, _as_flags():
         try:
             sampler = build(BucketCache(directory))
         except ImportError as exc:  # (without SciPy: its fix, as the command line spells it)
@@ -1142,7 +1184,7 @@ def bucket_table(
         too_small = b[b > max_tokens] if max_tokens is not None else b[:0]
         if too_small.size:
             raise ValueError(
-                f"max_tokens={max_tokens} is smaller than the bucket length {int(too_small[0])}, "
+                f"--max-tokens {max_tokens} is smaller than the bucket length {int(too_small[0])}, "
                 f"so that bucket's batch would be empty; raise --max-tokens to at least "
                 f"{int(b[-1])}"
             )

@@ -182,7 +182,11 @@ def missing_column(
     name a file only when another file of the dataset holds the column: a column made after the
     read (Spark's ``withColumn`` or ``withColumnRenamed``, Ray's ``rename_columns`` or
     ``map_batches``) or a partition key is in no file, and its nulls are genuine (the count's
-    error stands).
+    error stands). Where the file without the column is the one the schema comes from (the
+    first, by path for Spark), the column was missing from the schema and every engine but
+    Ray said it was not found at all (s28-eng): the local scan adds it from the first file
+    that holds it (``_held`` in :mod:`bucketloader.engines.arrow`), and the command line
+    gives Spark its type read from such a file; the file without it is then named as above.
 
     Args:
         footers: ``(path, the file's column names)`` in order, read lazily: the walk stops as

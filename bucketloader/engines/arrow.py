@@ -176,6 +176,9 @@ def _open(
         untyped = [c for c in columns if _is_null(pa, source.schema, c)]
         if len(files) > 1 and untyped:
             source = _typed(pa, pads, source, files, what, untyped)
+        absent = [c for c in columns if c not in source.schema.names]
+        if len(files) > 1 and absent:  # (the first file's schema: NOTE [ A file without the
+            source = _held(pa, pads, source, absent)  # column ] in engines._common)
         present = [c for c in columns if c in source.schema.names]
         if len(files) > 1 and present:  # (the footers, read here, are read once)
             source = _widened(pa, pads, source, present)
@@ -316,6 +319,28 @@ def _typed(
         return pads.dataset(files, format="parquet", schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
         raise ValueError(f"{what}: the files' schemas do not agree ({exc})") from None
+
+
+def _held(pa: Any, pads: Any, dataset: Any, columns: list[str]) -> Any:
+    """``dataset`` (of files listed here) with each of ``columns``, absent from its schema (the
+    first file's), added as the first file that holds it has it: a first shard without the
+    measured column made the whole scan say the column was "not found in 2 files" while the
+    other held it (s28-eng), where a later file without it is named (NOTE [ A file without the
+    column ] in :mod:`bucketloader.engines._common`). A column no file holds stays absent (its
+    own error). Read only on that path: the footers up to the first file holding each."""
+    try:
+        fragments = list(dataset.get_fragments())
+        schema = dataset.schema
+        for c in columns:
+            own = (f.physical_schema for f in fragments)
+            holder = next((o for o in own if c in o.names), None)
+            if holder is not None:
+                schema = schema.append(holder.field(c))
+    except (pa.ArrowInvalid, OSError):
+        return dataset  # (an unreadable footer: the scan names it)
+    if schema.equals(dataset.schema):
+        return dataset
+    return pads.FileSystemDataset(fragments, schema, dataset.format, dataset.filesystem)
 
 
 def _widened(pa: Any, pads: Any, dataset: Any, columns: list[str]) -> Any:

@@ -56,11 +56,12 @@ exactly as ``Trainer`` runs them (``get_batch_samples``'s ``num_items_in_batch``
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import datasets
@@ -193,6 +194,7 @@ class _BucketMixin:
         self._collator_multiple = None if isinstance(bucketing, Bucketing) else multiple
         self._precompile_on_train = bool(self._bucketing_options.pop("precompile", False))
         self._compile_noted = False
+        self._interpolate_noted = False  # (NOTE [ Images at other sizes than the model's ])
         self._precompiled = False
         self._compile_in_place()
         self._note_overrides()
@@ -360,7 +362,8 @@ class _BucketMixin:
             if self.train_dataset is None:
                 raise ValueError("Trainer: training requires a train_dataset.")
             self._check_rows(self.train_dataset, "train_dataset")
-            built = self._build_bucketing(self.train_dataset, evaluation=False)
+            with _naming("train_dataset", "bucketing"):
+                built = self._build_bucketing(self.train_dataset, evaluation=False)
             self._check_against_model(built, self.train_dataset, "train_dataset")
             self._bucketing = built
         return self._bucketing
@@ -432,13 +435,14 @@ class _BucketMixin:
         argument = names.get(key, f"eval_dataset[{key!r}]")
         self._check_rows(dataset, argument)
         try:
-            b = self._build_bucketing(dataset, evaluation=True)
+            with _naming(argument, "eval_bucketing"):
+                b = self._build_bucketing(dataset, evaluation=True)
         except ValueError as exc:
             budget = self._bucketing_options.get("max_tokens")
             if budget is None or "max_tokens" in self._eval_options or "max_tokens" not in str(exc):
                 raise
             raise ValueError(  # (it said "raise max_tokens": the user raised training's)
-                f"{argument}: {exc} (max_tokens={budget!r} is training's, from bucketing=, which "
+                f"{exc} (max_tokens={budget!r} is training's, from bucketing=, which "
                 "evaluation follows unless given its own: eval_bucketing={'max_tokens': ...})"
             ) from None
         self._check_against_model(b, dataset, argument)
@@ -861,6 +865,7 @@ class _BucketMixin:
         inputs = dict(inputs)
         mask = inputs.pop("sample_mask", None)
         inputs.pop("index", None)
+        self._complete_inputs(inputs)
         if mask is None:
             mask = self._eval_mask
         labels = inputs.get("labels")
@@ -917,6 +922,7 @@ class _BucketMixin:
         """As ``Trainer``'s, with ``index`` and ``sample_mask`` taken out of the batch first
         (NOTE [ Evaluation and prediction in dataset order ])."""
         self._prepare_prediction(model, inputs, prediction_loss_only)
+        self._complete_inputs(inputs)
         index = inputs.pop("index", None)
         mask = inputs.pop("sample_mask", None)
         self._eval_mask = mask
@@ -932,6 +938,44 @@ class _BucketMixin:
             _check_per_row(logits, int(index.shape[0]), type(model).__name__)
             self._eval_record.add(self, index, mask, loss)
         return loss, logits, labels
+
+    def _complete_inputs(self, inputs: dict[str, Any]) -> None:
+        """NOTE [ Images at other sizes than the model's ]
+        A ViT (DeiT, BEiT, Swin, CLIP's vision tower, ...) has position embeddings for
+        ``config.image_size`` and refuses any other size unless its ``forward`` is given
+        ``interpolate_pos_encoding=True`` ("Input image size (32*64) doesn't match model
+        (32*32)" at the first batch of another size; s28-hf), and a plan of images of several
+        sizes has batches of other sizes by design. So a batch whose ``pixel_values`` are not
+        ``image_size`` gets ``interpolate_pos_encoding=True`` where the model's ``forward`` takes
+        it and the batch does not set it (its embeddings are interpolated to the batch's patch
+        grid: what the option is for); a batch at ``image_size`` is left as it was (no change
+        for models trained at one size), and a model that takes no such option (DETR, YOLOS,
+        ResNet: any size) is not touched. Said once in an info line. The check reads the
+        tensor's shape only (no device sync)."""
+        if "interpolate_pos_encoding" in inputs:
+            return
+        pixels = inputs.get("pixel_values")
+        if not isinstance(pixels, torch.Tensor) or pixels.dim() != 4:
+            return
+        size = getattr(getattr(self.model, "config", None), "image_size", None)
+        if isinstance(size, int) and not isinstance(size, bool):
+            size = (size, size)
+        if not isinstance(size, (tuple, list)) or tuple(pixels.shape[-2:]) == tuple(size):
+            return
+        if "interpolate_pos_encoding" not in self.model_inputs():
+            return
+        inputs["interpolate_pos_encoding"] = True
+        if not self._interpolate_noted:
+            self._interpolate_noted = True
+            _log.info(
+                "%s: passing interpolate_pos_encoding=True to %s for batches of images other "
+                "than its image_size %s (here %s): its position embeddings are interpolated to "
+                "the batch's size",
+                type(self).__name__,
+                type(self.model).__name__,
+                "x".join(map(str, size)),
+                "x".join(map(str, pixels.shape[-2:])),
+            )
 
     def _prepare_prediction(
         self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool
@@ -999,6 +1043,34 @@ _TRAINER_TAKES_SCALED = hasattr(transformers.Trainer, "loss_is_scaled_for_ga")
 #: The oldest transformers the trainers are tested with (5.17 and the newest, by the suite);
 #: 4.57 failed 9 of the trainer tests (other arguments and hooks), the versions between untested.
 MIN_TRANSFORMERS = (5, 17)
+
+
+@contextlib.contextmanager
+def _naming(argument: str, option: str) -> Iterator[None]:
+    """An error of planning a dataset (for_text's, for_audio's, for_images' or the trainer's
+    own checks of its columns) starts with the argument it came in, as the checks after the
+    plan do: a trainer given ``train_dataset``, ``eval_dataset`` (or a dict of them) and
+    ``test_dataset`` said "the dataset does not have 'input_ids'" without saying which
+    (s28-hf). for_text's ``column=...`` fix is said as the trainer's ``option`` (``bucketing``
+    or ``eval_bucketing``) takes it. The type and the traceback are kept; a text that already
+    starts with the argument is left as it is."""
+    try:
+        yield
+    except (ValueError, TypeError, KeyError) as exc:
+        plain_key = isinstance(exc, KeyError) and not isinstance(exc, MissingKeyError)
+        text = str(exc.args[0] if exc.args else "") if plain_key else str(exc)  # (unquoted)
+        for python, trainer in (  # (for_text's words; the trainer takes them in option=)
+            ("name the token column with column=...", f"{option}={{'column': ...}}"),
+            ("(column='input_ids')", f"({option}={{'column': 'input_ids'}})"),
+        ):
+            text = text.replace(python, python.split("column=")[0] + trainer)
+        if text.startswith(f"{argument}: "):
+            raise
+        try:
+            named = type(exc)(f"{argument}: {text}")
+        except Exception:  # (an exception type that takes other arguments: left as it is)
+            raise exc from None
+        raise named.with_traceback(exc.__traceback__) from None
 
 
 # NOTE [ The Trainer's sampling strategy ]

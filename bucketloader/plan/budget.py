@@ -146,9 +146,11 @@ class BatchRule:
     budget: TokenBudget | None = None
 
     @classmethod
-    def parse(cls, batch_size: Any, max_tokens: Any) -> BatchRule:
+    def parse(cls, batch_size: Any, max_tokens: Any, *, row_length: int | None = None) -> BatchRule:
         """Exactly one of ``batch_size`` (an int or per-cell sizes) and ``max_tokens`` (an int or
-        a :class:`TokenBudget`), validated."""
+        a :class:`TokenBudget`), validated; ``row_length``: a packing plan's (longest) row
+        length, which the error for neither or both then speaks of (rows of packed documents,
+        not padded buckets)."""
         if (batch_size is None) == (max_tokens is None):
             cap = (  # both, as fairseq's --max-tokens with --max-sentences (s19-user)
                 "; for a token budget with at most batch_size rows per batch, pass "
@@ -156,10 +158,18 @@ class BatchRule:
                 if isinstance(batch_size, int) and isinstance(max_tokens, int)
                 else ""
             )
+            if row_length is None:
+                what = "the same number of rows in every batch", "padded size"
+            else:  # (PackSampler was told of padded sizes and buckets; s28-user)
+                what = "rows of row_length tokens per batch", "row length"
+                if batch_size is None:
+                    cap = (
+                        f"; e.g. batch_size=8 (8 rows of {row_length:,} tokens a batch) or "
+                        f"max_tokens={8 * row_length} ({8 * row_length:,} tokens a batch)"
+                    )
             raise ValueError(
-                "pass exactly one of batch_size (the same number of rows in every batch) or "
-                f"max_tokens (rows = max_tokens // padded size), got batch_size={batch_size!r} and "
-                f"max_tokens={max_tokens!r}{cap}"
+                f"pass exactly one of batch_size ({what[0]}) or max_tokens (rows = max_tokens // "
+                f"{what[1]}), got batch_size={batch_size!r} and max_tokens={max_tokens!r}{cap}"
             )
         if max_tokens is not None:
             if isinstance(max_tokens, TokenBudget):

@@ -100,14 +100,17 @@ def warn_fill_repeats(
     unit: str = "samples",
     about: bool = False,
     accumulate: int = 1,
+    counted: str = "report().totals['repeated'] counts each epoch exactly",
+    instead: str | None = None,
     stacklevel: int,
 ) -> None:
     """Warn once when ``last_batch="fill"`` repeats more than :data:`FILL_WARNING` of the ``n``
     samples (or documents) per epoch, or trains some ``most >= FILL_TIMES`` times an epoch
     (``small``: the shapes with fewer samples than one step, whose samples all repeat, the same
-    ones every epoch). Repeating is the option's purpose, so a few random repeats (what
-    torch's ``DistributedSampler`` does) are silent; a large or concentrated share changes what
-    the model trains on, which is said with the count and the way out (NOTE [ What fill
+    ones every epoch; ``counted``: where the count is; ``instead``: the way out, where it is not
+    ``"pad"``'s and a smaller batch's). Repeating is the option's purpose, so a few random
+    repeats (what torch's ``DistributedSampler`` does) are silent; a large or concentrated share
+    changes what the model trains on, which is said with the count and the way out (NOTE [ What fill
     repeats ] in :mod:`bucketloader.plan.epoch`).
 
     Example:
@@ -137,9 +140,60 @@ def warn_fill_repeats(
     warnings.warn(
         f"last_batch='fill' makes this {owner} repeat {'about ' if about else ''}{repeated:,} "
         f"{unit} per epoch on {num_replicas} rank(s) ({repeated / max(n, 1):.1%} of {n:,})"
-        f"{times}{small}: the model trains on those more often than on the rest; "
-        f"report().totals['repeated'] counts each epoch exactly. {pad}; a smaller batch_size or "
-        "max_tokens needs fewer repeats",
+        f"{times}{small}: the model trains on those more often than on the rest; {counted}. "
+        + (instead or f"{pad}; a smaller batch_size or max_tokens needs fewer repeats"),
+        UserWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
+def warn_rank_repeats(
+    owner: str,
+    repeated: int,
+    n: int,
+    *,
+    num_replicas: int,
+    parts: str,
+    fix: str,
+    rows: int | None = None,
+    stacklevel: int,
+) -> None:
+    """Warn once when the repeats that give every rank without a sample (or, packed, a row) of
+    a last step one of its own (``last_batch="pad"`` or ``"keep"``: NOTE [ last_batch and
+    replicas ] in :mod:`bucketloader.plan.epoch`) pass :data:`FILL_WARNING` of the ``n``
+    samples per epoch, the share ``"fill"`` warns at (:func:`warn_fill_repeats`). ``parts``
+    says which last steps (``"8 buckets"``); ``rows``, for a packing plan, the rows repeated
+    (exact), and then ``repeated`` is their documents, about (which rows repeat changes per
+    epoch); ``fix`` the closing sentence: what needs fewer repeats. A bucket's one sample
+    repeated on 8 ranks is a few rows of a large set, as ``DistributedSampler`` pads: not warned
+    about (s28-user: 100 samples in 8 buckets on 16 ranks repeated 28, silently).
+
+    Example:
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True) as w:
+        ...     warnings.simplefilter("always")
+        ...     warn_rank_repeats("PackSampler", 120, 40, num_replicas=64, parts="1 row length",
+        ...                       fix="Fewer ranks need fewer repeats", rows=48, stacklevel=2)
+        >>> print(w[0].message)  # doctest: +NORMALIZE_WHITESPACE
+        this PackSampler repeats 48 rows (about 120 documents) per epoch over 64 ranks (300.0%
+        of 40): the last step of its 1 row length gives every rank without a row of its own a
+        repeat, so the model trains on those more often than on the rest;
+        report().totals['repeated'] counts each epoch exactly. Fewer ranks need fewer repeats
+    """
+    if repeated <= FILL_WARNING * n:
+        return
+    unit, item = ("document", "row") if rows is not None else ("sample", "sample")
+    unit += "s" if repeated != 1 else ""
+    what = f"{repeated:,} {unit}"
+    if rows is not None:  # (a packing plan: the rows exact, their documents about)
+        what = f"{rows:,} row{'s' if rows != 1 else ''} (about {what})"
+    each = "its" if parts.startswith("1 ") else "each of its"
+    warnings.warn(
+        f"this {owner} repeats {what} per epoch over {num_replicas:,} ranks "
+        f"({repeated / max(n, 1):.1%} of {n:,}): the last step of {each} {parts} gives every "
+        f"rank without a {item} of its own a repeat, so the model trains on those more often "
+        "than on the rest; report().totals['repeated'] counts each epoch exactly. "
+        f"{fix}",
         UserWarning,
         stacklevel=stacklevel + 1,
     )

@@ -213,8 +213,8 @@ def row_batch_sizes(
             f"got batch_size={batch_size!r}; for fewer rows at longer row lengths pass "
             "max_tokens= instead (B = max_tokens // row length)"
         )
-    rule = BatchRule.parse(batch_size, max_tokens)
     rows = tuple(row_lengths)
+    rule = BatchRule.parse(batch_size, max_tokens, row_length=rows[-1])
     if rule.batch_size is not None and rule.batch_size * rows[-1] <= MAX_BATCH_ELEMENTS:
         return (rule.batch_size,) * len(rows)  # one B: nothing to size, no batch too large
     bsz = tuple(int(b) for b in rule.sizes(np.asarray(rows, dtype=np.int64)[:, None]))
