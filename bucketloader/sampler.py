@@ -1292,6 +1292,11 @@ def _check_state(
             f"the {kind} that saved it, and pass {owner}.load_state_dict a dict from "
             f"{owner}.state_dict()"
         )
+    if epochs:
+        boundary = _boundary_on_other_ranks(state, saved, config)
+        if boundary is not None:
+            _warn_unknown_keys(state, config, owner)
+            return boundary
     for key, value in config.items():
         if key not in saved:
             raise ValueError(
@@ -1304,7 +1309,8 @@ def _check_state(
             how = (
                 f"An epoch's plan splits every step over the ranks, so a state resumes its epoch "
                 "only on as many ranks as saved it (the state holds no rank: any rank's state "
-                f"fits every rank). Resume on {saved[key]!r} rank(s) to finish epoch {epoch} "
+                "fits every rank; a state saved between epochs loads on any number). Resume "
+                f"on {saved[key]!r} rank(s) to finish epoch {epoch} "
                 f"exactly, or {_go_on(state, f'on {value!r} rank(s)', again=True)}"
                 if epochs
                 else "The evaluation's plan splits every step over the ranks, so a state resumes "
@@ -1339,6 +1345,43 @@ def _check_state(
         )
     _warn_unknown_keys(state, config, owner)
     return epoch, pos
+
+
+#: The configuration keys that change with the number of ranks alone (a rank's batches).
+_RANK_KEYS = frozenset({"num_replicas", "num_batches"})
+
+
+def _boundary_on_other_ranks(
+    state: dict[str, Any], saved: dict[str, Any], config: dict[str, Any]
+) -> tuple[int, int] | None:
+    """NOTE [ An epoch boundary on another number of ranks ]
+
+    A state resumes its epoch only on as many ranks as saved it: the epoch's plan splits every
+    step over the ranks, and the position counts this split's steps. A state saved at an epoch
+    boundary has no position to carry, though: before the epoch's first batch (``set_epoch(e)``
+    then ``state_dict()``, the usual checkpoint at an epoch's start) the whole epoch is still to
+    run, and after its last batch none of it is. Such a state was refused on another number of
+    ranks (s29-user), so an elastic job (``torchrun --nnodes=1:4``) that restarted on fewer
+    nodes from a checkpoint taken between epochs could not load it, and its way on was to
+    bypass ``load_state_dict``. It now loads when every other key of the configuration agrees
+    (seed, options, samples and the plan's digest: the same epochs, split over other ranks):
+    the epoch from its start, or the epoch as finished (its next pass moves to the next epoch,
+    as on the ranks that saved it). A state within an epoch is refused as before. Returns
+    ``(epoch, position)`` for this sampler, or ``None`` where the rule does not apply."""
+    if saved.get("num_replicas") == config.get("num_replicas"):
+        return None
+    if any(saved.get(k, k) != v for k, v in config.items() if k not in _RANK_KEYS):
+        return None
+    epoch, pos, total = state["epoch"], state["batches_yielded"], saved.get("num_batches")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (epoch, pos, total)):
+        return None
+    if epoch < 0 or not 0 <= pos <= total:
+        return None
+    if pos == 0:
+        return epoch, 0
+    if pos == total:
+        return epoch, int(config["num_batches"])
+    return None
 
 
 _STATE_KEYS = frozenset({"version", "sampler", "epoch", "batches_yielded", "config"})

@@ -212,7 +212,8 @@ def test_batches_consumed_past_the_batches_handed_out_is_refused():
     [
         ({"seed": 12}, "seed=11 in the state but seed=12 in this sampler"),
         ({"shuffle": False}, "shuffle=True in the state but shuffle=False"),
-        ({"num_replicas": 2, "rank": 1}, "num_replicas=1 in the state but num_replicas=2"),
+        # (num_replicas: this state, saved before epoch 0's first batch, now loads on 2 ranks;
+        # test_a_state_between_epochs_loads_on_another_number_of_ranks refuses one mid-epoch)
         ({"last_batch": "drop"}, "last_batch='pad' in the state but last_batch='drop'"),
         # (s21: a grown dataset or a new max_tokens named no argument and no way on; s29: the
         # state is saved before epoch 0's first batch, so the way on is epoch 0, not 1)
@@ -287,7 +288,7 @@ def test_a_state_from_another_world_size_names_what_resumes():
     assert "set_epoch" not in str(exc.value)
 
 
-@pytest.mark.parametrize("change", ["num_replicas", "seed", "num_samples"])
+@pytest.mark.parametrize("change", ["seed", "num_samples"])
 @pytest.mark.parametrize("kind", ["bucket", "pack"])
 def test_a_state_at_an_epoch_boundary_names_the_epoch_that_goes_on(change, kind):
     """s29-user: a checkpoint taken after set_epoch(2), before its first batch, then loaded on
@@ -323,3 +324,44 @@ def test_a_state_at_an_epoch_boundary_names_the_epoch_that_goes_on(change, kind)
     next(iter(saved))  # mid-epoch: the next epoch, and what it leaves out
     with pytest.raises(ValueError, match="the rest of epoch 2 is then not seen"):
         make(**other[change]).load_state_dict(roundtrip(saved.state_dict()))
+
+
+@pytest.mark.parametrize("kind", ["bucket", "pack"])
+@pytest.mark.parametrize(("before", "after"), [(2, 1), (1, 2), (2, 3)])
+def test_a_state_between_epochs_loads_on_another_number_of_ranks(kind, before, after):
+    """NOTE [ An epoch boundary on another number of ranks ]: a checkpoint taken between epochs
+    (before an epoch's first batch, or after its last) was refused on another number of ranks
+    (s29-user), though it has no position to carry: an elastic restart could not load it. Now
+    it loads where nothing else changed; a state within an epoch is refused as before."""
+    lengths = load_real("ecoli")[:600]
+
+    def make(replicas, rank=0, seed=1):
+        options = dict(num_replicas=replicas, rank=rank, seed=seed)
+        if kind == "pack":
+            return PackSampler(lengths, row_length=4_096, batch_size=4, **options)
+        return BucketSampler(lengths, num_buckets=4, batch_size=8, **options)
+
+    saved = make(before)
+    saved.set_epoch(2)
+    at_start = roundtrip(saved.state_dict())
+    for rank in range(after):  # every rank of the new world: epoch 2 whole, as a fresh run's
+        resumed, fresh = make(after, rank), make(after, rank)
+        resumed.load_state_dict(at_start)
+        fresh.set_epoch(2)
+        assert resumed.epoch == 2 and [list(b) for b in resumed] == [list(b) for b in fresh]
+        assert resumed.state_dict()["batches_yielded"] == len(fresh)
+    list(saved)
+    at_end = roundtrip(saved.state_dict())
+    resumed = make(after)
+    resumed.load_state_dict(at_end)  # epoch 2 is over: nothing of it again, then epoch 3
+    assert resumed.epoch == 2 and list(resumed) == []
+    resumed.set_epoch(3)
+    fresh = make(after)
+    fresh.set_epoch(3)
+    assert [list(b) for b in resumed] == [list(b) for b in fresh]
+    with pytest.raises(ValueError, match=r"seed=1 in the state but seed=2"):
+        make(after, seed=2).load_state_dict(at_start)  # another plan: refused as before
+    saved.set_epoch(2)
+    next(iter(saved))  # within the epoch: refused, naming the rank counts
+    with pytest.raises(ValueError, match=rf"num_replicas={before} in the state.*between epochs"):
+        make(after).load_state_dict(roundtrip(saved.state_dict()))
