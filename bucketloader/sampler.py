@@ -1306,10 +1306,12 @@ def _check_state(
             )
         epoch = state.get("epoch")
         if saved[key] != value and key == "num_replicas" and isinstance(epoch, int):
+            same_plan = all(saved.get(k, k) == v for k, v in config.items() if k not in _RANK_KEYS)
+            between = "; one saved between epochs would load on any number" if same_plan else ""
             how = (
                 f"An epoch's plan splits every step over the ranks, so a state resumes its epoch "
                 "only on as many ranks as saved it (the state holds no rank: any rank's state "
-                "fits every rank; a state saved between epochs loads on any number). Resume "
+                f"fits every rank{between}). Resume "
                 f"on {saved[key]!r} rank(s) to finish epoch {epoch} "
                 f"exactly, or {_go_on(state, f'on {value!r} rank(s)', again=True)}"
                 if epochs
