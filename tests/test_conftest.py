@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from conftest import ephemeral_ports, free_port
@@ -47,31 +48,44 @@ def test_a_forked_child_keeps_its_exit_status():
 """
 
 
-def _nested(tmp_path: Path, *args: str, env: dict[str, str]) -> tuple[int, set[str]]:
-    """Exit status of a pytest of :data:`_NESTED` (with this conftest) and the files it left."""
+def _nested(tmp_path: Path, *args: str, env: dict[str, str]) -> Callable[[], tuple[int, set[str]]]:
+    """Start a pytest of :data:`_NESTED` (with this conftest); returns a function that waits
+    for it and returns its exit status and the files it left (several run at once)."""
     tmp_path.mkdir()
     (tmp_path / "test_nested.py").write_text(_NESTED)
     out = tmp_path / "out"
     out.mkdir()
-    done = subprocess.run(
+    run = subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "conftest",
          "--rootdir", str(tmp_path), *args, str(tmp_path / "test_nested.py")],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
         env={**os.environ, **env, "NESTED_OUT": str(out),
              "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])},
     )  # fmt: skip
-    assert "1 failed" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
-    return done.returncode, {p.name for p in out.iterdir()}
+
+    def result() -> tuple[int, set[str]]:
+        try:
+            stdout, stderr = run.communicate(timeout=120)
+        finally:
+            run.kill()
+            run.wait()
+        assert "1 failed" in stdout, stdout[-2000:] + stderr[-2000:]
+        return run.returncode, {p.name for p in out.iterdir()}
+
+    return result
 
 
 def test_a_worker_skips_its_teardown_and_a_nested_pytest_keeps_its_exit_status(tmp_path):
+    # (the two pytests run at once)
+    worker = _nested(tmp_path / "worker", "-n", "1", env={})
+    nested = _nested(tmp_path / "nested", env={"PYTEST_XDIST_WORKER": "gw0"})
     # an xdist worker: the exit handlers run (the test's), the modules' teardown does not, and
     # the failure still fails the run
-    status, left = _nested(tmp_path / "worker", "-n", "1", env={})
+    status, left = worker()
     assert status == 1 and left == {"exit_handler"}, (status, left)
     # a pytest started from a worker's test inherits PYTEST_XDIST_WORKER but is no worker: its
     # teardown runs, its exit status stays its own (was 0 here: the worker's early exit)
-    status, left = _nested(tmp_path / "nested", env={"PYTEST_XDIST_WORKER": "gw0"})
+    status, left = nested()
     assert status == 1 and left == {"exit_handler", "module_teardown"}, (status, left)
 
 

@@ -49,6 +49,48 @@ def cluster():
         ray.shutdown()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def quiet_command(request, tmp_path_factory):
+    """test_cli_engine_ray_says_only_the_error's command (``report --engine ray`` on a bad
+    input, in a fresh process that starts its own Ray), started once the module's cluster is
+    up, where that test was collected: the command mostly waits on its Ray (about 5 CPU-s in
+    15 s of wall on an idle machine), so it runs beside the module's other tests instead of
+    after them (its Ray starts beside the module's cluster, as it did when it ran last). Yields
+    a function that waits for it and returns its exit code and stderr; the test checks them."""
+    import os
+    import subprocess
+
+    import pyarrow.parquet as pq
+
+    name = "::test_cli_engine_ray_says_only_the_error"
+    if not any(item.nodeid.endswith(name) for item in request.session.items):
+        yield None
+        return
+    request.getfixturevalue("cluster")  # (two Ray starts at once took twice as long each)
+    shards, logs = tmp_path_factory.mktemp("quiet"), tmp_path_factory.mktemp("quiet-logs")
+    pq.write_table(pa.table({"n": [3, 4]}), shards / "a.parquet")
+    pq.write_table(pa.table({"n": [5, -6]}), shards / "b.parquet")
+    argv = [sys.executable, "-m", "bucketloader.cli", "report", str(shards), "--column", "n"]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # (to files, not pipes: nothing reads them until the test does)
+    with open(logs / "out", "w+") as out, open(logs / "err", "w+") as err:
+        run = subprocess.Popen(
+            [*argv, "--engine", "ray"], stdout=out, stderr=err, text=True,
+            env={**env, **RAY_ENV},
+        )  # fmt: skip
+
+        def result() -> tuple[int, str]:
+            code = run.wait(timeout=300)
+            err.seek(0)
+            return code, err.read()
+
+        try:
+            yield result
+        finally:
+            run.kill()
+            run.wait()
+
+
 def _blocks(table, n):
     """A dataset of exactly ``n`` blocks (one per slice)."""
     bounds = np.linspace(0, table.num_rows, n + 1).astype(int)
@@ -309,29 +351,17 @@ def test_cli_joint_precompute_of_shards_on_ray(cluster, tmp_path, capsys):
     check_joint_precompute_of_shards(tmp_path, capsys, "--engine", "ray")
 
 
-def test_cli_engine_ray_says_only_the_error(tmp_path):
+def test_cli_engine_ray_says_only_the_error(quiet_command):
     """s28: `report --engine ray` on a bad input (a negative length) printed Ray's token
     authentication notice, Ray Data's INFO lines, its progress-bar WARNING and the failed
     task's ERROR lines (8 lines) before its one-line error; now stderr is that line (NOTE
-    [ A quiet Ray ]). Its own Ray, started by the command."""
-    import os
-    import subprocess
-
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.table({"n": [3, 4]}), tmp_path / "a.parquet")
-    pq.write_table(pa.table({"n": [5, -6]}), tmp_path / "b.parquet")
-    argv = [sys.executable, "-m", "bucketloader.cli", "report", str(tmp_path), "--column", "n"]
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    done = subprocess.run(
-        [*argv, "--engine", "ray"], capture_output=True, text=True, env={**env, **RAY_ENV},
-        timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.splitlines() == [
+    [ A quiet Ray ]). Its own Ray, started by the command (run by :func:`quiet_command`)."""
+    code, stderr = quiet_command()
+    assert code == 2, stderr
+    assert stderr.splitlines() == [
         "bucketloader: error: column 'n' holds the negative length -6; lengths count elements, "
         "so fix or filter those rows"
-    ], done.stderr
+    ], stderr
 
 
 def test_cli_engine_ray_errors_name_the_files_and_the_commands_fixes(cluster, tmp_path, capsys):
