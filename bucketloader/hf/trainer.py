@@ -824,11 +824,18 @@ class _BucketMixin:
         except (TypeError, ValueError) as exc:
             changes = config_changes(state.get("config") or {}, sampler._config())
             what = _what_changed(changes) if changes else f"its sampler refuses the state: {exc}"
+            why = (
+                f"Trainer would skip the first {skip} batches of this run's epoch {epoch} as the "
+                "ones already trained, but this run plans other batches, so samples would be "
+                "trained twice and others never"
+                if skip
+                else f"Trainer would train this run's epoch {epoch} from its first batch, but "
+                "of another plan than the one the checkpoint's run trained on, so this run "
+                "would not continue that one"
+            )
             raise ValueError(
-                f"{owner} cannot resume from checkpoint {checkpoint!r} exactly: {what}. Trainer "
-                f"would skip the first {skip} batches of this run's epoch {epoch} as the ones "
-                "already trained, but this run plans other batches, so samples would be trained "
-                f"twice and others never. {ways}"
+                f"{owner} cannot resume from checkpoint {checkpoint!r} exactly: {what}. {why}. "
+                f"{ways}"
             ) from exc
         if (state["epoch"], state["batches_yielded"]) != (epoch, skip):
             counted = (
@@ -1213,7 +1220,10 @@ def _ways_on(state: dict[str, Any], epoch: int, skip: int) -> str:
     if saved_epoch == epoch and done == 0:
         then = "the checkpoint's run had not started that epoch: nothing is trained twice"
     elif saved_epoch == epoch:
-        then = f"the samples of the {done} batches its run had trained in it are trained again"
+        then = (
+            f"the samples the checkpoint's run trained in its first {done} batches are trained "
+            "again"
+        )
     else:
         then = f"the checkpoint's run stopped after {done} batches of its epoch {saved_epoch}"
     if skip:  # (Trainer still stops at max_steps, counted from the checkpoint's global_step)
