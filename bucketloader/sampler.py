@@ -1393,6 +1393,25 @@ _CONFIG_HINTS = {
     "num_batches": " (batch_size, max_tokens, num_buckets, the lengths or the policies differ)",
     "num_samples": " (the dataset has another number of samples)",
 }
+
+
+def config_changes(saved: Mapping[str, Any], config: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """What a state's saved ``config`` holds with another value than ``config`` (a sampler's
+    ``_config()``): ``(key, saved value, this value, what it usually means)`` per entry, in
+    ``config``'s order, so the first is the one :func:`check_state` names. For a caller that
+    phrases a refusal of its own (``BucketTrainer`` at ``resume_from_checkpoint``).
+
+    Example:
+        >>> config_changes({"seed": 0, "num_samples": 90}, {"seed": 0, "num_samples": 91})
+        [('num_samples', 90, 91, ' (the dataset has another number of samples)')]
+    """
+    return [
+        (key, saved[key], value, _CONFIG_HINTS.get(key, ""))
+        for key, value in config.items()
+        if key in saved and saved[key] != value
+    ]
+
+
 #: Config entries only a WeightedBucketSampler writes: a sampler without them cannot resume its
 #: epochs (they batch the draws, in other batches), though every key they share may match.
 _DRAW_KEYS = ("sample_weights", "draws", "replacement")

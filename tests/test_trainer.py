@@ -16,7 +16,9 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import dataclasses
+import json
 import re
+import shutil
 import types
 from collections.abc import Callable
 from typing import Any
@@ -130,6 +132,140 @@ def test_a_run_resumed_from_a_checkpoint_trains_on_the_batches_it_would_have(tmp
         assert step < len(whole) // accumulate
         rest = run(resume=str(tmp_path / f"checkpoint-{step}"))
         assert [b[1:] for b in rest] == [b[1:] for b in whole if b[0] >= step], step
+
+
+# -- a resume onto another plan (NOTE [ A resume checks the checkpoint's plan ]) -----------------
+_RESUME_OPTIONS = {"num_buckets": 3, "max_tokens": 256, "pad_token_id": 0}
+
+
+def _resume_data(n=90):
+    lens = load_real("gsm8k")[:90, 0] // 2 + 3
+    return datasets.Dataset.from_dict(  # each sample's first token is its id (5 + index)
+        {
+            "input_ids": [[5 + i] + [7] * (int(lens[i % 90]) - 1) for i in range(n)],
+            "label": [i % 2 for i in range(n)],
+        }
+    )
+
+
+class _Recording(hf.BucketTrainer):
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        self.seen.append(
+            (self.state.global_step, tuple(inputs["input_ids"].shape),
+             tuple(inputs["input_ids"][:, 0].tolist()))
+        )  # fmt: skip
+        return super().training_step(model, inputs, num_items_in_batch)
+
+
+def _resume_run(out, resume=None, data=None, bucketing=None, **kw):
+    torch.manual_seed(0)
+    base = {"num_train_epochs": 1, "save_strategy": "steps", "save_steps": 4,
+            "logging_steps": 100, "seed": 3}  # fmt: skip
+    trainer = _Recording(
+        model=transformers.BertForSequenceClassification(_bert_config()),
+        args=_args(out, **{**base, **kw}),
+        train_dataset=_resume_data() if data is None else data,
+        bucketing=dict(_RESUME_OPTIONS) if bucketing is None else bucketing,
+    )
+    trainer.seen = []
+    try:
+        trainer.train(resume_from_checkpoint=resume)
+    finally:
+        trainer.ran = trainer.seen  # (what it trained before any error)
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def saved_run(tmp_path_factory):
+    """An uninterrupted epoch, checkpointed every 4 steps: (its folder, the batches trained)."""
+    out = tmp_path_factory.mktemp("saved_run")
+    return out, _resume_run(out).seen
+
+
+def test_each_checkpoint_holds_the_training_samplers_state_at_that_step(saved_run):
+    """``bucketloader_sampler.json`` is the sampler's state at the step: loaded into the sampler,
+    it yields exactly the batches the run trained after the checkpoint."""
+    out, whole = saved_run
+    record = json.loads((out / "checkpoint-4" / trainer_module.SAMPLER_STATE_NAME).read_text())
+    assert record["global_step"] == 4 and record["gradient_accumulation_steps"] == 1
+    state = record["sampler_state"]
+    assert (state["epoch"], state["batches_yielded"]) == (0, 4)
+    assert state["config"]["num_samples"] == 90
+    trainer = hf.BucketTrainer(
+        model=transformers.BertForSequenceClassification(_bert_config()),
+        args=_args(out, seed=3),
+        train_dataset=_resume_data(),
+        bucketing=dict(_RESUME_OPTIONS),
+    )
+    sampler = trainer.bucketing.sampler
+    sampler.load_state_dict(state)
+    rest = [sorted(set(b)) for b in sampler]
+    assert rest == [sorted({i - 5 for i in ids}) for step, _, ids in whole if step >= 4]
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        ({"data": 91}, r"train_dataset has 91 samples, the checkpoint's plan 90"),
+        ({"seed": 4}, r"seed=4, the checkpoint's seed=3 \(bucketing's 'seed', else"),
+        ({"bucketing": {"num_buckets": 5}}, r"(num_batches|plan_digest)=.*the checkpoint's"),
+        ({"bucketing": "2 ranks"}, r"over 2 rank\(s\) \(num_replicas=2.*the checkpoint's over 1"),
+        (
+            {"gradient_accumulation_steps": 2},
+            r"trained 4 batches of epoch 0, but Trainer would "
+            r"skip to batch 8 of epoch 0 \(gradient_accumulation_steps=2, the checkpoint's 1",
+        ),
+    ],
+    ids=["dataset", "seed", "options", "ranks", "accumulation"],
+)
+def test_a_resume_onto_another_plan_is_refused_naming_what_changed(saved_run, change, match):
+    """s29-user: 90 -> 91 samples resumed silently (Trainer skipped the first 4 batches of the new
+    plan: 4 samples twice, 1 never). Each change is refused before a step, naming it and the
+    ways on; with ignore_data_skip=True (skip nothing) the run goes on."""
+    out, _ = saved_run
+    kw = dict(change)
+    data = _resume_data(kw.pop("data", 90))
+    options: Any = kw.pop("bucketing", {})
+    if options == "2 ranks":  # (one process: a prebuilt plan for 2 ranks)
+        options = hf.for_text(data, "input_ids", seed=3, num_replicas=2, rank=0, **_RESUME_OPTIONS)
+    else:
+        options = {**_RESUME_OPTIONS, **options}
+    kw.update(data=data, bucketing=options)
+    resume = str(out / "checkpoint-4")
+    with pytest.raises(ValueError, match=match) as info:
+        _resume_run(out / "again", resume=resume, **kw)
+    text = str(info.value)
+    assert "ignore_data_skip=True" in text and "checkpoint-4" in text, text
+    if "data" in change:  # the user asks to skip nothing: honoured, not refused
+        assert "its last 4 batches untrained" in text  # (Trainer keeps max_steps)
+        trainer = _resume_run(out / "again", resume=resume, ignore_data_skip=True, **kw)
+        plan = list(trainer.bucketing.sampler)  # (epoch 0, from its first batch)
+        assert [sorted({i - 5 for i in b[2]}) for b in trainer.seen] == [
+            sorted(set(b)) for b in plan[: len(plan) - 4]
+        ]
+
+
+@pytest.mark.parametrize("damage", ["missing", "garbled"])
+def test_a_checkpoint_without_the_sampler_state_resumes_with_a_warning_or_is_refused(
+    saved_run, tmp_path, damage
+):
+    """A checkpoint an older bucketloader wrote (no file) resumes as before, exactly here, with
+    one warning that it cannot be checked; a file that is not one BucketTrainer wrote is
+    refused, naming it."""
+    out, whole = saved_run
+    checkpoint = tmp_path / "checkpoint-4"
+    shutil.copytree(out / "checkpoint-4", checkpoint)
+    path = checkpoint / trainer_module.SAMPLER_STATE_NAME
+    if damage == "missing":
+        path.unlink(missing_ok=True)  # (main wrote none: the warning is what fails there)
+        with pytest.warns(UserWarning, match="has no bucketloader_sampler.json") as caught:
+            rest = _resume_run(tmp_path / "again", resume=str(checkpoint)).seen
+        assert sum("cannot be checked" in str(w.message) for w in caught) == 1
+        assert [b[1:] for b in rest] == [b[1:] for b in whole if b[0] >= 4]
+    else:
+        path.write_text('{"sampler_state": 3}')
+        with pytest.raises(ValueError, match=r"bucketloader_sampler.json is not one .* delete"):
+            _resume_run(tmp_path / "again", resume=str(checkpoint))
 
 
 # -- tiny models and their data ------------------------------------------------------------------

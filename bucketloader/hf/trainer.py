@@ -15,7 +15,24 @@ the arguments: a :class:`~bucketloader.BucketSampler` for training, an
 moves each batch to the device (``_prepare_inputs``), counts steps with the sampler's exact
 ``len`` and calls ``set_epoch`` on the train loader every epoch (forwarded to the sampler), and
 on resume skips batches with ``accelerate.skip_first_batches``, which keeps the batch sampler's
-batches as they are.
+batches as they are (NOTE [ A resume checks the checkpoint's plan ]).
+
+NOTE [ A resume checks the checkpoint's plan ]
+``Trainer`` resumes by skipping the first ``(global_step % steps_per_epoch) * gradient_accumulation
+_steps`` batches of epoch ``global_step // steps_per_epoch`` of the loader it builds now: exact
+only when that loader plans the batches the checkpoint's run trained. A dataset of 91 samples
+for the checkpoint's 90 (or another seed, bucketing option, number of ranks or accumulation)
+skipped the first batches of another plan, silently: samples trained twice and others never
+(s29-user: 4 repeated, 1 never seen). So every checkpoint folder BucketTrainer writes holds
+``bucketloader_sampler.json``: the training sampler's ``state_dict()`` at that step (the epoch
+and batches ``Trainer`` will skip, the sampler's config) with the step count and accumulation it
+was counted with. At ``resume_from_checkpoint`` the sampler's own check (:func:`~bucketloader.
+sampler.check_state`) compares it with the new run's sampler, and the position with the one
+``Trainer`` is about to skip to; either differing is one ``ValueError`` naming what changed and
+the ways on. ``ignore_data_skip=True`` (the user asked to skip nothing) is honoured unchecked; a
+checkpoint without the file (an older bucketloader, or ``Trainer``'s) resumes as before with one
+warning that it cannot be checked. Only rank 0 (``args.should_save``) writes the file; the
+sampler's state holds no rank, and every rank checks it.
 
 NOTE [ Evaluation and prediction in dataset order ]
 The eval and test loaders run an ``EvalSampler``: every sample exactly once, every rank the same
@@ -59,7 +76,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import inspect
+import json
 import logging
+import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -72,8 +91,10 @@ import transformers
 from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 
 from bucketloader._arrow import nesting
+from bucketloader._files import NotAFile, read_json, write_atomic
 from bucketloader._samples import load_samples
 from bucketloader._validation import MissingKeyError, keyword_options, release
+from bucketloader._version import __version__
 from bucketloader.evaluation import EvalSampler, restore_order
 from bucketloader.hf.bucketing import (
     LABEL_PAD,
@@ -94,11 +115,16 @@ from bucketloader.hf.loss import (
     zero_loss,
 )
 from bucketloader.plan import BucketSpec, TokenBudget
-from bucketloader.sampler import BucketSampler
+from bucketloader.sampler import BucketSampler, EpochSampler, check_state, config_changes
 
 __all__ = ["BucketSeq2SeqTrainer", "BucketTrainer"]
 
 _log = logging.getLogger(__name__)
+
+#: The file each checkpoint folder gets: the training sampler's state at that step (NOTE [ A
+#: resume checks the checkpoint's plan ]).
+SAMPLER_STATE_NAME = "bucketloader_sampler.json"
+_CHECKPOINT_FORMAT = 1
 
 #: Options that only shape training epochs (not used for evaluation batches).
 #: (``longest_first`` and ``weights`` were missing: evaluate() refused them from ``bucketing``.)
@@ -220,6 +246,7 @@ class _BucketMixin:
         self._step_rows: torch.Tensor | None = None
         self._scaled_default = getattr(self, "loss_is_scaled_for_ga", None)
         self._custom_loss_warned = False
+        self._steps_per_epoch: int | None = None  # Trainer's, of the run in progress
 
     # -- building the batches -----------------------------------------------------------------
     def model_inputs(self) -> list[str]:
@@ -714,6 +741,121 @@ class _BucketMixin:
             self.precompile()
         return super().train(*args, **kwargs)  # type: ignore[misc]
 
+    # -- checkpoints (NOTE [ A resume checks the checkpoint's plan ]) ------------------------------
+    def _init_training_state(
+        self,
+        max_steps: int,
+        num_update_steps_per_epoch: int,
+        num_train_epochs: int,
+        resume_from_checkpoint: str | None,
+        trial: Any,
+    ) -> tuple[int, int]:
+        """``Trainer``'s, then, when resuming, checks the checkpoint's plan against this run's."""
+        epoch, skip = super()._init_training_state(  # type: ignore[misc]
+            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+        )
+        self._steps_per_epoch = int(num_update_steps_per_epoch)
+        from transformers.trainer import TRAINER_STATE_NAME
+
+        if resume_from_checkpoint is not None and os.path.isfile(
+            os.path.join(resume_from_checkpoint, TRAINER_STATE_NAME)  # (else Trainer skips
+            # nothing and starts at step 0)
+        ):
+            self._check_checkpoint_plan(str(resume_from_checkpoint), epoch, skip)
+        return epoch, skip
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        """``Trainer``'s, with the training sampler's state in ``bucketloader_sampler.json``
+        (written first, so that ``trainer_state.json``, written last, marks a whole folder)."""
+        sampler = self._bucketing.sampler if self._bucketing is not None else None
+        steps = self._steps_per_epoch
+        if self.args.should_save and isinstance(sampler, EpochSampler) and steps:
+            from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+            folder = os.path.join(
+                self._get_output_dir(trial=trial),  # type: ignore[attr-defined]
+                f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}",  # type: ignore[attr-defined]
+            )
+            os.makedirs(folder, exist_ok=True)
+            record = _checkpoint_record(
+                sampler,
+                self.state.global_step,  # type: ignore[attr-defined]
+                steps,
+                self.args.gradient_accumulation_steps,
+            )
+            text = json.dumps(record, indent=1, sort_keys=True) + "\n"
+            write_atomic(os.path.join(folder, SAMPLER_STATE_NAME), text.encode())
+        super()._save_checkpoint(model, trial)  # type: ignore[misc]
+
+    def _check_checkpoint_plan(self, checkpoint: str, epoch: int, skip: int) -> None:
+        """Refuse a resume whose skip would land elsewhere than the checkpoint's run stopped:
+        another plan (the sampler's config) or another position (accumulation); warn once for
+        a checkpoint without the file. ``ignore_data_skip=True`` skips nothing: not checked."""
+        sampler = self._bucketing.sampler if self._bucketing is not None else None
+        if self.args.ignore_data_skip or not isinstance(sampler, EpochSampler):
+            return
+        owner = type(self).__name__
+        path = os.path.join(checkpoint, SAMPLER_STATE_NAME)
+        where = f"batch {skip} of epoch {epoch}" if skip else f"the start of epoch {epoch}"
+        try:
+            record = read_json(path, max_bytes=1 << 20)
+        except FileNotFoundError:
+            warnings.warn(
+                f"{owner}: checkpoint {checkpoint!r} has no {SAMPLER_STATE_NAME} (saved by an "
+                "older bucketloader, or by transformers.Trainer), so whether this run plans the "
+                f"batches that run trained cannot be checked; it resumes at {where} of this "
+                "run's plan, as Trainer does, which is exact only with the same train_dataset, "
+                "bucketing options and TrainingArguments (seed, batch size, "
+                "gradient_accumulation_steps, number of processes)",
+                UserWarning,
+                stacklevel=5,
+            )
+            return
+        except (OSError, ValueError, NotAFile) as exc:
+            record = f"unreadable: {exc}"
+        state = record.get("sampler_state") if isinstance(record, dict) else None
+        accumulation = record.get("gradient_accumulation_steps") if state is not None else None
+        if not isinstance(state, dict) or not isinstance(accumulation, int):
+            raise ValueError(
+                f"{owner} cannot check checkpoint {checkpoint!r}: its {SAMPLER_STATE_NAME} is not "
+                f"one {owner} wrote ({record if isinstance(record, str) else 'other contents'}); "
+                f"restore the file, or delete it to resume at {where} unchecked (with a "
+                "warning), as Trainer does"
+            )
+        ways = _ways_on(state, epoch, skip)
+        try:
+            check_state(state, sampler._config(), type(sampler).__name__)
+        except (TypeError, ValueError) as exc:
+            changes = config_changes(state.get("config") or {}, sampler._config())
+            what = _what_changed(changes) if changes else f"its sampler refuses the state: {exc}"
+            why = (
+                f"Trainer would skip the first {skip} batches of this run's epoch {epoch} as the "
+                "ones already trained, but this run plans other batches, so samples would be "
+                "trained twice and others never"
+                if skip
+                else f"Trainer would train this run's epoch {epoch} from its first batch, but "
+                "of another plan than the one the checkpoint's run trained on, so this run "
+                "would not continue that one"
+            )
+            raise ValueError(
+                f"{owner} cannot resume from checkpoint {checkpoint!r} exactly: {what}. {why}. "
+                f"{ways}"
+            ) from exc
+        if (state["epoch"], state["batches_yielded"]) != (epoch, skip):
+            counted = (
+                f"gradient_accumulation_steps={self.args.gradient_accumulation_steps}, the "
+                f"checkpoint's {accumulation}"
+                if accumulation != self.args.gradient_accumulation_steps
+                else f"{self._steps_per_epoch} optimizer steps per epoch, the checkpoint's "
+                f"{record.get('steps_per_epoch')}"
+            )
+            raise ValueError(
+                f"{owner} cannot resume from checkpoint {checkpoint!r} exactly: its run had "
+                f"trained {state['batches_yielded']} batches of epoch {state['epoch']}, but "
+                f"Trainer would skip to {where} ({counted}: it counts the batches to skip from "
+                f"the optimizer steps), so samples would be trained twice or never. {ways}"
+            )
+
     # -- saying what is overridden (issue 22, trap 6) ---------------------------------------------
     def _sampling_strategy(self) -> str | None:
         """``args.train_sampling_strategy`` (``group_by_length=True`` before transformers 5)."""
@@ -1090,6 +1232,83 @@ def _naming(argument: str, option: str) -> Iterator[None]:
 # ``batch_size`` or ``max_tokens`` given in ``bucketing`` is scaled by the same ratio (a token
 # budget halved as the batch size is). A prebuilt ``Bucketing`` cannot be re-planned: a warning
 # says so when the trainer is built.
+def _checkpoint_record(
+    sampler: EpochSampler, global_step: int, steps_per_epoch: int, accumulation: int
+) -> dict[str, Any]:
+    """What ``bucketloader_sampler.json`` holds: the sampler's state at the position
+    ``Trainer`` resumes a checkpoint of ``global_step`` at (epoch ``global_step //
+    steps_per_epoch``, after its first ``(global_step % steps_per_epoch) * accumulation``
+    batches), and the counts it was computed from. ``sampler.load_state_dict`` takes the state:
+    a loop of one's own can resume from it too."""
+    epoch, steps = divmod(int(global_step), int(steps_per_epoch))
+    state = sampler.state_dict(batches_consumed=0)  # (its config; the position is Trainer's)
+    state.update(epoch=epoch, batches_yielded=steps * int(accumulation))
+    return {
+        "format": _CHECKPOINT_FORMAT,
+        "bucketloader": __version__,
+        "global_step": int(global_step),
+        "steps_per_epoch": int(steps_per_epoch),
+        "gradient_accumulation_steps": int(accumulation),
+        "sampler_state": state,
+    }
+
+
+#: How the trainer's user sets a sampler config entry, where it is not a plain option.
+_CONFIG_SOURCES = {
+    "seed": " (bucketing's 'seed', else TrainingArguments' data_seed, else its seed)",
+    "shuffle": " (TrainingArguments' train_sampling_strategy, or bucketing's 'shuffle')",
+    "longest_first": " (train_sampling_strategy='group_by_length', or bucketing's option)",
+    "last_batch": " (TrainingArguments' dataloader_drop_last, or bucketing's option)",
+}
+
+
+def _what_changed(changes: list[tuple[Any, ...]]) -> str:
+    """The first of :func:`~bucketloader.sampler.config_changes`, in the trainer's words, and
+    the other options that differ (the entries that follow from the plan left out)."""
+    key, saved, now, hint = changes[0]
+    if key == "num_samples":
+        what = f"train_dataset has {now:,} samples, the checkpoint's plan {saved:,}"
+    elif key == "num_replicas":
+        what = (
+            f"this run's training sampler splits each step over {now} rank(s) "
+            f"(num_replicas={now}: the number of processes), the checkpoint's over {saved}"
+        )
+    else:
+        what = (
+            f"this run's training sampler has {key}={now!r}, the checkpoint's {key}={saved!r}"
+            f"{_CONFIG_SOURCES.get(key, hint)}"
+        )
+    derived = ("num_batches", "plan_digest")  # (what follows from any change above)
+    also = [c[0] for c in changes[1:] if c[0] not in derived]
+    return what + (f" (also: {', '.join(also)})" if also else "")
+
+
+def _ways_on(state: dict[str, Any], epoch: int, skip: int) -> str:
+    """The ways on from a checkpoint this run cannot resume exactly (its sampler ``state``;
+    ``epoch`` and ``skip``: where ``Trainer`` would resume). ``ignore_data_skip=True`` restarts
+    the epoch but keeps ``max_steps``: the last ``skip`` batches of the last epoch go untrained
+    (checked: 90 -> 91 samples, resumed at step 4 of 13, trained 9 steps), said with it."""
+    saved_epoch, done = state.get("epoch"), state.get("batches_yielded")
+    if saved_epoch == epoch and done == 0:
+        then = "the checkpoint's run had not started that epoch: nothing is trained twice"
+    elif saved_epoch == epoch:
+        then = (
+            f"the samples the checkpoint's run trained in its first {done} batches are trained "
+            "again"
+        )
+    else:
+        then = f"the checkpoint's run stopped after {done} batches of its epoch {saved_epoch}"
+    if skip:  # (Trainer still stops at max_steps, counted from the checkpoint's global_step)
+        then += f"; the run still stops at its max_steps, its last {skip} batches untrained"
+    return (
+        "To resume exactly, train as the checkpoint's run did (the same train_dataset, "
+        "bucketing options and TrainingArguments: seed, batch size, gradient_accumulation_steps, "
+        "number of processes); or pass TrainingArguments(ignore_data_skip=True) to load the "
+        f"model, optimizer and schedule and train epoch {epoch} of this run's plan from its "
+        f"first batch ({then}); or start a new run without resume_from_checkpoint"
+    )
+
+
 def _shrink_to_found_batch_size(opts: dict[str, Any], ratio: float) -> None:
     """Scale an explicit ``batch_size`` or ``max_tokens`` of ``bucketing`` by ``ratio``, the
     batch size ``auto_find_batch_size`` settled on over ``per_device_train_batch_size``
@@ -1674,6 +1893,12 @@ class BucketTrainer(_BucketMixin, transformers.Trainer):
     training sees) and collator, planned on first use (reading it plans training's epochs
     before ``train()``); after ``evaluate`` or ``predict``, ``trainer.eval_bucketing`` holds
     theirs.
+
+    Each checkpoint folder holds the training sampler's state (``bucketloader_sampler.json``),
+    and ``train(resume_from_checkpoint=...)`` refuses a run that plans other batches than the
+    checkpoint's (another dataset, seed, option, number of processes or accumulation), naming
+    what changed, instead of skipping the wrong batches (NOTE [ A resume checks the
+    checkpoint's plan ]).
 
     ``TrainingArguments(torch_compile=True)`` compiles one static graph per planned shape, the
     recompile limit is raised to the planned train + eval shapes, and :meth:`precompile` (or
