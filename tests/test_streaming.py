@@ -1005,3 +1005,32 @@ def test_a_state_over_a_source_of_another_length_is_refused(kind, source):
         assert set(seen) == set(range(600)) and set(seen.values()) == {1}
     with pytest.raises(ValueError, match=r"state\['config'\]\['samples'\] must be"):
         make(rows).load_state_dict({**state, "config": {**state["config"], "samples": "600"}})
+
+
+def test_a_ranks_state_loaded_on_another_rank_of_another_shard_length_says_whose_it_is():
+    # s29-rev: 601 samples over 2 ranks (shards of 301 and 300), rank 1 given rank 0's state
+    # (a checkpoint written by rank 0 only) was told only that its source changed
+    from bucketloader import BucketSampler
+
+    rows = [{"input_ids": [1] * (3 + (i * 7) % 90)} for i in range(601)]
+    spec = BucketSampler([len(x["input_ids"]) for x in rows], boundaries=[16, 40, 96], batch_size=4)
+
+    def make(rank):
+        return BucketIterable(
+            rows[rank::2], length_fn="input_ids", boundaries=spec, batch_size=4,
+            num_replicas=2, rank=rank, steps_per_epoch=20,
+        )  # fmt: skip
+
+    first = make(0)
+    it = iter(first)
+    for _ in range(5):
+        next(it)
+    state = json.loads(json.dumps(first.state_dict()))
+    with pytest.raises(ValueError, match=r"301 samples.* has 300: .*each rank loads the state it "):
+        make(1).load_state_dict(state)
+    make(0).load_state_dict(state)  # its own rank's state loads
+    single = BucketIterable(rows[:9], length_fn="input_ids", boundaries=[16, 40, 96], batch_size=4)
+    saved = single.state_dict()  # one rank: no such hint
+    with pytest.raises(ValueError, match=r"8 samples.* has 9: ") as info:
+        single.load_state_dict({**saved, "config": {**saved["config"], "samples": 8}})
+    assert "each rank" not in str(info.value)

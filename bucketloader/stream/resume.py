@@ -603,7 +603,9 @@ def _check_size(state: dict[str, Any], mine: Any, owner: str) -> None:
     before; a source without a length (a generator, a ``datasets.IterableDataset``) records
     nothing and is not compared, so a change of its contents is not caught: load its state only
     over the same data. A change that keeps the length (a sample edited in place) is not caught
-    either."""
+    either. Split over ranks, each rank passes its own shard, so the length is its shard's: a
+    rank given another rank's state (a checkpoint written by rank 0 only) is refused where the
+    shards' lengths differ, and told to load its own state."""
     theirs = state["config"].get("samples")
     if theirs is None:
         return
@@ -614,11 +616,20 @@ def _check_size(state: dict[str, Any], mine: Any, owner: str) -> None:
         )
     if mine is None or mine == theirs:  # (a source without a length: nothing to compare)
         return
+    ranks = state["config"].get("num_replicas")
+    # (s29-rev: over ranks, each passing its own shard, rank 1 loading rank 0's state, the
+    # usual slip of a checkpoint written by rank 0 only, was told only that the source changed)
+    own = (
+        f" (a stream split over {ranks} ranks: each rank loads the state it saved itself, "
+        "over its own shard)"
+        if isinstance(ranks, int) and not isinstance(ranks, bool) and ranks > 1
+        else ""
+    )
     raise ValueError(
         f"state was saved over a source of {theirs:,} samples, but this {owner}'s source has "
         f"{mine:,}: "
         f"the state's positions would name other samples (some repeated, some never seen). "
-        f"Resume over the source the state was saved over{_way_on(state)}"
+        f"Resume over the source the state was saved over{own}{_way_on(state)}"
     )
 
 
