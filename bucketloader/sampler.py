@@ -58,6 +58,7 @@ import dataclasses
 import functools
 import inspect
 import logging
+import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -1022,6 +1023,8 @@ class BucketSampler(SpecShapes, EpochSampler):
         if (
             isinstance(saved, dict)
             and self._fill_pools
+            and saved.get("num_replicas") == self.num_replicas  # (else the fill version
+            # follows the ranks: NOTE [ An epoch boundary on another number of ranks ], s29-rev)
             and saved.get("plan_digest") == self._plan_digest(fill=False)
         ):
             k = self.accumulate
@@ -1306,7 +1309,7 @@ def _check_state(
             )
         epoch = state.get("epoch")
         if saved[key] != value and key == "num_replicas" and isinstance(epoch, int):
-            same_plan = all(saved.get(k, k) == v for k, v in config.items() if k not in _RANK_KEYS)
+            same_plan = _same_but_ranks(saved, config)
             between = "; one saved between epochs would load on any number" if same_plan else ""
             how = (
                 f"An epoch's plan splits every step over the ranks, so a state resumes its epoch "
@@ -1366,13 +1369,14 @@ def _boundary_on_other_ranks(
     ranks (s29-user), so an elastic job (``torchrun --nnodes=1:4``) that restarted on fewer
     nodes from a checkpoint taken between epochs could not load it, and its way on was to
     bypass ``load_state_dict``. It now loads when every other key of the configuration agrees
-    (seed, options, samples and the plan's digest: the same epochs, split over other ranks):
+    (seed, options, samples and the plan's digest, less what the ranks alone decide:
+    :func:`_same_but_ranks`; the same epochs, split over other ranks):
     the epoch from its start, or the epoch as finished (its next pass moves to the next epoch,
     as on the ranks that saved it). A state within an epoch is refused as before. Returns
     ``(epoch, position)`` for this sampler, or ``None`` where the rule does not apply."""
     if saved.get("num_replicas") == config.get("num_replicas"):
         return None
-    if any(saved.get(k, k) != v for k, v in config.items() if k not in _RANK_KEYS):
+    if not _same_but_ranks(saved, config):
         return None
     epoch, pos, total = state["epoch"], state["batches_yielded"], saved.get("num_batches")
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (epoch, pos, total)):
@@ -1384,6 +1388,31 @@ def _boundary_on_other_ranks(
     if pos == total:
         return epoch, int(config["num_batches"])
     return None
+
+
+def _same_but_ranks(saved: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
+    """Whether a state's ``saved`` configuration and this sampler's ``config`` differ only by
+    what the number of ranks alone decides: :data:`_RANK_KEYS`; the plan digest's fill version
+    (``/fill=N``: whether a small bucket or row length fills its step with shorter samples, and
+    how, depends on the batches per step, so on the ranks); and, where one of the two runs on a
+    single rank, ``PackSampler``'s ``balance`` (it resolves to ``False`` there) with the
+    balanced plan's work version in the digest (``/wN``). s29-rev: a ``last_batch="fill"``
+    sampler's state saved between epochs on 1 rank was refused on 2 (its digest gained
+    ``/fill=2``), and a ``balance=True`` one's on 3 ranks refused on 1."""
+    one_rank = 1 in (saved.get("num_replicas"), config.get("num_replicas"))
+
+    def plan(c: Mapping[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in c.items() if k not in _RANK_KEYS}
+        if isinstance(out.get("plan_digest"), str):
+            out["plan_digest"] = re.sub(r"/fill=\d+", "", out["plan_digest"])
+        if one_rank and "balance" in out:
+            del out["balance"]
+            if isinstance(out.get("plan_digest"), str):
+                out["plan_digest"] = re.sub(r"/w\d+", "", out["plan_digest"])
+        return out
+
+    theirs, mine = plan(saved), plan(config)
+    return all(theirs.get(k, k) == v for k, v in mine.items())
 
 
 _STATE_KEYS = frozenset({"version", "sampler", "epoch", "batches_yielded", "config"})

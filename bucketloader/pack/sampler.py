@@ -508,6 +508,9 @@ class PackSampler(EpochSampler):
         [ Filling a small row length ], or a rank without a row of its own repeating the whole
         row): its batches differ."""
         saved = state.get("config") if isinstance(state, dict) else None
+        if isinstance(saved, dict) and saved.get("num_replicas") != self.num_replicas:
+            saved = None  # (the fill version follows the ranks: NOTE [ An epoch boundary on
+            # another number of ranks ] in bucketloader.sampler decides, s29-rev)
         if (
             isinstance(saved, dict)
             and self._fills_small
