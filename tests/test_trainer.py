@@ -297,6 +297,21 @@ def _bert_config(**kw):
     )
 
 
+def _tiny_vit(*, image_size, num_labels, hidden_size=16, intermediate_size=32):
+    """A one-layer ViT classifier built from a config (nothing downloaded)."""
+    return transformers.ViTForImageClassification(
+        transformers.ViTConfig(
+            image_size=image_size,
+            patch_size=16,
+            hidden_size=hidden_size,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=intermediate_size,
+            num_labels=num_labels,
+        )
+    )
+
+
 def _w2v_config():
     return transformers.Wav2Vec2Config(
         vocab_size=12,
@@ -1262,17 +1277,7 @@ def test_removing_unused_columns_hides_neither_the_text_nor_the_audio_column(tmp
         bucketing = {"column": column, "num_buckets": 2}
         trainer = hf.BucketTrainer(model=ctc, args=args, train_dataset=speech, bucketing=bucketing)
         assert trainer.train().global_step == 1
-    vit = transformers.ViTForImageClassification(
-        transformers.ViTConfig(
-            image_size=32,
-            patch_size=16,
-            hidden_size=8,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=16,
-            num_labels=2,
-        )
-    )
+    vit = _tiny_vit(image_size=32, num_labels=2, hidden_size=8, intermediate_size=16)
     images = datasets.Dataset.from_dict({"image": ["a.png", "b.png"], "label": [0, 1]})
     trainer = hf.BucketTrainer(model=vit, args=args, train_dataset=images)
     with pytest.raises(KeyError, match=r"main input 'pixel_values' .*'image', 'label'\]\); store"):
@@ -1637,17 +1642,7 @@ def test_detr_family_gets_the_pixel_mask_its_processor_makes(tmp_path):
         3,
     )  # (Conditional DETR: no "no object" class)
     # a model whose forward takes no pixel_mask gets none (nor the (B, H) mask it raised on)
-    vit = transformers.ViTForImageClassification(
-        transformers.ViTConfig(
-            hidden_size=16,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            intermediate_size=32,
-            image_size=64,
-            patch_size=16,
-            num_labels=3,
-        )
-    )
+    vit = _tiny_vit(image_size=64, num_labels=3)
     trainer = hf.BucketTrainer(
         model=vit,
         args=_args(tmp_path, per_device_train_batch_size=3),
@@ -1674,10 +1669,7 @@ def test_a_vit_gets_interpolated_positions_for_images_of_other_sizes(tmp_path):
             "labels": [0, 1, 2, 0, 1, 2, 0, 1],
         }
     )
-    config = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
-    vit = transformers.ViTForImageClassification(
-        transformers.ViTConfig(**config, image_size=32, patch_size=16, num_labels=3)
-    )
+    vit = _tiny_vit(image_size=32, num_labels=3)
     seen: list[tuple[tuple[int, int], Any]] = []
     vit.register_forward_pre_hook(
         lambda _m, _a, kw: seen.append(
