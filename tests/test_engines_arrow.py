@@ -957,6 +957,18 @@ def test_a_first_file_without_the_column_is_named_too(tmp_path):
         parquet_histogram(tmp_path, "c")
 
 
+def test_a_column_no_file_holds_names_the_columns_of_every_file(tmp_path):
+    """s29-left: a column held by no file was "not found ...; it has columns ['a']", the first
+    file's only (a dataset's schema is its first file's), while a later file had 'b' and a
+    struct 's' whose field the user may have meant; now every file's columns are named."""
+    pq.write_table(pa.table({"a": [[1], [1, 2]]}), tmp_path / "0.parquet")
+    pq.write_table(pa.table({"a": [[1]], "b": [[3]], "s": [{"x": 1}]}), tmp_path / "1.parquet")
+    with pytest.raises(KeyError, match=r"'c' not found in .*; it has columns \['a', 'b', 's'\]$"):
+        parquet_histogram(tmp_path, "c")
+    with pytest.raises(KeyError, match=r"'s\.x' is a field of the struct column 's'"):
+        parquet_histogram(tmp_path, ["a", "s.x"])
+
+
 def test_the_report_skips_the_dynamic_baseline_above_its_sample_limit(
     tmp_path, capsys, monkeypatch
 ):

@@ -179,6 +179,8 @@ def _open(
         absent = [c for c in columns if c not in source.schema.names]
         if len(files) > 1 and absent:  # (the first file's schema: NOTE [ A file without the
             source = _held(pa, pads, source, absent)  # column ] in engines._common)
+            if any(c not in source.schema.names for c in columns):  # held by no file
+                return _every_field(pa, source), iter(()), None, what, {}
         present = [c for c in columns if c in source.schema.names]
         if len(files) > 1 and present:  # (the footers, read here, are read once)
             source = _widened(pa, pads, source, present)
@@ -341,6 +343,21 @@ def _held(pa: Any, pads: Any, dataset: Any, columns: list[str]) -> Any:
     if schema.equals(dataset.schema):
         return dataset
     return pads.FileSystemDataset(fragments, schema, dataset.format, dataset.filesystem)
+
+
+def _every_field(pa: Any, dataset: Any) -> Any:
+    """The fields of every file of ``dataset`` (the first file's, then each later file's new
+    ones), for the error of a column no file holds: a dataset's schema is its first file's, so
+    the error listed only that file's columns where a later file had more (s29-left). Its
+    footers were read by :func:`_held` just before."""
+    fields = {f.name: f for f in dataset.schema}
+    try:
+        for fragment in dataset.get_fragments():
+            for f in fragment.physical_schema:
+                fields.setdefault(f.name, f)
+    except (pa.ArrowInvalid, OSError):
+        pass  # (an unreadable footer: the columns read so far)
+    return pa.schema(list(fields.values()))
 
 
 def _widened(pa: Any, pads: Any, dataset: Any, columns: list[str]) -> Any:
