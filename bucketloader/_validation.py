@@ -189,6 +189,30 @@ def stream_of(state: Any) -> str | None:
     return "BucketIterable" if "boundaries" in config else None
 
 
+def not_a_state(state: Any, owner: str) -> TypeError:
+    """The error for a ``state`` that is not a dict, in one voice for every producer: a path or
+    the JSON text of a saved state (s29-user: ``load_state_dict("state.json")`` was told only
+    that a dict was wanted) is told to load it first.
+
+    Example:
+        >>> print(not_a_state("state.json", "BucketSampler"))  # doctest: +NORMALIZE_WHITESPACE
+        state must be a dict from BucketSampler.state_dict(), got the str 'state.json'; a saved
+        state is loaded first: with open(path) as f: sampler.load_state_dict(json.load(f))
+        (json.loads(text) for the text)
+    """
+    shown = repr(os.fspath(state) if isinstance(state, os.PathLike) else state)
+    if len(shown) > 80 and not isinstance(state, os.PathLike):  # (a path is shown whole)
+        shown = shown[:77] + "..."
+    text = f"state must be a dict from {owner}.state_dict(), got the {type(state).__name__} {shown}"
+    if isinstance(state, (str, bytes, os.PathLike)):
+        who = "stream" if owner.endswith("Iterable") else "sampler"
+        text += (
+            f"; a saved state is loaded first: with open(path) as f: {who}.load_state_dict("
+            "json.load(f)) (json.loads(text) for the text)"
+        )
+    return TypeError(text)
+
+
 def describe(value: Any) -> str:
     """A short description of a value for error messages (arrays by kind, dtype and shape).
 

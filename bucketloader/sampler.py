@@ -85,6 +85,7 @@ from bucketloader._validation import (
     check_int,
     check_options,
     keyword_options,
+    not_a_state,
     stream_of,
 )
 from bucketloader.plan import BucketSpec, EpochPlan, SamplingReport, ShapeTable, plan_epoch
@@ -1257,7 +1258,8 @@ def _check_state(
     number of ranks says to evaluate again rather than to go on with the next epoch.
     """
     if not isinstance(state, dict):
-        raise TypeError(f"state must be a dict from {owner}.state_dict(), got {state!r}")
+        raise not_a_state(state, owner)
+    state = _plain_ints(state)
     missing = [k for k in ("version", "epoch", "batches_yielded", "config") if k not in state]
     if missing and "format" in state:  # (the streams' states have one, the samplers' none)
         stream = stream_of(state) or "BucketIterable / PackIterable"
@@ -1350,6 +1352,19 @@ def _check_state(
         )
     _warn_unknown_keys(state, config, owner)
     return epoch, pos
+
+
+def _plain_ints(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with a numpy integer ``epoch`` or ``batches_yielded`` as an int (a copy; the
+    caller's dict is left alone): a state rebuilt from arrays or a checkpoint format that keeps
+    numpy scalars held ``np.int64(3)``, refused as "must be an int" (s29-user). The value is
+    the same integer; a bool or a float is still refused."""
+    plain = {
+        key: int(state[key])
+        for key in ("epoch", "batches_yielded")
+        if isinstance(state.get(key), np.integer)
+    }
+    return {**state, **plain} if plain else state
 
 
 #: The configuration keys that change with the number of ranks alone (a rank's batches).

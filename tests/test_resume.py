@@ -261,6 +261,35 @@ def test_malformed_states_are_refused():
         sampler.load_state_dict([1, 2])
 
 
+def test_a_path_is_told_to_be_loaded_and_numpy_integers_are_accepted(tmp_path):
+    """s29-user: load_state_dict("state.json") said only "state must be a dict ... got
+    'state.json'", and a state holding np.int64 positions (rebuilt from arrays) was refused as
+    "must be an int"; now the path is told to be json.load-ed (a stream's too), and numpy
+    integers resume as the ints they are, the caller's dict left as it was."""
+    from bucketloader.stream import BucketIterable
+
+    make = functools.partial(BucketSampler, spec_for("pad"))
+    live = make()
+    live.set_epoch(1)
+    it = iter(live)
+    rest = [next(it) for _ in range(3)] and list(it)
+    state = live.state_dict()
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    stream = BucketIterable(list(range(9)), boundaries=[4, 9], batch_size=2, length_fn=int)
+    for owner, name in ((make(), "sampler"), (stream, "stream")):
+        for path in ("state.json", tmp_path / "state.json"):
+            with pytest.raises(TypeError, match=rf"got the \w+ .*state\.json.*{name}\.load_s"):
+                owner.load_state_dict(path)
+    held = {**state, "epoch": np.int64(1), "batches_yielded": np.int64(3)}
+    resumed = make()
+    resumed.load_state_dict(held)
+    assert list(resumed) == rest and type(held["epoch"]) is np.int64
+    assert resumed.state_dict()["batches_yielded"] == len(resumed)
+    for bad in (np.float64(3), np.bool_(True), True):
+        with pytest.raises(ValueError, match=r"state\['batches_yielded'\] must be an int"):
+            make().load_state_dict({**state, "batches_yielded": bad})
+
+
 def test_a_state_from_another_world_size_names_what_resumes():
     """A job restarted on 2 ranks with a state saved on 4 was told to "build the sampler exactly
     as when the state was saved", which it cannot: the error now says a state resumes its

@@ -138,7 +138,7 @@ from typing import Any, ClassVar
 import torch.utils.data
 
 from bucketloader._files import NotAFile, write_atomic
-from bucketloader._validation import a_kind, check_int, stream_of
+from bucketloader._validation import a_kind, check_int, not_a_state, stream_of
 from bucketloader.plan.report import FILL_TIMES, FILL_WARNING, LOSS_WARNING, DataLossWarning
 from bucketloader.stream.counters import MAX_LANES, LaneCounters, finished
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
@@ -479,9 +479,7 @@ def check_state(
     ``keys`` maps each state format to its keys and their types; ``replay_format`` is the format
     of a resume by replay."""
     if not isinstance(state, dict):
-        raise TypeError(
-            f"state must be a dict from {owner}.state_dict(), got {type(state).__name__}"
-        )
+        raise not_a_state(state, owner)
     saved = stream_of(state)  # (the two streams' formats overlap: name the other one)
     if saved is not None and saved != owner and owner in ("BucketIterable", "PackIterable"):
         raise ValueError(
