@@ -38,6 +38,47 @@ class MissingKeyError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+#: How an error names an option: ``spell(name)`` its name, ``spell(name, value)`` the option set
+#: to ``value``; ``None`` where the caller has no such option (the clause is then left out).
+Spell = Callable[..., "str | None"]
+
+
+def keyword(name: str, *value: Any) -> str:
+    """An option as a Python caller passes it (:class:`OptionError`'s own spelling).
+
+    Example:
+        >>> keyword("max_tokens"), keyword("max_tokens", 4096)
+        ('max_tokens', 'max_tokens=4096')
+    """
+    return name if not value else f"{name}={value[0]}"
+
+
+class OptionError(ValueError):
+    """A ``ValueError`` whose text names options, said in the caller's words: ``say(spell)``
+    builds the text with ``spell`` (:data:`Spell`), and ``str()`` is the Python keywords' text
+    (:func:`keyword`). A front end that takes the options under other names re-says it with
+    its own ``spell`` (the command line: ``--max-tokens 4096`` for ``max_tokens=4096``), and a
+    fix it has no option for is left out, where a pattern over the text (s29-left's table in
+    the CLI) matched only the texts it knew. Pickled, it is a plain ``ValueError`` of its text;
+    made from a text (a wrapper's ``type(exc)(...)``), it says that text in every spelling.
+
+    Example:
+        >>> err = OptionError(lambda o: f"{o('max_tokens', 8)} is small; raise {o('max_tokens')}")
+        >>> str(err)
+        'max_tokens=8 is small; raise max_tokens'
+        >>> err.say(lambda name, *v: "--max-tokens" + "".join(f" {x}" for x in v))
+        '--max-tokens 8 is small; raise --max-tokens'
+    """
+
+    def __init__(self, say: Callable[[Spell], str] | str) -> None:
+        # (a text: a wrapper's ``type(exc)(f"{prefix}: {exc}")``, said as it is)
+        self.say = say if callable(say) else lambda spell, text=str(say): text
+        super().__init__(self.say(keyword))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ValueError, (str(self),))
+
+
 def check_int(
     name: str,
     value: Any,

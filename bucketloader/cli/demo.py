@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
-from bucketloader._validation import check_int
+from bucketloader._validation import OptionError, check_int
 from bucketloader.analysis import analyze
 from bucketloader.cli.files import default_lengths
 from bucketloader.collate import Field
@@ -79,10 +79,12 @@ def run_demo(*, num_buckets: int, batch_size: int, max_batches: int, plot: str |
     frames = -(-samples // FRAME)
     per_row = int(frames.max()) * FEATURES * 4  # bytes of the widest bucket's float32 row
     if bs * per_row > _MAX_BATCH_BYTES:  # (--batch-size 100000 asked for 39 GB per batch)
-        raise ValueError(
-            f"batch_size={bs} makes demo batches of up to {bs:,} x {int(frames.max())} frames x "
-            f"{FEATURES} features, {bs * per_row / 2**30:.1f} GiB of float32 each; use at most "
-            f"batch_size={_MAX_BATCH_BYTES // per_row}"
+        raise OptionError(
+            lambda o: (
+                f"{o('batch_size', bs)} makes demo batches of up to {bs:,} x "
+                f"{int(frames.max())} frames x {FEATURES} features, {bs * per_row / 2**30:.1f} GiB "
+                f"of float32 each; use at most {o('batch_size', _MAX_BATCH_BYTES // per_row)}"
+            )
         )
     hours = samples.sum() / 16000 / 3600
     print(

@@ -20,7 +20,6 @@ import errno
 import glob
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -384,43 +383,38 @@ def _flag(flag: str) -> Iterator[None]:
         raise type(exc)(f"{flag}: {exc}") from None
 
 
-#: The batch rule's errors that need the data (``check_elements``: a batch no device can hold;
-#: the demo's batch of its longest utterance), as the command says them: the flags as typed,
-#: and no TokenBudget, which the command line has no flag for. Only these: the rule's other
-#: errors name Python options the command line lacks, and a half-translated text is worse.
-_RULE_WORDS = (
-    (r"^batch_size=(\d+) (.*); lower batch_size$", r"--batch-size \1 \2; lower --batch-size"),
-    (
-        r"^max_tokens=(\d+) (.*); lower max_tokens, or cap the rows with "
-        r"max_tokens=TokenBudget\(\.\.\., max_batch_size=\.\.\.\)$",
-        r"--max-tokens \1 \2; lower --max-tokens",
-    ),
-    (  # (a joint plan's: the filters and the oversize policies have no flag)
-        r"^max_tokens=(\d+) (is below the padded size .*)\. Raise max_tokens to at least "
-        r"(\d+), filter the longest samples .*$",
-        r"--max-tokens \1 \2; raise --max-tokens to at least \3",
-    ),
-    (
-        r"^batch_size=(\d+) (makes demo batches .*); use at most batch_size=(\d+)$",
-        r"--batch-size \1 \2; use at most --batch-size \3",
-    ),
-)
+#: The options the commands take as flags, as an error names them (:func:`_as_flags`).
+_FLAGS = {
+    "batch_size": "--batch-size",
+    "max_tokens": "--max-tokens",
+    "max_shapes": "--max-shapes",
+    "pad_to_multiple_of": "--pad-to-multiple-of",
+}
+
+
+def _spell_flag(name: str, *value: Any) -> str | None:
+    """An option as the command line takes it (``--max-tokens 4096``), or ``None`` where it has
+    no flag for it (``TokenBudget``'s options, ``max_length``, ``overflow``)."""
+    flag = _FLAGS.get(name)
+    return flag if flag is None or not value else f"{flag} {value[0]}"
 
 
 @contextlib.contextmanager
 def _as_flags() -> Iterator[None]:
     """A check of the batch rule that needs the data (a batch of ``--batch-size`` rows of the
-    longest bucket, known after the read) speaks in the flags as typed, as :func:`_flag` names
-    a flag: ``--batch-size 100000000000000000000 plans batches of shape ...; lower
-    --batch-size`` (s28-user: it said ``batch_size=...; lower batch_size``)."""
+    longest bucket, known after the read; a joint plan's budget) speaks in the flags as typed,
+    as :func:`_flag` names a flag: ``--batch-size 100000000000000000000 plans batches of shape
+    ...; lower --batch-size`` (s28-user: it said ``batch_size=...; lower batch_size``). The
+    error says itself with the flags (an :class:`~bucketloader._validation.OptionError`), and
+    leaves out a fix the command line has no flag for (``TokenBudget(..., oversize=...)``,
+    ``max_length=``); until s30 a table of patterns rewrote the texts it knew, and a joint
+    plan's other budget errors still named Python options."""
+    from bucketloader._validation import OptionError
+
     try:
         yield
-    except ValueError as exc:
-        for python, command in _RULE_WORDS:
-            text, n = re.subn(python, command, str(exc), flags=re.DOTALL)
-            if n:
-                raise ValueError(text) from None
-        raise
+    except OptionError as exc:
+        raise ValueError(exc.say(_spell_flag)) from None
 
 
 def _check_option_values(

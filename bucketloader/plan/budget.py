@@ -61,7 +61,15 @@ from typing import Any
 import numpy as np
 
 from bucketloader._types import OVERSIZE, SIZES, Size
-from bucketloader._validation import INT64_MAX, check_bool, check_choice, check_int, checks_options
+from bucketloader._validation import (
+    INT64_MAX,
+    OptionError,
+    Spell,
+    check_bool,
+    check_choice,
+    check_int,
+    checks_options,
+)
 from bucketloader.boundaries import fits_int64, row_sizes
 
 #: A planned batch may hold at most this many padded elements: 2**40, a tebi-element, which
@@ -394,22 +402,30 @@ def size_values(padded: np.ndarray, size: Any) -> np.ndarray:
 
 
 def check_elements(batch: Sequence[int], lengths: np.ndarray, exact: list[int], rule: Any) -> None:
-    """Refuse a plan whose batches cannot exist (NOTE [ The batch-size rule ])."""
-    for i, (b, s) in enumerate(zip(batch, exact, strict=True)):
-        row = [int(x) for x in lengths[i]]
-        elements = int(b) * max(1, sum(row), s)
-        if elements > MAX_BATCH_ELEMENTS:
-            shape = (int(b), *row)
-            fix = (
-                "lower batch_size"
-                if getattr(rule, "budget", None) is None
-                else "lower max_tokens, or cap the rows with "
-                "max_tokens=TokenBudget(..., max_batch_size=...)"
+    """Refuse a plan whose batches cannot exist (NOTE [ The batch-size rule ]), in the caller's
+    words (:class:`~bucketloader._validation.OptionError`: the command line's flags)."""
+    over = [
+        ((int(b), *row), int(b) * max(1, sum(row), s))
+        for b, s, row in zip(batch, exact, ([int(x) for x in r] for r in lengths), strict=True)
+    ]
+    big = next(((shape, n) for shape, n in over if n > MAX_BATCH_ELEMENTS), None)
+    if big is None:
+        return
+    (shape, elements), (name, value) = big, rule.describe().split("=", 1)
+
+    def say(o: Spell) -> str:
+        fix = f"lower {o(name)}"
+        if name == "max_tokens" and o("max_batch_size"):  # (the command line: no such flag)
+            fix += (
+                f", or cap the rows with {o('max_tokens')}=TokenBudget(..., "
+                f"{o('max_batch_size', '...')})"
             )
-            raise ValueError(
-                f"{rule.describe()} plans batches of shape {shape}, {elements} padded elements, "
-                f"more than the {MAX_BATCH_ELEMENTS} (2**40) any device can hold; {fix}"
-            )
+        return (
+            f"{o(name, value)} plans batches of shape {shape}, {elements} padded elements, more "
+            f"than the {MAX_BATCH_ELEMENTS} (2**40) any device can hold; {fix}"
+        )
+
+    raise OptionError(say)
 
 
 def resolve_size(size: Any) -> Size:

@@ -36,7 +36,15 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from bucketloader._types import Cache, LengthsLike, PerInput, Size, Strategy
-from bucketloader._validation import MAX_REPLICAS, Lengths, as_lengths, check_int, checks_options
+from bucketloader._validation import (
+    MAX_REPLICAS,
+    Lengths,
+    OptionError,
+    Spell,
+    as_lengths,
+    check_int,
+    checks_options,
+)
 from bucketloader.boundaries import joint_padding, round_up
 from bucketloader.histogram import LengthHistogram, input_table, length_counts
 from bucketloader.plan.budget import BatchRule, even_batch, exact_sizes, resolve_size, size_values
@@ -895,20 +903,26 @@ def _fit_joint(
         sol = joint.solve(table, k, size=size, cache=cache, max_size=cap)
     except TooFewCells as exc:
         if budget is not None and budget.oversize == "error":
-            takes, leaves = (  # (with more than two inputs, or a coarsened grid, the count is
-                (f"takes at least {exc.need} cells within max_tokens", "leaves")  # a cover's)
-                if exc.exact
-                else (
-                    f"took {exc.need} cells within max_tokens in the cover found (not proved "
-                    "the fewest)",
-                    "found",
+            need, exact = exc.need, exc.exact
+
+            def few(o: Spell) -> str:  # (more than two inputs, or a coarsened grid: a cover's)
+                takes, leaves = (
+                    (f"takes at least {need} cells within {o('max_tokens')}", "leaves")
+                    if exact
+                    else (
+                        f"took {need} cells within {o('max_tokens')} in the cover found (not "
+                        "proved the fewest)",
+                        "found",
+                    )
                 )
-            )
-            raise ValueError(
-                f"max_tokens={cap} {leaves} no plan of max_shapes={k} cells: a cell pads every "
-                f"input to the longest of its samples there, and covering every sample {takes}. "
-                f"Pass max_shapes={exc.need} or more, or raise max_tokens"
-            ) from None
+                return (
+                    f"{o('max_tokens', cap)} {leaves} no plan of {o('max_shapes', k)} cells: a "
+                    "cell pads every input to the longest of its samples there, and covering "
+                    f"every sample {takes}. Pass {o('max_shapes', need)} or more, or raise "
+                    f"{o('max_tokens')}"
+                )
+
+            raise OptionError(few) from None
         if too_few is not None:
             too_few.append(exc.need)
         # NOTE [ Covering the most samples within a size limit ]: "drop" keeps the samples K
@@ -1127,22 +1141,44 @@ def _raise_small_budget(
         # every sample fits, their cell does not: it pads each input to the longest of its
         # samples there (GSM8K[:2000], max_tokens=299, its longest pair; 4 joint cells: (158, 205))
         cell = tuple(int(x) for x in cells.lengths[worst])
-        raise ValueError(
-            f"max_tokens={max_tokens} is below the padded size {need} of the cell {cell}, "
-            f"though each of its samples fits (the largest, index {longest} with length "
-            f"{shown}, has size {own}): a cell pads every input to the longest of its samples "
-            f"there. Raise max_tokens to at least {need}, or plan more, tighter cells "
-            "(max_shapes=, or num_buckets= per input: the lattice's cells are not chosen by "
-            "max_tokens), "
-            "or give those samples batches of one: max_tokens=TokenBudget(..., "
-            "oversize='single') ('drop' would leave them out)"
-        )
+
+        def tight(o: Spell) -> str:  # (the command line plans no lattice, and has no TokenBudget)
+            lattice = f", or {o('num_buckets')}= per input" if o("num_buckets") else ""
+            alone = (
+                f", or give those samples batches of one: {o('max_tokens')}=TokenBudget(..., "
+                f"{o('oversize', repr('single'))}) ('drop' would leave them out)"
+                if o("oversize")
+                else ""
+            )
+            return (
+                f"{o('max_tokens', max_tokens)} is below the padded size {need} of the cell "
+                f"{cell}, though each of its samples fits (the largest, index {longest} with "
+                f"length {shown}, has size {own}): a cell pads every input to the longest of "
+                f"its samples there. Raise {o('max_tokens')} to at least {need}, or plan more, "
+                f"tighter cells (more {o('max_shapes')}{lattice}: the lattice's cells are not "
+                f"chosen by {o('max_tokens')}){alone}"
+            )
+
+        raise OptionError(tight)
     if rounded > own:  # (it fits, but not rounded up: no cell within the budget holds it)
         shown = f"{shown}, of size {own}, {rounded} rounded up to pad_to_multiple_of"
-    raise ValueError(
-        f"max_tokens={max_tokens} is below the padded size {need} of the largest "
-        f"bucket; its longest sample is index {longest} with length {shown}. Raise max_tokens "
-        f"to at least {need}, filter the longest samples (max_length=..., "
-        "overflow='drop' or 'truncate'), or choose a policy for them: "
-        "max_tokens=TokenBudget(..., oversize='single' | 'drop')"
-    )
+
+    def small(o: Spell) -> str:  # (the command line filters nothing, and has no TokenBudget)
+        fixes = [f"Raise {o('max_tokens')} to at least {need}"]
+        if o("overflow"):
+            fixes.append(
+                f"filter the longest samples ({o('max_length', '...')}, "
+                f"{o('overflow', repr('drop'))} or 'truncate')"
+            )
+        if o("oversize"):
+            fixes.append(
+                f"choose a policy for them: {o('max_tokens')}=TokenBudget(..., "
+                f"{o('oversize', repr('single'))} | 'drop')"
+            )
+        told = fixes[0] if len(fixes) == 1 else ", ".join(fixes[:-1]) + ", or " + fixes[-1]
+        return (
+            f"{o('max_tokens', max_tokens)} is below the padded size {need} of the largest "
+            f"bucket; its longest sample is index {longest} with length {shown}. {told}"
+        )
+
+    raise OptionError(small)
