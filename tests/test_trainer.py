@@ -268,6 +268,34 @@ def test_a_checkpoint_without_the_sampler_state_resumes_with_a_warning_or_is_ref
             _resume_run(tmp_path / "again", resume=str(checkpoint))
 
 
+def test_a_resume_with_a_sampler_of_your_own_says_it_cannot_be_checked(saved_run, tmp_path):
+    """s29: a prebuilt Bucketing whose sampler is the user's own class (not a bucketloader
+    sampler) resumed unchecked, without a word; it now warns once that the checkpoint's plan
+    cannot be checked, and resumes as Trainer does (here exactly: it plans the same batches)."""
+    out, whole = saved_run
+
+    class Mine(torch.utils.data.Sampler):  # (a wrapper of the user's: the same batches)
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __iter__(self):
+            return iter(self.inner)
+
+        def __len__(self):
+            return len(self.inner)
+
+        def __getattr__(self, name):  # (shapes, shape_table, set_epoch, ...)
+            return getattr(self.inner, name)
+
+    data = _resume_data()
+    built = hf.for_text(data, "input_ids", seed=3, **_RESUME_OPTIONS)
+    own = hf.Bucketing(Mine(built.sampler), built.collator, built.dataset)
+    with pytest.warns(UserWarning, match=r"sampler is a Mine, not a bucketloader sam") as caught:
+        rest = _resume_run(tmp_path, str(out / "checkpoint-4"), built.dataset, own).seen
+    assert sum("cannot be checked" in str(w.message) for w in caught) == 1
+    assert [b[1:] for b in rest] == [b[1:] for b in whole if b[0] >= 4]
+
+
 # -- tiny models and their data ------------------------------------------------------------------
 def _args(tmp_path, cls=None, **kw):
     base = {

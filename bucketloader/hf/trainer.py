@@ -31,8 +31,10 @@ sampler.check_state`) compares it with the new run's sampler, and the position w
 ``Trainer`` is about to skip to; either differing is one ``ValueError`` naming what changed and
 the ways on. ``ignore_data_skip=True`` (the user asked to skip nothing) is honoured unchecked; a
 checkpoint without the file (an older bucketloader, or ``Trainer``'s) resumes as before with one
-warning that it cannot be checked. Only rank 0 (``args.should_save``) writes the file; the
-sampler's state holds no rank, and every rank checks it.
+warning that it cannot be checked, as does a prebuilt ``Bucketing`` whose sampler is a class of
+the user's own, not an ``EpochSampler`` (no state to write or compare; it was silent, s29).
+Only rank 0 (``args.should_save``) writes the file; the sampler's state holds no rank, and every
+rank checks it.
 
 NOTE [ Evaluation and prediction in dataset order ]
 The eval and test loaders run an ``EvalSampler``: every sample exactly once, every rank the same
@@ -792,11 +794,25 @@ class _BucketMixin:
         another plan (the sampler's config) or another position (accumulation); warn once for
         a checkpoint without the file. ``ignore_data_skip=True`` skips nothing: not checked."""
         sampler = self._bucketing.sampler if self._bucketing is not None else None
-        if self.args.ignore_data_skip or not isinstance(sampler, EpochSampler):
+        if self.args.ignore_data_skip or sampler is None:
             return
         owner = type(self).__name__
         path = os.path.join(checkpoint, SAMPLER_STATE_NAME)
         where = f"batch {skip} of epoch {epoch}" if skip else f"the start of epoch {epoch}"
+        if not isinstance(sampler, EpochSampler):  # (s29: a prebuilt Bucketing of the user's
+            # own sampler class resumed unchecked, without a word)
+            warnings.warn(
+                f"{owner}: bucketing's sampler is a {type(sampler).__name__}, not a "
+                "bucketloader sampler, so its plan has no state to save or check: whether this "
+                f"run plans the batches the run of checkpoint {checkpoint!r} trained cannot be "
+                f"checked; it resumes at {where} of this run's plan, as Trainer does, which is "
+                "exact only if your sampler plans the same batches again (same train_dataset, "
+                "options and TrainingArguments). A BucketSampler, PackSampler or ShardedSampler "
+                f"(or a subclass) has its {SAMPLER_STATE_NAME} written and checked",
+                UserWarning,
+                stacklevel=5,
+            )
+            return
         try:
             record = read_json(path, max_bytes=1 << 20)
         except FileNotFoundError:
