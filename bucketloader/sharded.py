@@ -75,6 +75,7 @@ from bucketloader.plan.sharded import (
     exchange_cells,
     exchange_moves,
     exchange_table,
+    fill_appearances,
     give_rows,
     plan_shard_epoch,
     shard_schedule,
@@ -466,7 +467,7 @@ class ShardedSampler(EpochSampler):
                 "ShardedSampler",
                 self.report().repeated_all,
                 self.histogram.num_samples,
-                most=1,  # (how often one sample repeats is not derived from the counts)
+                most=fill_appearances(self.schedule),  # (from the counts, every rank's)
                 small="",
                 num_replicas=self.num_replicas,
                 counted="report().repeated_all counts them (the same every epoch)",

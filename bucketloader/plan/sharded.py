@@ -694,6 +694,62 @@ def plan_shard_epoch(
     )
 
 
+def fill_appearances(schedule: ShardSchedule) -> int:
+    """The most times one sample is in an epoch under fill (NOTE [ Sharded plan ] 9): once, plus
+    the batches whose repeats take it, over every rank, from the schedule alone (no rank's
+    rows: what a rank places in a cell, and which slots repeat which position of the cell's
+    placed samples, :func:`_repeats`, depend on the counts only; which sample sits at a
+    position changes per epoch, the most does not). ``O(steps log steps)`` per rank. Exact
+    without exchange; with it, a row lent to another rank (a copy) is in the epoch once more.
+
+    Example:
+        >>> s = shard_schedule(np.array([[3, 1], [1, 2]]), np.array([2, 2]))
+        >>> fill_appearances(s)  # rank 1's one sample of cell 0 fills its batch of 2: twice
+        2
+    """
+    steps = schedule.steps.astype(np.int64)
+    rows = schedule.rows.astype(np.int64)
+    k, total = steps.size, int(steps.sum())
+    cell = np.repeat(np.arange(k), steps)
+    first = np.repeat(np.cumsum(steps) - steps, steps)
+    j = np.arange(total) - first  # each step's batch index within its cell
+    most = 1
+    for take in schedule.placed.astype(np.int64):
+        t, n = take[cell], steps[cell]
+        per = t // n + (j < t % n)  # each batch's own samples (plan_shard_epoch)
+        want = rows[cell] - per  # its repeats
+        off = np.cumsum(take) - take  # cell c's placed samples: positions off[c] + [0, take[c])
+        ends = np.cumsum(per) - np.repeat(off, steps)
+        own = t > 0  # its repeats follow its own samples, cyclically, in the cell
+        cells, start, count = cell[own], ends[own] % t[own], want[own]
+        empty = np.flatnonzero((take == 0) & (steps > 0))  # a cell without a placed sample
+        if empty.size:  # repeats the last cell's that has some, from its last sample back
+            held = np.maximum.accumulate(np.where(take > 0, np.arange(k), -1))[empty]
+            asked = np.bincount(cell, weights=want, minlength=k).astype(np.int64)[empty]
+            most = max(most, 1 + int(asked[held < 0].sum()))  # (the stand-in)
+            src, asked = held[held >= 0], asked[held >= 0]
+            cells = np.concatenate([cells, src])
+            start = np.concatenate([start, (take[src] - asked % take[src]) % take[src]])
+            count = np.concatenate([count, asked])
+        if not cells.size:
+            continue
+        size = take[cells]
+        whole, rest = count // size, count % size  # full turns, and a partial arc
+        pos = [off[cells], off[cells] + size]
+        delta = [whole, -whole]
+        a = start
+        wraps = a + rest > size
+        cut = np.where(wraps, size, a + rest)
+        pos += [off[cells] + a, off[cells] + cut]
+        delta += [np.ones_like(a), -np.ones_like(a)]
+        pos += [off[cells][wraps], (off[cells] + a + rest - size)[wraps]]
+        delta += [np.ones(int(wraps.sum()), np.int64), -np.ones(int(wraps.sum()), np.int64)]
+        p, d = np.concatenate(pos), np.concatenate(delta)
+        order = np.lexsort((d, p))  # (an arc ends before the next begins at one position)
+        most = max(most, 1 + int(np.cumsum(d[order]).max(initial=0)))
+    return most
+
+
 def _repeats(
     source: np.ndarray, want: np.ndarray, stand_in: int, per: np.ndarray | None
 ) -> list[np.ndarray]:
