@@ -467,7 +467,9 @@ class ShardedSampler(EpochSampler):
                 "ShardedSampler",
                 self.report().repeated_all,
                 self.histogram.num_samples,
-                most=fill_appearances(self.schedule),  # (from the counts, every rank's)
+                # (from the counts, every rank's; with exchange a lent row's copy is repeated on
+                # the rank that received it too, which the counts do not say: not claimed there)
+                most=1 if self.exchange else fill_appearances(self.schedule),
                 small="",
                 num_replicas=self.num_replicas,
                 counted="report().repeated_all counts them (the same every epoch)",
