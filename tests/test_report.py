@@ -191,6 +191,21 @@ def test_map_style_dataset_lengths():
         analyze({"height": [3, 5], "width": [4, 6]})  # (session 21: an image's two sizes)
 
 
+def test_pandas_columns_are_read_by_position_not_label():
+    # s30-first: a filtered frame's column (df[df.n > 5]["n"]: labels 1, 3, ...) and a frame
+    # with column= were read item by item as data[0], data[1]: `KeyError: 0`, naming nothing
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"n": [2, 9, 4, 12, 7], "text": ["ab", "x" * 9, "abcd", "y" * 12, "z" * 7]})
+    long = df[df.n > 5]  # index 1, 3, 4
+    want = analyze([9, 12, 7], num_buckets=[1, 2]).rows
+    for data, column in [(long["n"], None), (long["text"], None), (long, "n"), (long, "text")]:
+        assert analyze(data, column=column, num_buckets=[1, 2]).rows == want
+    assert analyze(long, column=lambda row: row["n"], num_buckets=[1, 2]).rows == want
+    for column, got in [(None, "got no column"), ("nope", "got column='nope', which it does")]:
+        with pytest.raises(ValueError, match=rf"DataFrame with columns \['n', 'text'\], {got}"):
+            analyze(df, column=column)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

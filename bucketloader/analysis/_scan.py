@@ -50,6 +50,42 @@ def is_dataset(data: Any, column: Any = None) -> bool:
     return hasattr(data, "__getitem__") and hasattr(data, "__len__")
 
 
+def from_pandas(data: Any, column: Any) -> tuple[Any, Any]:
+    """A pandas ``Series`` or ``DataFrame`` as ``(data, column)`` that the other paths read.
+
+    pandas indexes by label, not position: ``series[0]`` of a filtered frame
+    (``df[df.n > 5]["n"]``) or a frame's ``df[0]`` is a ``KeyError``, so neither is measured
+    item by item. A Series becomes its values in order (numbers are lengths, texts and token
+    lists are measured); a DataFrame its ``column``, or with a callable ``column`` its rows as
+    dicts. Anything else is returned as it is.
+
+    Example:
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"n": [5, 9, 2], "text": ["ab", "abc", "a"]})
+        >>> data, column = from_pandas(df[df.n > 3], "text")
+        >>> data, column
+        (['ab', 'abc'], None)
+    """
+    kinds = {c.__name__ for c in type(data).__mro__ if c.__module__.split(".")[0] == "pandas"}
+    if "DataFrame" in kinds:
+        columns = list(data.columns)
+        if callable(column):
+            return data.to_dict("records"), column
+        if column is None or column not in columns:
+            got = "no column" if column is None else f"column={column!r}, which it does not have"
+            raise ValueError(
+                f"data is a pandas DataFrame with columns {columns[:8]}, got {got}; name the "
+                f"column to measure, column={columns[0]!r} (lengths, texts or token lists), or "
+                "pass that column itself, df[name]"
+            )
+        data, column = data[column], None
+        kinds = {"Series"}
+    if "Series" in kinds:
+        values = data.to_numpy()
+        return (values if values.dtype != object else values.tolist()), column
+    return data, column
+
+
 def _is_length(item: Any) -> bool:
     """A number, or a 0-d array / tensor holding one."""
     return is_number(item) or getattr(item, "shape", None) == ()
