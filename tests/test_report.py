@@ -428,6 +428,27 @@ def test_plot_legends_hide_no_label_and_no_tick():
         plt.close(fig)
 
 
+def test_the_padding_axis_has_labels_over_many_decades():
+    # s30-first: ratios from 1e-9 (geometric, one element short of exact on 1e9) to 100% gave a
+    # log axis with no tick at all (LogLocator with subs skips nothing or draws nothing)
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from bucketloader.analysis._plot import _frontier
+
+    fig, axes = plt.subplots(1, 2, figsize=(5.4, 4.9))
+    try:
+        for ax, lengths in zip(axes, ([1, 10**9], [3, 5, 7, 9, 12, 40, 41, 90]), strict=True):
+            _frontier(ax, analyze(lengths, batch_size=4))
+            fig.canvas.draw()
+            low, high = ax.get_ylim()
+            shown = [y for y in ax.get_yticks() if low <= y <= high]
+            assert len(shown) >= 3, (lengths, ax.get_ylim(), ax.get_yticks())
+        assert 5.0 in list(axes[1].get_yticks())  # a few decades: 1-2-5 ticks still
+    finally:
+        plt.close(fig)
+
+
 def test_the_summary_says_one_shape_not_one_shapes():
     # s4-user defect 6: "1 shapes", "1 distinct lengths"
     text = analyze([7, 7, 7], num_buckets=[2], batch_size=2).summary()

@@ -202,7 +202,12 @@ def _frontier(ax: Any, r: DynamicityReport) -> None:
         from matplotlib.ticker import LogLocator, NullFormatter
 
         ax.set_yscale("log")
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        low, high = ax.get_ylim()
+        # 1-2-5 ticks over a few decades; over more, decades only: matplotlib's LogLocator with
+        # subs draws no tick at all once it would skip decades (ratios of 1e-9 to 100%: an axis
+        # without a label), and 1-2-5 over six decades crowded 21 labels
+        subs = (1.0, 2.0, 5.0) if np.log10(high / low) <= 3 else (1.0,)
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
         ax.yaxis.set_minor_formatter(NullFormatter())
     else:
         top = max(r.padding_target * 100, 1.0)
