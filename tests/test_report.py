@@ -191,6 +191,25 @@ def test_map_style_dataset_lengths():
         analyze({"height": [3, 5], "width": [4, 6]})  # (session 21: an image's two sizes)
 
 
+def test_channel_first_items_are_not_measured_by_their_channels():
+    # s30-first: (1, T) waveforms and (3, H, W) images were measured by their first dim, the
+    # channel count: one length, "0% padding, 1 shape", where the batches take one per length
+    sizes = [(40, 60), (60, 40), (80, 20), (20, 80)]
+    images = [torch.zeros(3, h, w) for h, w in sizes]
+    audio = _Items([{"audio": torch.zeros(1, h * w), "label": 0} for h, w in sizes])
+    with pytest.raises(ValueError, match=r"column=None .* is 3 in all 4 items .*BucketSampler"):
+        analyze(images)
+    for column in (None, "audio"):
+        with pytest.raises(ValueError, match=r"lambda item: item\['audio'\]\.shape\[-1\]"):
+            analyze(audio, column=column)
+    with pytest.raises(ValueError, match="the column callable measures"):
+        analyze(audio, column=lambda item: item["audio"])
+    assert analyze(audio, column=lambda item: item["audio"].shape[-1]).histogram.num_values == 2
+    # time-major (T, F) features and images of one size are what they were
+    assert analyze([torch.zeros(n, 80) for n in (5, 9, 7)]).histogram.max == 9
+    assert analyze([torch.zeros(3, 32, 32)] * 3).histogram.max == 3
+
+
 def test_pandas_columns_are_read_by_position_not_label():
     # s30-first: a filtered frame's column (df[df.n > 5]["n"]: labels 1, 3, ...) and a frame
     # with column= were read item by item as data[0], data[1]: `KeyError: 0`, naming nothing
