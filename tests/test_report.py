@@ -468,6 +468,34 @@ def test_the_padding_axis_has_labels_over_many_decades():
         plt.close(fig)
 
 
+def test_no_padding_is_drawn_on_the_axis_with_the_recommendation():
+    # s30-first: on a log scale a k without padding was a gap: on 3 lengths every optimal point
+    # and the recommendation's star (k=4, 0%) were not drawn at all
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from bucketloader.analysis._plot import _frontier
+
+    r = analyze([3, 5, 7], num_buckets=[1, 2, 4], batch_size=4)
+    assert r.recommended.num_buckets == 4 and r.recommended.padding_ratio == 0
+    fig, ax = plt.subplots()
+    try:
+        _frontier(ax, r)
+        assert ax.get_yscale() == "log"
+        star = [c for c in ax.collections if c.get_label() == "recommended: k=4"]
+        assert len(star) == 1 and star[0].get_offsets().tolist() == [[4.0, 0.0]]
+        assert star[0].get_offset_transform() == ax.get_xaxis_transform()  # y 0: the x axis
+        on_axis = sorted(
+            tuple(xy) for c in ax.collections if c not in star for xy in c.get_offsets().tolist()
+        )
+        zero = sorted(
+            (k, 0.0) for row in r.rows if row.padding_ratio == 0 for k in [row.num_buckets]
+        )
+        assert on_axis == zero and "no padding (0%)" in ax.get_xlabel()
+    finally:
+        plt.close(fig)
+
+
 def test_the_summary_says_one_shape_not_one_shapes():
     # s4-user defect 6: "1 shapes", "1 distinct lengths"
     text = analyze([7, 7, 7], num_buckets=[2], batch_size=2).summary()
