@@ -655,7 +655,7 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             idx = np.unravel_index(int(np.argmax(bad)), arr.shape)
             raise ValueError(
                 f"{name} must be whole numbers, got {arr[idx].item()!r} at index {_fmt(idx)}; "
-                + _whole_hint(arr[idx].item())
+                + _whole_hint(arr[idx].item(), name)
             )
     if arr.dtype.kind != "u" and arr.min() < 0:  # min/max: one pass each, no temporary
         idx = np.unravel_index(int(np.argmax(arr < 0)), arr.shape)
@@ -702,9 +702,16 @@ def _not_numbers(name: str, arr: np.ndarray, given: Any) -> str:
     return f"{name} must hold integer lengths, got dtype {arr.dtype} (e.g. {first!r})"
 
 
-def _whole_hint(value: float) -> str:
-    """The fix for a length that is not a whole number: np.ceil cannot repair a NaN or an inf."""
+def _whole_hint(value: float, name: str = "lengths") -> str:
+    """The fix for a length that is not a whole number: np.ceil cannot repair a NaN or an inf;
+    a fraction of lengths below an hour may be seconds, which np.ceil would pad to whole ones."""
     if math.isfinite(value):
+        if abs(value) < 3600 and "length" in name:  # (s30-first: Lhotse cut durations)
+            return (
+                "round lengths up with np.ceil before bucketing; durations in seconds go in as "
+                "audio samples or frames, e.g. np.ceil(seconds * 16_000) or np.ceil(seconds * "
+                "100) for 10 ms frames (np.ceil of seconds pads every sample to a whole second)"
+            )
         return "round lengths up with np.ceil before bucketing"
     return "a missing (NaN) or infinite length cannot be bucketed: drop or fix that sample"
 
@@ -790,7 +797,7 @@ def _from_objects(arr: np.ndarray, name: str) -> np.ndarray:
             if not (math.isfinite(f) and f == math.floor(f)):
                 raise ValueError(
                     f"{name} must be whole numbers, got {item!r} at index {_fmt(idx)}; "
-                    + _whole_hint(f)
+                    + _whole_hint(f, name)
                 )
             item = int(f)
         value = int(item)
