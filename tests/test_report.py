@@ -164,6 +164,10 @@ def test_dataloader_shapes_are_counted_exactly():
     assert limited.num_batches == 2 and limited.histogram is None
     assert dict(limited.batch_shapes["x"]) == {(3, 7, 3): 1, (3, 9, 3): 1}
     assert "DataLoader: 2 batches scanned" in str(limited)
+    # s30-first: without lengths the report ended there; it names the option that adds them
+    hint = "pass column= to measure the DataLoader's dataset (column='input_ids', or column=len"
+    assert str(limited).endswith(hint + " for items that are sequences)")
+    assert "no per-sample lengths" not in str(r)
 
 
 def test_default_collate_tuple_batches():

@@ -459,6 +459,12 @@ def _summary(r: DynamicityReport) -> str:
             common = ", ".join(f"{tuple(s)} x{c}" for s, c in counts.most_common(3))
             more = f", ... ({len(counts) - 3} more)" if len(counts) > 3 else ""
             out.append(f"    {name}: {_count(len(counts), 'distinct shape')}; {common}{more}")
+        if h is None:  # (s30-first: a plain loader's report stopped here, saying nothing more)
+            out.append(
+                "  no per-sample lengths, so no strategy is compared: pass column= to measure "
+                "the DataLoader's dataset (column='input_ids', or column=len for items that are "
+                "sequences)"
+            )
     return "\n".join(out)
 
 
