@@ -574,6 +574,19 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             f"{name} must be a list, numpy array or torch tensor of non-negative ints, "
             f"got {type(lengths).__name__}{fix}"
         )
+    if _is_torch_dataset(lengths):
+        # (s30-first: torch's samplers take the dataset, so BucketSampler(dataset, ...) is the
+        # first thing tried; numpy then read every sample through __getitem__, a TensorDataset's
+        # (x,) tuples were taken as lengths, and one whose __getitem__ never raised IndexError
+        # was read until the process ran out of memory)
+        raise TypeError(
+            f"{name} must be one length per sample (a list, numpy array or torch tensor of "
+            f"ints), got the dataset itself ({type(lengths).__name__}, a torch Dataset); unlike "
+            "torch's samplers, which take the dataset, the plan is made from the lengths before "
+            "any sample is read: measure them once (lengths = [len(dataset[i]) for i in "
+            "range(len(dataset))] for items that are sequences, or a length the data already "
+            "stores) and give the dataset to sampler.dataloader(dataset)"
+        )
     if isinstance(lengths, (Set, Mapping)):  # (numpy reads either as one object: shape ())
         fix = (
             "a set has no order: pass a list in sample order"
@@ -722,6 +735,14 @@ def _is_tensor(value: Any) -> bool:
 
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _is_torch_dataset(value: Any) -> bool:
+    """A ``torch.utils.data.Dataset`` (without importing torch: no torch, no such dataset)."""
+    import sys
+
+    data = getattr(getattr(sys.modules.get("torch"), "utils", None), "data", None)
+    return data is not None and isinstance(value, data.Dataset)
 
 
 def _tensor_to_numpy(t: Any, name: str) -> np.ndarray:
