@@ -587,6 +587,14 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             "range(len(dataset))] for items that are sequences, or a length the data already "
             "stores) and give the dataset to sampler.dataloader(dataset)"
         )
+    if _is_hf_dataset(lengths):  # (was read whole, row by row, before the error: 5 s a 100k)
+        raise TypeError(
+            f"{name} must be one length per sample (a list, numpy array or torch tensor of "
+            f"ints), got the dataset itself (a Hugging Face datasets.{type(lengths).__name__} "
+            f"with columns {list(lengths.column_names)[:8]}); read the lengths from Arrow first, "
+            "bucketloader.hf.lengths(dataset, 'input_ids') (no row is decoded), and give the "
+            "dataset to sampler.dataloader(dataset), or let hf.for_text(dataset, ...) do both"
+        )
     if isinstance(lengths, (Set, Mapping)):  # (numpy reads either as one object: shape ())
         fix = (
             "a set has no order: pass a list in sample order"
@@ -743,6 +751,14 @@ def _is_torch_dataset(value: Any) -> bool:
 
     data = getattr(getattr(sys.modules.get("torch"), "utils", None), "data", None)
     return data is not None and isinstance(value, data.Dataset)
+
+
+def _is_hf_dataset(value: Any) -> bool:
+    """A Hugging Face ``datasets.Dataset`` (by its class, without importing ``datasets``)."""
+    return hasattr(value, "column_names") and any(
+        c.__name__ == "Dataset" and c.__module__.split(".")[0] == "datasets"
+        for c in type(value).__mro__
+    )
 
 
 def _tensor_to_numpy(t: Any, name: str) -> np.ndarray:
