@@ -18,7 +18,8 @@ on a dataset), one rule applies:
 2. *Its length*: an int is the length itself; decoded audio (a mapping with an ``"array"`` entry)
    has its array's length; a tensor or array has the size of its **first** dim (time-major, as
    ``len()`` and ``pad_sequence`` read it: ``(T,)`` waveforms, ``(T, F)`` features); a list,
-   tuple or string has its ``len()``. Channel-first data (``(C, T)``) needs a callable key.
+   tuple or string has its ``len()``. Channel-first data (``(C, T)``) needs a callable key
+   (:func:`~bucketloader.analyze` says so: NOTE [ Channel-first items ] in its ``_scan``).
 
 The collator does not measure a fixed dim: it pads the dim whose size follows the plan (see
 :mod:`bucketloader.collate.fields`).
@@ -162,10 +163,22 @@ def sample_length(sample: Any, key: Any = None, *, arg: str = "key") -> int:
         >>> sample_length({"input_ids": [1, 2], "labels": [3]}, "labels", arg="length_fn")
         1
     """
+    value, what = measured(sample, key, arg=arg)
+    return length_of(value, what=what)
+
+
+def measured(sample: Any, key: Any = None, *, arg: str = "key") -> tuple[Any, str]:
+    """What :func:`sample_length` measures in ``sample`` (step 1 of NOTE [ The length of a
+    sample ]), and its name for messages: ``"sample['audio']"``, ``"the sample"``, ...
+
+    Example:
+        >>> measured({"audio": [0.1, 0.2], "label": 3})
+        ([0.1, 0.2], "sample['audio']")
+    """
     if callable(key):
         if key is len:
             _check_len_measures(sample, arg)
-        return length_of(key(sample), what=f"{arg}(sample)")
+        return key(sample), f"{arg}(sample)"
     if key is not None:
         if not isinstance(sample, Mapping) and kind_of(sample) != "tuple":
             raise ValueError(
@@ -179,10 +192,10 @@ def sample_length(sample: Any, key: Any = None, *, arg: str = "key") -> int:
             raise ValueError(
                 f"{arg}={key!r} is not in the samples (a sample has {have}); pass one of its keys"
             ) from None
-        return length_of(value, what=f"sample[{key!r}]")
+        return value, f"sample[{key!r}]"
     if isinstance(sample, Mapping):
         if LENGTH_KEY in sample:
-            return length_of(sample[LENGTH_KEY], what=f"sample[{LENGTH_KEY!r}]")
+            return sample[LENGTH_KEY], f"sample[{LENGTH_KEY!r}]"
         sized = [k for k, v in sample.items() if _sized(v)]
         nulls = [k for k, v in sample.items() if v is None]
         if not sized and nulls:  # a null row of the one sequence field, not a missing option
@@ -202,10 +215,10 @@ def sample_length(sample: Any, key: Any = None, *, arg: str = "key") -> int:
                 f"samples are dicts with keys {list(sample)[:8]}, {found}; "
                 f"pass {arg}=<key> (e.g. {arg}='input_ids') or a callable sample -> length"
             )
-        return length_of(sample[sized[0]], what=f"sample[{sized[0]!r}]")
+        return sample[sized[0]], f"sample[{sized[0]!r}]"
     if _fields_tuple(sample):
-        return length_of(sample[0], what="the first element of the sample")
-    return length_of(sample, what="the sample")
+        return sample[0], "the first element of the sample"
+    return sample, "the sample"
 
 
 def _check_len_measures(sample: Any, arg: str) -> None:

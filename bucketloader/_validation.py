@@ -639,6 +639,27 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             f"{name} must be a list, numpy array or torch tensor of non-negative ints, "
             f"got {type(lengths).__name__}{fix}"
         )
+    if _is_torch_dataset(lengths):
+        # (s30-first: torch's samplers take the dataset, so BucketSampler(dataset, ...) is the
+        # first thing tried; numpy then read every sample through __getitem__, a TensorDataset's
+        # (x,) tuples were taken as lengths, and one whose __getitem__ never raised IndexError
+        # was read until the process ran out of memory)
+        raise TypeError(
+            f"{name} must be one length per sample (a list, numpy array or torch tensor of "
+            f"ints), got the dataset itself ({type(lengths).__name__}, a torch Dataset); unlike "
+            "torch's samplers, which take the dataset, the plan is made from the lengths before "
+            "any sample is read: measure them once (lengths = [len(dataset[i]) for i in "
+            "range(len(dataset))] for items that are sequences, or a length the data already "
+            "stores) and give the dataset to sampler.dataloader(dataset)"
+        )
+    if _is_hf_dataset(lengths):  # (was read whole, row by row, before the error: 5 s a 100k)
+        raise TypeError(
+            f"{name} must be one length per sample (a list, numpy array or torch tensor of "
+            f"ints), got the dataset itself (a Hugging Face datasets.{type(lengths).__name__} "
+            f"with columns {list(lengths.column_names)[:8]}); read the lengths from Arrow first, "
+            "bucketloader.hf.lengths(dataset, 'input_ids') (no row is decoded), and give the "
+            "dataset to sampler.dataloader(dataset), or let hf.for_text(dataset, ...) do both"
+        )
     if isinstance(lengths, (Set, Mapping)):  # (numpy reads either as one object: shape ())
         fix = (
             "a set has no order: pass a list in sample order"
@@ -720,7 +741,7 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             idx = np.unravel_index(int(np.argmax(bad)), arr.shape)
             raise ValueError(
                 f"{name} must be whole numbers, got {arr[idx].item()!r} at index {_fmt(idx)}; "
-                + _whole_hint(arr[idx].item())
+                + _whole_hint(arr[idx].item(), name)
             )
     if arr.dtype.kind != "u" and arr.min() < 0:  # min/max: one pass each, no temporary
         idx = np.unravel_index(int(np.argmax(arr < 0)), arr.shape)
@@ -767,9 +788,16 @@ def _not_numbers(name: str, arr: np.ndarray, given: Any) -> str:
     return f"{name} must hold integer lengths, got dtype {arr.dtype} (e.g. {first!r})"
 
 
-def _whole_hint(value: float) -> str:
-    """The fix for a length that is not a whole number: np.ceil cannot repair a NaN or an inf."""
+def _whole_hint(value: float, name: str = "lengths") -> str:
+    """The fix for a length that is not a whole number: np.ceil cannot repair a NaN or an inf;
+    a fraction of lengths below an hour may be seconds, which np.ceil would pad to whole ones."""
     if math.isfinite(value):
+        if abs(value) < 3600 and "length" in name:  # (s30-first: Lhotse cut durations)
+            return (
+                "round lengths up with np.ceil before bucketing; durations in seconds go in as "
+                "audio samples or frames, e.g. np.ceil(seconds * 16_000) or np.ceil(seconds * "
+                "100) for 10 ms frames (np.ceil of seconds pads every sample to a whole second)"
+            )
         return "round lengths up with np.ceil before bucketing"
     return "a missing (NaN) or infinite length cannot be bucketed: drop or fix that sample"
 
@@ -780,6 +808,22 @@ def _is_tensor(value: Any) -> bool:
 
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _is_torch_dataset(value: Any) -> bool:
+    """A ``torch.utils.data.Dataset`` (without importing torch: no torch, no such dataset)."""
+    import sys
+
+    data = getattr(getattr(sys.modules.get("torch"), "utils", None), "data", None)
+    return data is not None and isinstance(value, data.Dataset)
+
+
+def _is_hf_dataset(value: Any) -> bool:
+    """A Hugging Face ``datasets.Dataset`` (by its class, without importing ``datasets``)."""
+    return hasattr(value, "column_names") and any(
+        c.__name__ == "Dataset" and c.__module__.split(".")[0] == "datasets"
+        for c in type(value).__mro__
+    )
 
 
 def _tensor_to_numpy(t: Any, name: str) -> np.ndarray:
@@ -855,7 +899,7 @@ def _from_objects(arr: np.ndarray, name: str) -> np.ndarray:
             if not (math.isfinite(f) and f == math.floor(f)):
                 raise ValueError(
                     f"{name} must be whole numbers, got {item!r} at index {_fmt(idx)}; "
-                    + _whole_hint(f)
+                    + _whole_hint(f, name)
                 )
             item = int(f)
         value = int(item)

@@ -966,7 +966,8 @@ class BucketSampler(SpecShapes, EpochSampler):
         warnings.warn(
             f"{filler:,} of this {type(self).__name__}'s {slots:,} rows per epoch "
             f"({filler / slots:.0%}) are filler rows, computed for nothing: a batch holds up to "
-            f"{largest:,} rows, more than the {spec.num_planned:,} samples of the whole epoch "
+            f"{largest:,} rows, more than the {spec.num_planned:,} "
+            f"sample{'' if spec.num_planned == 1 else 's'} of the whole epoch "
             f"({self.num_replicas} rank(s)); batch_size counts samples per batch: lower it, or "
             "pass max_tokens=<tokens per batch> to size batches from a token budget",
             UserWarning,

@@ -856,6 +856,28 @@ def test_lengths_of_a_string_view_column_are_its_characters():
     assert hf.lengths(datasets.Dataset(table), "text").tolist() == [2, 3, 0]
 
 
+def test_channel_first_nested_lists_are_not_measured_by_their_channels():
+    """s30-first: a (C, H, W) pixel_values column measured 3 in every row and a (1, T) waveform
+    column 1; for_audio planned one (B, 1) shape on it, and its first batch failed in the
+    collator with a fix about Field(dims=-1)."""
+    images = datasets.Dataset.from_dict(
+        {"pixel_values": [np.zeros((3, h, w)).tolist() for h, w in [(4, 6), (6, 4), (2, 2)]]}
+    )
+    audio = datasets.Dataset.from_dict({"audio": [[[0.0] * n] for n in (5, 9, 7)]})
+    with pytest.raises(ValueError, match=r"3 lists in every row.*hf\.for_images\(dataset"):
+        hf.lengths(images, "pixel_values")
+    for measure in (lambda: hf.lengths(audio, "audio"), lambda: hf.for_audio(audio, batch_size=2)):
+        with pytest.raises(ValueError, match=r"1 lists in every row.*\(2 to|(5 to 9 values)"):
+            measure()
+    fix = "lambda batch: [len(x[0]) for x in batch['audio']]"
+    assert hf.lengths(audio, fn=eval(fix)).tolist() == [5, 9, 7]  # the fix it names
+    # (T, F) features and images of one size are measured as before
+    feats = datasets.Dataset.from_dict({"f": [np.zeros((n, 2)).tolist() for n in (3, 1)]})
+    assert hf.lengths(feats, "f").tolist() == [3, 1]
+    same = datasets.Dataset.from_dict({"pixel_values": [np.zeros((3, 2, 2)).tolist()] * 2})
+    assert hf.lengths(same, "pixel_values").tolist() == [3, 3]
+
+
 def test_fixed_size_list_columns_are_stacked_not_transposed():
     """s12-polish left it: split_columns counted only plain and large lists, so a fixed-size
     list column (Sequence(length=n): an embedding, multi-label targets) went through
@@ -1176,7 +1198,9 @@ def test_a_dataset_or_its_token_rows_passed_as_lengths_is_refused_with_the_fix()
     )
     with pytest.raises(ValueError, match=r"shape \(24, 16\) reads as 16 inputs per sample"):
         BucketSampler(padded["input_ids"], num_buckets=2, batch_size=8)
-    with pytest.raises(TypeError, match=r"got a sample at index 0 \(a dict with keys "):
+    # s30-first: the dataset itself was read whole, row by row, before its first row was
+    # named (5 s for 100,000 rows); now it is named at once, with hf.lengths
+    with pytest.raises(TypeError, match=r"itself \(a Hugging Face datasets\.Dataset with .*hf\.le"):
         BucketSampler(padded, num_buckets=2, batch_size=8)
     ragged = datasets.Dataset.from_dict({"input_ids": [[5] * (1 + i % 5) for i in range(24)]})
     with pytest.raises(ValueError, match=r"ragged .* pass their lengths, e.g. \[len\(x\)"):

@@ -164,6 +164,10 @@ def test_dataloader_shapes_are_counted_exactly():
     assert limited.num_batches == 2 and limited.histogram is None
     assert dict(limited.batch_shapes["x"]) == {(3, 7, 3): 1, (3, 9, 3): 1}
     assert "DataLoader: 2 batches scanned" in str(limited)
+    # s30-first: without lengths the report ended there; it names the option that adds them
+    hint = "pass column= to measure the DataLoader's dataset (column='input_ids', or column=len"
+    assert str(limited).endswith(hint + " for items that are sequences)")
+    assert "no per-sample lengths" not in str(r)
 
 
 def test_default_collate_tuple_batches():
@@ -189,6 +193,40 @@ def test_map_style_dataset_lengths():
         analyze(ds, column="nope")
     with pytest.raises(TypeError, match=r"one input's lengths: .*max_shapes=K"):
         analyze({"height": [3, 5], "width": [4, 6]})  # (session 21: an image's two sizes)
+
+
+def test_channel_first_items_are_not_measured_by_their_channels():
+    # s30-first: (1, T) waveforms and (3, H, W) images were measured by their first dim, the
+    # channel count: one length, "0% padding, 1 shape", where the batches take one per length
+    sizes = [(40, 60), (60, 40), (80, 20), (20, 80)]
+    images = [torch.zeros(3, h, w) for h, w in sizes]
+    audio = _Items([{"audio": torch.zeros(1, h * w), "label": 0} for h, w in sizes])
+    with pytest.raises(ValueError, match=r"column=None .* is 3 in all 4 items .*BucketSampler"):
+        analyze(images)
+    for column in (None, "audio"):
+        with pytest.raises(ValueError, match=r"lambda item: item\['audio'\]\.shape\[-1\]"):
+            analyze(audio, column=column)
+    with pytest.raises(ValueError, match="the column callable measures"):
+        analyze(audio, column=lambda item: item["audio"])
+    assert analyze(audio, column=lambda item: item["audio"].shape[-1]).histogram.num_values == 2
+    # time-major (T, F) features and images of one size are what they were
+    assert analyze([torch.zeros(n, 80) for n in (5, 9, 7)]).histogram.max == 9
+    assert analyze([torch.zeros(3, 32, 32)] * 3).histogram.max == 3
+
+
+def test_pandas_columns_are_read_by_position_not_label():
+    # s30-first: a filtered frame's column (df[df.n > 5]["n"]: labels 1, 3, ...) and a frame
+    # with column= were read item by item as data[0], data[1]: `KeyError: 0`, naming nothing
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"n": [2, 9, 4, 12, 7], "text": ["ab", "x" * 9, "abcd", "y" * 12, "z" * 7]})
+    long = df[df.n > 5]  # index 1, 3, 4
+    want = analyze([9, 12, 7], num_buckets=[1, 2]).rows
+    for data, column in [(long["n"], None), (long["text"], None), (long, "n"), (long, "text")]:
+        assert analyze(data, column=column, num_buckets=[1, 2]).rows == want
+    assert analyze(long, column=lambda row: row["n"], num_buckets=[1, 2]).rows == want
+    for column, got in [(None, "got no column"), ("nope", "got column='nope', which it does")]:
+        with pytest.raises(ValueError, match=rf"DataFrame with columns \['n', 'text'\], {got}"):
+            analyze(df, column=column)
 
 
 @pytest.mark.parametrize(
@@ -409,6 +447,55 @@ def test_plot_legends_hide_no_label_and_no_tick():
         assert y_lines < box.y0 and box.y1 < y_ticks
         target = next(t for t in right.texts if t.get_text().startswith("target"))
         assert not right.get_legend().get_window_extent().overlaps(target.get_window_extent())
+    finally:
+        plt.close(fig)
+
+
+def test_the_padding_axis_has_labels_over_many_decades():
+    # s30-first: ratios from 1e-9 (geometric, one element short of exact on 1e9) to 100% gave a
+    # log axis with no tick at all (LogLocator with subs skips nothing or draws nothing)
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from bucketloader.analysis._plot import _frontier
+
+    fig, axes = plt.subplots(1, 2, figsize=(5.4, 4.9))
+    try:
+        for ax, lengths in zip(axes, ([1, 10**9], [3, 5, 7, 9, 12, 40, 41, 90]), strict=True):
+            _frontier(ax, analyze(lengths, batch_size=4))
+            fig.canvas.draw()
+            low, high = ax.get_ylim()
+            shown = [y for y in ax.get_yticks() if low <= y <= high]
+            assert len(shown) >= 3, (lengths, ax.get_ylim(), ax.get_yticks())
+        assert 5.0 in list(axes[1].get_yticks())  # a few decades: 1-2-5 ticks still
+    finally:
+        plt.close(fig)
+
+
+def test_no_padding_is_drawn_on_the_axis_with_the_recommendation():
+    # s30-first: on a log scale a k without padding was a gap: on 3 lengths every optimal point
+    # and the recommendation's star (k=4, 0%) were not drawn at all
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from bucketloader.analysis._plot import _frontier
+
+    r = analyze([3, 5, 7], num_buckets=[1, 2, 4], batch_size=4)
+    assert r.recommended.num_buckets == 4 and r.recommended.padding_ratio == 0
+    fig, ax = plt.subplots()
+    try:
+        _frontier(ax, r)
+        assert ax.get_yscale() == "log"
+        star = [c for c in ax.collections if c.get_label() == "recommended: k=4"]
+        assert len(star) == 1 and star[0].get_offsets().tolist() == [[4.0, 0.0]]
+        assert star[0].get_offset_transform() == ax.get_xaxis_transform()  # y 0: the x axis
+        on_axis = sorted(
+            tuple(xy) for c in ax.collections if c not in star for xy in c.get_offsets().tolist()
+        )
+        zero = sorted(
+            (k, 0.0) for row in r.rows if row.padding_ratio == 0 for k in [row.num_buckets]
+        )
+        assert on_axis == zero and "no padding (0%)" in ax.get_xlabel()
     finally:
         plt.close(fig)
 

@@ -420,6 +420,8 @@ def test_a_token_count_as_batch_size_is_warned_about_once():
     assert sampler.shapes == [(16384, b) for b in sampler.boundaries]
     with pytest.warns(UserWarning, match=r"a batch holds up to 600 rows, more than the 499 samp"):
         BucketSampler(lengths[:499], num_buckets=2, batch_size=600, num_replicas=2, rank=1)
+    with pytest.warns(UserWarning, match=r"up to 4 rows, more than the 1 sample of the whole"):
+        BucketSampler([5], num_buckets=1, batch_size=4)  # (s30-first: was "the 1 samples")
     quiet = [
         dict(num_buckets=4, batch_size=64),
         dict(num_buckets=4, batch_size=1000),  # one batch the size of the epoch

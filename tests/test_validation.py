@@ -75,6 +75,23 @@ class _Stream(torch.utils.data.IterableDataset):
         ([3.0, float("nan")], ValueError, r"whole numbers, got nan at index 1; .*drop or fix"),
         (np.array([3, None, 5], dtype=float), ValueError, r"got nan at index 1; .*drop or fix"),
         ([3.0, 2.5], ValueError, r"whole numbers, got 2.5 at index 1; round lengths up"),
+        # s30-first: the dataset itself, as torch's samplers take it: a TensorDataset's (x,)
+        # items were read as lengths, other datasets read whole through __getitem__
+        (
+            torch.utils.data.TensorDataset(torch.arange(3)),
+            TypeError,
+            r"got the dataset itself \(TensorDataset, a torch Dataset\); .*sampler\.dataloader",
+        ),
+        (torch.utils.data.Subset([[1, 2], [3]], [0, 1]), TypeError, r"itself \(Subset, a torch"),
+        # s30-first: Lhotse's cut durations were told to np.ceil their seconds (buckets of whole
+        # seconds); now the unit a duration goes in, in both paths (array and object array)
+        ([1.53, 2.1], ValueError, r"got 1.53 .*np\.ceil\(seconds \* 16_000\)"),
+        (np.array([1.53, 2], dtype=object), ValueError, r"got 1.53 .*np\.ceil\(seconds \* 100\)"),
+        (
+            [4_000.5],
+            ValueError,
+            r"4000.5 at index 0; round lengths up with np\.ceil before bucketing$",
+        ),
         ([1.0, float("inf")], ValueError, r"whole numbers, got inf at index 1; .*drop or fix"),
         (np.array([2, np.nan], dtype=object), ValueError, r"got nan at index 1; .*drop or fix"),
         ([True, False], TypeError, r"must hold integer lengths, got True at index 0; convert"),

@@ -145,11 +145,27 @@ def _frontier(ax: Any, r: DynamicityReport) -> None:
     # log scale needs a positive padding somewhere; data with no padding at any k (a single
     # distinct length, pre-packed blocks) is drawn on a linear scale at 0%
     log = any(row.padding_ratio > 0 for row in r.rows)
+    on_axis = ax.get_xaxis_transform()  # (x: k; y: 0 is the bottom of the axes)
+    zeros = False
     for name in names:
         ys = np.array([r.row(name, k).padding_ratio for k in ks]) * 100
-        if log:
-            ys[ys <= 0] = np.nan  # log scale: no padding at all is drawn as a gap
         strong = name in ("optimal", "lp")
+        if log and (ys <= 0).any():
+            # NOTE [ No padding on a log scale ]: log(0) has no place on the axis, so a k without
+            # padding was a gap: on 3 lengths every optimal point and the recommendation's star
+            # were missing (s30-first). Such points sit on the x axis, said in its label.
+            zero = ys <= 0
+            ys[zero] = np.nan
+            zeros = True
+            ax.scatter(
+                np.asarray(ks)[zero],
+                np.zeros(int(zero.sum())),
+                s=30 if strong else 18,
+                color=_COLORS.get(name),
+                transform=on_axis,
+                clip_on=False,
+                zorder=5 if strong else 4,
+            )
         ax.plot(
             ks,
             ys,
@@ -184,16 +200,17 @@ def _frontier(ax: Any, r: DynamicityReport) -> None:
             fontsize=8,
         )
     best = r.recommended
-    if best is not None and best.padding_ratio > 0:
+    if best is not None:
         ax.scatter(
             [best.num_buckets],
-            [best.padding_ratio * 100],
+            [best.padding_ratio * 100 if best.padding_ratio > 0 else 0.0],
             s=200,
             marker="*",
             color="gold",
             edgecolor="black",
             zorder=6,
             label=f"recommended: k={best.num_buckets}",
+            **({"transform": on_axis, "clip_on": False} if log and best.padding_ratio <= 0 else {}),
         )
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks)
@@ -202,21 +219,29 @@ def _frontier(ax: Any, r: DynamicityReport) -> None:
         from matplotlib.ticker import LogLocator, NullFormatter
 
         ax.set_yscale("log")
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        low, high = ax.get_ylim()
+        # 1-2-5 ticks over a few decades; over more, decades only: matplotlib's LogLocator with
+        # subs draws no tick at all once it would skip decades (ratios of 1e-9 to 100%: an axis
+        # without a label), and 1-2-5 over six decades crowded 21 labels
+        subs = (1.0, 2.0, 5.0) if np.log10(high / low) <= 3 else (1.0,)
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=subs))
         ax.yaxis.set_minor_formatter(NullFormatter())
     else:
         top = max(r.padding_target * 100, 1.0)
         ax.set_ylim(-0.05 * top, 1.3 * top)
     ax.yaxis.set_major_formatter(_percent_formatter())
     ax.grid(True, which="major", alpha=0.3)
-    ax.set_xlabel("shape budget k (number of buckets = distinct padded lengths)")
+    ax.set_xlabel(
+        "shape budget k (number of buckets = distinct padded lengths)"
+        + ("\npoints on this axis: no padding (0%)" if zeros else "")
+    )
     ax.set_ylabel("padding (pad elements / real elements)")
     title = "padding vs. shape budget, per strategy" + ("" if log else ": none at any k")
     ax.set_title(title, fontsize=10, loc="left")
     # below the axes: inside, it would hide lines or the target's label whatever the data
     ax.legend(
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.16),
+        bbox_to_anchor=(0.5, -0.22 if zeros else -0.16),  # (under a second line of the label)
         fontsize=8,
         ncol=4,
         frameon=False,

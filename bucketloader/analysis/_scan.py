@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
-from bucketloader._samples import is_number, sample_length
+from bucketloader._samples import is_number, length_of, measured
 from bucketloader._validation import as_lengths
 
 if TYPE_CHECKING:
@@ -48,6 +48,42 @@ def is_dataset(data: Any, column: Any = None) -> bool:
     if isinstance(data, (np.ndarray, str, bytes)) or hasattr(data, "detach"):
         return False
     return hasattr(data, "__getitem__") and hasattr(data, "__len__")
+
+
+def from_pandas(data: Any, column: Any) -> tuple[Any, Any]:
+    """A pandas ``Series`` or ``DataFrame`` as ``(data, column)`` that the other paths read.
+
+    pandas indexes by label, not position: ``series[0]`` of a filtered frame
+    (``df[df.n > 5]["n"]``) or a frame's ``df[0]`` is a ``KeyError``, so neither is measured
+    item by item. A Series becomes its values in order (numbers are lengths, texts and token
+    lists are measured); a DataFrame its ``column``, or with a callable ``column`` its rows as
+    dicts. Anything else is returned as it is.
+
+    Example:
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"n": [5, 9, 2], "text": ["ab", "abc", "a"]})
+        >>> data, column = from_pandas(df[df.n > 3], "text")
+        >>> data, column
+        (['ab', 'abc'], None)
+    """
+    kinds = {c.__name__ for c in type(data).__mro__ if c.__module__.split(".")[0] == "pandas"}
+    if "DataFrame" in kinds:
+        columns = list(data.columns)
+        if callable(column):
+            return data.to_dict("records"), column
+        if column is None or column not in columns:
+            got = "no column" if column is None else f"column={column!r}, which it does not have"
+            raise ValueError(
+                f"data is a pandas DataFrame with columns {columns[:8]}, got {got}; name the "
+                f"column to measure, column={columns[0]!r} (lengths, texts or token lists), or "
+                "pass that column itself, df[name]"
+            )
+        data, column = data[column], None
+        kinds = {"Series"}
+    if "Series" in kinds:
+        values = data.to_numpy()
+        return (values if values.dtype != object else values.tolist()), column
+    return data, column
 
 
 def _is_length(item: Any) -> bool:
@@ -118,4 +154,46 @@ def dataset_lengths(
         return as_lengths(lengths(dataset, column))
     n = len(dataset)
     items = progress_bar(range(n), total=n, desc="measuring items", show=show)
-    return as_lengths([sample_length(dataset[i], column, arg="column") for i in items])
+    out: list[int] = []
+    shapes: set[tuple[int, ...]] = set()
+    what = ""
+    for i in items:
+        value, what = measured(dataset[i], column, arg="column")
+        out.append(length_of(value, what=what))
+        shape = getattr(value, "shape", None)
+        if shape is not None and len(shape) > 1 and len(shapes) < 2:
+            shapes.add(tuple(int(d) for d in shape))
+    measured_lengths = as_lengths(out)
+    _check_not_channel_first(measured_lengths, shapes, what, column)
+    return measured_lengths
+
+
+def _check_not_channel_first(
+    lengths: np.ndarray, shapes: set[tuple[int, ...]], what: str, column: Any
+) -> None:
+    """NOTE [ Channel-first items ]
+    An item is measured by its first dim (NOTE [ The length of a sample ]), which for a
+    ``(C, T)`` waveform (``torchaudio.load``) or a ``(C, H, W)`` image is its channel count: every
+    item measured 1 or 3, and the report said one shape and no padding while the batches took a
+    shape per length (s30-first). Where every item has the same first dim and the dims after it
+    differ, that is what happened: an error with the measure to pass instead."""
+    if len(shapes) < 2 or lengths.min() != lengths.max():
+        return
+    a, b = sorted(shapes)[:2]
+    expr = {"the sample": "item", "the first element of the sample": "item[0]"}.get(
+        what, what.replace("sample[", "item[", 1) if what.startswith("sample[") else ""
+    )
+    fix = (
+        f"column=lambda item: {expr}.shape[-1] (the T of a (C, T) waveform)"
+        if expr
+        else "make column return the length, e.g. x.shape[-1] for a (C, T) waveform"
+    )
+    name = "the column callable" if callable(column) else f"column={column!r}"
+    raise ValueError(
+        f"{name} measures each item's first dim ({what}), which is "
+        f"{int(lengths[0])} in all {lengths.size:,} items while the dims after it differ "
+        f"({a} and {b}): channel-first data, whose first dim is not its length, would be "
+        f"reported as one length with no padding; measure the dim that varies: {fix}. Images "
+        "vary in height and width together: plan them with BucketSampler({'height': h, "
+        "'width': w}, max_shapes=K, size='prod'), whose report() gives the padding"
+    )

@@ -29,7 +29,13 @@ from bucketloader._validation import (
     checks_options,
 )
 from bucketloader.analysis._plot import pct, plot_report
-from bucketloader.analysis._scan import dataset_lengths, is_dataloader, is_dataset, scan_batches
+from bucketloader.analysis._scan import (
+    dataset_lengths,
+    from_pandas,
+    is_dataloader,
+    is_dataset,
+    scan_batches,
+)
 from bucketloader.analysis.calibration import Calibration
 from bucketloader.analysis.recommend import (
     Candidate,
@@ -228,8 +234,9 @@ def analyze(
     """Analyse how dynamic ``data`` is and what bucketing would cost.
 
     Args:
-        data: per-sample lengths (list, array, tensor, ``LengthHistogram``), a map-style dataset
-            (each item measured: ``len(item[column])``, or its first dimension) or a
+        data: per-sample lengths (list, array, tensor, pandas Series, ``LengthHistogram``), a
+            map-style dataset (each item measured: ``len(item[column])``, or its first
+            dimension), a pandas DataFrame with ``column=`` (read by position, not label) or a
             ``DataLoader`` (its batches are scanned and the distinct shapes of every tensor field
             counted; the lengths are its ``BucketSampler``'s, or its dataset's items measured
             when ``column`` is given).
@@ -286,6 +293,7 @@ def analyze(
             "an image's height and width, are planned together by BucketSampler({...}, "
             "max_shapes=K), whose report() gives each K's padding)"
         )
+    data, column = from_pandas(data, column)  # (labels, not positions: df[0] is a KeyError)
     if _is_iterable_dataset(data):  # (no len, no index: only its batches can be scanned)
         # a stream yields whole batches: batch_size=... was refused by the stream (s25-user)
         loader = (
@@ -451,6 +459,12 @@ def _summary(r: DynamicityReport) -> str:
             common = ", ".join(f"{tuple(s)} x{c}" for s, c in counts.most_common(3))
             more = f", ... ({len(counts) - 3} more)" if len(counts) > 3 else ""
             out.append(f"    {name}: {_count(len(counts), 'distinct shape')}; {common}{more}")
+        if h is None:  # (s30-first: a plain loader's report stopped here, saying nothing more)
+            out.append(
+                "  no per-sample lengths, so no strategy is compared: pass column= to measure "
+                "the DataLoader's dataset (column='input_ids', or column=len for items that are "
+                "sequences)"
+            )
     return "\n".join(out)
 
 

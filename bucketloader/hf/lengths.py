@@ -304,7 +304,37 @@ def column_lengths(arr: Any, path: str) -> np.ndarray:
     if not parts:
         return np.zeros(0, dtype=np.int64)
     out = np.concatenate(parts)
+    if measure is not None and is_list(t) and is_list(t.value_type) and out.size > 1:
+        _check_not_channel_first(arr, out, path)
     return as_lengths(out, name=f"lengths of column {path!r}") if out.size else out
+
+
+def _check_not_channel_first(arr: Any, outer: np.ndarray, path: str) -> None:
+    """NOTE [ Nested lists of one outer length ]
+    A nested list column is measured by its outer lists, right for ``(T, F)`` features and
+    wrong for channel-first ones: an image processor's ``(C, H, W)`` ``pixel_values`` measured 3
+    in every row, a ``(1, T)`` waveform 1, and a sampler given those lengths planned one bucket
+    of length 3 (s30-first). Where every row's outer list has one length and the lists inside
+    differ from row to row, the column is refused with the measure to take instead."""
+    if outer.min() != outer.max():
+        return
+    inner = [pc.list_value_length(pc.list_flatten(chunk)) for chunk in arr.chunks]
+    low = min((pc.min(x).as_py() for x in inner if len(x)), default=None)
+    high = max((pc.max(x).as_py() for x in inner if len(x)), default=None)
+    if low is None or low == high:
+        return
+    fix = (
+        f"(C, H, W) images: hf.for_images(dataset, column={path!r}) plans their height and width"
+        if is_list(arr.type.value_type.value_type)
+        else f"(C, T) audio: store mono waveforms as they are, 1-D (dataset.map(lambda b: "
+        f"{{{path!r}: [x[0] for x in b[{path!r}]]}}, batched=True)), or measure the lists inside: "
+        f"fn=lambda batch: [len(x[0]) for x in batch[{path!r}]]"
+    )
+    raise ValueError(
+        f"column {path!r} holds nested lists of {int(outer[0])} lists in every row, and the "
+        f"lists inside differ ({low} to {high} values), so its outer length is no length; "
+        f"channel-first {fix}"
+    )
 
 
 def lengths_from_fn(dataset: Any, fn: Callable, *, num_proc: int | None, batch_size: int) -> Any:
