@@ -204,6 +204,7 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
         {
             "input_ids": rows,
             "token_type_ids": [[1] * n for n in lens],
+            "special_tokens_mask": [[1] + [0] * (n - 1) for n in lens],
             "labels": rows,  # token-level labels of the same lengths (causal LM)
             "text": ["x"] * len(lens),
         }
@@ -225,6 +226,7 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
         assert mask.dtype == torch.long and set(batch) == {
             "input_ids",
             "token_type_ids",
+            "special_tokens_mask",
             "labels",
             "attention_mask",
             "text",
@@ -233,6 +235,9 @@ def test_for_text_pads_ids_labels_and_mask_to_planned_shapes():
         assert (ids[mask == 0] == 99).all() and (ids[mask == 1] != 99).all()
         assert (batch["labels"][mask == 0] == -100).all()
         assert (batch["token_type_ids"] == mask).all()
+        # padding is special, as a tokenizer pads the mask (1), so an MLM collator masks none
+        assert (batch["special_tokens_mask"][mask == 0] == 1).all()
+        assert batch["special_tokens_mask"][mask == 1].sum() == mask.shape[0]
         real += int(mask[sm].sum())
         # filler rows (NOTE [ Filler rows ]): copies of real rows, every label -100
         n = int(sm.sum())

@@ -805,11 +805,14 @@ def _check_no_nulls(datasets_: Sequence[Any], column: str) -> None:
 
 
 def pad_values(keys: Sequence[str], inputs: Sequence[str], pad_id: Any) -> dict[str, Any]:
-    """Pad value per key: ``label*`` → -100, token-id inputs → ``pad_id``, the rest 0."""
+    """Pad value per key: ``label*`` → -100, token-id inputs → ``pad_id``,
+    ``special_tokens_mask`` → 1 (a tokenizer's own padding marks pad tokens special), the rest 0."""
     out: dict[str, Any] = {}
     for k in keys:
         if k.startswith("label"):
             out[k] = LABEL_PAD
+        elif k == "special_tokens_mask":
+            out[k] = 1
         elif k in inputs or k.endswith("input_ids"):
             out[k] = pad_id
         else:
