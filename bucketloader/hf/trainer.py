@@ -1471,9 +1471,7 @@ class _PlannedBatches:
         self.shapes = list(sampler.shapes)
         self._loader = loader
         self._first: dict[tuple[int, ...], Any] = {}
-        table = sampler.shape_table.cells.shapes
-        for cell, rows, indices in _plan_batches(sampler):
-            shape = table[cell] if rows is None else (rows, *table[cell][1:])
+        for shape, indices in _plan_batches(sampler):
             self._first.setdefault(tuple(int(x) for x in shape), indices)
             if len(self._first) == len(self.shapes):
                 break
@@ -1484,18 +1482,29 @@ class _PlannedBatches:
 
 
 def _plan_batches(sampler: Any) -> Any:
-    """``(cell, rows of a smaller last batch or None, indices as loaded)`` of the current epoch."""
+    """``(shape, indices as loaded)`` of every batch of the current epoch. A packing plan
+    (``hf.for_packing``'s :class:`~bucketloader.pack.PackSampler`) has no bucket cells: its
+    batches name their row length (``plan.kinds``), an index into ``sampler.table.shapes``
+    (before, ``precompile()`` asked it for a bucket table and raised AttributeError)."""
     if isinstance(sampler, EvalSampler):
+        table = sampler.shape_table.cells.shapes
         for batch in sampler:
-            yield int(batch.cell), None, batch  # type: ignore[attr-defined]
+            yield table[int(batch.cell)], batch  # type: ignore[attr-defined]
         return
     plan = sampler.plan()
+    pack_table = getattr(sampler, "table", None)
+    if pack_table is not None and hasattr(plan, "kinds"):  # a packing plan
+        for i in range(len(plan)):
+            yield pack_table.shapes[int(plan.kinds[i])], plan.batch(i)
+        return
+    table = sampler.shape_table.cells.shapes
     full = sampler.shape_table.cells.batch
     for i in range(len(plan)):
         cell = int(plan.cells[i])
         rows = int(plan.offsets[i + 1] - plan.offsets[i])
         keep = sampler.last_batch == "keep" and bool(plan.partial[i]) and rows < full[cell]
-        yield cell, rows if keep else None, plan.batch(i)
+        shape = (rows, *table[cell][1:]) if keep else table[cell]
+        yield shape, plan.batch(i)
 
 
 class _EvalRecord:
