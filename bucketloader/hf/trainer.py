@@ -226,6 +226,11 @@ class _BucketMixin:
         self._note_overrides()
         self._eval_options = dict(eval_bucketing or {})
         self._bucketing: Bucketing | None = bucketing if isinstance(bucketing, Bucketing) else None
+        # the pad id of a ready hf.for_packing(..., pad_token_id=...): evaluation's bucket plan
+        # pads with it where no tokenizer or config names one (NOTE [ Evaluation after packed
+        # training ])
+        inner = getattr(getattr(bucketing, "collator", None), "collator", None)
+        self._packing_pad: int | None = getattr(inner, "pad_token_id", None)
         if self._bucketing is not None:
             self._check_against_model(self._bucketing, self._bucketing.dataset, "bucketing")
         self._built_rows: int | None = None  # the _train_batch_size of the bucketing built
@@ -341,6 +346,14 @@ class _BucketMixin:
                 opts["tokenizer"] = tokenizer
             elif config_pad is not None:
                 opts["pad_token_id"] = config_pad
+            elif evaluation and self._packing_pad is not None:
+                # NOTE [ Evaluation after packed training ]
+                # bucketing=hf.for_packing(ds, pad_token_id=0, ...) names the pad id; evaluation
+                # plans buckets of its own, which asked for it again: with no tokenizer and no
+                # config pad id, evaluate() (and precompile()) raised "needs a pad token id ...
+                # pass bucketing={'pad_token_id': <int>}", an option the ready packing object
+                # cannot take. It pads with the packing's id instead (eval_bucketing= still wins).
+                opts["pad_token_id"] = self._packing_pad
             else:
                 raise ValueError(
                     f"{type(self).__name__} needs a pad token id to pad {column!r}, but "
