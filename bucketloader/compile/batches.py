@@ -453,10 +453,15 @@ def _resize(value: Any, dims: tuple[int, ...], sizes: list[int]) -> Any:
 
 
 def _check_batch_shape(batch: Any, shape: tuple[int, ...], names: tuple[str, ...]) -> None:
-    """The collated batch must have the planned shape (read from its masks, where it has them)."""
+    """The collated batch must have the planned shape (read from its masks, where it has them).
+    A 4-D attention mask ``(B, 1, L, L)`` (``hf.for_packing(attention="mask")``'s document
+    mask) is not the batch's shape: ``input_ids`` is read there (before, precompile refused
+    every such batch as disagreeing with the plan)."""
     if not isinstance(batch, Mapping):
         return
     mask = batch.get("attention_mask")
+    if isinstance(mask, torch.Tensor) and mask.ndim != len(shape):
+        mask = batch.get("input_ids")
     got: Any = None
     if isinstance(mask, torch.Tensor) and len(names) == 1:
         got = tuple(mask.shape)
