@@ -490,6 +490,74 @@ def test_a_batch_source_plugs_in_without_a_collator():
     assert report.shapes == PackedRows.shapes and backend.graphs == 2
 
 
+@pytest.mark.parametrize("max_seqlen", [None, 20])
+def test_a_packing_plan_precompiles_through_its_collator(max_seqlen):
+    # PackSampler(row_length=(16, 32)) whose longest document is 20 tokens: max_seqlen=20 is a
+    # valid bound for every planned document, but precompile resized its example to the whole
+    # row (32) and the collator refused it ("longer than max_seqlen=20")
+    from bucketloader.pack import PackSampler
+    from bucketloader.stream import PackIterable
+
+    lengths = [3, 5, 9, 12, 4, 7, 20, 18, 2, 11]
+    docs = [list(range(1, n + 1)) for n in lengths]
+    sampler = PackSampler(lengths, row_length=(16, 32), batch_size=2)
+    stream = PackIterable(docs, row_length=32, batch_size=2)
+    for plan, example in ((sampler, docs), (stream, docs[0])):  # (a stream: one sample)
+        collate = plan.collator(max_seqlen=max_seqlen)
+        backend = Counting()
+        step = torch.compile(
+            lambda b: (b["input_ids"] + b["position_ids"]).sum() + b["cu_seqlens"].sum(),
+            backend=backend,
+            dynamic=False,
+        )
+        report = precompile(
+            step, plan, example=example, collate_fn=collate, cache=False, progress=False
+        )
+        assert report.shapes == plan.shapes and backend.graphs == len(plan.shapes)
+        for shape in plan.shapes:  # the example batch has the structure of a real one
+            batch = ExampleBatches(plan, example, collate_fn=collate).make_batch(shape)
+            assert tuple(batch["input_ids"].shape) == shape
+            assert batch["max_seqlen"] == (max_seqlen or shape[1])
+            assert batch["cu_seqlens"].numel() == collate.num_segments(plan.shapes.index(shape)) + 1
+        if isinstance(plan, PackSampler):  # and training then compiles nothing new
+            for idx in plan:
+                step(collate([docs[i] for i in idx]))
+            assert backend.graphs == len(plan.shapes)
+
+
+def test_a_packed_batch_with_a_4d_document_mask_precompiles():
+    # s30: a collator returning the (B, 1, L, L) document mask as attention_mask (what
+    # hf.for_packing(attention="mask") ships) was refused: precompile read the batch's shape
+    # from attention_mask and said the collator and the plan disagree
+    from bucketloader.pack import PackSampler, document_mask
+
+    lengths = [3, 5, 9, 12, 4, 7, 2, 11]
+    docs = [list(range(1, n + 1)) for n in lengths]
+    plan = PackSampler(lengths, row_length=16, batch_size=2)
+
+    def masked(inner):
+        def collate(samples):
+            out = inner(samples)
+            mask = document_mask(out["document_ids"])
+            return {"input_ids": out["input_ids"], "attention_mask": mask}
+
+        return collate
+
+    collate = masked(plan.collator())
+
+    backend = Counting()
+    step = torch.compile(
+        lambda b: (b["input_ids"] * b["attention_mask"].sum((1, 2))).sum(),
+        backend=backend,
+        dynamic=False,
+    )
+    report = precompile(step, plan, example=docs, collate_fn=collate, cache=False, progress=False)
+    assert report.shapes == plan.shapes == [(2, 16)] and backend.graphs == 1
+    wider = masked(PackSampler(lengths, row_length=32, batch_size=2).collator())  # still checked
+    with pytest.raises(ValueError, match=r"made a batch of shape \(2, 32\) .* planned shape"):
+        precompile(step, plan, example=docs, collate_fn=wider, cache=False, progress=False)
+
+
 # -- keys: hits and misses across runs ----------------------------------------------------------
 def _keyed_run(cache, sampler, width, data):
     torch._dynamo.reset()

@@ -686,6 +686,29 @@ def _rows(lens, width):
     return out
 
 
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        (
+            {"row_lengths": (0,)},
+            r"row_lengths must be .* strictly increasing ints >= 1, got row_lengths=\(0,\)",
+        ),
+        ({"row_lengths": (16, 8)}, r"row_lengths=\(16, 8\)"),
+        ({"row_lengths": (8, 16)}, r"batch_sizes must be a tuple of 2 int\(s\) >= 1, .*=\(2,\)"),
+        ({"batch_sizes": (0,)}, r"batch_sizes must be a tuple of 1 int\(s\) >= 1"),
+        ({"max_documents": (True,)}, r"max_documents=\(True,\)"),
+        ({"longest": (3, 4)}, r"longest must be a tuple of 1 int\(s\) >= 0"),
+    ],
+)
+def test_a_table_built_by_hand_is_checked_once(options, match):
+    # s30: PackTable(row_lengths=(0,)) or one batch size short was accepted, and the collator
+    # failed at its first batch with zip()'s or an index error
+    base = {"row_lengths": (8,), "batch_sizes": (2,), "max_documents": (4,)}
+    with pytest.raises(ValueError, match=match):
+        PackTable(**{**base, **options})
+    assert PackTable(**base, longest=(np.int64(5),)).shapes == ((2, 8),)  # numpy ints pass
+
+
 def test_collator_errors_and_truncation():
     collate = PackCollator(_table(rows=1, width=8, docs=4))
     # (s21: both named a sampler's lengths only, and the second suggested overflow='truncate',

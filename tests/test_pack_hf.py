@@ -102,6 +102,40 @@ def test_bucket_trainer_trains_packed_rows(tmp_path, attention, attn, mask_dtype
     assert np.isfinite(out.training_loss)
 
 
+def test_evaluation_after_packed_training_pads_with_the_packings_id(tmp_path):
+    # s30: with no tokenizer and no config pad id, evaluate() raised "needs a pad token id ...
+    # pass bucketing={'pad_token_id': <int>}", though for_packing(pad_token_id=0) had named it
+    ds = _dataset(40)
+    model = _model("sdpa")
+    model.config.pad_token_id = None
+    bucketing = hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=2)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        per_device_eval_batch_size=4,
+    )
+    trainer = hf.BucketTrainer(model=model, args=args, eval_dataset=ds, bucketing=bucketing)
+    trainer.train()
+    metrics = trainer.evaluate()
+    assert np.isfinite(metrics["eval_loss"])
+    batch = next(iter(trainer.get_eval_dataloader()))
+    short = batch["input_ids"][batch["attention_mask"] == 0]
+    assert short.numel() and (short == 0).all()  # padded with the packing's pad id
+    own = hf.BucketTrainer(  # eval_bucketing= still decides
+        model=model,
+        args=args,
+        eval_dataset=ds,
+        bucketing=bucketing,
+        eval_bucketing={"pad_token_id": 7},
+    )
+    batch = next(iter(own.get_eval_dataloader()))
+    assert (batch["input_ids"][batch["attention_mask"] == 0] == 7).all()
+
+
 def test_packed_inputs_modes_and_validation():
     ds = _dataset(12)
     sampler, collate, data = hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=1)

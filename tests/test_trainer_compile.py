@@ -161,6 +161,38 @@ def test_precompile_then_no_new_graph_in_training_or_evaluation(tmp_path, fresh_
     assert shapes.seen and _graphs() == compiled  # 0 graphs during training and evaluation
 
 
+def test_precompile_of_packed_rows_then_no_new_graph_in_training(tmp_path, fresh_dynamo):
+    # hf.for_packing's PackSampler has no bucket table: precompile() raised AttributeError
+    # ('PackSampler' object has no attribute 'shape_table') before the first shape
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=100,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
+    model = transformers.LlamaForCausalLM(config)
+    rng = np.random.default_rng(0)
+    lens = [*rng.integers(2, 16, 30).tolist(), 20, 24]  # two documents only rows of 32 hold
+    ds = datasets.Dataset.from_dict({"input_ids": [rng.integers(2, 100, k).tolist() for k in lens]})
+    bucketing = hf.for_packing(ds, pad_token_id=0, row_length=(16, 32), batch_size=2)
+    trainer = hf.BucketTrainer(
+        model=model,
+        args=_args(tmp_path, max_steps=8, per_device_train_batch_size=2),
+        train_dataset=ds,
+        bucketing=bucketing,
+    )
+    (report,) = trainer.precompile()
+    assert report.shapes == bucketing.sampler.shapes == [(2, 16), (2, 32)]
+    compiled = _graphs()
+    assert compiled == 2
+    trainer.train()
+    assert _graphs() == compiled  # 0 graphs during training
+
+
 def test_precompile_needs_a_compiled_model(tmp_path):
     trainer = hf.BucketTrainer(
         model=_model(),

@@ -29,6 +29,12 @@ length rule (NOTE [ The length of a sample ] in :mod:`bucketloader._samples`): e
 sequence-valued field follows the one input along its first dim. A field is resized by repeating
 its own values cyclically (``index i -> i mod n``), so token ids stay valid ids and feature values
 stay in range; an empty field is filled with zeros. Fixed-size fields are kept as they are.
+A collator whose batches of a shape cannot hold a sample of the shape's padded lengths says
+what they hold with ``sample_lengths(shape)`` (the lengths one sample is resized to), read from
+``collate_fn`` or the collator it wraps (``.collator``): a
+:class:`~bucketloader.pack.PackCollator` built with an int ``max_seqlen`` below the row length
+refuses a document as long as the row, so its example is resized to ``max_seqlen`` tokens (before,
+``precompile`` failed on it, though every planned document fits).
 """
 
 from __future__ import annotations
@@ -177,12 +183,24 @@ class ExampleBatches:
         sample = self._examples.get(group, self._examples.get(None))
         if sample is None:
             sample = next(iter(self._examples.values()))
-        resized = _resize_sample(sample, self._specs(sample), shape[1:])
+        resized = _resize_sample(sample, self._specs(sample), self._lengths(shape))
         if self._group_key is not None and group is not None and isinstance(resized, Mapping):
             resized = {**resized, self._group_key: group}
         return [resized] * shape[0]
 
     # -- helpers --------------------------------------------------------------------------------
+    def _lengths(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The lengths the example is resized to for ``shape``: the padded lengths
+        ``shape[1:]``, or the collator's own ``sample_lengths(shape)`` where it has one (a
+        :class:`~bucketloader.pack.PackCollator` with an int ``max_seqlen`` below the row
+        length refuses a document of the whole row: NOTE [ Resizing a sample to a planned
+        length ])."""
+        for owner in (self.collate_fn, getattr(self.collate_fn, "collator", None)):
+            own = getattr(owner, "sample_lengths", None)
+            if callable(own):
+                return tuple(int(n) for n in own(shape))
+        return tuple(shape[1:])
+
     @property
     def _names(self) -> tuple[str, ...]:
         names = getattr(self._table, "input_names", None)
@@ -435,10 +453,15 @@ def _resize(value: Any, dims: tuple[int, ...], sizes: list[int]) -> Any:
 
 
 def _check_batch_shape(batch: Any, shape: tuple[int, ...], names: tuple[str, ...]) -> None:
-    """The collated batch must have the planned shape (read from its masks, where it has them)."""
+    """The collated batch must have the planned shape (read from its masks, where it has them).
+    A 4-D attention mask ``(B, 1, L, L)`` (``hf.for_packing(attention="mask")``'s document
+    mask) is not the batch's shape: ``input_ids`` is read there (before, precompile refused
+    every such batch as disagreeing with the plan)."""
     if not isinstance(batch, Mapping):
         return
     mask = batch.get("attention_mask")
+    if isinstance(mask, torch.Tensor) and mask.ndim != len(shape):
+        mask = batch.get("input_ids")
     got: Any = None
     if isinstance(mask, torch.Tensor) and len(names) == 1:
         got = tuple(mask.shape)

@@ -228,6 +228,11 @@ class _BucketMixin:
         self._note_overrides()
         self._eval_options = dict(eval_bucketing or {})
         self._bucketing: Bucketing | None = bucketing if isinstance(bucketing, Bucketing) else None
+        # the pad id of a ready hf.for_packing(..., pad_token_id=...): evaluation's bucket plan
+        # pads with it where no tokenizer or config names one (NOTE [ Evaluation after packed
+        # training ])
+        inner = getattr(getattr(bucketing, "collator", None), "collator", None)
+        self._packing_pad: int | None = getattr(inner, "pad_token_id", None)
         if self._bucketing is not None:
             self._check_against_model(self._bucketing, self._bucketing.dataset, "bucketing")
         self._built_rows: int | None = None  # the _train_batch_size of the bucketing built
@@ -343,6 +348,14 @@ class _BucketMixin:
                 opts["tokenizer"] = tokenizer
             elif config_pad is not None:
                 opts["pad_token_id"] = config_pad
+            elif evaluation and self._packing_pad is not None:
+                # NOTE [ Evaluation after packed training ]
+                # bucketing=hf.for_packing(ds, pad_token_id=0, ...) names the pad id; evaluation
+                # plans buckets of its own, which asked for it again: with no tokenizer and no
+                # config pad id, evaluate() (and precompile()) raised "needs a pad token id ...
+                # pass bucketing={'pad_token_id': <int>}", an option the ready packing object
+                # cannot take. It pads with the packing's id instead (eval_bucketing= still wins).
+                opts["pad_token_id"] = self._packing_pad
             else:
                 raise ValueError(
                     f"{type(self).__name__} needs a pad token id to pad {column!r}, but "
@@ -1487,9 +1500,7 @@ class _PlannedBatches:
         self.shapes = list(sampler.shapes)
         self._loader = loader
         self._first: dict[tuple[int, ...], Any] = {}
-        table = sampler.shape_table.cells.shapes
-        for cell, rows, indices in _plan_batches(sampler):
-            shape = table[cell] if rows is None else (rows, *table[cell][1:])
+        for shape, indices in _plan_batches(sampler):
             self._first.setdefault(tuple(int(x) for x in shape), indices)
             if len(self._first) == len(self.shapes):
                 break
@@ -1500,18 +1511,29 @@ class _PlannedBatches:
 
 
 def _plan_batches(sampler: Any) -> Any:
-    """``(cell, rows of a smaller last batch or None, indices as loaded)`` of the current epoch."""
+    """``(shape, indices as loaded)`` of every batch of the current epoch. A packing plan
+    (``hf.for_packing``'s :class:`~bucketloader.pack.PackSampler`) has no bucket cells: its
+    batches name their row length (``plan.kinds``), an index into ``sampler.table.shapes``
+    (before, ``precompile()`` asked it for a bucket table and raised AttributeError)."""
     if isinstance(sampler, EvalSampler):
+        table = sampler.shape_table.cells.shapes
         for batch in sampler:
-            yield int(batch.cell), None, batch  # type: ignore[attr-defined]
+            yield table[int(batch.cell)], batch  # type: ignore[attr-defined]
         return
     plan = sampler.plan()
+    pack_table = getattr(sampler, "table", None)
+    if pack_table is not None and hasattr(plan, "kinds"):  # a packing plan
+        for i in range(len(plan)):
+            yield pack_table.shapes[int(plan.kinds[i])], plan.batch(i)
+        return
+    table = sampler.shape_table.cells.shapes
     full = sampler.shape_table.cells.batch
     for i in range(len(plan)):
         cell = int(plan.cells[i])
         rows = int(plan.offsets[i + 1] - plan.offsets[i])
         keep = sampler.last_batch == "keep" and bool(plan.partial[i]) and rows < full[cell]
-        yield cell, rows if keep else None, plan.batch(i)
+        shape = (rows, *table[cell][1:]) if keep else table[cell]
+        yield shape, plan.batch(i)
 
 
 class _EvalRecord:

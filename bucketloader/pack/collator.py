@@ -187,6 +187,22 @@ class PackCollator:
         pieces = 1 if not isinstance(m, int) or m >= width else -(-width // m)
         return self.table.max_documents[shape] + rows * pieces
 
+    def sample_lengths(self, shape: tuple[int, ...]) -> tuple[int]:
+        """The longest document a batch of ``shape`` ``(B, L)`` lays out: ``L``, or an int
+        ``max_seqlen`` below it. What :func:`~bucketloader.compile.precompile` resizes its
+        example to (NOTE [ Resizing a sample to a planned length ] in
+        :mod:`bucketloader.compile.batches`).
+
+        Example:
+            >>> table = PackTable(row_lengths=(8,), batch_sizes=(2,), max_documents=(4,))
+            >>> bounded = PackCollator(table, max_seqlen=5)  # documents of at most 5 tokens
+            >>> PackCollator(table).sample_lengths((2, 8)), bounded.sample_lengths((2, 8))
+            ((8,), (5,))
+        """
+        width = int(shape[-1])
+        m = self.max_seqlen
+        return (min(width, m) if isinstance(m, int) else width,)
+
     # --- reading the samples ---------------------------------------------------------------
     def _tokens(self, samples: Any) -> tuple[_Typed, _Typed | None]:
         """The token sequences (and the samples' own labels, when they carry them), every one

@@ -68,6 +68,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
@@ -108,6 +109,11 @@ _Balanced = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 PACK_OVERFLOW = ("drop", "error", "truncate")
 
 
+def _is_int(value: Any) -> bool:
+    """An int, a numpy int (not a bool)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+
+
 @dataclass(frozen=True)
 class PackTable:
     """The shapes a packed epoch promises, and what the collator needs to meet them.
@@ -139,6 +145,39 @@ class PackTable:
     max_documents: tuple[int, ...]
     truncate: bool = False
     longest: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        """Checked once (a table built by hand, as in the docs, reaches the collator): row
+        lengths strictly increasing ints >= 1, and one batch size and document bound >= 1 per
+        row length. Before, ``row_lengths=(0,)`` or a batch size short were accepted and failed
+        at the first batch with a ``zip()`` or index error."""
+        rows = self.row_lengths
+        if (
+            not isinstance(rows, tuple)
+            or not rows
+            or any(not _is_int(n) or n < 1 for n in rows)
+            or any(a >= b for a, b in itertools.pairwise(rows))
+        ):
+            raise ValueError(
+                "PackTable's row_lengths must be a non-empty tuple of strictly increasing ints "
+                f">= 1, got row_lengths={rows!r}; build the table with sampler.table"
+            )
+        for name in ("batch_sizes", "max_documents", "longest"):
+            value = getattr(self, name)
+            if value is None and name == "longest":
+                continue
+            if (
+                not isinstance(value, tuple)
+                or len(value) != len(rows)
+                or any(not _is_int(n) for n in value)
+                or any(n < (0 if name == "longest" else 1) for n in value)
+            ):
+                least = "0" if name == "longest" else "1"
+                raise ValueError(
+                    f"PackTable's {name} must be a tuple of {len(rows)} int(s) >= {least}, one "
+                    f"per row length {rows}, got {name}={value!r}; build the table with "
+                    "sampler.table"
+                )
 
     @property
     def shapes(self) -> tuple[tuple[int, int], ...]:
