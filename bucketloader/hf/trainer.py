@@ -507,6 +507,45 @@ class _BucketMixin:
         """What the model cannot take from a plan, refused when it is built (not at a batch)."""
         self._check_positions(b, dataset, argument)
         self._check_token_labels(b, dataset, argument)
+        self._check_packing(b, argument)
+
+    def _check_packing(self, b: Bucketing, argument: str) -> None:
+        """Refuse packed rows the model does not keep apart (NOTE [ Models that mix packed
+        documents ])."""
+        from bucketloader.hf.packing import PackedInputs
+
+        collate = b.collator
+        if not isinstance(collate, PackedInputs):
+            return
+        name = type(self.model).__name__
+        table = _padding_positions(self.model)
+        if table:
+            raise ValueError(
+                f"{type(self).__name__}: {name} numbers positions after its padding index "
+                f"({table}: RoBERTa's convention, positions from padding_idx + 1), but the "
+                f"packed rows of {argument} number each document's from 0, so every token "
+                "would be embedded at a position the model never learned; train it on "
+                "bucketed rows instead (train_dataset=..., or bucketing=hf.for_text(...))"
+            )
+        if any(getattr(self, flag, False) for flag in ("is_deepspeed_enabled", "is_fsdp_enabled")):
+            return  # (a sharded model takes no forward pass outside its engine)
+        leak = _packing_leak(self.model, collate.attention, collate)
+        if not leak:  # (kept apart, or no pass could be made)
+            return
+        others = [a for a in ("mask", "positions") if a != collate.attention]
+        keeps = [a for a in others if _packing_leak(self.model, a, collate) == 0.0]
+        fix = (
+            f"pack with hf.for_packing(..., attention={keeps[0]!r}), which {name} keeps apart"
+            if keeps
+            else "train it on bucketed rows instead (train_dataset=..., or "
+            "bucketing=hf.for_text(...))"
+        )
+        raise ValueError(
+            f"{type(self).__name__}: {name} does not keep the packed documents of {argument} "
+            f"apart with attention={collate.attention!r}: a document's logits changed by "
+            f"{leak:.3g} when only the document before it in the row changed, so each document "
+            f"would attend to the ones before it; {fix}"
+        )
 
     def _check_token_labels(self, b: Bucketing, dataset: Any, argument: str) -> None:
         """A token-classification head takes one label per token, so its labels must follow the
@@ -1842,6 +1881,85 @@ def _refuse_missing_main_input(dataset: Any, column: str, owner: str) -> None:
 #: Names of learned absolute position tables in ``transformers`` models (BERT, RoBERTa, GPT-2,
 #: BART, OPT...); rotary and relative positions (Llama, T5) have none.
 _POSITION_TABLES = ("position_embeddings", "wpe", "embed_positions")
+
+
+def _padding_positions(model: Any) -> str:
+    """The position table of ``model`` that reserves rows up to its ``padding_idx`` (RoBERTa,
+    XLM-R, ESM: positions count from ``padding_idx + 1``), named with its padding index; ``""``
+    without one."""
+    if not isinstance(
+        getattr(getattr(model, "config", None), "max_position_embeddings", None), int
+    ):
+        return ""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Embedding) and module.padding_idx is not None:
+            if name.rsplit(".", 1)[-1] in _POSITION_TABLES:
+                return f"{name}: padding_idx={module.padding_idx}"
+    return ""
+
+
+# NOTE [ Models that mix packed documents ]
+# Packed rows tell the model where documents start by their position_ids, a 4-D mask or varlen
+# arguments (NOTE [ How transformers models take a packed batch ] in bucketloader.hf.packing).
+# Models that read none of them attend across documents, silently: with attention='positions'
+# BertLMHeadModel, OPT and BLOOM did (transformers 5.x; a document's logits off by 7e-4-3e-2
+# against it alone), and a flash-attention batch for a model not built with flash attention
+# would. So BucketTrainer runs the model once on two tiny packed rows (two documents each, the
+# first documents different, the second the same): where documents are kept apart the second
+# document's logits are the same in both rows (masked scores weigh exactly 0, and both rows
+# take the same kernels), where they are not they differ. A few tokens in eval mode without
+# gradients: milliseconds (forward hooks the user put on the model see that pass too). It is
+# skipped where no forward pass can be made outside training (DeepSpeed, FSDP, parameters on
+# the meta device), for a model already compiled (the rows' shape would compile it again), and
+# where the pass fails (a flash-attention batch on a CPU: training says why). RoBERTa-like position tables are refused by their shape instead: their positions
+# count from padding_idx + 1, where packed ones restart at 0 (and both rows share them).
+
+
+def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
+    """How far the second document's logits moved when the first changed, on two packed rows
+    made as ``attention`` says: ``0.0`` where the model keeps the documents apart, ``None``
+    where the probe cannot run (NOTE [ Models that mix packed documents ])."""
+    from bucketloader.pack import document_mask
+
+    params = list(model.parameters())
+    if not params or any(p.device.type == "meta" for p in params) or hasattr(model, "_orig_mod"):
+        return None  # (nothing to run, or a compiled model: a new shape would compile it)
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    vocab = getattr(embeddings, "num_embeddings", None)
+    if not isinstance(vocab, int) or vocab < 2:
+        return None
+    a, b = vocab // 2, vocab // 2 + 1
+    docs = torch.tensor([[0, 0, 0, 1, 1, 1]] * 2)
+    batch: dict[str, Any] = {
+        "input_ids": torch.tensor([[a, a, a, a, b, a], [b, b, b, a, b, a]]),
+        "position_ids": torch.tensor([[0, 1, 2, 0, 1, 2]] * 2),
+    }
+    if attention == "mask":
+        batch["attention_mask"] = document_mask(docs, dtype=collate.mask_dtype)
+    elif attention == "flash":
+        cu = torch.tensor([0, 3, 6, 9, 12], dtype=torch.int32)
+        batch["cu_seq_lens_q"] = batch["cu_seq_lens_k"] = cu
+        batch["max_length_q"] = batch["max_length_k"] = 3
+    if collate.return_seq_idx:
+        batch["seq_idx"] = torch.tensor([[0, 0, 0, 1, 1, 1], [2, 2, 2, 3, 3, 3]], dtype=torch.int32)
+    device = params[0].device
+    batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            out = model(**batch, use_cache=False)
+        logits = out.logits if hasattr(out, "logits") else out[0]
+        second = logits[:, 3:].float()
+    except Exception:  # (the pass a batch of this kind cannot make: training will say why)
+        return None
+    finally:
+        model.train(training)
+    if not isinstance(second, torch.Tensor) or second.shape[0] != 2:
+        return None
+    moved = float((second[0] - second[1]).abs().max())
+    scale = float(second.abs().max())
+    return moved if moved > 1e-5 * (1.0 + scale) else 0.0
 
 
 def _position_limit(model: Any) -> tuple[int | None, str]:
