@@ -117,11 +117,13 @@ def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any
                 "other DataLoader options here (num_workers=, pin_memory=, ...)"
             )
     check_options("dataloader()", options, _LOADER_OPTIONS)  # (torch: no closest name)
-    if "in_order" in options and not (options["in_order"] is True or options["in_order"] is None):
+    if "in_order" in options and options["in_order"] is not True:
         # s29-user: torch >= 2.6 then hands batches to the loop as workers finish them; the
         # state counts the first n batches of the plan as the ones trained, so a resume skipped
         # a slow batch and repeated another, silently (an EvalSampler's outputs, in step order,
-        # would be restored to the wrong samples)
+        # would be restored to the wrong samples). torch reads the option by truth value
+        # (``if not self._in_order``), so None and 0 are out of order too (s30-rev: None was
+        # let through, and a slow batch 2 of 10 reached the loop eighth)
         raise ValueError(
             f"dataloader() got in_order={options['in_order']!r}: this loader hands its batches "
             "to the loop in the sampler's order, which its state_dict() (the first n batches of "
