@@ -614,13 +614,24 @@ def _hammer(directory: str, worker: int, rounds: int, queue) -> None:
         queue.put((worker, f"{type(exc).__name__}: {exc}"))
 
 
-def test_the_first_solution_stored_wins_over_a_later_solve_of_the_same_key(tmp_path):
+@pytest.mark.parametrize("links", ["hard links", "no hard links"])
+def test_the_first_solution_stored_wins_over_a_later_solve_of_the_same_key(
+    tmp_path, monkeypatch, links
+):
     """s29-user: two processes missing one key at once both solved, and the last writer
     replaced the first's entry; a time-limited (joint) solve gives each another plan, so the
     cache held a plan the first job had not trained with and its checkpoints were refused at
     the restart meant to read its plan back. An entry stored while this process solved is now
-    kept, and this process takes its solution."""
+    kept, and this process takes its solution. On a filesystem without hard links (FAT, some
+    network and FUSE mounts: os.link raises) the entry is checked for, then renamed in."""
     import dataclasses
+
+    if links == "no hard links":
+
+        def no_link(src, dst, *args, **kwargs):
+            raise PermissionError(1, "Operation not permitted", str(dst))
+
+        monkeypatch.setattr(os, "link", no_link)
 
     ours = solve_boundaries(LENGTHS, 3)
     b = np.array([4, 10, 31])  # another valid answer to the same question (not the optimum)
