@@ -1698,6 +1698,45 @@ def test_a_vit_gets_interpolated_positions_for_images_of_other_sizes(tmp_path):
     np.testing.assert_allclose(out.predictions[rows.numpy()], real, rtol=1e-5, atol=1e-6)
 
 
+def test_a_classifier_over_a_vision_tower_gets_interpolated_positions_too(tmp_path):
+    """s30-rev: SiglipForImageClassification takes interpolate_pos_encoding but keeps its
+    image_size in config.vision_config, so the trainer, reading config.image_size only, never
+    passed it: its first batch of another size failed inside the model ("The size of tensor a
+    (9) must match the size of tensor b (4)")."""
+    sizes = [(32, 48), (48, 32), (32, 32), (48, 48), (32, 64), (64, 64), (32, 32), (32, 32)]
+    g = torch.Generator().manual_seed(0)
+    ds = datasets.Dataset.from_dict(
+        {
+            "pixel_values": [torch.randn(3, h, w, generator=g).tolist() for h, w in sizes],
+            "labels": [0, 1, 2, 0, 1, 2, 0, 1],
+        }
+    )
+    tiny = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "intermediate_size": 32}  # fmt: skip
+    config = transformers.SiglipConfig(
+        vision_config={"image_size": 32, "patch_size": 16, **tiny},
+        text_config={"vocab_size": 100, **tiny},
+    )
+    config.num_labels = 3
+    model = transformers.SiglipForImageClassification(config)
+    seen: list[tuple[tuple[int, int], Any]] = []
+    model.register_forward_pre_hook(
+        lambda _m, _a, kw: seen.append(
+            (tuple(kw["pixel_values"].shape[-2:]), kw.get("interpolate_pos_encoding"))
+        ),
+        with_kwargs=True,
+    )
+    args = _args(tmp_path, max_steps=4, per_device_train_batch_size=2, eval_strategy="no")
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=ds, bucketing={"max_shapes": 4, "seed": 0}
+    )
+    assert trainer.train().global_step == 4
+    out = trainer.predict(ds)
+    assert out.predictions.shape == (8, 3) and np.isfinite(out.predictions).all()
+    assert {size for size, _ in seen} > {(32, 32)}
+    assert all((flag is True) == (size != (32, 32)) for size, flag in seen), seen
+
+
 def test_segmentation_maps_pad_with_the_models_ignore_index(tmp_path):
     """s22-rev: for_images padded an (H, W) label map, and filled its filler rows, with -100:
     SegFormer's loss (ignore index 255, as BEiT, DPT, MobileViT, UperNet) raised "Target -100 is

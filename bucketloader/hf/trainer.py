@@ -1083,8 +1083,9 @@ class _BucketMixin:
 
     def _complete_inputs(self, inputs: dict[str, Any]) -> None:
         """NOTE [ Images at other sizes than the model's ]
-        A ViT (DeiT, BEiT, Swin, CLIP's vision tower, ...) has position embeddings for
-        ``config.image_size`` and refuses any other size unless its ``forward`` is given
+        A ViT (DeiT, BEiT, Swin, CLIP's vision tower, SigLIP's classifier, ...) has position
+        embeddings for ``config.image_size`` (``config.vision_config.image_size`` for a model
+        over a vision tower) and refuses any other size unless its ``forward`` is given
         ``interpolate_pos_encoding=True`` ("Input image size (32*64) doesn't match model
         (32*32)" at the first batch of another size; s28-hf), and a plan of images of several
         sizes has batches of other sizes by design. So a batch whose ``pixel_values`` are not
@@ -1099,7 +1100,11 @@ class _BucketMixin:
         pixels = inputs.get("pixel_values")
         if not isinstance(pixels, torch.Tensor) or pixels.dim() != 4:
             return
-        size = getattr(getattr(self.model, "config", None), "image_size", None)
+        config = getattr(self.model, "config", None)
+        size = getattr(config, "image_size", None)
+        if size is None:  # (a classifier over a vision tower keeps it in its vision_config:
+            # SiglipForImageClassification, which takes the option, was never given it; s30-rev)
+            size = getattr(getattr(config, "vision_config", None), "image_size", None)
         if isinstance(size, int) and not isinstance(size, bool):
             size = (size, size)
         if not isinstance(size, (tuple, list)) or tuple(pixels.shape[-2:]) == tuple(size):
