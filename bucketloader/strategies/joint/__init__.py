@@ -277,10 +277,8 @@ def _joint(sol: Any) -> JointSolution:
     return sol
 
 
-def _solve(
-    hist: JointHistogram, params: dict[str, Any], started: float | None = None
-) -> JointSolution:
-    """The solve; ``started``: when the call began (``perf_counter``; default now), the start of
+def _solve(hist: JointHistogram, params: dict[str, Any], started: float) -> JointSolution:
+    """The solve; ``started``: when the call began (``perf_counter``), the start of
     ``time_limit``'s clock, which stops during the imports below (NOTE [ Joint time limit and
     fallbacks ])."""
     importing = time.perf_counter()
@@ -305,7 +303,7 @@ def _solve(
                 "install 'pulp>=2.7,<4'"
             )
     now = time.perf_counter()
-    start = now - (importing - (now if started is None else started))  # (the imports left out)
+    start = started + (now - importing)  # (the imports left out)
     k, size = params["max_shapes"], params["size"]
     rows, counts = hist.rows, hist.counts
     info: dict[str, Any] = {"inputs": int(rows.shape[1]), "rows": int(rows.shape[0])}
