@@ -243,6 +243,13 @@ def test_dataloader_refuses_batches_out_of_order(which):
         ):
             make().dataloader(dataset, num_workers=2, in_order=value)
     assert make().dataloader(dataset, num_workers=2, in_order=True) is not None
+    if which == "eval":
+        return  # (its dataloader() is torch's own, which counts nothing)
+    # built directly, as its docstring allows (s30-rev: it took in_order=False unchecked)
+    with pytest.raises(ValueError, match=r"^ResumableDataLoader got in_order=False: "):
+        ResumableDataLoader(dataset, batch_sampler=make(), num_workers=2, in_order=False)
+    plain = ResumableDataLoader(dataset, batch_sampler=[[0, 1]], num_workers=2, in_order=False)
+    assert plain.in_order is False  # (a batch sampler of its own: nothing counted, left alone)
 
 
 def test_dataloader_sampler_instead_of_batch_sampler_says_which_argument():
