@@ -245,18 +245,32 @@ def test_a_resume_onto_another_plan_is_refused_naming_what_changed(saved_run, ch
         ]
 
 
-@pytest.mark.parametrize("damage", ["missing", "garbled"])
+@pytest.mark.parametrize("damage", ["missing", "garbled", "linked"])
 def test_a_checkpoint_without_the_sampler_state_resumes_with_a_warning_or_is_refused(
     saved_run, tmp_path, damage
 ):
     """A checkpoint an older bucketloader wrote (no file) resumes as before, exactly here, with
     one warning that it cannot be checked; a file that is not one BucketTrainer wrote is
-    refused, naming it."""
+    refused, naming it. One whose files are links (a Hub download: huggingface_hub's snapshot
+    folder links every file to a blob) is checked as any other (s30-rev: refused, "a symbolic
+    link")."""
     out, whole = saved_run
     checkpoint = tmp_path / "checkpoint-4"
     shutil.copytree(out / "checkpoint-4", checkpoint)
     path = checkpoint / trainer_module.SAMPLER_STATE_NAME
-    if damage == "missing":
+    if damage == "linked":
+        blobs = tmp_path / "blobs"
+        blobs.mkdir()
+        for f in list(checkpoint.iterdir()):
+            f.rename(blobs / f.name)
+            f.symlink_to(os.path.relpath(blobs / f.name, checkpoint))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*cannot be checked")
+            rest = _resume_run(tmp_path / "again", resume=str(checkpoint)).seen
+        assert [b[1:] for b in rest] == [b[1:] for b in whole if b[0] >= 4]
+        with pytest.raises(ValueError, match=r"train_dataset has 91 samples"):  # (still checked)
+            _resume_run(tmp_path / "again", resume=str(checkpoint), data=_resume_data(91))
+    elif damage == "missing":
         path.unlink(missing_ok=True)  # (main wrote none: the warning is what fails there)
         with pytest.warns(UserWarning, match="has no bucketloader_sampler.json") as caught:
             rest = _resume_run(tmp_path / "again", resume=str(checkpoint)).seen

@@ -798,7 +798,10 @@ class _BucketMixin:
         path = os.path.join(checkpoint, SAMPLER_STATE_NAME)
         where = f"batch {skip} of epoch {epoch}" if skip else f"the start of epoch {epoch}"
         try:
-            record = read_json(path, max_bytes=1 << 20)
+            # through a link, as Trainer reads its own files: a checkpoint downloaded from the
+            # Hub (huggingface_hub's snapshot folders link every file to a blob) was refused as
+            # "not one BucketTrainer wrote (unreadable: a symbolic link)" (s30-rev)
+            record = read_json(os.path.realpath(path), max_bytes=1 << 20)
         except FileNotFoundError:
             warnings.warn(
                 f"{owner}: checkpoint {checkpoint!r} has no {SAMPLER_STATE_NAME} (saved by an "
