@@ -282,6 +282,20 @@ def test_a_checkpoint_without_the_sampler_state_resumes_with_a_warning_or_is_ref
             _resume_run(tmp_path / "again", resume=str(checkpoint))
 
 
+def test_the_loaders_use_the_multiprocessing_context_asked_for(tmp_path):
+    """s30-rev: TrainingArguments(dataloader_multiprocessing_context="spawn") was not passed to
+    the loaders BucketTrainer builds, whose workers were then forked (where forking fails, as
+    after CUDA is set up, the user's fix did nothing)."""
+    trainer = hf.BucketTrainer(
+        model=transformers.BertForSequenceClassification(_bert_config()),
+        args=_args(tmp_path, dataloader_num_workers=1, dataloader_multiprocessing_context="spawn"),
+        train_dataset=_resume_data(),
+        bucketing=dict(_RESUME_OPTIONS),
+    )
+    for loader in (trainer.get_train_dataloader(), trainer.get_eval_dataloader(_resume_data(9))):
+        assert loader.multiprocessing_context.get_start_method() == "spawn"
+
+
 # -- tiny models and their data ------------------------------------------------------------------
 def _args(tmp_path, cls=None, **kw):
     base = {

@@ -361,11 +361,15 @@ class _BucketMixin:
         if self._lm is not None and not _packed(collate, self._lm, type(self).__name__):
             collate = LanguageModelingLabels(collate, self._lm)
         workers = self.args.dataloader_num_workers
+        # (s30-rev: dataloader_multiprocessing_context was not passed on: a "spawn" asked for,
+        # e.g. where forking after CUDA is set up fails, ran the workers forked)
+        context = getattr(self.args, "dataloader_multiprocessing_context", None)
         return Bucketing(b.sampler, collate, b.dataset).dataloader(
             num_workers=workers,
             pin_memory=self.args.dataloader_pin_memory,
             persistent_workers=self.args.dataloader_persistent_workers if workers else False,
             prefetch_factor=self.args.dataloader_prefetch_factor if workers else None,
+            multiprocessing_context=context if workers else None,
         )
 
     @property
