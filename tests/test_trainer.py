@@ -282,10 +282,11 @@ def test_a_checkpoint_without_the_sampler_state_resumes_with_a_warning_or_is_ref
             _resume_run(tmp_path / "again", resume=str(checkpoint))
 
 
-def test_the_loaders_use_the_multiprocessing_context_asked_for(tmp_path):
+def test_the_loaders_use_the_loader_options_asked_for(tmp_path):
     """s30-rev: TrainingArguments(dataloader_multiprocessing_context="spawn") was not passed to
     the loaders BucketTrainer builds, whose workers were then forked (where forking fails, as
-    after CUDA is set up, the user's fix did nothing)."""
+    after CUDA is set up, the user's fix did nothing); dataloader_in_order=False, which they
+    cannot honour, was ignored without a word."""
     trainer = hf.BucketTrainer(
         model=transformers.BertForSequenceClassification(_bert_config()),
         args=_args(tmp_path, dataloader_num_workers=1, dataloader_multiprocessing_context="spawn"),
@@ -294,6 +295,17 @@ def test_the_loaders_use_the_multiprocessing_context_asked_for(tmp_path):
     )
     for loader in (trainer.get_train_dataloader(), trainer.get_eval_dataloader(_resume_data(9))):
         assert loader.multiprocessing_context.get_start_method() == "spawn"
+    # and dataloader_in_order=False, which its loaders cannot honour, is said to be unused
+    # (s30-rev: ignored without a word)
+    if "dataloader_in_order" in {
+        f.name for f in dataclasses.fields(transformers.TrainingArguments)
+    }:
+        with pytest.warns(UserWarning, match=r"dataloader_in_order=False\) is not used"):
+            hf.BucketTrainer(
+                model=transformers.BertForSequenceClassification(_bert_config()),
+                args=_args(tmp_path, dataloader_in_order=False),
+                train_dataset=_resume_data(),
+            )
 
 
 # -- tiny models and their data ------------------------------------------------------------------

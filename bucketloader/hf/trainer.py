@@ -871,6 +871,17 @@ class _BucketMixin:
         return getattr(self.args, "train_sampling_strategy", None)
 
     def _note_overrides(self) -> None:
+        if getattr(self.args, "dataloader_in_order", True) is False:
+            # (s30-rev: ignored without a word; dataloader() refuses in_order=False for the
+            # same reasons, but TrainingArguments are shared with other trainers)
+            warnings.warn(
+                f"{type(self).__name__}: TrainingArguments(dataloader_in_order=False) is not "
+                "used: its loaders hand the batches to the loop in the plan's order, which "
+                "Trainer's resume (it skips the first batches of the plan) and evaluation in "
+                "dataset order rely on; leave dataloader_in_order at True to silence this",
+                UserWarning,
+                stacklevel=4,
+            )
         strategy = self._sampling_strategy()
         if strategy == "group_by_length":
             _log.info(
