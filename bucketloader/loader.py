@@ -117,17 +117,8 @@ def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any
                 "other DataLoader options here (num_workers=, pin_memory=, ...)"
             )
     check_options("dataloader()", options, _LOADER_OPTIONS)  # (torch: no closest name)
-    if "in_order" in options and not (options["in_order"] is True or options["in_order"] is None):
-        # s29-user: torch >= 2.6 then hands batches to the loop as workers finish them; the
-        # state counts the first n batches of the plan as the ones trained, so a resume skipped
-        # a slow batch and repeated another, silently (an EvalSampler's outputs, in step order,
-        # would be restored to the wrong samples)
-        raise ValueError(
-            f"dataloader() got in_order={options['in_order']!r}: this loader hands its batches "
-            "to the loop in the sampler's order, which its state_dict() (the first n batches of "
-            "the epoch) and the ranks' shape at each step rely on; out of order, a resume skips "
-            "some batches and repeats others. Leave in_order out (True)"
-        )
+    if "in_order" in options:
+        _check_in_order("dataloader()", options["in_order"])
     out = dict(options)
     if "num_workers" in out:
         out["num_workers"] = check_int("num_workers", out["num_workers"], minimum=0)
@@ -150,6 +141,29 @@ def check_loader_options(sampler: Any, options: dict[str, Any]) -> dict[str, Any
             "sampler's order comes from its seed="
         )
     return out
+
+
+def _check_in_order(owner: str, in_order: Any) -> None:
+    """Refuse ``in_order`` other than ``True``: torch >= 2.6 then hands batches to the loop as
+    workers finish them, and the state counts the first n batches of the plan as the ones
+    trained, so a resume skipped a slow batch and repeated another, silently (s29-user; an
+    EvalSampler's outputs, in step order, would be restored to the wrong samples). torch reads
+    the option by truth value (``if not self._in_order``), so ``None`` and ``0`` are out of
+    order too (s30-rev: ``None`` was let through, and a slow batch 2 of 10 reached the loop
+    eighth)."""
+    if in_order is not True:
+        raise ValueError(
+            f"{owner} got in_order={in_order!r}: this loader hands its batches to the loop in "
+            "the sampler's order, which its state_dict() (the first n batches of the epoch) and "
+            "the ranks' shape at each step rely on; out of order, a resume skips some batches "
+            "and repeats others. Leave in_order out (True)"
+        )
+
+
+def _counts_passes(sampler: Any) -> bool:
+    """Whether ``sampler`` takes a :class:`ResumableDataLoader`'s count of the batches it
+    handed out (a bucketloader sampler; another batch sampler is left as torch runs it)."""
+    return all(callable(getattr(sampler, n, None)) for n in ("_loader_pass", "_loader_handed"))
 
 
 class ResumableDataLoader(DataLoader):
@@ -176,6 +190,11 @@ class ResumableDataLoader(DataLoader):
         >>> len(list(again))
         7
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if _counts_passes(self.batch_sampler):  # (built directly, past dataloader()'s check)
+            _check_in_order("ResumableDataLoader", getattr(self, "in_order", True))
 
     def __iter__(self) -> Any:  # an iterator (torch's, or counting around it)
         sampler = self.batch_sampler

@@ -614,13 +614,24 @@ def _hammer(directory: str, worker: int, rounds: int, queue) -> None:
         queue.put((worker, f"{type(exc).__name__}: {exc}"))
 
 
-def test_the_first_solution_stored_wins_over_a_later_solve_of_the_same_key(tmp_path):
+@pytest.mark.parametrize("links", ["hard links", "no hard links"])
+def test_the_first_solution_stored_wins_over_a_later_solve_of_the_same_key(
+    tmp_path, monkeypatch, links
+):
     """s29-user: two processes missing one key at once both solved, and the last writer
     replaced the first's entry; a time-limited (joint) solve gives each another plan, so the
     cache held a plan the first job had not trained with and its checkpoints were refused at
     the restart meant to read its plan back. An entry stored while this process solved is now
-    kept, and this process takes its solution."""
+    kept, and this process takes its solution. On a filesystem without hard links (FAT, some
+    network and FUSE mounts: os.link raises) the entry is checked for, then renamed in."""
     import dataclasses
+
+    if links == "no hard links":
+
+        def no_link(src, dst, *args, **kwargs):
+            raise PermissionError(1, "Operation not permitted", str(dst))
+
+        monkeypatch.setattr(os, "link", no_link)
 
     ours = solve_boundaries(LENGTHS, 3)
     b = np.array([4, 10, 31])  # another valid answer to the same question (not the optimum)
@@ -708,6 +719,32 @@ try:
     cache.get_or_solve(h, "percentile", params, boom)
 except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
+# s30-rev: another job stores the same key in rank 1's node-local directory after rank 1
+# looked for it (exists() said no): rank 1 keeps that entry (NOTE [ The first stored solution
+# wins ]), as rank 0 would; it replaced it with this job's plan
+import dataclasses, pathlib
+import numpy as np
+from bucketloader.boundaries import padding_cost
+late = BucketCache(local + "-late")
+p5 = {**params, "num_buckets": 5}
+if rank == 1:
+    ours = solve_boundaries(lengths, 5)
+    b = np.array([4, 7, 10, 18, 31])
+    theirs = dataclasses.replace(ours, boundaries=b, objective=int(padding_cost(h, b)),
+                                 padding_ratio=padding_cost(h, b) / int(np.sum(lengths)))
+    assert theirs.boundaries.tolist() != ours.boundaries.tolist()
+    BucketCache(local + "-late").put(h, theirs)  # (stored by the other job...)
+
+    class Unseen(type(pathlib.Path())):
+        def exists(self, *args, **kwargs):  # (...just after rank 1 looked)
+            return False
+
+    path_for = late.path_for
+    late.path_for = lambda key: Unseen(path_for(key))
+late.get_or_solve(h, "optimal", p5, lambda: solve_boundaries(lengths, 5))
+if rank == 1:
+    kept = BucketCache(local + "-late").get(late.key(h, "optimal", p5))
+    out["late_kept"] = kept.boundaries.tolist()
 mine = lengths if rank == 0 else lengths + [50]
 try:
     compute_boundaries(mine, 3, cache=cache)
@@ -746,6 +783,7 @@ def test_distributed_rank0_solves_and_broadcasts(tmp_path):
     assert "rank(s) [1]" in r0["mismatch"] and "different lengths or options" in r0["mismatch"]
     assert "rank(s) [1]" in r1["mismatch"] and "different lengths or options" in r1["mismatch"]
     assert len(BucketCache(shared)) == 2  # k=3 and k=4; the mismatch call was a hit on rank 0
+    assert r1["late_kept"] == [4, 7, 10, 18, 31]  # the other job's entry, stored first, kept
 
 
 def _writer_stopped_before_rename(directory: Path, write=None) -> tuple[int, Path]:

@@ -254,6 +254,40 @@ def test_joint_rows_by_one_key_or_by_the_rows_agree_with_numpy(table, repeat):
     assert JointHistogram.from_lengths(flat).counts.tolist() == counts.tolist()
 
 
+@pytest.mark.parametrize(
+    "spans",
+    [
+        [2**31, 2**32],  # product 2**63: the last one the sort of the rows takes
+        [2**31, 2**32 - 1],  # just below: one key per row
+        [2**32, 2**32],  # 2**64: a key would wrap to 0
+        [2**21 + 1, 2**21 + 1, 2**21 + 1],  # three inputs just past 2**63
+        [2**21, 2**21, 2**21 - 1],  # three inputs just below
+        [2**8] * 8,  # eight inputs: 2**64
+        [16] * 16,  # sixteen inputs: 2**64
+        [3, 2**62 - 10],  # one input near the longest length (2**62 - 1), another short
+    ],
+)
+def test_joint_rows_keyed_near_the_int64_limit_never_wrap(spans):
+    # NOTE [ Rows by one key ]: the mixed-radix key holds a row only while the spans' product
+    # stays below 2**63; past it the rows are sorted as they are. Rows at each input's shortest
+    # and longest, far from zero (lengths near 2**31 and 2**40), so a key that wrapped would
+    # merge or misorder them (s30-rev: the hypothesis test above passed with the guard at 2**70)
+    d = len(spans)
+    base = np.array([5 + (2**40 if s < 2**21 else 0) for s in spans], dtype=np.int64)
+    top = base + np.array(spans, dtype=np.int64) - 1
+    corners = [np.where(np.arange(d) % 3 == r, top, base) for r in range(3)]
+    table = np.array([base, top, top - 1, base + 1, *corners, top, base], dtype=np.int64)
+    rows, counts = np.unique(table, axis=0, return_counts=True)
+    for hist in (
+        JointHistogram.from_lengths(table),
+        JointHistogram.from_counts(table, np.ones(len(table), dtype=np.int64)),
+        JointHistogram(rows, counts),  # (its check of the order keys the rows too)
+    ):
+        assert hist.rows.tolist() == rows.tolist() and hist.counts.tolist() == counts.tolist()
+    with pytest.raises(ValueError, match="distinct and in lexicographic order"):
+        JointHistogram(rows[::-1], counts[::-1])
+
+
 def test_merge_counts_stay_exact_beyond_float():
     big = 2**61 - 1  # not representable in float64
     a = LengthHistogram(np.array([7]), np.array([big]))

@@ -1178,7 +1178,11 @@ def test_ranks_get_rank_zeros_joint_plan(tmp_path):
     argv = lambda r: [__file__, "joint_worker", str(r), str(port), str(tmp_path)]  # noqa: E731
     run_ranks(argv, 2, timeout=300)
     got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    waited = [got[r].pop("late") for r in range(2)]
     assert got[0] == got[1] and len(got[0]["shapes"]) <= 4
+    # rank 0's wait for a rank that came 1.5 s late is no part of its solve's limit (s30-rev:
+    # it was, and left the search and the bound FLOOR of the limit)
+    assert waited[0]["cells"] == waited[1]["cells"] and waited[0]["setup_seconds"] < 1.0, waited
 
 
 def _joint_worker(rank: int, port: int, out_dir: str) -> None:
@@ -1204,6 +1208,12 @@ def _joint_worker(rank: int, port: int, out_dir: str) -> None:
     out = {"shapes": sampler.shapes, "joint": [dict(j) for j in sampler.spec.joint]}
     for j in out["joint"]:
         j.pop("seconds")
+    if rank == 1:
+        time.sleep(1.5)  # (a rank that comes late to the plan's collective)
+    late = joint.Joint(time_limit=2.0).solve(pairs, 4)
+    out["late"] = {"cells": late.cells.tolist()}
+    if rank == 0:
+        out["late"]["setup_seconds"] = late.info["setup_seconds"]
     (Path(out_dir) / f"rank{rank}.json").write_text(json.dumps(out))
     dist.barrier()
     dist.destroy_process_group()

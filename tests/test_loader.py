@@ -236,11 +236,20 @@ def test_dataloader_refuses_batches_out_of_order(which):
         "eval": lambda: EvalSampler(LENGTHS, num_buckets=4, batch_size=32),
     }[which]
     dataset = [[1] * int(n) for n in LENGTHS]
-    with pytest.raises(
-        ValueError, match=r"^dataloader\(\) got in_order=False: .*Leave in_order out \(True\)$"
-    ):
-        make().dataloader(dataset, num_workers=2, in_order=False)
+    for value in (False, None, 0):  # (torch reads it by truth: None and 0 are out of order too)
+        with pytest.raises(
+            ValueError,
+            match=rf"^dataloader\(\) got in_order={value}: .*Leave in_order out \(True\)$",
+        ):
+            make().dataloader(dataset, num_workers=2, in_order=value)
     assert make().dataloader(dataset, num_workers=2, in_order=True) is not None
+    if which == "eval":
+        return  # (its dataloader() is torch's own, which counts nothing)
+    # built directly, as its docstring allows (s30-rev: it took in_order=False unchecked)
+    with pytest.raises(ValueError, match=r"^ResumableDataLoader got in_order=False: "):
+        ResumableDataLoader(dataset, batch_sampler=make(), num_workers=2, in_order=False)
+    plain = ResumableDataLoader(dataset, batch_sampler=[[0, 1]], num_workers=2, in_order=False)
+    assert plain.in_order is False  # (a batch sampler of its own: nothing counted, left alone)
 
 
 def test_dataloader_sampler_instead_of_batch_sampler_says_which_argument():

@@ -245,18 +245,32 @@ def test_a_resume_onto_another_plan_is_refused_naming_what_changed(saved_run, ch
         ]
 
 
-@pytest.mark.parametrize("damage", ["missing", "garbled"])
+@pytest.mark.parametrize("damage", ["missing", "garbled", "linked"])
 def test_a_checkpoint_without_the_sampler_state_resumes_with_a_warning_or_is_refused(
     saved_run, tmp_path, damage
 ):
     """A checkpoint an older bucketloader wrote (no file) resumes as before, exactly here, with
     one warning that it cannot be checked; a file that is not one BucketTrainer wrote is
-    refused, naming it."""
+    refused, naming it. One whose files are links (a Hub download: huggingface_hub's snapshot
+    folder links every file to a blob) is checked as any other (s30-rev: refused, "a symbolic
+    link")."""
     out, whole = saved_run
     checkpoint = tmp_path / "checkpoint-4"
     shutil.copytree(out / "checkpoint-4", checkpoint)
     path = checkpoint / trainer_module.SAMPLER_STATE_NAME
-    if damage == "missing":
+    if damage == "linked":
+        blobs = tmp_path / "blobs"
+        blobs.mkdir()
+        for f in list(checkpoint.iterdir()):
+            f.rename(blobs / f.name)
+            f.symlink_to(os.path.relpath(blobs / f.name, checkpoint))
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*cannot be checked")
+            rest = _resume_run(tmp_path / "again", resume=str(checkpoint)).seen
+        assert [b[1:] for b in rest] == [b[1:] for b in whole if b[0] >= 4]
+        with pytest.raises(ValueError, match=r"train_dataset has 91 samples"):  # (still checked)
+            _resume_run(tmp_path / "again", resume=str(checkpoint), data=_resume_data(91))
+    elif damage == "missing":
         path.unlink(missing_ok=True)  # (main wrote none: the warning is what fails there)
         with pytest.warns(UserWarning, match="has no bucketloader_sampler.json") as caught:
             rest = _resume_run(tmp_path / "again", resume=str(checkpoint)).seen
@@ -294,6 +308,32 @@ def test_a_resume_with_a_sampler_of_your_own_says_it_cannot_be_checked(saved_run
         rest = _resume_run(tmp_path, str(out / "checkpoint-4"), built.dataset, own).seen
     assert sum("cannot be checked" in str(w.message) for w in caught) == 1
     assert [b[1:] for b in rest] == [b[1:] for b in whole if b[0] >= 4]
+
+
+def test_the_loaders_use_the_loader_options_asked_for(tmp_path):
+    """s30-rev: TrainingArguments(dataloader_multiprocessing_context="spawn") was not passed to
+    the loaders BucketTrainer builds, whose workers were then forked (where forking fails, as
+    after CUDA is set up, the user's fix did nothing); dataloader_in_order=False, which they
+    cannot honour, was ignored without a word."""
+    trainer = hf.BucketTrainer(
+        model=transformers.BertForSequenceClassification(_bert_config()),
+        args=_args(tmp_path, dataloader_num_workers=1, dataloader_multiprocessing_context="spawn"),
+        train_dataset=_resume_data(),
+        bucketing=dict(_RESUME_OPTIONS),
+    )
+    for loader in (trainer.get_train_dataloader(), trainer.get_eval_dataloader(_resume_data(9))):
+        assert loader.multiprocessing_context.get_start_method() == "spawn"
+    # and dataloader_in_order=False, which its loaders cannot honour, is said to be unused
+    # (s30-rev: ignored without a word)
+    if "dataloader_in_order" in {
+        f.name for f in dataclasses.fields(transformers.TrainingArguments)
+    }:
+        with pytest.warns(UserWarning, match=r"dataloader_in_order=False\) is not used"):
+            hf.BucketTrainer(
+                model=transformers.BertForSequenceClassification(_bert_config()),
+                args=_args(tmp_path, dataloader_in_order=False),
+                train_dataset=_resume_data(),
+            )
 
 
 # -- tiny models and their data ------------------------------------------------------------------
@@ -1724,6 +1764,45 @@ def test_a_vit_gets_interpolated_positions_for_images_of_other_sizes(tmp_path):
     rows = first["index"][first["sample_mask"]]
     real = direct[first["sample_mask"]].numpy()
     np.testing.assert_allclose(out.predictions[rows.numpy()], real, rtol=1e-5, atol=1e-6)
+
+
+def test_a_classifier_over_a_vision_tower_gets_interpolated_positions_too(tmp_path):
+    """s30-rev: SiglipForImageClassification takes interpolate_pos_encoding but keeps its
+    image_size in config.vision_config, so the trainer, reading config.image_size only, never
+    passed it: its first batch of another size failed inside the model ("The size of tensor a
+    (9) must match the size of tensor b (4)")."""
+    sizes = [(32, 48), (48, 32), (32, 32), (48, 48), (32, 64), (64, 64), (32, 32), (32, 32)]
+    g = torch.Generator().manual_seed(0)
+    ds = datasets.Dataset.from_dict(
+        {
+            "pixel_values": [torch.randn(3, h, w, generator=g).tolist() for h, w in sizes],
+            "labels": [0, 1, 2, 0, 1, 2, 0, 1],
+        }
+    )
+    tiny = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
+            "intermediate_size": 32}  # fmt: skip
+    config = transformers.SiglipConfig(
+        vision_config={"image_size": 32, "patch_size": 16, **tiny},
+        text_config={"vocab_size": 100, **tiny},
+    )
+    config.num_labels = 3
+    model = transformers.SiglipForImageClassification(config)
+    seen: list[tuple[tuple[int, int], Any]] = []
+    model.register_forward_pre_hook(
+        lambda _m, _a, kw: seen.append(
+            (tuple(kw["pixel_values"].shape[-2:]), kw.get("interpolate_pos_encoding"))
+        ),
+        with_kwargs=True,
+    )
+    args = _args(tmp_path, max_steps=4, per_device_train_batch_size=2, eval_strategy="no")
+    trainer = hf.BucketTrainer(
+        model=model, args=args, train_dataset=ds, bucketing={"max_shapes": 4, "seed": 0}
+    )
+    assert trainer.train().global_step == 4
+    out = trainer.predict(ds)
+    assert out.predictions.shape == (8, 3) and np.isfinite(out.predictions).all()
+    assert {size for size, _ in seen} > {(32, 32)}
+    assert all((flag is True) == (size != (32, 32)) for size, flag in seen), seen
 
 
 def test_segmentation_maps_pad_with_the_models_ignore_index(tmp_path):

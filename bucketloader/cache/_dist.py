@@ -89,8 +89,10 @@ def broadcast_get_or_solve(
         _agree(rank, body["key"] == key, body["key"], device)
     sol = dataclasses.replace(solution_from_dict(body["solution"]), params=dict(params))
     cache.hits += 1
-    if not cache.path_for(key).exists():
-        cache.put(hist, sol)
+    if not cache.path_for(key).exists():  # (a shared directory: rank 0 stored it)
+        # an entry stored since the check (another job's, in a node-local directory) is kept:
+        # NOTE [ The first stored solution wins ] in cache.store (s30-rev: put replaced it)
+        cache._put(hist, sol, replace=False)
     return sol
 
 

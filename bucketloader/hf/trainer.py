@@ -376,11 +376,15 @@ class _BucketMixin:
         if self._lm is not None and not _packed(collate, self._lm, type(self).__name__):
             collate = LanguageModelingLabels(collate, self._lm)
         workers = self.args.dataloader_num_workers
+        # (s30-rev: dataloader_multiprocessing_context was not passed on: a "spawn" asked for,
+        # e.g. where forking after CUDA is set up fails, ran the workers forked)
+        context = getattr(self.args, "dataloader_multiprocessing_context", None)
         return Bucketing(b.sampler, collate, b.dataset).dataloader(
             num_workers=workers,
             pin_memory=self.args.dataloader_pin_memory,
             persistent_workers=self.args.dataloader_persistent_workers if workers else False,
             prefetch_factor=self.args.dataloader_prefetch_factor if workers else None,
+            multiprocessing_context=context if workers else None,
         )
 
     @property
@@ -866,7 +870,10 @@ class _BucketMixin:
             )
             return
         try:
-            record = read_json(path, max_bytes=1 << 20)
+            # through a link, as Trainer reads its own files: a checkpoint downloaded from the
+            # Hub (huggingface_hub's snapshot folders link every file to a blob) was refused as
+            # "not one BucketTrainer wrote (unreadable: a symbolic link)" (s30-rev)
+            record = read_json(os.path.realpath(path), max_bytes=1 << 20)
         except FileNotFoundError:
             warnings.warn(
                 f"{owner}: checkpoint {checkpoint!r} has no {SAMPLER_STATE_NAME} (saved by an "
@@ -932,6 +939,17 @@ class _BucketMixin:
         return getattr(self.args, "train_sampling_strategy", None)
 
     def _note_overrides(self) -> None:
+        if getattr(self.args, "dataloader_in_order", True) is False:
+            # (s30-rev: ignored without a word; dataloader() refuses in_order=False for the
+            # same reasons, but TrainingArguments are shared with other trainers)
+            warnings.warn(
+                f"{type(self).__name__}: TrainingArguments(dataloader_in_order=False) is not "
+                "used: its loaders hand the batches to the loop in the plan's order, which "
+                "Trainer's resume (it skips the first batches of the plan) and evaluation in "
+                "dataset order rely on; leave dataloader_in_order at True to silence this",
+                UserWarning,
+                stacklevel=4,
+            )
         strategy = self._sampling_strategy()
         if strategy == "group_by_length":
             _log.info(
@@ -1151,8 +1169,9 @@ class _BucketMixin:
 
     def _complete_inputs(self, inputs: dict[str, Any]) -> None:
         """NOTE [ Images at other sizes than the model's ]
-        A ViT (DeiT, BEiT, Swin, CLIP's vision tower, ...) has position embeddings for
-        ``config.image_size`` and refuses any other size unless its ``forward`` is given
+        A ViT (DeiT, BEiT, Swin, CLIP's vision tower, SigLIP's classifier, ...) has position
+        embeddings for ``config.image_size`` (``config.vision_config.image_size`` for a model
+        over a vision tower) and refuses any other size unless its ``forward`` is given
         ``interpolate_pos_encoding=True`` ("Input image size (32*64) doesn't match model
         (32*32)" at the first batch of another size; s28-hf), and a plan of images of several
         sizes has batches of other sizes by design. So a batch whose ``pixel_values`` are not
@@ -1167,7 +1186,11 @@ class _BucketMixin:
         pixels = inputs.get("pixel_values")
         if not isinstance(pixels, torch.Tensor) or pixels.dim() != 4:
             return
-        size = getattr(getattr(self.model, "config", None), "image_size", None)
+        config = getattr(self.model, "config", None)
+        size = getattr(config, "image_size", None)
+        if size is None:  # (a classifier over a vision tower keeps it in its vision_config:
+            # SiglipForImageClassification, which takes the option, was never given it; s30-rev)
+            size = getattr(getattr(config, "vision_config", None), "image_size", None)
         if isinstance(size, int) and not isinstance(size, bool):
             size = (size, size)
         if not isinstance(size, (tuple, list)) or tuple(pixels.shape[-2:]) == tuple(size):

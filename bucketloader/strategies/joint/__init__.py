@@ -44,14 +44,16 @@ assignment up to 1 s; session 29), now 5.0-5.1 s (``benchmarks/results/joint_lar
 clock stops while the solvers' modules are imported (``info["import_seconds"]``): a cold
 ``scipy.optimize`` took up to 6 s on a loaded machine, once per process, and is an import, not the
 solve; counted, it would leave the first solve of every process the floor's plan. Nor does the
-limit cover writing the plan to a cache (``cache=``) or, under ``torch.distributed``, the other
-ranks' wait for rank 0's plan (NOTE [ One joint plan for every rank ]). ``solve_seconds`` is the
-call's time the limit covers. Where gains are not exact by rows, each evaluation's cost is
-predicted before it starts (NOTE [ Bounds without rows ] in :mod:`._bound`). A histogram with one
-input is solved exactly by the 1-D DP (``"optimal"``), whatever the options. A grid of more than
+limit cover writing the plan to a cache (``cache=``) or, under ``torch.distributed``, the ranks'
+waits for each other: the other ranks' for rank 0's plan (NOTE [ One joint plan for every rank ]),
+and rank 0's, from its cache lookup (the key's hash included) until every rank has reached it
+(counted, a rank started late took its delay off rank 0's search). ``solve_seconds`` is the call's
+time the limit covers. Where gains are not exact by rows, each evaluation's cost is predicted before
+it starts (NOTE [ Bounds without rows ] in :mod:`._bound`). A histogram with one input is solved
+exactly by the 1-D DP (``"optimal"``), whatever the options. A grid of more than
 :data:`._grid.MAX_GRID` points (three inputs, or very many distinct lengths) is pre-binned: the
-cells sit on per-input values placed by the 1-D DP (``status="coarsened"``) and the bound comes
-from grids of their own with every sample rounded *down* (a relaxation), so it stays certified
+cells sit on per-input values placed by the 1-D DP (``status="coarsened"``) and the bound comes from
+grids of their own with every sample rounded *down* (a relaxation), so it stays certified
 (NOTE [ A coarsened grid's values ] in :mod:`._grid`). ``max_shapes`` at least the number of
 distinct rows gives every row its own cell (no padding).
 
@@ -277,10 +279,8 @@ def _joint(sol: Any) -> JointSolution:
     return sol
 
 
-def _solve(
-    hist: JointHistogram, params: dict[str, Any], started: float | None = None
-) -> JointSolution:
-    """The solve; ``started``: when the call began (``perf_counter``; default now), the start of
+def _solve(hist: JointHistogram, params: dict[str, Any], started: float) -> JointSolution:
+    """The solve; ``started``: when the call began (``perf_counter``), the start of
     ``time_limit``'s clock, which stops during the imports below (NOTE [ Joint time limit and
     fallbacks ])."""
     importing = time.perf_counter()
@@ -305,7 +305,7 @@ def _solve(
                 "install 'pulp>=2.7,<4'"
             )
     now = time.perf_counter()
-    start = now - (importing - (now if started is None else started))  # (the imports left out)
+    start = started + (now - importing)  # (the imports left out)
     k, size = params["max_shapes"], params["size"]
     rows, counts = hist.rows, hist.counts
     info: dict[str, Any] = {"inputs": int(rows.shape[1]), "rows": int(rows.shape[0])}
@@ -683,21 +683,26 @@ class Joint:
             hist = JointHistogram.from_lengths(lengths)
         from bucketloader.cache import BucketCache
 
-        if cache is None or cache is False:
-            if "torch" not in sys.modules or default_ranks()[0] == 1:
-                return _solve(hist, params, started)
-            # NOTE [ One joint plan for every rank ]
-            with tempfile.TemporaryDirectory(prefix="bucketloader-joint-") as tmp:
-                fresh = BucketCache(tmp)
-                return _joint(
-                    fresh.get_or_solve(hist, "joint", params, lambda: _solve(hist, params, started))
-                )
-        if cache is True:
-            cache = BucketCache()
+        ranks = "torch" in sys.modules and default_ranks()[0] > 1
+        if (cache is None or cache is False) and not ranks:
+            return _solve(hist, params, started)
+        asked = [time.perf_counter()]  # (set again just before the lookup)
 
         def solve() -> JointSolution:
-            return _solve(hist, params, started)
+            # Under several ranks rank 0 solves once every rank has reached the lookup's
+            # collective (NOTE [ One joint plan for every rank ]): that wait for the others is no
+            # part of the solve, as the others' wait for rank 0 is not (s30-rev: a rank that
+            # came 1.5 s late took 1.5 s off rank 0's search and bound, down to FLOOR)
+            return _solve(hist, params, started + (time.perf_counter() - asked[0] if ranks else 0))
 
+        if cache is None or cache is False:  # NOTE [ One joint plan for every rank ]
+            with tempfile.TemporaryDirectory(prefix="bucketloader-joint-") as tmp:
+                fresh = BucketCache(tmp)
+                asked[0] = time.perf_counter()
+                return _joint(fresh.get_or_solve(hist, "joint", params, solve))
+        if cache is True:
+            cache = BucketCache()
+        asked[0] = time.perf_counter()
         return _joint(cache.get_or_solve(hist, "joint", params, solve))
 
 
