@@ -1934,8 +1934,9 @@ def _padding_positions(model: Any) -> str:
 # gradients: milliseconds (forward hooks the user put on the model see that pass too). It is
 # skipped where no forward pass can be made outside training (DeepSpeed, FSDP, parameters on
 # the meta device), for a model already compiled (the rows' shape would compile it again), and
-# where the pass fails (a flash-attention batch on a CPU: training says why). RoBERTa-like position tables are refused by their shape instead: their positions
-# count from padding_idx + 1, where packed ones restart at 0 (and both rows share them).
+# where the pass fails (a flash-attention batch on a CPU: training says why). RoBERTa-like
+# position tables are refused by their shape instead: their positions count from
+# padding_idx + 1, where packed ones restart at 0 (and both rows share them).
 
 
 def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
