@@ -1933,8 +1933,9 @@ def _padding_positions(model: Any) -> str:
 # take the same kernels), where they are not they differ. A few tokens in eval mode without
 # gradients: milliseconds (forward hooks the user put on the model see that pass too). It is
 # skipped where no forward pass can be made outside training (DeepSpeed, FSDP, parameters on
-# the meta device), for a model already compiled (the rows' shape would compile it again), and
-# where the pass fails (a flash-attention batch on a CPU: training says why). RoBERTa-like
+# the meta device) and where the pass fails (a flash-attention batch on a CPU: training says
+# why). A compiled model runs it uncompiled (torch.compiler.set_stance("force_eager"), torch
+# >= 2.6; skipped on older torch), so the plan's graphs stay the only ones. RoBERTa-like
 # position tables are refused by their shape instead: their positions count from
 # padding_idx + 1, where packed ones restart at 0 (and both rows share them).
 
@@ -1946,8 +1947,11 @@ def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
     from bucketloader.pack import document_mask
 
     params = list(model.parameters())
-    if not params or any(p.device.type == "meta" for p in params) or hasattr(model, "_orig_mod"):
-        return None  # (nothing to run, or a compiled model: a new shape would compile it)
+    if not params or any(p.device.type == "meta" for p in params):
+        return None
+    stance = getattr(torch.compiler, "set_stance", None)  # (torch >= 2.6)
+    if stance is None and _compiles(model):
+        return None  # (the probe's shape would compile a graph the plan does not have)
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     vocab = getattr(embeddings, "num_embeddings", None)
     if not isinstance(vocab, int) or vocab < 2:
@@ -1971,7 +1975,8 @@ def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
     training = model.training
     try:
         model.eval()
-        with torch.no_grad():
+        eager = stance("force_eager") if stance is not None else contextlib.nullcontext()
+        with torch.no_grad(), eager:  # (a compiled model runs it uncompiled: no new graph)
             out = model(**batch, use_cache=False)
         logits = out.logits if hasattr(out, "logits") else out[0]
         second = logits[:, 3:].float()
@@ -1984,6 +1989,11 @@ def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
     moved = float((second[0] - second[1]).abs().max())
     scale = float(second.abs().max())
     return moved if moved > 1e-5 * (1.0 + scale) else 0.0
+
+
+def _compiles(model: Any) -> bool:
+    """Whether ``model`` is compiled (``torch.compile(model)`` or ``model.compile()``)."""
+    return hasattr(model, "_orig_mod") or getattr(model, "_compiled_call_impl", None) is not None
 
 
 def _position_limit(model: Any) -> tuple[int | None, str]:
