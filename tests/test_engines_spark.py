@@ -251,6 +251,26 @@ def test_a_parquet_file_without_the_column_is_named(spark, tmp_path):
     assert not _in_some_file(spark, renamed, df.inputFiles())
     r = spark_histogram(df, "ids", nulls="skip")  # its rows read as nulls, left out
     assert (r.histogram.values.tolist(), r.num_rows, r.num_nulls) == ([5, 7], 6, 4)
+    # s30-scale: the file without the column sorted first gives Spark its schema, so the
+    # DataFrame has no such column: "not found" alone; now it names mergeSchema, which reads it
+    first = tmp_path / "first"
+    first.mkdir()
+    pq.write_table(pa.table({"other": [1, 2]}), first / "a.parquet")
+    pq.write_table(pa.table({"n": [4, 5, 5], "other": [1, 2, 3]}), first / "b.parquet")
+    with pytest.raises(KeyError, match=r"other files hold 'n'.*option\('mergeSchema', 'true'\)"):
+        spark_histogram(spark.read.parquet(str(first)), "n", nulls="skip")
+    merged = spark.read.option("mergeSchema", "true").parquet(str(first))
+    r = spark_histogram(merged, "n", nulls="skip")
+    assert (r.histogram.values.tolist(), r.histogram.counts.tolist(), r.num_nulls) == (
+        [4, 5],
+        [1, 2],
+        2,
+    )
+    with pytest.raises(ValueError, match=r"a\.parquet: no column 'n'"):
+        spark_histogram(merged, "n")
+    with pytest.raises(KeyError) as exc:  # in no file: no such hint
+        spark_histogram(merged, "m")
+    assert "mergeSchema" not in str(exc.value)
 
 
 def test_a_parquet_uint64_column_is_read_exactly(spark, tmp_path):

@@ -435,6 +435,28 @@ def _in_some_file(spark: Any, field: Any, paths: list[str]) -> bool:
     return bool(read.where(F.col(_quoted(field.name)).isNotNull()).limit(1).count())
 
 
+def _merged_hint(df: Any, column: str) -> str:
+    """Where ``column`` is in some of ``df``'s Parquet files but not in the one Spark took the
+    schema from (``spark.read.parquet`` reads one file's footer, not all), say so and name
+    ``mergeSchema``: s30-scale, shards written before the column was added, sorted first, gave
+    only "column 'n' not found; the DataFrame has columns ['other']", though the files held it.
+    Best effort on the error path (the merged schema of up to 1,024 of the files' footers)."""
+    try:
+        paths = df.inputFiles()[:1024]
+        if not paths:
+            return ""
+        merged = df.sparkSession.read.option("mergeSchema", "true").parquet(*paths).columns
+    except Exception:  # (not read from Parquet files, or schemas Spark cannot merge)
+        return ""
+    if column not in merged:
+        return ""
+    return (
+        f" (its schema came from one Parquet file; other files hold {column!r}: read them "
+        "with spark.read.option('mergeSchema', 'true').parquet(...), whose files without the "
+        "column read as null rows, named under nulls='raise' and left out under nulls='skip')"
+    )
+
+
 def _describe(items: list[Any]) -> str:
     text = [c if isinstance(c, str) else str(c) for c in items]
     return f"column {text[0]!r}" if len(text) == 1 else f"columns {text}"
@@ -455,6 +477,7 @@ def _length_expr(df: Any, column: Any) -> Any:
             fix = f"pass it as a Column, F.col({column!r})"
             raise MissingKeyError(
                 f"column {column!r} not found; the DataFrame has columns {df.columns}"
+                + _merged_hint(df, column)
                 + nested_field(
                     column,
                     [f.name for f in df.schema.fields if isinstance(f.dataType, T.StructType)],
