@@ -104,7 +104,7 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
 
 
 def _grouped_counts(
-    grouped: Any, names: list[str], what: str
+    grouped: Any, names: list[str], what: str = "the Spark DataFrame"
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """The distinct non-null lengths ``(U, D)`` of ``groupBy(*names).count()``, their counts
     (``int64``) and the rows with a null length, brought to the driver.
