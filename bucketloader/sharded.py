@@ -285,6 +285,8 @@ class ShardedSampler(EpochSampler):
         [[1, 0], [1, 0], [1, 0]]
     """
 
+    _digest_follows_ranks = True  # (its plan digest hashes the ranks x K table)
+
     def __init__(
         self,
         shard_lengths: Any,

@@ -237,6 +237,9 @@ def test_consumed_reader_or_generator_and_bad_options(tmp_path):
         parquet_histogram(table, "n", batch_size=0)
     with pytest.raises(ValueError, match=r"batch_size must be an int >= 1 and <= 46116"):
         parquet_histogram(table, "n", batch_size=2**70)  # (was pyarrow's OverflowError; s8-polish)
+    for empty in ([], ()):  # (s30-scale: "source must be ... a list of paths ..., got list")
+        with pytest.raises(ValueError, match=r"source is an empty (list|tuple): there are no "):
+            parquet_histogram(empty, "n")
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(
         ValueError,

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from bucketloader import LengthHistogram
 from bucketloader.boundaries import assign_buckets
 from bucketloader.engines import spark_bucket_ids, spark_histogram
 from bucketloader.histogram import JointHistogram
@@ -250,6 +251,52 @@ def test_a_parquet_file_without_the_column_is_named(spark, tmp_path):
     assert not _in_some_file(spark, renamed, df.inputFiles())
     r = spark_histogram(df, "ids", nulls="skip")  # its rows read as nulls, left out
     assert (r.histogram.values.tolist(), r.num_rows, r.num_nulls) == ([5, 7], 6, 4)
+    # s30-scale: the file without the column sorted first gives Spark its schema, so the
+    # DataFrame has no such column: "not found" alone; now it names mergeSchema, which reads it
+    first = tmp_path / "first"
+    first.mkdir()
+    pq.write_table(pa.table({"other": [1, 2]}), first / "a.parquet")
+    pq.write_table(pa.table({"n": [4, 5, 5], "other": [1, 2, 3]}), first / "b.parquet")
+    with pytest.raises(KeyError, match=r"other files hold 'n'.*option\('mergeSchema', 'true'\)"):
+        spark_histogram(spark.read.parquet(str(first)), "n", nulls="skip")
+    merged = spark.read.option("mergeSchema", "true").parquet(str(first))
+    r = spark_histogram(merged, "n", nulls="skip")
+    assert (r.histogram.values.tolist(), r.histogram.counts.tolist(), r.num_nulls) == (
+        [4, 5],
+        [1, 2],
+        2,
+    )
+    with pytest.raises(ValueError, match=r"a\.parquet: no column 'n'"):
+        spark_histogram(merged, "n")
+    with pytest.raises(KeyError) as exc:  # in no file: no such hint
+        spark_histogram(merged, "m")
+    assert "mergeSchema" not in str(exc.value)
+
+
+def test_a_parquet_uint64_column_is_read_exactly(spark, tmp_path):
+    """s30-scale: Spark reads a Parquet uint64 column as decimal(20,0), which was refused as
+    "holds decimal(20,0) numbers; lengths are whole numbers" (they are); now its lengths are
+    counted exactly (bucket ids too), and a value of 2**62 or more is named, past 2**63 too."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lengths = [3, 7, 7, 2**40, 0, 12]
+    pq.write_table(pa.table({"n": pa.array([*lengths, None], pa.uint64())}), tmp_path / "a.parquet")
+    df = spark.read.parquet(str(tmp_path))
+    r = spark_histogram(df, "n", nulls="skip")
+    assert r.histogram == LengthHistogram.from_lengths(lengths) and r.num_nulls == 1
+    assert r.histogram.values.dtype == np.int64
+    ids = spark_bucket_ids(df.dropna(), [7, 2**40], "n").select("bucket").collect()
+    assert sorted(x["bucket"] for x in ids) == [0, 0, 0, 0, 1, 1]
+    both = spark_histogram(df, ["n", "n"], nulls="skip")  # joint: each column as one length
+    assert both.histogram.rows.tolist() == [[v, v] for v in sorted(set(lengths))]
+    for big in (2**62, 2**63 + 5):
+        pq.write_table(pa.table({"n": pa.array([3, big], pa.uint64())}), tmp_path / "a.parquet")
+        with pytest.raises(ValueError, match=rf"holds the length {big}, not below 2\*\*62"):
+            spark_histogram(spark.read.parquet(str(tmp_path)), "n")
+    with pytest.raises(TypeError, match=r"decimal\(10,2\) numbers"):  # a fraction: refused
+        spark_histogram(spark.createDataFrame([(1,)], "n int").selectExpr(
+            "cast(n as decimal(10,2)) as n"), "n")  # fmt: skip
 
 
 def test_not_a_frame_is_a_type_error_where_main_has_no_file(monkeypatch):

@@ -300,6 +300,40 @@ def test_resume_mid_epoch_yields_exactly_the_rest():
         other.load_state_dict(state)
 
 
+@pytest.mark.filterwarnings("ignore:ShardedSampler")  # (defer's per-epoch count)
+@pytest.mark.parametrize("options", [{}, {"defer": 0.5}, {"last_batch": "fill"}])
+def test_a_state_between_epochs_loads_on_another_number_of_ranks(options):
+    """s30-scale: the docs resume a ShardedSampler "as with BucketSampler", whose state saved
+    between epochs loads on any number of ranks (an elastic restart), but a ShardedSampler's was
+    refused on 4 ranks and on 1 after 8 saved it: its plan digest hashes the ranks' table, which
+    other ranks always change. Now it loads there (epoch 2 whole on the new ranks); a state
+    within the epoch, or of another seed, is refused as before."""
+    lengths = np.asarray(load_real("gsm8k"))[:, 0]
+    opts = dict(num_buckets=8, max_tokens=4096, seed=3, **options)
+
+    def world(n, **extra):
+        return _samplers(lengths, np.array_split(np.arange(lengths.size), n), **(opts | extra))
+
+    saved = world(8)[0]
+    saved.set_epoch(2)
+    at_start = json.loads(json.dumps(saved.state_dict()))
+    for after in (4, 1):
+        for resumed, fresh in zip(world(after), world(after), strict=True):
+            resumed.load_state_dict(at_start)
+            fresh.set_epoch(2)
+            assert resumed.epoch == 2 and [list(b) for b in resumed] == [list(b) for b in fresh]
+    list(saved)
+    resumed = world(4)[1]
+    resumed.load_state_dict(json.loads(json.dumps(saved.state_dict())))  # epoch 2 finished
+    assert resumed.epoch == 2 and list(resumed) == []
+    with pytest.raises(ValueError, match="seed=3 in the state but seed=4"):
+        world(4, seed=4)[0].load_state_dict(at_start)
+    saved.set_epoch(2)
+    next(iter(saved))
+    with pytest.raises(ValueError, match=r"num_replicas=8 in the state.*set_epoch\(3\)"):
+        world(4)[0].load_state_dict(json.loads(json.dumps(saved.state_dict())))
+
+
 def test_sampler_protocol_passes_checkpoints_and_counts():
     """Review findings: a new pass advances the epoch, rank 0's checkpoint restores another rank,
     a promoted sample counts once, callables and caches do not split the ranks' digests, and

@@ -154,6 +154,13 @@ def _open(
     import pyarrow.dataset as pads
 
     what = f"the {type(source).__name__}"
+    if isinstance(source, (list, tuple)) and not source:  # (s30-scale: "got list", as if a
+        # list were not a source)
+        raise ValueError(
+            f"source is an empty {type(source).__name__}: there are no Parquet files to read; "
+            "pass at least one file, directory or glob (an empty list often means a glob "
+            "that matched nothing upstream)"
+        )
     own = isinstance(source, (str, os.PathLike)) or (
         isinstance(source, (list, tuple))
         and bool(source)

@@ -75,7 +75,7 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
     measured = df.select(*[e.alias(n) for e, n in zip(exprs, names, strict=True)])
     what = f"the Spark DataFrame ({_describe(items)})"
     try:
-        keys, counts, num_nulls = _grouped_counts(measured.groupBy(*names).count(), names)
+        keys, counts, num_nulls = _grouped_counts(measured.groupBy(*names).count(), names, what)
     except Exception as exc:  # NOTE [ An empty shard with a column of type null ]
         found = _untyped_empty_file(df, items) or _type_mismatch(exc)
         if found is None:
@@ -103,7 +103,9 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
     return acc.result(what)
 
 
-def _grouped_counts(grouped: Any, names: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
+def _grouped_counts(
+    grouped: Any, names: list[str], what: str = "the Spark DataFrame"
+) -> tuple[np.ndarray, np.ndarray, int]:
     """The distinct non-null lengths ``(U, D)`` of ``groupBy(*names).count()``, their counts
     (``int64``) and the rows with a null length, brought to the driver.
 
@@ -129,7 +131,9 @@ def _grouped_counts(grouped: Any, names: list[str]) -> tuple[np.ndarray, np.ndar
         null = np.zeros(table.num_rows, dtype=bool)
         for n in names:
             null |= table.column(n).is_null().to_numpy(zero_copy_only=False)
-        cols = [table.column(n).fill_null(0).to_numpy().astype(np.int64) for n in names]
+        cols = [
+            _ints(table.column(n).fill_null(0).to_numpy(zero_copy_only=False), what) for n in names
+        ]
         keys = np.stack(cols, axis=1) if cols else np.zeros((table.num_rows, 0), np.int64)
         counts = table.column("count").to_numpy().astype(np.int64)
         return keys[~null], counts[~null], int(counts[null].sum())
@@ -142,8 +146,22 @@ def _grouped_counts(grouped: Any, names: list[str]) -> tuple[np.ndarray, np.ndar
             continue
         listed.append(key)
         counted.append(int(r["count"]))
-    keys = np.array(listed, dtype=np.int64).reshape(len(listed), width)
+    keys = _ints(np.array(listed, dtype=object).reshape(len(listed), width), what)
     return keys, np.array(counted, dtype=np.int64), num_nulls
+
+
+def _ints(values: np.ndarray, what: str) -> np.ndarray:
+    """Grouped lengths as ``int64``; whole ``Decimal`` ones (a ``decimal(p,0)`` column, see
+    :func:`_length_expr`) through Python ints, a value of ``2**62`` or more named."""
+    if values.dtype != object:
+        return values.astype(np.int64)
+    ints = [int(v) for v in values.ravel()]
+    if ints and max(ints) > MAX_LENGTH:
+        raise ValueError(
+            f"{what} holds the length {max(ints)}, not below 2**62 (the longest bucketloader "
+            "supports); fix or filter those rows"
+        )
+    return np.array(ints, np.int64).reshape(values.shape)
 
 
 def spark_bucket_ids(
@@ -417,6 +435,28 @@ def _in_some_file(spark: Any, field: Any, paths: list[str]) -> bool:
     return bool(read.where(F.col(_quoted(field.name)).isNotNull()).limit(1).count())
 
 
+def _merged_hint(df: Any, column: str) -> str:
+    """Where ``column`` is in some of ``df``'s Parquet files but not in the one Spark took the
+    schema from (``spark.read.parquet`` reads one file's footer, not all), say so and name
+    ``mergeSchema``: s30-scale, shards written before the column was added, sorted first, gave
+    only "column 'n' not found; the DataFrame has columns ['other']", though the files held it.
+    Best effort on the error path (the merged schema of up to 1,024 of the files' footers)."""
+    try:
+        paths = df.inputFiles()[:1024]
+        if not paths:
+            return ""
+        merged = df.sparkSession.read.option("mergeSchema", "true").parquet(*paths).columns
+    except Exception:  # (not read from Parquet files, or schemas Spark cannot merge)
+        return ""
+    if column not in merged:
+        return ""
+    return (
+        f" (its schema came from one Parquet file; other files hold {column!r}: read them "
+        "with spark.read.option('mergeSchema', 'true').parquet(...), whose files without the "
+        "column read as null rows, named under nulls='raise' and left out under nulls='skip')"
+    )
+
+
 def _describe(items: list[Any]) -> str:
     text = [c if isinstance(c, str) else str(c) for c in items]
     return f"column {text[0]!r}" if len(text) == 1 else f"columns {text}"
@@ -437,6 +477,7 @@ def _length_expr(df: Any, column: Any) -> Any:
             fix = f"pass it as a Column, F.col({column!r})"
             raise MissingKeyError(
                 f"column {column!r} not found; the DataFrame has columns {df.columns}"
+                + _merged_hint(df, column)
                 + nested_field(
                     column,
                     [f.name for f in df.schema.fields if isinstance(f.dataType, T.StructType)],
@@ -456,6 +497,12 @@ def _length_expr(df: Any, column: Any) -> Any:
         return F.length(col).cast("long")
     if isinstance(dtype, (T.ByteType, T.ShortType, T.IntegerType, T.LongType)):
         return col.cast("long")
+    if isinstance(dtype, T.DecimalType) and dtype.scale == 0:
+        # whole numbers: how Spark reads a Parquet uint64 column (decimal(20,0)). Grouped as
+        # they are (a cast to long fails on a value past 2**63 under ANSI, or turns it into
+        # a null), and made ints on the driver, where the 2**62 limit names the value (s30-scale:
+        # refused as "decimal(20,0) numbers; lengths are whole numbers", which they were)
+        return col
     if isinstance(dtype, (T.FloatType, T.DoubleType, T.DecimalType)):
         raise TypeError(
             f"column {label!r} holds {dtype.simpleString()} numbers; lengths are whole numbers: "
