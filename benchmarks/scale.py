@@ -55,7 +55,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks._data import DATA, FILES  # noqa: E402
+from benchmarks._data import DATA, FILES, resample  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "scale.md"
 PNG = ROOT / "benchmarks" / "results" / "scale.png"
@@ -241,7 +241,7 @@ def exchange_cost(n=10_000_000, ranks=8):
     from bucketloader import LengthHistogram
     from bucketloader.sharded import LocalExchange, ShardedSampler
 
-    lengths = _draw(n, seed=1)
+    lengths = resample(n, seed=1)
     shards = np.array_split(np.arange(n), ranks)
     hists = [LengthHistogram.from_lengths(lengths[s]) for s in shards]
     out = {}
@@ -279,15 +279,6 @@ def exchange_cost(n=10_000_000, ranks=8):
 
 
 # -- one measured point per process ------------------------------------------------------------
-def _draw(n: int, seed: int) -> np.ndarray:
-    """n lengths resampled from LibriSpeech, int32, drawn in chunks (no full-size temporary)."""
-    base = np.loadtxt(DATA / FILES["librispeech"], dtype=np.int32)
-    rng = np.random.default_rng(seed)
-    out = np.empty(n, dtype=np.int32)
-    step = 1 << 22
-    for i in range(0, n, step):
-        out[i : i + step] = base[rng.integers(0, base.size, min(step, n - i))]
-    return out
 
 
 def _other_histograms(n_each: int, count: int, seed: int):
@@ -312,7 +303,7 @@ def point(kind: str, n: int, ranks: int) -> dict:
     from bucketloader import BucketSampler, LengthHistogram, compute_boundaries
 
     shard_n = n // ranks if kind == "sharded" else n
-    lengths = _draw(shard_n, seed=1)
+    lengths = resample(shard_n, seed=1)
     others = _other_histograms(n // ranks, ranks - 1, seed=2) if kind == "sharded" else []
     _reset_peak()
     base_rss = _peak(resource)

@@ -39,23 +39,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks._data import DATA, FILES  # noqa: E402
+from benchmarks._data import resample  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "shard_ranks.md"
 RAW = OUT.with_suffix(".json")  # every point measured so far, by (N, ranks): the table's rows
 HEAD = 5_000  # batches iterated as lists before the state is taken, and compared after it
 POINTS = ((10_000_000, 1), (10_000_000, 8), (10_000_000, 64), (100_000_000, 1),
           (100_000_000, 8), (100_000_000, 64))  # fmt: skip
-
-
-def _draw(n: int, seed: int) -> np.ndarray:
-    base = np.loadtxt(DATA / FILES["librispeech"], dtype=np.int32)
-    rng = np.random.default_rng(seed)
-    out = np.empty(n, dtype=np.int32)
-    step = 1 << 22
-    for i in range(0, n, step):
-        out[i : i + step] = base[rng.integers(0, base.size, min(step, n - i))]
-    return out
 
 
 def _reset_peak() -> None:
@@ -84,7 +74,7 @@ def worker(rank: int, world: int, n: int, port: int) -> dict:
         timeout=timedelta(seconds=300),
     )
     lo, hi = n * rank // world, n * (rank + 1) // world
-    shard = _draw(hi - lo, seed=1000 + rank)
+    shard = resample(hi - lo, seed=1000 + rank)
     dist.barrier()
     _reset_peak()
     before = _status("VmHWM")
