@@ -229,3 +229,39 @@ def test_a_model_that_mixes_packed_documents_is_refused(tmp_path):
     with pytest.raises(ValueError, match="numbers positions after its padding index"):
         hf.BucketTrainer(model=roberta, args=args, bucketing=masked)
     assert bert.training and bloom.training  # (the pass left them as it found them)
+
+
+def test_the_packing_probe_reads_a_custom_models_output(tmp_path):
+    """A model of the user's own (a dict out, no get_input_embeddings) is probed too: one that
+    runs a cumulative sum over the row mixes the documents; one that keeps each token to itself
+    passes."""
+
+    class Model(torch.nn.Module):
+        def __init__(self, mix):
+            super().__init__()
+            self.mix, self.embed, self.out = (
+                mix,
+                torch.nn.Embedding(101, 8),
+                torch.nn.Linear(8, 101),
+            )
+
+        def get_input_embeddings(self):
+            raise NotImplementedError
+
+        def forward(self, input_ids, labels=None, **_):
+            h = self.embed(input_ids)
+            logits = self.out(h.cumsum(1) if self.mix else h)
+            loss = None
+            if labels is not None:
+                loss = torch.nn.functional.cross_entropy(
+                    logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX
+                )
+            return {"loss": loss, "logits": logits}
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True, save_strategy="no"
+    )
+    packed = hf.for_packing(_dataset(8), pad_token_id=0, row_length=512, batch_size=2)
+    with pytest.raises(ValueError, match="Model does not keep the packed documents"):
+        hf.BucketTrainer(model=Model(mix=True), args=args, bucketing=packed)
+    hf.BucketTrainer(model=Model(mix=False), args=args, bucketing=packed)

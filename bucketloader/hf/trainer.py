@@ -1952,11 +1952,12 @@ def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
     stance = getattr(torch.compiler, "set_stance", None)  # (torch >= 2.6)
     if stance is None and _compiles(model):
         return None  # (the probe's shape would compile a graph the plan does not have)
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    vocab = getattr(embeddings, "num_embeddings", None)
-    if not isinstance(vocab, int) or vocab < 2:
-        return None
-    a, b = vocab // 2, vocab // 2 + 1
+    try:  # (a model of the user's own may not say: NotImplementedError)
+        vocab = getattr(model.get_input_embeddings(), "num_embeddings", None)
+    except Exception:
+        vocab = None
+    # two ids mid-vocabulary (0 and 1 where the vocabulary's size is not known: in every one)
+    a, b = (vocab // 2, vocab // 2 + 1) if isinstance(vocab, int) and vocab > 2 else (0, 1)
     docs = torch.tensor([[0, 0, 0, 1, 1, 1]] * 2)
     batch: dict[str, Any] = {
         "input_ids": torch.tensor([[a, a, a, a, b, a], [b, b, b, a, b, a]]),
@@ -1978,17 +1979,29 @@ def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
         eager = stance("force_eager") if stance is not None else contextlib.nullcontext()
         with torch.no_grad(), eager:  # (a compiled model runs it uncompiled: no new graph)
             out = model(**batch, use_cache=False)
-        logits = out.logits if hasattr(out, "logits") else out[0]
+        logits = _logits_of(out)
         second = logits[:, 3:].float()
     except Exception:  # (the pass a batch of this kind cannot make: training will say why)
         return None
     finally:
         model.train(training)
-    if not isinstance(second, torch.Tensor) or second.shape[0] != 2:
+    if second.dim() < 2 or second.shape[:2] != (2, 3):  # (not one row of logits per token)
         return None
     moved = float((second[0] - second[1]).abs().max())
     scale = float(second.abs().max())
     return moved if moved > 1e-5 * (1.0 + scale) else 0.0
+
+
+def _logits_of(out: Any) -> Any:
+    """A model output's logits: a ``ModelOutput``'s or a dict's ``logits``, a tensor itself,
+    or a tuple's first tensor after a loss-less call (``None`` where none is found)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, Mapping):  # (ModelOutput is one too)
+        return out.get("logits")
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    return getattr(out, "logits", None)
 
 
 def _compiles(model: Any) -> bool:
