@@ -215,7 +215,9 @@ def test_a_model_that_mixes_packed_documents_is_refused(tmp_path):
         "pack with hf.for_packing(..., attention='mask'), which BertLMHeadModel keeps apart"
     )
     masked = hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=2, attention="mask")
+    bert.bert.embeddings.eval()  # (a part the user keeps in eval mode stays there)
     hf.BucketTrainer(model=bert, args=args, bucketing=masked)  # (that one it does)
+    assert bert.training and not bert.bert.embeddings.training
     bloom = transformers.BloomForCausalLM(
         transformers.BloomConfig(vocab_size=101, hidden_size=16, n_layer=1, n_head=2)
     )

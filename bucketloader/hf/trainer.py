@@ -1973,7 +1973,7 @@ def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
         batch["seq_idx"] = torch.tensor([[0, 0, 0, 1, 1, 1], [2, 2, 2, 3, 3, 3]], dtype=torch.int32)
     device = params[0].device
     batch = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-    training = model.training
+    modes = [(m, m.training) for m in model.modules()]  # (a tower the user froze in eval too)
     try:
         model.eval()
         eager = stance("force_eager") if stance is not None else contextlib.nullcontext()
@@ -1984,7 +1984,8 @@ def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
     except Exception:  # (the pass a batch of this kind cannot make: training will say why)
         return None
     finally:
-        model.train(training)
+        for module, mode in modes:
+            module.training = mode
     if second.dim() < 2 or second.shape[:2] != (2, 3):  # (not one row of logits per token)
         return None
     moved = float((second[0] - second[1]).abs().max())
