@@ -1906,18 +1906,26 @@ def _refuse_missing_main_input(dataset: Any, column: str, owner: str) -> None:
 _POSITION_TABLES = ("position_embeddings", "wpe", "embed_positions")
 
 
+def _position_tables(model: Any) -> Iterator[tuple[str, torch.nn.Embedding]]:
+    """``model``'s learned position tables (BERT's ``position_embeddings``, GPT-2's ``wpe``,
+    BART's ``embed_positions``), by name. Only a model whose config has
+    ``max_position_embeddings`` (GPT-2's ``n_positions`` reads as it) is looked at: a composite
+    one's (an audio tower beside a rotary LLM) bounds no text."""
+    config = getattr(model, "config", None)  # (wrappers, PEFT's too, forward it)
+    if not isinstance(getattr(config, "max_position_embeddings", None), int):
+        return
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in _POSITION_TABLES:
+            yield name, module
+
+
 def _padding_positions(model: Any) -> str:
     """The position table of ``model`` that reserves rows up to its ``padding_idx`` (RoBERTa,
     XLM-R, ESM: positions count from ``padding_idx + 1``), named with its padding index; ``""``
     without one."""
-    if not isinstance(
-        getattr(getattr(model, "config", None), "max_position_embeddings", None), int
-    ):
-        return ""
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Embedding) and module.padding_idx is not None:
-            if name.rsplit(".", 1)[-1] in _POSITION_TABLES:
-                return f"{name}: padding_idx={module.padding_idx}"
+    for name, module in _position_tables(model):
+        if module.padding_idx is not None:
+            return f"{name}: padding_idx={module.padding_idx}"
     return ""
 
 
@@ -2013,18 +2021,10 @@ def _compiles(model: Any) -> bool:
 def _position_limit(model: Any) -> tuple[int | None, str]:
     """The longest sequence ``model``'s position tables embed, and the shortest table's name;
     ``(None, "")`` without one. A table's first ids may be reserved: RoBERTa's positions start
-    after its ``padding_idx`` (514 rows, 512 tokens), BART's after an ``offset`` of 2. Only a
-    model whose config has ``max_position_embeddings`` (GPT-2's ``n_positions`` reads as it)
-    is looked at: a composite one's (an audio tower beside a rotary LLM) bounds no text."""
+    after its ``padding_idx`` (514 rows, 512 tokens), BART's after an ``offset`` of 2 (the
+    tables of :func:`_position_tables`)."""
     best: tuple[int | None, str] = (None, "")
-    config = getattr(model, "config", None)  # (wrappers, PEFT's too, forward it)
-    if not isinstance(getattr(config, "max_position_embeddings", None), int):
-        return best
-    for name, module in model.named_modules():
-        if not isinstance(module, torch.nn.Embedding):
-            continue
-        if name.rsplit(".", 1)[-1] not in _POSITION_TABLES:
-            continue
+    for name, module in _position_tables(model):
         pad = module.padding_idx
         offset = getattr(module, "offset", 0)
         reserved = (offset if isinstance(offset, int) else 0) + (0 if pad is None else pad + 1)
