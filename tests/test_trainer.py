@@ -365,6 +365,18 @@ def _bert_config(**kw):
     )
 
 
+def _image_calls(model) -> list[tuple[tuple[int, int], Any]]:
+    """Each forward call's image size and interpolate_pos_encoding, as the model is called."""
+    seen: list[tuple[tuple[int, int], Any]] = []
+    model.register_forward_pre_hook(
+        lambda _m, _a, kw: seen.append(
+            (tuple(kw["pixel_values"].shape[-2:]), kw.get("interpolate_pos_encoding"))
+        ),
+        with_kwargs=True,
+    )
+    return seen
+
+
 def _tiny_vit(*, image_size, num_labels, hidden_size=16, intermediate_size=32):
     """A one-layer ViT classifier built from a config (nothing downloaded)."""
     return transformers.ViTForImageClassification(
@@ -1738,13 +1750,7 @@ def test_a_vit_gets_interpolated_positions_for_images_of_other_sizes(tmp_path):
         }
     )
     vit = _tiny_vit(image_size=32, num_labels=3)
-    seen: list[tuple[tuple[int, int], Any]] = []
-    vit.register_forward_pre_hook(
-        lambda _m, _a, kw: seen.append(
-            (tuple(kw["pixel_values"].shape[-2:]), kw.get("interpolate_pos_encoding"))
-        ),
-        with_kwargs=True,
-    )
+    seen = _image_calls(vit)
     args = _args(tmp_path, max_steps=4, per_device_train_batch_size=2, eval_strategy="no")
     trainer = hf.BucketTrainer(
         model=vit, args=args, train_dataset=ds, bucketing={"max_shapes": 4, "seed": 0}
@@ -1787,13 +1793,7 @@ def test_a_classifier_over_a_vision_tower_gets_interpolated_positions_too(tmp_pa
     )
     config.num_labels = 3
     model = transformers.SiglipForImageClassification(config)
-    seen: list[tuple[tuple[int, int], Any]] = []
-    model.register_forward_pre_hook(
-        lambda _m, _a, kw: seen.append(
-            (tuple(kw["pixel_values"].shape[-2:]), kw.get("interpolate_pos_encoding"))
-        ),
-        with_kwargs=True,
-    )
+    seen = _image_calls(model)
     args = _args(tmp_path, max_steps=4, per_device_train_batch_size=2, eval_strategy="no")
     trainer = hf.BucketTrainer(
         model=model, args=args, train_dataset=ds, bucketing={"max_shapes": 4, "seed": 0}
