@@ -1958,7 +1958,7 @@ def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
     if not params or any(p.device.type == "meta" for p in params):
         return None
     stance = getattr(torch.compiler, "set_stance", None)  # (torch >= 2.6)
-    if stance is None and _compiles(model):
+    if stance is None and _is_compiled(model):
         return None  # (the probe's shape would compile a graph the plan does not have)
     try:  # (a model of the user's own may not say: NotImplementedError)
         vocab = getattr(model.get_input_embeddings(), "num_embeddings", None)
@@ -2011,11 +2011,6 @@ def _logits_of(out: Any) -> Any:
     if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
         return out[0]
     return getattr(out, "logits", None)
-
-
-def _compiles(model: Any) -> bool:
-    """Whether ``model`` is compiled (``torch.compile(model)`` or ``model.compile()``)."""
-    return hasattr(model, "_orig_mod") or getattr(model, "_compiled_call_impl", None) is not None
 
 
 def _position_limit(model: Any) -> tuple[int | None, str]:
