@@ -699,7 +699,8 @@ def fill_appearances(schedule: ShardSchedule) -> int:
     the batches whose repeats take it, over every rank, from the schedule alone (no rank's
     rows: what a rank places in a cell, and which slots repeat which position of the cell's
     placed samples, :func:`_repeats`, depend on the counts only; which sample sits at a
-    position changes per epoch, the most does not). ``O(steps log steps)`` per rank. Exact
+    position changes per epoch, the most does not). ``O(steps log steps)`` per rank with filler
+    rows (a rank without any repeats nothing and is skipped). Exact
     without exchange; with it only a lower bound: a row lent to another rank (a copy) is
     repeated there too (30 random exchanged plans: equal in 15, 1 to 4 below the batches' most
     in 15), so :class:`~bucketloader.sharded.ShardedSampler` does not use it there.
@@ -716,7 +717,9 @@ def fill_appearances(schedule: ShardSchedule) -> int:
     first = np.repeat(np.cumsum(steps) - steps, steps)
     j = np.arange(total) - first  # each step's batch index within its cell
     most = 1
-    for take in schedule.placed.astype(np.int64):
+    for take, filler in zip(schedule.placed.astype(np.int64), schedule.filler, strict=True):
+        if not filler.any():  # (no slot of this rank's repeats anything: each sample once)
+            continue
         t, n = take[cell], steps[cell]
         per = t // n + (j < t % n)  # each batch's own samples (plan_shard_epoch)
         want = rows[cell] - per  # its repeats

@@ -686,23 +686,23 @@ class Joint:
         ranks = "torch" in sys.modules and default_ranks()[0] > 1
         if (cache is None or cache is False) and not ranks:
             return _solve(hist, params, started)
-        asked = [time.perf_counter()]  # (set again just before the lookup)
+        asked = time.perf_counter()  # (set again just before the lookup; solve() reads it then)
 
         def solve() -> JointSolution:
             # Under several ranks rank 0 solves once every rank has reached the lookup's
             # collective (NOTE [ One joint plan for every rank ]): that wait for the others is no
             # part of the solve, as the others' wait for rank 0 is not (s30-rev: a rank that
             # came 1.5 s late took 1.5 s off rank 0's search and bound, down to FLOOR)
-            return _solve(hist, params, started + (time.perf_counter() - asked[0] if ranks else 0))
+            return _solve(hist, params, started + (time.perf_counter() - asked if ranks else 0))
 
         if cache is None or cache is False:  # NOTE [ One joint plan for every rank ]
             with tempfile.TemporaryDirectory(prefix="bucketloader-joint-") as tmp:
                 fresh = BucketCache(tmp)
-                asked[0] = time.perf_counter()
+                asked = time.perf_counter()
                 return _joint(fresh.get_or_solve(hist, "joint", params, solve))
         if cache is True:
             cache = BucketCache()
-        asked[0] = time.perf_counter()
+        asked = time.perf_counter()
         return _joint(cache.get_or_solve(hist, "joint", params, solve))
 
 
