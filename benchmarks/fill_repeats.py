@@ -7,7 +7,8 @@ epoch (``report().totals["repeated"]``, checked against the batches), the distin
 repeated in epoch 0, the most times one sample appears in an epoch, the median length
 percentile of the repeated samples (0.5: typical lengths, 1.0: the longest), how many were
 repeated in every one of the 4 epochs, and whether the sampler warns (NOTE [ What fill
-repeats ] in ``bucketloader/plan/epoch.py``). Lengths: LibriSpeech in wav2vec2 frames (samples /
+repeats ] in ``bucketloader/plan/epoch.py``), and each sampler's padding in epoch 0 (the price of
+the fill, NOTE [ Filling a small bucket ]). Lengths: LibriSpeech in wav2vec2 frames (samples /
 320), Common Voice in 20 ms frames, GSM8K question + answer + 2, Europarl en + fr + 2.
 
 The streams (``BucketIterable``, ``PackIterable``) are measured the same way: one pass over
@@ -162,7 +163,9 @@ def measure() -> list[tuple[str, str, int, dict[str, object], str]]:
                 assert int((c - (c > 0)).sum()) == ss[0].report(e).totals["repeated"]
                 counts.append(c)
             label = f"{cls.__name__} {opts}"
-            rows.append((label, name, r, summary(lens, counts), "yes" if warned else "no"))
+            row = summary(lens, counts)
+            row["padding"] = f"{ss[0].report(0).padding:.2%}"  # every rank's epoch 0, filler in
+            rows.append((label, name, r, row, "yes" if warned else "no"))
     for cls, name, opts in STREAMS:
         lens = sets[name]
         for r in (1, 8):
@@ -191,17 +194,19 @@ def main() -> None:
         "Written by `benchmarks/fill_repeats.py` (see its docstring). Repeats: extra appearances "
         "per epoch, epochs 0-3, over all ranks. Distinct: samples repeated in epoch 0. Most: "
         "the most times one sample appears in an epoch. Length pct: median length percentile "
-        "of the repeated samples. Every epoch: samples repeated in all 4 epochs.",
+        "of the repeated samples. Every epoch: samples repeated in all 4 epochs. Padding: the "
+        "sampler's `report(0).padding` (epoch 0, every rank, filler rows included; '-' for the "
+        "streams and DistributedSampler).",
         "",
         "| sampler | data | ranks | repeats / epoch | distinct | most | length pct | "
-        "every epoch | warns |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "every epoch | warns | padding |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for label, name, r, s, warned in measure():
         reps = ", ".join(f"{x:,}" for x in s["repeats"])  # type: ignore[attr-defined]
         lines.append(
             f"| {label} | {name} | {r} | {reps} | {s['distinct']:,} | {s['most']} | "
-            f"{s['pct']:.2f} | {s['every']:,} | {warned} |"
+            f"{s['pct']:.2f} | {s['every']:,} | {warned} | {s.get('padding', '-')} |"
         )
     OUT.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -171,6 +171,18 @@ def plan_10m(n, lines):
         first = next(it)
     with Clock() as rest:
         count = 1 + sum(1 for _ in it)
+    # Resume half way into rank 0's epoch: a new sampler (as after a restart), the state loaded,
+    # then its first batch (the epoch's plan recomputed from (seed, epoch), then the skip).
+    sampler.set_epoch(0)
+    it = iter(sampler)
+    for _ in range(count // 2):
+        next(it)
+    state = sampler.state_dict()
+    with Clock() as resume:
+        again = BucketSampler(lengths, max_tokens=65536, num_replicas=8, rank=0, shuffle=True)
+        again.load_state_dict(state)
+        resumed = next(iter(again))
+    assert resumed == next(it), "the resumed sampler's first batch is not the next batch"
     lines += [
         f"\n## Plan time, {n:,} lengths (lognormal tokens), shuffled, max_tokens=65,536, "
         "8 ranks (rank 0)\n",
@@ -183,6 +195,8 @@ def plan_10m(n, lines):
         f"**{build.wall + plan.wall:.2f}** | **{build.cpu + plan.cpu:.2f}** |",
         f"| rest of rank 0's epoch ({count:,} batches of index lists) | {rest.wall:.2f} | "
         f"{rest.cpu:.2f} |",
+        f"| resume half way into the epoch: a new `BucketSampler(...)`, `load_state_dict`, its "
+        f"first batch | {resume.wall:.2f} | {resume.cpu:.2f} |",
         f"\nShapes: {len(sampler.shapes)}; first batch {len(first)} samples.",
     ]
 

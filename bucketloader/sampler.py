@@ -7,8 +7,8 @@ A ``DataLoader`` pulls batches from its batch sampler ahead of the training loop
 sampler is ahead of what the model has consumed. Pass the count your loop consumed,
 ``sampler.state_dict(batches_consumed=step_in_epoch)``, to resume exactly after the last trained
 batch. Resuming recomputes the epoch plan from ``(seed, epoch)`` and skips to the position: O(plan)
-(about 0.2 s for a million samples), with no data replayed. The state holds no rank, so a
-checkpoint saved by rank 0 restores every rank.
+(0.40 CPU s to the first batch for 10 M lengths: ``benchmarks/results/sampler.md``), with no data
+replayed. The state holds no rank, so a checkpoint saved by rank 0 restores every rank.
 
 NOTE [ Exact resume behind DataLoader workers ]
 The default path is exact: ``sampler.dataloader(dataset, num_workers=..., collate_fn=...)``
