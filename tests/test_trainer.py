@@ -1487,6 +1487,35 @@ def test_a_plan_error_names_the_dataset_it_came_in(tmp_path):
         trainer.evaluate(unlabelled)
 
 
+def test_a_plan_error_says_its_column_fix_as_the_trainer_takes_it(tmp_path):
+    """s31: for_text's (and its siblings') column fixes are OptionErrors the trainer re-says as
+    bucketing={'column': ...}; a table of two texts rewrote them before, which left the other
+    hints as column=... and said "name the token column ((bucketing=...)" with two parentheses."""
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    args = _args(tmp_path, remove_unused_columns=False)
+
+    def said(dataset, **bucketing):
+        trainer = hf.BucketTrainer(model=model, args=args, train_dataset=dataset, **bucketing)
+        with pytest.raises((TypeError, ValueError)) as err:
+            trainer.get_train_dataloader()
+        assert "column=" not in str(err.value)
+        return type(err.value), str(err.value)
+
+    ints = ds.remove_columns("input_ids").add_column("input_ids", list(range(len(ds))))
+    kind, text = said(ints)
+    assert (
+        kind is TypeError and "name the token column (bucketing={'column': 'input_ids'});" in text
+    )
+    kind, text = said(ds, bucketing={"column": ["input_ids", "input_ids"]})
+    assert kind is ValueError
+    assert "got bucketing={'column': ['input_ids', 'input_ids']}; list each" in text
+    nested = ds.add_column("extra", [[[1]] * 3] * len(ds))
+    assert said(nested)[1].endswith("bucket it too (bucketing={'column': [..., 'extra']})")
+    trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds, eval_dataset=nested)
+    with pytest.raises(ValueError, match=r"^eval_dataset: .*\(eval_bucketing=\{'column': \[\.\.\."):
+        trainer.get_eval_dataloader()
+
+
 def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():
     """NOTE [ A step with no real row ]: a causal LM's loss shifts the labels (transformers sets
     ``_loss_shifts_labels``), so a label at position 0 alone is no target: the batch is marked

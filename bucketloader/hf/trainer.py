@@ -95,7 +95,13 @@ from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 from bucketloader._arrow import nesting
 from bucketloader._files import NotAFile, read_json, write_atomic
 from bucketloader._samples import load_samples
-from bucketloader._validation import MissingKeyError, keyword_options, release
+from bucketloader._validation import (
+    MissingKeyError,
+    OptionError,
+    keyword,
+    keyword_options,
+    release,
+)
 from bucketloader._version import __version__
 from bucketloader.evaluation import EvalSampler, restore_order
 from bucketloader.hf.bucketing import (
@@ -1284,26 +1290,39 @@ def _naming(argument: str, option: str) -> Iterator[None]:
     own checks of its columns) starts with the argument it came in, as the checks after the
     plan do: a trainer given ``train_dataset``, ``eval_dataset`` (or a dict of them) and
     ``test_dataset`` said "the dataset does not have 'input_ids'" without saying which
-    (s28-hf). for_text's ``column=...`` fix is said as the trainer's ``option`` (``bucketing``
-    or ``eval_bucketing``) takes it. The type and the traceback are kept; a text that already
-    starts with the argument is left as it is."""
+    (s28-hf). An :class:`~bucketloader._validation.OptionError` says its ``column`` fix as the
+    trainer's ``option`` (``bucketing`` or ``eval_bucketing``) takes it (:func:`_spell_option`);
+    until s31 a table of for_text's texts was rewritten here, which missed the other hints and
+    doubled a parenthesis. The type and the traceback are kept; a text that already starts with
+    the argument is left as it is."""
     try:
         yield
     except (ValueError, TypeError, KeyError) as exc:
         plain_key = isinstance(exc, KeyError) and not isinstance(exc, MissingKeyError)
-        text = str(exc.args[0] if exc.args else "") if plain_key else str(exc)  # (unquoted)
-        for python, trainer in (  # (for_text's words; the trainer takes them in option=)
-            ("name the token column with column=...", f"{option}={{'column': ...}}"),
-            ("(column='input_ids')", f"({option}={{'column': 'input_ids'}})"),
-        ):
-            text = text.replace(python, python.split("column=")[0] + trainer)
+        kind: type[Exception] = type(exc)
+        if isinstance(exc, OptionError):  # (said in the trainer's words, then plain)
+            text = exc.say(lambda name, *value: _spell_option(option, name, *value))
+            kind = exc.plain()
+        else:
+            text = str(exc.args[0] if exc.args else "") if plain_key else str(exc)  # (unquoted)
         if text.startswith(f"{argument}: "):
             raise
         try:
-            named = type(exc)(f"{argument}: {text}")
+            named = kind(f"{argument}: {text}")
         except Exception:  # (an exception type that takes other arguments: left as it is)
             raise exc from None
         raise named.with_traceback(exc.__traceback__) from None
+
+
+def _spell_option(option: str, name: str, *value: Any) -> str:
+    """An option as the trainer takes it, in ``option`` (``bucketing={'column': 'input_ids'}``;
+    a Python keyword for the rest: ``bucketing={'max_tokens': 64}`` reads as ``max_tokens=64``,
+    which the budget errors say and test_trainer matches). The column is the one whose keyword
+    misled: for_text's ``column=`` is no argument of the trainer, whose default is the model's
+    ``main_input_name``."""
+    if name != "column":
+        return keyword(name, *value)
+    return f"{option}={{'column': {value[0] if value else '...'}}}"
 
 
 # NOTE [ The Trainer's sampling strategy ]
