@@ -1186,7 +1186,10 @@ class _BucketMixin:
         grid: what the option is for); a batch at ``image_size`` is left as it was (no change
         for models trained at one size), and a model that takes no such option (DETR, YOLOS,
         ResNet: any size) is not touched. Said once in an info line. The check reads the
-        tensor's shape only (no device sync)."""
+        tensor's shape only (no device sync). A classifier whose ``forward`` takes the option
+        only through ``**kwargs``, passed on to its tower (CLIP's, MetaCLIP 2's:
+        :meth:`_takes_interpolation`), takes it too (s31: not given it, it failed at the first
+        batch of another size)."""
         if "interpolate_pos_encoding" in inputs:
             return
         pixels = inputs.get("pixel_values")
@@ -1201,7 +1204,7 @@ class _BucketMixin:
             size = (size, size)
         if not isinstance(size, (tuple, list)) or tuple(pixels.shape[-2:]) == tuple(size):
             return
-        if "interpolate_pos_encoding" not in self.model_inputs():
+        if not self._takes_interpolation():
             return
         inputs["interpolate_pos_encoding"] = True
         if not self._interpolate_noted:
@@ -1215,6 +1218,27 @@ class _BucketMixin:
                 "x".join(map(str, size)),
                 "x".join(map(str, pixels.shape[-2:])),
             )
+
+    def _takes_interpolation(self) -> bool:
+        """Whether the model's ``forward`` takes ``interpolate_pos_encoding``: by name, or
+        through ``**kwargs`` where one of its own submodules' ``forward`` names it, the tower the
+        keywords go on to (``CLIPForImageClassification.forward(pixel_values, labels,
+        **kwargs)`` calls ``self.vision_model(pixel_values, **kwargs)``). A scan of 5.x's
+        image classifiers: those with ``**kwargs`` pass them to their backbone, but Perceiver's
+        conv / Fourier ones, which take and drop them (the option changes nothing there); those
+        whose backbone names no such option (ConvNeXt, DINOv2, ResNet) are left alone."""
+        if "interpolate_pos_encoding" in self.model_inputs():
+            return True
+        model = self.model
+        base = getattr(model, "get_base_model", None)  # a PEFT wrapper, as model_inputs reads
+        model = base() if callable(base) else model
+        params = inspect.signature(model.forward).parameters.values()
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return False
+        return any(
+            "interpolate_pos_encoding" in inspect.signature(child.forward).parameters
+            for child in model.children()
+        )
 
     def _prepare_prediction(
         self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool
