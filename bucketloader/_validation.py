@@ -75,8 +75,32 @@ class OptionError(ValueError):
         self.say = say if callable(say) else lambda spell, text=str(say): text
         super().__init__(self.say(keyword))
 
+    @classmethod
+    def plain(cls) -> type[Exception]:
+        """The plain error it also is (``ValueError``, ``TypeError``, :class:`MissingKeyError`):
+        what it is once said in one caller's words, pickled or re-raised."""
+        return next(
+            b for b in cls.__bases__ if issubclass(b, Exception) and not issubclass(b, OptionError)
+        )
+
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ValueError, (str(self),))
+        return (self.plain(), (str(self),))
+
+
+class OptionTypeError(OptionError, TypeError):
+    """An :class:`OptionError` for a value of the wrong kind (a ``TypeError`` too; a column of
+    strings where token ids go), so a front end re-says its fix in its own words."""
+
+
+class OptionKeyError(OptionError, MissingKeyError):
+    """An :class:`OptionError` for a key, column or field that does not exist (a
+    :class:`MissingKeyError` too), so a front end re-says its fix in its own words.
+
+    Example:
+        >>> err = OptionKeyError(lambda o: f"no column 'x'; name one with {o('column', '...')}")
+        >>> str(err), isinstance(err, KeyError)
+        ("no column 'x'; name one with column=...", True)
+    """
 
 
 def check_int(

@@ -179,6 +179,23 @@ def test_empty_samples_batch_like_the_shortest_bucket():
     assert BucketSpec.build([0, 0, 0], max_tokens=4).cell_batch.tolist() == [4]
 
 
+def test_a_batch_size_callable_gets_a_tuple_for_one_input_too():
+    """s31: the callable gets the padded lengths tuple, ``(L,)`` for one input (NOTE [ The
+    batch-size rule ], as ``size``'s callable), where a mapping also takes a plain length as the
+    key; ``lambda b: 640 // b`` failed on the tuple, and the error now says to read shape[0]
+    (only for one input: a pair's tuple is no surprise)."""
+    seen = []
+    BucketSpec.build([3, 5, 8, 9] * 4, boundaries=[5, 9], batch_size=lambda s: seen.append(s) or 2)
+    assert seen == [(5,), (9,)]
+    hint = r"to an int \(a tuple for one input too: its padded length is shape\[0\]"
+    with pytest.raises(
+        ValueError, match=r"raised TypeError: .* for padded lengths \(5,\); .*" + hint
+    ):
+        BucketSampler([3, 5, 8, 9] * 4, boundaries=[5, 9], batch_size=lambda b: 640 // b)
+    with pytest.raises(ValueError, match=r"for padded lengths \(5, 9\); fix .* to an int$"):
+        BucketSpec.build([[3, 9], [5, 9]], max_shapes=1, batch_size=lambda b: 640 // b)
+
+
 def test_sizes_are_exact_never_wrapped():
     # issue 12: the size 2**62 + 2**62 overflowed int64 and the shape came out (10, 2**62, 2**62).
     # Lengths are < 2**62 now (as_lengths), but three of the longest still sum past int64.

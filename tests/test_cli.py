@@ -73,6 +73,25 @@ def test_readers_agree_on_every_format(files):
         read_lengths(files / "two.npy", 2)
 
 
+def test_a_jsonl_file_of_one_key_needs_no_column(tmp_path):
+    """s31: a .jsonl file whose objects hold one key asked for --column (a one-column .csv or
+    Parquet file is read as it is), and said "line 1" of a file whose first line is blank; the
+    key is now read as the column, several keys are named with the line that has them, and a
+    later object without the key says where the column came from."""
+    one = tmp_path / "one.jsonl"
+    one.write_text('\n{"ids": [1, 2, 3]}\n{"ids": [4]}\n')
+    assert read_lengths(one).tolist() == [3, 1]
+    two = tmp_path / "two.jsonl"
+    two.write_text('\n{"n": 3, "ids": [1]}\n')
+    with pytest.raises(LengthFileError, match=r"two.jsonl line 2 has keys \['ids', 'n'\]; choose"):
+        read_lengths(two)
+    assert read_lengths(two, "n").tolist() == [3]
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"n": 3}\n{"m": 5}\n')
+    with pytest.raises(LengthFileError, match=r"line 2: unknown column 'n'.*only key of line 1"):
+        read_lengths(odd)
+
+
 def test_a_file_of_one_length_per_line_is_parsed_whole(tmp_path, monkeypatch):
     # NOTE [ One length per line ]: split per line it held ~400 bytes a length (788 MB for 2 M)
     import bucketloader.cli.files as cli_files

@@ -72,16 +72,18 @@ def test_counts_by_collect_where_pyspark_has_no_to_arrow():
     null lengths counted apart, the same keys and counts as the Arrow path."""
     from pyspark.sql import Row
 
-    from bucketloader.engines.spark import _grouped_counts
+    from bucketloader.engines.spark import _collect, _counts
 
     class Grouped:  # (a groupBy(...).count() of pyspark 3: collect() only)
         def collect(self):
             return [Row(a=3, b=1, count=2), Row(a=None, b=4, count=5), Row(a=0, b=7, count=1)]
 
-    keys, counts, nulls = _grouped_counts(Grouped(), ["a", "b"])
+    keys, counts, nulls = _counts(_collect(Grouped()), ["a", "b"])
     assert keys.tolist() == [[3, 1], [0, 7]] and keys.dtype == np.int64
     assert counts.tolist() == [2, 1] and nulls == 5
-    keys, counts, nulls = _grouped_counts(type("Empty", (), {"collect": lambda self: []})(), ["a"])
+    keys, counts, nulls = _counts(
+        _collect(type("Empty", (), {"collect": lambda self: []})()), ["a"]
+    )
     assert keys.shape == (0, 1) and counts.size == 0 and nulls == 0
 
 
@@ -92,7 +94,7 @@ def test_counts_by_collect_where_pyspark_refuses_the_installed_pyarrow(monkeypat
     import pyarrow
     from pyspark.sql import Row
 
-    from bucketloader.engines.spark import _grouped_counts
+    from bucketloader.engines.spark import _collect, _counts
 
     utils = pytest.importorskip("pyspark.sql.pandas.utils")
     monkeypatch.setattr(pyarrow, "__version__", "1.0.0")  # (below every pyspark's floor)
@@ -105,7 +107,7 @@ def test_counts_by_collect_where_pyspark_refuses_the_installed_pyarrow(monkeypat
         def collect(self):
             return [Row(a=3, count=2), Row(a=None, count=5)]
 
-    keys, counts, nulls = _grouped_counts(Grouped(), ["a"])
+    keys, counts, nulls = _counts(_collect(Grouped()), ["a"])
     assert keys.tolist() == [[3]] and counts.tolist() == [2] and nulls == 5
 
 
@@ -297,6 +299,26 @@ def test_a_parquet_uint64_column_is_read_exactly(spark, tmp_path):
     with pytest.raises(TypeError, match=r"decimal\(10,2\) numbers"):  # a fraction: refused
         spark_histogram(spark.createDataFrame([(1,)], "n int").selectExpr(
             "cast(n as decimal(10,2)) as n"), "n")  # fmt: skip
+
+
+def test_a_length_past_2_62_reads_no_footer(spark, tmp_path, monkeypatch):
+    """s31: a length of 2**62 or more in a Parquet uint64 column (decimal(20,0) to Spark) was
+    refused inside the try around the Spark job, whose error path reads the footers of up to
+    1,024 of the files for a diagnosis of Spark's reading errors, then raised the same error;
+    the lengths are now converted after it: the same error, and no footer read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for i in range(3):
+        big = [3, 2**62 + i] if i else [3]
+        pq.write_table(pa.table({"n": pa.array(big, pa.uint64())}), tmp_path / f"{i}.parquet")
+    read = []
+    footer = pq.read_metadata
+    monkeypatch.setattr(pq, "read_metadata", lambda *a, **k: read.append(a) or footer(*a, **k))
+    df = spark.read.parquet(str(tmp_path))
+    with pytest.raises(ValueError, match=rf"holds the length {2**62 + 2}, not below 2\*\*62"):
+        spark_histogram(df, "n")
+    assert read == []
 
 
 def test_not_a_frame_is_a_type_error_where_main_has_no_file(monkeypatch):

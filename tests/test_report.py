@@ -576,3 +576,18 @@ def test_an_iterable_dataset_names_the_dataloader_that_scans_it():
         analyze(stream)
     r = analyze(DataLoader(stream, batch_size=None, collate_fn=stream.collator()))
     assert sorted(r.batch_shapes["inputs"]) == [(2, 5)]
+
+
+def test_samples_of_length_0_are_noted_as_the_command_line_notes_them():
+    """s31: analyze() said nothing of samples of length 0 (NaN in softmax attention), which
+    `bucketloader report` printed after its report and the samplers warn; the report's text now
+    ends with the note in the same words (one helper, zero_lengths_note), from lengths, a
+    histogram or a dataset, and never for lengths without a 0."""
+    from bucketloader.plan.limits import zero_length_note
+
+    said = "\n\nwarning: " + zero_length_note(2, 5)
+    for data in ([0, 0, 5, 6, 7], LengthHistogram.from_lengths([7, 0, 5, 0, 6])):
+        assert str(analyze(data, num_buckets=[2])).endswith(said)
+    items = [[1] * n for n in (0, 0, 5, 6, 7)]
+    assert str(analyze(items, column=len, num_buckets=[2])).endswith(said)
+    assert "length 0" not in str(analyze([1, 5, 6, 7], num_buckets=[2]))

@@ -1487,6 +1487,35 @@ def test_a_plan_error_names_the_dataset_it_came_in(tmp_path):
         trainer.evaluate(unlabelled)
 
 
+def test_a_plan_error_says_its_column_fix_as_the_trainer_takes_it(tmp_path):
+    """s31: for_text's (and its siblings') column fixes are OptionErrors the trainer re-says as
+    bucketing={'column': ...}; a table of two texts rewrote them before, which left the other
+    hints as column=... and said "name the token column ((bucketing=...)" with two parentheses."""
+    model, ds = bert_sequence(np.random.default_rng(0))[:2]
+    args = _args(tmp_path, remove_unused_columns=False)
+
+    def said(dataset, **bucketing):
+        trainer = hf.BucketTrainer(model=model, args=args, train_dataset=dataset, **bucketing)
+        with pytest.raises((TypeError, ValueError)) as err:
+            trainer.get_train_dataloader()
+        assert "column=" not in str(err.value)
+        return type(err.value), str(err.value)
+
+    ints = ds.remove_columns("input_ids").add_column("input_ids", list(range(len(ds))))
+    kind, text = said(ints)
+    assert (
+        kind is TypeError and "name the token column (bucketing={'column': 'input_ids'});" in text
+    )
+    kind, text = said(ds, bucketing={"column": ["input_ids", "input_ids"]})
+    assert kind is ValueError
+    assert "got bucketing={'column': ['input_ids', 'input_ids']}; list each" in text
+    nested = ds.add_column("extra", [[[1]] * 3] * len(ds))
+    assert said(nested)[1].endswith("bucket it too (bucketing={'column': [..., 'extra']})")
+    trainer = hf.BucketTrainer(model=model, args=args, train_dataset=ds, eval_dataset=nested)
+    with pytest.raises(ValueError, match=r"^eval_dataset: .*\(eval_bucketing=\{'column': \[\.\.\."):
+        trainer.get_eval_dataloader()
+
+
 def test_a_causal_batch_whose_only_target_the_shift_drops_has_no_target():
     """NOTE [ A step with no real row ]: a causal LM's loss shifts the labels (transformers sets
     ``_loss_shifts_labels``), so a label at position 0 alone is no target: the batch is marked
@@ -1772,11 +1801,14 @@ def test_a_vit_gets_interpolated_positions_for_images_of_other_sizes(tmp_path):
     np.testing.assert_allclose(out.predictions[rows.numpy()], real, rtol=1e-5, atol=1e-6)
 
 
-def test_a_classifier_over_a_vision_tower_gets_interpolated_positions_too(tmp_path):
+@pytest.mark.parametrize("family", ["Siglip", "CLIP"])
+def test_a_classifier_over_a_vision_tower_gets_interpolated_positions_too(tmp_path, family):
     """s30-rev: SiglipForImageClassification takes interpolate_pos_encoding but keeps its
     image_size in config.vision_config, so the trainer, reading config.image_size only, never
     passed it: its first batch of another size failed inside the model ("The size of tensor a
-    (9) must match the size of tensor b (4)")."""
+    (9) must match the size of tensor b (4)"). s31: CLIPForImageClassification takes it only
+    through **kwargs (passed on to its vision tower), which the trainer's check of the forward's
+    names missed: "Input image size (32*48) doesn't match model (32*32)"."""
     sizes = [(32, 48), (48, 32), (32, 32), (48, 48), (32, 64), (64, 64), (32, 32), (32, 32)]
     g = torch.Generator().manual_seed(0)
     ds = datasets.Dataset.from_dict(
@@ -1787,12 +1819,12 @@ def test_a_classifier_over_a_vision_tower_gets_interpolated_positions_too(tmp_pa
     )
     tiny = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2,
             "intermediate_size": 32}  # fmt: skip
-    config = transformers.SiglipConfig(
+    config = getattr(transformers, f"{family}Config")(
         vision_config={"image_size": 32, "patch_size": 16, **tiny},
         text_config={"vocab_size": 100, **tiny},
     )
     config.num_labels = 3
-    model = transformers.SiglipForImageClassification(config)
+    model = getattr(transformers, f"{family}ForImageClassification")(config)
     seen = _image_calls(model)
     args = _args(tmp_path, max_steps=4, per_device_train_batch_size=2, eval_strategy="no")
     trainer = hf.BucketTrainer(

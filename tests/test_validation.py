@@ -541,3 +541,26 @@ def test_a_histogram_where_sample_lengths_are_needed_names_the_way_to_plan_from_
             call()
     sampler = BucketSampler(lengths, boundaries=compute_boundaries(hist, 2), batch_size=2)
     assert sampler.boundaries.tolist() == compute_boundaries(lengths, 2).tolist()
+
+
+def test_an_option_error_pickles_as_the_plain_error_it_also_is():
+    """s31: OptionTypeError and OptionKeyError (for_text's column fixes) are TypeError and
+    MissingKeyError too, and pickle as those, with their Python text, as OptionError does."""
+    import pickle
+
+    from bucketloader._validation import (
+        MissingKeyError,
+        OptionError,
+        OptionKeyError,
+        OptionTypeError,
+    )
+
+    for kind, plain in (
+        (OptionError, ValueError),
+        (OptionTypeError, TypeError),
+        (OptionKeyError, MissingKeyError),
+    ):
+        err = kind(lambda o: f"name it with {o('column', '...')}")
+        assert isinstance(err, plain) and kind.plain() is plain
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is plain and str(back) == "name it with column=..."

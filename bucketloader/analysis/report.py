@@ -46,6 +46,7 @@ from bucketloader.analysis.recommend import (
     recommend_num_buckets,
 )
 from bucketloader.histogram import LengthHistogram
+from bucketloader.plan.limits import zero_lengths_note
 from bucketloader.strategies import STRATEGIES
 
 if TYPE_CHECKING:
@@ -465,6 +466,9 @@ def _summary(r: DynamicityReport) -> str:
                 "the DataLoader's dataset (column='input_ids', or column=len for items that are "
                 "sequences)"
             )
+    note = None if h is None else zero_lengths_note(h)
+    if note is not None:  # (the boundaries above may start at 0: NOTE [ Samples of length 0 ])
+        out += ["", f"warning: {note}"]  # (as the samplers warn, and precompute says it)
     return "\n".join(out)
 
 

@@ -295,7 +295,10 @@ def _read_csv(lines: list[str], name: str, column: str | int | None, sep: str) -
 
 
 def _read_jsonl(lines: list[str], name: str, column: str | int | None) -> np.ndarray:
+    """The lengths in ``column`` of each object; without ``column``, the first object's key
+    when it has only one, as a one-column ``.csv`` or Parquet file is read."""
     out = []
+    inferred = ""  # (said where a later object lacks the key taken from the first one)
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -310,13 +313,15 @@ def _read_jsonl(lines: list[str], name: str, column: str | int | None) -> np.nda
         if not isinstance(obj, dict):
             raise LengthFileError(f"{where}: expected a JSON object per line, got {obj!r:.60}")
         if column is None:
-            raise LengthFileError(
-                f"{name}: choose the length column with --column NAME (line 1 has keys "
-                f"{sorted(obj)})"
-            )
+            if len(obj) != 1:  # (the line, not "line 1": blank lines may come first)
+                raise LengthFileError(
+                    f"{where} has keys {sorted(obj)}; choose the length column with --column NAME"
+                )
+            column = next(iter(obj))
+            inferred = f" (the only key of line {n}, read as the column: choose one with --column)"
         if str(column) not in obj:
             raise LengthFileError(
-                f"{where}: unknown column {column!r}; this line has keys {sorted(obj)}"
+                f"{where}: unknown column {column!r}; this line has keys {sorted(obj)}{inferred}"
             )
         out.append(_measure(obj[str(column)], where, str(column)))
     if not out:

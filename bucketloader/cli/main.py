@@ -624,10 +624,7 @@ def _report(args: argparse.Namespace) -> int:
     plotted = _plot(report, args.plot) if args.plot else None
     if args.json:
         _write_json("--json", args.json, report.to_dict())
-    print(report)
-    note = _zero_lengths(lengths)
-    if note is not None:  # (the boundaries above may start at 0: NOTE [ Samples of length 0 ])
-        print(f"\nwarning: {note}")
+    print(report)  # (with its note on samples of length 0: NOTE [ Samples of length 0 ])
     if plotted is not None:
         print(f"\nplot written to {plotted}")
     if args.json:
@@ -643,23 +640,6 @@ def _report(args: argparse.Namespace) -> int:
 # was written: the command exited 141 with no out.json.
 
 
-def _zero_lengths(lengths: Any) -> str | None:
-    """The note on samples of length 0 among ``lengths`` (an array or a histogram)."""
-    import numpy as np
-
-    from bucketloader.histogram import JointHistogram, LengthHistogram
-    from bucketloader.plan.limits import zero_length_note
-
-    if isinstance(lengths, LengthHistogram):
-        zero = int(lengths.counts[lengths.values == 0].sum())
-        return zero_length_note(zero, lengths.num_samples)
-    if isinstance(lengths, JointHistogram):
-        zero = int(lengths.counts[(lengths.rows == 0).any(axis=1)].sum())
-        return zero_length_note(zero, lengths.num_samples)
-    table = np.asarray(lengths).reshape(len(lengths), -1)
-    return zero_length_note(int((table == 0).any(axis=1).sum()), len(table))
-
-
 def _precompute(args: argparse.Namespace) -> int:
     from bucketloader._files import folder_blocker, os_reason
     from bucketloader._types import COSTS
@@ -667,6 +647,7 @@ def _precompute(args: argparse.Namespace) -> int:
     from bucketloader.cache import BucketCache, CacheWarning, default_cache_dir
     from bucketloader.histogram import LengthHistogram
     from bucketloader.plan.budget import BatchRule
+    from bucketloader.plan.limits import zero_lengths_note
     from bucketloader.solve import resolve_params, solve_boundaries
     from bucketloader.strategies import resolve_strategy
 
@@ -763,7 +744,7 @@ def _precompute(args: argparse.Namespace) -> int:
     print(f"status: {sol.status}; padding {sol.padding_ratio:.2%} (pad / real elements)")
     print(f"boundaries: {[int(b) for b in sol.boundaries]}")
     print(format_table(rows, args.batch_size, args.max_tokens))
-    note = _zero_lengths(hist)  # (s28-user: a (B, 0) shape above was planned without a word)
+    note = zero_lengths_note(hist)  # (s28-user: a (B, 0) shape was planned without a word)
     if note is not None:  # as report says it: NOTE [ Samples of length 0 ]
         print(f"\nwarning: {note}")
     if args.json:

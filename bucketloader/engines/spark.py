@@ -74,13 +74,16 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
     names = [f"__bucketloader_len{i}" for i in range(len(exprs))]
     measured = df.select(*[e.alias(n) for e, n in zip(exprs, names, strict=True)])
     what = f"the Spark DataFrame ({_describe(items)})"
-    try:
-        keys, counts, num_nulls = _grouped_counts(measured.groupBy(*names).count(), names, what)
+    try:  # (the Spark job alone: a failure of reading the files is diagnosed below)
+        collected = _collect(measured.groupBy(*names).count())
     except Exception as exc:  # NOTE [ An empty shard with a column of type null ]
         found = _untyped_empty_file(df, items) or _type_mismatch(exc)
         if found is None:
             raise
         raise ValueError(f"{what}: {found}") from None
+    # (after the try: a length of 2**62 or more, refused by _ints, read up to 1,024 footers there
+    # for a diagnosis it never has, s31)
+    keys, counts, num_nulls = _counts(collected, names, what)
     joint = len(names) > 1
     acc = Accumulator(names if joint else None, nulls, "spark")
     if keys.size:
@@ -103,31 +106,37 @@ def spark_histogram(df: sql.DataFrame, column: SparkLength, *, nulls: str = "rai
     return acc.result(what)
 
 
-def _grouped_counts(
-    grouped: Any, names: list[str], what: str = "the Spark DataFrame"
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """The distinct non-null lengths ``(U, D)`` of ``groupBy(*names).count()``, their counts
-    (``int64``) and the rows with a null length, brought to the driver.
+def _collect(grouped: Any) -> Any:
+    """``groupBy(*names).count()`` brought to the driver (the Spark job): one Arrow table where
+    pyspark has ``DataFrame.toArrow`` (4.0 on) and pyarrow is installed, else its ``Row`` list.
 
-    As one Arrow table where pyspark has ``DataFrame.toArrow`` (4.0 on) and pyarrow is
-    installed: ``collect()`` made a ``Row`` and Python ints per distinct length, +199 MB of
-    driver RSS and 5.4 s for 600 k distinct lengths (audio in samples; 2 M rows,
-    ``local[1]``), where ``toArrow()`` took +24 MB and 2.1 s (s23). Else by ``collect()``,
-    also where pyspark refuses the pyarrow installed: its floor rises with pyspark (4.3:
-    ``pyarrow>=18``, above the ``pyarrow>=14`` of bucketloader's extras), and ``toArrow()``
-    raises ``PySparkImportError`` before running the job, where ``collect()`` reads the same
-    counts (s23-rev2: spark_histogram failed there)."""
+    As one Arrow table: ``collect()`` made a ``Row`` and Python ints per distinct length, +199 MB
+    of driver RSS and 5.4 s for 600 k distinct lengths (audio in samples; 2 M rows,
+    ``local[1]``), where ``toArrow()`` took +24 MB and 2.1 s (s23). By ``collect()`` also where
+    pyspark refuses the pyarrow installed: its floor rises with pyspark (4.3: ``pyarrow>=18``,
+    above the ``pyarrow>=14`` of bucketloader's extras), and ``toArrow()`` raises
+    ``PySparkImportError`` before running the job, where ``collect()`` reads the same counts
+    (s23-rev2: spark_histogram failed there)."""
     import importlib.util
 
-    width = len(names)
     to_arrow = getattr(grouped, "toArrow", None)
-    table = None
     if to_arrow is not None and importlib.util.find_spec("pyarrow") is not None:
         try:
-            table = to_arrow()
+            return to_arrow()
         except ImportError:  # (PySparkImportError: pyarrow older than this pyspark takes)
-            table = None
-    if table is not None:
+            pass
+    return list(grouped.collect())
+
+
+def _counts(
+    collected: Any, names: list[str], what: str = "the Spark DataFrame"
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """The distinct non-null lengths ``(U, D)`` in what :func:`_collect` brought (an Arrow
+    table or ``Row`` s) as ``int64`` (:func:`_ints`), their counts (``int64``) and the rows with
+    a null length."""
+    width = len(names)
+    if not isinstance(collected, list):  # (an Arrow table)
+        table = collected
         null = np.zeros(table.num_rows, dtype=bool)
         for n in names:
             null |= table.column(n).is_null().to_numpy(zero_copy_only=False)
@@ -137,9 +146,8 @@ def _grouped_counts(
         keys = np.stack(cols, axis=1) if cols else np.zeros((table.num_rows, 0), np.int64)
         counts = table.column("count").to_numpy().astype(np.int64)
         return keys[~null], counts[~null], int(counts[null].sum())
-    rows = grouped.collect()
     listed, counted, num_nulls = [], [], 0
-    for r in rows:
+    for r in collected:
         key = [r[n] for n in names]
         if any(k is None for k in key):
             num_nulls += int(r["count"])

@@ -97,7 +97,9 @@ from bucketloader._arrow import is_bytes, is_list, is_text, nesting
 from bucketloader._types import SIDES
 from bucketloader._validation import (
     MAX_LENGTH,
-    MissingKeyError,
+    OptionError,
+    OptionKeyError,
+    OptionTypeError,
     check_bool,
     check_choice,
     check_int,
@@ -631,29 +633,30 @@ def check_token_columns(datasets_: Sequence[Any], names: Sequence[str], owner: s
                     if transformed
                     else ""
                 )
-                raise MissingKeyError(
+                said = (  # (the fix in the caller's words: BucketTrainer's bucketing={...})
                     f"{owner} pads the token column {name!r}, which the dataset does not have "
                     f"(its columns: {table.column_names}){why}; name the token column with "
-                    f"column=..., or {tokenize.format(text=text)}"
                 )
+                fix = tokenize.format(text=text)
+                raise _column_fix(OptionKeyError, said, "...", f", or {fix}")
             kind = table.schema.field(name).type
             if is_list(kind):
                 continue
+            said = f"{owner} pads column {name!r} as token ids, but it holds "
             if is_text(kind):
-                found = "strings (untokenised text)"
-                fix = tokenize.format(text=name)
-            elif pa.types.is_null(kind):  # (datasets types an empty or all-None column so)
+                raise TypeError(f"{said}strings (untokenised text); {tokenize.format(text=name)}")
+            if pa.types.is_null(kind):  # (datasets types an empty or all-None column so)
                 rows = table.num_rows
-                found = f"no values ({'no rows' if not rows else f'all {rows:,} rows None'})"
-                fix = "pass a dataset with tokenised rows (did a filter or map leave none?)"
-            else:
-                found = f"{kind} values, not lists of token ids"
-                fix = (
-                    "name the token column (column='input_ids'); lengths alone go to "
-                    "BucketSampler(hf.lengths(dataset, ...)) with a collator of yours"
+                raise TypeError(
+                    f"{said}no values ({'no rows' if not rows else f'all {rows:,} rows None'}); "
+                    "pass a dataset with tokenised rows (did a filter or map leave none?)"
                 )
-            raise TypeError(
-                f"{owner} pads column {name!r} as token ids, but it holds {found}; {fix}"
+            raise _column_fix(  # (the fix in the caller's words: BucketTrainer's bucketing={...})
+                OptionTypeError,
+                f"{said}{kind} values, not lists of token ids; name the token column (",
+                repr("input_ids"),
+                "); lengths alone go to BucketSampler(hf.lengths(dataset, ...)) with a collator "
+                "of yours",
             )
 
 
@@ -759,19 +762,21 @@ def split_columns(
                 f"remove_columns({c!r})){built}"
             )
         leaf = t.value_type
+        also = f"[..., {c!r}]"  # (bucket it too: the column option, in the caller's words)
         if is_list(leaf):
-            raise ValueError(
+            said = (
                 f"list column {c!r} holds nested lists and its row lengths match none of the "
                 f"bucketed columns {list(inputs)}; a target column must be a flat list of "
-                f"numbers: drop it (dataset.remove_columns({c!r})), flatten it, or bucket it "
-                f"too (column=[..., {c!r}])"
+                f"numbers: drop it (dataset.remove_columns({c!r})), flatten it, or bucket it too"
             )
+            raise _column_fix(OptionError, f"{said} (", also, ")")
         if not (pa.types.is_integer(leaf) or pa.types.is_floating(leaf)):
-            raise ValueError(
+            said = (
                 f"list column {c!r} holds {leaf} values and its row lengths match none of the "
                 f"bucketed columns {list(inputs)}, so it cannot be padded; drop it "
-                f"(dataset.remove_columns({c!r})) or bucket it too (column=[..., {c!r}])"
+                f"(dataset.remove_columns({c!r})) or bucket it too"
             )
+            raise _column_fix(OptionError, f"{said} (", also, ")")
         targets.append(c)
     return Columns(follows, targets)
 
@@ -1300,12 +1305,15 @@ def _image_sizes(dataset: Any, column: str) -> np.ndarray:
     channels-first images of one channel count is refused with the fix."""
     table = table_and_indices(dataset)[0]
     if column not in table.column_names:
-        raise MissingKeyError(
+        said = (
             f"for_images pads the image column {column!r}, which the dataset does not have (its "
-            f"columns: {table.column_names}); name it with column=..., or store the image "
-            "processor's output first: dataset = dataset.map(lambda b: processor(b['image'], "
-            "do_pad=False), batched=True)"
+            f"columns: {table.column_names}); name it with "
         )
+        store = (
+            ", or store the image processor's output first: dataset = dataset.map(lambda b: "
+            "processor(b['image'], do_pad=False), batched=True)"
+        )
+        raise _column_fix(OptionKeyError, said, "...", store)
     depth, t = nesting(table.schema.field(column).type)
     if depth != 3 or not (pa.types.is_floating(t) or pa.types.is_integer(t)):
         found = f"{depth}-level lists of {t}" if depth else f"{t} values (undecoded images?)"
@@ -1365,12 +1373,20 @@ def _audio_column(table: Any, column: str) -> str:
         else:
             found = f"{kind.type} values, not lists of audio samples"
         cast = f".cast_column({head!r}, datasets.Audio(sampling_rate=16000))"
-    raise TypeError(
+    said = (
         f"for_audio pads column {path!r} as audio, but it holds {found}; decode it into a list "
         f"column first, e.g. dataset = dataset{cast}.map(lambda row: {{'input_values': "
         f"row[{head!r}]['array']}}, remove_columns=[{head!r}]), then pass "
-        "column='input_values' (a feature extractor's input_values or frames do as well)"
     )
+    also = " (a feature extractor's input_values or frames do as well)"
+    raise _column_fix(OptionTypeError, said, repr("input_values"), also)
+
+
+def _column_fix(kind: type[OptionError], before: str, value: str, after: str = "") -> OptionError:
+    """An error of ``kind`` whose fix sets the ``column`` option to ``value`` (a repr), said in
+    the caller's words: ``column='input_ids'`` to a Python caller, ``bucketing={'column':
+    'input_ids'}`` in BucketTrainer's (:class:`~bucketloader._validation.OptionError`)."""
+    return kind(lambda o: f"{before}{o('column', value)}{after}")
 
 
 def _check_columns(column: Any) -> list[str]:
@@ -1381,15 +1397,19 @@ def _check_columns(column: Any) -> list[str]:
         or not names
         or not all(isinstance(c, str) and c for c in names)
     ):
-        raise TypeError(
-            "column must be a column name or a non-empty list of names, got "
-            f"column={column!r}; pass e.g. column='input_ids'"
+        raise OptionTypeError(
+            lambda o: (
+                "column must be a column name or a non-empty list of names, got "
+                f"{o('column', repr(column))}; pass e.g. {o('column', repr('input_ids'))}"
+            )
         )
     twice = sorted({c for c in names if names.count(c) > 1})
     if twice:  # (bucketed jointly with itself: the shapes multiplied for nothing)
-        raise ValueError(
-            f"column names {twice} more than once, got column={column!r}; list each bucketed "
-            "column once"
+        raise OptionError(
+            lambda o: (
+                f"column names {twice} more than once, got {o('column', repr(column))}; "
+                "list each bucketed column once"
+            )
         )
     return list(names)
 

@@ -26,6 +26,7 @@ from bucketloader._arrow import is_bytes, is_list, is_text, text_lengths
 from bucketloader._types import LazyModule
 from bucketloader._validation import (
     MissingKeyError,
+    OptionTypeError,
     as_lengths,
     batch_lengths,
     check_int,
@@ -237,8 +238,11 @@ def resolve_column(table: Any, column: str) -> tuple[Any, str]:
     """
     names = table.column_names
     if not isinstance(column, str):  # (a list, an int or None reached str.partition)
-        raise TypeError(
-            f"column must be a column name, got column={column!r}; the dataset has columns {names}"
+        raise OptionTypeError(  # (for_audio's column too: said in its caller's words)
+            lambda o: (
+                f"column must be a column name, got {o('column', repr(column))}; the "
+                f"dataset has columns {names}"
+            )
         )
     if column in names:
         arr, path = table.column(column), column

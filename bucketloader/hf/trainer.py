@@ -95,7 +95,13 @@ from transformers.trainer_utils import EvalLoopOutput, EvalPrediction
 from bucketloader._arrow import nesting
 from bucketloader._files import NotAFile, read_json, write_atomic
 from bucketloader._samples import load_samples
-from bucketloader._validation import MissingKeyError, keyword_options, release
+from bucketloader._validation import (
+    MissingKeyError,
+    OptionError,
+    keyword,
+    keyword_options,
+    release,
+)
 from bucketloader._version import __version__
 from bucketloader.evaluation import EvalSampler, restore_order
 from bucketloader.hf.bucketing import (
@@ -1180,7 +1186,10 @@ class _BucketMixin:
         grid: what the option is for); a batch at ``image_size`` is left as it was (no change
         for models trained at one size), and a model that takes no such option (DETR, YOLOS,
         ResNet: any size) is not touched. Said once in an info line. The check reads the
-        tensor's shape only (no device sync)."""
+        tensor's shape only (no device sync). A classifier whose ``forward`` takes the option
+        only through ``**kwargs``, passed on to its tower (CLIP's, MetaCLIP 2's:
+        :meth:`_takes_interpolation`), takes it too (s31: not given it, it failed at the first
+        batch of another size)."""
         if "interpolate_pos_encoding" in inputs:
             return
         pixels = inputs.get("pixel_values")
@@ -1195,7 +1204,7 @@ class _BucketMixin:
             size = (size, size)
         if not isinstance(size, (tuple, list)) or tuple(pixels.shape[-2:]) == tuple(size):
             return
-        if "interpolate_pos_encoding" not in self.model_inputs():
+        if not self._takes_interpolation():
             return
         inputs["interpolate_pos_encoding"] = True
         if not self._interpolate_noted:
@@ -1209,6 +1218,27 @@ class _BucketMixin:
                 "x".join(map(str, size)),
                 "x".join(map(str, pixels.shape[-2:])),
             )
+
+    def _takes_interpolation(self) -> bool:
+        """Whether the model's ``forward`` takes ``interpolate_pos_encoding``: by name, or
+        through ``**kwargs`` where one of its own submodules' ``forward`` names it, the tower the
+        keywords go on to (``CLIPForImageClassification.forward(pixel_values, labels,
+        **kwargs)`` calls ``self.vision_model(pixel_values, **kwargs)``). A scan of 5.x's
+        image classifiers: those with ``**kwargs`` pass them to their backbone, but Perceiver's
+        conv / Fourier ones, which take and drop them (the option changes nothing there); those
+        whose backbone names no such option (ConvNeXt, DINOv2, ResNet) are left alone."""
+        if "interpolate_pos_encoding" in self.model_inputs():
+            return True
+        model = self.model
+        base = getattr(model, "get_base_model", None)  # a PEFT wrapper, as model_inputs reads
+        model = base() if callable(base) else model
+        params = inspect.signature(model.forward).parameters.values()
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return False
+        return any(
+            "interpolate_pos_encoding" in inspect.signature(child.forward).parameters
+            for child in model.children()
+        )
 
     def _prepare_prediction(
         self, model: Any, inputs: dict[str, Any], prediction_loss_only: bool
@@ -1284,26 +1314,39 @@ def _naming(argument: str, option: str) -> Iterator[None]:
     own checks of its columns) starts with the argument it came in, as the checks after the
     plan do: a trainer given ``train_dataset``, ``eval_dataset`` (or a dict of them) and
     ``test_dataset`` said "the dataset does not have 'input_ids'" without saying which
-    (s28-hf). for_text's ``column=...`` fix is said as the trainer's ``option`` (``bucketing``
-    or ``eval_bucketing``) takes it. The type and the traceback are kept; a text that already
-    starts with the argument is left as it is."""
+    (s28-hf). An :class:`~bucketloader._validation.OptionError` says its ``column`` fix as the
+    trainer's ``option`` (``bucketing`` or ``eval_bucketing``) takes it (:func:`_spell_option`);
+    until s31 a table of for_text's texts was rewritten here, which missed the other hints and
+    doubled a parenthesis. The type and the traceback are kept; a text that already starts with
+    the argument is left as it is."""
     try:
         yield
     except (ValueError, TypeError, KeyError) as exc:
         plain_key = isinstance(exc, KeyError) and not isinstance(exc, MissingKeyError)
-        text = str(exc.args[0] if exc.args else "") if plain_key else str(exc)  # (unquoted)
-        for python, trainer in (  # (for_text's words; the trainer takes them in option=)
-            ("name the token column with column=...", f"{option}={{'column': ...}}"),
-            ("(column='input_ids')", f"({option}={{'column': 'input_ids'}})"),
-        ):
-            text = text.replace(python, python.split("column=")[0] + trainer)
+        kind: type[Exception] = type(exc)
+        if isinstance(exc, OptionError):  # (said in the trainer's words, then plain)
+            text = exc.say(lambda name, *value: _spell_option(option, name, *value))
+            kind = exc.plain()
+        else:
+            text = str(exc.args[0] if exc.args else "") if plain_key else str(exc)  # (unquoted)
         if text.startswith(f"{argument}: "):
             raise
         try:
-            named = type(exc)(f"{argument}: {text}")
+            named = kind(f"{argument}: {text}")
         except Exception:  # (an exception type that takes other arguments: left as it is)
             raise exc from None
         raise named.with_traceback(exc.__traceback__) from None
+
+
+def _spell_option(option: str, name: str, *value: Any) -> str:
+    """An option as the trainer takes it, in ``option`` (``bucketing={'column': 'input_ids'}``;
+    a Python keyword for the rest: ``bucketing={'max_tokens': 64}`` reads as ``max_tokens=64``,
+    which the budget errors say and test_trainer matches). The column is the one whose keyword
+    misled: for_text's ``column=`` is no argument of the trainer, whose default is the model's
+    ``main_input_name``."""
+    if name != "column":
+        return keyword(name, *value)
+    return f"{option}={{'column': {value[0] if value else '...'}}}"
 
 
 # NOTE [ The Trainer's sampling strategy ]

@@ -8,7 +8,9 @@ exactly one of:
 * ``batch_size=<per-cell sizes>``: sizes someone measured to fit (Lhotse's
   ``FixedBucketBatchSizeConstraint``, tf.data's ``bucket_batch_sizes``, NeMo's 2-D lists): a
   sequence with one ``B`` per cell in plan order (one per boundary for one input), a mapping
-  padded length (or padded shape tuple) -> ``B``, or a callable ``padded shape tuple -> B``;
+  padded length (or padded shape tuple) -> ``B``, or a callable ``padded shape tuple -> B``
+  (a tuple for one input too, ``(L,)``, as ``size``'s callable gets: ``lambda shape: 16_000 //
+  shape[0]``; only the mapping also takes a plain padded length as the key);
 * ``max_tokens=<int>`` or ``max_tokens=TokenBudget(...)``: a token budget,
   ``B = min(max_batch_size, max_tokens // size)``, where ``size`` is the cell's padded size
   (``"sum"`` of the padded lengths, ``"prod"`` for height x width, or a callable). Then, as
@@ -309,7 +311,9 @@ def batch_sizes(
 
     Args:
         boundaries: padded lengths per bucket, ``(K,)``, or per joint cell, ``(K, D)``.
-        batch_size: the same ``B`` for every bucket, or per-bucket sizes; or
+        batch_size: the same ``B`` for every bucket, or per-bucket sizes (a sequence, a mapping
+            padded length or shape -> ``B``, or a callable on the padded lengths tuple, ``(L,)``
+            for one input); or
         max_tokens: ``B_i = max_tokens // size(b_i)`` (an int or a :class:`TokenBudget`).
         size: ``"sum"``, ``"prod"`` or a callable on the padded lengths tuple.
 
@@ -371,9 +375,15 @@ def call_rule(name: str, fn: Any, row: tuple[int, ...]) -> Any:
     try:
         return fn(row)
     except Exception as exc:
+        one = (  # (s30-first: `lambda b: 640 // b` for one input; a mapping takes int keys)
+            f" (a tuple for one input too: its padded length is shape[0], {name}=lambda shape: "
+            "... shape[0])"
+            if len(row) == 1
+            else ""
+        )
         raise ValueError(
             f"the {name} callable raised {type(exc).__name__}: {exc} for padded lengths {row}; "
-            f"fix {name}, which must map every planned padded-lengths tuple to an int"
+            f"fix {name}, which must map every planned padded-lengths tuple to an int{one}"
         ) from exc
 
 

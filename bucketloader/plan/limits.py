@@ -197,7 +197,8 @@ def zero_length_note(count: int, total: int) -> str | None:
     ``attention_mask`` row: softmax attention over no key divides 0 by 0, NaN outputs and NaN
     gradients, whatever the loss does with the row (filler rows attend one position instead,
     NOTE [ Filler rows attend one position ] in :mod:`bucketloader.collate.collator`). The
-    samplers warn once at planning time and ``bucketloader report`` prints the same words. A
+    samplers warn once at planning time; :func:`~bucketloader.analyze`'s report and
+    ``bucketloader report`` / ``precompute`` print the same words (:func:`zero_lengths_note`). A
     stream (:class:`~bucketloader.BucketIterable`) sees lengths only as it reads them: it warns
     with the same words when a pass keeps its first such sample (one text, so Python's warning
     filter shows it once per process; a DataLoader worker is a process), and counts them all in
@@ -213,6 +214,31 @@ def zero_length_note(count: int, total: int) -> str | None:
     if not count:
         return None
     return f"{count:,} of {total:,} samples of length 0: {ZERO_LENGTH_HARM}"
+
+
+def zero_lengths_note(lengths: Any) -> str | None:
+    """:func:`zero_length_note` for ``lengths`` (lengths, an ``(N, D)`` table, a
+    :class:`~bucketloader.LengthHistogram` or a :class:`~bucketloader.JointHistogram`): a sample
+    counts when any of its lengths is 0. What :func:`~bucketloader.analyze`'s report and the
+    command line's ``report`` and ``precompute`` say (one helper: the same words).
+
+    Example:
+        >>> from bucketloader import LengthHistogram
+        >>> zero_lengths_note(LengthHistogram.from_lengths([0, 0, 5]))[:28]
+        '2 of 3 samples of length 0: '
+        >>> zero_lengths_note([[3, 0], [4, 4]])[:27], zero_lengths_note([1, 2]) is None
+        ('1 of 2 samples of length 0:', True)
+    """
+    from bucketloader.histogram import JointHistogram, LengthHistogram
+
+    if isinstance(lengths, LengthHistogram):
+        zero = int(lengths.counts[lengths.values == 0].sum())
+        return zero_length_note(zero, lengths.num_samples)
+    if isinstance(lengths, JointHistogram):
+        zero = int(lengths.counts[(lengths.rows == 0).any(axis=1)].sum())
+        return zero_length_note(zero, lengths.num_samples)
+    table = np.asarray(lengths).reshape(len(lengths), -1)
+    return zero_length_note(int((table == 0).any(axis=1).sum()), len(table))
 
 
 #: What a sample of length 0 does and the fix (NOTE [ Samples of length 0 ]), after its count.

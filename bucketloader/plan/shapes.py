@@ -38,7 +38,8 @@ __all__ = [
 ]
 
 #: The batch-size rule's ``batch_size``: one ``B``, per-cell sizes (a sequence in plan order, a
-#: mapping padded length or shape -> ``B``) or a callable on the padded shape.
+#: mapping padded length or shape -> ``B``) or a callable on the padded lengths tuple (``(L,)``
+#: for one input).
 BatchSize: TypeAlias = int | Sequence[int] | Mapping[Any, int] | Callable[..., int] | None
 #: The batch-size rule's ``max_tokens``: an int or a :class:`~bucketloader.plan.TokenBudget`.
 MaxTokens: TypeAlias = int | TokenBudget | None

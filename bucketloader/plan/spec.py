@@ -370,7 +370,7 @@ class BucketSpec:
                 (:func:`~bucketloader.compute_boundaries`); given ones are rounded up to it.
             batch_size: the same ``B`` for every cell, or per-cell sizes (a sequence in plan
                 order, a mapping padded length or shape → ``B``, or a callable on the padded
-                shape); or
+                lengths tuple, ``(L,)`` for one input: ``lambda shape: 16_000 // shape[0]``); or
             max_tokens: a token budget, an int or a
                 :class:`~bucketloader.plan.TokenBudget` (with ``max_batch_size``,
                 ``multiple_of`` and the ``oversize`` policy). NOTE [ The batch-size rule ] in

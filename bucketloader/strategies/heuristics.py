@@ -57,10 +57,12 @@ def percentile(hist: LengthHistogram, num_buckets: int) -> np.ndarray:
 
 @register_strategy("equal_mass")
 def equal_mass(hist: LengthHistogram, num_buckets: int) -> np.ndarray:
-    """Equal total length per bucket (Lhotse's duration-bucket rule).
+    """Equal total length per bucket (the idea of Lhotse's duration bins).
 
     Boundary ``j`` is the first length at which the running total of lengths reaches
-    ``j / k`` of the grand total.
+    ``j / k`` of the grand total. Lhotse's ``estimate_duration_buckets`` restarts its total at
+    each bucket and starts the next bucket at the length after the share is exceeded, so its
+    edges can sit one length lower, or drift on a long tail: docs/coming-from.md says where.
 
     Example:
         >>> equal_mass(LengthHistogram.from_lengths([1] * 8 + [8]), 2).tolist()
