@@ -312,8 +312,10 @@ def stream_case(case: int) -> dict[str, Any]:
         # [ What a stream's fill repeats ]) postdate the golden states: they go to their own
         # record key, which golden_digest leaves out and the re-recorded digests of the changed
         # cases compare; so does the source's length (s29: NOTE [ A stream state names its
-        # source's size ])
-        later = {k: state[k] for k in ("tails", "tail", "fill") if k in state}
+        # source's size ]), and the digest of the lengths a state over a source without a
+        # length holds or replays (s31-stream: NOTE [ A stream state over a source without a
+        # length ]; the cases' sources are lists, which record their length instead)
+        later = {k: state[k] for k in ("tails", "tail", "fill", "lengths") if k in state}
         for name in ("solver", "fill", "samples"):
             if name in state["config"]:
                 later[name if name == "solver" else f"config/{name}"] = state["config"][name]

@@ -166,6 +166,8 @@ class BucketPass(Pass):
     """Shuffle and bucket buffers of one pass; :meth:`run` is the generator of batches."""
 
     STATE_FORMAT = STATE_FORMAT
+    OWNER = "BucketIterable"
+    HELD = "its shuffle buffer, bucket buffers and the samples a fill or a dry step reuses"
 
     def __init__(
         self, cfg: BucketConfig, epoch: int, worker: tuple[int, int], *, skip: int = 0
@@ -203,6 +205,8 @@ class BucketPass(Pass):
         # their stream positions (the exact state of a scheduled pass over a seekable source)
         self._last_pos: dict[int, list[int]] = {}
         self._fit_pos: dict[int, int] = {}
+        self._fit_size: dict[int, int] = {}  # (and their sizes: NOTE [ A stream state over a
+        # source without a length ] in bucketloader.stream._engine)
         self._exhausted = False
         self.buffered = 0
         self._got: dict[int, tuple[Any, int, int]] = {}  # samples taken back by a resume
@@ -327,6 +331,7 @@ class BucketPass(Pass):
         cs[3][cell] += alloc * self.o.cell_size[cell]
         if alloc != rows:
             self.stats["padded_rows"] += alloc - rows
+        self._trace_batch(rows, real)
 
     def _cells(self) -> np.ndarray:
         return np.asarray(self.cell_stats, dtype=np.int64)
@@ -433,6 +438,7 @@ class BucketPass(Pass):
         if cell not in self._fits:  # the first sample of each cell: a stand-in that fits
             self._fits[cell] = sample
             self._fit_pos[cell] = pos
+            self._fit_size[cell] = size
             if self._template is None:
                 self._template = sample
         self.bsam[cell].append(sample)
@@ -651,6 +657,21 @@ class BucketPass(Pass):
             out["fill"] = fill
         return out
 
+    def _held_lengths(self) -> tuple[list[int], list[int]]:
+        keys = [e[0] for e in self.shuffle]
+        lengths = [e[3] for e in self.shuffle]
+        for ps, ns in zip(self.bpos, self.blen, strict=True):
+            keys += ps
+            lengths += ns
+        for c, ps in self._last_pos.items():  # (newest first: the batches _settle pairs)
+            sizes = [n for _, ns in self._pending.get(c, ()) for n in ns]
+            sizes += [n for _, n in self._last.get(c, ())]
+            keys += ps[: len(sizes)]
+            lengths += sizes[: len(ps)]
+        keys += self._fit_pos.values()
+        lengths += (self._fit_size[c] for c in self._fit_pos)
+        return keys, lengths
+
     def _wanted(self, state: dict[str, Any]) -> set[int]:
         wanted = set(state["shuffle"]).union(*map(set, state["buckets"]))
         scheduled = state.get("scheduled")
@@ -680,6 +701,7 @@ class BucketPass(Pass):
             self._exhausted = bool(scheduled["exhausted"])
             self._fit_pos = {int(c): int(p) for c, p in scheduled["fits"]}
             self._fits = {c: got[p][0] for c, p in self._fit_pos.items()}
+            self._fit_size = {c: got[p][2] for c, p in self._fit_pos.items()}
             self._template = next(iter(self._fits.values()), None)
             self._last_pos = {int(c): [int(p) for p in ps] for c, ps in scheduled["last"]}
         fill = state.get("fill", {})

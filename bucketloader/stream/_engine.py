@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from bucketloader.stream._schedule import lane_steps
-from bucketloader.stream.counters import hand_out
+from bucketloader.stream.counters import TRACE_BITS, RefusedResume, hand_out
 from bucketloader.stream.source import (
     checkpoint,
     fetch,
@@ -41,6 +41,44 @@ ALL_LEFT_OUT = 10_000
 LEFT_OUT_KEYS = ("too_short", "too_long", "oversize", "overflow_dropped")
 
 
+#: The modulus of a pass's trace (a Mersenne prime; NOTE [ A replay over a source without a
+#: length ]).
+_TRACE_MOD = (1 << 61) - 1
+
+
+def trace_hex(trace: int) -> str:
+    """A lane's trace as a replay state records it: its low
+    :data:`~bucketloader.stream.counters.TRACE_BITS` bits, in hex.
+
+    Example:
+        >>> trace_hex(255)
+        '00000000ff'
+    """
+    return f"{trace % (1 << TRACE_BITS):010x}"
+
+
+def lengths_digest(keys: list[int], lengths: list[int]) -> str:
+    """The digest an exact state records of the lengths of the samples it holds (NOTE
+    [ A stream state over a source without a length ]): 16 hex digits, the sum modulo
+    ``2**64`` of a 64-bit mix (SplitMix64's) of each ``(key, length)`` pair (a key is a stream
+    position), so the order of the pairs does not count and no sort is needed.
+
+    Example:
+        >>> lengths_digest([3, 1], [7, 5]) == lengths_digest([1, 3], [5, 7])
+        True
+        >>> lengths_digest([1, 3], [5, 7]) == lengths_digest([1, 3], [7, 5])
+        False
+    """
+    x = np.asarray(keys, dtype=np.uint64) << np.uint64(32)
+    x ^= np.asarray(lengths, dtype=np.uint64)
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)  # (wraps modulo 2**64: arrays do not warn)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return f"{int(x.sum(dtype=np.uint64)):016x}"
+
+
 class Pass:
     """Counters, source snapshots, state and resume of one worker's pass; :meth:`run` is the
     generator of batches. ``cfg`` is the filler's frozen configuration (with ``source``,
@@ -50,6 +88,9 @@ class Pass:
 
     #: The format of this filler's exact state.
     STATE_FORMAT: ClassVar[int]
+    #: The stream whose pass this is, and what its state holds (for messages).
+    OWNER: ClassVar[str]
+    HELD: ClassVar[str]
     #: The steps one rank's shard fills, named in the warning that ``steps_per_epoch`` is too
     #: high (``stream.resume._warn_dry``).
     STEPS_HINT: ClassVar[str] = "the samples per rank / the mean batch size"
@@ -94,6 +135,12 @@ class Pass:
         self.stats = dict.fromkeys(stats, 0)
         self.snaps: list[tuple[int, Any]] = [(0, None)]
         self.every = every  # a source checkpoint every this many samples
+        #: NOTE [ A replay over a source without a length ]: whether this pass keeps a trace
+        #: (over a source without a length), and the trace: a rolling digest of the lengths
+        #: handed out, batch by batch, from the epoch's start (``None``: none kept, or
+        #: unknown in a pass resumed from an exact state)
+        self.traced = self.checks_lengths
+        self.trace: int | None = 0 if self.traced else None
 
     def _note_batch(self, entries: Sequence[Any], old: Container[Any]) -> None:
         """Count a batch that ``last_batch="fill"`` completed, entry by entry (stream
@@ -113,6 +160,12 @@ class Pass:
         """``(extra appearances, most appearances of one)`` of the samples that
         ``last_batch="fill"`` repeated in this pass (NOTE [ What a stream's fill repeats ])."""
         return sum(self._copies.values()) - len(self._copies), self.fill_most
+
+    def _trace_batch(self, rows: int, real: int) -> None:
+        """Fold a batch of ``rows`` real samples (rows) of ``real`` elements (tokens) into
+        :attr:`trace` (NOTE [ A replay over a source without a length ])."""
+        if self.trace is not None:
+            self.trace = (self.trace * 1_000_003 + real * 65_537 + rows + 1) % _TRACE_MOD
 
     def lane_steps(self) -> int:
         """This lane's share of ``steps_per_epoch`` (0 without it)."""
@@ -187,6 +240,16 @@ class Pass:
         """Rebuild the filler's buffers from ``state`` and the samples taken back."""
         raise NotImplementedError
 
+    def _held_lengths(self) -> tuple[list[int], list[int]]:
+        """The keys (stream positions; a packing stream's pieces, ``position * 2**16 +
+        piece``) and lengths of the samples the state names, as the buffers hold them now
+        (NOTE [ A stream state over a source without a length ])."""
+        raise NotImplementedError
+
+    def _verify(self, state: dict[str, Any]) -> None:
+        """The filler's own checks of a resume, after :meth:`_restore` and the lengths check
+        (none here)."""
+
     def _cells(self) -> np.ndarray | None:
         """Per-cell counters written with the totals (``None``: none)."""
         return None
@@ -199,10 +262,63 @@ class Pass:
     def run(self, it: Iterator[Any]) -> Iterator[list[Any]]:
         """The batches of this lane's pass, handed out through the shared counters."""
         batches = self._batches(it)
+        saved = (self.saved_replay or {}).get("lengths")
+        if saved and saved[self.worker[0]] is not None and self.trace is not None:
+            target = int(self.saved_replay["skip"][self.worker[0]])  # type: ignore[index]
+            batches = self._check_replay(batches, target, saved[self.worker[0]])
         store = getattr(self.o, "lane_states", None)
         if store is not None and self.worker[1] > 1 and (self.o.seekable or self.o.stateful):
             batches = self._checkpointed(batches, store)
         return hand_out(self, self.o.counters, batches)
+
+    def _check_replay(
+        self, batches: Iterator[list[Any]], target: int, saved: str
+    ) -> Iterator[list[Any]]:
+        """NOTE [ A replay over a source without a length ]
+        Behind DataLoader workers a stream resumes by replay by default (NOTE [ Resuming a stream
+        behind DataLoader workers ] in :mod:`bucketloader.stream.resume`): each worker reads its
+        pass again from the epoch's start and skips the batches it had handed out. Over a source
+        without a length (a ``datasets.IterableDataset``, the usual case) a source changed since was
+        not noticed: the replay skipped the first batches of the new data, whatever they held. So
+        each pass keeps a *trace*: a rolling digest, batch by batch, of the number of real samples
+        (rows) and elements (tokens) of each batch it makes (:meth:`_trace_batch`: one multiply-add
+        per batch, nothing per sample; only over such a source, whose state records it). The worker
+        writes it to its row of the shared counters after every batch, a few microseconds
+        (``benchmarks/stream_state_cost.py``), keeping the newest
+        :data:`~bucketloader.stream.counters.TRACE_KEPT` (each slot with its batch count in the same
+        ``int64``), and a replay state over a source that records neither its length nor its files
+        records, per worker, the trace after the batches it skips (``"lengths"``; ``None`` where the
+        loop lagged that worker by more than ``TRACE_KEPT`` batches, or where the worker resumed
+        from an exact state, whose pass knows no trace). The resumed worker compares its own trace
+        once it made those batches again, and refuses another (or a pass that ends before them)
+        before it hands out a batch: the error reaches the training loop through the DataLoader. It
+        catches what changes the batches' sizes up to the resume point (a sample inserted, removed,
+        or of another length; a source that reads differently each time); not a change that keeps
+        every batch's count and total length, nor one after the resume point."""
+        for batch in batches:
+            if self.batches == target and self.trace is not None:
+                mine = trace_hex(self.trace)
+                if mine != saved:
+                    raise self._changed_replay(target, f"its trace {mine}, the state's {saved}")
+            yield batch
+        if self.batches < target:
+            raise self._changed_replay(target, f"its pass now ends after {self.batches:,}")
+
+    def _changed_replay(self, target: int, what: str) -> RefusedResume:
+        """The error of a replay whose first ``target`` batches differ from the saved run's."""
+        lane, lanes = self.worker
+        who = f"the pass of worker {lane} of {lanes}" if lanes > 1 else "its pass"
+        return RefusedResume(
+            f"cannot resume this {self.OWNER} exactly: replaying epoch {self.epoch}, {who} made "
+            f"{target:,} batches of other sizes than the saved run ({what}): the source gives "
+            "other samples than when the state was saved (samples inserted, removed or "
+            "reordered since, or a source that reads differently each time, such as a random "
+            "crop or augmentation that changes lengths), so the resumed epoch would train some "
+            "samples twice and others never. Resume over the same source in the same order "
+            "(seed any random transform by epoch and sample); or skip load_state_dict and start "
+            f"over: stream.set_epoch({self.epoch}) for this epoch whole, "
+            f"stream.set_epoch({self.epoch + 1}) for the next"
+        )
 
     def _checkpointed(self, batches: Iterator[list[Any]], store: Any) -> Iterator[list[Any]]:
         """``batches``, writing this worker's exact state every ``store.every`` batches (NOTE
@@ -251,7 +367,7 @@ class Pass:
             source = {"position": pos, "state": src}
             if self.o.stateful and len(self.snaps) > 1:
                 source["segments"] = self._segments(held)
-        return {
+        out = {
             "format": self.STATE_FORMAT,
             "config": self.o.config,
             "epoch": self.epoch,
@@ -263,6 +379,16 @@ class Pass:
             "source": source,
             "stats": dict(self.stats),
         }
+        if self.checks_lengths:  # NOTE [ A stream state over a source without a length ]
+            out["lengths"] = lengths_digest(*self._held_lengths())
+        return out
+
+    @property
+    def checks_lengths(self) -> bool:
+        """Whether this pass's states record the lengths of the samples they hold: over a
+        source that records neither its length nor its files (NOTE [ A stream state over a
+        source without a length ])."""
+        return not ("samples" in self.o.config or "source" in self.o.config)
 
     def _segments(self, held: list[int]) -> list[list[Any]]:
         """The checkpoints a resume restarts the source at (NOTE [ Seeking a source ]): the
@@ -292,6 +418,7 @@ class Pass:
         start, src_state = int(state["source"]["position"]), state["source"]["state"]
         read = int(state["read"])
         wanted = self._wanted(state)
+        self.trace = None  # (the batches before the state are not made again)
         if self.o.seekable:
             order = sorted(wanted)
             for pos, sample in zip(order, fetch(self.o.source, self.worker, order), strict=True):
@@ -319,3 +446,66 @@ class Pass:
         self.batches = int(state["batches"])
         self.phase = state["phase"]
         self._restore(state)
+        self._check_lengths(state)
+        self._verify(state)
+
+    def _check_lengths(self, state: dict[str, Any]) -> None:
+        """NOTE [ A stream state over a source without a length ]
+        A state names the samples it holds (shuffle buffer, bucket buffers or open rows, the
+        samples a fill or a dry step reuses) by their positions in the worker's stream, and a
+        resume reads them back at those positions. Over a source with a length, a sample added
+        or removed changes the length, which the state records and a resume refuses (NOTE
+        [ A stream state names its source's size ] in :mod:`bucketloader.stream.resume`); over
+        a source without one (a generator, a ``datasets.IterableDataset``) nothing was compared,
+        and with one sample inserted at the front (600 samples, ``shuffle_buffer=64``, a state
+        after 20 batches) 27 samples were trained twice and 26 never that epoch, silently
+        (s30-left). So a state over a source that records neither its length nor its files also
+        records ``"lengths"``: a digest (:func:`lengths_digest`) of the lengths of the samples
+        it holds, as the pass measured them (after the overflow policy; a packing stream's
+        pieces: in an open row their size there, in a closed one by ``length_fn``), and a
+        resume, once it took them back,
+        compares the digest of what it read there and refuses another (a source that ends
+        before a position it holds is refused as before, by the replay). Cost: one pass over
+        the held samples' lengths per ``state_dict()``, which already lists their positions:
+        24 us for 184 held samples, 635 us for 8,858, against 16 us and 492 us for the rest of
+        the state (``benchmarks/stream_state_cost.py``, a loaded 2-core machine).
+
+        What it catches: a change before the held samples that moves them (inserted, removed,
+        reordered), or one of them replaced by a sample of another length. What it does not:
+        a change that keeps every held sample's length (a sample edited in place, data of one
+        length), or one after the last held sample (the rest of the epoch reads the new data,
+        as any pass would). A source that reads differently each time (a random crop or
+        augmentation that changes lengths) is refused too: its held samples come back at other
+        lengths, which would not fit the buckets or rows the state put them in. A state saved
+        before the digest was recorded resumes unchecked, as before."""
+        saved = state.get("lengths")
+        if saved is None:
+            return
+        keys, lengths = self._held_lengths()
+        mine = lengths_digest(keys, lengths)
+        if mine == saved:
+            return
+        raise self._changed_source(
+            state,
+            f"the {len(set(keys)):,} samples its state holds ({self.HELD}), read back at "
+            f"their positions, have other lengths than when it was saved (length digest "
+            f"{mine}, the state's {saved})",
+        )
+
+    def _changed_source(self, state: dict[str, Any], what: str) -> RefusedResume:
+        """The error of a resume over a source that changed since ``state`` was saved (NOTE
+        [ A stream state over a source without a length ]); ``what`` says what changed."""
+        owner = self.OWNER
+        epoch = int(state["epoch"])
+        return RefusedResume(
+            f"cannot resume this {owner} exactly: {what}. The source gives other samples at "
+            "the positions the state names than when it was saved: samples inserted, removed "
+            "or reordered since, or a source that reads differently each time (a random crop "
+            "or augmentation that changes lengths), so the resumed epoch would train some "
+            "samples twice and others never. Resume over the same source in the same order "
+            "(seed any random transform by epoch and sample, so a sample reads the same each "
+            f"time); or skip load_state_dict and start over: stream.set_epoch({epoch}) for "
+            f"this epoch whole, stream.set_epoch({epoch + 1}) for the next. A source with a "
+            "length (a list, a datasets.Dataset, ArrowRows) has such a change caught at "
+            "load_state_dict"
+        )

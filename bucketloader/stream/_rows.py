@@ -200,6 +200,8 @@ class RowPass(Pass):
     """Open rows and closed rows of one pass; :meth:`run` is the generator of batches."""
 
     STATE_FORMAT = STATE_FORMAT
+    OWNER = "PackIterable"
+    HELD = "the documents of its open and closed rows and of the rows a fill reuses"
     STEPS_HINT = "the tokens per rank / (batch_size * row_length)"
     FILL_HOW = (
         "documents",
@@ -311,7 +313,9 @@ class RowPass(Pass):
         self.batches += 1
         self.stats["rows"] += len(take)
         out = [s for _, samples in take for s in samples]
-        self.stats["tokens"] += sum(self.o.measure(s) for s in out)
+        tokens = sum(self.o.measure(s) for s in out)
+        self.stats["tokens"] += tokens
+        self._trace_batch(len(take), tokens)
         if self._fills:
             take = self._top_up(take)
             return [s for _, samples in take for s in samples]
@@ -545,6 +549,22 @@ class RowPass(Pass):
             out["tail"] = list(self.tail)
         return out
 
+    def _held_lengths(self) -> tuple[list[int], list[int]]:
+        keys: list[int] = []
+        lengths: list[int] = []
+        for row in self.rows.values():
+            keys += [p * 65_536 + j for p, j in row[1]]
+            lengths += row[4]
+        # (a closed row keeps its documents, not their sizes: length_fn measures those, alike
+        # when the state is taken and when a resume rebuilt the rows)
+        measure = self.o.measure
+        named = self._kept if self._fills else self._last if self.o.steps else []  # (as the
+        for rows in (self.ready, named):  # state names them: _filler_state)
+            for items, samples in rows:
+                keys += [p * 65_536 + j for p, j in items]
+                lengths += [measure(d) for d in samples]
+        return keys, lengths
+
     def _wanted(self, state: dict[str, Any]) -> set[int]:
         wanted = {int(p) for _, _, items in state["open"] for p, _ in items}
         wanted |= {int(p) for items in state.get("last", ()) for p, _ in items}
@@ -555,26 +575,27 @@ class RowPass(Pass):
         for piece, part, size in self.pieces(pos, sample):
             self._got[(pos, piece)] = (part, size)
 
-    def _restore(self, state: dict[str, Any]) -> None:
-        got, self._got = self._got, {}
+    def _sample_of(self, x: list[int]) -> tuple[Any, int]:
+        """The document piece ``x`` (``[position, piece]``) a resume took back, and its size."""
+        key = (int(x[0]), int(x[1]))
+        if key not in self._got:
+            raise ValueError(f"cannot resume: document {list(key)} is no longer produced")
+        return self._got[key]
 
-        def sample_of(x: list[int]) -> tuple[Any, int]:
-            key = (int(x[0]), int(x[1]))
-            if key not in got:
-                raise ValueError(f"cannot resume: document {list(key)} is no longer produced")
-            return got[key]
-
-        self.next_id = int(state["next_id"])
-        self.tokens_read = int(state["tokens_read"])
+    def _verify(self, state: dict[str, Any]) -> None:
+        sample_of = self._sample_of
         # Every token placed in a row is handed out or still held: a state whose rows (or their
         # documents) were deleted would lose those documents silently, so it is refused. The
         # handed-out tokens (stats) are measured by length_fn, the placed ones by their size in
         # the row: the two agree until a document is cut (overflow="split" / "truncate" with a
         # length_fn that does not measure the cut field: a length column, special tokens), so
-        # the check runs only while no document was cut.
+        # the check runs only while no document was cut. (After the lengths check, whose
+        # message names a changed source: NOTE [ A stream state over a source without a
+        # length ] in bucketloader.stream._engine.)
         held = sum(sample_of(x)[1] for items in state["ready"] for x in items) + sum(
             sample_of(x)[1] for _, _, items in state["open"] for x in items
         )
+        self._got = {}
         cut = self.stats.get("truncated", 0) or self.stats.get("split", 0)
         if state["phase"] != "done" and not cut and self.tokens_read != self.stats["tokens"] + held:
             # (s29-user: a document inserted into a list source before the resume shifts the
@@ -590,6 +611,11 @@ class RowPass(Pass):
                 "unedited; to go on over this source instead, skip load_state_dict and start "
                 f"the next epoch: stream.set_epoch({int(state['epoch']) + 1})"
             )
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        sample_of = self._sample_of  # (the pieces taken back: _verify then drops them)
+        self.next_id = int(state["next_id"])
+        self.tokens_read = int(state["tokens_read"])
         self.rows, self.caps = {}, []
         for rid, opened, items in state["open"]:  # oldest first, as saved
             docs = [sample_of(x) for x in items]

@@ -9,7 +9,9 @@ one row per worker (a *lane*), with the pass's totals and per-cell batches, rows
 elements. Forked workers inherit the mapping; spawned ones receive the same shared storage when
 the DataLoader pickles the dataset (torch's multiprocessing reductions). A worker writes its own
 row only, so the per-sample loop is untouched: its batch count before every batch it hands out,
-the other counters every 32 batches and when its pass ends. The main process sums the rows of the
+the other counters every 32 batches and when its pass ends, and in its last columns the trace of
+the lengths it made after each of its last batches (NOTE [ A replay over a source without a
+length ] in :mod:`bucketloader.stream._engine`). The main process sums the rows of the
 current epoch. The numbers are what the workers have *produced*, which runs ahead of what the
 training loop has consumed by the DataLoader's prefetch (``num_workers * prefetch_factor``
 batches). Beyond :data:`MAX_LANES` workers the extra workers are not counted (the report says
@@ -56,7 +58,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import torch
 
-__all__ = ["FLUSH_EVERY", "MAX_LANES", "LaneCounters", "finished", "hand_out"]
+__all__ = ["FLUSH_EVERY", "MAX_LANES", "LaneCounters", "RefusedResume", "finished", "hand_out"]
 
 #: Workers (lanes) per stream with a row in the table.
 MAX_LANES = 64
@@ -73,6 +75,16 @@ LANE_FIELDS = ("epoch", "lanes", "done", "read", "batches")
 #: Per-cell columns, after the named fields: ``PER_CELL[j]`` of cell ``c`` is at
 #: ``len(fields) + j * num_cells + c``.
 PER_CELL = ("batches", "rows", "real", "padded")
+#: A lane's trace of the lengths it handed out (NOTE [ A replay over a source without a
+#: length ] in :mod:`bucketloader.stream._engine`) after each of its last this many batches, in
+#: the last columns of its row (after the per-cell ones), the slot of batch ``b`` at
+#: ``b % TRACE_KEPT``.
+TRACE_KEPT = 16
+#: The bits of a trace slot: the batch count (low :data:`_COUNT_BITS` bits) above the trace
+#: (:data:`TRACE_BITS` bits) and a bit set when the trace is known, in one ``int64``, written and
+#: read in one store (never torn between a batch count and another batch's trace).
+TRACE_BITS = 40
+_COUNT_BITS = 22
 
 
 def finished(lanes: Sequence[dict[str, int]]) -> bool:
@@ -100,7 +112,7 @@ class LaneCounters:
     def __init__(self, stats: Sequence[str], num_cells: int = 0) -> None:
         self.fields = (*LANE_FIELDS, *stats)
         self.num_cells = int(num_cells)
-        width = len(self.fields) + len(PER_CELL) * self.num_cells
+        width = len(self.fields) + len(PER_CELL) * self.num_cells + TRACE_KEPT
         self.table = torch.zeros((MAX_LANES + 1, width), dtype=torch.int64).share_memory_()
         self._setup()
         self.reset()
@@ -137,12 +149,30 @@ class LaneCounters:
         (``(4, num_cells)``)."""
         if not 0 <= lane < MAX_LANES:
             return
-        row = np.zeros(self.view.shape[1], dtype=np.int64)
+        row = self.view[lane].copy()  # (its traces kept)
+        row[:-TRACE_KEPT] = 0
         for name, value in totals.items():
             row[self._index[name]] = value
         if cells is not None:
-            row[len(self.fields) :] = np.asarray(cells).reshape(-1)
+            row[len(self.fields) : -TRACE_KEPT] = np.asarray(cells).reshape(-1)
         self.view[lane] = row
+
+    def trace(self, lane: int, batches: int, trace: int | None) -> None:
+        """Keep a lane's ``trace`` after its first ``batches`` batches (``None``: unknown)."""
+        if 0 <= lane < MAX_LANES:
+            known = 0 if trace is None else (1 << TRACE_BITS) | (trace % (1 << TRACE_BITS))
+            count = batches % (1 << _COUNT_BITS)
+            self.view[lane, batches % TRACE_KEPT - TRACE_KEPT] = (count << 41) | known
+
+    def traced(self, lane: int, batches: int) -> int | None:
+        """The trace :meth:`trace` kept of ``lane`` after ``batches`` batches, if it is still
+        kept and known."""
+        if not 0 <= lane < MAX_LANES:
+            return None
+        slot = int(self.view[lane, batches % TRACE_KEPT - TRACE_KEPT])
+        if slot >> 41 != batches % (1 << _COUNT_BITS) or not slot >> TRACE_BITS & 1:
+            return None
+        return slot & ((1 << TRACE_BITS) - 1)
 
     def tick(self, lane: int, batches: int) -> None:
         """Write only a lane's batch count (cheap, before every batch)."""
@@ -188,7 +218,7 @@ class LaneCounters:
         """Per-cell columns summed over the lanes of ``epoch``, ``(4, num_cells)``."""
         rows = self.view[:MAX_LANES].copy()
         keep = [lane["lane"] for lane in self.lanes(epoch)]
-        mine = rows[keep, len(self.fields) :]
+        mine = rows[keep, len(self.fields) : -TRACE_KEPT]
         return mine.sum(axis=0).reshape(len(PER_CELL), self.num_cells)
 
 
@@ -200,6 +230,8 @@ class Lane(Protocol):
     read: int
     stats: dict[str, int]
     worker: tuple[int, int]
+    traced: bool
+    trace: int | None
 
     def flush(self, done: bool = False) -> None: ...
 
@@ -212,9 +244,13 @@ def hand_out(lane: Lane, counters: LaneCounters | None, batches: Iterator[T]) ->
     count reaches the shared table before each batch is handed out (a resume needs it exact);
     the other counters every :data:`FLUSH_EVERY` batches and at the end."""
     index = lane.worker[0]
+    traced = lane.traced
     lane.flush()
     try:
         for batch in batches:
+            if traced and counters is not None:  # (also of the batches a replay skips: a
+                counters.trace(index, lane.batches, lane.trace)  # state taken soon after
+                # names them; NOTE [ A replay over a source without a length ])
             if lane.skip:
                 lane.skip -= 1
                 lane.stats["skipped"] += 1
@@ -231,6 +267,11 @@ def hand_out(lane: Lane, counters: LaneCounters | None, batches: Iterator[T]) ->
     lane.flush(done=True)
 
 
+class RefusedResume(ValueError):
+    """A resume refused before the pass handed out a batch (the source changed since the state
+    was saved): the pass never started, so :func:`_say_the_pass_ends` says nothing of it."""
+
+
 def _say_the_pass_ends(exc: Exception, lane: Lane) -> None:
     """NOTE [ A pass that raised is over ]
     A pass is a generator: once the source, ``length_fn`` or a sample raised in it, it is
@@ -241,7 +282,7 @@ def _say_the_pass_ends(exc: Exception, lane: Lane) -> None:
     it said ``samples: 0`` after 10 batches) and the error carries a note saying so, which
     torch's worker traceback prints too (Python >= 3.11: ``add_note``)."""
     add_note = getattr(exc, "add_note", None)
-    if add_note is None:  # pragma: no cover - Python 3.10
+    if add_note is None or isinstance(exc, RefusedResume):  # (3.10: no notes)
         return
     worker, workers = lane.worker
     share = f" of DataLoader worker {worker} of {workers}" if workers > 1 else ""

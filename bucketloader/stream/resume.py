@@ -13,10 +13,13 @@ stream's counters across DataLoader workers ] in :mod:`bucketloader.stream.count
 worker (the DataLoader hands batches out round-robin over the workers still running); on resume
 each worker replays its pass from the start of the epoch and hands out only what comes after its
 count. That is exact, costs a re-read of the data consumed so far (no collation, no training), and
-needs the same ``num_workers``. A stream split over ranks resumes this way behind workers too
-(its per-worker counts follow from ``k`` alone), unless worker checkpoints (below) are on; in
-one process it seeks or restarts at the source's checkpoints where its source can (NOTE
-[ Seeking a source ] in :mod:`bucketloader.stream.source`).
+needs the same ``num_workers``; over a source without a length the state also records each
+worker's trace of the batches it skips, which the replay compares (NOTE [ A replay over a
+source without a length ] in :mod:`bucketloader.stream._engine`). A stream split over ranks
+resumes this way behind workers too (its per-worker counts follow from ``k`` alone), unless
+worker checkpoints (below) are on; in one process it seeks or restarts at the source's
+checkpoints where its source can (NOTE [ Seeking a source ] in
+:mod:`bucketloader.stream.source`).
 
 NOTE [ Worker checkpoints ]
 Replaying a worker's pass from the start of the epoch re-reads everything it consumed. A stream
@@ -140,6 +143,7 @@ import torch.utils.data
 from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import a_kind, check_int, not_a_state, stream_of
 from bucketloader.plan.report import FILL_TIMES, FILL_WARNING, LOSS_WARNING, DataLossWarning
+from bucketloader.stream._engine import trace_hex
 from bucketloader.stream.counters import MAX_LANES, LaneCounters, finished
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
@@ -528,11 +532,38 @@ def check_state(
                 f"state['first'] must be a worker index < {max(state['workers'], 1)}, got "
                 f"{state['first']!r}"
             )
+        traces = state.get("lengths")  # NOTE [ A replay over a source without a length ]
+        if traces is not None and not (
+            isinstance(traces, list)
+            and len(traces) == state["workers"]
+            and all(t is None or _hex(t, 10) for t in traces)
+        ):
+            raise ValueError(
+                f"state['lengths'] must hold None or a trace (10 hex digits) per worker "
+                f"({state['workers']}), got {traces!r:.120}; pass a dict from "
+                f"{owner}.state_dict(), unedited"
+            )
     else:
         src = state["source"]
         if not {"position", "state"} <= set(src) or not isinstance(src["position"], int):
             raise ValueError(f"state['source'] must hold 'position' and 'state', got {src!r}")
         _check_exact(state, owner)
+        digest = state.get("lengths")  # NOTE [ A stream state over a source without a length ]
+        if digest is not None and not _hex(digest, 16):
+            raise ValueError(
+                f"state['lengths'] must be the digest (16 hex digits) of the lengths of the "
+                f"samples it holds, got {digest!r:.120}; pass a dict from {owner}.state_dict(), "
+                "unedited"
+            )
+
+
+def _hex(value: Any, digits: int) -> bool:
+    """Whether ``value`` is a string of ``digits`` lowercase hex digits."""
+    return (
+        isinstance(value, str)
+        and len(value) == digits
+        and all(c in "0123456789abcdef" for c in value)
+    )
 
 
 #: The phases of a pass an exact state can be taken in.
@@ -599,11 +630,12 @@ def _check_size(state: dict[str, Any], mine: Any, owner: str) -> None:
     length, where it has one, and a resume over a source of another length is refused, naming
     both lengths and the way on. A state saved before the length was recorded is taken as
     before; a source without a length (a generator, a ``datasets.IterableDataset``) records
-    nothing and is not compared, so a change of its contents is not caught: load its state only
-    over the same data. A change that keeps the length (a sample edited in place) is not caught
-    either. Split over ranks, each rank passes its own shard, so the length is its shard's: a
-    rank given another rank's state (a checkpoint written by rank 0 only) is refused where the
-    shards' lengths differ, and told to load its own state."""
+    none, and its state records the lengths of the samples it holds instead (NOTE [ A stream
+    state over a source without a length ] in :mod:`bucketloader.stream._engine`). A change that
+    keeps the length (a sample edited in place) is not caught. Split over ranks, each rank
+    passes its own shard, so the length is its shard's: a rank given another rank's state (a
+    checkpoint written by rank 0 only) is refused where the shards' lengths differ, and told to
+    load its own state."""
     theirs = state["config"].get("samples")
     if theirs is None:
         return
@@ -791,6 +823,11 @@ def replay_state(
         "skip": skip,
         "first": first,
     }
+    if skip and not ("samples" in config or "source" in config):
+        # NOTE [ A replay over a source without a length ] in bucketloader.stream._engine
+        traces = [_trace_at(counters, w, skip[w], produced[w]) for w in range(workers)]
+        if any(t is not None for t in traces):
+            out["lengths"] = traces
     if store is not None and skip:  # NOTE [ Worker checkpoints ]
         lane_states = [
             store.best(epoch=epoch, lane=w, lanes=workers, at_most=skip[w]) for w in range(workers)
@@ -798,6 +835,15 @@ def replay_state(
         if any(x is not None for x in lane_states):
             out["lanes"] = lane_states
     return out
+
+
+def _trace_at(counters: LaneCounters, lane: int, batches: int, produced: int) -> str | None:
+    """Worker ``lane``'s trace after its first ``batches`` batches, as a replay state records
+    it, where its row still keeps it (``None``: none to skip, or not kept)."""
+    if not 0 < batches <= produced:
+        return None
+    trace = counters.traced(lane, batches)
+    return None if trace is None else trace_hex(trace)
 
 
 def resume_lane(
