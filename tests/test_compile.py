@@ -525,6 +525,32 @@ def test_a_packing_plan_precompiles_through_its_collator(max_seqlen):
             assert backend.graphs == len(plan.shapes)
 
 
+def test_precompiles_synthetic_packed_batches_number_positions_from_the_collators_start():
+    # s31: PackCollator(position_ids_start=2) (RoBERTa-like models): the example batches that
+    # precompile runs are laid out by the collator, so their positions count from 2 as the
+    # training batches' do (the synthetic all-one-document rows included)
+    from bucketloader.pack import PackSampler
+    from bucketloader.stream import PackIterable
+
+    lengths = [3, 5, 9, 12, 4, 7, 20, 18, 2, 11]
+    docs = [list(range(1, n + 1)) for n in lengths]
+    sampler = PackSampler(lengths, row_length=(16, 32), batch_size=2)
+    stream = PackIterable(docs, row_length=32, batch_size=2)
+    for plan, example in ((sampler, docs), (stream, docs[0])):
+        collate = plan.collator(pad_token_id=1, position_ids_start=2)
+        for shape in plan.shapes:
+            batch = ExampleBatches(plan, example, collate_fn=collate).make_batch(shape)
+            assert batch["position_ids"].tolist()[0] == list(range(2, shape[1] + 2))
+        backend = Counting()
+        step = torch.compile(
+            lambda b: (b["input_ids"] + b["position_ids"]).sum(), backend=backend, dynamic=False
+        )
+        report = precompile(
+            step, plan, example=example, collate_fn=collate, cache=False, progress=False
+        )
+        assert report.shapes == plan.shapes and backend.graphs == len(plan.shapes)
+
+
 def test_a_packed_batch_with_a_4d_document_mask_precompiles():
     # s30: a collator returning the (B, 1, L, L) document mask as attention_mask (what
     # hf.for_packing(attention="mask") ships) was refused: precompile read the batch's shape
