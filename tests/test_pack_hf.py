@@ -393,3 +393,22 @@ def test_the_trainer_names_the_position_start_a_model_needs(tmp_path):
     trainer(gpt2)  # (from 0: taken)
     with pytest.raises(ValueError, match="position_ids_start must be an int >= 0, got pos"):
         hf.for_packing(ds, pad_token_id=1, row_length=32, batch_size=2, position_ids_start=-2)
+
+
+@pytest.mark.parametrize("attention", ["positions", "mask"])
+def test_a_masked_lm_head_is_refused_on_packed_rows(tmp_path, attention):
+    """s31: BertForMaskedLM with hf.for_packing(attention="mask") was taken (the probe saw its
+    second document unchanged under the causal document mask, and the refusal of "positions"
+    even suggested "mask"): packed rows label each token with itself for a model that shifts,
+    a masked-LM loss does not shift, so it trained to copy its input, causally."""
+    bert = transformers.BertForMaskedLM(
+        transformers.BertConfig(
+            vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=32, max_position_embeddings=40,
+        )
+    )  # fmt: skip
+    packed = hf.for_packing(
+        _short_dataset(), pad_token_id=0, row_length=32, batch_size=2, attention=attention
+    )
+    with pytest.raises(ValueError, match=r"BertForMaskedLM is a masked-LM head.*mlm=True\)$"):
+        hf.BucketTrainer(model=bert, args=_roberta_args(tmp_path, max_steps=1), bucketing=packed)

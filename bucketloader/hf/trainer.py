@@ -523,6 +523,15 @@ class _BucketMixin:
             return
         name = type(self.model).__name__
         owner = type(self).__name__
+        if name.endswith("ForMaskedLM"):
+            raise ValueError(
+                f"{owner}: {name} is a masked-LM head, whose loss scores each token against its "
+                f"own label (no shift), but the packed rows of {argument} are causal-LM rows "
+                "labelled with their own tokens (for a model that shifts them), so it would "
+                "learn to copy its input; bucket it instead: bucketing=hf.for_text(...) (or "
+                "train_dataset=...) with data_collator=DataCollatorForLanguageModeling("
+                "tokenizer, mlm=True)"
+            )
         start, table = _position_start(self.model)
         given = collate.position_ids_start
         moved = start is not None and given != start
@@ -1969,7 +1978,7 @@ def _position_start(model: Any) -> tuple[int | None, str]:
 # why). A compiled model runs it uncompiled (torch.compiler.set_stance("force_eager"), torch
 # >= 2.6; skipped on older torch), so the plan's graphs stay the only ones; its rows number
 # positions from the collator's position_ids_start, as the packed rows do.
-# What no probe of two packed rows can see is checked from the model's tables:
+# Two things no probe of two packed rows can see are checked from the model's class and tables:
 # * Where the packed positions start. A learned position table counts from 0 (BERT, GPT-2; OPT
 #   and BART add their offset themselves) or, with a padding_idx, from padding_idx + 1
 #   (RoBERTa, XLM-R, CamemBERT, ESM): the rows' position_ids_start must be that, or every token
@@ -1981,6 +1990,10 @@ def _position_start(model: Any) -> tuple[int | None, str]:
 #   give the batches this trainer trains on; the attention= refusal above works the same way,
 #   and so does DataCollatorWithFlattening, whose position_ids_start the user sets. One keyword,
 #   named with its value, is the whole fix.
+# * A masked-LM head (ForMaskedLM): packed rows are causal-LM rows, labelled with their own
+#   tokens for a model that shifts them; a masked-LM loss does not shift, so it would learn to
+#   copy its input, and a causal document mask (which the probe accepts, the second document
+#   being unchanged) would also hide each document's later tokens from its earlier ones.
 
 
 def _packing_leak(model: Any, attention: str, collate: Any, start: int) -> float | None:
