@@ -412,3 +412,23 @@ def test_a_masked_lm_head_is_refused_on_packed_rows(tmp_path, attention):
     )
     with pytest.raises(ValueError, match=r"BertForMaskedLM is a masked-LM head.*mlm=True\)$"):
         hf.BucketTrainer(model=bert, args=_roberta_args(tmp_path, max_steps=1), bucketing=packed)
+
+
+def test_padding_positions_past_the_table_are_refused_when_built(tmp_path):
+    """s31: a packed row's padding numbers its positions like a document: GPT-2 with 32
+    positions, rows of 64, documents of at most 20 tokens was taken, and training failed at its
+    last step ("IndexError: index out of range in self", the batch with an all-padding row).
+    It is refused when built, naming max_seqlen=32, which cuts the padding runs; with it every
+    step trains."""
+    ds = datasets.Dataset.from_dict({"input_ids": [[5 + i % 7] * (3 + i % 18) for i in range(41)]})
+    args = _roberta_args(tmp_path, num_train_epochs=1)
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32)
+    )
+    rows = hf.for_packing(ds, pad_token_id=0, row_length=64, batch_size=2)
+    assert max(int(b["position_ids"].max()) for b in rows.dataloader()) == 63
+    with pytest.raises(ValueError, match=r"position for each of up to 64 tokens, .*=32\), which"):
+        hf.BucketTrainer(model=gpt2, args=args, bucketing=rows)
+    cut = hf.for_packing(ds, pad_token_id=0, row_length=64, batch_size=2, max_seqlen=32)
+    trainer = hf.BucketTrainer(model=gpt2, args=args, bucketing=cut)
+    assert trainer.train().global_step == len(cut.sampler) == 4

@@ -578,6 +578,27 @@ class _BucketMixin:
         )
         raise ValueError(f"{owner}: {mixes}; {fix}")
 
+    def _check_padding_positions(self, collate: Any, limit: int, table: str, argument: str) -> None:
+        """A padding run of a packed row numbers its positions as a document does (NOTE
+        [ Packed batch layout ] in :mod:`bucketloader.pack.collator`): up to the row length, or
+        an int ``max_seqlen``, which cuts the runs. Past the table's ``limit`` the batch that
+        holds such a run (the rows that complete the last batch) failed inside the model, steps
+        into training ("IndexError: index out of range in self")."""
+        width = max(shape[-1] for shape in collate.shapes)
+        m = getattr(collate.collator, "max_seqlen", None)
+        run = min(width, m) if isinstance(m, int) else width
+        if run <= limit:
+            return
+        raise ValueError(
+            f"{type(self).__name__}: {type(self.model).__name__} embeds at most {limit} "
+            f"positions ({table}), but the packed rows of {argument} are {width} tokens long, "
+            "and a row's padding (after its documents, or a whole row completing the last "
+            f"batch) takes a position for each of up to {run} tokens, as a document does, which "
+            "would fail inside the model at the batch that holds it; pass hf.for_packing(..., "
+            f"max_seqlen={limit}), which cuts the padding into runs whose positions restart, or "
+            f"pack rows of at most row_length={limit} tokens"
+        )
+
     def _check_token_labels(self, b: Bucketing, dataset: Any, argument: str) -> None:
         """A token-classification head takes one label per token, so its labels must follow the
         input; one row of another length made them a target (NOTE [ Target columns ]), padded
@@ -646,6 +667,7 @@ class _BucketMixin:
                     f"documents to {limit} tokens in the dataset (dataset.map), or pack rows of "
                     "at most that many tokens with overflow='truncate' (or 'drop')"
                 )
+            self._check_padding_positions(collate, limit, table, argument)
             return
         names = b.sampler.shape_table.input_names
         planned = {c: np.array([s[d + 1] for s in b.sampler.shapes]) for d, c in enumerate(names)}
