@@ -322,6 +322,39 @@ def test_precompile_on_eval_mode_and_a_failing_step_restores_too():
     assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
 
 
+@pytest.mark.parametrize("cached", [True, False])
+def test_a_compiler_failure_at_precompile_points_at_the_inductor_cache(tmp_path, cached):
+    # s30 "Left": every .so of an inductor cache replaced by junk made g++ fail ("'at::vec' has
+    # not been declared") under a torn precompiled header, and the note said only "step failed
+    # on its synthetic batch", which pointed away from the cache. A C++ compile error (as
+    # inductor raises it) now names the cache directory to start afresh from; others do not.
+    from torch._inductor.exc import CppCompileError, InductorError
+
+    lengths = _lengths(60)
+    sampler = BucketSampler(lengths, num_buckets=2, batch_size=8, seed=0)
+    failure = {"error": None}
+
+    def step(batch):
+        if failure["error"] is not None:
+            raise failure["error"]
+        return batch["input_ids"].sum()
+
+    cache = CompileCache(tmp_path / "cache") if cached else False
+    gcc = CppCompileError(["g++", "x.cpp"], "error: 'at::vec' has not been declared")
+    for error, hinted in ((InductorError(gcc, None), True), (RuntimeError("boom"), False)):
+        failure["error"] = error
+        with pytest.raises(type(error)) as info:
+            precompile(step, sampler, example=_dataset(lengths)[0], cache=cache, progress=False)
+        (note,) = [n for n in info.value.__notes__ if "synthetic batch of shape" in n]
+        assert ("the C++ compiler failed, which a damaged inductor cache" in note) == hinted
+        if hinted and cached:  # (the headers are torch's, outside any cache directory)
+            assert "run it again with a fresh CompileCache directory, after removing /" in note
+            assert note.endswith("precompiled_headers (torch's precompiled headers, outside any "
+                                 "cache directory))")  # fmt: skip
+        if hinted and not cached:
+            assert "CompileCache" not in note and "run it again after removing /" in note
+
+
 def test_each_shape_starts_from_the_snapshotted_grads():
     # NOTE [ Each shape from the same grads ]: a forward+backward step must not accumulate into
     # the previous shape's gradients (under CUDA graphs those are overwritten graph outputs)
@@ -523,6 +556,32 @@ def test_a_packing_plan_precompiles_through_its_collator(max_seqlen):
             for idx in plan:
                 step(collate([docs[i] for i in idx]))
             assert backend.graphs == len(plan.shapes)
+
+
+def test_precompiles_synthetic_packed_batches_number_positions_from_the_collators_start():
+    # s31: PackCollator(position_ids_start=2) (RoBERTa-like models): the example batches that
+    # precompile runs are laid out by the collator, so their positions count from 2 as the
+    # training batches' do (the synthetic all-one-document rows included)
+    from bucketloader.pack import PackSampler
+    from bucketloader.stream import PackIterable
+
+    lengths = [3, 5, 9, 12, 4, 7, 20, 18, 2, 11]
+    docs = [list(range(1, n + 1)) for n in lengths]
+    sampler = PackSampler(lengths, row_length=(16, 32), batch_size=2)
+    stream = PackIterable(docs, row_length=32, batch_size=2)
+    for plan, example in ((sampler, docs), (stream, docs[0])):
+        collate = plan.collator(pad_token_id=1, position_ids_start=2)
+        for shape in plan.shapes:
+            batch = ExampleBatches(plan, example, collate_fn=collate).make_batch(shape)
+            assert batch["position_ids"].tolist()[0] == list(range(2, shape[1] + 2))
+        backend = Counting()
+        step = torch.compile(
+            lambda b: (b["input_ids"] + b["position_ids"]).sum(), backend=backend, dynamic=False
+        )
+        report = precompile(
+            step, plan, example=example, collate_fn=collate, cache=False, progress=False
+        )
+        assert report.shapes == plan.shapes and backend.graphs == len(plan.shapes)
 
 
 def test_a_packed_batch_with_a_4d_document_mask_precompiles():

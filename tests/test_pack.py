@@ -734,6 +734,53 @@ def test_collator_errors_and_truncation():
         PackCollator(object())
 
 
+@pytest.mark.parametrize("max_seqlen", [None, 3])
+def test_position_ids_start_numbers_every_segment_from_it(max_seqlen):
+    """s31: RoBERTa-like models count positions from padding_idx + 1; the collator numbered
+    every packed document from 0 (no option), which such a model embeds two rows early. With
+    position_ids_start=s every segment (documents, padding runs, a padding-only batch, cut
+    padding pieces) counts from s, and nothing else changes (NOTE [ Positions after a padding
+    index ])."""
+    table = _table(rows=3, width=8, docs=6, truncate=True)
+    docs = [[5, 6, 7], [8, 9], [4] * 3, [3, 3], [1]]
+    plain = PackCollator(table, max_seqlen=max_seqlen)
+    shifted = PackCollator(table, max_seqlen=max_seqlen, pad_token_id=1, position_ids_start=2)
+    a, b = plain(docs), shifted(docs)
+    assert (b["position_ids"] == a["position_ids"] + 2).all()
+    for key in ("labels", "document_ids", "cu_seqlens"):
+        assert torch.equal(a[key], b[key])
+    expect = [[2, 3, 4, 2, 3, 2, 3, 4], [2, 3, 2, 2, 3, 4, 5, 6], [2, 3, 4, 5, 6, 7, 8, 9]]
+    if max_seqlen == 3:  # padding runs cut into pieces of 3, each restarting
+        expect = [expect[0], [2, 3, 2, 2, 3, 4, 2, 3], [2, 3, 4, 2, 3, 4, 2, 3]]
+    assert b["position_ids"].tolist() == expect
+    assert "position_ids_start=2" in repr(shifted)
+    cut = PackCollator(table, position_ids_start=2)([[7] * 10])  # overflow='truncate'
+    assert cut["position_ids"].tolist()[0] == list(range(2, 10))
+    for bad in (-1, True, 2.0, "2"):
+        with pytest.raises((TypeError, ValueError), match="position_ids_start must be an int >= 0"):
+            PackCollator(table, position_ids_start=bad)
+
+
+def test_position_ids_start_reaches_the_stream_and_its_padding_only_steps():
+    """s31: a stream's collator takes the option too, and a rank whose shard ran dry lays its
+    padding-only step out from it (what the model sees at every step of a split stream)."""
+    from bucketloader.stream import PackIterable
+
+    docs = [[5, 6, 7], [8, 9], [4] * 6]
+    stream = PackIterable(docs, row_length=8, batch_size=2)
+    collate = stream.collator(pad_token_id=1, position_ids_start=2)
+    (batch,) = list(stream)
+    out = collate(batch)
+    assert out["position_ids"].tolist() == [[2, 3, 4, 2, 3, 4, 5, 6], [2, 3, 4, 5, 6, 7, 2, 3]]
+    assert (out["position_ids"] - 2).tolist() == stream.collator()(batch)["position_ids"].tolist()
+    dry = PackIterable([[5, 6, 7]], row_length=8, batch_size=2, num_replicas=2, rank=1,
+                       steps_per_epoch=2)  # fmt: skip
+    with pytest.warns(UserWarning):
+        steps = list(dry)
+    empty = dry.collator(pad_token_id=1, position_ids_start=2)(steps[-1])
+    assert len(steps[-1]) == 0 and empty["position_ids"].tolist() == [list(range(2, 10))] * 2
+
+
 def test_a_batch_dim_on_every_sample_is_named_when_the_plan_disagrees():
     """s14: a tokenizer's ``return_tensors='pt'`` gives (1, n) ids; len() reads 1, so a stream
     (or ``[len(x) for x in data]``) planned 1 token each, and the collator, which packs every

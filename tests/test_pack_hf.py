@@ -228,7 +228,7 @@ def test_a_model_that_mixes_packed_documents_is_refused(tmp_path):
             vocab_size=101, intermediate_size=32, is_decoder=True, pad_token_id=1, **small
         )
     )
-    with pytest.raises(ValueError, match="numbers positions after its padding index"):
+    with pytest.raises(ValueError, match=r"numbers positions from 2 .* position_ids_start=2\)$"):
         hf.BucketTrainer(model=roberta, args=args, bucketing=masked)
     assert bert.training and bloom.training  # (the pass left them as it found them)
 
@@ -267,3 +267,168 @@ def test_the_packing_probe_reads_a_custom_models_output(tmp_path):
     with pytest.raises(ValueError, match="Model does not keep the packed documents"):
         hf.BucketTrainer(model=Model(mix=True), args=args, bucketing=packed)
     hf.BucketTrainer(model=Model(mix=False), args=args, bucketing=packed)
+
+
+def _roberta(causal, attn="sdpa", positions=34):
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=positions,
+        pad_token_id=1,
+        is_decoder=causal,
+        attn_implementation=attn,
+    )
+    cls = transformers.RobertaForCausalLM if causal else transformers.RobertaForMaskedLM
+    return cls(config).eval()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_roberta_packed_from_its_padding_index_equals_each_document_alone(causal, attn):
+    """s31: RoBERTa-like models number positions from padding_idx + 1 (2); packed rows numbered
+    them from 0 with no option, and every logit moved (0.26-0.43 on this tiny model). With
+    position_ids_start=2 and a document mask (causal for RobertaForCausalLM, bidirectional for
+    RobertaForMaskedLM in a loop of one's own) each document's logits and per-token losses in
+    a packed row equal the document run alone, the model numbering its own positions; the
+    rows' position_ids and labels are DataCollatorWithFlattening(position_ids_start=2)'s."""
+    from bucketloader.pack import PackSampler, document_mask
+
+    rng = np.random.default_rng(0)
+    lens = rng.integers(1, 30, size=24)
+    lens[:3] = (1, 1, 32)  # one-token documents and a full row (positions up to 33 of 34)
+    docs = [torch.from_numpy(rng.integers(3, 60, size=int(n))) for n in lens]
+    sampler = PackSampler(lens, row_length=32, batch_size=3)
+    collate = sampler.collator(pad_token_id=1, position_ids_start=2)
+    flat = transformers.DataCollatorWithFlattening(position_ids_start=2, return_tensors="pt")
+    model = _roberta(causal, attn)
+    dtype = torch.bool if attn == "sdpa" else torch.float32
+    seen, worst, worst_loss = 0, 0.0, 0.0
+    for idx in sampler:
+        batch = collate([docs[i] for i in idx])
+        mask = document_mask(batch["document_ids"], causal=causal, dtype=dtype)
+        with torch.no_grad():
+            logits = model(
+                input_ids=batch["input_ids"],
+                position_ids=batch["position_ids"],
+                attention_mask=mask,
+            ).logits
+        for r, row in enumerate(batch["document_ids"]):
+            numbers = [d for d in row.unique().tolist() if d >= 0]
+            if not numbers:
+                continue
+            real = row >= 0
+            ref = flat([{"input_ids": docs[idx[d]].tolist()} for d in numbers])
+            assert batch["position_ids"][r, real].tolist() == ref["position_ids"][0].tolist()
+            assert batch["labels"][r, real].tolist() == ref["labels"][0].tolist()
+            for d in numbers:
+                cols = (row == d).nonzero().flatten()
+                alone_ids = batch["input_ids"][r, cols][None]
+                with torch.no_grad():
+                    alone = model(input_ids=alone_ids).logits[0]
+                packed = logits[r, cols]
+                worst = max(worst, float((packed - alone).abs().max()))
+                if causal and cols.numel() > 1:  # the model's shift: logits[t] -> labels[t + 1]
+                    ce = torch.nn.functional.cross_entropy
+                    mine = ce(packed[:-1], batch["labels"][r, cols][1:], reduction="none")
+                    own = ce(alone[:-1], alone_ids[0, 1:], reduction="none")
+                    worst_loss = max(worst_loss, float((mine - own).abs().max()))
+                seen += 1
+    assert seen == len(docs) and worst < 1e-5 and worst_loss < 1e-5
+
+
+def _roberta_args(tmp_path, **kw):
+    return transformers.TrainingArguments(
+        output_dir=str(tmp_path), report_to=[], use_cpu=True, save_strategy="no", **kw
+    )
+
+
+def _short_dataset(n=40):
+    return datasets.Dataset.from_dict({"input_ids": [[5 + i % 7] * (3 + i % 9) for i in range(n)]})
+
+
+def test_the_trainer_names_the_position_start_a_model_needs(tmp_path):
+    """s31: BucketTrainer refused every RoBERTa-like model on packed rows ("train it on bucketed
+    rows instead"); now it takes one packed from padding_idx + 1 and names that start (and the
+    attention it keeps apart, in the same message) when the rows count from elsewhere. A model
+    numbering from 0 (GPT-2) is refused a start of 2. NOTE [ Models that mix packed
+    documents ]."""
+    ds, args = _short_dataset(), _roberta_args(tmp_path, max_steps=2)
+
+    def trainer(model, **options):
+        packed = hf.for_packing(ds, pad_token_id=1, row_length=32, batch_size=2, **options)
+        return hf.BucketTrainer(model=model, args=args, bucketing=packed)
+
+    roberta = _roberta(causal=True, positions=40)
+    with pytest.raises(ValueError) as err:
+        trainer(roberta, attention="mask")
+    assert str(err.value).startswith(
+        "BucketTrainer: RobertaForCausalLM numbers positions from 2 (roberta.embeddings."
+        "position_embeddings: padding_idx=1: from padding_idx + 1, RoBERTa's convention), but "
+        "the packed rows of bucketing number each document's from 0 (position_ids_start=0)"
+    )
+    assert str(err.value).endswith("; pack with hf.for_packing(..., position_ids_start=2)")
+    with pytest.raises(ValueError) as err:  # the defaults: both fixes in one message
+        trainer(roberta)
+    assert "RobertaForCausalLM does not keep the packed documents of bucketing apart with " in (
+        str(err.value)
+    )
+    assert str(err.value).endswith(
+        "pack with hf.for_packing(..., position_ids_start=2, attention='mask'), which "
+        "RobertaForCausalLM keeps apart"
+    )
+    with pytest.raises(ValueError, match=r"keeps apart$") as err:  # the start right: one fix
+        trainer(roberta, position_ids_start=2)
+    assert "position_ids_start" not in str(err.value)
+    result = trainer(roberta, attention="mask", position_ids_start=2).train()
+    assert np.isfinite(result.training_loss)
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=40)
+    )
+    with pytest.raises(ValueError, match=r"GPT2LMHeadModel numbers positions from 0 \(transf"):
+        trainer(gpt2, position_ids_start=2)
+    trainer(gpt2)  # (from 0: taken)
+    with pytest.raises(ValueError, match="position_ids_start must be an int >= 0, got pos"):
+        hf.for_packing(ds, pad_token_id=1, row_length=32, batch_size=2, position_ids_start=-2)
+
+
+@pytest.mark.parametrize("attention", ["positions", "mask"])
+def test_a_masked_lm_head_is_refused_on_packed_rows(tmp_path, attention):
+    """s31: BertForMaskedLM with hf.for_packing(attention="mask") was taken (the probe saw its
+    second document unchanged under the causal document mask, and the refusal of "positions"
+    even suggested "mask"): packed rows label each token with itself for a model that shifts,
+    a masked-LM loss does not shift, so it trained to copy its input, causally."""
+    bert = transformers.BertForMaskedLM(
+        transformers.BertConfig(
+            vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+            intermediate_size=32, max_position_embeddings=40,
+        )
+    )  # fmt: skip
+    packed = hf.for_packing(
+        _short_dataset(), pad_token_id=0, row_length=32, batch_size=2, attention=attention
+    )
+    with pytest.raises(ValueError, match=r"BertForMaskedLM is a masked-LM head.*mlm=True\)$"):
+        hf.BucketTrainer(model=bert, args=_roberta_args(tmp_path, max_steps=1), bucketing=packed)
+
+
+def test_padding_positions_past_the_table_are_refused_when_built(tmp_path):
+    """s31: a packed row's padding numbers its positions like a document: GPT-2 with 32
+    positions, rows of 64, documents of at most 20 tokens was taken, and training failed at its
+    last step ("IndexError: index out of range in self", the batch with an all-padding row).
+    It is refused when built, naming max_seqlen=32, which cuts the padding runs; with it every
+    step trains."""
+    ds = datasets.Dataset.from_dict({"input_ids": [[5 + i % 7] * (3 + i % 18) for i in range(41)]})
+    args = _roberta_args(tmp_path, num_train_epochs=1)
+    gpt2 = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32)
+    )
+    rows = hf.for_packing(ds, pad_token_id=0, row_length=64, batch_size=2)
+    assert max(int(b["position_ids"].max()) for b in rows.dataloader()) == 63
+    with pytest.raises(ValueError, match=r"position for each of up to 64 tokens, .*=32\), which"):
+        hf.BucketTrainer(model=gpt2, args=args, bucketing=rows)
+    cut = hf.for_packing(ds, pad_token_id=0, row_length=64, batch_size=2, max_seqlen=32)
+    trainer = hf.BucketTrainer(model=gpt2, args=args, bucketing=cut)
+    assert trainer.train().global_step == len(cut.sampler) == 4

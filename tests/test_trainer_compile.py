@@ -193,6 +193,39 @@ def test_precompile_of_packed_rows_then_no_new_graph_in_training(tmp_path, fresh
     assert _graphs() == compiled  # 0 graphs during training
 
 
+def test_precompile_of_roberta_rows_packed_from_its_padding_index(tmp_path, fresh_dynamo):
+    # s31: RobertaForCausalLM was refused on packed rows; packed from padding_idx + 1 with the
+    # document mask it precompiles each planned row length through the same collator (whose
+    # example rows count positions from 2), and training compiles nothing new
+    torch.manual_seed(0)
+    config = transformers.RobertaConfig(
+        vocab_size=100,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=34,
+        pad_token_id=1,
+        is_decoder=True,
+    )
+    rng = np.random.default_rng(0)
+    lens = [*rng.integers(2, 16, 30).tolist(), 20, 24]
+    ds = datasets.Dataset.from_dict({"input_ids": [rng.integers(3, 100, k).tolist() for k in lens]})
+    bucketing = hf.for_packing(
+        ds, pad_token_id=1, row_length=(16, 32), batch_size=2, attention="mask",
+        position_ids_start=2,
+    )  # fmt: skip
+    trainer = hf.BucketTrainer(
+        model=transformers.RobertaForCausalLM(config),
+        args=_args(tmp_path, max_steps=8, per_device_train_batch_size=2),
+        bucketing=bucketing,
+    )
+    (report,) = trainer.precompile()
+    assert report.shapes == [(2, 16), (2, 32)] and _graphs() == 2
+    trainer.train()
+    assert _graphs() == 2
+
+
 def test_precompile_needs_a_compiled_model(tmp_path):
     trainer = hf.BucketTrainer(
         model=_model(),

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -450,7 +451,7 @@ class _Runner:
             if hasattr(exc, "add_note"):
                 exc.add_note(
                     f"(precompile: step failed on its synthetic batch of shape {shape}, built "
-                    "through the plan's collator)"
+                    f"through the plan's collator{_compiler_hint(exc, self.store)})"
                 )
             raise
         seconds = time.perf_counter() - t0
@@ -480,6 +481,49 @@ class _Runner:
             phase=phase,
             compiled_by=self.owners[i],
         )
+
+
+def _compiler_hint(exc: BaseException, store: CompileCache | None) -> str:
+    """Where the C++ compiler (or loading what it built) failed under ``exc``: a hint that the
+    cause may be inductor's cached files, not the batch (``""`` elsewhere). A damaged cached
+    precompiled header or ``.so`` (a compile torn by a full disk, a killed process or a
+    concurrent one) makes g++ fail with errors such as "'at::vec' has not been declared", which
+    the note's "synthetic batch" alone pointed away from."""
+    names = {"CppCompileError", "CUDACompileError"}
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    compiler = loading = False
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        compiler |= any(t.__name__ in names for t in type(e).__mro__)
+        loading |= isinstance(e, (ImportError, OSError)) and ".so" in str(e)
+        todo += [e.__cause__, e.__context__, getattr(e, "inner_exception", None)]
+    if not (compiler or loading):
+        return ""
+    default = "torch's inductor cache directory"
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+        default = default_cache_dir()
+    except Exception:  # (a torch without it)
+        pass
+    where = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or default
+    remove = [] if store is not None else [where]  # (a fresh CompileCache replaces where)
+    if compiler:  # precompiled headers live under torch's default directory, whatever the cache
+        codecache = sys.modules.get("torch._inductor.codecache")
+        headers = getattr(codecache, "_HEADER_DIR", os.path.join(default, "precompiled_headers"))
+        if not any(str(headers).startswith(os.path.join(d, "")) for d in remove):
+            remove.append(f"{headers} (torch's precompiled headers, outside any cache directory)")
+    fresh = ["with a fresh CompileCache directory"] if store is not None else []
+    fresh += [f"after removing {' and '.join(remove)}"] if remove else []
+    return (
+        f"; the {'C++ compiler' if compiler else 'loading of a compiled library'} failed, which "
+        "a damaged inductor cache also causes (files torn by an interrupted or concurrent "
+        f"compile): run it again {', '.join(fresh)}"
+    )
 
 
 def _cache_counters() -> tuple[int, int]:

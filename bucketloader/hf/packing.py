@@ -31,6 +31,13 @@ Read from transformers 5.x (``masking_utils.create_causal_mask``, ``_preprocess_
   ``(B, L)`` padding mask, so ``return_seq_idx`` with ``attention="mask"`` (a 4-D mask) is
   refused: use ``"positions"`` or ``"flash"``.
 
+* RoBERTa-like models (XLM-R, CamemBERT, ESM: a position table with a ``padding_idx``) count
+  positions from ``padding_idx + 1``: ``position_ids_start=padding_idx + 1`` (2 for RoBERTa)
+  numbers every packed document from there (NOTE [ Positions after a padding index ] in
+  :mod:`bucketloader.pack.collator`). Their attention takes no packing from ``position_ids``
+  (like BERT's): ``attention="mask"``. :class:`~bucketloader.hf.BucketTrainer` refuses a start
+  that is not the model's, naming the one that is.
+
 Labels are -100 at every document's first token and on padding, so the shifted causal-LM loss
 never predicts across a boundary (``tests/test_pack.py`` checks logits and per-token losses of each
 document against the document run alone, to 1e-5).
@@ -44,7 +51,7 @@ import numpy as np
 import torch
 
 from bucketloader._arrow import is_list
-from bucketloader._validation import check_bool, check_choice, checks_options
+from bucketloader._validation import check_bool, check_choice, check_int, checks_options
 from bucketloader.hf.bucketing import (
     Bucketing,
     check_entry_options,
@@ -107,6 +114,12 @@ class PackedInputs:
     def shapes(self) -> list[tuple[int, int]]:
         """The ``input_ids`` shapes (the sampler's promise)."""
         return self.collator.shapes  # type: ignore[no-any-return]
+
+    @property
+    def position_ids_start(self) -> int:
+        """The first position of every packed document (the collator's; 0 where it has none)."""
+        start = getattr(self.collator, "position_ids_start", 0)
+        return start if isinstance(start, int) else 0
 
     def __call__(self, samples: list[Any]) -> dict[str, Any]:
         out = self.collator(samples)
@@ -171,6 +184,7 @@ def for_packing(
     mask_dtype: torch.dtype = torch.bool,
     max_seqlen: int | str | None = None,
     return_seq_idx: bool = False,
+    position_ids_start: int = 0,
     **options: Any,
 ) -> Bucketing:
     """A packing sampler + model collator for a tokenised causal-LM dataset.
@@ -186,6 +200,10 @@ def for_packing(
             models take a packed batch ]).
         mask_dtype: the 4-D mask's dtype with ``attention="mask"``: ``torch.bool`` for
             ``attn_implementation="sdpa"``, the model's float dtype for ``"eager"``.
+        max_seqlen: the collator's ``max_seqlen`` (:class:`~bucketloader.pack.PackCollator`).
+        return_seq_idx: also return ``seq_idx`` (Mamba-2 / causal-conv layers).
+        position_ids_start: the first position of every document: 0, or the model's
+            ``padding_idx + 1`` for RoBERTa-like models (2 for RoBERTa, XLM-R, CamemBERT).
         **options: :class:`~bucketloader.pack.PackSampler` options: ``row_length`` (required),
             ``batch_size`` or ``max_tokens``, ``overflow``, ``last_batch``, ``shuffle``,
             ``seed``, ``num_replicas``, ``rank``.
@@ -208,6 +226,7 @@ def for_packing(
     pad = pad_token_id_of(pad_token_id, tokenizer, "for_packing")
     check_choice("attention", attention, ATTENTION)  # before the lengths are read
     _check_seq_idx(return_seq_idx, attention)
+    check_int("position_ids_start", position_ids_start, minimum=0)
     dataset_list(dataset, "for_packing")  # (a pyarrow.Table has no rows by index)
     check_token_columns([dataset], [column], "for_packing")
     check_token_ids([dataset], [column, "labels"], "for_packing")
@@ -215,7 +234,11 @@ def for_packing(
     _check_labels(dataset, column, tokens)
     sampler = PackSampler(tokens, **options)
     collator = sampler.collator(
-        key=column, pad_token_id=pad, max_seqlen=max_seqlen, seq_idx=return_seq_idx
+        key=column,
+        pad_token_id=pad,
+        max_seqlen=max_seqlen,
+        seq_idx=return_seq_idx,
+        position_ids_start=position_ids_start,
     )
     collate = PackedInputs(
         collator, attention=attention, mask_dtype=mask_dtype, return_seq_idx=return_seq_idx

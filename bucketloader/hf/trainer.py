@@ -515,9 +515,9 @@ class _BucketMixin:
 
     def _check_against_model(self, b: Bucketing, dataset: Any, argument: str) -> None:
         """What the model cannot take from a plan, refused when it is built (not at a batch)."""
+        self._check_packing(b, argument)  # (first: a wrong position start moves the limits)
         self._check_positions(b, dataset, argument)
         self._check_token_labels(b, dataset, argument)
-        self._check_packing(b, argument)
 
     def _check_packing(self, b: Bucketing, argument: str) -> None:
         """Refuse packed rows the model does not keep apart (NOTE [ Models that mix packed
@@ -528,33 +528,81 @@ class _BucketMixin:
         if not isinstance(collate, PackedInputs):
             return
         name = type(self.model).__name__
-        table = _padding_positions(self.model)
-        if table:
+        owner = type(self).__name__
+        if name.endswith("ForMaskedLM"):
             raise ValueError(
-                f"{type(self).__name__}: {name} numbers positions after its padding index "
-                f"({table}: RoBERTa's convention, positions from padding_idx + 1), but the "
-                f"packed rows of {argument} number each document's from 0, so every token "
-                "would be embedded at a position the model never learned; train it on "
-                "bucketed rows instead (train_dataset=..., or bucketing=hf.for_text(...))"
+                f"{owner}: {name} is a masked-LM head, whose loss scores each token against its "
+                f"own label (no shift), but the packed rows of {argument} are causal-LM rows "
+                "labelled with their own tokens (for a model that shifts them), so it would "
+                "learn to copy its input; bucket it instead: bucketing=hf.for_text(...) (or "
+                "train_dataset=...) with data_collator=DataCollatorForLanguageModeling("
+                "tokenizer, mlm=True)"
             )
-        if any(getattr(self, flag, False) for flag in ("is_deepspeed_enabled", "is_fsdp_enabled")):
-            return  # (a sharded model takes no forward pass outside its engine)
-        leak = _packing_leak(self.model, collate.attention, collate)
-        if not leak:  # (kept apart, or no pass could be made)
+        start, table = _position_start(self.model)
+        given = collate.position_ids_start
+        moved = start is not None and given != start
+        if moved:
+            why = f"{table}: from padding_idx + 1, RoBERTa's convention" if start else table
+            wrong = (
+                f"{owner}: {name} numbers positions from {start} ({why}), but the packed rows "
+                f"of {argument} number each document's from {given} (position_ids_start="
+                f"{given}), so every token would be embedded at a position the model never "
+                "learned for it"
+            )
+        at = start if start is not None else given  # (the probe runs at the right start)
+        sharded = any(getattr(self, f, False) for f in ("is_deepspeed_enabled", "is_fsdp_enabled"))
+        leak = None if sharded else _packing_leak(self.model, collate.attention, collate, at)
+        if not leak:  # (kept apart, or no pass could be made: a sharded model makes none)
+            if moved:
+                raise ValueError(
+                    f"{wrong}; pack with hf.for_packing(..., position_ids_start={start})"
+                )
             return
         others = [a for a in ("mask", "positions") if a != collate.attention]
-        keeps = [a for a in others if _packing_leak(self.model, a, collate) == 0.0]
+        keeps = [a for a in others if _packing_leak(self.model, a, collate, at) == 0.0]
+        mixes = (
+            f"{name} does not keep the packed documents of {argument} apart with attention="
+            f"{collate.attention!r}: a document's logits changed by {leak:.3g} when only the "
+            "document before it in the row changed, so each document would attend to the ones "
+            "before it"
+        )
+        bucket = (
+            "train it on bucketed rows instead (train_dataset=..., or bucketing=hf.for_text(...))"
+        )
+        if moved:
+            fix = (
+                f"pack with hf.for_packing(..., position_ids_start={start}, attention="
+                f"{keeps[0]!r}), which {name} keeps apart"
+                if keeps
+                else bucket
+            )
+            raise ValueError(f"{wrong}; and {mixes}; {fix}")
         fix = (
             f"pack with hf.for_packing(..., attention={keeps[0]!r}), which {name} keeps apart"
             if keeps
-            else "train it on bucketed rows instead (train_dataset=..., or "
-            "bucketing=hf.for_text(...))"
+            else bucket
         )
+        raise ValueError(f"{owner}: {mixes}; {fix}")
+
+    def _check_padding_positions(self, collate: Any, limit: int, table: str, argument: str) -> None:
+        """A padding run of a packed row numbers its positions as a document does (NOTE
+        [ Packed batch layout ] in :mod:`bucketloader.pack.collator`): up to the row length, or
+        an int ``max_seqlen``, which cuts the runs. Past the table's ``limit`` the batch that
+        holds such a run (the rows that complete the last batch) failed inside the model, steps
+        into training ("IndexError: index out of range in self")."""
+        width = max(shape[-1] for shape in collate.shapes)
+        m = getattr(collate.collator, "max_seqlen", None)
+        run = min(width, m) if isinstance(m, int) else width
+        if run <= limit:
+            return
         raise ValueError(
-            f"{type(self).__name__}: {name} does not keep the packed documents of {argument} "
-            f"apart with attention={collate.attention!r}: a document's logits changed by "
-            f"{leak:.3g} when only the document before it in the row changed, so each document "
-            f"would attend to the ones before it; {fix}"
+            f"{type(self).__name__}: {type(self.model).__name__} embeds at most {limit} "
+            f"positions ({table}), but the packed rows of {argument} are {width} tokens long, "
+            "and a row's padding (after its documents, or a whole row completing the last "
+            f"batch) takes a position for each of up to {run} tokens, as a document does, which "
+            "would fail inside the model at the batch that holds it; pass hf.for_packing(..., "
+            f"max_seqlen={limit}), which cuts the padding into runs whose positions restart, or "
+            f"pack rows of at most row_length={limit} tokens"
         )
 
     def _check_token_labels(self, b: Bucketing, dataset: Any, argument: str) -> None:
@@ -613,19 +661,20 @@ class _BucketMixin:
         limit, table = _position_limit(self.model)
         if limit is None:
             return
-        if packed:  # (positions restart at 0 in each document of a packed row)
+        if packed:  # (positions restart in each document of a packed row)
             sizes = b.sampler.spec.sizes
-            if not sizes.size or int(sizes.max()) <= limit:
-                return
-            i = int(sizes.argmax())
-            raise ValueError(
-                f"{type(self).__name__}: {type(self.model).__name__} embeds at most {limit} "
-                f"positions ({table}), but {argument} packs documents of up to {int(sizes[i])} "
-                f"tokens (document {i}), whose positions reach {int(sizes[i]) - 1}, which would "
-                f"fail inside the model; cut or split the documents to {limit} tokens in the "
-                "dataset (dataset.map), or pack rows of at most that many tokens with "
-                "overflow='truncate' (or 'drop')"
-            )
+            if sizes.size and int(sizes.max()) > limit:
+                i = int(sizes.argmax())
+                raise ValueError(
+                    f"{type(self).__name__}: {type(self.model).__name__} embeds at most {limit} "
+                    f"positions ({table}), but {argument} packs documents of up to "
+                    f"{int(sizes[i])} tokens (document {i}), whose positions reach "
+                    f"{int(sizes[i]) - 1}, which would fail inside the model; cut or split the "
+                    f"documents to {limit} tokens in the dataset (dataset.map), or pack rows of "
+                    "at most that many tokens with overflow='truncate' (or 'drop')"
+                )
+            self._check_padding_positions(collate, limit, table, argument)
+            return
         names = b.sampler.shape_table.input_names
         planned = {c: np.array([s[d + 1] for s in b.sampler.shapes]) for d, c in enumerate(names)}
         config = getattr(self.model, "config", None)
@@ -1962,14 +2011,20 @@ def _position_tables(model: Any) -> Iterator[tuple[str, torch.nn.Embedding]]:
             yield name, module
 
 
-def _padding_positions(model: Any) -> str:
-    """The position table of ``model`` that reserves rows up to its ``padding_idx`` (RoBERTa,
-    XLM-R, ESM: positions count from ``padding_idx + 1``), named with its padding index; ``""``
-    without one."""
-    for name, module in _position_tables(model):
+def _position_start(model: Any) -> tuple[int | None, str]:
+    """The first position ``model``'s learned position table gives a sequence, and the table
+    named: ``padding_idx + 1`` where it reserves rows up to a ``padding_idx`` (RoBERTa, XLM-R,
+    ESM: NOTE [ Positions after a padding index ] in :mod:`bucketloader.pack.collator`), else 0
+    (BERT, GPT-2; OPT and BART add their ``offset`` themselves); ``(None, "")`` without a learned
+    table (rotary, relative), where packing from any start keeps the documents' distances."""
+    tables = list(_position_tables(model))
+    for name, module in tables:
         if module.padding_idx is not None:
-            return f"{name}: padding_idx={module.padding_idx}"
-    return ""
+            return module.padding_idx + 1, f"{name}: padding_idx={module.padding_idx}"
+    if tables:
+        name, module = tables[0]
+        return 0, f"{name}: {module.num_embeddings} rows"
+    return None, ""
 
 
 # NOTE [ Models that mix packed documents ]
@@ -1986,15 +2041,31 @@ def _padding_positions(model: Any) -> str:
 # skipped where no forward pass can be made outside training (DeepSpeed, FSDP, parameters on
 # the meta device) and where the pass fails (a flash-attention batch on a CPU: training says
 # why). A compiled model runs it uncompiled (torch.compiler.set_stance("force_eager"), torch
-# >= 2.6; skipped on older torch), so the plan's graphs stay the only ones. RoBERTa-like
-# position tables are refused by their shape instead: their positions count from
-# padding_idx + 1, where packed ones restart at 0 (and both rows share them).
+# >= 2.6; skipped on older torch), so the plan's graphs stay the only ones; its rows number
+# positions from the collator's position_ids_start, as the packed rows do.
+# Two things no probe of two packed rows can see are checked from the model's class and tables:
+# * Where the packed positions start. A learned position table counts from 0 (BERT, GPT-2; OPT
+#   and BART add their offset themselves) or, with a padding_idx, from padding_idx + 1
+#   (RoBERTa, XLM-R, CamemBERT, ESM): the rows' position_ids_start must be that, or every token
+#   is embedded at a position the model never learned for it, with no error (NOTE [ Positions
+#   after a padding index ] in bucketloader.pack.collator). Both probe rows share their
+#   positions, so the probe cannot tell. The trainer refuses a start that is not the model's
+#   and names the one that is, rather than setting it: the Bucketing is the user's, built before
+#   the model was known, and its .dataloader() in a loop of their own (or another trainer) must
+#   give the batches this trainer trains on; the attention= refusal above works the same way,
+#   and so does DataCollatorWithFlattening, whose position_ids_start the user sets. One keyword,
+#   named with its value, is the whole fix.
+# * A masked-LM head (ForMaskedLM): packed rows are causal-LM rows, labelled with their own
+#   tokens for a model that shifts them; a masked-LM loss does not shift, so it would learn to
+#   copy its input, and a causal document mask (which the probe accepts, the second document
+#   being unchanged) would also hide each document's later tokens from its earlier ones.
 
 
-def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
+def _packing_leak(model: Any, attention: str, collate: Any, start: int) -> float | None:
     """How far the second document's logits moved when the first changed, on two packed rows
-    made as ``attention`` says: ``0.0`` where the model keeps the documents apart, ``None``
-    where the probe cannot run (NOTE [ Models that mix packed documents ])."""
+    made as ``attention`` says, positions from ``start``: ``0.0`` where the model keeps the
+    documents apart, ``None`` where the probe cannot run (NOTE [ Models that mix packed
+    documents ])."""
     from bucketloader.pack import document_mask
 
     params = list(model.parameters())
@@ -2012,7 +2083,7 @@ def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
     docs = torch.tensor([[0, 0, 0, 1, 1, 1]] * 2)
     batch: dict[str, Any] = {
         "input_ids": torch.tensor([[a, a, a, a, b, a], [b, b, b, a, b, a]]),
-        "position_ids": torch.tensor([[0, 1, 2, 0, 1, 2]] * 2),
+        "position_ids": torch.tensor([[0, 1, 2, 0, 1, 2]] * 2) + start,
     }
     if attention == "mask":
         batch["attention_mask"] = document_mask(docs, dtype=collate.mask_dtype)

@@ -27,7 +27,8 @@ For a batch of shape ``(B, L)`` holding documents ``0..n-1`` (in the order given
   otherwise predict: no token learns across a boundary.
 * ``position_ids`` ``(B, L)`` int64: ``0, 1, ...`` restarting at every document; each padding run
   counts as a segment of its own (``0, 1, ...`` again), which is what Hugging Face models need
-  to detect packing from ``position_ids`` alone.
+  to detect packing from ``position_ids`` alone. With ``position_ids_start=s`` every segment
+  counts ``s, s + 1, ...`` instead (NOTE [ Positions after a padding index ]).
 * ``document_ids`` ``(B, L)`` int32: the document (its position ``0..n-1`` in the batch) each
   token belongs to, ``-1`` on padding. Same index, same document: the block-diagonal masks of
   :mod:`bucketloader.pack.masks` are built from it. Padding attends only to the padding before it
@@ -68,6 +69,20 @@ planned shape. Options (``max_seqlen=``):
   ``max_documents + B * ceil(L / m)`` segments (still fixed per shape).
 * ``"tight"``: each batch's longest segment, the value a kernel would compute itself; it changes
   from batch to batch, so a compiled step recompiles (the collator warns once).
+
+NOTE [ Positions after a padding index ]
+RoBERTa and the models built like it (XLM-R, CamemBERT, ESM, MPNet with absolute positions)
+reserve the first rows of their position table: the positions a model computes itself count
+from ``padding_idx + 1`` (usually 2), and row ``padding_idx`` is the padding's. Given packed
+``position_ids`` that count from 0, such a model embeds every token one or two positions early,
+at rows it never learned for real tokens: no error, just worse results. ``position_ids_start=s``
+counts every segment (documents and padding runs) from ``s``, as Hugging Face's
+``DataCollatorWithFlattening(position_ids_start=s)`` does; a segment still starts wherever the
+positions do not go up by one (its first position ``s`` follows at most ``s + n - 1``), so the
+packing that models detect from ``position_ids`` is unchanged. The model's table must then hold
+``s + L`` positions for a segment of ``L`` tokens (RoBERTa's 514 rows: 512 tokens from 2).
+:class:`~bucketloader.hf.BucketTrainer` checks the value against the model's table (NOTE
+[ Models that mix packed documents ] in :mod:`bucketloader.hf.trainer`).
 """
 
 from __future__ import annotations
@@ -136,6 +151,9 @@ class PackCollator:
             ``"tight"`` (each batch's longest segment: recompiles; NOTE [ Static varlen
             metadata ]).
         seq_idx: also return ``seq_idx`` ``(B, L)`` int32 (Mamba-2 / causal-conv kernels).
+        position_ids_start: the first position of every document (and padding run): 0, or
+            ``padding_idx + 1`` for RoBERTa-like models (NOTE [ Positions after a padding
+            index ]).
 
     Example:
         >>> table = PackTable(row_lengths=(6,), batch_sizes=(2,), max_documents=(4,))
@@ -150,6 +168,9 @@ class PackCollator:
         ([0, 3, 5, 6, 10, 12, 12], 6)
         >>> out["seq_idx"].tolist()
         [[0, 0, 0, 1, 1, 2], [3, 3, 3, 3, 4, 4]]
+        >>> roberta = PackCollator(table, pad_token_id=1, position_ids_start=2)
+        >>> roberta([[5, 6, 7], [8, 9], [4, 4, 4, 4]])["position_ids"].tolist()
+        [[2, 3, 4, 2, 3, 2], [2, 3, 4, 5, 2, 3]]
     """
 
     def __init__(
@@ -161,6 +182,7 @@ class PackCollator:
         pad_token_id: int = 0,
         max_seqlen: int | str | None = None,
         seq_idx: bool = False,
+        position_ids_start: int = 0,
     ) -> None:
         if not isinstance(table, PackTable):
             raise TypeError(
@@ -173,6 +195,7 @@ class PackCollator:
         self.pad_token_id = check_pad_token_id(pad_token_id)
         self.max_seqlen = _check_max_seqlen(max_seqlen, table)
         self.seq_idx = check_bool("seq_idx", seq_idx)
+        self.position_ids_start = check_int("position_ids_start", position_ids_start, minimum=0)
 
     @property
     def shapes(self) -> list[tuple[int, int]]:
@@ -380,6 +403,8 @@ class PackCollator:
         flat_lab[doc_starts] = IGNORE_INDEX
         positions = np.repeat(starts, seg_tokens)
         np.subtract(_arange(size), positions, out=positions)
+        if self.position_ids_start:
+            positions += self.position_ids_start
         doc_of_seg = np.full(seg.size, -1, dtype=np.int32)
         doc_of_seg[is_doc] = np.arange(int(is_doc.sum()), dtype=np.int32)
         cu = np.full(self.num_segments(shape) + 1, size, dtype=np.int32)
@@ -403,7 +428,8 @@ class PackCollator:
         return (
             f"PackCollator(shapes={self.shapes}, key={self.key!r}, labels_key="
             f"{self.labels_key!r}, pad_token_id={self.pad_token_id}, max_seqlen="
-            f"{self.max_seqlen!r}, seq_idx={self.seq_idx})"
+            f"{self.max_seqlen!r}, seq_idx={self.seq_idx}, position_ids_start="
+            f"{self.position_ids_start})"
         )
 
 
