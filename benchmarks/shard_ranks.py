@@ -198,7 +198,9 @@ def write(results: list[dict], seconds: float) -> None:
         f"taken a third into the epoch (at most {HEAD:,} batches in) loaded, and its next "
         f"{HEAD:,} batches compared with the first plan's. Max over ranks (the mean in "
         "brackets). Peak resume: the process's peak while the second sampler is built and "
-        "iterated, the first one and its plan still held (*held before resume*).",
+        "iterated, the first one and its plan still held (*held before resume*). Each row is "
+        "the latest run of its point (the JSON keeps every point); its times depend on the "
+        "shared host's load during that run, its memory does not.",
         "",
         "| N | ranks | held per rank | RSS before (MB) | peak build+walk (MB) | peak - before "
         "(MB) | held before resume (MB) | peak resume (MB) | build s | walk s | resume s | steps "

@@ -221,6 +221,7 @@ class EpochSampler(Sampler[list[int]]):
         epoch = self.epoch if epoch is None else check_int("epoch", epoch, minimum=0)
         if self._plan is not None and self._plan[0] == epoch:
             return self._plan[1]
+        self._plan = None  # (another epoch's plan is not held while this one is made)
         plan = self._make_plan(epoch)
         self._plan = (epoch, plan)
         return plan

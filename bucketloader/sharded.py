@@ -396,14 +396,22 @@ class ShardedSampler(EpochSampler):
         self._warned_epochs: set[int] = set()
         lookup = self.cells.lookup[0]
         cell_of = _cells_of(lengths, self.boundaries, lookup)
-        by_cell = sort_by_cell(cell_of, count_cells(cell_of, self.cells.num_cells))
+        own_counts = count_cells(cell_of, self.cells.num_cells)
+        self.num_samples = int(cell_of.size)
         # the rows per cell the plan reads: the rank's own (some waiting, 7) or exchanged (8)
         self._counts = (self.planned if self.exchange else self.table)[self.rank]
         self._by_cell: np.ndarray | None = None
         self._stand_in: int | None = None  # the first row of the rank's shortest cell
-        if not (self.exchange and self.num_replicas > 1):
+        self._cell_of: np.ndarray | None = None
+        if ids is None and cell_of.size > _CELLS_ONLY:  # (the same plans; see _CELLS_ONLY)
+            self._cell_of, self._own_counts = cell_of, own_counts
+        elif not (self.exchange and self.num_replicas > 1):
+            by_cell = sort_by_cell(cell_of, own_counts)
+            del cell_of
             self._by_cell = by_cell if ids is None else ids[by_cell]
         else:  # NOTE [ Sharded plan ] 8
+            by_cell = sort_by_cell(cell_of, own_counts)
+            del cell_of
             lent = self._copies[self.rank]
             kept, given = give_rows(
                 by_cell,
@@ -447,7 +455,6 @@ class ShardedSampler(EpochSampler):
             else:  # a collective (torch's or a gather= hook): both calls now, in the
                 # constructor on every rank, so a rank that later plans alone never waits
                 self._rows(_gather_rows if gather is None else gather)
-        self.num_samples = int(cell_of.size)
         self._warn_blocked_cells()
         filler = int(self.schedule.filler.sum())
         sizes = self.planned.sum(axis=1)
@@ -561,13 +568,19 @@ class ShardedSampler(EpochSampler):
             deferred=self.deferred[self.rank] if waiting else None,
             stand_in=self._stand_in,
             fill=self.fill,
+            consume=self._cell_of is not None,  # (sorted for this plan alone)
         )
 
     def _rows(self, gather: Callable[[dict[str, Any]], Any] | None = None) -> np.ndarray:
         """The rank's rows sorted by cell (with exchange, NOTE [ Sharded plan ] 8: its kept
         rows and the ones it receives, read from the gathered payloads once, with every rank's
         digests checked; ``gather`` makes the second, agreed check's call, or None for the
-        :class:`LocalExchange` board)."""
+        :class:`LocalExchange` board). Positions in the shard are sorted anew at every call,
+        from each sample's cell (a new, writable array)."""
+        if self._cell_of is not None:
+            rows = sort_by_cell(self._cell_of, self._own_counts)
+            rows.setflags(write=True)  # (its own memory: plan_shard_epoch shuffles it in place)
+            return rows
         if self._by_cell is None:
             got = self._received
             if len(got) != self.num_replicas:
@@ -1039,6 +1052,16 @@ _UNSET = ("num_buckets", "strategy", "boundaries")
 #: The shards' envelope replaces the global solve when it pads at least this share of the real
 #: elements less (0.1 percentage points; NOTE [ Sharded plan ] 6).
 _ENVELOPE_GAIN = 0.001
+
+#: A shard of more samples than this (positions in the shard, no ``shard_indices``) keeps only
+#: each sample's cell between plans (1 byte a sample instead of 4 for its positions sorted by
+#: cell); each plan sorts them again (:func:`sort_by_cell`) into the array it then shuffles in
+#: place as its own (``plan_shard_epoch(consume=True)``). The plans are the same. At 100 M
+#: samples on one rank that is 100 MB held between epochs and 400 MB while a plan is held,
+#: where the sorted positions and the plan's copy of them held 800 MB
+#: (``benchmarks/results/shard_ranks.md``); the sort costs about a fifth of a plan's time, so
+#: smaller shards, where memory is not the limit, keep their sorted positions.
+_CELLS_ONLY = 1 << 25
 
 
 def _portable(value: Any) -> str:

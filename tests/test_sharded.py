@@ -1503,3 +1503,87 @@ def test_fill_repeats_never_a_batchs_own_sample_when_the_cell_has_enough():
                     checked += 1
             assert np.array_equal(np.sort(np.concatenate(seen)), np.sort(plan.placed))
     assert checked > 500
+
+
+def _pooled_placement(by_cell, counts, schedule, *, rank, seed, epoch, shuffle):
+    """The placement of NOTE [ Sharded plan ] written as the rule reads (the loop
+    plan_shard_epoch ran before s31): each cell's samples copied and shuffled, appended to what
+    the previous cell carried, the cell's placed count taken from the front, the rest carried."""
+    rng = np.random.default_rng(np.random.SeedSequence([seed, epoch, 0x73687264, rank]))
+    start = np.concatenate([[0], np.cumsum(counts)])
+    out, carried = [], by_cell[:0]
+    for c in range(counts.size):
+        own = by_cell[start[c] : start[c + 1]].copy()
+        if shuffle:
+            rng.shuffle(own)
+        pool = np.concatenate([carried, own])
+        take = int(schedule.placed[rank, c])
+        out.append(pool[:take])
+        carried = pool[take:]
+    return np.concatenate(out)
+
+
+def test_the_placement_in_place_equals_the_cell_by_cell_pools():
+    """plan_shard_epoch shuffles each cell's part of one copy of by_cell in place (s31: the
+    per-cell copies and pools cost a 100 M-sample shard hundreds of MB), and with consume=True
+    shuffles by_cell itself: the placed samples are the pools' (random tables, both schedules,
+    shuffled or not, every epoch and rank), and consume leaves the same plan."""
+    rng = np.random.default_rng(31)
+    for _ in range(200):
+        ranks, k = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        table = rng.integers(0, 15, size=(ranks, k))
+        schedule = shard_schedule(table, rng.integers(1, 6, size=k), even=bool(rng.integers(2)))
+        for rank in range(ranks):
+            counts = table[rank]
+            ids = rng.permutation(200)[: int(counts.sum())].astype(np.int32)
+            kw = {"rank": rank, "seed": 4, "epoch": int(rng.integers(3)),
+                  "shuffle": bool(rng.integers(2))}  # fmt: skip
+            plan = plan_shard_epoch(ids, counts, schedule, **kw)
+            want = _pooled_placement(ids, counts, schedule, **kw)
+            assert np.array_equal(plan.placed, want) and plan.placed.dtype == ids.dtype
+            if want.size:  # (the first sample the epoch shows)
+                assert plan.stand_in == want[0]
+            mine = ids.copy()
+            again = plan_shard_epoch(mine, counts, schedule, consume=True, **kw)
+            assert np.array_equal(again.placed, want)
+            assert want.size == 0 or np.shares_memory(again.placed, mine)  # (no copy)
+            for name in ("starts", "num_real", "cells"):
+                assert np.array_equal(getattr(again, name), getattr(plan, name))
+
+
+@pytest.mark.filterwarnings("ignore:ShardedSampler")  # (defer's per-epoch count)
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"shuffle": False}, {"defer": 0.5}, {"last_batch": "fill"}, {"max_tokens": 600}],
+)
+def test_a_large_shard_keeps_only_its_cells_and_plans_the_same(monkeypatch, options):
+    """A shard of more than _CELLS_ONLY samples keeps each sample's cell, not its positions
+    sorted by cell, and sorts them again for every plan: the same batches, epoch after epoch,
+    as a small shard's, and a state of one resumes the other."""
+    import bucketloader.sharded as sharded
+
+    lengths = np.asarray(load_real("multi30k"))[:4000, 0]
+    shards = np.array_split(np.arange(lengths.size), 2)
+    options = {"num_buckets": 5, "seed": 3, **options}
+    if "max_tokens" not in options:
+        options["batch_size"] = 16
+    sorted_ = _samplers(lengths, shards, **options)
+    monkeypatch.setattr(sharded, "_CELLS_ONLY", 0)
+    cells = _samplers(lengths, shards, **options)
+    for a, b in zip(sorted_, cells, strict=True):
+        assert a._cell_of is None and b._cell_of is not None and b._by_cell is None
+        for epoch in (0, 1, 3):
+            a.set_epoch(epoch)
+            b.set_epoch(epoch)
+            assert [list(x) for x in a] == [list(x) for x in b]
+            pa, pb = a.plan(), b.plan()
+            assert pa.stand_in == pb.stand_in and np.array_equal(pa.cells, pb.cells)
+        assert b.state_dict() == a.state_dict()
+    b = cells[1]
+    b.set_epoch(2)
+    it = iter(b)
+    head = [list(next(it)) for _ in range(7)]
+    a = sorted_[1]
+    a.load_state_dict(json.loads(json.dumps(b.state_dict())))
+    b.set_epoch(2)
+    assert head + [list(x) for x in a] == [list(x) for x in b]

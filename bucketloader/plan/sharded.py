@@ -601,6 +601,7 @@ def plan_shard_epoch(
     deferred: np.ndarray | None = None,
     stand_in: int | None = None,
     fill: bool = False,
+    consume: bool = False,
 ) -> ShardEpochPlan:
     """Rank ``rank``'s batches of ``epoch`` (NOTE [ Sharded plan ]).
 
@@ -616,6 +617,8 @@ def plan_shard_epoch(
             cell; with exchange, NOTE [ Sharded plan ] 8, one row every rank shares).
         fill: top every batch up to its cell's rows with repeats of the rank's samples placed
             in the cell (NOTE [ Sharded plan ] 9) instead of leaving filler rows.
+        consume: ``by_cell`` is this call's own (sorted for it): shuffled in place and kept
+            as the plan's samples, instead of copied (when none are deferred).
 
     Example:
         >>> s = shard_schedule(np.array([[3, 1], [1, 2]]), np.array([2, 2]))
@@ -631,16 +634,105 @@ def plan_shard_epoch(
     k = counts.size
     start = np.concatenate([[0], np.cumsum(counts)])
     rng = np.random.default_rng(np.random.SeedSequence([seed, epoch, _SHARD, rank]))
-    placed = np.empty(int(schedule.placed[rank].sum()), dtype=by_cell.dtype)
-    sizes = []
-    carried = by_cell[:0]
-    at = 0
     stand_in = -1 if stand_in is None else stand_in
+    takes = schedule.placed[rank]
+    if deferred is None or not deferred.any():
+        # every sample is shown: the pools below place the cells' samples in cell order (a
+        # cell's carried samples are the previous pool's tail), so the placed samples are
+        # by_cell with each cell shuffled, in place (no per-cell copies; with consume, not even
+        # one of by_cell: a shard of 100 M samples is 400 MB an epoch)
+        placed = by_cell if consume else by_cell.copy()
+        for c in range(k):
+            own = placed[start[c] : start[c + 1]]
+            if shuffle:
+                rng.shuffle(own)
+            if stand_in < 0 and own.size:
+                stand_in = int(own[0])
+        placed = placed[: int(takes.sum())]
+    else:
+        placed, first_shown = _placed_with_deferral(
+            by_cell, start, takes, deferred, rng, seed=seed, epoch=epoch, rank=rank,
+            shuffle=shuffle,
+        )  # fmt: skip
+        stand_in = first_shown if stand_in < 0 else stand_in
+    sizes = []
+    at = 0
     extra: list[list[np.ndarray]] = []  # fill (9): per cell, each batch's repeats
     source = by_cell[:0]  # the samples the last cell with any placed, its repeats' source
     for c in range(k):
+        take, s = int(takes[c]), int(schedule.steps[c])
+        at += take
+        per = np.full(s, take // s if s else 0, dtype=np.int64)
+        per[: take % s if s else 0] += 1
+        sizes.append(per)
+        if fill:
+            if take:
+                source = placed[at - take : at]
+            want = int(schedule.rows[c]) - per
+            extra.append(_repeats(source, want, stand_in, per if take else None))
+    # the steps' order: cell c's j-th of n_c batches at (j + u) / n_c, u one uniform per step
+    # (0.5 unshuffled), ties by cell; built in place, one step-sized array at a time beside
+    # the order (6.7 M steps of 100 M samples: 54 MB each)
+    steps = schedule.steps
+    total = int(steps.sum())
+    step_cell = np.repeat(np.arange(k), steps)
+    key = np.arange(total, dtype=np.float64)
+    key -= np.repeat(np.cumsum(steps) - steps, steps)  # step_j, exact in float64 (< 2**53)
+    key_ss = np.random.SeedSequence([seed, epoch]).spawn(2)[1]
+    key += np.random.default_rng(key_ss).random(total) if shuffle else 0.5
+    key /= np.maximum(steps, 1)[step_cell]
+    pick = np.lexsort((step_cell, key))
+    del key
+    per_batch = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+    first = np.cumsum(per_batch)
+    first -= per_batch  # (where each batch starts in placed)
+    fills: dict[str, np.ndarray] = {}
+    if fill:
+        rows = [r for part in extra for r in part]
+        counts_e = np.array([r.size for r in rows], dtype=np.int64)
+        starts_e = np.concatenate([[0], np.cumsum(counts_e)[:-1]]).astype(np.int64)
+        fills = {
+            "repeats": np.concatenate(rows) if rows else by_cell[:0],
+            "repeat_starts": starts_e[pick],
+            "num_repeats": counts_e[pick],
+        }
+    starts = first[pick]
+    del first
+    num_real = per_batch[pick]
+    del per_batch
+    return ShardEpochPlan(
+        placed=placed,
+        starts=starts,
+        num_real=num_real,
+        cells=step_cell[pick],
+        stand_in=stand_in,
+        **fills,
+    )
+
+
+def _placed_with_deferral(
+    by_cell: np.ndarray,
+    start: np.ndarray,
+    takes: np.ndarray,
+    deferred: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    seed: int,
+    epoch: int,
+    rank: int,
+    shuffle: bool,
+) -> tuple[np.ndarray, int]:
+    """:func:`plan_shard_epoch`'s placed samples when some wait (NOTE [ Sharded plan ] 7): each
+    cell's window of its samples (:func:`_rotation`), the previous epoch's deferred ones first,
+    each part shuffled, placed cell after cell with what a cell cannot place carried into the
+    next; and the stand-in (the first sample shown)."""
+    placed = np.empty(int(takes.sum()), dtype=by_cell.dtype)
+    carried = by_cell[:0]
+    at = 0
+    stand_in = -1
+    for c in range(start.size - 1):
         own = by_cell[start[c] : start[c + 1]]
-        d = 0 if deferred is None else int(deferred[c])
+        d = int(deferred[c])
         if d:
             own = _rotation(own, d, seed=seed, epoch=epoch, rank=rank, cell=c, shuffle=shuffle)
             if shuffle:  # the previous epoch's deferred samples first, each part shuffled
@@ -653,45 +745,11 @@ def plan_shard_epoch(
         if stand_in < 0 and own.size:
             stand_in = int(own[0])
         pool = np.concatenate([carried, own]) if carried.size else own
-        take, s = int(schedule.placed[rank, c]), int(schedule.steps[c])
+        take = int(takes[c])
         placed[at : at + take] = pool[:take]
         at += take
         carried = pool[take:]
-        per = np.full(s, take // s if s else 0, dtype=np.int64)
-        per[: take % s if s else 0] += 1
-        sizes.append(per)
-        if fill:
-            if take:
-                source = placed[at - take : at]
-            want = int(schedule.rows[c]) - per
-            extra.append(_repeats(source, want, stand_in, per if take else None))
-    steps = schedule.steps
-    total = int(steps.sum())
-    step_cell = np.repeat(np.arange(k), steps)
-    step_j = np.arange(total) - np.repeat(np.cumsum(steps) - steps, steps)
-    key_ss = np.random.SeedSequence([seed, epoch]).spawn(2)[1]
-    u = np.random.default_rng(key_ss).random(total) if shuffle else 0.5
-    pick = np.lexsort((step_cell, (step_j + u) / np.maximum(steps[step_cell], 1)))
-    per_batch = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
-    first = np.concatenate([[0], np.cumsum(per_batch)[:-1]]).astype(np.int64)
-    fills: dict[str, np.ndarray] = {}
-    if fill:
-        rows = [r for part in extra for r in part]
-        counts_e = np.array([r.size for r in rows], dtype=np.int64)
-        starts_e = np.concatenate([[0], np.cumsum(counts_e)[:-1]]).astype(np.int64)
-        fills = {
-            "repeats": np.concatenate(rows) if rows else by_cell[:0],
-            "repeat_starts": starts_e[pick],
-            "num_repeats": counts_e[pick],
-        }
-    return ShardEpochPlan(
-        placed=placed,
-        starts=first[pick],
-        num_real=per_batch[pick],
-        cells=step_cell[pick],
-        stand_in=stand_in,
-        **fills,
-    )
+    return placed, stand_in
 
 
 def fill_appearances(schedule: ShardSchedule) -> int:
