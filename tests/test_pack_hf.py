@@ -267,3 +267,41 @@ def test_the_packing_probe_reads_a_custom_models_output(tmp_path):
     with pytest.raises(ValueError, match="Model does not keep the packed documents"):
         hf.BucketTrainer(model=Model(mix=True), args=args, bucketing=packed)
     hf.BucketTrainer(model=Model(mix=False), args=args, bucketing=packed)
+
+
+def test_the_packing_probe_reads_a_model_that_prepends_tokens(tmp_path):
+    """s31-rev: PEFT's prompt tuning and p-tuning put virtual tokens before the row (their
+    logits come first) and ignore position_ids, so the documents mix; the probe read the logits
+    at [:, 3:], found 5 rows where it wanted 3, and let the model through. Here a model of the
+    user's own that prepends two tokens (as PEFT does) and mixes is refused (bucketing is the
+    fix: its 4-D mask cannot take the virtual tokens either); one that keeps each token to
+    itself passes."""
+
+    class Prompted(torch.nn.Module):
+        def __init__(self, mix):
+            super().__init__()
+            self.mix, self.embed = mix, torch.nn.Embedding(101, 8)
+            self.out = torch.nn.Linear(8, 101)
+            self.prompt = torch.nn.Parameter(torch.randn(2, 8))
+
+        def forward(self, input_ids, labels=None, attention_mask=None, **_):
+            if attention_mask is not None and attention_mask.dim() == 4:
+                raise RuntimeError("a 4-D mask has no rows for the virtual tokens")
+            h = self.embed(input_ids)
+            h = torch.cat([self.prompt.expand(len(h), -1, -1), h], dim=1)
+            logits = self.out(h.cumsum(1) if self.mix else h)
+            loss = None
+            if labels is not None:
+                loss = torch.nn.functional.cross_entropy(
+                    logits[:, 2:].flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX
+                )
+            return {"loss": loss, "logits": logits}
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True, save_strategy="no"
+    )
+    packed = hf.for_packing(_dataset(8), pad_token_id=0, row_length=512, batch_size=2)
+    with pytest.raises(ValueError, match="Prompted does not keep the packed documents") as err:
+        hf.BucketTrainer(model=Prompted(mix=True), args=args, bucketing=packed)
+    assert "train it on bucketed rows instead" in str(err.value)
+    hf.BucketTrainer(model=Prompted(mix=False), args=args, bucketing=packed)

@@ -1945,7 +1945,9 @@ def _padding_positions(model: Any) -> str:
 # why). A compiled model runs it uncompiled (torch.compiler.set_stance("force_eager"), torch
 # >= 2.6; skipped on older torch), so the plan's graphs stay the only ones. RoBERTa-like
 # position tables are refused by their shape instead: their positions count from
-# padding_idx + 1, where packed ones restart at 0 (and both rows share them).
+# padding_idx + 1, where packed ones restart at 0 (and both rows share them). The logits read
+# are the row's last three: a model that puts tokens of its own first (PEFT's prompt tuning and
+# p-tuning, which also ignore position_ids, and mix) returns more rows than the row's tokens.
 
 
 def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
@@ -1988,13 +1990,15 @@ def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
         with torch.no_grad(), eager:  # (a compiled model runs it uncompiled: no new graph)
             out = model(**batch, use_cache=False)
         logits = _logits_of(out)
-        second = logits[:, 3:].float()
+        # the row's last three tokens (s31-rev: read at [:, 3:], PEFT's prompt tuning, whose
+        # virtual tokens' logits come first, gave 5 rows, was not probed, and mixed unseen)
+        second = logits[:, -3:].float() if logits.dim() >= 2 and logits.shape[1] >= 6 else None
     except Exception:  # (the pass a batch of this kind cannot make: training will say why)
         return None
     finally:
         for module, mode in modes:
             module.training = mode
-    if second.dim() < 2 or second.shape[:2] != (2, 3):  # (not one row of logits per token)
+    if second is None or second.shape[:2] != (2, 3):  # (not one row of logits per token)
         return None
     moved = float((second[0] - second[1]).abs().max())
     scale = float(second.abs().max())
