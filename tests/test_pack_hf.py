@@ -233,6 +233,35 @@ def test_a_model_that_mixes_packed_documents_is_refused(tmp_path):
     assert bert.training and bloom.training  # (the pass left them as it found them)
 
 
+def test_the_packing_refusal_names_the_model_in_a_peft_wrapper(tmp_path):
+    """s31-rev: LoRA over OPT was refused as 'PeftModelForCausalLM does not keep the packed
+    documents apart ... which PeftModelForCausalLM keeps apart', as if PEFT were the cause;
+    the model in the wrapper (get_base_model, as PEFT's) is named with it."""
+
+    class Wrapper(torch.nn.Module):  # (what PeftModel does: forward to the model it holds)
+        def __init__(self, model):
+            super().__init__()
+            self.base_model = model
+
+        def get_base_model(self):
+            return self.base_model
+
+        def forward(self, **kwargs):
+            return self.base_model(**kwargs)
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True, save_strategy="no"
+    )
+    opt = transformers.OPTForCausalLM(
+        transformers.OPTConfig(vocab_size=101, hidden_size=16, ffn_dim=32, num_hidden_layers=1,
+                               num_attention_heads=2, word_embed_proj_dim=16)
+    )  # fmt: skip
+    packed = hf.for_packing(_dataset(8), pad_token_id=0, row_length=512, batch_size=2)
+    with pytest.raises(ValueError, match=r"OPTForCausalLM \(in Wrapper\) does not keep") as err:
+        hf.BucketTrainer(model=Wrapper(opt), args=args, bucketing=packed)
+    assert str(err.value).endswith("which OPTForCausalLM (in Wrapper) keeps apart")
+
+
 def test_the_packing_probe_reads_a_custom_models_output(tmp_path):
     """A model of the user's own (a dict out, no get_input_embeddings) is probed too: one that
     runs a cumulative sum over the row mixes the documents; one that keeps each token to itself

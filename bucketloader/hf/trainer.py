@@ -522,6 +522,11 @@ class _BucketMixin:
         if not isinstance(collate, PackedInputs):
             return
         name = type(self.model).__name__
+        base = getattr(self.model, "get_base_model", None)  # (a PEFT wrapper: the model in it,
+        # which is what keeps the documents apart or not, named too; s31-rev)
+        inner = base() if callable(base) else None
+        if isinstance(inner, torch.nn.Module) and inner is not self.model:
+            name = f"{type(inner).__name__} (in {name})"
         table = _padding_positions(self.model)
         if table:
             raise ValueError(
