@@ -262,6 +262,37 @@ def test_the_packing_refusal_names_the_model_in_a_peft_wrapper(tmp_path):
     assert str(err.value).endswith("which OPTForCausalLM (in Wrapper) keeps apart")
 
 
+def test_packed_training_with_a_cache_is_refused(tmp_path):
+    """s31-rev: TrainingArguments(use_cache=True) (Trainer sets model.config.use_cache from it)
+    makes transformers build a DynamicCache in the training forward and skip finding documents
+    in position_ids: Llama trained across the documents of a row (a document's logits off by
+    0.26 against it alone), while the probe, calling the model with use_cache=False, let it
+    through. Gradient checkpointing turns the cache off itself (not refused), and a 4-D mask is
+    used whatever the cache."""
+
+    def args(**kw):
+        return transformers.TrainingArguments(
+            output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True,
+            save_strategy="no", use_cache=True, **kw,
+        )  # fmt: skip
+
+    ds = _dataset(8)
+    packed = hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=2)
+    with pytest.raises(ValueError, match=r"apart with attention='positions' and use_cache=True"):
+        hf.BucketTrainer(model=_model("sdpa"), args=args(), bucketing=packed)
+    hf.BucketTrainer(model=_model("sdpa"), args=args(gradient_checkpointing=True), bucketing=packed)
+    masked = hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=2, attention="mask")
+    hf.BucketTrainer(model=_model("sdpa"), args=args(), bucketing=masked)
+    model = _model("sdpa")
+    with pytest.raises(ValueError) as err:
+        hf.BucketTrainer(model=model, args=args(), bucketing=packed)
+    assert str(err.value).endswith(
+        "train without a cache, TrainingArguments(use_cache=False) (the default: with one, "
+        "transformers finds no documents in position_ids) or pack with hf.for_packing(..., "
+        "attention='mask'), which LlamaForCausalLM keeps apart"
+    )
+
+
 def test_the_packing_probe_reads_a_custom_models_output(tmp_path):
     """A model of the user's own (a dict out, no get_input_embeddings) is probed too: one that
     runs a cumulative sum over the row mixes the documents; one that keeps each token to itself

@@ -538,23 +538,48 @@ class _BucketMixin:
             )
         if any(getattr(self, flag, False) for flag in ("is_deepspeed_enabled", "is_fsdp_enabled")):
             return  # (a sharded model takes no forward pass outside its engine)
-        leak = _packing_leak(self.model, collate.attention, collate)
+        cache = self._trains_with_cache()
+        leak = _packing_leak(self.model, collate.attention, collate, use_cache=cache)
         if not leak:  # (kept apart, or no pass could be made)
             return
         others = [a for a in ("mask", "positions") if a != collate.attention]
-        keeps = [a for a in others if _packing_leak(self.model, a, collate) == 0.0]
+        keeps = [a for a in others if _packing_leak(self.model, a, collate, use_cache=cache) == 0.0]
+        fixes = []
+        if cache and _packing_leak(self.model, collate.attention, collate) == 0.0:
+            fixes.append(
+                "train without a cache, TrainingArguments(use_cache=False) (the default: with "
+                "one, transformers finds no documents in position_ids)"
+            )
+        if keeps:
+            fixes.append(
+                f"pack with hf.for_packing(..., attention={keeps[0]!r}), which {name} keeps apart"
+            )
         fix = (
-            f"pack with hf.for_packing(..., attention={keeps[0]!r}), which {name} keeps apart"
-            if keeps
+            " or ".join(fixes)
+            if fixes
             else "train it on bucketed rows instead (train_dataset=..., or "
             "bucketing=hf.for_text(...))"
         )
         raise ValueError(
             f"{type(self).__name__}: {name} does not keep the packed documents of {argument} "
-            f"apart with attention={collate.attention!r}: a document's logits changed by "
-            f"{leak:.3g} when only the document before it in the row changed, so each document "
-            f"would attend to the ones before it; {fix}"
+            f"apart with attention={collate.attention!r}{' and use_cache=True' if cache else ''}"
+            f": a document's logits changed by {leak:.3g} when only the document before it in "
+            f"the row changed, so each document would attend to the ones before it; {fix}"
         )
+
+    def _trains_with_cache(self) -> bool:
+        """Whether training calls the model with a cache: ``Trainer`` sets
+        ``model.config.use_cache = args.use_cache`` (False by default), and a model trained with
+        gradient checkpointing turns the cache off itself. With one, transformers builds a
+        ``DynamicCache`` and skips finding the documents from ``position_ids`` (NOTE [ How
+        transformers models take a packed batch ]): TrainingArguments(use_cache=True) with
+        attention='positions' trained Llama across documents, and the probe, which called the
+        model with use_cache=False, let it through (s31-rev)."""
+        config = getattr(self.model, "config", None)
+        if getattr(config, "use_cache", False) is not True:
+            return False
+        checkpointing = getattr(self.args, "gradient_checkpointing", False)
+        return not (checkpointing or getattr(self.model, "is_gradient_checkpointing", False))
 
     def _check_token_labels(self, b: Bucketing, dataset: Any, argument: str) -> None:
         """A token-classification head takes one label per token, so its labels must follow the
@@ -1953,12 +1978,17 @@ def _padding_positions(model: Any) -> str:
 # padding_idx + 1, where packed ones restart at 0 (and both rows share them). The logits read
 # are the row's last three: a model that puts tokens of its own first (PEFT's prompt tuning and
 # p-tuning, which also ignore position_ids, and mix) returns more rows than the row's tokens.
+# The model is called with the cache training will use (_trains_with_cache): with one,
+# transformers finds no documents in position_ids, so TrainingArguments(use_cache=True) mixes.
 
 
-def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
+def _packing_leak(
+    model: Any, attention: str, collate: Any, *, use_cache: bool = False
+) -> float | None:
     """How far the second document's logits moved when the first changed, on two packed rows
-    made as ``attention`` says: ``0.0`` where the model keeps the documents apart, ``None``
-    where the probe cannot run (NOTE [ Models that mix packed documents ])."""
+    made as ``attention`` says, the model called with ``use_cache`` as training calls it:
+    ``0.0`` where the model keeps the documents apart, ``None`` where the probe cannot run
+    (NOTE [ Models that mix packed documents ])."""
     from bucketloader.pack import document_mask
 
     params = list(model.parameters())
@@ -1993,7 +2023,7 @@ def _packing_leak(model: Any, attention: str, collate: Any) -> float | None:
         model.eval()
         eager = stance("force_eager") if stance is not None else contextlib.nullcontext()
         with torch.no_grad(), eager:  # (a compiled model runs it uncompiled: no new graph)
-            out = model(**batch, use_cache=False)
+            out = model(**batch, use_cache=use_cache)
         logits = _logits_of(out)
         # the row's last three tokens (s31-rev: read at [:, 3:], PEFT's prompt tuning, whose
         # virtual tokens' logits come first, gave 5 rows, was not probed, and mixed unseen)
