@@ -1973,7 +1973,10 @@ def _padding_positions(model: Any) -> str:
 # skipped where no forward pass can be made outside training (DeepSpeed, FSDP, parameters on
 # the meta device) and where the pass fails (a flash-attention batch on a CPU: training says
 # why). A compiled model runs it uncompiled (torch.compiler.set_stance("force_eager"), torch
-# >= 2.6; skipped on older torch), so the plan's graphs stay the only ones. RoBERTa-like
+# >= 2.6; skipped on older torch), so the plan's graphs stay the only ones (not on a lazy-tensor
+# device, XLA or HPU, where the stance does not apply: there the pass is traced and compiled as a
+# small graph of its own, once per variant probed, when the trainer is built; read from the code,
+# not run). RoBERTa-like
 # position tables are refused by their shape instead: their positions count from
 # padding_idx + 1, where packed ones restart at 0 (and both rows share them). The logits read
 # are the row's last three: a model that puts tokens of its own first (PEFT's prompt tuning and
