@@ -365,3 +365,18 @@ def test_the_packing_probe_reads_a_model_that_prepends_tokens(tmp_path):
         hf.BucketTrainer(model=Prompted(mix=True), args=args, bucketing=packed)
     assert "train it on bucketed rows instead" in str(err.value)
     hf.BucketTrainer(model=Prompted(mix=False), args=args, bucketing=packed)
+
+    class Whole(torch.nn.Module):  # outputs that are no token's: not compared, not refused
+        def __init__(self, layout):
+            super().__init__()
+            self.layout, self.embed = layout, torch.nn.Embedding(101, 8)
+            self.out = torch.nn.Linear(8, 101)
+
+        def forward(self, input_ids, labels=None, **_):
+            h = self.embed(input_ids).cumsum(1)  # (each output reads the whole row)
+            if self.layout == "classes":  # (B, num_labels): a sequence classifier's
+                return {"logits": self.out(h[:, -1])}
+            return {"logits": self.out(h).transpose(1, 2)}  # (B, V, L), for cross_entropy
+
+    for layout in ("classes", "transposed"):
+        hf.BucketTrainer(model=Whole(layout), args=args, bucketing=packed)

@@ -2029,8 +2029,12 @@ def _packing_leak(
             out = model(**batch, use_cache=use_cache)
         logits = _logits_of(out)
         # the row's last three tokens (s31-rev: read at [:, 3:], PEFT's prompt tuning, whose
-        # virtual tokens' logits come first, gave 5 rows, was not probed, and mixed unseen)
-        second = logits[:, -3:].float() if logits.dim() >= 2 and logits.shape[1] >= 6 else None
+        # virtual tokens' logits come first, gave 5 rows, was not probed, and mixed unseen).
+        # More rows than tokens only as (B, rows, V): a (B, num_labels) classifier's or a
+        # (B, V, L) layout's would compare outputs that are no token's (not probed)
+        n = logits.shape[1] if logits.dim() >= 2 else 0
+        extra = n > 6 and logits.dim() >= 3 and logits.shape[2] != 6
+        second = logits[:, -3:].float() if n == 6 or extra else None
     except Exception:  # (the pass a batch of this kind cannot make: training will say why)
         return None
     finally:
