@@ -263,34 +263,56 @@ def test_the_packing_refusal_names_the_model_in_a_peft_wrapper(tmp_path):
 
 
 def test_packed_training_with_a_cache_is_refused(tmp_path):
-    """s31-rev: TrainingArguments(use_cache=True) (Trainer sets model.config.use_cache from it)
-    makes transformers build a DynamicCache in the training forward and skip finding documents
-    in position_ids: Llama trained across the documents of a row (a document's logits off by
-    0.26 against it alone), while the probe, calling the model with use_cache=False, let it
-    through. Gradient checkpointing turns the cache off itself (not refused), and a 4-D mask is
-    used whatever the cache."""
+    """s31-rev: with a cache, transformers builds a DynamicCache in the training forward and
+    skips finding documents in position_ids, so the documents of a row mix (a document's
+    logits 0.26 off against it alone), while the probe called the model with use_cache=False
+    and let it through: TrainingArguments(use_cache=True) (Trainer copies it to
+    model.config.use_cache), and, with the default arguments, a LLaVA-style model, whose
+    language model reads its own text_config.use_cache (True). The probe now calls the model as
+    training does. Gradient checkpointing turns the cache off itself (not refused), and a 4-D
+    mask is used whatever the cache."""
 
     def args(**kw):
         return transformers.TrainingArguments(
             output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True,
-            save_strategy="no", use_cache=True, **kw,
+            save_strategy="no", **kw,
         )  # fmt: skip
 
     ds = _dataset(8)
     packed = hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=2)
-    with pytest.raises(ValueError, match=r"apart with attention='positions' and use_cache=True"):
-        hf.BucketTrainer(model=_model("sdpa"), args=args(), bucketing=packed)
-    hf.BucketTrainer(model=_model("sdpa"), args=args(gradient_checkpointing=True), bucketing=packed)
     masked = hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=2, attention="mask")
-    hf.BucketTrainer(model=_model("sdpa"), args=args(), bucketing=masked)
-    model = _model("sdpa")
-    with pytest.raises(ValueError) as err:
-        hf.BucketTrainer(model=model, args=args(), bucketing=packed)
+    with pytest.raises(ValueError, match=r"apart with attention='positions' and a cache: ") as err:
+        hf.BucketTrainer(model=_model("sdpa"), args=args(use_cache=True), bucketing=packed)
     assert str(err.value).endswith(
-        "train without a cache, TrainingArguments(use_cache=False) (the default: with one, "
-        "transformers finds no documents in position_ids) or pack with hf.for_packing(..., "
+        "with a cache, transformers finds no documents in position_ids; train without a cache "
+        "(TrainingArguments(use_cache=False), the default) or pack with hf.for_packing(..., "
         "attention='mask'), which LlamaForCausalLM keeps apart"
     )
+    checkpointed = args(use_cache=True, gradient_checkpointing=True)
+    hf.BucketTrainer(model=_model("sdpa"), args=checkpointed, bucketing=packed)
+    hf.BucketTrainer(model=_model("sdpa"), args=args(use_cache=True), bucketing=masked)
+    hf.BucketTrainer(model=_model("sdpa"), args=args(), bucketing=packed)  # (no cache)
+
+    def llava():
+        torch.manual_seed(0)
+        text = transformers.LlamaConfig(
+            vocab_size=120, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=4, num_key_value_heads=2,
+        )  # fmt: skip
+        vision = transformers.CLIPVisionConfig(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            image_size=8, patch_size=4,
+        )  # fmt: skip
+        config = transformers.LlavaConfig(
+            vision_config=vision, text_config=text, image_token_index=119
+        )
+        return transformers.LlavaForConditionalGeneration(config)
+
+    with pytest.raises(ValueError, match=r"model\.config\.text_config\.use_cache = False\)"):
+        hf.BucketTrainer(model=llava(), args=args(), bucketing=packed)
+    model = llava()
+    model.config.text_config.use_cache = False  # (the fix it names)
+    hf.BucketTrainer(model=model, args=args(), bucketing=packed)
 
 
 def test_the_packing_probe_reads_a_custom_models_output(tmp_path):

@@ -538,18 +538,22 @@ class _BucketMixin:
             )
         if any(getattr(self, flag, False) for flag in ("is_deepspeed_enabled", "is_fsdp_enabled")):
             return  # (a sharded model takes no forward pass outside its engine)
-        cache = self._trains_with_cache()
-        leak = _packing_leak(self.model, collate.attention, collate, use_cache=cache)
+        # called as training calls it (no use_cache: each config says), but without a cache
+        # where gradient checkpointing turns it off in training (NOTE [ Models that mix packed
+        # documents ])
+        trained = False if self._checkpointing() else None
+        leak = _packing_leak(self.model, collate.attention, collate, use_cache=trained)
         if not leak:  # (kept apart, or no pass could be made)
             return
         others = [a for a in ("mask", "positions") if a != collate.attention]
-        keeps = [a for a in others if _packing_leak(self.model, a, collate, use_cache=cache) == 0.0]
-        fixes = []
-        if cache and _packing_leak(self.model, collate.attention, collate) == 0.0:
-            fixes.append(
-                "train without a cache, TrainingArguments(use_cache=False) (the default: with "
-                "one, transformers finds no documents in position_ids)"
-            )
+        keeps = [
+            a for a in others if _packing_leak(self.model, a, collate, use_cache=trained) == 0.0
+        ]
+        cached = (
+            trained is None
+            and _packing_leak(self.model, collate.attention, collate, use_cache=False) == 0.0
+        )  # (the cache is what mixes them)
+        fixes = [f"train without a cache ({self._cache_fix()})"] if cached else []
         if keeps:
             fixes.append(
                 f"pack with hf.for_packing(..., attention={keeps[0]!r}), which {name} keeps apart"
@@ -562,24 +566,34 @@ class _BucketMixin:
         )
         raise ValueError(
             f"{type(self).__name__}: {name} does not keep the packed documents of {argument} "
-            f"apart with attention={collate.attention!r}{' and use_cache=True' if cache else ''}"
-            f": a document's logits changed by {leak:.3g} when only the document before it in "
-            f"the row changed, so each document would attend to the ones before it; {fix}"
+            f"apart with attention={collate.attention!r}{' and a cache' if cached else ''}: a "
+            f"document's logits changed by {leak:.3g} when only the document before it in the "
+            "row changed, so each document would attend to the ones before it; "
+            + ("with a cache, transformers finds no documents in position_ids; " if cached else "")
+            + fix
         )
 
-    def _trains_with_cache(self) -> bool:
-        """Whether training calls the model with a cache: ``Trainer`` sets
-        ``model.config.use_cache = args.use_cache`` (False by default), and a model trained with
-        gradient checkpointing turns the cache off itself. With one, transformers builds a
-        ``DynamicCache`` and skips finding the documents from ``position_ids`` (NOTE [ How
-        transformers models take a packed batch ]): TrainingArguments(use_cache=True) with
-        attention='positions' trained Llama across documents, and the probe, which called the
-        model with use_cache=False, let it through (s31-rev)."""
-        config = getattr(self.model, "config", None)
-        if getattr(config, "use_cache", False) is not True:
-            return False
+    def _checkpointing(self) -> bool:
+        """Whether training runs with gradient checkpointing, which turns the model's cache off
+        (transformers: ``use_cache=True`` is incompatible with it)."""
         checkpointing = getattr(self.args, "gradient_checkpointing", False)
-        return not (checkpointing or getattr(self.model, "is_gradient_checkpointing", False))
+        return bool(checkpointing or getattr(self.model, "is_gradient_checkpointing", False))
+
+    def _cache_fix(self) -> str:
+        """Where the model's cache is on, as the fix to say. ``Trainer`` sets
+        ``model.config.use_cache`` from ``TrainingArguments(use_cache=...)`` (False by default);
+        some models over a language model (LLaVA; not Gemma 3's, checked) read
+        their ``text_config``'s, which stays True (s31-rev: LLaVA trained across documents with
+        the default arguments)."""
+        config = getattr(self.model, "config", None)
+        on = [
+            f"model.config.{name}.use_cache = False"
+            for name in sorted(vars(config) if config is not None else {})
+            if name.endswith("_config") and getattr(getattr(config, name), "use_cache", None)
+        ]
+        if getattr(config, "use_cache", None):
+            on.insert(0, "TrainingArguments(use_cache=False), the default")
+        return "; ".join(on) if on else "use_cache=False"
 
     def _check_token_labels(self, b: Bucketing, dataset: Any, argument: str) -> None:
         """A token-classification head takes one label per token, so its labels must follow the
@@ -1981,17 +1995,19 @@ def _padding_positions(model: Any) -> str:
 # padding_idx + 1, where packed ones restart at 0 (and both rows share them). The logits read
 # are the row's last three: a model that puts tokens of its own first (PEFT's prompt tuning and
 # p-tuning, which also ignore position_ids, and mix) returns more rows than the row's tokens.
-# The model is called with the cache training will use (_trains_with_cache): with one,
-# transformers finds no documents in position_ids, so TrainingArguments(use_cache=True) mixes.
+# The model is called as training calls it, without use_cache (each config says; none under
+# gradient checkpointing): with a cache transformers finds no documents in position_ids, so
+# TrainingArguments(use_cache=True) mixes, and so does a model over a language model whose
+# text_config.use_cache stays True (Trainer sets only model.config.use_cache).
 
 
 def _packing_leak(
-    model: Any, attention: str, collate: Any, *, use_cache: bool = False
+    model: Any, attention: str, collate: Any, *, use_cache: bool | None = False
 ) -> float | None:
     """How far the second document's logits moved when the first changed, on two packed rows
-    made as ``attention`` says, the model called with ``use_cache`` as training calls it:
-    ``0.0`` where the model keeps the documents apart, ``None`` where the probe cannot run
-    (NOTE [ Models that mix packed documents ])."""
+    made as ``attention`` says, the model called with ``use_cache`` (``None``: not passed, as
+    training calls it): ``0.0`` where the model keeps the documents apart, ``None`` where the
+    probe cannot run (NOTE [ Models that mix packed documents ])."""
     from bucketloader.pack import document_mask
 
     params = list(model.parameters())
@@ -2026,7 +2042,8 @@ def _packing_leak(
         model.eval()
         eager = stance("force_eager") if stance is not None else contextlib.nullcontext()
         with torch.no_grad(), eager:  # (a compiled model runs it uncompiled: no new graph)
-            out = model(**batch, use_cache=use_cache)
+            cache = {} if use_cache is None else {"use_cache": use_cache}
+            out = model(**batch, **cache)
         logits = _logits_of(out)
         # the row's last three tokens (s31-rev: read at [:, 3:], PEFT's prompt tuning, whose
         # virtual tokens' logits come first, gave 5 rows, was not probed, and mixed unseen).
