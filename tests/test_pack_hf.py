@@ -5,6 +5,7 @@ documents start."""
 from __future__ import annotations
 
 import os
+import warnings
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -292,6 +293,12 @@ def test_packed_training_with_a_cache_is_refused(tmp_path):
     hf.BucketTrainer(model=_model("sdpa"), args=checkpointed, bucketing=packed)
     hf.BucketTrainer(model=_model("sdpa"), args=args(use_cache=True), bucketing=masked)
     hf.BucketTrainer(model=_model("sdpa"), args=args(), bucketing=packed)  # (no cache)
+    model = _model("sdpa")  # (checkpointing turned on on the model itself, read from its
+    # modules without transformers' deprecated is_gradient_checkpointing, which warns)
+    getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        hf.BucketTrainer(model=model, args=args(use_cache=True), bucketing=packed)
 
     def llava():
         torch.manual_seed(0)

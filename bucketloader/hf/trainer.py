@@ -576,8 +576,13 @@ class _BucketMixin:
     def _checkpointing(self) -> bool:
         """Whether training runs with gradient checkpointing, which turns the model's cache off
         (transformers: ``use_cache=True`` is incompatible with it)."""
-        checkpointing = getattr(self.args, "gradient_checkpointing", False)
-        return bool(checkpointing or getattr(self.model, "is_gradient_checkpointing", False))
+        if getattr(self.args, "gradient_checkpointing", False):
+            return True
+        # (the modules' own flag, which transformers reads: its is_gradient_checkpointing
+        # property is deprecated and warns; PEFT's wrappers hold the modules too)
+        return any(
+            getattr(m, "gradient_checkpointing", False) is True for m in self.model.modules()
+        )
 
     def _cache_fix(self) -> str:
         """Where the model's cache is on, as the fix to say. ``Trainer`` sets
