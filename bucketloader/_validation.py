@@ -664,6 +664,7 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             f"got {type(lengths).__name__}{fix}"
         )
     if _is_torch_dataset(lengths):
+        expr, note = _item_length(lengths)
         # (s30-first: torch's samplers take the dataset, so BucketSampler(dataset, ...) is the
         # first thing tried; numpy then read every sample through __getitem__, a TensorDataset's
         # (x,) tuples were taken as lengths, and one whose __getitem__ never raised IndexError
@@ -672,9 +673,9 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
             f"{name} must be one length per sample (a list, numpy array or torch tensor of "
             f"ints), got the dataset itself ({type(lengths).__name__}, a torch Dataset); unlike "
             "torch's samplers, which take the dataset, the plan is made from the lengths before "
-            "any sample is read: measure them once (lengths = [len(dataset[i]) for i in "
-            "range(len(dataset))] for items that are sequences, or a length the data already "
-            "stores) and give the dataset to sampler.dataloader(dataset)"
+            f"any sample is read: measure them once (lengths = [{expr} for i in "
+            f"range(len(dataset))]{note}, or a length the data already stores) and give the "
+            "dataset to sampler.dataloader(dataset)"
         )
     if _is_hf_dataset(lengths):  # (was read whole, row by row, before the error: 5 s a 100k)
         raise TypeError(
@@ -840,6 +841,33 @@ def _is_torch_dataset(value: Any) -> bool:
 
     data = getattr(getattr(sys.modules.get("torch"), "utils", None), "data", None)
     return data is not None and isinstance(value, data.Dataset)
+
+
+def _item_length(dataset: Any) -> tuple[str, str]:
+    """How an item of ``dataset`` is measured, as code (``len(dataset[i][0])``) and a note, read
+    from its first item by the sampler's own rule (NOTE [ The length of a sample ]): an
+    ``(input, label)`` tuple or a ``TensorDataset``'s item by its first element, a dict by its
+    one sequence (s31-rev: ``len(dataset[i])`` was named for every dataset, the number of fields
+    of a tuple item: 2 for every sample). ``len(dataset[i])`` where the item cannot be read."""
+    from bucketloader._samples import is_number, measured
+
+    try:
+        sample = dataset[0]
+    except Exception:  # (an item that cannot be read here)
+        return "len(dataset[i])", ""
+    try:
+        value, what = measured(sample)
+    except Exception:  # (a dict of several sequences: which is the length is the user's call)
+        keys = list(sample)[:8] if isinstance(sample, Mapping) else []
+        return (
+            ("len(dataset[i][key])", f" with key one of {keys}")
+            if keys
+            else ("len(dataset[i])", "")
+        )
+    item = {"the sample": "dataset[i]", "the first element of the sample": "dataset[i][0]"}.get(
+        what, "dataset[i]" + what[len("sample") :] if what.startswith("sample[") else "dataset[i]"
+    )
+    return (f"int({item})" if is_number(value) else f"len({item})"), ""
 
 
 def _is_hf_dataset(value: Any) -> bool:

@@ -883,6 +883,20 @@ def test_channel_first_nested_lists_are_not_measured_by_their_channels():
     assert hf.lengths(same, "pixel_values").tolist() == [3, 3]
 
 
+def test_nested_token_lists_are_not_called_audio():
+    """s31-rev: a multiple-choice dataset (input_ids: one token list per choice, 4 per row) hit
+    the channel-first check as '(C, T) audio' and was told to keep x[0], the first choice, and
+    to measure len(x[0]); token ids are told to measure the longest inner list."""
+    rows = [[[5] * n for n in ns] for ns in ([3, 9, 2, 4], [7, 1, 5, 5], [2, 2, 8, 3])]
+    ds = datasets.Dataset.from_dict({"input_ids": rows})
+    with pytest.raises(ValueError, match=r"lists of token lists \(one per choice") as err:
+        hf.lengths(ds, "input_ids")
+    assert "audio" not in str(err.value) and "x[0]" not in str(err.value)
+    fix = "lambda batch: [max(map(len, x)) for x in batch['input_ids']]"
+    assert fix in str(err.value)
+    assert hf.lengths(ds, fn=eval(fix)).tolist() == [9, 7, 8]  # the fix it names
+
+
 def test_fixed_size_list_columns_are_stacked_not_transposed():
     """s12-polish left it: split_columns counted only plain and large lists, so a fixed-size
     list column (Sequence(length=n): an embedding, multi-label targets) went through

@@ -5,6 +5,7 @@ documents start."""
 from __future__ import annotations
 
 import os
+import warnings
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -233,6 +234,96 @@ def test_a_model_that_mixes_packed_documents_is_refused(tmp_path):
     assert bert.training and bloom.training  # (the pass left them as it found them)
 
 
+def test_the_packing_refusal_names_the_model_in_a_peft_wrapper(tmp_path):
+    """s31-rev: LoRA over OPT was refused as 'PeftModelForCausalLM does not keep the packed
+    documents apart ... which PeftModelForCausalLM keeps apart', as if PEFT were the cause;
+    the model in the wrapper (get_base_model, as PEFT's) is named with it."""
+
+    class Wrapper(torch.nn.Module):  # (what PeftModel does: forward to the model it holds)
+        def __init__(self, model):
+            super().__init__()
+            self.base_model = model
+
+        def get_base_model(self):
+            return self.base_model
+
+        def forward(self, **kwargs):
+            return self.base_model(**kwargs)
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True, save_strategy="no"
+    )
+    opt = transformers.OPTForCausalLM(
+        transformers.OPTConfig(vocab_size=101, hidden_size=16, ffn_dim=32, num_hidden_layers=1,
+                               num_attention_heads=2, word_embed_proj_dim=16)
+    )  # fmt: skip
+    packed = hf.for_packing(_dataset(8), pad_token_id=0, row_length=512, batch_size=2)
+    with pytest.raises(ValueError, match=r"OPTForCausalLM \(in Wrapper\) does not keep") as err:
+        hf.BucketTrainer(model=Wrapper(opt), args=args, bucketing=packed)
+    assert str(err.value).endswith("which OPTForCausalLM (in Wrapper) keeps apart")
+
+
+def test_packed_training_with_a_cache_is_refused(tmp_path):
+    """s31-rev: with a cache, transformers builds a DynamicCache in the training forward and
+    skips finding documents in position_ids, so the documents of a row mix (a document's
+    logits 0.26 off against it alone), while the probe called the model with use_cache=False
+    and let it through: TrainingArguments(use_cache=True) (Trainer copies it to
+    model.config.use_cache), and, with the default arguments, a LLaVA-style model, whose
+    language model reads its own text_config.use_cache (True). The probe now calls the model as
+    training does. Gradient checkpointing turns the cache off itself (not refused), and a 4-D
+    mask is used whatever the cache."""
+
+    def args(**kw):
+        return transformers.TrainingArguments(
+            output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True,
+            save_strategy="no", **kw,
+        )  # fmt: skip
+
+    ds = _dataset(8)
+    packed = hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=2)
+    masked = hf.for_packing(ds, pad_token_id=0, row_length=512, batch_size=2, attention="mask")
+    with pytest.raises(ValueError, match=r"apart with attention='positions' and a cache: ") as err:
+        hf.BucketTrainer(model=_model("sdpa"), args=args(use_cache=True), bucketing=packed)
+    assert str(err.value).endswith(
+        "with a cache, transformers finds no documents in position_ids; train without a cache "
+        "(TrainingArguments(use_cache=False), the default) or pack with hf.for_packing(..., "
+        "attention='mask'), which LlamaForCausalLM keeps apart"
+    )
+    fields = transformers.TrainingArguments.__dataclass_fields__  # (5.x: the old name warns)
+    name = next(n for n in ("activation_checkpointing", "gradient_checkpointing") if n in fields)
+    checkpointed = args(use_cache=True, **{name: True})
+    hf.BucketTrainer(model=_model("sdpa"), args=checkpointed, bucketing=packed)
+    hf.BucketTrainer(model=_model("sdpa"), args=args(use_cache=True), bucketing=masked)
+    hf.BucketTrainer(model=_model("sdpa"), args=args(), bucketing=packed)  # (no cache)
+    model = _model("sdpa")  # (checkpointing turned on on the model itself, read from its
+    # modules without transformers' deprecated is_gradient_checkpointing, which warns)
+    getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        hf.BucketTrainer(model=model, args=args(use_cache=True), bucketing=packed)
+
+    def llava():
+        torch.manual_seed(0)
+        text = transformers.LlamaConfig(
+            vocab_size=120, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=4, num_key_value_heads=2,
+        )  # fmt: skip
+        vision = transformers.CLIPVisionConfig(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+            image_size=8, patch_size=4,
+        )  # fmt: skip
+        config = transformers.LlavaConfig(
+            vision_config=vision, text_config=text, image_token_index=119
+        )
+        return transformers.LlavaForConditionalGeneration(config)
+
+    with pytest.raises(ValueError, match=r"model\.config\.text_config\.use_cache = False\)"):
+        hf.BucketTrainer(model=llava(), args=args(), bucketing=packed)
+    model = llava()
+    model.config.text_config.use_cache = False  # (the fix it names)
+    hf.BucketTrainer(model=model, args=args(), bucketing=packed)
+
+
 def test_the_packing_probe_reads_a_custom_models_output(tmp_path):
     """A model of the user's own (a dict out, no get_input_embeddings) is probed too: one that
     runs a cumulative sum over the row mixes the documents; one that keeps each token to itself
@@ -432,3 +523,56 @@ def test_padding_positions_past_the_table_are_refused_when_built(tmp_path):
     cut = hf.for_packing(ds, pad_token_id=0, row_length=64, batch_size=2, max_seqlen=32)
     trainer = hf.BucketTrainer(model=gpt2, args=args, bucketing=cut)
     assert trainer.train().global_step == len(cut.sampler) == 4
+
+
+def test_the_packing_probe_reads_a_model_that_prepends_tokens(tmp_path):
+    """s31-rev: PEFT's prompt tuning and p-tuning put virtual tokens before the row (their
+    logits come first) and ignore position_ids, so the documents mix; the probe read the logits
+    at [:, 3:], found 5 rows where it wanted 3, and let the model through. Here a model of the
+    user's own that prepends two tokens (as PEFT does) and mixes is refused (bucketing is the
+    fix: its 4-D mask cannot take the virtual tokens either); one that keeps each token to
+    itself passes."""
+
+    class Prompted(torch.nn.Module):
+        def __init__(self, mix):
+            super().__init__()
+            self.mix, self.embed = mix, torch.nn.Embedding(101, 8)
+            self.out = torch.nn.Linear(8, 101)
+            self.prompt = torch.nn.Parameter(torch.randn(2, 8))
+
+        def forward(self, input_ids, labels=None, attention_mask=None, **_):
+            if attention_mask is not None and attention_mask.dim() == 4:
+                raise RuntimeError("a 4-D mask has no rows for the virtual tokens")
+            h = self.embed(input_ids)
+            h = torch.cat([self.prompt.expand(len(h), -1, -1), h], dim=1)
+            logits = self.out(h.cumsum(1) if self.mix else h)
+            loss = None
+            if labels is not None:
+                loss = torch.nn.functional.cross_entropy(
+                    logits[:, 2:].flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX
+                )
+            return {"loss": loss, "logits": logits}
+
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True, save_strategy="no"
+    )
+    packed = hf.for_packing(_dataset(8), pad_token_id=0, row_length=512, batch_size=2)
+    with pytest.raises(ValueError, match="Prompted does not keep the packed documents") as err:
+        hf.BucketTrainer(model=Prompted(mix=True), args=args, bucketing=packed)
+    assert "train it on bucketed rows instead" in str(err.value)
+    hf.BucketTrainer(model=Prompted(mix=False), args=args, bucketing=packed)
+
+    class Whole(torch.nn.Module):  # outputs that are no token's: not compared, not refused
+        def __init__(self, layout):
+            super().__init__()
+            self.layout, self.embed = layout, torch.nn.Embedding(101, 8)
+            self.out = torch.nn.Linear(8, 101)
+
+        def forward(self, input_ids, labels=None, **_):
+            h = self.embed(input_ids).cumsum(1)  # (each output reads the whole row)
+            if self.layout == "classes":  # (B, num_labels): a sequence classifier's
+                return {"logits": self.out(h[:, -1])}
+            return {"logits": self.out(h).transpose(1, 2)}  # (B, V, L), for cross_entropy
+
+    for layout in ("classes", "transposed"):
+        hf.BucketTrainer(model=Whole(layout), args=args, bucketing=packed)

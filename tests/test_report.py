@@ -214,6 +214,16 @@ def test_channel_first_items_are_not_measured_by_their_channels():
     assert analyze([torch.zeros(3, 32, 32)] * 3).histogram.max == 3
 
 
+def test_one_height_images_are_told_the_dim_that_varies():
+    # s31-rev: text-line images of one height, channel-last (32, W, 3) as PIL -> numpy gives
+    # them, were told to measure item.shape[-1], their 3 channels: followed, the report said
+    # one length and no padding. The error names the dim that varies, shape[1]
+    lines = [np.zeros((32, w, 3), np.uint8) for w in (40, 90, 200, 120)]
+    with pytest.raises(ValueError, match=r"measure dim 1, .*column=lambda item: item\.shape\[1\]$"):
+        analyze(lines)
+    assert analyze(lines, column=lambda item: item.shape[1]).histogram.num_values == 4
+
+
 def test_pandas_columns_are_read_by_position_not_label():
     # s30-first: a filtered frame's column (df[df.n > 5]["n"]: labels 1, 3, ...) and a frame
     # with column= were read item by item as data[0], data[1]: `KeyError: 0`, naming nothing

@@ -83,6 +83,23 @@ class _Stream(torch.utils.data.IterableDataset):
             r"got the dataset itself \(TensorDataset, a torch Dataset\); .*sampler\.dataloader",
         ),
         (torch.utils.data.Subset([[1, 2], [3]], [0, 1]), TypeError, r"itself \(Subset, a torch"),
+        # s31-rev: the measure named is the sampler's own, read from the first item: it named
+        # len(dataset[i]) for every dataset, the number of fields of an (input, label) item
+        (
+            torch.utils.data.TensorDataset(torch.zeros(3, 7), torch.zeros(3)),
+            TypeError,
+            r"lengths = \[len\(dataset\[i\]\[0\]\) for i in range\(len\(dataset\)\)\], ",
+        ),
+        (
+            torch.utils.data.Subset([{"input_ids": [1, 2], "label": 0}], [0]),
+            TypeError,
+            r"lengths = \[len\(dataset\[i\]\['input_ids'\]\) for i",
+        ),
+        (
+            torch.utils.data.Subset([{"a": [1], "b": [2, 3]}], [0]),
+            TypeError,
+            r"\[len\(dataset\[i\]\[key\]\) for i in range\(len\(dataset\)\)\] with key one",
+        ),
         # s30-first: Lhotse's cut durations were told to np.ceil their seconds (buckets of whole
         # seconds); now the unit a duration goes in, in both paths (array and object array)
         ([1.53, 2.1], ValueError, r"got 1.53 .*np\.ceil\(seconds \* 16_000\)"),

@@ -161,7 +161,7 @@ def dataset_lengths(
         value, what = measured(dataset[i], column, arg="column")
         out.append(length_of(value, what=what))
         shape = getattr(value, "shape", None)
-        if shape is not None and len(shape) > 1 and len(shapes) < 2:
+        if shape is not None and len(shape) > 1 and len(shapes) < 8:
             shapes.add(tuple(int(d) for d in shape))
     measured_lengths = as_lengths(out)
     _check_not_channel_first(measured_lengths, shapes, what, column)
@@ -176,24 +176,41 @@ def _check_not_channel_first(
     ``(C, T)`` waveform (``torchaudio.load``) or a ``(C, H, W)`` image is its channel count: every
     item measured 1 or 3, and the report said one shape and no padding while the batches took a
     shape per length (s30-first). Where every item has the same first dim and the dims after it
-    differ, that is what happened: an error with the measure to pass instead."""
+    differ, that is what happened: an error with the measure to pass instead. The measure named
+    is the dim that varies (of up to 8 shapes seen): ``shape[-1]`` for a ``(C, T)`` waveform,
+    ``shape[1]`` for a text-line image of one height, channel-last ``(32, W, 3)``, where
+    ``shape[-1]`` would have measured its 3 channels (s31-rev); where several vary (an image's
+    height and width), the two-input plan."""
     if len(shapes) < 2 or lengths.min() != lengths.max():
         return
     a, b = sorted(shapes)[:2]
+    ndim = {len(s) for s in shapes}
+    varies = [d for d in range(len(a)) if len({s[d] for s in shapes}) > 1] if len(ndim) == 1 else []
     expr = {"the sample": "item", "the first element of the sample": "item[0]"}.get(
         what, what.replace("sample[", "item[", 1) if what.startswith("sample[") else ""
     )
-    fix = (
-        f"column=lambda item: {expr}.shape[-1] (the T of a (C, T) waveform)"
-        if expr
-        else "make column return the length, e.g. x.shape[-1] for a (C, T) waveform"
+    images = (
+        "Images vary in height and width together: plan them with BucketSampler({'height': h, "
+        "'width': w}, max_shapes=K, size='prod'), whose report() gives the padding"
     )
+    if len(varies) == 1:
+        d = varies[0]
+        dim = "-1" if d == len(a) - 1 else str(d)
+        wave = " (the T of a (C, T) waveform)" if len(a) == 2 else ""
+        measure = f"{expr}.shape[{dim}]" if expr else f"x.shape[{dim}]"
+        fix = (
+            f"measure dim {dim}, the one that varies: column=lambda item: {measure}{wave}"
+            if expr
+            else f"make column return the length of dim {dim}, the one that varies: {measure}"
+        )
+    elif varies:
+        fix = f"dims {varies} vary. {images}"
+    else:  # (items of several ranks)
+        fix = f"make column return the length (x.shape[-1] for a (C, T) waveform). {images}"
     name = "the column callable" if callable(column) else f"column={column!r}"
     raise ValueError(
         f"{name} measures each item's first dim ({what}), which is "
         f"{int(lengths[0])} in all {lengths.size:,} items while the dims after it differ "
-        f"({a} and {b}): channel-first data, whose first dim is not its length, would be "
-        f"reported as one length with no padding; measure the dim that varies: {fix}. Images "
-        "vary in height and width together: plan them with BucketSampler({'height': h, "
-        "'width': w}, max_shapes=K, size='prod'), whose report() gives the padding"
+        f"({a} and {b}): data whose first dim is not its length (channel-first) would be "
+        f"reported as one length with no padding; {fix}"
     )

@@ -327,17 +327,29 @@ def _check_not_channel_first(arr: Any, outer: np.ndarray, path: str) -> None:
     high = max((pc.max(x).as_py() for x in inner if len(x)), default=None)
     if low is None or low == high:
         return
-    fix = (
-        f"(C, H, W) images: hf.for_images(dataset, column={path!r}) plans their height and width"
-        if is_list(arr.type.value_type.value_type)
-        else f"(C, T) audio: store mono waveforms as they are, 1-D (dataset.map(lambda b: "
-        f"{{{path!r}: [x[0] for x in b[{path!r}]]}}, batched=True)), or measure the lists inside: "
-        f"fn=lambda batch: [len(x[0]) for x in batch[{path!r}]]"
-    )
+    inner_type = arr.type.value_type.value_type
+    if is_list(inner_type):
+        fix = (
+            f"channel-first (C, H, W) images: hf.for_images(dataset, column={path!r}) plans "
+            "their height and width"
+        )
+    elif pa.types.is_integer(inner_type):  # (s31-rev: token ids are no audio: a multiple-choice
+        # dataset, one list per choice, was told to keep the first choice, x[0])
+        fix = (
+            "lists of token lists (one per choice or turn, as a multiple-choice dataset has): "
+            f"measure the longest inner list, fn=lambda batch: [max(map(len, x)) for x in "
+            f"batch[{path!r}]]"
+        )
+    else:
+        fix = (
+            f"channel-first (C, T) audio: store mono waveforms as they are, 1-D (dataset.map("
+            f"lambda b: {{{path!r}: [x[0] for x in b[{path!r}]]}}, batched=True)), or measure "
+            f"the lists inside: fn=lambda batch: [len(x[0]) for x in batch[{path!r}]]"
+        )
     raise ValueError(
         f"column {path!r} holds nested lists of {int(outer[0])} lists in every row, and the "
         f"lists inside differ ({low} to {high} values), so its outer length is no length; "
-        f"channel-first {fix}"
+        f"{fix}"
     )
 
 

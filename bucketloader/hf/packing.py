@@ -12,8 +12,11 @@ Read from transformers 5.x (``masking_utils.create_causal_mask``, ``_preprocess_
   True (``config.use_cache`` defaults to True) the model creates a ``DynamicCache`` and skips the
   detection, and every token attends to every earlier token of the row, across documents.
   ``Trainer`` sets ``model.config.use_cache = args.use_cache`` (False by default), so training
-  through it is safe; call the model yourself with ``use_cache=False``, or use
-  ``attention="mask"``.
+  through it is safe, except for some models over a language model (LLaVA), whose language
+  model reads ``config.text_config.use_cache``
+  (``BucketTrainer`` refuses a model it finds trained with a cache, ``TrainingArguments(
+  use_cache=True)`` too, unless gradient checkpointing turns the cache off); call the model
+  yourself with ``use_cache=False``, or use ``attention="mask"``.
 * A 4-D ``attention_mask`` ``(B, 1, L, L)`` is used as given, whatever the cache. Boolean
   (True = attend) for ``"sdpa"``; an additive float mask (0 / dtype min) for ``"eager"``, which
   adds it to the scores. This is ``attention="mask"`` with ``mask_dtype=torch.bool`` or a float

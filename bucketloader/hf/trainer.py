@@ -529,7 +529,13 @@ class _BucketMixin:
             return
         name = type(self.model).__name__
         owner = type(self).__name__
-        if name.endswith("ForMaskedLM"):
+        base = getattr(self.model, "get_base_model", None)  # (a PEFT wrapper: the model in it,
+        # which is what keeps the documents apart or not, named too; s31-rev)
+        inner = base() if callable(base) else None
+        core = inner if isinstance(inner, torch.nn.Module) else self.model
+        if core is not self.model:
+            name = f"{type(core).__name__} (in {name})"
+        if type(core).__name__.endswith("ForMaskedLM"):
             raise ValueError(
                 f"{owner}: {name} is a masked-LM head, whose loss scores each token against its "
                 f"own label (no shift), but the packed rows of {argument} are causal-LM rows "
@@ -551,7 +557,15 @@ class _BucketMixin:
             )
         at = start if start is not None else given  # (the probe runs at the right start)
         sharded = any(getattr(self, f, False) for f in ("is_deepspeed_enabled", "is_fsdp_enabled"))
-        leak = None if sharded else _packing_leak(self.model, collate.attention, collate, at)
+        # called as training calls it (no use_cache: each config says), but without a cache
+        # where gradient checkpointing turns it off in training (NOTE [ Models that mix packed
+        # documents ])
+        trained = False if self._checkpointing() else None
+
+        def leaks(attention: str, use_cache: bool | None = trained) -> float | None:
+            return _packing_leak(self.model, attention, collate, at, use_cache=use_cache)
+
+        leak = None if sharded else leaks(collate.attention)
         if not leak:  # (kept apart, or no pass could be made: a sharded model makes none)
             if moved:
                 raise ValueError(
@@ -559,29 +573,35 @@ class _BucketMixin:
                 )
             return
         others = [a for a in ("mask", "positions") if a != collate.attention]
-        keeps = [a for a in others if _packing_leak(self.model, a, collate, at) == 0.0]
+        keeps = [a for a in others if leaks(a) == 0.0]
+        cached = trained is None and leaks(collate.attention, False) == 0.0  # (the cache mixes)
         mixes = (
             f"{name} does not keep the packed documents of {argument} apart with attention="
-            f"{collate.attention!r}: a document's logits changed by {leak:.3g} when only the "
-            "document before it in the row changed, so each document would attend to the ones "
-            "before it"
+            f"{collate.attention!r}{' and a cache' if cached else ''}: a document's logits "
+            f"changed by {leak:.3g} when only the document before it in the row changed, so "
+            "each document would attend to the ones before it"
+            + ("; with a cache, transformers finds no documents in position_ids" if cached else "")
         )
-        bucket = (
-            "train it on bucketed rows instead (train_dataset=..., or bucketing=hf.for_text(...))"
+        restart = f"position_ids_start={start}" if moved else ""
+        fixes = []
+        if cached:
+            fixes.append(
+                f"train without a cache ({self._cache_fix()})"
+                + (f" and pack with hf.for_packing(..., {restart})" if moved else "")
+            )
+        if keeps:
+            fixes.append(
+                f"pack with hf.for_packing(..., {restart + ', ' if moved else ''}attention="
+                f"{keeps[0]!r}), which {name} keeps apart"
+            )
+        fix = (
+            " or ".join(fixes)
+            if fixes
+            else "train it on bucketed rows instead (train_dataset=..., or "
+            "bucketing=hf.for_text(...))"
         )
         if moved:
-            fix = (
-                f"pack with hf.for_packing(..., position_ids_start={start}, attention="
-                f"{keeps[0]!r}), which {name} keeps apart"
-                if keeps
-                else bucket
-            )
             raise ValueError(f"{wrong}; and {mixes}; {fix}")
-        fix = (
-            f"pack with hf.for_packing(..., attention={keeps[0]!r}), which {name} keeps apart"
-            if keeps
-            else bucket
-        )
         raise ValueError(f"{owner}: {mixes}; {fix}")
 
     def _check_padding_positions(self, collate: Any, limit: int, table: str, argument: str) -> None:
@@ -604,6 +624,37 @@ class _BucketMixin:
             f"max_seqlen={limit}), which cuts the padding into runs whose positions restart, or "
             f"pack rows of at most row_length={limit} tokens"
         )
+
+    def _checkpointing(self) -> bool:
+        """Whether training runs with gradient checkpointing, which turns the model's cache off
+        (transformers: ``use_cache=True`` is incompatible with it)."""
+        # (transformers 5 names it activation_checkpointing; the old name is its alias until v6)
+        if any(
+            getattr(self.args, n, False)
+            for n in ("activation_checkpointing", "gradient_checkpointing")
+        ):
+            return True
+        # (the modules' own flag, which transformers reads: its is_gradient_checkpointing
+        # property is deprecated and warns; PEFT's wrappers hold the modules too)
+        return any(
+            getattr(m, "gradient_checkpointing", False) is True for m in self.model.modules()
+        )
+
+    def _cache_fix(self) -> str:
+        """Where the model's cache is on, as the fix to say. ``Trainer`` sets
+        ``model.config.use_cache`` from ``TrainingArguments(use_cache=...)`` (False by default);
+        some models over a language model (LLaVA; not Gemma 3's, checked) read
+        their ``text_config``'s, which stays True (s31-rev: LLaVA trained across documents with
+        the default arguments)."""
+        config = getattr(self.model, "config", None)
+        on = [
+            f"model.config.{name}.use_cache = False"
+            for name in sorted(vars(config) if config is not None else {})
+            if name.endswith("_config") and getattr(getattr(config, name), "use_cache", None)
+        ]
+        if getattr(config, "use_cache", None):
+            on.insert(0, "TrainingArguments(use_cache=False), the default")
+        return "; ".join(on) if on else "use_cache=False"
 
     def _check_token_labels(self, b: Bucketing, dataset: Any, argument: str) -> None:
         """A token-classification head takes one label per token, so its labels must follow the
@@ -2041,8 +2092,16 @@ def _position_start(model: Any) -> tuple[int | None, str]:
 # skipped where no forward pass can be made outside training (DeepSpeed, FSDP, parameters on
 # the meta device) and where the pass fails (a flash-attention batch on a CPU: training says
 # why). A compiled model runs it uncompiled (torch.compiler.set_stance("force_eager"), torch
-# >= 2.6; skipped on older torch), so the plan's graphs stay the only ones; its rows number
-# positions from the collator's position_ids_start, as the packed rows do.
+# >= 2.6; skipped on older torch), so the plan's graphs stay the only ones (not on a lazy-tensor
+# device, XLA or HPU, where the stance does not apply: there the pass is traced and compiled as a
+# small graph of its own, once per variant probed, when the trainer is built; read from the code,
+# not run); its rows number positions from the collator's position_ids_start, as the packed rows
+# do. The logits read are the row's last three: a model that puts tokens of its own first (PEFT's
+# prompt tuning and p-tuning, which also ignore position_ids, and mix) returns more rows than the
+# row's tokens. The model is called as training calls it, without use_cache (each config says;
+# none under gradient checkpointing): with a cache transformers finds no documents in
+# position_ids, so TrainingArguments(use_cache=True) mixes, and so does a model over a language
+# model whose text_config.use_cache stays True (Trainer sets only model.config.use_cache).
 # Two things no probe of two packed rows can see are checked from the model's class and tables:
 # * Where the packed positions start. A learned position table counts from 0 (BERT, GPT-2; OPT
 #   and BART add their offset themselves) or, with a padding_idx, from padding_idx + 1
@@ -2061,11 +2120,13 @@ def _position_start(model: Any) -> tuple[int | None, str]:
 #   being unchanged) would also hide each document's later tokens from its earlier ones.
 
 
-def _packing_leak(model: Any, attention: str, collate: Any, start: int) -> float | None:
+def _packing_leak(
+    model: Any, attention: str, collate: Any, start: int, *, use_cache: bool | None = False
+) -> float | None:
     """How far the second document's logits moved when the first changed, on two packed rows
-    made as ``attention`` says, positions from ``start``: ``0.0`` where the model keeps the
-    documents apart, ``None`` where the probe cannot run (NOTE [ Models that mix packed
-    documents ])."""
+    made as ``attention`` says, positions from ``start``, the model called with ``use_cache``
+    (``None``: not passed, as training calls it): ``0.0`` where the model keeps the documents
+    apart, ``None`` where the probe cannot run (NOTE [ Models that mix packed documents ])."""
     from bucketloader.pack import document_mask
 
     params = list(model.parameters())
@@ -2100,15 +2161,22 @@ def _packing_leak(model: Any, attention: str, collate: Any, start: int) -> float
         model.eval()
         eager = stance("force_eager") if stance is not None else contextlib.nullcontext()
         with torch.no_grad(), eager:  # (a compiled model runs it uncompiled: no new graph)
-            out = model(**batch, use_cache=False)
+            cache = {} if use_cache is None else {"use_cache": use_cache}
+            out = model(**batch, **cache)
         logits = _logits_of(out)
-        second = logits[:, 3:].float()
+        # the row's last three tokens (s31-rev: read at [:, 3:], PEFT's prompt tuning, whose
+        # virtual tokens' logits come first, gave 5 rows, was not probed, and mixed unseen).
+        # More rows than tokens only as (B, rows, V): a (B, num_labels) classifier's or a
+        # (B, V, L) layout's would compare outputs that are no token's (not probed)
+        n = logits.shape[1] if logits.dim() >= 2 else 0
+        extra = n > 6 and logits.dim() >= 3 and logits.shape[2] != 6
+        second = logits[:, -3:].float() if n == 6 or extra else None
     except Exception:  # (the pass a batch of this kind cannot make: training will say why)
         return None
     finally:
         for module, mode in modes:
             module.training = mode
-    if second.dim() < 2 or second.shape[:2] != (2, 3):  # (not one row of logits per token)
+    if second is None or second.shape[:2] != (2, 3):  # (not one row of logits per token)
         return None
     moved = float((second[0] - second[1]).abs().max())
     scale = float(second.abs().max())
