@@ -59,8 +59,10 @@ class OptionError(ValueError):
     (:func:`keyword`). A front end that takes the options under other names re-says it with
     its own ``spell`` (the command line: ``--max-tokens 4096`` for ``max_tokens=4096``), and a
     fix it has no option for is left out, where a pattern over the text (s29-left's table in
-    the CLI) matched only the texts it knew. Pickled, it is a plain ``ValueError`` of its text;
-    made from a text (a wrapper's ``type(exc)(...)``), it says that text in every spelling.
+    the CLI) matched only the texts it knew. Pickled, it is the plain error of its text
+    (:meth:`plain`: a ``ValueError``; a ``TypeError`` or :class:`MissingKeyError` for its two
+    subclasses); made from a text (a wrapper's ``type(exc)(...)``), it says that text in every
+    spelling.
 
     Example:
         >>> err = OptionError(lambda o: f"{o('max_tokens', 8)} is small; raise {o('max_tokens')}")

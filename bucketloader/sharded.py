@@ -575,8 +575,8 @@ class ShardedSampler(EpochSampler):
         """The rank's rows sorted by cell (with exchange, NOTE [ Sharded plan ] 8: its kept
         rows and the ones it receives, read from the gathered payloads once, with every rank's
         digests checked; ``gather`` makes the second, agreed check's call, or None for the
-        :class:`LocalExchange` board). Positions in the shard are sorted anew at every call,
-        from each sample's cell (a new, writable array)."""
+        :class:`LocalExchange` board). A shard that keeps only its cells (:data:`_CELLS_ONLY`)
+        has its positions sorted anew at every call, into a new, writable array."""
         if self._cell_of is not None:
             rows = sort_by_cell(self._cell_of, self._own_counts)
             rows.setflags(write=True)  # (its own memory: plan_shard_epoch shuffles it in place)

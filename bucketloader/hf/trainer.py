@@ -264,11 +264,15 @@ class _BucketMixin:
     # -- building the batches -----------------------------------------------------------------
     def model_inputs(self) -> list[str]:
         """Names the model's ``forward`` takes, plus the label names (what batches may keep)."""
+        names = list(inspect.signature(self._forward_model().forward).parameters)
+        return names + [n for n in ("label", "label_ids", *self.label_names) if n not in names]
+
+    def _forward_model(self) -> Any:
+        """The model whose ``forward`` a batch's keywords reach: the one inside a PEFT wrapper,
+        else :attr:`model`."""
         model: Any = self.model
         base = getattr(model, "get_base_model", None)  # a PEFT wrapper
-        forward = (base() if callable(base) else model).forward
-        names = list(inspect.signature(forward).parameters)
-        return names + [n for n in ("label", "label_ids", *self.label_names) if n not in names]
+        return base() if callable(base) else model
 
     def _build_bucketing(self, dataset: Any, *, evaluation: bool) -> Bucketing:
         opts = dict(self._bucketing_options)
@@ -1327,13 +1331,11 @@ class _BucketMixin:
         image classifiers: those with ``**kwargs`` pass them to their backbone, but Perceiver's
         conv / Fourier ones, which take and drop them (the option changes nothing there); those
         whose backbone names no such option (ConvNeXt, DINOv2, ResNet) are left alone."""
-        if "interpolate_pos_encoding" in self.model_inputs():
+        model = self._forward_model()
+        params = inspect.signature(model.forward).parameters
+        if "interpolate_pos_encoding" in params:
             return True
-        model = self.model
-        base = getattr(model, "get_base_model", None)  # a PEFT wrapper, as model_inputs reads
-        model = base() if callable(base) else model
-        params = inspect.signature(model.forward).parameters.values()
-        if not any(p.kind is p.VAR_KEYWORD for p in params):
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
             return False
         return any(
             "interpolate_pos_encoding" in inspect.signature(child.forward).parameters

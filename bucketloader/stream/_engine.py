@@ -57,6 +57,20 @@ def trace_hex(trace: int) -> str:
     return f"{trace % (1 << TRACE_BITS):010x}"
 
 
+def checks_lengths(config: dict[str, Any]) -> bool:
+    """Whether a stream of configuration ``config`` checks lengths on resume: its exact states
+    record the digest of the lengths they hold (NOTE [ A stream state over a source without a
+    length ]) and its replay states the workers' traces (NOTE [ A replay over a source without
+    a length ]). So over a source whose configuration records neither its length
+    (``"samples"``) nor its files (``"source"``; :func:`~bucketloader.stream.resume.source_config`).
+
+    Example:
+        >>> checks_lengths({"samples": 3}), checks_lengths({})
+        (False, True)
+    """
+    return not ("samples" in config or "source" in config)
+
+
 def lengths_digest(keys: list[int], lengths: list[int]) -> str:
     """The digest an exact state records of the lengths of the samples it holds (NOTE
     [ A stream state over a source without a length ]): 16 hex digits, the sum modulo
@@ -385,10 +399,9 @@ class Pass:
 
     @property
     def checks_lengths(self) -> bool:
-        """Whether this pass's states record the lengths of the samples they hold: over a
-        source that records neither its length nor its files (NOTE [ A stream state over a
-        source without a length ])."""
-        return not ("samples" in self.o.config or "source" in self.o.config)
+        """Whether this pass's states record the lengths of the samples they hold
+        (:func:`checks_lengths`)."""
+        return checks_lengths(self.o.config)
 
     def _segments(self, held: list[int]) -> list[list[Any]]:
         """The checkpoints a resume restarts the source at (NOTE [ Seeking a source ]): the

@@ -558,8 +558,9 @@ class RowPass(Pass):
         # (a closed row keeps its documents, not their sizes: length_fn measures those, alike
         # when the state is taken and when a resume rebuilt the rows)
         measure = self.o.measure
-        named = self._kept if self._fills else self._last if self.o.steps else []  # (as the
-        for rows in (self.ready, named):  # state names them: _filler_state)
+        # (the kept rows as the state names them: _filler_state)
+        named = self._kept if self._fills else self._last if self.o.steps else []
+        for rows in (self.ready, named):
             for items, samples in rows:
                 keys += [p * 65_536 + j for p, j in items]
                 lengths += [measure(d) for d in samples]

@@ -85,6 +85,7 @@ TRACE_KEPT = 16
 #: read in one store (never torn between a batch count and another batch's trace).
 TRACE_BITS = 40
 _COUNT_BITS = 22
+_COUNT_AT = TRACE_BITS + 1  # (the count's lowest bit: above the trace and its known bit)
 
 
 def finished(lanes: Sequence[dict[str, int]]) -> bool:
@@ -162,7 +163,7 @@ class LaneCounters:
         if 0 <= lane < MAX_LANES:
             known = 0 if trace is None else (1 << TRACE_BITS) | (trace % (1 << TRACE_BITS))
             count = batches % (1 << _COUNT_BITS)
-            self.view[lane, batches % TRACE_KEPT - TRACE_KEPT] = (count << 41) | known
+            self.view[lane, batches % TRACE_KEPT - TRACE_KEPT] = (count << _COUNT_AT) | known
 
     def traced(self, lane: int, batches: int) -> int | None:
         """The trace :meth:`trace` kept of ``lane`` after ``batches`` batches, if it is still
@@ -170,7 +171,7 @@ class LaneCounters:
         if not 0 <= lane < MAX_LANES:
             return None
         slot = int(self.view[lane, batches % TRACE_KEPT - TRACE_KEPT])
-        if slot >> 41 != batches % (1 << _COUNT_BITS) or not slot >> TRACE_BITS & 1:
+        if slot >> _COUNT_AT != batches % (1 << _COUNT_BITS) or not slot >> TRACE_BITS & 1:
             return None
         return slot & ((1 << TRACE_BITS) - 1)
 

@@ -143,7 +143,7 @@ import torch.utils.data
 from bucketloader._files import NotAFile, write_atomic
 from bucketloader._validation import a_kind, check_int, not_a_state, stream_of
 from bucketloader.plan.report import FILL_TIMES, FILL_WARNING, LOSS_WARNING, DataLossWarning
-from bucketloader.stream._engine import trace_hex
+from bucketloader.stream._engine import checks_lengths, trace_hex
 from bucketloader.stream.counters import MAX_LANES, LaneCounters, finished
 from bucketloader.stream.source import is_stateful, open_source, self_sharding
 
@@ -823,7 +823,7 @@ def replay_state(
         "skip": skip,
         "first": first,
     }
-    if skip and not ("samples" in config or "source" in config):
+    if skip and checks_lengths(config):
         # NOTE [ A replay over a source without a length ] in bucketloader.stream._engine
         traces = [_trace_at(counters, w, skip[w], produced[w]) for w in range(workers)]
         if any(t is not None for t in traces):
