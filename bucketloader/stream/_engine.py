@@ -74,23 +74,34 @@ def checks_lengths(config: dict[str, Any]) -> bool:
 def lengths_digest(keys: list[int], lengths: list[int]) -> str:
     """The digest an exact state records of the lengths of the samples it holds (NOTE
     [ A stream state over a source without a length ]): 16 hex digits, the sum modulo
-    ``2**64`` of a 64-bit mix (SplitMix64's) of each ``(key, length)`` pair (a key is a stream
-    position), so the order of the pairs does not count and no sort is needed.
+    ``2**64`` of a 64-bit mix (SplitMix64's) of each key mixed with its length (a key is a
+    stream position), so the order of the pairs does not count and no sort is needed. The key is
+    mixed whole before the length joins it: every bit of both counts (a key shifted into the
+    high half of one word kept only its low 32 bits, so two pieces 2**16 positions apart in a
+    packed stream could swap lengths unseen).
 
     Example:
         >>> lengths_digest([3, 1], [7, 5]) == lengths_digest([1, 3], [5, 7])
         True
         >>> lengths_digest([1, 3], [5, 7]) == lengths_digest([1, 3], [7, 5])
         False
+        >>> lengths_digest([1, 1 + 2**32], [5, 7]) == lengths_digest([1, 1 + 2**32], [7, 5])
+        False
     """
-    x = np.asarray(keys, dtype=np.uint64) << np.uint64(32)
+    x = _mix64(np.asarray(keys, dtype=np.uint64))
     x ^= np.asarray(lengths, dtype=np.uint64)
+    return f"{int(_mix64(x).sum(dtype=np.uint64)):016x}"
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser, elementwise, in place (wraps modulo ``2**64``: arrays do not
+    warn)."""
     x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)  # (wraps modulo 2**64: arrays do not warn)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
     x ^= x >> np.uint64(27)
     x *= np.uint64(0x94D049BB133111EB)
     x ^= x >> np.uint64(31)
-    return f"{int(x.sum(dtype=np.uint64)):016x}"
+    return x
 
 
 class Pass:
