@@ -533,10 +533,11 @@ class _BucketMixin:
             return
         name = type(self.model).__name__
         owner = type(self).__name__
-        base = getattr(self.model, "get_base_model", None)  # (a PEFT wrapper: the model in it,
-        # which is what keeps the documents apart or not, named too; s31-rev)
-        inner = base() if callable(base) else None
-        core = inner if isinstance(inner, torch.nn.Module) else self.model
+        # (in a PEFT wrapper, the model in it, which is what keeps the documents apart or not,
+        # named too; s31-rev)
+        core = self._forward_model()
+        if not isinstance(core, torch.nn.Module):
+            core = self.model
         if core is not self.model:
             name = f"{type(core).__name__} (in {name})"
         if type(core).__name__.endswith("ForMaskedLM"):
