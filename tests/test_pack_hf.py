@@ -302,26 +302,50 @@ def test_packed_training_with_a_cache_is_refused(tmp_path):
         warnings.simplefilter("error", FutureWarning)
         hf.BucketTrainer(model=model, args=args(use_cache=True), bucketing=packed)
 
-    def llava():
-        torch.manual_seed(0)
-        text = transformers.LlamaConfig(
-            vocab_size=120, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-            num_attention_heads=4, num_key_value_heads=2,
-        )  # fmt: skip
-        vision = transformers.CLIPVisionConfig(
-            hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-            image_size=8, patch_size=4,
-        )  # fmt: skip
-        config = transformers.LlavaConfig(
-            vision_config=vision, text_config=text, image_token_index=119
-        )
-        return transformers.LlavaForConditionalGeneration(config)
-
     with pytest.raises(ValueError, match=r"model\.config\.text_config\.use_cache = False\)"):
-        hf.BucketTrainer(model=llava(), args=args(), bucketing=packed)
-    model = llava()
+        hf.BucketTrainer(model=_llava(), args=args(), bucketing=packed)
+    model = _llava()
     model.config.text_config.use_cache = False  # (the fix it names)
     hf.BucketTrainer(model=model, args=args(), bucketing=packed)
+
+
+def _llava():
+    torch.manual_seed(0)
+    text = transformers.LlamaConfig(
+        vocab_size=120, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    vision = transformers.CLIPVisionConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        image_size=8, patch_size=4,
+    )  # fmt: skip
+    config = transformers.LlavaConfig(vision_config=vision, text_config=text, image_token_index=119)
+    return transformers.LlavaForConditionalGeneration(config)
+
+
+def test_checkpointing_one_tower_does_not_turn_the_language_models_cache_off(tmp_path):
+    """s31-tidyB: the probe took gradient checkpointing on any module of the model as turning the
+    cache off, and so called the model without one; a LLaVA with checkpointing on its vision
+    tower only (the default arguments: its language model reads text_config.use_cache, True)
+    was built, and its training forward mixed the documents (0.13 off against a document alone).
+    Transformers turns the cache off in the modules that checkpoint, so the whole model's
+    checkpointing counts (every module that can, its repeated layers aside), not one tower's."""
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True, save_strategy="no"
+    )
+    packed = hf.for_packing(_dataset(8), pad_token_id=0, row_length=512, batch_size=2)
+    model = _llava()
+    model.model.vision_tower.gradient_checkpointing_enable()
+    with pytest.raises(ValueError, match=r"and a cache: .*text_config\.use_cache = False\)"):
+        hf.BucketTrainer(model=model, args=args, bucketing=packed)
+    model = _llava()  # (the whole model checkpointed: the language model keeps no cache)
+    getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    hf.BucketTrainer(model=model, args=args, bucketing=packed)
+    model = _llava()  # (every other layer, as every_n_layers=2 does: still the whole model's)
+    getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)(
+        every_n_layers=2
+    )
+    hf.BucketTrainer(model=model, args=args, bucketing=packed)
 
 
 def test_the_packing_probe_reads_a_custom_models_output(tmp_path):
