@@ -307,6 +307,13 @@ def test_packed_training_with_a_cache_is_refused(tmp_path):
     model = _llava()
     model.config.text_config.use_cache = False  # (the fix it names)
     hf.BucketTrainer(model=model, args=args(), bucketing=packed)
+    # s31-tidyB: both caches on, both are named to turn off (they were listed "A; B", and A
+    # alone, the top config's, leaves LLaVA's language model its cache: refused again)
+    with pytest.raises(ValueError) as err:
+        hf.BucketTrainer(model=_llava(), args=args(use_cache=True), bucketing=packed)
+    assert "(TrainingArguments(use_cache=False), the default, and model.config.text_config." in (
+        str(err.value)
+    )
 
 
 def _llava():

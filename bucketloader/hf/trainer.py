@@ -663,7 +663,11 @@ class _BucketMixin:
         ]
         if getattr(config, "use_cache", None):
             on.insert(0, "TrainingArguments(use_cache=False), the default")
-        return "; ".join(on) if on else "use_cache=False"
+        if not on:
+            return "use_cache=False"
+        # (every one named is to be turned off: "A; B" read as a choice, and LLaVA's top config
+        # alone leaves its language model the cache; s31-tidyB)
+        return on[0] if len(on) == 1 else ", ".join(on[:-1]) + ", and " + on[-1]
 
     def _check_token_labels(self, b: Bucketing, dataset: Any, argument: str) -> None:
         """A token-classification head takes one label per token, so its labels must follow the
