@@ -221,6 +221,23 @@ def measured(sample: Any, key: Any = None, *, arg: str = "key") -> tuple[Any, st
     return sample, "the sample"
 
 
+def measured_code(what: str, item: str) -> str:
+    """:func:`measured`'s name for what it measured, as code over ``item``, for messages that
+    name a measure to pass; ``""`` for a callable's (``"key(sample)"``), which has none.
+
+    Example:
+        >>> measured_code("the first element of the sample", "dataset[i]")
+        'dataset[i][0]'
+        >>> measured_code("sample['audio']", "item")
+        "item['audio']"
+    """
+    if what == "the sample":
+        return item
+    if what == "the first element of the sample":
+        return f"{item}[0]"
+    return item + what[len("sample") :] if what.startswith("sample[") else ""
+
+
 def _check_len_measures(sample: Any, arg: str) -> None:
     """NOTE [ len of a dict sample ]
     ``len()`` of a dict counts its keys, and of a tuple of fields such as ``(input_ids, label)``

@@ -851,7 +851,7 @@ def _item_length(dataset: Any) -> tuple[str, str]:
     ``(input, label)`` tuple or a ``TensorDataset``'s item by its first element, a dict by its
     one sequence (s31-rev: ``len(dataset[i])`` was named for every dataset, the number of fields
     of a tuple item: 2 for every sample). ``len(dataset[i])`` where the item cannot be read."""
-    from bucketloader._samples import is_number, measured
+    from bucketloader._samples import is_number, measured, measured_code
 
     try:
         sample = dataset[0]
@@ -866,9 +866,7 @@ def _item_length(dataset: Any) -> tuple[str, str]:
             if keys
             else ("len(dataset[i])", "")
         )
-    item = {"the sample": "dataset[i]", "the first element of the sample": "dataset[i][0]"}.get(
-        what, "dataset[i]" + what[len("sample") :] if what.startswith("sample[") else "dataset[i]"
-    )
+    item = measured_code(what, "dataset[i]") or "dataset[i]"
     return (f"int({item})" if is_number(value) else f"len({item})"), ""
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
-from bucketloader._samples import is_number, length_of, measured
+from bucketloader._samples import is_number, length_of, measured, measured_code
 from bucketloader._validation import as_lengths
 
 if TYPE_CHECKING:
@@ -186,9 +186,7 @@ def _check_not_channel_first(
     a, b = sorted(shapes)[:2]
     ndim = {len(s) for s in shapes}
     varies = [d for d in range(len(a)) if len({s[d] for s in shapes}) > 1] if len(ndim) == 1 else []
-    expr = {"the sample": "item", "the first element of the sample": "item[0]"}.get(
-        what, what.replace("sample[", "item[", 1) if what.startswith("sample[") else ""
-    )
+    expr = measured_code(what, "item")
     images = (
         "Images vary in height and width together: plan them with BucketSampler({'height': h, "
         "'width': w}, max_shapes=K, size='prod'), whose report() gives the padding"

@@ -633,17 +633,26 @@ class _BucketMixin:
     def _checkpointing(self) -> bool:
         """Whether training runs with gradient checkpointing, which turns the model's cache off
         (transformers: ``use_cache=True`` is incompatible with it)."""
+        from transformers.modeling_layers import GradientCheckpointingLayer
+
         # (transformers 5 names it activation_checkpointing; the old name is its alias until v6)
         if any(
             getattr(self.args, n, False)
             for n in ("activation_checkpointing", "gradient_checkpointing")
         ):
             return True
-        # (the modules' own flag, which transformers reads: its is_gradient_checkpointing
-        # property is deprecated and warns; PEFT's wrappers hold the modules too)
-        return any(
-            getattr(m, "gradient_checkpointing", False) is True for m in self.model.modules()
-        )
+        # (the modules' own flags, which transformers reads: its is_gradient_checkpointing
+        # property is deprecated and warns; PEFT's wrappers hold the modules too). Each module
+        # turns off its own cache, so every one that can checkpoint must (s31-tidyB: one was
+        # enough, and a LLaVA checkpointing its vision tower only kept its language model's
+        # cache and mixed the documents); the repeated layers aside, which every_n_layers skips
+        flags = [
+            m.gradient_checkpointing
+            for m in self.model.modules()
+            if isinstance(getattr(m, "gradient_checkpointing", None), bool)
+            and not isinstance(m, GradientCheckpointingLayer)
+        ]
+        return bool(flags) and all(flags)
 
     def _cache_fix(self) -> str:
         """Where the model's cache is on, as the fix to say. ``Trainer`` sets
@@ -659,7 +668,11 @@ class _BucketMixin:
         ]
         if getattr(config, "use_cache", None):
             on.insert(0, "TrainingArguments(use_cache=False), the default")
-        return "; ".join(on) if on else "use_cache=False"
+        if not on:
+            return "use_cache=False"
+        # (every one named is to be turned off: "A; B" read as a choice, and LLaVA's top config
+        # alone leaves its language model the cache; s31-tidyB)
+        return on[0] if len(on) == 1 else ", ".join(on[:-1]) + ", and " + on[-1]
 
     def _check_token_labels(self, b: Bucketing, dataset: Any, argument: str) -> None:
         """A token-classification head takes one label per token, so its labels must follow the
@@ -2102,9 +2115,10 @@ def _position_start(model: Any) -> tuple[int | None, str]:
 # do. The logits read are the row's last three: a model that puts tokens of its own first (PEFT's
 # prompt tuning and p-tuning, which also ignore position_ids, and mix) returns more rows than the
 # row's tokens. The model is called as training calls it, without use_cache (each config says;
-# none under gradient checkpointing): with a cache transformers finds no documents in
-# position_ids, so TrainingArguments(use_cache=True) mixes, and so does a model over a language
-# model whose text_config.use_cache stays True (Trainer sets only model.config.use_cache).
+# none under gradient checkpointing of the whole model, not of one tower: each module turns off
+# its own cache): with a cache transformers finds no documents in position_ids, so
+# TrainingArguments(use_cache=True) mixes, and so does a model over a language model whose
+# text_config.use_cache stays True (Trainer sets only model.config.use_cache).
 # Two things no probe of two packed rows can see are checked from the model's class and tables:
 # * Where the packed positions start. A learned position table counts from 0 (BERT, GPT-2; OPT
 #   and BART add their offset themselves) or, with a padding_idx, from padding_idx + 1
