@@ -1521,6 +1521,7 @@ _CONFIG_HINTS = {
     "plan_digest": " (the lengths, boundaries, row lengths, batch sizes or policies differ)",
     "num_batches": " (batch_size, max_tokens, num_buckets, the lengths or the policies differ)",
     "num_samples": " (the dataset has another number of samples)",
+    "global": " (every rank's shard together, or the options that shape the plan, differ)",
 }
 
 
