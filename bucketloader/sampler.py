@@ -1313,12 +1313,17 @@ def _check_state(
             f"the {kind} that saved it, and pass {owner}.load_state_dict a dict from "
             f"{owner}.state_dict()"
         )
+    if saved.get("num_replicas") != config.get("num_replicas"):  # (on as many ranks, after
+        # the keys below, as before it was recorded)
+        _check_global(state, saved, config, owner)
     if epochs:
         boundary = _boundary_on_other_ranks(state, saved, config, ranked=ranked)
         if boundary is not None:
             _warn_unknown_keys(state, config, owner)
             return boundary
     for key, value in config.items():
+        if key in _LATER_KEYS:  # (_check_global, below)
+            continue
         if key not in saved:
             raise ValueError(
                 f"state['config'] has no {key!r} (its keys: {sorted(saved)}): the state was saved "
@@ -1358,6 +1363,7 @@ def _check_state(
                 f"but {key}={value!r} in this sampler{hint}; build the sampler exactly as when "
                 f"the state was saved to resume it exactly, or {on}"
             )
+    _check_global(state, saved, config, owner)
     epoch, pos = state["epoch"], state["batches_yielded"]
     for name, val in (("epoch", epoch), ("batches_yielded", pos)):
         if not isinstance(val, int) or isinstance(val, bool) or val < 0:
@@ -1408,9 +1414,11 @@ def _boundary_on_other_ranks(
 
     A ``ShardedSampler`` (``ranked``) plans each rank's own shard, and its plan digest hashes
     the ranks' table of samples per bucket, which other ranks always change (their shards are
-    other files): there only the seed and the shuffle are compared (s30-scale: its state saved
-    between epochs on 8 ranks was refused on 4 and on 1, though the docs resume it "as with
-    BucketSampler")."""
+    other files): there it is not compared (s30-scale: its state saved between epochs on 8 ranks
+    was refused on 4 and on 1, though the docs resume it "as with BucketSampler"). What is,
+    besides the seed and the shuffle, is its ``config["global"]``, the global data and the
+    options that shape the plan, on any number of ranks (:func:`_check_global`; s31: a state of
+    other data loaded there silently)."""
     if saved.get("num_replicas") == config.get("num_replicas"):
         return None
     if not _same_but_ranks(saved, config, ranked=ranked):
@@ -1441,7 +1449,7 @@ def _same_but_ranks(
     one_rank = 1 in (saved.get("num_replicas"), config.get("num_replicas"))
 
     def plan(c: Mapping[str, Any]) -> dict[str, Any]:
-        out = {k: v for k, v in c.items() if k not in _RANK_KEYS}
+        out = {k: v for k, v in c.items() if k not in _RANK_KEYS and k not in _LATER_KEYS}
         if ranked:  # (the digest hashes the ranks' shards: _boundary_on_other_ranks)
             out.pop("plan_digest", None)
         if isinstance(out.get("plan_digest"), str):
@@ -1457,11 +1465,63 @@ def _same_but_ranks(
 
 
 _STATE_KEYS = frozenset({"version", "sampler", "epoch", "batches_yielded", "config"})
+#: Config entries a state saved before they were recorded lacks: such a state loads as it did,
+#: unchecked on them (:func:`_check_global`).
+_LATER_KEYS = frozenset({"global"})
+
+
+def _check_global(
+    state: dict[str, Any], saved: Mapping[str, Any], config: Mapping[str, Any], owner: str
+) -> None:
+    """Refuse a state whose ``config["global"]`` (a ``ShardedSampler``'s global data and the
+    options that shape its plan: NOTE [ A sharded state names its global data ] in
+    :mod:`bucketloader.sharded`) differs from this sampler's, on any number of ranks, naming
+    what differs and the way on. A state without it (saved before s31) is not checked."""
+    mine, theirs = config.get("global"), saved.get("global")
+    if mine is None or theirs is None or theirs == mine:
+        return
+    if not isinstance(theirs, dict):
+        raise ValueError(
+            f"state['config']['global'] must be a dict, got {theirs!r}; pass a dict from "
+            f"{owner}.state_dict()"
+        )
+    n_saved, n_now = theirs.get("num_samples"), mine["num_samples"]
+    counted = isinstance(n_saved, int) and not isinstance(n_saved, bool)
+    if n_saved != n_now or theirs.get("histogram") != mine["histogram"]:
+        what = (
+            "other data: its global length histogram (every rank's shard together) holds "
+            + (f"{n_saved:,} samples" if counted else f"num_samples={n_saved!r}")
+            + f", this {owner}'s {n_now:,}"
+            if n_saved != n_now
+            else f"other data: its global length histogram (every rank's shard together) "
+            f"holds {n_now:,} samples, as this {owner}'s does, but of other lengths"
+        )
+        build = "over the data the state was saved with (every rank's shard)"
+    else:
+        what = (
+            "other options: the options that shape the plan (num_buckets, strategy, "
+            "boundaries, pad_to_multiple_of, batch_size / max_tokens, defer, exchange, "
+            "last_batch) differ from this sampler's"
+        )
+        build = "with the options the state was saved with"
+    pos, total = state.get("batches_yielded"), saved.get("num_batches")
+    ranks = (
+        "on any number of ranks (it was saved between epochs)"
+        if pos == 0 or (pos == total and isinstance(pos, int))
+        else f"on {saved.get('num_replicas')!r} rank(s), as saved (it was saved within its epoch)"
+    )
+    raise ValueError(
+        f"state is from {what} (state['config']['global']); build the {owner} {build}, "
+        f"{ranks}, to resume it, or {_go_on(state, 'with the changed sampler')}"
+    )
+
+
 #: What a config entry's mismatch usually means (num_batches: the argument the user changed).
 _CONFIG_HINTS = {
     "plan_digest": " (the lengths, boundaries, row lengths, batch sizes or policies differ)",
     "num_batches": " (batch_size, max_tokens, num_buckets, the lengths or the policies differ)",
     "num_samples": " (the dataset has another number of samples)",
+    "global": " (every rank's shard together, or the options that shape the plan, differ)",
 }
 
 

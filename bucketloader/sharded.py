@@ -369,6 +369,7 @@ class ShardedSampler(EpochSampler):
         wants_envelope = wants_envelope and not self.exchange
         self.histogram, envelope = _merged(hists, envelope=wants_envelope)
         rule = BatchRule.parse(self.options.get("batch_size"), self.options.get("max_tokens"))
+        self._global = _global_config(self.histogram, self.options, rule)
         self.even = rule.budget is not None and rule.budget.balance  # NOTE [ Even batches ]
         self._rule = rule
         self.defer = float(self.options.get("defer", 0.0))
@@ -895,6 +896,9 @@ class ShardedSampler(EpochSampler):
             "num_replicas": self.num_replicas,
             "num_batches": len(self),
             "plan_digest": h.hexdigest()[:16],
+            # (last: on as many ranks as saved the state, the keys above are checked first, as
+            # before it was recorded)
+            "global": dict(self._global),
         }
 
 
@@ -1073,6 +1077,67 @@ def _portable(value: Any) -> str:
     if callable(value) and hasattr(value, "__qualname__"):
         return f"{getattr(value, '__module__', '')}.{value.__qualname__}"
     return repr(value)
+
+
+def _global_config(
+    hist: LengthHistogram, options: Mapping[str, Any], rule: BatchRule
+) -> dict[str, Any]:
+    """NOTE [ A sharded state names its global data ]
+
+    A state saved between epochs loads on any number of ranks (NOTE [ An epoch boundary on
+    another number of ranks ] in :mod:`bucketloader.sampler`), but a ShardedSampler's
+    ``plan_digest`` hashes the ranks x K table, which other ranks always change, so there it
+    cannot be compared: before s31 only the seed and the shuffle were, and a state of other data
+    or other options loaded silently on another number of ranks. What does not follow the ranks
+    is what every rank knows: the global length histogram (every shard's, merged: the same on
+    every rank and for any split of the same samples) and the options that shape the plan. The
+    state's ``config["global"]`` holds the global sample count, the histogram's digest
+    (:meth:`LengthHistogram.digest`) and a digest of those options, defaults filled in and each
+    spelled as every process and every run spells it (boundaries as a list of numbers, the
+    batch rule parsed, callables by name, ``cache`` left out: it changes no answer). It is
+    compared on any number of ranks; a state saved before it was recorded has none and loads as
+    before, unchecked.
+
+    Example:
+        >>> g = _global_config(LengthHistogram.from_lengths([3, 5, 5]), {"batch_size": 2},
+        ...                    BatchRule.parse(2, None))
+        >>> g["num_samples"], len(g["histogram"]), len(g["options"])
+        (3, 16, 16)
+        >>> g == _global_config(LengthHistogram.from_lengths([5, 3, 5]),
+        ...                     {"batch_size": 2, "num_buckets": 8}, BatchRule.parse(2, None))
+        True
+    """
+    opts = {k: v for k, v in options.items() if k not in ("cache", "batch_size", "max_tokens")}
+    if opts.get("boundaries") is None:
+        opts.setdefault("num_buckets", 8)
+        opts.setdefault("strategy", "optimal")
+    if opts.get("pad_to_multiple_of", 1) == 1:
+        opts.pop("pad_to_multiple_of", None)
+    spelled = {k: _stated(v) for k, v in opts.items()}
+    spelled["rule"] = repr(
+        [
+            _stated(rule.batch_size),
+            _stated(rule.per_cell),
+            repr(rule.budget) if rule.budget else None,
+        ]
+    )
+    blob = json.dumps(spelled, sort_keys=True)
+    return {
+        "num_samples": hist.num_samples,
+        "histogram": hist.digest()[:16],
+        "options": hashlib.sha256(blob.encode()).hexdigest()[:16],
+    }
+
+
+def _stated(value: Any) -> str:
+    """An option as a saved state spells it (:func:`_global_config`): :func:`_portable`, with a
+    sequence as the list of what it holds, so ``np.array([4, 9])``, ``(4, 9)`` and ``[4, 9]``
+    agree."""
+    if isinstance(value, (np.ndarray, list, tuple)):
+        return repr(
+            [_stated(x) for x in (value.tolist() if isinstance(value, np.ndarray) else value)]
+        )
+    return _portable(value)
 
 
 def _moved(schedule: Any, table: np.ndarray) -> np.ndarray:

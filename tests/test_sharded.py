@@ -334,6 +334,73 @@ def test_a_state_between_epochs_loads_on_another_number_of_ranks(options):
         world(4)[0].load_state_dict(json.loads(json.dumps(saved.state_dict())))
 
 
+@pytest.mark.filterwarnings("ignore:ShardedSampler")  # (defer's per-epoch count)
+def test_a_state_of_other_data_is_refused_on_any_number_of_ranks():
+    """s31-shdig: a state saved between epochs loads on another number of ranks (s30-scale),
+    where only the seed and the shuffle were compared (the plan digest follows the ranks), so a
+    state of other data or other options loaded there silently. The state now names its global
+    data (the merged histogram's digest and sample count) and the options that shape the plan:
+    a mismatch is refused on any number of ranks, naming what differs and the way on; the same
+    data split otherwise loads and resumes as before; a state saved before the key loads
+    unchecked."""
+    lengths = np.asarray(load_real("gsm8k"))[:, 0]
+    opts = dict(num_buckets=8, max_tokens=4096, seed=3)
+
+    def world(n, data=lengths, **extra):
+        return _samplers(data, np.array_split(np.arange(data.size), n), **(opts | extra))
+
+    saved = world(8)[0]
+    saved.set_epoch(2)
+    at_start = json.loads(json.dumps(saved.state_dict()))
+    assert set(at_start["config"]["global"]) == {"num_samples", "histogram", "options"}
+    other = lengths.copy()
+    other[:50] += 1  # the same number of samples, other lengths
+    fewer = lengths[:-10]  # a dataset that lost ten samples
+    for after in (4, 1):
+        with pytest.raises(ValueError, match=r"of other lengths.*set_epoch\(2\)"):
+            world(after, data=other)[0].load_state_dict(at_start)
+        with pytest.raises(ValueError, match=rf"holds {lengths.size:,} samples, this "):
+            world(after, data=fewer)[-1].load_state_dict(at_start)
+    # on as many ranks as saved it, the plan's own keys are checked first, as before
+    with pytest.raises(ValueError, match="plan_digest="):
+        world(8, data=other)[0].load_state_dict(at_start)
+    with pytest.raises(ValueError, match=r"other options: .*any number of ranks"):
+        world(4, max_tokens=8192)[0].load_state_dict(at_start)
+    with pytest.raises(ValueError, match="other options"):
+        world(4, defer=0.5)[0].load_state_dict(at_start)
+    # a state within its epoch on other ranks and other data: the data named, not "resume on 8"
+    saved.set_epoch(2)
+    next(iter(saved))
+    mid = json.loads(json.dumps(saved.state_dict()))
+    with pytest.raises(ValueError, match=r"of other lengths.*on 8 rank\(s\), as saved"):
+        world(4, data=other)[0].load_state_dict(mid)
+    # the same data, shards cut otherwise, options spelled otherwise: loads and resumes
+    shuffled = np.random.default_rng(0).permutation(lengths.size)
+    spelled = opts | {"max_tokens": TokenBudget(4096), "pad_to_multiple_of": 1}
+    cut = np.array_split(shuffled, 3)
+    for resumed, fresh in zip(
+        _samplers(lengths, cut, **spelled), _samplers(lengths, cut, **opts), strict=True
+    ):
+        resumed.load_state_dict(at_start)
+        fresh.set_epoch(2)
+        assert resumed.epoch == 2 and [list(b) for b in resumed] == [list(b) for b in fresh]
+    for resumed, fresh in zip(world(4), world(4), strict=True):
+        resumed.load_state_dict(at_start)
+        fresh.set_epoch(2)
+        assert [list(b) for b in resumed] == [list(b) for b in fresh]
+    # a state saved before the key (s30): loads as before, unchecked, on any number of ranks
+    old = json.loads(json.dumps(at_start))
+    del old["config"]["global"]
+    for after, data in ((4, other), (1, fewer), (8, lengths)):
+        resumed = world(after, data=data)[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (no "ignores keys" warning either)
+            resumed.load_state_dict(old)
+        assert resumed.epoch == 2
+    with pytest.raises(ValueError, match="seed=3 in the state but seed=4"):
+        world(4, seed=4)[0].load_state_dict(old)
+
+
 def test_sampler_protocol_passes_checkpoints_and_counts():
     """Review findings: a new pass advances the epoch, rank 0's checkpoint restores another rank,
     a promoted sample counts once, callables and caches do not split the ranks' digests, and
