@@ -13,8 +13,8 @@ holds (NOTE [ A stream state over a source without a length ] in
 (the fastest of 200 calls, in turns, garbage collector off) as it is, with the digest left out
 (``checks_lengths`` off), and the digest alone (``lengths_digest(*_held_lengths())``). The
 replay trace (NOTE [ A replay over a source without a length ]) costs one multiply-add (for a
-packed batch one more per row and per document) and one ``int64`` store per batch, timed alone
-per batch and set against a whole pass's time.
+packed batch also a blake2b hash of its documents per row and their lengths) and one ``int64``
+store per batch, timed alone per batch and set against a whole pass's time.
 """
 
 from __future__ import annotations
@@ -198,8 +198,8 @@ def main() -> None:
         *("| " + " | ".join(r) + " |" for r in table),
         "",
         "The replay trace, kept by every pass: its cost per batch (a multiply-add, for a "
-        "packed batch one more per row and per document, and one store in the shared "
-        "counters), timed alone, and its share of a whole pass (the best of 3):",
+        "packed batch also a hash of its documents per row and their lengths, and one store "
+        "in the shared counters), timed alone, and its share of a whole pass (the best of 3):",
         "",
         "| stream | trace per batch (ns) | batches | pass (s) | share |",
         "|---|---:|---:|---:|---:|",
