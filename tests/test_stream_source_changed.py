@@ -233,3 +233,26 @@ def test_worker_checkpoints_refuse_a_changed_source(make, tmp_path):
     changed.load_state_dict(state)
     with pytest.raises(ValueError, match=CHANGED):
         list(_loader(changed))
+
+
+def test_replay_behind_workers_refuses_a_changed_source_under_full_packed_rows():
+    # s31-user2: under the default open_rows best fit fills every row, so every batch had 2 rows
+    # of 128 tokens and a trace of those alone let a moved source replay (documents trained
+    # twice and never); the trace now folds each row's documents and their lengths
+    def make(source):
+        return PackIterable(source, length_fn="input_ids", row_length=64, batch_size=2)
+
+    full = [sum(len(x["input_ids"]) for x in b) for b in make(Src(LENGTHS))][:20]
+    assert full == [128] * 20
+    first = make(Src(LENGTHS))
+    it = iter(_loader(first))
+    head = _ids(next(it) for _ in range(10))
+    del it
+    state = json.loads(json.dumps(first.state_dict(batches_consumed=10)))
+    again = make(Src(LENGTHS))
+    again.load_state_dict(state)
+    assert head + _ids(_loader(again)) == _ids(_loader(make(Src(LENGTHS))))
+    changed = make(Src(MOVED))
+    changed.load_state_dict(state)
+    with pytest.raises(ValueError, match=REPLAYED):
+        list(_loader(changed))

@@ -333,7 +333,7 @@ class PackCollator:
             raise ValueError(
                 f"a document of {longest} tokens (batch position {lens.index(longest)}) is longer "
                 f"than max_seqlen={m}; pass max_seqlen >= {longest}, or max_seqlen=None (the row "
-                "length)"
+                f"length); {_cut_hint(m)}"
             )
         n = len(lens)
         if n > table.max_documents[shape]:
@@ -433,6 +433,17 @@ class PackCollator:
         )
 
 
+def _cut_hint(m: int) -> str:
+    """The way on when ``max_seqlen`` is a bound the model needs: a raised ``max_seqlen`` would
+    then fail there (a learned position table of ``m`` rows: ``BucketTrainer`` names
+    ``max_seqlen=m`` for it, s31-user2)."""
+    return (
+        f"or, where the model needs that bound (a position table of {m}), cut or split the "
+        f"documents to {m} tokens before packing (dataset.map; bucketloader.pack.SplitDataset "
+        "for a map-style dataset)"
+    )
+
+
 def _check_max_seqlen(value: Any, table: PackTable) -> int | str | None:
     """``None``, ``"tight"`` (with its warning) or an int >= 1 that holds the plan's documents."""
     if value is None:
@@ -458,7 +469,7 @@ def _check_max_seqlen(value: Any, table: PackTable) -> int | str | None:
             raise ValueError(
                 f"max_seqlen={m} is smaller than the longest document the plan puts in rows of "
                 f"{width} tokens ({longest} tokens); pass max_seqlen >= {longest}, or "
-                "max_seqlen=None (the row length)"
+                f"max_seqlen=None (the row length); {_cut_hint(m)}"
             )
     return m
 

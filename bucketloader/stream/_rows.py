@@ -313,9 +313,11 @@ class RowPass(Pass):
         self.batches += 1
         self.stats["rows"] += len(take)
         out = [s for _, samples in take for s in samples]
-        tokens = sum(self.o.measure(s) for s in out)
+        sizes = [self.o.measure(s) for s in out]
+        tokens = sum(sizes)
         self.stats["tokens"] += tokens
-        self._trace_batch(len(take), tokens)
+        if self.trace is not None:  # full rows all read alike: the documents tell them apart
+            self._trace_batch(len(take), tokens, [len(samples) for _, samples in take] + sizes)
         if self._fills:
             take = self._top_up(take)
             return [s for _, samples in take for s in samples]
