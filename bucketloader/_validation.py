@@ -626,6 +626,30 @@ def _per_input(lengths: Mapping[Any, Any]) -> bool:
     )
 
 
+def _file_reader(path: Any) -> str:
+    """How to read the lengths in the file ``path`` into an array, by its suffix, for an error
+    that got the path where lengths were asked (np.loadtxt reads no .jsonl, .csv header or
+    Parquet: s31-user2).
+
+    Example:
+        >>> _file_reader("train.jsonl")
+        "e.g. np.array([json.loads(line)['length'] for line in open(path)]) for a .jsonl file"
+    """
+    suffix = os.path.splitext(str(path).lower())[1]
+    if suffix == ".jsonl":
+        how = "np.array([json.loads(line)['length'] for line in open(path)])"
+    elif suffix in (".csv", ".tsv"):
+        sep = ", sep='\\t'" if suffix == ".tsv" else ""
+        how = f"pandas.read_csv(path{sep})['length'].to_numpy()"
+    elif suffix == ".parquet":
+        how = "pyarrow.parquet.read_table(path, columns=['length'])['length'].to_numpy()"
+    elif suffix == ".npy":
+        how = "np.load(path)"
+    else:
+        return "e.g. np.loadtxt(path, dtype=np.int64) for one length per line"
+    return f"e.g. {how} for a {suffix} file"
+
+
 def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndarray:
     """:func:`as_lengths` of anything but already checked :class:`Lengths`."""
     if _is_tensor(lengths):
@@ -635,8 +659,9 @@ def _check_lengths(lengths: Any, name: str, allowed: tuple[int, ...]) -> np.ndar
         raise TypeError(
             f"{name} must be a list, numpy array or torch tensor of non-negative ints, got "
             f"{type(lengths).__name__} {os.fspath(lengths)!r:.80}; to bucket the lengths in a "
-            "file, read them first (e.g. np.loadtxt(path, dtype=np.int64) for one length per "
-            "line)"
+            f"file, read them first ({_file_reader(os.fspath(lengths))}; the command line's "
+            "`bucketloader report FILE` reads .txt, .csv, .tsv, .jsonl, .npy, .parquet and "
+            "saved datasets)"
         )
     if _is_histogram(lengths):  # (an engine's answer, where the samples' lengths were asked)
         raise TypeError(

@@ -416,6 +416,16 @@ def test_a_path_given_as_lengths_says_to_read_the_file():
             r"np\.loadtxt\(path, dtype=np\.int64\)",
         ):
             BucketSampler(path, num_buckets=2, batch_size=2)
+    # np.loadtxt reads no .jsonl, .csv header or Parquet: the hint follows the suffix (s31-user2)
+    hints = {
+        "train.jsonl": r"np\.array\(\[json\.loads\(line\)\['length'\] for line in open",
+        "train.tsv": r"pandas\.read_csv\(path, sep='\\t'\)\['length'\]",
+        "train.parquet": r"pyarrow\.parquet\.read_table\(path, columns=\['length'\]\)",
+        "train.npy": r"np\.load\(path\) for a \.npy file",
+    }
+    for path, hint in hints.items():
+        with pytest.raises(TypeError, match=hint + r".*`bucketloader report FILE` reads"):
+            BucketSampler(path, num_buckets=2, batch_size=2)
 
 
 def test_every_producers_collator_refuses_options_in_one_voice():
