@@ -205,8 +205,9 @@ def main() -> None:
     ]
     if before:
         lines += [
-            f"Before: the same measurement on {args.before.name} (an earlier commit, "
-            "run on the same host in the same session).",
+            "Before: the same script run on an earlier commit, on the same host in the same "
+            f"session (its `--out` file, {args.before.name}, a scratch file not kept: the "
+            "columns below hold what it measured).",
             "",
         ]
     head = "| ranks | options | gathered MB | peak MB | held MB | construction s |"
