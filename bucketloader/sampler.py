@@ -1313,9 +1313,9 @@ def _check_state(
             f"the {kind} that saved it, and pass {owner}.load_state_dict a dict from "
             f"{owner}.state_dict()"
         )
-    if saved.get("num_replicas") != config.get("num_replicas"):  # (on as many ranks, after
-        # the keys below, as before it was recorded)
-        _check_global(state, saved, config, owner)
+    same_ranks = saved.get("num_replicas") == config.get("num_replicas")
+    if not same_ranks:  # (on as many ranks, after the keys below, as before it was recorded)
+        _check_global(state, saved, config, owner, same_ranks=False)
     if epochs:
         boundary = _boundary_on_other_ranks(state, saved, config, ranked=ranked)
         if boundary is not None:
@@ -1363,7 +1363,7 @@ def _check_state(
                 f"but {key}={value!r} in this sampler{hint}; build the sampler exactly as when "
                 f"the state was saved to resume it exactly, or {on}"
             )
-    _check_global(state, saved, config, owner)
+    _check_global(state, saved, config, owner, same_ranks=same_ranks)
     epoch, pos = state["epoch"], state["batches_yielded"]
     for name, val in (("epoch", epoch), ("batches_yielded", pos)):
         if not isinstance(val, int) or isinstance(val, bool) or val < 0:
@@ -1471,39 +1471,54 @@ _LATER_KEYS = frozenset({"global"})
 
 
 def _check_global(
-    state: dict[str, Any], saved: Mapping[str, Any], config: Mapping[str, Any], owner: str
+    state: dict[str, Any],
+    saved: Mapping[str, Any],
+    config: Mapping[str, Any],
+    owner: str,
+    *,
+    same_ranks: bool,
 ) -> None:
     """Refuse a state whose ``config["global"]`` (a ``ShardedSampler``'s global data and the
-    options that shape its plan: NOTE [ A sharded state names its global data ] in
-    :mod:`bucketloader.sharded`) differs from this sampler's, on any number of ranks, naming
+    plans its options make of it: NOTE [ A sharded state names its global data ] in
+    :mod:`bucketloader.sharded`) differs from this sampler's (:func:`_global_change`), naming
     what differs and the way on. A state without it (saved before s31) is not checked."""
-    mine, theirs = config.get("global"), saved.get("global")
-    if mine is None or theirs is None or theirs == mine:
+    theirs = saved.get("global")
+    if theirs is None:
         return
     if not isinstance(theirs, dict):
         raise ValueError(
             f"state['config']['global'] must be a dict, got {theirs!r}; pass a dict from "
             f"{owner}.state_dict()"
         )
+    change = _global_change(theirs, config.get("global"), same_ranks=same_ranks)
+    if change is None:
+        return
+    mine = config["global"]
     n_saved, n_now = theirs.get("num_samples"), mine["num_samples"]
     counted = isinstance(n_saved, int) and not isinstance(n_saved, bool)
-    if n_saved != n_now or theirs.get("histogram") != mine["histogram"]:
+    if change == "num_samples":
         what = (
             "other data: its global length histogram (every rank's shard together) holds "
             + (f"{n_saved:,} samples" if counted else f"num_samples={n_saved!r}")
             + f", this {owner}'s {n_now:,}"
-            if n_saved != n_now
-            else f"other data: its global length histogram (every rank's shard together) "
+        )
+        build = "over the data the state was saved with (every rank's shard)"
+    elif change == "histogram":
+        what = (
+            f"other data: its global length histogram (every rank's shard together) "
             f"holds {n_now:,} samples, as this {owner}'s does, but of other lengths"
         )
         build = "over the data the state was saved with (every rank's shard)"
     else:
         what = (
-            "other options: the options that shape the plan (num_buckets, strategy, "
-            "boundaries, pad_to_multiple_of, batch_size / max_tokens, defer, exchange, "
-            "last_batch) differ from this sampler's"
+            "other options: the plan they make of the same data (its boundaries, the batch "
+            "sizes of batch_size / max_tokens, defer, exchange or last_batch) is not one this "
+            "sampler makes"
         )
-        build = "with the options the state was saved with"
+        build = (
+            "with the options the state was saved with (or with boundaries= the boundaries "
+            "its sampler planned with)"
+        )
     pos, total = state.get("batches_yielded"), saved.get("num_batches")
     ranks = (
         "on any number of ranks (it was saved between epochs)"
@@ -1516,12 +1531,47 @@ def _check_global(
     )
 
 
+def _global_change(theirs: Any, mine: Any, *, same_ranks: bool) -> str | None:
+    """Which entry of a saved ``config["global"]`` (``theirs``) refuses it against this
+    sampler's (``mine``): ``"num_samples"`` or ``"histogram"`` (other data, on any number of
+    ranks), ``"plans"`` (on another number of ranks only, where the saved and the current
+    plans share none: NOTE [ A sharded state names its global data ] in
+    :mod:`bucketloader.sharded`), or ``None``. On as many ranks as saved the state,
+    ``plan_digest`` compares the plan itself. A state without the entry (saved before s31), or
+    without its ``"plans"`` (s31's ``"options"`` spelled the options, not the plan), is not
+    checked on it.
+
+    Example:
+        >>> mine = {"num_samples": 9, "histogram": "ab", "plans": ["p1", "p2"]}
+        >>> _global_change(mine | {"plans": ["p2"]}, mine, same_ranks=False) is None
+        True
+        >>> _global_change(mine | {"plans": ["p3"]}, mine, same_ranks=False)
+        'plans'
+        >>> _global_change(mine | {"plans": ["p3"]}, mine, same_ranks=True) is None
+        True
+        >>> _global_change({"num_samples": 9, "histogram": "cd", "options": "x"}, mine,
+        ...                same_ranks=False)
+        'histogram'
+    """
+    if not isinstance(theirs, Mapping) or not isinstance(mine, Mapping) or theirs == mine:
+        return None
+    for key in ("num_samples", "histogram"):
+        if theirs.get(key) != mine.get(key):
+            return key
+    plans = theirs.get("plans")
+    if same_ranks or plans is None:
+        return None
+    if isinstance(plans, list) and set(map(str, plans)) & set(mine.get("plans", ())):
+        return None
+    return "plans"
+
+
 #: What a config entry's mismatch usually means (num_batches: the argument the user changed).
 _CONFIG_HINTS = {
     "plan_digest": " (the lengths, boundaries, row lengths, batch sizes or policies differ)",
     "num_batches": " (batch_size, max_tokens, num_buckets, the lengths or the policies differ)",
     "num_samples": " (the dataset has another number of samples)",
-    "global": " (every rank's shard together, or the options that shape the plan, differ)",
+    "global": " (every rank's shard together, or the plan the options make of it, differ)",
 }
 
 
@@ -1535,10 +1585,14 @@ def config_changes(saved: Mapping[str, Any], config: Mapping[str, Any]) -> list[
         >>> config_changes({"seed": 0, "num_samples": 90}, {"seed": 0, "num_samples": 91})
         [('num_samples', 90, 91, ' (the dataset has another number of samples)')]
     """
+    same_ranks = saved.get("num_replicas") == config.get("num_replicas")
     return [
         (key, saved[key], value, _CONFIG_HINTS.get(key, ""))
         for key, value in config.items()
-        if key in saved and saved[key] != value
+        if key in saved
+        and saved[key] != value
+        # (a ShardedSampler's: what refuses it, not how it is written)
+        and (key != "global" or _global_change(saved[key], value, same_ranks=same_ranks))
     ]
 
 

@@ -27,7 +27,8 @@ from bucketloader.plan.sharded import (
     plan_shard_epoch,
     shard_schedule,
 )
-from bucketloader.sharded import LocalExchange, ShardedSampler, merge_histograms
+from bucketloader.sampler import config_changes
+from bucketloader.sharded import LocalExchange, ShardedSampler, _portable, merge_histograms
 
 
 def _samplers(lengths, shards, **options):
@@ -352,7 +353,7 @@ def test_a_state_of_other_data_is_refused_on_any_number_of_ranks():
     saved = world(8)[0]
     saved.set_epoch(2)
     at_start = json.loads(json.dumps(saved.state_dict()))
-    assert set(at_start["config"]["global"]) == {"num_samples", "histogram", "options"}
+    assert set(at_start["config"]["global"]) == {"num_samples", "histogram", "plans"}
     other = lengths.copy()
     other[:50] += 1  # the same number of samples, other lengths
     fewer = lengths[:-10]  # a dataset that lost ten samples
@@ -399,6 +400,131 @@ def test_a_state_of_other_data_is_refused_on_any_number_of_ranks():
         assert resumed.epoch == 2
     with pytest.raises(ValueError, match="seed=3 in the state but seed=4"):
         world(4, seed=4)[0].load_state_dict(old)
+
+
+#: A state session 31's ShardedSampler saved (rank 0 of 8 over gsm8k's question lengths,
+#: num_buckets=8, max_tokens=4096, seed=3, set_epoch(2)): "global" digests the options as spelled.
+_S31_STATE = {
+    "version": 1,
+    "sampler": "ShardedSampler",
+    "epoch": 2,
+    "batches_yielded": 0,
+    "config": {
+        "seed": 3,
+        "shuffle": True,
+        "num_replicas": 8,
+        "num_batches": 15,
+        "plan_digest": "12129fadac0abe79",
+        "global": {
+            "num_samples": 7473,
+            "histogram": "cc4586dba52fee19",
+            "options": "f51171ec0dee97c3",
+        },
+    },
+}
+
+
+def _strategy_cut(hist, k, **_):
+    """A callable strategy: quantile edges (redefined below under the same name)."""
+    edges = np.quantile(np.repeat(hist.values, hist.counts), np.linspace(0, 1, k + 1)[1:])
+    return np.unique(np.ceil(edges).astype(np.int64))
+
+
+@pytest.mark.filterwarnings("ignore:ShardedSampler")
+def test_a_state_loads_wherever_its_plan_is_the_same_however_the_options_are_spelled():
+    """s32-shard: s31 digested the options as spelled, so a state saved with num_buckets=8 was
+    refused by a sampler given the very boundaries that plan chose, even on the same ranks
+    mid-epoch (where it loaded before s31). The state now digests what the options make of the
+    data (boundaries, batch sizes, placement), compared on another number of ranks; on as many
+    ranks as saved it, plan_digest compares the plan itself. s31's states have their data
+    checked and their options not."""
+    lengths = np.asarray(load_real("gsm8k"))[:, 0]
+    opts = dict(num_buckets=8, max_tokens=4096, seed=3)
+
+    def world(n, data=lengths, **extra):
+        return _samplers(data, np.array_split(np.arange(data.size), n), **(opts | extra))
+
+    def rest(s):
+        return [list(b) for b in s]
+
+    saved = world(8)[2]
+    chosen = saved.boundaries.tolist()  # (8 ranks: the shards' envelope, not the global solve)
+    solved = compute_boundaries(lengths, 8).tolist()
+    assert chosen != solved
+    saved.set_epoch(2)
+    at_start = json.loads(json.dumps(saved.state_dict()))
+    it = iter(saved)
+    for _ in range(4):
+        next(it)
+    mid = json.loads(json.dumps(saved.state_dict()))
+    tail = rest(it)
+    # the same ranks, within the epoch: the chosen boundaries given explicitly (a list, an
+    # array), with defer=0 and pad_to_multiple_of=1 written out: the same plan, the same rest
+    for spelled in ({"boundaries": chosen}, {"boundaries": np.array(chosen), "defer": 0}):
+        resumed = world(8, num_buckets=None, pad_to_multiple_of=1, **spelled)[2]
+        resumed.load_state_dict(mid)
+        assert rest(resumed) == tail
+    with pytest.raises(ValueError, match="plan_digest="):  # another plan: refused as before
+        world(8, num_buckets=7)[2].load_state_dict(mid)
+    # other ranks, between epochs: the saved plan's boundaries or the global solve's load, as
+    # the same options do; other boundaries are other options
+    for spelled in ({"boundaries": chosen}, {"boundaries": solved}, {}):
+        extra = {"num_buckets": None, **spelled} if spelled else {}
+        for resumed, fresh in zip(world(4, **extra), world(4, **extra), strict=True):
+            resumed.load_state_dict(at_start)
+            fresh.set_epoch(2)
+            assert resumed.epoch == 2 and rest(resumed) == rest(fresh)
+    with pytest.raises(ValueError, match=r"other options: the plan .*boundaries= the"):
+        world(4, num_buckets=7)[0].load_state_dict(at_start)
+    with pytest.raises(ValueError, match="other options"):
+        world(4, boundaries=[b + 1 for b in chosen], num_buckets=None)[0].load_state_dict(at_start)
+    # (not seen: the boundaries the saved options would choose on these ranks, written out)
+    envelope4 = world(4)[0].boundaries.tolist()
+    assert envelope4 not in (chosen, solved)
+    with pytest.raises(ValueError, match="other options"):
+        world(4, boundaries=envelope4, num_buckets=None)[0].load_state_dict(at_start)
+    # a state of s31 ("options", no "plans"): its data checked, its options not, on any ranks
+    old = json.loads(json.dumps(_S31_STATE))
+    for n, extra in ((4, {"boundaries": chosen, "num_buckets": None}), (8, {}), (1, {})):
+        resumed = world(n, **extra)[0]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # (no "ignores keys" warning either)
+            resumed.load_state_dict(old)
+        assert resumed.epoch == 2
+    other = lengths.copy()
+    other[:50] += 1
+    with pytest.raises(ValueError, match="of other lengths"):
+        world(4, data=other)[0].load_state_dict(old)
+    with pytest.raises(ValueError, match="plan_digest="):  # (8 ranks: the plan, as always)
+        world(8, num_buckets=7)[0].load_state_dict(old)
+    # BucketTrainer's wording (config_changes) names "global" only where it refuses
+    named = [c[0] for c in config_changes(old["config"], world(4)[0]._config())]
+    assert named[0] == "num_replicas" and "global" not in named
+    other_config = world(4, data=other)[0]._config()
+    assert "global" in [c[0] for c in config_changes(old["config"], other_config)]
+
+
+@pytest.mark.filterwarnings("ignore:ShardedSampler")
+def test_a_callable_strategy_is_known_by_the_plan_it_makes_not_its_name():
+    """s32-shard: s31 named a callable strategy by module and qualname, so a state saved on 8
+    ranks loaded silently on 4 after the function's body changed (other boundaries, other
+    shapes). The state digests the plan the strategy makes of the data: the same body loads,
+    another is refused."""
+    lengths = np.asarray(load_real("gsm8k"))[:, 0]
+    cut = dict(strategy=_strategy_cut, num_buckets=4, max_tokens=4096, seed=3)
+    parts8, parts4 = (np.array_split(np.arange(lengths.size), n) for n in (8, 4))
+    state = _samplers(lengths, parts8, **cut)[0]
+    state.set_epoch(2)
+    state = json.loads(json.dumps(state.state_dict()))
+    _samplers(lengths, parts4, **cut)[0].load_state_dict(state)
+
+    def changed(hist, k, **_):  # another body (even widths), under the same name below
+        return np.unique(np.linspace(hist.max / k, hist.max, k).astype(np.int64))
+
+    changed.__qualname__ = changed.__name__ = _strategy_cut.__qualname__
+    assert _portable(changed) == _portable(_strategy_cut)  # (how s31 named it)
+    with pytest.raises(ValueError, match="other options: the plan"):
+        _samplers(lengths, parts4, **cut | {"strategy": changed})[0].load_state_dict(state)
 
 
 def test_sampler_protocol_passes_checkpoints_and_counts():
