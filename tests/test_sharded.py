@@ -1328,6 +1328,68 @@ def test_gloo_empty_shard_or_other_seed_is_an_error_on_every_rank(tmp_path):
             assert [r["alone"] for r in runs] == ["planned 2"] * 3, runs  # every rank's 2 steps
 
 
+def _exchange_world(lengths, shards, board=None, **extra):
+    """Samplers of every rank in one process with exchange=True (empty shards allowed), or, with
+    ``board`` None and one shard, the gloo rank's own (histograms gathered)."""
+    opts = dict(exchange=True, seed=3, num_buckets=6, max_tokens=2048) | extra
+    if board is None:
+        (ids,) = shards
+        return ShardedSampler(lengths[ids], shard_indices=ids, **opts)
+    hists = [LengthHistogram.from_lengths(lengths[s]) if s.size else None for s in shards]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return [
+            ShardedSampler(lengths[s], shard_indices=s, shard_histograms=hists, gather=board,
+                           num_replicas=len(shards), rank=r, **opts)
+            for r, s in enumerate(shards)
+        ]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(2 * TIMEOUT_S)
+def test_gloo_an_empty_shard_under_exchange_resumes_on_other_ranks(tmp_path):
+    """s32-shard probe: 3 gloo ranks, rank 2's shard empty, exchange=True (histograms gathered,
+    rows moved by torch's collective). Its state names the global data of the two full shards:
+    the same on every rank, the empty one too, and the same as 2 ranks' or 1 rank's over those
+    samples cut otherwise. Saved between epochs, it resumes epoch 2 on 2 ranks and on 1 as a
+    fresh sampler plans it, and the 2 ranks' state resumes on the 3 gloo ranks; within the
+    epoch, or over other data, it is refused."""
+    lengths = np.asarray(load_real("gsm8k"))[:2000, 0].copy()
+    held = np.arange(1334)  # ranks 0 and 1's rows (np.array_split(np.arange(2000), 3)[:2])
+    two = _exchange_world(lengths, [held[::2], held[1::2]], LocalExchange(2))
+    two[0].set_epoch(2)
+    (tmp_path / "two.json").write_text(json.dumps(two[0].state_dict()))
+    runs = _run(tmp_path, 3, "empty_exchange")
+    assert [r["samples"] for r in runs] == [667, 667, 0] and runs[2]["batches"] > 0
+    assert all(r["between"] == runs[2]["between"] for r in runs)  # (a state holds no rank)
+    between, within = runs[2]["between"], runs[2]["within"]
+    one = _exchange_world(lengths, [held], LocalExchange(1))
+    assert between["config"]["global"] == two[0]._config()["global"] == one[0]._config()["global"]
+    assert between["config"]["global"]["num_samples"] == 1334
+    for n in (2, 1):
+        shards = [held[::2], held[1::2]] if n == 2 else [held]
+        resumed = _exchange_world(lengths, shards, LocalExchange(n))
+        fresh = _exchange_world(lengths, shards, LocalExchange(n))
+        for r, f in zip(resumed, fresh, strict=True):
+            r.load_state_dict(between)
+            f.set_epoch(2)
+            assert r.epoch == 2 and [list(b) for b in r] == [list(b) for b in f]
+        with pytest.raises(ValueError, match=r"num_replicas=3 in the state but num_replicas="):
+            _exchange_world(lengths, shards, LocalExchange(n))[0].load_state_dict(within)
+    other = lengths.copy()
+    other[:40] += 1
+    with pytest.raises(ValueError, match="of other lengths"):
+        _exchange_world(other, [held[::2], held[1::2]], LocalExchange(2))[0].load_state_dict(
+            between
+        )
+    assert all(r["resumed_two"] for r in runs)  # the 2 ranks' state on the 3 gloo ranks
+    # how the rows move (torch's collective, a LocalExchange) places no sample otherwise
+    three = _exchange_world(lengths, [held[:667], held[667:], held[:0]], LocalExchange(3))
+    for s, r in zip(three, runs, strict=True):
+        s.set_epoch(2)
+        assert [list(b) for b in s] == r["epoch2"]
+
+
 def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> None:
     import torch.distributed as dist
 
@@ -1370,6 +1432,24 @@ def _sharded_worker(rank: int, world: int, port: int, out: str, mode: str) -> No
     lengths = np.asarray(load_real("gsm8k"))[:, 0]
     shards = np.array_split(np.arange(2000), world)
     own = lengths[shards[rank]]
+    if mode == "empty_exchange":  # rank 2 empty: it receives rows
+        ids = shards[rank] if rank < 2 else np.arange(0)
+        s = _exchange_world(lengths, [ids])
+        s.set_epoch(2)
+        result = {"samples": s.num_samples, "batches": len(s), "between": s.state_dict()}
+        want = [list(b) for b in s]
+        it = iter(s)
+        for _ in range(3):
+            next(it)
+        result["within"] = s.state_dict()
+        resumed = _exchange_world(lengths, [ids])
+        resumed.load_state_dict(json.loads(Path(out, "two.json").read_text()))
+        result["resumed_two"] = resumed.epoch == 2 and [list(b) for b in resumed] == want
+        result["epoch2"] = [[int(i) for i in b] for b in want]
+        Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     if mode == "empty" and rank == 2:
         own = own[:0]
     seed = 7 if (mode == "seed" and rank == 1) else 3
